@@ -1,0 +1,1 @@
+"""Backends: ``numpy`` (the reference, runs anywhere) and ``triton`` (the GPU kernels)."""

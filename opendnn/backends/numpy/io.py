@@ -1,0 +1,46 @@
+"""Reading bound tensors into NumPy arrays and writing results back through their strides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
+from opendnn.core.dtypes import DataType
+
+
+def numpy_view(bound: Bound) -> np.ndarray:
+    """The bound view as a NumPy array sharing memory (bfloat16 as uint16 bits)."""
+    view: Any = bound.view
+    if isinstance(view, np.ndarray):
+        return view.view(np.uint16) if bound.desc.dtype is DataType.BFLOAT16 else view
+    if bound.desc.dtype is DataType.BFLOAT16:
+        import torch
+
+        return view.view(torch.int16).numpy().view(np.uint16)
+    return view.numpy()
+
+
+def read(bound: Bound, dtype: DataType) -> np.ndarray:
+    """The tensor's values converted to ``dtype`` (a new array)."""
+    values = numpy_view(bound)
+    if bound.desc.dtype is DataType.BFLOAT16:
+        values = bf16_to_float32(values)
+    return values.astype(dtype.to_numpy())
+
+
+def write(bound: Bound, result: np.ndarray, alpha: float = 1.0, beta: float = 0.0) -> None:
+    """``out = alpha * result + beta * out``, converted to the output's dtype; with beta == 0 the
+    prior content of out is never read. ``result`` is float32 or float64 and broadcasts to out."""
+    out = numpy_view(bound)
+    if alpha != 1.0:
+        result = alpha * result
+    if beta != 0.0:
+        result = result + beta * read(bound, DataType.of(result.dtype))
+    out_dtype = bound.desc.dtype
+    if out_dtype is DataType.BFLOAT16:
+        result = float32_to_bf16(np.asarray(result, np.float32))
+    elif out_dtype is DataType.BOOLEAN:
+        result = np.asarray(result) != 0
+    np.copyto(out, np.broadcast_to(np.asarray(result).astype(out.dtype, copy=False), out.shape))

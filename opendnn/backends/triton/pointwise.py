@@ -1,0 +1,252 @@
+"""Pointwise operations (arithmetic, math, comparisons, logic, activations and their gradients,
+op_tensor, add/scale/set/transform_tensor): one strided elementwise kernel.
+
+Memory model: each output element is written once and each input element read once (broadcast
+inputs are re-read from cache), plus one read of the output when beta != 0. At H200 copy speed,
+about 4.2 TB/s of bytes read plus written, a float32 unary op over 32768 x 4096 elements moves
+1.07 GB and takes at least 0.26 ms; arithmetic is a few FLOPs per element, far below the compute
+roof, so the kernel is memory-bound and the goal is full-width coalesced loads and stores.
+
+The kernel takes the canonical layout of ``layout.tile_layout``: six outer dims indexed from the
+program id, then an A x B tile. Arithmetic runs in float32 (float64 for float64 problems).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton import math as tm
+from opendnn.backends.triton.layout import OUTER_DIMS, TiledLayout, tile_layout
+from opendnn.core.arrays import Bound
+from opendnn.core.dtypes import DataType
+from opendnn.ops.pointwise import GELU_TANH_CUBIC, GELU_TANH_SCALE, PointwiseProblem
+
+TILE_ELEMENTS = 4096  # elements per program: 16 per thread at 8 warps
+TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
+
+
+@triton.jit
+def tile_offsets(outer, a_index, b_index, sizes, strides):
+    """Element offsets of an A x B tile of one operand, for outer index ``outer``."""
+    base = outer * 0
+    for d in tl.static_range(OUTER_DIMS - 1, -1, -1):
+        base += (outer % sizes[d]) * strides[d]
+        outer = outer // sizes[d]
+    return base + a_index[:, None] * strides[OUTER_DIMS] + b_index[None, :] * strides[OUTER_DIMS + 1]
+
+
+@triton.jit
+def activation(MODE: tl.constexpr, x, coef):
+    if MODE == "relu":
+        y = tl.where(x > 0, x, 0.0)
+    elif MODE == "clipped_relu":
+        y = tl.where(x > 0, tl.where(x < coef, x, coef), 0.0)
+    elif MODE == "elu":
+        y = tl.where(x > 0, x, coef * tm.expm1(tl.minimum(x, 0.0)))
+    elif MODE == "gelu":
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif MODE == "gelu_approx_tanh":
+        y = 0.5 * x * (1.0 + tm.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
+    elif MODE == "sigmoid":
+        y = tm.sigmoid(x)
+    elif MODE == "tanh":
+        y = tm.tanh(x)
+    elif MODE == "softplus":  # log(1 + exp(coef * x)) / coef, without overflow
+        bx = coef * x
+        y = (tl.maximum(bx, 0.0) + tm.log1p(tl.exp(-tl.abs(bx)))) / coef
+    elif MODE == "swish":
+        y = x * tm.sigmoid(coef * x)
+    else:
+        tl.static_assert(MODE == "identity", "unknown activation")
+        y = x
+    return y
+
+
+@triton.jit
+def activation_derivative(MODE: tl.constexpr, x, coef):
+    if MODE == "relu":
+        d = tl.where(x > 0, 1.0, 0.0)
+    elif MODE == "clipped_relu":
+        d = tl.where((x > 0) & (x < coef), 1.0, 0.0)
+    elif MODE == "elu":
+        d = tl.where(x > 0, 1.0, coef * tl.exp(tl.minimum(x, 0.0)))
+    elif MODE == "gelu":
+        d = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
+    elif MODE == "gelu_approx_tanh":
+        t = tm.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x))
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_TANH_SCALE * (1.0 + 3.0 * GELU_TANH_CUBIC * x * x)
+    elif MODE == "sigmoid":
+        s = tm.sigmoid(x)
+        d = s * (1.0 - s)
+    elif MODE == "tanh":
+        t = tm.tanh(x)
+        d = 1.0 - t * t
+    elif MODE == "softplus":
+        d = tm.sigmoid(coef * x)
+    elif MODE == "swish":
+        s = tm.sigmoid(coef * x)
+        d = s + coef * x * s * (1.0 - s)
+    else:
+        tl.static_assert(MODE == "identity", "unknown activation")
+        d = x * 0.0 + 1.0
+    return d
+
+
+@triton.jit
+def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROPAGATE_NAN: tl.constexpr):
+    """The mode's function of up to three inputs (unused ones are ignored). Activations come as
+    MODE "activation_fwd" (of a) or "activation_bwd" (a * derivative at b) with their name."""
+    if MODE == "add":
+        y = a + b
+    elif MODE == "sub":
+        y = a - b
+    elif MODE == "mul":
+        y = a * b
+    elif MODE == "div":
+        y = a / b
+    elif MODE == "max":
+        y = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    elif MODE == "min":
+        y = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    elif MODE == "mod":
+        y = a % b
+    elif MODE == "pow":
+        y = tm.pow(a, b)
+    elif MODE == "add_square":
+        y = a + b * b
+    elif MODE == "abs":
+        y = tl.abs(a)
+    elif MODE == "ceil":
+        y = tl.math.ceil(a)
+    elif MODE == "floor":
+        y = tl.math.floor(a)
+    elif MODE == "cos":
+        y = tl.cos(a)
+    elif MODE == "sin":
+        y = tl.sin(a)
+    elif MODE == "tan":
+        y = tm.tan(a)
+    elif MODE == "exp":
+        y = tl.exp(a)
+    elif MODE == "log":
+        y = tl.log(a)
+    elif MODE == "neg":
+        y = -a
+    elif MODE == "sqrt":
+        y = tl.sqrt(a)
+    elif MODE == "rsqrt":
+        y = 1.0 / tl.sqrt(a)
+    elif MODE == "reciprocal":
+        y = 1.0 / a
+    elif MODE == "erf":
+        y = tl.math.erf(a)
+    elif MODE == "identity":
+        y = a
+    elif MODE == "cmp_eq":
+        y = tl.where(a == b, 1.0, 0.0)
+    elif MODE == "cmp_neq":
+        y = tl.where(a != b, 1.0, 0.0)
+    elif MODE == "cmp_gt":
+        y = tl.where(a > b, 1.0, 0.0)
+    elif MODE == "cmp_ge":
+        y = tl.where(a >= b, 1.0, 0.0)
+    elif MODE == "cmp_lt":
+        y = tl.where(a < b, 1.0, 0.0)
+    elif MODE == "cmp_le":
+        y = tl.where(a <= b, 1.0, 0.0)
+    elif MODE == "logical_and":
+        y = tl.where((a != 0) & (b != 0), 1.0, 0.0)
+    elif MODE == "logical_or":
+        y = tl.where((a != 0) | (b != 0), 1.0, 0.0)
+    elif MODE == "logical_not":
+        y = tl.where(a == 0, 1.0, 0.0)
+    elif MODE == "binary_select":
+        y = tl.where(c != 0, a, b)
+    elif MODE == "activation_fwd":
+        y = activation(ACTIVATION, a, coef)
+    else:
+        tl.static_assert(MODE == "activation_bwd", "unknown pointwise mode")
+        y = a * activation_derivative(ACTIVATION, b, coef)
+    if ACTIVATION == "relu" or ACTIVATION == "clipped_relu":  # NaN in: NaN, or 0 if not propagated
+        x = a if MODE == "activation_fwd" else b
+        if PROPAGATE_NAN:
+            y = tl.where(x != x, x, y)
+        else:
+            y = tl.where(x != x, 0.0, y)
+    return y
+
+
+@triton.jit
+def pointwise_kernel(
+    out_ptr, in0_ptr, in1_ptr, in2_ptr,
+    sizes, out_strides, in0_strides, in1_strides, in2_strides,
+    alpha: "fp64", beta: "fp64", scale0: "fp64", scale1: "fp64", coef: "fp64",
+    MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    tiles_b = tl.cdiv(sizes[OUTER_DIMS + 1], BLOCK_B)
+    tiles_a = tl.cdiv(sizes[OUTER_DIMS], BLOCK_A)
+    b_index = (pid % tiles_b) * BLOCK_B + tl.arange(0, BLOCK_B)
+    a_index = ((pid // tiles_b) % tiles_a) * BLOCK_A + tl.arange(0, BLOCK_A)
+    outer = (pid // tiles_b // tiles_a).to(tl.int64)
+    mask = (a_index < sizes[OUTER_DIMS])[:, None] & (b_index < sizes[OUTER_DIMS + 1])[None, :]
+    a_index = a_index.to(tl.int64)
+    b_index = b_index.to(tl.int64)
+
+    a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides), mask=mask)
+    a = a.to(COMPUTE) * tl.cast(scale0, COMPUTE)
+    b = a
+    c = a
+    if NUM_INPUTS >= 2:
+        b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides), mask=mask)
+        b = b.to(COMPUTE) * tl.cast(scale1, COMPUTE)
+    if NUM_INPUTS >= 3:
+        c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides), mask=mask).to(COMPUTE)
+    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN).to(COMPUTE) * tl.cast(alpha, COMPUTE)
+
+    out_offsets = tile_offsets(outer, a_index, b_index, sizes, out_strides)
+    if HAS_BETA:  # with beta == 0 the output is never read: it may hold NaN
+        y += tl.cast(beta, COMPUTE) * tl.load(out_ptr + out_offsets, mask=mask).to(COMPUTE)
+    if out_ptr.dtype.element_ty == tl.int1:
+        y = y != 0
+    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def supports(problem: PointwiseProblem) -> str | None:
+    return None
+
+
+def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> None:
+    layout = tile_layout(output.desc.dims, [output.desc, *problem.inputs])
+    block_a, block_b = tile_shape(layout)
+    grid = (triton.cdiv(layout.sizes[-2], block_a) * triton.cdiv(layout.sizes[-1], block_b) * layout.outer,)
+    views = [t.view for t in inputs] + [output.view] * (3 - len(inputs))
+    strides = list(layout.strides) + [layout.strides[0]] * (3 - len(inputs))
+    mode, activation_name = kernel_mode(problem.mode.value)
+    pointwise_kernel[grid](
+        output.view, *views, layout.sizes, *strides,
+        problem.alpha, problem.beta, problem.input_scales[0], problem.input_scales[1], problem.coef,
+        MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(inputs), HAS_BETA=problem.beta != 0.0,
+        PROPAGATE_NAN=problem.propagate_nan,
+        COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
+        BLOCK_A=block_a, BLOCK_B=block_b, num_warps=8,
+    )
+
+
+def tile_shape(layout: TiledLayout) -> tuple[int, int]:
+    """BLOCK_A x BLOCK_B: about TILE_ELEMENTS, square-ish when transposing."""
+    size_a, size_b = layout.sizes[-2], layout.sizes[-1]
+    block_b = min(triton.next_power_of_2(size_b), TRANSPOSE_TILE if layout.transposed else TILE_ELEMENTS)
+    block_a = min(triton.next_power_of_2(size_a), TILE_ELEMENTS // block_b)
+    return block_a, block_b
+
+
+def kernel_mode(name: str) -> tuple[str, str]:
+    """("activation_fwd", "relu") for "relu_fwd"; (name, "") for a mode that is no activation."""
+    if name.endswith(("_fwd", "_bwd")):
+        return "activation" + name[-4:], name[:-4]
+    return name, ""

@@ -1,0 +1,1 @@
+"""Core: dtypes, descriptors, errors, handle, array interop, logging."""

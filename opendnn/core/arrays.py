@@ -1,0 +1,190 @@
+"""Array interop: torch tensors, NumPy arrays and anything with ``__dlpack__``, all zero-copy.
+
+Inside opendnn every array is *native*: a NumPy array (CPU) or a torch tensor (CPU or CUDA).
+A descriptor is *bound* to a caller's array by taking a strided view of the descriptor's dims and
+strides starting at the array's first element, after checking that the view stays inside the
+memory the array owns (so a descriptor may address a sub-region of a larger buffer, never past it).
+
+bfloat16 on the NumPy side is stored as its uint16 bit pattern (``bf16_to_float32`` /
+``float32_to_bf16`` convert, rounding to nearest even).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, Status, require
+
+CPU = "cpu"
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2
+
+
+def is_torch(array: Any) -> bool:
+    return type(array).__module__.startswith("torch") and hasattr(array, "untyped_storage")
+
+
+def as_native(array: Any, name: str = "array") -> Any:
+    """The caller's array as a NumPy array or torch tensor sharing its memory."""
+    if isinstance(array, np.ndarray) or is_torch(array):
+        return array
+    if hasattr(array, "__dlpack__"):
+        device_type, _ = array.__dlpack_device__()
+        if device_type == _DLPACK_CPU:
+            try:
+                return np.from_dlpack(array)
+            except (TypeError, BufferError, RuntimeError):
+                pass  # a dtype NumPy lacks (bfloat16): torch reads it
+        import torch
+
+        return torch.from_dlpack(array)
+    raise BadParam(f"{name} of type {type(array).__name__} is not a NumPy array, a torch tensor "
+                   "or an object with __dlpack__")
+
+
+def device_of(native: Any) -> str:
+    """"cpu" or "cuda:N"."""
+    if isinstance(native, np.ndarray):
+        return CPU
+    device = native.device
+    return CPU if device.type == "cpu" else f"{device.type}:{device.index or 0}"
+
+
+def dtype_of(native: Any) -> DataType:
+    return DataType.of(native.dtype)
+
+
+def descriptor_of(native: Any, name: str = "array") -> TensorDescriptor:
+    """The descriptor of an array's own dims and strides (a 0-d array becomes dims (1,))."""
+    dtype = dtype_of(native)
+    if isinstance(native, np.ndarray):
+        strides = tuple(s // native.itemsize for s in native.strides)
+    else:
+        strides = tuple(native.stride())
+    for k, s in enumerate(strides):
+        require(s >= 0, f"{name}.strides[{k}]={s} must be at least 0 (negative strides are not supported)")
+    dims = tuple(native.shape)
+    require(all(d >= 1 for d in dims), f"{name}.shape={dims} must have no empty dimension")
+    return TensorDescriptor(dtype, dims or (1,), strides or (1,))
+
+
+def buffer_elements(native: Any) -> int:
+    """Elements addressable from the array's first element to the end of the memory it views."""
+    if isinstance(native, np.ndarray):
+        owner = native
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+            return descriptor_of(native).extent
+        end = owner.__array_interface__["data"][0] + owner.nbytes
+        return (end - native.__array_interface__["data"][0]) // native.itemsize
+    return native.untyped_storage().nbytes() // native.element_size() - native.storage_offset()
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A descriptor bound to memory: ``view`` is a native array with exactly its dims and strides."""
+
+    name: str
+    desc: TensorDescriptor
+    view: Any
+    device: str
+
+
+def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False) -> Bound:
+    """Bind ``desc`` to ``array``'s memory, refusing a wrong dtype, an overlapping output or an
+    extent past the buffer.
+
+    Raises:
+        BadParam: naming ``name`` and the rule it broke.
+    """
+    require(isinstance(desc, TensorDescriptor),
+            f"{name}_desc={desc!r} must be a TensorDescriptor")
+    native = as_native(array, name)
+    actual = dtype_of(native)
+    require(actual is desc.dtype, f"{name}.dtype={actual.value} must equal {name}_desc.dtype={desc.dtype.value}")
+    available = buffer_elements(native)
+    require(desc.extent <= available,
+            f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
+            Status.BAD_PARAM_OUT_OF_BOUND)
+    if output:
+        require(desc.is_non_overlapping,
+                f"{name}_desc={desc} has overlapping elements and cannot be written")
+    return Bound(name, desc, strided_view(native, desc), device_of(native))
+
+
+def strided_view(native: Any, desc: TensorDescriptor) -> Any:
+    """A view of ``desc.dims`` and ``desc.strides`` starting at ``native``'s first element."""
+    if isinstance(native, np.ndarray):
+        itemsize = native.itemsize
+        return np.lib.stride_tricks.as_strided(
+            native, desc.dims, tuple(s * itemsize for s in desc.strides))
+    return native.as_strided(desc.dims, desc.strides, native.storage_offset())
+
+
+def wrap(name: str, array: Any) -> Bound:
+    """Bind an array to the descriptor of its own dims and strides (the Pythonic API's way in)."""
+    native = as_native(array, name)
+    desc = descriptor_of(native, name)
+    return Bound(name, desc, strided_view(native, desc), device_of(native))
+
+
+def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...] | None = None) -> Bound:
+    """A new output on ``bound``'s device with its dimension order (``dims`` may shrink sizes)."""
+    dtype = dtype or bound.desc.dtype
+    dims = dims or bound.desc.dims
+    order = tuple(sorted(range(len(dims)), key=lambda k: -bound.desc.strides[k]))
+    desc = TensorDescriptor(dtype, dims, strides_for_order(dims, order))
+    if isinstance(bound.view, np.ndarray):
+        native = np.empty(desc.extent, dtype.to_numpy())
+    else:
+        import torch
+
+        native = torch.empty(desc.extent, dtype=dtype.to_torch(), device=bound.view.device)
+    return Bound(bound.name, desc, strided_view(native, desc), bound.device)
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) to float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 to bfloat16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(values)
+    return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+def constant_like(bound: Bound, value: float) -> Bound:
+    """A one-element tensor holding ``value`` in ``bound``'s dtype and device, broadcast (all
+    strides 0) to ``bound``'s dims."""
+    dtype = bound.desc.dtype
+    if isinstance(bound.view, np.ndarray):
+        native = (float32_to_bf16(np.array([value], np.float32)) if dtype is DataType.BFLOAT16
+                  else np.array([value], dtype.to_numpy()))
+    else:
+        import torch
+
+        native = torch.full((1,), value, dtype=dtype.to_torch(), device=bound.view.device)
+    desc = TensorDescriptor(dtype, bound.desc.dims, (0,) * bound.desc.ndim)
+    return Bound("value", desc, strided_view(native, desc), bound.device)
+
+
+def index_along(bound: Bound, axis: int) -> Bound:
+    """0, 1, 2, ... along ``axis`` of ``bound``'s dims (int64, other strides 0): GEN_INDEX's input."""
+    count = bound.desc.dims[axis]
+    if isinstance(bound.view, np.ndarray):
+        native = np.arange(count, dtype=np.int64)
+    else:
+        import torch
+
+        native = torch.arange(count, dtype=torch.int64, device=bound.view.device)
+    strides = tuple(1 if k == axis else 0 for k in range(bound.desc.ndim))
+    desc = TensorDescriptor(DataType.INT64, bound.desc.dims, strides)
+    return Bound("index", desc, strided_view(native, desc), bound.device)

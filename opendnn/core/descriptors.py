@@ -1,0 +1,141 @@
+"""Tensor descriptors: plain frozen values of dtype, dims and strides (in elements)."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import Status, require
+
+MAX_DIMS = 8
+
+
+class TensorFormat(enum.Enum):
+    """Memory order of an N, C, spatial... tensor: channels first (NCHW, NCDHW) or last (NHWC, NDHWC)."""
+
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+class NanPropagation(enum.Enum):
+    """Whether NaN inputs give NaN (PROPAGATE_NAN) or are ignored: relu and clipped relu give 0,
+    min/max reductions skip them."""
+
+    NOT_PROPAGATE_NAN = 0
+    PROPAGATE_NAN = 1
+
+
+@dataclass(frozen=True)
+class TensorDescriptor:
+    """A strided view of ``dims`` elements of type ``dtype``.
+
+    Element ``(i0, i1, ...)`` lives ``sum(i_k * strides[k])`` elements after the start of the
+    buffer it is used with. Strides default to packed row-major order.
+
+    Args:
+        dtype: element type (a DataType, or a NumPy/torch dtype or its name).
+        dims: 1 to 8 sizes, each at least 1.
+        strides: one stride per dim, each at least 0, in elements; None for packed.
+
+    Raises:
+        BadParam: naming the dim or stride that breaks a rule.
+    """
+
+    dtype: DataType
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def __init__(self, dtype: Any, dims: Any, strides: Any = None) -> None:
+        dims = tuple(int(d) for d in dims)
+        require(1 <= len(dims) <= MAX_DIMS,
+                f"len(dims)={len(dims)} must be between 1 and {MAX_DIMS}")
+        for k, d in enumerate(dims):
+            require(d >= 1, f"dims[{k}]={d} must be at least 1")
+        strides = packed_strides(dims) if strides is None else tuple(int(s) for s in strides)
+        require(len(strides) == len(dims),
+                f"len(strides)={len(strides)} must equal len(dims)={len(dims)}")
+        for k, s in enumerate(strides):
+            require(s >= 0, f"strides[{k}]={s} must be at least 0")
+        object.__setattr__(self, "dtype", DataType.of(dtype))
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "strides", strides)
+
+    @classmethod
+    def from_format(cls, format: TensorFormat, dtype: Any, n: int, c: int, *spatial: int) -> TensorDescriptor:
+        """A packed N, C, spatial... tensor (dims in that order) stored channels first or last."""
+        dims = (n, c, *spatial)
+        if TensorFormat(format) is TensorFormat.NCHW:
+            return cls(dtype, dims)
+        order = (0, *range(2, len(dims)), 1)  # memory order, outermost first
+        return cls(dtype, dims, strides_for_order(dims, order))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def extent(self) -> int:
+        """Elements of buffer the view reaches: its largest offset plus one."""
+        return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes of buffer the view reaches (cuDNN's GetTensorSizeInBytes)."""
+        return self.extent * self.dtype.itemsize
+
+    @property
+    def is_packed(self) -> bool:
+        return self.strides == packed_strides(self.dims)
+
+    @property
+    def is_non_overlapping(self) -> bool:
+        """True when no two elements share an address, so the view may be written."""
+        span = 1
+        for s, d in sorted((s, d) for d, s in zip(self.dims, self.strides) if d > 1):
+            if s < span:
+                return False
+            span = s * d
+        return True
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}{list(self.dims)}:{list(self.strides)}"
+
+
+def packed_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a packed tensor."""
+    return strides_for_order(dims, tuple(range(len(dims))))
+
+
+def strides_for_order(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
+    """Packed strides with dims laid out in ``order`` (outermost first)."""
+    strides = [0] * len(dims)
+    step = 1
+    for k in reversed(order):
+        strides[k] = step
+        step *= dims[k]
+    return tuple(strides)
+
+
+def check_same_dims(name_a: str, a: TensorDescriptor, name_b: str, b: TensorDescriptor) -> None:
+    """Raise BadParam naming the first dim where ``a`` and ``b`` differ."""
+    require(a.ndim == b.ndim, f"{name_a}.ndim={a.ndim} must equal {name_b}.ndim={b.ndim}",
+            Status.BAD_PARAM_SHAPE_MISMATCH)
+    for k, (da, db) in enumerate(zip(a.dims, b.dims)):
+        require(da == db, f"{name_a}.dims[{k}]={da} must equal {name_b}.dims[{k}]={db}",
+                Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+def check_broadcastable(name_a: str, a: TensorDescriptor, name_c: str, c: TensorDescriptor) -> None:
+    """Raise BadParam unless each dim of ``a`` equals ``c``'s or is 1 (cuDNN's broadcast rule)."""
+    require(a.ndim == c.ndim, f"{name_a}.ndim={a.ndim} must equal {name_c}.ndim={c.ndim}",
+            Status.BAD_PARAM_SHAPE_MISMATCH)
+    for k, (da, dc) in enumerate(zip(a.dims, c.dims)):
+        require(da in (1, dc), f"{name_a}.dims[{k}]={da} must equal {name_c}.dims[{k}]={dc} or 1",
+                Status.BAD_PARAM_SHAPE_MISMATCH)

@@ -1,0 +1,75 @@
+"""Element types and their mappings to NumPy, torch and Triton."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+
+class DataType(enum.Enum):
+    """cuDNN's data types (the subset opendnn supports).
+
+    Each member's value is its name; ``itemsize`` is the size of one element in bytes.
+    """
+
+    FLOAT = "float32"
+    DOUBLE = "float64"
+    HALF = "float16"
+    BFLOAT16 = "bfloat16"
+    INT8 = "int8"
+    UINT8 = "uint8"
+    INT32 = "int32"
+    INT64 = "int64"
+    BOOLEAN = "bool"
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self]
+
+    @property
+    def is_floating(self) -> bool:
+        return self in (DataType.FLOAT, DataType.DOUBLE, DataType.HALF, DataType.BFLOAT16)
+
+    @property
+    def compute_type(self) -> DataType:
+        """The type arithmetic runs in: DOUBLE for DOUBLE, FLOAT for everything else."""
+        return DataType.DOUBLE if self is DataType.DOUBLE else DataType.FLOAT
+
+    def to_numpy(self) -> np.dtype:
+        """The NumPy dtype; BFLOAT16 maps to uint16 (its bit pattern), see ``core.arrays``."""
+        return np.dtype("uint16" if self is DataType.BFLOAT16 else self.value)
+
+    def to_torch(self) -> Any:
+        import torch
+
+        return getattr(torch, self.value)
+
+    def to_triton(self) -> Any:
+        import triton.language as tl
+
+        return {"float32": tl.float32, "float64": tl.float64, "float16": tl.float16,
+                "bfloat16": tl.bfloat16, "int8": tl.int8, "uint8": tl.uint8, "int32": tl.int32,
+                "int64": tl.int64, "bool": tl.int1}[self.value]
+
+    @classmethod
+    def of(cls, dtype: Any) -> DataType:
+        """The DataType of a NumPy dtype, a torch dtype, a DataType or its name ("float32")."""
+        if isinstance(dtype, DataType):
+            return dtype
+        name = str(dtype).removeprefix("torch.")
+        try:
+            return cls(np.dtype(name).name if name != "bfloat16" else name)
+        except (TypeError, ValueError):
+            pass
+        from opendnn.core.errors import BadParam
+
+        raise BadParam(f"dtype={dtype!r} is not one of {[m.value for m in cls]}")
+
+
+_ITEMSIZE = {
+    DataType.FLOAT: 4, DataType.DOUBLE: 8, DataType.HALF: 2, DataType.BFLOAT16: 2,
+    DataType.INT8: 1, DataType.UINT8: 1, DataType.INT32: 4, DataType.INT64: 8,
+    DataType.BOOLEAN: 1,
+}

@@ -1,0 +1,157 @@
+"""The handle: one device, one stream, and the policies every call made through it follows."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from opendnn.core.arrays import CPU
+from opendnn.core.errors import BadParam, NotSupported, Status, require
+
+BACKENDS = ("numpy", "triton")
+
+
+class MathType(enum.Enum):
+    """Which arithmetic matrix products may use: DEFAULT (strict fp32), TENSOR_OP (TF32 allowed), FMA."""
+
+    DEFAULT = "default"
+    TENSOR_OP = "tensor_op"
+    FMA = "fma"
+
+
+class Handle:
+    """Binds opendnn to one device and one stream (cuDNN's cudnnHandle_t).
+
+    Work is enqueued on the handle's stream, or on the framework's current stream when none was
+    set. Handles share nothing: each thread, device or stream gets its own.
+
+    Args:
+        device: "cpu" or "cuda:N".
+        backend: "numpy", "triton" or None for the environment's ``OPENDNN_BACKEND``, else by
+            device (CUDA -> triton, CPU -> numpy). "triton" on the CPU runs Triton's interpreter.
+        math_type: MathType.
+        deterministic: only algorithms giving bitwise repeatable results.
+        workspace_limit: most bytes of workspace an algorithm chosen for this handle may use.
+    """
+
+    def __init__(self, device: str = CPU, *, backend: str | None = None,
+                 math_type: MathType = MathType.DEFAULT, deterministic: bool = True,
+                 workspace_limit: int | None = None) -> None:
+        self.device = _canonical_device(device)
+        backend = backend or os.environ.get("OPENDNN_BACKEND") or None
+        require(backend is None or backend in BACKENDS, f"backend={backend!r} must be one of {BACKENDS}")
+        self.backend = backend or ("numpy" if self.device == CPU else "triton")
+        require(self.backend == "triton" or self.device == CPU,
+                f"backend={self.backend!r} runs on the CPU only, not on device={self.device!r}")
+        self.math_type = MathType(math_type)
+        self.deterministic = bool(deterministic)
+        require(workspace_limit is None or workspace_limit >= 0,
+                f"workspace_limit={workspace_limit} must be at least 0")
+        self.workspace_limit = workspace_limit
+        self.algorithm_cache: dict[Any, Any] = {}
+        self._stream: Any = None
+        self._destroyed = False
+
+    def set_stream(self, stream: Any) -> None:
+        """Enqueue future work on ``stream``: a torch.cuda.Stream, a raw cudaStream_t (int), or None
+        for the framework's current stream."""
+        self._check_alive()
+        if stream is None:
+            self._stream = None
+            return
+        require(self.device != CPU, f"stream={stream!r} needs a CUDA handle, this one is on {self.device}")
+        import torch
+
+        if isinstance(stream, int):
+            stream = torch.cuda.ExternalStream(stream, device=self.device)
+        require(isinstance(stream, torch.cuda.Stream),
+                f"stream={stream!r} must be a torch.cuda.Stream, an int cudaStream_t or None")
+        require(_canonical_device(str(stream.device)) == self.device,
+                f"stream.device={stream.device} must equal handle.device={self.device}",
+                Status.BAD_PARAM_STREAM_MISMATCH)
+        self._stream = stream
+
+    def get_stream(self) -> Any:
+        """The stream set with set_stream, or None (the framework's current stream)."""
+        return self._stream
+
+    def destroy(self) -> None:
+        """Release the handle; using it afterwards raises BadParam."""
+        self.algorithm_cache.clear()
+        self._stream = None
+        self._destroyed = True
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    @contextlib.contextmanager
+    def launching(self) -> Iterator[None]:
+        """Make the handle's device and stream current while kernels are enqueued."""
+        self._check_alive()
+        if self.device == CPU:
+            yield
+            return
+        import torch
+
+        with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+            yield
+
+    def check_device(self, name: str, device: str) -> None:
+        """Refuse an array that lives on another device than the handle's."""
+        self._check_alive()
+        require(device == self.device, f"{name} is on {device} but the handle is bound to {self.device}")
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise BadParam("handle was destroyed and cannot be used")
+
+    def __repr__(self) -> str:
+        return (f"Handle(device={self.device!r}, backend={self.backend!r}, math_type={self.math_type.name}, "
+                f"deterministic={self.deterministic}, workspace_limit={self.workspace_limit})")
+
+
+def create(device: Any = None, **options: Any) -> Handle:
+    """A new handle on ``device`` ("cpu", "cuda", "cuda:N", a torch.device or an int CUDA index);
+    None picks the current CUDA device when torch sees one, else the CPU. Keyword options are
+    Handle's."""
+    if device is None:
+        device = _default_device()
+    return Handle(device, **options)
+
+
+def _default_device() -> str:
+    try:
+        import torch
+    except ImportError:
+        return CPU
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else CPU
+
+
+def _canonical_device(device: Any) -> str:
+    if isinstance(device, int):
+        device = f"cuda:{device}"
+    text = str(device)
+    if text == "cuda":
+        import torch
+
+        return f"cuda:{torch.cuda.current_device()}"
+    if text == CPU or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise BadParam(f"device={device!r} must be 'cpu', 'cuda', 'cuda:N' or an int")
+
+
+def require_backend_available(backend: str) -> None:
+    """Raise NotSupported when a backend's packages are missing."""
+    if backend == "triton":
+        try:
+            import torch  # noqa: F401
+            import triton  # noqa: F401
+        except ImportError as error:
+            raise NotSupported(f"backend='triton' needs torch and triton: {error}",
+                               Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING) from None

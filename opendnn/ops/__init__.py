@@ -1,0 +1,1 @@
+"""Operations, each declared once: parameters, shape and dtype rules, NumPy reference."""

@@ -1,0 +1,247 @@
+"""Pointwise operations: one table of modes, each with its arity and its NumPy reference.
+
+cuDNN's graph API treats activations as pointwise modes too (RELU_FWD, RELU_BWD, ...); so does
+opendnn, so one elementwise kernel family serves activations, arithmetic, comparisons, logic,
+op_tensor, add_tensor, scale_tensor, set_tensor and transform_tensor.
+
+Every mode computes ``out = alpha * f(s0 * in0, s1 * in1, in2) + beta * out`` elementwise, inputs
+broadcast (each dim equal to the output's or 1), arithmetic in float32 (float64 when any tensor is
+float64), ``coef`` the mode's parameter (clipped relu ceiling, elu alpha, swish and softplus beta).
+Backward modes take ``(dy, x)`` and give ``dx = dy * f'(x)``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from opendnn.core.arrays import Bound
+from opendnn.core.descriptors import TensorDescriptor, check_broadcastable
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import require
+
+
+class PointwiseMode(enum.Enum):
+    """Elementwise functions; the value is the name the kernels switch on."""
+
+    # arithmetic
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+    MOD = "mod"
+    POW = "pow"
+    ADD_SQUARE = "add_square"
+    # mathematical
+    ABS = "abs"
+    CEIL = "ceil"
+    FLOOR = "floor"
+    COS = "cos"
+    SIN = "sin"
+    TAN = "tan"
+    EXP = "exp"
+    LOG = "log"
+    NEG = "neg"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    RECIPROCAL = "reciprocal"
+    ERF = "erf"
+    IDENTITY = "identity"
+    # relational (1 for true, 0 for false)
+    CMP_EQ = "cmp_eq"
+    CMP_NEQ = "cmp_neq"
+    CMP_GT = "cmp_gt"
+    CMP_GE = "cmp_ge"
+    CMP_LT = "cmp_lt"
+    CMP_LE = "cmp_le"
+    # logical (nonzero is true)
+    LOGICAL_AND = "logical_and"
+    LOGICAL_OR = "logical_or"
+    LOGICAL_NOT = "logical_not"
+    BINARY_SELECT = "binary_select"  # in2 ? in0 : in1
+    # activations, forward (x) and backward (dy, x)
+    RELU_FWD = "relu_fwd"
+    RELU_BWD = "relu_bwd"
+    CLIPPED_RELU_FWD = "clipped_relu_fwd"
+    CLIPPED_RELU_BWD = "clipped_relu_bwd"
+    ELU_FWD = "elu_fwd"
+    ELU_BWD = "elu_bwd"
+    GELU_FWD = "gelu_fwd"
+    GELU_BWD = "gelu_bwd"
+    GELU_APPROX_TANH_FWD = "gelu_approx_tanh_fwd"
+    GELU_APPROX_TANH_BWD = "gelu_approx_tanh_bwd"
+    SIGMOID_FWD = "sigmoid_fwd"
+    SIGMOID_BWD = "sigmoid_bwd"
+    TANH_FWD = "tanh_fwd"
+    TANH_BWD = "tanh_bwd"
+    SOFTPLUS_FWD = "softplus_fwd"
+    SOFTPLUS_BWD = "softplus_bwd"
+    SWISH_FWD = "swish_fwd"
+    SWISH_BWD = "swish_bwd"
+    IDENTITY_BWD = "identity_bwd"
+
+    @property
+    def arity(self) -> int:
+        return ARITY[self]
+
+
+_BINARY = {"add", "sub", "mul", "div", "max", "min", "mod", "pow", "add_square", "cmp_eq",
+           "cmp_neq", "cmp_gt", "cmp_ge", "cmp_lt", "cmp_le", "logical_and", "logical_or"}
+ARITY = {mode: 3 if mode is PointwiseMode.BINARY_SELECT
+         else 2 if mode.value in _BINARY or mode.value.endswith("_bwd") else 1
+         for mode in PointwiseMode}
+
+GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)  # sqrt(2/pi), tanh-form gelu
+GELU_TANH_CUBIC = 0.044715
+
+
+@dataclass(frozen=True)
+class PointwiseProblem:
+    """A validated pointwise call: descriptors and parameters, no memory."""
+
+    mode: PointwiseMode
+    inputs: tuple[TensorDescriptor, ...]
+    output: TensorDescriptor
+    alpha: float = 1.0
+    beta: float = 0.0
+    input_scales: tuple[float, ...] = (1.0, 1.0, 1.0)
+    coef: float = 0.0
+    propagate_nan: bool = False
+    compute_dtype: DataType = DataType.FLOAT
+
+
+def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Bound, *, alpha: float = 1.0,
+                      beta: float = 0.0, input_scales: Sequence[float] = (1.0, 1.0, 1.0),
+                      coef: float = 0.0, propagate_nan: bool = False,
+                      compute_type: DataType | None = None) -> PointwiseProblem:
+    """The shape and dtype rules of every pointwise call. Arithmetic runs in ``compute_type``:
+    by default float64 when any tensor is float64, else float32.
+
+    Raises:
+        BadParam: an input count that does not match the mode, an input that does not broadcast
+            to the output, a non-finite alpha, beta or scale.
+    """
+    mode = PointwiseMode(mode)
+    require(len(inputs) == mode.arity,
+            f"mode={mode.name} takes {mode.arity} inputs, got {len(inputs)}")
+    for tensor in inputs:
+        check_broadcastable(f"{tensor.name}_desc", tensor.desc, f"{output.name}_desc", output.desc)
+    for name, value in (("alpha", alpha), ("beta", beta), ("coef", coef)):
+        require(math.isfinite(value), f"{name}={value} must be finite")
+    scales = tuple(float(s) for s in input_scales) + (1.0,) * (3 - len(input_scales))
+    for k, scale in enumerate(scales):
+        require(math.isfinite(scale), f"input_scales[{k}]={scale} must be finite")
+    descs = tuple(t.desc for t in inputs)
+    if compute_type is None:
+        double = any(d.dtype is DataType.DOUBLE for d in (*descs, output.desc))
+        compute_type = DataType.DOUBLE if double else DataType.FLOAT
+    return PointwiseProblem(mode, descs, output.desc, float(alpha), float(beta), scales[:3],
+                            float(coef), bool(propagate_nan), compute_type)
+
+
+def reference(mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0.0,
+              propagate_nan: bool = False) -> np.ndarray:
+    """The NumPy definition of every mode, computed in the inputs' float dtype."""
+    a, b, c = (*inputs, None, None, None)[:3]
+    name = mode.value
+    if name in _REFERENCE_BINARY:
+        return _REFERENCE_BINARY[name](a, b)
+    if name in _REFERENCE_UNARY:
+        return _REFERENCE_UNARY[name](a)
+    if mode is PointwiseMode.BINARY_SELECT:
+        return np.where(c != 0, a, b)
+    if name.endswith("_fwd"):
+        result = _activation(name.removesuffix("_fwd"), a, coef)
+        x = a
+    else:
+        dy, x = a, b
+        result = dy * _activation_derivative(name.removesuffix("_bwd"), x, coef)
+    if name.startswith(("relu", "clipped_relu")):  # NaN in: NaN out, or 0 without propagation
+        return np.where(np.isnan(x), x if propagate_nan else 0 * x, result)
+    return result
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0, -x))  # 1 / (1 + exp(-x)), relatively accurate for any x
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+
+
+def _activation(name: str, x: np.ndarray, coef: float) -> np.ndarray:
+    if name == "identity":
+        return x
+    if name == "relu":
+        return np.maximum(x, 0)
+    if name == "clipped_relu":
+        return np.clip(x, 0, coef)
+    if name == "elu":
+        return np.where(x > 0, x, coef * np.expm1(np.minimum(x, 0)))
+    if name == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    if name == "gelu_approx_tanh":
+        return 0.5 * x * (1.0 + np.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x**3)))
+    if name == "sigmoid":
+        return _sigmoid(x)
+    if name == "tanh":
+        return np.tanh(x)
+    if name == "softplus":  # log(1 + exp(coef * x)) / coef, without overflow
+        bx = coef * x
+        return (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / coef
+    if name == "swish":
+        return x * _sigmoid(coef * x)
+    raise AssertionError(name)
+
+
+def _activation_derivative(name: str, x: np.ndarray, coef: float) -> np.ndarray:
+    if name == "identity":
+        return np.ones_like(x)
+    if name == "relu":
+        return (x > 0).astype(x.dtype)
+    if name == "clipped_relu":
+        return ((x > 0) & (x < coef)).astype(x.dtype)
+    if name == "elu":
+        return np.where(x > 0, 1.0, coef * np.exp(np.minimum(x, 0))).astype(x.dtype)
+    if name == "gelu":
+        return 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    if name == "gelu_approx_tanh":
+        t = np.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x**3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_TANH_SCALE * (1 + 3 * GELU_TANH_CUBIC * x * x)
+    if name == "sigmoid":
+        s = _sigmoid(x)
+        return s * (1 - s)
+    if name == "tanh":
+        return 1 - np.tanh(x) ** 2
+    if name == "softplus":
+        return _sigmoid(coef * x)
+    if name == "swish":
+        s = _sigmoid(coef * x)
+        return s + coef * x * s * (1 - s)
+    raise AssertionError(name)
+
+
+def _truth(x: np.ndarray) -> np.ndarray:
+    return x != 0
+
+
+_REFERENCE_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum, "mod": np.fmod, "pow": np.power,
+    "add_square": lambda a, b: a + b * b,
+    "cmp_eq": np.equal, "cmp_neq": np.not_equal, "cmp_gt": np.greater, "cmp_ge": np.greater_equal,
+    "cmp_lt": np.less, "cmp_le": np.less_equal,
+    "logical_and": lambda a, b: _truth(a) & _truth(b), "logical_or": lambda a, b: _truth(a) | _truth(b),
+}
+_REFERENCE_UNARY = {
+    "abs": np.abs, "ceil": np.ceil, "floor": np.floor, "cos": np.cos, "sin": np.sin, "tan": np.tan,
+    "exp": np.exp, "log": np.log, "neg": np.negative, "sqrt": np.sqrt,
+    "rsqrt": lambda a: 1 / np.sqrt(a), "reciprocal": lambda a: 1 / a, "erf": _erf,
+    "identity": lambda a: a, "logical_not": lambda a: ~_truth(a),
+}

@@ -1,0 +1,70 @@
+"""The table of operations and the dispatch that sends a validated problem to a backend.
+
+Each backend module named here has ``supports(problem) -> reason or None`` and
+``run(problem, *tensors)``; modules load on first use, so ``import opendnn`` loads no backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from opendnn.core import log
+from opendnn.core.arrays import CPU, Bound
+from opendnn.core.errors import NotSupported, Status
+from opendnn.core.handle import Handle, require_backend_available
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    backends: dict[str, str]  # backend name -> module implementing it
+
+
+OPERATIONS = {op.name: op for op in (
+    Operation("pointwise", {"numpy": "opendnn.backends.numpy.pointwise",
+                            "triton": "opendnn.backends.triton.pointwise"}),
+    Operation("reduce", {"numpy": "opendnn.backends.numpy.reduce",
+                         "triton": "opendnn.backends.triton.reduce"}),
+)}
+
+
+def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> None:
+    """Run ``problem`` on the handle's backend, on its device and stream.
+
+    Raises:
+        BadParam: a tensor on another device than the handle's.
+        NotSupported: the backend refuses the problem, with its reason.
+    """
+    for tensor in _bound_tensors(tensors):
+        handle.check_device(tensor.name, tensor.device)
+    backend = handle.backend
+    implementation = load_backend(operation, backend, handle.device)
+    reason = implementation.supports(problem)
+    if reason is not None:
+        raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
+    if log.enabled(log.INFO):
+        log.logger().info("%s backend=%s device=%s problem=%s", operation, backend, handle.device, problem)
+    with handle.launching():
+        implementation.run(problem, *tensors)
+
+
+def load_backend(operation: str, backend: str, device: str) -> Any:
+    """The module implementing ``operation`` on ``backend`` (Triton on the CPU is interpreted)."""
+    require_backend_available(backend)
+    if backend == "triton" and device == CPU and os.environ.get("TRITON_INTERPRET") != "1":
+        raise NotSupported("backend='triton' on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 "
+                           "before triton is first imported", Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
+    return importlib.import_module(OPERATIONS[operation].backends[backend])
+
+
+def _bound_tensors(tensors: tuple[Any, ...]) -> list[Bound]:
+    found = []
+    for item in tensors:
+        if isinstance(item, Bound):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            found.extend(t for t in item if isinstance(t, Bound))
+    return found
