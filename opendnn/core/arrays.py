@@ -133,11 +133,14 @@ def wrap(name: str, array: Any) -> Bound:
     return Bound(name, desc, strided_view(native, desc), device_of(native))
 
 
-def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...] | None = None) -> Bound:
-    """A new output on ``bound``'s device with its dimension order (``dims`` may shrink sizes)."""
+def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...] | None = None,
+               order: tuple[int, ...] | None = None) -> Bound:
+    """A new packed output on ``bound``'s device: ``dims`` (default bound's) laid out in ``order``
+    (memory order of the dims, outermost first; default bound's own order)."""
     dtype = dtype or bound.desc.dtype
     dims = dims or bound.desc.dims
-    order = tuple(sorted(range(len(dims)), key=lambda k: -bound.desc.strides[k]))
+    if order is None:
+        order = tuple(sorted(range(len(dims)), key=lambda k: -bound.desc.strides[k]))
     desc = TensorDescriptor(dtype, dims, strides_for_order(dims, order))
     if isinstance(bound.view, np.ndarray):
         native = np.empty(desc.extent, dtype.to_numpy())
@@ -188,3 +191,18 @@ def index_along(bound: Bound, axis: int) -> Bound:
     strides = tuple(1 if k == axis else 0 for k in range(bound.desc.ndim))
     desc = TensorDescriptor(DataType.INT64, bound.desc.dims, strides)
     return Bound("index", desc, strided_view(native, desc), bound.device)
+
+
+def broadcast_to(bound: Bound, dims: tuple[int, ...]) -> Bound:
+    """``bound`` seen with NumPy's broadcasting as ``dims``: leading dims added, size-1 dims
+    stretched with stride 0 (no copy)."""
+    if bound.desc.dims == dims:
+        return bound
+    view = bound.view
+    view = view.reshape((1,) * (len(dims) - view.ndim) + tuple(view.shape)) if view.ndim < len(dims) else view
+    if isinstance(view, np.ndarray):
+        view = np.broadcast_to(view, dims)
+    else:
+        view = view.expand(dims)
+    desc = descriptor_of(view, bound.name)
+    return Bound(bound.name, desc, view, bound.device)

@@ -6,7 +6,7 @@ op_tensor, add_tensor, scale_tensor, set_tensor and transform_tensor.
 
 Every mode computes ``out = alpha * f(s0 * in0, s1 * in1, in2) + beta * out`` elementwise, inputs
 broadcast (each dim equal to the output's or 1), arithmetic in float32 (float64 when any tensor is
-float64), ``coef`` the mode's parameter (clipped relu ceiling, elu alpha, swish and softplus beta).
+float64 or a 32/64-bit integer), ``coef`` the mode's parameter (clipped relu ceiling, elu alpha, swish and softplus beta).
 Backward modes take ``(dy, x)`` and give ``dx = dy * f'(x)``.
 """
 
@@ -121,7 +121,7 @@ def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Boun
                       coef: float = 0.0, propagate_nan: bool = False,
                       compute_type: DataType | None = None) -> PointwiseProblem:
     """The shape and dtype rules of every pointwise call. Arithmetic runs in ``compute_type``:
-    by default float64 when any tensor is float64, else float32.
+    by default float64 when any tensor is float64, int32 or int64, else float32.
 
     Raises:
         BadParam: an input count that does not match the mode, an input that does not broadcast
@@ -138,8 +138,9 @@ def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Boun
     for k, scale in enumerate(scales):
         require(math.isfinite(scale), f"input_scales[{k}]={scale} must be finite")
     descs = tuple(t.desc for t in inputs)
-    if compute_type is None:
-        double = any(d.dtype is DataType.DOUBLE for d in (*descs, output.desc))
+    if compute_type is None:  # float64 also keeps 32- and 64-bit integers exact (to 2**53)
+        wide = (DataType.DOUBLE, DataType.INT32, DataType.INT64)
+        double = any(d.dtype in wide for d in (*descs, output.desc))
         compute_type = DataType.DOUBLE if double else DataType.FLOAT
     return PointwiseProblem(mode, descs, output.desc, float(alpha), float(beta), scales[:3],
                             float(coef), bool(propagate_nan), compute_type)
@@ -163,7 +164,7 @@ def reference(mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0
         dy, x = a, b
         result = dy * _activation_derivative(name.removesuffix("_bwd"), x, coef)
     if name.startswith(("relu", "clipped_relu")):  # NaN in: NaN out, or 0 without propagation
-        return np.where(np.isnan(x), x if propagate_nan else 0 * x, result)
+        return np.where(np.isnan(x), x if propagate_nan else np.zeros_like(x), result)
     return result
 
 

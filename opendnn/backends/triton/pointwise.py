@@ -183,7 +183,7 @@ def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROP
 def pointwise_kernel(
     out_ptr, in0_ptr, in1_ptr, in2_ptr,
     sizes, out_strides, in0_strides, in1_strides, in2_strides,
-    alpha: "fp64", beta: "fp64", scale0: "fp64", scale1: "fp64", coef: "fp64",
+    alpha: fp64, beta: fp64, scale0: fp64, scale1: fp64, coef: fp64,
     MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
 ):

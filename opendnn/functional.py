@@ -1,0 +1,340 @@
+"""The Pythonic API: functions of arrays that return new arrays of the caller's kind.
+
+Inputs are torch tensors (CPU or CUDA), NumPy arrays or any DLPack array; binary operations
+broadcast like NumPy. Outputs live on the input's device with the input's dimension order.
+Each function takes an optional ``handle`` (default: a new one for the input's device, on the
+framework's current stream). Everything here is the same dispatch as the cuDNN-shaped calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opendnn.core.arrays import Bound, as_native, broadcast_to, empty_like, index_along, wrap
+from opendnn.core.descriptors import TensorFormat
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, require
+from opendnn.core.handle import Handle
+from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
+from opendnn.ops.registry import dispatch
+
+_FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataType.DOUBLE: 3}
+_RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
+               PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
+               PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
+
+
+def _handle_for(bound: Bound, handle: Handle | None) -> Handle:
+    return handle if handle is not None else Handle(bound.device)
+
+
+def _result_dtype(inputs: Sequence[Bound]) -> DataType:
+    """The inputs' common dtype: the widest float among them (half with bfloat16 gives float)."""
+    dtypes = {b.desc.dtype for b in inputs}
+    if len(dtypes) == 1:
+        return dtypes.pop()
+    floats = [d for d in dtypes if d.is_floating]
+    if not floats:
+        return DataType.INT64 if DataType.INT64 in dtypes else DataType.INT32
+    widest = max(floats, key=lambda d: _FLOAT_RANK[d])
+    return DataType.FLOAT if {DataType.HALF, DataType.BFLOAT16} <= dtypes and widest.itemsize == 2 else widest
+
+
+def _to_caller_kind(native: Any, like: Any) -> Any:
+    """Return ``native`` as the kind of array the caller passed (NumPy, torch, or a DLPack library's)."""
+    if isinstance(like, np.ndarray) or type(like) is type(native):
+        return native
+    library = type(like).__module__.split(".")[0]
+    try:
+        return importlib.import_module(library).from_dlpack(native)
+    except (ImportError, AttributeError):
+        return native
+
+
+def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, dtype: DataType | None = None,
+               **parameters: Any) -> Any:
+    inputs = [wrap(f"x{k}" if len(arrays) > 1 else "x", a) for k, a in enumerate(arrays)]
+    try:
+        shape = tuple(np.broadcast_shapes(*(np.shape(as_native(a)) for a in arrays)))
+    except ValueError:
+        shapes = ", ".join(f"{b.name}.shape={tuple(np.shape(as_native(a)))}" for b, a in zip(inputs, arrays))
+        raise BadParam(f"{shapes} do not broadcast together") from None
+    dims = shape or (1,)
+    inputs = [broadcast_to(b, dims) for b in inputs]
+    like = next((b for b in inputs if 0 not in b.desc.strides), inputs[0])
+    if dtype is None:
+        dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype(inputs)
+    output = empty_like(like, dtype, dims)
+    problem = pointwise_problem(mode, inputs, output, **parameters)
+    dispatch(_handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
+    return _to_caller_kind(output.view.reshape(shape), arrays[0])
+
+
+# activations, forward ------------------------------------------------------------------------
+
+def relu(x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
+    """max(x, 0); NaN gives NaN with propagate_nan, else 0."""
+    return _pointwise(PointwiseMode.RELU_FWD, x, propagate_nan=propagate_nan, handle=handle)
+
+
+def clipped_relu(x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
+    """min(max(x, 0), ceiling) (relu6 for ceiling 6)."""
+    require(ceiling > 0, f"ceiling={ceiling} must be above 0")
+    return _pointwise(PointwiseMode.CLIPPED_RELU_FWD, x, coef=ceiling, propagate_nan=propagate_nan, handle=handle)
+
+
+def elu(x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+    return _pointwise(PointwiseMode.ELU_FWD, x, coef=alpha, handle=handle)
+
+
+def gelu(x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
+    """x * Phi(x) (approximate="none") or its tanh form (approximate="tanh"), as torch's."""
+    return _pointwise(_gelu_mode(approximate, "_FWD"), x, handle=handle)
+
+
+def sigmoid(x: Any, *, handle: Handle | None = None) -> Any:
+    """1 / (1 + exp(-x))."""
+    return _pointwise(PointwiseMode.SIGMOID_FWD, x, handle=handle)
+
+
+def tanh(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.TANH_FWD, x, handle=handle)
+
+
+def softplus(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
+    """log(1 + exp(beta * x)) / beta."""
+    require(beta > 0, f"beta={beta} must be above 0")
+    return _pointwise(PointwiseMode.SOFTPLUS_FWD, x, coef=beta, handle=handle)
+
+
+def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
+    """x * sigmoid(beta * x) (silu for beta 1)."""
+    require(beta > 0, f"beta={beta} must be above 0")
+    return _pointwise(PointwiseMode.SWISH_FWD, x, coef=beta, handle=handle)
+
+
+# activations, backward: dx = dy * f'(x) ------------------------------------------------------
+
+def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.RELU_BWD, dy, x, propagate_nan=propagate_nan, handle=handle)
+
+
+def clipped_relu_backward(dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False,
+                          handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CLIPPED_RELU_BWD, dy, x, coef=ceiling, propagate_nan=propagate_nan,
+                      handle=handle)
+
+
+def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.ELU_BWD, dy, x, coef=alpha, handle=handle)
+
+
+def gelu_backward(dy: Any, x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
+    return _pointwise(_gelu_mode(approximate, "_BWD"), dy, x, handle=handle)
+
+
+def sigmoid_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.SIGMOID_BWD, dy, x, handle=handle)
+
+
+def tanh_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.TANH_BWD, dy, x, handle=handle)
+
+
+def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.SOFTPLUS_BWD, dy, x, coef=beta, handle=handle)
+
+
+def swish_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.SWISH_BWD, dy, x, coef=beta, handle=handle)
+
+
+def _gelu_mode(approximate: str, suffix: str) -> PointwiseMode:
+    forms = {"none": "GELU", "tanh": "GELU_APPROX_TANH"}
+    require(approximate in forms, f"approximate={approximate!r} must be 'none' or 'tanh'")
+    return PointwiseMode[forms[approximate] + suffix]
+
+
+# arithmetic, mathematical, relational and logical ----------------------------------------------
+
+def pointwise(mode: PointwiseMode, *inputs: Any, coef: float = 0.0, handle: Handle | None = None) -> Any:
+    """Any PointwiseMode applied to broadcast inputs (as many as the mode's arity)."""
+    return _pointwise(PointwiseMode(mode), *inputs, coef=coef, handle=handle)
+
+
+def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.ADD, a, b, handle=handle)
+
+
+def sub(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.SUB, a, b, handle=handle)
+
+
+def mul(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.MUL, a, b, handle=handle)
+
+
+def div(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.DIV, a, b, handle=handle)
+
+
+def maximum(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """Elementwise max; NaN in either gives NaN."""
+    return _pointwise(PointwiseMode.MAX, a, b, handle=handle)
+
+
+def minimum(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """Elementwise min; NaN in either gives NaN."""
+    return _pointwise(PointwiseMode.MIN, a, b, handle=handle)
+
+
+def fmod(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """Remainder of a / b with a's sign (C's fmod; cuDNN's MOD)."""
+    return _pointwise(PointwiseMode.MOD, a, b, handle=handle)
+
+
+def pow(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.POW, a, b, handle=handle)
+
+
+def add_square(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a + b * b."""
+    return _pointwise(PointwiseMode.ADD_SQUARE, a, b, handle=handle)
+
+
+def abs(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.ABS, x, handle=handle)
+
+
+def ceil(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CEIL, x, handle=handle)
+
+
+def floor(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.FLOOR, x, handle=handle)
+
+
+def cos(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.COS, x, handle=handle)
+
+
+def sin(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.SIN, x, handle=handle)
+
+
+def tan(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.TAN, x, handle=handle)
+
+
+def exp(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.EXP, x, handle=handle)
+
+
+def log(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.LOG, x, handle=handle)
+
+
+def neg(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.NEG, x, handle=handle)
+
+
+def sqrt(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.SQRT, x, handle=handle)
+
+
+def rsqrt(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.RSQRT, x, handle=handle)
+
+
+def reciprocal(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.RECIPROCAL, x, handle=handle)
+
+
+def erf(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.ERF, x, handle=handle)
+
+
+def eq(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a == b as booleans."""
+    return _pointwise(PointwiseMode.CMP_EQ, a, b, handle=handle)
+
+
+def ne(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CMP_NEQ, a, b, handle=handle)
+
+
+def gt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CMP_GT, a, b, handle=handle)
+
+
+def ge(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CMP_GE, a, b, handle=handle)
+
+
+def lt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CMP_LT, a, b, handle=handle)
+
+
+def le(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.CMP_LE, a, b, handle=handle)
+
+
+def logical_and(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """Nonzero is true; booleans out."""
+    return _pointwise(PointwiseMode.LOGICAL_AND, a, b, handle=handle)
+
+
+def logical_or(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.LOGICAL_OR, a, b, handle=handle)
+
+
+def logical_not(x: Any, *, handle: Handle | None = None) -> Any:
+    return _pointwise(PointwiseMode.LOGICAL_NOT, x, handle=handle)
+
+
+def where(condition: Any, a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a where condition is nonzero, else b (cuDNN's BINARY_SELECT), broadcast together."""
+    return _pointwise(PointwiseMode.BINARY_SELECT, a, b, condition, handle=handle)
+
+
+def gen_index(x: Any, axis: int, *, dtype: Any = "int64", handle: Handle | None = None) -> Any:
+    """An array shaped like x holding each element's index along ``axis`` (cuDNN's GEN_INDEX)."""
+    like = wrap("x", x)
+    require(-like.desc.ndim <= axis < like.desc.ndim, f"axis={axis} must be in [-{like.desc.ndim}, {like.desc.ndim})")
+    output = empty_like(like, DataType.of(dtype))
+    index = index_along(output, axis % like.desc.ndim)
+    problem = pointwise_problem(PointwiseMode.IDENTITY, [index], output)
+    dispatch(_handle_for(like, handle), "pointwise", problem, [index], output)
+    return _to_caller_kind(output.view, x)
+
+
+# tensor transforms -----------------------------------------------------------------------------
+
+def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1.0,
+              handle: Handle | None = None) -> Any:
+    """alpha * x in a new layout and/or dtype.
+
+    Args:
+        layout: None (keep x's dimension order), TensorFormat.NCHW / "NCHW" (packed, channels
+            first; any rank), TensorFormat.NHWC / "NHWC" (channels last), or a memory order as a
+            tuple of dims, outermost first (``(0, 2, 3, 1)`` is NHWC for 4-D).
+        dtype: the output's dtype (default: x's).
+    """
+    source = wrap("x", x)
+    ndim = source.desc.ndim
+    order = None
+    if isinstance(layout, (str, TensorFormat)):
+        channels_last = TensorFormat(layout) is TensorFormat.NHWC
+        order = (0, *range(2, ndim), 1) if channels_last and ndim > 2 else tuple(range(ndim))
+    elif layout is not None:
+        order = tuple(int(k) for k in layout)
+        require(sorted(order) == list(range(ndim)), f"layout={layout} must order the dims 0..{ndim - 1}")
+    output = empty_like(source, DataType.of(dtype) if dtype is not None else None, order=order)
+    problem = pointwise_problem(PointwiseMode.IDENTITY, [source], output, alpha=alpha)
+    dispatch(_handle_for(source, handle), "pointwise", problem, [source], output)
+    return _to_caller_kind(output.view, x)

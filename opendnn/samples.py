@@ -1,0 +1,319 @@
+"""The table of operation samples: one list drives the test suite, ``pytest -m gpu`` and
+``opendnn check``.
+
+A sample names an API call, a variant (the mode), a dtype, a shape, a layout and alpha/beta. Run
+on a handle, it draws random inputs (never zeros), poisons the output (NaN, or random values that
+beta blends in), calls the cuDNN-shaped API through descriptors, and returns the output next to
+the float64 reference computed from the very same (rounded) inputs. Layouts: ``packed``;
+``permuted`` (a transposed dimension order, e.g. NHWC seen as NCHW); ``subregion`` (a view inside
+a larger buffer, whose elements outside the view must come back untouched).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import opendnn as od
+from opendnn.core.dtypes import DataType
+from opendnn.ops.pointwise import PointwiseMode, reference
+
+# ||out - ref|| / ||ref|| allowed, per output dtype
+TOLERANCE = {DataType.DOUBLE: 1e-10, DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2}
+LAYOUTS = ("packed", "permuted", "subregion")
+SENTINEL = 1234.5  # fills a sub-region output's buffer: it must survive outside the view
+
+
+@dataclass(frozen=True)
+class Sample:
+    op: str
+    variant: str
+    dtype: DataType
+    shape: tuple[int, ...]
+    layout: str = "packed"
+    alpha: float = 1.0
+    beta: float = 0.0
+    out_dtype: DataType | None = None
+    nan_inputs: bool = False
+    runner: Callable[..., tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        extras = [self.layout] + ([f"a{self.alpha:g}b{self.beta:g}"] if (self.alpha, self.beta) != (1, 0) else [])
+        extras += ["nan"] if self.nan_inputs else []
+        extras += [f"to_{self.out_dtype.value}"] if self.out_dtype else []
+        return f"{self.op}[{self.variant}]-{self.dtype.value}-{'x'.join(map(str, self.shape))}-{'-'.join(extras)}"
+
+    @property
+    def tolerance(self) -> float:
+        return max(TOLERANCE.get(self.dtype, 0.0), TOLERANCE.get(self.out_dtype or self.dtype, 0.0))
+
+    def run(self, handle: od.Handle, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(output, float64 reference), both as float64 NumPy arrays."""
+        return self.runner(self, Tensors(handle.device, np.random.default_rng(seed)), handle)
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        return math.inf
+    finite = np.isfinite(expected)
+    same_specials = np.array_equal(np.isnan(actual), np.isnan(expected)) and np.array_equal(
+        actual[np.isinf(expected)], expected[np.isinf(expected)])
+    if not same_specials or not np.isfinite(actual[finite]).all():
+        return math.inf
+    scale = np.linalg.norm(expected[finite])
+    return float(np.linalg.norm(actual[finite] - expected[finite]) / (scale if scale > 0 else 1.0))
+
+
+class Tensors:
+    """Makes a sample's arrays (torch tensors on the device) and reads them back as float64."""
+
+    def __init__(self, device: str, rng: np.random.Generator) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.rng = rng
+        self._outputs: list[tuple[Any, Any]] = []  # (buffer, mask of the view) of sub-region outputs
+
+    def input(self, shape: tuple[int, ...], dtype: DataType, layout: str, low: float = -3.0, high: float = 3.0,
+              nan: bool = False) -> Any:
+        view = self._allocate(shape, dtype, layout)
+        values = self.rng.uniform(low, high, shape)
+        if nan:
+            values.reshape(-1)[:: max(1, values.size // 5)] = np.nan
+        view.copy_(self.torch.from_numpy(values).to(view.dtype))
+        return view
+
+    def output(self, shape: tuple[int, ...], dtype: DataType, layout: str, initial: np.ndarray | None) -> Any:
+        """An output poisoned with NaN (or holding ``initial``, for beta != 0)."""
+        view = self._allocate(shape, dtype, layout, output=True)
+        if initial is None:
+            view.fill_(float("nan") if dtype.is_floating else 77)
+        else:
+            view.copy_(self.torch.from_numpy(initial).to(view.dtype))
+        return view
+
+    def values(self, array: Any) -> np.ndarray:
+        return array.detach().to("cpu", self.torch.float64).numpy()
+
+    def untouched_outside_views(self) -> bool:
+        """True when every buffer element outside each sub-region output still holds SENTINEL."""
+        for buffer, mask in self._outputs:
+            if not bool((buffer[~mask] == self.torch.tensor(SENTINEL, dtype=buffer.dtype)).all()):
+                return False
+        return True
+
+    def _allocate(self, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
+        torch_dtype = dtype.to_torch()
+        if layout == "packed":
+            return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
+        if layout == "permuted":  # memory order: dim 0, then the last dims reversed (NHWC-like for 4-D)
+            order = (0, *reversed(range(1, len(shape)))) if len(shape) > 2 else tuple(reversed(range(len(shape))))
+            stored = self.torch.empty([shape[k] for k in order], dtype=torch_dtype, device=self.device)
+            return stored.permute(*np.argsort(order))
+        assert layout == "subregion", layout
+        buffer = self.torch.full([d + 3 for d in shape], SENTINEL, dtype=torch_dtype, device=self.device)
+        index = tuple(slice(1, 1 + d) for d in shape)
+        if output:
+            mask = self.torch.zeros(buffer.shape, dtype=self.torch.bool, device=self.device)
+            mask[index] = True
+            self._outputs.append((buffer, mask))
+        return buffer[index]
+
+
+def descriptor(array: Any) -> od.TensorDescriptor:
+    return od.TensorDescriptor(array.dtype, array.shape, array.stride())
+
+
+def _blend(sample: Sample, t: Tensors, shape: tuple[int, ...], result: np.ndarray) -> tuple[Any, np.ndarray]:
+    """The output tensor and the expected alpha * result + beta * y0."""
+    out_dtype = sample.out_dtype or sample.dtype
+    initial = t.rng.uniform(-2, 2, shape) if sample.beta != 0 else None
+    y = t.output(shape, out_dtype, sample.layout, initial)
+    expected = sample.alpha * result
+    if initial is not None:
+        expected = expected + sample.beta * t.values(y)
+    return y, expected
+
+
+def _checked(t: Tensors, y: Any, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    actual = t.values(y)
+    if not t.untouched_outside_views():
+        actual = np.full_like(actual, np.nan)  # an out-of-bounds write fails the sample
+    return actual, expected
+
+
+# runners: one per API call --------------------------------------------------------------------
+
+_DOMAINS: dict[str, tuple[float, float]] = {
+    "log": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0), "tan": (-1.2, 1.2), "exp": (-4.0, 4.0),
+}
+
+
+def _input_range(mode: PointwiseMode, position: int) -> tuple[float, float]:
+    if mode is PointwiseMode.POW:
+        return (0.2, 3.0) if position == 0 else (-2.0, 2.0)
+    if mode in (PointwiseMode.DIV, PointwiseMode.MOD) and position == 1:
+        return (0.5, 3.0)
+    return _DOMAINS.get(mode.value, (-3.0, 3.0))
+
+
+def run_pointwise(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    mode = PointwiseMode[sample.variant]
+    inputs = []
+    for position in range(mode.arity):
+        low, high = _input_range(mode, position)
+        inputs.append(t.input(sample.shape, sample.dtype, sample.layout, low, high))
+    if mode.value.startswith("cmp"):  # make some elements equal
+        inputs[1][..., ::2] = inputs[0][..., ::2]
+    result = reference(mode, [t.values(x) for x in inputs], coef=1.5)
+    y, expected = _blend(sample, t, sample.shape, result.astype(np.float64))
+    od.pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y,
+                 coef=1.5)
+    return _checked(t, y, expected)
+
+
+# Coefficients, alphas and betas are exact in float32: Triton's interpreter passes float scalars as
+# float32, which would cost float64 samples about 1e-8 of accuracy (compiled kernels take float64).
+_ACTIVATION_COEF = {"CLIPPED_RELU": 1.25, "ELU": 0.75, "SWISH": 1.375, "SOFTPLUS": 0.875}
+
+
+def _activation(sample: Sample) -> tuple[od.ActivationDescriptor, float, bool]:
+    name, _, propagation = sample.variant.partition("+")
+    coef = _ACTIVATION_COEF.get(name, 0.0)
+    propagate = propagation == "propagate_nan"
+    nan_opt = od.NanPropagation.PROPAGATE_NAN if propagate else od.NanPropagation.NOT_PROPAGATE_NAN
+    return od.ActivationDescriptor(od.ActivationMode[name], nan_opt, coef or None), coef, propagate
+
+
+def run_activation_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    act, coef, propagate = _activation(sample)
+    x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
+    result = reference(act.forward_mode, [t.values(x)], act.coef or 0.0, propagate)
+    y, expected = _blend(sample, t, sample.shape, result)
+    od.activation_forward(handle, act, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    return _checked(t, y, expected)
+
+
+def run_activation_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    act, coef, propagate = _activation(sample)
+    x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
+    dy = t.input(sample.shape, sample.dtype, sample.layout)
+    y = t.input(sample.shape, sample.dtype, "packed")  # the forward output: checked, not used
+    result = reference(act.backward_mode, [t.values(dy), t.values(x)], act.coef or 0.0, propagate)
+    dx, expected = _blend(sample, t, sample.shape, result)
+    od.activation_backward(handle, act, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
+                           sample.beta, descriptor(dx), dx)
+    return _checked(t, dx, expected)
+
+
+def _broadcast_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Every dim but the second set to 1 (a per-channel tensor)."""
+    return tuple(d if k == 1 else 1 for k, d in enumerate(shape)) if len(shape) > 1 else (1,)
+
+
+def run_op_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    op = od.OpTensorOp[sample.variant]
+    low = 0.1 if op is od.OpTensorOp.SQRT else -3.0
+    a = t.input(sample.shape, sample.dtype, sample.layout, low)
+    b = t.input(_broadcast_shape(sample.shape), sample.dtype, "packed")
+    alpha1, alpha2 = 0.75, -1.5
+    values = [alpha1 * t.values(a), alpha2 * t.values(b)][: op.value.arity]
+    result = reference(op.value, values)
+    c, expected = _blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
+    compute = DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
+    od.op_tensor(handle, od.OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b, sample.beta,
+                 descriptor(c), c)
+    return _checked(t, c, expected)
+
+
+def run_add_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    a = t.input(_broadcast_shape(sample.shape), sample.dtype, "packed")
+    c, expected = _blend(sample, t, sample.shape, np.broadcast_to(t.values(a), sample.shape))
+    od.add_tensor(handle, sample.alpha, descriptor(a), a, sample.beta, descriptor(c), c)
+    return _checked(t, c, expected)
+
+
+def run_scale_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    y = t.output(sample.shape, sample.dtype, sample.layout, t.rng.uniform(-3, 3, sample.shape))
+    expected = sample.alpha * t.values(y)
+    od.scale_tensor(handle, descriptor(y), y, sample.alpha)
+    return _checked(t, y, expected)
+
+
+def run_set_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    y = t.output(sample.shape, sample.dtype, sample.layout, None)
+    value = float(t.rng.uniform(-3, 3))
+    expected = np.full(sample.shape, t.values(t.torch.tensor(value, dtype=sample.dtype.to_torch())))
+    od.set_tensor(handle, descriptor(y), y, value)
+    return _checked(t, y, expected)
+
+
+def run_transform_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    x = t.input(sample.shape, sample.dtype, "packed" if sample.variant == "layout" else sample.layout)
+    y, expected = _blend(sample, t, sample.shape, t.values(x))
+    od.transform_tensor(handle, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    return _checked(t, y, expected)
+
+
+def run_gen_index(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    axis = int(sample.variant.removeprefix("axis"))
+    y = t.output(sample.shape, sample.dtype, sample.layout, None)
+    expected = np.indices(sample.shape)[axis].astype(np.float64)
+    od.gen_index(handle, axis, descriptor(y), y)
+    return _checked(t, y, expected)
+
+
+# the table -------------------------------------------------------------------------------------
+
+FLOAT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
+ACTIVATIONS = ("RELU", "RELU+propagate_nan", "CLIPPED_RELU", "CLIPPED_RELU+propagate_nan", "ELU", "GELU",
+               "GELU_APPROX_TANH", "SIGMOID", "TANH", "SOFTPLUS", "SWISH", "IDENTITY")
+PLAIN_MODES = tuple(m.name for m in PointwiseMode if not m.value.endswith(("_fwd", "_bwd")))
+
+
+def samples(shape: tuple[int, ...] = (2, 3, 4, 5)) -> Iterator[Sample]:
+    """Every sample at ``shape`` (a 4-D shape; some samples use its leading dims only)."""
+
+    def sample(op: str, runner: Callable[..., Any], variant: str, dtype: DataType = DataType.FLOAT,
+               **kw: Any) -> Sample:
+        return Sample(op, variant, dtype, kw.pop("shape", shape), runner=runner, **kw)
+
+    for name, dtype, layout in itertools.product(ACTIVATIONS, FLOAT_TYPES, LAYOUTS):
+        yield sample("activation_forward", run_activation_forward, name, dtype, layout=layout)
+        yield sample("activation_backward", run_activation_backward, name, dtype, layout=layout)
+    for name in ("RELU", "RELU+propagate_nan", "CLIPPED_RELU", "CLIPPED_RELU+propagate_nan"):
+        yield sample("activation_forward", run_activation_forward, name, nan_inputs=True)
+        yield sample("activation_backward", run_activation_backward, name, nan_inputs=True)
+    for name in ("GELU", "SWISH"):
+        yield sample("activation_forward", run_activation_forward, name, alpha=0.5, beta=-0.75, layout="subregion")
+        yield sample("activation_backward", run_activation_backward, name, alpha=1.5, beta=0.25)
+    for name, dtype in itertools.product(PLAIN_MODES, (DataType.FLOAT, DataType.BFLOAT16, DataType.DOUBLE)):
+        yield sample("pointwise", run_pointwise, name, dtype)
+    for name in ("ADD", "MUL", "CMP_LT", "BINARY_SELECT", "EXP"):
+        yield sample("pointwise", run_pointwise, name, layout="permuted", alpha=2.0, beta=0.5)
+        yield sample("pointwise", run_pointwise, name, DataType.HALF, layout="subregion")
+    yield sample("pointwise", run_pointwise, "CMP_GE", out_dtype=DataType.BOOLEAN)
+    for op, dtype in itertools.product(od.OpTensorOp, FLOAT_TYPES):
+        yield sample("op_tensor", run_op_tensor, op.name, dtype, layout="permuted")
+    yield sample("op_tensor", run_op_tensor, "ADD", beta=1.0, layout="subregion")
+    for dtype in FLOAT_TYPES:
+        yield sample("add_tensor", run_add_tensor, "bias", dtype, alpha=1.0, beta=1.0)
+        yield sample("scale_tensor", run_scale_tensor, "scale", dtype, alpha=-0.625, layout="subregion")
+        yield sample("set_tensor", run_set_tensor, "value", dtype, layout="permuted")
+    yield sample("set_tensor", run_set_tensor, "value", DataType.INT32)
+    for out_dtype, layout in itertools.product(FLOAT_TYPES, LAYOUTS):
+        yield sample("transform_tensor", run_transform_tensor, "layout", out_dtype=out_dtype, layout=layout)
+    yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.BFLOAT16, out_dtype=DataType.FLOAT,
+                 layout="subregion", alpha=2.0, beta=0.5)
+    yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.INT32, out_dtype=DataType.FLOAT)
+    for axis in range(len(shape)):
+        yield sample("gen_index", run_gen_index, f"axis{axis}", DataType.INT64, layout="permuted")
