@@ -109,16 +109,15 @@ def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer) -> dict[
     row["shape"] = "x".join(str(d) for d in bench.shape)
     row["dtype"] = bench.dtype_label or row["dtype"]
     row["check"], row["rel_err"], row["error"] = check(bench)
-    row["torch_ms"] = timer(bench.torch)
-    row["torch_gbps"] = _gbps(bench.nbytes, row["torch_ms"])
-    if row["check"] != "error":
-        try:
+    try:
+        row["torch_ms"] = timer(bench.torch)
+        row["torch_gbps"] = _gbps(bench.nbytes, row["torch_ms"])
+        if row["check"] != "error":
             row["opendnn_ms"] = timer(bench.opendnn)
-        except Exception as error:
-            row["check"], row["error"] = "error", f"timing: {_describe(error)}"
-            return row
-        row["gbps"] = _gbps(bench.nbytes, row["opendnn_ms"])
-        row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
+            row["gbps"] = _gbps(bench.nbytes, row["opendnn_ms"])
+            row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
+    except Exception as error:
+        row["check"], row["error"] = "error", f"timing: {_describe(error)}"
     return row
 
 
@@ -129,7 +128,10 @@ def check(bench: Bench) -> tuple[str, float | None, str | None]:
         bench.opendnn()
     except Exception as error:
         return "error", None, f"run: {_describe(error)}"
-    expected = bench.torch()
+    try:
+        expected = bench.torch()
+    except Exception as error:
+        return "error", None, f"torch: {_describe(error)}"
     if tuple(expected.shape) != tuple(bench.output.shape):
         return "WRONG", None, f"shape {tuple(bench.output.shape)} != torch's {tuple(expected.shape)}"
     error = relative_error(bench.output, expected)
@@ -178,7 +180,7 @@ def environment(ctx: Context) -> dict[str, Any]:
         triton_version = triton.__version__
     except ImportError:
         triton_version = "absent"
-    device = torch.cuda.get_device_name(ctx.device) if ctx.device != "cpu" else f"CPU ({platform.processor()})"
+    device = torch.cuda.get_device_name(ctx.device) if ctx.device != "cpu" else f"CPU ({platform.machine()})"
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": device, "torch": torch.__version__, "triton": triton_version,
             "cudnn": torch.backends.cudnn.version(), "opendnn": opendnn.__version__,

@@ -1,8 +1,10 @@
-"""Test set-up: Triton kernels run on CPU tensors through Triton's interpreter unless a GPU run
-(``pytest -m gpu``) asks for compiled kernels. The variable must be set before triton loads."""
+"""Test set-up. Plain ``pytest`` runs the Triton kernels on CPU tensors through Triton's
+interpreter; ``pytest -m gpu`` runs them compiled on a CUDA device. The choice must be made
+before triton loads, which is before the test modules are collected."""
 
 import os
-import sys
 
-if not any(arg.strip() in ("gpu", "-mgpu") for arg in sys.argv[1:]) and "-m gpu" not in " ".join(sys.argv):
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+def pytest_configure(config):
+    if config.option.markexpr.strip() != "gpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -59,10 +59,13 @@ class DataType(enum.Enum):
         if isinstance(dtype, DataType):
             return dtype
         name = str(dtype).removeprefix("torch.")
-        try:
-            return cls(np.dtype(name).name if name != "bfloat16" else name)
-        except (TypeError, ValueError):
-            pass
+        if name == "bfloat16":  # torch's, or NumPy's from ml_dtypes
+            return cls.BFLOAT16
+        for candidate in (dtype, name):
+            try:
+                return cls(np.dtype(candidate).name)
+            except (TypeError, ValueError):
+                pass
         from opendnn.core.errors import BadParam
 
         raise BadParam(f"dtype={dtype!r} is not one of {[m.value for m in cls]}")

@@ -53,10 +53,10 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
 
 def load_backend(operation: str, backend: str, device: str) -> Any:
     """The module implementing ``operation`` on ``backend`` (Triton on the CPU is interpreted)."""
-    require_backend_available(backend)
     if backend == "triton" and device == CPU and os.environ.get("TRITON_INTERPRET") != "1":
         raise NotSupported("backend='triton' on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 "
                            "before triton is first imported", Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
+    require_backend_available(backend)
     return importlib.import_module(OPERATIONS[operation].backends[backend])
 
 

@@ -1,0 +1,100 @@
+"""The Pythonic API: outputs of the caller's kind, device and layout; broadcasting; both backends."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn as od
+import opendnn.functional as F
+
+BACKENDS = ["numpy", "triton"]
+
+
+@pytest.fixture(params=BACKENDS)
+def handle(request):
+    return od.create("cpu", backend=request.param)
+
+
+ACTIVATIONS = [
+    (lambda x, h: F.relu(x, handle=h), torch.relu),
+    (lambda x, h: F.clipped_relu(x, 6.0, handle=h), lambda x: TF.hardtanh(x, 0.0, 6.0)),
+    (lambda x, h: F.elu(x, 0.5, handle=h), lambda x: TF.elu(x, 0.5)),
+    (lambda x, h: F.gelu(x, handle=h), TF.gelu),
+    (lambda x, h: F.gelu(x, "tanh", handle=h), lambda x: TF.gelu(x, approximate="tanh")),
+    (lambda x, h: F.sigmoid(x, handle=h), torch.sigmoid),
+    (lambda x, h: F.tanh(x, handle=h), torch.tanh),
+    (lambda x, h: F.softplus(x, 2.0, handle=h), lambda x: TF.softplus(x, beta=2.0, threshold=1e9)),
+    (lambda x, h: F.swish(x, handle=h), TF.silu),
+]
+
+
+@pytest.mark.parametrize("ours, theirs", ACTIVATIONS)
+def test_activations_match_torch_and_keep_layout(ours, theirs, handle):
+    x = (4 * torch.randn(2, 5, 3, 4, dtype=torch.float64)).to(memory_format=torch.channels_last)
+    y = ours(x, handle)
+    assert isinstance(y, torch.Tensor) and y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y, theirs(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["relu", "elu", "gelu", "sigmoid", "tanh", "softplus", "swish"])
+def test_activation_backward_matches_torch_autograd(name, handle):
+    x = (3 * torch.randn(3, 7, dtype=torch.float64)).t().requires_grad_()
+    dy = torch.randn(7, 3, dtype=torch.float64)
+    theirs = {"relu": torch.relu, "elu": TF.elu, "gelu": TF.gelu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+              "softplus": lambda v: TF.softplus(v, threshold=1e9), "swish": TF.silu}[name]
+    theirs(x).backward(dy)
+    ours = getattr(F, f"{name}_backward")(dy, x.detach(), handle=handle)
+    torch.testing.assert_close(ours, x.grad, rtol=1e-11, atol=1e-12)
+
+
+def test_numpy_in_numpy_out_with_broadcasting():
+    handle = od.create("cpu")  # NumPy arrays run on the numpy backend (Triton takes torch tensors)
+    a = np.random.default_rng(0).normal(size=(4, 1, 3)).astype(np.float32)
+    b = np.random.default_rng(1).normal(size=(5, 1)).astype(np.float32)
+    for ours, theirs in [(F.add, np.add), (F.mul, np.multiply), (F.maximum, np.maximum), (F.sub, np.subtract)]:
+        result = ours(a, b, handle=handle)
+        assert isinstance(result, np.ndarray) and result.shape == (4, 5, 3) and result.dtype == np.float32
+        np.testing.assert_allclose(result, theirs(a, b), rtol=1e-6)
+    assert F.lt(a, b, handle=handle).dtype == np.bool_
+    np.testing.assert_array_equal(F.lt(a, b, handle=handle), a < b)
+
+
+def test_binary_ops_broadcast_torch_tensors(handle):
+    a = torch.randn(4, 1, 3)
+    b = torch.randn(5, 1).abs() + 0.5
+    torch.testing.assert_close(F.div(a, b, handle=handle), a / b)
+    torch.testing.assert_close(F.fmod(a, b, handle=handle), torch.fmod(a, b))
+    torch.testing.assert_close(F.pow(b, a, handle=handle), torch.pow(b, a))
+    torch.testing.assert_close(F.where(a > 0, a, b, handle=handle), torch.where(a > 0, a, b))
+    torch.testing.assert_close(F.logical_and(a > 0, b > 1, handle=handle), (a > 0) & (b > 1))
+
+
+def test_mixed_dtypes_promote_to_the_wider_float(handle):
+    a = torch.randn(3, 4, dtype=torch.float16)
+    b = torch.randn(3, 4, dtype=torch.bfloat16)
+    assert F.add(a, b, handle=handle).dtype == torch.float32
+    assert F.add(a, b.double(), handle=handle).dtype == torch.float64
+
+
+def test_transform_changes_layout_and_dtype(handle):
+    x = torch.randn(2, 3, 4, 5)
+    nhwc = F.transform(x, "NHWC", handle=handle)
+    assert nhwc.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(nhwc, x)
+    back = F.transform(nhwc, od.TensorFormat.NCHW, dtype=torch.bfloat16, alpha=2.0, handle=handle)
+    assert back.is_contiguous() and back.dtype == torch.bfloat16
+    torch.testing.assert_close(back, (2 * x).to(torch.bfloat16))
+    assert F.transform(x, (3, 2, 1, 0), handle=handle).stride() == (1, 2, 6, 24)
+
+
+def test_gen_index_counts_along_axis(handle):
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(F.gen_index(x, 1, handle=handle), torch.arange(4).expand(3, 4))
+    torch.testing.assert_close(F.gen_index(x, -2, dtype="float32", handle=handle),
+                               torch.arange(3.0)[:, None].expand(3, 4))
+
+
+def test_scalar_inputs_give_scalar_outputs(handle):
+    result = F.exp(torch.tensor(1.5, dtype=torch.float64), handle=handle)
+    assert result.shape == () and result.item() == pytest.approx(np.exp(1.5))
