@@ -11,6 +11,7 @@ from opendnn.api.activation import (
     activation_backward,
     activation_forward,
 )
+from opendnn.api.reduce import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
 from opendnn.api.tensor_ops import (
     OpTensorDescriptor,
     OpTensorOp,
@@ -27,6 +28,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType, create
 from opendnn.ops.pointwise import PointwiseMode
+from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 
 __all__ = [
     "ActivationDescriptor",
@@ -43,6 +45,9 @@ __all__ = [
     "OpTensorOp",
     "OpenDnnError",
     "PointwiseMode",
+    "ReduceTensorDescriptor",
+    "ReduceTensorIndices",
+    "ReduceTensorOp",
     "Status",
     "TensorDescriptor",
     "TensorFormat",
@@ -52,8 +57,11 @@ __all__ = [
     "add_tensor",
     "create",
     "gen_index",
+    "get_reduction_indices_size",
+    "get_reduction_workspace_size",
     "op_tensor",
     "pointwise",
+    "reduce_tensor",
     "scale_tensor",
     "set_tensor",
     "transform_tensor",

@@ -22,6 +22,7 @@ import numpy as np
 import opendnn as od
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pointwise import PointwiseMode, reference
+from opendnn.ops.reduce import reference as reduce_reference
 
 # ||out - ref|| / ||ref|| allowed, per output dtype
 TOLERANCE = {DataType.DOUBLE: 1e-10, DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2}
@@ -272,6 +273,33 @@ def run_gen_index(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
     return _checked(t, y, expected)
 
 
+def run_reduce_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    """Reduces over the axes named in the variant ("MAX/0,2,3"); indices, when the operator has
+    them, are checked too (appended to the values)."""
+    name, _, axes_text = sample.variant.partition("/")
+    op = od.ReduceTensorOp[name]
+    axes = tuple(int(k) for k in axes_text.split(","))
+    indexed = op in (od.ReduceTensorOp.MIN, od.ReduceTensorOp.MAX, od.ReduceTensorOp.AMAX)
+    reduce_desc = od.ReduceTensorDescriptor(
+        op, DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT,
+        indices=od.ReduceTensorIndices.FLATTENED_INDICES if indexed else od.ReduceTensorIndices.NO_INDICES)
+    a = t.input(sample.shape, sample.dtype, sample.layout, 0.5 if op is od.ReduceTensorOp.MUL else -3.0,
+                1.5 if op is od.ReduceTensorOp.MUL else 3.0)
+    out_shape = tuple(1 if k in axes else d for k, d in enumerate(sample.shape))
+    values, indices = reduce_reference(op, t.values(a), axes)
+    c, expected = _blend(sample, t, out_shape, values)
+    workspace_bytes = od.get_reduction_workspace_size(handle, reduce_desc, descriptor(a), descriptor(c))
+    workspace = t.torch.empty(workspace_bytes, dtype=t.torch.uint8, device=t.device) if workspace_bytes else None
+    index_array = t.torch.full(out_shape, -1, dtype=t.torch.int32, device=t.device) if indexed else None
+    od.reduce_tensor(handle, reduce_desc, index_array, workspace, sample.alpha, descriptor(a), a, sample.beta,
+                     descriptor(c), c)
+    actual, expected = _checked(t, c, expected)
+    if indexed:
+        actual = np.concatenate([actual.ravel(), t.values(index_array).ravel()])
+        expected = np.concatenate([expected.ravel(), indices.ravel()])
+    return actual, expected
+
+
 # the table -------------------------------------------------------------------------------------
 
 FLOAT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
@@ -315,5 +343,11 @@ def samples(shape: tuple[int, ...] = (2, 3, 4, 5)) -> Iterator[Sample]:
     yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.BFLOAT16, out_dtype=DataType.FLOAT,
                  layout="subregion", alpha=2.0, beta=0.5)
     yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.INT32, out_dtype=DataType.FLOAT)
+    for op, dtype in itertools.product(od.ReduceTensorOp, FLOAT_TYPES):
+        axes = "0,2,3" if op.name in ("ADD", "MAX", "AVG") else "3"
+        yield sample("reduce_tensor", run_reduce_tensor, f"{op.name}/{axes}", dtype, layout="permuted")
+    yield sample("reduce_tensor", run_reduce_tensor, "ADD/3", alpha=0.5, beta=0.25, layout="subregion")
+    yield sample("reduce_tensor", run_reduce_tensor, "MIN/1,2", layout="subregion")
+    yield sample("reduce_tensor", run_reduce_tensor, "NORM2/0,1,2,3")
     for axis in range(len(shape)):
         yield sample("gen_index", run_gen_index, f"axis{axis}", DataType.INT64, layout="permuted")

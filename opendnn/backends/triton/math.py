@@ -5,6 +5,8 @@ cancels: expm1 and log1p by Kahan's trick, tanh through expm1."""
 import triton
 import triton.language as tl
 
+NAN = tl.constexpr(float("nan"))
+
 
 @triton.jit
 def expm1(x):
@@ -47,5 +49,5 @@ def pow(a, b):
     is_integer = tl.floor(b) == b
     is_odd = is_integer & (tl.abs(b % 2.0) == 1.0)
     signed = tl.where(is_odd, -magnitude, magnitude)
-    result = tl.where(a >= 0, magnitude, tl.where(is_integer, signed, float("nan")))
+    result = tl.where(a >= 0, magnitude, tl.where(is_integer, signed, NAN))
     return tl.where(b == 0, 1.0, result)

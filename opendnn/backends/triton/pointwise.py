@@ -19,11 +19,15 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton import math as tm
-from opendnn.backends.triton.layout import OUTER_DIMS, TiledLayout, tile_layout
+from opendnn.backends.triton import layout
 from opendnn.core.arrays import Bound
 from opendnn.core.dtypes import DataType
-from opendnn.ops.pointwise import GELU_TANH_CUBIC, GELU_TANH_SCALE, PointwiseProblem
+from opendnn.ops import pointwise as ops
+from opendnn.ops.pointwise import PointwiseProblem
 
+OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
+GELU_TANH_SCALE = tl.constexpr(ops.GELU_TANH_SCALE)
+GELU_TANH_CUBIC = tl.constexpr(ops.GELU_TANH_CUBIC)
 TILE_ELEMENTS = 4096  # elements per program: 16 per thread at 8 warps
 TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
 
@@ -171,7 +175,9 @@ def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROP
         tl.static_assert(MODE == "activation_bwd", "unknown pointwise mode")
         y = a * activation_derivative(ACTIVATION, b, coef)
     if ACTIVATION == "relu" or ACTIVATION == "clipped_relu":  # NaN in: NaN, or 0 if not propagated
-        x = a if MODE == "activation_fwd" else b
+        x = b
+        if MODE == "activation_fwd":
+            x = a
         if PROPAGATE_NAN:
             y = tl.where(x != x, x, y)
         else:
@@ -183,7 +189,7 @@ def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROP
 def pointwise_kernel(
     out_ptr, in0_ptr, in1_ptr, in2_ptr,
     sizes, out_strides, in0_strides, in1_strides, in2_strides,
-    alpha: fp64, beta: fp64, scale0: fp64, scale1: fp64, coef: fp64,
+    alpha: tl.float64, beta: tl.float64, scale0: tl.float64, scale1: tl.float64, coef: tl.float64,
     MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
@@ -221,14 +227,14 @@ def supports(problem: PointwiseProblem) -> str | None:
 
 
 def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> None:
-    layout = tile_layout(output.desc.dims, [output.desc, *problem.inputs])
-    block_a, block_b = tile_shape(layout)
-    grid = (triton.cdiv(layout.sizes[-2], block_a) * triton.cdiv(layout.sizes[-1], block_b) * layout.outer,)
+    tiled = layout.tile_layout(output.desc.dims, [output.desc, *problem.inputs])
+    block_a, block_b = tile_shape(tiled)
+    grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
     views = [t.view for t in inputs] + [output.view] * (3 - len(inputs))
-    strides = list(layout.strides) + [layout.strides[0]] * (3 - len(inputs))
+    strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(inputs))
     mode, activation_name = kernel_mode(problem.mode.value)
     pointwise_kernel[grid](
-        output.view, *views, layout.sizes, *strides,
+        output.view, *views, tiled.sizes, *strides,
         problem.alpha, problem.beta, problem.input_scales[0], problem.input_scales[1], problem.coef,
         MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(inputs), HAS_BETA=problem.beta != 0.0,
         PROPAGATE_NAN=problem.propagate_nan,
@@ -237,10 +243,10 @@ def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> No
     )
 
 
-def tile_shape(layout: TiledLayout) -> tuple[int, int]:
+def tile_shape(tiled: layout.TiledLayout) -> tuple[int, int]:
     """BLOCK_A x BLOCK_B: about TILE_ELEMENTS, square-ish when transposing."""
-    size_a, size_b = layout.sizes[-2], layout.sizes[-1]
-    block_b = min(triton.next_power_of_2(size_b), TRANSPOSE_TILE if layout.transposed else TILE_ELEMENTS)
+    size_a, size_b = tiled.sizes[-2], tiled.sizes[-1]
+    block_b = min(triton.next_power_of_2(size_b), TRANSPOSE_TILE if tiled.transposed else TILE_ELEMENTS)
     block_a = min(triton.next_power_of_2(size_a), TILE_ELEMENTS // block_b)
     return block_a, block_b
 

@@ -41,7 +41,7 @@ from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.ops.reduce import ReduceProblem, ReduceTensorOp
+from opendnn.ops.reduce import ReduceProblem
 
 TILE_ELEMENTS = 4096  # elements per tile: 16 per thread at 8 warps
 ROW_BLOCK = 2048  # most elements of a row a rows tile covers
@@ -109,39 +109,17 @@ def multiply(a, b):
 
 
 @triton.jit
-def pick_propagate(v, x):
-    return tl.where(takes(x, 0, v, 0, True, False), x, v)
-
-
-@triton.jit
-def pick_skip_nan(v, x):
-    return tl.where(takes(x, 0, v, 0, False, False), x, v)
-
-
-@triton.jit
-def argpick_propagate(v, v_index, x, x_index):
-    win = takes(x, x_index, v, v_index, True, True)
-    return tl.where(win, x, v), tl.where(win, x_index, v_index)
-
-
-@triton.jit
-def argpick_skip_nan(v, v_index, x, x_index):
-    win = takes(x, x_index, v, v_index, False, True)
-    return tl.where(win, x, v), tl.where(win, x_index, v_index)
-
-
-@triton.jit
-def neutral(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, SHAPE: tl.constexpr, COMPUTE: tl.constexpr):
-    """The accumulator's start: 0 for sums, 1 for products, the key that loses to any element
-    for picks (+inf when NaN propagates, else NaN, which every number beats)."""
+def neutral(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, zeros):
+    """The accumulator's start, shaped as ``zeros``: 0 for sums, 1 for products, the key that loses
+    to any element for picks (+inf when NaN propagates, else NaN, which every number beats)."""
     if KIND == "sum":
-        acc = tl.zeros(SHAPE, COMPUTE)
+        acc = zeros
     elif KIND == "prod":
-        acc = tl.full(SHAPE, 1.0, COMPUTE)
+        acc = zeros + 1.0
     elif PROPAGATE_NAN:
-        acc = tl.full(SHAPE, float("inf"), COMPUTE)
+        acc = zeros + float("inf")
     else:
-        acc = tl.full(SHAPE, float("nan"), COMPUTE)
+        acc = zeros + float("nan")
     return acc
 
 
@@ -164,21 +142,24 @@ def accumulate(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.cons
 @triton.jit
 def reduce_tile(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.constexpr, acc, acc_index,
                 AXIS: tl.constexpr):
-    """The accumulator tile reduced across ``AXIS``: (value, index; index 0 when not INDEXED)."""
+    """The accumulator tile reduced across ``AXIS``: (value, index; index 0 when not INDEXED).
+    Built-in min/max reductions only, so the result never depends on the reduction tree."""
     index = 0
     if KIND == "sum":
         value = tl.sum(acc, axis=AXIS)
     elif KIND == "prod":
         value = tl.reduce(acc, AXIS, multiply)
-    elif INDEXED:
+    else:  # picks: the smallest key (NaNs set aside), then NaN if any (PROPAGATE_NAN) or all are
+        nan = acc != acc
+        best = tl.min(tl.where(nan, float("inf"), acc), axis=AXIS)
         if PROPAGATE_NAN:
-            value, index = tl.reduce((acc, acc_index), AXIS, argpick_propagate)
+            nan_wins = tl.max(nan.to(tl.int32), axis=AXIS) > 0
         else:
-            value, index = tl.reduce((acc, acc_index), AXIS, argpick_skip_nan)
-    elif PROPAGATE_NAN:
-        value = tl.reduce(acc, AXIS, pick_propagate)
-    else:
-        value = tl.reduce(acc, AXIS, pick_skip_nan)
+            nan_wins = tl.min(nan.to(tl.int32), axis=AXIS) > 0
+        value = tl.where(nan_wins, float("nan"), best)
+        if INDEXED:  # the smallest index among the lanes holding that key
+            same = (acc == tl.expand_dims(value, AXIS)) | (nan & tl.expand_dims(nan_wins, AXIS))
+            index = tl.min(tl.where(same, acc_index, 4611686018427387904), axis=AXIS)
     return value, index
 
 
@@ -189,7 +170,10 @@ def store_result(OP: tl.constexpr, value, index, c_ptr, c_offsets, index_ptr, in
     if OP == "avg":
         value = value / tl.cast(count, COMPUTE)
     elif OP == "norm2":
-        value = tl.sqrt_rn(value)
+        if COMPUTE == tl.float64:
+            value = tl.sqrt(value)
+        else:
+            value = tl.sqrt_rn(value)  # correctly rounded, as the float64 one is
     elif OP == "max" or OP == "amax":
         value = -value
     y = value * tl.cast(alpha, COMPUTE)
@@ -204,7 +188,7 @@ def store_result(OP: tl.constexpr, value, index, c_ptr, c_offsets, index_ptr, in
 def reduce_rows_kernel(
     a_ptr, c_ptr, index_ptr, partial_ptr, partial_index_ptr,
     kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w,
-    kept_total, row_blocks, iterations, count: "fp64", alpha: "fp64", beta: "fp64",
+    kept_total, row_blocks, iterations, count: tl.float64, alpha: tl.float64, beta: tl.float64,
     OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr,
     INDEXED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, PARTIAL: tl.constexpr,
     INNER_UNIT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -220,7 +204,7 @@ def reduce_rows_kernel(
     begin = pid_s * iterations // tl.num_programs(1)
     end = (pid_s + 1) * iterations // tl.num_programs(1)
 
-    acc = neutral(KIND, PROPAGATE_NAN, (BLOCK_K, BLOCK_R), COMPUTE)
+    acc = neutral(KIND, PROPAGATE_NAN, tl.zeros((BLOCK_K, BLOCK_R), COMPUTE))
     acc_index = tl.full((BLOCK_K, BLOCK_R), 4611686018427387904, tl.int64)  # 2**62 loses every tie
     for t in range(begin, end):
         row = t // row_blocks
@@ -254,7 +238,7 @@ def reduce_rows_kernel(
 def reduce_columns_kernel(
     a_ptr, c_ptr, index_ptr, partial_ptr, partial_index_ptr,
     kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w,
-    kept_total, column_blocks, reduced_total, iterations, count: "fp64", alpha: "fp64", beta: "fp64",
+    kept_total, column_blocks, reduced_total, iterations, count: tl.float64, alpha: tl.float64, beta: tl.float64,
     OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr,
     INDEXED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, PARTIAL: tl.constexpr,
     INNER_UNIT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -277,7 +261,7 @@ def reduce_columns_kernel(
     begin = pid_s * iterations // tl.num_programs(1)
     end = (pid_s + 1) * iterations // tl.num_programs(1)
 
-    acc = neutral(KIND, PROPAGATE_NAN, (BLOCK_R, BLOCK_K), COMPUTE)
+    acc = neutral(KIND, PROPAGATE_NAN, tl.zeros((BLOCK_R, BLOCK_K), COMPUTE))
     acc_index = tl.full((BLOCK_R, BLOCK_K), 4611686018427387904, tl.int64)  # 2**62 loses every tie
     for t in range(begin, end):
         r = t * BLOCK_R + lanes
@@ -306,14 +290,14 @@ def reduce_columns_kernel(
 @triton.jit
 def reduce_partials_kernel(
     c_ptr, index_ptr, partial_ptr, partial_index_ptr, kept_sizes, kept_c, kept_i,
-    kept_total, splits, count: "fp64", alpha: "fp64", beta: "fp64",
+    kept_total, splits, count: tl.float64, alpha: tl.float64, beta: tl.float64,
     OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, INDEXED: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """Combine the ``splits`` partial results of each output, slice 0 first, and store C."""
     k = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = k < kept_total
-    acc = neutral(KIND, PROPAGATE_NAN, (BLOCK,), COMPUTE)
+    acc = neutral(KIND, PROPAGATE_NAN, tl.zeros((BLOCK,), COMPUTE))
     acc_index = tl.full((BLOCK,), 4611686018427387904, tl.int64)
     for s in range(splits):
         x = tl.load(partial_ptr + s * kept_total + k, mask=mask, other=0.0)
