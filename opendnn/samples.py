@@ -283,8 +283,8 @@ def run_reduce_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np
     reduce_desc = od.ReduceTensorDescriptor(
         op, DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT,
         indices=od.ReduceTensorIndices.FLATTENED_INDICES if indexed else od.ReduceTensorIndices.NO_INDICES)
-    a = t.input(sample.shape, sample.dtype, sample.layout, 0.5 if op is od.ReduceTensorOp.MUL else -3.0,
-                1.5 if op is od.ReduceTensorOp.MUL else 3.0)
+    products = (od.ReduceTensorOp.MUL, od.ReduceTensorOp.MUL_NO_ZEROS)  # kept inside float16's range
+    a = t.input(sample.shape, sample.dtype, sample.layout, *((0.5, 1.5) if op in products else (-3.0, 3.0)))
     out_shape = tuple(1 if k in axes else d for k, d in enumerate(sample.shape))
     values, indices = reduce_reference(op, t.values(a), axes)
     c, expected = _blend(sample, t, out_shape, values)

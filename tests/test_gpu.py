@@ -50,10 +50,12 @@ def test_work_runs_on_the_handles_stream():
     x = torch.randn(1 << 20, device=DEVICE)
     y = torch.full_like(x, float("nan"))
     desc = od.TensorDescriptor("float32", x.shape)
+    relu = od.ActivationDescriptor(od.ActivationMode.RELU)
+    od.activation_forward(handle, relu, 1.0, desc, x, 0.0, desc, torch.empty_like(x))  # compiled beforehand
     torch.cuda.synchronize()
     with torch.cuda.stream(stream):
         torch.cuda._sleep(200_000_000)  # keeps the handle's stream busy for a while
-    od.activation_forward(handle, od.ActivationDescriptor(od.ActivationMode.RELU), 1.0, desc, x, 0.0, desc, y)
+    od.activation_forward(handle, relu, 1.0, desc, x, 0.0, desc, y)
     assert torch.isnan(y).all().item(), "the kernel ran before the stream's earlier work: not on the stream"
     stream.synchronize()
     assert torch.equal(y, torch.relu(x))

@@ -33,13 +33,15 @@ TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
 
 
 @triton.jit
-def tile_offsets(outer, a_index, b_index, sizes, strides):
+def tile_offsets(outer, a_index, b_index, sizes, strides, stride_a, stride_b, ALIGNED: tl.constexpr):
     """Element offsets of an A x B tile of one operand, for outer index ``outer``."""
     base = outer * 0
     for d in tl.static_range(OUTER_DIMS - 1, -1, -1):
         base += (outer % sizes[d]) * strides[d]
         outer = outer // sizes[d]
-    return base + a_index[:, None] * strides[OUTER_DIMS] + b_index[None, :] * strides[OUTER_DIMS + 1]
+    if ALIGNED:  # every outer stride is a multiple of 16 elements: rows start aligned
+        base = tl.multiple_of(base, 16)
+    return base + a_index[:, None] * stride_a + b_index[None, :] * stride_b
 
 
 @triton.jit
@@ -188,33 +190,38 @@ def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROP
 @triton.jit
 def pointwise_kernel(
     out_ptr, in0_ptr, in1_ptr, in2_ptr,
-    sizes, out_strides, in0_strides, in1_strides, in2_strides,
+    sizes, size_a, size_b, out_strides, in0_strides, in1_strides, in2_strides,
+    out_stride_a, in0_stride_a, in1_stride_a, in2_stride_a, out_stride_b, in0_stride_b, in1_stride_b, in2_stride_b,
     alpha: tl.float64, beta: tl.float64, scale0: tl.float64, scale1: tl.float64, coef: tl.float64,
-    MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
-    COMPUTE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+    MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, ALIGNED: tl.constexpr,
+    BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
+    # sizes and strides are tuples over the outer dims; A and B come as plain ints, so Triton
+    # specializes a stride of 1 and multiples of 16 into wide vector accesses
     pid = tl.program_id(0)
-    tiles_b = tl.cdiv(sizes[OUTER_DIMS + 1], BLOCK_B)
-    tiles_a = tl.cdiv(sizes[OUTER_DIMS], BLOCK_A)
+    tiles_b = tl.cdiv(size_b, BLOCK_B)
+    tiles_a = tl.cdiv(size_a, BLOCK_A)
     b_index = (pid % tiles_b) * BLOCK_B + tl.arange(0, BLOCK_B)
     a_index = ((pid // tiles_b) % tiles_a) * BLOCK_A + tl.arange(0, BLOCK_A)
     outer = (pid // tiles_b // tiles_a).to(tl.int64)
-    mask = (a_index < sizes[OUTER_DIMS])[:, None] & (b_index < sizes[OUTER_DIMS + 1])[None, :]
+    mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
     a_index = a_index.to(tl.int64)
-    b_index = b_index.to(tl.int64)
 
-    a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides), mask=mask)
+    a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b, ALIGNED), mask=mask)
     a = a.to(COMPUTE) * tl.cast(scale0, COMPUTE)
     b = a
     c = a
     if NUM_INPUTS >= 2:
-        b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides), mask=mask)
+        b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b, ALIGNED), mask=mask)
         b = b.to(COMPUTE) * tl.cast(scale1, COMPUTE)
     if NUM_INPUTS >= 3:
-        c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides), mask=mask).to(COMPUTE)
-    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN).to(COMPUTE) * tl.cast(alpha, COMPUTE)
+        c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b, ALIGNED), mask=mask)
+        c = c.to(COMPUTE)
+    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN).to(COMPUTE)
+    y = y * tl.cast(alpha, COMPUTE)
 
-    out_offsets = tile_offsets(outer, a_index, b_index, sizes, out_strides)
+    out_offsets = tile_offsets(outer, a_index, b_index, sizes, out_strides, out_stride_a, out_stride_b, ALIGNED)
     if HAS_BETA:  # with beta == 0 the output is never read: it may hold NaN
         y += tl.cast(beta, COMPUTE) * tl.load(out_ptr + out_offsets, mask=mask).to(COMPUTE)
     if out_ptr.dtype.element_ty == tl.int1:
@@ -234,11 +241,13 @@ def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> No
     strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(inputs))
     mode, activation_name = kernel_mode(problem.mode.value)
     pointwise_kernel[grid](
-        output.view, *views, tiled.sizes, *strides,
+        output.view, *views, tiled.sizes[:-2], tiled.sizes[-2], tiled.sizes[-1],
+        *(s[:-2] for s in strides), *(s[-2] for s in strides), *(s[-1] for s in strides),
         problem.alpha, problem.beta, problem.input_scales[0], problem.input_scales[1], problem.coef,
         MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(inputs), HAS_BETA=problem.beta != 0.0,
         PROPAGATE_NAN=problem.propagate_nan,
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
+        ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]),
         BLOCK_A=block_a, BLOCK_B=block_b, num_warps=8,
     )
 
