@@ -231,8 +231,8 @@ def run_op_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
     result = reference(op.value, values)
     c, expected = _blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
     compute = DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
-    od.op_tensor(handle, od.OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b, sample.beta,
-                 descriptor(c), c)
+    od.op_tensor(handle, od.OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b,
+                 sample.beta, descriptor(c), c)
     return _checked(t, c, expected)
 
 

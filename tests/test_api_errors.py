@@ -43,9 +43,11 @@ ERROR_SAMPLES = [
      "y.dtype=float64 must equal y_desc.dtype=float32"),
     ("past the buffer", lambda y: od.transform_tensor(H, 1.0, D, ones((5,)), 0.0, D, y),
      "x_desc reaches 6 elements but x holds 5 from its start"),
-    ("non-finite alpha", lambda y: od.transform_tensor(H, float("inf"), D, ones(), 0.0, D, y), "alpha=inf must be finite"),
+    ("non-finite alpha", lambda y: od.transform_tensor(H, float("inf"), D, ones(), 0.0, D, y),
+     "alpha=inf must be finite"),
     ("gen_index axis", lambda y: od.gen_index(H, 2, D, y), "axis=2 must be in [-2, 2)"),
-    ("broadcast", lambda y: F.add(ones((2, 3)), ones((4,))), "x0.shape=(2, 3), x1.shape=(4,) do not broadcast together"),
+    ("broadcast", lambda y: F.add(ones((2, 3)), ones((4,))),
+     "x0.shape=(2, 3), x1.shape=(4,) do not broadcast together"),
 ]
 
 

@@ -6,7 +6,8 @@ op_tensor, add_tensor, scale_tensor, set_tensor and transform_tensor.
 
 Every mode computes ``out = alpha * f(s0 * in0, s1 * in1, in2) + beta * out`` elementwise, inputs
 broadcast (each dim equal to the output's or 1), arithmetic in float32 (float64 when any tensor is
-float64 or a 32/64-bit integer), ``coef`` the mode's parameter (clipped relu ceiling, elu alpha, swish and softplus beta).
+float64 or a 32/64-bit integer), ``coef`` the mode's parameter (clipped relu ceiling, elu alpha,
+swish and softplus beta).
 Backward modes take ``(dy, x)`` and give ``dx = dy * f'(x)``.
 """
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton import math as tm
 from opendnn.backends.triton import layout
+from opendnn.backends.triton import math as tm
 from opendnn.core.arrays import Bound
 from opendnn.core.dtypes import DataType
 from opendnn.ops import pointwise as ops
@@ -208,15 +208,18 @@ def pointwise_kernel(
     mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
     a_index = a_index.to(tl.int64)
 
-    a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b, ALIGNED), mask=mask)
+    a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b,
+                                       ALIGNED), mask=mask)
     a = a.to(COMPUTE) * tl.cast(scale0, COMPUTE)
     b = a
     c = a
     if NUM_INPUTS >= 2:
-        b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b, ALIGNED), mask=mask)
+        b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b,
+                                           ALIGNED), mask=mask)
         b = b.to(COMPUTE) * tl.cast(scale1, COMPUTE)
     if NUM_INPUTS >= 3:
-        c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b, ALIGNED), mask=mask)
+        c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b,
+                                           ALIGNED), mask=mask)
         c = c.to(COMPUTE)
     y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN).to(COMPUTE)
     y = y * tl.cast(alpha, COMPUTE)
