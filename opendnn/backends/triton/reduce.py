@@ -185,6 +185,14 @@ def store_result(OP: tl.constexpr, value, index, c_ptr, c_offsets, index_ptr, in
 
 
 @triton.jit
+def store_partials(partial_ptr, partial_index_ptr, offsets, value, index, mask, INDEXED: tl.constexpr):
+    """One split's partial results (and indices) into the workspace, for the combining pass."""
+    tl.store(partial_ptr + offsets, value, mask=mask)
+    if INDEXED:
+        tl.store(partial_index_ptr + offsets, index, mask=mask)
+
+
+@triton.jit
 def reduce_rows_kernel(
     a_ptr, c_ptr, index_ptr, partial_ptr, partial_index_ptr,
     kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w,
@@ -225,9 +233,7 @@ def reduce_rows_kernel(
     value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 1)
 
     if PARTIAL:
-        tl.store(partial_ptr + pid_s * kept_total + k, value, mask=k_mask)
-        if INDEXED:
-            tl.store(partial_index_ptr + pid_s * kept_total + k, index, mask=k_mask)
+        store_partials(partial_ptr, partial_index_ptr, pid_s * kept_total + k, value, index, k_mask, INDEXED)
     else:
         store_result(OP, value, index, c_ptr, dim_offsets(k, KEPT_DIMS, kept_sizes, kept_c),
                      index_ptr, dim_offsets(k, KEPT_DIMS, kept_sizes, kept_i), k_mask,
@@ -276,9 +282,7 @@ def reduce_columns_kernel(
     value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 0)
 
     if PARTIAL:
-        tl.store(partial_ptr + pid_s * kept_total + k, value, mask=k_mask)
-        if INDEXED:
-            tl.store(partial_index_ptr + pid_s * kept_total + k, index, mask=k_mask)
+        store_partials(partial_ptr, partial_index_ptr, pid_s * kept_total + k, value, index, k_mask, INDEXED)
     else:
         outer_c = dim_offsets(outer, KEPT_DIMS - 1, kept_sizes, kept_c)
         outer_i = dim_offsets(outer, KEPT_DIMS - 1, kept_sizes, kept_i)
