@@ -10,7 +10,7 @@ CPU smoke run (tiny shapes, NumPy backend, or Triton's interpreter)::
     PYTHONPATH=. python benchmarks/run.py --device cpu --quick --suite elementwise
     TRITON_INTERPRET=1 OPENDNN_BACKEND=triton PYTHONPATH=. python benchmarks/run.py --device cpu --quick
 
-For each case (see ``suites.py``) and dtype:
+For each case (see ``suites.py`` and the modules in ``SUITE_MODULES``) and dtype:
 
 1. Correctness, once: the output opendnn writes is poisoned with NaN (in-place ops start from a fresh
    copy instead), opendnn and torch run once, and ``||opendnn - torch|| / ||torch||`` (in float64)
@@ -24,7 +24,7 @@ For each case (see ``suites.py``) and dtype:
    ``ratio = torch_ms / opendnn_ms``: above 1, opendnn is faster.
 
 Writes ``<out>/<suite>.json`` (a list of rows: case, dtype, shape, opendnn_ms, torch_ms, gbps,
-torch_gbps, ratio, check, rel_err, error) and ``<out>/<suite>.md`` (a header with date, device,
+torch_gbps, tflops, torch_tflops, ratio, check, rel_err, error) and ``<out>/<suite>.md`` (a header with date, device,
 torch, Triton, cuDNN and opendnn versions, then the table), and prints the Markdown table last.
 Exits with status 1 when any row is wrong or raised, 0 otherwise.
 """
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import platform
 import statistics
@@ -43,12 +44,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from suites import SUITES, Bench, Case, Context
+from suites import Bench, Case, Context
 
 import opendnn
 
+# modules of benchmarks/ holding a SUITES table (suite name -> cases); each family adds its own
+SUITE_MODULES = ("suites",)
+SUITES: dict[str, list[Case]] = {
+    name: cases for module in SUITE_MODULES for name, cases in importlib.import_module(module).SUITES.items()}
+
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
-COLUMNS = ["case", "dtype", "shape", "opendnn ms", "torch ms", "opendnn GB/s", "torch GB/s", "ratio", "check"]
+COLUMNS = ["case", "dtype", "shape", "opendnn ms", "torch ms", "opendnn GB/s", "torch GB/s", "opendnn TFLOP/s",
+           "torch TFLOP/s", "ratio", "check"]
 
 Timer = Callable[[Callable[[], Any]], float]
 
@@ -100,7 +107,8 @@ def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer) -> dict[
     """Build, check, then time one case in one dtype; every failure becomes part of the row."""
     row: dict[str, Any] = {"case": case.name, "dtype": _dtype_name(dtype), "shape": None,
                            "opendnn_ms": None, "torch_ms": None, "gbps": None, "torch_gbps": None,
-                           "ratio": None, "check": "error", "rel_err": None, "error": None}
+                           "tflops": None, "torch_tflops": None, "ratio": None, "check": "error",
+                           "rel_err": None, "error": None}
     try:
         bench = case.build(ctx, dtype)
     except Exception as error:  # a missing API or a refused problem is a result, not a crash
@@ -112,9 +120,11 @@ def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer) -> dict[
     try:
         row["torch_ms"] = timer(bench.torch)
         row["torch_gbps"] = _gbps(bench.nbytes, row["torch_ms"])
+        row["torch_tflops"] = _tflops(bench.flops, row["torch_ms"])
         if row["check"] != "error":
             row["opendnn_ms"] = timer(bench.opendnn)
             row["gbps"] = _gbps(bench.nbytes, row["opendnn_ms"])
+            row["tflops"] = _tflops(bench.flops, row["opendnn_ms"])
             row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
     except Exception as error:
         row["check"], row["error"] = "error", f"timing: {_describe(error)}"
@@ -135,7 +145,7 @@ def check(bench: Bench) -> tuple[str, float | None, str | None]:
     if tuple(expected.shape) != tuple(bench.output.shape):
         return "WRONG", None, f"shape {tuple(bench.output.shape)} != torch's {tuple(expected.shape)}"
     error = relative_error(bench.output, expected)
-    tolerance = TOLERANCE[bench.output.dtype]
+    tolerance = bench.tolerance or TOLERANCE[bench.output.dtype]
     if error < tolerance:  # NaN compares False: an unwritten element fails
         return "ok", error, None
     return "WRONG", error, f"rel_err {error:.3g} >= {tolerance:g}"
@@ -196,7 +206,8 @@ def _markdown(suite: str, env: dict[str, Any], rows: list[dict[str, Any]]) -> st
         f"{env['date']}, {env['device']}; torch {env['torch']}, Triton {env['triton']}, cuDNN {env['cudnn']}, "
         f"opendnn {env['opendnn']} (backend {env['backend']}, {env['size']} shapes).",
         f"{timing}; GB/s counts the fewest bytes each op must move (each input read once, the output written "
-        "once); ratio = torch ms / opendnn ms (above 1: opendnn faster); check: relative norm error against "
+        "once); TFLOP/s counts 2 flops per multiply-add; ratio = torch ms / opendnn ms (above 1: opendnn faster); "
+        "check: relative norm error against "
         "torch (float32 < 1e-5, bfloat16 < 1e-2).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
@@ -209,7 +220,8 @@ def _markdown(suite: str, env: dict[str, Any], rows: list[dict[str, Any]]) -> st
 def _cells(row: dict[str, Any]) -> list[str]:
     return [row["case"], row["dtype"], row["shape"] or "-", _number(row["opendnn_ms"], ".4f"),
             _number(row["torch_ms"], ".4f"), _number(row["gbps"], ".0f"), _number(row["torch_gbps"], ".0f"),
-            _number(row["ratio"], ".2f"), _check_cell(row)]
+            _number(row["tflops"], ".1f"), _number(row["torch_tflops"], ".1f"), _number(row["ratio"], ".2f"),
+            _check_cell(row)]
 
 
 def _check_cell(row: dict[str, Any]) -> str:
@@ -233,6 +245,10 @@ def _number(value: float | None, spec: str) -> str:
 
 def _gbps(moved: int, ms: float) -> float:
     return moved / (ms * 1e-3) / 1e9
+
+
+def _tflops(flops: int, ms: float) -> float | None:
+    return flops / (ms * 1e-3) / 1e12 if flops else None
 
 
 def _describe(error: BaseException) -> str:

@@ -73,6 +73,8 @@ class Bench:
         reset: readies the state for the correctness check.
         shape: the problem's dims, for the report.
         dtype_label: the report's dtype when it is not the input's (conversions).
+        flops: floating-point operations of the op (0 for memory-bound ops): the report adds TFLOP/s.
+        tolerance: the check's relative error bound when not the dtype's default (TF32 products).
     """
 
     opendnn: Callable[[], Any]
@@ -82,6 +84,8 @@ class Bench:
     reset: Callable[[], Any]
     shape: tuple[int, ...]
     dtype_label: str | None = None
+    flops: int = 0
+    tolerance: float | None = None
 
 
 @dataclass(frozen=True)

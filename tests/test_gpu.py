@@ -14,7 +14,7 @@ from opendnn.samples import relative_error, samples
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
-SAMPLES = list(samples((8, 64, 40, 48)))
+SAMPLES = list(samples("large"))
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])

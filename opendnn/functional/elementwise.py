@@ -1,14 +1,10 @@
-"""The Pythonic API: functions of arrays that return new arrays of the caller's kind.
+"""The Pythonic elementwise functions: activations, pointwise math and comparisons, tensor transforms.
 
-Inputs are torch tensors (CPU or CUDA), NumPy arrays or any DLPack array; binary operations
-broadcast like NumPy. Outputs live on the input's device with the input's dimension order.
-Each function takes an optional ``handle`` (default: a new one for the input's device, on the
-framework's current stream). Everything here is the same dispatch as the cuDNN-shaped calls.
+See the package docstring for the conventions every function follows.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +15,7 @@ from opendnn.core.descriptors import TensorFormat
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
+from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
 from opendnn.ops.registry import dispatch
 
@@ -26,10 +23,6 @@ _FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataTy
 _RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
                PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
                PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
-
-
-def _handle_for(bound: Bound, handle: Handle | None) -> Handle:
-    return handle if handle is not None else Handle(bound.device)
 
 
 def _result_dtype(inputs: Sequence[Bound]) -> DataType:
@@ -42,17 +35,6 @@ def _result_dtype(inputs: Sequence[Bound]) -> DataType:
         return DataType.INT64 if DataType.INT64 in dtypes else DataType.INT32
     widest = max(floats, key=lambda d: _FLOAT_RANK[d])
     return DataType.FLOAT if {DataType.HALF, DataType.BFLOAT16} <= dtypes and widest.itemsize == 2 else widest
-
-
-def _to_caller_kind(native: Any, like: Any) -> Any:
-    """Return ``native`` as the kind of array the caller passed (NumPy, torch, or a DLPack library's)."""
-    if isinstance(like, np.ndarray) or type(like) is type(native):
-        return native
-    library = type(like).__module__.split(".")[0]
-    try:
-        return importlib.import_module(library).from_dlpack(native)
-    except (ImportError, AttributeError):
-        return native
 
 
 def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, dtype: DataType | None = None,
@@ -70,8 +52,8 @@ def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, 
         dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype(inputs)
     output = empty_like(like, dtype, dims)
     problem = pointwise_problem(mode, inputs, output, **parameters)
-    dispatch(_handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
-    return _to_caller_kind(output.view.reshape(shape), arrays[0])
+    dispatch(handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
+    return to_caller_kind(output.view.reshape(shape), arrays[0])
 
 
 # activations, forward ------------------------------------------------------------------------
@@ -309,8 +291,8 @@ def gen_index(x: Any, axis: int, *, dtype: Any = "int64", handle: Handle | None 
     output = empty_like(like, DataType.of(dtype))
     index = index_along(output, axis % like.desc.ndim)
     problem = pointwise_problem(PointwiseMode.IDENTITY, [index], output)
-    dispatch(_handle_for(like, handle), "pointwise", problem, [index], output)
-    return _to_caller_kind(output.view, x)
+    dispatch(handle_for(like, handle), "pointwise", problem, [index], output)
+    return to_caller_kind(output.view, x)
 
 
 # tensor transforms -----------------------------------------------------------------------------
@@ -336,5 +318,5 @@ def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1
         require(sorted(order) == list(range(ndim)), f"layout={layout} must order the dims 0..{ndim - 1}")
     output = empty_like(source, DataType.of(dtype) if dtype is not None else None, order=order)
     problem = pointwise_problem(PointwiseMode.IDENTITY, [source], output, alpha=alpha)
-    dispatch(_handle_for(source, handle), "pointwise", problem, [source], output)
-    return _to_caller_kind(output.view, x)
+    dispatch(handle_for(source, handle), "pointwise", problem, [source], output)
+    return to_caller_kind(output.view, x)

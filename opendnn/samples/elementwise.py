@@ -1,20 +1,10 @@
-"""The table of operation samples: one list drives the test suite, ``pytest -m gpu`` and
-``opendnn check``.
-
-A sample names an API call, a variant (the mode), a dtype, a shape, a layout and alpha/beta. Run
-on a handle, it draws random inputs (never zeros), poisons the output (NaN, or random values that
-beta blends in), calls the cuDNN-shaped API through descriptors, and returns the output next to
-the float64 reference computed from the very same (rounded) inputs. Layouts: ``packed``;
-``permuted`` (a transposed dimension order, e.g. NHWC seen as NCHW); ``subregion`` (a view inside
-a larger buffer, whose elements outside the view must come back untouched).
-"""
+"""Samples of the elementwise families: activations, pointwise, op/add/scale/set/transform tensor,
+gen_index and reduce_tensor."""
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,136 +13,7 @@ import opendnn as od
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pointwise import PointwiseMode, reference
 from opendnn.ops.reduce import reference as reduce_reference
-
-# ||out - ref|| / ||ref|| allowed, per output dtype
-TOLERANCE = {DataType.DOUBLE: 1e-10, DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2}
-LAYOUTS = ("packed", "permuted", "subregion")
-SENTINEL = 1234.5  # fills a sub-region output's buffer: it must survive outside the view
-
-
-@dataclass(frozen=True)
-class Sample:
-    op: str
-    variant: str
-    dtype: DataType
-    shape: tuple[int, ...]
-    layout: str = "packed"
-    alpha: float = 1.0
-    beta: float = 0.0
-    out_dtype: DataType | None = None
-    nan_inputs: bool = False
-    runner: Callable[..., tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        extras = [self.layout] + ([f"a{self.alpha:g}b{self.beta:g}"] if (self.alpha, self.beta) != (1, 0) else [])
-        extras += ["nan"] if self.nan_inputs else []
-        extras += [f"to_{self.out_dtype.value}"] if self.out_dtype else []
-        return f"{self.op}[{self.variant}]-{self.dtype.value}-{'x'.join(map(str, self.shape))}-{'-'.join(extras)}"
-
-    @property
-    def tolerance(self) -> float:
-        return max(TOLERANCE.get(self.dtype, 0.0), TOLERANCE.get(self.out_dtype or self.dtype, 0.0))
-
-    def run(self, handle: od.Handle, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """(output, float64 reference), both as float64 NumPy arrays."""
-        return self.runner(self, Tensors(handle.device, np.random.default_rng(seed)), handle)
-
-
-def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    if actual.shape != expected.shape:
-        return math.inf
-    finite = np.isfinite(expected)
-    same_specials = np.array_equal(np.isnan(actual), np.isnan(expected)) and np.array_equal(
-        actual[np.isinf(expected)], expected[np.isinf(expected)])
-    if not same_specials or not np.isfinite(actual[finite]).all():
-        return math.inf
-    scale = np.linalg.norm(expected[finite])
-    return float(np.linalg.norm(actual[finite] - expected[finite]) / (scale if scale > 0 else 1.0))
-
-
-class Tensors:
-    """Makes a sample's arrays (torch tensors on the device) and reads them back as float64."""
-
-    def __init__(self, device: str, rng: np.random.Generator) -> None:
-        import torch
-
-        self.torch = torch
-        self.device = device
-        self.rng = rng
-        self._outputs: list[tuple[Any, Any]] = []  # (buffer, mask of the view) of sub-region outputs
-
-    def input(self, shape: tuple[int, ...], dtype: DataType, layout: str, low: float = -3.0, high: float = 3.0,
-              nan: bool = False) -> Any:
-        view = self._allocate(shape, dtype, layout)
-        values = self.rng.uniform(low, high, shape)
-        if nan:
-            values.reshape(-1)[:: max(1, values.size // 5)] = np.nan
-        view.copy_(self.torch.from_numpy(values).to(view.dtype))
-        return view
-
-    def output(self, shape: tuple[int, ...], dtype: DataType, layout: str, initial: np.ndarray | None) -> Any:
-        """An output poisoned with NaN (or holding ``initial``, for beta != 0)."""
-        view = self._allocate(shape, dtype, layout, output=True)
-        if initial is None:
-            view.fill_(float("nan") if dtype.is_floating else 77)
-        else:
-            view.copy_(self.torch.from_numpy(initial).to(view.dtype))
-        return view
-
-    def values(self, array: Any) -> np.ndarray:
-        return array.detach().to("cpu", self.torch.float64).numpy()
-
-    def untouched_outside_views(self) -> bool:
-        """True when every buffer element outside each sub-region output still holds SENTINEL."""
-        for buffer, mask in self._outputs:
-            if not bool((buffer[~mask] == self.torch.tensor(SENTINEL, dtype=buffer.dtype)).all()):
-                return False
-        return True
-
-    def _allocate(self, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
-        torch_dtype = dtype.to_torch()
-        if layout == "packed":
-            return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
-        if layout == "permuted":  # memory order: dim 0, then the last dims reversed (NHWC-like for 4-D)
-            order = (0, *reversed(range(1, len(shape)))) if len(shape) > 2 else tuple(reversed(range(len(shape))))
-            stored = self.torch.empty([shape[k] for k in order], dtype=torch_dtype, device=self.device)
-            return stored.permute(*np.argsort(order))
-        assert layout == "subregion", layout
-        buffer = self.torch.full([d + 3 for d in shape], SENTINEL, dtype=torch_dtype, device=self.device)
-        index = tuple(slice(1, 1 + d) for d in shape)
-        if output:
-            mask = self.torch.zeros(buffer.shape, dtype=self.torch.bool, device=self.device)
-            mask[index] = True
-            self._outputs.append((buffer, mask))
-        return buffer[index]
-
-
-def descriptor(array: Any) -> od.TensorDescriptor:
-    return od.TensorDescriptor(array.dtype, array.shape, array.stride())
-
-
-def _blend(sample: Sample, t: Tensors, shape: tuple[int, ...], result: np.ndarray) -> tuple[Any, np.ndarray]:
-    """The output tensor and the expected alpha * result + beta * y0."""
-    out_dtype = sample.out_dtype or sample.dtype
-    initial = t.rng.uniform(-2, 2, shape) if sample.beta != 0 else None
-    y = t.output(shape, out_dtype, sample.layout, initial)
-    expected = sample.alpha * result
-    if initial is not None:
-        expected = expected + sample.beta * t.values(y)
-    return y, expected
-
-
-def _checked(t: Tensors, y: Any, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    actual = t.values(y)
-    if not t.untouched_outside_views():
-        actual = np.full_like(actual, np.nan)  # an out-of-bounds write fails the sample
-    return actual, expected
-
-
-# runners: one per API call --------------------------------------------------------------------
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
 
 _DOMAINS: dict[str, tuple[float, float]] = {
     "log": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0), "tan": (-1.2, 1.2), "exp": (-4.0, 4.0),
@@ -176,10 +37,10 @@ def run_pointwise(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
     if mode.value.startswith("cmp"):  # make some elements equal
         inputs[1][..., ::2] = inputs[0][..., ::2]
     result = reference(mode, [t.values(x) for x in inputs], coef=1.5)
-    y, expected = _blend(sample, t, sample.shape, result.astype(np.float64))
+    y, expected = blend(sample, t, sample.shape, result.astype(np.float64))
     od.pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y,
                  coef=1.5)
-    return _checked(t, y, expected)
+    return checked(t, y, expected)
 
 
 # Coefficients, alphas and betas are exact in float32: Triton's interpreter passes float scalars as
@@ -199,9 +60,9 @@ def run_activation_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tup
     act, coef, propagate = _activation(sample)
     x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     result = reference(act.forward_mode, [t.values(x)], act.coef or 0.0, propagate)
-    y, expected = _blend(sample, t, sample.shape, result)
+    y, expected = blend(sample, t, sample.shape, result)
     od.activation_forward(handle, act, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
-    return _checked(t, y, expected)
+    return checked(t, y, expected)
 
 
 def run_activation_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
@@ -210,10 +71,10 @@ def run_activation_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tu
     dy = t.input(sample.shape, sample.dtype, sample.layout)
     y = t.input(sample.shape, sample.dtype, "packed")  # the forward output: checked, not used
     result = reference(act.backward_mode, [t.values(dy), t.values(x)], act.coef or 0.0, propagate)
-    dx, expected = _blend(sample, t, sample.shape, result)
+    dx, expected = blend(sample, t, sample.shape, result)
     od.activation_backward(handle, act, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
                            sample.beta, descriptor(dx), dx)
-    return _checked(t, dx, expected)
+    return checked(t, dx, expected)
 
 
 def _broadcast_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -229,25 +90,25 @@ def run_op_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
     alpha1, alpha2 = 0.75, -1.5
     values = [alpha1 * t.values(a), alpha2 * t.values(b)][: op.value.arity]
     result = reference(op.value, values)
-    c, expected = _blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
+    c, expected = blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
     compute = DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
     od.op_tensor(handle, od.OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b,
                  sample.beta, descriptor(c), c)
-    return _checked(t, c, expected)
+    return checked(t, c, expected)
 
 
 def run_add_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
     a = t.input(_broadcast_shape(sample.shape), sample.dtype, "packed")
-    c, expected = _blend(sample, t, sample.shape, np.broadcast_to(t.values(a), sample.shape))
+    c, expected = blend(sample, t, sample.shape, np.broadcast_to(t.values(a), sample.shape))
     od.add_tensor(handle, sample.alpha, descriptor(a), a, sample.beta, descriptor(c), c)
-    return _checked(t, c, expected)
+    return checked(t, c, expected)
 
 
 def run_scale_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
     y = t.output(sample.shape, sample.dtype, sample.layout, t.rng.uniform(-3, 3, sample.shape))
     expected = sample.alpha * t.values(y)
     od.scale_tensor(handle, descriptor(y), y, sample.alpha)
-    return _checked(t, y, expected)
+    return checked(t, y, expected)
 
 
 def run_set_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
@@ -255,14 +116,14 @@ def run_set_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nd
     value = float(t.rng.uniform(-3, 3))
     expected = np.full(sample.shape, t.values(t.torch.tensor(value, dtype=sample.dtype.to_torch())))
     od.set_tensor(handle, descriptor(y), y, value)
-    return _checked(t, y, expected)
+    return checked(t, y, expected)
 
 
 def run_transform_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
     x = t.input(sample.shape, sample.dtype, "packed" if sample.variant == "layout" else sample.layout)
-    y, expected = _blend(sample, t, sample.shape, t.values(x))
+    y, expected = blend(sample, t, sample.shape, t.values(x))
     od.transform_tensor(handle, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
-    return _checked(t, y, expected)
+    return checked(t, y, expected)
 
 
 def run_gen_index(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
@@ -270,7 +131,7 @@ def run_gen_index(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
     y = t.output(sample.shape, sample.dtype, sample.layout, None)
     expected = np.indices(sample.shape)[axis].astype(np.float64)
     od.gen_index(handle, axis, descriptor(y), y)
-    return _checked(t, y, expected)
+    return checked(t, y, expected)
 
 
 def run_reduce_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
@@ -287,13 +148,13 @@ def run_reduce_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np
     a = t.input(sample.shape, sample.dtype, sample.layout, *((0.5, 1.5) if op in products else (-3.0, 3.0)))
     out_shape = tuple(1 if k in axes else d for k, d in enumerate(sample.shape))
     values, indices = reduce_reference(op, t.values(a), axes)
-    c, expected = _blend(sample, t, out_shape, values)
+    c, expected = blend(sample, t, out_shape, values)
     workspace_bytes = od.get_reduction_workspace_size(handle, reduce_desc, descriptor(a), descriptor(c))
     workspace = t.torch.empty(workspace_bytes, dtype=t.torch.uint8, device=t.device) if workspace_bytes else None
     index_array = t.torch.full(out_shape, -1, dtype=t.torch.int32, device=t.device) if indexed else None
     od.reduce_tensor(handle, reduce_desc, index_array, workspace, sample.alpha, descriptor(a), a, sample.beta,
                      descriptor(c), c)
-    actual, expected = _checked(t, c, expected)
+    actual, expected = checked(t, c, expected)
     if indexed:
         actual = np.concatenate([actual.ravel(), t.values(index_array).ravel()])
         expected = np.concatenate([expected.ravel(), indices.ravel()])
@@ -302,14 +163,17 @@ def run_reduce_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np
 
 # the table -------------------------------------------------------------------------------------
 
-FLOAT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
 ACTIVATIONS = ("RELU", "RELU+propagate_nan", "CLIPPED_RELU", "CLIPPED_RELU+propagate_nan", "ELU", "GELU",
                "GELU_APPROX_TANH", "SIGMOID", "TANH", "SOFTPLUS", "SWISH", "IDENTITY")
 PLAIN_MODES = tuple(m.name for m in PointwiseMode if not m.value.endswith(("_fwd", "_bwd")))
 
 
-def samples(shape: tuple[int, ...] = (2, 3, 4, 5)) -> Iterator[Sample]:
-    """Every sample at ``shape`` (a 4-D shape; some samples use its leading dims only)."""
+SHAPES = {"small": (2, 3, 4, 5), "large": (8, 64, 40, 48)}
+
+
+def samples(size: str = "small") -> Iterator[Sample]:
+    """The elementwise samples at SHAPES[size] (some use its leading dims only)."""
+    shape = SHAPES[size]
 
     def sample(op: str, runner: Callable[..., Any], variant: str, dtype: DataType = DataType.FLOAT,
                **kw: Any) -> Sample:

@@ -1,0 +1,26 @@
+"""What every Pythonic function shares: the default handle and returning the caller's kind of array."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from opendnn.core.arrays import Bound
+from opendnn.core.handle import Handle
+
+
+def handle_for(bound: Bound, handle: Handle | None) -> Handle:
+    return handle if handle is not None else Handle(bound.device)
+
+
+def to_caller_kind(native: Any, like: Any) -> Any:
+    """Return ``native`` as the kind of array the caller passed (NumPy, torch, or a DLPack library's)."""
+    if isinstance(like, np.ndarray) or type(like) is type(native):
+        return native
+    library = type(like).__module__.split(".")[0]
+    try:
+        return importlib.import_module(library).from_dlpack(native)
+    except (ImportError, AttributeError):
+        return native

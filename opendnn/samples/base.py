@@ -1,0 +1,152 @@
+"""What every sample shares: the Sample record, its tensors, blending, the out-of-bounds check and the
+error measure.
+
+A sample names an API call, a variant (the mode), a dtype, a shape, a layout and alpha/beta. Run
+on a handle, it draws random inputs (never zeros), poisons the output (NaN, or random values that
+beta blends in), calls the cuDNN-shaped API through descriptors, and returns the output next to
+the float64 reference computed from the very same (rounded) inputs. Layouts: ``packed``;
+``permuted`` (a transposed dimension order, e.g. NHWC seen as NCHW); ``subregion`` (a view inside
+a larger buffer, whose elements outside the view must come back untouched).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import opendnn as od
+from opendnn.core.dtypes import DataType
+
+# ||out - ref|| / ||ref|| allowed, per output dtype
+TOLERANCE = {DataType.DOUBLE: 1e-10, DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2}
+LAYOUTS = ("packed", "permuted", "subregion")
+SENTINEL = 1234.5  # fills a sub-region output's buffer: it must survive outside the view
+
+
+@dataclass(frozen=True)
+class Sample:
+    op: str
+    variant: str
+    dtype: DataType
+    shape: tuple[int, ...]
+    layout: str = "packed"
+    alpha: float = 1.0
+    beta: float = 0.0
+    out_dtype: DataType | None = None
+    nan_inputs: bool = False
+    runner: Callable[..., tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        extras = [self.layout] + ([f"a{self.alpha:g}b{self.beta:g}"] if (self.alpha, self.beta) != (1, 0) else [])
+        extras += ["nan"] if self.nan_inputs else []
+        extras += [f"to_{self.out_dtype.value}"] if self.out_dtype else []
+        return f"{self.op}[{self.variant}]-{self.dtype.value}-{'x'.join(map(str, self.shape))}-{'-'.join(extras)}"
+
+    @property
+    def tolerance(self) -> float:
+        return max(TOLERANCE.get(self.dtype, 0.0), TOLERANCE.get(self.out_dtype or self.dtype, 0.0))
+
+    def run(self, handle: od.Handle, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(output, float64 reference), both as float64 NumPy arrays."""
+        return self.runner(self, Tensors(handle.device, np.random.default_rng(seed)), handle)
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        return math.inf
+    finite = np.isfinite(expected)
+    same_specials = np.array_equal(np.isnan(actual), np.isnan(expected)) and np.array_equal(
+        actual[np.isinf(expected)], expected[np.isinf(expected)])
+    if not same_specials or not np.isfinite(actual[finite]).all():
+        return math.inf
+    scale = np.linalg.norm(expected[finite])
+    return float(np.linalg.norm(actual[finite] - expected[finite]) / (scale if scale > 0 else 1.0))
+
+
+class Tensors:
+    """Makes a sample's arrays (torch tensors on the device) and reads them back as float64."""
+
+    def __init__(self, device: str, rng: np.random.Generator) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.rng = rng
+        self._outputs: list[tuple[Any, Any]] = []  # (buffer, mask of the view) of sub-region outputs
+
+    def input(self, shape: tuple[int, ...], dtype: DataType, layout: str, low: float = -3.0, high: float = 3.0,
+              nan: bool = False) -> Any:
+        view = self._allocate(shape, dtype, layout)
+        values = self.rng.uniform(low, high, shape)
+        if nan:
+            values.reshape(-1)[:: max(1, values.size // 5)] = np.nan
+        view.copy_(self.torch.from_numpy(values).to(view.dtype))
+        return view
+
+    def output(self, shape: tuple[int, ...], dtype: DataType, layout: str, initial: np.ndarray | None) -> Any:
+        """An output poisoned with NaN (or holding ``initial``, for beta != 0)."""
+        view = self._allocate(shape, dtype, layout, output=True)
+        if initial is None:
+            view.fill_(float("nan") if dtype.is_floating else 77)
+        else:
+            view.copy_(self.torch.from_numpy(initial).to(view.dtype))
+        return view
+
+    def values(self, array: Any) -> np.ndarray:
+        return array.detach().to("cpu", self.torch.float64).numpy()
+
+    def untouched_outside_views(self) -> bool:
+        """True when every buffer element outside each sub-region output still holds SENTINEL."""
+        for buffer, mask in self._outputs:
+            if not bool((buffer[~mask] == self.torch.tensor(SENTINEL, dtype=buffer.dtype)).all()):
+                return False
+        return True
+
+    def _allocate(self, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
+        torch_dtype = dtype.to_torch()
+        if layout == "packed":
+            return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
+        if layout == "permuted":  # memory order: dim 0, then the last dims reversed (NHWC-like for 4-D)
+            order = (0, *reversed(range(1, len(shape)))) if len(shape) > 2 else tuple(reversed(range(len(shape))))
+            stored = self.torch.empty([shape[k] for k in order], dtype=torch_dtype, device=self.device)
+            return stored.permute(*np.argsort(order))
+        assert layout == "subregion", layout
+        buffer = self.torch.full([d + 3 for d in shape], SENTINEL, dtype=torch_dtype, device=self.device)
+        index = tuple(slice(1, 1 + d) for d in shape)
+        if output:
+            mask = self.torch.zeros(buffer.shape, dtype=self.torch.bool, device=self.device)
+            mask[index] = True
+            self._outputs.append((buffer, mask))
+        return buffer[index]
+
+
+def descriptor(array: Any) -> od.TensorDescriptor:
+    return od.TensorDescriptor(array.dtype, array.shape, array.stride())
+
+
+def blend(sample: Sample, t: Tensors, shape: tuple[int, ...], result: np.ndarray) -> tuple[Any, np.ndarray]:
+    """The output tensor and the expected alpha * result + beta * y0."""
+    out_dtype = sample.out_dtype or sample.dtype
+    initial = t.rng.uniform(-2, 2, shape) if sample.beta != 0 else None
+    y = t.output(shape, out_dtype, sample.layout, initial)
+    expected = sample.alpha * result
+    if initial is not None:
+        expected = expected + sample.beta * t.values(y)
+    return y, expected
+
+
+def checked(t: Tensors, y: Any, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    actual = t.values(y)
+    if not t.untouched_outside_views():
+        actual = np.full_like(actual, np.nan)  # an out-of-bounds write fails the sample
+    return actual, expected
+
+
+FLOAT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
