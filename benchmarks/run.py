@@ -49,7 +49,7 @@ from suites import Bench, Case, Context
 import opendnn
 
 # modules of benchmarks/ holding a SUITES table (suite name -> cases); each family adds its own
-SUITE_MODULES = ("suites",)
+SUITE_MODULES = ("suites", "matmul", "convolution", "pooling", "batch_norm", "normalization", "softmax")
 SUITES: dict[str, list[Case]] = {
     name: cases for module in SUITE_MODULES for name, cases in importlib.import_module(module).SUITES.items()}
 

@@ -11,7 +11,50 @@ from opendnn.api.activation import (
     activation_backward,
     activation_forward,
 )
+from opendnn.api.batch_norm import (
+    batch_normalization_backward,
+    batch_normalization_backward_ex,
+    batch_normalization_forward_inference,
+    batch_normalization_forward_training,
+    batch_normalization_forward_training_ex,
+    get_batch_normalization_backward_ex_workspace_size,
+    get_batch_normalization_forward_training_ex_workspace_size,
+    get_batch_normalization_training_ex_reserve_space_size,
+)
+from opendnn.api.convolution import (
+    convolution_backward_bias,
+    convolution_backward_data,
+    convolution_backward_filter,
+    convolution_bias_activation_forward,
+    convolution_forward,
+    get_convolution_backward_data_workspace_size,
+    get_convolution_backward_filter_workspace_size,
+    get_convolution_forward_workspace_size,
+)
+from opendnn.api.convolution_algorithms import (
+    ConvolutionAlgorithmPerf,
+    find_convolution_backward_data_algorithm,
+    find_convolution_backward_filter_algorithm,
+    find_convolution_forward_algorithm,
+    get_convolution_backward_data_algorithm,
+    get_convolution_backward_filter_algorithm,
+    get_convolution_forward_algorithm,
+)
+from opendnn.api.lrn import (
+    divisive_normalization_backward,
+    divisive_normalization_forward,
+    lrn_cross_channel_backward,
+    lrn_cross_channel_forward,
+)
+from opendnn.api.matmul import MatmulEpilogue, matmul
+from opendnn.api.normalization import (
+    normalization_backward,
+    normalization_forward_inference,
+    normalization_forward_training,
+)
+from opendnn.api.pooling import pooling_backward, pooling_forward
 from opendnn.api.reduce import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
+from opendnn.api.softmax import softmax_backward, softmax_forward
 from opendnn.api.tensor_ops import (
     OpTensorDescriptor,
     OpTensorOp,
@@ -27,27 +70,62 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType, create
+from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
+from opendnn.ops.convolution import (
+    ConvolutionBwdDataAlgo,
+    ConvolutionBwdFilterAlgo,
+    ConvolutionDescriptor,
+    ConvolutionFwdAlgo,
+    ConvolutionMode,
+    FilterDescriptor,
+    get_convolution_forward_output_dim,
+)
+from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode
+from opendnn.ops.matmul import BiasAxis
+from opendnn.ops.normalization import NormDescriptor, NormMode
 from opendnn.ops.pointwise import PointwiseMode
+from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, get_pooling_forward_output_dim
 from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
+from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxMode
 
 __all__ = [
     "ActivationDescriptor",
     "ActivationMode",
     "BadParam",
+    "BatchNormMode",
+    "BatchNormOps",
+    "BiasAxis",
+    "ConvolutionAlgorithmPerf",
+    "ConvolutionBwdDataAlgo",
+    "ConvolutionBwdFilterAlgo",
+    "ConvolutionDescriptor",
+    "ConvolutionFwdAlgo",
+    "ConvolutionMode",
     "DataType",
     "ExecutionFailed",
+    "DivNormMode",
+    "FilterDescriptor",
     "Handle",
     "InternalError",
+    "LRNDescriptor",
+    "LRNMode",
     "MathType",
+    "MatmulEpilogue",
     "NanPropagation",
+    "NormDescriptor",
+    "NormMode",
     "NotSupported",
     "OpTensorDescriptor",
     "OpTensorOp",
     "OpenDnnError",
     "PointwiseMode",
+    "PoolingDescriptor",
+    "PoolingMode",
     "ReduceTensorDescriptor",
     "ReduceTensorIndices",
     "ReduceTensorOp",
+    "SoftmaxAlgorithm",
+    "SoftmaxMode",
     "Status",
     "TensorDescriptor",
     "TensorFormat",
@@ -55,15 +133,52 @@ __all__ = [
     "activation_backward",
     "activation_forward",
     "add_tensor",
+    "batch_normalization_backward",
+    "batch_normalization_backward_ex",
+    "batch_normalization_forward_inference",
+    "batch_normalization_forward_training",
+    "batch_normalization_forward_training_ex",
+    "convolution_backward_bias",
+    "convolution_backward_data",
+    "convolution_backward_filter",
+    "convolution_bias_activation_forward",
+    "convolution_forward",
     "create",
+    "derive_bn_tensor_descriptor",
+    "divisive_normalization_backward",
+    "divisive_normalization_forward",
+    "find_convolution_backward_data_algorithm",
+    "find_convolution_backward_filter_algorithm",
+    "find_convolution_forward_algorithm",
     "gen_index",
+    "get_batch_normalization_backward_ex_workspace_size",
+    "get_batch_normalization_forward_training_ex_workspace_size",
+    "get_batch_normalization_training_ex_reserve_space_size",
+    "get_convolution_backward_data_algorithm",
+    "get_convolution_backward_data_workspace_size",
+    "get_convolution_backward_filter_algorithm",
+    "get_convolution_backward_filter_workspace_size",
+    "get_convolution_forward_algorithm",
+    "get_convolution_forward_output_dim",
+    "get_convolution_forward_workspace_size",
+    "get_pooling_forward_output_dim",
     "get_reduction_indices_size",
     "get_reduction_workspace_size",
+    "lrn_cross_channel_backward",
+    "lrn_cross_channel_forward",
+    "matmul",
+    "normalization_backward",
+    "normalization_forward_inference",
+    "normalization_forward_training",
     "op_tensor",
     "pointwise",
+    "pooling_backward",
+    "pooling_forward",
     "reduce_tensor",
     "scale_tensor",
     "set_tensor",
+    "softmax_backward",
+    "softmax_forward",
     "transform_tensor",
     "version",
 ]

@@ -1,6 +1,6 @@
-"""The ``opendnn`` command: ``opendnn check`` runs every registered operation's samples on the best
-available backend against the float64 reference; ``opendnn info`` prints version, backends and
-devices."""
+"""The ``opendnn`` command: ``opendnn demo`` trains a small CNN on the 8x8 digits with opendnn alone;
+``opendnn check`` runs every registered operation's samples on the best available backend against
+the float64 reference; ``opendnn info`` prints version, backends and devices."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ import zlib
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opendnn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    from opendnn import demo
+
+    demo.add_arguments(commands.add_parser("demo", help="train a small CNN on the 8x8 digits with opendnn alone"))
     check = commands.add_parser("check", help="run every operation's samples against the float64 reference")
     check.add_argument("--device", default=None, help="cpu or cuda:N (default: CUDA when present, else cpu)")
     check.add_argument("--backend", choices=("numpy", "triton"), default=None,
@@ -24,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "info":
         return info()
+    if args.command == "demo":
+        return demo.main(args)
     if args.backend == "triton" and (args.device or "cpu") == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton loads
     return run_check(args.device, args.backend, args.filter)

@@ -18,6 +18,8 @@ class DataType(enum.Enum):
     DOUBLE = "float64"
     HALF = "float16"
     BFLOAT16 = "bfloat16"
+    FP8_E4M3 = "float8_e4m3fn"  # matmul inputs only; NumPy stores the bits as uint8
+    FP8_E5M2 = "float8_e5m2"
     INT8 = "int8"
     UINT8 = "uint8"
     INT32 = "int32"
@@ -37,8 +39,14 @@ class DataType(enum.Enum):
         """The type arithmetic runs in: DOUBLE for DOUBLE, FLOAT for everything else."""
         return DataType.DOUBLE if self is DataType.DOUBLE else DataType.FLOAT
 
+    @property
+    def is_fp8(self) -> bool:
+        return self in (DataType.FP8_E4M3, DataType.FP8_E5M2)
+
     def to_numpy(self) -> np.dtype:
         """The NumPy dtype; BFLOAT16 maps to uint16 (its bit pattern), see ``core.arrays``."""
+        if self.is_fp8:
+            return np.dtype("uint8")
         return np.dtype("uint16" if self is DataType.BFLOAT16 else self.value)
 
     def to_torch(self) -> Any:
@@ -50,7 +58,8 @@ class DataType(enum.Enum):
         import triton.language as tl
 
         return {"float32": tl.float32, "float64": tl.float64, "float16": tl.float16,
-                "bfloat16": tl.bfloat16, "int8": tl.int8, "uint8": tl.uint8, "int32": tl.int32,
+                "bfloat16": tl.bfloat16, "float8_e4m3fn": tl.float8e4nv, "float8_e5m2": tl.float8e5,
+                "int8": tl.int8, "uint8": tl.uint8, "int32": tl.int32,
                 "int64": tl.int64, "bool": tl.int1}[self.value]
 
     @classmethod
@@ -61,6 +70,8 @@ class DataType(enum.Enum):
         name = str(dtype).removeprefix("torch.")
         if name == "bfloat16":  # torch's, or NumPy's from ml_dtypes
             return cls.BFLOAT16
+        if name in ("float8_e4m3fn", "float8_e5m2"):
+            return cls(name)
         for candidate in (dtype, name):
             try:
                 return cls(np.dtype(candidate).name)
@@ -73,6 +84,7 @@ class DataType(enum.Enum):
 
 _ITEMSIZE = {
     DataType.FLOAT: 4, DataType.DOUBLE: 8, DataType.HALF: 2, DataType.BFLOAT16: 2,
+    DataType.FP8_E4M3: 1, DataType.FP8_E5M2: 1,
     DataType.INT8: 1, DataType.UINT8: 1, DataType.INT32: 4, DataType.INT64: 8,
     DataType.BOOLEAN: 1,
 }

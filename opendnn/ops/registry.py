@@ -28,6 +28,20 @@ OPERATIONS = {op.name: op for op in (
                             "triton": "opendnn.backends.triton.pointwise"}),
     Operation("reduce", {"numpy": "opendnn.backends.numpy.reduce",
                          "triton": "opendnn.backends.triton.reduce"}),
+    Operation("pooling", {"numpy": "opendnn.backends.numpy.pooling",
+                          "triton": "opendnn.backends.triton.pooling"}),
+    Operation("lrn", {"numpy": "opendnn.backends.numpy.lrn",
+                      "triton": "opendnn.backends.triton.lrn"}),
+    Operation("batch_norm", {"numpy": "opendnn.backends.numpy.batch_norm",
+                             "triton": "opendnn.backends.triton.batch_norm"}),
+    Operation("normalization", {"numpy": "opendnn.backends.numpy.normalization",
+                                "triton": "opendnn.backends.triton.normalization"}),
+    Operation("softmax", {"numpy": "opendnn.backends.numpy.softmax",
+                          "triton": "opendnn.backends.triton.softmax"}),
+    Operation("matmul", {"numpy": "opendnn.backends.numpy.matmul",
+                         "triton": "opendnn.backends.triton.matmul"}),
+    Operation("convolution", {"numpy": "opendnn.backends.numpy.convolution",
+                              "triton": "opendnn.backends.triton.convolution"}),
 )}
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from opendnn.samples import elementwise
+from opendnn.samples import batch_norm, convolution, elementwise, matmul, normalization, pooling, softmax
 from opendnn.samples.base import Sample, relative_error
 
-FAMILIES = (elementwise,)
+FAMILIES = (elementwise, convolution, matmul, softmax, batch_norm, pooling, normalization)
 
 
 def samples(size: str = "small") -> Iterator[Sample]:

@@ -1,0 +1,247 @@
+"""Benchmark cases of convolution against torch (cuDNN, ``cudnn.benchmark`` on), same inputs, same
+process; and the workspace each algorithm needs against an im2col buffer.
+
+Suite ``convolution``: the ResNet-50 layers and the depthwise layer of ../shared/anchors at batch 64,
+forward, backward data and backward filter with the default algorithms (IMPLICIT_GEMM, ALGO_0,
+ALGO_0). bfloat16 and float16 run NHWC activations with KRSC filters; float32 runs NCHW with KCRS
+filters, TF32 on both sides (a TENSOR_OP descriptor; torch's cudnn.allow_tf32) and a 2e-3
+tolerance. The dtype cell reads ``<layout>_<dtype> ws=<workspace bytes>``. FLOPs: 2 * N * K * P *
+Q * (C / groups) * R * S per direction.
+
+Suite ``convolution_algorithms``: the forward of four layers with every other applicable algorithm
+(IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT), to weigh time against workspace.
+
+Memory report, no GPU needed (Triton's interpreter answers the workspace queries)::
+
+    PYTHONPATH=. python benchmarks/convolution.py --memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import enum
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from suites import Bench, Case, Context, desc_of, nbytes
+
+import opendnn
+
+TF32_TOLERANCE = 2e-3
+BATCH = {"full": 64, "quick": 8, "tiny": 2}
+TINY_SPATIAL = 9  # largest spatial size of the CPU smoke run
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    c: int
+    size: int  # H = W
+    k: int
+    filt: int  # R = S
+    stride: int
+    groups: int = 1
+
+    @property
+    def pad(self) -> int:
+        return self.filt // 2
+
+
+LAYERS = [
+    Layer("r50_conv1", 3, 224, 64, 7, 2),
+    Layer("r50_l1_1x1", 64, 56, 64, 1, 1),
+    Layer("r50_l1_3x3", 64, 56, 64, 3, 1),
+    Layer("r50_l1_1x1up", 64, 56, 256, 1, 1),
+    Layer("r50_l2_3x3s2", 128, 56, 128, 3, 2),
+    Layer("r50_l3_3x3", 256, 14, 256, 3, 1),
+    Layer("r50_l3_1x1", 1024, 14, 256, 1, 1),
+    Layer("r50_l4_3x3", 512, 7, 512, 3, 1),
+    Layer("dw_3x3_c256", 256, 28, 256, 3, 1, groups=256),
+]
+DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+DEFAULT_ALGORITHM = {"fwd": opendnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, "bwd_data": opendnn.ConvolutionBwdDataAlgo.ALGO_0,
+                     "bwd_filter": opendnn.ConvolutionBwdFilterAlgo.ALGO_0}
+
+
+@contextlib.contextmanager
+def _cudnn(tf32: bool) -> Iterator[None]:
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = tf32, True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+
+
+@dataclass
+class Problem:
+    """A layer's tensors at one dtype: x, w, dy on the device, their descriptors and the conv descriptor."""
+
+    layer: Layer
+    dtype: torch.dtype
+    x: torch.Tensor
+    w: torch.Tensor
+    dy: torch.Tensor
+    w_desc: opendnn.FilterDescriptor
+    conv_desc: opendnn.ConvolutionDescriptor
+    label: str
+
+    @property
+    def flops(self) -> int:
+        n, k, p, q = self.dy.shape
+        return 2 * n * k * p * q * (self.layer.c // self.layer.groups) * self.layer.filt ** 2
+
+
+def _problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
+    n = BATCH[ctx.size]
+    size = min(layer.size, TINY_SPATIAL) if ctx.size == "tiny" else layer.size
+    channels_last = dtype in (torch.bfloat16, torch.float16)
+    memory = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(n, layer.c, size, size, dtype=dtype, device=ctx.device).contiguous(memory_format=memory)
+    w = torch.randn(layer.k, layer.c // layer.groups, layer.filt, layer.filt, dtype=dtype, device=ctx.device)
+    w = w.contiguous(memory_format=memory)
+    fmt = opendnn.TensorFormat.NHWC if channels_last else opendnn.TensorFormat.NCHW
+    w_desc = opendnn.FilterDescriptor(dtype, fmt, *w.shape)
+    compute = opendnn.DataType.DOUBLE if dtype is torch.float64 else opendnn.DataType.FLOAT
+    math = opendnn.MathType.TENSOR_OP if dtype is torch.float32 else opendnn.MathType.DEFAULT
+    conv_desc = opendnn.ConvolutionDescriptor((layer.pad,) * 2, (layer.stride,) * 2, (1, 1),
+                                              opendnn.ConvolutionMode.CROSS_CORRELATION, compute, layer.groups, math)
+    y_dims = opendnn.get_convolution_forward_output_dim(conv_desc, desc_of(x), w_desc)
+    dy = torch.randn(y_dims, dtype=dtype, device=ctx.device).contiguous(memory_format=memory)
+    label = f"{'nhwc' if channels_last else 'nchw'}_{str(dtype).removeprefix('torch.')}"
+    return Problem(layer, dtype, x, w, dy, w_desc, conv_desc, label)
+
+
+def _workspace(ctx: Context, size: int) -> torch.Tensor | None:
+    return torch.empty(size, dtype=torch.uint8, device=ctx.device) if size else None
+
+
+def _torch_backward(p: Problem, mask: list[bool]) -> torch.Tensor:
+    layer = p.layer
+    grads = torch.ops.aten.convolution_backward(p.dy, p.x, p.w, None, [layer.stride] * 2, [layer.pad] * 2, [1, 1],
+                                                False, [0, 0], layer.groups, [mask[0], mask[1], False])
+    return grads[0] if mask[0] else grads[1]
+
+
+def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
+    h, cd, wd = ctx.handle, p.conv_desc, p.w_desc
+    xd, dyd = desc_of(p.x), desc_of(p.dy)
+    layer = p.layer
+    if direction == "fwd":
+        out = torch.empty_like(p.dy)
+        size = opendnn.get_convolution_forward_workspace_size(h, xd, wd, cd, dyd, algo)
+        ws = _workspace(ctx, size)
+
+        def run_opendnn() -> None:
+            opendnn.convolution_forward(h, 1.0, xd, p.x, wd, p.w, cd, algo, ws, 0.0, dyd, out)
+
+        def run_torch() -> torch.Tensor:
+            return F.conv2d(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
+        moved = nbytes(p.x, p.w, out)
+    elif direction == "bwd_data":
+        out = torch.empty_like(p.x)
+        size = opendnn.get_convolution_backward_data_workspace_size(h, wd, dyd, cd, xd, algo)
+        ws = _workspace(ctx, size)
+
+        def run_opendnn() -> None:
+            opendnn.convolution_backward_data(h, 1.0, wd, p.w, dyd, p.dy, cd, algo, ws, 0.0, xd, out)
+
+        def run_torch() -> torch.Tensor:
+            return _torch_backward(p, [True, False])
+        moved = nbytes(p.dy, p.w, out)
+    else:
+        out = torch.empty_like(p.w)
+        size = opendnn.get_convolution_backward_filter_workspace_size(h, xd, dyd, cd, wd, algo)
+        ws = _workspace(ctx, size)
+
+        def run_opendnn() -> None:
+            opendnn.convolution_backward_filter(h, 1.0, xd, p.x, dyd, p.dy, cd, algo, ws, 0.0, wd, out)
+
+        def run_torch() -> torch.Tensor:
+            return _torch_backward(p, [False, True])
+        moved = nbytes(p.x, p.dy, out)
+    tf32 = p.dtype is torch.float32
+
+    def torch_call() -> torch.Tensor:
+        with _cudnn(tf32):
+            return run_torch()
+
+    algo_note = "" if algo is DEFAULT_ALGORITHM[direction] else f" {algo.name}"
+    return Bench(run_opendnn, torch_call, out, moved, lambda: out.fill_(float("nan")), tuple(p.x.shape),
+                 f"{p.label}{algo_note} ws={size}", p.flops, TF32_TOLERANCE if tf32 else None)
+
+
+def case(layer: Layer, direction: str, algo: enum.Enum | None = None) -> Callable[[Context, torch.dtype], Bench]:
+    def build(ctx: Context, dtype: torch.dtype) -> Bench:
+        return _bench(ctx, _problem(ctx, layer, dtype), direction, algo or DEFAULT_ALGORITHM[direction])
+
+    return build
+
+
+FWD = opendnn.ConvolutionFwdAlgo
+ALGORITHM_CASES = [
+    (layer, algo) for layer in LAYERS if layer.name in ("r50_conv1", "r50_l1_3x3", "r50_l3_1x1", "dw_3x3_c256")
+    for algo in (FWD.IMPLICIT_PRECOMP_GEMM, FWD.GEMM, FWD.DIRECT)
+    if algo is not FWD.DIRECT or layer.c // layer.groups <= 4
+]
+
+SUITES: dict[str, list[Case]] = {
+    "convolution": [Case(f"{layer.name}_{direction}", "convolution", case(layer, direction))
+                    for layer in LAYERS for direction in DIRECTIONS],
+    "convolution_algorithms": [Case(f"{layer.name}_fwd_{algo.name.lower()}", "convolution_algorithms",
+                                    case(layer, "fwd", algo)) for layer, algo in ALGORITHM_CASES],
+}
+
+
+# ---- memory report -------------------------------------------------------------------------------
+
+def memory_table(handle: opendnn.Handle, dtype: str = "bfloat16", batch: int = 64) -> str:
+    """Markdown: the workspace bytes of every algorithm of every direction on each layer, beside
+    the im2col buffer an explicit GEMM convolution materialises (N * P * Q * C * R * S elements)."""
+    fmt = opendnn.TensorFormat.NHWC if dtype != "float32" else opendnn.TensorFormat.NCHW
+    lines = [f"| layer | direction | algorithm | workspace bytes | im2col bytes | ratio ({dtype}, batch {batch}) |",
+             "|---|---|---|---|---|---|"]
+    queries = {
+        "fwd": (opendnn.ConvolutionFwdAlgo, lambda x, w, c, y, a: opendnn.get_convolution_forward_workspace_size(
+            handle, x, w, c, y, a)),
+        "bwd_data": (opendnn.ConvolutionBwdDataAlgo,
+                     lambda x, w, c, y, a: opendnn.get_convolution_backward_data_workspace_size(handle, w, y, c, x, a)),
+        "bwd_filter": (opendnn.ConvolutionBwdFilterAlgo,
+                       lambda x, w, c, y, a: opendnn.get_convolution_backward_filter_workspace_size(
+                           handle, x, y, c, w, a)),
+    }
+    for layer in LAYERS:
+        x = opendnn.TensorDescriptor.from_format(fmt, dtype, batch, layer.c, layer.size, layer.size)
+        w = opendnn.FilterDescriptor(dtype, fmt, layer.k, layer.c // layer.groups, layer.filt, layer.filt)
+        conv = opendnn.ConvolutionDescriptor((layer.pad,) * 2, (layer.stride,) * 2, (1, 1), group_count=layer.groups)
+        y = opendnn.TensorDescriptor.from_format(fmt, dtype, *opendnn.get_convolution_forward_output_dim(conv, x, w))
+        im2col = y.dims[0] * y.dims[2] * y.dims[3] * layer.c * layer.filt ** 2 * x.dtype.itemsize
+        for direction, (algos, query) in queries.items():
+            for algo in algos:
+                try:
+                    size = query(x, w, conv, y, algo)
+                except opendnn.NotSupported:
+                    continue
+                lines.append(f"| {layer.name} | {direction} | {algo.name} | {size:,} | {im2col:,} | "
+                             f"{size / im2col:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Workspace of every convolution algorithm against im2col.")
+    parser.add_argument("--memory", action="store_true", help="print the memory table (the only action)")
+    parser.add_argument("--device", default="cpu", help="cpu (Triton's interpreter answers) or cuda:N")
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # the CPU answers through the interpreter
+    if args.memory:
+        print(memory_table(opendnn.create(args.device, backend="triton"), args.dtype))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Batch normalization as cuDNN's: forward training and inference, backward, the Ex forms that fuse an
+add and an activation, and their workspace and reserve-space size queries.
+
+See ``opendnn.ops.batch_norm`` for the formulas. Parameter tensors (scale, bias, running and saved
+statistics, their gradients) are all described by one ``bn_scale_bias_mean_var_desc`` (or
+``d_bn_scale_bias_desc``), as made by ``derive_bn_tensor_descriptor``. The calls without Ex take
+no workspace: when the backend needs scratch memory for partial sums they allocate it themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opendnn.api.activation import ActivationDescriptor
+from opendnn.core.arrays import Bound, as_native, bind, device_of
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import Status, require
+from opendnn.core.handle import Handle
+from opendnn.ops.batch_norm import (
+    BatchNormMode,
+    BatchNormOps,
+    BatchNormProblem,
+    BatchNormTensors,
+    Direction,
+    batch_norm_problem,
+)
+from opendnn.ops.registry import dispatch, load_backend
+
+WORKSPACE_ALIGNMENT = 16  # bytes
+
+
+def batch_normalization_forward_training(
+        handle: Handle, mode: BatchNormMode, alpha: float, beta: float, x_desc: TensorDescriptor, x: Any,
+        y_desc: TensorDescriptor, y: Any, bn_scale_bias_mean_var_desc: TensorDescriptor, bn_scale: Any,
+        bn_bias: Any, exponential_average_factor: float, result_running_mean: Any, result_running_variance: Any,
+        epsilon: float, result_save_mean: Any = None, result_save_inv_variance: Any = None) -> None:
+    """``y = alpha * (scale * xhat + bias) + beta * y`` with the batch statistics; updates the running
+    mean and variance (unbiased) in place when given, writes the saved mean and inverse std when given.
+
+    Raises:
+        BadParam: a descriptor against the rules of ``batch_norm_problem``, epsilon below 1e-5, a
+            tensor past its buffer or on another device.
+    """
+    batch_normalization_forward_training_ex(
+        handle, mode, BatchNormOps.BN, alpha, beta, x_desc, x, None, None, y_desc, y, bn_scale_bias_mean_var_desc,
+        bn_scale, bn_bias, exponential_average_factor, result_running_mean, result_running_variance, epsilon,
+        result_save_mean, result_save_inv_variance, None, _AUTOMATIC, None)
+
+
+def batch_normalization_forward_inference(
+        handle: Handle, mode: BatchNormMode, alpha: float, beta: float, x_desc: TensorDescriptor, x: Any,
+        y_desc: TensorDescriptor, y: Any, bn_scale_bias_mean_var_desc: TensorDescriptor, bn_scale: Any,
+        bn_bias: Any, estimated_mean: Any, estimated_variance: Any, epsilon: float) -> None:
+    """``y = alpha * (scale * (x - mean) / sqrt(var + eps) + bias) + beta * y`` with the estimated
+    statistics; with beta == 0, y is never read.
+
+    Raises:
+        BadParam: as batch_normalization_forward_training.
+    """
+    problem = batch_norm_problem(Direction.INFERENCE, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon,
+                                 alpha=alpha, beta=beta)
+    param = problem.param
+    tensors = BatchNormTensors(
+        bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
+        bind("bn_bias", param, bn_bias), mean=bind("estimated_mean", param, estimated_mean),
+        variance=bind("estimated_variance", param, estimated_variance))
+    _run(handle, problem, tensors, _AUTOMATIC)
+
+
+def batch_normalization_backward(
+        handle: Handle, mode: BatchNormMode, alpha_data_diff: float, beta_data_diff: float,
+        alpha_param_diff: float, beta_param_diff: float, x_desc: TensorDescriptor, x: Any,
+        dy_desc: TensorDescriptor, dy: Any, dx_desc: TensorDescriptor, dx: Any,
+        d_bn_scale_bias_desc: TensorDescriptor, bn_scale: Any, d_bn_scale_result: Any, d_bn_bias_result: Any,
+        epsilon: float, saved_mean: Any = None, saved_inv_variance: Any = None) -> None:
+    """dx, dscale and dbias of the training forward, each blended: ``dx = alpha_data_diff * dx +
+    beta_data_diff * dx``, ``dscale = alpha_param_diff * dscale + beta_param_diff * dscale`` (dbias
+    likewise). The saved mean and inverse std (both or neither) are recomputed from x when absent.
+
+    Raises:
+        BadParam: as batch_normalization_forward_training; only one of the saved statistics given.
+    """
+    batch_normalization_backward_ex(
+        handle, mode, BatchNormOps.BN, alpha_data_diff, beta_data_diff, alpha_param_diff, beta_param_diff,
+        x_desc, x, None, None, dy_desc, dy, None, None, dx_desc, dx, d_bn_scale_bias_desc, bn_scale, None,
+        d_bn_scale_result, d_bn_bias_result, epsilon, saved_mean, saved_inv_variance, None, _AUTOMATIC, None)
+
+
+def batch_normalization_forward_training_ex(
+        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, alpha: float, beta: float,
+        x_desc: TensorDescriptor, x: Any, z_desc: TensorDescriptor | None, z: Any, y_desc: TensorDescriptor, y: Any,
+        bn_scale_bias_mean_var_desc: TensorDescriptor, bn_scale: Any, bn_bias: Any,
+        exponential_average_factor: float, result_running_mean: Any, result_running_variance: Any,
+        epsilon: float, result_save_mean: Any, result_save_inv_variance: Any,
+        activation_desc: ActivationDescriptor | None, workspace: Any, reserve_space: Any) -> None:
+    """``y = alpha * act(scale * xhat + bias [+ z]) + beta * y`` (bn_ops BN, BN_ACTIVATION,
+    BN_ADD_ACTIVATION), running and saved statistics as batch_normalization_forward_training.
+
+    Args:
+        activation_desc: RELU, CLIPPED_RELU or IDENTITY for BN_ACTIVATION and BN_ADD_ACTIVATION.
+        workspace: a contiguous array of at least
+            ``get_batch_normalization_forward_training_ex_workspace_size`` bytes (None when 0).
+        reserve_space: a contiguous array of at least ``get_batch_normalization_training_ex_reserve_space_size``
+            bytes, handed unchanged to batch_normalization_backward_ex (None when 0).
+
+    Raises:
+        BadParam: as batch_normalization_forward_training; z missing for BN_ADD_ACTIVATION, an
+            activation missing for the Ex ops, a workspace or reserve space missing or too small.
+    """
+    problem = batch_norm_problem(
+        Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon, ops=bn_ops,
+        z_desc=z_desc, **_activation(activation_desc), factor=exponential_average_factor, alpha=alpha, beta=beta,
+        update_running=result_running_mean is not None or result_running_variance is not None,
+        saved=result_save_mean is not None or result_save_inv_variance is not None,
+        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+    param = problem.param
+    tensors = BatchNormTensors(
+        bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
+        bind("bn_bias", param, bn_bias), z=_optional("z", problem.z, z),
+        mean=_optional("result_running_mean", param, result_running_mean, output=True),
+        variance=_optional("result_running_variance", param, result_running_variance, output=True),
+        saved_mean=_optional("result_save_mean", param, result_save_mean, output=True),
+        saved_inv_std=_optional("result_save_inv_variance", param, result_save_inv_variance, output=True))
+    _run(handle, problem, tensors, workspace, reserve_space)
+
+
+def batch_normalization_backward_ex(
+        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, alpha_data_diff: float, beta_data_diff: float,
+        alpha_param_diff: float, beta_param_diff: float, x_desc: TensorDescriptor, x: Any,
+        y_desc: TensorDescriptor | None, y: Any, dy_desc: TensorDescriptor, dy: Any,
+        dz_desc: TensorDescriptor | None, dz: Any, dx_desc: TensorDescriptor, dx: Any,
+        d_bn_scale_bias_desc: TensorDescriptor, bn_scale: Any, bn_bias: Any, d_bn_scale_result: Any,
+        d_bn_bias_result: Any, epsilon: float, saved_mean: Any, saved_inv_variance: Any,
+        activation_desc: ActivationDescriptor | None, workspace: Any, reserve_space: Any) -> None:
+    """Backward of batch_normalization_forward_training_ex: dx, dz (BN_ADD_ACTIVATION; blended as
+    dx), dscale and dbias. The activation's mask comes from the forward's reserve space; y and
+    bn_bias are checked, not needed.
+
+    Raises:
+        BadParam: as batch_normalization_backward; dz missing for BN_ADD_ACTIVATION, a workspace or
+            reserve space missing or too small.
+    """
+    require((saved_mean is None) == (saved_inv_variance is None),
+            "saved_mean and saved_inv_variance must be given together or both be None")
+    problem = batch_norm_problem(
+        Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, epsilon, ops=bn_ops, z_desc=dz_desc,
+        dy_desc=dy_desc, **_activation(activation_desc), alpha=alpha_data_diff, beta=beta_data_diff,
+        alpha_param=alpha_param_diff, beta_param=beta_param_diff, saved=saved_mean is not None,
+        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+    param = problem.param
+    if y_desc is not None and y is not None:
+        bind("y", y_desc, y)
+    if bn_bias is not None:
+        bind("bn_bias", param, bn_bias)
+    tensors = BatchNormTensors(
+        bind("x", x_desc, x), bind("dx", dx_desc, dx, output=True), bind("bn_scale", param, bn_scale),
+        z=_optional("dz", problem.z, dz, output=True), dy=bind("dy", dy_desc, dy),
+        dscale=bind("d_bn_scale_result", param, d_bn_scale_result, output=True),
+        dbias=bind("d_bn_bias_result", param, d_bn_bias_result, output=True),
+        saved_mean=_optional("saved_mean", param, saved_mean),
+        saved_inv_std=_optional("saved_inv_variance", param, saved_inv_variance))
+    _run(handle, problem, tensors, workspace, reserve_space)
+
+
+def get_batch_normalization_forward_training_ex_workspace_size(
+        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, x_desc: TensorDescriptor,
+        z_desc: TensorDescriptor | None, y_desc: TensorDescriptor, bn_scale_bias_mean_var_desc: TensorDescriptor,
+        activation_desc: ActivationDescriptor | None) -> int:
+    """Bytes of workspace batch_normalization_forward_training_ex needs on this handle's backend
+    (partial sums of the statistics on the Triton backend; none on NumPy)."""
+    problem = batch_norm_problem(Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc,
+                                 BN_QUERY_EPSILON, ops=bn_ops, z_desc=z_desc, **_activation(activation_desc))
+    return _backend(handle).workspace_size(problem)
+
+
+def get_batch_normalization_backward_ex_workspace_size(
+        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, x_desc: TensorDescriptor,
+        y_desc: TensorDescriptor | None, dy_desc: TensorDescriptor, dz_desc: TensorDescriptor | None,
+        dx_desc: TensorDescriptor, d_bn_scale_bias_desc: TensorDescriptor,
+        activation_desc: ActivationDescriptor | None) -> int:
+    """Bytes of workspace batch_normalization_backward_ex needs (enough to recompute the statistics
+    too, when the saved ones are not given)."""
+    problem = batch_norm_problem(Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, BN_QUERY_EPSILON,
+                                 ops=bn_ops, z_desc=dz_desc, dy_desc=dy_desc, **_activation(activation_desc))
+    return _backend(handle).workspace_size(problem)
+
+
+def get_batch_normalization_training_ex_reserve_space_size(
+        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, activation_desc: ActivationDescriptor | None,
+        x_desc: TensorDescriptor) -> int:
+    """Bytes of reserve space the Ex forward writes and the Ex backward reads: the activation's mask
+    for BN_ACTIVATION and BN_ADD_ACTIVATION (a bit per element on Triton), 0 for BN."""
+    from opendnn.ops.batch_norm import derive_bn_tensor_descriptor
+
+    problem = batch_norm_problem(Direction.TRAINING, mode, x_desc, x_desc, derive_bn_tensor_descriptor(x_desc, mode),
+                                 BN_QUERY_EPSILON, ops=bn_ops, z_desc=x_desc, **_activation(activation_desc),
+                                 reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+    return _backend(handle).reserve_size(problem)
+
+
+BN_QUERY_EPSILON = 1e-5  # the size queries take no epsilon; any valid one
+_AUTOMATIC = object()  # the calls without Ex: allocate the workspace the backend needs
+
+
+def _activation(activation_desc: ActivationDescriptor | None) -> dict[str, Any]:
+    if activation_desc is None:
+        return {}
+    require(isinstance(activation_desc, ActivationDescriptor),
+            f"activation_desc={activation_desc!r} must be an ActivationDescriptor or None")
+    return {"activation": activation_desc.mode.value, "activation_coef": activation_desc.coef or 0.0}
+
+
+def _optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound | None:
+    if array is None or desc is None:
+        return None
+    return bind(name, desc, array, output=output)
+
+
+def _backend(handle: Handle) -> Any:
+    return load_backend("batch_norm", handle.backend, handle.device)
+
+
+def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, workspace: Any,
+         reserve_space: Any = None) -> None:
+    backend = _backend(handle)
+    needed = backend.workspace_size(problem)
+    if workspace is _AUTOMATIC:  # ours: no checks needed
+        scratch = _scratch(tensors.x, needed)
+        workspace_bound = None if scratch is None else Bound(
+            "workspace", TensorDescriptor(DataType.UINT8, (needed,)), scratch, tensors.x.device)
+    else:
+        workspace_bound = _bind_bytes("workspace", workspace, needed, "the workspace size query")
+    tensors = tensors._replace(
+        workspace=workspace_bound,
+        reserve=_bind_bytes("reserve_space", reserve_space, backend.reserve_size(problem) if problem.reserve else 0,
+                            "get_batch_normalization_training_ex_reserve_space_size"))
+    dispatch(handle, "batch_norm", problem, tensors)
+
+
+def _scratch(like: Bound, nbytes: int) -> Any:
+    if nbytes == 0:
+        return None
+    if isinstance(like.view, np.ndarray):
+        return np.empty(nbytes, np.uint8)
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.view.device)
+
+
+def _bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
+    """``array`` as a Bound of bytes, checked against ``needed``; None when nothing is needed."""
+    if needed == 0:
+        return None
+    require(array is not None, f"{name}=None but this call needs {needed} bytes ({query})",
+            Status.BAD_PARAM_NULL_POINTER)
+    native = as_native(array, name)
+    if isinstance(native, np.ndarray):
+        contiguous, address, nbytes = native.flags.c_contiguous, native.__array_interface__["data"][0], native.nbytes
+    else:
+        contiguous, address = native.is_contiguous(), native.data_ptr()
+        nbytes = native.numel() * native.element_size()
+    require(contiguous, f"{name} of shape {tuple(native.shape)} must be contiguous")
+    require(nbytes >= needed, f"{name} holds {nbytes} bytes but {query} gives {needed} bytes",
+            Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    require(address % WORKSPACE_ALIGNMENT == 0, f"{name} address {address:#x} must be a multiple of "
+            f"{WORKSPACE_ALIGNMENT} bytes", Status.BAD_PARAM_MISALIGNED_POINTER)
+    if isinstance(native, np.ndarray):
+        view = native.reshape(-1).view(np.uint8)
+    else:
+        import torch
+
+        view = native.reshape(-1).view(torch.uint8)
+    return Bound(name, TensorDescriptor(DataType.UINT8, (nbytes,)), view, device_of(native))

@@ -1,0 +1,24 @@
+"""Pooling on the NumPy backend: the float64-capable reference in the compute dtype."""
+
+from __future__ import annotations
+
+from opendnn.backends.numpy.io import read, write
+from opendnn.core.arrays import Bound
+from opendnn.ops.pooling import PoolingProblem, reference_backward, reference_forward
+
+
+def supports(problem: PoolingProblem) -> str | None:
+    return None
+
+
+def run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None) -> None:
+    compute = problem.compute_dtype
+    geometry = (problem.window, problem.padding, problem.stride)
+    if dx is None or dy is None:
+        result = reference_forward(problem.mode, read(x, compute), *geometry, problem.propagate_nan,
+                                   problem.ceil_mode)
+        write(y, result, problem.alpha, problem.beta)
+        return
+    result = reference_backward(problem.mode, read(x, compute), read(y, compute), read(dy, compute), *geometry,
+                                problem.ceil_mode)
+    write(dx, result, problem.alpha, problem.beta)

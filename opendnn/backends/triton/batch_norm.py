@@ -1,0 +1,609 @@
+"""Batch normalization (training and inference forward, backward, the Ex forms with add + relu):
+a split reduction, a tiny per-feature combine, and an elementwise pass.
+
+Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
+- training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
+  (and one bit of mask): 3b bytes (4b with z). The benchmarks count 3b (read x twice, write y),
+  as the cuDNN anchors do; the fewest bytes any method moves is 2b.
+- inference: reads x, writes y: 2b.
+- backward: the gradient pass reads x and dy (and the mask bit), the elementwise pass reads them again
+  and writes dx (and dz): 5b (6b with dz).
+About one to three FLOPs per element per pass: memory-bound. At 64x256x56x56 fp32 (205 MB) the
+training forward moves 616 MB: 0.15 ms at 4.2 TB/s.
+
+Layout: the elements are indexed by (reduced index, feature): the reduced dims (N and the spatial
+dims for SPATIAL, N for PER_ACTIVATION) and the feature dims (C, and the spatial dims for
+PER_ACTIVATION) are each sorted by x's strides and merged where every tensor is contiguous
+(``bn_plan``). The reduced index is split into (outer, inner): when x's innermost reduced dim is
+contiguous and its size a multiple of 8 (NCHW), a program owns one feature and tiles of
+BLOCK_O x BLOCK_I (rows along the contiguous inner dim); otherwise (NHWC, or short planes) the inner
+part is empty and a program owns BLOCK_F consecutive features and BLOCK_O reduced indices, so each
+tile row is a contiguous run of channels. Offsets need division only on the small per-tile vectors.
+
+The statistics pass cuts the reduced set of each feature block into ``splits`` slices, one program
+each, accumulating the shifted sums sum(x - x0) and sum((x - x0)^2) (x0: the feature's first
+element, which keeps the fp32 sums free of cancellation) or, backward, sum(g) and
+sum(g * (x - mean)); the combine adds the slices in order (bitwise repeatable, no atomics), writes
+the statistics, the running averages and per-feature coefficients: y = x * a + b (forward) or
+dx = k1 * g + k2 * x + k3 (backward). The elementwise pass walks the tiles in the reverse order of
+the statistics pass, so its first reads hit what the statistics pass left in L2.
+
+Reserve space: the activation's mask, one bit per element, 8 consecutive reduced indices of one
+feature per byte, bytes laid out by x's layout alone (feature-major when x's reduced dims are
+innermost, else reduced-major), so backward reads what forward wrote whatever dy's layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.core.arrays import Bound
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import InternalError
+from opendnn.ops.batch_norm import BatchNormOps, BatchNormProblem, BatchNormTensors, Direction
+
+TILE = 4096  # elements per tile: 16 per thread at 8 warps
+COLUMN_BLOCK = 64  # most features a columns tile covers
+TARGET_PROGRAMS = 1024  # statistics programs: enough to fill an H200 (132 SMs) several times
+MIN_SLICE_TILES = 4  # tiles each slice of the statistics pass reads at least
+FINAL_BLOCK = 64  # features per program of the combine
+FINAL_TILE = 4096  # partial sums per load round of the combine
+MASK_GROUP = tl.constexpr(8)  # bits per mask byte
+
+
+@triton.jit
+def tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr,
+               INDEX_64: tl.constexpr):
+    """The tile ``t``'s lanes as (outer index, inner index, valid), BLOCK_O * BLOCK_I of them, the
+    inner index fastest; int64 when some offset may pass 2**31."""
+    if INDEX_64:
+        t = tl.cast(t, tl.int64)
+    lane = tl.arange(0, BLOCK_O * BLOCK_I)
+    o_block = t // i_blocks
+    outer = o_block * BLOCK_O + lane // BLOCK_I
+    inner = (t - o_block * i_blocks) * BLOCK_I + lane % BLOCK_I
+    return outer, inner, (outer < outer_total) & (inner < inner_total)
+
+
+@triton.jit
+def reduced_offsets(outer, inner, OUTER_DIMS: tl.constexpr, sizes, strides, inner_stride):
+    return dim_offsets(outer, OUTER_DIMS, sizes, strides) + inner * inner_stride
+
+
+@triton.jit
+def mask_offsets(outer, inner, f, inner_total, mask_strides):
+    """Byte of each element's mask bit: its flat reduced index / 8 and its feature, by the strides."""
+    return ((outer * inner_total + inner) // MASK_GROUP * mask_strides[0])[:, None] + (f * mask_strides[1])[None, :]
+
+
+@triton.jit
+def group_bytes(byte_offsets, valid):
+    """Per aligned group of 8 lanes (8 consecutive reduced indices of one feature): the offset of
+    its mask byte and whether any lane of it exists."""
+    ROWS: tl.constexpr = byte_offsets.shape[0]
+    COLS: tl.constexpr = byte_offsets.shape[1]
+    offsets = tl.min(tl.reshape(byte_offsets, (ROWS // MASK_GROUP, MASK_GROUP, COLS)), 1)
+    exists = tl.max(tl.reshape(valid.to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)), 1) > 0
+    return offsets, exists
+
+
+@triton.jit
+def load_mask_bits(mask_ptr, byte_offsets, valid):
+    """The activation's mask (True where act' = 1) of each lane: one byte load per group of 8."""
+    ROWS: tl.constexpr = byte_offsets.shape[0]
+    COLS: tl.constexpr = byte_offsets.shape[1]
+    offsets, exists = group_bytes(byte_offsets, valid)
+    packed = tl.load(mask_ptr + offsets, mask=exists, other=0).to(tl.int32)
+    bits = (packed[:, None, :] >> tl.arange(0, MASK_GROUP)[None, :, None]) & 1
+    return tl.reshape(bits, (ROWS, COLS)) != 0
+
+
+@triton.jit
+def store_mask_bits(mask_ptr, byte_offsets, bits, valid):
+    """Pack 8 lanes' bits per byte."""
+    ROWS: tl.constexpr = bits.shape[0]
+    COLS: tl.constexpr = bits.shape[1]
+    weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
+    packed = tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
+    offsets, exists = group_bytes(byte_offsets, valid)
+    tl.store(mask_ptr + offsets, packed.to(tl.uint8), mask=exists)
+
+
+@triton.jit
+def feature_lanes(pid_f, feature_total, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr):
+    """Program ``pid_f``'s BLOCK_F features and which of them exist."""
+    if INDEX_64:
+        pid_f = tl.cast(pid_f, tl.int64)
+    f = pid_f * BLOCK_F + tl.arange(0, BLOCK_F)
+    return f, f < feature_total
+
+
+@triton.jit
+def bn_reduce_kernel(
+    x_ptr, dy_ptr, mask_ptr, mean_ptr, partial_ptr,
+    outer_sizes, outer_x, outer_dy, inner_x, inner_dy, f_sizes, f_x, f_dy, f_stat, mask_strides,
+    outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles,
+    GRADIENT: tl.constexpr, MASKED: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """Program p: features block p % f_blocks over slice p // f_blocks of its tiles. Writes the
+    slice's two sums per feature: sum(x - x0), sum((x - x0)^2); or, GRADIENT, sum(g), sum(g * (x - mean))."""
+    pid = tl.program_id(0)
+    pid_f = pid % f_blocks
+    split = pid // f_blocks
+    splits = tl.num_programs(0) // f_blocks
+    f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
+    fx = dim_offsets(f, F_DIMS, f_sizes, f_x)
+    if GRADIENT:
+        fdy = dim_offsets(f, F_DIMS, f_sizes, f_dy)
+        center = tl.load(mean_ptr + dim_offsets(f, F_DIMS, f_sizes, f_stat), mask=f_valid, other=0.0).to(COMPUTE)
+    else:
+        center = tl.load(x_ptr + fx, mask=f_valid, other=0.0).to(COMPUTE)  # x0: the feature's first element
+    sum1 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
+    sum2 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
+    for t in range(split * tiles // splits, (split + 1) * tiles // splits):
+        outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
+        valid = r_valid[:, None] & f_valid[None, :]
+        rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
+        d = tl.load(x_ptr + (rx[:, None] + fx[None, :]), mask=valid, other=0.0).to(COMPUTE) - center[None, :]
+        d = tl.where(valid, d, 0.0)
+        if GRADIENT:
+            rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
+            g = tl.load(dy_ptr + (rdy[:, None] + fdy[None, :]), mask=valid, other=0.0).to(COMPUTE)
+            if MASKED:
+                bits = load_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), valid)
+                g = tl.where(bits, g, 0.0)
+            sum1 += g
+            sum2 += g * d
+        else:
+            sum1 += d
+            sum2 += d * d
+    tl.store(partial_ptr + split * feature_total + f, tl.sum(sum1, 0), mask=f_valid)
+    tl.store(partial_ptr + (splits + split) * feature_total + f, tl.sum(sum2, 0), mask=f_valid)
+
+
+@triton.jit
+def bn_combine_kernel(
+    partial_ptr, coef_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr,
+    dscale_ptr, dbias_ptr, f_sizes, f_x, f_param, f_stat, feature_total, splits,
+    count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha_param: tl.float64, beta_param: tl.float64,
+    STEP: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
+    HAS_BETA_PARAM: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    """Per feature, after the reduce pass (STEP "training", "statistics", "backward") or without one
+    ("inference"): the statistics, running averages, gradients of scale and bias, and the
+    coefficients of the elementwise pass, in the workspace at coef_ptr + j * feature_total."""
+    f = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = f < feature_total
+    fp = dim_offsets(f, F_DIMS, f_sizes, f_param)
+    fs = dim_offsets(f, F_DIMS, f_sizes, f_stat)
+    sum1 = tl.zeros((BLOCK_S, BLOCK), COMPUTE)  # BLOCK_S slices at a time: few dependent load rounds
+    sum2 = tl.zeros((BLOCK_S, BLOCK), COMPUTE)
+    for s0 in range(0, splits, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        offsets = s[:, None] * feature_total + f[None, :]
+        both = (s < splits)[:, None] & valid[None, :]
+        sum1 += tl.load(partial_ptr + offsets, mask=both, other=0.0)
+        sum2 += tl.load(partial_ptr + splits * feature_total + offsets, mask=both, other=0.0)
+    sum1 = tl.sum(sum1, 0)
+    sum2 = tl.sum(sum2, 0)
+    n = tl.cast(count, COMPUTE)
+    scale = tl.load(scale_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
+    if STEP == "backward":
+        mean = tl.load(mean_ptr + fs, mask=valid, other=0.0).to(COMPUTE)
+        inv_std = tl.load(saved_inv_ptr + fs, mask=valid, other=0.0).to(COMPUTE)
+        dscale = tl.cast(alpha_param, COMPUTE) * sum2 * inv_std
+        dbias = tl.cast(alpha_param, COMPUTE) * sum1
+        if HAS_BETA_PARAM:
+            dscale += tl.cast(beta_param, COMPUTE) * tl.load(dscale_ptr + fp, mask=valid, other=0.0)
+            dbias += tl.cast(beta_param, COMPUTE) * tl.load(dbias_ptr + fp, mask=valid, other=0.0)
+        tl.store(dscale_ptr + fp, dscale, mask=valid)
+        tl.store(dbias_ptr + fp, dbias, mask=valid)
+        k1 = scale * inv_std
+        k2 = -k1 * inv_std * inv_std * sum2 / n
+        tl.store(coef_ptr + f, k1, mask=valid)
+        tl.store(coef_ptr + feature_total + f, k2, mask=valid)
+        tl.store(coef_ptr + 2 * feature_total + f, -k1 * sum1 / n - k2 * mean, mask=valid)
+    else:
+        if STEP == "inference":
+            mean = tl.load(mean_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
+            var = tl.load(var_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
+        else:
+            shifted_mean = sum1 / n
+            var = tl.maximum(sum2 / n - shifted_mean * shifted_mean, 0.0)
+            mean = tl.load(x_ptr + dim_offsets(f, F_DIMS, f_sizes, f_x), mask=valid, other=0.0).to(COMPUTE)
+            mean += shifted_mean
+        if COMPUTE == tl.float64:
+            inv_std = 1.0 / tl.sqrt(var + epsilon)
+        else:
+            inv_std = 1.0 / tl.sqrt_rn(var + tl.cast(epsilon, tl.float32))
+        if STEP == "statistics":  # backward without saved statistics: into the workspace
+            tl.store(saved_mean_ptr + fs, mean, mask=valid)
+            tl.store(saved_inv_ptr + fs, inv_std, mask=valid)
+        if SAVE:
+            tl.store(saved_mean_ptr + fp, mean, mask=valid)
+            tl.store(saved_inv_ptr + fp, inv_std, mask=valid)
+        keep = 1.0 - tl.cast(factor, COMPUTE)
+        if UPDATE_MEAN:
+            running = tl.load(mean_ptr + fp, mask=valid, other=0.0)
+            tl.store(mean_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * mean, mask=valid)
+        if UPDATE_VAR:
+            unbiased = var * n / tl.maximum(n - 1.0, 1.0)
+            running = tl.load(var_ptr + fp, mask=valid, other=0.0)
+            tl.store(var_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * unbiased, mask=valid)
+        a = scale * inv_std
+        tl.store(coef_ptr + f, a, mask=valid)
+        bias = tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
+        tl.store(coef_ptr + feature_total + f, bias - mean * a, mask=valid)
+
+
+@triton.jit
+def bn_forward_kernel(
+    x_ptr, z_ptr, y_ptr, coef_ptr, mask_ptr,
+    outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, mask_strides,
+    outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles,
+    alpha: tl.float64, beta: tl.float64, ceiling: tl.float64,
+    ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr, HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """y = alpha * act(x * a + b [+ z]) + beta * y over one tile; the mask bits of act' too."""
+    pid = tl.program_id(0)
+    pid_f = pid % f_blocks
+    t = tiles - 1 - pid // f_blocks  # the last tiles first: the statistics pass left them in L2
+    f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
+    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
+    valid = r_valid[:, None] & f_valid[None, :]
+    a = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
+    b = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
+    rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
+    x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
+    v = x.to(COMPUTE) * a + b
+    if ADD_Z:
+        rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
+        z_offsets = rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]
+        v += tl.load(z_ptr + z_offsets, mask=valid, other=0.0).to(COMPUTE)
+    if ACTIVATION == "relu":
+        on = v > 0.0
+        v = tl.where(on, v, 0.0)
+    elif ACTIVATION == "clipped_relu":
+        on = (v > 0.0) & (v < tl.cast(ceiling, COMPUTE))
+        v = tl.minimum(tl.where(v > 0.0, v, 0.0), tl.cast(ceiling, COMPUTE))
+    else:
+        on = valid
+    ry = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_y, inner_y)
+    y_offsets = ry[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_y)[None, :]
+    y = v * tl.cast(alpha, COMPUTE)
+    if HAS_BETA:
+        y += tl.cast(beta, COMPUTE) * tl.load(y_ptr + y_offsets, mask=valid, other=0.0).to(COMPUTE)
+    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=valid)
+    if WRITE_MASK:
+        store_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), on, valid)
+
+
+@triton.jit
+def bn_backward_kernel(
+    x_ptr, dy_ptr, dx_ptr, dz_ptr, coef_ptr, mask_ptr,
+    outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
+    f_sizes, f_x, f_dy, f_dx, f_dz, mask_strides,
+    outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles, alpha: tl.float64, beta: tl.float64,
+    MASKED: tl.constexpr, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """dx = alpha * (k1 * g + k2 * x + k3) + beta * dx, g = dy * mask; dz = alpha * g + beta * dz."""
+    pid = tl.program_id(0)
+    pid_f = pid % f_blocks
+    t = tiles - 1 - pid // f_blocks  # the last tiles first: the gradient pass left them in L2
+    f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
+    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
+    valid = r_valid[:, None] & f_valid[None, :]
+    rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
+    rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
+    x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
+    g = tl.load(dy_ptr + (rdy[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dy)[None, :]), mask=valid, other=0.0)
+    g = g.to(COMPUTE)
+    if MASKED:
+        g = tl.where(load_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), valid),
+                     g, 0.0)
+    k1 = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
+    k2 = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
+    k3 = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
+    rdx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dx, inner_dx)
+    dx_offsets = rdx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dx)[None, :]
+    dx = (k1 * g + k2 * x.to(COMPUTE) + k3) * tl.cast(alpha, COMPUTE)
+    if HAS_BETA:
+        dx += tl.cast(beta, COMPUTE) * tl.load(dx_ptr + dx_offsets, mask=valid, other=0.0).to(COMPUTE)
+    tl.store(dx_ptr + dx_offsets, dx.to(dx_ptr.dtype.element_ty), mask=valid)
+    if WRITE_DZ:
+        rdz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dz, inner_dz)
+        dz_offsets = rdz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dz)[None, :]
+        dz = g * tl.cast(alpha, COMPUTE)
+        if HAS_BETA:
+            dz += tl.cast(beta, COMPUTE) * tl.load(dz_ptr + dz_offsets, mask=valid, other=0.0).to(COMPUTE)
+        tl.store(dz_ptr + dz_offsets, dz.to(dz_ptr.dtype.element_ty), mask=valid)
+
+
+# ---- launcher -------------------------------------------------------------------------------------
+
+DATA = ("x", "out", "z", "dy")  # the data tensors' order in the plan's stride tuples
+PARAM, FLAT = len(DATA), len(DATA) + 1  # the features' extra strides: parameter tensors, workspace
+
+
+@dataclass(frozen=True)
+class BatchNormPlan:
+    """The canonical layout of a call and its tiling.
+
+    ``outer``/``inner``: the reduced dims (outermost first, each (size, strides per DATA tensor));
+    ``inner`` is the innermost contiguous dim in the rows orientation, else (1, zeros).
+    ``features``: (size, strides per DATA tensor + parameter + workspace), outermost first.
+    """
+
+    outer: tuple[tuple[int, tuple[int, ...]], ...]
+    inner: tuple[int, tuple[int, ...]]
+    features: tuple[tuple[int, tuple[int, ...]], ...]
+    block_o: int
+    block_i: int
+    block_f: int
+    splits: int
+    mask_strides: tuple[int, int]
+    compute_bytes: int
+
+    @property
+    def outer_total(self) -> int:
+        return math.prod(size for size, _ in self.outer)
+
+    @property
+    def feature_total(self) -> int:
+        return math.prod(size for size, _ in self.features)
+
+    @property
+    def f_blocks(self) -> int:
+        return _cdiv(self.feature_total, self.block_f)
+
+    @property
+    def i_blocks(self) -> int:
+        return _cdiv(self.inner[0], self.block_i)
+
+    @property
+    def tiles(self) -> int:
+        return _cdiv(self.outer_total, self.block_o) * self.i_blocks
+
+    @functools.cached_property
+    def kernel_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(outer sizes, feature sizes) for the kernels: exactly OUTER_DIMS and F_DIMS long, so a
+        launch binds few arguments."""
+        return tuple(size for size, _ in self.outer), tuple(size for size, _ in self.features)
+
+    @functools.cached_property
+    def kernel_strides(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+        """(outer strides per DATA tensor, feature strides per DATA tensor + PARAM + FLAT)."""
+        outer = tuple(tuple(strides[k] for _, strides in self.outer) for k in range(len(DATA)))
+        features = tuple(tuple(strides[k] for _, strides in self.features) for k in range(len(DATA) + 2))
+        return outer, features
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Partial sums (2 x splits x F), coefficients (3 x F), recomputed statistics (2 x F)."""
+        return -(-(2 * self.splits + 5) * self.feature_total * self.compute_bytes // 16) * 16
+
+
+@functools.lru_cache(maxsize=256)
+def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
+    """Merge and sort the dims, pick the orientation and the tile, decide the split."""
+    x = problem.x
+    descs = [getattr(problem, name) or x for name in ("x", "out", "z", "dy")]
+    reduced_axes = problem.reduced_axes
+    features = [k for k in range(x.ndim) if k not in reduced_axes]
+    reduced = _merged([(x.dims[k], tuple(d.strides[k] for d in descs)) for k in reduced_axes]) or [(1, (0,) * 4)]
+    param_strides = problem.param.strides
+    feature_dims = _merged([(x.dims[k], (*(d.strides[k] for d in descs), param_strides[k])) for k in features])
+    feature_dims = feature_dims or [(1, (0,) * 5)]
+    flat = 1
+    for j in reversed(range(len(feature_dims))):  # the workspace's packed strides over the merged features
+        size, strides = feature_dims[j]
+        feature_dims[j] = (size, (*strides, flat))
+        flat *= size
+    mask_strides = _mask_strides(problem)
+    inner_size, inner_strides = reduced[-1]
+    rows = mask_strides[0] == 1 and inner_size % 8 == 0 and inner_strides[0] == 1
+    if rows:
+        outer, inner = reduced[:-1] or [(1, (0,) * 4)], (inner_size, inner_strides)
+        block_i = _row_block(inner_size)
+        block_o = max(1, min(TILE // block_i, triton.next_power_of_2(math.prod(s for s, _ in outer))))
+        block_f = 1
+    else:
+        outer, inner = reduced, (1, (0,) * 4)
+        block_i = 1
+        block_f = min(triton.next_power_of_2(flat), COLUMN_BLOCK)
+        block_o = max(8, min(TILE // block_f, triton.next_power_of_2(math.prod(s for s, _ in outer))))
+    plan = BatchNormPlan(tuple(outer), inner, tuple(feature_dims), block_o, block_i, block_f, 1, mask_strides,
+                         problem.compute_dtype.itemsize)
+    splits = max(1, min(_cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
+    return BatchNormPlan(plan.outer, plan.inner, plan.features, block_o, block_i, block_f, splits, mask_strides,
+                         plan.compute_bytes)
+
+
+def _row_block(inner: int) -> int:
+    """The widest power-of-two block (8 to 1024) that wastes at most 1/16 of a row of ``inner``."""
+    for block in (1024, 512, 256, 128, 64, 32, 16):
+        if _cdiv(inner, block) * block - inner <= inner // 16:
+            return block
+    return 8
+
+
+def _mask_strides(problem: BatchNormProblem) -> tuple[int, int]:
+    """(bytes per 8 reduced indices, bytes per feature) of the mask: feature-major when x's innermost
+    reduced dim is more contiguous than its innermost feature dim, else reduced-major. x alone decides."""
+    x = problem.x
+    reduced_axes = problem.reduced_axes
+    inner_stride = {True: [], False: []}
+    for k in range(x.ndim):
+        if x.dims[k] > 1:
+            inner_stride[k in reduced_axes].append(x.strides[k])
+    feature_major = min(inner_stride[True], default=math.inf) < min(inner_stride[False], default=math.inf)
+    groups = _cdiv(problem.count, 8)
+    features = problem.x.numel // problem.count
+    return (1, groups) if feature_major else (features, 1)
+
+
+def _merged(dims: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, tuple[int, ...]]]:
+    """Dims sorted by x's stride (outermost first), size-1 dims dropped, neighbours merged where every
+    stride set is contiguous."""
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for size, strides in sorted((d for d in dims if d[0] > 1), key=lambda d: -d[1][0]):
+        if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * size, strides)
+        else:
+            merged.append((size, strides))
+    return merged
+
+
+def supports(problem: BatchNormProblem) -> str | None:
+    return None
+
+
+def workspace_size(problem: BatchNormProblem) -> int:
+    """Bytes of workspace ``run`` needs: partial sums, coefficients and statistics."""
+    return bn_plan(problem).workspace_bytes
+
+
+def reserve_size(problem: BatchNormProblem) -> int:
+    """Bytes of reserve space: the activation's mask, a bit per element (bytes of 8 reduced indices
+    of one feature), 0 for BN."""
+    if problem.ops is BatchNormOps.BN:
+        return 0
+    return -(-_cdiv(problem.count, 8) * (problem.x.numel // problem.count) // 16) * 16
+
+
+def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
+    import torch
+
+    plan = bn_plan(problem)
+    if t.workspace is None or t.workspace.desc.numel < plan.workspace_bytes:
+        raise InternalError(f"batch_norm needs {plan.workspace_bytes} bytes of workspace")
+    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+    space = torch_view(t.workspace).reshape(-1)[:plan.workspace_bytes].view(compute)
+    features = plan.feature_total
+    partial = space[:2 * plan.splits * features]
+    coef = space[2 * plan.splits * features:(2 * plan.splits + 3) * features]
+    stats = space[(2 * plan.splits + 3) * features:(2 * plan.splits + 5) * features]
+    ctx = _Launch(problem, plan, t, torch_view(t.x), partial, coef)
+    if problem.direction is Direction.INFERENCE:
+        ctx.combine("inference")
+        ctx.forward()
+    elif problem.direction is Direction.TRAINING:
+        ctx.reduce(gradient=False)
+        ctx.combine("training")
+        ctx.forward()
+    else:
+        mean, inv_std, stat_strides = stats[:features], stats[features:], FLAT
+        if problem.saved and t.saved_mean is not None:
+            mean, inv_std, stat_strides = torch_view(t.saved_mean), torch_view(t.saved_inv_std), PARAM
+        else:
+            ctx.reduce(gradient=False)
+            ctx.combine("statistics", mean=mean, inv_std=inv_std, stat_strides=FLAT)
+        ctx.reduce(gradient=True, mean=mean, stat_strides=stat_strides)
+        ctx.combine("backward", mean=mean, inv_std=inv_std, stat_strides=stat_strides)
+        ctx.backward()
+
+
+class _Launch:
+    """The kernels' common arguments for one call, and one method per kernel."""
+
+    def __init__(self, problem: BatchNormProblem, plan: BatchNormPlan, t: BatchNormTensors, x: Any,
+                 partial: Any, coef: Any) -> None:
+        self.problem, self.plan, self.t, self.x, self.partial, self.coef = problem, plan, t, x, partial, coef
+        self.outer_sizes, self.f_sizes = plan.kernel_sizes
+        self.compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
+        self.mask = torch_view(t.reserve) if t.reserve is not None and problem.reserve else x
+        self.tile_args = (plan.outer_total, plan.inner[0], plan.feature_total, plan.f_blocks, plan.i_blocks,
+                          plan.tiles)
+        self.blocks = dict(OUTER_DIMS=len(plan.outer), F_DIMS=len(plan.features), COMPUTE=self.compute,
+                           INDEX_64=max(b.desc.extent for b in t if b is not None) >= 2**31 - TILE,
+                           BLOCK_O=plan.block_o, BLOCK_I=plan.block_i, BLOCK_F=plan.block_f,
+                           num_warps=max(1, min(8, plan.block_o * plan.block_i * plan.block_f // 512)))
+
+    def outer_strides(self, tensor: int) -> tuple[int, ...]:
+        return self.plan.kernel_strides[0][tensor]
+
+    def feature_strides(self, tensor: int) -> tuple[int, ...]:
+        return self.plan.kernel_strides[1][tensor]
+
+    def view(self, bound: Bound | None) -> Any:
+        return self.x if bound is None else torch_view(bound)
+
+    def reduce(self, gradient: bool, mean: Any = None, stat_strides: int = PARAM) -> None:
+        x, dy = DATA.index("x"), DATA.index("dy")
+        masked = gradient and self.problem.reserve
+        bn_reduce_kernel[(self.plan.f_blocks * self.plan.splits,)](
+            self.x, self.view(self.t.dy), self.mask, self.x if mean is None else mean, self.partial,
+            self.outer_sizes, self.outer_strides(x), self.outer_strides(dy), self.plan.inner[1][x],
+            self.plan.inner[1][dy], self.f_sizes, self.feature_strides(x), self.feature_strides(dy),
+            self.feature_strides(stat_strides), self.plan.mask_strides, *self.tile_args,
+            GRADIENT=gradient, MASKED=masked, **self.blocks)
+
+    def combine(self, step: str, mean: Any = None, inv_std: Any = None, stat_strides: int = PARAM) -> None:
+        p, t = self.problem, self.t
+        update_mean = step == "training" and t.mean is not None
+        update_var = step == "training" and t.variance is not None
+        save = step == "training" and t.saved_mean is not None and t.saved_inv_std is not None
+        running_mean = mean if step in ("statistics", "backward") else self.view(t.mean)
+        block = min(FINAL_BLOCK, triton.next_power_of_2(self.plan.feature_total))
+        block_s = min(FINAL_TILE // block, triton.next_power_of_2(self.plan.splits))
+        saved_mean = mean if step == "statistics" else self.view(t.saved_mean)
+        saved_inv = inv_std if step in ("statistics", "backward") else self.view(t.saved_inv_std)
+        bn_combine_kernel[(_cdiv(self.plan.feature_total, block),)](
+            self.partial, self.coef, self.x, self.view(t.scale), self.view(t.bias), running_mean,
+            self.view(t.variance), saved_mean, saved_inv, self.view(t.dscale), self.view(t.dbias),
+            self.f_sizes, self.feature_strides(DATA.index("x")), self.feature_strides(PARAM),
+            self.feature_strides(stat_strides), self.plan.feature_total,
+            self.plan.splits if step != "inference" else 0, float(p.count), p.epsilon, p.factor, p.alpha_param,
+            p.beta_param, STEP=step, UPDATE_MEAN=update_mean, UPDATE_VAR=update_var, SAVE=save,
+            HAS_BETA_PARAM=p.beta_param != 0.0, F_DIMS=len(self.plan.features), COMPUTE=self.compute,
+            BLOCK=block, BLOCK_S=block_s, num_warps=4)
+
+    def forward(self) -> None:
+        p, t = self.problem, self.t
+        ids = [DATA.index(name) for name in ("x", "z", "out")]
+        bn_forward_kernel[(self.plan.f_blocks * self.plan.tiles,)](
+            self.x, self.view(t.z), torch_view(t.out), self.coef, self.mask, self.outer_sizes,
+            *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
+            *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args,
+            p.alpha, p.beta, p.activation_coef, ADD_Z=t.z is not None, ACTIVATION=p.activation or "identity",
+            WRITE_MASK=p.reserve and t.reserve is not None, HAS_BETA=p.beta != 0.0, **self.blocks)
+
+    def backward(self) -> None:
+        p, t = self.problem, self.t
+        ids = [DATA.index(name) for name in ("x", "dy", "out", "z")]
+        bn_backward_kernel[(self.plan.f_blocks * self.plan.tiles,)](
+            self.x, torch_view(t.dy), torch_view(t.out), self.view(t.z), self.coef, self.mask, self.outer_sizes,
+            *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
+            *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args, p.alpha, p.beta,
+            MASKED=p.reserve and t.reserve is not None, WRITE_DZ=t.z is not None, HAS_BETA=p.beta != 0.0,
+            **self.blocks)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)  # triton.cdiv is a jit function: slow to call from Python
+
+
+def torch_view(bound: Bound) -> Any:
+    """The bound view as a torch tensor sharing memory (a NumPy array wrapped, bfloat16 bits reinterpreted)."""
+    import numpy as np
+    import torch
+
+    view = bound.view
+    if isinstance(view, np.ndarray):
+        view = torch.from_numpy(view)
+        if bound.desc.dtype is DataType.BFLOAT16:
+            view = view.view(torch.bfloat16)
+    return view

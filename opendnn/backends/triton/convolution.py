@@ -1,0 +1,459 @@
+"""Convolution on the Triton backend: forward (with the fused bias / residual / activation
+epilogue), backward data and backward filter, for 1-3 spatial dims, any strides and groups.
+
+The kernels live in ``convolution_gemm`` (implicit GEMM forward and backward data, im2col,
+offset tables, the epilogue) and ``convolution_direct`` (direct kernels and backward filter);
+this module chooses a kernel and its tile per problem and launches it. Problems reach the kernels
+in a canonical 3-D form: a 1-D or 2-D problem gains leading spatial dims of size 1.
+
+Algorithms (``ops.convolution.method_of(problem.algo)``):
+    IMPLICIT_GEMM          zero workspace; depthwise-like problems (few channels per group) take
+                           the direct kernels, vectorized over all channels, instead of a GEMM
+                           whose tiles would be mostly padding
+    IMPLICIT_PRECOMP_GEMM  the same GEMM reading the per-tap shifts and filter offsets from a
+                           table of taps * 16 bytes in the workspace (forward, backward filter)
+    GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
+                           strided positions (backward data) in the workspace, then a matrix product
+    DIRECT                 the direct kernel (forward)
+Backward filter splits its pixel reduction into slices through the workspace when its tiles are
+too few to fill the GPU; slices are summed in a fixed order (deterministic, no atomics).
+
+Tiles come from a small fixed table per shape class (no autotuning): 128 x 64..128 output tiles,
+64-deep reductions for 16-bit types (32 for float32, 16 for float64), 4 stages for 16-bit.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import triton
+import triton.language as tl
+from triton.compiler import CompiledKernel
+
+from opendnn.backends.triton import convolution_direct as direct
+from opendnn.backends.triton import convolution_gemm as gemm
+from opendnn.core.arrays import CPU, Bound
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import InternalError
+from opendnn.ops.convolution import (
+    ConvolutionDirection,
+    ConvolutionMethod,
+    ConvolutionProblem,
+    algorithm_refusal,
+    method_of,
+)
+
+FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
+TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)
+DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
+DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
+TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
+MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
+ALIGN = 256  # bytes: the start of each workspace region
+SUM_BLOCK = 128  # filter elements per program of the pass that sums the slices
+SUM_SPLITS = 16  # slices it loads at a time
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A problem in 3-D canonical form (leading spatial dims of size 1 added)."""
+
+    n: int
+    c: int
+    k: int
+    groups: int
+    x_size: tuple[int, int, int]
+    y_size: tuple[int, int, int]
+    filt: tuple[int, int, int]
+    pad: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.filt)
+
+    @property
+    def output_pixels(self) -> int:
+        return self.n * math.prod(self.y_size)
+
+    @property
+    def input_pixels(self) -> int:
+        return self.n * math.prod(self.x_size)
+
+
+def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    return tuple((fill,) * (3 - len(values)) + tuple(values))  # type: ignore[return-value]
+
+
+def geometry(problem: ConvolutionProblem) -> Geometry:
+    x, w, y = problem.x.dims, problem.w.dims, problem.y.dims
+    return Geometry(x[0], x[1], w[0], problem.groups, _three(x[2:], 1), _three(y[2:], 1), _three(w[2:], 1),
+                    _three(problem.pre_padding, 0), _three(problem.stride, 1), _three(problem.dilation, 1))
+
+
+def strides5(desc: TensorDescriptor | None) -> tuple[int, ...]:
+    """(n, c, d, h, w) strides of a descriptor in canonical form (0 for an added dim)."""
+    if desc is None:
+        return (0,) * 5
+    return (*desc.strides[:2], *_three(desc.strides[2:], 0))
+
+
+def _uses_direct(problem: ConvolutionProblem, reduced: int, outputs: int) -> bool:
+    method = method_of(problem.algo)
+    if method is ConvolutionMethod.DIRECT:
+        return True
+    return method is ConvolutionMethod.IMPLICIT_GEMM and reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
+
+
+def _compute(problem: ConvolutionProblem) -> Any:
+    return tl.float64 if problem.compute_type is DataType.DOUBLE or problem.x.dtype is DataType.DOUBLE else tl.float32
+
+
+def _dot_type(problem: ConvolutionProblem, device: str) -> Any:
+    """The operand type of tl.dot: the data's, float64 for float64 products, and float32 for
+    bfloat16 under the interpreter (Triton 3.6's interpreted tl.dot multiplies bfloat16 bit patterns)."""
+    if _compute(problem) == tl.float64:
+        return tl.float64
+    if problem.x.dtype is DataType.BFLOAT16 and device == CPU:
+        return tl.float32
+    return {DataType.FLOAT: tl.float32, DataType.HALF: tl.float16, DataType.BFLOAT16: tl.bfloat16}[problem.x.dtype]
+
+
+def _precision(problem: ConvolutionProblem) -> str:
+    return "tf32" if problem.x.dtype is DataType.FLOAT and problem.allow_tf32 else "ieee"
+
+
+def _item(problem: ConvolutionProblem) -> int:
+    return problem.x.dtype.itemsize
+
+
+def _aligned(size: int) -> int:
+    return -(-size // ALIGN) * ALIGN
+
+
+# ---- tiles ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int, programs_per_tile: int) -> Tile:
+    """The output tile of a GEMM with ``rows`` x ``columns`` per group and ``reduced`` channels per tap."""
+    dtype = problem.x.dtype
+    if _compute(problem) == tl.float64:
+        return Tile(64, 32, 16, 4, 2)
+    block_k = 64 if dtype.itemsize == 2 else 32
+    if reduced % block_k:  # lanes of a chunk straddle taps: shallower chunks waste less
+        block_k = 16 if reduced % 32 and reduced % 16 == 0 else 32
+    block_n = max(16, min(128, triton.next_power_of_2(columns)))
+    block_m = 128
+    if block_n == 128 and triton.cdiv(rows, 128) * programs_per_tile * 1 < TARGET_PROGRAMS:
+        block_n = 64  # too few 128 x 128 tiles: halve them to fill the SMs
+    stages = 4 if dtype.itemsize == 2 else 3
+    warps = 8 if block_m * block_n >= 128 * 128 else 4
+    return Tile(block_m, block_n, block_k, warps, stages)
+
+
+# ---- workspace -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FilterPlan:
+    tile: Tile
+    splits: int
+    slice_pixels: int
+    direct: bool
+
+
+def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
+    """Backward filter's tile and pixel slices: enough programs to fill the GPU, each slice at
+    least MIN_SLICE_STEPS tiles of pixels."""
+    geo = geometry(problem)
+    kg, cg = geo.k // geo.groups, geo.c // geo.groups
+    pixels = geo.output_pixels
+    if _uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM:
+        tile = Tile(64, min(64, triton.next_power_of_2(geo.k)), 0, 4, 1)
+        programs = geo.taps * cg * triton.cdiv(geo.k, tile.block_n)
+        step = tile.block_m
+        direct_kernel = True
+    else:
+        tile = gemm_tile(problem, kg, cg * geo.taps, cg, TARGET_PROGRAMS)
+        block_m = max(16, min(tile.block_m, triton.next_power_of_2(kg)))
+        block_n = next((b for b in (128, 64, 32, 16) if cg % b == 0), tile.block_n)  # one tap per tile
+        block_n = min(block_n, tile.block_n)
+        tile = Tile(block_m, block_n, tile.block_k, 8 if block_m * block_n >= 128 * 128 else 4, tile.num_stages)
+        programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n) * geo.groups
+        step = tile.block_k
+        direct_kernel = False
+    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), pixels // (step * MIN_SLICE_STEPS)))
+    slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), step) * step
+    return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel)
+
+
+@functools.lru_cache(maxsize=256)
+def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, int, int]:
+    """Bytes of (offset table, column matrix, backward-filter partial sums)."""
+    geo = geometry(problem)
+    method = method_of(problem.algo)
+    table = _aligned(geo.taps * TABLE_BYTES_PER_TAP) if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM else 0
+    columns = partials = 0
+    if method is ConvolutionMethod.GEMM:
+        if problem.direction is FORWARD or problem.direction is BACKWARD_FILTER:
+            columns = geo.output_pixels * geo.taps * geo.c
+        else:
+            columns = geo.input_pixels * geo.taps * geo.k
+        columns = _aligned(columns * _item(problem))
+    if problem.direction is BACKWARD_FILTER:
+        plan = filter_plan(problem)
+        if plan.splits > 1:
+            accumulator = 8 if _compute(problem) == tl.float64 else 4
+            partials = _aligned(plan.splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
+    return table, columns, partials
+
+
+def workspace_size(problem: ConvolutionProblem) -> int:
+    """Bytes of workspace ``run`` needs for this problem and algorithm."""
+    return sum(_workspace_regions(problem))
+
+
+def supports(problem: ConvolutionProblem) -> str | None:
+    reason = algorithm_refusal(problem)
+    if reason is not None:
+        return reason
+    dtypes = {problem.x.dtype, problem.w.dtype, problem.y.dtype}
+    if len(dtypes) > 1:
+        return f"x, w and y must share one dtype on the triton backend, got {sorted(d.name for d in dtypes)}"
+    return None
+
+
+# ---- launch plans --------------------------------------------------------------------------------
+# A problem's launches are planned once (tiles, grids, argument lists with named slots for the
+# tensors) and cached; each launch then keeps the kernel Triton compiled for it, keyed by the
+# 16-byte alignment of its pointers (Triton's only pointer specialization), and calls it directly:
+# the per-call host cost is filling the slots, not re-deriving and re-binding 70 arguments.
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A tensor argument filled at run time: x, w, y, bias, z or a workspace region."""
+
+    name: str
+
+
+@dataclass
+class Launch:
+    kernel: Any  # a @triton.jit function
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]  # the kernel's leading parameters, tensors as Slots
+    options: dict[str, Any]  # the remaining parameters (constexprs) and num_warps / num_stages
+    compiled: dict[tuple[bool, ...], Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.grid = (*self.grid, *(1,) * (3 - len(self.grid)))
+        self.slots = tuple((k, a.name) for k, a in enumerate(self.args) if isinstance(a, Slot))
+        names = self.kernel.arg_names[len(self.args):]
+        self.constexprs = tuple(self.options[name] for name in names)
+
+    def __call__(self, tensors: dict[str, Any]) -> None:
+        args = list(self.args)
+        for index, name in self.slots:
+            args[index] = tensors[name]
+        key = tuple(args[index].data_ptr() % 16 == 0 for index, _ in self.slots)
+        kernel = self.compiled.get(key)
+        if kernel is None:
+            kernel = self.kernel[self.grid](*args, **self.options)
+            if isinstance(kernel, CompiledKernel):  # None under the interpreter: never cached
+                self.compiled[key] = kernel
+        else:
+            kernel[self.grid](*args, *self.constexprs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    launches: tuple[Launch, ...]
+    regions: tuple[tuple[str, int, int, Any], ...]  # workspace (slot name, start, end, torch dtype)
+
+
+def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
+        z: Bound | None = None, workspace: Bound | None = None) -> None:
+    plan = launch_plan(problem, x.device == CPU)
+    tensors = {"x": _torch_view(x), "w": _torch_view(w), "y": _torch_view(y)}
+    tensors["bias"] = _torch_view(bias) if bias is not None else tensors["y"]
+    tensors["z"] = _torch_view(z) if z is not None else tensors["y"]
+    if plan.regions:
+        needed = plan.regions[-1][2]
+        if workspace is None or workspace.desc.numel < needed:
+            raise InternalError(f"convolution needs {needed} bytes of workspace, got "
+                                f"{0 if workspace is None else workspace.desc.numel}")
+        space = _torch_view(workspace).reshape(-1)
+        for name, start, end, dtype in plan.regions:
+            tensors[name] = space[start:end].view(dtype)
+    for launch in plan.launches:
+        launch(tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def launch_plan(problem: ConvolutionProblem, interpreted: bool) -> Plan:
+    """The launches computing ``problem`` (``interpreted``: Triton's CPU interpreter runs them)."""
+    torch = _torch()
+    dot = _dot_type(problem, CPU if interpreted else "cuda")
+    table, columns, partials = _workspace_regions(problem)
+    item_type = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
+                 DataType.DOUBLE: torch.float64}[problem.x.dtype]
+    accumulator = torch.float64 if _compute(problem) == tl.float64 else torch.float32
+    regions = tuple((name, start, start + size, dtype) for name, start, size, dtype in (
+        ("table", 0, table, torch.int32), ("columns", table, columns, item_type),
+        ("partial", table + columns, partials, accumulator)) if size)
+    if problem.direction is BACKWARD_FILTER:
+        launches = _backward_filter(problem, dot)
+    else:
+        launches = _forward_or_backward_data(problem, dot)
+    return Plan(tuple(launches), regions)
+
+
+def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
+    geo = geometry(problem)
+    backward = problem.direction is BACKWARD_DATA
+    groups = geo.groups
+    if backward:
+        a, out, a_desc, out_desc = Slot("y"), Slot("x"), problem.y, problem.x
+        reduced, outputs, a_size, out_size = geo.k // groups, geo.c // groups, geo.y_size, geo.x_size
+    else:
+        a, out, a_desc, out_desc = Slot("x"), Slot("y"), problem.x, problem.y
+        reduced, outputs, a_size, out_size = geo.c // groups, geo.k // groups, geo.x_size, geo.y_size
+    w_sk, w_sc, *w_taps = strides5(problem.w)
+    epilogue_args = (*strides5(problem.z), problem.bias.strides[1] if problem.bias is not None else 0)
+    scalars = (problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
+    flags = dict(FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
+                 HAS_Z=problem.z is not None, ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+                 PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem))
+    geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
+    pixels = geo.n * math.prod(out_size)
+
+    if _uses_direct(problem, reduced, outputs):
+        channels = outputs * groups
+        block_n = min(64, triton.next_power_of_2(channels))
+        grid = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
+        args = (a, Slot("w"), out, Slot("bias"), Slot("z"), *strides5(a_desc), w_sk, w_sc, *w_taps,
+                *strides5(out_desc), *epilogue_args, pixels, *out_size, *a_size, reduced, outputs, channels, *geo.filt,
+                *geometry_args, *scalars)
+        return [Launch(direct.conv_direct_kernel, grid, args,
+                       dict(BACKWARD=backward, BLOCK_M=64, BLOCK_N=block_n, num_warps=4, **flags))]
+
+    method = method_of(problem.algo)
+    launches = []
+    table = out
+    source = "implicit"
+    if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
+        launches.append(_table_launch(geo, strides5(problem.w)[2:], problem.flip))
+        table, source = Slot("table"), "precomp"
+    elif method is ConvolutionMethod.GEMM:
+        launches.append(_im2col_launch(a, a_desc, geo, a_size, out_size, reduced, backward))
+        a, source = Slot("columns"), "im2col"
+
+    backward_rows = backward and source != "im2col"
+    if backward_rows:
+        phases = geo.stride
+        steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dilation))
+        units = tuple(-(-o // s) for o, s in zip(out_size, geo.stride))
+    else:
+        phases, steps, units = (1, 1, 1), (1, 1, 1), out_size
+    rows = geo.n * math.prod(units)
+    tile = gemm_tile(problem, rows, outputs, reduced, groups * math.prod(phases) * triton.cdiv(outputs, 128))
+    grid = (gemm.grid_tiles(rows, outputs, tile.block_m, tile.block_n), groups, math.prod(phases))
+    w_s_red, w_s_out = (w_sk, w_sc) if backward else (w_sc, w_sk)
+    w_group = (reduced if backward else outputs) * w_sk
+    args = (a, Slot("w"), out, Slot("bias"), Slot("z"), table, *strides5(a_desc), w_s_red, w_s_out, *w_taps, w_group,
+            *strides5(out_desc), *epilogue_args, rows, *units, *out_size, *a_size, reduced, outputs, *geo.filt,
+            *geometry_args, *steps, *scalars)
+    launches.append(Launch(gemm.conv_gemm_kernel, grid, args, dict(
+        BACKWARD=backward_rows, SOURCE=source, EVEN_RED=reduced % tile.block_k == 0, DOT=dot,
+        PRECISION=_precision(problem), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
+        GROUP_M=8, num_warps=tile.num_warps, num_stages=tile.num_stages, **flags)))
+    return launches
+
+
+def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> Launch:
+    block = min(1024, triton.next_power_of_2(geo.taps))
+    return Launch(gemm.tap_table_kernel, (triton.cdiv(geo.taps, block),),
+                  (Slot("table"), *geo.filt, *geo.dilation, *w_tap_strides), dict(FLIP=flip, BLOCK=block, num_warps=4))
+
+
+def _im2col_launch(a: Slot, a_desc: TensorDescriptor, geo: Geometry, a_size: tuple[int, ...],
+                   out_size: tuple[int, ...], reduced: int, backward: bool) -> Launch:
+    """The column matrix G x pixels x (taps * reduced) of A gathered at each output pixel's taps."""
+    pixels = geo.n * math.prod(out_size)
+    block_k = 64 if reduced % 64 == 0 else 32
+    grid = (triton.cdiv(pixels, 64), triton.cdiv(geo.taps * reduced, block_k), geo.groups)
+    args = (a, Slot("columns"), *strides5(a_desc), pixels, *out_size, *a_size, reduced, *geo.filt,
+            *geo.pad, *geo.stride, *geo.dilation)
+    return Launch(gemm.im2col_kernel, grid, args, dict(BACKWARD=backward, EVEN_RED=reduced % block_k == 0,
+                                                       BLOCK_M=64, BLOCK_K=block_k, num_warps=4))
+
+
+def _backward_filter(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
+    geo = geometry(problem)
+    plan = filter_plan(problem)
+    kg, cg = geo.k // geo.groups, geo.c // geo.groups
+    method = method_of(problem.algo)
+    partial = Slot("partial") if plan.splits > 1 else Slot("w")
+    common = (*strides5(problem.x), *strides5(problem.y), *strides5(problem.w), geo.output_pixels, *geo.y_size,
+              *geo.x_size, geo.k, kg, cg, *geo.filt, *geo.pad, *geo.stride, *geo.dilation, plan.slice_pixels,
+              problem.alpha, problem.beta)
+    flags = dict(FLIP=problem.flip, PARTIAL=plan.splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem))
+    tile = plan.tile
+    launches = []
+    if plan.direct:
+        grid = (geo.taps * cg, triton.cdiv(geo.k, tile.block_n), plan.splits)
+        launches.append(Launch(direct.filter_direct_kernel, grid, (Slot("x"), Slot("y"), Slot("w"), partial, *common),
+                               dict(BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=4, **flags)))
+    else:
+        table, source, gathered = Slot("w"), "implicit", Slot("x")
+        if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
+            launches.append(_table_launch(geo, strides5(problem.w)[2:], False))
+            table, source = Slot("table"), "precomp"
+        elif method is ConvolutionMethod.GEMM:
+            launches.append(_im2col_launch(Slot("x"), problem.x, geo, geo.x_size, geo.y_size, cg, False))
+            gathered, source = Slot("columns"), "im2col"
+        grid = (triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n), geo.groups, plan.splits)
+        args = (gathered, Slot("y"), Slot("w"), partial, table, *common)
+        launches.append(Launch(direct.filter_gemm_kernel, grid, args,
+                               dict(SOURCE=source, EVEN_CG=cg % tile.block_n == 0, DOT=dot,
+                                    PRECISION=_precision(problem), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
+                                    BLOCK_K=tile.block_k, num_warps=tile.num_warps, num_stages=tile.num_stages,
+                                    **flags)))
+    if plan.splits > 1:
+        block = SUM_BLOCK
+        grid = (triton.cdiv(geo.k * cg * geo.taps, block),)
+        args = (Slot("w"), partial, *strides5(problem.w), geo.k, cg, *geo.filt, plan.splits,
+                problem.alpha, problem.beta)
+        launches.append(Launch(direct.filter_sum_kernel, grid, args, dict(
+            FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK=block,
+            SPLIT_BLOCK=min(SUM_SPLITS, triton.next_power_of_2(plan.splits)), num_warps=4)))
+    return launches
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _torch_view(bound: Bound) -> Any:
+    """The bound view as a torch tensor sharing memory (a NumPy array is wrapped, bfloat16 bits
+    reinterpreted)."""
+    view = bound.view
+    if not hasattr(view, "data_ptr"):  # a NumPy array
+        view = _torch().from_numpy(view)
+        if bound.desc.dtype is DataType.BFLOAT16:
+            view = view.view(_torch().bfloat16)
+    return view

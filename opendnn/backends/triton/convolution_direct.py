@@ -1,0 +1,217 @@
+"""Convolution kernels without a matrix product: the direct kernel (depthwise and small channel
+counts, forward and backward data) and the backward-filter kernels (implicit GEMM over the
+N*P*Q pixels, a direct one for depthwise, and the pass that sums split partials in order).
+
+Direct: a program owns BLOCK_M output pixels x BLOCK_N output channels over *all* groups, so in
+NHWC each tap's load of A is one contiguous row of channels per pixel (a vector load), and the
+taps x reduced channels of each group (few: that is when it is chosen) are walked as scalar
+FMAs. Each input element is read taps times, mostly from L1/L2; 2 * N*P*Q * K * C/G * taps FLOPs.
+
+Backward filter: dw[k, (tap, c)] = sum over pixels of dy[pixel, k] * x[gather(pixel, tap), c]: a
+GEMM of (K/G) x (taps * C/G) per group whose reduction runs over the N*P*Q pixels. When the
+tiles are too few to fill the GPU, the pixels are cut into ``splits`` equal slices whose partial
+sums (float32, float64 for float64) go to the workspace; ``filter_sum_kernel`` adds the slices in
+a fixed order. No atomics anywhere: the result is bitwise repeatable.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton.convolution_gemm import (
+    direct_coordinate,
+    epilogue,
+    gather_coordinate,
+    reduction_index,
+    row_coordinates,
+    tap_shifts,
+)
+
+
+@triton.jit
+def conv_direct_kernel(
+    a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr,
+    a_sn, a_sc, a_sd, a_sh, a_sw, w_sk, w_sc, w_st, w_sr, w_ss,
+    o_sn, o_sc, o_sd, o_sh, o_sw, z_sn, z_sc, z_sd, z_sh, z_sw, bias_sc,
+    M, OD, OH, OW, AD, AH, AW, RED, OUTC, CHANNELS, T, R, S,
+    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w,
+    alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
+    BACKWARD: tl.constexpr, FLIP: tl.constexpr, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr, ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """O[m, o] over all CHANNELS output channels o (group o // OUTC): forward W is w[o, c, tap],
+    backward data w[g*RED + c, o - g*OUTC, tap]."""
+    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    oc = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n, _, _, _, o_d, o_h, o_w, row_valid = row_coordinates(m, OD, OH, OW, OD, OH, OW, 0, 0, 0, 1, 1, 1, False, M)
+    col_valid = oc < CHANNELS
+    g = oc // OUTC
+    n = n.to(tl.int64)[:, None]
+    o_d, o_h, o_w = o_d[:, None], o_h[:, None], o_w[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    for tap in range(0, T * R * S):
+        shift_d, shift_h, shift_w, w_tap = tap_shifts(
+            tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False)
+        i_d, ok_d = direct_coordinate(o_d, shift_d, pad_d, sd, AD, BACKWARD)
+        i_h, ok_h = direct_coordinate(o_h, shift_h, pad_h, sh, AH, BACKWARD)
+        i_w, ok_w = direct_coordinate(o_w, shift_w, pad_w, sw, AW, BACKWARD)
+        a_rows = n * a_sn + i_d * a_sd + i_h * a_sh + i_w * a_sw
+        mask = row_valid[:, None] & col_valid[None, :] & ok_d & ok_h & ok_w
+        for c in range(0, RED):
+            a_channel = g * RED + c
+            a = tl.load(a_ptr + a_rows + (a_channel * a_sc)[None, :], mask=mask, other=0.0)
+            if BACKWARD:
+                w_offsets = a_channel * w_sk + (oc - g * OUTC) * w_sc + w_tap
+            else:
+                w_offsets = oc * w_sk + c * w_sc + w_tap
+            w = tl.load(w_ptr + w_offsets, mask=col_valid, other=0.0)
+            acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
+    channels = oc[None, :]
+    mask = row_valid[:, None] & col_valid[None, :]
+    out_offsets = n * o_sn + channels * o_sc + o_d * o_sd + o_h * o_sh + o_w * o_sw
+    z_offsets = n * z_sn + channels * z_sc + o_d * z_sd + o_h * z_sh + o_w * z_sw
+    epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, channels * bias_sc, z_ptr, z_offsets,
+             alpha, beta, alpha2, coef, HAS_BETA, HAS_BIAS, HAS_Z, ACTIVATION, PROPAGATE_NAN, COMPUTE)
+
+
+@triton.jit
+def store_filter(value, k, j, split, dw_ptr, partial_ptr, K, CG, TAPS, T, R, S, w_sk, w_sc, w_st, w_sr, w_ss,
+                 mask, alpha, beta, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, FLIP: tl.constexpr,
+                 COMPUTE: tl.constexpr):
+    """dw[k, c, tap] = alpha * value + beta * dw for j = (tap, c); or the slice's partial sums."""
+    if PARTIAL:
+        tl.store(partial_ptr + ((split * K + k).to(tl.int64) * (TAPS * CG) + j), value, mask=mask)
+    else:
+        tap = j // CG
+        _, _, _, w_tap = tap_shifts(tap, dw_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, 0, 0, 0, w_st, w_sr, w_ss,
+                                    FLIP, False)
+        offsets = k * w_sk + (j - tap * CG) * w_sc + w_tap
+        epilogue(value, dw_ptr, offsets, mask, dw_ptr, offsets, dw_ptr, offsets, alpha, beta, 0.0, 0.0,
+                 HAS_BETA, False, False, "", False, COMPUTE)
+
+
+@triton.jit
+def pixel_coordinates(p, OD, OH, OW):
+    o_w = p % OW
+    o_h = (p // OW) % OH
+    o_d = (p // (OW * OH)) % OD
+    return (p // (OW * OH * OD)).to(tl.int64), o_d, o_h, o_w
+
+
+@triton.jit
+def filter_gemm_kernel(
+    x_ptr, dy_ptr, dw_ptr, partial_ptr, table_ptr,
+    x_sn, x_sc, x_sd, x_sh, x_sw, dy_sn, dy_sc, dy_sd, dy_sh, dy_sw, w_sk, w_sc, w_st, w_sr, w_ss,
+    PIXELS, OD, OH, OW, XD, XH, XW, K, KG, CG, T, R, S,
+    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, slice_pixels,
+    alpha: tl.float64, beta: tl.float64,
+    FLIP: tl.constexpr, SOURCE: tl.constexpr, EVEN_CG: tl.constexpr, PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """Program (tile, g, split): dw rows k (BLOCK_M of K/G) x columns j = (tap, c) (BLOCK_N of
+    taps * C/G), summed over pixels [split * slice_pixels, (split + 1) * slice_pixels). SOURCE as
+    conv_gemm_kernel's: "im2col" reads x already gathered (G x PIXELS x (taps * C/G) at x_ptr)."""
+    g = tl.program_id(1)
+    split = tl.program_id(2)
+    taps = T * R * S
+    tiles_n = tl.cdiv(taps * CG, BLOCK_N)
+    k = tl.program_id(0) // tiles_n * BLOCK_M + tl.arange(0, BLOCK_M)
+    j0 = tl.program_id(0) % tiles_n * BLOCK_N
+    tap, c, j_valid = reduction_index(j0, CG, taps * CG, BLOCK_N, EVEN_CG, 1)
+    shift_d, shift_h, shift_w, _ = tap_shifts(
+        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, SOURCE == "precomp")
+    k_valid = k < KG
+    dy_cols = (g * KG + k)[:, None] * dy_sc
+    x_cols = (g * CG + c) * x_sc
+    lanes = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    begin = split * slice_pixels
+    end = tl.minimum(begin + slice_pixels, PIXELS)
+    for p0 in range(begin, end, BLOCK_K):
+        p = p0 + lanes
+        p_valid = p < end
+        n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+        dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
+        a = tl.load(dy_ptr + dy_cols + dy_rows[None, :], mask=k_valid[:, None] & p_valid[None, :], other=0.0)
+        if SOURCE == "im2col":
+            col_offsets = (g * PIXELS + p).to(tl.int64)[:, None] * (taps * CG) + j0 + tl.arange(0, BLOCK_N)[None, :]
+            b = tl.load(x_ptr + col_offsets, mask=p_valid[:, None] & j_valid, other=0.0)
+        else:
+            i_d, ok_d = gather_coordinate(o_d[:, None], 0, shift_d, pad_d, sd, XD, False)
+            i_h, ok_h = gather_coordinate(o_h[:, None], 0, shift_h, pad_h, sh, XH, False)
+            i_w, ok_w = gather_coordinate(o_w[:, None], 0, shift_w, pad_w, sw, XW, False)
+            b_mask = p_valid[:, None] & j_valid & ok_d & ok_h & ok_w
+            b_offsets = n[:, None] * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw + x_cols
+            b = tl.load(x_ptr + b_offsets, mask=b_mask, other=0.0)
+        acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
+    j = j0 + tl.arange(0, BLOCK_N)[None, :]
+    store_filter(acc, (g * KG + k)[:, None], j, split, dw_ptr, partial_ptr, K, CG, taps, T, R, S,
+                 w_sk, w_sc, w_st, w_sr, w_ss, k_valid[:, None] & (j < taps * CG), alpha, beta,
+                 PARTIAL, HAS_BETA, FLIP, COMPUTE)
+
+
+@triton.jit
+def filter_direct_kernel(
+    x_ptr, dy_ptr, dw_ptr, partial_ptr,
+    x_sn, x_sc, x_sd, x_sh, x_sw, dy_sn, dy_sc, dy_sd, dy_sh, dy_sw, w_sk, w_sc, w_st, w_sr, w_ss,
+    PIXELS, OD, OH, OW, XD, XH, XW, K, KG, CG, T, R, S,
+    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, slice_pixels,
+    alpha: tl.float64, beta: tl.float64,
+    FLIP: tl.constexpr, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Program (j, channel block, split): dw[k, j] for BLOCK_N output channels k of all groups and
+    one column j = (tap, c), summed over BLOCK_M-pixel tiles elementwise and across pixels once."""
+    j = tl.program_id(0)
+    split = tl.program_id(2)
+    k = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_valid = k < K
+    tap = j // CG
+    shift_d, shift_h, shift_w, _ = tap_shifts(
+        tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False)
+    x_cols = ((k // KG) * CG + j - tap * CG)[None, :] * x_sc
+    lanes = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    begin = split * slice_pixels
+    end = tl.minimum(begin + slice_pixels, PIXELS)
+    for p0 in range(begin, end, BLOCK_M):
+        p = p0 + lanes
+        p_valid = p < end
+        n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+        dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
+        mask = p_valid[:, None] & k_valid[None, :]
+        a = tl.load(dy_ptr + dy_rows[:, None] + (k * dy_sc)[None, :], mask=mask, other=0.0)
+        i_d, ok_d = gather_coordinate(o_d, 0, shift_d, pad_d, sd, XD, False)
+        i_h, ok_h = gather_coordinate(o_h, 0, shift_h, pad_h, sh, XH, False)
+        i_w, ok_w = gather_coordinate(o_w, 0, shift_w, pad_w, sw, XW, False)
+        x_rows = n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw
+        b = tl.load(x_ptr + x_rows[:, None] + x_cols, mask=mask & (ok_d & ok_h & ok_w)[:, None], other=0.0)
+        acc += a.to(COMPUTE) * b.to(COMPUTE)
+    store_filter(tl.sum(acc, axis=0), k, j, split, dw_ptr, partial_ptr, K, CG, T * R * S, T, R, S,
+                 w_sk, w_sc, w_st, w_sr, w_ss, k_valid, alpha, beta, PARTIAL, HAS_BETA, FLIP, COMPUTE)
+
+
+@triton.jit
+def filter_sum_kernel(
+    dw_ptr, partial_ptr, w_sk, w_sc, w_st, w_sr, w_ss, K, CG, T, R, S, splits,
+    alpha: tl.float64, beta: tl.float64,
+    FLIP: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """dw = alpha * (sum of the slices' partials) + beta * dw. SPLIT_BLOCK slices are loaded at a
+    time (independent loads in flight) and summed across slices once at the end, in a fixed tree."""
+    columns = T * R * S * CG
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < K * columns
+    lanes = tl.arange(0, SPLIT_BLOCK)
+    total = tl.zeros((SPLIT_BLOCK, BLOCK), COMPUTE)
+    for s0 in range(0, splits, SPLIT_BLOCK):
+        split = s0 + lanes
+        offsets = split[:, None] * (K * columns) + e[None, :]
+        total += tl.load(partial_ptr + offsets, mask=(split < splits)[:, None] & mask[None, :], other=0.0)
+    k = e // columns
+    store_filter(tl.sum(total, axis=0), k, e - k * columns, 0, dw_ptr, partial_ptr, K, CG, T * R * S, T, R, S,
+                 w_sk, w_sc, w_st, w_sr, w_ss, mask, alpha, beta, False, HAS_BETA, FLIP, COMPUTE)

@@ -1,0 +1,294 @@
+"""Implicit-GEMM convolution kernels: forward and backward data as one GEMM, the im2col and
+offset-table helpers of the GEMM and IMPLICIT_PRECOMP_GEMM algorithms, and the fused epilogue.
+
+Every problem arrives in a canonical 3-D form (1-D and 2-D problems gain size-1 dims): the
+*gathered* tensor A (x forward, dy backward data) is read through the filter taps, the filter w is
+the B operand, and the output O (y forward, dx backward data) is written once.
+
+GEMM view per group g of G:
+    rows    m = (n, u_d, u_h, u_w)        output pixels (M = N * OD * OH * OW forward)
+    columns o in [0, OUTC)                output channels of the group (K/G forward, C/G backward)
+    reduce  j = (tap, c), c in [0, RED)   taps x reduced channels (C/G forward, K/G backward)
+    O[m, o] = sum_j A[n, g*RED + c, coord(u, tap)] * W(g, c, o, tap)
+
+Forward: coord = o * stride - pad + r * dilation, valid inside A. Backward data gathers
+dy at (h + pad - r * dilation) / stride where that divides exactly; to skip the taps that never
+divide, the output pixels are split into stride phases (program axis 2): in phase q = h mod
+stride, the valid r form the progression r0(q) + i * stride / gcd(stride, dilation), so every row of
+a tile shares one set of taps and no MMA work is masked away.
+
+When RED is a multiple of BLOCK_K (EVEN_RED) a chunk of the reduction lies in one tap: the tap is
+a scalar and the channel offsets are contiguous, so NHWC loads are 16-byte vectors. Otherwise
+(conv1's 3 channels, say) each lane of the chunk computes its own tap: no padding of the channel
+count to the MMA depth is wasted.
+
+Cost model: 2 * M * OUTC * RED * taps FLOPs per group on tensor cores (fp32 accumulation, fp64
+MMA for fp64); A tiles are re-read from L2 once per tap and column block, W once per row block;
+O is written once (read once more for beta or z). Zero workspace (IMPLICIT_GEMM), taps * 16 bytes
+(IMPLICIT_PRECOMP_GEMM), G * M * taps * RED elements (GEMM's im2col matrix).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton.pointwise import activation
+
+
+@triton.jit
+def reduction_index(j0, RED, total, BLOCK_K: tl.constexpr, EVEN_RED: tl.constexpr, AXIS: tl.constexpr):
+    """(tap, c, valid) of reduction chunk j0.. laid along AXIS of a 2-D tile (the other dim 1)."""
+    lanes = tl.arange(0, BLOCK_K)
+    if AXIS == 1:
+        lanes = lanes[None, :]
+    else:
+        lanes = lanes[:, None]
+    if EVEN_RED:  # one tap for the whole chunk: scalar tap, contiguous aligned channels, no mask
+        tap = tl.zeros([1, 1], tl.int32) + j0 // RED
+        c = tl.multiple_of(j0 % RED, BLOCK_K) + lanes
+        valid = tl.full([1, 1], 1, tl.int1)
+    else:
+        j = j0 + lanes
+        tap = j // RED
+        c = j % RED
+        valid = j < total
+    return tap, c, valid
+
+
+@triton.jit
+def tap_shifts(tap, table_ptr, r0_d, r0_h, r0_w, step_d, step_h, step_w, taps_h, taps_w,
+               T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP: tl.constexpr, PRECOMP: tl.constexpr):
+    """For tap index ``tap``: the dilated filter position (r * dilation per dim) and the filter's
+    offset of that tap (flipped for true convolution), computed or read from the offset table."""
+    if PRECOMP:
+        entry = table_ptr + tap * 4
+        shift_d = tl.load(entry)
+        shift_h = tl.load(entry + 1)
+        shift_w = tl.load(entry + 2)
+        w_offset = tl.load(entry + 3)
+    else:
+        t = r0_d + (tap // (taps_h * taps_w)) * step_d
+        r = r0_h + ((tap // taps_w) % taps_h) * step_h
+        s = r0_w + (tap % taps_w) * step_w
+        if FLIP:
+            w_offset = (T - 1 - t) * w_st + (R - 1 - r) * w_sr + (S - 1 - s) * w_ss
+        else:
+            w_offset = t * w_st + r * w_sr + s * w_ss
+        shift_d = t * dil_d
+        shift_h = r * dil_h
+        shift_w = s * dil_w
+    return shift_d, shift_h, shift_w, w_offset
+
+
+@triton.jit
+def gather_coordinate(u, q, shift, pad, stride, size, BACKWARD: tl.constexpr):
+    """(coordinate in A, valid) for output coordinate ``u`` and a dilated tap shift. Backward, the
+    output coordinate is u * stride + q and the phase's taps make (q + pad - shift) divide exactly."""
+    if BACKWARD:
+        a = u + (q + pad - shift) // stride
+    else:
+        a = u * stride - pad + shift
+    return a, (a >= 0) & (a < size)
+
+
+@triton.jit
+def direct_coordinate(o, shift, pad, stride, size, BACKWARD: tl.constexpr):
+    """(coordinate in A, valid) for output coordinate ``o``: backward, where (o + pad - shift)
+    divides by the stride."""
+    if BACKWARD:
+        num = o + pad - shift
+        a = num // stride
+        valid = (num >= 0) & (num % stride == 0) & (a < size)
+    else:
+        a = o * stride - pad + shift
+        valid = (a >= 0) & (a < size)
+    return a, valid
+
+
+@triton.jit
+def tap_progression(phase, pad, stride, dilation, extent, step):
+    """First valid tap r0 of a backward-data phase and how many taps: r with (phase + pad - r *
+    dilation) divisible by stride, r in [0, extent), stepping by ``step``."""
+    r0 = extent + step  # none found: no taps
+    for i in range(0, step):
+        r = step - 1 - i
+        if (phase + pad - r * dilation) % stride == 0:
+            r0 = r
+    count = tl.maximum(extent - r0 + step - 1, 0) // step
+    return tl.minimum(r0, extent), count
+
+
+@triton.jit
+def epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, bias_offsets, z_ptr, z_offsets,
+             alpha, beta, alpha2, coef, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+             ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+    """out = act(alpha * acc + alpha2 * z + bias), or alpha * acc + beta * out (out unread when
+    beta == 0)."""
+    y = acc * tl.cast(alpha, COMPUTE)
+    if HAS_Z:
+        y += tl.cast(alpha2, COMPUTE) * tl.load(z_ptr + z_offsets, mask=mask).to(COMPUTE)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + bias_offsets, mask=mask).to(COMPUTE)
+    if ACTIVATION != "":
+        x = y
+        y = activation(ACTIVATION, x, tl.cast(coef, COMPUTE)).to(COMPUTE)
+        if ACTIVATION == "relu" or ACTIVATION == "clipped_relu":  # NaN in: NaN, or 0 if not propagated
+            if PROPAGATE_NAN:
+                y = tl.where(x != x, x, y)
+            else:
+                y = tl.where(x != x, 0.0, y)
+    if HAS_BETA:
+        y += tl.cast(beta, COMPUTE) * tl.load(out_ptr + out_offsets, mask=mask).to(COMPUTE)
+    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def row_coordinates(m, UD, UH, UW, OD, OH, OW, qd, qh, qw, sd, sh, sw, BACKWARD: tl.constexpr, M):
+    """Row m's (n, u_d, u_h, u_w), its output coordinates and whether it is a real pixel."""
+    u_w = m % UW
+    u_h = (m // UW) % UH
+    u_d = (m // (UW * UH)) % UD
+    n = m // (UW * UH * UD)
+    if BACKWARD:  # phase q of the stride: output pixel u * stride + q
+        o_d = u_d * sd + qd
+        o_h = u_h * sh + qh
+        o_w = u_w * sw + qw
+        valid = (m < M) & (o_d < OD) & (o_h < OH) & (o_w < OW)
+    else:
+        o_d = u_d
+        o_h = u_h
+        o_w = u_w
+        valid = m < M
+    return n, u_d, u_h, u_w, o_d, o_h, o_w, valid
+
+
+@triton.jit
+def conv_gemm_kernel(
+    a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr, table_ptr,
+    a_sn, a_sc, a_sd, a_sh, a_sw,
+    w_s_red, w_s_out, w_st, w_sr, w_ss, w_group,
+    o_sn, o_sc, o_sd, o_sh, o_sw,
+    z_sn, z_sc, z_sd, z_sh, z_sw, bias_sc,
+    M, UD, UH, UW, OD, OH, OW, AD, AH, AW,
+    RED, OUTC, T, R, S,
+    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, step_d, step_h, step_w,
+    alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
+    BACKWARD: tl.constexpr, FLIP: tl.constexpr, SOURCE: tl.constexpr, EVEN_RED: tl.constexpr,
+    HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Program (tile, g, phase): a BLOCK_M x BLOCK_N tile of O for group g. SOURCE is "implicit"
+    (taps computed), "precomp" (taps read from the offset table at table_ptr) or "im2col" (A is the
+    G x M x (taps * RED) matrix at a_ptr, already gathered)."""
+    g = tl.program_id(1)
+    phase = tl.program_id(2)
+    qw = phase % sw
+    qh = (phase // sw) % sh
+    qd = phase // (sw * sh)
+    if BACKWARD:
+        r0_d, taps_d = tap_progression(qd, pad_d, sd, dil_d, T, step_d)
+        r0_h, taps_h = tap_progression(qh, pad_h, sh, dil_h, R, step_h)
+        r0_w, taps_w = tap_progression(qw, pad_w, sw, dil_w, S, step_w)
+    else:
+        r0_d, r0_h, r0_w, taps_d, taps_h, taps_w = 0, 0, 0, T, R, S
+    total = taps_d * taps_h * taps_w * RED
+
+    # grouped ordering: GROUP_M row tiles share each column tile while it is hot in L2
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(OUTC, BLOCK_N)
+    band = pid // (GROUP_M * tiles_n)
+    band_rows = tl.minimum(tiles_m - band * GROUP_M, GROUP_M)
+    tile_m = band * GROUP_M + (pid % (GROUP_M * tiles_n)) % band_rows
+    tile_n = (pid % (GROUP_M * tiles_n)) // band_rows
+
+    m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n, u_d, u_h, u_w, o_d, o_h, o_w, row_valid = row_coordinates(
+        m, UD, UH, UW, OD, OH, OW, qd, qh, qw, sd, sh, sw, BACKWARD, M)
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_valid = cols < OUTC
+    a_rows = n.to(tl.int64)[:, None] * a_sn + (g * RED).to(tl.int64) * a_sc
+    if SOURCE == "im2col":
+        a_rows = (g * M + m).to(tl.int64)[:, None] * total
+    w_cols = g.to(tl.int64) * w_group + cols[None, :] * w_s_out
+    u_d, u_h, u_w = u_d[:, None], u_h[:, None], u_w[:, None]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    for j0 in range(0, total, BLOCK_K):
+        tap, c, j_valid = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 1)
+        if SOURCE == "im2col":
+            a_mask = row_valid[:, None] & j_valid
+            a = tl.load(a_ptr + a_rows + (j0 + tl.arange(0, BLOCK_K))[None, :], mask=a_mask, other=0.0)
+        else:
+            shift_d, shift_h, shift_w, _ = tap_shifts(
+                tap, table_ptr, r0_d, r0_h, r0_w, step_d, step_h, step_w, taps_h, taps_w,
+                T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, SOURCE == "precomp")
+            i_d, ok_d = gather_coordinate(u_d, qd, shift_d, pad_d, sd, AD, BACKWARD)
+            i_h, ok_h = gather_coordinate(u_h, qh, shift_h, pad_h, sh, AH, BACKWARD)
+            i_w, ok_w = gather_coordinate(u_w, qw, shift_w, pad_w, sw, AW, BACKWARD)
+            a_mask = row_valid[:, None] & j_valid & ok_d & ok_h & ok_w
+            a_offsets = a_rows + i_d * a_sd + i_h * a_sh + i_w * a_sw + c * a_sc
+            a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
+        tap_b, c_b, j_valid_b = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 0)
+        _, _, _, w_tap = tap_shifts(
+            tap_b, table_ptr, r0_d, r0_h, r0_w, step_d, step_h, step_w, taps_h, taps_w,
+            T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, SOURCE == "precomp")
+        b = tl.load(w_ptr + (w_cols + c_b * w_s_red + w_tap), mask=j_valid_b & col_valid[None, :], other=0.0)
+        acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
+
+    mask = row_valid[:, None] & col_valid[None, :]
+    channels = (g * OUTC + cols)[None, :]
+    n = n.to(tl.int64)[:, None]
+    o_d, o_h, o_w = o_d[:, None], o_h[:, None], o_w[:, None]
+    out_offsets = n * o_sn + channels * o_sc + o_d * o_sd + o_h * o_sh + o_w * o_sw
+    z_offsets = n * z_sn + channels * z_sc + o_d * z_sd + o_h * z_sh + o_w * z_sw
+    epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, channels * bias_sc, z_ptr, z_offsets,
+             alpha, beta, alpha2, coef, HAS_BETA, HAS_BIAS, HAS_Z, ACTIVATION, PROPAGATE_NAN, COMPUTE)
+
+
+@triton.jit
+def tap_table_kernel(table_ptr, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """IMPLICIT_PRECOMP_GEMM's offset table: per tap, the dilated shifts (d, h, w) and the filter offset."""
+    tap = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = tap < T * R * S
+    shift_d, shift_h, shift_w, w_offset = tap_shifts(
+        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False)
+    tl.store(table_ptr + tap * 4, shift_d, mask=mask)
+    tl.store(table_ptr + tap * 4 + 1, shift_h, mask=mask)
+    tl.store(table_ptr + tap * 4 + 2, shift_w, mask=mask)
+    tl.store(table_ptr + tap * 4 + 3, w_offset, mask=mask)
+
+
+@triton.jit
+def im2col_kernel(
+    a_ptr, col_ptr, a_sn, a_sc, a_sd, a_sh, a_sw,
+    M, OD, OH, OW, AD, AH, AW, RED, T, R, S,
+    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w,
+    BACKWARD: tl.constexpr, EVEN_RED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """The GEMM algorithms' explicit gather: col[g, m, (tap, c)] = A[n, g*RED + c, coord(m, tap)],
+    0 where the tap falls in the padding (or, backward data, between strides)."""
+    g = tl.program_id(2)
+    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    j0 = tl.program_id(1) * BLOCK_K
+    total = T * R * S * RED
+    n, o_d, o_h, o_w, _, _, _, row_valid = row_coordinates(m, OD, OH, OW, OD, OH, OW, 0, 0, 0, 1, 1, 1, False, M)
+    tap, c, j_valid = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 1)
+    shift_d, shift_h, shift_w, _ = tap_shifts(
+        tap, col_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False)
+    i_d, ok_d = direct_coordinate(o_d[:, None], shift_d, pad_d, sd, AD, BACKWARD)
+    i_h, ok_h = direct_coordinate(o_h[:, None], shift_h, pad_h, sh, AH, BACKWARD)
+    i_w, ok_w = direct_coordinate(o_w[:, None], shift_w, pad_w, sw, AW, BACKWARD)
+    a_offsets = (n.to(tl.int64)[:, None] * a_sn + (g * RED + c) * a_sc + i_d * a_sd + i_h * a_sh + i_w * a_sw)
+    inside = row_valid[:, None] & j_valid
+    a = tl.load(a_ptr + a_offsets, mask=inside & ok_d & ok_h & ok_w, other=0.0)
+    col_offsets = (g * M + m).to(tl.int64)[:, None] * total + (j0 + tl.arange(0, BLOCK_K))[None, :]
+    tl.store(col_ptr + col_offsets, a, mask=inside)
+
+
+def grid_tiles(m: int, outc: int, block_m: int, block_n: int) -> int:
+    return triton.cdiv(m, block_m) * triton.cdiv(outc, block_n)

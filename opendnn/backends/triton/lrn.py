@@ -1,0 +1,402 @@
+"""Cross-channel LRN and divisive normalization (LCN), forward and backward.
+
+Memory model (E elements of b bytes, window n): LRN forward reads x once and writes y once
+(2 E b); backward reads x and dy and writes dx (3 E b). About 3n + 10 FLOPs per element: memory
+bound. float32 64 x 256 x 56 x 56 (205 M elements) forward moves 1.64 GB: 0.39 ms at 4.2 TB/s.
+
+LRN tiles are (channels x pixels), pixels being the spatial dims flattened (merged into one dim
+when contiguous, so NCHW rows are unit-stride vectors). ``lrn_forward_kernel`` loads the tile
+shifted by each of the n window offsets along channels: one tile's worth comes from DRAM, the
+other n - 1 shifted copies from L1/L2, and the window sum is exact (no running sum to cancel).
+``lrn_backward_kernel`` needs, for each output channel, the mirrored window sum of
+t = dy * x * s^(-beta-1), where s itself is a window sum: a program computes s, s^-beta and t on
+an extended tile (its BLOCK_C - n + 1 output channels plus the n - 1 channels around them), parks
+t and s^-beta in its own scratch slot (L2-resident: the grid is persistent, 2 programs per
+SM, each reusing one slot), synchronises the block and reads the slot back shifted. Reads of x
+and dy: once from DRAM; dx written once.
+
+Divisive normalization (rare, not a speed target) uses one gather kernel in three phases over
+planes (sample, channel) with spatial dims (D, H, W): FORWARD (box window of d^2, d = x - means),
+CARRY (temp = dy * d * s^(-beta-1), temp2 = s^-beta: cuDNN's temp buffers) and GRADIENT (mirrored
+box sum of temp, then dx and dmeans = -dx). Window loops are runtime loops: n^S loads per element.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.core.arrays import Bound
+from opendnn.core.descriptors import MAX_DIMS
+from opendnn.core.dtypes import DataType
+from opendnn.ops.lrn import LRNProblem
+
+TILE_ELEMENTS = 4096  # channels x pixels per tile: 16 per thread at 8 warps
+CHANNEL_BLOCK = 32
+PROGRAMS_PER_SM = 2  # backward's persistent grid: 128 registers x 256 threads -> 2 resident per SM
+DIVISIVE_BLOCK = 256
+
+
+@triton.jit
+def power(s, exponent):
+    """s ** exponent for s > 0."""
+    return tl.exp(tl.log(s) * exponent)
+
+
+@triton.jit
+def pixel_offsets(p, PIXEL_DIMS: tl.constexpr, pixel_sizes, pixel_strides, PIXEL_UNIT: tl.constexpr):
+    if PIXEL_UNIT:
+        offsets = p
+    else:
+        offsets = dim_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_strides)
+    return offsets
+
+
+@triton.jit
+def window_sum_of_squares(x_ptr, x_base, x_channel_stride, x_pixels, channels, p_mask, c,
+                          WINDOW: tl.constexpr, BEHIND: tl.constexpr, COMPUTE: tl.constexpr):
+    """(sum over the window of x[c + j - BEHIND]^2, x[c]) for the channels c of a tile."""
+    acc = tl.zeros((c.shape[0], x_pixels.shape[0]), COMPUTE)
+    center = acc
+    for j in tl.static_range(WINDOW):
+        cj = c + (j - BEHIND)
+        mask = ((cj >= 0) & (cj < channels))[:, None] & p_mask[None, :]
+        v = tl.load(x_ptr + (x_base + cj[:, None] * x_channel_stride + x_pixels[None, :]), mask=mask,
+                    other=0.0).to(COMPUTE)
+        acc += v * v
+        if j == BEHIND:
+            center = v
+    return acc, center
+
+
+@triton.jit
+def blend_store(ptr, offsets, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
+    out = value * alpha
+    if HAS_BETA:
+        out += beta * tl.load(ptr + offsets, mask=mask, other=0.0).to(value.dtype)
+    tl.store(ptr + offsets, out.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def lrn_forward_kernel(
+    x_ptr, y_ptr, x_batch_stride, y_batch_stride, x_channel_stride, y_channel_stride,
+    pixel_sizes, pixel_x, pixel_y, channels, pixels, channel_blocks, pixel_blocks,
+    k: tl.float64, scale: tl.float64, exponent: tl.float64, alpha: tl.float64, beta: tl.float64,
+    WINDOW: tl.constexpr, BEHIND: tl.constexpr, PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr,
+    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    """Program (sample, channel block, pixel block): y = x * (k + scale * window sum of x^2)^-exponent."""
+    pid = tl.program_id(0).to(tl.int64)
+    pb = pid % pixel_blocks
+    rest = pid // pixel_blocks
+    cb = rest % channel_blocks
+    n = rest // channel_blocks
+    c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
+    p_mask = p < pixels
+    x_pixels = pixel_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
+    acc, center = window_sum_of_squares(x_ptr, n * x_batch_stride, x_channel_stride, x_pixels, channels, p_mask,
+                                        c, WINDOW, BEHIND, COMPUTE)
+    s = tl.cast(k, COMPUTE) + tl.cast(scale, COMPUTE) * acc
+    y = center * power(s, -tl.cast(exponent, COMPUTE))
+    mask = (c < channels)[:, None] & p_mask[None, :]
+    y_offsets = n * y_batch_stride + c[:, None] * y_channel_stride + pixel_offsets(
+        p, PIXEL_DIMS, pixel_sizes, pixel_y, PIXEL_UNIT)[None, :]
+    blend_store(y_ptr, y_offsets, mask, y, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+
+
+@triton.jit
+def lrn_backward_kernel(
+    x_ptr, dy_ptr, dx_ptr, scratch_ptr, batch_strides, x_channel_stride, dy_channel_stride, dx_channel_stride,
+    pixel_sizes, pixel_x, pixel_dy, pixel_dx, channels, pixels, channel_blocks, pixel_blocks, tiles,
+    k: tl.float64, scale: tl.float64, exponent: tl.float64, alpha: tl.float64, beta: tl.float64,
+    WINDOW: tl.constexpr, BEHIND: tl.constexpr, PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr,
+    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    """Persistent program: tiles pid, pid + P, ...; each owns BLOCK_C - WINDOW + 1 output channels.
+    Extended row i of a tile is channel c0 - AHEAD + i."""
+    AHEAD: tl.constexpr = WINDOW - 1 - BEHIND
+    OUT: tl.constexpr = BLOCK_C - WINDOW + 1
+    lanes_c = tl.arange(0, BLOCK_C)
+    lanes_p = tl.arange(0, BLOCK_P)
+    slot = scratch_ptr + tl.program_id(0).to(tl.int64) * (2 * BLOCK_C * BLOCK_P)
+    tile_index = lanes_c[:, None] * BLOCK_P + lanes_p[None, :]
+    k = tl.cast(k, COMPUTE)
+    scale = tl.cast(scale, COMPUTE)
+    exponent = tl.cast(exponent, COMPUTE)
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        pb = tile % pixel_blocks
+        rest = tile // pixel_blocks
+        cb = rest % channel_blocks
+        n = (rest // channel_blocks).to(tl.int64)
+        c0 = cb * OUT
+        p = pb * BLOCK_P + lanes_p
+        p_mask = p < pixels
+        x_pixels = pixel_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
+        dy_pixels = pixel_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)
+        x_base = n * batch_strides[0]
+        dy_base = n * batch_strides[1]
+
+        extended = c0 - AHEAD + lanes_c
+        acc, xe = window_sum_of_squares(x_ptr, x_base, x_channel_stride, x_pixels, channels, p_mask, extended,
+                                        WINDOW, BEHIND, COMPUTE)
+        s = k + scale * acc
+        u = power(s, -exponent)
+        e_mask = ((extended >= 0) & (extended < channels))[:, None] & p_mask[None, :]
+        dye = tl.load(dy_ptr + (dy_base + extended[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=e_mask,
+                      other=0.0).to(COMPUTE)
+        tl.store(slot + tile_index, dye * xe * u / s)
+        tl.store(slot + BLOCK_C * BLOCK_P + tile_index, u)
+        tl.debug_barrier()
+
+        c = c0 + lanes_c
+        out_mask = ((lanes_c < OUT) & (c < channels))[:, None] & p_mask[None, :]
+        carried = tl.zeros((BLOCK_C, BLOCK_P), COMPUTE)
+        for j in tl.static_range(WINDOW):
+            row_mask = (lanes_c + j < BLOCK_C)[:, None] & out_mask
+            carried += tl.load(slot + tile_index + j * BLOCK_P, mask=row_mask, other=0.0)
+        uc = tl.load(slot + BLOCK_C * BLOCK_P + tile_index + AHEAD * BLOCK_P,
+                     mask=(lanes_c + AHEAD < BLOCK_C)[:, None] & out_mask, other=0.0)
+        xc = tl.load(x_ptr + (x_base + c[:, None] * x_channel_stride + x_pixels[None, :]), mask=out_mask,
+                     other=0.0).to(COMPUTE)
+        dyc = tl.load(dy_ptr + (dy_base + c[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=out_mask,
+                      other=0.0).to(COMPUTE)
+        dx = dyc * uc - 2.0 * exponent * scale * xc * carried
+        dx_offsets = n * batch_strides[2] + c[:, None] * dx_channel_stride + pixel_offsets(
+            p, PIXEL_DIMS, pixel_sizes, pixel_dx, PIXEL_UNIT)[None, :]
+        blend_store(dx_ptr, dx_offsets, out_mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+        tl.debug_barrier()  # the slot is rewritten by the next tile
+
+
+@triton.jit
+def element_offsets(plane, index, channels, strides, sizes):
+    """Offset of spatial element ``index`` (flattened D, H, W) of plane (n * C + c), given the five
+    strides (n, c, d, h, w) and the sizes (D, H, W)."""
+    w = index % sizes[2]
+    h = (index // sizes[2]) % sizes[1]
+    d = index // (sizes[2] * sizes[1])
+    return ((plane // channels) * strides[0] + (plane % channels) * strides[1] + d * strides[2]
+            + h * strides[3] + w * strides[4])
+
+
+@triton.jit
+def divisive_kernel(
+    x_ptr, means_ptr, dy_ptr, out_ptr, dmeans_ptr, temp_ptr, temp2_ptr,
+    x_strides, means_strides, dy_strides, out_strides, dmeans_strides, temp_strides, temp2_strides,
+    sizes, channels, spatial, n, k: tl.float64, scale: tl.float64, exponent: tl.float64,
+    alpha: tl.float64, beta: tl.float64, PHASE: tl.constexpr, SPATIAL_DIMS: tl.constexpr, BEHIND: tl.constexpr,
+    HAS_MEANS: tl.constexpr, HAS_DMEANS: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """PHASE "forward": y; "carry": temp and temp2; "gradient": dx (and dmeans). Program
+    (plane, block) covers BLOCK spatial elements of one (sample, channel) plane."""
+    plane = tl.program_id(0).to(tl.int64)
+    index = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = index < spatial
+    w = index % sizes[2]
+    h = (index // sizes[2]) % sizes[1]
+    d = index // (sizes[2] * sizes[1])
+    if PHASE == "gradient":
+        behind = n - 1 - BEHIND  # the mirrored window
+    else:
+        behind = BEHIND
+    depth = 1
+    depth_behind = 0
+    if SPATIAL_DIMS == 3:
+        depth = n
+        depth_behind = behind
+    acc = tl.zeros((BLOCK,), COMPUTE)
+    for a in range(depth):
+        for b in range(n):
+            for e in range(n):
+                dd = d + a - depth_behind
+                hh = h + b - behind
+                ww = w + e - behind
+                inside = mask & (dd >= 0) & (dd < sizes[0]) & (hh >= 0) & (hh < sizes[1]) & (ww >= 0) & (ww < sizes[2])
+                neighbour = (dd * sizes[1] + hh) * sizes[2] + ww
+                if PHASE == "gradient":
+                    acc += tl.load(temp_ptr + element_offsets(plane, neighbour, channels, temp_strides, sizes),
+                                   mask=inside, other=0.0).to(COMPUTE)
+                else:
+                    v = centered(x_ptr, means_ptr, plane, neighbour, channels, x_strides, means_strides, sizes,
+                                 inside, HAS_MEANS, COMPUTE)
+                    acc += v * v
+    center = centered(x_ptr, means_ptr, plane, index, channels, x_strides, means_strides, sizes, mask, HAS_MEANS,
+                      COMPUTE)
+    k = tl.cast(k, COMPUTE)
+    scale = tl.cast(scale, COMPUTE)
+    exponent = tl.cast(exponent, COMPUTE)
+    alpha = tl.cast(alpha, COMPUTE)
+    beta = tl.cast(beta, COMPUTE)
+    if PHASE == "forward":
+        y = center * power(k + scale * acc, -exponent)
+        blend_store(out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, y, alpha, beta,
+                    HAS_BETA)
+    elif PHASE == "carry":
+        s = k + scale * acc
+        u = power(s, -exponent)
+        dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask,
+                     other=0.0).to(COMPUTE)
+        tl.store(temp_ptr + element_offsets(plane, index, channels, temp_strides, sizes),
+                 (dy * center * u / s).to(temp_ptr.dtype.element_ty), mask=mask)
+        tl.store(temp2_ptr + element_offsets(plane, index, channels, temp2_strides, sizes),
+                 u.to(temp2_ptr.dtype.element_ty), mask=mask)
+    else:
+        dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask,
+                     other=0.0).to(COMPUTE)
+        u = tl.load(temp2_ptr + element_offsets(plane, index, channels, temp2_strides, sizes), mask=mask,
+                    other=0.0).to(COMPUTE)
+        dd = dy * u - 2.0 * exponent * scale * center * acc
+        blend_store(out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, dd, alpha, beta,
+                    HAS_BETA)
+        if HAS_DMEANS:
+            blend_store(dmeans_ptr, element_offsets(plane, index, channels, dmeans_strides, sizes), mask, -dd,
+                        alpha, beta, HAS_BETA)
+
+
+@triton.jit
+def centered(x_ptr, means_ptr, plane, index, channels, x_strides, means_strides, sizes, mask,
+             HAS_MEANS: tl.constexpr, COMPUTE: tl.constexpr):
+    """x - means at spatial element ``index`` of ``plane`` (0 where masked)."""
+    v = tl.load(x_ptr + element_offsets(plane, index, channels, x_strides, sizes), mask=mask, other=0.0).to(COMPUTE)
+    if HAS_MEANS:
+        v -= tl.load(means_ptr + element_offsets(plane, index, channels, means_strides, sizes), mask=mask,
+                     other=0.0).to(COMPUTE)
+    return v
+
+
+# the launchers -------------------------------------------------------------------------------------
+
+def supports(problem: LRNProblem) -> str | None:
+    return None
+
+
+def run(problem: LRNProblem, x: Bound, y: Bound, means: Bound | None = None, dy: Bound | None = None,
+        dmeans: Bound | None = None, temp: Bound | None = None, temp2: Bound | None = None) -> None:
+    """Forward writes y; backward writes dx into ``y`` (and dmeans for divisive normalization)."""
+    if problem.divisive:
+        _run_divisive(problem, x, y, means, dy, dmeans, temp, temp2)
+    else:
+        _run_lrn(problem, x, y, dy)
+
+
+def _scalars(problem: LRNProblem) -> tuple[float, ...]:
+    desc = problem.desc
+    return desc.k, problem.scale, desc.beta, problem.alpha, problem.beta
+
+
+def _compute(problem: LRNProblem) -> Any:
+    return tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
+
+
+def _pixel_dims(bounds: list[Bound]) -> list[tuple[int, tuple[int, ...]]]:
+    """The spatial dims (logical order) merged where contiguous for every operand."""
+    dims = bounds[0].desc.dims
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for k in range(2, len(dims)):
+        strides = tuple(b.desc.strides[k] for b in bounds)
+        if dims[k] == 1:
+            continue
+        if merged and all(outer == s * dims[k] for outer, s in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * dims[k], strides)
+        else:
+            merged.append((dims[k], strides))
+    return merged or [(1, (0,) * len(bounds))]
+
+
+def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> None:
+    import torch
+
+    bounds = [x, out] if dy is None else [x, dy, out]
+    pixel_dims = _pixel_dims(bounds)
+    pad = MAX_DIMS - len(pixel_dims)
+    sizes = tuple(size for size, _ in pixel_dims) + (1,) * pad
+    pixel_strides = [tuple(s[j] for _, s in pixel_dims) + (0,) * pad for j in range(len(bounds))]
+    pixels = math.prod(size for size, _ in pixel_dims)
+    channels = x.desc.dims[1]
+    window = problem.desc.n
+    channels_inner = x.desc.strides[1] == 1 and channels > 1
+    extended = channels + (window - 1 if problem.backward else 0)
+    block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, triton.next_power_of_2(extended))
+    block_c = max(block_c, triton.next_power_of_2(window)) if problem.backward else block_c
+    block_p = min(TILE_ELEMENTS // block_c, triton.next_power_of_2(pixels))
+    outputs = block_c - window + 1 if problem.backward else block_c
+    channel_blocks, pixel_blocks = triton.cdiv(channels, outputs), triton.cdiv(pixels, block_p)
+    unit = len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1])
+    flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
+                 HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK_C=block_c, BLOCK_P=block_p,
+                 num_warps=max(1, min(8, block_c * block_p // 512)))
+    views = [_view(b) for b in bounds]
+    tiles = x.desc.dims[0] * channel_blocks * pixel_blocks
+    if dy is None:
+        lrn_forward_kernel[(tiles,)](
+            *views, x.desc.strides[0], out.desc.strides[0], x.desc.strides[1], out.desc.strides[1], sizes,
+            *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, *_scalars(problem), **flags)
+        return
+    programs = min(tiles, _persistent_programs(views[0]))
+    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+    scratch = torch.empty(programs * 2 * block_c * block_p, dtype=compute, device=views[0].device)
+    lrn_backward_kernel[(programs,)](
+        *views, scratch, tuple(b.desc.strides[0] for b in bounds), x.desc.strides[1], dy.desc.strides[1],
+        out.desc.strides[1], sizes, *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, tiles,
+        *_scalars(problem), **flags)
+
+
+def _persistent_programs(view: Any) -> int:
+    if view.device.type != "cuda":
+        return 2
+    import torch
+
+    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(view.device).multi_processor_count
+
+
+def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None, dy: Bound | None,
+                  dmeans: Bound | None, temp: Bound | None, temp2: Bound | None) -> None:
+    import torch
+
+    xv = _view(x)
+    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+    views = {"x": xv, "out": _view(out)}
+    for name, bound in (("means", means), ("dy", dy), ("dmeans", dmeans), ("temp", temp), ("temp2", temp2)):
+        views[name] = _view(bound) if bound is not None else None
+    if problem.backward:
+        for name in ("temp", "temp2"):
+            if views[name] is None:
+                views[name] = torch.empty(x.desc.dims, dtype=compute, device=xv.device)
+    pointers = [views[name] if views[name] is not None else xv
+                for name in ("x", "means", "dy", "out", "dmeans", "temp", "temp2")]
+    strides = [_five_strides(v) for v in pointers]
+    dims = x.desc.dims
+    sizes = (1, *dims[2:]) if len(dims) == 4 else dims[2:]
+    spatial = math.prod(sizes)
+    grid = (dims[0] * dims[1], triton.cdiv(spatial, DIVISIVE_BLOCK))
+    flags = dict(SPATIAL_DIMS=len(dims) - 2, BEHIND=problem.desc.lookbehind, HAS_MEANS=means is not None,
+                 HAS_DMEANS=dmeans is not None, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem),
+                 BLOCK=DIVISIVE_BLOCK, num_warps=4)
+    arguments = (*pointers, *strides, sizes, dims[1], spatial, problem.desc.n, *_scalars(problem))
+    phases = ("carry", "gradient") if problem.backward else ("forward",)
+    for phase in phases:
+        divisive_kernel[grid](*arguments, PHASE=phase, **flags)
+
+
+def _five_strides(view: Any) -> tuple[int, ...]:
+    """(n, c, d, h, w) strides of a 4-D or 5-D tensor (d stride 0 for 4-D)."""
+    strides = tuple(view.stride())
+    return strides if len(strides) == 5 else (strides[0], strides[1], 0, strides[2], strides[3])
+
+
+def _view(bound: Bound) -> Any:
+    """The bound view as a torch tensor sharing memory."""
+    import numpy as np
+    import torch
+
+    view = bound.view
+    if isinstance(view, np.ndarray):
+        view = torch.from_numpy(view)
+        if bound.desc.dtype is DataType.BFLOAT16:
+            view = view.view(torch.bfloat16)
+    return view

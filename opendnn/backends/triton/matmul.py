@@ -1,0 +1,411 @@
+"""Matrix multiplication with fused epilogues: one persistent, tiled ``tl.dot`` kernel.
+
+FLOPs and bytes: ``2 * batch * M * N * K`` FLOPs; at least ``A + B + C`` bytes (plus bias, residual,
+and C once more when beta != 0). A bf16 8192^3 product is 1.1 TFLOP over 400 MB, about 2700
+FLOP/byte, far above the H200's ridge (~190 FLOP/byte at 790 TFLOP/s and 4.2 TB/s): the kernel is
+compute-bound, and the goal is to keep the tensor cores (wgmma on sm_90) fed: big tiles
+(128 x 256 x 64 for 16-bit inputs, 8 warps = two warpgroups), a 3-stage pipeline of loads, and the
+tiles of one program walked in grouped (swizzled) order so that consecutive tiles share rows of A
+and columns of B in L2.
+
+The kernel is persistent: ``min(tiles, SMs)`` programs, each walking tiles ``pid, pid + SMs, ...``
+over ``batch x tiles_m x tiles_n``, so the loads of the next tile overlap the epilogue of the last.
+Operands come in one of two ways (the constexpr ``TMA``):
+
+- tensor descriptors (Hopper's TMA): 3-D ``[batch, rows, cols]`` descriptors built on the device,
+  zero-filled past every edge; needs a unit last stride (a transposed operand is described in its
+  stored order and transposed in registers, which costs nothing: wgmma reads either order from
+  shared memory), 16-byte aligned strides and base, and a batch that is one linear stride (or 0);
+- plain pointers with any strides (two batch dims with their own strides, 0 for broadcast; more
+  batch dims that no stride merges loop on the host), masked at every edge; cp.async-pipelined
+  when strides are multiples of 16 elements. This path serves the interpreter too (which also
+  runs the TMA path: it emulates descriptors).
+
+The epilogue is constexpr flags over the fp32 (fp64) accumulator: scale (fp8 dequantisation),
+bias per row or per column, any forward activation (``pointwise.activation``), residual, alpha,
+beta * C, then one cast to C's dtype and a masked store; 128 x 256 tiles finish in two halves
+(half the registers and staging shared memory: fp32 outputs would not fit otherwise). Offsets
+are an int64 tile base plus int32 offsets inside the tile.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton.pointwise import activation
+from opendnn.core.arrays import Bound
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.ops.matmul import BiasAxis, MatmulProblem
+
+TMA_ALIGNMENT = 16  # bytes: base address and every stride but the last
+
+
+@triton.jit
+def tile_coordinates(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(batch, tile row, tile column) of a linear tile index: GROUP_M tile rows are walked
+    column by column, so GROUP_M rows of A and one column of B serve GROUP_M tiles from L2."""
+    per_batch = tiles_m * tiles_n
+    batch = tile // per_batch
+    index = tile % per_batch
+    per_group = GROUP_M * tiles_n
+    first_m = (index // per_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    return batch, first_m + (index % per_group) % group_rows, (index % per_group) // group_rows
+
+
+@triton.jit
+def batch_offset(batch, batch_inner, stride_outer, stride_inner):
+    """Element offset of a flat batch index over two batch dims (inner size ``batch_inner``)."""
+    batch = batch.to(tl.int64)
+    return (batch // batch_inner) * stride_outer + (batch % batch_inner) * stride_inner
+
+
+@triton.jit
+def operand_descriptor(ptr, batches, batch_stride, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr,
+                       BLOCK_COLS: tl.constexpr):
+    return tl.make_tensor_descriptor(ptr, shape=[batches, rows, cols], strides=[batch_stride, row_stride, 1],
+                                     block_shape=[1, BLOCK_ROWS, BLOCK_COLS])
+
+
+@triton.jit
+def load_tile(desc, ptr, batch, row0, col0, rows, cols, row_stride, col_stride,
+              BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, TMA: tl.constexpr):
+    """The BLOCK_ROWS x BLOCK_COLS tile at (row0, col0) of one operand as it is stored, zero past
+    its edges (the K edge must be zero; the others land in rows or columns of C never stored)."""
+    if TMA:
+        tile = desc.load([batch, row0, col0]).reshape(BLOCK_ROWS, BLOCK_COLS)
+    else:  # an int64 tile base, int32 offsets inside the tile: half the address registers
+        local_rows = tl.arange(0, BLOCK_ROWS)
+        local_cols = tl.arange(0, BLOCK_COLS)
+        base = ptr + row0.to(tl.int64) * row_stride + col0.to(tl.int64) * col_stride
+        mask = (row0 + local_rows < rows)[:, None] & (col0 + local_cols < cols)[None, :]
+        tile = tl.load(base + local_rows[:, None] * row_stride + local_cols[None, :] * col_stride, mask=mask,
+                       other=0.0)
+    return tile
+
+
+@triton.jit
+def finish_tile(acc, row0, col0, M, N, c_base, c_stride_m, c_stride_n, r_base, r_stride_m, r_stride_n,
+                bias_ptr, bias_stride, alpha, beta, scale, coef,
+                HAS_BIAS: tl.constexpr, BIAS_PER_ROW: tl.constexpr, ACTIVATION: tl.constexpr,
+                HAS_RESIDUAL: tl.constexpr, HAS_BETA: tl.constexpr, ACC: tl.constexpr):
+    """The epilogue of the accumulator tile at (row0, col0) of C, then its masked store."""
+    local_rows = tl.arange(0, acc.shape[0])
+    local_cols = tl.arange(0, acc.shape[1])
+    rows = row0 + local_rows
+    cols = col0 + local_cols
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    acc = acc * tl.cast(scale, ACC)
+    if HAS_BIAS:
+        if BIAS_PER_ROW:
+            acc += tl.load(bias_ptr + rows * bias_stride, mask=rows < M).to(ACC)[:, None]
+        else:
+            acc += tl.load(bias_ptr + cols * bias_stride, mask=cols < N).to(ACC)[None, :]
+    if ACTIVATION != "":
+        acc = activation(ACTIVATION, acc, tl.cast(coef, ACC)).to(ACC)
+    if HAS_RESIDUAL:
+        r_tile = r_base + row0.to(tl.int64) * r_stride_m + col0.to(tl.int64) * r_stride_n
+        acc += tl.load(r_tile + local_rows[:, None] * r_stride_m + local_cols[None, :] * r_stride_n,
+                       mask=mask).to(ACC)
+    acc = acc * tl.cast(alpha, ACC)
+    c_tile = c_base + row0.to(tl.int64) * c_stride_m + col0.to(tl.int64) * c_stride_n
+    c_offsets = local_rows[:, None] * c_stride_m + local_cols[None, :] * c_stride_n
+    if HAS_BETA:  # with beta == 0, C is never read: it may hold NaN
+        acc += tl.cast(beta, ACC) * tl.load(c_tile + c_offsets, mask=mask).to(ACC)
+    tl.store(c_tile + c_offsets, acc.to(c_base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, residual_ptr,
+    M, N, K, batch_count, batch_inner,
+    a_batch_outer, a_batch_inner, a_stride_m, a_stride_k,
+    b_batch_outer, b_batch_inner, b_stride_k, b_stride_n,
+    c_batch_outer, c_batch_inner, c_stride_m, c_stride_n,
+    r_batch_outer, r_batch_inner, r_stride_m, r_stride_n, bias_stride,
+    a_tma_batches, a_tma_batch_stride, b_tma_batches, b_tma_batch_stride,
+    alpha: tl.float64, beta: tl.float64, scale: tl.float64, coef: tl.float64,
+    TMA: tl.constexpr, A_TRANSPOSED: tl.constexpr, B_TRANSPOSED: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BIAS_PER_ROW: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    HAS_BETA: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PROGRAMS: tl.constexpr, SPLIT_EPILOGUE: tl.constexpr, UPCAST: tl.constexpr, IMPRECISE: tl.constexpr,
+):
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    total = batch_count * tiles_m * tiles_n
+    a_desc = a_ptr
+    b_desc = b_ptr
+    if TMA:  # stored order: a transposed operand's rows are K
+        if A_TRANSPOSED:
+            a_desc = operand_descriptor(a_ptr, a_tma_batches, a_tma_batch_stride, K, M, a_stride_k, BLOCK_K, BLOCK_M)
+        else:
+            a_desc = operand_descriptor(a_ptr, a_tma_batches, a_tma_batch_stride, M, K, a_stride_m, BLOCK_M, BLOCK_K)
+        if B_TRANSPOSED:
+            b_desc = operand_descriptor(b_ptr, b_tma_batches, b_tma_batch_stride, N, K, b_stride_n, BLOCK_N, BLOCK_K)
+        else:
+            b_desc = operand_descriptor(b_ptr, b_tma_batches, b_tma_batch_stride, K, N, b_stride_k, BLOCK_K, BLOCK_N)
+
+    for tile in tl.range(tl.program_id(0), total, PROGRAMS, flatten=TMA):
+        batch, tile_m, tile_n = tile_coordinates(tile, tiles_m, tiles_n, GROUP_M)
+        m0 = tile_m * BLOCK_M
+        n0 = tile_n * BLOCK_N
+        a_base = a_ptr + batch_offset(batch, batch_inner, a_batch_outer, a_batch_inner)
+        b_base = b_ptr + batch_offset(batch, batch_inner, b_batch_outer, b_batch_inner)
+        a_batch = batch % a_tma_batches  # TMA: the batch is one stride (a_tma_batches is 1 when broadcast)
+        b_batch = batch % b_tma_batches
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+        for kt in range(k_tiles):
+            k0 = kt * BLOCK_K
+            if A_TRANSPOSED:
+                a = load_tile(a_desc, a_base, a_batch, k0, m0, K, M, a_stride_k, a_stride_m, BLOCK_K, BLOCK_M,
+                              TMA).T
+            else:
+                a = load_tile(a_desc, a_base, a_batch, m0, k0, M, K, a_stride_m, a_stride_k, BLOCK_M, BLOCK_K,
+                              TMA)
+            if B_TRANSPOSED:
+                b = load_tile(b_desc, b_base, b_batch, n0, k0, N, K, b_stride_n, b_stride_k, BLOCK_N, BLOCK_K,
+                              TMA).T
+            else:
+                b = load_tile(b_desc, b_base, b_batch, k0, n0, K, N, b_stride_k, b_stride_n, BLOCK_K, BLOCK_N,
+                              TMA)
+            if UPCAST:  # the interpreter's dot misreads bfloat16 and fp8 (stored as integer bits)
+                a = a.to(ACC)
+                b = b.to(ACC)
+            # fp8: partial sums promoted to full fp32 every IMPRECISE products (None: never)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC, max_num_imprecise_acc=IMPRECISE)
+
+        batch, tile_m, tile_n = tile_coordinates(tile, tiles_m, tiles_n, GROUP_M)  # recomputed: fewer live registers
+        c_base = c_ptr + batch_offset(batch, batch_inner, c_batch_outer, c_batch_inner)
+        r_base = residual_ptr + batch_offset(batch, batch_inner, r_batch_outer, r_batch_inner)
+        if SPLIT_EPILOGUE:  # two BLOCK_M x BLOCK_N/2 halves: half the registers and staging memory at once
+            left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
+            finish_tile(left, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, c_base, c_stride_m, c_stride_n, r_base,
+                        r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef, HAS_BIAS,
+                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC)
+            finish_tile(right, tile_m * BLOCK_M, tile_n * BLOCK_N + BLOCK_N // 2, M, N, c_base, c_stride_m,
+                        c_stride_n, r_base, r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef,
+                        HAS_BIAS, BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC)
+        else:
+            finish_tile(acc, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, c_base, c_stride_m, c_stride_n, r_base,
+                        r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef, HAS_BIAS,
+                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC)
+
+
+# ---- launcher ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+INTERPRETER_CONFIG = TileConfig(32, 32, 16, 2, 4, 1)
+BIG_TILES = {  # by input dtype, for problems with enough 128 x 256 tiles to fill the GPU
+    DataType.BFLOAT16: TileConfig(128, 256, 64, 8, 8, 3),
+    DataType.HALF: TileConfig(128, 256, 64, 8, 8, 3),
+    DataType.FLOAT: TileConfig(128, 256, 32, 8, 8, 3),
+}
+FAST_FP8_TILES = TileConfig(128, 256, 128, 8, 8, 3)
+PRECISE_FP8_TILES = TileConfig(256, 128, 128, 8, 8, 3)  # a second accumulator for promotion: 256 x 128 fits
+SMALL_TILES = TileConfig(128, 128, 64, 8, 8, 4)  # few or small tiles: more programs
+FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
+STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
+MAX_PROGRAMS_INTERPRETED = 4
+
+
+def supports(problem: MatmulProblem) -> str | None:
+    return None
+
+
+def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None,
+        residual: Bound | None = None) -> None:
+    a, b, c, bias, residual = (None if x is None else _as_torch(x) for x in (a, b, c, bias, residual))
+    if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT and not _interpreted():
+        a, b = _k_major(a, -1), _k_major(b, -2)
+    batch_dims, strides = merged_batch(problem, a, b, c, residual)
+    _launch_batches(problem, [a, b, c, residual], batch_dims, strides, bias, _interpreted())
+
+
+def _launch_batches(problem: MatmulProblem, operands: list[Any], batch_dims: list[int], strides: list[Any],
+                    bias: Bound | None, interpreted: bool) -> None:
+    """One launch for two batch dims; more (rare: no stride merges them) loop over the outermost."""
+    if len(batch_dims) <= 2:
+        _launch(problem, operands, batch_dims, strides, bias, interpreted)
+        return
+    for index in range(batch_dims[0]):
+        views = [None if s is None else _offset_view(v, index * s[0]) for v, s in zip(operands, strides)]
+        _launch_batches(problem, views, batch_dims[1:], [None if s is None else s[1:] for s in strides], bias,
+                        interpreted)
+
+
+def merged_batch(problem: MatmulProblem, *operands: Bound | None) -> tuple[list[int], list[list[int] | None]]:
+    """C's batch dims with each operand's strides (0 where it broadcasts), size-1 dims dropped and
+    neighbours that are contiguous for every operand merged; padded to at least 2 dims."""
+    rank = len(problem.batch)
+    strides_all = []
+    for bound in operands:
+        if bound is None:
+            strides_all.append(None)
+            continue
+        dims, strides = bound.desc.dims[:-2], bound.desc.strides[:-2]
+        padded = [(1, 0)] * (rank - len(dims)) + list(zip(dims, strides))
+        strides_all.append([s if d > 1 else 0 for d, s in padded])
+    present = [s for s in strides_all if s is not None]
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in present]
+    for k, size in enumerate(problem.batch):
+        if size == 1:
+            continue
+        if sizes and all(m[-1] == s[k] * size for m, s in zip(merged, present)):
+            sizes[-1] *= size
+            for m, s in zip(merged, present):
+                m[-1] = s[k]
+            continue
+        sizes.append(size)
+        for m, s in zip(merged, present):
+            m.append(s[k])
+    pad = max(0, 2 - len(sizes))
+    sizes = [1] * pad + sizes
+    padded_iter = iter([[0] * pad + m for m in merged])
+    return sizes, [None if s is None else next(padded_iter) for s in strides_all]
+
+
+def _launch(problem: MatmulProblem, operands: list[Any], batch_dims: list[int], strides: list[Any],
+            bias: Bound | None, interpreted: bool) -> None:
+    a, b, c, residual = operands
+    (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = (x.desc.strides[-2:] for x in (a, b, c))
+    a_transposed = sa_k != 1 and sa_m == 1
+    b_transposed = sb_n != 1 and sb_k == 1
+    config = tile_config(problem, a.desc.dtype, interpreted)
+    a_tma = _tma_batch(a, a_transposed, batch_dims, strides[0])
+    b_tma = _tma_batch(b, b_transposed, batch_dims, strides[1])
+    use_tma = a_tma is not None and b_tma is not None and (interpreted or _hopper(c.view))
+    if use_tma and not interpreted:
+        triton.set_allocator(_descriptor_scratch)
+    tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+    programs = max(1, min(tiles, MAX_PROGRAMS_INTERPRETED if interpreted else _sm_count(c.view)))
+    r_strides = [0, 0, 0, 0] if residual is None else [*strides[3], *residual.desc.strides[-2:]]
+    compute_double = problem.compute_dtype is DataType.DOUBLE
+    matmul_kernel[(programs,)](
+        a.view, b.view, c.view, c.view if bias is None else bias.view, c.view if residual is None else residual.view,
+        problem.m, problem.n, problem.k, batch_dims[0] * batch_dims[1], batch_dims[1],
+        *strides[0], sa_m, sa_k, *strides[1], sb_k, sb_n, *strides[2], sc_m, sc_n, *r_strides,
+        0 if bias is None else bias.desc.strides[0],
+        *(a_tma or (1, 1)), *(b_tma or (1, 1)),
+        problem.alpha, problem.beta, problem.scale, problem.coef,
+        TMA=use_tma, A_TRANSPOSED=a_transposed, B_TRANSPOSED=b_transposed,
+        HAS_BIAS=bias is not None, BIAS_PER_ROW=problem.bias_axis is BiasAxis.ROW,
+        ACTIVATION="" if problem.activation is None else problem.activation.value.removesuffix("_fwd"),
+        HAS_RESIDUAL=residual is not None, HAS_BETA=problem.beta != 0.0,
+        PRECISION="tf32" if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT else "ieee",
+        ACC=tl.float64 if compute_double else tl.float32,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        PROGRAMS=programs, SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
+        IMPRECISE=config.block_k if a.desc.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
+        UPCAST=interpreted and (a.desc.dtype is DataType.BFLOAT16 or a.desc.dtype.is_fp8),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+
+
+def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool) -> TileConfig:
+    """Fixed tiles per shape class (no autotuning): big tiles when they alone fill the GPU."""
+    if interpreted:
+        return INTERPRETER_CONFIG
+    if dtype is DataType.DOUBLE or (dtype is DataType.FLOAT and not problem.allow_tf32):
+        return STRICT_FP32_TILES
+    if dtype.is_fp8:
+        big = FAST_FP8_TILES if problem.fast_fp8_accumulation else PRECISE_FP8_TILES
+    else:
+        big = BIG_TILES[dtype]
+    big_tiles = problem.m // big.block_m * (problem.n // big.block_n) * max(1, _prod(problem.batch))
+    if big_tiles >= 132:  # SMs of an H200
+        return big
+    return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
+
+
+def _tma_batch(operand: Bound, transposed: bool, batch_dims: list[int],
+               batch_strides: list[int]) -> tuple[int, int] | None:
+    """(batches, batch stride) of a 3-D tensor descriptor of the operand, or None when TMA cannot
+    read it: a last stride that is not 1, a base or stride not 16-byte aligned, or a batch that is
+    not one linear stride."""
+    row_stride, col_stride = operand.desc.strides[-2:]
+    if transposed:
+        row_stride, col_stride = col_stride, row_stride
+    itemsize = operand.desc.dtype.itemsize
+    outer, inner = batch_strides
+    if outer == inner == 0:
+        batches, stride = 1, row_stride * operand.desc.dims[-1 if transposed else -2]
+    elif batch_dims[0] == 1 or outer == inner * batch_dims[1]:
+        batches, stride = batch_dims[0] * batch_dims[1], inner
+    else:
+        return None
+    aligned = all(s * itemsize % TMA_ALIGNMENT == 0 for s in (row_stride, stride))
+    if col_stride != 1 or not aligned or operand.view.data_ptr() % TMA_ALIGNMENT != 0:
+        return None
+    return batches, max(stride, TMA_ALIGNMENT // itemsize)
+
+
+def _k_major(operand: Bound, k_axis: int) -> Bound:
+    """The operand with K innermost: a copy when it is not. TF32 tensor cores (wgmma) read only
+    K-major tiles; Triton's in-kernel fallback for the other order ran at a fifth of the speed
+    (72 against 360 TFLOP/s), and the copy costs one pass over the operand."""
+    if operand.desc.strides[k_axis] == 1:
+        return operand
+    view = operand.view.contiguous() if k_axis == -1 else operand.view.mT.contiguous().mT
+    return Bound(operand.name, TensorDescriptor(operand.desc.dtype, tuple(view.shape), view.stride()), view,
+                 operand.device)
+
+
+def _as_torch(bound: Bound) -> Bound:
+    """The bound with a torch view sharing its memory (NumPy arrays wrapped, bfloat16 bits reinterpreted)."""
+    view = bound.view
+    if isinstance(view, np.ndarray):
+        view = torch.from_numpy(view)
+        if bound.desc.dtype is DataType.BFLOAT16:
+            view = view.view(torch.bfloat16)
+    return Bound(bound.name, bound.desc, view, bound.device)
+
+
+def _offset_view(bound: Bound, offset: int) -> Bound:
+    """The bound moved ``offset`` elements on: only its address is used, so the view is one element."""
+    view = bound.view
+    moved = view.as_strided((1,), (1,), view.storage_offset() + offset)
+    return Bound(bound.name, bound.desc, moved, bound.device)
+
+
+def _prod(dims: tuple[int, ...]) -> int:
+    count = 1
+    for d in dims:
+        count *= d
+    return count
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _hopper(view: Any) -> bool:
+    return view.is_cuda and torch.cuda.get_device_capability(view.device)[0] >= 9
+
+
+def _sm_count(view: Any) -> int:
+    return int(torch.cuda.get_device_properties(view.device).multi_processor_count)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: Any) -> Any:
+    """Global memory for the tensor descriptors the kernel builds (triton.set_allocator's hook)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")

@@ -1,0 +1,533 @@
+"""Layer, RMS, group and instance normalization, forward and backward: one program per tile of
+rows, the whole row in registers when it fits.
+
+Memory model (M elements per row, R rows, b bytes per element): forward reads x once and writes
+y once (2 R M b, plus the parameters, read from L2); backward reads x and dy and writes dx
+(3 R M b) and the partial parameter gradients (2 P M floats for P programs, P ~ 2 per SM, so
+~1% at 32768 x 4096). FLOPs: ~8 per element forward, ~12 backward: memory-bound. At H200 copy
+speed (4.2 TB/s), float32 32768 x 4096 forward moves 1.07 GB: 0.26 ms; backward 1.6 GB: 0.38 ms.
+
+Canonical form (``norm_plan``): rows are (group, inner row); a row's elements are "columns" in
+x's logical order. LAYER/RMS: the group count is 1, inner rows the leading dims, columns the
+normalized dims. GROUP/INSTANCE: x (N, C, S...) is seen as (N, G, C/G, S...): the group is G,
+inner rows N, columns (C/G, S...); column q * S + s uses parameter g * C/G + q. Neighbouring
+dims contiguous for x, y and dy merge, so packed rows are one unit-stride column dim and loads
+are full-width vectors (the row offsets carry a ``tl.multiple_of`` hint).
+
+- ``norm_forward_kernel``: program (t, g) normalizes the BLOCK_R rows of tile t of group g. With
+  SINGLE the row tile stays in registers (exact two-pass mean and variance); else the row is
+  walked in BLOCK chunks twice (sums shifted by the row's first element, then the output).
+- ``norm_backward_kernel``: program (g, p) walks tiles p, p + P, ... of group g, writes dx and
+  accumulates dy * xhat and dy per column (in registers with SINGLE, else in its own workspace
+  slice); ``norm_finalize_kernel`` then sums the P slices (and the S columns of each parameter)
+  in a fixed order: deterministic, no atomics. The statistics are recomputed from x when the
+  caller passes none (x is in registers anyway).
+
+Scale and bias are read in their own dtype as packed vectors (copied only when not packed);
+the finalize kernel writes dscale and dbias through the caller's strides, blended.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.core.arrays import Bound
+from opendnn.core.descriptors import MAX_DIMS, TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.ops.normalization import NormProblem
+
+MAX_SINGLE_BLOCK = 8192  # longest row held in registers
+LOOP_BLOCK = 4096  # chunk of a longer row
+TILE_ELEMENTS = 4096  # rows x columns per program for short rows
+PROGRAMS_PER_SM = 2  # backward programs (each keeps its partial gradients in registers)
+FINAL_BLOCK = 64  # parameters per program of the finalize kernel (layer / RMS norm)
+FINAL_TILE = 2048  # partial sums the finalize kernel loads per step
+
+
+@triton.jit
+def load_row_tile(ptr, row_offsets, col_offsets, mask, COMPUTE: tl.constexpr):
+    return tl.load(ptr + (row_offsets[:, None] + col_offsets[None, :]), mask=mask, other=0.0).to(COMPUTE)
+
+
+@triton.jit
+def column_offsets(cols, COL_DIMS: tl.constexpr, col_sizes, col_strides, COL_UNIT: tl.constexpr):
+    if COL_UNIT:
+        offsets = cols
+    else:
+        offsets = dim_offsets(cols, COL_DIMS, col_sizes, col_strides)
+    return offsets
+
+
+@triton.jit
+def row_offsets_of(g, rows, group_stride, ROW_DIMS: tl.constexpr, row_sizes, row_strides, ALIGN: tl.constexpr):
+    offsets = g * group_stride + dim_offsets(rows, ROW_DIMS, row_sizes, row_strides)
+    return tl.multiple_of(offsets, ALIGN)
+
+
+@triton.jit
+def load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
+                PER_SPATIAL: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, COMPUTE: tl.constexpr):
+    """Scale and bias of columns ``cols`` of group g ((1, BLOCK) tiles; 1 and 0 when absent)."""
+    if PER_SPATIAL:
+        index = g * params_per_group + cols // (row_size // params_per_group)
+    else:
+        index = cols
+    scale = tl.full((1, cols.shape[0]), 1.0, COMPUTE)
+    bias = tl.zeros((1, cols.shape[0]), COMPUTE)
+    if HAS_SCALE:
+        scale = tl.load(scale_ptr + index, mask=col_mask, other=0.0).to(COMPUTE)[None, :]
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + index, mask=col_mask, other=0.0).to(COMPUTE)[None, :]
+    return scale, bias
+
+
+@triton.jit
+def row_statistics(x, mask, row_size, eps, RMS: tl.constexpr):
+    """(mean, inv_std) of the rows of a register tile (mean 0 for RMS)."""
+    count = tl.cast(row_size, x.dtype)
+    if RMS:
+        mean = tl.zeros((x.shape[0],), x.dtype)
+        square = tl.sum(x * x, axis=1) / count
+    else:
+        mean = tl.sum(x, axis=1) / count
+        centered = tl.where(mask, x - mean[:, None], 0.0)
+        square = tl.sum(centered * centered, axis=1) / count
+    return mean, 1.0 / tl.sqrt(square + eps)
+
+
+@triton.jit
+def streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS: tl.constexpr, col_sizes, col_x,
+                        COL_UNIT: tl.constexpr, RMS: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """(mean, inv_std) of rows too long for registers: one pass of sums shifted by the row's first
+    element (mean + small deviations: no catastrophic cancellation)."""
+    shift = tl.zeros((BLOCK_R,), COMPUTE)
+    if not RMS:
+        shift = tl.load(x_ptr + x_rows, mask=row_mask, other=0.0).to(COMPUTE)
+    first = tl.zeros((BLOCK_R, BLOCK), COMPUTE)
+    second = tl.zeros((BLOCK_R, BLOCK), COMPUTE)
+    for start in range(0, row_size, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = row_mask[:, None] & (cols < row_size)[None, :]
+        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        d = tl.where(mask, x - shift[:, None], 0.0)
+        first += d
+        second += d * d
+    count = tl.cast(row_size, COMPUTE)
+    mean_shifted = tl.sum(first, axis=1) / count
+    variance = tl.maximum(tl.sum(second, axis=1) / count - mean_shifted * mean_shifted, 0.0)
+    return shift + mean_shifted, 1.0 / tl.sqrt(variance + eps)
+
+
+@triton.jit
+def blend_store(ptr, row_offsets, col_offsets, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
+    """out = alpha * value + beta * out (out unread when beta == 0)."""
+    pointers = ptr + (row_offsets[:, None] + col_offsets[None, :])
+    out = value * alpha
+    if HAS_BETA:
+        out += beta * tl.load(pointers, mask=mask, other=0.0).to(value.dtype)
+    tl.store(pointers, out.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def norm_forward_kernel(
+    x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, rstd_ptr,
+    group_strides, row_sizes, row_x, row_y, row_stats, col_sizes, col_x, col_y,
+    inner_rows, row_size, params_per_group, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
+    ROW_DIMS: tl.constexpr, COL_DIMS: tl.constexpr, COL_UNIT: tl.constexpr, ALIGN: tl.constexpr,
+    PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_MEAN: tl.constexpr, HAS_RSTD: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr,
+    COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+):
+    g = tl.program_id(1).to(tl.int64)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = rows < inner_rows
+    x_rows = row_offsets_of(g, rows, group_strides[0], ROW_DIMS, row_sizes, row_x, ALIGN)
+    y_rows = row_offsets_of(g, rows, group_strides[1], ROW_DIMS, row_sizes, row_y, ALIGN)
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        col_mask = cols < row_size
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        mean, rstd = row_statistics(x, mask, row_size, tl.cast(eps, COMPUTE), RMS)
+        scale, bias = load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
+                                  PER_SPATIAL, HAS_SCALE, HAS_BIAS, COMPUTE)
+        y = (x - mean[:, None]) * rstd[:, None] * scale + bias
+        blend_store(y_ptr, y_rows, column_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
+                    tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+    else:
+        mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, tl.cast(eps, COMPUTE), COL_DIMS, col_sizes,
+                                         col_x, COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
+        for start in range(0, row_size, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            col_mask = cols < row_size
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask,
+                              COMPUTE)
+            scale, bias = load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
+                                      PER_SPATIAL, HAS_SCALE, HAS_BIAS, COMPUTE)
+            y = (x - mean[:, None]) * rstd[:, None] * scale + bias
+            blend_store(y_ptr, y_rows, column_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
+                        tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+    stats_rows = g * group_strides[3] + dim_offsets(rows, ROW_DIMS, row_sizes, row_stats)
+    if HAS_MEAN:
+        tl.store(mean_ptr + stats_rows, mean, mask=row_mask)
+    if HAS_RSTD:
+        tl.store(rstd_ptr + stats_rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def row_gradient(x, dy, mask, mean, rstd, scale, row_size, RMS: tl.constexpr):
+    """(dx, xhat) of a register tile of whole rows."""
+    count = tl.cast(row_size, x.dtype)
+    xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+    g = dy * scale
+    projection = tl.sum(g * xhat, axis=1) / count
+    inner = g - xhat * projection[:, None]
+    if not RMS:
+        inner -= (tl.sum(g, axis=1) / count)[:, None]
+    return rstd[:, None] * inner, xhat
+
+
+@triton.jit
+def norm_backward_kernel(
+    x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, rstd_ptr, partial_ptr,
+    group_strides, row_sizes, row_x, row_dy, row_dx, row_stats, col_sizes, col_x, col_dy, col_dx,
+    inner_rows, row_size, params_per_group, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
+    ROW_DIMS: tl.constexpr, COL_DIMS: tl.constexpr, COL_UNIT: tl.constexpr, ALIGN: tl.constexpr,
+    PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_MEAN: tl.constexpr,
+    HAS_RSTD: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Program (g, p): tiles p, p + P, ... of group g; partial column sums of dy * xhat and dy go
+    to the workspace at [0 or 1, g, p, column]."""
+    g = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1)
+    programs = tl.num_programs(1)
+    slice_offset = (g * programs + p) * row_size
+    half = tl.num_programs(0) * programs * row_size  # where the dy sums start
+    tiles = tl.cdiv(inner_rows, BLOCK_R)
+    eps = tl.cast(eps, COMPUTE)
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        col_mask = cols < row_size
+        scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
+                               PER_SPATIAL, HAS_SCALE, False, COMPUTE)
+        x_cols = column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT)
+        dy_cols = column_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT)
+        dx_cols = column_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT)
+        dscale = tl.zeros((BLOCK,), COMPUTE)
+        dbias = tl.zeros((BLOCK,), COMPUTE)
+    for tile in range(p, tiles, programs):
+        rows = tile * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
+        row_mask = rows < inner_rows
+        x_rows = row_offsets_of(g, rows, group_strides[0], ROW_DIMS, row_sizes, row_x, ALIGN)
+        dy_rows = row_offsets_of(g, rows, group_strides[1], ROW_DIMS, row_sizes, row_dy, ALIGN)
+        dx_rows = row_offsets_of(g, rows, group_strides[2], ROW_DIMS, row_sizes, row_dx, ALIGN)
+        stats_rows = g * group_strides[3] + dim_offsets(rows, ROW_DIMS, row_sizes, row_stats)
+        if SINGLE:
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = load_row_tile(x_ptr, x_rows, x_cols, mask, COMPUTE)
+            dy = load_row_tile(dy_ptr, dy_rows, dy_cols, mask, COMPUTE)
+            mean, rstd = row_statistics(x, mask, row_size, eps, RMS)
+            if HAS_RSTD:
+                rstd = tl.load(rstd_ptr + stats_rows, mask=row_mask, other=1.0).to(COMPUTE)
+            if HAS_MEAN:
+                mean = tl.load(mean_ptr + stats_rows, mask=row_mask, other=0.0).to(COMPUTE)
+            dx, xhat = row_gradient(x, dy, mask, mean, rstd, scale, row_size, RMS)
+            blend_store(dx_ptr, dx_rows, dx_cols, mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+            dscale += tl.sum(dy * xhat, axis=0)
+            dbias += tl.sum(dy, axis=0)
+        else:
+            streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr + slice_offset, half, tile == p,
+                                  g, x_rows, dy_rows, dx_rows, row_mask, row_size, params_per_group, eps, alpha,
+                                  beta, COL_DIMS, col_sizes, col_x, col_dy, col_dx, COL_UNIT, PER_SPATIAL, RMS,
+                                  HAS_SCALE, HAS_BETA, COMPUTE, BLOCK_R, BLOCK)
+    if SINGLE:
+        tl.store(partial_ptr + slice_offset + cols, dscale, mask=col_mask)
+        tl.store(partial_ptr + half + slice_offset + cols, dbias, mask=col_mask)
+
+
+@triton.jit
+def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, first_tile, g, x_rows, dy_rows,
+                          dx_rows, row_mask, row_size, params_per_group, eps, alpha, beta, COL_DIMS: tl.constexpr,
+                          col_sizes, col_x, col_dy, col_dx, COL_UNIT: tl.constexpr, PER_SPATIAL: tl.constexpr,
+                          RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BETA: tl.constexpr,
+                          COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+    """Backward of rows too long for registers: statistics, then the two row sums, then dx and the
+    partial column sums (added into this program's workspace slice)."""
+    mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS, col_sizes, col_x,
+                                     COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
+    sum_g = tl.zeros((BLOCK_R, BLOCK), COMPUTE)
+    sum_gx = tl.zeros((BLOCK_R, BLOCK), COMPUTE)
+    for start in range(0, row_size, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        col_mask = cols < row_size
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        dy = load_row_tile(dy_ptr, dy_rows, column_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
+                           COMPUTE)
+        scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
+                               PER_SPATIAL, HAS_SCALE, False, COMPUTE)
+        grad = dy * scale
+        sum_g += grad
+        sum_gx += tl.where(mask, grad * (x - mean[:, None]) * rstd[:, None], 0.0)
+    count = tl.cast(row_size, COMPUTE)
+    projection = tl.sum(sum_gx, axis=1) / count
+    average = tl.sum(sum_g, axis=1) / count
+    for start in range(0, row_size, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        col_mask = cols < row_size
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        dy = load_row_tile(dy_ptr, dy_rows, column_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
+                           COMPUTE)
+        scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
+                               PER_SPATIAL, HAS_SCALE, False, COMPUTE)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        inner = dy * scale - xhat * projection[:, None]
+        if not RMS:
+            inner -= average[:, None]
+        blend_store(dx_ptr, dx_rows, column_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT), mask,
+                    rstd[:, None] * inner, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+        dscale = tl.sum(dy * xhat, axis=0)
+        dbias = tl.sum(dy, axis=0)
+        if not first_tile:
+            dscale += tl.load(partial_ptr + cols, mask=col_mask, other=0.0)
+            dbias += tl.load(partial_ptr + half + cols, mask=col_mask, other=0.0)
+        tl.store(partial_ptr + cols, dscale, mask=col_mask)
+        tl.store(partial_ptr + half + cols, dbias, mask=col_mask)
+
+
+@triton.jit
+def norm_finalize_kernel(partial_ptr, dscale_ptr, dbias_ptr, param_sizes, dscale_strides, dbias_strides,
+                         parameters, programs, row_size, params_per_group, half, alpha: tl.float64, beta: tl.float64,
+                         PARAM_DIMS: tl.constexpr, HAS_DSCALE: tl.constexpr, HAS_DBIAS: tl.constexpr,
+                         HAS_BETA: tl.constexpr, BLOCK_F: tl.constexpr, ROWS: tl.constexpr):
+    """dscale[f] (and dbias[f]) = alpha * (sum over programs p and the S = row_size / params_per_group
+    columns of parameter f of the partials, slice 0 first) + beta * prior; f = g * params_per_group + q
+    is the parameter's flattened index, placed through the caller's strides."""
+    f = tl.program_id(0) * BLOCK_F + tl.arange(0, BLOCK_F)
+    f_mask = f < parameters
+    g = f // params_per_group
+    spatial = row_size // params_per_group
+    column = (f - g * params_per_group) * spatial
+    count = programs * spatial  # summands per parameter, walked as r = p * spatial + s
+    for which in tl.static_range(2):
+        if (which == 0 and HAS_DSCALE) or (which == 1 and HAS_DBIAS):
+            acc = tl.zeros((ROWS, BLOCK_F), partial_ptr.dtype.element_ty)
+            for start in range(0, count, ROWS):
+                r = start + tl.arange(0, ROWS)
+                p = r // spatial
+                summands = (which * half + (g[None, :] * programs + p[:, None]) * row_size + column[None, :]
+                            + (r - p * spatial)[:, None])
+                acc += tl.load(partial_ptr + summands, mask=(r < count)[:, None] & f_mask[None, :], other=0.0)
+            total = tl.sum(acc, axis=0)
+            if which == 0:
+                offsets = dim_offsets(f, PARAM_DIMS, param_sizes, dscale_strides)
+                blend_vector(dscale_ptr + offsets, f_mask, total, alpha, beta, HAS_BETA)
+            else:
+                offsets = dim_offsets(f, PARAM_DIMS, param_sizes, dbias_strides)
+                blend_vector(dbias_ptr + offsets, f_mask, total, alpha, beta, HAS_BETA)
+
+
+@triton.jit
+def blend_vector(pointers, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
+    out = value * tl.cast(alpha, value.dtype)
+    if HAS_BETA:
+        out += tl.cast(beta, value.dtype) * tl.load(pointers, mask=mask, other=0.0).to(value.dtype)
+    tl.store(pointers, out.to(pointers.dtype.element_ty), mask=mask)
+
+
+# the launcher --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NormPlan:
+    """Canonical dims: groups (size, strides of x, y/dx, dy, stats), inner rows and columns as
+    (size, strides per operand), innermost last; operands x, out, dy (and stats for rows)."""
+
+    groups: int
+    group_strides: tuple[int, ...]
+    rows: tuple[tuple[int, tuple[int, ...]], ...]
+    cols: tuple[tuple[int, tuple[int, ...]], ...]
+    params_per_group: int
+    block_r: int
+    block: int
+
+    @property
+    def inner_rows(self) -> int:
+        return math.prod(size for size, _ in self.rows)
+
+    @property
+    def single(self) -> bool:
+        return self.block >= math.prod(size for size, _ in self.cols)
+
+
+def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
+    x, out = problem.x, problem.y
+    dy = problem.dy or problem.x
+    operands = (x, out, dy)
+    stats_strides = stats.strides if stats is not None else (0,) * x.ndim
+    if problem.grouped:
+        per_group = x.dims[1] // problem.groups
+        group_strides = tuple(d.strides[1] * per_group for d in operands) + (stats_strides[1],)
+        rows = [(x.dims[0], tuple(d.strides[0] for d in operands) + (stats_strides[0],))]
+        cols = [(per_group, tuple(d.strides[1] for d in operands))]
+        cols += _merged([(x.dims[k], tuple(d.strides[k] for d in operands)) for k in range(2, x.ndim)])
+        params_per_group = per_group
+    else:
+        lead = x.ndim - problem.normalized_ndim
+        group_strides = (0, 0, 0, 0)
+        rows = _merged([(x.dims[k], tuple(d.strides[k] for d in operands) + (stats_strides[k],)) for k in range(lead)])
+        cols = _merged([(x.dims[k], tuple(d.strides[k] for d in operands)) for k in range(lead, x.ndim)])
+        params_per_group = problem.row_size
+    rows = [(size, strides) for size, strides in rows if size > 1] or [(1, (0, 0, 0, 0))]
+    cols = [(size, strides) for size, strides in cols if size > 1] or [(1, (0, 0, 0))]
+    row_size = problem.row_size
+    block = triton.next_power_of_2(row_size)
+    if block > MAX_SINGLE_BLOCK:
+        block = LOOP_BLOCK
+    inner = math.prod(size for size, _ in rows)
+    block_r = max(1, min(TILE_ELEMENTS // block, triton.next_power_of_2(inner)))
+    return NormPlan(problem.groups or 1, group_strides, tuple(rows), tuple(cols), params_per_group, block_r, block)
+
+
+def _merged(dims: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, tuple[int, ...]]]:
+    """Neighbouring dims (logical order kept) merged where contiguous for every operand."""
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for size, strides in dims:
+        if size == 1:
+            continue
+        if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * size, strides)
+        else:
+            merged.append((size, strides))
+    return merged
+
+
+def _padded(dims: tuple[tuple[int, tuple[int, ...]], ...], count: int) -> tuple[tuple[int, ...], ...]:
+    pad = MAX_DIMS - len(dims)
+    sizes = tuple(size for size, _ in dims) + (1,) * pad
+    return (sizes, *(tuple(strides[j] for _, strides in dims) + (0,) * pad for j in range(count)))
+
+
+def _alignment(plan: NormPlan, count: int) -> int:
+    """Largest power of two (at most 16) dividing every row and group stride of the data operands."""
+    strides = [plan.group_strides[j] for j in range(count)]
+    strides += [s[j] for _, s in plan.rows for j in range(count)]
+    gcd = 0
+    for stride in strides:
+        gcd = math.gcd(gcd, stride)
+    return min(16, gcd & -gcd) if gcd else 16
+
+
+def supports(problem: NormProblem) -> str | None:
+    return None
+
+
+def workspace_size(problem: NormProblem) -> int:
+    return 0
+
+
+def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bound | None,
+        mean: Bound | None, inv_std: Bound | None, dy: Bound | None = None, dscale: Bound | None = None) -> None:
+    """Forward: y and the statistics when bound. Backward: dx into ``y``, dscale, and dbias into ``bias``."""
+    stats = inv_std.desc if inv_std is not None else None
+    plan = norm_plan(problem, stats)
+    compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
+    scale_values = _packed(scale)
+    row_sizes, *row_strides = _padded(plan.rows, 4)
+    col_sizes, *col_strides = _padded(plan.cols, 3)
+    unit = len(plan.cols) == 1 and all(s == 1 for s in plan.cols[0][1])
+    flags = dict(ROW_DIMS=len(plan.rows), COL_DIMS=len(plan.cols), COL_UNIT=unit, ALIGN=_alignment(plan, 3),
+                 PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE=scale is not None,
+                 HAS_RSTD=inv_std is not None, HAS_BETA=problem.beta != 0.0, SINGLE=plan.single, COMPUTE=compute,
+                 BLOCK_R=plan.block_r, BLOCK=plan.block, num_warps=_warps(plan))
+    dummy = _view(x)
+    stat_views = [_view(b) if b is not None else dummy for b in (mean, inv_std)]
+    common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
+    if not problem.backward:
+        bias_values = _packed(bias)
+        grid = (triton.cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
+        norm_forward_kernel[grid](
+            dummy, _view(y), scale_values if scale_values is not None else dummy,
+            bias_values if bias_values is not None else dummy, *stat_views,
+            plan.group_strides, row_sizes, row_strides[0], row_strides[1], row_strides[3], col_sizes,
+            col_strides[0], col_strides[1], *common, HAS_BIAS=bias is not None, HAS_MEAN=mean is not None, **flags)
+        return
+    assert dy is not None
+    _backward(problem, plan, x, y, dy, scale_values, stat_views, mean is not None, bias, dscale, row_sizes,
+              row_strides, col_sizes, col_strides, common, flags)
+
+
+def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bound, scale_values: Any,
+              stat_views: list[Any], has_mean: bool, dbias: Bound | None, dscale: Bound | None, row_sizes: Any,
+              row_strides: list[Any], col_sizes: Any, col_strides: list[Any], common: tuple[Any, ...],
+              flags: dict[str, Any]) -> None:
+    import torch
+
+    dummy = _view(x)
+    tiles = triton.cdiv(plan.inner_rows, plan.block_r)
+    programs = max(1, min(tiles, _programs_per_group(dummy, plan.groups)))
+    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+    half = plan.groups * programs * problem.row_size
+    partial = torch.empty(2 * half, dtype=compute, device=dummy.device)
+    norm_backward_kernel[(plan.groups, programs)](
+        dummy, _view(dy), _view(dx), scale_values if scale_values is not None else dummy, *stat_views, partial,
+        (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
+        row_sizes, row_strides[0], row_strides[2], row_strides[1], row_strides[3], col_sizes,
+        col_strides[0], col_strides[2], col_strides[1], *common, HAS_MEAN=has_mean, **flags)
+    if dscale is None and dbias is None:
+        return
+    parameters = plan.groups * plan.params_per_group
+    written = [b for b in (dscale, dbias) if b is not None]
+    sizes = [d for d in written[0].desc.dims if d > 1] or [1]
+    strides = [tuple(s for d, s in zip(b.desc.dims, b.desc.strides) if d > 1) or (0,) for b in written]
+    pad = (0,) * (MAX_DIMS - len(sizes))
+    dscale_strides = strides[0] + pad
+    dbias_strides = strides[-1] + pad
+    # layer/RMS: a parameter per column, summands contiguous across parameters; group: few parameters,
+    # many summands each (programs x spatial), so one or two parameters per program
+    block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
+    norm_finalize_kernel[(triton.cdiv(parameters, block_f),)](
+        partial, _view(dscale) if dscale is not None else partial, _view(dbias) if dbias is not None else partial,
+        tuple(sizes) + (1,) * len(pad), dscale_strides, dbias_strides, parameters, programs, problem.row_size,
+        plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta, PARAM_DIMS=len(sizes),
+        HAS_DSCALE=dscale is not None, HAS_DBIAS=dbias is not None, HAS_BETA=problem.dparam_beta != 0.0,
+        BLOCK_F=block_f, ROWS=FINAL_TILE // block_f, num_warps=4)
+
+
+def _packed(bound: Bound | None) -> Any:
+    """A parameter as a packed vector in logical order (a view when it already is one)."""
+    return None if bound is None else _view(bound).reshape(-1)
+
+
+def _programs_per_group(view: Any, groups: int) -> int:
+    if view.device.type != "cuda":
+        return 2
+    import torch
+
+    return max(1, PROGRAMS_PER_SM * torch.cuda.get_device_properties(view.device).multi_processor_count // groups)
+
+
+def _warps(plan: NormPlan) -> int:
+    return max(1, min(8, plan.block_r * plan.block // 512))
+
+
+def _view(bound: Bound) -> Any:
+    """The bound view as a torch tensor sharing memory."""
+    import numpy as np
+    import torch
+
+    view = bound.view
+    if isinstance(view, np.ndarray):
+        view = torch.from_numpy(view)
+        if bound.desc.dtype is DataType.BFLOAT16:
+            view = view.view(torch.bfloat16)
+    return view

@@ -1,0 +1,195 @@
+"""The Pythonic batch normalization: ``batch_norm`` as torch's, its backward, and the fused
+add + activation forms (cuDNN's Ex calls) with theirs.
+
+Statistics are per channel (dim 1) over every other dim. weight, bias and the running statistics
+are 1-D of C elements; they are used in float32 (float64 for float64 data), converted when given
+in another dtype, except the running statistics, which are updated in place and so must already
+be float32 (float64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import opendnn.api.batch_norm as api
+from opendnn.api.activation import ActivationDescriptor, ActivationMode
+from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import require
+from opendnn.core.handle import Handle
+from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps
+
+MODE = BatchNormMode.SPATIAL
+
+
+@dataclass(frozen=True)
+class BatchNormState:
+    """What ``batch_norm_add_activation`` keeps for its backward: the saved mean and inverse std
+    (C elements each) and the reserve space (the activation's mask)."""
+
+    saved_mean: Any
+    saved_inv_std: Any
+    reserve: Any
+
+
+def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None, bias: Any = None,
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5, *,
+               handle: Handle | None = None) -> Any:
+    """``weight * (x - mean) / sqrt(var + eps) + bias`` per channel, as torch.nn.functional.batch_norm.
+
+    Training normalizes with the batch statistics and, when given, updates running_mean and
+    running_var in place: ``running = (1 - momentum) * running + momentum * batch`` (unbiased
+    variance); inference uses running_mean and running_var. weight/bias None mean 1 and 0.
+
+    Raises:
+        BadParam: eps below 1e-5, momentum outside [0, 1], a parameter not of C elements, running
+            statistics missing in inference or of the wrong dtype.
+    """
+    return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, training, momentum, eps,
+                                     activation=None, handle=handle)
+
+
+def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
+                              bias: Any = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5, *,
+                              activation: str | None = "relu", return_state: bool = False,
+                              handle: Handle | None = None) -> Any:
+    """``act(batch_norm(x) + z)`` in one pass over memory (z None: no add; activation "relu",
+    "identity" or None). With ``return_state`` (training only) returns ``(y, BatchNormState)`` for
+    ``batch_norm_add_activation_backward``."""
+    xb = wrap("x", x)
+    handle = handle_for(xb, handle)
+    y = empty_like(xb)
+    params = _Parameters(xb, weight, bias, running_mean, running_var)
+    desc = params.desc
+    if not training:
+        require(running_mean is not None and running_var is not None,
+                "running_mean and running_var are needed when training=False")
+        require(z is None and activation in (None, "identity"), "inference takes no z and no activation")
+        api.batch_normalization_forward_inference(handle, MODE, 1.0, 0.0, xb.desc, xb.view, y.desc, y.view, desc,
+                                                  params.weight, params.bias, params.mean, params.var, eps)
+        return to_caller_kind(y.view, x)
+    zb = None if z is None else wrap("z", z)
+    ops = _ops(zb, activation)
+    act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
+    saved_mean, saved_inv = params.new(), params.new()
+    z_desc = None if zb is None else zb.desc
+    workspace = _scratch(xb, api.get_batch_normalization_forward_training_ex_workspace_size(
+        handle, MODE, ops, xb.desc, z_desc, y.desc, desc, act))
+    reserve = _scratch(xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act, xb.desc))
+    api.batch_normalization_forward_training_ex(
+        handle, MODE, ops, 1.0, 0.0, xb.desc, xb.view, z_desc, None if zb is None else zb.view, y.desc, y.view, desc,
+        params.weight, params.bias, momentum, params.mean, params.var, eps, saved_mean, saved_inv, act, workspace,
+        reserve)
+    out = to_caller_kind(y.view, x)
+    if return_state:
+        return out, BatchNormState(saved_mean, saved_inv, reserve)
+    return out
+
+
+def batch_norm_backward(dy: Any, x: Any, weight: Any = None, saved_mean: Any = None, saved_inv_std: Any = None,
+                        eps: float = 1e-5, *, handle: Handle | None = None) -> tuple[Any, Any, Any]:
+    """(dx, dweight, dbias) of the training ``batch_norm``; the batch statistics are recomputed from
+    x when saved_mean and saved_inv_std are not given."""
+    dx, _, dweight, dbias = _backward(dy, x, weight, BatchNormState(saved_mean, saved_inv_std, None), eps, None,
+                                      False, handle)
+    return dx, dweight, dbias
+
+
+def batch_norm_add_activation_backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float = 1e-5, *,
+                                       activation: str | None = "relu", has_z: bool = True,
+                                       handle: Handle | None = None) -> tuple[Any, Any, Any, Any]:
+    """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z)."""
+    return _backward(dy, x, weight, state, eps, activation, has_z, handle)
+
+
+def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None, has_z: bool,
+              handle: Handle | None) -> tuple[Any, Any, Any, Any]:
+    xb, dyb = wrap("x", x), wrap("dy", dy)
+    handle = handle_for(xb, handle)
+    params = _Parameters(xb, weight, None, None, None)
+    dx = empty_like(xb)
+    dz = empty_like(xb) if has_z else None
+    ops = BatchNormOps.BN_ADD_ACTIVATION if has_z else (BatchNormOps.BN if activation is None
+                                                         else BatchNormOps.BN_ACTIVATION)
+    act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
+    dweight, dbias = params.new(), params.new()
+    dz_desc = None if dz is None else dz.desc
+    workspace = _scratch(xb, api.get_batch_normalization_backward_ex_workspace_size(
+        handle, MODE, ops, xb.desc, None, dyb.desc, dz_desc, dx.desc, params.desc, act))
+    saved_mean = None if state.saved_mean is None else params.convert(state.saved_mean, "saved_mean")
+    saved_inv = None if state.saved_inv_std is None else params.convert(state.saved_inv_std, "saved_inv_std")
+    api.batch_normalization_backward_ex(
+        handle, MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, xb.view, None, None, dyb.desc, dyb.view, dz_desc,
+        None if dz is None else dz.view, dx.desc, dx.view, params.desc, params.weight, None, dweight, dbias, eps,
+        saved_mean, saved_inv, act, workspace, state.reserve)
+    return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
+            to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
+
+
+def _ops(z: Bound | None, activation: str | None) -> BatchNormOps:
+    if z is not None:
+        return BatchNormOps.BN_ADD_ACTIVATION
+    return BatchNormOps.BN if activation is None else BatchNormOps.BN_ACTIVATION
+
+
+def _scratch(like: Bound, nbytes: int) -> Any:
+    if nbytes == 0:
+        return None
+    if isinstance(like.view, np.ndarray):
+        return np.empty(nbytes, np.uint8)
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.view.device)
+
+
+class _Parameters:
+    """The per-channel tensors of one call, as (1, C, 1, ...) views in the compute dtype."""
+
+    def __init__(self, x: Bound, weight: Any, bias: Any, mean: Any, var: Any) -> None:
+        self.x = x
+        self.channels = x.desc.dims[1] if x.desc.ndim > 1 else 1
+        require(x.desc.ndim >= 2, f"x.ndim={x.desc.ndim} must be at least 2 (N, C, ...)")
+        self.dtype = x.desc.dtype.compute_type
+        self.desc = TensorDescriptor(self.dtype, (1, self.channels) + (1,) * (x.desc.ndim - 2))
+        self.weight = self.convert(weight, "weight", 1.0)
+        self.bias = self.convert(bias, "bias", 0.0)
+        self.mean = self.running(mean, "running_mean")
+        self.var = self.running(var, "running_var")
+
+    def new(self, fill: float | None = None) -> Any:
+        out = empty_like(self.x, self.dtype, self.desc.dims).view
+        if fill is not None:
+            out[...] = fill
+        return out
+
+    def convert(self, array: Any, name: str, default: float = 0.0) -> Any:
+        """``array`` (C elements, any float dtype) as a (1, C, 1...) array of the compute dtype."""
+        if array is None:
+            return self.new(default)
+        native = as_native(array, name)
+        require(int(np.prod(native.shape)) == self.channels,
+                f"{name}.shape={tuple(native.shape)} must hold C={self.channels} elements")
+        out = self.new()
+        out.reshape(-1)[...] = native.reshape(-1) if isinstance(native, type(out)) else np.asarray(native).reshape(-1)
+        return out
+
+    def running(self, array: Any, name: str) -> Any:
+        """The caller's running statistic seen as (1, C, 1...), updated in place."""
+        if array is None:
+            return None
+        native = as_native(array, name)
+        require(DataType.of(native.dtype) is self.dtype,
+                f"{name}.dtype={DataType.of(native.dtype).value} must be {self.dtype.value} (updated in place)")
+        require(tuple(native.shape) == (self.channels,), f"{name}.shape={tuple(native.shape)} must be "
+                                                         f"({self.channels},)")
+        contiguous = native.flags.c_contiguous if isinstance(native, np.ndarray) else native.is_contiguous()
+        require(contiguous, f"{name} must be contiguous (it is updated in place)")
+        return native.reshape(self.desc.dims)
+
+    def flat(self, array: Any) -> Any:
+        return array.reshape(self.channels)

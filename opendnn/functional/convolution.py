@@ -1,0 +1,191 @@
+"""The Pythonic convolution functions: ``conv`` for 1 to 3 spatial dims, ``conv_transpose``, and the
+backward functions, with torch.nn.functional's arguments.
+
+Each output has the memory order of the function's main input (NHWC in, NHWC out). ``algo`` picks
+a cuDNN algorithm (default: implicit GEMM, no workspace); any workspace it needs is allocated here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from opendnn.api.convolution import _allocate_bytes, _bind_workspace, allows_tf32, workspace_size
+from opendnn.api.tensor_ops import add_tensor
+from opendnn.core.arrays import Bound, as_native, empty_like, strided_view, wrap
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import require
+from opendnn.core.handle import Handle
+from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.ops.convolution import (
+    ConvolutionDescriptor,
+    ConvolutionDirection,
+    ConvolutionMode,
+    ConvolutionProblem,
+    convolution_problem,
+    get_convolution_forward_output_dim,
+)
+from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
+from opendnn.ops.registry import dispatch, load_backend
+
+IntOrTuple = int | Sequence[int]
+
+
+def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntOrTuple | str = 0,
+         dilation: IntOrTuple = 1, groups: int = 1, *, mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION,
+         algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+    """torch.nn.functional.conv{1,2,3}d: x (N, C, *in), w (K, C/groups, *filt), bias (K,) or None.
+
+    Args:
+        padding: an int or one per spatial dim (symmetric), "valid" (none) or "same" (stride 1:
+            the output has the input's size; an odd total puts the extra zero after, as torch).
+        mode: CROSS_CORRELATION (torch's) or CONVOLUTION (the filter flipped).
+
+    Returns:
+        y (N, K, *out) in x's memory order and of x's kind.
+    """
+    xb, wb = wrap("x", x), wrap("w", w)
+    conv_desc = _descriptor(xb, wb, stride, padding, dilation, groups, mode)
+    y = empty_like(xb, dims=get_convolution_forward_output_dim(conv_desc, xb.desc, wb.desc))
+    biasb = _per_channel(wrap("bias", bias), xb.desc.ndim) if bias is not None else None
+    handle = handle_for(xb, handle)
+    problem = convolution_problem(ConvolutionDirection.FORWARD, conv_desc, xb.desc, wb.desc, y.desc, algo=algo,
+                                  allow_tf32=allows_tf32(handle, conv_desc),
+                                  bias_desc=biasb.desc if biasb is not None else None, names=("x", "w", "y"))
+    _run(handle, problem, xb, wb, y, biasb)
+    return to_caller_kind(y.view, x)
+
+
+def conv_transpose(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+                   output_padding: IntOrTuple = 0, groups: int = 1, dilation: IntOrTuple = 1, *,
+                   algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+    """torch.nn.functional.conv_transpose{1,2,3}d: the backward data of a convolution.
+
+    x (N, C_in, *in), w (C_in, C_out/groups, *filt), bias (C_out,) or None; the output has
+    ``(in - 1) * stride - 2 * padding + dilation * (filt - 1) + output_padding + 1`` per spatial dim.
+    """
+    dyb, wb = wrap("x", x), wrap("w", w)
+    spatial = dyb.desc.ndim - 2
+    strides, pads = _per_dim("stride", stride, spatial), _per_dim("padding", padding, spatial)
+    extras, dilations = _per_dim("output_padding", output_padding, spatial), _per_dim("dilation", dilation, spatial)
+    for k, (extra, s, d) in enumerate(zip(extras, strides, dilations)):
+        require(0 <= extra < max(s, d), f"output_padding[{k}]={extra} must be below stride or dilation ({max(s, d)})")
+    out = tuple((i - 1) * s - 2 * p + d * (f - 1) + e + 1
+                for i, s, p, d, f, e in zip(dyb.desc.dims[2:], strides, pads, dilations, wb.desc.dims[2:], extras))
+    dims = (dyb.desc.dims[0], wb.desc.dims[1] * groups, *out)
+    dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle)
+    if bias is not None:
+        biasb = _per_channel(wrap("bias", bias), dx.desc.ndim)
+        add_tensor(handle_for(dx, handle), 1.0, biasb.desc, biasb.view, 1.0, dx.desc, dx.view)
+    return to_caller_kind(dx.view, x)
+
+
+def conv_backward_data(dy: Any, w: Any, input_shape: Sequence[int], stride: IntOrTuple = 1,
+                       padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1, *,
+                       algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+    """dx of ``conv(x, w, stride=..., ...)`` given dy; ``input_shape`` is x's shape (N, C, *in)."""
+    dyb, wb = wrap("dy", dy), wrap("w", w)
+    spatial = dyb.desc.ndim - 2
+    dx = _backward_data(dyb, wb, tuple(input_shape), _per_dim("stride", stride, spatial),
+                        _per_dim("padding", padding, spatial), _per_dim("dilation", dilation, spatial), groups,
+                        algo, handle)
+    return to_caller_kind(dx.view, dy)
+
+
+def conv_backward_filter(x: Any, dy: Any, weight_shape: Sequence[int], stride: IntOrTuple = 1,
+                         padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1, *,
+                         algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+    """dw of ``conv(x, w, stride=..., ...)`` given dy; ``weight_shape`` is w's (K, C/groups, *filt).
+    dw has x's memory order (KRSC for an NHWC x)."""
+    xb, dyb = wrap("x", x), wrap("dy", dy)
+    dw = empty_like(xb, dims=tuple(weight_shape))
+    conv_desc = _descriptor(xb, dw, stride, padding, dilation, groups, ConvolutionMode.CROSS_CORRELATION)
+    handle = handle_for(xb, handle)
+    problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xb.desc, dw.desc, dyb.desc,
+                                  algo=algo, allow_tf32=allows_tf32(handle, conv_desc),
+                                  names=("x", "weight_shape", "dy"))
+    _run(handle, problem, xb, dw, dyb, None)
+    return to_caller_kind(dw.view, x)
+
+
+def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
+    """db (K,): the sum of dy (N, K, *out) over N and the spatial dims."""
+    dyb = wrap("dy", dy)
+    require(3 <= dyb.desc.ndim <= 5, f"dy.ndim={dyb.desc.ndim} must be 3, 4 or 5")
+    k = dyb.desc.dims[1]
+    db = empty_like(dyb, dims=(k,))
+    dbb = Bound("db", TensorDescriptor(db.desc.dtype, _channel_dims(k, dyb.desc.ndim)),
+                db.view.reshape(_channel_dims(k, dyb.desc.ndim)), db.device)
+    compute = DataType.DOUBLE if dyb.desc.dtype is DataType.DOUBLE else DataType.FLOAT
+    problem = reduce_problem(ReduceTensorDescriptor(ReduceTensorOp.ADD, compute), dyb.desc, dbb.desc)
+    handle = handle_for(dyb, handle)
+    needed = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
+    workspace = _bind_workspace(_allocate_bytes(dyb, needed), needed, "the reduction") if needed else None
+    dispatch(handle, "reduce", problem, dyb, dbb, None, workspace)
+    return to_caller_kind(db.view, dy)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
+                   dilations: tuple[int, ...], groups: int, algo: enum.Enum | None,
+                   handle: Handle | None) -> Bound:
+    dx = empty_like(dyb, dims=dims)
+    conv_desc = ConvolutionDescriptor(pads, strides, dilations, ConvolutionMode.CROSS_CORRELATION,
+                                      _compute_type(dyb), groups)
+    handle = handle_for(dyb, handle)
+    problem = convolution_problem(ConvolutionDirection.BACKWARD_DATA, conv_desc, dx.desc, wb.desc, dyb.desc,
+                                  algo=algo, allow_tf32=allows_tf32(handle, conv_desc),
+                                  names=("input_shape", "w", "dy"))
+    _run(handle, problem, dx, wb, dyb, None)
+    return dx
+
+
+def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None) -> None:
+    needed = workspace_size(handle, problem)
+    workspace = _bind_workspace(_allocate_bytes(x, needed), needed, "the algorithm") if needed else None
+    dispatch(handle, "convolution", problem, x, w, y, bias, None, workspace)
+
+
+def _descriptor(xb: Bound, wb: Bound, stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple,
+                groups: int, mode: ConvolutionMode) -> ConvolutionDescriptor:
+    spatial = xb.desc.ndim - 2
+    require(1 <= spatial <= 3, f"x.ndim={xb.desc.ndim} must be 3, 4 or 5 (N, C and 1 to 3 spatial dims)")
+    require(wb.desc.ndim == xb.desc.ndim, f"w.ndim={wb.desc.ndim} must equal x.ndim={xb.desc.ndim}")
+    strides, dilations = _per_dim("stride", stride, spatial), _per_dim("dilation", dilation, spatial)
+    if isinstance(padding, str):
+        require(padding in ("valid", "same"), f"padding={padding!r} must be 'valid', 'same' or ints")
+        require(padding == "valid" or strides == (1,) * spatial, f"padding='same' needs stride 1, not {strides}")
+        total = [0 if padding == "valid" else d * (f - 1) for d, f in zip(dilations, wb.desc.dims[2:])]
+        pre = tuple(t // 2 for t in total)
+        post = tuple(t - p for t, p in zip(total, pre))
+    else:
+        pre = post = _per_dim("padding", padding, spatial)
+    return ConvolutionDescriptor(pre, strides, dilations, mode, _compute_type(xb), groups,
+                                 pre_padding=pre, post_padding=post)
+
+
+def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
+    values = (value,) * spatial if isinstance(value, (int, np.integer)) else tuple(value)
+    require(len(values) == spatial, f"{name}={value!r} must be an int or {spatial} ints (one per spatial dim)")
+    return tuple(int(v) for v in values)
+
+
+def _compute_type(bound: Bound) -> DataType:
+    return DataType.DOUBLE if bound.desc.dtype is DataType.DOUBLE else DataType.FLOAT
+
+
+def _channel_dims(k: int, ndim: int) -> tuple[int, ...]:
+    return tuple(k if axis == 1 else 1 for axis in range(ndim))
+
+
+def _per_channel(bias: Bound, ndim: int) -> Bound:
+    """A (K,) bias seen as (1, K, 1, ...) without a copy."""
+    require(bias.desc.ndim == 1, f"bias.shape={bias.desc.dims} must be (K,)")
+    dims = _channel_dims(bias.desc.dims[0], ndim)
+    desc = TensorDescriptor(bias.desc.dtype, dims, tuple(bias.desc.strides[0] if a == 1 else 0 for a in range(ndim)))
+    return Bound("bias", desc, strided_view(as_native(bias.view), desc), bias.device)

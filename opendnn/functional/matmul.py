@@ -1,0 +1,99 @@
+"""The Pythonic matrix products: ``matmul`` (NumPy's/torch's, with a fused epilogue) and ``linear``
+(torch's). See the package docstring for the conventions every function follows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, require
+from opendnn.core.handle import Handle, MathType
+from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.ops.matmul import BiasAxis, matmul_problem
+from opendnn.ops.pointwise import PointwiseMode
+from opendnn.ops.registry import dispatch
+
+
+def matmul(a: Any, b: Any, bias: Any = None, activation: str | PointwiseMode | None = None, *,
+           coef: float = 0.0, residual: Any = None, bias_axis: str | BiasAxis = "column", alpha: float = 1.0,
+           a_scale: float = 1.0, b_scale: float = 1.0, out_dtype: Any = None, allow_tf32: bool | None = None,
+           handle: Handle | None = None) -> Any:
+    """``act(a_scale * b_scale * (a @ b) + bias) + residual``, times alpha, as one fused kernel.
+
+    Args:
+        a, b: ``(..., M, K)`` and ``(..., K, N)``; batch dims broadcast like NumPy's; 1-D operands are
+            a row (a) or a column (b) vector whose dim is dropped from the result, as NumPy's.
+        bias: N values (bias_axis "column", torch's linear) or M values ("row").
+        activation: a forward activation by name ("relu", "gelu", "gelu_approx_tanh", "swish", ...)
+            or a ``PointwiseMode.*_FWD``; ``coef`` is its parameter.
+        residual: an array of the result's shape, added after the activation.
+        out_dtype: the result's dtype (default: the inputs', bfloat16 for fp8 inputs).
+        allow_tf32: float32 products on TF32 tensor cores (default: the handle's math type, which
+            also decides fast fp8 accumulation).
+
+    Raises:
+        BadParam: shapes that do not multiply or broadcast (both named).
+    """
+    a_bound, b_bound = wrap("a", a), wrap("b", b)
+    a_vector, b_vector = a_bound.desc.ndim == 1, b_bound.desc.ndim == 1
+    a_bound = _with_unit_dim(a_bound, 0) if a_vector else a_bound
+    b_bound = _with_unit_dim(b_bound, 1) if b_vector else b_bound
+    batch = _batch_shape(a_bound, b_bound)
+    dims = (*batch, a_bound.desc.dims[-2], b_bound.desc.dims[-1])
+    default = DataType.BFLOAT16 if a_bound.desc.dtype.is_fp8 else a_bound.desc.dtype
+    output = empty_like(a_bound, DataType.of(out_dtype) if out_dtype is not None else default, dims,
+                        tuple(range(len(dims))))
+    bias_bound = None if bias is None else wrap("bias", bias)
+    residual_bound = None if residual is None else wrap("residual", residual)
+    handle = handle_for(a_bound, handle)
+    tf32 = handle.math_type is MathType.TENSOR_OP if allow_tf32 is None else allow_tf32
+    problem = matmul_problem(a_bound.desc, b_bound.desc, output.desc, alpha=alpha,
+                             bias_desc=None if bias_bound is None else bias_bound.desc, bias_axis=bias_axis,
+                             activation=_activation_mode(activation), coef=coef,
+                             residual_desc=None if residual_bound is None else residual_bound.desc,
+                             a_scale=a_scale, b_scale=b_scale, allow_tf32=tf32,
+                             fast_fp8_accumulation=handle.math_type is MathType.TENSOR_OP)
+    dispatch(handle, "matmul", problem, a_bound, b_bound, output, bias_bound, residual_bound)
+    result = output.view
+    if b_vector:
+        result = result[..., 0]
+    if a_vector:
+        result = result[..., 0, :] if not b_vector else result[..., 0]
+    return to_caller_kind(result, a)
+
+
+def linear(x: Any, weight: Any, bias: Any = None, *, handle: Handle | None = None) -> Any:
+    """``x @ weight.T + bias`` as torch.nn.functional.linear: weight is ``(out, in)``, read
+    transposed in place (no copy); bias has ``out`` values."""
+    native = as_native(weight, "weight")
+    require(native.ndim == 2, f"weight.shape={tuple(native.shape)} must be 2-D (out_features, in_features)")
+    transposed = native.T if isinstance(native, np.ndarray) else native.t()
+    return matmul(x, transposed, bias, handle=handle)
+
+
+def _activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
+    if activation is None or isinstance(activation, PointwiseMode):
+        return activation
+    name = str(activation).lower().removesuffix("_fwd")
+    name = {"silu": "swish", "gelu_tanh": "gelu_approx_tanh"}.get(name, name)
+    try:
+        return PointwiseMode(f"{name}_fwd")
+    except ValueError:
+        raise BadParam(f"activation={activation!r} is not a forward activation") from None
+
+
+def _with_unit_dim(bound: Bound, position: int) -> Bound:
+    """A 1-D operand as a (1, K) row (position 0) or a (K, 1) column (position 1)."""
+    view = bound.view[None, :] if position == 0 else bound.view[:, None]
+    return wrap(bound.name, view)
+
+
+def _batch_shape(a: Bound, b: Bound) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a.desc.dims[:-2], b.desc.dims[:-2]))
+    except ValueError:
+        raise BadParam(f"batch dims of a.shape={list(a.desc.dims)} and b.shape={list(b.desc.dims)} "
+                       "do not broadcast") from None

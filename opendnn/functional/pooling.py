@@ -1,0 +1,195 @@
+"""The Pythonic pooling functions: max, average, adaptive and global pooling, forward and backward.
+
+Inputs have dims (N, C, *spatial) with 1 to 3 spatial dims (the rank says which), in any memory
+order; outputs keep the input's memory order. ``kernel_size``, ``stride`` and ``padding`` are an
+int or one int per spatial dim; ``stride`` defaults to ``kernel_size``. ``ceil_mode`` rounds the
+output size up as torch's does. Max pooling propagates NaN by default, as torch's does. Each
+backward function returns dx from the forward's inputs (and output, for max) and dy.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from opendnn.api.tensor_ops import set_tensor
+from opendnn.core.arrays import Bound, empty_like, wrap
+from opendnn.core.descriptors import NanPropagation
+from opendnn.core.errors import require
+from opendnn.core.handle import Handle
+from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
+from opendnn.ops.registry import dispatch
+
+Size = int | Sequence[int]
+
+
+def _per_dim(name: str, value: Size, spatial: int) -> tuple[int, ...]:
+    values = (int(value),) * spatial if isinstance(value, int) else tuple(int(v) for v in value)
+    require(len(values) == spatial, f"{name}={value} must be an int or {spatial} ints, one per spatial dim")
+    return values
+
+
+def _spatial(x: Bound) -> int:
+    spatial = x.desc.ndim - 2
+    require(1 <= spatial <= 3, f"x.ndim={x.desc.ndim} must be 3, 4 or 5: (N, C, *spatial) with 1 to 3 spatial dims")
+    return spatial
+
+
+def _descriptor(mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | None, padding: Size,
+                propagate_nan: bool = False) -> PoolingDescriptor:
+    spatial = _spatial(x)
+    window = _per_dim("kernel_size", kernel_size, spatial)
+    steps = window if stride is None else _per_dim("stride", stride, spatial)
+    nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
+    return PoolingDescriptor(mode, nan_opt, window, _per_dim("padding", padding, spatial), steps)
+
+
+def _forward(pool: PoolingDescriptor, x: Any, ceil_mode: bool, handle: Handle | None) -> Any:
+    xb = wrap("x", x)
+    yb = empty_like(xb, dims=pooled_dims(pool, xb.desc, ceil_mode))
+    problem = pooling_problem(pool, xb.desc, yb.desc, ceil_mode=ceil_mode)
+    dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None)
+    return to_caller_kind(yb.view, x)
+
+
+def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode: bool,
+              handle: Handle | None) -> Any:
+    xb, dyb = wrap("x", x), wrap("dy", dy)
+    yb = wrap("y", y) if y is not None else dyb  # the averages never read y
+    dxb = empty_like(xb)
+    problem = pooling_problem(pool, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc, ceil_mode=ceil_mode)
+    dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, dyb, dxb)
+    return to_caller_kind(dxb.view, x)
+
+
+def _average_mode(count_include_pad: bool) -> PoolingMode:
+    return PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING if count_include_pad else PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
+
+
+# fixed windows -----------------------------------------------------------------------------------
+
+def max_pool(x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *, ceil_mode: bool = False,
+             propagate_nan: bool = True, handle: Handle | None = None) -> Any:
+    """The largest element of each window (torch's max_pool1d/2d/3d without dilation)."""
+    pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding, propagate_nan)
+    return _forward(pool, x, ceil_mode, handle)
+
+
+def max_pool_backward(dy: Any, x: Any, y: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *,
+                      ceil_mode: bool = False, handle: Handle | None = None) -> Any:
+    """dx of max_pool: each dy goes to the first position of its window equal to y."""
+    pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding)
+    return _backward(pool, dy, x, y, ceil_mode, handle)
+
+
+def avg_pool(x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *, ceil_mode: bool = False,
+             count_include_pad: bool = True, handle: Handle | None = None) -> Any:
+    """The mean of each window, over its size (count_include_pad) or its input positions only."""
+    pool = _descriptor(_average_mode(count_include_pad), wrap("x", x), kernel_size, stride, padding)
+    return _forward(pool, x, ceil_mode, handle)
+
+
+def avg_pool_backward(dy: Any, x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *,
+                      ceil_mode: bool = False, count_include_pad: bool = True, handle: Handle | None = None) -> Any:
+    """dx of avg_pool: each dy spread evenly over its window (x gives the dims and layout only)."""
+    pool = _descriptor(_average_mode(count_include_pad), wrap("x", x), kernel_size, stride, padding)
+    return _backward(pool, dy, x, None, ceil_mode, handle)
+
+
+# adaptive and global windows ---------------------------------------------------------------------
+
+def _cells(size: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive windows: output o pools [floor(o * size / out), ceil((o + 1) * size / out))."""
+    return [(o * size // out, -(-(o + 1) * size // out)) for o in range(out)]
+
+
+def _adaptive_cells(x: Bound, output_size: Size) -> tuple[tuple[int, ...], list[list[tuple[int, int]]]]:
+    out = _per_dim("output_size", output_size, _spatial(x))
+    for k, o in enumerate(out):
+        require(o >= 1, f"output_size[{k}]={o} must be at least 1")
+    return out, [_cells(n, o) for n, o in zip(x.desc.dims[2:], out)]
+
+
+def _uniform(sizes: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    return all(n % o == 0 for n, o in zip(sizes, out))
+
+
+def _cell_views(x: Bound, y: Bound, cells: list[list[tuple[int, int]]]
+                ) -> Iterator[tuple[Bound, Bound, tuple[int, ...]]]:
+    """For each output cell: the input's window (a sub-region view), the output's element, the window."""
+    for index in itertools.product(*(range(len(c)) for c in cells)):
+        spans = [cells[k][o] for k, o in enumerate(index)]
+        x_view = x.view[(slice(None), slice(None), *(slice(a, b) for a, b in spans))]
+        y_view = y.view[(slice(None), slice(None), *(slice(o, o + 1) for o in index))]
+        yield wrap("x", x_view), wrap("y", y_view), tuple(b - a for a, b in spans)
+
+
+def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool,
+                      handle: Handle | None) -> Any:
+    xb = wrap("x", x)
+    out, cells = _adaptive_cells(xb, output_size)
+    sizes = xb.desc.dims[2:]
+    nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
+    if _uniform(sizes, out):
+        window = tuple(n // o for n, o in zip(sizes, out))
+        return _forward(PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window), x, False, handle)
+    yb = empty_like(xb, dims=(*xb.desc.dims[:2], *out))
+    handle = handle_for(xb, handle)
+    for x_cell, y_cell, window in _cell_views(xb, yb, cells):  # one pooling per output cell
+        pool = PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window)
+        dispatch(handle, "pooling", pooling_problem(pool, x_cell.desc, y_cell.desc), x_cell, y_cell, None, None)
+    return to_caller_kind(yb.view, x)
+
+
+def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle: Handle | None) -> Any:
+    xb, dyb = wrap("x", x), wrap("dy", dy)
+    out, cells = _adaptive_cells(xb, dyb.desc.dims[2:])
+    sizes = xb.desc.dims[2:]
+    if _uniform(sizes, out):
+        window = tuple(n // o for n, o in zip(sizes, out))
+        pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
+        return _backward(pool, dy, x, y, False, handle)
+    yb = wrap("y", y) if y is not None else dyb
+    dxb = empty_like(xb)
+    handle = handle_for(xb, handle)
+    set_tensor(handle, dxb.desc, dxb.view, 0.0)
+    # Windows overlap here: each cell's gradient is added into dx (beta = 1), cell after cell.
+    for (x_cell, y_cell, window), (dx_cell, dy_cell, _) in zip(_cell_views(xb, yb, cells),
+                                                               _cell_views(dxb, dyb, cells)):
+        pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
+        problem = pooling_problem(pool, x_cell.desc, y_cell.desc, dy_desc=dy_cell.desc, dx_desc=dx_cell.desc,
+                                  beta=1.0)
+        dispatch(handle, "pooling", problem, x_cell, y_cell, dy_cell, dx_cell)
+    return to_caller_kind(dxb.view, x)
+
+
+def adaptive_avg_pool(x: Any, output_size: Size, *, handle: Handle | None = None) -> Any:
+    """The mean over torch's adaptive windows: output o pools [o * n // out, ceil((o + 1) * n / out))."""
+    return _adaptive_forward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, x, output_size, False, handle)
+
+
+def adaptive_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
+    """dx of adaptive_avg_pool (the output size is dy's)."""
+    return _adaptive_backward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, dy, x, None, handle)
+
+
+def adaptive_max_pool(x: Any, output_size: Size, *, propagate_nan: bool = True, handle: Handle | None = None) -> Any:
+    """The largest element of torch's adaptive windows."""
+    return _adaptive_forward(PoolingMode.MAX, x, output_size, propagate_nan, handle)
+
+
+def adaptive_max_pool_backward(dy: Any, x: Any, y: Any, *, handle: Handle | None = None) -> Any:
+    """dx of adaptive_max_pool: each dy goes to the first position of its window equal to y."""
+    return _adaptive_backward(PoolingMode.MAX, dy, x, y, handle)
+
+
+def global_avg_pool(x: Any, *, handle: Handle | None = None) -> Any:
+    """The mean over all spatial positions: dims (N, C, 1, ...)."""
+    return adaptive_avg_pool(x, 1, handle=handle)
+
+
+def global_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
+    """dx of global_avg_pool: dy / (number of spatial positions), broadcast."""
+    return adaptive_avg_pool_backward(dy, x, handle=handle)

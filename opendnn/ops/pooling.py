@@ -1,0 +1,305 @@
+"""Pooling (cuDNN's pooling forward and backward): one operation, its shape and dtype rules, and its
+float64 NumPy reference.
+
+x has dims (N, C, *spatial) with 1 to 3 spatial dims, whatever its memory order; y has dims
+(N, C, *out). Along each spatial dim, output ``o`` pools the window of input positions
+``o * stride - padding + j`` for ``j`` in ``0 .. window - 1``; positions outside ``0 .. in - 1``
+are padding:
+
+    MAX, MAX_DETERMINISTIC            the largest element of the window (padding ignored)
+    AVERAGE_COUNT_INCLUDE_PADDING     the sum of the window over its size, padding counted
+    AVERAGE_COUNT_EXCLUDE_PADDING     the sum of the window over the number of input positions in it
+
+``out = (in + 2 * padding - window) // stride + 1`` (``get_pooling_forward_output_dim``). The
+Pythonic API's ceil mode rounds up instead (torch's rule: a last window must start inside the
+input or its leading padding); the extra windows reach past the trailing padding, and the counted
+size of a window stops at the end of the trailing padding: ``min(start + window, in + padding) -
+start`` per dim, as torch's. Padding must be smaller than the window, so every window holds at
+least one input position.
+
+NaN: with PROPAGATE_NAN a NaN in the window gives NaN; with NOT_PROPAGATE_NAN NaNs are skipped (a
+window of NaNs only gives NaN). Averages follow IEEE arithmetic.
+
+Backward (cuDNN's contract, no index tensor): ``dx[i] = sum over windows w holding i of dy[w] *
+d y[w] / d x[i]``. For the max modes the derivative is 1 at the first position of the window, in
+row-major window order, whose value equals ``y[w]`` (NaN matching NaN), and 0 elsewhere: the
+argmax is recomputed from x and y, ties go to the first position, and a ``y`` that matches nothing
+in its window passes no gradient. Both max modes are deterministic here. For the averages the
+derivative is ``1 / count``.
+
+Arithmetic runs in float32, float64 for float64 tensors.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_same_dims
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import Status, require
+
+MAX_SPATIAL_DIMS = 3
+
+
+class PoolingMode(enum.Enum):
+    """cuDNN's pooling modes; the value is the name the kernels switch on."""
+
+    MAX = "max"
+    AVERAGE_COUNT_INCLUDE_PADDING = "avg_include"
+    AVERAGE_COUNT_EXCLUDE_PADDING = "avg_exclude"
+    MAX_DETERMINISTIC = "max_deterministic"
+
+    @property
+    def is_max(self) -> bool:
+        return self in (PoolingMode.MAX, PoolingMode.MAX_DETERMINISTIC)
+
+
+def _ints(name: str, values: int | Sequence[int]) -> tuple[int, ...]:
+    values = (values,) if isinstance(values, (int, np.integer)) else tuple(values)
+    require(all(isinstance(v, (int, np.integer)) for v in values), f"{name}={values} must be integers")
+    return tuple(int(v) for v in values)
+
+
+@dataclass(frozen=True)
+class PoolingDescriptor:
+    """A pooling: mode, NaN option, and window, padding and stride per spatial dim (1 to 3 dims).
+
+    Args:
+        mode: PoolingMode.
+        nan_opt: NanPropagation (max modes).
+        window: window size per spatial dim, each at least 1.
+        padding: zero or more positions of padding on both sides of each spatial dim, smaller than
+            the window (so no window lies in padding only).
+        stride: step between windows per spatial dim, each at least 1.
+
+    Raises:
+        BadParam: lengths that differ or lie outside 1..3, a window or stride below 1, a negative
+            padding, or a padding at or beyond the window.
+    """
+
+    mode: PoolingMode
+    nan_opt: NanPropagation
+    window: tuple[int, ...]
+    padding: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    def __init__(self, mode: PoolingMode, nan_opt: NanPropagation, window: int | Sequence[int],
+                 padding: int | Sequence[int], stride: int | Sequence[int]) -> None:
+        window, padding, stride = _ints("window", window), _ints("padding", padding), _ints("stride", stride)
+        require(1 <= len(window) <= MAX_SPATIAL_DIMS,
+                f"len(window)={len(window)} must be between 1 and {MAX_SPATIAL_DIMS}")
+        for name, values in (("padding", padding), ("stride", stride)):
+            require(len(values) == len(window), f"len({name})={len(values)} must equal len(window)={len(window)}")
+        for k, (w, p, s) in enumerate(zip(window, padding, stride)):
+            require(w >= 1, f"window[{k}]={w} must be at least 1")
+            require(s >= 1, f"stride[{k}]={s} must be at least 1")
+            require(p >= 0, f"padding[{k}]={p} must be at least 0")
+            require(p < w, f"padding[{k}]={p} must be smaller than window[{k}]={w} "
+                           "(a window in padding only pools nothing)")
+        object.__setattr__(self, "mode", PoolingMode(mode))
+        object.__setattr__(self, "nan_opt", NanPropagation(nan_opt))
+        object.__setattr__(self, "window", window)
+        object.__setattr__(self, "padding", padding)
+        object.__setattr__(self, "stride", stride)
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.window)
+
+
+def output_size(size: int, window: int, padding: int, stride: int, ceil_mode: bool = False) -> int:
+    """Windows along one dim: ``(size + 2 * padding - window) // stride + 1`` (rounded up in ceil
+    mode, less a last window that would start in the trailing padding); 0 when none fits."""
+    span = size + 2 * padding - window
+    if span < 0:
+        return 0
+    if not ceil_mode:
+        return span // stride + 1
+    count = -(-span // stride) + 1
+    return count - 1 if (count - 1) * stride >= size + padding else count
+
+
+def get_pooling_forward_output_dim(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor) -> tuple[int, ...]:
+    """The dims of y: (N, C, *out) with ``out = (in + 2 * padding - window) // stride + 1``.
+
+    Raises:
+        BadParam: x_desc's rank is not 2 + the descriptor's spatial dims, or a window larger than
+            its padded input.
+    """
+    return pooled_dims(pool_desc, x_desc, ceil_mode=False)
+
+
+def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mode: bool = False) -> tuple[int, ...]:
+    """The dims of y, rounded down as cuDNN's (``get_pooling_forward_output_dim``) or up (ceil_mode)."""
+    require(isinstance(pool_desc, PoolingDescriptor), f"pool_desc={pool_desc!r} must be a PoolingDescriptor")
+    require(isinstance(x_desc, TensorDescriptor), f"x_desc={x_desc!r} must be a TensorDescriptor")
+    spatial = pool_desc.spatial_dims
+    require(x_desc.ndim == 2 + spatial,
+            f"x_desc.ndim={x_desc.ndim} must be 2 + the pooling's {spatial} spatial dims",
+            Status.BAD_PARAM_SHAPE_MISMATCH)
+    out = []
+    for k, (size, w, p, s) in enumerate(zip(x_desc.dims[2:], pool_desc.window, pool_desc.padding,
+                                            pool_desc.stride)):
+        require(size + 2 * p >= w, f"window[{k}]={w} must fit in x_desc.dims[{k + 2}]={size} "
+                                   f"+ 2 * padding[{k}]={p}", Status.BAD_PARAM_SHAPE_MISMATCH)
+        out.append(output_size(size, w, p, s, ceil_mode))
+    return (*x_desc.dims[:2], *out)
+
+
+@dataclass(frozen=True)
+class PoolingProblem:
+    """A validated pooling, forward (dy and dx None) or backward: descriptors and parameters."""
+
+    mode: PoolingMode
+    propagate_nan: bool
+    window: tuple[int, ...]
+    padding: tuple[int, ...]
+    stride: tuple[int, ...]
+    x: TensorDescriptor
+    y: TensorDescriptor
+    dy: TensorDescriptor | None = None
+    dx: TensorDescriptor | None = None
+    alpha: float = 1.0
+    beta: float = 0.0
+    ceil_mode: bool = False
+
+    @property
+    def backward(self) -> bool:
+        return self.dx is not None
+
+    @property
+    def compute_dtype(self) -> DataType:
+        return DataType.DOUBLE if self.x.dtype is DataType.DOUBLE else DataType.FLOAT
+
+
+def pooling_problem(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, y_desc: TensorDescriptor, *,
+                    dy_desc: TensorDescriptor | None = None, dx_desc: TensorDescriptor | None = None,
+                    alpha: float = 1.0, beta: float = 0.0, ceil_mode: bool = False) -> PoolingProblem:
+    """The shape and dtype rules of pooling forward (dy_desc, dx_desc None) or backward.
+
+    Args:
+        ceil_mode: output dims rounded up (the Pythonic API's ceil_mode); cuDNN's calls round down.
+
+    Raises:
+        BadParam: x's rank not 2 + spatial dims, y's dims not the output dims, dy's not y's, dx's
+            not x's, dtypes that differ or are not floating, non-finite alpha or beta.
+    """
+    out_dims = pooled_dims(pool_desc, x_desc, ceil_mode)
+    tensors = {"x_desc": x_desc, "y_desc": y_desc, "dy_desc": dy_desc, "dx_desc": dx_desc}
+    for name, desc in tensors.items():
+        if desc is None:
+            continue
+        require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
+        require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(desc.dtype is x_desc.dtype, f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype="
+                                            f"{x_desc.dtype.name}", Status.BAD_PARAM)
+    require(y_desc.ndim == len(out_dims), f"y_desc.ndim={y_desc.ndim} must equal x_desc.ndim={x_desc.ndim}",
+            Status.BAD_PARAM_SHAPE_MISMATCH)
+    for k, (got, want) in enumerate(zip(y_desc.dims, out_dims)):
+        rule = "x_desc.dims" if k < 2 else "the pooled size (get_pooling_forward_output_dim)"
+        require(got == want, f"y_desc.dims[{k}]={got} must equal {want}, {rule}", Status.BAD_PARAM_SHAPE_MISMATCH)
+    require((dy_desc is None) == (dx_desc is None), "dy_desc and dx_desc must both be given (backward) or neither")
+    if dy_desc is not None and dx_desc is not None:
+        check_same_dims("dy_desc", dy_desc, "y_desc", y_desc)
+        check_same_dims("dx_desc", dx_desc, "x_desc", x_desc)
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        require(math.isfinite(value), f"{name}={value} must be finite")
+    return PoolingProblem(pool_desc.mode, pool_desc.nan_opt is NanPropagation.PROPAGATE_NAN, pool_desc.window,
+                          pool_desc.padding, pool_desc.stride, x_desc, y_desc, dy_desc, dx_desc, float(alpha),
+                          float(beta), ceil_mode)
+
+
+# the float64 reference ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Geometry:
+    """Windows over an input padded so that every window lies inside it."""
+
+    window: tuple[int, ...]
+    padding: tuple[int, ...]
+    stride: tuple[int, ...]
+    size: tuple[int, ...]  # input spatial dims
+    out: tuple[int, ...]
+
+    def pad_widths(self) -> list[tuple[int, int]]:
+        ends = [max(0, (o - 1) * s - p + w - n) for n, w, p, s, o in
+                zip(self.size, self.window, self.padding, self.stride, self.out)]
+        return [(0, 0), (0, 0), *zip(self.padding, ends)]
+
+    def offsets(self) -> Iterator[tuple[slice, ...]]:
+        """For each window position j (row-major), the slice of the padded input it reads for every output."""
+        for j in itertools.product(*(range(w) for w in self.window)):
+            yield (slice(None), slice(None), *(slice(jk, jk + (o - 1) * s + 1, s)
+                                                for jk, o, s in zip(j, self.out, self.stride)))
+
+    def counts(self, include_padding: bool) -> np.ndarray:
+        """Per output, the window's count: positions up to the end of the trailing padding
+        (include_padding) or input positions only."""
+        total = np.ones((1, 1) + (1,) * len(self.out))
+        for k, (n, w, p, s, o) in enumerate(zip(self.size, self.window, self.padding, self.stride, self.out)):
+            start = np.arange(o) * s - p
+            end = np.minimum(start + w, n + p) if include_padding else np.minimum(start + w, n)
+            count = end - (start if include_padding else np.maximum(start, 0))
+            total = total * count.reshape((1, 1) + tuple(o if m == k else 1 for m in range(len(self.out))))
+        return total
+
+
+def _geometry(x_shape: tuple[int, ...], window: Sequence[int], padding: Sequence[int], stride: Sequence[int],
+              ceil_mode: bool) -> _Geometry:
+    size = tuple(x_shape[2:])
+    out = tuple(output_size(n, w, p, s, ceil_mode) for n, w, p, s in zip(size, window, padding, stride))
+    return _Geometry(tuple(window), tuple(padding), tuple(stride), size, out)
+
+
+def reference_forward(mode: PoolingMode, x: np.ndarray, window: Sequence[int], padding: Sequence[int],
+                      stride: Sequence[int], propagate_nan: bool = False, ceil_mode: bool = False) -> np.ndarray:
+    """y of x (dims N, C, *spatial) in x's float dtype."""
+    mode = PoolingMode(mode)
+    geo = _geometry(x.shape, window, padding, stride, ceil_mode)
+    valid = np.pad(np.ones(x.shape, bool), geo.pad_widths())
+    padded = np.pad(x, geo.pad_widths())
+    if mode.is_max:
+        best = np.full(x.shape[:2] + geo.out, np.nan, x.dtype)  # stays NaN where all are NaN
+        seen_nan = np.zeros(best.shape, bool)
+        for index in geo.offsets():
+            v, ok = padded[index], valid[index]
+            seen_nan |= ok & np.isnan(v)
+            take = ok & ~np.isnan(v) & ~(v <= best)  # beats best, or best is still NaN
+            best = np.where(take, v, best)
+        return np.where(seen_nan, np.nan, best) if propagate_nan else best
+    total = np.zeros(x.shape[:2] + geo.out, x.dtype)
+    for index in geo.offsets():
+        total = total + padded[index]  # padding holds zeros
+    return total / geo.counts(mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING)
+
+
+def reference_backward(mode: PoolingMode, x: np.ndarray, y: np.ndarray, dy: np.ndarray, window: Sequence[int],
+                       padding: Sequence[int], stride: Sequence[int], ceil_mode: bool = False) -> np.ndarray:
+    """dx (x's dims and float dtype) from x, y and dy: a gather of dy over the windows holding each
+    input position, at the first position matching y (max modes) or over the count (averages)."""
+    mode = PoolingMode(mode)
+    geo = _geometry(x.shape, window, padding, stride, ceil_mode)
+    widths = geo.pad_widths()
+    valid = np.pad(np.ones(x.shape, bool), widths)
+    padded = np.pad(x, widths)
+    dx = np.zeros(padded.shape, x.dtype)
+    if mode.is_max:
+        found = np.zeros(y.shape, bool)
+        for index in geo.offsets():
+            v = padded[index]
+            first = valid[index] & ~found & ((v == y) | (np.isnan(v) & np.isnan(y)))
+            found |= first
+            dx[index] += np.where(first, dy, 0.0)
+    else:
+        share = dy / geo.counts(mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING)
+        for index in geo.offsets():
+            dx[index] += share
+    inside = tuple(slice(before, before + n) for (before, _), n in zip(widths, x.shape))
+    return dx[inside] * valid[inside]

@@ -1,0 +1,215 @@
+"""Samples of the normalization families: cross-channel LRN, divisive normalization, and layer /
+RMS / group / instance normalization, forward (training and inference) and backward.
+
+Outputs that come in several tensors (y with mean and inv_std; dx with dscale and dbias; dx with
+dmeans) are checked together: concatenated, against the float64 reference concatenated alike.
+Parameters are exact in float32 (Triton's interpreter passes float scalars as float32): the LRN
+alphas make alpha / n^S = 0.125.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+import opendnn as od
+from opendnn.core.dtypes import DataType
+from opendnn.ops import lrn, normalization
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+
+LRN_BETA, LRN_K = 0.75, 1.5
+
+
+def _concatenated(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.concatenate([a.ravel() for a, _ in parts]), np.concatenate([e.ravel() for _, e in parts]))
+
+
+# LRN and divisive normalization ------------------------------------------------------------------
+
+def _lrn_desc(n: int, spatial: int = 1) -> od.LRNDescriptor:
+    alpha = 0.125 * n ** spatial
+    return od.LRNDescriptor(n, alpha, LRN_BETA, LRN_K)
+
+
+def run_lrn_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    desc = _lrn_desc(int(sample.variant.removeprefix("n")))
+    x = t.input(sample.shape, sample.dtype, sample.layout)
+    y, expected = blend(sample, t, sample.shape, lrn.lrn_reference(t.values(x), desc))
+    od.lrn_cross_channel_forward(handle, desc, od.LRNMode.CROSS_CHANNEL_DIM1, sample.alpha, descriptor(x), x,
+                                 sample.beta, descriptor(y), y)
+    return checked(t, y, expected)
+
+
+def run_lrn_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    desc = _lrn_desc(int(sample.variant.removeprefix("n")))
+    x = t.input(sample.shape, sample.dtype, sample.layout)
+    dy = t.input(sample.shape, sample.dtype, sample.layout)
+    y = t.input(sample.shape, sample.dtype, "packed")  # the forward output: checked, not read
+    dx, expected = blend(sample, t, sample.shape, lrn.lrn_backward_reference(t.values(x), t.values(dy), desc))
+    od.lrn_cross_channel_backward(handle, desc, od.LRNMode.CROSS_CHANNEL_DIM1, sample.alpha, descriptor(y), y,
+                                  descriptor(dy), dy, descriptor(x), x, sample.beta, descriptor(dx), dx)
+    return checked(t, dx, expected)
+
+
+def _divisive_inputs(sample: Sample, t: Tensors) -> tuple[od.LRNDescriptor, Any, Any]:
+    n_text, _, means_text = sample.variant.partition("+")
+    desc = _lrn_desc(int(n_text.removeprefix("n")), len(sample.shape) - 2)
+    x = t.input(sample.shape, sample.dtype, sample.layout)
+    means = t.input(sample.shape, sample.dtype, sample.layout, -0.5, 0.5) if means_text == "means" else None
+    return desc, x, means
+
+
+def run_divisive_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    desc, x, means = _divisive_inputs(sample, t)
+    result = lrn.divisive_reference(t.values(x), None if means is None else t.values(means), desc)
+    y, expected = blend(sample, t, sample.shape, result)
+    od.divisive_normalization_forward(handle, desc, od.DivNormMode.PRECOMPUTED_MEANS, sample.alpha, descriptor(x),
+                                      x, means, None, None, sample.beta, descriptor(y), y)
+    return checked(t, y, expected)
+
+
+def run_divisive_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    desc, x, means = _divisive_inputs(sample, t)
+    dy = t.input(sample.shape, sample.dtype, sample.layout)
+    temp, temp2 = (t.output(sample.shape, sample.dtype, sample.layout, None) for _ in range(2))
+    dx_ref, dmeans_ref = lrn.divisive_backward_reference(
+        t.values(x), None if means is None else t.values(means), t.values(dy), desc)
+    dx, dx_expected = blend(sample, t, sample.shape, dx_ref)
+    dmeans, dmeans_expected = blend(sample, t, sample.shape, dmeans_ref)
+    od.divisive_normalization_backward(handle, desc, od.DivNormMode.PRECOMPUTED_MEANS, sample.alpha,
+                                       descriptor(x), x, means, dy, temp, temp2, sample.beta, descriptor(dx), dx,
+                                       dmeans)
+    return _concatenated([checked(t, dx, dx_expected), checked(t, dmeans, dmeans_expected)])
+
+
+# layer, RMS, group and instance normalization ----------------------------------------------------------
+
+def _norm_setup(sample: Sample, t: Tensors) -> tuple[od.NormDescriptor, Any, Any, Any, tuple[int, ...]]:
+    """(descriptor, x, scale, bias, stats dims) of a "MODE/k" variant (k: normalized dims or groups)."""
+    name, _, number = sample.variant.partition("/")
+    mode = od.NormMode[name]
+    count = int(number or 1)
+    desc = od.NormDescriptor(mode, 1e-5, normalized_ndim=count, groups=count)
+    x = t.input(sample.shape, sample.dtype, sample.layout)
+    dims = normalization.param_dims(mode, sample.shape, count)
+    scale = t.input(dims, sample.dtype, "packed", 0.5, 2.0)
+    bias = t.input(dims, sample.dtype, "packed")
+    groups = sample.shape[1] if mode is od.NormMode.INSTANCE_NORM else count
+    return desc, x, scale, bias, normalization.stats_dims(mode, sample.shape, count, groups)
+
+
+def _groups(desc: od.NormDescriptor, shape: tuple[int, ...]) -> int:
+    if desc.mode is od.NormMode.INSTANCE_NORM:
+        return shape[1]
+    return desc.groups if desc.mode is od.NormMode.GROUP_NORM else 0
+
+
+def run_norm_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    """Training forward (y, mean, inv_std) when the op says so, else inference (y)."""
+    desc, x, scale, bias, stats = _norm_setup(sample, t)
+    y_ref, mean_ref, rstd_ref = normalization.forward_reference(
+        desc.mode, t.values(x), t.values(scale), t.values(bias), desc.epsilon, desc.normalized_ndim,
+        _groups(desc, sample.shape))
+    y, expected = blend(sample, t, sample.shape, y_ref)
+    scale_desc = descriptor(scale)
+    if sample.op == "normalization_forward_inference":
+        od.normalization_forward_inference(handle, desc, sample.alpha, descriptor(x), x, scale_desc, scale, bias,
+                                           sample.beta, descriptor(y), y)
+        return checked(t, y, expected)
+    stats_dtype = sample.dtype.compute_type
+    rms = desc.mode is od.NormMode.RMS_NORM
+    mean = None if rms else t.output(stats, stats_dtype, "packed", None)
+    inv_std = t.output(stats, stats_dtype, "packed", None)
+    od.normalization_forward_training(handle, desc, sample.alpha, descriptor(x), x, scale_desc, scale, bias,
+                                      sample.beta, descriptor(y), y, descriptor(inv_std), mean, inv_std)
+    parts = [checked(t, y, expected), (t.values(inv_std), rstd_ref)]
+    if mean is not None:
+        parts.append((t.values(mean), mean_ref))
+    return _concatenated(parts)
+
+
+def run_norm_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    """dx, dscale and dbias, all blended with the sample's alpha and beta; the saved statistics
+    are passed (computed in float64) unless the variant ends in "+recompute"."""
+    variant, _, recompute = sample.variant.partition("+")
+    desc, x, scale, _, stats = _norm_setup(Sample(sample.op, variant, sample.dtype, sample.shape, sample.layout),
+                                           t)
+    dy = t.input(sample.shape, sample.dtype, sample.layout)
+    groups = _groups(desc, sample.shape)
+    dx_ref, dscale_ref, dbias_ref = normalization.backward_reference(
+        desc.mode, t.values(x), t.values(dy), t.values(scale), desc.epsilon, desc.normalized_ndim, groups)
+    dx, dx_expected = blend(sample, t, sample.shape, dx_ref)
+    packed = dataclasses.replace(sample, layout="packed")  # dscale and dbias share scale's descriptor
+    dscale, dscale_expected = blend(packed, t, tuple(scale.shape), dscale_ref)
+    dbias, dbias_expected = blend(packed, t, tuple(scale.shape), dbias_ref)
+    mean = inv_std = None
+    stats_desc = None
+    if not recompute:
+        _, mean_ref, rstd_ref = normalization.forward_reference(desc.mode, t.values(x), None, None, desc.epsilon,
+                                                                desc.normalized_ndim, groups)
+        stats_dtype = sample.dtype.compute_type
+        inv_std = t.output(stats, stats_dtype, "packed", rstd_ref.reshape(stats))
+        if desc.mode is not od.NormMode.RMS_NORM:
+            mean = t.output(stats, stats_dtype, "packed", mean_ref.reshape(stats))
+        stats_desc = descriptor(inv_std)
+    od.normalization_backward(handle, desc, sample.alpha, sample.beta, sample.alpha, sample.beta, descriptor(x), x,
+                              descriptor(dy), dy, descriptor(scale), scale, dscale, dbias, stats_desc, mean, inv_std,
+                              descriptor(dx), dx)
+    return _concatenated([checked(t, dx, dx_expected), checked(t, dscale, dscale_expected),
+                          checked(t, dbias, dbias_expected)])
+
+
+# the table -------------------------------------------------------------------------------------
+
+LRN_SHAPES = {"small": (2, 7, 3, 5), "large": (8, 96, 28, 28)}
+DIVISIVE_SHAPES = {"small": ((2, 3, 5, 6), (1, 2, 3, 4, 5)), "large": ((4, 16, 40, 48), (2, 4, 8, 16, 16))}
+DIVISIVE_4D = (("n3+means", DataType.FLOAT, "packed"), ("n4", DataType.BFLOAT16, "permuted"),
+               ("n3+means", DataType.DOUBLE, "subregion"), ("n4", DataType.HALF, "packed"))
+DIVISIVE_5D = (("n3+means", DataType.FLOAT, "permuted"), ("n3", DataType.DOUBLE, "packed"))
+NORM_SHAPES = {"small": (3, 6, 4, 5), "large": (16, 96, 16, 24)}
+NORM_VARIANTS = ("LAYER_NORM/1", "LAYER_NORM/2", "RMS_NORM/1", "RMS_NORM/3", "GROUP_NORM/3", "INSTANCE_NORM")
+NORM_OPS = {"normalization_forward_training": run_norm_forward,
+            "normalization_forward_inference": run_norm_forward,
+            "normalization_backward": run_norm_backward}
+
+
+def samples(size: str = "small") -> Iterator[Sample]:
+    """The normalization samples at size "small" (CPU, interpreter) or "large" (GPU)."""
+
+    def sample(op: str, runner: Callable[..., Any], variant: str, dtype: DataType, shape: tuple[int, ...],
+               **kw: Any) -> Sample:
+        return Sample(op, variant, dtype, shape, runner=runner, **kw)
+
+    shape = LRN_SHAPES[size]
+    for dtype, layout in itertools.product(FLOAT_TYPES, LAYOUTS):
+        yield sample("lrn_cross_channel_forward", run_lrn_forward, "n5", dtype, shape, layout=layout)
+        yield sample("lrn_cross_channel_backward", run_lrn_backward, "n5", dtype, shape, layout=layout)
+    yield sample("lrn_cross_channel_forward", run_lrn_forward, "n4", DataType.FLOAT, shape, alpha=0.5, beta=-0.75,
+                 layout="subregion")
+    yield sample("lrn_cross_channel_backward", run_lrn_backward, "n4", DataType.FLOAT, shape, alpha=1.5, beta=0.25,
+                 layout="permuted")
+    for divisive_shape, cases in zip(DIVISIVE_SHAPES[size], (DIVISIVE_4D, DIVISIVE_5D)):
+        for variant, dtype, layout in cases:
+            yield sample("divisive_normalization_forward", run_divisive_forward, variant, dtype, divisive_shape,
+                         layout=layout)
+            yield sample("divisive_normalization_backward", run_divisive_backward, variant, dtype, divisive_shape,
+                         layout=layout)
+    yield sample("divisive_normalization_backward", run_divisive_backward, "n3+means", DataType.FLOAT,
+                 DIVISIVE_SHAPES[size][0], alpha=0.5, beta=0.25)
+
+    shape = NORM_SHAPES[size]
+    for (op, runner), variant in itertools.product(NORM_OPS.items(), NORM_VARIANTS):
+        if variant not in ("LAYER_NORM/2", "GROUP_NORM/3"):  # those run in every dtype and layout below
+            yield sample(op, runner, variant, DataType.FLOAT, shape, layout="permuted")
+    for (op, runner), dtype, layout in itertools.product(NORM_OPS.items(), FLOAT_TYPES, LAYOUTS):
+        yield sample(op, runner, "LAYER_NORM/2", dtype, shape, layout=layout)
+        yield sample(op, runner, "GROUP_NORM/3", dtype, shape, layout=layout)
+    for variant in ("RMS_NORM/1", "LAYER_NORM/1+recompute", "GROUP_NORM/2+recompute"):
+        yield sample("normalization_backward", run_norm_backward, variant, DataType.FLOAT, shape, alpha=0.5,
+                     beta=0.25, layout="subregion")
+    yield sample("normalization_forward_training", run_norm_forward, "RMS_NORM/2", DataType.BFLOAT16, shape,
+                 alpha=2.0, beta=0.5)

@@ -1,0 +1,102 @@
+"""Samples of pooling forward and backward: every mode, 1-D, 2-D and 3-D windows (overlapping, a
+window larger than the input, a stride larger than the window), NaN inputs under both NaN options,
+ties (integer-valued inputs), packed / permuted (channels innermost) / sub-region layouts,
+alpha/beta and every float dtype.
+
+The variant names the geometry: ``MAX/k3x3-s2x2-p1x1``, with ``+nan`` (PROPAGATE_NAN) or
+``+ties`` appended.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+import opendnn as od
+from opendnn.core.dtypes import DataType
+from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+
+# geometry -> ((window, stride, padding), {size: x shape})
+GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]]] = {
+    "k3x3-s2x2-p1x1": (((3, 3), (2, 2), (1, 1)), {"small": (2, 3, 7, 8), "large": (8, 64, 56, 56)}),
+    "k2x2-s2x2-p0x0": (((2, 2), (2, 2), (0, 0)), {"small": (2, 3, 7, 8), "large": (8, 64, 56, 56)}),
+    "k3x2-s1x2-p1x0": (((3, 2), (1, 2), (1, 0)), {"small": (2, 3, 6, 7), "large": (8, 32, 40, 48)}),
+    "k2x2-s3x3-p0x0": (((2, 2), (3, 3), (0, 0)), {"small": (2, 3, 7, 8), "large": (8, 64, 40, 41)}),  # gaps
+    "k4x5-s1x2-p1x1": (((4, 5), (1, 2), (1, 1)), {"small": (2, 3, 3, 4), "large": (64, 64, 3, 4)}),  # > input
+    "k3-s2-p1": (((3,), (2,), (1,)), {"small": (2, 3, 9), "large": (16, 64, 999)}),
+    "k2x3x2-s2x1x2-p1x1x0": (((2, 3, 2), (2, 1, 2), (1, 1, 0)),
+                             {"small": (2, 3, 4, 5, 6), "large": (4, 32, 12, 20, 24)}),
+}
+MAIN = "k3x3-s2x2-p1x1"
+
+
+def _parse(sample: Sample) -> tuple[PoolingDescriptor, bool]:
+    """The pooling descriptor of a variant and whether its inputs are integer-valued (ties)."""
+    mode_name, _, rest = sample.variant.partition("/")
+    geometry, *flags = rest.split("+")
+    window, stride, padding = GEOMETRIES[geometry][0]
+    nan_opt = od.NanPropagation.PROPAGATE_NAN if "nan" in flags else od.NanPropagation.NOT_PROPAGATE_NAN
+    return PoolingDescriptor(PoolingMode[mode_name], nan_opt, window, padding, stride), "ties" in flags
+
+
+def _input(sample: Sample, t: Tensors, ties: bool) -> Any:
+    x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
+    if ties:
+        x.copy_(x.round())
+    return x
+
+
+def run_pooling_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    pool, ties = _parse(sample)
+    x = _input(sample, t, ties)
+    result = reference_forward(pool.mode, t.values(x), pool.window, pool.padding, pool.stride,
+                               pool.nan_opt is od.NanPropagation.PROPAGATE_NAN)
+    y, expected = blend(sample, t, result.shape, result)
+    od.pooling_forward(handle, pool, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    return checked(t, y, expected)
+
+
+def run_pooling_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    """y is the forward's output rounded to the dtype (as a caller's would be); dx's reference
+    recomputes the argmax from the same x and y."""
+    pool, ties = _parse(sample)
+    x = _input(sample, t, ties)
+    x64 = t.values(x)
+    y_values = reference_forward(pool.mode, x64, pool.window, pool.padding, pool.stride,
+                                 pool.nan_opt is od.NanPropagation.PROPAGATE_NAN)
+    y = t.input(y_values.shape, sample.dtype, "packed")
+    y.copy_(t.torch.from_numpy(y_values).to(y.dtype))
+    dy = t.input(y_values.shape, sample.dtype, sample.layout)
+    result = reference_backward(pool.mode, x64, t.values(y), t.values(dy), pool.window, pool.padding, pool.stride)
+    dx, expected = blend(sample, t, sample.shape, result)
+    od.pooling_backward(handle, pool, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
+                        sample.beta, descriptor(dx), dx)
+    return checked(t, dx, expected)
+
+
+def samples(size: str = "small") -> Iterator[Sample]:
+    """The pooling samples at ``size`` ("small" for the CPU and the interpreter, "large" for a GPU)."""
+
+    def both(variant: str, dtype: DataType = DataType.FLOAT, **kw: Any) -> Iterator[Sample]:
+        geometry = variant.partition("/")[2].split("+")[0]
+        shape = GEOMETRIES[geometry][1][size]
+        yield Sample("pooling_forward", variant, dtype, shape, runner=run_pooling_forward, **kw)
+        yield Sample("pooling_backward", variant, dtype, shape, runner=run_pooling_backward, **kw)
+
+    for mode, geometry in itertools.product(PoolingMode, GEOMETRIES):
+        yield from both(f"{mode.name}/{geometry}", layout="permuted" if geometry == MAIN else "packed")
+    for mode, dtype in itertools.product(PoolingMode, FLOAT_TYPES):
+        yield from both(f"{mode.name}/{MAIN}+ties", dtype, layout="packed")
+    for mode, layout in itertools.product(("MAX", "AVERAGE_COUNT_EXCLUDE_PADDING"), LAYOUTS):
+        yield from both(f"{mode}/k3x2-s1x2-p1x0", DataType.HALF, layout=layout)
+    for flags in ("", "+nan"):
+        yield from both(f"MAX/{MAIN}{flags}", nan_inputs=True)
+        yield from both(f"MAX/k3-s2-p1{flags}", nan_inputs=True, layout="permuted")
+    yield from both(f"AVERAGE_COUNT_INCLUDE_PADDING/{MAIN}", nan_inputs=True)
+    for mode in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING"):
+        yield from both(f"{mode}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
+        yield from both(f"{mode}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25, layout="permuted")

@@ -1,0 +1,67 @@
+"""Samples of softmax_forward and softmax_backward: every algorithm, mode and dtype, the layouts,
+alpha/beta, NaN inputs, and rows long enough for the two-pass kernels."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+
+import opendnn as od
+from opendnn.core.dtypes import DataType
+from opendnn.ops.softmax import mode_axes, reference_backward, reference_forward
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+
+
+def _parameters(sample: Sample) -> tuple[od.SoftmaxAlgorithm, od.SoftmaxMode, tuple[int, ...]]:
+    algo_name, _, mode_name = sample.variant.partition("/")
+    mode = od.SoftmaxMode[mode_name]
+    return od.SoftmaxAlgorithm[algo_name], mode, mode_axes(mode, len(sample.shape))
+
+
+def run_softmax_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    algo, mode, axes = _parameters(sample)
+    x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
+    y, expected = blend(sample, t, sample.shape, reference_forward(algo, t.values(x), axes))
+    od.softmax_forward(handle, algo, mode, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    return checked(t, y, expected)
+
+
+def run_softmax_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    """y is the forward output of random x (rounded to the dtype), dy random."""
+    algo, mode, axes = _parameters(sample)
+    y = t.input(sample.shape, sample.dtype, sample.layout)
+    y.copy_(t.torch.from_numpy(reference_forward(algo, t.values(y), axes)).to(y.dtype))
+    dy = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
+    dx, expected = blend(sample, t, sample.shape, reference_backward(algo, t.values(y), t.values(dy), axes))
+    od.softmax_backward(handle, algo, mode, sample.alpha, descriptor(y), y, descriptor(dy), dy, sample.beta,
+                        descriptor(dx), dx)
+    return checked(t, dx, expected)
+
+
+SHAPES = {"small": (3, 7, 5, 3), "large": (64, 1000, 7, 7)}
+# rows past one block: the two-pass kernels, along the contiguous dim and across a strided one
+LONG_ROWS = {"small": ((2, 20000), (2, 3000, 9)), "large": ((8, 1 << 20), (4, 5000, 64))}
+
+
+def samples(size: str = "small") -> Iterator[Sample]:
+    shape = SHAPES[size]
+    runners = (("softmax_forward", run_softmax_forward), ("softmax_backward", run_softmax_backward))
+    variants = [f"{a.name}/{m.name}" for a, m in itertools.product(od.SoftmaxAlgorithm, od.SoftmaxMode)]
+    for (op, runner), variant in itertools.product(runners, variants):
+        every_dtype = size == "small" or variant.startswith("ACCURATE")  # fewer GPU compilations
+        for dtype in FLOAT_TYPES if every_dtype else (DataType.FLOAT, DataType.BFLOAT16):
+            yield Sample(op, variant, dtype, shape, runner=runner)
+        for layout in LAYOUTS[1:]:
+            yield Sample(op, variant, DataType.FLOAT, shape, layout=layout, runner=runner)
+        yield Sample(op, variant, DataType.BFLOAT16, shape, layout="permuted", alpha=0.5, beta=-0.75, runner=runner)
+        yield Sample(op, variant, DataType.FLOAT, shape, layout="subregion", alpha=1.5, beta=0.25, runner=runner)
+        if variant.endswith("INSTANCE"):
+            yield Sample(op, variant, DataType.FLOAT, LONG_ROWS[size][0], layout="subregion", alpha=2.0, beta=0.5,
+                         runner=runner)
+        else:
+            yield Sample(op, variant, DataType.FLOAT, LONG_ROWS[size][1], runner=runner)
+    for op, runner in runners:
+        yield Sample(op, "ACCURATE/CHANNEL", DataType.FLOAT, shape, nan_inputs=True, runner=runner)
+        yield Sample(op, "LOG/INSTANCE", DataType.HALF, shape, layout="permuted", nan_inputs=True, runner=runner)

@@ -1,0 +1,113 @@
+"""opendnn inside PyTorch: autograd Functions, nn Modules and model conversion.
+
+``import opendnn.torch`` (importing ``opendnn`` alone never imports torch). Three layers:
+
+- ``opendnn.torch.functions``: torch.autograd Functions whose forward and backward run opendnn's
+  kernels (convolutions, products, pooling, softmax, activations, normalizations), with
+  torch.nn.functional-like wrappers (``conv``, ``linear``, ``softmax``, ...).
+- ``opendnn.torch.modules``: subclasses of torch's nn modules (same constructor arguments,
+  parameters, buffers and state-dict keys) that run on opendnn.
+- ``convert(model)``: swaps a torch model's supported modules for opendnn's in place and reports
+  what it converted and what it left to torch, and why.
+- ``functional_calls()``: a context in which torch's functional calls (``torch.matmul``,
+  ``F.softmax``, ``F.conv2d``, ...) with an opendnn equivalent run on opendnn.
+
+Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
+"""
+
+from opendnn.torch import functions, modules
+from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
+from opendnn.torch.modules import (
+    ELU,
+    GELU,
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool3d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AdaptiveMaxPool3d,
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    GroupNorm,
+    Hardtanh,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    Linear,
+    LocalResponseNorm,
+    LogSoftmax,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+    OpendnnModule,
+    ReLU,
+    ReLU6,
+    RMSNorm,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+)
+from opendnn.torch.routing import functional_calls
+
+__all__ = [
+    "CONVERSIONS",
+    "ELU",
+    "GELU",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "ConversionReport",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "GroupNorm",
+    "Hardtanh",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "LayerNorm",
+    "Linear",
+    "LocalResponseNorm",
+    "LogSoftmax",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "OpendnnModule",
+    "RMSNorm",
+    "ReLU",
+    "ReLU6",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Softplus",
+    "Tanh",
+    "convert",
+    "functional_calls",
+    "functions",
+    "modules",
+]

@@ -1,0 +1,349 @@
+"""torch.nn modules whose forward and backward run on opendnn.
+
+Each class subclasses torch's module of the same name and overrides ``forward`` only: the
+constructor arguments, parameters, buffers and state-dict keys are torch's, so a torch state dict
+loads unchanged and ``opendnn.torch.convert`` can swap a torch module's class in place. A module
+whose options opendnn does not cover (``padding_mode="reflect"``, ``return_indices=True``, ...)
+says why in ``unsupported()``; its constructor raises NotSupported with that reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from opendnn.core.errors import NotSupported
+from opendnn.torch import functions
+
+
+class OpendnnModule(torch.nn.Module):
+    """What every opendnn module shares: the constructor refuses options opendnn does not cover."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        reason = self.unsupported()
+        if reason is not None:
+            raise NotSupported(f"{type(self).__name__}: {reason}")
+
+    def unsupported(self) -> str | None:
+        """Why this module's options cannot run on opendnn, or None when they can."""
+        return None
+
+    def _get_name(self) -> str:  # the name printed by repr(model): show which modules run on opendnn
+        return f"opendnn.{type(self).__name__}"
+
+
+def _unbatched(x: torch.Tensor, spatial: int, forward: Any) -> torch.Tensor:
+    """torch's modules accept one sample without its batch dim: run it as a batch of one."""
+    if x.ndim == spatial + 1:
+        return forward(x.unsqueeze(0)).squeeze(0)
+    return forward(x)
+
+
+# ---- convolution ----------------------------------------------------------------------------------
+
+class _Convolution(OpendnnModule):
+    spatial = 0
+
+    def unsupported(self) -> str | None:
+        if self.padding_mode != "zeros":
+            return f"padding_mode={self.padding_mode!r} (only 'zeros')"
+        try:
+            functions.symmetric_padding(self.padding, self.kernel_size, self.dilation)
+        except NotSupported as error:
+            return str(error)
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _unbatched(x, self.spatial, lambda batch: functions.conv(
+            batch, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups))
+
+
+class Conv1d(_Convolution, torch.nn.Conv1d):
+    spatial = 1
+
+
+class Conv2d(_Convolution, torch.nn.Conv2d):
+    spatial = 2
+
+
+class Conv3d(_Convolution, torch.nn.Conv3d):
+    spatial = 3
+
+
+class _ConvolutionTranspose(OpendnnModule):
+    spatial = 0
+
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        def run(batch: torch.Tensor) -> torch.Tensor:
+            output_padding = self._output_padding(batch, output_size, self.stride, self.padding, self.kernel_size,
+                                                  self.spatial, self.dilation)
+            return functions.conv_transpose(batch, self.weight, self.bias, self.stride, self.padding, output_padding,
+                                            self.groups, self.dilation)
+
+        return _unbatched(x, self.spatial, run)
+
+
+class ConvTranspose1d(_ConvolutionTranspose, torch.nn.ConvTranspose1d):
+    spatial = 1
+
+
+class ConvTranspose2d(_ConvolutionTranspose, torch.nn.ConvTranspose2d):
+    spatial = 2
+
+
+class ConvTranspose3d(_ConvolutionTranspose, torch.nn.ConvTranspose3d):
+    spatial = 3
+
+
+class Linear(OpendnnModule, torch.nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.linear(x, self.weight, self.bias)
+
+
+# ---- normalization ----------------------------------------------------------------------------------
+
+class _BatchNorm(OpendnnModule):
+    def unsupported(self) -> str | None:
+        if self.eps < 1e-5:
+            return f"eps={self.eps} is below 1e-5 (cuDNN's minimum)"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(x)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        keep_running = not self.training or self.track_running_stats
+        return functions.batch_norm(x, self.running_mean if keep_running else None,
+                                    self.running_var if keep_running else None, self.weight, self.bias,
+                                    use_batch_stats, factor, self.eps)
+
+
+class BatchNorm1d(_BatchNorm, torch.nn.BatchNorm1d):
+    pass
+
+
+class BatchNorm2d(_BatchNorm, torch.nn.BatchNorm2d):
+    pass
+
+
+class BatchNorm3d(_BatchNorm, torch.nn.BatchNorm3d):
+    pass
+
+
+class LayerNorm(OpendnnModule, torch.nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(OpendnnModule, torch.nn.RMSNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class GroupNorm(OpendnnModule, torch.nn.GroupNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class _InstanceNorm(OpendnnModule):
+    def unsupported(self) -> str | None:
+        if self.track_running_stats:
+            return "track_running_stats=True (opendnn's instance norm keeps no running statistics)"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spatial = self._get_no_batch_dim() - 1
+        return _unbatched(x, spatial, lambda batch: functions.instance_norm(batch, self.weight, self.bias, self.eps))
+
+
+class InstanceNorm1d(_InstanceNorm, torch.nn.InstanceNorm1d):
+    pass
+
+
+class InstanceNorm2d(_InstanceNorm, torch.nn.InstanceNorm2d):
+    pass
+
+
+class InstanceNorm3d(_InstanceNorm, torch.nn.InstanceNorm3d):
+    pass
+
+
+class LocalResponseNorm(OpendnnModule, torch.nn.LocalResponseNorm):
+    def unsupported(self) -> str | None:
+        if self.size % 2 == 0:
+            return f"size={self.size} is even: cuDNN's window sits one channel off torch's"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.local_response_norm(x, self.size, self.alpha, self.beta, self.k)
+
+
+# ---- activations ------------------------------------------------------------------------------------
+
+class ReLU(OpendnnModule, torch.nn.ReLU):
+    """torch's ReLU; ``inplace`` is accepted and ignored (the result is a new tensor)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.relu(x)
+
+
+class Hardtanh(OpendnnModule, torch.nn.Hardtanh):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.hardtanh(x, self.min_val, self.max_val)
+
+
+class ReLU6(OpendnnModule, torch.nn.ReLU6):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.relu6(x)
+
+
+class GELU(OpendnnModule, torch.nn.GELU):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.gelu(x, self.approximate)
+
+
+class SiLU(OpendnnModule, torch.nn.SiLU):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.silu(x)
+
+
+class Sigmoid(OpendnnModule, torch.nn.Sigmoid):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.sigmoid(x)
+
+
+class Tanh(OpendnnModule, torch.nn.Tanh):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.tanh(x)
+
+
+class ELU(OpendnnModule, torch.nn.ELU):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.elu(x, self.alpha)
+
+
+class Softplus(OpendnnModule, torch.nn.Softplus):
+    def unsupported(self) -> str | None:
+        if self.threshold < 20:
+            return f"threshold={self.threshold} is below 20 (opendnn's softplus has no linear regime)"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.softplus(x, self.beta)
+
+
+# ---- pooling and softmax ------------------------------------------------------------------------------
+
+class _MaxPool(OpendnnModule):
+    spatial = 0
+
+    def unsupported(self) -> str | None:
+        if self.return_indices:
+            return "return_indices=True (opendnn's max pooling keeps no index tensor)"
+        if any(d != 1 for d in _tuple(self.dilation)):
+            return f"dilation={self.dilation} (only 1)"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _unbatched(x, self.spatial, lambda batch: functions.max_pool(
+            batch, self.kernel_size, self.stride, self.padding, self.ceil_mode))
+
+
+class MaxPool1d(_MaxPool, torch.nn.MaxPool1d):
+    spatial = 1
+
+
+class MaxPool2d(_MaxPool, torch.nn.MaxPool2d):
+    spatial = 2
+
+
+class MaxPool3d(_MaxPool, torch.nn.MaxPool3d):
+    spatial = 3
+
+
+class _AvgPool(OpendnnModule):
+    spatial = 0
+
+    def unsupported(self) -> str | None:
+        if getattr(self, "divisor_override", None) is not None:
+            return f"divisor_override={self.divisor_override}"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _unbatched(x, self.spatial, lambda batch: functions.avg_pool(
+            batch, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad))
+
+
+class AvgPool1d(_AvgPool, torch.nn.AvgPool1d):
+    spatial = 1
+
+
+class AvgPool2d(_AvgPool, torch.nn.AvgPool2d):
+    spatial = 2
+
+
+class AvgPool3d(_AvgPool, torch.nn.AvgPool3d):
+    spatial = 3
+
+
+class _AdaptivePool(OpendnnModule):
+    spatial = 0
+    is_max = False
+
+    def unsupported(self) -> str | None:
+        if getattr(self, "return_indices", False):
+            return "return_indices=True (opendnn's max pooling keeps no index tensor)"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _unbatched(x, self.spatial, lambda batch: functions.adaptive_pool(batch, self.output_size, self.is_max))
+
+
+class AdaptiveAvgPool1d(_AdaptivePool, torch.nn.AdaptiveAvgPool1d):
+    spatial = 1
+
+
+class AdaptiveAvgPool2d(_AdaptivePool, torch.nn.AdaptiveAvgPool2d):
+    spatial = 2
+
+
+class AdaptiveAvgPool3d(_AdaptivePool, torch.nn.AdaptiveAvgPool3d):
+    spatial = 3
+
+
+class AdaptiveMaxPool1d(_AdaptivePool, torch.nn.AdaptiveMaxPool1d):
+    spatial, is_max = 1, True
+
+
+class AdaptiveMaxPool2d(_AdaptivePool, torch.nn.AdaptiveMaxPool2d):
+    spatial, is_max = 2, True
+
+
+class AdaptiveMaxPool3d(_AdaptivePool, torch.nn.AdaptiveMaxPool3d):
+    spatial, is_max = 3, True
+
+
+def _softmax_dim(dim: int | None, ndim: int) -> int:
+    """torch's implicit softmax dim for dim=None (0 for 0-, 1- and 3-D inputs, else 1)."""
+    if dim is not None:
+        return dim
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _tuple(value: Any) -> tuple[int, ...]:
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+class Softmax(OpendnnModule, torch.nn.Softmax):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.softmax(x, _softmax_dim(self.dim, x.ndim))
+
+
+class LogSoftmax(OpendnnModule, torch.nn.LogSoftmax):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.log_softmax(x, _softmax_dim(self.dim, x.ndim))

@@ -1,0 +1,219 @@
+"""The Triton convolution kernels through the interpreter on tiny shapes, against torch's
+convolution and autograd in float64 on the CPU (an oracle independent of opendnn's reference)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opendnn.backends.triton import convolution as kernels
+from opendnn.core.arrays import Bound
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.ops.convolution import (
+    ConvolutionBwdDataAlgo,
+    ConvolutionBwdFilterAlgo,
+    ConvolutionDirection,
+    ConvolutionFwdAlgo,
+    ConvolutionProblem,
+)
+from opendnn.ops.pointwise import PointwiseMode
+
+FWD, DATA, FILTER = ConvolutionDirection
+TORCH = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
+         DataType.DOUBLE: torch.float64}
+TOLERANCE = {DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2, DataType.DOUBLE: 1e-10}
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def layout(dims: tuple[int, ...], channels_last: bool, margin: int = 0) -> tuple[TensorDescriptor, torch.Tensor]:
+    """Strides of dims packed NCHW or NHWC, inside a buffer ``margin`` elements larger (poisoned)."""
+    order = (0, *range(2, len(dims)), 1) if channels_last else tuple(range(len(dims)))
+    strides = [0] * len(dims)
+    step = 1
+    for k in reversed(order):
+        strides[k] = step
+        step *= dims[k]
+    return tuple(strides), torch.full((step + margin,), float("nan"), dtype=torch.float64)
+
+
+def make(dims, dtype, channels_last=False, margin=0, fill=True, seed=0):
+    """(descriptor, Bound, float64 values): random values rounded to ``dtype``, NaN around them."""
+    strides, buffer = layout(dims, channels_last, margin)
+    buffer = buffer.to(TORCH[dtype])
+    desc = TensorDescriptor(dtype, dims, strides)
+    view = buffer.as_strided(dims, strides, margin // 2 if margin else 0)
+    if fill:
+        generator = torch.Generator().manual_seed(seed)
+        view.copy_(torch.rand(dims, generator=generator, dtype=torch.float64) * 2 - 1)
+    return desc, Bound("t", desc, view, "cpu"), buffer
+
+
+def output_size(size, filt, pre, post, stride, dilation):
+    return (size + pre + post - dilation * (filt - 1) - 1) // stride + 1
+
+
+def torch_forward(x, w, pre, post, stride, dilation, groups, flip):
+    spatial = x.dim() - 2
+    if flip:
+        w = w.flip(list(range(2, 2 + spatial)))
+    padding = [p for pair in zip(reversed(pre), reversed(post)) for p in pair]
+    return CONV[spatial](F.pad(x, padding), w, stride=stride, dilation=dilation, groups=groups)
+
+
+def check(direction, dtype, x_dims, k, filt, pre=None, post=None, stride=None, dilation=None, groups=1, flip=False,
+          algo=None, channels_last=False, alpha=1.0, beta=0.0, bias=False, z=False, act=None, coef=0.0,
+          allow_tf32=False):
+    spatial = len(x_dims) - 2
+    ones, zeros = (1,) * spatial, (0,) * spatial
+    pre, post = pre or zeros, post or pre or zeros
+    stride, dilation = stride or ones, dilation or ones
+    out = tuple(output_size(*a) for a in zip(x_dims[2:], filt, pre, post, stride, dilation))
+    y_dims = (x_dims[0], k, *out)
+    w_dims = (k, x_dims[1] // groups, *filt)
+    x_desc, xb, _ = make(x_dims, dtype, channels_last, margin=6, fill=direction is not DATA, seed=1)
+    w_desc, wb, _ = make(w_dims, dtype, channels_last, fill=direction is not FILTER, seed=2)
+    y_desc, yb, _ = make(y_dims, dtype, channels_last, margin=6, fill=direction is not FWD, seed=3)
+    outputs = {FWD: yb, DATA: xb, FILTER: wb}
+    out = outputs[direction]
+    prior = torch.rand(out.desc.dims, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 2 - 1
+    if beta:
+        out.view.copy_(prior)
+    prior = out.view.double().clone() if beta else None
+    bias_b = z_b = None
+    if bias:
+        bias_desc, bias_b, _ = make((1, k) + ones, dtype, seed=5)
+    if z:
+        _, z_b, _ = make(y_dims, dtype, channels_last, seed=6)
+    default = {FWD: ConvolutionFwdAlgo.IMPLICIT_GEMM, DATA: ConvolutionBwdDataAlgo.ALGO_0,
+               FILTER: ConvolutionBwdFilterAlgo.ALGO_0}[direction]
+    problem = ConvolutionProblem(
+        direction, x_desc, w_desc, y_desc, pre, post, stride, dilation, groups, flip,
+        DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT, allow_tf32, algo or default,
+        alpha, beta, bias_desc if bias else None, z_b.desc if z else None, 0.5 if z else 0.0, act, coef)
+    assert kernels.supports(problem) is None
+    size = kernels.workspace_size(problem)
+    workspace = Bound("workspace", TensorDescriptor(DataType.UINT8, (size,)), torch.zeros(size, dtype=torch.uint8),
+                      "cpu") if size else None
+    kernels.run(problem, xb, wb, yb, bias_b, z_b, workspace)
+
+    x = xb.view.double().requires_grad_(direction is DATA)
+    w = wb.view.double().requires_grad_(direction is FILTER)
+    y = torch_forward(x, w, pre, post, stride, dilation, groups, flip)
+    if direction is FWD:
+        want = alpha * y
+        if z:
+            want = want + 0.5 * z_b.view.double()
+        if bias:
+            want = want + bias_b.view.double()
+        if act is PointwiseMode.RELU_FWD:
+            want = torch.relu(want)
+        elif act is PointwiseMode.SWISH_FWD:
+            want = want * torch.sigmoid(coef * want)
+    else:
+        (grad,) = torch.autograd.grad(y, x if direction is DATA else w, yb.view.double())
+        want = alpha * grad
+    if beta:
+        want = want + beta * prior
+    got = out.view.double()
+    error = (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item()
+    assert error < TOLERANCE[dtype], (problem.algo, error)
+    return problem
+
+
+def test_forward_nchw_float32_odd_channels_blends_alpha_beta():
+    check(FWD, DataType.FLOAT, (2, 5, 7, 6), 6, (3, 3), pre=(1, 1), alpha=0.5, beta=0.75)
+
+
+def test_forward_nhwc_half_groups_stride_dilation_flip():
+    check(FWD, DataType.HALF, (1, 32, 9, 8), 34, (3, 2), pre=(2, 1), stride=(2, 1), dilation=(2, 3), groups=2,
+          flip=True, channels_last=True)
+
+
+def test_forward_conv1_shape_straddles_taps_in_bfloat16():
+    check(FWD, DataType.BFLOAT16, (1, 3, 11, 11), 16, (7, 7), pre=(3, 3), stride=(2, 2), channels_last=True)
+
+
+def test_forward_1d_float64_asymmetric_padding():
+    check(FWD, DataType.DOUBLE, (2, 3, 13), 4, (4,), pre=(2,), post=(1,), stride=(2,))
+
+
+def test_forward_3d_float32_channels_last_tf32_allowed():
+    check(FWD, DataType.FLOAT, (1, 4, 4, 5, 5), 5, (2, 3, 3), pre=(1, 1, 1), stride=(1, 2, 1), flip=True,
+          channels_last=True, allow_tf32=True)
+
+
+@pytest.mark.parametrize("algo", [ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, ConvolutionFwdAlgo.GEMM])
+def test_forward_precomputed_and_explicit_gemm(algo):
+    check(FWD, DataType.FLOAT, (2, 6, 6, 5), 8, (3, 3), pre=(1, 0), stride=(1, 2), dilation=(2, 1), groups=2,
+          flip=True, algo=algo, beta=0.5)
+
+
+@pytest.mark.parametrize("algo", [ConvolutionFwdAlgo.IMPLICIT_GEMM, ConvolutionFwdAlgo.DIRECT])
+def test_forward_depthwise_channel_multiplier_direct(algo):
+    check(FWD, DataType.FLOAT, (2, 6, 6, 7), 12, (3, 3), pre=(1, 1), stride=(2, 1), groups=6, algo=algo,
+          channels_last=True, beta=0.5)
+
+
+def test_forward_epilogue_bias_residual_relu():
+    check(FWD, DataType.HALF, (1, 16, 6, 6), 20, (3, 3), pre=(1, 1), bias=True, z=True,
+          act=PointwiseMode.RELU_FWD, alpha=1.5, channels_last=True)
+
+
+def test_forward_direct_epilogue_swish():
+    check(FWD, DataType.FLOAT, (1, 4, 5, 5), 4, (3, 3), pre=(1, 1), groups=4, bias=True, z=True,
+          act=PointwiseMode.SWISH_FWD, coef=1.5)
+
+
+def test_backward_data_stride_phases_dilation_groups_flip():
+    check(DATA, DataType.FLOAT, (2, 4, 9, 8), 6, (3, 4), pre=(1, 2), post=(2, 0), stride=(2, 3),
+          dilation=(2, 1), groups=2, flip=True, alpha=0.5, beta=0.25)
+
+
+def test_backward_data_nhwc_bfloat16_1x1_stride2():
+    check(DATA, DataType.BFLOAT16, (2, 32, 7, 7), 16, (1, 1), stride=(2, 2), channels_last=True)
+
+
+def test_backward_data_explicit_gemm_3d():
+    check(DATA, DataType.DOUBLE, (1, 3, 5, 4, 6), 4, (2, 2, 3), pre=(1, 0, 1), stride=(2, 1, 2),
+          algo=ConvolutionBwdDataAlgo.ALGO_1, flip=True)
+
+
+def test_backward_data_depthwise_direct():
+    check(DATA, DataType.FLOAT, (2, 6, 7, 6), 12, (3, 3), pre=(1, 1), stride=(2, 2), groups=6,
+          channels_last=True, beta=0.5)
+
+
+def test_backward_filter_split_slices_nhwc_half():
+    problem = check(FILTER, DataType.HALF, (1, 16, 32, 32), 16, (1, 1), channels_last=True)
+    assert kernels.filter_plan(problem).splits > 1
+
+
+@pytest.mark.parametrize("algo", [ConvolutionBwdFilterAlgo.ALGO_1, ConvolutionBwdFilterAlgo.ALGO_3])
+def test_backward_filter_gemm_and_precomputed_flip_beta(algo):
+    check(FILTER, DataType.FLOAT, (2, 6, 7, 6), 4, (3, 2), pre=(1, 0), stride=(2, 1), dilation=(1, 2), groups=2,
+          flip=True, algo=algo, alpha=2.0, beta=0.5)
+
+
+def test_backward_filter_odd_channels_1d_float64():
+    check(FILTER, DataType.DOUBLE, (2, 3, 17), 5, (5,), pre=(2,), post=(1,), stride=(3,))
+
+
+def test_backward_filter_depthwise_direct_split():
+    problem = check(FILTER, DataType.FLOAT, (2, 8, 24, 24), 8, (3, 3), pre=(1, 1), groups=8, channels_last=True,
+                    beta=0.5)
+    assert kernels.filter_plan(problem).direct
+
+
+def test_workspace_sizes_by_algorithm():
+    base = dict(x_dims=(1, 4, 6, 6), k=4, filt=(3, 3))
+    for algo, nonzero in ((ConvolutionFwdAlgo.IMPLICIT_GEMM, False), (ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, True),
+                          (ConvolutionFwdAlgo.GEMM, True)):
+        problem = check(FWD, DataType.FLOAT, base["x_dims"], base["k"], base["filt"], algo=algo)
+        assert (kernels.workspace_size(problem) > 0) == nonzero
+    im2col = 16 * 4 * 9 * 4
+    assert kernels.workspace_size(check(FWD, DataType.FLOAT, (1, 4, 6, 6), 4, (3, 3),
+                                        algo=ConvolutionFwdAlgo.GEMM)) == math.ceil(im2col / 256) * 256

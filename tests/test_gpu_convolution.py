@@ -1,0 +1,118 @@
+"""Convolution on the GPU (``pytest -m gpu``): the large samples on the Triton backend against the
+float64 reference, the Pythonic API against torch (cuDNN) on the device, bitwise determinism of the
+default algorithms, and the workspace each algorithm asks for."""
+
+import zlib
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.samples import relative_error
+from opendnn.samples.convolution import samples
+
+pytestmark = pytest.mark.gpu
+DEVICE = "cuda:0"
+SAMPLES = list(samples("large"))
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
+def test_convolution_sample_matches_float64_reference_on_gpu(sample):
+    actual, expected = sample.run(od.create(DEVICE), seed=zlib.crc32(sample.name.encode()))
+    error = relative_error(actual, expected)
+    assert error <= sample.tolerance, f"relative error {error:.3g} above {sample.tolerance:g}"
+
+
+def _error(actual, expected):
+    expected = expected.double()
+    return ((actual.double() - expected).norm() / expected.norm()).item()
+
+
+@pytest.mark.parametrize("dtype, layout, tolerance", [
+    (torch.bfloat16, torch.channels_last, 1e-2), (torch.float16, torch.channels_last, 1e-2),
+    (torch.float32, torch.contiguous_format, 1e-5), (torch.float64, torch.contiguous_format, 1e-10)])
+def test_functional_conv_and_backward_match_torch_on_gpu(dtype, layout, tolerance):
+    x = torch.randn(16, 64, 28, 28, device=DEVICE, dtype=dtype).contiguous(memory_format=layout)
+    w = torch.randn(128, 32, 3, 3, device=DEVICE, dtype=dtype).contiguous(memory_format=layout)
+    bias = torch.randn(128, device=DEVICE, dtype=dtype)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    expected = TF.conv2d(x64, w64, bias.double(), 2, 1, 1, 2)
+    y = F.conv(x, w, bias, 2, 1, 1, 2)
+    assert y.dtype == dtype and y.is_contiguous(memory_format=layout)
+    assert _error(y, expected) < tolerance
+    dy = torch.randn_like(y)
+    expected.backward(dy.double())
+    assert _error(F.conv_backward_data(dy, w, x.shape, 2, 1, 1, 2), x64.grad) < tolerance
+    assert _error(F.conv_backward_filter(x, dy, w.shape, 2, 1, 1, 2), w64.grad) < tolerance
+    assert _error(F.conv_backward_bias(dy), dy.double().sum((0, 2, 3))) < tolerance
+
+
+def test_tf32_handle_stays_within_tf32_tolerance():
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    x, w = torch.randn(32, 128, 28, 28, device=DEVICE), torch.randn(128, 128, 3, 3, device=DEVICE)
+    assert _error(F.conv(x, w, padding=1, handle=handle), TF.conv2d(x.double(), w.double(), padding=1)) < 1e-3
+
+
+@pytest.mark.parametrize("spatial", [1, 3])
+def test_functional_conv_1d_3d_and_transpose_match_torch_on_gpu(spatial):
+    x = torch.randn(8, 32, *(14,) * spatial, device=DEVICE)
+    w = torch.randn(48, 16, *(3,) * spatial, device=DEVICE)
+    conv = {1: TF.conv1d, 3: TF.conv3d}[spatial]
+    transpose = {1: TF.conv_transpose1d, 3: TF.conv_transpose3d}[spatial]
+    assert _error(F.conv(x, w, None, 2, 1, 2, 2), conv(x.double(), w.double(), None, 2, 1, 2, 2)) < 1e-5
+    wt = torch.randn(32, 8, *(3,) * spatial, device=DEVICE)
+    assert _error(F.conv_transpose(x, wt, None, 2, 1, 1, 4),
+                  transpose(x.double(), wt.double(), None, 2, 1, 1, 4)) < 1e-5
+
+
+def _descriptor(t):
+    return od.TensorDescriptor(t.dtype, tuple(t.shape), t.stride())
+
+
+def test_default_algorithms_are_bitwise_deterministic_and_forward_needs_no_workspace():
+    handle = od.create(DEVICE)
+    x = torch.randn(32, 64, 56, 56, device=DEVICE, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(64, 64, 3, 3, device=DEVICE, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
+    xd, wd = _descriptor(x), _descriptor(w)
+    yd = _descriptor(torch.empty_like(x))
+    assert od.get_convolution_forward_workspace_size(handle, xd, wd, conv_desc, yd,
+                                                     od.ConvolutionFwdAlgo.IMPLICIT_GEMM) == 0
+    data_bytes = od.get_convolution_backward_data_workspace_size(handle, wd, yd, conv_desc, xd,
+                                                                 od.ConvolutionBwdDataAlgo.ALGO_0)
+    filter_bytes = od.get_convolution_backward_filter_workspace_size(handle, xd, yd, conv_desc, wd,
+                                                                     od.ConvolutionBwdFilterAlgo.ALGO_0)
+    data_space = torch.empty(data_bytes, dtype=torch.uint8, device=DEVICE) if data_bytes else None
+    filter_space = torch.empty(filter_bytes, dtype=torch.uint8, device=DEVICE) if filter_bytes else None
+    runs = []
+    for _ in range(2):
+        y, dx, dw = torch.empty_like(x), torch.empty_like(x), torch.empty_like(w)
+        od.convolution_forward(handle, 1.0, xd, x, wd, w, conv_desc, od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None,
+                               0.0, yd, y)
+        od.convolution_backward_data(handle, 1.0, wd, w, yd, y, conv_desc, od.ConvolutionBwdDataAlgo.ALGO_0,
+                                     data_space, 0.0, xd, dx)
+        od.convolution_backward_filter(handle, 1.0, xd, x, yd, y, conv_desc, od.ConvolutionBwdFilterAlgo.ALGO_0,
+                                       filter_space, 0.0, wd, dw)
+        runs.append((y, dx, dw))
+    for first, second in zip(*runs):
+        assert torch.equal(first, second)
+
+
+def test_every_applicable_algorithm_reports_its_workspace():
+    handle = od.create(DEVICE)
+    x, w = torch.randn(64, 64, 56, 56, device=DEVICE), torch.randn(64, 64, 3, 3, device=DEVICE)
+    y = torch.empty(64, 64, 56, 56, device=DEVICE)
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
+    sizes = {}
+    for algo in od.ConvolutionFwdAlgo:
+        try:
+            sizes[algo] = od.get_convolution_forward_workspace_size(handle, _descriptor(x), _descriptor(w),
+                                                                    conv_desc, _descriptor(y), algo)
+        except od.NotSupported:
+            continue
+    assert sizes[od.ConvolutionFwdAlgo.IMPLICIT_GEMM] == 0
+    im2col = 64 * 56 * 56 * 64 * 9 * 4
+    assert sizes[od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM] < im2col // 100
+    assert sizes[od.ConvolutionFwdAlgo.GEMM] >= im2col

@@ -1,0 +1,87 @@
+"""GPU tests of matmul (``pytest -m gpu``): the Pythonic API against torch on the device at real
+sizes, on both load paths (TMA descriptors for aligned operands, plain pointers otherwise), every
+dtype including fp8 and TF32, transposed operands, broadcast batch and the fused epilogue."""
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn as od
+import opendnn.functional as F
+
+pytestmark = pytest.mark.gpu
+DEVICE = "cuda:0"
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-10}
+
+
+def relative_error(actual, expected):
+    return ((actual.double() - expected.double()).norm() / expected.double().norm()).item()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("m, k, n", [(1024, 1024, 1024), (1000, 1001, 999), (4096, 4096, 4096), (1, 4096, 4096),
+                                     (4096, 1, 4096)])
+@pytest.mark.parametrize("transposed", [False, True], ids=["packed", "transposed"])
+def test_matmul_matches_torch(dtype, m, k, n, transposed):
+    a = torch.randn(m, k, device=DEVICE, dtype=dtype)
+    b = torch.randn(k, n, device=DEVICE, dtype=dtype)
+    if transposed:
+        a, b = a.t().contiguous().t(), b.t().contiguous().t()
+    got = F.matmul(a, b)
+    assert got.dtype == dtype and got.shape == (m, n)
+    assert relative_error(got, a.double() @ b.double()) < TOLERANCE[dtype]
+
+
+def test_tf32_only_when_the_handle_allows_it():
+    a, b = torch.randn(2048, 2048, device=DEVICE), torch.randn(2048, 2048, device=DEVICE)
+    exact = a.double() @ b.double()
+    strict = relative_error(F.matmul(a, b), exact)
+    tf32 = relative_error(F.matmul(a, b, handle=od.create(DEVICE, math_type=od.MathType.TENSOR_OP)), exact)
+    assert strict < 1e-5 and 1e-5 < tf32 < 1e-3
+
+
+@pytest.mark.parametrize("b_type", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_with_scales_matches_scaled_mm(b_type):
+    a = torch.randn(4096, 2048, device=DEVICE).to(torch.float8_e4m3fn)
+    b = torch.randn(1024, 2048, device=DEVICE).to(b_type).t()
+    scale_a, scale_b = torch.tensor(0.5, device=DEVICE), torch.tensor(2.0, device=DEVICE)
+    expected = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    got = F.matmul(a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32")
+    assert relative_error(got, expected) < 1e-5
+    assert relative_error(got, 0.5 * 2.0 * (a.double() @ b.double())) < 1e-5
+    fast = F.matmul(a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32",
+                    handle=od.create(DEVICE, math_type=od.MathType.TENSOR_OP))
+    assert relative_error(fast, 0.5 * 2.0 * (a.double() @ b.double())) < 5e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_linear_bias_gelu_residual_fused_matches_torch(dtype):
+    x = torch.randn(4, 1000, 1536, device=DEVICE, dtype=dtype)
+    weight = torch.randn(2048, 1536, device=DEVICE, dtype=dtype) / 40
+    bias, residual = torch.randn(2048, device=DEVICE, dtype=dtype), torch.randn(4, 1000, 2048, device=DEVICE)
+    expected = TF.gelu(TF.linear(x.double(), weight.double(), bias.double())) + residual.double()
+    got = F.matmul(x, weight.t(), bias, "gelu", residual=residual)
+    assert relative_error(got, expected) < TOLERANCE[dtype]
+    assert relative_error(F.linear(x, weight, bias), TF.linear(x.double(), weight.double(), bias.double())) \
+        < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((512, 128, 128), (512, 128, 128)), ((8, 1, 300, 200), (5, 200, 100)),
+                                              ((6, 256, 512), (512, 384))])
+def test_batched_broadcast_matches_torch(a_shape, b_shape):
+    a = torch.randn(a_shape, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(b_shape, device=DEVICE, dtype=torch.bfloat16)
+    assert relative_error(F.matmul(a, b), a.double() @ b.double()) < 1e-2
+
+
+def test_bias_per_row_and_alpha_beta():
+    a, b = torch.randn(777, 555, device=DEVICE), torch.randn(555, 333, device=DEVICE)
+    bias = torch.randn(777, device=DEVICE)
+    c = torch.randn(777, 333, device=DEVICE)
+    expected = 0.5 * torch.relu(a.double() @ b.double() + bias.double()[:, None]) - 2.0 * c.double()
+    desc = od.TensorDescriptor
+    epilogue = od.MatmulEpilogue(bias_desc=desc("float32", (777,)), bias=bias, bias_axis="row",
+                                 activation=od.PointwiseMode.RELU_FWD)
+    od.matmul(od.create(DEVICE), 0.5, desc("float32", a.shape), a, desc("float32", b.shape), b, -2.0,
+              desc("float32", c.shape), c, epilogue)
+    assert relative_error(c, expected) < 1e-5

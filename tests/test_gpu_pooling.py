@@ -1,0 +1,72 @@
+"""GPU tests of pooling (``pytest -m gpu`` on a CUDA machine): the pooling samples at real sizes on
+the Triton backend, the Pythonic API against torch on the device, and bitwise-repeatable backward."""
+
+import zlib
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.samples import pooling, relative_error
+
+pytestmark = pytest.mark.gpu
+DEVICE = "cuda:0"
+SAMPLES = list(pooling.samples("large"))
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
+def test_pooling_sample_matches_float64_reference_on_gpu(sample):
+    actual, expected = sample.run(od.create(DEVICE), seed=zlib.crc32(sample.name.encode()))
+    error = relative_error(actual, expected)
+    assert error <= sample.tolerance, f"relative error {error:.3g} above {sample.tolerance:g}"
+
+
+def _close(actual, expected, dtype):
+    expected = expected.double()
+    return ((actual.double() - expected).norm() / expected.norm()).item() < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_max_and_avg_pool_match_torch_on_gpu(dtype, channels_last):
+    x = torch.randn(16, 64, 56, 56, device=DEVICE, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    xt = x.detach().clone().requires_grad_()
+    expected = TF.max_pool2d(xt, 3, 2, 1)
+    y = F.max_pool(x, 3, 2, 1)
+    assert y.device == x.device and y.dtype == dtype and torch.equal(y, expected.detach())
+    assert y.is_contiguous(memory_format=torch.channels_last) == channels_last
+    dy = torch.randn_like(y)
+    expected.backward(dy)
+    assert _close(F.max_pool_backward(dy, x, y, 3, 2, 1), xt.grad, dtype)
+    for ceil_mode, include in ((False, True), (True, False)):
+        xt = x.detach().double().requires_grad_()
+        expected = TF.avg_pool2d(xt, 3, 2, 1, ceil_mode=ceil_mode, count_include_pad=include)
+        y = F.avg_pool(x, 3, 2, 1, ceil_mode=ceil_mode, count_include_pad=include)
+        assert _close(y, expected.detach(), dtype)
+        dy = torch.randn_like(y)
+        expected.backward(dy.double())
+        dx = F.avg_pool_backward(dy, x, 3, 2, 1, ceil_mode=ceil_mode, count_include_pad=include)
+        assert _close(dx, xt.grad, dtype)
+
+
+@pytest.mark.parametrize("output_size", [1, 7, (5, 6)])
+def test_adaptive_pools_match_torch_on_gpu(output_size):
+    x = torch.randn(8, 32, 28, 28, device=DEVICE)
+    assert torch.equal(F.adaptive_max_pool(x, output_size), TF.adaptive_max_pool2d(x, output_size))
+    torch.testing.assert_close(F.adaptive_avg_pool(x, output_size), TF.adaptive_avg_pool2d(x, output_size))
+
+
+def test_max_pool_backward_is_bitwise_repeatable_on_gpu():
+    x = torch.randn(8, 64, 56, 56, device=DEVICE).round()  # many ties
+    y = F.max_pool(x, 3, 1, 1)
+    dy = torch.randn_like(y)
+    first = F.max_pool_backward(dy, x, y, 3, 1, 1)
+    assert all(torch.equal(first, F.max_pool_backward(dy, x, y, 3, 1, 1)) for _ in range(3))
+    xt = x.clone().requires_grad_()
+    TF.max_pool2d(xt, 3, 1, 1).backward(dy)
+    torch.testing.assert_close(first, xt.grad)

@@ -1,0 +1,182 @@
+"""matmul: the float64 reference against torch, the fp8 bit tables against torch's casts, the
+shape and dtype rules' messages, batch dims no stride merges, and the Pythonic API (matmul,
+linear) on both backends (Triton through its interpreter)."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as TF  # noqa: E402
+
+import opendnn as od  # noqa: E402
+import opendnn.functional as F  # noqa: E402
+from opendnn.api.matmul import MatmulEpilogue, matmul  # noqa: E402
+from opendnn.ops.matmul import BiasAxis, float_to_fp8, fp8_to_float64, matmul_problem, reference  # noqa: E402
+from opendnn.ops.pointwise import PointwiseMode  # noqa: E402
+
+BACKENDS = ["numpy", "triton"]
+FP8 = [(od.DataType.FP8_E4M3, torch.float8_e4m3fn), (od.DataType.FP8_E5M2, torch.float8_e5m2)]
+
+
+def desc(tensor):
+    return od.TensorDescriptor(tensor.dtype, tensor.shape, tensor.stride())
+
+
+def relative_error(actual, expected):
+    actual, expected = torch.as_tensor(actual).double(), torch.as_tensor(expected).double()
+    return ((actual - expected).norm() / expected.norm()).item()
+
+
+def test_reference_matches_torch_with_broadcast_batch_and_every_epilogue_part():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 1, 5, 7, generator=gen, dtype=torch.float64)
+    b = torch.randn(4, 7, 6, generator=gen, dtype=torch.float64)
+    bias_row, bias_col = torch.randn(5, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen,
+                                                                                        dtype=torch.float64)
+    residual = torch.randn(3, 4, 5, 6, generator=gen, dtype=torch.float64)
+    product = 0.75 * torch.matmul(a, b)
+    got = reference(a.numpy(), b.numpy(), bias=bias_col.numpy(), activation=PointwiseMode.GELU_FWD,
+                    residual=residual.numpy(), scale=0.75)
+    np.testing.assert_allclose(got, (TF.gelu(product + bias_col) + residual).numpy(), rtol=1e-12, atol=1e-12)
+    got = reference(a.numpy(), b.numpy(), bias=bias_row.numpy(), bias_axis=BiasAxis.ROW,
+                    activation=PointwiseMode.SWISH_FWD, coef=1.0, scale=0.75)
+    np.testing.assert_allclose(got, TF.silu(product + bias_row[:, None]).numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", FP8, ids=["e4m3", "e5m2"])
+def test_fp8_tables_match_torch_decode_and_round_to_nearest_even(dtype, torch_dtype):
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    expected = codes.view(torch_dtype).double().numpy()
+    np.testing.assert_array_equal(fp8_to_float64(codes.numpy(), dtype), expected)  # NaNs at the same codes
+    largest = float(torch.finfo(torch_dtype).max)
+    values = np.random.default_rng(1).uniform(-largest, largest, 4000) * np.logspace(-9, 0, 4000)
+    values = np.concatenate([values, expected[np.isfinite(expected)] * 1.0000001, [0.0, -0.0]])
+    np.testing.assert_array_equal(float_to_fp8(values, dtype), torch.from_numpy(values).to(torch_dtype)
+                                  .view(torch.uint8).numpy())
+
+
+@pytest.mark.parametrize("a_dims, b_dims, c_dims, message", [
+    ((4, 5), (6, 7), (4, 7), "a_desc.dims[-1]=5 must equal b_desc.dims[-2]=6 (a_desc.dims=[4, 5], b_desc.dims=[6, 7])"),
+    ((2, 4, 5), (3, 5, 7), (2, 4, 7), "batch dims [2] of A and [3] of B do not broadcast: 2 against 3 at batch dim 0 "
+                                      "(a_desc.dims=[2, 4, 5], b_desc.dims=[3, 5, 7])"),
+    ((2, 4, 5), (5, 7), (4, 7), "c_desc.dims=[4, 7] must equal [2, 4, 7], the broadcast batch dims then (M, N), for "
+                                "a_desc.dims=[2, 4, 5], b_desc.dims=[5, 7]"),
+    ((5,), (5, 7), (1, 7), "a_desc.dims=[5] must have at least 2 dims"),
+])
+def test_shape_errors_name_both_shapes(a_dims, b_dims, c_dims, message):
+    with pytest.raises(od.BadParam, match=None) as error:
+        matmul_problem(od.TensorDescriptor("float32", a_dims), od.TensorDescriptor("float32", b_dims),
+                       od.TensorDescriptor("float32", c_dims))
+    assert message in str(error.value)
+
+
+def test_dtype_pair_error_names_both_dtypes_and_shapes():
+    with pytest.raises(od.NotSupported) as error:
+        matmul_problem(od.TensorDescriptor("float16", (4, 5)), od.TensorDescriptor("bfloat16", (5, 7)),
+                       od.TensorDescriptor("float32", (4, 7)))
+    assert "a_desc.dtype=HALF with b_desc.dtype=BFLOAT16 is not supported (a_desc.dims=[4, 5], b_desc.dims=[5, 7])" \
+        in str(error.value)
+    assert error.value.status is od.Status.NOT_SUPPORTED_DATA_TYPE
+
+
+def test_epilogue_errors_name_the_parameter():
+    a, b, c = (od.TensorDescriptor("float32", dims) for dims in ((4, 5), (5, 7), (4, 7)))
+    with pytest.raises(od.BadParam, match=r"bias_desc.dims=\[4\] must be \[7\] for bias_axis=COLUMN"):
+        matmul_problem(a, b, c, bias_desc=od.TensorDescriptor("float32", (4,)))
+    with pytest.raises(od.BadParam, match=r"residual_desc.dims=\[7, 4\] must equal c_desc.dims=\[4, 7\]"):
+        matmul_problem(a, b, c, residual_desc=od.TensorDescriptor("float32", (7, 4)))
+    with pytest.raises(od.BadParam, match="activation=RELU_BWD must be a forward activation"):
+        matmul_problem(a, b, c, activation=PointwiseMode.RELU_BWD)
+    with pytest.raises(od.BadParam, match="bias_desc and bias must be given together"):
+        MatmulEpilogue(bias_desc=od.TensorDescriptor("float32", (7,)))
+
+
+def test_math_type_decides_tf32_and_fast_fp8_accumulation():
+    a, b, c = (torch.randn(4, 5), torch.randn(5, 7), torch.empty(4, 7))
+    seen = []
+    from opendnn.backends.numpy import matmul as numpy_matmul
+
+    original = numpy_matmul.run
+    numpy_matmul.run = lambda problem, *tensors: seen.append((problem.allow_tf32, problem.fast_fp8_accumulation)) \
+        or original(problem, *tensors)
+    try:
+        for math_type in (od.MathType.DEFAULT, od.MathType.TENSOR_OP):
+            matmul(od.create("cpu", math_type=math_type), 1.0, desc(a), a, desc(b), b, 0.0, desc(c), c)
+    finally:
+        numpy_matmul.run = original
+    assert seen == [(False, False), (True, True)]
+
+
+def test_tf32_operands_are_made_k_major_by_one_copy():
+    from opendnn.backends.triton.matmul import _k_major
+    from opendnn.core.arrays import wrap
+
+    b = torch.randn(3, 5, 7)  # (K, N) row-major: N innermost
+    copied = _k_major(wrap("b", b), -2)
+    assert copied.desc.strides == (35, 1, 5) and torch.equal(copied.view, b)
+    a = torch.randn(3, 7, 5).mT  # (M, K) with M innermost
+    assert _k_major(wrap("a", a), -1).desc.strides == (35, 7, 1)
+    k_major = wrap("b", b.mT.contiguous().mT)
+    assert _k_major(k_major, -2) is k_major  # no copy when K is already innermost
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_dims_that_no_stride_merges_run_one_launch_per_outer_index(backend):
+    a = torch.randn(2, 3, 4, 6, 5)
+    b = torch.randn(3, 1, 5, 7)  # broadcast along the first and last batch dims of A
+    c = torch.full((2, 3, 4, 6, 7), float("nan"))
+    matmul(od.create("cpu", backend=backend), 1.0, desc(a), a, desc(b), b, 0.0, desc(c), c)
+    assert relative_error(c, a.double() @ b.double()) < 1e-6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_matmul_matches_torch_with_vectors_and_numpy_inputs(backend):
+    handle = od.create("cpu", backend=backend)
+    a, b = torch.randn(2, 5, 9), torch.randn(9, 3)
+    assert relative_error(F.matmul(a, b, handle=handle), a.double() @ b.double()) < 1e-6
+    vector = torch.randn(9)
+    got = F.matmul(vector, b, handle=handle)
+    assert got.shape == (3,) and relative_error(got, vector.double() @ b.double()) < 1e-6
+    got = F.matmul(a, vector, handle=handle)
+    assert got.shape == (2, 5) and relative_error(got, a.double() @ vector.double()) < 1e-6
+    got = F.matmul(a.numpy(), b.numpy(), handle=handle)
+    assert isinstance(got, np.ndarray) and relative_error(got, a.double() @ b.double()) < 1e-6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_epilogue_matches_torch_ops(backend):
+    handle = od.create("cpu", backend=backend)
+    a, b, bias, residual = torch.randn(6, 9), torch.randn(9, 5), torch.randn(5), torch.randn(6, 5)
+    got = F.matmul(a, b, bias, "gelu", residual=residual, handle=handle)
+    assert relative_error(got, TF.gelu(a.double() @ b.double() + bias.double()) + residual.double()) < 1e-6
+    got = F.matmul(a, b, torch.randn(6).double(), "relu", bias_axis="row", out_dtype="bfloat16", handle=handle)
+    assert got.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_linear_matches_torch_and_reads_the_weight_transposed(backend):
+    x, weight, bias = torch.randn(3, 4, 10), torch.randn(6, 10), torch.randn(6)
+    got = F.linear(x, weight, bias, handle=od.create("cpu", backend=backend))
+    assert got.shape == (3, 4, 6)
+    assert relative_error(got, TF.linear(x.double(), weight.double(), bias.double())) < 1e-6
+
+
+def test_functional_errors_name_both_shapes():
+    with pytest.raises(od.BadParam, match=r"a_desc.dims=\[2, 3\], b_desc.dims=\[4, 5\]"):
+        F.matmul(np.ones((2, 3)), np.ones((4, 5)))
+    with pytest.raises(od.BadParam, match=r"a.shape=\[2, 2, 3\] and b.shape=\[3, 3, 5\] do not broadcast"):
+        F.matmul(np.ones((2, 2, 3)), np.ones((3, 3, 5)))
+    with pytest.raises(od.BadParam, match="activation='mish' is not a forward activation"):
+        F.matmul(np.ones((2, 3)), np.ones((3, 5)), activation="mish")
+
+
+def test_split_epilogue_of_wide_tiles_runs_in_the_interpreter(monkeypatch):
+    from opendnn.backends.triton import matmul as triton_matmul
+
+    monkeypatch.setattr(triton_matmul, "INTERPRETER_CONFIG", triton_matmul.TileConfig(128, 256, 16, 2, 4, 1))
+    a, b, bias = torch.randn(2, 20, 24), torch.randn(24, 300), torch.randn(20)
+    got = F.matmul(a, b, bias, "tanh", bias_axis="row", handle=od.create("cpu", backend="triton"))
+    assert relative_error(got, torch.tanh(a.double() @ b.double() + bias.double()[:, None])) < 1e-6

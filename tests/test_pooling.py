@@ -1,0 +1,211 @@
+"""Pooling: the float64 reference against torch on the CPU (every mode, 1-3 spatial dims, ceil
+mode) and against finite differences; NaN and tie rules; the Pythonic API on both backends (Triton
+through its interpreter) against torch; error messages."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as TF  # noqa: E402
+
+import opendnn as od  # noqa: E402
+import opendnn.functional as F  # noqa: E402
+from opendnn.ops.pooling import PoolingMode, reference_backward, reference_forward  # noqa: E402
+
+BACKENDS = ["numpy", "triton"]
+INCLUDE, EXCLUDE = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
+# (x shape, window, stride, padding)
+GEOMETRIES = [
+    ((2, 3, 11), (3,), (2,), (1,)),
+    ((2, 3, 9, 10), (3, 3), (2, 2), (1, 1)),
+    ((2, 2, 8, 9), (2, 3), (3, 1), (0, 1)),
+    ((1, 2, 5, 6, 7), (3, 2, 3), (2, 2, 1), (1, 0, 1)),
+]
+TORCH_MAX = {1: TF.max_pool1d, 2: TF.max_pool2d, 3: TF.max_pool3d}
+TORCH_AVG = {1: TF.avg_pool1d, 2: TF.avg_pool2d, 3: TF.avg_pool3d}
+
+
+def random(shape, seed=0, dtype=torch.float64):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def torch_pool(mode, x, window, stride, padding, ceil_mode=False):
+    spatial = x.ndim - 2
+    if mode is PoolingMode.MAX:
+        return TORCH_MAX[spatial](x, window, stride, padding, ceil_mode=ceil_mode)
+    return TORCH_AVG[spatial](x, window, stride, padding, ceil_mode=ceil_mode, count_include_pad=mode is INCLUDE)
+
+
+def descriptor(t):
+    return od.TensorDescriptor(t.dtype, t.shape, t.stride())
+
+
+# the reference ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("mode", [PoolingMode.MAX, INCLUDE, EXCLUDE])
+@pytest.mark.parametrize("shape, window, stride, padding", GEOMETRIES)
+def test_reference_matches_torch_forward_and_backward(shape, window, stride, padding, mode, ceil_mode):
+    x = random(shape).requires_grad_()
+    expected = torch_pool(mode, x, window, stride, padding, ceil_mode)
+    dy = random(expected.shape, seed=1)
+    expected.backward(dy)
+    y = reference_forward(mode, x.detach().numpy(), window, padding, stride, ceil_mode=ceil_mode)
+    np.testing.assert_allclose(y, expected.detach().numpy(), rtol=1e-13, atol=1e-13)
+    dx = reference_backward(mode, x.detach().numpy(), y, dy.numpy(), window, padding, stride, ceil_mode=ceil_mode)
+    np.testing.assert_allclose(dx, x.grad.numpy(), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", [PoolingMode.MAX, INCLUDE, EXCLUDE])
+def test_reference_backward_matches_finite_differences(mode):
+    x = random((1, 2, 5, 6), seed=3).numpy()
+    window, stride, padding = (3, 2), (2, 1), (1, 1)
+    dy = random(reference_forward(mode, x, window, padding, stride).shape, seed=4).numpy()
+
+    def loss(values):
+        return float((reference_forward(mode, values, window, padding, stride) * dy).sum())
+
+    step = 1e-6
+    numeric = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        bumped = x.copy()
+        bumped[index] += step
+        lowered = x.copy()
+        lowered[index] -= step
+        numeric[index] = (loss(bumped) - loss(lowered)) / (2 * step)
+    y = reference_forward(mode, x, window, padding, stride)
+    np.testing.assert_allclose(reference_backward(mode, x, y, dy, window, padding, stride), numeric, atol=1e-7)
+
+
+def test_max_ties_go_to_the_first_position_in_window_order():
+    x = np.array([[[[1.0, 2.0, 2.0], [2.0, 0.0, 2.0]]]])
+    y = reference_forward(PoolingMode.MAX, x, (2, 3), (0, 0), (1, 1))
+    assert y.item() == 2.0
+    dx = reference_backward(PoolingMode.MAX, x, y, np.ones_like(y), (2, 3), (0, 0), (1, 1))
+    assert dx.tolist() == [[[[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_option_decides_whether_nan_wins(backend):
+    x = torch.tensor([[[1.0, float("nan"), float("nan"), float("nan"), 3.0, 0.5]]])
+    handle = od.create("cpu", backend=backend)
+    results = {}
+    for propagate in (False, True):
+        y = F.max_pool(x, 2, propagate_nan=propagate, handle=handle)
+        results[propagate] = y.flatten().tolist()
+    assert results[False][0] == 1.0 and np.isnan(results[False][1]) and results[False][2] == 3.0  # all NaN: NaN
+    assert np.isnan(results[True][0]) and np.isnan(results[True][1]) and results[True][2] == 3.0
+    dx = F.max_pool_backward(torch.ones(1, 1, 3), x, F.max_pool(x, 2, handle=handle), 2, handle=handle)
+    assert dx.flatten().tolist() == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]  # the first NaN of each NaN window
+
+
+# the cuDNN-shaped API ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_with_alpha_beta_blends_into_dx(backend):
+    handle = od.create("cpu", backend=backend)
+    pool = od.PoolingDescriptor(od.PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, (3, 3), (1, 1), (2, 2))
+    x = random((2, 3, 7, 6), seed=5).float()
+    y = torch.empty(od.get_pooling_forward_output_dim(pool, descriptor(x)))
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    assert torch.equal(y, TF.max_pool2d(x, 3, 2, 1))
+    dy, dx0 = random(y.shape, seed=6).float(), random(x.shape, seed=7).float()
+    dx = dx0.clone()
+    od.pooling_backward(handle, pool, 2.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, -0.5,
+                        descriptor(dx), dx)
+    xt = x.clone().requires_grad_()
+    TF.max_pool2d(xt, 3, 2, 1).backward(dy)
+    torch.testing.assert_close(dx, 2.0 * xt.grad - 0.5 * dx0)
+
+
+ERRORS = [
+    (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (2, 0), (1, 1)),
+     "padding[0]=2 must be smaller than window[0]=2"),
+    (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (0, 0), (1, 0)), "stride[1]=0 must be at least 1"),
+    (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2, 2, 2), 0, 1), "len(window)=4 must be between 1"),
+    (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (0,), (1, 1)), "len(padding)=1 must equal"),
+    (lambda: od.get_pooling_forward_output_dim(_POOL, od.TensorDescriptor("float32", (1, 1, 8))),
+     "x_desc.ndim=3 must be 2 + the pooling's 2 spatial dims"),
+    (lambda: od.get_pooling_forward_output_dim(_POOL, od.TensorDescriptor("float32", (1, 1, 1, 8))),
+     "window[0]=3 must fit in x_desc.dims[2]=1 + 2 * padding[0]=0"),
+    (lambda: _forward((2, 3, 8, 8), (2, 3, 4, 4)), "y_desc.dims[2]=4 must equal 3, the pooled size"),
+    (lambda: _forward((2, 3, 8, 8), (2, 4, 3, 3)), "y_desc.dims[1]=4 must equal 3, x_desc.dims"),
+    (lambda: _forward((2, 3, 8, 8), (2, 3, 3, 3), torch.float64), "y_desc.dtype=DOUBLE must equal x_desc.dtype=FLOAT"),
+    (lambda: F.max_pool(torch.ones(2, 3), 2), "x.ndim=2 must be 3, 4 or 5"),
+    (lambda: F.avg_pool(torch.ones(1, 1, 4, 4), (2, 2, 2)), "kernel_size=(2, 2, 2) must be an int or 2 ints"),
+]
+_POOL = od.PoolingDescriptor(od.PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, (3, 3), (0, 0), (2, 2))
+
+
+def _forward(x_shape, y_shape, y_dtype=torch.float32):
+    x, y = torch.ones(x_shape), torch.zeros(y_shape, dtype=y_dtype)
+    od.pooling_forward(od.create("cpu"), _POOL, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+
+
+@pytest.mark.parametrize("call, message", ERRORS, ids=[m for _, m in ERRORS])
+def test_errors_name_the_parameter_and_rule(call, message):
+    with pytest.raises(od.BadParam) as error:
+        call()
+    assert message in str(error.value)
+
+
+# the Pythonic API ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_and_avg_pool_match_torch_nhwc_ceil_mode(backend, dtype):
+    handle = od.create("cpu", backend=backend)
+    x = random((2, 8, 9, 7), seed=8, dtype=dtype).to(memory_format=torch.channels_last)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    y = F.max_pool(x, 3, 2, 1, ceil_mode=True, handle=handle)
+    assert y.is_contiguous(memory_format=torch.channels_last) and y.dtype == dtype
+    assert torch.equal(y, TF.max_pool2d(x, 3, 2, 1, ceil_mode=True))
+    dy = random(y.shape, seed=9, dtype=dtype)
+    xt = x.clone().requires_grad_()
+    TF.max_pool2d(xt, 3, 2, 1, ceil_mode=True).backward(dy)
+    torch.testing.assert_close(F.max_pool_backward(dy, x, y, 3, 2, 1, ceil_mode=True, handle=handle), xt.grad)
+    for include in (True, False):
+        expected = TF.avg_pool2d(x.double(), 3, 2, 1, ceil_mode=True, count_include_pad=include)
+        y = F.avg_pool(x, 3, 2, 1, ceil_mode=True, count_include_pad=include, handle=handle)
+        assert ((y.double() - expected).norm() / expected.norm()).item() < tolerance
+        xt = x.double().requires_grad_()
+        TF.avg_pool2d(xt, 3, 2, 1, ceil_mode=True, count_include_pad=include).backward(dy.double())
+        dx = F.avg_pool_backward(dy, x, 3, 2, 1, ceil_mode=True, count_include_pad=include, handle=handle)
+        assert ((dx.double() - xt.grad).norm() / xt.grad.norm()).item() < tolerance
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, output_size", [((2, 3, 8, 6), 1), ((2, 3, 8, 6), (4, 3)),  # divisible
+                                                ((2, 3, 7, 6), (3, 4)), ((1, 2, 3, 2), (4, 3))])  # not, larger
+def test_adaptive_pools_match_torch(backend, shape, output_size):
+    handle = od.create("cpu", backend=backend)
+    x = random(shape, seed=10)
+    for ours, ours_backward, theirs in ((F.adaptive_avg_pool, F.adaptive_avg_pool_backward, TF.adaptive_avg_pool2d),
+                                        (F.adaptive_max_pool, F.adaptive_max_pool_backward, TF.adaptive_max_pool2d)):
+        xt = x.clone().requires_grad_()
+        expected = theirs(xt, output_size)
+        y = ours(x, output_size, handle=handle)
+        torch.testing.assert_close(y, expected.detach())
+        dy = random(expected.shape, seed=11)
+        expected.backward(dy)
+        args = (dy, x, y) if ours is F.adaptive_max_pool else (dy, x)
+        torch.testing.assert_close(ours_backward(*args, handle=handle), xt.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_global_pools_of_long_windows_and_numpy_inputs(backend):
+    """70 positions: over UNROLL_LIMIT, so the kernels' plain (not unrolled) loops run."""
+    handle = od.create("cpu", backend=backend)
+    x = random((2, 3, 70), seed=12).numpy()
+    y = F.global_avg_pool(x, handle=handle)
+    assert isinstance(y, np.ndarray) and y.shape == (2, 3, 1)
+    np.testing.assert_allclose(y, x.mean(axis=2, keepdims=True), rtol=1e-12)
+    dx = F.global_avg_pool_backward(np.ones_like(y), x, handle=handle)
+    np.testing.assert_allclose(dx, np.full(x.shape, 1 / 70), rtol=1e-12)
+    y = F.adaptive_max_pool(x, 1, handle=handle)
+    np.testing.assert_array_equal(y, x.max(axis=2, keepdims=True))
+    dx = F.adaptive_max_pool_backward(np.full(y.shape, 2.0), x, y, handle=handle)
+    np.testing.assert_array_equal(dx, 2.0 * (x == y))

@@ -1,0 +1,361 @@
+"""opendnn inside PyTorch: autograd Functions, modules, conversion and routed functional calls,
+against torch's own modules on the CPU (opendnn's NumPy backend)."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn.torch as ot
+from opendnn.core.errors import NotSupported
+from opendnn.torch import functions as OF
+
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
+
+
+def assert_close(ours: torch.Tensor, theirs: torch.Tensor, dtype: torch.dtype = torch.float64) -> None:
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    assert relative_error(ours, theirs) < TOLERANCE[dtype]
+
+
+# ---- every Function against torch's op, forward and backward, float64 ---------------------------------
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64)
+
+
+FUNCTIONS = {
+    "conv1d": (lambda x, w, b: OF.conv(x, w, b, 1, "same"), lambda x, w, b: TF.conv1d(x, w, b, 1, "same"),
+               [(2, 3, 9), (4, 3, 3), (4,)]),
+    "conv2d_groups_stride": (lambda x, w, b: OF.conv(x, w, b, 2, 1, 1, 2),
+                             lambda x, w, b: TF.conv2d(x, w, b, 2, 1, 1, 2), [(2, 4, 7, 6), (6, 2, 3, 3), (6,)]),
+    "conv2d_depthwise_dilated": (lambda x, w: OF.conv(x, w, None, 1, 2, 2, 4),
+                                 lambda x, w: TF.conv2d(x, w, None, 1, 2, 2, 4), [(2, 4, 7, 6), (4, 1, 3, 3)]),
+    "conv3d": (lambda x, w: OF.conv(x, w, None, 1, 1), lambda x, w: TF.conv3d(x, w, None, 1, 1),
+               [(2, 3, 4, 5, 4), (4, 3, 3, 3, 3)]),
+    "conv_transpose1d": (lambda x, w: OF.conv_transpose(x, w, None, 2, 1, 1),
+                         lambda x, w: TF.conv_transpose1d(x, w, None, 2, 1, 1), [(2, 3, 5), (3, 4, 3)]),
+    "conv_transpose2d_groups": (lambda x, w, b: OF.conv_transpose(x, w, b, 2, 1, 1, 2),
+                                lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2),
+                                [(2, 4, 5, 4), (4, 3, 3, 3), (6,)]),
+    "conv_transpose3d": (lambda x, w: OF.conv_transpose(x, w, None, 1, 1),
+                         lambda x, w: TF.conv_transpose3d(x, w, None, 1, 1), [(1, 2, 3, 4, 3), (2, 3, 3, 3, 3)]),
+    "linear": (OF.linear, TF.linear, [(2, 5, 4), (3, 4), (3,)]),
+    "matmul_broadcast": (OF.matmul, torch.matmul, [(2, 3, 5, 4), (3, 4, 6)]),
+    "matmul_transposed": (lambda a, b: OF.matmul(a, b.mT), lambda a, b: a @ b.mT, [(2, 5, 4), (2, 6, 4)]),
+    "relu": (OF.relu, torch.relu, [(3, 8)]),
+    "relu6": (OF.relu6, TF.relu6, [(3, 8)]),
+    "hardtanh": (lambda x: OF.hardtanh(x, -2.0, 3.0), lambda x: TF.hardtanh(x, -2.0, 3.0), [(3, 8)]),
+    "gelu": (OF.gelu, TF.gelu, [(3, 8)]),
+    "gelu_tanh": (lambda x: OF.gelu(x, "tanh"), lambda x: TF.gelu(x, approximate="tanh"), [(3, 8)]),
+    "silu": (OF.silu, TF.silu, [(3, 8)]),
+    "sigmoid": (OF.sigmoid, torch.sigmoid, [(3, 8)]),
+    "tanh": (OF.tanh, torch.tanh, [(3, 8)]),
+    "elu": (lambda x: OF.elu(x, 0.5), lambda x: TF.elu(x, 0.5), [(3, 8)]),
+    "softplus": (lambda x: OF.softplus(x, 2.0), lambda x: TF.softplus(x, 2.0), [(3, 8)]),
+    "layer_norm": (lambda x, w, b: OF.layer_norm(x, (5, 4), w, b), lambda x, w, b: TF.layer_norm(x, (5, 4), w, b),
+                   [(2, 3, 5, 4), (5, 4), (5, 4)]),
+    "rms_norm": (lambda x, w: OF.rms_norm(x, (4,), w), lambda x, w: TF.rms_norm(x, (4,), w), [(2, 3, 4), (4,)]),
+    "group_norm": (lambda x, w, b: OF.group_norm(x, 3, w, b), lambda x, w, b: TF.group_norm(x, 3, w, b),
+                   [(2, 6, 5, 4), (6,), (6,)]),
+    "instance_norm": (lambda x, w, b: OF.instance_norm(x, w, b), lambda x, w, b: TF.instance_norm(x, weight=w, bias=b),
+                      [(2, 3, 5, 4), (3,), (3,)]),
+    "local_response_norm": (lambda x: OF.local_response_norm(x, 3, 0.1, 0.75, 1.0),
+                            lambda x: TF.local_response_norm(x, 3, 0.1, 0.75, 1.0), [(2, 6, 4, 3)]),
+    "batch_norm_training": (lambda x, w, b: OF.batch_norm(x, None, None, w, b, True),
+                            lambda x, w, b: TF.batch_norm(x, None, None, w, b, True), [(4, 3, 5, 2), (3,), (3,)]),
+    "batch_norm_1d": (lambda x, w, b: OF.batch_norm(x, None, None, w, b, True),
+                      lambda x, w, b: TF.batch_norm(x, None, None, w, b, True), [(6, 3), (3,), (3,)]),
+    "max_pool2d_ceil": (lambda x: OF.max_pool(x, 3, 2, 1, True), lambda x: TF.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+                        [(2, 3, 7, 6)]),
+    "max_pool1d": (lambda x: OF.max_pool(x, 2), lambda x: TF.max_pool1d(x, 2), [(2, 3, 9)]),
+    "avg_pool2d_exclude_pad": (lambda x: OF.avg_pool(x, 3, 2, 1, False, False),
+                               lambda x: TF.avg_pool2d(x, 3, 2, 1, False, False), [(2, 3, 7, 6)]),
+    "avg_pool3d": (lambda x: OF.avg_pool(x, 2), lambda x: TF.avg_pool3d(x, 2), [(1, 2, 4, 4, 5)]),
+    "adaptive_avg_pool2d": (lambda x: OF.adaptive_pool(x, (3, None)), lambda x: TF.adaptive_avg_pool2d(x, (3, None)),
+                            [(2, 3, 7, 6)]),
+    "adaptive_max_pool2d": (lambda x: OF.adaptive_pool(x, (4, 3), True), lambda x: TF.adaptive_max_pool2d(x, (4, 3)),
+                            [(2, 3, 7, 6)]),
+    "softmax": (lambda x: OF.softmax(x, 1), lambda x: TF.softmax(x, 1), [(2, 5, 3)]),
+    "log_softmax": (lambda x: OF.log_softmax(x, -1), lambda x: TF.log_softmax(x, -1), [(2, 5, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_function_matches_torch_forward_and_backward(name):
+    ours, theirs, shapes = FUNCTIONS[name]
+    torch.manual_seed(0)
+    inputs = [(3 * _randn(*shape) if len(shape) == 2 and k == 0 else _randn(*shape)) for k, shape in enumerate(shapes)]
+    mine = [t.clone().requires_grad_() for t in inputs]
+    reference = [t.clone().requires_grad_() for t in inputs]
+    y, y_reference = ours(*mine), theirs(*reference)
+    dy = torch.randn_like(y_reference)
+    y.backward(dy)
+    y_reference.backward(dy)
+    assert_close(y, y_reference)
+    for t, t_reference in zip(mine, reference):
+        assert_close(t.grad, t_reference.grad)
+
+
+def test_batch_norm_in_eval_mode_has_frozen_statistics_gradients():
+    torch.manual_seed(0)
+    x, weight, bias = _randn(4, 3, 5, 2), _randn(3), _randn(3)
+    mean, var = _randn(3), torch.rand(3, dtype=torch.float64) + 0.5
+    mine = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    reference = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    y = OF.batch_norm(mine[0], mean, var, mine[1], mine[2], training=False)
+    y_reference = TF.batch_norm(reference[0], mean, var, reference[1], reference[2], training=False)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_reference.backward(dy)
+    assert_close(y, y_reference)
+    for t, t_reference in zip(mine, reference):
+        assert_close(t.grad, t_reference.grad)
+
+
+def test_gradients_come_from_opendnn_functions_not_torch_autograd():
+    model = ot.modules.Linear(4, 3)
+    y = ot.functions.softmax(ot.functions.relu(model(torch.randn(2, 4))), -1)
+    names, stack = set(), [y.grad_fn]
+    while stack:
+        node = stack.pop()
+        names.add(type(node).__name__)
+        stack += [child for child, _ in node.next_functions if child is not None]
+    assert names == {"SoftmaxBackward", "ActivationBackward", "LinearBackward", "AccumulateGrad"}
+
+
+# ---- converted models against torch's ------------------------------------------------------------------
+
+class SmallCNN(torch.nn.Sequential):
+    def __init__(self) -> None:
+        super().__init__(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(inplace=True), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False), torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(), torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+            torch.nn.Linear(8, 10), torch.nn.LogSoftmax(dim=1))
+
+
+class TransformerBlock(torch.nn.Module):
+    """Pre-norm self-attention and MLP: linear, layer norm, gelu, softmax attention via matmul."""
+
+    def __init__(self, width: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.qkv, self.proj = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
+        self.softmax = torch.nn.Softmax(dim=-1)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(approximate="tanh"),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attention = self.softmax(torch.matmul(q, k.transpose(-1, -2)) / (width // self.heads) ** 0.5)
+        mixed = torch.matmul(attention, v).transpose(1, 2).reshape(batch, length, width)
+        x = x + self.proj(mixed)
+        return x + self.mlp(self.norm2(x))
+
+
+def _parity(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype, routed: bool = False) -> ot.ConversionReport:
+    """Convert a copy of model, run both on x, and compare outputs, input gradients and parameter gradients."""
+    torch_model = model.to(dtype)
+    ours = copy.deepcopy(torch_model)
+    report = ot.convert(ours)
+    x_ours, x_torch = (x.to(dtype).detach().clone().requires_grad_() for _ in range(2))
+    y_torch = torch_model(x_torch)
+    if routed:
+        with ot.functional_calls() as calls:
+            y_ours = ours(x_ours)
+        assert calls.routed["matmul"] == 2
+    else:
+        y_ours = ours(x_ours)
+    dy = torch.randn_like(y_torch)
+    y_ours.backward(dy)
+    y_torch.backward(dy)
+    assert_close(y_ours, y_torch, dtype)
+    assert_close(x_ours.grad, x_torch.grad, dtype)
+    for (name, p_ours), (_, p_torch) in zip(ours.named_parameters(), torch_model.named_parameters()):
+        assert relative_error(p_ours.grad, p_torch.grad) < TOLERANCE[dtype], name
+    return report
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_converted_cnn_matches_torch(dtype):
+    torch.manual_seed(0)
+    report = _parity(SmallCNN(), torch.randn(4, 3, 12, 12), dtype)
+    assert [kind for _, kind in report.converted] == ["Conv2d", "ReLU", "MaxPool2d", "Conv2d", "BatchNorm2d",
+                                                      "ReLU", "AvgPool2d", "AdaptiveAvgPool2d",
+                                                      "Linear", "LogSoftmax"]
+    assert report.left_alone == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("routed", [False, True], ids=["modules", "modules+matmul"])
+def test_converted_transformer_block_matches_torch(dtype, routed):
+    torch.manual_seed(0)
+    report = _parity(TransformerBlock(), torch.randn(2, 5, 16), dtype, routed)
+    assert sorted(kind for _, kind in report.converted) == ["GELU", "LayerNorm", "LayerNorm", "Linear", "Linear",
+                                                            "Linear", "Linear", "Softmax"]
+
+
+def test_channels_last_model_and_input_match_torch_and_stay_channels_last():
+    torch.manual_seed(0)
+    model = SmallCNN().to(memory_format=torch.channels_last)
+    ours = copy.deepcopy(model)
+    ot.convert(ours)
+    x = torch.randn(4, 3, 12, 12).to(memory_format=torch.channels_last)
+    seen = []
+    ours[0].register_forward_hook(lambda module, inputs, output: seen.append(output))
+    x_ours, x_torch = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ours(x_ours).sum().backward()
+    model(x_torch).sum().backward()
+    assert seen[0].is_contiguous(memory_format=torch.channels_last)
+    assert relative_error(ours(x), model(x)) < 1e-5
+    assert relative_error(x_ours.grad, x_torch.grad) < 1e-5
+    assert relative_error(ours[0].weight.grad, model[0].weight.grad) < 1e-5
+
+
+def test_no_grad_builds_no_graph_and_still_updates_running_statistics():
+    torch.manual_seed(0)
+    model = SmallCNN()
+    ours = copy.deepcopy(model)
+    ot.convert(ours)
+    x = torch.randn(4, 3, 12, 12, requires_grad=True)
+    with torch.no_grad():
+        y, y_torch = ours(x), model(x)
+    assert y.grad_fn is None and not y.requires_grad
+    assert relative_error(y, y_torch) < 1e-5
+    assert int(ours[4].num_batches_tracked) == 1
+    assert relative_error(ours[4].running_var, model[4].running_var) < 1e-6
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_batch_norm_running_statistics_follow_torch_in_train_and_eval(momentum):
+    torch.manual_seed(0)
+    theirs = torch.nn.BatchNorm1d(3, momentum=momentum).double()
+    ours = ot.BatchNorm1d(3, momentum=momentum).double()
+    ours.load_state_dict(theirs.state_dict())
+    for _ in range(3):
+        x = 2 + 3 * _randn(6, 3, 4)
+        assert_close(ours(x), theirs(x))
+    for name in ("running_mean", "running_var"):
+        assert_close(getattr(ours, name), getattr(theirs, name))
+    assert int(ours.num_batches_tracked) == 3
+    ours.eval()
+    theirs.eval()
+    before = ours.running_mean.clone()
+    x = _randn(5, 3, 4)
+    assert_close(ours(x), theirs(x))
+    assert torch.equal(ours.running_mean, before) and int(ours.num_batches_tracked) == 3
+
+
+def test_batch_norm_without_running_statistics_uses_batch_statistics_in_eval():
+    theirs = torch.nn.BatchNorm2d(3, track_running_stats=False).double().eval()
+    ours = copy.deepcopy(theirs)
+    ot.convert(ours)
+    x = _randn(4, 3, 2, 5)
+    assert_close(ours(x), theirs(x))
+
+
+def test_state_dict_round_trip_between_torch_and_opendnn_modules():
+    torch.manual_seed(0)
+    theirs = SmallCNN()
+    theirs(torch.randn(4, 3, 12, 12))  # running statistics away from their initial values
+    ours = torch.nn.Sequential(
+        ot.Conv2d(3, 8, 3, padding=1), ot.ReLU(inplace=True), ot.MaxPool2d(2),
+        ot.Conv2d(8, 8, 3, padding=1, groups=2, bias=False), ot.BatchNorm2d(8), ot.ReLU(), ot.AvgPool2d(2),
+        ot.AdaptiveAvgPool2d(1), torch.nn.Flatten(), ot.Linear(8, 10), ot.LogSoftmax(dim=1))
+    ours.load_state_dict(theirs.state_dict())
+    back = SmallCNN()
+    back.load_state_dict(ours.state_dict())
+    for (key, value), (key_back, value_back) in zip(theirs.state_dict().items(), back.state_dict().items()):
+        assert key == key_back and torch.equal(value, value_back)
+    x = torch.randn(2, 3, 12, 12)
+    ours.eval()
+    theirs.eval()
+    assert relative_error(ours(x), theirs(x)) < 1e-5
+
+
+def test_convert_keeps_objects_parameters_and_training_state():
+    model = SmallCNN().eval()
+    parameters = list(model.parameters())
+    conv = model[0]
+    ot.convert(model)
+    assert model[0] is conv and isinstance(conv, ot.Conv2d) and not conv.training
+    assert all(a is b for a, b in zip(parameters, model.parameters()))
+    assert "opendnn.Conv2d" in repr(model)
+    assert ot.convert(model).converted == []  # converting twice changes nothing
+
+
+def test_convert_reports_what_it_left_to_torch_and_why():
+    class Custom(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding_mode="reflect"),
+                                torch.nn.Conv2d(3, 4, 4, padding="same"), torch.nn.MaxPool2d(2, return_indices=True),
+                                torch.nn.LocalResponseNorm(4),
+                                torch.nn.Softplus(threshold=5), torch.nn.PReLU(), Custom(3, 3), torch.nn.Dropout(),
+                                torch.nn.InstanceNorm2d(3, track_running_stats=True), torch.nn.Conv2d(3, 4, 3))
+    report = ot.convert(model)
+    reasons = {name: reason for name, _, reason in report.left_alone}
+    assert report.converted == [("9", "Conv2d")]
+    assert "padding_mode='reflect'" in reasons["0"] and "asymmetrically" in reasons["1"]
+    assert "return_indices" in reasons["2"] and "even" in reasons["3"] and "threshold=5" in reasons["4"]
+    assert reasons["5"] == "no opendnn equivalent" and "subclass" in reasons["6"]
+    assert "track_running_stats" in reasons["8"] and "7" not in reasons
+    assert "padding_mode='reflect'" in str(report)
+
+
+def test_module_constructor_refuses_options_opendnn_does_not_cover():
+    with pytest.raises(NotSupported, match="padding_mode='circular'"):
+        ot.Conv2d(3, 4, 3, padding_mode="circular")
+    with pytest.raises(NotSupported, match="return_indices"):
+        ot.MaxPool2d(2, return_indices=True)
+
+
+def test_modules_take_unbatched_inputs_and_transposed_output_size():
+    x = _randn(3, 9)
+    conv = ot.Conv1d(3, 4, 3).double()
+    assert_close(conv(x), torch.nn.Conv1d.forward(conv, x))
+    up = ot.ConvTranspose2d(3, 2, 3, stride=2).double()
+    x = _randn(1, 3, 4, 4)
+    assert_close(up(x, output_size=[10, 10]), torch.nn.ConvTranspose2d.forward(up, x, output_size=[10, 10]))
+
+
+def test_functional_calls_route_to_opendnn_and_leave_the_rest_to_torch():
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
+    with ot.functional_calls() as calls:
+        y = TF.adaptive_avg_pool2d(TF.relu(x), 2)
+        z = TF.relu(y.clone(), inplace=True)
+    assert calls.routed == {"relu": 1, "adaptive_avg_pool2d": 1}
+    assert calls.left_to_torch == {"relu": "inplace=True"}
+    z.sum().backward()
+    expected = torch.autograd.grad(TF.adaptive_avg_pool2d(TF.relu(x), 2).sum(), x)[0]
+    assert_close(x.grad, expected)
+
+
+def test_autocast_runs_products_in_bfloat16_like_torch():
+    torch.manual_seed(0)
+    model = SmallCNN()
+    ours = copy.deepcopy(model)
+    ot.convert(ours)
+    x = torch.randn(2, 3, 12, 12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        first, first_torch = ours[0](x), model[0](x)
+        y, y_torch = ours(x), model(x)
+    assert first.dtype == first_torch.dtype == torch.bfloat16
+    assert y.dtype == y_torch.dtype
+    assert relative_error(y, y_torch) < 2e-2
+
+
+def test_importing_opendnn_does_not_import_opendnn_torch():
+    code = "import sys, opendnn; print('opendnn.torch' in sys.modules, 'torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split() == ["False", "False"]
