@@ -116,12 +116,17 @@ def training_call(handle, mode=SPATIAL, param_dims=(1, 3, 1, 1), epsilon=EPS, sc
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(mode=PER_ACTIVATION), r"bn_param_desc.dims=\[1, 3, 1, 1\] must equal \[1, 3, 4, 4\] for mode=PER_ACTIVATION"),
-    (dict(param_dims=(1, 4, 1, 1)), r"bn_param_desc.dims=\[1, 4, 1, 1\] must equal \[1, 3, 1, 1\] for mode=SPATIAL"),
+    (dict(mode=PER_ACTIVATION),
+     r"bn_scale_bias_mean_var_desc.dims=\[1, 3, 1, 1\] must equal \[1, 3, 4, 4\] for mode=PER_ACTIVATION"),
+    (dict(param_dims=(1, 4, 1, 1)),
+     r"bn_scale_bias_mean_var_desc.dims=\[1, 4, 1, 1\] must equal \[1, 3, 1, 1\] for mode=SPATIAL"),
     (dict(epsilon=1e-6), r"epsilon=1e-06 must be at least 1e-05"),
     (dict(scale_elements=2), r"bn_scale_desc reaches 3 elements but bn_scale holds 2"),
     (dict(ops=od.BatchNormOps.BN_ADD_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),
      r"z_desc=None but bn_ops=BN_ADD_ACTIVATION needs it"),
+    (dict(ops=od.BatchNormOps.BN_ADD_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU),
+          z_desc=od.TensorDescriptor("float32", (2, 3, 4, 4)), reserve=torch.empty(96, dtype=torch.uint8)),
+     r"^z=None but bn_ops=BN_ADD_ACTIVATION needs it"),
     (dict(ops=od.BatchNormOps.BN_ACTIVATION), r"activation_desc=None but bn_ops=BN_ACTIVATION needs one"),
     (dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.TANH)),
      r"activation_desc.mode=TANH must be RELU, CLIPPED_RELU or IDENTITY"),
@@ -247,3 +252,18 @@ def test_triton_split_statistics_match_torch(channels_last):
     dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state, handle=handle)
     for actual, wanted in ((dx, xr.grad), (dz, zr.grad), (dweight, wr.grad), (dbias, br.grad)):
         torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_data_far_from_zero_keep_float32_accuracy(backend):
+    handle = od.create("cpu", backend=backend)
+    x = (100 + random(4, 3, 4, 4)).float()
+    dy = random(4, 3, 4, 4, seed=5).float()
+    weight, bias = random(3, seed=1).float(), random(3, seed=2).float()
+    expected = TF.batch_norm(x.double(), None, None, weight.double(), bias.double(), True)
+    y = F.batch_norm(x, None, None, weight, bias, training=True, handle=handle)
+    assert ((y.double() - expected).norm() / expected.norm()).item() < 1e-5
+    xr = x.double().requires_grad_()
+    TF.batch_norm(xr, None, None, weight.double(), bias.double(), True).backward(dy.double())
+    dx = F.batch_norm_backward(dy, x, weight, handle=handle)[0]
+    assert ((dx.double() - xr.grad).norm() / xr.grad.norm()).item() < 1e-4

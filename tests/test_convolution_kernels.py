@@ -217,3 +217,9 @@ def test_workspace_sizes_by_algorithm():
     im2col = 16 * 4 * 9 * 4
     assert kernels.workspace_size(check(FWD, DataType.FLOAT, (1, 4, 6, 6), 4, (3, 3),
                                         algo=ConvolutionFwdAlgo.GEMM)) == math.ceil(im2col / 256) * 256
+
+
+def test_backward_filter_direct_two_channels_per_group_flip_float64():
+    problem = check(FILTER, DataType.DOUBLE, (2, 4, 5, 6), 4, (3, 3), pre=(1, 0), stride=(1, 2), groups=2, flip=True,
+                    beta=0.5)
+    assert kernels.filter_plan(problem).direct

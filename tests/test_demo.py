@@ -24,7 +24,8 @@ def test_network_gradient_matches_finite_differences():
     for p in net.parameters():  # float64 end to end, so the difference quotient is exact enough
         p.value = p.value.astype(np.float64)
     for block in net.blocks:
-        block.running_mean, block.running_var = block.running_mean.astype(np.float64), block.running_var.astype(np.float64)
+        block.running_mean = block.running_mean.astype(np.float64)
+        block.running_var = block.running_var.astype(np.float64)
     net.head.ones = net.head.ones.astype(np.float64)
 
     def loss() -> float:

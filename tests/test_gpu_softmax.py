@@ -30,8 +30,8 @@ def error(actual, expected):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape, dim, channels_last", [
-    ((4096, 4096), -1, False), ((3, 1 << 20), 1, False), ((1, 1 << 20), -1, False), ((64, 1000, 7, 7), 1, False),
-    ((64, 1000, 7, 7), 1, True), ((16, 5000, 3, 3), 1, False), ((512, 77), 0, False),
+    ((4096, 4096), -1, False), ((3, 1 << 20), 1, False), ((64, 1000, 7, 7), 1, False), ((64, 1000, 7, 7), 1, True),
+    ((512, 77), 0, False),
 ])
 def test_softmax_forward_and_backward_match_torch_on_gpu(shape, dim, channels_last, dtype):
     x = 3 * torch.randn(shape, device=DEVICE, dtype=dtype)

@@ -108,8 +108,11 @@ def batch_normalization_forward_training_ex(
 
     Raises:
         BadParam: as batch_normalization_forward_training; z missing for BN_ADD_ACTIVATION, an
-            activation missing for the Ex ops, a workspace or reserve space missing or too small.
+            activation missing for the Ex ops, a workspace or reserve space missing or too small,
+            only one of the saved statistics given.
     """
+    require((result_save_mean is None) == (result_save_inv_variance is None),
+            "result_save_mean and result_save_inv_variance must be given together or both be None")
     problem = batch_norm_problem(
         Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon, ops=bn_ops,
         z_desc=z_desc, **_activation(activation_desc), factor=exponential_average_factor, alpha=alpha, beta=beta,
@@ -119,7 +122,7 @@ def batch_normalization_forward_training_ex(
     param = problem.param
     tensors = BatchNormTensors(
         bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
-        bind("bn_bias", param, bn_bias), z=_optional("z", problem.z, z),
+        bind("bn_bias", param, bn_bias), z=None if problem.z is None else bind("z", problem.z, _given("z", z)),
         mean=_optional("result_running_mean", param, result_running_mean, output=True),
         variance=_optional("result_running_variance", param, result_running_variance, output=True),
         saved_mean=_optional("result_save_mean", param, result_save_mean, output=True),
@@ -157,7 +160,8 @@ def batch_normalization_backward_ex(
         bind("bn_bias", param, bn_bias)
     tensors = BatchNormTensors(
         bind("x", x_desc, x), bind("dx", dx_desc, dx, output=True), bind("bn_scale", param, bn_scale),
-        z=_optional("dz", problem.z, dz, output=True), dy=bind("dy", dy_desc, dy),
+        z=None if problem.z is None else bind("dz", problem.z, _given("dz", dz), output=True),
+        dy=bind("dy", dy_desc, dy),
         dscale=bind("d_bn_scale_result", param, d_bn_scale_result, output=True),
         dbias=bind("d_bn_bias_result", param, d_bn_bias_result, output=True),
         saved_mean=_optional("saved_mean", param, saved_mean),
@@ -211,6 +215,11 @@ def _activation(activation_desc: ActivationDescriptor | None) -> dict[str, Any]:
     require(isinstance(activation_desc, ActivationDescriptor),
             f"activation_desc={activation_desc!r} must be an ActivationDescriptor or None")
     return {"activation": activation_desc.mode.value, "activation_coef": activation_desc.coef or 0.0}
+
+
+def _given(name: str, array: Any) -> Any:
+    require(array is not None, f"{name}=None but bn_ops=BN_ADD_ACTIVATION needs it", Status.BAD_PARAM_NULL_POINTER)
+    return array
 
 
 def _optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound | None:

@@ -102,18 +102,19 @@ def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False)
     Raises:
         BadParam: naming ``name`` and the rule it broke.
     """
-    require(isinstance(desc, TensorDescriptor),
-            f"{name}_desc={desc!r} must be a TensorDescriptor")
+    # the messages are built only on failure: bind runs on every call, and formatting costs more than the checks
+    if not isinstance(desc, TensorDescriptor):
+        raise BadParam(f"{name}_desc={desc!r} must be a TensorDescriptor")
     native = as_native(array, name)
     actual = dtype_of(native)
-    require(actual is desc.dtype, f"{name}.dtype={actual.value} must equal {name}_desc.dtype={desc.dtype.value}")
+    if actual is not desc.dtype:
+        raise BadParam(f"{name}.dtype={actual.value} must equal {name}_desc.dtype={desc.dtype.value}")
     available = buffer_elements(native)
-    require(desc.extent <= available,
-            f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
-            Status.BAD_PARAM_OUT_OF_BOUND)
-    if output:
-        require(desc.is_non_overlapping,
-                f"{name}_desc={desc} has overlapping elements and cannot be written")
+    if desc.extent > available:
+        raise BadParam(f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
+                       Status.BAD_PARAM_OUT_OF_BOUND)
+    if output and not desc.is_non_overlapping:
+        raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
     return Bound(name, desc, strided_view(native, desc), device_of(native))
 
 

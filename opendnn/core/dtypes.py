@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,13 @@ class DataType(enum.Enum):
         """The DataType of a NumPy dtype, a torch dtype, a DataType or its name ("float32")."""
         if isinstance(dtype, DataType):
             return dtype
+        try:
+            return _data_type_of(dtype)  # memoized: this runs for every tensor of every call
+        except TypeError:  # unhashable
+            return cls._parse(dtype)
+
+    @classmethod
+    def _parse(cls, dtype: Any) -> DataType:
         name = str(dtype).removeprefix("torch.")
         if name == "bfloat16":  # torch's, or NumPy's from ml_dtypes
             return cls.BFLOAT16
@@ -88,3 +96,8 @@ _ITEMSIZE = {
     DataType.INT8: 1, DataType.UINT8: 1, DataType.INT32: 4, DataType.INT64: 8,
     DataType.BOOLEAN: 1,
 }
+
+
+@functools.lru_cache(maxsize=64)
+def _data_type_of(dtype: Any) -> DataType:
+    return DataType._parse(dtype)

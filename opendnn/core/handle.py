@@ -41,6 +41,7 @@ class Handle:
                  math_type: MathType = MathType.DEFAULT, deterministic: bool = True,
                  workspace_limit: int | None = None) -> None:
         self.device = _canonical_device(device)
+        self._device_index = int(self.device.partition(":")[2] or 0) if self.device != CPU else -1
         backend = backend or os.environ.get("OPENDNN_BACKEND") or None
         require(backend is None or backend in BACKENDS, f"backend={backend!r} must be one of {BACKENDS}")
         self.backend = backend or ("numpy" if self.device == CPU else "triton")
@@ -99,7 +100,10 @@ class Handle:
             return
         import torch
 
-        with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+        if self._stream is None and torch.cuda.current_device() == self._device_index:
+            yield  # already current: entering the two contexts would cost more than the launch
+            return
+        with torch.cuda.device(self._device_index), torch.cuda.stream(self._stream):
             yield
 
     def check_device(self, name: str, device: str) -> None:

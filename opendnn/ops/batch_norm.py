@@ -197,6 +197,7 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
     expected = derive_bn_tensor_descriptor(x_desc, mode)
     out_name = "dx_desc" if direction is Direction.BACKWARD else "y_desc"
     z_name = "dz_desc" if direction is Direction.BACKWARD else "z_desc"
+    param_name = "d_bn_scale_bias_desc" if direction is Direction.BACKWARD else "bn_scale_bias_mean_var_desc"
     named = [(out_name, out_desc), (z_name, z_desc), ("dy_desc", dy_desc)]
     for name, desc in named:  # messages are formatted only on failure: this runs on every call
         if desc is None:
@@ -209,13 +210,13 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
             require(False, f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype={x_desc.dtype.name}",
                     Status.NOT_SUPPORTED_DATA_TYPE)
     if not isinstance(param_desc, TensorDescriptor):
-        require(False, f"bn_param_desc={param_desc!r} must be a TensorDescriptor")
+        require(False, f"{param_name}={param_desc!r} must be a TensorDescriptor")
     if param_desc.dims != expected.dims:
-        require(False, f"bn_param_desc.dims={list(param_desc.dims)} must equal {list(expected.dims)} for "
+        require(False, f"{param_name}.dims={list(param_desc.dims)} must equal {list(expected.dims)} for "
                        f"mode={mode.name} (derive_bn_tensor_descriptor of x_desc.dims={list(x_desc.dims)})",
                 Status.BAD_PARAM_SHAPE_MISMATCH)
     if param_desc.dtype is not expected.dtype:
-        require(False, f"bn_param_desc.dtype={param_desc.dtype.name} must be {expected.dtype.name} for "
+        require(False, f"{param_name}.dtype={param_desc.dtype.name} must be {expected.dtype.name} for "
                        f"x_desc.dtype={x_desc.dtype.name}", Status.NOT_SUPPORTED_DATA_TYPE)
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon >= BN_MIN_EPSILON):
         require(False, f"epsilon={epsilon} must be at least {BN_MIN_EPSILON} (CUDNN_BN_MIN_EPSILON)")

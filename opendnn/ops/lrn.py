@@ -48,7 +48,7 @@ import numpy as np
 
 from opendnn.core.descriptors import TensorDescriptor, check_same_dims
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import Status, require
+from opendnn.core.errors import BadParam, Status, require
 
 LRN_MIN_N, LRN_MAX_N = 1, 16
 LRN_MIN_BETA = 0.01
@@ -135,11 +135,14 @@ def lrn_problem(lrn_desc: LRNDescriptor, mode: LRNMode | DivNormMode, x_desc: Te
             (divisive), tensors of other dims or dtypes than x's, a non-float dtype, non-finite
             alpha or beta.
     """
-    require(isinstance(lrn_desc, LRNDescriptor), f"norm_desc={lrn_desc!r} must be an LRNDescriptor")
+    if not isinstance(lrn_desc, LRNDescriptor):
+        raise BadParam(f"norm_desc={lrn_desc!r} must be an LRNDescriptor")
     divisive = isinstance(mode, DivNormMode)
-    require(isinstance(mode, (LRNMode, DivNormMode)), f"mode={mode!r} must be an LRNMode or a DivNormMode")
+    if not isinstance(mode, (LRNMode, DivNormMode)):
+        raise BadParam(f"mode={mode!r} must be an LRNMode or a DivNormMode")
     for name, desc in {"x_desc": x_desc, "y_desc": y_desc, **(others or {})}.items():
-        require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
+        if not isinstance(desc, TensorDescriptor):
+            raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
         require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
                 Status.NOT_SUPPORTED_DATA_TYPE)
         if desc is not x_desc:

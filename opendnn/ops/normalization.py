@@ -41,7 +41,7 @@ import numpy as np
 
 from opendnn.core.descriptors import TensorDescriptor, check_same_dims
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import Status, require
+from opendnn.core.errors import BadParam, Status, require
 
 
 class NormMode(enum.Enum):
@@ -157,13 +157,15 @@ def norm_problem(norm_desc: NormDescriptor, x_desc: TensorDescriptor, y_desc: Te
             groups do not divide; scale, bias or statistics of the wrong dims; non-float data;
             statistics that are not FLOAT (DOUBLE for DOUBLE data); non-finite alpha or beta.
     """
-    require(isinstance(norm_desc, NormDescriptor), f"norm_desc={norm_desc!r} must be a NormDescriptor")
+    if not isinstance(norm_desc, NormDescriptor):
+        raise BadParam(f"norm_desc={norm_desc!r} must be a NormDescriptor")
     mode = norm_desc.mode
     tensors = {"x_desc": x_desc, "y_desc": y_desc, "dy_desc": dy_desc}
     for name, desc in tensors.items():
         if desc is None:
             continue
-        require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
+        if not isinstance(desc, TensorDescriptor):
+            raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
         require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
                 Status.NOT_SUPPORTED_DATA_TYPE)
     check_same_dims("y_desc", y_desc, "x_desc", x_desc)
@@ -197,9 +199,10 @@ def norm_problem(norm_desc: NormDescriptor, x_desc: TensorDescriptor, y_desc: Te
 
 
 def _check_dims(name: str, desc: TensorDescriptor, expected: tuple[int, ...]) -> None:
-    require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
-    require(desc.dims == expected, f"{name}.dims={list(desc.dims)} must be {list(expected)}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    if not isinstance(desc, TensorDescriptor):
+        raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
+    if desc.dims != expected:
+        raise BadParam(f"{name}.dims={list(desc.dims)} must be {list(expected)}", Status.BAD_PARAM_SHAPE_MISMATCH)
 
 
 # the float64 reference ---------------------------------------------------------------------------

@@ -24,8 +24,9 @@ The statistics pass cuts the reduced set of each feature block into ``splits`` s
 each, accumulating the shifted sums sum(x - x0) and sum((x - x0)^2) (x0: the feature's first
 element, which keeps the fp32 sums free of cancellation) or, backward, sum(g) and
 sum(g * (x - mean)); the combine adds the slices in order (bitwise repeatable, no atomics), writes
-the statistics, the running averages and per-feature coefficients: y = x * a + b (forward) or
-dx = k1 * g + k2 * x + k3 (backward). The elementwise pass walks the tiles in the reverse order of
+the statistics, the running averages and per-feature coefficients: y = (x - mean) * a + bias
+(forward) or dx = k1 * g + k2 * (x - mean) + k3 (backward), centred first so that data far from
+zero keep their accuracy. The elementwise pass walks the tiles in the reverse order of
 the statistics pass, so its first reads hit what the statistics pass left in L2.
 
 Reserve space: the activation's mask, one bit per element, 8 consecutive reduced indices of one
@@ -210,8 +211,9 @@ def bn_combine_kernel(
         k1 = scale * inv_std
         k2 = -k1 * inv_std * inv_std * sum2 / n
         tl.store(coef_ptr + f, k1, mask=valid)
-        tl.store(coef_ptr + feature_total + f, k2, mask=valid)
-        tl.store(coef_ptr + 2 * feature_total + f, -k1 * sum1 / n - k2 * mean, mask=valid)
+        tl.store(coef_ptr + feature_total + f, -k1 * sum1 / n, mask=valid)
+        tl.store(coef_ptr + 2 * feature_total + f, mean, mask=valid)
+        tl.store(coef_ptr + 3 * feature_total + f, k2, mask=valid)
     else:
         if STEP == "inference":
             mean = tl.load(mean_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
@@ -242,7 +244,8 @@ def bn_combine_kernel(
         a = scale * inv_std
         tl.store(coef_ptr + f, a, mask=valid)
         bias = tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
-        tl.store(coef_ptr + feature_total + f, bias - mean * a, mask=valid)
+        tl.store(coef_ptr + feature_total + f, bias, mask=valid)
+        tl.store(coef_ptr + 2 * feature_total + f, mean, mask=valid)
 
 
 @triton.jit
@@ -264,9 +267,10 @@ def bn_forward_kernel(
     valid = r_valid[:, None] & f_valid[None, :]
     a = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
     b = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
+    mean = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
     rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
     x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
-    v = x.to(COMPUTE) * a + b
+    v = (x.to(COMPUTE) - mean) * a + b  # centred first: exact for data far from zero
     if ADD_Z:
         rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
         z_offsets = rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]
@@ -315,11 +319,12 @@ def bn_backward_kernel(
         g = tl.where(load_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), valid),
                      g, 0.0)
     k1 = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
-    k2 = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
-    k3 = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
+    k3 = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
+    mean = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
+    k2 = tl.load(coef_ptr + 3 * feature_total + f, mask=f_valid, other=0.0)[None, :]
     rdx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dx, inner_dx)
     dx_offsets = rdx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dx)[None, :]
-    dx = (k1 * g + k2 * x.to(COMPUTE) + k3) * tl.cast(alpha, COMPUTE)
+    dx = (k1 * g + k2 * (x.to(COMPUTE) - mean) + k3) * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         dx += tl.cast(beta, COMPUTE) * tl.load(dx_ptr + dx_offsets, mask=valid, other=0.0).to(COMPUTE)
     tl.store(dx_ptr + dx_offsets, dx.to(dx_ptr.dtype.element_ty), mask=valid)
@@ -392,8 +397,8 @@ class BatchNormPlan:
 
     @property
     def workspace_bytes(self) -> int:
-        """Partial sums (2 x splits x F), coefficients (3 x F), recomputed statistics (2 x F)."""
-        return -(-(2 * self.splits + 5) * self.feature_total * self.compute_bytes // 16) * 16
+        """Partial sums (2 x splits x F), coefficients (4 x F), recomputed statistics (2 x F)."""
+        return -(-(2 * self.splits + 6) * self.feature_total * self.compute_bytes // 16) * 16
 
 
 @functools.lru_cache(maxsize=256)
@@ -494,8 +499,8 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
     space = torch_view(t.workspace).reshape(-1)[:plan.workspace_bytes].view(compute)
     features = plan.feature_total
     partial = space[:2 * plan.splits * features]
-    coef = space[2 * plan.splits * features:(2 * plan.splits + 3) * features]
-    stats = space[(2 * plan.splits + 3) * features:(2 * plan.splits + 5) * features]
+    coef = space[2 * plan.splits * features:(2 * plan.splits + 4) * features]
+    stats = space[(2 * plan.splits + 4) * features:(2 * plan.splits + 6) * features]
     ctx = _Launch(problem, plan, t, torch_view(t.x), partial, coef)
     if problem.direction is Direction.INFERENCE:
         ctx.combine("inference")

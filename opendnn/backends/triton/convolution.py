@@ -18,8 +18,9 @@ Algorithms (``ops.convolution.method_of(problem.algo)``):
 Backward filter splits its pixel reduction into slices through the workspace when its tiles are
 too few to fill the GPU; slices are summed in a fixed order (deterministic, no atomics).
 
-Tiles come from a small fixed table per shape class (no autotuning): 128 x 64..128 output tiles,
-64-deep reductions for 16-bit types (32 for float32, 16 for float64), 4 stages for 16-bit.
+Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
+128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
+for float64), 3 stages. Launches are planned once per problem and replayed (``launch_plan``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)
 DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
+DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
+WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
 ALIGN = 256  # bytes: the start of each workspace region
@@ -147,21 +150,24 @@ class Tile:
     num_stages: int
 
 
-def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int, programs_per_tile: int) -> Tile:
-    """The output tile of a GEMM with ``rows`` x ``columns`` per group and ``reduced`` channels per tap."""
-    dtype = problem.x.dtype
+def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int, depth: int, gemms: int) -> Tile:
+    """The tile of ``gemms`` GEMMs (groups x phases) of ``rows`` x ``columns`` reducing over
+    ``depth`` = taps x ``reduced`` channels. Measured on the H200 (ResNet-50, NHWC bf16): 256 x 128 x 64 with 8 warps
+    and 3 stages wherever it still makes ~100 programs, 128 x 128 below that, 128 x 64 x 64 with 4
+    warps and 3 stages for 64 output channels, 256 x 64 x 32 for lanes straddling taps (conv1)."""
     if _compute(problem) == tl.float64:
         return Tile(64, 32, 16, 4, 2)
-    block_k = 64 if dtype.itemsize == 2 else 32
+    block_k = 64 if problem.x.dtype.itemsize == 2 else 32
     if reduced % block_k:  # lanes of a chunk straddle taps: shallower chunks waste less
         block_k = 16 if reduced % 32 and reduced % 16 == 0 else 32
-    block_n = max(16, min(128, triton.next_power_of_2(columns)))
-    block_m = 128
-    if block_n == 128 and triton.cdiv(rows, 128) * programs_per_tile * 1 < TARGET_PROGRAMS:
-        block_n = 64  # too few 128 x 128 tiles: halve them to fill the SMs
-    stages = 4 if dtype.itemsize == 2 else 3
-    warps = 8 if block_m * block_n >= 128 * 128 else 4
-    return Tile(block_m, block_n, block_k, warps, stages)
+        if block_k == 32 and reduced % 32:
+            return Tile(256, max(16, min(64, triton.next_power_of_2(columns))), 32, 8, 3)
+    stages = 2 if depth <= block_k else 3  # a single chunk (1x1, 64 channels): less shared memory
+    if columns >= 128:
+        if triton.cdiv(rows, 256) * triton.cdiv(columns, 128) * gemms >= WIDE_TILE_PROGRAMS:
+            return Tile(256, 128, block_k, 8, stages)
+        return Tile(128, 128, block_k, 8, stages)
+    return Tile(128, max(16, triton.next_power_of_2(columns)), block_k, 4, stages)
 
 
 # ---- workspace -----------------------------------------------------------------------------------
@@ -180,13 +186,14 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     geo = geometry(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     pixels = geo.output_pixels
-    if _uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM:
+    if (_uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
+            and geo.taps * cg <= DIRECT_FILTER_COLUMNS):
         tile = Tile(64, min(64, triton.next_power_of_2(geo.k)), 0, 4, 1)
-        programs = geo.taps * cg * triton.cdiv(geo.k, tile.block_n)
+        programs = triton.cdiv(geo.k, tile.block_n)
         step = tile.block_m
         direct_kernel = True
     else:
-        tile = gemm_tile(problem, kg, cg * geo.taps, cg, TARGET_PROGRAMS)
+        tile = gemm_tile(problem, kg, cg * geo.taps, cg, pixels, geo.groups * TARGET_PROGRAMS)
         block_m = max(16, min(tile.block_m, triton.next_power_of_2(kg)))
         block_n = next((b for b in (128, 64, 32, 16) if cg % b == 0), tile.block_n)  # one tap per tile
         block_n = min(block_n, tile.block_n)
@@ -232,6 +239,10 @@ def supports(problem: ConvolutionProblem) -> str | None:
     dtypes = {problem.x.dtype, problem.w.dtype, problem.y.dtype}
     if len(dtypes) > 1:
         return f"x, w and y must share one dtype on the triton backend, got {sorted(d.name for d in dtypes)}"
+    for name, desc in (("x", problem.x), ("y", problem.y), ("w", problem.w)):
+        reach = sum((d - 1) * s for d, s in zip(desc.dims[1:], desc.strides[1:]))
+        if reach >= 2**31:  # the kernels index within one sample (one filter) in int32
+            return f"{name}_desc spans {reach + 1} elements within one sample; the triton kernels need < 2**31"
     return None
 
 
@@ -368,7 +379,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
     else:
         phases, steps, units = (1, 1, 1), (1, 1, 1), out_size
     rows = geo.n * math.prod(units)
-    tile = gemm_tile(problem, rows, outputs, reduced, groups * math.prod(phases) * triton.cdiv(outputs, 128))
+    tile = gemm_tile(problem, rows, outputs, reduced, geo.taps * reduced, groups * math.prod(phases))
     grid = (gemm.grid_tiles(rows, outputs, tile.block_m, tile.block_n), groups, math.prod(phases))
     w_s_red, w_s_out = (w_sk, w_sc) if backward else (w_sc, w_sk)
     w_group = (reduced if backward else outputs) * w_sk
@@ -413,9 +424,10 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     tile = plan.tile
     launches = []
     if plan.direct:
-        grid = (geo.taps * cg, triton.cdiv(geo.k, tile.block_n), plan.splits)
+        grid = (triton.cdiv(geo.k, tile.block_n), plan.splits)
         launches.append(Launch(direct.filter_direct_kernel, grid, (Slot("x"), Slot("y"), Slot("w"), partial, *common),
-                               dict(BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=4, **flags)))
+                               dict(COLUMNS=triton.next_power_of_2(geo.taps * cg), BLOCK_M=tile.block_m,
+                                    BLOCK_N=tile.block_n, num_warps=4, **flags)))
     else:
         table, source, gathered = Slot("w"), "implicit", Slot("x")
         if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:

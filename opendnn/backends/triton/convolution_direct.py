@@ -34,7 +34,7 @@ def conv_direct_kernel(
     a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr,
     a_sn, a_sc, a_sd, a_sh, a_sw, w_sk, w_sc, w_st, w_sr, w_ss,
     o_sn, o_sc, o_sd, o_sh, o_sw, z_sn, z_sc, z_sd, z_sh, z_sw, bias_sc,
-    M, OD, OH, OW, AD, AH, AW, RED, OUTC, CHANNELS, T, R, S,
+    M, OD, OH, OW, AD, AH, AW, RED: tl.constexpr, OUTC, CHANNELS, T: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
     pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w,
     alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
     BACKWARD: tl.constexpr, FLIP: tl.constexpr, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -42,7 +42,8 @@ def conv_direct_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """O[m, o] over all CHANNELS output channels o (group o // OUTC): forward W is w[o, c, tap],
-    backward data w[g*RED + c, o - g*OUTC, tap]."""
+    backward data w[g*RED + c, o - g*OUTC, tap]. Taps and channels are unrolled (constexpr) so that
+    all their loads are in flight at once."""
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     oc = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n, _, _, _, o_d, o_h, o_w, row_valid = row_coordinates(m, OD, OH, OW, OD, OH, OW, 0, 0, 0, 1, 1, 1, False, M)
@@ -51,7 +52,7 @@ def conv_direct_kernel(
     n = n.to(tl.int64)[:, None]
     o_d, o_h, o_w = o_d[:, None], o_h[:, None], o_w[:, None]
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
-    for tap in range(0, T * R * S):
+    for tap in tl.static_range(T * R * S):
         shift_d, shift_h, shift_w, w_tap = tap_shifts(
             tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False)
         i_d, ok_d = direct_coordinate(o_d, shift_d, pad_d, sd, AD, BACKWARD)
@@ -59,7 +60,7 @@ def conv_direct_kernel(
         i_w, ok_w = direct_coordinate(o_w, shift_w, pad_w, sw, AW, BACKWARD)
         a_rows = n * a_sn + i_d * a_sd + i_h * a_sh + i_w * a_sw
         mask = row_valid[:, None] & col_valid[None, :] & ok_d & ok_h & ok_w
-        for c in range(0, RED):
+        for c in tl.static_range(RED):
             a_channel = g * RED + c
             a = tl.load(a_ptr + a_rows + (a_channel * a_sc)[None, :], mask=mask, other=0.0)
             if BACKWARD:
@@ -157,24 +158,23 @@ def filter_gemm_kernel(
 def filter_direct_kernel(
     x_ptr, dy_ptr, dw_ptr, partial_ptr,
     x_sn, x_sc, x_sd, x_sh, x_sw, dy_sn, dy_sc, dy_sd, dy_sh, dy_sw, w_sk, w_sc, w_st, w_sr, w_ss,
-    PIXELS, OD, OH, OW, XD, XH, XW, K, KG, CG, T, R, S,
+    PIXELS, OD, OH, OW, XD, XH, XW, K, KG, CG: tl.constexpr, T: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
     pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, slice_pixels,
     alpha: tl.float64, beta: tl.float64,
     FLIP: tl.constexpr, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    COLUMNS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Program (j, channel block, split): dw[k, j] for BLOCK_N output channels k of all groups and
-    one column j = (tap, c), summed over BLOCK_M-pixel tiles elementwise and across pixels once."""
-    j = tl.program_id(0)
-    split = tl.program_id(2)
-    k = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    """Program (channel block, split): dw[k, j] for BLOCK_N output channels k of all groups and
+    every column j = (tap, c) (taps * C/G <= COLUMNS, unrolled). Each BLOCK_M-pixel tile of dy is
+    loaded once and multiplied by x at every tap (neighbouring taps hit the same cache lines); the
+    products are summed across the tile's pixels in a fixed tree."""
+    split = tl.program_id(1)
+    k = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k_valid = k < K
-    tap = j // CG
-    shift_d, shift_h, shift_w, _ = tap_shifts(
-        tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False)
-    x_cols = ((k // KG) * CG + j - tap * CG)[None, :] * x_sc
+    x_group = (k // KG) * CG
+    column = tl.arange(0, COLUMNS)[:, None]
     lanes = tl.arange(0, BLOCK_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    acc = tl.zeros((COLUMNS, BLOCK_N), COMPUTE)
     begin = split * slice_pixels
     end = tl.minimum(begin + slice_pixels, PIXELS)
     for p0 in range(begin, end, BLOCK_M):
@@ -183,15 +183,22 @@ def filter_direct_kernel(
         n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
         dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
         mask = p_valid[:, None] & k_valid[None, :]
-        a = tl.load(dy_ptr + dy_rows[:, None] + (k * dy_sc)[None, :], mask=mask, other=0.0)
-        i_d, ok_d = gather_coordinate(o_d, 0, shift_d, pad_d, sd, XD, False)
-        i_h, ok_h = gather_coordinate(o_h, 0, shift_h, pad_h, sh, XH, False)
-        i_w, ok_w = gather_coordinate(o_w, 0, shift_w, pad_w, sw, XW, False)
-        x_rows = n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw
-        b = tl.load(x_ptr + x_rows[:, None] + x_cols, mask=mask & (ok_d & ok_h & ok_w)[:, None], other=0.0)
-        acc += a.to(COMPUTE) * b.to(COMPUTE)
-    store_filter(tl.sum(acc, axis=0), k, j, split, dw_ptr, partial_ptr, K, CG, T * R * S, T, R, S,
-                 w_sk, w_sc, w_st, w_sr, w_ss, k_valid, alpha, beta, PARTIAL, HAS_BETA, FLIP, COMPUTE)
+        a = tl.load(dy_ptr + dy_rows[:, None] + (k * dy_sc)[None, :], mask=mask, other=0.0).to(COMPUTE)
+        for tap in tl.static_range(T * R * S):
+            shift_d, shift_h, shift_w, _ = tap_shifts(
+                tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False)
+            i_d, ok_d = gather_coordinate(o_d, 0, shift_d, pad_d, sd, XD, False)
+            i_h, ok_h = gather_coordinate(o_h, 0, shift_h, pad_h, sh, XH, False)
+            i_w, ok_w = gather_coordinate(o_w, 0, shift_w, pad_w, sw, XW, False)
+            x_rows = n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw
+            inside = mask & (ok_d & ok_h & ok_w)[:, None]
+            for c in tl.static_range(CG):
+                b = tl.load(x_ptr + x_rows[:, None] + ((x_group + c) * x_sc)[None, :], mask=inside, other=0.0)
+                total = tl.sum(a * b.to(COMPUTE), axis=0)
+                acc = tl.where(column == tap * CG + c, acc + total[None, :], acc)
+    store_filter(acc, k[None, :], column, split, dw_ptr, partial_ptr, K, CG, T * R * S, T, R, S,
+                 w_sk, w_sc, w_st, w_sr, w_ss, k_valid[None, :] & (column < T * R * S * CG), alpha, beta,
+                 PARTIAL, HAS_BETA, FLIP, COMPUTE)
 
 
 @triton.jit

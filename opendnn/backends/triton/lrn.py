@@ -23,6 +23,7 @@ box sum of temp, then dx and dmeans = -dx). Window loops are runtime loops: n^S 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -31,7 +32,6 @@ import triton.language as tl
 
 from opendnn.backends.triton.reduce import dim_offsets
 from opendnn.core.arrays import Bound
-from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.ops.lrn import LRNProblem
 
@@ -313,19 +313,18 @@ def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> Non
 
     bounds = [x, out] if dy is None else [x, dy, out]
     pixel_dims = _pixel_dims(bounds)
-    pad = MAX_DIMS - len(pixel_dims)
-    sizes = tuple(size for size, _ in pixel_dims) + (1,) * pad
-    pixel_strides = [tuple(s[j] for _, s in pixel_dims) + (0,) * pad for j in range(len(bounds))]
+    sizes = tuple(size for size, _ in pixel_dims)  # as long as the dims: each element is a kernel argument
+    pixel_strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(bounds))]
     pixels = math.prod(size for size, _ in pixel_dims)
     channels = x.desc.dims[1]
     window = problem.desc.n
     channels_inner = x.desc.strides[1] == 1 and channels > 1
     extended = channels + (window - 1 if problem.backward else 0)
-    block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, triton.next_power_of_2(extended))
-    block_c = max(block_c, triton.next_power_of_2(window)) if problem.backward else block_c
-    block_p = min(TILE_ELEMENTS // block_c, triton.next_power_of_2(pixels))
+    block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, _next_power_of_2(extended))
+    block_c = max(block_c, _next_power_of_2(window)) if problem.backward else block_c
+    block_p = min(TILE_ELEMENTS // block_c, _next_power_of_2(pixels))
     outputs = block_c - window + 1 if problem.backward else block_c
-    channel_blocks, pixel_blocks = triton.cdiv(channels, outputs), triton.cdiv(pixels, block_p)
+    channel_blocks, pixel_blocks = _cdiv(channels, outputs), _cdiv(pixels, block_p)
     unit = len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1])
     flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
                  HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK_C=block_c, BLOCK_P=block_p,
@@ -349,9 +348,7 @@ def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> Non
 def _persistent_programs(view: Any) -> int:
     if view.device.type != "cuda":
         return 2
-    import torch
-
-    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(view.device).multi_processor_count
+    return PROGRAMS_PER_SM * _multiprocessors(view.device.index or 0)
 
 
 def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None, dy: Bound | None,
@@ -373,7 +370,7 @@ def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None
     dims = x.desc.dims
     sizes = (1, *dims[2:]) if len(dims) == 4 else dims[2:]
     spatial = math.prod(sizes)
-    grid = (dims[0] * dims[1], triton.cdiv(spatial, DIVISIVE_BLOCK))
+    grid = (dims[0] * dims[1], _cdiv(spatial, DIVISIVE_BLOCK))
     flags = dict(SPATIAL_DIMS=len(dims) - 2, BEHIND=problem.desc.lookbehind, HAS_MEANS=means is not None,
                  HAS_DMEANS=dmeans is not None, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem),
                  BLOCK=DIVISIVE_BLOCK, num_warps=4)
@@ -400,3 +397,18 @@ def _view(bound: Bound) -> Any:
         if bound.desc.dtype is DataType.BFLOAT16:
             view = view.view(torch.bfloat16)
     return view
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+@functools.cache
+def _multiprocessors(device_index: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)

@@ -290,14 +290,15 @@ def _launch(problem: MatmulProblem, operands: list[Any], batch_dims: list[int], 
     (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = (x.desc.strides[-2:] for x in (a, b, c))
     a_transposed = sa_k != 1 and sa_m == 1
     b_transposed = sb_n != 1 and sb_k == 1
-    config = tile_config(problem, a.desc.dtype, interpreted)
+    sms = MAX_PROGRAMS_INTERPRETED if interpreted else _sm_count(c.view)
+    config = tile_config(problem, a.desc.dtype, interpreted, sms)
     a_tma = _tma_batch(a, a_transposed, batch_dims, strides[0])
     b_tma = _tma_batch(b, b_transposed, batch_dims, strides[1])
     use_tma = a_tma is not None and b_tma is not None and (interpreted or _hopper(c.view))
     if use_tma and not interpreted:
         triton.set_allocator(_descriptor_scratch)
     tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
-    programs = max(1, min(tiles, MAX_PROGRAMS_INTERPRETED if interpreted else _sm_count(c.view)))
+    programs = max(1, min(tiles, sms))
     r_strides = [0, 0, 0, 0] if residual is None else [*strides[3], *residual.desc.strides[-2:]]
     compute_double = problem.compute_dtype is DataType.DOUBLE
     matmul_kernel[(programs,)](
@@ -321,7 +322,7 @@ def _launch(problem: MatmulProblem, operands: list[Any], batch_dims: list[int], 
     )
 
 
-def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool) -> TileConfig:
+def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
     """Fixed tiles per shape class (no autotuning): big tiles when they alone fill the GPU."""
     if interpreted:
         return INTERPRETER_CONFIG
@@ -332,7 +333,7 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool) -> T
     else:
         big = BIG_TILES[dtype]
     big_tiles = problem.m // big.block_m * (problem.n // big.block_n) * max(1, _prod(problem.batch))
-    if big_tiles >= 132:  # SMs of an H200
+    if big_tiles >= sms:
         return big
     return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
 

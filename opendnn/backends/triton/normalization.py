@@ -20,7 +20,10 @@ are full-width vectors (the row offsets carry a ``tl.multiple_of`` hint).
 - ``norm_backward_kernel``: program (g, p) walks tiles p, p + P, ... of group g, writes dx and
   accumulates dy * xhat and dy per column (in registers with SINGLE, else in its own workspace
   slice); ``norm_finalize_kernel`` then sums the P slices (and the S columns of each parameter)
-  in a fixed order: deterministic, no atomics. The statistics are recomputed from x when the
+  in a fixed order: deterministic, no atomics. The tile loop is software-pipelined
+  (``tl.range(num_stages=2)``: cp.async of the next tile's x and dy while this one computes) when
+  the row fits in registers; the streamed path read-modify-writes its workspace slice in the loop,
+  so it is not pipelined. The statistics are recomputed from x when the
   caller passes none (x is in registers anyway).
 
 Scale and bias are read in their own dtype as packed vectors (copied only when not packed);
@@ -29,6 +32,7 @@ the finalize kernel writes dscale and dbias through the caller's strides, blende
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +42,7 @@ import triton.language as tl
 
 from opendnn.backends.triton.reduce import dim_offsets
 from opendnn.core.arrays import Bound
-from opendnn.core.descriptors import MAX_DIMS, TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.ops.normalization import NormProblem
 
@@ -46,6 +50,7 @@ MAX_SINGLE_BLOCK = 8192  # longest row held in registers
 LOOP_BLOCK = 4096  # chunk of a longer row
 TILE_ELEMENTS = 4096  # rows x columns per program for short rows
 PROGRAMS_PER_SM = 2  # backward programs (each keeps its partial gradients in registers)
+PIPELINE_STAGES = 2  # backward tile loop: the next tile's x and dy stream into shared memory (cp.async)
 FINAL_BLOCK = 64  # parameters per program of the finalize kernel (layer / RMS norm)
 FINAL_TILE = 2048  # partial sums the finalize kernel loads per step
 
@@ -203,7 +208,7 @@ def norm_backward_kernel(
     ROW_DIMS: tl.constexpr, COL_DIMS: tl.constexpr, COL_UNIT: tl.constexpr, ALIGN: tl.constexpr,
     PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_MEAN: tl.constexpr,
     HAS_RSTD: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Program (g, p): tiles p, p + P, ... of group g; partial column sums of dy * xhat and dy go
     to the workspace at [0 or 1, g, p, column]."""
@@ -224,7 +229,7 @@ def norm_backward_kernel(
         dx_cols = column_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT)
         dscale = tl.zeros((BLOCK,), COMPUTE)
         dbias = tl.zeros((BLOCK,), COMPUTE)
-    for tile in range(p, tiles, programs):
+    for tile in tl.range(p, tiles, programs, num_stages=STAGES):
         rows = tile * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
         row_mask = rows < inner_rows
         x_rows = row_offsets_of(g, rows, group_strides[0], ROW_DIMS, row_sizes, row_x, ALIGN)
@@ -369,7 +374,9 @@ class NormPlan:
         return self.block >= math.prod(size for size, _ in self.cols)
 
 
+@functools.lru_cache(maxsize=256)
 def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
+    """The canonical form and tile sizes of a problem (cached: a training loop repeats its shapes)."""
     x, out = problem.x, problem.y
     dy = problem.dy or problem.x
     operands = (x, out, dy)
@@ -390,11 +397,11 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     rows = [(size, strides) for size, strides in rows if size > 1] or [(1, (0, 0, 0, 0))]
     cols = [(size, strides) for size, strides in cols if size > 1] or [(1, (0, 0, 0))]
     row_size = problem.row_size
-    block = triton.next_power_of_2(row_size)
+    block = _next_power_of_2(row_size)
     if block > MAX_SINGLE_BLOCK:
         block = LOOP_BLOCK
     inner = math.prod(size for size, _ in rows)
-    block_r = max(1, min(TILE_ELEMENTS // block, triton.next_power_of_2(inner)))
+    block_r = max(1, min(TILE_ELEMENTS // block, _next_power_of_2(inner)))
     return NormPlan(problem.groups or 1, group_strides, tuple(rows), tuple(cols), params_per_group, block_r, block)
 
 
@@ -411,10 +418,10 @@ def _merged(dims: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, tuple[in
     return merged
 
 
-def _padded(dims: tuple[tuple[int, tuple[int, ...]], ...], count: int) -> tuple[tuple[int, ...], ...]:
-    pad = MAX_DIMS - len(dims)
-    sizes = tuple(size for size, _ in dims) + (1,) * pad
-    return (sizes, *(tuple(strides[j] for _, strides in dims) + (0,) * pad for j in range(count)))
+def _split(dims: tuple[tuple[int, tuple[int, ...]], ...], count: int) -> tuple[tuple[int, ...], ...]:
+    """(sizes, strides_0, ..., strides_{count-1}): tuples as long as the dims, no padding (each
+    tuple element is a kernel argument the launcher specialises)."""
+    return (tuple(size for size, _ in dims), *(tuple(strides[j] for _, strides in dims) for j in range(count)))
 
 
 def _alignment(plan: NormPlan, count: int) -> int:
@@ -442,8 +449,8 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
     plan = norm_plan(problem, stats)
     compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
     scale_values = _packed(scale)
-    row_sizes, *row_strides = _padded(plan.rows, 4)
-    col_sizes, *col_strides = _padded(plan.cols, 3)
+    row_sizes, *row_strides = _split(plan.rows, 4)
+    col_sizes, *col_strides = _split(plan.cols, 3)
     unit = len(plan.cols) == 1 and all(s == 1 for s in plan.cols[0][1])
     flags = dict(ROW_DIMS=len(plan.rows), COL_DIMS=len(plan.cols), COL_UNIT=unit, ALIGN=_alignment(plan, 3),
                  PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE=scale is not None,
@@ -454,7 +461,7 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
     common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
     if not problem.backward:
         bias_values = _packed(bias)
-        grid = (triton.cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
+        grid = (_cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
         norm_forward_kernel[grid](
             dummy, _view(y), scale_values if scale_values is not None else dummy,
             bias_values if bias_values is not None else dummy, *stat_views,
@@ -473,7 +480,7 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
     import torch
 
     dummy = _view(x)
-    tiles = triton.cdiv(plan.inner_rows, plan.block_r)
+    tiles = _cdiv(plan.inner_rows, plan.block_r)
     programs = max(1, min(tiles, _programs_per_group(dummy, plan.groups)))
     compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
     half = plan.groups * programs * problem.row_size
@@ -482,22 +489,21 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
         dummy, _view(dy), _view(dx), scale_values if scale_values is not None else dummy, *stat_views, partial,
         (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
         row_sizes, row_strides[0], row_strides[2], row_strides[1], row_strides[3], col_sizes,
-        col_strides[0], col_strides[2], col_strides[1], *common, HAS_MEAN=has_mean, **flags)
+        col_strides[0], col_strides[2], col_strides[1], *common, HAS_MEAN=has_mean,
+        STAGES=PIPELINE_STAGES if plan.single else 1, **flags)
     if dscale is None and dbias is None:
         return
     parameters = plan.groups * plan.params_per_group
     written = [b for b in (dscale, dbias) if b is not None]
     sizes = [d for d in written[0].desc.dims if d > 1] or [1]
     strides = [tuple(s for d, s in zip(b.desc.dims, b.desc.strides) if d > 1) or (0,) for b in written]
-    pad = (0,) * (MAX_DIMS - len(sizes))
-    dscale_strides = strides[0] + pad
-    dbias_strides = strides[-1] + pad
+    dscale_strides, dbias_strides = strides[0], strides[-1]
     # layer/RMS: a parameter per column, summands contiguous across parameters; group: few parameters,
     # many summands each (programs x spatial), so one or two parameters per program
     block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
-    norm_finalize_kernel[(triton.cdiv(parameters, block_f),)](
+    norm_finalize_kernel[(_cdiv(parameters, block_f),)](
         partial, _view(dscale) if dscale is not None else partial, _view(dbias) if dbias is not None else partial,
-        tuple(sizes) + (1,) * len(pad), dscale_strides, dbias_strides, parameters, programs, problem.row_size,
+        tuple(sizes), dscale_strides, dbias_strides, parameters, programs, problem.row_size,
         plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta, PARAM_DIMS=len(sizes),
         HAS_DSCALE=dscale is not None, HAS_DBIAS=dbias is not None, HAS_BETA=problem.dparam_beta != 0.0,
         BLOCK_F=block_f, ROWS=FINAL_TILE // block_f, num_warps=4)
@@ -511,9 +517,7 @@ def _packed(bound: Bound | None) -> Any:
 def _programs_per_group(view: Any, groups: int) -> int:
     if view.device.type != "cuda":
         return 2
-    import torch
-
-    return max(1, PROGRAMS_PER_SM * torch.cuda.get_device_properties(view.device).multi_processor_count // groups)
+    return max(1, PROGRAMS_PER_SM * _multiprocessors(view.device.index or 0) // groups)
 
 
 def _warps(plan: NormPlan) -> int:
@@ -531,3 +535,18 @@ def _view(bound: Bound) -> Any:
         if bound.desc.dtype is DataType.BFLOAT16:
             view = view.view(torch.bfloat16)
     return view
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+@functools.cache
+def _multiprocessors(device_index: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)

@@ -12,18 +12,20 @@ length L with per-operand strides (several reduced dims remain only for views th
 such as sub-regions). The kept group's innermost dim is tiled BLOCK_K at a time, its outer dims
 walked one per program; a tile is BLOCK_K rows x BLOCK_R row elements. When the row dim is the
 contiguous one (softmax over the last dim, CHANNEL on NHWC), a tile is a few whole rows; when a kept
-dim is the contiguous one (CHANNEL on NCHW), a tile is 16 neighbouring pixels x the channels, so
-every load is contiguous along the pixels. Triton picks the tile's fast axis from the strides.
+dim is the contiguous one (CHANNEL on NCHW), a tile is 8 to 16 neighbouring pixels x the channels,
+so every load is contiguous along the pixels. Triton picks the tile's fast axis from the strides.
 
 - One pass (BLOCK_K x next_pow2(L) <= MAX_TILE elements): each element is read once and written
-  once; the row's max, the exps and the sum stay in registers and each exp is computed once.
+  once; the row's max, the exps and the sum stay in registers and each exp is computed once
+  (rows of 4096: BLOCK 4096, 8 warps, 16 elements per thread, 16-byte loads).
 - Two passes (longer rows): the row is cut into ``chunks`` slices of ``chunk_tiles`` tiles, one
   program per (rows, slice), so that a few very long rows still fill the GPU. ``softmax_stats``
   folds each slice's tiles into a running (max, sum of exp(x - max)) (forward; the max is 0 for
   FAST) or a sum (backward: sum(dy*y), or sum(dy) for LOG) and writes it into a small workspace
   (2 x chunks x rows numbers); ``softmax_apply`` combines the slices of its rows, re-reads its slice
   and writes the output. It runs the programs in reverse order so that the slices read last by the
-  first kernel, still in L2, are read first. Reads 2x, writes 1x.
+  first kernel, still in L2, are read first. Reads 2x, writes 1x. The workspace is allocated here
+  with torch, on the handle's stream (cuDNN's softmax takes no workspace argument).
 
 exp(z) is exp2(z * log2(e)). A row whose max is -inf is shifted by 0 instead, so that the two-pass
 merge never forms -inf - -inf; the row still ends NaN (0 / 0), as the reference's does.
