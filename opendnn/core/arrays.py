@@ -109,6 +109,11 @@ def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False)
     actual = dtype_of(native)
     if actual is not desc.dtype:
         raise BadParam(f"{name}.dtype={actual.value} must equal {name}_desc.dtype={desc.dtype.value}")
+    if is_torch(native) and native.shape == desc.dims and native.stride() == desc.strides:
+        # the tensor is its own view: it fits its buffer, and it needs no re-striding
+        if output and not desc.is_non_overlapping:
+            raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
+        return Bound(name, desc, native, device_of(native))
     available = buffer_elements(native)
     if desc.extent > available:
         raise BadParam(f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",

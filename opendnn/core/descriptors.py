@@ -62,6 +62,10 @@ class TensorDescriptor:
         object.__setattr__(self, "dtype", DataType.of(dtype))
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "strides", strides)
+        object.__setattr__(self, "_hash", hash((self.dtype, dims, strides)))
+
+    def __hash__(self) -> int:  # computed once: descriptors key the caches of every call
+        return self._hash  # type: ignore[no-any-return]
 
     @classmethod
     def from_format(cls, format: TensorFormat, dtype: Any, n: int, c: int, *spatial: int) -> TensorDescriptor:

@@ -35,6 +35,7 @@ backward bias.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -391,6 +392,7 @@ def _check_output_positive(dims: tuple[int, ...]) -> None:
 
 # ---- the problem ---------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1024)  # a pure function of frozen values, asked again on every call
 def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionDescriptor,
                         x_desc: TensorDescriptor, w_desc: FilterDescriptor | TensorDescriptor,
                         y_desc: TensorDescriptor, *, algo: enum.Enum | None = None, allow_tf32: bool = False,

@@ -6,6 +6,7 @@ Each backend module named here has ``supports(problem) -> reason or None`` and
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -56,13 +57,26 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
         handle.check_device(tensor.name, tensor.device)
     backend = handle.backend
     implementation = load_backend(operation, backend, handle.device)
-    reason = implementation.supports(problem)
+    reason = _refusal(implementation, problem)
     if reason is not None:
         raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
     if log.enabled(log.INFO):
         log.logger().info("%s backend=%s device=%s problem=%s", operation, backend, handle.device, problem)
     with handle.launching():
         implementation.run(problem, *tensors)
+
+
+@functools.lru_cache(maxsize=1024)  # supports() is a pure function of the (frozen) problem
+def _cached_refusal(implementation: Any, problem: Any) -> str | None:
+    reason: str | None = implementation.supports(problem)
+    return reason
+
+
+def _refusal(implementation: Any, problem: Any) -> str | None:
+    try:
+        return _cached_refusal(implementation, problem)
+    except TypeError:  # a problem holding something unhashable
+        return implementation.supports(problem)  # type: ignore[no-any-return]
 
 
 def load_backend(operation: str, backend: str, device: str) -> Any:

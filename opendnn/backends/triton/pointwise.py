@@ -13,7 +13,9 @@ program id, then an A x B tile. Arithmetic runs in float32 (float64 for float64 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -237,22 +239,30 @@ def supports(problem: PointwiseProblem) -> str | None:
 
 
 def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> None:
-    tiled = layout.tile_layout(output.desc.dims, [output.desc, *problem.inputs])
+    grid, arguments, options = launch_configuration(problem)
+    views = [t.view for t in inputs] + [output.view] * (3 - len(inputs))
+    pointwise_kernel[grid](output.view, *views, *arguments, **options)
+
+
+@functools.lru_cache(maxsize=1024)  # derived from the frozen problem alone, and asked on every call
+def launch_configuration(problem: PointwiseProblem) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """(grid, the kernel's arguments after the pointers, its constexprs and launch options)."""
+    tiled = layout.tile_layout(problem.output.dims, [problem.output, *problem.inputs])
     block_a, block_b = tile_shape(tiled)
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
-    views = [t.view for t in inputs] + [output.view] * (3 - len(inputs))
-    strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(inputs))
+    strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(problem.inputs))
     mode, activation_name = kernel_mode(problem.mode.value)
-    pointwise_kernel[grid](
-        output.view, *views, tiled.sizes[:-2], tiled.sizes[-2], tiled.sizes[-1],
-        *(s[:-2] for s in strides), *(s[-2] for s in strides), *(s[-1] for s in strides),
-        problem.alpha, problem.beta, problem.input_scales[0], problem.input_scales[1], problem.coef,
-        MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(inputs), HAS_BETA=problem.beta != 0.0,
+    arguments = (tiled.sizes[:-2], tiled.sizes[-2], tiled.sizes[-1], *(s[:-2] for s in strides),
+                 *(s[-2] for s in strides), *(s[-1] for s in strides), problem.alpha, problem.beta,
+                 problem.input_scales[0], problem.input_scales[1], problem.coef)
+    options = dict(
+        MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(problem.inputs), HAS_BETA=problem.beta != 0.0,
         PROPAGATE_NAN=problem.propagate_nan,
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
         ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]),
         BLOCK_A=block_a, BLOCK_B=block_b, num_warps=8,
     )
+    return grid, arguments, options
 
 
 def tile_shape(tiled: layout.TiledLayout) -> tuple[int, int]:
