@@ -57,7 +57,7 @@ def activation(MODE: tl.constexpr, x, coef):
     elif MODE == "gelu":
         y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     elif MODE == "gelu_approx_tanh":
-        y = 0.5 * x * (1.0 + tm.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)))
+        y = 0.5 * x * (1.0 + tm.tanh((x + GELU_TANH_CUBIC * x * x * x) * GELU_TANH_SCALE))
     elif MODE == "sigmoid":
         y = tm.sigmoid(x)
     elif MODE == "tanh":
@@ -84,7 +84,7 @@ def activation_derivative(MODE: tl.constexpr, x, coef):
     elif MODE == "gelu":
         d = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
     elif MODE == "gelu_approx_tanh":
-        t = tm.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x))
+        t = tm.tanh((x + GELU_TANH_CUBIC * x * x * x) * GELU_TANH_SCALE)
         d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_TANH_SCALE * (1.0 + 3.0 * GELU_TANH_CUBIC * x * x)
     elif MODE == "sigmoid":
         s = tm.sigmoid(x)
