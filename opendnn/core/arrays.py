@@ -123,6 +123,19 @@ def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False)
     return Bound(name, desc, strided_view(native, desc), device_of(native))
 
 
+def torch_view(bound: Bound) -> Any:
+    """The bound view as a torch tensor sharing its memory (a NumPy array is wrapped, bfloat16 bits
+    reinterpreted): what the Triton kernels take, also on the CPU through the interpreter."""
+    view = bound.view
+    if isinstance(view, np.ndarray):
+        import torch
+
+        view = torch.from_numpy(view)
+        if bound.desc.dtype is DataType.BFLOAT16:
+            view = view.view(torch.bfloat16)
+    return view
+
+
 def strided_view(native: Any, desc: TensorDescriptor) -> Any:
     """A view of ``desc.dims`` and ``desc.strides`` starting at ``native``'s first element."""
     if isinstance(native, np.ndarray):

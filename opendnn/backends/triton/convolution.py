@@ -36,7 +36,7 @@ from triton.compiler import CompiledKernel
 
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
-from opendnn.core.arrays import CPU, Bound
+from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
@@ -297,15 +297,15 @@ class Plan:
 def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
         z: Bound | None = None, workspace: Bound | None = None) -> None:
     plan = launch_plan(problem, x.device == CPU)
-    tensors = {"x": _torch_view(x), "w": _torch_view(w), "y": _torch_view(y)}
-    tensors["bias"] = _torch_view(bias) if bias is not None else tensors["y"]
-    tensors["z"] = _torch_view(z) if z is not None else tensors["y"]
+    tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
+    tensors["bias"] = torch_view(bias) if bias is not None else tensors["y"]
+    tensors["z"] = torch_view(z) if z is not None else tensors["y"]
     if plan.regions:
         needed = plan.regions[-1][2]
         if workspace is None or workspace.desc.numel < needed:
             raise InternalError(f"convolution needs {needed} bytes of workspace, got "
                                 f"{0 if workspace is None else workspace.desc.numel}")
-        space = _torch_view(workspace).reshape(-1)
+        space = torch_view(workspace).reshape(-1)
         for name, start, end, dtype in plan.regions:
             tensors[name] = space[start:end].view(dtype)
     for launch in plan.launches:
@@ -458,14 +458,3 @@ def _torch() -> Any:
     import torch
 
     return torch
-
-
-def _torch_view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory (a NumPy array is wrapped, bfloat16 bits
-    reinterpreted)."""
-    view = bound.view
-    if not hasattr(view, "data_ptr"):  # a NumPy array
-        view = _torch().from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(_torch().bfloat16)
-    return view

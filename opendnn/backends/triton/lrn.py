@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.reduce import dim_offsets
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.ops.lrn import LRNProblem
 
@@ -329,7 +329,7 @@ def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> Non
     flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
                  HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK_C=block_c, BLOCK_P=block_p,
                  num_warps=max(1, min(8, block_c * block_p // 512)))
-    views = [_view(b) for b in bounds]
+    views = [torch_view(b) for b in bounds]
     tiles = x.desc.dims[0] * channel_blocks * pixel_blocks
     if dy is None:
         lrn_forward_kernel[(tiles,)](
@@ -355,11 +355,11 @@ def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None
                   dmeans: Bound | None, temp: Bound | None, temp2: Bound | None) -> None:
     import torch
 
-    xv = _view(x)
+    xv = torch_view(x)
     compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    views = {"x": xv, "out": _view(out)}
+    views = {"x": xv, "out": torch_view(out)}
     for name, bound in (("means", means), ("dy", dy), ("dmeans", dmeans), ("temp", temp), ("temp2", temp2)):
-        views[name] = _view(bound) if bound is not None else None
+        views[name] = torch_view(bound) if bound is not None else None
     if problem.backward:
         for name in ("temp", "temp2"):
             if views[name] is None:
@@ -384,19 +384,6 @@ def _five_strides(view: Any) -> tuple[int, ...]:
     """(n, c, d, h, w) strides of a 4-D or 5-D tensor (d stride 0 for 4-D)."""
     strides = tuple(view.stride())
     return strides if len(strides) == 5 else (strides[0], strides[1], 0, strides[2], strides[3])
-
-
-def _view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory."""
-    import numpy as np
-    import torch
-
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return view
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -34,13 +34,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from opendnn.backends.triton.pointwise import activation
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.ops.matmul import BiasAxis, MatmulProblem
@@ -373,12 +372,7 @@ def _k_major(operand: Bound, k_axis: int) -> Bound:
 
 def _as_torch(bound: Bound) -> Bound:
     """The bound with a torch view sharing its memory (NumPy arrays wrapped, bfloat16 bits reinterpreted)."""
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return Bound(bound.name, bound.desc, view, bound.device)
+    return Bound(bound.name, bound.desc, torch_view(bound), bound.device)
 
 
 def _offset_view(bound: Bound, offset: int) -> Bound:

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.reduce import dim_offsets
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.ops.normalization import NormProblem
@@ -456,14 +456,14 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
                  PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE=scale is not None,
                  HAS_RSTD=inv_std is not None, HAS_BETA=problem.beta != 0.0, SINGLE=plan.single, COMPUTE=compute,
                  BLOCK_R=plan.block_r, BLOCK=plan.block, num_warps=_warps(plan))
-    dummy = _view(x)
-    stat_views = [_view(b) if b is not None else dummy for b in (mean, inv_std)]
+    dummy = torch_view(x)
+    stat_views = [torch_view(b) if b is not None else dummy for b in (mean, inv_std)]
     common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
     if not problem.backward:
         bias_values = _packed(bias)
         grid = (_cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
         norm_forward_kernel[grid](
-            dummy, _view(y), scale_values if scale_values is not None else dummy,
+            dummy, torch_view(y), scale_values if scale_values is not None else dummy,
             bias_values if bias_values is not None else dummy, *stat_views,
             plan.group_strides, row_sizes, row_strides[0], row_strides[1], row_strides[3], col_sizes,
             col_strides[0], col_strides[1], *common, HAS_BIAS=bias is not None, HAS_MEAN=mean is not None, **flags)
@@ -479,14 +479,15 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
               flags: dict[str, Any]) -> None:
     import torch
 
-    dummy = _view(x)
+    dummy = torch_view(x)
     tiles = _cdiv(plan.inner_rows, plan.block_r)
     programs = max(1, min(tiles, _programs_per_group(dummy, plan.groups)))
     compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
     half = plan.groups * programs * problem.row_size
     partial = torch.empty(2 * half, dtype=compute, device=dummy.device)
     norm_backward_kernel[(plan.groups, programs)](
-        dummy, _view(dy), _view(dx), scale_values if scale_values is not None else dummy, *stat_views, partial,
+        dummy, torch_view(dy), torch_view(dx), scale_values if scale_values is not None else dummy, *stat_views,
+        partial,
         (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
         row_sizes, row_strides[0], row_strides[2], row_strides[1], row_strides[3], col_sizes,
         col_strides[0], col_strides[2], col_strides[1], *common, HAS_MEAN=has_mean,
@@ -502,7 +503,8 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
     # many summands each (programs x spatial), so one or two parameters per program
     block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
     norm_finalize_kernel[(_cdiv(parameters, block_f),)](
-        partial, _view(dscale) if dscale is not None else partial, _view(dbias) if dbias is not None else partial,
+        partial, torch_view(dscale) if dscale is not None else partial,
+        torch_view(dbias) if dbias is not None else partial,
         tuple(sizes), dscale_strides, dbias_strides, parameters, programs, problem.row_size,
         plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta, PARAM_DIMS=len(sizes),
         HAS_DSCALE=dscale is not None, HAS_DBIAS=dbias is not None, HAS_BETA=problem.dparam_beta != 0.0,
@@ -511,7 +513,7 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
 
 def _packed(bound: Bound | None) -> Any:
     """A parameter as a packed vector in logical order (a view when it already is one)."""
-    return None if bound is None else _view(bound).reshape(-1)
+    return None if bound is None else torch_view(bound).reshape(-1)
 
 
 def _programs_per_group(view: Any, groups: int) -> int:
@@ -522,19 +524,6 @@ def _programs_per_group(view: Any, groups: int) -> int:
 
 def _warps(plan: NormPlan) -> int:
     return max(1, min(8, plan.block_r * plan.block // 512))
-
-
-def _view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory."""
-    import numpy as np
-    import torch
-
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return view
 
 
 def _cdiv(a: int, b: int) -> int:

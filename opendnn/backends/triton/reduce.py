@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import triton
 import triton.language as tl
 
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
@@ -401,15 +400,15 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
 
     plan = reduce_plan(problem)
     indexed = problem.indices is not None and indices is not None
-    c_view = _torch_view(c)
-    index_view = _torch_view(indices) if indexed else c_view
+    c_view = torch_view(c)
+    index_view = torch_view(indices) if indexed else c_view
     compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
     partial = partial_index = c_view  # unused unless split
     if plan.splits > 1:
         if workspace is None or workspace.desc.numel < plan.workspace_bytes:
             raise InternalError(f"reduce needs {plan.workspace_bytes} bytes of workspace, got "
                                 f"{0 if workspace is None else workspace.desc.numel}")
-        space = _torch_view(workspace).reshape(-1).view(torch.uint8)
+        space = torch_view(workspace).reshape(-1).view(torch.uint8)
         partial = space[:plan.value_bytes].view(compute)
         if indexed:
             partial_index = space[plan.value_bytes:plan.workspace_bytes].view(torch.int64)
@@ -424,7 +423,7 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
     kernel_flags = dict(flags, REDUCED_DIMS=len(plan.reduced), PARTIAL=plan.splits > 1,
                         BLOCK_K=plan.block_k, BLOCK_R=plan.block_r,
                         num_warps=max(1, min(8, plan.block_k * plan.block_r // 512)))
-    tensors = (_torch_view(a), c_view, index_view, partial, partial_index,
+    tensors = (torch_view(a), c_view, index_view, partial, partial_index,
                kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w, plan.kept_total)
     if plan.columns:
         reduce_columns_kernel[grid](
@@ -453,17 +452,3 @@ def _padded(dims: tuple[tuple[int, tuple[int, ...]], ...], count: int) -> tuple[
     pad = MAX_DIMS - len(dims)
     sizes = tuple(size for size, _ in dims) + (1,) * pad
     return (sizes, *(tuple(strides[j] for _, strides in dims) + (0,) * pad for j in range(count)))
-
-
-def _torch_view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory (a NumPy array is wrapped, bfloat16 bits
-    reinterpreted)."""
-    import numpy as np
-    import torch
-
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return view

@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.reduce import dim_offsets
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxProblem
@@ -400,9 +400,9 @@ def run(problem: SoftmaxProblem, inputs: list[Bound], output: Bound) -> None:
 
     launch = softmax_launch(problem)
     plan, flags = launch.plan, launch.flags
-    a = _torch_view(inputs[0])
-    b = _torch_view(inputs[1]) if problem.backward else a
-    out = _torch_view(output)
+    a = torch_view(inputs[0])
+    b = torch_view(inputs[1]) if problem.backward else a
+    out = torch_view(output)
     uses_max = not problem.backward and problem.algo is not SoftmaxAlgorithm.FAST
     if plan.chunks == 0:
         softmax_one_pass_kernel[(plan.k_blocks,)](
@@ -435,16 +435,3 @@ def _padded(dims: Dims) -> tuple[tuple[int, ...], ...]:
     pad = MAX_DIMS - len(dims)
     sizes = tuple(size for size, _ in dims) + (1,) * pad
     return (sizes, *(tuple(strides[j] for _, strides in dims) + (0,) * pad for j in range(3)))
-
-
-def _torch_view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory (NumPy wrapped, bfloat16 bits reinterpreted)."""
-    import numpy as np
-    import torch
-
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return view
