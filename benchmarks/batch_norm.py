@@ -12,7 +12,10 @@ The fewest bytes any method moves are 2 passes forward and 3 backward; multiply 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -51,14 +54,15 @@ class Setup:
             0.1, self.mean, self.var, EPS, self.saved_mean, self.saved_inv)
 
 
-def torch_backward(ctx: Context, s: Setup, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """torch's batch-norm backward of ``x`` (cuDNN's on CUDA): dy -> dx."""
-    if ctx.device == "cpu":
-        _, mean, inv, _ = aten.native_batch_norm(x, s.weight, s.bias, None, None, True, 0.1, EPS) + (None,)
-        return lambda dy: aten.native_batch_norm_backward(dy, x, s.weight, None, None, mean, inv, True, EPS,
-                                                          [True, True, True])[0]
-    _, mean, inv, reserve = aten.cudnn_batch_norm(x, s.weight, s.bias, s.mean.clone(), s.var.clone(), True, 0.1, EPS)
-    return lambda dy: aten.cudnn_batch_norm_backward(x, dy, s.weight, s.mean, s.var, mean, inv, EPS, reserve)[0]
+def torch_backward(s: Setup, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """torch's batch-norm backward of ``x`` as its autograd runs it for ``F.batch_norm``: the forward and
+    backward of the implementation torch picks for the device and dtypes (cuDNN's for float32 on CUDA;
+    for bfloat16 data with float32 weight, which cuDNN's entry point refuses, torch's own kernels), with
+    dweight and dbias computed as opendnn computes them: dy -> dx."""
+    _, save1, save2, reserve, impl = aten._batch_norm_impl_index(
+        x, s.weight, s.bias, s.mean.clone(), s.var.clone(), True, 0.1, EPS, True)
+    return lambda dy: aten._batch_norm_impl_index_backward(
+        impl, x, dy, s.weight, s.mean, s.var, save1, save2, True, EPS, [True, True, True], reserve)[0]
 
 
 def training_forward(channels_last: bool) -> Callable[[Context, torch.dtype], Bench]:
@@ -77,7 +81,7 @@ def training_backward(channels_last: bool) -> Callable[[Context, torch.dtype], B
         s = Setup(ctx, dtype, channels_last)
         s.forward(ctx.handle)
         dx, dweight, dbias = torch.empty_like(s.x), torch.empty_like(s.weight), torch.empty_like(s.weight)
-        theirs = torch_backward(ctx, s, s.x)
+        theirs = torch_backward(s, s.x)
         return out_of_place(
             lambda: opendnn.batch_normalization_backward(
                 ctx.handle, MODE, 1.0, 0.0, 1.0, 0.0, s.x_desc, s.x, s.x_desc, s.dy, s.x_desc, dx, s.param, s.weight,
@@ -132,7 +136,7 @@ def add_relu_backward(channels_last: bool) -> Callable[[Context, torch.dtype], B
         s.forward_ex(ctx.handle)
         dx, dz = torch.empty_like(s.x), torch.empty_like(s.x)
         dweight, dbias = torch.empty_like(s.weight), torch.empty_like(s.weight)
-        theirs = torch_backward(ctx, s, s.x)
+        theirs = torch_backward(s, s.x)
         y = s.y.clone()
         x = s.x_desc
 
@@ -159,3 +163,126 @@ SUITES: dict[str, list[Case]] = {"batch_norm": [
     Case("bn_add_relu_bwd_nchw", "batch_norm", add_relu_backward(False)),
     Case("bn_add_relu_bwd_nhwc", "batch_norm", add_relu_backward(True)),
 ]}
+
+
+# ---- diagnostics: the launch plan of each case, and where a call's time goes -----------------------
+# PYTHONPATH=. python benchmarks/batch_norm.py --plan [--quick]         (any machine: launches nothing)
+# PYTHONPATH=. python3 benchmarks/batch_norm.py --profile [--quick]     (CUDA: host us, per-kernel device us)
+
+SMS = 132  # streaming multiprocessors of the H200
+BANDWIDTH = 4.2e12  # bytes/s the predictions assume
+
+
+@contextlib.contextmanager
+def launches_captured(problems: list[Any]) -> Iterator[None]:
+    """Within: opendnn's calls hand their BatchNormProblems to ``problems`` instead of launching kernels."""
+    from opendnn.backends.triton import batch_norm as backend
+
+    real = backend.run
+    backend.run = lambda problem, *tensors: problems.append(problem)
+    try:
+        yield
+    finally:
+        backend.run = real
+
+
+def describe_plan(problem: Any) -> list[str]:
+    """Grids, programs per SM, tile, sequential loop lengths and bytes per program of each launch, and
+    the time the bytes moved take at BANDWIDTH."""
+    from opendnn.backends.triton.batch_norm import bn_plan
+    from opendnn.ops.batch_norm import Direction
+
+    plan, b = bn_plan(problem), problem.x.dtype.itemsize
+    tile = plan.block_o * plan.block_i * plan.block_f
+    mask = 1 / 8 if problem.reserve else 0.0
+    backward = problem.direction is Direction.BACKWARD
+    stats_pass = problem.direction is Direction.TRAINING or (backward and not problem.saved)
+    grad_pass = (2 * b + mask) if backward else 0.0  # bytes per element the gradient reduce reads
+    elementwise = (3 if backward else 2) * b + mask + (b if problem.z else 0)  # x (dy) in, y or dx (z or dz)
+    per_element = (b if stats_pass else 0) + grad_pass + elementwise
+    moved = per_element * problem.x.numel
+    loop = plan.tiles / plan.splits
+    _, block_s = plan.combine_blocks
+    orientation = "rows (one feature, tile along N x HW)" if plan.block_f == 1 else "columns (BLOCK_F channels)"
+    lines = [f"  {orientation}: tile {plan.block_o}x{plan.block_i}x{plan.block_f} = {tile} elements, "
+             f"{plan.blocks['num_warps']} warps, {plan.feature_total} features in {plan.f_blocks} blocks of "
+             f"{plan.tiles} tiles, splits {plan.splits}, INDEX_64 {plan.index_64}"]
+    reduce_bytes = loop * tile * ((b if stats_pass else 0) + grad_pass)
+    lines.append(f"  reduce      grid {plan.f_blocks * plan.splits:6d} ({plan.f_blocks * plan.splits / SMS:6.1f}/SM), "
+                 f"loop {loop:.2f} tiles/program, {reduce_bytes / 1e3:.0f} kB read/program"
+                 + (" (x2: statistics + gradient passes)" if backward and stats_pass else ""))
+    lines.append(f"  combine     grid {-(-plan.feature_total // plan.combine_blocks[0]):6d}, "
+                 f"{-(-plan.splits // block_s)} load rounds of {block_s} slices")
+    lines.append(f"  elementwise grid {plan.f_blocks * plan.tiles:6d} ({plan.f_blocks * plan.tiles / SMS:6.1f}/SM), "
+                 f"1 tile/program, {tile * elementwise / 1e3:.0f} kB moved/program")
+    lines.append(f"  model: {moved / 1e6:.0f} MB moved ({per_element:.3g} B/element) -> "
+                 f"{moved / BANDWIDTH * 1e3:.3f} ms at {BANDWIDTH / 1e12:.1f} TB/s")
+    return lines
+
+
+def device_profile(fn: Callable[[], Any], calls: int = 10) -> dict[str, float]:
+    """Microseconds of device time per call of each kernel ``fn`` launches (torch.profiler, CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key[:40]: e.self_device_time_total / calls for e in prof.key_averages() if e.self_device_time_total > 0}
+
+
+def host_us(fn: Callable[[], Any], calls: int = 20) -> float:
+    """Microseconds the host spends per call enqueueing ``fn`` (the device is not waited for)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--plan", action="store_true", help="print each case's launch plan (no GPU needed)")
+    parser.add_argument("--profile", action="store_true", help="CUDA: do_bench ms, host us/call, device us/kernel")
+    parser.add_argument("--quick", action="store_true", help="the quick shape instead of the full one")
+    parser.add_argument("--filter", default="", help="only cases whose name contains this text")
+    args = parser.parse_args()
+    device = "cuda:0" if args.profile else "cpu"
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # the Triton backend on the CPU; nothing is launched
+    ctx = Context(opendnn.create(device, backend="triton"), device, "quick" if args.quick else "full")
+    torch.manual_seed(0)
+    for case in SUITES["batch_norm"]:
+        if args.filter not in case.name:
+            continue
+        for dtype in (torch.float32, torch.bfloat16):
+            problems: list[Any] = []
+            with launches_captured(problems) if not args.profile else contextlib.nullcontext():
+                bench = case.build(ctx, dtype)
+            with launches_captured(problems):
+                problems.clear()
+                bench.opendnn()
+            print(f"{case.name} {str(dtype)[6:]}", flush=True)
+            for problem in problems:
+                print("\n".join(describe_plan(problem)), flush=True)
+            if args.profile:
+                import triton.testing
+
+                for who, fn in (("opendnn", bench.opendnn), ("torch", bench.torch)):
+                    ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+                    kernels = device_profile(fn)
+                    detail = ", ".join(f"{name} {us:.1f}" for name, us in kernels.items())
+                    print(f"  {who:8} do_bench {ms:.4f} ms | host {host_us(fn):.0f} us/call | device "
+                          f"{sum(kernels.values()):.1f} us = {detail}", flush=True)
+            del bench
+
+
+if __name__ == "__main__":
+    main()

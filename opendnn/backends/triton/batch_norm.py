@@ -31,11 +31,19 @@ the statistics pass, so its first reads hit what the statistics pass left in L2.
 
 Reserve space: the activation's mask, one bit per element, 8 consecutive reduced indices of one
 feature per byte, bytes laid out by x's layout alone (feature-major when x's reduced dims are
-innermost, else reduced-major), so backward reads what forward wrote whatever dy's layout.
+innermost, else reduced-major), so backward reads what forward wrote whatever dy's layout. A byte
+is found from its group's first lane (groups are aligned), never by a reduction across lanes.
+
+Load scheduling (read in the sm_90 SASS): left alone, ptxas consumes each 16-byte load before issuing
+the next, so a thread has one or two loads in flight and a pass runs at latency, not bandwidth. The
+reduce loop issues tile t + 1's loads before summing tile t (carried raw); the elementwise kernels
+issue every data load, then a CTA barrier, then load the per-feature coefficients all arithmetic
+needs, so no arithmetic can be scheduled between the data loads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -45,7 +53,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.reduce import dim_offsets
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.ops.batch_norm import BatchNormOps, BatchNormProblem, BatchNormTensors, Direction
@@ -61,12 +69,12 @@ MASK_GROUP = tl.constexpr(8)  # bits per mask byte
 
 @triton.jit
 def tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr,
-               INDEX_64: tl.constexpr):
+               INDEX_64: tl.constexpr, STEP: tl.constexpr = 1):
     """The tile ``t``'s lanes as (outer index, inner index, valid), BLOCK_O * BLOCK_I of them, the
-    inner index fastest; int64 when some offset may pass 2**31."""
+    inner index fastest (every STEP-th lane only); int64 when some offset may pass 2**31."""
     if INDEX_64:
         t = tl.cast(t, tl.int64)
-    lane = tl.arange(0, BLOCK_O * BLOCK_I)
+    lane = tl.arange(0, BLOCK_O * BLOCK_I // STEP) * STEP
     o_block = t // i_blocks
     outer = o_block * BLOCK_O + lane // BLOCK_I
     inner = (t - o_block * i_blocks) * BLOCK_I + lane % BLOCK_I
@@ -85,36 +93,38 @@ def mask_offsets(outer, inner, f, inner_total, mask_strides):
 
 
 @triton.jit
-def group_bytes(byte_offsets, valid):
-    """Per aligned group of 8 lanes (8 consecutive reduced indices of one feature): the offset of
-    its mask byte and whether any lane of it exists."""
-    ROWS: tl.constexpr = byte_offsets.shape[0]
-    COLS: tl.constexpr = byte_offsets.shape[1]
-    offsets = tl.min(tl.reshape(byte_offsets, (ROWS // MASK_GROUP, MASK_GROUP, COLS)), 1)
-    exists = tl.max(tl.reshape(valid.to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)), 1) > 0
-    return offsets, exists
+def load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
+                    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
+    """Tile t's mask bytes (nothing for t >= stop), one per aligned group of 8 lanes, loaded at the
+    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (those went
+    through shared memory with barriers, every tile)."""
+    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
+    offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
+    return tl.load(mask_ptr + offsets, mask=(r_valid & (t < stop))[:, None] & f_valid[None, :], other=0)
 
 
 @triton.jit
-def load_mask_bits(mask_ptr, byte_offsets, valid):
-    """The activation's mask (True where act' = 1) of each lane: one byte load per group of 8."""
-    ROWS: tl.constexpr = byte_offsets.shape[0]
-    COLS: tl.constexpr = byte_offsets.shape[1]
-    offsets, exists = group_bytes(byte_offsets, valid)
-    packed = tl.load(mask_ptr + offsets, mask=exists, other=0).to(tl.int32)
-    bits = (packed[:, None, :] >> tl.arange(0, MASK_GROUP)[None, :, None]) & 1
-    return tl.reshape(bits, (ROWS, COLS)) != 0
+def unpack_mask_bits(packed):
+    """The activation's mask (True where act' = 1) of each lane, from its group's byte, by shifts."""
+    GROUPS: tl.constexpr = packed.shape[0]
+    COLS: tl.constexpr = packed.shape[1]
+    bits = (packed.to(tl.int32)[:, None, :] >> tl.arange(0, MASK_GROUP)[None, :, None]) & 1
+    return tl.reshape(bits, (GROUPS * MASK_GROUP, COLS)) != 0
 
 
 @triton.jit
-def store_mask_bits(mask_ptr, byte_offsets, bits, valid):
-    """Pack 8 lanes' bits per byte."""
+def store_mask_bits(mask_ptr, bits, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
+                    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
+    """Pack 8 lanes' bits per byte. A group's byte and existence are its first lane's (groups are
+    aligned: BLOCK_O or BLOCK_I and, in rows orientation, the row length are multiples of 8)."""
     ROWS: tl.constexpr = bits.shape[0]
     COLS: tl.constexpr = bits.shape[1]
     weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
     packed = tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
-    offsets, exists = group_bytes(byte_offsets, valid)
-    tl.store(mask_ptr + offsets, packed.to(tl.uint8), mask=exists)
+    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64,
+                                       MASK_GROUP)
+    offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
+    tl.store(mask_ptr + offsets, packed.to(tl.uint8), mask=r_valid[:, None] & f_valid[None, :])
 
 
 @triton.jit
@@ -127,6 +137,30 @@ def feature_lanes(pid_f, feature_total, BLOCK_F: tl.constexpr, INDEX_64: tl.cons
 
 
 @triton.jit
+def tile_data(
+    x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t, stop,
+    outer_sizes, outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, i_blocks,
+    GRADIENT: tl.constexpr, MASKED: tl.constexpr, OUTER_DIMS: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """Tile t's loads, raw (nothing uses them here, so they are all in flight at once): x, dy (x when
+    not GRADIENT) and the mask bytes (the feature indices when not MASKED); nothing past ``stop``."""
+    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
+    valid = (r_valid & (t < stop))[:, None] & f_valid[None, :]
+    rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
+    x = tl.load(x_ptr + (rx[:, None] + fx[None, :]), mask=valid, other=0.0)
+    dy = x
+    packed = f[None, :]
+    if GRADIENT:
+        rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
+        dy = tl.load(dy_ptr + (rdy[:, None] + fdy[None, :]), mask=valid, other=0.0)
+        if MASKED:
+            packed = load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
+                                     BLOCK_O, BLOCK_I, INDEX_64)
+    return x, dy, packed, valid
+
+
+@triton.jit
 def bn_reduce_kernel(
     x_ptr, dy_ptr, mask_ptr, mean_ptr, partial_ptr,
     outer_sizes, outer_x, outer_dy, inner_x, inner_dy, f_sizes, f_x, f_dy, f_stat, mask_strides,
@@ -135,37 +169,42 @@ def bn_reduce_kernel(
     COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
 ):
     """Program p: features block p % f_blocks over slice p // f_blocks of its tiles. Writes the
-    slice's two sums per feature: sum(x - x0), sum((x - x0)^2); or, GRADIENT, sum(g), sum(g * (x - mean))."""
+    slice's two sums per feature: sum(x - x0), sum((x - x0)^2); or, GRADIENT, sum(g), sum(g * (x - mean)).
+    Software-pipelined by hand: tile t + 1's loads are issued before tile t is summed (ptxas otherwise
+    waits for each 16-byte load before issuing the next: one load in flight per thread)."""
     pid = tl.program_id(0)
     pid_f = pid % f_blocks
     split = pid // f_blocks
     splits = tl.num_programs(0) // f_blocks
     f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
     fx = dim_offsets(f, F_DIMS, f_sizes, f_x)
+    fdy = dim_offsets(f, F_DIMS, f_sizes, f_dy)
     if GRADIENT:
-        fdy = dim_offsets(f, F_DIMS, f_sizes, f_dy)
         center = tl.load(mean_ptr + dim_offsets(f, F_DIMS, f_sizes, f_stat), mask=f_valid, other=0.0).to(COMPUTE)
     else:
         center = tl.load(x_ptr + fx, mask=f_valid, other=0.0).to(COMPUTE)  # x0: the feature's first element
     sum1 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
     sum2 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
-    for t in range(split * tiles // splits, (split + 1) * tiles // splits):
-        outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
-        valid = r_valid[:, None] & f_valid[None, :]
-        rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
-        d = tl.load(x_ptr + (rx[:, None] + fx[None, :]), mask=valid, other=0.0).to(COMPUTE) - center[None, :]
-        d = tl.where(valid, d, 0.0)
+    start, stop = split * tiles // splits, (split + 1) * tiles // splits
+    x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, start, stop, outer_sizes,
+                                     outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total,
+                                     i_blocks, GRADIENT, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64)
+    for t in range(start, stop):
+        x_next, dy_next, packed_next, valid_next = tile_data(
+            x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t + 1, stop, outer_sizes, outer_x, outer_dy, inner_x,
+            inner_dy, mask_strides, outer_total, inner_total, i_blocks, GRADIENT, MASKED, OUTER_DIMS, BLOCK_O,
+            BLOCK_I, INDEX_64)
+        d = tl.where(valid, x.to(COMPUTE) - center[None, :], 0.0)
         if GRADIENT:
-            rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
-            g = tl.load(dy_ptr + (rdy[:, None] + fdy[None, :]), mask=valid, other=0.0).to(COMPUTE)
+            g = dy.to(COMPUTE)
             if MASKED:
-                bits = load_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), valid)
-                g = tl.where(bits, g, 0.0)
+                g = tl.where(unpack_mask_bits(packed), g, 0.0)
             sum1 += g
             sum2 += g * d
         else:
             sum1 += d
             sum2 += d * d
+        x, dy, packed, valid = x_next, dy_next, packed_next, valid_next
     tl.store(partial_ptr + split * feature_total + f, tl.sum(sum1, 0), mask=f_valid)
     tl.store(partial_ptr + (splits + split) * feature_total + f, tl.sum(sum2, 0), mask=f_valid)
 
@@ -265,16 +304,19 @@ def bn_forward_kernel(
     f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
     valid = r_valid[:, None] & f_valid[None, :]
+    rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
+    x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
+    z = x
+    if ADD_Z:
+        rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
+        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
+    tl.debug_barrier()  # every load above is in flight before any is used (see bn_backward_kernel)
     a = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
     b = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
     mean = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
-    rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
-    x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
     v = (x.to(COMPUTE) - mean) * a + b  # centred first: exact for data far from zero
     if ADD_Z:
-        rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
-        z_offsets = rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]
-        v += tl.load(z_ptr + z_offsets, mask=valid, other=0.0).to(COMPUTE)
+        v += z.to(COMPUTE)
     if ACTIVATION == "relu":
         on = v > 0.0
         v = tl.where(on, v, 0.0)
@@ -290,7 +332,8 @@ def bn_forward_kernel(
         y += tl.cast(beta, COMPUTE) * tl.load(y_ptr + y_offsets, mask=valid, other=0.0).to(COMPUTE)
     tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=valid)
     if WRITE_MASK:
-        store_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), on, valid)
+        store_mask_bits(mask_ptr, on, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
+                        BLOCK_O, BLOCK_I, INDEX_64)
 
 
 @triton.jit
@@ -313,15 +356,23 @@ def bn_backward_kernel(
     rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
     rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
     x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
-    g = tl.load(dy_ptr + (rdy[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dy)[None, :]), mask=valid, other=0.0)
-    g = g.to(COMPUTE)
+    dy = tl.load(dy_ptr + (rdy[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dy)[None, :]), mask=valid, other=0.0)
+    packed = f[None, :]
     if MASKED:
-        g = tl.where(load_mask_bits(mask_ptr, mask_offsets(outer, inner, f, inner_total, mask_strides), valid),
-                     g, 0.0)
+        packed = load_mask_bytes(mask_ptr, t, tiles, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
+                                 BLOCK_O, BLOCK_I, INDEX_64)
+    # A CTA barrier, then the per-feature coefficients every result needs: no arithmetic can start before
+    # all the data loads above are issued (loads do not cross a barrier). Otherwise ptxas interleaves them
+    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); the Ex kernels,
+    # whose mask code had barriers there, were the fast ones on the H200.
+    tl.debug_barrier()
     k1 = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
     k3 = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
     mean = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
     k2 = tl.load(coef_ptr + 3 * feature_total + f, mask=f_valid, other=0.0)[None, :]
+    g = dy.to(COMPUTE)
+    if MASKED:
+        g = tl.where(unpack_mask_bits(packed), g, 0.0)
     rdx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dx, inner_dx)
     dx_offsets = rdx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dx)[None, :]
     dx = (k1 * g + k2 * (x.to(COMPUTE) - mean) + k3) * tl.cast(alpha, COMPUTE)
@@ -340,6 +391,7 @@ def bn_backward_kernel(
 # ---- launcher -------------------------------------------------------------------------------------
 
 DATA = ("x", "out", "z", "dy")  # the data tensors' order in the plan's stride tuples
+X, OUT, Z, DY = range(len(DATA))
 PARAM, FLAT = len(DATA), len(DATA) + 1  # the features' extra strides: parameter tensors, workspace
 
 
@@ -361,6 +413,7 @@ class BatchNormPlan:
     splits: int
     mask_strides: tuple[int, int]
     compute_bytes: int
+    index_64: bool  # some offset may pass 2**31: 64-bit index arithmetic
 
     @property
     def outer_total(self) -> int:
@@ -394,6 +447,25 @@ class BatchNormPlan:
         outer = tuple(tuple(strides[k] for _, strides in self.outer) for k in range(len(DATA)))
         features = tuple(tuple(strides[k] for _, strides in self.features) for k in range(len(DATA) + 2))
         return outer, features
+
+    @functools.cached_property
+    def tile_args(self) -> tuple[int, ...]:
+        """The tiled kernels' runtime sizes: outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles."""
+        return self.outer_total, self.inner[0], self.feature_total, self.f_blocks, self.i_blocks, self.tiles
+
+    @functools.cached_property
+    def blocks(self) -> dict[str, Any]:
+        """The tiled kernels' constexprs and warps (computed once: the host path is per call)."""
+        return dict(OUTER_DIMS=len(self.outer), F_DIMS=len(self.features),
+                    COMPUTE=tl.float64 if self.compute_bytes == 8 else tl.float32, INDEX_64=self.index_64,
+                    BLOCK_O=self.block_o, BLOCK_I=self.block_i, BLOCK_F=self.block_f,
+                    num_warps=max(1, min(8, self.block_o * self.block_i * self.block_f // 512)))
+
+    @functools.cached_property
+    def combine_blocks(self) -> tuple[int, int]:
+        """(features per combine program, slices per load round)."""
+        block = min(FINAL_BLOCK, triton.next_power_of_2(self.feature_total))
+        return block, min(FINAL_TILE // block, triton.next_power_of_2(self.splits))
 
     @property
     def workspace_bytes(self) -> int:
@@ -430,11 +502,12 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
         block_i = 1
         block_f = min(triton.next_power_of_2(flat), COLUMN_BLOCK)
         block_o = max(8, min(TILE // block_f, triton.next_power_of_2(math.prod(s for s, _ in outer))))
+    extents = [d.extent for d in (x, problem.out, problem.z, problem.dy) if d is not None]
+    index_64 = max(*extents, reserve_size(problem)) >= 2**31 - TILE
     plan = BatchNormPlan(tuple(outer), inner, tuple(feature_dims), block_o, block_i, block_f, 1, mask_strides,
-                         problem.compute_dtype.itemsize)
+                         problem.compute_dtype.itemsize, index_64)
     splits = max(1, min(_cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
-    return BatchNormPlan(plan.outer, plan.inner, plan.features, block_o, block_i, block_f, splits, mask_strides,
-                         plan.compute_bytes)
+    return dataclasses.replace(plan, splits=splits)
 
 
 def _row_block(inner: int) -> int:
@@ -528,14 +601,8 @@ class _Launch:
                  partial: Any, coef: Any) -> None:
         self.problem, self.plan, self.t, self.x, self.partial, self.coef = problem, plan, t, x, partial, coef
         self.outer_sizes, self.f_sizes = plan.kernel_sizes
-        self.compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
         self.mask = torch_view(t.reserve) if t.reserve is not None and problem.reserve else x
-        self.tile_args = (plan.outer_total, plan.inner[0], plan.feature_total, plan.f_blocks, plan.i_blocks,
-                          plan.tiles)
-        self.blocks = dict(OUTER_DIMS=len(plan.outer), F_DIMS=len(plan.features), COMPUTE=self.compute,
-                           INDEX_64=max(b.desc.extent for b in t if b is not None) >= 2**31 - TILE,
-                           BLOCK_O=plan.block_o, BLOCK_I=plan.block_i, BLOCK_F=plan.block_f,
-                           num_warps=max(1, min(8, plan.block_o * plan.block_i * plan.block_f // 512)))
+        self.tile_args, self.blocks = plan.tile_args, plan.blocks
 
     def outer_strides(self, tensor: int) -> tuple[int, ...]:
         return self.plan.kernel_strides[0][tensor]
@@ -547,7 +614,7 @@ class _Launch:
         return self.x if bound is None else torch_view(bound)
 
     def reduce(self, gradient: bool, mean: Any = None, stat_strides: int = PARAM) -> None:
-        x, dy = DATA.index("x"), DATA.index("dy")
+        x, dy = X, DY
         masked = gradient and self.problem.reserve
         bn_reduce_kernel[(self.plan.f_blocks * self.plan.splits,)](
             self.x, self.view(self.t.dy), self.mask, self.x if mean is None else mean, self.partial,
@@ -562,23 +629,22 @@ class _Launch:
         update_var = step == "training" and t.variance is not None
         save = step == "training" and t.saved_mean is not None and t.saved_inv_std is not None
         running_mean = mean if step in ("statistics", "backward") else self.view(t.mean)
-        block = min(FINAL_BLOCK, triton.next_power_of_2(self.plan.feature_total))
-        block_s = min(FINAL_TILE // block, triton.next_power_of_2(self.plan.splits))
+        block, block_s = self.plan.combine_blocks
         saved_mean = mean if step == "statistics" else self.view(t.saved_mean)
         saved_inv = inv_std if step in ("statistics", "backward") else self.view(t.saved_inv_std)
         bn_combine_kernel[(_cdiv(self.plan.feature_total, block),)](
             self.partial, self.coef, self.x, self.view(t.scale), self.view(t.bias), running_mean,
             self.view(t.variance), saved_mean, saved_inv, self.view(t.dscale), self.view(t.dbias),
-            self.f_sizes, self.feature_strides(DATA.index("x")), self.feature_strides(PARAM),
+            self.f_sizes, self.feature_strides(X), self.feature_strides(PARAM),
             self.feature_strides(stat_strides), self.plan.feature_total,
             self.plan.splits if step != "inference" else 0, float(p.count), p.epsilon, p.factor, p.alpha_param,
             p.beta_param, STEP=step, UPDATE_MEAN=update_mean, UPDATE_VAR=update_var, SAVE=save,
-            HAS_BETA_PARAM=p.beta_param != 0.0, F_DIMS=len(self.plan.features), COMPUTE=self.compute,
+            HAS_BETA_PARAM=p.beta_param != 0.0, F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"],
             BLOCK=block, BLOCK_S=block_s, num_warps=4)
 
     def forward(self) -> None:
         p, t = self.problem, self.t
-        ids = [DATA.index(name) for name in ("x", "z", "out")]
+        ids = X, Z, OUT
         bn_forward_kernel[(self.plan.f_blocks * self.plan.tiles,)](
             self.x, self.view(t.z), torch_view(t.out), self.coef, self.mask, self.outer_sizes,
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
@@ -588,7 +654,7 @@ class _Launch:
 
     def backward(self) -> None:
         p, t = self.problem, self.t
-        ids = [DATA.index(name) for name in ("x", "dy", "out", "z")]
+        ids = X, DY, OUT, Z
         bn_backward_kernel[(self.plan.f_blocks * self.plan.tiles,)](
             self.x, torch_view(t.dy), torch_view(t.out), self.view(t.z), self.coef, self.mask, self.outer_sizes,
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
@@ -599,16 +665,3 @@ class _Launch:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)  # triton.cdiv is a jit function: slow to call from Python
-
-
-def torch_view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory (a NumPy array wrapped, bfloat16 bits reinterpreted)."""
-    import numpy as np
-    import torch
-
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return view
