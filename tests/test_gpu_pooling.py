@@ -70,3 +70,36 @@ def test_max_pool_backward_is_bitwise_repeatable_on_gpu():
     xt = x.clone().requires_grad_()
     TF.max_pool2d(xt, 3, 1, 1).backward(dy)
     torch.testing.assert_close(first, xt.grad)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_small_tiles_and_int64_offsets_on_gpu(monkeypatch, channels_last, wide):
+    """Tiles whose rows wrap across dims (compare-and-carry row coordinates) and the int64 offsets
+    (forced) against torch on the device."""
+    from opendnn.backends.triton import pooling as kernels
+
+    monkeypatch.setattr(kernels, "FORWARD_TILE", 64)
+    monkeypatch.setattr(kernels, "ARGMAX_TILE", 64)
+    monkeypatch.setattr(kernels, "BACKWARD_TILE", 32)
+    monkeypatch.setattr(kernels, "_wide", lambda *strides: wide)
+    kernels._forward_config.cache_clear()
+    kernels._backward_config.cache_clear()
+    x = torch.randn(3, 5, 7, 13, 11, device=DEVICE)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+    xt = x.clone().requires_grad_()
+    expected = TF.max_pool3d(xt, (2, 3, 3), (1, 2, 2), (0, 1, 1))
+    y = F.max_pool(x, (2, 3, 3), (1, 2, 2), (0, 1, 1))
+    assert torch.equal(y, expected.detach())
+    dy = torch.randn_like(y)
+    expected.backward(dy)
+    torch.testing.assert_close(F.max_pool_backward(dy, x, y, (2, 3, 3), (1, 2, 2), (0, 1, 1)), xt.grad)
+    xt = x.clone().requires_grad_()
+    expected = TF.avg_pool3d(xt, 3, 2, 1, count_include_pad=False)
+    torch.testing.assert_close(F.avg_pool(x, 3, 2, 1, count_include_pad=False), expected.detach())
+    dy = torch.randn_like(expected)
+    expected.backward(dy)
+    torch.testing.assert_close(F.avg_pool_backward(dy, x, 3, 2, 1, count_include_pad=False), xt.grad)
+    kernels._forward_config.cache_clear()
+    kernels._backward_config.cache_clear()

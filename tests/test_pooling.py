@@ -209,3 +209,32 @@ def test_global_pools_of_long_windows_and_numpy_inputs(backend):
     np.testing.assert_array_equal(y, x.max(axis=2, keepdims=True))
     dx = F.adaptive_max_pool_backward(np.full(y.shape, 2.0), x, y, handle=handle)
     np.testing.assert_array_equal(dx, 2.0 * (x == y))
+
+
+@pytest.mark.parametrize("mode, channels_last, wide", [(PoolingMode.MAX, False, True), (INCLUDE, True, False)])
+def test_triton_tiles_that_wrap_rows_and_int64_offsets(monkeypatch, mode, channels_last, wide):
+    """Tiny tiles, so a tile's rows wrap across dims (the compare-and-carry row coordinates), and the
+    int64 offsets the launcher picks for tensors past 2**31 elements, forced here."""
+    from opendnn.backends.triton import pooling as kernels
+
+    monkeypatch.setattr(kernels, "FORWARD_TILE", 16)
+    monkeypatch.setattr(kernels, "ARGMAX_TILE", 16)
+    monkeypatch.setattr(kernels, "BACKWARD_TILE", 8)
+    monkeypatch.setattr(kernels, "_wide", lambda *strides: wide)
+    kernels._forward_config.cache_clear()
+    kernels._backward_config.cache_clear()
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 3, 4, 5), seed=13, dtype=torch.float32)
+    x = x.contiguous(memory_format=torch.channels_last_3d) if channels_last else x
+    window, stride, padding = (2, 2, 3), (1, 2, 2), (0, 1, 1)
+    pool = od.PoolingDescriptor(mode, od.NanPropagation.PROPAGATE_NAN, window, padding, stride)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), float("nan"))
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    expected = reference_forward(mode, x.double().numpy(), window, padding, stride)
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6, atol=1e-6)
+    dy, dx = random(y.shape, seed=14, dtype=torch.float32), torch.full_like(x, float("nan"))
+    od.pooling_backward(handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0,
+                        descriptor(dx), dx)
+    expected = reference_backward(mode, x.double().numpy(), y.double().numpy(), dy.double().numpy(), window,
+                                  padding, stride)
+    np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-5, atol=1e-6)

@@ -13,14 +13,16 @@ Memory model (bytes of the tensors' dtype; E = x's elements, F = y's elements):
 FLOPs: one compare or add per window position: memory-bound.
 
 Layout: the tensors become five canonical dims (N, C, D, H, W; missing spatial dims of size 1,
-window 1), reordered so that the dim with the smallest stride (C for NHWC, W for NCHW) comes last.
-A program owns BLOCK_R rows (the four outer dims, flattened) by BLOCK_C positions of that innermost
-dim, held as a (BLOCK_C, BLOCK_R) tensor: Triton's coalescing pass puts the lanes along dim 0 when
-no dim is contiguous (NCHW with stride 2), so the innermost dim goes there and a warp's load spans 32
-neighbouring positions of one row (as a (BLOCK_R, BLOCK_C) tensor it spanned 32 rows, one line
-each); in NHWC it is contiguous and the loads are vectorized along it. The window's offsets are
-scalars added to one base per row and one per column. The window loop is
-unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
+window 1), reordered so that the walked dim with the smallest stride (C for NHWC, W for NCHW) comes
+last and the one with the next smallest (W for NHWC, H for NCHW) before it. A program owns BLOCK_R
+rows (the four outer dims, flattened) by BLOCK_C positions of the last dim, held as a (BLOCK_C,
+BLOCK_R) tensor: Triton's coalescing pass puts the lanes along dim 0 when no dim is contiguous (NCHW
+with stride 2), so a warp's load spans 32 neighbouring positions of one row; in NHWC the last dim is
+contiguous and the loads are vectorized along it. The program splits its first row index once; the
+other rows' coordinates come from compares and carries (no division per element: int64 divisions per
+row were most of the first version's instructions and registers on sm_90). Offsets are an int64
+scalar base per tile plus int32 per element (int64 only for tensors past 2**31 elements). The window
+loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
 Backward gather: each input position ``i = o * stride - padding + r`` belongs to exactly one cell
 ``o`` (``r`` in ``0 .. stride - 1``), so a program owns a tile of cells and, for each phase ``r``,
@@ -32,6 +34,7 @@ fixed order: the results are bitwise repeatable.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -39,34 +42,68 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.core.arrays import Bound
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pooling import PoolingProblem
 
 CANONICAL_DIMS = 5
 UNROLL_LIMIT = 64  # window positions (or phase x shift pairs) unrolled in full
-TILE_ELEMENTS = 2048  # elements of a program's tile: 16 per thread at 4 warps
+FORWARD_TILE = 2048  # outputs of a forward program: 16 per thread at 4 warps
+ARGMAX_TILE = 1024  # outputs of an argmax program (it holds y and positions too), half for strided loads
+BACKWARD_TILE = 512  # cells of a backward program: each writes prod(stride) elements of dx (registers)
 MAX_INNER_BLOCK = 256
+INT32_LIMIT = 2**31 - 1
 
 
 @triton.jit
-def tile_indices(column_blocks, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The program's rows (int64) and columns: one grid axis (the others hold 65535 programs at most),
-    column blocks fastest so that neighbouring programs share rows of x."""
+def advance(base, step, size, CARRY: tl.constexpr):
+    """``base + step`` as a coordinate below ``size`` and a carry into the next dim: two compares when
+    CARRY (the launcher's promise that ``base + step < 3 * size``), else a division."""
+    total = base + step
+    if CARRY:
+        carry = (total >= size).to(tl.int32) + (total >= 2 * size).to(tl.int32)
+    else:
+        carry = total // size
+    return total - carry * size, carry
+
+
+@triton.jit
+def program_tile(sizes, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, CARRY: tl.constexpr):
+    """The program's tile: BLOCK_R consecutive rows (canonical dims 0-3 flattened, dim 3 fastest) by
+    BLOCK_C columns (dim 4); one grid axis (the others hold 65535 programs at most), column blocks
+    fastest so that neighbouring programs share rows of x. Returns the first row's coordinates along
+    dims 0-2 (scalars: the tile's base), every row's coordinates along dims 0-3 and the columns, int32.
+    Divisions are per program; per row only without CARRY (dim 3 under half the block)."""
     pid = tl.program_id(0)
-    row_block = (pid // column_blocks).to(tl.int64)
-    return row_block * BLOCK_R + tl.arange(0, BLOCK_R), (pid % column_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    column_blocks = tl.cdiv(sizes[4], BLOCK_C)
+    start = (pid // column_blocks) * BLOCK_R
+    b3 = start % sizes[3]
+    start = start // sizes[3]
+    b2 = start % sizes[2]
+    start = start // sizes[2]
+    b1 = start % sizes[1]
+    b0 = start // sizes[1]
+    c3, carry = advance(b3, tl.arange(0, BLOCK_R), sizes[3], CARRY)
+    c2, carry = advance(b2, carry, sizes[2], CARRY)
+    c1, carry = advance(b1, carry, sizes[1], CARRY)
+    return b0, b1, b2, b0 + carry, c1, c2, c3, (pid % column_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
 
 
 @triton.jit
-def split_rows(index, sizes):
-    """Coordinates of a flattened row index over the four outer dims ``sizes[0..3]`` (last fastest)."""
-    c3 = index % sizes[3]
-    index = index // sizes[3]
-    c2 = index % sizes[2]
-    index = index // sizes[2]
-    return index // sizes[1], index % sizes[1], c2, c3
+def outer_offset(c0, c1, c2, strides):
+    """Scalar int64 offset of coordinates along canonical dims 0-2: the tile's base."""
+    return c0.to(tl.int64) * strides[0] + c1.to(tl.int64) * strides[1] + c2.to(tl.int64) * strides[2]
+
+
+@triton.jit
+def tile_offset(d0, d1, d2, p3, p4, strides, WIDE: tl.constexpr):
+    """(columns, rows) offsets from the tile's base: per row, ``d0 .. d2`` (positions along dims 0-2
+    relative to the base) and ``p3``; per column ``p4``. int32 unless WIDE (an extent past 2**31)."""
+    if WIDE:
+        d0, d1, d2, p3, p4 = d0.to(tl.int64), d1.to(tl.int64), d2.to(tl.int64), p3.to(tl.int64), p4.to(tl.int64)
+    rows = d0 * strides[0] + d1 * strides[1] + d2 * strides[2] + p3 * strides[3]
+    return rows[None, :] + (p4 * strides[4])[:, None]
 
 
 @triton.jit
@@ -106,7 +143,7 @@ def window_count(start, size, pad, WINDOW: tl.constexpr, INCLUDE_PADDING: tl.con
 
 @triton.jit
 def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
-    """The (rows, columns) tile of window counts, as a product of a per-row and a per-column factor."""
+    """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor."""
     rows = (window_count(s0, sizes[0], pads[0], WINDOW[0], INCLUDE_PADDING)
             * window_count(s1, sizes[1], pads[1], WINDOW[1], INCLUDE_PADDING)
             * window_count(s2, sizes[2], pads[2], WINDOW[2], INCLUDE_PADDING)
@@ -116,81 +153,86 @@ def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, INCLUDE
 
 
 @triton.jit
-def window_step(j, x_ptr, x_row, x_col, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes, x_strides,
+def window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes, x_strides,
                 best, found, total, y_value,
                 WINDOW: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
                 COMPUTE: tl.constexpr):
-    """Fold window position ``j`` (row-major over the canonical window) into the accumulators:
-    the max (``best``), the smallest row-major position equal to y (``found``) or the sum."""
+    """Fold window position ``j`` (row-major over the canonical window) into the accumulators: the max
+    (``best``), the smallest row-major position (in N, C, D, H, W order) of an element equal to y
+    (``found``) or the sum."""
     j0, j1, j2, j3, j4 = split_constant(j, WINDOW)
-    ok_row = (row_ok & inside(s0 + j0, in_sizes[0], WINDOW[0] > 1) & inside(s1 + j1, in_sizes[1], WINDOW[1] > 1)
-              & inside(s2 + j2, in_sizes[2], WINDOW[2] > 1) & inside(s3 + j3, in_sizes[3], WINDOW[3] > 1))
+    ok_row = (row_ok & inside(s3 + j3, in_sizes[3], WINDOW[3] > 1) & inside(s0 + j0, in_sizes[0], WINDOW[0] > 1)
+              & inside(s1 + j1, in_sizes[1], WINDOW[1] > 1) & inside(s2 + j2, in_sizes[2], WINDOW[2] > 1))
     ok = ok_row[None, :] & (col_ok & inside(s4 + j4, in_sizes[4], WINDOW[4] > 1))[:, None]
-    shift = j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3] + j4 * x_strides[4]
-    x = tl.load(x_ptr + (x_row[None, :] + x_col[:, None] + shift), mask=ok, other=0.0).to(COMPUTE)
+    # the shift along dims 0-3 is shared by a window row; a unit stride along dim 4 folds into the load's offset
+    row_shift = j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3]
+    x_at = (x_tile + row_shift) + j4 * x_strides[4]
     if KIND == "max":
-        if PROPAGATE_NAN:
-            take = ok & ((x > best) | (x != x))
+        if PROPAGATE_NAN:  # padding reads -inf; one max.NaN.f32 on sm_90
+            x = tl.load(x_at, mask=ok, other=float("-inf")).to(COMPUTE)
+            best = tl.maximum(best, x, propagate_nan=tl.PropagateNan.ALL)
         else:  # best starts as NaN, which every number replaces
-            take = ok & (x == x) & ((x > best) | (best != best))
-        best = tl.where(take, x, best)
+            x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
+            best = tl.where(ok & (x == x) & ((x > best) | (best != best)), x, best)
     elif KIND == "argmax":
+        x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
         linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
         match = ok & ((x == y_value) | ((x != x) & (y_value != y_value))) & (linear < found)
         found = tl.where(match, linear, found)
     else:
-        total += x
+        total += tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
     return best, found, total
 
 
 @triton.jit
 def pool_forward_kernel(
-    x_ptr, y_ptr, argmax_ptr, in_sizes, out_sizes, pads, x_strides, y_strides, argmax_strides, row_count,
-    column_blocks, alpha: tl.float64, beta: tl.float64,
+    x_ptr, y_ptr, argmax_ptr, in_sizes, out_sizes, pads, x_strides, y_strides, argmax_strides,
+    alpha: tl.float64, beta: tl.float64,
     WINDOW: tl.constexpr, STRIDE: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
     INCLUDE_PADDING: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr,
-    COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """Program (rows, columns): BLOCK_R x BLOCK_C outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg" write
-    y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
+    """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
+    write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
     position of the first element of x equal to it (the window's size when none is)."""
-    rows, cols = tile_indices(column_blocks, BLOCK_R, BLOCK_C)
-    row_ok = rows < row_count
+    b0, b1, b2, o0, o1, o2, o3, cols = program_tile(out_sizes, BLOCK_R, BLOCK_C, CARRY)
+    row_ok = o0 < out_sizes[0]
     col_ok = cols < out_sizes[4]
-    o0, o1, o2, o3 = split_rows(rows, out_sizes)
     s0 = o0 * STRIDE[0] - pads[0]
     s1 = o1 * STRIDE[1] - pads[1]
     s2 = o2 * STRIDE[2] - pads[2]
     s3 = o3 * STRIDE[3] - pads[3]
     s4 = cols * STRIDE[4] - pads[4]
-    x_row = s0 * x_strides[0] + s1 * x_strides[1] + s2 * x_strides[2] + s3 * x_strides[3]
-    x_col = s4 * x_strides[4]
+    x_tile = (x_ptr + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2],
+                                   x_strides)
+              + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides,
+                            WIDE))
     mask = row_ok[None, :] & col_ok[:, None]
-    y_offsets = (o0 * y_strides[0] + o1 * y_strides[1] + o2 * y_strides[2] + o3 * y_strides[3])[None, :] \
-        + (cols * y_strides[4])[:, None]
+    y_at = (y_ptr + outer_offset(b0, b1, b2, y_strides)
+            + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, y_strides, WIDE))
 
     y_value = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
     if KIND == "argmax":
-        y_value = tl.load(y_ptr + y_offsets, mask=mask, other=0.0).to(COMPUTE)
+        y_value = tl.load(y_at, mask=mask, other=0.0).to(COMPUTE)
     best = tl.full((BLOCK_C, BLOCK_R), float("-inf") if PROPAGATE_NAN else float("nan"), COMPUTE)
-    found = tl.full((BLOCK_C, BLOCK_R), WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4], tl.int32)
-    total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
     steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+    found = tl.full((BLOCK_C, BLOCK_R), steps, tl.int32)
+    total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
     if UNROLL:
         for j in tl.static_range(steps):
-            best, found, total = window_step(j, x_ptr, x_row, x_col, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes,
+            best, found, total = window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes,
                                              x_strides, best, found, total, y_value,
                                              WINDOW, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
     else:
         for j in range(steps):
-            best, found, total = window_step(j, x_ptr, x_row, x_col, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes,
+            best, found, total = window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes,
                                              x_strides, best, found, total, y_value,
                                              WINDOW, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
 
     if KIND == "argmax":
-        argmax_offsets = (o0 * argmax_strides[0] + o1 * argmax_strides[1] + o2 * argmax_strides[2]
-                          + o3 * argmax_strides[3])[None, :] + (cols * argmax_strides[4])[:, None]
-        tl.store(argmax_ptr + argmax_offsets, found.to(argmax_ptr.dtype.element_ty), mask=mask)
+        argmax_at = (argmax_ptr + outer_offset(b0, b1, b2, argmax_strides)
+                     + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE))
+        tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
     else:
         if KIND == "max":
             result = best
@@ -198,15 +240,15 @@ def pool_forward_kernel(
             result = total / window_counts(s0, s1, s2, s3, s4, in_sizes, pads, WINDOW, INCLUDE_PADDING).to(COMPUTE)
         result = result * tl.cast(alpha, COMPUTE)
         if HAS_BETA:
-            result += tl.cast(beta, COMPUTE) * tl.load(y_ptr + y_offsets, mask=mask).to(COMPUTE)
-        tl.store(y_ptr + y_offsets, result.to(y_ptr.dtype.element_ty), mask=mask)
+            result += tl.cast(beta, COMPUTE) * tl.load(y_at, mask=mask).to(COMPUTE)
+        tl.store(y_at, result.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def window_gradient(phase, q, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes, pads,
+def window_gradient(phase, q, b0, b1, b2, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes, pads,
                     dy_strides, argmax_strides,
                     WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr,
-                    KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, COMPUTE: tl.constexpr):
+                    KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr):
     """The gradient that window ``o - q`` sends to the input position at offset ``r + q * stride``
     of it (``r`` the phase): dy where that offset is the window's argmax (max) or dy / count."""
     r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
@@ -215,17 +257,17 @@ def window_gradient(phase, q, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_
                           r4 + q4 * STRIDE[4])
     in_window = (j0 < WINDOW[0]) & (j1 < WINDOW[1]) & (j2 < WINDOW[2]) & (j3 < WINDOW[3]) & (j4 < WINDOW[4])
     w0, w1, w2, w3, w4 = o0 - q0, o1 - q1, o2 - q2, o3 - q3, o4 - q4
-    w_row = ((w0 >= 0) & (w0 < out_sizes[0]) & (w1 >= 0) & (w1 < out_sizes[1]) & (w2 >= 0) & (w2 < out_sizes[2])
-             & (w3 >= 0) & (w3 < out_sizes[3]))
+    w_row = ((w3 >= 0) & (w3 < out_sizes[3]) & (w0 >= 0) & (w0 < out_sizes[0]) & (w1 >= 0) & (w1 < out_sizes[1])
+             & (w2 >= 0) & (w2 < out_sizes[2]))
     ok = in_ok & in_window & w_row[None, :] & ((w4 >= 0) & (w4 < out_sizes[4]))[:, None]
-    offsets = (w0 * dy_strides[0] + w1 * dy_strides[1] + w2 * dy_strides[2] + w3 * dy_strides[3])[None, :] \
-        + (w4 * dy_strides[4])[:, None]
-    gradient = tl.load(dy_ptr + offsets, mask=ok, other=0.0).to(COMPUTE)  # masked by tile only: vectorized
+    dy_at = (dy_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, dy_strides)
+             + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, dy_strides, WIDE))
+    gradient = tl.load(dy_at, mask=ok, other=0.0).to(COMPUTE)
     if KIND == "max":
-        argmax_offsets = (w0 * argmax_strides[0] + w1 * argmax_strides[1] + w2 * argmax_strides[2]
-                          + w3 * argmax_strides[3])[None, :] + (w4 * argmax_strides[4])[:, None]
+        argmax_at = (argmax_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, argmax_strides)
+                     + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, argmax_strides, WIDE))
         linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
-        ok = ok & (tl.load(argmax_ptr + argmax_offsets, mask=ok, other=-1).to(tl.int32) == linear)
+        ok = ok & (tl.load(argmax_at, mask=ok, other=-1).to(tl.int32) == linear)
     else:
         counts = window_counts(w0 * STRIDE[0] - pads[0], w1 * STRIDE[1] - pads[1], w2 * STRIDE[2] - pads[2],
                                w3 * STRIDE[3] - pads[3], w4 * STRIDE[4] - pads[4], in_sizes, pads, WINDOW,
@@ -235,11 +277,11 @@ def window_gradient(phase, q, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_
 
 
 @triton.jit
-def phase_gradient(phase, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr, in_sizes, out_sizes,
-                   pads, dy_strides, argmax_strides, dx_strides, alpha, beta,
+def phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr, in_sizes,
+                   out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta,
                    WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr,
                    KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr,
-                   COMPUTE: tl.constexpr):
+                   WIDE: tl.constexpr, COMPUTE: tl.constexpr):
     """dx at the input positions ``o * stride - padding + r`` of the cells ``o`` (``r`` the phase)."""
     r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
     i0 = o0 * STRIDE[0] - pads[0] + r0
@@ -247,54 +289,55 @@ def phase_gradient(phase, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr
     i2 = o2 * STRIDE[2] - pads[2] + r2
     i3 = o3 * STRIDE[3] - pads[3] + r3
     i4 = o4 * STRIDE[4] - pads[4] + r4
-    in_row = (row_ok & (i0 >= 0) & (i0 < in_sizes[0]) & (i1 >= 0) & (i1 < in_sizes[1]) & (i2 >= 0)
-              & (i2 < in_sizes[2]) & (i3 >= 0) & (i3 < in_sizes[3]))
+    in_row = (row_ok & (i3 >= 0) & (i3 < in_sizes[3]) & (i0 >= 0) & (i0 < in_sizes[0]) & (i1 >= 0)
+              & (i1 < in_sizes[1]) & (i2 >= 0) & (i2 < in_sizes[2]))
     in_ok = in_row[None, :] & (col_ok & (i4 >= 0) & (i4 < in_sizes[4]))[:, None]
     shifts: tl.constexpr = SHIFTS[0] * SHIFTS[1] * SHIFTS[2] * SHIFTS[3] * SHIFTS[4]
     total = tl.zeros(in_ok.shape, COMPUTE)
     if UNROLL:
         for q in tl.static_range(shifts):
-            total += window_gradient(phase, q, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes,
-                                     pads, dy_strides, argmax_strides, WINDOW, STRIDE, SHIFTS, LINEAR, KIND,
-                                     INCLUDE_PADDING, COMPUTE)
+            total += window_gradient(phase, q, b0, b1, b2, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes,
+                                     out_sizes, pads, dy_strides, argmax_strides, WINDOW, STRIDE, SHIFTS, LINEAR,
+                                     KIND, INCLUDE_PADDING, WIDE, COMPUTE)
     else:
         for q in range(shifts):
-            total += window_gradient(phase, q, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes,
-                                     pads, dy_strides, argmax_strides, WINDOW, STRIDE, SHIFTS, LINEAR, KIND,
-                                     INCLUDE_PADDING, COMPUTE)
-    dx_offsets = (i0 * dx_strides[0] + i1 * dx_strides[1] + i2 * dx_strides[2] + i3 * dx_strides[3])[None, :] \
-        + (i4 * dx_strides[4])[:, None]
+            total += window_gradient(phase, q, b0, b1, b2, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes,
+                                     out_sizes, pads, dy_strides, argmax_strides, WINDOW, STRIDE, SHIFTS, LINEAR,
+                                     KIND, INCLUDE_PADDING, WIDE, COMPUTE)
+    dx_at = (dx_ptr + outer_offset(b0 * STRIDE[0] - pads[0] + r0, b1 * STRIDE[1] - pads[1] + r1,
+                                   b2 * STRIDE[2] - pads[2] + r2, dx_strides)
+             + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], i3, i4, dx_strides,
+                           WIDE))
     result = total * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
-        result += tl.cast(beta, COMPUTE) * tl.load(dx_ptr + dx_offsets, mask=in_ok).to(COMPUTE)
-    tl.store(dx_ptr + dx_offsets, result.to(dx_ptr.dtype.element_ty), mask=in_ok)
+        result += tl.cast(beta, COMPUTE) * tl.load(dx_at, mask=in_ok).to(COMPUTE)
+    tl.store(dx_at, result.to(dx_ptr.dtype.element_ty), mask=in_ok)
 
 
 @triton.jit
 def pool_backward_kernel(
     dy_ptr, argmax_ptr, dx_ptr, in_sizes, out_sizes, cell_sizes, pads, dy_strides, argmax_strides, dx_strides,
-    row_count, column_blocks, alpha: tl.float64, beta: tl.float64,
+    alpha: tl.float64, beta: tl.float64,
     WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
-    INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, CARRY: tl.constexpr,
+    WIDE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """Program (rows, columns): BLOCK_R x BLOCK_C cells (held as BLOCK_C x BLOCK_R); writes dx at every input
-    position of those cells, phase by phase."""
-    rows, o4 = tile_indices(column_blocks, BLOCK_R, BLOCK_C)
-    row_ok = rows < row_count
+    """Program: BLOCK_R rows x BLOCK_C columns of cells (held as BLOCK_C x BLOCK_R); writes dx at every
+    input position of those cells, phase by phase."""
+    b0, b1, b2, o0, o1, o2, o3, o4 = program_tile(cell_sizes, BLOCK_R, BLOCK_C, CARRY)
+    row_ok = o0 < cell_sizes[0]
     col_ok = o4 < cell_sizes[4]
-    o0, o1, o2, o3 = split_rows(rows, cell_sizes)
     phases: tl.constexpr = STRIDE[0] * STRIDE[1] * STRIDE[2] * STRIDE[3] * STRIDE[4]
     if UNROLL:
         for phase in tl.static_range(phases):
-            phase_gradient(phase, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr, in_sizes,
-                           out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta, WINDOW, STRIDE,
-                           SHIFTS, LINEAR, KIND, INCLUDE_PADDING, HAS_BETA, UNROLL, COMPUTE)
+            phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr,
+                           in_sizes, out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta, WINDOW,
+                           STRIDE, SHIFTS, LINEAR, KIND, INCLUDE_PADDING, HAS_BETA, UNROLL, WIDE, COMPUTE)
     else:
         for phase in range(phases):
-            phase_gradient(phase, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr, in_sizes,
-                           out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta, WINDOW, STRIDE,
-                           SHIFTS, LINEAR, KIND, INCLUDE_PADDING, HAS_BETA, UNROLL, COMPUTE)
+            phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr,
+                           in_sizes, out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta, WINDOW,
+                           STRIDE, SHIFTS, LINEAR, KIND, INCLUDE_PADDING, HAS_BETA, UNROLL, WIDE, COMPUTE)
 
 
 # launcher ----------------------------------------------------------------------------------------
@@ -321,8 +364,9 @@ def _five(values: tuple[int, ...], lead: int, fill: int) -> tuple[int, ...]:
 
 
 def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bool) -> CanonicalPooling:
-    """The canonical form, its innermost dim the one of smallest ``inner_strides`` among those
-    the tile walks (more than one output, or more than one cell when ``cells``)."""
+    """The canonical form: last the dim of smallest ``inner_strides`` among those the tile walks (more
+    than one output, or more than one cell when ``cells``), before it the walked dim of next smallest
+    stride (the tile's rows), the others in N, C, D, H, W order (one position per program)."""
     lead = 3 - len(problem.window)
     window = (1, 1, *(1,) * lead, *problem.window)
     stride = (1, 1, *(1,) * lead, *problem.stride)
@@ -331,10 +375,16 @@ def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bo
     out_sizes = _five(problem.y.dims, lead, 1)
     walked = _cell_sizes(in_sizes, stride, pads) if cells else out_sizes
     strides = _five(inner_strides, lead, 0)
-    candidates = [d for d in range(CANONICAL_DIMS) if walked[d] > 1] or [CANONICAL_DIMS - 1]
-    inner = min(candidates, key=lambda d: (strides[d], -d))
-    order = tuple(d for d in range(CANONICAL_DIMS) if d != inner) + (inner,)
+
+    def smallest_stride(dims: list[int]) -> int:
+        return min([d for d in dims if walked[d] > 1] or dims[-1:], key=lambda d: (strides[d], -d))
+
+    inner = smallest_stride(list(range(CANONICAL_DIMS)))
+    rest = [d for d in range(CANONICAL_DIMS) if d != inner]
+    row = smallest_stride(rest)
+    order = (*(d for d in rest if d != row), row, inner)
     linear = tuple(math.prod(window[d + 1:]) for d in range(CANONICAL_DIMS))
+
     def pick(values: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(values[d] for d in order)
 
@@ -347,10 +397,33 @@ def _cell_sizes(in_sizes: tuple[int, ...], stride: tuple[int, ...], pads: tuple[
     return tuple(-(-(n + p) // s) for n, s, p in zip(in_sizes, stride, pads))
 
 
-def _blocks(inner: int, rows: int, unit_stride: bool) -> tuple[int, int]:
-    block_c = min(triton.next_power_of_2(inner), MAX_INNER_BLOCK if unit_stride else 64)
-    block_r = max(1, min(TILE_ELEMENTS // block_c, triton.next_power_of_2(rows)))
-    return block_r, block_c
+def _launch_shape(sizes: tuple[int, ...], unit_stride: bool, tile: int) -> tuple[tuple[int], int, int, bool]:
+    """Grid, BLOCK_R, BLOCK_C and CARRY for a tile walk over canonical ``sizes`` (rows: dims 0-3
+    flattened). ``tile`` elements per program; when dim 3 holds at least a quarter of the rows' block, the
+    block is cut to at most twice dim 3 so that a tile's row coordinates come from compares (CARRY)."""
+    block_c = min(triton.next_power_of_2(sizes[4]), MAX_INNER_BLOCK if unit_stride else 64)
+    rows = math.prod(sizes[:4])
+    block_r = max(1, min(tile // block_c, triton.next_power_of_2(rows)))
+    carry = 4 * sizes[3] >= block_r
+    if carry:
+        block_r = min(block_r, 1 << (2 * sizes[3]).bit_length() - 1)
+    programs = triton.cdiv(rows, block_r) * triton.cdiv(sizes[4], block_c)
+    assert programs <= INT32_LIMIT and rows <= INT32_LIMIT, f"{rows} rows"
+    return (programs,), block_r, block_c, carry
+
+
+def _wide(plan: CanonicalPooling, *strides: tuple[int, ...]) -> bool:
+    """Whether an offset from a tile's base (its rows reach one step or the full size of dims 0-2; window
+    and padding included) may pass int32."""
+    extents = [max(plan.in_sizes[d], plan.out_sizes[d]) + 2 * (plan.window[d] + plan.stride[d])
+               for d in range(CANONICAL_DIMS)]
+    return any(sum(e * abs(s) for e, s in zip(extents, strides_)) > INT32_LIMIT for strides_ in strides)
+
+
+def _wide(plan: CanonicalPooling, *strides: tuple[int, ...]) -> bool:
+    """Whether an offset along canonical dims 3 and 4 (window and padding included) may pass int32."""
+    extents = [plan.in_sizes[d] + 2 * (plan.window[d] + plan.stride[d]) for d in (3, 4)]
+    return any(extents[0] * abs(s[3]) + extents[1] * abs(s[4]) > INT32_LIMIT for s in strides)
 
 
 def _argmax_dtype(positions: int) -> Any:
@@ -378,21 +451,32 @@ def _forward_launch(problem: PoolingProblem, kind: str, x: Bound, y: Bound, argm
                     argmax_strides: tuple[int, ...] = (0,) * CANONICAL_DIMS) -> None:
     """Launch the forward kernel: y for "max"/"avg"; for "argmax", the window positions into ``argmax``
     (its strides over the five canonical dims in N, C, D, H, W numbering)."""
-    plan = canonical(problem, x.desc.strides, cells=False)
+    grid, args, constants = _forward_config(problem, kind, argmax_strides,
+                                            ARGMAX_TILE if kind == "argmax" else FORWARD_TILE)
+    y_view = torch_view(y)
+    pool_forward_kernel[grid](torch_view(x), y_view, y_view if argmax is None else argmax, *args, **constants)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...],
+                    tile: int) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """Grid, arguments after the pointers and constexprs of a forward launch (memoized: host time)."""
+    plan = canonical(problem, problem.x.strides, cells=False)
     lead = _lead(problem)
-    x_strides, y_strides = plan.permute(_five(x.desc.strides, lead, 0)), plan.permute(_five(y.desc.strides, lead, 0))
-    rows = math.prod(plan.out_sizes[:4])
-    block_r, block_c = _blocks(plan.out_sizes[4], rows, x_strides[4] == 1)
-    column_blocks = triton.cdiv(plan.out_sizes[4], block_c)
-    grid = (triton.cdiv(rows, block_r) * column_blocks,)
-    y_view = _torch_view(y)
-    pool_forward_kernel[grid](
-        _torch_view(x), y_view, y_view if argmax is None else argmax, plan.in_sizes, plan.out_sizes, plan.pads,
-        x_strides, y_strides, plan.permute(argmax_strides), rows, column_blocks, problem.alpha, problem.beta,
+    x_strides = plan.permute(_five(problem.x.strides, lead, 0))
+    y_strides = plan.permute(_five(problem.y.strides, lead, 0))
+    argmax_strides = plan.permute(argmax_strides)
+    if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:
+        tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
+    grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, tile)
+    args = (plan.in_sizes, plan.out_sizes, plan.pads, x_strides, y_strides, argmax_strides, problem.alpha, problem.beta)
+    constants = dict(
         WINDOW=plan.window, STRIDE=plan.stride, LINEAR=plan.linear, KIND=kind,
         INCLUDE_PADDING=problem.mode.value == "avg_include", PROPAGATE_NAN=problem.propagate_nan,
-        HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT,
-        COMPUTE=_compute(problem), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+        HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
+        WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem), BLOCK_R=block_r,
+        BLOCK_C=block_c, num_warps=4)
+    return grid, args, constants
 
 
 def _forward(problem: PoolingProblem, x: Bound, y: Bound) -> None:
@@ -402,45 +486,39 @@ def _forward(problem: PoolingProblem, x: Bound, y: Bound) -> None:
 def _backward(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound, dx: Bound) -> None:
     import torch
 
-    plan = canonical(problem, dx.desc.strides, cells=True)
-    lead = _lead(problem)
-    argmax = _torch_view(dy)  # unused unless max
-    argmax_strides = (0,) * CANONICAL_DIMS
+    grid, args, constants, argmax_size, argmax_strides = _backward_config(problem, BACKWARD_TILE)
+    argmax = torch_view(dy)  # unused unless max
     if problem.mode.is_max:
-        dims = _five(problem.y.dims, lead, 1)
-        argmax_strides = strides_for_order(dims, plan.order)  # packed, in the backward's canonical order
-        argmax = torch.empty(math.prod(dims), dtype=_argmax_dtype(math.prod(plan.window)), device=argmax.device)
+        argmax = torch.empty(argmax_size, dtype=_argmax_dtype(math.prod(problem.window)), device=argmax.device)
         _forward_launch(problem, "argmax", x, y, argmax, argmax_strides)
+    pool_backward_kernel[grid](torch_view(dy), argmax, torch_view(dx), *args, **constants)
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_config(problem: PoolingProblem, tile: int) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any], int,
+                                                                  tuple[int, ...]]:
+    """Grid, arguments after the pointers and constexprs of the gather, and the argmax scratch's size
+    and strides in N, C, D, H, W numbering (packed, in the gather's canonical order). Memoized."""
+    plan = canonical(problem, problem.dx.strides, cells=True)
+    lead = _lead(problem)
+    dims = _five(problem.y.dims, lead, 1)
+    argmax_strides = strides_for_order(dims, plan.order) if problem.mode.is_max else (0,) * CANONICAL_DIMS
     cells = _cell_sizes(plan.in_sizes, plan.stride, plan.pads)
-    dy_strides = plan.permute(_five(dy.desc.strides, lead, 0))
-    dx_strides = plan.permute(_five(dx.desc.strides, lead, 0))
+    dy_strides = plan.permute(_five(problem.dy.strides, lead, 0))
+    dx_strides = plan.permute(_five(problem.dx.strides, lead, 0))
     shifts = tuple(-(-w // s) for w, s in zip(plan.window, plan.stride))
-    rows = math.prod(cells[:4])
-    block_r, block_c = _blocks(cells[4], rows, dx_strides[4] == 1)
-    column_blocks = triton.cdiv(cells[4], block_c)
-    grid = (triton.cdiv(rows, block_r) * column_blocks,)
-    pool_backward_kernel[grid](
-        _torch_view(dy), argmax, _torch_view(dx), plan.in_sizes, plan.out_sizes, cells, plan.pads, dy_strides,
-        plan.permute(argmax_strides), dx_strides, rows, column_blocks, problem.alpha, problem.beta,
+    gather_argmax_strides = plan.permute(argmax_strides)
+    grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile)
+    args = (plan.in_sizes, plan.out_sizes, cells, plan.pads, dy_strides, gather_argmax_strides, dx_strides,
+            problem.alpha, problem.beta)
+    constants = dict(
         WINDOW=plan.window, STRIDE=plan.stride, SHIFTS=shifts, LINEAR=plan.linear,
         KIND="max" if problem.mode.is_max else "avg", INCLUDE_PADDING=problem.mode.value == "avg_include",
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
-        COMPUTE=_compute(problem), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+        CARRY=carry, WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides), COMPUTE=_compute(problem),
+        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+    return grid, args, constants, math.prod(dims), argmax_strides
 
 
 def _compute(problem: PoolingProblem) -> Any:
     return tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
-
-
-def _torch_view(bound: Bound) -> Any:
-    """The bound view as a torch tensor sharing memory (a NumPy array is wrapped, bfloat16 bits
-    reinterpreted)."""
-    import numpy as np
-    import torch
-
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
-    return view
