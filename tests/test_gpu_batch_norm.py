@@ -61,11 +61,14 @@ def test_fused_add_relu_matches_torch_on_gpu(dtype):
     weight, bias = torch.rand(64, device=DEVICE) + 0.5, torch.randn(64, device=DEVICE)
     xr, zr = x.double().requires_grad_(), z.double().requires_grad_()
     wr, br = weight.double().requires_grad_(), bias.double().requires_grad_()
-    expected = torch.relu(TF.batch_norm(xr, None, None, wr, br, True) + zr)
+    pre_activation = TF.batch_norm(xr, None, None, wr, br, True) + zr
+    expected = torch.relu(pre_activation)
     dy = torch.randn_like(x)
-    expected.backward(dy.double())
     y, state = F.batch_norm_add_activation(x, z, None, None, weight, bias, return_state=True)
     assert error(y, expected) < TOLERANCE[dtype]
+    # relu's derivative taken where opendnn's forward put it: an element within rounding of 0 may fall
+    # on either side, and one such flip moves dx by ~1/sqrt(numel) (the float64 graph knows nothing of it)
+    pre_activation.backward(dy.double() * (y > 0))
     dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state)
     assert error(dx, xr.grad) < 2 * TOLERANCE[dtype] and error(dz, zr.grad) < TOLERANCE[dtype]
     assert error(dweight, wr.grad) < 1e-3 and error(dbias, br.grad) < 1e-3

@@ -45,10 +45,12 @@ def test_fp8_with_scales_matches_scaled_mm(b_type):
     a = torch.randn(4096, 2048, device=DEVICE).to(torch.float8_e4m3fn)
     b = torch.randn(1024, 2048, device=DEVICE).to(b_type).t()
     scale_a, scale_b = torch.tensor(0.5, device=DEVICE), torch.tensor(2.0, device=DEVICE)
-    expected = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    reference = 0.5 * 2.0 * (a.double() @ b.double())
+    # cuBLAS's fp8 product is itself ~1e-4 off the exact one (Hopper's fp8 MMA accumulates with a
+    # short mantissa between promotions): opendnn must be about as close to the exact product
+    cublas_error = relative_error(torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32), reference)
     got = F.matmul(a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32")
-    assert relative_error(got, expected) < 1e-5
-    assert relative_error(got, 0.5 * 2.0 * (a.double() @ b.double())) < 1e-5
+    assert relative_error(got, reference) <= max(1.5 * cublas_error, 1e-5)
     fast = F.matmul(a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32",
                     handle=od.create(DEVICE, math_type=od.MathType.TENSOR_OP))
     assert relative_error(fast, 0.5 * 2.0 * (a.double() @ b.double())) < 5e-3

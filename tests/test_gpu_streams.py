@@ -66,7 +66,7 @@ def test_two_handles_streams_overlap_on_the_gpu():
         start, ends = torch.cuda.Event(enable_timing=True), []
         for k in set(chains):
             with torch.cuda.stream(streams[k]):
-                torch.cuda._sleep(20_000_000)
+                torch.cuda._sleep(300_000_000)  # ~150 ms: longer than enqueueing the 80 launches
         streams[0].wait_stream(streams[1])
         start.record(streams[0])
         streams[1].wait_stream(streams[0])
