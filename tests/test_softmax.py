@@ -1,8 +1,12 @@
 """Softmax: the NumPy reference against torch and finite differences in float64, then the API on
 both backends (Triton through its interpreter): special rows (-inf, NaN, huge values), rows past one
-block (the two-pass kernels, split over several programs), in place, the Pythonic API, and errors."""
+block (the two-pass kernels, split over several programs), in place, the Pythonic API, errors, and
+the kernels compiled for the H200 (sm_90) under the launcher's own arguments."""
 
+import itertools
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
 
@@ -237,3 +241,91 @@ def test_integer_tensors_are_not_supported():
     desc = od.TensorDescriptor("int32", (2, 3))
     with pytest.raises(od.NotSupported, match=r"x_desc.dtype=INT32 must be FLOAT"):
         call_forward(desc, desc)
+
+
+# compiled for the H200 (sm_90): Triton's CUDA compiler runs without a GPU ---------------------------
+
+# (algo, reduced axes, float32 dims, backward). Triton 3.6 once failed to compile the stats kernel of
+# float32 LOG backward on two-pass rows ("PassManager::run failed" in TritonGPUOptimizeThreadLocality).
+SM90_PROBLEMS = [
+    (SoftmaxAlgorithm.LOG, (1, 2, 3), (64, 1000, 7, 7), True),  # INSTANCE, rows of 49000: two passes
+    *((algo, (1,), (3, 1 << 20), backward) for algo, backward in itertools.product(ALGOS, (False, True))),
+    *((SoftmaxAlgorithm.LOG, (1,), (64, 1000, 7, 7), backward) for backward in (False, True)),  # one pass
+]
+SM90_LAUNCHES = 2 * 7 + 2  # stats + apply for each two-pass problem, one kernel for each one-pass problem
+SM90_SKIP = 77  # the subprocess's exit status when this machine cannot run Triton's CUDA compiler
+
+
+def test_kernels_compile_for_sm90_with_any_int_divisibility():
+    """Each launch of SM90_PROBLEMS with the divisibility attrs the launcher gives its int args, with
+    all of them on and with all off. In a subprocess: triton must load without its interpreter."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    result = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300)
+    if result.returncode == SM90_SKIP:
+        pytest.skip(result.stdout.strip())
+    assert result.returncode == 0, result.stdout.splitlines()[-1:] + [result.stderr[-3000:]]
+    assert result.stdout.splitlines()[-1] == f"compiled {3 * SM90_LAUNCHES}"
+
+
+class LaunchRecorder:
+    """Stands in for a kernel: ``kernel[grid](*args, **kwargs)`` records the launch instead of running it."""
+
+    def __init__(self, kernel, launches):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))
+
+
+def compile_softmax_for_sm90() -> None:
+    """Record the arguments ``run()`` passes to each kernel of SM90_PROBLEMS, specialize them as
+    Triton's launcher does, and compile each for sm_90 down to a cubin, 3 times: with the launcher's
+    divisibility attrs, with every int arg divisible by 16, with none."""
+    import triton
+    from triton._utils import find_paths_if
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from opendnn.backends.triton import softmax as kernels
+    from opendnn.core.arrays import bind
+    from opendnn.ops.softmax import softmax_problem
+
+    target = GPUTarget("cuda", 90, 32)
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        backend = make_backend(target)
+        get_ptxas(90)
+    except (ImportError, RuntimeError) as error:
+        print(f"Triton's CUDA compiler cannot run here: {error}")
+        sys.exit(SM90_SKIP)
+    launches = []
+    for name in ("softmax_one_pass_kernel", "softmax_stats_kernel", "softmax_apply_kernel"):
+        setattr(kernels, name, LaunchRecorder(getattr(kernels, name), launches))
+    for algo, axes, dims, backward in SM90_PROBLEMS:
+        desc = od.TensorDescriptor("float32", dims)
+        count = 3 if backward else 2
+        problem = softmax_problem(algo, axes, ["a", "b", "out"][:count], [desc] * count, backward=backward)
+        tensors = [bind(f"t{k}", desc, torch.empty(dims), output=k == count - 1) for k in range(count)]
+        kernels.run(problem, tensors[:-1], tensors[-1])
+    compiled = 0
+    for kernel, args, kwargs in launches:
+        binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+        bound, specialization, options = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
+        ints = find_paths_if(list(signature.values()), lambda _, kind: kind in ("i32", "i64"))
+        pointers = {path: attr for path, attr in attrs.items() if path not in ints}
+        patterns = {"the launcher's": attrs, "all": {**pointers, **{path: [["tt.divisibility", 16]] for path in ints}},
+                    "no": pointers}
+        for pattern, pattern_attrs in patterns.items():
+            print(f"compiling {kernel.__name__} {kwargs} with {pattern} int divisibility attrs", flush=True)
+            source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=pattern_attrs)
+            assert "cubin" in triton.compile(source, target=target, options=options.__dict__).asm
+            compiled += 1
+    print("compiled", compiled)
+
+
+if __name__ == "__main__":
+    compile_softmax_for_sm90()

@@ -237,10 +237,13 @@ def softmax_stats_kernel(
         b_offsets = operand_offsets(outer, k, r, outer_sizes, b_outer, b_inner, reduced_sizes, b_reduced,
                                     OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
         a, b = load_operands(a_ptr, b_ptr, a_offsets, b_offsets, mask, BACKWARD, COMPUTE)
-        m_new = tl.maximum(m, tile_max(USES_MAX, a, COMPUTE, BLOCK_K))
-        shift = safe_shift(m_new)
-        total = total * exp_of(m - shift) + tl.sum(tile_terms(ALGO, BACKWARD, a, b, shift), axis=1)
-        m = m_new
+        if USES_MAX:
+            m_new = tl.maximum(m, tl.max(a, axis=1))
+            shift = safe_shift(m_new)
+            total = total * exp_of(m - shift) + tl.sum(tile_terms(ALGO, BACKWARD, a, b, shift), axis=1)
+            m = m_new
+        else:  # m stays 0: a plain sum. `total * exp(0) + sum(dy)` broke Triton 3.6's thread-locality pass
+            total += tl.sum(tile_terms(ALGO, BACKWARD, a, b, m), axis=1)
     row = outer * inner_size + k
     tl.store(stats_ptr + chunk * kept_total + row, m, mask=k_mask)
     tl.store(stats_ptr + (chunks + chunk) * kept_total + row, total, mask=k_mask)
