@@ -283,3 +283,37 @@ def test_functional_lrn_and_divisive_norm(backend):
                                                      dy.double().numpy(), desc)
     _close(dx, expected_dx)
     _close(dmeans, -expected_dx)
+
+
+@pytest.mark.parametrize("shape, channels_last", [((2, 8200), False), ((1, 9, 30, 31), True)])
+def test_streamed_layer_and_rms_norm_match_torch(shape, channels_last):
+    """Rows longer than the Triton backend holds in registers (8192) stream in chunks, the last one
+    part-masked: packed rows, and 3 normalized dims of a channels-last tensor (strided columns);
+    inputs off-centre so that RMS norm differs from layer norm; saved statistics or recomputed."""
+    handle = od.create("cpu", backend="triton")
+    g = torch.Generator().manual_seed(3)
+    x, dy = torch.randn(shape, generator=g) + 0.5, torch.randn(shape, generator=g)
+    if channels_last:
+        x, dy = x.contiguous(memory_format=torch.channels_last), dy.contiguous(memory_format=torch.channels_last)
+    normalized = shape[-3:] if channels_last else shape[-1:]
+    w, b = 1 + 0.1 * torch.randn(normalized, generator=g), 0.1 * torch.randn(normalized, generator=g)
+    xt, dyt = x.double().requires_grad_(), dy.double()
+    reduced = tuple(range(x.ndim - len(normalized)))
+    expected = TF.layer_norm(xt, normalized, w.double(), b.double())
+    expected.backward(dyt)
+    y, mean, rstd = F.layer_norm(x, normalized, w, b, return_stats=True, handle=handle)
+    saved = dict(mean=mean, rstd=rstd) if not channels_last else {}
+    dx, dw, db = F.layer_norm_backward(dy, x, normalized, w, handle=handle, **saved)
+    _close(y, expected)
+    _close(dx, xt.grad)
+    _close(dw, (TF.layer_norm(xt.detach(), normalized) * dyt).sum(reduced))
+    _close(db, dyt.sum(reduced))
+    xt.grad = None
+    expected = TF.rms_norm(xt, normalized, w.double(), 1e-6)
+    expected.backward(dyt)
+    y, rstd = F.rms_norm(x, normalized, w, 1e-6, return_stats=True, handle=handle)
+    saved = dict(rstd=rstd) if channels_last else {}
+    dx, dw = F.rms_norm_backward(dy, x, normalized, w, 1e-6, handle=handle, **saved)
+    _close(y, expected)
+    _close(dx, xt.grad)
+    _close(dw, (TF.rms_norm(xt.detach(), normalized, eps=1e-6) * dyt).sum(reduced))

@@ -110,8 +110,9 @@ def row_statistics(x, mask, row_size, eps, RMS: tl.constexpr):
 def streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS: tl.constexpr, col_sizes, col_x,
                         COL_UNIT: tl.constexpr, RMS: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr,
                         BLOCK: tl.constexpr):
-    """(mean, inv_std) of rows too long for registers: one pass of sums shifted by the row's first
-    element (mean + small deviations: no catastrophic cancellation)."""
+    """(mean, inv_std) of rows too long for registers (mean 0 for RMS, whose inv_std is that of the
+    mean square): one pass of sums shifted by the row's first element (mean + small deviations:
+    no catastrophic cancellation)."""
     shift = tl.zeros((BLOCK_R,), COMPUTE)
     if not RMS:
         shift = tl.load(x_ptr + x_rows, mask=row_mask, other=0.0).to(COMPUTE)
@@ -122,12 +123,18 @@ def streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS: tl.con
         mask = row_mask[:, None] & (cols < row_size)[None, :]
         x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
         d = tl.where(mask, x - shift[:, None], 0.0)
-        first += d
+        if not RMS:
+            first += d
         second += d * d
     count = tl.cast(row_size, COMPUTE)
-    mean_shifted = tl.sum(first, axis=1) / count
-    variance = tl.maximum(tl.sum(second, axis=1) / count - mean_shifted * mean_shifted, 0.0)
-    return shift + mean_shifted, 1.0 / tl.sqrt(variance + eps)
+    if RMS:
+        mean = shift  # zeros: RMS norm neither centres nor subtracts a squared mean
+        square = tl.sum(second, axis=1) / count
+    else:
+        mean_shifted = tl.sum(first, axis=1) / count
+        mean = shift + mean_shifted
+        square = tl.maximum(tl.sum(second, axis=1) / count - mean_shifted * mean_shifted, 0.0)
+    return mean, 1.0 / tl.sqrt(square + eps)
 
 
 @triton.jit
@@ -216,7 +223,7 @@ def norm_backward_kernel(
     p = tl.program_id(1)
     programs = tl.num_programs(1)
     slice_offset = (g * programs + p) * row_size
-    half = tl.num_programs(0) * programs * row_size  # where the dy sums start
+    half = tl.num_programs(0).to(tl.int64) * programs * row_size  # where the dy sums start
     tiles = tl.cdiv(inner_rows, BLOCK_R)
     eps = tl.cast(eps, COMPUTE)
     if SINGLE:
@@ -241,19 +248,26 @@ def norm_backward_kernel(
             x = load_row_tile(x_ptr, x_rows, x_cols, mask, COMPUTE)
             dy = load_row_tile(dy_ptr, dy_rows, dy_cols, mask, COMPUTE)
             mean, rstd = row_statistics(x, mask, row_size, eps, RMS)
-            if HAS_RSTD:
-                rstd = tl.load(rstd_ptr + stats_rows, mask=row_mask, other=1.0).to(COMPUTE)
-            if HAS_MEAN:
-                mean = tl.load(mean_ptr + stats_rows, mask=row_mask, other=0.0).to(COMPUTE)
+        elif HAS_RSTD and (HAS_MEAN or RMS):  # saved statistics (RMS: mean 0): no pass over x for them
+            mean = tl.zeros((BLOCK_R,), COMPUTE)
+            rstd = mean
+        else:
+            mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS, col_sizes, col_x,
+                                             COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
+        if HAS_RSTD:
+            rstd = tl.load(rstd_ptr + stats_rows, mask=row_mask, other=1.0).to(COMPUTE)
+        if HAS_MEAN:
+            mean = tl.load(mean_ptr + stats_rows, mask=row_mask, other=0.0).to(COMPUTE)
+        if SINGLE:
             dx, xhat = row_gradient(x, dy, mask, mean, rstd, scale, row_size, RMS)
             blend_store(dx_ptr, dx_rows, dx_cols, mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
             dscale += tl.sum(dy * xhat, axis=0)
             dbias += tl.sum(dy, axis=0)
         else:
             streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr + slice_offset, half, tile == p,
-                                  g, x_rows, dy_rows, dx_rows, row_mask, row_size, params_per_group, eps, alpha,
-                                  beta, COL_DIMS, col_sizes, col_x, col_dy, col_dx, COL_UNIT, PER_SPATIAL, RMS,
-                                  HAS_SCALE, HAS_BETA, COMPUTE, BLOCK_R, BLOCK)
+                                  g, x_rows, dy_rows, dx_rows, row_mask, mean, rstd, row_size, params_per_group,
+                                  alpha, beta, COL_DIMS, col_sizes, col_x, col_dy, col_dx, COL_UNIT, PER_SPATIAL,
+                                  RMS, HAS_SCALE, HAS_BETA, COMPUTE, BLOCK_R, BLOCK)
     if SINGLE:
         tl.store(partial_ptr + slice_offset + cols, dscale, mask=col_mask)
         tl.store(partial_ptr + half + slice_offset + cols, dbias, mask=col_mask)
@@ -261,14 +275,13 @@ def norm_backward_kernel(
 
 @triton.jit
 def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, first_tile, g, x_rows, dy_rows,
-                          dx_rows, row_mask, row_size, params_per_group, eps, alpha, beta, COL_DIMS: tl.constexpr,
-                          col_sizes, col_x, col_dy, col_dx, COL_UNIT: tl.constexpr, PER_SPATIAL: tl.constexpr,
-                          RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BETA: tl.constexpr,
-                          COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
-    """Backward of rows too long for registers: statistics, then the two row sums, then dx and the
-    partial column sums (added into this program's workspace slice)."""
-    mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS, col_sizes, col_x,
-                                     COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
+                          dx_rows, row_mask, mean, rstd, row_size, params_per_group, alpha, beta,
+                          COL_DIMS: tl.constexpr, col_sizes, col_x, col_dy, col_dx, COL_UNIT: tl.constexpr,
+                          PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                          HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+    """Backward of rows too long for registers, given their statistics: the two row sums, then dx
+    and the partial column sums (added into this program's workspace slice; the row sums' cross-warp
+    reductions, barriers, separate one tile's stores from the next tile's loads of the slice)."""
     sum_g = tl.zeros((BLOCK_R, BLOCK), COMPUTE)
     sum_gx = tl.zeros((BLOCK_R, BLOCK), COMPUTE)
     for start in range(0, row_size, BLOCK):
@@ -323,6 +336,7 @@ def norm_finalize_kernel(partial_ptr, dscale_ptr, dbias_ptr, param_sizes, dscale
     g = f // params_per_group
     spatial = row_size // params_per_group
     column = (f - g * params_per_group) * spatial
+    first_slice = g.to(tl.int64) * programs  # of the group's workspace slices (int64: large workspaces)
     count = programs * spatial  # summands per parameter, walked as r = p * spatial + s
     for which in tl.static_range(2):
         if (which == 0 and HAS_DSCALE) or (which == 1 and HAS_DBIAS):
@@ -330,7 +344,7 @@ def norm_finalize_kernel(partial_ptr, dscale_ptr, dbias_ptr, param_sizes, dscale
             for start in range(0, count, ROWS):
                 r = start + tl.arange(0, ROWS)
                 p = r // spatial
-                summands = (which * half + (g[None, :] * programs + p[:, None]) * row_size + column[None, :]
+                summands = (which * half + (first_slice[None, :] + p[:, None]) * row_size + column[None, :]
                             + (r - p * spatial)[:, None])
                 acc += tl.load(partial_ptr + summands, mask=(r < count)[:, None] & f_mask[None, :], other=0.0)
             total = tl.sum(acc, axis=0)
