@@ -131,7 +131,7 @@ def training_call(handle, mode=SPATIAL, param_dims=(1, 3, 1, 1), epsilon=EPS, sc
     (dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.TANH)),
      r"activation_desc.mode=TANH must be RELU, CLIPPED_RELU or IDENTITY"),
     (dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),
-     r"reserve_space=None but this call needs 96 bytes"),
+     r"reserve_space=None but get_batch_normalization_training_ex_reserve_space_size needs 96 bytes"),
 ])
 def test_errors_name_the_parameter_and_rule(kwargs, message):
     with pytest.raises((od.BadParam, od.NotSupported), match=message):

@@ -323,7 +323,7 @@ def test_workspace_too_small_or_missing_is_refused():
     with pytest.raises(od.BadParam, match=f"workspace holds 16 bytes but get_reduction_workspace_size needs "
                                           f"{needed} bytes"):
         _call(handle, reduce_desc, (64, 1024), (1, 1), workspace=torch.empty(16, dtype=torch.uint8))
-    with pytest.raises(od.BadParam, match=f"workspace=None but this reduction needs {needed} bytes"):
+    with pytest.raises(od.BadParam, match=f"workspace=None but get_reduction_workspace_size needs {needed} bytes"):
         _call(handle, reduce_desc, (64, 1024), (1, 1))
 
 

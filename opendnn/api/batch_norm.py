@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from opendnn.api.activation import ActivationDescriptor
-from opendnn.core.arrays import Bound, as_native, bind, device_of
+from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
@@ -28,8 +26,6 @@ from opendnn.ops.batch_norm import (
     batch_norm_problem,
 )
 from opendnn.ops.registry import dispatch, load_backend
-
-WORKSPACE_ALIGNMENT = 16  # bytes
 
 
 def batch_normalization_forward_training(
@@ -237,49 +233,13 @@ def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, w
     backend = _backend(handle)
     needed = backend.workspace_size(problem)
     if workspace is _AUTOMATIC:  # ours: no checks needed
-        scratch = _scratch(tensors.x, needed)
+        scratch = allocate_bytes(tensors.x, needed)
         workspace_bound = None if scratch is None else Bound(
             "workspace", TensorDescriptor(DataType.UINT8, (needed,)), scratch, tensors.x.device)
     else:
-        workspace_bound = _bind_bytes("workspace", workspace, needed, "the workspace size query")
+        workspace_bound = bind_bytes("workspace", workspace, needed, "the workspace size query")
     tensors = tensors._replace(
         workspace=workspace_bound,
-        reserve=_bind_bytes("reserve_space", reserve_space, backend.reserve_size(problem) if problem.reserve else 0,
+        reserve=bind_bytes("reserve_space", reserve_space, backend.reserve_size(problem) if problem.reserve else 0,
                             "get_batch_normalization_training_ex_reserve_space_size"))
     dispatch(handle, "batch_norm", problem, tensors)
-
-
-def _scratch(like: Bound, nbytes: int) -> Any:
-    if nbytes == 0:
-        return None
-    if isinstance(like.view, np.ndarray):
-        return np.empty(nbytes, np.uint8)
-    import torch
-
-    return torch.empty(nbytes, dtype=torch.uint8, device=like.view.device)
-
-
-def _bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
-    """``array`` as a Bound of bytes, checked against ``needed``; None when nothing is needed."""
-    if needed == 0:
-        return None
-    require(array is not None, f"{name}=None but this call needs {needed} bytes ({query})",
-            Status.BAD_PARAM_NULL_POINTER)
-    native = as_native(array, name)
-    if isinstance(native, np.ndarray):
-        contiguous, address, nbytes = native.flags.c_contiguous, native.__array_interface__["data"][0], native.nbytes
-    else:
-        contiguous, address = native.is_contiguous(), native.data_ptr()
-        nbytes = native.numel() * native.element_size()
-    require(contiguous, f"{name} of shape {tuple(native.shape)} must be contiguous")
-    require(nbytes >= needed, f"{name} holds {nbytes} bytes but {query} gives {needed} bytes",
-            Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    require(address % WORKSPACE_ALIGNMENT == 0, f"{name} address {address:#x} must be a multiple of "
-            f"{WORKSPACE_ALIGNMENT} bytes", Status.BAD_PARAM_MISALIGNED_POINTER)
-    if isinstance(native, np.ndarray):
-        view = native.reshape(-1).view(np.uint8)
-    else:
-        import torch
-
-        view = native.reshape(-1).view(torch.uint8)
-    return Bound(name, TensorDescriptor(DataType.UINT8, (nbytes,)), view, device_of(native))

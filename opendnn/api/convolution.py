@@ -11,10 +11,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-import numpy as np
-
 from opendnn.api.activation import ActivationDescriptor
-from opendnn.core.arrays import Bound, as_native, bind, device_of
+from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, Status, require
@@ -29,7 +27,6 @@ from opendnn.ops.convolution import (
 from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 from opendnn.ops.registry import dispatch, load_backend
 
-WORKSPACE_ALIGNMENT = 16  # bytes
 Filter = FilterDescriptor | TensorDescriptor
 _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_size",
                ConvolutionDirection.BACKWARD_DATA: "get_convolution_backward_data_workspace_size",
@@ -204,48 +201,12 @@ def convolution_backward_bias(handle: Handle, alpha: float, dy_desc: TensorDescr
     problem = reduce_problem(ReduceTensorDescriptor(ReduceTensorOp.ADD, compute), dy_desc, db_desc,
                              alpha=alpha, beta=beta)
     needed = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
-    workspace = _allocate_bytes(dyb, needed) if needed else None
-    dispatch(handle, "reduce", problem, dyb, dbb, None, _bind_workspace(workspace, needed, "the reduction"))
+    workspace = allocate_bytes(dyb, needed) if needed else None
+    dispatch(handle, "reduce", problem, dyb, dbb, None, bind_bytes("workspace", workspace, needed, "the reduction"))
 
 
 def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None,
          z: Bound | None, workspace: Any) -> None:
     needed = workspace_size(handle, problem)
     dispatch(handle, "convolution", problem, x, w, y, bias, z,
-             _bind_workspace(workspace, needed, _SIZE_QUERY[problem.direction]))
-
-
-def _allocate_bytes(like: Bound, count: int) -> Any:
-    if isinstance(like.view, np.ndarray):
-        return np.empty(count, np.uint8)
-    import torch
-
-    return torch.empty(count, dtype=torch.uint8, device=like.view.device)
-
-
-def _bind_workspace(workspace: Any, needed: int, query: str) -> Bound | None:
-    """The workspace as a Bound of bytes, checked against the ``needed`` size that ``query`` gives;
-    None when none is needed."""
-    if needed == 0:
-        return None
-    require(workspace is not None, f"workspace=None but {query} needs {needed} bytes",
-            Status.BAD_PARAM_NULL_POINTER)
-    native = as_native(workspace, "workspace")
-    if isinstance(native, np.ndarray):
-        contiguous, address, nbytes = native.flags.c_contiguous, native.__array_interface__["data"][0], native.nbytes
-    else:
-        contiguous, address = native.is_contiguous(), native.data_ptr()
-        nbytes = native.numel() * native.element_size()
-    require(contiguous, f"workspace of shape {tuple(native.shape)} must be contiguous")
-    require(nbytes >= needed, f"workspace holds {nbytes} bytes but {query} needs {needed} bytes",
-            Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    require(address % WORKSPACE_ALIGNMENT == 0,
-            f"workspace address {address:#x} must be a multiple of {WORKSPACE_ALIGNMENT} bytes",
-            Status.BAD_PARAM_MISALIGNED_POINTER)
-    if isinstance(native, np.ndarray):
-        view = native.reshape(-1).view(np.uint8)
-    else:
-        import torch
-
-        view = native.reshape(-1).view(torch.uint8)
-    return Bound("workspace", TensorDescriptor(DataType.UINT8, (nbytes,)), view, device_of(native))
+             bind_bytes("workspace", workspace, needed, _SIZE_QUERY[problem.direction]))

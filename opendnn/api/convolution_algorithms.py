@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from opendnn.api.convolution import _allocate_bytes, _bind_workspace, allows_tf32
-from opendnn.core.arrays import CPU, Bound, bind
+from opendnn.api.convolution import allows_tf32
+from opendnn.core.arrays import CPU, Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType
@@ -195,7 +195,7 @@ def _measure(handle: Handle, problem: ConvolutionProblem, tensors: tuple[Bound, 
     if record.status is not Status.SUCCESS:
         return record
     x, w, y = tensors
-    workspace = (_bind_workspace(_allocate_bytes(x, record.memory), record.memory, "the algorithm")
+    workspace = (bind_bytes("workspace", allocate_bytes(x, record.memory), record.memory, "the algorithm")
                  if record.memory else None)
 
     def run() -> None:

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from opendnn.core.arrays import Bound, as_native, bind, device_of
+from opendnn.core.arrays import bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.ops.reduce import ReduceProblem, ReduceTensorDescriptor, reduce_problem
 from opendnn.ops.registry import dispatch, load_backend
-
-WORKSPACE_ALIGNMENT = 16  # bytes
 
 
 def get_reduction_workspace_size(handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor,
@@ -71,39 +66,10 @@ def reduce_tensor(handle: Handle, reduce_desc: ReduceTensorDescriptor, indices: 
                 f"indices=None but reduce_desc.indices=FLATTENED_INDICES needs an array of "
                 f"{problem.indices.numel} {problem.indices.dtype.name} elements", Status.BAD_PARAM_NULL_POINTER)
         ib = bind("indices", problem.indices, indices, output=True)
-    wb = _bind_workspace(workspace, _workspace_size(handle, problem))
+    wb = bind_bytes("workspace", workspace, _workspace_size(handle, problem), "get_reduction_workspace_size")
     dispatch(handle, "reduce", problem, ab, cb, ib, wb)
 
 
 def _workspace_size(handle: Handle, problem: ReduceProblem) -> int:
     size: int = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
     return size
-
-
-def _bind_workspace(workspace: Any, needed: int) -> Bound | None:
-    """The workspace as a Bound of bytes, checked against the ``needed`` size; None when none is needed."""
-    if needed == 0:
-        return None
-    require(workspace is not None,
-            f"workspace=None but this reduction needs {needed} bytes (get_reduction_workspace_size)",
-            Status.BAD_PARAM_NULL_POINTER)
-    native = as_native(workspace, "workspace")
-    if isinstance(native, np.ndarray):
-        contiguous, address = native.flags.c_contiguous, native.__array_interface__["data"][0]
-        nbytes = native.nbytes
-    else:
-        contiguous, address = native.is_contiguous(), native.data_ptr()
-        nbytes = native.numel() * native.element_size()
-    require(contiguous, f"workspace of shape {tuple(native.shape)} must be contiguous")
-    require(nbytes >= needed, f"workspace holds {nbytes} bytes but get_reduction_workspace_size needs {needed} bytes",
-            Status.BAD_PARAM_SIZE_INSUFFICIENT)
-    require(address % WORKSPACE_ALIGNMENT == 0,
-            f"workspace address {address:#x} must be a multiple of {WORKSPACE_ALIGNMENT} bytes",
-            Status.BAD_PARAM_MISALIGNED_POINTER)
-    if isinstance(native, np.ndarray):
-        view = native.reshape(-1).view(np.uint8)
-    else:
-        import torch
-
-        view = native.reshape(-1).view(torch.uint8)
-    return Bound("workspace", TensorDescriptor(DataType.UINT8, (nbytes,)), view, device_of(native))

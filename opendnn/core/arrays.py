@@ -123,6 +123,53 @@ def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False)
     return Bound(name, desc, strided_view(native, desc), device_of(native))
 
 
+WORKSPACE_ALIGNMENT = 16  # bytes: workspaces and reserve spaces start at multiples of this
+
+
+def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
+    """``array`` (a workspace or reserve space: contiguous, any dtype) as a Bound of bytes, checked
+    against the ``needed`` size that ``query`` gives; None when nothing is needed.
+
+    Raises:
+        BadParam: the array missing, not contiguous, too small or misaligned, naming both sizes.
+    """
+    if needed == 0:
+        return None
+    if array is None:
+        raise BadParam(f"{name}=None but {query} needs {needed} bytes", Status.BAD_PARAM_NULL_POINTER)
+    native = as_native(array, name)
+    if isinstance(native, np.ndarray):
+        contiguous, address, nbytes = native.flags.c_contiguous, native.__array_interface__["data"][0], native.nbytes
+    else:
+        contiguous, address = native.is_contiguous(), native.data_ptr()
+        nbytes = native.numel() * native.element_size()
+    require(contiguous, f"{name} of shape {tuple(native.shape)} must be contiguous")
+    if nbytes < needed:
+        raise BadParam(f"{name} holds {nbytes} bytes but {query} needs {needed} bytes",
+                       Status.BAD_PARAM_SIZE_INSUFFICIENT)
+    if address % WORKSPACE_ALIGNMENT:
+        raise BadParam(f"{name} address {address:#x} must be a multiple of {WORKSPACE_ALIGNMENT} bytes",
+                       Status.BAD_PARAM_MISALIGNED_POINTER)
+    if isinstance(native, np.ndarray):
+        view = native.reshape(-1).view(np.uint8)
+    else:
+        import torch
+
+        view = native.reshape(-1).view(torch.uint8)
+    return Bound(name, TensorDescriptor(DataType.UINT8, (nbytes,)), view, device_of(native))
+
+
+def allocate_bytes(like: Bound, count: int) -> Any:
+    """``count`` bytes of scratch memory of ``like``'s kind, on its device (None for 0 bytes)."""
+    if count == 0:
+        return None
+    if isinstance(like.view, np.ndarray):
+        return np.empty(count, np.uint8)
+    import torch
+
+    return torch.empty(count, dtype=torch.uint8, device=like.view.device)
+
+
 def torch_view(bound: Bound) -> Any:
     """The bound view as a torch tensor sharing its memory (a NumPy array is wrapped, bfloat16 bits
     reinterpreted): what the Triton kernels take, also on the CPU through the interpreter."""

@@ -16,7 +16,7 @@ import numpy as np
 
 import opendnn.api.batch_norm as api
 from opendnn.api.activation import ActivationDescriptor, ActivationMode
-from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.arrays import Bound, allocate_bytes, as_native, empty_like, wrap
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
@@ -78,9 +78,10 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
     saved_mean, saved_inv = params.new(), params.new()
     z_desc = None if zb is None else zb.desc
-    workspace = _scratch(xb, api.get_batch_normalization_forward_training_ex_workspace_size(
+    workspace = allocate_bytes(xb, api.get_batch_normalization_forward_training_ex_workspace_size(
         handle, MODE, ops, xb.desc, z_desc, y.desc, desc, act))
-    reserve = _scratch(xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act, xb.desc))
+    reserve = allocate_bytes(xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act,
+                                                                                            xb.desc))
     api.batch_normalization_forward_training_ex(
         handle, MODE, ops, 1.0, 0.0, xb.desc, xb.view, z_desc, None if zb is None else zb.view, y.desc, y.view, desc,
         params.weight, params.bias, momentum, params.mean, params.var, eps, saved_mean, saved_inv, act, workspace,
@@ -119,7 +120,7 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
     dweight, dbias = params.new(), params.new()
     dz_desc = None if dz is None else dz.desc
-    workspace = _scratch(xb, api.get_batch_normalization_backward_ex_workspace_size(
+    workspace = allocate_bytes(xb, api.get_batch_normalization_backward_ex_workspace_size(
         handle, MODE, ops, xb.desc, None, dyb.desc, dz_desc, dx.desc, params.desc, act))
     saved_mean = None if state.saved_mean is None else params.convert(state.saved_mean, "saved_mean")
     saved_inv = None if state.saved_inv_std is None else params.convert(state.saved_inv_std, "saved_inv_std")
@@ -135,16 +136,6 @@ def _ops(z: Bound | None, activation: str | None) -> BatchNormOps:
     if z is not None:
         return BatchNormOps.BN_ADD_ACTIVATION
     return BatchNormOps.BN if activation is None else BatchNormOps.BN_ACTIVATION
-
-
-def _scratch(like: Bound, nbytes: int) -> Any:
-    if nbytes == 0:
-        return None
-    if isinstance(like.view, np.ndarray):
-        return np.empty(nbytes, np.uint8)
-    import torch
-
-    return torch.empty(nbytes, dtype=torch.uint8, device=like.view.device)
 
 
 class _Parameters:

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.api.convolution import _allocate_bytes, _bind_workspace, allows_tf32, workspace_size
+from opendnn.api.convolution import allows_tf32, workspace_size
 from opendnn.api.tensor_ops import add_tensor
-from opendnn.core.arrays import Bound, as_native, empty_like, strided_view, wrap
+from opendnn.core.arrays import Bound, allocate_bytes, as_native, bind_bytes, empty_like, strided_view, wrap
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
@@ -124,7 +124,7 @@ def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
     problem = reduce_problem(ReduceTensorDescriptor(ReduceTensorOp.ADD, compute), dyb.desc, dbb.desc)
     handle = handle_for(dyb, handle)
     needed = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
-    workspace = _bind_workspace(_allocate_bytes(dyb, needed), needed, "the reduction") if needed else None
+    workspace = bind_bytes("workspace", allocate_bytes(dyb, needed), needed, "the reduction") if needed else None
     dispatch(handle, "reduce", problem, dyb, dbb, None, workspace)
     return to_caller_kind(db.view, dy)
 
@@ -147,7 +147,7 @@ def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], strides: tuple[
 
 def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None) -> None:
     needed = workspace_size(handle, problem)
-    workspace = _bind_workspace(_allocate_bytes(x, needed), needed, "the algorithm") if needed else None
+    workspace = bind_bytes("workspace", allocate_bytes(x, needed), needed, "the algorithm") if needed else None
     dispatch(handle, "convolution", problem, x, w, y, bias, None, workspace)
 
 
