@@ -425,15 +425,15 @@ class BatchNormPlan:
 
     @property
     def f_blocks(self) -> int:
-        return _cdiv(self.feature_total, self.block_f)
+        return triton.cdiv(self.feature_total, self.block_f)
 
     @property
     def i_blocks(self) -> int:
-        return _cdiv(self.inner[0], self.block_i)
+        return triton.cdiv(self.inner[0], self.block_i)
 
     @property
     def tiles(self) -> int:
-        return _cdiv(self.outer_total, self.block_o) * self.i_blocks
+        return triton.cdiv(self.outer_total, self.block_o) * self.i_blocks
 
     @functools.cached_property
     def kernel_sizes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -506,14 +506,14 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     index_64 = max(*extents, reserve_size(problem)) >= 2**31 - TILE
     plan = BatchNormPlan(tuple(outer), inner, tuple(feature_dims), block_o, block_i, block_f, 1, mask_strides,
                          problem.compute_dtype.itemsize, index_64)
-    splits = max(1, min(_cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
+    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
     return dataclasses.replace(plan, splits=splits)
 
 
 def _row_block(inner: int) -> int:
     """The widest power-of-two block (8 to 1024) that wastes at most 1/16 of a row of ``inner``."""
     for block in (1024, 512, 256, 128, 64, 32, 16):
-        if _cdiv(inner, block) * block - inner <= inner // 16:
+        if triton.cdiv(inner, block) * block - inner <= inner // 16:
             return block
     return 8
 
@@ -528,7 +528,7 @@ def _mask_strides(problem: BatchNormProblem) -> tuple[int, int]:
         if x.dims[k] > 1:
             inner_stride[k in reduced_axes].append(x.strides[k])
     feature_major = min(inner_stride[True], default=math.inf) < min(inner_stride[False], default=math.inf)
-    groups = _cdiv(problem.count, 8)
+    groups = triton.cdiv(problem.count, 8)
     features = problem.x.numel // problem.count
     return (1, groups) if feature_major else (features, 1)
 
@@ -559,7 +559,7 @@ def reserve_size(problem: BatchNormProblem) -> int:
     of one feature), 0 for BN."""
     if problem.ops is BatchNormOps.BN:
         return 0
-    return -(-_cdiv(problem.count, 8) * (problem.x.numel // problem.count) // 16) * 16
+    return -(-triton.cdiv(problem.count, 8) * (problem.x.numel // problem.count) // 16) * 16
 
 
 def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
@@ -632,7 +632,7 @@ class _Launch:
         block, block_s = self.plan.combine_blocks
         saved_mean = mean if step == "statistics" else self.view(t.saved_mean)
         saved_inv = inv_std if step in ("statistics", "backward") else self.view(t.saved_inv_std)
-        bn_combine_kernel[(_cdiv(self.plan.feature_total, block),)](
+        bn_combine_kernel[(triton.cdiv(self.plan.feature_total, block),)](
             self.partial, self.coef, self.x, self.view(t.scale), self.view(t.bias), running_mean,
             self.view(t.variance), saved_mean, saved_inv, self.view(t.dscale), self.view(t.dbias),
             self.f_sizes, self.feature_strides(X), self.feature_strides(PARAM),
@@ -661,7 +661,3 @@ class _Launch:
             *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args, p.alpha, p.beta,
             MASKED=p.reserve and t.reserve is not None, WRITE_DZ=t.z is not None, HAS_BETA=p.beta != 0.0,
             **self.blocks)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)  # triton.cdiv is a jit function: slow to call from Python

@@ -23,13 +23,13 @@ box sum of temp, then dx and dmeans = -dx). Window loops are runtime loops: n^S 
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.device import multiprocessors
 from opendnn.backends.triton.reduce import dim_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
@@ -320,11 +320,11 @@ def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> Non
     window = problem.desc.n
     channels_inner = x.desc.strides[1] == 1 and channels > 1
     extended = channels + (window - 1 if problem.backward else 0)
-    block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, _next_power_of_2(extended))
-    block_c = max(block_c, _next_power_of_2(window)) if problem.backward else block_c
-    block_p = min(TILE_ELEMENTS // block_c, _next_power_of_2(pixels))
+    block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, triton.next_power_of_2(extended))
+    block_c = max(block_c, triton.next_power_of_2(window)) if problem.backward else block_c
+    block_p = min(TILE_ELEMENTS // block_c, triton.next_power_of_2(pixels))
     outputs = block_c - window + 1 if problem.backward else block_c
-    channel_blocks, pixel_blocks = _cdiv(channels, outputs), _cdiv(pixels, block_p)
+    channel_blocks, pixel_blocks = triton.cdiv(channels, outputs), triton.cdiv(pixels, block_p)
     unit = len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1])
     flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
                  HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK_C=block_c, BLOCK_P=block_p,
@@ -348,7 +348,7 @@ def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> Non
 def _persistent_programs(view: Any) -> int:
     if view.device.type != "cuda":
         return 2
-    return PROGRAMS_PER_SM * _multiprocessors(view.device.index or 0)
+    return PROGRAMS_PER_SM * multiprocessors(view.device.index or 0)
 
 
 def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None, dy: Bound | None,
@@ -370,7 +370,7 @@ def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None
     dims = x.desc.dims
     sizes = (1, *dims[2:]) if len(dims) == 4 else dims[2:]
     spatial = math.prod(sizes)
-    grid = (dims[0] * dims[1], _cdiv(spatial, DIVISIVE_BLOCK))
+    grid = (dims[0] * dims[1], triton.cdiv(spatial, DIVISIVE_BLOCK))
     flags = dict(SPATIAL_DIMS=len(dims) - 2, BEHIND=problem.desc.lookbehind, HAS_MEANS=means is not None,
                  HAS_DMEANS=dmeans is not None, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem),
                  BLOCK=DIVISIVE_BLOCK, num_warps=4)
@@ -384,18 +384,3 @@ def _five_strides(view: Any) -> tuple[int, ...]:
     """(n, c, d, h, w) strides of a 4-D or 5-D tensor (d stride 0 for 4-D)."""
     strides = tuple(view.stride())
     return strides if len(strides) == 5 else (strides[0], strides[1], 0, strides[2], strides[3])
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-@functools.cache
-def _multiprocessors(device_index: int) -> int:
-    import torch
-
-    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)

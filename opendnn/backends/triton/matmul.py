@@ -38,6 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.device import multiprocessors
 from opendnn.backends.triton.pointwise import activation
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -398,7 +399,7 @@ def _hopper(view: Any) -> bool:
 
 
 def _sm_count(view: Any) -> int:
-    return int(torch.cuda.get_device_properties(view.device).multi_processor_count)
+    return multiprocessors(view.device.index or 0)
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: Any) -> Any:

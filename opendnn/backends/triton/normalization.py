@@ -40,6 +40,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.device import multiprocessors
 from opendnn.backends.triton.reduce import dim_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -411,11 +412,11 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     rows = [(size, strides) for size, strides in rows if size > 1] or [(1, (0, 0, 0, 0))]
     cols = [(size, strides) for size, strides in cols if size > 1] or [(1, (0, 0, 0))]
     row_size = problem.row_size
-    block = _next_power_of_2(row_size)
+    block = triton.next_power_of_2(row_size)
     if block > MAX_SINGLE_BLOCK:
         block = LOOP_BLOCK
     inner = math.prod(size for size, _ in rows)
-    block_r = max(1, min(TILE_ELEMENTS // block, _next_power_of_2(inner)))
+    block_r = max(1, min(TILE_ELEMENTS // block, triton.next_power_of_2(inner)))
     return NormPlan(problem.groups or 1, group_strides, tuple(rows), tuple(cols), params_per_group, block_r, block)
 
 
@@ -475,7 +476,7 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
     common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
     if not problem.backward:
         bias_values = _packed(bias)
-        grid = (_cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
+        grid = (triton.cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
         norm_forward_kernel[grid](
             dummy, torch_view(y), scale_values if scale_values is not None else dummy,
             bias_values if bias_values is not None else dummy, *stat_views,
@@ -494,7 +495,7 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
     import torch
 
     dummy = torch_view(x)
-    tiles = _cdiv(plan.inner_rows, plan.block_r)
+    tiles = triton.cdiv(plan.inner_rows, plan.block_r)
     programs = max(1, min(tiles, _programs_per_group(dummy, plan.groups)))
     compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
     half = plan.groups * programs * problem.row_size
@@ -516,7 +517,7 @@ def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bou
     # layer/RMS: a parameter per column, summands contiguous across parameters; group: few parameters,
     # many summands each (programs x spatial), so one or two parameters per program
     block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
-    norm_finalize_kernel[(_cdiv(parameters, block_f),)](
+    norm_finalize_kernel[(triton.cdiv(parameters, block_f),)](
         partial, torch_view(dscale) if dscale is not None else partial,
         torch_view(dbias) if dbias is not None else partial,
         tuple(sizes), dscale_strides, dbias_strides, parameters, programs, problem.row_size,
@@ -533,23 +534,8 @@ def _packed(bound: Bound | None) -> Any:
 def _programs_per_group(view: Any, groups: int) -> int:
     if view.device.type != "cuda":
         return 2
-    return max(1, PROGRAMS_PER_SM * _multiprocessors(view.device.index or 0) // groups)
+    return max(1, PROGRAMS_PER_SM * multiprocessors(view.device.index or 0) // groups)
 
 
 def _warps(plan: NormPlan) -> int:
     return max(1, min(8, plan.block_r * plan.block // 512))
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-@functools.cache
-def _multiprocessors(device_index: int) -> int:
-    import torch
-
-    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
