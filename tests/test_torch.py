@@ -359,3 +359,19 @@ def test_importing_opendnn_does_not_import_opendnn_torch():
     code = "import sys, opendnn; print('opendnn.torch' in sys.modules, 'torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.split() == ["False", "False"]
+
+
+def test_outputs_can_be_updated_in_place_like_torchs():
+    """ResNet's ``out += identity`` after a batch norm: opendnn's Functions return tensors, never
+    views (autograd forbids in-place updates of a view a custom Function returned)."""
+    import opendnn.torch as ot
+
+    x = torch.randn(2, 4, 6, 6, dtype=torch.float64, requires_grad=True)
+    layers = [ot.Conv2d(4, 4, 3, padding=1).double(), ot.BatchNorm2d(4).double(), ot.ReLU(), ot.GELU(),
+              ot.AvgPool2d(2), ot.LayerNorm(6).double()]
+    for layer in layers:
+        out = layer(x)
+        out += 1.0
+        out.sum().backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all()
+        x.grad = None

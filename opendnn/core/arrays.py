@@ -209,12 +209,14 @@ def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...
         order = tuple(sorted(range(len(dims)), key=lambda k: -bound.desc.strides[k]))
     desc = TensorDescriptor(dtype, dims, strides_for_order(dims, order))
     if isinstance(bound.view, np.ndarray):
-        native = np.empty(desc.extent, dtype.to_numpy())
+        native = strided_view(np.empty(desc.extent, dtype.to_numpy()), desc)
     else:
         import torch
 
-        native = torch.empty(desc.extent, dtype=dtype.to_torch(), device=bound.view.device)
-    return Bound(bound.name, desc, strided_view(native, desc), bound.device)
+        # allocated with its strides, not as a view of a flat buffer: callers (autograd) may modify
+        # the result in place, which torch refuses for views that a custom Function returns
+        native = torch.empty_strided(dims, desc.strides, dtype=dtype.to_torch(), device=bound.view.device)
+    return Bound(bound.name, desc, native, bound.device)
 
 
 def bf16_to_float32(bits: np.ndarray) -> np.ndarray:

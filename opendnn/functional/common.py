@@ -24,3 +24,10 @@ def to_caller_kind(native: Any, like: Any) -> Any:
         return importlib.import_module(library).from_dlpack(native)
     except (ImportError, AttributeError):
         return native
+
+
+def shaped(native: Any, shape: tuple[int, ...]) -> Any:
+    """``native`` with ``shape`` (a 0-d result comes back from a (1,) output); the array itself when
+    the shape already matches, never a view of it: autograd refuses in-place updates of a view
+    that a custom Function returned."""
+    return native if tuple(native.shape) == shape else native.reshape(shape)

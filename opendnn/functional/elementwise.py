@@ -15,7 +15,7 @@ from opendnn.core.descriptors import TensorFormat
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
-from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.functional.common import handle_for, shaped, to_caller_kind
 from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
 from opendnn.ops.registry import dispatch
 
@@ -53,7 +53,7 @@ def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, 
     output = empty_like(like, dtype, dims)
     problem = pointwise_problem(mode, inputs, output, **parameters)
     dispatch(handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
-    return to_caller_kind(output.view.reshape(shape), arrays[0])
+    return to_caller_kind(shaped(output.view, shape), arrays[0])
 
 
 # activations, forward ------------------------------------------------------------------------

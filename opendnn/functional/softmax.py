@@ -14,7 +14,7 @@ import numpy as np
 from opendnn.core.arrays import as_native, empty_like, wrap
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
-from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.functional.common import handle_for, shaped, to_caller_kind
 from opendnn.ops.registry import dispatch
 from opendnn.ops.softmax import SoftmaxAlgorithm, softmax_problem
 
@@ -49,4 +49,4 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
     problem = softmax_problem(algo, (dim % ndim,), [f"{b.name}" for b in inputs] + ["out"],
                               [b.desc for b in inputs] + [output.desc], backward=len(arrays) == 2)
     dispatch(handle_for(inputs[0], handle), "softmax", problem, inputs, output)
-    return to_caller_kind(output.view.reshape(shape), arrays[0])
+    return to_caller_kind(shaped(output.view, shape), arrays[0])

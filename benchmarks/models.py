@@ -1,0 +1,235 @@
+"""Whole torchvision models: torch/cuDNN against the same model converted to opendnn, same process.
+
+Usage (on the GPU machine, from the repository root; torchvision: benchmarks/README_models.md)::
+
+    PYTHONPATH=. python3 benchmarks/models.py --out results
+    PYTHONPATH=. python benchmarks/models.py --device cpu --batch 2 --size 64 --out /tmp/models  # smoke
+
+For ResNet-50 and MobileNetV2 (``weights=None``, seeded initialisation), bf16 autocast,
+channels_last inputs and weights, batch 64 at 224x224 by default:
+
+- inference: one batch's eval-mode forward under ``torch.no_grad``;
+- training: one SGD step (momentum 0.9): zero the gradients, forward, cross-entropy on random
+  labels (torch's loss on both sides), backward, update.
+
+torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
+through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
+``F.adaptive_avg_pool2d`` itself). Each is called a few times first (Triton compilation, cuDNN's
+algorithm search), then timed: on CUDA the median of ``triton.testing.do_bench`` (L2 flushed between
+calls; opendnn's time includes its Python dispatch), on the CPU the median of ``time.perf_counter``
+runs (a smoke run, not a figure). ``ratio = torch ms / opendnn ms``: above 1, opendnn is faster.
+The inference row also gives the logits' relative norm error against torch's (bf16: expect ~1e-2).
+Anchor: torch's time for the same step measured on the H200 on 2026-11-29 (../shared/anchors).
+
+Writes ``<out>/models.json`` (a list of rows) and ``<out>/models.md`` and prints the Markdown table.
+Exits with status 1 when a row raised, 2 when torchvision is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as TF
+
+import opendnn
+import opendnn.torch as ot
+
+MODELS = ("resnet50", "mobilenet_v2")
+# torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (../shared/anchors)
+ANCHOR_MS = {("resnet50", "inference"): 8.51, ("resnet50", "training"): 29.98,
+             ("mobilenet_v2", "inference"): 7.90, ("mobilenet_v2", "training"): 20.46}
+CLASSES = 1000
+COLUMNS = ["model", "mode", "torch ms", "opendnn ms", "torch img/s", "opendnn img/s", "ratio", "anchor torch ms",
+           "check"]
+
+Timer = Callable[[Callable[[], Any]], float]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Time torchvision models on torch/cuDNN and converted to opendnn.")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
+    parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--size", type=int, default=224, help="image height and width (default 224)")
+    parser.add_argument("--out", default="results", help="directory for models.json and models.md")
+    parser.add_argument("--warmup", type=float, default=200.0, help="do_bench warm-up, ms (default 200)")
+    parser.add_argument("--rep", type=float, default=1000.0, help="do_bench timed repetitions, ms (default 1000)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import torchvision.models as builders
+    except ImportError as error:
+        print(f"benchmarks/models.py needs torchvision ({error}); benchmarks/README_models.md says how to "
+              "carry it to the GPU machine as a wheel", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    torch.backends.cudnn.benchmark = True
+    timer = _cuda_timer(args.warmup, args.rep) if device.type == "cuda" else _cpu_timer()
+    rows = []
+    for name in args.models.split(","):
+        def build(name: str = name) -> torch.nn.Module:
+            return getattr(builders, name)(weights=None)
+
+        for row in measure(name, build, device, args.batch, args.size, timer):
+            print(_progress_line(row), flush=True)
+            rows.append(row)
+    markdown = _markdown(_environment(device, args), rows, device.type == "cpu")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "models.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "models.md").write_text(markdown)
+    print(f"\nwrote {out / 'models.json'} and {out / 'models.md'}\n\n{markdown}")
+    return 0 if all(row["error"] is None for row in rows) else 1
+
+
+def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int,
+            timer: Timer) -> list[dict[str, Any]]:
+    """The inference and training rows of one model: torch's, then the converted copy's."""
+    torch.manual_seed(0)
+    model = build().to(device, memory_format=torch.channels_last)
+    ours = copy.deepcopy(model)
+    report = ot.convert(ours)
+    calls = ot.functional_calls()
+    x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, CLASSES, (batch,), device=device)
+    rows = []
+    for mode in ("inference", "training"):
+        row: dict[str, Any] = {"model": name, "mode": mode, "batch": batch, "size": size, "torch_ms": None,
+                               "opendnn_ms": None, "torch_img_s": None, "opendnn_img_s": None, "ratio": None,
+                               "anchor_torch_ms": ANCHOR_MS.get((name, mode)), "rel_err": None, "error": None,
+                               "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone]}
+        step = _inference if mode == "inference" else _training_step
+        torch_step, our_step = step(model, x, labels, nullcontext()), step(ours, x, labels, calls)
+        try:
+            row["torch_ms"] = timer(torch_step)
+            if mode == "inference":
+                row["rel_err"] = _relative_error(our_step(), torch_step())
+            row["opendnn_ms"] = timer(our_step)
+        except Exception as error:  # a refused problem or a failed kernel is a result, not a crash
+            row["error"] = f"{type(error).__name__}: {error}"
+        row["routed"] = dict(calls.routed)
+        for side in ("torch", "opendnn"):
+            if row[f"{side}_ms"] is not None:
+                row[f"{side}_img_s"] = batch / (row[f"{side}_ms"] * 1e-3)
+        if row["opendnn_ms"] is not None:
+            row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
+        rows.append(row)
+    return rows
+
+
+def _inference(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
+               context: AbstractContextManager[Any]) -> Callable[[], torch.Tensor]:
+    model.eval()
+
+    def run() -> torch.Tensor:
+        with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16), context:
+            return model(x)
+
+    return run
+
+
+def _training_step(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
+                   context: AbstractContextManager[Any]) -> Callable[[], torch.Tensor]:
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16), context:
+            logits = model(x)
+        loss = TF.cross_entropy(logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def _relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
+
+
+def _cuda_timer(warmup_ms: float, rep_ms: float, first_calls: int = 3) -> Timer:
+    import triton.testing
+
+    def timer(fn: Callable[[], Any]) -> float:
+        for _ in range(first_calls):  # compilation and algorithm search, outside do_bench's estimate
+            fn()
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+    return timer
+
+
+def _cpu_timer(runs: int = 3) -> Timer:
+    def timer(fn: Callable[[], Any]) -> float:
+        fn()
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+
+    return timer
+
+
+def _environment(device: torch.device, args: argparse.Namespace) -> str:
+    import torchvision
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "absent"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return (f"{date}, {name}; torch {torch.__version__}, torchvision {torchvision.__version__}, Triton "
+            f"{triton_version}, cuDNN {torch.backends.cudnn.version()}, opendnn {opendnn.__version__}; "
+            f"batch {args.batch} at {args.size}x{args.size}, bf16 autocast, channels_last.")
+
+
+def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
+    timing = ("medians of `time.perf_counter` runs (a CPU smoke run, not a performance figure)" if cpu
+              else "medians of `triton.testing.do_bench` (L2 flushed)")
+    lines = ["# Whole models: torch/cuDNN against opendnn (converted)", "", environment,
+             f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
+             "step (forward, cross-entropy, backward, update); check: the inference logits' relative norm error "
+             "against torch's.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        check = f"**error**: {row['error'][:200]}".replace("|", "\\|") if row["error"] else (
+            f"ok ({row['rel_err']:.1e})" if row["rel_err"] is not None else "ok")
+        cells = [row["model"], row["mode"], _number(row["torch_ms"], ".2f"), _number(row["opendnn_ms"], ".2f"),
+                 _number(row["torch_img_s"], ",.0f"), _number(row["opendnn_img_s"], ",.0f"),
+                 _number(row["ratio"], ".2f"), _number(row["anchor_torch_ms"], ".2f"), check]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _progress_line(row: dict[str, Any]) -> str:
+    return (f"{row['model']:<14} {row['mode']:<10} torch {_number(row['torch_ms'], '8.2f')} ms | "
+            f"opendnn {_number(row['opendnn_ms'], '8.2f')} ms | ratio {_number(row['ratio'], '5.2f')} | "
+            f"{row['error'] or 'ok'}")
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""GPU tests of whole torchvision models converted to opendnn (``pytest -m gpu -s`` on a CUDA machine).
+
+ResNet-50 and MobileNetV2 (depthwise convolutions), ``weights=None`` with a seeded initialisation,
+batch 8 at 224x224, channels_last, on cuda:0. The converted model is a deep copy passed through
+``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
+``F.adaptive_avg_pool2d`` itself). Against torch's own model on the same input:
+
+- eval-mode logits: relative norm error under 2e-2 with bf16 autocast, under 1e-4 in float32;
+- one training step (train mode, dropout off, cross-entropy on random labels): every parameter's
+  gradient within 1e-3 of torch's in float32, plus an allowance for torch's own float32 rounding
+  measured against a float64 run (``_gradient_scores``; ``-s`` prints the worst); and nothing but
+  compute-free modules left to torch.
+
+float32 runs with TF32 off on both sides (``torch.backends.cudnn.allow_tf32`` and
+``torch.backends.cuda.matmul.allow_tf32``, which opendnn.torch follows). benchmarks/README_models.md
+says how to get torchvision onto the GPU machine.
+"""
+
+import contextlib
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn.torch as ot
+
+pytestmark = pytest.mark.gpu
+DEVICE = "cuda:0"
+BATCH, SIZE, CLASSES = 8, 224, 1000
+# torchvision.models builder -> functional calls its own forward makes, which must run on opendnn (name: count)
+MODELS = {"resnet50": {}, "mobilenet_v2": {"adaptive_avg_pool2d": 1}}
+LOGITS_TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
+GRADIENT_TOLERANCE, NOISE_FACTOR = 1e-3, 100  # see _gradient_scores
+# Leaf modules allowed to stay torch's, having no arithmetic opendnn has a primitive for: Dropout (the
+# identity in eval, a mask from torch's random generator in training), Identity and Flatten (views).
+NO_COMPUTE = (torch.nn.Dropout, torch.nn.Identity, torch.nn.Flatten)
+
+
+@pytest.fixture(scope="module")
+def torchvision_models():
+    return pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README_models.md")
+
+
+@pytest.fixture
+def strict_float32():
+    """TF32 off for torch's convolutions and products, hence for opendnn.torch's too."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
+
+
+def _models(builders, name: str) -> tuple[torch.nn.Module, torch.nn.Module, ot.ConversionReport]:
+    """torch's model (seeded initialisation, channels_last, on the device) and a converted deep copy."""
+    torch.manual_seed(0)
+    model = getattr(builders, name)(weights=None).to(DEVICE, memory_format=torch.channels_last)
+    ours = copy.deepcopy(model)
+    return model, ours, ot.convert(ours)
+
+
+def _left_to_torch(model: torch.nn.Module) -> list[str]:
+    """The leaf modules (not containers) that still run torch's code, other than NO_COMPUTE ones."""
+    return [f"{name}: {type(module).__name__}" for name, module in model.named_modules()
+            if next(module.children(), None) is None and not isinstance(module, (ot.OpendnnModule, *NO_COMPUTE))]
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator(DEVICE).manual_seed(1)
+    x = torch.randn(BATCH, 3, SIZE, SIZE, device=DEVICE, generator=generator)
+    labels = torch.randint(0, CLASSES, (BATCH,), device=DEVICE, generator=generator)
+    return x.contiguous(memory_format=torch.channels_last), labels
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16_autocast", "float32"])
+@pytest.mark.parametrize("name", MODELS)
+def test_converted_model_inference_logits_match_torch(name, dtype, torchvision_models, strict_float32):
+    model, ours, _ = _models(torchvision_models, name)
+    assert _left_to_torch(ours) == []
+    model.eval()
+    ours.eval()
+    x, _ = _inputs()
+    device_type = torch.device(DEVICE).type
+    with torch.no_grad():
+        reference = model(x)
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            expected = model(x)
+            with ot.functional_calls() as calls:
+                logits = ours(x)
+    assert logits.shape == (BATCH, CLASSES) and logits.dtype == expected.dtype
+    for function, count in MODELS[name].items():
+        assert calls.routed[function] == count, calls.left_to_torch
+    error = relative_error(logits, expected)
+    torch_error = relative_error(expected, reference)
+    assert error < LOGITS_TOLERANCE[dtype], f"{name}: error {error:.3g} (torch's vs float32: {torch_error:.3g})"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_converted_model_training_step_gradients_match_torch_in_float32(name, torchvision_models, strict_float32):
+    model, ours, report = _models(torchvision_models, name)
+    assert report.left_alone == [] and _left_to_torch(ours) == [], str(report)
+    float64 = copy.deepcopy(model).to(torch.float64, memory_format=torch.contiguous_format)
+    x, labels = _inputs()
+    losses = []
+    for network, context in ((model, contextlib.nullcontext()), (ours, ot.functional_calls()),
+                             (float64, contextlib.nullcontext())):
+        network.train()
+        for dropout in (module for module in network.modules() if isinstance(module, torch.nn.Dropout)):
+            dropout.eval()  # its mask is torch's random draw, which differs between float32 and float64
+        with context:
+            loss = TF.cross_entropy(network(x.to(next(network.parameters()).dtype)), labels)
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[1] - losses[0]) <= 1e-4 * abs(losses[0]), losses
+    scores = sorted(_gradient_scores(ours, model, float64), reverse=True)
+    _, worst_error, worst_name = max(scores, key=lambda score: score[1])
+    print(f"\n{name}: {len(scores)} parameter gradients; worst relative error {worst_error:.3g} ({worst_name}); "
+          f"worst score {scores[0][0]:.3g} ({scores[0][2]}; under 1 passes)")
+    assert scores[0][0] < 1, scores[:5]
+
+
+def _gradient_scores(ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module):
+    """(score, relative error, name) per parameter: score = ||ours - torch|| over the allowance
+    GRADIENT_TOLERANCE * ||torch|| + NOISE_FACTOR * ||torch - float64||, torch's own float32 rounding
+    error. The rounding term matters only where the exact gradient is zero and float32 gives noise:
+    the bias of a batch norm whose output reaches the loss only through a convolution and a training-mode
+    batch norm (MobileNetV2's projection layers), which cancels any constant shift."""
+    for (name, p_ours), (_, p_torch), (_, p64) in zip(ours.named_parameters(), model.named_parameters(),
+                                                     float64.named_parameters(), strict=True):
+        torch_grad = p_torch.grad.double()
+        difference = (p_ours.grad.double() - torch_grad).norm()
+        allowance = GRADIENT_TOLERANCE * torch_grad.norm() + NOISE_FACTOR * (torch_grad - p64.grad).norm()
+        yield (difference / allowance).item(), (difference / torch_grad.norm()).item(), name
