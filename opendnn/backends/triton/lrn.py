@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.device import multiprocessors
-from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.backends.triton.reduce import flat_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.ops.lrn import LRNProblem
@@ -45,15 +45,6 @@ DIVISIVE_BLOCK = 256
 def power(s, exponent):
     """s ** exponent for s > 0."""
     return tl.exp(tl.log(s) * exponent)
-
-
-@triton.jit
-def pixel_offsets(p, PIXEL_DIMS: tl.constexpr, pixel_sizes, pixel_strides, PIXEL_UNIT: tl.constexpr):
-    if PIXEL_UNIT:
-        offsets = p
-    else:
-        offsets = dim_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_strides)
-    return offsets
 
 
 @triton.jit
@@ -98,13 +89,13 @@ def lrn_forward_kernel(
     c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
     p_mask = p < pixels
-    x_pixels = pixel_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
+    x_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
     acc, center = window_sum_of_squares(x_ptr, n * x_batch_stride, x_channel_stride, x_pixels, channels, p_mask,
                                         c, WINDOW, BEHIND, COMPUTE)
     s = tl.cast(k, COMPUTE) + tl.cast(scale, COMPUTE) * acc
     y = center * power(s, -tl.cast(exponent, COMPUTE))
     mask = (c < channels)[:, None] & p_mask[None, :]
-    y_offsets = n * y_batch_stride + c[:, None] * y_channel_stride + pixel_offsets(
+    y_offsets = n * y_batch_stride + c[:, None] * y_channel_stride + flat_offsets(
         p, PIXEL_DIMS, pixel_sizes, pixel_y, PIXEL_UNIT)[None, :]
     blend_store(y_ptr, y_offsets, mask, y, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
 
@@ -136,8 +127,8 @@ def lrn_backward_kernel(
         c0 = cb * OUT
         p = pb * BLOCK_P + lanes_p
         p_mask = p < pixels
-        x_pixels = pixel_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
-        dy_pixels = pixel_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)
+        x_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
+        dy_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)
         x_base = n * batch_strides[0]
         dy_base = n * batch_strides[1]
 
@@ -166,7 +157,7 @@ def lrn_backward_kernel(
         dyc = tl.load(dy_ptr + (dy_base + c[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=out_mask,
                       other=0.0).to(COMPUTE)
         dx = dyc * uc - 2.0 * exponent * scale * xc * carried
-        dx_offsets = n * batch_strides[2] + c[:, None] * dx_channel_stride + pixel_offsets(
+        dx_offsets = n * batch_strides[2] + c[:, None] * dx_channel_stride + flat_offsets(
             p, PIXEL_DIMS, pixel_sizes, pixel_dx, PIXEL_UNIT)[None, :]
         blend_store(dx_ptr, dx_offsets, out_mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
         tl.debug_barrier()  # the slot is rewritten by the next tile

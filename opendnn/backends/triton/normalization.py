@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.device import multiprocessors
-from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.backends.triton.reduce import dim_offsets, flat_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
@@ -59,15 +59,6 @@ FINAL_TILE = 2048  # partial sums the finalize kernel loads per step
 @triton.jit
 def load_row_tile(ptr, row_offsets, col_offsets, mask, COMPUTE: tl.constexpr):
     return tl.load(ptr + (row_offsets[:, None] + col_offsets[None, :]), mask=mask, other=0.0).to(COMPUTE)
-
-
-@triton.jit
-def column_offsets(cols, COL_DIMS: tl.constexpr, col_sizes, col_strides, COL_UNIT: tl.constexpr):
-    if COL_UNIT:
-        offsets = cols
-    else:
-        offsets = dim_offsets(cols, COL_DIMS, col_sizes, col_strides)
-    return offsets
 
 
 @triton.jit
@@ -122,7 +113,7 @@ def streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS: tl.con
     for start in range(0, row_size, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = row_mask[:, None] & (cols < row_size)[None, :]
-        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
         d = tl.where(mask, x - shift[:, None], 0.0)
         if not RMS:
             first += d
@@ -167,12 +158,12 @@ def norm_forward_kernel(
         cols = tl.arange(0, BLOCK)
         col_mask = cols < row_size
         mask = row_mask[:, None] & col_mask[None, :]
-        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
         mean, rstd = row_statistics(x, mask, row_size, tl.cast(eps, COMPUTE), RMS)
         scale, bias = load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
                                   PER_SPATIAL, HAS_SCALE, HAS_BIAS, COMPUTE)
         y = (x - mean[:, None]) * rstd[:, None] * scale + bias
-        blend_store(y_ptr, y_rows, column_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
+        blend_store(y_ptr, y_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
                     tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
     else:
         mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, tl.cast(eps, COMPUTE), COL_DIMS, col_sizes,
@@ -181,12 +172,12 @@ def norm_forward_kernel(
             cols = start + tl.arange(0, BLOCK)
             col_mask = cols < row_size
             mask = row_mask[:, None] & col_mask[None, :]
-            x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask,
+            x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask,
                               COMPUTE)
             scale, bias = load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
                                       PER_SPATIAL, HAS_SCALE, HAS_BIAS, COMPUTE)
             y = (x - mean[:, None]) * rstd[:, None] * scale + bias
-            blend_store(y_ptr, y_rows, column_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
+            blend_store(y_ptr, y_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
                         tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
     stats_rows = g * group_strides[3] + dim_offsets(rows, ROW_DIMS, row_sizes, row_stats)
     if HAS_MEAN:
@@ -232,9 +223,9 @@ def norm_backward_kernel(
         col_mask = cols < row_size
         scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
                                PER_SPATIAL, HAS_SCALE, False, COMPUTE)
-        x_cols = column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT)
-        dy_cols = column_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT)
-        dx_cols = column_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT)
+        x_cols = flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT)
+        dy_cols = flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT)
+        dx_cols = flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT)
         dscale = tl.zeros((BLOCK,), COMPUTE)
         dbias = tl.zeros((BLOCK,), COMPUTE)
     for tile in tl.range(p, tiles, programs, num_stages=STAGES):
@@ -289,8 +280,8 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
         cols = start + tl.arange(0, BLOCK)
         col_mask = cols < row_size
         mask = row_mask[:, None] & col_mask[None, :]
-        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
-        dy = load_row_tile(dy_ptr, dy_rows, column_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
+        x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        dy = load_row_tile(dy_ptr, dy_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
                            COMPUTE)
         scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
                                PER_SPATIAL, HAS_SCALE, False, COMPUTE)
@@ -304,8 +295,8 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
         cols = start + tl.arange(0, BLOCK)
         col_mask = cols < row_size
         mask = row_mask[:, None] & col_mask[None, :]
-        x = load_row_tile(x_ptr, x_rows, column_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
-        dy = load_row_tile(dy_ptr, dy_rows, column_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
+        x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+        dy = load_row_tile(dy_ptr, dy_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
                            COMPUTE)
         scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
                                PER_SPATIAL, HAS_SCALE, False, COMPUTE)
@@ -313,7 +304,7 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
         inner = dy * scale - xhat * projection[:, None]
         if not RMS:
             inner -= average[:, None]
-        blend_store(dx_ptr, dx_rows, column_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT), mask,
+        blend_store(dx_ptr, dx_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT), mask,
                     rstd[:, None] * inner, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
         dscale = tl.sum(dy * xhat, axis=0)
         dbias = tl.sum(dy, axis=0)

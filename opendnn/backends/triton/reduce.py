@@ -70,6 +70,16 @@ def dim_offsets(index, COUNT: tl.constexpr, sizes, strides):
 
 
 @triton.jit
+def flat_offsets(index, COUNT: tl.constexpr, sizes, strides, UNIT: tl.constexpr):
+    """``dim_offsets``, or ``index`` itself when the dims merge into one of stride 1 (UNIT)."""
+    if UNIT:
+        offsets = index
+    else:
+        offsets = dim_offsets(index, COUNT, sizes, strides)
+    return offsets
+
+
+@triton.jit
 def element_key(OP: tl.constexpr, x):
     """What is accumulated for each element: the summand, the factor, or the key whose smallest wins."""
     if OP == "norm1":
