@@ -11,6 +11,9 @@ channels_last inputs and weights, batch 64 at 224x224 by default:
 - inference: one batch's eval-mode forward under ``torch.no_grad``;
 - training: one SGD step (momentum 0.9): zero the gradients, forward, cross-entropy on random
   labels (torch's loss on both sides), backward, update.
+- with ``--graph``, both again, each side's step captured in a CUDA graph and timed by replaying
+  it: the GPU's time alone, without the Python that launches the kernels (``--profile`` writes where
+  an eager step's time goes).
 
 torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
 through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
@@ -44,6 +47,7 @@ import torch.nn.functional as TF
 
 import opendnn
 import opendnn.torch as ot
+from opendnn.torch.graphs import capture
 
 MODELS = ("resnet50", "mobilenet_v2")
 # torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (../shared/anchors)
@@ -65,6 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default="results", help="directory for models.json and models.md")
     parser.add_argument("--warmup", type=float, default=200.0, help="do_bench warm-up, ms (default 200)")
     parser.add_argument("--rep", type=float, default=1000.0, help="do_bench timed repetitions, ms (default 1000)")
+    parser.add_argument("--graph", action="store_true",
+                        help="also time both sides' steps captured in a CUDA graph (no host work per replay)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also write <out>/profile_<model>_<mode>.txt: torch.profiler's busiest kernels and "
+                             "host time over two opendnn calls (CUDA only)")
     return parser.parse_args(argv)
 
 
@@ -84,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         def build(name: str = name) -> torch.nn.Module:
             return getattr(builders, name)(weights=None)
 
-        for row in measure(name, build, device, args.batch, args.size, timer):
+        profile_to = Path(args.out) if args.profile and device.type == "cuda" else None
+        for row in measure(name, build, device, args.batch, args.size, timer, profile_to,
+                           args.graph and device.type == "cuda"):
             print(_progress_line(row), flush=True)
             rows.append(row)
     markdown = _markdown(_environment(device, args), rows, device.type == "cpu")
@@ -97,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int,
-            timer: Timer) -> list[dict[str, Any]]:
-    """The inference and training rows of one model: torch's, then the converted copy's."""
+            timer: Timer, profile_to: Path | None = None, graph: bool = False) -> list[dict[str, Any]]:
+    """The inference and training rows of one model: torch's, then the converted copy's (and with
+    ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
+    side captured in a CUDA graph and timed by replaying it)."""
     torch.manual_seed(0)
     model = build().to(device, memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
@@ -107,18 +120,22 @@ def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.devic
     x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, CLASSES, (batch,), device=device)
     rows = []
-    for mode in ("inference", "training"):
+    for mode in ("inference", "training", *(("inference (graph)", "training (graph)") if graph else ())):
         row: dict[str, Any] = {"model": name, "mode": mode, "batch": batch, "size": size, "torch_ms": None,
                                "opendnn_ms": None, "torch_img_s": None, "opendnn_img_s": None, "ratio": None,
                                "anchor_torch_ms": ANCHOR_MS.get((name, mode)), "rel_err": None, "error": None,
                                "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone]}
-        step = _inference if mode == "inference" else _training_step
+        step = _inference if mode.startswith("inference") else _training_step
         torch_step, our_step = step(model, x, labels, nullcontext()), step(ours, x, labels, calls)
         try:
+            if mode.endswith("(graph)"):
+                torch_step, our_step = capture(torch_step)[0].replay, capture(our_step)[0].replay
             row["torch_ms"] = timer(torch_step)
             if mode == "inference":
                 row["rel_err"] = _relative_error(our_step(), torch_step())
             row["opendnn_ms"] = timer(our_step)
+            if profile_to is not None and not mode.endswith("(graph)"):
+                _profile(our_step, profile_to / f"profile_{name}_{mode}.txt")
         except Exception as error:  # a refused problem or a failed kernel is a result, not a crash
             row["error"] = f"{type(error).__name__}: {error}"
         row["routed"] = dict(calls.routed)
@@ -136,7 +153,7 @@ def _inference(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
     model.eval()
 
     def run() -> torch.Tensor:
-        with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16), context:
+        with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False), context:
             return model(x)
 
     return run
@@ -149,7 +166,7 @@ def _training_step(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor
 
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16), context:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False), context:
             logits = model(x)
         loss = TF.cross_entropy(logits.float(), labels)
         loss.backward()
@@ -157,6 +174,24 @@ def _training_step(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor
         return loss
 
     return step
+
+
+def _profile(step: Callable[[], Any], path: Path, calls: int = 2) -> None:
+    """torch.profiler over ``calls`` steps: wall time per step, and the operators and kernels sorted
+    by their own GPU time (where the time goes: a slow kernel, or host work the GPU waits on)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - start) * 1e3 / calls
+    table = profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=70)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{calls} calls, wall {wall_ms:.2f} ms per call (profiler on)\n{table}\n")
+    print(f"profile: {path} (wall {wall_ms:.2f} ms per call)", flush=True)
 
 
 def _relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
@@ -208,8 +243,9 @@ def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
               else "medians of `triton.testing.do_bench` (L2 flushed)")
     lines = ["# Whole models: torch/cuDNN against opendnn (converted)", "", environment,
              f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
-             "step (forward, cross-entropy, backward, update); check: the inference logits' relative norm error "
-             "against torch's.", "",
+             "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
+             "and replayed, both sides (the GPU's time without the host's); check: the inference logits' relative "
+             "norm error against torch's.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
         check = f"**error**: {row['error'][:200]}".replace("|", "\\|") if row["error"] else (

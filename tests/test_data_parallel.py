@@ -1,6 +1,8 @@
 """Data-parallel training on opendnn (issue 8), on the CPU: two gloo processes under
 DistributedDataParallel with the converted digits model."""
 
+import sys
+
 import pytest
 import torch
 
@@ -63,3 +65,13 @@ def test_two_ranks_train_the_digits_to_over_80_percent_in_one_epoch():
     assert results[1]["test_accuracy"] is None
     assert results[0]["images"] == 2 * len(dp.rank_loader(dp.digits(0)[0], 0, WORLD_SIZE, BATCH, 0).sampler)
     assert results[0]["images_per_second"] > 0
+
+
+def test_resnet50_without_torchvision_says_torchvision_is_needed(monkeypatch):
+    """None in sys.modules makes the import fail whether torchvision is installed or not."""
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    monkeypatch.setitem(sys.modules, "torchvision.models", None)
+    with pytest.raises(ImportError, match="--model resnet50 needs torchvision"):
+        dp.resnet50_model()
+    with pytest.raises(ImportError, match="--model resnet50 needs torchvision"):  # before spawning any rank
+        dp.main(["--model", "resnet50", "--device", "cpu", "--world-size", "1"])

@@ -1,12 +1,20 @@
-"""Data-parallel training on opendnn: the demo's CNN as a torch model, converted, under DDP.
+"""Data-parallel training on opendnn: a torch model, converted, under DDP.
 
-``python -m opendnn.torch.data_parallel --device cuda --world-size 1 2 --epochs 5`` trains
-``digits_model()`` (the ``opendnn demo`` network as torch modules) on scikit-learn's 8x8 digits,
-once per world size, with one process per GPU (``torch.multiprocessing.spawn``), and prints
-images/s per world size and the ratio to the first. Under ``torchrun`` (RANK, WORLD_SIZE and
-LOCAL_RANK set) each process trains one rank of one run. Every layer's forward and backward runs on
-opendnn (``opendnn.torch.convert``: Triton kernels on CUDA, the NumPy backend on the CPU);
-torch.distributed averages the gradients (NCCL on CUDA, gloo on the CPU) and torch's SGD updates.
+``NCCL_NVLS_ENABLE=0 python -m opendnn.torch.data_parallel --device cuda --world-size 1 2 --epochs 5``
+trains ``digits_model()`` (the ``opendnn demo`` network as torch modules) on scikit-learn's 8x8
+digits, once per world size, with one process per GPU (``torch.multiprocessing.spawn``), and prints
+images/s per world size and the ratio to the first.
+
+``NCCL_NVLS_ENABLE=0 python -m opendnn.torch.data_parallel --device cuda --model resnet50 --world-size 1 2``
+trains torchvision's ResNet-50 (``weights=None``; torchvision needed: benchmarks/README_models.md)
+channels_last under bf16 autocast on synthetic data: each rank one fixed random batch of
+``--batch-size`` 224x224 images and labels, ``--warmup-steps`` untimed steps (they compile the
+kernels), then ``--steps`` timed ones; no test set.
+
+Under ``torchrun`` (RANK, WORLD_SIZE and LOCAL_RANK set) each process trains one rank of one run.
+Every layer's forward and backward runs on opendnn (``opendnn.torch.convert``: Triton kernels on
+CUDA, the NumPy backend on the CPU); torch.distributed averages the gradients (NCCL on CUDA, gloo on
+the CPU) and torch's SGD updates.
 
 Scaling is weak: each rank takes ``batch_size`` images per step, so a step of N ranks trains N
 times the images of one. Batch norm statistics are per rank, as in any DDP model without SyncBN.
@@ -20,8 +28,10 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +47,8 @@ from opendnn.torch.convert import convert
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
 TIMEOUT_S = 300
+IMAGENET_SIZE, IMAGENET_CLASSES = 224, 1000
+Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
 
 def digits_model() -> torch.nn.Sequential:
@@ -58,11 +70,80 @@ def digits(seed: int) -> tuple[TensorDataset, TensorDataset]:
             TensorDataset(torch.from_numpy(test_x), torch.from_numpy(test_y).long()))
 
 
+def _torchvision_models() -> Any:
+    try:
+        import torchvision.models
+    except ImportError as error:
+        raise ImportError(f"--model resnet50 needs torchvision ({error}); benchmarks/README_models.md "
+                          "says how to install it") from error
+    return torchvision.models
+
+
+def resnet50_model() -> torch.nn.Module:
+    """torchvision's ResNet-50 (``weights=None``: initialised from torch's generator), channels_last."""
+    return _torchvision_models().resnet50(weights=None).to(memory_format=torch.channels_last)
+
+
 def rank_loader(dataset: TensorDataset, rank: int, world_size: int, batch_size: int, seed: int) -> DataLoader:
     """Rank ``rank``'s shard of ``dataset`` (DistributedSampler, shuffled with ``seed``) in batches.
     Needs no process group, so a single process can rebuild any rank's batches."""
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+# ---- the models: each one's builder and this rank's batches -----------------------------------
+
+@dataclass(frozen=True)
+class Rounds:
+    """This rank's training: ``rounds`` each give one round's batches (an epoch, the warm-up steps);
+    rounds before ``timed_from`` are untimed (they compile the kernels). ``schedule`` says so in
+    words; ``test_set`` (or None) is scored on rank 0 at the end."""
+
+    rounds: list[Callable[[], Batches]]
+    timed_from: int
+    schedule: str
+    test_set: TensorDataset | None
+
+
+def _digits_rounds(rank: int, world_size: int, where: torch.device, *, batch_size: int, seed: int, epochs: int,
+                   **_: Any) -> Rounds:
+    """One round per epoch over this rank's shard of the digits; all but the first epoch timed."""
+    train_set, test_set = digits(seed)
+    loader = rank_loader(train_set, rank, world_size, batch_size, seed)
+
+    def epoch(k: int) -> Batches:
+        loader.sampler.set_epoch(k)
+        return loader
+
+    timed_from = 1 if epochs > 1 else 0
+    schedule = f"{epochs} epochs, {'the first untimed' if timed_from else 'timed with compilation'}"
+    return Rounds([lambda k=k: epoch(k) for k in range(epochs)], timed_from, schedule, test_set)
+
+
+def _synthetic_imagenet_rounds(rank: int, world_size: int, where: torch.device, *, batch_size: int, seed: int,
+                               steps: int, warmup_steps: int, **_: Any) -> Rounds:
+    """One random batch (images channels_last, labels in [0, 1000)) made once on the device from
+    ``seed + rank``, fed ``warmup_steps`` times untimed, then ``steps`` times timed."""
+    generator = torch.Generator(where).manual_seed(seed + rank)
+    images = torch.randn(batch_size, 3, IMAGENET_SIZE, IMAGENET_SIZE, device=where, generator=generator)
+    labels = torch.randint(0, IMAGENET_CLASSES, (batch_size,), device=where, generator=generator)
+    batch = images.contiguous(memory_format=torch.channels_last), labels
+    return Rounds([lambda: repeat(batch, warmup_steps), lambda: repeat(batch, steps)], 1,
+                  f"{steps} steps after {warmup_steps} untimed", None)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model to train: ``build()`` makes it on the CPU (torch seeded by the caller), ``rounds``
+    this rank's batches; ``autocast``: forward passes in bf16 autocast on CUDA."""
+
+    build: Callable[[], torch.nn.Module]
+    rounds: Callable[..., Rounds]
+    autocast: bool
+
+
+WORKLOADS = {"digits": Workload(digits_model, _digits_rounds, autocast=False),
+             "resnet50": Workload(resnet50_model, _synthetic_imagenet_rounds, autocast=True)}
 
 
 # ---- one rank -------------------------------------------------------------------------------------
@@ -87,75 +168,83 @@ def _setup(rank: int, local_rank: int, world_size: int, backend: str, device: st
     return where
 
 
-def _parallel_model(seed: int, where: torch.device, dtype: torch.dtype) -> DistributedDataParallel:
+def _parallel_model(seed: int, where: torch.device, dtype: torch.dtype,
+                    build: Callable[[], torch.nn.Module] = digits_model) -> DistributedDataParallel:
     torch.manual_seed(seed)
-    model = digits_model().to(where, dtype)
+    model = build().to(where, dtype)
     report = convert(model)
     assert not report.left_alone, f"layers left to torch:\n{report}"
     return DistributedDataParallel(model, device_ids=[where.index] if where.type == "cuda" else None)
 
 
-def train(rank: int, world_size: int, *, backend: str, device: str, epochs: int, batch_size: int, seed: int,
-          init_method: str) -> dict[str, Any]:
-    """Train ``digits_model()`` data-parallel as rank ``rank`` of ``world_size`` processes.
+def train(rank: int, world_size: int, *, backend: str, device: str, batch_size: int, seed: int, init_method: str,
+          model: str = "digits", epochs: int = 5, steps: int = 20, warmup_steps: int = 3) -> dict[str, Any]:
+    """Train ``model`` (a key of WORKLOADS) data-parallel as rank ``rank`` of ``world_size`` processes.
 
     Args:
         rank: this process's rank (its GPU on CUDA); RANK / LOCAL_RANK override it under torchrun.
         world_size: number of processes (WORLD_SIZE overrides it under torchrun).
         backend: torch.distributed backend, "nccl" (CUDA) or "gloo" (CPU).
         device: "cuda" (one GPU per process) or "cpu".
-        epochs: passes over the training set; images/s is timed over all but the first when
-            there are several (the first compiles the kernels).
         batch_size: images per rank per step.
-        seed: initial weights, data split and shuffling.
+        seed: initial weights, data split and shuffling (resnet50: rank r's images from seed + r).
         init_method: torch.distributed rendezvous ("tcp://127.0.0.1:PORT", "file://...");
             "env://" under torchrun.
+        model: "digits" (the digits, ``epochs`` passes; images/s timed over all but the first
+            when there are several, the first compiling the kernels) or "resnet50" (synthetic
+            ImageNet-sized batches, bf16 autocast on CUDA: ``warmup_steps`` untimed steps, then
+            ``steps`` timed ones).
 
     Returns:
-        {"rank", "world_size", "device", "epochs", "images", "seconds", "images_per_second" (all
-        ranks' images over the timed epochs per second of wall time), "loss" (this rank's mean
-        training loss in the last epoch), "test_accuracy" (rank 0 only, else None)}.
+        {"rank", "world_size", "device", "model", "schedule" (the timed rounds in words), "images",
+        "seconds", "images_per_second" (all ranks' images over the timed rounds per second of wall
+        time), "loss" (this rank's mean training loss in the last round: epoch or timed steps),
+        "test_accuracy" (rank 0 of digits only, else None)}.
     """
     rank, world_size, local_rank, init_method = _rank_from_environment(rank, world_size, init_method)
     where = _setup(rank, local_rank, world_size, backend, device, init_method)
     try:
-        train_set, test_set = digits(seed)
-        model = _parallel_model(seed, where, torch.float32)
-        optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-        loader = rank_loader(train_set, rank, world_size, batch_size, seed)
-        timed_from = 1 if epochs > 1 else 0
-        images, loss_sum, start = 0, 0.0, time.perf_counter()
-        for epoch in range(epochs):
-            if epoch == timed_from:
+        workload = WORKLOADS[model]
+        plan = workload.rounds(rank, world_size, where, batch_size=batch_size, seed=seed, epochs=epochs,
+                               steps=steps, warmup_steps=warmup_steps)
+        parallel = _parallel_model(seed, where, torch.float32, workload.build)
+        optimizer = torch.optim.SGD(parallel.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+        autocast = workload.autocast and where.type == "cuda"
+        images, loss_sum, count, start = 0, 0.0, 0, time.perf_counter()
+        for k, batches in enumerate(plan.rounds):
+            if k == plan.timed_from:
                 _synchronize(where)
                 images, start = 0, time.perf_counter()
-            loader.sampler.set_epoch(epoch)
-            loss_sum = _train_epoch(model, optimizer, loader, where)
-            images += len(loader.sampler) * world_size
+            loss_sum, count = _train_round(parallel, optimizer, batches(), where, autocast)
+            images += count * world_size
         _synchronize(where)
         seconds = time.perf_counter() - start
-        accuracy = evaluate(model.module, test_set, where) if rank == 0 else None
+        test = rank == 0 and plan.test_set is not None
+        accuracy = evaluate(parallel.module, plan.test_set, where) if test else None
         dist.barrier()  # no rank tears down its connections while another still runs
-        return {"rank": rank, "world_size": world_size, "device": str(where), "epochs": epochs, "images": images,
-                "seconds": seconds, "images_per_second": images / seconds, "loss": loss_sum / len(loader.sampler),
-                "test_accuracy": accuracy}
+        return {"rank": rank, "world_size": world_size, "device": str(where), "model": model,
+                "schedule": plan.schedule, "images": images, "seconds": seconds,
+                "images_per_second": images / seconds, "loss": loss_sum / max(count, 1), "test_accuracy": accuracy}
     finally:
         dist.destroy_process_group()
 
 
-def _train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                 where: torch.device) -> float:
-    """One pass over this rank's shard; returns the sum of the per-image losses (one host copy)."""
+def _train_round(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches,
+                 where: torch.device, autocast: bool) -> tuple[float, int]:
+    """One SGD step per batch (forward and loss in bf16 autocast with ``autocast``); returns the
+    sum of the per-image losses (one host copy) and the number of images."""
     model.train()
-    total = torch.zeros((), device=where)
-    for x, y in loader:
+    total, count = torch.zeros((), device=where), 0
+    for x, y in batches:
         x, y = x.to(where, non_blocking=True), y.to(where, non_blocking=True)
-        loss = TF.cross_entropy(model(x), y)
+        with torch.autocast(where.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = TF.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         total += loss.detach() * len(y)
-    return float(total)
+        count += len(y)
+    return float(total), count
 
 
 @torch.no_grad()
@@ -288,7 +377,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--world-size", type=int, nargs="+", default=[1, 2],
                         help="processes (GPUs on CUDA) per run; one run per value (default: 1 2)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--model", choices=list(WORKLOADS), default="digits",
+                        help="digits (the demo's CNN) or resnet50 (torchvision's, synthetic data) (default: digits)")
+    parser.add_argument("--epochs", type=int, default=5, help="digits: passes over the training set (default: 5)")
+    parser.add_argument("--steps", type=int, default=20, help="resnet50: timed steps (default: 20)")
+    parser.add_argument("--warmup-steps", type=int, default=3,
+                        help="resnet50: untimed steps before them, compiling the kernels (default: 3)")
     parser.add_argument("--batch-size", type=int, default=64, help="images per rank per step (default: 64)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -297,8 +391,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     backend = "nccl" if args.device == "cuda" else "gloo"
-    options = {"backend": backend, "device": args.device, "epochs": args.epochs, "batch_size": args.batch_size,
-               "seed": args.seed}
+    options = {"backend": backend, "device": args.device, "model": args.model, "epochs": args.epochs,
+               "steps": args.steps, "warmup_steps": args.warmup_steps, "batch_size": args.batch_size, "seed": args.seed}
+    if args.model == "resnet50":
+        _torchvision_models()  # fail here, with the reason, rather than in every spawned rank
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun started this process: one rank
         result = train(0, 0, init_method="env://", **options)
         if result["rank"] == 0:
@@ -316,12 +412,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_row(row: dict[str, Any], first: dict[str, Any]) -> None:
-    """One run: world size, images/s, speed-up over the ``first`` run, test accuracy."""
+    """One run: world size, images/s, speed-up over the ``first`` run, test accuracy ("-": none)."""
     ratio = row["images_per_second"] / first["images_per_second"]
+    accuracy = "-" if row["test_accuracy"] is None else f"{row['test_accuracy']:.3f}"
     print(f"world_size {row['world_size']}  device {row['device'].split(':')[0]}  {row['images_per_second']:10.0f}"
-          f" images/s  x{ratio:.2f} vs world_size {first['world_size']}  test accuracy {row['test_accuracy']:.3f}"
-          f"  ({row['images']} images in {row['seconds']:.2f} s; {row['epochs']} epochs,"
-          f" {'the first untimed' if row['epochs'] > 1 else 'timed with compilation'})", flush=True)
+          f" images/s  x{ratio:.2f} vs world_size {first['world_size']}  test accuracy {accuracy}"
+          f"  ({row['images']} images in {row['seconds']:.2f} s; {row['schedule']})", flush=True)
 
 
 if __name__ == "__main__":

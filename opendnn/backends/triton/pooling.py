@@ -420,12 +420,6 @@ def _wide(plan: CanonicalPooling, *strides: tuple[int, ...]) -> bool:
     return any(sum(e * abs(s) for e, s in zip(extents, strides_)) > INT32_LIMIT for strides_ in strides)
 
 
-def _wide(plan: CanonicalPooling, *strides: tuple[int, ...]) -> bool:
-    """Whether an offset along canonical dims 3 and 4 (window and padding included) may pass int32."""
-    extents = [plan.in_sizes[d] + 2 * (plan.window[d] + plan.stride[d]) for d in (3, 4)]
-    return any(extents[0] * abs(s[3]) + extents[1] * abs(s[4]) > INT32_LIMIT for s in strides)
-
-
 def _argmax_dtype(positions: int) -> Any:
     import torch
 
