@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from opendnn.api.activation import ActivationDescriptor
-from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes
+from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes, bytes_descriptor
 from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.ops.batch_norm import (
@@ -235,7 +234,7 @@ def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, w
     if workspace is _AUTOMATIC:  # ours: no checks needed
         scratch = allocate_bytes(tensors.x, needed)
         workspace_bound = None if scratch is None else Bound(
-            "workspace", TensorDescriptor(DataType.UINT8, (needed,)), scratch, tensors.x.device)
+            "workspace", bytes_descriptor(needed), scratch, tensors.x.device)
     else:
         workspace_bound = bind_bytes("workspace", workspace, needed, "the workspace size query")
     tensors = tensors._replace(

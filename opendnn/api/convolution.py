@@ -25,7 +25,7 @@ from opendnn.ops.convolution import (
     convolution_problem,
 )
 from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
-from opendnn.ops.registry import dispatch, load_backend
+from opendnn.ops.registry import dispatch, load_backend, refusal
 
 Filter = FilterDescriptor | TensorDescriptor
 _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_size",
@@ -80,7 +80,7 @@ def get_convolution_backward_filter_workspace_size(handle: Handle, x_desc: Tenso
 def workspace_size(handle: Handle, problem: ConvolutionProblem) -> int:
     """The handle's backend's workspace bytes for ``problem``, once it says it supports it."""
     backend = load_backend("convolution", handle.backend, handle.device)
-    reason = backend.supports(problem)
+    reason = refusal(backend, problem)
     if reason is not None:
         raise NotSupported(f"convolution on backend {handle.backend!r}: {reason}", Status.NOT_SUPPORTED)
     size: int = backend.workspace_size(problem)

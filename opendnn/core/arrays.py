@@ -11,6 +11,7 @@ bfloat16 on the NumPy side is stored as its uint16 bit pattern (``bf16_to_float3
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,12 @@ _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
 
 def is_torch(array: Any) -> bool:
-    return type(array).__module__.startswith("torch") and hasattr(array, "untyped_storage")
+    return _is_torch_type(type(array))
+
+
+@functools.lru_cache(maxsize=64)  # asked for every array of every call, of a handful of types
+def _is_torch_type(kind: type) -> bool:
+    return kind.__module__.startswith("torch") and hasattr(kind, "untyped_storage")
 
 
 def as_native(array: Any, name: str = "array") -> Any:
@@ -48,9 +54,11 @@ def as_native(array: Any, name: str = "array") -> Any:
 
 def device_of(native: Any) -> str:
     """"cpu" or "cuda:N"."""
-    if isinstance(native, np.ndarray):
-        return CPU
-    device = native.device
+    return CPU if isinstance(native, np.ndarray) else _device_name(native.device)
+
+
+@functools.lru_cache(maxsize=64)  # a torch.device is a hashable value; its name is asked for every tensor
+def _device_name(device: Any) -> str:
     return CPU if device.type == "cpu" else f"{device.type}:{device.index or 0}"
 
 
@@ -60,14 +68,20 @@ def dtype_of(native: Any) -> DataType:
 
 def descriptor_of(native: Any, name: str = "array") -> TensorDescriptor:
     """The descriptor of an array's own dims and strides (a 0-d array becomes dims (1,))."""
-    dtype = dtype_of(native)
     if isinstance(native, np.ndarray):
         strides = tuple(s // native.itemsize for s in native.strides)
     else:
-        strides = tuple(native.stride())
+        strides = native.stride()
+    return _descriptor_of(native.dtype, tuple(native.shape), strides, name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _descriptor_of(native_dtype: Any, dims: tuple[int, ...], strides: tuple[int, ...], name: str) -> TensorDescriptor:
+    # memoized: every call describes its arrays, and their dtypes, shapes and strides repeat; the
+    # result is a frozen value, so one instance may serve every caller (errors are not cached)
+    dtype = DataType.of(native_dtype)
     for k, s in enumerate(strides):
         require(s >= 0, f"{name}.strides[{k}]={s} must be at least 0 (negative strides are not supported)")
-    dims = tuple(native.shape)
     require(all(d >= 1 for d in dims), f"{name}.shape={dims} must have no empty dimension")
     return TensorDescriptor(dtype, dims or (1,), strides or (1,))
 
@@ -156,7 +170,12 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
         import torch
 
         view = native.reshape(-1).view(torch.uint8)
-    return Bound(name, TensorDescriptor(DataType.UINT8, (nbytes,)), view, device_of(native))
+    return Bound(name, bytes_descriptor(nbytes), view, device_of(native))
+
+
+def bytes_descriptor(count: int) -> TensorDescriptor:
+    """The descriptor of ``count`` contiguous bytes (a workspace or reserve space)."""
+    return _packed_descriptor(DataType.UINT8, (count,), (0,))
 
 
 def allocate_bytes(like: Bound, count: int) -> Any:
@@ -196,7 +215,8 @@ def wrap(name: str, array: Any) -> Bound:
     """Bind an array to the descriptor of its own dims and strides (the Pythonic API's way in)."""
     native = as_native(array, name)
     desc = descriptor_of(native, name)
-    return Bound(name, desc, strided_view(native, desc), device_of(native))
+    own = is_torch(native) and native.dim() > 0  # a tensor (not 0-d) is its own view: no new one needed
+    return Bound(name, desc, native if own else strided_view(native, desc), device_of(native))
 
 
 def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...] | None = None,
@@ -205,9 +225,7 @@ def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...
     (memory order of the dims, outermost first; default bound's own order)."""
     dtype = dtype or bound.desc.dtype
     dims = dims or bound.desc.dims
-    if order is None:
-        order = tuple(sorted(range(len(dims)), key=lambda k: -bound.desc.strides[k]))
-    desc = TensorDescriptor(dtype, dims, strides_for_order(dims, order))
+    desc = _packed_descriptor(dtype, dims, _memory_order(bound.desc.strides[:len(dims)]) if order is None else order)
     if isinstance(bound.view, np.ndarray):
         native = strided_view(np.empty(desc.extent, dtype.to_numpy()), desc)
     else:
@@ -217,6 +235,18 @@ def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...
         # the result in place, which torch refuses for views that a custom Function returns
         native = torch.empty_strided(dims, desc.strides, dtype=dtype.to_torch(), device=bound.view.device)
     return Bound(bound.name, desc, native, bound.device)
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of a tuple, asked for every output
+def _memory_order(strides: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims in memory order, outermost (largest stride) first."""
+    return tuple(sorted(range(len(strides)), key=lambda k: -strides[k]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_descriptor(dtype: DataType, dims: tuple[int, ...], order: tuple[int, ...]) -> TensorDescriptor:
+    # memoized as _descriptor_of: outputs of one shape repeat from call to call
+    return TensorDescriptor(dtype, dims, strides_for_order(dims, order))
 
 
 def bf16_to_float32(bits: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +85,7 @@ class TensorDescriptor:
     def numel(self) -> int:
         return math.prod(self.dims)
 
-    @property
+    @functools.cached_property  # a frozen value: computed once per descriptor
     def extent(self) -> int:
         """Elements of buffer the view reaches: its largest offset plus one."""
         return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
@@ -98,7 +99,7 @@ class TensorDescriptor:
     def is_packed(self) -> bool:
         return self.strides == packed_strides(self.dims)
 
-    @property
+    @functools.cached_property  # a frozen value: computed once per descriptor
     def is_non_overlapping(self) -> bool:
         """True when no two elements share an address, so the view may be written."""
         span = 1

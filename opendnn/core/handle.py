@@ -109,7 +109,8 @@ class Handle:
     def check_device(self, name: str, device: str) -> None:
         """Refuse an array that lives on another device than the handle's."""
         self._check_alive()
-        require(device == self.device, f"{name} is on {device} but the handle is bound to {self.device}")
+        if device != self.device:  # the message is formatted only on failure: this runs for every tensor
+            raise BadParam(f"{name} is on {device} but the handle is bound to {self.device}")
 
     def _check_alive(self) -> None:
         if self._destroyed:

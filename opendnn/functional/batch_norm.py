@@ -9,6 +9,7 @@ be float32 (float64).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +18,11 @@ import numpy as np
 import opendnn.api.batch_norm as api
 from opendnn.api.activation import ActivationDescriptor, ActivationMode
 from opendnn.core.arrays import Bound, allocate_bytes, as_native, empty_like, wrap
-from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.functional.common import handle_for, to_caller_kind
-from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps
+from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
 
 MODE = BatchNormMode.SPATIAL
 
@@ -146,14 +146,14 @@ class _Parameters:
         self.channels = x.desc.dims[1] if x.desc.ndim > 1 else 1
         require(x.desc.ndim >= 2, f"x.ndim={x.desc.ndim} must be at least 2 (N, C, ...)")
         self.dtype = x.desc.dtype.compute_type
-        self.desc = TensorDescriptor(self.dtype, (1, self.channels) + (1,) * (x.desc.ndim - 2))
+        self.desc = derive_bn_tensor_descriptor(x.desc, MODE)
         self.weight = self.convert(weight, "weight", 1.0)
         self.bias = self.convert(bias, "bias", 0.0)
         self.mean = self.running(mean, "running_mean")
         self.var = self.running(var, "running_var")
 
     def new(self, fill: float | None = None) -> Any:
-        out = empty_like(self.x, self.dtype, self.desc.dims).view
+        out = empty_like(self.x, self.dtype, self.desc.dims, tuple(range(self.x.desc.ndim))).view  # desc's strides
         if fill is not None:
             out[...] = fill
         return out
@@ -163,8 +163,10 @@ class _Parameters:
         if array is None:
             return self.new(default)
         native = as_native(array, name)
-        require(int(np.prod(native.shape)) == self.channels,
-                f"{name}.shape={tuple(native.shape)} must hold C={self.channels} elements")
+        if math.prod(native.shape) != self.channels:
+            raise BadParam(f"{name}.shape={tuple(native.shape)} must hold C={self.channels} elements")
+        if _is_contiguous(native) and DataType.of(native.dtype) is self.dtype and isinstance(native, type(self.x.view)):
+            return native.reshape(self.desc.dims)  # already what the kernels read: only read, so no copy
         out = self.new()
         out.reshape(-1)[...] = native.reshape(-1) if isinstance(native, type(out)) else np.asarray(native).reshape(-1)
         return out
@@ -174,13 +176,19 @@ class _Parameters:
         if array is None:
             return None
         native = as_native(array, name)
-        require(DataType.of(native.dtype) is self.dtype,
-                f"{name}.dtype={DataType.of(native.dtype).value} must be {self.dtype.value} (updated in place)")
-        require(tuple(native.shape) == (self.channels,), f"{name}.shape={tuple(native.shape)} must be "
-                                                         f"({self.channels},)")
-        contiguous = native.flags.c_contiguous if isinstance(native, np.ndarray) else native.is_contiguous()
-        require(contiguous, f"{name} must be contiguous (it is updated in place)")
+        # the messages are formatted only on failure: this runs for every call
+        if DataType.of(native.dtype) is not self.dtype:
+            raise BadParam(f"{name}.dtype={DataType.of(native.dtype).value} must be {self.dtype.value} "
+                           "(updated in place)")
+        if tuple(native.shape) != (self.channels,):
+            raise BadParam(f"{name}.shape={tuple(native.shape)} must be ({self.channels},)")
+        if not _is_contiguous(native):
+            raise BadParam(f"{name} must be contiguous (it is updated in place)")
         return native.reshape(self.desc.dims)
 
     def flat(self, array: Any) -> Any:
         return array.reshape(self.channels)
+
+
+def _is_contiguous(native: Any) -> bool:
+    return bool(native.flags.c_contiguous) if isinstance(native, np.ndarray) else native.is_contiguous()

@@ -20,6 +20,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
+from opendnn.core.memo import memoized
 from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.convolution import (
     ConvolutionDescriptor,
@@ -49,7 +50,7 @@ def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntO
         y (N, K, *out) in x's memory order and of x's kind.
     """
     xb, wb = wrap("x", x), wrap("w", w)
-    conv_desc = _descriptor(xb, wb, stride, padding, dilation, groups, mode)
+    conv_desc = _descriptor(xb.desc, wb.desc, stride, padding, dilation, groups, mode)
     y = empty_like(xb, dims=get_convolution_forward_output_dim(conv_desc, xb.desc, wb.desc))
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim) if bias is not None else None
     handle = handle_for(xb, handle)
@@ -103,7 +104,7 @@ def conv_backward_filter(x: Any, dy: Any, weight_shape: Sequence[int], stride: I
     dw has x's memory order (KRSC for an NHWC x)."""
     xb, dyb = wrap("x", x), wrap("dy", dy)
     dw = empty_like(xb, dims=tuple(weight_shape))
-    conv_desc = _descriptor(xb, dw, stride, padding, dilation, groups, ConvolutionMode.CROSS_CORRELATION)
+    conv_desc = _descriptor(xb.desc, dw.desc, stride, padding, dilation, groups, ConvolutionMode.CROSS_CORRELATION)
     handle = handle_for(xb, handle)
     problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xb.desc, dw.desc, dyb.desc,
                                   algo=algo, allow_tf32=allows_tf32(handle, conv_desc),
@@ -135,8 +136,7 @@ def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], strides: tuple[
                    dilations: tuple[int, ...], groups: int, algo: enum.Enum | None,
                    handle: Handle | None) -> Bound:
     dx = empty_like(dyb, dims=dims)
-    conv_desc = ConvolutionDescriptor(pads, strides, dilations, ConvolutionMode.CROSS_CORRELATION,
-                                      _compute_type(dyb), groups)
+    conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dyb.desc), groups)
     handle = handle_for(dyb, handle)
     problem = convolution_problem(ConvolutionDirection.BACKWARD_DATA, conv_desc, dx.desc, wb.desc, dyb.desc,
                                   algo=algo, allow_tf32=allows_tf32(handle, conv_desc),
@@ -151,22 +151,29 @@ def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bou
     dispatch(handle, "convolution", problem, x, w, y, bias, None, workspace)
 
 
-def _descriptor(xb: Bound, wb: Bound, stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple,
-                groups: int, mode: ConvolutionMode) -> ConvolutionDescriptor:
-    spatial = xb.desc.ndim - 2
-    require(1 <= spatial <= 3, f"x.ndim={xb.desc.ndim} must be 3, 4 or 5 (N, C and 1 to 3 spatial dims)")
-    require(wb.desc.ndim == xb.desc.ndim, f"w.ndim={wb.desc.ndim} must equal x.ndim={xb.desc.ndim}")
+@memoized  # the geometry of a layer repeats on every call
+def _descriptor(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, padding: IntOrTuple | str,
+                dilation: IntOrTuple, groups: int, mode: ConvolutionMode) -> ConvolutionDescriptor:
+    spatial = x.ndim - 2
+    require(1 <= spatial <= 3, f"x.ndim={x.ndim} must be 3, 4 or 5 (N, C and 1 to 3 spatial dims)")
+    require(w.ndim == x.ndim, f"w.ndim={w.ndim} must equal x.ndim={x.ndim}")
     strides, dilations = _per_dim("stride", stride, spatial), _per_dim("dilation", dilation, spatial)
     if isinstance(padding, str):
         require(padding in ("valid", "same"), f"padding={padding!r} must be 'valid', 'same' or ints")
         require(padding == "valid" or strides == (1,) * spatial, f"padding='same' needs stride 1, not {strides}")
-        total = [0 if padding == "valid" else d * (f - 1) for d, f in zip(dilations, wb.desc.dims[2:])]
+        total = [0 if padding == "valid" else d * (f - 1) for d, f in zip(dilations, w.dims[2:])]
         pre = tuple(t // 2 for t in total)
         post = tuple(t - p for t, p in zip(total, pre))
     else:
         pre = post = _per_dim("padding", padding, spatial)
-    return ConvolutionDescriptor(pre, strides, dilations, mode, _compute_type(xb), groups,
+    return ConvolutionDescriptor(pre, strides, dilations, mode, _compute_type(x), groups,
                                  pre_padding=pre, post_padding=post)
+
+
+@memoized  # as _descriptor
+def _backward_data_descriptor(pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...],
+                              compute_type: DataType, groups: int) -> ConvolutionDescriptor:
+    return ConvolutionDescriptor(pads, strides, dilations, ConvolutionMode.CROSS_CORRELATION, compute_type, groups)
 
 
 def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
@@ -175,8 +182,8 @@ def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
-def _compute_type(bound: Bound) -> DataType:
-    return DataType.DOUBLE if bound.desc.dtype is DataType.DOUBLE else DataType.FLOAT
+def _compute_type(desc: TensorDescriptor) -> DataType:
+    return DataType.DOUBLE if desc.dtype is DataType.DOUBLE else DataType.FLOAT
 
 
 def _channel_dims(k: int, ndim: int) -> tuple[int, ...]:

@@ -40,8 +40,9 @@ def _result_dtype(inputs: Sequence[Bound]) -> DataType:
 def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, dtype: DataType | None = None,
                **parameters: Any) -> Any:
     inputs = [wrap(f"x{k}" if len(arrays) > 1 else "x", a) for k, a in enumerate(arrays)]
-    try:
-        shape = tuple(np.broadcast_shapes(*(np.shape(as_native(a)) for a in arrays)))
+    shapes = [tuple(np.shape(as_native(a))) for a in arrays]
+    try:  # (np.broadcast_shapes costs more than the rest of a call: equal shapes need none)
+        shape = shapes[0] if shapes.count(shapes[0]) == len(shapes) else tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         shapes = ", ".join(f"{b.name}.shape={tuple(np.shape(as_native(a)))}" for b, a in zip(inputs, arrays))
         raise BadParam(f"{shapes} do not broadcast together") from None

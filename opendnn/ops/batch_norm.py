@@ -29,11 +29,9 @@ data) with the dims of ``derive_bn_tensor_descriptor``.
 from __future__ import annotations
 
 import enum
-import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,26 +39,10 @@ from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor, check_same_dims
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
+from opendnn.core.memo import cached_hash, memoized
 
 BN_MIN_EPSILON = 1e-5  # cuDNN's CUDNN_BN_MIN_EPSILON
 ACTIVATIONS = ("relu", "clipped_relu", "identity")  # the activations the Ex forms fuse
-T = TypeVar("T")
-
-
-def _cached(function: Callable[..., T]) -> Callable[..., T]:
-    """``function`` memoized on hashable arguments: descriptors repeat from call to call, and a hit
-    costs a microsecond where the rules cost tens. Errors are not cached (they raise every time)."""
-    memo = functools.lru_cache(maxsize=512)(function)
-
-    @functools.wraps(function)
-    def call(*args: Any, **kwargs: Any) -> T:
-        try:
-            hash((args, tuple(kwargs.items())))
-        except TypeError:
-            return function(*args, **kwargs)
-        return memo(*args, **kwargs)
-
-    return call
 
 
 class BatchNormMode(enum.Enum):
@@ -90,7 +72,7 @@ class Direction(enum.Enum):
     BACKWARD = "backward"
 
 
-@_cached
+@memoized
 def derive_bn_tensor_descriptor(x_desc: TensorDescriptor, mode: BatchNormMode) -> TensorDescriptor:
     """The descriptor of scale, bias, means and variances for ``x_desc`` in ``mode``: dims (1, C, 1...)
     for SPATIAL, (1, C, spatial...) for PER_ACTIVATION; FLOAT (DOUBLE for DOUBLE data); packed.
@@ -116,6 +98,8 @@ class BatchNormProblem:
     statistics are updated (training) and whether saved mean and inv std are written (training) or
     given (backward).
     """
+
+    __hash__ = cached_hash  # problems key the per-call caches
 
     direction: Direction
     mode: BatchNormMode
@@ -176,7 +160,7 @@ def reduced_axes(ndim: int, mode: BatchNormMode) -> tuple[int, ...]:
     return (0, *range(2, ndim)) if BatchNormMode(mode).is_spatial else (0,)
 
 
-@_cached
+@memoized
 def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: TensorDescriptor,
                        out_desc: TensorDescriptor, param_desc: TensorDescriptor, epsilon: float, *,
                        ops: BatchNormOps = BatchNormOps.BN, z_desc: TensorDescriptor | None = None,

@@ -48,6 +48,7 @@ from opendnn.core.descriptors import TensorDescriptor, TensorFormat, strides_for
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import MathType
+from opendnn.core.memo import cached_hash, memoized
 from opendnn.ops.pointwise import PointwiseMode
 from opendnn.ops.pointwise import reference as pointwise_reference
 
@@ -186,6 +187,8 @@ class ConvolutionProblem:
             activation_coef is its coefficient (clipped relu's ceiling, elu's alpha, swish's beta).
         propagate_nan: the activation's NaN option (relu, clipped relu).
     """
+
+    __hash__ = cached_hash  # problems key the per-call caches
 
     direction: ConvolutionDirection
     x: TensorDescriptor
@@ -352,6 +355,7 @@ def output_dims(conv_desc: ConvolutionDescriptor, x_dims: Sequence[int], w_dims:
     return (x_dims[0], w_dims[0], *out)
 
 
+@memoized  # a pure function of frozen values, asked again on every call
 def get_convolution_forward_output_dim(conv_desc: ConvolutionDescriptor, x_desc: TensorDescriptor,
                                        w_desc: FilterDescriptor | TensorDescriptor) -> tuple[int, ...]:
     """The dims of y, (N, K, *out), for x convolved with w.

@@ -34,6 +34,7 @@ import numpy as np
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
+from opendnn.core.memo import cached_hash, memoized
 from opendnn.ops.pointwise import PointwiseMode
 from opendnn.ops.pointwise import reference as pointwise_reference
 
@@ -61,6 +62,8 @@ class MatmulProblem:
     ``residual`` (C's dims) are None when absent; ``activation`` is a ``*_FWD`` mode or None.
     """
 
+    __hash__ = cached_hash  # problems key the per-call caches
+
     a: TensorDescriptor
     b: TensorDescriptor
     c: TensorDescriptor
@@ -86,6 +89,7 @@ class MatmulProblem:
         return 2 * math.prod(self.batch) * self.m * self.n * self.k
 
 
+@memoized  # a pure function of frozen values, asked again on every call
 def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: TensorDescriptor, *,
                    alpha: float = 1.0, beta: float = 0.0, bias_desc: TensorDescriptor | None = None,
                    bias_axis: BiasAxis | str = BiasAxis.COLUMN, activation: PointwiseMode | None = None,

@@ -24,6 +24,7 @@ from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor, check_broadcastable
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
+from opendnn.core.memo import cached_hash, memoized
 
 
 class PointwiseMode(enum.Enum):
@@ -106,6 +107,8 @@ GELU_TANH_CUBIC = 0.044715
 class PointwiseProblem:
     """A validated pointwise call: descriptors and parameters, no memory."""
 
+    __hash__ = cached_hash  # problems key the per-call caches
+
     mode: PointwiseMode
     inputs: tuple[TensorDescriptor, ...]
     output: TensorDescriptor
@@ -128,22 +131,33 @@ def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Boun
         BadParam: an input count that does not match the mode, an input that does not broadcast
             to the output, a non-finite alpha, beta or scale.
     """
+    return _pointwise_problem(mode, tuple((t.name, t.desc) for t in inputs), (output.name, output.desc), alpha,
+                              beta, tuple(input_scales), coef, propagate_nan, compute_type)
+
+
+@memoized
+def _pointwise_problem(mode: PointwiseMode, inputs: tuple[tuple[str, TensorDescriptor], ...],
+                       output: tuple[str, TensorDescriptor], alpha: float, beta: float,
+                       input_scales: tuple[float, ...], coef: float, propagate_nan: bool,
+                       compute_type: DataType | None) -> PointwiseProblem:
+    """pointwise_problem of (name, descriptor) pairs: hashable, so memoized."""
     mode = PointwiseMode(mode)
     require(len(inputs) == mode.arity,
             f"mode={mode.name} takes {mode.arity} inputs, got {len(inputs)}")
-    for tensor in inputs:
-        check_broadcastable(f"{tensor.name}_desc", tensor.desc, f"{output.name}_desc", output.desc)
+    output_name, output_desc = output
+    for name, desc in inputs:
+        check_broadcastable(f"{name}_desc", desc, f"{output_name}_desc", output_desc)
     for name, value in (("alpha", alpha), ("beta", beta), ("coef", coef)):
         require(math.isfinite(value), f"{name}={value} must be finite")
     scales = tuple(float(s) for s in input_scales) + (1.0,) * (3 - len(input_scales))
     for k, scale in enumerate(scales):
         require(math.isfinite(scale), f"input_scales[{k}]={scale} must be finite")
-    descs = tuple(t.desc for t in inputs)
+    descs = tuple(desc for _, desc in inputs)
     if compute_type is None:  # float64 also keeps 32- and 64-bit integers exact (to 2**53)
         wide = (DataType.DOUBLE, DataType.INT32, DataType.INT64)
-        double = any(d.dtype in wide for d in (*descs, output.desc))
+        double = any(d.dtype in wide for d in (*descs, output_desc))
         compute_type = DataType.DOUBLE if double else DataType.FLOAT
-    return PointwiseProblem(mode, descs, output.desc, float(alpha), float(beta), scales[:3],
+    return PointwiseProblem(mode, descs, output_desc, float(alpha), float(beta), scales[:3],
                             float(coef), bool(propagate_nan), compute_type)
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_same_dims
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
+from opendnn.core.memo import cached_hash, memoized
 
 MAX_SPATIAL_DIMS = 3
 
@@ -135,6 +136,7 @@ def get_pooling_forward_output_dim(pool_desc: PoolingDescriptor, x_desc: TensorD
     return pooled_dims(pool_desc, x_desc, ceil_mode=False)
 
 
+@memoized  # a pure function of frozen values, asked again on every call
 def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mode: bool = False) -> tuple[int, ...]:
     """The dims of y, rounded down as cuDNN's (``get_pooling_forward_output_dim``) or up (ceil_mode)."""
     require(isinstance(pool_desc, PoolingDescriptor), f"pool_desc={pool_desc!r} must be a PoolingDescriptor")
@@ -155,6 +157,8 @@ def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mod
 @dataclass(frozen=True)
 class PoolingProblem:
     """A validated pooling, forward (dy and dx None) or backward: descriptors and parameters."""
+
+    __hash__ = cached_hash  # problems key the per-call caches
 
     mode: PoolingMode
     propagate_nan: bool
@@ -178,6 +182,7 @@ class PoolingProblem:
         return DataType.DOUBLE if self.x.dtype is DataType.DOUBLE else DataType.FLOAT
 
 
+@memoized  # a pure function of frozen values, asked again on every call
 def pooling_problem(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, y_desc: TensorDescriptor, *,
                     dy_desc: TensorDescriptor | None = None, dx_desc: TensorDescriptor | None = None,
                     alpha: float = 1.0, beta: float = 0.0, ceil_mode: bool = False) -> PoolingProblem:

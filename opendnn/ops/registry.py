@@ -57,7 +57,7 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
         handle.check_device(tensor.name, tensor.device)
     backend = handle.backend
     implementation = load_backend(operation, backend, handle.device)
-    reason = _refusal(implementation, problem)
+    reason = refusal(implementation, problem)
     if reason is not None:
         raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
     if log.enabled(log.INFO):
@@ -72,7 +72,8 @@ def _cached_refusal(implementation: Any, problem: Any) -> str | None:
     return reason
 
 
-def _refusal(implementation: Any, problem: Any) -> str | None:
+def refusal(implementation: Any, problem: Any) -> str | None:
+    """Why the backend module ``implementation`` refuses ``problem``, or None (memoized per problem)."""
     try:
         return _cached_refusal(implementation, problem)
     except TypeError:  # a problem holding something unhashable
@@ -84,6 +85,11 @@ def load_backend(operation: str, backend: str, device: str) -> Any:
     if backend == "triton" and device == CPU and os.environ.get("TRITON_INTERPRET") != "1":
         raise NotSupported("backend='triton' on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 "
                            "before triton is first imported", Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
+    return _backend_module(operation, backend)
+
+
+@functools.cache  # a module loads once; a missing package raises, and is not cached
+def _backend_module(operation: str, backend: str) -> Any:
     require_backend_available(backend)
     return importlib.import_module(OPERATIONS[operation].backends[backend])
 

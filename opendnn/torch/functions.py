@@ -32,6 +32,7 @@ from opendnn.functional import pooling as pooling_functions
 from opendnn.functional.batch_norm import batch_norm as _batch_norm
 from opendnn.functional.batch_norm import batch_norm_add_activation as _batch_norm_add_activation
 from opendnn.functional.batch_norm import batch_norm_backward as _batch_norm_backward
+from opendnn.functional.common import shared_handle
 from opendnn.functional.matmul import linear as _linear
 from opendnn.functional.matmul import matmul as _matmul
 from opendnn.functional.softmax import log_softmax as _log_softmax
@@ -66,7 +67,7 @@ def _product_handle(x: torch.Tensor, kind: str) -> Handle | None:
     if x.device.type != "cuda" or x.dtype != torch.float32:
         return None
     allowed = torch.backends.cudnn.allow_tf32 if kind == "convolution" else torch.backends.cuda.matmul.allow_tf32
-    return Handle(f"cuda:{x.device.index or 0}", math_type=MathType.TENSOR_OP) if allowed else None
+    return shared_handle(f"cuda:{x.device.index or 0}", MathType.TENSOR_OP) if allowed else None
 
 
 def _dense(gradient: torch.Tensor) -> torch.Tensor:

@@ -52,8 +52,9 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.reduce import dim_offsets
-from opendnn.core.arrays import Bound, torch_view
+from opendnn.core.arrays import torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.ops.batch_norm import BatchNormOps, BatchNormProblem, BatchNormTensors, Direction
@@ -467,10 +468,18 @@ class BatchNormPlan:
         block = min(FINAL_BLOCK, triton.next_power_of_2(self.feature_total))
         return block, min(FINAL_TILE // block, triton.next_power_of_2(self.splits))
 
-    @property
+    @functools.cached_property
     def workspace_bytes(self) -> int:
         """Partial sums (2 x splits x F), coefficients (4 x F), recomputed statistics (2 x F)."""
         return -(-(2 * self.splits + 6) * self.feature_total * self.compute_bytes // 16) * 16
+
+    @functools.cached_property
+    def regions(self) -> dict[str, tuple[int, int]]:
+        """The workspace's regions, as (first, end) elements of the compute dtype, by slot name."""
+        partial, features = 2 * self.splits * self.feature_total, self.feature_total
+        return {"partial": (0, partial), "coef": (partial, partial + 4 * features),
+                "stats_mean": (partial + 4 * features, partial + 5 * features),
+                "stats_inv_std": (partial + 5 * features, partial + 6 * features)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -569,39 +578,52 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
     if t.workspace is None or t.workspace.desc.numel < plan.workspace_bytes:
         raise InternalError(f"batch_norm needs {plan.workspace_bytes} bytes of workspace")
     compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    space = torch_view(t.workspace).reshape(-1)[:plan.workspace_bytes].view(compute)
-    features = plan.feature_total
-    partial = space[:2 * plan.splits * features]
-    coef = space[2 * plan.splits * features:(2 * plan.splits + 4) * features]
-    stats = space[(2 * plan.splits + 4) * features:(2 * plan.splits + 6) * features]
-    ctx = _Launch(problem, plan, t, torch_view(t.x), partial, coef)
+    launches, names, regions = bn_launches(problem, tuple(bound is not None for bound in t))
+    tensors = {name: torch_view(getattr(t, name)) for name in names}
+    space = torch_view(t.workspace)[:plan.workspace_bytes].view(compute)
+    tensors.update((name, space[start:end]) for name, start, end in regions)
+    for launch in launches:
+        launch(tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[
+        tuple[Launch, ...], tuple[str, ...], tuple[tuple[str, int, int], ...]]:
+    """(the launches computing ``problem`` with the BatchNormTensors that are ``given``, the names of
+    the tensors they take, the workspace regions they take as (name, first, end) elements)."""
+    launches = _launch_sequence(problem, given)
+    used = {name for launch in launches for _, name in launch.slots}
+    regions = bn_plan(problem).regions
+    return (launches, tuple(name for name in BatchNormTensors._fields if name in used),
+            tuple((name, *regions[name]) for name in regions if name in used))
+
+
+def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[Launch, ...]:
+    """The launches computing ``problem`` (absent tensors are never read; x stands in for them)."""
+    launches = _Launches(problem, bn_plan(problem), {name for name, present in zip(BatchNormTensors._fields, given)
+                                                     if present})
     if problem.direction is Direction.INFERENCE:
-        ctx.combine("inference")
-        ctx.forward()
-    elif problem.direction is Direction.TRAINING:
-        ctx.reduce(gradient=False)
-        ctx.combine("training")
-        ctx.forward()
+        return launches.combine("inference"), launches.forward()
+    if problem.direction is Direction.TRAINING:
+        return launches.reduce(gradient=False), launches.combine("training"), launches.forward()
+    mean, inv_std, stat_strides = Slot("stats_mean"), Slot("stats_inv_std"), FLAT
+    statistics: tuple[Launch, ...] = ()
+    if problem.saved and "saved_mean" in launches.given:
+        mean, inv_std, stat_strides = Slot("saved_mean"), Slot("saved_inv_std"), PARAM
     else:
-        mean, inv_std, stat_strides = stats[:features], stats[features:], FLAT
-        if problem.saved and t.saved_mean is not None:
-            mean, inv_std, stat_strides = torch_view(t.saved_mean), torch_view(t.saved_inv_std), PARAM
-        else:
-            ctx.reduce(gradient=False)
-            ctx.combine("statistics", mean=mean, inv_std=inv_std, stat_strides=FLAT)
-        ctx.reduce(gradient=True, mean=mean, stat_strides=stat_strides)
-        ctx.combine("backward", mean=mean, inv_std=inv_std, stat_strides=stat_strides)
-        ctx.backward()
+        statistics = (launches.reduce(gradient=False),
+                      launches.combine("statistics", mean=mean, inv_std=inv_std, stat_strides=FLAT))
+    return (*statistics, launches.reduce(gradient=True, mean=mean, stat_strides=stat_strides),
+            launches.combine("backward", mean=mean, inv_std=inv_std, stat_strides=stat_strides), launches.backward())
 
 
-class _Launch:
-    """The kernels' common arguments for one call, and one method per kernel."""
+class _Launches:
+    """The kernels' common arguments for one problem, and one method per kernel giving its Launch."""
 
-    def __init__(self, problem: BatchNormProblem, plan: BatchNormPlan, t: BatchNormTensors, x: Any,
-                 partial: Any, coef: Any) -> None:
-        self.problem, self.plan, self.t, self.x, self.partial, self.coef = problem, plan, t, x, partial, coef
+    def __init__(self, problem: BatchNormProblem, plan: BatchNormPlan, given: set[str]) -> None:
+        self.problem, self.plan, self.given = problem, plan, given
         self.outer_sizes, self.f_sizes = plan.kernel_sizes
-        self.mask = torch_view(t.reserve) if t.reserve is not None and problem.reserve else x
+        self.mask = Slot("reserve") if "reserve" in given and problem.reserve else Slot("x")
         self.tile_args, self.blocks = plan.tile_args, plan.blocks
 
     def outer_strides(self, tensor: int) -> tuple[int, ...]:
@@ -610,54 +632,57 @@ class _Launch:
     def feature_strides(self, tensor: int) -> tuple[int, ...]:
         return self.plan.kernel_strides[1][tensor]
 
-    def view(self, bound: Bound | None) -> Any:
-        return self.x if bound is None else torch_view(bound)
+    def view(self, name: str) -> Slot:
+        return Slot(name if name in self.given else "x")
 
-    def reduce(self, gradient: bool, mean: Any = None, stat_strides: int = PARAM) -> None:
+    def reduce(self, gradient: bool, mean: Slot | None = None, stat_strides: int = PARAM) -> Launch:
         x, dy = X, DY
         masked = gradient and self.problem.reserve
-        bn_reduce_kernel[(self.plan.f_blocks * self.plan.splits,)](
-            self.x, self.view(self.t.dy), self.mask, self.x if mean is None else mean, self.partial,
+        return Launch(bn_reduce_kernel, (self.plan.f_blocks * self.plan.splits,), (
+            Slot("x"), self.view("dy"), self.mask, mean or Slot("x"), Slot("partial"),
             self.outer_sizes, self.outer_strides(x), self.outer_strides(dy), self.plan.inner[1][x],
             self.plan.inner[1][dy], self.f_sizes, self.feature_strides(x), self.feature_strides(dy),
-            self.feature_strides(stat_strides), self.plan.mask_strides, *self.tile_args,
-            GRADIENT=gradient, MASKED=masked, **self.blocks)
+            self.feature_strides(stat_strides), self.plan.mask_strides, *self.tile_args),
+            dict(GRADIENT=gradient, MASKED=masked, **self.blocks))
 
-    def combine(self, step: str, mean: Any = None, inv_std: Any = None, stat_strides: int = PARAM) -> None:
-        p, t = self.problem, self.t
-        update_mean = step == "training" and t.mean is not None
-        update_var = step == "training" and t.variance is not None
-        save = step == "training" and t.saved_mean is not None and t.saved_inv_std is not None
-        running_mean = mean if step in ("statistics", "backward") else self.view(t.mean)
+    def combine(self, step: str, mean: Slot | None = None, inv_std: Slot | None = None,
+                stat_strides: int = PARAM) -> Launch:
+        p, given = self.problem, self.given
+        update_mean = step == "training" and "mean" in given
+        update_var = step == "training" and "variance" in given
+        save = step == "training" and "saved_mean" in given and "saved_inv_std" in given
+        running_mean = mean if step in ("statistics", "backward") else self.view("mean")
         block, block_s = self.plan.combine_blocks
-        saved_mean = mean if step == "statistics" else self.view(t.saved_mean)
-        saved_inv = inv_std if step in ("statistics", "backward") else self.view(t.saved_inv_std)
-        bn_combine_kernel[(triton.cdiv(self.plan.feature_total, block),)](
-            self.partial, self.coef, self.x, self.view(t.scale), self.view(t.bias), running_mean,
-            self.view(t.variance), saved_mean, saved_inv, self.view(t.dscale), self.view(t.dbias),
+        saved_mean = mean if step == "statistics" else self.view("saved_mean")
+        saved_inv = inv_std if step in ("statistics", "backward") else self.view("saved_inv_std")
+        return Launch(bn_combine_kernel, (triton.cdiv(self.plan.feature_total, block),), (
+            Slot("partial"), Slot("coef"), Slot("x"), self.view("scale"), self.view("bias"), running_mean,
+            self.view("variance"), saved_mean, saved_inv, self.view("dscale"), self.view("dbias"),
             self.f_sizes, self.feature_strides(X), self.feature_strides(PARAM),
             self.feature_strides(stat_strides), self.plan.feature_total,
             self.plan.splits if step != "inference" else 0, float(p.count), p.epsilon, p.factor, p.alpha_param,
-            p.beta_param, STEP=step, UPDATE_MEAN=update_mean, UPDATE_VAR=update_var, SAVE=save,
+            p.beta_param), dict(
+            STEP=step, UPDATE_MEAN=update_mean, UPDATE_VAR=update_var, SAVE=save,
             HAS_BETA_PARAM=p.beta_param != 0.0, F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"],
-            BLOCK=block, BLOCK_S=block_s, num_warps=4)
+            BLOCK=block, BLOCK_S=block_s, num_warps=4))
 
-    def forward(self) -> None:
-        p, t = self.problem, self.t
+    def forward(self) -> Launch:
+        p = self.problem
         ids = X, Z, OUT
-        bn_forward_kernel[(self.plan.f_blocks * self.plan.tiles,)](
-            self.x, self.view(t.z), torch_view(t.out), self.coef, self.mask, self.outer_sizes,
+        return Launch(bn_forward_kernel, (self.plan.f_blocks * self.plan.tiles,), (
+            Slot("x"), self.view("z"), Slot("out"), Slot("coef"), self.mask, self.outer_sizes,
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
             *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args,
-            p.alpha, p.beta, p.activation_coef, ADD_Z=t.z is not None, ACTIVATION=p.activation or "identity",
-            WRITE_MASK=p.reserve and t.reserve is not None, HAS_BETA=p.beta != 0.0, **self.blocks)
+            p.alpha, p.beta, p.activation_coef), dict(
+            ADD_Z="z" in self.given, ACTIVATION=p.activation or "identity",
+            WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, **self.blocks))
 
-    def backward(self) -> None:
-        p, t = self.problem, self.t
+    def backward(self) -> Launch:
+        p = self.problem
         ids = X, DY, OUT, Z
-        bn_backward_kernel[(self.plan.f_blocks * self.plan.tiles,)](
-            self.x, torch_view(t.dy), torch_view(t.out), self.view(t.z), self.coef, self.mask, self.outer_sizes,
+        return Launch(bn_backward_kernel, (self.plan.f_blocks * self.plan.tiles,), (
+            Slot("x"), Slot("dy"), Slot("out"), self.view("z"), Slot("coef"), self.mask, self.outer_sizes,
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
-            *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args, p.alpha, p.beta,
-            MASKED=p.reserve and t.reserve is not None, WRITE_DZ=t.z is not None, HAS_BETA=p.beta != 0.0,
-            **self.blocks)
+            *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args, p.alpha, p.beta),
+            dict(MASKED=p.reserve and "reserve" in self.given, WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0,
+                 **self.blocks))

@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import triton
 import triton.language as tl
-from triton.compiler import CompiledKernel
 
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
+from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
@@ -248,44 +248,8 @@ def supports(problem: ConvolutionProblem) -> str | None:
 
 # ---- launch plans --------------------------------------------------------------------------------
 # A problem's launches are planned once (tiles, grids, argument lists with named slots for the
-# tensors) and cached; each launch then keeps the kernel Triton compiled for it, keyed by the
-# 16-byte alignment of its pointers (Triton's only pointer specialization), and calls it directly:
+# tensors) and cached; each call fills the slots and calls the compiled kernels directly (launch.py):
 # the per-call host cost is filling the slots, not re-deriving and re-binding 70 arguments.
-
-
-@dataclass(frozen=True)
-class Slot:
-    """A tensor argument filled at run time: x, w, y, bias, z or a workspace region."""
-
-    name: str
-
-
-@dataclass
-class Launch:
-    kernel: Any  # a @triton.jit function
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]  # the kernel's leading parameters, tensors as Slots
-    options: dict[str, Any]  # the remaining parameters (constexprs) and num_warps / num_stages
-    compiled: dict[tuple[bool, ...], Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.grid = (*self.grid, *(1,) * (3 - len(self.grid)))
-        self.slots = tuple((k, a.name) for k, a in enumerate(self.args) if isinstance(a, Slot))
-        names = self.kernel.arg_names[len(self.args):]
-        self.constexprs = tuple(self.options[name] for name in names)
-
-    def __call__(self, tensors: dict[str, Any]) -> None:
-        args = list(self.args)
-        for index, name in self.slots:
-            args[index] = tensors[name]
-        key = tuple(args[index].data_ptr() % 16 == 0 for index, _ in self.slots)
-        kernel = self.compiled.get(key)
-        if kernel is None:
-            kernel = self.kernel[self.grid](*args, **self.options)
-            if isinstance(kernel, CompiledKernel):  # None under the interpreter: never cached
-                self.compiled[key] = kernel
-        else:
-            kernel[self.grid](*args, *self.constexprs)
 
 
 @dataclass(frozen=True)

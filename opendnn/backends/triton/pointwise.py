@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 import triton
 import triton.language as tl
 
 from opendnn.backends.triton import layout
 from opendnn.backends.triton import math as tm
-from opendnn.core.arrays import Bound
+from opendnn.backends.triton.launch import Launch, Slot
+from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.ops import pointwise as ops
 from opendnn.ops.pointwise import PointwiseProblem
@@ -239,22 +239,24 @@ def supports(problem: PointwiseProblem) -> str | None:
 
 
 def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> None:
-    grid, arguments, options = launch_configuration(problem)
-    views = [t.view for t in inputs] + [output.view] * (3 - len(inputs))
-    pointwise_kernel[grid](output.view, *views, *arguments, **options)
+    views = [torch_view(t) for t in inputs]
+    tensors = {"out": torch_view(output), "in0": views[0]}
+    tensors["in1"] = views[1] if len(views) > 1 else tensors["out"]
+    tensors["in2"] = views[2] if len(views) > 2 else tensors["out"]
+    pointwise_launch(problem)(tensors)
 
 
 @functools.lru_cache(maxsize=1024)  # derived from the frozen problem alone, and asked on every call
-def launch_configuration(problem: PointwiseProblem) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, the kernel's arguments after the pointers, its constexprs and launch options)."""
+def pointwise_launch(problem: PointwiseProblem) -> Launch:
+    """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and options."""
     tiled = layout.tile_layout(problem.output.dims, [problem.output, *problem.inputs])
     block_a, block_b = tile_shape(tiled)
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
     strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(problem.inputs))
     mode, activation_name = kernel_mode(problem.mode.value)
-    arguments = (tiled.sizes[:-2], tiled.sizes[-2], tiled.sizes[-1], *(s[:-2] for s in strides),
-                 *(s[-2] for s in strides), *(s[-1] for s in strides), problem.alpha, problem.beta,
-                 problem.input_scales[0], problem.input_scales[1], problem.coef)
+    arguments = (Slot("out"), Slot("in0"), Slot("in1"), Slot("in2"), tiled.sizes[:-2], tiled.sizes[-2],
+                 tiled.sizes[-1], *(s[:-2] for s in strides), *(s[-2] for s in strides), *(s[-1] for s in strides),
+                 problem.alpha, problem.beta, problem.input_scales[0], problem.input_scales[1], problem.coef)
     options = dict(
         MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(problem.inputs), HAS_BETA=problem.beta != 0.0,
         PROPAGATE_NAN=problem.propagate_nan,
@@ -262,7 +264,7 @@ def launch_configuration(problem: PointwiseProblem) -> tuple[tuple[int], tuple[A
         ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]),
         BLOCK_A=block_a, BLOCK_B=block_b, num_warps=8,
     )
-    return grid, arguments, options
+    return Launch(pointwise_kernel, grid, arguments, options)
 
 
 def tile_shape(tiled: layout.TiledLayout) -> tuple[int, int]:

@@ -1,0 +1,58 @@
+"""Launching a planned kernel without Triton's generic launcher.
+
+``kernel[grid](...)`` on a ``@triton.jit`` function binds and specializes every argument on every
+call (about 30 us of host time per launch). A ``Launch`` is planned once per problem (grid,
+arguments with named ``Slot``s where the tensors go, constexprs and launch options) and cached with
+its plan; each call fills the slots and calls the kernel Triton compiled for it, kept per device
+(a compiled kernel is loaded into one device's context) and per pointer alignment and dtype of its
+tensors (what Triton specializes a pointer on): the per-call host cost is filling the slots.
+The other arguments are the plan's own, so they specialize the same way on every call.
+
+Under Triton's CPU interpreter ``kernel[grid](...)`` runs the kernel and returns None: nothing is
+cached and every call goes through the interpreter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton.compiler import CompiledKernel
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A tensor argument filled at run time, by name (x, y, a workspace region, ...)."""
+
+    name: str
+
+
+@dataclass
+class Launch:
+    """One kernel launch of a plan: ``launch(tensors)`` runs it with the slots filled from ``tensors``."""
+
+    kernel: Any  # a @triton.jit function
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]  # the kernel's leading parameters, tensors as Slots
+    options: dict[str, Any]  # the remaining parameters (constexprs) and num_warps / num_stages
+    compiled: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # (device, pointer keys) -> kernel
+
+    def __post_init__(self) -> None:
+        self.grid = (*self.grid, *(1,) * (3 - len(self.grid)))
+        self.slots = tuple((k, a.name) for k, a in enumerate(self.args) if isinstance(a, Slot))
+        names = self.kernel.arg_names[len(self.args):]
+        self.constexprs = tuple(self.options[name] for name in names)
+
+    def __call__(self, tensors: dict[str, Any]) -> None:
+        args = list(self.args)
+        key: list[Any] = [tensors[self.slots[0][1]].device.index]
+        for index, name in self.slots:
+            tensor = args[index] = tensors[name]
+            key += (tensor.data_ptr() % 16 == 0, tensor.dtype)
+        kernel = self.compiled.get(tuple(key))
+        if kernel is None:
+            kernel = self.kernel[self.grid](*args, **self.options)
+            if isinstance(kernel, CompiledKernel):  # None under the interpreter: never cached
+                self.compiled[tuple(key)] = kernel
+        else:
+            kernel[self.grid](*args, *self.constexprs)
