@@ -8,7 +8,7 @@ training step (forward, ``.float().sum()``, backward). ``torch floor`` is a modu
 ``x + x``: the module, autocast and autograd cost every row includes; ``add`` is opendnn's
 ``functional.add`` called directly (forward only: converted models keep torch's ``+``).
 
-    PYTHONPATH=. python benchmarks/host_overhead.py [--repeats N] [--profile OP]
+    PYTHONPATH=. python benchmarks/host_overhead.py [--repeats N] [--profile OP [--train]]
 """
 
 from __future__ import annotations
@@ -82,13 +82,14 @@ def profile(step: Callable[[], object], repeats: int) -> None:
 
     profiler = cProfile.Profile()
     profiler.runcall(lambda: [step() for _ in range(repeats)])
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--profile", help="cProfile this op's inference forward")
+    parser.add_argument("--train", action="store_true", help="profile the training step instead")
     args = parser.parse_args()
     InterpretedFunction.run = lambda self, *a, **k: None  # the host path only: kernels do nothing
     torch.manual_seed(0)
@@ -100,7 +101,7 @@ def main() -> None:
         forward, train = steps(module, (x.reshape(8, -1)[:, :256] if name == "linear" else x).detach().clone())
         print(f"{name:14} {microseconds(forward, args.repeats):11.1f} {microseconds(train, args.repeats):14.1f}")
         if name == args.profile:
-            profile(forward, args.repeats)
+            profile(train if args.train else forward, args.repeats)
     half = x.bfloat16()
     print(f"{'add':14} {microseconds(lambda: F.add(half, half), args.repeats):11.1f} {'-':>14}")
     if args.profile == "add":

@@ -42,7 +42,7 @@ def batch_normalization_forward_training(
     batch_normalization_forward_training_ex(
         handle, mode, BatchNormOps.BN, alpha, beta, x_desc, x, None, None, y_desc, y, bn_scale_bias_mean_var_desc,
         bn_scale, bn_bias, exponential_average_factor, result_running_mean, result_running_variance, epsilon,
-        result_save_mean, result_save_inv_variance, None, _AUTOMATIC, None)
+        result_save_mean, result_save_inv_variance, None, AUTOMATIC, None)
 
 
 def batch_normalization_forward_inference(
@@ -62,7 +62,7 @@ def batch_normalization_forward_inference(
         bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
         bind("bn_bias", param, bn_bias), mean=bind("estimated_mean", param, estimated_mean),
         variance=bind("estimated_variance", param, estimated_variance))
-    _run(handle, problem, tensors, _AUTOMATIC)
+    _run(handle, problem, tensors, AUTOMATIC)
 
 
 def batch_normalization_backward(
@@ -81,7 +81,7 @@ def batch_normalization_backward(
     batch_normalization_backward_ex(
         handle, mode, BatchNormOps.BN, alpha_data_diff, beta_data_diff, alpha_param_diff, beta_param_diff,
         x_desc, x, None, None, dy_desc, dy, None, None, dx_desc, dx, d_bn_scale_bias_desc, bn_scale, None,
-        d_bn_scale_result, d_bn_bias_result, epsilon, saved_mean, saved_inv_variance, None, _AUTOMATIC, None)
+        d_bn_scale_result, d_bn_bias_result, epsilon, saved_mean, saved_inv_variance, None, AUTOMATIC, None)
 
 
 def batch_normalization_forward_training_ex(
@@ -201,7 +201,7 @@ def get_batch_normalization_training_ex_reserve_space_size(
 
 
 BN_QUERY_EPSILON = 1e-5  # the size queries take no epsilon; any valid one
-_AUTOMATIC = object()  # the calls without Ex: allocate the workspace the backend needs
+AUTOMATIC = object()  # as a workspace: allocate what the backend needs (the calls without Ex, opendnn.functional)
 
 
 def _activation(activation_desc: ActivationDescriptor | None) -> dict[str, Any]:
@@ -231,7 +231,7 @@ def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, w
          reserve_space: Any = None) -> None:
     backend = _backend(handle)
     needed = backend.workspace_size(problem)
-    if workspace is _AUTOMATIC:  # ours: no checks needed
+    if workspace is AUTOMATIC:  # ours: no checks needed
         scratch = allocate_bytes(tensors.x, needed)
         workspace_bound = None if scratch is None else Bound(
             "workspace", bytes_descriptor(needed), scratch, tensors.x.device)

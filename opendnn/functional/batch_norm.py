@@ -78,14 +78,13 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
     saved_mean, saved_inv = params.new(), params.new()
     z_desc = None if zb is None else zb.desc
-    workspace = allocate_bytes(xb, api.get_batch_normalization_forward_training_ex_workspace_size(
-        handle, MODE, ops, xb.desc, z_desc, y.desc, desc, act))
-    reserve = allocate_bytes(xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act,
-                                                                                            xb.desc))
+    # plain BN keeps no mask: no reserve space to size
+    reserve = None if ops is BatchNormOps.BN else allocate_bytes(
+        xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act, xb.desc))
     api.batch_normalization_forward_training_ex(
         handle, MODE, ops, 1.0, 0.0, xb.desc, xb.view, z_desc, None if zb is None else zb.view, y.desc, y.view, desc,
-        params.weight, params.bias, momentum, params.mean, params.var, eps, saved_mean, saved_inv, act, workspace,
-        reserve)
+        params.weight, params.bias, momentum, params.mean, params.var, eps, saved_mean, saved_inv, act,
+        api.AUTOMATIC, reserve)
     out = to_caller_kind(y.view, x)
     if return_state:
         return out, BatchNormState(saved_mean, saved_inv, reserve)
@@ -120,14 +119,12 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
     dweight, dbias = params.new(), params.new()
     dz_desc = None if dz is None else dz.desc
-    workspace = allocate_bytes(xb, api.get_batch_normalization_backward_ex_workspace_size(
-        handle, MODE, ops, xb.desc, None, dyb.desc, dz_desc, dx.desc, params.desc, act))
     saved_mean = None if state.saved_mean is None else params.convert(state.saved_mean, "saved_mean")
     saved_inv = None if state.saved_inv_std is None else params.convert(state.saved_inv_std, "saved_inv_std")
     api.batch_normalization_backward_ex(
         handle, MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, xb.view, None, None, dyb.desc, dyb.view, dz_desc,
         None if dz is None else dz.view, dx.desc, dx.view, params.desc, params.weight, None, dweight, dbias, eps,
-        saved_mean, saved_inv, act, workspace, state.reserve)
+        saved_mean, saved_inv, act, api.AUTOMATIC, state.reserve)
     return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
             to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
 
