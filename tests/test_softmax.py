@@ -271,7 +271,7 @@ class LaunchRecorder:
     """Stands in for a kernel: ``kernel[grid](*args, **kwargs)`` records the launch instead of running it."""
 
     def __init__(self, kernel, launches):
-        self.kernel, self.launches = kernel, launches
+        self.kernel, self.launches, self.arg_names = kernel, launches, kernel.arg_names
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))

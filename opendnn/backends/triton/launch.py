@@ -8,8 +8,11 @@ its plan; each call fills the slots and calls the kernel Triton compiled for it,
 tensors (what Triton specializes a pointer on): the per-call host cost is filling the slots.
 The other arguments are the plan's own, so they specialize the same way on every call.
 
+A ``Launches`` is a problem's whole plan: its launches in order and the scratch arrays they take
+(allocated per call, like the argmax positions of max-pooling's backward), filled into the slots.
+
 Under Triton's CPU interpreter ``kernel[grid](...)`` runs the kernel and returns None: nothing is
-cached and every call goes through the interpreter.
+cached, every call goes through the interpreter, and no key is computed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton.compiler import CompiledKernel
+from triton.runtime.interpreter import InterpretedFunction
 
 
 @dataclass(frozen=True)
@@ -42,9 +46,15 @@ class Launch:
         self.slots = tuple((k, a.name) for k, a in enumerate(self.args) if isinstance(a, Slot))
         names = self.kernel.arg_names[len(self.args):]
         self.constexprs = tuple(self.options[name] for name in names)
+        self.interpreted = isinstance(self.kernel, InterpretedFunction)
 
     def __call__(self, tensors: dict[str, Any]) -> None:
         args = list(self.args)
+        if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
+            for index, name in self.slots:
+                args[index] = tensors[name]
+            self.kernel[self.grid](*args, **self.options)
+            return
         key: list[Any] = [tensors[self.slots[0][1]].device.index]
         for index, name in self.slots:
             tensor = args[index] = tensors[name]
@@ -52,7 +62,34 @@ class Launch:
         kernel = self.compiled.get(tuple(key))
         if kernel is None:
             kernel = self.kernel[self.grid](*args, **self.options)
-            if isinstance(kernel, CompiledKernel):  # None under the interpreter: never cached
+            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
                 self.compiled[tuple(key)] = kernel
         else:
             kernel[self.grid](*args, *self.constexprs)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A per-call array of a plan, allocated on the device of the call's tensors and filled into ``name``."""
+
+    name: str
+    numel: int
+    dtype: Any  # a torch dtype
+
+
+@dataclass(frozen=True)
+class Launches:
+    """A problem's launches in order and the scratch arrays they take: ``launches(tensors)`` runs them."""
+
+    launches: tuple[Launch, ...]
+    scratch: tuple[Scratch, ...] = ()
+
+    def __call__(self, tensors: dict[str, Any]) -> None:
+        if self.scratch:
+            import torch
+
+            device = next(iter(tensors.values())).device
+            for array in self.scratch:
+                tensors[array.name] = torch.empty(array.numel, dtype=array.dtype, device=device)
+        for launch in self.launches:
+            launch(tensors)

@@ -23,6 +23,7 @@ box sum of temp, then dx and dmeans = -dx). Window loops are runtime loops: n^S 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -30,8 +31,10 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.device import multiprocessors
+from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.backends.triton.reduce import flat_offsets
 from opendnn.core.arrays import Bound, torch_view
+from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.ops.lrn import LRNProblem
 
@@ -269,10 +272,23 @@ def supports(problem: LRNProblem) -> str | None:
 def run(problem: LRNProblem, x: Bound, y: Bound, means: Bound | None = None, dy: Bound | None = None,
         dmeans: Bound | None = None, temp: Bound | None = None, temp2: Bound | None = None) -> None:
     """Forward writes y; backward writes dx into ``y`` (and dmeans for divisive normalization)."""
+    bounds = dict(x=x, out=y, means=means, dy=dy, dmeans=dmeans, temp=temp, temp2=temp2)
+    given = tuple((name, bound.desc) for name, bound in bounds.items() if bound is not None)
+    tensors = {name: torch_view(bounds[name]) for name, _ in given}
+    device = tensors["x"].device
+    lrn_launches(problem, given, (device.index or 0) if device.type == "cuda" else None)(tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def lrn_launches(problem: LRNProblem, given: tuple[tuple[str, TensorDescriptor], ...],
+                 device: int | None) -> Launches:
+    """The launches computing ``problem`` on the tensors ``given`` as (name, descriptor) on CUDA device
+    ``device`` (None: the interpreter), planned once."""
+    descs = dict(given)
     if problem.divisive:
-        _run_divisive(problem, x, y, means, dy, dmeans, temp, temp2)
-    else:
-        _run_lrn(problem, x, y, dy)
+        return _divisive_launches(problem, descs)
+    return _lrn_launches(problem, [descs[name] for name in (("x", "out") if "dy" not in descs else ("x", "dy", "out"))],
+                         device)
 
 
 def _scalars(problem: LRNProblem) -> tuple[float, ...]:
@@ -284,32 +300,37 @@ def _compute(problem: LRNProblem) -> Any:
     return tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
 
 
-def _pixel_dims(bounds: list[Bound]) -> list[tuple[int, tuple[int, ...]]]:
+def _scratch_dtype(problem: LRNProblem) -> Any:
+    import torch
+
+    return torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+
+
+def _pixel_dims(descs: list[TensorDescriptor]) -> list[tuple[int, tuple[int, ...]]]:
     """The spatial dims (logical order) merged where contiguous for every operand."""
-    dims = bounds[0].desc.dims
+    dims = descs[0].dims
     merged: list[tuple[int, tuple[int, ...]]] = []
     for k in range(2, len(dims)):
-        strides = tuple(b.desc.strides[k] for b in bounds)
+        strides = tuple(d.strides[k] for d in descs)
         if dims[k] == 1:
             continue
         if merged and all(outer == s * dims[k] for outer, s in zip(merged[-1][1], strides)):
             merged[-1] = (merged[-1][0] * dims[k], strides)
         else:
             merged.append((dims[k], strides))
-    return merged or [(1, (0,) * len(bounds))]
+    return merged or [(1, (0,) * len(descs))]
 
 
-def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> None:
-    import torch
-
-    bounds = [x, out] if dy is None else [x, dy, out]
-    pixel_dims = _pixel_dims(bounds)
+def _lrn_launches(problem: LRNProblem, descs: list[TensorDescriptor], device: int | None) -> Launches:
+    """descs: x and y (forward) or x, dy and dx (backward, dx in the "out" slot)."""
+    x, out = descs[0], descs[-1]
+    pixel_dims = _pixel_dims(descs)
     sizes = tuple(size for size, _ in pixel_dims)  # as long as the dims: each element is a kernel argument
-    pixel_strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(bounds))]
+    pixel_strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(descs))]
     pixels = math.prod(size for size, _ in pixel_dims)
-    channels = x.desc.dims[1]
+    channels = x.dims[1]
     window = problem.desc.n
-    channels_inner = x.desc.strides[1] == 1 and channels > 1
+    channels_inner = x.strides[1] == 1 and channels > 1
     extended = channels + (window - 1 if problem.backward else 0)
     block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, triton.next_power_of_2(extended))
     block_c = max(block_c, triton.next_power_of_2(window)) if problem.backward else block_c
@@ -320,58 +341,42 @@ def _run_lrn(problem: LRNProblem, x: Bound, out: Bound, dy: Bound | None) -> Non
     flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
                  HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK_C=block_c, BLOCK_P=block_p,
                  num_warps=max(1, min(8, block_c * block_p // 512)))
-    views = [torch_view(b) for b in bounds]
-    tiles = x.desc.dims[0] * channel_blocks * pixel_blocks
-    if dy is None:
-        lrn_forward_kernel[(tiles,)](
-            *views, x.desc.strides[0], out.desc.strides[0], x.desc.strides[1], out.desc.strides[1], sizes,
-            *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, *_scalars(problem), **flags)
-        return
-    programs = min(tiles, _persistent_programs(views[0]))
-    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    scratch = torch.empty(programs * 2 * block_c * block_p, dtype=compute, device=views[0].device)
-    lrn_backward_kernel[(programs,)](
-        *views, scratch, tuple(b.desc.strides[0] for b in bounds), x.desc.strides[1], dy.desc.strides[1],
-        out.desc.strides[1], sizes, *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, tiles,
-        *_scalars(problem), **flags)
+    tiles = x.dims[0] * channel_blocks * pixel_blocks
+    if len(descs) == 2:
+        return Launches((Launch(lrn_forward_kernel, (tiles,), (
+            Slot("x"), Slot("out"), x.strides[0], out.strides[0], x.strides[1], out.strides[1], sizes,
+            *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, *_scalars(problem)), flags),))
+    programs = min(tiles, 2 if device is None else PROGRAMS_PER_SM * multiprocessors(device))
+    scratch = Scratch("scratch", programs * 2 * block_c * block_p, _scratch_dtype(problem))
+    return Launches((Launch(lrn_backward_kernel, (programs,), (
+        Slot("x"), Slot("dy"), Slot("out"), Slot("scratch"), tuple(d.strides[0] for d in descs), x.strides[1],
+        descs[1].strides[1], out.strides[1], sizes, *pixel_strides, channels, pixels, channel_blocks, pixel_blocks,
+        tiles, *_scalars(problem)), flags),), (scratch,))
 
 
-def _persistent_programs(view: Any) -> int:
-    if view.device.type != "cuda":
-        return 2
-    return PROGRAMS_PER_SM * multiprocessors(view.device.index or 0)
-
-
-def _run_divisive(problem: LRNProblem, x: Bound, out: Bound, means: Bound | None, dy: Bound | None,
-                  dmeans: Bound | None, temp: Bound | None, temp2: Bound | None) -> None:
-    import torch
-
-    xv = torch_view(x)
-    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    views = {"x": xv, "out": torch_view(out)}
-    for name, bound in (("means", means), ("dy", dy), ("dmeans", dmeans), ("temp", temp), ("temp2", temp2)):
-        views[name] = torch_view(bound) if bound is not None else None
-    if problem.backward:
-        for name in ("temp", "temp2"):
-            if views[name] is None:
-                views[name] = torch.empty(x.desc.dims, dtype=compute, device=xv.device)
-    pointers = [views[name] if views[name] is not None else xv
-                for name in ("x", "means", "dy", "out", "dmeans", "temp", "temp2")]
-    strides = [_five_strides(v) for v in pointers]
-    dims = x.desc.dims
+def _divisive_launches(problem: LRNProblem, descs: dict[str, TensorDescriptor]) -> Launches:
+    """The divisive normalization's phases; a backward's temp and temp2 are per-call scratch when not given."""
+    x = descs["x"]
+    scratch = tuple(Scratch(name, x.numel, _scratch_dtype(problem)) for name in ("temp", "temp2")
+                    if problem.backward and name not in descs)
+    strides = {name: desc.strides for name, desc in descs.items()}
+    strides.update((array.name, packed_strides(x.dims)) for array in scratch)
+    names = ("x", "means", "dy", "out", "dmeans", "temp", "temp2")
+    pointers = [Slot(name if name in strides else "x") for name in names]
+    dims = x.dims
     sizes = (1, *dims[2:]) if len(dims) == 4 else dims[2:]
     spatial = math.prod(sizes)
     grid = (dims[0] * dims[1], triton.cdiv(spatial, DIVISIVE_BLOCK))
-    flags = dict(SPATIAL_DIMS=len(dims) - 2, BEHIND=problem.desc.lookbehind, HAS_MEANS=means is not None,
-                 HAS_DMEANS=dmeans is not None, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem),
+    flags = dict(SPATIAL_DIMS=len(dims) - 2, BEHIND=problem.desc.lookbehind, HAS_MEANS="means" in descs,
+                 HAS_DMEANS="dmeans" in descs, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem),
                  BLOCK=DIVISIVE_BLOCK, num_warps=4)
-    arguments = (*pointers, *strides, sizes, dims[1], spatial, problem.desc.n, *_scalars(problem))
+    arguments = (*pointers, *(_five_strides(strides.get(name, x.strides)) for name in names), sizes, dims[1],
+                 spatial, problem.desc.n, *_scalars(problem))
     phases = ("carry", "gradient") if problem.backward else ("forward",)
-    for phase in phases:
-        divisive_kernel[grid](*arguments, PHASE=phase, **flags)
+    return Launches(tuple(Launch(divisive_kernel, grid, arguments, dict(PHASE=phase, **flags)) for phase in phases),
+                    scratch)
 
 
-def _five_strides(view: Any) -> tuple[int, ...]:
+def _five_strides(strides: tuple[int, ...]) -> tuple[int, ...]:
     """(n, c, d, h, w) strides of a 4-D or 5-D tensor (d stride 0 for 4-D)."""
-    strides = tuple(view.stride())
     return strides if len(strides) == 5 else (strides[0], strides[1], 0, strides[2], strides[3])

@@ -35,12 +35,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import triton
 import triton.language as tl
 
 from opendnn.backends.triton.device import multiprocessors
+from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.backends.triton.reduce import dim_offsets, flat_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -451,81 +451,80 @@ def workspace_size(problem: NormProblem) -> int:
 def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bound | None,
         mean: Bound | None, inv_std: Bound | None, dy: Bound | None = None, dscale: Bound | None = None) -> None:
     """Forward: y and the statistics when bound. Backward: dx into ``y``, dscale, and dbias into ``bias``."""
-    stats = inv_std.desc if inv_std is not None else None
+    bounds = dict(scale=scale, bias=bias, mean=mean, inv_std=inv_std, dy=dy, dscale=dscale)
+    tensors = {"x": torch_view(x), "y": torch_view(y)}
+    tensors.update((name, torch_view(bound)) for name, bound in bounds.items() if bound is not None)
+    for name in ("scale",) if problem.backward else ("scale", "bias"):
+        if name in tensors:
+            tensors[name] = tensors[name].reshape(-1)  # packed vectors in logical order (views when they are)
+    device = tensors["x"].device
+    descs = (b.desc if b is not None else None for b in (inv_std, dscale, bias if problem.backward else None))
+    norm_launches(problem, *descs, tuple(sorted(tensors)), (device.index or 0) if device.type == "cuda" else None)(
+        tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def norm_launches(problem: NormProblem, stats: TensorDescriptor | None, dscale: TensorDescriptor | None,
+                  dbias: TensorDescriptor | None, given: tuple[str, ...], device: int | None) -> Launches:
+    """The launches computing ``problem`` with the tensors named in ``given`` (absent ones are never
+    read; x stands in for them) on CUDA device ``device`` (None: the interpreter), planned once."""
     plan = norm_plan(problem, stats)
     compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
-    scale_values = _packed(scale)
     row_sizes, *row_strides = _split(plan.rows, 4)
     col_sizes, *col_strides = _split(plan.cols, 3)
     unit = len(plan.cols) == 1 and all(s == 1 for s in plan.cols[0][1])
     flags = dict(ROW_DIMS=len(plan.rows), COL_DIMS=len(plan.cols), COL_UNIT=unit, ALIGN=_alignment(plan, 3),
-                 PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE=scale is not None,
-                 HAS_RSTD=inv_std is not None, HAS_BETA=problem.beta != 0.0, SINGLE=plan.single, COMPUTE=compute,
+                 PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE="scale" in given,
+                 HAS_RSTD="inv_std" in given, HAS_BETA=problem.beta != 0.0, SINGLE=plan.single, COMPUTE=compute,
                  BLOCK_R=plan.block_r, BLOCK=plan.block, num_warps=_warps(plan))
-    dummy = torch_view(x)
-    stat_views = [torch_view(b) if b is not None else dummy for b in (mean, inv_std)]
+    slot = {name: Slot(name if name in given else "x") for name in ("scale", "bias", "mean", "inv_std")}
     common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
     if not problem.backward:
-        bias_values = _packed(bias)
         grid = (triton.cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
-        norm_forward_kernel[grid](
-            dummy, torch_view(y), scale_values if scale_values is not None else dummy,
-            bias_values if bias_values is not None else dummy, *stat_views,
+        return Launches((Launch(norm_forward_kernel, grid, (
+            Slot("x"), Slot("y"), slot["scale"], slot["bias"], slot["mean"], slot["inv_std"],
             plan.group_strides, row_sizes, row_strides[0], row_strides[1], row_strides[3], col_sizes,
-            col_strides[0], col_strides[1], *common, HAS_BIAS=bias is not None, HAS_MEAN=mean is not None, **flags)
-        return
-    assert dy is not None
-    _backward(problem, plan, x, y, dy, scale_values, stat_views, mean is not None, bias, dscale, row_sizes,
-              row_strides, col_sizes, col_strides, common, flags)
-
-
-def _backward(problem: NormProblem, plan: NormPlan, x: Bound, dx: Bound, dy: Bound, scale_values: Any,
-              stat_views: list[Any], has_mean: bool, dbias: Bound | None, dscale: Bound | None, row_sizes: Any,
-              row_strides: list[Any], col_sizes: Any, col_strides: list[Any], common: tuple[Any, ...],
-              flags: dict[str, Any]) -> None:
+            col_strides[0], col_strides[1], *common), dict(HAS_BIAS="bias" in given, HAS_MEAN="mean" in given,
+                                                           **flags)),))
     import torch
 
-    dummy = torch_view(x)
     tiles = triton.cdiv(plan.inner_rows, plan.block_r)
-    programs = max(1, min(tiles, _programs_per_group(dummy, plan.groups)))
-    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+    programs = max(1, min(tiles, _programs_per_group(device, plan.groups)))
     half = plan.groups * programs * problem.row_size
-    partial = torch.empty(2 * half, dtype=compute, device=dummy.device)
-    norm_backward_kernel[(plan.groups, programs)](
-        dummy, torch_view(dy), torch_view(dx), scale_values if scale_values is not None else dummy, *stat_views,
-        partial,
+    partial = Scratch("partial", 2 * half, torch.float64 if compute == tl.float64 else torch.float32)
+    backward = Launch(norm_backward_kernel, (plan.groups, programs), (
+        Slot("x"), Slot("dy"), Slot("y"), slot["scale"], slot["mean"], slot["inv_std"], Slot("partial"),
         (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
         row_sizes, row_strides[0], row_strides[2], row_strides[1], row_strides[3], col_sizes,
-        col_strides[0], col_strides[2], col_strides[1], *common, HAS_MEAN=has_mean,
-        STAGES=PIPELINE_STAGES if plan.single else 1, **flags)
+        col_strides[0], col_strides[2], col_strides[1], *common),
+        dict(HAS_MEAN="mean" in given, STAGES=PIPELINE_STAGES if plan.single else 1, **flags))
     if dscale is None and dbias is None:
-        return
+        return Launches((backward,), (partial,))
+    return Launches((backward, _finalize(problem, plan, programs, half, dscale, dbias)), (partial,))
+
+
+def _finalize(problem: NormProblem, plan: NormPlan, programs: int, half: int, dscale: TensorDescriptor | None,
+              dbias: TensorDescriptor | None) -> Launch:
+    """dscale and dbias (in the "bias" slot) from the backward's partial sums."""
     parameters = plan.groups * plan.params_per_group
-    written = [b for b in (dscale, dbias) if b is not None]
-    sizes = [d for d in written[0].desc.dims if d > 1] or [1]
-    strides = [tuple(s for d, s in zip(b.desc.dims, b.desc.strides) if d > 1) or (0,) for b in written]
-    dscale_strides, dbias_strides = strides[0], strides[-1]
+    written = [d for d in (dscale, dbias) if d is not None]
+    sizes = [d for d in written[0].dims if d > 1] or [1]
+    strides = [tuple(s for d, s in zip(desc.dims, desc.strides) if d > 1) or (0,) for desc in written]
     # layer/RMS: a parameter per column, summands contiguous across parameters; group: few parameters,
     # many summands each (programs x spatial), so one or two parameters per program
     block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
-    norm_finalize_kernel[(triton.cdiv(parameters, block_f),)](
-        partial, torch_view(dscale) if dscale is not None else partial,
-        torch_view(dbias) if dbias is not None else partial,
-        tuple(sizes), dscale_strides, dbias_strides, parameters, programs, problem.row_size,
-        plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta, PARAM_DIMS=len(sizes),
-        HAS_DSCALE=dscale is not None, HAS_DBIAS=dbias is not None, HAS_BETA=problem.dparam_beta != 0.0,
-        BLOCK_F=block_f, ROWS=FINAL_TILE // block_f, num_warps=4)
+    return Launch(norm_finalize_kernel, (triton.cdiv(parameters, block_f),), (
+        Slot("partial"), Slot("dscale" if dscale is not None else "partial"),
+        Slot("bias" if dbias is not None else "partial"), tuple(sizes), strides[0], strides[-1], parameters,
+        programs, problem.row_size, plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta),
+        dict(PARAM_DIMS=len(sizes), HAS_DSCALE=dscale is not None, HAS_DBIAS=dbias is not None,
+             HAS_BETA=problem.dparam_beta != 0.0, BLOCK_F=block_f, ROWS=FINAL_TILE // block_f, num_warps=4))
 
 
-def _packed(bound: Bound | None) -> Any:
-    """A parameter as a packed vector in logical order (a view when it already is one)."""
-    return None if bound is None else torch_view(bound).reshape(-1)
-
-
-def _programs_per_group(view: Any, groups: int) -> int:
-    if view.device.type != "cuda":
+def _programs_per_group(device: int | None, groups: int) -> int:
+    if device is None:
         return 2
-    return max(1, PROGRAMS_PER_SM * multiprocessors(view.device.index or 0) // groups)
+    return max(1, PROGRAMS_PER_SM * multiprocessors(device) // groups)
 
 
 def _warps(plan: NormPlan) -> int:

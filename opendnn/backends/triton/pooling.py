@@ -42,6 +42,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
@@ -431,30 +432,22 @@ def supports(problem: PoolingProblem) -> str | None:
 
 
 def run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None) -> None:
+    tensors = {"x": torch_view(x), "y": torch_view(y)}
     if dx is None or dy is None:
-        _forward(problem, x, y)
+        _forward_config(problem, "max" if problem.mode.is_max else "avg", (0,) * CANONICAL_DIMS, FORWARD_TILE)(tensors)
     else:
-        _backward(problem, x, y, dy, dx)
+        tensors["dy"], tensors["dx"] = torch_view(dy), torch_view(dx)
+        _backward_config(problem, BACKWARD_TILE)(tensors)
 
 
 def _lead(problem: PoolingProblem) -> int:
     return 3 - len(problem.window)
 
 
-def _forward_launch(problem: PoolingProblem, kind: str, x: Bound, y: Bound, argmax: Any = None,
-                    argmax_strides: tuple[int, ...] = (0,) * CANONICAL_DIMS) -> None:
-    """Launch the forward kernel: y for "max"/"avg"; for "argmax", the window positions into ``argmax``
-    (its strides over the five canonical dims in N, C, D, H, W numbering)."""
-    grid, args, constants = _forward_config(problem, kind, argmax_strides,
-                                            ARGMAX_TILE if kind == "argmax" else FORWARD_TILE)
-    y_view = torch_view(y)
-    pool_forward_kernel[grid](torch_view(x), y_view, y_view if argmax is None else argmax, *args, **constants)
-
-
 @functools.lru_cache(maxsize=256)
-def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...],
-                    tile: int) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
-    """Grid, arguments after the pointers and constexprs of a forward launch (memoized: host time)."""
+def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...], tile: int) -> Launch:
+    """The forward launch (planned once per problem): y for "max"/"avg"; for "argmax", the window
+    positions into the "argmax" slot (its strides over the five canonical dims in N, C, D, H, W numbering)."""
     plan = canonical(problem, problem.x.strides, cells=False)
     lead = _lead(problem)
     x_strides = plan.permute(_five(problem.x.strides, lead, 0))
@@ -463,36 +456,21 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:
         tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
     grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, tile)
-    args = (plan.in_sizes, plan.out_sizes, plan.pads, x_strides, y_strides, argmax_strides, problem.alpha, problem.beta)
+    args = (Slot("x"), Slot("y"), Slot("argmax" if kind == "argmax" else "y"), plan.in_sizes, plan.out_sizes,
+            plan.pads, x_strides, y_strides, argmax_strides, problem.alpha, problem.beta)
     constants = dict(
         WINDOW=plan.window, STRIDE=plan.stride, LINEAR=plan.linear, KIND=kind,
         INCLUDE_PADDING=problem.mode.value == "avg_include", PROPAGATE_NAN=problem.propagate_nan,
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
         WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem), BLOCK_R=block_r,
         BLOCK_C=block_c, num_warps=4)
-    return grid, args, constants
-
-
-def _forward(problem: PoolingProblem, x: Bound, y: Bound) -> None:
-    _forward_launch(problem, "max" if problem.mode.is_max else "avg", x, y)
-
-
-def _backward(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound, dx: Bound) -> None:
-    import torch
-
-    grid, args, constants, argmax_size, argmax_strides = _backward_config(problem, BACKWARD_TILE)
-    argmax = torch_view(dy)  # unused unless max
-    if problem.mode.is_max:
-        argmax = torch.empty(argmax_size, dtype=_argmax_dtype(math.prod(problem.window)), device=argmax.device)
-        _forward_launch(problem, "argmax", x, y, argmax, argmax_strides)
-    pool_backward_kernel[grid](torch_view(dy), argmax, torch_view(dx), *args, **constants)
+    return Launch(pool_forward_kernel, grid, args, constants)
 
 
 @functools.lru_cache(maxsize=256)
-def _backward_config(problem: PoolingProblem, tile: int) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any], int,
-                                                                  tuple[int, ...]]:
-    """Grid, arguments after the pointers and constexprs of the gather, and the argmax scratch's size
-    and strides in N, C, D, H, W numbering (packed, in the gather's canonical order). Memoized."""
+def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
+    """The backward's launches (planned once per problem): for max, the argmax pass into a per-call
+    scratch (packed, in the gather's canonical order), then the gather."""
     plan = canonical(problem, problem.dx.strides, cells=True)
     lead = _lead(problem)
     dims = _five(problem.y.dims, lead, 1)
@@ -503,15 +481,20 @@ def _backward_config(problem: PoolingProblem, tile: int) -> tuple[tuple[int], tu
     shifts = tuple(-(-w // s) for w, s in zip(plan.window, plan.stride))
     gather_argmax_strides = plan.permute(argmax_strides)
     grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile)
-    args = (plan.in_sizes, plan.out_sizes, cells, plan.pads, dy_strides, gather_argmax_strides, dx_strides,
-            problem.alpha, problem.beta)
+    args = (Slot("dy"), Slot("argmax" if problem.mode.is_max else "dy"), Slot("dx"), plan.in_sizes,
+            plan.out_sizes, cells, plan.pads, dy_strides, gather_argmax_strides, dx_strides, problem.alpha,
+            problem.beta)
     constants = dict(
         WINDOW=plan.window, STRIDE=plan.stride, SHIFTS=shifts, LINEAR=plan.linear,
         KIND="max" if problem.mode.is_max else "avg", INCLUDE_PADDING=problem.mode.value == "avg_include",
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
         CARRY=carry, WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides), COMPUTE=_compute(problem),
         BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
-    return grid, args, constants, math.prod(dims), argmax_strides
+    gather = Launch(pool_backward_kernel, grid, args, constants)
+    if not problem.mode.is_max:
+        return Launches((gather,))
+    argmax = _forward_config(problem, "argmax", argmax_strides, ARGMAX_TILE)
+    return Launches((argmax, gather), (Scratch("argmax", math.prod(dims), _argmax_dtype(math.prod(problem.window))),))
 
 
 def _compute(problem: PoolingProblem) -> Any:

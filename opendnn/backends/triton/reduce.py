@@ -30,12 +30,14 @@ index, so the order of the walk never changes the index found.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.launch import Launch, Launches, Slot
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
@@ -346,6 +348,7 @@ class ReducePlan:
         return self.value_bytes + self.index_bytes
 
 
+@functools.lru_cache(maxsize=256)
 def reduce_plan(problem: ReduceProblem) -> ReducePlan:
     """Canonicalise the layout, pick the kernel and its tile, and decide the split."""
     a, c = problem.a, problem.c
@@ -410,18 +413,29 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
 
     plan = reduce_plan(problem)
     indexed = problem.indices is not None and indices is not None
-    c_view = torch_view(c)
-    index_view = torch_view(indices) if indexed else c_view
-    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    partial = partial_index = c_view  # unused unless split
+    tensors = {"a": torch_view(a), "c": torch_view(c)}
+    if indexed:
+        tensors["indices"] = torch_view(indices)
     if plan.splits > 1:
         if workspace is None or workspace.desc.numel < plan.workspace_bytes:
             raise InternalError(f"reduce needs {plan.workspace_bytes} bytes of workspace, got "
                                 f"{0 if workspace is None else workspace.desc.numel}")
         space = torch_view(workspace).reshape(-1).view(torch.uint8)
-        partial = space[:plan.value_bytes].view(compute)
+        tensors["partial"] = space[:plan.value_bytes].view(
+            torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32)
         if indexed:
-            partial_index = space[plan.value_bytes:plan.workspace_bytes].view(torch.int64)
+            tensors["partial_index"] = space[plan.value_bytes:plan.workspace_bytes].view(torch.int64)
+    reduce_launches(problem, indexed)(tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def reduce_launches(problem: ReduceProblem, indexed: bool) -> Launches:
+    """The launches computing ``problem`` (with the indices when ``indexed``), planned once: the
+    reduction, then the combination of the partial results when the reduced set is split."""
+    plan = reduce_plan(problem)
+    split = plan.splits > 1
+    c, indices = Slot("c"), Slot("indices" if indexed else "c")
+    partial, partial_index = Slot("partial" if split else "c"), Slot("partial_index" if split and indexed else "c")
     kept_sizes, kept_a, kept_c, kept_i = _padded(plan.kept, 3)
     reduced_sizes, reduced_a, reduced_w = _padded(plan.reduced, 2)
     op = problem.op.value
@@ -430,24 +444,25 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
                  COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32)
     scalars = (float(problem.reduced_count), problem.alpha, problem.beta)
     grid = (_programs(plan), plan.splits)
-    kernel_flags = dict(flags, REDUCED_DIMS=len(plan.reduced), PARTIAL=plan.splits > 1,
+    kernel_flags = dict(flags, REDUCED_DIMS=len(plan.reduced), PARTIAL=split,
                         BLOCK_K=plan.block_k, BLOCK_R=plan.block_r,
                         num_warps=max(1, min(8, plan.block_k * plan.block_r // 512)))
-    tensors = (torch_view(a), c_view, index_view, partial, partial_index,
-               kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w, plan.kept_total)
+    common = (Slot("a"), c, indices, partial, partial_index,
+              kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w, plan.kept_total)
     if plan.columns:
-        reduce_columns_kernel[grid](
-            *tensors, triton.cdiv(plan.kept[-1][0], plan.block_k), math.prod(reduced_sizes), plan.iterations,
-            *scalars, INNER_UNIT=plan.kept[-1][1][0] == 1, **kernel_flags)
+        launch = Launch(reduce_columns_kernel, grid, (
+            *common, triton.cdiv(plan.kept[-1][0], plan.block_k), math.prod(reduced_sizes), plan.iterations,
+            *scalars), dict(INNER_UNIT=plan.kept[-1][1][0] == 1, **kernel_flags))
     else:
-        reduce_rows_kernel[grid](
-            *tensors, triton.cdiv(plan.reduced[-1][0], plan.block_r), plan.iterations,
-            *scalars, INNER_UNIT=plan.reduced[-1][1][0] == 1, **kernel_flags)
-    if plan.splits > 1:
-        block = min(FINAL_BLOCK, triton.next_power_of_2(plan.kept_total))
-        reduce_partials_kernel[(triton.cdiv(plan.kept_total, block),)](
-            c_view, index_view, partial, partial_index, kept_sizes, kept_c, kept_i, plan.kept_total, plan.splits,
-            *scalars, BLOCK=block, num_warps=4, **flags)
+        launch = Launch(reduce_rows_kernel, grid, (
+            *common, triton.cdiv(plan.reduced[-1][0], plan.block_r), plan.iterations, *scalars),
+            dict(INNER_UNIT=plan.reduced[-1][1][0] == 1, **kernel_flags))
+    if not split:
+        return Launches((launch,))
+    block = min(FINAL_BLOCK, triton.next_power_of_2(plan.kept_total))
+    return Launches((launch, Launch(reduce_partials_kernel, (triton.cdiv(plan.kept_total, block),), (
+        c, indices, partial, partial_index, kept_sizes, kept_c, kept_i, plan.kept_total, plan.splits, *scalars),
+        dict(BLOCK=block, num_warps=4, **flags))))
 
 
 def _programs(plan: ReducePlan) -> int:

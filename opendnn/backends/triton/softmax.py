@@ -36,11 +36,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.backends.triton.reduce import dim_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
@@ -369,19 +369,12 @@ def supports(problem: SoftmaxProblem) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Launch:
-    """What every launch of one problem shares, computed once per problem (the host time of a call
-    is part of its time): the plan, the layout arguments and the compile-time flags."""
-
-    plan: SoftmaxPlan
-    layout: tuple[Any, ...]  # outer sizes, a/b/out outer strides, inner size, a/b/out inner strides, reduced ...
-    input_layout: tuple[Any, ...]  # the same without the output's strides
-    flags: dict[str, Any]
-
-
 @functools.lru_cache(maxsize=256)
-def softmax_launch(problem: SoftmaxProblem) -> Launch:
+def softmax_launches(problem: SoftmaxProblem) -> Launches:
+    """The launches computing ``problem``, planned once per problem (the host time of a call is part
+    of its time): one pass, or the stats pass into a per-call scratch then the apply pass."""
+    import torch
+
     plan = softmax_plan(problem)
     outer_sizes, *outer_strides = _padded(plan.outer)
     reduced_sizes, *reduced_strides = _padded(plan.reduced)
@@ -395,33 +388,29 @@ def softmax_launch(problem: SoftmaxProblem) -> Launch:
                  WIDE=max(t.extent for t in problem.tensors) >= 2**31, ROW_ALIGN=_row_alignment(plan),
                  COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
                  BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, num_warps=plan.num_warps)
-    return Launch(plan, layout, input_layout, flags)
+    a, b, out = Slot("a"), Slot("b" if problem.backward else "a"), Slot("out")
+    uses_max = not problem.backward and problem.algo is not SoftmaxAlgorithm.FAST
+    has_beta = problem.beta != 0.0
+    if plan.chunks == 0:
+        return Launches((Launch(softmax_one_pass_kernel, (plan.k_blocks,), (
+            a, b, out, *layout, plan.row_length, problem.alpha, problem.beta),
+            dict(USES_MAX=uses_max, HAS_BETA=has_beta, **flags)),))
+    grid = (plan.k_blocks * plan.chunks,)
+    chunking = (plan.row_length, plan.k_blocks, plan.kept_total, plan.chunks, plan.chunk_tiles)
+    stats = Scratch("stats", 2 * plan.chunks * plan.kept_total,
+                    torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32)
+    return Launches((
+        Launch(softmax_stats_kernel, grid, (a, b, Slot("stats"), *input_layout, *chunking),
+               dict(USES_MAX=uses_max, **flags)),
+        Launch(softmax_apply_kernel, grid, (a, b, out, Slot("stats"), *layout, *chunking, problem.alpha, problem.beta),
+               dict(HAS_BETA=has_beta, CHUNKS_BLOCK=triton.next_power_of_2(plan.chunks), **flags))), (stats,))
 
 
 def run(problem: SoftmaxProblem, inputs: list[Bound], output: Bound) -> None:
-    import torch
-
-    launch = softmax_launch(problem)
-    plan, flags = launch.plan, launch.flags
-    a = torch_view(inputs[0])
-    b = torch_view(inputs[1]) if problem.backward else a
-    out = torch_view(output)
-    uses_max = not problem.backward and problem.algo is not SoftmaxAlgorithm.FAST
-    if plan.chunks == 0:
-        softmax_one_pass_kernel[(plan.k_blocks,)](
-            a, b, out, *launch.layout, plan.row_length, problem.alpha, problem.beta, USES_MAX=uses_max,
-            HAS_BETA=problem.beta != 0.0, **flags)
-        return
-    stats = torch.empty(2 * plan.chunks * plan.kept_total, device=out.device,
-                        dtype=torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32)
-    grid = (plan.k_blocks * plan.chunks,)
-    softmax_stats_kernel[grid](
-        a, b, stats, *launch.input_layout, plan.row_length, plan.k_blocks, plan.kept_total, plan.chunks,
-        plan.chunk_tiles, USES_MAX=uses_max, **flags)
-    softmax_apply_kernel[grid](
-        a, b, out, stats, *launch.layout, plan.row_length, plan.k_blocks, plan.kept_total, plan.chunks,
-        plan.chunk_tiles, problem.alpha, problem.beta, HAS_BETA=problem.beta != 0.0,
-        CHUNKS_BLOCK=triton.next_power_of_2(plan.chunks), **flags)
+    tensors = {"a": torch_view(inputs[0]), "out": torch_view(output)}
+    if problem.backward:
+        tensors["b"] = torch_view(inputs[1])
+    softmax_launches(problem)(tensors)
 
 
 def _row_alignment(plan: SoftmaxPlan) -> int:

@@ -1,0 +1,188 @@
+"""The planned launches (backends/triton/launch.py) of each family, checked without a GPU.
+
+Under the interpreter a Launch always takes Triton's generic launcher (keyword constexprs); on the
+GPU it calls the compiled kernel with the constexprs by position after its planned arguments. Here
+the launches of real problems (packed and channels-last, float32 and bfloat16) are recorded instead
+of run, and their argument lists checked against the kernels' parameters; the last launch of each
+kernel (bfloat16, channels-last) is compiled for sm_90 from a signature built out of its arguments
+(in a subprocess: triton must load without its interpreter).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.backends.triton.launch import Launch, Slot
+
+DTYPES = (torch.float32, torch.bfloat16)
+SM90_SKIP = 77  # the subprocess's exit status when this machine cannot run Triton's CUDA compiler
+
+
+def _input(shape, dtype, channels_last):
+    x = torch.randn(shape, dtype=dtype)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+def pooling_calls(handle, dtype, channels_last):
+    x = _input((2, 5, 9, 7), dtype, channels_last)
+    y = F.max_pool(x, 3, 2, 1, handle=handle)
+    F.max_pool_backward(torch.randn_like(y), x, y, 3, 2, 1, handle=handle)
+    y = F.avg_pool(x, (2, 3), 2, count_include_pad=False, handle=handle)
+    F.avg_pool_backward(torch.randn_like(y), x, (2, 3), 2, count_include_pad=False, handle=handle)
+
+
+def softmax_calls(handle, dtype, channels_last):
+    for x in (_input((2, 6, 3, 5), dtype, channels_last), _input((2, 1, 1, 20000), dtype, channels_last)):
+        y = F.softmax(x, 1 if channels_last else -1, handle=handle)  # one pass; two passes (rows of 20000)
+        F.log_softmax_backward(y, torch.randn_like(y), -1, handle=handle)
+
+
+def normalization_calls(handle, dtype, channels_last):
+    x, weight, bias = _input((2, 6, 3, 5), dtype, channels_last), torch.randn(6, 3, 5), torch.randn(6, 3, 5)
+    y, mean, rstd = F.layer_norm(x, (6, 3, 5), weight, bias, return_stats=True, handle=handle)
+    F.layer_norm_backward(torch.randn_like(y), x, (6, 3, 5), weight, mean=mean, rstd=rstd, handle=handle)
+    F.rms_norm_backward(torch.randn_like(y), x, (5,), handle=handle)
+    y = F.group_norm(x, 3, torch.randn(6), torch.randn(6), handle=handle)
+    F.group_norm_backward(torch.randn_like(y), x, 3, torch.randn(6), handle=handle)
+
+
+def reduce_calls(handle, dtype, channels_last):
+    from opendnn.api.reduce import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
+    from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
+
+    a = _input((2, 64, 6, 50), dtype, channels_last)
+    for op, c_dims in ((ReduceTensorOp.ADD, (1, 64, 1, 1)), (ReduceTensorOp.NORM2, (2, 64, 6, 1)),
+                       (ReduceTensorOp.MAX, (1, 1, 1, 1))):  # columns or rows; the whole tensor, split
+        indexed = ReduceTensorIndices.FLATTENED_INDICES if op is ReduceTensorOp.MAX else ReduceTensorIndices.NO_INDICES
+        reduce_desc = ReduceTensorDescriptor(op, indices=indexed)
+        c = torch.empty(c_dims, dtype=dtype)
+        a_desc, c_desc = (od.TensorDescriptor(t.dtype, t.shape, t.stride()) for t in (a, c))
+        indices = torch.empty(get_reduction_indices_size(handle, reduce_desc, a_desc, c_desc) // 4, dtype=torch.int32)
+        indices = indices if indices.numel() else None
+        workspace = torch.empty(get_reduction_workspace_size(handle, reduce_desc, a_desc, c_desc), dtype=torch.uint8)
+        reduce_tensor(handle, reduce_desc, indices, workspace, 1.0, a_desc, a, 0.5, c_desc, c)
+
+
+def lrn_calls(handle, dtype, channels_last):
+    x = _input((2, 6, 3, 5), dtype, channels_last)
+    y = F.local_response_norm(x, 3, handle=handle)
+    F.local_response_norm_backward(torch.randn_like(y), x, 3, handle=handle)
+    means = torch.randn_like(x)
+    y = F.divisive_norm(x, means, 3, handle=handle)
+    F.divisive_norm_backward(torch.randn_like(y), x, means, 3, handle=handle)  # temp and temp2: scratch
+    F.divisive_norm_backward(torch.randn_like(y), x, None, 3, temp=torch.empty_like(x), temp2=torch.empty_like(x),
+                             handle=handle)
+
+
+FAMILIES = {"pooling": pooling_calls, "softmax": softmax_calls, "normalization": normalization_calls,
+            "reduce": reduce_calls, "lrn": lrn_calls}
+
+
+def recorded(family):
+    """[(launch, tensors)] of the family's calls over DTYPES and both layouts, none of them run."""
+    launches = []
+
+    def record(launch, tensors):
+        launches.append((launch, dict(tensors)))
+
+    original = Launch.__call__
+    Launch.__call__ = record
+    try:
+        handle = od.create("cpu", backend="triton")
+        for dtype in DTYPES:
+            for channels_last in (False, True):
+                FAMILIES[family](handle, dtype, channels_last)
+    finally:
+        Launch.__call__ = original
+    return launches
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_planned_arguments_match_the_kernel_parameters(family):
+    launches = recorded(family)
+    assert launches
+    for launch, tensors in launches:
+        names = launch.kernel.arg_names
+        assert len(launch.args) + len(launch.constexprs) == len(names), launch.kernel.__name__
+        assert all(name in launch.options for name in names[len(launch.args):]), launch.kernel.__name__
+        assert not set(names[:len(launch.args)]) & set(launch.options), launch.kernel.__name__
+        assert all(name in tensors for _, name in launch.slots)
+        assert len(launch.grid) == 3 and all(isinstance(g, int) and g > 0 for g in launch.grid)
+
+
+POINTER_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64",
+                 torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64"}
+
+
+def argument_type(value, annotation, tensors):
+    """Triton's type of one planned argument: tensors as pointers, ints by range, floats as annotated."""
+    if isinstance(value, Slot):
+        return "*" + POINTER_TYPES[tensors[value.name].dtype]
+    if isinstance(value, tuple):
+        return tuple(argument_type(v, annotation, tensors) for v in value)
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2**31 <= value < 2**31 else "i64"
+    assert isinstance(value, float), value
+    return annotation or "fp32"
+
+
+def compile_for_sm90(launch, tensors):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = launch.kernel
+    signature = {param.name: argument_type(value, param.annotation, tensors)
+                 for param, value in zip(kernel.params, launch.args)}
+    constexprs = dict(zip(kernel.arg_names[len(launch.args):], launch.constexprs))
+    signature.update((name, "constexpr") for name in constexprs)
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    options = {key: launch.options[key] for key in ("num_warps", "num_stages") if key in launch.options}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+KERNELS = 2 + 3 + 3 + 3 + 3  # pooling, softmax, normalization, reduce, lrn
+
+
+def test_the_last_launch_of_each_kernel_compiles_for_sm90():
+    completed = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "TRITON_INTERPRET": "0"})
+    if completed.returncode == SM90_SKIP:
+        pytest.skip(completed.stdout.strip())
+    last = (completed.stdout.splitlines() or [""])[-1]
+    assert (completed.returncode, last) == (0, f"compiled {KERNELS}"), completed.stderr[-3000:]
+
+
+def main() -> None:
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        get_ptxas(90)
+    except (ImportError, RuntimeError) as error:
+        print(f"Triton's CUDA compiler cannot run here: {error}")
+        sys.exit(SM90_SKIP)
+    for family in FAMILIES:  # compiled kernels (not interpreted ones), though dispatch asks for the interpreter
+        importlib.import_module(f"opendnn.backends.triton.{family}")
+    os.environ["TRITON_INTERPRET"] = "1"
+    compiled = 0
+    for family in FAMILIES:
+        last = {launch.kernel: (launch, tensors) for launch, tensors in recorded(family)}  # bfloat16, channels-last
+        for launch, tensors in last.values():
+            print(f"compiling {family}: {launch.kernel.__name__}", flush=True)
+            assert "cubin" in compile_for_sm90(launch, tensors).asm
+            compiled += 1
+    print("compiled", compiled)
+
+
+if __name__ == "__main__":
+    main()
