@@ -14,9 +14,11 @@ import importlib
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
+from triton.compiler import CompiledKernel
 
 import opendnn as od
 import opendnn.functional as F
@@ -186,3 +188,48 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class _Compiled(CompiledKernel):
+    """A stand-in for the kernel Triton compiles: records the calls made through the cache."""
+
+    def __init__(self, calls: list) -> None:  # CompiledKernel's own needs a real binary
+        self.calls = calls
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append(("cached", args))
+
+
+class _Kernel:
+    """A stand-in @triton.jit function: its first-call path compiles (records, returns _Compiled)."""
+
+    arg_names = ["x_ptr", "n", "BLOCK"]
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def __getitem__(self, grid):
+        def first_call(*args, **options):
+            self.calls.append(("compiled", options["BLOCK"]))
+            return _Compiled(self.calls)
+
+        return first_call
+
+
+class _Tensor:
+    def __init__(self, device: int, address: int) -> None:
+        self.device, self.address, self.dtype = types.SimpleNamespace(index=device), address, "fp32"
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def test_a_compiled_kernel_is_kept_per_device_and_pointer_alignment():
+    # a kernel is loaded into one device's context: calling device 0's kernel with device 1's
+    # pointers failed with "invalid resource handle" on two H200s until the device joined the key
+    kernel = _Kernel()
+    launch = Launch(kernel, (4,), (Slot("x"), 7), {"BLOCK": 128, "num_warps": 4})
+    for device, address in ((0, 4096), (0, 8192), (1, 4096), (0, 4100), (1, 4096)):
+        launch({"x": _Tensor(device, address)})
+    assert [call[0] for call in kernel.calls] == ["compiled", "cached", "compiled", "compiled", "cached"]
+    assert kernel.calls[1][1][1:] == (7, 128)  # leading args, then the constexprs in parameter order
