@@ -9,7 +9,9 @@ batch 8 at 224x224, channels_last, on cuda:0. The converted model is a deep copy
 - one training step (train mode, dropout off, cross-entropy on random labels): every parameter's
   gradient within 1e-3 of torch's in float32, plus an allowance for torch's own float32 rounding
   measured against a float64 run (``_gradient_scores``; ``-s`` prints the worst); and nothing but
-  compute-free modules left to torch.
+  compute-free modules left to torch;
+- the same step with both models in float64: every gradient within 1e-8 of torch's (no rounding
+  left to hide a wrong backward, and no activation mask that can flip between the two).
 
 float32 runs with TF32 off on both sides (``torch.backends.cudnn.allow_tf32`` and
 ``torch.backends.cuda.matmul.allow_tf32``, which opendnn.torch follows). benchmarks/README_models.md
@@ -122,6 +124,26 @@ def test_converted_model_training_step_gradients_match_torch_in_float32(name, to
           f"worst score {scores[0][0]:.3g} ({scores[0][2]}; under 1 passes)")
     _print_float64_errors(ours, model, float64, [name for _, _, name in scores[:6]])
     assert scores[0][0] < 1, scores[:5]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_converted_model_training_step_gradients_match_torch_in_float64(name, torchvision_models):
+    """The backward's arithmetic, free of float32 rounding: in float64 a ReLU / ReLU6 mask cannot flip
+    between two implementations (an element would need to lie within ~1e-15 of 0 or 6), which in
+    float32 moves a whole channel's batch-norm gradient."""
+    model, ours, _ = _models(torchvision_models, name)
+    model, ours = model.to(torch.float64), ours.to(torch.float64)
+    x, labels = _inputs()
+    for network, context in ((model, contextlib.nullcontext()), (ours, ot.functional_calls())):
+        network.train()
+        for dropout in (module for module in network.modules() if isinstance(module, torch.nn.Dropout)):
+            dropout.eval()
+        with context:
+            TF.cross_entropy(network(x.double()), labels).backward()
+    errors = sorted(((relative_error(p_ours.grad, p_torch.grad), name) for (name, p_ours), p_torch in
+                     zip(ours.named_parameters(), model.parameters(), strict=True)), reverse=True)
+    print(f"\n{name} float64: worst gradient relative error {errors[0][0]:.3g} ({errors[0][1]})")
+    assert errors[0][0] < 1e-8, errors[:5]
 
 
 def _print_float64_errors(ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module,
