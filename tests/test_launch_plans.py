@@ -165,31 +165,6 @@ def test_the_last_launch_of_each_kernel_compiles_for_sm90():
     assert (completed.returncode, last) == (0, f"compiled {KERNELS}"), completed.stderr[-3000:]
 
 
-def main() -> None:
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-
-        get_ptxas(90)
-    except (ImportError, RuntimeError) as error:
-        print(f"Triton's CUDA compiler cannot run here: {error}")
-        sys.exit(SM90_SKIP)
-    for family in FAMILIES:  # compiled kernels (not interpreted ones), though dispatch asks for the interpreter
-        importlib.import_module(f"opendnn.backends.triton.{family}")
-    os.environ["TRITON_INTERPRET"] = "1"
-    compiled = 0
-    for family in FAMILIES:
-        last = {launch.kernel: (launch, tensors) for launch, tensors in recorded(family)}  # bfloat16, channels-last
-        for launch, tensors in last.values():
-            print(f"compiling {family}: {launch.kernel.__name__}", flush=True)
-            assert "cubin" in compile_for_sm90(launch, tensors).asm
-            compiled += 1
-    print("compiled", compiled)
-
-
-if __name__ == "__main__":
-    main()
-
-
 class _Compiled(CompiledKernel):
     """A stand-in for the kernel Triton compiles: records the calls made through the cache."""
 
@@ -233,3 +208,29 @@ def test_a_compiled_kernel_is_kept_per_device_and_pointer_alignment():
         launch({"x": _Tensor(device, address)})
     assert [call[0] for call in kernel.calls] == ["compiled", "cached", "compiled", "compiled", "cached"]
     assert kernel.calls[1][1][1:] == (7, 128)  # leading args, then the constexprs in parameter order
+
+
+def main() -> None:
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        get_ptxas(90)
+    except (ImportError, RuntimeError) as error:
+        print(f"Triton's CUDA compiler cannot run here: {error}")
+        sys.exit(SM90_SKIP)
+    for family in FAMILIES:  # compiled kernels (not interpreted ones), though dispatch asks for the interpreter
+        importlib.import_module(f"opendnn.backends.triton.{family}")
+    os.environ["TRITON_INTERPRET"] = "1"
+    compiled = 0
+    for family in FAMILIES:
+        last = {launch.kernel: (launch, tensors) for launch, tensors in recorded(family)}  # bfloat16, channels-last
+        for launch, tensors in last.values():
+            print(f"compiling {family}: {launch.kernel.__name__}", flush=True)
+            assert "cubin" in compile_for_sm90(launch, tensors).asm
+            compiled += 1
+    print("compiled", compiled)
+
+
+if __name__ == "__main__":
+    main()
+
