@@ -128,8 +128,6 @@ def argument_type(value, annotation, tensors):
     """Triton's type of one planned argument: tensors as pointers, ints by range, floats as annotated."""
     if isinstance(value, Slot):
         return "*" + POINTER_TYPES[tensors[value.name].dtype]
-    if isinstance(value, tuple):
-        return tuple(argument_type(v, annotation, tensors) for v in value)
     if isinstance(value, bool):
         return "i1"
     if isinstance(value, int):
@@ -139,16 +137,32 @@ def argument_type(value, annotation, tensors):
 
 
 def compile_for_sm90(launch, tensors):
+    """Compile ``launch`` for the H200 as Triton's JIT would on a GPU: pointers 16-byte aligned, ints
+    equal to 1 as constants and multiples of 16 marked so (tuple elements too), which is what turns
+    on vector loads and ``cp.async`` pipelining."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     kernel = launch.kernel
-    signature = {param.name: argument_type(value, param.annotation, tensors)
-                 for param, value in zip(kernel.params, launch.args)}
-    constexprs = dict(zip(kernel.arg_names[len(launch.args):], launch.constexprs))
-    signature.update((name, "constexpr") for name in constexprs)
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    signature, constants, attrs = {}, {}, {}
+
+    def specialize(path, value, annotation):
+        if isinstance(value, tuple):
+            return tuple(specialize((*path, j), v, annotation) for j, v in enumerate(value))
+        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
+            constants[path] = 1
+            return "constexpr"
+        if isinstance(value, Slot) or (isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0):
+            attrs[path] = [["tt.divisibility", 16]]
+        return argument_type(value, annotation, tensors)
+
+    for index, (param, value) in enumerate(zip(kernel.params, launch.args)):
+        signature[param.name] = specialize((index,), value, param.annotation)
+    for name, value in zip(kernel.arg_names[len(launch.args):], launch.constexprs):
+        signature[name] = "constexpr"
+        constants[(kernel.arg_names.index(name),)] = value
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=attrs)
     options = {key: launch.options[key] for key in ("num_warps", "num_stages") if key in launch.options}
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
