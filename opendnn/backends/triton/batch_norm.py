@@ -53,7 +53,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.launch import Launch, Slot
-from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.backends.triton.reduce import dim_offsets, merged_dims
 from opendnn.core.arrays import torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
@@ -489,9 +489,9 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     descs = [getattr(problem, name) or x for name in ("x", "out", "z", "dy")]
     reduced_axes = problem.reduced_axes
     features = [k for k in range(x.ndim) if k not in reduced_axes]
-    reduced = _merged([(x.dims[k], tuple(d.strides[k] for d in descs)) for k in reduced_axes]) or [(1, (0,) * 4)]
+    reduced = merged_dims([(x.dims[k], tuple(d.strides[k] for d in descs)) for k in reduced_axes]) or [(1, (0,) * 4)]
     param_strides = problem.param.strides
-    feature_dims = _merged([(x.dims[k], (*(d.strides[k] for d in descs), param_strides[k])) for k in features])
+    feature_dims = merged_dims([(x.dims[k], (*(d.strides[k] for d in descs), param_strides[k])) for k in features])
     feature_dims = feature_dims or [(1, (0,) * 5)]
     flat = 1
     for j in reversed(range(len(feature_dims))):  # the workspace's packed strides over the merged features
@@ -540,18 +540,6 @@ def _mask_strides(problem: BatchNormProblem) -> tuple[int, int]:
     groups = triton.cdiv(problem.count, 8)
     features = problem.x.numel // problem.count
     return (1, groups) if feature_major else (features, 1)
-
-
-def _merged(dims: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, tuple[int, ...]]]:
-    """Dims sorted by x's stride (outermost first), size-1 dims dropped, neighbours merged where every
-    stride set is contiguous."""
-    merged: list[tuple[int, tuple[int, ...]]] = []
-    for size, strides in sorted((d for d in dims if d[0] > 1), key=lambda d: -d[1][0]):
-        if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
-            merged[-1] = (merged[-1][0] * size, strides)
-        else:
-            merged.append((size, strides))
-    return merged
 
 
 def supports(problem: BatchNormProblem) -> str | None:

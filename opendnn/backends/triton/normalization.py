@@ -41,7 +41,7 @@ import triton.language as tl
 
 from opendnn.backends.triton.device import multiprocessors
 from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
-from opendnn.backends.triton.reduce import dim_offsets, flat_offsets
+from opendnn.backends.triton.reduce import dim_offsets, flat_offsets, merged_dims
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
@@ -387,18 +387,23 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     dy = problem.dy or problem.x
     operands = (x, out, dy)
     stats_strides = stats.strides if stats is not None else (0,) * x.ndim
+    def dims(axes: range, with_stats: bool) -> list[tuple[int, tuple[int, ...]]]:
+        """The axes in logical order, merged where every operand is contiguous across them."""
+        return merged_dims([(x.dims[k], tuple(d.strides[k] for d in operands) + ((stats_strides[k],) if with_stats
+                                                                                  else ())) for k in axes],
+                           by_stride=False)
+
     if problem.grouped:
         per_group = x.dims[1] // problem.groups
         group_strides = tuple(d.strides[1] * per_group for d in operands) + (stats_strides[1],)
         rows = [(x.dims[0], tuple(d.strides[0] for d in operands) + (stats_strides[0],))]
-        cols = [(per_group, tuple(d.strides[1] for d in operands))]
-        cols += _merged([(x.dims[k], tuple(d.strides[k] for d in operands)) for k in range(2, x.ndim)])
+        cols = [(per_group, tuple(d.strides[1] for d in operands))] + dims(range(2, x.ndim), False)
         params_per_group = per_group
     else:
         lead = x.ndim - problem.normalized_ndim
         group_strides = (0, 0, 0, 0)
-        rows = _merged([(x.dims[k], tuple(d.strides[k] for d in operands) + (stats_strides[k],)) for k in range(lead)])
-        cols = _merged([(x.dims[k], tuple(d.strides[k] for d in operands)) for k in range(lead, x.ndim)])
+        rows = dims(range(lead), True)
+        cols = dims(range(lead, x.ndim), False)
         params_per_group = problem.row_size
     rows = [(size, strides) for size, strides in rows if size > 1] or [(1, (0, 0, 0, 0))]
     cols = [(size, strides) for size, strides in cols if size > 1] or [(1, (0, 0, 0))]
@@ -409,19 +414,6 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     inner = math.prod(size for size, _ in rows)
     block_r = max(1, min(TILE_ELEMENTS // block, triton.next_power_of_2(inner)))
     return NormPlan(problem.groups or 1, group_strides, tuple(rows), tuple(cols), params_per_group, block_r, block)
-
-
-def _merged(dims: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, tuple[int, ...]]]:
-    """Neighbouring dims (logical order kept) merged where contiguous for every operand."""
-    merged: list[tuple[int, tuple[int, ...]]] = []
-    for size, strides in dims:
-        if size == 1:
-            continue
-        if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
-            merged[-1] = (merged[-1][0] * size, strides)
-        else:
-            merged.append((size, strides))
-    return merged
 
 
 def _split(dims: tuple[tuple[int, tuple[int, ...]], ...], count: int) -> tuple[tuple[int, ...], ...]:

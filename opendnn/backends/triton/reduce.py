@@ -358,9 +358,9 @@ def reduce_plan(problem: ReduceProblem) -> ReducePlan:
     for k in reversed(problem.reduced_axes):  # row-major over the reduced dims in A's dim order
         weights[k] = step
         step *= a.dims[k]
-    kept = _merged([(a.dims[k], (a.strides[k], c.strides[k], index_strides[k]))
+    kept = merged_dims([(a.dims[k], (a.strides[k], c.strides[k], index_strides[k]))
                     for k in range(a.ndim) if k not in problem.reduced_axes and a.dims[k] > 1]) or [(1, (0, 0, 0))]
-    reduced = _merged([(a.dims[k], (a.strides[k], weights[k])) for k in problem.reduced_axes]) or [(1, (0, 0))]
+    reduced = merged_dims([(a.dims[k], (a.strides[k], weights[k])) for k in problem.reduced_axes]) or [(1, (0, 0))]
     kept_total = math.prod(size for size, _ in kept)
     reduced_total = math.prod(size for size, _ in reduced)
     kept_inner, (kept_stride, _, _) = kept[-1]
@@ -387,11 +387,14 @@ def reduce_plan(problem: ReduceProblem) -> ReducePlan:
                       value_bytes, index_bytes)
 
 
-def _merged(dims: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, tuple[int, ...]]]:
-    """Dims sorted by stride (outermost first), size-1 dims dropped, neighbours merged where
-    every stride set is contiguous (outer stride = inner stride * inner size)."""
+def merged_dims(dims: list[tuple[int, tuple[int, ...]]], by_stride: bool = True) -> list[tuple[int, tuple[int, ...]]]:
+    """(size, strides of each operand) dims, size-1 dims dropped, neighbours merged where every
+    operand is contiguous across them (outer stride = inner stride * inner size). ``by_stride``:
+    sorted by the strides first (outermost first), else in the order given. Shared by the
+    reduction, softmax, batch norm and layer-norm plans."""
+    kept = [d for d in dims if d[0] > 1]
     merged: list[tuple[int, tuple[int, ...]]] = []
-    for size, strides in sorted((d for d in dims if d[0] > 1), key=lambda d: tuple(-s for s in d[1])):
+    for size, strides in sorted(kept, key=lambda d: tuple(-s for s in d[1])) if by_stride else kept:
         if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
             merged[-1] = (merged[-1][0] * size, strides)
         else:

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
-from opendnn.backends.triton.reduce import dim_offsets
+from opendnn.backends.triton.reduce import dim_offsets, merged_dims
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
@@ -327,8 +327,8 @@ def softmax_plan(problem: SoftmaxProblem) -> SoftmaxPlan:
     """Canonicalise the layout, then pick the tile, one or two passes, and the slices per row."""
     a, b, out = (problem.tensors[0], problem.tensors[1 if problem.backward else 0], problem.tensors[-1])
     dims = [(size, (a.strides[k], b.strides[k], out.strides[k])) for k, size in enumerate(a.dims)]
-    kept = _merged([d for k, d in enumerate(dims) if k not in problem.axes]) or [(1, (0, 0, 0))]
-    reduced = _merged([dims[k] for k in problem.axes]) or [(1, (0, 0, 0))]
+    kept = merged_dims([d for k, d in enumerate(dims) if k not in problem.axes]) or [(1, (0, 0, 0))]
+    reduced = merged_dims([dims[k] for k in problem.axes]) or [(1, (0, 0, 0))]
     inner_size, inner_strides = kept[-1]
     row_length = math.prod(size for size, _ in reduced)
     row_block = triton.next_power_of_2(row_length)
@@ -351,18 +351,6 @@ def softmax_plan(problem: SoftmaxProblem) -> SoftmaxPlan:
     num_warps = max(1, min(MAX_WARPS, block_k * block_r // 512))
     return SoftmaxPlan(tuple(kept[:-1]), kept[-1], tuple(reduced), block_k, block_r, chunks, chunk_tiles,
                        num_warps)
-
-
-def _merged(dims: list[tuple[int, tuple[int, int, int]]]) -> list[tuple[int, tuple[int, int, int]]]:
-    """Dims sorted by stride (outermost first), size-1 dims dropped, neighbours merged where every
-    operand is contiguous across them."""
-    merged: list[tuple[int, tuple[int, int, int]]] = []
-    for size, strides in sorted((d for d in dims if d[0] > 1), key=lambda d: tuple(-s for s in d[1])):
-        if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
-            merged[-1] = (merged[-1][0] * size, strides)
-        else:
-            merged.append((size, strides))
-    return merged
 
 
 def supports(problem: SoftmaxProblem) -> str | None:
