@@ -1,5 +1,6 @@
-"""GPU tests (``pytest -m gpu`` on a CUDA machine): the sample table at real sizes on the Triton
-backend, the Pythonic API against torch on the device, streams and threads."""
+"""GPU tests (``pytest -m gpu`` on a CUDA machine): the elementwise and matmul samples at real sizes
+on the Triton backend (every other family runs its own in tests/test_gpu_<family>.py), the Pythonic
+API against torch on the device, streams and threads."""
 
 import threading
 import zlib
@@ -10,11 +11,11 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.samples import relative_error, samples
+from opendnn.samples import elementwise, matmul, relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
-SAMPLES = list(samples("large"))
+SAMPLES = [sample for family in (elementwise, matmul) for sample in family.samples("large")]
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
