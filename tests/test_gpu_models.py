@@ -7,9 +7,9 @@ batch 8 at 224x224, channels_last, on cuda:0. The converted model is a deep copy
 
 - eval-mode logits: relative norm error under 2e-2 with bf16 autocast, under 1e-4 in float32;
 - one training step (train mode, dropout off, cross-entropy on random labels): every parameter's
-  gradient within 1e-3 of torch's in float32, plus an allowance for torch's own float32 rounding
-  measured against a float64 run (``_gradient_scores``; ``-s`` prints the worst); and nothing but
-  compute-free modules left to torch;
+  gradient within 1e-3 of torch's in float32 (1e-2 for MobileNetV2: see GRADIENT_TOLERANCE), plus
+  an allowance for torch's own float32 rounding measured against a float64 run
+  (``_gradient_scores``; ``-s`` prints the worst); and nothing but compute-free modules left to torch;
 - the same step with both models in float64: every gradient within 1e-8 of torch's (no rounding
   left to hide a wrong backward, and no activation mask that can flip between the two).
 
@@ -33,7 +33,13 @@ BATCH, SIZE, CLASSES = 8, 224, 1000
 # torchvision.models builder -> functional calls its own forward makes, which must run on opendnn (name: count)
 MODELS = {"resnet50": {}, "mobilenet_v2": {"adaptive_avg_pool2d": 1}}
 LOGITS_TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
-GRADIENT_TOLERANCE, NOISE_FACTOR = 1e-3, 100  # see _gradient_scores
+NOISE_FACTOR = 100  # see _gradient_scores
+# float32 gradients: 1e-3 of torch's, but 1e-2 for MobileNetV2, whose last ReLU6 (features.18, 8 x 1280
+# x 7 x 7 inputs) often has an input within float32 rounding of 0 or 6. Whichever implementation lands
+# on the other side of it than float64 gets the gradients of features.17-18 off by ~2e-3 to 5e-3:
+# torch did on the CPU (96x96 images: 2 flips there, its errors 1.8e-3 to 2.2e-3, opendnn's 1.7e-5),
+# opendnn did on the H200 (224x224: 4.2e-3, torch's 1.6e-5). The float64 test below has no such luck.
+GRADIENT_TOLERANCE = {"resnet50": 1e-3, "mobilenet_v2": 1e-2}
 # Leaf modules allowed to stay torch's, having no arithmetic opendnn has a primitive for: Dropout (the
 # identity in eval, a mask from torch's random generator in training), Identity and Flatten (views).
 NO_COMPUTE = (torch.nn.Dropout, torch.nn.Identity, torch.nn.Flatten)
@@ -118,7 +124,7 @@ def test_converted_model_training_step_gradients_match_torch_in_float32(name, to
         loss.backward()
         losses.append(loss.item())
     assert abs(losses[1] - losses[0]) <= 1e-4 * abs(losses[0]), losses
-    scores = sorted(_gradient_scores(ours, model, float64), reverse=True)
+    scores = sorted(_gradient_scores(ours, model, float64, GRADIENT_TOLERANCE[name]), reverse=True)
     _, worst_error, worst_name = max(scores, key=lambda score: score[1])
     print(f"\n{name}: {len(scores)} parameter gradients; worst relative error {worst_error:.3g} ({worst_name}); "
           f"worst score {scores[0][0]:.3g} ({scores[0][2]}; under 1 passes)")
@@ -157,9 +163,9 @@ def _print_float64_errors(ours: torch.nn.Module, model: torch.nn.Module, float64
               f"  torch {(p_torch.grad.double() - p64.grad).norm() / exact:.2e}")
 
 
-def _gradient_scores(ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module):
+def _gradient_scores(ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module, tolerance: float):
     """(score, relative error, name) per parameter: score = ||ours - torch|| over the allowance
-    GRADIENT_TOLERANCE * ||torch|| + NOISE_FACTOR * ||torch - float64||, torch's own float32 rounding
+    tolerance * ||torch|| + NOISE_FACTOR * ||torch - float64||, torch's own float32 rounding
     error. The rounding term matters only where the exact gradient is zero and float32 gives noise:
     the bias of a batch norm whose output reaches the loss only through a convolution and a training-mode
     batch norm (MobileNetV2's projection layers), which cancels any constant shift."""
@@ -167,5 +173,5 @@ def _gradient_scores(ours: torch.nn.Module, model: torch.nn.Module, float64: tor
                                                      float64.named_parameters(), strict=True):
         torch_grad = p_torch.grad.double()
         difference = (p_ours.grad.double() - torch_grad).norm()
-        allowance = GRADIENT_TOLERANCE * torch_grad.norm() + NOISE_FACTOR * (torch_grad - p64.grad).norm()
+        allowance = tolerance * torch_grad.norm() + NOISE_FACTOR * (torch_grad - p64.grad).norm()
         yield (difference / allowance).item(), (difference / torch_grad.norm()).item(), name
