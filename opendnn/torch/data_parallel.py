@@ -351,9 +351,8 @@ def launch(function: Callable[..., dict[str, Any]], world_size: int, timeout_s: 
            **options: Any) -> list[dict[str, Any]]:
     """Run ``function(rank, world_size, **options)`` in ``world_size`` spawned processes and return
     their result dicts by rank. ``function`` must be importable (module level). Unless ``options``
-    name an ``init_method``, the ranks meet through a file in a fresh temporary folder: a file store
-    has no server thread in rank 0 whose exit could abort a rank still tearing down (a tcp:// store
-    did that, now and then, on the CPU).
+    name an ``init_method``, the ranks meet through a file in a fresh temporary folder (no port to
+    probe, which another process could take before rank 0 binds it).
 
     Raises:
         TimeoutError: the processes did not all finish in ``timeout_s`` (they are terminated).
