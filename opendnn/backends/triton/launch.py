@@ -50,20 +50,18 @@ class Launch:
 
     def __call__(self, tensors: dict[str, Any]) -> None:
         args = list(self.args)
+        for index, name in self.slots:
+            args[index] = tensors[name]
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
-            for index, name in self.slots:
-                args[index] = tensors[name]
             self.kernel[self.grid](*args, **self.options)
             return
-        key: list[Any] = [tensors[self.slots[0][1]].device.index]
-        for index, name in self.slots:
-            tensor = args[index] = tensors[name]
-            key += (tensor.data_ptr() % 16 == 0, tensor.dtype)
-        kernel = self.compiled.get(tuple(key))
+        slotted = [args[index] for index, _ in self.slots]
+        key = (slotted[0].device.index, *((t.data_ptr() % 16 == 0, t.dtype) for t in slotted))
+        kernel = self.compiled.get(key)
         if kernel is None:
             kernel = self.kernel[self.grid](*args, **self.options)
             if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
-                self.compiled[tuple(key)] = kernel
+                self.compiled[key] = kernel
         else:
             kernel[self.grid](*args, *self.constexprs)
 
