@@ -4,8 +4,8 @@ Under the interpreter a Launch always takes Triton's generic launcher (keyword c
 GPU it calls the compiled kernel with the constexprs by position after its planned arguments. Here
 the launches of real problems (packed and channels-last, float32 and bfloat16) are recorded instead
 of run, and their argument lists checked against the kernels' parameters; the last launch of each
-kernel (bfloat16, channels-last) is compiled for sm_90 from a signature built out of its arguments
-(in a subprocess: triton must load without its interpreter).
+kernel (bfloat16, channels-last) is compiled for sm_90, specialized by Triton's own launcher code
+(tests/sm90.py; in a subprocess: triton must load without its interpreter).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 import types
 
 import pytest
+import sm90
 import torch
 from triton.compiler import CompiledKernel
 
@@ -25,7 +26,6 @@ import opendnn.functional as F
 from opendnn.backends.triton.launch import Launch, Slot
 
 DTYPES = (torch.float32, torch.bfloat16)
-SM90_SKIP = 77  # the subprocess's exit status when this machine cannot run Triton's CUDA compiler
 
 
 def _input(shape, dtype, channels_last):
@@ -120,60 +120,13 @@ def test_planned_arguments_match_the_kernel_parameters(family):
         assert len(launch.grid) == 3 and all(isinstance(g, int) and g > 0 for g in launch.grid)
 
 
-POINTER_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64",
-                 torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64"}
-
-
-def argument_type(value, annotation, tensors):
-    """Triton's type of one planned argument: tensors as pointers, ints by range, floats as annotated."""
-    if isinstance(value, Slot):
-        return "*" + POINTER_TYPES[tensors[value.name].dtype]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
-    assert isinstance(value, float), value
-    return annotation or "fp32"
-
-
-def compile_for_sm90(launch, tensors):
-    """Compile ``launch`` for the H200 as Triton's JIT would on a GPU: pointers 16-byte aligned, ints
-    equal to 1 as constants and multiples of 16 marked so (tuple elements too), which is what turns
-    on vector loads and ``cp.async`` pipelining."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    kernel = launch.kernel
-    signature, constants, attrs = {}, {}, {}
-
-    def specialize(path, value, annotation):
-        if isinstance(value, tuple):
-            return tuple(specialize((*path, j), v, annotation) for j, v in enumerate(value))
-        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
-            constants[path] = 1
-            return "constexpr"
-        if isinstance(value, Slot) or (isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0):
-            attrs[path] = [["tt.divisibility", 16]]
-        return argument_type(value, annotation, tensors)
-
-    for index, (param, value) in enumerate(zip(kernel.params, launch.args)):
-        signature[param.name] = specialize((index,), value, param.annotation)
-    for name, value in zip(kernel.arg_names[len(launch.args):], launch.constexprs):
-        signature[name] = "constexpr"
-        constants[(kernel.arg_names.index(name),)] = value
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=attrs)
-    options = {key: launch.options[key] for key in ("num_warps", "num_stages") if key in launch.options}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-
-
 KERNELS = 2 + 3 + 3 + 3 + 3  # pooling, softmax, normalization, reduce, lrn
 
 
 def test_the_last_launch_of_each_kernel_compiles_for_sm90():
     completed = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=300,
                                env={**os.environ, "TRITON_INTERPRET": "0"})
-    if completed.returncode == SM90_SKIP:
+    if completed.returncode == sm90.SKIP_STATUS:
         pytest.skip(completed.stdout.strip())
     last = (completed.stdout.splitlines() or [""])[-1]
     assert (completed.returncode, last) == (0, f"compiled {KERNELS}"), completed.stderr[-3000:]
@@ -225,13 +178,7 @@ def test_a_compiled_kernel_is_kept_per_device_and_pointer_alignment():
 
 
 def main() -> None:
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-
-        get_ptxas(90)
-    except (ImportError, RuntimeError) as error:
-        print(f"Triton's CUDA compiler cannot run here: {error}")
-        sys.exit(SM90_SKIP)
+    target, backend = sm90.target_or_exit()
     for family in FAMILIES:  # compiled kernels (not interpreted ones), though dispatch asks for the interpreter
         importlib.import_module(f"opendnn.backends.triton.{family}")
     os.environ["TRITON_INTERPRET"] = "1"
@@ -240,7 +187,9 @@ def main() -> None:
         last = {launch.kernel: (launch, tensors) for launch, tensors in recorded(family)}  # bfloat16, channels-last
         for launch, tensors in last.values():
             print(f"compiling {family}: {launch.kernel.__name__}", flush=True)
-            assert "cubin" in compile_for_sm90(launch, tensors).asm
+            args = tuple(tensors[a.name] if isinstance(a, Slot) else a for a in launch.args)
+            specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
+            assert "cubin" in sm90.compile_sm90(launch.kernel, *specialized[1:], specialized[0], target).asm
             compiled += 1
     print("compiled", compiled)
 

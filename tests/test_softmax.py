@@ -12,6 +12,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import sm90  # noqa: E402
 import torch  # noqa: E402
 
 import opendnn as od  # noqa: E402
@@ -253,7 +254,6 @@ SM90_PROBLEMS = [
     *((SoftmaxAlgorithm.LOG, (1,), (64, 1000, 7, 7), backward) for backward in (False, True)),  # one pass
 ]
 SM90_LAUNCHES = 2 * 7 + 2  # stats + apply for each two-pass problem, one kernel for each one-pass problem
-SM90_SKIP = 77  # the subprocess's exit status when this machine cannot run Triton's CUDA compiler
 
 
 def test_kernels_compile_for_sm90_with_any_int_divisibility():
@@ -261,7 +261,7 @@ def test_kernels_compile_for_sm90_with_any_int_divisibility():
     all of them on and with all off. In a subprocess: triton must load without its interpreter."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     result = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300)
-    if result.returncode == SM90_SKIP:
+    if result.returncode == sm90.SKIP_STATUS:
         pytest.skip(result.stdout.strip())
     assert result.returncode == 0, result.stdout.splitlines()[-1:] + [result.stderr[-3000:]]
     assert result.stdout.splitlines()[-1] == f"compiled {3 * SM90_LAUNCHES}"
@@ -281,26 +281,13 @@ def compile_softmax_for_sm90() -> None:
     """Record the arguments ``run()`` passes to each kernel of SM90_PROBLEMS, specialize them as
     Triton's launcher does, and compile each for sm_90 down to a cubin, 3 times: with the launcher's
     divisibility attrs, with every int arg divisible by 16, with none."""
-    import triton
     from triton._utils import find_paths_if
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
 
     from opendnn.backends.triton import softmax as kernels
     from opendnn.core.arrays import bind
     from opendnn.ops.softmax import softmax_problem
 
-    target = GPUTarget("cuda", 90, 32)
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-
-        backend = make_backend(target)
-        get_ptxas(90)
-    except (ImportError, RuntimeError) as error:
-        print(f"Triton's CUDA compiler cannot run here: {error}")
-        sys.exit(SM90_SKIP)
+    target, backend = sm90.target_or_exit()
     launches = []
     for name in ("softmax_one_pass_kernel", "softmax_stats_kernel", "softmax_apply_kernel"):
         setattr(kernels, name, LaunchRecorder(getattr(kernels, name), launches))
@@ -312,17 +299,14 @@ def compile_softmax_for_sm90() -> None:
         kernels.run(problem, tensors[:-1], tensors[-1])
     compiled = 0
     for kernel, args, kwargs in launches:
-        binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-        bound, specialization, options = binder(*args, **kwargs)
-        options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
+        options, signature, constexprs, attrs = sm90.specialize(kernel, args, kwargs, backend)
         ints = find_paths_if(list(signature.values()), lambda _, kind: kind in ("i32", "i64"))
         pointers = {path: attr for path, attr in attrs.items() if path not in ints}
         patterns = {"the launcher's": attrs, "all": {**pointers, **{path: [["tt.divisibility", 16]] for path in ints}},
                     "no": pointers}
         for pattern, pattern_attrs in patterns.items():
             print(f"compiling {kernel.__name__} {kwargs} with {pattern} int divisibility attrs", flush=True)
-            source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=pattern_attrs)
-            assert "cubin" in triton.compile(source, target=target, options=options.__dict__).asm
+            assert "cubin" in sm90.compile_sm90(kernel, signature, constexprs, pattern_attrs, options, target).asm
             compiled += 1
     print("compiled", compiled)
 
