@@ -14,6 +14,7 @@ DIR/convolution_kernels.json and .md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -212,7 +213,7 @@ def main():
                 flip = dtype is not DataType.HALF
                 case = Case((4, 12, 8, 3, 2, 4) if algo is ConvolutionFwdAlgo.DIRECT else small, direction, dtype,
                             channels_last=flip, algo=algo, n=2, flip=flip)
-                case.problem = ConvolutionProblem(**{**case.problem.__dict__, "allow_tf32": False})
+                case.problem = dataclasses.replace(case.problem, allow_tf32=False)
                 checks.append(dict(dtype=dtype.name, direction=direction.name, algo=algo.name, flip=flip,
                                    error=max(case.error(), case.error())))
     save()

@@ -223,3 +223,21 @@ def test_backward_filter_direct_two_channels_per_group_flip_float64():
     problem = check(FILTER, DataType.DOUBLE, (2, 4, 5, 6), 4, (3, 3), pre=(1, 0), stride=(1, 2), groups=2, flip=True,
                     beta=0.5)
     assert kernels.filter_plan(problem).direct
+
+
+@pytest.mark.parametrize("direction", [FWD, DATA])
+def test_1x1_channels_last_runs_as_a_matrix_product(direction):
+    problem = check(direction, DataType.BFLOAT16, (2, 32, 5, 6), 48, (1, 1), channels_last=True, alpha=1.5, beta=0.5)
+    assert kernels.matmul_form(problem) is not None
+
+
+def test_1x1_forward_with_bias_as_a_matrix_product_but_not_epilogues_matmul_computes_otherwise():
+    one_by_one = dict(dtype=DataType.HALF, x_dims=(2, 16, 4, 5), k=32, filt=(1, 1))
+    assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, bias=True)) is not None
+    assert kernels.matmul_form(check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), channels_last=True,
+                                     allow_tf32=True)) is not None
+    for kw in (dict(bias=True, alpha=0.5), dict(bias=True, z=True), dict(bias=True, act=PointwiseMode.RELU_FWD)):
+        assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, **kw)) is None, kw
+    assert kernels.matmul_form(check(FWD, **one_by_one)) is None  # NCHW: channels not contiguous
+    assert kernels.matmul_form(check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), channels_last=True)) is None
+    assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, stride=(2, 2))) is None

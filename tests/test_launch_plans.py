@@ -84,8 +84,16 @@ def lrn_calls(handle, dtype, channels_last):
                              handle=handle)
 
 
+def matmul_calls(handle, dtype, channels_last):
+    a, b = _input((2, 48, 40), dtype, False), _input((40, 32), dtype, False)
+    F.matmul(a.mT.contiguous().mT if channels_last else a, b, bias=torch.randn(32, dtype=dtype), activation="gelu",
+             handle=handle)
+    if channels_last and dtype is torch.bfloat16:  # a 1x1 convolution that runs as a matrix product
+        F.conv(_input((2, 32, 5, 6), dtype, True), _input((16, 32, 1, 1), dtype, True), handle=handle)
+
+
 FAMILIES = {"pooling": pooling_calls, "softmax": softmax_calls, "normalization": normalization_calls,
-            "reduce": reduce_calls, "lrn": lrn_calls}
+            "reduce": reduce_calls, "lrn": lrn_calls, "matmul": matmul_calls}
 
 
 def recorded(family):
@@ -120,7 +128,7 @@ def test_planned_arguments_match_the_kernel_parameters(family):
         assert len(launch.grid) == 3 and all(isinstance(g, int) and g > 0 for g in launch.grid)
 
 
-KERNELS = 2 + 3 + 3 + 3 + 3  # pooling, softmax, normalization, reduce, lrn
+KERNELS = 2 + 3 + 3 + 3 + 3 + 1  # pooling, softmax, normalization, reduce, lrn, matmul
 
 
 def test_the_last_launch_of_each_kernel_compiles_for_sm90():

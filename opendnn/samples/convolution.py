@@ -328,6 +328,11 @@ def samples(size: str = "small") -> Iterator[Sample]:
             yield sample(op, runner, f"{name}/{algo}")
         for algo in algos:
             yield sample(op, runner, f"2d_groups/{algo}/KRSC", DataType.HALF, layout="nhwc", beta=0.5)
+    for op, runner, algo in DIRECTIONS:  # forward and backward data are matrix products on the triton backend
+        yield sample(op, runner, f"2d_1x1/{algo}/KRSC", DataType.BFLOAT16, layout="nhwc", alpha=1.5, beta=0.5)
+    yield sample("convolution_forward", run_forward, "2d_1x1/IMPLICIT_GEMM/KRSC/tf32", layout="nhwc")
+    yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
+                 "2d_1x1/IMPLICIT_GEMM/KRSC/bias+IDENTITY", DataType.HALF, layout="nhwc")
     for name in ("2d_depthwise", "2d_multiplier", "2d_few_channels"):
         yield sample("convolution_forward", run_forward, f"{name}/DIRECT")
     yield sample("convolution_forward", run_forward, "2d_depthwise/DIRECT", DataType.BFLOAT16, layout="nhwc")

@@ -18,6 +18,10 @@ Algorithms (``ops.convolution.method_of(problem.algo)``):
 Backward filter splits its pixel reduction into slices through the workspace when its tiles are
 too few to fill the GPU; slices are summed in a fixed order (deterministic, no atomics).
 
+A 1x1, stride-1, ungrouped forward or backward data over channels-last tensors is a plain matrix
+product (pixels x channels times the filter matrix): it runs on matmul's persistent TMA kernel
+(``matmul_form``), under every algorithm but DIRECT.
+
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
 for float64), 3 stages. Launches are planned once per problem and replayed (``launch_plan``).
@@ -35,6 +39,7 @@ import triton.language as tl
 
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
+from opendnn.backends.triton import matmul
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -47,6 +52,7 @@ from opendnn.ops.convolution import (
     algorithm_refusal,
     method_of,
 )
+from opendnn.ops.matmul import MatmulProblem, matmul_problem
 
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)
@@ -260,6 +266,12 @@ class Plan:
 
 def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
         z: Bound | None = None, workspace: Bound | None = None) -> None:
+    form = matmul_form(problem)
+    if form is not None:
+        a, c = (y, x) if problem.direction is BACKWARD_DATA else (x, y)
+        matmul.run(form, _matrix(a, form.a), _matrix(w, form.b), _matrix(c, form.c),
+                   None if bias is None else _matrix(bias, form.bias))
+        return
     plan = launch_plan(problem, x.device == CPU)
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
     tensors["bias"] = torch_view(bias) if bias is not None else tensors["y"]
@@ -274,6 +286,60 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
             tensors[name] = space[start:end].view(dtype)
     for launch in plan.launches:
         launch(tensors)
+
+
+# ---- 1x1 convolutions as matrix products ---------------------------------------------------------
+
+@functools.lru_cache(maxsize=256)
+def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
+    """The matrix product a 1x1 problem is, or None. Forward: y[P, K] = x[P, C] @ w[K, C]^T (+ bias);
+    backward data: dx[P, C] = dy[P, K] @ w[K, C]; P = N x pixels. Taken when no padding, stride or
+    group changes that, when the pixels of x and y each step by one stride and their channels are
+    contiguous (channels-last: TMA reads the rows), for 16-bit and TF32 products (matmul runs strict
+    float32 and float64 on FMA units, the GEMM kernel on tensor cores), and when matmul's epilogue
+    computes the same thing: no residual z or activation, and alpha 1 with a bias (matmul scales the
+    biased sum, convolution only the product)."""
+    geo = geometry(problem)
+    if (problem.direction is BACKWARD_FILTER or geo.taps != 1 or geo.groups != 1
+            or method_of(problem.algo) is ConvolutionMethod.DIRECT or any(problem.pre_padding)
+            or any(problem.post_padding) or any(s != 1 for s in problem.stride)
+            or problem.z is not None or problem.activation is not None
+            or (problem.bias is not None and problem.alpha != 1.0)):
+        return None
+    dtype = problem.x.dtype
+    if not (dtype.itemsize == 2 or (dtype is DataType.FLOAT and problem.allow_tf32)):
+        return None
+    a, c = (problem.y, problem.x) if problem.direction is BACKWARD_DATA else (problem.x, problem.y)
+    a_pixels, c_pixels = _pixel_stride(a), _pixel_stride(c)
+    if a_pixels is None or c_pixels is None or a.strides[1] != 1 or c.strides[1] != 1:
+        return None
+    w_k, w_c = problem.w.strides[:2]
+    rows = geo.output_pixels
+    b = (TensorDescriptor(dtype, (geo.k, geo.c), (w_k, w_c)) if problem.direction is BACKWARD_DATA
+         else TensorDescriptor(dtype, (geo.c, geo.k), (w_c, w_k)))
+    bias = None if problem.bias is None else TensorDescriptor(problem.bias.dtype, (geo.k,), (problem.bias.strides[1],))
+    return matmul_problem(TensorDescriptor(dtype, (rows, a.dims[1]), (a_pixels, 1)), b,
+                          TensorDescriptor(dtype, (rows, c.dims[1]), (c_pixels, 1)), alpha=problem.alpha,
+                          beta=problem.beta, bias_desc=bias, allow_tf32=problem.allow_tf32)
+
+
+def _pixel_stride(desc: TensorDescriptor) -> int | None:
+    """The one stride that steps through every pixel (n, then spatial dims) in order, or None when
+    the pixels are not evenly spaced."""
+    pixel_dims = [(d, s) for d, s in zip((desc.dims[0], *desc.dims[2:]), (desc.strides[0], *desc.strides[2:]))
+                  if d > 1]
+    if not pixel_dims:
+        return 1
+    stride = pixel_dims[-1][1]
+    for (_, outer), (size, inner) in zip(pixel_dims, pixel_dims[1:]):
+        if outer != inner * size:
+            return None
+    return stride
+
+
+def _matrix(bound: Bound, desc: TensorDescriptor) -> Bound:
+    """``bound``'s memory seen through the matrix descriptor ``desc`` (same first element)."""
+    return Bound(bound.name, desc, torch_view(bound).as_strided(desc.dims, desc.strides), bound.device)
 
 
 @functools.lru_cache(maxsize=256)

@@ -30,6 +30,8 @@ are an int64 tile base plus int32 offsets inside the tile.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.device import multiprocessors
+from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.pointwise import activation
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -231,37 +234,71 @@ def supports(problem: MatmulProblem) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A problem's launches for given operand layouts, each with the element offsets (into a, b,
+    c, residual) of the batch it computes: one launch unless more than two batch dims stay
+    unmerged (rare; the outer ones loop on the host)."""
+
+    launches: tuple[tuple[Launch, tuple[int, int, int, int]], ...]
+    tma: bool
+
+
 def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None,
         residual: Bound | None = None) -> None:
-    a, b, c, bias, residual = (None if x is None else _as_torch(x) for x in (a, b, c, bias, residual))
-    if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT and not _interpreted():
+    interpreted = _interpreted()
+    if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT and not interpreted:
         a, b = _k_major(a, -1), _k_major(b, -2)
+    views = {name: torch_view(bound) for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias),
+                                                         ("residual", residual)) if bound is not None}
+    device = views["c"].device
+    tma = views["a"].data_ptr() % TMA_ALIGNMENT == 0 and views["b"].data_ptr() % TMA_ALIGNMENT == 0
+    tma = tma and (interpreted or (device.type == "cuda" and _hopper(device.index)))
+    plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
+                       None if residual is None else residual.desc, tma, interpreted,
+                       MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0))
+    views.setdefault("bias", views["c"])
+    views.setdefault("residual", views["c"])
+    if plan.tma and not interpreted:
+        triton.set_allocator(_descriptor_scratch)
+    for launch, offsets in plan.launches:
+        launch(_moved(views, offsets) if any(offsets) else views)
+
+
+@functools.lru_cache(maxsize=256)
+def launch_plan(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor,
+                bias: TensorDescriptor | None, residual: TensorDescriptor | None, tma: bool, interpreted: bool,
+                sms: int) -> Plan:
+    """The launches for these operand layouts, planned once; ``tma``: the operands' bases are
+    16-byte aligned on a GPU with TMA (then it is used where their layouts allow)."""
     batch_dims, strides = merged_batch(problem, a, b, c, residual)
-    _launch_batches(problem, [a, b, c, residual], batch_dims, strides, bias, _interpreted())
+    outer, inner = batch_dims[:-2], batch_dims[-2:]
+    inner_strides = [None if s is None else s[-2:] for s in strides]
+    offsets = [tuple(0 if s is None else sum(i * t for i, t in zip(index, s[:-2])) for s in strides)
+               for index in itertools.product(*map(range, outer))]
+    (sa_m, sa_k), (sb_k, sb_n) = a.strides[-2:], b.strides[-2:]
+    a_transposed = sa_k != 1 and sa_m == 1
+    b_transposed = sb_n != 1 and sb_k == 1
+    moved_aligned = all(o[k] * d.dtype.itemsize % TMA_ALIGNMENT == 0 for o in offsets for k, d in ((0, a), (1, b)))
+    a_tma = _tma_batch(a, a_transposed, inner, inner_strides[0]) if tma and moved_aligned else None
+    b_tma = _tma_batch(b, b_transposed, inner, inner_strides[1]) if tma and moved_aligned else None
+    if a_tma is None or b_tma is None:
+        a_tma = b_tma = None
+    launch = _launch(problem, a, b, c, bias, residual, inner, inner_strides, a_tma, b_tma, interpreted, sms)
+    return Plan(tuple((launch, o) for o in offsets), a_tma is not None)
 
 
-def _launch_batches(problem: MatmulProblem, operands: list[Any], batch_dims: list[int], strides: list[Any],
-                    bias: Bound | None, interpreted: bool) -> None:
-    """One launch for two batch dims; more (rare: no stride merges them) loop over the outermost."""
-    if len(batch_dims) <= 2:
-        _launch(problem, operands, batch_dims, strides, bias, interpreted)
-        return
-    for index in range(batch_dims[0]):
-        views = [None if s is None else _offset_view(v, index * s[0]) for v, s in zip(operands, strides)]
-        _launch_batches(problem, views, batch_dims[1:], [None if s is None else s[1:] for s in strides], bias,
-                        interpreted)
-
-
-def merged_batch(problem: MatmulProblem, *operands: Bound | None) -> tuple[list[int], list[list[int] | None]]:
+def merged_batch(problem: MatmulProblem,
+                 *operands: TensorDescriptor | None) -> tuple[list[int], list[list[int] | None]]:
     """C's batch dims with each operand's strides (0 where it broadcasts), size-1 dims dropped and
     neighbours that are contiguous for every operand merged; padded to at least 2 dims."""
     rank = len(problem.batch)
     strides_all = []
-    for bound in operands:
-        if bound is None:
+    for desc in operands:
+        if desc is None:
             strides_all.append(None)
             continue
-        dims, strides = bound.desc.dims[:-2], bound.desc.strides[:-2]
+        dims, strides = desc.dims[:-2], desc.strides[:-2]
         padded = [(1, 0)] * (rank - len(dims)) + list(zip(dims, strides))
         strides_all.append([s if d > 1 else 0 for d, s in padded])
     present = [s for s in strides_all if s is not None]
@@ -284,42 +321,33 @@ def merged_batch(problem: MatmulProblem, *operands: Bound | None) -> tuple[list[
     return sizes, [None if s is None else next(padded_iter) for s in strides_all]
 
 
-def _launch(problem: MatmulProblem, operands: list[Any], batch_dims: list[int], strides: list[Any],
-            bias: Bound | None, interpreted: bool) -> None:
-    a, b, c, residual = operands
-    (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = (x.desc.strides[-2:] for x in (a, b, c))
-    a_transposed = sa_k != 1 and sa_m == 1
-    b_transposed = sb_n != 1 and sb_k == 1
-    sms = MAX_PROGRAMS_INTERPRETED if interpreted else _sm_count(c.view)
-    config = tile_config(problem, a.desc.dtype, interpreted, sms)
-    a_tma = _tma_batch(a, a_transposed, batch_dims, strides[0])
-    b_tma = _tma_batch(b, b_transposed, batch_dims, strides[1])
-    use_tma = a_tma is not None and b_tma is not None and (interpreted or _hopper(c.view))
-    if use_tma and not interpreted:
-        triton.set_allocator(_descriptor_scratch)
+def _launch(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor,
+            bias: TensorDescriptor | None, residual: TensorDescriptor | None, batch_dims: list[int],
+            strides: list[Any], a_tma: tuple[int, int] | None, b_tma: tuple[int, int] | None,
+            interpreted: bool, sms: int) -> Launch:
+    """The kernel launch over two batch dims (TMA when ``a_tma`` and ``b_tma`` are given)."""
+    (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = a.strides[-2:], b.strides[-2:], c.strides[-2:]
+    config = tile_config(problem, a.dtype, interpreted, sms)
     tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
     programs = max(1, min(tiles, sms))
-    r_strides = [0, 0, 0, 0] if residual is None else [*strides[3], *residual.desc.strides[-2:]]
-    compute_double = problem.compute_dtype is DataType.DOUBLE
-    matmul_kernel[(programs,)](
-        a.view, b.view, c.view, c.view if bias is None else bias.view, c.view if residual is None else residual.view,
-        problem.m, problem.n, problem.k, batch_dims[0] * batch_dims[1], batch_dims[1],
-        *strides[0], sa_m, sa_k, *strides[1], sb_k, sb_n, *strides[2], sc_m, sc_n, *r_strides,
-        0 if bias is None else bias.desc.strides[0],
-        *(a_tma or (1, 1)), *(b_tma or (1, 1)),
-        problem.alpha, problem.beta, problem.scale, problem.coef,
-        TMA=use_tma, A_TRANSPOSED=a_transposed, B_TRANSPOSED=b_transposed,
+    r_strides = (0, 0, 0, 0) if residual is None else (*strides[3], *residual.strides[-2:])
+    args = (Slot("a"), Slot("b"), Slot("c"), Slot("bias"), Slot("residual"),
+            problem.m, problem.n, problem.k, batch_dims[0] * batch_dims[1], batch_dims[1],
+            *strides[0], sa_m, sa_k, *strides[1], sb_k, sb_n, *strides[2], sc_m, sc_n, *r_strides,
+            0 if bias is None else bias.strides[0], *(a_tma or (1, 1)), *(b_tma or (1, 1)),
+            problem.alpha, problem.beta, problem.scale, problem.coef)
+    return Launch(matmul_kernel, (programs,), args, dict(
+        TMA=a_tma is not None, A_TRANSPOSED=sa_k != 1 and sa_m == 1, B_TRANSPOSED=sb_n != 1 and sb_k == 1,
         HAS_BIAS=bias is not None, BIAS_PER_ROW=problem.bias_axis is BiasAxis.ROW,
         ACTIVATION="" if problem.activation is None else problem.activation.value.removesuffix("_fwd"),
         HAS_RESIDUAL=residual is not None, HAS_BETA=problem.beta != 0.0,
-        PRECISION="tf32" if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT else "ieee",
-        ACC=tl.float64 if compute_double else tl.float32,
+        PRECISION="tf32" if problem.allow_tf32 and a.dtype is DataType.FLOAT else "ieee",
+        ACC=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         PROGRAMS=programs, SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
-        IMPRECISE=config.block_k if a.desc.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
-        UPCAST=interpreted and (a.desc.dtype is DataType.BFLOAT16 or a.desc.dtype.is_fp8),
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+        IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
+        UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
+        num_warps=config.num_warps, num_stages=config.num_stages))
 
 
 def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
@@ -338,24 +366,24 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
     return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
 
 
-def _tma_batch(operand: Bound, transposed: bool, batch_dims: list[int],
+def _tma_batch(desc: TensorDescriptor, transposed: bool, batch_dims: list[int],
                batch_strides: list[int]) -> tuple[int, int] | None:
-    """(batches, batch stride) of a 3-D tensor descriptor of the operand, or None when TMA cannot
-    read it: a last stride that is not 1, a base or stride not 16-byte aligned, or a batch that is
-    not one linear stride."""
-    row_stride, col_stride = operand.desc.strides[-2:]
+    """(batches, batch stride) of a 3-D tensor descriptor of the operand (its base 16-byte aligned),
+    or None when TMA cannot read it: a last stride that is not 1, a stride not 16-byte aligned, or
+    a batch that is not one linear stride."""
+    row_stride, col_stride = desc.strides[-2:]
     if transposed:
         row_stride, col_stride = col_stride, row_stride
-    itemsize = operand.desc.dtype.itemsize
+    itemsize = desc.dtype.itemsize
     outer, inner = batch_strides
     if outer == inner == 0:
-        batches, stride = 1, row_stride * operand.desc.dims[-1 if transposed else -2]
+        batches, stride = 1, row_stride * desc.dims[-1 if transposed else -2]
     elif batch_dims[0] == 1 or outer == inner * batch_dims[1]:
         batches, stride = batch_dims[0] * batch_dims[1], inner
     else:
         return None
     aligned = all(s * itemsize % TMA_ALIGNMENT == 0 for s in (row_stride, stride))
-    if col_stride != 1 or not aligned or operand.view.data_ptr() % TMA_ALIGNMENT != 0:
+    if col_stride != 1 or not aligned:
         return None
     return batches, max(stride, TMA_ALIGNMENT // itemsize)
 
@@ -366,21 +394,20 @@ def _k_major(operand: Bound, k_axis: int) -> Bound:
     (72 against 360 TFLOP/s), and the copy costs one pass over the operand."""
     if operand.desc.strides[k_axis] == 1:
         return operand
-    view = operand.view.contiguous() if k_axis == -1 else operand.view.mT.contiguous().mT
+    view = torch_view(operand)
+    view = view.contiguous() if k_axis == -1 else view.mT.contiguous().mT
     return Bound(operand.name, TensorDescriptor(operand.desc.dtype, tuple(view.shape), view.stride()), view,
                  operand.device)
 
 
-def _as_torch(bound: Bound) -> Bound:
-    """The bound with a torch view sharing its memory (NumPy arrays wrapped, bfloat16 bits reinterpreted)."""
-    return Bound(bound.name, bound.desc, torch_view(bound), bound.device)
-
-
-def _offset_view(bound: Bound, offset: int) -> Bound:
-    """The bound moved ``offset`` elements on: only its address is used, so the view is one element."""
-    view = bound.view
-    moved = view.as_strided((1,), (1,), view.storage_offset() + offset)
-    return Bound(bound.name, bound.desc, moved, bound.device)
+def _moved(views: dict[str, Any], offsets: tuple[int, int, int, int]) -> dict[str, Any]:
+    """The views with a, b, c and residual moved ``offsets`` elements on: only their addresses are
+    used, so each moved view is one element."""
+    moved = dict(views)
+    for name, offset in zip(("a", "b", "c", "residual"), offsets):
+        view = views[name]
+        moved[name] = view.as_strided((1,), (1,), view.storage_offset() + offset)
+    return moved
 
 
 def _prod(dims: tuple[int, ...]) -> int:
@@ -394,12 +421,9 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _hopper(view: Any) -> bool:
-    return view.is_cuda and torch.cuda.get_device_capability(view.device)[0] >= 9
-
-
-def _sm_count(view: Any) -> int:
-    return multiprocessors(view.device.index or 0)
+@functools.cache  # a property of the hardware, asked on every call
+def _hopper(device_index: int | None) -> bool:
+    return torch.cuda.get_device_capability(device_index or 0)[0] >= 9
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: Any) -> Any:
