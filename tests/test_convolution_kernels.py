@@ -66,7 +66,9 @@ def torch_forward(x, w, pre, post, stride, dilation, groups, flip):
 
 def check(direction, dtype, x_dims, k, filt, pre=None, post=None, stride=None, dilation=None, groups=1, flip=False,
           algo=None, channels_last=False, alpha=1.0, beta=0.0, bias=False, z=False, act=None, coef=0.0,
-          allow_tf32=False):
+          allow_tf32=False, margin=6):
+    """Run the problem through ``kernels.run`` and compare with torch in float64; x and y sit
+    ``margin // 2`` elements into NaN-filled buffers (6: misaligned for 16-byte loads, 16: aligned)."""
     spatial = len(x_dims) - 2
     ones, zeros = (1,) * spatial, (0,) * spatial
     pre, post = pre or zeros, post or pre or zeros
@@ -74,9 +76,9 @@ def check(direction, dtype, x_dims, k, filt, pre=None, post=None, stride=None, d
     out = tuple(output_size(*a) for a in zip(x_dims[2:], filt, pre, post, stride, dilation))
     y_dims = (x_dims[0], k, *out)
     w_dims = (k, x_dims[1] // groups, *filt)
-    x_desc, xb, _ = make(x_dims, dtype, channels_last, margin=6, fill=direction is not DATA, seed=1)
+    x_desc, xb, _ = make(x_dims, dtype, channels_last, margin=margin, fill=direction is not DATA, seed=1)
     w_desc, wb, _ = make(w_dims, dtype, channels_last, fill=direction is not FILTER, seed=2)
-    y_desc, yb, _ = make(y_dims, dtype, channels_last, margin=6, fill=direction is not FWD, seed=3)
+    y_desc, yb, _ = make(y_dims, dtype, channels_last, margin=margin, fill=direction is not FWD, seed=3)
     outputs = {FWD: yb, DATA: xb, FILTER: wb}
     out = outputs[direction]
     prior = torch.rand(out.desc.dims, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 2 - 1
@@ -241,3 +243,32 @@ def test_1x1_forward_with_bias_as_a_matrix_product_but_not_epilogues_matmul_comp
     assert kernels.matmul_form(check(FWD, **one_by_one)) is None  # NCHW: channels not contiguous
     assert kernels.matmul_form(check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), channels_last=True)) is None
     assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, stride=(2, 2))) is None
+
+
+def _read_by_tma(problem):
+    return kernels.tma_blocks(problem) is not None and kernels.launch_plan(problem, True, True).tma
+
+
+def test_tma_forward_3x3_flip_epilogue_and_a_partial_column_tile():
+    problem = check(FWD, DataType.BFLOAT16, (3, 64, 5, 7), 48, (3, 3), pre=(1, 1), flip=True, channels_last=True,
+                    bias=True, z=True, act=PointwiseMode.RELU_FWD, margin=16)
+    assert _read_by_tma(problem)
+
+
+def test_tma_forward_asymmetric_padding_dilation_two_chunks_per_tap_half():
+    problem = check(FWD, DataType.HALF, (2, 128, 6, 5), 80, (3, 2), pre=(0, 2), post=(2, 1), dilation=(2, 1),
+                    channels_last=True, alpha=0.5, beta=0.25, margin=16)
+    assert _read_by_tma(problem)
+
+
+def test_tma_backward_data_dilation_flip_beta():
+    problem = check(DATA, DataType.BFLOAT16, (2, 40, 6, 7), 64, (3, 3), pre=(2, 2), dilation=(2, 2), flip=True,
+                    channels_last=True, beta=0.5, margin=16)
+    assert _read_by_tma(problem)
+
+
+def test_tma_not_taken_when_misaligned_strided_or_nchw():
+    base = dict(dtype=DataType.BFLOAT16, x_dims=(2, 64, 5, 6), k=32, filt=(3, 3), pre=(1, 1))
+    assert kernels.tma_blocks(check(FWD, **base, channels_last=True)) is not None  # margin 6: the run falls back
+    assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(2, 1), margin=16)) is None
+    assert kernels.tma_blocks(check(FWD, **base, margin=16)) is None

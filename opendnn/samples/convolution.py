@@ -82,6 +82,7 @@ GEOMETRIES: dict[str, dict[str, Geometry]] = {
         "1d": _g(2, 3, 4, (11,), (3,), (1,), (2,)),
         "2d": _g(2, 4, 6, (5, 6), (3, 3), (1, 1)),
         "2d_1x1": _g(2, 8, 5, (5, 6), (1, 1), (0, 0)),
+        "2d_wide": _g(2, 64, 64, (5, 6), (3, 3), (1, 1)),
         "2d_stride_dilation": _g(2, 3, 5, (6, 7), (3, 2), (1, 2), (2, 1), (1, 2)),
         "2d_asymmetric": _g(2, 3, 4, (5, 6), (3, 3), (0, 2), (1, 2), post=(2, 1)),
         "2d_groups": _g(2, 6, 4, (5, 6), (3, 3), (1, 1), groups=2),
@@ -96,6 +97,7 @@ GEOMETRIES: dict[str, dict[str, Geometry]] = {
         "1d": _g(16, 64, 96, (1000,), (5,), (2,), (2,)),
         "2d": _g(8, 64, 96, (28, 28), (3, 3), (1, 1)),
         "2d_1x1": _g(8, 256, 64, (28, 28), (1, 1), (0, 0)),
+        "2d_wide": _g(8, 128, 192, (14, 14), (3, 3), (1, 1)),
         "2d_stride_dilation": _g(8, 64, 80, (30, 31), (3, 2), (1, 2), (2, 1), (1, 2)),
         "2d_asymmetric": _g(8, 32, 48, (27, 29), (3, 3), (0, 2), (1, 2), post=(2, 1)),
         "2d_groups": _g(8, 64, 128, (28, 28), (3, 3), (1, 1), groups=4),
@@ -330,6 +332,10 @@ def samples(size: str = "small") -> Iterator[Sample]:
             yield sample(op, runner, f"2d_groups/{algo}/KRSC", DataType.HALF, layout="nhwc", beta=0.5)
     for op, runner, algo in DIRECTIONS:  # forward and backward data are matrix products on the triton backend
         yield sample(op, runner, f"2d_1x1/{algo}/KRSC", DataType.BFLOAT16, layout="nhwc", alpha=1.5, beta=0.5)
+    for op, runner, algo in DIRECTIONS:  # 64-channel multiples, stride 1, channels-last: TMA on the triton backend
+        yield sample(op, runner, f"2d_wide/{algo}/KRSC", DataType.BFLOAT16, layout="nhwc", alpha=0.5, beta=0.25)
+    yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
+                 "2d_wide/IMPLICIT_GEMM/KRSC/bias+RELU+z", DataType.HALF, layout="nhwc")
     yield sample("convolution_forward", run_forward, "2d_1x1/IMPLICIT_GEMM/KRSC/tf32", layout="nhwc")
     yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
                  "2d_1x1/IMPLICIT_GEMM/KRSC/bias+IDENTITY", DataType.HALF, layout="nhwc")

@@ -40,6 +40,7 @@ import triton.language as tl
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
 from opendnn.backends.triton import matmul
+from opendnn.backends.triton.device import TMA_ALIGNMENT, has_tma, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -262,6 +263,7 @@ def supports(problem: ConvolutionProblem) -> str | None:
 class Plan:
     launches: tuple[Launch, ...]
     regions: tuple[tuple[str, int, int, Any], ...]  # workspace (slot name, start, end, torch dtype)
+    tma: bool = False  # a kernel builds TMA descriptors on the device
 
 
 def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
@@ -272,8 +274,13 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
         matmul.run(form, _matrix(a, form.a), _matrix(w, form.b), _matrix(c, form.c),
                    None if bias is None else _matrix(bias, form.bias))
         return
-    plan = launch_plan(problem, x.device == CPU)
+    interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
+    tma = tma_blocks(problem) is not None and _tma_ready(tensors["y" if problem.direction is BACKWARD_DATA else "x"],
+                                                         tensors["w"], interpreted)
+    plan = launch_plan(problem, interpreted, tma)
+    if plan.tma and not interpreted:
+        use_descriptor_scratch()
     tensors["bias"] = torch_view(bias) if bias is not None else tensors["y"]
     tensors["z"] = torch_view(z) if z is not None else tensors["y"]
     if plan.regions:
@@ -342,9 +349,62 @@ def _matrix(bound: Bound, desc: TensorDescriptor) -> Bound:
     return Bound(bound.name, desc, torch_view(bound).as_strided(desc.dims, desc.strides), bound.device)
 
 
+# ---- stride-1 convolutions read by TMA --------------------------------------------------------------
+
+TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
+TMA_BLOCK_K = 64
+# Fewest pixels along W in a box: 8 rows of 128 bytes, one whole 128-byte swizzle pattern. The
+# H200 gave wrong elements with 2 (64 x 1 x 2 boxes, ResNet-50's 14 x 14 layer: error 6e-3 against
+# float64 where every other layer is at bfloat16's rounding, 1.66e-3); 8 was exact.
+TMA_MIN_W = 8
+
+
 @functools.lru_cache(maxsize=256)
-def launch_plan(problem: ConvolutionProblem, interpreted: bool) -> Plan:
-    """The launches computing ``problem`` (``interpreted``: Triton's CPU interpreter runs them)."""
+def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
+    """(IMAGES, BLOCK_H, BLOCK_W) of ``conv_tma_kernel`` for this problem, or None when it does not
+    apply: 2-D (or 1-D) stride-1 ungrouped forward or backward data of a 16-bit type, implicit GEMM,
+    channels-last A with 16-byte aligned strides, a KRSC filter, channels a multiple of 64. The
+    block is the power-of-two box of 128 pixels, at least TMA_MIN_W wide, that pads the output
+    least (ties: the widest)."""
+    geo = geometry(problem)
+    backward = problem.direction is BACKWARD_DATA
+    a, reduced = (problem.y, geo.k) if backward else (problem.x, geo.c)
+    w_sk, w_sc, *w_taps = strides5(problem.w)
+    if (problem.direction is BACKWARD_FILTER or geo.groups != 1 or geo.stride != (1, 1, 1)
+            or geo.x_size[0] != 1 or geo.filt[0] != 1 or problem.x.dtype.itemsize != 2
+            or method_of(problem.algo) not in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
+            or reduced % TMA_BLOCK_K or matmul_form(problem) is not None):
+        return None
+    a_sn, a_sc, _, a_sh, a_sw = strides5(a)
+    aligned = TMA_ALIGNMENT // problem.x.dtype.itemsize
+    if a_sc != 1 or any(s % aligned for s in (a_sn, a_sh, a_sw, w_sk)):
+        return None
+    if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c:
+        return None
+    out_size = geo.x_size if backward else geo.y_size
+    sides = [2**k for k in range(TMA_BLOCK_M.bit_length())]
+    boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
+
+    def padded(box: tuple[int, int, int]) -> tuple[int, int]:
+        sizes = (geo.n, out_size[1], out_size[2])
+        return math.prod(-(-size // b) * b for size, b in zip(sizes, box)), -box[2]
+
+    return min(boxes, key=padded)
+
+
+def _tma_ready(a: Any, w: Any, interpreted: bool) -> bool:
+    """TMA can read A and the filter: 16-byte aligned bases, on a GPU that has TMA (or the interpreter)."""
+    if a.data_ptr() % TMA_ALIGNMENT or w.data_ptr() % TMA_ALIGNMENT:
+        return False
+    return interpreted or has_tma(a.device.index)
+
+
+@functools.lru_cache(maxsize=256)
+def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = False) -> Plan:
+    """The launches computing ``problem`` (``interpreted``: Triton's CPU interpreter runs them;
+    ``tma``: A and the filter are aligned for TMA on a GPU that has it)."""
+    if tma:
+        return Plan((_tma_launch(problem, _dot_type(problem, CPU if interpreted else "cuda")),), (), True)
     torch = _torch()
     dot = _dot_type(problem, CPU if interpreted else "cuda")
     table, columns, partials = _workspace_regions(problem)
@@ -421,6 +481,34 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
         PRECISION=_precision(problem), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         GROUP_M=8, num_warps=tile.num_warps, num_stages=tile.num_stages, **flags)))
     return launches
+
+
+def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
+    geo = geometry(problem)
+    images, block_h, block_w = tma_blocks(problem)
+    backward = problem.direction is BACKWARD_DATA
+    if backward:
+        a, out, a_desc, out_desc, reduced, outputs = Slot("y"), Slot("x"), problem.y, problem.x, geo.k, geo.c
+        a_size, out_size = geo.y_size, geo.x_size
+    else:
+        a, out, a_desc, out_desc, reduced, outputs = Slot("x"), Slot("y"), problem.x, problem.y, geo.c, geo.k
+        a_size, out_size = geo.x_size, geo.y_size
+    a_sn, _, _, a_sh, a_sw = strides5(a_desc)
+    o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
+    z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
+    block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
+    tiles = (-(-geo.n // images) * -(-out_size[1] // block_h) * -(-out_size[2] // block_w)
+             * triton.cdiv(outputs, block_n))
+    args = (a, Slot("w"), out, Slot("bias"), Slot("z"), geo.n, *a_size[1:], reduced,
+            *out_size[1:], outputs, *geo.filt[1:], a_sn, a_sh, a_sw, strides5(problem.w)[0], o_sn, o_sc, o_sh, o_sw,
+            z_sn, z_sc, z_sh, z_sw, problem.bias.strides[1] if problem.bias is not None else 0,
+            *geo.pad[1:], *geo.dilation[1:], problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
+    return Launch(gemm.conv_tma_kernel, (tiles,), args, dict(
+        BACKWARD=backward, FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
+        HAS_Z=problem.z is not None, ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+        PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem), DOT=dot, IMAGES=images, BLOCK_H=block_h,
+        BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=TMA_BLOCK_K, GROUP_M=8, num_warps=8 if block_n > 64 else 4,
+        num_stages=4))
 
 
 def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> Launch:

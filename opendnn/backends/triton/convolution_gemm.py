@@ -250,6 +250,81 @@ def conv_gemm_kernel(
 
 
 @triton.jit
+def conv_tma_kernel(
+    a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr,
+    N, AH, AW, RED, OH, OW, OUTC, R, S, a_sn, a_sh, a_sw, w_sk,
+    o_sn, o_sc, o_sh, o_sw, z_sn, z_sc, z_sh, z_sw, bias_sc,
+    pad_h, pad_w, dil_h, dil_w,
+    alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
+    BACKWARD: tl.constexpr, FLIP: tl.constexpr, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr, ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
+    DOT: tl.constexpr, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Stride-1, ungrouped 2-D forward (or backward data) over channels-last A and a KRSC filter,
+    read by TMA. A tile's rows are an IMAGES x BLOCK_H x BLOCK_W block of output pixels; for each
+    tap the A tile is the same block of A moved by the tap's shift, one 4-D box load (TMA fills
+    what falls outside A, the padding, with zeros). The filter is the matrix [K, R*S*C]: forward
+    its [BLOCK_N, BLOCK_K] box at (k, tap*C + c) is B transposed; backward data its
+    [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B."""
+    BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
+    a_desc = tl.make_tensor_descriptor(a_ptr, [N, AH, AW, RED], [a_sn, a_sh, a_sw, 1],
+                                       [IMAGES, BLOCK_H, BLOCK_W, BLOCK_K])
+    filter_columns = R * S * (OUTC if BACKWARD else RED)
+    if BACKWARD:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [RED, filter_columns], [w_sk, 1], [BLOCK_K, BLOCK_N])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, filter_columns], [w_sk, 1], [BLOCK_N, BLOCK_K])
+
+    # grouped ordering: GROUP_M row tiles share each column tile while it is hot in L2
+    blocks_h = tl.cdiv(OH, BLOCK_H)
+    blocks_w = tl.cdiv(OW, BLOCK_W)
+    tiles_m = tl.cdiv(N, IMAGES) * blocks_h * blocks_w
+    tiles_n = tl.cdiv(OUTC, BLOCK_N)
+    pid = tl.program_id(0)
+    band = pid // (GROUP_M * tiles_n)
+    band_rows = tl.minimum(tiles_m - band * GROUP_M, GROUP_M)
+    tile_m = band * GROUP_M + (pid % (GROUP_M * tiles_n)) % band_rows
+    col0 = (pid % (GROUP_M * tiles_n)) // band_rows * BLOCK_N
+    n0 = tile_m // (blocks_h * blocks_w) * IMAGES
+    h0 = tile_m // blocks_w % blocks_h * BLOCK_H
+    w0 = tile_m % blocks_w * BLOCK_W
+
+    chunks = RED // BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    for j in range(0, R * S * chunks):
+        tap = j // chunks
+        c0 = j % chunks * BLOCK_K
+        r = tap // S
+        s = tap % S
+        if BACKWARD:  # dx[h] gathers dy[h + pad - r * dilation]
+            shift_h = pad_h - r * dil_h
+            shift_w = pad_w - s * dil_w
+        else:  # y[h] gathers x[h - pad + r * dilation]
+            shift_h = r * dil_h - pad_h
+            shift_w = s * dil_w - pad_w
+        w_tap = (R - 1 - r) * S + (S - 1 - s) if FLIP else tap
+        a = a_desc.load([n0, h0 + shift_h, w0 + shift_w, c0]).reshape(BLOCK_M, BLOCK_K)
+        if BACKWARD:
+            b = w_desc.load([c0, w_tap * OUTC + col0])
+        else:
+            b = w_desc.load([col0, w_tap * RED + c0]).T
+        acc = tl.dot(a.to(DOT), b.to(DOT), acc, out_dtype=COMPUTE)
+
+    rows = tl.arange(0, BLOCK_M)
+    n = n0 + rows // (BLOCK_H * BLOCK_W)
+    o_h = h0 + rows // BLOCK_W % BLOCK_H
+    o_w = w0 + rows % BLOCK_W
+    cols = col0 + tl.arange(0, BLOCK_N)
+    mask = ((n < N) & (o_h < OH) & (o_w < OW))[:, None] & (cols < OUTC)[None, :]
+    n, o_h, o_w, channels = n.to(tl.int64)[:, None], o_h[:, None], o_w[:, None], cols[None, :]
+    out_offsets = n * o_sn + channels * o_sc + o_h * o_sh + o_w * o_sw
+    z_offsets = n * z_sn + channels * z_sc + o_h * z_sh + o_w * z_sw
+    epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, channels * bias_sc, z_ptr, z_offsets,
+             alpha, beta, alpha2, coef, HAS_BETA, HAS_BIAS, HAS_Z, ACTIVATION, PROPAGATE_NAN, COMPUTE)
+
+
+@triton.jit
 def tap_table_kernel(table_ptr, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP: tl.constexpr,
                      BLOCK: tl.constexpr):
     """IMPLICIT_PRECOMP_GEMM's offset table: per tap, the dilated shifts (d, h, w) and the filter offset."""

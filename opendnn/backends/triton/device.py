@@ -1,8 +1,12 @@
-"""What the launchers ask of the GPU: its multiprocessor count, to size persistent grids."""
+"""What the launchers ask of the GPU: its multiprocessor count, to size persistent grids; whether it
+has TMA (Hopper's tensor memory accelerator); and the scratch memory of device-built descriptors."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
+
+TMA_ALIGNMENT = 16  # bytes: what TMA asks of a base address and of every stride but the last
 
 
 @functools.cache  # a property of the hardware, asked on every launch
@@ -10,3 +14,24 @@ def multiprocessors(device_index: int) -> int:
     import torch
 
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+@functools.cache  # a property of the hardware, asked on every call
+def has_tma(device_index: int | None) -> bool:
+    import torch
+
+    return torch.cuda.get_device_capability(device_index or 0)[0] >= 9
+
+
+def use_descriptor_scratch() -> None:
+    """Give kernels that build tensor descriptors on the device (``tl.make_tensor_descriptor``)
+    their global scratch memory: Triton asks ``triton.set_allocator``'s hook at each launch."""
+    import triton
+
+    triton.set_allocator(_descriptor_scratch)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: Any) -> Any:
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")

@@ -36,19 +36,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.device import multiprocessors
+from opendnn.backends.triton.device import TMA_ALIGNMENT, has_tma, multiprocessors, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.pointwise import activation
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.ops.matmul import BiasAxis, MatmulProblem
-
-TMA_ALIGNMENT = 16  # bytes: base address and every stride but the last
 
 
 @triton.jit
@@ -253,14 +250,14 @@ def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None
                                                          ("residual", residual)) if bound is not None}
     device = views["c"].device
     tma = views["a"].data_ptr() % TMA_ALIGNMENT == 0 and views["b"].data_ptr() % TMA_ALIGNMENT == 0
-    tma = tma and (interpreted or (device.type == "cuda" and _hopper(device.index)))
+    tma = tma and (interpreted or (device.type == "cuda" and has_tma(device.index)))
     plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
                        None if residual is None else residual.desc, tma, interpreted,
                        MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0))
     views.setdefault("bias", views["c"])
     views.setdefault("residual", views["c"])
     if plan.tma and not interpreted:
-        triton.set_allocator(_descriptor_scratch)
+        use_descriptor_scratch()
     for launch, offsets in plan.launches:
         launch(_moved(views, offsets) if any(offsets) else views)
 
@@ -419,13 +416,3 @@ def _prod(dims: tuple[int, ...]) -> int:
 
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@functools.cache  # a property of the hardware, asked on every call
-def _hopper(device_index: int | None) -> bool:
-    return torch.cuda.get_device_capability(device_index or 0)[0] >= 9
-
-
-def _descriptor_scratch(size: int, alignment: int, stream: Any) -> Any:
-    """Global memory for the tensor descriptors the kernel builds (triton.set_allocator's hook)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
