@@ -267,6 +267,15 @@ def test_tma_backward_data_dilation_flip_beta():
     assert _read_by_tma(problem)
 
 
+@pytest.mark.parametrize("splits", [False, True])
+def test_tma_backward_filter_dilation_flip_beta(splits):
+    dims = (16, 64, 9, 10) if splits else (1, 64, 4, 5)  # 14 boxes of 8 x 1 x 16 pixels in 3 slices, or one
+    problem = check(FILTER, DataType.BFLOAT16, dims, 128, (3, 2), pre=(2, 1), post=(0, 1), dilation=(2, 1),
+                    flip=True, channels_last=True, beta=0.5, margin=16)
+    assert _read_by_tma(problem)
+    assert (kernels._tma_filter_split(problem)[1] > 1) == splits
+
+
 def test_tma_not_taken_when_misaligned_strided_or_nchw():
     base = dict(dtype=DataType.BFLOAT16, x_dims=(2, 64, 5, 6), k=32, filt=(3, 3), pre=(1, 1))
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True)) is not None  # margin 6: the run falls back

@@ -120,19 +120,23 @@ def test_every_applicable_algorithm_reports_its_workspace():
 
 
 @pytest.mark.parametrize("size, channels", [(14, 256), (7, 512), (56, 64), (28, 128), (5, 64)])
-@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 def test_channels_last_3x3_bfloat16_is_within_its_own_rounding_of_float64(size, channels, direction):
     """Stride 1, channels-last bfloat16 (read by TMA): fp32 accumulation leaves only the output's
     rounding, so the error must be that of float64's result rounded to bfloat16. The samples'
     1e-2 let a wrong box through (6e-3 against 1.66e-3 on ResNet-50's 14 x 14 layer)."""
-    channels_last = torch.channels_last
-    a = torch.randn(32, channels, size, size, device=DEVICE).to(torch.bfloat16).contiguous(memory_format=channels_last)
-    w = (torch.randn(channels, channels, 3, 3, device=DEVICE) / math.sqrt(9 * channels)).to(torch.bfloat16)
-    w = w.contiguous(memory_format=channels_last)
+    def channels_last(t):
+        return t.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+
+    x, dy = (channels_last(torch.randn(32, channels, size, size, device=DEVICE)) for _ in range(2))
+    w = channels_last(torch.randn(channels, channels, 3, 3, device=DEVICE) / math.sqrt(9 * channels))
     if direction == "forward":
-        got, want = F.conv(a, w, padding=1), TF.conv2d(a.double(), w.double(), padding=1)
+        got, want = F.conv(x, w, padding=1), TF.conv2d(x.double(), w.double(), padding=1)
+    elif direction == "backward_data":
+        got = F.conv_backward_data(dy, w, x.shape, 1, 1)
+        want = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), padding=1)
     else:
-        got = F.conv_backward_data(a, w, a.shape, 1, 1)
-        want = torch.nn.grad.conv2d_input(a.shape, w.double(), a.double(), padding=1)
+        got = F.conv_backward_filter(x, dy, w.shape, 1, 1)
+        want = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), padding=1)
     rounding = _error(want.to(torch.bfloat16), want)
     assert _error(got, want) < 1.25 * rounding, (_error(got, want), rounding)

@@ -226,11 +226,11 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, int, int]:
         else:
             columns = geo.input_pixels * geo.taps * geo.k
         columns = _aligned(columns * _item(problem))
-    if problem.direction is BACKWARD_FILTER:
-        plan = filter_plan(problem)
-        if plan.splits > 1:
+    if problem.direction is BACKWARD_FILTER:  # enough for the TMA kernel's slices and the others'
+        splits = max(filter_plan(problem).splits, _tma_filter_split(problem)[1] if tma_blocks(problem) else 1)
+        if splits > 1:
             accumulator = 8 if _compute(problem) == tl.float64 else 4
-            partials = _aligned(plan.splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
+            partials = _aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
     return table, columns, partials
 
 
@@ -276,8 +276,8 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
         return
     interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
-    tma = tma_blocks(problem) is not None and _tma_ready(tensors["y" if problem.direction is BACKWARD_DATA else "x"],
-                                                         tensors["w"], interpreted)
+    tma = tma_blocks(problem) is not None and _tma_ready(*(tensors[name] for name in TMA_READS[problem.direction]),
+                                                         interpreted)
     plan = launch_plan(problem, interpreted, tma)
     if plan.tma and not interpreted:
         use_descriptor_scratch()
@@ -357,54 +357,80 @@ TMA_BLOCK_K = 64
 # H200 gave wrong elements with 2 (64 x 1 x 2 boxes, ResNet-50's 14 x 14 layer: error 6e-3 against
 # float64 where every other layer is at bfloat16's rounding, 1.66e-3); 8 was exact.
 TMA_MIN_W = 8
+TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
+MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
 
 
 @functools.lru_cache(maxsize=256)
 def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
-    """(IMAGES, BLOCK_H, BLOCK_W) of ``conv_tma_kernel`` for this problem, or None when it does not
-    apply: 2-D (or 1-D) stride-1 ungrouped forward or backward data of a 16-bit type, implicit GEMM,
-    channels-last A with 16-byte aligned strides, a KRSC filter, channels a multiple of 64. The
-    block is the power-of-two box of 128 pixels, at least TMA_MIN_W wide, that pads the output
-    least (ties: the widest)."""
+    """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
+    apply: 2-D (or 1-D) stride-1 ungrouped 16-bit problems, implicit GEMM, channels-last
+    activations with 16-byte aligned strides, and for forward and backward data reduced channels
+    a multiple of 64 and a KRSC filter (read as the matrix [K, R*S*C]). The block is the power-of-two box
+    of 128 output pixels (input pixels for backward data), at least TMA_MIN_W wide, that pads
+    them least (ties: the widest)."""
     geo = geometry(problem)
-    backward = problem.direction is BACKWARD_DATA
-    a, reduced = (problem.y, geo.k) if backward else (problem.x, geo.c)
-    w_sk, w_sc, *w_taps = strides5(problem.w)
-    if (problem.direction is BACKWARD_FILTER or geo.groups != 1 or geo.stride != (1, 1, 1)
-            or geo.x_size[0] != 1 or geo.filt[0] != 1 or problem.x.dtype.itemsize != 2
-            or method_of(problem.algo) not in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
-            or reduced % TMA_BLOCK_K or matmul_form(problem) is not None):
+    implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
+    if (geo.groups != 1 or geo.stride != (1, 1, 1) or geo.x_size[0] != 1 or geo.filt[0] != 1
+            or problem.x.dtype.itemsize != 2 or matmul_form(problem) is not None or not implicit):
         return None
-    a_sn, a_sc, _, a_sh, a_sw = strides5(a)
+    if problem.direction is BACKWARD_FILTER:
+        read, pixels, reduced = (problem.x, problem.y), geo.y_size, 0
+    elif problem.direction is BACKWARD_DATA:
+        read, pixels, reduced = (problem.y,), geo.x_size, geo.k
+    else:
+        read, pixels, reduced = (problem.x,), geo.y_size, geo.c
+    if reduced % TMA_BLOCK_K:
+        return None
+    if problem.direction is not BACKWARD_FILTER:
+        w_sk, w_sc, *w_taps = strides5(problem.w)
+        if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c or w_sk % 8:
+            return None
     aligned = TMA_ALIGNMENT // problem.x.dtype.itemsize
-    if a_sc != 1 or any(s % aligned for s in (a_sn, a_sh, a_sw, w_sk)):
-        return None
-    if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c:
-        return None
-    out_size = geo.x_size if backward else geo.y_size
+    for desc in read:
+        a_sn, a_sc, _, a_sh, a_sw = strides5(desc)
+        if a_sc != 1 or any(s % aligned for s in (a_sn, a_sh, a_sw)):
+            return None
     sides = [2**k for k in range(TMA_BLOCK_M.bit_length())]
     boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
 
     def padded(box: tuple[int, int, int]) -> tuple[int, int]:
-        sizes = (geo.n, out_size[1], out_size[2])
+        sizes = (geo.n, pixels[1], pixels[2])
         return math.prod(-(-size // b) * b for size, b in zip(sizes, box)), -box[2]
 
     return min(boxes, key=padded)
 
 
-def _tma_ready(a: Any, w: Any, interpreted: bool) -> bool:
-    """TMA can read A and the filter: 16-byte aligned bases, on a GPU that has TMA (or the interpreter)."""
-    if a.data_ptr() % TMA_ALIGNMENT or w.data_ptr() % TMA_ALIGNMENT:
+def _tma_ready(a: Any, b: Any, interpreted: bool) -> bool:
+    """TMA can read the two tensors: 16-byte aligned bases, on a GPU that has TMA (or the interpreter)."""
+    if a.data_ptr() % TMA_ALIGNMENT or b.data_ptr() % TMA_ALIGNMENT:
         return False
     return interpreted or has_tma(a.device.index)
+
+
+def _tma_filter_tile(problem: ConvolutionProblem) -> tuple[int, int]:
+    """(output channels, input channels) of a filter_tma_kernel tile."""
+    geo = geometry(problem)
+    return (128 if geo.k >= 128 else 64), (128 if geo.c >= 128 else 64)
+
+
+def _tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
+    """(programs per slice, slices, boxes per slice) of filter_tma_kernel: slices of the output
+    pixel boxes enough to fill the GPU, each at least MIN_SLICE_BOXES boxes."""
+    geo = geometry(problem)
+    images, block_h, block_w = tma_blocks(problem)
+    boxes = -(-geo.n // images) * -(-geo.y_size[1] // block_h) * -(-geo.y_size[2] // block_w)
+    block_k, block_c = _tma_filter_tile(problem)
+    programs = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
+    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), boxes // MIN_SLICE_BOXES))
+    per_slice = triton.cdiv(boxes, splits)
+    return programs, triton.cdiv(boxes, per_slice), per_slice
 
 
 @functools.lru_cache(maxsize=256)
 def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = False) -> Plan:
     """The launches computing ``problem`` (``interpreted``: Triton's CPU interpreter runs them;
     ``tma``: A and the filter are aligned for TMA on a GPU that has it)."""
-    if tma:
-        return Plan((_tma_launch(problem, _dot_type(problem, CPU if interpreted else "cuda")),), (), True)
     torch = _torch()
     dot = _dot_type(problem, CPU if interpreted else "cuda")
     table, columns, partials = _workspace_regions(problem)
@@ -415,10 +441,10 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = Fals
         ("table", 0, table, torch.int32), ("columns", table, columns, item_type),
         ("partial", table + columns, partials, accumulator)) if size)
     if problem.direction is BACKWARD_FILTER:
-        launches = _backward_filter(problem, dot)
+        launches = _backward_filter(problem, dot, tma)
     else:
-        launches = _forward_or_backward_data(problem, dot)
-    return Plan(tuple(launches), regions)
+        launches = [_tma_launch(problem, dot)] if tma else _forward_or_backward_data(problem, dot)
+    return Plan(tuple(launches), regions, tma)
 
 
 def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
@@ -529,7 +555,9 @@ def _im2col_launch(a: Slot, a_desc: TensorDescriptor, geo: Geometry, a_size: tup
                                                        BLOCK_M=64, BLOCK_K=block_k, num_warps=4))
 
 
-def _backward_filter(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
+def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[Launch]:
+    if tma:
+        return _tma_filter_launches(problem, dot)
     geo = geometry(problem)
     plan = filter_plan(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
@@ -562,13 +590,38 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
                                     BLOCK_K=tile.block_k, num_warps=tile.num_warps, num_stages=tile.num_stages,
                                     **flags)))
     if plan.splits > 1:
-        block = SUM_BLOCK
-        grid = (triton.cdiv(geo.k * cg * geo.taps, block),)
-        args = (Slot("w"), partial, *strides5(problem.w), geo.k, cg, *geo.filt, plan.splits,
-                problem.alpha, problem.beta)
-        launches.append(Launch(direct.filter_sum_kernel, grid, args, dict(
-            FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK=block,
-            SPLIT_BLOCK=min(SUM_SPLITS, triton.next_power_of_2(plan.splits)), num_warps=4)))
+        launches.append(_sum_launch(problem, plan.splits))
+    return launches
+
+
+def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
+    """dw = alpha * (the sum of the slices' partials) + beta * dw."""
+    geo = geometry(problem)
+    cg = geo.c // geo.groups
+    grid = (triton.cdiv(geo.k * cg * geo.taps, SUM_BLOCK),)
+    args = (Slot("w"), Slot("partial"), *strides5(problem.w), geo.k, cg, *geo.filt, splits, problem.alpha, problem.beta)
+    return Launch(direct.filter_sum_kernel, grid, args, dict(
+        FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK=SUM_BLOCK,
+        SPLIT_BLOCK=min(SUM_SPLITS, triton.next_power_of_2(splits)), num_warps=4))
+
+
+def _tma_filter_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
+    geo = geometry(problem)
+    images, block_h, block_w = tma_blocks(problem)
+    block_k, block_c = _tma_filter_tile(problem)
+    programs, splits, per_slice = _tma_filter_split(problem)
+    x_sn, _, _, x_sh, x_sw = strides5(problem.x)
+    dy_sn, _, _, dy_sh, dy_sw = strides5(problem.y)
+    w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
+    args = (Slot("x"), Slot("y"), Slot("w"), Slot("partial") if splits > 1 else Slot("w"), geo.n, *geo.x_size[1:],
+            geo.c, *geo.y_size[1:], geo.k, *geo.filt[1:], x_sn, x_sh, x_sw, dy_sn, dy_sh, dy_sw, w_sk, w_sc, w_sr, w_ss,
+            *geo.pad[1:], *geo.dilation[1:], per_slice, problem.alpha, problem.beta)
+    launches = [Launch(direct.filter_tma_kernel, (programs, splits), args, dict(
+        FLIP=problem.flip, PARTIAL=splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), DOT=dot,
+        IMAGES=images, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_M=block_k, BLOCK_N=block_c,
+        num_warps=8 if block_k * block_c >= 128 * 128 else 4, num_stages=3 if block_k * block_c >= 128 * 128 else 4))]
+    if splits > 1:
+        launches.append(_sum_launch(problem, splits))
     return launches
 
 

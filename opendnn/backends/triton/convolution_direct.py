@@ -155,6 +155,53 @@ def filter_gemm_kernel(
 
 
 @triton.jit
+def filter_tma_kernel(
+    x_ptr, dy_ptr, dw_ptr, partial_ptr,
+    N, XH, XW, C, OH, OW, K, R, S, x_sn, x_sh, x_sw, dy_sn, dy_sh, dy_sw, w_sk, w_sc, w_sr, w_ss,
+    pad_h, pad_w, dil_h, dil_w, slice_boxes,
+    alpha: tl.float64, beta: tl.float64,
+    FLIP: tl.constexpr, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr,
+    IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Stride-1, ungrouped 2-D backward filter over channels-last x and dy, read by TMA. Program
+    (k tile x tap x c tile, split): dw[k, c, tap] = sum over output pixels p of dy[p, k] *
+    x[p + shift(tap), c], for the IMAGES x BLOCK_H x BLOCK_W boxes of output pixels of the split.
+    Box positions past dy (and x positions in the padding) are TMA's zero fill."""
+    BLOCK_P: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, [N, OH, OW, K], [dy_sn, dy_sh, dy_sw, 1],
+                                        [IMAGES, BLOCK_H, BLOCK_W, BLOCK_M])
+    x_desc = tl.make_tensor_descriptor(x_ptr, [N, XH, XW, C], [x_sn, x_sh, x_sw, 1],
+                                       [IMAGES, BLOCK_H, BLOCK_W, BLOCK_N])
+    tiles_c = tl.cdiv(C, BLOCK_N)
+    pid = tl.program_id(0)
+    c0 = pid % tiles_c * BLOCK_N
+    tap = pid // tiles_c % (R * S)
+    k0 = pid // (tiles_c * R * S) * BLOCK_M
+    shift_h = tap // S * dil_h - pad_h
+    shift_w = tap % S * dil_w - pad_w
+    blocks_h = tl.cdiv(OH, BLOCK_H)
+    blocks_w = tl.cdiv(OW, BLOCK_W)
+    split = tl.program_id(1)
+    begin = split * slice_boxes
+    end = tl.minimum(begin + slice_boxes, tl.cdiv(N, IMAGES) * blocks_h * blocks_w)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    for box in range(begin, end):
+        n0 = box // (blocks_h * blocks_w) * IMAGES
+        h0 = box // blocks_w % blocks_h * BLOCK_H
+        w0 = box % blocks_w * BLOCK_W
+        a = dy_desc.load([n0, h0, w0, k0]).reshape(BLOCK_P, BLOCK_M)
+        b = x_desc.load([n0, h0 + shift_h, w0 + shift_w, c0]).reshape(BLOCK_P, BLOCK_N)
+        acc = tl.dot(a.T.to(DOT), b.to(DOT), acc, out_dtype=COMPUTE)
+
+    k = k0 + tl.arange(0, BLOCK_M)[:, None]
+    c = c0 + tl.arange(0, BLOCK_N)[None, :]
+    store_filter(acc, k, tap * C + c, split, dw_ptr, partial_ptr, K, C, R * S, 1, R, S, w_sk, w_sc, 0, w_sr, w_ss,
+                 (k < K) & (c < C), alpha, beta, PARTIAL, HAS_BETA, FLIP, COMPUTE)
+
+
+@triton.jit
 def filter_direct_kernel(
     x_ptr, dy_ptr, dw_ptr, partial_ptr,
     x_sn, x_sc, x_sd, x_sh, x_sw, dy_sn, dy_sc, dy_sd, dy_sh, dy_sw, w_sk, w_sc, w_st, w_sr, w_ss,
