@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from opendnn.api.activation import ActivationDescriptor
-from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes, bytes_descriptor
+from opendnn.core.arrays import Bound, bind, bind_bytes, scratch_bytes
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
@@ -232,9 +232,7 @@ def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, w
     backend = _backend(handle)
     needed = backend.workspace_size(problem)
     if workspace is AUTOMATIC:  # ours: no checks needed
-        scratch = allocate_bytes(tensors.x, needed)
-        workspace_bound = None if scratch is None else Bound(
-            "workspace", bytes_descriptor(needed), scratch, tensors.x.device)
+        workspace_bound = scratch_bytes(tensors.x, needed)
     else:
         workspace_bound = bind_bytes("workspace", workspace, needed, "the workspace size query")
     tensors = tensors._replace(

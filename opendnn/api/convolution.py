@@ -9,6 +9,7 @@ order. See ``opendnn.ops.convolution`` for the definition of each direction and 
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 
 from opendnn.api.activation import ActivationDescriptor
@@ -36,8 +37,13 @@ _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_
 def allows_tf32(handle: Handle, conv_desc: ConvolutionDescriptor) -> bool:
     """TF32 for float32 products: the descriptor's TENSOR_OP allows it, FMA forbids it, DEFAULT
     follows the handle's math type."""
+    return math_allows_tf32(handle.math_type, conv_desc)
+
+
+def math_allows_tf32(handle_math_type: MathType, conv_desc: ConvolutionDescriptor) -> bool:
+    """``allows_tf32`` for a handle of ``handle_math_type``."""
     if conv_desc.math_type is MathType.DEFAULT:
-        return handle.math_type is MathType.TENSOR_OP
+        return handle_math_type is MathType.TENSOR_OP
     return conv_desc.math_type is MathType.TENSOR_OP
 
 
@@ -83,6 +89,15 @@ def workspace_size(handle: Handle, problem: ConvolutionProblem) -> int:
     reason = refusal(backend, problem)
     if reason is not None:
         raise NotSupported(f"convolution on backend {handle.backend!r}: {reason}", Status.NOT_SUPPORTED)
+    try:
+        return _workspace_bytes(backend, problem)
+    except TypeError:  # a problem holding something unhashable
+        size: int = backend.workspace_size(problem)
+        return size
+
+
+@functools.lru_cache(maxsize=1024)  # a backend's workspace_size is a pure function of the (frozen) problem
+def _workspace_bytes(backend: Any, problem: ConvolutionProblem) -> int:
     size: int = backend.workspace_size(problem)
     return size
 

@@ -54,16 +54,40 @@ def as_native(array: Any, name: str = "array") -> Any:
 
 def device_of(native: Any) -> str:
     """"cpu" or "cuda:N"."""
-    return CPU if isinstance(native, np.ndarray) else _device_name(native.device)
+    return CPU if isinstance(native, np.ndarray) else _tensor_device(native)
 
 
-@functools.lru_cache(maxsize=64)  # a torch.device is a hashable value; its name is asked for every tensor
+def _tensor_device(tensor: Any) -> str:
+    # asked for every tensor: the flags and the index cost less than making its torch.device
+    if tensor.is_cpu:
+        return CPU
+    if tensor.is_cuda:
+        return _cuda_name(tensor.get_device())
+    return _device_name(tensor.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_name(index: int) -> str:
+    return f"cuda:{index}"
+
+
+@functools.lru_cache(maxsize=64)  # a torch.device is a hashable value
 def _device_name(device: Any) -> str:
     return CPU if device.type == "cpu" else f"{device.type}:{device.index or 0}"
 
 
 def dtype_of(native: Any) -> DataType:
-    return DataType.of(native.dtype)
+    dtype = native.dtype
+    try:
+        return _NATIVE_DTYPES[dtype]  # asked for every array of every call, of a handful of dtypes
+    except KeyError:
+        _NATIVE_DTYPES[dtype] = known = DataType.of(dtype)
+        return known
+    except TypeError:  # unhashable
+        return DataType.of(dtype)
+
+
+_NATIVE_DTYPES: dict[Any, DataType] = {}  # NumPy and torch dtype -> DataType, learnt as they come
 
 
 def descriptor_of(native: Any, name: str = "array") -> TensorDescriptor:
@@ -99,7 +123,7 @@ def buffer_elements(native: Any) -> int:
     return native.untyped_storage().nbytes() // native.element_size() - native.storage_offset()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Bound:
     """A descriptor bound to memory: ``view`` is a native array with exactly its dims and strides."""
 
@@ -108,10 +132,18 @@ class Bound:
     view: Any
     device: str
 
+    def __init__(self, name: str, desc: TensorDescriptor, view: Any, device: str) -> None:
+        # the fields straight into the instance dict: a frozen dataclass's generated __init__ sets
+        # them one object.__setattr__ at a time, twice the cost, and every call makes several Bounds
+        fields = self.__dict__
+        fields["name"], fields["desc"], fields["view"], fields["device"] = name, desc, view, device
+
 
 def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False) -> Bound:
     """Bind ``desc`` to ``array``'s memory, refusing a wrong dtype, an overlapping output or an
-    extent past the buffer.
+    extent past the buffer. ``array`` may be a Bound (opendnn's own layers hand theirs on): bound to
+    an equal descriptor already, its view was checked then and is taken as it is; else its view is
+    bound like any array.
 
     Raises:
         BadParam: naming ``name`` and the rule it broke.
@@ -119,15 +151,22 @@ def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False)
     # the messages are built only on failure: bind runs on every call, and formatting costs more than the checks
     if not isinstance(desc, TensorDescriptor):
         raise BadParam(f"{name}_desc={desc!r} must be a TensorDescriptor")
-    native = as_native(array, name)
+    if type(array) is Bound:
+        if array.desc is desc or array.desc == desc:
+            if output and not desc.is_non_overlapping:
+                raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
+            return Bound(name, desc, array.view, array.device)
+        array = array.view
+    torch_tensor = _is_torch_type(type(array))
+    native = array if torch_tensor else as_native(array, name)
     actual = dtype_of(native)
     if actual is not desc.dtype:
         raise BadParam(f"{name}.dtype={actual.value} must equal {name}_desc.dtype={desc.dtype.value}")
-    if is_torch(native) and native.shape == desc.dims and native.stride() == desc.strides:
+    if torch_tensor and native.shape == desc.dims and native.stride() == desc.strides:
         # the tensor is its own view: it fits its buffer, and it needs no re-striding
         if output and not desc.is_non_overlapping:
             raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
-        return Bound(name, desc, native, device_of(native))
+        return Bound(name, desc, native, _tensor_device(native))
     available = buffer_elements(native)
     if desc.extent > available:
         raise BadParam(f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
@@ -157,7 +196,8 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
     else:
         contiguous, address = native.is_contiguous(), native.data_ptr()
         nbytes = native.numel() * native.element_size()
-    require(contiguous, f"{name} of shape {tuple(native.shape)} must be contiguous")
+    if not contiguous:  # (the messages are formatted only on failure: this runs for every call)
+        raise BadParam(f"{name} of shape {tuple(native.shape)} must be contiguous")
     if nbytes < needed:
         raise BadParam(f"{name} holds {nbytes} bytes but {query} needs {needed} bytes",
                        Status.BAD_PARAM_SIZE_INSUFFICIENT)
@@ -169,13 +209,21 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
     else:
         import torch
 
-        view = native.reshape(-1).view(torch.uint8)
+        view = native if native.dtype == torch.uint8 and native.dim() == 1 else native.reshape(-1).view(torch.uint8)
     return Bound(name, bytes_descriptor(nbytes), view, device_of(native))
 
 
 def bytes_descriptor(count: int) -> TensorDescriptor:
     """The descriptor of ``count`` contiguous bytes (a workspace or reserve space)."""
     return _packed_descriptor(DataType.UINT8, (count,), (0,))
+
+
+def scratch_bytes(like: Bound, count: int, name: str = "workspace") -> Bound | None:
+    """``count`` bytes of new scratch memory (``allocate_bytes``) bound as bytes, None for 0 bytes:
+    what bind_bytes checks holds by construction (contiguous, of ``count`` bytes, and aligned: both
+    allocators align to more than WORKSPACE_ALIGNMENT)."""
+    native = allocate_bytes(like, count)
+    return None if native is None else Bound(name, bytes_descriptor(count), native, like.device)
 
 
 def allocate_bytes(like: Bound, count: int) -> Any:
@@ -213,9 +261,12 @@ def strided_view(native: Any, desc: TensorDescriptor) -> Any:
 
 def wrap(name: str, array: Any) -> Bound:
     """Bind an array to the descriptor of its own dims and strides (the Pythonic API's way in)."""
+    if _is_torch_type(type(array)) and array.dim() > 0:  # a tensor (not 0-d) is its own view: no new one needed
+        desc = _descriptor_of(array.dtype, tuple(array.shape), array.stride(), name)
+        return Bound(name, desc, array, _tensor_device(array))
     native = as_native(array, name)
     desc = descriptor_of(native, name)
-    own = is_torch(native) and native.dim() > 0  # a tensor (not 0-d) is its own view: no new one needed
+    own = is_torch(native) and native.dim() > 0  # (a DLPack array read as a tensor)
     return Bound(name, desc, native if own else strided_view(native, desc), device_of(native))
 
 
@@ -225,16 +276,27 @@ def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...
     (memory order of the dims, outermost first; default bound's own order)."""
     dtype = dtype or bound.desc.dtype
     dims = dims or bound.desc.dims
-    desc = _packed_descriptor(dtype, dims, _memory_order(bound.desc.strides[:len(dims)]) if order is None else order)
-    if isinstance(bound.view, np.ndarray):
-        native = strided_view(np.empty(desc.extent, dtype.to_numpy()), desc)
+    desc = packed_like(bound.desc, dtype, dims) if order is None else _packed_descriptor(dtype, dims, order)
+    return allocate(bound, desc)
+
+
+def packed_like(desc: TensorDescriptor, dtype: DataType, dims: tuple[int, ...]) -> TensorDescriptor:
+    """The packed descriptor of ``dims`` in ``dtype`` laid out in ``desc``'s memory order."""
+    return _packed_descriptor(dtype, dims, _memory_order(desc.strides[:len(dims)]))
+
+
+def allocate(like: Bound, desc: TensorDescriptor) -> Bound:
+    """A new array of ``desc`` (a packed one: no gaps, no overlaps) on ``like``'s device and of its
+    kind (NumPy or torch), bound under like's name."""
+    if isinstance(like.view, np.ndarray):
+        native = strided_view(np.empty(desc.extent, desc.dtype.to_numpy()), desc)
     else:
         import torch
 
         # allocated with its strides, not as a view of a flat buffer: callers (autograd) may modify
         # the result in place, which torch refuses for views that a custom Function returns
-        native = torch.empty_strided(dims, desc.strides, dtype=dtype.to_torch(), device=bound.view.device)
-    return Bound(bound.name, desc, native, bound.device)
+        native = torch.empty_strided(desc.dims, desc.strides, dtype=desc.dtype.to_torch(), device=like.view.device)
+    return Bound(like.name, desc, native, like.device)
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of a tuple, asked for every output

@@ -91,20 +91,17 @@ class Handle:
     def __exit__(self, *exc: object) -> None:
         self.destroy()
 
-    @contextlib.contextmanager
-    def launching(self) -> Iterator[None]:
-        """Make the handle's device and stream current while kernels are enqueued."""
+    def launching(self) -> contextlib.AbstractContextManager[None]:
+        """A context making the handle's device and stream current while kernels are enqueued
+        (one that does nothing when they already are: this runs for every call)."""
         self._check_alive()
         if self.device == CPU:
-            yield
-            return
+            return _ALREADY_CURRENT
         import torch
 
         if self._stream is None and torch.cuda.current_device() == self._device_index:
-            yield  # already current: entering the two contexts would cost more than the launch
-            return
-        with torch.cuda.device(self._device_index), torch.cuda.stream(self._stream):
-            yield
+            return _ALREADY_CURRENT  # entering the two contexts would cost more than the launch
+        return _made_current(self._device_index, self._stream)
 
     def check_device(self, name: str, device: str) -> None:
         """Refuse an array that lives on another device than the handle's."""
@@ -119,6 +116,17 @@ class Handle:
     def __repr__(self) -> str:
         return (f"Handle(device={self.device!r}, backend={self.backend!r}, math_type={self.math_type.name}, "
                 f"deterministic={self.deterministic}, workspace_limit={self.workspace_limit})")
+
+
+_ALREADY_CURRENT = contextlib.nullcontext()  # reusable: it holds nothing
+
+
+@contextlib.contextmanager
+def _made_current(device_index: int, stream: Any) -> Iterator[None]:
+    import torch
+
+    with torch.cuda.device(device_index), torch.cuda.stream(stream):
+        yield
 
 
 def create(device: Any = None, **options: Any) -> Handle:

@@ -17,8 +17,17 @@ import numpy as np
 
 import opendnn.api.batch_norm as api
 from opendnn.api.activation import ActivationDescriptor, ActivationMode
-from opendnn.core.arrays import Bound, allocate_bytes, as_native, empty_like, wrap
-from opendnn.core.dtypes import DataType
+from opendnn.core.arrays import (
+    Bound,
+    allocate,
+    allocate_bytes,
+    as_native,
+    bind,
+    device_of,
+    dtype_of,
+    empty_like,
+    wrap,
+)
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.functional.common import handle_for, to_caller_kind
@@ -64,14 +73,16 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     xb = wrap("x", x)
     handle = handle_for(xb, handle)
     y = empty_like(xb)
-    params = _Parameters(xb, weight, bias, running_mean, running_var)
+    params = _Parameters(xb)
     desc = params.desc
+    scale, shift = params.convert(weight, "weight", 1.0), params.convert(bias, "bias", 0.0)
+    mean, var = params.running(running_mean, "running_mean"), params.running(running_var, "running_var")
     if not training:
         require(running_mean is not None and running_var is not None,
                 "running_mean and running_var are needed when training=False")
         require(z is None and activation in (None, "identity"), "inference takes no z and no activation")
-        api.batch_normalization_forward_inference(handle, MODE, 1.0, 0.0, xb.desc, xb.view, y.desc, y.view, desc,
-                                                  params.weight, params.bias, params.mean, params.var, eps)
+        api.batch_normalization_forward_inference(handle, MODE, 1.0, 0.0, xb.desc, xb, y.desc, y, desc,
+                                                  scale, shift, mean, var, eps)
         return to_caller_kind(y.view, x)
     zb = None if z is None else wrap("z", z)
     ops = _ops(zb, activation)
@@ -82,12 +93,12 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     reserve = None if ops is BatchNormOps.BN else allocate_bytes(
         xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act, xb.desc))
     api.batch_normalization_forward_training_ex(
-        handle, MODE, ops, 1.0, 0.0, xb.desc, xb.view, z_desc, None if zb is None else zb.view, y.desc, y.view, desc,
-        params.weight, params.bias, momentum, params.mean, params.var, eps, saved_mean, saved_inv, act,
+        handle, MODE, ops, 1.0, 0.0, xb.desc, xb, z_desc, zb, y.desc, y, desc,
+        scale, shift, momentum, mean, var, eps, saved_mean, saved_inv, act,
         api.AUTOMATIC, reserve)
     out = to_caller_kind(y.view, x)
     if return_state:
-        return out, BatchNormState(saved_mean, saved_inv, reserve)
+        return out, BatchNormState(saved_mean.view, saved_inv.view, reserve)
     return out
 
 
@@ -111,7 +122,8 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
               handle: Handle | None) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
-    params = _Parameters(xb, weight, None, None, None)
+    params = _Parameters(xb)
+    scale = params.convert(weight, "weight", 1.0)
     dx = empty_like(xb)
     dz = empty_like(xb) if has_z else None
     ops = BatchNormOps.BN_ADD_ACTIVATION if has_z else (BatchNormOps.BN if activation is None
@@ -122,8 +134,8 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     saved_mean = None if state.saved_mean is None else params.convert(state.saved_mean, "saved_mean")
     saved_inv = None if state.saved_inv_std is None else params.convert(state.saved_inv_std, "saved_inv_std")
     api.batch_normalization_backward_ex(
-        handle, MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, xb.view, None, None, dyb.desc, dyb.view, dz_desc,
-        None if dz is None else dz.view, dx.desc, dx.view, params.desc, params.weight, None, dweight, dbias, eps,
+        handle, MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, xb, None, None, dyb.desc, dyb, dz_desc,
+        dz, dx.desc, dx, params.desc, scale, None, dweight, dbias, eps,
         saved_mean, saved_inv, act, api.AUTOMATIC, state.reserve)
     return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
             to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
@@ -136,55 +148,64 @@ def _ops(z: Bound | None, activation: str | None) -> BatchNormOps:
 
 
 class _Parameters:
-    """The per-channel tensors of one call, as (1, C, 1, ...) views in the compute dtype."""
+    """The per-channel tensors of one call, bound as (1, C, 1, ...) views in the compute dtype."""
 
-    def __init__(self, x: Bound, weight: Any, bias: Any, mean: Any, var: Any) -> None:
+    def __init__(self, x: Bound) -> None:
+        if x.desc.ndim < 2:  # (the message is formatted only on failure: this runs for every call)
+            raise BadParam(f"x.ndim={x.desc.ndim} must be at least 2 (N, C, ...)")
         self.x = x
-        self.channels = x.desc.dims[1] if x.desc.ndim > 1 else 1
-        require(x.desc.ndim >= 2, f"x.ndim={x.desc.ndim} must be at least 2 (N, C, ...)")
+        self.channels = x.desc.dims[1]
         self.dtype = x.desc.dtype.compute_type
-        self.desc = derive_bn_tensor_descriptor(x.desc, MODE)
-        self.weight = self.convert(weight, "weight", 1.0)
-        self.bias = self.convert(bias, "bias", 0.0)
-        self.mean = self.running(mean, "running_mean")
-        self.var = self.running(var, "running_var")
+        self.desc = derive_bn_tensor_descriptor(x.desc, MODE)  # packed: what new() allocates
 
-    def new(self, fill: float | None = None) -> Any:
-        out = empty_like(self.x, self.dtype, self.desc.dims, tuple(range(self.x.desc.ndim))).view  # desc's strides
+    def new(self, fill: float | None = None) -> Bound:
+        out = allocate(self.x, self.desc)
         if fill is not None:
-            out[...] = fill
+            if isinstance(out.view, np.ndarray):
+                out.view.fill(fill)
+            else:
+                out.view.fill_(fill)
         return out
 
-    def convert(self, array: Any, name: str, default: float = 0.0) -> Any:
+    def convert(self, array: Any, name: str, default: float = 0.0) -> Bound:
         """``array`` (C elements, any float dtype) as a (1, C, 1...) array of the compute dtype."""
         if array is None:
             return self.new(default)
         native = as_native(array, name)
         if math.prod(native.shape) != self.channels:
             raise BadParam(f"{name}.shape={tuple(native.shape)} must hold C={self.channels} elements")
-        if _is_contiguous(native) and DataType.of(native.dtype) is self.dtype and isinstance(native, type(self.x.view)):
-            return native.reshape(self.desc.dims)  # already what the kernels read: only read, so no copy
+        if _is_contiguous(native) and dtype_of(native) is self.dtype and isinstance(native, type(self.x.view)):
+            return self._view(name, native)  # already what the kernels read: only read, so no copy
         out = self.new()
-        out.reshape(-1)[...] = native.reshape(-1) if isinstance(native, type(out)) else np.asarray(native).reshape(-1)
+        flat = out.view.reshape(-1)
+        flat[...] = native.reshape(-1) if isinstance(native, type(flat)) else np.asarray(native).reshape(-1)
         return out
 
-    def running(self, array: Any, name: str) -> Any:
+    def running(self, array: Any, name: str) -> Bound | None:
         """The caller's running statistic seen as (1, C, 1...), updated in place."""
         if array is None:
             return None
         native = as_native(array, name)
         # the messages are formatted only on failure: this runs for every call
-        if DataType.of(native.dtype) is not self.dtype:
-            raise BadParam(f"{name}.dtype={DataType.of(native.dtype).value} must be {self.dtype.value} "
+        if dtype_of(native) is not self.dtype:
+            raise BadParam(f"{name}.dtype={dtype_of(native).value} must be {self.dtype.value} "
                            "(updated in place)")
         if tuple(native.shape) != (self.channels,):
             raise BadParam(f"{name}.shape={tuple(native.shape)} must be ({self.channels},)")
         if not _is_contiguous(native):
             raise BadParam(f"{name} must be contiguous (it is updated in place)")
-        return native.reshape(self.desc.dims)
+        return self._view(name, native)
 
-    def flat(self, array: Any) -> Any:
-        return array.reshape(self.channels)
+    def _view(self, name: str, native: Any) -> Bound:
+        """A contiguous array of C elements in the compute dtype, bound as (1, C, 1...)."""
+        dims = self.desc.dims
+        view = native if native.shape == dims else native.reshape(dims)  # (saved statistics come as (1, C, 1...))
+        if isinstance(view, np.ndarray) or view.stride() != self.desc.strides:  # (size-1 dims may keep odd strides)
+            return bind(name, self.desc, view)
+        return Bound(name, self.desc, view, device_of(view))  # a tensor of the desc's dims, strides and dtype
+
+    def flat(self, bound: Bound) -> Any:
+        return bound.view.reshape(self.channels)
 
 
 def _is_contiguous(native: Any) -> bool:

@@ -13,13 +13,22 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.api.convolution import allows_tf32, workspace_size
+from opendnn.api.convolution import math_allows_tf32, workspace_size
 from opendnn.api.tensor_ops import add_tensor
-from opendnn.core.arrays import Bound, allocate_bytes, as_native, bind_bytes, empty_like, strided_view, wrap
+from opendnn.core.arrays import (
+    Bound,
+    allocate,
+    as_native,
+    empty_like,
+    packed_like,
+    scratch_bytes,
+    strided_view,
+    wrap,
+)
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import require
-from opendnn.core.handle import Handle
+from opendnn.core.errors import BadParam, require
+from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
 from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.convolution import (
@@ -50,13 +59,11 @@ def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntO
         y (N, K, *out) in x's memory order and of x's kind.
     """
     xb, wb = wrap("x", x), wrap("w", w)
-    conv_desc = _descriptor(xb.desc, wb.desc, stride, padding, dilation, groups, mode)
-    y = empty_like(xb, dims=get_convolution_forward_output_dim(conv_desc, xb.desc, wb.desc))
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim) if bias is not None else None
     handle = handle_for(xb, handle)
-    problem = convolution_problem(ConvolutionDirection.FORWARD, conv_desc, xb.desc, wb.desc, y.desc, algo=algo,
-                                  allow_tf32=allows_tf32(handle, conv_desc),
-                                  bias_desc=biasb.desc if biasb is not None else None, names=("x", "w", "y"))
+    y_desc, problem = _forward_plan(xb.desc, wb.desc, stride, padding, dilation, groups, mode, algo,
+                                    handle.math_type, biasb.desc if biasb is not None else None)
+    y = allocate(xb, y_desc)
     _run(handle, problem, xb, wb, y, biasb)
     return to_caller_kind(y.view, x)
 
@@ -90,10 +97,7 @@ def conv_backward_data(dy: Any, w: Any, input_shape: Sequence[int], stride: IntO
                        algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
     """dx of ``conv(x, w, stride=..., ...)`` given dy; ``input_shape`` is x's shape (N, C, *in)."""
     dyb, wb = wrap("dy", dy), wrap("w", w)
-    spatial = dyb.desc.ndim - 2
-    dx = _backward_data(dyb, wb, tuple(input_shape), _per_dim("stride", stride, spatial),
-                        _per_dim("padding", padding, spatial), _per_dim("dilation", dilation, spatial), groups,
-                        algo, handle)
+    dx = _backward_data(dyb, wb, tuple(input_shape), stride, padding, dilation, groups, algo, handle)
     return to_caller_kind(dx.view, dy)
 
 
@@ -103,12 +107,10 @@ def conv_backward_filter(x: Any, dy: Any, weight_shape: Sequence[int], stride: I
     """dw of ``conv(x, w, stride=..., ...)`` given dy; ``weight_shape`` is w's (K, C/groups, *filt).
     dw has x's memory order (KRSC for an NHWC x)."""
     xb, dyb = wrap("x", x), wrap("dy", dy)
-    dw = empty_like(xb, dims=tuple(weight_shape))
-    conv_desc = _descriptor(xb.desc, dw.desc, stride, padding, dilation, groups, ConvolutionMode.CROSS_CORRELATION)
     handle = handle_for(xb, handle)
-    problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xb.desc, dw.desc, dyb.desc,
-                                  algo=algo, allow_tf32=allows_tf32(handle, conv_desc),
-                                  names=("x", "weight_shape", "dy"))
+    dw_desc, problem = _backward_filter_plan(xb.desc, dyb.desc, tuple(weight_shape), stride, padding, dilation,
+                                             groups, algo, handle.math_type)
+    dw = allocate(xb, dw_desc)
     _run(handle, problem, xb, dw, dyb, None)
     return to_caller_kind(dw.view, x)
 
@@ -116,7 +118,8 @@ def conv_backward_filter(x: Any, dy: Any, weight_shape: Sequence[int], stride: I
 def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
     """db (K,): the sum of dy (N, K, *out) over N and the spatial dims."""
     dyb = wrap("dy", dy)
-    require(3 <= dyb.desc.ndim <= 5, f"dy.ndim={dyb.desc.ndim} must be 3, 4 or 5")
+    if not 3 <= dyb.desc.ndim <= 5:  # (messages are formatted only on failure: these run for every call)
+        raise BadParam(f"dy.ndim={dyb.desc.ndim} must be 3, 4 or 5")
     k = dyb.desc.dims[1]
     db = empty_like(dyb, dims=(k,))
     dbb = Bound("db", TensorDescriptor(db.desc.dtype, _channel_dims(k, dyb.desc.ndim)),
@@ -125,30 +128,67 @@ def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
     problem = reduce_problem(ReduceTensorDescriptor(ReduceTensorOp.ADD, compute), dyb.desc, dbb.desc)
     handle = handle_for(dyb, handle)
     needed = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
-    workspace = bind_bytes("workspace", allocate_bytes(dyb, needed), needed, "the reduction") if needed else None
+    workspace = scratch_bytes(dyb, needed)
     dispatch(handle, "reduce", problem, dyb, dbb, None, workspace)
     return to_caller_kind(db.view, dy)
 
 
 # ---- helpers -------------------------------------------------------------------------------------
 
-def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
-                   dilations: tuple[int, ...], groups: int, algo: enum.Enum | None,
-                   handle: Handle | None) -> Bound:
-    dx = empty_like(dyb, dims=dims)
-    conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dyb.desc), groups)
+def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], stride: IntOrTuple, padding: IntOrTuple,
+                   dilation: IntOrTuple, groups: int, algo: enum.Enum | None, handle: Handle | None) -> Bound:
     handle = handle_for(dyb, handle)
-    problem = convolution_problem(ConvolutionDirection.BACKWARD_DATA, conv_desc, dx.desc, wb.desc, dyb.desc,
-                                  algo=algo, allow_tf32=allows_tf32(handle, conv_desc),
-                                  names=("input_shape", "w", "dy"))
+    dx_desc, problem = _backward_data_plan(dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo,
+                                           handle.math_type)
+    dx = allocate(dyb, dx_desc)
     _run(handle, problem, dx, wb, dyb, None)
     return dx
 
 
 def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None) -> None:
     needed = workspace_size(handle, problem)
-    workspace = bind_bytes("workspace", allocate_bytes(x, needed), needed, "the algorithm") if needed else None
-    dispatch(handle, "convolution", problem, x, w, y, bias, None, workspace)
+    dispatch(handle, "convolution", problem, x, w, y, bias, None, scratch_bytes(x, needed))
+
+
+# the plans: what a call's descriptors and arguments determine (its output's descriptor, its
+# problem), memoized as one value: the layers of a network repeat their calls, and one lookup keyed
+# by the descriptors costs less than the lookups of each step (a ConvolutionDescriptor rehashes its
+# fields on every lookup)
+
+@memoized
+def _forward_plan(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, padding: IntOrTuple | str,
+                  dilation: IntOrTuple, groups: int, mode: ConvolutionMode, algo: enum.Enum | None,
+                  math_type: MathType, bias: TensorDescriptor | None) -> tuple[TensorDescriptor, ConvolutionProblem]:
+    conv_desc = _descriptor(x, w, stride, padding, dilation, groups, mode)
+    y = packed_like(x, x.dtype, get_convolution_forward_output_dim(conv_desc, x, w))
+    return y, convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x, w, y, algo=algo,
+                                  allow_tf32=math_allows_tf32(math_type, conv_desc), bias_desc=bias,
+                                  names=("x", "w", "y"))
+
+
+@memoized
+def _backward_data_plan(dy: TensorDescriptor, w: TensorDescriptor, dims: tuple[int, ...], stride: IntOrTuple,
+                        padding: IntOrTuple, dilation: IntOrTuple, groups: int, algo: enum.Enum | None,
+                        math_type: MathType) -> tuple[TensorDescriptor, ConvolutionProblem]:
+    spatial = dy.ndim - 2
+    strides, pads = _per_dim("stride", stride, spatial), _per_dim("padding", padding, spatial)
+    dilations = _per_dim("dilation", dilation, spatial)
+    dx = packed_like(dy, dy.dtype, dims)
+    conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dy), groups)
+    return dx, convolution_problem(ConvolutionDirection.BACKWARD_DATA, conv_desc, dx, w, dy, algo=algo,
+                                   allow_tf32=math_allows_tf32(math_type, conv_desc),
+                                   names=("input_shape", "w", "dy"))
+
+
+@memoized
+def _backward_filter_plan(x: TensorDescriptor, dy: TensorDescriptor, weight_shape: tuple[int, ...],
+                          stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple, groups: int,
+                          algo: enum.Enum | None, math_type: MathType) -> tuple[TensorDescriptor, ConvolutionProblem]:
+    dw = packed_like(x, x.dtype, weight_shape)
+    conv_desc = _descriptor(x, dw, stride, padding, dilation, groups, ConvolutionMode.CROSS_CORRELATION)
+    return dw, convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, x, dw, dy, algo=algo,
+                                   allow_tf32=math_allows_tf32(math_type, conv_desc),
+                                   names=("x", "weight_shape", "dy"))
 
 
 @memoized  # the geometry of a layer repeats on every call
@@ -178,7 +218,8 @@ def _backward_data_descriptor(pads: tuple[int, ...], strides: tuple[int, ...], d
 
 def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
     values = (value,) * spatial if isinstance(value, (int, np.integer)) else tuple(value)
-    require(len(values) == spatial, f"{name}={value!r} must be an int or {spatial} ints (one per spatial dim)")
+    if len(values) != spatial:
+        raise BadParam(f"{name}={value!r} must be an int or {spatial} ints (one per spatial dim)")
     return tuple(int(v) for v in values)
 
 
@@ -192,7 +233,8 @@ def _channel_dims(k: int, ndim: int) -> tuple[int, ...]:
 
 def _per_channel(bias: Bound, ndim: int) -> Bound:
     """A (K,) bias seen as (1, K, 1, ...) without a copy."""
-    require(bias.desc.ndim == 1, f"bias.shape={bias.desc.dims} must be (K,)")
+    if bias.desc.ndim != 1:
+        raise BadParam(f"bias.shape={bias.desc.dims} must be (K,)")
     dims = _channel_dims(bias.desc.dims[0], ndim)
     desc = TensorDescriptor(bias.desc.dtype, dims, tuple(bias.desc.strides[0] if a == 1 else 0 for a in range(ndim)))
     return Bound("bias", desc, strided_view(as_native(bias.view), desc), bias.device)

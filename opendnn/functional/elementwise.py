@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.core.arrays import Bound, as_native, broadcast_to, empty_like, index_along, wrap
-from opendnn.core.descriptors import TensorFormat
+from opendnn.core.arrays import Bound, allocate, as_native, broadcast_to, empty_like, index_along, packed_like, wrap
+from opendnn.core.descriptors import TensorDescriptor, TensorFormat
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
+from opendnn.core.memo import memoized
 from opendnn.functional.common import handle_for, shaped, to_caller_kind
-from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
+from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem, pointwise_problem
 from opendnn.ops.registry import dispatch
 
 _FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataType.DOUBLE: 3}
@@ -25,9 +26,9 @@ _RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT
                PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
 
 
-def _result_dtype(inputs: Sequence[Bound]) -> DataType:
+def _result_dtype(descs: Sequence[TensorDescriptor]) -> DataType:
     """The inputs' common dtype: the widest float among them (half with bfloat16 gives float)."""
-    dtypes = {b.desc.dtype for b in inputs}
+    dtypes = {d.dtype for d in descs}
     if len(dtypes) == 1:
         return dtypes.pop()
     floats = [d for d in dtypes if d.is_floating]
@@ -39,22 +40,52 @@ def _result_dtype(inputs: Sequence[Bound]) -> DataType:
 
 def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, dtype: DataType | None = None,
                **parameters: Any) -> Any:
-    inputs = [wrap(f"x{k}" if len(arrays) > 1 else "x", a) for k, a in enumerate(arrays)]
-    shapes = [tuple(np.shape(as_native(a))) for a in arrays]
-    try:  # (np.broadcast_shapes costs more than the rest of a call: equal shapes need none)
-        shape = shapes[0] if shapes.count(shapes[0]) == len(shapes) else tuple(np.broadcast_shapes(*shapes))
+    inputs = [wrap(name, a) for name, a in zip(_NAMES[len(arrays)], arrays)]
+    # a tensor (not 0-d) is its wrap's view, of the wrap's dims: its shape needs no asking
+    shapes = [b.desc.dims if b.view is a else tuple(as_native(a).shape) for b, a in zip(inputs, arrays)]
+    if shapes.count(shapes[0]) == len(shapes):  # no broadcasting: the output's layout is the inputs' alone
+        shape = shapes[0]
+        like, problem = _same_shape_problem(mode, tuple(b.desc for b in inputs), shape, dtype, **parameters)
+        output = allocate(inputs[like], problem.output)
+    else:
+        shape, inputs, output = _broadcast(mode, inputs, arrays, shapes, dtype)
+        problem = pointwise_problem(mode, inputs, output, **parameters)
+    dispatch(handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
+    return to_caller_kind(shaped(output.view, shape), arrays[0])
+
+
+_NAMES = {count: ("x",) if count == 1 else tuple(f"x{k}" for k in range(count)) for count in range(1, 4)}
+
+
+@memoized  # the inputs' layouts repeat from call to call
+def _same_shape_problem(mode: PointwiseMode, descs: tuple[TensorDescriptor, ...], shape: tuple[int, ...],
+                        dtype: DataType | None, **parameters: Any) -> tuple[int, PointwiseProblem]:
+    """(the input whose memory order and device the output takes, the problem) for inputs of one
+    shape: the output is packed in that input's memory order."""
+    like = next((k for k, d in enumerate(descs) if 0 not in d.strides), 0)
+    if dtype is None:
+        dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype(descs)
+    names = _NAMES[len(descs)]
+    # the rules read the names and descriptors alone: these Bounds have no memory
+    inputs = [Bound(name, desc, None, "") for name, desc in zip(names, descs)]
+    output = Bound(names[like], packed_like(descs[like], dtype, shape or (1,)), None, "")
+    return like, pointwise_problem(mode, inputs, output, **parameters)
+
+
+def _broadcast(mode: PointwiseMode, inputs: list[Bound], arrays: tuple[Any, ...], shapes: list[tuple[int, ...]],
+               dtype: DataType | None) -> tuple[tuple[int, ...], list[Bound], Bound]:
+    """(the broadcast shape, the inputs broadcast to it, the output) for inputs of different shapes."""
+    try:
+        shape = tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        shapes = ", ".join(f"{b.name}.shape={tuple(np.shape(as_native(a)))}" for b, a in zip(inputs, arrays))
-        raise BadParam(f"{shapes} do not broadcast together") from None
+        shapes_text = ", ".join(f"{b.name}.shape={tuple(np.shape(as_native(a)))}" for b, a in zip(inputs, arrays))
+        raise BadParam(f"{shapes_text} do not broadcast together") from None
     dims = shape or (1,)
     inputs = [broadcast_to(b, dims) for b in inputs]
     like = next((b for b in inputs if 0 not in b.desc.strides), inputs[0])
     if dtype is None:
-        dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype(inputs)
-    output = empty_like(like, dtype, dims)
-    problem = pointwise_problem(mode, inputs, output, **parameters)
-    dispatch(handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
-    return to_caller_kind(shaped(output.view, shape), arrays[0])
+        dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype([b.desc for b in inputs])
+    return shape, inputs, empty_like(like, dtype, dims)
 
 
 # activations, forward ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, require
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, MathType
 from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.matmul import BiasAxis, matmul_problem
@@ -69,7 +69,8 @@ def linear(x: Any, weight: Any, bias: Any = None, *, handle: Handle | None = Non
     """``x @ weight.T + bias`` as torch.nn.functional.linear: weight is ``(out, in)``, read
     transposed in place (no copy); bias has ``out`` values."""
     native = as_native(weight, "weight")
-    require(native.ndim == 2, f"weight.shape={tuple(native.shape)} must be 2-D (out_features, in_features)")
+    if native.ndim != 2:  # (the message is formatted only on failure: this runs for every call)
+        raise BadParam(f"weight.shape={tuple(native.shape)} must be 2-D (out_features, in_features)")
     transposed = native.T if isinstance(native, np.ndarray) else native.t()
     return matmul(x, transposed, bias, handle=handle)
 

@@ -16,8 +16,9 @@ from typing import Any
 from opendnn.api.tensor_ops import set_tensor
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.descriptors import NanPropagation
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
+from opendnn.core.memo import memoized
 from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
 from opendnn.ops.registry import dispatch
@@ -27,27 +28,33 @@ Size = int | Sequence[int]
 
 def _per_dim(name: str, value: Size, spatial: int) -> tuple[int, ...]:
     values = (int(value),) * spatial if isinstance(value, int) else tuple(int(v) for v in value)
-    require(len(values) == spatial, f"{name}={value} must be an int or {spatial} ints, one per spatial dim")
+    if len(values) != spatial:  # (messages are formatted only on failure: these run for every call)
+        raise BadParam(f"{name}={value} must be an int or {spatial} ints, one per spatial dim")
     return values
 
 
 def _spatial(x: Bound) -> int:
     spatial = x.desc.ndim - 2
-    require(1 <= spatial <= 3, f"x.ndim={x.desc.ndim} must be 3, 4 or 5: (N, C, *spatial) with 1 to 3 spatial dims")
+    if not 1 <= spatial <= 3:
+        raise BadParam(f"x.ndim={x.desc.ndim} must be 3, 4 or 5: (N, C, *spatial) with 1 to 3 spatial dims")
     return spatial
 
 
 def _descriptor(mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | None, padding: Size,
                 propagate_nan: bool = False) -> PoolingDescriptor:
-    spatial = _spatial(x)
+    return _pool_descriptor(mode, _spatial(x), kernel_size, stride, padding, propagate_nan)
+
+
+@memoized  # a layer's window repeats on every call
+def _pool_descriptor(mode: PoolingMode, spatial: int, kernel_size: Size, stride: Size | None, padding: Size,
+                     propagate_nan: bool) -> PoolingDescriptor:
     window = _per_dim("kernel_size", kernel_size, spatial)
     steps = window if stride is None else _per_dim("stride", stride, spatial)
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
     return PoolingDescriptor(mode, nan_opt, window, _per_dim("padding", padding, spatial), steps)
 
 
-def _forward(pool: PoolingDescriptor, x: Any, ceil_mode: bool, handle: Handle | None) -> Any:
-    xb = wrap("x", x)
+def _forward(pool: PoolingDescriptor, xb: Bound, x: Any, ceil_mode: bool, handle: Handle | None) -> Any:
     yb = empty_like(xb, dims=pooled_dims(pool, xb.desc, ceil_mode))
     problem = pooling_problem(pool, xb.desc, yb.desc, ceil_mode=ceil_mode)
     dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None)
@@ -73,8 +80,9 @@ def _average_mode(count_include_pad: bool) -> PoolingMode:
 def max_pool(x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *, ceil_mode: bool = False,
              propagate_nan: bool = True, handle: Handle | None = None) -> Any:
     """The largest element of each window (torch's max_pool1d/2d/3d without dilation)."""
-    pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding, propagate_nan)
-    return _forward(pool, x, ceil_mode, handle)
+    xb = wrap("x", x)
+    pool = _descriptor(PoolingMode.MAX, xb, kernel_size, stride, padding, propagate_nan)
+    return _forward(pool, xb, x, ceil_mode, handle)
 
 
 def max_pool_backward(dy: Any, x: Any, y: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *,
@@ -87,8 +95,9 @@ def max_pool_backward(dy: Any, x: Any, y: Any, kernel_size: Size, stride: Size |
 def avg_pool(x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *, ceil_mode: bool = False,
              count_include_pad: bool = True, handle: Handle | None = None) -> Any:
     """The mean of each window, over its size (count_include_pad) or its input positions only."""
-    pool = _descriptor(_average_mode(count_include_pad), wrap("x", x), kernel_size, stride, padding)
-    return _forward(pool, x, ceil_mode, handle)
+    xb = wrap("x", x)
+    pool = _descriptor(_average_mode(count_include_pad), xb, kernel_size, stride, padding)
+    return _forward(pool, xb, x, ceil_mode, handle)
 
 
 def avg_pool_backward(dy: Any, x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *,
@@ -134,7 +143,7 @@ def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_na
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
     if _uniform(sizes, out):
         window = tuple(n // o for n, o in zip(sizes, out))
-        return _forward(PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window), x, False, handle)
+        return _forward(PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window), xb, x, False, handle)
     yb = empty_like(xb, dims=(*xb.desc.dims[:2], *out))
     handle = handle_for(xb, handle)
     for x_cell, y_cell, window in _cell_views(xb, yb, cells):  # one pooling per output cell

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.arrays import as_native, empty_like, wrap
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
 from opendnn.functional.common import handle_for, shaped, to_caller_kind
 from opendnn.ops.registry import dispatch
@@ -44,7 +44,8 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
     inputs = [wrap(name, array) for name, array in zip(names, arrays)]
     shape = tuple(np.shape(as_native(arrays[0])))
     ndim = inputs[0].desc.ndim
-    require(-ndim <= dim < ndim, f"dim={dim} must be between {-ndim} and {ndim - 1} for {names[0]} of {ndim} dims")
+    if not -ndim <= dim < ndim:  # (the message is formatted only on failure: this runs for every call)
+        raise BadParam(f"dim={dim} must be between {-ndim} and {ndim - 1} for {names[0]} of {ndim} dims")
     output = empty_like(inputs[-1])
     problem = softmax_problem(algo, (dim % ndim,), [f"{b.name}" for b in inputs] + ["out"],
                               [b.desc for b in inputs] + [output.desc], backward=len(arrays) == 2)

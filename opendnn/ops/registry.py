@@ -53,16 +53,24 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
         BadParam: a tensor on another device than the handle's.
         NotSupported: the backend refuses the problem, with its reason.
     """
-    for tensor in _bound_tensors(tensors):
-        handle.check_device(tensor.name, tensor.device)
+    device = handle.device
+    for item in tensors:  # Bounds, or lists and tuples of them (None where a tensor is absent)
+        if isinstance(item, Bound):
+            if item.device != device:
+                handle.check_device(item.name, item.device)
+        elif isinstance(item, (list, tuple)):
+            for tensor in item:
+                if isinstance(tensor, Bound) and tensor.device != device:
+                    handle.check_device(tensor.name, tensor.device)
+    launching = handle.launching()  # refuses a destroyed handle
     backend = handle.backend
-    implementation = load_backend(operation, backend, handle.device)
+    implementation = load_backend(operation, backend, device)
     reason = refusal(implementation, problem)
     if reason is not None:
         raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
     if log.enabled(log.INFO):
-        log.logger().info("%s backend=%s device=%s problem=%s", operation, backend, handle.device, problem)
-    with handle.launching():
+        log.logger().info("%s backend=%s device=%s problem=%s", operation, backend, device, problem)
+    with launching:
         implementation.run(problem, *tensors)
 
 
@@ -93,12 +101,3 @@ def _backend_module(operation: str, backend: str) -> Any:
     require_backend_available(backend)
     return importlib.import_module(OPERATIONS[operation].backends[backend])
 
-
-def _bound_tensors(tensors: tuple[Any, ...]) -> list[Bound]:
-    found = []
-    for item in tensors:
-        if isinstance(item, Bound):
-            found.append(item)
-        elif isinstance(item, (list, tuple)):
-            found.extend(t for t in item if isinstance(t, Bound))
-    return found

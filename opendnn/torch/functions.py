@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
 from opendnn.core.errors import NotSupported
@@ -49,14 +50,40 @@ def _autocast(policy: str, *tensors: torch.Tensor | None) -> tuple[torch.Tensor 
     """The tensors cast as torch's autocast would for an op of ``policy``: "lower" (convolutions and
     products, to the autocast dtype) or "float32" (softmax, layer/group/RMS norm, softplus: float32
     on CUDA, the input's dtype on the CPU, as torch's lists); unchanged outside autocast."""
-    first = next(t for t in tensors if t is not None)
-    device = first.device.type
+    first = tensors[0] if tensors[0] is not None else next(t for t in tensors if t is not None)
+    device = "cuda" if first.is_cuda else first.device.type  # (making a torch.device costs more than the flag)
     if not torch.is_autocast_enabled(device) or not first.is_floating_point():
         return tensors
     if policy == "float32" and device != "cuda":
         return tensors
     dtype = torch.get_autocast_dtype(device) if policy == "lower" else torch.float32
-    return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
+    return tuple(t if t is None or t.dtype == dtype or not t.is_floating_point() else t.to(dtype) for t in tensors)
+
+
+class _Unrecorded:
+    """The ctx of a forward that autograd does not record: what it saves for the backward is dropped."""
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        pass
+
+
+def _apply(function: type[torch.autograd.Function], *args: Any) -> Any:
+    """``function.apply(*args)``, or its forward alone when autograd would record nothing (grad mode
+    off, as in inference, or no tensor argument needing a gradient): the same result without the
+    cost of an autograd node, whose context and saved tensors would be dropped unused."""
+    if _recorded(args):
+        return function.apply(*args)
+    return function.forward(_Unrecorded(), *args)
+
+
+def _recorded(args: tuple[Any, ...]) -> bool:
+    """Whether autograd must see a call of these arguments: a tensor needing a gradient in grad
+    mode, or a forward-mode AD level or functorch transform active (which go through ``apply``)."""
+    if torch.is_grad_enabled():
+        for arg in args:
+            if isinstance(arg, torch.Tensor) and arg.requires_grad:
+                return True
+    return forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
 
 
 def _product_handle(x: torch.Tensor, kind: str) -> Handle | None:
@@ -64,16 +91,22 @@ def _product_handle(x: torch.Tensor, kind: str) -> Handle | None:
     product does (``torch.backends.cudnn.allow_tf32`` for convolutions, on by default;
     ``torch.backends.cuda.matmul.allow_tf32`` for matrix products, off by default); else None, the
     default handle (strict float32)."""
-    if x.device.type != "cuda" or x.dtype != torch.float32:
+    if x.dtype != torch.float32 or not x.is_cuda:
         return None
     allowed = torch.backends.cudnn.allow_tf32 if kind == "convolution" else torch.backends.cuda.matmul.allow_tf32
     return shared_handle(f"cuda:{x.device.index or 0}", MathType.TENSOR_OP) if allowed else None
 
 
-def _dense(gradient: torch.Tensor) -> torch.Tensor:
+def _dense(gradient: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
     """A gradient with real memory behind every element (``sum().backward()`` hands in stride-0
-    expansions, which the GPU kernels would read as a poor layout)."""
-    return gradient.contiguous() if 0 in gradient.stride() else gradient
+    expansions, which the GPU kernels would read as a poor layout), laid out as ``like`` when given
+    (a tensor of the forward of the gradient's shape: its input or output), so that the backward's
+    operands and results keep the forward's memory order (NHWC stays NHWC)."""
+    if 0 not in gradient.stride():
+        return gradient
+    if like is not None and like.shape == gradient.shape:
+        return torch.empty_like(like, dtype=gradient.dtype).copy_(gradient)
+    return gradient.contiguous()
 
 
 def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -177,7 +210,7 @@ def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     """torch.nn.functional.conv{1,2,3}d through opendnn, forward and backward."""
     x, weight, bias = _autocast("lower", x, weight, bias)
     pads = symmetric_padding(padding, weight.shape[2:], dilation)
-    return Convolution.apply(x, weight, bias, stride, pads, dilation, groups)
+    return _apply(Convolution, x, weight, bias, stride, pads, dilation, groups)
 
 
 def conv_transpose(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: IntOrTuple = 1,
@@ -185,7 +218,7 @@ def conv_transpose(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
                    dilation: IntOrTuple = 1) -> torch.Tensor:
     """torch.nn.functional.conv_transpose{1,2,3}d through opendnn, forward and backward."""
     x, weight, bias = _autocast("lower", x, weight, bias)
-    return ConvolutionTranspose.apply(x, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _apply(ConvolutionTranspose, x, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
 # ---- matrix products ------------------------------------------------------------------------------
@@ -237,14 +270,14 @@ class Matmul(torch.autograd.Function):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """torch.nn.functional.linear through opendnn, forward and backward."""
-    return Linear.apply(*_autocast("lower", x, weight, bias))
+    return _apply(Linear, *_autocast("lower", x, weight, bias))
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch.matmul of two operands of 2 dims or more through opendnn, forward and backward."""
     if a.ndim < 2 or b.ndim < 2:
         raise NotSupported(f"matmul of a.ndim={a.ndim} and b.ndim={b.ndim}: both need 2 dims or more")
-    return Matmul.apply(*_autocast("lower", a, b))
+    return _apply(Matmul, *_autocast("lower", a, b))
 
 
 # ---- activations ------------------------------------------------------------------------------------
@@ -291,18 +324,18 @@ class Activation(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (x,) = ctx.saved_tensors
-        return ACTIVATIONS[ctx.name][1](_dense(dy), x, *ctx.parameters), None, None
+        return ACTIVATIONS[ctx.name][1](_dense(dy, x), x, *ctx.parameters), None, None
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
-    return Activation.apply(x, "relu", ())
+    return _apply(Activation, x, "relu", ())
 
 
 def hardtanh(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch.Tensor:
     """min(max(x, min_val), max_val); relu6 is hardtanh(x, 0, 6) (opendnn's clipped relu)."""
     if not min_val < max_val:
         raise NotSupported(f"hardtanh min_val={min_val} must be below max_val={max_val}")
-    return Activation.apply(x, "hardtanh", (float(min_val), float(max_val)))
+    return _apply(Activation, x, "hardtanh", (float(min_val), float(max_val)))
 
 
 def relu6(x: torch.Tensor) -> torch.Tensor:
@@ -310,30 +343,30 @@ def relu6(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    return Activation.apply(x, "gelu", (approximate,))
+    return _apply(Activation, x, "gelu", (approximate,))
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
-    return Activation.apply(x, "silu", (1.0,))
+    return _apply(Activation, x, "silu", (1.0,))
 
 
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
-    return Activation.apply(x, "sigmoid", ())
+    return _apply(Activation, x, "sigmoid", ())
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
-    return Activation.apply(x, "tanh", ())
+    return _apply(Activation, x, "tanh", ())
 
 
 def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    return Activation.apply(x, "elu", (float(alpha),))
+    return _apply(Activation, x, "elu", (float(alpha),))
 
 
 def softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     """log(1 + exp(beta * x)) / beta, with no linear regime (torch's threshold=20 changes the result
     by under exp(-20) relative)."""
     (x,) = _autocast("float32", x)
-    return Activation.apply(x, "softplus", (float(beta),))
+    return _apply(Activation, x, "softplus", (float(beta),))
 
 
 # ---- layer, RMS, group and instance norm, LRN ---------------------------------------------------------
@@ -403,7 +436,7 @@ class Normalization(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, *stats = ctx.saved_tensors
-        dx, dweight, dbias = NORMALIZATIONS[ctx.name][1](_dense(dy), x, weight, stats, *ctx.config)
+        dx, dweight, dbias = NORMALIZATIONS[ctx.name][1](_dense(dy, x), x, weight, stats, *ctx.config)
         return (dx, dweight if ctx.needs_input_grad[1] else None, dbias if ctx.needs_input_grad[2] else None,
                 None, None)
 
@@ -411,25 +444,25 @@ class Normalization(torch.autograd.Function):
 def layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     x, weight, bias = _autocast("float32", x, weight, bias)
-    return Normalization.apply(x, weight, bias, "layer_norm", (tuple(normalized_shape), eps))
+    return _apply(Normalization, x, weight, bias, "layer_norm", (tuple(normalized_shape), eps))
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
              eps: float | None = None) -> torch.Tensor:
     x, weight = _autocast("float32", x, weight)
-    return Normalization.apply(x, weight, None, "rms_norm", (tuple(normalized_shape), eps))
+    return _apply(Normalization, x, weight, None, "rms_norm", (tuple(normalized_shape), eps))
 
 
 def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     x, weight, bias = _autocast("float32", x, weight, bias)
-    return Normalization.apply(x, weight, bias, "group_norm", (num_groups, eps))
+    return _apply(Normalization, x, weight, bias, "group_norm", (num_groups, eps))
 
 
 def instance_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                   eps: float = 1e-5) -> torch.Tensor:
     """Instance norm from the batch's own statistics (torch's InstanceNorm without running stats)."""
-    return Normalization.apply(x, weight, bias, "instance_norm", (eps,))
+    return _apply(Normalization, x, weight, bias, "instance_norm", (eps,))
 
 
 class LocalResponseNorm(torch.autograd.Function):
@@ -445,7 +478,7 @@ class LocalResponseNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (x,) = ctx.saved_tensors
-        dx = normalization_functions.local_response_norm_backward(_dense(dy), x, *ctx.parameters)
+        dx = normalization_functions.local_response_norm_backward(_dense(dy, x), x, *ctx.parameters)
         return dx, None, None, None, None
 
 
@@ -455,7 +488,7 @@ def local_response_norm(x: torch.Tensor, size: int, alpha: float = 1e-4, beta: f
     one channel differently from torch's)."""
     if size % 2 == 0:
         raise NotSupported(f"local_response_norm size={size}: even sizes place the window differently from torch")
-    return LocalResponseNorm.apply(x, size, alpha, beta, k)
+    return _apply(LocalResponseNorm, x, size, alpha, beta, k)
 
 
 # ---- pooling ------------------------------------------------------------------------------------------
@@ -477,7 +510,7 @@ class MaxPool(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, y = ctx.saved_tensors
-        dx = pooling_functions.max_pool_backward(_dense(dy), x, y, *ctx.geometry, ceil_mode=ctx.ceil_mode)
+        dx = pooling_functions.max_pool_backward(_dense(dy, y), x, y, *ctx.geometry, ceil_mode=ctx.ceil_mode)
         return dx, None, None, None, None
 
 
@@ -518,7 +551,7 @@ class AdaptivePool(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         if ctx.is_max:
             x, y = ctx.saved_tensors
-            return pooling_functions.adaptive_max_pool_backward(_dense(dy), x, y), None, None
+            return pooling_functions.adaptive_max_pool_backward(_dense(dy, y), x, y), None, None
         (x,) = ctx.saved_tensors
         return pooling_functions.adaptive_avg_pool_backward(_dense(dy), x), None, None
 
@@ -526,13 +559,13 @@ class AdaptivePool(torch.autograd.Function):
 def max_pool(x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
              ceil_mode: bool = False) -> torch.Tensor:
     """torch.nn.functional.max_pool{1,2,3}d without dilation or indices."""
-    return MaxPool.apply(x, kernel_size, stride or None, padding, ceil_mode)
+    return _apply(MaxPool, x, kernel_size, stride or None, padding, ceil_mode)
 
 
 def avg_pool(x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
              ceil_mode: bool = False, count_include_pad: bool = True) -> torch.Tensor:
     """torch.nn.functional.avg_pool{1,2,3}d without divisor_override."""
-    return AvgPool.apply(x, kernel_size, stride or None, padding, ceil_mode, count_include_pad)
+    return _apply(AvgPool, x, kernel_size, stride or None, padding, ceil_mode, count_include_pad)
 
 
 def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool = False) -> torch.Tensor:
@@ -540,7 +573,7 @@ def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool 
     spatial = x.shape[2:]
     sizes = (output_size,) * len(spatial) if isinstance(output_size, int) or output_size is None else output_size
     resolved = tuple(int(n if o is None else o) for o, n in zip(sizes, spatial))
-    return AdaptivePool.apply(x, resolved, is_max)
+    return _apply(AdaptivePool, x, resolved, is_max)
 
 
 # ---- softmax --------------------------------------------------------------------------------------------
@@ -560,17 +593,17 @@ class Softmax(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (y,) = ctx.saved_tensors
         backward = _log_softmax_backward if ctx.log else _softmax_backward
-        return backward(y, _dense(dy), ctx.dim), None, None
+        return backward(y, _dense(dy, y), ctx.dim), None, None
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     (x,) = _autocast("float32", x)
-    return Softmax.apply(x, dim, False)
+    return _apply(Softmax, x, dim, False)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     (x,) = _autocast("float32", x)
-    return Softmax.apply(x, dim, True)
+    return _apply(Softmax, x, dim, True)
 
 
 # ---- batch norm -----------------------------------------------------------------------------------------
@@ -618,7 +651,7 @@ class BatchNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, first, second = ctx.saved_tensors
-        dy = _dense(dy)
+        dy = _dense(dy, x)
         if ctx.training:
             dx, dweight, dbias = _batch_norm_backward(dy, x, weight, first, second, ctx.eps)
         else:
@@ -631,4 +664,4 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: 
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
     """torch.nn.functional.batch_norm through opendnn (eps at least 1e-5, cuDNN's minimum)."""
-    return BatchNorm.apply(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _apply(BatchNorm, x, weight, bias, running_mean, running_var, training, momentum, eps)

@@ -560,30 +560,32 @@ def reserve_size(problem: BatchNormProblem) -> int:
 
 
 def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
-    import torch
-
-    plan = bn_plan(problem)
-    if t.workspace is None or t.workspace.desc.numel < plan.workspace_bytes:
-        raise InternalError(f"batch_norm needs {plan.workspace_bytes} bytes of workspace")
-    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    launches, names, regions = bn_launches(problem, tuple(bound is not None for bound in t))
+    launches, names, regions, needed, compute = bn_launches(problem, tuple([bound is not None for bound in t]))
+    if t.workspace is None or t.workspace.desc.dims[0] < needed:
+        raise InternalError(f"batch_norm needs {needed} bytes of workspace")
     tensors = {name: torch_view(getattr(t, name)) for name in names}
-    space = torch_view(t.workspace)[:plan.workspace_bytes].view(compute)
-    tensors.update((name, space[start:end]) for name, start, end in regions)
+    space = torch_view(t.workspace)
+    space = (space if space.shape[0] == needed else space[:needed]).view(compute)
+    for name, start, end in regions:
+        tensors[name] = space[start:end]
     for launch in launches:
         launch(tensors)
 
 
 @functools.lru_cache(maxsize=256)
 def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[
-        tuple[Launch, ...], tuple[str, ...], tuple[tuple[str, int, int], ...]]:
+        tuple[Launch, ...], tuple[str, ...], tuple[tuple[str, int, int], ...], int, Any]:
     """(the launches computing ``problem`` with the BatchNormTensors that are ``given``, the names of
-    the tensors they take, the workspace regions they take as (name, first, end) elements)."""
+    the tensors they take, the workspace regions they take as (name, first, end) elements, the bytes
+    of workspace, the torch dtype the workspace is read as)."""
+    import torch
+
     launches = _launch_sequence(problem, given)
     used = {name for launch in launches for _, name in launch.slots}
-    regions = bn_plan(problem).regions
+    plan = bn_plan(problem)
+    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
     return (launches, tuple(name for name in BatchNormTensors._fields if name in used),
-            tuple((name, *regions[name]) for name in regions if name in used))
+            tuple((name, *plan.regions[name]) for name in plan.regions if name in used), plan.workspace_bytes, compute)
 
 
 def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[Launch, ...]:

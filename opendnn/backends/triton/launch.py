@@ -11,6 +11,17 @@ The other arguments are the plan's own, so they specialize the same way on every
 A ``Launches`` is a problem's whole plan: its launches in order and the scratch arrays they take
 (allocated per call, like the argmax positions of max-pooling's backward), filled into the slots.
 
+A kept kernel is launched through the C launcher Triton built for it (``CompiledKernel.run``),
+with the arguments Triton's own ``CompiledKernel.__getitem__`` runner passes (triton 3.6,
+compiler.py), less its per-launch Python: the runner asks for the current device and its stream,
+builds the launch metadata that only launch hooks read, and hands the launcher the hook chains,
+which it calls even when empty. Here the stream is the current one of the tensors' device (dispatch
+has made the handle's device current and checked the tensors are on it, so it is the runner's
+stream) and, while no launch hook is registered (``knobs.runtime.launch_enter_hook`` /
+``launch_exit_hook``), the metadata and hooks are None, which the launcher skips. With a hook
+registered, another Triton version, or a kernel that is not Triton's own CompiledKernel, the
+runner launches as before.
+
 Under Triton's CPU interpreter ``kernel[grid](...)`` runs the kernel and returns None: nothing is
 cached, every call goes through the interpreter, and no key is computed.
 """
@@ -20,8 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import triton
+from triton import knobs
 from triton.compiler import CompiledKernel
+from triton.runtime import driver
 from triton.runtime.interpreter import InterpretedFunction
+
+# the launcher's argument layout below is triton 3.6's (CompiledKernel.__getitem__'s runner)
+DIRECT_LAUNCH = triton.__version__.split(".")[:2] == ["3", "6"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,8 @@ class Launch:
     def __post_init__(self) -> None:
         self.grid = (*self.grid, *(1,) * (3 - len(self.grid)))
         self.slots = tuple((k, a.name) for k, a in enumerate(self.args) if isinstance(a, Slot))
+        # the key is taken once per distinct tensor: a slot filled twice (an absent tensor's stand-in) keys alike
+        self.keyed = tuple(dict.fromkeys(name for _, name in self.slots))
         names = self.kernel.arg_names[len(self.args):]
         self.constexprs = tuple(self.options[name] for name in names)
         self.interpreted = isinstance(self.kernel, InterpretedFunction)
@@ -55,15 +74,31 @@ class Launch:
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
             self.kernel[self.grid](*args, **self.options)
             return
-        slotted = [args[index] for index, _ in self.slots]
-        key = (slotted[0].device.index, *((t.data_ptr() % 16 == 0, t.dtype) for t in slotted))
+        keyed = [tensors[name] for name in self.keyed]
+        device = keyed[0].device.index
+        key = (device, *[(t.data_ptr() % 16 == 0, t.dtype) for t in keyed])
         kernel = self.compiled.get(key)
         if kernel is None:
             kernel = self.kernel[self.grid](*args, **self.options)
             if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
                 self.compiled[key] = kernel
+        elif type(kernel) is CompiledKernel and DIRECT_LAUNCH and not _hooked():
+            # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module docstring)
+            grid = self.grid
+            kernel.run(grid[0], grid[1], grid[2], driver.active.get_current_stream(device), kernel.function,
+                       kernel.packed_metadata, None, None, None, *args, *self.constexprs)
         else:
             kernel[self.grid](*args, *self.constexprs)
+
+
+def _hooked() -> bool:
+    """Whether a launch hook is registered (a HookChain with calls, or any other hook set)."""
+    runtime = knobs.runtime
+    return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
+
+
+def _hook_set(hook: Any) -> bool:
+    return hook is not None and (not isinstance(hook, knobs.HookChain) or bool(hook.calls))
 
 
 @dataclass(frozen=True)

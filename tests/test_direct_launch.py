@@ -1,0 +1,101 @@
+"""Launch's direct call of a compiled kernel's C launcher (backends/triton/launch.py), checked without a
+GPU against Triton's own runner (``CompiledKernel.__getitem__``): both are run on one stand-in kernel
+whose launcher records its arguments, under a stand-in driver that names the current device and
+its stream. The direct call must pass what the runner passes, except the launch metadata and the
+hook chains, which it passes as None while no hook is registered; with a hook registered it must
+leave the launch to the runner."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from triton import knobs
+from triton.compiler import CompiledKernel
+from triton.runtime import driver
+
+from opendnn.backends.triton import launch as launch_module
+from opendnn.backends.triton.launch import Launch, Slot
+
+pytestmark = pytest.mark.skipif(not launch_module.DIRECT_LAUNCH, reason="the direct launch is written for triton 3.6")
+
+STREAM = 0x5EED
+
+
+class _Driver:
+    """The current device is 0; each device's current stream is STREAM + its index."""
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int) -> int:
+        return STREAM + device
+
+
+def _compiled(calls: list) -> CompiledKernel:
+    """A CompiledKernel (the class itself: the direct path takes only Triton's own) whose handles are
+    loaded and whose launcher records its arguments."""
+    kernel = object.__new__(CompiledKernel)
+    kernel.module, kernel.function, kernel.packed_metadata = object(), 0xF00, (4, 1, 0)
+    kernel.name, kernel.src, kernel.metadata = "k", None, None
+    kernel._run = lambda *args: calls.append(args)
+    return kernel
+
+
+class _Kernel:
+    """A stand-in @triton.jit function whose first call compiles (returns the recording kernel)."""
+
+    arg_names = ["x_ptr", "y_ptr", "n", "BLOCK"]
+
+    def __init__(self, compiled: CompiledKernel) -> None:
+        self.compiled = compiled
+
+    def __getitem__(self, grid):
+        return lambda *args, **options: self.compiled
+
+
+class _Tensor:
+    def __init__(self, address: int) -> None:
+        self.device, self.address, self.dtype = types.SimpleNamespace(index=0), address, "fp32"
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    monkeypatch.setattr(driver, "_active", _Driver())
+
+
+def _launched(launch: Launch, tensors: dict) -> None:
+    launch(tensors)  # compiles (the stand-in) and keeps the kernel
+    launch(tensors)  # the kept kernel: the direct path
+
+
+def test_the_direct_launch_passes_what_triton_runner_passes(fake_driver):
+    direct, runner = [], []
+    kernel = _compiled(direct)
+    tensors = {"x": _Tensor(4096), "y": _Tensor(8192)}
+    _launched(Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("y"), 7), {"BLOCK": 128, "num_warps": 4}), tensors)
+    assert len(direct) == 1
+    kernel._run = lambda *args: runner.append(args)
+    kernel[(3, 2, 1)](tensors["x"], tensors["y"], 7, 128)  # Triton's runner, with the same arguments
+    (ours,), (theirs,) = direct, runner
+    metadata_at = 6  # gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter, exit, args
+    assert ours[:metadata_at] == theirs[:metadata_at] == (3, 2, 1, STREAM, 0xF00, (4, 1, 0))
+    assert ours[metadata_at:metadata_at + 3] == (None, None, None)
+    assert ours[metadata_at + 3:] == theirs[metadata_at + 3:] == (tensors["x"], tensors["y"], 7, 128)
+
+
+def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
+    calls, seen = [], []
+    kernel = _compiled(calls)
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        _launched(Launch(_Kernel(kernel), (1,), (Slot("x"), Slot("x"), 5), {"BLOCK": 64, "num_warps": 4}),
+                  {"x": _Tensor(0)})
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    (args,) = calls
+    assert args[7] is knobs.runtime.launch_enter_hook and args[6] is not None  # the runner's hook chain and metadata
