@@ -353,10 +353,12 @@ def _matrix(bound: Bound, desc: TensorDescriptor) -> Bound:
 
 TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
 TMA_BLOCK_K = 64
-# Fewest pixels along W in a box: 8 rows of 128 bytes, one whole 128-byte swizzle pattern. The
-# H200 gave wrong elements with 2 (64 x 1 x 2 boxes, ResNet-50's 14 x 14 layer: error 6e-3 against
-# float64 where every other layer is at bfloat16's rounding, 1.66e-3); 8 was exact.
+# Fewest pixels along W in a box: rows of at least 8 pixels (one whole 128-byte swizzle pattern of
+# 8 x 128 bytes); the widths verified exact on the H200 (convolution_notes.md, "Bugs").
 TMA_MIN_W = 8
+# conv_tma_kernel runs 4 warps: with 8 (two warpgroups) and 3-4 stages its results on the H200 were
+# wrong and changed from run to run (a race; convolution_notes.md, "Bugs").
+TMA_WARPS, TMA_STAGES = 4, 4
 TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
 MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
 
@@ -533,8 +535,7 @@ def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
         BACKWARD=backward, FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
         HAS_Z=problem.z is not None, ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
         PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem), DOT=dot, IMAGES=images, BLOCK_H=block_h,
-        BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=TMA_BLOCK_K, GROUP_M=8, num_warps=8 if block_n > 64 else 4,
-        num_stages=4))
+        BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=TMA_BLOCK_K, GROUP_M=8, num_warps=TMA_WARPS, num_stages=TMA_STAGES))
 
 
 def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> Launch:
