@@ -40,7 +40,7 @@ import triton.language as tl
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
 from opendnn.backends.triton import matmul
-from opendnn.backends.triton.device import TMA_ALIGNMENT, has_tma, use_descriptor_scratch
+from opendnn.backends.triton.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -276,8 +276,8 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
         return
     interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
-    tma = tma_blocks(problem) is not None and _tma_ready(*(tensors[name] for name in TMA_READS[problem.direction]),
-                                                         interpreted)
+    tma = tma_blocks(problem) is not None and tma_ready(*(tensors[name] for name in TMA_READS[problem.direction]),
+                                                        interpreted)
     plan = launch_plan(problem, interpreted, tma)
     if plan.tma and not interpreted:
         use_descriptor_scratch()
@@ -397,17 +397,14 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
 
     def padded(box: tuple[int, int, int]) -> tuple[int, int]:
-        sizes = (geo.n, pixels[1], pixels[2])
-        return math.prod(-(-size // b) * b for size, b in zip(sizes, box)), -box[2]
+        return pixel_boxes(geo.n, pixels, box) * TMA_BLOCK_M, -box[2]
 
     return min(boxes, key=padded)
 
 
-def _tma_ready(a: Any, b: Any, interpreted: bool) -> bool:
-    """TMA can read the two tensors: 16-byte aligned bases, on a GPU that has TMA (or the interpreter)."""
-    if a.data_ptr() % TMA_ALIGNMENT or b.data_ptr() % TMA_ALIGNMENT:
-        return False
-    return interpreted or has_tma(a.device.index)
+def pixel_boxes(n: int, size: tuple[int, int, int], box: tuple[int, int, int]) -> int:
+    """How many (IMAGES, BLOCK_H, BLOCK_W) boxes cover n images of (d, h, w) = ``size`` (d = 1)."""
+    return math.prod(-(-extent // side) for extent, side in zip((n, size[1], size[2]), box))
 
 
 def _tma_filter_tile(problem: ConvolutionProblem) -> tuple[int, int]:
@@ -420,8 +417,7 @@ def _tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
     """(programs per slice, slices, boxes per slice) of filter_tma_kernel: slices of the output
     pixel boxes enough to fill the GPU, each at least MIN_SLICE_BOXES boxes."""
     geo = geometry(problem)
-    images, block_h, block_w = tma_blocks(problem)
-    boxes = -(-geo.n // images) * -(-geo.y_size[1] // block_h) * -(-geo.y_size[2] // block_w)
+    boxes = pixel_boxes(geo.n, geo.y_size, tma_blocks(problem))
     block_k, block_c = _tma_filter_tile(problem)
     programs = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
     splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), boxes // MIN_SLICE_BOXES))
@@ -525,8 +521,7 @@ def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
     block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
-    tiles = (-(-geo.n // images) * -(-out_size[1] // block_h) * -(-out_size[2] // block_w)
-             * triton.cdiv(outputs, block_n))
+    tiles = pixel_boxes(geo.n, out_size, (images, block_h, block_w)) * triton.cdiv(outputs, block_n)
     args = (a, Slot("w"), out, Slot("bias"), Slot("z"), geo.n, *a_size[1:], reduced,
             *out_size[1:], outputs, *geo.filt[1:], a_sn, a_sh, a_sw, strides5(problem.w)[0], o_sn, o_sc, o_sh, o_sw,
             z_sn, z_sc, z_sh, z_sw, problem.bias.strides[1] if problem.bias is not None else 0,

@@ -20,9 +20,11 @@ import triton
 import triton.language as tl
 
 from opendnn.backends.triton.convolution_gemm import (
+    box_origin,
     direct_coordinate,
     epilogue,
     gather_coordinate,
+    pixel_box_descriptor,
     reduction_index,
     row_coordinates,
     tap_shifts,
@@ -169,10 +171,8 @@ def filter_tma_kernel(
     x[p + shift(tap), c], for the IMAGES x BLOCK_H x BLOCK_W boxes of output pixels of the split.
     Box positions past dy (and x positions in the padding) are TMA's zero fill."""
     BLOCK_P: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
-    dy_desc = tl.make_tensor_descriptor(dy_ptr, [N, OH, OW, K], [dy_sn, dy_sh, dy_sw, 1],
-                                        [IMAGES, BLOCK_H, BLOCK_W, BLOCK_M])
-    x_desc = tl.make_tensor_descriptor(x_ptr, [N, XH, XW, C], [x_sn, x_sh, x_sw, 1],
-                                       [IMAGES, BLOCK_H, BLOCK_W, BLOCK_N])
+    dy_desc = pixel_box_descriptor(dy_ptr, N, OH, OW, K, dy_sn, dy_sh, dy_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_M)
+    x_desc = pixel_box_descriptor(x_ptr, N, XH, XW, C, x_sn, x_sh, x_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_N)
     tiles_c = tl.cdiv(C, BLOCK_N)
     pid = tl.program_id(0)
     c0 = pid % tiles_c * BLOCK_N
@@ -180,17 +180,13 @@ def filter_tma_kernel(
     k0 = pid // (tiles_c * R * S) * BLOCK_M
     shift_h = tap // S * dil_h - pad_h
     shift_w = tap % S * dil_w - pad_w
-    blocks_h = tl.cdiv(OH, BLOCK_H)
-    blocks_w = tl.cdiv(OW, BLOCK_W)
     split = tl.program_id(1)
     begin = split * slice_boxes
-    end = tl.minimum(begin + slice_boxes, tl.cdiv(N, IMAGES) * blocks_h * blocks_w)
+    end = tl.minimum(begin + slice_boxes, tl.cdiv(N, IMAGES) * tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W))
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for box in range(begin, end):
-        n0 = box // (blocks_h * blocks_w) * IMAGES
-        h0 = box // blocks_w % blocks_h * BLOCK_H
-        w0 = box % blocks_w * BLOCK_W
+        n0, h0, w0 = box_origin(box, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         a = dy_desc.load([n0, h0, w0, k0]).reshape(BLOCK_P, BLOCK_M)
         b = x_desc.load([n0, h0 + shift_h, w0 + shift_w, c0]).reshape(BLOCK_P, BLOCK_N)
         acc = tl.dot(a.T.to(DOT), b.to(DOT), acc, out_dtype=COMPUTE)

@@ -250,6 +250,22 @@ def conv_gemm_kernel(
 
 
 @triton.jit
+def pixel_box_descriptor(ptr, N, H, W, C, sn, sh, sw, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr,
+                         BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """A TMA descriptor of a channels-last [N, H, W, C] tensor read in IMAGES x BLOCK_H x BLOCK_W
+    boxes of BLOCK_C channels; coordinates outside it read zeros."""
+    return tl.make_tensor_descriptor(ptr, [N, H, W, C], [sn, sh, sw, 1], [IMAGES, BLOCK_H, BLOCK_W, BLOCK_C])
+
+
+@triton.jit
+def box_origin(box, N, H, W, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """(n0, h0, w0) of box ``box`` of the pixel grid N x H x W, boxes in (image, row, column) order."""
+    blocks_h = tl.cdiv(H, BLOCK_H)
+    blocks_w = tl.cdiv(W, BLOCK_W)
+    return box // (blocks_h * blocks_w) * IMAGES, box // blocks_w % blocks_h * BLOCK_H, box % blocks_w * BLOCK_W
+
+
+@triton.jit
 def conv_tma_kernel(
     a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr,
     N, AH, AW, RED, OH, OW, OUTC, R, S, a_sn, a_sh, a_sw, w_sk,
@@ -268,8 +284,7 @@ def conv_tma_kernel(
     its [BLOCK_N, BLOCK_K] box at (k, tap*C + c) is B transposed; backward data its
     [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B."""
     BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
-    a_desc = tl.make_tensor_descriptor(a_ptr, [N, AH, AW, RED], [a_sn, a_sh, a_sw, 1],
-                                       [IMAGES, BLOCK_H, BLOCK_W, BLOCK_K])
+    a_desc = pixel_box_descriptor(a_ptr, N, AH, AW, RED, a_sn, a_sh, a_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_K)
     filter_columns = R * S * (OUTC if BACKWARD else RED)
     if BACKWARD:
         w_desc = tl.make_tensor_descriptor(w_ptr, [RED, filter_columns], [w_sk, 1], [BLOCK_K, BLOCK_N])
@@ -277,18 +292,14 @@ def conv_tma_kernel(
         w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, filter_columns], [w_sk, 1], [BLOCK_N, BLOCK_K])
 
     # grouped ordering: GROUP_M row tiles share each column tile while it is hot in L2
-    blocks_h = tl.cdiv(OH, BLOCK_H)
-    blocks_w = tl.cdiv(OW, BLOCK_W)
-    tiles_m = tl.cdiv(N, IMAGES) * blocks_h * blocks_w
+    tiles_m = tl.cdiv(N, IMAGES) * tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
     tiles_n = tl.cdiv(OUTC, BLOCK_N)
     pid = tl.program_id(0)
     band = pid // (GROUP_M * tiles_n)
     band_rows = tl.minimum(tiles_m - band * GROUP_M, GROUP_M)
     tile_m = band * GROUP_M + (pid % (GROUP_M * tiles_n)) % band_rows
     col0 = (pid % (GROUP_M * tiles_n)) // band_rows * BLOCK_N
-    n0 = tile_m // (blocks_h * blocks_w) * IMAGES
-    h0 = tile_m // blocks_w % blocks_h * BLOCK_H
-    w0 = tile_m % blocks_w * BLOCK_W
+    n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
 
     chunks = RED // BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)

@@ -23,6 +23,14 @@ def has_tma(device_index: int | None) -> bool:
     return torch.cuda.get_device_capability(device_index or 0)[0] >= 9
 
 
+def tma_ready(a: Any, b: Any, interpreted: bool) -> bool:
+    """TMA can read the torch tensors a and b: 16-byte aligned bases, on a GPU that has TMA (the
+    interpreter emulates it)."""
+    if a.data_ptr() % TMA_ALIGNMENT or b.data_ptr() % TMA_ALIGNMENT:
+        return False
+    return interpreted or (a.is_cuda and has_tma(a.device.index))
+
+
 def use_descriptor_scratch() -> None:
     """Give kernels that build tensor descriptors on the device (``tl.make_tensor_descriptor``)
     their global scratch memory: Triton asks ``triton.set_allocator``'s hook at each launch."""

@@ -39,7 +39,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.device import TMA_ALIGNMENT, has_tma, multiprocessors, use_descriptor_scratch
+from opendnn.backends.triton.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.pointwise import activation
 from opendnn.core.arrays import Bound, torch_view
@@ -249,8 +249,7 @@ def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None
     views = {name: torch_view(bound) for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias),
                                                          ("residual", residual)) if bound is not None}
     device = views["c"].device
-    tma = views["a"].data_ptr() % TMA_ALIGNMENT == 0 and views["b"].data_ptr() % TMA_ALIGNMENT == 0
-    tma = tma and (interpreted or (device.type == "cuda" and has_tma(device.index)))
+    tma = tma_ready(views["a"], views["b"], interpreted)
     plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
                        None if residual is None else residual.desc, tma, interpreted,
                        MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0))
