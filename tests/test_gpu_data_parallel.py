@@ -2,10 +2,9 @@
 bitwise; the converted digits model and ResNet-50 train data-parallel over NCCL, 2 GPUs at least
 1.8x one (ResNet-50: 1.6x in a few steps here; the CLI times 20)."""
 
-import threading
-
 import pytest
 import torch
+from threaded import run_on_own_streams
 
 import opendnn as od
 import opendnn.functional as F
@@ -27,20 +26,7 @@ def device_work(device: str, seed: int, handle: od.Handle) -> list[torch.Tensor]
 def test_one_handle_per_device_from_its_own_thread_matches_serial_runs_bitwise():
     devices = [f"cuda:{k}" for k in range(torch.cuda.device_count())]
     expected = [device_work(device, k, od.create(device)) for k, device in enumerate(devices)]
-    results: list[list[torch.Tensor] | None] = [None] * len(devices)
-
-    def run(k: int) -> None:
-        handle = od.create(devices[k])
-        handle.set_stream(torch.cuda.Stream(devices[k]))
-        for _ in range(3):
-            results[k] = device_work(devices[k], k, handle)
-        handle.get_stream().synchronize()
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(devices))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = run_on_own_streams(devices, lambda k, handle: device_work(devices[k], k, handle))
     for k, (got, want) in enumerate(zip(results, expected)):
         assert got is not None, f"thread {k} did not finish"
         for a, b in zip(got, want):

@@ -2,10 +2,9 @@
 several threads, each handle on its own stream, give bitwise the results of a serial run, and two
 handles' streams really run side by side."""
 
-import threading
-
 import pytest
 import torch
+from threaded import run_on_own_streams
 
 import opendnn as od
 import opendnn.functional as F
@@ -29,21 +28,9 @@ def test_threads_with_own_handles_and_streams_match_serial_bitwise():
     serial_handle = od.create(DEVICE)
     expected = [network_step(x, w, serial_handle) for x, w in inputs]
     torch.cuda.synchronize()
-    results: list[list[torch.Tensor] | None] = [None] * len(inputs)
-
-    def run(k: int) -> None:
-        handle = od.create(DEVICE)
-        handle.set_stream(torch.cuda.Stream(DEVICE))
-        for _ in range(3):  # repeated, so the threads' launches interleave
-            results[k] = network_step(*inputs[k], handle)
-        handle.get_stream().synchronize()
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(inputs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = run_on_own_streams([DEVICE] * len(inputs), lambda k, handle: network_step(*inputs[k], handle))
     for k, (got, want) in enumerate(zip(results, expected)):
+        assert got is not None, f"thread {k} did not finish"
         for a, b in zip(got, want):
             assert torch.equal(a, b), f"thread {k} differs from the serial run"
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -356,7 +357,7 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
         big = FAST_FP8_TILES if problem.fast_fp8_accumulation else PRECISE_FP8_TILES
     else:
         big = BIG_TILES[dtype]
-    big_tiles = problem.m // big.block_m * (problem.n // big.block_n) * max(1, _prod(problem.batch))
+    big_tiles = problem.m // big.block_m * (problem.n // big.block_n) * max(1, math.prod(problem.batch))
     if big_tiles >= sms:
         return big
     return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
@@ -404,13 +405,6 @@ def _moved(views: dict[str, Any], offsets: tuple[int, int, int, int]) -> dict[st
         view = views[name]
         moved[name] = view.as_strided((1,), (1,), view.storage_offset() + offset)
     return moved
-
-
-def _prod(dims: tuple[int, ...]) -> int:
-    count = 1
-    for d in dims:
-        count *= d
-    return count
 
 
 def _interpreted() -> bool:
