@@ -60,6 +60,11 @@ TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)
 DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
 DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
+# ... its (pixels, channels, warps) per tile, programs and fewest pixel tiles per slice, by whether dy's
+# channels are contiguous. Measured on the H200 (BENCHMARKS.md, fifth session): channels-last takes one
+# warp per program (its pixel sums never leave the warp) and 4x the programs (latency hidden by
+# residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
+DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
@@ -195,7 +200,8 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     pixels = geo.output_pixels
     if (_uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
             and geo.taps * cg <= DIRECT_FILTER_COLUMNS):
-        tile = Tile(64, min(64, triton.next_power_of_2(geo.k)), 0, 4, 1)
+        block_m, block_n, warps, target, min_steps = DIRECT_FILTER_TILES[problem.y.strides[1] == 1]
+        tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
         programs = triton.cdiv(geo.k, tile.block_n)
         step = tile.block_m
         direct_kernel = True
@@ -206,9 +212,9 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         block_n = min(block_n, tile.block_n)
         tile = Tile(block_m, block_n, tile.block_k, 8 if block_m * block_n >= 128 * 128 else 4, tile.num_stages)
         programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n) * geo.groups
-        step = tile.block_k
+        step, target, min_steps = tile.block_k, TARGET_PROGRAMS, MIN_SLICE_STEPS
         direct_kernel = False
-    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), pixels // (step * MIN_SLICE_STEPS)))
+    splits = max(1, min(triton.cdiv(target, programs), pixels // (step * min_steps)))
     slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), step) * step
     return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel)
 
@@ -569,7 +575,7 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[L
         grid = (triton.cdiv(geo.k, tile.block_n), plan.splits)
         launches.append(Launch(direct.filter_direct_kernel, grid, (Slot("x"), Slot("y"), Slot("w"), partial, *common),
                                dict(COLUMNS=triton.next_power_of_2(geo.taps * cg), BLOCK_M=tile.block_m,
-                                    BLOCK_N=tile.block_n, num_warps=4, **flags)))
+                                    BLOCK_N=tile.block_n, num_warps=tile.num_warps, **flags)))
     else:
         table, source, gathered = Slot("w"), "implicit", Slot("x")
         if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
