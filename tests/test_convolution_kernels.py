@@ -281,3 +281,27 @@ def test_tma_not_taken_when_misaligned_strided_or_nchw():
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True)) is not None  # margin 6: the run falls back
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(2, 1), margin=16)) is None
     assert kernels.tma_blocks(check(FWD, **base, margin=16)) is None
+
+
+@pytest.mark.parametrize("direction", [FWD, DATA])
+def test_tma_tf32_channels_last_forward_and_backward_data_dilation_flip_beta(direction):
+    problem = check(direction, DataType.FLOAT, (2, 32, 6, 7), 64, (3, 2), pre=(2, 1), post=(0, 1), dilation=(2, 1),
+                    flip=True, channels_last=True, beta=0.5, allow_tf32=True, margin=16)
+    assert _read_by_tma(problem) and kernels.staged(problem) == ()
+    assert kernels.workspace_size(problem) == (problem.w.numel * 4 if direction is DATA else 0)  # filter [C, R, S, K]
+
+
+@pytest.mark.parametrize("direction", [DATA, FILTER])
+def test_tma_tf32_nchw_backward_stages_channels_last_copies(direction):
+    dims = (4, 32, 9, 10) if direction is FILTER else (2, 32, 5, 7)
+    problem = check(direction, DataType.FLOAT, dims, 64, (3, 3), pre=(1, 1), flip=direction is DATA, beta=0.5,
+                    allow_tf32=True, margin=16)
+    assert _read_by_tma(problem)
+    assert kernels.staged(problem) == (("x", "y") if direction is FILTER else ("y",))
+
+
+def test_tma_tf32_not_taken_for_strict_float32_nchw_forward_or_odd_channels():
+    base = dict(dtype=DataType.FLOAT, x_dims=(2, 32, 5, 6), k=32, filt=(3, 3), pre=(1, 1), margin=16)
+    assert kernels.tma_blocks(check(FWD, **base, channels_last=True)) is None  # TF32 not allowed
+    assert kernels.tma_blocks(check(FWD, **base, allow_tf32=True)) is None  # NCHW forward: no workspace to stage
+    assert kernels.tma_blocks(check(DATA, **{**base, "k": 24}, allow_tf32=True)) is None  # 24 reduced channels

@@ -22,6 +22,13 @@ A 1x1, stride-1, ungrouped forward or backward data over channels-last tensors i
 product (pixels x channels times the filter matrix): it runs on matmul's persistent TMA kernel
 (``matmul_form``), under every algorithm but DIRECT.
 
+Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allowed, read their
+activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
+reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
+(and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
+cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
+forward keeps zero workspace.
+
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
 for float64), 3 stages. Launches are planned once per problem and replayed (``launch_plan``).
@@ -39,7 +46,7 @@ import triton.language as tl
 
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
-from opendnn.backends.triton import matmul
+from opendnn.backends.triton import matmul, pointwise
 from opendnn.backends.triton.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
@@ -54,6 +61,7 @@ from opendnn.ops.convolution import (
     method_of,
 )
 from opendnn.ops.matmul import MatmulProblem, matmul_problem
+from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
 
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)
@@ -220,8 +228,9 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
 
 
 @functools.lru_cache(maxsize=256)
-def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, int, int]:
-    """Bytes of (offset table, column matrix, backward-filter partial sums)."""
+def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
+    """Bytes of each of REGIONS: offset table, column matrix, backward-filter partial sums, and the
+    TMA route's channels-last copies of x and y and its repacked filter."""
     geo = geometry(problem)
     method = method_of(problem.algo)
     table = _aligned(geo.taps * TABLE_BYTES_PER_TAP) if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM else 0
@@ -237,7 +246,9 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, int, int]:
         if splits > 1:
             accumulator = 8 if _compute(problem) == tl.float64 else 4
             partials = _aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
-    return table, columns, partials
+    copies = [_aligned(desc.numel * _item(problem)) if tma_blocks(problem) and used else 0 for desc, used in (
+        (problem.x, "x" in staged(problem)), (problem.y, "y" in staged(problem)), (problem.w, _packs_filter(problem)))]
+    return table, columns, partials, *copies
 
 
 def workspace_size(problem: ConvolutionProblem) -> int:
@@ -358,46 +369,83 @@ def _matrix(bound: Bound, desc: TensorDescriptor) -> Bound:
 # ---- stride-1 convolutions read by TMA --------------------------------------------------------------
 
 TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
-TMA_BLOCK_K = 64
+TMA_BLOCK_BYTES = 128  # bytes of reduced channels per chunk: 64 16-bit or 32 float32 (TF32) channels
 # Fewest pixels along W in a box: rows of at least 8 pixels (one whole 128-byte swizzle pattern of
 # 8 x 128 bytes); the widths verified exact on the H200 (convolution_notes.md, "Bugs").
 TMA_MIN_W = 8
 # conv_tma_kernel runs 4 warps: with 8 (two warpgroups) and 3-4 stages its results on the H200 were
 # wrong and changed from run to run (a race; convolution_notes.md, "Bugs").
 TMA_WARPS, TMA_STAGES = 4, 4
+TMA_SHARED_BYTES = 200 * 1024  # filter_tma_kernel's pipeline stages take at most this much shared memory
 TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
+REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
 MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
+
+
+def _tf32(problem: ConvolutionProblem) -> bool:
+    return problem.x.dtype is DataType.FLOAT and problem.allow_tf32 and _compute(problem) == tl.float32
+
+
+def _channels_last_aligned(desc: TensorDescriptor) -> bool:
+    """Channels contiguous and the other strides 16-byte aligned: TMA can read it in pixel boxes."""
+    n_stride, c_stride, _, h_stride, w_stride = strides5(desc)
+    aligned = TMA_ALIGNMENT // desc.dtype.itemsize
+    return c_stride == 1 and not any(s % aligned for s in (n_stride, h_stride, w_stride))
+
+
+@functools.lru_cache(maxsize=256)
+def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
+    """The activations ("x", "y") the TMA route copies channels-last into the workspace first: a
+    TF32 backward problem's operands that TMA cannot read where they are (NCHW, say)."""
+    if problem.direction is FORWARD or not _tf32(problem):
+        return ()
+    return tuple(name for name in TMA_READS[problem.direction] if name != "w"
+                 and not _channels_last_aligned(problem.x if name == "x" else problem.y))
+
+
+def _packs_filter(problem: ConvolutionProblem) -> bool:
+    """TF32 backward data reads the filter repacked as [C, R, S, K] (wgmma takes TF32 operands only
+    with the reduced dim contiguous) and runs as a forward convolution over dy."""
+    return problem.direction is BACKWARD_DATA and _tf32(problem)
+
+
+def _tma_block_k(problem: ConvolutionProblem) -> int:
+    return TMA_BLOCK_BYTES // problem.x.dtype.itemsize
 
 
 @functools.lru_cache(maxsize=256)
 def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
-    apply: 2-D (or 1-D) stride-1 ungrouped 16-bit problems, implicit GEMM, channels-last
-    activations with 16-byte aligned strides, and for forward and backward data reduced channels
-    a multiple of 64 and a KRSC filter (read as the matrix [K, R*S*C]). The block is the power-of-two box
+    apply: 2-D (or 1-D) stride-1 ungrouped 16-bit or TF32 problems, implicit GEMM, channels-last
+    activations with 16-byte aligned strides (TF32 backward stages others: ``staged``), and for
+    forward and backward data reduced channels a multiple of one 128-byte chunk and a KRSC filter
+    (read as the matrix [K, R*S*C]; TF32 backward data repacks any filter). The block is the power-of-two box
     of 128 output pixels (input pixels for backward data), at least TMA_MIN_W wide, that pads
     them least (ties: the widest)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
     if (geo.groups != 1 or geo.stride != (1, 1, 1) or geo.x_size[0] != 1 or geo.filt[0] != 1
-            or problem.x.dtype.itemsize != 2 or matmul_form(problem) is not None or not implicit):
+            or not (problem.x.dtype.itemsize == 2 or _tf32(problem)) or matmul_form(problem) is not None
+            or not implicit):
         return None
     if problem.direction is BACKWARD_FILTER:
-        read, pixels, reduced = (problem.x, problem.y), geo.y_size, 0
+        pixels, reduced = geo.y_size, 0
     elif problem.direction is BACKWARD_DATA:
-        read, pixels, reduced = (problem.y,), geo.x_size, geo.k
+        pixels, reduced = geo.x_size, geo.k
     else:
-        read, pixels, reduced = (problem.x,), geo.y_size, geo.c
-    if reduced % TMA_BLOCK_K:
+        pixels, reduced = geo.y_size, geo.c
+    if reduced % _tma_block_k(problem):
         return None
-    if problem.direction is not BACKWARD_FILTER:
+    if problem.direction is not BACKWARD_FILTER and not _packs_filter(problem):
         w_sk, w_sc, *w_taps = strides5(problem.w)
         if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c or w_sk % 8:
             return None
-    aligned = TMA_ALIGNMENT // problem.x.dtype.itemsize
-    for desc in read:
-        a_sn, a_sc, _, a_sh, a_sw = strides5(desc)
-        if a_sc != 1 or any(s % aligned for s in (a_sn, a_sh, a_sw)):
+    for name in TMA_READS[problem.direction]:
+        desc = {"x": problem.x, "y": problem.y, "w": None}[name]
+        if name in staged(problem):  # its packed channels-last copy must be aligned
+            if desc.dims[1] * desc.dtype.itemsize % TMA_ALIGNMENT:
+                return None
+        elif desc is not None and not _channels_last_aligned(desc):
             return None
     sides = [2**k for k in range(TMA_BLOCK_M.bit_length())]
     boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
@@ -414,9 +462,10 @@ def pixel_boxes(n: int, size: tuple[int, int, int], box: tuple[int, int, int]) -
 
 
 def _tma_filter_tile(problem: ConvolutionProblem) -> tuple[int, int]:
-    """(output channels, input channels) of a filter_tma_kernel tile."""
+    """(output channels, input channels) of a filter_tma_kernel tile: 128 or 64 (float32: 64, for shared memory)."""
     geo = geometry(problem)
-    return (128 if geo.k >= 128 else 64), (128 if geo.c >= 128 else 64)
+    widest = 128 if _item(problem) == 2 else 64
+    return (widest if geo.k >= widest else 64), (widest if geo.c >= widest else 64)
 
 
 def _tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
@@ -437,18 +486,22 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = Fals
     ``tma``: A and the filter are aligned for TMA on a GPU that has it)."""
     torch = _torch()
     dot = _dot_type(problem, CPU if interpreted else "cuda")
-    table, columns, partials = _workspace_regions(problem)
     item_type = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
                  DataType.DOUBLE: torch.float64}[problem.x.dtype]
     accumulator = torch.float64 if _compute(problem) == tl.float64 else torch.float32
-    regions = tuple((name, start, start + size, dtype) for name, start, size, dtype in (
-        ("table", 0, table, torch.int32), ("columns", table, columns, item_type),
-        ("partial", table + columns, partials, accumulator)) if size)
+    regions, start = [], 0
+    for name, size, dtype in zip(REGIONS, _workspace_regions(problem),
+                                 (torch.int32, item_type, accumulator, item_type, item_type, item_type)):
+        if size:
+            regions.append((name, start, start + size, dtype))
+            start += size
     if problem.direction is BACKWARD_FILTER:
         launches = _backward_filter(problem, dot, tma)
     else:
         launches = [_tma_launch(problem, dot)] if tma else _forward_or_backward_data(problem, dot)
-    return Plan(tuple(launches), regions, tma)
+    if tma:
+        launches = [*_staging_launches(problem), *launches]
+    return Plan(tuple(launches), tuple(regions), tma)
 
 
 def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
@@ -518,25 +571,64 @@ def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     images, block_h, block_w = tma_blocks(problem)
     backward = problem.direction is BACKWARD_DATA
     if backward:
-        a, out, a_desc, out_desc, reduced, outputs = Slot("y"), Slot("x"), problem.y, problem.x, geo.k, geo.c
+        (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "y"), Slot("x"), problem.x, geo.k, geo.c
         a_size, out_size = geo.y_size, geo.x_size
     else:
-        a, out, a_desc, out_desc, reduced, outputs = Slot("x"), Slot("y"), problem.x, problem.y, geo.c, geo.k
+        (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
         a_size, out_size = geo.x_size, geo.y_size
+    w, w_sk, flip, pads = Slot("w"), strides5(problem.w)[0], problem.flip, geo.pad[1:]
+    if _packs_filter(problem):  # a forward convolution of dy with the filter [C, R, S, K], turned around
+        backward, w, w_sk, flip = False, Slot("w_packed"), geo.taps * geo.k, not problem.flip
+        pads = tuple((size - 1) * dilation - pad for size, dilation, pad in zip(geo.filt[1:], geo.dilation[1:], pads))
     a_sn, _, _, a_sh, a_sw = strides5(a_desc)
     o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
     block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
     tiles = pixel_boxes(geo.n, out_size, (images, block_h, block_w)) * triton.cdiv(outputs, block_n)
-    args = (a, Slot("w"), out, Slot("bias"), Slot("z"), geo.n, *a_size[1:], reduced,
-            *out_size[1:], outputs, *geo.filt[1:], a_sn, a_sh, a_sw, strides5(problem.w)[0], o_sn, o_sc, o_sh, o_sw,
+    args = (a, w, out, Slot("bias"), Slot("z"), geo.n, *a_size[1:], reduced,
+            *out_size[1:], outputs, *geo.filt[1:], a_sn, a_sh, a_sw, w_sk, o_sn, o_sc, o_sh, o_sw,
             z_sn, z_sc, z_sh, z_sw, problem.bias.strides[1] if problem.bias is not None else 0,
-            *geo.pad[1:], *geo.dilation[1:], problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
+            *pads, *geo.dilation[1:], problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
     return Launch(gemm.conv_tma_kernel, (tiles,), args, dict(
-        BACKWARD=backward, FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
+        BACKWARD=backward, FLIP=flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
         HAS_Z=problem.z is not None, ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-        PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem), DOT=dot, IMAGES=images, BLOCK_H=block_h,
-        BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=TMA_BLOCK_K, GROUP_M=8, num_warps=TMA_WARPS, num_stages=TMA_STAGES))
+        PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem), DOT=dot, PRECISION=_precision(problem),
+        IMAGES=images, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=_tma_block_k(problem), GROUP_M=8,
+        num_warps=TMA_WARPS, num_stages=TMA_STAGES))
+
+
+def _tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
+    """Where the TMA kernels read activation ``name``: the caller's tensor or its staged copy."""
+    desc = problem.x if name == "x" else problem.y
+    if name in staged(problem):
+        return Slot(f"{name}_staged"), _channels_last(desc)
+    return Slot(name), desc
+
+
+def _channels_last(desc: TensorDescriptor) -> TensorDescriptor:
+    """``desc``'s dims packed channels-last: memory order N, spatial dims, C."""
+    n, c, *spatial = desc.dims
+    strides = [math.prod(spatial) * c, 1]
+    strides += [math.prod(spatial[k + 1:]) * c for k in range(len(spatial))]
+    return TensorDescriptor(desc.dtype, desc.dims, tuple(strides))
+
+
+def _staging_launches(problem: ConvolutionProblem) -> list[Launch]:
+    """The copies the TMA route reads instead of the caller's tensors: staged activations
+    channels-last, and for TF32 backward data the filter [K, C, R, S] repacked as [C, R, S, K]."""
+    copies = [(name, _tma_read(problem, name)) for name in staged(problem)]
+    if _packs_filter(problem):
+        k, c, *spatial = problem.w.dims
+        strides = (1, math.prod(spatial) * k, *(math.prod(spatial[j + 1:]) * k for j in range(len(spatial))))
+        copies.append(("w", (Slot("w_packed"), TensorDescriptor(problem.w.dtype, problem.w.dims, strides))))
+    launches = []
+    for source, (target, target_desc) in copies:
+        source_desc = {"x": problem.x, "y": problem.y, "w": problem.w}[source]
+        copy = pointwise.pointwise_launch(PointwiseProblem(PointwiseMode.IDENTITY, (source_desc,), target_desc))
+        names = {"out": target.name, "in0": source, "in1": target.name, "in2": target.name}
+        args = tuple(Slot(names[a.name]) if isinstance(a, Slot) else a for a in copy.args)
+        launches.append(Launch(copy.kernel, copy.grid, args, copy.options))
+    return launches
 
 
 def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> Launch:
@@ -612,16 +704,18 @@ def _tma_filter_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     images, block_h, block_w = tma_blocks(problem)
     block_k, block_c = _tma_filter_tile(problem)
     programs, splits, per_slice = _tma_filter_split(problem)
-    x_sn, _, _, x_sh, x_sw = strides5(problem.x)
-    dy_sn, _, _, dy_sh, dy_sw = strides5(problem.y)
+    (x, x_desc), (dy, dy_desc) = _tma_read(problem, "x"), _tma_read(problem, "y")
+    x_sn, _, _, x_sh, x_sw = strides5(x_desc)
+    dy_sn, _, _, dy_sh, dy_sw = strides5(dy_desc)
     w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
-    args = (Slot("x"), Slot("y"), Slot("w"), Slot("partial") if splits > 1 else Slot("w"), geo.n, *geo.x_size[1:],
+    stages = min(4, TMA_SHARED_BYTES // (TMA_BLOCK_M * (block_k + block_c) * _item(problem)))
+    args = (x, dy, Slot("w"), Slot("partial") if splits > 1 else Slot("w"), geo.n, *geo.x_size[1:],
             geo.c, *geo.y_size[1:], geo.k, *geo.filt[1:], x_sn, x_sh, x_sw, dy_sn, dy_sh, dy_sw, w_sk, w_sc, w_sr, w_ss,
             *geo.pad[1:], *geo.dilation[1:], per_slice, problem.alpha, problem.beta)
     launches = [Launch(direct.filter_tma_kernel, (programs, splits), args, dict(
         FLIP=problem.flip, PARTIAL=splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), DOT=dot,
-        IMAGES=images, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_M=block_k, BLOCK_N=block_c,
-        num_warps=8 if block_k * block_c >= 128 * 128 else 4, num_stages=3 if block_k * block_c >= 128 * 128 else 4))]
+        PRECISION=_precision(problem), IMAGES=images, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_M=block_k,
+        BLOCK_N=block_c, num_warps=8 if block_k * block_c >= 128 * 128 else 4, num_stages=stages))]
     if splits > 1:
         launches.append(_sum_launch(problem, splits))
     return launches

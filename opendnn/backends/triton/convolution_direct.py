@@ -163,8 +163,8 @@ def filter_tma_kernel(
     pad_h, pad_w, dil_h, dil_w, slice_boxes,
     alpha: tl.float64, beta: tl.float64,
     FLIP: tl.constexpr, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr,
-    IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Stride-1, ungrouped 2-D backward filter over channels-last x and dy, read by TMA. Program
     (k tile x tap x c tile, split): dw[k, c, tap] = sum over output pixels p of dy[p, k] *
@@ -189,7 +189,7 @@ def filter_tma_kernel(
         n0, h0, w0 = box_origin(box, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         a = dy_desc.load([n0, h0, w0, k0]).reshape(BLOCK_P, BLOCK_M)
         b = x_desc.load([n0, h0 + shift_h, w0 + shift_w, c0]).reshape(BLOCK_P, BLOCK_N)
-        acc = tl.dot(a.T.to(DOT), b.to(DOT), acc, out_dtype=COMPUTE)
+        acc = tl.dot(a.T.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
     k = k0 + tl.arange(0, BLOCK_M)[:, None]
     c = c0 + tl.arange(0, BLOCK_N)[None, :]

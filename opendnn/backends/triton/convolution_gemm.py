@@ -274,8 +274,8 @@ def conv_tma_kernel(
     alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
     BACKWARD: tl.constexpr, FLIP: tl.constexpr, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_Z: tl.constexpr, ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
-    DOT: tl.constexpr, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """Stride-1, ungrouped 2-D forward (or backward data) over channels-last A and a KRSC filter,
     read by TMA. A tile's rows are an IMAGES x BLOCK_H x BLOCK_W block of output pixels; for each
@@ -320,7 +320,7 @@ def conv_tma_kernel(
             b = w_desc.load([c0, w_tap * OUTC + col0])
         else:
             b = w_desc.load([col0, w_tap * RED + c0]).T
-        acc = tl.dot(a.to(DOT), b.to(DOT), acc, out_dtype=COMPUTE)
+        acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
     rows = tl.arange(0, BLOCK_M)
     n = n0 + rows // (BLOCK_H * BLOCK_W)
