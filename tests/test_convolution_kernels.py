@@ -305,3 +305,6 @@ def test_tma_tf32_not_taken_for_strict_float32_nchw_forward_or_odd_channels():
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True)) is None  # TF32 not allowed
     assert kernels.tma_blocks(check(FWD, **base, allow_tf32=True)) is None  # NCHW forward: no workspace to stage
     assert kernels.tma_blocks(check(DATA, **{**base, "k": 24}, allow_tf32=True)) is None  # 24 reduced channels
+    one_by_one = dict(dtype=DataType.FLOAT, x_dims=(2, 64, 5, 6), k=64, filt=(1, 1), margin=16, allow_tf32=True)
+    assert kernels.tma_blocks(check(DATA, **one_by_one)) is None  # NCHW dy: the copy would cost more than it gains
+    assert kernels.staged(check(FILTER, **one_by_one)) == ("x", "y")
