@@ -236,11 +236,7 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     table = _aligned(geo.taps * TABLE_BYTES_PER_TAP) if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM else 0
     columns = partials = 0
     if method is ConvolutionMethod.GEMM:
-        if problem.direction is FORWARD or problem.direction is BACKWARD_FILTER:
-            columns = geo.output_pixels * geo.taps * geo.c
-        else:
-            columns = geo.input_pixels * geo.taps * geo.k
-        columns = _aligned(columns * _item(problem))
+        columns = _aligned(_im2col_elements(problem) * _item(problem))
     if problem.direction is BACKWARD_FILTER:  # enough for the TMA kernel's slices and the others'
         splits = max(filter_plan(problem).splits, _tma_filter_split(problem)[1] if tma_blocks(problem) else 1)
         if splits > 1:
@@ -249,6 +245,14 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     copies = [_aligned(desc.numel * _item(problem)) if tma_blocks(problem) and used else 0 for desc, used in (
         (problem.x, "x" in staged(problem)), (problem.y, "y" in staged(problem)), (problem.w, _packs_filter(problem)))]
     return table, columns, partials, *copies
+
+
+def _im2col_elements(problem: ConvolutionProblem) -> int:
+    """Elements of the column matrix an explicit GEMM convolution materialises."""
+    geo = geometry(problem)
+    if problem.direction is BACKWARD_DATA:
+        return geo.input_pixels * geo.taps * geo.k
+    return geo.output_pixels * geo.taps * geo.c
 
 
 def workspace_size(problem: ConvolutionProblem) -> int:
@@ -378,9 +382,6 @@ TMA_MIN_W = 8
 TMA_WARPS, TMA_STAGES = 4, 4
 TMA_SHARED_BYTES = 200 * 1024  # filter_tma_kernel's pipeline stages take at most this much shared memory
 TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
-# Fewest dx channels x taps for which backward data copies an NCHW dy channels-last: below it the
-# copy costs more than the product gains (H200, 1x1 from 256 to 64 channels: 0.52 -> 0.38 of cuDNN).
-STAGED_MIN_DEPTH = 256
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
 MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
 
@@ -443,8 +444,9 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         w_sk, w_sc, *w_taps = strides5(problem.w)
         if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c or w_sk % 8:
             return None
-    if "y" in staged(problem) and problem.direction is BACKWARD_DATA and geo.c * geo.taps < STAGED_MIN_DEPTH:
-        return None
+    copied = sum((problem.x if name == "x" else problem.y).numel for name in staged(problem))
+    if copied + (problem.w.numel if _packs_filter(problem) else 0) > _im2col_elements(problem):
+        return None  # the copies would take more memory than an explicit GEMM's columns (1x1 layers)
     for name in TMA_READS[problem.direction]:
         desc = {"x": problem.x, "y": problem.y, "w": None}[name]
         if name in staged(problem):  # its packed channels-last copy must be aligned
