@@ -1,0 +1,62 @@
+"""Every ResNet-50 layer of ../shared/anchors (batch 64) in all three directions, in one layout and
+dtype: the route the default algorithm takes, its error against float64, its workspace, and GPU
+time (CUDA-graph replay) beside cuDNN's (torch, cudnn.benchmark, TF32 allowed for float32).
+
+    PYTHONPATH=. python3 benchmarks/convolution_layers.py nchw_float32 [--out FILE.json]
+
+Prints one line per case, then the geometric mean and the minimum of cudnn / opendnn per direction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import torch
+from convolution_kernels import DATA, FILTER, FWD, LAYERS, Case, bench_graph
+
+from opendnn.backends.triton import convolution as kernels
+from opendnn.core.dtypes import DataType
+
+DTYPES = {"float32": DataType.FLOAT, "bfloat16": DataType.BFLOAT16, "float16": DataType.HALF}
+
+
+def route(case: Case) -> str:
+    if kernels.matmul_form(case.problem) is not None:
+        return "matmul"
+    if kernels.tma_blocks(case.problem) is None:
+        return "old"  # the cp.async GEMM or the direct kernels
+    return "tma+staged" if kernels.staged(case.problem) else "tma"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("layout_dtype", help="nchw_float32, nhwc_bfloat16, nhwc_float32, ...")
+    parser.add_argument("--out", help="write the rows as JSON here")
+    args = parser.parse_args()
+    layout, dtype = args.layout_dtype.split("_")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    rows = []
+    for layer in LAYERS:
+        for direction in (FWD, DATA, FILTER):
+            case = Case(layer, direction, DTYPES[dtype], layout == "nhwc")
+            error = case.error()
+            ours, theirs = bench_graph(case.run), bench_graph(case.torch_call())
+            error = max(error, case.error())
+            rows.append(dict(layer=layer, direction=direction.name, route=route(case), error=error, ms=ours,
+                             cudnn_ms=theirs, ratio=theirs / ours, workspace=kernels.workspace_size(case.problem)))
+            print(f"{layer:13s} {direction.name:15s} {rows[-1]['route']:10s} err={error:.1e} ours={ours * 1e3:8.1f}us "
+                  f"cudnn={theirs * 1e3:8.1f}us ratio={theirs / ours:.3f} ws={rows[-1]['workspace']}", flush=True)
+    if args.out:
+        with open(args.out, "w") as file:
+            json.dump(rows, file, indent=1)
+    for direction in (FWD, DATA, FILTER):
+        ratios = [row["ratio"] for row in rows if row["direction"] == direction.name]
+        print(f"{layout} {dtype} {direction.name:15s} geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
+              f" min {min(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
