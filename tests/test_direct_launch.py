@@ -2,8 +2,8 @@
 GPU against Triton's own runner (``CompiledKernel.__getitem__``): both are run on one stand-in kernel
 whose launcher records its arguments, under a stand-in driver that names the current device and
 its stream. The direct call must pass what the runner passes, except the launch metadata and the
-hook chains, which it passes as None while no hook is registered; with a hook registered it must
-leave the launch to the runner."""
+hook chains, which it passes as None while no hook is registered, and the tensors, which it passes
+as their addresses; with a hook registered it must leave the launch to the runner."""
 
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ def test_the_direct_launch_passes_what_triton_runner_passes(fake_driver):
     metadata_at = 6  # gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter, exit, args
     assert ours[:metadata_at] == theirs[:metadata_at] == (3, 2, 1, STREAM, 0xF00, (4, 1, 0))
     assert ours[metadata_at:metadata_at + 3] == (None, None, None)
-    assert ours[metadata_at + 3:] == theirs[metadata_at + 3:] == (tensors["x"], tensors["y"], 7, 128)
+    assert theirs[metadata_at + 3:] == (tensors["x"], tensors["y"], 7, 128)
+    assert ours[metadata_at + 3:] == (4096, 8192, 7, 128)  # the tensors' addresses: the launcher takes them as is
 
 
 def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):

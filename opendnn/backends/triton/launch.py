@@ -15,9 +15,11 @@ A kept kernel is launched through the C launcher Triton built for it (``Compiled
 with the arguments Triton's own ``CompiledKernel.__getitem__`` runner passes (triton 3.6,
 compiler.py), less its per-launch Python: the runner asks for the current device and its stream,
 builds the launch metadata that only launch hooks read, and hands the launcher the hook chains,
-which it calls even when empty. Here the stream is the current one of the tensors' device (dispatch
-has made the handle's device current and checked the tensors are on it, so it is the runner's
-stream) and, while no launch hook is registered (``knobs.runtime.launch_enter_hook`` /
+which it calls even when empty. Pointers go to the launcher as integers (the addresses the key
+has read): given a tensor it would call ``data_ptr()`` again and ask the driver about the address
+(``cuPointerGetAttribute``), per pointer argument and launch. Here the stream is the current one
+of the tensors' device (dispatch has made the handle's device current and checked the tensors are
+on it, so it is the runner's stream) and, while no launch hook is registered (``knobs.runtime.launch_enter_hook`` /
 ``launch_exit_hook``), the metadata and hooks are None, which the launcher skips. With a hook
 registered, another Triton version, or a kernel that is not Triton's own CompiledKernel, the
 runner launches as before.
@@ -63,32 +65,41 @@ class Launch:
         self.slots = tuple((k, a.name) for k, a in enumerate(self.args) if isinstance(a, Slot))
         # the key is taken once per distinct tensor: a slot filled twice (an absent tensor's stand-in) keys alike
         self.keyed = tuple(dict.fromkeys(name for _, name in self.slots))
+        self.slot_keys = tuple((index, self.keyed.index(name)) for index, name in self.slots)
         names = self.kernel.arg_names[len(self.args):]
         self.constexprs = tuple(self.options[name] for name in names)
         self.interpreted = isinstance(self.kernel, InterpretedFunction)
 
     def __call__(self, tensors: dict[str, Any]) -> None:
-        args = list(self.args)
-        for index, name in self.slots:
-            args[index] = tensors[name]
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
-            self.kernel[self.grid](*args, **self.options)
+            self.kernel[self.grid](*self._filled(tensors), **self.options)
             return
         keyed = [tensors[name] for name in self.keyed]
+        addresses = [t.data_ptr() for t in keyed]
         device = keyed[0].device.index
-        key = (device, *[(t.data_ptr() % 16 == 0, t.dtype) for t in keyed])
+        key = (device, *[(address % 16 == 0, t.dtype) for address, t in zip(addresses, keyed)])
         kernel = self.compiled.get(key)
-        if kernel is None:
-            kernel = self.kernel[self.grid](*args, **self.options)
-            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
-                self.compiled[key] = kernel
-        elif type(kernel) is CompiledKernel and DIRECT_LAUNCH and not _hooked():
-            # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module docstring)
+        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and not _hooked():
+            # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module
+            # docstring), and the pointers as the integers the launcher would ask each tensor for
+            args = list(self.args)
+            for index, k in self.slot_keys:
+                args[index] = addresses[k]
             grid = self.grid
             kernel.run(grid[0], grid[1], grid[2], driver.active.get_current_stream(device), kernel.function,
                        kernel.packed_metadata, None, None, None, *args, *self.constexprs)
+        elif kernel is None:
+            kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
+            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
+                self.compiled[key] = kernel
         else:
-            kernel[self.grid](*args, *self.constexprs)
+            kernel[self.grid](*self._filled(tensors), *self.constexprs)
+
+    def _filled(self, tensors: dict[str, Any]) -> list[Any]:
+        args = list(self.args)
+        for index, name in self.slots:
+            args[index] = tensors[name]
+        return args
 
 
 def _hooked() -> bool:
