@@ -63,15 +63,21 @@ def test_adaptive_pools_match_torch_on_gpu(output_size):
     torch.testing.assert_close(F.adaptive_avg_pool(x, output_size), TF.adaptive_avg_pool2d(x, output_size))
 
 
-def test_max_pool_backward_is_bitwise_repeatable_on_gpu():
-    x = torch.randn(8, 64, 56, 56, device=DEVICE).round()  # many ties
-    y = F.max_pool(x, 3, 1, 1)
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("dtype, channels_last", [(torch.float32, False), (torch.bfloat16, True)])
+def test_max_pool_backward_is_bitwise_repeatable_on_gpu(stride, dtype, channels_last):
+    """Ties everywhere; stride 2 sums up to 4 windows per dx element in the window-major gather, and
+    bf16 channels-last takes the doubled (NARROW_SCALE) tiles."""
+    x = torch.randn(8, 64, 56, 56, device=DEVICE).round().to(dtype)  # many ties
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = F.max_pool(x, 3, stride, 1)
     dy = torch.randn_like(y)
-    first = F.max_pool_backward(dy, x, y, 3, 1, 1)
-    assert all(torch.equal(first, F.max_pool_backward(dy, x, y, 3, 1, 1)) for _ in range(3))
-    xt = x.clone().requires_grad_()
-    TF.max_pool2d(xt, 3, 1, 1).backward(dy)
-    torch.testing.assert_close(first, xt.grad)
+    first = F.max_pool_backward(dy, x, y, 3, stride, 1)
+    assert all(torch.equal(first, F.max_pool_backward(dy, x, y, 3, stride, 1)) for _ in range(3))
+    xt = x.float().requires_grad_()
+    TF.max_pool2d(xt, 3, stride, 1).backward(dy.float())
+    torch.testing.assert_close(first, xt.grad.to(dtype))
 
 
 @pytest.mark.parametrize("wide", [False, True])

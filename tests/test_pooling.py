@@ -211,6 +211,24 @@ def test_global_pools_of_long_windows_and_numpy_inputs(backend):
     np.testing.assert_array_equal(dx, 2.0 * (x == y))
 
 
+def test_triton_long_max_windows_in_a_transposed_layout_pick_the_first_tie():
+    """72 positions (plain loops: the argmax pass and a gather of 2 phases x 40 windows) on an x whose H
+    is its innermost dim, so the kernels walk the window in another order than N, C, D, H, W: the
+    argmax must still be the first tie in that order."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 10, 9), seed=15).round().transpose(2, 3)  # (2, 3, 9, 10), H innermost; many ties
+    window, stride, padding = (8, 9), (1, 2), (1, 2)
+    pool = od.PoolingDescriptor(PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, window, padding, stride)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), float("nan"), dtype=torch.float64)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    np.testing.assert_array_equal(y.numpy(), reference_forward(PoolingMode.MAX, x.numpy(), window, padding, stride))
+    dy, dx = random(y.shape, seed=16), torch.full_like(x, float("nan"))
+    od.pooling_backward(handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0,
+                        descriptor(dx), dx)
+    expected = reference_backward(PoolingMode.MAX, x.numpy(), y.numpy(), dy.numpy(), window, padding, stride)
+    np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("mode, channels_last, wide", [(PoolingMode.MAX, False, True), (INCLUDE, True, False)])
 def test_triton_tiles_that_wrap_rows_and_int64_offsets(monkeypatch, mode, channels_last, wide):
     """Tiny tiles, so a tile's rows wrap across dims (the compare-and-carry row coordinates), and the

@@ -28,8 +28,15 @@ Backward gather: each input position ``i = o * stride - padding + r`` belongs to
 ``o`` (``r`` in ``0 .. stride - 1``), so a program owns a tile of cells and, for each phase ``r``,
 writes dx at the cell's input positions: the sum over the windows ``o - q`` that hold ``i`` (window
 offset ``r + q * stride < window``) of their dy, where that window's argmax is this offset (max) or
-divided by the window's count (averages). Every element of dx is written once, no atomics, in a
-fixed order: the results are bitwise repeatable.
+divided by the window's count (averages). Each window's dy (and argmax) is loaded once per cell and
+shared by every phase (one sum per phase, the stores last). Every element of dx is written once, no
+atomics, in a fixed order: the results are bitwise repeatable.
+
+Masks: rows past the output (and, for strided columns, columns past it) read the last row's or
+column's window, so the forward's loads carry no tile mask, only its stores. A position is tested
+against the input's start only at the window offsets under the padding, and against its end only at
+the offsets where the last window overhangs it (constants of the launch): with 3x3 windows, stride 2,
+padding 1 on 56 positions, 4 of 9 offsets test nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ FORWARD_TILE = 2048  # outputs of a forward program: 16 per thread at 4 warps
 ARGMAX_TILE = 1024  # outputs of an argmax program (it holds y and positions too), half for strided loads
 BACKWARD_TILE = 512  # cells of a backward program: each writes prod(stride) elements of dx (registers)
 MAX_INNER_BLOCK = 256
+NARROW_SCALE = 2  # tiles of dtypes under 4 bytes with contiguous columns: this many times the elements
 INT32_LIMIT = 2**31 - 1
 
 
@@ -120,21 +128,19 @@ def split_constant(index, SIZES: tl.constexpr):
 
 
 @triton.jit
-def inside(position, size, WINDOWED: tl.constexpr):
-    """0 <= position < size; always true along a dim without a window (its positions are outputs)."""
-    if WINDOWED:
-        ok = (position >= 0) & (position < size)
-    else:
-        ok = position == position
-    return ok
+def within(position, size, j, LOW: tl.constexpr, HIGH: tl.constexpr):
+    """0 <= position < size for a position at window offset ``j``, testing only the ends that offset can
+    pass: before the input when ``j < LOW`` (the padding), past its end when ``j >= HIGH`` (where the last
+    window overhangs): a constant offset of the unrolled loop tests one end or none."""
+    return ((position >= 0) | (j >= LOW)) & ((position < size) | (j < HIGH))
 
 
 @triton.jit
-def window_count(start, size, pad, WINDOW: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
+def window_count(start, size, pad, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
     """Positions a window starting at ``start`` counts along one dim: up to the end of the trailing
-    padding (INCLUDE_PADDING) or inside the input only."""
-    if WINDOW == 1:
-        count = start * 0 + 1
+    padding (INCLUDE_PADDING) or inside the input only; the window where no window is CLIPPED."""
+    if not CLIPPED:
+        count = start * 0 + WINDOW
     elif INCLUDE_PADDING:
         count = tl.minimum(start + WINDOW, size + pad) - start
     else:
@@ -143,28 +149,34 @@ def window_count(start, size, pad, WINDOW: tl.constexpr, INCLUDE_PADDING: tl.con
 
 
 @triton.jit
-def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
+def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, CLIPPED: tl.constexpr,
+                  INCLUDE_PADDING: tl.constexpr):
     """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor."""
-    rows = (window_count(s0, sizes[0], pads[0], WINDOW[0], INCLUDE_PADDING)
-            * window_count(s1, sizes[1], pads[1], WINDOW[1], INCLUDE_PADDING)
-            * window_count(s2, sizes[2], pads[2], WINDOW[2], INCLUDE_PADDING)
-            * window_count(s3, sizes[3], pads[3], WINDOW[3], INCLUDE_PADDING))
-    counts = rows[None, :] * window_count(s4, sizes[4], pads[4], WINDOW[4], INCLUDE_PADDING)[:, None]
+    rows = (window_count(s0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], INCLUDE_PADDING)
+            * window_count(s1, sizes[1], pads[1], WINDOW[1], CLIPPED[1], INCLUDE_PADDING)
+            * window_count(s2, sizes[2], pads[2], WINDOW[2], CLIPPED[2], INCLUDE_PADDING)
+            * window_count(s3, sizes[3], pads[3], WINDOW[3], CLIPPED[3], INCLUDE_PADDING))
+    counts = rows[None, :] * window_count(s4, sizes[4], pads[4], WINDOW[4], CLIPPED[4], INCLUDE_PADDING)[:, None]
     return tl.maximum(counts, 1)  # windows outside the tile's range may count 0; real ones never do
 
 
 @triton.jit
-def window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes, x_strides,
+def window_step(j, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes, x_strides,
                 best, found, total, y_value,
-                WINDOW: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
-                COMPUTE: tl.constexpr):
-    """Fold window position ``j`` (row-major over the canonical window) into the accumulators: the max
-    (``best``), the smallest row-major position (in N, C, D, H, W order) of an element equal to y
-    (``found``) or the sum."""
-    j0, j1, j2, j3, j4 = split_constant(j, WINDOW)
-    ok_row = (row_ok & inside(s3 + j3, in_sizes[3], WINDOW[3] > 1) & inside(s0 + j0, in_sizes[0], WINDOW[0] > 1)
-              & inside(s1 + j1, in_sizes[1], WINDOW[1] > 1) & inside(s2 + j2, in_sizes[2], WINDOW[2] > 1))
-    ok = ok_row[None, :] & (col_ok & inside(s4 + j4, in_sizes[4], WINDOW[4] > 1))[:, None]
+                WINDOW: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
+                PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+    """Fold window position ``j`` into the accumulators: the max (``best``) or the sum (``j`` row-major over
+    the canonical window), or ``found``, the row-major position ``j`` in N, C, D, H, W order of an element
+    equal to y (the positions come last to first: the first match is the last written)."""
+    if KIND == "argmax":
+        j0, j1, j2, j3, j4 = (j // LINEAR[0] % WINDOW[0], j // LINEAR[1] % WINDOW[1], j // LINEAR[2] % WINDOW[2],
+                              j // LINEAR[3] % WINDOW[3], j // LINEAR[4] % WINDOW[4])
+    else:
+        j0, j1, j2, j3, j4 = split_constant(j, WINDOW)
+    ok_row = (within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
+              & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0]) & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
+              & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2]))
+    ok = ok_row[None, :] & (load_cols & within(s4 + j4, in_sizes[4], j4, LOW[4], HIGH[4]))[:, None]
     # the shift along dims 0-3 is shared by a window row; a unit stride along dim 4 folds into the load's offset
     row_shift = j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3]
     x_at = (x_tile + row_shift) + j4 * x_strides[4]
@@ -177,9 +189,7 @@ def window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes, x_strid
             best = tl.where(ok & (x == x) & ((x > best) | (best != best)), x, best)
     elif KIND == "argmax":
         x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
-        linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
-        match = ok & ((x == y_value) | ((x != x) & (y_value != y_value))) & (linear < found)
-        found = tl.where(match, linear, found)
+        found = tl.where(ok & ((x == y_value) | ((x != x) & (y_value != y_value))), j, found)
     else:
         total += tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
     return best, found, total
@@ -189,9 +199,10 @@ def window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes, x_strid
 def pool_forward_kernel(
     x_ptr, y_ptr, argmax_ptr, in_sizes, out_sizes, pads, x_strides, y_strides, argmax_strides,
     alpha: tl.float64, beta: tl.float64,
-    WINDOW: tl.constexpr, STRIDE: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
-    INCLUDE_PADDING: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr,
-    CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
+    LINEAR: tl.constexpr, KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+    HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
     write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
@@ -199,14 +210,23 @@ def pool_forward_kernel(
     b0, b1, b2, o0, o1, o2, o3, cols = program_tile(out_sizes, BLOCK_R, BLOCK_C, CARRY)
     row_ok = o0 < out_sizes[0]
     col_ok = cols < out_sizes[4]
-    s0 = o0 * STRIDE[0] - pads[0]
+    # rows past the output read the last row's windows (valid addresses: no tile mask on the loads), and so
+    # do strided columns (scalar loads); contiguous ones keep their mask (a min() would cost the vector loads)
+    x0 = tl.minimum(o0, out_sizes[0] - 1)
+    if STRIDE[4] > 1:
+        x4 = tl.minimum(cols, out_sizes[4] - 1)
+        load_cols = cols >= 0
+    else:
+        x4 = cols
+        load_cols = col_ok
+    s0 = x0 * STRIDE[0] - pads[0]
     s1 = o1 * STRIDE[1] - pads[1]
     s2 = o2 * STRIDE[2] - pads[2]
     s3 = o3 * STRIDE[3] - pads[3]
-    s4 = cols * STRIDE[4] - pads[4]
+    s4 = x4 * STRIDE[4] - pads[4]
     x_tile = (x_ptr + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2],
                                    x_strides)
-              + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides,
+              + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides,
                             WIDE))
     mask = row_ok[None, :] & col_ok[:, None]
     y_at = (y_ptr + outer_offset(b0, b1, b2, y_strides)
@@ -219,16 +239,18 @@ def pool_forward_kernel(
     steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
     found = tl.full((BLOCK_C, BLOCK_R), steps, tl.int32)
     total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
+    first: tl.constexpr = (steps - 1) * (KIND == "argmax")  # argmax: the window's positions last to first
+    step: tl.constexpr = 1 - 2 * (KIND == "argmax")
     if UNROLL:
-        for j in tl.static_range(steps):
-            best, found, total = window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes,
+        for i in tl.static_range(steps):
+            best, found, total = window_step(first + step * i, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes,
                                              x_strides, best, found, total, y_value,
-                                             WINDOW, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
+                                             WINDOW, LOW, HIGH, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
     else:
-        for j in range(steps):
-            best, found, total = window_step(j, x_tile, s0, s1, s2, s3, s4, row_ok, col_ok, in_sizes,
+        for i in range(steps):
+            best, found, total = window_step(first + step * i, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes,
                                              x_strides, best, found, total, y_value,
-                                             WINDOW, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
+                                             WINDOW, LOW, HIGH, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
 
     if KIND == "argmax":
         argmax_at = (argmax_ptr + outer_offset(b0, b1, b2, argmax_strides)
@@ -238,7 +260,8 @@ def pool_forward_kernel(
         if KIND == "max":
             result = best
         else:
-            result = total / window_counts(s0, s1, s2, s3, s4, in_sizes, pads, WINDOW, INCLUDE_PADDING).to(COMPUTE)
+            counts = window_counts(s0, s1, s2, s3, s4, in_sizes, pads, WINDOW, CLIPPED, INCLUDE_PADDING)
+            result = total / counts.to(COMPUTE)
         result = result * tl.cast(alpha, COMPUTE)
         if HAS_BETA:
             result += tl.cast(beta, COMPUTE) * tl.load(y_at, mask=mask).to(COMPUTE)
@@ -246,65 +269,72 @@ def pool_forward_kernel(
 
 
 @triton.jit
-def window_gradient(phase, q, b0, b1, b2, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes, pads,
-                    dy_strides, argmax_strides,
-                    WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr,
-                    KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr):
-    """The gradient that window ``o - q`` sends to the input position at offset ``r + q * stride``
-    of it (``r`` the phase): dy where that offset is the window's argmax (max) or dy / count."""
+def window_values(q, b0, b1, b2, o0, o1, o2, o3, o4, tile_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes, pads,
+                  dy_strides, argmax_strides,
+                  WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, SHIFTS: tl.constexpr,
+                  LAST_SHIFT: tl.constexpr, KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr,
+                  ARGMAX_LIKE_DY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr):
+    """dy of the windows ``o - q`` of the cells ``o`` (0 outside the output; divided by the window's count
+    for averages) and, for max, their argmax positions: loaded once, shared by every phase."""
+    q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
+    w0, w1, w2, w3, w4 = o0 - q0, o1 - q1, o2 - q2, o3 - q3, o4 - q4
+    # o - q < 0 only when q > 0; past the output only when q < cells - outputs (offset -q against LAST_SHIFT)
+    w_row = (within(w3, out_sizes[3], -q3, 0, LAST_SHIFT[3]) & within(w0, out_sizes[0], -q0, 0, LAST_SHIFT[0])
+             & within(w1, out_sizes[1], -q1, 0, LAST_SHIFT[1]) & within(w2, out_sizes[2], -q2, 0, LAST_SHIFT[2]))
+    ok = tile_ok & w_row[None, :] & within(w4, out_sizes[4], -q4, 0, LAST_SHIFT[4])[:, None]
+    dy_at = (dy_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, dy_strides)
+             + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, dy_strides, WIDE))
+    gradient = tl.load(dy_at, mask=ok, other=0.0).to(COMPUTE)
+    if KIND == "max":
+        if ARGMAX_LIKE_DY:  # the same offsets as dy's, computed once
+            argmax_strides = dy_strides
+        argmax_at = (argmax_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, argmax_strides)
+                     + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, argmax_strides, WIDE))
+        positions = tl.load(argmax_at, mask=ok, other=-1).to(tl.int32)
+    else:
+        counts = window_counts(w0 * STRIDE[0] - pads[0], w1 * STRIDE[1] - pads[1], w2 * STRIDE[2] - pads[2],
+                               w3 * STRIDE[3] - pads[3], w4 * STRIDE[4] - pads[4], in_sizes, pads, WINDOW,
+                               CLIPPED, INCLUDE_PADDING)
+        gradient = gradient / counts.to(COMPUTE)
+        positions = ok.to(tl.int32)  # not read by averages
+    return gradient, positions
+
+
+@triton.jit
+def window_share(gradient, positions, phase, q,
+                 WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr,
+                 KIND: tl.constexpr):
+    """What window ``o - q`` sends to the input position at offset ``r + q * stride`` of it (``r`` the
+    phase): its dy where that offset is its argmax (max) or its dy / count; 0 past the window's end."""
     r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
     q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
     j0, j1, j2, j3, j4 = (r0 + q0 * STRIDE[0], r1 + q1 * STRIDE[1], r2 + q2 * STRIDE[2], r3 + q3 * STRIDE[3],
                           r4 + q4 * STRIDE[4])
     in_window = (j0 < WINDOW[0]) & (j1 < WINDOW[1]) & (j2 < WINDOW[2]) & (j3 < WINDOW[3]) & (j4 < WINDOW[4])
-    w0, w1, w2, w3, w4 = o0 - q0, o1 - q1, o2 - q2, o3 - q3, o4 - q4
-    w_row = ((w3 >= 0) & (w3 < out_sizes[3]) & (w0 >= 0) & (w0 < out_sizes[0]) & (w1 >= 0) & (w1 < out_sizes[1])
-             & (w2 >= 0) & (w2 < out_sizes[2]))
-    ok = in_ok & in_window & w_row[None, :] & ((w4 >= 0) & (w4 < out_sizes[4]))[:, None]
-    dy_at = (dy_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, dy_strides)
-             + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, dy_strides, WIDE))
-    gradient = tl.load(dy_at, mask=ok, other=0.0).to(COMPUTE)
     if KIND == "max":
-        argmax_at = (argmax_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, argmax_strides)
-                     + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, argmax_strides, WIDE))
         linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
-        ok = ok & (tl.load(argmax_at, mask=ok, other=-1).to(tl.int32) == linear)
+        share = tl.where(in_window & (positions == linear), gradient, 0.0)
     else:
-        counts = window_counts(w0 * STRIDE[0] - pads[0], w1 * STRIDE[1] - pads[1], w2 * STRIDE[2] - pads[2],
-                               w3 * STRIDE[3] - pads[3], w4 * STRIDE[4] - pads[4], in_sizes, pads, WINDOW,
-                               INCLUDE_PADDING)
-        gradient = gradient / counts.to(COMPUTE)
-    return tl.where(ok, gradient, 0.0)
+        share = tl.where(in_window, gradient, 0.0)
+    return share
 
 
 @triton.jit
-def phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr, in_sizes,
-                   out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta,
-                   WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr,
-                   KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr,
-                   WIDE: tl.constexpr, COMPUTE: tl.constexpr):
-    """dx at the input positions ``o * stride - padding + r`` of the cells ``o`` (``r`` the phase)."""
+def store_phase(total, phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx_ptr, in_sizes, pads, dx_strides,
+                alpha, beta, STRIDE: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr, HAS_BETA: tl.constexpr,
+                WIDE: tl.constexpr, COMPUTE: tl.constexpr):
+    """dx = alpha * total + beta * dx at the input positions ``o * stride - padding + r`` of the cells
+    ``o`` (``r`` the phase) that lie inside x: tested before its start for phases under the padding
+    (LOW), past its end for phases from HIGH (the last cell's)."""
     r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
     i0 = o0 * STRIDE[0] - pads[0] + r0
     i1 = o1 * STRIDE[1] - pads[1] + r1
     i2 = o2 * STRIDE[2] - pads[2] + r2
     i3 = o3 * STRIDE[3] - pads[3] + r3
     i4 = o4 * STRIDE[4] - pads[4] + r4
-    in_row = (row_ok & (i3 >= 0) & (i3 < in_sizes[3]) & (i0 >= 0) & (i0 < in_sizes[0]) & (i1 >= 0)
-              & (i1 < in_sizes[1]) & (i2 >= 0) & (i2 < in_sizes[2]))
-    in_ok = in_row[None, :] & (col_ok & (i4 >= 0) & (i4 < in_sizes[4]))[:, None]
-    shifts: tl.constexpr = SHIFTS[0] * SHIFTS[1] * SHIFTS[2] * SHIFTS[3] * SHIFTS[4]
-    total = tl.zeros(in_ok.shape, COMPUTE)
-    if UNROLL:
-        for q in tl.static_range(shifts):
-            total += window_gradient(phase, q, b0, b1, b2, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes,
-                                     out_sizes, pads, dy_strides, argmax_strides, WINDOW, STRIDE, SHIFTS, LINEAR,
-                                     KIND, INCLUDE_PADDING, WIDE, COMPUTE)
-    else:
-        for q in range(shifts):
-            total += window_gradient(phase, q, b0, b1, b2, o0, o1, o2, o3, o4, in_ok, dy_ptr, argmax_ptr, in_sizes,
-                                     out_sizes, pads, dy_strides, argmax_strides, WINDOW, STRIDE, SHIFTS, LINEAR,
-                                     KIND, INCLUDE_PADDING, WIDE, COMPUTE)
+    in_row = (row_ok & within(i3, in_sizes[3], r3, LOW[3], HIGH[3]) & within(i0, in_sizes[0], r0, LOW[0], HIGH[0])
+              & within(i1, in_sizes[1], r1, LOW[1], HIGH[1]) & within(i2, in_sizes[2], r2, LOW[2], HIGH[2]))
+    in_ok = in_row[None, :] & (col_ok & within(i4, in_sizes[4], r4, LOW[4], HIGH[4]))[:, None]
     dx_at = (dx_ptr + outer_offset(b0 * STRIDE[0] - pads[0] + r0, b1 * STRIDE[1] - pads[1] + r1,
                                    b2 * STRIDE[2] - pads[2] + r2, dx_strides)
              + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], i3, i4, dx_strides,
@@ -319,26 +349,49 @@ def phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr
 def pool_backward_kernel(
     dy_ptr, argmax_ptr, dx_ptr, in_sizes, out_sizes, cell_sizes, pads, dy_strides, argmax_strides, dx_strides,
     alpha: tl.float64, beta: tl.float64,
-    WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
-    INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, CARRY: tl.constexpr,
-    WIDE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
+    SHIFTS: tl.constexpr, LAST_SHIFT: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, ARGMAX_LIKE_DY: tl.constexpr,
+    CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of cells (held as BLOCK_C x BLOCK_R); writes dx at every
-    input position of those cells, phase by phase."""
+    input position of those cells. UNROLL: window by window (each window's dy and argmax loaded once,
+    one sum per phase, the stores last); else phase by phase, every window loaded per phase."""
     b0, b1, b2, o0, o1, o2, o3, o4 = program_tile(cell_sizes, BLOCK_R, BLOCK_C, CARRY)
     row_ok = o0 < cell_sizes[0]
     col_ok = o4 < cell_sizes[4]
+    tile_ok = row_ok[None, :] & col_ok[:, None]
     phases: tl.constexpr = STRIDE[0] * STRIDE[1] * STRIDE[2] * STRIDE[3] * STRIDE[4]
+    shifts: tl.constexpr = SHIFTS[0] * SHIFTS[1] * SHIFTS[2] * SHIFTS[3] * SHIFTS[4]
     if UNROLL:
+        totals = ()
+        for _ in tl.static_range(phases):
+            totals = totals + (tl.zeros((BLOCK_C, BLOCK_R), COMPUTE),)
+        for q in tl.static_range(shifts):
+            gradient, positions = window_values(q, b0, b1, b2, o0, o1, o2, o3, o4, tile_ok, dy_ptr, argmax_ptr,
+                                                in_sizes, out_sizes, pads, dy_strides, argmax_strides, WINDOW,
+                                                STRIDE, CLIPPED, SHIFTS, LAST_SHIFT, KIND, INCLUDE_PADDING,
+                                                ARGMAX_LIKE_DY, WIDE, COMPUTE)
+            summed = ()
+            for phase in tl.static_range(phases):
+                summed = summed + (totals[phase] + window_share(gradient, positions, phase, q, WINDOW, STRIDE,
+                                                                SHIFTS, LINEAR, KIND),)
+            totals = summed
         for phase in tl.static_range(phases):
-            phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr,
-                           in_sizes, out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta, WINDOW,
-                           STRIDE, SHIFTS, LINEAR, KIND, INCLUDE_PADDING, HAS_BETA, UNROLL, WIDE, COMPUTE)
+            store_phase(totals[phase], phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx_ptr, in_sizes,
+                        pads, dx_strides, alpha, beta, STRIDE, LOW, HIGH, HAS_BETA, WIDE, COMPUTE)
     else:
         for phase in range(phases):
-            phase_gradient(phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dy_ptr, argmax_ptr, dx_ptr,
-                           in_sizes, out_sizes, pads, dy_strides, argmax_strides, dx_strides, alpha, beta, WINDOW,
-                           STRIDE, SHIFTS, LINEAR, KIND, INCLUDE_PADDING, HAS_BETA, UNROLL, WIDE, COMPUTE)
+            total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
+            for q in range(shifts):
+                gradient, positions = window_values(q, b0, b1, b2, o0, o1, o2, o3, o4, tile_ok, dy_ptr,
+                                                    argmax_ptr, in_sizes, out_sizes, pads, dy_strides,
+                                                    argmax_strides, WINDOW, STRIDE, CLIPPED, SHIFTS, LAST_SHIFT,
+                                                    KIND, INCLUDE_PADDING, ARGMAX_LIKE_DY, WIDE, COMPUTE)
+                total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND)
+            store_phase(total, phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx_ptr, in_sizes, pads,
+                        dx_strides, alpha, beta, STRIDE, LOW, HIGH, HAS_BETA, WIDE, COMPUTE)
 
 
 # launcher ----------------------------------------------------------------------------------------
@@ -357,6 +410,19 @@ class CanonicalPooling:
 
     def permute(self, values: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(values[d] for d in self.order)
+
+    @property
+    def overhang(self) -> tuple[int, ...]:
+        """Per dim, the first window offset at which the last window passes the input's end (the window's
+        size when none does); the offsets under the padding are the ones that can fall before its start."""
+        return tuple(min(n + p - (o - 1) * s, w) for w, s, p, n, o in
+                     zip(self.window, self.stride, self.pads, self.in_sizes, self.out_sizes))
+
+    @property
+    def clipped(self) -> tuple[bool, ...]:
+        """Per dim, whether a window may reach past the input (padding, or ceil mode's last window): the
+        kernels count windows' sizes only along those dims."""
+        return tuple(p > 0 or h < w for p, h, w in zip(self.pads, self.overhang, self.window))
 
 
 def _five(values: tuple[int, ...], lead: int, fill: int) -> tuple[int, ...]:
@@ -398,10 +464,16 @@ def _cell_sizes(in_sizes: tuple[int, ...], stride: tuple[int, ...], pads: tuple[
     return tuple(-(-(n + p) // s) for n, s, p in zip(in_sizes, stride, pads))
 
 
-def _launch_shape(sizes: tuple[int, ...], unit_stride: bool, tile: int) -> tuple[tuple[int], int, int, bool]:
+def _launch_shape(sizes: tuple[int, ...], unit_stride: bool, tile: int,
+                  narrow: bool) -> tuple[tuple[int], int, int, bool]:
     """Grid, BLOCK_R, BLOCK_C and CARRY for a tile walk over canonical ``sizes`` (rows: dims 0-3
-    flattened). ``tile`` elements per program; when dim 3 holds at least a quarter of the rows' block, the
-    block is cut to at most twice dim 3 so that a tile's row coordinates come from compares (CARRY)."""
+    flattened). ``tile`` elements per program, NARROW_SCALE times that when ``narrow`` (a 2-byte dtype
+    whose columns are contiguous: vector loads): a thread's index and mask work is per vector whatever
+    its bytes, so at fp32's count bf16 moved half the bytes per instruction (and its gather loaded 8 of
+    16 bytes). When dim 3 holds at least a quarter of the rows' block, the block is cut to at most twice
+    dim 3 so that a tile's row coordinates come from compares (CARRY)."""
+    if narrow:
+        tile *= NARROW_SCALE
     block_c = min(triton.next_power_of_2(sizes[4]), MAX_INNER_BLOCK if unit_stride else 64)
     rows = math.prod(sizes[:4])
     block_r = max(1, min(tile // block_c, triton.next_power_of_2(rows)))
@@ -455,11 +527,13 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     argmax_strides = plan.permute(argmax_strides)
     if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:
         tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
-    grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, tile)
+    narrow = x_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
+    grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, tile, narrow)
     args = (Slot("x"), Slot("y"), Slot("argmax" if kind == "argmax" else "y"), plan.in_sizes, plan.out_sizes,
             plan.pads, x_strides, y_strides, argmax_strides, problem.alpha, problem.beta)
     constants = dict(
-        WINDOW=plan.window, STRIDE=plan.stride, LINEAR=plan.linear, KIND=kind,
+        WINDOW=plan.window, STRIDE=plan.stride, CLIPPED=plan.clipped, LOW=plan.pads, HIGH=plan.overhang,
+        LINEAR=plan.linear, KIND=kind,
         INCLUDE_PADDING=problem.mode.value == "avg_include", PROPAGATE_NAN=problem.propagate_nan,
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
         WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem), BLOCK_R=block_r,
@@ -480,16 +554,22 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     dx_strides = plan.permute(_five(problem.dx.strides, lead, 0))
     shifts = tuple(-(-w // s) for w, s in zip(plan.window, plan.stride))
     gather_argmax_strides = plan.permute(argmax_strides)
-    grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile)
+    # the scratch is packed in the canonical order, as dy usually is (dims of one output position do not count)
+    argmax_like_dy = all(a == d for a, d, n in zip(gather_argmax_strides, dy_strides, plan.out_sizes) if n > 1)
+    narrow = dx_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
+    grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile, narrow)
     args = (Slot("dy"), Slot("argmax" if problem.mode.is_max else "dy"), Slot("dx"), plan.in_sizes,
             plan.out_sizes, cells, plan.pads, dy_strides, gather_argmax_strides, dx_strides, problem.alpha,
             problem.beta)
     constants = dict(
-        WINDOW=plan.window, STRIDE=plan.stride, SHIFTS=shifts, LINEAR=plan.linear,
+        WINDOW=plan.window, STRIDE=plan.stride, CLIPPED=plan.clipped, LOW=plan.pads,
+        HIGH=tuple(n + p - (c - 1) * s for n, p, c, s in zip(plan.in_sizes, plan.pads, cells, plan.stride)),
+        SHIFTS=shifts, LAST_SHIFT=tuple(1 + o - c for o, c in zip(plan.out_sizes, cells)), LINEAR=plan.linear,
         KIND="max" if problem.mode.is_max else "avg", INCLUDE_PADDING=problem.mode.value == "avg_include",
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
-        CARRY=carry, WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides), COMPUTE=_compute(problem),
-        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+        ARGMAX_LIKE_DY=argmax_like_dy, CARRY=carry,
+        WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides), COMPUTE=_compute(problem), BLOCK_R=block_r,
+        BLOCK_C=block_c, num_warps=4)
     gather = Launch(pool_backward_kernel, grid, args, constants)
     if not problem.mode.is_max:
         return Launches((gather,))
