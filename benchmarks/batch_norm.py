@@ -168,6 +168,7 @@ SUITES: dict[str, list[Case]] = {"batch_norm": [
 # ---- diagnostics: the launch plan of each case, and where a call's time goes -----------------------
 # PYTHONPATH=. python benchmarks/batch_norm.py --plan [--quick]         (any machine: launches nothing)
 # PYTHONPATH=. python3 benchmarks/batch_norm.py --profile [--quick]     (CUDA: host us, per-kernel device us)
+# PYTHONPATH=. python benchmarks/batch_norm.py --host                   (CPU: us per call, kernels stubbed)
 
 SMS = 132  # streaming multiprocessors of the H200
 BANDWIDTH = 4.2e12  # bytes/s the predictions assume
@@ -245,6 +246,25 @@ def host_us(fn: Callable[[], Any], calls: int = 20) -> float:
     return elapsed / calls * 1e6
 
 
+def host_path(repeats: int = 300, rounds: int = 5) -> None:
+    """Microseconds per opendnn call of each case on the CPU (tiny shape, float32) with Triton's kernels
+    stubbed: the host path up to the kernel launch (the launch's own key and C launcher excluded)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    InterpretedFunction.run = lambda self, *args, **kwargs: None
+    ctx = Context(opendnn.create("cpu", backend="triton"), "cpu", "tiny")
+    for case in SUITES["batch_norm"]:
+        call = case.build(ctx, torch.float32).opendnn
+        call()
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(repeats):
+                call()
+            best = min(best, (time.perf_counter() - start) / repeats)
+        print(f"{case.name:24} {best * 1e6:6.1f} us/call", flush=True)
+
+
 def main() -> None:
     import argparse
 
@@ -253,12 +273,17 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="CUDA: do_bench ms, host us/call, device us/kernel")
     parser.add_argument("--quick", action="store_true", help="the quick shape instead of the full one")
     parser.add_argument("--filter", default="", help="only cases whose name contains this text")
+    parser.add_argument("--host", action="store_true", help="CPU: us per call with the kernels stubbed")
     args = parser.parse_args()
     device = "cuda:0" if args.profile else "cpu"
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # the Triton backend on the CPU; nothing is launched
+    if args.host:
+        host_path()
+        return
     ctx = Context(opendnn.create(device, backend="triton"), device, "quick" if args.quick else "full")
     torch.manual_seed(0)
+    summary = []
     for case in SUITES["batch_norm"]:
         if args.filter not in case.name:
             continue
@@ -275,13 +300,23 @@ def main() -> None:
             if args.profile:
                 import triton.testing
 
+                row = [case.name, str(dtype)[6:]]
                 for who, fn in (("opendnn", bench.opendnn), ("torch", bench.torch)):
                     ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
                     kernels = device_profile(fn)
+                    host, device_us = host_us(fn), sum(kernels.values())
                     detail = ", ".join(f"{name} {us:.1f}" for name, us in kernels.items())
-                    print(f"  {who:8} do_bench {ms:.4f} ms | host {host_us(fn):.0f} us/call | device "
-                          f"{sum(kernels.values()):.1f} us = {detail}", flush=True)
+                    print(f"  {who:8} do_bench {ms:.4f} ms | host {host:.0f} us/call | device "
+                          f"{device_us:.1f} us = {detail}", flush=True)
+                    row += [ms, host, device_us]
+                summary.append((*row, bench.nbytes / row[2] / 1e9))
             del bench
+    if summary:  # the short table, last
+        print(f"\n{'case':22} {'dtype':8} {'ms':>7} {'torch':>7} {'x torch':>7} {'TB/s':>5} {'host us':>7} "
+              f"{'dev us':>7} {'torch host':>10} {'dev':>6}")
+        for name, dtype, ms, host, dev, torch_ms, torch_host, torch_dev, tbs in summary:
+            print(f"{name:22} {dtype:8} {ms:7.4f} {torch_ms:7.4f} {torch_ms / ms:7.2f} {tbs:5.2f} {host:7.0f} "
+                  f"{dev:7.1f} {torch_host:10.0f} {torch_dev:6.1f}")
 
 
 if __name__ == "__main__":

@@ -227,13 +227,32 @@ def test_triton_plan_rows_for_nchw_columns_for_nhwc():
     assert (nchw.block_f, nchw.inner[0], nchw.block_i) == (1, 3136, 256) and nchw.mask_strides == (1, 25088)
     assert (nhwc.block_f, nhwc.inner[0], nhwc.outer_total) == (64, 1, 200704) and nhwc.mask_strides == (256, 1)
     assert nchw.f_blocks * nchw.splits >= 1024 and nhwc.f_blocks * nhwc.splits >= 1024
+    # the combine: one load round; NHWC's 256 slices spread over 32 programs of 8 features
+    assert (nchw.splits, nchw.combine_blocks) == (4, (64, 4)) and (nhwc.splits, nhwc.combine_blocks) == (256, (8, 256))
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_triton_split_statistics_match_torch(channels_last):
-    """Enough tiles that the statistics pass is cut into slices, combined in the second kernel."""
+@pytest.fixture
+def combine_rounds(monkeypatch):
+    """The Triton combine's load rounds cut to 8 partial sums (4 slices of 2 features): the slices of
+    test_triton_split_statistics_match_torch's NHWC plan take 2 rounds, its features 2 programs."""
+    from opendnn.backends.triton import batch_norm as triton_bn
+
+    monkeypatch.setattr(triton_bn, "FINAL_TILE", 8)
+    monkeypatch.setattr(triton_bn, "FINAL_MIN_BLOCK", 2)
+    triton_bn.bn_plan.cache_clear()
+    triton_bn.bn_launches.cache_clear()
+    yield (2, 4)
+    triton_bn.bn_plan.cache_clear()
+    triton_bn.bn_launches.cache_clear()
+
+
+@pytest.mark.parametrize("channels_last", [False, True, "combine_rounds"])
+def test_triton_split_statistics_match_torch(channels_last, request):
+    """Enough tiles that the statistics pass is cut into slices, combined in the second kernel (in
+    several load rounds and programs with the ``combine_rounds`` fixture)."""
     from opendnn.backends.triton.batch_norm import bn_plan
 
+    combine_blocks = request.getfixturevalue("combine_rounds") if channels_last == "combine_rounds" else None
     x, z = random(256, 3, 8, 16).float(), random(256, 3, 8, 16, seed=3).float()
     dy = random(256, 3, 8, 16, seed=4).float()
     if channels_last:
@@ -241,6 +260,7 @@ def test_triton_split_statistics_match_torch(channels_last):
     problem = bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, desc(x), desc(x),
                                     od.TensorDescriptor("float32", (1, 3, 1, 1)), EPS)
     assert bn_plan(problem).splits > 1
+    assert combine_blocks in (None, bn_plan(problem).combine_blocks)
     weight, bias = random(3, seed=1).float(), random(3, seed=2).float()
     xr, zr = x.clone().requires_grad_(), z.clone().requires_grad_()
     wr, br = weight.clone().requires_grad_(), bias.clone().requires_grad_()

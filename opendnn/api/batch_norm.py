@@ -207,8 +207,8 @@ AUTOMATIC = object()  # as a workspace: allocate what the backend needs (the cal
 def _activation(activation_desc: ActivationDescriptor | None) -> dict[str, Any]:
     if activation_desc is None:
         return {}
-    require(isinstance(activation_desc, ActivationDescriptor),
-            f"activation_desc={activation_desc!r} must be an ActivationDescriptor or None")
+    if not isinstance(activation_desc, ActivationDescriptor):  # (the message is formatted only on failure)
+        require(False, f"activation_desc={activation_desc!r} must be an ActivationDescriptor or None")
     return {"activation": activation_desc.mode.value, "activation_coef": activation_desc.coef or 0.0}
 
 

@@ -23,11 +23,15 @@ tile row is a contiguous run of channels. Offsets need division only on the smal
 The statistics pass cuts the reduced set of each feature block into ``splits`` slices, one program
 each, accumulating the shifted sums sum(x - x0) and sum((x - x0)^2) (x0: the feature's first
 element, which keeps the fp32 sums free of cancellation) or, backward, sum(g) and
-sum(g * (x - mean)); the combine adds the slices in order (bitwise repeatable, no atomics), writes
-the statistics, the running averages and per-feature coefficients: y = (x - mean) * a + bias
+sum(g * (x - mean)); the combine adds the slices in order (bitwise repeatable, no atomics), a program
+per few features holding all their slices in one load round where it can (NHWC: 256 slices, 32
+programs), writes the statistics, the running averages and per-feature coefficients: y = (x - mean) * a + bias
 (forward) or dx = k1 * g + k2 * (x - mean) + k3 (backward), centred first so that data far from
 zero keep their accuracy. The elementwise pass walks the tiles in the reverse order of
 the statistics pass, so its first reads hit what the statistics pass left in L2.
+
+Workspace: one buffer the kernels take whole (a pointer, no per-call views of its regions), in rows
+of feature_total compute elements: 4 coefficients, the recomputed mean and inv std, the partial sums.
 
 Reserve space: the activation's mask, one bit per element, 8 consecutive reduced indices of one
 feature per byte, bytes laid out by x's layout alone (feature-major when x's reduced dims are
@@ -36,7 +40,8 @@ is found from its group's first lane (groups are aligned), never by a reduction 
 
 Load scheduling (read in the sm_90 SASS): left alone, ptxas consumes each 16-byte load before issuing
 the next, so a thread has one or two loads in flight and a pass runs at latency, not bandwidth. The
-reduce loop issues tile t + 1's loads before summing tile t (carried raw); the elementwise kernels
+reduce loop issues tile t + 1's loads before summing tile t (carried raw), the combine likewise its
+load rounds (it had 4 rounds of 32 loads, each load's round trip in turn: 15 us); the elementwise kernels
 issue every data load, then a CTA barrier, then load the per-feature coefficients all arithmetic
 needs, so no arithmetic can be scheduled between the data loads.
 """
@@ -55,7 +60,6 @@ import triton.language as tl
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.reduce import dim_offsets, merged_dims
 from opendnn.core.arrays import torch_view
-from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.ops.batch_norm import BatchNormOps, BatchNormProblem, BatchNormTensors, Direction
 
@@ -63,9 +67,12 @@ TILE = 4096  # elements per tile: 16 per thread at 8 warps
 COLUMN_BLOCK = 64  # most features a columns tile covers
 TARGET_PROGRAMS = 1024  # statistics programs: enough to fill an H200 (132 SMs) several times
 MIN_SLICE_TILES = 4  # tiles each slice of the statistics pass reads at least
-FINAL_BLOCK = 64  # features per program of the combine
-FINAL_TILE = 4096  # partial sums per load round of the combine
+FINAL_BLOCK = 64  # most features per program of the combine
+FINAL_TILE = 2048  # partial sums per load round of the combine
+FINAL_MIN_BLOCK = 8  # fewest features per program of the combine (32 bytes of each slice's row)
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
+STATS_ROW = tl.constexpr(4)  # workspace rows (of feature_total elements): 4 coefficients, mean, inv std,
+PARTIAL_ROW = tl.constexpr(6)  # then the partial sums (2 x splits rows)
 
 
 @triton.jit
@@ -162,15 +169,34 @@ def tile_data(
 
 
 @triton.jit
+def workspace(work_ptr, COMPUTE: tl.constexpr):
+    """The workspace (any dtype) as COMPUTE elements, in rows of feature_total: the elementwise pass's
+    4 coefficients, the recomputed mean and inv std (STATS_ROW), the partial sums (PARTIAL_ROW on)."""
+    return work_ptr.to(tl.pointer_type(COMPUTE), bitcast=True)
+
+
+@triton.jit
+def statistic_pointers(saved_mean_ptr, saved_inv_ptr, work, f, fp, feature_total, IN_WORKSPACE: tl.constexpr):
+    """Where each feature's mean and inv std are: the workspace's recomputed ones, or the saved tensors."""
+    if IN_WORKSPACE:
+        mean_at = work + STATS_ROW * feature_total + f
+        return mean_at, mean_at + feature_total
+    else:
+        return saved_mean_ptr + fp, saved_inv_ptr + fp
+
+
+@triton.jit
 def bn_reduce_kernel(
-    x_ptr, dy_ptr, mask_ptr, mean_ptr, partial_ptr,
-    outer_sizes, outer_x, outer_dy, inner_x, inner_dy, f_sizes, f_x, f_dy, f_stat, mask_strides,
+    x_ptr, dy_ptr, mask_ptr, saved_mean_ptr, work_ptr,
+    outer_sizes, outer_x, outer_dy, inner_x, inner_dy, f_sizes, f_x, f_dy, f_param, mask_strides,
     outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles,
-    GRADIENT: tl.constexpr, MASKED: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
+    GRADIENT: tl.constexpr, MASKED: tl.constexpr, STATS_IN_WORKSPACE: tl.constexpr, OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
 ):
     """Program p: features block p % f_blocks over slice p // f_blocks of its tiles. Writes the
-    slice's two sums per feature: sum(x - x0), sum((x - x0)^2); or, GRADIENT, sum(g), sum(g * (x - mean)).
+    slice's two sums per feature: sum(x - x0), sum((x - x0)^2); or, GRADIENT, sum(g), sum(g * (x - mean))
+    (the mean saved, or recomputed into the workspace: STATS_IN_WORKSPACE).
     Software-pipelined by hand: tile t + 1's loads are issued before tile t is summed (ptxas otherwise
     waits for each 16-byte load before issuing the next: one load in flight per thread)."""
     pid = tl.program_id(0)
@@ -180,8 +206,11 @@ def bn_reduce_kernel(
     f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
     fx = dim_offsets(f, F_DIMS, f_sizes, f_x)
     fdy = dim_offsets(f, F_DIMS, f_sizes, f_dy)
+    work = workspace(work_ptr, COMPUTE)
     if GRADIENT:
-        center = tl.load(mean_ptr + dim_offsets(f, F_DIMS, f_sizes, f_stat), mask=f_valid, other=0.0).to(COMPUTE)
+        fp = dim_offsets(f, F_DIMS, f_sizes, f_param)
+        mean_at, _ = statistic_pointers(saved_mean_ptr, saved_mean_ptr, work, f, fp, feature_total, STATS_IN_WORKSPACE)
+        center = tl.load(mean_at, mask=f_valid, other=0.0).to(COMPUTE)
     else:
         center = tl.load(x_ptr + fx, mask=f_valid, other=0.0).to(COMPUTE)  # x0: the feature's first element
     sum1 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
@@ -206,41 +235,58 @@ def bn_reduce_kernel(
             sum1 += d
             sum2 += d * d
         x, dy, packed, valid = x_next, dy_next, packed_next, valid_next
-    tl.store(partial_ptr + split * feature_total + f, tl.sum(sum1, 0), mask=f_valid)
-    tl.store(partial_ptr + (splits + split) * feature_total + f, tl.sum(sum2, 0), mask=f_valid)
+    partial = work + PARTIAL_ROW * feature_total
+    tl.store(partial + split * feature_total + f, tl.sum(sum1, 0), mask=f_valid)
+    tl.store(partial + (splits + split) * feature_total + f, tl.sum(sum2, 0), mask=f_valid)
+
+
+@triton.jit
+def partial_round(partial, s0, splits, f, valid, feature_total, BLOCK_S: tl.constexpr):
+    """The two partial sums of slices s0 to s0 + BLOCK_S (zeros past ``splits``) of features ``f``."""
+    s = s0 + tl.arange(0, BLOCK_S)
+    offsets = s[:, None] * feature_total + f[None, :]
+    both = (s < splits)[:, None] & valid[None, :]
+    return (tl.load(partial + offsets, mask=both, other=0.0),
+            tl.load(partial + splits * feature_total + offsets, mask=both, other=0.0))
 
 
 @triton.jit
 def bn_combine_kernel(
-    partial_ptr, coef_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr,
-    dscale_ptr, dbias_ptr, f_sizes, f_x, f_param, f_stat, feature_total, splits,
+    work_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr,
+    dscale_ptr, dbias_ptr, f_sizes, f_x, f_param, feature_total, splits,
     count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha_param: tl.float64, beta_param: tl.float64,
     STEP: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
-    HAS_BETA_PARAM: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    STATS_IN_WORKSPACE: tl.constexpr, HAS_BETA_PARAM: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """Per feature, after the reduce pass (STEP "training", "statistics", "backward") or without one
     ("inference"): the statistics, running averages, gradients of scale and bias, and the
-    coefficients of the elementwise pass, in the workspace at coef_ptr + j * feature_total."""
+    coefficients of the elementwise pass, in the workspace's rows 0-3. mean_ptr / var_ptr: the running
+    (training) or estimated (inference) statistics; the saved ones (or the workspace's, STATS_IN_WORKSPACE)
+    are written by "training" (SAVE) and "statistics", read by "backward"."""
     f = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = f < feature_total
     fp = dim_offsets(f, F_DIMS, f_sizes, f_param)
-    fs = dim_offsets(f, F_DIMS, f_sizes, f_stat)
+    work = workspace(work_ptr, COMPUTE)
+    partial = work + PARTIAL_ROW * feature_total
+    mean_at, inv_at = statistic_pointers(saved_mean_ptr, saved_inv_ptr, work, f, fp, feature_total, STATS_IN_WORKSPACE)
     sum1 = tl.zeros((BLOCK_S, BLOCK), COMPUTE)  # BLOCK_S slices at a time: few dependent load rounds
     sum2 = tl.zeros((BLOCK_S, BLOCK), COMPUTE)
-    for s0 in range(0, splits, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
-        offsets = s[:, None] * feature_total + f[None, :]
-        both = (s < splits)[:, None] & valid[None, :]
-        sum1 += tl.load(partial_ptr + offsets, mask=both, other=0.0)
-        sum2 += tl.load(partial_ptr + splits * feature_total + offsets, mask=both, other=0.0)
+    # pipelined as the reduce: round r + 1's loads are issued before round r is added (else ptxas issues
+    # each 16-byte load after the adds of the one before: a load round trip per 4 partial sums)
+    part1, part2 = partial_round(partial, 0, splits, f, valid, feature_total, BLOCK_S)
+    for s0 in range(BLOCK_S, splits + BLOCK_S, BLOCK_S):
+        next1, next2 = partial_round(partial, s0, splits, f, valid, feature_total, BLOCK_S)
+        sum1 += part1
+        sum2 += part2
+        part1, part2 = next1, next2
     sum1 = tl.sum(sum1, 0)
     sum2 = tl.sum(sum2, 0)
     n = tl.cast(count, COMPUTE)
     scale = tl.load(scale_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
     if STEP == "backward":
-        mean = tl.load(mean_ptr + fs, mask=valid, other=0.0).to(COMPUTE)
-        inv_std = tl.load(saved_inv_ptr + fs, mask=valid, other=0.0).to(COMPUTE)
+        mean = tl.load(mean_at, mask=valid, other=0.0).to(COMPUTE)
+        inv_std = tl.load(inv_at, mask=valid, other=0.0).to(COMPUTE)
         dscale = tl.cast(alpha_param, COMPUTE) * sum2 * inv_std
         dbias = tl.cast(alpha_param, COMPUTE) * sum1
         if HAS_BETA_PARAM:
@@ -250,10 +296,10 @@ def bn_combine_kernel(
         tl.store(dbias_ptr + fp, dbias, mask=valid)
         k1 = scale * inv_std
         k2 = -k1 * inv_std * inv_std * sum2 / n
-        tl.store(coef_ptr + f, k1, mask=valid)
-        tl.store(coef_ptr + feature_total + f, -k1 * sum1 / n, mask=valid)
-        tl.store(coef_ptr + 2 * feature_total + f, mean, mask=valid)
-        tl.store(coef_ptr + 3 * feature_total + f, k2, mask=valid)
+        tl.store(work + f, k1, mask=valid)
+        tl.store(work + feature_total + f, -k1 * sum1 / n, mask=valid)
+        tl.store(work + 2 * feature_total + f, mean, mask=valid)
+        tl.store(work + 3 * feature_total + f, k2, mask=valid)
     else:
         if STEP == "inference":
             mean = tl.load(mean_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
@@ -267,12 +313,9 @@ def bn_combine_kernel(
             inv_std = 1.0 / tl.sqrt(var + epsilon)
         else:
             inv_std = 1.0 / tl.sqrt_rn(var + tl.cast(epsilon, tl.float32))
-        if STEP == "statistics":  # backward without saved statistics: into the workspace
-            tl.store(saved_mean_ptr + fs, mean, mask=valid)
-            tl.store(saved_inv_ptr + fs, inv_std, mask=valid)
-        if SAVE:
-            tl.store(saved_mean_ptr + fp, mean, mask=valid)
-            tl.store(saved_inv_ptr + fp, inv_std, mask=valid)
+        if SAVE:  # training's saved statistics, or the backward's recomputed ones (STEP "statistics")
+            tl.store(mean_at, mean, mask=valid)
+            tl.store(inv_at, inv_std, mask=valid)
         keep = 1.0 - tl.cast(factor, COMPUTE)
         if UPDATE_MEAN:
             running = tl.load(mean_ptr + fp, mask=valid, other=0.0)
@@ -282,15 +325,15 @@ def bn_combine_kernel(
             running = tl.load(var_ptr + fp, mask=valid, other=0.0)
             tl.store(var_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * unbiased, mask=valid)
         a = scale * inv_std
-        tl.store(coef_ptr + f, a, mask=valid)
+        tl.store(work + f, a, mask=valid)
         bias = tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
-        tl.store(coef_ptr + feature_total + f, bias, mask=valid)
-        tl.store(coef_ptr + 2 * feature_total + f, mean, mask=valid)
+        tl.store(work + feature_total + f, bias, mask=valid)
+        tl.store(work + 2 * feature_total + f, mean, mask=valid)
 
 
 @triton.jit
 def bn_forward_kernel(
-    x_ptr, z_ptr, y_ptr, coef_ptr, mask_ptr,
+    x_ptr, z_ptr, y_ptr, work_ptr, mask_ptr,
     outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, mask_strides,
     outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles,
     alpha: tl.float64, beta: tl.float64, ceiling: tl.float64,
@@ -312,9 +355,10 @@ def bn_forward_kernel(
         rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
         z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
     tl.debug_barrier()  # every load above is in flight before any is used (see bn_backward_kernel)
-    a = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
-    b = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
-    mean = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
+    coef = workspace(work_ptr, COMPUTE) + f
+    a = tl.load(coef, mask=f_valid, other=0.0)[None, :]
+    b = tl.load(coef + feature_total, mask=f_valid, other=0.0)[None, :]
+    mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
     v = (x.to(COMPUTE) - mean) * a + b  # centred first: exact for data far from zero
     if ADD_Z:
         v += z.to(COMPUTE)
@@ -339,7 +383,7 @@ def bn_forward_kernel(
 
 @triton.jit
 def bn_backward_kernel(
-    x_ptr, dy_ptr, dx_ptr, dz_ptr, coef_ptr, mask_ptr,
+    x_ptr, dy_ptr, dx_ptr, dz_ptr, work_ptr, mask_ptr,
     outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
     f_sizes, f_x, f_dy, f_dx, f_dz, mask_strides,
     outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles, alpha: tl.float64, beta: tl.float64,
@@ -367,10 +411,11 @@ def bn_backward_kernel(
     # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); the Ex kernels,
     # whose mask code had barriers there, were the fast ones on the H200.
     tl.debug_barrier()
-    k1 = tl.load(coef_ptr + f, mask=f_valid, other=0.0)[None, :]
-    k3 = tl.load(coef_ptr + feature_total + f, mask=f_valid, other=0.0)[None, :]
-    mean = tl.load(coef_ptr + 2 * feature_total + f, mask=f_valid, other=0.0)[None, :]
-    k2 = tl.load(coef_ptr + 3 * feature_total + f, mask=f_valid, other=0.0)[None, :]
+    coef = workspace(work_ptr, COMPUTE) + f
+    k1 = tl.load(coef, mask=f_valid, other=0.0)[None, :]
+    k3 = tl.load(coef + feature_total, mask=f_valid, other=0.0)[None, :]
+    mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
+    k2 = tl.load(coef + 3 * feature_total, mask=f_valid, other=0.0)[None, :]
     g = dy.to(COMPUTE)
     if MASKED:
         g = tl.where(unpack_mask_bits(packed), g, 0.0)
@@ -393,7 +438,7 @@ def bn_backward_kernel(
 
 DATA = ("x", "out", "z", "dy")  # the data tensors' order in the plan's stride tuples
 X, OUT, Z, DY = range(len(DATA))
-PARAM, FLAT = len(DATA), len(DATA) + 1  # the features' extra strides: parameter tensors, workspace
+PARAM = len(DATA)  # the features' extra strides: the parameter tensors
 
 
 @dataclass(frozen=True)
@@ -402,7 +447,7 @@ class BatchNormPlan:
 
     ``outer``/``inner``: the reduced dims (outermost first, each (size, strides per DATA tensor));
     ``inner`` is the innermost contiguous dim in the rows orientation, else (1, zeros).
-    ``features``: (size, strides per DATA tensor + parameter + workspace), outermost first.
+    ``features``: (size, strides per DATA tensor + parameter), outermost first.
     """
 
     outer: tuple[tuple[int, tuple[int, ...]], ...]
@@ -444,9 +489,9 @@ class BatchNormPlan:
 
     @functools.cached_property
     def kernel_strides(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
-        """(outer strides per DATA tensor, feature strides per DATA tensor + PARAM + FLAT)."""
+        """(outer strides per DATA tensor, feature strides per DATA tensor + PARAM)."""
         outer = tuple(tuple(strides[k] for _, strides in self.outer) for k in range(len(DATA)))
-        features = tuple(tuple(strides[k] for _, strides in self.features) for k in range(len(DATA) + 2))
+        features = tuple(tuple(strides[k] for _, strides in self.features) for k in range(len(DATA) + 1))
         return outer, features
 
     @functools.cached_property
@@ -464,22 +509,16 @@ class BatchNormPlan:
 
     @functools.cached_property
     def combine_blocks(self) -> tuple[int, int]:
-        """(features per combine program, slices per load round)."""
-        block = min(FINAL_BLOCK, triton.next_power_of_2(self.feature_total))
-        return block, min(FINAL_TILE // block, triton.next_power_of_2(self.splits))
+        """(features per combine program, slices per load round): every slice in one round where
+        FINAL_TILE holds them for FINAL_MIN_BLOCK features, so that many slices spread over many programs."""
+        block_s = min(triton.next_power_of_2(self.splits), FINAL_TILE // FINAL_MIN_BLOCK)
+        return min(FINAL_BLOCK, FINAL_TILE // block_s, triton.next_power_of_2(self.feature_total)), block_s
 
     @functools.cached_property
     def workspace_bytes(self) -> int:
-        """Partial sums (2 x splits x F), coefficients (4 x F), recomputed statistics (2 x F)."""
+        """Coefficients (4 x F), recomputed statistics (2 x F), partial sums (2 x splits x F): the kernels'
+        ``workspace`` rows."""
         return -(-(2 * self.splits + 6) * self.feature_total * self.compute_bytes // 16) * 16
-
-    @functools.cached_property
-    def regions(self) -> dict[str, tuple[int, int]]:
-        """The workspace's regions, as (first, end) elements of the compute dtype, by slot name."""
-        partial, features = 2 * self.splits * self.feature_total, self.feature_total
-        return {"partial": (0, partial), "coef": (partial, partial + 4 * features),
-                "stats_mean": (partial + 4 * features, partial + 5 * features),
-                "stats_inv_std": (partial + 5 * features, partial + 6 * features)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -493,11 +532,6 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     param_strides = problem.param.strides
     feature_dims = merged_dims([(x.dims[k], (*(d.strides[k] for d in descs), param_strides[k])) for k in features])
     feature_dims = feature_dims or [(1, (0,) * 5)]
-    flat = 1
-    for j in reversed(range(len(feature_dims))):  # the workspace's packed strides over the merged features
-        size, strides = feature_dims[j]
-        feature_dims[j] = (size, (*strides, flat))
-        flat *= size
     mask_strides = _mask_strides(problem)
     inner_size, inner_strides = reduced[-1]
     rows = mask_strides[0] == 1 and inner_size % 8 == 0 and inner_strides[0] == 1
@@ -509,7 +543,7 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     else:
         outer, inner = reduced, (1, (0,) * 4)
         block_i = 1
-        block_f = min(triton.next_power_of_2(flat), COLUMN_BLOCK)
+        block_f = min(triton.next_power_of_2(math.prod(size for size, _ in feature_dims)), COLUMN_BLOCK)
         block_o = max(8, min(TILE // block_f, triton.next_power_of_2(math.prod(s for s, _ in outer))))
     extents = [d.extent for d in (x, problem.out, problem.z, problem.dy) if d is not None]
     index_64 = max(*extents, reserve_size(problem)) >= 2**31 - TILE
@@ -551,6 +585,7 @@ def workspace_size(problem: BatchNormProblem) -> int:
     return bn_plan(problem).workspace_bytes
 
 
+@functools.lru_cache(maxsize=256)  # asked on every call of the Ex forms
 def reserve_size(problem: BatchNormProblem) -> int:
     """Bytes of reserve space: the activation's mask, a bit per element (bytes of 8 reduced indices
     of one feature), 0 for BN."""
@@ -560,32 +595,24 @@ def reserve_size(problem: BatchNormProblem) -> int:
 
 
 def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
-    launches, names, regions, needed, compute = bn_launches(problem, tuple([bound is not None for bound in t]))
+    launches, fields, needed = bn_launches(problem, tuple([bound is not None for bound in t]))
     if t.workspace is None or t.workspace.desc.dims[0] < needed:
         raise InternalError(f"batch_norm needs {needed} bytes of workspace")
-    tensors = {name: torch_view(getattr(t, name)) for name in names}
-    space = torch_view(t.workspace)
-    space = (space if space.shape[0] == needed else space[:needed]).view(compute)
-    for name, start, end in regions:
-        tensors[name] = space[start:end]
+    tensors = {name: torch_view(t[k]) for k, name in fields}
     for launch in launches:
         launch(tensors)
 
 
 @functools.lru_cache(maxsize=256)
 def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[
-        tuple[Launch, ...], tuple[str, ...], tuple[tuple[str, int, int], ...], int, Any]:
-    """(the launches computing ``problem`` with the BatchNormTensors that are ``given``, the names of
-    the tensors they take, the workspace regions they take as (name, first, end) elements, the bytes
-    of workspace, the torch dtype the workspace is read as)."""
-    import torch
-
+        tuple[Launch, ...], tuple[tuple[int, str], ...], int]:
+    """(the launches computing ``problem`` with the BatchNormTensors that are ``given``, the tensors they
+    take as (index, name) in BatchNormTensors (the workspace among them, whole: the kernels find their
+    rows in it), the bytes of workspace)."""
     launches = _launch_sequence(problem, given)
     used = {name for launch in launches for _, name in launch.slots}
-    plan = bn_plan(problem)
-    compute = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    return (launches, tuple(name for name in BatchNormTensors._fields if name in used),
-            tuple((name, *plan.regions[name]) for name in plan.regions if name in used), plan.workspace_bytes, compute)
+    fields = tuple((k, name) for k, name in enumerate(BatchNormTensors._fields) if name in used)
+    return launches, fields, bn_plan(problem).workspace_bytes
 
 
 def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[Launch, ...]:
@@ -596,15 +623,10 @@ def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tupl
         return launches.combine("inference"), launches.forward()
     if problem.direction is Direction.TRAINING:
         return launches.reduce(gradient=False), launches.combine("training"), launches.forward()
-    mean, inv_std, stat_strides = Slot("stats_mean"), Slot("stats_inv_std"), FLAT
-    statistics: tuple[Launch, ...] = ()
-    if problem.saved and "saved_mean" in launches.given:
-        mean, inv_std, stat_strides = Slot("saved_mean"), Slot("saved_inv_std"), PARAM
-    else:
-        statistics = (launches.reduce(gradient=False),
-                      launches.combine("statistics", mean=mean, inv_std=inv_std, stat_strides=FLAT))
-    return (*statistics, launches.reduce(gradient=True, mean=mean, stat_strides=stat_strides),
-            launches.combine("backward", mean=mean, inv_std=inv_std, stat_strides=stat_strides), launches.backward())
+    recomputed = not (problem.saved and "saved_mean" in launches.given)  # the statistics, into the workspace
+    statistics = (launches.reduce(gradient=False), launches.combine("statistics")) if recomputed else ()
+    return (*statistics, launches.reduce(gradient=True, recomputed=recomputed),
+            launches.combine("backward", recomputed=recomputed), launches.backward())
 
 
 class _Launches:
@@ -625,42 +647,42 @@ class _Launches:
     def view(self, name: str) -> Slot:
         return Slot(name if name in self.given else "x")
 
-    def reduce(self, gradient: bool, mean: Slot | None = None, stat_strides: int = PARAM) -> Launch:
-        x, dy = X, DY
+    def reduce(self, gradient: bool, recomputed: bool = False) -> Launch:
+        """The statistics pass (sums of x) or, ``gradient``, the gradient pass (centred on the saved
+        mean, or the ``recomputed`` one in the workspace)."""
         masked = gradient and self.problem.reserve
+        mean = Slot("saved_mean") if gradient and not recomputed else Slot("x")
         return Launch(bn_reduce_kernel, (self.plan.f_blocks * self.plan.splits,), (
-            Slot("x"), self.view("dy"), self.mask, mean or Slot("x"), Slot("partial"),
-            self.outer_sizes, self.outer_strides(x), self.outer_strides(dy), self.plan.inner[1][x],
-            self.plan.inner[1][dy], self.f_sizes, self.feature_strides(x), self.feature_strides(dy),
-            self.feature_strides(stat_strides), self.plan.mask_strides, *self.tile_args),
-            dict(GRADIENT=gradient, MASKED=masked, **self.blocks))
+            Slot("x"), self.view("dy"), self.mask, mean, Slot("workspace"),
+            self.outer_sizes, self.outer_strides(X), self.outer_strides(DY), self.plan.inner[1][X],
+            self.plan.inner[1][DY], self.f_sizes, self.feature_strides(X), self.feature_strides(DY),
+            self.feature_strides(PARAM), self.plan.mask_strides, *self.tile_args),
+            dict(GRADIENT=gradient, MASKED=masked, STATS_IN_WORKSPACE=recomputed, **self.blocks))
 
-    def combine(self, step: str, mean: Slot | None = None, inv_std: Slot | None = None,
-                stat_strides: int = PARAM) -> Launch:
+    def combine(self, step: str, recomputed: bool = False) -> Launch:
+        """The combine of ``step`` ("inference", "training", "statistics", "backward"); the backward's
+        statistics are the saved ones or the ``recomputed`` ones in the workspace."""
         p, given = self.problem, self.given
         update_mean = step == "training" and "mean" in given
         update_var = step == "training" and "variance" in given
-        save = step == "training" and "saved_mean" in given and "saved_inv_std" in given
-        running_mean = mean if step in ("statistics", "backward") else self.view("mean")
+        save = step == "statistics" or (step == "training" and "saved_mean" in given and "saved_inv_std" in given)
         block, block_s = self.plan.combine_blocks
-        saved_mean = mean if step == "statistics" else self.view("saved_mean")
-        saved_inv = inv_std if step in ("statistics", "backward") else self.view("saved_inv_std")
         return Launch(bn_combine_kernel, (triton.cdiv(self.plan.feature_total, block),), (
-            Slot("partial"), Slot("coef"), Slot("x"), self.view("scale"), self.view("bias"), running_mean,
-            self.view("variance"), saved_mean, saved_inv, self.view("dscale"), self.view("dbias"),
-            self.f_sizes, self.feature_strides(X), self.feature_strides(PARAM),
-            self.feature_strides(stat_strides), self.plan.feature_total,
-            self.plan.splits if step != "inference" else 0, float(p.count), p.epsilon, p.factor, p.alpha_param,
-            p.beta_param), dict(
+            Slot("workspace"), Slot("x"), self.view("scale"), self.view("bias"), self.view("mean"),
+            self.view("variance"), self.view("saved_mean"), self.view("saved_inv_std"), self.view("dscale"),
+            self.view("dbias"), self.f_sizes, self.feature_strides(X), self.feature_strides(PARAM),
+            self.plan.feature_total, self.plan.splits if step != "inference" else 0, float(p.count), p.epsilon,
+            p.factor, p.alpha_param, p.beta_param), dict(
             STEP=step, UPDATE_MEAN=update_mean, UPDATE_VAR=update_var, SAVE=save,
-            HAS_BETA_PARAM=p.beta_param != 0.0, F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"],
-            BLOCK=block, BLOCK_S=block_s, num_warps=4))
+            STATS_IN_WORKSPACE=step == "statistics" or recomputed, HAS_BETA_PARAM=p.beta_param != 0.0,
+            F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"], BLOCK=block, BLOCK_S=block_s,
+            num_warps=4))
 
     def forward(self) -> Launch:
         p = self.problem
         ids = X, Z, OUT
         return Launch(bn_forward_kernel, (self.plan.f_blocks * self.plan.tiles,), (
-            Slot("x"), self.view("z"), Slot("out"), Slot("coef"), self.mask, self.outer_sizes,
+            Slot("x"), self.view("z"), Slot("out"), Slot("workspace"), self.mask, self.outer_sizes,
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
             *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args,
             p.alpha, p.beta, p.activation_coef), dict(
@@ -671,7 +693,7 @@ class _Launches:
         p = self.problem
         ids = X, DY, OUT, Z
         return Launch(bn_backward_kernel, (self.plan.f_blocks * self.plan.tiles,), (
-            Slot("x"), Slot("dy"), Slot("out"), self.view("z"), Slot("coef"), self.mask, self.outer_sizes,
+            Slot("x"), Slot("dy"), Slot("out"), self.view("z"), Slot("workspace"), self.mask, self.outer_sizes,
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
             *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args, p.alpha, p.beta),
             dict(MASKED=p.reserve and "reserve" in self.given, WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0,
