@@ -23,7 +23,7 @@ DTYPES = {"float32": DataType.FLOAT, "bfloat16": DataType.BFLOAT16, "float16": D
 
 
 def route(case: Case) -> str:
-    if kernels.matmul_form(case.problem) is not None:
+    if kernels.matmul_form(case.problem) is not None or kernels.filter_matmul_form(case.problem) is not None:
         return "matmul"
     if kernels.tma_blocks(case.problem) is None:
         return "old"  # the cp.async GEMM or the direct kernels

@@ -308,3 +308,17 @@ def test_tma_tf32_not_taken_for_strict_float32_nchw_forward_or_odd_channels():
     one_by_one = dict(dtype=DataType.FLOAT, x_dims=(2, 64, 5, 6), k=64, filt=(1, 1), margin=16, allow_tf32=True)
     for direction in (DATA, FILTER):  # NCHW 1x1: copies would outweigh an explicit GEMM's columns (x itself)
         assert kernels.tma_blocks(check(direction, **one_by_one)) is None
+
+
+@pytest.mark.parametrize("dtype, tf32", [(DataType.FLOAT, True), (DataType.BFLOAT16, False)])
+def test_nchw_1x1_backward_filter_as_per_image_products_summed_in_order(dtype, tf32):
+    problem = check(FILTER, dtype, (3, 40, 5, 6), 24, (1, 1), beta=0.5, allow_tf32=tf32, margin=16)
+    assert kernels.filter_matmul_form(problem) is not None
+    assert kernels.workspace_size(problem) >= 3 * 24 * 40 * 4  # the three images' partial filters
+
+
+def test_nchw_1x1_backward_filter_product_not_taken_when_partials_outweigh_columns_or_channels_last():
+    base = dict(dtype=DataType.FLOAT, x_dims=(2, 16, 2, 3), filt=(1, 1), allow_tf32=True, margin=16)
+    assert kernels.filter_matmul_form(check(FILTER, k=8, **base)) is None  # 8 partial rows > 6 pixels
+    assert kernels.filter_matmul_form(check(FILTER, k=4, **base, channels_last=True)) is None
+    assert kernels.filter_matmul_form(check(FILTER, k=4, **{**base, "allow_tf32": False})) is None  # strict fp32

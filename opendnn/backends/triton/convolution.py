@@ -238,7 +238,8 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     if method is ConvolutionMethod.GEMM:
         columns = _aligned(_im2col_elements(problem) * _item(problem))
     if problem.direction is BACKWARD_FILTER:  # enough for the TMA kernel's slices and the others'
-        splits = max(filter_plan(problem).splits, _tma_filter_split(problem)[1] if tma_blocks(problem) else 1)
+        splits = max(filter_plan(problem).splits, _tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
+                     geo.n if filter_matmul_form(problem) else 1)
         if splits > 1:
             accumulator = 8 if _compute(problem) == tl.float64 else 4
             partials = _aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
@@ -312,6 +313,10 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
         space = torch_view(workspace).reshape(-1)
         for name, start, end, dtype in plan.regions:
             tensors[name] = space[start:end].view(dtype)
+    form = filter_matmul_form(problem)
+    if form is not None:  # the per-image partial filters, then the launches add them
+        partials = tensors["partial"][:math.prod(form.c.dims)].view(form.c.dims)
+        matmul.run(form, _matrix(y, form.a), _matrix(x, form.b), Bound("partial", form.c, partials, x.device))
     for launch in plan.launches:
         launch(tensors)
 
@@ -349,6 +354,30 @@ def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     return matmul_problem(TensorDescriptor(dtype, (rows, a.dims[1]), (a_pixels, 1)), b,
                           TensorDescriptor(dtype, (rows, c.dims[1]), (c_pixels, 1)), alpha=problem.alpha,
                           beta=problem.beta, bias_desc=bias, allow_tf32=problem.allow_tf32)
+
+
+@functools.lru_cache(maxsize=256)
+def filter_matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
+    """Backward filter of a 1x1 problem whose images store their pixels contiguously (NCHW) as one
+    batched product: partial[n] = dy[n] (K x P) @ x[n]^T (P x C), both operands read with the pixels,
+    the reduced dim, contiguous (what TF32 tensor cores need); ``filter_sum_kernel`` then adds the N
+    partials in order. Taken for 16-bit and TF32 products under IMPLICIT_GEMM when the N partial
+    filters take no more memory than an explicit GEMM's columns (K <= pixels per image), for two
+    images or more."""
+    geo = geometry(problem)
+    pixels = geo.output_pixels // geo.n
+    dtype = problem.x.dtype
+    if (problem.direction is not BACKWARD_FILTER or geo.taps != 1 or geo.groups != 1 or geo.k > pixels or geo.n == 1
+            or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM or any(problem.pre_padding)
+            or any(problem.post_padding) or any(s != 1 for s in problem.stride)
+            or not (dtype.itemsize == 2 or _tf32(problem))):
+        return None
+    if any(_pixel_stride(TensorDescriptor(dtype, (1, *d.dims[1:]), d.strides)) != 1 for d in (problem.x, problem.y)):
+        return None
+    (x_sn, x_sc), (dy_sn, dy_sk) = problem.x.strides[:2], problem.y.strides[:2]
+    return matmul_problem(TensorDescriptor(dtype, (geo.n, geo.k, pixels), (dy_sn, dy_sk, 1)),
+                          TensorDescriptor(dtype, (geo.n, pixels, geo.c), (x_sn, 1, x_sc)),
+                          TensorDescriptor(DataType.FLOAT, (geo.n, geo.k, geo.c)), allow_tf32=problem.allow_tf32)
 
 
 def _pixel_stride(desc: TensorDescriptor) -> int | None:
@@ -657,6 +686,8 @@ def _im2col_launch(a: Slot, a_desc: TensorDescriptor, geo: Geometry, a_size: tup
 
 
 def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[Launch]:
+    if filter_matmul_form(problem):  # run() has computed the per-image partials
+        return [_sum_launch(problem, geometry(problem).n)]
     if tma:
         return _tma_filter_launches(problem, dot)
     geo = geometry(problem)
