@@ -20,7 +20,9 @@ too few to fill the GPU; slices are summed in a fixed order (deterministic, no a
 
 A 1x1, stride-1, ungrouped forward or backward data over channels-last tensors is a plain matrix
 product (pixels x channels times the filter matrix): it runs on matmul's persistent TMA kernel
-(``matmul_form``), under every algorithm but DIRECT.
+(``matmul_form``), under every algorithm but DIRECT. A 1x1 backward filter over images that store
+their pixels contiguously (NCHW) runs as one product per image, summed in order
+(``filter_matmul_form``).
 
 Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allowed, read their
 activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
