@@ -158,6 +158,7 @@ def test_errors_name_the_parameter_and_rule(call, message):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_max_and_avg_pool_match_torch_nhwc_ceil_mode(backend, dtype):
     handle = od.create("cpu", backend=backend)
+    # 8 channels: one full column block (the Triton forward's unmasked FULL_COLUMNS loads)
     x = random((2, 8, 9, 7), seed=8, dtype=dtype).to(memory_format=torch.channels_last)
     tolerance = 1e-6 if dtype == torch.float32 else 1e-2
     y = F.max_pool(x, 3, 2, 1, ceil_mode=True, handle=handle)

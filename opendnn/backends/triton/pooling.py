@@ -202,7 +202,7 @@ def pool_forward_kernel(
     WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
     LINEAR: tl.constexpr, KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
     HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    FULL_COLUMNS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
     write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
@@ -212,9 +212,13 @@ def pool_forward_kernel(
     col_ok = cols < out_sizes[4]
     # rows past the output read the last row's windows (valid addresses: no tile mask on the loads), and so
     # do strided columns (scalar loads); contiguous ones keep their mask (a min() would cost the vector loads)
+    # unless BLOCK_C divides the columns (FULL_COLUMNS): unpredicated loads, which ptxas keeps more of in flight
     x0 = tl.minimum(o0, out_sizes[0] - 1)
     if STRIDE[4] > 1:
         x4 = tl.minimum(cols, out_sizes[4] - 1)
+        load_cols = cols >= 0
+    elif FULL_COLUMNS:
+        x4 = cols
         load_cols = cols >= 0
     else:
         x4 = cols
@@ -536,8 +540,8 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         LINEAR=plan.linear, KIND=kind,
         INCLUDE_PADDING=problem.mode.value == "avg_include", PROPAGATE_NAN=problem.propagate_nan,
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
-        WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem), BLOCK_R=block_r,
-        BLOCK_C=block_c, num_warps=4)
+        WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem),
+        FULL_COLUMNS=plan.out_sizes[4] % block_c == 0, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
     return Launch(pool_forward_kernel, grid, args, constants)
 
 
