@@ -52,7 +52,7 @@ from opendnn.backends.triton import matmul, pointwise
 from opendnn.backends.triton.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.ops.convolution import (
@@ -413,6 +413,7 @@ TMA_MIN_W = 8
 TMA_WARPS, TMA_STAGES = 4, 4
 TMA_SHARED_BYTES = 200 * 1024  # filter_tma_kernel's pipeline stages take at most this much shared memory
 TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
+ACTIVATION_READS = {FORWARD: ("x",), BACKWARD_DATA: ("y",), BACKWARD_FILTER: ("x", "y")}  # ... of them activations
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
 MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
 
@@ -428,14 +429,18 @@ def _channels_last_aligned(desc: TensorDescriptor) -> bool:
     return c_stride == 1 and not any(s % aligned for s in (n_stride, h_stride, w_stride))
 
 
+def _activation(problem: ConvolutionProblem, name: str) -> TensorDescriptor:
+    return problem.x if name == "x" else problem.y
+
+
 @functools.lru_cache(maxsize=256)
 def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
     """The activations ("x", "y") the TMA route copies channels-last into the workspace first: a
     TF32 backward problem's operands that TMA cannot read where they are (NCHW, say)."""
     if problem.direction is FORWARD or not _tf32(problem):
         return ()
-    return tuple(name for name in TMA_READS[problem.direction] if name != "w"
-                 and not _channels_last_aligned(problem.x if name == "x" else problem.y))
+    return tuple(name for name in ACTIVATION_READS[problem.direction]
+                 if not _channels_last_aligned(_activation(problem, name)))
 
 
 def _packs_filter(problem: ConvolutionProblem) -> bool:
@@ -475,15 +480,15 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         w_sk, w_sc, *w_taps = strides5(problem.w)
         if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c or w_sk % 8:
             return None
-    copied = sum((problem.x if name == "x" else problem.y).numel for name in staged(problem))
+    copied = sum(_activation(problem, name).numel for name in staged(problem))
     if copied + (problem.w.numel if _packs_filter(problem) else 0) > _im2col_elements(problem):
         return None  # the copies would take more memory than an explicit GEMM's columns (1x1 layers)
-    for name in TMA_READS[problem.direction]:
-        desc = {"x": problem.x, "y": problem.y, "w": None}[name]
+    for name in ACTIVATION_READS[problem.direction]:
+        desc = _activation(problem, name)
         if name in staged(problem):  # its packed channels-last copy must be aligned
             if desc.dims[1] * desc.dtype.itemsize % TMA_ALIGNMENT:
                 return None
-        elif desc is not None and not _channels_last_aligned(desc):
+        elif not _channels_last_aligned(desc):
             return None
     sides = [2**k for k in range(TMA_BLOCK_M.bit_length())]
     boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
@@ -637,18 +642,15 @@ def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
 
 def _tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
     """Where the TMA kernels read activation ``name``: the caller's tensor or its staged copy."""
-    desc = problem.x if name == "x" else problem.y
-    if name in staged(problem):
-        return Slot(f"{name}_staged"), _channels_last(desc)
+    desc = _activation(problem, name)
+    if name in staged(problem):  # packed in memory order N, spatial dims, C
+        return Slot(f"{name}_staged"), _packed_in_order(desc, (0, *range(2, desc.ndim), 1))
     return Slot(name), desc
 
 
-def _channels_last(desc: TensorDescriptor) -> TensorDescriptor:
-    """``desc``'s dims packed channels-last: memory order N, spatial dims, C."""
-    n, c, *spatial = desc.dims
-    strides = [math.prod(spatial) * c, 1]
-    strides += [math.prod(spatial[k + 1:]) * c for k in range(len(spatial))]
-    return TensorDescriptor(desc.dtype, desc.dims, tuple(strides))
+def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDescriptor:
+    """``desc``'s dims packed with its dims laid out in ``order`` (outermost first)."""
+    return TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, order))
 
 
 def _staging_launches(problem: ConvolutionProblem) -> list[Launch]:
@@ -656,12 +658,10 @@ def _staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     channels-last, and for TF32 backward data the filter [K, C, R, S] repacked as [C, R, S, K]."""
     copies = [(name, _tma_read(problem, name)) for name in staged(problem)]
     if _packs_filter(problem):
-        k, c, *spatial = problem.w.dims
-        strides = (1, math.prod(spatial) * k, *(math.prod(spatial[j + 1:]) * k for j in range(len(spatial))))
-        copies.append(("w", (Slot("w_packed"), TensorDescriptor(problem.w.dtype, problem.w.dims, strides))))
+        copies.append(("w", (Slot("w_packed"), _packed_in_order(problem.w, (1, *range(2, problem.w.ndim), 0)))))
     launches = []
     for source, (target, target_desc) in copies:
-        source_desc = {"x": problem.x, "y": problem.y, "w": problem.w}[source]
+        source_desc = problem.w if source == "w" else _activation(problem, source)
         copy = pointwise.pointwise_launch(PointwiseProblem(PointwiseMode.IDENTITY, (source_desc,), target_desc))
         names = {"out": target.name, "in0": source, "in1": target.name, "in2": target.name}
         args = tuple(Slot(names[a.name]) if isinstance(a, Slot) else a for a in copy.args)
