@@ -2,18 +2,32 @@
 
 Memory model (E elements of b bytes, window n): LRN forward reads x once and writes y once
 (2 E b); backward reads x and dy and writes dx (3 E b). About 3n + 10 FLOPs per element: memory
-bound. float32 64 x 256 x 56 x 56 (205 M elements) forward moves 1.64 GB: 0.39 ms at 4.2 TB/s.
+bound if the instructions stay few. float32 64 x 256 x 56 x 56 (51.4 M elements) forward moves
+411 MB: 98 us at 4.2 TB/s, bfloat16 49 us, in which the H200 issues about 30 (bf16) to 60 (fp32)
+instructions per element: the kernels' budget (tl.log alone costs 20, a shifted reload 3 to 6).
 
-LRN tiles are (channels x pixels), pixels being the spatial dims flattened (merged into one dim
+LRN has two algorithms, chosen per direction, layout and dtype in ``STREAM`` (lrn_notes.md has the sweep).
+
+"stream" (the default), ``lrn_stream_kernel``: a program owns a block of pixels of one sample and
+walks a chunk of its channels in groups of V (V = 16 bytes of channels per thread when channels
+are contiguous (NHWC), else 1), one group per loop step. A step's [pixels, V] tile is loaded as
+one vector per thread and split into V per-channel register tensors; the window's lanes (x^2,
+and in backward x, dy, s^-beta, t = dy * x * s^(-beta-1)) ride in tuples of registers carried by
+the loop, so every window sum is an exact sum of n registers, nothing is loaded twice (beyond
+a chunk's halo of n - 1 channels) and backward needs no scratch: its step t completes s for group
+t - LAG_S and the mirrored window of t for group t - LAG_S - LAG_D. DEPTH steps of loads are in
+flight (prefetched into the loop-carried tuple, since Triton's pipeliner leaves such loads alone).
+s^-beta is exp2(-beta * log2(s)) with the hardware's lg2.approx and ex2.approx (tl.log is a
+20-instruction polynomial): 2 MUFU ops per element forward, 3 backward (one log2, two exp2).
+
+"tiles": tiles of (channels x pixels), pixels being the spatial dims flattened (merged into one dim
 when contiguous, so NCHW rows are unit-stride vectors). ``lrn_forward_kernel`` loads the tile
 shifted by each of the n window offsets along channels: one tile's worth comes from DRAM, the
-other n - 1 shifted copies from L1/L2, and the window sum is exact (no running sum to cancel).
-``lrn_backward_kernel`` needs, for each output channel, the mirrored window sum of
-t = dy * x * s^(-beta-1), where s itself is a window sum: a program computes s, s^-beta and t on
-an extended tile (its BLOCK_C - n + 1 output channels plus the n - 1 channels around them), parks
-t and s^-beta in its own scratch slot (L2-resident: the grid is persistent, 2 programs per
-SM, each reusing one slot), synchronises the block and reads the slot back shifted. Reads of x
-and dy: once from DRAM; dx written once.
+other n - 1 shifted copies from L1/L2 (scalar loads when channels are contiguous: the shift breaks
+the vector alignment). ``lrn_backward_kernel`` computes s, s^-beta and t on an extended tile
+(its BLOCK_C - n + 1 output channels plus the n - 1 channels around them), parks t and s^-beta
+in its own scratch slot (L2-resident: the grid is persistent, each program reusing one slot),
+synchronises the block and reads the slot back shifted.
 
 Divisive normalization (rare, not a speed target) uses one gather kernel in three phases over
 planes (sample, channel) with spatial dims (D, H, W): FORWARD (box window of d^2, d = x - means),
@@ -38,28 +52,92 @@ from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.ops.lrn import LRNProblem
 
-TILE_ELEMENTS = 4096  # channels x pixels per tile: 16 per thread at 8 warps
-CHANNEL_BLOCK = 32
-PROGRAMS_PER_SM = 2  # backward's persistent grid: 128 registers x 256 threads -> 2 resident per SM
+# Tile shapes per (direction, channels-inner layout): tile elements (channels x pixels), channels per
+# tile (at most), warps, and for backward the persistent programs per SM. The sweep in .gpu/lrn.sh
+# overrides entries (then clears ``lrn_launches``'s cache).
+TILES = {
+    ("forward", False): dict(elements=4096, channels=32, warps=8, programs_per_sm=0),
+    ("forward", True): dict(elements=4096, channels=64, warps=8, programs_per_sm=0),
+    ("backward", False): dict(elements=4096, channels=32, warps=8, programs_per_sm=2),
+    ("backward", True): dict(elements=4096, channels=64, warps=8, programs_per_sm=2),
+}
+# The streaming kernel (lrn_stream_kernel) per (direction, channels-inner layout, 16-bit data): pixels
+# per thread, warps, groups of loads in flight (depth), channels per program (chunk; 0: all) and the
+# channel loop's unroll factor (unrolled, the register tuples' rotation is renaming instead of moves).
+# Channels-inner layouts step V = 16 bytes of channels per thread, the others one channel. Programs are
+# long (a channel walk): chunks trade the last wave's idle SMs against re-reading n - 1 halo channels.
+# Each entry is the fastest of the sweep of 2026-11-29 (lrn_notes.md); None: the tiles kernels
+# (lrn_forward_kernel / lrn_backward_kernel with TILES) were faster there.
+STREAM = {
+    ("forward", False, False): dict(pixels_per_thread=4, warps=1, depth=8, chunk=64, unroll=8),
+    ("forward", False, True): dict(pixels_per_thread=4, warps=1, depth=4, chunk=128, unroll=8),
+    ("forward", True, False): None,
+    ("forward", True, True): None,
+    ("backward", False, False): dict(pixels_per_thread=4, warps=1, depth=2, chunk=128, unroll=8),
+    ("backward", False, True): dict(pixels_per_thread=4, warps=1, depth=4, chunk=64, unroll=8),
+    ("backward", True, False): None,
+    ("backward", True, True): dict(pixels_per_thread=1, warps=2, depth=8, chunk=0, unroll=8),
+}
 DIVISIVE_BLOCK = 256
 
 
 @triton.jit
-def power(s, exponent):
-    """s ** exponent for s > 0."""
-    return tl.exp(tl.log(s) * exponent)
+def log_of(s, FAST: tl.constexpr):
+    """log(s) for s > 0, in base 2 when FAST (float32 on a GPU: the hardware's lg2.approx, one
+    instruction, where tl.log compiles to a polynomial of about 20), else in base e (the interpreter
+    has no inline asm; float64 keeps its exact log). ``exp_of`` is its inverse."""
+    if FAST:
+        out = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True,
+                                        pack=1)
+    else:
+        out = tl.log(s)
+    return out
 
 
 @triton.jit
-def window_sum_of_squares(x_ptr, x_base, x_channel_stride, x_pixels, channels, p_mask, c,
+def exp_of(v, FAST: tl.constexpr):
+    """2^v when FAST (ex2.approx), else e^v: the inverse of ``log_of``."""
+    if FAST:
+        out = tl.exp2(v)
+    else:
+        out = tl.exp(v)
+    return out
+
+
+@triton.jit
+def power(s, exponent, FAST: tl.constexpr):
+    """s ** exponent for s > 0."""
+    return exp_of(log_of(s, FAST) * exponent, FAST)
+
+
+@triton.jit
+def tile_coordinates(tile, channel_blocks, pixel_blocks):
+    """(sample (int64), channel block, pixel block) of a tile numbered pixel block fastest."""
+    rest = tile // pixel_blocks
+    return (rest // channel_blocks).to(tl.int64), rest % channel_blocks, tile % pixel_blocks
+
+
+@triton.jit
+def pixel_mask(p, pixels, EVEN_P: tl.constexpr):
+    """p < pixels, or all true when the blocks divide the pixels (EVEN_P): no per-element predicate."""
+    if EVEN_P:
+        mask = tl.full(p.shape, True, tl.int1)
+    else:
+        mask = p < pixels
+    return mask
+
+
+@triton.jit
+def window_sum_of_squares(x_ptr, x_channel_stride, x_pixels, channels, p_mask, c,
                           WINDOW: tl.constexpr, BEHIND: tl.constexpr, COMPUTE: tl.constexpr):
-    """(sum over the window of x[c + j - BEHIND]^2, x[c]) for the channels c of a tile."""
+    """(sum over the window of x[c + j - BEHIND]^2, x[c]) for the channels c of a tile; x_ptr points
+    at the tile's sample."""
     acc = tl.zeros((c.shape[0], x_pixels.shape[0]), COMPUTE)
     center = acc
     for j in tl.static_range(WINDOW):
         cj = c + (j - BEHIND)
         mask = ((cj >= 0) & (cj < channels))[:, None] & p_mask[None, :]
-        v = tl.load(x_ptr + (x_base + cj[:, None] * x_channel_stride + x_pixels[None, :]), mask=mask,
+        v = tl.load(x_ptr + (cj[:, None] * x_channel_stride + x_pixels[None, :]), mask=mask,
                     other=0.0).to(COMPUTE)
         acc += v * v
         if j == BEHIND:
@@ -81,26 +159,26 @@ def lrn_forward_kernel(
     pixel_sizes, pixel_x, pixel_y, channels, pixels, channel_blocks, pixel_blocks,
     k: tl.float64, scale: tl.float64, exponent: tl.float64, alpha: tl.float64, beta: tl.float64,
     WINDOW: tl.constexpr, BEHIND: tl.constexpr, PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr,
-    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
 ):
-    """Program (sample, channel block, pixel block): y = x * (k + scale * window sum of x^2)^-exponent."""
-    pid = tl.program_id(0).to(tl.int64)
-    pb = pid % pixel_blocks
-    rest = pid // pixel_blocks
-    cb = rest % channel_blocks
-    n = rest // channel_blocks
+    """Program (sample, channel block, pixel block): y = x * (k + scale * window sum of x^2)^-exponent.
+    Offsets within a sample are 32-bit unless WIDE (a sample spans 2^31 elements or more)."""
+    n, cb, pb = tile_coordinates(tl.program_id(0), channel_blocks, pixel_blocks)
     c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    if WIDE:
+        c = c.to(tl.int64)
     p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
-    p_mask = p < pixels
+    p_mask = pixel_mask(p, pixels, EVEN_P)
     x_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
-    acc, center = window_sum_of_squares(x_ptr, n * x_batch_stride, x_channel_stride, x_pixels, channels, p_mask,
+    acc, center = window_sum_of_squares(x_ptr + n * x_batch_stride, x_channel_stride, x_pixels, channels, p_mask,
                                         c, WINDOW, BEHIND, COMPUTE)
     s = tl.cast(k, COMPUTE) + tl.cast(scale, COMPUTE) * acc
-    y = center * power(s, -tl.cast(exponent, COMPUTE))
+    y = center * power(s, -tl.cast(exponent, COMPUTE), FAST)
     mask = (c < channels)[:, None] & p_mask[None, :]
-    y_offsets = n * y_batch_stride + c[:, None] * y_channel_stride + flat_offsets(
-        p, PIXEL_DIMS, pixel_sizes, pixel_y, PIXEL_UNIT)[None, :]
-    blend_store(y_ptr, y_offsets, mask, y, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+    y_offsets = c[:, None] * y_channel_stride + flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_y, PIXEL_UNIT)[None, :]
+    blend_store(y_ptr + n * y_batch_stride, y_offsets, mask, y, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE),
+                HAS_BETA)
 
 
 @triton.jit
@@ -109,10 +187,11 @@ def lrn_backward_kernel(
     pixel_sizes, pixel_x, pixel_dy, pixel_dx, channels, pixels, channel_blocks, pixel_blocks, tiles,
     k: tl.float64, scale: tl.float64, exponent: tl.float64, alpha: tl.float64, beta: tl.float64,
     WINDOW: tl.constexpr, BEHIND: tl.constexpr, PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr,
-    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
 ):
     """Persistent program: tiles pid, pid + P, ...; each owns BLOCK_C - WINDOW + 1 output channels.
-    Extended row i of a tile is channel c0 - AHEAD + i."""
+    Extended row i of a tile is channel c0 - AHEAD + i. s^-beta and s^(-beta-1) share one log2."""
     AHEAD: tl.constexpr = WINDOW - 1 - BEHIND
     OUT: tl.constexpr = BLOCK_C - WINDOW + 1
     lanes_c = tl.arange(0, BLOCK_C)
@@ -123,28 +202,26 @@ def lrn_backward_kernel(
     scale = tl.cast(scale, COMPUTE)
     exponent = tl.cast(exponent, COMPUTE)
     for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
-        pb = tile % pixel_blocks
-        rest = tile // pixel_blocks
-        cb = rest % channel_blocks
-        n = (rest // channel_blocks).to(tl.int64)
+        n, cb, pb = tile_coordinates(tile, channel_blocks, pixel_blocks)
         c0 = cb * OUT
+        if WIDE:
+            c0 = c0.to(tl.int64)
         p = pb * BLOCK_P + lanes_p
-        p_mask = p < pixels
+        p_mask = pixel_mask(p, pixels, EVEN_P)
         x_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
         dy_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)
-        x_base = n * batch_strides[0]
-        dy_base = n * batch_strides[1]
+        x_sample = x_ptr + n * batch_strides[0]
+        dy_sample = dy_ptr + n * batch_strides[1]
 
         extended = c0 - AHEAD + lanes_c
-        acc, xe = window_sum_of_squares(x_ptr, x_base, x_channel_stride, x_pixels, channels, p_mask, extended,
+        acc, xe = window_sum_of_squares(x_sample, x_channel_stride, x_pixels, channels, p_mask, extended,
                                         WINDOW, BEHIND, COMPUTE)
-        s = k + scale * acc
-        u = power(s, -exponent)
+        log_s = log_of(k + scale * acc, FAST)
         e_mask = ((extended >= 0) & (extended < channels))[:, None] & p_mask[None, :]
-        dye = tl.load(dy_ptr + (dy_base + extended[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=e_mask,
+        dye = tl.load(dy_sample + (extended[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=e_mask,
                       other=0.0).to(COMPUTE)
-        tl.store(slot + tile_index, dye * xe * u / s)
-        tl.store(slot + BLOCK_C * BLOCK_P + tile_index, u)
+        tl.store(slot + tile_index, dye * xe * exp_of(log_s * (-exponent - 1.0), FAST))
+        tl.store(slot + BLOCK_C * BLOCK_P + tile_index, exp_of(log_s * -exponent, FAST))
         tl.debug_barrier()
 
         c = c0 + lanes_c
@@ -155,15 +232,175 @@ def lrn_backward_kernel(
             carried += tl.load(slot + tile_index + j * BLOCK_P, mask=row_mask, other=0.0)
         uc = tl.load(slot + BLOCK_C * BLOCK_P + tile_index + AHEAD * BLOCK_P,
                      mask=(lanes_c + AHEAD < BLOCK_C)[:, None] & out_mask, other=0.0)
-        xc = tl.load(x_ptr + (x_base + c[:, None] * x_channel_stride + x_pixels[None, :]), mask=out_mask,
+        xc = tl.load(x_sample + (c[:, None] * x_channel_stride + x_pixels[None, :]), mask=out_mask,
                      other=0.0).to(COMPUTE)
-        dyc = tl.load(dy_ptr + (dy_base + c[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=out_mask,
+        dyc = tl.load(dy_sample + (c[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=out_mask,
                       other=0.0).to(COMPUTE)
         dx = dyc * uc - 2.0 * exponent * scale * xc * carried
-        dx_offsets = n * batch_strides[2] + c[:, None] * dx_channel_stride + flat_offsets(
-            p, PIXEL_DIMS, pixel_sizes, pixel_dx, PIXEL_UNIT)[None, :]
-        blend_store(dx_ptr, dx_offsets, out_mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+        dx_offsets = c[:, None] * dx_channel_stride + flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dx,
+                                                                   PIXEL_UNIT)[None, :]
+        blend_store(dx_ptr + n * batch_strides[2], dx_offsets, out_mask, dx, tl.cast(alpha, COMPUTE),
+                    tl.cast(beta, COMPUTE), HAS_BETA)
         tl.debug_barrier()  # the slot is rewritten by the next tile
+
+
+@triton.jit
+def split_lanes(tile, V: tl.constexpr):
+    """The V columns (1, 2, 4 or 8, held by one thread) of a [P, V] tile as a tuple of [P] tensors."""
+    P: tl.constexpr = tile.shape[0]
+    if V == 1:
+        lanes = (tl.reshape(tile, [P]),)
+    else:
+        even, odd = tl.split(tl.reshape(tile, [P, V // 2, 2]))
+        if V == 2:
+            lanes = (tl.reshape(even, [P]), tl.reshape(odd, [P]))
+        else:
+            e0, e2 = tl.split(tl.reshape(even, [P, V // 4, 2]))  # lanes 0 (4), 2 (6)
+            o1, o3 = tl.split(tl.reshape(odd, [P, V // 4, 2]))  # lanes 1 (5), 3 (7)
+            if V == 4:
+                lanes = (tl.reshape(e0, [P]), tl.reshape(o1, [P]), tl.reshape(e2, [P]), tl.reshape(o3, [P]))
+            else:
+                l0, l4 = tl.split(e0)
+                l2, l6 = tl.split(e2)
+                l1, l5 = tl.split(o1)
+                l3, l7 = tl.split(o3)
+                lanes = (l0, l1, l2, l3, l4, l5, l6, l7)
+    return lanes
+
+
+@triton.jit
+def join_lanes(lanes, V: tl.constexpr):
+    """``split_lanes``'s inverse: the [P, V] tile of V [P] tensors."""
+    P: tl.constexpr = lanes[0].shape[0]
+    if V == 1:
+        tile = tl.reshape(lanes[0], [P, 1])
+    elif V == 2:
+        tile = tl.join(lanes[0], lanes[1])
+    elif V == 4:
+        tile = tl.reshape(tl.join(tl.join(lanes[0], lanes[2]), tl.join(lanes[1], lanes[3])), [P, 4])
+    else:
+        even = tl.reshape(tl.join(tl.join(lanes[0], lanes[4]), tl.join(lanes[2], lanes[6])), [P, 4])
+        odd = tl.reshape(tl.join(tl.join(lanes[1], lanes[5]), tl.join(lanes[3], lanes[7])), [P, 4])
+        tile = tl.reshape(tl.join(even, odd), [P, 8])
+    return tile
+
+
+@triton.jit
+def load_group(ptr, offsets, group, last, channels, p_mask, V: tl.constexpr, COMPUTE: tl.constexpr):
+    """Channels group * V + (0..V-1) of a [P, V] tile (zeros outside 0..channels-1 and past group ``last``)
+    as a tuple of V [P] tensors."""
+    c = group * V + tl.arange(0, V)
+    mask = ((c >= 0) & (c < channels) & (group <= last))[None, :] & p_mask[:, None]
+    return split_lanes(tl.load(ptr + offsets, mask=mask, other=0.0).to(COMPUTE), V)
+
+
+@triton.jit
+def window_sums(values, V: tl.constexpr, WINDOW: tl.constexpr):
+    """(values[r] + ... + values[r + WINDOW - 1] for r < V): exact window sums of register lanes."""
+    sums = ()
+    for r in tl.static_range(V):
+        acc = values[r]
+        for j in tl.static_range(1, WINDOW):
+            acc += values[r + j]
+        sums = sums + (acc,)
+    return sums
+
+
+@triton.jit
+def lrn_stream_kernel(
+    x_ptr, dy_ptr, out_ptr, batch_strides, channel_strides, pixel_sizes, pixel_x, pixel_dy, pixel_out, channels,
+    pixels, pixel_blocks, chunks, chunk_groups, k: tl.float64, scale: tl.float64, exponent: tl.float64,
+    alpha: tl.float64, beta: tl.float64, WINDOW: tl.constexpr, BEHIND: tl.constexpr, BACKWARD: tl.constexpr,
+    PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
+    FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr, V: tl.constexpr, DEPTH: tl.constexpr,
+    UNROLL: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    """Program (sample, channel chunk, pixel block) walks its chunk's channels in groups of V (V
+    channels of BLOCK_P pixels per step), keeping the window's lanes in registers (tuples of [P]
+    tensors) and DEPTH groups of loads in flight; each element is read once. Forward, at step t:
+    group t's x^2 complete the window of group t - LAG_S, whose y is stored. Backward: group
+    t - LAG_S gets s, s^-beta and t = dy x s^(-beta-1), group t - LAG_S - LAG_D (whose mirrored
+    window of t is then complete) gets dx. A chunk starts HALO groups early for its windows."""
+    AHEAD: tl.constexpr = WINDOW - 1 - BEHIND
+    LAG_S: tl.constexpr = (AHEAD + V - 1) // V
+    LAG_D: tl.constexpr = (BEHIND + V - 1) // V if BACKWARD else 0
+    HALO: tl.constexpr = (WINDOW - 1 + V - 1) // V if BACKWARD else (BEHIND + V - 1) // V
+    n, chunk, pb = tile_coordinates(tl.program_id(0), chunks, pixel_blocks)
+    p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
+    p_mask = pixel_mask(p, pixels, EVEN_P)
+    lanes = tl.arange(0, V)
+    if WIDE:
+        lanes = lanes.to(tl.int64)
+    x_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)[:, None] + lanes * channel_strides[0]
+    dy_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)[:, None] + lanes * channel_strides[1]
+    out_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_out, PIXEL_UNIT)[:, None] + lanes * channel_strides[2]
+    x_ptr += n * batch_strides[0]
+    dy_ptr += n * batch_strides[1]
+    out_ptr += n * batch_strides[2]
+    k = tl.cast(k, COMPUTE)
+    scale = tl.cast(scale, COMPUTE)
+    exponent = tl.cast(exponent, COMPUTE)
+    alpha = tl.cast(alpha, COMPUTE)
+    beta = tl.cast(beta, COMPUTE)
+
+    first = chunk * chunk_groups  # the chunk's first output group
+    start = first - HALO
+    last = tl.minimum(first + chunk_groups, tl.cdiv(channels, V)) - 1 + LAG_S + LAG_D  # the last group loaded
+    x_step = V * channel_strides[0]
+    dy_step = V * channel_strides[1]
+    out_step = V * channel_strides[2]
+    if WIDE:
+        x_step = x_step.to(tl.int64)
+        dy_step = dy_step.to(tl.int64)
+        out_step = out_step.to(tl.int64)
+    zero = tl.zeros((BLOCK_P,), COMPUTE)
+    x_pending = ()
+    dy_pending = ()
+    for d in tl.static_range(DEPTH):
+        x_pending = x_pending + (load_group(x_ptr, x_tile + (start + d) * x_step, start + d, last, channels, p_mask,
+                                            V, COMPUTE),)
+        if BACKWARD:
+            dy_pending = dy_pending + (load_group(dy_ptr, dy_tile + (start + d) * dy_step, start + d, last, channels,
+                                                  p_mask, V, COMPUTE),)
+    squares = (zero,) * (LAG_S * V + BEHIND)  # channels from (t - LAG_S) * V - BEHIND
+    xs = (zero,) * ((LAG_S + LAG_D) * V)  # channels from (t - LAG_S - LAG_D) * V
+    dys = (zero,) * ((LAG_S + LAG_D) * V)
+    us = (zero,) * (LAG_D * V)  # s^-beta, channels from (t - LAG_S - LAG_D) * V
+    ts = (zero,) * (LAG_D * V + AHEAD)  # dy x s^(-beta-1), channels from (t - LAG_S - LAG_D) * V - AHEAD
+    for t in tl.range(start, last + 1, loop_unroll_factor=UNROLL):
+        fresh = x_pending[0]
+        x_pending = x_pending[1:] + (load_group(x_ptr, x_tile + (t + DEPTH) * x_step, t + DEPTH, last, channels,
+                                                p_mask, V, COMPUTE),)
+        xs = xs + fresh
+        for r in tl.static_range(V):
+            squares = squares + (fresh[r] * fresh[r],)
+        sums = window_sums(squares, V, WINDOW)
+        squares = squares[V:]
+        if BACKWARD:
+            dys = dys + dy_pending[0]
+            dy_pending = dy_pending[1:] + (load_group(dy_ptr, dy_tile + (t + DEPTH) * dy_step, t + DEPTH, last,
+                                                      channels, p_mask, V, COMPUTE),)
+            for r in tl.static_range(V):
+                log_s = log_of(k + scale * sums[r], FAST)
+                us = us + (exp_of(log_s * -exponent, FAST),)
+                # group t - LAG_S's lane r is at LAG_D * V + r in xs and dys
+                ts = ts + (dys[LAG_D * V + r] * xs[LAG_D * V + r] * exp_of(log_s * (-exponent - 1.0), FAST),)
+            carried = window_sums(ts, V, WINDOW)
+            results = ()
+            for r in tl.static_range(V):
+                results = results + (dys[r] * us[r] - 2.0 * exponent * scale * xs[r] * carried[r],)
+            us = us[V:]
+            ts = ts[V:]
+            dys = dys[V:]
+        else:
+            results = ()
+            for r in tl.static_range(V):
+                results = results + (xs[r] * power(k + scale * sums[r], -exponent, FAST),)
+        xs = xs[V:]
+        group = t - LAG_S - LAG_D
+        c = group * V + lanes
+        mask = ((c < channels) & (group >= first))[None, :] & p_mask[:, None]
+        blend_store(out_ptr, out_tile + group * out_step, mask, join_lanes(results, V), alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -227,12 +464,12 @@ def divisive_kernel(
     alpha = tl.cast(alpha, COMPUTE)
     beta = tl.cast(beta, COMPUTE)
     if PHASE == "forward":
-        y = center * power(k + scale * acc, -exponent)
+        y = center * power(k + scale * acc, -exponent, False)
         blend_store(out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, y, alpha, beta,
                     HAS_BETA)
     elif PHASE == "carry":
         s = k + scale * acc
-        u = power(s, -exponent)
+        u = power(s, -exponent, False)
         dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask,
                      other=0.0).to(COMPUTE)
         tl.store(temp_ptr + element_offsets(plane, index, channels, temp_strides, sizes),
@@ -331,27 +568,76 @@ def _lrn_launches(problem: LRNProblem, descs: list[TensorDescriptor], device: in
     channels = x.dims[1]
     window = problem.desc.n
     channels_inner = x.strides[1] == 1 and channels > 1
+    direction = "backward" if problem.backward else "forward"
+    stream = STREAM[direction, channels_inner, max(d.dtype.itemsize for d in descs) <= 2]
+    if stream is not None:
+        return _stream_launches(problem, descs, pixel_dims, stream, channels_inner, device)
+    tile = TILES[direction, channels_inner]
     extended = channels + (window - 1 if problem.backward else 0)
-    block_c = min(2 * CHANNEL_BLOCK if channels_inner else CHANNEL_BLOCK, triton.next_power_of_2(extended))
+    block_c = min(tile["channels"], triton.next_power_of_2(extended))
     block_c = max(block_c, triton.next_power_of_2(window)) if problem.backward else block_c
-    block_p = min(TILE_ELEMENTS // block_c, triton.next_power_of_2(pixels))
+    block_p = min(max(tile["elements"] // block_c, 1), triton.next_power_of_2(pixels))
     outputs = block_c - window + 1 if problem.backward else block_c
     channel_blocks, pixel_blocks = triton.cdiv(channels, outputs), triton.cdiv(pixels, block_p)
     unit = len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1])
+    compute = _compute(problem)
+    wide = max(_sample_extent(desc) for desc in descs) + (window + block_c) * max(
+        abs(desc.strides[1]) for desc in descs) >= 2**31
     flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
-                 HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK_C=block_c, BLOCK_P=block_p,
-                 num_warps=max(1, min(8, block_c * block_p // 512)))
+                 HAS_BETA=problem.beta != 0.0, COMPUTE=compute, FAST=device is not None and compute == tl.float32,
+                 WIDE=wide, EVEN_P=pixels % block_p == 0, BLOCK_C=block_c, BLOCK_P=block_p,
+                 num_warps=max(1, min(tile["warps"], block_c * block_p // 128)))
     tiles = x.dims[0] * channel_blocks * pixel_blocks
     if len(descs) == 2:
         return Launches((Launch(lrn_forward_kernel, (tiles,), (
             Slot("x"), Slot("out"), x.strides[0], out.strides[0], x.strides[1], out.strides[1], sizes,
             *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, *_scalars(problem)), flags),))
-    programs = min(tiles, 2 if device is None else PROGRAMS_PER_SM * multiprocessors(device))
+    programs = min(tiles, 2 if device is None else tile["programs_per_sm"] * multiprocessors(device))
     scratch = Scratch("scratch", programs * 2 * block_c * block_p, _scratch_dtype(problem))
     return Launches((Launch(lrn_backward_kernel, (programs,), (
         Slot("x"), Slot("dy"), Slot("out"), Slot("scratch"), tuple(d.strides[0] for d in descs), x.strides[1],
         descs[1].strides[1], out.strides[1], sizes, *pixel_strides, channels, pixels, channel_blocks, pixel_blocks,
         tiles, *_scalars(problem)), flags),), (scratch,))
+
+
+def _stream_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_dims: list[tuple[int, tuple[int, ...]]],
+                     config: dict[str, int], channels_inner: bool, device: int | None) -> Launches:
+    """One ``lrn_stream_kernel`` launch; descs: x and y, or x, dy and dx."""
+    x = descs[0]
+    operands = [x, descs[1] if problem.backward else x, descs[-1]]
+    pixels = math.prod(size for size, _ in pixel_dims)
+    channels = x.dims[1]
+    vector = min(8, max(1, 16 // max(d.dtype.itemsize for d in descs))) if channels_inner else 1
+    vector = min(vector, triton.next_power_of_2(channels))
+    # twice the registers per pixel (windows over 8, float64): half the pixels per thread
+    halvings = (problem.desc.n > 8) + (problem.compute_dtype is DataType.DOUBLE)
+    per_thread = max(1, config["pixels_per_thread"] >> halvings) if device is not None else 1
+    warps = config["warps"] if device is not None else 1
+    block_p = min(32 * warps * per_thread, triton.next_power_of_2(pixels))
+    groups = triton.cdiv(channels, vector)
+    chunk_groups = groups if not config["chunk"] else min(groups, max(1, config["chunk"] // vector))
+    chunks = triton.cdiv(groups, chunk_groups)
+    pixel_blocks = triton.cdiv(pixels, block_p)
+    strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(descs))]
+    pixel_strides = strides if problem.backward else [strides[0], strides[0], strides[1]]
+    compute = _compute(problem)
+    wide = max(_sample_extent(d) + (vector * (config["depth"] + 2) + problem.desc.n) * abs(d.strides[1])
+               for d in operands) >= 2**31
+    flags = dict(WINDOW=problem.desc.n, BEHIND=problem.desc.lookbehind, BACKWARD=problem.backward,
+                 PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1]),
+                 HAS_BETA=problem.beta != 0.0, COMPUTE=compute, FAST=device is not None and compute == tl.float32,
+                 WIDE=wide, EVEN_P=pixels % block_p == 0, V=vector, DEPTH=config["depth"], UNROLL=config["unroll"],
+                 BLOCK_P=block_p, num_warps=max(1, min(warps, block_p // 32)))
+    tensors = (Slot("x"), Slot("dy") if problem.backward else Slot("x"), Slot("out"))
+    return Launches((Launch(lrn_stream_kernel, (x.dims[0] * chunks * pixel_blocks,), (
+        *tensors, tuple(d.strides[0] for d in operands), tuple(d.strides[1] for d in operands),
+        tuple(size for size, _ in pixel_dims), *pixel_strides, channels, pixels, pixel_blocks, chunks, chunk_groups,
+        *_scalars(problem)), flags),))
+
+
+def _sample_extent(desc: TensorDescriptor) -> int:
+    """The largest element offset within one sample (dims 1..), plus one."""
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(desc.dims[1:], desc.strides[1:]))
 
 
 def _divisive_launches(problem: LRNProblem, descs: dict[str, TensorDescriptor]) -> Launches:

@@ -3,9 +3,10 @@ rows, the whole row in registers when it fits.
 
 Memory model (M elements per row, R rows, b bytes per element): forward reads x once and writes
 y once (2 R M b, plus the parameters, read from L2); backward reads x and dy and writes dx
-(3 R M b) and the partial parameter gradients (2 P M floats for P programs, P ~ 2 per SM, so
-~1% at 32768 x 4096). FLOPs: ~8 per element forward, ~12 backward: memory-bound. At H200 copy
-speed (4.2 TB/s), float32 32768 x 4096 forward moves 1.07 GB: 0.26 ms; backward 1.6 GB: 0.38 ms.
+(3 R M b) and the partial parameter gradients (2 P M floats for P programs, 16 warps of programs
+per SM: P = 2 per SM for 4096-wide rows, so ~1% at 32768 x 4096, read back from L2). FLOPs: ~8
+per element forward, ~12 backward: memory-bound. At H200 copy speed (4.2 TB/s), float32
+32768 x 4096 forward moves 1.07 GB: 0.26 ms; backward 1.6 GB: 0.38 ms.
 
 Canonical form (``norm_plan``): rows are (group, inner row); a row's elements are "columns" in
 x's logical order. LAYER/RMS: the group count is 1, inner rows the leading dims, columns the
@@ -21,10 +22,10 @@ are full-width vectors (the row offsets carry a ``tl.multiple_of`` hint).
   accumulates dy * xhat and dy per column (in registers with SINGLE, else in its own workspace
   slice); ``norm_finalize_kernel`` then sums the P slices (and the S columns of each parameter)
   in a fixed order: deterministic, no atomics. The tile loop is software-pipelined
-  (``tl.range(num_stages=2)``: cp.async of the next tile's x and dy while this one computes) when
-  the row fits in registers; the streamed path read-modify-writes its workspace slice in the loop,
-  so it is not pipelined. The statistics are recomputed from x when the
-  caller passes none (x is in registers anyway).
+  (``tl.range(num_stages=PIPELINE_STAGES[itemsize])``: cp.async of the next tiles' x and dy while
+  this one computes) when the row fits in registers; the streamed path read-modify-writes its
+  workspace slice in the loop, so it is not pipelined. The statistics are recomputed from x when
+  the caller passes none (x is in registers anyway); the row sums share one cross-warp reduction.
 
 Scale and bias are read in their own dtype as packed vectors (copied only when not packed);
 the finalize kernel writes dscale and dbias through the caller's strides, blended.
@@ -50,10 +51,17 @@ from opendnn.ops.normalization import NormProblem
 MAX_SINGLE_BLOCK = 8192  # longest row held in registers
 LOOP_BLOCK = 4096  # chunk of a longer row
 TILE_ELEMENTS = 4096  # rows x columns per program for short rows
-PROGRAMS_PER_SM = 2  # backward programs (each keeps its partial gradients in registers)
-PIPELINE_STAGES = 2  # backward tile loop: the next tile's x and dy stream into shared memory (cp.async)
-FINAL_BLOCK = 64  # parameters per program of the finalize kernel (layer / RMS norm)
-FINAL_TILE = 2048  # partial sums the finalize kernel loads per step
+# backward (sweep: .gpu/norm_sweep.py overrides these and clears the plan caches)
+BACKWARD_TILE_ELEMENTS = TILE_ELEMENTS  # rows x columns per tile for short rows
+BACKWARD_MAX_WARPS = 16  # at most 16 elements a thread: x, dy and the partial sums in ~128 registers
+BACKWARD_SM_WARPS = 16  # warps of resident programs per SM (65536 registers / 128 / 32)
+# tile loop software pipeline by element bytes of x: Triton issues tile i + STAGES - 1's cp.async of
+# x and dy at the end of iteration i and waits for tile i + 1 at the top of the next, so 2 stages
+# overlap no load with this program's compute; 16-bit data keeps STAGES - 1 = 2 tiles in flight (H200,
+# 2026-11-29, bfloat16 layer norm backward 32768 x 4096: 264 / 217 / 232 / 239 us at 2 / 3 / 4 / 5 stages)
+PIPELINE_STAGES = {8: 2, 4: 2, 2: 3, 1: 3}
+FINAL_BLOCK = 32  # parameters per program of the finalize kernel (layer / RMS norm)
+FINAL_TILE = 4096  # partial sums the finalize kernel loads per step
 
 
 @triton.jit
@@ -187,15 +195,44 @@ def norm_forward_kernel(
 
 
 @triton.jit
-def row_gradient(x, dy, mask, mean, rstd, scale, row_size, RMS: tl.constexpr):
-    """(dx, xhat) of a register tile of whole rows."""
+def add_pairs(a, b, c, d):
+    return a + c, b + d
+
+
+@triton.jit
+def add_triples(a, b, c, d, e, f):
+    return a + d, b + e, c + f
+
+
+@triton.jit
+def row_gradient(x, dy, mask, mean, rstd, scale, row_size, eps, RMS: tl.constexpr, HAS_MEAN: tl.constexpr,
+                 HAS_RSTD: tl.constexpr):
+    """(dx, xhat) of a register tile of whole rows, with the statistics given (HAS_MEAN, HAS_RSTD)
+    or computed here. The row sums share one cross-warp reduction (sum(g * (x - mean)), sum(g)
+    and, without rstd, sum((x - mean)^2); sum(g * xhat) = rstd * sum(g * (x - mean))), after the
+    mean's own when layer norm recomputes it: one or two barrier rounds per tile, not four."""
     count = tl.cast(row_size, x.dtype)
-    xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+    if not (HAS_MEAN or RMS):
+        mean = tl.sum(x, axis=1) / count
+    centered = tl.where(mask, x - mean[:, None], 0.0)
     g = dy * scale
-    projection = tl.sum(g * xhat, axis=1) / count
-    inner = g - xhat * projection[:, None]
+    if HAS_RSTD:
+        if RMS:
+            g_centered = tl.sum(g * centered, axis=1)
+            g_sum = g_centered  # unused
+        else:
+            g_centered, g_sum = tl.reduce((g * centered, g), 1, add_pairs)
+    else:
+        if RMS:
+            square, g_centered = tl.reduce((centered * centered, g * centered), 1, add_pairs)
+            g_sum = square  # unused
+        else:
+            square, g_centered, g_sum = tl.reduce((centered * centered, g * centered, g), 1, add_triples)
+        rstd = 1.0 / tl.sqrt(square / count + eps)
+    xhat = centered * rstd[:, None]
+    inner = g - xhat * (g_centered * rstd / count)[:, None]
     if not RMS:
-        inner -= (tl.sum(g, axis=1) / count)[:, None]
+        inner -= (g_sum / count)[:, None]
     return rstd[:, None] * inner, xhat
 
 
@@ -235,15 +272,13 @@ def norm_backward_kernel(
         dy_rows = row_offsets_of(g, rows, group_strides[1], ROW_DIMS, row_sizes, row_dy, ALIGN)
         dx_rows = row_offsets_of(g, rows, group_strides[2], ROW_DIMS, row_sizes, row_dx, ALIGN)
         stats_rows = g * group_strides[3] + dim_offsets(rows, ROW_DIMS, row_sizes, row_stats)
+        mean = tl.zeros((BLOCK_R,), COMPUTE)  # RMS; else given, or computed here or in row_gradient
+        rstd = mean
         if SINGLE:
             mask = row_mask[:, None] & col_mask[None, :]
             x = load_row_tile(x_ptr, x_rows, x_cols, mask, COMPUTE)
             dy = load_row_tile(dy_ptr, dy_rows, dy_cols, mask, COMPUTE)
-            mean, rstd = row_statistics(x, mask, row_size, eps, RMS)
-        elif HAS_RSTD and (HAS_MEAN or RMS):  # saved statistics (RMS: mean 0): no pass over x for them
-            mean = tl.zeros((BLOCK_R,), COMPUTE)
-            rstd = mean
-        else:
+        elif not (HAS_RSTD and (HAS_MEAN or RMS)):  # no saved statistics (RMS: mean 0): a pass over x for them
             mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS, col_sizes, col_x,
                                              COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
         if HAS_RSTD:
@@ -251,7 +286,7 @@ def norm_backward_kernel(
         if HAS_MEAN:
             mean = tl.load(mean_ptr + stats_rows, mask=row_mask, other=0.0).to(COMPUTE)
         if SINGLE:
-            dx, xhat = row_gradient(x, dy, mask, mean, rstd, scale, row_size, RMS)
+            dx, xhat = row_gradient(x, dy, mask, mean, rstd, scale, row_size, eps, RMS, HAS_MEAN, HAS_RSTD)
             blend_store(dx_ptr, dx_rows, dx_cols, mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
             dscale += tl.sum(dy * xhat, axis=0)
             dbias += tl.sum(dy, axis=0)
@@ -318,34 +353,34 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
 @triton.jit
 def norm_finalize_kernel(partial_ptr, dscale_ptr, dbias_ptr, param_sizes, dscale_strides, dbias_strides,
                          parameters, programs, row_size, params_per_group, half, alpha: tl.float64, beta: tl.float64,
-                         PARAM_DIMS: tl.constexpr, HAS_DSCALE: tl.constexpr, HAS_DBIAS: tl.constexpr,
-                         HAS_BETA: tl.constexpr, BLOCK_F: tl.constexpr, ROWS: tl.constexpr):
+                         PARAM_DIMS: tl.constexpr, HAS_DSCALE: tl.constexpr, HAS_BETA: tl.constexpr,
+                         BLOCK_F: tl.constexpr, ROWS: tl.constexpr):
     """dscale[f] (and dbias[f]) = alpha * (sum over programs p and the S = row_size / params_per_group
     columns of parameter f of the partials, slice 0 first) + beta * prior; f = g * params_per_group + q
-    is the parameter's flattened index, placed through the caller's strides."""
+    is the parameter's flattened index, placed through the caller's strides. Program (i, k) sums
+    block i of dscale (k = 0) or dbias (k = 1; k = 0 when dbias is the only output)."""
     f = tl.program_id(0) * BLOCK_F + tl.arange(0, BLOCK_F)
+    which = tl.program_id(1) + (0 if HAS_DSCALE else 1)
     f_mask = f < parameters
     g = f // params_per_group
     spatial = row_size // params_per_group
     column = (f - g * params_per_group) * spatial
     first_slice = g.to(tl.int64) * programs  # of the group's workspace slices (int64: large workspaces)
     count = programs * spatial  # summands per parameter, walked as r = p * spatial + s
-    for which in tl.static_range(2):
-        if (which == 0 and HAS_DSCALE) or (which == 1 and HAS_DBIAS):
-            acc = tl.zeros((ROWS, BLOCK_F), partial_ptr.dtype.element_ty)
-            for start in range(0, count, ROWS):
-                r = start + tl.arange(0, ROWS)
-                p = r // spatial
-                summands = (which * half + (first_slice[None, :] + p[:, None]) * row_size + column[None, :]
-                            + (r - p * spatial)[:, None])
-                acc += tl.load(partial_ptr + summands, mask=(r < count)[:, None] & f_mask[None, :], other=0.0)
-            total = tl.sum(acc, axis=0)
-            if which == 0:
-                offsets = dim_offsets(f, PARAM_DIMS, param_sizes, dscale_strides)
-                blend_vector(dscale_ptr + offsets, f_mask, total, alpha, beta, HAS_BETA)
-            else:
-                offsets = dim_offsets(f, PARAM_DIMS, param_sizes, dbias_strides)
-                blend_vector(dbias_ptr + offsets, f_mask, total, alpha, beta, HAS_BETA)
+    acc = tl.zeros((ROWS, BLOCK_F), partial_ptr.dtype.element_ty)
+    for start in range(0, count, ROWS):
+        r = start + tl.arange(0, ROWS)
+        p = r // spatial
+        summands = (which * half + (first_slice[None, :] + p[:, None]) * row_size + column[None, :]
+                    + (r - p * spatial)[:, None])
+        acc += tl.load(partial_ptr + summands, mask=(r < count)[:, None] & f_mask[None, :], other=0.0)
+    total = tl.sum(acc, axis=0)
+    if which == 0:
+        blend_vector(dscale_ptr + dim_offsets(f, PARAM_DIMS, param_sizes, dscale_strides), f_mask, total, alpha,
+                     beta, HAS_BETA)
+    else:
+        blend_vector(dbias_ptr + dim_offsets(f, PARAM_DIMS, param_sizes, dbias_strides), f_mask, total, alpha,
+                     beta, HAS_BETA)
 
 
 @triton.jit
@@ -412,7 +447,8 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     if block > MAX_SINGLE_BLOCK:
         block = LOOP_BLOCK
     inner = math.prod(size for size, _ in rows)
-    block_r = max(1, min(TILE_ELEMENTS // block, triton.next_power_of_2(inner)))
+    tile = BACKWARD_TILE_ELEMENTS if problem.backward else TILE_ELEMENTS
+    block_r = max(1, min(tile // block, triton.next_power_of_2(inner)))
     return NormPlan(problem.groups or 1, group_strides, tuple(rows), tuple(cols), params_per_group, block_r, block)
 
 
@@ -468,7 +504,8 @@ def norm_launches(problem: NormProblem, stats: TensorDescriptor | None, dscale: 
     flags = dict(ROW_DIMS=len(plan.rows), COL_DIMS=len(plan.cols), COL_UNIT=unit, ALIGN=_alignment(plan, 3),
                  PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE="scale" in given,
                  HAS_RSTD="inv_std" in given, HAS_BETA=problem.beta != 0.0, SINGLE=plan.single, COMPUTE=compute,
-                 BLOCK_R=plan.block_r, BLOCK=plan.block, num_warps=_warps(plan))
+                 BLOCK_R=plan.block_r, BLOCK=plan.block,
+                 num_warps=_warps(plan, problem.backward))
     slot = {name: Slot(name if name in given else "x") for name in ("scale", "bias", "mean", "inv_std")}
     common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
     if not problem.backward:
@@ -481,7 +518,7 @@ def norm_launches(problem: NormProblem, stats: TensorDescriptor | None, dscale: 
     import torch
 
     tiles = triton.cdiv(plan.inner_rows, plan.block_r)
-    programs = max(1, min(tiles, _programs_per_group(device, plan.groups)))
+    programs = max(1, min(tiles, _programs_per_group(device, plan.groups, BACKWARD_SM_WARPS // flags["num_warps"])))
     half = plan.groups * programs * problem.row_size
     partial = Scratch("partial", 2 * half, torch.float64 if compute == tl.float64 else torch.float32)
     backward = Launch(norm_backward_kernel, (plan.groups, programs), (
@@ -489,7 +526,7 @@ def norm_launches(problem: NormProblem, stats: TensorDescriptor | None, dscale: 
         (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
         row_sizes, row_strides[0], row_strides[2], row_strides[1], row_strides[3], col_sizes,
         col_strides[0], col_strides[2], col_strides[1], *common),
-        dict(HAS_MEAN="mean" in given, STAGES=PIPELINE_STAGES if plan.single else 1, **flags))
+        dict(HAS_MEAN="mean" in given, STAGES=PIPELINE_STAGES[problem.x.dtype.itemsize] if plan.single else 1, **flags))
     if dscale is None and dbias is None:
         return Launches((backward,), (partial,))
     return Launches((backward, _finalize(problem, plan, programs, half, dscale, dbias)), (partial,))
@@ -505,19 +542,20 @@ def _finalize(problem: NormProblem, plan: NormPlan, programs: int, half: int, ds
     # layer/RMS: a parameter per column, summands contiguous across parameters; group: few parameters,
     # many summands each (programs x spatial), so one or two parameters per program
     block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
-    return Launch(norm_finalize_kernel, (triton.cdiv(parameters, block_f),), (
+    return Launch(norm_finalize_kernel, (triton.cdiv(parameters, block_f), len(written)), (
         Slot("partial"), Slot("dscale" if dscale is not None else "partial"),
         Slot("bias" if dbias is not None else "partial"), tuple(sizes), strides[0], strides[-1], parameters,
         programs, problem.row_size, plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta),
-        dict(PARAM_DIMS=len(sizes), HAS_DSCALE=dscale is not None, HAS_DBIAS=dbias is not None,
+        dict(PARAM_DIMS=len(sizes), HAS_DSCALE=dscale is not None,
              HAS_BETA=problem.dparam_beta != 0.0, BLOCK_F=block_f, ROWS=FINAL_TILE // block_f, num_warps=4))
 
 
-def _programs_per_group(device: int | None, groups: int) -> int:
+def _programs_per_group(device: int | None, groups: int, per_sm: int) -> int:
     if device is None:
         return 2
-    return max(1, PROGRAMS_PER_SM * multiprocessors(device) // groups)
+    return max(1, max(1, per_sm) * multiprocessors(device) // groups)
 
 
-def _warps(plan: NormPlan) -> int:
-    return max(1, min(8, plan.block_r * plan.block // 512))
+def _warps(plan: NormPlan, backward: bool) -> int:
+    """16 elements a thread (backward: at most BACKWARD_MAX_WARPS warps; forward: 8)."""
+    return max(1, min(BACKWARD_MAX_WARPS if backward else 8, plan.block_r * plan.block // 512))

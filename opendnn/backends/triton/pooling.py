@@ -24,6 +24,14 @@ row were most of the first version's instructions and registers on sm_90). Offse
 scalar base per tile plus int32 per element (int64 only for tensors past 2**31 elements). The window
 loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
+Strips (forward, stride 2 along unit-stride input rows: NCHW): instead of one strided scalar load per
+window position and output, each window row is read as a contiguous strip of 2 x BLOCK_C input positions
+per tile row (16-byte vector loads: the launcher proves the rows aligned, ``_strip_alignment``, and the
+kernel says so with ``tl.multiple_of``), reshaped into (column, 2) pairs and split into even and odd
+positions: with padding 1 a 3-wide window takes odd[c - 1], even[c], odd[c], and odd[c - 1] is the odd
+half shifted one column in registers (``shift_right``) plus one load per thread's run of columns (the
+value left of the run). Outputs are stored as vectors too (``Y_VECTOR``).
+
 Backward gather: each input position ``i = o * stride - padding + r`` belongs to exactly one cell
 ``o`` (``r`` in ``0 .. stride - 1``), so a program owns a tile of cells and, for each phase ``r``,
 writes dx at the cell's input positions: the sum over the windows ``o - q`` that hold ``i`` (window
@@ -58,6 +66,10 @@ from opendnn.ops.pooling import PoolingProblem
 CANONICAL_DIMS = 5
 UNROLL_LIMIT = 64  # window positions (or phase x shift pairs) unrolled in full
 FORWARD_TILE = 2048  # outputs of a forward program: 16 per thread at 4 warps
+STRIP_TILE = 1024  # outputs of a forward program reading stride-2 windows as contiguous strips (NCHW)
+STRIP_WARPS = 4  # 8 outputs per thread (H200 sweep 2026-11-29: 3x3 max bf16 33.0 us at 4 warps, 33.9 at 2, 42.2 at 8)
+STRIP_BYTES = 16  # widest vector of a strip load (0: no strips, every forward takes the general path)
+STRIP_LEFT = True  # padding 1: the window's first tap from the strip shifted in registers (else a shifted strip)
 ARGMAX_TILE = 1024  # outputs of an argmax program (it holds y and positions too), half for strided loads
 BACKWARD_TILE = 512  # cells of a backward program: each writes prod(stride) elements of dx (registers)
 MAX_INNER_BLOCK = 256
@@ -100,6 +112,12 @@ def program_tile(sizes, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, CARRY: tl.
 
 
 @triton.jit
+def column_start(sizes, BLOCK_C: tl.constexpr):
+    """The first column of the program's tile (as ``program_tile`` numbers them), a scalar."""
+    return (tl.program_id(0) % tl.cdiv(sizes[4], BLOCK_C)) * BLOCK_C
+
+
+@triton.jit
 def outer_offset(c0, c1, c2, strides):
     """Scalar int64 offset of coordinates along canonical dims 0-2: the tile's base."""
     return c0.to(tl.int64) * strides[0] + c1.to(tl.int64) * strides[1] + c2.to(tl.int64) * strides[2]
@@ -109,10 +127,23 @@ def outer_offset(c0, c1, c2, strides):
 def tile_offset(d0, d1, d2, p3, p4, strides, WIDE: tl.constexpr):
     """(columns, rows) offsets from the tile's base: per row, ``d0 .. d2`` (positions along dims 0-2
     relative to the base) and ``p3``; per column ``p4``. int32 unless WIDE (an extent past 2**31)."""
+    return row_offset(d0, d1, d2, p3, strides, WIDE)[None, :] + column_offset(p4, strides, WIDE)[:, None]
+
+
+@triton.jit
+def column_offset(p4, strides, WIDE: tl.constexpr):
+    """Per column offsets (``tile_offset`` without the rows)."""
     if WIDE:
-        d0, d1, d2, p3, p4 = d0.to(tl.int64), d1.to(tl.int64), d2.to(tl.int64), p3.to(tl.int64), p4.to(tl.int64)
-    rows = d0 * strides[0] + d1 * strides[1] + d2 * strides[2] + p3 * strides[3]
-    return rows[None, :] + (p4 * strides[4])[:, None]
+        p4 = p4.to(tl.int64)
+    return p4 * strides[4]
+
+
+@triton.jit
+def row_offset(d0, d1, d2, p3, strides, WIDE: tl.constexpr):
+    """Per row offsets from the tile's base (``tile_offset`` without the columns)."""
+    if WIDE:
+        d0, d1, d2, p3 = d0.to(tl.int64), d1.to(tl.int64), d2.to(tl.int64), p3.to(tl.int64)
+    return d0 * strides[0] + d1 * strides[1] + d2 * strides[2] + p3 * strides[3]
 
 
 @triton.jit
@@ -196,13 +227,125 @@ def window_step(j, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes, x_strides,
 
 
 @triton.jit
+def strip_load(strip_at, start, ok_row, size, fill, SHIFT: tl.constexpr, GRAIN: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The (rows, 2 BLOCK_C) strip of input positions ``start + SHIFT + k`` at ``strip_at + SHIFT`` (pointers of
+    positions ``start + k``, k < 2 BLOCK_C), ``fill`` outside rows ``ok_row`` and outside 0 .. size - 1; its runs
+    of GRAIN positions lie wholly inside or outside the row (whole-vector masks). The shift is added to the
+    pointers, not to int32 offsets: ptxas then addresses a shifted strip from the strip's registers
+    (an immediate offset) instead of forming one 64-bit address per element."""
+    k = tl.arange(0, 2 * BLOCK_C)
+    grain_at = start + SHIFT + (k // GRAIN) * GRAIN
+    in_row = (grain_at >= 0) & (grain_at < size)
+    return tl.load(strip_at + SHIFT, mask=ok_row[:, None] & in_row[None, :], other=fill)
+
+
+@triton.jit
+def left_of_runs(x_base, row_shift, first_column, ok_row, size, fill, GROUP: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(rows, BLOCK_C // GROUP): the odd input position just before each run of GROUP pairs of the strip,
+    loaded as the second of an aligned (even, odd) pair: the pairs' layout then matches the strip's split
+    halves (a thread's run), where single strided positions would get a layout of their own (and shared
+    memory conversions)."""
+    pair_start = first_column - 2 + 2 * GROUP * tl.arange(0, BLOCK_C // GROUP)
+    pair_at = pair_start[:, None] + tl.arange(0, 2)[None, :]
+    in_row = (pair_start >= 0) & (pair_start < size)  # a pair lies wholly inside or outside the row
+    # (runs, rows, 2) then permuted: the coalescing pass orders equally strided dims first to last, so the runs
+    # go first to get the strip's thread order (4 x 8 threads over rows x runs)
+    pairs = tl.load(x_base + tl.multiple_of(pair_at[:, None, :] + row_shift[None, :, None], (1, 1, 2)),
+                    mask=in_row[:, None, None] & ok_row[None, :, None], other=fill)
+    _, odd = tl.split(tl.permute(pairs, (1, 0, 2)))
+    return odd
+
+
+@triton.jit
+def shift_right(values, left, GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``values`` (BLOCK_R, BLOCK_C) moved one column right: column c gets column c - 1, the first column of
+    each run of GROUP (1, 2 or 4) gets ``left`` (BLOCK_R, BLOCK_C // GROUP), the value before its run. With
+    runs as a thread holds them, only ``left`` crosses threads (one load per run instead of per column)."""
+    if GROUP == 1:
+        shifted = left
+    elif GROUP == 2:
+        c0, c1 = tl.split(tl.reshape(values, (BLOCK_R, BLOCK_C // 2, 2)))
+        shifted = tl.reshape(tl.join(left, c0), (BLOCK_R, BLOCK_C))
+    else:  # runs of 4: columns 4 g + 2 a + b as (g, a, b)
+        even, odd = tl.split(tl.reshape(values, (BLOCK_R, BLOCK_C // 4, 2, 2)))
+        c0, c2 = tl.split(even)
+        c1, c3 = tl.split(odd)
+        shifted = tl.reshape(tl.join(tl.join(left, c1), tl.join(c0, c2)), (BLOCK_R, BLOCK_C))
+    return shifted
+
+
+@triton.jit
+def strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_sizes, pads, x_strides,
+               WINDOW: tl.constexpr, STRIDE: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr, KIND: tl.constexpr,
+               PROPAGATE_NAN: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr, STRIP: tl.constexpr,
+               LEFT_GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Max or sum over windows of stride 2 along unit-stride input rows (NCHW), read as contiguous strips:
+    per window row, the strip at shift q (input positions 2 c0 + 2 q + k, k < 2 BLOCK_C, c0 the tile's
+    first column) is one vector load per STRIP elements, reshaped into (column, 2) pairs and split: its
+    even / odd halves hold, for every column c of the tile, the taps at window offsets 2 q - pad and
+    2 q + 1 - pad. Taps come in window order (row-major, as ``window_step``'s). Returns (BLOCK_C, BLOCK_R)
+    like the general path. STRIP (elements) divides the input's row strides, its row length and 2 BLOCK_C:
+    rows are STRIP-aligned, and a vector of the strip lies wholly inside or outside its row."""
+    rows = row_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, x_strides, WIDE)
+    x_base = x_ptr + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2],
+                                  x_strides)  # its alignment: Triton's, from the strides' specialization
+    first_column = 2 * column_start(out_sizes, BLOCK_C)
+    k = tl.arange(0, 2 * BLOCK_C)
+    best = tl.full((BLOCK_R, BLOCK_C), float("-inf") if PROPAGATE_NAN else float("nan"), COMPUTE)
+    total = tl.zeros((BLOCK_R, BLOCK_C), COMPUTE)
+    first_shift: tl.constexpr = -((LOW[4] + 1) // 2)
+    shifts: tl.constexpr = (WINDOW[4] - 1 - LOW[4] - 2 * first_shift) // 2 + 1
+    window_rows: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3]
+    for i in tl.static_range(window_rows):
+        j0, j1, j2, j3, _ = split_constant(i * WINDOW[4], WINDOW)
+        ok_row = (within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
+                  & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
+                  & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
+                  & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2]))
+        row_shift = rows + (j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3])
+        # runs of STRIP positions start aligned (the hint that makes the loads vectors; see _strip_alignment)
+        strip_at = x_base + tl.multiple_of(row_shift[:, None] + (first_column + k)[None, :], (1, STRIP))
+        fill = float("-inf") if KIND == "max" and PROPAGATE_NAN else 0.0
+        strip = strip_load(strip_at, first_column, ok_row, in_sizes[4], fill, 0, STRIP, BLOCK_C)
+        main_even, main_odd = tl.split(tl.reshape(strip, (BLOCK_R, BLOCK_C, 2)))
+        for qi in tl.static_range(shifts):
+            q = first_shift + qi
+            if q == 0:
+                even, odd = main_even, main_odd
+            elif q == -1 and LEFT_GROUP > 0:  # the odd position left of each pair: the main strip's, shifted
+                even = main_even  # (not used: padding 1, the window starts at the odd position)
+                odd = shift_right(main_odd, left_of_runs(x_base, row_shift, first_column, ok_row, in_sizes[4], fill,
+                                                         LEFT_GROUP, BLOCK_C), LEFT_GROUP, BLOCK_R, BLOCK_C)
+            else:  # STRIP >= 2: a strip shifted by whole (even, odd) pairs starts 2-aligned
+                strip = strip_load(strip_at, first_column, ok_row, in_sizes[4], fill, 2 * q, 2, BLOCK_C)
+                even, odd = tl.split(tl.reshape(strip, (BLOCK_R, BLOCK_C, 2)))
+            for r in tl.static_range(2):
+                j4 = 2 * q + r + LOW[4]
+                if j4 >= 0 and j4 < WINDOW[4]:
+                    if r == 0:
+                        x = even.to(COMPUTE)
+                    else:
+                        x = odd.to(COMPUTE)
+                    if KIND == "max":
+                        if PROPAGATE_NAN:
+                            best = tl.maximum(best, x, propagate_nan=tl.PropagateNan.ALL)
+                        else:
+                            ok = ok_row[:, None] & within(s4 + j4, in_sizes[4], j4, LOW[4], HIGH[4])[None, :]
+                            best = tl.where(ok & (x == x) & ((x > best) | (best != best)), x, best)
+                    else:
+                        total += x
+    return tl.trans(best), tl.trans(total)
+
+
+@triton.jit
 def pool_forward_kernel(
     x_ptr, y_ptr, argmax_ptr, in_sizes, out_sizes, pads, x_strides, y_strides, argmax_strides,
     alpha: tl.float64, beta: tl.float64,
     WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
     LINEAR: tl.constexpr, KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
     HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr,
-    FULL_COLUMNS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    FULL_COLUMNS: tl.constexpr, STRIP: tl.constexpr, LEFT_GROUP: tl.constexpr, Y_VECTOR: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
     write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
@@ -232,9 +375,14 @@ def pool_forward_kernel(
                                    x_strides)
               + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides,
                             WIDE))
+    # (the sum written out here: a hint on a helper's result is lost when the helper is inlined)
+    y_offsets = (row_offset(o0 - b0, o1 - b1, o2 - b2, o3, y_strides, WIDE)[None, :]
+                 + column_offset(cols, y_strides, WIDE)[:, None])
+    if Y_VECTOR > 1:  # runs of Y_VECTOR columns start aligned and lie wholly inside or outside y's rows
+        y_offsets = tl.multiple_of(y_offsets, (Y_VECTOR, 1))
+        col_ok = (cols // Y_VECTOR) * Y_VECTOR < out_sizes[4]
     mask = row_ok[None, :] & col_ok[:, None]
-    y_at = (y_ptr + outer_offset(b0, b1, b2, y_strides)
-            + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, y_strides, WIDE))
+    y_at = y_ptr + outer_offset(b0, b1, b2, y_strides) + y_offsets
 
     y_value = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
     if KIND == "argmax":
@@ -245,7 +393,11 @@ def pool_forward_kernel(
     total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
     first: tl.constexpr = (steps - 1) * (KIND == "argmax")  # argmax: the window's positions last to first
     step: tl.constexpr = 1 - 2 * (KIND == "argmax")
-    if UNROLL:
+    if STRIP:
+        best, total = strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_sizes, pads,
+                                 x_strides, WINDOW, STRIDE, LOW, HIGH, KIND, PROPAGATE_NAN, WIDE, COMPUTE, STRIP,
+                                 LEFT_GROUP, BLOCK_R, BLOCK_C)
+    elif UNROLL:
         for i in tl.static_range(steps):
             best, found, total = window_step(first + step * i, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes,
                                              x_strides, best, found, total, y_value,
@@ -532,7 +684,11 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:
         tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
     narrow = x_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
-    grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, tile, narrow)
+    strip = _strip_alignment(plan, x_strides, problem.x.dtype.itemsize) if kind != "argmax" else 0
+    grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, STRIP_TILE if strip else tile,
+                                                  narrow)
+    strip = min(strip, 2 * block_c)
+    y_vector = _aligned_run(plan, y_strides, plan.out_sizes[4], strip // 2) if strip else 1
     args = (Slot("x"), Slot("y"), Slot("argmax" if kind == "argmax" else "y"), plan.in_sizes, plan.out_sizes,
             plan.pads, x_strides, y_strides, argmax_strides, problem.alpha, problem.beta)
     constants = dict(
@@ -541,8 +697,33 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         INCLUDE_PADDING=problem.mode.value == "avg_include", PROPAGATE_NAN=problem.propagate_nan,
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
         WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem),
-        FULL_COLUMNS=plan.out_sizes[4] % block_c == 0, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+        FULL_COLUMNS=plan.out_sizes[4] % block_c == 0, STRIP=strip,
+        LEFT_GROUP=min(strip // 2, 4) if STRIP_LEFT and plan.pads[4] == 1 else 0, Y_VECTOR=y_vector,
+        BLOCK_R=block_r, BLOCK_C=block_c,
+        num_warps=STRIP_WARPS if strip else 4)
     return Launch(pool_forward_kernel, grid, args, constants)
+
+
+def _strip_alignment(plan: CanonicalPooling, x_strides: tuple[int, ...], itemsize: int) -> int:
+    """Elements per vector of the forward's strip loads (``strip_pool``), 0 for the general path: windows of
+    stride 2 along unit-stride input rows; the largest power of two up to STRIP_BYTES that divides the
+    row length and the strides of the dims the tile or the window moves along (rows start aligned), if 4 or
+    more."""
+    if plan.stride[4] != 2 or x_strides[4] != 1:
+        return 0
+    strip = _aligned_run(plan, x_strides, plan.in_sizes[4], STRIP_BYTES // itemsize)
+    return strip if strip >= 4 else 0  # (float64's pairs: more instructions than the general path on sm_90)
+
+
+def _aligned_run(plan: CanonicalPooling, strides: tuple[int, ...], row: int, limit: int) -> int:
+    """The largest power of two up to ``limit`` that divides ``row`` (the length of the tensor's rows along
+    dim 4) and the strides of the dims 0-3 that a tile or a window moves along: runs of that many columns
+    start aligned when the tensor does; 1 when its columns are not contiguous."""
+    if strides[4] != 1 or limit < 1:
+        return 1
+    moved = [strides[d] for d in range(4) if plan.in_sizes[d] > 1 or plan.window[d] > 1 or plan.pads[d] > 0]
+    common = math.gcd(row, *moved)
+    return min(common & -common, limit)
 
 
 @functools.lru_cache(maxsize=256)
