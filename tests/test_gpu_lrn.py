@@ -1,7 +1,7 @@
 """GPU tests of cross-channel LRN's kernels (``pytest -m gpu``) beyond the "large" samples: window widths
 1..16 (cuDNN's placement), channel counts that no vector or chunk divides (3, 17, 1000), 3-D and 5-D
-inputs, NCHW and channels-last, both algorithms of opendnn/backends/triton/lrn.py ("stream" and
-"tiles") and the streaming kernel's channel chunks, against the float64 reference."""
+inputs, NCHW and channels-last, the algorithms of opendnn/backends/triton/lrn.py ("stream" with its
+channel chunks, and "vector" for channels-last), against float64."""
 
 import pytest
 import torch
@@ -16,22 +16,25 @@ TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2, tor
 ALPHA, BETA, K = 0.5, 0.75, 1.5  # large alpha: the window sum matters (at alpha 1e-4, k dominates)
 
 
-# a streaming configuration for the entries of lrn.STREAM that take the tiles kernels by default
-STREAM_CONFIG = dict(pixels_per_thread=1, warps=2, depth=4, chunk=0, unroll=8)
+# a channels-contiguous configuration for the entries of lrn.VECTOR that are None
+VECTOR_CONFIG = dict(rows_per_thread=2, warps=4, groups=64)
 
 
 @pytest.fixture
 def algorithm(request):
-    """Points every entry of lrn.STREAM at one algorithm (and the streaming kernel's chunk) for one
-    test, then restores them."""
-    name, chunk = request.param
-    saved = dict(kernels.STREAM)
-    for key, config in saved.items():
-        forced = dict(config or STREAM_CONFIG, **({} if chunk is None else {"chunk": chunk}))
-        kernels.STREAM[key] = forced if name == "stream" else None
+    """Points every entry of lrn.STREAM ("stream") or lrn.VECTOR ("vector": channels-contiguous layouts only,
+    the others take their default) at one algorithm, with changes to its configuration, for one test, then
+    restores them."""
+    name, changes = request.param
+    saved = dict(kernels.STREAM), dict(kernels.VECTOR)
+    for key, config in saved[0].items():
+        kernels.STREAM[key] = dict(config, **changes) if name == "stream" else config
+    for key, config in saved[1].items():
+        kernels.VECTOR[key] = dict(config or VECTOR_CONFIG, **changes) if name == "vector" else None
     kernels.lrn_launches.cache_clear()
     yield name
-    kernels.STREAM.update(saved)
+    kernels.STREAM.update(saved[0])
+    kernels.VECTOR.update(saved[1])
     kernels.lrn_launches.cache_clear()
 
 
@@ -53,12 +56,14 @@ def _check(shape, n, dtype, channels_last):
         assert error < TOLERANCE[dtype], f"relative error {error:.3g}"
 
 
-@pytest.mark.parametrize("algorithm", [("stream", None), ("stream", 8), ("tiles", None)], indirect=True,
-                         ids=["stream", "stream-chunk8", "tiles"])
+@pytest.mark.parametrize("algorithm", [("stream", {}), ("stream", {"chunk": 8}), ("vector", {})],
+                         indirect=True, ids=["stream", "stream-chunk8", "vector"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("n", [1, 2, 5, 10, 16])
 @pytest.mark.parametrize("channels", [3, 17, 1000])
 def test_lrn_windows_and_channel_counts_on_gpu(algorithm, channels_last, n, channels):
+    if algorithm == "vector" and not channels_last:
+        pytest.skip("lrn_vector_kernel takes channels-contiguous layouts only")
     _check((2, channels, 9, 7), n, torch.float32, channels_last)
 
 

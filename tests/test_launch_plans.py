@@ -128,7 +128,7 @@ def test_planned_arguments_match_the_kernel_parameters(family):
         assert len(launch.grid) == 3 and all(isinstance(g, int) and g > 0 for g in launch.grid)
 
 
-KERNELS = 2 + 3 + 3 + 3 + 4 + 1  # pooling, softmax, normalization, reduce, lrn (stream, tiles x2, divisive), matmul
+KERNELS = 2 + 3 + 3 + 3 + 3 + 1  # pooling, softmax, normalization, reduce, lrn (stream, vector, divisive), matmul
 
 
 def test_the_last_launch_of_each_kernel_compiles_for_sm90():

@@ -6,28 +6,24 @@ bound if the instructions stay few. float32 64 x 256 x 56 x 56 (51.4 M elements)
 411 MB: 98 us at 4.2 TB/s, bfloat16 49 us, in which the H200 issues about 30 (bf16) to 60 (fp32)
 instructions per element: the kernels' budget (tl.log alone costs 20, a shifted reload 3 to 6).
 
-LRN has two algorithms, chosen per direction, layout and dtype in ``STREAM`` (lrn_notes.md has the sweep).
+LRN has two algorithms: channels-contiguous layouts take "vector" where ``VECTOR`` has an entry, the
+others "stream" per ``STREAM`` (lrn_notes.md has the sweeps). s^-beta is
+exp2(-beta * log2(s)) with the hardware's lg2.approx / ex2.approx (tl.log is a 20-instruction
+polynomial): 2 MUFU ops per element forward, 3 backward (one log2, two exp2).
 
-"stream" (the default), ``lrn_stream_kernel``: a program owns a block of pixels of one sample and
-walks a chunk of its channels in groups of V (V = 16 bytes of channels per thread when channels
-are contiguous (NHWC), else 1), one group per loop step. A step's [pixels, V] tile is loaded as
-one vector per thread and split into V per-channel register tensors; the window's lanes (x^2,
-and in backward x, dy, s^-beta, t = dy * x * s^(-beta-1)) ride in tuples of registers carried by
-the loop, so every window sum is an exact sum of n registers, nothing is loaded twice (beyond
-a chunk's halo of n - 1 channels) and backward needs no scratch: its step t completes s for group
-t - LAG_S and the mirrored window of t for group t - LAG_S - LAG_D. DEPTH steps of loads are in
-flight (prefetched into the loop-carried tuple, since Triton's pipeliner leaves such loads alone).
-s^-beta is exp2(-beta * log2(s)) with the hardware's lg2.approx and ex2.approx (tl.log is a
-20-instruction polynomial): 2 MUFU ops per element forward, 3 backward (one log2, two exp2).
+"stream", ``lrn_stream_kernel``: a program owns a block of pixels and walks a chunk of their channels
+in groups of V (16 bytes of channels per thread if channels are contiguous, else 1) per loop step,
+the [pixels, V] tile split into V register tensors. The window's lanes (x^2, and in backward x, dy,
+s^-beta, t = dy x s^(-beta-1)) ride in loop-carried tuples: each window sum is an exact sum of n
+registers, nothing is loaded twice (beyond a chunk's halo) and backward needs no scratch (step t
+completes s for group t - LAG_S and the mirrored window of t for group t - LAG_S - LAG_D). DEPTH steps
+of loads are in flight (prefetched into the tuple: Triton's pipeliner leaves such loads alone).
 
-"tiles": tiles of (channels x pixels), pixels being the spatial dims flattened (merged into one dim
-when contiguous, so NCHW rows are unit-stride vectors). ``lrn_forward_kernel`` loads the tile
-shifted by each of the n window offsets along channels: one tile's worth comes from DRAM, the
-other n - 1 shifted copies from L1/L2 (scalar loads when channels are contiguous: the shift breaks
-the vector alignment). ``lrn_backward_kernel`` computes s, s^-beta and t on an extended tile
-(its BLOCK_C - n + 1 output channels plus the n - 1 channels around them), parks t and s^-beta
-in its own scratch slot (L2-resident: the grid is persistent, each program reusing one slot),
-synchronises the block and reads the slot back shifted.
+"vector", ``lrn_vector_kernel`` (channels stride 1): a program's tile is [(pixel, group) rows, V]
+(16-byte groups, a warp's load 512 contiguous bytes); the groups around each row come from the tile
+reloaded shifted by whole groups (aligned vectors, L1 hits; taking them from neighbouring warp lanes
+by shfl.sync instead was no faster on the H200). Backward computes s and t on the n - 1 channels
+around its groups as well: all in registers, one pass.
 
 Divisive normalization (rare, not a speed target) uses one gather kernel in three phases over
 planes (sample, channel) with spatial dims (D, H, W): FORWARD (box window of d^2, d = x - means),
@@ -44,7 +40,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.device import multiprocessors
+from opendnn.backends.triton import math as tm
 from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.backends.triton.reduce import flat_offsets
 from opendnn.core.arrays import Bound, torch_view
@@ -52,31 +48,32 @@ from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.ops.lrn import LRNProblem
 
-# Tile shapes per (direction, channels-inner layout): tile elements (channels x pixels), channels per
-# tile (at most), warps, and for backward the persistent programs per SM. The sweep in .gpu/lrn.sh
-# overrides entries (then clears ``lrn_launches``'s cache).
-TILES = {
-    ("forward", False): dict(elements=4096, channels=32, warps=8, programs_per_sm=0),
-    ("forward", True): dict(elements=4096, channels=64, warps=8, programs_per_sm=0),
-    ("backward", False): dict(elements=4096, channels=32, warps=8, programs_per_sm=2),
-    ("backward", True): dict(elements=4096, channels=64, warps=8, programs_per_sm=2),
-}
 # The streaming kernel (lrn_stream_kernel) per (direction, channels-inner layout, 16-bit data): pixels
 # per thread, warps, groups of loads in flight (depth), channels per program (chunk; 0: all) and the
 # channel loop's unroll factor (unrolled, the register tuples' rotation is renaming instead of moves).
 # Channels-inner layouts step V = 16 bytes of channels per thread, the others one channel. Programs are
 # long (a channel walk): chunks trade the last wave's idle SMs against re-reading n - 1 halo channels.
-# Each entry is the fastest of the sweep of 2026-11-29 (lrn_notes.md); None: the tiles kernels
-# (lrn_forward_kernel / lrn_backward_kernel with TILES) were faster there.
+# Each entry is the fastest stream variant of the sweep of 2026-11-29 (lrn_notes.md); channels-inner
+# layouts take it only where VECTOR's entry is None.
 STREAM = {
     ("forward", False, False): dict(pixels_per_thread=4, warps=1, depth=8, chunk=64, unroll=8),
     ("forward", False, True): dict(pixels_per_thread=4, warps=1, depth=4, chunk=128, unroll=8),
-    ("forward", True, False): None,
-    ("forward", True, True): None,
+    ("forward", True, False): dict(pixels_per_thread=1, warps=2, depth=8, chunk=0, unroll=8),
+    ("forward", True, True): dict(pixels_per_thread=1, warps=2, depth=4, chunk=64, unroll=8),
     ("backward", False, False): dict(pixels_per_thread=4, warps=1, depth=2, chunk=128, unroll=8),
     ("backward", False, True): dict(pixels_per_thread=4, warps=1, depth=4, chunk=64, unroll=8),
-    ("backward", True, False): None,
+    ("backward", True, False): dict(pixels_per_thread=2, warps=2, depth=4, chunk=0, unroll=8),
     ("backward", True, True): dict(pixels_per_thread=1, warps=2, depth=8, chunk=0, unroll=8),
+}
+# Channels-contiguous layouts (channels stride 1) take ``lrn_vector_kernel`` where the entry of
+# (direction, 16-bit data) is not None: rows (pixel, 16-byte channel group) per thread, warps, groups per
+# program at most (the rest of its rows are pixels). H200, 64x256x56x56 n=5 (lrn_notes.md): forward fp32 /
+# bf16 102.8 / 56.8 us, backward 147.7 (4 rows a thread) / 101.9 (2 rows).
+VECTOR = {
+    ("forward", False): dict(rows_per_thread=2, warps=4, groups=64),
+    ("forward", True): dict(rows_per_thread=2, warps=4, groups=64),
+    ("backward", False): dict(rows_per_thread=4, warps=4, groups=64),
+    ("backward", True): dict(rows_per_thread=2, warps=4, groups=64),
 }
 DIVISIVE_BLOCK = 256
 
@@ -87,8 +84,7 @@ def log_of(s, FAST: tl.constexpr):
     instruction, where tl.log compiles to a polynomial of about 20), else in base e (the interpreter
     has no inline asm; float64 keeps its exact log). ``exp_of`` is its inverse."""
     if FAST:
-        out = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True,
-                                        pack=1)
+        out = tm.log2_approx(s)
     else:
         out = tl.log(s)
     return out
@@ -128,120 +124,11 @@ def pixel_mask(p, pixels, EVEN_P: tl.constexpr):
 
 
 @triton.jit
-def window_sum_of_squares(x_ptr, x_channel_stride, x_pixels, channels, p_mask, c,
-                          WINDOW: tl.constexpr, BEHIND: tl.constexpr, COMPUTE: tl.constexpr):
-    """(sum over the window of x[c + j - BEHIND]^2, x[c]) for the channels c of a tile; x_ptr points
-    at the tile's sample."""
-    acc = tl.zeros((c.shape[0], x_pixels.shape[0]), COMPUTE)
-    center = acc
-    for j in tl.static_range(WINDOW):
-        cj = c + (j - BEHIND)
-        mask = ((cj >= 0) & (cj < channels))[:, None] & p_mask[None, :]
-        v = tl.load(x_ptr + (cj[:, None] * x_channel_stride + x_pixels[None, :]), mask=mask,
-                    other=0.0).to(COMPUTE)
-        acc += v * v
-        if j == BEHIND:
-            center = v
-    return acc, center
-
-
-@triton.jit
 def blend_store(ptr, offsets, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
     out = value * alpha
     if HAS_BETA:
         out += beta * tl.load(ptr + offsets, mask=mask, other=0.0).to(value.dtype)
     tl.store(ptr + offsets, out.to(ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def lrn_forward_kernel(
-    x_ptr, y_ptr, x_batch_stride, y_batch_stride, x_channel_stride, y_channel_stride,
-    pixel_sizes, pixel_x, pixel_y, channels, pixels, channel_blocks, pixel_blocks,
-    k: tl.float64, scale: tl.float64, exponent: tl.float64, alpha: tl.float64, beta: tl.float64,
-    WINDOW: tl.constexpr, BEHIND: tl.constexpr, PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr,
-    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
-):
-    """Program (sample, channel block, pixel block): y = x * (k + scale * window sum of x^2)^-exponent.
-    Offsets within a sample are 32-bit unless WIDE (a sample spans 2^31 elements or more)."""
-    n, cb, pb = tile_coordinates(tl.program_id(0), channel_blocks, pixel_blocks)
-    c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-    if WIDE:
-        c = c.to(tl.int64)
-    p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
-    p_mask = pixel_mask(p, pixels, EVEN_P)
-    x_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
-    acc, center = window_sum_of_squares(x_ptr + n * x_batch_stride, x_channel_stride, x_pixels, channels, p_mask,
-                                        c, WINDOW, BEHIND, COMPUTE)
-    s = tl.cast(k, COMPUTE) + tl.cast(scale, COMPUTE) * acc
-    y = center * power(s, -tl.cast(exponent, COMPUTE), FAST)
-    mask = (c < channels)[:, None] & p_mask[None, :]
-    y_offsets = c[:, None] * y_channel_stride + flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_y, PIXEL_UNIT)[None, :]
-    blend_store(y_ptr + n * y_batch_stride, y_offsets, mask, y, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE),
-                HAS_BETA)
-
-
-@triton.jit
-def lrn_backward_kernel(
-    x_ptr, dy_ptr, dx_ptr, scratch_ptr, batch_strides, x_channel_stride, dy_channel_stride, dx_channel_stride,
-    pixel_sizes, pixel_x, pixel_dy, pixel_dx, channels, pixels, channel_blocks, pixel_blocks, tiles,
-    k: tl.float64, scale: tl.float64, exponent: tl.float64, alpha: tl.float64, beta: tl.float64,
-    WINDOW: tl.constexpr, BEHIND: tl.constexpr, PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr,
-    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
-):
-    """Persistent program: tiles pid, pid + P, ...; each owns BLOCK_C - WINDOW + 1 output channels.
-    Extended row i of a tile is channel c0 - AHEAD + i. s^-beta and s^(-beta-1) share one log2."""
-    AHEAD: tl.constexpr = WINDOW - 1 - BEHIND
-    OUT: tl.constexpr = BLOCK_C - WINDOW + 1
-    lanes_c = tl.arange(0, BLOCK_C)
-    lanes_p = tl.arange(0, BLOCK_P)
-    slot = scratch_ptr + tl.program_id(0).to(tl.int64) * (2 * BLOCK_C * BLOCK_P)
-    tile_index = lanes_c[:, None] * BLOCK_P + lanes_p[None, :]
-    k = tl.cast(k, COMPUTE)
-    scale = tl.cast(scale, COMPUTE)
-    exponent = tl.cast(exponent, COMPUTE)
-    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
-        n, cb, pb = tile_coordinates(tile, channel_blocks, pixel_blocks)
-        c0 = cb * OUT
-        if WIDE:
-            c0 = c0.to(tl.int64)
-        p = pb * BLOCK_P + lanes_p
-        p_mask = pixel_mask(p, pixels, EVEN_P)
-        x_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)
-        dy_pixels = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)
-        x_sample = x_ptr + n * batch_strides[0]
-        dy_sample = dy_ptr + n * batch_strides[1]
-
-        extended = c0 - AHEAD + lanes_c
-        acc, xe = window_sum_of_squares(x_sample, x_channel_stride, x_pixels, channels, p_mask, extended,
-                                        WINDOW, BEHIND, COMPUTE)
-        log_s = log_of(k + scale * acc, FAST)
-        e_mask = ((extended >= 0) & (extended < channels))[:, None] & p_mask[None, :]
-        dye = tl.load(dy_sample + (extended[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=e_mask,
-                      other=0.0).to(COMPUTE)
-        tl.store(slot + tile_index, dye * xe * exp_of(log_s * (-exponent - 1.0), FAST))
-        tl.store(slot + BLOCK_C * BLOCK_P + tile_index, exp_of(log_s * -exponent, FAST))
-        tl.debug_barrier()
-
-        c = c0 + lanes_c
-        out_mask = ((lanes_c < OUT) & (c < channels))[:, None] & p_mask[None, :]
-        carried = tl.zeros((BLOCK_C, BLOCK_P), COMPUTE)
-        for j in tl.static_range(WINDOW):
-            row_mask = (lanes_c + j < BLOCK_C)[:, None] & out_mask
-            carried += tl.load(slot + tile_index + j * BLOCK_P, mask=row_mask, other=0.0)
-        uc = tl.load(slot + BLOCK_C * BLOCK_P + tile_index + AHEAD * BLOCK_P,
-                     mask=(lanes_c + AHEAD < BLOCK_C)[:, None] & out_mask, other=0.0)
-        xc = tl.load(x_sample + (c[:, None] * x_channel_stride + x_pixels[None, :]), mask=out_mask,
-                     other=0.0).to(COMPUTE)
-        dyc = tl.load(dy_sample + (c[:, None] * dy_channel_stride + dy_pixels[None, :]), mask=out_mask,
-                      other=0.0).to(COMPUTE)
-        dx = dyc * uc - 2.0 * exponent * scale * xc * carried
-        dx_offsets = c[:, None] * dx_channel_stride + flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dx,
-                                                                   PIXEL_UNIT)[None, :]
-        blend_store(dx_ptr + n * batch_strides[2], dx_offsets, out_mask, dx, tl.cast(alpha, COMPUTE),
-                    tl.cast(beta, COMPUTE), HAS_BETA)
-        tl.debug_barrier()  # the slot is rewritten by the next tile
 
 
 @triton.jit
@@ -404,6 +291,94 @@ def lrn_stream_kernel(
 
 
 @triton.jit
+def group_lanes(ptr, tile, center, SHIFT: tl.constexpr, step, mask, COMPUTE: tl.constexpr, V: tl.constexpr):
+    """The V lanes of the groups SHIFT groups after each row's (zeros outside ``mask``): the ``center``
+    lanes (SHIFT 0) or the tile reloaded SHIFT groups on."""
+    if SHIFT == 0:
+        out = center
+    else:
+        out = split_lanes(tl.load(ptr + tile + SHIFT * step, mask=mask, other=0.0).to(COMPUTE), V)
+    return out
+
+
+@triton.jit
+def lrn_vector_kernel(
+    x_ptr, dy_ptr, out_ptr, batch_strides, channel_strides, pixel_sizes, pixel_x, pixel_dy, pixel_out, channels,
+    pixels, pixel_blocks, group_blocks, k: tl.float64, scale: tl.float64, exponent: tl.float64,
+    alpha: tl.float64, beta: tl.float64, WINDOW: tl.constexpr, BEHIND: tl.constexpr, BACKWARD: tl.constexpr,
+    PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
+    FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr, V: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+):
+    """Channels contiguous: program (sample, group block, pixel block) owns BLOCK_G groups of V channels of
+    BLOCK_P pixels, a [BLOCK_P * BLOCK_G, V] tile whose consecutive rows are a pixel's consecutive groups.
+    SPAN tiles shifted by whole groups from -HALO (``group_lanes``) are split into registers: every window
+    sum is a sum of n registers. Backward computes s and t on the n - 1 channels around its groups too."""
+    AHEAD: tl.constexpr = WINDOW - 1 - BEHIND
+    HALO: tl.constexpr = (WINDOW - 1 + V - 1) // V if BACKWARD else (BEHIND + V - 1) // V
+    SPAN: tl.constexpr = 2 * HALO + 1 if BACKWARD else HALO + 1 + (AHEAD + V - 1) // V
+    CENTER: tl.constexpr = HALO * V  # lane of the tile's first channel in the concatenated shifted tiles
+    n, gb, pb = tile_coordinates(tl.program_id(0), group_blocks, pixel_blocks)
+    rows = tl.arange(0, BLOCK_P * BLOCK_G)
+    p = pb * BLOCK_P + rows // BLOCK_G
+    group = gb * BLOCK_G + rows % BLOCK_G
+    p_mask = pixel_mask(p, pixels, EVEN_P)
+    lanes = tl.arange(0, V)
+    if WIDE:
+        group = group.to(tl.int64)
+    x_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)[:, None] + (group[:, None] * V + lanes) * \
+        channel_strides[0]
+    dy_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)[:, None] + (group[:, None] * V + lanes) * \
+        channel_strides[1]
+    out_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_out, PIXEL_UNIT)[:, None] + (group[:, None] * V + lanes) \
+        * channel_strides[2]
+    x_ptr += n * batch_strides[0]
+    dy_ptr += n * batch_strides[1]
+    out_ptr += n * batch_strides[2]
+    k = tl.cast(k, COMPUTE)
+    scale = tl.cast(scale, COMPUTE)
+    exponent = tl.cast(exponent, COMPUTE)
+    c = group[:, None] * V + lanes
+    mask = (c < channels) & p_mask[:, None]
+    x_center = split_lanes(tl.load(x_ptr + x_tile, mask=mask, other=0.0).to(COMPUTE), V)
+    dy_center = x_center
+    if BACKWARD:
+        dy_center = split_lanes(tl.load(dy_ptr + dy_tile, mask=mask, other=0.0).to(COMPUTE), V)
+    xs = ()
+    dys = ()
+    for j in tl.static_range(SPAN):
+        shifted = (group[:, None] + (j - HALO)) * V + lanes
+        shifted_mask = (shifted >= 0) & (shifted < channels) & p_mask[:, None]
+        xs = xs + group_lanes(x_ptr, x_tile, x_center, j - HALO, V * channel_strides[0], shifted_mask, COMPUTE, V)
+        if BACKWARD:
+            dys = dys + group_lanes(dy_ptr, dy_tile, dy_center, j - HALO, V * channel_strides[1], shifted_mask,
+                                    COMPUTE, V)
+    squares = ()
+    for r in tl.static_range(SPAN * V):
+        squares = squares + (xs[r] * xs[r],)
+    results = ()
+    if BACKWARD:
+        # s and t on channels CENTER - AHEAD .. CENTER + V - 1 + BEHIND, s^-beta on the tile's V
+        sums = window_sums(squares[CENTER - AHEAD - BEHIND:], V + WINDOW - 1, WINDOW)
+        ts = ()
+        us = ()
+        for i in tl.static_range(V + WINDOW - 1):
+            log_s = log_of(k + scale * sums[i], FAST)
+            ts = ts + (dys[CENTER - AHEAD + i] * xs[CENTER - AHEAD + i] * exp_of(log_s * (-exponent - 1.0), FAST),)
+            if i >= AHEAD and i < AHEAD + V:
+                us = us + (exp_of(log_s * -exponent, FAST),)
+        carried = window_sums(ts, V, WINDOW)
+        for r in tl.static_range(V):
+            results = results + (dys[CENTER + r] * us[r] - 2.0 * exponent * scale * xs[CENTER + r] * carried[r],)
+    else:
+        sums = window_sums(squares[CENTER - BEHIND:], V, WINDOW)
+        for r in tl.static_range(V):
+            results = results + (xs[CENTER + r] * power(k + scale * sums[r], -exponent, FAST),)
+    blend_store(out_ptr, out_tile, mask, join_lanes(results, V), tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE),
+                HAS_BETA)
+
+
+@triton.jit
 def element_offsets(plane, index, channels, strides, sizes):
     """Offset of spatial element ``index`` (flattened D, H, W) of plane (n * C + c), given the five
     strides (n, c, d, h, w) and the sizes (D, H, W)."""
@@ -560,53 +535,20 @@ def _pixel_dims(descs: list[TensorDescriptor]) -> list[tuple[int, tuple[int, ...
 
 def _lrn_launches(problem: LRNProblem, descs: list[TensorDescriptor], device: int | None) -> Launches:
     """descs: x and y (forward) or x, dy and dx (backward, dx in the "out" slot)."""
-    x, out = descs[0], descs[-1]
-    pixel_dims = _pixel_dims(descs)
-    sizes = tuple(size for size, _ in pixel_dims)  # as long as the dims: each element is a kernel argument
-    pixel_strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(descs))]
-    pixels = math.prod(size for size, _ in pixel_dims)
-    channels = x.dims[1]
-    window = problem.desc.n
-    channels_inner = x.strides[1] == 1 and channels > 1
+    channels_inner = descs[0].strides[1] == 1 and descs[0].dims[1] > 1
     direction = "backward" if problem.backward else "forward"
-    stream = STREAM[direction, channels_inner, max(d.dtype.itemsize for d in descs) <= 2]
-    if stream is not None:
-        return _stream_launches(problem, descs, pixel_dims, stream, channels_inner, device)
-    tile = TILES[direction, channels_inner]
-    extended = channels + (window - 1 if problem.backward else 0)
-    block_c = min(tile["channels"], triton.next_power_of_2(extended))
-    block_c = max(block_c, triton.next_power_of_2(window)) if problem.backward else block_c
-    block_p = min(max(tile["elements"] // block_c, 1), triton.next_power_of_2(pixels))
-    outputs = block_c - window + 1 if problem.backward else block_c
-    channel_blocks, pixel_blocks = triton.cdiv(channels, outputs), triton.cdiv(pixels, block_p)
-    unit = len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1])
-    compute = _compute(problem)
-    wide = max(_sample_extent(desc) for desc in descs) + (window + block_c) * max(
-        abs(desc.strides[1]) for desc in descs) >= 2**31
-    flags = dict(WINDOW=window, BEHIND=problem.desc.lookbehind, PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=unit,
-                 HAS_BETA=problem.beta != 0.0, COMPUTE=compute, FAST=device is not None and compute == tl.float32,
-                 WIDE=wide, EVEN_P=pixels % block_p == 0, BLOCK_C=block_c, BLOCK_P=block_p,
-                 num_warps=max(1, min(tile["warps"], block_c * block_p // 128)))
-    tiles = x.dims[0] * channel_blocks * pixel_blocks
-    if len(descs) == 2:
-        return Launches((Launch(lrn_forward_kernel, (tiles,), (
-            Slot("x"), Slot("out"), x.strides[0], out.strides[0], x.strides[1], out.strides[1], sizes,
-            *pixel_strides, channels, pixels, channel_blocks, pixel_blocks, *_scalars(problem)), flags),))
-    programs = min(tiles, 2 if device is None else tile["programs_per_sm"] * multiprocessors(device))
-    scratch = Scratch("scratch", programs * 2 * block_c * block_p, _scratch_dtype(problem))
-    return Launches((Launch(lrn_backward_kernel, (programs,), (
-        Slot("x"), Slot("dy"), Slot("out"), Slot("scratch"), tuple(d.strides[0] for d in descs), x.strides[1],
-        descs[1].strides[1], out.strides[1], sizes, *pixel_strides, channels, pixels, channel_blocks, pixel_blocks,
-        tiles, *_scalars(problem)), flags),), (scratch,))
+    narrow = max(d.dtype.itemsize for d in descs) <= 2
+    if channels_inner and VECTOR[direction, narrow] is not None:
+        return _vector_launches(problem, descs, _pixel_dims(descs), VECTOR[direction, narrow], device)
+    return _stream_launches(problem, descs, _pixel_dims(descs), STREAM[direction, channels_inner, narrow],
+                            channels_inner, device)
 
 
 def _stream_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_dims: list[tuple[int, tuple[int, ...]]],
                      config: dict[str, int], channels_inner: bool, device: int | None) -> Launches:
     """One ``lrn_stream_kernel`` launch; descs: x and y, or x, dy and dx."""
-    x = descs[0]
-    operands = [x, descs[1] if problem.backward else x, descs[-1]]
     pixels = math.prod(size for size, _ in pixel_dims)
-    channels = x.dims[1]
+    channels = descs[0].dims[1]
     vector = min(8, max(1, 16 // max(d.dtype.itemsize for d in descs))) if channels_inner else 1
     vector = min(vector, triton.next_power_of_2(channels))
     # twice the registers per pixel (windows over 8, float64): half the pixels per thread
@@ -618,21 +560,48 @@ def _stream_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_d
     chunk_groups = groups if not config["chunk"] else min(groups, max(1, config["chunk"] // vector))
     chunks = triton.cdiv(groups, chunk_groups)
     pixel_blocks = triton.cdiv(pixels, block_p)
+    return _channel_launch(lrn_stream_kernel, problem, descs, pixel_dims, device, pixel_blocks * chunks,
+                           (pixel_blocks, chunks, chunk_groups), vector * (config["depth"] + 2) + problem.desc.n,
+                           EVEN_P=pixels % block_p == 0, V=vector, DEPTH=config["depth"], UNROLL=config["unroll"],
+                           BLOCK_P=block_p, num_warps=max(1, min(warps, block_p // 32)))
+
+
+def _vector_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_dims: list[tuple[int, tuple[int, ...]]],
+                     config: dict[str, Any], device: int | None) -> Launches:
+    """One ``lrn_vector_kernel`` launch (channels stride 1); descs: x and y, or x, dy and dx."""
+    pixels = math.prod(size for size, _ in pixel_dims)
+    channels = descs[0].dims[1]
+    vector = min(max(1, 16 // max(d.dtype.itemsize for d in descs)), triton.next_power_of_2(channels))
+    groups = triton.cdiv(channels, vector)
+    block_g = min(triton.next_power_of_2(groups), config["groups"])
+    rows = 32 * config["warps"] * config["rows_per_thread"] if device is not None else 32
+    block_p = min(max(1, rows // block_g), triton.next_power_of_2(pixels))
+    pixel_blocks, group_blocks = triton.cdiv(pixels, block_p), triton.cdiv(groups, block_g)
+    return _channel_launch(lrn_vector_kernel, problem, descs, pixel_dims, device, pixel_blocks * group_blocks,
+                           (pixel_blocks, group_blocks), problem.desc.n + 2 * vector, EVEN_P=pixels % block_p == 0,
+                           V=vector, BLOCK_P=block_p, BLOCK_G=block_g,
+                           num_warps=max(1, min(config["warps"], block_p * block_g // 32)) if device is not None else 1)
+
+
+def _channel_launch(kernel: Any, problem: LRNProblem, descs: list[TensorDescriptor],
+                    pixel_dims: list[tuple[int, tuple[int, ...]]], device: int | None, blocks: int,
+                    block_args: tuple[int, ...], reach: int, **flags: Any) -> Launches:
+    """One launch of ``kernel`` (``lrn_stream_kernel`` or ``lrn_vector_kernel``: the same leading arguments) over
+    ``blocks`` programs per sample; ``reach``: how many channels past a sample its offsets may go."""
+    x = descs[0]
+    operands = [x, descs[1] if problem.backward else x, descs[-1]]
     strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(descs))]
     pixel_strides = strides if problem.backward else [strides[0], strides[0], strides[1]]
     compute = _compute(problem)
-    wide = max(_sample_extent(d) + (vector * (config["depth"] + 2) + problem.desc.n) * abs(d.strides[1])
-               for d in operands) >= 2**31
-    flags = dict(WINDOW=problem.desc.n, BEHIND=problem.desc.lookbehind, BACKWARD=problem.backward,
+    flags.update(WINDOW=problem.desc.n, BEHIND=problem.desc.lookbehind, BACKWARD=problem.backward,
                  PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1]),
                  HAS_BETA=problem.beta != 0.0, COMPUTE=compute, FAST=device is not None and compute == tl.float32,
-                 WIDE=wide, EVEN_P=pixels % block_p == 0, V=vector, DEPTH=config["depth"], UNROLL=config["unroll"],
-                 BLOCK_P=block_p, num_warps=max(1, min(warps, block_p // 32)))
+                 WIDE=max(_sample_extent(d) + reach * abs(d.strides[1]) for d in operands) >= 2**31)
     tensors = (Slot("x"), Slot("dy") if problem.backward else Slot("x"), Slot("out"))
-    return Launches((Launch(lrn_stream_kernel, (x.dims[0] * chunks * pixel_blocks,), (
+    return Launches((Launch(kernel, (x.dims[0] * blocks,), (
         *tensors, tuple(d.strides[0] for d in operands), tuple(d.strides[1] for d in operands),
-        tuple(size for size, _ in pixel_dims), *pixel_strides, channels, pixels, pixel_blocks, chunks, chunk_groups,
-        *_scalars(problem)), flags),))
+        tuple(size for size, _ in pixel_dims), *pixel_strides, x.dims[1], math.prod(size for size, _ in pixel_dims),
+        *block_args, *_scalars(problem)), flags),))
 
 
 def _sample_extent(desc: TensorDescriptor) -> int:

@@ -32,6 +32,11 @@ GELU_TANH_SCALE = tl.constexpr(ops.GELU_TANH_SCALE)
 GELU_TANH_CUBIC = tl.constexpr(ops.GELU_TANH_CUBIC)
 TILE_ELEMENTS = 4096  # elements per program: 16 per thread at 8 warps
 TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
+FAST_MATH = True  # 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST)
+FAST_DTYPES = (DataType.HALF, DataType.BFLOAT16)
+STREAMING = False  # loads evict_first, stores .cs (streaming): data touched once need not stay in L2
+NUM_WARPS = 8
+EVEN_TILES = True  # drop the masks when the tile divides the tiled dims
 
 
 @triton.jit
@@ -47,26 +52,49 @@ def tile_offsets(outer, a_index, b_index, sizes, strides, stride_a, stride_b, AL
 
 
 @triton.jit
-def activation(MODE: tl.constexpr, x, coef):
+def logistic(v, FAST: tl.constexpr):
+    """1 / (1 + exp(-v)): ``tm.sigmoid_approx`` when FAST, else ``tm.sigmoid``."""
+    if FAST:
+        s = tm.sigmoid_approx(v)
+    else:
+        s = tm.sigmoid(v)
+    return s
+
+
+@triton.jit
+def activation(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
+    """The activation of x; FAST (a 16-bit output, float32 arithmetic on a GPU): the ``tm.*_approx``
+    forms where they save instructions, accurate far beyond the output's half-ulp."""
     if MODE == "relu":
         y = tl.where(x > 0, x, 0.0)
     elif MODE == "clipped_relu":
         y = tl.where(x > 0, tl.where(x < coef, x, coef), 0.0)
+    elif MODE == "elu" and FAST:
+        y = tl.where(x > 0, x, coef * tm.expm1_approx(tl.minimum(x, 0.0)))
+    elif MODE == "elu" and x.dtype.is_fp32():
+        y = tl.where(x > 0, x, coef * tm.expm1_nonpositive(tl.minimum(x, 0.0)))
     elif MODE == "elu":
         y = tl.where(x > 0, x, coef * tm.expm1(tl.minimum(x, 0.0)))
+    elif MODE == "gelu" and FAST:
+        y = x * tm.normal_cdf_approx(x)
     elif MODE == "gelu":
         y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
-    elif MODE == "gelu_approx_tanh":
-        y = 0.5 * x * (1.0 + tm.tanh((x + GELU_TANH_CUBIC * x * x * x) * GELU_TANH_SCALE))
+    elif MODE == "gelu_approx_tanh":  # (1 + tanh(u)) / 2 = sigmoid(2u): no cancellation for x < 0
+        y = x * logistic((x + GELU_TANH_CUBIC * x * x * x) * (2.0 * GELU_TANH_SCALE), FAST)
     elif MODE == "sigmoid":
-        y = tm.sigmoid(x)
+        y = logistic(x, FAST)
+    elif MODE == "tanh" and FAST:
+        y = tm.tanh_approx(x)
     elif MODE == "tanh":
         y = tm.tanh(x)
+    elif MODE == "softplus" and FAST:
+        bx = coef * x
+        y = (tl.maximum(bx, 0.0) + tm.log1p_approx(tm.exp2_approx(-tl.abs(bx) * tm.LOG2E))) * (1.0 / coef)
     elif MODE == "softplus":  # log(1 + exp(coef * x)) / coef, without overflow
         bx = coef * x
         y = (tl.maximum(bx, 0.0) + tm.log1p(tl.exp(-tl.abs(bx)))) / coef
     elif MODE == "swish":
-        y = x * tm.sigmoid(coef * x)
+        y = x * logistic(coef * x, FAST)
     else:
         tl.static_assert(MODE == "identity", "unknown activation")
         y = x
@@ -74,28 +102,31 @@ def activation(MODE: tl.constexpr, x, coef):
 
 
 @triton.jit
-def activation_derivative(MODE: tl.constexpr, x, coef):
+def activation_derivative(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
+    """The activation's derivative at x; FAST as in ``activation``."""
     if MODE == "relu":
         d = tl.where(x > 0, 1.0, 0.0)
     elif MODE == "clipped_relu":
         d = tl.where((x > 0) & (x < coef), 1.0, 0.0)
     elif MODE == "elu":
         d = tl.where(x > 0, 1.0, coef * tl.exp(tl.minimum(x, 0.0)))
+    elif MODE == "gelu" and FAST:
+        d = tm.normal_cdf_approx(x) + x * tm.exp2_approx(x * x * (-0.5 * tm.LOG2E)) * 0.3989422804014327
     elif MODE == "gelu":
         d = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
-    elif MODE == "gelu_approx_tanh":
-        t = tm.tanh((x + GELU_TANH_CUBIC * x * x * x) * GELU_TANH_SCALE)
-        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_TANH_SCALE * (1.0 + 3.0 * GELU_TANH_CUBIC * x * x)
+    elif MODE == "gelu_approx_tanh":  # with s = (1 + t) / 2 = sigmoid(2u): 1 - t^2 = 4 s (1 - s)
+        s = logistic((x + GELU_TANH_CUBIC * x * x * x) * (2.0 * GELU_TANH_SCALE), FAST)
+        d = s + 2.0 * x * s * (1.0 - s) * GELU_TANH_SCALE * (1.0 + 3.0 * GELU_TANH_CUBIC * x * x)
     elif MODE == "sigmoid":
-        s = tm.sigmoid(x)
+        s = logistic(x, FAST)
         d = s * (1.0 - s)
     elif MODE == "tanh":
         t = tm.tanh(x)
         d = 1.0 - t * t
     elif MODE == "softplus":
-        d = tm.sigmoid(coef * x)
+        d = logistic(coef * x, FAST)
     elif MODE == "swish":
-        s = tm.sigmoid(coef * x)
+        s = logistic(coef * x, FAST)
         d = s + coef * x * s * (1.0 - s)
     else:
         tl.static_assert(MODE == "identity", "unknown activation")
@@ -104,7 +135,8 @@ def activation_derivative(MODE: tl.constexpr, x, coef):
 
 
 @triton.jit
-def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROPAGATE_NAN: tl.constexpr):
+def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROPAGATE_NAN: tl.constexpr,
+               FAST: tl.constexpr):
     """The mode's function of up to three inputs (unused ones are ignored). Activations come as
     MODE "activation_fwd" (of a) or "activation_bwd" (a * derivative at b) with their name."""
     if MODE == "add":
@@ -174,10 +206,10 @@ def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROP
     elif MODE == "binary_select":
         y = tl.where(c != 0, a, b)
     elif MODE == "activation_fwd":
-        y = activation(ACTIVATION, a, coef)
+        y = activation(ACTIVATION, a, coef, FAST)
     else:
         tl.static_assert(MODE == "activation_bwd", "unknown pointwise mode")
-        y = a * activation_derivative(ACTIVATION, b, coef)
+        y = a * activation_derivative(ACTIVATION, b, coef, FAST)
     if ACTIVATION == "relu" or ACTIVATION == "clipped_relu":  # NaN in: NaN, or 0 if not propagated
         x = b
         if MODE == "activation_fwd":
@@ -196,7 +228,8 @@ def pointwise_kernel(
     out_stride_a, in0_stride_a, in1_stride_a, in2_stride_a, out_stride_b, in0_stride_b, in1_stride_b, in2_stride_b,
     alpha: tl.float64, beta: tl.float64, scale0: tl.float64, scale1: tl.float64, coef: tl.float64,
     MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr,
-    PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, ALIGNED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, ALIGNED: tl.constexpr, FAST: tl.constexpr,
+    SCALED_INPUTS: tl.constexpr, HAS_ALPHA: tl.constexpr, STREAMING: tl.constexpr, EVEN: tl.constexpr,
     BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     # sizes and strides are tuples over the outer dims; A and B come as plain ints, so Triton
@@ -207,31 +240,41 @@ def pointwise_kernel(
     b_index = (pid % tiles_b) * BLOCK_B + tl.arange(0, BLOCK_B)
     a_index = ((pid // tiles_b) % tiles_a) * BLOCK_A + tl.arange(0, BLOCK_A)
     outer = (pid // tiles_b // tiles_a).to(tl.int64)
-    mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
+    if EVEN:  # the tile divides A and B: no masks (no predicate per vector access)
+        mask = None
+    else:
+        mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
+    eviction: tl.constexpr = "evict_first" if STREAMING else ""
     a_index = a_index.to(tl.int64)
 
     a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b,
-                                       ALIGNED), mask=mask)
-    a = a.to(COMPUTE) * tl.cast(scale0, COMPUTE)
+                                       ALIGNED), mask=mask, eviction_policy=eviction)
+    a = a.to(COMPUTE)
+    if SCALED_INPUTS:  # scales (and alpha) of 1 cost no multiplies
+        a = a * tl.cast(scale0, COMPUTE)
     b = a
     c = a
     if NUM_INPUTS >= 2:
         b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b,
-                                           ALIGNED), mask=mask)
-        b = b.to(COMPUTE) * tl.cast(scale1, COMPUTE)
+                                           ALIGNED), mask=mask, eviction_policy=eviction)
+        b = b.to(COMPUTE)
+        if SCALED_INPUTS:
+            b = b * tl.cast(scale1, COMPUTE)
     if NUM_INPUTS >= 3:
         c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b,
-                                           ALIGNED), mask=mask)
+                                           ALIGNED), mask=mask, eviction_policy=eviction)
         c = c.to(COMPUTE)
-    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN).to(COMPUTE)
-    y = y * tl.cast(alpha, COMPUTE)
+    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN, FAST).to(COMPUTE)
+    if HAS_ALPHA:
+        y = y * tl.cast(alpha, COMPUTE)
 
     out_offsets = tile_offsets(outer, a_index, b_index, sizes, out_strides, out_stride_a, out_stride_b, ALIGNED)
     if HAS_BETA:  # with beta == 0 the output is never read: it may hold NaN
         y += tl.cast(beta, COMPUTE) * tl.load(out_ptr + out_offsets, mask=mask).to(COMPUTE)
     if out_ptr.dtype.element_ty == tl.int1:
         y = y != 0
-    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask,
+             cache_modifier=".cs" if STREAMING else "")
 
 
 def supports(problem: PointwiseProblem) -> str | None:
@@ -243,12 +286,14 @@ def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> No
     tensors = {"out": torch_view(output), "in0": views[0]}
     tensors["in1"] = views[1] if len(views) > 1 else tensors["out"]
     tensors["in2"] = views[2] if len(views) > 2 else tensors["out"]
-    pointwise_launch(problem)(tensors)
+    fast = FAST_MATH and tensors["out"].is_cuda and problem.output.dtype in FAST_DTYPES
+    pointwise_launch(problem, fast and problem.compute_dtype is DataType.FLOAT)(tensors)
 
 
 @functools.lru_cache(maxsize=1024)  # derived from the frozen problem alone, and asked on every call
-def pointwise_launch(problem: PointwiseProblem) -> Launch:
-    """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and options."""
+def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
+    """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and
+    options; ``fast``: the approximate activations (a 16-bit output, float32 arithmetic, a GPU)."""
     tiled = layout.tile_layout(problem.output.dims, [problem.output, *problem.inputs])
     block_a, block_b = tile_shape(tiled)
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
@@ -261,8 +306,10 @@ def pointwise_launch(problem: PointwiseProblem) -> Launch:
         MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(problem.inputs), HAS_BETA=problem.beta != 0.0,
         PROPAGATE_NAN=problem.propagate_nan,
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
-        ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]),
-        BLOCK_A=block_a, BLOCK_B=block_b, num_warps=8,
+        ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]), FAST=fast,
+        SCALED_INPUTS=any(scale != 1.0 for scale in problem.input_scales), HAS_ALPHA=problem.alpha != 1.0,
+        STREAMING=STREAMING, EVEN=EVEN_TILES and tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
+        BLOCK_A=block_a, BLOCK_B=block_b, num_warps=NUM_WARPS,
     )
     return Launch(pointwise_kernel, grid, arguments, options)
 

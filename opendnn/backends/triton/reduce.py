@@ -53,6 +53,7 @@ MIN_SLICE_ITERATIONS = 4  # tiles each slice of a split reduction reads at least
 MAX_SPLITS = 1024
 FINAL_BLOCK = 1024  # outputs per program of the combining pass
 INDEX_BYTES = 8  # partial indices are int64
+FAST_PICKS = True  # on a GPU, min/max/amax without indices fold with one min (.NaN) instruction per element
 KIND = {"add": "sum", "avg": "sum", "norm1": "sum", "norm2": "sum", "mul": "prod", "mul_no_zeros": "prod",
         "min": "pick", "max": "pick", "amax": "pick"}
 
@@ -136,12 +137,24 @@ def neutral(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, zeros):
 
 @triton.jit
 def accumulate(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.constexpr,
-               acc, acc_index, x, x_index, mask):
-    """Fold the elements ``x`` (with flattened indices ``x_index``) where ``mask`` into the accumulator."""
-    if KIND == "sum":
+               acc, acc_index, x, x_index, mask, FAST: tl.constexpr = False, EVEN: tl.constexpr = False):
+    """Fold the elements ``x`` (with flattened indices ``x_index``) where ``mask`` (everywhere when
+    EVEN) into the accumulator. FAST (a GPU): picks without indices take the hardware's min, whose
+    NaN rule is the one asked (min.NaN propagates, min returns the number); the interpreter's
+    minimum always propagates NaN, so it keeps ``takes``."""
+    if KIND == "sum" and EVEN:
+        acc = acc + x
+    elif KIND == "sum":
         acc = acc + tl.where(mask, x, 0.0)
     elif KIND == "prod":
         acc = acc * tl.where(mask, x, 1.0)
+    elif FAST and not INDEXED:
+        if not EVEN:
+            x = tl.where(mask, x, acc)
+        if PROPAGATE_NAN:
+            acc = tl.minimum(acc, x, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            acc = tl.minimum(acc, x)
     else:
         win = mask & takes(x, x_index, acc, acc_index, PROPAGATE_NAN, INDEXED)
         acc = tl.where(win, x, acc)
@@ -151,12 +164,22 @@ def accumulate(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.cons
 
 
 @triton.jit
+def minimum_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def reduce_tile(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.constexpr, acc, acc_index,
-                AXIS: tl.constexpr):
+                AXIS: tl.constexpr, FAST: tl.constexpr = False):
     """The accumulator tile reduced across ``AXIS``: (value, index; index 0 when not INDEXED).
-    Built-in min/max reductions only, so the result never depends on the reduction tree."""
+    Built-in min/max reductions only, so the result never depends on the reduction tree. FAST
+    picks without indices: one reduction by the hardware's min, as in ``accumulate``."""
     index = 0
-    if KIND == "sum":
+    if KIND == "pick" and FAST and not INDEXED and PROPAGATE_NAN:
+        value = tl.reduce(acc, AXIS, minimum_nan)
+    elif KIND == "pick" and FAST and not INDEXED:
+        value = tl.min(acc, axis=AXIS)
+    elif KIND == "sum":
         value = tl.sum(acc, axis=AXIS)
     elif KIND == "prod":
         value = tl.reduce(acc, AXIS, multiply)
@@ -211,6 +234,7 @@ def reduce_rows_kernel(
     OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr,
     INDEXED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, PARTIAL: tl.constexpr,
     INNER_UNIT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    FAST: tl.constexpr, EVEN: tl.constexpr,
 ):
     """Program (k, s): outputs k*BLOCK_K.. over iterations [s*T/S, (s+1)*T/S) of T = (outer reduced
     index, block of the innermost reduced dim) pairs."""
@@ -226,7 +250,10 @@ def reduce_rows_kernel(
     acc = neutral(KIND, PROPAGATE_NAN, tl.zeros((BLOCK_K, BLOCK_R), COMPUTE))
     acc_index = tl.full((BLOCK_K, BLOCK_R), 4611686018427387904, tl.int64)  # 2**62 loses every tie
     for t in range(begin, end):
-        row = t // row_blocks
+        if REDUCED_DIMS == 1:  # t is the block along the one reduced dim: no 64-bit division
+            row = t * 0
+        else:
+            row = t // row_blocks
         r = (t - row * row_blocks) * BLOCK_R + lanes
         if INNER_UNIT:
             r_offsets = r
@@ -234,14 +261,17 @@ def reduce_rows_kernel(
             r_offsets = r * reduced_a[REDUCED_DIMS - 1]
         r_offsets += dim_offsets(row, REDUCED_DIMS - 1, reduced_sizes, reduced_a)
         mask = k_mask[:, None] & (r < inner)[None, :]
-        x = tl.load(a_ptr + (a_k[:, None] + r_offsets[None, :]), mask=mask, other=0.0)
+        if EVEN:  # BLOCK_K divides the outputs and BLOCK_R the innermost reduced dim
+            x = tl.load(a_ptr + (a_k[:, None] + r_offsets[None, :]))
+        else:
+            x = tl.load(a_ptr + (a_k[:, None] + r_offsets[None, :]), mask=mask, other=0.0)
         x_index = 0
         if INDEXED:
             x_index = r * reduced_w[REDUCED_DIMS - 1] + dim_offsets(row, REDUCED_DIMS - 1, reduced_sizes, reduced_w)
             x_index = x_index[None, :]
         acc, acc_index = accumulate(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index,
-                                    element_key(OP, x.to(COMPUTE)), x_index, mask)
-    value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 1)
+                                    element_key(OP, x.to(COMPUTE)), x_index, mask, FAST, EVEN)
+    value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 1, FAST)
 
     if PARTIAL:
         store_partials(partial_ptr, partial_index_ptr, pid_s * kept_total + k, value, index, k_mask, INDEXED)
@@ -259,6 +289,7 @@ def reduce_columns_kernel(
     OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr,
     INDEXED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, PARTIAL: tl.constexpr,
     INNER_UNIT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    FAST: tl.constexpr,
 ):
     """Program (k, s): BLOCK_K consecutive outputs along the innermost kept dim (one index of the
     outer kept dims) over reduced blocks [s*T/S, (s+1)*T/S) of T = cdiv(reduced_total, BLOCK_R)."""
@@ -289,8 +320,8 @@ def reduce_columns_kernel(
         if INDEXED:
             x_index = dim_offsets(r, REDUCED_DIMS, reduced_sizes, reduced_w)[:, None]
         acc, acc_index = accumulate(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index,
-                                    element_key(OP, x.to(COMPUTE)), x_index, mask)
-    value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 0)
+                                    element_key(OP, x.to(COMPUTE)), x_index, mask, FAST)
+    value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 0, FAST)
 
     if PARTIAL:
         store_partials(partial_ptr, partial_index_ptr, pid_s * kept_total + k, value, index, k_mask, INDEXED)
@@ -428,13 +459,14 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
             torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32)
         if indexed:
             tensors["partial_index"] = space[plan.value_bytes:plan.workspace_bytes].view(torch.int64)
-    reduce_launches(problem, indexed)(tensors)
+    reduce_launches(problem, indexed, FAST_PICKS and tensors["a"].is_cuda)(tensors)
 
 
 @functools.lru_cache(maxsize=256)
-def reduce_launches(problem: ReduceProblem, indexed: bool) -> Launches:
-    """The launches computing ``problem`` (with the indices when ``indexed``), planned once: the
-    reduction, then the combination of the partial results when the reduced set is split."""
+def reduce_launches(problem: ReduceProblem, indexed: bool, fast: bool = False) -> Launches:
+    """The launches computing ``problem`` (with the indices when ``indexed``; ``fast``: on a GPU,
+    see ``accumulate``), planned once: the reduction, then the combination of the partial results
+    when the reduced set is split."""
     plan = reduce_plan(problem)
     split = plan.splits > 1
     c, indices = Slot("c"), Slot("indices" if indexed else "c")
@@ -448,7 +480,7 @@ def reduce_launches(problem: ReduceProblem, indexed: bool) -> Launches:
     scalars = (float(problem.reduced_count), problem.alpha, problem.beta)
     grid = (_programs(plan), plan.splits)
     kernel_flags = dict(flags, REDUCED_DIMS=len(plan.reduced), PARTIAL=split,
-                        BLOCK_K=plan.block_k, BLOCK_R=plan.block_r,
+                        BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, FAST=fast,
                         num_warps=max(1, min(8, plan.block_k * plan.block_r // 512)))
     common = (Slot("a"), c, indices, partial, partial_index,
               kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w, plan.kept_total)
@@ -459,7 +491,8 @@ def reduce_launches(problem: ReduceProblem, indexed: bool) -> Launches:
     else:
         launch = Launch(reduce_rows_kernel, grid, (
             *common, triton.cdiv(plan.reduced[-1][0], plan.block_r), plan.iterations, *scalars),
-            dict(INNER_UNIT=plan.reduced[-1][1][0] == 1, **kernel_flags))
+            dict(INNER_UNIT=plan.reduced[-1][1][0] == 1, EVEN=plan.reduced[-1][0] % plan.block_r == 0
+                 and plan.kept_total % plan.block_k == 0, **kernel_flags))
     if not split:
         return Launches((launch,))
     block = min(FINAL_BLOCK, triton.next_power_of_2(plan.kept_total))
