@@ -30,12 +30,12 @@ from opendnn.ops.pointwise import PointwiseProblem
 OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
 GELU_TANH_SCALE = tl.constexpr(ops.GELU_TANH_SCALE)
 GELU_TANH_CUBIC = tl.constexpr(ops.GELU_TANH_CUBIC)
-TILE_ELEMENTS = 4096  # elements per program: 16 per thread at 8 warps
+# (elements per program, warps) by the output's element bytes; H200 (pointwise_notes.md): 16-bit relu and
+# scale_tensor 3.94 / 3.85 TB/s at 4096 x 8 warps, 4.06 / 4.07 at 2048 x 4 warps; float32 alike either way
+TILES = {1: (2048, 4), 2: (2048, 4), 4: (4096, 8), 8: (4096, 8)}
 TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
 FAST_MATH = True  # 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST)
 FAST_DTYPES = (DataType.HALF, DataType.BFLOAT16)
-STREAMING = False  # loads evict_first, stores .cs (streaming): data touched once need not stay in L2
-NUM_WARPS = 8
 EVEN_TILES = True  # drop the masks when the tile divides the tiled dims
 
 
@@ -229,7 +229,7 @@ def pointwise_kernel(
     alpha: tl.float64, beta: tl.float64, scale0: tl.float64, scale1: tl.float64, coef: tl.float64,
     MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, ALIGNED: tl.constexpr, FAST: tl.constexpr,
-    SCALED_INPUTS: tl.constexpr, HAS_ALPHA: tl.constexpr, STREAMING: tl.constexpr, EVEN: tl.constexpr,
+    SCALED_INPUTS: tl.constexpr, HAS_ALPHA: tl.constexpr, EVEN: tl.constexpr,
     BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     # sizes and strides are tuples over the outer dims; A and B come as plain ints, so Triton
@@ -244,11 +244,10 @@ def pointwise_kernel(
         mask = None
     else:
         mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
-    eviction: tl.constexpr = "evict_first" if STREAMING else ""
     a_index = a_index.to(tl.int64)
 
     a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b,
-                                       ALIGNED), mask=mask, eviction_policy=eviction)
+                                       ALIGNED), mask=mask)
     a = a.to(COMPUTE)
     if SCALED_INPUTS:  # scales (and alpha) of 1 cost no multiplies
         a = a * tl.cast(scale0, COMPUTE)
@@ -256,13 +255,13 @@ def pointwise_kernel(
     c = a
     if NUM_INPUTS >= 2:
         b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b,
-                                           ALIGNED), mask=mask, eviction_policy=eviction)
+                                           ALIGNED), mask=mask)
         b = b.to(COMPUTE)
         if SCALED_INPUTS:
             b = b * tl.cast(scale1, COMPUTE)
     if NUM_INPUTS >= 3:
         c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b,
-                                           ALIGNED), mask=mask, eviction_policy=eviction)
+                                           ALIGNED), mask=mask)
         c = c.to(COMPUTE)
     y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN, FAST).to(COMPUTE)
     if HAS_ALPHA:
@@ -273,8 +272,7 @@ def pointwise_kernel(
         y += tl.cast(beta, COMPUTE) * tl.load(out_ptr + out_offsets, mask=mask).to(COMPUTE)
     if out_ptr.dtype.element_ty == tl.int1:
         y = y != 0
-    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask,
-             cache_modifier=".cs" if STREAMING else "")
+    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def supports(problem: PointwiseProblem) -> str | None:
@@ -295,7 +293,8 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
     """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and
     options; ``fast``: the approximate activations (a 16-bit output, float32 arithmetic, a GPU)."""
     tiled = layout.tile_layout(problem.output.dims, [problem.output, *problem.inputs])
-    block_a, block_b = tile_shape(tiled)
+    elements, warps = TILES[problem.output.dtype.itemsize]
+    block_a, block_b = tile_shape(tiled, elements)
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
     strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(problem.inputs))
     mode, activation_name = kernel_mode(problem.mode.value)
@@ -308,17 +307,17 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
         ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]), FAST=fast,
         SCALED_INPUTS=any(scale != 1.0 for scale in problem.input_scales), HAS_ALPHA=problem.alpha != 1.0,
-        STREAMING=STREAMING, EVEN=EVEN_TILES and tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
-        BLOCK_A=block_a, BLOCK_B=block_b, num_warps=NUM_WARPS,
+        EVEN=EVEN_TILES and tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
+        BLOCK_A=block_a, BLOCK_B=block_b, num_warps=warps,
     )
     return Launch(pointwise_kernel, grid, arguments, options)
 
 
-def tile_shape(tiled: layout.TiledLayout) -> tuple[int, int]:
-    """BLOCK_A x BLOCK_B: about TILE_ELEMENTS, square-ish when transposing."""
+def tile_shape(tiled: layout.TiledLayout, elements: int) -> tuple[int, int]:
+    """BLOCK_A x BLOCK_B: about ``elements``, square-ish when transposing."""
     size_a, size_b = tiled.sizes[-2], tiled.sizes[-1]
-    block_b = min(triton.next_power_of_2(size_b), TRANSPOSE_TILE if tiled.transposed else TILE_ELEMENTS)
-    block_a = min(triton.next_power_of_2(size_a), TILE_ELEMENTS // block_b)
+    block_b = min(triton.next_power_of_2(size_b), TRANSPOSE_TILE if tiled.transposed else elements)
+    block_a = min(triton.next_power_of_2(size_a), elements // block_b)
     return block_a, block_b
 
 
