@@ -30,8 +30,9 @@ from opendnn.ops.pointwise import PointwiseProblem
 OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
 GELU_TANH_SCALE = tl.constexpr(ops.GELU_TANH_SCALE)
 GELU_TANH_CUBIC = tl.constexpr(ops.GELU_TANH_CUBIC)
-# (elements per program, warps) by the output's element bytes; H200 (pointwise_notes.md): 16-bit relu and
-# scale_tensor 3.94 / 3.85 TB/s at 4096 x 8 warps, 4.06 / 4.07 at 2048 x 4 warps; float32 alike either way
+# (elements per program, warps) of untransposed tiles by the output's element bytes; H200 (pointwise_notes.md):
+# 16-bit relu and scale_tensor 3.94 / 3.85 TB/s at 4096 x 8 warps, 4.08 / 4.08 at 2048 x 4; float32 alike
+# either way. Transposing tiles stay 64 x 64 at 8 warps (bf16 NCHW -> NHWC 3.70 TB/s, 3.53 at 2048 x 4).
 TILES = {1: (2048, 4), 2: (2048, 4), 4: (4096, 8), 8: (4096, 8)}
 TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
 FAST_MATH = True  # 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST)
@@ -293,7 +294,7 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
     """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and
     options; ``fast``: the approximate activations (a 16-bit output, float32 arithmetic, a GPU)."""
     tiled = layout.tile_layout(problem.output.dims, [problem.output, *problem.inputs])
-    elements, warps = TILES[problem.output.dtype.itemsize]
+    elements, warps = (TRANSPOSE_TILE**2, 8) if tiled.transposed else TILES[problem.output.dtype.itemsize]
     block_a, block_b = tile_shape(tiled, elements)
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
     strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(problem.inputs))
