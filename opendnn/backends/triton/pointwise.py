@@ -35,6 +35,7 @@ GELU_TANH_CUBIC = tl.constexpr(ops.GELU_TANH_CUBIC)
 # either way. Transposing tiles stay 64 x 64 at 8 warps (bf16 NCHW -> NHWC 3.70 TB/s, 3.53 at 2048 x 4).
 TILES = {1: (2048, 4), 2: (2048, 4), 4: (4096, 8), 8: (4096, 8)}
 TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
+TRANSPOSE_WARPS = 8
 FAST_MATH = True  # 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST)
 FAST_DTYPES = (DataType.HALF, DataType.BFLOAT16)
 EVEN_TILES = True  # drop the masks when the tile divides the tiled dims
@@ -294,7 +295,7 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
     """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and
     options; ``fast``: the approximate activations (a 16-bit output, float32 arithmetic, a GPU)."""
     tiled = layout.tile_layout(problem.output.dims, [problem.output, *problem.inputs])
-    elements, warps = (TRANSPOSE_TILE**2, 8) if tiled.transposed else TILES[problem.output.dtype.itemsize]
+    elements, warps = (TRANSPOSE_TILE**2, TRANSPOSE_WARPS) if tiled.transposed else TILES[problem.output.dtype.itemsize]
     block_a, block_b = tile_shape(tiled, elements)
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
     strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(problem.inputs))

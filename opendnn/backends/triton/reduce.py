@@ -45,7 +45,7 @@ from opendnn.core.errors import InternalError
 from opendnn.ops.reduce import ReduceProblem
 
 TILE_ELEMENTS = 4096  # elements per tile: 16 per thread at 8 warps
-ROW_BLOCK = 2048  # most elements of a row a rows tile covers
+ROW_BLOCK = 1024  # most elements of a row a rows tile covers (H200, 32768 x 4096 bf16 ADD: 3.71 TB/s, 3.54 at 2048)
 COLUMN_BLOCK = 128  # most outputs a columns tile covers
 COLUMN_MIN = 16  # shortest innermost kept dim worth a columns kernel
 TARGET_PROGRAMS = 1024  # enough programs to fill an H200 (132 SMs) several times over
