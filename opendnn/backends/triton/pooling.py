@@ -65,7 +65,7 @@ from opendnn.ops.pooling import PoolingProblem
 
 CANONICAL_DIMS = 5
 UNROLL_LIMIT = 64  # window positions (or phase x shift pairs) unrolled in full
-FORWARD_TILE = 2048  # outputs of a forward program: 16 per thread at 4 warps
+FORWARD_TILE = 512  # outputs of a forward program (H200, NHWC 3x3 max fwd: 512 beat 1024, 2048 and 4096)
 STRIP_TILE = 1024  # outputs of a forward program reading stride-2 windows as contiguous strips (NCHW)
 STRIP_WARPS = 4  # 8 outputs per thread (H200 sweep 2026-11-29: 3x3 max bf16 33.0 us at 4 warps, 33.9 at 2, 42.2 at 8)
 STRIP_BYTES = 16  # widest vector of a strip load (0: no strips, every forward takes the general path)
