@@ -52,7 +52,6 @@ MAX_SINGLE_BLOCK = 8192  # longest row held in registers
 LOOP_BLOCK = 4096  # chunk of a longer row
 TILE_ELEMENTS = 4096  # rows x columns per program for short rows
 # backward (sweep: .gpu/norm_sweep.py overrides these and clears the plan caches)
-BACKWARD_TILE_ELEMENTS = TILE_ELEMENTS  # rows x columns per tile for short rows
 BACKWARD_MAX_WARPS = 16  # at most 16 elements a thread: x, dy and the partial sums in ~128 registers
 BACKWARD_SM_WARPS = 16  # warps of resident programs per SM (65536 registers / 128 / 32)
 # tile loop software pipeline by element bytes of x: Triton issues tile i + STAGES - 1's cp.async of
@@ -447,8 +446,7 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     if block > MAX_SINGLE_BLOCK:
         block = LOOP_BLOCK
     inner = math.prod(size for size, _ in rows)
-    tile = BACKWARD_TILE_ELEMENTS if problem.backward else TILE_ELEMENTS
-    block_r = max(1, min(tile // block, triton.next_power_of_2(inner)))
+    block_r = max(1, min(TILE_ELEMENTS // block, triton.next_power_of_2(inner)))
     return NormPlan(problem.groups or 1, group_strides, tuple(rows), tuple(cols), params_per_group, block_r, block)
 
 

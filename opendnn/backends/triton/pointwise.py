@@ -38,7 +38,6 @@ TRANSPOSE_TILE = 64  # A and B extent of a transposing tile
 TRANSPOSE_WARPS = 8
 FAST_MATH = True  # 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST)
 FAST_DTYPES = (DataType.HALF, DataType.BFLOAT16)
-EVEN_TILES = True  # drop the masks when the tile divides the tiled dims
 
 
 @triton.jit
@@ -309,7 +308,7 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
         ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]), FAST=fast,
         SCALED_INPUTS=any(scale != 1.0 for scale in problem.input_scales), HAS_ALPHA=problem.alpha != 1.0,
-        EVEN=EVEN_TILES and tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
+        EVEN=tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
         BLOCK_A=block_a, BLOCK_B=block_b, num_warps=warps,
     )
     return Launch(pointwise_kernel, grid, arguments, options)

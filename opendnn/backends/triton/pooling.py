@@ -69,7 +69,6 @@ FORWARD_TILE = 512  # outputs of a forward program (H200, NHWC 3x3 max fwd: 512 
 STRIP_TILE = 1024  # outputs of a forward program reading stride-2 windows as contiguous strips (NCHW)
 STRIP_WARPS = 4  # 8 outputs per thread (H200 sweep 2026-11-29: 3x3 max bf16 33.0 us at 4 warps, 33.9 at 2, 42.2 at 8)
 STRIP_BYTES = 16  # widest vector of a strip load (0: no strips, every forward takes the general path)
-STRIP_LEFT = True  # padding 1: the window's first tap from the strip shifted in registers (else a shifted strip)
 ARGMAX_TILE = 1024  # outputs of an argmax program (it holds y and positions too), half for strided loads
 BACKWARD_TILE = 512  # cells of a backward program: each writes prod(stride) elements of dx (registers)
 MAX_INNER_BLOCK = 256
@@ -698,7 +697,7 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
         WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem),
         FULL_COLUMNS=plan.out_sizes[4] % block_c == 0, STRIP=strip,
-        LEFT_GROUP=min(strip // 2, 4) if STRIP_LEFT and plan.pads[4] == 1 else 0, Y_VECTOR=y_vector,
+        LEFT_GROUP=min(strip // 2, 4) if plan.pads[4] == 1 else 0, Y_VECTOR=y_vector,
         BLOCK_R=block_r, BLOCK_C=block_c,
         num_warps=STRIP_WARPS if strip else 4)
     return Launch(pool_forward_kernel, grid, args, constants)
