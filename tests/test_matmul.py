@@ -110,17 +110,35 @@ def test_math_type_decides_tf32_and_fast_fp8_accumulation():
     assert seen == [(False, False), (True, True)]
 
 
-def test_tf32_operands_are_made_k_major_by_one_copy():
-    from opendnn.backends.triton.matmul import _k_major
-    from opendnn.core.arrays import wrap
+@pytest.mark.parametrize("a_k_major", [True, False])
+@pytest.mark.parametrize("b_k_major", [True, False])
+@pytest.mark.parametrize("bias_axis", ["column", "row"])
+@pytest.mark.parametrize("bound", ["memory", "compute"])
+def test_tf32_takes_every_operand_order_and_copies_as_planned(a_k_major, b_k_major, bias_axis, bound, monkeypatch):
+    """TF32 wgmma reads K-major operands from shared memory, A also in any order from registers.
+    Compute-bound problems copy what is not K-major; memory-bound ones run an N-major B with a
+    K-major A as C^T = B^T A^T (bias and residual transposed with it) and copy B only when neither
+    operand is K-major."""
+    from opendnn.backends.triton import matmul as kernels
 
-    b = torch.randn(3, 5, 7)  # (K, N) row-major: N innermost
-    copied = _k_major(wrap("b", b), -2)
-    assert copied.desc.strides == (35, 1, 5) and torch.equal(copied.view, b)
-    a = torch.randn(3, 7, 5).mT  # (M, K) with M innermost
-    assert _k_major(wrap("a", a), -1).desc.strides == (35, 7, 1)
-    k_major = wrap("b", b.mT.contiguous().mT)
-    assert _k_major(k_major, -2) is k_major  # no copy when K is already innermost
+    copied = []
+    copy = kernels._k_major
+    monkeypatch.setattr(kernels, "_k_major", lambda operand, axis: copied.append(operand.name) or copy(operand, axis))
+    monkeypatch.setattr(kernels, "TF32_RIDGE", 0 if bound == "compute" else float("inf"))
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(2, 37, 19, generator=gen), torch.randn(2, 19, 45, generator=gen)
+    a = a if a_k_major else a.mT.contiguous().mT
+    b = b.mT.contiguous().mT if b_k_major else b
+    bias = torch.randn(45 if bias_axis == "column" else 37, generator=gen)
+    residual = torch.randn(2, 37, 45, generator=gen)
+    handle = od.create("cpu", backend="triton", math_type=od.MathType.TENSOR_OP)
+    got = F.matmul(a, b, bias, "gelu", residual=residual, bias_axis=bias_axis, alpha=0.5, handle=handle)
+    product = a.double() @ b.double() + (bias.double() if bias_axis == "column" else bias.double()[:, None])
+    assert relative_error(got, 0.5 * (TF.gelu(product) + residual.double())) < 1e-3
+    if bound == "compute":
+        assert copied == [name for name, k_major in (("a", a_k_major), ("b", b_k_major)) if not k_major]
+    else:
+        assert copied == ([] if a_k_major or b_k_major else ["b"])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

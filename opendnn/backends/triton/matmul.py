@@ -21,8 +21,14 @@ Operands come in one of two ways (the constexpr ``TMA``):
   when strides are multiples of 16 elements. This path serves the interpreter too (which also
   runs the TMA path: it emulates descriptors).
 
+TF32 (float32 where the handle allows it): wgmma reads TF32 tiles from shared memory only K-major,
+and A from registers in any order (``A_IN_REGISTERS``); ``_tf32_operands`` decides per problem
+between a K-major copy (compute-bound problems) and the register path (memory-bound ones, an N-major
+B then runs as C^T = B^T A^T).
+
 The epilogue is constexpr flags over the fp32 (fp64) accumulator: scale (fp8 dequantisation),
-bias per row or per column, any forward activation (``pointwise.activation``), residual, alpha,
+bias per row or per column, any forward activation (``pointwise.activation``; its approximate
+instructions for a 16-bit C on a GPU, as the pointwise kernels), residual, alpha,
 beta * C, then one cast to C's dtype and a masked store; 128 x 256 tiles finish in two halves
 (half the registers and staging shared memory: fp32 outputs would not fit otherwise). Offsets
 are an int64 tile base plus int32 offsets inside the tile.
@@ -30,6 +36,7 @@ are an int64 tile base plus int32 offsets inside the tile.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -37,9 +44,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import triton
 import triton.language as tl
 
+from opendnn.backends.triton import pointwise
 from opendnn.backends.triton.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.pointwise import activation
@@ -47,6 +56,7 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.ops.matmul import BiasAxis, MatmulProblem
+from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
 
 
 @triton.jit
@@ -97,8 +107,9 @@ def load_tile(desc, ptr, batch, row0, col0, rows, cols, row_stride, col_stride,
 def finish_tile(acc, row0, col0, M, N, c_base, c_stride_m, c_stride_n, r_base, r_stride_m, r_stride_n,
                 bias_ptr, bias_stride, alpha, beta, scale, coef,
                 HAS_BIAS: tl.constexpr, BIAS_PER_ROW: tl.constexpr, ACTIVATION: tl.constexpr,
-                HAS_RESIDUAL: tl.constexpr, HAS_BETA: tl.constexpr, ACC: tl.constexpr):
-    """The epilogue of the accumulator tile at (row0, col0) of C, then its masked store."""
+                HAS_RESIDUAL: tl.constexpr, HAS_BETA: tl.constexpr, ACC: tl.constexpr, FAST: tl.constexpr):
+    """The epilogue of the accumulator tile at (row0, col0) of C, then its masked store (FAST: a
+    16-bit C on a GPU, whose activation may use the approximate instructions)."""
     local_rows = tl.arange(0, acc.shape[0])
     local_cols = tl.arange(0, acc.shape[1])
     rows = row0 + local_rows
@@ -111,7 +122,7 @@ def finish_tile(acc, row0, col0, M, N, c_base, c_stride_m, c_stride_n, r_base, r
         else:
             acc += tl.load(bias_ptr + cols * bias_stride, mask=cols < N).to(ACC)[None, :]
     if ACTIVATION != "":
-        acc = activation(ACTIVATION, acc, tl.cast(coef, ACC)).to(ACC)
+        acc = activation(ACTIVATION, acc, tl.cast(coef, ACC), FAST).to(ACC)
     if HAS_RESIDUAL:
         r_tile = r_base + row0.to(tl.int64) * r_stride_m + col0.to(tl.int64) * r_stride_n
         acc += tl.load(r_tile + local_rows[:, None] * r_stride_m + local_cols[None, :] * r_stride_n,
@@ -139,6 +150,7 @@ def matmul_kernel(
     HAS_BETA: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr, SPLIT_EPILOGUE: tl.constexpr, UPCAST: tl.constexpr, IMPRECISE: tl.constexpr,
+    FAST: tl.constexpr, A_IN_REGISTERS: tl.constexpr,
 ):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -179,6 +191,8 @@ def matmul_kernel(
             else:
                 b = load_tile(b_desc, b_base, b_batch, k0, n0, K, N, b_stride_k, b_stride_n, BLOCK_K, BLOCK_N,
                               TMA)
+            if A_IN_REGISTERS:  # arithmetic, not a load: Triton then feeds wgmma's A from registers,
+                a = a + 0.0     # where TF32 may come in either order (from shared memory: K-major only)
             if UPCAST:  # the interpreter's dot misreads bfloat16 and fp8 (stored as integer bits)
                 a = a.to(ACC)
                 b = b.to(ACC)
@@ -192,14 +206,14 @@ def matmul_kernel(
             left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
             finish_tile(left, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, c_base, c_stride_m, c_stride_n, r_base,
                         r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef, HAS_BIAS,
-                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC)
+                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC, FAST)
             finish_tile(right, tile_m * BLOCK_M, tile_n * BLOCK_N + BLOCK_N // 2, M, N, c_base, c_stride_m,
                         c_stride_n, r_base, r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef,
-                        HAS_BIAS, BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC)
+                        HAS_BIAS, BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC, FAST)
         else:
             finish_tile(acc, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, c_base, c_stride_m, c_stride_n, r_base,
                         r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef, HAS_BIAS,
-                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC)
+                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC, FAST)
 
 
 # ---- launcher ------------------------------------------------------------------------------------
@@ -225,6 +239,7 @@ PRECISE_FP8_TILES = TileConfig(256, 128, 128, 8, 8, 3)  # a second accumulator f
 SMALL_TILES = TileConfig(128, 128, 64, 8, 8, 4)  # few or small tiles: more programs
 FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
 STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
+TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
 MAX_PROGRAMS_INTERPRETED = 4
 
 
@@ -245,15 +260,17 @@ class Plan:
 def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None,
         residual: Bound | None = None) -> None:
     interpreted = _interpreted()
-    if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT and not interpreted:
-        a, b = _k_major(a, -1), _k_major(b, -2)
+    if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT:
+        problem, a, b, c, residual = _tf32_operands(problem, a, b, c, residual)
     views = {name: torch_view(bound) for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias),
                                                          ("residual", residual)) if bound is not None}
     device = views["c"].device
     tma = tma_ready(views["a"], views["b"], interpreted)
+    fast = (pointwise.FAST_MATH and not interpreted and c.desc.dtype in pointwise.FAST_DTYPES
+            and problem.compute_dtype is DataType.FLOAT)
     plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
                        None if residual is None else residual.desc, tma, interpreted,
-                       MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0))
+                       MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0), fast)
     views.setdefault("bias", views["c"])
     views.setdefault("residual", views["c"])
     if plan.tma and not interpreted:
@@ -265,9 +282,10 @@ def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None
 @functools.lru_cache(maxsize=256)
 def launch_plan(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor,
                 bias: TensorDescriptor | None, residual: TensorDescriptor | None, tma: bool, interpreted: bool,
-                sms: int) -> Plan:
+                sms: int, fast: bool = False) -> Plan:
     """The launches for these operand layouts, planned once; ``tma``: the operands' bases are
-    16-byte aligned on a GPU with TMA (then it is used where their layouts allow)."""
+    16-byte aligned on a GPU with TMA (then it is used where their layouts allow); ``fast``: the
+    epilogue's activation may use the GPU's approximate instructions (a 16-bit C)."""
     batch_dims, strides = merged_batch(problem, a, b, c, residual)
     outer, inner = batch_dims[:-2], batch_dims[-2:]
     inner_strides = [None if s is None else s[-2:] for s in strides]
@@ -281,7 +299,7 @@ def launch_plan(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor
     b_tma = _tma_batch(b, b_transposed, inner, inner_strides[1]) if tma and moved_aligned else None
     if a_tma is None or b_tma is None:
         a_tma = b_tma = None
-    launch = _launch(problem, a, b, c, bias, residual, inner, inner_strides, a_tma, b_tma, interpreted, sms)
+    launch = _launch(problem, a, b, c, bias, residual, inner, inner_strides, a_tma, b_tma, interpreted, sms, fast)
     return Plan(tuple((launch, o) for o in offsets), a_tma is not None)
 
 
@@ -321,7 +339,7 @@ def merged_batch(problem: MatmulProblem,
 def _launch(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor,
             bias: TensorDescriptor | None, residual: TensorDescriptor | None, batch_dims: list[int],
             strides: list[Any], a_tma: tuple[int, int] | None, b_tma: tuple[int, int] | None,
-            interpreted: bool, sms: int) -> Launch:
+            interpreted: bool, sms: int, fast: bool) -> Launch:
     """The kernel launch over two batch dims (TMA when ``a_tma`` and ``b_tma`` are given)."""
     (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = a.strides[-2:], b.strides[-2:], c.strides[-2:]
     config = tile_config(problem, a.dtype, interpreted, sms)
@@ -344,6 +362,7 @@ def _launch(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c:
         PROGRAMS=programs, SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
         IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
         UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
+        FAST=fast, A_IN_REGISTERS=problem.allow_tf32 and a.dtype is DataType.FLOAT and sa_k != 1,
         num_warps=config.num_warps, num_stages=config.num_stages))
 
 
@@ -385,16 +404,57 @@ def _tma_batch(desc: TensorDescriptor, transposed: bool, batch_dims: list[int],
     return batches, max(stride, TMA_ALIGNMENT // itemsize)
 
 
+def _tf32_operands(problem: MatmulProblem, a: Bound, b: Bound, c: Bound,
+                   residual: Bound | None) -> tuple[MatmulProblem, Bound, Bound, Bound, Bound | None]:
+    """The operands in an order TF32 wgmma reads: from shared memory only K-major; A may also come
+    through registers in any order, which measured 25-30% slower at 4096^2 and up but costs no pass.
+    A compute-bound problem (at or above ``TF32_RIDGE``) copies what is not K-major; a memory-bound
+    one copies nothing where it can: an N-major B with a K-major A runs as C^T = B^T A^T (B^T, the
+    new A, comes through registers; A^T is K-major), and an A that is not K-major stays in registers."""
+    a_k_major, b_k_major = a.desc.strides[-1] == 1, b.desc.strides[-2] == 1
+    if a_k_major and b_k_major:
+        return problem, a, b, c, residual
+    moved = a.desc.numel + b.desc.numel + c.desc.numel
+    if problem.flops >= TF32_RIDGE * moved * a.desc.dtype.itemsize:
+        return problem, a if a_k_major else _k_major(a, -1), b if b_k_major else _k_major(b, -2), c, residual
+    if b_k_major:
+        return problem, a, b, c, residual
+    if not a_k_major:
+        return problem, a, _k_major(b, -2), c, residual
+    return (transposed_problem(problem), _transposed(b, "a"), _transposed(a, "b"), _transposed(c, "c"),
+            None if residual is None else _transposed(residual, "residual"))
+
+
 def _k_major(operand: Bound, k_axis: int) -> Bound:
-    """The operand with K innermost: a copy when it is not. TF32 tensor cores (wgmma) read only
-    K-major tiles; Triton's in-kernel fallback for the other order ran at a fifth of the speed
-    (72 against 360 TFLOP/s), and the copy costs one pass over the operand."""
-    if operand.desc.strides[k_axis] == 1:
-        return operand
+    """The operand copied with K (``k_axis``) innermost, by the pointwise copy kernel: one pass."""
     view = torch_view(operand)
-    view = view.contiguous() if k_axis == -1 else view.mT.contiguous().mT
-    return Bound(operand.name, TensorDescriptor(operand.desc.dtype, tuple(view.shape), view.stride()), view,
-                 operand.device)
+    copy = torch.empty_like(view if k_axis == -1 else view.mT, memory_format=torch.contiguous_format)
+    copy = copy if k_axis == -1 else copy.mT
+    target = Bound(operand.name, TensorDescriptor(operand.desc.dtype, tuple(copy.shape), copy.stride()), copy,
+                   operand.device)
+    pointwise.run(PointwiseProblem(PointwiseMode.IDENTITY, (operand.desc,), target.desc), [operand], target)
+    return target
+
+
+def _transposed(operand: Bound, name: str) -> Bound:
+    """The operand with its last two dims swapped (a view: no copy), bound as ``name``."""
+    return Bound(name, _swapped(operand.desc), torch_view(operand).mT, operand.device)
+
+
+def _swapped(desc: TensorDescriptor) -> TensorDescriptor:
+    dims, strides = list(desc.dims), list(desc.strides)
+    dims[-2:], strides[-2:] = dims[:-3:-1], strides[:-3:-1]
+    return TensorDescriptor(desc.dtype, tuple(dims), tuple(strides))
+
+
+@functools.lru_cache(maxsize=256)
+def transposed_problem(problem: MatmulProblem) -> MatmulProblem:
+    """The problem of C^T = B^T A^T: operands swapped and transposed, M and N swapped, the bias
+    along the other axis."""
+    return dataclasses.replace(
+        problem, a=_swapped(problem.b), b=_swapped(problem.a), c=_swapped(problem.c), m=problem.n, n=problem.m,
+        residual=None if problem.residual is None else _swapped(problem.residual),
+        bias_axis=BiasAxis.COLUMN if problem.bias_axis is BiasAxis.ROW else BiasAxis.ROW)
 
 
 def _moved(views: dict[str, Any], offsets: tuple[int, int, int, int]) -> dict[str, Any]:
