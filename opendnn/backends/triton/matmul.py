@@ -441,6 +441,7 @@ def _transposed(operand: Bound, name: str) -> Bound:
     return Bound(name, _swapped(operand.desc), torch_view(operand).mT, operand.device)
 
 
+@functools.lru_cache(maxsize=256)  # asked on every call of a transposed product
 def _swapped(desc: TensorDescriptor) -> TensorDescriptor:
     dims, strides = list(desc.dims), list(desc.strides)
     dims[-2:], strides[-2:] = dims[:-3:-1], strides[:-3:-1]
