@@ -87,3 +87,26 @@ def test_bias_per_row_and_alpha_beta():
     od.matmul(od.create(DEVICE), 0.5, desc("float32", a.shape), a, desc("float32", b.shape), b, -2.0,
               desc("float32", c.shape), c, epilogue)
     assert relative_error(c, expected) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_stores_stay_inside_a_c_window(dtype, beta):
+    """C a window of a NaN-filled buffer, its edges inside tiles (big tiles, split epilogue at this
+    size): the window holds the product, nothing around it changes."""
+    m, k, n = 2000, 512, 3000
+    a = torch.randn(m, k, device=DEVICE, dtype=dtype)
+    b = torch.randn(k, n, device=DEVICE, dtype=dtype).t().contiguous().t()
+    buffer = torch.full((m + 9, n + 40), float("nan"), device=DEVICE, dtype=dtype)
+    c = buffer[3:3 + m, 8:8 + n]
+    start = torch.randn(m, n, device=DEVICE, dtype=dtype)
+    c.copy_(start)
+    desc = od.TensorDescriptor
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    od.matmul(handle, 1.0, desc(dtype, a.shape, a.stride()), a, desc(dtype, b.shape, b.stride()), b, beta,
+              desc(dtype, c.shape, c.stride()), c)
+    expected = a.double() @ b.double() + beta * start.double()
+    assert relative_error(c, expected) < (1e-2 if dtype is torch.bfloat16 else 1e-3)
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[3:3 + m, 8:8 + n] = False
+    assert buffer[outside].isnan().all()

@@ -198,3 +198,23 @@ def test_split_epilogue_of_wide_tiles_runs_in_the_interpreter(monkeypatch):
     a, b, bias = torch.randn(2, 20, 24), torch.randn(24, 300), torch.randn(20)
     got = F.matmul(a, b, bias, "tanh", bias_axis="row", handle=od.create("cpu", backend="triton"))
     assert relative_error(got, torch.tanh(a.double() @ b.double() + bias.double()[:, None])) < 1e-6
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(split, monkeypatch):
+    """C a window of a larger NaN-filled buffer, its edges inside tiles (masked stores; with
+    ``split`` the 128 x 256 tile stores two halves): the window holds the product, every element
+    around it is untouched."""
+    from opendnn.backends.triton import matmul as triton_matmul
+
+    tile = triton_matmul.TileConfig(128, 256, 16, 2, 4, 1) if split else triton_matmul.INTERPRETER_CONFIG
+    monkeypatch.setattr(triton_matmul, "INTERPRETER_CONFIG", tile)
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(2, 37, 20, generator=gen), torch.randn(2, 20, 44, generator=gen)
+    buffer = torch.full((2, 40, 52), float("nan"))
+    c = buffer[:, 1:38, 4:48]
+    matmul(od.create("cpu", backend="triton"), 1.0, desc(a), a, desc(b), b, 0.0, desc(c), c)
+    assert relative_error(c, a.double() @ b.double()) < 1e-6
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[:, 1:38, 4:48] = False
+    assert buffer[outside].isnan().all()
