@@ -40,7 +40,20 @@ def use_descriptor_scratch() -> None:
     triton.set_allocator(_descriptor_scratch)
 
 
-def _descriptor_scratch(size: int, alignment: int, stream: Any) -> Any:
+_SCRATCH: dict[tuple[int, int], Any] = {}  # (device, stream) -> the largest scratch buffer given there
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
+    """Scratch of ``size`` bytes for a launch on ``stream`` of the current device: one buffer per
+    stream, kept (an allocation was ~5 us of host time per launch on the H200 machine). Launches on
+    one stream run in order, so the next one rewrites its descriptors only after the last finished.
+    A stream being captured into a CUDA graph gets fresh memory from the graph's own pool."""
     import torch
 
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+    key = (torch.cuda.current_device(), stream)
+    buffer = _SCRATCH.get(key)
+    if buffer is None or buffer.numel() < size:
+        buffer = _SCRATCH[key] = torch.empty(size, dtype=torch.int8, device="cuda")
+    return buffer
