@@ -100,3 +100,38 @@ def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
         knobs.runtime.launch_enter_hook.remove(hook)
     (args,) = calls
     assert args[7] is knobs.runtime.launch_enter_hook and args[6] is not None  # the runner's hook chain and metadata
+
+
+def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_graph_is_captured(monkeypatch):
+    """The scratch of device-built TMA descriptors (``triton.set_allocator``'s hook): one buffer per
+    (device, stream), grown when a launch needs more, never kept while a CUDA graph is captured (the
+    CUDA calls stood in for: this machine has no GPU)."""
+    import torch
+
+    from opendnn.backends.triton import device as device_module
+
+    state = {"device": 0, "capturing": False}
+    allocated = []
+
+    def empty(size, dtype, device):
+        allocated.append(size)
+        return torch.zeros(size, dtype=dtype)
+
+    monkeypatch.setattr(device_module, "_SCRATCH", {})
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
+    scratch = device_module._descriptor_scratch
+    first = scratch(256, 64, STREAM)
+    assert scratch(128, 64, STREAM) is first  # smaller: the kept buffer serves
+    other_stream = scratch(256, 64, STREAM + 1)
+    state["device"] = 1
+    other_device = scratch(256, 64, STREAM)
+    state["device"] = 0
+    grown = scratch(512, 64, STREAM)
+    assert grown is not first and grown.numel() == 512 and scratch(256, 64, STREAM) is grown
+    state["capturing"] = True
+    captured = scratch(256, 64, STREAM)
+    assert captured is not grown and device_module._SCRATCH[(0, STREAM)] is grown
+    assert len({id(t) for t in (first, other_stream, other_device, grown, captured)}) == 5
+    assert allocated == [256, 256, 256, 512, 256]
