@@ -13,7 +13,9 @@ channels_last inputs and weights, batch 64 at 224x224 by default:
   labels (torch's loss on both sides), backward, update.
 - with ``--graph``, both again, each side's step captured in a CUDA graph and timed by replaying
   it: the GPU's time alone, without the Python that launches the kernels (``--profile`` writes where
-  an eager step's time goes).
+  an eager step's time goes);
+- with ``--fused``, inference of the converted copy passed through ``opendnn.torch.fuse`` (conv +
+  batch norm [+ add] [+ relu] as one call) against torch's unfused model (``--modes`` picks modes).
 
 torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
 through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
@@ -71,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rep", type=float, default=1000.0, help="do_bench timed repetitions, ms (default 1000)")
     parser.add_argument("--graph", action="store_true",
                         help="also time both sides' steps captured in a CUDA graph (no host work per replay)")
+    parser.add_argument("--fused", action="store_true",
+                        help="also time inference with opendnn.torch.fuse (conv + batch norm [+ add] [+ relu] as one "
+                             "call) against torch's plain model")
+    parser.add_argument("--modes", default="",
+                        help="only these modes, comma-separated (e.g. 'inference,inference (fused)'); default all")
     parser.add_argument("--profile", action="store_true",
                         help="also write <out>/profile_<model>_<mode>.txt: torch.profiler's busiest kernels and "
                              "host time over two opendnn calls (CUDA only)")
@@ -95,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
         profile_to = Path(args.out) if args.profile and device.type == "cuda" else None
         for row in measure(name, build, device, args.batch, args.size, timer, profile_to,
-                           args.graph and device.type == "cuda"):
+                           args.graph and device.type == "cuda", args.fused,
+                           [m.strip() for m in args.modes.split(",") if m.strip()]):
             print(_progress_line(row), flush=True)
             rows.append(row)
     markdown = _markdown(_environment(device, args), rows, device.type == "cpu")
@@ -108,10 +116,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int,
-            timer: Timer, profile_to: Path | None = None, graph: bool = False) -> list[dict[str, Any]]:
+            timer: Timer, profile_to: Path | None = None, graph: bool = False,
+            fused: bool = False, only: list[str] | None = None) -> list[dict[str, Any]]:
     """The inference and training rows of one model: torch's, then the converted copy's (and with
     ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
-    side captured in a CUDA graph and timed by replaying it)."""
+    side captured in a CUDA graph and timed by replaying it; with ``fused``, inference of the
+    converted copy passed through ``opendnn.torch.fuse`` against torch's unfused model, eager and,
+    with ``graph``, captured); ``only``: these modes alone)."""
     torch.manual_seed(0)
     model = build().to(device, memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
@@ -120,21 +131,25 @@ def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.devic
     x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, CLASSES, (batch,), device=device)
     rows = []
-    for mode in ("inference", "training", *(("inference (graph)", "training (graph)") if graph else ())):
+    modes = ["inference", "training", *(("inference (graph)", "training (graph)") if graph else ())]
+    modes += ["inference (fused)", *(("inference (fused, graph)",) if graph else ())] if fused else []
+    for mode in [m for m in modes if not only or m in only]:
         row: dict[str, Any] = {"model": name, "mode": mode, "batch": batch, "size": size, "torch_ms": None,
                                "opendnn_ms": None, "torch_img_s": None, "opendnn_img_s": None, "ratio": None,
                                "anchor_torch_ms": ANCHOR_MS.get((name, mode)), "rel_err": None, "error": None,
                                "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone]}
         step = _inference if mode.startswith("inference") else _training_step
+        if "fused" in mode:
+            ours = ours if isinstance(ours, torch.fx.GraphModule) else ot.fuse(ours.eval())
         torch_step, our_step = step(model, x, labels, nullcontext()), step(ours, x, labels, calls)
         try:
-            if mode.endswith("(graph)"):
+            if mode.endswith("graph)"):
                 torch_step, our_step = capture(torch_step)[0].replay, capture(our_step)[0].replay
             row["torch_ms"] = timer(torch_step)
-            if mode == "inference":
+            if mode in ("inference", "inference (fused)"):
                 row["rel_err"] = _relative_error(our_step(), torch_step())
             row["opendnn_ms"] = timer(our_step)
-            if profile_to is not None and not mode.endswith("(graph)"):
+            if profile_to is not None and not mode.endswith("graph)"):
                 _profile(our_step, profile_to / f"profile_{name}_{mode}.txt")
         except Exception as error:  # a refused problem or a failed kernel is a result, not a crash
             row["error"] = f"{type(error).__name__}: {error}"

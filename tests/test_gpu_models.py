@@ -108,6 +108,22 @@ def test_converted_model_inference_logits_match_torch(name, dtype, torchvision_m
     assert error < LOGITS_TOLERANCE[dtype], f"{name}: error {error:.3g} (torch's vs float32: {torch_error:.3g})"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16_autocast", "float32"])
+@pytest.mark.parametrize("name", MODELS)
+def test_fused_model_inference_logits_match_torch(name, dtype, torchvision_models, strict_float32):
+    """opendnn.torch.fuse of the converted model: every batch norm folded, the logits as torch's."""
+    model, ours, _ = _models(torchvision_models, name)
+    model.eval()
+    fused = ot.fuse(ours.eval())
+    assert not any(isinstance(module, torch.nn.BatchNorm2d) for module in fused.modules())
+    x, _ = _inputs()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        expected = model(x)
+        with ot.functional_calls():
+            logits = fused(x)
+    assert relative_error(logits, expected) < LOGITS_TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_converted_model_training_step_gradients_match_torch_in_float32(name, torchvision_models, strict_float32):
     model, ours, report = _models(torchvision_models, name)

@@ -19,6 +19,7 @@ from opendnn.functional.convolution import (
     conv_backward_bias,
     conv_backward_data,
     conv_backward_filter,
+    conv_bias_activation,
     conv_transpose,
 )
 from opendnn.functional.elementwise import (
@@ -125,6 +126,7 @@ __all__ = [
     "conv_backward_bias",
     "conv_backward_data",
     "conv_backward_filter",
+    "conv_bias_activation",
     "conv_transpose",
     "cos",
     "div",

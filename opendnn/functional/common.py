@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.arrays import Bound
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, MathType
+from opendnn.ops.pointwise import PointwiseMode
 
 
 def handle_for(bound: Bound, handle: Handle | None) -> Handle:
@@ -47,3 +49,16 @@ def shaped(native: Any, shape: tuple[int, ...]) -> Any:
     the shape already matches, never a view of it: autograd refuses in-place updates of a view
     that a custom Function returned."""
     return native if tuple(native.shape) == shape else native.reshape(shape)
+
+
+def activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
+    """The *_FWD mode of a fused epilogue's activation, named as torch does ("relu", "silu",
+    "gelu_tanh", ...) or given as a PointwiseMode; None for none."""
+    if activation is None or isinstance(activation, PointwiseMode):
+        return activation
+    name = str(activation).lower().removesuffix("_fwd")
+    name = {"silu": "swish", "gelu_tanh": "gelu_approx_tanh"}.get(name, name)
+    try:
+        return PointwiseMode(f"{name}_fwd")
+    except ValueError:
+        raise BadParam(f"activation={activation!r} is not a forward activation") from None

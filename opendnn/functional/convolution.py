@@ -30,7 +30,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
-from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.functional.common import activation_mode, handle_for, to_caller_kind
 from opendnn.ops.convolution import (
     ConvolutionDescriptor,
     ConvolutionDirection,
@@ -39,6 +39,7 @@ from opendnn.ops.convolution import (
     convolution_problem,
     get_convolution_forward_output_dim,
 )
+from opendnn.ops.pointwise import PointwiseMode
 from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 from opendnn.ops.registry import dispatch, load_backend
 
@@ -58,13 +59,36 @@ def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntO
     Returns:
         y (N, K, *out) in x's memory order and of x's kind.
     """
+    return conv_bias_activation(x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                                mode=mode, algo=algo, handle=handle)
+
+
+def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activation: str | PointwiseMode | None = None,
+                         *, coef: float = 0.0, alpha2: float = 1.0, stride: IntOrTuple = 1,
+                         padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1,
+                         mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION, algo: enum.Enum | None = None,
+                         handle: Handle | None = None) -> Any:
+    """``act(conv(x, w) + alpha2 * z + bias)`` in one pass: cuDNN's ConvolutionBiasActivationForward.
+
+    Args:
+        z: a residual of y's shape (any layout), or None.
+        activation: a forward activation as torch names it ("relu", "silu", ...) or a PointwiseMode,
+            or None; ``coef`` is its coefficient (clipped relu's ceiling: 6.0 for relu6).
+        The other arguments are ``conv``'s.
+
+    Returns:
+        y (N, K, *out) in x's memory order and of x's kind.
+    """
     xb, wb = wrap("x", x), wrap("w", w)
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim) if bias is not None else None
+    zb = wrap("z", z) if z is not None else None
     handle = handle_for(xb, handle)
     y_desc, problem = _forward_plan(xb.desc, wb.desc, stride, padding, dilation, groups, mode, algo,
-                                    handle.math_type, biasb.desc if biasb is not None else None)
+                                    handle.math_type, biasb.desc if biasb is not None else None,
+                                    zb.desc if zb is not None else None, activation_mode(activation), coef,
+                                    alpha2 if zb is not None else 0.0)
     y = allocate(xb, y_desc)
-    _run(handle, problem, xb, wb, y, biasb)
+    _run(handle, problem, xb, wb, y, biasb, zb)
     return to_caller_kind(y.view, x)
 
 
@@ -145,9 +169,10 @@ def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], stride: IntOrTu
     return dx
 
 
-def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None) -> None:
+def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None,
+         z: Bound | None = None) -> None:
     needed = workspace_size(handle, problem)
-    dispatch(handle, "convolution", problem, x, w, y, bias, None, scratch_bytes(x, needed))
+    dispatch(handle, "convolution", problem, x, w, y, bias, z, scratch_bytes(x, needed))
 
 
 # the plans: what a call's descriptors and arguments determine (its output's descriptor, its
@@ -158,11 +183,14 @@ def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bou
 @memoized
 def _forward_plan(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, padding: IntOrTuple | str,
                   dilation: IntOrTuple, groups: int, mode: ConvolutionMode, algo: enum.Enum | None,
-                  math_type: MathType, bias: TensorDescriptor | None) -> tuple[TensorDescriptor, ConvolutionProblem]:
+                  math_type: MathType, bias: TensorDescriptor | None, z: TensorDescriptor | None = None,
+                  activation: PointwiseMode | None = None, coef: float = 0.0,
+                  alpha2: float = 0.0) -> tuple[TensorDescriptor, ConvolutionProblem]:
     conv_desc = _descriptor(x, w, stride, padding, dilation, groups, mode)
     y = packed_like(x, x.dtype, get_convolution_forward_output_dim(conv_desc, x, w))
     return y, convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x, w, y, algo=algo,
-                                  allow_tf32=math_allows_tf32(math_type, conv_desc), bias_desc=bias,
+                                  allow_tf32=math_allows_tf32(math_type, conv_desc), bias_desc=bias, z_desc=z,
+                                  alpha2=alpha2, activation=activation, activation_coef=coef,
                                   names=("x", "w", "y"))
 
 

@@ -11,7 +11,7 @@ from opendnn.core.arrays import Bound, as_native, empty_like, wrap
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, MathType
-from opendnn.functional.common import handle_for, to_caller_kind
+from opendnn.functional.common import activation_mode, handle_for, to_caller_kind
 from opendnn.ops.matmul import BiasAxis, matmul_problem
 from opendnn.ops.pointwise import PointwiseMode
 from opendnn.ops.registry import dispatch
@@ -52,7 +52,7 @@ def matmul(a: Any, b: Any, bias: Any = None, activation: str | PointwiseMode | N
     tf32 = handle.math_type is MathType.TENSOR_OP if allow_tf32 is None else allow_tf32
     problem = matmul_problem(a_bound.desc, b_bound.desc, output.desc, alpha=alpha,
                              bias_desc=None if bias_bound is None else bias_bound.desc, bias_axis=bias_axis,
-                             activation=_activation_mode(activation), coef=coef,
+                             activation=activation_mode(activation), coef=coef,
                              residual_desc=None if residual_bound is None else residual_bound.desc,
                              a_scale=a_scale, b_scale=b_scale, allow_tf32=tf32,
                              fast_fp8_accumulation=handle.math_type is MathType.TENSOR_OP)
@@ -73,17 +73,6 @@ def linear(x: Any, weight: Any, bias: Any = None, *, handle: Handle | None = Non
         raise BadParam(f"weight.shape={tuple(native.shape)} must be 2-D (out_features, in_features)")
     transposed = native.T if isinstance(native, np.ndarray) else native.t()
     return matmul(x, transposed, bias, handle=handle)
-
-
-def _activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
-    if activation is None or isinstance(activation, PointwiseMode):
-        return activation
-    name = str(activation).lower().removesuffix("_fwd")
-    name = {"silu": "swish", "gelu_tanh": "gelu_approx_tanh"}.get(name, name)
-    try:
-        return PointwiseMode(f"{name}_fwd")
-    except ValueError:
-        raise BadParam(f"activation={activation!r} is not a forward activation") from None
 
 
 def _with_unit_dim(bound: Bound, position: int) -> Bound:

@@ -1,0 +1,155 @@
+"""Inference fusion (opendnn.torch.fuse) and the fused convolution it calls
+(opendnn.functional.conv_bias_activation): against torch's own eval-mode model and the float64
+reference, on both backends (Triton through its interpreter)."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as TF  # noqa: E402
+
+import opendnn as od  # noqa: E402
+import opendnn.functional as F  # noqa: E402
+import opendnn.torch as ot  # noqa: E402
+
+BACKENDS = ["numpy", "triton"]
+
+
+def relative_error(actual, expected):
+    return ((actual.double() - expected.double()).norm() / expected.double().norm()).item()
+
+
+def conv_bn(c_in, c_out, kernel, stride=1, groups=1, activation=None):
+    layers = [torch.nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False),
+              torch.nn.BatchNorm2d(c_out)]
+    return torch.nn.Sequential(*layers, *([activation] if activation is not None else []))
+
+
+class Bottleneck(torch.nn.Module):
+    """torchvision's ResNet bottleneck: one ReLU module shared by three call sites, ``+=`` identity."""
+
+    def __init__(self, c_in, width, stride):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(c_in, width, 1, bias=False), torch.nn.BatchNorm2d(width)
+        self.conv2 = torch.nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = torch.nn.Conv2d(width, 4 * width, 1, bias=False), torch.nn.BatchNorm2d(4 * width)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.downsample = conv_bn(c_in, 4 * width, 1, stride)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        out += self.downsample(x)
+        return self.relu(out)
+
+
+class InvertedResidual(torch.nn.Module):
+    """MobileNetV2's block: conv-bn-relu6, depthwise conv-bn-relu6, projection conv-bn, + x."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = torch.nn.Sequential(conv_bn(channels, 2 * channels, 1, activation=torch.nn.ReLU6()),
+                                        conv_bn(2 * channels, 2 * channels, 3, groups=2 * channels,
+                                                activation=torch.nn.ReLU6()),
+                                        conv_bn(2 * channels, channels, 1))
+
+    def forward(self, x):
+        return x + self.conv(x)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                        torch.nn.ReLU())
+        self.block = Bottleneck(8, 4, 2)
+        self.mobile = InvertedResidual(16)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.mobile(self.block(self.stem(x)))
+        return self.head(TF.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def trained_looking(model, dtype):
+    """``model`` in eval mode with batch norms whose statistics and affine parameters are not the
+    defaults (a folding that ignored one of them would show)."""
+    gen = torch.Generator().manual_seed(0)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            k = module.num_features
+            module.running_mean.copy_(torch.randn(k, generator=gen))
+            module.running_var.copy_(torch.rand(k, generator=gen) + 0.5)
+            if module.affine:
+                module.weight.data.copy_(torch.randn(k, generator=gen))
+                module.bias.data.copy_(torch.randn(k, generator=gen))
+    return model.to(dtype).eval()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("converted", [False, True], ids=["torch_modules", "converted"])
+def test_fused_model_matches_the_eval_model(backend, converted, monkeypatch):
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    dtype = torch.float64 if backend == "numpy" else torch.float32
+    torch.manual_seed(0)
+    model = trained_looking(Net(), dtype)
+    x = torch.randn(2, 3, 12, 12, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = model(x)
+        if converted:
+            ot.convert(model)
+        fused = ot.fuse(model)
+        got = fused(x)
+    kinds = [type(m).__name__ for m in fused.modules()]
+    assert kinds.count("FusedConvolution") == 8 and not any("BatchNorm" in k for k in kinds)
+    assert relative_error(got, expected) < (1e-10 if dtype is torch.float64 else 1e-5)
+    calls = [n for n in fused.graph.nodes if n.op == "call_module" and n.target.endswith("_fused")]
+    assert sum(len(n.args) == 2 for n in calls) == 2  # the bottleneck's and the inverted residual's additions
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is left as it was
+
+
+def test_fusion_folds_bias_and_affine_free_norms_and_leaves_other_chains_alone():
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=True), torch.nn.BatchNorm2d(4, affine=False),
+                                torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU(),  # no batch norm: stays
+                                torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.Sigmoid()).double()
+    trained_looking(model, torch.float64)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
+    with torch.no_grad():
+        fused = ot.fuse(model)
+        assert relative_error(fused(x), model(x)) < 1e-12
+    names = [type(m).__name__ for m in fused.modules()]
+    assert names.count("FusedConvolution") == 2 and "Conv2d" in names and "Sigmoid" in names
+
+
+def test_fuse_refuses_training_mode_and_inputs_that_need_gradients():
+    model = trained_looking(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)), torch.float32)
+    with pytest.raises(od.BadParam, match="model.training is True"):
+        ot.fuse(model.train())
+    fused = ot.fuse(model.eval())
+    with pytest.raises(od.BadParam, match="is for inference"):
+        fused(torch.randn(1, 3, 5, 5, requires_grad=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("activation, coef, reference", [
+    ("relu", 0.0, torch.relu), ("relu6", None, None), ("clipped_relu", 6.0, lambda t: t.clamp(0, 6)),
+    ("silu", 1.0, TF.silu), (None, 0.0, lambda t: t)])
+def test_conv_bias_activation_matches_torch(backend, activation, coef, reference):
+    if activation == "relu6":
+        with pytest.raises(od.BadParam, match="activation='relu6' is not a forward activation"):
+            F.conv_bias_activation(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 1, 1), activation="relu6")
+        return
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 6, 9, 7, generator=gen).contiguous(memory_format=torch.channels_last)
+    w, bias = torch.randn(8, 3, 3, 3, generator=gen), torch.randn(8, generator=gen)
+    z = torch.randn(2, 8, 5, 4, generator=gen)  # packed NCHW while y follows x (channels-last)
+    got = F.conv_bias_activation(x, w, bias, z, activation, coef=coef, alpha2=0.5, stride=2, padding=1, groups=2,
+                                 handle=od.create("cpu", backend=backend))
+    conv = TF.conv2d(x.double(), w.double(), bias.double(), stride=2, padding=1, groups=2)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert relative_error(got, reference(conv + 0.5 * z.double())) < 1e-6
