@@ -2,6 +2,7 @@
 (opendnn.functional.conv_bias_activation): against torch's own eval-mode model and the float64
 reference, on both backends (Triton through its interpreter)."""
 
+import importlib
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
@@ -75,6 +76,15 @@ class Net(torch.nn.Module):
         return self.head(TF.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+def _count_fallback_additions(monkeypatch):
+    """The residuals a fused convolution adds after the fact (they broadcast or promote), by shape."""
+    fuse_module = importlib.import_module("opendnn.torch.fuse")  # (opendnn.torch.fuse is also the function)
+    seen = []
+    original = fuse_module.add
+    monkeypatch.setattr(fuse_module, "add", lambda y, z: seen.append(tuple(z.shape)) or original(y, z))
+    return seen
+
+
 def trained_looking(model, dtype):
     """``model`` in eval mode with batch norms whose statistics and affine parameters are not the
     defaults (a folding that ignored one of them would show)."""
@@ -94,6 +104,7 @@ def trained_looking(model, dtype):
 @pytest.mark.parametrize("converted", [False, True], ids=["torch_modules", "converted"])
 def test_fused_model_matches_the_eval_model(backend, converted, monkeypatch):
     monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    fallbacks = _count_fallback_additions(monkeypatch)
     dtype = torch.float64 if backend == "numpy" else torch.float32
     torch.manual_seed(0)
     model = trained_looking(Net(), dtype)
@@ -109,6 +120,7 @@ def test_fused_model_matches_the_eval_model(backend, converted, monkeypatch):
     assert relative_error(got, expected) < (1e-10 if dtype is torch.float64 else 1e-5)
     calls = [n for n in fused.graph.nodes if n.op == "call_module" and n.target.endswith("_fused")]
     assert sum(len(n.args) == 2 for n in calls) == 2  # the bottleneck's and the inverted residual's additions
+    assert fallbacks == []  # both residuals have the output's shape and dtype: added in the epilogue
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is left as it was
 
 
@@ -126,13 +138,20 @@ def test_fusion_folds_bias_and_affine_free_norms_and_leaves_other_chains_alone()
     assert names.count("FusedConvolution") == 2 and "Conv2d" in names and "Sigmoid" in names
 
 
-def test_fuse_refuses_training_mode_and_inputs_that_need_gradients():
+def test_fuse_refuses_training_mode_untraceable_models_and_inputs_that_need_gradients():
     model = trained_looking(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)), torch.float32)
     with pytest.raises(od.BadParam, match="model.training is True"):
         ot.fuse(model.train())
     fused = ot.fuse(model.eval())
     with pytest.raises(od.BadParam, match="is for inference"):
         fused(torch.randn(1, 3, 5, 5, requires_grad=True))
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+
+    with pytest.raises(od.NotSupported, match="torch.fx could not trace DataDependent"):
+        ot.fuse(DataDependent().eval())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -153,3 +172,44 @@ def test_conv_bias_activation_matches_torch(backend, activation, coef, reference
     conv = TF.conv2d(x.double(), w.double(), bias.double(), stride=2, padding=1, groups=2)
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert relative_error(got, reference(conv + 0.5 * z.double())) < 1e-6
+
+
+class FunctionForms(torch.nn.Module):
+    """1-D and 3-D chains, 'same' padding, torch.add and functional relu / relu6, and a sum of a
+    batch norm's output with itself (not a residual: left to torch after the fold)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1d, self.bn1d = torch.nn.Conv1d(3, 4, 5, padding="same"), torch.nn.BatchNorm1d(4)
+        self.conv3d, self.bn3d = torch.nn.Conv3d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm3d(4)
+        self.conv2d, self.bn2d = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+        self.strided, self.bn_strided = torch.nn.Conv2d(3, 4, 3, 2, 1, dilation=1), torch.nn.BatchNorm2d(4)
+
+    def forward(self, line, volume, image):
+        a = TF.relu(torch.add(self.bn1d(self.conv1d(line)), line[:, :1]), inplace=True)
+        b = TF.relu6(self.bn3d(self.conv3d(volume)))
+        c = self.bn2d(self.conv2d(image))
+        shortcut = TF.avg_pool2d(torch.cat([image, image[:, :1]], 1), 2)  # the strided output's shape
+        d = torch.relu(self.bn_strided(self.strided(image)) + shortcut)
+        return a.sum() + b.sum() + (c + c).sum() + d.sum()
+
+
+def test_fusion_of_1d_and_3d_chains_function_forms_and_a_self_sum(monkeypatch):
+    fallbacks = _count_fallback_additions(monkeypatch)
+    torch.manual_seed(4)
+    model = FunctionForms().double()
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 1.5)
+    model.eval()
+    inputs = (torch.randn(2, 3, 11, dtype=torch.float64), torch.randn(2, 3, 5, 6, 7, dtype=torch.float64),
+              torch.randn(2, 3, 8, 8, dtype=torch.float64))
+    with torch.no_grad():
+        fused = ot.fuse(model)
+        assert relative_error(fused(*inputs), model(*inputs)) < 1e-12
+    calls = {n.target: len(n.args) for n in fused.graph.nodes if n.op == "call_module"}
+    assert calls == {"conv1d_fused": 2, "conv3d_fused": 1, "conv2d_fused": 1, "strided_fused": 2}
+    assert [n.target for n in fused.graph.nodes if n.op == "call_function"].count(TF.relu) == 0
+    assert fallbacks == [(2, 1, 11)]  # the 1-D chain's residual broadcasts: added after the convolution;
+    # the strided chain's has its output's shape (2, 4, 4, 4): added in the epilogue

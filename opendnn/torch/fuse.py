@@ -26,8 +26,9 @@ import torch
 import torch.fx
 import torch.nn.functional as TF
 
-from opendnn.core.errors import BadParam
+from opendnn.core.errors import BadParam, NotSupported
 from opendnn.functional.convolution import conv_bias_activation
+from opendnn.functional.elementwise import add, clipped_relu, relu
 from opendnn.torch.functions import _autocast, _product_handle
 from opendnn.torch.modules import OpendnnModule
 
@@ -54,10 +55,27 @@ class FusedConvolution(OpendnnModule, torch.nn.Module):
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or (z is not None and z.requires_grad)):
             raise BadParam("a fused convolution is for inference: its input needs no gradient (torch.no_grad())")
-        x, weight, bias, z = _autocast("lower", x, self.weight, self.bias, z)
-        return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, stride=self.stride,
-                                    padding=self.padding, dilation=self.dilation, groups=self.groups,
-                                    handle=_product_handle(x, "convolution"))
+        x, weight, bias = _autocast("lower", x, self.weight, self.bias)
+        geometry = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups,
+                        handle=_product_handle(x, "convolution"))
+        if z is None or (z.dtype == x.dtype and z.shape == self._output_shape(x)):
+            return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
+        # a residual that broadcasts or promotes: the chain's addition as torch would do it, then the activation
+        y = add(conv_bias_activation(x, weight, bias, **geometry), z)
+        if self.activation is None:
+            return y
+        return relu(y) if self.activation == "relu" else clipped_relu(y, self.coef)
+
+    def _output_shape(self, x: torch.Tensor) -> tuple[int, ...]:
+        spatial = []
+        for k, size in enumerate(x.shape[2:]):
+            if self.padding == "same":
+                spatial.append(size)
+                continue
+            pad = 0 if self.padding == "valid" else self.padding[k]
+            extent = self.dilation[k] * (self.weight.shape[2 + k] - 1) + 1
+            spatial.append((size + 2 * pad - extent) // self.stride[k] + 1)
+        return (x.shape[0], self.weight.shape[0], *spatial)
 
     def extra_repr(self) -> str:
         return (f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
@@ -91,11 +109,15 @@ def fuse(model: torch.nn.Module) -> torch.fx.GraphModule:
 
     Raises:
         BadParam: ``model`` is in training mode (batch norm would use batch statistics).
+        NotSupported: torch.fx cannot trace ``model`` (control flow that depends on the data).
     """
     if model.training:
         raise BadParam("fuse(model): model.training is True; fusion folds eval-mode statistics (call model.eval())")
     model = copy.deepcopy(model)
-    graph = _Tracer().trace(model)
+    try:
+        graph = _Tracer().trace(model)
+    except Exception as error:  # torch.fx cannot follow data-dependent control flow, among others
+        raise NotSupported(f"fuse(model): torch.fx could not trace {type(model).__name__}: {error}") from error
     fused = torch.fx.GraphModule(model, graph, type(model).__name__)
     modules = dict(fused.named_modules())
     for node in list(graph.nodes):
