@@ -124,7 +124,7 @@ def test_fused_model_matches_the_eval_model(backend, converted, monkeypatch):
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is left as it was
 
 
-def test_fusion_folds_bias_and_affine_free_norms_and_leaves_other_chains_alone():
+def test_fusion_folds_bias_and_affine_free_norms_and_leaves_chains_without_a_norm_alone():
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=True), torch.nn.BatchNorm2d(4, affine=False),
                                 torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU(),  # no batch norm: stays
@@ -135,7 +135,7 @@ def test_fusion_folds_bias_and_affine_free_norms_and_leaves_other_chains_alone()
         fused = ot.fuse(model)
         assert relative_error(fused(x), model(x)) < 1e-12
     names = [type(m).__name__ for m in fused.modules()]
-    assert names.count("FusedConvolution") == 2 and "Conv2d" in names and "Sigmoid" in names
+    assert names.count("FusedConvolution") == 2 and "Conv2d" in names and "Sigmoid" not in names  # fused too
 
 
 def test_fuse_refuses_training_mode_untraceable_models_and_inputs_that_need_gradients():
@@ -213,3 +213,34 @@ def test_fusion_of_1d_and_3d_chains_function_forms_and_a_self_sum(monkeypatch):
     assert [n.target for n in fused.graph.nodes if n.op == "call_function"].count(TF.relu) == 0
     assert fallbacks == [(2, 1, 11)]  # the 1-D chain's residual broadcasts: added after the convolution;
     # the strided chain's has its output's shape (2, 4, 4, 4): added in the epilogue
+
+
+class Mlp(torch.nn.Module):
+    """A transformer MLP block: fc1 -> gelu (tanh form), fc2 -> + x; then a head whose SiLU follows a
+    linear layer with two users (not fused) and a lone linear layer (nothing to fuse)."""
+
+    def __init__(self, width=12):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.GELU("tanh"), \
+            torch.nn.Linear(4 * width, width)
+        self.shared, self.out = torch.nn.Linear(width, width), torch.nn.Linear(width, 3, bias=False)
+
+    def forward(self, x):
+        x = x + self.fc2(self.act(self.fc1(x)))
+        y = self.shared(x)
+        return self.out(TF.silu(y) + y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_linear_chains_fuse_activation_and_residual(backend, monkeypatch):
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    dtype = torch.float64 if backend == "numpy" else torch.float32
+    torch.manual_seed(5)
+    model = Mlp().to(dtype).eval()
+    x = torch.randn(2, 7, 12, dtype=dtype)
+    with torch.no_grad():
+        fused = ot.fuse(model)
+        assert relative_error(fused(x), model(x)) < (1e-12 if dtype is torch.float64 else 1e-5)
+    calls = {n.target: len(n.args) for n in fused.graph.nodes if n.op == "call_module"}
+    assert calls == {"fc1_fused": 1, "fc2_fused": 2, "shared": 1, "out": 1}
+    assert [type(m).__name__ for m in fused.modules()].count("FusedLinear") == 2

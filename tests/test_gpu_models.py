@@ -124,6 +124,28 @@ def test_fused_model_inference_logits_match_torch(name, dtype, torchvision_model
     assert relative_error(logits, expected) < LOGITS_TOLERANCE[dtype]
 
 
+class _Mlp(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.GELU(), \
+            torch.nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(self.act(self.fc1(x)))
+
+
+def test_fused_transformer_mlp_matches_torch_under_bf16_autocast():
+    """opendnn.torch.fuse of fc1 -> gelu, fc2 -> + x (the matrix product's epilogue) on the device."""
+    torch.manual_seed(0)
+    model = _Mlp(1024).to(DEVICE).eval()
+    fused = ot.fuse(model)
+    x = torch.randn(4, 256, 1024, device=DEVICE, dtype=torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        expected, got = model(x), fused(x)
+    assert [type(m).__name__ for m in fused.modules()].count("FusedLinear") == 2
+    assert relative_error(got, expected) < LOGITS_TOLERANCE[torch.bfloat16]
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_converted_model_training_step_gradients_match_torch_in_float32(name, torchvision_models, strict_float32):
     model, ours, report = _models(torchvision_models, name)

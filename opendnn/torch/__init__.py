@@ -10,7 +10,8 @@
 - ``convert(model)``: swaps a torch model's supported modules for opendnn's in place and reports
   what it converted and what it left to torch, and why.
 - ``fuse(model)``: for inference, a traced copy of an eval-mode model whose convolution -> batch
-  norm [-> + residual] [-> relu / relu6] chains each run as one opendnn convolution.
+  norm [-> + residual] [-> activation] and linear [-> activation] [-> + residual] chains each run
+  as one opendnn call.
 - ``functional_calls()``: a context in which torch's functional calls (``torch.matmul``,
   ``F.softmax``, ``F.conv2d``, ...) with an opendnn equivalent run on opendnn.
 
@@ -19,7 +20,7 @@ Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton ke
 
 from opendnn.torch import functions, modules
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
-from opendnn.torch.fuse import FusedConvolution, fuse
+from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
 from opendnn.torch.modules import (
     ELU,
     GELU,
@@ -68,6 +69,7 @@ from opendnn.torch.routing import functional_calls
 __all__ = [
     "CONVERSIONS",
     "FusedConvolution",
+    "FusedLinear",
     "fuse",
     "ELU",
     "GELU",

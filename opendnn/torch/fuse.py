@@ -1,19 +1,25 @@
-"""Inference fusion: each convolution -> batch norm [-> + residual] [-> relu / relu6] of a model in
-eval mode becomes one opendnn convolution, the batch norm folded into its weights and bias and the
-residual and activation in its epilogue (cuDNN's ConvolutionBiasActivationForward).
+"""Inference fusion: the chains of layers that one opendnn call with a fused epilogue can compute,
+found in an eval-mode model's torch.fx graph and each replaced by that call.
 
     fused = opendnn.torch.fuse(model.eval())   # a torch.fx.GraphModule; ``model`` is left as it is
 
-The chains are found in the model's torch.fx graph: a convolution whose only user is a batch norm
-(running statistics, eval mode), whose only user may be an addition of another tensor, whose only
-user may be a ReLU or ReLU6 (module or function), each link with no other user. A ResNet
-bottleneck's conv3 -> bn3 -> += identity -> relu is one call; its conv1 -> bn1 -> relu another;
-MobileNetV2's conv -> bn -> relu6 and its projection conv -> bn -> + x too. Folding, per output
-channel k: scale = gamma / sqrt(running_var + eps), w' = w * scale, b' = (b - running_mean) * scale
-+ beta, computed in float64 and stored in the convolution's dtype.
+Two kinds of chain, each link the only user of the one before:
 
-The fused modules are for inference: they hold copies of the folded parameters taken at fusion
-time (train the original and fuse again), and refuse inputs that need a gradient.
+- convolution -> batch norm (running statistics) [-> + residual] [-> activation]: one convolution
+  with the batch norm folded into its weights and bias and the residual and activation in its
+  epilogue (cuDNN's ConvolutionBiasActivationForward: ``act(conv(x, w') + z + b')``). A ResNet
+  bottleneck's conv3 -> bn3 -> += identity -> relu is one call, its conv1 -> bn1 -> relu another;
+  MobileNetV2's conv -> bn -> relu6 and its projection conv -> bn -> + x too. Folding, per output
+  channel: scale = gamma / sqrt(running_var + eps), w' = w * scale, b' = (b - running_mean) * scale
+  + beta, in float64, stored in the convolution's dtype.
+- linear [-> activation] [-> + residual]: one matrix product with the bias, activation and
+  residual in its epilogue (``act(x @ w.T + b) + z``): a transformer MLP's fc1 -> gelu, and its
+  fc2 -> + x.
+
+Activations: ReLU, ReLU6, GELU (either form), SiLU, Sigmoid, Tanh, as modules or functions. A
+residual that broadcasts or has another dtype than the product is added after it, as torch would.
+The fused modules are for inference: they hold copies of the parameters taken at fusion time (train
+the original and fuse again), and refuse inputs that need a gradient.
 """
 
 from __future__ import annotations
@@ -28,18 +34,40 @@ import torch.nn.functional as TF
 
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.functional.convolution import conv_bias_activation
-from opendnn.functional.elementwise import add, clipped_relu, relu
+from opendnn.functional.elementwise import add, pointwise
+from opendnn.functional.matmul import matmul
+from opendnn.ops.pointwise import PointwiseMode
 from opendnn.torch.functions import _autocast, _product_handle
 from opendnn.torch.modules import OpendnnModule
 
 CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 BATCH_NORMS = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}  # by spatial dims
-ACTIVATION_MODULES = {torch.nn.ReLU: ("relu", 0.0), torch.nn.ReLU6: ("clipped_relu", 6.0)}
-ACTIVATION_FUNCTIONS = {TF.relu: ("relu", 0.0), torch.relu: ("relu", 0.0), TF.relu6: ("clipped_relu", 6.0)}
 ADDITIONS = (operator.add, operator.iadd, torch.add)
+ACTIVATION_MODULES = {torch.nn.ReLU: ("relu", 0.0), torch.nn.ReLU6: ("clipped_relu", 6.0),
+                      torch.nn.SiLU: ("swish", 1.0), torch.nn.Sigmoid: ("sigmoid", 0.0), torch.nn.Tanh: ("tanh", 0.0)}
+ACTIVATION_FUNCTIONS = {TF.relu: ("relu", 0.0), torch.relu: ("relu", 0.0), TF.relu6: ("clipped_relu", 6.0),
+                        TF.silu: ("swish", 1.0), torch.sigmoid: ("sigmoid", 0.0), torch.tanh: ("tanh", 0.0),
+                        TF.gelu: ("gelu", 0.0)}
+GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 
 
-class FusedConvolution(OpendnnModule, torch.nn.Module):
+class _Fused(OpendnnModule, torch.nn.Module):
+    """What both fused modules share: the inference guard and the residual that does not fit the epilogue."""
+
+    activation: str | None
+    coef: float
+
+    def _check_inference(self, *tensors: torch.Tensor | None) -> None:
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+            raise BadParam(f"a {type(self).__name__} is for inference: its inputs need no gradient (torch.no_grad())")
+
+    def _activated(self, y: Any) -> Any:
+        if self.activation is None:
+            return y
+        return pointwise(PointwiseMode(f"{self.activation}_fwd"), y, coef=self.coef)
+
+
+class FusedConvolution(_Fused):
     """``act(conv(x, w') + z + b')``: a convolution with a batch norm folded in (``w'``, ``b'``), and
     the residual ``z`` and the activation where the chain had them. For inference only."""
 
@@ -53,18 +81,13 @@ class FusedConvolution(OpendnnModule, torch.nn.Module):
         self.activation, self.coef, self.residual = activation, coef, residual
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or (z is not None and z.requires_grad)):
-            raise BadParam("a fused convolution is for inference: its input needs no gradient (torch.no_grad())")
+        self._check_inference(x, z)
         x, weight, bias = _autocast("lower", x, self.weight, self.bias)
         geometry = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups,
                         handle=_product_handle(x, "convolution"))
         if z is None or (z.dtype == x.dtype and z.shape == self._output_shape(x)):
             return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
-        # a residual that broadcasts or promotes: the chain's addition as torch would do it, then the activation
-        y = add(conv_bias_activation(x, weight, bias, **geometry), z)
-        if self.activation is None:
-            return y
-        return relu(y) if self.activation == "relu" else clipped_relu(y, self.coef)
+        return self._activated(add(conv_bias_activation(x, weight, bias, **geometry), z))
 
     def _output_shape(self, x: torch.Tensor) -> tuple[int, ...]:
         spatial = []
@@ -80,6 +103,28 @@ class FusedConvolution(OpendnnModule, torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
                 f"groups={self.groups}, residual={self.residual}, activation={self.activation}")
+
+
+class FusedLinear(_Fused):
+    """``act(x @ w.T + b) + z``: a linear layer with the activation and the residual ``z`` where
+    the chain had them. For inference only."""
+
+    def __init__(self, linear: torch.nn.Linear, activation: str | None, coef: float, residual: bool) -> None:
+        super().__init__()
+        self.register_buffer("weight", linear.weight.detach().clone())
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+        self.activation, self.coef, self.residual = activation, coef, residual
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        self._check_inference(x, z)
+        x, weight, bias = _autocast("lower", x, self.weight, self.bias)
+        handle = _product_handle(x, "matmul")
+        if z is None or (z.dtype == x.dtype and z.shape == (*x.shape[:-1], weight.shape[0])):
+            return matmul(x, weight.t(), bias, self.activation, coef=self.coef, residual=z, handle=handle)
+        return add(matmul(x, weight.t(), bias, self.activation, coef=self.coef, handle=handle), z)
+
+    def extra_repr(self) -> str:
+        return f"weight={tuple(self.weight.shape)}, residual={self.residual}, activation={self.activation}"
 
 
 def folded(conv: torch.nn.Module, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +150,7 @@ class _Tracer(torch.fx.Tracer):
 
 
 def fuse(model: torch.nn.Module) -> torch.fx.GraphModule:
-    """A traced copy of ``model`` (eval mode) with its convolution chains fused (module docstring).
+    """A traced copy of ``model`` (eval mode) with its chains fused (module docstring).
 
     Raises:
         BadParam: ``model`` is in training mode (batch norm would use batch statistics).
@@ -121,71 +166,105 @@ def fuse(model: torch.nn.Module) -> torch.fx.GraphModule:
     fused = torch.fx.GraphModule(model, graph, type(model).__name__)
     modules = dict(fused.named_modules())
     for node in list(graph.nodes):
-        chain = _chain(node, modules)
+        chain = _convolution_chain(node, modules) or _linear_chain(node, modules)
         if chain is None:
             continue
-        conv_node, norm_node, add_node, act_node = chain
-        activation, coef = _activation(act_node, modules) if act_node is not None else (None, 0.0)
-        residual = None
-        if add_node is not None:
-            residual = add_node.args[1] if add_node.args[0] is norm_node else add_node.args[0]
-        name = f"{conv_node.target.replace('.', '_')}_fused"
-        while hasattr(fused, name):  # a convolution module called more than once
+        module, inputs, links = chain
+        name = f"{node.target.replace('.', '_')}_fused"
+        while hasattr(fused, name):  # a module called more than once
             name += "_"
-        fused.add_submodule(name, FusedConvolution(modules[conv_node.target], modules[norm_node.target], activation,
-                                                   coef, residual is not None))
-        last = act_node or add_node or norm_node
-        with graph.inserting_before(last):
-            call = graph.call_module(name, (conv_node.args[0], *(() if residual is None else (residual,))))
-        last.replace_all_uses_with(call)
-        for link in (act_node, add_node, norm_node, conv_node):
-            if link is not None:
-                graph.erase_node(link)
+        fused.add_submodule(name, module)
+        with graph.inserting_before(links[-1]):
+            call = graph.call_module(name, inputs)
+        links[-1].replace_all_uses_with(call)
+        for link in reversed(links):
+            graph.erase_node(link)
     graph.lint()
     fused.delete_all_unused_submodules()
     fused.recompile()
     return fused
 
 
-def _chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> tuple[Any, Any, Any, Any] | None:
-    """(conv, batch norm, addition or None, activation or None) starting at ``node``, or None."""
-    conv = modules.get(node.target) if node.op == "call_module" else None
-    if not isinstance(conv, CONVOLUTIONS) or conv.padding_mode != "zeros" or len(node.args) != 1 or node.kwargs:
+# (the fused module, its inputs, the nodes it replaces: the chain's first to last)
+Chain = tuple[torch.nn.Module, tuple[Any, ...], list[torch.fx.Node]]
+
+
+def _convolution_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Chain | None:
+    conv = _module(node, modules, CONVOLUTIONS)
+    if conv is None or conv.padding_mode != "zeros":
         return None
     norm_node = _only_user(node)
-    norm = modules.get(norm_node.target) if norm_node is not None and norm_node.op == "call_module" else None
-    spatial = conv.weight.ndim - 2
-    if not isinstance(norm, BATCH_NORMS[spatial]) or norm.training or norm.running_mean is None:
+    norm = _module(norm_node, modules, BATCH_NORMS[conv.weight.ndim - 2]) if norm_node is not None else None
+    if norm is None or norm.training or norm.running_mean is None:
         return None
-    add_node, act_node = None, None
-    user = _only_user(norm_node)
-    if user is not None and _is_addition(user, norm_node):
-        add_node, user = user, _only_user(user)
-    if user is not None and _activation(user, modules) is not None:
-        act_node = user
-    return node, norm_node, add_node, act_node
+    links = [node, norm_node]
+    residual = _residual(links, _only_user(norm_node))
+    activation, coef = _activation_link(links, _only_user(links[-1]), modules)
+    fused = FusedConvolution(conv, norm, activation, coef, residual is not None)
+    return fused, (node.args[0], *(() if residual is None else (residual,))), links
+
+
+def _linear_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Chain | None:
+    linear = _module(node, modules, (torch.nn.Linear,))
+    if linear is None:
+        return None
+    links = [node]
+    activation, coef = _activation_link(links, _only_user(node), modules)
+    residual = _residual(links, _only_user(links[-1]))
+    if len(links) == 1:  # a linear layer alone: nothing to fuse
+        return None
+    fused = FusedLinear(linear, activation, coef, residual is not None)
+    return fused, (node.args[0], *(() if residual is None else (residual,))), links
+
+
+def _module(node: torch.fx.Node, modules: dict[str, torch.nn.Module], kinds: tuple[type, ...]) -> Any:
+    """The module ``node`` calls on one tensor, when it is of one of ``kinds``; else None."""
+    module = modules.get(node.target) if node.op == "call_module" else None
+    return module if isinstance(module, kinds) and len(node.args) == 1 and not node.kwargs else None
+
+
+def _residual(links: list[torch.fx.Node], user: torch.fx.Node | None) -> torch.fx.Node | None:
+    """The other operand when ``user`` adds one to the chain's last node (``user`` joins ``links``)."""
+    other = _other_operand(user, links[-1]) if user is not None else None
+    if other is not None:
+        links.append(user)
+    return other
+
+
+def _activation_link(links: list[torch.fx.Node], user: torch.fx.Node | None,
+                     modules: dict[str, torch.nn.Module]) -> tuple[str | None, float]:
+    """(mode, coefficient) when ``user`` is an activation (it joins ``links``); else (None, 0)."""
+    kind = _activation(user, modules) if user is not None else None
+    if kind is None:
+        return None, 0.0
+    links.append(user)
+    return kind
 
 
 def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
-def _is_addition(node: torch.fx.Node, operand: torch.fx.Node) -> bool:
-    """``operand + other`` of two tensors (no alpha), ``other`` a node of the graph."""
+def _other_operand(node: torch.fx.Node, operand: torch.fx.Node) -> torch.fx.Node | None:
+    """``other`` when ``node`` is ``operand + other`` of two tensors (no alpha); else None."""
     if node.op != "call_function" or node.target not in ADDITIONS or node.kwargs or len(node.args) != 2:
-        return False
+        return None
     a, b = node.args
     other = b if a is operand else a if b is operand else None
-    return isinstance(other, torch.fx.Node) and other is not operand
+    return other if isinstance(other, torch.fx.Node) and other is not operand else None
 
 
 def _activation(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> tuple[str, float] | None:
-    """(mode, coefficient) of a ReLU / ReLU6 node of one tensor argument, or None."""
+    """(mode, coefficient) of an activation node of one tensor argument, or None."""
     if node.op == "call_module":
         module = modules.get(node.target)
-        kind = next((v for k, v in ACTIVATION_MODULES.items() if isinstance(module, k)), None)
-        return kind if kind is not None and len(node.args) == 1 and not node.kwargs else None
-    if node.op == "call_function" and node.target in ACTIVATION_FUNCTIONS and len(node.args) == 1:
-        if not node.kwargs or set(node.kwargs) == {"inplace"}:
-            return ACTIVATION_FUNCTIONS[node.target]
-    return None
+        if len(node.args) != 1 or node.kwargs:
+            return None
+        if isinstance(module, torch.nn.GELU):
+            return GELU_FORMS[module.approximate], 0.0
+        return next((kind for cls, kind in ACTIVATION_MODULES.items() if isinstance(module, cls)), None)
+    if node.op != "call_function" or node.target not in ACTIVATION_FUNCTIONS or len(node.args) != 1:
+        return None
+    if node.target is TF.gelu and set(node.kwargs) <= {"approximate"}:
+        return GELU_FORMS[node.kwargs.get("approximate", "none")], 0.0
+    return ACTIVATION_FUNCTIONS[node.target] if set(node.kwargs) <= {"inplace"} else None
