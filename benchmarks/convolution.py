@@ -11,6 +11,9 @@ Q * (C / groups) * R * S per direction.
 Suite ``convolution_algorithms``: the forward of four layers with every other applicable algorithm
 (IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT), to weigh time against workspace.
 
+Suite ``convolution_fused``: inference of conv -> batch norm -> + residual -> relu as one opendnn call
+(the norm folded, ``convolution_bias_activation_forward``) against torch's four ops.
+
 Memory report, no GPU needed (Triton's interpreter answers the workspace queries)::
 
     PYTHONPATH=. python benchmarks/convolution.py --memory
@@ -182,6 +185,44 @@ def case(layer: Layer, direction: str, algo: enum.Enum | None = None) -> Callabl
     return build
 
 
+def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
+    """Inference of conv -> batch norm (eval) -> + residual -> relu: opendnn's one call with the batch
+    norm folded into the filter and bias (what ``opendnn.torch.fuse`` makes of it; the fold is done
+    once, before timing) against torch's four ops. The norm's scale is a power of two (variance 1 -
+    eps, gamma 2^k), so the folded filter is exact in every dtype and the check compares like with
+    like."""
+
+    def build(ctx: Context, dtype: torch.dtype) -> Bench:
+        p = _problem(ctx, layer, dtype)
+        k, eps = layer.k, 1e-5
+        gen = torch.Generator(device=ctx.device).manual_seed(0)
+        gamma = 2.0 ** torch.randint(-1, 2, (k,), device=ctx.device, generator=gen).float()
+        beta, mean = (torch.randn(k, device=ctx.device, generator=gen) for _ in range(2))
+        var = torch.full((k,), 1.0 - eps, device=ctx.device)
+        weight = (p.w.float() * gamma.view(-1, 1, 1, 1)).to(dtype)  # exact: gamma is a power of two
+        bias = (beta - mean * gamma).to(dtype).view(1, k, 1, 1)
+        z, out = torch.randn_like(p.dy), torch.empty_like(p.dy)
+        xd, yd, h = desc_of(p.x), desc_of(out), ctx.handle
+        relu = opendnn.ActivationDescriptor(opendnn.ActivationMode.RELU)
+
+        def run_opendnn() -> None:
+            opendnn.convolution_bias_activation_forward(h, 1.0, xd, p.x, p.w_desc, weight, p.conv_desc,
+                                                        DEFAULT_ALGORITHM["fwd"], None, 1.0, yd, z, desc_of(bias),
+                                                        bias, relu, yd, out)
+
+        def run_torch() -> torch.Tensor:
+            with _cudnn(dtype is torch.float32):
+                y = F.conv2d(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
+                y = F.batch_norm(y, mean.to(dtype), var.to(dtype), gamma.to(dtype), beta.to(dtype), False, 0.0, eps)
+                return torch.relu(y + z)
+
+        return Bench(run_opendnn, run_torch, out, nbytes(p.x, p.w, z, out), lambda: out.fill_(float("nan")),
+                     tuple(p.x.shape), f"{p.label} conv+bn+add+relu", p.flops,
+                     TF32_TOLERANCE if dtype is torch.float32 else None)
+
+    return build
+
+
 FWD = opendnn.ConvolutionFwdAlgo
 ALGORITHM_CASES = [
     (layer, algo) for layer in LAYERS if layer.name in ("r50_conv1", "r50_l1_3x3", "r50_l3_1x1", "dw_3x3_c256")
@@ -194,6 +235,8 @@ SUITES: dict[str, list[Case]] = {
                     for layer in LAYERS for direction in DIRECTIONS],
     "convolution_algorithms": [Case(f"{layer.name}_fwd_{algo.name.lower()}", "convolution_algorithms",
                                     case(layer, "fwd", algo)) for layer, algo in ALGORITHM_CASES],
+    "convolution_fused": [Case(f"{layer.name}_fused", "convolution_fused", fused_case(layer))
+                          for layer in LAYERS if layer.groups == 1 and layer.name != "r50_conv1"],
 }
 
 
