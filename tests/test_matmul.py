@@ -218,3 +218,24 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(split, monkeypatch
     outside = torch.ones_like(buffer, dtype=torch.bool)
     outside[:, 1:38, 4:48] = False
     assert buffer[outside].isnan().all()
+
+
+def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():
+    """An N-major B with a K-major A under TF32 runs as C^T = B^T A^T: beta * C must be read, and C
+    written, through the transposed view (C here a column-major window of a NaN buffer)."""
+    from opendnn.backends.triton import matmul as kernels
+
+    gen = torch.Generator().manual_seed(6)
+    a, b = torch.randn(3, 21, 17, generator=gen), torch.randn(3, 17, 26, generator=gen)  # b: N innermost
+    buffer = torch.full((3, 30, 24), float("nan"))
+    c = buffer[:, 2:28, 1:22].mT  # (3, 21, 26), M innermost
+    start = torch.randn(3, 21, 26, generator=gen)
+    c.copy_(start)
+    handle = od.create("cpu", backend="triton", math_type=od.MathType.TENSOR_OP)
+    kernels.transposed_problem.cache_clear()
+    matmul(handle, 0.5, desc(a), a, desc(b), b, 2.0, desc(c), c)
+    assert kernels.transposed_problem.cache_info().misses == 1  # the transposed product ran
+    assert relative_error(c, 0.5 * (a.double() @ b.double()) + 2.0 * start.double()) < 1e-3
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[:, 2:28, 1:22] = False
+    assert buffer[outside].isnan().all()
