@@ -59,8 +59,7 @@ def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntO
     Returns:
         y (N, K, *out) in x's memory order and of x's kind.
     """
-    return conv_bias_activation(x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
-                                mode=mode, algo=algo, handle=handle)
+    return _forward(x, w, bias, None, None, 0.0, 0.0, stride, padding, dilation, groups, mode, algo, handle)
 
 
 def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activation: str | PointwiseMode | None = None,
@@ -79,14 +78,20 @@ def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activa
     Returns:
         y (N, K, *out) in x's memory order and of x's kind.
     """
+    return _forward(x, w, bias, z, activation_mode(activation), coef, alpha2 if z is not None else 0.0, stride,
+                    padding, dilation, groups, mode, algo, handle)
+
+
+def _forward(x: Any, w: Any, bias: Any, z: Any, activation: PointwiseMode | None, coef: float, alpha2: float,
+             stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple, groups: int, mode: ConvolutionMode,
+             algo: enum.Enum | None, handle: Handle | None) -> Any:
     xb, wb = wrap("x", x), wrap("w", w)
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim) if bias is not None else None
     zb = wrap("z", z) if z is not None else None
     handle = handle_for(xb, handle)
     y_desc, problem = _forward_plan(xb.desc, wb.desc, stride, padding, dilation, groups, mode, algo,
                                     handle.math_type, biasb.desc if biasb is not None else None,
-                                    zb.desc if zb is not None else None, activation_mode(activation), coef,
-                                    alpha2 if zb is not None else 0.0)
+                                    zb.desc if zb is not None else None, activation, coef, alpha2)
     y = allocate(xb, y_desc)
     _run(handle, problem, xb, wb, y, biasb, zb)
     return to_caller_kind(y.view, x)
