@@ -52,19 +52,11 @@ GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 
 
 class _Fused(OpendnnModule, torch.nn.Module):
-    """What both fused modules share: the inference guard and the residual that does not fit the epilogue."""
-
-    activation: str | None
-    coef: float
+    """What both fused modules share: inputs that need no gradient."""
 
     def _check_inference(self, *tensors: torch.Tensor | None) -> None:
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
             raise BadParam(f"a {type(self).__name__} is for inference: its inputs need no gradient (torch.no_grad())")
-
-    def _activated(self, y: Any) -> Any:
-        if self.activation is None:
-            return y
-        return pointwise(PointwiseMode(f"{self.activation}_fwd"), y, coef=self.coef)
 
 
 class FusedConvolution(_Fused):
@@ -87,7 +79,8 @@ class FusedConvolution(_Fused):
                         handle=_product_handle(x, "convolution"))
         if z is None or (z.dtype == x.dtype and z.shape == self._output_shape(x)):
             return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
-        return self._activated(add(conv_bias_activation(x, weight, bias, **geometry), z))
+        y = add(conv_bias_activation(x, weight, bias, **geometry), z)  # z broadcasts or promotes: torch's addition
+        return y if self.activation is None else pointwise(PointwiseMode(f"{self.activation}_fwd"), y, coef=self.coef)
 
     def _output_shape(self, x: torch.Tensor) -> tuple[int, ...]:
         spatial = []
