@@ -32,10 +32,12 @@ import torch
 import torch.fx
 import torch.nn.functional as TF
 
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import BadParam, NotSupported
-from opendnn.functional.convolution import conv_bias_activation
+from opendnn.functional.convolution import _descriptor, conv_bias_activation
 from opendnn.functional.elementwise import add, pointwise
 from opendnn.functional.matmul import matmul
+from opendnn.ops.convolution import ConvolutionMode, output_dims
 from opendnn.ops.pointwise import PointwiseMode
 from opendnn.torch.functions import _autocast, _product_handle
 from opendnn.torch.modules import OpendnnModule
@@ -71,27 +73,21 @@ class FusedConvolution(_Fused):
         self.register_buffer("bias", bias)
         self.stride, self.padding, self.dilation, self.groups = conv.stride, conv.padding, conv.dilation, conv.groups
         self.activation, self.coef, self.residual = activation, coef, residual
+        # the geometry alone ("same" / "valid" resolved): what y's shape follows from, for any input size
+        spatial_ones = (1,) * (weight.ndim - 2)
+        self.geometry = _descriptor(TensorDescriptor(weight.dtype, (1, conv.in_channels, *spatial_ones)),
+                                    TensorDescriptor(weight.dtype, tuple(weight.shape)), self.stride, self.padding,
+                                    self.dilation, self.groups, ConvolutionMode.CROSS_CORRELATION)
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
         x, weight, bias = _autocast("lower", x, self.weight, self.bias)
         geometry = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups,
                         handle=_product_handle(x, "convolution"))
-        if z is None or (z.dtype == x.dtype and z.shape == self._output_shape(x)):
+        if z is None or (z.dtype == x.dtype and z.shape == output_dims(self.geometry, x.shape, weight.shape)):
             return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
         y = add(conv_bias_activation(x, weight, bias, **geometry), z)  # z broadcasts or promotes: torch's addition
         return y if self.activation is None else pointwise(PointwiseMode(f"{self.activation}_fwd"), y, coef=self.coef)
-
-    def _output_shape(self, x: torch.Tensor) -> tuple[int, ...]:
-        spatial = []
-        for k, size in enumerate(x.shape[2:]):
-            if self.padding == "same":
-                spatial.append(size)
-                continue
-            pad = 0 if self.padding == "valid" else self.padding[k]
-            extent = self.dilation[k] * (self.weight.shape[2 + k] - 1) + 1
-            spatial.append((size + 2 * pad - extent) // self.stride[k] + 1)
-        return (x.shape[0], self.weight.shape[0], *spatial)
 
     def extra_repr(self) -> str:
         return (f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
