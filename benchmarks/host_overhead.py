@@ -88,7 +88,8 @@ def profile(step: Callable[[], object], repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--profile", help="cProfile this op's inference forward")
+    parser.add_argument("--profile", help="cProfile this op's inference forward ('fused': conv+bn+relu through "
+                                          "opendnn.torch.fuse)")
     parser.add_argument("--train", action="store_true", help="profile the training step instead")
     args = parser.parse_args()
     InterpretedFunction.run = lambda self, *a, **k: None  # the host path only: kernels do nothing
@@ -102,6 +103,10 @@ def main() -> None:
         print(f"{name:14} {microseconds(forward, args.repeats):11.1f} {microseconds(train, args.repeats):14.1f}")
         if name == args.profile:
             profile(train if args.train else forward, args.repeats)
+    fused_forward, _ = steps(ot.fuse(module.eval()), x.detach().clone())  # the last module: conv+bn+relu
+    print(f"{'fused c+b+r':14} {microseconds(fused_forward, args.repeats):11.1f} {'-':>14}")
+    if args.profile == "fused":
+        profile(fused_forward, args.repeats)
     half = x.bfloat16()
     print(f"{'add':14} {microseconds(lambda: F.add(half, half), args.repeats):11.1f} {'-':>14}")
     if args.profile == "add":

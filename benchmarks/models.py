@@ -36,6 +36,7 @@ import argparse
 import copy
 import datetime
 import json
+import re
 import statistics
 import sys
 import time
@@ -77,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also time inference with opendnn.torch.fuse (conv + batch norm [+ add] [+ relu] as one "
                              "call) against torch's plain model")
     parser.add_argument("--modes", default="",
-                        help="only these modes, comma-separated (e.g. 'inference,inference (fused)'); default all")
+                        help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); "
+                             "default all")
     parser.add_argument("--profile", action="store_true",
                         help="also write <out>/profile_<model>_<mode>.txt: torch.profiler's busiest kernels and "
                              "host time over two opendnn calls (CUDA only)")
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         profile_to = Path(args.out) if args.profile and device.type == "cuda" else None
         for row in measure(name, build, device, args.batch, args.size, timer, profile_to,
                            args.graph and device.type == "cuda", args.fused,
-                           [m.strip() for m in args.modes.split(",") if m.strip()]):
+                           [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()]):
             print(_progress_line(row), flush=True)
             rows.append(row)
     markdown = _markdown(_environment(device, args), rows, device.type == "cpu")

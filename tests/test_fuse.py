@@ -124,6 +124,23 @@ def test_fused_model_matches_the_eval_model(backend, converted, monkeypatch):
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is left as it was
 
 
+def test_fused_parameters_are_cast_once_under_autocast_and_again_after_they_change():
+    torch.manual_seed(2)
+    model = trained_looking(conv_bn(3, 4, 3, activation=torch.nn.ReLU()), torch.float32)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        fused = ot.fuse(model)
+        layer = next(m for m in fused.modules() if type(m).__name__ == "FusedConvolution")
+        for scale in (1.0, -0.5):
+            layer.weight.mul_(scale)  # in place: the cast kept from the calls before is stale after it
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = fused(x)
+                kept = layer._casts[1]
+                assert torch.equal(fused(x), got) and layer._casts[1] is kept
+            expected = TF.relu(TF.conv2d(x.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16(), padding=1))
+            assert got.dtype == torch.bfloat16 and relative_error(got, expected) < 1e-2
+
+
 def test_fusion_folds_bias_and_affine_free_norms_and_leaves_chains_without_a_norm_alone():
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=True), torch.nn.BatchNorm2d(4, affine=False),

@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as TF
+from torch.overrides import TorchFunctionMode
 
 import opendnn.torch as ot
 from opendnn.core.errors import NotSupported
@@ -339,6 +340,31 @@ def test_functional_calls_route_to_opendnn_and_leave_the_rest_to_torch():
     z.sum().backward()
     expected = torch.autograd.grad(TF.adaptive_avg_pool2d(TF.relu(x), 2).sum(), x)[0]
     assert_close(x.grad, expected)
+
+
+def test_a_torch_function_mode_sees_no_torch_call_of_an_opendnn_module():
+    """opendnn's modules run their host path (views, data pointers, allocations) with torch function
+    modes off: a mode around a converted model, as functional_calls is, would intercept each call."""
+
+    class Recorder(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).double()
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    expected = model(x)
+    ot.convert(model)
+    with Recorder() as recorder:
+        y = model(x)
+        y.sum()  # the mode is in force again after the module
+    assert recorder.seen == ["sum"]
+    assert_close(y, expected)
 
 
 def test_autocast_runs_products_in_bfloat16_like_torch():

@@ -266,8 +266,13 @@ def _channel_dims(k: int, ndim: int) -> tuple[int, ...]:
 
 def _per_channel(bias: Bound, ndim: int) -> Bound:
     """A (K,) bias seen as (1, K, 1, ...) without a copy."""
-    if bias.desc.ndim != 1:
-        raise BadParam(f"bias.shape={bias.desc.dims} must be (K,)")
-    dims = _channel_dims(bias.desc.dims[0], ndim)
-    desc = TensorDescriptor(bias.desc.dtype, dims, tuple(bias.desc.strides[0] if a == 1 else 0 for a in range(ndim)))
+    desc = _per_channel_desc(bias.desc, ndim)
     return Bound("bias", desc, strided_view(as_native(bias.view), desc), bias.device)
+
+
+@memoized
+def _per_channel_desc(bias: TensorDescriptor, ndim: int) -> TensorDescriptor:
+    if bias.ndim != 1:
+        raise BadParam(f"bias.shape={bias.dims} must be (K,)")
+    return TensorDescriptor(bias.dtype, _channel_dims(bias.dims[0], ndim),
+                            tuple(bias.strides[0] if a == 1 else 0 for a in range(ndim)))

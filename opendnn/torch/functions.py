@@ -50,14 +50,21 @@ def _autocast(policy: str, *tensors: torch.Tensor | None) -> tuple[torch.Tensor 
     """The tensors cast as torch's autocast would for an op of ``policy``: "lower" (convolutions and
     products, to the autocast dtype) or "float32" (softmax, layer/group/RMS norm, softplus: float32
     on CUDA, the input's dtype on the CPU, as torch's lists); unchanged outside autocast."""
-    first = tensors[0] if tensors[0] is not None else next(t for t in tensors if t is not None)
+    dtype = _autocast_dtype(policy, tensors[0] if tensors[0] is not None else next(t for t in tensors if t is not None))
+    if dtype is None:
+        return tensors
+    return tuple(t if t is None or t.dtype == dtype or not t.is_floating_point() else t.to(dtype) for t in tensors)
+
+
+def _autocast_dtype(policy: str, first: torch.Tensor) -> torch.dtype | None:
+    """The dtype ``_autocast`` casts an op's floating tensors to when ``first`` is its first tensor;
+    None when it casts nothing."""
     device = "cuda" if first.is_cuda else first.device.type  # (making a torch.device costs more than the flag)
     if not torch.is_autocast_enabled(device) or not first.is_floating_point():
-        return tensors
+        return None
     if policy == "float32" and device != "cuda":
-        return tensors
-    dtype = torch.get_autocast_dtype(device) if policy == "lower" else torch.float32
-    return tuple(t if t is None or t.dtype == dtype or not t.is_floating_point() else t.to(dtype) for t in tensors)
+        return None
+    return torch.get_autocast_dtype(device) if policy == "lower" else torch.float32
 
 
 class _Unrecorded:

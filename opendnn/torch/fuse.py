@@ -39,7 +39,7 @@ from opendnn.functional.elementwise import add, pointwise
 from opendnn.functional.matmul import matmul
 from opendnn.ops.convolution import ConvolutionMode, output_dims
 from opendnn.ops.pointwise import PointwiseMode
-from opendnn.torch.functions import _autocast, _product_handle
+from opendnn.torch.functions import _autocast_dtype, _product_handle
 from opendnn.torch.modules import OpendnnModule
 
 CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
@@ -54,7 +54,23 @@ GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 
 
 class _Fused(OpendnnModule, torch.nn.Module):
-    """What both fused modules share: inputs that need no gradient."""
+    """What both fused modules share: inputs that need no gradient, and the parameters cast to the
+    autocast dtype once, not at every call as torch's autocast does outside its cache (the casts
+    are kept beside the parameters while these stay as they are: same storage, no in-place write)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    _casts: tuple[Any, torch.Tensor, torch.Tensor | None] | None = None  # (key, weight, bias)
+
+    def _autocast(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(x, weight, bias) as the product takes them: under autocast, in its dtype."""
+        dtype = _autocast_dtype("lower", x)
+        if dtype is None:
+            return x, self.weight, self.bias
+        key = (dtype, *((t.data_ptr(), t._version) for t in (self.weight, self.bias) if t is not None))
+        if self._casts is None or self._casts[0] != key:
+            self._casts = (key, self.weight.to(dtype), None if self.bias is None else self.bias.to(dtype))
+        return x.to(dtype), self._casts[1], self._casts[2]
 
     def _check_inference(self, *tensors: torch.Tensor | None) -> None:
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
@@ -81,7 +97,7 @@ class FusedConvolution(_Fused):
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
-        x, weight, bias = _autocast("lower", x, self.weight, self.bias)
+        x, weight, bias = self._autocast(x)
         geometry = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups,
                         handle=_product_handle(x, "convolution"))
         if z is None or (z.dtype == x.dtype and z.shape == output_dims(self.geometry, x.shape, weight.shape)):
@@ -106,7 +122,7 @@ class FusedLinear(_Fused):
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
-        x, weight, bias = _autocast("lower", x, self.weight, self.bias)
+        x, weight, bias = self._autocast(x)
         handle = _product_handle(x, "matmul")
         if z is None or (z.dtype == x.dtype and z.shape == (*x.shape[:-1], weight.shape[0])):
             return matmul(x, weight.t(), bias, self.activation, coef=self.coef, residual=z, handle=handle)

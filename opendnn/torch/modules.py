@@ -30,6 +30,15 @@ class OpendnnModule(torch.nn.Module):
         """Why this module's options cannot run on opendnn, or None when they can."""
         return None
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # under a TorchFunctionMode (functional_calls around a converted model), every torch call of
+        # opendnn's host path (views, data pointers, allocations: dozens a call) would pass through the
+        # mode's Python handler: twice the host time of a call. opendnn's modules route nothing further.
+        if torch._C._len_torch_function_stack():
+            with torch._C.DisableTorchFunction():
+                return super().__call__(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
     def _get_name(self) -> str:  # the name printed by repr(model): show which modules run on opendnn
         return f"opendnn.{type(self).__name__}"
 

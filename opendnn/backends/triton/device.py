@@ -10,7 +10,6 @@ TMA_ALIGNMENT = 16  # bytes: what TMA asks of a base address and of every stride
 
 
 @functools.cache  # a property of the hardware, asked on every launch
-@functools.cache  # a property of the hardware, asked on every call
 def multiprocessors(device_index: int) -> int:
     import torch
 
