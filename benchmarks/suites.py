@@ -8,8 +8,9 @@ fewest bytes the op must move: every input read once plus the output written onc
 Suites:
     elementwise  every activation forward and backward, op_tensor ADD and MUL, add_tensor with a
                  broadcast bias, scale_tensor; rows x cols tensors (32768 x 4096, transformer rows).
-    transform    transform_tensor between NCHW and NHWC, and dtype conversion (float32 <-> bfloat16)
-                 on a ResNet-50 activation (64 x 256 x 56 x 56).
+    transform    transform_tensor between NCHW and NHWC, and dtype conversion (float32 <-> bfloat16),
+                 on a ResNet-50 activation (64 x 256 x 56 x 56); copy (NCHW to NCHW against torch's
+                 clone) is the copy bandwidth of the same tensor in the same run.
     reduce       reduce_tensor ADD and MAX over the last dim of 32768 x 4096 into (32768, 1).
 """
 
@@ -261,6 +262,7 @@ def convert(ctx: Context, dtype: torch.dtype) -> Bench:
 
 
 TRANSFORM = [
+    Case("copy", "transform", change_layout(TensorFormat.NCHW, TensorFormat.NCHW, lambda x: x.clone())),  # ceiling
     Case("nchw_to_nhwc", "transform", change_layout(TensorFormat.NCHW, TensorFormat.NHWC,
                                                     lambda x: x.contiguous(memory_format=torch.channels_last))),
     Case("nhwc_to_nchw", "transform", change_layout(TensorFormat.NHWC, TensorFormat.NCHW,
