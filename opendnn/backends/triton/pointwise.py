@@ -127,6 +127,10 @@ def activation_derivative(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = Fals
     elif MODE == "sigmoid":
         s = logistic(x, FAST)
         d = s * (1.0 - s)
+    elif MODE == "tanh" and FAST:  # sech(x)^2 = 4u / (1 + u)^2, u = exp(-2|x|): no 1 - t^2 cancellation
+        u = tm.exp2_approx(tl.abs(x) * (-2.0 * tm.LOG2E))
+        r = tm.reciprocal_approx(1.0 + u)
+        d = 4.0 * u * r * r
     elif MODE == "tanh":
         t = tm.tanh(x)
         d = 1.0 - t * t
