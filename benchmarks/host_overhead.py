@@ -103,10 +103,13 @@ def main() -> None:
         print(f"{name:14} {microseconds(forward, args.repeats):11.1f} {microseconds(train, args.repeats):14.1f}")
         if name == args.profile:
             profile(train if args.train else forward, args.repeats)
-    fused_forward, _ = steps(ot.fuse(module.eval()), x.detach().clone())  # the last module: conv+bn+relu
-    print(f"{'fused c+b+r':14} {microseconds(fused_forward, args.repeats):11.1f} {'-':>14}")
+    # the last module, conv+bn+relu, through opendnn.torch.fuse: folded for inference, bn+relu as one for training
+    fused_forward, _ = steps(ot.fuse(module.eval()), x.detach().clone())
+    _, fused_train = steps(ot.fuse(module.train()), x.detach().clone())
+    print(f"{'fused c+b+r':14} {microseconds(fused_forward, args.repeats):11.1f} "
+          f"{microseconds(fused_train, args.repeats):14.1f}")
     if args.profile == "fused":
-        profile(fused_forward, args.repeats)
+        profile(fused_train if args.train else fused_forward, args.repeats)
     half = x.bfloat16()
     print(f"{'add':14} {microseconds(lambda: F.add(half, half), args.repeats):11.1f} {'-':>14}")
     if args.profile == "add":

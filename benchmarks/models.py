@@ -14,8 +14,9 @@ channels_last inputs and weights, batch 64 at 224x224 by default:
 - with ``--graph``, both again, each side's step captured in a CUDA graph and timed by replaying
   it: the GPU's time alone, without the Python that launches the kernels (``--profile`` writes where
   an eager step's time goes);
-- with ``--fused``, inference of the converted copy passed through ``opendnn.torch.fuse`` (conv +
-  batch norm [+ add] [+ relu] as one call) against torch's unfused model (``--modes`` picks modes).
+- with ``--fused``, the converted copy passed through ``opendnn.torch.fuse`` against torch's unfused
+  model: inference (conv + batch norm [+ add] [+ relu] as one call) and training (batch norm [+ add]
+  [+ relu] as one call each way) (``--modes`` picks modes).
 
 torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
 through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
@@ -75,8 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--graph", action="store_true",
                         help="also time both sides' steps captured in a CUDA graph (no host work per replay)")
     parser.add_argument("--fused", action="store_true",
-                        help="also time inference with opendnn.torch.fuse (conv + batch norm [+ add] [+ relu] as one "
-                             "call) against torch's plain model")
+                        help="also time opendnn.torch.fuse's models against torch's plain one: inference (conv + "
+                             "batch norm [+ add] [+ relu] as one call) and training (batch norm [+ add] [+ relu])")
     parser.add_argument("--modes", default="",
                         help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); "
                              "default all")
@@ -122,29 +123,30 @@ def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.devic
             fused: bool = False, only: list[str] | None = None) -> list[dict[str, Any]]:
     """The inference and training rows of one model: torch's, then the converted copy's (and with
     ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
-    side captured in a CUDA graph and timed by replaying it; with ``fused``, inference of the
-    converted copy passed through ``opendnn.torch.fuse`` against torch's unfused model, eager and,
+    side captured in a CUDA graph and timed by replaying it; with ``fused``, inference and
+    training of the converted copy passed through ``opendnn.torch.fuse`` against torch's unfused model, eager and,
     with ``graph``, captured); ``only``: these modes alone)."""
     torch.manual_seed(0)
     model = build().to(device, memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
     report = ot.convert(ours)
-    fused_model = None  # ot.fuse(ours), made for the first fused mode
+    fused_models: dict[Callable[..., Any], torch.nn.Module] = {}  # ot.fuse(ours) per step kind, made when first used
     calls = ot.functional_calls()
     x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, CLASSES, (batch,), device=device)
     rows = []
     modes = ["inference", "training", *(("inference (graph)", "training (graph)") if graph else ())]
-    modes += ["inference (fused)", *(("inference (fused, graph)",) if graph else ())] if fused else []
+    modes += ["inference (fused)", "training (fused)",
+              *(("inference (fused, graph)", "training (fused, graph)") if graph else ())] if fused else []
     for mode in [m for m in modes if not only or m in only]:
         row: dict[str, Any] = {"model": name, "mode": mode, "batch": batch, "size": size, "torch_ms": None,
                                "opendnn_ms": None, "torch_img_s": None, "opendnn_img_s": None, "ratio": None,
                                "anchor_torch_ms": ANCHOR_MS.get((name, mode)), "rel_err": None, "error": None,
                                "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone]}
         step = _inference if mode.startswith("inference") else _training_step
-        if "fused" in mode and fused_model is None:
-            fused_model = ot.fuse(ours.eval())
-        net = fused_model if "fused" in mode else ours
+        if "fused" in mode and step not in fused_models:  # folded for inference; bn + add + relu for training
+            fused_models[step] = ot.fuse(ours.eval() if step is _inference else ours.train())
+        net = fused_models[step] if "fused" in mode else ours
         torch_step, our_step = step(model, x, labels, nullcontext()), step(net, x, labels, calls)
         try:
             if mode.endswith("graph)"):

@@ -2,7 +2,9 @@
 (opendnn.functional.conv_bias_activation): against torch's own eval-mode model and the float64
 reference, on both backends (Triton through its interpreter)."""
 
+import copy
 import importlib
+import operator
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
@@ -155,10 +157,8 @@ def test_fusion_folds_bias_and_affine_free_norms_and_leaves_chains_without_a_nor
     assert names.count("FusedConvolution") == 2 and "Conv2d" in names and "Sigmoid" not in names  # fused too
 
 
-def test_fuse_refuses_training_mode_untraceable_models_and_inputs_that_need_gradients():
+def test_fuse_refuses_untraceable_models_and_inference_inputs_that_need_gradients():
     model = trained_looking(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)), torch.float32)
-    with pytest.raises(od.BadParam, match="model.training is True"):
-        ot.fuse(model.train())
     fused = ot.fuse(model.eval())
     with pytest.raises(od.BadParam, match="is for inference"):
         fused(torch.randn(1, 3, 5, 5, requires_grad=True))
@@ -169,6 +169,56 @@ def test_fuse_refuses_training_mode_untraceable_models_and_inputs_that_need_grad
 
     with pytest.raises(od.NotSupported, match="torch.fx could not trace DataDependent"):
         ot.fuse(DataDependent().eval())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_fusion_matches_torch_in_outputs_gradients_and_running_statistics(backend, monkeypatch):
+    """The fused model (float64 on NumPy, float32 on Triton) against torch's unfused model in float64."""
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    dtype = torch.float64 if backend == "numpy" else torch.float32
+    torch.manual_seed(3)
+    model = trained_looking(Net(), torch.float64).train()
+    fused = ot.fuse(copy.deepcopy(model).to(dtype))
+    kinds = [type(m).__name__ for m in fused.modules()]
+    # the stem's, bn1 / bn2 (+ relu), bn3 (+ downsample + relu), the inverted residual's three (relu6, relu6, + x)
+    assert kinds.count("FusedBatchNorm2d") == 7 and kinds.count("BatchNorm2d") == 1  # the downsample's: an operand
+    assert not any(n.op == "call_function" and n.target in (operator.add, operator.iadd) for n in fused.graph.nodes)
+    assert list(fused.state_dict()) == list(model.state_dict())
+    tolerance = 1e-10 if dtype is torch.float64 else 1e-4
+    for _ in range(2):  # the running statistics after two steps
+        x = torch.randn(4, 3, 12, 12, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+        x_torch, x_ours = x.clone().requires_grad_(), x.to(dtype).requires_grad_()
+        expected, got = model(x_torch), fused(x_ours)
+        dy = torch.randn_like(expected)
+        expected.backward(dy)
+        got.backward(dy.to(dtype))
+        assert relative_error(got, expected) < tolerance
+        assert relative_error(x_ours.grad, x_torch.grad) < tolerance
+    ours = dict(fused.named_parameters())
+    for name, parameter in model.named_parameters():
+        if parameter.grad.norm() < 1e-6:  # the stem convolution's bias, before a batch norm: zero but for rounding
+            assert ours[name].grad.norm() < 1e-4, name
+        else:
+            assert relative_error(ours[name].grad, parameter.grad) < tolerance, name
+    ours = fused.state_dict()
+    for name, value in model.state_dict().items():
+        assert torch.equal(ours[name], value) if value.dtype == torch.int64 else relative_error(ours[name], value) < \
+            tolerance, name
+    with torch.no_grad():  # eval mode: the fused batch norms take their steps one by one
+        assert relative_error(fused.eval()(x.to(dtype)), model.eval()(x)) < tolerance
+
+
+def test_training_fusion_leaves_shared_batch_norms_and_unsupported_options_alone():
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.tiny_eps = torch.nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3, eps=1e-6)
+
+        def forward(self, x):
+            return torch.relu(self.norm(x)) + torch.relu(self.norm(-x)) + torch.relu(self.tiny_eps(x))
+
+    fused = ot.fuse(Shared().train())
+    assert [type(m).__name__ for m in fused.modules()][1:] == ["BatchNorm2d", "BatchNorm2d"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

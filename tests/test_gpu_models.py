@@ -171,15 +171,20 @@ def test_converted_model_training_step_gradients_match_torch_in_float32(name, to
     assert scores[0][0] < 1, scores[:5]
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["converted", "fused"])
 @pytest.mark.parametrize("name", MODELS)
-def test_converted_model_training_step_gradients_match_torch_in_float64(name, torchvision_models):
+def test_converted_model_training_step_gradients_match_torch_in_float64(name, fused, torchvision_models):
     """The backward's arithmetic, free of float32 rounding: in float64 a ReLU / ReLU6 mask cannot flip
     between two implementations (an element would need to lie within ~1e-15 of 0 or 6), which in
     float32 moves a whole channel's batch-norm gradient. A parameter whose exact gradient is zero
     (MobileNetV2's projection batch-norm biases, see _gradient_scores) has float64 noise on both
-    sides: its error is measured against ZERO_GRADIENT_FLOOR times the whole gradient's norm."""
+    sides: its error is measured against ZERO_GRADIENT_FLOOR times the whole gradient's norm. fused:
+    the converted model through opendnn.torch.fuse in training mode (batch norm + add + activation)."""
     model, ours, _ = _models(torchvision_models, name)
     model, ours = model.to(torch.float64), ours.to(torch.float64)
+    if fused:
+        ours = ot.fuse(ours.train())
+        assert any(type(m).__name__ == "FusedBatchNorm2d" for m in ours.modules())
     x, labels = _inputs()
     for network, context in ((model, contextlib.nullcontext()), (ours, ot.functional_calls())):
         network.train()
@@ -187,7 +192,8 @@ def test_converted_model_training_step_gradients_match_torch_in_float64(name, to
             dropout.eval()
         with context:
             TF.cross_entropy(network(x.double()), labels).backward()
-    pairs = list(zip(ours.named_parameters(), model.parameters(), strict=True))
+    by_name = dict(ours.named_parameters())
+    pairs = [((name, by_name[name]), p_torch) for name, p_torch in model.named_parameters()]
     floor = ZERO_GRADIENT_FLOOR * torch.cat([p_torch.grad.flatten() for _, p_torch in pairs]).norm()
     errors = sorted((((p_ours.grad - p_torch.grad).norm() / torch.maximum(p_torch.grad.norm(), floor)).item(),
                      name, p_torch.grad.norm().item()) for (name, p_ours), p_torch in pairs)[::-1]

@@ -65,10 +65,11 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
 
 def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
                               bias: Any = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5, *,
-                              activation: str | None = "relu", return_state: bool = False,
+                              activation: str | None = "relu", coef: float = 0.0, return_state: bool = False,
                               handle: Handle | None = None) -> Any:
     """``act(batch_norm(x) + z)`` in one pass over memory (z None: no add; activation "relu",
-    "identity" or None). With ``return_state`` (training only) returns ``(y, BatchNormState)`` for
+    "clipped_relu" (``coef``: its ceiling, 6.0 for relu6), "identity" or None). With
+    ``return_state`` (training only) returns ``(y, BatchNormState)`` for
     ``batch_norm_add_activation_backward``."""
     xb = wrap("x", x)
     handle = handle_for(xb, handle)
@@ -86,7 +87,7 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
         return to_caller_kind(y.view, x)
     zb = None if z is None else wrap("z", z)
     ops = _ops(zb, activation)
-    act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
+    act = _activation_descriptor(ops, activation, coef)
     saved_mean, saved_inv = params.new(), params.new()
     z_desc = None if zb is None else zb.desc
     # plain BN keeps no mask: no reserve space to size
@@ -112,14 +113,14 @@ def batch_norm_backward(dy: Any, x: Any, weight: Any = None, saved_mean: Any = N
 
 
 def batch_norm_add_activation_backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float = 1e-5, *,
-                                       activation: str | None = "relu", has_z: bool = True,
+                                       activation: str | None = "relu", coef: float = 0.0, has_z: bool = True,
                                        handle: Handle | None = None) -> tuple[Any, Any, Any, Any]:
     """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z)."""
-    return _backward(dy, x, weight, state, eps, activation, has_z, handle)
+    return _backward(dy, x, weight, state, eps, activation, has_z, handle, coef)
 
 
 def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None, has_z: bool,
-              handle: Handle | None) -> tuple[Any, Any, Any, Any]:
+              handle: Handle | None, coef: float = 0.0) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
     params = _Parameters(xb)
@@ -128,7 +129,7 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     dz = empty_like(xb) if has_z else None
     ops = BatchNormOps.BN_ADD_ACTIVATION if has_z else (BatchNormOps.BN if activation is None
                                                          else BatchNormOps.BN_ACTIVATION)
-    act = None if ops is BatchNormOps.BN else ActivationDescriptor(ActivationMode[(activation or "identity").upper()])
+    act = _activation_descriptor(ops, activation, coef)
     dweight, dbias = params.new(), params.new()
     dz_desc = None if dz is None else dz.desc
     saved_mean = None if state.saved_mean is None else params.convert(state.saved_mean, "saved_mean")
@@ -139,6 +140,12 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
         saved_mean, saved_inv, act, api.AUTOMATIC, state.reserve)
     return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
             to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
+
+
+def _activation_descriptor(ops: BatchNormOps, activation: str | None, coef: float) -> ActivationDescriptor | None:
+    if ops is BatchNormOps.BN:
+        return None
+    return ActivationDescriptor(ActivationMode[(activation or "identity").upper()], coef=coef or None)
 
 
 def _ops(z: Bound | None, activation: str | None) -> BatchNormOps:

@@ -28,11 +28,12 @@ from opendnn.functional import convolution as convolution_functions
 from opendnn.functional import elementwise as elementwise_functions
 from opendnn.functional import normalization as normalization_functions
 from opendnn.functional import pooling as pooling_functions
+from opendnn.functional.batch_norm import BatchNormState
 
 # (the batch_norm, matmul and softmax modules' names are also their functions': import the functions by name)
 from opendnn.functional.batch_norm import batch_norm as _batch_norm
 from opendnn.functional.batch_norm import batch_norm_add_activation as _batch_norm_add_activation
-from opendnn.functional.batch_norm import batch_norm_backward as _batch_norm_backward
+from opendnn.functional.batch_norm import batch_norm_add_activation_backward as _batch_norm_add_activation_backward
 from opendnn.functional.common import shared_handle
 from opendnn.functional.matmul import linear as _linear
 from opendnn.functional.matmul import matmul as _matmul
@@ -638,20 +639,25 @@ def _frozen_batch_norm_backward(dy: Any, x: Any, weight: Any, mean: Any, var: An
 class BatchNorm(torch.autograd.Function):
     """Batch norm per channel (dim 1). Training normalizes with the batch statistics, updates the
     running ones in place (momentum, unbiased variance) and saves the batch mean and inverse std
-    for the backward; evaluation normalizes with the running statistics (frozen: its backward
-    treats them as constants)."""
+    for the backward; it may add a residual ``z`` and apply an activation after the norm,
+    ``act(bn(x) + z)`` with relu or clipped relu (``coef``: the ceiling), in the same one call each
+    way (cuDNN's BN_ADD_ACTIVATION / BN_ACTIVATION: the reserve space keeps the activation's mask).
+    Evaluation normalizes with the running statistics (frozen: its backward treats them as
+    constants), with no z and no activation."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, training: bool,
-                momentum: float, eps: float) -> torch.Tensor:
-        ctx.eps, ctx.training = eps, training
+    def forward(ctx: Any, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tensor | None,
+                bias: torch.Tensor | None, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                training: bool, momentum: float, eps: float, activation: str | None = None,
+                coef: float = 0.0) -> torch.Tensor:
+        ctx.eps, ctx.training, ctx.activation, ctx.coef, ctx.has_z = eps, training, activation, coef, z is not None
         if not training:
             ctx.save_for_backward(x, weight, running_mean, running_var)
             return _batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
-        y, state = _batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, True, momentum, eps,
-                                              activation=None, return_state=True)
+        y, state = _batch_norm_add_activation(x, z, running_mean, running_var, weight, bias, True, momentum, eps,
+                                              activation=activation, coef=coef, return_state=True)
         ctx.save_for_backward(x, weight, state.saved_mean, state.saved_inv_std)
+        ctx.reserve = state.reserve
         return y
 
     @staticmethod
@@ -660,15 +666,27 @@ class BatchNorm(torch.autograd.Function):
         x, weight, first, second = ctx.saved_tensors
         dy = _dense(dy, x)
         if ctx.training:
-            dx, dweight, dbias = _batch_norm_backward(dy, x, weight, first, second, ctx.eps)
+            dx, dz, dweight, dbias = _batch_norm_add_activation_backward(
+                dy, x, weight, BatchNormState(first, second, ctx.reserve), ctx.eps, activation=ctx.activation,
+                coef=ctx.coef, has_z=ctx.has_z)
         else:
+            dz = None
             dx, dweight, dbias = _frozen_batch_norm_backward(dy, x, weight, first, second, ctx.eps)
-        return (dx, dweight if ctx.needs_input_grad[1] else None, dbias if ctx.needs_input_grad[2] else None,
-                None, None, None, None, None)
+        return (dx, dz, dweight if ctx.needs_input_grad[2] else None, dbias if ctx.needs_input_grad[3] else None,
+                None, None, None, None, None, None, None)
 
 
 def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
     """torch.nn.functional.batch_norm through opendnn (eps at least 1e-5, cuDNN's minimum)."""
-    return _apply(BatchNorm, x, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _apply(BatchNorm, x, None, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def batch_norm_add_activation(x: torch.Tensor, z: torch.Tensor | None, running_mean: torch.Tensor | None,
+                              running_var: torch.Tensor | None, weight: torch.Tensor | None,
+                              bias: torch.Tensor | None, momentum: float, eps: float, activation: str | None,
+                              coef: float = 0.0) -> torch.Tensor:
+    """Training: ``act(batch_norm(x) + z)`` (z None: no add; activation "relu", "clipped_relu" or
+    None), one opendnn call forward and one backward."""
+    return _apply(BatchNorm, x, z, weight, bias, running_mean, running_var, True, momentum, eps, activation, coef)

@@ -1,9 +1,10 @@
-"""Inference fusion: the chains of layers that one opendnn call with a fused epilogue can compute,
-found in an eval-mode model's torch.fx graph and each replaced by that call.
+"""Fusion: the chains of layers that one opendnn call with a fused epilogue can compute, found in a
+model's torch.fx graph and each replaced by that call.
 
-    fused = opendnn.torch.fuse(model.eval())   # a torch.fx.GraphModule; ``model`` is left as it is
+    fused = opendnn.torch.fuse(model.eval())    # inference; a torch.fx.GraphModule, ``model`` left as it is
+    fused = opendnn.torch.fuse(model.train())   # training
 
-Two kinds of chain, each link the only user of the one before:
+An eval-mode model fuses two kinds of chain, each link the only user of the one before:
 
 - convolution -> batch norm (running statistics) [-> + residual] [-> activation]: one convolution
   with the batch norm folded into its weights and bias and the residual and activation in its
@@ -18,14 +19,23 @@ Two kinds of chain, each link the only user of the one before:
 
 Activations: ReLU, ReLU6, GELU (either form), SiLU, Sigmoid, Tanh, as modules or functions. A
 residual that broadcasts or has another dtype than the product is added after it, as torch would.
-The fused modules are for inference: they hold copies of the parameters taken at fusion time (train
-the original and fuse again), and refuse inputs that need a gradient.
+These fused modules are for inference: they hold copies of the parameters taken at fusion time
+(train the original and fuse again), and refuse inputs that need a gradient.
+
+A training-mode model fuses batch norm [-> + residual] [-> ReLU or ReLU6] into one batch norm
+computing ``act(bn(x) + z)`` forward and backward in one opendnn call each (cuDNN's
+BN_ADD_ACTIVATION / BN_ACTIVATION; the reserve space keeps the activation's mask): a ResNet
+bottleneck's bn3 -> += identity -> relu, MobileNetV2's bn -> relu6 and bn -> + x. The fused batch
+norm is the model's own module (of the copy), its class swapped: same parameters, running
+statistics and state-dict names, so ``fused.state_dict()`` loads into the model. A batch norm
+called from several places stays as it is.
 """
 
 from __future__ import annotations
 
 import copy
 import operator
+from collections import Counter
 from typing import Any
 
 import torch
@@ -39,8 +49,9 @@ from opendnn.functional.elementwise import add, pointwise
 from opendnn.functional.matmul import matmul
 from opendnn.ops.convolution import ConvolutionMode, output_dims
 from opendnn.ops.pointwise import PointwiseMode
+from opendnn.torch import functions
 from opendnn.torch.functions import _autocast_dtype, _product_handle
-from opendnn.torch.modules import OpendnnModule
+from opendnn.torch.modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, OpendnnModule, _BatchNorm
 
 CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 BATCH_NORMS = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}  # by spatial dims
@@ -132,6 +143,53 @@ class FusedLinear(_Fused):
         return f"weight={tuple(self.weight.shape)}, residual={self.residual}, activation={self.activation}"
 
 
+class _FusedBatchNorm(_BatchNorm):
+    """``act(batch_norm(x) + z)``: a batch norm with the residual ``z`` and the activation (relu, or
+    clipped relu with ceiling ``coef``) where the chain had them, trainable; a converted batch
+    norm's class swapped for it (module docstring). Normalizing with running statistics (eval
+    mode), or with a residual of another shape or dtype, it takes the steps one by one."""
+
+    activation: str | None
+    coef: float
+    residual: bool
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
+        self._check_input_dim(x)
+        running_mean, running_var, use_batch_stats, factor = self._statistics()
+        if use_batch_stats and (z is None or (z.dtype == x.dtype and z.shape == x.shape)):
+            return functions.batch_norm_add_activation(x, z, running_mean, running_var, self.weight, self.bias,
+                                                       factor, self.eps, self.activation, self.coef)
+        y = functions.batch_norm(x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor,
+                                 self.eps)
+        y = y if z is None else y + z
+        if self.activation is None:
+            return y
+        return functions.relu(y) if self.activation == "relu" else functions.hardtanh(y, 0.0, self.coef)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, residual={self.residual}, activation={self.activation}"
+
+
+class FusedBatchNorm1d(_FusedBatchNorm, BatchNorm1d):
+    pass
+
+
+class FusedBatchNorm2d(_FusedBatchNorm, BatchNorm2d):
+    pass
+
+
+class FusedBatchNorm3d(_FusedBatchNorm, BatchNorm3d):
+    pass
+
+
+# the batch norms a training fusion swaps (torch's and their converted forms; not subclasses, whose
+# forward may differ), by the fused class each becomes
+FUSED_BATCH_NORMS = {cls: fused for fused, classes in (
+    (FusedBatchNorm1d, (torch.nn.BatchNorm1d, BatchNorm1d)), (FusedBatchNorm2d, (torch.nn.BatchNorm2d, BatchNorm2d)),
+    (FusedBatchNorm3d, (torch.nn.BatchNorm3d, BatchNorm3d))) for cls in classes}
+BN_ACTIVATIONS = ("relu", "clipped_relu")  # what the Ex forms apply after the norm
+
+
 def folded(conv: torch.nn.Module, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """(w', b') of ``conv`` followed by the eval-mode batch norm ``norm``, in float64 then cast back."""
     with torch.no_grad():
@@ -155,14 +213,12 @@ class _Tracer(torch.fx.Tracer):
 
 
 def fuse(model: torch.nn.Module) -> torch.fx.GraphModule:
-    """A traced copy of ``model`` (eval mode) with its chains fused (module docstring).
+    """A traced copy of ``model`` with its chains fused (module docstring): the inference chains in
+    eval mode, the batch norm chains in training mode.
 
     Raises:
-        BadParam: ``model`` is in training mode (batch norm would use batch statistics).
         NotSupported: torch.fx cannot trace ``model`` (control flow that depends on the data).
     """
-    if model.training:
-        raise BadParam("fuse(model): model.training is True; fusion folds eval-mode statistics (call model.eval())")
     model = copy.deepcopy(model)
     try:
         graph = _Tracer().trace(model)
@@ -170,15 +226,21 @@ def fuse(model: torch.nn.Module) -> torch.fx.GraphModule:
         raise NotSupported(f"fuse(model): torch.fx could not trace {type(model).__name__}: {error}") from error
     fused = torch.fx.GraphModule(model, graph, type(model).__name__)
     modules = dict(fused.named_modules())
+    sites = Counter(node.target for node in graph.nodes if node.op == "call_module")
     for node in list(graph.nodes):
-        chain = _convolution_chain(node, modules) or _linear_chain(node, modules)
+        if model.training:
+            chain = _batch_norm_chain(node, modules, sites)
+        else:
+            chain = _convolution_chain(node, modules) or _linear_chain(node, modules)
         if chain is None:
             continue
         module, inputs, links = chain
-        name = f"{node.target.replace('.', '_')}_fused"
-        while hasattr(fused, name):  # a module called more than once
-            name += "_"
-        fused.add_submodule(name, module)
+        name = node.target
+        if module is not modules[name]:  # a new module (a batch norm keeps its own, class swapped)
+            name = f"{node.target.replace('.', '_')}_fused"
+            while hasattr(fused, name):  # a module called more than once
+                name += "_"
+            fused.add_submodule(name, module)
         with graph.inserting_before(links[-1]):
             call = graph.call_module(name, inputs)
         links[-1].replace_all_uses_with(call)
@@ -207,6 +269,26 @@ def _convolution_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module])
     activation, coef = _activation_link(links, _only_user(links[-1]), modules)
     fused = FusedConvolution(conv, norm, activation, coef, residual is not None)
     return fused, (node.args[0], *(() if residual is None else (residual,))), links
+
+
+def _batch_norm_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module], sites: Counter[Any]) -> Chain | None:
+    norm = _module(node, modules, tuple(FUSED_BATCH_NORMS))
+    if norm is None or type(norm) not in FUSED_BATCH_NORMS or sites[node.target] != 1:
+        return None
+    if FUSED_BATCH_NORMS[type(norm)].unsupported(norm) is not None:  # torch's, with options opendnn lacks
+        return None
+    links = [node]
+    residual = _residual(links, _only_user(node))
+    user = _only_user(links[-1])
+    kind = _activation(user, modules) if user is not None else None
+    activation, coef = kind if kind is not None and kind[0] in BN_ACTIVATIONS else (None, 0.0)
+    if activation is not None:
+        links.append(user)
+    if len(links) == 1:  # a batch norm alone: nothing to fuse
+        return None
+    norm.__class__ = FUSED_BATCH_NORMS[type(norm)]
+    norm.activation, norm.coef, norm.residual = activation, coef, residual is not None
+    return norm, (node.args[0], *(() if residual is None else (residual,))), links
 
 
 def _linear_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Chain | None:

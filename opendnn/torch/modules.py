@@ -121,15 +121,21 @@ class _BatchNorm(OpendnnModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
+        running_mean, running_var, use_batch_stats, factor = self._statistics()
+        return functions.batch_norm(x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor,
+                                    self.eps)
+
+    def _statistics(self) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
+        """(running mean, running var, whether to normalize with the batch's statistics, the running
+        statistics' update factor) of this call, as torch's batch norm decides them; counts the batch."""
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         keep_running = not self.training or self.track_running_stats
-        return functions.batch_norm(x, self.running_mean if keep_running else None,
-                                    self.running_var if keep_running else None, self.weight, self.bias,
-                                    use_batch_stats, factor, self.eps)
+        return (self.running_mean if keep_running else None, self.running_var if keep_running else None,
+                use_batch_stats, factor)
 
 
 class BatchNorm1d(_BatchNorm, torch.nn.BatchNorm1d):
