@@ -272,6 +272,8 @@ def _convolution_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module])
 
 
 def _batch_norm_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module], sites: Counter[Any]) -> Chain | None:
+    """A training chain from the batch norm ``node`` calls, whose class it swaps for the fused one
+    (the module is the traced copy's, called from this one place)."""
     norm = _module(node, modules, tuple(FUSED_BATCH_NORMS))
     if norm is None or type(norm) not in FUSED_BATCH_NORMS or sites[node.target] != 1:
         return None
