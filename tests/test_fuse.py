@@ -208,6 +208,31 @@ def test_training_fusion_matches_torch_in_outputs_gradients_and_running_statisti
         assert relative_error(fused.eval()(x.to(dtype)), model.eval()(x)) < tolerance
 
 
+def test_training_fusion_under_autocast_adds_a_residual_of_another_dtype_after_the_norm():
+    class Block(torch.nn.Module):  # the residual is the float32 input; the norm's input, the bf16 conv output
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return torch.relu(self.norm(self.conv(x)) + x)
+
+    torch.manual_seed(4)
+    model = Block().train()
+    fused = ot.fuse(model)
+    assert type(fused.norm).__name__ == "FusedBatchNorm2d" and fused.norm.residual
+    x = torch.randn(2, 4, 6, 6)
+    x_torch, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, got = model(x_torch), fused(x_ours)
+    assert got.dtype == expected.dtype == torch.float32
+    assert relative_error(got, expected) < 2e-2
+    got.sum().backward()
+    expected.sum().backward()
+    assert relative_error(x_ours.grad, x_torch.grad) < 2e-2
+    assert relative_error(fused.norm.weight.grad, model.norm.weight.grad) < 2e-2
+
+
 def test_training_fusion_leaves_shared_batch_norms_and_unsupported_options_alone():
     class Shared(torch.nn.Module):
         def __init__(self):
