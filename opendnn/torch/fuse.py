@@ -109,8 +109,8 @@ class FusedConvolution(_Fused):
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
         x, weight, bias = self._autocast(x)
-        geometry = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups,
-                        handle=_product_handle(x, "convolution"))
+        geometry: dict[str, Any] = dict(stride=self.stride, padding=self.padding, dilation=self.dilation,
+                                        groups=self.groups, handle=_product_handle(x, "convolution"))
         if z is None or (z.dtype == x.dtype and z.shape == output_dims(self.geometry, x.shape, weight.shape)):
             return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
         y = add(conv_bias_activation(x, weight, bias, **geometry), z)  # z broadcasts or promotes: torch's addition
