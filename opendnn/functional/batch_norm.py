@@ -108,7 +108,7 @@ def batch_norm_backward(dy: Any, x: Any, weight: Any = None, saved_mean: Any = N
     """(dx, dweight, dbias) of the training ``batch_norm``; the batch statistics are recomputed from
     x when saved_mean and saved_inv_std are not given."""
     dx, _, dweight, dbias = _backward(dy, x, weight, BatchNormState(saved_mean, saved_inv_std, None), eps, None,
-                                      False, handle)
+                                      0.0, False, handle)
     return dx, dweight, dbias
 
 
@@ -116,19 +116,18 @@ def batch_norm_add_activation_backward(dy: Any, x: Any, weight: Any, state: Batc
                                        activation: str | None = "relu", coef: float = 0.0, has_z: bool = True,
                                        handle: Handle | None = None) -> tuple[Any, Any, Any, Any]:
     """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z)."""
-    return _backward(dy, x, weight, state, eps, activation, has_z, handle, coef)
+    return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle)
 
 
-def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None, has_z: bool,
-              handle: Handle | None, coef: float = 0.0) -> tuple[Any, Any, Any, Any]:
+def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None, coef: float,
+              has_z: bool, handle: Handle | None) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
     params = _Parameters(xb)
     scale = params.convert(weight, "weight", 1.0)
     dx = empty_like(xb)
     dz = empty_like(xb) if has_z else None
-    ops = BatchNormOps.BN_ADD_ACTIVATION if has_z else (BatchNormOps.BN if activation is None
-                                                         else BatchNormOps.BN_ACTIVATION)
+    ops = _ops(dz, activation)
     act = _activation_descriptor(ops, activation, coef)
     dweight, dbias = params.new(), params.new()
     dz_desc = None if dz is None else dz.desc

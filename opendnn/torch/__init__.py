@@ -9,9 +9,9 @@
   parameters, buffers and state-dict keys) that run on opendnn.
 - ``convert(model)``: swaps a torch model's supported modules for opendnn's in place and reports
   what it converted and what it left to torch, and why.
-- ``fuse(model)``: for inference, a traced copy of an eval-mode model whose convolution -> batch
-  norm [-> + residual] [-> activation] and linear [-> activation] [-> + residual] chains each run
-  as one opendnn call.
+- ``fuse(model)``: a traced copy of the model whose chains each run as one opendnn call: in eval
+  mode convolution -> batch norm [-> + residual] [-> activation] and linear [-> activation]
+  [-> + residual]; in training mode batch norm [-> + residual] [-> ReLU / ReLU6].
 - ``functional_calls()``: a context in which torch's functional calls (``torch.matmul``,
   ``F.softmax``, ``F.conv2d``, ...) with an opendnn equivalent run on opendnn.
 

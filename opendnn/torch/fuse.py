@@ -281,11 +281,7 @@ def _batch_norm_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module], 
         return None
     links = [node]
     residual = _residual(links, _only_user(node))
-    user = _only_user(links[-1])
-    kind = _activation(user, modules) if user is not None else None
-    activation, coef = kind if kind is not None and kind[0] in BN_ACTIVATIONS else (None, 0.0)
-    if activation is not None:
-        links.append(user)
+    activation, coef = _activation_link(links, _only_user(links[-1]), modules, BN_ACTIVATIONS)
     if len(links) == 1:  # a batch norm alone: nothing to fuse
         return None
     norm.__class__ = FUSED_BATCH_NORMS[type(norm)]
@@ -320,11 +316,12 @@ def _residual(links: list[torch.fx.Node], user: torch.fx.Node | None) -> torch.f
     return other
 
 
-def _activation_link(links: list[torch.fx.Node], user: torch.fx.Node | None,
-                     modules: dict[str, torch.nn.Module]) -> tuple[str | None, float]:
-    """(mode, coefficient) when ``user`` is an activation (it joins ``links``); else (None, 0)."""
+def _activation_link(links: list[torch.fx.Node], user: torch.fx.Node | None, modules: dict[str, torch.nn.Module],
+                     modes: tuple[str, ...] | None = None) -> tuple[str | None, float]:
+    """(mode, coefficient) when ``user`` is an activation, of ``modes`` when given (it joins
+    ``links``); else (None, 0)."""
     kind = _activation(user, modules) if user is not None else None
-    if kind is None:
+    if kind is None or (modes is not None and kind[0] not in modes):
         return None, 0.0
     links.append(user)
     return kind
