@@ -9,6 +9,7 @@ be float32 (float64).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +142,7 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
             to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
 
 
+@functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per (ops, activation, coef): per call otherwise
 def _activation_descriptor(ops: BatchNormOps, activation: str | None, coef: float) -> ActivationDescriptor | None:
     if ops is BatchNormOps.BN:
         return None

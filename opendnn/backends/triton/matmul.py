@@ -40,7 +40,6 @@ import dataclasses
 import functools
 import itertools
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +51,7 @@ from opendnn.backends.triton import pointwise
 from opendnn.backends.triton.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.pointwise import activation
-from opendnn.core.arrays import Bound, torch_view
+from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.ops.matmul import BiasAxis, MatmulProblem
@@ -259,7 +258,7 @@ class Plan:
 
 def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None,
         residual: Bound | None = None) -> None:
-    interpreted = _interpreted()
+    interpreted = c.device == CPU  # Triton on the CPU is its interpreter (dispatch has checked)
     if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT:
         problem, a, b, c, residual = _tf32_operands(problem, a, b, c, residual)
     views = {name: torch_view(bound) for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias),
@@ -466,7 +465,3 @@ def _moved(views: dict[str, Any], offsets: tuple[int, int, int, int]) -> dict[st
         view = views[name]
         moved[name] = view.as_strided((1,), (1,), view.storage_offset() + offset)
     return moved
-
-
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
