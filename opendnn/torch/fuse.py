@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -190,7 +190,7 @@ FUSED_BATCH_NORMS = {cls: fused for fused, classes in (
 BN_ACTIVATIONS = ("relu", "clipped_relu")  # what the Ex forms apply after the norm
 
 
-def folded(conv: torch.nn.Module, norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def folded(conv: Any, norm: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(w', b') of ``conv`` followed by the eval-mode batch norm ``norm``, in float64 then cast back."""
     with torch.no_grad():
         scale = torch.rsqrt(norm.running_var.double() + norm.eps)
@@ -261,7 +261,9 @@ def _convolution_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module])
     if conv is None or conv.padding_mode != "zeros":
         return None
     norm_node = _only_user(node)
-    norm = _module(norm_node, modules, BATCH_NORMS[conv.weight.ndim - 2]) if norm_node is not None else None
+    if norm_node is None:
+        return None
+    norm = _module(norm_node, modules, BATCH_NORMS[conv.weight.ndim - 2])
     if norm is None or norm.training or norm.running_mean is None:
         return None
     links = [node, norm_node]
@@ -302,15 +304,17 @@ def _linear_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> C
     return fused, (node.args[0], *(() if residual is None else (residual,))), links
 
 
-def _module(node: torch.fx.Node, modules: dict[str, torch.nn.Module], kinds: tuple[type, ...]) -> Any:
+def _module(node: torch.fx.Node, modules: dict[str, torch.nn.Module], kinds: type | tuple[type, ...]) -> Any:
     """The module ``node`` calls on one tensor, when it is of one of ``kinds``; else None."""
-    module = modules.get(node.target) if node.op == "call_module" else None
+    module = modules.get(cast(str, node.target)) if node.op == "call_module" else None
     return module if isinstance(module, kinds) and len(node.args) == 1 and not node.kwargs else None
 
 
 def _residual(links: list[torch.fx.Node], user: torch.fx.Node | None) -> torch.fx.Node | None:
     """The other operand when ``user`` adds one to the chain's last node (``user`` joins ``links``)."""
-    other = _other_operand(user, links[-1]) if user is not None else None
+    if user is None:
+        return None
+    other = _other_operand(user, links[-1])
     if other is not None:
         links.append(user)
     return other
@@ -320,7 +324,9 @@ def _activation_link(links: list[torch.fx.Node], user: torch.fx.Node | None, mod
                      modes: tuple[str, ...] | None = None) -> tuple[str | None, float]:
     """(mode, coefficient) when ``user`` is an activation, of ``modes`` when given (it joins
     ``links``); else (None, 0)."""
-    kind = _activation(user, modules) if user is not None else None
+    if user is None:
+        return None, 0.0
+    kind = _activation(user, modules)
     if kind is None or (modes is not None and kind[0] not in modes):
         return None, 0.0
     links.append(user)
@@ -343,7 +349,7 @@ def _other_operand(node: torch.fx.Node, operand: torch.fx.Node) -> torch.fx.Node
 def _activation(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> tuple[str, float] | None:
     """(mode, coefficient) of an activation node of one tensor argument, or None."""
     if node.op == "call_module":
-        module = modules.get(node.target)
+        module = modules.get(cast(str, node.target))
         if len(node.args) != 1 or node.kwargs:
             return None
         if isinstance(module, torch.nn.GELU):
@@ -352,5 +358,5 @@ def _activation(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> tup
     if node.op != "call_function" or node.target not in ACTIVATION_FUNCTIONS or len(node.args) != 1:
         return None
     if node.target is TF.gelu and set(node.kwargs) <= {"approximate"}:
-        return GELU_FORMS[node.kwargs.get("approximate", "none")], 0.0
+        return GELU_FORMS[cast(str, node.kwargs.get("approximate", "none"))], 0.0
     return ACTIVATION_FUNCTIONS[node.target] if set(node.kwargs) <= {"inplace"} else None

@@ -54,6 +54,15 @@ def _unbatched(x: torch.Tensor, spatial: int, forward: Any) -> torch.Tensor:
 
 class _Convolution(OpendnnModule):
     spatial = 0
+    # torch's attributes, set by the torch class this mixes into
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    kernel_size: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: str | tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    padding_mode: Any
 
     def unsupported(self) -> str | None:
         if self.padding_mode != "zeros":
@@ -83,6 +92,15 @@ class Conv3d(_Convolution, torch.nn.Conv3d):
 
 class _ConvolutionTranspose(OpendnnModule):
     spatial = 0
+    # torch's attributes and method, from the torch class this mixes into
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    kernel_size: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: Any  # (a transposed convolution takes no string padding)
+    dilation: tuple[int, ...]
+    groups: int
+    _output_padding: Any
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         def run(batch: torch.Tensor) -> torch.Tensor:
@@ -114,6 +132,17 @@ class Linear(OpendnnModule, torch.nn.Linear):
 # ---- normalization ----------------------------------------------------------------------------------
 
 class _BatchNorm(OpendnnModule):
+    # torch's attributes and method, from the torch class this mixes into
+    weight: Any
+    bias: Any
+    running_mean: torch.Tensor | None
+    running_var: torch.Tensor | None
+    num_batches_tracked: torch.Tensor | None
+    eps: float
+    momentum: float | None
+    track_running_stats: bool
+    _check_input_dim: Any
+
     def unsupported(self) -> str | None:
         if self.eps < 1e-5:
             return f"eps={self.eps} is below 1e-5 (cuDNN's minimum)"
@@ -166,6 +195,13 @@ class GroupNorm(OpendnnModule, torch.nn.GroupNorm):
 
 
 class _InstanceNorm(OpendnnModule):
+    # torch's attributes and method, from the torch class this mixes into
+    weight: Any
+    bias: Any
+    eps: float
+    track_running_stats: bool
+    _get_no_batch_dim: Any
+
     def unsupported(self) -> str | None:
         if self.track_running_stats:
             return "track_running_stats=True (opendnn's instance norm keeps no running statistics)"
@@ -256,6 +292,13 @@ class Softplus(OpendnnModule, torch.nn.Softplus):
 
 class _MaxPool(OpendnnModule):
     spatial = 0
+    # torch's attributes, from the torch class this mixes into
+    kernel_size: Any
+    stride: Any
+    padding: Any
+    dilation: Any
+    ceil_mode: bool
+    return_indices: bool
 
     def unsupported(self) -> str | None:
         if self.return_indices:
@@ -283,6 +326,12 @@ class MaxPool3d(_MaxPool, torch.nn.MaxPool3d):
 
 class _AvgPool(OpendnnModule):
     spatial = 0
+    # torch's attributes, from the torch class this mixes into
+    kernel_size: Any
+    stride: Any
+    padding: Any
+    ceil_mode: bool
+    count_include_pad: bool
 
     def unsupported(self) -> str | None:
         if getattr(self, "divisor_override", None) is not None:
@@ -309,6 +358,7 @@ class AvgPool3d(_AvgPool, torch.nn.AvgPool3d):
 class _AdaptivePool(OpendnnModule):
     spatial = 0
     is_max = False
+    output_size: Any  # torch's attribute, from the torch class this mixes into
 
     def unsupported(self) -> str | None:
         if getattr(self, "return_indices", False):
