@@ -12,7 +12,7 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, bind
 from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.ops.normalization import NormDescriptor, NormMode, norm_problem
 from opendnn.ops.registry import dispatch
@@ -89,5 +89,6 @@ def _forward(handle: Handle, norm_desc: NormDescriptor, alpha: float, x_desc: Te
 def _optional(name: str, desc: TensorDescriptor | None, array: Any, output: bool = False) -> Bound | None:
     if array is None:
         return None
-    require(desc is not None, f"{name}_desc=None but {name} is given")
+    if desc is None:  # (bind would refuse it too, without naming the array)
+        raise BadParam(f"{name}_desc=None but {name} is given")
     return bind(name, desc, array, output=output)

@@ -26,7 +26,7 @@ _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
 
 def is_torch(array: Any) -> bool:
-    return _is_torch_type(type(array))
+    return _is_torch_type(array.__class__)
 
 
 @functools.lru_cache(maxsize=64)  # asked for every array of every call, of a handful of types
@@ -139,7 +139,7 @@ class Bound:
         fields["name"], fields["desc"], fields["view"], fields["device"] = name, desc, view, device
 
 
-def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False) -> Bound:
+def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound:
     """Bind ``desc`` to ``array``'s memory, refusing a wrong dtype, an overlapping output or an
     extent past the buffer. ``array`` may be a Bound (opendnn's own layers hand theirs on): bound to
     an equal descriptor already, its view was checked then and is taken as it is; else its view is
@@ -157,7 +157,7 @@ def bind(name: str, desc: TensorDescriptor, array: Any, *, output: bool = False)
                 raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
             return Bound(name, desc, array.view, array.device)
         array = array.view
-    torch_tensor = _is_torch_type(type(array))
+    torch_tensor = _is_torch_type(array.__class__)
     native = array if torch_tensor else as_native(array, name)
     actual = dtype_of(native)
     if actual is not desc.dtype:
@@ -261,7 +261,7 @@ def strided_view(native: Any, desc: TensorDescriptor) -> Any:
 
 def wrap(name: str, array: Any) -> Bound:
     """Bind an array to the descriptor of its own dims and strides (the Pythonic API's way in)."""
-    if _is_torch_type(type(array)) and array.dim() > 0:  # a tensor (not 0-d) is its own view: no new one needed
+    if _is_torch_type(array.__class__) and array.dim() > 0:  # a tensor (not 0-d) is its own view: no new one needed
         desc = _descriptor_of(array.dtype, tuple(array.shape), array.stride(), name)
         return Bound(name, desc, array, _tensor_device(array))
     native = as_native(array, name)
@@ -328,6 +328,7 @@ def constant_like(bound: Bound, value: float) -> Bound:
     """A one-element tensor holding ``value`` in ``bound``'s dtype and device, broadcast (all
     strides 0) to ``bound``'s dims."""
     dtype = bound.desc.dtype
+    native: Any  # a NumPy array or a torch tensor, as bound's
     if isinstance(bound.view, np.ndarray):
         native = (float32_to_bf16(np.array([value], np.float32)) if dtype is DataType.BFLOAT16
                   else np.array([value], dtype.to_numpy()))
@@ -342,6 +343,7 @@ def constant_like(bound: Bound, value: float) -> Bound:
 def index_along(bound: Bound, axis: int) -> Bound:
     """0, 1, 2, ... along ``axis`` of ``bound``'s dims (int64, other strides 0): GEN_INDEX's input."""
     count = bound.desc.dims[axis]
+    native: Any  # a NumPy array or a torch tensor, as bound's
     if isinstance(bound.view, np.ndarray):
         native = np.arange(count, dtype=np.int64)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opendnn.core.dtypes import DataType
@@ -48,6 +48,7 @@ class TensorDescriptor:
     dtype: DataType
     dims: tuple[int, ...]
     strides: tuple[int, ...]
+    _hash: int = field(init=False, repr=False, compare=False)  # set once, in __init__
 
     def __init__(self, dtype: Any, dims: Any, strides: Any = None) -> None:
         dims = tuple(int(d) for d in dims)
@@ -66,7 +67,7 @@ class TensorDescriptor:
         object.__setattr__(self, "_hash", hash((self.dtype, dims, strides)))
 
     def __hash__(self) -> int:  # computed once: descriptors key the caches of every call
-        return self._hash  # type: ignore[no-any-return]
+        return self._hash
 
     @classmethod
     def from_format(cls, format: TensorFormat, dtype: Any, n: int, c: int, *spatial: int) -> TensorDescriptor:

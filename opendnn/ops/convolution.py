@@ -40,7 +40,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -329,6 +329,10 @@ class ConvolutionDescriptor:
     def spatial_dims(self) -> int:
         return len(self.stride)
 
+    def _paddings(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(pre_padding, post_padding): given or from ``pad``, always set once constructed."""
+        return cast(tuple[int, ...], self.pre_padding), cast(tuple[int, ...], self.post_padding)
+
 
 def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
     values = (value,) if isinstance(value, int) else tuple(value)
@@ -348,10 +352,11 @@ def filter_tensor(w_desc: FilterDescriptor | TensorDescriptor, name: str = "w_de
 
 def output_dims(conv_desc: ConvolutionDescriptor, x_dims: Sequence[int], w_dims: Sequence[int]) -> tuple[int, ...]:
     """(N, K, *out) with out[d] = (in + pre + post - dilation * (filt - 1) - 1) // stride + 1 (may be < 1)."""
+    pre_padding, post_padding = conv_desc._paddings()
     out = tuple(
         (x + pre + post - dil * (f - 1) - 1) // s + 1
-        for x, f, pre, post, s, dil in zip(x_dims[2:], w_dims[2:], conv_desc.pre_padding, conv_desc.post_padding,
-                                          conv_desc.stride, conv_desc.dilation))
+        for x, f, pre, post, s, dil in zip(x_dims[2:], w_dims[2:], pre_padding, post_padding, conv_desc.stride,
+                                          conv_desc.dilation))
     return (x_dims[0], w_dims[0], *out)
 
 
@@ -448,7 +453,7 @@ def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionD
         activation = None  # backends see *_FWD activations only
     flip = conv_desc.mode is ConvolutionMode.CONVOLUTION
     return ConvolutionProblem(
-        direction, x_desc, w, y_desc, conv_desc.pre_padding, conv_desc.post_padding, conv_desc.stride,
+        direction, x_desc, w, y_desc, *conv_desc._paddings(), conv_desc.stride,
         conv_desc.dilation, conv_desc.group_count, flip, compute, bool(allow_tf32) and dtype is DataType.FLOAT,
         algo, float(alpha), float(beta), bias_desc, z_desc, float(alpha2), activation, float(activation_coef),
         bool(propagate_nan))
@@ -499,6 +504,11 @@ def _filter_groups(w: np.ndarray, problem: ConvolutionProblem) -> np.ndarray:
     return w.reshape(problem.groups, w.shape[0] // problem.groups, *w.shape[1:])
 
 
+def _tap(r: tuple[int, ...]) -> tuple[Any, ...]:
+    """The index of filter tap ``r`` in the trailing dims of a filter array."""
+    return (..., *r)
+
+
 def _padded_shape(problem: ConvolutionProblem) -> tuple[int, ...]:
     x = problem.x.dims
     return (*x[:2], *(d + pre + post for d, pre, post in zip(x[2:], problem.pre_padding, problem.post_padding)))
@@ -517,7 +527,7 @@ def reference_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray)
     y = np.zeros((x.shape[0], problem.groups, wg.shape[1], *problem.y.dims[2:]), x.dtype)
     for r, index in _taps(problem):
         patch = _grouped(x_padded[(slice(None), slice(None), *index)], problem.groups)
-        y += np.einsum("ngc...,gkc->ngk...", patch, wg[(..., *r)])
+        y += np.einsum("ngc...,gkc->ngk...", patch, wg[_tap(r)])
     return y.reshape(problem.y.dims)
 
 
@@ -528,7 +538,7 @@ def reference_backward_data(problem: ConvolutionProblem, dy: np.ndarray, w: np.n
     dx_padded = np.zeros(_padded_shape(problem), dy.dtype)
     for r, index in _taps(problem):
         view = dx_padded[(slice(None), slice(None), *index)]
-        view += np.einsum("ngk...,gkc->ngc...", dyg, wg[(..., *r)]).reshape(view.shape)
+        view += np.einsum("ngk...,gkc->ngc...", dyg, wg[_tap(r)]).reshape(view.shape)
     return dx_padded[_interior(problem)]
 
 
@@ -541,7 +551,7 @@ def reference_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     dw = np.zeros((groups, per_group, *problem.w.dims[1:]), x.dtype)
     for r, index in _taps(problem):
         patch = _grouped(x_padded[(slice(None), slice(None), *index)], groups)
-        dw[(..., *r)] = np.einsum("ngko,ngco->gkc", dyg.reshape(*dyg.shape[:3], -1),
+        dw[_tap(r)] = np.einsum("ngko,ngco->gkc", dyg.reshape(*dyg.shape[:3], -1),
                                   patch.reshape(*patch.shape[:3], -1))
     dw = dw.reshape(problem.w.dims)
     if problem.flip:
@@ -573,7 +583,10 @@ def reference(problem: ConvolutionProblem, x: np.ndarray | None, w: np.ndarray |
     ``act(alpha * conv + alpha2 * z + bias)``; inputs given as arrays in the compute dtype (y is dy
     for the backward directions; the output's own array is not needed)."""
     if problem.direction is ConvolutionDirection.FORWARD:
+        assert x is not None and w is not None, "the forward reads x and w"
         return reference_epilogue(problem, reference_forward(problem, x, w), bias, z)
     if problem.direction is ConvolutionDirection.BACKWARD_DATA:
+        assert y is not None and w is not None, "backward data reads dy and w"
         return problem.alpha * reference_backward_data(problem, y, w)
+    assert x is not None and y is not None, "backward filter reads x and dy"
     return problem.alpha * reference_backward_filter(problem, x, y)

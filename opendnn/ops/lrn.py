@@ -41,6 +41,7 @@ Arithmetic runs in float32, float64 for float64 data. Blending: ``out = alpha * 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 
@@ -171,7 +172,8 @@ def window_sum(values: np.ndarray, axes: tuple[int, ...], behind: int, ahead: in
         pad = [(0, 0)] * values.ndim
         pad[axis] = (behind, ahead)
         padded = np.pad(out, pad)
-        out = sum(np.take(padded, range(j, j + size), axis=axis) for j in range(behind + ahead + 1))
+        out = functools.reduce(np.add, (np.take(padded, range(j, j + size), axis=axis)
+                                        for j in range(behind + ahead + 1)))
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,7 +164,8 @@ def _pointwise_problem(mode: PointwiseMode, inputs: tuple[tuple[str, TensorDescr
 def reference(mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0.0,
               propagate_nan: bool = False) -> np.ndarray:
     """The NumPy definition of every mode, computed in the inputs' float dtype."""
-    a, b, c = (*inputs, None, None, None)[:3]
+    a = inputs[0]
+    b, c = (*inputs[1:], a, a)[:2]  # (a mode of fewer inputs never reads the missing ones)
     name = mode.value
     if name in _REFERENCE_BINARY:
         return _REFERENCE_BINARY[name](a, b)
@@ -247,7 +248,7 @@ def _truth(x: np.ndarray) -> np.ndarray:
     return x != 0
 
 
-_REFERENCE_BINARY = {
+_REFERENCE_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "max": np.maximum, "min": np.minimum, "mod": np.fmod, "pow": np.power,
     "add_square": lambda a, b: a + b * b,
@@ -255,7 +256,7 @@ _REFERENCE_BINARY = {
     "cmp_lt": np.less, "cmp_le": np.less_equal,
     "logical_and": lambda a, b: _truth(a) & _truth(b), "logical_or": lambda a, b: _truth(a) | _truth(b),
 }
-_REFERENCE_UNARY = {
+_REFERENCE_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs, "ceil": np.ceil, "floor": np.floor, "cos": np.cos, "sin": np.sin, "tan": np.tan,
     "exp": np.exp, "log": np.log, "neg": np.negative, "sqrt": np.sqrt,
     "rsqrt": lambda a: 1 / np.sqrt(a), "reciprocal": lambda a: 1 / a, "erf": _erf,
