@@ -114,7 +114,7 @@ class Network:
             dx = block.backward(dx)
 
     def parameters(self) -> list[Parameter]:
-        return [p for layer in (*self.blocks, self.head) for p in layer.parameters()]
+        return [p for block in self.blocks for p in block.parameters()] + self.head.parameters()
 
 
 def sgd_step(parameters: list[Parameter], learning_rate: float, momentum: float) -> None:

@@ -11,7 +11,7 @@ import torch.nn.functional as TF
 from torch.overrides import TorchFunctionMode
 
 import opendnn.torch as ot
-from opendnn.core.errors import NotSupported
+from opendnn.core.errors import BadParam, NotSupported
 from opendnn.torch import functions as OF
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -319,6 +319,11 @@ def test_module_constructor_refuses_options_opendnn_does_not_cover():
         ot.Conv2d(3, 4, 3, padding_mode="circular")
     with pytest.raises(NotSupported, match="return_indices"):
         ot.MaxPool2d(2, return_indices=True)
+
+
+def test_conv_refuses_a_padding_string_it_does_not_know():
+    with pytest.raises(BadParam, match="padding='full' must be 'valid', 'same'"):
+        ot.functions.conv(_randn(1, 3, 5, 5), _randn(4, 3, 3, 3), padding="full")
 
 
 def test_modules_take_unbatched_inputs_and_transposed_output_size():

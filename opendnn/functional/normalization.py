@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.handle import Handle
 from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
@@ -126,8 +127,8 @@ def _forward(desc: NormDescriptor, x: Any, weight: Any, bias: Any, return_stats:
     if return_stats:
         inv_std = _stats(xb, desc, _groups(desc, xb))
         mean = None if desc.mode is NormMode.RMS_NORM else _stats(xb, desc, _groups(desc, xb))
-    problem = norm_problem(desc, xb.desc, y.desc, scale_desc=scale and scale.desc, bias_desc=shift and shift.desc,
-                           stats_desc=inv_std and inv_std.desc, has_mean=mean is not None)
+    problem = norm_problem(desc, xb.desc, y.desc, scale_desc=_desc(scale), bias_desc=_desc(shift),
+                           stats_desc=_desc(inv_std), has_mean=mean is not None)
     dispatch(handle_for(xb, handle), "normalization", problem, xb, y, scale, shift, mean, inv_std)
     out = to_caller_kind(y.view, x)
     if not return_stats:
@@ -135,6 +136,10 @@ def _forward(desc: NormDescriptor, x: Any, weight: Any, bias: Any, return_stats:
     assert inv_std is not None
     stats = [to_caller_kind(s.view, x) for s in (mean, inv_std) if s is not None]
     return (out, *stats)
+
+
+def _desc(bound: Bound | None) -> TensorDescriptor | None:
+    return None if bound is None else bound.desc
 
 
 def _backward(desc: NormDescriptor, dy: Any, x: Any, weight: Any, mean: Any, rstd: Any,
@@ -149,8 +154,8 @@ def _backward(desc: NormDescriptor, dy: Any, x: Any, weight: Any, mean: Any, rst
     param_dtype = scale.desc.dtype if scale is not None else xb.desc.dtype
     order = tuple(range(len(dims)))
     dscale, dbias = empty_like(xb, param_dtype, dims, order), empty_like(xb, param_dtype, dims, order)
-    problem = norm_problem(desc, xb.desc, dx.desc, scale_desc=scale and scale.desc, bias_desc=dbias.desc,
-                           stats_desc=rstd_b and rstd_b.desc, dy_desc=dyb.desc, dscale_desc=dscale.desc,
+    problem = norm_problem(desc, xb.desc, dx.desc, scale_desc=_desc(scale), bias_desc=dbias.desc,
+                           stats_desc=_desc(rstd_b), dy_desc=dyb.desc, dscale_desc=dscale.desc,
                            has_mean=mean_b is not None)
     dispatch(handle_for(xb, handle), "normalization", problem, xb, dx, scale, dbias, mean_b, rstd_b, dyb, dscale)
     shape = tuple(as_native(weight, "weight").shape) if weight is not None else _torch_param_shape(desc, xb)

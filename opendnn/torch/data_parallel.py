@@ -23,6 +23,7 @@ times the images of one. Batch norm statistics are per rank, as in any DDP model
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -86,7 +87,8 @@ def resnet50_model() -> torch.nn.Module:
 def rank_loader(dataset: TensorDataset, rank: int, world_size: int, batch_size: int, seed: int) -> DataLoader:
     """Rank ``rank``'s shard of ``dataset`` (DistributedSampler, shuffled with ``seed``) in batches.
     Needs no process group, so a single process can rebuild any rank's batches."""
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                                          seed=seed)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
@@ -111,12 +113,12 @@ def _digits_rounds(rank: int, world_size: int, where: torch.device, *, batch_siz
     loader = rank_loader(train_set, rank, world_size, batch_size, seed)
 
     def epoch(k: int) -> Batches:
-        loader.sampler.set_epoch(k)
+        cast(DistributedSampler, loader.sampler).set_epoch(k)  # (rank_loader's)
         return loader
 
     timed_from = 1 if epochs > 1 else 0
     schedule = f"{epochs} epochs, {'the first untimed' if timed_from else 'timed with compilation'}"
-    return Rounds([lambda k=k: epoch(k) for k in range(epochs)], timed_from, schedule, test_set)
+    return Rounds([functools.partial(epoch, k) for k in range(epochs)], timed_from, schedule, test_set)
 
 
 def _synthetic_imagenet_rounds(rank: int, world_size: int, where: torch.device, *, batch_size: int, seed: int,
@@ -218,8 +220,8 @@ def train(rank: int, world_size: int, *, backend: str, device: str, batch_size: 
             images += count * world_size
         _synchronize(where)
         seconds = time.perf_counter() - start
-        test = rank == 0 and plan.test_set is not None
-        accuracy = evaluate(parallel.module, plan.test_set, where) if test else None
+        test_set = plan.test_set if rank == 0 else None
+        accuracy = evaluate(parallel.module, test_set, where) if test_set is not None else None
         dist.barrier()  # no rank tears down its connections while another still runs
         return {"rank": rank, "world_size": world_size, "device": str(where), "model": model,
                 "schedule": plan.schedule, "images": images, "seconds": seconds,
@@ -329,7 +331,7 @@ def reference_step(world_size: int, *, batch_size: int, seed: int, freeze_batch_
             per_rank.append([p.grad for p in model.parameters()])
         for p, grads in zip(model.parameters(), zip(*per_rank)):
             p.grad = torch.stack(grads).sum(0) / world_size
-    gradients = {name: p.grad.clone() for name, p in model.named_parameters()}
+    gradients = {name: cast(torch.Tensor, p.grad).clone() for name, p in model.named_parameters()}  # (all set)
     torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM).step()
     return {"gradients": gradients, "parameters": {name: p.detach().clone() for name, p in model.named_parameters()}}
 

@@ -22,7 +22,7 @@ import torch
 from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
-from opendnn.core.errors import NotSupported
+from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle, MathType
 from opendnn.functional import convolution as convolution_functions
 from opendnn.functional import elementwise as elementwise_functions
@@ -47,7 +47,7 @@ IntOrTuple = int | Sequence[int]
 
 # ---- autocast and gradients -----------------------------------------------------------------------
 
-def _autocast(policy: str, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+def _autocast(policy: str, *tensors: torch.Tensor | None) -> tuple[Any, ...]:  # (each a tensor or None, as given)
     """The tensors cast as torch's autocast would for an op of ``policy``: "lower" (convolutions and
     products, to the autocast dtype) or "float32" (softmax, layer/group/RMS norm, softplus: float32
     on CUDA, the input's dtype on the CPU, as torch's lists); unchanged outside autocast."""
@@ -154,6 +154,8 @@ def symmetric_padding(padding: IntOrTuple | str, kernel: Sequence[int], dilation
             raise NotSupported(f"padding='same' with kernel {tuple(kernel)} and dilation {dilations} pads "
                                "asymmetrically; the backward passes take symmetric padding")
         return tuple(t // 2 for t in totals)
+    if isinstance(padding, str):
+        raise BadParam(f"padding={padding!r} must be 'valid', 'same', an int or one int per spatial dim")
     return (padding,) * spatial if isinstance(padding, int) else tuple(padding)
 
 

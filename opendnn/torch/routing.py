@@ -73,7 +73,8 @@ def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -
 def _softmax(log: bool) -> Callable[..., torch.Tensor]:
     def softmax(input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
-        _require(dim is not None, "dim=None (implicit dim)")
+        if dim is None:
+            raise NotSupported("dim=None (implicit dim)")
         x = input if dtype is None else input.to(dtype)
         return functions.log_softmax(x, dim) if log else functions.softmax(x, dim)
 
