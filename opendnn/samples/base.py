@@ -41,7 +41,7 @@ class Sample:
     beta: float = 0.0
     out_dtype: DataType | None = None
     nan_inputs: bool = False
-    runner: Callable[..., tuple[np.ndarray, np.ndarray]] = field(default=None, repr=False, compare=False)
+    runner: Callable[..., tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -56,6 +56,8 @@ class Sample:
 
     def run(self, handle: od.Handle, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(output, float64 reference), both as float64 NumPy arrays."""
+        if self.runner is None:
+            raise ValueError(f"sample {self.name} has no runner")
         return self.runner(self, Tensors(handle.device, np.random.default_rng(seed)), handle)
 
 

@@ -91,12 +91,13 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield from both(f"{mode.name}/{geometry}", layout="permuted" if geometry == MAIN else "packed")
     for mode, dtype in itertools.product(PoolingMode, FLOAT_TYPES):
         yield from both(f"{mode.name}/{MAIN}+ties", dtype, layout="packed")
-    for mode, layout in itertools.product(("MAX", "AVERAGE_COUNT_EXCLUDE_PADDING"), LAYOUTS):
-        yield from both(f"{mode}/k3x2-s1x2-p1x0", DataType.HALF, layout=layout)
+    for mode_name, layout in itertools.product(("MAX", "AVERAGE_COUNT_EXCLUDE_PADDING"), LAYOUTS):
+        yield from both(f"{mode_name}/k3x2-s1x2-p1x0", DataType.HALF, layout=layout)
     for flags in ("", "+nan"):
         yield from both(f"MAX/{MAIN}{flags}", nan_inputs=True)
         yield from both(f"MAX/k3-s2-p1{flags}", nan_inputs=True, layout="permuted")
     yield from both(f"AVERAGE_COUNT_INCLUDE_PADDING/{MAIN}", nan_inputs=True)
-    for mode in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING"):
-        yield from both(f"{mode}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
-        yield from both(f"{mode}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25, layout="permuted")
+    for mode_name in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING"):
+        yield from both(f"{mode_name}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
+        yield from both(f"{mode_name}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25,
+                        layout="permuted")

@@ -10,6 +10,7 @@ import numpy as np
 
 from opendnn.backends.numpy.io import numpy_view, read, write
 from opendnn.core.arrays import Bound
+from opendnn.core.errors import InternalError
 from opendnn.ops import batch_norm as bn
 from opendnn.ops.batch_norm import BatchNormProblem, BatchNormTensors, Direction
 
@@ -34,14 +35,19 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
     def get(bound: Bound | None) -> np.ndarray | None:
         return None if bound is None else read(bound, compute)
 
-    x, scale, bias = get(t.x), get(t.scale), get(t.bias)
+    def need(bound: Bound | None) -> np.ndarray:  # the API binds these for every problem of the direction
+        if bound is None:
+            raise InternalError("batch norm: a tensor its direction reads was not bound")
+        return read(bound, compute)
+
+    x, scale = need(t.x), need(t.scale)
     if problem.direction is Direction.INFERENCE:
-        y = bn.forward_inference(x, scale, bias, get(t.mean), get(t.variance), problem.epsilon)
+        y = bn.forward_inference(x, scale, need(t.bias), need(t.mean), need(t.variance), problem.epsilon)
         write(t.out, y, problem.alpha, problem.beta)
     elif problem.direction is Direction.TRAINING:
-        _training(problem, t, x, scale, bias, get(t.z), get(t.mean), get(t.variance))
+        _training(problem, t, x, scale, need(t.bias), get(t.z), get(t.mean), get(t.variance))
     else:
-        _backward(problem, t, x, get(t.dy), scale)
+        _backward(problem, t, x, need(t.dy), scale)
 
 
 def _training(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, scale: np.ndarray, bias: np.ndarray,
@@ -70,5 +76,7 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     write(t.out, result["dx"], problem.alpha, problem.beta)
     if t.z is not None:
         write(t.z, result["dz"], problem.alpha, problem.beta)
+    if t.dscale is None or t.dbias is None:
+        raise InternalError("batch norm backward: dscale and dbias were not bound")
     write(t.dscale, result["dscale"].reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)
     write(t.dbias, result["dbias"].reshape(t.dbias.desc.dims), problem.alpha_param, problem.beta_param)

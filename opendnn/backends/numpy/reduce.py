@@ -20,5 +20,5 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
     compute = problem.compute_dtype
     values, flat_indices = reference(problem.op, read(a, compute), problem.reduced_axes, problem.propagate_nan)
     write(c, values.astype(compute.to_numpy(), copy=False), problem.alpha, problem.beta)
-    if indices is not None and problem.indices is not None:
+    if indices is not None and problem.indices is not None and flat_indices is not None:
         write(indices, flat_indices)
