@@ -566,7 +566,7 @@ def _mask_strides(problem: BatchNormProblem) -> tuple[int, int]:
     reduced dim is more contiguous than its innermost feature dim, else reduced-major. x alone decides."""
     x = problem.x
     reduced_axes = problem.reduced_axes
-    inner_stride = {True: [], False: []}
+    inner_stride: dict[bool, list[int]] = {True: [], False: []}
     for k in range(x.ndim):
         if x.dims[k] > 1:
             inner_stride[k in reduced_axes].append(x.strides[k])
@@ -598,7 +598,12 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
     launches, fields, needed = bn_launches(problem, tuple([bound is not None for bound in t]))
     if t.workspace is None or t.workspace.desc.dims[0] < needed:
         raise InternalError(f"batch_norm needs {needed} bytes of workspace")
-    tensors = {name: torch_view(t[k]) for k, name in fields}
+    tensors = {}
+    for k, name in fields:  # the positions of the tensors given
+        bound = t[k]
+        if bound is None:
+            raise InternalError(f"batch_norm planned {name} but it was not given")
+        tensors[name] = torch_view(bound)
     for launch in launches:
         launch(tensors)
 

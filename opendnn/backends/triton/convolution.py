@@ -300,8 +300,8 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
         return
     interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
-    tma = tma_blocks(problem) is not None and tma_ready(*(tensors[name] for name in TMA_READS[problem.direction]),
-                                                        interpreted)
+    first, second = (tensors[name] for name in TMA_READS[problem.direction])
+    tma = tma_blocks(problem) is not None and tma_ready(first, second, interpreted)
     plan = launch_plan(problem, interpreted, tma)
     if plan.tma and not interpreted:
         use_descriptor_scratch()
@@ -396,8 +396,10 @@ def _pixel_stride(desc: TensorDescriptor) -> int | None:
     return stride
 
 
-def _matrix(bound: Bound, desc: TensorDescriptor) -> Bound:
+def _matrix(bound: Bound, desc: TensorDescriptor | None) -> Bound:
     """``bound``'s memory seen through the matrix descriptor ``desc`` (same first element)."""
+    if desc is None:  # (a matrix form describes every tensor its problem has)
+        raise InternalError(f"convolution's matrix form has no descriptor for {bound.name}")
     return Bound(bound.name, desc, torch_view(bound).as_strided(desc.dims, desc.strides), bound.device)
 
 
@@ -499,6 +501,14 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     return min(boxes, key=padded)
 
 
+def _planned_tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int]:
+    """``tma_blocks`` of a problem planned on the TMA path, where it is never None."""
+    blocks = tma_blocks(problem)
+    if blocks is None:
+        raise InternalError("a convolution planned on the TMA path has no TMA blocks")
+    return blocks
+
+
 def pixel_boxes(n: int, size: tuple[int, int, int], box: tuple[int, int, int]) -> int:
     """How many (IMAGES, BLOCK_H, BLOCK_W) boxes cover n images of (d, h, w) = ``size`` (d = 1)."""
     return math.prod(-(-extent // side) for extent, side in zip((n, size[1], size[2]), box))
@@ -515,7 +525,7 @@ def _tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
     """(programs per slice, slices, boxes per slice) of filter_tma_kernel: slices of the output
     pixel boxes enough to fill the GPU, each at least MIN_SLICE_BOXES boxes."""
     geo = geometry(problem)
-    boxes = pixel_boxes(geo.n, geo.y_size, tma_blocks(problem))
+    boxes = pixel_boxes(geo.n, geo.y_size, _planned_tma_blocks(problem))
     block_k, block_c = _tma_filter_tile(problem)
     programs = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
     splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), boxes // MIN_SLICE_BOXES))
@@ -569,7 +579,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
     if _uses_direct(problem, reduced, outputs):
         channels = outputs * groups
         block_n = min(64, triton.next_power_of_2(channels))
-        grid = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
+        grid: tuple[int, ...] = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
         args = (a, Slot("w"), out, Slot("bias"), Slot("z"), *strides5(a_desc), w_sk, w_sc, *w_taps,
                 *strides5(out_desc), *epilogue_args, pixels, *out_size, *a_size, reduced, outputs, channels, *geo.filt,
                 *geometry_args, *scalars)
@@ -611,7 +621,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
 
 def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     geo = geometry(problem)
-    images, block_h, block_w = tma_blocks(problem)
+    images, block_h, block_w = _planned_tma_blocks(problem)
     backward = problem.direction is BACKWARD_DATA
     if backward:
         (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "y"), Slot("x"), problem.x, geo.k, geo.c
@@ -619,7 +629,8 @@ def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     else:
         (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
         a_size, out_size = geo.x_size, geo.y_size
-    w, w_sk, flip, pads = Slot("w"), strides5(problem.w)[0], problem.flip, geo.pad[1:]
+    w, w_sk, flip = Slot("w"), strides5(problem.w)[0], problem.flip
+    pads: tuple[int, ...] = geo.pad[1:]
     if _packs_filter(problem):  # a forward convolution of dy with the filter [C, R, S, K], turned around
         backward, w, w_sk, flip = False, Slot("w_packed"), geo.taps * geo.k, not problem.flip
         pads = tuple((size - 1) * dilation - pad for size, dilation, pad in zip(geo.filt[1:], geo.dilation[1:], pads))
@@ -704,7 +715,7 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[L
     tile = plan.tile
     launches = []
     if plan.direct:
-        grid = (triton.cdiv(geo.k, tile.block_n), plan.splits)
+        grid: tuple[int, ...] = (triton.cdiv(geo.k, tile.block_n), plan.splits)
         launches.append(Launch(direct.filter_direct_kernel, grid, (Slot("x"), Slot("y"), Slot("w"), partial, *common),
                                dict(COLUMNS=triton.next_power_of_2(geo.taps * cg), BLOCK_M=tile.block_m,
                                     BLOCK_N=tile.block_n, num_warps=tile.num_warps, **flags)))
@@ -741,7 +752,7 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
 
 def _tma_filter_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     geo = geometry(problem)
-    images, block_h, block_w = tma_blocks(problem)
+    images, block_h, block_w = _planned_tma_blocks(problem)
     block_k, block_c = _tma_filter_tile(problem)
     programs, splits, per_slice = _tma_filter_split(problem)
     (x, x_desc), (dy, dy_desc) = _tma_read(problem, "x"), _tma_read(problem, "y")

@@ -78,7 +78,7 @@ class Launch:
         addresses = [t.data_ptr() for t in keyed]
         device = keyed[0].device.index
         key = (device, *[(address % 16 == 0, t.dtype) for address, t in zip(addresses, keyed)])
-        kernel = self.compiled.get(key)
+        kernel: Any = self.compiled.get(key)  # a CompiledKernel, another runner, or None
         if type(kernel) is CompiledKernel and DIRECT_LAUNCH and not _hooked():
             # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module
             # docstring), and the pointers as the integers the launcher would ask each tensor for

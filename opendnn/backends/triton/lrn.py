@@ -485,8 +485,9 @@ def run(problem: LRNProblem, x: Bound, y: Bound, means: Bound | None = None, dy:
         dmeans: Bound | None = None, temp: Bound | None = None, temp2: Bound | None = None) -> None:
     """Forward writes y; backward writes dx into ``y`` (and dmeans for divisive normalization)."""
     bounds = dict(x=x, out=y, means=means, dy=dy, dmeans=dmeans, temp=temp, temp2=temp2)
-    given = tuple((name, bound.desc) for name, bound in bounds.items() if bound is not None)
-    tensors = {name: torch_view(bounds[name]) for name, _ in given}
+    present = {name: bound for name, bound in bounds.items() if bound is not None}
+    given = tuple((name, bound.desc) for name, bound in present.items())
+    tensors = {name: torch_view(bound) for name, bound in present.items()}
     device = tensors["x"].device
     lrn_launches(problem, given, (device.index or 0) if device.type == "cuda" else None)(tensors)
 

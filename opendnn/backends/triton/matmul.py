@@ -54,6 +54,7 @@ from opendnn.backends.triton.pointwise import activation
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import InternalError
 from opendnn.ops.matmul import BiasAxis, MatmulProblem
 from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
 
@@ -252,7 +253,7 @@ class Plan:
     c, residual) of the batch it computes: one launch unless more than two batch dims stay
     unmerged (rare; the outer ones loop on the host)."""
 
-    launches: tuple[tuple[Launch, tuple[int, int, int, int]], ...]
+    launches: tuple[tuple[Launch, tuple[int, ...]], ...]  # (the element offsets into a, b, c, residual)
     tma: bool
 
 
@@ -294,8 +295,11 @@ def launch_plan(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor
     a_transposed = sa_k != 1 and sa_m == 1
     b_transposed = sb_n != 1 and sb_k == 1
     moved_aligned = all(o[k] * d.dtype.itemsize % TMA_ALIGNMENT == 0 for o in offsets for k, d in ((0, a), (1, b)))
-    a_tma = _tma_batch(a, a_transposed, inner, inner_strides[0]) if tma and moved_aligned else None
-    b_tma = _tma_batch(b, b_transposed, inner, inner_strides[1]) if tma and moved_aligned else None
+    a_inner, b_inner = inner_strides[0], inner_strides[1]
+    if a_inner is None or b_inner is None:  # (merged_batch gives strides for every operand given)
+        raise InternalError("matmul planned without a's or b's batch strides")
+    a_tma = _tma_batch(a, a_transposed, inner, a_inner) if tma and moved_aligned else None
+    b_tma = _tma_batch(b, b_transposed, inner, b_inner) if tma and moved_aligned else None
     if a_tma is None or b_tma is None:
         a_tma = b_tma = None
     launch = _launch(problem, a, b, c, bias, residual, inner, inner_strides, a_tma, b_tma, interpreted, sms, fast)
@@ -307,7 +311,7 @@ def merged_batch(problem: MatmulProblem,
     """C's batch dims with each operand's strides (0 where it broadcasts), size-1 dims dropped and
     neighbours that are contiguous for every operand merged; padded to at least 2 dims."""
     rank = len(problem.batch)
-    strides_all = []
+    strides_all: list[list[int] | None] = []
     for desc in operands:
         if desc is None:
             strides_all.append(None)
@@ -457,7 +461,7 @@ def transposed_problem(problem: MatmulProblem) -> MatmulProblem:
         bias_axis=BiasAxis.COLUMN if problem.bias_axis is BiasAxis.ROW else BiasAxis.ROW)
 
 
-def _moved(views: dict[str, Any], offsets: tuple[int, int, int, int]) -> dict[str, Any]:
+def _moved(views: dict[str, Any], offsets: tuple[int, ...]) -> dict[str, Any]:
     """The views with a, b, c and residual moved ``offsets`` elements on: only their addresses are
     used, so each moved view is one element."""
     moved = dict(views)

@@ -61,6 +61,7 @@ from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import InternalError
 from opendnn.ops.pooling import PoolingProblem
 
 CANONICAL_DIMS = 5
@@ -729,6 +730,8 @@ def _aligned_run(plan: CanonicalPooling, strides: tuple[int, ...], row: int, lim
 def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     """The backward's launches (planned once per problem): for max, the argmax pass into a per-call
     scratch (packed, in the gather's canonical order), then the gather."""
+    if problem.dy is None or problem.dx is None:
+        raise InternalError("pooling backward planned without dy and dx")
     plan = canonical(problem, problem.dx.strides, cells=True)
     lead = _lead(problem)
     dims = _five(problem.y.dims, lead, 1)

@@ -360,8 +360,8 @@ def reduce_partials_kernel(
 class ReducePlan:
     """The canonical layout of a reduction and how it is cut into programs."""
 
-    kept: tuple[tuple[int, tuple[int, int, int]], ...]  # (size, (A, C, indices strides)), innermost last
-    reduced: tuple[tuple[int, tuple[int, int]], ...]  # (size, (A stride, flattened-index weight))
+    kept: tuple[tuple[int, tuple[int, ...]], ...]  # (size, (A, C, indices strides)), innermost last
+    reduced: tuple[tuple[int, tuple[int, ...]], ...]  # (size, (A stride, flattened-index weight))
     columns: bool
     block_k: int
     block_r: int
@@ -446,10 +446,10 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
     import torch
 
     plan = reduce_plan(problem)
-    indexed = problem.indices is not None and indices is not None
     tensors = {"a": torch_view(a), "c": torch_view(c)}
-    if indexed:
+    if problem.indices is not None and indices is not None:
         tensors["indices"] = torch_view(indices)
+    indexed = "indices" in tensors
     if plan.splits > 1:
         if workspace is None or workspace.desc.numel < plan.workspace_bytes:
             raise InternalError(f"reduce needs {plan.workspace_bytes} bytes of workspace, got "

@@ -292,7 +292,7 @@ def softmax_apply_kernel(
         store_blended(o_ptr, o_offsets, mask, out, alpha, beta, HAS_BETA, COMPUTE)
 
 
-Dims = tuple[tuple[int, tuple[int, int, int]], ...]  # (size, (a, b, out strides)), outermost first
+Dims = tuple[tuple[int, tuple[int, ...]], ...]  # (size, (a, b, out strides)), outermost first
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,7 @@ class SoftmaxPlan:
     """The canonical layout of a softmax and how it is cut into programs."""
 
     outer: Dims  # the kept dims but the innermost
-    inner: tuple[int, tuple[int, int, int]]  # the innermost kept dim, tiled BLOCK_K at a time
+    inner: tuple[int, tuple[int, ...]]  # the innermost kept dim (size, x / y / dy strides), tiled BLOCK_K at a time
     reduced: Dims  # the dims of a row
     block_k: int
     block_r: int
