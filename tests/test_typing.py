@@ -1,5 +1,5 @@
-"""The typed core stays type-clean: mypy over the files pyproject.toml names (``[tool.mypy]``: the core
-package and what it imports), as a user's type checker reads opendnn's annotations (py.typed)."""
+"""The package stays type-clean: mypy over the files pyproject.toml names (``[tool.mypy]``: all of
+opendnn), as a user's type checker reads opendnn's annotations (py.typed)."""
 
 from __future__ import annotations
 
