@@ -44,11 +44,11 @@ import torch.nn.functional as TF
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import BadParam, NotSupported
+from opendnn.functional.common import activation_mode
 from opendnn.functional.convolution import _descriptor, conv_bias_activation
 from opendnn.functional.elementwise import add, pointwise
 from opendnn.functional.matmul import matmul
 from opendnn.ops.convolution import ConvolutionMode, output_dims
-from opendnn.ops.pointwise import PointwiseMode
 from opendnn.torch import functions
 from opendnn.torch.functions import _autocast_dtype, _product_handle
 from opendnn.torch.modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, OpendnnModule, _BatchNorm
@@ -114,7 +114,8 @@ class FusedConvolution(_Fused):
         if z is None or (z.dtype == x.dtype and z.shape == output_dims(self.geometry, x.shape, weight.shape)):
             return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
         y = add(conv_bias_activation(x, weight, bias, **geometry), z)  # z broadcasts or promotes: torch's addition
-        return y if self.activation is None else pointwise(PointwiseMode(f"{self.activation}_fwd"), y, coef=self.coef)
+        mode = activation_mode(self.activation)
+        return y if mode is None else pointwise(mode, y, coef=self.coef)
 
     def extra_repr(self) -> str:
         return (f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
@@ -270,7 +271,7 @@ def _convolution_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module])
     residual = _residual(links, _only_user(norm_node))
     activation, coef = _activation_link(links, _only_user(links[-1]), modules)
     fused = FusedConvolution(conv, norm, activation, coef, residual is not None)
-    return fused, (node.args[0], *(() if residual is None else (residual,))), links
+    return fused, _inputs(node, residual), links
 
 
 def _batch_norm_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module], sites: Counter[Any]) -> Chain | None:
@@ -288,7 +289,7 @@ def _batch_norm_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module], 
         return None
     norm.__class__ = FUSED_BATCH_NORMS[type(norm)]
     norm.activation, norm.coef, norm.residual = activation, coef, residual is not None
-    return norm, (node.args[0], *(() if residual is None else (residual,))), links
+    return norm, _inputs(node, residual), links
 
 
 def _linear_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Chain | None:
@@ -301,7 +302,12 @@ def _linear_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> C
     if len(links) == 1:  # a linear layer alone: nothing to fuse
         return None
     fused = FusedLinear(linear, activation, coef, residual is not None)
-    return fused, (node.args[0], *(() if residual is None else (residual,))), links
+    return fused, _inputs(node, residual), links
+
+
+def _inputs(node: torch.fx.Node, residual: torch.fx.Node | None) -> tuple[Any, ...]:
+    """The fused module's inputs: the chain's input, and its residual where it has one."""
+    return (node.args[0],) if residual is None else (node.args[0], residual)
 
 
 def _module(node: torch.fx.Node, modules: dict[str, torch.nn.Module], kinds: type | tuple[type, ...]) -> Any:
