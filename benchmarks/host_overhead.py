@@ -6,7 +6,9 @@ forward pays per call on top of its kernels. Each op is a converted torch module
 channels-last input under bf16 autocast, timed for the inference forward (eval, no_grad) and for a
 training step (forward, ``.float().sum()``, backward). ``torch floor`` is a module of torch's own
 ``x + x``: the module, autocast and autograd cost every row includes; ``add`` is opendnn's
-``functional.add`` called directly (forward only: converted models keep torch's ``+``).
+``functional.add`` called directly (forward only: converted models keep torch's ``+``); ``bn_fwd`` and
+``bn_bwd`` are ``functional.batch_norm``'s training forward and ``batch_norm_backward`` called
+directly on the bf16 input (float32 parameters, saved statistics given).
 
     PYTHONPATH=. python benchmarks/host_overhead.py [--repeats N] [--profile OP [--train]]
 """
@@ -89,7 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--profile", help="cProfile this op's inference forward ('fused': conv+bn+relu through "
-                                          "opendnn.torch.fuse)")
+                                          "opendnn.torch.fuse; 'add', 'bn_fwd', 'bn_bwd': those calls)")
     parser.add_argument("--train", action="store_true", help="profile the training step instead")
     args = parser.parse_args()
     InterpretedFunction.run = lambda self, *a, **k: None  # the host path only: kernels do nothing
@@ -111,9 +113,19 @@ def main() -> None:
     if args.profile == "fused":
         profile(fused_train if args.train else fused_forward, args.repeats)
     half = x.bfloat16()
-    print(f"{'add':14} {microseconds(lambda: F.add(half, half), args.repeats):11.1f} {'-':>14}")
-    if args.profile == "add":
-        profile(lambda: F.add(half, half), args.repeats)
+    # batch norm's training calls through opendnn.functional alone: no module, autocast or autograd
+    weight, bias, mean, var = torch.rand(64) + 0.5, torch.randn(64), torch.zeros(64), torch.ones(64)
+    _, state = F.batch_norm_add_activation(half, None, mean, var, weight, bias, activation=None, return_state=True)
+    dy = torch.randn_like(half)
+    calls = {
+        "add": lambda: F.add(half, half),
+        "bn_fwd": lambda: F.batch_norm(half, mean, var, weight, bias, training=True),
+        "bn_bwd": lambda: F.batch_norm_backward(dy, half, weight, state.saved_mean, state.saved_inv_std),
+    }
+    for name, call in calls.items():
+        print(f"{name:14} {microseconds(call, args.repeats):11.1f} {'-':>14}")
+        if args.profile == name:
+            profile(call, args.repeats)
 
 
 if __name__ == "__main__":

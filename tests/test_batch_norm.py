@@ -287,3 +287,49 @@ def test_data_far_from_zero_keep_float32_accuracy(backend):
     TF.batch_norm(xr, None, None, weight.double(), bias.double(), True).backward(dy.double())
     dx = F.batch_norm_backward(dy, x, weight, handle=handle)[0]
     assert ((dx.double() - xr.grad).norm() / xr.grad.norm()).item() < 1e-4
+
+
+# ---- the one-read training forward (a feature per cluster of CTAs on the GPU, per program here) -------
+
+def test_triton_one_read_split_fits_a_feature_in_one_cluster():
+    from opendnn.backends.triton.batch_norm import _one_read_split
+
+    assert _one_read_split(64, 3136, 16384, 16) == (16, 4, 4096)  # 64 x C x 56 x 56 NCHW on the H200
+    assert _one_read_split(64, 784, 16384, 16) == (4, 16, 1024)  # 28 x 28
+    assert _one_read_split(64, 784, 8192, 16) == (8, 8, 1024)  # z too: half the lanes per CTA
+    assert _one_read_split(64, 12544, 16384, 16) == (0, 0, 0)  # 112 x 112: no cluster holds a feature
+    assert _one_read_split(64, 3136, 16384, 1) == (0, 0, 0)  # the interpreter: one program per feature
+    assert _one_read_split(3, 32, 16384, 1) == (1, 4, 32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_one_read_forward_matches_torch(dtype):
+    """NCHW planes of 32: each feature fits one program, so the training forward is one launch (statistics,
+    saved statistics, running averages, alpha / beta blending of y)."""
+    from opendnn.backends.triton.batch_norm import bn_launches
+
+    handle = od.create("cpu", backend="triton")
+    weight, bias = random(4, seed=1).float(), random(4, seed=2).float()
+    mean, var = random(4, seed=3).float(), random(4, low=0.5, high=2.0, seed=4).float()
+    torch_mean, torch_var = mean.double(), var.double()
+    param = od.TensorDescriptor("float32", (1, 4, 1, 1))
+    for step in range(2):
+        x = (random(3, 4, 4, 8, seed=10 + step) * (step + 1)).to(dtype)
+        y0 = random(3, 4, 4, 8, seed=20 + step).to(dtype)
+        y = y0.clone()
+        saved_mean, saved_inv = torch.full((4,), float("nan")), torch.full((4,), float("nan"))
+        od.batch_normalization_forward_training(handle, SPATIAL, 0.5, 0.25, desc(x), x, desc(y), y, param, weight,
+                                                bias, 0.3, mean, var, EPS, saved_mean, saved_inv)
+        xd = x.double()
+        expected = 0.5 * TF.batch_norm(xd, torch_mean, torch_var, weight.double(), bias.double(), True, 0.3, EPS)
+        expected += 0.25 * y0.double()
+        tolerance = 1e-5 if dtype is torch.float32 else 1e-2
+        torch.testing.assert_close(y.double(), expected, rtol=tolerance, atol=tolerance)
+        torch.testing.assert_close(saved_mean.double(), xd.mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
+        inv_std = (xd.var((0, 2, 3), unbiased=False) + EPS).rsqrt()
+        torch.testing.assert_close(saved_inv.double(), inv_std, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(mean.double(), torch_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(var.double(), torch_var, rtol=1e-5, atol=1e-6)
+    problem = bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, desc(x), desc(x), param, EPS)
+    launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields))[0]
+    assert [launch.kernel.fn.__name__ for launch in launches] == ["bn_one_read_forward_kernel"]

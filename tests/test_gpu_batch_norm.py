@@ -89,3 +89,63 @@ def test_fused_add_relu_matches_torch_on_gpu(dtype):
     dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state)
     assert error(dx, xr.grad) < 2 * TOLERANCE[dtype] and error(dz, zr.grad) < TOLERANCE[dtype]
     assert error(dweight, wr.grad) < 1e-3 and error(dbias, br.grad) < 1e-3
+
+
+def one_read_cluster(x, with_z=False):
+    """CTAs per feature of the one-read training forward planned for ``x`` (0: the three passes)."""
+    from opendnn.backends.triton.batch_norm import bn_plan
+    from opendnn.ops import batch_norm as bn
+
+    x_desc = od.TensorDescriptor(x.dtype, x.shape, x.stride())
+    param = od.derive_bn_tensor_descriptor(x_desc, od.BatchNormMode.SPATIAL)
+    ops = od.BatchNormOps.BN_ADD_ACTIVATION if with_z else od.BatchNormOps.BN
+    problem = bn.batch_norm_problem(bn.Direction.TRAINING, od.BatchNormMode.SPATIAL, x_desc, x_desc, param, 1e-5,
+                                    ops=ops, z_desc=x_desc if with_z else None,
+                                    activation="relu" if with_z else None)
+    return bn_plan(problem).one_read[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape, cluster", [((64, 40, 28, 28), 4), ((20, 24, 30, 40), 4), ((32, 16, 28, 28), 2),
+                                            ((8, 24, 28, 28), 1), ((64, 32, 56, 56), 0)])
+def test_one_read_forward_in_clusters_matches_torch_on_gpu(dtype, shape, cluster):
+    """The training forward with each feature in one cluster of CTAs (x read once), 20 rows of 1200 in 4 CTAs
+    of 8 x 2048 lanes included, and the three passes where a feature needs more CTAs (cluster 0): y, the saved
+    statistics and the running averages against float64."""
+    x = torch.randn(shape, device=DEVICE).mul_(2).add_(3).to(dtype)
+    assert one_read_cluster(x) == cluster
+    channels = shape[1]
+    weight, bias = torch.rand(channels, device=DEVICE) + 0.5, torch.randn(channels, device=DEVICE)
+    mean, var = torch.randn(channels, device=DEVICE), torch.rand(channels, device=DEVICE) + 0.5
+    torch_mean, torch_var = mean.double(), var.double()
+    x_desc = od.TensorDescriptor(dtype, shape, x.stride())
+    param = od.derive_bn_tensor_descriptor(x_desc, od.BatchNormMode.SPATIAL)
+    y = torch.full_like(x, float("nan"))
+    saved_mean = torch.full((channels,), float("nan"), device=DEVICE)
+    saved_inv = torch.full_like(saved_mean, float("nan"))
+    od.batch_normalization_forward_training(od.create(DEVICE), od.BatchNormMode.SPATIAL, 1.0, 0.0, x_desc, x, x_desc,
+                                            y, param, weight, bias, 0.1, mean, var, 1e-5, saved_mean, saved_inv)
+    xd = x.double()
+    expected = TF.batch_norm(xd, torch_mean, torch_var, weight.double(), bias.double(), True, 0.1, 1e-5)
+    assert error(y, expected) < TOLERANCE[dtype]
+    assert error(saved_mean, xd.mean((0, 2, 3))) < 1e-6
+    assert error(saved_inv, (xd.var((0, 2, 3), unbiased=False) + 1e-5).rsqrt()) < 1e-6
+    assert error(mean, torch_mean) < 1e-6 and error(var, torch_var) < 1e-6
+
+
+def test_one_read_add_relu_mask_feeds_the_backward_on_gpu():
+    """BN + add + relu, NCHW, forward in clusters of 4 (the relu mask bits written there), backward through
+    the three passes reading them: against float64 autograd."""
+    x = torch.randn(32, 64, 28, 28, device=DEVICE).mul_(2).add_(1)
+    z, dy = torch.randn_like(x), torch.randn_like(x)
+    assert one_read_cluster(x, with_z=True) == 4
+    weight, bias = torch.rand(64, device=DEVICE) + 0.5, torch.randn(64, device=DEVICE)
+    xr, zr = x.double().requires_grad_(), z.double().requires_grad_()
+    wr, br = weight.double().requires_grad_(), bias.double().requires_grad_()
+    pre_activation = TF.batch_norm(xr, None, None, wr, br, True) + zr
+    y, state = F.batch_norm_add_activation(x, z, None, None, weight, bias, return_state=True)
+    assert error(y, torch.relu(pre_activation)) < 1e-5
+    pre_activation.backward(dy.double() * (y > 0))  # relu's derivative where opendnn's forward put it
+    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state)
+    assert error(dx, xr.grad) < 2e-5 and error(dz, zr.grad) < 1e-5
+    assert error(dweight, wr.grad) < 1e-4 and error(dbias, br.grad) < 1e-4

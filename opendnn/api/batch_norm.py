@@ -55,8 +55,7 @@ def batch_normalization_forward_inference(
     Raises:
         BadParam: as batch_normalization_forward_training.
     """
-    problem = batch_norm_problem(Direction.INFERENCE, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon,
-                                 alpha=alpha, beta=beta)
+    problem = inference_problem(mode, alpha, beta, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon)
     param = problem.param
     tensors = BatchNormTensors(
         bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
@@ -106,14 +105,10 @@ def batch_normalization_forward_training_ex(
             activation missing for the Ex ops, a workspace or reserve space missing or too small,
             only one of the saved statistics given.
     """
-    require((result_save_mean is None) == (result_save_inv_variance is None),
-            "result_save_mean and result_save_inv_variance must be given together or both be None")
-    problem = batch_norm_problem(
-        Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon, ops=bn_ops,
-        z_desc=z_desc, **_activation(activation_desc), factor=exponential_average_factor, alpha=alpha, beta=beta,
-        update_running=result_running_mean is not None or result_running_variance is not None,
-        saved=result_save_mean is not None or result_save_inv_variance is not None,
-        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+    problem = training_ex_problem(
+        mode, bn_ops, alpha, beta, x_desc, z_desc, y_desc, bn_scale_bias_mean_var_desc, exponential_average_factor,
+        epsilon, activation_desc, running=(result_running_mean is not None, result_running_variance is not None),
+        saved=(result_save_mean is not None, result_save_inv_variance is not None))
     param = problem.param
     tensors = BatchNormTensors(
         bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
@@ -141,13 +136,10 @@ def batch_normalization_backward_ex(
         BadParam: as batch_normalization_backward; dz missing for BN_ADD_ACTIVATION, a workspace or
             reserve space missing or too small.
     """
-    require((saved_mean is None) == (saved_inv_variance is None),
-            "saved_mean and saved_inv_variance must be given together or both be None")
-    problem = batch_norm_problem(
-        Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, epsilon, ops=bn_ops, z_desc=dz_desc,
-        dy_desc=dy_desc, **_activation(activation_desc), alpha=alpha_data_diff, beta=beta_data_diff,
-        alpha_param=alpha_param_diff, beta_param=beta_param_diff, saved=saved_mean is not None,
-        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+    problem = backward_ex_problem(
+        mode, bn_ops, alpha_data_diff, beta_data_diff, alpha_param_diff, beta_param_diff, x_desc, dy_desc, dz_desc,
+        dx_desc, d_bn_scale_bias_desc, epsilon, activation_desc,
+        saved=(saved_mean is not None, saved_inv_variance is not None))
     param = problem.param
     if y_desc is not None and y is not None:
         bind("y", y_desc, y)
@@ -162,6 +154,69 @@ def batch_normalization_backward_ex(
         saved_mean=_optional("saved_mean", param, saved_mean),
         saved_inv_std=_optional("saved_inv_variance", param, saved_inv_variance))
     _run(handle, problem, tensors, workspace, reserve_space)
+
+
+def inference_problem(mode: BatchNormMode, alpha: float, beta: float, x_desc: TensorDescriptor,
+                      y_desc: TensorDescriptor, bn_scale_bias_mean_var_desc: TensorDescriptor,
+                      epsilon: float) -> BatchNormProblem:
+    """The validated problem of batch_normalization_forward_inference (as training_ex_problem).
+
+    Raises:
+        BadParam, NotSupported: as batch_normalization_forward_inference.
+    """
+    return batch_norm_problem(Direction.INFERENCE, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon,
+                              alpha=alpha, beta=beta)
+
+
+def training_ex_problem(
+        mode: BatchNormMode, bn_ops: BatchNormOps, alpha: float, beta: float, x_desc: TensorDescriptor,
+        z_desc: TensorDescriptor | None, y_desc: TensorDescriptor, bn_scale_bias_mean_var_desc: TensorDescriptor,
+        exponential_average_factor: float, epsilon: float, activation_desc: ActivationDescriptor | None, *,
+        running: tuple[bool, bool], saved: tuple[bool, bool]) -> BatchNormProblem:
+    """The validated problem of batch_normalization_forward_training_ex, given which of the running
+    statistics (mean, variance) and of the saved ones (mean, inverse variance) the call passes: its
+    checks, made once per signature by opendnn.functional's plans.
+
+    Raises:
+        BadParam, NotSupported: as batch_normalization_forward_training_ex.
+    """
+    require(saved[0] == saved[1],
+            "result_save_mean and result_save_inv_variance must be given together or both be None")
+    return batch_norm_problem(
+        Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon, ops=bn_ops,
+        z_desc=z_desc, **_activation(activation_desc), factor=exponential_average_factor, alpha=alpha, beta=beta,
+        update_running=running[0] or running[1], saved=saved[0], reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+
+
+def backward_ex_problem(
+        mode: BatchNormMode, bn_ops: BatchNormOps, alpha_data_diff: float, beta_data_diff: float,
+        alpha_param_diff: float, beta_param_diff: float, x_desc: TensorDescriptor, dy_desc: TensorDescriptor,
+        dz_desc: TensorDescriptor | None, dx_desc: TensorDescriptor, d_bn_scale_bias_desc: TensorDescriptor,
+        epsilon: float, activation_desc: ActivationDescriptor | None, *, saved: tuple[bool, bool]) -> BatchNormProblem:
+    """The validated problem of batch_normalization_backward_ex, given which of the saved statistics
+    (mean, inverse variance) the call passes (as training_ex_problem).
+
+    Raises:
+        BadParam, NotSupported: as batch_normalization_backward_ex.
+    """
+    require(saved[0] == saved[1], "saved_mean and saved_inv_variance must be given together or both be None")
+    return batch_norm_problem(
+        Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, epsilon, ops=bn_ops, z_desc=dz_desc,
+        dy_desc=dy_desc, **_activation(activation_desc), alpha=alpha_data_diff, beta=beta_data_diff,
+        alpha_param=alpha_param_diff, beta_param=beta_param_diff, saved=saved[0],
+        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+
+
+def space_sizes(handle: Handle, problem: BatchNormProblem) -> tuple[int, int]:
+    """(workspace bytes, reserve-space bytes) that ``problem`` needs on the handle's backend (the
+    reserve space 0 where the problem has none)."""
+    backend = _backend(handle)
+    return backend.workspace_size(problem), backend.reserve_size(problem) if problem.reserve else 0
+
+
+def bind_reserve(reserve_space: Any, needed: int) -> Bound | None:
+    """The caller's reserve space as bytes, checked against the ``needed`` size (None when 0)."""
+    return bind_bytes("reserve_space", reserve_space, needed, "get_batch_normalization_training_ex_reserve_space_size")
 
 
 def get_batch_normalization_forward_training_ex_workspace_size(
@@ -229,14 +284,10 @@ def _backend(handle: Handle) -> Any:
 
 def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, workspace: Any,
          reserve_space: Any = None) -> None:
-    backend = _backend(handle)
-    needed = backend.workspace_size(problem)
+    needed, reserve = space_sizes(handle, problem)
     if workspace is AUTOMATIC:  # ours: no checks needed
         workspace_bound = scratch_bytes(tensors.x, needed)
     else:
         workspace_bound = bind_bytes("workspace", workspace, needed, "the workspace size query")
-    tensors = tensors._replace(
-        workspace=workspace_bound,
-        reserve=bind_bytes("reserve_space", reserve_space, backend.reserve_size(problem) if problem.reserve else 0,
-                            "get_batch_normalization_training_ex_reserve_space_size"))
+    tensors = tensors._replace(workspace=workspace_bound, reserve=bind_reserve(reserve_space, reserve))
     dispatch(handle, "batch_norm", problem, tensors)

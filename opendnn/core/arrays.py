@@ -285,9 +285,9 @@ def packed_like(desc: TensorDescriptor, dtype: DataType, dims: tuple[int, ...]) 
     return _packed_descriptor(dtype, dims, _memory_order(desc.strides[:len(dims)]))
 
 
-def allocate(like: Bound, desc: TensorDescriptor) -> Bound:
+def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bound:
     """A new array of ``desc`` (a packed one: no gaps, no overlaps) on ``like``'s device and of its
-    kind (NumPy or torch), bound under like's name."""
+    kind (NumPy or torch), bound under ``name`` (default: like's name)."""
     if isinstance(like.view, np.ndarray):
         native = strided_view(np.empty(desc.extent, desc.dtype.to_numpy()), desc)
     else:
@@ -296,7 +296,7 @@ def allocate(like: Bound, desc: TensorDescriptor) -> Bound:
         # allocated with its strides, not as a view of a flat buffer: callers (autograd) may modify
         # the result in place, which torch refuses for views that a custom Function returns
         native = torch.empty_strided(desc.dims, desc.strides, dtype=desc.dtype.to_torch(), device=like.view.device)
-    return Bound(like.name, desc, native, like.device)
+    return Bound(name or like.name, desc, native, like.device)
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of a tuple, asked for every output

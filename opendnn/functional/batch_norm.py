@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,18 +22,27 @@ from opendnn.api.activation import ActivationDescriptor, ActivationMode
 from opendnn.core.arrays import (
     Bound,
     allocate,
-    allocate_bytes,
     as_native,
     bind,
     device_of,
     dtype_of,
-    empty_like,
+    is_torch,
+    packed_like,
+    scratch_bytes,
     wrap,
 )
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.functional.common import handle_for, to_caller_kind
-from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
+from opendnn.ops.batch_norm import (
+    BatchNormMode,
+    BatchNormOps,
+    BatchNormProblem,
+    BatchNormTensors,
+    derive_bn_tensor_descriptor,
+)
+from opendnn.ops.registry import dispatch
 
 MODE = BatchNormMode.SPATIAL
 
@@ -74,33 +84,33 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     ``batch_norm_add_activation_backward``."""
     xb = wrap("x", x)
     handle = handle_for(xb, handle)
-    y = empty_like(xb)
-    params = _Parameters(xb)
-    desc = params.desc
-    scale, shift = params.convert(weight, "weight", 1.0), params.convert(bias, "bias", 0.0)
-    mean, var = params.running(running_mean, "running_mean"), params.running(running_var, "running_var")
+    training = bool(training)
+    zb = None if z is None or not training else wrap("z", z)
+    arrays = (weight, bias, running_mean, running_var)
+    plan, (weight, bias, running_mean, running_var) = _FORWARD_PLANS.plan(
+        (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, training,
+         z is None if zb is None else zb.desc), arrays, (momentum, eps, activation, coef),
+        lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef))
+    params, (weight_source, bias_source, mean_source, var_source) = plan.params, plan.sources
+    y = allocate(xb, plan.out, "y")
+    scale, shift = params.bind(xb, weight_source, weight, "bn_scale"), params.bind(xb, bias_source, bias, "bn_bias")
+    workspace = scratch_bytes(xb, plan.workspace)
     if not training:
-        require(running_mean is not None and running_var is not None,
-                "running_mean and running_var are needed when training=False")
-        require(z is None and activation in (None, "identity"), "inference takes no z and no activation")
-        api.batch_normalization_forward_inference(handle, MODE, 1.0, 0.0, xb.desc, xb, y.desc, y, desc,
-                                                  scale, shift, mean, var, eps)
+        tensors = BatchNormTensors(
+            xb, y, scale, shift, mean=params.bind(xb, mean_source, running_mean, "estimated_mean"),
+            variance=params.bind(xb, var_source, running_var, "estimated_variance"), workspace=workspace)
+        dispatch(handle, "batch_norm", plan.problem, tensors)
         return to_caller_kind(y.view, x)
-    zb = None if z is None else wrap("z", z)
-    ops = _ops(zb, activation)
-    act = _activation_descriptor(ops, activation, coef)
-    saved_mean, saved_inv = params.new(), params.new()
-    z_desc = None if zb is None else zb.desc
-    # plain BN keeps no mask: no reserve space to size
-    reserve = None if ops is BatchNormOps.BN else allocate_bytes(
-        xb, api.get_batch_normalization_training_ex_reserve_space_size(handle, MODE, ops, act, xb.desc))
-    api.batch_normalization_forward_training_ex(
-        handle, MODE, ops, 1.0, 0.0, xb.desc, xb, z_desc, zb, y.desc, y, desc,
-        scale, shift, momentum, mean, var, eps, saved_mean, saved_inv, act,
-        api.AUTOMATIC, reserve)
+    saved_mean, saved_inv = params.new(xb, "result_save_mean"), params.new(xb, "result_save_inv_variance")
+    reserve = scratch_bytes(xb, plan.reserve, "reserve_space")
+    tensors = BatchNormTensors(
+        xb, y, scale, shift, z=zb, mean=params.bind(xb, mean_source, running_mean, "result_running_mean"),
+        variance=params.bind(xb, var_source, running_var, "result_running_variance"), saved_mean=saved_mean,
+        saved_inv_std=saved_inv, workspace=workspace, reserve=reserve)
+    dispatch(handle, "batch_norm", plan.problem, tensors)
     out = to_caller_kind(y.view, x)
     if return_state:
-        return out, BatchNormState(saved_mean.view, saved_inv.view, reserve)
+        return out, BatchNormState(saved_mean.view, saved_inv.view, None if reserve is None else reserve.view)
     return out
 
 
@@ -124,22 +134,142 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
               has_z: bool, handle: Handle | None) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
-    params = _Parameters(xb)
-    scale = params.convert(weight, "weight", 1.0)
-    dx = empty_like(xb)
-    dz = empty_like(xb) if has_z else None
-    ops = _ops(dz, activation)
-    act = _activation_descriptor(ops, activation, coef)
-    dweight, dbias = params.new(), params.new()
-    dz_desc = None if dz is None else dz.desc
-    saved_mean = None if state.saved_mean is None else params.convert(state.saved_mean, "saved_mean")
-    saved_inv = None if state.saved_inv_std is None else params.convert(state.saved_inv_std, "saved_inv_std")
-    api.batch_normalization_backward_ex(
-        handle, MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, xb, None, None, dyb.desc, dyb, dz_desc,
-        dz, dx.desc, dx, params.desc, scale, None, dweight, dbias, eps,
-        saved_mean, saved_inv, act, api.AUTOMATIC, state.reserve)
+    has_z = bool(has_z)
+    arrays = (weight, state.saved_mean, state.saved_inv_std)
+    plan, (weight, saved_mean, saved_inv_std) = _BACKWARD_PLANS.plan(
+        (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z), arrays,
+        (eps, activation, coef), lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z))
+    params, (weight_source, mean_source, inv_source) = plan.params, plan.sources
+    dx = allocate(xb, plan.out, "dx")
+    dz = allocate(xb, plan.out, "dz") if has_z else None
+    dweight, dbias = params.new(xb, "d_bn_scale_result"), params.new(xb, "d_bn_bias_result")
+    tensors = BatchNormTensors(
+        xb, dx, params.bind(xb, weight_source, weight, "bn_scale"), z=dz, dy=dyb, dscale=dweight, dbias=dbias,
+        saved_mean=params.bind(xb, mean_source, saved_mean, "saved_mean"),
+        saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_variance"),
+        workspace=scratch_bytes(xb, plan.workspace), reserve=api.bind_reserve(state.reserve, plan.reserve))
+    dispatch(handle, "batch_norm", plan.problem, tensors)
     return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
             to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
+
+
+# ---- the plans: what a call's signature decides, made once through the checks ----------------------
+#
+# Every check of a call but the binds of its memory depends only on its signature: x's (and z's,
+# dy's) descriptor, each parameter's kind, dtype, shape, strides and device, the scalars and the
+# handle's backend and device. A plan holds what those checks decided (the problem, the output's
+# descriptor, how each parameter is read, the workspace and reserve sizes), never a caller's array;
+# a repeated signature then costs one lookup, the allocations, the binds and the dispatch.
+
+
+@dataclass(frozen=True)
+class _Source:
+    """How a caller's parameter becomes the (1, C, 1...) array a call reads: ``fill`` (absent: a new
+    array of this value), ``copy`` (not in the compute dtype, not contiguous or not of x's kind: a new
+    array holding its elements), or a view of it (``direct``: a tensor whose view has the
+    descriptor's strides, bound without bind's checks; NumPy views are bound)."""
+
+    fill: float | None = None
+    copy: bool = False
+    direct: bool = False
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A call's signature's decisions: the problem, the output's descriptor (y or dx, packed in x's
+    memory order), the parameters' descriptor and sources, and the bytes of workspace and reserve space."""
+
+    problem: BatchNormProblem
+    out: TensorDescriptor
+    params: _Parameters
+    sources: tuple[_Source | None, ...]
+    workspace: int
+    reserve: int
+
+
+def _forward_plan(xb: Bound, z: Any, zb: Bound | None, handle: Handle, arrays: tuple[Any, ...], training: bool,
+                  momentum: float, eps: float, activation: str | None, coef: float) -> _Plan:
+    params = _Parameters(xb.desc)
+    weight, bias, running_mean, running_var = arrays
+    sources = (params.source(xb, weight, "weight", 1.0), params.source(xb, bias, "bias", 0.0),
+               params.running(running_mean, "running_mean"), params.running(running_var, "running_var"))
+    y = packed_like(xb.desc, xb.desc.dtype, xb.desc.dims)
+    if not training:
+        require(running_mean is not None and running_var is not None,
+                "running_mean and running_var are needed when training=False")
+        require(z is None and activation in (None, "identity"), "inference takes no z and no activation")
+        problem = api.inference_problem(MODE, 1.0, 0.0, xb.desc, y, params.desc, eps)
+    else:
+        ops = _ops(zb is not None, activation)
+        problem = api.training_ex_problem(
+            MODE, ops, 1.0, 0.0, xb.desc, None if zb is None else zb.desc, y, params.desc, momentum, eps,
+            _activation_descriptor(ops, activation, coef),
+            running=(running_mean is not None, running_var is not None), saved=(True, True))
+    return _Plan(problem, y, params, sources, *api.space_sizes(handle, problem))
+
+
+def _backward_plan(xb: Bound, dyb: Bound, handle: Handle, arrays: tuple[Any, ...], eps: float,
+                   activation: str | None, coef: float, has_z: bool) -> _Plan:
+    params = _Parameters(xb.desc)
+    weight, saved_mean, saved_inv_std = arrays
+    sources = (params.source(xb, weight, "weight", 1.0), params.source(xb, saved_mean, "saved_mean"),
+               params.source(xb, saved_inv_std, "saved_inv_std"))
+    dx = packed_like(xb.desc, xb.desc.dtype, xb.desc.dims)
+    ops = _ops(has_z, activation)
+    problem = api.backward_ex_problem(
+        MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, dyb.desc, dx if has_z else None, dx, params.desc, eps,
+        _activation_descriptor(ops, activation, coef), saved=(saved_mean is not None, saved_inv_std is not None))
+    return _Plan(problem, dx, params, sources, *api.space_sizes(handle, problem))
+
+
+class _Plans(dict[Any, _Plan]):
+    """Plans by signature, at most LIMIT (past it they are all dropped: a network has a few dozen)."""
+
+    LIMIT = 256
+
+    def plan(self, signature: tuple[Any, ...], arrays: tuple[Any, ...], scalars: tuple[Any, ...],
+             make: Callable[[], _Plan]) -> tuple[_Plan, tuple[Any, ...]]:
+        """The plan of a call (``make`` runs the checks once per signature: its descriptors and
+        handle's, its parameter ``arrays``', its ``scalars``) and the arrays as native ones."""
+        try:
+            key = (*signature, *map(_signature, arrays), *_plain(*scalars))
+        except _Unkeyed:  # planned afresh, not kept; once its checks passed, each array has a native form
+            return make(), tuple(None if array is None else as_native(array) for array in arrays)
+        plan = self.get(key)
+        if plan is None:
+            if len(self) >= self.LIMIT:
+                self.clear()
+            plan = self[key] = make()
+        return plan, arrays
+
+
+_FORWARD_PLANS, _BACKWARD_PLANS = _Plans(), _Plans()
+
+
+class _Unkeyed(Exception):
+    """An argument a signature cannot describe (a DLPack array, a scalar of another type): the call
+    is planned afresh, and its plan not kept."""
+
+
+def _signature(array: Any) -> Any:
+    """What a plan assumes of a caller's parameter: its kind, dtype, shape, strides and device."""
+    if array is None:
+        return None
+    if is_torch(array):
+        return array.__class__, array.dtype, array.shape, array.stride(), device_of(array)
+    if isinstance(array, np.ndarray):
+        return array.__class__, array.dtype, array.shape, array.strides
+    raise _Unkeyed
+
+
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
+def _plain(*scalars: Any) -> tuple[Any, ...]:
+    """The scalars, when all are plain Python values: a key keeps no caller's object alive."""
+    if not {scalar.__class__ for scalar in scalars} <= _PLAIN:
+        raise _Unkeyed
+    return scalars
 
 
 @functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per (ops, activation, coef): per call otherwise
@@ -149,25 +279,26 @@ def _activation_descriptor(ops: BatchNormOps, activation: str | None, coef: floa
     return ActivationDescriptor(ActivationMode[(activation or "identity").upper()], coef=coef or None)
 
 
-def _ops(z: Bound | None, activation: str | None) -> BatchNormOps:
-    if z is not None:
+def _ops(has_z: bool, activation: str | None) -> BatchNormOps:
+    if has_z:
         return BatchNormOps.BN_ADD_ACTIVATION
     return BatchNormOps.BN if activation is None else BatchNormOps.BN_ACTIVATION
 
 
 class _Parameters:
-    """The per-channel tensors of one call, bound as (1, C, 1, ...) views in the compute dtype."""
+    """The per-channel tensors of calls on one x descriptor, as (1, C, 1, ...) arrays in the compute
+    dtype: ``source`` checks a caller's array (once per signature) and says how to read it, ``bind``
+    reads it so."""
 
-    def __init__(self, x: Bound) -> None:
-        if x.desc.ndim < 2:  # (the message is formatted only on failure: this runs for every call)
-            raise BadParam(f"x.ndim={x.desc.ndim} must be at least 2 (N, C, ...)")
-        self.x = x
-        self.channels = x.desc.dims[1]
-        self.dtype = x.desc.dtype.compute_type
-        self.desc = derive_bn_tensor_descriptor(x.desc, MODE)  # packed: what new() allocates
+    def __init__(self, x_desc: TensorDescriptor) -> None:
+        if x_desc.ndim < 2:
+            raise BadParam(f"x.ndim={x_desc.ndim} must be at least 2 (N, C, ...)")
+        self.channels = x_desc.dims[1]
+        self.dtype = x_desc.dtype.compute_type
+        self.desc = derive_bn_tensor_descriptor(x_desc, MODE)  # packed: what new() allocates
 
-    def new(self, fill: float | None = None) -> Bound:
-        out = allocate(self.x, self.desc)
+    def new(self, like: Bound, name: str, fill: float | None = None) -> Bound:
+        out = allocate(like, self.desc, name)
         if fill is not None:
             if isinstance(out.view, np.ndarray):
                 out.view.fill(fill)
@@ -175,26 +306,24 @@ class _Parameters:
                 out.view.fill_(fill)
         return out
 
-    def convert(self, array: Any, name: str, default: float = 0.0) -> Bound:
-        """``array`` (C elements, any float dtype) as a (1, C, 1...) array of the compute dtype."""
+    def source(self, like: Bound, array: Any, name: str, default: float | None = None) -> _Source | None:
+        """How ``array`` (C elements, any float dtype; None: ``default`` everywhere, or nothing when
+        that is None) is read in the compute dtype."""
         if array is None:
-            return self.new(default)
+            return None if default is None else _Source(fill=default)
         native = as_native(array, name)
         if math.prod(native.shape) != self.channels:
             raise BadParam(f"{name}.shape={tuple(native.shape)} must hold C={self.channels} elements")
-        if _is_contiguous(native) and dtype_of(native) is self.dtype and isinstance(native, type(self.x.view)):
-            return self._view(name, native)  # already what the kernels read: only read, so no copy
-        out = self.new()
-        flat = out.view.reshape(-1)
-        flat[...] = native.reshape(-1) if isinstance(native, type(flat)) else np.asarray(native).reshape(-1)
-        return out
+        if _is_contiguous(native) and dtype_of(native) is self.dtype and isinstance(native, type(like.view)):
+            return self._view(native)  # already what the kernels read: only read, so no copy
+        return _Source(copy=True)
 
-    def running(self, array: Any, name: str) -> Bound | None:
-        """The caller's running statistic seen as (1, C, 1...), updated in place."""
+    def running(self, array: Any, name: str) -> _Source | None:
+        """The caller's running statistic, seen as (1, C, 1...) and updated in place."""
         if array is None:
             return None
         native = as_native(array, name)
-        # the messages are formatted only on failure: this runs for every call
+        # the messages are formatted only on failure: this runs for every new signature
         if dtype_of(native) is not self.dtype:
             raise BadParam(f"{name}.dtype={dtype_of(native).value} must be {self.dtype.value} "
                            "(updated in place)")
@@ -202,15 +331,33 @@ class _Parameters:
             raise BadParam(f"{name}.shape={tuple(native.shape)} must be ({self.channels},)")
         if not _is_contiguous(native):
             raise BadParam(f"{name} must be contiguous (it is updated in place)")
-        return self._view(name, native)
+        return self._view(native)
 
-    def _view(self, name: str, native: Any) -> Bound:
-        """A contiguous array of C elements in the compute dtype, bound as (1, C, 1...)."""
+    def _view(self, native: Any) -> _Source:
+        # a tensor whose (1, C, 1...) view has the descriptor's strides needs no bind (size-1 dims
+        # may keep odd strides): the same dtype, shape and strides give the same view every call
+        direct = not isinstance(native, np.ndarray) and self._reshaped(native).stride() == self.desc.strides
+        return _Source(direct=direct)
+
+    def bind(self, like: Bound, source: _Source | None, native: Any, name: str) -> Bound | None:
+        """A native array read as ``source`` says (checked by ``source``, or proven alike by a plan's key)."""
+        if source is None:
+            return None
+        if source.fill is not None:
+            return self.new(like, name, source.fill)
+        if source.copy:
+            out = self.new(like, name)
+            flat = out.view.reshape(-1)
+            flat[...] = native.reshape(-1) if isinstance(native, type(flat)) else np.asarray(native).reshape(-1)
+            return out
+        view = self._reshaped(native)
+        if source.direct:
+            return Bound(name, self.desc, view, device_of(view))
+        return bind(name, self.desc, view)
+
+    def _reshaped(self, native: Any) -> Any:
         dims = self.desc.dims
-        view = native if native.shape == dims else native.reshape(dims)  # (saved statistics come as (1, C, 1...))
-        if isinstance(view, np.ndarray) or view.stride() != self.desc.strides:  # (size-1 dims may keep odd strides)
-            return bind(name, self.desc, view)
-        return Bound(name, self.desc, view, device_of(view))  # a tensor of the desc's dims, strides and dtype
+        return native if native.shape == dims else native.reshape(dims)  # (saved statistics come as (1, C, 1...))
 
     def flat(self, bound: Bound) -> Any:
         return bound.view.reshape(self.channels)

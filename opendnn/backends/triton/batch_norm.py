@@ -56,6 +56,7 @@ from typing import Any
 
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.reduce import dim_offsets, merged_dims
@@ -70,6 +71,10 @@ MIN_SLICE_TILES = 4  # tiles each slice of the statistics pass reads at least
 FINAL_BLOCK = 64  # most features per program of the combine
 FINAL_TILE = 2048  # partial sums per load round of the combine
 FINAL_MIN_BLOCK = 8  # fewest features per program of the combine (32 bytes of each slice's row)
+ONE_READ_TILE = 16384  # most data elements a CTA of the one-read forward holds in registers (64 a thread)
+# most CTAs per feature (a cluster) of the one-read forward: sm_90 allows 16, but at 8 and 16 it measured no
+# faster than the three passes on the H200 (batch_norm_notes.md, tenth session), at 4 and below faster
+MAX_CLUSTER = 4
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
 STATS_ROW = tl.constexpr(4)  # workspace rows (of feature_total elements): 4 coefficients, mean, inv std,
 PARTIAL_ROW = tl.constexpr(6)  # then the partial sums (2 x splits rows)
@@ -305,30 +310,46 @@ def bn_combine_kernel(
             mean = tl.load(mean_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
             var = tl.load(var_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
         else:
-            shifted_mean = sum1 / n
-            var = tl.maximum(sum2 / n - shifted_mean * shifted_mean, 0.0)
-            mean = tl.load(x_ptr + dim_offsets(f, F_DIMS, f_sizes, f_x), mask=valid, other=0.0).to(COMPUTE)
-            mean += shifted_mean
-        if COMPUTE == tl.float64:
-            inv_std = 1.0 / tl.sqrt(var + epsilon)
-        else:
-            inv_std = 1.0 / tl.sqrt_rn(var + tl.cast(epsilon, tl.float32))
-        if SAVE:  # training's saved statistics, or the backward's recomputed ones (STEP "statistics")
-            tl.store(mean_at, mean, mask=valid)
-            tl.store(inv_at, inv_std, mask=valid)
-        keep = 1.0 - tl.cast(factor, COMPUTE)
-        if UPDATE_MEAN:
-            running = tl.load(mean_ptr + fp, mask=valid, other=0.0)
-            tl.store(mean_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * mean, mask=valid)
-        if UPDATE_VAR:
-            unbiased = var * n / tl.maximum(n - 1.0, 1.0)
-            running = tl.load(var_ptr + fp, mask=valid, other=0.0)
-            tl.store(var_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * unbiased, mask=valid)
-        a = scale * inv_std
-        tl.store(work + f, a, mask=valid)
-        bias = tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE)
-        tl.store(work + feature_total + f, bias, mask=valid)
+            x0 = tl.load(x_ptr + dim_offsets(f, F_DIMS, f_sizes, f_x), mask=valid, other=0.0).to(COMPUTE)
+            mean, var = shifted_statistics(sum1, sum2, n, x0)
+        inv_std = inverse_std(var, epsilon, COMPUTE)
+        record_statistics(mean, var, inv_std, n, mean_ptr, var_ptr, mean_at, inv_at, fp, valid, factor,
+                          UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
+        tl.store(work + f, scale * inv_std, mask=valid)
+        tl.store(work + feature_total + f, tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE), mask=valid)
         tl.store(work + 2 * feature_total + f, mean, mask=valid)
+
+
+@triton.jit
+def shifted_statistics(sum1, sum2, n, x0):
+    """(mean, biased variance) from the shifted sums sum(x - x0), sum((x - x0)^2) of n elements."""
+    shifted_mean = sum1 / n
+    return x0 + shifted_mean, tl.maximum(sum2 / n - shifted_mean * shifted_mean, 0.0)
+
+
+@triton.jit
+def inverse_std(var, epsilon, COMPUTE: tl.constexpr):
+    if COMPUTE == tl.float64:
+        return 1.0 / tl.sqrt(var + epsilon)
+    else:
+        return 1.0 / tl.sqrt_rn(var + tl.cast(epsilon, tl.float32))
+
+
+@triton.jit
+def record_statistics(mean, var, inv_std, n, mean_ptr, var_ptr, mean_at, inv_at, fp, write, factor,
+                      UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr, COMPUTE: tl.constexpr):
+    """Where ``write``: the saved statistics (SAVE) and the running averages (with the unbiased variance)."""
+    if SAVE:  # training's saved statistics, or the backward's recomputed ones (STEP "statistics")
+        tl.store(mean_at, mean, mask=write)
+        tl.store(inv_at, inv_std, mask=write)
+    keep = 1.0 - tl.cast(factor, COMPUTE)
+    if UPDATE_MEAN:
+        running = tl.load(mean_ptr + fp, mask=write, other=0.0)
+        tl.store(mean_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * mean, mask=write)
+    if UPDATE_VAR:
+        unbiased = var * n / tl.maximum(n - 1.0, 1.0)
+        running = tl.load(var_ptr + fp, mask=write, other=0.0)
+        tl.store(var_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * unbiased, mask=write)
 
 
 @triton.jit
@@ -359,6 +380,21 @@ def bn_forward_kernel(
     a = tl.load(coef, mask=f_valid, other=0.0)[None, :]
     b = tl.load(coef + feature_total, mask=f_valid, other=0.0)[None, :]
     mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
+    normalize_tile(x, z, mean, a, b, y_ptr, mask_ptr, valid, t, f, f_valid, outer, inner, outer_sizes, outer_y,
+                   inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, i_blocks, alpha, beta, ceiling,
+                   ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I, INDEX_64)
+
+
+@triton.jit
+def normalize_tile(
+    x, z, mean, a, b, y_ptr, mask_ptr, valid, t, f, f_valid, outer, inner, outer_sizes, outer_y, inner_y, f_sizes, f_y,
+    mask_strides, outer_total, inner_total, i_blocks, alpha, beta, ceiling,
+    ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr, HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """Tile t of y = alpha * act((x - mean) * a + b [+ z]) + beta * y (mean, a, b: rows of the features, or
+    scalars for one feature), and its mask bits of act'."""
     v = (x.to(COMPUTE) - mean) * a + b  # centred first: exact for data far from zero
     if ADD_Z:
         v += z.to(COMPUTE)
@@ -379,6 +415,81 @@ def bn_forward_kernel(
     if WRITE_MASK:
         store_mask_bits(mask_ptr, on, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                         BLOCK_O, BLOCK_I, INDEX_64)
+
+
+@triton.jit
+def cluster_barrier(token):
+    """Wait until every thread of this CTA's cluster (sm_90) has arrived; the memory writes before it
+    are visible after it (release / acquire at cluster scope). Returns ``token``: values computed from it
+    cannot be moved above the barrier."""
+    return tl.inline_asm_elementwise(
+        "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;\n\tmov.b32 $0, $1;",
+        "=r,r", [token], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def bn_one_read_forward_kernel(
+    x_ptr, z_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr, work_ptr, mask_ptr,
+    outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, f_param, mask_strides,
+    outer_total, inner_total, feature_total,
+    count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha: tl.float64, beta: tl.float64,
+    ceiling: tl.float64,
+    CLUSTER: tl.constexpr, SYNC: tl.constexpr, ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr,
+    HAS_BETA: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
+    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """The whole training forward of one feature (rows orientation) in one cluster of CLUSTER CTAs, x read
+    once: CTA ``rank`` loads its BLOCK_O outer x BLOCK_I inner lanes (the ``rank``-th tile of that size)
+    and keeps them in registers; its shifted sums go to the workspace's partial rows (slice ``rank``);
+    after a cluster barrier every CTA adds the CLUSTER slices in order (the same sums on every CTA),
+    finishes the statistics (rank 0 writes the saved ones and the running averages) and normalizes
+    the lanes it holds. SYNC: the barrier (False only under the interpreter, which runs programs one at a
+    time and has no inline assembly; there CLUSTER is 1). On the GPU it is there for CLUSTER 1 too (every
+    CTA is a cluster of one): the lanes' offsets are recomputed from its opaque token after it."""
+    pid = tl.program_id(0)
+    rank = pid % CLUSTER
+    f, f_valid = feature_lanes(pid // CLUSTER, feature_total, 1, INDEX_64)
+    fx = dim_offsets(f, F_DIMS, f_sizes, f_x)
+    fp = dim_offsets(f, F_DIMS, f_sizes, f_param)
+    # the one feature's shift (its first element), scale and bias as scalars: broadcast free (a [1] vector
+    # broadcast to the tile took a layout conversion of the whole tile through shared memory); loaded first,
+    # so that nothing after the barrier waits on them
+    x0 = tl.sum(tl.load(x_ptr + fx, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    scale = tl.sum(tl.load(scale_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    b = tl.sum(tl.load(bias_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    outer, inner, r_valid = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
+    valid = r_valid[:, None] & f_valid[None, :]
+    x = tl.load(x_ptr + (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)[:, None]
+                         + fx[None, :]), mask=valid, other=0.0)
+    d = tl.where(valid, x.to(COMPUTE) - x0, 0.0)
+    # the feature's partial sums side by side (its cluster reads them back in one 64-byte round):
+    # sum(x - x0) of ranks 0 .. CLUSTER - 1, then sum((x - x0)^2)
+    partial = workspace(work_ptr, COMPUTE) + PARTIAL_ROW * feature_total + (pid // CLUSTER) * (2 * CLUSTER)
+    tl.store(partial + rank + f * 0, tl.sum(d, 0), mask=f_valid)
+    tl.store(partial + CLUSTER + rank + f * 0, tl.sum(d * d, 0), mask=f_valid)
+    token = rank * 0
+    if SYNC:
+        token = cluster_barrier(token)
+    ranks = tl.arange(0, CLUSTER) + token
+    n = tl.cast(count, COMPUTE)
+    mean, var = shifted_statistics(tl.sum(tl.load(partial + ranks), 0), tl.sum(tl.load(partial + CLUSTER + ranks), 0),
+                                   n, x0)
+    inv_std = inverse_std(var, epsilon, COMPUTE)
+    # the lanes again, from the barrier's token: recomputed, not held in registers through the barrier
+    outer, inner, r_valid = tile_lanes(rank + token, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
+    valid = r_valid[:, None] & f_valid[None, :]
+    z = x
+    if ADD_Z:  # loaded only now: during the statistics the registers hold x alone
+        rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
+        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
+    normalize_tile(x, z, mean, scale * inv_std, b, y_ptr, mask_ptr, valid, rank, f, f_valid, outer, inner,
+                   outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
+                   ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
+                   INDEX_64)
+    # last: rank 0's loads of the running averages hold up nothing
+    record_statistics(mean, var, inv_std, n, mean_ptr, var_ptr, saved_mean_ptr + fp, saved_inv_ptr + fp, fp,
+                      f_valid & (rank == 0), factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
 
 
 @triton.jit
@@ -460,6 +571,12 @@ class BatchNormPlan:
     mask_strides: tuple[int, int]
     compute_bytes: int
     index_64: bool  # some offset may pass 2**31: 64-bit index arithmetic
+    one_read: tuple[int, int, int] = (0, 0, 0)  # (CTAs per feature, BLOCK_O, BLOCK_I) of the one-read forward
+
+    @property
+    def interpreted(self) -> bool:
+        """Whether Triton's CPU interpreter runs the kernels (one program after another)."""
+        return isinstance(bn_one_read_forward_kernel, InterpretedFunction)
 
     @property
     def outer_total(self) -> int:
@@ -549,8 +666,27 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     index_64 = max(*extents, reserve_size(problem)) >= 2**31 - TILE
     plan = BatchNormPlan(tuple(outer), inner, tuple(feature_dims), block_o, block_i, block_f, 1, mask_strides,
                          problem.compute_dtype.itemsize, index_64)
+    if rows and problem.direction is Direction.TRAINING:
+        limit = 1 if plan.interpreted else MAX_CLUSTER
+        one_read = _one_read_split(plan.outer_total, inner_size, ONE_READ_TILE // (2 if problem.z else 1), limit)
+        if one_read[0]:  # its partial sums: one slice per CTA of a feature
+            return dataclasses.replace(plan, splits=one_read[0], one_read=one_read)
     splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
     return dataclasses.replace(plan, splits=splits)
+
+
+def _one_read_split(outer_total: int, inner_total: int, elements: int, limit: int) -> tuple[int, int, int]:
+    """(CTAs per feature, BLOCK_O, BLOCK_I) of the one-read forward: the fewest CTAs, a power of two up to
+    ``limit`` (1 under the interpreter, which runs programs one after another: no CTA can wait on another),
+    whose tiles of at most ``elements`` lanes (whole rows) cover a feature. (0, 0, 0) when none do."""
+    block_i = triton.next_power_of_2(inner_total)
+    cluster = 1
+    while cluster <= limit:
+        block_o = triton.next_power_of_2(triton.cdiv(outer_total, cluster))
+        if block_o * block_i <= elements:
+            return cluster, block_o, block_i
+        cluster *= 2
+    return 0, 0, 0
 
 
 def _row_block(inner: int) -> int:
@@ -627,6 +763,8 @@ def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tupl
     if problem.direction is Direction.INFERENCE:
         return launches.combine("inference"), launches.forward()
     if problem.direction is Direction.TRAINING:
+        if launches.plan.one_read[0]:
+            return (launches.one_read_forward(),)
         return launches.reduce(gradient=False), launches.combine("training"), launches.forward()
     recomputed = not (problem.saved and "saved_mean" in launches.given)  # the statistics, into the workspace
     statistics = (launches.reduce(gradient=False), launches.combine("statistics")) if recomputed else ()
@@ -667,10 +805,8 @@ class _Launches:
     def combine(self, step: str, recomputed: bool = False) -> Launch:
         """The combine of ``step`` ("inference", "training", "statistics", "backward"); the backward's
         statistics are the saved ones or the ``recomputed`` ones in the workspace."""
-        p, given = self.problem, self.given
-        update_mean = step == "training" and "mean" in given
-        update_var = step == "training" and "variance" in given
-        save = step == "statistics" or (step == "training" and "saved_mean" in given and "saved_inv_std" in given)
+        p = self.problem
+        update_mean, update_var, save = self.writes(step)
         block, block_s = self.plan.combine_blocks
         return Launch(bn_combine_kernel, (triton.cdiv(self.plan.feature_total, block),), (
             Slot("workspace"), Slot("x"), self.view("scale"), self.view("bias"), self.view("mean"),
@@ -682,6 +818,32 @@ class _Launches:
             STATS_IN_WORKSPACE=step == "statistics" or recomputed, HAS_BETA_PARAM=p.beta_param != 0.0,
             F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"], BLOCK=block, BLOCK_S=block_s,
             num_warps=4))
+
+    def writes(self, step: str) -> tuple[bool, bool, bool]:
+        """Whether ``step``'s statistics update the running mean, the running variance, and are saved."""
+        given = self.given
+        save = step == "statistics" or (step == "training" and "saved_mean" in given and "saved_inv_std" in given)
+        return step == "training" and "mean" in given, step == "training" and "variance" in given, save
+
+    def one_read_forward(self) -> Launch:
+        """The training forward in one launch, a cluster of CTAs per feature (``bn_one_read_forward_kernel``)."""
+        p = self.problem
+        update_mean, update_var, save = self.writes("training")
+        cluster, block_o, block_i = self.plan.one_read
+        ids = X, Z, OUT
+        return Launch(bn_one_read_forward_kernel, (self.plan.feature_total * cluster,), (
+            Slot("x"), self.view("z"), Slot("out"), self.view("scale"), self.view("bias"), self.view("mean"),
+            self.view("variance"), self.view("saved_mean"), self.view("saved_inv_std"), Slot("workspace"), self.mask,
+            self.outer_sizes, *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids),
+            self.f_sizes, *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides,
+            self.plan.outer_total, self.plan.inner[0], self.plan.feature_total, float(p.count), p.epsilon, p.factor,
+            p.alpha, p.beta, p.activation_coef), dict(
+            CLUSTER=cluster, SYNC=not self.plan.interpreted, ADD_Z="z" in self.given,
+            ACTIVATION=p.activation or "identity",
+            WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, UPDATE_MEAN=update_mean,
+            UPDATE_VAR=update_var, SAVE=save, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
+            COMPUTE=self.blocks["COMPUTE"], BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
+            num_warps=max(1, min(8, block_o * block_i // 512))), cluster=cluster)
 
     def forward(self) -> Launch:
         p = self.problem

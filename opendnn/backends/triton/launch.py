@@ -24,6 +24,14 @@ on it, so it is the runner's stream) and, while no launch hook is registered (``
 registered, another Triton version, or a kernel that is not Triton's own CompiledKernel, the
 runner launches as before.
 
+A cluster launch (``cluster`` > 1, sm_90: CTAs ``cluster * k`` to ``cluster * k + cluster - 1`` form
+one thread-block cluster, co-scheduled, able to wait on each other with ``cluster_barrier``) goes
+through the same C launcher with the cluster size in place of the kernel's ``num_ctas`` in its packed
+metadata: the launcher then asks ``cuLaunchKernelEx`` for clusters of that many CTAs along x (and
+multiplies the grid's x by it, so it is given the number of clusters). The kernel itself is compiled
+as any other (one CTA per program); Triton's runner cannot launch it in clusters, so it is compiled
+without launching (``warmup``) and always launched directly, hooks or not.
+
 Under Triton's CPU interpreter ``kernel[grid](...)`` runs the kernel and returns None: nothing is
 cached, every call goes through the interpreter, and no key is computed.
 """
@@ -38,6 +46,8 @@ from triton import knobs
 from triton.compiler import CompiledKernel
 from triton.runtime import driver
 from triton.runtime.interpreter import InterpretedFunction
+
+from opendnn.core.errors import InternalError
 
 # the launcher's argument layout below is triton 3.6's (CompiledKernel.__getitem__'s runner)
 DIRECT_LAUNCH = triton.__version__.split(".")[:2] == ["3", "6"]
@@ -58,6 +68,7 @@ class Launch:
     grid: tuple[int, ...]
     args: tuple[Any, ...]  # the kernel's leading parameters, tensors as Slots
     options: dict[str, Any]  # the remaining parameters (constexprs) and num_warps / num_stages
+    cluster: int = 1  # CTAs per thread-block cluster along x (grid[0] counts CTAs, a multiple of it)
     compiled: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # (device, pointer keys) -> kernel
 
     def __post_init__(self) -> None:
@@ -69,6 +80,8 @@ class Launch:
         names = self.kernel.arg_names[len(self.args):]
         self.constexprs = tuple(self.options[name] for name in names)
         self.interpreted = isinstance(self.kernel, InterpretedFunction)
+        if self.interpreted and self.cluster > 1:  # the interpreter runs one program after another
+            raise InternalError("a cluster launch cannot run in Triton's interpreter")
 
     def __call__(self, tensors: dict[str, Any]) -> None:
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
@@ -79,15 +92,21 @@ class Launch:
         device = keyed[0].device.index
         key = (device, *[(address % 16 == 0, t.dtype) for address, t in zip(addresses, keyed)])
         kernel: Any = self.compiled.get(key)  # a CompiledKernel, another runner, or None
-        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and not _hooked():
+        if kernel is None and self.cluster > 1:
+            if not DIRECT_LAUNCH:
+                raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
+            kernel = self.compiled[key] = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
+        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and (self.cluster > 1 or not _hooked()):
             # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module
             # docstring), and the pointers as the integers the launcher would ask each tensor for
             args = list(self.args)
             for index, k in self.slot_keys:
                 args[index] = addresses[k]
-            grid = self.grid
-            kernel.run(grid[0], grid[1], grid[2], driver.active.get_current_stream(device), kernel.function,
-                       kernel.packed_metadata, None, None, None, *args, *self.constexprs)
+            grid, metadata = self.grid, kernel.packed_metadata
+            if self.cluster > 1:
+                metadata = (metadata[0], self.cluster, *metadata[2:])
+            kernel.run(grid[0] // self.cluster, grid[1], grid[2], driver.active.get_current_stream(device),
+                       kernel.function, metadata, None, None, None, *args, *self.constexprs)
         elif kernel is None:
             kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
             if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
