@@ -72,9 +72,7 @@ FINAL_BLOCK = 64  # most features per program of the combine
 FINAL_TILE = 2048  # partial sums per load round of the combine
 FINAL_MIN_BLOCK = 8  # fewest features per program of the combine (32 bytes of each slice's row)
 ONE_READ_TILE = 16384  # most data elements a CTA of the one-read forward holds in registers (64 a thread)
-# most CTAs per feature (a cluster) of the one-read forward: sm_90 allows 16, but at 8 and 16 it measured no
-# faster than the three passes on the H200 (batch_norm_notes.md, tenth session), at 4 and below faster
-MAX_CLUSTER = 4
+MAX_CLUSTER = 16  # most CTAs per feature of the one-read forward (sm_90: above 8 is "non-portable", allowed)
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
 STATS_ROW = tl.constexpr(4)  # workspace rows (of feature_total elements): 4 coefficients, mean, inv std,
 PARTIAL_ROW = tl.constexpr(6)  # then the partial sums (2 x splits rows)
@@ -313,8 +311,9 @@ def bn_combine_kernel(
             x0 = tl.load(x_ptr + dim_offsets(f, F_DIMS, f_sizes, f_x), mask=valid, other=0.0).to(COMPUTE)
             mean, var = shifted_statistics(sum1, sum2, n, x0)
         inv_std = inverse_std(var, epsilon, COMPUTE)
-        record_statistics(mean, var, inv_std, n, mean_ptr, var_ptr, mean_at, inv_at, fp, valid, factor,
-                          UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
+        running_mean, running_var = load_running(mean_ptr, var_ptr, fp, valid, UPDATE_MEAN, UPDATE_VAR)
+        record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, mean_at, inv_at, fp,
+                          valid, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
         tl.store(work + f, scale * inv_std, mask=valid)
         tl.store(work + feature_total + f, tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE), mask=valid)
         tl.store(work + 2 * feature_total + f, mean, mask=valid)
@@ -336,20 +335,27 @@ def inverse_std(var, epsilon, COMPUTE: tl.constexpr):
 
 
 @triton.jit
-def record_statistics(mean, var, inv_std, n, mean_ptr, var_ptr, mean_at, inv_at, fp, write, factor,
-                      UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr, COMPUTE: tl.constexpr):
-    """Where ``write``: the saved statistics (SAVE) and the running averages (with the unbiased variance)."""
+def load_running(mean_ptr, var_ptr, fp, read, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr):
+    """The running mean and variance that will be updated (where ``read``), loaded ahead of the update."""
+    return (tl.load(mean_ptr + fp, mask=read & UPDATE_MEAN, other=0.0),
+            tl.load(var_ptr + fp, mask=read & UPDATE_VAR, other=0.0))
+
+
+@triton.jit
+def record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, mean_at, inv_at, fp, write,
+                      factor, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
+                      COMPUTE: tl.constexpr):
+    """Where ``write``: the saved statistics (SAVE) and the running averages (from ``load_running``'s
+    values, with the unbiased variance). Stores only: nothing waits on them."""
     if SAVE:  # training's saved statistics, or the backward's recomputed ones (STEP "statistics")
         tl.store(mean_at, mean, mask=write)
         tl.store(inv_at, inv_std, mask=write)
     keep = 1.0 - tl.cast(factor, COMPUTE)
     if UPDATE_MEAN:
-        running = tl.load(mean_ptr + fp, mask=write, other=0.0)
-        tl.store(mean_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * mean, mask=write)
+        tl.store(mean_ptr + fp, keep * running_mean + tl.cast(factor, COMPUTE) * mean, mask=write)
     if UPDATE_VAR:
         unbiased = var * n / tl.maximum(n - 1.0, 1.0)
-        running = tl.load(var_ptr + fp, mask=write, other=0.0)
-        tl.store(var_ptr + fp, keep * running + tl.cast(factor, COMPUTE) * unbiased, mask=write)
+        tl.store(var_ptr + fp, keep * running_var + tl.cast(factor, COMPUTE) * unbiased, mask=write)
 
 
 @triton.jit
@@ -445,8 +451,11 @@ def bn_one_read_forward_kernel(
     after a cluster barrier every CTA adds the CLUSTER slices in order (the same sums on every CTA),
     finishes the statistics (rank 0 writes the saved ones and the running averages) and normalizes
     the lanes it holds. SYNC: the barrier (False only under the interpreter, which runs programs one at a
-    time and has no inline assembly; there CLUSTER is 1). On the GPU it is there for CLUSTER 1 too (every
-    CTA is a cluster of one): the lanes' offsets are recomputed from its opaque token after it."""
+    time and has no inline assembly; there CLUSTER is 1).
+    Measured on the H200 (batch_norm_notes.md, tenth session): each CTA's partial sums side by side per
+    feature (rank-major rows of features cost 35%), the lanes' offsets kept through the barrier (recomputed
+    after it they took 255 registers), and no load after the normalize: 128 us at 64x256x56x56 float32
+    against 157 for the three passes."""
     pid = tl.program_id(0)
     rank = pid % CLUSTER
     f, f_valid = feature_lanes(pid // CLUSTER, feature_total, 1, INDEX_64)
@@ -454,14 +463,20 @@ def bn_one_read_forward_kernel(
     fp = dim_offsets(f, F_DIMS, f_sizes, f_param)
     # the one feature's shift (its first element), scale and bias as scalars: broadcast free (a [1] vector
     # broadcast to the tile took a layout conversion of the whole tile through shared memory); loaded first,
-    # so that nothing after the barrier waits on them
+    # with the running averages rank 0 updates, so that nothing after the barrier waits on them
     x0 = tl.sum(tl.load(x_ptr + fx, mask=f_valid, other=0.0).to(COMPUTE), 0)
     scale = tl.sum(tl.load(scale_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
     b = tl.sum(tl.load(bias_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    writer = f_valid & (rank == 0)
+    running_mean, running_var = load_running(mean_ptr, var_ptr, fp, writer, UPDATE_MEAN, UPDATE_VAR)
     outer, inner, r_valid = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
     valid = r_valid[:, None] & f_valid[None, :]
     x = tl.load(x_ptr + (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)[:, None]
                          + fx[None, :]), mask=valid, other=0.0)
+    z = x
+    if ADD_Z:  # with x, ahead of the barrier (loaded after it, the CTA idled a DRAM round trip: 18-26% slower)
+        rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
+        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
     d = tl.where(valid, x.to(COMPUTE) - x0, 0.0)
     # the feature's partial sums side by side (its cluster reads them back in one 64-byte round):
     # sum(x - x0) of ranks 0 .. CLUSTER - 1, then sum((x - x0)^2)
@@ -476,20 +491,14 @@ def bn_one_read_forward_kernel(
     mean, var = shifted_statistics(tl.sum(tl.load(partial + ranks), 0), tl.sum(tl.load(partial + CLUSTER + ranks), 0),
                                    n, x0)
     inv_std = inverse_std(var, epsilon, COMPUTE)
-    # the lanes again, from the barrier's token: recomputed, not held in registers through the barrier
-    outer, inner, r_valid = tile_lanes(rank + token, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
-    valid = r_valid[:, None] & f_valid[None, :]
-    z = x
-    if ADD_Z:  # loaded only now: during the statistics the registers hold x alone
-        rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
-        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
     normalize_tile(x, z, mean, scale * inv_std, b, y_ptr, mask_ptr, valid, rank, f, f_valid, outer, inner,
                    outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
                    ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
                    INDEX_64)
-    # last: rank 0's loads of the running averages hold up nothing
-    record_statistics(mean, var, inv_std, n, mean_ptr, var_ptr, saved_mean_ptr + fp, saved_inv_ptr + fp, fp,
-                      f_valid & (rank == 0), factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
+    # rank 0 writes the statistics, stores only: a CTA that waited on a load here kept its cluster's
+    # successor from starting (the running averages were loaded first)
+    record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, saved_mean_ptr + fp,
+                      saved_inv_ptr + fp, fp, writer, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
 
 
 @triton.jit
