@@ -303,9 +303,11 @@ def test_triton_one_read_split_fits_a_feature_in_one_cluster():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_triton_one_read_forward_matches_torch(dtype):
-    """NCHW planes of 32: each feature fits one program, so the training forward is one launch (statistics,
-    saved statistics, running averages, alpha / beta blending of y)."""
+@pytest.mark.parametrize("plane", [(4, 8), (5, 7)])
+def test_triton_one_read_forward_matches_torch(dtype, plane):
+    """NCHW planes of 32 and of 35 (rows of any length where no mask is kept): each feature fits one program,
+    so the training forward is one launch (statistics, saved statistics, running averages, alpha / beta
+    blending of y)."""
     from opendnn.backends.triton.batch_norm import bn_launches
 
     handle = od.create("cpu", backend="triton")
@@ -314,8 +316,8 @@ def test_triton_one_read_forward_matches_torch(dtype):
     torch_mean, torch_var = mean.double(), var.double()
     param = od.TensorDescriptor("float32", (1, 4, 1, 1))
     for step in range(2):
-        x = (random(3, 4, 4, 8, seed=10 + step) * (step + 1)).to(dtype)
-        y0 = random(3, 4, 4, 8, seed=20 + step).to(dtype)
+        x = (random(3, 4, *plane, seed=10 + step) * (step + 1)).to(dtype)
+        y0 = random(3, 4, *plane, seed=20 + step).to(dtype)
         y = y0.clone()
         saved_mean, saved_inv = torch.full((4,), float("nan")), torch.full((4,), float("nan"))
         od.batch_normalization_forward_training(handle, SPATIAL, 0.5, 0.25, desc(x), x, desc(y), y, param, weight,

@@ -107,11 +107,12 @@ def one_read_cluster(x, with_z=False):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape, cluster", [((64, 32, 56, 56), 16), ((33, 24, 30, 40), 8), ((64, 40, 28, 28), 4),
-                                            ((32, 16, 28, 28), 2), ((8, 24, 28, 28), 1), ((64, 8, 112, 112), 0)])
+                                            ((32, 16, 28, 28), 2), ((8, 24, 28, 28), 1), ((64, 8, 112, 112), 0),
+                                            ((256, 16, 14, 14), 4), ((64, 40, 14, 14), 1), ((128, 24, 7, 7), 1)])
 def test_one_read_forward_in_clusters_matches_torch_on_gpu(dtype, shape, cluster):
     """The training forward with each feature in one cluster of CTAs (x read once), 33 rows of 1200 in 8 CTAs
-    of 8 x 2048 lanes included, and the three passes where a feature needs more than 16 CTAs (cluster 0): y,
-    the saved statistics and the running averages against float64."""
+    of 8 x 2048 lanes and rows of 196 and 49 included, and the three passes where a feature needs more than
+    16 CTAs (cluster 0): y, the saved statistics and the running averages against float64."""
     x = torch.randn(shape, device=DEVICE).mul_(2).add_(3).to(dtype)
     assert one_read_cluster(x) == cluster
     channels = shape[1]

@@ -583,11 +583,6 @@ class BatchNormPlan:
     one_read: tuple[int, int, int] = (0, 0, 0)  # (CTAs per feature, BLOCK_O, BLOCK_I) of the one-read forward
 
     @property
-    def interpreted(self) -> bool:
-        """Whether Triton's CPU interpreter runs the kernels (one program after another)."""
-        return isinstance(bn_one_read_forward_kernel, InterpretedFunction)
-
-    @property
     def outer_total(self) -> int:
         return math.prod(size for size, _ in self.outer)
 
@@ -660,7 +655,14 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     feature_dims = feature_dims or [(1, (0,) * 5)]
     mask_strides = _mask_strides(problem)
     inner_size, inner_strides = reduced[-1]
-    rows = mask_strides[0] == 1 and inner_size % 8 == 0 and inner_strides[0] == 1
+    contiguous_rows = mask_strides[0] == 1 and inner_strides[0] == 1  # x's innermost reduced dim: NCHW-like
+    one_read = (0, 0, 0)
+    if contiguous_rows and problem.direction is Direction.TRAINING and (inner_size % 8 == 0 or not problem.reserve):
+        # rows of any length where no mask is written (a mask byte holds 8 lanes of one row)
+        limit = 1 if interpreted() else MAX_CLUSTER
+        one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,
+                                   ONE_READ_TILE // (2 if problem.z else 1), limit)
+    rows = contiguous_rows and (inner_size % 8 == 0 or one_read[0] > 0)
     if rows:
         outer, inner = reduced[:-1] or [(1, (0,) * 4)], (inner_size, inner_strides)
         block_i = _row_block(inner_size)
@@ -674,14 +676,16 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     extents = [d.extent for d in (x, problem.out, problem.z, problem.dy) if d is not None]
     index_64 = max(*extents, reserve_size(problem)) >= 2**31 - TILE
     plan = BatchNormPlan(tuple(outer), inner, tuple(feature_dims), block_o, block_i, block_f, 1, mask_strides,
-                         problem.compute_dtype.itemsize, index_64)
-    if rows and problem.direction is Direction.TRAINING:
-        limit = 1 if plan.interpreted else MAX_CLUSTER
-        one_read = _one_read_split(plan.outer_total, inner_size, ONE_READ_TILE // (2 if problem.z else 1), limit)
-        if one_read[0]:  # its partial sums: one slice per CTA of a feature
-            return dataclasses.replace(plan, splits=one_read[0], one_read=one_read)
+                         problem.compute_dtype.itemsize, index_64, one_read)
+    if one_read[0]:  # its partial sums: one slice per CTA of a feature
+        return dataclasses.replace(plan, splits=one_read[0])
     splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
     return dataclasses.replace(plan, splits=splits)
+
+
+def interpreted() -> bool:
+    """Whether Triton's CPU interpreter runs the kernels (one program after another)."""
+    return isinstance(bn_one_read_forward_kernel, InterpretedFunction)
 
 
 def _one_read_split(outer_total: int, inner_total: int, elements: int, limit: int) -> tuple[int, int, int]:
@@ -847,7 +851,7 @@ class _Launches:
             self.f_sizes, *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides,
             self.plan.outer_total, self.plan.inner[0], self.plan.feature_total, float(p.count), p.epsilon, p.factor,
             p.alpha, p.beta, p.activation_coef), dict(
-            CLUSTER=cluster, SYNC=not self.plan.interpreted, ADD_Z="z" in self.given,
+            CLUSTER=cluster, SYNC=not interpreted(), ADD_Z="z" in self.given,
             ACTIVATION=p.activation or "identity",
             WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, UPDATE_MEAN=update_mean,
             UPDATE_VAR=update_var, SAVE=save, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
