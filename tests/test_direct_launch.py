@@ -102,6 +102,43 @@ def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
     assert args[7] is knobs.runtime.launch_enter_hook and args[6] is not None  # the runner's hook chain and metadata
 
 
+class _ClusterKernel(_Kernel):
+    """A stand-in whose ``warmup`` compiles without launching (records the call); ``kernel[grid]`` is refused:
+    Triton's runner would launch each CTA on its own, not in clusters."""
+
+    def __init__(self, compiled: CompiledKernel) -> None:
+        super().__init__(compiled)
+        self.warmed: list = []
+
+    def warmup(self, *args, grid, **options):
+        self.warmed.append((args, grid, options))
+        return self.compiled
+
+    def __getitem__(self, grid):
+        raise AssertionError("a cluster launch went through Triton's runner")
+
+
+def test_a_cluster_launch_compiles_without_launching_and_asks_for_clusters(fake_driver):
+    """``cluster`` 4 over 12 CTAs: the launcher gets 3 along x (it multiplies by the cluster size) and the
+    cluster size in place of num_ctas in the packed metadata, on the first call too, hook or not."""
+    calls, seen = [], []
+    stand_in = _ClusterKernel(_compiled(calls))
+    tensors = {"x": _Tensor(4096)}
+    launch = Launch(stand_in, (12,), (Slot("x"), Slot("x"), 5), {"BLOCK": 64, "num_warps": 4}, cluster=4)
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        launch(tensors)
+        launch(tensors)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(stand_in.warmed) == 1 and stand_in.warmed[0][1] == (12, 1, 1)
+    assert len(calls) == 2 and not seen
+    for args in calls:
+        assert args[:6] == (3, 1, 1, STREAM, 0xF00, (4, 4, 0)) and args[6:9] == (None, None, None)
+        assert args[9:] == (4096, 4096, 5, 64)
+
+
 def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_graph_is_captured(monkeypatch):
     """The scratch of device-built TMA descriptors (``triton.set_allocator``'s hook): one buffer per
     (device, stream), grown when a launch needs more, never kept while a CUDA graph is captured (the

@@ -1,10 +1,12 @@
 """Batch normalization (training and inference forward, backward, the Ex forms with add + relu):
-a split reduction, a tiny per-feature combine, and an elementwise pass.
+a split reduction, a tiny per-feature combine, and an elementwise pass; or, for the training forward
+of NCHW-like layouts whose features fit 16 CTAs' registers, one kernel reading x once
+(``bn_one_read_forward_kernel``: a thread-block cluster per feature, sm_90).
 
 Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
 - training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
   (and one bit of mask): 3b bytes (4b with z). The benchmarks count 3b (read x twice, write y),
-  as the cuDNN anchors do; the fewest bytes any method moves is 2b.
+  as the cuDNN anchors do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
 - inference: reads x, writes y: 2b.
 - backward: the gradient pass reads x and dy (and the mask bit), the elementwise pass reads them again
   and writes dx (and dz): 5b (6b with dz).
