@@ -335,3 +335,59 @@ def test_triton_one_read_forward_matches_torch(dtype, plane):
     problem = bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, desc(x), desc(x), param, EPS)
     launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields))[0]
     assert [launch.kernel.fn.__name__ for launch in launches] == ["bn_one_read_forward_kernel"]
+
+
+@pytest.mark.parametrize("plane", [(4, 8), (5, 7)])
+def test_triton_one_read_backward_matches_torch(plane):
+    """The backward with saved statistics in one launch (NCHW rows of 32 and 35): dx, dscale and dbias
+    against float64 autograd, each blended with alpha / beta."""
+    from opendnn.backends.triton.batch_norm import bn_launches
+
+    handle = od.create("cpu", backend="triton")
+    x, dy = random(3, 4, *plane, seed=1).float(), random(3, 4, *plane, seed=2).float()
+    weight = random(4, seed=3).float()
+    xr, wr = x.double().requires_grad_(), weight.double().requires_grad_()
+    TF.batch_norm(xr, None, None, wr, torch.zeros(4, dtype=torch.float64), True, eps=EPS).backward(dy.double())
+    saved_mean = x.double().mean((0, 2, 3)).float()
+    saved_inv = (x.double().var((0, 2, 3), unbiased=False) + EPS).rsqrt().float()
+    dx0, dscale0, dbias0 = random(3, 4, *plane, seed=4).float(), random(4, seed=5).float(), random(4, seed=6).float()
+    dx, dscale, dbias = dx0.clone(), dscale0.clone(), dbias0.clone()
+    param = od.TensorDescriptor("float32", (1, 4, 1, 1))
+    od.batch_normalization_backward(handle, SPATIAL, 0.5, 0.25, 2.0, 0.75, desc(x), x, desc(dy), dy, desc(dx), dx,
+                                    param, weight, dscale, dbias, EPS, saved_mean, saved_inv)
+    torch.testing.assert_close(dx.double(), 0.5 * xr.grad + 0.25 * dx0.double(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dscale.double(), 2.0 * wr.grad + 0.75 * dscale0.double(), rtol=1e-5, atol=1e-5)
+    expected_dbias = 2.0 * dy.double().sum((0, 2, 3)) + 0.75 * dbias0.double()
+    torch.testing.assert_close(dbias.double(), expected_dbias, rtol=1e-5, atol=1e-5)
+    problem = bn.batch_norm_problem(bn.Direction.BACKWARD, SPATIAL, desc(x), desc(x), param, EPS, dy_desc=desc(dy),
+                                    alpha=0.5, beta=0.25, alpha_param=2.0, beta_param=0.75, saved=True)
+    launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields))[0]
+    assert [launch.kernel.fn.__name__ for launch in launches] == ["bn_one_read_backward_kernel"]
+
+
+def test_triton_workspace_queries_describe_the_calls_problems_as_planned_for_a_gpu(monkeypatch):
+    """The Ex size queries build the problem the call builds (its relu mask included), so they give what
+    the call's plan needs. Planned as on a GPU (clusters of up to 16 CTAs; nothing is run): an odd plane
+    with a mask takes the three passes, an even one the one-read kernels."""
+    from opendnn.api import batch_norm as api
+    from opendnn.backends.triton import batch_norm as triton_bn
+
+    monkeypatch.setattr(triton_bn, "interpreted", lambda: False)
+    triton_bn.bn_plan.cache_clear()
+    try:
+        handle = od.create("cpu", backend="triton")
+        ops, act = od.BatchNormOps.BN_ADD_ACTIVATION, od.ActivationDescriptor(od.ActivationMode.RELU)
+        for shape, one_read in (((32, 67, 7, 7), 0), ((16, 96, 28, 28), 2)):
+            x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", *shape)
+            param = od.derive_bn_tensor_descriptor(x, SPATIAL)
+            forward = api.training_ex_problem(SPATIAL, ops, 1.0, 0.0, x, x, x, param, 0.1, EPS, act,
+                                              running=(True, True), saved=(True, True))
+            backward = api.backward_ex_problem(SPATIAL, ops, 1.0, 0.0, 1.0, 0.0, x, x, x, x, param, EPS, act,
+                                               saved=(True, True))
+            assert triton_bn.bn_plan(forward).one_read[0] == one_read
+            assert od.get_batch_normalization_forward_training_ex_workspace_size(
+                handle, SPATIAL, ops, x, x, x, param, act) == triton_bn.workspace_size(forward)
+            assert od.get_batch_normalization_backward_ex_workspace_size(
+                handle, SPATIAL, ops, x, x, x, x, x, param, act) == triton_bn.workspace_size(backward)
+    finally:
+        triton_bn.bn_plan.cache_clear()

@@ -109,10 +109,11 @@ def one_read_cluster(x, with_z=False):
 @pytest.mark.parametrize("shape, cluster", [((64, 32, 56, 56), 16), ((33, 24, 30, 40), 8), ((64, 40, 28, 28), 4),
                                             ((32, 16, 28, 28), 2), ((8, 24, 28, 28), 1), ((64, 8, 112, 112), 0),
                                             ((256, 16, 14, 14), 4), ((64, 40, 14, 14), 1), ((128, 24, 7, 7), 1)])
-def test_one_read_forward_in_clusters_matches_torch_on_gpu(dtype, shape, cluster):
-    """The training forward with each feature in one cluster of CTAs (x read once), 33 rows of 1200 in 8 CTAs
-    of 8 x 2048 lanes and rows of 196 and 49 included, and the three passes where a feature needs more than
-    16 CTAs (cluster 0): y, the saved statistics and the running averages against float64."""
+def test_one_read_forward_and_backward_in_clusters_match_torch_on_gpu(dtype, shape, cluster):
+    """The training forward and the backward with its saved statistics, each feature in one cluster of CTAs
+    (x, and dy, read once), 33 rows of 1200 in 8 CTAs of 8 x 2048 lanes and rows of 196 and 49 included,
+    and the three passes where a feature needs more than 16 CTAs (cluster 0): y, the saved statistics, the
+    running averages, dx, dscale and dbias against float64."""
     x = torch.randn(shape, device=DEVICE).mul_(2).add_(3).to(dtype)
     assert one_read_cluster(x) == cluster
     channels = shape[1]
@@ -132,11 +133,20 @@ def test_one_read_forward_in_clusters_matches_torch_on_gpu(dtype, shape, cluster
     assert error(saved_mean, xd.mean((0, 2, 3))) < 1e-6
     assert error(saved_inv, (xd.var((0, 2, 3), unbiased=False) + 1e-5).rsqrt()) < 1e-6
     assert error(mean, torch_mean) < 1e-6 and error(var, torch_var) < 1e-6
+    dy = torch.randn_like(x)
+    xr, wr = xd.requires_grad_(), weight.double().requires_grad_()
+    TF.batch_norm(xr, None, None, wr, bias.double(), True, eps=1e-5).backward(dy.double())
+    dx = torch.full_like(x, float("nan"))
+    dweight, dbias = torch.full_like(weight, float("nan")), torch.full_like(weight, float("nan"))
+    od.batch_normalization_backward(od.create(DEVICE), od.BatchNormMode.SPATIAL, 1.0, 0.0, 1.0, 0.0, x_desc, x,
+                                    x_desc, dy, x_desc, dx, param, weight, dweight, dbias, 1e-5, saved_mean, saved_inv)
+    assert error(dx, xr.grad) < TOLERANCE[dtype]
+    assert error(dweight, wr.grad) < 1e-4 and error(dbias, dy.double().sum((0, 2, 3))) < 1e-5
 
 
 def test_one_read_add_relu_mask_feeds_the_backward_on_gpu():
-    """BN + add + relu, NCHW, forward in clusters of 4 (the relu mask bits written there), backward through
-    the three passes reading them: against float64 autograd."""
+    """BN + add + relu, NCHW, forward in clusters of 4 (the relu mask bits written there), backward in
+    clusters of 2 reading them: against float64 autograd."""
     x = torch.randn(32, 64, 28, 28, device=DEVICE).mul_(2).add_(1)
     z, dy = torch.randn_like(x), torch.randn_like(x)
     assert one_read_cluster(x, with_z=True) == 4

@@ -226,7 +226,8 @@ def get_batch_normalization_forward_training_ex_workspace_size(
     """Bytes of workspace batch_normalization_forward_training_ex needs on this handle's backend
     (partial sums of the statistics on the Triton backend; none on NumPy)."""
     problem = batch_norm_problem(Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc,
-                                 BN_QUERY_EPSILON, ops=bn_ops, z_desc=z_desc, **_activation(activation_desc))
+                                 BN_QUERY_EPSILON, ops=bn_ops, z_desc=z_desc, **_activation(activation_desc),
+                                 reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)  # as the call's problem
     return _backend(handle).workspace_size(problem)
 
 
@@ -238,7 +239,8 @@ def get_batch_normalization_backward_ex_workspace_size(
     """Bytes of workspace batch_normalization_backward_ex needs (enough to recompute the statistics
     too, when the saved ones are not given)."""
     problem = batch_norm_problem(Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, BN_QUERY_EPSILON,
-                                 ops=bn_ops, z_desc=dz_desc, dy_desc=dy_desc, **_activation(activation_desc))
+                                 ops=bn_ops, z_desc=dz_desc, dy_desc=dy_desc, **_activation(activation_desc),
+                                 reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)  # as the call's problem
     return _backend(handle).workspace_size(problem)
 
 

@@ -292,17 +292,12 @@ def bn_combine_kernel(
     if STEP == "backward":
         mean = tl.load(mean_at, mask=valid, other=0.0).to(COMPUTE)
         inv_std = tl.load(inv_at, mask=valid, other=0.0).to(COMPUTE)
-        dscale = tl.cast(alpha_param, COMPUTE) * sum2 * inv_std
-        dbias = tl.cast(alpha_param, COMPUTE) * sum1
-        if HAS_BETA_PARAM:
-            dscale += tl.cast(beta_param, COMPUTE) * tl.load(dscale_ptr + fp, mask=valid, other=0.0)
-            dbias += tl.cast(beta_param, COMPUTE) * tl.load(dbias_ptr + fp, mask=valid, other=0.0)
-        tl.store(dscale_ptr + fp, dscale, mask=valid)
-        tl.store(dbias_ptr + fp, dbias, mask=valid)
-        k1 = scale * inv_std
-        k2 = -k1 * inv_std * inv_std * sum2 / n
+        old_dscale, old_dbias = load_old_gradients(dscale_ptr, dbias_ptr, fp, valid, HAS_BETA_PARAM)
+        record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, valid, alpha_param,
+                         beta_param, HAS_BETA_PARAM, COMPUTE)
+        k1, k2, k3 = gradient_coefficients(sum1, sum2, n, scale, inv_std)
         tl.store(work + f, k1, mask=valid)
-        tl.store(work + feature_total + f, -k1 * sum1 / n, mask=valid)
+        tl.store(work + feature_total + f, k3, mask=valid)
         tl.store(work + 2 * feature_total + f, mean, mask=valid)
         tl.store(work + 3 * feature_total + f, k2, mask=valid)
     else:
@@ -319,6 +314,34 @@ def bn_combine_kernel(
         tl.store(work + f, scale * inv_std, mask=valid)
         tl.store(work + feature_total + f, tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE), mask=valid)
         tl.store(work + 2 * feature_total + f, mean, mask=valid)
+
+
+@triton.jit
+def load_old_gradients(dscale_ptr, dbias_ptr, fp, read, HAS_BETA_PARAM: tl.constexpr):
+    """The scale and bias gradients a backward blends with (beta_param), loaded ahead of the update."""
+    return (tl.load(dscale_ptr + fp, mask=read & HAS_BETA_PARAM, other=0.0),
+            tl.load(dbias_ptr + fp, mask=read & HAS_BETA_PARAM, other=0.0))
+
+
+@triton.jit
+def record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, write, alpha_param,
+                     beta_param, HAS_BETA_PARAM: tl.constexpr, COMPUTE: tl.constexpr):
+    """Where ``write``: dscale = alpha_param * sum(g (x - mean)) * inv_std, dbias = alpha_param * sum(g),
+    each + beta_param * its old value (``load_old_gradients``)."""
+    dscale = tl.cast(alpha_param, COMPUTE) * sum2 * inv_std
+    dbias = tl.cast(alpha_param, COMPUTE) * sum1
+    if HAS_BETA_PARAM:
+        dscale += tl.cast(beta_param, COMPUTE) * old_dscale
+        dbias += tl.cast(beta_param, COMPUTE) * old_dbias
+    tl.store(dscale_ptr + fp, dscale, mask=write)
+    tl.store(dbias_ptr + fp, dbias, mask=write)
+
+
+@triton.jit
+def gradient_coefficients(sum1, sum2, n, scale, inv_std):
+    """(k1, k2, k3) of dx = k1 g + k2 (x - mean) + k3, from sum(g) and sum(g (x - mean)) over n elements."""
+    k1 = scale * inv_std
+    return k1, -k1 * inv_std * inv_std * sum2 / n, -k1 * sum1 / n
 
 
 @triton.jit
@@ -436,6 +459,22 @@ def cluster_barrier(token):
 
 
 @triton.jit
+def cluster_sums(part1, part2, work_ptr, pid, rank, f, f_valid, feature_total, CLUSTER: tl.constexpr,
+                 SYNC: tl.constexpr, COMPUTE: tl.constexpr):
+    """Two sums of one feature over its cluster: each CTA's parts go side by side into the workspace (the
+    cluster reads them back in one 64-byte round; rank-major rows of features measured 35% slower), a
+    cluster barrier (SYNC), then every CTA adds the CLUSTER pairs in order: the same sums on every CTA."""
+    partial = workspace(work_ptr, COMPUTE) + PARTIAL_ROW * feature_total + (pid // CLUSTER) * (2 * CLUSTER)
+    tl.store(partial + rank + f * 0, part1, mask=f_valid)
+    tl.store(partial + CLUSTER + rank + f * 0, part2, mask=f_valid)
+    token = rank * 0
+    if SYNC:
+        token = cluster_barrier(token)
+    ranks = tl.arange(0, CLUSTER) + token  # loads after the barrier: their addresses come from its token
+    return tl.sum(tl.load(partial + ranks), 0), tl.sum(tl.load(partial + CLUSTER + ranks), 0)
+
+
+@triton.jit
 def bn_one_read_forward_kernel(
     x_ptr, z_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr, work_ptr, mask_ptr,
     outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, f_param, mask_strides,
@@ -480,18 +519,10 @@ def bn_one_read_forward_kernel(
         rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
         z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
     d = tl.where(valid, x.to(COMPUTE) - x0, 0.0)
-    # the feature's partial sums side by side (its cluster reads them back in one 64-byte round):
-    # sum(x - x0) of ranks 0 .. CLUSTER - 1, then sum((x - x0)^2)
-    partial = workspace(work_ptr, COMPUTE) + PARTIAL_ROW * feature_total + (pid // CLUSTER) * (2 * CLUSTER)
-    tl.store(partial + rank + f * 0, tl.sum(d, 0), mask=f_valid)
-    tl.store(partial + CLUSTER + rank + f * 0, tl.sum(d * d, 0), mask=f_valid)
-    token = rank * 0
-    if SYNC:
-        token = cluster_barrier(token)
-    ranks = tl.arange(0, CLUSTER) + token
+    sum1, sum2 = cluster_sums(tl.sum(d, 0), tl.sum(d * d, 0), work_ptr, pid, rank, f, f_valid, feature_total,
+                              CLUSTER, SYNC, COMPUTE)
     n = tl.cast(count, COMPUTE)
-    mean, var = shifted_statistics(tl.sum(tl.load(partial + ranks), 0), tl.sum(tl.load(partial + CLUSTER + ranks), 0),
-                                   n, x0)
+    mean, var = shifted_statistics(sum1, sum2, n, x0)
     inv_std = inverse_std(var, epsilon, COMPUTE)
     normalize_tile(x, z, mean, scale * inv_std, b, y_ptr, mask_ptr, valid, rank, f, f_valid, outer, inner,
                    outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
@@ -538,12 +569,31 @@ def bn_backward_kernel(
     k3 = tl.load(coef + feature_total, mask=f_valid, other=0.0)[None, :]
     mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
     k2 = tl.load(coef + 3 * feature_total, mask=f_valid, other=0.0)[None, :]
+    backward_tile(gradient_input(dy, packed, MASKED, COMPUTE), x.to(COMPUTE) - mean, k1, k2, k3, dx_ptr, dz_ptr,
+                  valid, f, outer, inner, outer_sizes, outer_dx, outer_dz, inner_dx, inner_dz, f_sizes, f_dx, f_dz,
+                  alpha, beta, WRITE_DZ, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE)
+
+
+@triton.jit
+def gradient_input(dy, packed, MASKED: tl.constexpr, COMPUTE: tl.constexpr):
+    """g: the gradient reaching the batch norm, dy where the activation's mask bit is set (MASKED)."""
     g = dy.to(COMPUTE)
     if MASKED:
         g = tl.where(unpack_mask_bits(packed), g, 0.0)
+    return g
+
+
+@triton.jit
+def backward_tile(
+    g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz, inner_dx,
+    inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+):
+    """A tile of dx = alpha * (k1 g + k2 (x - mean) + k3) + beta * dx and dz = alpha * g + beta * dz
+    (k1, k2, k3: rows of the features, or scalars for one feature; ``centred``: x - mean)."""
     rdx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dx, inner_dx)
     dx_offsets = rdx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dx)[None, :]
-    dx = (k1 * g + k2 * (x.to(COMPUTE) - mean) + k3) * tl.cast(alpha, COMPUTE)
+    dx = (k1 * g + k2 * centred + k3) * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         dx += tl.cast(beta, COMPUTE) * tl.load(dx_ptr + dx_offsets, mask=valid, other=0.0).to(COMPUTE)
     tl.store(dx_ptr + dx_offsets, dx.to(dx_ptr.dtype.element_ty), mask=valid)
@@ -554,6 +604,48 @@ def bn_backward_kernel(
         if HAS_BETA:
             dz += tl.cast(beta, COMPUTE) * tl.load(dz_ptr + dz_offsets, mask=valid, other=0.0).to(COMPUTE)
         tl.store(dz_ptr + dz_offsets, dz.to(dz_ptr.dtype.element_ty), mask=valid)
+
+
+@triton.jit
+def bn_one_read_backward_kernel(
+    x_ptr, dy_ptr, dx_ptr, dz_ptr, scale_ptr, saved_mean_ptr, saved_inv_ptr, dscale_ptr, dbias_ptr, work_ptr,
+    mask_ptr, outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
+    f_sizes, f_x, f_dy, f_dx, f_dz, f_param, mask_strides, outer_total, inner_total, feature_total,
+    count: tl.float64, alpha: tl.float64, beta: tl.float64, alpha_param: tl.float64, beta_param: tl.float64,
+    CLUSTER: tl.constexpr, SYNC: tl.constexpr, MASKED: tl.constexpr, WRITE_DZ: tl.constexpr,
+    HAS_BETA: tl.constexpr, HAS_BETA_PARAM: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+):
+    """The whole backward of one feature with its saved statistics, x and dy read once: laid out as
+    ``bn_one_read_forward_kernel`` (a cluster of CLUSTER CTAs per feature, CTA ``rank`` holding its tile of
+    x and dy in registers). Each CTA's sum(g) and sum(g (x - mean)) go side by side into the workspace;
+    after the cluster barrier every CTA adds them in order, writes its dx (and dz), and rank 0 the
+    gradients of scale and bias."""
+    pid = tl.program_id(0)
+    rank = pid % CLUSTER
+    f, f_valid = feature_lanes(pid // CLUSTER, feature_total, 1, INDEX_64)
+    fp = dim_offsets(f, F_DIMS, f_sizes, f_param)
+    # the feature's statistics and scale as scalars, and what rank 0 blends with, loaded first
+    mean = tl.sum(tl.load(saved_mean_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    inv_std = tl.sum(tl.load(saved_inv_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    scale = tl.sum(tl.load(scale_ptr + fp, mask=f_valid, other=0.0).to(COMPUTE), 0)
+    writer = f_valid & (rank == 0)
+    old_dscale, old_dbias = load_old_gradients(dscale_ptr, dbias_ptr, fp, writer, HAS_BETA_PARAM)
+    fx, fdy = dim_offsets(f, F_DIMS, f_sizes, f_x), dim_offsets(f, F_DIMS, f_sizes, f_dy)
+    x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, rank, rank + 1, outer_sizes,
+                                     outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, 1,
+                                     True, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64)
+    outer, inner, _ = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
+    g = gradient_input(dy, packed, MASKED, COMPUTE)
+    centred = tl.where(valid, x.to(COMPUTE) - mean, 0.0)
+    sum1, sum2 = cluster_sums(tl.sum(g, 0), tl.sum(g * centred, 0), work_ptr, pid, rank, f, f_valid, feature_total,
+                              CLUSTER, SYNC, COMPUTE)
+    k1, k2, k3 = gradient_coefficients(sum1, sum2, tl.cast(count, COMPUTE), scale, inv_std)
+    backward_tile(g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz,
+                  inner_dx, inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ, HAS_BETA, OUTER_DIMS, F_DIMS,
+                  COMPUTE)
+    record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, writer, alpha_param,
+                     beta_param, HAS_BETA_PARAM, COMPUTE)
 
 
 # ---- launcher -------------------------------------------------------------------------------------
@@ -659,11 +751,16 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
     inner_size, inner_strides = reduced[-1]
     contiguous_rows = mask_strides[0] == 1 and inner_strides[0] == 1  # x's innermost reduced dim: NCHW-like
     one_read = (0, 0, 0)
-    if contiguous_rows and problem.direction is Direction.TRAINING and (inner_size % 8 == 0 or not problem.reserve):
-        # rows of any length where no mask is written (a mask byte holds 8 lanes of one row)
+    backward = problem.direction is Direction.BACKWARD
+    if (contiguous_rows and (problem.direction is Direction.TRAINING or (backward and x.dtype.itemsize == 4))
+            and (inner_size % 8 == 0 or not problem.reserve)):
+        # rows of any length where no mask is kept (a mask byte holds 8 lanes of one row). The training
+        # forward holds x (and z: half the lanes); the backward x and dy, at 16 warps (one CTA an SM: for
+        # 16-bit data slower than the three passes on the H200, batch_norm_notes.md)
+        holds_z = problem.direction is Direction.TRAINING and problem.z is not None
         limit = 1 if interpreted() else MAX_CLUSTER
         one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,
-                                   ONE_READ_TILE // (2 if problem.z else 1), limit)
+                                   ONE_READ_TILE // (2 if holds_z else 1), limit)
     rows = contiguous_rows and (inner_size % 8 == 0 or one_read[0] > 0)
     if rows:
         outer, inner = reduced[:-1] or [(1, (0,) * 4)], (inner_size, inner_strides)
@@ -782,6 +879,8 @@ def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tupl
             return (launches.one_read_forward(),)
         return launches.reduce(gradient=False), launches.combine("training"), launches.forward()
     recomputed = not (problem.saved and "saved_mean" in launches.given)  # the statistics, into the workspace
+    if launches.plan.one_read[0] and not recomputed:
+        return (launches.one_read_backward(),)
     statistics = (launches.reduce(gradient=False), launches.combine("statistics")) if recomputed else ()
     return (*statistics, launches.reduce(gradient=True, recomputed=recomputed),
             launches.combine("backward", recomputed=recomputed), launches.backward())
@@ -859,6 +958,25 @@ class _Launches:
             UPDATE_VAR=update_var, SAVE=save, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
             COMPUTE=self.blocks["COMPUTE"], BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
             num_warps=max(1, min(8, block_o * block_i // 512))), cluster=cluster)
+
+    def one_read_backward(self) -> Launch:
+        """The backward with saved statistics in one launch, a cluster of CTAs per feature
+        (``bn_one_read_backward_kernel``)."""
+        p = self.problem
+        cluster, block_o, block_i = self.plan.one_read
+        ids = X, DY, OUT, Z
+        return Launch(bn_one_read_backward_kernel, (self.plan.feature_total * cluster,), (
+            Slot("x"), Slot("dy"), Slot("out"), self.view("z"), self.view("scale"), Slot("saved_mean"),
+            Slot("saved_inv_std"), Slot("dscale"), Slot("dbias"), Slot("workspace"), self.mask, self.outer_sizes,
+            *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
+            *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides, self.plan.outer_total,
+            self.plan.inner[0], self.plan.feature_total, float(p.count), p.alpha, p.beta, p.alpha_param,
+            p.beta_param), dict(
+            CLUSTER=cluster, SYNC=not interpreted(), MASKED=p.reserve and "reserve" in self.given,
+            WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0, HAS_BETA_PARAM=p.beta_param != 0.0,
+            OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"],
+            BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
+            num_warps=max(1, min(16, block_o * block_i // 1024))), cluster=cluster)
 
     def forward(self) -> Launch:
         p = self.problem
