@@ -225,9 +225,9 @@ def get_batch_normalization_forward_training_ex_workspace_size(
         activation_desc: ActivationDescriptor | None) -> int:
     """Bytes of workspace batch_normalization_forward_training_ex needs on this handle's backend
     (partial sums of the statistics on the Triton backend; none on NumPy)."""
-    problem = batch_norm_problem(Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc,
-                                 BN_QUERY_EPSILON, ops=bn_ops, z_desc=z_desc, **_activation(activation_desc),
-                                 reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)  # as the call's problem
+    problem = training_ex_problem(mode, bn_ops, 1.0, 0.0, x_desc, z_desc, y_desc, bn_scale_bias_mean_var_desc,
+                                  BN_QUERY_FACTOR, BN_QUERY_EPSILON, activation_desc, running=(False, False),
+                                  saved=(False, False))  # the call's problem (its plan sizes the workspace)
     return _backend(handle).workspace_size(problem)
 
 
@@ -238,9 +238,8 @@ def get_batch_normalization_backward_ex_workspace_size(
         activation_desc: ActivationDescriptor | None) -> int:
     """Bytes of workspace batch_normalization_backward_ex needs (enough to recompute the statistics
     too, when the saved ones are not given)."""
-    problem = batch_norm_problem(Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, BN_QUERY_EPSILON,
-                                 ops=bn_ops, z_desc=dz_desc, dy_desc=dy_desc, **_activation(activation_desc),
-                                 reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)  # as the call's problem
+    problem = backward_ex_problem(mode, bn_ops, 1.0, 0.0, 1.0, 0.0, x_desc, dy_desc, dz_desc, dx_desc,
+                                  d_bn_scale_bias_desc, BN_QUERY_EPSILON, activation_desc, saved=(False, False))
     return _backend(handle).workspace_size(problem)
 
 
@@ -251,13 +250,13 @@ def get_batch_normalization_training_ex_reserve_space_size(
     for BN_ACTIVATION and BN_ADD_ACTIVATION (a bit per element on Triton), 0 for BN."""
     from opendnn.ops.batch_norm import derive_bn_tensor_descriptor
 
-    problem = batch_norm_problem(Direction.TRAINING, mode, x_desc, x_desc, derive_bn_tensor_descriptor(x_desc, mode),
-                                 BN_QUERY_EPSILON, ops=bn_ops, z_desc=x_desc, **_activation(activation_desc),
-                                 reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+    problem = training_ex_problem(mode, bn_ops, 1.0, 0.0, x_desc, x_desc, x_desc,
+                                  derive_bn_tensor_descriptor(x_desc, mode), BN_QUERY_FACTOR, BN_QUERY_EPSILON,
+                                  activation_desc, running=(False, False), saved=(False, False))
     return _backend(handle).reserve_size(problem)
 
 
-BN_QUERY_EPSILON = 1e-5  # the size queries take no epsilon; any valid one
+BN_QUERY_EPSILON, BN_QUERY_FACTOR = 1e-5, 0.0  # the size queries take neither; any valid ones
 AUTOMATIC = object()  # as a workspace: allocate what the backend needs (the calls without Ex, opendnn.functional)
 
 

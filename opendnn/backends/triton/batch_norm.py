@@ -1,7 +1,7 @@
 """Batch normalization (training and inference forward, backward, the Ex forms with add + relu):
-a split reduction, a tiny per-feature combine, and an elementwise pass; or, for the training forward
-of NCHW-like layouts whose features fit 16 CTAs' registers, one kernel reading x once
-(``bn_one_read_forward_kernel``: a thread-block cluster per feature, sm_90).
+a split reduction, a tiny per-feature combine, and an elementwise pass; or, for NCHW-like layouts whose
+features fit 16 CTAs' registers, one kernel reading the data once (``bn_one_read_forward_kernel``, and
+``bn_one_read_backward_kernel`` for float32 with saved statistics: a thread-block cluster per feature, sm_90).
 
 Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
 - training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
@@ -73,8 +73,8 @@ MIN_SLICE_TILES = 4  # tiles each slice of the statistics pass reads at least
 FINAL_BLOCK = 64  # most features per program of the combine
 FINAL_TILE = 2048  # partial sums per load round of the combine
 FINAL_MIN_BLOCK = 8  # fewest features per program of the combine (32 bytes of each slice's row)
-ONE_READ_TILE = 16384  # most data elements a CTA of the one-read forward holds in registers (64 a thread)
-MAX_CLUSTER = 16  # most CTAs per feature of the one-read forward (sm_90: above 8 is "non-portable", allowed)
+ONE_READ_TILE = 16384  # most lanes of each held tensor a CTA of the one-read kernels keeps in registers
+MAX_CLUSTER = 16  # most CTAs per feature of the one-read kernels (sm_90: above 8 is "non-portable", allowed)
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
 STATS_ROW = tl.constexpr(4)  # workspace rows (of feature_total elements): 4 coefficients, mean, inv std,
 PARTIAL_ROW = tl.constexpr(6)  # then the partial sums (2 x splits rows)
@@ -674,7 +674,7 @@ class BatchNormPlan:
     mask_strides: tuple[int, int]
     compute_bytes: int
     index_64: bool  # some offset may pass 2**31: 64-bit index arithmetic
-    one_read: tuple[int, int, int] = (0, 0, 0)  # (CTAs per feature, BLOCK_O, BLOCK_I) of the one-read forward
+    one_read: tuple[int, int, int] = (0, 0, 0)  # (CTAs per feature, BLOCK_O, BLOCK_I) of the one-read kernels
 
     @property
     def outer_total(self) -> int:
@@ -788,7 +788,7 @@ def interpreted() -> bool:
 
 
 def _one_read_split(outer_total: int, inner_total: int, elements: int, limit: int) -> tuple[int, int, int]:
-    """(CTAs per feature, BLOCK_O, BLOCK_I) of the one-read forward: the fewest CTAs, a power of two up to
+    """(CTAs per feature, BLOCK_O, BLOCK_I) of the one-read kernels: the fewest CTAs, a power of two up to
     ``limit`` (1 under the interpreter, which runs programs one after another: no CTA can wait on another),
     whose tiles of at most ``elements`` lanes (whole rows) cover a feature. (0, 0, 0) when none do."""
     block_i = triton.next_power_of_2(inner_total)
