@@ -2,6 +2,8 @@
 several training steps included) and against finite differences, the error rules, the size
 queries, and the Pythonic API on both backends."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -391,3 +393,39 @@ def test_triton_workspace_queries_describe_the_calls_problems_as_planned_for_a_g
                 handle, SPATIAL, ops, x, x, x, x, x, param, act) == triton_bn.workspace_size(backward)
     finally:
         triton_bn.bn_plan.cache_clear()
+
+
+def test_triton_one_read_prefetch_as_planned_for_a_gpu(monkeypatch):
+    """Planned as on a GPU (nothing is run): the one-read kernels ask L2 for a later cluster's tile, one
+    prefetch per 64 bytes, in clusters of 4 CTAs or more; the backward writing dx alone only in clusters of 16
+    (at 28x28 it ran slower with it)."""
+    from opendnn.backends.triton import batch_norm as triton_bn
+
+    def plan(shape, dtype, direction, with_z=False):
+        x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, dtype, *shape)
+        param = od.derive_bn_tensor_descriptor(x, SPATIAL)
+        backward = direction is bn.Direction.BACKWARD
+        problem = bn.batch_norm_problem(direction, SPATIAL, x, x, param, EPS, dy_desc=x if backward else None,
+                                        saved=backward)
+        absent = {"reserve"} | ({"z"} if not with_z else set()) | ({"dy", "dscale", "dbias"} if not backward else set())
+        (launch,), _, _ = triton_bn.bn_launches(problem, tuple(name not in absent
+                                                               for name in bn.BatchNormTensors._fields))
+        return launch.cluster, launch.options["PREFETCH"]
+
+    training, backward = bn.Direction.TRAINING, bn.Direction.BACKWARD
+    monkeypatch.setattr(triton_bn, "interpreted", lambda: False)
+    monkeypatch.setattr(triton_bn, "Launch", lambda kernel, grid, args, options, cluster=1: types.SimpleNamespace(
+        cluster=cluster, options=options, slots=()))  # planned only: a cluster launch cannot be interpreted
+    triton_bn.bn_plan.cache_clear()
+    triton_bn.bn_launches.cache_clear()
+    try:
+        assert plan((64, 256, 56, 56), "float32", training) == (16, 16)
+        assert plan((64, 256, 56, 56), "bfloat16", training) == (16, 32)
+        assert plan((64, 512, 28, 28), "float32", training) == (4, 16)
+        assert plan((64, 1024, 14, 14), "float32", training) == (1, 0)
+        assert plan((64, 256, 56, 56), "float32", backward) == (16, 16)
+        assert plan((64, 512, 28, 28), "float32", backward) == (4, 0)
+        assert plan((64, 512, 28, 28), "float32", backward, with_z=True) == (4, 16)
+    finally:
+        triton_bn.bn_plan.cache_clear()
+        triton_bn.bn_launches.cache_clear()

@@ -1,8 +1,8 @@
 """The one-read batch norm kernels compiled for the H200 (sm_90) on this CPU, at the benchmark's
-64 x 256 x 56 x 56 float32 NCHW: one cluster barrier, no spills, and at most 128 registers a thread, so
-that two CTAs of 8 warps (the forward) or one of 16 (the backward) fit an SM (at 255 registers, when a
-layout conversion or offsets recomputed after the barrier held the tile twice, the forward ran at half
-speed). In a subprocess: triton must load without its interpreter (tests/sm90.py)."""
+64 x 256 x 56 x 56 float32 NCHW: one cluster barrier, the L2 prefetch, no spills, and at most 128
+registers a thread, so that two CTAs of 8 warps (the forward) or one of 16 (the backward) fit an SM
+(at 255 registers, when a layout conversion or offsets recomputed after the barrier held the tile twice,
+the forward ran at half speed). In a subprocess: triton must load without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ def test_one_read_kernels_fit_the_register_file():
     lines = completed.stdout.splitlines()[-2:]
     assert [line.split()[0] for line in lines] == ["bn_one_read_forward_kernel", "bn_one_read_backward_kernel"]
     for line in lines:
-        cluster, registers, spills, barriers = map(int, line.split()[1:])
+        cluster, registers, spills, barriers, prefetches = map(int, line.split()[1:])
         assert cluster == 16 and barriers == 2  # barrier.cluster arrive and wait
         assert registers <= 128 and spills == 0
+        assert prefetches > 0  # the L2 prefetch of a later cluster's tile (PREFETCH_MIN_CLUSTER <= 16)
 
 
 def main() -> None:
@@ -61,7 +62,8 @@ def main() -> None:
         registers = re.search(r"Used (\d+) registers", report.stderr)
         spills = re.search(r"(\d+) bytes spill stores", report.stderr)
         assert registers and spills, report.stderr
-        print(launch.kernel.__name__, launch.cluster, registers.group(1), spills.group(1), ptx.count("barrier.cluster"))
+        print(launch.kernel.__name__, launch.cluster, registers.group(1), spills.group(1), ptx.count("barrier.cluster"),
+              ptx.count("prefetch.global.L2::evict_last"))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,10 @@ the next, so a thread has one or two loads in flight and a pass runs at latency,
 reduce loop issues tile t + 1's loads before summing tile t (carried raw), the combine likewise its
 load rounds (it had 4 rounds of 32 loads, each load's round trip in turn: 15 us); the elementwise kernels
 issue every data load, then a CTA barrier, then load the per-feature coefficients all arithmetic
-needs, so no arithmetic can be scheduled between the data loads.
+needs, so no arithmetic can be scheduled between the data loads. The one-read kernels hold a CTA's data
+through a cluster barrier, when the SM has nothing else to load; in clusters of 4 CTAs or more each CTA
+also asks L2 for its tile of the feature 8 ahead (``prefetch_tile``), which a later cluster loads, so DRAM
+keeps working while clusters sum, wait and store (batch_norm_notes.md, eleventh session).
 """
 
 from __future__ import annotations
@@ -75,6 +78,11 @@ FINAL_TILE = 2048  # partial sums per load round of the combine
 FINAL_MIN_BLOCK = 8  # fewest features per program of the combine (32 bytes of each slice's row)
 ONE_READ_TILE = 16384  # most lanes of each held tensor a CTA of the one-read kernels keeps in registers
 MAX_CLUSTER = 16  # most CTAs per feature of the one-read kernels (sm_90: above 8 is "non-portable", allowed)
+PREFETCH_BYTES = 64  # the one-read kernels ask L2 for a later cluster's tile, one prefetch per 64 bytes of it,
+PREFETCH_AHEAD = 8  # for the feature 8 ahead (about the next wave of 16-CTA clusters on 132 SMs),
+PREFETCH_MIN_CLUSTER = 4  # in clusters of 4 CTAs or more (with 1 CTA a feature: 3-12% slower, many run at once),
+PREFETCH_MIN_CLUSTER_DX = 16  # 16 for the backward writing dx alone (28x28, clusters of 4: 95 -> 100 us)
+NO_HINT = tl.constexpr("")  # no cache hint on a load or store
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
 STATS_ROW = tl.constexpr(4)  # workspace rows (of feature_total elements): 4 coefficients, mean, inv std,
 PARTIAL_ROW = tl.constexpr(6)  # then the partial sums (2 x splits rows)
@@ -154,19 +162,19 @@ def tile_data(
     x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t, stop,
     outer_sizes, outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, i_blocks,
     GRADIENT: tl.constexpr, MASKED: tl.constexpr, OUTER_DIMS: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr, LOAD_EVICT: tl.constexpr = NO_HINT,
 ):
     """Tile t's loads, raw (nothing uses them here, so they are all in flight at once): x, dy (x when
     not GRADIENT) and the mask bytes (the feature indices when not MASKED); nothing past ``stop``."""
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
     valid = (r_valid & (t < stop))[:, None] & f_valid[None, :]
     rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
-    x = tl.load(x_ptr + (rx[:, None] + fx[None, :]), mask=valid, other=0.0)
+    x = tl.load(x_ptr + (rx[:, None] + fx[None, :]), mask=valid, other=0.0, eviction_policy=LOAD_EVICT)
     dy = x
     packed = f[None, :]
     if GRADIENT:
         rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
-        dy = tl.load(dy_ptr + (rdy[:, None] + fdy[None, :]), mask=valid, other=0.0)
+        dy = tl.load(dy_ptr + (rdy[:, None] + fdy[None, :]), mask=valid, other=0.0, eviction_policy=LOAD_EVICT)
         if MASKED:
             packed = load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                                      BLOCK_O, BLOCK_I, INDEX_64)
@@ -422,7 +430,7 @@ def normalize_tile(
     mask_strides, outer_total, inner_total, i_blocks, alpha, beta, ceiling,
     ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr, HAS_BETA: tl.constexpr,
     OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr, STORE_CACHE: tl.constexpr = NO_HINT,
 ):
     """Tile t of y = alpha * act((x - mean) * a + b [+ z]) + beta * y (mean, a, b: rows of the features, or
     scalars for one feature), and its mask bits of act'."""
@@ -442,7 +450,7 @@ def normalize_tile(
     y = v * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         y += tl.cast(beta, COMPUTE) * tl.load(y_ptr + y_offsets, mask=valid, other=0.0).to(COMPUTE)
-    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=valid)
+    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
     if WRITE_MASK:
         store_mask_bits(mask_ptr, on, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                         BLOCK_O, BLOCK_I, INDEX_64)
@@ -475,13 +483,30 @@ def cluster_sums(part1, part2, work_ptr, pid, rank, f, f_valid, feature_total, C
 
 
 @triton.jit
+def prefetch_tile(ptr, f, feature_total, rank, outer_sizes, outer_strides, inner_stride, f_sizes, f_strides,
+                  outer_total, inner_total, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, BLOCK_O: tl.constexpr,
+                  BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr, STEP: tl.constexpr):
+    """Ask L2 to fetch CTA ``rank``'s tile of feature ``f`` (nothing when f is past the end) and keep it
+    (evict_last), one address every STEP lanes, without waiting: the data of a cluster that runs later,
+    coming from DRAM while this one sums, waits at its barrier and stores."""
+    outer, inner, r_valid = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, STEP)
+    offsets = (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_strides, inner_stride)[:, None]
+               + dim_offsets(f, F_DIMS, f_sizes, f_strides)[None, :])
+    valid = r_valid[:, None] & (f < feature_total)[None, :]
+    tl.inline_asm_elementwise(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t@p prefetch.global.L2::evict_last [$1];\n\tmov.b32 $0, 0;\n\t}",
+        "=r,l,r", [ptr + offsets, valid.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def bn_one_read_forward_kernel(
     x_ptr, z_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr, work_ptr, mask_ptr,
     outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, f_param, mask_strides,
     outer_total, inner_total, feature_total,
     count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha: tl.float64, beta: tl.float64,
-    ceiling: tl.float64,
-    CLUSTER: tl.constexpr, SYNC: tl.constexpr, ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr,
+    ceiling: tl.float64, ahead,
+    CLUSTER: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr,
+    ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr,
     HAS_BETA: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
     OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
     BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
@@ -492,11 +517,15 @@ def bn_one_read_forward_kernel(
     after a cluster barrier every CTA adds the CLUSTER slices in order (the same sums on every CTA),
     finishes the statistics (rank 0 writes the saved ones and the running averages) and normalizes
     the lanes it holds. SYNC: the barrier (False only under the interpreter, which runs programs one at a
-    time and has no inline assembly; there CLUSTER is 1).
-    Measured on the H200 (batch_norm_notes.md, tenth session): each CTA's partial sums side by side per
-    feature (rank-major rows of features cost 35%), the lanes' offsets kept through the barrier (recomputed
-    after it they took 255 registers), and no load after the normalize: 128 us at 64x256x56x56 float32
-    against 157 for the three passes."""
+    time and has no inline assembly; there CLUSTER is 1). PREFETCH: lanes per L2 prefetch of the tile of
+    the feature ``ahead`` (0: none); the data then streams (loads evict_first, stores .cs), so that the
+    prefetched tiles stay in L2.
+    Measured on the H200 (batch_norm_notes.md, tenth and eleventh sessions): each CTA's partial sums side by
+    side per feature (rank-major rows of features cost 35%), the lanes' offsets kept through the barrier
+    (recomputed after it they took 255 registers), no load after the normalize, and the prefetch: 122 us at
+    64x256x56x56 float32 against 157 for the three passes."""
+    LOAD_EVICT: tl.constexpr = "evict_first" if PREFETCH > 0 else ""
+    STORE_CACHE: tl.constexpr = ".cs" if PREFETCH > 0 else ""
     pid = tl.program_id(0)
     rank = pid % CLUSTER
     f, f_valid = feature_lanes(pid // CLUSTER, feature_total, 1, INDEX_64)
@@ -513,11 +542,18 @@ def bn_one_read_forward_kernel(
     outer, inner, r_valid = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
     valid = r_valid[:, None] & f_valid[None, :]
     x = tl.load(x_ptr + (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)[:, None]
-                         + fx[None, :]), mask=valid, other=0.0)
+                         + fx[None, :]), mask=valid, other=0.0, eviction_policy=LOAD_EVICT)
     z = x
     if ADD_Z:  # with x, ahead of the barrier (loaded after it, the CTA idled a DRAM round trip: 18-26% slower)
         rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
-        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0)
+        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0,
+                    eviction_policy=LOAD_EVICT)
+    if PREFETCH > 0:
+        prefetch_tile(x_ptr, f + ahead, feature_total, rank, outer_sizes, outer_x, inner_x, f_sizes, f_x,
+                      outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
+        if ADD_Z:
+            prefetch_tile(z_ptr, f + ahead, feature_total, rank, outer_sizes, outer_z, inner_z, f_sizes, f_z,
+                          outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
     d = tl.where(valid, x.to(COMPUTE) - x0, 0.0)
     sum1, sum2 = cluster_sums(tl.sum(d, 0), tl.sum(d * d, 0), work_ptr, pid, rank, f, f_valid, feature_total,
                               CLUSTER, SYNC, COMPUTE)
@@ -527,7 +563,7 @@ def bn_one_read_forward_kernel(
     normalize_tile(x, z, mean, scale * inv_std, b, y_ptr, mask_ptr, valid, rank, f, f_valid, outer, inner,
                    outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
                    ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
-                   INDEX_64)
+                   INDEX_64, STORE_CACHE)
     # rank 0 writes the statistics, stores only: a CTA that waited on a load here kept its cluster's
     # successor from starting (the running averages were loaded first)
     record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, saved_mean_ptr + fp,
@@ -587,7 +623,7 @@ def gradient_input(dy, packed, MASKED: tl.constexpr, COMPUTE: tl.constexpr):
 def backward_tile(
     g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz, inner_dx,
     inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
+    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr, STORE_CACHE: tl.constexpr = NO_HINT,
 ):
     """A tile of dx = alpha * (k1 g + k2 (x - mean) + k3) + beta * dx and dz = alpha * g + beta * dz
     (k1, k2, k3: rows of the features, or scalars for one feature; ``centred``: x - mean)."""
@@ -596,14 +632,14 @@ def backward_tile(
     dx = (k1 * g + k2 * centred + k3) * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         dx += tl.cast(beta, COMPUTE) * tl.load(dx_ptr + dx_offsets, mask=valid, other=0.0).to(COMPUTE)
-    tl.store(dx_ptr + dx_offsets, dx.to(dx_ptr.dtype.element_ty), mask=valid)
+    tl.store(dx_ptr + dx_offsets, dx.to(dx_ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
     if WRITE_DZ:
         rdz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dz, inner_dz)
         dz_offsets = rdz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dz)[None, :]
         dz = g * tl.cast(alpha, COMPUTE)
         if HAS_BETA:
             dz += tl.cast(beta, COMPUTE) * tl.load(dz_ptr + dz_offsets, mask=valid, other=0.0).to(COMPUTE)
-        tl.store(dz_ptr + dz_offsets, dz.to(dz_ptr.dtype.element_ty), mask=valid)
+        tl.store(dz_ptr + dz_offsets, dz.to(dz_ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
 
 
 @triton.jit
@@ -611,8 +647,9 @@ def bn_one_read_backward_kernel(
     x_ptr, dy_ptr, dx_ptr, dz_ptr, scale_ptr, saved_mean_ptr, saved_inv_ptr, dscale_ptr, dbias_ptr, work_ptr,
     mask_ptr, outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
     f_sizes, f_x, f_dy, f_dx, f_dz, f_param, mask_strides, outer_total, inner_total, feature_total,
-    count: tl.float64, alpha: tl.float64, beta: tl.float64, alpha_param: tl.float64, beta_param: tl.float64,
-    CLUSTER: tl.constexpr, SYNC: tl.constexpr, MASKED: tl.constexpr, WRITE_DZ: tl.constexpr,
+    count: tl.float64, alpha: tl.float64, beta: tl.float64, alpha_param: tl.float64, beta_param: tl.float64, ahead,
+    CLUSTER: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr,
+    MASKED: tl.constexpr, WRITE_DZ: tl.constexpr,
     HAS_BETA: tl.constexpr, HAS_BETA_PARAM: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
 ):
@@ -620,7 +657,9 @@ def bn_one_read_backward_kernel(
     ``bn_one_read_forward_kernel`` (a cluster of CLUSTER CTAs per feature, CTA ``rank`` holding its tile of
     x and dy in registers). Each CTA's sum(g) and sum(g (x - mean)) go side by side into the workspace;
     after the cluster barrier every CTA adds them in order, writes its dx (and dz), and rank 0 the
-    gradients of scale and bias."""
+    gradients of scale and bias. PREFETCH as in the forward, for x and dy."""
+    LOAD_EVICT: tl.constexpr = "evict_first" if PREFETCH > 0 else ""
+    STORE_CACHE: tl.constexpr = ".cs" if PREFETCH > 0 else ""
     pid = tl.program_id(0)
     rank = pid % CLUSTER
     f, f_valid = feature_lanes(pid // CLUSTER, feature_total, 1, INDEX_64)
@@ -634,8 +673,13 @@ def bn_one_read_backward_kernel(
     fx, fdy = dim_offsets(f, F_DIMS, f_sizes, f_x), dim_offsets(f, F_DIMS, f_sizes, f_dy)
     x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, rank, rank + 1, outer_sizes,
                                      outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, 1,
-                                     True, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64)
+                                     True, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64, LOAD_EVICT)
     outer, inner, _ = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
+    if PREFETCH > 0:
+        prefetch_tile(x_ptr, f + ahead, feature_total, rank, outer_sizes, outer_x, inner_x, f_sizes, f_x,
+                      outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
+        prefetch_tile(dy_ptr, f + ahead, feature_total, rank, outer_sizes, outer_dy, inner_dy, f_sizes, f_dy,
+                      outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
     g = gradient_input(dy, packed, MASKED, COMPUTE)
     centred = tl.where(valid, x.to(COMPUTE) - mean, 0.0)
     sum1, sum2 = cluster_sums(tl.sum(g, 0), tl.sum(g * centred, 0), work_ptr, pid, rank, f, f_valid, feature_total,
@@ -643,7 +687,7 @@ def bn_one_read_backward_kernel(
     k1, k2, k3 = gradient_coefficients(sum1, sum2, tl.cast(count, COMPUTE), scale, inv_std)
     backward_tile(g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz,
                   inner_dx, inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ, HAS_BETA, OUTER_DIMS, F_DIMS,
-                  COMPUTE)
+                  COMPUTE, STORE_CACHE)
     record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, writer, alpha_param,
                      beta_param, HAS_BETA_PARAM, COMPUTE)
 
@@ -939,6 +983,13 @@ class _Launches:
         save = step == "statistics" or (step == "training" and "saved_mean" in given and "saved_inv_std" in given)
         return step == "training" and "mean" in given, step == "training" and "variance" in given, save
 
+    def prefetch_lanes(self, min_cluster: int = PREFETCH_MIN_CLUSTER) -> int:
+        """Lanes per L2 prefetch in the one-read kernels: PREFETCH_BYTES of data, or 0 (no prefetch: under
+        the interpreter, which has no inline assembly, and in clusters below ``min_cluster``)."""
+        if interpreted() or self.plan.one_read[0] < min_cluster:
+            return 0
+        return PREFETCH_BYTES // self.problem.x.dtype.itemsize
+
     def one_read_forward(self) -> Launch:
         """The training forward in one launch, a cluster of CTAs per feature (``bn_one_read_forward_kernel``)."""
         p = self.problem
@@ -951,8 +1002,8 @@ class _Launches:
             self.outer_sizes, *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids),
             self.f_sizes, *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides,
             self.plan.outer_total, self.plan.inner[0], self.plan.feature_total, float(p.count), p.epsilon, p.factor,
-            p.alpha, p.beta, p.activation_coef), dict(
-            CLUSTER=cluster, SYNC=not interpreted(), ADD_Z="z" in self.given,
+            p.alpha, p.beta, p.activation_coef, PREFETCH_AHEAD), dict(
+            CLUSTER=cluster, SYNC=not interpreted(), PREFETCH=self.prefetch_lanes(), ADD_Z="z" in self.given,
             ACTIVATION=p.activation or "identity",
             WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, UPDATE_MEAN=update_mean,
             UPDATE_VAR=update_var, SAVE=save, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
@@ -971,11 +1022,12 @@ class _Launches:
             *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
             *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides, self.plan.outer_total,
             self.plan.inner[0], self.plan.feature_total, float(p.count), p.alpha, p.beta, p.alpha_param,
-            p.beta_param), dict(
-            CLUSTER=cluster, SYNC=not interpreted(), MASKED=p.reserve and "reserve" in self.given,
-            WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0, HAS_BETA_PARAM=p.beta_param != 0.0,
-            OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"],
-            BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
+            p.beta_param, PREFETCH_AHEAD), dict(
+            CLUSTER=cluster, SYNC=not interpreted(),
+            PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER if "z" in self.given else PREFETCH_MIN_CLUSTER_DX),
+            MASKED=p.reserve and "reserve" in self.given, WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0,
+            HAS_BETA_PARAM=p.beta_param != 0.0, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
+            COMPUTE=self.blocks["COMPUTE"], BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
             num_warps=max(1, min(16, block_o * block_i // 1024))), cluster=cluster)
 
     def forward(self) -> Launch:
