@@ -983,7 +983,7 @@ class _Launches:
         save = step == "statistics" or (step == "training" and "saved_mean" in given and "saved_inv_std" in given)
         return step == "training" and "mean" in given, step == "training" and "variance" in given, save
 
-    def prefetch_lanes(self, min_cluster: int = PREFETCH_MIN_CLUSTER) -> int:
+    def prefetch_lanes(self, min_cluster: int) -> int:
         """Lanes per L2 prefetch in the one-read kernels: PREFETCH_BYTES of data, or 0 (no prefetch: under
         the interpreter, which has no inline assembly, and in clusters below ``min_cluster``)."""
         if interpreted() or self.plan.one_read[0] < min_cluster:
@@ -1003,7 +1003,8 @@ class _Launches:
             self.f_sizes, *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides,
             self.plan.outer_total, self.plan.inner[0], self.plan.feature_total, float(p.count), p.epsilon, p.factor,
             p.alpha, p.beta, p.activation_coef, PREFETCH_AHEAD), dict(
-            CLUSTER=cluster, SYNC=not interpreted(), PREFETCH=self.prefetch_lanes(), ADD_Z="z" in self.given,
+            CLUSTER=cluster, SYNC=not interpreted(), PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER),
+            ADD_Z="z" in self.given,
             ACTIVATION=p.activation or "identity",
             WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, UPDATE_MEAN=update_mean,
             UPDATE_VAR=update_var, SAVE=save, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
