@@ -582,19 +582,13 @@ def bn_backward_kernel(
 ):
     """dx = alpha * (k1 * g + k2 * x + k3) + beta * dx, g = dy * mask; dz = alpha * g + beta * dz."""
     pid = tl.program_id(0)
-    pid_f = pid % f_blocks
     t = tiles - 1 - pid // f_blocks  # the last tiles first: the gradient pass left them in L2
-    f, f_valid = feature_lanes(pid_f, feature_total, BLOCK_F, INDEX_64)
-    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
-    valid = r_valid[:, None] & f_valid[None, :]
-    rx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)
-    rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
-    x = tl.load(x_ptr + (rx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_x)[None, :]), mask=valid, other=0.0)
-    dy = tl.load(dy_ptr + (rdy[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dy)[None, :]), mask=valid, other=0.0)
-    packed = f[None, :]
-    if MASKED:
-        packed = load_mask_bytes(mask_ptr, t, tiles, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
-                                 BLOCK_O, BLOCK_I, INDEX_64)
+    f, f_valid = feature_lanes(pid % f_blocks, feature_total, BLOCK_F, INDEX_64)
+    fx, fdy = dim_offsets(f, F_DIMS, f_sizes, f_x), dim_offsets(f, F_DIMS, f_sizes, f_dy)
+    x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t, tiles, outer_sizes, outer_x,
+                                     outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, i_blocks,
+                                     True, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64)
+    outer, inner, _ = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
     # A CTA barrier, then the per-feature coefficients every result needs: no arithmetic can start before
     # all the data loads above are issued (loads do not cross a barrier). Otherwise ptxas interleaves them
     # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); the Ex kernels,
