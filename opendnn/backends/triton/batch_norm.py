@@ -445,12 +445,8 @@ def normalize_tile(
         v = tl.minimum(tl.where(v > 0.0, v, 0.0), tl.cast(ceiling, COMPUTE))
     else:
         on = valid
-    ry = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_y, inner_y)
-    y_offsets = ry[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_y)[None, :]
-    y = v * tl.cast(alpha, COMPUTE)
-    if HAS_BETA:
-        y += tl.cast(beta, COMPUTE) * tl.load(y_ptr + y_offsets, mask=valid, other=0.0).to(COMPUTE)
-    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
+    store_blended(v, y_ptr, valid, f, outer, inner, outer_sizes, outer_y, inner_y, f_sizes, f_y, alpha, beta, HAS_BETA,
+                  OUTER_DIMS, F_DIMS, COMPUTE, STORE_CACHE)
     if WRITE_MASK:
         store_mask_bits(mask_ptr, on, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                         BLOCK_O, BLOCK_I, INDEX_64)
@@ -621,19 +617,25 @@ def backward_tile(
 ):
     """A tile of dx = alpha * (k1 g + k2 (x - mean) + k3) + beta * dx and dz = alpha * g + beta * dz
     (k1, k2, k3: rows of the features, or scalars for one feature; ``centred``: x - mean)."""
-    rdx = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dx, inner_dx)
-    dx_offsets = rdx[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dx)[None, :]
-    dx = (k1 * g + k2 * centred + k3) * tl.cast(alpha, COMPUTE)
-    if HAS_BETA:
-        dx += tl.cast(beta, COMPUTE) * tl.load(dx_ptr + dx_offsets, mask=valid, other=0.0).to(COMPUTE)
-    tl.store(dx_ptr + dx_offsets, dx.to(dx_ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
+    store_blended(k1 * g + k2 * centred + k3, dx_ptr, valid, f, outer, inner, outer_sizes, outer_dx, inner_dx, f_sizes,
+                  f_dx, alpha, beta, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, STORE_CACHE)
     if WRITE_DZ:
-        rdz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dz, inner_dz)
-        dz_offsets = rdz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_dz)[None, :]
-        dz = g * tl.cast(alpha, COMPUTE)
-        if HAS_BETA:
-            dz += tl.cast(beta, COMPUTE) * tl.load(dz_ptr + dz_offsets, mask=valid, other=0.0).to(COMPUTE)
-        tl.store(dz_ptr + dz_offsets, dz.to(dz_ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
+        store_blended(g, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dz, inner_dz, f_sizes, f_dz, alpha, beta,
+                      HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, STORE_CACHE)
+
+
+@triton.jit
+def store_blended(value, ptr, valid, f, outer, inner, outer_sizes, outer_strides, inner_stride, f_sizes, f_strides,
+                  alpha, beta, HAS_BETA: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
+                  COMPUTE: tl.constexpr, STORE_CACHE: tl.constexpr):
+    """Store alpha * value + beta * (the tensor's own value, read only when HAS_BETA) at a tile's lanes of
+    the tensor at ``ptr`` (its strides given)."""
+    offsets = (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_strides, inner_stride)[:, None]
+               + dim_offsets(f, F_DIMS, f_sizes, f_strides)[None, :])
+    out = value * tl.cast(alpha, COMPUTE)
+    if HAS_BETA:
+        out += tl.cast(beta, COMPUTE) * tl.load(ptr + offsets, mask=valid, other=0.0).to(COMPUTE)
+    tl.store(ptr + offsets, out.to(ptr.dtype.element_ty), mask=valid, cache_modifier=STORE_CACHE)
 
 
 @triton.jit
