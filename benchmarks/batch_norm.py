@@ -193,7 +193,7 @@ def describe_plan(problem: Any) -> list[str]:
     from opendnn.backends.triton.batch_norm import bn_plan
     from opendnn.ops.batch_norm import Direction
 
-    plan, b = bn_plan(problem), problem.x.dtype.itemsize
+    plan, b = bn_plan(problem, True), problem.x.dtype.itemsize  # as on the H200 (thread-block clusters)
     tile = plan.block_o * plan.block_i * plan.block_f
     mask = 1 / 8 if problem.reserve else 0.0
     backward = problem.direction is Direction.BACKWARD
@@ -218,6 +218,11 @@ def describe_plan(problem: Any) -> list[str]:
                  f"1 tile/program, {tile * elementwise / 1e3:.0f} kB moved/program")
     lines.append(f"  model: {moved / 1e6:.0f} MB moved ({per_element:.3g} B/element) -> "
                  f"{moved / BANDWIDTH * 1e3:.3f} ms at {BANDWIDTH / 1e12:.1f} TB/s")
+    cluster, block_o, block_i = plan.one_read
+    if cluster and (problem.direction is not Direction.BACKWARD or problem.saved):
+        lines.append(f"  (planned instead: one read, one launch of {plan.feature_total * cluster} CTAs in clusters of "
+                     f"{cluster}, {block_o}x{block_i} lanes each: the passes above less one read of x"
+                     + (" and dy)" if backward else ")"))
     return lines
 
 

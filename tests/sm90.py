@@ -11,17 +11,18 @@ from typing import Any
 SKIP_STATUS = 77  # a script's exit status when this machine cannot run Triton's CUDA compiler
 
 
-def target_or_exit() -> tuple[Any, Any]:
-    """(sm_90 target, its compiler backend); exits with SKIP_STATUS, saying why, where ptxas cannot run."""
+def target_or_exit(arch: int = 90) -> tuple[Any, Any]:
+    """(the sm_``arch`` target, its compiler backend); exits with SKIP_STATUS, saying why, where ptxas
+    cannot run."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
 
-    target = GPUTarget("cuda", 90, 32)
+    target = GPUTarget("cuda", arch, 32)
     try:
         from triton.backends.nvidia.compiler import get_ptxas
 
         backend = make_backend(target)
-        get_ptxas(90)
+        get_ptxas(arch)
     except (ImportError, RuntimeError) as error:
         print(f"Triton's CUDA compiler cannot run here: {error}")
         sys.exit(SKIP_STATUS)

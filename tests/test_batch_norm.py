@@ -223,7 +223,7 @@ def test_triton_plan_rows_for_nchw_columns_for_nhwc():
     def plan(format):
         x = od.TensorDescriptor.from_format(format, "float32", 64, 256, 56, 56)
         return bn_plan(bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, x, x,
-                                             od.derive_bn_tensor_descriptor(x, SPATIAL), EPS))
+                                             od.derive_bn_tensor_descriptor(x, SPATIAL), EPS), False)
 
     nchw, nhwc = plan(od.TensorFormat.NCHW), plan(od.TensorFormat.NHWC)
     assert (nchw.block_f, nchw.inner[0], nchw.block_i) == (1, 3136, 256) and nchw.mask_strides == (1, 25088)
@@ -261,8 +261,8 @@ def test_triton_split_statistics_match_torch(channels_last, request):
         x, z, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, z, dy))
     problem = bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, desc(x), desc(x),
                                     od.TensorDescriptor("float32", (1, 3, 1, 1)), EPS)
-    assert bn_plan(problem).splits > 1
-    assert combine_blocks in (None, bn_plan(problem).combine_blocks)
+    assert bn_plan(problem, False).splits > 1
+    assert combine_blocks in (None, bn_plan(problem, False).combine_blocks)
     weight, bias = random(3, seed=1).float(), random(3, seed=2).float()
     xr, zr = x.clone().requires_grad_(), z.clone().requires_grad_()
     wr, br = weight.clone().requires_grad_(), bias.clone().requires_grad_()
@@ -335,7 +335,7 @@ def test_triton_one_read_forward_matches_torch(dtype, plane):
         torch.testing.assert_close(mean.double(), torch_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(var.double(), torch_var, rtol=1e-5, atol=1e-6)
     problem = bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, desc(x), desc(x), param, EPS)
-    launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields))[0]
+    launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields), False)[0]
     assert [launch.kernel.fn.__name__ for launch in launches] == ["bn_one_read_forward_kernel"]
 
 
@@ -363,36 +363,33 @@ def test_triton_one_read_backward_matches_torch(plane):
     torch.testing.assert_close(dbias.double(), expected_dbias, rtol=1e-5, atol=1e-5)
     problem = bn.batch_norm_problem(bn.Direction.BACKWARD, SPATIAL, desc(x), desc(x), param, EPS, dy_desc=desc(dy),
                                     alpha=0.5, beta=0.25, alpha_param=2.0, beta_param=0.75, saved=True)
-    launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields))[0]
+    launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields), False)[0]
     assert [launch.kernel.fn.__name__ for launch in launches] == ["bn_one_read_backward_kernel"]
 
 
-def test_triton_workspace_queries_describe_the_calls_problems_as_planned_for_a_gpu(monkeypatch):
+def test_triton_workspace_queries_describe_the_calls_problems_as_planned_for_a_gpu():
     """The Ex size queries build the problem the call builds (its relu mask included), so they give what
-    the call's plan needs. Planned as on a GPU (clusters of up to 16 CTAs; nothing is run): an odd plane
-    with a mask takes the three passes, an even one the one-read kernels."""
+    the call's plan needs, with thread-block clusters (an odd plane with a mask takes the three passes, an
+    even one the one-read kernels) or without: the query has no device, so it gives the larger."""
     from opendnn.api import batch_norm as api
     from opendnn.backends.triton import batch_norm as triton_bn
 
-    monkeypatch.setattr(triton_bn, "interpreted", lambda: False)
-    triton_bn.bn_plan.cache_clear()
-    try:
-        handle = od.create("cpu", backend="triton")
-        ops, act = od.BatchNormOps.BN_ADD_ACTIVATION, od.ActivationDescriptor(od.ActivationMode.RELU)
-        for shape, one_read in (((32, 67, 7, 7), 0), ((16, 96, 28, 28), 2)):
-            x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", *shape)
-            param = od.derive_bn_tensor_descriptor(x, SPATIAL)
-            forward = api.training_ex_problem(SPATIAL, ops, 1.0, 0.0, x, x, x, param, 0.1, EPS, act,
-                                              running=(True, True), saved=(True, True))
-            backward = api.backward_ex_problem(SPATIAL, ops, 1.0, 0.0, 1.0, 0.0, x, x, x, x, param, EPS, act,
-                                               saved=(True, True))
-            assert triton_bn.bn_plan(forward).one_read[0] == one_read
-            assert od.get_batch_normalization_forward_training_ex_workspace_size(
-                handle, SPATIAL, ops, x, x, x, param, act) == triton_bn.workspace_size(forward)
-            assert od.get_batch_normalization_backward_ex_workspace_size(
-                handle, SPATIAL, ops, x, x, x, x, x, param, act) == triton_bn.workspace_size(backward)
-    finally:
-        triton_bn.bn_plan.cache_clear()
+    handle = od.create("cpu", backend="triton")
+    ops, act = od.BatchNormOps.BN_ADD_ACTIVATION, od.ActivationDescriptor(od.ActivationMode.RELU)
+    for shape, one_read in (((32, 67, 7, 7), 0), ((16, 96, 28, 28), 2)):
+        x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", *shape)
+        param = od.derive_bn_tensor_descriptor(x, SPATIAL)
+        forward = api.training_ex_problem(SPATIAL, ops, 1.0, 0.0, x, x, x, param, 0.1, EPS, act,
+                                          running=(True, True), saved=(True, True))
+        backward = api.backward_ex_problem(SPATIAL, ops, 1.0, 0.0, 1.0, 0.0, x, x, x, x, param, EPS, act,
+                                           saved=(True, True))
+        assert triton_bn.bn_plan(forward, True).one_read[0] == one_read
+        queries = (od.get_batch_normalization_forward_training_ex_workspace_size(handle, SPATIAL, ops, x, x, x, param,
+                                                                                act),
+                   od.get_batch_normalization_backward_ex_workspace_size(handle, SPATIAL, ops, x, x, x, x, x, param,
+                                                                         act))
+        for query, problem in zip(queries, (forward, backward)):
+            assert query == max(triton_bn.bn_plan(problem, clusters).workspace_bytes for clusters in (False, True))
 
 
 def test_triton_one_read_prefetch_as_planned_for_a_gpu(monkeypatch):
@@ -409,11 +406,10 @@ def test_triton_one_read_prefetch_as_planned_for_a_gpu(monkeypatch):
                                         saved=backward)
         absent = {"reserve"} | ({"z"} if not with_z else set()) | ({"dy", "dscale", "dbias"} if not backward else set())
         (launch,), _, _ = triton_bn.bn_launches(problem, tuple(name not in absent
-                                                               for name in bn.BatchNormTensors._fields))
+                                                               for name in bn.BatchNormTensors._fields), True)
         return launch.cluster, launch.options["PREFETCH"]
 
     training, backward = bn.Direction.TRAINING, bn.Direction.BACKWARD
-    monkeypatch.setattr(triton_bn, "interpreted", lambda: False)
     monkeypatch.setattr(triton_bn, "Launch", lambda kernel, grid, args, options, cluster=1: types.SimpleNamespace(
         cluster=cluster, options=options, slots=()))  # planned only: a cluster launch cannot be interpreted
     triton_bn.bn_plan.cache_clear()

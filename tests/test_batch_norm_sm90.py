@@ -2,7 +2,9 @@
 64 x 256 x 56 x 56 float32 NCHW: one cluster barrier, the L2 prefetch, no spills, and at most 128
 registers a thread, so that two CTAs of 8 warps (the forward) or one of 16 (the backward) fit an SM
 (at 255 registers, when a layout conversion or offsets recomputed after the barrier held the tile twice,
-the forward ran at half speed). In a subprocess: triton must load without its interpreter (tests/sm90.py)."""
+the forward ran at half speed). Planned for a GPU without thread-block clusters (sm_80, at 64x1024x14x14)
+they compile too: one CTA a feature, no cluster barrier, no prefetch. In a subprocess: triton must load
+without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
@@ -23,16 +25,23 @@ def test_one_read_kernels_fit_the_register_file():
     if completed.returncode == sm90.SKIP_STATUS:
         pytest.skip(completed.stdout.strip())
     assert completed.returncode == 0, completed.stderr[-3000:]
-    lines = completed.stdout.splitlines()[-2:]
-    assert [line.split()[0] for line in lines] == ["bn_one_read_forward_kernel", "bn_one_read_backward_kernel"]
-    for line in lines:
-        cluster, registers, spills, barriers, prefetches = map(int, line.split()[1:])
+    lines = [line.split() for line in completed.stdout.splitlines()[-4:]]
+    kernels = ["bn_one_read_forward_kernel", "bn_one_read_backward_kernel"]
+    assert [(line[0], line[1]) for line in lines] == [(kernel, arch) for arch in ("90", "80") for kernel in kernels]
+    for line in lines[:2]:  # the H200, 64x256x56x56: clusters of 16
+        cluster, registers, spills, barriers, prefetches = map(int, line[2:])
         assert cluster == 16 and barriers == 2  # barrier.cluster arrive and wait
         assert registers <= 128 and spills == 0
         assert prefetches > 0  # the L2 prefetch of a later cluster's tile (PREFETCH_MIN_CLUSTER <= 16)
+    for line in lines[2:]:  # a GPU without clusters (sm_80), 64x1024x14x14: one CTA a feature, compiled
+        cluster, _, _, barriers, prefetches = map(int, line[2:])
+        assert cluster == 1 and barriers == 0 and prefetches == 0
 
 
 def main() -> None:
+    """Print, per one-read kernel: its name, the arch, CTAs per cluster, registers, spilled bytes, cluster
+    barrier instructions and L2 prefetches; for sm_90 at 64x256x56x56 planned with clusters, for sm_80
+    (an A100: no clusters) at 64x1024x14x14 planned without."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     import opendnn as od
@@ -40,30 +49,34 @@ def main() -> None:
     from opendnn.backends.triton.launch import Slot
     from opendnn.ops import batch_norm as bn
 
-    target, backend = sm90.target_or_exit()
-    x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", 64, 256, 56, 56)
-    param = od.derive_bn_tensor_descriptor(x, od.BatchNormMode.SPATIAL)
-    for direction in (bn.Direction.TRAINING, bn.Direction.BACKWARD):
-        backward = direction is bn.Direction.BACKWARD
-        problem = bn.batch_norm_problem(direction, od.BatchNormMode.SPATIAL, x, x, param, 1e-5, factor=0.1,
-                                        dy_desc=x if backward else None, saved=backward)
-        absent = ("z", "reserve") if backward else ("z", "dy", "dscale", "dbias", "reserve")
-        (launch,), _, _ = bn_launches(problem, tuple(name not in absent for name in bn.BatchNormTensors._fields))
-        tensor = torch.empty(16)
-        args = tuple(tensor if isinstance(a, Slot) else a for a in launch.args)
-        specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
-        ptx = sm90.compile_sm90(launch.kernel, *specialized[1:], specialized[0], target).asm["ptx"]
-        with tempfile.TemporaryDirectory() as folder:
-            source = os.path.join(folder, "kernel.ptx")
-            with open(source, "w") as file:
-                file.write(ptx)
-            report = subprocess.run([get_ptxas(90).path, f"-arch=sm_{target.arch}a", "-v", source, "-o",
-                                     os.path.join(folder, "kernel.cubin")], capture_output=True, text=True, check=True)
-        registers = re.search(r"Used (\d+) registers", report.stderr)
-        spills = re.search(r"(\d+) bytes spill stores", report.stderr)
-        assert registers and spills, report.stderr
-        print(launch.kernel.__name__, launch.cluster, registers.group(1), spills.group(1), ptx.count("barrier.cluster"),
-              ptx.count("prefetch.global.L2::evict_last"))
+    for arch, clusters, shape in ((90, True, (64, 256, 56, 56)), (80, False, (64, 1024, 14, 14))):
+        target, backend = sm90.target_or_exit(arch)
+        x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", *shape)
+        param = od.derive_bn_tensor_descriptor(x, od.BatchNormMode.SPATIAL)
+        for direction in (bn.Direction.TRAINING, bn.Direction.BACKWARD):
+            backward = direction is bn.Direction.BACKWARD
+            problem = bn.batch_norm_problem(direction, od.BatchNormMode.SPATIAL, x, x, param, 1e-5, factor=0.1,
+                                            dy_desc=x if backward else None, saved=backward)
+            absent = ("z", "reserve") if backward else ("z", "dy", "dscale", "dbias", "reserve")
+            (launch,), _, _ = bn_launches(problem, tuple(name not in absent for name in bn.BatchNormTensors._fields),
+                                          clusters)
+            tensor = torch.empty(16)
+            args = tuple(tensor if isinstance(a, Slot) else a for a in launch.args)
+            specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
+            ptx = sm90.compile_sm90(launch.kernel, *specialized[1:], specialized[0], target).asm["ptx"]
+            with tempfile.TemporaryDirectory() as folder:
+                source = os.path.join(folder, "kernel.ptx")
+                with open(source, "w") as file:
+                    file.write(ptx)
+                suffix = "a" if arch == 90 else ""
+                report = subprocess.run([get_ptxas(arch).path, f"-arch=sm_{arch}{suffix}", "-v", source, "-o",
+                                         os.path.join(folder, "kernel.cubin")], capture_output=True, text=True,
+                                        check=True)
+            registers = re.search(r"Used (\d+) registers", report.stderr)
+            spills = re.search(r"(\d+) bytes spill stores", report.stderr)
+            assert registers and spills, report.stderr
+            print(launch.kernel.__name__, arch, launch.cluster, registers.group(1), spills.group(1),
+                  ptx.count("barrier.cluster"), ptx.count("prefetch.global.L2::evict_last"))
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ def test_fused_add_relu_matches_torch_on_gpu(dtype):
 def one_read_cluster(x, with_z=False):
     """CTAs per feature of the one-read training forward planned for ``x`` (0: the three passes)."""
     from opendnn.backends.triton.batch_norm import bn_plan
+    from opendnn.backends.triton.device import has_clusters
     from opendnn.ops import batch_norm as bn
 
     x_desc = od.TensorDescriptor(x.dtype, x.shape, x.stride())
@@ -102,7 +103,7 @@ def one_read_cluster(x, with_z=False):
     problem = bn.batch_norm_problem(bn.Direction.TRAINING, od.BatchNormMode.SPATIAL, x_desc, x_desc, param, 1e-5,
                                     ops=ops, z_desc=x_desc if with_z else None,
                                     activation="relu" if with_z else None)
-    return bn_plan(problem).one_read[0]
+    return bn_plan(problem, has_clusters(x.device.index)).one_read[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

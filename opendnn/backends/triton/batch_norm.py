@@ -1,7 +1,8 @@
 """Batch normalization (training and inference forward, backward, the Ex forms with add + relu):
 a split reduction, a tiny per-feature combine, and an elementwise pass; or, for NCHW-like layouts whose
 features fit 16 CTAs' registers, one kernel reading the data once (``bn_one_read_forward_kernel``, and
-``bn_one_read_backward_kernel`` for float32 with saved statistics: a thread-block cluster per feature, sm_90).
+``bn_one_read_backward_kernel`` for float32 with saved statistics: a thread-block cluster per feature on
+sm_90 and later; one CTA per feature, where it fits, on GPUs without clusters and in the interpreter).
 
 Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
 - training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
@@ -63,6 +64,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from opendnn.backends.triton.device import has_clusters
 from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.backends.triton.reduce import dim_offsets, merged_dims
 from opendnn.core.arrays import torch_view
@@ -464,16 +466,19 @@ def cluster_barrier(token):
 
 @triton.jit
 def cluster_sums(part1, part2, work_ptr, pid, rank, f, f_valid, feature_total, CLUSTER: tl.constexpr,
-                 SYNC: tl.constexpr, COMPUTE: tl.constexpr):
+                 CLUSTER_BARRIER: tl.constexpr, COMPUTE: tl.constexpr):
     """Two sums of one feature over its cluster: each CTA's parts go side by side into the workspace (the
     cluster reads them back in one 64-byte round; rank-major rows of features measured 35% slower), a
-    cluster barrier (SYNC), then every CTA adds the CLUSTER pairs in order: the same sums on every CTA."""
+    barrier, then every CTA adds the CLUSTER pairs in order: the same sums on every CTA. The barrier is the
+    cluster's (CLUSTER_BARRIER, sm_90) or, where there are no clusters and CLUSTER is 1, the CTA's."""
     partial = workspace(work_ptr, COMPUTE) + PARTIAL_ROW * feature_total + (pid // CLUSTER) * (2 * CLUSTER)
     tl.store(partial + rank + f * 0, part1, mask=f_valid)
     tl.store(partial + CLUSTER + rank + f * 0, part2, mask=f_valid)
     token = rank * 0
-    if SYNC:
+    if CLUSTER_BARRIER:
         token = cluster_barrier(token)
+    else:
+        tl.debug_barrier()
     ranks = tl.arange(0, CLUSTER) + token  # loads after the barrier: their addresses come from its token
     return tl.sum(tl.load(partial + ranks), 0), tl.sum(tl.load(partial + CLUSTER + ranks), 0)
 
@@ -501,7 +506,7 @@ def bn_one_read_forward_kernel(
     outer_total, inner_total, feature_total,
     count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha: tl.float64, beta: tl.float64,
     ceiling: tl.float64, ahead,
-    CLUSTER: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr,
+    CLUSTER: tl.constexpr, CLUSTER_BARRIER: tl.constexpr, PREFETCH: tl.constexpr,
     ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr,
     HAS_BETA: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
     OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
@@ -512,8 +517,9 @@ def bn_one_read_forward_kernel(
     and keeps them in registers; its shifted sums go to the workspace's partial rows (slice ``rank``);
     after a cluster barrier every CTA adds the CLUSTER slices in order (the same sums on every CTA),
     finishes the statistics (rank 0 writes the saved ones and the running averages) and normalizes
-    the lanes it holds. SYNC: the barrier (False only under the interpreter, which runs programs one at a
-    time and has no inline assembly; there CLUSTER is 1). PREFETCH: lanes per L2 prefetch of the tile of
+    the lanes it holds. CLUSTER_BARRIER: a cluster barrier (sm_90); without it (GPUs without clusters,
+    and the interpreter, which runs programs one at a time and has no inline assembly) CLUSTER is 1 and
+    the CTA's barrier serves. PREFETCH: lanes per L2 prefetch of the tile of
     the feature ``ahead`` (0: none); the data then streams (loads evict_first, stores .cs), so that the
     prefetched tiles stay in L2.
     Measured on the H200 (batch_norm_notes.md, tenth and eleventh sessions): each CTA's partial sums side by
@@ -552,7 +558,7 @@ def bn_one_read_forward_kernel(
                           outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
     d = tl.where(valid, x.to(COMPUTE) - x0, 0.0)
     sum1, sum2 = cluster_sums(tl.sum(d, 0), tl.sum(d * d, 0), work_ptr, pid, rank, f, f_valid, feature_total,
-                              CLUSTER, SYNC, COMPUTE)
+                              CLUSTER, CLUSTER_BARRIER, COMPUTE)
     n = tl.cast(count, COMPUTE)
     mean, var = shifted_statistics(sum1, sum2, n, x0)
     inv_std = inverse_std(var, epsilon, COMPUTE)
@@ -644,7 +650,7 @@ def bn_one_read_backward_kernel(
     mask_ptr, outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
     f_sizes, f_x, f_dy, f_dx, f_dz, f_param, mask_strides, outer_total, inner_total, feature_total,
     count: tl.float64, alpha: tl.float64, beta: tl.float64, alpha_param: tl.float64, beta_param: tl.float64, ahead,
-    CLUSTER: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr,
+    CLUSTER: tl.constexpr, CLUSTER_BARRIER: tl.constexpr, PREFETCH: tl.constexpr,
     MASKED: tl.constexpr, WRITE_DZ: tl.constexpr,
     HAS_BETA: tl.constexpr, HAS_BETA_PARAM: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
@@ -679,7 +685,7 @@ def bn_one_read_backward_kernel(
     g = gradient_input(dy, packed, MASKED, COMPUTE)
     centred = tl.where(valid, x.to(COMPUTE) - mean, 0.0)
     sum1, sum2 = cluster_sums(tl.sum(g, 0), tl.sum(g * centred, 0), work_ptr, pid, rank, f, f_valid, feature_total,
-                              CLUSTER, SYNC, COMPUTE)
+                              CLUSTER, CLUSTER_BARRIER, COMPUTE)
     k1, k2, k3 = gradient_coefficients(sum1, sum2, tl.cast(count, COMPUTE), scale, inv_std)
     backward_tile(g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz,
                   inner_dx, inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ, HAS_BETA, OUTER_DIMS, F_DIMS,
@@ -777,8 +783,9 @@ class BatchNormPlan:
 
 
 @functools.lru_cache(maxsize=256)
-def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
-    """Merge and sort the dims, pick the orientation and the tile, decide the split."""
+def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
+    """Merge and sort the dims, pick the orientation and the tile, decide the split; ``clusters``: the
+    device has thread-block clusters (else the one-read kernels run one CTA per feature)."""
     x = problem.x
     descs = [getattr(problem, name) or x for name in ("x", "out", "z", "dy")]
     reduced_axes = problem.reduced_axes
@@ -798,7 +805,7 @@ def bn_plan(problem: BatchNormProblem) -> BatchNormPlan:
         # forward holds x (and z: half the lanes); the backward x and dy, at 16 warps (one CTA an SM: for
         # 16-bit data slower than the three passes on the H200, batch_norm_notes.md)
         holds_z = problem.direction is Direction.TRAINING and problem.z is not None
-        limit = 1 if interpreted() else MAX_CLUSTER
+        limit = MAX_CLUSTER if clusters else 1
         one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,
                                    ONE_READ_TILE // (2 if holds_z else 1), limit)
     rows = contiguous_rows and (inner_size % 8 == 0 or one_read[0] > 0)
@@ -869,8 +876,9 @@ def supports(problem: BatchNormProblem) -> str | None:
 
 
 def workspace_size(problem: BatchNormProblem) -> int:
-    """Bytes of workspace ``run`` needs: partial sums, coefficients and statistics."""
-    return bn_plan(problem).workspace_bytes
+    """Bytes of workspace ``run`` needs: partial sums, coefficients and statistics, on a device with
+    thread-block clusters or without (the query has no device: the larger of the two plans)."""
+    return max(bn_plan(problem, clusters).workspace_bytes for clusters in (False, True))
 
 
 @functools.lru_cache(maxsize=256)  # asked on every call of the Ex forms
@@ -883,7 +891,9 @@ def reserve_size(problem: BatchNormProblem) -> int:
 
 
 def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
-    launches, fields, needed = bn_launches(problem, tuple([bound is not None for bound in t]))
+    x = torch_view(t.x)
+    clusters = x.is_cuda and not interpreted() and has_clusters(x.device.index)
+    launches, fields, needed = bn_launches(problem, tuple([bound is not None for bound in t]), clusters)
     if t.workspace is None or t.workspace.desc.dims[0] < needed:
         raise InternalError(f"batch_norm needs {needed} bytes of workspace")
     tensors = {}
@@ -897,21 +907,21 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[
+def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...], clusters: bool) -> tuple[
         tuple[Launch, ...], tuple[tuple[int, str], ...], int]:
-    """(the launches computing ``problem`` with the BatchNormTensors that are ``given``, the tensors they
-    take as (index, name) in BatchNormTensors (the workspace among them, whole: the kernels find their
-    rows in it), the bytes of workspace)."""
-    launches = _launch_sequence(problem, given)
+    """(the launches computing ``problem`` with the BatchNormTensors that are ``given`` on a device with
+    thread-block ``clusters`` or without, the tensors they take as (index, name) in BatchNormTensors (the
+    workspace among them, whole: the kernels find their rows in it), the bytes of workspace)."""
+    launches = _launch_sequence(problem, given, clusters)
     used = {name for launch in launches for _, name in launch.slots}
     fields = tuple((k, name) for k, name in enumerate(BatchNormTensors._fields) if name in used)
-    return launches, fields, bn_plan(problem).workspace_bytes
+    return launches, fields, bn_plan(problem, clusters).workspace_bytes
 
 
-def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tuple[Launch, ...]:
+def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...], clusters: bool) -> tuple[Launch, ...]:
     """The launches computing ``problem`` (absent tensors are never read; x stands in for them)."""
-    launches = _Launches(problem, bn_plan(problem), {name for name, present in zip(BatchNormTensors._fields, given)
-                                                     if present})
+    launches = _Launches(problem, bn_plan(problem, clusters),
+                         {name for name, present in zip(BatchNormTensors._fields, given) if present}, clusters)
     if problem.direction is Direction.INFERENCE:
         return launches.combine("inference"), launches.forward()
     if problem.direction is Direction.TRAINING:
@@ -929,8 +939,8 @@ def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...]) -> tupl
 class _Launches:
     """The kernels' common arguments for one problem, and one method per kernel giving its Launch."""
 
-    def __init__(self, problem: BatchNormProblem, plan: BatchNormPlan, given: set[str]) -> None:
-        self.problem, self.plan, self.given = problem, plan, given
+    def __init__(self, problem: BatchNormProblem, plan: BatchNormPlan, given: set[str], clusters: bool) -> None:
+        self.problem, self.plan, self.given, self.clusters = problem, plan, given, clusters
         self.outer_sizes, self.f_sizes = plan.kernel_sizes
         self.mask = Slot("reserve") if "reserve" in given and problem.reserve else Slot("x")
         self.tile_args, self.blocks = plan.tile_args, plan.blocks
@@ -980,9 +990,9 @@ class _Launches:
         return step == "training" and "mean" in given, step == "training" and "variance" in given, save
 
     def prefetch_lanes(self, min_cluster: int) -> int:
-        """Lanes per L2 prefetch in the one-read kernels: PREFETCH_BYTES of data, or 0 (no prefetch: under
-        the interpreter, which has no inline assembly, and in clusters below ``min_cluster``)."""
-        if interpreted() or self.plan.one_read[0] < min_cluster:
+        """Lanes per L2 prefetch in the one-read kernels: PREFETCH_BYTES of data, or 0 in clusters below
+        ``min_cluster`` (at least 4: only devices with clusters prefetch, never the interpreter)."""
+        if self.plan.one_read[0] < min_cluster:
             return 0
         return PREFETCH_BYTES // self.problem.x.dtype.itemsize
 
@@ -999,7 +1009,7 @@ class _Launches:
             self.f_sizes, *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides,
             self.plan.outer_total, self.plan.inner[0], self.plan.feature_total, float(p.count), p.epsilon, p.factor,
             p.alpha, p.beta, p.activation_coef, PREFETCH_AHEAD), dict(
-            CLUSTER=cluster, SYNC=not interpreted(), PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER),
+            CLUSTER=cluster, CLUSTER_BARRIER=self.clusters, PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER),
             ADD_Z="z" in self.given,
             ACTIVATION=p.activation or "identity",
             WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, UPDATE_MEAN=update_mean,
@@ -1020,7 +1030,7 @@ class _Launches:
             *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides, self.plan.outer_total,
             self.plan.inner[0], self.plan.feature_total, float(p.count), p.alpha, p.beta, p.alpha_param,
             p.beta_param, PREFETCH_AHEAD), dict(
-            CLUSTER=cluster, SYNC=not interpreted(),
+            CLUSTER=cluster, CLUSTER_BARRIER=self.clusters,
             PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER if "z" in self.given else PREFETCH_MIN_CLUSTER_DX),
             MASKED=p.reserve and "reserve" in self.given, WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0,
             HAS_BETA_PARAM=p.beta_param != 0.0, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),

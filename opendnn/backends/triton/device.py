@@ -1,5 +1,6 @@
 """What the launchers ask of the GPU: its multiprocessor count, to size persistent grids; whether it
-has TMA (Hopper's tensor memory accelerator); and the scratch memory of device-built descriptors."""
+has TMA (Hopper's tensor memory accelerator) and thread-block clusters (both from sm_90 on); and the
+scratch memory of device-built descriptors."""
 
 from __future__ import annotations
 
@@ -18,6 +19,16 @@ def multiprocessors(device_index: int) -> int:
 
 @functools.cache  # a property of the hardware, asked on every call
 def has_tma(device_index: int | None) -> bool:
+    return _sm90_or_newer(device_index)
+
+
+@functools.cache  # a property of the hardware, asked on every call
+def has_clusters(device_index: int | None) -> bool:
+    """Thread-block clusters (CTAs co-scheduled on one GPC, waiting on each other with barrier.cluster)."""
+    return _sm90_or_newer(device_index)
+
+
+def _sm90_or_newer(device_index: int | None) -> bool:
     import torch
 
     return torch.cuda.get_device_capability(device_index or 0)[0] >= 9
