@@ -3,6 +3,8 @@
 Suite ``matmul`` (each case in the requested dtype; float32 runs TF32 on both sides, through a
 TENSOR_OP handle and ``torch.backends.cuda.matmul.allow_tf32``):
     square_4096, square_8192   C = A @ B, all packed row-major.
+    ragged_4224                the same with N = 4224: 16.5 tiles of 256, 544 tiles in 5 rounds of 132 programs
+                               where 4096 takes 4 (matmul_notes.md, eleventh session).
     llm_qkv, llm_up, llm_down  16384 tokens through a linear layer (4096->4096, 4096->11008,
                                11008->4096): x @ W.T with W stored (out, in), read transposed in place.
     fp8_8192, fp8_8192_fast    fp8 A (e4m3) @ B (e4m3 for bfloat16, e5m2 otherwise) stored column-major,
@@ -69,11 +71,11 @@ def _bench(ctx: Context, dtype: torch.dtype, a: torch.Tensor, b: torch.Tensor, c
                  bench.dtype_label, flops, tolerance)
 
 
-def square(size: int) -> Callable[[Context, torch.dtype], Bench]:
+def product(rows: int, inner: int, columns: int) -> Callable[[Context, torch.dtype], Bench]:
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
-        m, = _dims(ctx, size)
-        a, b = ctx.randn((m, m), dtype), ctx.randn((m, m), dtype)
-        c = torch.empty((m, m), dtype=dtype, device=ctx.device)
+        m, k, n = _dims(ctx, rows, inner, columns)
+        a, b = ctx.randn((m, k), dtype), ctx.randn((k, n), dtype)
+        c = torch.empty((m, n), dtype=dtype, device=ctx.device)
         return _bench(ctx, dtype, a, b, c, lambda: a @ b)
 
     return build
@@ -134,8 +136,9 @@ def batched(ctx: Context, dtype: torch.dtype) -> Bench:
 
 
 MATMUL = [
-    Case("square_4096", "matmul", square(4096)),
-    Case("square_8192", "matmul", square(8192)),
+    Case("square_4096", "matmul", product(4096, 4096, 4096)),
+    Case("square_8192", "matmul", product(8192, 8192, 8192)),
+    Case("ragged_4224", "matmul", product(4096, 4096, 4224)),
     Case("llm_qkv", "matmul", linear_layer(16384, 4096, 4096)),
     Case("llm_up", "matmul", linear_layer(16384, 4096, 11008)),
     Case("llm_down", "matmul", linear_layer(16384, 11008, 4096)),
