@@ -200,15 +200,15 @@ def test_split_epilogue_of_wide_tiles_runs_in_the_interpreter(monkeypatch):
     assert relative_error(got, torch.tanh(a.double() @ b.double() + bias.double()[:, None])) < 1e-6
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(split, monkeypatch):
-    """C a window of a larger NaN-filled buffer, its edges inside tiles (masked stores; with
-    ``split`` the 128 x 256 tile stores two halves): the window holds the product, every element
-    around it is untouched."""
+@pytest.mark.parametrize("tile", [None, (128, 256), (256, 128)])
+def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch):
+    """C a window of a larger NaN-filled buffer, its edges inside tiles (masked stores; the 128 x 256
+    and 256 x 128 tiles store two halves): the window holds the product, every element around it
+    is untouched."""
     from opendnn.backends.triton import matmul as triton_matmul
 
-    tile = triton_matmul.TileConfig(128, 256, 16, 2, 4, 1) if split else triton_matmul.INTERPRETER_CONFIG
-    monkeypatch.setattr(triton_matmul, "INTERPRETER_CONFIG", tile)
+    config = triton_matmul.INTERPRETER_CONFIG if tile is None else triton_matmul.TileConfig(*tile, 16, 2, 4, 1)
+    monkeypatch.setattr(triton_matmul, "INTERPRETER_CONFIG", config)
     gen = torch.Generator().manual_seed(2)
     a, b = torch.randn(2, 37, 20, generator=gen), torch.randn(2, 20, 44, generator=gen)
     buffer = torch.full((2, 40, 52), float("nan"))
@@ -218,6 +218,25 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(split, monkeypatch
     outside = torch.ones_like(buffer, dtype=torch.bool)
     outside[:, 1:38, 4:48] = False
     assert buffer[outside].isnan().all()
+
+
+@pytest.mark.parametrize("m, n, batch, tile", [
+    (4096, 4096, (), (128, 256)),  # 512 tiles: 4 rounds of 132 programs
+    (4096, 4224, (), (256, 128)),  # 128 x 256: 544 tiles, 5 rounds; 256 x 128: 528, 4 rounds
+    (4224, 4096, (), (128, 256)),  # the other way round
+    (4224, 4224, (), (128, 256)),  # 561 tiles both ways; 128 x 128: 1089, 9 rounds of half the time
+    (16384, 11008, (), (128, 256)),  # 5504 tiles both ways
+    (1024, 4224, (2,), (256, 128)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
+    (128, 4096, (), (128, 128)),  # too few big tiles to fill the GPU
+])
+def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, batch, tile):
+    from opendnn.backends.triton import matmul as triton_matmul
+
+    a = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, m, 64), None)
+    b = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, 64, n), None)
+    c = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, m, n), None)
+    config = triton_matmul.tile_config(matmul_problem(a, b, c), od.DataType.BFLOAT16, False, 132)
+    assert (config.block_m, config.block_n) == tile
 
 
 def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():

@@ -229,9 +229,10 @@ class TileConfig:
 
 
 INTERPRETER_CONFIG = TileConfig(32, 32, 16, 2, 4, 1)
+WIDE_16_BIT_TILES = TileConfig(128, 256, 64, 8, 8, 3)
 BIG_TILES = {  # by input dtype, for problems with enough 128 x 256 tiles to fill the GPU
-    DataType.BFLOAT16: TileConfig(128, 256, 64, 8, 8, 3),
-    DataType.HALF: TileConfig(128, 256, 64, 8, 8, 3),
+    DataType.BFLOAT16: WIDE_16_BIT_TILES,
+    DataType.HALF: WIDE_16_BIT_TILES,
     DataType.FLOAT: TileConfig(128, 256, 32, 8, 8, 3),
 }
 FAST_FP8_TILES = TileConfig(128, 256, 128, 8, 8, 3)
@@ -239,6 +240,10 @@ PRECISE_FP8_TILES = TileConfig(256, 128, 128, 8, 8, 3)  # a second accumulator f
 SMALL_TILES = TileConfig(128, 128, 64, 8, 8, 4)  # few or small tiles: more programs
 FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
 STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
+# 16-bit products that fill the GPU choose among these tiles, each with its FLOP rate against the first
+# (H200, bf16 8192^3): 256 x 128 (the 128 x 256 tile's rounds for an N that is an odd multiple of 128)
+# and 128 x 128 (half the tile, rounds half as long)
+RATED_16_BIT_TILES = ((WIDE_16_BIT_TILES, 1.0), (TileConfig(256, 128, 64, 8, 8, 3), 0.9), (SMALL_TILES, 0.89))
 TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
 MAX_PROGRAMS_INTERPRETED = 4
 
@@ -370,7 +375,8 @@ def _launch(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c:
 
 
 def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
-    """Fixed tiles per shape class (no autotuning): big tiles when they alone fill the GPU."""
+    """Fixed tiles per shape class (no autotuning): big tiles when they alone fill the GPU; a 16-bit
+    product then takes the tile of ``RATED_16_BIT_TILES`` it finishes soonest with."""
     if interpreted:
         return INTERPRETER_CONFIG
     if dtype is DataType.DOUBLE or (dtype is DataType.FLOAT and not problem.allow_tf32):
@@ -379,10 +385,19 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
         big = FAST_FP8_TILES if problem.fast_fp8_accumulation else PRECISE_FP8_TILES
     else:
         big = BIG_TILES[dtype]
-    big_tiles = problem.m // big.block_m * (problem.n // big.block_n) * max(1, math.prod(problem.batch))
-    if big_tiles >= sms:
+    batch = max(1, math.prod(problem.batch))
+    if problem.m // big.block_m * (problem.n // big.block_n) * batch < sms:
+        return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
+    if big is not WIDE_16_BIT_TILES:
         return big
-    return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
+    return min(RATED_16_BIT_TILES, key=lambda rated: _time(problem, batch, sms, *rated))[0]
+
+
+def _time(problem: MatmulProblem, batch: int, sms: int, tile: TileConfig, rate: float) -> float:
+    """The persistent kernel's time in rounds of ``sms`` programs, one tile each, times a tile's time
+    (its area over its rate): where tiles do not divide the GPU, the last round may be nearly empty."""
+    tiles = -(-problem.m // tile.block_m) * -(-problem.n // tile.block_n) * batch
+    return -(-tiles // sms) * tile.block_m * tile.block_n / rate
 
 
 def _tma_batch(desc: TensorDescriptor, transposed: bool, batch_dims: list[int],
