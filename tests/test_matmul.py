@@ -220,23 +220,25 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch)
     assert buffer[outside].isnan().all()
 
 
-@pytest.mark.parametrize("m, n, batch, tile", [
-    (4096, 4096, (), (128, 256)),  # 512 tiles: 4 rounds of 132 programs
-    (4096, 4224, (), (256, 128)),  # 128 x 256: 544 tiles, 5 rounds; 256 x 128: 528, 4 rounds
-    (4224, 4096, (), (128, 256)),  # the other way round
-    (4224, 4224, (), (128, 256)),  # 561 tiles both ways; 128 x 128: 1089, 9 rounds of half the time
-    (16384, 11008, (), (128, 256)),  # 5504 tiles both ways
-    (1024, 4224, (2,), (256, 128)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
-    (128, 4096, (), (128, 128)),  # too few big tiles to fill the GPU
+@pytest.mark.parametrize("m, n, k, batch, tile", [
+    (4096, 4096, 64, (), (128, 256, 64)),  # 512 tiles: 4 rounds of 132 programs
+    (4096, 4224, 64, (), (256, 128, 64)),  # 128 x 256: 544 tiles, 5 rounds; 256 x 128: 528, 4 rounds
+    (4224, 4096, 64, (), (128, 256, 64)),  # the other way round
+    (4224, 4224, 64, (), (128, 256, 64)),  # 561 tiles both ways; 128 x 128: 1089, 9 rounds of half the time
+    (16384, 11008, 64, (), (128, 256, 64)),  # 5504 tiles both ways
+    (1024, 4224, 64, (2,), (256, 128, 64)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
+    (128, 4096, 64, (), (128, 128, 64)),  # too few big tiles to fill the GPU
+    (128, 128, 128, (512,), (128, 128, 128)),  # short K: the whole of K in one step
+    (128, 128, 129, (512,), (128, 128, 64)),
 ])
-def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, batch, tile):
+def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, k, batch, tile):
     from opendnn.backends.triton import matmul as triton_matmul
 
-    a = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, m, 64), None)
-    b = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, 64, n), None)
+    a = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, m, k), None)
+    b = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, k, n), None)
     c = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, m, n), None)
     config = triton_matmul.tile_config(matmul_problem(a, b, c), od.DataType.BFLOAT16, False, 132)
-    assert (config.block_m, config.block_n) == tile
+    assert (config.block_m, config.block_n, config.block_k) == tile
 
 
 def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():

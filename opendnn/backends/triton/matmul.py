@@ -238,6 +238,7 @@ BIG_TILES = {  # by input dtype, for problems with enough 128 x 256 tiles to fil
 FAST_FP8_TILES = TileConfig(128, 256, 128, 8, 8, 3)
 PRECISE_FP8_TILES = TileConfig(256, 128, 128, 8, 8, 3)  # a second accumulator for promotion: 256 x 128 fits
 SMALL_TILES = TileConfig(128, 128, 64, 8, 8, 4)  # few or small tiles: more programs
+SHORT_K_TILES = TileConfig(128, 128, 128, 8, 8, 2)  # 16-bit, 64 < K <= 128: one step a tile, the next tile's in flight
 FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
 STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
 # 16-bit products that fill the GPU choose among these tiles, each with its FLOP rate against the first
@@ -387,7 +388,10 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
         big = BIG_TILES[dtype]
     batch = max(1, math.prod(problem.batch))
     if problem.m // big.block_m * (problem.n // big.block_n) * batch < sms:
-        return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
+        if dtype is DataType.FLOAT:
+            return FP32_SMALL_TILES
+        short_k = SMALL_TILES.block_k < problem.k <= SHORT_K_TILES.block_k
+        return SHORT_K_TILES if big is WIDE_16_BIT_TILES and short_k else SMALL_TILES
     if big is not WIDE_16_BIT_TILES:
         return big
     return min(RATED_16_BIT_TILES, key=lambda rated: _time(problem, batch, sms, *rated))[0]
