@@ -6,7 +6,9 @@ FLOP/byte, far above the H200's ridge (~190 FLOP/byte at 790 TFLOP/s and 4.2 TB/
 compute-bound, and the goal is to keep the tensor cores (wgmma on sm_90) fed: big tiles
 (128 x 256 x 64 for 16-bit inputs, 8 warps = two warpgroups), a 3-stage pipeline of loads, and the
 tiles of one program walked in grouped (swizzled) order so that consecutive tiles share rows of A
-and columns of B in L2.
+and columns of B in L2. ``tile_config`` picks the tile per shape: a 16-bit product takes the tile
+(128 x 256, 256 x 128 or 128 x 128) that finishes in the fewest rounds of programs x tile time, so an
+N of 4224 does not spend a fifth round on 16 tiles; one too small to fill the GPU takes 128 x 128.
 
 The kernel is persistent: ``min(tiles, SMs)`` programs, each walking tiles ``pid, pid + SMs, ...``
 over ``batch x tiles_m x tiles_n``, so the loads of the next tile overlap the epilogue of the last.
