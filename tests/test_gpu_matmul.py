@@ -2,6 +2,8 @@
 sizes, on both load paths (TMA descriptors for aligned operands, plain pointers otherwise), every
 dtype including fp8 and TF32, transposed operands, broadcast batch and the fused epilogue."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -109,4 +111,39 @@ def test_stores_stay_inside_a_c_window(dtype, beta):
     assert relative_error(c, expected) < (1e-2 if dtype is torch.bfloat16 else 1e-3)
     outside = torch.ones_like(buffer, dtype=torch.bool)
     outside[3:3 + m, 8:8 + n] = False
+    assert buffer[outside].isnan().all()
+
+
+@pytest.mark.parametrize("batch, m, k, n, tile", [((), 4096, 1024, 4224, (256, 128, 64)),
+                                                  ((512,), 128, 128, 128, (128, 128, 128))])
+@pytest.mark.parametrize("aligned", [True, False], ids=["tma", "pointers"])
+def test_rated_and_short_k_tiles_match_torch_on_both_load_paths(batch, m, k, n, tile, aligned, monkeypatch):
+    """The tiles ``tile_config`` takes beside 128 x 256 (256 x 128 where it needs fewer rounds, 128 x 128 x 128
+    for K = 128; planned for 132 programs, the H200's SMs, on any GPU) with bias, gelu and a residual in the
+    epilogue (256 x 128 stores two halves), on TMA and, with every operand one element into its buffer
+    (bases not 16-byte aligned), on plain pointers; C a window of a NaN buffer."""
+    from opendnn.backends.triton import matmul as triton_matmul
+    from opendnn.ops.matmul import matmul_problem
+
+    monkeypatch.setattr(triton_matmul, "multiprocessors", lambda index: 132)
+    dtype, offset = torch.bfloat16, 0 if aligned else 1
+
+    def operand(*dims, scale=1.0):
+        return (torch.randn(math.prod(dims) + offset, device=DEVICE) * scale).to(dtype)[offset:].view(dims)
+
+    a, b, residual, bias = operand(*batch, m, k), operand(*batch, k, n, scale=0.125), operand(*batch, m, n), operand(n)
+    buffer = torch.full((*batch, m + 2, n + 3), float("nan"), device=DEVICE, dtype=dtype)
+    c = buffer[..., 1:1 + m, 2:2 + n]
+    desc = od.TensorDescriptor
+    problem = matmul_problem(*(desc(dtype, t.shape, t.stride()) for t in (a, b, c)))
+    config = triton_matmul.tile_config(problem, od.DataType.BFLOAT16, False, 132)
+    assert (config.block_m, config.block_n, config.block_k) == tile
+    epilogue = od.MatmulEpilogue(bias_desc=desc(dtype, bias.shape), bias=bias, activation=od.PointwiseMode.GELU_FWD,
+                                 residual_desc=desc(dtype, residual.shape, residual.stride()), residual=residual)
+    od.matmul(od.create(DEVICE), 1.0, desc(dtype, a.shape, a.stride()), a, desc(dtype, b.shape, b.stride()), b, 0.0,
+              desc(dtype, c.shape, c.stride()), c, epilogue)
+    expected = TF.gelu(a.double() @ b.double() + bias.double()) + residual.double()
+    assert relative_error(c, expected) < 1e-2
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[..., 1:1 + m, 2:2 + n] = False
     assert buffer[outside].isnan().all()
