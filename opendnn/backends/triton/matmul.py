@@ -244,8 +244,8 @@ SHORT_K_TILES = TileConfig(128, 128, 128, 8, 8, 2)  # 16-bit, 64 < K <= 128: one
 FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
 STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
 # 16-bit products that fill the GPU choose among these tiles, each with its FLOP rate against the first
-# (H200, bf16 8192^3): 256 x 128 (the 128 x 256 tile's rounds for an N that is an odd multiple of 128)
-# and 128 x 128 (half the tile, rounds half as long)
+# (H200, bf16 8192^3): 256 x 128, the same area split the other way (N = 4224 is 33 columns of 128 but
+# 16.5 of 256), and 128 x 128, half the area (rounds half as long)
 RATED_16_BIT_TILES = ((WIDE_16_BIT_TILES, 1.0), (TileConfig(256, 128, 64, 8, 8, 3), 0.9), (SMALL_TILES, 0.89))
 TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
 MAX_PROGRAMS_INTERPRETED = 4
@@ -396,10 +396,10 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
         return SHORT_K_TILES if big is WIDE_16_BIT_TILES and short_k else SMALL_TILES
     if big is not WIDE_16_BIT_TILES:
         return big
-    return min(RATED_16_BIT_TILES, key=lambda rated: _time(problem, batch, sms, *rated))[0]
+    return min(RATED_16_BIT_TILES, key=lambda rated: _estimated_time(problem, batch, sms, *rated))[0]
 
 
-def _time(problem: MatmulProblem, batch: int, sms: int, tile: TileConfig, rate: float) -> float:
+def _estimated_time(problem: MatmulProblem, batch: int, sms: int, tile: TileConfig, rate: float) -> float:
     """The persistent kernel's time in rounds of ``sms`` programs, one tile each, times a tile's time
     (its area over its rate): where tiles do not divide the GPU, the last round may be nearly empty."""
     tiles = -(-problem.m // tile.block_m) * -(-problem.n // tile.block_n) * batch
