@@ -389,12 +389,13 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
     else:
         big = BIG_TILES[dtype]
     batch = max(1, math.prod(problem.batch))
+    sixteen_bit = dtype in (DataType.BFLOAT16, DataType.HALF)
     if problem.m // big.block_m * (problem.n // big.block_n) * batch < sms:
         if dtype is DataType.FLOAT:
             return FP32_SMALL_TILES
         short_k = SMALL_TILES.block_k < problem.k <= SHORT_K_TILES.block_k
-        return SHORT_K_TILES if big is WIDE_16_BIT_TILES and short_k else SMALL_TILES
-    if big is not WIDE_16_BIT_TILES:
+        return SHORT_K_TILES if sixteen_bit and short_k else SMALL_TILES
+    if not sixteen_bit:
         return big
     return min(RATED_16_BIT_TILES, key=lambda rated: _estimated_time(problem, batch, sms, *rated))[0]
 
