@@ -46,7 +46,7 @@ def main() -> None:
 
     import opendnn as od
     from opendnn.backends.triton.batch_norm import bn_launches
-    from opendnn.backends.triton.launch import Slot
+    from opendnn.kernels.launch import Slot
     from opendnn.ops import batch_norm as bn
 
     for arch, clusters, shape in ((90, True, (64, 256, 56, 56)), (80, False, (64, 1024, 14, 14))):

@@ -14,8 +14,8 @@ from triton import knobs
 from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
-from opendnn.backends.triton import launch as launch_module
-from opendnn.backends.triton.launch import Launch, Slot
+from opendnn.kernels import launch as launch_module
+from opendnn.kernels.launch import Launch, Slot
 
 pytestmark = pytest.mark.skipif(not launch_module.DIRECT_LAUNCH, reason="the direct launch is written for triton 3.6")
 
@@ -145,7 +145,7 @@ def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_grap
     CUDA calls stood in for: this machine has no GPU)."""
     import torch
 
-    from opendnn.backends.triton import device as device_module
+    from opendnn.kernels import device as device_module
 
     state = {"device": 0, "capturing": False}
     allocated = []

@@ -94,7 +94,7 @@ def test_fused_add_relu_matches_torch_on_gpu(dtype):
 def one_read_cluster(x, with_z=False):
     """CTAs per feature of the one-read training forward planned for ``x`` (0: the three passes)."""
     from opendnn.backends.triton.batch_norm import bn_plan
-    from opendnn.backends.triton.device import has_clusters
+    from opendnn.kernels.device import has_clusters
     from opendnn.ops import batch_norm as bn
 
     x_desc = od.TensorDescriptor(x.dtype, x.shape, x.stride())

@@ -8,8 +8,8 @@ import torch
 import opendnn as od
 import opendnn.functional as F
 from opendnn.core.arrays import descriptor_of, wrap
+from opendnn.core.default_handle import handle_for, shared_handle
 from opendnn.core.memo import memoized
-from opendnn.functional.common import handle_for, shared_handle
 from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
 
 

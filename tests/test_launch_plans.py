@@ -23,7 +23,7 @@ from triton.compiler import CompiledKernel
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.backends.triton.launch import Launch, Slot
+from opendnn.kernels.launch import Launch, Slot
 
 DTYPES = (torch.float32, torch.bfloat16)
 

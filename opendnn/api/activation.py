@@ -9,10 +9,10 @@ from typing import Any
 
 from opendnn.core.arrays import bind
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_same_dims
+from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
 from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
-from opendnn.ops.registry import dispatch
 
 
 class ActivationMode(enum.Enum):

@@ -14,6 +14,7 @@ from typing import Any
 from opendnn.api.activation import ActivationDescriptor
 from opendnn.core.arrays import Bound, bind, bind_bytes, scratch_bytes
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.ops.batch_norm import (
@@ -24,7 +25,6 @@ from opendnn.ops.batch_norm import (
     Direction,
     batch_norm_problem,
 )
-from opendnn.ops.registry import dispatch, load_backend
 
 
 def batch_normalization_forward_training(

@@ -15,6 +15,7 @@ from typing import Any
 from opendnn.api.activation import ActivationDescriptor
 from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
+from opendnn.core.dispatch import dispatch, load_backend, refusal
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, Status, require
 from opendnn.core.handle import Handle, MathType
@@ -26,7 +27,6 @@ from opendnn.ops.convolution import (
     convolution_problem,
 )
 from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
-from opendnn.ops.registry import dispatch, load_backend, refusal
 
 Filter = FilterDescriptor | TensorDescriptor
 _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_size",

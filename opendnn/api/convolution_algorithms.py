@@ -30,6 +30,7 @@ from typing import Any
 from opendnn.api.convolution import allows_tf32
 from opendnn.core.arrays import CPU, Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType
 from opendnn.ops.convolution import (
@@ -42,7 +43,6 @@ from opendnn.ops.convolution import (
     convolution_problem,
     method_of,
 )
-from opendnn.ops.registry import dispatch, load_backend
 
 Filter = FilterDescriptor | TensorDescriptor
 CACHE_ENV = "OPENDNN_ALGORITHM_CACHE"

@@ -7,9 +7,9 @@ from typing import Any
 
 from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
-from opendnn.ops.registry import dispatch
 
 
 def lrn_cross_channel_forward(handle: Handle, norm_desc: LRNDescriptor, mode: LRNMode, alpha: float,

@@ -12,11 +12,11 @@ from typing import Any
 
 from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.ops.matmul import BiasAxis, MatmulProblem, matmul_problem
 from opendnn.ops.pointwise import PointwiseMode
-from opendnn.ops.registry import dispatch
 
 
 @dataclass(frozen=True)

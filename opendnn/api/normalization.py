@@ -12,10 +12,10 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, bind
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.ops.normalization import NormDescriptor, NormMode, norm_problem
-from opendnn.ops.registry import dispatch
 
 
 def normalization_forward_training(handle: Handle, norm_desc: NormDescriptor, alpha: float,

@@ -10,9 +10,9 @@ from typing import Any
 
 from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
 from opendnn.ops.pooling import PoolingDescriptor, pooling_problem
-from opendnn.ops.registry import dispatch
 
 
 def pooling_forward(handle: Handle, pool_desc: PoolingDescriptor, alpha: float, x_desc: TensorDescriptor, x: Any,

@@ -10,10 +10,10 @@ from typing import Any
 
 from opendnn.core.arrays import bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.ops.reduce import ReduceProblem, ReduceTensorDescriptor, reduce_problem
-from opendnn.ops.registry import dispatch, load_backend
 
 
 def get_reduction_workspace_size(handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor,

@@ -11,8 +11,8 @@ from typing import Any
 
 from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
-from opendnn.ops.registry import dispatch
 from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxMode, mode_problem
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, bind, constant_like, index_along
 from opendnn.core.descriptors import TensorDescriptor, check_broadcastable, check_same_dims
+from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
 from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
-from opendnn.ops.registry import dispatch
 
 
 class OpTensorOp(enum.Enum):

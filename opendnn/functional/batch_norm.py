@@ -31,10 +31,12 @@ from opendnn.core.arrays import (
     scratch_bytes,
     wrap,
 )
+from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
-from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.batch_norm import (
     BatchNormMode,
     BatchNormOps,
@@ -42,7 +44,6 @@ from opendnn.ops.batch_norm import (
     BatchNormTensors,
     derive_bn_tensor_descriptor,
 )
-from opendnn.ops.registry import dispatch
 
 MODE = BatchNormMode.SPATIAL
 

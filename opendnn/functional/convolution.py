@@ -25,12 +25,15 @@ from opendnn.core.arrays import (
     strided_view,
     wrap,
 )
+from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
-from opendnn.functional.common import activation_mode, handle_for, to_caller_kind
+from opendnn.functional.elementwise import activation_mode
 from opendnn.ops.convolution import (
     ConvolutionDescriptor,
     ConvolutionDirection,
@@ -41,7 +44,6 @@ from opendnn.ops.convolution import (
 )
 from opendnn.ops.pointwise import PointwiseMode
 from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
-from opendnn.ops.registry import dispatch, load_backend
 
 IntOrTuple = int | Sequence[int]
 

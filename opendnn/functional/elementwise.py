@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.arrays import Bound, allocate, as_native, broadcast_to, empty_like, index_along, packed_like, wrap
+from opendnn.core.caller_arrays import shaped, to_caller_kind
+from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor, TensorFormat
+from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
-from opendnn.functional.common import handle_for, shaped, to_caller_kind
 from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem, pointwise_problem
-from opendnn.ops.registry import dispatch
 
 _FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataType.DOUBLE: 3}
 _RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
@@ -352,3 +353,18 @@ def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1
     problem = pointwise_problem(PointwiseMode.IDENTITY, [source], output, alpha=alpha)
     dispatch(handle_for(source, handle), "pointwise", problem, [source], output)
     return to_caller_kind(output.view, x)
+
+
+# the activation of a fused epilogue ------------------------------------------------------------
+
+def activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
+    """The *_FWD mode of a fused epilogue's activation, named as torch does ("relu", "silu",
+    "gelu_tanh", ...) or given as a PointwiseMode; None for none."""
+    if activation is None or isinstance(activation, PointwiseMode):
+        return activation
+    name = str(activation).lower().removesuffix("_fwd")
+    name = {"silu": "swish", "gelu_tanh": "gelu_approx_tanh"}.get(name, name)
+    try:
+        return PointwiseMode(f"{name}_fwd")
+    except ValueError:
+        raise BadParam(f"activation={activation!r} is not a forward activation") from None

@@ -8,13 +8,15 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.default_handle import handle_for
+from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, MathType
-from opendnn.functional.common import activation_mode, handle_for, to_caller_kind
+from opendnn.functional.elementwise import activation_mode
 from opendnn.ops.matmul import BiasAxis, matmul_problem
 from opendnn.ops.pointwise import PointwiseMode
-from opendnn.ops.registry import dispatch
 
 
 def matmul(a: Any, b: Any, bias: Any = None, activation: str | PointwiseMode | None = None, *,

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
-from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
 from opendnn.ops.normalization import NormDescriptor, NormMode, norm_problem, param_dims, stats_dims
-from opendnn.ops.registry import dispatch
 
 Shape = int | Sequence[int]
 

@@ -15,13 +15,14 @@ from typing import Any
 
 from opendnn.api.tensor_ops import set_tensor
 from opendnn.core.arrays import Bound, empty_like, wrap
+from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import NanPropagation
+from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
-from opendnn.functional.common import handle_for, to_caller_kind
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
-from opendnn.ops.registry import dispatch
 
 Size = int | Sequence[int]
 

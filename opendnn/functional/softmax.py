@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.arrays import as_native, empty_like, wrap
+from opendnn.core.caller_arrays import shaped, to_caller_kind
+from opendnn.core.default_handle import handle_for
+from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.functional.common import handle_for, shaped, to_caller_kind
-from opendnn.ops.registry import dispatch
 from opendnn.ops.softmax import SoftmaxAlgorithm, softmax_problem
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opendnn.core.activation_constants import GELU_TANH_CUBIC, GELU_TANH_SCALE
 from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor, check_broadcastable
 from opendnn.core.dtypes import DataType
@@ -98,9 +99,6 @@ _BINARY = {"add", "sub", "mul", "div", "max", "min", "mod", "pow", "add_square",
 ARITY = {mode: 3 if mode is PointwiseMode.BINARY_SELECT
          else 2 if mode.value in _BINARY or mode.value.endswith("_bwd") else 1
          for mode in PointwiseMode}
-
-GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)  # sqrt(2/pi), tanh-form gelu
-GELU_TANH_CUBIC = 0.044715
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from opendnn.core.samples import Sample, relative_error
 from opendnn.samples import batch_norm, convolution, elementwise, matmul, normalization, pooling, softmax
-from opendnn.samples.base import Sample, relative_error
 
 FAMILIES = (elementwise, convolution, matmul, softmax, batch_norm, pooling, normalization)
 

@@ -16,8 +16,8 @@ import numpy as np
 
 import opendnn as od
 from opendnn.core.dtypes import DataType
+from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
 from opendnn.ops import batch_norm as bn
-from opendnn.samples.base import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
 
 EPSILON = 2.0**-16  # above cuDNN's minimum 1e-5 and exact in float32 (the interpreter's scalars)
 FACTOR = 0.25  # exponential average factor, exact in float32

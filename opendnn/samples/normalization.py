@@ -18,8 +18,8 @@ import numpy as np
 
 import opendnn as od
 from opendnn.core.dtypes import DataType
+from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
 from opendnn.ops import lrn, normalization
-from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
 
 LRN_BETA, LRN_K = 0.75, 1.5
 

@@ -17,8 +17,8 @@ import numpy as np
 
 import opendnn as od
 from opendnn.core.dtypes import DataType
+from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
-from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
 
 # geometry -> ((window, stride, padding), {size: x shape})
 GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]]] = {

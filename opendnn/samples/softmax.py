@@ -10,8 +10,8 @@ import numpy as np
 
 import opendnn as od
 from opendnn.core.dtypes import DataType
+from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
 from opendnn.ops.softmax import mode_axes, reference_backward, reference_forward
-from opendnn.samples.base import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
 
 
 def _parameters(sample: Sample) -> tuple[od.SoftmaxAlgorithm, od.SoftmaxMode, tuple[int, ...]]:

@@ -22,6 +22,7 @@ import torch
 from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
+from opendnn.core.default_handle import shared_handle
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle, MathType
 from opendnn.functional import convolution as convolution_functions
@@ -34,7 +35,6 @@ from opendnn.functional.batch_norm import BatchNormState
 from opendnn.functional.batch_norm import batch_norm as _batch_norm
 from opendnn.functional.batch_norm import batch_norm_add_activation as _batch_norm_add_activation
 from opendnn.functional.batch_norm import batch_norm_add_activation_backward as _batch_norm_add_activation_backward
-from opendnn.functional.common import shared_handle
 from opendnn.functional.matmul import linear as _linear
 from opendnn.functional.matmul import matmul as _matmul
 from opendnn.functional.softmax import log_softmax as _log_softmax

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from opendnn.backends.numpy.io import numpy_view, read, write
 from opendnn.core.arrays import Bound
 from opendnn.core.errors import InternalError
+from opendnn.core.reference_io import numpy_view, read, write
 from opendnn.ops import batch_norm as bn
 from opendnn.ops.batch_norm import BatchNormProblem, BatchNormTensors, Direction
 

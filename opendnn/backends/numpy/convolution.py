@@ -3,8 +3,8 @@ algorithm that applies computed the same way, no workspace."""
 
 from __future__ import annotations
 
-from opendnn.backends.numpy.io import read, write
 from opendnn.core.arrays import Bound
+from opendnn.core.reference_io import read, write
 from opendnn.ops.convolution import ConvolutionDirection, ConvolutionProblem, algorithm_refusal, reference
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from opendnn.backends.numpy.io import read, write
 from opendnn.core.arrays import Bound
 from opendnn.core.dtypes import DataType
+from opendnn.core.reference_io import read, write
 from opendnn.ops.matmul import MatmulProblem, fp8_to_float64, reference
 
 

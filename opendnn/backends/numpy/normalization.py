@@ -3,8 +3,8 @@ compute dtype."""
 
 from __future__ import annotations
 
-from opendnn.backends.numpy.io import read, write
 from opendnn.core.arrays import Bound
+from opendnn.core.reference_io import read, write
 from opendnn.ops.normalization import NormProblem, backward_reference, forward_reference
 
 

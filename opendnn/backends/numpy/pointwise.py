@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opendnn.backends.numpy.io import read, write
 from opendnn.core.arrays import Bound
+from opendnn.core.reference_io import read, write
 from opendnn.ops.pointwise import PointwiseProblem, reference
 
 

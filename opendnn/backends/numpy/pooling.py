@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opendnn.backends.numpy.io import read, write
 from opendnn.core.arrays import Bound
+from opendnn.core.reference_io import read, write
 from opendnn.ops.pooling import PoolingProblem, reference_backward, reference_forward
 
 

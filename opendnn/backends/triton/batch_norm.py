@@ -64,11 +64,11 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from opendnn.backends.triton.device import has_clusters
-from opendnn.backends.triton.launch import Launch, Slot
-from opendnn.backends.triton.reduce import dim_offsets, merged_dims
 from opendnn.core.arrays import torch_view
 from opendnn.core.errors import InternalError
+from opendnn.kernels.device import has_clusters
+from opendnn.kernels.indexing import dim_offsets, merged_dims
+from opendnn.kernels.launch import Launch, Slot
 from opendnn.ops.batch_norm import BatchNormOps, BatchNormProblem, BatchNormTensors, Direction
 
 TILE = 4096  # elements per tile: 16 per thread at 8 warps

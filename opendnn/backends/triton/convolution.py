@@ -48,13 +48,13 @@ import triton.language as tl
 
 from opendnn.backends.triton import convolution_direct as direct
 from opendnn.backends.triton import convolution_gemm as gemm
-from opendnn.backends.triton import matmul, pointwise
-from opendnn.backends.triton.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
-from opendnn.backends.triton.launch import Launch, Slot
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor, strides_for_order
+from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.kernels.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
+from opendnn.kernels.launch import Launch, Slot
 from opendnn.ops.convolution import (
     ConvolutionDirection,
     ConvolutionMethod,
@@ -295,8 +295,9 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
     form = matmul_form(problem)
     if form is not None:
         a, c = (y, x) if problem.direction is BACKWARD_DATA else (x, y)
-        matmul.run(form, _matrix(a, form.a), _matrix(w, form.b), _matrix(c, form.c),
-                   None if bias is None else _matrix(bias, form.bias))
+        matrix_engine = backend_module("matmul", "triton")  # another family's backend: from the operation table
+        matrix_engine.run(form, _matrix(a, form.a), _matrix(w, form.b), _matrix(c, form.c),
+                          None if bias is None else _matrix(bias, form.bias))
         return
     interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
@@ -318,7 +319,8 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
     form = filter_matmul_form(problem)
     if form is not None:  # the per-image partial filters, then the launches add them
         partials = tensors["partial"][:math.prod(form.c.dims)].view(form.c.dims)
-        matmul.run(form, _matrix(y, form.a), _matrix(x, form.b), Bound("partial", form.c, partials, x.device))
+        matrix_engine = backend_module("matmul", "triton")
+        matrix_engine.run(form, _matrix(y, form.a), _matrix(x, form.b), Bound("partial", form.c, partials, x.device))
     for launch in plan.launches:
         launch(tensors)
 
@@ -671,6 +673,7 @@ def _staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     if _packs_filter(problem):
         copies.append(("w", (Slot("w_packed"), _packed_in_order(problem.w, (1, *range(2, problem.w.ndim), 0)))))
     launches = []
+    pointwise = backend_module("pointwise", "triton")  # another family's backend: from the operation table
     for source, (target, target_desc) in copies:
         source_desc = problem.w if source == "w" else _activation(problem, source)
         copy = pointwise.pointwise_launch(PointwiseProblem(PointwiseMode.IDENTITY, (source_desc,), target_desc))

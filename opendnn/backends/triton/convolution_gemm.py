@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.pointwise import activation
+from opendnn.kernels.activation import activation
 
 
 @triton.jit

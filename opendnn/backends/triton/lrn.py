@@ -40,12 +40,12 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton import math as tm
-from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
-from opendnn.backends.triton.reduce import flat_offsets
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
+from opendnn.kernels import math as tm
+from opendnn.kernels.indexing import flat_offsets
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 from opendnn.ops.lrn import LRNProblem
 
 # The streaming kernel (lrn_stream_kernel) per (direction, channels-inner layout, 16-bit data): pixels

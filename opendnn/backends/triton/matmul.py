@@ -29,7 +29,7 @@ between a K-major copy (compute-bound problems) and the register path (memory-bo
 B then runs as C^T = B^T A^T).
 
 The epilogue is constexpr flags over the fp32 (fp64) accumulator: scale (fp8 dequantisation),
-bias per row or per column, any forward activation (``pointwise.activation``; its approximate
+bias per row or per column, any forward activation (``kernels.activation``; its approximate
 instructions for a 16-bit C on a GPU, as the pointwise kernels), residual, alpha,
 beta * C, then one cast to C's dtype and a masked store; 128 x 256 tiles finish in two halves
 (half the registers and staging shared memory: fp32 outputs would not fit otherwise). Offsets
@@ -49,14 +49,14 @@ import torch
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton import pointwise
-from opendnn.backends.triton.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
-from opendnn.backends.triton.launch import Launch, Slot
-from opendnn.backends.triton.pointwise import activation
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.kernels.activation import FAST_DTYPES, FAST_MATH, activation
+from opendnn.kernels.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
+from opendnn.kernels.launch import Launch, Slot
 from opendnn.ops.matmul import BiasAxis, MatmulProblem
 from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
 
@@ -274,7 +274,7 @@ def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None
                                                          ("residual", residual)) if bound is not None}
     device = views["c"].device
     tma = tma_ready(views["a"], views["b"], interpreted)
-    fast = (pointwise.FAST_MATH and not interpreted and c.desc.dtype in pointwise.FAST_DTYPES
+    fast = (FAST_MATH and not interpreted and c.desc.dtype in FAST_DTYPES
             and problem.compute_dtype is DataType.FLOAT)
     plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
                        None if residual is None else residual.desc, tma, interpreted,
@@ -457,6 +457,7 @@ def _k_major(operand: Bound, k_axis: int) -> Bound:
     copy = copy if k_axis == -1 else copy.mT
     target = Bound(operand.name, TensorDescriptor(operand.desc.dtype, tuple(copy.shape), copy.stride()), copy,
                    operand.device)
+    pointwise = backend_module("pointwise", "triton")  # another family's backend: through the operation table
     pointwise.run(PointwiseProblem(PointwiseMode.IDENTITY, (operand.desc,), target.desc), [operand], target)
     return target
 

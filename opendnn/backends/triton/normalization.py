@@ -40,12 +40,12 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.device import multiprocessors
-from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
-from opendnn.backends.triton.reduce import dim_offsets, flat_offsets, merged_dims
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.kernels.device import multiprocessors
+from opendnn.kernels.indexing import dim_offsets, flat_offsets, merged_dims
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 from opendnn.ops.normalization import NormProblem
 
 MAX_SINGLE_BLOCK = 8192  # longest row held in registers

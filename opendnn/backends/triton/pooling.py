@@ -57,11 +57,11 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 from opendnn.ops.pooling import PoolingProblem
 
 CANONICAL_DIMS = 5

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.launch import Launch, Launches, Slot
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.kernels.indexing import dim_offsets, merged_dims
+from opendnn.kernels.launch import Launch, Launches, Slot
 from opendnn.ops.reduce import ReduceProblem
 
 TILE_ELEMENTS = 4096  # elements per tile: 16 per thread at 8 warps
@@ -56,30 +57,6 @@ INDEX_BYTES = 8  # partial indices are int64
 FAST_PICKS = True  # on a GPU, min/max/amax without indices fold with one min (.NaN) instruction per element
 KIND = {"add": "sum", "avg": "sum", "norm1": "sum", "norm2": "sum", "mul": "prod", "mul_no_zeros": "prod",
         "min": "pick", "max": "pick", "amax": "pick"}
-
-
-@triton.jit
-def dim_offsets(index, COUNT: tl.constexpr, sizes, strides):
-    """Offset of ``index`` taken row-major over dims 0 .. COUNT-1 (the last fastest). The
-    outermost dim takes the rest without a modulo: an index past the end gives an offset past
-    the end, which callers mask."""
-    offset = index * 0
-    for j in tl.static_range(COUNT - 1):
-        offset += (index % sizes[COUNT - 1 - j]) * strides[COUNT - 1 - j]
-        index = index // sizes[COUNT - 1 - j]
-    if COUNT > 0:
-        offset += index * strides[0]
-    return offset
-
-
-@triton.jit
-def flat_offsets(index, COUNT: tl.constexpr, sizes, strides, UNIT: tl.constexpr):
-    """``dim_offsets``, or ``index`` itself when the dims merge into one of stride 1 (UNIT)."""
-    if UNIT:
-        offsets = index
-    else:
-        offsets = dim_offsets(index, COUNT, sizes, strides)
-    return offsets
 
 
 @triton.jit
@@ -416,21 +393,6 @@ def reduce_plan(problem: ReduceProblem) -> ReducePlan:
         index_bytes = splits * kept_total * INDEX_BYTES if problem.indices is not None else 0
     return ReducePlan(tuple(kept), tuple(reduced), columns, block_k, block_r, iterations, splits,
                       value_bytes, index_bytes)
-
-
-def merged_dims(dims: list[tuple[int, tuple[int, ...]]], by_stride: bool = True) -> list[tuple[int, tuple[int, ...]]]:
-    """(size, strides of each operand) dims, size-1 dims dropped, neighbours merged where every
-    operand is contiguous across them (outer stride = inner stride * inner size). ``by_stride``:
-    sorted by the strides first (outermost first), else in the order given. Shared by the
-    reduction, softmax, batch norm and layer-norm plans."""
-    kept = [d for d in dims if d[0] > 1]
-    merged: list[tuple[int, tuple[int, ...]]] = []
-    for size, strides in sorted(kept, key=lambda d: tuple(-s for s in d[1])) if by_stride else kept:
-        if merged and all(outer == s * size for outer, s in zip(merged[-1][1], strides)):
-            merged[-1] = (merged[-1][0] * size, strides)
-        else:
-            merged.append((size, strides))
-    return merged
 
 
 def supports(problem: ReduceProblem) -> str | None:

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.launch import Launch, Launches, Scratch, Slot
-from opendnn.backends.triton.reduce import dim_offsets, merged_dims
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
+from opendnn.kernels.indexing import dim_offsets, merged_dims
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxProblem
 
 LOG2E = tl.constexpr(1.4426950408889634)

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-import opendnn as od
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle
 
 # ||out - ref|| / ||ref|| allowed, per output dtype
 # fp8 inputs: Hopper's fp8 tensor cores add products with fewer bits than fp32 (cuBLAS's _scaled_mm
@@ -54,7 +55,7 @@ class Sample:
     def tolerance(self) -> float:
         return max(TOLERANCE.get(self.dtype, 0.0), TOLERANCE.get(self.out_dtype or self.dtype, 0.0))
 
-    def run(self, handle: od.Handle, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, handle: Handle, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(output, float64 reference), both as float64 NumPy arrays."""
         if self.runner is None:
             raise ValueError(f"sample {self.name} has no runner")
@@ -132,8 +133,8 @@ class Tensors:
         return buffer[index]
 
 
-def descriptor(array: Any) -> od.TensorDescriptor:
-    return od.TensorDescriptor(array.dtype, array.shape, array.stride())
+def descriptor(array: Any) -> TensorDescriptor:
+    return TensorDescriptor(array.dtype, array.shape, array.stride())
 
 
 def blend(sample: Sample, t: Tensors, shape: tuple[int, ...], result: np.ndarray) -> tuple[Any, np.ndarray]:

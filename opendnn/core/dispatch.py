@@ -93,11 +93,13 @@ def load_backend(operation: str, backend: str, device: str) -> Any:
     if backend == "triton" and device == CPU and os.environ.get("TRITON_INTERPRET") != "1":
         raise NotSupported("backend='triton' on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 "
                            "before triton is first imported", Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
-    return _backend_module(operation, backend)
+    return backend_module(operation, backend)
 
 
 @functools.cache  # a module loads once; a missing package raises, and is not cached
-def _backend_module(operation: str, backend: str) -> Any:
+def backend_module(operation: str, backend: str) -> Any:
+    """The module implementing ``operation`` on ``backend``, loaded on first use. A family's backend
+    that builds on another family's (convolution on the matrix product, say) takes it from here."""
     require_backend_available(backend)
     return importlib.import_module(OPERATIONS[operation].backends[backend])
 
