@@ -5,12 +5,6 @@ the Pythonic calls in ``opendnn.functional``. Importing opendnn needs NumPy only
 """
 
 from opendnn._version import __version__, version
-from opendnn.api.activation import (
-    ActivationDescriptor,
-    ActivationMode,
-    activation_backward,
-    activation_forward,
-)
 from opendnn.api.batch_norm import (
     batch_normalization_backward,
     batch_normalization_backward_ex,
@@ -53,9 +47,19 @@ from opendnn.api.normalization import (
     normalization_forward_training,
 )
 from opendnn.api.pooling import pooling_backward, pooling_forward
-from opendnn.api.reduce import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
 from opendnn.api.softmax import softmax_backward, softmax_forward
-from opendnn.api.tensor_ops import (
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFormat
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
+from opendnn.core.handle import Handle, MathType, create
+from opendnn.families.pointwise.activation_api import (
+    ActivationDescriptor,
+    ActivationMode,
+    activation_backward,
+    activation_forward,
+)
+from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.tensor_ops_api import (
     OpTensorDescriptor,
     OpTensorOp,
     add_tensor,
@@ -66,10 +70,8 @@ from opendnn.api.tensor_ops import (
     set_tensor,
     transform_tensor,
 )
-from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFormat
-from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
-from opendnn.core.handle import Handle, MathType, create
+from opendnn.families.reduce.api import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
+from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
 from opendnn.ops.convolution import (
     ConvolutionBwdDataAlgo,
@@ -83,9 +85,7 @@ from opendnn.ops.convolution import (
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode
 from opendnn.ops.matmul import BiasAxis
 from opendnn.ops.normalization import NormDescriptor, NormMode
-from opendnn.ops.pointwise import PointwiseMode
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, get_pooling_forward_output_dim
-from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxMode
 
 __all__ = [

@@ -14,6 +14,7 @@ import torch.nn.functional as TF  # noqa: E402
 import opendnn as od  # noqa: E402
 import opendnn.functional as F  # noqa: E402
 from opendnn.backends.numpy import convolution as numpy_convolution  # noqa: E402
+from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
 from opendnn.ops.convolution import (  # noqa: E402
     ConvolutionDirection,
     algorithm_refusal,
@@ -24,7 +25,6 @@ from opendnn.ops.convolution import (  # noqa: E402
     reference_epilogue,
     reference_forward,
 )
-from opendnn.ops.pointwise import PointwiseMode  # noqa: E402
 from opendnn.samples.convolution import GEOMETRIES  # noqa: E402
 
 SMALL = GEOMETRIES["small"]

@@ -13,6 +13,7 @@ from opendnn.backends.triton import convolution as kernels
 from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.families.pointwise.problem import PointwiseMode
 from opendnn.ops.convolution import (
     ConvolutionBwdDataAlgo,
     ConvolutionBwdFilterAlgo,
@@ -20,7 +21,6 @@ from opendnn.ops.convolution import (
     ConvolutionFwdAlgo,
     ConvolutionProblem,
 )
-from opendnn.ops.pointwise import PointwiseMode
 
 FWD, DATA, FILTER = ConvolutionDirection
 TORCH = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,

@@ -1,4 +1,4 @@
-"""GPU tests (``pytest -m gpu`` on a CUDA machine): the elementwise and matmul samples at real sizes
+"""GPU tests (``pytest -m gpu`` on a CUDA machine): the pointwise, reduce and matmul samples at real sizes
 on the Triton backend (every other family runs its own in tests/test_gpu_<family>.py), the Pythonic
 API against torch on the device, streams and threads."""
 
@@ -11,11 +11,13 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.samples import elementwise, matmul, relative_error
+from opendnn.families.pointwise import samples as pointwise
+from opendnn.families.reduce import samples as reduce
+from opendnn.samples import matmul, relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
-SAMPLES = [sample for family in (elementwise, matmul) for sample in family.samples("large")]
+SAMPLES = [sample for family in (pointwise, reduce, matmul) for sample in family.samples("large")]
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])

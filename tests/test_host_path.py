@@ -10,7 +10,7 @@ import opendnn.functional as F
 from opendnn.core.arrays import descriptor_of, wrap
 from opendnn.core.default_handle import handle_for, shared_handle
 from opendnn.core.memo import memoized
-from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
+from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
 
 
 def test_default_handle_is_shared_per_device_and_follows_the_backend_variable(monkeypatch):

@@ -10,7 +10,6 @@ kernel (bfloat16, channels-last) is compiled for sm_90, specialized by Triton's 
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from triton.compiler import CompiledKernel
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.core.dispatch import backend_module
 from opendnn.kernels.launch import Launch, Slot
 
 DTYPES = (torch.float32, torch.bfloat16)
@@ -57,8 +57,8 @@ def normalization_calls(handle, dtype, channels_last):
 
 
 def reduce_calls(handle, dtype, channels_last):
-    from opendnn.api.reduce import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
-    from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
+    from opendnn.families.reduce.api import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
+    from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 
     a = _input((2, 64, 6, 50), dtype, channels_last)
     for op, c_dims in ((ReduceTensorOp.ADD, (1, 64, 1, 1)), (ReduceTensorOp.NORM2, (2, 64, 6, 1)),
@@ -188,7 +188,7 @@ def test_a_compiled_kernel_is_kept_per_device_and_pointer_alignment():
 def main() -> None:
     target, backend = sm90.target_or_exit()
     for family in FAMILIES:  # compiled kernels (not interpreted ones), though dispatch asks for the interpreter
-        importlib.import_module(f"opendnn.backends.triton.{family}")
+        backend_module(family, "triton")
     os.environ["TRITON_INTERPRET"] = "1"
     compiled = 0
     for family in FAMILIES:

@@ -14,8 +14,8 @@ import torch.nn.functional as TF  # noqa: E402
 import opendnn as od  # noqa: E402
 import opendnn.functional as F  # noqa: E402
 from opendnn.api.matmul import MatmulEpilogue, matmul  # noqa: E402
+from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
 from opendnn.ops.matmul import BiasAxis, float_to_fp8, fp8_to_float64, matmul_problem, reference  # noqa: E402
-from opendnn.ops.pointwise import PointwiseMode  # noqa: E402
 
 BACKENDS = ["numpy", "triton"]
 FP8 = [(od.DataType.FP8_E4M3, torch.float8_e4m3fn), (od.DataType.FP8_E5M2, torch.float8_e5m2)]

@@ -14,12 +14,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import opendnn as od  # noqa: E402
-from opendnn.api.reduce import (  # noqa: E402
+from opendnn.families.reduce.api import (  # noqa: E402
     get_reduction_indices_size,
     get_reduction_workspace_size,
     reduce_tensor,
 )
-from opendnn.ops.reduce import (  # noqa: E402
+from opendnn.families.reduce.problem import (  # noqa: E402
     ReduceTensorDescriptor,
     ReduceTensorIndices,
     ReduceTensorOp,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opendnn.ops.pointwise import PointwiseMode, reference
+from opendnn.families.pointwise.problem import PointwiseMode, reference
 
 RNG = np.random.default_rng(7)
 X = RNG.uniform(-4, 4, 257)

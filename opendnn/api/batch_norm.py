@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from opendnn.api.activation import ActivationDescriptor
 from opendnn.core.arrays import Bound, bind, bind_bytes, scratch_bytes
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
+from opendnn.families.pointwise.activation_api import ActivationDescriptor
 from opendnn.ops.batch_norm import (
     BatchNormMode,
     BatchNormOps,

@@ -12,13 +12,14 @@ import enum
 import functools
 from typing import Any
 
-from opendnn.api.activation import ActivationDescriptor
 from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend, refusal
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, Status, require
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.pointwise.activation_api import ActivationDescriptor
+from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 from opendnn.ops.convolution import (
     ConvolutionDescriptor,
     ConvolutionDirection,
@@ -26,7 +27,6 @@ from opendnn.ops.convolution import (
     FilterDescriptor,
     convolution_problem,
 )
-from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 
 Filter = FilterDescriptor | TensorDescriptor
 _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_size",

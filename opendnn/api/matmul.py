@@ -15,8 +15,8 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, Status, require
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.pointwise.problem import PointwiseMode
 from opendnn.ops.matmul import BiasAxis, MatmulProblem, matmul_problem
-from opendnn.ops.pointwise import PointwiseMode
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ class Operation:
 
 
 OPERATIONS = {op.name: op for op in (
-    Operation("pointwise", {"numpy": "opendnn.backends.numpy.pointwise",
-                            "triton": "opendnn.backends.triton.pointwise"}),
-    Operation("reduce", {"numpy": "opendnn.backends.numpy.reduce",
-                         "triton": "opendnn.backends.triton.reduce"}),
+    Operation("pointwise", {"numpy": "opendnn.families.pointwise.numpy_backend",
+                            "triton": "opendnn.families.pointwise.triton_backend"}),
+    Operation("reduce", {"numpy": "opendnn.families.reduce.numpy_backend",
+                         "triton": "opendnn.families.reduce.triton_backend"}),
     Operation("pooling", {"numpy": "opendnn.backends.numpy.pooling",
                           "triton": "opendnn.backends.triton.pooling"}),
     Operation("lrn", {"numpy": "opendnn.backends.numpy.lrn",

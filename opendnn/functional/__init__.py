@@ -7,22 +7,7 @@ framework's current stream). Everything here is the same dispatch as the cuDNN-s
 One module per family; this file lists what each one provides.
 """
 
-from opendnn.functional.batch_norm import (
-    BatchNormState,
-    batch_norm,
-    batch_norm_add_activation,
-    batch_norm_add_activation_backward,
-    batch_norm_backward,
-)
-from opendnn.functional.convolution import (
-    conv,
-    conv_backward_bias,
-    conv_backward_data,
-    conv_backward_filter,
-    conv_bias_activation,
-    conv_transpose,
-)
-from opendnn.functional.elementwise import (
+from opendnn.families.pointwise.functional import (
     abs,
     add,
     add_square,
@@ -74,6 +59,21 @@ from opendnn.functional.elementwise import (
     tanh_backward,
     transform,
     where,
+)
+from opendnn.functional.batch_norm import (
+    BatchNormState,
+    batch_norm,
+    batch_norm_add_activation,
+    batch_norm_add_activation_backward,
+    batch_norm_backward,
+)
+from opendnn.functional.convolution import (
+    conv,
+    conv_backward_bias,
+    conv_backward_data,
+    conv_backward_filter,
+    conv_bias_activation,
+    conv_transpose,
 )
 from opendnn.functional.matmul import linear, matmul
 from opendnn.functional.normalization import (

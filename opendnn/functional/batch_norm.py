@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 import opendnn.api.batch_norm as api
-from opendnn.api.activation import ActivationDescriptor, ActivationMode
 from opendnn.core.arrays import (
     Bound,
     allocate,
@@ -37,6 +36,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
+from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
 from opendnn.ops.batch_norm import (
     BatchNormMode,
     BatchNormOps,

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from opendnn.api.convolution import math_allows_tf32, workspace_size
-from opendnn.api.tensor_ops import add_tensor
 from opendnn.core.arrays import (
     Bound,
     allocate,
@@ -33,7 +32,10 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
-from opendnn.functional.elementwise import activation_mode
+from opendnn.families.pointwise.functional import activation_mode
+from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.tensor_ops_api import add_tensor
+from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 from opendnn.ops.convolution import (
     ConvolutionDescriptor,
     ConvolutionDirection,
@@ -42,8 +44,6 @@ from opendnn.ops.convolution import (
     convolution_problem,
     get_convolution_forward_output_dim,
 )
-from opendnn.ops.pointwise import PointwiseMode
-from opendnn.ops.reduce import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 
 IntOrTuple = int | Sequence[int]
 

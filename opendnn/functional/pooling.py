@@ -13,7 +13,6 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from opendnn.api.tensor_ops import set_tensor
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.default_handle import handle_for
@@ -22,6 +21,7 @@ from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
+from opendnn.families.pointwise.tensor_ops_api import set_tensor
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
 
 Size = int | Sequence[int]

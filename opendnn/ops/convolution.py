@@ -49,8 +49,8 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import MathType
 from opendnn.core.memo import cached_hash, memoized
-from opendnn.ops.pointwise import PointwiseMode
-from opendnn.ops.pointwise import reference as pointwise_reference
+from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.problem import reference as pointwise_reference
 
 
 class ConvolutionDirection(enum.Enum):

@@ -35,8 +35,8 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.memo import cached_hash, memoized
-from opendnn.ops.pointwise import PointwiseMode
-from opendnn.ops.pointwise import reference as pointwise_reference
+from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.problem import reference as pointwise_reference
 
 INPUT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
 FP8_TYPES = (DataType.FP8_E4M3, DataType.FP8_E5M2)

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from opendnn.core.samples import Sample, relative_error
-from opendnn.samples import batch_norm, convolution, elementwise, matmul, normalization, pooling, softmax
+from opendnn.families.pointwise import samples as pointwise
+from opendnn.families.reduce import samples as reduce
+from opendnn.samples import batch_norm, convolution, matmul, normalization, pooling, softmax
 
-FAMILIES = (elementwise, convolution, matmul, softmax, batch_norm, pooling, normalization)
+FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization)
 
 
 def samples(size: str = "small") -> Iterator[Sample]:

@@ -21,6 +21,7 @@ import numpy as np
 import opendnn as od
 from opendnn.core.dtypes import DataType
 from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, checked, descriptor
+from opendnn.families.pointwise.problem import PointwiseMode
 from opendnn.ops.convolution import (
     ConvolutionDirection,
     ConvolutionProblem,
@@ -31,7 +32,6 @@ from opendnn.ops.convolution import (
     reference_epilogue,
     reference_forward,
 )
-from opendnn.ops.pointwise import PointwiseMode
 
 TF32_TOLERANCE = 1e-3
 

@@ -25,8 +25,8 @@ from torch.autograd.function import once_differentiable
 from opendnn.core.default_handle import shared_handle
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.pointwise import functional as elementwise_functions
 from opendnn.functional import convolution as convolution_functions
-from opendnn.functional import elementwise as elementwise_functions
 from opendnn.functional import normalization as normalization_functions
 from opendnn.functional import pooling as pooling_functions
 from opendnn.functional.batch_norm import BatchNormState

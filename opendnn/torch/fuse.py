@@ -44,8 +44,8 @@ import torch.nn.functional as TF
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import BadParam, NotSupported
+from opendnn.families.pointwise.functional import activation_mode, add, pointwise
 from opendnn.functional.convolution import _descriptor, conv_bias_activation
-from opendnn.functional.elementwise import activation_mode, add, pointwise
 from opendnn.functional.matmul import matmul
 from opendnn.ops.convolution import ConvolutionMode, output_dims
 from opendnn.torch import functions

@@ -53,6 +53,7 @@ from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
 from opendnn.kernels.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 from opendnn.ops.convolution import (
@@ -63,7 +64,6 @@ from opendnn.ops.convolution import (
     method_of,
 )
 from opendnn.ops.matmul import MatmulProblem, matmul_problem
-from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem
 
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)

@@ -16,7 +16,7 @@ from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
-from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
+from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
 
 
 class OpTensorOp(enum.Enum):

@@ -12,7 +12,7 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_sam
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
-from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
+from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
 
 
 class ActivationMode(enum.Enum):

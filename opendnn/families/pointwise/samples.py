@@ -1,5 +1,5 @@
-"""Samples of the elementwise families: activations, pointwise, op/add/scale/set/transform tensor,
-gen_index and reduce_tensor."""
+"""Samples of the pointwise family: activations, pointwise, op/add/scale/set/transform tensor and
+gen_index."""
 
 from __future__ import annotations
 
@@ -9,11 +9,28 @@ from typing import Any
 
 import numpy as np
 
-import opendnn as od
+from opendnn.core.descriptors import NanPropagation
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle
 from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
-from opendnn.ops.pointwise import PointwiseMode, reference
-from opendnn.ops.reduce import reference as reduce_reference
+from opendnn.families.pointwise.activation_api import (
+    ActivationDescriptor,
+    ActivationMode,
+    activation_backward,
+    activation_forward,
+)
+from opendnn.families.pointwise.problem import PointwiseMode, reference
+from opendnn.families.pointwise.tensor_ops_api import (
+    OpTensorDescriptor,
+    OpTensorOp,
+    add_tensor,
+    gen_index,
+    op_tensor,
+    pointwise,
+    scale_tensor,
+    set_tensor,
+    transform_tensor,
+)
 
 _DOMAINS: dict[str, tuple[float, float]] = {
     "log": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0), "tan": (-1.2, 1.2), "exp": (-4.0, 4.0),
@@ -28,7 +45,7 @@ def _input_range(mode: PointwiseMode, position: int) -> tuple[float, float]:
     return _DOMAINS.get(mode.value, (-3.0, 3.0))
 
 
-def run_pointwise(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_pointwise(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     mode = PointwiseMode[sample.variant]
     inputs = []
     for position in range(mode.arity):
@@ -38,7 +55,7 @@ def run_pointwise(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
         inputs[1][..., ::2] = inputs[0][..., ::2]
     result = reference(mode, [t.values(x) for x in inputs], coef=1.5)
     y, expected = blend(sample, t, sample.shape, result.astype(np.float64))
-    od.pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y,
+    pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y,
                  coef=1.5)
     return checked(t, y, expected)
 
@@ -48,31 +65,31 @@ def run_pointwise(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
 _ACTIVATION_COEF = {"CLIPPED_RELU": 1.25, "ELU": 0.75, "SWISH": 1.375, "SOFTPLUS": 0.875}
 
 
-def _activation(sample: Sample) -> tuple[od.ActivationDescriptor, float, bool]:
+def _activation(sample: Sample) -> tuple[ActivationDescriptor, float, bool]:
     name, _, propagation = sample.variant.partition("+")
     coef = _ACTIVATION_COEF.get(name, 0.0)
     propagate = propagation == "propagate_nan"
-    nan_opt = od.NanPropagation.PROPAGATE_NAN if propagate else od.NanPropagation.NOT_PROPAGATE_NAN
-    return od.ActivationDescriptor(od.ActivationMode[name], nan_opt, coef or None), coef, propagate
+    nan_opt = NanPropagation.PROPAGATE_NAN if propagate else NanPropagation.NOT_PROPAGATE_NAN
+    return ActivationDescriptor(ActivationMode[name], nan_opt, coef or None), coef, propagate
 
 
-def run_activation_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_activation_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     act, coef, propagate = _activation(sample)
     x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     result = reference(act.forward_mode, [t.values(x)], act.coef or 0.0, propagate)
     y, expected = blend(sample, t, sample.shape, result)
-    od.activation_forward(handle, act, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    activation_forward(handle, act, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
     return checked(t, y, expected)
 
 
-def run_activation_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_activation_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     act, coef, propagate = _activation(sample)
     x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     dy = t.input(sample.shape, sample.dtype, sample.layout)
     y = t.input(sample.shape, sample.dtype, "packed")  # the forward output: checked, not used
     result = reference(act.backward_mode, [t.values(dy), t.values(x)], act.coef or 0.0, propagate)
     dx, expected = blend(sample, t, sample.shape, result)
-    od.activation_backward(handle, act, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
+    activation_backward(handle, act, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
                            sample.beta, descriptor(dx), dx)
     return checked(t, dx, expected)
 
@@ -82,9 +99,9 @@ def _broadcast_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d if k == 1 else 1 for k, d in enumerate(shape)) if len(shape) > 1 else (1,)
 
 
-def run_op_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
-    op = od.OpTensorOp[sample.variant]
-    low = 0.1 if op is od.OpTensorOp.SQRT else -3.0
+def run_op_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    op = OpTensorOp[sample.variant]
+    low = 0.1 if op is OpTensorOp.SQRT else -3.0
     a = t.input(sample.shape, sample.dtype, sample.layout, low)
     b = t.input(_broadcast_shape(sample.shape), sample.dtype, "packed")
     alpha1, alpha2 = 0.75, -1.5
@@ -92,73 +109,46 @@ def run_op_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.nda
     result = reference(op.value, values)
     c, expected = blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
     compute = DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
-    od.op_tensor(handle, od.OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b,
+    op_tensor(handle, OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b,
                  sample.beta, descriptor(c), c)
     return checked(t, c, expected)
 
 
-def run_add_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_add_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     a = t.input(_broadcast_shape(sample.shape), sample.dtype, "packed")
     c, expected = blend(sample, t, sample.shape, np.broadcast_to(t.values(a), sample.shape))
-    od.add_tensor(handle, sample.alpha, descriptor(a), a, sample.beta, descriptor(c), c)
+    add_tensor(handle, sample.alpha, descriptor(a), a, sample.beta, descriptor(c), c)
     return checked(t, c, expected)
 
 
-def run_scale_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_scale_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     y = t.output(sample.shape, sample.dtype, sample.layout, t.rng.uniform(-3, 3, sample.shape))
     expected = sample.alpha * t.values(y)
-    od.scale_tensor(handle, descriptor(y), y, sample.alpha)
+    scale_tensor(handle, descriptor(y), y, sample.alpha)
     return checked(t, y, expected)
 
 
-def run_set_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_set_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     y = t.output(sample.shape, sample.dtype, sample.layout, None)
     value = float(t.rng.uniform(-3, 3))
     expected = np.full(sample.shape, t.values(t.torch.tensor(value, dtype=sample.dtype.to_torch())))
-    od.set_tensor(handle, descriptor(y), y, value)
+    set_tensor(handle, descriptor(y), y, value)
     return checked(t, y, expected)
 
 
-def run_transform_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_transform_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     x = t.input(sample.shape, sample.dtype, "packed" if sample.variant == "layout" else sample.layout)
     y, expected = blend(sample, t, sample.shape, t.values(x))
-    od.transform_tensor(handle, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    transform_tensor(handle, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
     return checked(t, y, expected)
 
 
-def run_gen_index(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_gen_index(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     axis = int(sample.variant.removeprefix("axis"))
     y = t.output(sample.shape, sample.dtype, sample.layout, None)
     expected = np.indices(sample.shape)[axis].astype(np.float64)
-    od.gen_index(handle, axis, descriptor(y), y)
+    gen_index(handle, axis, descriptor(y), y)
     return checked(t, y, expected)
-
-
-def run_reduce_tensor(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
-    """Reduces over the axes named in the variant ("MAX/0,2,3"); indices, when the operator has
-    them, are checked too (appended to the values)."""
-    name, _, axes_text = sample.variant.partition("/")
-    op = od.ReduceTensorOp[name]
-    axes = tuple(int(k) for k in axes_text.split(","))
-    indexed = op in (od.ReduceTensorOp.MIN, od.ReduceTensorOp.MAX, od.ReduceTensorOp.AMAX)
-    reduce_desc = od.ReduceTensorDescriptor(
-        op, DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT,
-        indices=od.ReduceTensorIndices.FLATTENED_INDICES if indexed else od.ReduceTensorIndices.NO_INDICES)
-    products = (od.ReduceTensorOp.MUL, od.ReduceTensorOp.MUL_NO_ZEROS)  # kept inside float16's range
-    a = t.input(sample.shape, sample.dtype, sample.layout, *((0.5, 1.5) if op in products else (-3.0, 3.0)))
-    out_shape = tuple(1 if k in axes else d for k, d in enumerate(sample.shape))
-    values, indices = reduce_reference(op, t.values(a), axes)
-    c, expected = blend(sample, t, out_shape, values)
-    workspace_bytes = od.get_reduction_workspace_size(handle, reduce_desc, descriptor(a), descriptor(c))
-    workspace = t.torch.empty(workspace_bytes, dtype=t.torch.uint8, device=t.device) if workspace_bytes else None
-    index_array = t.torch.full(out_shape, -1, dtype=t.torch.int32, device=t.device) if indexed else None
-    od.reduce_tensor(handle, reduce_desc, index_array, workspace, sample.alpha, descriptor(a), a, sample.beta,
-                     descriptor(c), c)
-    actual, expected = checked(t, c, expected)
-    if indices is not None:  # (MIN, MAX, AMAX: the ops that index)
-        actual = np.concatenate([actual.ravel(), t.values(index_array).ravel()])
-        expected = np.concatenate([expected.ravel(), indices.ravel()])
-    return actual, expected
 
 
 # the table -------------------------------------------------------------------------------------
@@ -194,7 +184,7 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield sample("pointwise", run_pointwise, name, layout="permuted", alpha=2.0, beta=0.5)
         yield sample("pointwise", run_pointwise, name, DataType.HALF, layout="subregion")
     yield sample("pointwise", run_pointwise, "CMP_GE", out_dtype=DataType.BOOLEAN)
-    for op, dtype in itertools.product(od.OpTensorOp, FLOAT_TYPES):
+    for op, dtype in itertools.product(OpTensorOp, FLOAT_TYPES):
         yield sample("op_tensor", run_op_tensor, op.name, dtype, layout="permuted")
     yield sample("op_tensor", run_op_tensor, "ADD", beta=1.0, layout="subregion")
     for dtype in FLOAT_TYPES:
@@ -207,11 +197,5 @@ def samples(size: str = "small") -> Iterator[Sample]:
     yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.BFLOAT16, out_dtype=DataType.FLOAT,
                  layout="subregion", alpha=2.0, beta=0.5)
     yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.INT32, out_dtype=DataType.FLOAT)
-    for reduce_op, dtype in itertools.product(od.ReduceTensorOp, FLOAT_TYPES):
-        axes = "0,2,3" if reduce_op.name in ("ADD", "MAX", "AVG") else "3"
-        yield sample("reduce_tensor", run_reduce_tensor, f"{reduce_op.name}/{axes}", dtype, layout="permuted")
-    yield sample("reduce_tensor", run_reduce_tensor, "ADD/3", alpha=0.5, beta=0.25, layout="subregion")
-    yield sample("reduce_tensor", run_reduce_tensor, "MIN/1,2", layout="subregion")
-    yield sample("reduce_tensor", run_reduce_tensor, "NORM2/0,1,2,3")
     for axis in range(len(shape)):
         yield sample("gen_index", run_gen_index, f"axis{axis}", DataType.INT64, layout="permuted")

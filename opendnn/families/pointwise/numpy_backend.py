@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.pointwise import PointwiseProblem, reference
+from opendnn.families.pointwise.problem import PointwiseProblem, reference
 
 
 def supports(problem: PointwiseProblem) -> str | None:

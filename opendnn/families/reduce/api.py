@@ -1,7 +1,7 @@
 """Tensor reduction as cuDNN's: cudnnReduceTensor and its workspace and indices size queries.
 
 ``c = alpha * reduce(a) + beta * c`` over the dims where c is 1 and a is not (see
-``opendnn.ops.reduce`` for the operators, indices and NaN rules).
+``opendnn.families.reduce.problem`` for the operators, indices and NaN rules).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
-from opendnn.ops.reduce import ReduceProblem, ReduceTensorDescriptor, reduce_problem
+from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorDescriptor, reduce_problem
 
 
 def get_reduction_workspace_size(handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor,

@@ -19,7 +19,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
-from opendnn.ops.pointwise import PointwiseMode, PointwiseProblem, pointwise_problem
+from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem, pointwise_problem
 
 _FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataType.DOUBLE: 3}
 _RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,

@@ -41,9 +41,9 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.reduce.problem import ReduceProblem
 from opendnn.kernels.indexing import dim_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Slot
-from opendnn.ops.reduce import ReduceProblem
 
 TILE_ELEMENTS = 4096  # elements per tile: 16 per thread at 8 warps
 ROW_BLOCK = 1024  # most elements of a row a rows tile covers (H200, 32768 x 4096 bf16 ADD: 3.71 TB/s, 3.54 at 2048)

@@ -21,11 +21,11 @@ import triton.language as tl
 
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
+from opendnn.families.pointwise.problem import PointwiseProblem
 from opendnn.kernels import layout
 from opendnn.kernels import math as tm
 from opendnn.kernels.activation import FAST_DTYPES, FAST_MATH, activation, activation_derivative
 from opendnn.kernels.launch import Launch, Slot
-from opendnn.ops.pointwise import PointwiseProblem
 
 OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
 # (elements per program, warps) of untransposed tiles by the output's element bytes: two 16-byte vectors per

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.reduce import ReduceProblem, reference
+from opendnn.families.reduce.problem import ReduceProblem, reference
 
 
 def supports(problem: ReduceProblem) -> str | None:
