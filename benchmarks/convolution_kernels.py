@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from opendnn.backends.triton import convolution as kernels
 from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.ops.convolution import (
+from opendnn.families.convolution import triton_backend as kernels
+from opendnn.families.convolution.problem import (
     ConvolutionBwdDataAlgo,
     ConvolutionBwdFilterAlgo,
     ConvolutionDirection,

@@ -16,8 +16,8 @@ import math
 import torch
 from convolution_kernels import DATA, FILTER, FWD, LAYERS, Case, bench_graph
 
-from opendnn.backends.triton import convolution as kernels
 from opendnn.core.dtypes import DataType
+from opendnn.families.convolution import triton_backend as kernels
 
 DTYPES = {"float32": DataType.FLOAT, "bfloat16": DataType.BFLOAT16, "float16": DataType.HALF}
 

@@ -12,8 +12,8 @@ import itertools
 import torch
 from convolution_kernels import FILTER, Case, bench_graph
 
-from opendnn.backends.triton import convolution as kernels
 from opendnn.core.dtypes import DataType
+from opendnn.families.convolution import triton_backend as kernels
 
 SHAPES = {"c256_28": (256, 28, 256, 3, 1, 256), "c128_56": (128, 56, 128, 3, 1, 128),
           "c512_14": (512, 14, 512, 3, 1, 512), "c960_7": (960, 7, 960, 3, 1, 960)}

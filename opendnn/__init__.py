@@ -15,32 +15,12 @@ from opendnn.api.batch_norm import (
     get_batch_normalization_forward_training_ex_workspace_size,
     get_batch_normalization_training_ex_reserve_space_size,
 )
-from opendnn.api.convolution import (
-    convolution_backward_bias,
-    convolution_backward_data,
-    convolution_backward_filter,
-    convolution_bias_activation_forward,
-    convolution_forward,
-    get_convolution_backward_data_workspace_size,
-    get_convolution_backward_filter_workspace_size,
-    get_convolution_forward_workspace_size,
-)
-from opendnn.api.convolution_algorithms import (
-    ConvolutionAlgorithmPerf,
-    find_convolution_backward_data_algorithm,
-    find_convolution_backward_filter_algorithm,
-    find_convolution_forward_algorithm,
-    get_convolution_backward_data_algorithm,
-    get_convolution_backward_filter_algorithm,
-    get_convolution_forward_algorithm,
-)
 from opendnn.api.lrn import (
     divisive_normalization_backward,
     divisive_normalization_forward,
     lrn_cross_channel_backward,
     lrn_cross_channel_forward,
 )
-from opendnn.api.matmul import MatmulEpilogue, matmul
 from opendnn.api.normalization import (
     normalization_backward,
     normalization_forward_inference,
@@ -52,6 +32,36 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType, create
+from opendnn.families.convolution.algorithms import (
+    ConvolutionAlgorithmPerf,
+    find_convolution_backward_data_algorithm,
+    find_convolution_backward_filter_algorithm,
+    find_convolution_forward_algorithm,
+    get_convolution_backward_data_algorithm,
+    get_convolution_backward_filter_algorithm,
+    get_convolution_forward_algorithm,
+)
+from opendnn.families.convolution.api import (
+    convolution_backward_bias,
+    convolution_backward_data,
+    convolution_backward_filter,
+    convolution_bias_activation_forward,
+    convolution_forward,
+    get_convolution_backward_data_workspace_size,
+    get_convolution_backward_filter_workspace_size,
+    get_convolution_forward_workspace_size,
+)
+from opendnn.families.convolution.problem import (
+    ConvolutionBwdDataAlgo,
+    ConvolutionBwdFilterAlgo,
+    ConvolutionDescriptor,
+    ConvolutionFwdAlgo,
+    ConvolutionMode,
+    FilterDescriptor,
+    get_convolution_forward_output_dim,
+)
+from opendnn.families.matmul.api import MatmulEpilogue, matmul
+from opendnn.families.matmul.problem import BiasAxis
 from opendnn.families.pointwise.activation_api import (
     ActivationDescriptor,
     ActivationMode,
@@ -73,17 +83,7 @@ from opendnn.families.pointwise.tensor_ops_api import (
 from opendnn.families.reduce.api import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
 from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
-from opendnn.ops.convolution import (
-    ConvolutionBwdDataAlgo,
-    ConvolutionBwdFilterAlgo,
-    ConvolutionDescriptor,
-    ConvolutionFwdAlgo,
-    ConvolutionMode,
-    FilterDescriptor,
-    get_convolution_forward_output_dim,
-)
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode
-from opendnn.ops.matmul import BiasAxis
 from opendnn.ops.normalization import NormDescriptor, NormMode
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, get_pooling_forward_output_dim
 from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxMode

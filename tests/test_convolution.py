@@ -13,9 +13,8 @@ import torch.nn.functional as TF  # noqa: E402
 
 import opendnn as od  # noqa: E402
 import opendnn.functional as F  # noqa: E402
-from opendnn.backends.numpy import convolution as numpy_convolution  # noqa: E402
-from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
-from opendnn.ops.convolution import (  # noqa: E402
+from opendnn.families.convolution import numpy_backend as numpy_convolution
+from opendnn.families.convolution.problem import (  # noqa: E402
     ConvolutionDirection,
     algorithm_refusal,
     convolution_problem,
@@ -25,7 +24,8 @@ from opendnn.ops.convolution import (  # noqa: E402
     reference_epilogue,
     reference_forward,
 )
-from opendnn.samples.convolution import GEOMETRIES  # noqa: E402
+from opendnn.families.convolution.samples import GEOMETRIES  # noqa: E402
+from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
 
 SMALL = GEOMETRIES["small"]
 TORCH_CONV = {1: TF.conv1d, 2: TF.conv2d, 3: TF.conv3d}
@@ -275,7 +275,7 @@ def test_fused_forward_adds_y_itself_as_residual():
 
 
 def test_tf32_follows_descriptor_then_handle_math_type():
-    from opendnn.api.convolution import allows_tf32
+    from opendnn.families.convolution.api import allows_tf32
 
     default = od.ConvolutionDescriptor((0,), (1,), (1,))
     assert not allows_tf32(od.create("cpu"), default)

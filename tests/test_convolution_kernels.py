@@ -9,18 +9,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opendnn.backends.triton import convolution as kernels
 from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.pointwise.problem import PointwiseMode
-from opendnn.ops.convolution import (
+from opendnn.families.convolution import triton_backend as kernels
+from opendnn.families.convolution.problem import (
     ConvolutionBwdDataAlgo,
     ConvolutionBwdFilterAlgo,
     ConvolutionDirection,
     ConvolutionFwdAlgo,
     ConvolutionProblem,
 )
+from opendnn.families.pointwise.problem import PointwiseMode
 
 FWD, DATA, FILTER = ConvolutionDirection
 TORCH = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,

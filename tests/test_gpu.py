@@ -11,9 +11,10 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.families.matmul import samples as matmul
 from opendnn.families.pointwise import samples as pointwise
 from opendnn.families.reduce import samples as reduce
-from opendnn.samples import matmul, relative_error
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"

@@ -11,8 +11,8 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.families.convolution.samples import samples
 from opendnn.samples import relative_error
-from opendnn.samples.convolution import samples
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"

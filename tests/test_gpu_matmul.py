@@ -122,8 +122,8 @@ def test_rated_and_short_k_tiles_match_torch_on_both_load_paths(batch, m, k, n, 
     for K = 128; planned for 132 programs, the H200's SMs, on any GPU) with bias, gelu and a residual in the
     epilogue (256 x 128 stores two halves), on TMA and, with every operand one element into its buffer
     (bases not 16-byte aligned), on plain pointers; C a window of a NaN buffer."""
-    from opendnn.backends.triton import matmul as triton_matmul
-    from opendnn.ops.matmul import matmul_problem
+    from opendnn.families.matmul import triton_backend as triton_matmul
+    from opendnn.families.matmul.problem import matmul_problem
 
     monkeypatch.setattr(triton_matmul, "multiprocessors", lambda index: 132)
     dtype, offset = torch.bfloat16, 0 if aligned else 1

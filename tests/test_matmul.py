@@ -13,9 +13,9 @@ import torch.nn.functional as TF  # noqa: E402
 
 import opendnn as od  # noqa: E402
 import opendnn.functional as F  # noqa: E402
-from opendnn.api.matmul import MatmulEpilogue, matmul  # noqa: E402
+from opendnn.families.matmul.api import MatmulEpilogue, matmul  # noqa: E402
+from opendnn.families.matmul.problem import BiasAxis, float_to_fp8, fp8_to_float64, matmul_problem, reference  # noqa: E402
 from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
-from opendnn.ops.matmul import BiasAxis, float_to_fp8, fp8_to_float64, matmul_problem, reference  # noqa: E402
 
 BACKENDS = ["numpy", "triton"]
 FP8 = [(od.DataType.FP8_E4M3, torch.float8_e4m3fn), (od.DataType.FP8_E5M2, torch.float8_e5m2)]
@@ -97,7 +97,7 @@ def test_epilogue_errors_name_the_parameter():
 def test_math_type_decides_tf32_and_fast_fp8_accumulation():
     a, b, c = (torch.randn(4, 5), torch.randn(5, 7), torch.empty(4, 7))
     seen = []
-    from opendnn.backends.numpy import matmul as numpy_matmul
+    from opendnn.families.matmul import numpy_backend as numpy_matmul
 
     original = numpy_matmul.run
     numpy_matmul.run = lambda problem, *tensors: seen.append((problem.allow_tf32, problem.fast_fp8_accumulation)) \
@@ -119,7 +119,7 @@ def test_tf32_takes_every_operand_order_and_copies_as_planned(a_k_major, b_k_maj
     Compute-bound problems copy what is not K-major; memory-bound ones run an N-major B with a
     K-major A as C^T = B^T A^T (bias and residual transposed with it) and copy B only when neither
     operand is K-major."""
-    from opendnn.backends.triton import matmul as kernels
+    from opendnn.families.matmul import triton_backend as kernels
 
     copied = []
     copy = kernels._k_major
@@ -192,7 +192,7 @@ def test_functional_errors_name_both_shapes():
 
 
 def test_split_epilogue_of_wide_tiles_runs_in_the_interpreter(monkeypatch):
-    from opendnn.backends.triton import matmul as triton_matmul
+    from opendnn.families.matmul import triton_backend as triton_matmul
 
     monkeypatch.setattr(triton_matmul, "INTERPRETER_CONFIG", triton_matmul.TileConfig(128, 256, 16, 2, 4, 1))
     a, b, bias = torch.randn(2, 20, 24), torch.randn(24, 300), torch.randn(20)
@@ -205,7 +205,7 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch)
     """C a window of a larger NaN-filled buffer, its edges inside tiles (masked stores; the 128 x 256
     and 256 x 128 tiles store two halves): the window holds the product, every element around it
     is untouched."""
-    from opendnn.backends.triton import matmul as triton_matmul
+    from opendnn.families.matmul import triton_backend as triton_matmul
 
     config = triton_matmul.INTERPRETER_CONFIG if tile is None else triton_matmul.TileConfig(*tile, 16, 2, 4, 1)
     monkeypatch.setattr(triton_matmul, "INTERPRETER_CONFIG", config)
@@ -232,7 +232,7 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch)
     (128, 128, 129, (512,), (128, 128, 64)),
 ])
 def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, k, batch, tile):
-    from opendnn.backends.triton import matmul as triton_matmul
+    from opendnn.families.matmul import triton_backend as triton_matmul
 
     a = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, m, k), None)
     b = od.TensorDescriptor(od.DataType.BFLOAT16, (*batch, k, n), None)
@@ -244,7 +244,7 @@ def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, k, batch, 
 def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():
     """An N-major B with a K-major A under TF32 runs as C^T = B^T A^T: beta * C must be read, and C
     written, through the transposed view (C here a column-major window of a NaN buffer)."""
-    from opendnn.backends.triton import matmul as kernels
+    from opendnn.families.matmul import triton_backend as kernels
 
     gen = torch.Generator().manual_seed(6)
     a, b = torch.randn(3, 21, 17, generator=gen), torch.randn(3, 17, 26, generator=gen)  # b: N innermost

@@ -39,10 +39,10 @@ OPERATIONS = {op.name: op for op in (
                                 "triton": "opendnn.backends.triton.normalization"}),
     Operation("softmax", {"numpy": "opendnn.backends.numpy.softmax",
                           "triton": "opendnn.backends.triton.softmax"}),
-    Operation("matmul", {"numpy": "opendnn.backends.numpy.matmul",
-                         "triton": "opendnn.backends.triton.matmul"}),
-    Operation("convolution", {"numpy": "opendnn.backends.numpy.convolution",
-                              "triton": "opendnn.backends.triton.convolution"}),
+    Operation("matmul", {"numpy": "opendnn.families.matmul.numpy_backend",
+                         "triton": "opendnn.families.matmul.triton_backend"}),
+    Operation("convolution", {"numpy": "opendnn.families.convolution.numpy_backend",
+                              "triton": "opendnn.families.convolution.triton_backend"}),
 )}
 
 

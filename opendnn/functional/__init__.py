@@ -7,6 +7,15 @@ framework's current stream). Everything here is the same dispatch as the cuDNN-s
 One module per family; this file lists what each one provides.
 """
 
+from opendnn.families.convolution.functional import (
+    conv,
+    conv_backward_bias,
+    conv_backward_data,
+    conv_backward_filter,
+    conv_bias_activation,
+    conv_transpose,
+)
+from opendnn.families.matmul.functional import linear, matmul
 from opendnn.families.pointwise.functional import (
     abs,
     add,
@@ -67,15 +76,6 @@ from opendnn.functional.batch_norm import (
     batch_norm_add_activation_backward,
     batch_norm_backward,
 )
-from opendnn.functional.convolution import (
-    conv,
-    conv_backward_bias,
-    conv_backward_data,
-    conv_backward_filter,
-    conv_bias_activation,
-    conv_transpose,
-)
-from opendnn.functional.matmul import linear, matmul
 from opendnn.functional.normalization import (
     divisive_norm,
     divisive_norm_backward,

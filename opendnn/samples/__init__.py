@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from opendnn.core.samples import Sample, relative_error
+from opendnn.families.convolution import samples as convolution
+from opendnn.families.matmul import samples as matmul
 from opendnn.families.pointwise import samples as pointwise
 from opendnn.families.reduce import samples as reduce
-from opendnn.samples import batch_norm, convolution, matmul, normalization, pooling, softmax
+from opendnn.samples import batch_norm, normalization, pooling, softmax
 
 FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization)
 

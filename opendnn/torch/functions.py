@@ -25,8 +25,10 @@ from torch.autograd.function import once_differentiable
 from opendnn.core.default_handle import shared_handle
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.convolution import functional as convolution_functions
+from opendnn.families.matmul.functional import linear as _linear
+from opendnn.families.matmul.functional import matmul as _matmul
 from opendnn.families.pointwise import functional as elementwise_functions
-from opendnn.functional import convolution as convolution_functions
 from opendnn.functional import normalization as normalization_functions
 from opendnn.functional import pooling as pooling_functions
 from opendnn.functional.batch_norm import BatchNormState
@@ -35,8 +37,6 @@ from opendnn.functional.batch_norm import BatchNormState
 from opendnn.functional.batch_norm import batch_norm as _batch_norm
 from opendnn.functional.batch_norm import batch_norm_add_activation as _batch_norm_add_activation
 from opendnn.functional.batch_norm import batch_norm_add_activation_backward as _batch_norm_add_activation_backward
-from opendnn.functional.matmul import linear as _linear
-from opendnn.functional.matmul import matmul as _matmul
 from opendnn.functional.softmax import log_softmax as _log_softmax
 from opendnn.functional.softmax import log_softmax_backward as _log_softmax_backward
 from opendnn.functional.softmax import softmax as _softmax

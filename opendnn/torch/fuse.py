@@ -44,10 +44,10 @@ import torch.nn.functional as TF
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import BadParam, NotSupported
+from opendnn.families.convolution.functional import _descriptor, conv_bias_activation
+from opendnn.families.convolution.problem import ConvolutionMode, output_dims
+from opendnn.families.matmul.functional import matmul
 from opendnn.families.pointwise.functional import activation_mode, add, pointwise
-from opendnn.functional.convolution import _descriptor, conv_bias_activation
-from opendnn.functional.matmul import matmul
-from opendnn.ops.convolution import ConvolutionMode, output_dims
 from opendnn.torch import functions
 from opendnn.torch.functions import _autocast_dtype, _product_handle
 from opendnn.torch.modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, OpendnnModule, _BatchNorm

@@ -56,7 +56,7 @@ def run_pointwise(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarra
     result = reference(mode, [t.values(x) for x in inputs], coef=1.5)
     y, expected = blend(sample, t, sample.shape, result.astype(np.float64))
     pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y,
-                 coef=1.5)
+              coef=1.5)
     return checked(t, y, expected)
 
 
@@ -90,7 +90,7 @@ def run_activation_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple
     result = reference(act.backward_mode, [t.values(dy), t.values(x)], act.coef or 0.0, propagate)
     dx, expected = blend(sample, t, sample.shape, result)
     activation_backward(handle, act, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
-                           sample.beta, descriptor(dx), dx)
+                        sample.beta, descriptor(dx), dx)
     return checked(t, dx, expected)
 
 
@@ -110,7 +110,7 @@ def run_op_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarra
     c, expected = blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
     compute = DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
     op_tensor(handle, OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b,
-                 sample.beta, descriptor(c), c)
+              sample.beta, descriptor(c), c)
     return checked(t, c, expected)
 
 

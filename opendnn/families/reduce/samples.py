@@ -33,7 +33,7 @@ def run_reduce_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.nd
     workspace = t.torch.empty(workspace_bytes, dtype=t.torch.uint8, device=t.device) if workspace_bytes else None
     index_array = t.torch.full(out_shape, -1, dtype=t.torch.int32, device=t.device) if indexed else None
     reduce_tensor(handle, reduce_desc, index_array, workspace, sample.alpha, descriptor(a), a, sample.beta,
-                     descriptor(c), c)
+                  descriptor(c), c)
     actual, expected = checked(t, c, expected)
     if indices is not None:  # (MIN, MAX, AMAX: the ops that index)
         actual = np.concatenate([actual.ravel(), t.values(index_array).ravel()])

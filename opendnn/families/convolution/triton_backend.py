@@ -1,12 +1,12 @@
 """Convolution on the Triton backend: forward (with the fused bias / residual / activation
 epilogue), backward data and backward filter, for 1-3 spatial dims, any strides and groups.
 
-The kernels live in ``convolution_gemm`` (implicit GEMM forward and backward data, im2col,
-offset tables, the epilogue) and ``convolution_direct`` (direct kernels and backward filter);
+The kernels live in ``triton_gemm`` (implicit GEMM forward and backward data, im2col,
+offset tables, the epilogue) and ``triton_direct`` (direct kernels and backward filter);
 this module chooses a kernel and its tile per problem and launches it. Problems reach the kernels
 in a canonical 3-D form: a 1-D or 2-D problem gains leading spatial dims of size 1.
 
-Algorithms (``ops.convolution.method_of(problem.algo)``):
+Algorithms (``method_of(problem.algo)``, in ``problem.py``):
     IMPLICIT_GEMM          zero workspace; depthwise-like problems (few channels per group) take
                            the direct kernels, vectorized over all channels, instead of a GEMM
                            whose tiles would be mostly padding
@@ -46,24 +46,24 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton import convolution_direct as direct
-from opendnn.backends.triton import convolution_gemm as gemm
 from opendnn.core.arrays import CPU, Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
-from opendnn.kernels.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
-from opendnn.kernels.launch import Launch, Slot
-from opendnn.ops.convolution import (
+from opendnn.families.convolution import triton_direct as direct
+from opendnn.families.convolution import triton_gemm as gemm
+from opendnn.families.convolution.problem import (
     ConvolutionDirection,
     ConvolutionMethod,
     ConvolutionProblem,
     algorithm_refusal,
     method_of,
 )
-from opendnn.ops.matmul import MatmulProblem, matmul_problem
+from opendnn.families.matmul.problem import MatmulProblem, matmul_problem
+from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
+from opendnn.kernels.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
+from opendnn.kernels.launch import Launch, Slot
 
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)

@@ -7,7 +7,7 @@ import numpy as np
 from opendnn.core.arrays import Bound
 from opendnn.core.dtypes import DataType
 from opendnn.core.reference_io import read, write
-from opendnn.ops.matmul import MatmulProblem, fp8_to_float64, reference
+from opendnn.families.matmul.problem import MatmulProblem, fp8_to_float64, reference
 
 
 def supports(problem: MatmulProblem) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from opendnn.backends.triton.convolution_gemm import (
+from opendnn.families.convolution.triton_gemm import (
     box_origin,
     direct_coordinate,
     epilogue,

@@ -2,7 +2,7 @@
 fused epilogue (bias, activation, residual, fp8 scales).
 
 ``c = alpha * (act(a_scale * b_scale * (a @ b) + bias) + residual) + beta * c``; see
-``opendnn.ops.matmul`` for the shape and dtype rules.
+``opendnn.families.matmul.problem`` for the shape and dtype rules.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, Status, require
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.matmul.problem import BiasAxis, MatmulProblem, matmul_problem
 from opendnn.families.pointwise.problem import PointwiseMode
-from opendnn.ops.matmul import BiasAxis, MatmulProblem, matmul_problem
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ convolution + bias + activation forward, and the workspace size queries.
 
 Every call is ``out = alpha * result + beta * out`` (out never read when beta == 0) over tensors of
 any strides; filters are FilterDescriptors (KCRS or KRSC) or TensorDescriptors in K, C/G, R, S dim
-order. See ``opendnn.ops.convolution`` for the definition of each direction and of the algorithms.
+order. See ``opendnn.families.convolution.problem`` for the definition of each direction and of the algorithms.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from opendnn.core.dispatch import dispatch, load_backend, refusal
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, Status, require
 from opendnn.core.handle import Handle, MathType
-from opendnn.families.pointwise.activation_api import ActivationDescriptor
-from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
-from opendnn.ops.convolution import (
+from opendnn.families.convolution.problem import (
     ConvolutionDescriptor,
     ConvolutionDirection,
     ConvolutionProblem,
     FilterDescriptor,
     convolution_problem,
 )
+from opendnn.families.pointwise.activation_api import ActivationDescriptor
+from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 
 Filter = FilterDescriptor | TensorDescriptor
 _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_size",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.convolution import ConvolutionDirection, ConvolutionProblem, algorithm_refusal, reference
+from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem, algorithm_refusal, reference
 
 
 def supports(problem: ConvolutionProblem) -> str | None:

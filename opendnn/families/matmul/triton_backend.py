@@ -54,11 +54,11 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.matmul.problem import BiasAxis, MatmulProblem
 from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
 from opendnn.kernels.activation import FAST_DTYPES, FAST_MATH, activation
 from opendnn.kernels.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
-from opendnn.ops.matmul import BiasAxis, MatmulProblem
 
 
 @triton.jit

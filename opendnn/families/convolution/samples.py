@@ -5,7 +5,7 @@ algorithm.
 A sample's variant reads ``geometry/ALGO[/KRSC][/tf32][/epilogue]``: a name of GEOMETRIES[size],
 the algorithm's member name, a channels-last filter, TF32 allowed (tolerance 1e-3), and for the
 fused forward its epilogue (``bias+RELU+z`` or ``+z=y`` where the residual is y's own buffer).
-Layouts: packed NCHW, ``nhwc`` (channels-last strides), ``permuted`` and ``subregion`` (see base),
+Layouts: packed NCHW, ``nhwc`` (channels-last strides), ``permuted`` and ``subregion`` (see core/samples.py),
 applied to x, y, dx and dy.
 """
 
@@ -18,20 +18,39 @@ from typing import Any
 
 import numpy as np
 
-import opendnn as od
+from opendnn.core.descriptors import TensorDescriptor, TensorFormat
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle, MathType
 from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, checked, descriptor
-from opendnn.families.pointwise.problem import PointwiseMode
-from opendnn.ops.convolution import (
+from opendnn.families.convolution.api import (
+    convolution_backward_bias,
+    convolution_backward_data,
+    convolution_backward_filter,
+    convolution_bias_activation_forward,
+    convolution_forward,
+    get_convolution_backward_data_workspace_size,
+    get_convolution_backward_filter_workspace_size,
+    get_convolution_forward_workspace_size,
+)
+from opendnn.families.convolution.problem import (
+    ConvolutionBwdDataAlgo,
+    ConvolutionBwdFilterAlgo,
+    ConvolutionDescriptor,
     ConvolutionDirection,
+    ConvolutionFwdAlgo,
+    ConvolutionMode,
     ConvolutionProblem,
+    FilterDescriptor,
     convolution_problem,
+    get_convolution_forward_output_dim,
     reference_backward_bias,
     reference_backward_data,
     reference_backward_filter,
     reference_epilogue,
     reference_forward,
 )
+from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
+from opendnn.families.pointwise.problem import PointwiseMode
 
 TF32_TOLERANCE = 1e-3
 
@@ -50,7 +69,7 @@ class Geometry:
     stride: tuple[int, ...]
     dilation: tuple[int, ...]
     groups: int = 1
-    mode: od.ConvolutionMode = od.ConvolutionMode.CROSS_CORRELATION
+    mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION
 
     @property
     def x_shape(self) -> tuple[int, ...]:
@@ -60,23 +79,23 @@ class Geometry:
     def w_shape(self) -> tuple[int, ...]:
         return (self.k, self.c // self.groups, *self.filt)
 
-    def descriptor(self, dtype: DataType, tf32: bool = False) -> od.ConvolutionDescriptor:
+    def descriptor(self, dtype: DataType, tf32: bool = False) -> ConvolutionDescriptor:
         compute = DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT
-        return od.ConvolutionDescriptor(self.pre, self.stride, self.dilation, self.mode, compute, self.groups,
-                                        od.MathType.TENSOR_OP if tf32 else od.MathType.FMA,
-                                        pre_padding=self.pre, post_padding=self.post)
+        return ConvolutionDescriptor(self.pre, self.stride, self.dilation, self.mode, compute, self.groups,
+                                     MathType.TENSOR_OP if tf32 else MathType.FMA,
+                                     pre_padding=self.pre, post_padding=self.post)
 
 
 def _g(n: int, c: int, k: int, spatial: tuple[int, ...], filt: tuple[int, ...], pad: tuple[int, ...],
        stride: tuple[int, ...] | None = None, dilation: tuple[int, ...] | None = None, *,
        post: tuple[int, ...] | None = None, groups: int = 1,
-       mode: od.ConvolutionMode = od.ConvolutionMode.CROSS_CORRELATION) -> Geometry:
+       mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION) -> Geometry:
     ones = (1,) * len(spatial)
     return Geometry(n, c, k, spatial, filt, pad, post if post is not None else pad, stride or ones,
                     dilation or ones, groups, mode)
 
 
-CONVOLUTION = od.ConvolutionMode.CONVOLUTION
+CONVOLUTION = ConvolutionMode.CONVOLUTION
 GEOMETRIES: dict[str, dict[str, Geometry]] = {
     "small": {
         "1d": _g(2, 3, 4, (11,), (3,), (1,), (2,)),
@@ -125,7 +144,7 @@ class ConvolutionSample(Sample):
 
 def _allocate(t: Tensors, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
     if layout == "nhwc":
-        strides = od.TensorDescriptor.from_format(od.TensorFormat.NHWC, dtype, *shape).strides
+        strides = TensorDescriptor.from_format(TensorFormat.NHWC, dtype, *shape).strides
         return t.torch.empty_strided(shape, strides, dtype=dtype.to_torch(), device=t.device)
     return t._allocate(shape, dtype, layout, output=output)
 
@@ -136,9 +155,9 @@ def _input(t: Tensors, shape: tuple[int, ...], dtype: DataType, layout: str) -> 
     return view
 
 
-def _filter(t: Tensors, geometry: Geometry, dtype: DataType, krsc: bool) -> tuple[Any, od.FilterDescriptor]:
-    fmt = od.TensorFormat.NHWC if krsc else od.TensorFormat.NCHW
-    w_desc = od.FilterDescriptor(dtype, fmt, *geometry.w_shape)
+def _filter(t: Tensors, geometry: Geometry, dtype: DataType, krsc: bool) -> tuple[Any, FilterDescriptor]:
+    fmt = TensorFormat.NHWC if krsc else TensorFormat.NCHW
+    w_desc = FilterDescriptor(dtype, fmt, *geometry.w_shape)
     w = t.torch.empty_strided(w_desc.dims, w_desc.tensor.strides, dtype=dtype.to_torch(), device=t.device)
     w.copy_(t.torch.from_numpy(t.rng.uniform(-2.0, 2.0, w_desc.dims)).to(w.dtype))
     return w, w_desc
@@ -179,65 +198,65 @@ def _problem(direction: ConvolutionDirection, v: Variant, dtype: DataType, y_dim
              **epilogue: Any) -> ConvolutionProblem:
     """The geometry as a problem, for the reference (float64 descriptors)."""
     g = v.geometry
-    return convolution_problem(direction, g.descriptor(DataType.DOUBLE), od.TensorDescriptor("float64", g.x_shape),
-                               od.TensorDescriptor("float64", g.w_shape), od.TensorDescriptor("float64", y_dims),
+    return convolution_problem(direction, g.descriptor(DataType.DOUBLE), TensorDescriptor("float64", g.x_shape),
+                               TensorDescriptor("float64", g.w_shape), TensorDescriptor("float64", y_dims),
                                **epilogue)
 
 
-def run_forward(sample: Sample, t: Tensors, handle: od.Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
+def run_forward(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
     v = _variant(sample, size)
     conv_desc = v.geometry.descriptor(sample.dtype, v.tf32)
     x = _input(t, v.geometry.x_shape, sample.dtype, sample.layout)
     w, w_desc = _filter(t, v.geometry, sample.dtype, v.krsc)
-    y_dims = od.get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
+    y_dims = get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
     problem = _problem(ConvolutionDirection.FORWARD, v, sample.dtype, y_dims)
     y, expected = _output(sample, t, y_dims, reference_forward(problem, t.values(x), t.values(w)))
-    algo = od.ConvolutionFwdAlgo[v.algo_name]
-    size_bytes = od.get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y),
+    algo = ConvolutionFwdAlgo[v.algo_name]
+    size_bytes = get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y),
                                                           algo)
-    od.convolution_forward(handle, sample.alpha, descriptor(x), x, w_desc, w, conv_desc, algo,
-                           _workspace(t, size_bytes), sample.beta, descriptor(y), y)
+    convolution_forward(handle, sample.alpha, descriptor(x), x, w_desc, w, conv_desc, algo,
+                        _workspace(t, size_bytes), sample.beta, descriptor(y), y)
     return checked(t, y, expected)
 
 
-def run_backward_data(sample: Sample, t: Tensors, handle: od.Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
+def run_backward_data(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
     v = _variant(sample, size)
     g = v.geometry
     conv_desc = g.descriptor(sample.dtype, v.tf32)
     w, w_desc = _filter(t, g, sample.dtype, v.krsc)
-    y_dims = od.get_convolution_forward_output_dim(conv_desc, od.TensorDescriptor(sample.dtype, g.x_shape), w_desc)
+    y_dims = get_convolution_forward_output_dim(conv_desc, TensorDescriptor(sample.dtype, g.x_shape), w_desc)
     dy = _input(t, y_dims, sample.dtype, sample.layout)
     problem = _problem(ConvolutionDirection.BACKWARD_DATA, v, sample.dtype, y_dims)
     dx, expected = _output(sample, t, g.x_shape, reference_backward_data(problem, t.values(dy), t.values(w)))
-    algo = od.ConvolutionBwdDataAlgo[v.algo_name]
-    size_bytes = od.get_convolution_backward_data_workspace_size(handle, w_desc, descriptor(dy), conv_desc,
+    algo = ConvolutionBwdDataAlgo[v.algo_name]
+    size_bytes = get_convolution_backward_data_workspace_size(handle, w_desc, descriptor(dy), conv_desc,
                                                                 descriptor(dx), algo)
-    od.convolution_backward_data(handle, sample.alpha, w_desc, w, descriptor(dy), dy, conv_desc, algo,
-                                 _workspace(t, size_bytes), sample.beta, descriptor(dx), dx)
+    convolution_backward_data(handle, sample.alpha, w_desc, w, descriptor(dy), dy, conv_desc, algo,
+                              _workspace(t, size_bytes), sample.beta, descriptor(dx), dx)
     return checked(t, dx, expected)
 
 
-def run_backward_filter(sample: Sample, t: Tensors, handle: od.Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
+def run_backward_filter(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
     """dw (KCRS, or KRSC with /KRSC) from x and dy in the sample's layout."""
     v = _variant(sample, size)
     g = v.geometry
     conv_desc = g.descriptor(sample.dtype, v.tf32)
     x = _input(t, g.x_shape, sample.dtype, sample.layout)
-    w_desc = od.FilterDescriptor(sample.dtype, od.TensorFormat.NHWC if v.krsc else od.TensorFormat.NCHW,
-                                 *g.w_shape)
-    y_dims = od.get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
+    w_desc = FilterDescriptor(sample.dtype, TensorFormat.NHWC if v.krsc else TensorFormat.NCHW,
+                              *g.w_shape)
+    y_dims = get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
     dy = _input(t, y_dims, sample.dtype, sample.layout)
     problem = _problem(ConvolutionDirection.BACKWARD_FILTER, v, sample.dtype, y_dims)
     result = reference_backward_filter(problem, t.values(x), t.values(dy))
     dw, expected = _output(sample, t, g.w_shape, result)
     if v.krsc:  # the filter's own strides, whatever the sample's layout
         dw = t.torch.empty_strided(w_desc.dims, w_desc.tensor.strides, dtype=dw.dtype, device=t.device).copy_(dw)
-    algo = od.ConvolutionBwdFilterAlgo[v.algo_name]
-    size_bytes = od.get_convolution_backward_filter_workspace_size(handle, descriptor(x), descriptor(dy), conv_desc,
+    algo = ConvolutionBwdFilterAlgo[v.algo_name]
+    size_bytes = get_convolution_backward_filter_workspace_size(handle, descriptor(x), descriptor(dy), conv_desc,
                                                                   w_desc, algo)
     filter_desc = w_desc if v.krsc else descriptor(dw)
-    od.convolution_backward_filter(handle, sample.alpha, descriptor(x), x, descriptor(dy), dy, conv_desc, algo,
-                                   _workspace(t, size_bytes), sample.beta, filter_desc, dw)
+    convolution_backward_filter(handle, sample.alpha, descriptor(x), x, descriptor(dy), dy, conv_desc, algo,
+                                _workspace(t, size_bytes), sample.beta, filter_desc, dw)
     return checked(t, dw, expected)
 
 
@@ -247,7 +266,7 @@ _ACTIVATIONS = {"RELU": (PointwiseMode.RELU_FWD, 0.0), "CLIPPED_RELU": (Pointwis
 ALPHA2 = 0.75
 
 
-def run_bias_activation_forward(sample: Sample, t: Tensors, handle: od.Handle,
+def run_bias_activation_forward(sample: Sample, t: Tensors, handle: Handle,
                                 size: str) -> tuple[np.ndarray, np.ndarray]:
     """y = act(alpha * conv + alpha2 * z + bias); the epilogue ``bias+ACT[+z|+z=y]``."""
     v = _variant(sample, size)
@@ -256,7 +275,7 @@ def run_bias_activation_forward(sample: Sample, t: Tensors, handle: od.Handle,
     conv_desc = v.geometry.descriptor(sample.dtype, v.tf32)
     x = _input(t, v.geometry.x_shape, sample.dtype, sample.layout)
     w, w_desc = _filter(t, v.geometry, sample.dtype, v.krsc)
-    y_dims = od.get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
+    y_dims = get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
     bias = _input(t, tuple(d if k == 1 else 1 for k, d in enumerate(y_dims)), sample.dtype, "packed")
     y = _allocate(t, y_dims, sample.dtype, sample.layout, output=True)
     y.fill_(float("nan"))
@@ -268,26 +287,26 @@ def run_bias_activation_forward(sample: Sample, t: Tensors, handle: od.Handle,
         z = _input(t, y_dims, sample.dtype, sample.layout)
     problem = _problem(ConvolutionDirection.FORWARD, v, sample.dtype, y_dims, alpha=sample.alpha,
                        alpha2=ALPHA2 if z is not None else 0.0, activation=mode, activation_coef=coef,
-                       bias_desc=od.TensorDescriptor("float64", bias.shape),
-                       z_desc=od.TensorDescriptor("float64", y_dims) if z is not None else None)
+                       bias_desc=TensorDescriptor("float64", bias.shape),
+                       z_desc=TensorDescriptor("float64", y_dims) if z is not None else None)
     conv = reference_forward(problem, t.values(x), t.values(w))
     expected = reference_epilogue(problem, conv, t.values(bias), t.values(z) if z is not None else None)
-    act_desc = od.ActivationDescriptor(od.ActivationMode[parts[1]], coef=coef or None)
-    algo = od.ConvolutionFwdAlgo[v.algo_name]
-    size_bytes = od.get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y),
+    act_desc = ActivationDescriptor(ActivationMode[parts[1]], coef=coef or None)
+    algo = ConvolutionFwdAlgo[v.algo_name]
+    size_bytes = get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y),
                                                           algo)
     z_desc = descriptor(z) if z is not None else None
-    od.convolution_bias_activation_forward(handle, sample.alpha, descriptor(x), x, w_desc, w, conv_desc, algo,
-                                           _workspace(t, size_bytes), ALPHA2, z_desc, z, descriptor(bias), bias,
-                                           act_desc, descriptor(y), y)
+    convolution_bias_activation_forward(handle, sample.alpha, descriptor(x), x, w_desc, w, conv_desc, algo,
+                                        _workspace(t, size_bytes), ALPHA2, z_desc, z, descriptor(bias), bias,
+                                        act_desc, descriptor(y), y)
     return checked(t, y, expected)
 
 
-def run_backward_bias(sample: Sample, t: Tensors, handle: od.Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
+def run_backward_bias(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
     dy = _input(t, sample.shape, sample.dtype, sample.layout)
     db_dims = tuple(d if k == 1 else 1 for k, d in enumerate(sample.shape))
     db, expected = _output(sample, t, db_dims, reference_backward_bias(t.values(dy)))
-    od.convolution_backward_bias(handle, sample.alpha, descriptor(dy), dy, sample.beta, descriptor(db), db)
+    convolution_backward_bias(handle, sample.alpha, descriptor(dy), dy, sample.beta, descriptor(db), db)
     return checked(t, db, expected)
 
 
@@ -356,7 +375,7 @@ def samples(size: str = "small") -> Iterator[Sample]:
 def _sized(runner: Any, size: str) -> Any:
     """The runner with the table's size bound (Sample.run passes sample, tensors, handle)."""
 
-    def run(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+    def run(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
         return runner(sample, t, handle, size)
 
     return run

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.api.convolution import math_allows_tf32, workspace_size
 from opendnn.core.arrays import (
     Bound,
     allocate,
@@ -32,11 +31,8 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
-from opendnn.families.pointwise.functional import activation_mode
-from opendnn.families.pointwise.problem import PointwiseMode
-from opendnn.families.pointwise.tensor_ops_api import add_tensor
-from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
-from opendnn.ops.convolution import (
+from opendnn.families.convolution.api import math_allows_tf32, workspace_size
+from opendnn.families.convolution.problem import (
     ConvolutionDescriptor,
     ConvolutionDirection,
     ConvolutionMode,
@@ -44,6 +40,10 @@ from opendnn.ops.convolution import (
     convolution_problem,
     get_convolution_forward_output_dim,
 )
+from opendnn.families.pointwise.functional import activation_mode
+from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.tensor_ops_api import add_tensor
+from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorOp, reduce_problem
 
 IntOrTuple = int | Sequence[int]
 

@@ -14,9 +14,9 @@ from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.matmul.problem import BiasAxis, matmul_problem
 from opendnn.families.pointwise.functional import activation_mode
 from opendnn.families.pointwise.problem import PointwiseMode
-from opendnn.ops.matmul import BiasAxis, matmul_problem
 
 
 def matmul(a: Any, b: Any, bias: Any = None, activation: str | PointwiseMode | None = None, *,

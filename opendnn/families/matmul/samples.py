@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-import opendnn as od
-from opendnn.api.matmul import MatmulEpilogue, matmul
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle
 from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
-from opendnn.ops.matmul import ACTIVATIONS, BiasAxis, reference
+from opendnn.families.matmul.api import MatmulEpilogue, matmul
+from opendnn.families.matmul.problem import ACTIVATIONS, BiasAxis, reference
 
 SHAPES = {"small": (2, 13, 9, 11), "large": (3, 515, 1030, 390)}
 VECTOR_SHAPES = {"small": ((1, 9, 11), (13, 9, 1), (13, 1, 11), (1, 1, 1)),
@@ -29,7 +29,7 @@ COEF = {"clipped_relu_fwd": 1.25, "elu_fwd": 0.75, "swish_fwd": 1.375, "softplus
 SCALES = (0.5, 1.5)  # fp8 per-tensor scales
 
 
-def run_matmul(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_matmul(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     *batch, m, k, n = sample.shape
     b_batch, parts = _parse(sample.variant, tuple(batch))
     a = t.input((*batch, m, k), sample.dtype, sample.layout, -1.0, 1.0)

@@ -27,13 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from opendnn.api.convolution import allows_tf32
 from opendnn.core.arrays import CPU, Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType
-from opendnn.ops.convolution import (
+from opendnn.families.convolution.api import allows_tf32
+from opendnn.families.convolution.problem import (
     ALGORITHMS,
     ConvolutionDescriptor,
     ConvolutionDirection,
