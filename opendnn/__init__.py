@@ -26,8 +26,6 @@ from opendnn.api.normalization import (
     normalization_forward_inference,
     normalization_forward_training,
 )
-from opendnn.api.pooling import pooling_backward, pooling_forward
-from opendnn.api.softmax import softmax_backward, softmax_forward
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFormat
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
@@ -80,13 +78,15 @@ from opendnn.families.pointwise.tensor_ops_api import (
     set_tensor,
     transform_tensor,
 )
+from opendnn.families.pooling.api import pooling_backward, pooling_forward
+from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, get_pooling_forward_output_dim
 from opendnn.families.reduce.api import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
 from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
+from opendnn.families.softmax.api import softmax_backward, softmax_forward
+from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode
 from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode
 from opendnn.ops.normalization import NormDescriptor, NormMode
-from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, get_pooling_forward_output_dim
-from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxMode
 
 __all__ = [
     "ActivationDescriptor",

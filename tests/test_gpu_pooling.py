@@ -9,7 +9,8 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.samples import pooling, relative_error
+from opendnn.families.pooling import samples as pooling
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
@@ -85,7 +86,7 @@ def test_max_pool_backward_is_bitwise_repeatable_on_gpu(stride, dtype, channels_
 def test_small_tiles_and_int64_offsets_on_gpu(monkeypatch, channels_last, wide):
     """Tiles whose rows wrap across dims (compare-and-carry row coordinates) and the int64 offsets
     (forced) against torch on the device."""
-    from opendnn.backends.triton import pooling as kernels
+    from opendnn.families.pooling import triton_backend as kernels
 
     monkeypatch.setattr(kernels, "FORWARD_TILE", 64)
     monkeypatch.setattr(kernels, "ARGMAX_TILE", 64)

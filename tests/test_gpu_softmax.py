@@ -9,7 +9,8 @@ import torch
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.samples import relative_error, softmax
+from opendnn.families.softmax import samples as softmax
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"

@@ -13,7 +13,7 @@ import torch.nn.functional as TF  # noqa: E402
 
 import opendnn as od  # noqa: E402
 import opendnn.functional as F  # noqa: E402
-from opendnn.ops.pooling import PoolingMode, reference_backward, reference_forward  # noqa: E402
+from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward  # noqa: E402
 
 BACKENDS = ["numpy", "triton"]
 INCLUDE, EXCLUDE = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
@@ -234,7 +234,7 @@ def test_triton_long_max_windows_in_a_transposed_layout_pick_the_first_tie():
 def test_triton_tiles_that_wrap_rows_and_int64_offsets(monkeypatch, mode, channels_last, wide):
     """Tiny tiles, so a tile's rows wrap across dims (the compare-and-carry row coordinates), and the
     int64 offsets the launcher picks for tensors past 2**31 elements, forced here."""
-    from opendnn.backends.triton import pooling as kernels
+    from opendnn.families.pooling import triton_backend as kernels
 
     monkeypatch.setattr(kernels, "FORWARD_TILE", 16)
     monkeypatch.setattr(kernels, "ARGMAX_TILE", 16)

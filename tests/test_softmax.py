@@ -17,8 +17,7 @@ import torch  # noqa: E402
 
 import opendnn as od  # noqa: E402
 import opendnn.functional as F  # noqa: E402
-from opendnn.backends.triton.softmax import softmax_plan  # noqa: E402
-from opendnn.ops.softmax import (  # noqa: E402
+from opendnn.families.softmax.problem import (  # noqa: E402
     SoftmaxAlgorithm,
     SoftmaxMode,
     mode_axes,
@@ -26,6 +25,7 @@ from opendnn.ops.softmax import (  # noqa: E402
     reference_backward,
     reference_forward,
 )
+from opendnn.families.softmax.triton_backend import softmax_plan  # noqa: E402
 
 BACKENDS = ["numpy", "triton"]
 ALGOS = list(SoftmaxAlgorithm)
@@ -283,9 +283,9 @@ def compile_softmax_for_sm90() -> None:
     divisibility attrs, with every int arg divisible by 16, with none."""
     from triton._utils import find_paths_if
 
-    from opendnn.backends.triton import softmax as kernels
     from opendnn.core.arrays import bind
-    from opendnn.ops.softmax import softmax_problem
+    from opendnn.families.softmax import triton_backend as kernels
+    from opendnn.families.softmax.problem import softmax_problem
 
     target, backend = sm90.target_or_exit()
     launches = []

@@ -69,6 +69,19 @@ from opendnn.families.pointwise.functional import (
     transform,
     where,
 )
+from opendnn.families.pooling.functional import (
+    adaptive_avg_pool,
+    adaptive_avg_pool_backward,
+    adaptive_max_pool,
+    adaptive_max_pool_backward,
+    avg_pool,
+    avg_pool_backward,
+    global_avg_pool,
+    global_avg_pool_backward,
+    max_pool,
+    max_pool_backward,
+)
+from opendnn.families.softmax.functional import log_softmax, log_softmax_backward, softmax, softmax_backward
 from opendnn.functional.batch_norm import (
     BatchNormState,
     batch_norm,
@@ -90,19 +103,6 @@ from opendnn.functional.normalization import (
     rms_norm,
     rms_norm_backward,
 )
-from opendnn.functional.pooling import (
-    adaptive_avg_pool,
-    adaptive_avg_pool_backward,
-    adaptive_max_pool,
-    adaptive_max_pool_backward,
-    avg_pool,
-    avg_pool_backward,
-    global_avg_pool,
-    global_avg_pool_backward,
-    max_pool,
-    max_pool_backward,
-)
-from opendnn.functional.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 
 __all__ = [
     "BatchNormState",

@@ -13,8 +13,10 @@ from opendnn.core.samples import Sample, relative_error
 from opendnn.families.convolution import samples as convolution
 from opendnn.families.matmul import samples as matmul
 from opendnn.families.pointwise import samples as pointwise
+from opendnn.families.pooling import samples as pooling
 from opendnn.families.reduce import samples as reduce
-from opendnn.samples import batch_norm, normalization, pooling, softmax
+from opendnn.families.softmax import samples as softmax
+from opendnn.samples import batch_norm, normalization
 
 FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization)
 

@@ -29,18 +29,18 @@ from opendnn.families.convolution import functional as convolution_functions
 from opendnn.families.matmul.functional import linear as _linear
 from opendnn.families.matmul.functional import matmul as _matmul
 from opendnn.families.pointwise import functional as elementwise_functions
+from opendnn.families.pooling import functional as pooling_functions
+from opendnn.families.softmax.functional import log_softmax as _log_softmax
+from opendnn.families.softmax.functional import log_softmax_backward as _log_softmax_backward
+from opendnn.families.softmax.functional import softmax as _softmax
+from opendnn.families.softmax.functional import softmax_backward as _softmax_backward
 from opendnn.functional import normalization as normalization_functions
-from opendnn.functional import pooling as pooling_functions
 from opendnn.functional.batch_norm import BatchNormState
 
 # (the batch_norm, matmul and softmax modules' names are also their functions': import the functions by name)
 from opendnn.functional.batch_norm import batch_norm as _batch_norm
 from opendnn.functional.batch_norm import batch_norm_add_activation as _batch_norm_add_activation
 from opendnn.functional.batch_norm import batch_norm_add_activation_backward as _batch_norm_add_activation_backward
-from opendnn.functional.softmax import log_softmax as _log_softmax
-from opendnn.functional.softmax import log_softmax_backward as _log_softmax_backward
-from opendnn.functional.softmax import softmax as _softmax
-from opendnn.functional.softmax import softmax_backward as _softmax_backward
 
 IntOrTuple = int | Sequence[int]
 

@@ -1,7 +1,7 @@
 """Softmax as cuDNN's: cudnnSoftmaxForward and cudnnSoftmaxBackward.
 
 ``y = alpha * softmax(x) + beta * y`` and ``dx = alpha * softmax'(y, dy) + beta * dx`` over the
-rows a SoftmaxMode picks (see ``opendnn.ops.softmax`` for the formulas and the special rows). Any
+rows a SoftmaxMode picks (see ``opendnn.families.softmax.problem`` for the formulas and the special rows). Any
 dims (at least N and C), any strides; y may be x itself (in place), dx may be dy.
 """
 
@@ -13,7 +13,7 @@ from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
-from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxMode, mode_problem
+from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode, mode_problem
 
 
 def softmax_forward(handle: Handle, algo: SoftmaxAlgorithm, mode: SoftmaxMode, alpha: float,

@@ -22,7 +22,7 @@ from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
 from opendnn.families.pointwise.tensor_ops_api import set_tensor
-from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
+from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
 
 Size = int | Sequence[int]
 

@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
-import opendnn as od
+from opendnn.core.descriptors import NanPropagation
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle
 from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
-from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
+from opendnn.families.pooling.api import pooling_backward, pooling_forward
+from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
 
 # geometry -> ((window, stride, padding), {size: x shape})
 GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]]] = {
@@ -39,7 +41,7 @@ def _parse(sample: Sample) -> tuple[PoolingDescriptor, bool]:
     mode_name, _, rest = sample.variant.partition("/")
     geometry, *flags = rest.split("+")
     window, stride, padding = GEOMETRIES[geometry][0]
-    nan_opt = od.NanPropagation.PROPAGATE_NAN if "nan" in flags else od.NanPropagation.NOT_PROPAGATE_NAN
+    nan_opt = NanPropagation.PROPAGATE_NAN if "nan" in flags else NanPropagation.NOT_PROPAGATE_NAN
     return PoolingDescriptor(PoolingMode[mode_name], nan_opt, window, padding, stride), "ties" in flags
 
 
@@ -50,31 +52,31 @@ def _input(sample: Sample, t: Tensors, ties: bool) -> Any:
     return x
 
 
-def run_pooling_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_pooling_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     pool, ties = _parse(sample)
     x = _input(sample, t, ties)
     result = reference_forward(pool.mode, t.values(x), pool.window, pool.padding, pool.stride,
-                               pool.nan_opt is od.NanPropagation.PROPAGATE_NAN)
+                               pool.nan_opt is NanPropagation.PROPAGATE_NAN)
     y, expected = blend(sample, t, result.shape, result)
-    od.pooling_forward(handle, pool, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    pooling_forward(handle, pool, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
     return checked(t, y, expected)
 
 
-def run_pooling_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_pooling_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     """y is the forward's output rounded to the dtype (as a caller's would be); dx's reference
     recomputes the argmax from the same x and y."""
     pool, ties = _parse(sample)
     x = _input(sample, t, ties)
     x64 = t.values(x)
     y_values = reference_forward(pool.mode, x64, pool.window, pool.padding, pool.stride,
-                                 pool.nan_opt is od.NanPropagation.PROPAGATE_NAN)
+                                 pool.nan_opt is NanPropagation.PROPAGATE_NAN)
     y = t.input(y_values.shape, sample.dtype, "packed")
     y.copy_(t.torch.from_numpy(y_values).to(y.dtype))
     dy = t.input(y_values.shape, sample.dtype, sample.layout)
     result = reference_backward(pool.mode, x64, t.values(y), t.values(dy), pool.window, pool.padding, pool.stride)
     dx, expected = blend(sample, t, sample.shape, result)
-    od.pooling_backward(handle, pool, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
-                        sample.beta, descriptor(dx), dx)
+    pooling_backward(handle, pool, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
+                     sample.beta, descriptor(dx), dx)
     return checked(t, dx, expected)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.pooling import PoolingProblem, reference_backward, reference_forward
+from opendnn.families.pooling.problem import PoolingProblem, reference_backward, reference_forward
 
 
 def supports(problem: PoolingProblem) -> str | None:

@@ -1,7 +1,7 @@
 """Pooling as cuDNN's: cudnnPoolingForward, cudnnPoolingBackward and the output-dims query.
 
 ``y = alpha * pool(x) + beta * y`` and ``dx = alpha * pool'(x, y, dy) + beta * dx`` (see
-``opendnn.ops.pooling`` for the modes, the window rule, NaN and the backward's argmax rule).
+``opendnn.families.pooling.problem`` for the modes, the window rule, NaN and the backward's argmax rule).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
-from opendnn.ops.pooling import PoolingDescriptor, pooling_problem
+from opendnn.families.pooling.problem import PoolingDescriptor, pooling_problem
 
 
 def pooling_forward(handle: Handle, pool_desc: PoolingDescriptor, alpha: float, x_desc: TensorDescriptor, x: Any,

@@ -8,35 +8,42 @@ from collections.abc import Iterator
 
 import numpy as np
 
-import opendnn as od
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle
 from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
-from opendnn.ops.softmax import mode_axes, reference_backward, reference_forward
+from opendnn.families.softmax.api import softmax_backward, softmax_forward
+from opendnn.families.softmax.problem import (
+    SoftmaxAlgorithm,
+    SoftmaxMode,
+    mode_axes,
+    reference_backward,
+    reference_forward,
+)
 
 
-def _parameters(sample: Sample) -> tuple[od.SoftmaxAlgorithm, od.SoftmaxMode, tuple[int, ...]]:
+def _parameters(sample: Sample) -> tuple[SoftmaxAlgorithm, SoftmaxMode, tuple[int, ...]]:
     algo_name, _, mode_name = sample.variant.partition("/")
-    mode = od.SoftmaxMode[mode_name]
-    return od.SoftmaxAlgorithm[algo_name], mode, mode_axes(mode, len(sample.shape))
+    mode = SoftmaxMode[mode_name]
+    return SoftmaxAlgorithm[algo_name], mode, mode_axes(mode, len(sample.shape))
 
 
-def run_softmax_forward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_softmax_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     algo, mode, axes = _parameters(sample)
     x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     y, expected = blend(sample, t, sample.shape, reference_forward(algo, t.values(x), axes))
-    od.softmax_forward(handle, algo, mode, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
+    softmax_forward(handle, algo, mode, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
     return checked(t, y, expected)
 
 
-def run_softmax_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_softmax_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     """y is the forward output of random x (rounded to the dtype), dy random."""
     algo, mode, axes = _parameters(sample)
     y = t.input(sample.shape, sample.dtype, sample.layout)
     y.copy_(t.torch.from_numpy(reference_forward(algo, t.values(y), axes)).to(y.dtype))
     dy = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     dx, expected = blend(sample, t, sample.shape, reference_backward(algo, t.values(y), t.values(dy), axes))
-    od.softmax_backward(handle, algo, mode, sample.alpha, descriptor(y), y, descriptor(dy), dy, sample.beta,
-                        descriptor(dx), dx)
+    softmax_backward(handle, algo, mode, sample.alpha, descriptor(y), y, descriptor(dy), dy, sample.beta,
+                     descriptor(dx), dx)
     return checked(t, dx, expected)
 
 
@@ -51,7 +58,7 @@ def samples(size: str = "small") -> Iterator[Sample]:
     compilation) only ACCURATE takes the other dtypes and layouts, and FAST the long rows."""
     shape = SHAPES[size]
     runners = (("softmax_forward", run_softmax_forward), ("softmax_backward", run_softmax_backward))
-    variants = [f"{a.name}/{m.name}" for a, m in itertools.product(od.SoftmaxAlgorithm, od.SoftmaxMode)]
+    variants = [f"{a.name}/{m.name}" for a, m in itertools.product(SoftmaxAlgorithm, SoftmaxMode)]
     for (op, runner), variant in itertools.product(runners, variants):
         every_case = size == "small" or variant.startswith("ACCURATE")
         for dtype in FLOAT_TYPES if every_case else (DataType.FLOAT, DataType.BFLOAT16):

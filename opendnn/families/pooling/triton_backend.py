@@ -61,8 +61,8 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.pooling.problem import PoolingProblem
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
-from opendnn.ops.pooling import PoolingProblem
 
 CANONICAL_DIMS = 5
 UNROLL_LIMIT = 64  # window positions (or phase x shift pairs) unrolled in full

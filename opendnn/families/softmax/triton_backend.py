@@ -43,9 +43,9 @@ import triton.language as tl
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
+from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxProblem
 from opendnn.kernels.indexing import dim_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
-from opendnn.ops.softmax import SoftmaxAlgorithm, SoftmaxProblem
 
 LOG2E = tl.constexpr(1.4426950408889634)
 MAX_TILE = 16384  # most elements a one-pass tile holds: 32 float32 per thread at 16 warps

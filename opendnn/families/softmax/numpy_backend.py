@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.softmax import SoftmaxProblem, reference_backward, reference_forward
+from opendnn.families.softmax.problem import SoftmaxProblem, reference_backward, reference_forward
 
 
 def supports(problem: SoftmaxProblem) -> str | None:

@@ -1,7 +1,7 @@
 """The Pythonic softmax functions: softmax and log-softmax over any one dim, forward and backward,
 of arrays with any strides (the output keeps the input's dimension order).
 
-See the package docstring for the conventions every function follows, and ``opendnn.ops.softmax``
+See the package docstring for the conventions every function follows, and ``opendnn.families.softmax.problem``
 for the formulas.
 """
 
@@ -17,7 +17,7 @@ from opendnn.core.default_handle import handle_for
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.ops.softmax import SoftmaxAlgorithm, softmax_problem
+from opendnn.families.softmax.problem import SoftmaxAlgorithm, softmax_problem
 
 
 def softmax(x: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
