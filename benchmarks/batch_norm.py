@@ -177,7 +177,7 @@ BANDWIDTH = 4.2e12  # bytes/s the predictions assume
 @contextlib.contextmanager
 def launches_captured(problems: list[Any]) -> Iterator[None]:
     """Within: opendnn's calls hand their BatchNormProblems to ``problems`` instead of launching kernels."""
-    from opendnn.backends.triton import batch_norm as backend
+    from opendnn.families.batch_norm import triton_backend as backend
 
     real = backend.run
     backend.run = lambda problem, *tensors: problems.append(problem)
@@ -190,8 +190,8 @@ def launches_captured(problems: list[Any]) -> Iterator[None]:
 def describe_plan(problem: Any) -> list[str]:
     """Grids, programs per SM, tile, sequential loop lengths and bytes per program of each launch, and
     the time the bytes moved take at BANDWIDTH."""
-    from opendnn.backends.triton.batch_norm import bn_plan
-    from opendnn.ops.batch_norm import Direction
+    from opendnn.families.batch_norm.problem import Direction
+    from opendnn.families.batch_norm.triton_backend import bn_plan
 
     plan, b = bn_plan(problem, True), problem.x.dtype.itemsize  # as on the H200 (thread-block clusters)
     tile = plan.block_o * plan.block_i * plan.block_f

@@ -5,16 +5,6 @@ the Pythonic calls in ``opendnn.functional``. Importing opendnn needs NumPy only
 """
 
 from opendnn._version import __version__, version
-from opendnn.api.batch_norm import (
-    batch_normalization_backward,
-    batch_normalization_backward_ex,
-    batch_normalization_forward_inference,
-    batch_normalization_forward_training,
-    batch_normalization_forward_training_ex,
-    get_batch_normalization_backward_ex_workspace_size,
-    get_batch_normalization_forward_training_ex_workspace_size,
-    get_batch_normalization_training_ex_reserve_space_size,
-)
 from opendnn.api.lrn import (
     divisive_normalization_backward,
     divisive_normalization_forward,
@@ -30,6 +20,17 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType, create
+from opendnn.families.batch_norm.api import (
+    batch_normalization_backward,
+    batch_normalization_backward_ex,
+    batch_normalization_forward_inference,
+    batch_normalization_forward_training,
+    batch_normalization_forward_training_ex,
+    get_batch_normalization_backward_ex_workspace_size,
+    get_batch_normalization_forward_training_ex_workspace_size,
+    get_batch_normalization_training_ex_reserve_space_size,
+)
+from opendnn.families.batch_norm.problem import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
 from opendnn.families.convolution.algorithms import (
     ConvolutionAlgorithmPerf,
     find_convolution_backward_data_algorithm,
@@ -84,7 +85,6 @@ from opendnn.families.reduce.api import get_reduction_indices_size, get_reductio
 from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 from opendnn.families.softmax.api import softmax_backward, softmax_forward
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode
-from opendnn.ops.batch_norm import BatchNormMode, BatchNormOps, derive_bn_tensor_descriptor
 from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode
 from opendnn.ops.normalization import NormDescriptor, NormMode
 

@@ -11,7 +11,7 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.ops import batch_norm as bn
+from opendnn.families.batch_norm import problem as bn
 
 EPS = 1e-5
 SPATIAL, PER_ACTIVATION = od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION
@@ -218,7 +218,7 @@ def test_fused_add_relu_forward_and_backward_match_torch_with_dy_in_another_layo
 
 
 def test_triton_plan_rows_for_nchw_columns_for_nhwc():
-    from opendnn.backends.triton.batch_norm import bn_plan
+    from opendnn.families.batch_norm.triton_backend import bn_plan
 
     def plan(format):
         x = od.TensorDescriptor.from_format(format, "float32", 64, 256, 56, 56)
@@ -237,7 +237,7 @@ def test_triton_plan_rows_for_nchw_columns_for_nhwc():
 def combine_rounds(monkeypatch):
     """The Triton combine's load rounds cut to 8 partial sums (4 slices of 2 features): the slices of
     test_triton_split_statistics_match_torch's NHWC plan take 2 rounds, its features 2 programs."""
-    from opendnn.backends.triton import batch_norm as triton_bn
+    from opendnn.families.batch_norm import triton_backend as triton_bn
 
     monkeypatch.setattr(triton_bn, "FINAL_TILE", 8)
     monkeypatch.setattr(triton_bn, "FINAL_MIN_BLOCK", 2)
@@ -252,7 +252,7 @@ def combine_rounds(monkeypatch):
 def test_triton_split_statistics_match_torch(channels_last, request):
     """Enough tiles that the statistics pass is cut into slices, combined in the second kernel (in
     several load rounds and programs with the ``combine_rounds`` fixture)."""
-    from opendnn.backends.triton.batch_norm import bn_plan
+    from opendnn.families.batch_norm.triton_backend import bn_plan
 
     combine_blocks = request.getfixturevalue("combine_rounds") if channels_last == "combine_rounds" else None
     x, z = random(256, 3, 8, 16).float(), random(256, 3, 8, 16, seed=3).float()
@@ -294,7 +294,7 @@ def test_data_far_from_zero_keep_float32_accuracy(backend):
 # ---- the one-read training forward (a feature per cluster of CTAs on the GPU, per program here) -------
 
 def test_triton_one_read_split_fits_a_feature_in_one_cluster():
-    from opendnn.backends.triton.batch_norm import _one_read_split
+    from opendnn.families.batch_norm.triton_backend import _one_read_split
 
     assert _one_read_split(64, 3136, 16384, 16) == (16, 4, 4096)  # 64 x C x 56 x 56 NCHW on the H200
     assert _one_read_split(64, 784, 16384, 16) == (4, 16, 1024)  # 28 x 28
@@ -310,7 +310,7 @@ def test_triton_one_read_forward_matches_torch(dtype, plane):
     """NCHW planes of 32 and of 35 (rows of any length where no mask is kept): each feature fits one program,
     so the training forward is one launch (statistics, saved statistics, running averages, alpha / beta
     blending of y)."""
-    from opendnn.backends.triton.batch_norm import bn_launches
+    from opendnn.families.batch_norm.triton_backend import bn_launches
 
     handle = od.create("cpu", backend="triton")
     weight, bias = random(4, seed=1).float(), random(4, seed=2).float()
@@ -343,7 +343,7 @@ def test_triton_one_read_forward_matches_torch(dtype, plane):
 def test_triton_one_read_backward_matches_torch(plane):
     """The backward with saved statistics in one launch (NCHW rows of 32 and 35): dx, dscale and dbias
     against float64 autograd, each blended with alpha / beta."""
-    from opendnn.backends.triton.batch_norm import bn_launches
+    from opendnn.families.batch_norm.triton_backend import bn_launches
 
     handle = od.create("cpu", backend="triton")
     x, dy = random(3, 4, *plane, seed=1).float(), random(3, 4, *plane, seed=2).float()
@@ -371,8 +371,8 @@ def test_triton_workspace_queries_describe_the_calls_problems_as_planned_for_a_g
     """The Ex size queries build the problem the call builds (its relu mask included), so they give what
     the call's plan needs, with thread-block clusters (an odd plane with a mask takes the three passes, an
     even one the one-read kernels) or without: the query has no device, so it gives the larger."""
-    from opendnn.api import batch_norm as api
-    from opendnn.backends.triton import batch_norm as triton_bn
+    from opendnn.families.batch_norm import api
+    from opendnn.families.batch_norm import triton_backend as triton_bn
 
     handle = od.create("cpu", backend="triton")
     ops, act = od.BatchNormOps.BN_ADD_ACTIVATION, od.ActivationDescriptor(od.ActivationMode.RELU)
@@ -396,7 +396,7 @@ def test_triton_one_read_prefetch_as_planned_for_a_gpu(monkeypatch):
     """Planned as on a GPU (nothing is run): the one-read kernels ask L2 for a later cluster's tile, one
     prefetch per 64 bytes, in clusters of 4 CTAs or more; the backward writing dx alone only in clusters of 16
     (at 28x28 it ran slower with it)."""
-    from opendnn.backends.triton import batch_norm as triton_bn
+    from opendnn.families.batch_norm import triton_backend as triton_bn
 
     def plan(shape, dtype, direction, with_z=False):
         x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, dtype, *shape)

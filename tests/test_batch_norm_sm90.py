@@ -45,9 +45,9 @@ def main() -> None:
     from triton.backends.nvidia.compiler import get_ptxas
 
     import opendnn as od
-    from opendnn.backends.triton.batch_norm import bn_launches
+    from opendnn.families.batch_norm import problem as bn
+    from opendnn.families.batch_norm.triton_backend import bn_launches
     from opendnn.kernels.launch import Slot
-    from opendnn.ops import batch_norm as bn
 
     for arch, clusters, shape in ((90, True, (64, 256, 56, 56)), (80, False, (64, 1024, 14, 14))):
         target, backend = sm90.target_or_exit(arch)

@@ -9,7 +9,8 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.samples import batch_norm, relative_error
+from opendnn.families.batch_norm import samples as batch_norm
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
@@ -93,9 +94,9 @@ def test_fused_add_relu_matches_torch_on_gpu(dtype):
 
 def one_read_cluster(x, with_z=False):
     """CTAs per feature of the one-read training forward planned for ``x`` (0: the three passes)."""
-    from opendnn.backends.triton.batch_norm import bn_plan
+    from opendnn.families.batch_norm import problem as bn
+    from opendnn.families.batch_norm.triton_backend import bn_plan
     from opendnn.kernels.device import has_clusters
-    from opendnn.ops import batch_norm as bn
 
     x_desc = od.TensorDescriptor(x.dtype, x.shape, x.stride())
     param = od.derive_bn_tensor_descriptor(x_desc, od.BatchNormMode.SPATIAL)

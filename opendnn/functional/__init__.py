@@ -7,6 +7,13 @@ framework's current stream). Everything here is the same dispatch as the cuDNN-s
 One module per family; this file lists what each one provides.
 """
 
+from opendnn.families.batch_norm.functional import (
+    BatchNormState,
+    batch_norm,
+    batch_norm_add_activation,
+    batch_norm_add_activation_backward,
+    batch_norm_backward,
+)
 from opendnn.families.convolution.functional import (
     conv,
     conv_backward_bias,
@@ -82,13 +89,6 @@ from opendnn.families.pooling.functional import (
     max_pool_backward,
 )
 from opendnn.families.softmax.functional import log_softmax, log_softmax_backward, softmax, softmax_backward
-from opendnn.functional.batch_norm import (
-    BatchNormState,
-    batch_norm,
-    batch_norm_add_activation,
-    batch_norm_add_activation_backward,
-    batch_norm_backward,
-)
 from opendnn.functional.normalization import (
     divisive_norm,
     divisive_norm_backward,

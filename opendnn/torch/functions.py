@@ -25,6 +25,14 @@ from torch.autograd.function import once_differentiable
 from opendnn.core.default_handle import shared_handle
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.batch_norm.functional import BatchNormState
+
+# (the batch_norm, matmul and softmax modules' names are also their functions': import the functions by name)
+from opendnn.families.batch_norm.functional import batch_norm as _batch_norm
+from opendnn.families.batch_norm.functional import batch_norm_add_activation as _batch_norm_add_activation
+from opendnn.families.batch_norm.functional import (
+    batch_norm_add_activation_backward as _batch_norm_add_activation_backward,
+)
 from opendnn.families.convolution import functional as convolution_functions
 from opendnn.families.matmul.functional import linear as _linear
 from opendnn.families.matmul.functional import matmul as _matmul
@@ -35,12 +43,6 @@ from opendnn.families.softmax.functional import log_softmax_backward as _log_sof
 from opendnn.families.softmax.functional import softmax as _softmax
 from opendnn.families.softmax.functional import softmax_backward as _softmax_backward
 from opendnn.functional import normalization as normalization_functions
-from opendnn.functional.batch_norm import BatchNormState
-
-# (the batch_norm, matmul and softmax modules' names are also their functions': import the functions by name)
-from opendnn.functional.batch_norm import batch_norm as _batch_norm
-from opendnn.functional.batch_norm import batch_norm_add_activation as _batch_norm_add_activation
-from opendnn.functional.batch_norm import batch_norm_add_activation_backward as _batch_norm_add_activation_backward
 
 IntOrTuple = int | Sequence[int]
 

@@ -1,7 +1,7 @@
 """Batch normalization as cuDNN's: forward training and inference, backward, the Ex forms that fuse an
 add and an activation, and their workspace and reserve-space size queries.
 
-See ``opendnn.ops.batch_norm`` for the formulas. Parameter tensors (scale, bias, running and saved
+See ``opendnn.families.batch_norm.problem`` for the formulas. Parameter tensors (scale, bias, running and saved
 statistics, their gradients) are all described by one ``bn_scale_bias_mean_var_desc`` (or
 ``d_bn_scale_bias_desc``), as made by ``derive_bn_tensor_descriptor``. The calls without Ex take
 no workspace: when the backend needs scratch memory for partial sums they allocate it themselves.
@@ -16,8 +16,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
-from opendnn.families.pointwise.activation_api import ActivationDescriptor
-from opendnn.ops.batch_norm import (
+from opendnn.families.batch_norm.problem import (
     BatchNormMode,
     BatchNormOps,
     BatchNormProblem,
@@ -25,6 +24,7 @@ from opendnn.ops.batch_norm import (
     Direction,
     batch_norm_problem,
 )
+from opendnn.families.pointwise.activation_api import ActivationDescriptor
 
 
 def batch_normalization_forward_training(
@@ -248,7 +248,7 @@ def get_batch_normalization_training_ex_reserve_space_size(
         x_desc: TensorDescriptor) -> int:
     """Bytes of reserve space the Ex forward writes and the Ex backward reads: the activation's mask
     for BN_ACTIVATION and BN_ADD_ACTIVATION (a bit per element on Triton), 0 for BN."""
-    from opendnn.ops.batch_norm import derive_bn_tensor_descriptor
+    from opendnn.families.batch_norm.problem import derive_bn_tensor_descriptor
 
     problem = training_ex_problem(mode, bn_ops, 1.0, 0.0, x_desc, x_desc, x_desc,
                                   derive_bn_tensor_descriptor(x_desc, mode), BN_QUERY_FACTOR, BN_QUERY_EPSILON,

@@ -14,10 +14,20 @@ from typing import Any
 
 import numpy as np
 
-import opendnn as od
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.core.handle import Handle
 from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
-from opendnn.ops import batch_norm as bn
+from opendnn.families.batch_norm import problem as bn
+from opendnn.families.batch_norm.api import (
+    batch_normalization_backward_ex,
+    batch_normalization_forward_inference,
+    batch_normalization_forward_training_ex,
+    get_batch_normalization_backward_ex_workspace_size,
+    get_batch_normalization_forward_training_ex_workspace_size,
+    get_batch_normalization_training_ex_reserve_space_size,
+)
+from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
 
 EPSILON = 2.0**-16  # above cuDNN's minimum 1e-5 and exact in float32 (the interpreter's scalars)
 FACTOR = 0.25  # exponential average factor, exact in float32
@@ -31,13 +41,13 @@ def _variant(sample: Sample) -> tuple[bn.BatchNormMode, bn.BatchNormOps, str | N
     return bn.BatchNormMode[mode], bn.BatchNormOps[ops], activation or None, option
 
 
-def _activation(name: str | None) -> od.ActivationDescriptor | None:
+def _activation(name: str | None) -> ActivationDescriptor | None:
     if name is None:
         return None
-    return od.ActivationDescriptor(od.ActivationMode[name.upper()], coef=CEILING if name == "clipped_relu" else None)
+    return ActivationDescriptor(ActivationMode[name.upper()], coef=CEILING if name == "clipped_relu" else None)
 
 
-def _parameters(t: Tensors, x: Any, mode: bn.BatchNormMode) -> tuple[od.TensorDescriptor, dict[str, Any]]:
+def _parameters(t: Tensors, x: Any, mode: bn.BatchNormMode) -> tuple[TensorDescriptor, dict[str, Any]]:
     """The parameter descriptor and scale, bias, running mean and running variance (positive)."""
     desc = bn.derive_bn_tensor_descriptor(descriptor(x), mode)
     shape = desc.dims
@@ -60,7 +70,7 @@ def _joined(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.
     return np.concatenate(actual), np.concatenate(expected)
 
 
-def _forward_training(sample: Sample, t: Tensors, handle: od.Handle) -> dict[str, Any]:
+def _forward_training(sample: Sample, t: Tensors, handle: Handle) -> dict[str, Any]:
     """Runs the (Ex) training forward; returns its tensors, outputs and the float64 reference."""
     mode, ops, activation, _ = _variant(sample)
     x = t.input(sample.shape, sample.dtype, sample.layout)
@@ -73,18 +83,18 @@ def _forward_training(sample: Sample, t: Tensors, handle: od.Handle) -> dict[str
     saved_mean, saved_inv = (t.output(desc.dims, desc.dtype, "packed", None) for _ in range(2))
     act = _activation(activation)
     z_desc = None if z is None else descriptor(z)
-    workspace = _scratch(t, od.get_batch_normalization_forward_training_ex_workspace_size(
+    workspace = _scratch(t, get_batch_normalization_forward_training_ex_workspace_size(
         handle, mode, ops, descriptor(x), z_desc, descriptor(y), desc, act))
-    reserve = _scratch(t, od.get_batch_normalization_training_ex_reserve_space_size(
+    reserve = _scratch(t, get_batch_normalization_training_ex_reserve_space_size(
         handle, mode, ops, act, descriptor(x)))
-    od.batch_normalization_forward_training_ex(
+    batch_normalization_forward_training_ex(
         handle, mode, ops, sample.alpha, sample.beta, descriptor(x), x, z_desc, z, descriptor(y), y, desc,
         p["scale"], p["bias"], FACTOR, p["mean"], p["var"], EPSILON, saved_mean, saved_inv, act, workspace, reserve)
     return dict(x=x, y=y, expected_y=expected_y, desc=desc, params=p, saved_mean=saved_mean, saved_inv=saved_inv,
                 reserve=reserve, ref=ref, act=act)
 
 
-def run_forward_training(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_forward_training(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     r = _forward_training(sample, t, handle)
     ref, p = r["ref"], r["params"]
     pairs = [checked(t, r["y"], r["expected_y"])]
@@ -94,7 +104,7 @@ def run_forward_training(sample: Sample, t: Tensors, handle: od.Handle) -> tuple
     return _joined(pairs)
 
 
-def run_forward_inference(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_forward_inference(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     mode = _variant(sample)[0]
     x = t.input(sample.shape, sample.dtype, sample.layout)
     desc, p = _parameters(t, x, mode)
@@ -102,13 +112,13 @@ def run_forward_inference(sample: Sample, t: Tensors, handle: od.Handle) -> tupl
     result = bn.forward_inference(t.values(x), values["scale"], values["bias"], values["mean"], values["var"],
                                   EPSILON)
     y, expected = blend(sample, t, sample.shape, result)
-    od.batch_normalization_forward_inference(handle, mode, sample.alpha, sample.beta, descriptor(x), x,
-                                             descriptor(y), y, desc, p["scale"], p["bias"], p["mean"], p["var"],
-                                             EPSILON)
+    batch_normalization_forward_inference(handle, mode, sample.alpha, sample.beta, descriptor(x), x,
+                                          descriptor(y), y, desc, p["scale"], p["bias"], p["mean"], p["var"],
+                                          EPSILON)
     return checked(t, y, expected)
 
 
-def run_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndarray, np.ndarray]:
+def run_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     """The (Ex) training forward on the same handle, then its backward: dx, dz, dscale, dbias."""
     mode, ops, activation, option = _variant(sample)
     forward = _forward_training(Sample(sample.op, sample.variant, sample.dtype, sample.shape, sample.layout), t, handle)
@@ -133,9 +143,9 @@ def run_backward(sample: Sample, t: Tensors, handle: od.Handle) -> tuple[np.ndar
                        for k, start in param_start.items()]
     act = forward["act"]
     dz_desc = None if dz is None else descriptor(dz)
-    workspace = _scratch(t, od.get_batch_normalization_backward_ex_workspace_size(
+    workspace = _scratch(t, get_batch_normalization_backward_ex_workspace_size(
         handle, mode, ops, descriptor(x), descriptor(forward["y"]), descriptor(dy), dz_desc, descriptor(dx), desc, act))
-    od.batch_normalization_backward_ex(
+    batch_normalization_backward_ex(
         handle, mode, ops, sample.alpha, sample.beta, sample.alpha, sample.beta, descriptor(x), x,
         descriptor(forward["y"]), forward["y"], descriptor(dy), dy, dz_desc, dz, descriptor(dx), dx, desc,
         p["scale"], p["bias"], dscale, dbias, EPSILON, forward["saved_mean"] if saved else None,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-import opendnn.api.batch_norm as api
+import opendnn.families.batch_norm.api as api
 from opendnn.core.arrays import (
     Bound,
     allocate,
@@ -36,14 +36,14 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
-from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
-from opendnn.ops.batch_norm import (
+from opendnn.families.batch_norm.problem import (
     BatchNormMode,
     BatchNormOps,
     BatchNormProblem,
     BatchNormTensors,
     derive_bn_tensor_descriptor,
 )
+from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
 
 MODE = BatchNormMode.SPATIAL
 

@@ -11,8 +11,8 @@ import numpy as np
 from opendnn.core.arrays import Bound
 from opendnn.core.errors import InternalError
 from opendnn.core.reference_io import numpy_view, read, write
-from opendnn.ops import batch_norm as bn
-from opendnn.ops.batch_norm import BatchNormProblem, BatchNormTensors, Direction
+from opendnn.families.batch_norm import problem as bn
+from opendnn.families.batch_norm.problem import BatchNormProblem, BatchNormTensors, Direction
 
 
 def supports(problem: BatchNormProblem) -> str | None:
