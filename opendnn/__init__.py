@@ -5,17 +5,6 @@ the Pythonic calls in ``opendnn.functional``. Importing opendnn needs NumPy only
 """
 
 from opendnn._version import __version__, version
-from opendnn.api.lrn import (
-    divisive_normalization_backward,
-    divisive_normalization_forward,
-    lrn_cross_channel_backward,
-    lrn_cross_channel_forward,
-)
-from opendnn.api.normalization import (
-    normalization_backward,
-    normalization_forward_inference,
-    normalization_forward_training,
-)
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFormat
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
@@ -59,8 +48,21 @@ from opendnn.families.convolution.problem import (
     FilterDescriptor,
     get_convolution_forward_output_dim,
 )
+from opendnn.families.lrn.api import (
+    divisive_normalization_backward,
+    divisive_normalization_forward,
+    lrn_cross_channel_backward,
+    lrn_cross_channel_forward,
+)
+from opendnn.families.lrn.problem import DivNormMode, LRNDescriptor, LRNMode
 from opendnn.families.matmul.api import MatmulEpilogue, matmul
 from opendnn.families.matmul.problem import BiasAxis
+from opendnn.families.normalization.api import (
+    normalization_backward,
+    normalization_forward_inference,
+    normalization_forward_training,
+)
+from opendnn.families.normalization.problem import NormDescriptor, NormMode
 from opendnn.families.pointwise.activation_api import (
     ActivationDescriptor,
     ActivationMode,
@@ -85,8 +87,6 @@ from opendnn.families.reduce.api import get_reduction_indices_size, get_reductio
 from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 from opendnn.families.softmax.api import softmax_backward, softmax_forward
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode
-from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode
-from opendnn.ops.normalization import NormDescriptor, NormMode
 
 __all__ = [
     "ActivationDescriptor",

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import opendnn.functional as F
-from opendnn.backends.triton import lrn as kernels
-from opendnn.ops.lrn import LRNDescriptor, lrn_backward_reference, lrn_reference
+from opendnn.families.lrn import triton_backend as kernels
+from opendnn.families.lrn.problem import LRNDescriptor, lrn_backward_reference, lrn_reference
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"

@@ -10,11 +10,13 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.samples import normalization, relative_error
+from opendnn.families.lrn import samples as lrn
+from opendnn.families.normalization import samples as normalization
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
-SAMPLES = list(normalization.samples("large"))
+SAMPLES = [sample for family in (lrn, normalization) for sample in family.samples("large")]
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 

@@ -15,8 +15,9 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.ops import lrn, normalization
-from opendnn.ops.normalization import NormMode
+from opendnn.families.lrn import problem as lrn
+from opendnn.families.normalization import problem as normalization
+from opendnn.families.normalization.problem import NormMode
 
 RNG = np.random.default_rng(7)
 

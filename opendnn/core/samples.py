@@ -155,4 +155,9 @@ def checked(t: Tensors, y: Any, expected: np.ndarray) -> tuple[np.ndarray, np.nd
     return actual, expected
 
 
+def concatenated(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs that come in several tensors, checked together: the (actual, expected) pairs concatenated."""
+    return (np.concatenate([a.ravel() for a, _ in parts]), np.concatenate([e.ravel() for _, e in parts]))
+
+
 FLOAT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)

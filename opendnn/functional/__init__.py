@@ -22,7 +22,23 @@ from opendnn.families.convolution.functional import (
     conv_bias_activation,
     conv_transpose,
 )
+from opendnn.families.lrn.functional import (
+    divisive_norm,
+    divisive_norm_backward,
+    local_response_norm,
+    local_response_norm_backward,
+)
 from opendnn.families.matmul.functional import linear, matmul
+from opendnn.families.normalization.functional import (
+    group_norm,
+    group_norm_backward,
+    instance_norm,
+    instance_norm_backward,
+    layer_norm,
+    layer_norm_backward,
+    rms_norm,
+    rms_norm_backward,
+)
 from opendnn.families.pointwise.functional import (
     abs,
     add,
@@ -89,20 +105,6 @@ from opendnn.families.pooling.functional import (
     max_pool_backward,
 )
 from opendnn.families.softmax.functional import log_softmax, log_softmax_backward, softmax, softmax_backward
-from opendnn.functional.normalization import (
-    divisive_norm,
-    divisive_norm_backward,
-    group_norm,
-    group_norm_backward,
-    instance_norm,
-    instance_norm_backward,
-    layer_norm,
-    layer_norm_backward,
-    local_response_norm,
-    local_response_norm_backward,
-    rms_norm,
-    rms_norm_backward,
-)
 
 __all__ = [
     "BatchNormState",

@@ -12,14 +12,15 @@ from collections.abc import Iterator
 from opendnn.core.samples import Sample, relative_error
 from opendnn.families.batch_norm import samples as batch_norm
 from opendnn.families.convolution import samples as convolution
+from opendnn.families.lrn import samples as lrn
 from opendnn.families.matmul import samples as matmul
+from opendnn.families.normalization import samples as normalization
 from opendnn.families.pointwise import samples as pointwise
 from opendnn.families.pooling import samples as pooling
 from opendnn.families.reduce import samples as reduce
 from opendnn.families.softmax import samples as softmax
-from opendnn.samples import normalization
 
-FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization)
+FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization, lrn)
 
 
 def samples(size: str = "small") -> Iterator[Sample]:

@@ -22,6 +22,7 @@ import torch
 from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
+from opendnn import functional as normalization_functions  # layer, RMS, group, instance norm and LRN
 from opendnn.core.default_handle import shared_handle
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle, MathType
@@ -42,7 +43,6 @@ from opendnn.families.softmax.functional import log_softmax as _log_softmax
 from opendnn.families.softmax.functional import log_softmax_backward as _log_softmax_backward
 from opendnn.families.softmax.functional import softmax as _softmax
 from opendnn.families.softmax.functional import softmax_backward as _softmax_backward
-from opendnn.functional import normalization as normalization_functions
 
 IntOrTuple = int | Sequence[int]
 

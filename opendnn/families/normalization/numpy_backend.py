@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.normalization import NormProblem, backward_reference, forward_reference
+from opendnn.families.normalization.problem import NormProblem, backward_reference, forward_reference
 
 
 def supports(problem: NormProblem) -> str | None:

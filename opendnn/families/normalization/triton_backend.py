@@ -43,10 +43,10 @@ import triton.language as tl
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.families.normalization.problem import NormProblem
 from opendnn.kernels.device import multiprocessors
 from opendnn.kernels.indexing import dim_offsets, flat_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
-from opendnn.ops.normalization import NormProblem
 
 MAX_SINGLE_BLOCK = 8192  # longest row held in registers
 LOOP_BLOCK = 4096  # chunk of a longer row

@@ -1,5 +1,5 @@
 """LRN and divisive normalization as cuDNN's: cudnnLRNCrossChannelForward/Backward and
-cudnnDivisiveNormalizationForward/Backward (see ``opendnn.ops.lrn`` for the formulas)."""
+cudnnDivisiveNormalizationForward/Backward (see ``opendnn.families.lrn.problem`` for the formulas)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from opendnn.core.arrays import bind
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
-from opendnn.ops.lrn import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
+from opendnn.families.lrn.problem import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
 
 
 def lrn_cross_channel_forward(handle: Handle, norm_desc: LRNDescriptor, mode: LRNMode, alpha: float,

@@ -43,10 +43,10 @@ import triton.language as tl
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
+from opendnn.families.lrn.problem import LRNProblem
 from opendnn.kernels import math as tm
 from opendnn.kernels.indexing import flat_offsets
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
-from opendnn.ops.lrn import LRNProblem
 
 # The streaming kernel (lrn_stream_kernel) per (direction, channels-inner layout, 16-bit data): pixels
 # per thread, warps, groups of loads in flight (depth), channels per program (chunk; 0: all) and the

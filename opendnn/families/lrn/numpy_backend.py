@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.ops.lrn import (
+from opendnn.families.lrn.problem import (
     LRNProblem,
     divisive_backward_reference,
     divisive_reference,

@@ -1,5 +1,5 @@
 """Layer, RMS, group and instance normalization in cuDNN's style: a descriptor (mode, epsilon,
-normalized dims or groups), tensor descriptors, alpha/beta (see ``opendnn.ops.normalization``).
+normalized dims or groups), tensor descriptors, alpha/beta (see ``opendnn.families.normalization.problem``).
 
 scale, bias, dscale and dbias share ``scale_desc`` (x's dims with the non-normalized ones set to
 1; per channel for GROUP/INSTANCE), mean and inv_std share ``stats_desc`` (one FLOAT per row,
@@ -15,7 +15,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
-from opendnn.ops.normalization import NormDescriptor, NormMode, norm_problem
+from opendnn.families.normalization.problem import NormDescriptor, NormMode, norm_problem
 
 
 def normalization_forward_training(handle: Handle, norm_desc: NormDescriptor, alpha: float,
