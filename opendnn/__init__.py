@@ -1,7 +1,9 @@
 """opendnn: GPU-accelerated deep-learning primitives, written in Triton, with a NumPy reference.
 
 Two APIs over one dispatch: the cuDNN-shaped calls here (a handle, descriptors, alpha/beta) and
-the Pythonic calls in ``opendnn.functional``. Importing opendnn needs NumPy only.
+the Pythonic calls in ``opendnn.functional``. Importing opendnn needs NumPy only. Each name is
+defined in ``opendnn.core`` or in its family's folder (``opendnn/families/<family>/``: ``problem.py``
+and the cuDNN-shaped calls, ``api.py``) and re-exported here by name.
 """
 
 from opendnn._version import __version__, version

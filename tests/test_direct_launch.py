@@ -1,4 +1,4 @@
-"""Launch's direct call of a compiled kernel's C launcher (backends/triton/launch.py), checked without a
+"""Launch's direct call of a compiled kernel's C launcher (kernels/launch.py), checked without a
 GPU against Triton's own runner (``CompiledKernel.__getitem__``): both are run on one stand-in kernel
 whose launcher records its arguments, under a stand-in driver that names the current device and
 its stream. The direct call must pass what the runner passes, except the launch metadata and the

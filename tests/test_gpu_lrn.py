@@ -1,6 +1,6 @@
 """GPU tests of cross-channel LRN's kernels (``pytest -m gpu``) beyond the "large" samples: window widths
 1..16 (cuDNN's placement), channel counts that no vector or chunk divides (3, 17, 1000), 3-D and 5-D
-inputs, NCHW and channels-last, the algorithms of opendnn/backends/triton/lrn.py ("stream" with its
+inputs, NCHW and channels-last, the algorithms of opendnn/families/lrn/triton_backend.py ("stream" with its
 channel chunks, and "vector" for channels-last), against float64."""
 
 import pytest

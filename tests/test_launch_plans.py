@@ -1,4 +1,4 @@
-"""The planned launches (backends/triton/launch.py) of each family, checked without a GPU.
+"""The planned launches (kernels/launch.py) of each family, checked without a GPU.
 
 Under the interpreter a Launch always takes Triton's generic launcher (keyword constexprs); on the
 GPU it calls the compiled kernel with the constexprs by position after its planned arguments. Here

@@ -1,7 +1,9 @@
 """The table of operations and the dispatch that sends a validated problem to a backend.
 
-Each backend module named here has ``supports(problem) -> reason or None`` and
-``run(problem, *tensors)``; modules load on first use, so ``import opendnn`` loads no backend.
+An operation is an operation family (``opendnn/families/<family>/``); each of its backend modules
+(``numpy_backend.py``, ``triton_backend.py``) has ``supports(problem) -> reason or None`` and
+``run(problem, *tensors)``. Modules are named here by string and load on first use, so
+``import opendnn`` loads no backend.
 """
 
 from __future__ import annotations
@@ -15,7 +17,19 @@ from typing import Any
 from opendnn.core import log
 from opendnn.core.arrays import CPU, Bound
 from opendnn.core.errors import NotSupported, Status
-from opendnn.core.handle import Handle, require_backend_available
+from opendnn.core.handle import BACKENDS, Handle, require_backend_available
+
+OPERATION_FAMILIES = (  # one line per family: its backends are opendnn/families/<family>/<backend>_backend.py
+    "pointwise",
+    "reduce",
+    "pooling",
+    "lrn",
+    "batch_norm",
+    "normalization",
+    "softmax",
+    "matmul",
+    "convolution",
+)
 
 
 @dataclass(frozen=True)
@@ -24,26 +38,8 @@ class Operation:
     backends: dict[str, str]  # backend name -> module implementing it
 
 
-OPERATIONS = {op.name: op for op in (
-    Operation("pointwise", {"numpy": "opendnn.families.pointwise.numpy_backend",
-                            "triton": "opendnn.families.pointwise.triton_backend"}),
-    Operation("reduce", {"numpy": "opendnn.families.reduce.numpy_backend",
-                         "triton": "opendnn.families.reduce.triton_backend"}),
-    Operation("pooling", {"numpy": "opendnn.families.pooling.numpy_backend",
-                          "triton": "opendnn.families.pooling.triton_backend"}),
-    Operation("lrn", {"numpy": "opendnn.families.lrn.numpy_backend",
-                      "triton": "opendnn.families.lrn.triton_backend"}),
-    Operation("batch_norm", {"numpy": "opendnn.families.batch_norm.numpy_backend",
-                             "triton": "opendnn.families.batch_norm.triton_backend"}),
-    Operation("normalization", {"numpy": "opendnn.families.normalization.numpy_backend",
-                                "triton": "opendnn.families.normalization.triton_backend"}),
-    Operation("softmax", {"numpy": "opendnn.families.softmax.numpy_backend",
-                          "triton": "opendnn.families.softmax.triton_backend"}),
-    Operation("matmul", {"numpy": "opendnn.families.matmul.numpy_backend",
-                         "triton": "opendnn.families.matmul.triton_backend"}),
-    Operation("convolution", {"numpy": "opendnn.families.convolution.numpy_backend",
-                              "triton": "opendnn.families.convolution.triton_backend"}),
-)}
+OPERATIONS = {family: Operation(family, {backend: f"opendnn.families.{family}.{backend}_backend"
+                                         for backend in BACKENDS}) for family in OPERATION_FAMILIES}
 
 
 def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> None:

@@ -4,7 +4,8 @@ Inputs are torch tensors (CPU or CUDA), NumPy arrays or any DLPack array; binary
 broadcast like NumPy. Outputs live on the input's device with the input's dimension order.
 Each function takes an optional ``handle`` (default: a new one for the input's device, on the
 framework's current stream). Everything here is the same dispatch as the cuDNN-shaped calls.
-One module per family; this file lists what each one provides.
+Each family's functions live in ``opendnn/families/<family>/functional.py``; this file
+re-exports them by name.
 """
 
 from opendnn.families.batch_norm.functional import (

@@ -19,7 +19,9 @@ from opendnn.kernels import math as tm
 
 GELU_TANH_SCALE = tl.constexpr(activation_constants.GELU_TANH_SCALE)
 GELU_TANH_CUBIC = tl.constexpr(activation_constants.GELU_TANH_CUBIC)
-FAST_MATH = True  # 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST)
+# 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST); read per call, so
+# ``opendnn.kernels.activation.FAST_MATH = False`` switches them off (pointwise kernel, matrix-product epilogue)
+FAST_MATH = True
 FAST_DTYPES = (DataType.HALF, DataType.BFLOAT16)
 
 

@@ -1,8 +1,9 @@
 """The table of operation samples: one list drives the test suite, ``pytest -m gpu`` and
 ``opendnn check``.
 
-Each family module has ``samples(size)`` yielding its samples at ``size`` "small" (the CPU and the
-Triton interpreter) or "large" (real sizes on a GPU); ``base`` holds what samples share.
+Each family's ``opendnn/families/<family>/samples.py`` has ``samples(size)`` yielding its samples at
+``size`` "small" (the CPU and the Triton interpreter) or "large" (real sizes on a GPU);
+``opendnn.core.samples`` holds what samples share.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Cross-channel local response normalization (LRN) and divisive normalization (LCN), forward and backward."""

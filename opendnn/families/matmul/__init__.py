@@ -1,0 +1,1 @@
+"""Matrix products: batched, strided, broadcast batch, transposes, bias, activation and residual epilogues."""

@@ -56,7 +56,8 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.matmul.problem import BiasAxis, MatmulProblem
 from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
-from opendnn.kernels.activation import FAST_DTYPES, FAST_MATH, activation
+from opendnn.kernels import activation as activation_math
+from opendnn.kernels.activation import FAST_DTYPES, activation
 from opendnn.kernels.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
@@ -274,7 +275,7 @@ def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None
                                                          ("residual", residual)) if bound is not None}
     device = views["c"].device
     tma = tma_ready(views["a"], views["b"], interpreted)
-    fast = (FAST_MATH and not interpreted and c.desc.dtype in FAST_DTYPES
+    fast = (activation_math.FAST_MATH and not interpreted and c.desc.dtype in FAST_DTYPES
             and problem.compute_dtype is DataType.FLOAT)
     plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
                        None if residual is None else residual.desc, tma, interpreted,

@@ -1,0 +1,1 @@
+"""Layer, RMS, group and instance normalization, forward (training and inference) and backward."""

@@ -1,0 +1,1 @@
+"""Pooling forward and backward: max, deterministic max, average including or excluding padding."""

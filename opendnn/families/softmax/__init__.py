@@ -1,0 +1,1 @@
+"""Softmax forward and backward: fast, accurate and log, per instance or per channel."""

@@ -1,1 +1,0 @@
-"""The cuDNN-shaped API: a handle, descriptors, alpha/beta, arrays addressed through descriptors."""

@@ -1,1 +1,0 @@
-"""Backends: ``numpy`` (the reference, runs anywhere) and ``triton`` (the GPU kernels)."""

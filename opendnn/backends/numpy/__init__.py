@@ -1,1 +1,0 @@
-"""The NumPy backend: runs each operation's reference in its compute dtype, on the CPU."""

@@ -1,1 +1,0 @@
-"""Operations, each declared once: parameters, shape and dtype rules, NumPy reference."""
