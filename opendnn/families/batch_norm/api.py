@@ -1,7 +1,7 @@
 """Batch normalization as cuDNN's: forward training and inference, backward, the Ex forms that fuse an
 add and an activation, and their workspace and reserve-space size queries.
 
-See ``opendnn.families.batch_norm.problem`` for the formulas. Parameter tensors (scale, bias, running and saved
+See ``problem.py`` for the formulas. Parameter tensors (scale, bias, running and saved
 statistics, their gradients) are all described by one ``bn_scale_bias_mean_var_desc`` (or
 ``d_bn_scale_bias_desc``), as made by ``derive_bn_tensor_descriptor``. The calls without Ex take
 no workspace: when the backend needs scratch memory for partial sums they allocate it themselves.

@@ -3,7 +3,7 @@ convolution + bias + activation forward, and the workspace size queries.
 
 Every call is ``out = alpha * result + beta * out`` (out never read when beta == 0) over tensors of
 any strides; filters are FilterDescriptors (KCRS or KRSC) or TensorDescriptors in K, C/G, R, S dim
-order. See ``opendnn.families.convolution.problem`` for the definition of each direction and of the algorithms.
+order. See ``problem.py`` for the definition of each direction and of the algorithms.
 """
 
 from __future__ import annotations

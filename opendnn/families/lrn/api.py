@@ -1,5 +1,5 @@
 """LRN and divisive normalization as cuDNN's: cudnnLRNCrossChannelForward/Backward and
-cudnnDivisiveNormalizationForward/Backward (see ``opendnn.families.lrn.problem`` for the formulas)."""
+cudnnDivisiveNormalizationForward/Backward (see ``problem.py`` for the formulas)."""
 
 from __future__ import annotations
 

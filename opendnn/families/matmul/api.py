@@ -2,7 +2,7 @@
 fused epilogue (bias, activation, residual, fp8 scales).
 
 ``c = alpha * (act(a_scale * b_scale * (a @ b) + bias) + residual) + beta * c``; see
-``opendnn.families.matmul.problem`` for the shape and dtype rules.
+``problem.py`` for the shape and dtype rules.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Pythonic matrix products: ``matmul`` (NumPy's/torch's, with a fused epilogue) and ``linear``
-(torch's). See the package docstring for the conventions every function follows."""
+(torch's). See ``opendnn.functional``'s docstring for the conventions every function follows."""
 
 from __future__ import annotations
 

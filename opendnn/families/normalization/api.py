@@ -1,5 +1,5 @@
 """Layer, RMS, group and instance normalization in cuDNN's style: a descriptor (mode, epsilon,
-normalized dims or groups), tensor descriptors, alpha/beta (see ``opendnn.families.normalization.problem``).
+normalized dims or groups), tensor descriptors, alpha/beta (see ``problem.py``).
 
 scale, bias, dscale and dbias share ``scale_desc`` (x's dims with the non-normalized ones set to
 1; per channel for GROUP/INSTANCE), mean and inv_std share ``stats_desc`` (one FLOAT per row,

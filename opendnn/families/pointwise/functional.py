@@ -1,6 +1,6 @@
 """The Pythonic elementwise functions: activations, pointwise math and comparisons, tensor transforms.
 
-See the package docstring for the conventions every function follows.
+See ``opendnn.functional``'s docstring for the conventions every function follows.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pooling as cuDNN's: cudnnPoolingForward, cudnnPoolingBackward and the output-dims query.
 
 ``y = alpha * pool(x) + beta * y`` and ``dx = alpha * pool'(x, y, dy) + beta * dx`` (see
-``opendnn.families.pooling.problem`` for the modes, the window rule, NaN and the backward's argmax rule).
+``problem.py`` for the modes, the window rule, NaN and the backward's argmax rule).
 """
 
 from __future__ import annotations

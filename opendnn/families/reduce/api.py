@@ -1,7 +1,7 @@
 """Tensor reduction as cuDNN's: cudnnReduceTensor and its workspace and indices size queries.
 
 ``c = alpha * reduce(a) + beta * c`` over the dims where c is 1 and a is not (see
-``opendnn.families.reduce.problem`` for the operators, indices and NaN rules).
+``problem.py`` for the operators, indices and NaN rules).
 """
 
 from __future__ import annotations

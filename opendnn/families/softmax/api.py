@@ -1,7 +1,7 @@
 """Softmax as cuDNN's: cudnnSoftmaxForward and cudnnSoftmaxBackward.
 
 ``y = alpha * softmax(x) + beta * y`` and ``dx = alpha * softmax'(y, dy) + beta * dx`` over the
-rows a SoftmaxMode picks (see ``opendnn.families.softmax.problem`` for the formulas and the special rows). Any
+rows a SoftmaxMode picks (see ``problem.py`` for the formulas and the special rows). Any
 dims (at least N and C), any strides; y may be x itself (in place), dx may be dy.
 """
 

@@ -1,7 +1,7 @@
 """The Pythonic softmax functions: softmax and log-softmax over any one dim, forward and backward,
 of arrays with any strides (the output keeps the input's dimension order).
 
-See the package docstring for the conventions every function follows, and ``opendnn.families.softmax.problem``
+See ``opendnn.functional``'s docstring for the conventions every function follows, and ``problem.py``
 for the formulas.
 """
 
