@@ -49,7 +49,7 @@ issue every data load, then a CTA barrier, then load the per-feature coefficient
 needs, so no arithmetic can be scheduled between the data loads. The one-read kernels hold a CTA's data
 through a cluster barrier, when the SM has nothing else to load; in clusters of 4 CTAs or more each CTA
 also asks L2 for its tile of the feature 8 ahead (``prefetch_tile``), which a later cluster loads, so DRAM
-keeps working while clusters sum, wait and store (batch_norm_notes.md, eleventh session).
+keeps working while clusters sum, wait and store (docs/design/batch_norm.md).
 """
 
 from __future__ import annotations
@@ -522,7 +522,7 @@ def bn_one_read_forward_kernel(
     the CTA's barrier serves. PREFETCH: lanes per L2 prefetch of the tile of
     the feature ``ahead`` (0: none); the data then streams (loads evict_first, stores .cs), so that the
     prefetched tiles stay in L2.
-    Measured on the H200 (batch_norm_notes.md, tenth and eleventh sessions): each CTA's partial sums side by
+    Measured on the H200 (docs/design/batch_norm.md): each CTA's partial sums side by
     side per feature (rank-major rows of features cost 35%), the lanes' offsets kept through the barrier
     (recomputed after it they took 255 registers), no load after the normalize, and the prefetch: 122 us at
     64x256x56x56 float32 against 157 for the three passes."""
@@ -803,7 +803,7 @@ def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
             and (inner_size % 8 == 0 or not problem.reserve)):
         # rows of any length where no mask is kept (a mask byte holds 8 lanes of one row). The training
         # forward holds x (and z: half the lanes); the backward x and dy, at 16 warps (one CTA an SM: for
-        # 16-bit data slower than the three passes on the H200, batch_norm_notes.md)
+        # 16-bit data slower than the three passes on the H200, docs/design/batch_norm.md)
         holds_z = problem.direction is Direction.TRAINING and problem.z is not None
         limit = MAX_CLUSTER if clusters else 1
         one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,
