@@ -1,6 +1,6 @@
 """Whole torchvision models: torch/cuDNN against the same model converted to opendnn, same process.
 
-Usage (on the GPU machine, from the repository root; torchvision: benchmarks/README_models.md)::
+Usage (on the GPU machine, from the repository root; torchvision: benchmarks/README.md)::
 
     PYTHONPATH=. python3 benchmarks/models.py --out results
     PYTHONPATH=. python benchmarks/models.py --device cpu --batch 2 --size 64 --out /tmp/models  # smoke
@@ -25,7 +25,7 @@ algorithm search), then timed: on CUDA the median of ``triton.testing.do_bench``
 calls; opendnn's time includes its Python dispatch), on the CPU the median of ``time.perf_counter``
 runs (a smoke run, not a figure). ``ratio = torch ms / opendnn ms``: above 1, opendnn is faster.
 The inference row also gives the logits' relative norm error against torch's (bf16: expect ~1e-2).
-Anchor: torch's time for the same step measured on the H200 on 2026-11-29 (../shared/anchors).
+Anchor: torch's time for the same step in a separate measurement on one H200 (torch 2.11, cuDNN 9.19).
 
 Writes ``<out>/models.json`` (a list of rows) and ``<out>/models.md`` and prints the Markdown table; a CUDA
 run also saves its rows in the results file (``--results``, default ``benchmarks/results/h200.json``), where
@@ -56,7 +56,7 @@ import opendnn.torch as ot
 from opendnn.torch.graphs import capture
 
 MODELS = ("resnet50", "mobilenet_v2")
-# torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (../shared/anchors)
+# torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (a separate measurement)
 ANCHOR_MS = {("resnet50", "inference"): 8.51, ("resnet50", "training"): 29.98,
              ("mobilenet_v2", "inference"): 7.90, ("mobilenet_v2", "training"): 20.46}
 CLASSES = 1000
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torchvision.models as builders
     except ImportError as error:
-        print(f"benchmarks/models.py needs torchvision ({error}); benchmarks/README_models.md says how to "
-              "carry it to the GPU machine as a wheel", file=sys.stderr)
+        print(f"benchmarks/models.py needs torchvision ({error}); benchmarks/README.md says which version to "
+              "install", file=sys.stderr)
         return 2
     device = torch.device(args.device)
     results = Path(args.results) if args.results and device.type == "cuda" else None

@@ -7,7 +7,7 @@ sm_90 and later; one CTA per feature, where it fits, on GPUs without clusters an
 Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
 - training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
   (and one bit of mask): 3b bytes (4b with z). The benchmarks count 3b (read x twice, write y),
-  as the cuDNN anchors do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
+  as the cuDNN reference figures do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
 - inference: reads x, writes y: 2b.
 - backward: the gradient pass reads x and dy (and the mask bit), the elementwise pass reads them again
   and writes dx (and dz): 5b (6b with dz).
@@ -119,8 +119,8 @@ def mask_offsets(outer, inner, f, inner_total, mask_strides):
 def load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                     BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
     """Tile t's mask bytes (nothing for t >= stop), one per aligned group of 8 lanes, loaded at the
-    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (those went
-    through shared memory with barriers, every tile)."""
+    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (one would
+    go through shared memory with barriers, every tile)."""
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
     offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
     return tl.load(mask_ptr + offsets, mask=(r_valid & (t < stop))[:, None] & f_valid[None, :], other=0)
@@ -566,8 +566,8 @@ def bn_one_read_forward_kernel(
                    outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
                    ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
                    INDEX_64, STORE_CACHE)
-    # rank 0 writes the statistics, stores only: a CTA that waited on a load here kept its cluster's
-    # successor from starting (the running averages were loaded first)
+    # rank 0 writes the statistics, stores only: a CTA that waited on a load here would keep its cluster's
+    # successor from starting (the running averages are loaded first)
     record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, saved_mean_ptr + fp,
                       saved_inv_ptr + fp, fp, writer, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
 
@@ -593,8 +593,8 @@ def bn_backward_kernel(
     outer, inner, _ = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
     # A CTA barrier, then the per-feature coefficients every result needs: no arithmetic can start before
     # all the data loads above are issued (loads do not cross a barrier). Otherwise ptxas interleaves them
-    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); the Ex kernels,
-    # whose mask code had barriers there, were the fast ones on the H200.
+    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); Ex kernels whose
+    # mask code puts barriers there run 3x faster on the H200 (docs/design/batch_norm.md).
     tl.debug_barrier()
     coef = workspace(work_ptr, COMPUTE) + f
     k1 = tl.load(coef, mask=f_valid, other=0.0)[None, :]

@@ -71,7 +71,7 @@ DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
 DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
 # ... its (pixels, channels, warps) per tile, programs and fewest pixel tiles per slice, by whether dy's
-# channels are contiguous. Measured on the H200 (BENCHMARKS.md, fifth session): channels-last takes one
+# channels are contiguous. Measured on the H200 (docs/design/convolution.md): channels-last takes one
 # warp per program (its pixel sums never leave the warp) and 4x the programs (latency hidden by
 # residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
 DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}

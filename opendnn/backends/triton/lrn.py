@@ -22,7 +22,7 @@ of loads are in flight (prefetched into the tuple: Triton's pipeliner leaves suc
 "vector", ``lrn_vector_kernel`` (channels stride 1): a program's tile is [(pixel, group) rows, V]
 (16-byte groups, a warp's load 512 contiguous bytes); the groups around each row come from the tile
 reloaded shifted by whole groups (aligned vectors, L1 hits; taking them from neighbouring warp lanes
-by shfl.sync instead was no faster on the H200). Backward computes s and t on the n - 1 channels
+by shfl.sync instead is no faster on the H200). Backward computes s and t on the n - 1 channels
 around its groups as well: all in registers, one pass.
 
 Divisive normalization (rare, not a speed target) uses one gather kernel in three phases over
