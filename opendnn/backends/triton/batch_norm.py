@@ -44,7 +44,7 @@ is found from its group's first lane (groups are aligned), never by a reduction 
 Load scheduling (read in the sm_90 SASS): left alone, ptxas consumes each 16-byte load before issuing
 the next, so a thread has one or two loads in flight and a pass runs at latency, not bandwidth. The
 reduce loop issues tile t + 1's loads before summing tile t (carried raw), the combine likewise its
-load rounds (it had 4 rounds of 32 loads, each load's round trip in turn: 15 us); the elementwise kernels
+load rounds (left alone: 4 rounds of 32 loads, each load's round trip in turn, 15 us); the elementwise kernels
 issue every data load, then a CTA barrier, then load the per-feature coefficients all arithmetic
 needs, so no arithmetic can be scheduled between the data loads. The one-read kernels hold a CTA's data
 through a cluster barrier, when the SM has nothing else to load; in clusters of 4 CTAs or more each CTA
