@@ -12,7 +12,7 @@ and builds its launches.
 Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
 - training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
   (and one bit of mask): 3b bytes (4b with z). The benchmarks count 3b (read x twice, write y),
-  as the cuDNN anchors do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
+  as the cuDNN reference figures do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
 - inference: reads x, writes y: 2b.
 - backward: the gradient pass reads x and dy (and the mask bit), the elementwise pass reads them again
   and writes dx (and dz): 5b (6b with dz).
@@ -49,12 +49,12 @@ is found from its group's first lane (groups are aligned), never by a reduction 
 Load scheduling (read in the sm_90 SASS): left alone, ptxas consumes each 16-byte load before issuing
 the next, so a thread has one or two loads in flight and a pass runs at latency, not bandwidth. The
 reduce loop issues tile t + 1's loads before summing tile t (carried raw), the combine likewise its
-load rounds (it had 4 rounds of 32 loads, each load's round trip in turn: 15 us); the elementwise kernels
+load rounds (left alone: 4 rounds of 32 loads, each load's round trip in turn, 15 us); the elementwise kernels
 issue every data load, then a CTA barrier, then load the per-feature coefficients all arithmetic
 needs, so no arithmetic can be scheduled between the data loads. The one-read kernels hold a CTA's data
 through a cluster barrier, when the SM has nothing else to load; in clusters of 4 CTAs or more each CTA
 also asks L2 for its tile of the feature 8 ahead (``prefetch_tile``), which a later cluster loads, so DRAM
-keeps working while clusters sum, wait and store (batch_norm_notes.md, eleventh session).
+keeps working while clusters sum, wait and store (docs/design/batch_norm.md).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
             and (inner_size % 8 == 0 or not problem.reserve)):
         # rows of any length where no mask is kept (a mask byte holds 8 lanes of one row). The training
         # forward holds x (and z: half the lanes); the backward x and dy, at 16 warps (one CTA an SM: for
-        # 16-bit data slower than the three passes on the H200, batch_norm_notes.md)
+        # 16-bit data slower than the three passes on the H200, docs/design/batch_norm.md)
         holds_z = problem.direction is Direction.TRAINING and problem.z is not None
         limit = MAX_CLUSTER if clusters else 1
         one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,

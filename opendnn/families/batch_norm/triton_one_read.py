@@ -100,7 +100,7 @@ def bn_one_read_forward_kernel(
     the CTA's barrier serves. PREFETCH: lanes per L2 prefetch of the tile of
     the feature ``ahead`` (0: none); the data then streams (loads evict_first, stores .cs), so that the
     prefetched tiles stay in L2.
-    Measured on the H200 (batch_norm_notes.md, tenth and eleventh sessions): each CTA's partial sums side by
+    Measured on the H200 (docs/design/batch_norm.md): each CTA's partial sums side by
     side per feature (rank-major rows of features cost 35%), the lanes' offsets kept through the barrier
     (recomputed after it they took 255 registers), no load after the normalize, and the prefetch: 122 us at
     64x256x56x56 float32 against 157 for the three passes."""
@@ -144,8 +144,8 @@ def bn_one_read_forward_kernel(
                    outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
                    ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
                    INDEX_64, STORE_CACHE)
-    # rank 0 writes the statistics, stores only: a CTA that waited on a load here kept its cluster's
-    # successor from starting (the running averages were loaded first)
+    # rank 0 writes the statistics, stores only: a CTA that waited on a load here would keep its cluster's
+    # successor from starting (the running averages are loaded first)
     record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, saved_mean_ptr + fp,
                       saved_inv_ptr + fp, fp, writer, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
 

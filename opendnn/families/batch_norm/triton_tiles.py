@@ -46,8 +46,8 @@ def mask_offsets(outer, inner, f, inner_total, mask_strides):
 def load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                     BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
     """Tile t's mask bytes (nothing for t >= stop), one per aligned group of 8 lanes, loaded at the
-    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (those went
-    through shared memory with barriers, every tile)."""
+    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (one would
+    go through shared memory with barriers, every tile)."""
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
     offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
     return tl.load(mask_ptr + offsets, mask=(r_valid & (t < stop))[:, None] & f_valid[None, :], other=0)
