@@ -4,7 +4,7 @@ import argparse
 
 import numpy as np
 
-from opendnn import demo
+from opendnn.apps import demo
 
 
 def test_one_epoch_learns_the_digits_far_beyond_chance():

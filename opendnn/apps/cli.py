@@ -15,7 +15,7 @@ import zlib
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opendnn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    from opendnn import demo
+    from opendnn.apps import demo
 
     demo.add_arguments(commands.add_parser("demo", help="train a small CNN on the 8x8 digits with opendnn alone"))
     check = commands.add_parser("check", help="run every operation's samples against the float64 reference")

@@ -1,11 +1,11 @@
 """Data-parallel training on opendnn: a torch model, converted, under DDP.
 
-``NCCL_NVLS_ENABLE=0 python -m opendnn.torch.data_parallel --device cuda --world-size 1 2 --epochs 5``
+``NCCL_NVLS_ENABLE=0 python -m opendnn.apps.data_parallel --device cuda --world-size 1 2 --epochs 5``
 trains ``digits_model()`` (the ``opendnn demo`` network as torch modules) on scikit-learn's 8x8
 digits, once per world size, with one process per GPU (``torch.multiprocessing.spawn``), and prints
 images/s per world size and the ratio to the first.
 
-``NCCL_NVLS_ENABLE=0 python -m opendnn.torch.data_parallel --device cuda --model resnet50 --world-size 1 2``
+``NCCL_NVLS_ENABLE=0 python -m opendnn.apps.data_parallel --device cuda --model resnet50 --world-size 1 2``
 trains torchvision's ResNet-50 (``weights=None``; torchvision needed: benchmarks/README_models.md)
 channels_last under bf16 autocast on synthetic data: each rank one fixed random batch of
 ``--batch-size`` 224x224 images and labels, ``--warmup-steps`` untimed steps (they compile the
@@ -42,7 +42,7 @@ import torch.nn.functional as TF
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from opendnn.torch.convert import convert
+from opendnn.torch import convert
 
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
@@ -63,7 +63,7 @@ def digits_model() -> torch.nn.Sequential:
 
 def digits(seed: int) -> tuple[TensorDataset, TensorDataset]:
     """The demo's 80 / 20 split of the digits (images (N, 1, 8, 8) in [0, 1], int64 labels)."""
-    from opendnn.demo import load_digits
+    from opendnn.apps.demo import load_digits
 
     train_x, train_y, test_x, test_y = load_digits(seed)
     return (TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y).long()),
@@ -376,7 +376,7 @@ def launch(function: Callable[..., dict[str, Any]], world_size: int, timeout_s: 
 # ---- command line ---------------------------------------------------------------------------------
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m opendnn.torch.data_parallel", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m opendnn.apps.data_parallel", description=__doc__.split("\n")[0])
     parser.add_argument("--world-size", type=int, nargs="+", default=[1, 2],
                         help="processes (GPUs on CUDA) per run; one run per value (default: 1 2)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
