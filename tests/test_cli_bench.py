@@ -9,9 +9,10 @@ import re
 
 import numpy as np
 import pytest
+from test_cli import exit_status
 
 import opendnn
-from opendnn.apps import bench, cli
+from opendnn.apps import bench
 
 LINE = re.compile(r"(?P<problem>.+)  \[(?P<where>[^\]]+)\]  rel\. error (?P<error>\S+) \(bound (?P<bound>\S+)\)  "
                   r"(?P<verdict>PASS|FAIL)")
@@ -19,12 +20,7 @@ LINE = re.compile(r"(?P<problem>.+)  \[(?P<where>[^\]]+)\]  rel\. error (?P<erro
 
 def bench_command(capsys, *argv: str) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of ``opendnn bench ARGV``."""
-    try:
-        status = cli.main(["bench", *argv])
-    except SystemExit as leaving:
-        status = leaving.code if isinstance(leaving.code, int) else 1
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return exit_status(capsys, "bench", *argv)
 
 
 # ---- problem strings ---------------------------------------------------------------------------------

@@ -221,18 +221,17 @@ def pooling_problem(args: argparse.Namespace) -> Problem:
         raise CommandError(f"--window {','.join(map(str, window))} with --pad {','.join(map(str, pad))} must fit "
                            f"--shape {args.shape} and pad at most half the window", USAGE_ERROR)
     maximum, include_pad = args.alg == "max", args.alg == "avg_include_pad"
-    window_options = {"kernel_size": window, "stride": stride, "padding": pad}
-    average_options = {**window_options, "count_include_pad": include_pad}
 
     def call(a: dict[str, Any], h: opendnn.Handle) -> Callable[[], Any]:
-        if args.direction == "fwd":
-            if maximum:
-                return lambda: F.max_pool(a["x"], handle=h, **window_options)
-            return lambda: F.avg_pool(a["x"], handle=h, **average_options)
+        x = a["x"]
+        if maximum and args.direction == "fwd":
+            return lambda: F.max_pool(x, window, stride, pad, handle=h)
         if maximum:
-            y = F.max_pool(a["x"], handle=h, **window_options)
-            return lambda: F.max_pool_backward(a["dy"], a["x"], y, handle=h, **window_options)
-        return lambda: F.avg_pool_backward(a["dy"], a["x"], handle=h, **average_options)
+            y = F.max_pool(x, window, stride, pad, handle=h)
+            return lambda: F.max_pool_backward(a["dy"], x, y, window, stride, pad, handle=h)
+        if args.direction == "fwd":
+            return lambda: F.avg_pool(x, window, stride, pad, count_include_pad=include_pad, handle=h)
+        return lambda: F.avg_pool_backward(a["dy"], x, window, stride, pad, count_include_pad=include_pad, handle=h)
 
     def torch_forward(t: dict[str, Any]) -> Any:
         import torch
@@ -432,7 +431,7 @@ def make_arrays(problem: Problem, dtype: opendnn.DataType, channels_last: bool, 
     """The operands' random values in their dtypes and layouts: torch tensors on ``device`` when
     torch is installed, else NumPy arrays (``device`` is then the CPU)."""
     rng = np.random.default_rng(seed)
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for name, operand in problem.operands.items():
         values = rng.uniform(operand.low, operand.high, operand.dims)
         ndim = len(operand.dims)
