@@ -18,6 +18,7 @@ import torch
 
 import opendnn
 from opendnn.apps import cli
+from opendnn.apps.command_line import CommandError, create_handle
 from opendnn.apps.terminal import ProgressBar, table
 from opendnn.samples import Sample
 
@@ -73,7 +74,8 @@ def test_every_option_of_every_command_has_help_and_shows_its_default():
                 continue  # --help, --version and required options have no default
             option = f"{parser.prog} {action.option_strings[0]}"
             assert action.help, f"{option} has no help"
-            assert f"(default: {action.default!r})" in shown or f"(default: {action.default})" in shown, option
+            default = f"({re.escape(str(action.default))}|{re.escape(repr(action.default))})"
+            assert re.search(rf"\(default: {default}[,)]", shown), option
 
 
 def test_an_unknown_command_is_a_usage_error(capsys):
@@ -193,6 +195,21 @@ def test_check_stops_quietly_when_its_reader_leaves():
     process.stdout.close()  # as `| head -1` does
     assert process.wait(timeout=300) == 1
     assert "Traceback" not in process.stderr.read()
+
+
+def test_check_on_the_triton_backend_without_triton_names_the_extra_to_install():
+    result = opendnn_command("check", "--backend", "triton", "--filter", "set_tensor", blocked=("torch", "triton"))
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("opendnn check: error: --backend triton needs torch and triton, not installed "
+                                     "here: pip install 'opendnn[gpu]'")
+
+
+def test_the_numpy_backend_on_a_cuda_device_is_a_usage_error():
+    with pytest.raises(CommandError) as refused:
+        create_handle("cuda:0", "numpy")  # refused before any CUDA call: runs on any machine
+    assert refused.value.status == 2
+    assert str(refused.value) == ("--device cuda:0 --backend numpy: backend='numpy' runs on the CPU only, not on "
+                                  "device='cuda:0'")
 
 
 def test_info_names_numpy_alone_when_torch_and_triton_are_missing():

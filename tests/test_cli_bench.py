@@ -181,6 +181,8 @@ def test_perf_mode_rates_a_memory_bound_problem_in_gigabytes_per_second(capsys):
      "opendnn bench conv: error: argument --device: 'tpu' is not a device: use auto, cpu, cuda or cuda:N"),
     (["conv", "--shape", "n2c3h4", "--filter", "k4r3"],
      "opendnn bench conv: error: --shape n2c3h4: spatial dims must be w, h w or d h w"),
+    (["pooling", "--shape", "n2c3"],
+     "opendnn bench pooling: error: --shape n2c3: spatial dims must be w, h w or d h w"),
     (["conv", "--shape", "n2c3w4", "--filter", "k4r3s3"],
      "opendnn bench conv: error: --filter k4r3s3 must give exactly k, s for --shape n2c3w4"),
     (["conv", "--shape", "n2c3h4w4", "--filter", "k4r3s3", "--stride", "1,2,3"],

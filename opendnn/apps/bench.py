@@ -33,7 +33,7 @@ from opendnn.apps.command_line import (
     add_backend_option,
     add_command,
     add_device_option,
-    chosen_backend,
+    create_handle,
     int_at_least,
     missing_packages,
     non_negative_int,
@@ -115,7 +115,7 @@ def per_dim(minimum: int, meaning: str) -> Callable[[str], tuple[int, ...]]:
 def _spatial(shape: Sizes) -> str:
     """The spatial letters of ``shape`` (w; h w; or d h w), refusing others."""
     letters = "".join(letter for letter in SPATIAL if letter in shape.values)
-    if not SPATIAL.endswith(letters):
+    if not letters or not SPATIAL.endswith(letters):
         raise CommandError(f"--shape {shape}: spatial dims must be w, h w or d h w", USAGE_ERROR)
     return letters
 
@@ -147,6 +147,10 @@ class Operand:
     per_channel: bool = False
 
 
+# Given the operands (by name) and a handle, does any untimed set-up and returns the call to run.
+CallBuilder = Callable[[dict[str, Any], opendnn.Handle], Callable[[], Any]]
+
+
 @dataclass(frozen=True)
 class Problem:
     """One operation call. ``opendnn(arrays, handle)`` does any untimed set-up (the forward output
@@ -155,7 +159,7 @@ class Problem:
     whose gradients torch computes from ``dy``."""
 
     operands: dict[str, Operand]
-    opendnn: Callable[[dict[str, Any], opendnn.Handle], Callable[[], Any]]
+    opendnn: CallBuilder
     torch_forward: Callable[[dict[str, Any]], Any]
     torch_grads: tuple[str, ...] = ()
     flops: float = 0.0  # 0: memory-bound, rated in GB/s
@@ -179,7 +183,7 @@ def conv_problem(args: argparse.Namespace) -> Problem:
                            f"{','.join(map(str, pad))} and --dilation {','.join(map(str, dilation))}", USAGE_ERROR)
     x_dims, w_dims = (n, c, *inputs), (k, c // groups, *window)
     options = {"stride": stride, "padding": pad, "dilation": dilation, "groups": groups}
-    calls: dict[str, Callable[[dict[str, Any], opendnn.Handle], Callable[[], Any]]] = {
+    calls: dict[str, CallBuilder] = {
         "fwd": lambda a, h: lambda: F.conv(a["x"], a["w"], handle=h, **options),
         "bwd_data": lambda a, h: lambda: F.conv_backward_data(a["dy"], a["w"], x_dims, handle=h, **options),
         "bwd_filter": lambda a, h: lambda: F.conv_backward_filter(a["x"], a["dy"], w_dims, handle=h, **options)}
@@ -406,7 +410,7 @@ def reproducer(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     problem = DRIVERS[args.driver].problem(args)
     dtype = DTYPES[args.dtype]
-    handle = opendnn.create(args.device, backend=chosen_backend(args.device, args.backend))
+    handle = create_handle(args.device, args.backend)
     use_torch = not missing_packages({"torch": "torch"})
     if not use_torch and dtype is opendnn.DataType.BFLOAT16:
         require_packages("--dtype bf16 (NumPy has no bfloat16)", {"torch": "torch"}, "gpu")

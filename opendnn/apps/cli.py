@@ -1,8 +1,5 @@
 """The ``opendnn`` command (also ``python -m opendnn``): ``demo``, ``check``, ``bench`` and ``info``.
-
-Exit status: 0 on success, 1 when a check fails or a needed package is missing, 2 for a bad
-command line (argparse's usage errors, and problems the library refuses).
-"""
+Its help, exit statuses included, is DESCRIPTION and each subcommand's."""
 
 from __future__ import annotations
 
@@ -19,13 +16,14 @@ from typing import NamedTuple
 import opendnn
 from opendnn.apps import bench, demo
 from opendnn.apps.command_line import (
+    TRITON_PACKAGES,
     USAGE_ERROR,
     CommandError,
     HelpFormatter,
     add_backend_option,
     add_command,
     add_device_option,
-    chosen_backend,
+    create_handle,
     missing_packages,
     require_packages,
 )
@@ -38,10 +36,6 @@ devices and a NumPy reference backend that runs anywhere.
 
 exit status: 0 on success, 1 when a check fails or a needed package is missing, 2 for a bad
 command line."""
-
-# Packages some samples need; a sample stopped by one of them missing is skipped, not failed.
-SAMPLE_PACKAGES = {"torch": "torch", "triton": "triton"}
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
@@ -74,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "package that is not installed (torch) are skipped and counted.")
     add_device_option(check)
     add_backend_option(check)
-    check.add_argument("--filter", default="", help="only samples whose name contains this text; '' for all")
+    check.add_argument("--filter", default="",
+                       help="only samples whose name contains this text (default: %(default)r, every sample)")
     check.set_defaults(run=run_check, prog=check.prog)
 
     bench.add_arguments(add_command(commands, "bench", "check or time one problem given on the command line",
@@ -100,7 +95,7 @@ def run_info(args: argparse.Namespace) -> int:
             print(f"{name:8s}{module.__version__}")
         except ImportError:
             print(f"{name:8s}not installed")
-    print("backends: numpy" + ("" if missing_packages(SAMPLE_PACKAGES) else ", triton"))
+    print("backends: numpy" + ("" if missing_packages(TRITON_PACKAGES) else ", triton"))
     if not missing_packages({"torch": "torch"}):
         import torch
 
@@ -118,7 +113,7 @@ class SampleResult(NamedTuple):
 
 
 def run_check(args: argparse.Namespace) -> int:
-    handle = opendnn.create(args.device, backend=chosen_backend(args.device, args.backend))
+    handle = create_handle(args.device, args.backend)
     every = list(samples())
     chosen = [s for s in every if args.filter in s.name]
     if not chosen:
@@ -132,9 +127,9 @@ def run_check(args: argparse.Namespace) -> int:
             results.append(_run_sample(sample, handle, bar))
             failures += not results[-1].passed
         except ModuleNotFoundError as error:
-            if error.name not in SAMPLE_PACKAGES:
+            if error.name not in TRITON_PACKAGES:  # a sample stopped by a missing package is skipped
                 raise
-            skipped[SAMPLE_PACKAGES[error.name]] += 1
+            skipped[TRITON_PACKAGES[error.name]] += 1
         bar.show(done, len(chosen), f"failures: {failures}")
     bar.clear()
     if results:

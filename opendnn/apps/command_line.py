@@ -1,6 +1,7 @@
 """What the ``opendnn`` subcommands share: argument types that turn a bad value into argparse's
-usage error (exit status 2) instead of a traceback, the error a command ends with, and the check
-for optional packages that names the extra installing them."""
+usage error (exit status 2) instead of a traceback, the error a command ends with, the check for
+optional packages that names the extra installing them, and the handle --device and --backend
+ask for."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import opendnn
+
 AUTO = "auto"
 USAGE_ERROR = 2  # argparse's exit status for a bad command line
+TRITON_PACKAGES = {"torch": "torch", "triton": "triton"}  # what the Triton backend needs: import name: distribution
 
 
 class CommandError(Exception):
@@ -107,17 +111,20 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_backend_option(parser: argparse.ArgumentParser) -> None:
-    """--backend, read by ``chosen_backend``."""
+    """--backend, read by ``create_handle``."""
     parser.add_argument("--backend", choices=(AUTO, "numpy", "triton"), default=AUTO,
                         help="auto (triton on CUDA, numpy on the CPU); triton on the CPU runs Triton's interpreter")
 
 
-def chosen_backend(device_name: str, backend: str) -> str | None:
-    """The handle's backend for --device/--backend (None: by device). Triton needs torch and
-    triton; on the CPU its interpreter is switched on here, before triton is first imported."""
-    if backend != "triton":
-        return None if backend == AUTO else backend
-    if device_name == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    require_packages("--backend triton", {"torch": "torch", "triton": "triton"}, "gpu")
-    return backend
+def create_handle(device_name: str, backend: str) -> opendnn.Handle:
+    """The handle --device and --backend ask for (backend "auto": by device). Triton needs torch and
+    triton; on the CPU its interpreter is switched on here, before triton is first imported. A pair
+    the library refuses (the NumPy backend on a CUDA device) is a usage error."""
+    if backend == "triton":
+        if device_name == "cpu":
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        require_packages("--backend triton", TRITON_PACKAGES, "gpu")
+    try:
+        return opendnn.create(device_name, backend=None if backend == AUTO else backend)
+    except opendnn.BadParam as refused:
+        raise CommandError(f"--device {device_name} --backend {backend}: {refused}", USAGE_ERROR) from None
