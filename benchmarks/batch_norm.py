@@ -2,7 +2,7 @@
 (64 x 256 x 56 x 56, NCHW and NHWC), and batch norm + add + relu (the Ex form) against torch's
 three separate ops (cuDNN batch norm, add, relu), forward and backward.
 
-Bytes counted (the same count serves opendnn and torch; the cuDNN anchors count the forward so):
+Bytes counted (the same count serves opendnn and torch; the cuDNN reference figures count the forward so):
     forward     read x twice (statistics, then normalize) + write y                  3 passes
     backward    read x and dy twice (gradient sums, then dx) + write dx             5 passes
     add + relu  forward: the forward's + read z (4 passes); backward: the backward's + write dz (6)

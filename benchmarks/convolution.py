@@ -1,7 +1,7 @@
 """Benchmark cases of convolution against torch (cuDNN, ``cudnn.benchmark`` on), same inputs, same
 process; and the workspace each algorithm needs against an im2col buffer.
 
-Suite ``convolution``: the ResNet-50 layers and the depthwise layer of ../shared/anchors at batch 64,
+Suite ``convolution``: the ResNet-50 layers and the depthwise layer of ``LAYERS`` at batch 64,
 forward, backward data and backward filter with the default algorithms (IMPLICIT_GEMM, ALGO_0,
 ALGO_0). bfloat16 and float16 run NHWC activations with KRSC filters; float32 runs NCHW with KCRS
 filters, TF32 on both sides (a TENSOR_OP descriptor; torch's cudnn.allow_tf32) and a 2e-3

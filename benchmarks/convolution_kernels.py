@@ -1,5 +1,5 @@
 """The Triton convolution kernels on the GPU, called directly (no API layer): correctness against
-torch and times beside torch/cuDNN on the ResNet-50 layers of ../shared/anchors (batch 64).
+torch and times beside torch/cuDNN on the ResNet-50 layers of ``LAYERS`` (batch 64).
 
     PYTHONPATH=. python3 benchmarks/convolution_kernels.py --out DIR [--budget SECONDS]
 

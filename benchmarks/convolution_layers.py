@@ -1,4 +1,4 @@
-"""Every ResNet-50 layer of ../shared/anchors (batch 64) in all three directions, in one layout and
+"""Every layer of ``convolution_kernels.LAYERS`` (batch 64) in all three directions, in one layout and
 dtype: the route the default algorithm takes, its error against float64, its workspace, and GPU
 time (CUDA-graph replay) beside cuDNN's (torch, cudnn.benchmark, TF32 allowed for float32).
 

@@ -1,7 +1,7 @@
 """Convolution kernels checked for races and timed: per layer and direction, the error against
 float64 over repeated runs, whether the outputs of six runs are bitwise equal, and the GPU time
 (replayed from a CUDA graph) beside cuDNN's. A race shows as a spread of errors and unequal runs
-(convolution_notes.md, "Bugs").
+(docs/design/convolution.md, "The 8-warp race").
 
     PYTHONPATH=. python3 benchmarks/convolution_repeat.py
 """

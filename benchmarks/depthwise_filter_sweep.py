@@ -1,6 +1,6 @@
 """The depthwise 3x3 backward-filter kernel (``filter_direct_kernel``) under each (pixels, channels,
 warps) tile and program count: error against float64 and GPU time (CUDA-graph replay) beside cuDNN.
-The sweep behind ``convolution.DIRECT_FILTER_TILES`` (BENCHMARKS.md, fifth session).
+The sweep behind ``convolution.DIRECT_FILTER_TILES`` (docs/design/convolution.md).
 
     PYTHONPATH=. python3 benchmarks/depthwise_filter_sweep.py
 """

@@ -4,7 +4,7 @@ Suite ``matmul`` (each case in the requested dtype; float32 runs TF32 on both si
 TENSOR_OP handle and ``torch.backends.cuda.matmul.allow_tf32``):
     square_4096, square_8192   C = A @ B, all packed row-major.
     ragged_4224                the same with N = 4224: 16.5 tiles of 256, 544 tiles in 5 rounds of 132 programs
-                               where 4096 takes 4 (matmul_notes.md, eleventh session).
+                               where 4096 takes 4 (docs/design/matmul.md).
     llm_qkv, llm_up, llm_down  16384 tokens through a linear layer (4096->4096, 4096->11008,
                                11008->4096): x @ W.T with W stored (out, in), read transposed in place.
     fp8_8192, fp8_8192_fast    fp8 A (e4m3) @ B (e4m3 for bfloat16, e5m2 otherwise) stored column-major,

@@ -1,6 +1,6 @@
 """Whole torchvision models: torch/cuDNN against the same model converted to opendnn, same process.
 
-Usage (on the GPU machine, from the repository root; torchvision: benchmarks/README_models.md)::
+Usage (on the GPU machine, from the repository root; torchvision: benchmarks/README.md)::
 
     PYTHONPATH=. python3 benchmarks/models.py --out results
     PYTHONPATH=. python benchmarks/models.py --device cpu --batch 2 --size 64 --out /tmp/models  # smoke
@@ -25,9 +25,11 @@ algorithm search), then timed: on CUDA the median of ``triton.testing.do_bench``
 calls; opendnn's time includes its Python dispatch), on the CPU the median of ``time.perf_counter``
 runs (a smoke run, not a figure). ``ratio = torch ms / opendnn ms``: above 1, opendnn is faster.
 The inference row also gives the logits' relative norm error against torch's (bf16: expect ~1e-2).
-Anchor: torch's time for the same step measured on the H200 on 2026-11-29 (../shared/anchors).
+Anchor: torch's time for the same step in a separate measurement on one H200 (torch 2.11, cuDNN 9.19).
 
-Writes ``<out>/models.json`` (a list of rows) and ``<out>/models.md`` and prints the Markdown table.
+Writes ``<out>/models.json`` (a list of rows) and ``<out>/models.md`` and prints the Markdown table; a CUDA
+run also saves its rows in the results file (``--results``, default ``benchmarks/results/h200.json``), where
+they replace the rows of the same model and mode (``report.py``).
 Exits with status 1 when a row raised, 2 when torchvision is absent.
 """
 
@@ -46,18 +48,20 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import report
 import torch
 import torch.nn.functional as TF
 
-import opendnn
 import opendnn.torch as ot
 from opendnn.torch.graphs import capture
 
 MODELS = ("resnet50", "mobilenet_v2")
-# torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (../shared/anchors)
+# torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (a separate measurement)
 ANCHOR_MS = {("resnet50", "inference"): 8.51, ("resnet50", "training"): 29.98,
              ("mobilenet_v2", "inference"): 7.90, ("mobilenet_v2", "training"): 20.46}
 CLASSES = 1000
+TIMING = ("Per step: medians of `triton.testing.do_bench` (L2 flushed), host included; (graph) modes replay a "
+          "CUDA graph of the step.")
 COLUMNS = ["model", "mode", "torch ms", "opendnn ms", "torch img/s", "opendnn img/s", "ratio", "anchor torch ms",
            "check"]
 
@@ -81,6 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", default="",
                         help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); "
                              "default all")
+    parser.add_argument("--results", default=str(report.RESULTS),
+                        help="results file a CUDA run saves its rows in ('': none; default "
+                             "benchmarks/results/h200.json)")
     parser.add_argument("--profile", action="store_true",
                         help="also write <out>/profile_<model>_<mode>.txt: torch.profiler's busiest kernels and "
                              "host time over two opendnn calls (CUDA only)")
@@ -92,10 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torchvision.models as builders
     except ImportError as error:
-        print(f"benchmarks/models.py needs torchvision ({error}); benchmarks/README_models.md says how to "
-              "carry it to the GPU machine as a wheel", file=sys.stderr)
+        print(f"benchmarks/models.py needs torchvision ({error}); benchmarks/README.md says which version to "
+              "install", file=sys.stderr)
         return 2
     device = torch.device(args.device)
+    results = Path(args.results) if args.results and device.type == "cuda" else None
+    if results is not None and results.exists():  # before the measuring: does the file hold this GPU?
+        report.check_gpu(report.load(results), torch.cuda.get_device_name(device), results)
     torch.backends.cudnn.benchmark = True
     timer = _cuda_timer(args.warmup, args.rep) if device.type == "cuda" else _cpu_timer()
     rows = []
@@ -109,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                            [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()]):
             print(_progress_line(row), flush=True)
             rows.append(row)
+    if results is not None:
+        command = " ".join(["benchmarks/models.py", *(sys.argv[1:] if argv is None else argv)])
+        report.save_run(results, report.gpu_run(torch.cuda.get_device_name(device), command, TIMING),
+                        {"models": [_saved(row) for row in rows]})
+        print(f"saved the rows in {results}")
     markdown = _markdown(_environment(device, args), rows, device.type == "cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,6 +182,14 @@ def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.devic
             row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
         rows.append(row)
     return rows
+
+
+def _saved(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the results file keeps it."""
+    saved = {"model": row["model"], "mode": row["mode"], "batch": row["batch"], "shape": f"{row['size']}x{row['size']}",
+             "torch_ms": row["torch_ms"], "opendnn_ms": row["opendnn_ms"], "ratio": row["ratio"],
+             "check": "ok" if row["error"] is None else "error", "rel_err": row["rel_err"], "error": row["error"]}
+    return {key: value for key, value in saved.items() if value is not None}
 
 
 def _inference(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
@@ -246,16 +269,11 @@ def _cpu_timer(runs: int = 3) -> Timer:
 def _environment(device: torch.device, args: argparse.Namespace) -> str:
     import torchvision
 
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "absent"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return (f"{date}, {name}; torch {torch.__version__}, torchvision {torchvision.__version__}, Triton "
-            f"{triton_version}, cuDNN {torch.backends.cudnn.version()}, opendnn {opendnn.__version__}; "
+    version = report.versions()
+    return (f"{date}, {name}; torch {version['torch']}, torchvision {torchvision.__version__}, Triton "
+            f"{version['triton']}, cuDNN {version['cudnn']}, opendnn {version['opendnn']}; "
             f"batch {args.batch} at {args.size}x{args.size}, bf16 autocast, channels_last.")
 
 

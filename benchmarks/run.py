@@ -26,7 +26,13 @@ For each case (see ``suites.py`` and the modules in ``SUITE_MODULES``) and dtype
 Writes ``<out>/<suite>.json`` (a list of rows: case, dtype, shape, opendnn_ms, torch_ms, gbps,
 torch_gbps, tflops, torch_tflops, ratio, check, rel_err, error) and ``<out>/<suite>.md`` (a header with date, device,
 torch, Triton, cuDNN and opendnn versions, then the table), and prints the Markdown table last.
+A full-size CUDA run also saves its rows in the results file (``--results``, default
+``benchmarks/results/h200.json``), replacing the rows it measured (``report.py``).
 Exits with status 1 when any row is wrong or raised, 0 otherwise.
+
+The report, from the results file (no GPU needed)::
+
+    python benchmarks/run.py --report      # writes BENCHMARKS.md and benchmarks/results/h200.png
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import report
 import torch
 from suites import Bench, Case, Context
 
@@ -56,6 +63,7 @@ SUITES: dict[str, list[Case]] = {
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 COLUMNS = ["case", "dtype", "shape", "opendnn ms", "torch ms", "opendnn GB/s", "torch GB/s", "opendnn TFLOP/s",
            "torch TFLOP/s", "ratio", "check"]
+TIMING = "Per call: medians of `triton.testing.do_bench` (CUDA events, L2 flushed), host included."
 
 Timer = Callable[[Callable[[], Any]], float]
 
@@ -72,27 +80,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--filter", default="", help="run only cases whose name contains this text")
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms (default 25)")
     parser.add_argument("--rep", type=float, default=100.0, help="do_bench timed repetitions, ms (default 100)")
+    parser.add_argument("--results", default=str(report.RESULTS),
+                        help="results file a full-size CUDA run saves its rows in and --report reads ('': none; "
+                             "default benchmarks/results/h200.json)")
+    parser.add_argument("--report", action="store_true",
+                        help="write --markdown and --chart from --results and exit (measures nothing, needs no GPU)")
+    parser.add_argument("--markdown", default=str(report.MARKDOWN), help="report file (default BENCHMARKS.md)")
+    parser.add_argument("--chart", default=str(report.CHART),
+                        help="chart of the ratios (default benchmarks/results/h200.png)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report:
+        report.write_report(Path(args.results), Path(args.markdown), Path(args.chart))
+        print(f"wrote {args.markdown} and {args.chart} from {args.results}")
+        return 0
     device = "cpu" if args.device == "cpu" else _cuda_device(args.device)
     size = "full" if not args.quick else ("tiny" if device == "cpu" else "quick")
     dtypes = [_torch_dtype(name) for name in args.dtypes.split(",") if name]
     cases = [case for name, table in SUITES.items() if args.suite in (name, "all")
              for case in table if args.filter in case.name]
     ctx = Context(opendnn.create(device), device, size)
+    results = Path(args.results) if args.results and device != "cpu" and size == "full" else None
+    if results is not None and results.exists():  # before hours of measuring: does the file hold this GPU?
+        report.check_gpu(report.load(results), torch.cuda.get_device_name(device), results)
     torch.manual_seed(0)
     timer = _cuda_timer(args.warmup, args.rep) if device != "cpu" else _cpu_timer(args.rep)
 
-    rows = []
+    rows: list[dict[str, Any]] = []
+    measured: dict[str, list[dict[str, Any]]] = {}  # suite -> its rows as the results file keeps them
     for case in cases:
         for dtype in dtypes:
             row = measure(case, ctx, dtype, timer)
             print(_progress_line(row), flush=True)
             rows.append(row)
+            measured.setdefault(case.suite, []).append({key: value for key, value in row.items() if value is not None})
 
+    if results is not None:
+        command = " ".join(["benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)])
+        report.save_run(results, report.gpu_run(torch.cuda.get_device_name(device), command, TIMING), measured)
+        print(f"saved the rows in {results}")
     markdown = _markdown(args.suite, environment(ctx), rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,17 +213,9 @@ def _cpu_timer(rep_ms: float, min_runs: int = 3, max_runs: int = 1000) -> Timer:
 
 def environment(ctx: Context) -> dict[str, Any]:
     """Date, device and versions for the report's header."""
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "absent"
     device = torch.cuda.get_device_name(ctx.device) if ctx.device != "cpu" else f"CPU ({platform.machine()})"
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": device, "torch": torch.__version__, "triton": triton_version,
-            "cudnn": torch.backends.cudnn.version(), "opendnn": opendnn.__version__,
-            "backend": ctx.handle.backend, "size": ctx.size}
+            "device": device, **report.versions(), "backend": ctx.handle.backend, "size": ctx.size}
 
 
 def _markdown(suite: str, env: dict[str, Any], rows: list[dict[str, Any]]) -> str:

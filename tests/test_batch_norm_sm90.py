@@ -1,8 +1,8 @@
-"""The one-read batch norm kernels compiled for the H200 (sm_90) on this CPU, at the benchmark's
+"""The one-read batch norm kernels compiled for the H200 (sm_90) on the CPU, at the benchmark's
 64 x 256 x 56 x 56 float32 NCHW: one cluster barrier, the L2 prefetch, no spills, and at most 128
 registers a thread, so that two CTAs of 8 warps (the forward) or one of 16 (the backward) fit an SM
-(at 255 registers, when a layout conversion or offsets recomputed after the barrier held the tile twice,
-the forward ran at half speed). Planned for a GPU without thread-block clusters (sm_80, at 64x1024x14x14)
+(at 255 registers, as when a layout conversion or offsets recomputed after the barrier hold the tile twice,
+the forward runs at half speed). Planned for a GPU without thread-block clusters (sm_80, at 64x1024x14x14)
 they compile too: one CTA a feature, no cluster barrier, no prefetch. In a subprocess: triton must load
 without its interpreter (tests/sm90.py)."""
 

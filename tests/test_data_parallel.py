@@ -1,4 +1,4 @@
-"""Data-parallel training on opendnn (issue 8), on the CPU: two gloo processes under
+"""Data-parallel training on opendnn, on the CPU: two gloo processes under
 DistributedDataParallel with the converted digits model."""
 
 import sys

@@ -142,7 +142,7 @@ def test_a_cluster_launch_compiles_without_launching_and_asks_for_clusters(fake_
 def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_graph_is_captured(monkeypatch):
     """The scratch of device-built TMA descriptors (``triton.set_allocator``'s hook): one buffer per
     (device, stream), grown when a launch needs more, never kept while a CUDA graph is captured (the
-    CUDA calls stood in for: this machine has no GPU)."""
+    CUDA calls stood in for: the test needs no GPU)."""
     import torch
 
     from opendnn.backends.triton import device as device_module

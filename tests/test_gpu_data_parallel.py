@@ -1,4 +1,4 @@
-"""Several GPUs (issue 8): one handle per device driven from its own thread reproduces serial runs
+"""Several GPUs: one handle per device driven from its own thread reproduces serial runs
 bitwise; the converted digits model and ResNet-50 train data-parallel over NCCL, 2 GPUs at least
 1.8x one (ResNet-50: 1.6x in a few steps here; the CLI times 20)."""
 
@@ -43,8 +43,8 @@ def test_ddp_over_nccl_on_2_gpus_trains_at_least_1_8x_the_images_per_second_of_o
 
 
 def test_resnet50_ddp_over_nccl_on_2_gpus_trains_at_least_1_6x_the_images_per_second_of_one():
-    """Few steps, so a looser bar than the issue's 1.8x, which the CLI's 20 timed steps check."""
-    pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README_models.md")
+    """Few steps, so a looser bar than 1.8x, the target for the CLI's 20 timed steps."""
+    pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README.md")
     options = {"backend": "nccl", "device": "cuda", "model": "resnet50", "warmup_steps": 2, "steps": 5,
                "batch_size": 32, "seed": 0}
     one, two = (dp.launch(dp.train, n, 300, **options) for n in (1, 2))

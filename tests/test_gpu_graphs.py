@@ -1,4 +1,4 @@
-"""CUDA graphs (issue 7): a converted model's inference and its whole training step (forward,
+"""CUDA graphs: a converted model's inference and its whole training step (forward,
 backward, SGD update) captured with ``opendnn.torch.graphs.capture`` and replayed give what the same
 steps give eagerly. bf16 autocast (its cast cache off, as torch asks under capture) and
 channels_last, like benchmarks/models.py.

@@ -14,8 +14,8 @@ batch 8 at 224x224, channels_last, on cuda:0. The converted model is a deep copy
   left to hide a wrong backward, and no activation mask that can flip between the two).
 
 float32 runs with TF32 off on both sides (``torch.backends.cudnn.allow_tf32`` and
-``torch.backends.cuda.matmul.allow_tf32``, which opendnn.torch follows). benchmarks/README_models.md
-says how to get torchvision onto the GPU machine.
+``torch.backends.cuda.matmul.allow_tf32``, which opendnn.torch follows). benchmarks/README.md
+says which torchvision to install.
 """
 
 import contextlib
@@ -48,7 +48,7 @@ NO_COMPUTE = (torch.nn.Dropout, torch.nn.Identity, torch.nn.Flatten)
 
 @pytest.fixture(scope="module")
 def torchvision_models():
-    return pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README_models.md")
+    return pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README.md")
 
 
 @pytest.fixture

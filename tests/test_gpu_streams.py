@@ -1,4 +1,4 @@
-"""One GPU, several handles (issue 8's single-GPU part): convolutions, batch norm and softmax from
+"""One GPU, several handles: convolutions, batch norm and softmax from
 several threads, each handle on its own stream, give bitwise the results of a serial run, and two
 handles' streams really run side by side."""
 

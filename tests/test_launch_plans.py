@@ -175,8 +175,8 @@ class _Tensor:
 
 
 def test_a_compiled_kernel_is_kept_per_device_and_pointer_alignment():
-    # a kernel is loaded into one device's context: calling device 0's kernel with device 1's
-    # pointers failed with "invalid resource handle" on two H200s until the device joined the key
+    # a kernel is loaded into one device's context: device 0's kernel called with device 1's pointers
+    # fails with "invalid resource handle", so the device is part of the key
     kernel = _Kernel()
     launch = Launch(kernel, (4,), (Slot("x"), 7), {"BLOCK": 128, "num_warps": 4})
     for device, address in ((0, 4096), (0, 8192), (1, 4096), (0, 4100), (1, 4096)):

@@ -6,7 +6,7 @@ digits, once per world size, with one process per GPU (``torch.multiprocessing.s
 images/s per world size and the ratio to the first.
 
 ``NCCL_NVLS_ENABLE=0 python -m opendnn.apps.data_parallel --device cuda --model resnet50 --world-size 1 2``
-trains torchvision's ResNet-50 (``weights=None``; torchvision needed: benchmarks/README_models.md)
+trains torchvision's ResNet-50 (``weights=None``; torchvision needed: benchmarks/README.md)
 channels_last under bf16 autocast on synthetic data: each rank one fixed random batch of
 ``--batch-size`` 224x224 images and labels, ``--warmup-steps`` untimed steps (they compile the
 kernels), then ``--steps`` timed ones; no test set.
@@ -75,7 +75,7 @@ def _torchvision_models() -> Any:
     try:
         import torchvision.models
     except ImportError as error:
-        raise ImportError(f"--model resnet50 needs torchvision ({error}); benchmarks/README_models.md "
+        raise ImportError(f"--model resnet50 needs torchvision ({error}); benchmarks/README.md "
                           "says how to install it") from error
     return torchvision.models
 

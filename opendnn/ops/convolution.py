@@ -1,9 +1,8 @@
 """Convolution (cuDNN's convolution forward, backward data, backward filter): one operation, its
 shape and dtype rules, and its NumPy reference.
 
-CONTRACT (written by the lead; the fields of ``ConvolutionProblem`` and the tensor order of
-``run()`` are shared by the API/reference helper and the Triton-kernel helper: do not change them
-without the lead):
+CONTRACT (the fields of ``ConvolutionProblem`` and the tensor order of ``run()`` are shared by the
+cuDNN-shaped API, the NumPy reference and the Triton kernels: a change here changes all three):
 
     x: (N, C, *spatial)        activation; dx for BACKWARD_DATA (the output then)
     w: (K, C / groups, *filt)  filter, always described in K, C/g, R, S dim order; KRSC memory

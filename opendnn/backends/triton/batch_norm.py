@@ -7,7 +7,7 @@ sm_90 and later; one CTA per feature, where it fits, on GPUs without clusters an
 Memory model, per element of x (itemsize b bytes of data; the parameters are negligible):
 - training forward: the statistics pass reads x, the normalize pass reads x (and z) and writes y
   (and one bit of mask): 3b bytes (4b with z). The benchmarks count 3b (read x twice, write y),
-  as the cuDNN anchors do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
+  as the cuDNN reference figures do; the fewest bytes any method moves is 2b, which the one-read kernel moves.
 - inference: reads x, writes y: 2b.
 - backward: the gradient pass reads x and dy (and the mask bit), the elementwise pass reads them again
   and writes dx (and dz): 5b (6b with dz).
@@ -44,12 +44,12 @@ is found from its group's first lane (groups are aligned), never by a reduction 
 Load scheduling (read in the sm_90 SASS): left alone, ptxas consumes each 16-byte load before issuing
 the next, so a thread has one or two loads in flight and a pass runs at latency, not bandwidth. The
 reduce loop issues tile t + 1's loads before summing tile t (carried raw), the combine likewise its
-load rounds (it had 4 rounds of 32 loads, each load's round trip in turn: 15 us); the elementwise kernels
+load rounds (left alone: 4 rounds of 32 loads, each load's round trip in turn, 15 us); the elementwise kernels
 issue every data load, then a CTA barrier, then load the per-feature coefficients all arithmetic
 needs, so no arithmetic can be scheduled between the data loads. The one-read kernels hold a CTA's data
 through a cluster barrier, when the SM has nothing else to load; in clusters of 4 CTAs or more each CTA
 also asks L2 for its tile of the feature 8 ahead (``prefetch_tile``), which a later cluster loads, so DRAM
-keeps working while clusters sum, wait and store (batch_norm_notes.md, eleventh session).
+keeps working while clusters sum, wait and store (docs/design/batch_norm.md).
 """
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ def mask_offsets(outer, inner, f, inner_total, mask_strides):
 def load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
                     BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
     """Tile t's mask bytes (nothing for t >= stop), one per aligned group of 8 lanes, loaded at the
-    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (those went
-    through shared memory with barriers, every tile)."""
+    group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (one would
+    go through shared memory with barriers, every tile)."""
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
     offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
     return tl.load(mask_ptr + offsets, mask=(r_valid & (t < stop))[:, None] & f_valid[None, :], other=0)
@@ -522,7 +522,7 @@ def bn_one_read_forward_kernel(
     the CTA's barrier serves. PREFETCH: lanes per L2 prefetch of the tile of
     the feature ``ahead`` (0: none); the data then streams (loads evict_first, stores .cs), so that the
     prefetched tiles stay in L2.
-    Measured on the H200 (batch_norm_notes.md, tenth and eleventh sessions): each CTA's partial sums side by
+    Measured on the H200 (docs/design/batch_norm.md): each CTA's partial sums side by
     side per feature (rank-major rows of features cost 35%), the lanes' offsets kept through the barrier
     (recomputed after it they took 255 registers), no load after the normalize, and the prefetch: 122 us at
     64x256x56x56 float32 against 157 for the three passes."""
@@ -566,8 +566,8 @@ def bn_one_read_forward_kernel(
                    outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
                    ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
                    INDEX_64, STORE_CACHE)
-    # rank 0 writes the statistics, stores only: a CTA that waited on a load here kept its cluster's
-    # successor from starting (the running averages were loaded first)
+    # rank 0 writes the statistics, stores only: a CTA that waited on a load here would keep its cluster's
+    # successor from starting (the running averages are loaded first)
     record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, saved_mean_ptr + fp,
                       saved_inv_ptr + fp, fp, writer, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
 
@@ -593,8 +593,8 @@ def bn_backward_kernel(
     outer, inner, _ = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
     # A CTA barrier, then the per-feature coefficients every result needs: no arithmetic can start before
     # all the data loads above are issued (loads do not cross a barrier). Otherwise ptxas interleaves them
-    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); the Ex kernels,
-    # whose mask code had barriers there, were the fast ones on the H200.
+    # (two 16-byte loads in flight per thread, arithmetic waiting on them, the next two); Ex kernels whose
+    # mask code puts barriers there run 3x faster on the H200 (docs/design/batch_norm.md).
     tl.debug_barrier()
     coef = workspace(work_ptr, COMPUTE) + f
     k1 = tl.load(coef, mask=f_valid, other=0.0)[None, :]
@@ -803,7 +803,7 @@ def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
             and (inner_size % 8 == 0 or not problem.reserve)):
         # rows of any length where no mask is kept (a mask byte holds 8 lanes of one row). The training
         # forward holds x (and z: half the lanes); the backward x and dy, at 16 warps (one CTA an SM: for
-        # 16-bit data slower than the three passes on the H200, batch_norm_notes.md)
+        # 16-bit data slower than the three passes on the H200, docs/design/batch_norm.md)
         holds_z = problem.direction is Direction.TRAINING and problem.z is not None
         limit = MAX_CLUSTER if clusters else 1
         one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,

@@ -71,7 +71,7 @@ DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
 DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
 # ... its (pixels, channels, warps) per tile, programs and fewest pixel tiles per slice, by whether dy's
-# channels are contiguous. Measured on the H200 (BENCHMARKS.md, fifth session): channels-last takes one
+# channels are contiguous. Measured on the H200 (docs/design/convolution.md): channels-last takes one
 # warp per program (its pixel sums never leave the warp) and 4x the programs (latency hidden by
 # residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
 DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
@@ -408,10 +408,10 @@ def _matrix(bound: Bound, desc: TensorDescriptor | None) -> Bound:
 TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
 TMA_BLOCK_BYTES = 128  # bytes of reduced channels per chunk: 64 16-bit or 32 float32 (TF32) channels
 # Fewest pixels along W in a box: rows of at least 8 pixels (one whole 128-byte swizzle pattern of
-# 8 x 128 bytes); the widths verified exact on the H200 (convolution_notes.md, "Bugs").
+# 8 x 128 bytes); the widths verified exact on the H200 (docs/design/convolution.md, "The 8-warp race").
 TMA_MIN_W = 8
 # conv_tma_kernel runs 4 warps: with 8 (two warpgroups) and 3-4 stages its results on the H200 were
-# wrong and changed from run to run (a race; convolution_notes.md, "Bugs").
+# wrong and changed from run to run (a race; docs/design/convolution.md, "The 8-warp race").
 TMA_WARPS, TMA_STAGES = 4, 4
 TMA_SHARED_BYTES = 200 * 1024  # filter_tma_kernel's pipeline stages take at most this much shared memory
 TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads

@@ -55,7 +55,7 @@ _SCRATCH: dict[tuple[int, int], Any] = {}  # (device, stream) -> the largest scr
 
 def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
     """Scratch of ``size`` bytes for a launch on ``stream`` of the current device: one buffer per
-    stream, kept (an allocation was ~5 us of host time per launch on the H200 machine). Launches on
+    stream, kept (an allocation costs ~5 us of host time per launch on an H200 machine). Launches on
     one stream run in order, so the next one rewrites its descriptors only after the last finished.
     A stream being captured into a CUDA graph gets fresh memory from the graph's own pool."""
     import torch

@@ -7,7 +7,7 @@ bound if the instructions stay few. float32 64 x 256 x 56 x 56 (51.4 M elements)
 instructions per element: the kernels' budget (tl.log alone costs 20, a shifted reload 3 to 6).
 
 LRN has two algorithms: channels-contiguous layouts take "vector" where ``VECTOR`` has an entry, the
-others "stream" per ``STREAM`` (lrn_notes.md has the sweeps). s^-beta is
+others "stream" per ``STREAM`` (docs/design/lrn.md has the sweeps). s^-beta is
 exp2(-beta * log2(s)) with the hardware's lg2.approx / ex2.approx (tl.log is a 20-instruction
 polynomial): 2 MUFU ops per element forward, 3 backward (one log2, two exp2).
 
@@ -22,7 +22,7 @@ of loads are in flight (prefetched into the tuple: Triton's pipeliner leaves suc
 "vector", ``lrn_vector_kernel`` (channels stride 1): a program's tile is [(pixel, group) rows, V]
 (16-byte groups, a warp's load 512 contiguous bytes); the groups around each row come from the tile
 reloaded shifted by whole groups (aligned vectors, L1 hits; taking them from neighbouring warp lanes
-by shfl.sync instead was no faster on the H200). Backward computes s and t on the n - 1 channels
+by shfl.sync instead is no faster on the H200). Backward computes s and t on the n - 1 channels
 around its groups as well: all in registers, one pass.
 
 Divisive normalization (rare, not a speed target) uses one gather kernel in three phases over
@@ -53,7 +53,7 @@ from opendnn.ops.lrn import LRNProblem
 # channel loop's unroll factor (unrolled, the register tuples' rotation is renaming instead of moves).
 # Channels-inner layouts step V = 16 bytes of channels per thread, the others one channel. Programs are
 # long (a channel walk): chunks trade the last wave's idle SMs against re-reading n - 1 halo channels.
-# Each entry is the fastest stream variant of the sweep of 2026-11-29 (lrn_notes.md); channels-inner
+# Each entry is the fastest stream variant of an H200 sweep (docs/design/lrn.md); channels-inner
 # layouts take it only where VECTOR's entry is None.
 STREAM = {
     ("forward", False, False): dict(pixels_per_thread=4, warps=1, depth=8, chunk=64, unroll=8),
@@ -67,7 +67,7 @@ STREAM = {
 }
 # Channels-contiguous layouts (channels stride 1) take ``lrn_vector_kernel`` where the entry of
 # (direction, 16-bit data) is not None: rows (pixel, 16-byte channel group) per thread, warps, groups per
-# program at most (the rest of its rows are pixels). H200, 64x256x56x56 n=5 (lrn_notes.md): forward fp32 /
+# program at most (the rest of its rows are pixels). H200, 64x256x56x56 n=5 (docs/design/lrn.md): forward fp32 /
 # bf16 102.8 / 56.8 us, backward 147.7 (4 rows a thread) / 101.9 (2 rows).
 VECTOR = {
     ("forward", False): dict(rows_per_thread=2, warps=4, groups=64),

@@ -31,7 +31,7 @@ OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
 GELU_TANH_SCALE = tl.constexpr(ops.GELU_TANH_SCALE)
 GELU_TANH_CUBIC = tl.constexpr(ops.GELU_TANH_CUBIC)
 # (elements per program, warps) of untransposed tiles by the output's element bytes: two 16-byte vectors per
-# thread at 4 warps from 2 bytes up. H200 (pointwise_notes.md): 16-bit relu and scale_tensor 3.94 / 3.85 TB/s
+# thread at 4 warps from 2 bytes up. H200 (docs/design/pointwise.md): 16-bit relu and scale_tensor 3.94 / 3.85 TB/s
 # at 4096 x 8 warps, 4.08 / 4.08 at 2048 x 4; float32 relu and scale_tensor 4.00 / 3.93 at 4096 x 8, 4.17 /
 # 4.16 at 1024 x 4 (torch 4.16). Transposing tiles stay 64 x 64 at 8 warps (bf16 NCHW -> NHWC 3.70 TB/s,
 # 3.53 at 2048 x 4).

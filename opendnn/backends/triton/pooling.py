@@ -20,7 +20,7 @@ BLOCK_R) tensor: Triton's coalescing pass puts the lanes along dim 0 when no dim
 with stride 2), so a warp's load spans 32 neighbouring positions of one row; in NHWC the last dim is
 contiguous and the loads are vectorized along it. The program splits its first row index once; the
 other rows' coordinates come from compares and carries (no division per element: int64 divisions per
-row were most of the first version's instructions and registers on sm_90). Offsets are an int64
+row would be most of the kernel's instructions and registers on sm_90). Offsets are an int64
 scalar base per tile plus int32 per element (int64 only for tensors past 2**31 elements). The window
 loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
@@ -68,7 +68,7 @@ CANONICAL_DIMS = 5
 UNROLL_LIMIT = 64  # window positions (or phase x shift pairs) unrolled in full
 FORWARD_TILE = 512  # outputs of a forward program (H200, NHWC 3x3 max fwd: 512 beat 1024, 2048 and 4096)
 STRIP_TILE = 1024  # outputs of a forward program reading stride-2 windows as contiguous strips (NCHW)
-STRIP_WARPS = 4  # 8 outputs per thread (H200 sweep 2026-11-29: 3x3 max bf16 33.0 us at 4 warps, 33.9 at 2, 42.2 at 8)
+STRIP_WARPS = 4  # 8 outputs per thread (H200 sweep: 3x3 max bf16 33.0 us at 4 warps, 33.9 at 2, 42.2 at 8)
 STRIP_BYTES = 16  # widest vector of a strip load (0: no strips, every forward takes the general path)
 ARGMAX_TILE = 1024  # outputs of an argmax program (it holds y and positions too), half for strided loads
 BACKWARD_TILE = 512  # cells of a backward program: each writes prod(stride) elements of dx (registers)
