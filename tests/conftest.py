@@ -1,10 +1,23 @@
 """Test set-up. Plain ``pytest`` runs the Triton kernels on CPU tensors through Triton's
 interpreter; ``pytest -m gpu`` runs them compiled on a CUDA device. The choice must be made
-before triton loads, which is before the test modules are collected."""
+before triton loads, which is before the test modules are collected.
+
+Triton's kernel cache and matplotlib's configuration go to a temporary folder made for the run
+(unless the environment names others), so a test run writes nothing into the home folder."""
 
 import os
+import shutil
+import tempfile
+
+_RUN_FOLDER = tempfile.mkdtemp(prefix="opendnn-tests-")
 
 
 def pytest_configure(config):
     if config.option.markexpr.strip() != "gpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_RUN_FOLDER, "triton"))
+    os.environ.setdefault("MPLCONFIGDIR", os.path.join(_RUN_FOLDER, "matplotlib"))
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_RUN_FOLDER, ignore_errors=True)

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from opendnn.torch import data_parallel as dp
+from opendnn.apps import data_parallel as dp
 
 WORLD_SIZE = 2
 BATCH = 32  # per rank

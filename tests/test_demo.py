@@ -1,14 +1,12 @@
 """``opendnn demo``: the digits CNN learns through opendnn's forward and backward passes alone."""
 
-import argparse
-
 import numpy as np
 
-from opendnn import demo
+from opendnn.apps import cli, demo
 
 
 def test_one_epoch_learns_the_digits_far_beyond_chance():
-    history = demo.train(epochs=1, batch_size=64, seed=0, device=demo.Device("cpu"), progress=False)
+    history = demo.train(epochs=1, batch_size=64, seed=0, device=demo.Device("cpu"))
     assert history.test_accuracy[0] > 0.8  # chance is 0.1
     assert history.loss[0] < np.log(10)  # below the loss of uniform guesses
 
@@ -45,7 +43,12 @@ def test_network_gradient_matches_finite_differences():
         assert abs((up - down) / (2 * step) - analytic[index]) < 1e-6 * max(1.0, abs(analytic[index]))
 
 
-def test_main_writes_the_plot(tmp_path):
-    args = argparse.Namespace(epochs=1, batch_size=128, seed=0, device="cpu", out=str(tmp_path))
-    assert demo.main(args) == 0
+def test_opendnn_demo_writes_the_plot_and_one_line_per_epoch(tmp_path, capsys):
+    assert cli.main(["demo", "--epochs", "2", "--batch-size", "128", "--device", "cpu", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "demo_training.png").stat().st_size > 1000
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err  # not a terminal: no progress bar
+    epochs = [line for line in captured.err.splitlines() if line.startswith("epoch ")]
+    assert [line.split()[1] for line in epochs] == ["1/2", "2/2"]
+    assert "test accuracy" in epochs[-1]
+    assert f"plot written to {(tmp_path / 'demo_training.png').resolve()}" in captured.out

@@ -8,7 +8,7 @@ from threaded import run_on_own_streams
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.torch import data_parallel as dp
+from opendnn.apps import data_parallel as dp
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]

@@ -1,9 +1,10 @@
 """The package's layers import downward only: core imports nothing of opendnn above it, kernels import
 core, a family imports core, kernels and its own modules, and another family only through that
 family's entry points (its problem, its cuDNN-shaped calls, its Pythonic calls); no family imports the
-public faces (opendnn, opendnn.functional, opendnn.samples) or opendnn.torch; no import cycles. Every
-module's imports are read from its source (ast), those inside functions included. ``import opendnn`` loads no backend,
-no torch and no triton. Every family folder is registered where the dispatch and the samples find it.
+public faces (opendnn, opendnn.functional, opendnn.samples) or opendnn.torch; the library never
+imports the applications (opendnn.apps); no import cycles. Every module's imports are read from its
+source (ast), those inside functions included. ``import opendnn`` loads no backend, no torch and no
+triton. Every family folder is registered where the dispatch and the samples find it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def is_entry_point(module: str) -> bool:
 def upward(importer: str, imported: str) -> str | None:
     """Why ``importer`` may not import ``imported``, or None."""
     source, target = layer(importer), layer(imported)
+    if target == "opendnn.apps" and source not in ("opendnn.apps", "opendnn.__main__"):
+        return "the library never imports the applications"
     if source == "core" and target != "core":
         return "core imports only core"
     if source == "kernels" and target not in ("core", "kernels"):
@@ -128,6 +131,9 @@ def test_the_checker_finds_each_kind_of_upward_import():
         "opendnn.families.b.functional": "import opendnn.functional as F",
         "opendnn.families.b.samples": "import opendnn as od\nfrom opendnn.samples import relative_error",
         "opendnn.families.b.numpy_backend": "from opendnn.torch import functions",
+        "opendnn.apps": "", "opendnn.apps.demo": "from opendnn.apps import cli", "opendnn.apps.cli": "",
+        "opendnn.__main__": "from opendnn.apps.cli import main",
+        "opendnn.torch.modules": "from opendnn.apps import demo",
         "opendnn.families.b.problem": "from opendnn.families.a.problem import P\n"
                                       "from opendnn.families.a import tensor_ops_api\nfrom .api import x",
     }
@@ -141,6 +147,7 @@ def test_the_checker_finds_each_kind_of_upward_import():
         "opendnn.families.b.samples imports opendnn.samples: a family imports core, kernels and families only",
         "opendnn.families.b.samples imports opendnn: a family imports core, kernels and families only",
         "opendnn.kernels.launch imports opendnn.families.a.problem: kernels import only core and kernels",
+        "opendnn.torch.modules imports opendnn.apps.demo: the library never imports the applications",
     ]
 
 

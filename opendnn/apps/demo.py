@@ -9,7 +9,6 @@ data handling (shuffling, batching, reshapes, the accuracy count) is NumPy.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,16 @@ from typing import Any
 import numpy as np
 
 import opendnn.functional as F
+from opendnn.apps.command_line import add_device_option, non_negative_int, positive_int
+from opendnn.apps.terminal import ProgressBar
 
 CLASSES = 10
+DESCRIPTION = """\
+Trains a small CNN (conv 3x3 -> batch norm -> relu -> max pool, twice, then linear and softmax
+cross-entropy) on scikit-learn's 8x8 digits with nothing but opendnn's forward and backward calls:
+the NumPy backend on the CPU, the Triton kernels on a CUDA device. Writes a plot of loss and
+accuracy per epoch to OUT/demo_training.png."""
+PACKAGES = {"sklearn": "scikit-learn", "matplotlib": "matplotlib"}  # import name: distribution
 
 
 @dataclass
@@ -163,7 +170,9 @@ class History:
 
 
 def train(epochs: int, batch_size: int, seed: int, device: Device, learning_rate: float = 0.05,
-          momentum: float = 0.9, progress: bool = True) -> History:
+          momentum: float = 0.9, progress: ProgressBar | None = None) -> History:
+    """Trains the network with SGD (momentum) and returns its loss and accuracies per epoch;
+    ``progress`` shows a bar per epoch and a summary line after each."""
     train_x, train_y, test_x, test_y = load_digits(seed)
     rng = np.random.default_rng(seed)
     net = Network(rng, device, batch_size)
@@ -182,14 +191,14 @@ def train(epochs: int, batch_size: int, seed: int, device: Device, learning_rate
             total_loss -= float((host * one_hot).sum())
             correct += int((host.argmax(1) == train_y[chosen]).sum())
             if progress:
-                _progress(epoch, epochs, step + 1, batches, total_loss / ((step + 1) * batch_size))
+                progress.show(step + 1, batches, f"loss {total_loss / ((step + 1) * batch_size):.4f}",
+                              prefix=f"epoch {epoch:3d}/{epochs} ")
         history.loss.append(total_loss / len(train_x))
         history.train_accuracy.append(correct / len(train_x))
         history.test_accuracy.append(evaluate(net, device, test_x, test_y, batch_size))
         if progress:
-            print(f"\repoch {epoch:3d}/{epochs}  loss {history.loss[-1]:.4f}  train accuracy "
-                  f"{history.train_accuracy[-1]:.3f}  test accuracy {history.test_accuracy[-1]:.3f}" + " " * 20,
-                  file=sys.stderr, flush=True)
+            progress.line(f"epoch {epoch:3d}/{epochs}  loss {history.loss[-1]:.4f}  train accuracy "
+                          f"{history.train_accuracy[-1]:.3f}  test accuracy {history.test_accuracy[-1]:.3f}")
     return history
 
 
@@ -223,19 +232,14 @@ def plot(history: History, path: Path) -> None:
     plt.close(figure)
 
 
-def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float) -> None:
-    width = 30
-    filled = width * step // steps
-    print(f"\repoch {epoch:3d}/{epochs} [{'#' * filled}{'.' * (width - filled)}] {step}/{steps}  loss {loss:.4f}",
-          end="", file=sys.stderr, flush=True)
-
-
 def main(args: argparse.Namespace) -> int:
-    device = Device(args.device or _default_device())
+    """Runs ``opendnn demo`` with the options of ``add_arguments``."""
+    device = Device(args.device)
     start = time.perf_counter()
-    print(f"training on {device.name} ({'NumPy backend' if device.name == 'cpu' else 'Triton kernels'}): "
-          f"{args.epochs} epochs, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
-    history = train(args.epochs, args.batch_size, args.seed, device)
+    progress = ProgressBar()
+    progress.line(f"training on {device.name} ({'NumPy backend' if device.name == 'cpu' else 'Triton kernels'}): "
+                  f"{args.epochs} epochs, batch {args.batch_size}, seed {args.seed}")
+    history = train(args.epochs, args.batch_size, args.seed, device, progress=progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "demo_training.png"
@@ -246,17 +250,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default=None, help="cpu or cuda:N (default: CUDA when present, else cpu)")
-    parser.add_argument("--out", default="demo_output", help="folder for the plot (default: demo_output)")
-
-
-def _default_device() -> str:
-    try:
-        import torch
-
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
+    parser.add_argument("--epochs", type=positive_int, default=10, help="passes over the 1,437 training images")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per SGD step")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="initial weights, train/test split and shuffling")
+    add_device_option(parser)
+    parser.add_argument("--out", default="demo_output", help="folder the plot is written to")

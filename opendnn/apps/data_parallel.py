@@ -1,11 +1,11 @@
 """Data-parallel training on opendnn: a torch model, converted, under DDP.
 
-``NCCL_NVLS_ENABLE=0 python -m opendnn.torch.data_parallel --device cuda --world-size 1 2 --epochs 5``
+``NCCL_NVLS_ENABLE=0 python -m opendnn.apps.data_parallel --device cuda --world-size 1 2 --epochs 5``
 trains ``digits_model()`` (the ``opendnn demo`` network as torch modules) on scikit-learn's 8x8
 digits, once per world size, with one process per GPU (``torch.multiprocessing.spawn``), and prints
 images/s per world size and the ratio to the first.
 
-``NCCL_NVLS_ENABLE=0 python -m opendnn.torch.data_parallel --device cuda --model resnet50 --world-size 1 2``
+``NCCL_NVLS_ENABLE=0 python -m opendnn.apps.data_parallel --device cuda --model resnet50 --world-size 1 2``
 trains torchvision's ResNet-50 (``weights=None``; torchvision needed: benchmarks/README.md)
 channels_last under bf16 autocast on synthetic data: each rank one fixed random batch of
 ``--batch-size`` 224x224 images and labels, ``--warmup-steps`` untimed steps (they compile the
@@ -42,7 +42,8 @@ import torch.nn.functional as TF
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from opendnn.torch.convert import convert
+from opendnn.apps.command_line import HelpFormatter, non_negative_int, positive_int
+from opendnn.torch import convert
 
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
@@ -63,7 +64,7 @@ def digits_model() -> torch.nn.Sequential:
 
 def digits(seed: int) -> tuple[TensorDataset, TensorDataset]:
     """The demo's 80 / 20 split of the digits (images (N, 1, 8, 8) in [0, 1], int64 labels)."""
-    from opendnn.demo import load_digits
+    from opendnn.apps.demo import load_digits
 
     train_x, train_y, test_x, test_y = load_digits(seed)
     return (TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y).long()),
@@ -376,18 +377,20 @@ def launch(function: Callable[..., dict[str, Any]], world_size: int, timeout_s: 
 # ---- command line ---------------------------------------------------------------------------------
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m opendnn.torch.data_parallel", description=__doc__.split("\n")[0])
-    parser.add_argument("--world-size", type=int, nargs="+", default=[1, 2],
-                        help="processes (GPUs on CUDA) per run; one run per value (default: 1 2)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser = argparse.ArgumentParser(prog="python -m opendnn.apps.data_parallel", description=__doc__.split("\n")[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--world-size", type=positive_int, nargs="+", default=[1, 2],
+                        help="processes (GPUs on CUDA) per run; one run per value")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cuda: one GPU per process, NCCL; cpu: gloo")
     parser.add_argument("--model", choices=list(WORKLOADS), default="digits",
-                        help="digits (the demo's CNN) or resnet50 (torchvision's, synthetic data) (default: digits)")
-    parser.add_argument("--epochs", type=int, default=5, help="digits: passes over the training set (default: 5)")
-    parser.add_argument("--steps", type=int, default=20, help="resnet50: timed steps (default: 20)")
-    parser.add_argument("--warmup-steps", type=int, default=3,
-                        help="resnet50: untimed steps before them, compiling the kernels (default: 3)")
-    parser.add_argument("--batch-size", type=int, default=64, help="images per rank per step (default: 64)")
-    parser.add_argument("--seed", type=int, default=0)
+                        help="digits (the demo's CNN) or resnet50 (torchvision's, synthetic data)")
+    parser.add_argument("--epochs", type=positive_int, default=5, help="digits: passes over the training set")
+    parser.add_argument("--steps", type=positive_int, default=20, help="resnet50: timed steps")
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=3,
+                        help="resnet50: untimed steps before them, compiling the kernels")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per rank per step")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="initial weights, data split and shuffling")
     return parser.parse_args(argv)
 
 
