@@ -217,7 +217,7 @@ CONV = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
      r"conv_desc.compute_type=FLOAT must be DOUBLE for DOUBLE tensors"),
     (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV, y=torch.empty(299)),
      r"y_desc reaches 300 elements but y holds 299 from its start"),
-    (lambda: od.FilterDescriptor("float32", "CHWN", 6, 4, 3, 3), r"format='CHWN' must be TensorFormat.NCHW"),
+    (lambda: od.FilterDescriptor("float32", "CHWN", 6, 4, 3, 3), r"format='CHWN' must be a TensorFormat: one of TensorFormat.NCHW,"),
     (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV,
                       w_desc=od.FilterDescriptor("float32", od.TensorFormat.NCHW, 6, 4, 3)),
      r"w_desc.ndim=3 must equal 2 \+ conv_desc's 2 spatial dims"),
@@ -328,7 +328,7 @@ def test_functional_conv_1d_3d_same_padding_and_numpy_arrays():
 
 
 def test_functional_errors_name_the_argument():
-    with pytest.raises(od.BadParam, match=r"output_padding\[0\]=2 must be below stride or dilation \(2\)"):
+    with pytest.raises(od.BadParam, match=r"output_padding\[0\]=2 must be at least 0 and below stride or dilation"):
         F.conv_transpose(torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3), stride=2, output_padding=2)
     with pytest.raises(od.BadParam, match="padding='same' needs stride 1"):
         F.conv(torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3), stride=2, padding="same")

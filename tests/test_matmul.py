@@ -183,7 +183,7 @@ def test_linear_matches_torch_and_reads_the_weight_transposed(backend):
 
 
 def test_functional_errors_name_both_shapes():
-    with pytest.raises(od.BadParam, match=r"a_desc.dims=\[2, 3\], b_desc.dims=\[4, 5\]"):
+    with pytest.raises(od.BadParam, match=r"a.dims=\[2, 3\], b.dims=\[4, 5\]"):
         F.matmul(np.ones((2, 3)), np.ones((4, 5)))
     with pytest.raises(od.BadParam, match=r"a.shape=\[2, 2, 3\] and b.shape=\[3, 3, 5\] do not broadcast"):
         F.matmul(np.ones((2, 2, 3)), np.ones((3, 3, 5)))

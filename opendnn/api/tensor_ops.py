@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from opendnn.core.arrays import Bound, bind, constant_like, index_along
-from opendnn.core.descriptors import TensorDescriptor, check_broadcastable, check_same_dims
+from opendnn.core.descriptors import (
+    TensorDescriptor,
+    check_broadcastable,
+    check_dtype,
+    check_member,
+    check_same_dims,
+)
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
@@ -39,8 +45,8 @@ class OpTensorDescriptor:
     propagate_nan: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "op", OpTensorOp(self.op))
-        compute = DataType.of(self.compute_type)
+        object.__setattr__(self, "op", check_member("op", OpTensorOp, self.op))
+        compute = check_dtype("compute_type", self.compute_type)
         require(compute in (DataType.FLOAT, DataType.DOUBLE),
                 f"compute_type={compute.name} must be FLOAT or DOUBLE")
         object.__setattr__(self, "compute_type", compute)
@@ -54,7 +60,7 @@ def pointwise(handle: Handle, mode: PointwiseMode, alpha: float, inputs: Sequenc
     Args:
         inputs: (descriptor, array) pairs, as many as the mode's arity.
     """
-    mode = PointwiseMode(mode)
+    mode = check_member("mode", PointwiseMode, mode)
     bound = [bind(f"inputs[{k}]", desc, array) for k, (desc, array) in enumerate(inputs)]
     _run(handle, mode, bound, bind("y", y_desc, y, output=True), alpha=alpha, beta=beta,
          coef=coef, propagate_nan=propagate_nan)
