@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,26 +44,23 @@ class Bad:
 
     value: Any
     name: str
-    error: type[Exception] | tuple[type[Exception], ...] = (od.BadParam, od.NotSupported)
     fragment: str = ""
+    named: str | None = None  # the name the message holds, when the value reaches it by another (a field's)
 
 
-def bad(value: Any, name: str | None = None, error: type[Exception] | tuple[type[Exception], ...] = (
-        od.BadParam, od.NotSupported), fragment: str = "") -> Bad:
-    return Bad(value, name or KIND_NAMES.get(id(value), "shape"), error, fragment)
+def bad(value: Any, name: str | None = None, fragment: str = "", named: str | None = None) -> Bad:
+    return Bad(value, name or KIND_NAMES.get(id(value), "shape"), fragment, named)
 
 
 @dataclass(frozen=True)
 class Call:
     """A public call: valid keyword arguments (made afresh for each case), and the bad values of
-    each parameter. ``named`` is the name the message must hold, when the parameter is reached by
-    another name (an attribute of a descriptor)."""
+    each parameter."""
 
     name: str
     function: Callable[..., Any]
     arguments: Callable[[], dict[str, Any]]
     bad: dict[str, tuple[Any, ...]]
-    named: dict[str, str] = field(default_factory=dict)
 
 
 X4 = (2, 4, 5, 5)  # N, C, H, W
@@ -294,12 +291,193 @@ def check_refused(call: Call, parameter: str, value: Bad) -> None:
     with pytest.raises((od.BadParam, od.NotSupported)) as raised:
         call.function(**arguments)
     message = str(raised.value)
-    assert isinstance(raised.value, value.error), f"{type(raised.value).__name__}: {message}"
-    name = call.named.get(parameter, parameter)
+    name = value.named or parameter
     assert _names_parameter(message, name), f"the message does not name {name}: {message}"
     assert value.fragment in message, f"the message lacks {value.fragment!r}: {message}"
     for array, before in arrays:
         np.testing.assert_array_equal(array, before, err_msg="an array the call was given changed")
+
+
+# ---- the cuDNN-shaped calls and their descriptors ---------------------------------------------------
+
+H = od.create("cpu", backend="numpy")
+D = od.TensorDescriptor("float32", (2, 3))
+D_WIDE = od.TensorDescriptor("float32", (2, 4))
+X4_DESC = od.TensorDescriptor("float32", X4)
+SCALAR = (TEXT, NAN, INF)  # alpha and beta
+HANDLE = (TEXT, None)
+
+
+def _descriptor_calls() -> list[Call]:
+    return [
+        Call("TensorDescriptor", od.TensorDescriptor, lambda: {"dtype": "float32", "dims": (2, 3), "strides": (3, 1)},
+             {"dtype": (TEXT, ENUM), "dims": (TEXT, NAN, (2, 0), (2, 1.5), (2, -1), ()),
+              "strides": (TEXT, (3,), (-3, 1), (3, 1.5))}),
+        Call("FilterDescriptor", lambda k, c, r, s, **kw: od.FilterDescriptor(kw["dtype"], kw["format"], k, c, r, s),
+             lambda: {"dtype": "float32", "format": od.TensorFormat.NCHW, "k": 4, "c": 3, "r": 3, "s": 3},
+             {"dtype": (TEXT,), "format": (TEXT, ENUM), "k": (TEXT, FRACTION, ZERO), "c": (NAN, NEGATIVE)}),
+        Call("ConvolutionDescriptor", od.ConvolutionDescriptor, lambda: {"pad": (1, 1), "stride": (1, 1),
+                                                                         "dilation": (1, 1)},
+             {"pad": (TEXT, FRACTION, (-1, 0), (1,)), "stride": (TEXT, NAN, (0, 1), (1, 1, 1, 1)),
+              "dilation": (TEXT, (1, 0)), "mode": (TEXT, ENUM, 5), "compute_type": (TEXT, "float16"),
+              "group_count": (TEXT, FRACTION, ZERO), "math_type": (TEXT, ENUM)}),
+        Call("PoolingDescriptor", od.PoolingDescriptor,
+             lambda: {"mode": od.PoolingMode.MAX, "nan_opt": od.NanPropagation.PROPAGATE_NAN, "window": (2, 2),
+                      "padding": (0, 0), "stride": (2, 2)},
+             {"mode": (TEXT, ENUM), "nan_opt": (TEXT, ENUM), "window": (TEXT, FRACTION, (0, 2)),
+              "padding": (NAN, (-1, 0), (2, 0), (0,)), "stride": (TEXT, (0, 1))}),
+        Call("LRNDescriptor", od.LRNDescriptor, lambda: {"n": 5},
+             {"n": (TEXT, FRACTION, ZERO, 17), "alpha": SCALAR, "beta": (*SCALAR, ZERO), "k": (*SCALAR, ZERO)}),
+        Call("NormDescriptor", od.NormDescriptor, lambda: {"mode": od.NormMode.LAYER_NORM},
+             {"mode": (TEXT, ENUM), "epsilon": (*SCALAR, NEGATIVE), "normalized_ndim": (TEXT, FRACTION, ZERO),
+              "groups": (TEXT, ZERO)}),
+        Call("ActivationDescriptor", od.ActivationDescriptor, lambda: {"mode": od.ActivationMode.SWISH},
+             {"mode": (TEXT, ENUM), "nan_opt": (TEXT, ENUM), "coef": (*SCALAR, ZERO)}),
+        Call("ActivationDescriptor clipped relu", od.ActivationDescriptor,
+             lambda: {"mode": od.ActivationMode.CLIPPED_RELU, "coef": 6.0}, {"coef": (bad(None, "none"), ZERO)}),
+        Call("OpTensorDescriptor", od.OpTensorDescriptor, lambda: {"op": od.OpTensorOp.ADD},
+             {"op": (TEXT, ENUM), "compute_type": (TEXT, "float16")}),
+        Call("ReduceTensorDescriptor", od.ReduceTensorDescriptor, lambda: {"op": od.ReduceTensorOp.MAX},
+             {"op": (TEXT, ENUM), "compute_type": (TEXT, "int32"), "nan_opt": (ENUM,), "indices": (TEXT, ENUM),
+              "indices_type": (TEXT, "float32")}),
+        Call("MatmulEpilogue", od.MatmulEpilogue, lambda: {"activation": od.PointwiseMode.RELU_FWD},
+             {"bias_axis": (TEXT, ENUM), "activation": (TEXT, ENUM), "bias": (bad(data(3), "missing desc"),)}),
+        Call("create", od.create, lambda: {"device": "cpu"},
+             {"device": (TEXT,), "backend": (TEXT,), "math_type": (TEXT, ENUM)}),
+    ]
+
+
+def _activation_arguments() -> dict[str, Any]:
+    return {"handle": H, "act_desc": od.ActivationDescriptor(od.ActivationMode.RELU), "alpha": 1.0, "x_desc": D,
+            "x": data(2, 3), "beta": 0.0, "y_desc": D, "y": poisoned(2, 3)}
+
+
+def _conv_arguments() -> dict[str, Any]:
+    return {"handle": H, "alpha": 1.0, "x_desc": X4_DESC, "x": data(*X4),
+            "w_desc": od.FilterDescriptor("float32", od.TensorFormat.NCHW, 6, 4, 3, 3), "w": data(6, 4, 3, 3),
+            "conv_desc": od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1)), "algo": od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+            "workspace": None, "beta": 0.0, "y_desc": od.TensorDescriptor("float32", (2, 6, 5, 5)),
+            "y": poisoned(2, 6, 5, 5)}
+
+
+def _pool_arguments() -> dict[str, Any]:
+    return {"handle": H, "pool_desc": od.PoolingDescriptor(od.PoolingMode.MAX, od.NanPropagation.PROPAGATE_NAN,
+                                                           (2, 2), (0, 0), (2, 2)),
+            "alpha": 1.0, "x_desc": X4_DESC, "x": data(*X4), "beta": 0.0,
+            "y_desc": od.TensorDescriptor("float32", (2, 4, 2, 2)), "y": poisoned(2, 4, 2, 2)}
+
+
+def _op_tensor_arguments() -> dict[str, Any]:
+    return {"handle": H, "op_desc": od.OpTensorDescriptor(od.OpTensorOp.ADD), "alpha1": 1.0, "a_desc": D,
+            "a": data(2, 3), "alpha2": 1.0, "b_desc": D, "b": data(2, 3), "beta": 0.0, "c_desc": D,
+            "c": poisoned(2, 3)}
+
+
+def _softmax_arguments() -> dict[str, Any]:
+    return {"handle": H, "algo": od.SoftmaxAlgorithm.ACCURATE, "mode": od.SoftmaxMode.CHANNEL, "alpha": 1.0,
+            "x_desc": D, "x": data(2, 3), "beta": 0.0, "y_desc": D, "y": poisoned(2, 3)}
+
+
+def _cudnn_calls() -> list[Call]:
+    bn_param = od.TensorDescriptor("float32", (1, 4, 1, 1))
+    return [
+        Call("activation_forward", od.activation_forward, _activation_arguments,
+             {"handle": HANDLE, "act_desc": (TEXT, None), "alpha": SCALAR, "beta": SCALAR,
+              "x_desc": (TEXT, D_WIDE), "x": (TEXT, data(5), data(2, 3, dtype=np.float64)),
+              "y_desc": (TEXT, D_WIDE, od.TensorDescriptor("float32", (2, 3), (1, 1))), "y": (TEXT, poisoned(5))}),
+        Call("activation_backward", od.activation_backward,
+             lambda: {**_activation_arguments(), "dy_desc": D, "dy": data(2, 3), "dx_desc": D, "dx": poisoned(2, 3),
+                      "y": data(2, 3)},
+             {"dy_desc": (TEXT, D_WIDE), "dy": (TEXT,), "dx_desc": (TEXT, D_WIDE), "alpha": SCALAR}),
+        Call("op_tensor", od.op_tensor, _op_tensor_arguments,
+             {"handle": HANDLE, "op_desc": (TEXT,), "alpha1": SCALAR, "alpha2": SCALAR, "beta": SCALAR,
+              "a_desc": (TEXT, D_WIDE), "b_desc": (D_WIDE,), "c_desc": (D_WIDE,), "c": (TEXT,)}),
+        Call("add_tensor", od.add_tensor,
+             lambda: {"handle": H, "alpha": 1.0, "a_desc": D, "a": data(2, 3), "beta": 0.0, "c_desc": D,
+                      "c": poisoned(2, 3)}, {"alpha": SCALAR, "a_desc": (D_WIDE,), "a": (TEXT,)}),
+        Call("scale_tensor", od.scale_tensor, lambda: {"handle": H, "y_desc": D, "y": poisoned(2, 3), "alpha": 2.0},
+             {"y_desc": (TEXT, D_WIDE), "alpha": SCALAR}),
+        Call("set_tensor", od.set_tensor, lambda: {"handle": H, "y_desc": D, "y": poisoned(2, 3), "value": 1.0},
+             {"y_desc": (TEXT,), "value": (TEXT, None)}),
+        Call("transform_tensor", od.transform_tensor,
+             lambda: {"handle": H, "alpha": 1.0, "x_desc": D, "x": data(2, 3), "beta": 0.0, "y_desc": D,
+                      "y": poisoned(2, 3)}, {"alpha": SCALAR, "x_desc": (D_WIDE,), "y": (TEXT, poisoned(4))}),
+        Call("pointwise", od.pointwise,
+             lambda: {"handle": H, "mode": od.PointwiseMode.ADD, "alpha": 1.0, "inputs": [(D, data(2, 3))] * 2,
+                      "beta": 0.0, "y_desc": D, "y": poisoned(2, 3)},
+             {"mode": (TEXT, ENUM), "alpha": SCALAR, "coef": SCALAR, "y_desc": (D_WIDE,)}),
+        Call("gen_index", od.gen_index, lambda: {"handle": H, "axis": 1, "y_desc": D, "y": poisoned(2, 3)},
+             {"axis": (TEXT, FRACTION, 2, -3)}),
+        Call("convolution_forward", od.convolution_forward, _conv_arguments,
+             {"handle": HANDLE, "alpha": SCALAR, "beta": SCALAR,
+              "x_desc": (TEXT, od.TensorDescriptor("float32", (2, 3, 5, 5))), "w_desc": (TEXT,), "conv_desc": (TEXT,),
+              "algo": (TEXT, ENUM, od.ConvolutionBwdDataAlgo.ALGO_0),
+              "y_desc": (TEXT, od.TensorDescriptor("float32", (2, 6, 4, 4))), "y": (TEXT, poisoned(5))}),
+        Call("convolution_bias_activation_forward", od.convolution_bias_activation_forward,
+             lambda: (lambda a: {k: v for k, v in a.items() if k not in ("alpha", "beta")} | {
+                 "alpha1": 1.0, "alpha2": 0.5, "z_desc": a["y_desc"], "z": data(2, 6, 5, 5),
+                 "bias_desc": od.TensorDescriptor("float32", (1, 6, 1, 1)), "bias": data(1, 6, 1, 1),
+                 "act_desc": od.ActivationDescriptor(od.ActivationMode.ELU)})(_conv_arguments()),
+             {"alpha1": SCALAR, "alpha2": SCALAR, "act_desc": (TEXT,),
+              "z_desc": (od.TensorDescriptor("float32", (2, 6, 5, 4)),),
+              "bias_desc": (TEXT, od.TensorDescriptor("float32", (1, 4, 1, 1)))}),
+        Call("convolution_backward_data", od.convolution_backward_data,
+             lambda: {"handle": H, "alpha": 1.0, "w_desc": od.FilterDescriptor("float32", "NCHW", 6, 4, 3, 3),
+                      "w": data(6, 4, 3, 3), "dy_desc": od.TensorDescriptor("float32", (2, 6, 5, 5)),
+                      "dy": data(2, 6, 5, 5), "conv_desc": od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1)),
+                      "algo": od.ConvolutionBwdDataAlgo.ALGO_0, "workspace": None, "beta": 0.0, "dx_desc": X4_DESC,
+                      "dx": poisoned(*X4)},
+             {"alpha": SCALAR, "algo": (ENUM, od.ConvolutionFwdAlgo.IMPLICIT_GEMM),
+              "dy_desc": (od.TensorDescriptor("float32", (2, 5, 5, 5)),), "dx_desc": (TEXT,)}),
+        Call("convolution_backward_bias", od.convolution_backward_bias,
+             lambda: {"handle": H, "alpha": 1.0, "dy_desc": X4_DESC, "dy": data(*X4), "beta": 0.0,
+                      "db_desc": bn_param, "db": poisoned(1, 4, 1, 1)},
+             {"handle": HANDLE, "alpha": SCALAR, "db_desc": (TEXT, od.TensorDescriptor("float32", (1, 3, 1, 1)))}),
+        Call("matmul", od.matmul,
+             lambda: {"handle": H, "alpha": 1.0, "a_desc": D, "a": data(2, 3), "b_desc": od.TensorDescriptor(
+                 "float32", (3, 4)), "b": data(3, 4), "beta": 0.0, "c_desc": D_WIDE, "c": poisoned(2, 4)},
+             {"handle": HANDLE, "alpha": SCALAR, "beta": SCALAR, "a_desc": (TEXT, D_WIDE), "c_desc": (TEXT, D),
+              "epilogue": (TEXT, bad(od.MatmulEpilogue(activation=od.PointwiseMode.ELU_FWD, coef=math.nan), "nan coef",
+                                     named="coef"),
+                           bad(od.MatmulEpilogue(activation=od.PointwiseMode.CLIPPED_RELU_FWD), "no ceiling",
+                               named="coef"))}),
+        Call("pooling_forward", od.pooling_forward, _pool_arguments,
+             {"handle": HANDLE, "pool_desc": (TEXT,), "alpha": SCALAR, "beta": SCALAR,
+              "y_desc": (od.TensorDescriptor("float32", (2, 4, 3, 3)),)}),
+        Call("softmax_forward", od.softmax_forward, _softmax_arguments,
+             {"handle": HANDLE, "algo": (TEXT, ENUM), "mode": (TEXT, ENUM), "alpha": SCALAR, "beta": SCALAR,
+              "y_desc": (D_WIDE,)}),
+        Call("lrn_cross_channel_forward", od.lrn_cross_channel_forward,
+             lambda: {"handle": H, "norm_desc": od.LRNDescriptor(3), "mode": od.LRNMode.CROSS_CHANNEL_DIM1,
+                      "alpha": 1.0, "x_desc": X4_DESC, "x": data(*X4), "beta": 0.0, "y_desc": X4_DESC,
+                      "y": poisoned(*X4)},
+             {"handle": HANDLE, "norm_desc": (TEXT,), "mode": (TEXT, ENUM), "alpha": SCALAR, "beta": SCALAR}),
+        Call("batch_normalization_forward_training", od.batch_normalization_forward_training,
+             lambda: {"handle": H, "mode": od.BatchNormMode.SPATIAL, "alpha": 1.0, "beta": 0.0, "x_desc": X4_DESC,
+                      "x": data(*X4), "y_desc": X4_DESC, "y": poisoned(*X4), "bn_scale_bias_mean_var_desc": bn_param,
+                      "bn_scale": data(1, 4, 1, 1), "bn_bias": data(1, 4, 1, 1), "exponential_average_factor": 0.1,
+                      "result_running_mean": data(1, 4, 1, 1), "result_running_variance": data(1, 4, 1, 1),
+                      "epsilon": 1e-5},
+             {"handle": HANDLE, "mode": (TEXT, ENUM), "alpha": SCALAR, "exponential_average_factor": (*SCALAR, 2.0),
+              "epsilon": (*SCALAR, ZERO), "bn_scale_bias_mean_var_desc": (TEXT, od.TensorDescriptor("float32", (4,)))}),
+        Call("normalization_forward_inference", od.normalization_forward_inference,
+             lambda: {"handle": H, "norm_desc": od.NormDescriptor(od.NormMode.LAYER_NORM), "alpha": 1.0,
+                      "x_desc": D, "x": data(2, 3), "scale_desc": None, "scale": None, "bias": None, "beta": 0.0,
+                      "y_desc": D, "y": poisoned(2, 3)},
+             {"handle": HANDLE, "norm_desc": (TEXT,), "alpha": SCALAR, "y_desc": (D_WIDE,)}),
+        Call("reduce_tensor", od.reduce_tensor,
+             lambda: {"handle": H, "reduce_desc": od.ReduceTensorDescriptor(od.ReduceTensorOp.ADD), "indices": None,
+                      "workspace": None, "alpha": 1.0, "a_desc": D, "a": data(2, 3), "beta": 0.0,
+                      "c_desc": od.TensorDescriptor("float32", (2, 1)), "c": poisoned(2, 1)},
+             {"handle": HANDLE, "reduce_desc": (TEXT,), "alpha": SCALAR, "c_desc": (D_WIDE,)}),
+    ]
+
+
+CUDNN_CALLS = [*_descriptor_calls(), *_cudnn_calls()]
+# (call, its arguments, the output, the input it is laid over one element further on)
+OVERLAPS = [(od.activation_forward, _activation_arguments, "y", "x"), (od.op_tensor, _op_tensor_arguments, "c", "b"),
+            (od.softmax_forward, _softmax_arguments, "y", "x"),
+            (od.convolution_forward, _conv_arguments, "y", "x")]
 
 
 @pytest.mark.parametrize("case", _cases(FUNCTIONAL_CALLS), ids=_id)
@@ -307,6 +485,78 @@ def test_functional_refuses_bad_input_naming_the_parameter(case):
     check_refused(*case)
 
 
-@pytest.mark.parametrize("call", FUNCTIONAL_CALLS, ids=[c.name for c in FUNCTIONAL_CALLS])
+@pytest.mark.parametrize("case", _cases(CUDNN_CALLS), ids=_id)
+def test_cudnn_shaped_calls_refuse_bad_input_naming_the_parameter(case):
+    check_refused(*case)
+
+
+@pytest.mark.parametrize("function, arguments, output, source", OVERLAPS, ids=[o[0].__name__ for o in OVERLAPS])
+def test_an_output_partly_over_an_input_is_refused_naming_both(function, arguments, output, source):
+    values = arguments()
+    source_shape, output_shape = values[source].shape, values[output].shape
+    buffer = data(max(math.prod(source_shape), 1 + math.prod(output_shape)))
+    # the output one element after the input: a partial overlap
+    values[source] = buffer[:math.prod(source_shape)].reshape(source_shape)
+    values[output] = buffer[1:1 + math.prod(output_shape)].reshape(output_shape)
+    before = buffer.copy()
+    with pytest.raises(od.BadParam, match=f"{output} and {source} overlap in memory"):
+        function(**values)
+    np.testing.assert_array_equal(buffer, before)
+
+
+@pytest.mark.parametrize("call", FUNCTIONAL_CALLS + CUDNN_CALLS, ids=lambda c: c.name)
 def test_valid_arguments_of_the_sweep_are_accepted(call):
     call.function(**call.arguments())
+
+
+# ---- outputs over inputs: exact in-place where the call allows it, interleaved views ------------------
+
+def test_exact_in_place_is_allowed_where_the_call_allows_it():
+    x = data(2, 3)
+    expected_relu, expected_sum = np.maximum(x, 0), 2 * x
+    od.activation_forward(H, od.ActivationDescriptor(od.ActivationMode.RELU), 1.0, D, x, 0.0, D, x)
+    np.testing.assert_array_equal(x, expected_relu)
+    od.op_tensor(H, od.OpTensorDescriptor(od.OpTensorOp.ADD), 1.0, D, x, 1.0, D, x, 0.0, D, x)
+    np.testing.assert_array_equal(x, expected_sum)
+    expected = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
+    od.softmax_forward(H, od.SoftmaxAlgorithm.ACCURATE, od.SoftmaxMode.CHANNEL, 1.0, D, x, 0.0, D, x)
+    np.testing.assert_allclose(x, expected, rtol=1e-6)
+
+
+def test_convolution_adds_z_in_place_but_never_writes_over_x():
+    arguments = _conv_arguments()
+    y = arguments["y"] = data(2, 6, 5, 5)
+    conv = {k: arguments[k] for k in ("handle", "x_desc", "x", "w_desc", "w", "conv_desc", "algo", "workspace",
+                                      "y_desc", "y")}
+    expected = np.full_like(y, np.nan)
+    od.convolution_forward(**{**conv, "y": expected, "alpha": 1.0, "beta": 0.0})
+    expected += 0.5 * y
+    od.convolution_bias_activation_forward(**conv, alpha1=1.0, alpha2=0.5, z_desc=arguments["y_desc"], z=y,
+                                           bias_desc=None, bias=None, act_desc=None)
+    np.testing.assert_allclose(y, expected, rtol=1e-5)
+    x = data(2, 4, 5, 5)
+    one_by_one = od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))
+    with pytest.raises(od.BadParam, match="y and x are the same memory: this call cannot write y over x"):
+        od.convolution_forward(H, 1.0, X4_DESC, x, od.TensorDescriptor("float32", (4, 4, 1, 1)), data(4, 4, 1, 1),
+                               one_by_one, od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, X4_DESC, x)
+
+
+def test_two_outputs_in_one_buffer_are_refused():
+    x, dy, shared = data(*X4), data(*X4), poisoned(*X4)
+    with pytest.raises(od.BadParam, match="dx and dmeans are the same memory"):
+        od.divisive_normalization_backward(H, od.LRNDescriptor(3), od.DivNormMode.PRECOMPUTED_MEANS, 1.0, X4_DESC,
+                                           x, None, dy, None, None, 0.0, X4_DESC, shared, shared)
+    np.testing.assert_array_equal(shared, POISON)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_interleaved_views_of_one_buffer_do_not_overlap(kind):
+    import torch
+
+    buffer = data(2, 6) if kind == "numpy" else torch.from_numpy(data(2, 6))
+    x, y = buffer[:, ::2], buffer[:, 1::2]  # the even columns in, the odd ones out
+    expected = -np.asarray(x)
+    desc = od.TensorDescriptor("float32", (2, 3), (6, 2))
+    od.pointwise(H, od.PointwiseMode.NEG, 1.0, [(desc, x)], 0.0, desc, y)
+    np.testing.assert_array_equal(np.asarray(y), expected)
+    np.testing.assert_array_equal(np.asarray(x), -expected)

@@ -418,3 +418,18 @@ def test_default_algorithms_are_bitwise_repeatable_on_triton():
         dw = F.conv_backward_filter(x, y, w.shape, geometry.stride, geometry.pre, geometry.dilation, handle=handle)
         runs.append((y, dw))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_identity_activation_is_accepted_by_both_fused_forms():
+    gen = torch.Generator().manual_seed(12)
+    x, w = torch.randn(2, 3, 6, 6, dtype=torch.float64, generator=gen), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    bias = torch.randn(4, dtype=torch.float64, generator=gen)
+    expected = TF.conv2d(x, w, bias, padding=1)
+    torch.testing.assert_close(F.conv_bias_activation(x, w, bias, activation="identity", padding=1), expected)
+    y = torch.full_like(expected, float("nan"))
+    od.convolution_bias_activation_forward(
+        od.create("cpu"), 1.0, descriptor(x), x, descriptor(w), w, od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1),
+                                                                                          compute_type="float64"),
+        od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, None, None, od.TensorDescriptor("float64", (1, 4, 1, 1)),
+        bias.reshape(1, 4, 1, 1), od.ActivationDescriptor(od.ActivationMode.IDENTITY), descriptor(y), y)
+    torch.testing.assert_close(y, expected)

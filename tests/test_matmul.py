@@ -260,3 +260,12 @@ def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():
     outside = torch.ones_like(buffer, dtype=torch.bool)
     outside[:, 2:28, 1:22] = False
     assert buffer[outside].isnan().all()
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((3,), (3, 4)), ((2, 5, 3), (3,)), ((3,), (3,)), ((3,), (4, 3, 5)), ((1, 3), (4, 3, 5))])
+def test_a_residual_of_the_results_own_shape_is_added(a_shape, b_shape):
+    rng = np.random.default_rng(7)
+    a, b = rng.uniform(0.5, 2.0, a_shape), rng.uniform(0.5, 2.0, b_shape)
+    expected = np.matmul(a, b)
+    residual = rng.uniform(0.5, 2.0, np.shape(expected))
+    np.testing.assert_allclose(F.matmul(a, b, residual=residual), expected + residual, rtol=1e-12)

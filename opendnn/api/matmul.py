@@ -16,7 +16,7 @@ from opendnn.core.errors import BadParam, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.ops.matmul import BiasAxis, MatmulProblem, matmul_problem
 from opendnn.ops.pointwise import PointwiseMode
-from opendnn.ops.registry import dispatch
+from opendnn.ops.registry import dispatch, require_handle
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _problem(handle: Handle, a_desc: TensorDescriptor, b_desc: TensorDescriptor,
     """The validated problem, from the handle's algorithm cache when these descriptors and
     parameters were seen before (validation is a pure function of them, and a repeated call, as in
     a training loop, then skips it)."""
-    tf32 = handle.math_type is MathType.TENSOR_OP
+    tf32 = require_handle(handle).math_type is MathType.TENSOR_OP
     key = ("matmul", a_desc, b_desc, c_desc, alpha, beta, epilogue.bias_desc, epilogue.bias_axis,
            epilogue.activation, epilogue.coef, epilogue.residual_desc, epilogue.a_scale, epilogue.b_scale, tf32)
     problem = handle.algorithm_cache.get(key)

@@ -6,6 +6,7 @@ All of them are one pointwise problem: ``out = alpha * f(s0 * in0, s1 * in1, in2
 from __future__ import annotations
 
 import enum
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +16,13 @@ from opendnn.core.descriptors import (
     TensorDescriptor,
     check_broadcastable,
     check_dtype,
+    check_finite,
+    check_int,
     check_member,
     check_same_dims,
 )
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.ops.pointwise import PointwiseMode, pointwise_problem
 from opendnn.ops.registry import dispatch
@@ -67,7 +70,13 @@ def pointwise(handle: Handle, mode: PointwiseMode, alpha: float, inputs: Sequenc
 
 
 def set_tensor(handle: Handle, y_desc: TensorDescriptor, y: Any, value: float) -> None:
-    """Every element of y becomes ``value`` (converted to y's dtype)."""
+    """Every element of y becomes ``value`` (converted to y's dtype; NaN and infinities too).
+
+    Raises:
+        BadParam: a value that is not a real number, ...
+    """
+    if not isinstance(value, numbers.Real):  # (the message is formatted only on failure)
+        raise BadParam(f"value={value!r} must be a real number")
     yb = bind("y", y_desc, y, output=True)
     _run(handle, PointwiseMode.IDENTITY, [constant_like(yb, value)], yb)
 
@@ -91,12 +100,13 @@ def op_tensor(handle: Handle, op_desc: OpTensorDescriptor, alpha1: float, a_desc
     """``c = op(alpha1 * a, alpha2 * b) + beta * c``; a has c's dims, b broadcasts to them.
     SQRT and NOT read a only (b is still checked)."""
     require(isinstance(op_desc, OpTensorDescriptor), f"op_desc={op_desc!r} must be an OpTensorDescriptor")
+    scales = check_finite("alpha1", alpha1), check_finite("alpha2", alpha2)
     ab, bb = bind("a", a_desc, a), bind("b", b_desc, b)
     cb = bind("c", c_desc, c, output=True)
     check_same_dims("a_desc", a_desc, "c_desc", c_desc)
     check_broadcastable("b_desc", b_desc, "c_desc", c_desc)
     mode = op_desc.op.value
-    _run(handle, mode, [ab, bb][:mode.arity], cb, beta=beta, input_scales=(alpha1, alpha2),
+    _run(handle, mode, [ab, bb][:mode.arity], cb, beta=beta, input_scales=scales,
          propagate_nan=op_desc.propagate_nan, compute_type=op_desc.compute_type)
 
 
@@ -110,7 +120,7 @@ def transform_tensor(handle: Handle, alpha: float, x_desc: TensorDescriptor, x: 
 
 def gen_index(handle: Handle, axis: int, y_desc: TensorDescriptor, y: Any) -> None:
     """Each element of y becomes its index along ``axis`` (cuDNN's GEN_INDEX)."""
-    yb = bind("y", y_desc, y, output=True)
+    yb, axis = bind("y", y_desc, y, output=True), check_int("axis", axis)
     require(-yb.desc.ndim <= axis < yb.desc.ndim, f"axis={axis} must be in [-{yb.desc.ndim}, {yb.desc.ndim})")
     _run(handle, PointwiseMode.IDENTITY, [index_along(yb, axis % yb.desc.ndim)], yb)
 

@@ -92,7 +92,7 @@ class TensorDescriptor:
         """Elements of buffer the view reaches: its largest offset plus one."""
         return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
 
-    @property
+    @functools.cached_property  # a frozen value: computed once per descriptor (asked for every output of every call)
     def size_in_bytes(self) -> int:
         """Bytes of buffer the view reaches (cuDNN's GetTensorSizeInBytes)."""
         return self.extent * self.dtype.itemsize
@@ -207,7 +207,8 @@ def check_member(name: str, kind: type[Member], value: Any) -> Member:
         return kind(value)
     except (ValueError, TypeError):
         members = ", ".join(f"{kind.__name__}.{member.name}" for member in kind)
-        raise BadParam(f"{name}={value!r} must be a {kind.__name__}: one of {members}") from None
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise BadParam(f"{name}={value!r} must be {article} {kind.__name__}: one of {members}") from None
 
 
 def check_dtype(name: str, value: Any) -> DataType:
