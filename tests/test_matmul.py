@@ -262,7 +262,8 @@ def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():
     assert buffer[outside].isnan().all()
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((3,), (3, 4)), ((2, 5, 3), (3,)), ((3,), (3,)), ((3,), (4, 3, 5)), ((1, 3), (4, 3, 5))])
+@pytest.mark.parametrize("a_shape, b_shape", [((3,), (3, 4)), ((2, 5, 3), (3,)), ((3,), (3,)), ((3,), (4, 3, 5)),
+                                              ((1, 3), (4, 3, 5))])
 def test_a_residual_of_the_results_own_shape_is_added(a_shape, b_shape):
     rng = np.random.default_rng(7)
     a, b = rng.uniform(0.5, 2.0, a_shape), rng.uniform(0.5, 2.0, b_shape)
