@@ -56,12 +56,13 @@ class OpTensorDescriptor:
 
 
 def pointwise(handle: Handle, mode: PointwiseMode, alpha: float, inputs: Sequence[tuple[TensorDescriptor, Any]],
-              beta: float, y_desc: TensorDescriptor, y: Any, *, coef: float = 0.0,
+              beta: float, y_desc: TensorDescriptor, y: Any, *, coef: float | None = None,
               propagate_nan: bool = False) -> None:
     """``y = alpha * mode(*inputs) + beta * y`` with each input's dims equal to y's or 1.
 
     Args:
         inputs: (descriptor, array) pairs, as many as the mode's arity.
+        coef: the mode's coefficient; None for its default (opendnn.ops.pointwise's ACTIVATION_TABLE).
     """
     mode = check_member("mode", PointwiseMode, mode)
     bound = [bind(f"inputs[{k}]", desc, array) for k, (desc, array) in enumerate(inputs)]

@@ -97,19 +97,19 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
         raise _NAMES.renamed(error) from None
     params, (weight_source, bias_source, mean_source, var_source) = plan.params, plan.sources
     y = allocate(xb, plan.out, "y")
-    scale, shift = params.bind(xb, weight_source, weight, "bn_scale"), params.bind(xb, bias_source, bias, "bn_bias")
+    scale, shift = params.bind(xb, weight_source, weight, "weight"), params.bind(xb, bias_source, bias, "bias")
     workspace = scratch_bytes(xb, plan.workspace)
     if not training:
         tensors = BatchNormTensors(
-            xb, y, scale, shift, mean=params.bind(xb, mean_source, running_mean, "estimated_mean"),
-            variance=params.bind(xb, var_source, running_var, "estimated_variance"), workspace=workspace)
+            xb, y, scale, shift, mean=params.bind(xb, mean_source, running_mean, "running_mean"),
+            variance=params.bind(xb, var_source, running_var, "running_var"), workspace=workspace)
         dispatch(handle, "batch_norm", plan.problem, tensors)
         return to_caller_kind(y.view, x)
-    saved_mean, saved_inv = params.new(xb, "result_save_mean"), params.new(xb, "result_save_inv_variance")
+    saved_mean, saved_inv = params.new(xb, "saved_mean"), params.new(xb, "saved_inv_std")
     reserve = scratch_bytes(xb, plan.reserve, "reserve_space")
     tensors = BatchNormTensors(
-        xb, y, scale, shift, z=zb, mean=params.bind(xb, mean_source, running_mean, "result_running_mean"),
-        variance=params.bind(xb, var_source, running_var, "result_running_variance"), saved_mean=saved_mean,
+        xb, y, scale, shift, z=zb, mean=params.bind(xb, mean_source, running_mean, "running_mean"),
+        variance=params.bind(xb, var_source, running_var, "running_var"), saved_mean=saved_mean,
         saved_inv_std=saved_inv, workspace=workspace, reserve=reserve)
     dispatch(handle, "batch_norm", plan.problem, tensors)
     out = to_caller_kind(y.view, x)
@@ -154,9 +154,9 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     dz = allocate(xb, plan.out, "dz") if has_z else None
     dweight, dbias = params.new(xb, "d_bn_scale_result"), params.new(xb, "d_bn_bias_result")
     tensors = BatchNormTensors(
-        xb, dx, params.bind(xb, weight_source, weight, "bn_scale"), z=dz, dy=dyb, dscale=dweight, dbias=dbias,
+        xb, dx, params.bind(xb, weight_source, weight, "weight"), z=dz, dy=dyb, dscale=dweight, dbias=dbias,
         saved_mean=params.bind(xb, mean_source, saved_mean, "saved_mean"),
-        saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_variance"),
+        saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_std"),
         workspace=scratch_bytes(xb, plan.workspace), reserve=api.bind_reserve(state.reserve, plan.reserve))
     dispatch(handle, "batch_norm", plan.problem, tensors)
     return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),

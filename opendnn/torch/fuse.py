@@ -68,7 +68,7 @@ ACTIVATION_FUNCTIONS: dict[Any, Activation] = {
     torch.sigmoid: ("sigmoid", None), torch.tanh: ("tanh", None), TF.gelu: ("gelu", None), TF.elu: ("elu", None),
     TF.softplus: ("softplus", None)}
 # the keyword arguments an activation function may take: its coefficient's, and what fusion leaves as torch's
-COEFFICIENT_ARGUMENTS = {TF.elu: "alpha", TF.softplus: "beta"}
+COEFFICIENT_ARGUMENTS: dict[Any, str] = {TF.elu: "alpha", TF.softplus: "beta"}
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: past beta * x > threshold torch returns x, within exp(-20) of softplus
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 
@@ -381,7 +381,7 @@ def _activation(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Act
     coefficient = COEFFICIENT_ARGUMENTS.get(node.target)
     if not set(node.kwargs) <= {"inplace", "threshold", coefficient}:
         return None
-    if node.kwargs.get("threshold", SOFTPLUS_THRESHOLD) < SOFTPLUS_THRESHOLD:  # (softplus's)
+    if cast(float, node.kwargs.get("threshold", SOFTPLUS_THRESHOLD)) < SOFTPLUS_THRESHOLD:  # (softplus's)
         return None
     mode, default = ACTIVATION_FUNCTIONS[node.target]
-    return mode, (default if coefficient is None else node.kwargs.get(coefficient, default))
+    return mode, (default if coefficient is None else cast(float, node.kwargs.get(coefficient, default)))
