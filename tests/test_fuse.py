@@ -329,16 +329,23 @@ class SmoothActivations(torch.nn.Module):
         return TF.softplus(self.fcs[3](v), threshold=1.0)  # a threshold torch applies: left to torch
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_silu_elu_and_softplus_chains_fuse_with_their_coefficients(backend, monkeypatch):
+def fused_matching_the_model(model_class, input_shape, backend, seed, monkeypatch):
+    """``fuse`` of an eval-mode ``model_class()`` on ``backend``, checked against the model on a random
+    input (float64 on numpy, float32 on triton)."""
     monkeypatch.setenv("OPENDNN_BACKEND", backend)
     dtype = torch.float64 if backend == "numpy" else torch.float32
-    torch.manual_seed(6)
-    model = SmoothActivations().to(dtype).eval()
-    x = torch.randn(2, 3, 5, 5, dtype=dtype)
+    torch.manual_seed(seed)
+    model = model_class().to(dtype).eval()
+    x = torch.randn(*input_shape, dtype=dtype)
     with torch.no_grad():
         fused = ot.fuse(model)
         assert relative_error(fused(x), model(x)) < (1e-12 if dtype is torch.float64 else 1e-5)
+    return fused
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_silu_elu_and_softplus_chains_fuse_with_their_coefficients(backend, monkeypatch):
+    fused = fused_matching_the_model(SmoothActivations, (2, 3, 5, 5), backend, 6, monkeypatch)
     names = [type(m).__name__ for m in fused.modules()]
     assert names.count("FusedConvolution") == 4 and names.count("FusedLinear") == 3
     assert [n.target for n in fused.graph.nodes if n.op == "call_function"].count(TF.softplus) == 1
@@ -362,14 +369,7 @@ class Mlp(torch.nn.Module):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_linear_chains_fuse_activation_and_residual(backend, monkeypatch):
-    monkeypatch.setenv("OPENDNN_BACKEND", backend)
-    dtype = torch.float64 if backend == "numpy" else torch.float32
-    torch.manual_seed(5)
-    model = Mlp().to(dtype).eval()
-    x = torch.randn(2, 7, 12, dtype=dtype)
-    with torch.no_grad():
-        fused = ot.fuse(model)
-        assert relative_error(fused(x), model(x)) < (1e-12 if dtype is torch.float64 else 1e-5)
+    fused = fused_matching_the_model(Mlp, (2, 7, 12), backend, 5, monkeypatch)
     calls = {n.target: len(n.args) for n in fused.graph.nodes if n.op == "call_module"}
     assert calls == {"fc1_fused": 1, "fc2_fused": 2, "shared": 1, "out": 1}
     assert [type(m).__name__ for m in fused.modules()].count("FusedLinear") == 2

@@ -14,17 +14,7 @@ import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pointwise import PointwiseMode, reference
 from opendnn.ops.reduce import reference as reduce_reference
-from opendnn.samples.base import (
-    FLOAT_TYPES,
-    LAYOUTS,
-    ErrorSample,
-    Sample,
-    Tensors,
-    blend,
-    checked,
-    descriptor,
-    values,
-)
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 _DOMAINS: dict[str, tuple[float, float]] = {
     "log": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0), "tan": (-1.2, 1.2), "exp": (-4.0, 4.0),

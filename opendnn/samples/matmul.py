@@ -20,17 +20,7 @@ import opendnn.functional as F
 from opendnn.api.matmul import MatmulEpilogue, matmul
 from opendnn.core.dtypes import DataType
 from opendnn.ops.matmul import ACTIVATIONS, BiasAxis, reference
-from opendnn.samples.base import (
-    FLOAT_TYPES,
-    LAYOUTS,
-    ErrorSample,
-    Sample,
-    Tensors,
-    blend,
-    checked,
-    descriptor,
-    values,
-)
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 SHAPES = {"small": (2, 13, 9, 11), "large": (3, 515, 1030, 390)}
 VECTOR_SHAPES = {"small": ((1, 9, 11), (13, 9, 1), (13, 1, 11), (1, 1, 1)),

@@ -20,17 +20,7 @@ import opendnn as od
 import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops import lrn, normalization
-from opendnn.samples.base import (
-    FLOAT_TYPES,
-    LAYOUTS,
-    ErrorSample,
-    Sample,
-    Tensors,
-    blend,
-    checked,
-    descriptor,
-    values,
-)
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 LRN_BETA, LRN_K = 0.75, 1.5
 

@@ -19,17 +19,7 @@ import opendnn as od
 import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
-from opendnn.samples.base import (
-    FLOAT_TYPES,
-    LAYOUTS,
-    ErrorSample,
-    Sample,
-    Tensors,
-    blend,
-    checked,
-    descriptor,
-    values,
-)
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 # geometry -> ((window, stride, padding), {size: x shape})
 GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]]] = {
