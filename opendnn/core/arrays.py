@@ -202,26 +202,32 @@ def check_overlaps(tensors: Sequence[Bound], in_place: bool | tuple[str, ...] = 
     Raises:
         BadParam: naming both tensors.
     """
-    spans = []  # each tensor's address interval [first byte, last byte + 1): one pointer read each
-    for tensor in tensors:
-        view = tensor.view
-        if view.__class__ is np.ndarray:
-            spans.append(_NUMPY_SPAN)  # asking a NumPy array its address costs microseconds: np.may_share_memory
-        else:
-            start = view.data_ptr()
-            spans.append((start, start + tensor.desc.size_in_bytes))
-    for out, (start, end) in zip(tensors, spans):
-        if out.output:
-            for other, (other_start, other_end) in zip(tensors, spans):
-                if other_start < end and start < other_end and other is not out:  # the intervals meet
-                    _check_pair(out, other, other_start < 0 and start < 0, in_place)
+    for out in tensors:
+        if not out.output:
+            continue
+        view = out.view
+        if view.__class__ is np.ndarray:  # a NumPy array's address costs microseconds: NumPy compares the bounds
+            for other in tensors:
+                if other is not out and (other.view.__class__ is not np.ndarray
+                                         or np.may_share_memory(view, other.view)):
+                    _check_pair(out, other, in_place)
+            continue
+        start = view.data_ptr()
+        end = start + out.desc.size_in_bytes
+        for other in tensors:  # the address intervals [first byte, last byte + 1) first: disjoint ones pass
+            if other is out:
+                continue
+            other_view = other.view
+            if other_view.__class__ is np.ndarray:
+                _check_pair(out, other, in_place)
+                continue
+            other_start = other_view.data_ptr()
+            if other_start < end and start < other_start + other.desc.size_in_bytes:
+                _check_pair(out, other, in_place)
 
 
-def _check_pair(out: Bound, other: Bound, numpy: bool, in_place: bool | tuple[str, ...]) -> None:
-    """check_overlaps for an output and another tensor whose address intervals may meet (``numpy``:
-    both NumPy arrays, whose intervals are not known yet)."""
-    if numpy and not np.may_share_memory(out.view, other.view):  # the bounds alone, in C
-        return
+def _check_pair(out: Bound, other: Bound, in_place: bool | tuple[str, ...]) -> None:
+    """check_overlaps for an output and another tensor whose address intervals may meet."""
     alias = _same_elements(out, other)
     if alias and not other.output and (in_place is True or (in_place and other.name in in_place)):
         return
@@ -231,9 +237,6 @@ def _check_pair(out: Bound, other: Bound, numpy: bool, in_place: bool | tuple[st
     if _shares_memory(out, other):
         raise BadParam(f"{out.name} and {other.name} overlap in memory: a call's output may share no "
                        f"element with its other tensors (exact in-place use aside, where the call allows it)")
-
-
-_NUMPY_SPAN = (-1, 1 << 64)  # meets every interval: NumPy arrays are compared by np.may_share_memory
 
 
 def _address(native: Any) -> int:
