@@ -101,6 +101,7 @@ ARITY = {mode: 3 if mode is PointwiseMode.BINARY_SELECT
          else 2 if mode.value in _BINARY or mode.value.endswith("_bwd") else 1
          for mode in PointwiseMode}
 
+
 @dataclass(frozen=True)
 class Activation:
     """An activation's entry in ACTIVATION_TABLE.
