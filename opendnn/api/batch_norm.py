@@ -24,7 +24,7 @@ from opendnn.ops.batch_norm import (
     Direction,
     batch_norm_problem,
 )
-from opendnn.ops.registry import dispatch, load_backend
+from opendnn.ops.registry import dispatch, load_backend, require_handle
 
 
 def batch_normalization_forward_training(
@@ -280,7 +280,7 @@ def _optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: b
 
 
 def _backend(handle: Handle) -> Any:
-    return load_backend("batch_norm", handle.backend, handle.device)
+    return load_backend("batch_norm", require_handle(handle).backend, handle.device)
 
 
 def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, workspace: Any,

@@ -13,7 +13,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.ops.reduce import ReduceProblem, ReduceTensorDescriptor, reduce_problem
-from opendnn.ops.registry import dispatch, load_backend
+from opendnn.ops.registry import dispatch, load_backend, require_handle
 
 
 def get_reduction_workspace_size(handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor,
@@ -71,5 +71,5 @@ def reduce_tensor(handle: Handle, reduce_desc: ReduceTensorDescriptor, indices: 
 
 
 def _workspace_size(handle: Handle, problem: ReduceProblem) -> int:
-    size: int = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
+    size: int = load_backend("reduce", require_handle(handle).backend, handle.device).workspace_size(problem)
     return size

@@ -5,14 +5,15 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import re
 from typing import Any
 
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.errors import BadParam
+from opendnn.core.errors import BadParam, OpenDnnError
 from opendnn.core.handle import Handle, MathType
-from opendnn.ops.pointwise import PointwiseMode
+from opendnn.ops.pointwise import ACTIVATION_NAMES, PointwiseMode
 
 
 def handle_for(bound: Bound, handle: Handle | None) -> Handle:
@@ -44,6 +45,23 @@ def to_caller_kind(native: Any, like: Any) -> Any:
         return native
 
 
+class CallerNames:
+    """How a Pythonic function names the parameters of the cuDNN-shaped layer it builds on
+    (``{"epsilon": "eps", "x_desc": "x", ...}``), so that an error raised there names the caller's
+    own parameters: ``raise NAMES.renamed(error) from None`` in an ``except OpenDnnError``. A name
+    is replaced where it stands whole (``x_desc`` in ``x_desc.dims[1]``, not in ``dx_desc``)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+        alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+        self._pattern = re.compile(rf"(?<![\w.])(?:{alternatives})(?!\w)")
+
+    def renamed(self, error: OpenDnnError) -> OpenDnnError:
+        """``error`` (same type, status and traceback) with the names in its message replaced."""
+        message = self._pattern.sub(lambda match: self.names[match.group(0)], str(error))
+        return type(error)(message, error.status).with_traceback(error.__traceback__)
+
+
 def shaped(native: Any, shape: tuple[int, ...]) -> Any:
     """``native`` with ``shape`` (a 0-d result comes back from a (1,) output); the array itself when
     the shape already matches, never a view of it: autograd refuses in-place updates of a view
@@ -52,13 +70,17 @@ def shaped(native: Any, shape: tuple[int, ...]) -> Any:
 
 
 def activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
-    """The *_FWD mode of a fused epilogue's activation, named as torch does ("relu", "silu",
-    "gelu_tanh", ...) or given as a PointwiseMode; None for none."""
+    """The mode of a fused epilogue's activation, named as torch does ("relu", "silu", "gelu_tanh",
+    "identity", ...: ``ACTIVATION_TABLE``'s names and aliases) or given as a PointwiseMode; None
+    for none.
+
+    Raises:
+        BadParam: a name that is not an activation's.
+    """
     if activation is None or isinstance(activation, PointwiseMode):
         return activation
-    name = str(activation).lower().removesuffix("_fwd")
-    name = {"silu": "swish", "gelu_tanh": "gelu_approx_tanh"}.get(name, name)
-    try:
-        return PointwiseMode(f"{name}_fwd")
-    except ValueError:
-        raise BadParam(f"activation={activation!r} is not a forward activation") from None
+    name = ACTIVATION_NAMES.get(str(activation).lower().removesuffix("_fwd"))
+    if name is None:
+        raise BadParam(f"activation={activation!r} is not a forward activation: None or one of "
+                       f"{', '.join(map(repr, ACTIVATION_NAMES))}")
+    return PointwiseMode.IDENTITY if name == "identity" else PointwiseMode(f"{name}_fwd")

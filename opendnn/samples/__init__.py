@@ -2,7 +2,8 @@
 ``opendnn check``.
 
 Each family module has ``samples(size)`` yielding its samples at ``size`` "small" (the CPU and the
-Triton interpreter) or "large" (real sizes on a GPU); ``base`` holds what samples share.
+Triton interpreter) or "large" (real sizes on a GPU), and ``error_samples()``, the calls that must
+fail with a given error and message; ``base`` holds what samples share.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from opendnn.samples import batch_norm, convolution, elementwise, matmul, normalization, pooling, softmax
-from opendnn.samples.base import Sample, relative_error
+from opendnn.samples.base import ErrorSample, Sample, relative_error
 
 FAMILIES = (elementwise, convolution, matmul, softmax, batch_norm, pooling, normalization)
 
@@ -21,4 +22,10 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield from family.samples(size)
 
 
-__all__ = ["FAMILIES", "Sample", "relative_error", "samples"]
+def error_samples() -> Iterator[ErrorSample]:
+    """Every family's error samples."""
+    for family in FAMILIES:
+        yield from family.error_samples()
+
+
+__all__ = ["FAMILIES", "ErrorSample", "Sample", "error_samples", "relative_error", "samples"]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops.convolution import (
     ConvolutionDirection,
@@ -31,7 +32,7 @@ from opendnn.ops.convolution import (
     reference_forward,
 )
 from opendnn.ops.pointwise import PointwiseMode
-from opendnn.samples.base import FLOAT_TYPES, Sample, Tensors, checked, descriptor
+from opendnn.samples.base import FLOAT_TYPES, ErrorSample, Sample, Tensors, checked, descriptor, values
 
 TF32_TOLERANCE = 1e-3
 
@@ -363,3 +364,25 @@ def _sized(runner: Any, size: str) -> Any:
 
 
 __all__ = ["GEOMETRIES", "ConvolutionSample", "Geometry", "samples"]
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the convolutions and their messages."""
+    x, w = lambda: values(1, 2, 5, 5), lambda: values(3, 2, 3, 3)  # noqa: E731
+    return [
+        ErrorSample("fractional stride", F.conv, lambda: {"x": x(), "w": w(), "stride": 1.5}, od.BadParam,
+                    "stride=1.5 must be an int"),
+        ErrorSample("NaN stride", F.conv, lambda: {"x": x(), "w": w(), "stride": float("nan")}, od.BadParam,
+                    "stride=nan must be an int"),
+        ErrorSample("fractional padding", F.conv, lambda: {"x": x(), "w": w(), "padding": 1.5}, od.BadParam,
+                    "padding=1.5 must be an int"),
+        ErrorSample("groups of 0", F.conv, lambda: {"x": x(), "w": w(), "groups": 0}, od.BadParam,
+                    "groups=0 must be at least 1"),
+        ErrorSample("mode out of range", od.ConvolutionDescriptor,
+                    lambda: {"pad": (0, 0), "stride": (1, 1), "dilation": (1, 1), "mode": 5}, od.BadParam,
+                    "mode=5 must be a ConvolutionMode: one of ConvolutionMode.CONVOLUTION, "
+                    "ConvolutionMode.CROSS_CORRELATION"),
+        ErrorSample("silu with beta 0", F.conv_bias_activation,
+                    lambda: {"x": x(), "w": w(), "activation": "silu", "coef": 0.0}, od.BadParam,
+                    "coef=0.0 must be above 0: it is the beta of SWISH"),
+    ]

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pointwise import PointwiseMode, reference
 from opendnn.ops.reduce import reference as reduce_reference
-from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 _DOMAINS: dict[str, tuple[float, float]] = {
     "log": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0), "tan": (-1.2, 1.2), "exp": (-4.0, 4.0),
@@ -215,3 +216,28 @@ def samples(size: str = "small") -> Iterator[Sample]:
     yield sample("reduce_tensor", run_reduce_tensor, "NORM2/0,1,2,3")
     for axis in range(len(shape)):
         yield sample("gen_index", run_gen_index, f"axis{axis}", DataType.INT64, layout="permuted")
+
+
+def _over_shifted_x() -> dict[str, Any]:
+    """activation_forward's arguments with y one element after x in one buffer: a partial overlap."""
+    buffer = values(7)
+    desc = od.TensorDescriptor("float32", (2, 3))
+    return {"handle": od.create("cpu"), "act_desc": od.ActivationDescriptor(od.ActivationMode.RELU), "alpha": 1.0,
+            "x_desc": desc, "x": buffer[:6], "beta": 0.0, "y_desc": desc, "y": buffer[1:]}
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the elementwise functions and their messages."""
+    return [
+        ErrorSample("softplus beta inf", F.softplus, lambda: {"x": values(4), "beta": float("inf")}, od.BadParam,
+                    "beta=inf must be finite"),
+        ErrorSample("swish beta 0", F.swish, lambda: {"x": values(4), "beta": 0.0}, od.BadParam,
+                    "beta=0.0 must be above 0: it is the beta of SWISH"),
+        ErrorSample("clipped relu without its ceiling", lambda mode, x: F.pointwise(mode, x),
+                    lambda: {"mode": PointwiseMode.CLIPPED_RELU_FWD, "x": values(4)}, od.BadParam,
+                    "coef=None: CLIPPED_RELU needs its ceiling"),
+        ErrorSample("activation mode out of range", od.ActivationDescriptor, lambda: {"mode": 5}, od.BadParam,
+                    "mode=5 must be an ActivationMode: one of ActivationMode.SIGMOID"),
+        ErrorSample("y over a shifted x", od.activation_forward, _over_shifted_x, od.BadParam,
+                    "y and x overlap in memory"),
+    ]

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops import lrn, normalization
-from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 LRN_BETA, LRN_K = 0.75, 1.5
 
@@ -213,3 +214,21 @@ def samples(size: str = "small") -> Iterator[Sample]:
                      beta=0.25, layout="subregion")
     yield sample("normalization_forward_training", run_norm_forward, "RMS_NORM/2", DataType.BFLOAT16, shape,
                  alpha=2.0, beta=0.5)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the normalizations and their messages."""
+    return [
+        ErrorSample("normalized_shape not x's trailing dims", F.layer_norm,
+                    lambda: {"x": values(2, 3, 4), "normalized_shape": (3,)}, od.BadParam,
+                    "normalized_shape=[3] must be the trailing dims of x.shape=[2, 3, 4]"),
+        ErrorSample("weight of another shape", F.layer_norm,
+                    lambda: {"x": values(2, 3, 4), "normalized_shape": (4,), "weight": values(5)}, od.BadParam,
+                    "weight.shape=(5,) must be (4,)"),
+        ErrorSample("negative eps", F.group_norm, lambda: {"x": values(2, 4, 3), "num_groups": 2, "eps": -1.0},
+                    od.BadParam, "eps=-1.0 must be finite and at least 0"),
+        ErrorSample("num_groups not dividing C", F.group_norm, lambda: {"x": values(2, 4, 3), "num_groups": 3},
+                    od.BadParam, "x.dims[1]=4 must be a multiple of num_groups=3"),
+        ErrorSample("LRN size 0", F.local_response_norm, lambda: {"x": values(2, 4, 3), "size": 0}, od.BadParam,
+                    "size=0 must be an integer from 1 to 16"),
+    ]

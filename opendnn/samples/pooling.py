@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops.pooling import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
-from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+from opendnn.samples.base import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 # geometry -> ((window, stride, padding), {size: x shape})
 GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]]] = {
@@ -101,3 +102,17 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield from both(f"{mode_name}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
         yield from both(f"{mode_name}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25,
                         layout="permuted")
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the poolings and their messages."""
+    return [
+        ErrorSample("fractional kernel_size", F.max_pool, lambda: {"x": values(1, 2, 6, 6), "kernel_size": 1.5},
+                    od.BadParam, "kernel_size=1.5 must be an int"),
+        ErrorSample("padding as large as the window", F.avg_pool,
+                    lambda: {"x": values(1, 2, 6, 6), "kernel_size": 2, "padding": 2}, od.BadParam,
+                    "padding[0]=2 must be smaller than kernel_size[0]=2"),
+        ErrorSample("pooling mode out of range", od.PoolingDescriptor,
+                    lambda: {"mode": 7, "nan_opt": od.NanPropagation.PROPAGATE_NAN, "window": 2, "padding": 0,
+                             "stride": 2}, od.BadParam, "mode=7 must be a PoolingMode: one of PoolingMode.MAX"),
+    ]

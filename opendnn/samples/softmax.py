@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import numpy as np
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.core.dtypes import DataType
 from opendnn.ops.softmax import mode_axes, reference_backward, reference_forward
-from opendnn.samples.base import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
+from opendnn.samples.base import FLOAT_TYPES, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 
 
 def _parameters(sample: Sample) -> tuple[od.SoftmaxAlgorithm, od.SoftmaxMode, tuple[int, ...]]:
@@ -70,3 +71,13 @@ def samples(size: str = "small") -> Iterator[Sample]:
     for op, runner in runners:
         yield Sample(op, "ACCURATE/CHANNEL", DataType.FLOAT, shape, nan_inputs=True, runner=runner)
         yield Sample(op, "LOG/INSTANCE", DataType.HALF, shape, layout="permuted", nan_inputs=True, runner=runner)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the softmaxes and their messages."""
+    return [
+        ErrorSample("fractional dim", F.softmax, lambda: {"x": values(2, 3), "dim": 1.5}, od.BadParam,
+                    "dim=1.5 must be an int"),
+        ErrorSample("dim out of range", F.log_softmax, lambda: {"x": values(2, 3), "dim": 2}, od.BadParam,
+                    "dim=2 must be between -2 and 1"),
+    ]
