@@ -47,7 +47,7 @@ ERROR_SAMPLES = [
      "alpha=inf must be finite"),
     ("gen_index axis", lambda y: od.gen_index(H, 2, D, y), "axis=2 must be in [-2, 2)"),
     ("broadcast", lambda y: F.add(ones((2, 3)), ones((4,))),
-     "x0.shape=(2, 3), x1.shape=(4,) do not broadcast together"),
+     "a.shape=(2, 3), b.shape=(4,) do not broadcast together"),
 ]
 
 

@@ -217,7 +217,7 @@ CONV = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
      r"conv_desc.compute_type=FLOAT must be DOUBLE for DOUBLE tensors"),
     (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV, y=torch.empty(299)),
      r"y_desc reaches 300 elements but y holds 299 from its start"),
-    (lambda: od.FilterDescriptor("float32", "CHWN", 6, 4, 3, 3), r"format='CHWN' must be TensorFormat.NCHW"),
+    (lambda: od.FilterDescriptor("float32", "CHWN", 6, 4, 3, 3), r"format='CHWN' must be a TensorFormat: one of"),
     (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV,
                       w_desc=od.FilterDescriptor("float32", od.TensorFormat.NCHW, 6, 4, 3)),
      r"w_desc.ndim=3 must equal 2 \+ conv_desc's 2 spatial dims"),
@@ -328,7 +328,7 @@ def test_functional_conv_1d_3d_same_padding_and_numpy_arrays():
 
 
 def test_functional_errors_name_the_argument():
-    with pytest.raises(od.BadParam, match=r"output_padding\[0\]=2 must be below stride or dilation \(2\)"):
+    with pytest.raises(od.BadParam, match=r"output_padding\[0\]=2 must be at least 0 and below stride or dilation"):
         F.conv_transpose(torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3), stride=2, output_padding=2)
     with pytest.raises(od.BadParam, match="padding='same' needs stride 1"):
         F.conv(torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3), stride=2, padding="same")
@@ -418,3 +418,18 @@ def test_default_algorithms_are_bitwise_repeatable_on_triton():
         dw = F.conv_backward_filter(x, y, w.shape, geometry.stride, geometry.pre, geometry.dilation, handle=handle)
         runs.append((y, dw))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_identity_activation_is_accepted_by_both_fused_forms():
+    gen = torch.Generator().manual_seed(12)
+    x, w = torch.randn(2, 3, 6, 6, dtype=torch.float64, generator=gen), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    bias = torch.randn(4, dtype=torch.float64, generator=gen)
+    expected = TF.conv2d(x, w, bias, padding=1)
+    torch.testing.assert_close(F.conv_bias_activation(x, w, bias, activation="identity", padding=1), expected)
+    y = torch.full_like(expected, float("nan"))
+    od.convolution_bias_activation_forward(
+        od.create("cpu"), 1.0, descriptor(x), x, descriptor(w), w, od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1),
+                                                                                          compute_type="float64"),
+        od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, None, None, od.TensorDescriptor("float64", (1, 4, 1, 1)),
+        bias.reshape(1, 4, 1, 1), od.ActivationDescriptor(od.ActivationMode.IDENTITY), descriptor(y), y)
+    torch.testing.assert_close(y, expected)

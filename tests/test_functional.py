@@ -98,3 +98,56 @@ def test_gen_index_counts_along_axis(handle):
 def test_scalar_inputs_give_scalar_outputs(handle):
     result = F.exp(torch.tensor(1.5, dtype=torch.float64), handle=handle)
     assert result.shape == () and result.item() == pytest.approx(np.exp(1.5))
+
+
+# fused activations take torch's default coefficient when the call gives none ------------------------
+
+def test_matmul_silu_without_coef_is_torchs_silu():
+    result = F.matmul(np.array([[1.0, -2.0]]), np.eye(2), activation="silu")
+    np.testing.assert_allclose(result, [[1 / (1 + np.exp(-1.0)), -2 / (1 + np.exp(2.0))]], rtol=1e-12)
+    np.testing.assert_allclose(result, [[0.731, -0.238]], atol=5e-4)
+
+
+DEFAULTED = [("silu", TF.silu), ("elu", TF.elu), ("softplus", TF.softplus), ("identity", lambda t: t)]
+
+
+@pytest.mark.parametrize("activation, theirs", DEFAULTED)
+def test_epilogues_without_coef_match_torchs_default(activation, theirs, handle):
+    gen = torch.Generator().manual_seed(11)
+    a, b, bias = (torch.randn(*s, dtype=torch.float64, generator=gen) for s in ((5, 7), (7, 6), (6,)))
+    torch.testing.assert_close(F.matmul(a, b, bias, activation, handle=handle), theirs(a @ b + bias))
+    x, w = torch.randn(2, 3, 6, 5, dtype=torch.float64, generator=gen), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    got = F.conv_bias_activation(x, w, bias[:4], activation=activation, padding=1, handle=handle)
+    torch.testing.assert_close(got, theirs(TF.conv2d(x, w, bias[:4], padding=1)))
+
+
+@pytest.mark.parametrize("mode, theirs", [(od.PointwiseMode.SWISH_FWD, TF.silu), (od.PointwiseMode.ELU_FWD, TF.elu),
+                                          (od.PointwiseMode.SOFTPLUS_FWD, TF.softplus)])
+def test_cudnn_shaped_epilogues_without_coef_match_torchs_default(mode, theirs):
+    handle = od.create("cpu")
+    a, b = torch.randn(4, 5, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    c = torch.full((4, 3), float("nan"), dtype=torch.float64)
+    od.matmul(handle, 1.0, od.TensorDescriptor("float64", (4, 5)), a, od.TensorDescriptor("float64", (5, 3)), b, 0.0,
+              od.TensorDescriptor("float64", (4, 3)), c, od.MatmulEpilogue(activation=mode))
+    torch.testing.assert_close(c, theirs(a @ b))
+    torch.testing.assert_close(F.pointwise(mode, a, handle=handle), theirs(a))
+
+
+def test_where_takes_its_dtype_from_the_branches_not_the_condition():
+    condition = np.array([1.0, 0.0, 2.0])
+    a, b = np.array([1.5, 2.5, 3.5], np.float32), np.array([-1.0, -2.0, -3.0], np.float32)
+    result = F.where(condition, a, b)
+    assert result.dtype == np.where(condition != 0, a, b).dtype == np.float32
+    np.testing.assert_array_equal(result, [1.5, -2.0, 3.5])
+    tensors = [torch.from_numpy(v) for v in (condition, a, b)]
+    assert F.where(*tensors).dtype == torch.where(tensors[0] != 0, tensors[1], tensors[2]).dtype == torch.float32
+
+
+def test_inputs_that_require_grad_are_read_detached(handle):
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    y = F.linear(F.relu(x, handle=handle), w, handle=handle)
+    assert not y.requires_grad
+    torch.testing.assert_close(y, torch.relu(x.detach()) @ w.detach().t())
+    torch.testing.assert_close(F.layer_norm(x, 4, weight=w[0], handle=handle),
+                               TF.layer_norm(x, (4,), weight=w[0]).detach())

@@ -307,6 +307,50 @@ def test_fusion_of_1d_and_3d_chains_function_forms_and_a_self_sum(monkeypatch):
     # the strided chain's has its output's shape (2, 4, 4, 4): added in the epilogue
 
 
+class SmoothActivations(torch.nn.Module):
+    """Conv -> bn -> SiLU / ELU / Softplus and linear -> ELU / softplus / silu chains: each fuses with the
+    activation's own coefficient (torch's default where the model gives none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(3, 3, 3, padding=1) for _ in range(4))
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm2d(3) for _ in range(4))
+        self.acts = torch.nn.ModuleList([torch.nn.SiLU(), torch.nn.ELU(), torch.nn.ELU(alpha=0.5),
+                                         torch.nn.Softplus(beta=2.0)])
+        self.fcs = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(4))
+
+    def forward(self, x):
+        for conv, norm, act in zip(self.convs, self.norms, self.acts):
+            x = act(norm(conv(x)))
+        v = x.mean((2, 3))
+        v = TF.elu(self.fcs[0](v))
+        v = TF.softplus(self.fcs[1](v), beta=3.0)
+        v = TF.silu(self.fcs[2](v))
+        return TF.softplus(self.fcs[3](v), threshold=1.0)  # a threshold torch applies: left to torch
+
+
+def fused_matching_the_model(model_class, input_shape, backend, seed, monkeypatch):
+    """``fuse`` of an eval-mode ``model_class()`` on ``backend``, checked against the model on a random
+    input (float64 on numpy, float32 on triton)."""
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    dtype = torch.float64 if backend == "numpy" else torch.float32
+    torch.manual_seed(seed)
+    model = model_class().to(dtype).eval()
+    x = torch.randn(*input_shape, dtype=dtype)
+    with torch.no_grad():
+        fused = ot.fuse(model)
+        assert relative_error(fused(x), model(x)) < (1e-12 if dtype is torch.float64 else 1e-5)
+    return fused
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_silu_elu_and_softplus_chains_fuse_with_their_coefficients(backend, monkeypatch):
+    fused = fused_matching_the_model(SmoothActivations, (2, 3, 5, 5), backend, 6, monkeypatch)
+    names = [type(m).__name__ for m in fused.modules()]
+    assert names.count("FusedConvolution") == 4 and names.count("FusedLinear") == 3
+    assert [n.target for n in fused.graph.nodes if n.op == "call_function"].count(TF.softplus) == 1
+
+
 class Mlp(torch.nn.Module):
     """A transformer MLP block: fc1 -> gelu (tanh form), fc2 -> + x; then a head whose SiLU follows a
     linear layer with two users (not fused) and a lone linear layer (nothing to fuse)."""
@@ -325,14 +369,7 @@ class Mlp(torch.nn.Module):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_linear_chains_fuse_activation_and_residual(backend, monkeypatch):
-    monkeypatch.setenv("OPENDNN_BACKEND", backend)
-    dtype = torch.float64 if backend == "numpy" else torch.float32
-    torch.manual_seed(5)
-    model = Mlp().to(dtype).eval()
-    x = torch.randn(2, 7, 12, dtype=dtype)
-    with torch.no_grad():
-        fused = ot.fuse(model)
-        assert relative_error(fused(x), model(x)) < (1e-12 if dtype is torch.float64 else 1e-5)
+    fused = fused_matching_the_model(Mlp, (2, 7, 12), backend, 5, monkeypatch)
     calls = {n.target: len(n.args) for n in fused.graph.nodes if n.op == "call_module"}
     assert calls == {"fc1_fused": 1, "fc2_fused": 2, "shared": 1, "out": 1}
     assert [type(m).__name__ for m in fused.modules()].count("FusedLinear") == 2

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import opendnn
-from opendnn.core.dispatch import OPERATION_FAMILIES
+from opendnn.core.dispatch import OPERATIONS
 from opendnn.samples import FAMILIES
 
 ROOT = Path(opendnn.__file__).resolve().parent
@@ -184,7 +184,7 @@ def test_import_opendnn_loads_no_backend_no_torch_no_triton():
 def test_every_family_folder_is_registered_with_its_files():
     folders = sorted(p.name for p in (ROOT / "families").iterdir() if (p / "__init__.py").exists())
     assert len(folders) >= 9
-    assert sorted(OPERATION_FAMILIES) == folders
+    assert sorted(OPERATIONS) == folders
     assert sorted(module.__name__ for module in FAMILIES) == [f"opendnn.families.{f}.samples" for f in folders]
     for family in folders:
         present = {p.name for p in (ROOT / "families" / family).iterdir()}

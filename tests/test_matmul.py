@@ -183,7 +183,7 @@ def test_linear_matches_torch_and_reads_the_weight_transposed(backend):
 
 
 def test_functional_errors_name_both_shapes():
-    with pytest.raises(od.BadParam, match=r"a_desc.dims=\[2, 3\], b_desc.dims=\[4, 5\]"):
+    with pytest.raises(od.BadParam, match=r"a.dims=\[2, 3\], b.dims=\[4, 5\]"):
         F.matmul(np.ones((2, 3)), np.ones((4, 5)))
     with pytest.raises(od.BadParam, match=r"a.shape=\[2, 2, 3\] and b.shape=\[3, 3, 5\] do not broadcast"):
         F.matmul(np.ones((2, 2, 3)), np.ones((3, 3, 5)))
@@ -260,3 +260,13 @@ def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():
     outside = torch.ones_like(buffer, dtype=torch.bool)
     outside[:, 2:28, 1:22] = False
     assert buffer[outside].isnan().all()
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((3,), (3, 4)), ((2, 5, 3), (3,)), ((3,), (3,)), ((3,), (4, 3, 5)),
+                                              ((1, 3), (4, 3, 5))])
+def test_a_residual_of_the_results_own_shape_is_added(a_shape, b_shape):
+    rng = np.random.default_rng(7)
+    a, b = rng.uniform(0.5, 2.0, a_shape), rng.uniform(0.5, 2.0, b_shape)
+    expected = np.matmul(a, b)
+    residual = rng.uniform(0.5, 2.0, np.shape(expected))
+    np.testing.assert_allclose(F.matmul(a, b, residual=residual), expected + residual, rtol=1e-12)

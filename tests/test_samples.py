@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import opendnn as od
-from opendnn.samples import relative_error, samples
+from opendnn.samples import error_samples, relative_error, samples
 
 SAMPLES = list(samples())
 
@@ -24,3 +24,17 @@ def test_relative_error_fails_unwritten_nan_and_wrong_values():
     assert relative_error(expected, expected) == 0.0
     assert relative_error(np.where(expected > 3, np.nan, expected), expected) == np.inf
     assert relative_error(expected * 1.01, expected) == pytest.approx(0.01)
+
+
+ERRORS = list(error_samples())
+
+
+@pytest.mark.parametrize("sample", ERRORS, ids=[s.name for s in ERRORS])
+def test_error_sample_raises_its_error_and_leaves_its_arrays_alone(sample):
+    arguments = sample.arguments()
+    arrays = [(a, a.copy()) for a in arguments.values() if isinstance(a, np.ndarray)]
+    with pytest.raises(sample.error) as raised:
+        sample.call(**arguments)
+    assert sample.fragment in str(raised.value)
+    for array, before in arrays:
+        np.testing.assert_array_equal(array, before)

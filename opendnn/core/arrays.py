@@ -12,6 +12,7 @@ bfloat16 on the NumPy side is stored as its uint16 bit pattern (``bf16_to_float3
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,12 @@ def _is_torch_type(kind: type) -> bool:
 
 
 def as_native(array: Any, name: str = "array") -> Any:
-    """The caller's array as a NumPy array or torch tensor sharing its memory."""
-    if isinstance(array, np.ndarray) or is_torch(array):
+    """The caller's array as a NumPy array or torch tensor sharing its memory (a tensor that
+    requires grad is read detached: opendnn computes without autograd, as cuDNN does)."""
+    if isinstance(array, np.ndarray):
         return array
+    if is_torch(array):
+        return array.detach() if array.requires_grad else array
     if hasattr(array, "__dlpack__"):
         device_type, _ = array.__dlpack_device__()
         if device_type == _DLPACK_CPU:
@@ -125,25 +129,30 @@ def buffer_elements(native: Any) -> int:
 
 @dataclass(frozen=True, init=False)
 class Bound:
-    """A descriptor bound to memory: ``view`` is a native array with exactly its dims and strides."""
+    """A descriptor bound to memory: ``view`` is a native array with exactly its dims and strides;
+    ``output`` marks a caller's array the call writes (``check_overlaps`` guards it)."""
 
     name: str
     desc: TensorDescriptor
     view: Any
     device: str
+    output: bool
 
-    def __init__(self, name: str, desc: TensorDescriptor, view: Any, device: str) -> None:
+    def __init__(self, name: str, desc: TensorDescriptor, view: Any, device: str, output: bool = False) -> None:
         # the fields straight into the instance dict: a frozen dataclass's generated __init__ sets
         # them one object.__setattr__ at a time, twice the cost, and every call makes several Bounds
         fields = self.__dict__
         fields["name"], fields["desc"], fields["view"], fields["device"] = name, desc, view, device
+        fields["output"] = output
 
 
 def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound:
-    """Bind ``desc`` to ``array``'s memory, refusing a wrong dtype, an overlapping output or an
-    extent past the buffer. ``array`` may be a Bound (opendnn's own layers hand theirs on): bound to
-    an equal descriptor already, its view was checked then and is taken as it is; else its view is
-    bound like any array.
+    """Bind ``desc`` to ``array``'s memory, refusing a wrong dtype, an output whose elements overlap
+    each other or an extent past the buffer. ``array`` may be a Bound (opendnn's own layers hand
+    theirs on): bound to an equal descriptor already, its view was checked then and is taken as it
+    is; else its view is bound like any array. A tensor that requires grad is bound detached (the
+    calls compute without autograd, as cuDNN's). Whether an output overlaps another tensor of the
+    call is ``check_overlaps``'s question, asked by the dispatch.
 
     Raises:
         BadParam: naming ``name`` and the rule it broke.
@@ -155,9 +164,11 @@ def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool =
         if array.desc is desc or array.desc == desc:
             if output and not desc.is_non_overlapping:
                 raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
-            return Bound(name, desc, array.view, array.device)
+            return Bound(name, desc, array.view, array.device, output)
         array = array.view
     torch_tensor = _is_torch_type(array.__class__)
+    if torch_tensor and array.requires_grad:
+        array = array.detach()
     native = array if torch_tensor else as_native(array, name)
     actual = dtype_of(native)
     if actual is not desc.dtype:
@@ -166,14 +177,106 @@ def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool =
         # the tensor is its own view: it fits its buffer, and it needs no re-striding
         if output and not desc.is_non_overlapping:
             raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
-        return Bound(name, desc, native, _tensor_device(native))
+        return Bound(name, desc, native, _tensor_device(native), output)
     available = buffer_elements(native)
     if desc.extent > available:
         raise BadParam(f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
                        Status.BAD_PARAM_OUT_OF_BOUND)
     if output and not desc.is_non_overlapping:
         raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
-    return Bound(name, desc, strided_view(native, desc), device_of(native))
+    return Bound(name, desc, strided_view(native, desc), device_of(native), output)
+
+
+def check_overlaps(tensors: Sequence[Bound], in_place: bool | tuple[str, ...] = False) -> None:
+    """Refuse a call whose output shares memory with another of its tensors: on a GPU, a kernel
+    writing one while others read or write the other races with them.
+
+    An output may be *exactly* an input (same address, dtype, dims and strides: each element read
+    and written in place) where the operation allows it: ``in_place`` True for any input, or the
+    names of the inputs it may be. A partial overlap (a shifted view of the same buffer) is always
+    refused; so are two outputs sharing memory.
+
+    Cost: per output and other tensor, the test of their address intervals (the common case stops
+    there); only intervals that intersect go on to the exact question (``_shares_memory``).
+
+    Raises:
+        BadParam: naming both tensors.
+    """
+    for out in tensors:
+        if not out.output:
+            continue
+        view = out.view
+        if view.__class__ is np.ndarray:  # a NumPy array's address costs microseconds: NumPy compares the bounds
+            for other in tensors:
+                if other is not out and (other.view.__class__ is not np.ndarray
+                                         or np.may_share_memory(view, other.view)):
+                    _check_pair(out, other, in_place)
+            continue
+        start = view.data_ptr()
+        end = start + out.desc.size_in_bytes
+        for other in tensors:  # the address intervals [first byte, last byte + 1) first: disjoint ones pass
+            if other is out:
+                continue
+            other_view = other.view
+            if other_view.__class__ is np.ndarray:
+                _check_pair(out, other, in_place)
+                continue
+            other_start = other_view.data_ptr()
+            if other_start < end and start < other_start + other.desc.size_in_bytes:
+                _check_pair(out, other, in_place)
+
+
+def _check_pair(out: Bound, other: Bound, in_place: bool | tuple[str, ...]) -> None:
+    """check_overlaps for an output and another tensor whose address intervals may meet."""
+    alias = _same_elements(out, other)
+    if alias and not other.output and (in_place is True or (in_place and other.name in in_place)):
+        return
+    if alias:
+        raise BadParam(f"{out.name} and {other.name} are the same memory: this call cannot write "
+                       f"{out.name} over {other.name}")
+    if _shares_memory(out, other):
+        raise BadParam(f"{out.name} and {other.name} overlap in memory: a call's output may share no "
+                       f"element with its other tensors (exact in-place use aside, where the call allows it)")
+
+
+def _address(native: Any) -> int:
+    if isinstance(native, np.ndarray):
+        address: int = native.__array_interface__["data"][0]
+        return address
+    pointer: int = native.data_ptr()
+    return pointer
+
+
+def _same_elements(a: Bound, b: Bound) -> bool:
+    """Whether two tensors are the very same elements: address, dtype, dims and strides."""
+    return a.desc == b.desc and _address(a.view) == _address(b.view)
+
+
+OVERLAP_WORK = 10_000  # steps NumPy's exact overlap solver may take before the answer counts as "may overlap"
+
+
+def _shares_memory(a: Bound, b: Bound) -> bool:
+    """Whether two tensors whose address intervals meet share a byte, decided exactly by NumPy's
+    solver on their addresses, dims and strides (no element is read: the views may be device
+    memory); True also when deciding would take more than OVERLAP_WORK steps."""
+    try:
+        return bool(np.shares_memory(_addresses(a), _addresses(b), max_work=OVERLAP_WORK))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def _addresses(bound: Bound) -> np.ndarray:
+    """A NumPy array over a tensor's addresses (element type: bytes of its itemsize), for
+    ``np.shares_memory``: made from an array interface, never read."""
+    itemsize = bound.desc.dtype.itemsize
+    interface = {"data": (_address(bound.view), True), "shape": bound.desc.dims, "typestr": f"|V{itemsize}",
+                 "strides": tuple(s * itemsize for s in bound.desc.strides), "version": 3}
+    return np.asarray(_Interface(interface))
+
+
+@dataclass(frozen=True)
+class _Interface:
+    __array_interface__: dict[str, Any]
 
 
 WORKSPACE_ALIGNMENT = 16  # bytes: workspaces and reserve spaces start at multiples of this
@@ -262,6 +365,8 @@ def strided_view(native: Any, desc: TensorDescriptor) -> Any:
 def wrap(name: str, array: Any) -> Bound:
     """Bind an array to the descriptor of its own dims and strides (the Pythonic API's way in)."""
     if _is_torch_type(array.__class__) and array.dim() > 0:  # a tensor (not 0-d) is its own view: no new one needed
+        if array.requires_grad:
+            array = array.detach()
         desc = _descriptor_of(array.dtype, tuple(array.shape), array.stride(), name)
         return Bound(name, desc, array, _tensor_device(array))
     native = as_native(array, name)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import enum
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import Status, require
+from opendnn.core.errors import BadParam, Status, require
 
 MAX_DIMS = 8
 
@@ -51,17 +52,17 @@ class TensorDescriptor:
     _hash: int = field(init=False, repr=False, compare=False)  # set once, in __init__
 
     def __init__(self, dtype: Any, dims: Any, strides: Any = None) -> None:
-        dims = tuple(int(d) for d in dims)
+        dims = check_ints("dims", dims)
         require(1 <= len(dims) <= MAX_DIMS,
                 f"len(dims)={len(dims)} must be between 1 and {MAX_DIMS}")
         for k, d in enumerate(dims):
             require(d >= 1, f"dims[{k}]={d} must be at least 1")
-        strides = packed_strides(dims) if strides is None else tuple(int(s) for s in strides)
+        strides = packed_strides(dims) if strides is None else check_ints("strides", strides)
         require(len(strides) == len(dims),
                 f"len(strides)={len(strides)} must equal len(dims)={len(dims)}")
         for k, s in enumerate(strides):
             require(s >= 0, f"strides[{k}]={s} must be at least 0")
-        object.__setattr__(self, "dtype", DataType.of(dtype))
+        object.__setattr__(self, "dtype", check_dtype("dtype", dtype))
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "_hash", hash((self.dtype, dims, strides)))
@@ -73,7 +74,7 @@ class TensorDescriptor:
     def from_format(cls, format: TensorFormat, dtype: Any, n: int, c: int, *spatial: int) -> TensorDescriptor:
         """A packed N, C, spatial... tensor (dims in that order) stored channels first or last."""
         dims = (n, c, *spatial)
-        if TensorFormat(format) is TensorFormat.NCHW:
+        if check_member("format", TensorFormat, format) is TensorFormat.NCHW:
             return cls(dtype, dims)
         order = (0, *range(2, len(dims)), 1)  # memory order, outermost first
         return cls(dtype, dims, strides_for_order(dims, order))
@@ -91,7 +92,7 @@ class TensorDescriptor:
         """Elements of buffer the view reaches: its largest offset plus one."""
         return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
 
-    @property
+    @functools.cached_property  # a frozen value: computed once per descriptor (asked for every output of every call)
     def size_in_bytes(self) -> int:
         """Bytes of buffer the view reaches (cuDNN's GetTensorSizeInBytes)."""
         return self.extent * self.dtype.itemsize
@@ -145,3 +146,78 @@ def check_broadcastable(name_a: str, a: TensorDescriptor, name_c: str, c: Tensor
     for k, (da, dc) in enumerate(zip(a.dims, c.dims)):
         require(da in (1, dc), f"{name_a}.dims[{k}]={da} must equal {name_c}.dims[{k}]={dc} or 1",
                 Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+def check_finite(name: str, value: Any) -> float:
+    """``value`` as a float: a finite real number (a Python or NumPy int, float or bool, as torch
+    takes scalars).
+
+    Raises:
+        BadParam: naming ``name``: not a real number, or not finite.
+    """
+    kind = value.__class__
+    if not (kind is float or kind is int or isinstance(value, numbers.Real)):
+        raise BadParam(f"{name}={value!r} must be a real number")
+    number = float(value)
+    if not math.isfinite(number):
+        raise BadParam(f"{name}={value} must be finite")
+    return number
+
+
+def check_int(name: str, value: Any) -> int:
+    """``value`` as an int: a Python or NumPy integer, or a bool (torch takes True for 1).
+
+    Raises:
+        BadParam: naming ``name``: not an integer (a float, even a whole one, as torch).
+    """
+    if value.__class__ is int or isinstance(value, numbers.Integral):
+        return int(value)
+    raise BadParam(f"{name}={value!r} must be an int")
+
+
+def check_ints(name: str, value: Any, count: int | None = None) -> tuple[int, ...]:
+    """``value`` as a tuple of ints: one int (repeated ``count`` times, once when count is None)
+    or a sequence of ints (of ``count`` of them when given).
+
+    Raises:
+        BadParam: naming ``name`` (and the position of a bad element): not an int or a sequence
+            of ints, or a sequence of another length.
+    """
+    if value.__class__ is int or isinstance(value, numbers.Integral):
+        return (int(value),) * (count or 1)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise BadParam(f"{name}={value!r} must be an int or a sequence of ints")
+    values = tuple(check_int(f"{name}[{k}]", v) for k, v in enumerate(value))
+    if count is not None and len(values) != count:
+        raise BadParam(f"{name}={value!r} must be an int or {count} ints")
+    return values
+
+Member = TypeVar("Member", bound=enum.Enum)
+
+
+def check_member(name: str, kind: type[Member], value: Any) -> Member:
+    """``value`` as a member of the enum ``kind``: a member, or a member's value.
+
+    Raises:
+        BadParam: naming ``name`` and listing the members.
+    """
+    if value.__class__ is kind:
+        return value  # type: ignore[no-any-return]
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        members = ", ".join(f"{kind.__name__}.{member.name}" for member in kind)
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise BadParam(f"{name}={value!r} must be {article} {kind.__name__}: one of {members}") from None
+
+
+def check_dtype(name: str, value: Any) -> DataType:
+    """``value`` as a DataType: a DataType, a NumPy or torch dtype, or a dtype's name.
+
+    Raises:
+        BadParam: naming ``name`` and listing the data types.
+    """
+    try:
+        return DataType.of(value)
+    except BadParam:
+        raise BadParam(f"{name}={value!r} must be a data type: one of {[t.value for t in DataType]}") from None

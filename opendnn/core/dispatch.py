@@ -15,49 +15,75 @@ from dataclasses import dataclass
 from typing import Any
 
 from opendnn.core import log
-from opendnn.core.arrays import CPU, Bound
-from opendnn.core.errors import NotSupported, Status
+from opendnn.core.arrays import CPU, Bound, check_overlaps
+from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import BACKENDS, Handle, require_backend_available
-
-OPERATION_FAMILIES = (  # one line per family: its backends are opendnn/families/<family>/<backend>_backend.py
-    "pointwise",
-    "reduce",
-    "pooling",
-    "lrn",
-    "batch_norm",
-    "normalization",
-    "softmax",
-    "matmul",
-    "convolution",
-)
 
 
 @dataclass(frozen=True)
 class Operation:
+    """An operation family: its backends (``opendnn/families/<name>/<backend>_backend.py``), and which
+    inputs an output may be exactly, read and written in place (``check_overlaps``): True for any
+    (elementwise modes, each element its own; softmax, each row read whole before it is written), or names."""
+
     name: str
-    backends: dict[str, str]  # backend name -> module implementing it
+    in_place: bool | tuple[str, ...] = False
+
+    @property
+    def backends(self) -> dict[str, str]:
+        """Backend name -> the module implementing it."""
+        return {backend: f"opendnn.families.{self.name}.{backend}_backend" for backend in BACKENDS}
 
 
-OPERATIONS = {family: Operation(family, {backend: f"opendnn.families.{family}.{backend}_backend"
-                                         for backend in BACKENDS}) for family in OPERATION_FAMILIES}
+OPERATIONS = {op.name: op for op in (  # one line per family
+    Operation("pointwise", in_place=True),
+    Operation("reduce"),
+    Operation("pooling"),
+    Operation("lrn"),
+    Operation("batch_norm"),
+    Operation("normalization"),
+    Operation("softmax", in_place=True),
+    Operation("matmul"),
+    Operation("convolution", in_place=("z",)),
+)}
+
+
+def require_handle(handle: Any) -> Handle:
+    """``handle``, when it is a Handle.
+
+    Raises:
+        BadParam: naming ``handle``.
+    """
+    if not isinstance(handle, Handle):  # (the message is formatted only on failure: this runs for every call)
+        raise BadParam(f"handle={handle!r} must be a Handle (opendnn.create)")
+    return handle
 
 
 def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> None:
     """Run ``problem`` on the handle's backend, on its device and stream.
 
     Raises:
-        BadParam: a tensor on another device than the handle's.
+        BadParam: a tensor on another device than the handle's, a caller's output that overlaps
+            another tensor of the call (``check_overlaps``).
         NotSupported: the backend refuses the problem, with its reason.
     """
-    device = handle.device
+    device = require_handle(handle).device
+    writes = False  # a caller's array among the outputs: opendnn's own new outputs overlap nothing
     for item in tensors:  # Bounds, or lists and tuples of them (None where a tensor is absent)
         if isinstance(item, Bound):
+            writes = writes or item.output
             if item.device != device:
                 handle.check_device(item.name, item.device)
         elif isinstance(item, (list, tuple)):
             for tensor in item:
-                if isinstance(tensor, Bound) and tensor.device != device:
-                    handle.check_device(tensor.name, tensor.device)
+                if isinstance(tensor, Bound):
+                    writes = writes or tensor.output
+                    if tensor.device != device:
+                        handle.check_device(tensor.name, tensor.device)
+    if writes:
+        bounds = [t for item in tensors for t in (item if isinstance(item, (list, tuple)) else (item,))
+                  if isinstance(t, Bound)]
+        check_overlaps(bounds, OPERATIONS[operation].in_place)
     launching = handle.launching()  # refuses a destroyed handle
     backend = handle.backend
     implementation = load_backend(operation, backend, device)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from opendnn.core.arrays import CPU
+from opendnn.core.descriptors import check_member
 from opendnn.core.errors import BadParam, NotSupported, Status, require
 
 BACKENDS = ("numpy", "triton")
@@ -47,7 +48,7 @@ class Handle:
         self.backend = backend or ("numpy" if self.device == CPU else "triton")
         require(self.backend == "triton" or self.device == CPU,
                 f"backend={self.backend!r} runs on the CPU only, not on device={self.device!r}")
-        self.math_type = MathType(math_type)
+        self.math_type = check_member("math_type", MathType, math_type)
         self.deterministic = bool(deterministic)
         require(workspace_limit is None or workspace_limit >= 0,
                 f"workspace_limit={workspace_limit} must be at least 0")

@@ -1,6 +1,9 @@
 """What every sample shares: the Sample record, its tensors, blending, the out-of-bounds check and the
 error measure.
 
+Besides its samples, each family lists ``error_samples()``: calls that must fail, each with the
+error and a fragment of the message (which names the caller's parameter and the rule it broke).
+
 A sample names an API call, a variant (the mode), a dtype, a shape, a layout and alpha/beta. Run
 on a handle, it draws random inputs (never zeros), poisons the output (NaN, or random values that
 beta blends in), calls the cuDNN-shaped API through descriptors, and returns the output next to
@@ -60,6 +63,23 @@ class Sample:
         if self.runner is None:
             raise ValueError(f"sample {self.name} has no runner")
         return self.runner(self, Tensors(handle.device, np.random.default_rng(seed)), handle)
+
+
+@dataclass(frozen=True)
+class ErrorSample:
+    """A call that must fail: ``call(**arguments())`` raises ``error`` whose message holds
+    ``fragment``; the arrays it was given come back unchanged."""
+
+    name: str
+    call: Callable[..., Any]
+    arguments: Callable[[], dict[str, Any]]
+    error: type[Exception]
+    fragment: str
+
+
+def values(*shape: int, dtype: Any = np.float32) -> np.ndarray:
+    """Random values of ``shape``, never zeros (the error samples' arrays)."""
+    return np.random.default_rng(len(shape)).uniform(0.5, 2.0, shape).astype(dtype)
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:

@@ -4,6 +4,9 @@ Inputs are torch tensors (CPU or CUDA), NumPy arrays or any DLPack array; binary
 broadcast like NumPy. Outputs live on the input's device with the input's dimension order.
 Each function takes an optional ``handle`` (default: a new one for the input's device, on the
 framework's current stream). Everything here is the same dispatch as the cuDNN-shaped calls.
+They compute without autograd, as cuDNN does: a tensor that requires grad is read detached and
+the results require none (``opendnn.torch`` gives torch's operators with their gradients).
+Errors name these functions' own parameters (``eps``, ``momentum``, ``groups``, ...).
 Each family's functions live in ``opendnn/families/<family>/functional.py``; this file
 re-exports them by name.
 """

@@ -2,7 +2,8 @@
 ``opendnn check``.
 
 Each family's ``opendnn/families/<family>/samples.py`` has ``samples(size)`` yielding its samples at
-``size`` "small" (the CPU and the Triton interpreter) or "large" (real sizes on a GPU);
+``size`` "small" (the CPU and the Triton interpreter) or "large" (real sizes on a GPU),
+and ``error_samples()``, the calls that must fail with a given error and message;
 ``opendnn.core.samples`` holds what samples share.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from opendnn.core.samples import Sample, relative_error
+from opendnn.core.samples import ErrorSample, Sample, relative_error
 from opendnn.families.batch_norm import samples as batch_norm
 from opendnn.families.convolution import samples as convolution
 from opendnn.families.lrn import samples as lrn
@@ -30,4 +31,10 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield from family.samples(size)
 
 
-__all__ = ["FAMILIES", "Sample", "relative_error", "samples"]
+def error_samples() -> Iterator[ErrorSample]:
+    """Every family's error samples."""
+    for family in FAMILIES:
+        yield from family.error_samples()
+
+
+__all__ = ["FAMILIES", "ErrorSample", "Sample", "error_samples", "relative_error", "samples"]

@@ -17,8 +17,10 @@ An eval-mode model fuses two kinds of chain, each link the only user of the one 
   residual in its epilogue (``act(x @ w.T + b) + z``): a transformer MLP's fc1 -> gelu, and its
   fc2 -> + x.
 
-Activations: ReLU, ReLU6, GELU (either form), SiLU, Sigmoid, Tanh, as modules or functions. A
-residual that broadcasts or has another dtype than the product is added after it, as torch would.
+Activations: ReLU, ReLU6, GELU (either form), SiLU, ELU, Softplus, Sigmoid, Tanh, as modules or
+functions, with their coefficients (ELU's alpha, Softplus's beta; a Softplus whose threshold is
+below torch's 20 is left to torch, which returns x past it). A residual that broadcasts or has
+another dtype than the product is added after it, as torch would.
 These fused modules are for inference: they hold copies of the parameters taken at fusion time
 (train the original and fuse again), and refuse inputs that need a gradient.
 
@@ -55,11 +57,18 @@ from opendnn.torch.modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, Opendnn
 CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 BATCH_NORMS = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}  # by spatial dims
 ADDITIONS = (operator.add, operator.iadd, torch.add)
-ACTIVATION_MODULES = {torch.nn.ReLU: ("relu", 0.0), torch.nn.ReLU6: ("clipped_relu", 6.0),
-                      torch.nn.SiLU: ("swish", 1.0), torch.nn.Sigmoid: ("sigmoid", 0.0), torch.nn.Tanh: ("tanh", 0.0)}
-ACTIVATION_FUNCTIONS = {TF.relu: ("relu", 0.0), torch.relu: ("relu", 0.0), TF.relu6: ("clipped_relu", 6.0),
-                        TF.silu: ("swish", 1.0), torch.sigmoid: ("sigmoid", 0.0), torch.tanh: ("tanh", 0.0),
-                        TF.gelu: ("gelu", 0.0)}
+# (mode, coefficient: None for the mode's default in opendnn.families.pointwise.problem's ACTIVATION_TABLE)
+Activation = tuple[str, float | None]
+ACTIVATION_MODULES: dict[type, Activation] = {
+    torch.nn.ReLU: ("relu", None), torch.nn.ReLU6: ("clipped_relu", 6.0), torch.nn.SiLU: ("swish", None),
+    torch.nn.Sigmoid: ("sigmoid", None), torch.nn.Tanh: ("tanh", None)}
+ACTIVATION_FUNCTIONS: dict[Any, Activation] = {
+    TF.relu: ("relu", None), torch.relu: ("relu", None), TF.relu6: ("clipped_relu", 6.0), TF.silu: ("swish", None),
+    torch.sigmoid: ("sigmoid", None), torch.tanh: ("tanh", None), TF.gelu: ("gelu", None), TF.elu: ("elu", None),
+    TF.softplus: ("softplus", None)}
+# the keyword arguments an activation function may take: its coefficient's, and what fusion leaves as torch's
+COEFFICIENT_ARGUMENTS: dict[Any, str] = {TF.elu: "alpha", TF.softplus: "beta"}
+SOFTPLUS_THRESHOLD = 20.0  # torch's default: past beta * x > threshold torch returns x, within exp(-20) of softplus
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 
 
@@ -91,7 +100,7 @@ class FusedConvolution(_Fused):
     """``act(conv(x, w') + z + b')``: a convolution with a batch norm folded in (``w'``, ``b'``), and
     the residual ``z`` and the activation where the chain had them. For inference only."""
 
-    def __init__(self, conv: torch.nn.Module, norm: torch.nn.Module, activation: str | None, coef: float,
+    def __init__(self, conv: torch.nn.Module, norm: torch.nn.Module, activation: str | None, coef: float | None,
                  residual: bool) -> None:
         super().__init__()
         weight, bias = folded(conv, norm)
@@ -125,7 +134,7 @@ class FusedLinear(_Fused):
     """``act(x @ w.T + b) + z``: a linear layer with the activation and the residual ``z`` where
     the chain had them. For inference only."""
 
-    def __init__(self, linear: torch.nn.Linear, activation: str | None, coef: float, residual: bool) -> None:
+    def __init__(self, linear: torch.nn.Linear, activation: str | None, coef: float | None, residual: bool) -> None:
         super().__init__()
         self.register_buffer("weight", linear.weight.detach().clone())
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
@@ -287,7 +296,7 @@ def _batch_norm_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module], 
     if len(links) == 1:  # a batch norm alone: nothing to fuse
         return None
     norm.__class__ = FUSED_BATCH_NORMS[type(norm)]
-    norm.activation, norm.coef, norm.residual = activation, coef, residual is not None
+    norm.activation, norm.coef, norm.residual = activation, 0.0 if coef is None else coef, residual is not None
     return norm, _inputs(node, residual), links
 
 
@@ -326,14 +335,14 @@ def _residual(links: list[torch.fx.Node], user: torch.fx.Node | None) -> torch.f
 
 
 def _activation_link(links: list[torch.fx.Node], user: torch.fx.Node | None, modules: dict[str, torch.nn.Module],
-                     modes: tuple[str, ...] | None = None) -> tuple[str | None, float]:
+                     modes: tuple[str, ...] | None = None) -> tuple[str | None, float | None]:
     """(mode, coefficient) when ``user`` is an activation, of ``modes`` when given (it joins
-    ``links``); else (None, 0)."""
+    ``links``); else (None, None)."""
     if user is None:
-        return None, 0.0
+        return None, None
     kind = _activation(user, modules)
     if kind is None or (modes is not None and kind[0] not in modes):
-        return None, 0.0
+        return None, None
     links.append(user)
     return kind
 
@@ -351,17 +360,27 @@ def _other_operand(node: torch.fx.Node, operand: torch.fx.Node) -> torch.fx.Node
     return other if isinstance(other, torch.fx.Node) and other is not operand else None
 
 
-def _activation(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> tuple[str, float] | None:
+def _activation(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Activation | None:
     """(mode, coefficient) of an activation node of one tensor argument, or None."""
     if node.op == "call_module":
         module = modules.get(cast(str, node.target))
         if len(node.args) != 1 or node.kwargs:
             return None
         if isinstance(module, torch.nn.GELU):
-            return GELU_FORMS[module.approximate], 0.0
+            return GELU_FORMS[module.approximate], None
+        if isinstance(module, torch.nn.ELU):
+            return "elu", module.alpha
+        if isinstance(module, torch.nn.Softplus):
+            return ("softplus", module.beta) if module.threshold >= SOFTPLUS_THRESHOLD else None
         return next((kind for cls, kind in ACTIVATION_MODULES.items() if isinstance(module, cls)), None)
     if node.op != "call_function" or node.target not in ACTIVATION_FUNCTIONS or len(node.args) != 1:
         return None
     if node.target is TF.gelu and set(node.kwargs) <= {"approximate"}:
-        return GELU_FORMS[cast(str, node.kwargs.get("approximate", "none"))], 0.0
-    return ACTIVATION_FUNCTIONS[node.target] if set(node.kwargs) <= {"inplace"} else None
+        return GELU_FORMS[cast(str, node.kwargs.get("approximate", "none"))], None
+    coefficient = COEFFICIENT_ARGUMENTS.get(node.target)
+    if not set(node.kwargs) <= {"inplace", "threshold", coefficient}:
+        return None
+    if cast(float, node.kwargs.get("threshold", SOFTPLUS_THRESHOLD)) < SOFTPLUS_THRESHOLD:  # (softplus's)
+        return None
+    mode, default = ACTIVATION_FUNCTIONS[node.target]
+    return mode, (default if coefficient is None else cast(float, node.kwargs.get(coefficient, default)))

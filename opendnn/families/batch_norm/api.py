@@ -13,7 +13,7 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, bind, bind_bytes, scratch_bytes
 from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dispatch import dispatch, load_backend
+from opendnn.core.dispatch import dispatch, load_backend, require_handle
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.families.batch_norm.problem import (
@@ -280,7 +280,7 @@ def _optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: b
 
 
 def _backend(handle: Handle) -> Any:
-    return load_backend("batch_norm", handle.backend, handle.device)
+    return load_backend("batch_norm", require_handle(handle).backend, handle.device)
 
 
 def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, workspace: Any,

@@ -31,10 +31,11 @@ from opendnn.core.arrays import (
     wrap,
 )
 from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.caller_names import CallerNames
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
-from opendnn.core.errors import BadParam, require
+from opendnn.core.errors import BadParam, OpenDnnError, require
 from opendnn.core.handle import Handle
 from opendnn.families.batch_norm.problem import (
     BatchNormMode,
@@ -44,6 +45,8 @@ from opendnn.families.batch_norm.problem import (
     derive_bn_tensor_descriptor,
 )
 from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
+from opendnn.families.pointwise.functional import activation_mode
+from opendnn.families.pointwise.problem import PointwiseMode
 
 MODE = BatchNormMode.SPATIAL
 
@@ -77,10 +80,10 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
 
 def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
                               bias: Any = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5, *,
-                              activation: str | None = "relu", coef: float = 0.0, return_state: bool = False,
+                              activation: str | None = "relu", coef: float | None = None, return_state: bool = False,
                               handle: Handle | None = None) -> Any:
     """``act(batch_norm(x) + z)`` in one pass over memory (z None: no add; activation "relu",
-    "clipped_relu" (``coef``: its ceiling, 6.0 for relu6), "identity" or None). With
+    "clipped_relu" (``coef``: its ceiling, 6.0 for relu6; it has no default), "identity" or None). With
     ``return_state`` (training only) returns ``(y, BatchNormState)`` for
     ``batch_norm_add_activation_backward``."""
     xb = wrap("x", x)
@@ -88,25 +91,28 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     training = bool(training)
     zb = None if z is None or not training else wrap("z", z)
     arrays = (weight, bias, running_mean, running_var)
-    plan, (weight, bias, running_mean, running_var) = _FORWARD_PLANS.plan(
-        (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, training,
-         z is None if zb is None else zb.desc), arrays, (momentum, eps, activation, coef),
-        lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef))
+    try:
+        plan, (weight, bias, running_mean, running_var) = _FORWARD_PLANS.plan(
+            (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, training,
+             z is None if zb is None else zb.desc), arrays, (momentum, eps, activation, coef),
+            lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef))
+    except OpenDnnError as error:
+        raise _NAMES.renamed(error) from None
     params, (weight_source, bias_source, mean_source, var_source) = plan.params, plan.sources
     y = allocate(xb, plan.out, "y")
-    scale, shift = params.bind(xb, weight_source, weight, "bn_scale"), params.bind(xb, bias_source, bias, "bn_bias")
+    scale, shift = params.bind(xb, weight_source, weight, "weight"), params.bind(xb, bias_source, bias, "bias")
     workspace = scratch_bytes(xb, plan.workspace)
     if not training:
         tensors = BatchNormTensors(
-            xb, y, scale, shift, mean=params.bind(xb, mean_source, running_mean, "estimated_mean"),
-            variance=params.bind(xb, var_source, running_var, "estimated_variance"), workspace=workspace)
+            xb, y, scale, shift, mean=params.bind(xb, mean_source, running_mean, "running_mean"),
+            variance=params.bind(xb, var_source, running_var, "running_var"), workspace=workspace)
         dispatch(handle, "batch_norm", plan.problem, tensors)
         return to_caller_kind(y.view, x)
-    saved_mean, saved_inv = params.new(xb, "result_save_mean"), params.new(xb, "result_save_inv_variance")
+    saved_mean, saved_inv = params.new(xb, "saved_mean"), params.new(xb, "saved_inv_std")
     reserve = scratch_bytes(xb, plan.reserve, "reserve_space")
     tensors = BatchNormTensors(
-        xb, y, scale, shift, z=zb, mean=params.bind(xb, mean_source, running_mean, "result_running_mean"),
-        variance=params.bind(xb, var_source, running_var, "result_running_variance"), saved_mean=saved_mean,
+        xb, y, scale, shift, z=zb, mean=params.bind(xb, mean_source, running_mean, "running_mean"),
+        variance=params.bind(xb, var_source, running_var, "running_var"), saved_mean=saved_mean,
         saved_inv_std=saved_inv, workspace=workspace, reserve=reserve)
     dispatch(handle, "batch_norm", plan.problem, tensors)
     out = to_caller_kind(y.view, x)
@@ -125,33 +131,44 @@ def batch_norm_backward(dy: Any, x: Any, weight: Any = None, saved_mean: Any = N
 
 
 def batch_norm_add_activation_backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float = 1e-5, *,
-                                       activation: str | None = "relu", coef: float = 0.0, has_z: bool = True,
+                                       activation: str | None = "relu", coef: float | None = None, has_z: bool = True,
                                        handle: Handle | None = None) -> tuple[Any, Any, Any, Any]:
     """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z)."""
     return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle)
 
 
-def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None, coef: float,
+def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None,
+              coef: float | None,
               has_z: bool, handle: Handle | None) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
     has_z = bool(has_z)
+    if not isinstance(state, BatchNormState):  # (the message is formatted only on failure)
+        raise BadParam(f"state={state!r} must be the BatchNormState of batch_norm_add_activation")
     arrays = (weight, state.saved_mean, state.saved_inv_std)
-    plan, (weight, saved_mean, saved_inv_std) = _BACKWARD_PLANS.plan(
-        (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z), arrays,
-        (eps, activation, coef), lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z))
+    try:
+        plan, (weight, saved_mean, saved_inv_std) = _BACKWARD_PLANS.plan(
+            (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z), arrays,
+            (eps, activation, coef), lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z))
+    except OpenDnnError as error:
+        raise _NAMES.renamed(error) from None
     params, (weight_source, mean_source, inv_source) = plan.params, plan.sources
     dx = allocate(xb, plan.out, "dx")
     dz = allocate(xb, plan.out, "dz") if has_z else None
     dweight, dbias = params.new(xb, "d_bn_scale_result"), params.new(xb, "d_bn_bias_result")
     tensors = BatchNormTensors(
-        xb, dx, params.bind(xb, weight_source, weight, "bn_scale"), z=dz, dy=dyb, dscale=dweight, dbias=dbias,
+        xb, dx, params.bind(xb, weight_source, weight, "weight"), z=dz, dy=dyb, dscale=dweight, dbias=dbias,
         saved_mean=params.bind(xb, mean_source, saved_mean, "saved_mean"),
-        saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_variance"),
+        saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_std"),
         workspace=scratch_bytes(xb, plan.workspace), reserve=api.bind_reserve(state.reserve, plan.reserve))
     dispatch(handle, "batch_norm", plan.problem, tensors)
     return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
             to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
+
+
+# what these functions call the batch norm layer's parameters
+_NAMES = CallerNames({"epsilon": "eps", "exponential_average_factor": "momentum", "x_desc": "x", "y_desc": "y",
+                      "z_desc": "z", "dy_desc": "dy", "dx_desc": "dx", "dz_desc": "z"})
 
 
 # ---- the plans: what a call's signature decides, made once through the checks ----------------------
@@ -189,7 +206,7 @@ class _Plan:
 
 
 def _forward_plan(xb: Bound, z: Any, zb: Bound | None, handle: Handle, arrays: tuple[Any, ...], training: bool,
-                  momentum: float, eps: float, activation: str | None, coef: float) -> _Plan:
+                  momentum: float, eps: float, activation: str | None, coef: float | None) -> _Plan:
     params = _Parameters(xb.desc)
     weight, bias, running_mean, running_var = arrays
     sources = (params.source(xb, weight, "weight", 1.0), params.source(xb, bias, "bias", 0.0),
@@ -210,7 +227,7 @@ def _forward_plan(xb: Bound, z: Any, zb: Bound | None, handle: Handle, arrays: t
 
 
 def _backward_plan(xb: Bound, dyb: Bound, handle: Handle, arrays: tuple[Any, ...], eps: float,
-                   activation: str | None, coef: float, has_z: bool) -> _Plan:
+                   activation: str | None, coef: float | None, has_z: bool) -> _Plan:
     params = _Parameters(xb.desc)
     weight, saved_mean, saved_inv_std = arrays
     sources = (params.source(xb, weight, "weight", 1.0), params.source(xb, saved_mean, "saved_mean"),
@@ -274,10 +291,18 @@ def _plain(*scalars: Any) -> tuple[Any, ...]:
 
 
 @functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per (ops, activation, coef): per call otherwise
-def _activation_descriptor(ops: BatchNormOps, activation: str | None, coef: float) -> ActivationDescriptor | None:
+def _activation_descriptor(ops: BatchNormOps, activation: str | None,
+                           coef: float | None) -> ActivationDescriptor | None:
     if ops is BatchNormOps.BN:
         return None
-    return ActivationDescriptor(ActivationMode[(activation or "identity").upper()], coef=coef or None)
+    mode = activation_mode(activation) or PointwiseMode.IDENTITY
+    if mode not in _EX_ACTIVATIONS:  # (the message is formatted only on failure)
+        raise BadParam(f"activation={activation!r} must be 'relu', 'clipped_relu', 'identity' or None")
+    return ActivationDescriptor(_EX_ACTIVATIONS[mode], coef=coef)
+
+
+_EX_ACTIVATIONS = {PointwiseMode.RELU_FWD: ActivationMode.RELU, PointwiseMode.IDENTITY: ActivationMode.IDENTITY,
+                   PointwiseMode.CLIPPED_RELU_FWD: ActivationMode.CLIPPED_RELU}  # the activations Ex forms fuse
 
 
 def _ops(has_z: bool, activation: str | None) -> BatchNormOps:

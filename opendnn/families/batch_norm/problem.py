@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.descriptors import TensorDescriptor, check_same_dims
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_member, check_same_dims
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.memo import cached_hash, memoized
@@ -177,7 +177,8 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
             alpha/beta, an activation missing for the Ex ops.
         NotSupported: a data type or activation the operation lacks.
     """
-    mode, ops, direction = BatchNormMode(mode), BatchNormOps(ops), Direction(direction)
+    mode, ops = check_member("mode", BatchNormMode, mode), check_member("bn_ops", BatchNormOps, ops)
+    direction = Direction(direction)
     expected = derive_bn_tensor_descriptor(x_desc, mode)
     out_name = "dx_desc" if direction is Direction.BACKWARD else "y_desc"
     z_name = "dz_desc" if direction is Direction.BACKWARD else "z_desc"
@@ -202,11 +203,13 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
     if param_desc.dtype is not expected.dtype:
         require(False, f"{param_name}.dtype={param_desc.dtype.name} must be {expected.dtype.name} for "
                        f"x_desc.dtype={x_desc.dtype.name}", Status.NOT_SUPPORTED_DATA_TYPE)
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon >= BN_MIN_EPSILON):
+    epsilon = check_finite("epsilon", epsilon)
+    if not epsilon >= BN_MIN_EPSILON:  # (the message is formatted only on failure)
         require(False, f"epsilon={epsilon} must be at least {BN_MIN_EPSILON} (CUDNN_BN_MIN_EPSILON)")
+    factor = check_finite("exponential_average_factor", factor)
     require(0.0 <= factor <= 1.0, f"exponential_average_factor={factor} must be between 0 and 1")
-    for name, value in (("alpha", alpha), ("beta", beta), ("alpha_param", alpha_param), ("beta_param", beta_param)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
+    alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
+    alpha_param, beta_param = check_finite("alpha_param", alpha_param), check_finite("beta_param", beta_param)
     if ops is BatchNormOps.BN:
         activation, activation_coef = None, 0.0
     else:
@@ -219,9 +222,9 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
                 Status.BAD_PARAM_NULL_POINTER)
     else:
         z_desc = None
-    return BatchNormProblem(direction, mode, ops, x_desc, out_desc, param_desc, float(epsilon), z_desc, dy_desc,
-                            activation, float(activation_coef), float(factor), float(alpha), float(beta),
-                            float(alpha_param), float(beta_param), bool(update_running), bool(saved), bool(reserve))
+    return BatchNormProblem(direction, mode, ops, x_desc, out_desc, param_desc, epsilon, z_desc, dy_desc,
+                            activation, float(activation_coef), factor, alpha, beta, alpha_param, beta_param,
+                            bool(update_running), bool(saved), bool(reserve))
 
 
 # ---- float64 reference ----------------------------------------------------------------------------

@@ -16,8 +16,10 @@ import numpy as np
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
+from opendnn.core.samples import FLOAT_TYPES, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
+from opendnn.families.batch_norm import functional as F
 from opendnn.families.batch_norm import problem as bn
 from opendnn.families.batch_norm.api import (
     batch_normalization_backward_ex,
@@ -196,3 +198,19 @@ def samples(size: str = "small") -> Iterator[Sample]:
     for odd in ODD_SHAPES[size]:
         yield sample("bn_forward_training", training, "SPATIAL/BN", shape=odd, layout="permuted")
         yield sample("bn_backward", backward, "SPATIAL/BN_ADD_ACTIVATION+relu", shape=odd)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of batch normalization and their messages."""
+    statistics = lambda: {"running_mean": values(3), "running_var": values(3)}  # noqa: E731
+    return [
+        ErrorSample("momentum above 1", F.batch_norm,
+                    lambda: {"x": values(4, 3, 2), **statistics(), "training": True, "momentum": 2.0}, BadParam,
+                    "momentum=2.0 must be between 0 and 1"),
+        ErrorSample("eps below cuDNN's minimum", F.batch_norm,
+                    lambda: {"x": values(4, 3, 2), **statistics(), "eps": 0.0}, BadParam,
+                    "eps=0.0 must be at least 1e-05"),
+        ErrorSample("an activation the fused forms lack", F.batch_norm_add_activation,
+                    lambda: {"x": values(4, 3, 2), "z": values(4, 3, 2), "activation": "sigmoid"}, BadParam,
+                    "activation='sigmoid' must be 'relu', 'clipped_relu', 'identity' or None"),
+    ]

@@ -13,10 +13,10 @@ import functools
 from typing import Any
 
 from opendnn.core.arrays import Bound, allocate_bytes, bind, bind_bytes
-from opendnn.core.descriptors import NanPropagation, TensorDescriptor
-from opendnn.core.dispatch import dispatch, load_backend, refusal
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_finite
+from opendnn.core.dispatch import dispatch, load_backend, refusal, require_handle
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import NotSupported, Status, require
+from opendnn.core.errors import BadParam, NotSupported, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.families.convolution.problem import (
     ConvolutionDescriptor,
@@ -37,11 +37,17 @@ _SIZE_QUERY = {ConvolutionDirection.FORWARD: "get_convolution_forward_workspace_
 def allows_tf32(handle: Handle, conv_desc: ConvolutionDescriptor) -> bool:
     """TF32 for float32 products: the descriptor's TENSOR_OP allows it, FMA forbids it, DEFAULT
     follows the handle's math type."""
-    return math_allows_tf32(handle.math_type, conv_desc)
+    return math_allows_tf32(require_handle(handle).math_type, conv_desc)
 
 
 def math_allows_tf32(handle_math_type: MathType, conv_desc: ConvolutionDescriptor) -> bool:
-    """``allows_tf32`` for a handle of ``handle_math_type``."""
+    """``allows_tf32`` for a handle of ``handle_math_type``.
+
+    Raises:
+        BadParam: conv_desc not a ConvolutionDescriptor.
+    """
+    if not isinstance(conv_desc, ConvolutionDescriptor):  # (the message is formatted only on failure)
+        raise BadParam(f"conv_desc={conv_desc!r} must be a ConvolutionDescriptor")
     if conv_desc.math_type is MathType.DEFAULT:
         return handle_math_type is MathType.TENSOR_OP
     return conv_desc.math_type is MathType.TENSOR_OP
@@ -85,7 +91,7 @@ def get_convolution_backward_filter_workspace_size(handle: Handle, x_desc: Tenso
 
 def workspace_size(handle: Handle, problem: ConvolutionProblem) -> int:
     """The handle's backend's workspace bytes for ``problem``, once it says it supports it."""
-    backend = load_backend("convolution", handle.backend, handle.device)
+    backend = load_backend("convolution", require_handle(handle).backend, handle.device)
     reason = refusal(backend, problem)
     if reason is not None:
         raise NotSupported(f"convolution on backend {handle.backend!r}: {reason}", Status.NOT_SUPPORTED)
@@ -182,6 +188,7 @@ def convolution_bias_activation_forward(handle: Handle, alpha1: float, x_desc: T
     """
     require(act_desc is None or isinstance(act_desc, ActivationDescriptor),
             f"act_desc={act_desc!r} must be an ActivationDescriptor or None")
+    alpha1 = check_finite("alpha1", alpha1)  # (convolution_problem calls it alpha)
     with_z = z_desc is not None and z is not None
     problem = convolution_problem(
         ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc, algo=algo,
@@ -215,7 +222,7 @@ def convolution_backward_bias(handle: Handle, alpha: float, dy_desc: TensorDescr
     compute = DataType.DOUBLE if DataType.DOUBLE in (dy_desc.dtype, db_desc.dtype) else DataType.FLOAT
     problem = reduce_problem(ReduceTensorDescriptor(ReduceTensorOp.ADD, compute), dy_desc, db_desc,
                              alpha=alpha, beta=beta)
-    needed = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
+    needed = load_backend("reduce", require_handle(handle).backend, handle.device).workspace_size(problem)
     workspace = allocate_bytes(dyb, needed) if needed else None
     dispatch(handle, "reduce", problem, dyb, dbb, None, bind_bytes("workspace", workspace, needed, "the reduction"))
 

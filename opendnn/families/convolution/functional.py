@@ -11,8 +11,6 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from opendnn.core.arrays import (
     Bound,
     allocate,
@@ -24,11 +22,12 @@ from opendnn.core.arrays import (
     wrap,
 )
 from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.caller_names import CallerNames
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, check_int, check_ints
 from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, require
+from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
 from opendnn.families.convolution.api import math_allows_tf32, workspace_size
@@ -65,7 +64,7 @@ def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntO
 
 
 def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activation: str | PointwiseMode | None = None,
-                         *, coef: float = 0.0, alpha2: float = 1.0, stride: IntOrTuple = 1,
+                         *, coef: float | None = None, alpha2: float = 1.0, stride: IntOrTuple = 1,
                          padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1,
                          mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION, algo: enum.Enum | None = None,
                          handle: Handle | None = None) -> Any:
@@ -73,8 +72,9 @@ def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activa
 
     Args:
         z: a residual of y's shape (any layout), or None.
-        activation: a forward activation as torch names it ("relu", "silu", ...) or a PointwiseMode,
-            or None; ``coef`` is its coefficient (clipped relu's ceiling: 6.0 for relu6).
+        activation: a forward activation as torch names it ("relu", "silu", "identity", ...) or a
+            PointwiseMode, or None; ``coef`` is its coefficient, None for torch's default (elu's
+            alpha 1, silu's and softplus's beta 1); clipped relu's ceiling must be given (6.0 for relu6).
         The other arguments are ``conv``'s.
 
     Returns:
@@ -84,16 +84,19 @@ def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activa
                     padding, dilation, groups, mode, algo, handle)
 
 
-def _forward(x: Any, w: Any, bias: Any, z: Any, activation: PointwiseMode | None, coef: float, alpha2: float,
+def _forward(x: Any, w: Any, bias: Any, z: Any, activation: PointwiseMode | None, coef: float | None, alpha2: float,
              stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple, groups: int, mode: ConvolutionMode,
              algo: enum.Enum | None, handle: Handle | None) -> Any:
     xb, wb = wrap("x", x), wrap("w", w)
-    biasb = _per_channel(wrap("bias", bias), xb.desc.ndim) if bias is not None else None
+    biasb = _per_channel(wrap("bias", bias), xb.desc.ndim, wb.desc.dims[0]) if bias is not None else None
     zb = wrap("z", z) if z is not None else None
     handle = handle_for(xb, handle)
-    y_desc, problem = _forward_plan(xb.desc, wb.desc, stride, padding, dilation, groups, mode, algo,
-                                    handle.math_type, biasb.desc if biasb is not None else None,
-                                    zb.desc if zb is not None else None, activation, coef, alpha2)
+    try:
+        y_desc, problem = _forward_plan(xb.desc, wb.desc, stride, padding, dilation, groups, mode, algo,
+                                        handle.math_type, biasb.desc if biasb is not None else None,
+                                        zb.desc if zb is not None else None, activation, coef, alpha2)
+    except OpenDnnError as error:
+        raise _NAMES.renamed(error) from None
     y = allocate(xb, y_desc)
     _run(handle, problem, xb, wb, y, biasb, zb)
     return to_caller_kind(y.view, x)
@@ -108,17 +111,26 @@ def conv_transpose(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, pad
     ``(in - 1) * stride - 2 * padding + dilation * (filt - 1) + output_padding + 1`` per spatial dim.
     """
     dyb, wb = wrap("x", x), wrap("w", w)
-    spatial = dyb.desc.ndim - 2
-    strides, pads = _per_dim("stride", stride, spatial), _per_dim("padding", padding, spatial)
-    extras, dilations = _per_dim("output_padding", output_padding, spatial), _per_dim("dilation", dilation, spatial)
+    spatial, groups = dyb.desc.ndim - 2, check_int("groups", groups)
+    # the output's dims come from these before any rule sees them (the messages are formatted only on failure)
+    if wb.desc.ndim != dyb.desc.ndim:
+        raise BadParam(f"w.ndim={wb.desc.ndim} must equal x.ndim={dyb.desc.ndim}", Status.BAD_PARAM_SHAPE_MISMATCH)
+    if wb.desc.dims[0] != dyb.desc.dims[1]:
+        raise BadParam(f"w.shape[0]={wb.desc.dims[0]} must equal x.shape[1]={dyb.desc.dims[1]} (in_channels)",
+                       Status.BAD_PARAM_SHAPE_MISMATCH)
+    if groups < 1:
+        raise BadParam(f"groups={groups} must be at least 1")
+    strides, pads = check_ints("stride", stride, spatial), check_ints("padding", padding, spatial)
+    extras, dilations = check_ints("output_padding", output_padding, spatial), check_ints("dilation", dilation, spatial)
     for k, (extra, s, d) in enumerate(zip(extras, strides, dilations)):
-        require(0 <= extra < max(s, d), f"output_padding[{k}]={extra} must be below stride or dilation ({max(s, d)})")
+        require(0 <= extra < max(s, d),
+                f"output_padding[{k}]={extra} must be at least 0 and below stride or dilation ({max(s, d)})")
     out = tuple((i - 1) * s - 2 * p + d * (f - 1) + e + 1
                 for i, s, p, d, f, e in zip(dyb.desc.dims[2:], strides, pads, dilations, wb.desc.dims[2:], extras))
     dims = (dyb.desc.dims[0], wb.desc.dims[1] * groups, *out)
-    dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle)
-    if bias is not None:
-        biasb = _per_channel(wrap("bias", bias), dx.desc.ndim)
+    biasb = _per_channel(wrap("bias", bias), dyb.desc.ndim, dims[1]) if bias is not None else None
+    dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle, _TRANSPOSE_NAMES)
+    if biasb is not None:
         add_tensor(handle_for(dx, handle), 1.0, biasb.desc, biasb.view, 1.0, dx.desc, dx.view)
     return to_caller_kind(dx.view, x)
 
@@ -128,7 +140,10 @@ def conv_backward_data(dy: Any, w: Any, input_shape: Sequence[int], stride: IntO
                        algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
     """dx of ``conv(x, w, stride=..., ...)`` given dy; ``input_shape`` is x's shape (N, C, *in)."""
     dyb, wb = wrap("dy", dy), wrap("w", w)
-    dx = _backward_data(dyb, wb, tuple(input_shape), stride, padding, dilation, groups, algo, handle)
+    dims = _shape("input_shape", input_shape)
+    if len(dims) != dyb.desc.ndim:  # (the message is formatted only on failure)
+        raise BadParam(f"input_shape={dims} must have dy's {dyb.desc.ndim} dims", Status.BAD_PARAM_SHAPE_MISMATCH)
+    dx = _backward_data(dyb, wb, dims, stride, padding, dilation, groups, algo, handle, _BACKWARD_DATA_NAMES)
     return to_caller_kind(dx.view, dy)
 
 
@@ -139,8 +154,11 @@ def conv_backward_filter(x: Any, dy: Any, weight_shape: Sequence[int], stride: I
     dw has x's memory order (KRSC for an NHWC x)."""
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
-    dw_desc, problem = _backward_filter_plan(xb.desc, dyb.desc, tuple(weight_shape), stride, padding, dilation,
-                                             groups, algo, handle.math_type)
+    try:
+        dw_desc, problem = _backward_filter_plan(xb.desc, dyb.desc, _shape("weight_shape", weight_shape), stride,
+                                                 padding, dilation, groups, algo, handle.math_type)
+    except OpenDnnError as error:
+        raise _BACKWARD_FILTER_NAMES.renamed(error) from None
     dw = allocate(xb, dw_desc)
     _run(handle, problem, xb, dw, dyb, None)
     return to_caller_kind(dw.view, x)
@@ -166,11 +184,33 @@ def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
 
 # ---- helpers -------------------------------------------------------------------------------------
 
+# what each function calls the convolution descriptor's fields and the problem's tensors
+_GEOMETRY = {"group_count": "groups", "pad": "padding", "pre_padding": "padding", "post_padding": "padding"}
+_NAMES = CallerNames({**_GEOMETRY, "x_desc": "x", "w_desc": "w", "y_desc": "y", "bias_desc": "bias", "z_desc": "z"})
+_BACKWARD_DATA_NAMES = CallerNames({**_GEOMETRY, "x_desc": "input_shape", "w_desc": "w", "y_desc": "dy"})
+_TRANSPOSE_NAMES = CallerNames({**_GEOMETRY, "x_desc": "y", "input_shape": "y", "w_desc": "w", "y_desc": "x",
+                                "dy": "x"})
+_BACKWARD_FILTER_NAMES = CallerNames({**_GEOMETRY, "x_desc": "x", "w_desc": "weight_shape", "w": "weight_shape",
+                                      "y_desc": "dy"})
+
+
+def _shape(name: str, shape: Any) -> tuple[int, ...]:
+    """A tensor shape the caller gives (input_shape, weight_shape): ints of at least 1."""
+    dims = check_ints(name, shape)
+    if min(dims) < 1:  # (the message is formatted only on failure)
+        raise BadParam(f"{name}={tuple(dims)} must hold sizes of at least 1")
+    return dims
+
+
 def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], stride: IntOrTuple, padding: IntOrTuple,
-                   dilation: IntOrTuple, groups: int, algo: enum.Enum | None, handle: Handle | None) -> Bound:
+                   dilation: IntOrTuple, groups: int, algo: enum.Enum | None, handle: Handle | None,
+                   names: CallerNames) -> Bound:
     handle = handle_for(dyb, handle)
-    dx_desc, problem = _backward_data_plan(dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo,
-                                           handle.math_type)
+    try:
+        dx_desc, problem = _backward_data_plan(dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo,
+                                               handle.math_type)
+    except OpenDnnError as error:
+        raise names.renamed(error) from None
     dx = allocate(dyb, dx_desc)
     _run(handle, problem, dx, wb, dyb, None)
     return dx
@@ -191,7 +231,7 @@ def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bou
 def _forward_plan(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, padding: IntOrTuple | str,
                   dilation: IntOrTuple, groups: int, mode: ConvolutionMode, algo: enum.Enum | None,
                   math_type: MathType, bias: TensorDescriptor | None, z: TensorDescriptor | None = None,
-                  activation: PointwiseMode | None = None, coef: float = 0.0,
+                  activation: PointwiseMode | None = None, coef: float | None = None,
                   alpha2: float = 0.0) -> tuple[TensorDescriptor, ConvolutionProblem]:
     conv_desc = _descriptor(x, w, stride, padding, dilation, groups, mode)
     y = packed_like(x, x.dtype, get_convolution_forward_output_dim(conv_desc, x, w))
@@ -206,8 +246,8 @@ def _backward_data_plan(dy: TensorDescriptor, w: TensorDescriptor, dims: tuple[i
                         padding: IntOrTuple, dilation: IntOrTuple, groups: int, algo: enum.Enum | None,
                         math_type: MathType) -> tuple[TensorDescriptor, ConvolutionProblem]:
     spatial = dy.ndim - 2
-    strides, pads = _per_dim("stride", stride, spatial), _per_dim("padding", padding, spatial)
-    dilations = _per_dim("dilation", dilation, spatial)
+    strides, pads = check_ints("stride", stride, spatial), check_ints("padding", padding, spatial)
+    dilations = check_ints("dilation", dilation, spatial)
     dx = packed_like(dy, dy.dtype, dims)
     conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dy), groups)
     return dx, convolution_problem(ConvolutionDirection.BACKWARD_DATA, conv_desc, dx, w, dy, algo=algo,
@@ -232,7 +272,7 @@ def _descriptor(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, pa
     spatial = x.ndim - 2
     require(1 <= spatial <= 3, f"x.ndim={x.ndim} must be 3, 4 or 5 (N, C and 1 to 3 spatial dims)")
     require(w.ndim == x.ndim, f"w.ndim={w.ndim} must equal x.ndim={x.ndim}")
-    strides, dilations = _per_dim("stride", stride, spatial), _per_dim("dilation", dilation, spatial)
+    strides, dilations = check_ints("stride", stride, spatial), check_ints("dilation", dilation, spatial)
     if isinstance(padding, str):
         require(padding in ("valid", "same"), f"padding={padding!r} must be 'valid', 'same' or ints")
         require(padding == "valid" or strides == (1,) * spatial, f"padding='same' needs stride 1, not {strides}")
@@ -240,7 +280,7 @@ def _descriptor(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, pa
         pre = tuple(t // 2 for t in total)
         post = tuple(t - p for t, p in zip(total, pre))
     else:
-        pre = post = _per_dim("padding", padding, spatial)
+        pre = post = check_ints("padding", padding, spatial)
     return ConvolutionDescriptor(pre, strides, dilations, mode, _compute_type(x), groups,
                                  pre_padding=pre, post_padding=post)
 
@@ -251,13 +291,6 @@ def _backward_data_descriptor(pads: tuple[int, ...], strides: tuple[int, ...], d
     return ConvolutionDescriptor(pads, strides, dilations, ConvolutionMode.CROSS_CORRELATION, compute_type, groups)
 
 
-def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
-    values = (value,) * spatial if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(values) != spatial:
-        raise BadParam(f"{name}={value!r} must be an int or {spatial} ints (one per spatial dim)")
-    return tuple(int(v) for v in values)
-
-
 def _compute_type(desc: TensorDescriptor) -> DataType:
     return DataType.DOUBLE if desc.dtype is DataType.DOUBLE else DataType.FLOAT
 
@@ -266,15 +299,16 @@ def _channel_dims(k: int, ndim: int) -> tuple[int, ...]:
     return tuple(k if axis == 1 else 1 for axis in range(ndim))
 
 
-def _per_channel(bias: Bound, ndim: int) -> Bound:
+def _per_channel(bias: Bound, ndim: int, channels: int) -> Bound:
     """A (K,) bias seen as (1, K, 1, ...) without a copy."""
-    desc = _per_channel_desc(bias.desc, ndim)
+    desc = _per_channel_desc(bias.desc, ndim, channels)
     return Bound("bias", desc, strided_view(as_native(bias.view), desc), bias.device)
 
 
 @memoized
-def _per_channel_desc(bias: TensorDescriptor, ndim: int) -> TensorDescriptor:
-    if bias.ndim != 1:
-        raise BadParam(f"bias.shape={bias.dims} must be (K,)")
-    return TensorDescriptor(bias.dtype, _channel_dims(bias.dims[0], ndim),
+def _per_channel_desc(bias: TensorDescriptor, ndim: int, channels: int) -> TensorDescriptor:
+    if bias.dims != (channels,):
+        raise BadParam(f"bias.shape={bias.dims} must be ({channels},): one value per output channel",
+                       Status.BAD_PARAM_SHAPE_MISMATCH)
+    return TensorDescriptor(bias.dtype, _channel_dims(channels, ndim),
                             tuple(bias.strides[0] if a == 1 else 0 for a in range(ndim)))

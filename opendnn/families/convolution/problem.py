@@ -36,19 +36,27 @@ from __future__ import annotations
 import enum
 import functools
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor, TensorFormat, strides_for_order
+from opendnn.core.descriptors import (
+    TensorDescriptor,
+    TensorFormat,
+    check_dtype,
+    check_finite,
+    check_int,
+    check_ints,
+    check_member,
+    strides_for_order,
+)
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import MathType
 from opendnn.core.memo import cached_hash, memoized
-from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.problem import PointwiseMode, resolved_coef
 from opendnn.families.pointwise.problem import reference as pointwise_reference
 
 
@@ -254,15 +262,13 @@ class FilterDescriptor:
     dims: tuple[int, ...]
 
     def __init__(self, dtype: Any, format: Any, k: int, c: int, *spatial: int) -> None:
-        require(isinstance(format, TensorFormat) or format in ("NCHW", "NHWC"),
-                f"format={format!r} must be TensorFormat.NCHW (KCRS) or TensorFormat.NHWC (KRSC)",
-                Status.BAD_PARAM)
+        format = check_member("format", TensorFormat, format)
         require(1 <= len(spatial) <= 3, f"len(spatial)={len(spatial)} filter dims must be 1 to 3")
-        dims = (int(k), int(c), *(int(d) for d in spatial))
+        dims = tuple(check_int(name, d) for name, d in zip(("k", "c", "r", "s", "t"), (k, c, *spatial)))
         for name, d in zip(("k", "c", "r", "s", "t"), dims):
             require(d >= 1, f"filter {name}={d} must be at least 1")
-        object.__setattr__(self, "dtype", DataType.of(dtype))
-        object.__setattr__(self, "format", TensorFormat(format))
+        object.__setattr__(self, "dtype", check_dtype("dtype", dtype))
+        object.__setattr__(self, "format", format)
         object.__setattr__(self, "dims", dims)
 
     @property
@@ -304,25 +310,26 @@ class ConvolutionDescriptor:
     post_padding: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        spatial = len(_int_tuple("stride", self.stride))
+        spatial = len(check_ints("stride", self.stride))
         require(1 <= spatial <= 3, f"len(stride)={spatial} must be 1, 2 or 3 (spatial dims)")
         fields = {"pad": self.pad, "stride": self.stride, "dilation": self.dilation,
                   "pre_padding": self.pad if self.pre_padding is None else self.pre_padding,
                   "post_padding": self.pad if self.post_padding is None else self.post_padding}
         for name, value in fields.items():
-            values = _int_tuple(name, value)
+            values = check_ints(name, value)
             require(len(values) == spatial, f"len({name})={len(values)} must equal len(stride)={spatial}")
             low = 0 if "pad" in name else 1
             for k, v in enumerate(values):
                 require(v >= low, f"{name}[{k}]={v} must be at least {low}")
             object.__setattr__(self, name, values)
-        object.__setattr__(self, "mode", ConvolutionMode(self.mode))
-        compute = DataType.of(self.compute_type)
+        object.__setattr__(self, "mode", check_member("mode", ConvolutionMode, self.mode))
+        compute = check_dtype("compute_type", self.compute_type)
         require(compute in (DataType.FLOAT, DataType.DOUBLE), f"compute_type={compute.name} must be FLOAT or DOUBLE")
         object.__setattr__(self, "compute_type", compute)
-        require(int(self.group_count) >= 1, f"group_count={self.group_count} must be at least 1")
-        object.__setattr__(self, "group_count", int(self.group_count))
-        object.__setattr__(self, "math_type", MathType(self.math_type))
+        groups = check_int("group_count", self.group_count)
+        require(groups >= 1, f"group_count={groups} must be at least 1")
+        object.__setattr__(self, "group_count", groups)
+        object.__setattr__(self, "math_type", check_member("math_type", MathType, self.math_type))
 
     @property
     def spatial_dims(self) -> int:
@@ -331,13 +338,6 @@ class ConvolutionDescriptor:
     def _paddings(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(pre_padding, post_padding): given or from ``pad``, always set once constructed."""
         return cast(tuple[int, ...], self.pre_padding), cast(tuple[int, ...], self.post_padding)
-
-
-def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
-    values = (value,) if isinstance(value, int) else tuple(value)
-    for k, v in enumerate(values):
-        require(isinstance(v, (int, np.integer)), f"{name}[{k}]={v!r} must be an int")
-    return tuple(int(v) for v in values)
 
 
 def filter_tensor(w_desc: FilterDescriptor | TensorDescriptor, name: str = "w_desc") -> TensorDescriptor:
@@ -406,11 +406,12 @@ def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionD
                         y_desc: TensorDescriptor, *, algo: enum.Enum | None = None, allow_tf32: bool = False,
                         alpha: float = 1.0, beta: float = 0.0, bias_desc: TensorDescriptor | None = None,
                         z_desc: TensorDescriptor | None = None, alpha2: float = 0.0,
-                        activation: PointwiseMode | None = None, activation_coef: float = 0.0,
+                        activation: PointwiseMode | None = None, activation_coef: float | None = None,
                         propagate_nan: bool = False, names: Sequence[str] = ("x_desc", "w_desc", "y_desc"),
                         ) -> ConvolutionProblem:
     """The shape and dtype rules of every convolution call; ``names`` are the caller's names of
-    the x, w and y descriptors (dx_desc, dw_desc, dy_desc) for the messages.
+    the x, w and y descriptors (dx_desc, dw_desc, dy_desc) for the messages. ``activation_coef``
+    None is the activation's default (``resolved_coef`` of the pointwise family's problem.py).
 
     Raises:
         BadParam: ranks not 3 to 5 or unequal, C not w's C * groups, groups not dividing C or K,
@@ -438,8 +439,7 @@ def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionD
     needed = DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT
     require(compute is needed, f"conv_desc.compute_type={compute.name} must be {needed.name} for {dtype.name} "
                                "tensors")
-    for name, value in (("alpha", alpha), ("beta", beta), ("alpha2", alpha2), ("coef", activation_coef)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
+    alpha, beta, alpha2 = check_finite("alpha", alpha), check_finite("beta", beta), check_finite("alpha2", alpha2)
     algo = DEFAULT_ALGORITHM[direction] if algo is None else algo
     family = ALGORITHMS[direction]
     require(isinstance(algo, family), f"algo={algo!r} must be a {family.__name__} for {direction.value}")
@@ -447,19 +447,19 @@ def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionD
     if epilogue:
         require(direction is ConvolutionDirection.FORWARD, "a bias, z or activation epilogue is forward-only")
         require(beta == 0.0, f"beta={beta} must be 0 with a fused epilogue (alpha2 scales z instead)")
-        _check_epilogue(y_desc, bias_desc, z_desc, activation)
+        activation = _check_epilogue(y_desc, bias_desc, z_desc, activation)
+    coef = 0.0 if activation is None else resolved_coef(activation, activation_coef)
     if activation is PointwiseMode.IDENTITY:
         activation = None  # backends see *_FWD activations only
     flip = conv_desc.mode is ConvolutionMode.CONVOLUTION
     return ConvolutionProblem(
         direction, x_desc, w, y_desc, *conv_desc._paddings(), conv_desc.stride,
         conv_desc.dilation, conv_desc.group_count, flip, compute, bool(allow_tf32) and dtype is DataType.FLOAT,
-        algo, float(alpha), float(beta), bias_desc, z_desc, float(alpha2), activation, float(activation_coef),
-        bool(propagate_nan))
+        algo, alpha, beta, bias_desc, z_desc, alpha2, activation, coef, bool(propagate_nan))
 
 
 def _check_epilogue(y: TensorDescriptor, bias: TensorDescriptor | None, z: TensorDescriptor | None,
-                    activation: PointwiseMode | None) -> None:
+                    activation: PointwiseMode | None) -> PointwiseMode | None:
     if bias is not None:
         want = tuple(y.dims[1] if k == 1 else 1 for k in range(y.ndim))
         require(isinstance(bias, TensorDescriptor), f"bias_desc={bias!r} must be a TensorDescriptor")
@@ -474,8 +474,10 @@ def _check_epilogue(y: TensorDescriptor, bias: TensorDescriptor | None, z: Tenso
         require(z.dtype.is_floating, f"z_desc.dtype={z.dtype.name} must be a float type",
                 Status.NOT_SUPPORTED_DATA_TYPE)
     if activation is not None:
+        activation = check_member("activation", PointwiseMode, activation)
         require(activation is PointwiseMode.IDENTITY or activation.value.endswith("_fwd"),
                 f"activation={activation.name} must be IDENTITY or a *_FWD activation mode")
+    return activation
 
 
 # ---- the float64 NumPy reference -----------------------------------------------------------------

@@ -20,8 +20,10 @@ import numpy as np
 
 from opendnn.core.descriptors import TensorDescriptor, TensorFormat
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, MathType
-from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, checked, descriptor
+from opendnn.core.samples import FLOAT_TYPES, ErrorSample, Sample, Tensors, checked, descriptor, values
+from opendnn.families.convolution import functional as F
 from opendnn.families.convolution.api import (
     convolution_backward_bias,
     convolution_backward_data,
@@ -382,3 +384,25 @@ def _sized(runner: Any, size: str) -> Any:
 
 
 __all__ = ["GEOMETRIES", "ConvolutionSample", "Geometry", "samples"]
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the convolutions and their messages."""
+    x, w = lambda: values(1, 2, 5, 5), lambda: values(3, 2, 3, 3)  # noqa: E731
+    return [
+        ErrorSample("fractional stride", F.conv, lambda: {"x": x(), "w": w(), "stride": 1.5}, BadParam,
+                    "stride=1.5 must be an int"),
+        ErrorSample("NaN stride", F.conv, lambda: {"x": x(), "w": w(), "stride": float("nan")}, BadParam,
+                    "stride=nan must be an int"),
+        ErrorSample("fractional padding", F.conv, lambda: {"x": x(), "w": w(), "padding": 1.5}, BadParam,
+                    "padding=1.5 must be an int"),
+        ErrorSample("groups of 0", F.conv, lambda: {"x": x(), "w": w(), "groups": 0}, BadParam,
+                    "groups=0 must be at least 1"),
+        ErrorSample("mode out of range", ConvolutionDescriptor,
+                    lambda: {"pad": (0, 0), "stride": (1, 1), "dilation": (1, 1), "mode": 5}, BadParam,
+                    "mode=5 must be a ConvolutionMode: one of ConvolutionMode.CONVOLUTION, "
+                    "ConvolutionMode.CROSS_CORRELATION"),
+        ErrorSample("silu with beta 0", F.conv_bias_activation,
+                    lambda: {"x": x(), "w": w(), "activation": "silu", "coef": 0.0}, BadParam,
+                    "coef=0.0 must be above 0: it is the beta of SWISH"),
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from opendnn.core.arrays import bind
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, check_member
 from opendnn.core.dispatch import dispatch
 from opendnn.core.handle import Handle
 from opendnn.families.lrn.problem import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
@@ -20,7 +20,7 @@ def lrn_cross_channel_forward(handle: Handle, norm_desc: LRNDescriptor, mode: LR
     Raises:
         BadParam: x with fewer than 3 dims, y not of x's dims, a tensor past its buffer.
     """
-    problem = lrn_problem(norm_desc, LRNMode(mode), x_desc, y_desc, alpha=alpha, beta=beta)
+    problem = lrn_problem(norm_desc, check_member("mode", LRNMode, mode), x_desc, y_desc, alpha=alpha, beta=beta)
     dispatch(handle, "lrn", problem, bind("x", x_desc, x), bind("y", y_desc, y, output=True))
 
 
@@ -34,7 +34,7 @@ def lrn_cross_channel_backward(handle: Handle, norm_desc: LRNDescriptor, mode: L
     Raises:
         BadParam: tensors of other dims than x's, dy of another dtype, a tensor past its buffer.
     """
-    problem = lrn_problem(norm_desc, LRNMode(mode), x_desc, dx_desc, backward=True,
+    problem = lrn_problem(norm_desc, check_member("mode", LRNMode, mode), x_desc, dx_desc, backward=True,
                           others={"y_desc": y_desc, "dy_desc": dy_desc}, alpha=alpha, beta=beta)
     bind("y", y_desc, y)
     dispatch(handle, "lrn", problem, bind("x", x_desc, x), bind("dx", dx_desc, dx, output=True), None,
@@ -53,7 +53,7 @@ def divisive_normalization_forward(handle: Handle, norm_desc: LRNDescriptor, mod
     Raises:
         BadParam: x not 4-D or 5-D, y not of x's dims, a tensor past its buffer.
     """
-    problem = lrn_problem(norm_desc, DivNormMode(mode), x_desc, y_desc, alpha=alpha, beta=beta,
+    problem = lrn_problem(norm_desc, check_member("mode", DivNormMode, mode), x_desc, y_desc, alpha=alpha, beta=beta,
                           has_means=means is not None)
     dispatch(handle, "lrn", problem, bind("x", x_desc, x), bind("y", y_desc, y, output=True),
              None if means is None else bind("means", x_desc, means), None, None,
@@ -69,8 +69,9 @@ def divisive_normalization_backward(handle: Handle, norm_desc: LRNDescriptor, mo
     Raises:
         BadParam: x not 4-D or 5-D, dx_dmeans_desc not of x's dims, a tensor past its buffer.
     """
-    problem = lrn_problem(norm_desc, DivNormMode(mode), x_desc, dx_dmeans_desc, backward=True, alpha=alpha,
-                          beta=beta, has_means=means is not None)
+    mode = check_member("mode", DivNormMode, mode)
+    problem = lrn_problem(norm_desc, mode, x_desc, dx_dmeans_desc, backward=True, alpha=alpha, beta=beta,
+                          has_means=means is not None)
     dispatch(handle, "lrn", problem, bind("x", x_desc, x), bind("dx", dx_dmeans_desc, dx, output=True),
              None if means is None else bind("means", x_desc, means), bind("dy", x_desc, dy),
              None if dmeans is None else bind("dmeans", dx_dmeans_desc, dmeans, output=True),

@@ -11,10 +11,12 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.caller_names import CallerNames
 from opendnn.core.default_handle import handle_for
 from opendnn.core.dispatch import dispatch
+from opendnn.core.errors import OpenDnnError
 from opendnn.core.handle import Handle
-from opendnn.families.lrn.problem import DivNormMode, LRNDescriptor, LRNMode, lrn_problem
+from opendnn.families.lrn.problem import DivNormMode, LRNDescriptor, LRNMode, LRNProblem, lrn_problem
 
 # local response norm and divisive norm ----------------------------------------------------------
 
@@ -23,7 +25,7 @@ def local_response_norm(x: Any, size: int, alpha: float = 1e-4, beta: float = 0.
     """x / (k + alpha/size * sum of x^2 over ``size`` neighbouring channels)^beta (cuDNN's window)."""
     xb = wrap("x", x)
     y = empty_like(xb)
-    problem = lrn_problem(LRNDescriptor(size, alpha, beta, k), LRNMode.CROSS_CHANNEL_DIM1, xb.desc, y.desc)
+    problem = _lrn_problem(LRNMode.CROSS_CHANNEL_DIM1, xb, y, size, alpha, beta, k)
     dispatch(handle_for(xb, handle), "lrn", problem, xb, y)
     return to_caller_kind(y.view, x)
 
@@ -33,8 +35,7 @@ def local_response_norm_backward(dy: Any, x: Any, size: int, alpha: float = 1e-4
     """dx of ``local_response_norm``."""
     xb, dyb = wrap("x", x), wrap("dy", dy)
     dx = empty_like(xb)
-    problem = lrn_problem(LRNDescriptor(size, alpha, beta, k), LRNMode.CROSS_CHANNEL_DIM1, xb.desc, dx.desc,
-                          backward=True, others={"dy_desc": dyb.desc})
+    problem = _lrn_problem(LRNMode.CROSS_CHANNEL_DIM1, xb, dx, size, alpha, beta, k, backward=True, dy=dyb)
     dispatch(handle_for(xb, handle), "lrn", problem, xb, dx, None, dyb)
     return to_caller_kind(dx.view, x)
 
@@ -44,11 +45,10 @@ def divisive_norm(x: Any, means: Any = None, size: int = 5, alpha: float = 1e-4,
     """(x - means) / (k + alpha/size^S * box sum of (x - means)^2 over size^S spatial neighbours)^beta."""
     xb = wrap("x", x)
     y = empty_like(xb)
-    means_b = _like("means", means)
-    problem = lrn_problem(LRNDescriptor(size, alpha, beta, k), DivNormMode.PRECOMPUTED_MEANS, xb.desc, y.desc,
-                          others={"means_desc": means_b.desc} if means_b else None, has_means=means_b is not None)
-    dispatch(handle_for(xb, handle), "lrn", problem, xb, y, means_b, None, None,
-             _like("temp", temp), _like("temp2", temp2))
+    means_b, temp_b, temp2_b = _like("means", means), _like("temp", temp), _like("temp2", temp2)
+    problem = _lrn_problem(DivNormMode.PRECOMPUTED_MEANS, xb, y, size, alpha, beta, k, means=means_b, temp=temp_b,
+                           temp2=temp2_b)
+    dispatch(handle_for(xb, handle), "lrn", problem, xb, y, means_b, None, None, temp_b, temp2_b)
     return to_caller_kind(y.view, x)
 
 
@@ -58,13 +58,27 @@ def divisive_norm_backward(dy: Any, x: Any, means: Any = None, size: int = 5, al
     """(dx, dmeans) of ``divisive_norm``."""
     xb, dyb = wrap("x", x), wrap("dy", dy)
     dx, dmeans = empty_like(xb), empty_like(xb)
-    means_b = _like("means", means)
-    others = {"dy_desc": dyb.desc, **({"means_desc": means_b.desc} if means_b else {})}
-    problem = lrn_problem(LRNDescriptor(size, alpha, beta, k), DivNormMode.PRECOMPUTED_MEANS, xb.desc, dx.desc,
-                          backward=True, others=others, has_means=means_b is not None)
-    dispatch(handle_for(xb, handle), "lrn", problem, xb, dx, means_b, dyb, dmeans,
-             _like("temp", temp), _like("temp2", temp2))
+    means_b, temp_b, temp2_b = _like("means", means), _like("temp", temp), _like("temp2", temp2)
+    problem = _lrn_problem(DivNormMode.PRECOMPUTED_MEANS, xb, dx, size, alpha, beta, k, backward=True, dy=dyb,
+                           means=means_b, temp=temp_b, temp2=temp2_b)
+    dispatch(handle_for(xb, handle), "lrn", problem, xb, dx, means_b, dyb, dmeans, temp_b, temp2_b)
     return to_caller_kind(dx.view, x), to_caller_kind(dmeans.view, x)
+
+
+# what these functions call the LRN descriptor's fields
+_LRN_NAMES = CallerNames({"n": "size", "x_desc": "x", "y_desc": "y"})
+
+
+def _lrn_problem(mode: LRNMode | DivNormMode, xb: Bound, out: Bound, size: int, alpha: float, beta: float, k: float,
+                 *, backward: bool = False, **others: Bound | None) -> LRNProblem:
+    """The problem of a call: ``others`` are the further tensors that share x's dims (dy, means,
+    temp, temp2), None where absent."""
+    descs = {bound.name: bound.desc for bound in others.values() if bound is not None}
+    try:
+        return lrn_problem(LRNDescriptor(size, alpha, beta, k), mode, xb.desc, out.desc, backward=backward,
+                           others=descs, has_means=others.get("means") is not None)
+    except OpenDnnError as error:
+        raise _LRN_NAMES.renamed(error) from None
 
 
 def _like(name: str, array: Any) -> Bound | None:

@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import enum
 import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor, check_same_dims
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_int, check_same_dims
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status, require
 
@@ -82,10 +81,11 @@ class LRNDescriptor:
     k: float = 2.0
 
     def __post_init__(self) -> None:
-        require(isinstance(self.n, int) and LRN_MIN_N <= self.n <= LRN_MAX_N,
-                f"n={self.n} must be an integer from {LRN_MIN_N} to {LRN_MAX_N}")
+        n = check_int("n", self.n)
+        require(LRN_MIN_N <= n <= LRN_MAX_N, f"n={self.n} must be an integer from {LRN_MIN_N} to {LRN_MAX_N}")
+        object.__setattr__(self, "n", n)
         for name in ("alpha", "beta", "k"):
-            require(math.isfinite(getattr(self, name)), f"{name}={getattr(self, name)} must be finite")
+            object.__setattr__(self, name, check_finite(name, getattr(self, name)))
         require(self.beta >= LRN_MIN_BETA, f"beta={self.beta} must be at least {LRN_MIN_BETA}")
         require(self.k >= LRN_MIN_K, f"k={self.k} must be at least {LRN_MIN_K}")
 
@@ -155,10 +155,8 @@ def lrn_problem(lrn_desc: LRNDescriptor, mode: LRNMode | DivNormMode, x_desc: Te
         require(x_desc.ndim in (4, 5), f"x_desc.ndim={x_desc.ndim} must be 4 or 5 for divisive normalization")
     else:
         require(x_desc.ndim >= 3, f"x_desc.ndim={x_desc.ndim} must be at least 3 (N, C, spatial...) for LRN")
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
-    return LRNProblem(lrn_desc, divisive, backward, x_desc, y_desc, float(alpha), float(beta), has_means,
-                      x_desc.dtype.compute_type)
+    return LRNProblem(lrn_desc, divisive, backward, x_desc, y_desc, check_finite("alpha", alpha),
+                      check_finite("beta", beta), has_means, x_desc.dtype.compute_type)
 
 
 # the float64 references --------------------------------------------------------------------------

@@ -13,8 +13,21 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, concatenated, descriptor
+from opendnn.core.samples import (
+    FLOAT_TYPES,
+    LAYOUTS,
+    ErrorSample,
+    Sample,
+    Tensors,
+    blend,
+    checked,
+    concatenated,
+    descriptor,
+    values,
+)
+from opendnn.families.lrn import functional as F
 from opendnn.families.lrn import problem as lrn
 from opendnn.families.lrn.api import (
     divisive_normalization_backward,
@@ -115,3 +128,11 @@ def samples(size: str = "small") -> Iterator[Sample]:
                          layout=layout)
     yield sample("divisive_normalization_backward", run_divisive_backward, "n3+means", DataType.FLOAT,
                  DIVISIVE_SHAPES[size][0], alpha=0.5, beta=0.25)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the LRN functions and their messages."""
+    return [
+        ErrorSample("LRN size 0", F.local_response_norm, lambda: {"x": values(2, 4, 3), "size": 0}, BadParam,
+                    "size=0 must be an integer from 1 to 16"),
+    ]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from opendnn.core.arrays import bind
-from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dispatch import dispatch
+from opendnn.core.descriptors import TensorDescriptor, check_member
+from opendnn.core.dispatch import dispatch, require_handle
 from opendnn.core.errors import BadParam, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.families.matmul.problem import BiasAxis, MatmulProblem, matmul_problem
@@ -27,7 +27,8 @@ class MatmulEpilogue:
         bias_desc, bias: a vector of N (bias_axis COLUMN, torch's linear) or M (ROW) elements, or None.
         bias_axis: BiasAxis or its value ("column", "row").
         activation: a forward activation (``PointwiseMode.RELU_FWD``, ``GELU_FWD``, ...) or None.
-        coef: the activation's parameter (clipped relu's ceiling, elu's alpha, swish's and softplus's beta).
+        coef: the activation's parameter (clipped relu's ceiling, elu's alpha, swish's and softplus's beta);
+            None for its default (the pointwise problem.py's ACTIVATION_TABLE: 1.0 for elu, swish and softplus).
         residual_desc, residual: a tensor of C's dims added after the activation, or None.
         a_scale, b_scale: per-tensor scales multiplying the product (fp8 inputs' dequantization).
     """
@@ -36,16 +37,16 @@ class MatmulEpilogue:
     bias: Any = None
     bias_axis: BiasAxis = BiasAxis.COLUMN
     activation: PointwiseMode | None = None
-    coef: float = 0.0
+    coef: float | None = None
     residual_desc: TensorDescriptor | None = None
     residual: Any = None
     a_scale: float = 1.0
     b_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bias_axis", BiasAxis(self.bias_axis))
+        object.__setattr__(self, "bias_axis", check_member("bias_axis", BiasAxis, self.bias_axis))
         if self.activation is not None:
-            object.__setattr__(self, "activation", PointwiseMode(self.activation))
+            object.__setattr__(self, "activation", check_member("activation", PointwiseMode, self.activation))
         for name in ("bias", "residual"):
             given = getattr(self, f"{name}_desc") is not None, getattr(self, name) is not None
             require(given[0] == given[1], f"{name}_desc and {name} must be given together (got "
@@ -86,7 +87,7 @@ def _problem(handle: Handle, a_desc: TensorDescriptor, b_desc: TensorDescriptor,
     """The validated problem, from the handle's algorithm cache when these descriptors and
     parameters were seen before (validation is a pure function of them, and a repeated call, as in
     a training loop, then skips it)."""
-    tf32 = handle.math_type is MathType.TENSOR_OP
+    tf32 = require_handle(handle).math_type is MathType.TENSOR_OP
     key = ("matmul", a_desc, b_desc, c_desc, alpha, beta, epilogue.bias_desc, epilogue.bias_axis,
            epilogue.activation, epilogue.coef, epilogue.residual_desc, epilogue.a_scale, epilogue.b_scale, tf32)
     problem = handle.algorithm_cache.get(key)

@@ -10,7 +10,7 @@ rules, and its float64 NumPy reference.
 - ``bias`` is a vector of N elements added to every row (``BiasAxis.COLUMN``, torch's linear) or of
   M elements added to every column (``BiasAxis.ROW``);
 - ``act`` is any forward activation of the pointwise family (``PointwiseMode.*_FWD``, with its
-  ``coef``), or none;
+  ``coef``), or none (None or IDENTITY);
 - ``residual`` is a tensor of C's dims (any strides and float dtype) added after the activation.
 
 With beta == 0 the prior content of C is never read. Inputs: A and B both FLOAT, HALF, BFLOAT16 or
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_member
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.memo import cached_hash, memoized
-from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.problem import PointwiseMode, resolved_coef
 from opendnn.families.pointwise.problem import reference as pointwise_reference
 
 INPUT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
@@ -93,7 +93,7 @@ class MatmulProblem:
 def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: TensorDescriptor, *,
                    alpha: float = 1.0, beta: float = 0.0, bias_desc: TensorDescriptor | None = None,
                    bias_axis: BiasAxis | str = BiasAxis.COLUMN, activation: PointwiseMode | None = None,
-                   coef: float = 0.0, residual_desc: TensorDescriptor | None = None, a_scale: float = 1.0,
+                   coef: float | None = None, residual_desc: TensorDescriptor | None = None, a_scale: float = 1.0,
                    b_scale: float = 1.0, allow_tf32: bool = False,
                    fast_fp8_accumulation: bool = False) -> MatmulProblem:
     """The shape and dtype rules of a matrix product.
@@ -101,7 +101,7 @@ def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: T
     ``allow_tf32`` lets FLOAT inputs use TF32; ``fast_fp8_accumulation`` lets fp8 products skip the
     periodic promotion of the tensor cores' partial sums to full fp32 (cuBLASLt's FAST_ACCUM: a few
     percent faster, relative error about 1e-3 instead of 1e-6). Both come from the handle's
-    TENSOR_OP math type.
+    TENSOR_OP math type. ``coef`` None is the activation's default (``resolved_coef``).
 
     Raises:
         BadParam: fewer than 2 dims, inner dims that differ, batch dims that do not broadcast, C not
@@ -122,7 +122,7 @@ def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: T
     require(c_desc.dims == expected, f"c_desc.dims={list(c_desc.dims)} must equal {list(expected)}, the broadcast "
                                      f"batch dims then (M, N), for {shapes}", Status.BAD_PARAM_SHAPE_MISMATCH)
     compute = _check_dtypes(a_desc, b_desc, c_desc, shapes)
-    axis = BiasAxis(bias_axis)
+    axis = check_member("bias_axis", BiasAxis, bias_axis)
     if bias_desc is not None:
         length = n if axis is BiasAxis.COLUMN else m
         require(bias_desc.dims == (length,),
@@ -135,15 +135,19 @@ def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: T
                 Status.BAD_PARAM_SHAPE_MISMATCH)
         _check_float("residual_desc", residual_desc)
     if activation is not None:
-        activation = PointwiseMode(activation)
-        require(activation in ACTIVATIONS, f"activation={activation.name} must be a forward activation "
-                                           f"({', '.join(m.name for m in ACTIVATIONS)})")
-    for name, value in (("alpha", alpha), ("beta", beta), ("coef", coef), ("a_scale", a_scale),
-                        ("b_scale", b_scale)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
-    return MatmulProblem(a_desc, b_desc, c_desc, batch, m, n, k, float(alpha), float(beta), bias_desc, axis,
-                         activation, float(coef), residual_desc, float(a_scale) * float(b_scale), bool(allow_tf32),
-                         bool(fast_fp8_accumulation), compute)
+        activation = check_member("activation", PointwiseMode, activation)
+        require(activation in ACTIVATIONS or activation is PointwiseMode.IDENTITY,
+                f"activation={activation.name} must be a forward activation or IDENTITY "
+                f"({', '.join(m.name for m in ACTIVATIONS)})")
+        coef = resolved_coef(activation, coef)
+        if activation is PointwiseMode.IDENTITY:
+            activation = None  # backends see *_FWD activations only
+    else:
+        coef = 0.0 if coef is None else check_finite("coef", coef)
+    alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
+    scale = check_finite("a_scale", a_scale) * check_finite("b_scale", b_scale)
+    return MatmulProblem(a_desc, b_desc, c_desc, batch, m, n, k, alpha, beta, bias_desc, axis, activation, coef,
+                         residual_desc, scale, bool(allow_tf32), bool(fast_fp8_accumulation), compute)
 
 
 def _broadcast_batch(batch_a: tuple[int, ...], batch_b: tuple[int, ...], shapes: str) -> tuple[int, ...]:

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
+from opendnn.families.matmul import functional as F
 from opendnn.families.matmul.api import MatmulEpilogue, matmul
 from opendnn.families.matmul.problem import ACTIVATIONS, BiasAxis, reference
 
@@ -101,3 +103,23 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield sample(f"{bias}+{activation.value}", dtype, layout=LAYOUTS[index % 3])
     yield sample("bias_row+residual", DataType.DOUBLE, layout="subregion")
     yield sample("bias_col+swish_fwd+residual", beta=1.0, shape=tuple(batch) + (1, k, n))
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the matrix products and their messages."""
+    return [
+        ErrorSample("inner dims differ", F.matmul, lambda: {"a": values(2, 3), "b": values(4, 5)}, BadParam,
+                    "a.dims[-1]=3 must equal b.dims[-2]=4"),
+        ErrorSample("residual of another shape", F.matmul,
+                    lambda: {"a": values(3), "b": values(3, 4), "residual": values(5)}, BadParam,
+                    "residual.shape=[5] must equal the result's shape [4]"),
+        ErrorSample("clipped relu without its ceiling", F.matmul,
+                    lambda: {"a": values(2, 3), "b": values(3, 4), "activation": "clipped_relu"}, BadParam,
+                    "coef=None: CLIPPED_RELU needs its ceiling"),
+        ErrorSample("unknown activation", F.matmul,
+                    lambda: {"a": values(2, 3), "b": values(3, 4), "activation": "mish"}, BadParam,
+                    "activation='mish' is not a forward activation"),
+        ErrorSample("linear weight of other in_features", F.linear,
+                    lambda: {"x": values(2, 3), "weight": values(4, 5)}, BadParam,
+                    "x.shape=(2, 3) must end with weight.shape[1]=5"),
+    ]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor, check_same_dims
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_int, check_member, check_same_dims
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status, require
 
@@ -73,11 +73,14 @@ class NormDescriptor:
     groups: int = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", NormMode(self.mode))
-        require(math.isfinite(self.epsilon) and self.epsilon >= 0,
-                f"epsilon={self.epsilon} must be finite and at least 0")
-        require(self.normalized_ndim >= 1, f"normalized_ndim={self.normalized_ndim} must be at least 1")
-        require(self.groups >= 1, f"groups={self.groups} must be at least 1")
+        object.__setattr__(self, "mode", check_member("mode", NormMode, self.mode))
+        epsilon = check_finite("epsilon", self.epsilon)
+        require(epsilon >= 0, f"epsilon={self.epsilon} must be finite and at least 0")
+        object.__setattr__(self, "epsilon", epsilon)
+        for name in ("normalized_ndim", "groups"):
+            value = check_int(name, getattr(self, name))
+            require(value >= 1, f"{name}={value} must be at least 1")
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -190,12 +193,10 @@ def norm_problem(norm_desc: NormDescriptor, x_desc: TensorDescriptor, y_desc: Te
     if stats_desc is not None:
         _check_dims("stats_desc", stats_desc, stats_dims(mode, dims, norm_desc.normalized_ndim, groups))
         require(stats_desc.dtype is compute, f"stats_desc.dtype={stats_desc.dtype.name} must be {compute.name}")
-    for name, value in (("alpha", alpha), ("beta", beta), ("dparam_alpha", dparam_alpha),
-                        ("dparam_beta", dparam_beta)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
     return NormProblem(mode, x_desc, y_desc, scale_desc, bias_desc, stats_desc, dy_desc, dscale_desc,
-                       norm_desc.normalized_ndim, groups, float(norm_desc.epsilon), float(alpha), float(beta),
-                       float(dparam_alpha), float(dparam_beta), has_mean and mode is not NormMode.RMS_NORM, compute)
+                       norm_desc.normalized_ndim, groups, norm_desc.epsilon, check_finite("alpha", alpha),
+                       check_finite("beta", beta), check_finite("dparam_alpha", dparam_alpha),
+                       check_finite("dparam_beta", dparam_beta), has_mean and mode is not NormMode.RMS_NORM, compute)
 
 
 def _check_dims(name: str, desc: TensorDescriptor, expected: tuple[int, ...]) -> None:

@@ -15,8 +15,21 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, concatenated, descriptor
+from opendnn.core.samples import (
+    FLOAT_TYPES,
+    LAYOUTS,
+    ErrorSample,
+    Sample,
+    Tensors,
+    blend,
+    checked,
+    concatenated,
+    descriptor,
+    values,
+)
+from opendnn.families.normalization import functional as F
 from opendnn.families.normalization import problem as normalization
 from opendnn.families.normalization.api import (
     normalization_backward,
@@ -129,3 +142,19 @@ def samples(size: str = "small") -> Iterator[Sample]:
                      beta=0.25, layout="subregion")
     yield sample("normalization_forward_training", run_norm_forward, "RMS_NORM/2", DataType.BFLOAT16, shape,
                  alpha=2.0, beta=0.5)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the normalizations and their messages."""
+    return [
+        ErrorSample("normalized_shape not x's trailing dims", F.layer_norm,
+                    lambda: {"x": values(2, 3, 4), "normalized_shape": (3,)}, BadParam,
+                    "normalized_shape=[3] must be the trailing dims of x.shape=[2, 3, 4]"),
+        ErrorSample("weight of another shape", F.layer_norm,
+                    lambda: {"x": values(2, 3, 4), "normalized_shape": (4,), "weight": values(5)}, BadParam,
+                    "weight.shape=(5,) must be (4,)"),
+        ErrorSample("negative eps", F.group_norm, lambda: {"x": values(2, 4, 3), "num_groups": 2, "eps": -1.0},
+                    BadParam, "eps=-1.0 must be finite and at least 0"),
+        ErrorSample("num_groups not dividing C", F.group_norm, lambda: {"x": values(2, 4, 3), "num_groups": 3},
+                    BadParam, "x.dims[1]=4 must be a multiple of num_groups=3"),
+    ]

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from opendnn.core.arrays import bind
-from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_same_dims
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_member, check_same_dims
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
-from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
+from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem, resolved_coef
 
 
 class ActivationMode(enum.Enum):
@@ -30,9 +29,6 @@ class ActivationMode(enum.Enum):
     SOFTPLUS = "softplus"  # coef: beta
 
 
-_DEFAULT_COEF = {ActivationMode.ELU: 1.0, ActivationMode.SWISH: 1.0, ActivationMode.SOFTPLUS: 1.0}
-
-
 @dataclass(frozen=True)
 class ActivationDescriptor:
     """An activation and its parameter.
@@ -41,7 +37,10 @@ class ActivationDescriptor:
         mode: ActivationMode.
         nan_opt: NanPropagation for relu and clipped relu.
         coef: clipped relu's ceiling (required, > 0), elu's alpha, swish's and softplus's beta
-            (each 1.0 when None); ignored by the other modes.
+            (each 1.0 when None: problem.py's ACTIVATION_TABLE); ignored by the other modes.
+
+    Raises:
+        BadParam: a mode or nan_opt out of range, a coef against the mode's rule.
     """
 
     mode: ActivationMode
@@ -49,15 +48,9 @@ class ActivationDescriptor:
     coef: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", ActivationMode(self.mode))
-        object.__setattr__(self, "nan_opt", NanPropagation(self.nan_opt))
-        coef = _DEFAULT_COEF.get(self.mode, 0.0) if self.coef is None else float(self.coef)
-        require(math.isfinite(coef), f"coef={coef} must be finite")
-        if self.mode is ActivationMode.CLIPPED_RELU:
-            require(coef > 0, f"coef={coef} must be above 0: it is the ceiling of CLIPPED_RELU")
-        if self.mode in (ActivationMode.SOFTPLUS, ActivationMode.SWISH):
-            require(coef > 0, f"coef={coef} must be above 0: it is the beta of {self.mode.name}")
-        object.__setattr__(self, "coef", coef)
+        object.__setattr__(self, "mode", check_member("mode", ActivationMode, self.mode))
+        object.__setattr__(self, "nan_opt", check_member("nan_opt", NanPropagation, self.nan_opt))
+        object.__setattr__(self, "coef", resolved_coef(self.forward_mode, self.coef))
 
     @property
     def forward_mode(self) -> PointwiseMode:

@@ -13,13 +13,26 @@ import numpy as np
 from opendnn.core.arrays import Bound, allocate, as_native, broadcast_to, empty_like, index_along, packed_like, wrap
 from opendnn.core.caller_arrays import shaped, to_caller_kind
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import TensorDescriptor, TensorFormat
+from opendnn.core.descriptors import (
+    TensorDescriptor,
+    TensorFormat,
+    check_dtype,
+    check_int,
+    check_ints,
+    check_member,
+)
 from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
-from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem, pointwise_problem
+from opendnn.families.pointwise.problem import (
+    ACTIVATION_NAMES,
+    PointwiseMode,
+    PointwiseProblem,
+    pointwise_problem,
+    resolved_coef,
+)
 
 _FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataType.DOUBLE: 3}
 _RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
@@ -27,9 +40,13 @@ _RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT
                PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
 
 
-def _result_dtype(descs: Sequence[TensorDescriptor]) -> DataType:
-    """The inputs' common dtype: the widest float among them (half with bfloat16 gives float)."""
-    dtypes = {d.dtype for d in descs}
+def _result_dtype(mode: PointwiseMode, descs: Sequence[TensorDescriptor]) -> DataType:
+    """The result's dtype: booleans for relational and logical modes, else the inputs' common dtype,
+    the widest float among them (half with bfloat16 gives float); where's condition takes no part,
+    as in NumPy and torch."""
+    if mode in _RELATIONAL:
+        return DataType.BOOLEAN
+    dtypes = {d.dtype for d in (descs[:2] if mode is PointwiseMode.BINARY_SELECT else descs)}
     if len(dtypes) == 1:
         return dtypes.pop()
     floats = [d for d in dtypes if d.is_floating]
@@ -40,13 +57,15 @@ def _result_dtype(descs: Sequence[TensorDescriptor]) -> DataType:
 
 
 def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, dtype: DataType | None = None,
-               **parameters: Any) -> Any:
-    inputs = [wrap(name, a) for name, a in zip(_NAMES[len(arrays)], arrays)]
+               names: tuple[str, ...] | None = None, **parameters: Any) -> Any:
+    """``mode`` of ``arrays``, which the caller calls ``names`` (default: the mode's ARGUMENT_NAMES)."""
+    names = names or ARGUMENT_NAMES[mode]
+    inputs = [wrap(name, a) for name, a in zip(names, arrays)]
     # a tensor (not 0-d) is its wrap's view, of the wrap's dims: its shape needs no asking
     shapes = [b.desc.dims if b.view is a else tuple(as_native(a).shape) for b, a in zip(inputs, arrays)]
     if shapes.count(shapes[0]) == len(shapes):  # no broadcasting: the output's layout is the inputs' alone
         shape = shapes[0]
-        like, problem = _same_shape_problem(mode, tuple(b.desc for b in inputs), shape, dtype, **parameters)
+        like, problem = _same_shape_problem(mode, tuple(b.desc for b in inputs), names, shape, dtype, **parameters)
         output = allocate(inputs[like], problem.output)
     else:
         shape, inputs, output = _broadcast(mode, inputs, arrays, shapes, dtype)
@@ -55,18 +74,20 @@ def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, 
     return to_caller_kind(shaped(output.view, shape), arrays[0])
 
 
-_NAMES = {count: ("x",) if count == 1 else tuple(f"x{k}" for k in range(count)) for count in range(1, 4)}
+# what the Pythonic functions call the inputs of each mode
+ARGUMENT_NAMES = {mode: ("a", "b", "condition") if mode is PointwiseMode.BINARY_SELECT
+                  else ("dy", "x") if mode.value.endswith("_bwd") else ("a", "b") if mode.arity == 2 else ("x",)
+                  for mode in PointwiseMode}
 
 
 @memoized  # the inputs' layouts repeat from call to call
-def _same_shape_problem(mode: PointwiseMode, descs: tuple[TensorDescriptor, ...], shape: tuple[int, ...],
-                        dtype: DataType | None, **parameters: Any) -> tuple[int, PointwiseProblem]:
+def _same_shape_problem(mode: PointwiseMode, descs: tuple[TensorDescriptor, ...], names: tuple[str, ...],
+                        shape: tuple[int, ...], dtype: DataType | None,
+                        **parameters: Any) -> tuple[int, PointwiseProblem]:
     """(the input whose memory order and device the output takes, the problem) for inputs of one
     shape: the output is packed in that input's memory order."""
     like = next((k for k, d in enumerate(descs) if 0 not in d.strides), 0)
-    if dtype is None:
-        dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype(descs)
-    names = _NAMES[len(descs)]
+    dtype = dtype or _result_dtype(mode, descs)
     # the rules read the names and descriptors alone: these Bounds have no memory
     inputs = [Bound(name, desc, None, "") for name, desc in zip(names, descs)]
     output = Bound(names[like], packed_like(descs[like], dtype, shape or (1,)), None, "")
@@ -84,9 +105,7 @@ def _broadcast(mode: PointwiseMode, inputs: list[Bound], arrays: tuple[Any, ...]
     dims = shape or (1,)
     inputs = [broadcast_to(b, dims) for b in inputs]
     like = next((b for b in inputs if 0 not in b.desc.strides), inputs[0])
-    if dtype is None:
-        dtype = DataType.BOOLEAN if mode in _RELATIONAL else _result_dtype([b.desc for b in inputs])
-    return shape, inputs, empty_like(like, dtype, dims)
+    return shape, inputs, empty_like(like, dtype or _result_dtype(mode, [b.desc for b in inputs]), dims)
 
 
 # activations, forward ------------------------------------------------------------------------
@@ -98,13 +117,15 @@ def relu(x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -
 
 def clipped_relu(x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """min(max(x, 0), ceiling) (relu6 for ceiling 6)."""
-    require(ceiling > 0, f"ceiling={ceiling} must be above 0")
-    return _pointwise(PointwiseMode.CLIPPED_RELU_FWD, x, coef=ceiling, propagate_nan=propagate_nan, handle=handle)
+    mode = PointwiseMode.CLIPPED_RELU_FWD
+    return _pointwise(mode, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan,
+                      handle=handle)
 
 
 def elu(x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
     """x if x > 0 else alpha * (exp(x) - 1)."""
-    return _pointwise(PointwiseMode.ELU_FWD, x, coef=alpha, handle=handle)
+    return _pointwise(PointwiseMode.ELU_FWD, x, coef=resolved_coef(PointwiseMode.ELU_FWD, alpha, "alpha"),
+                      handle=handle)
 
 
 def gelu(x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
@@ -123,14 +144,14 @@ def tanh(x: Any, *, handle: Handle | None = None) -> Any:
 
 def softplus(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
     """log(1 + exp(beta * x)) / beta."""
-    require(beta > 0, f"beta={beta} must be above 0")
-    return _pointwise(PointwiseMode.SOFTPLUS_FWD, x, coef=beta, handle=handle)
+    mode = PointwiseMode.SOFTPLUS_FWD
+    return _pointwise(mode, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
 
 
 def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
     """x * sigmoid(beta * x) (silu for beta 1)."""
-    require(beta > 0, f"beta={beta} must be above 0")
-    return _pointwise(PointwiseMode.SWISH_FWD, x, coef=beta, handle=handle)
+    return _pointwise(PointwiseMode.SWISH_FWD, x, coef=resolved_coef(PointwiseMode.SWISH_FWD, beta, "beta"),
+                      handle=handle)
 
 
 # activations, backward: dx = dy * f'(x) ------------------------------------------------------
@@ -141,12 +162,14 @@ def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handl
 
 def clipped_relu_backward(dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False,
                           handle: Handle | None = None) -> Any:
-    return _pointwise(PointwiseMode.CLIPPED_RELU_BWD, dy, x, coef=ceiling, propagate_nan=propagate_nan,
+    mode = PointwiseMode.CLIPPED_RELU_BWD
+    return _pointwise(mode, dy, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan,
                       handle=handle)
 
 
 def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
-    return _pointwise(PointwiseMode.ELU_BWD, dy, x, coef=alpha, handle=handle)
+    return _pointwise(PointwiseMode.ELU_BWD, dy, x, coef=resolved_coef(PointwiseMode.ELU_BWD, alpha, "alpha"),
+                      handle=handle)
 
 
 def gelu_backward(dy: Any, x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
@@ -162,11 +185,13 @@ def tanh_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
 
 
 def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
-    return _pointwise(PointwiseMode.SOFTPLUS_BWD, dy, x, coef=beta, handle=handle)
+    mode = PointwiseMode.SOFTPLUS_BWD
+    return _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
 
 
 def swish_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
-    return _pointwise(PointwiseMode.SWISH_BWD, dy, x, coef=beta, handle=handle)
+    mode = PointwiseMode.SWISH_BWD
+    return _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
 
 
 def _gelu_mode(approximate: str, suffix: str) -> PointwiseMode:
@@ -177,9 +202,11 @@ def _gelu_mode(approximate: str, suffix: str) -> PointwiseMode:
 
 # arithmetic, mathematical, relational and logical ----------------------------------------------
 
-def pointwise(mode: PointwiseMode, *inputs: Any, coef: float = 0.0, handle: Handle | None = None) -> Any:
-    """Any PointwiseMode applied to broadcast inputs (as many as the mode's arity)."""
-    return _pointwise(PointwiseMode(mode), *inputs, coef=coef, handle=handle)
+def pointwise(mode: PointwiseMode, *inputs: Any, coef: float | None = None, handle: Handle | None = None) -> Any:
+    """Any PointwiseMode applied to broadcast inputs (as many as the mode's arity); ``coef`` None
+    is the mode's default coefficient (ACTIVATION_TABLE's)."""
+    names = tuple(f"inputs[{k}]" for k in range(len(inputs)))
+    return _pointwise(check_member("mode", PointwiseMode, mode), *inputs, coef=coef, names=names, handle=handle)
 
 
 def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
@@ -319,9 +346,9 @@ def where(condition: Any, a: Any, b: Any, *, handle: Handle | None = None) -> An
 
 def gen_index(x: Any, axis: int, *, dtype: Any = "int64", handle: Handle | None = None) -> Any:
     """An array shaped like x holding each element's index along ``axis`` (cuDNN's GEN_INDEX)."""
-    like = wrap("x", x)
+    like, axis = wrap("x", x), check_int("axis", axis)
     require(-like.desc.ndim <= axis < like.desc.ndim, f"axis={axis} must be in [-{like.desc.ndim}, {like.desc.ndim})")
-    output = empty_like(like, DataType.of(dtype))
+    output = empty_like(like, check_dtype("dtype", dtype))
     index = index_along(output, axis % like.desc.ndim)
     problem = pointwise_problem(PointwiseMode.IDENTITY, [index], output)
     dispatch(handle_for(like, handle), "pointwise", problem, [index], output)
@@ -344,12 +371,12 @@ def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1
     ndim = source.desc.ndim
     order = None
     if isinstance(layout, (str, TensorFormat)):
-        channels_last = TensorFormat(layout) is TensorFormat.NHWC
+        channels_last = check_member("layout", TensorFormat, layout) is TensorFormat.NHWC
         order = (0, *range(2, ndim), 1) if channels_last and ndim > 2 else tuple(range(ndim))
     elif layout is not None:
-        order = tuple(int(k) for k in layout)
+        order = check_ints("layout", layout)
         require(sorted(order) == list(range(ndim)), f"layout={layout} must order the dims 0..{ndim - 1}")
-    output = empty_like(source, DataType.of(dtype) if dtype is not None else None, order=order)
+    output = empty_like(source, check_dtype("dtype", dtype) if dtype is not None else None, order=order)
     problem = pointwise_problem(PointwiseMode.IDENTITY, [source], output, alpha=alpha)
     dispatch(handle_for(source, handle), "pointwise", problem, [source], output)
     return to_caller_kind(output.view, x)
@@ -358,13 +385,17 @@ def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1
 # the activation of a fused epilogue ------------------------------------------------------------
 
 def activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
-    """The *_FWD mode of a fused epilogue's activation, named as torch does ("relu", "silu",
-    "gelu_tanh", ...) or given as a PointwiseMode; None for none."""
+    """The mode of a fused epilogue's activation, named as torch does ("relu", "silu", "gelu_tanh",
+    "identity", ...: ``ACTIVATION_TABLE``'s names and aliases) or given as a PointwiseMode; None
+    for none.
+
+    Raises:
+        BadParam: a name that is not an activation's.
+    """
     if activation is None or isinstance(activation, PointwiseMode):
         return activation
-    name = str(activation).lower().removesuffix("_fwd")
-    name = {"silu": "swish", "gelu_tanh": "gelu_approx_tanh"}.get(name, name)
-    try:
-        return PointwiseMode(f"{name}_fwd")
-    except ValueError:
-        raise BadParam(f"activation={activation!r} is not a forward activation") from None
+    name = ACTIVATION_NAMES.get(str(activation).lower().removesuffix("_fwd"))
+    if name is None:
+        raise BadParam(f"activation={activation!r} is not a forward activation: None or one of "
+                       f"{', '.join(map(repr, ACTIVATION_NAMES))}")
+    return PointwiseMode.IDENTITY if name == "identity" else PointwiseMode(f"{name}_fwd")

@@ -7,7 +7,9 @@ op_tensor, add_tensor, scale_tensor, set_tensor and transform_tensor.
 Every mode computes ``out = alpha * f(s0 * in0, s1 * in1, in2) + beta * out`` elementwise, inputs
 broadcast (each dim equal to the output's or 1), arithmetic in float32 (float64 when any tensor is
 float64 or a 32/64-bit integer), ``coef`` the mode's parameter (clipped relu ceiling, elu alpha,
-swish and softplus beta).
+swish and softplus beta). ``ACTIVATION_TABLE`` is the one place an activation's coefficient is
+defined: what it means, torch's default, its rule; every call that takes an activation by name or
+mode (pointwise, the matmul and convolution epilogues, batch norm's fused forms) resolves it there.
 Backward modes take ``(dy, x)`` and give ``dx = dy * f'(x)``.
 """
 
@@ -22,9 +24,9 @@ import numpy as np
 
 from opendnn.core.activation_constants import GELU_TANH_CUBIC, GELU_TANH_SCALE
 from opendnn.core.arrays import Bound
-from opendnn.core.descriptors import TensorDescriptor, check_broadcastable
+from opendnn.core.descriptors import TensorDescriptor, check_broadcastable, check_finite, check_member
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam, require
 from opendnn.core.memo import cached_hash, memoized
 
 
@@ -102,6 +104,69 @@ ARITY = {mode: 3 if mode is PointwiseMode.BINARY_SELECT
 
 
 @dataclass(frozen=True)
+class Activation:
+    """An activation's entry in ACTIVATION_TABLE.
+
+    Attributes:
+        name: its PointwiseMode's value less ``_fwd`` / ``_bwd``.
+        aliases: other names the Pythonic API takes for it (torch's, where they differ).
+        coefficient: what ``coef`` is to it ("ceiling", "alpha", "beta"), None when it takes none.
+        default: the coefficient when the caller gives none: torch's default; None when the
+            caller must give it.
+        positive: the coefficient must be above 0.
+    """
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    coefficient: str | None = None
+    default: float | None = None
+    positive: bool = False
+
+
+ACTIVATION_TABLE = {entry.name: entry for entry in (
+    Activation("identity"),
+    Activation("relu"),
+    Activation("clipped_relu", coefficient="ceiling", positive=True),  # no default: relu6 is ceiling 6
+    Activation("elu", coefficient="alpha", default=1.0),
+    Activation("gelu"),
+    Activation("gelu_approx_tanh", aliases=("gelu_tanh",)),
+    Activation("sigmoid"),
+    Activation("tanh"),
+    Activation("softplus", coefficient="beta", default=1.0, positive=True),
+    Activation("swish", aliases=("silu",), coefficient="beta", default=1.0, positive=True),
+)}
+ACTIVATION_NAMES = {alias: entry.name for entry in ACTIVATION_TABLE.values() for alias in (entry.name, *entry.aliases)}
+
+
+def resolved_coef(mode: PointwiseMode, coef: float | None, name: str = "coef") -> float:
+    """The coefficient ``mode`` runs with: ``coef`` checked against the mode's rule in
+    ACTIVATION_TABLE, or the table's default when ``coef`` is None (0.0 for a mode without one).
+
+    Args:
+        name: what the caller calls ``coef`` (``beta``, ``alpha``, ``ceiling``), for the messages.
+
+    Raises:
+        BadParam: ``coef`` not a finite number, not above 0 where the rule says so, or None where
+            the mode has no default (clipped relu's ceiling).
+    """
+    entry = ACTIVATION_TABLE.get(_activation_name(mode))
+    if coef is None:
+        if entry is None or entry.coefficient is None:
+            return 0.0
+        if entry.default is None:
+            raise BadParam(f"{name}=None: {entry.name.upper()} needs its {entry.coefficient} (a number above 0)")
+        return entry.default
+    value = check_finite(name, coef)
+    if entry is not None and entry.positive and not value > 0:
+        raise BadParam(f"{name}={coef} must be above 0: it is the {entry.coefficient} of {entry.name.upper()}")
+    return value
+
+
+def _activation_name(mode: PointwiseMode) -> str:
+    return mode.value.removesuffix("_fwd").removesuffix("_bwd")
+
+
+@dataclass(frozen=True)
 class PointwiseProblem:
     """A validated pointwise call: descriptors and parameters, no memory."""
 
@@ -120,14 +185,15 @@ class PointwiseProblem:
 
 def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Bound, *, alpha: float = 1.0,
                       beta: float = 0.0, input_scales: Sequence[float] = (1.0, 1.0, 1.0),
-                      coef: float = 0.0, propagate_nan: bool = False,
+                      coef: float | None = None, propagate_nan: bool = False,
                       compute_type: DataType | None = None) -> PointwiseProblem:
     """The shape and dtype rules of every pointwise call. Arithmetic runs in ``compute_type``:
-    by default float64 when any tensor is float64, int32 or int64, else float32.
+    by default float64 when any tensor is float64, int32 or int64, else float32. ``coef`` None is
+    the mode's default (``resolved_coef``).
 
     Raises:
         BadParam: an input count that does not match the mode, an input that does not broadcast
-            to the output, a non-finite alpha, beta or scale.
+            to the output, a non-finite alpha, beta or scale, a coefficient against its rule.
     """
     return _pointwise_problem(mode, tuple((t.name, t.desc) for t in inputs), (output.name, output.desc), alpha,
                               beta, tuple(input_scales), coef, propagate_nan, compute_type)
@@ -136,27 +202,26 @@ def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Boun
 @memoized
 def _pointwise_problem(mode: PointwiseMode, inputs: tuple[tuple[str, TensorDescriptor], ...],
                        output: tuple[str, TensorDescriptor], alpha: float, beta: float,
-                       input_scales: tuple[float, ...], coef: float, propagate_nan: bool,
+                       input_scales: tuple[float, ...], coef: float | None, propagate_nan: bool,
                        compute_type: DataType | None) -> PointwiseProblem:
     """pointwise_problem of (name, descriptor) pairs: hashable, so memoized."""
-    mode = PointwiseMode(mode)
+    mode = check_member("mode", PointwiseMode, mode)
     require(len(inputs) == mode.arity,
             f"mode={mode.name} takes {mode.arity} inputs, got {len(inputs)}")
     output_name, output_desc = output
     for name, desc in inputs:
         check_broadcastable(f"{name}_desc", desc, f"{output_name}_desc", output_desc)
-    for name, value in (("alpha", alpha), ("beta", beta), ("coef", coef)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
-    scales = tuple(float(s) for s in input_scales) + (1.0,) * (3 - len(input_scales))
-    for k, scale in enumerate(scales):
-        require(math.isfinite(scale), f"input_scales[{k}]={scale} must be finite")
+    alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
+    coef = resolved_coef(mode, coef)
+    scales = tuple(check_finite(f"input_scales[{k}]", s) for k, s in enumerate(input_scales))
+    scales += (1.0,) * (3 - len(scales))
     descs = tuple(desc for _, desc in inputs)
     if compute_type is None:  # float64 also keeps 32- and 64-bit integers exact (to 2**53)
         wide = (DataType.DOUBLE, DataType.INT32, DataType.INT64)
         double = any(d.dtype in wide for d in (*descs, output_desc))
         compute_type = DataType.DOUBLE if double else DataType.FLOAT
-    return PointwiseProblem(mode, descs, output_desc, float(alpha), float(beta), scales[:3],
-                            float(coef), bool(propagate_nan), compute_type)
+    return PointwiseProblem(mode, descs, output_desc, alpha, beta, scales[:3], coef, bool(propagate_nan),
+                            compute_type)
 
 
 def reference(mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0.0,

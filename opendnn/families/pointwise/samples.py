@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.core.descriptors import NanPropagation
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+from opendnn.core.errors import BadParam
+from opendnn.core.handle import Handle, create
+from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
+from opendnn.families.pointwise import functional as F
 from opendnn.families.pointwise.activation_api import (
     ActivationDescriptor,
     ActivationMode,
@@ -199,3 +201,28 @@ def samples(size: str = "small") -> Iterator[Sample]:
     yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.INT32, out_dtype=DataType.FLOAT)
     for axis in range(len(shape)):
         yield sample("gen_index", run_gen_index, f"axis{axis}", DataType.INT64, layout="permuted")
+
+
+def _over_shifted_x() -> dict[str, Any]:
+    """activation_forward's arguments with y one element after x in one buffer: a partial overlap."""
+    buffer = values(7)
+    desc = TensorDescriptor("float32", (2, 3))
+    return {"handle": create("cpu"), "act_desc": ActivationDescriptor(ActivationMode.RELU), "alpha": 1.0,
+            "x_desc": desc, "x": buffer[:6], "beta": 0.0, "y_desc": desc, "y": buffer[1:]}
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the pointwise functions and their messages."""
+    return [
+        ErrorSample("softplus beta inf", F.softplus, lambda: {"x": values(4), "beta": float("inf")}, BadParam,
+                    "beta=inf must be finite"),
+        ErrorSample("swish beta 0", F.swish, lambda: {"x": values(4), "beta": 0.0}, BadParam,
+                    "beta=0.0 must be above 0: it is the beta of SWISH"),
+        ErrorSample("clipped relu without its ceiling", lambda mode, x: F.pointwise(mode, x),
+                    lambda: {"mode": PointwiseMode.CLIPPED_RELU_FWD, "x": values(4)}, BadParam,
+                    "coef=None: CLIPPED_RELU needs its ceiling"),
+        ErrorSample("activation mode out of range", ActivationDescriptor, lambda: {"mode": 5}, BadParam,
+                    "mode=5 must be an ActivationMode: one of ActivationMode.SIGMOID"),
+        ErrorSample("y over a shifted x", activation_forward, _over_shifted_x, BadParam,
+                    "y and x overlap in memory"),
+    ]

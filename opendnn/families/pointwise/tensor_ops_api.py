@@ -6,15 +6,24 @@ All of them are one pointwise problem: ``out = alpha * f(s0 * in0, s1 * in1, in2
 from __future__ import annotations
 
 import enum
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opendnn.core.arrays import Bound, bind, constant_like, index_along
-from opendnn.core.descriptors import TensorDescriptor, check_broadcastable, check_same_dims
+from opendnn.core.descriptors import (
+    TensorDescriptor,
+    check_broadcastable,
+    check_dtype,
+    check_finite,
+    check_int,
+    check_member,
+    check_same_dims,
+)
 from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import require
+from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
 from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
 
@@ -39,29 +48,36 @@ class OpTensorDescriptor:
     propagate_nan: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "op", OpTensorOp(self.op))
-        compute = DataType.of(self.compute_type)
+        object.__setattr__(self, "op", check_member("op", OpTensorOp, self.op))
+        compute = check_dtype("compute_type", self.compute_type)
         require(compute in (DataType.FLOAT, DataType.DOUBLE),
                 f"compute_type={compute.name} must be FLOAT or DOUBLE")
         object.__setattr__(self, "compute_type", compute)
 
 
 def pointwise(handle: Handle, mode: PointwiseMode, alpha: float, inputs: Sequence[tuple[TensorDescriptor, Any]],
-              beta: float, y_desc: TensorDescriptor, y: Any, *, coef: float = 0.0,
+              beta: float, y_desc: TensorDescriptor, y: Any, *, coef: float | None = None,
               propagate_nan: bool = False) -> None:
     """``y = alpha * mode(*inputs) + beta * y`` with each input's dims equal to y's or 1.
 
     Args:
         inputs: (descriptor, array) pairs, as many as the mode's arity.
+        coef: the mode's coefficient; None for its default (problem.py's ACTIVATION_TABLE).
     """
-    mode = PointwiseMode(mode)
+    mode = check_member("mode", PointwiseMode, mode)
     bound = [bind(f"inputs[{k}]", desc, array) for k, (desc, array) in enumerate(inputs)]
     _run(handle, mode, bound, bind("y", y_desc, y, output=True), alpha=alpha, beta=beta,
          coef=coef, propagate_nan=propagate_nan)
 
 
 def set_tensor(handle: Handle, y_desc: TensorDescriptor, y: Any, value: float) -> None:
-    """Every element of y becomes ``value`` (converted to y's dtype)."""
+    """Every element of y becomes ``value`` (converted to y's dtype; NaN and infinities too).
+
+    Raises:
+        BadParam: a value that is not a real number, ...
+    """
+    if not isinstance(value, numbers.Real):  # (the message is formatted only on failure)
+        raise BadParam(f"value={value!r} must be a real number")
     yb = bind("y", y_desc, y, output=True)
     _run(handle, PointwiseMode.IDENTITY, [constant_like(yb, value)], yb)
 
@@ -85,12 +101,13 @@ def op_tensor(handle: Handle, op_desc: OpTensorDescriptor, alpha1: float, a_desc
     """``c = op(alpha1 * a, alpha2 * b) + beta * c``; a has c's dims, b broadcasts to them.
     SQRT and NOT read a only (b is still checked)."""
     require(isinstance(op_desc, OpTensorDescriptor), f"op_desc={op_desc!r} must be an OpTensorDescriptor")
+    scales = check_finite("alpha1", alpha1), check_finite("alpha2", alpha2)
     ab, bb = bind("a", a_desc, a), bind("b", b_desc, b)
     cb = bind("c", c_desc, c, output=True)
     check_same_dims("a_desc", a_desc, "c_desc", c_desc)
     check_broadcastable("b_desc", b_desc, "c_desc", c_desc)
     mode = op_desc.op.value
-    _run(handle, mode, [ab, bb][:mode.arity], cb, beta=beta, input_scales=(alpha1, alpha2),
+    _run(handle, mode, [ab, bb][:mode.arity], cb, beta=beta, input_scales=scales,
          propagate_nan=op_desc.propagate_nan, compute_type=op_desc.compute_type)
 
 
@@ -104,7 +121,7 @@ def transform_tensor(handle: Handle, alpha: float, x_desc: TensorDescriptor, x: 
 
 def gen_index(handle: Handle, axis: int, y_desc: TensorDescriptor, y: Any) -> None:
     """Each element of y becomes its index along ``axis`` (cuDNN's GEN_INDEX)."""
-    yb = bind("y", y_desc, y, output=True)
+    yb, axis = bind("y", y_desc, y, output=True), check_int("axis", axis)
     require(-yb.desc.ndim <= axis < yb.desc.ndim, f"axis={axis} must be in [-{yb.desc.ndim}, {yb.desc.ndim})")
     _run(handle, PointwiseMode.IDENTITY, [index_along(yb, axis % yb.desc.ndim)], yb)
 

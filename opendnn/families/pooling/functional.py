@@ -15,23 +15,17 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.caller_names import CallerNames
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import NanPropagation
+from opendnn.core.descriptors import NanPropagation, check_ints
 from opendnn.core.dispatch import dispatch
-from opendnn.core.errors import BadParam, require
+from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
 from opendnn.families.pointwise.tensor_ops_api import set_tensor
 from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
 
 Size = int | Sequence[int]
-
-
-def _per_dim(name: str, value: Size, spatial: int) -> tuple[int, ...]:
-    values = (int(value),) * spatial if isinstance(value, int) else tuple(int(v) for v in value)
-    if len(values) != spatial:  # (messages are formatted only on failure: these run for every call)
-        raise BadParam(f"{name}={value} must be an int or {spatial} ints, one per spatial dim")
-    return values
 
 
 def _spatial(x: Bound) -> int:
@@ -41,23 +35,34 @@ def _spatial(x: Bound) -> int:
     return spatial
 
 
+# what these functions call the pooling descriptor's fields and the problem's tensors
+_NAMES = CallerNames({"window": "kernel_size", "x_desc": "x", "y_desc": "y", "dy_desc": "dy"})
+_AVERAGE_BACKWARD_NAMES = CallerNames({"window": "kernel_size", "x_desc": "x", "y_desc": "dy", "dy_desc": "dy"})
+
+
 def _descriptor(mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | None, padding: Size,
                 propagate_nan: bool = False) -> PoolingDescriptor:
-    return _pool_descriptor(mode, _spatial(x), kernel_size, stride, padding, propagate_nan)
+    try:
+        return _pool_descriptor(mode, _spatial(x), kernel_size, stride, padding, propagate_nan)
+    except OpenDnnError as error:
+        raise _NAMES.renamed(error) from None
 
 
 @memoized  # a layer's window repeats on every call
 def _pool_descriptor(mode: PoolingMode, spatial: int, kernel_size: Size, stride: Size | None, padding: Size,
                      propagate_nan: bool) -> PoolingDescriptor:
-    window = _per_dim("kernel_size", kernel_size, spatial)
-    steps = window if stride is None else _per_dim("stride", stride, spatial)
+    window = check_ints("kernel_size", kernel_size, spatial)
+    steps = window if stride is None else check_ints("stride", stride, spatial)
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
-    return PoolingDescriptor(mode, nan_opt, window, _per_dim("padding", padding, spatial), steps)
+    return PoolingDescriptor(mode, nan_opt, window, check_ints("padding", padding, spatial), steps)
 
 
 def _forward(pool: PoolingDescriptor, xb: Bound, x: Any, ceil_mode: bool, handle: Handle | None) -> Any:
-    yb = empty_like(xb, dims=pooled_dims(pool, xb.desc, ceil_mode))
-    problem = pooling_problem(pool, xb.desc, yb.desc, ceil_mode=ceil_mode)
+    try:
+        yb = empty_like(xb, dims=pooled_dims(pool, xb.desc, ceil_mode))
+        problem = pooling_problem(pool, xb.desc, yb.desc, ceil_mode=ceil_mode)
+    except OpenDnnError as error:
+        raise _NAMES.renamed(error) from None
     dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None)
     return to_caller_kind(yb.view, x)
 
@@ -67,7 +72,10 @@ def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode
     xb, dyb = wrap("x", x), wrap("dy", dy)
     yb = wrap("y", y) if y is not None else dyb  # the averages never read y
     dxb = empty_like(xb)
-    problem = pooling_problem(pool, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc, ceil_mode=ceil_mode)
+    try:
+        problem = pooling_problem(pool, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc, ceil_mode=ceil_mode)
+    except OpenDnnError as error:
+        raise (_NAMES if y is not None else _AVERAGE_BACKWARD_NAMES).renamed(error) from None
     dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, dyb, dxb)
     return to_caller_kind(dxb.view, x)
 
@@ -116,7 +124,7 @@ def _cells(size: int, out: int) -> list[tuple[int, int]]:
 
 
 def _adaptive_cells(x: Bound, output_size: Size) -> tuple[tuple[int, ...], list[list[tuple[int, int]]]]:
-    out = _per_dim("output_size", output_size, _spatial(x))
+    out = check_ints("output_size", output_size, _spatial(x))
     for k, o in enumerate(out):
         require(o >= 1, f"output_size[{k}]={o} must be at least 1")
     return out, [_cells(n, o) for n, o in zip(x.desc.dims[2:], out)]
@@ -155,13 +163,19 @@ def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_na
 
 def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle: Handle | None) -> Any:
     xb, dyb = wrap("x", x), wrap("dy", dy)
+    if dyb.desc.dims[:2] != xb.desc.dims[:2] or dyb.desc.ndim != xb.desc.ndim:  # dy's dims give the windows
+        raise BadParam(f"dy.shape={list(dyb.desc.dims)} must be (N, C, *output_size) for x.shape="
+                       f"{list(xb.desc.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH)
+    yb = wrap("y", y) if y is not None else dyb
+    if yb.desc.dims != dyb.desc.dims:
+        raise BadParam(f"y.shape={list(yb.desc.dims)} must equal dy.shape={list(dyb.desc.dims)}",
+                       Status.BAD_PARAM_SHAPE_MISMATCH)
     out, cells = _adaptive_cells(xb, dyb.desc.dims[2:])
     sizes = xb.desc.dims[2:]
     if _uniform(sizes, out):
         window = tuple(n // o for n, o in zip(sizes, out))
         pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
         return _backward(pool, dy, x, y, False, handle)
-    yb = wrap("y", y) if y is not None else dyb
     dxb = empty_like(xb)
     handle = handle_for(xb, handle)
     set_tensor(handle, dxb.desc, dxb.view, 0.0)

@@ -34,13 +34,19 @@ from __future__ import annotations
 
 import enum
 import itertools
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_same_dims
+from opendnn.core.descriptors import (
+    NanPropagation,
+    TensorDescriptor,
+    check_finite,
+    check_ints,
+    check_member,
+    check_same_dims,
+)
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.memo import cached_hash, memoized
@@ -59,12 +65,6 @@ class PoolingMode(enum.Enum):
     @property
     def is_max(self) -> bool:
         return self in (PoolingMode.MAX, PoolingMode.MAX_DETERMINISTIC)
-
-
-def _ints(name: str, values: int | Sequence[int]) -> tuple[int, ...]:
-    values = (values,) if isinstance(values, (int, np.integer)) else tuple(values)
-    require(all(isinstance(v, (int, np.integer)) for v in values), f"{name}={values} must be integers")
-    return tuple(int(v) for v in values)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,8 @@ class PoolingDescriptor:
 
     def __init__(self, mode: PoolingMode, nan_opt: NanPropagation, window: int | Sequence[int],
                  padding: int | Sequence[int], stride: int | Sequence[int]) -> None:
-        window, padding, stride = _ints("window", window), _ints("padding", padding), _ints("stride", stride)
+        window, padding = check_ints("window", window), check_ints("padding", padding)
+        stride = check_ints("stride", stride)
         require(1 <= len(window) <= MAX_SPATIAL_DIMS,
                 f"len(window)={len(window)} must be between 1 and {MAX_SPATIAL_DIMS}")
         for name, values in (("padding", padding), ("stride", stride)):
@@ -102,9 +103,9 @@ class PoolingDescriptor:
             require(s >= 1, f"stride[{k}]={s} must be at least 1")
             require(p >= 0, f"padding[{k}]={p} must be at least 0")
             require(p < w, f"padding[{k}]={p} must be smaller than window[{k}]={w} "
-                           "(a window in padding only pools nothing)")
-        object.__setattr__(self, "mode", PoolingMode(mode))
-        object.__setattr__(self, "nan_opt", NanPropagation(nan_opt))
+                           "(so that each pooled region holds an input element)")
+        object.__setattr__(self, "mode", check_member("mode", PoolingMode, mode))
+        object.__setattr__(self, "nan_opt", check_member("nan_opt", NanPropagation, nan_opt))
         object.__setattr__(self, "window", window)
         object.__setattr__(self, "padding", padding)
         object.__setattr__(self, "stride", stride)
@@ -214,11 +215,9 @@ def pooling_problem(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, y_de
     if dy_desc is not None and dx_desc is not None:
         check_same_dims("dy_desc", dy_desc, "y_desc", y_desc)
         check_same_dims("dx_desc", dx_desc, "x_desc", x_desc)
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
     return PoolingProblem(pool_desc.mode, pool_desc.nan_opt is NanPropagation.PROPAGATE_NAN, pool_desc.window,
-                          pool_desc.padding, pool_desc.stride, x_desc, y_desc, dy_desc, dx_desc, float(alpha),
-                          float(beta), ceil_mode)
+                          pool_desc.padding, pool_desc.stride, x_desc, y_desc, dy_desc, dx_desc,
+                          check_finite("alpha", alpha), check_finite("beta", beta), bool(ceil_mode))
 
 
 # the float64 reference ---------------------------------------------------------------------------

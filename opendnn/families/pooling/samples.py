@@ -17,8 +17,10 @@ import numpy as np
 
 from opendnn.core.descriptors import NanPropagation
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, Sample, Tensors, blend, checked, descriptor
+from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
+from opendnn.families.pooling import functional as F
 from opendnn.families.pooling.api import pooling_backward, pooling_forward
 from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
 
@@ -103,3 +105,17 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield from both(f"{mode_name}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
         yield from both(f"{mode_name}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25,
                         layout="permuted")
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the poolings and their messages."""
+    return [
+        ErrorSample("fractional kernel_size", F.max_pool, lambda: {"x": values(1, 2, 6, 6), "kernel_size": 1.5},
+                    BadParam, "kernel_size=1.5 must be an int"),
+        ErrorSample("padding as large as the window", F.avg_pool,
+                    lambda: {"x": values(1, 2, 6, 6), "kernel_size": 2, "padding": 2}, BadParam,
+                    "padding[0]=2 must be smaller than kernel_size[0]=2"),
+        ErrorSample("pooling mode out of range", PoolingDescriptor,
+                    lambda: {"mode": 7, "nan_opt": NanPropagation.PROPAGATE_NAN, "window": 2, "padding": 0,
+                             "stride": 2}, BadParam, "mode=7 must be a PoolingMode: one of PoolingMode.MAX"),
+    ]

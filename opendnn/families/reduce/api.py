@@ -10,7 +10,7 @@ from typing import Any
 
 from opendnn.core.arrays import bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dispatch import dispatch, load_backend
+from opendnn.core.dispatch import dispatch, load_backend, require_handle
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
 from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorDescriptor, reduce_problem
@@ -71,5 +71,5 @@ def reduce_tensor(handle: Handle, reduce_desc: ReduceTensorDescriptor, indices: 
 
 
 def _workspace_size(handle: Handle, problem: ReduceProblem) -> int:
-    size: int = load_backend("reduce", handle.backend, handle.device).workspace_size(problem)
+    size: int = load_backend("reduce", require_handle(handle).backend, handle.device).workspace_size(problem)
     return size

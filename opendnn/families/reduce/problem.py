@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import NanPropagation, TensorDescriptor
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_dtype, check_finite, check_member
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 
@@ -84,14 +84,14 @@ class ReduceTensorDescriptor:
     indices_type: DataType = DataType.INT32
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "op", ReduceTensorOp(self.op))
-        object.__setattr__(self, "nan_opt", NanPropagation(self.nan_opt))
-        object.__setattr__(self, "indices", ReduceTensorIndices(self.indices))
-        compute = DataType.of(self.compute_type)
+        object.__setattr__(self, "op", check_member("op", ReduceTensorOp, self.op))
+        object.__setattr__(self, "nan_opt", check_member("nan_opt", NanPropagation, self.nan_opt))
+        object.__setattr__(self, "indices", check_member("indices", ReduceTensorIndices, self.indices))
+        compute = check_dtype("compute_type", self.compute_type)
         require(compute in (DataType.FLOAT, DataType.DOUBLE),
                 f"compute_type={compute.name} must be FLOAT or DOUBLE")
         object.__setattr__(self, "compute_type", compute)
-        index_type = DataType.of(self.indices_type)
+        index_type = check_dtype("indices_type", self.indices_type)
         require(index_type in INDEX_TYPES, f"indices_type={index_type.name} must be INT32 or INT64")
         object.__setattr__(self, "indices_type", index_type)
 
@@ -145,8 +145,7 @@ def reduce_problem(reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor
     for k, (da, dc) in enumerate(zip(a_desc.dims, c_desc.dims)):
         require(dc in (da, 1), f"c_desc.dims[{k}]={dc} must equal a_desc.dims[{k}]={da} or 1",
                 Status.BAD_PARAM_SHAPE_MISMATCH)
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
+    alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     op = reduce_desc.op
     indices = None
     if reduce_desc.indices is ReduceTensorIndices.FLATTENED_INDICES:

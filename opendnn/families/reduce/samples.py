@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
+from opendnn.core.errors import BadParam
+from opendnn.core.handle import Handle, create
+from opendnn.core.samples import FLOAT_TYPES, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 from opendnn.families.reduce.api import get_reduction_workspace_size, reduce_tensor
 from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp, reference
 
@@ -57,3 +60,22 @@ def samples(size: str = "small") -> Iterator[Sample]:
                  runner=run_reduce_tensor)
     yield Sample("reduce_tensor", "MIN/1,2", DataType.FLOAT, shape, layout="subregion", runner=run_reduce_tensor)
     yield Sample("reduce_tensor", "NORM2/0,1,2,3", DataType.FLOAT, shape, runner=run_reduce_tensor)
+
+
+def _c_of_other_dims() -> dict[str, Any]:
+    """reduce_tensor's arguments with C's dims neither A's nor 1."""
+    a, c = values(2, 3), values(2, 2)
+    return {"handle": create("cpu"), "reduce_desc": ReduceTensorDescriptor(ReduceTensorOp.ADD), "indices": None,
+            "workspace": None, "alpha": 1.0, "a_desc": TensorDescriptor("float32", (2, 3)), "a": a, "beta": 0.0,
+            "c_desc": TensorDescriptor("float32", (2, 2)), "c": c}
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of reduce_tensor and their messages."""
+    return [
+        ErrorSample("half compute type", ReduceTensorDescriptor,
+                    lambda: {"op": ReduceTensorOp.ADD, "compute_type": DataType.HALF}, BadParam,
+                    "compute_type=HALF must be FLOAT or DOUBLE"),
+        ErrorSample("c of other dims", reduce_tensor, _c_of_other_dims, BadParam,
+                    "c_desc.dims[1]=2 must equal a_desc.dims[1]=3 or 1"),
+    ]

@@ -14,6 +14,7 @@ import numpy as np
 from opendnn.core.arrays import as_native, empty_like, wrap
 from opendnn.core.caller_arrays import shaped, to_caller_kind
 from opendnn.core.default_handle import handle_for
+from opendnn.core.descriptors import check_int
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
@@ -44,7 +45,7 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
     names = ("y", "dy") if len(arrays) == 2 else ("x",)
     inputs = [wrap(name, array) for name, array in zip(names, arrays)]
     shape = tuple(np.shape(as_native(arrays[0])))
-    ndim = inputs[0].desc.ndim
+    ndim, dim = inputs[0].desc.ndim, check_int("dim", dim)
     if not -ndim <= dim < ndim:  # (the message is formatted only on failure: this runs for every call)
         raise BadParam(f"dim={dim} must be between {-ndim} and {ndim - 1} for {names[0]} of {ndim} dims")
     output = empty_like(inputs[-1])

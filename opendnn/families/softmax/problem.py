@@ -22,13 +22,12 @@ out`` (out unread when beta == 0). Arithmetic runs in float32, or float64 when a
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_member
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status, require
 
@@ -85,9 +84,7 @@ def softmax_problem(algo: SoftmaxAlgorithm, axes: Sequence[int], names: Sequence
             operands, a non-float dtype, an axis out of range, non-finite alpha or beta.
     """
     # The checks that format a repr raise by hand: a passing call (the common case) formats nothing.
-    if not (isinstance(algo, SoftmaxAlgorithm) or algo in [a.value for a in SoftmaxAlgorithm]):
-        raise BadParam(f"algo={algo!r} must be a SoftmaxAlgorithm (FAST, ACCURATE or LOG)")
-    algo = SoftmaxAlgorithm(algo)
+    algo = check_member("algo", SoftmaxAlgorithm, algo)
     for name, desc in zip(names, descs):
         if not isinstance(desc, TensorDescriptor):
             raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
@@ -101,11 +98,9 @@ def softmax_problem(algo: SoftmaxAlgorithm, axes: Sequence[int], names: Sequence
     axes = tuple(sorted({int(k) for k in axes}))
     require(len(axes) > 0 and all(0 <= k < len(dims) for k in axes),
             f"axes={list(axes)} must be dims of {first} (0 to {len(dims) - 1})")
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        require(math.isfinite(value), f"{name}={value} must be finite")
-    double = any(desc.dtype is DataType.DOUBLE for desc in descs)
-    return SoftmaxProblem(algo, axes, tuple(descs), backward, float(alpha), float(beta),
-                          DataType.DOUBLE if double else DataType.FLOAT)
+    alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
+    compute = DataType.DOUBLE if any(desc.dtype is DataType.DOUBLE for desc in descs) else DataType.FLOAT
+    return SoftmaxProblem(algo, axes, tuple(descs), backward, alpha, beta, compute)
 
 
 def mode_problem(algo: SoftmaxAlgorithm, mode: SoftmaxMode, names: Sequence[str],
@@ -116,9 +111,7 @@ def mode_problem(algo: SoftmaxAlgorithm, mode: SoftmaxMode, names: Sequence[str]
     Raises:
         BadParam: a mode that is not a SoftmaxMode, fewer than 2 dims, or a rule of ``softmax_problem``.
     """
-    if not (isinstance(mode, SoftmaxMode) or mode in [m.value for m in SoftmaxMode]):
-        raise BadParam(f"mode={mode!r} must be a SoftmaxMode (INSTANCE or CHANNEL)")
-    mode = SoftmaxMode(mode)
+    mode = check_member("mode", SoftmaxMode, mode)
     ndim = descs[0].ndim if isinstance(descs[0], TensorDescriptor) else 2  # softmax_problem refuses the rest
     require(ndim >= 2, f"{names[0]}.ndim={ndim} must be at least 2 (N, C, spatial...) for mode {mode.name}")
     return softmax_problem(algo, mode_axes(mode, ndim), names, descs, backward=backward, alpha=alpha, beta=beta)

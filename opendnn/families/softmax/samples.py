@@ -9,8 +9,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
-from opendnn.core.samples import FLOAT_TYPES, Sample, Tensors, blend, checked, descriptor
+from opendnn.core.samples import FLOAT_TYPES, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
+from opendnn.families.softmax import functional as F
 from opendnn.families.softmax.api import softmax_backward, softmax_forward
 from opendnn.families.softmax.problem import (
     SoftmaxAlgorithm,
@@ -77,3 +79,13 @@ def samples(size: str = "small") -> Iterator[Sample]:
     for op, runner in runners:
         yield Sample(op, "ACCURATE/CHANNEL", DataType.FLOAT, shape, nan_inputs=True, runner=runner)
         yield Sample(op, "LOG/INSTANCE", DataType.HALF, shape, layout="permuted", nan_inputs=True, runner=runner)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of the softmaxes and their messages."""
+    return [
+        ErrorSample("fractional dim", F.softmax, lambda: {"x": values(2, 3), "dim": 1.5}, BadParam,
+                    "dim=1.5 must be an int"),
+        ErrorSample("dim out of range", F.log_softmax, lambda: {"x": values(2, 3), "dim": 2}, BadParam,
+                    "dim=2 must be between -2 and 1"),
+    ]
