@@ -98,6 +98,8 @@ def _kernel(kernel: Callable[..., Any], empty: Callable[..., Any]) -> Callable[.
         try:
             return kernel(*args)
         except OpenDnnError as error:
+            if isinstance(error, TORCH_ERRORS):  # already of torch's type for this refusal
+                raise
             raise as_torch_error(error) from None
 
     return run
@@ -113,16 +115,20 @@ def _zeros(fake: Callable[..., Any]) -> Callable[..., Any]:
     return zeros
 
 
-def as_torch_error(error: OpenDnnError) -> OpenDnnError:
-    """``error`` as an instance of its class and of RuntimeError (same message and status), so that
+TORCH_ERRORS = (RuntimeError, IndexError)  # what torch's operators raise for a call they refuse
+
+
+def as_torch_error(error: OpenDnnError, kind: type[Exception] = RuntimeError) -> OpenDnnError:
+    """``error`` as an instance of its class and of ``kind`` (same message and status), so that
     code catching torch's exception type catches it, and code catching opendnn's does too."""
-    raised = _torch_error_class(type(error))(str(error), error.status)
+    raised = _torch_error_class(type(error), kind)(str(error), error.status)
     return raised.with_traceback(error.__traceback__)
 
 
 @functools.cache
-def _torch_error_class(kind: type[OpenDnnError]) -> type[OpenDnnError]:
-    return type(kind.__name__, (kind, RuntimeError), {"__module__": kind.__module__, "__doc__": kind.__doc__})
+def _torch_error_class(opendnn_kind: type[OpenDnnError], kind: type[Exception]) -> type[OpenDnnError]:
+    return type(opendnn_kind.__name__, (opendnn_kind, kind),
+                {"__module__": opendnn_kind.__module__, "__doc__": opendnn_kind.__doc__})
 
 
 def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str,
@@ -150,7 +156,7 @@ def _loop_rule(op: torch._ops.OpOverload) -> Callable[..., Any]:
     """torch.vmap's rule for ``op``: one call per sample, the results stacked along dim 0."""
 
     def rule(info: Any, in_dims: Sequence[int | None], *args: Any) -> Any:
-        samples = [op(*(arg if dim is None else arg.select(dim, k) for arg, dim in zip(args, in_dims)))
+        samples = [op(*(arg.select(dim, k) if isinstance(dim, int) else arg for arg, dim in zip(args, in_dims)))
                    for k in range(info.batch_size)]
         if isinstance(samples[0], torch.Tensor):
             return torch.stack(samples), 0

@@ -25,6 +25,7 @@ import opendnn.functional as F
 from opendnn import (
     ActivationDescriptor,
     ActivationMode,
+    BadParam,
     BatchNormMode,
     BatchNormOps,
     DataType,
@@ -34,6 +35,7 @@ from opendnn import (
 )
 from opendnn.functional.common import shared_handle
 from opendnn.torch.library import (
+    as_torch_error,
     compute_dtype,
     define,
     empty_in_order_of,
@@ -198,8 +200,8 @@ def sum_to(t: Tensor, shape: Sequence[Any]) -> Tensor:
     if not summed:
         return t.reshape(shape)
     kept = [k for k in range(t.ndim) if k not in summed]
-    rows = math.prod(t.shape[k] for k in summed)
-    moved = t.permute(*summed, *kept).reshape(rows, -1, 1)
+    moved = t.permute(*summed, *kept).reshape(math.prod(t.shape[k] for k in summed),
+                                              math.prod(t.shape[k] for k in kept), 1)
     return convolution_backward_bias(moved).reshape(shape)
 
 
@@ -301,11 +303,24 @@ register_autograd(activation, _activation_backward, _save_activation)
 
 # ---- softmax --------------------------------------------------------------------------------------------
 
+def _checked_dim(x: Tensor, dim: int) -> int:
+    """``dim`` when x has it; else torch's IndexError (also opendnn's BadParam) naming it."""
+    rank = max(x.ndim, 1)
+    if not -rank <= dim < rank:
+        raise as_torch_error(BadParam(f"dim={dim} must be in [{-rank}, {rank - 1}] for x of {x.ndim} dims"),
+                             IndexError)
+    return dim
+
+
+def _softmax_fake(x: Tensor, dim: int, log: bool) -> Tensor:
+    _checked_dim(x, dim)
+    return empty_in_order_of(x, x.shape)
+
+
 softmax = define(
     "softmax(Tensor x, int dim, bool log) -> Tensor",
-    lambda x, dim, log: (F.log_softmax if log else F.softmax)(x, dim),
-    lambda x, dim, log: empty_in_order_of(x, x.shape),
-    autocast=float32_on_cuda)
+    lambda x, dim, log: (F.log_softmax if log else F.softmax)(x, _checked_dim(x, dim)),
+    _softmax_fake, autocast=float32_on_cuda)
 
 softmax_backward = define(
     "softmax_backward(Tensor y, Tensor dy, int dim, bool log) -> Tensor",
@@ -448,9 +463,19 @@ def _normalized(x: Tensor, stats_shape: Sequence[Any], stats: int) -> tuple[Tens
             *(empty_packed(x, stats_shape, compute_dtype(x.dtype)) for _ in range(stats)))
 
 
-def _row_stats(x: Tensor, normalized_ndim: int) -> list[Any]:
+def _row_stats(x: Tensor, normalized_shape: Sequence[int]) -> list[Any]:
     """One statistic per row of the normalized trailing dims (layer and RMS norm)."""
-    return [*x.shape[:x.ndim - normalized_ndim], *(1,) * normalized_ndim]
+    count = len(normalized_shape)
+    return [*_checked_rows(x, normalized_shape).shape[:x.ndim - count], *(1,) * count]
+
+
+def _checked_rows(x: Tensor, normalized_shape: Sequence[int]) -> Tensor:
+    """x, when its trailing dims are ``normalized_shape``; else BadParam naming both."""
+    count = len(normalized_shape)
+    if count > x.ndim or list(x.shape[x.ndim - count:]) != list(normalized_shape):
+        raise BadParam(f"normalized_shape={list(normalized_shape)} must equal the last {count} dims of "
+                       f"x.shape={list(x.shape)}")
+    return x
 
 
 def _group_stats(x: Tensor, groups: Any) -> list[Any]:
@@ -470,8 +495,8 @@ layer_norm = define(
     "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps)"
     " -> (Tensor, Tensor, Tensor)",
     lambda x, normalized_shape, weight, bias, eps: F.layer_norm(
-        x, tuple(normalized_shape), weight, bias, eps, return_stats=True),
-    lambda x, normalized_shape, weight, bias, eps: _normalized(x, _row_stats(x, len(normalized_shape)), 2),
+        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, bias, eps, return_stats=True),
+    lambda x, normalized_shape, weight, bias, eps: _normalized(x, _row_stats(x, normalized_shape), 2),
     autocast=float32_on_cuda)
 
 layer_norm_backward = define(
@@ -483,8 +508,9 @@ layer_norm_backward = define(
 
 rms_norm = define(
     "rms_norm(Tensor x, int[] normalized_shape, Tensor? weight, float? eps) -> (Tensor, Tensor)",
-    lambda x, normalized_shape, weight, eps: F.rms_norm(x, tuple(normalized_shape), weight, eps, return_stats=True),
-    lambda x, normalized_shape, weight, eps: _normalized(x, _row_stats(x, len(normalized_shape)), 1),
+    lambda x, normalized_shape, weight, eps: F.rms_norm(
+        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, eps, return_stats=True),
+    lambda x, normalized_shape, weight, eps: _normalized(x, _row_stats(x, normalized_shape), 1),
     autocast=float32_on_cuda)
 
 rms_norm_backward = define(
