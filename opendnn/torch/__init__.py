@@ -18,7 +18,8 @@
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
 
-from opendnn.torch import functions, modules
+from opendnn.torch import functions, modules, operators
+from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
 from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
 from opendnn.torch.modules import (
@@ -114,7 +115,12 @@ __all__ = [
     "Softplus",
     "Tanh",
     "convert",
+    "disable",
+    "enable",
+    "enabled",
     "functional_calls",
     "functions",
+    "is_enabled",
     "modules",
+    "operators",
 ]

@@ -96,6 +96,9 @@ def _kernel(kernel: Callable[..., Any], empty: Callable[..., Any]) -> Callable[.
         if args[0].numel() == 0:
             return empty(*args)
         try:
+            if torch.is_grad_enabled():  # (a transform's inner call: the kernels read the tensors' memory)
+                with torch.no_grad():
+                    return kernel(*args)
             return kernel(*args)
         except OpenDnnError as error:
             if isinstance(error, TORCH_ERRORS):  # already of torch's type for this refusal
