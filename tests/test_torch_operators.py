@@ -135,3 +135,10 @@ def test_an_empty_batch_gives_empty_outputs_and_zero_parameter_gradients():
     y.sum().backward()
     assert x.grad.shape == x.shape and torch.equal(weight.grad, torch.zeros_like(weight))
     assert torch.equal(bias.grad, torch.zeros_like(bias))
+
+
+def test_a_second_derivative_raises_instead_of_giving_a_wrong_zero():
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    (gradient,) = torch.autograd.grad(ops.activation(x, "gelu", []).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="opendnn::activation_backward has no gradient"):
+        torch.autograd.grad(gradient.sum(), x)

@@ -18,7 +18,7 @@
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
 
-from opendnn.torch import functions, modules, operators
+from opendnn.torch import functions, modules, normalization, operators
 from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
 from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
@@ -122,5 +122,6 @@ __all__ = [
     "functions",
     "is_enabled",
     "modules",
+    "normalization",
     "operators",
 ]

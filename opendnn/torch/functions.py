@@ -1,9 +1,10 @@
 """torch.nn.functional-like calls of the ``opendnn::`` operators: what opendnn's modules call.
 
 Each function takes torch.nn.functional's arguments (an int or one int per spatial dim, "same"
-padding, an output size with None, ...), resolves them and calls its operator
-(``opendnn.torch.operators``), which carries the rest: the kernels, the gradient (computed by
-opendnn's backward operators), torch's autocast policy, torch.compile / torch.export support.
+padding, an output size with None, ...), resolves them and calls its operator (of
+``opendnn.torch.operators`` or ``opendnn.torch.normalization``), which carries the rest: the
+kernels, the gradient (computed by opendnn's backward operators), torch's autocast policy,
+torch.compile / torch.export support.
 The only torch operations here are data movement.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from opendnn.core.errors import BadParam, NotSupported
-from opendnn.torch import operators
+from opendnn.torch import normalization, operators
 
 IntOrTuple = int | Sequence[int]
 
@@ -137,23 +138,23 @@ def softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 def layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    return operators.layer_norm(x, list(normalized_shape), weight, bias, eps)[0]
+    return normalization.layer_norm(x, list(normalized_shape), weight, bias, eps)[0]
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
              eps: float | None = None) -> torch.Tensor:
-    return operators.rms_norm(x, list(normalized_shape), weight, eps)[0]
+    return normalization.rms_norm(x, list(normalized_shape), weight, eps)[0]
 
 
 def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    return operators.group_norm(x, num_groups, weight, bias, eps)[0]
+    return normalization.group_norm(x, num_groups, weight, bias, eps)[0]
 
 
 def instance_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                   eps: float = 1e-5) -> torch.Tensor:
     """Instance norm from the batch's own statistics (torch's InstanceNorm without running stats)."""
-    return operators.instance_norm(x, weight, bias, eps)[0]
+    return normalization.instance_norm(x, weight, bias, eps)[0]
 
 
 def local_response_norm(x: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
@@ -162,7 +163,7 @@ def local_response_norm(x: torch.Tensor, size: int, alpha: float = 1e-4, beta: f
     one channel differently from torch's)."""
     if size % 2 == 0:
         raise NotSupported(f"local_response_norm size={size}: even sizes place the window differently from torch")
-    return operators.local_response_norm(x, size, alpha, beta, k)
+    return normalization.local_response_norm(x, size, alpha, beta, k)
 
 
 # ---- pooling ------------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: 
         return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, momentum, eps, None)
     if running_mean is None or running_var is None:
         raise BadParam("running_mean and running_var are needed when training=False")
-    return operators.batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
+    return normalization.batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
 
 
 def batch_norm_add_activation(x: torch.Tensor, z: torch.Tensor | None, running_mean: torch.Tensor | None,
@@ -226,7 +227,7 @@ def batch_norm_add_activation(x: torch.Tensor, z: torch.Tensor | None, running_m
     """Training: ``act(batch_norm(x) + z)`` (z None: no add; activation "relu", "clipped_relu" or
     None), one opendnn call forward and one backward. The running statistics are updated in place,
     as torch's are (copied back from the operator's functional results)."""
-    y, _, _, _, mean, var = operators.batch_norm_training(x, z, weight, bias, running_mean, running_var, momentum,
+    y, _, _, _, mean, var = normalization.batch_norm_training(x, z, weight, bias, running_mean, running_var, momentum,
                                                           eps, activation, coef)
     if running_mean is not None:
         running_mean.copy_(mean)

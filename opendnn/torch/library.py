@@ -28,7 +28,7 @@ import torch
 from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd.function import _SingleLevelFunction
 
-from opendnn.core.errors import OpenDnnError
+from opendnn.core.errors import NotSupported, OpenDnnError
 
 NAMESPACE = "opendnn"
 LIBRARY = torch.library.Library(NAMESPACE, "DEF")
@@ -63,7 +63,8 @@ def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
 
 
 def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
-           autocast: AutocastRule | None = None, empty: Callable[..., Any] | None = None) -> torch._ops.OpOverload:
+           autocast: AutocastRule | None = None, empty: Callable[..., Any] | None = None,
+           differentiable: bool = True) -> torch._ops.OpOverload:
     """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
     fake ones (the same arguments; outputs of the right metadata, nothing computed).
 
@@ -72,6 +73,9 @@ def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
             None: autocast leaves it alone.
         empty: what the kernel returns when its first argument has no elements (default: the
             fake kernel's outputs, zeroed).
+        differentiable: False for the backward operators and the inference-only ones: a gradient
+            through them raises (torch's fallback would warn and give a wrong zero); True: a
+            ``register_autograd`` call gives the operator its gradient.
 
     Returns:
         The operator's default overload (what callers call: the cheapest entry).
@@ -84,6 +88,8 @@ def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
     torch.library.register_fake(qualified, fake, lib=LIBRARY)
     op = getattr(getattr(torch.ops, NAMESPACE), name).default
     torch.library.register_vmap(qualified, _loop_rule(op), lib=LIBRARY)
+    if not differentiable:
+        register_autograd(op, _no_derivative(op), lambda ctx, inputs, output: None)
     if autocast is not None:
         for device_type in ("cpu", "cuda"):
             key = f"Autocast{device_type.upper()}"
@@ -167,6 +173,14 @@ def _loop_rule(op: torch._ops.OpOverload) -> Callable[..., Any]:
         return outputs, (0,) * len(outputs)
 
     return rule
+
+
+def _no_derivative(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def refuse(ctx: Any, *grads: Any) -> Any:
+        raise as_torch_error(NotSupported(
+            f"opendnn::{op._opname} has no gradient: opendnn's gradients are differentiable once"))
+
+    return refuse
 
 
 # ---- autograd --------------------------------------------------------------------------------------

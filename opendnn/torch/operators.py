@@ -1,4 +1,6 @@
-"""The ``opendnn::`` operators: every opendnn operation that opendnn.torch sends work to.
+"""The ``opendnn::`` operators of convolution, matrix products, activations, softmax, pooling and
+the fused inference chains (``opendnn.torch.normalization`` has the normalizations'): with them,
+every opendnn operation that opendnn.torch sends work to.
 
 Each family declares its operators with ``library.define`` (schema, kernel, fake kernel, autocast
 rule) and, for the differentiable ones, its gradient with ``library.register_autograd``. The
@@ -22,25 +24,13 @@ from typing import Any
 import torch
 
 import opendnn.functional as F
-from opendnn import (
-    ActivationDescriptor,
-    ActivationMode,
-    BadParam,
-    BatchNormMode,
-    BatchNormOps,
-    DataType,
-    MathType,
-    TensorDescriptor,
-    get_batch_normalization_training_ex_reserve_space_size,
-)
+from opendnn import BadParam, MathType
 from opendnn.functional.common import shared_handle
 from opendnn.torch.library import (
     as_torch_error,
-    compute_dtype,
     define,
     empty_in_order_of,
     empty_packed,
-    float32_everywhere,
     float32_on_cuda,
     lower_precision,
     register_autograd,
@@ -70,6 +60,11 @@ def dense(gradient: Tensor, like: Tensor | None = None) -> Tensor:
     if like is not None and like.shape == gradient.shape:
         return torch.empty_like(like, dtype=gradient.dtype).copy_(gradient)
     return gradient.contiguous()
+
+
+def given(ctx: Any, position: int, gradient: Tensor) -> Tensor | None:
+    """A gradient the backward computes anyway, passed on where its input needs it."""
+    return gradient if ctx.needs_input_grad[position] else None
 
 
 def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
@@ -118,7 +113,7 @@ convolution_backward_data = define(
     lambda dy, weight, x_shape, stride, padding, dilation, groups: F.conv_backward_data(
         dy, weight, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation), groups,
         handle=_product_handle(dy, "convolution")),
-    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape))
+    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape), differentiable=False)
 
 convolution_backward_filter = define(
     "convolution_backward_filter(Tensor x, Tensor dy, SymInt[] weight_shape, int[] stride, int[] padding,"
@@ -126,12 +121,13 @@ convolution_backward_filter = define(
     lambda x, dy, weight_shape, stride, padding, dilation, groups: F.conv_backward_filter(
         x, dy, tuple(weight_shape), tuple(stride), tuple(padding), tuple(dilation), groups,
         handle=_product_handle(x, "convolution")),
-    lambda x, dy, weight_shape, stride, padding, dilation, groups: empty_in_order_of(x, weight_shape))
+    lambda x, dy, weight_shape, stride, padding, dilation, groups: empty_in_order_of(x, weight_shape),
+    differentiable=False)
 
 convolution_backward_bias = define(
     "convolution_backward_bias(Tensor dy) -> Tensor",
     lambda dy: F.conv_backward_bias(dy),
-    lambda dy: empty_packed(dy, [dy.shape[1]]))
+    lambda dy: empty_packed(dy, [dy.shape[1]]), differentiable=False)
 
 
 def _save_convolution(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -237,7 +233,7 @@ register_autograd(matmul, _matmul_backward, _save_operands)
 
 # ---- activations ---------------------------------------------------------------------------------------
 
-def _scalar(value: float, like: Tensor) -> Tensor:
+def scalar(value: float, like: Tensor) -> Tensor:
     """A 0-d tensor on like's device (a fill kernel, not a host copy: CUDA graphs can capture it)."""
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
@@ -246,14 +242,14 @@ def _hardtanh(x: Tensor, low: float, high: float) -> Tensor:
     """min(max(x, low), high) = clipped_relu(x - low, high - low) + low; NaN stays NaN."""
     if low == 0:
         return F.clipped_relu(x, high, propagate_nan=True)
-    shift = _scalar(low, x)
+    shift = scalar(low, x)
     return F.add(F.clipped_relu(F.sub(x, shift), high - low, propagate_nan=True), shift)
 
 
 def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor:
     if low == 0:
         return F.clipped_relu_backward(dy, x, high)
-    return F.clipped_relu_backward(dy, F.sub(x, _scalar(low, x)), high - low)
+    return F.clipped_relu_backward(dy, F.sub(x, scalar(low, x)), high - low)
 
 
 # name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). ReLU and hardtanh keep
@@ -285,7 +281,7 @@ activation = define(
 activation_backward = define(
     "activation_backward(Tensor dy, Tensor x, str name, float[] parameters) -> Tensor",
     lambda dy, x, name, parameters: ACTIVATIONS[name][1](dy, x, *parameters),
-    lambda dy, x, name, parameters: empty_in_order_of(dy, dy.shape))
+    lambda dy, x, name, parameters: empty_in_order_of(dy, dy.shape), differentiable=False)
 
 
 def _save_activation(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -325,7 +321,7 @@ softmax = define(
 softmax_backward = define(
     "softmax_backward(Tensor y, Tensor dy, int dim, bool log) -> Tensor",
     lambda y, dy, dim, log: (F.log_softmax_backward if log else F.softmax_backward)(y, dy, dim),
-    lambda y, dy, dim, log: empty_in_order_of(dy, dy.shape))
+    lambda y, dy, dim, log: empty_in_order_of(dy, dy.shape), differentiable=False)
 
 
 def _save_softmax(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -374,7 +370,7 @@ max_pool_backward = define(
     " bool ceil_mode) -> Tensor",
     lambda dy, x, y, kernel_size, stride, padding, ceil_mode: F.max_pool_backward(
         dy, x, y, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode),
-    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: empty_in_order_of(x, x.shape))
+    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: empty_in_order_of(x, x.shape), differentiable=False)
 
 avg_pool = define(
     "avg_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode, bool count_include_pad)"
@@ -392,7 +388,8 @@ avg_pool_backward = define(
     lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: F.avg_pool_backward(
         dy, x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode,
         count_include_pad=count_include_pad),
-    lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(x, x.shape))
+    lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(x, x.shape),
+    differentiable=False)
 
 adaptive_avg_pool = define(
     "adaptive_avg_pool(Tensor x, int[] output_size) -> Tensor",
@@ -403,7 +400,7 @@ adaptive_avg_pool = define(
 adaptive_avg_pool_backward = define(
     "adaptive_avg_pool_backward(Tensor dy, Tensor x) -> Tensor",
     lambda dy, x: F.adaptive_avg_pool_backward(dy, x),
-    lambda dy, x: empty_in_order_of(x, x.shape))
+    lambda dy, x: empty_in_order_of(x, x.shape), differentiable=False)
 
 adaptive_max_pool = define(
     "adaptive_max_pool(Tensor x, int[] output_size) -> Tensor",
@@ -414,10 +411,10 @@ adaptive_max_pool = define(
 adaptive_max_pool_backward = define(
     "adaptive_max_pool_backward(Tensor dy, Tensor x, Tensor y) -> Tensor",
     lambda dy, x, y: F.adaptive_max_pool_backward(dy, x, y),
-    lambda dy, x, y: empty_in_order_of(x, x.shape))
+    lambda dy, x, y: empty_in_order_of(x, x.shape), differentiable=False)
 
 
-def _save_input(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+def save_input(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.save_for_backward(inputs[0])
     ctx.options = inputs[1:]
 
@@ -450,317 +447,9 @@ def _adaptive_max_pool_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
 
 
 register_autograd(max_pool, _max_pool_backward, _save_input_and_output)
-register_autograd(avg_pool, _avg_pool_backward, _save_input)
-register_autograd(adaptive_avg_pool, _adaptive_avg_pool_backward, _save_input)
+register_autograd(avg_pool, _avg_pool_backward, save_input)
+register_autograd(adaptive_avg_pool, _adaptive_avg_pool_backward, save_input)
 register_autograd(adaptive_max_pool, _adaptive_max_pool_backward, _save_input_and_output)
-
-
-# ---- layer, RMS, group and instance norm, LRN ---------------------------------------------------------
-
-def _normalized(x: Tensor, stats_shape: Sequence[Any], stats: int) -> tuple[Tensor, ...]:
-    """The fake outputs of a norm: y in x's memory order and ``stats`` packed statistics."""
-    return (empty_in_order_of(x, x.shape),
-            *(empty_packed(x, stats_shape, compute_dtype(x.dtype)) for _ in range(stats)))
-
-
-def _row_stats(x: Tensor, normalized_shape: Sequence[int]) -> list[Any]:
-    """One statistic per row of the normalized trailing dims (layer and RMS norm)."""
-    count = len(normalized_shape)
-    return [*_checked_rows(x, normalized_shape).shape[:x.ndim - count], *(1,) * count]
-
-
-def _checked_rows(x: Tensor, normalized_shape: Sequence[int]) -> Tensor:
-    """x, when its trailing dims are ``normalized_shape``; else BadParam naming both."""
-    count = len(normalized_shape)
-    if count > x.ndim or list(x.shape[x.ndim - count:]) != list(normalized_shape):
-        raise BadParam(f"normalized_shape={list(normalized_shape)} must equal the last {count} dims of "
-                       f"x.shape={list(x.shape)}")
-    return x
-
-
-def _group_stats(x: Tensor, groups: Any) -> list[Any]:
-    """One statistic per sample and group of channels (group norm; instance norm: C groups)."""
-    return [x.shape[0], groups, *(1,) * (x.ndim - 2)]
-
-
-def _parameter_gradients(x: Tensor, weight: Tensor | None, shape: Sequence[Any], count: int) -> tuple[Tensor, ...]:
-    """The fake (dx, dweight[, dbias]) of a norm's backward: dweight and dbias of weight's shape and
-    dtype, or of torch's parameter shape in x's dtype without a weight."""
-    like = weight if weight is not None else x
-    return (empty_in_order_of(x, x.shape),
-            *(empty_packed(like, like.shape if weight is not None else shape) for _ in range(count)))
-
-
-layer_norm = define(
-    "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps)"
-    " -> (Tensor, Tensor, Tensor)",
-    lambda x, normalized_shape, weight, bias, eps: F.layer_norm(
-        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, bias, eps, return_stats=True),
-    lambda x, normalized_shape, weight, bias, eps: _normalized(x, _row_stats(x, normalized_shape), 2),
-    autocast=float32_on_cuda)
-
-layer_norm_backward = define(
-    "layer_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor? weight, Tensor mean, Tensor rstd,"
-    " float eps) -> (Tensor, Tensor, Tensor)",
-    lambda dy, x, normalized_shape, weight, mean, rstd, eps: F.layer_norm_backward(
-        dy, x, tuple(normalized_shape), weight, eps, mean=mean, rstd=rstd),
-    lambda dy, x, normalized_shape, weight, mean, rstd, eps: _parameter_gradients(x, weight, normalized_shape, 2))
-
-rms_norm = define(
-    "rms_norm(Tensor x, int[] normalized_shape, Tensor? weight, float? eps) -> (Tensor, Tensor)",
-    lambda x, normalized_shape, weight, eps: F.rms_norm(
-        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, eps, return_stats=True),
-    lambda x, normalized_shape, weight, eps: _normalized(x, _row_stats(x, normalized_shape), 1),
-    autocast=float32_on_cuda)
-
-rms_norm_backward = define(
-    "rms_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor? weight, Tensor rstd, float? eps)"
-    " -> (Tensor, Tensor)",
-    lambda dy, x, normalized_shape, weight, rstd, eps: F.rms_norm_backward(
-        dy, x, tuple(normalized_shape), weight, eps, rstd=rstd),
-    lambda dy, x, normalized_shape, weight, rstd, eps: _parameter_gradients(x, weight, normalized_shape, 1))
-
-group_norm = define(
-    "group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
-    lambda x, groups, weight, bias, eps: F.group_norm(x, groups, weight, bias, eps, return_stats=True),
-    lambda x, groups, weight, bias, eps: _normalized(x, _group_stats(x, groups), 2),
-    autocast=float32_on_cuda)
-
-group_norm_backward = define(
-    "group_norm_backward(Tensor dy, Tensor x, int groups, Tensor? weight, Tensor mean, Tensor rstd, float eps)"
-    " -> (Tensor, Tensor, Tensor)",
-    lambda dy, x, groups, weight, mean, rstd, eps: F.group_norm_backward(
-        dy, x, groups, weight, eps, mean=mean, rstd=rstd),
-    lambda dy, x, groups, weight, mean, rstd, eps: _parameter_gradients(x, weight, [x.shape[1]], 2))
-
-instance_norm = define(
-    "instance_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
-    lambda x, weight, bias, eps: F.instance_norm(x, weight, bias, eps, return_stats=True),
-    lambda x, weight, bias, eps: _normalized(x, _group_stats(x, x.shape[1]), 2))
-
-instance_norm_backward = define(
-    "instance_norm_backward(Tensor dy, Tensor x, Tensor? weight, Tensor mean, Tensor rstd, float eps)"
-    " -> (Tensor, Tensor, Tensor)",
-    lambda dy, x, weight, mean, rstd, eps: F.instance_norm_backward(dy, x, weight, eps, mean=mean, rstd=rstd),
-    lambda dy, x, weight, mean, rstd, eps: _parameter_gradients(x, weight, [x.shape[1]], 2))
-
-
-def _save_norm(weight_at: int) -> Callable[..., None]:
-    """A norm's setup_context: x, its weight (``inputs[weight_at]``) and the forward's statistics
-    (not differentiable) for the backward; the other inputs as they are."""
-
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        y, *stats = output
-        ctx.mark_non_differentiable(*stats)
-        ctx.save_for_backward(inputs[0], inputs[weight_at], *stats)
-        ctx.inputs = inputs
-
-    return setup_context
-
-
-def _layer_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, mean, rstd = ctx.saved_tensors
-    _, shape, _, _, eps = ctx.inputs
-    dx, dweight, dbias = layer_norm_backward(dense(dy, x), x, shape, weight, mean, rstd, eps)
-    return dx, None, _given(ctx, 2, dweight), _given(ctx, 3, dbias), None
-
-
-def _rms_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, rstd = ctx.saved_tensors
-    _, shape, _, eps = ctx.inputs
-    dx, dweight = rms_norm_backward(dense(dy, x), x, shape, weight, rstd, eps)
-    return dx, None, _given(ctx, 2, dweight), None
-
-
-def _group_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, mean, rstd = ctx.saved_tensors
-    _, groups, _, _, eps = ctx.inputs
-    dx, dweight, dbias = group_norm_backward(dense(dy, x), x, groups, weight, mean, rstd, eps)
-    return dx, None, _given(ctx, 2, dweight), _given(ctx, 3, dbias), None
-
-
-def _instance_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, mean, rstd = ctx.saved_tensors
-    dx, dweight, dbias = instance_norm_backward(dense(dy, x), x, weight, mean, rstd, ctx.inputs[-1])
-    return dx, _given(ctx, 1, dweight), _given(ctx, 2, dbias), None
-
-
-def _given(ctx: Any, position: int, gradient: Tensor) -> Tensor | None:
-    """A gradient the backward computes anyway, passed on where its input needs it."""
-    return gradient if ctx.needs_input_grad[position] else None
-
-
-register_autograd(layer_norm, _layer_norm_backward, _save_norm(2))
-register_autograd(rms_norm, _rms_norm_backward, _save_norm(2))
-register_autograd(group_norm, _group_norm_backward, _save_norm(2))
-register_autograd(instance_norm, _instance_norm_backward, _save_norm(1))
-
-local_response_norm = define(
-    "local_response_norm(Tensor x, int size, float alpha, float beta, float k) -> Tensor",
-    lambda x, size, alpha, beta, k: F.local_response_norm(x, size, alpha, beta, k),
-    lambda x, size, alpha, beta, k: empty_in_order_of(x, x.shape),
-    autocast=float32_everywhere)
-
-local_response_norm_backward = define(
-    "local_response_norm_backward(Tensor dy, Tensor x, int size, float alpha, float beta, float k) -> Tensor",
-    lambda dy, x, size, alpha, beta, k: F.local_response_norm_backward(dy, x, size, alpha, beta, k),
-    lambda dy, x, size, alpha, beta, k: empty_in_order_of(x, x.shape))
-
-
-def _local_response_norm_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    (x,) = ctx.saved_tensors
-    return local_response_norm_backward(dense(dy, x), x, *ctx.options), None, None, None, None
-
-
-register_autograd(local_response_norm, _local_response_norm_backward, _save_input)
-
-
-# ---- batch norm -----------------------------------------------------------------------------------------
-
-def _channel_shaped(x: Tensor) -> list[Any]:
-    """(1, C, 1, ...): how opendnn keeps per-channel statistics of an input of x's rank."""
-    return [1, x.shape[1], *(1,) * (x.ndim - 2)]
-
-
-def _reserve_bytes(x: Tensor, has_z: bool, activation: str | None, coef: float) -> int:
-    """The reserve space (the activation's mask) the training forward keeps for its backward, on
-    the backend that runs x's device (a byte per element on NumPy, a bit on Triton)."""
-    ops = BatchNormOps.BN_ADD_ACTIVATION if has_z else BatchNormOps.BN if activation is None else \
-        BatchNormOps.BN_ACTIVATION
-    if ops is BatchNormOps.BN or x.numel() == 0:
-        return 0
-    device = "cpu" if x.device.type == "cpu" else f"{x.device.type}:{x.device.index or 0}"
-    dims = tuple(int(d) for d in x.shape)
-    return get_batch_normalization_training_ex_reserve_space_size(
-        shared_handle(device), BatchNormMode.SPATIAL, ops,
-        ActivationDescriptor(ActivationMode[(activation or "identity").upper()], coef=coef or None),
-        TensorDescriptor(DataType.of(x.dtype), dims))
-
-
-def _batch_norm_training(x: Tensor, z: Tensor | None, weight: Tensor | None, bias: Tensor | None,
-                         running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float,
-                         activation: str | None, coef: float) -> tuple[Tensor, ...]:
-    """(y, saved mean, saved inverse std, reserve, new running mean, new running var): the running
-    statistics are updated in copies (the operator is functional; the caller copies them back)."""
-    mean, var = (None if t is None else t.clone() for t in (running_mean, running_var))
-    y, state = F.batch_norm_add_activation(x, z, mean, var, weight, bias, True, momentum, eps, activation=activation,
-                                           coef=coef, return_state=True)
-    reserve = state.reserve if state.reserve is not None else x.new_empty(0, dtype=torch.uint8)
-    none = x.new_empty(0, dtype=compute_dtype(x.dtype))
-    return (y, state.saved_mean, state.saved_inv_std, reserve, none if mean is None else mean,
-            none if var is None else var)
-
-
-def _batch_norm_training_fake(x: Tensor, z: Tensor | None, weight: Tensor | None, bias: Tensor | None,
-                              running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float,
-                              activation: str | None, coef: float) -> tuple[Tensor, ...]:
-    stats = compute_dtype(x.dtype)
-    reserve = _reserve_bytes(x, z is not None, activation, coef)
-    running = [empty_packed(x, [0], stats) if t is None else torch.empty_like(t) for t in (running_mean, running_var)]
-    return (empty_in_order_of(x, x.shape), empty_packed(x, _channel_shaped(x), stats),
-            empty_packed(x, _channel_shaped(x), stats), empty_packed(x, [reserve], torch.uint8), *running)
-
-
-def _batch_norm_training_empty(x: Tensor, *args: Any) -> tuple[Tensor, ...]:
-    """An empty batch: empty y, zero statistics, the running statistics unchanged (torch's)."""
-    y, mean, inv_std, reserve, running_mean, running_var = _batch_norm_training_fake(x, *args)
-    given = args[3:5]
-    running = [old.clone() if old is not None else new for old, new in zip(given, (running_mean, running_var))]
-    return y, mean.zero_(), inv_std.zero_(), reserve, *running
-
-
-batch_norm_training = define(
-    "batch_norm_training(Tensor x, Tensor? z, Tensor? weight, Tensor? bias, Tensor? running_mean,"
-    " Tensor? running_var, float momentum, float eps, str? activation, float coef)"
-    " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-    _batch_norm_training, _batch_norm_training_fake, empty=_batch_norm_training_empty)
-
-
-def _batch_norm_training_backward(dy: Tensor, x: Tensor, weight: Tensor | None, saved_mean: Tensor,
-                                  saved_inv_std: Tensor, reserve: Tensor, eps: float, activation: str | None,
-                                  coef: float, has_z: bool) -> tuple[Tensor, ...]:
-    state = F.BatchNormState(saved_mean, saved_inv_std, reserve if reserve.numel() else None)
-    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state, eps, activation=activation,
-                                                                  coef=coef, has_z=has_z)
-    return dx, x.new_empty(0) if dz is None else dz, dweight, dbias
-
-
-batch_norm_training_backward = define(
-    "batch_norm_training_backward(Tensor dy, Tensor x, Tensor? weight, Tensor saved_mean, Tensor saved_inv_std,"
-    " Tensor reserve, float eps, str? activation, float coef, bool has_z) -> (Tensor, Tensor, Tensor, Tensor)",
-    _batch_norm_training_backward,
-    lambda dy, x, weight, saved_mean, saved_inv_std, reserve, eps, activation, coef, has_z: (
-        empty_in_order_of(x, x.shape), empty_in_order_of(x, x.shape) if has_z else empty_packed(x, [0]),
-        empty_packed(x, [x.shape[1]], compute_dtype(x.dtype)), empty_packed(x, [x.shape[1]], compute_dtype(x.dtype))))
-
-
-def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    x, z, weight, _, _, _, _, eps, activation, coef = inputs
-    y, saved_mean, saved_inv_std, reserve, *running = output
-    ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve, *running)
-    ctx.save_for_backward(x, weight, saved_mean, saved_inv_std, reserve)
-    ctx.options = (eps, activation, coef, z is not None)
-
-
-def _batch_norm_training_gradients(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, saved_mean, saved_inv_std, reserve = ctx.saved_tensors
-    dx, dz, dweight, dbias = batch_norm_training_backward(dense(dy, x), x, weight, saved_mean, saved_inv_std,
-                                                          reserve, *ctx.options)
-    return (dx, dz if ctx.options[-1] else None, _given(ctx, 2, dweight), _given(ctx, 3, dbias),
-            None, None, None, None, None, None)
-
-
-register_autograd(batch_norm_training, _batch_norm_training_gradients, _save_batch_norm_training)
-
-
-def _per_channel(t: Tensor, ndim: int) -> Tensor:
-    """A (C,) tensor seen as (1, C, 1, ...) to broadcast against an input of ``ndim`` dims."""
-    return t.reshape((1, -1) + (1,) * (ndim - 2))
-
-
-def _channel_sums(t: Tensor) -> Tensor:
-    """Sums over every dim but 1 (opendnn's reduction), as (C,)."""
-    return F.conv_backward_bias(t.reshape(t.shape[0], t.shape[1], -1))
-
-
-def _frozen_batch_norm_backward(dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, var: Tensor,
-                                eps: float) -> tuple[Tensor, ...]:
-    """(dx, dweight, dbias) of batch norm with fixed statistics (eval mode): y = xhat * w + b with
-    xhat = (x - mean) * inv_std, so dx = dy * w * inv_std, dweight = sum(dy * xhat), dbias = sum(dy)."""
-    inv_std = _per_channel(F.rsqrt(F.add(var, _scalar(eps, var))), x.ndim)
-    scale = inv_std if weight is None else F.mul(_per_channel(weight, x.ndim), inv_std)
-    xhat = F.mul(F.sub(x, _per_channel(mean, x.ndim)), inv_std)
-    return F.mul(dy, scale), _channel_sums(F.mul(dy, xhat)), _channel_sums(dy)
-
-
-batch_norm_inference = define(
-    "batch_norm_inference(Tensor x, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var,"
-    " float eps) -> Tensor",
-    lambda x, weight, bias, running_mean, running_var, eps: F.batch_norm(
-        x, running_mean, running_var, weight, bias, False, 0.0, eps),
-    lambda x, weight, bias, running_mean, running_var, eps: empty_in_order_of(x, x.shape))
-
-batch_norm_inference_backward = define(
-    "batch_norm_inference_backward(Tensor dy, Tensor x, Tensor? weight, Tensor running_mean, Tensor running_var,"
-    " float eps) -> (Tensor, Tensor, Tensor)",
-    _frozen_batch_norm_backward,
-    lambda dy, x, weight, running_mean, running_var, eps: (
-        empty_in_order_of(x, x.shape),
-        *(empty_packed(x, [x.shape[1]], torch.promote_types(x.dtype, running_var.dtype)) for _ in range(2))))
-
-
-def _save_batch_norm_inference(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    x, weight, _, running_mean, running_var, ctx.eps = inputs
-    ctx.save_for_backward(x, weight, running_mean, running_var)
-
-
-def _batch_norm_inference_gradients(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    x, weight, running_mean, running_var = ctx.saved_tensors
-    dx, dweight, dbias = batch_norm_inference_backward(dense(dy, x), x, weight, running_mean, running_var, ctx.eps)
-    return dx, _given(ctx, 1, dweight), _given(ctx, 2, dbias), None, None, None
-
-
-register_autograd(batch_norm_inference, _batch_norm_inference_gradients, _save_batch_norm_inference)
 
 
 # ---- fused inference chains (opendnn.torch.fuse) -------------------------------------------------------
@@ -772,14 +461,15 @@ convolution_bias_activation = define(
         x, weight, bias, z, activation, coef=coef, stride=tuple(stride), padding=tuple(padding),
         dilation=tuple(dilation), groups=groups, handle=_product_handle(x, "convolution")),
     lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: empty_in_order_of(
-        x, convolution_shape(x, weight, stride, padding, dilation)))
+        x, convolution_shape(x, weight, stride, padding, dilation)), differentiable=False)
 
 matmul_bias_activation = define(
     "matmul_bias_activation(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, float coef)"
     " -> Tensor",
     lambda a, b, bias, residual, activation, coef: F.matmul(
         a, b, bias, activation, coef=coef, residual=residual, handle=_product_handle(a, "matmul")),
-    lambda a, b, bias, residual, activation, coef: empty_packed(a, _broadcast_product_shape(a, b)))
+    lambda a, b, bias, residual, activation, coef: empty_packed(a, _broadcast_product_shape(a, b)),
+    differentiable=False)
 
 
 def _sum_fake(a: Tensor, b: Tensor) -> Tensor:
@@ -790,4 +480,4 @@ def _sum_fake(a: Tensor, b: Tensor) -> Tensor:
     return empty_packed(a, shape, dtype) if like is None else empty_in_order_of(like, shape, dtype)
 
 
-add = define("add(Tensor a, Tensor b) -> Tensor", lambda a, b: F.add(a, b), _sum_fake)
+add = define("add(Tensor a, Tensor b) -> Tensor", lambda a, b: F.add(a, b), _sum_fake, differentiable=False)
