@@ -95,7 +95,7 @@ def test_every_route_is_taken_by_the_model_that_uses_them_all():
         called = opendnn_calls(lambda: model(x))
     assert called == {f"opendnn::{name}" for name in (
         "convolution", "convolution_transpose", "max_pool", "avg_pool", "group_norm", "layer_norm", "rms_norm",
-        "instance_norm", "batch_norm_training", "linear", "activation", "softmax", "matmul", "adaptive_avg_pool")}
+        "instance_norm", "batch_norm_training", "linear", "activation", "softmax", "matmul", "adaptive_pool")}
 
 
 def test_inference_mode_and_no_grad_are_routed_too():

@@ -194,7 +194,7 @@ def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool 
     spatial = x.shape[2:]
     sizes = (output_size,) * len(spatial) if isinstance(output_size, int) or output_size is None else output_size
     resolved = [int(n if o is None else o) for o, n in zip(sizes, spatial)]
-    return (operators.adaptive_max_pool if is_max else operators.adaptive_avg_pool)(x, resolved)
+    return operators.adaptive_pool(x, resolved, is_max)
 
 
 # ---- softmax --------------------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ class _Fused(OpendnnModule, torch.nn.Module):
 
     weight: torch.Tensor
     bias: torch.Tensor | None
+    activation: str | None
+    coef: float
     _casts: tuple[Any, torch.Tensor, torch.Tensor | None] | None = None  # (key, weight, bias)
 
     def _autocast(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -100,8 +102,8 @@ class FusedConvolution(_Fused):
     """``act(conv(x, w') + z + b')``: a convolution with a batch norm folded in (``w'``, ``b'``), and
     the residual ``z`` and the activation where the chain had them. For inference only."""
 
-    def __init__(self, conv: torch.nn.Module, norm: torch.nn.Module, activation: str | None, coef: float,
-                 residual: bool) -> None:
+    def __init__(self, conv: torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d, norm: torch.nn.Module,
+                 activation: str | None, coef: float, residual: bool) -> None:
         super().__init__()
         weight, bias = folded(conv, norm)
         self.register_buffer("weight", weight)

@@ -20,7 +20,6 @@ What every kernel does the same way:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -130,14 +129,16 @@ TORCH_ERRORS = (RuntimeError, IndexError)  # what torch's operators raise for a 
 def as_torch_error(error: OpenDnnError, kind: type[Exception] = RuntimeError) -> OpenDnnError:
     """``error`` as an instance of its class and of ``kind`` (same message and status), so that
     code catching torch's exception type catches it, and code catching opendnn's does too."""
-    raised = _torch_error_class(type(error), kind)(str(error), error.status)
-    return raised.with_traceback(error.__traceback__)
+    key = (type(error), kind)
+    both = _TORCH_ERROR_CLASSES.get(key)
+    if both is None:
+        both = _TORCH_ERROR_CLASSES[key] = type(type(error).__name__, key, {
+            "__module__": type(error).__module__, "__doc__": type(error).__doc__})
+    return both(str(error), error.status).with_traceback(error.__traceback__)
 
 
-@functools.cache
-def _torch_error_class(opendnn_kind: type[OpenDnnError], kind: type[Exception]) -> type[OpenDnnError]:
-    return type(opendnn_kind.__name__, (opendnn_kind, kind),
-                {"__module__": opendnn_kind.__module__, "__doc__": opendnn_kind.__doc__})
+# (opendnn's error class, torch's exception type) -> the class of both, made once
+_TORCH_ERROR_CLASSES: dict[tuple[type[OpenDnnError], type[Exception]], type[OpenDnnError]] = {}
 
 
 def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str,
@@ -236,7 +237,8 @@ def register_autograd(op: torch._ops.OpOverload, backward: Callable[..., Any], s
 def empty_in_order_of(like: torch.Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new tensor of ``shape`` with its dims laid out in ``like``'s memory order (outermost: the
     largest stride; ties in dim order), as opendnn lays out the outputs that follow an input."""
-    order = sorted(range(like.ndim), key=lambda k: -like.stride(k))
+    like_strides = like.stride()
+    order = sorted(range(like.ndim), key=lambda k: -like_strides[k])
     strides = [0] * len(shape)
     step = 1
     for k in reversed(order):

@@ -5,7 +5,7 @@ operators are declared and shaped."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ from opendnn.torch.library import (
     float32_on_cuda,
     register_autograd,
 )
-from opendnn.torch.operators import dense, given, save_input, scalar
+from opendnn.torch.operators import dense, given, register_gradient_of_input, scalar
 
 Tensor = torch.Tensor
 
@@ -129,50 +129,32 @@ instance_norm_backward = define(
     lambda dy, x, weight, mean, rstd, eps: _parameter_gradients(x, weight, [x.shape[1]], 2), differentiable=False)
 
 
-def _save_norm(weight_at: int) -> Callable[..., None]:
-    """A norm's setup_context: x, its weight (``inputs[weight_at]``) and the forward's statistics
-    (not differentiable) for the backward; the other inputs as they are."""
+def _register_norm_gradient(op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload, weight_at: int) -> None:
+    """A norm's gradient: the forward keeps x, its weight (``inputs[weight_at]``, the bias after
+    it) and its statistics (not differentiable); ``backward_op(dy, x, *inputs[1:weight_at], weight,
+    *statistics, eps)`` gives dx and the parameters' gradients."""
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        y, *stats = output
-        ctx.mark_non_differentiable(*stats)
-        ctx.save_for_backward(inputs[0], inputs[weight_at], *stats)
-        ctx.inputs = inputs
+        _, *statistics = output
+        ctx.mark_non_differentiable(*statistics)
+        ctx.save_for_backward(inputs[0], inputs[weight_at], *statistics)
+        ctx.configuration, ctx.eps, ctx.count = inputs[1:weight_at], inputs[-1], len(inputs)
 
-    return setup_context
+    def backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
+        x, weight, *statistics = ctx.saved_tensors
+        dx, *parameters = backward_op(dense(dy, x), x, *ctx.configuration, weight, *statistics, ctx.eps)
+        gradients: list[Any] = [dx, *(None,) * (ctx.count - 1)]
+        for k, gradient in enumerate(parameters):
+            gradients[weight_at + k] = given(ctx, weight_at + k, gradient)
+        return tuple(gradients)
 
-
-def _layer_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, mean, rstd = ctx.saved_tensors
-    _, shape, _, _, eps = ctx.inputs
-    dx, dweight, dbias = layer_norm_backward(dense(dy, x), x, shape, weight, mean, rstd, eps)
-    return dx, None, given(ctx, 2, dweight), given(ctx, 3, dbias), None
-
-
-def _rms_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, rstd = ctx.saved_tensors
-    _, shape, _, eps = ctx.inputs
-    dx, dweight = rms_norm_backward(dense(dy, x), x, shape, weight, rstd, eps)
-    return dx, None, given(ctx, 2, dweight), None
+    register_autograd(op, backward, setup_context)
 
 
-def _group_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, mean, rstd = ctx.saved_tensors
-    _, groups, _, _, eps = ctx.inputs
-    dx, dweight, dbias = group_norm_backward(dense(dy, x), x, groups, weight, mean, rstd, eps)
-    return dx, None, given(ctx, 2, dweight), given(ctx, 3, dbias), None
-
-
-def _instance_norm_backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
-    x, weight, mean, rstd = ctx.saved_tensors
-    dx, dweight, dbias = instance_norm_backward(dense(dy, x), x, weight, mean, rstd, ctx.inputs[-1])
-    return dx, given(ctx, 1, dweight), given(ctx, 2, dbias), None
-
-
-register_autograd(layer_norm, _layer_norm_backward, _save_norm(2))
-register_autograd(rms_norm, _rms_norm_backward, _save_norm(2))
-register_autograd(group_norm, _group_norm_backward, _save_norm(2))
-register_autograd(instance_norm, _instance_norm_backward, _save_norm(1))
+_register_norm_gradient(layer_norm, layer_norm_backward, 2)
+_register_norm_gradient(rms_norm, rms_norm_backward, 2)
+_register_norm_gradient(group_norm, group_norm_backward, 2)
+_register_norm_gradient(instance_norm, instance_norm_backward, 1)
 
 local_response_norm = define(
     "local_response_norm(Tensor x, int size, float alpha, float beta, float k) -> Tensor",
@@ -186,12 +168,7 @@ local_response_norm_backward = define(
     lambda dy, x, size, alpha, beta, k: empty_in_order_of(x, x.shape), differentiable=False)
 
 
-def _local_response_norm_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    (x,) = ctx.saved_tensors
-    return local_response_norm_backward(dense(dy, x), x, *ctx.options), None, None, None, None
-
-
-register_autograd(local_response_norm, _local_response_norm_backward, save_input)
+register_gradient_of_input(local_response_norm, local_response_norm_backward)
 
 
 # ---- batch norm -----------------------------------------------------------------------------------------

@@ -71,6 +71,25 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
     return gradient() if ctx.needs_input_grad[position] else None
 
 
+
+def register_gradient_of_input(op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload,
+                               saved: tuple[str, ...] = ("input",)) -> None:
+    """The gradient of an operator of one differentiable input (its first) and options (pooling
+    windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
+    what the forward keeps ("input", "output")."""
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        kept = {"input": inputs[0], "output": output}
+        ctx.save_for_backward(*(kept[name] for name in saved))
+        ctx.options, ctx.count = inputs[1:], len(inputs)
+
+    def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
+        tensors = ctx.saved_tensors
+        return (backward_op(dense(dy, tensors[-1]), *tensors, *ctx.options), *(None,) * (ctx.count - 1))
+
+    register_autograd(op, backward, setup_context)
+
+
 # ---- convolution ------------------------------------------------------------------------------------
 
 def convolution_shape(x: Tensor, weight: Tensor, stride: Sequence[int], padding: Sequence[int],
@@ -284,17 +303,7 @@ activation_backward = define(
     lambda dy, x, name, parameters: empty_in_order_of(dy, dy.shape), differentiable=False)
 
 
-def _save_activation(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    x, ctx.name, ctx.parameters = inputs
-    ctx.save_for_backward(x)
-
-
-def _activation_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    (x,) = ctx.saved_tensors
-    return activation_backward(dense(dy, x), x, ctx.name, ctx.parameters), None, None
-
-
-register_autograd(activation, _activation_backward, _save_activation)
+register_gradient_of_input(activation, activation_backward)
 
 
 # ---- softmax --------------------------------------------------------------------------------------------
@@ -319,22 +328,12 @@ softmax = define(
     _softmax_fake, autocast=float32_on_cuda)
 
 softmax_backward = define(
-    "softmax_backward(Tensor y, Tensor dy, int dim, bool log) -> Tensor",
-    lambda y, dy, dim, log: (F.log_softmax_backward if log else F.softmax_backward)(y, dy, dim),
-    lambda y, dy, dim, log: empty_in_order_of(dy, dy.shape), differentiable=False)
+    "softmax_backward(Tensor dy, Tensor y, int dim, bool log) -> Tensor",
+    lambda dy, y, dim, log: (F.log_softmax_backward if log else F.softmax_backward)(y, dy, dim),
+    lambda dy, y, dim, log: empty_in_order_of(dy, dy.shape), differentiable=False)
 
 
-def _save_softmax(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    _, ctx.dim, ctx.log = inputs
-    ctx.save_for_backward(output)
-
-
-def _softmax_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    (y,) = ctx.saved_tensors
-    return softmax_backward(y, dense(dy, y), ctx.dim, ctx.log), None, None
-
-
-register_autograd(softmax, _softmax_backward, _save_softmax)
+register_gradient_of_input(softmax, softmax_backward, saved=("output",))
 
 
 # ---- pooling --------------------------------------------------------------------------------------------
@@ -391,65 +390,24 @@ avg_pool_backward = define(
     lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(x, x.shape),
     differentiable=False)
 
-adaptive_avg_pool = define(
-    "adaptive_avg_pool(Tensor x, int[] output_size) -> Tensor",
-    lambda x, output_size: F.adaptive_avg_pool(x, tuple(output_size)),
-    lambda x, output_size: empty_in_order_of(x, [*x.shape[:2], *output_size]),
+adaptive_pool = define(
+    "adaptive_pool(Tensor x, int[] output_size, bool is_max) -> Tensor",
+    lambda x, output_size, is_max: (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, tuple(output_size)),
+    lambda x, output_size, is_max: empty_in_order_of(x, [*x.shape[:2], *output_size]),
     autocast=_pooling_autocast)
 
-adaptive_avg_pool_backward = define(
-    "adaptive_avg_pool_backward(Tensor dy, Tensor x) -> Tensor",
-    lambda dy, x: F.adaptive_avg_pool_backward(dy, x),
-    lambda dy, x: empty_in_order_of(x, x.shape), differentiable=False)
-
-adaptive_max_pool = define(
-    "adaptive_max_pool(Tensor x, int[] output_size) -> Tensor",
-    lambda x, output_size: F.adaptive_max_pool(x, tuple(output_size)),
-    lambda x, output_size: empty_in_order_of(x, [*x.shape[:2], *output_size]),
-    autocast=_pooling_autocast)
-
-adaptive_max_pool_backward = define(
-    "adaptive_max_pool_backward(Tensor dy, Tensor x, Tensor y) -> Tensor",
-    lambda dy, x, y: F.adaptive_max_pool_backward(dy, x, y),
-    lambda dy, x, y: empty_in_order_of(x, x.shape), differentiable=False)
+adaptive_pool_backward = define(  # (the output size is dy's)
+    "adaptive_pool_backward(Tensor dy, Tensor x, Tensor y, int[] output_size, bool is_max) -> Tensor",
+    lambda dy, x, y, output_size, is_max: (
+        F.adaptive_max_pool_backward(dy, x, y) if is_max else F.adaptive_avg_pool_backward(dy, x)),
+    lambda dy, x, y, output_size, is_max: empty_in_order_of(x, x.shape), differentiable=False)
 
 
-def save_input(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    ctx.save_for_backward(inputs[0])
-    ctx.options = inputs[1:]
-
-
-def _save_input_and_output(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    ctx.save_for_backward(inputs[0], output)
-    ctx.options = inputs[1:]
-
-
-def _max_pool_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    """The largest element of each window takes the window's gradient; the backward recomputes
-    which from x and y (cuDNN's contract: no index tensor), the first on ties."""
-    x, y = ctx.saved_tensors
-    return max_pool_backward(dense(dy, y), x, y, *ctx.options), None, None, None, None
-
-
-def _avg_pool_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    (x,) = ctx.saved_tensors
-    return avg_pool_backward(dense(dy), x, *ctx.options), None, None, None, None, None
-
-
-def _adaptive_avg_pool_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    (x,) = ctx.saved_tensors
-    return adaptive_avg_pool_backward(dense(dy), x), None
-
-
-def _adaptive_max_pool_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
-    x, y = ctx.saved_tensors
-    return adaptive_max_pool_backward(dense(dy, y), x, y), None
-
-
-register_autograd(max_pool, _max_pool_backward, _save_input_and_output)
-register_autograd(avg_pool, _avg_pool_backward, save_input)
-register_autograd(adaptive_avg_pool, _adaptive_avg_pool_backward, save_input)
-register_autograd(adaptive_max_pool, _adaptive_max_pool_backward, _save_input_and_output)
+# max pooling's backward finds each window's largest element again from x and y (cuDNN's contract:
+# no index tensor), the first on ties
+register_gradient_of_input(max_pool, max_pool_backward, saved=("input", "output"))
+register_gradient_of_input(avg_pool, avg_pool_backward)
+register_gradient_of_input(adaptive_pool, adaptive_pool_backward, saved=("input", "output"))
 
 
 # ---- fused inference chains (opendnn.torch.fuse) -------------------------------------------------------
