@@ -81,8 +81,9 @@ def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
     """
     name = schema.split("(", 1)[0]
     LIBRARY.define(schema)
+    device_kernel = _DEVICE_KERNELS[name] = _kernel(kernel, empty or _zeros(fake))
     for key in DEVICE_KEYS:
-        LIBRARY.impl(name, _kernel(kernel, empty or _zeros(fake)), key)
+        LIBRARY.impl(name, device_kernel, key)
     qualified = f"{NAMESPACE}::{name}"
     torch.library.register_fake(qualified, fake, lib=LIBRARY)
     op = getattr(getattr(torch.ops, NAMESPACE), name).default
@@ -94,6 +95,10 @@ def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
             key = f"Autocast{device_type.upper()}"
             LIBRARY.impl(name, _autocast_kernel(op, device_type, key, autocast), key, with_keyset=True)
     return op
+
+
+# operator name -> its kernel at the CPU and CUDA keys (the autograd kernel calls it directly, below)
+_DEVICE_KERNELS: dict[str, Callable[..., Any]] = {}
 
 
 def _kernel(kernel: Callable[..., Any], empty: Callable[..., Any]) -> Callable[..., Any]:
@@ -199,11 +204,10 @@ def register_autograd(op: torch._ops.OpOverload, backward: Callable[..., Any], s
     for its own autograd nodes, which every transform accepts. The Function is named after the
     operator (``opendnn::convolution`` -> ``ConvolutionBackward`` in a graph).
     """
-    after_autograd = torch._C._after_autograd_keyset
+    below = _below_autograd(op)
 
     def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
-        with torch._C._AutoDispatchBelowAutograd():
-            output = op.redispatch(keyset & after_autograd, *args)
+        output = below(keyset, args)
         ctx.set_materialize_grads(False)
         setup_context(ctx, args, output)
         return output
@@ -223,13 +227,31 @@ def register_autograd(op: torch._ops.OpOverload, backward: Callable[..., Any], s
         "__doc__": f"The autograd node of opendnn::{op._opname}.", "__module__": __name__})
 
     def kernel(keyset: Any, *args: Any) -> Any:
-        if torch.is_grad_enabled() and any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args):
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             with enable_single_level_autograd_function():
                 return function.apply(keyset, *args)
-        with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(keyset & after_autograd, *args)
+        return below(keyset, args)
 
     LIBRARY.impl(op._opname, kernel, "Autograd", with_keyset=True)
+
+
+def _below_autograd(op: torch._ops.OpOverload) -> Callable[[Any, tuple[Any, ...]], Any]:
+    """How the autograd kernel goes on with a call: where the next dispatch key is the CPU or CUDA
+    one (plain tensors, no mode, no transform), the device kernel directly, as the dispatcher would
+    after a round trip through it (a quarter of an operator's host cost); else a redispatch (fake
+    tensors, a TorchDispatchMode, functorch's layers)."""
+    after_autograd = torch._C._after_autograd_keyset
+    device_kernel = _DEVICE_KERNELS[op._opname]
+    devices = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+
+    def below(keyset: Any, args: tuple[Any, ...]) -> Any:
+        rest = keyset & after_autograd
+        if rest.highestPriorityTypeId() in devices:
+            return device_kernel(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(rest, *args)
+
+    return below
 
 
 # ---- fake outputs -------------------------------------------------------------------------------------
