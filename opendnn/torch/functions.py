@@ -5,7 +5,8 @@ padding, an output size with None, ...), resolves them and calls its operator (o
 ``opendnn.torch.operators`` or ``opendnn.torch.normalization``), which carries the rest: the
 kernels, the gradient (computed by opendnn's backward operators), torch's autocast policy,
 torch.compile / torch.export support.
-The only torch operations here are data movement.
+The only torch operations here are data movement. An argument refused here raises opendnn's
+error that is also torch's RuntimeError, as the operators' errors are.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.torch import normalization, operators
+from opendnn.torch.library import as_torch_error
 
 IntOrTuple = int | Sequence[int]
 
@@ -24,7 +26,7 @@ def _per_dim(name: str, value: IntOrTuple, spatial: int) -> list[int]:
     """``value`` as one int per spatial dim."""
     values = [int(value)] * spatial if isinstance(value, int) else [int(v) for v in value]
     if len(values) != spatial:
-        raise BadParam(f"{name}={value} must be an int or {spatial} ints, one per spatial dim")
+        raise as_torch_error(BadParam(f"{name}={value} must be an int or {spatial} ints, one per spatial dim"))
     return values
 
 
@@ -48,7 +50,8 @@ def symmetric_padding(padding: IntOrTuple | str, kernel: Sequence[int], dilation
                                "asymmetrically; the backward passes take symmetric padding")
         return tuple(t // 2 for t in totals)
     if isinstance(padding, str):
-        raise BadParam(f"padding={padding!r} must be 'valid', 'same', an int or one int per spatial dim")
+        raise as_torch_error(BadParam(f"padding={padding!r} must be 'valid', 'same', an int or one int per "
+                                      "spatial dim"))
     return (padding,) * spatial if isinstance(padding, int) else tuple(padding)
 
 
@@ -108,7 +111,7 @@ GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's ``approximate`` ->
 
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     if approximate not in GELU_FORMS:
-        raise BadParam(f"approximate={approximate!r} must be 'none' or 'tanh'")
+        raise as_torch_error(BadParam(f"approximate={approximate!r} must be 'none' or 'tanh'"))
     return operators.activation(x, GELU_FORMS[approximate], [])
 
 
@@ -216,7 +219,7 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: 
     if training:
         return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, momentum, eps, None)
     if running_mean is None or running_var is None:
-        raise BadParam("running_mean and running_var are needed when training=False")
+        raise as_torch_error(BadParam("running_mean and running_var are needed when training=False"))
     return normalization.batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
 
 
