@@ -124,7 +124,7 @@ class OperationBuilder(PointwiseMethods):
         missing = [r for r in OPERATIONS[op].inputs if r not in tensors and r not in OPERATIONS[op].optional]
         if missing:
             raise BadParam(f"{label(name, op)}: input {missing[0]} is required")
-        shapes = {role: Shape(t.name, t.dims, t.data_type) for role, t in tensors.items()}
+        shapes = {role: Shape(t.name, t.dims, t.data_type, t.pass_by_value) for role, t in tensors.items()}
         specs = apply_rule(name, op, shapes, attributes, given or {})
         outputs = {}
         for role, spec in specs.items():

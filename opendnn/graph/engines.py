@@ -90,11 +90,11 @@ def _require_runnable(engine: str, backend: str, handle: Handle) -> None:
             raise NotSupported(f"engine '{engine}' runs on the CPU (the NumPy backend), not on the handle's device "
                                f"{handle.device}", Status.NOT_SUPPORTED)
         return
+    if handle.device == CPU and os.environ.get("TRITON_INTERPRET") != "1":  # asked before triton is imported
+        raise NotSupported(f"engine '{engine}' runs Triton kernels, which on the CPU need Triton's interpreter: set "
+                           "TRITON_INTERPRET=1 before triton is first imported",
+                           Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
     try:
         require_backend_available(backend)
     except NotSupported as error:
         raise NotSupported(f"engine '{engine}': {error}", error.status) from None
-    if handle.device == CPU and os.environ.get("TRITON_INTERPRET") != "1":
-        raise NotSupported(f"engine '{engine}' runs Triton kernels, which on the CPU need Triton's interpreter: set "
-                           "TRITON_INTERPRET=1 before triton is first imported",
-                           Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)

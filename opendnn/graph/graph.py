@@ -217,8 +217,8 @@ class Graph(OperationBuilder):
             content = json.loads(data)
             if content.get("format") != FORMAT:
                 raise ValueError(f"format={content.get('format')!r}")
-            graph = cls(content["io_data_type"], content["compute_data_type"], content["intermediate_data_type"],
-                        handle, content["name"])
+            graph = cls(DataType[content["io_data_type"]], DataType[content["compute_data_type"]],
+                        DataType[content["intermediate_data_type"]], handle, content["name"])
             graph._restore(content["tensors"], content["nodes"])
         except (ValueError, KeyError, TypeError, IndexError) as error:
             raise BadParam(f"data is not a graph serialized by Graph.serialize ({FORMAT}): {error}") from None

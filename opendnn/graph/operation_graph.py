@@ -179,11 +179,7 @@ def _topological_order(nodes: Sequence[Node]) -> list[Node]:
 
 def _check_rule(node: Node) -> None:
     operation = OPERATIONS[node.op]
-    for role, tensor in node.inputs.items():
-        if tensor.pass_by_value and node.op != "pointwise":
-            raise BadParam(f"{node.label}: {role} '{tensor.name}' is a scalar passed by value; only pointwise "
-                           "operations take those")
-    shapes = {role: Shape(t.name, t.dims, t.data_type) for role, t in node.inputs.items()}
+    shapes = {role: Shape(t.name, t.dims, t.data_type, t.pass_by_value) for role, t in node.inputs.items()}
     specs = apply_rule(node.name, node.op, shapes, node.attributes, {r: t.dims for r, t in node.outputs.items()})
     if set(specs) != set(node.outputs) or not set(specs) <= set(operation.outputs):
         raise BadParam(f"{node.label}: outputs {sorted(node.outputs)} must be {sorted(specs)}")
@@ -194,7 +190,7 @@ def _check_rule(node: Node) -> None:
                            f"{list(spec.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH)
         if spec.dtype is not None and tensor.data_type is not spec.dtype:
             raise BadParam(f"{node.label}: output {role} '{tensor.name}' data type {tensor.data_type.name} must be "
-                           f"{spec.dtype.name}", Status.NOT_SUPPORTED_DATA_TYPE)
+                           f"{spec.dtype.name}", Status.BAD_PARAM)
         if tensor.pass_by_value:
             raise BadParam(f"{node.label}: output {role} '{tensor.name}' cannot be a scalar passed by value")
 

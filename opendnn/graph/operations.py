@@ -28,6 +28,7 @@ class Shape(NamedTuple):
     name: str
     dims: Dims
     dtype: DataType
+    by_value: bool = False
 
 
 class OutputSpec(NamedTuple):
@@ -65,7 +66,7 @@ def compute_type(dtype: DataType) -> DataType:
 def require_float(where: str, role: str, shape: Shape) -> None:
     if not shape.dtype.is_floating:
         raise BadParam(f"{where}: {role} '{shape.name}' data type {shape.dtype.name} must be FLOAT, HALF, "
-                       "BFLOAT16 or DOUBLE", Status.NOT_SUPPORTED_DATA_TYPE)
+                       "BFLOAT16 or DOUBLE", Status.BAD_PARAM)
 
 
 def require_dims(where: str, role: str, shape: Shape, dims: Dims, why: str) -> None:
@@ -227,7 +228,7 @@ def matmul_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str
                           f"a's last dim {a.dims[-1]} must equal b's dim -2 {b.dims[-2]}")
     if a.dtype is not b.dtype:
         raise BadParam(f"{where}: b '{b.name}' data type {b.dtype.name} must equal a '{a.name}' data type "
-                       f"{a.dtype.name}", Status.NOT_SUPPORTED_DATA_TYPE)
+                       f"{a.dtype.name}", Status.BAD_PARAM)
     batch = broadcast(where, [("a", Shape(a.name, a.dims[:-2] or (1,), a.dtype)),
                               ("b", Shape(b.name, b.dims[:-2] or (1,), b.dtype))])
     batch = batch if max(len(a.dims), len(b.dims)) > 2 else ()
@@ -273,13 +274,13 @@ def _norm_checks(where: str, op: str, inputs: Mapping[str, Shape], attributes: M
             require_dims(where, role, shape, stats, "one per normalized set")
             if shape.dtype is not compute_type(x.dtype):
                 raise BadParam(f"{where}: {role} '{shape.name}' data type {shape.dtype.name} must be "
-                               f"{compute_type(x.dtype).name}", Status.NOT_SUPPORTED_DATA_TYPE)
+                               f"{compute_type(x.dtype).name}", Status.BAD_PARAM)
         elif role == "grad":
             require_dims(where, role, shape, x.dims, f"the dims of input '{x.name}'")
             require_float(where, role, shape)
     if op.startswith("batchnorm") and inputs["scale"].dtype is not compute_type(x.dtype):
         raise BadParam(f"{where}: scale '{inputs['scale'].name}' data type {inputs['scale'].dtype.name} must be "
-                       f"{compute_type(x.dtype).name}", Status.NOT_SUPPORTED_DATA_TYPE)
+                       f"{compute_type(x.dtype).name}", Status.BAD_PARAM)
     return x
 
 
@@ -378,6 +379,10 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
 def apply_rule(node_name: str, op: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
                given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
     """The outputs of a node: its operation's rule, with errors naming the node."""
+    for role, shape in inputs.items():
+        if shape.by_value and op != "pointwise":
+            raise BadParam(f"{label(node_name, op)}: {role} '{shape.name}' is a scalar passed by value; only "
+                           "pointwise operations take those")
     return OPERATIONS[op].rule(label(node_name, op), inputs, attributes, given)
 
 
