@@ -139,6 +139,14 @@ def test_validate_refuses_dangling_nodes_and_inputs_and_a_graph_without_output()
         g.validate()
 
 
+def test_validate_refuses_an_output_whose_elements_overlap():
+    g = cpu_graph()
+    g.exp(g.tensor([2, 3], name="x"), name="e").set_output(True).set_stride([0, 1])
+    with pytest.raises(od.BadParam, match=r"output 'e::y' has strides \[0, 1\] under which elements of dims \[2, 3\] "
+                                          r"overlap: it cannot be written"):
+        g.validate()
+
+
 def test_validate_refuses_two_tensors_of_one_name():
     g = cpu_graph("twins")
     x = g.tensor([2], name="x")

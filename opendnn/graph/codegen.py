@@ -92,11 +92,12 @@ RESERVED = {"index", "mask", "keep", "keep_mask", "red", "red_mask", "start", "t
 @dataclass(frozen=True)
 class GeneratedKernel:
     """A kernel's source and how to launch it: pointer arguments (uids) then scalar arguments (uids)
-    in the kernel's order, the grid and the block sizes."""
+    in the kernel's order, the tensors it writes (the last pointers), the grid and the block sizes."""
 
     source: str
     pointers: tuple[int, ...]
     scalars: tuple[int, ...]
+    writes: tuple[int, ...]
     grid: int
     blocks: tuple[tuple[str, int], ...]
 
@@ -160,7 +161,8 @@ class _Writer:
                  f"def fused_kernel({', '.join(parameters)}):"]
         body = self._reduction_body() if self.reducing else self._pointwise_body()
         lines += ["    " + line if line else "" for line in body]
-        return GeneratedKernel("\n".join(lines) + "\n", tuple(pointers), tuple(scalars), grid, blocks)
+        return GeneratedKernel("\n".join(lines) + "\n", tuple(pointers), tuple(scalars), tuple(self.stores), grid,
+                               blocks)
 
     def _header(self) -> list[str]:
         graph, region = self.graph, self.region

@@ -124,6 +124,10 @@ def validate(graph: OperationBuilder) -> OperationGraph:
     for node in order:
         _check_rule(node)
     _check_dangling(graph)
+    for tensor in _produced(graph):
+        if not tensor.is_virtual and not tensor.descriptor().is_non_overlapping:
+            raise BadParam(f"output '{tensor.name}' has strides {list(tensor.strides)} under which elements of dims "
+                           f"{list(tensor.dims)} overlap: it cannot be written")
     if not any(not t.is_virtual and t in _produced(graph) for t in graph._tensors):
         raise BadParam(f"graph '{graph.name}' has no output: mark an operation's output with set_output(True)")
     return snapshot(graph, order)

@@ -10,7 +10,6 @@ finished graph; every error names the node and the tensor.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -384,7 +383,3 @@ def apply_rule(node_name: str, op: str, inputs: Mapping[str, Shape], attributes:
             raise BadParam(f"{label(node_name, op)}: {role} '{shape.name}' is a scalar passed by value; only "
                            "pointwise operations take those")
     return OPERATIONS[op].rule(label(node_name, op), inputs, attributes, given)
-
-
-def elements(dims: Dims) -> int:
-    return math.prod(dims)

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import opendnn as od
-from opendnn.core.arrays import Bound, bind, bind_bytes, strided_view, torch_view
+from opendnn.core.arrays import Bound, bind, bind_bytes, device_of, strided_view, torch_view
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
-from opendnn.core.errors import BadParam, OpenDnnError
+from opendnn.core.errors import OpenDnnError
 from opendnn.core.handle import Handle
 from opendnn.graph.calls import CONV_ALGORITHMS, NodeCall, conv_descriptor, optional_view, scalar_bound
 from opendnn.graph.codegen import GeneratedKernel, generate
@@ -111,18 +111,13 @@ class FusedKernel:
     def __init__(self, region: Region, graph: OperationGraph, library: dict[str, str]) -> None:
         self.region = region
         self.generated: GeneratedKernel = generate(region, graph, library)
-        stores = set(self.generated.pointers[len(self.generated.pointers) - self._store_count(graph):])
-        self.reads = tuple(u for u in (*self.generated.pointers, *self.generated.scalars) if u not in stores)
-        self.writes = tuple(u for u in self.generated.pointers if u in stores)
+        self.writes = self.generated.writes
+        self.reads = tuple(u for u in (*self.generated.pointers, *self.generated.scalars) if u not in self.writes)
         self.scratch_bytes = 0
         self.saved = saved_bytes(region, graph)
         self.names = tuple((f"t{uid}", uid) for uid in self.generated.pointers)
         self.constants = tuple(graph.tensors[uid].value for uid in self.generated.scalars)
         self.launch: Any = None
-
-    def _store_count(self, graph: OperationGraph) -> int:
-        return sum(1 for node in self.region.nodes for _, uid in node.outputs
-                   if node is self.region.sink or not graph.tensors[uid].virtual)
 
     def compile(self) -> None:
         from opendnn.graph.kernel_library import Launch, Slot, load_kernel
@@ -181,6 +176,7 @@ class ExecutionPlan:
         self.scalars = tuple((t.uid, t.desc.dtype, t.value) for t in graph.tensors if t.by_value and t.uid in called)
         self.empty: tuple[Bound | None, ...] = (None,) * len(graph.tensors)
         self._handles: dict[int, tuple[Handle, Handle]] = {}
+        self._kinds: tuple[Any, tuple[Any, ...]] | None = None
 
     def compile(self) -> None:
         """Load the generated kernels (once; a plan cached on a handle keeps them)."""
@@ -196,23 +192,39 @@ class ExecutionPlan:
                 missing, too small or misaligned.
         """
         bounds = list(self.empty)
-        for uid, name, desc, written in self.bound:
-            bounds[uid] = bind(name, desc, arrays[uid], output=written)
-        like = next((b for b in bounds if b is not None), None)
+        tensor_class, torch_types = self._torch_kinds()
+        for (uid, name, desc, written), torch_type in zip(self.bound, torch_types):
+            array = arrays[uid]
+            if (array.__class__ is tensor_class and array.dtype is torch_type and array.shape == desc.dims
+                    and array.stride() == desc.strides):  # bind's checks, cut to what a torch tensor needs
+                bounds[uid] = Bound(name, desc, array, device_of(array))
+            else:
+                bounds[uid] = bind(name, desc, array, output=written)
+        like = bounds[self.bound[0][0]]  # a graph has an output, so the pack has a tensor
+        assert like is not None
         work = bind_bytes("workspace", workspace, self.workspace_size, WORKSPACE_QUERY)
         if work is not None:
             for uid, desc, offset in self.intermediates:
                 bounds[uid] = Bound(self.graph.tensors[uid].name, desc, typed_view(work.view, offset, desc),
                                     work.device)
-            like = like or work
         for uid, dtype, value in self.scalars:
-            if like is None:
-                raise BadParam("a graph of scalars only has no tensor to place them beside")
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
         scratch = None if work is None else work.view[self.scratch_offset:]
         engine_handle = self.handle_for(handle)
         for step in self.steps:
             step.run(bounds, arrays, scratch, engine_handle)
+
+    def _torch_kinds(self) -> tuple[Any, tuple[Any, ...]]:
+        """(torch.Tensor, the torch dtype of each bound tensor) on the Triton backend, which runs on
+        torch tensors; nothing on the NumPy backend, which needs no torch."""
+        if self._kinds is None:
+            if self.backend == "numpy":
+                self._kinds = (None, (None,) * len(self.bound))
+            else:
+                import torch
+
+                self._kinds = (torch.Tensor, tuple(desc.dtype.to_torch() for _, _, desc, _ in self.bound))
+        return self._kinds
 
     def handle_for(self, handle: Handle) -> Handle:
         """``handle``, or one of its device, stream and policies on the plan's backend."""
