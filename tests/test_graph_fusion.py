@@ -358,3 +358,4 @@ def test_the_generated_source_is_python_that_names_each_node():
     assert "@triton.jit\ndef fused_kernel(x_ptr, y_ptr, shift_b_value: tl.float64, BLOCK: tl.constexpr):" in source
     assert "    shift_y = x - shift_b  # shift\n" in source
     assert '    y = activation("softplus", shift_y, 2.0)  # smooth\n' in source
+    assert "i0 =" not in source and "i1 =" not in source  # packed tensors of the space's dims read at index

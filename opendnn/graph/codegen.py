@@ -159,7 +159,7 @@ class _Writer:
         parameters += [f"{name}: tl.constexpr" for name, _ in blocks]
         lines = [*self._header(), "", "", *self._combine_functions(), "@triton.jit",
                  f"def fused_kernel({', '.join(parameters)}):"]
-        body = self._reduction_body() if self.reducing else self._pointwise_body()
+        body = _without_unused_indices(self._reduction_body() if self.reducing else self._pointwise_body())
         lines += ["    " + line if line else "" for line in body]
         return GeneratedKernel("\n".join(lines) + "\n", tuple(pointers), tuple(scalars), tuple(self.stores), grid,
                                blocks)
@@ -331,6 +331,18 @@ def pointwise_expression(node: NodeSpec, operands: dict[str, str]) -> str:
     if activation in ("relu", "clipped_relu"):  # NaN in, NaN out (torch's)
         return f"tl.where({x} != {x}, {x}, {expression})"
     return expression
+
+
+def _without_unused_indices(lines: list[str]) -> list[str]:
+    """``lines`` less the index definitions (``i0 = ...``) no other line reads: a dim no tensor
+    varies along needs none."""
+    text = "\n".join(lines)
+    kept = []
+    for line in lines:
+        name = re.match(r"\s*([ikr]\d+) = ", line)
+        if name is None or re.search(rf"\b{name.group(1)}\b", text.replace(line, "", 1)):
+            kept.append(line)
+    return kept
 
 
 def _grouped(offsets: str) -> str:
