@@ -2,9 +2,18 @@
 engine with NaN-poisoned outputs, and comparing with a float64 result."""
 
 import numpy as np
+import pytest
+import torch
 
 import opendnn as od
 import opendnn.graph as og
+
+
+@pytest.fixture
+def kernel_cache(tmp_path, monkeypatch):
+    """Generated kernels in a test's own folder (a test module imports this fixture and marks it autouse)."""
+    monkeypatch.setenv("OPENDNN_GRAPH_KERNELS", str(tmp_path))
+
 
 ENGINE_MODES = {"fused": og.HeurMode.A, "per_node": og.HeurMode.B, "reference": og.HeurMode.FALLBACK}
 
@@ -43,5 +52,14 @@ def random(rng, shape, dtype=np.float32):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def graph_inputs(graph, **arrays):
+    """A graph input per array, named by its keyword, with the array's dims, strides and type."""
+    return [graph.tensor_like(array, name=name) for name, array in arrays.items()]
+
+
 def cpu_graph(name="graph", **types):
     return og.Graph(handle=od.Handle("cpu"), name=name, **types)
+
+
+def t64(array):
+    return torch.tensor(np.asarray(array, np.float64))

@@ -9,16 +9,13 @@ import json  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from graph_helpers import build, cpu_graph, random, relative_error, run  # noqa: E402
+from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run  # noqa: E402, F401
 
 import opendnn as od  # noqa: E402
 import opendnn.graph as og  # noqa: E402
 from opendnn.graph import engines  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def kernel_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENDNN_GRAPH_KERNELS", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
 
 
 def scale_bias_relu(handle=None, name="sbr"):

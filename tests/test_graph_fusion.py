@@ -13,21 +13,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
-from graph_helpers import build, cpu_graph, random, relative_error, run  # noqa: E402
+from graph_helpers import build, cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: E402, F401
 
 import opendnn.graph as og  # noqa: E402
 
 ENGINES = ["fused", "reference"]
 TOLERANCE = 1e-5
 
-
-@pytest.fixture(autouse=True)
-def kernel_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENDNN_GRAPH_KERNELS", str(tmp_path))
-
-
-def t64(array):
-    return torch.tensor(np.asarray(array, np.float64))
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
 
 
 def steps(graph):
@@ -130,7 +123,7 @@ def test_conv_bias_relu_is_one_call_with_the_fused_epilogue(engine):
     x = random(rng, (2, 3, 5, 5)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)  # channels last
     w, b = random(rng, (4, 3, 3, 3)), random(rng, (1, 4, 1, 1))
     g = cpu_graph("cbr")
-    xt, wt, bt = g.tensor_like(x, name="x"), g.tensor_like(w, name="w"), g.tensor_like(b, name="b")
+    xt, wt, bt = graph_inputs(g, x=x, w=w, b=b)
     y = g.relu(g.bias(g.conv_fprop(xt, wt, padding=[1, 1]), bt))
     y.set_output(True)
     (out,) = run(g, {xt: x, wt: w, bt: b}, [y], engine)
@@ -147,7 +140,7 @@ def test_conv_scale_residual_bias_swish_fills_every_slot(engine):
     x, w = random(rng, (1, 2, 4, 4)), random(rng, (3, 2, 3, 3))
     z, b = random(rng, (1, 3, 4, 4)), random(rng, (1, 3, 1, 1))
     g = cpu_graph("slots")
-    xt, wt, zt, bt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (w, "w"), (z, "z"), (b, "b")))
+    xt, wt, zt, bt = graph_inputs(g, x=x, w=w, z=z, b=b)
     y = g.swish(g.add(g.add(g.scale(g.conv_fprop(xt, wt, padding=[1, 1]), 0.5), zt), bt))
     y.set_output(True)
     (out,) = run(g, {xt: x, wt: w, zt: z, bt: b}, [y], engine)
@@ -164,7 +157,7 @@ def test_scale_bias_relu_before_a_conv_is_one_kernel_then_the_conv(engine):
     x, w = random(rng, (2, 3, 4, 4)), random(rng, (2, 3, 3, 3))
     s, b = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
     g = cpu_graph("sbrc")
-    xt, st, bt, wt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (s, "s"), (b, "b"), (w, "w")))
+    xt, st, bt, wt = graph_inputs(g, x=x, s=s, b=b, w=w)
     y = g.conv_fprop(g.relu(g.bias(g.scale(xt, st), bt)), wt, padding=[1, 1])
     y.set_output(True)
     (out,) = run(g, {xt: x, st: s, bt: b, wt: w}, [y], engine)
@@ -180,7 +173,7 @@ def test_matmul_bias_gelu_is_one_call_with_the_fused_epilogue(engine):
     rng = np.random.default_rng(34)
     a, b, bias = random(rng, (2, 4, 6)), random(rng, (6, 5)), random(rng, (5,))
     g = cpu_graph("mbg")
-    at, bt, biast = g.tensor_like(a, name="a"), g.tensor_like(b, name="b"), g.tensor_like(bias, name="bias")
+    at, bt, biast = graph_inputs(g, a=a, b=b, bias=bias)
     c = g.gelu(g.add(g.matmul(at, bt), biast))
     c.set_output(True)
     (out,) = run(g, {at: a, bt: b, biast: bias}, [c], engine)
@@ -194,7 +187,7 @@ def test_matmul_row_bias_activation_then_residual(engine):
     rng = np.random.default_rng(35)
     a, b, bias, residual = random(rng, (3, 4)), random(rng, (4, 5)), random(rng, (3, 1)), random(rng, (3, 5))
     g = cpu_graph("mbar")
-    at, bt, biast, rt = (g.tensor_like(v, name=n) for v, n in ((a, "a"), (b, "b"), (bias, "bias"), (residual, "r")))
+    at, bt, biast, rt = graph_inputs(g, a=a, b=b, bias=bias, r=residual)
     c = g.add(g.tanh(g.bias(g.matmul(at, bt), biast)), rt)
     c.set_output(True)
     (out,) = run(g, {at: a, bt: b, biast: bias, rt: residual}, [c], engine)
@@ -221,7 +214,7 @@ def test_norm_activation_residual(engine):
     x, r = random(rng, (2, 3, 8)), random(rng, (2, 3, 8))
     scale, bias = random(rng, (1, 1, 8)), random(rng, (1, 1, 8))
     g = cpu_graph("nar")
-    xt, rt, st, bt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (r, "r"), (scale, "scale"), (bias, "bias")))
+    xt, rt, st, bt = graph_inputs(g, x=x, r=r, scale=scale, bias=bias)
     y, _, _ = g.layernorm(xt, st, bt, norm_forward_phase="inference")
     out_t = g.add(g.relu(y), rt)
     out_t.set_output(True)
@@ -239,8 +232,7 @@ def test_batchnorm_inference_and_relu_fuse_into_one_kernel(engine):
     mean, scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
     inv = np.abs(random(rng, (1, 3, 1, 1))) + 0.5
     g = cpu_graph("bnr")
-    xt, mt, it, st, bt = (g.tensor_like(a, name=n) for a, n in
-                          ((x, "x"), (mean, "mean"), (inv, "inv"), (scale, "scale"), (bias, "bias")))
+    xt, mt, it, st, bt = graph_inputs(g, x=x, mean=mean, inv=inv, scale=scale, bias=bias)
     y = g.relu(g.batchnorm_inference(xt, mt, it, st, bt))
     y.set_output(True)
     (out,) = run(g, {xt: x, mt: mean, it: inv, st: scale, bt: bias}, [y], engine)
@@ -257,7 +249,7 @@ def test_a_pointwise_chain_ending_in_a_reduction_over_trailing_dims(engine):
     rng = np.random.default_rng(38)
     x, b = random(rng, (3, 4, 5)), random(rng, (5,))
     g = cpu_graph("rowsum")
-    xt, bt = g.tensor_like(x, name="x"), g.tensor_like(b, name="b")
+    xt, bt = graph_inputs(g, x=x, b=b)
     squared = g.mul(g.add(xt, bt), g.add(xt, bt))
     squared.set_output(True)  # an intermediate the reduction kernel also stores
     y = g.reduction(g.sqrt(squared), "add", [3, 1, 1])
@@ -275,7 +267,7 @@ def test_scale_bias_relu_genstats_is_one_kernel(engine):
     rng = np.random.default_rng(39)
     x, s, b = random(rng, (2, 3, 4, 4)), random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
     g = cpu_graph("sbrg")
-    xt, st, bt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (s, "s"), (b, "b")))
+    xt, st, bt = graph_inputs(g, x=x, s=s, b=b)
     activated = g.relu(g.bias(g.scale(xt, st), bt))
     activated.set_output(True)
     total, squares = g.genstats(activated)
@@ -314,7 +306,7 @@ def test_an_intermediate_read_by_two_regions_is_written_once_and_read_by_both():
     rng = np.random.default_rng(41)
     x, w = random(rng, (1, 2, 4, 4)), random(rng, (2, 2, 1, 1))
     g = cpu_graph("shared")
-    xt, wt = g.tensor_like(x, name="x"), g.tensor_like(w, name="w")
+    xt, wt = graph_inputs(g, x=x, w=w)
     shared = g.exp(xt, name="shared")  # read by the conv and by the add: its own region
     y = g.add(g.conv_fprop(shared, wt), shared, name="sum")
     y.set_output(True)

@@ -9,21 +9,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
-from graph_helpers import cpu_graph, random, relative_error, run  # noqa: E402
+from graph_helpers import cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: E402, F401
 
 import opendnn.graph as og  # noqa: E402
 
 ENGINES = ["reference", "per_node"]
 TOLERANCE = 1e-5
 
-
-@pytest.fixture(autouse=True)
-def kernel_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENDNN_GRAPH_KERNELS", str(tmp_path))
-
-
-def t64(array):
-    return torch.tensor(np.asarray(array, np.float64))
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -32,7 +25,7 @@ def test_conv_fprop_with_groups_stride_and_channels_last_input(engine):
     x = random(rng, (2, 5, 4, 4)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)  # NHWC memory, NCHW dims
     w = random(rng, (4, 5, 3, 3))
     g = cpu_graph()
-    xt, wt = g.tensor_like(x, name="x"), g.tensor_like(w, name="w")
+    xt, wt = graph_inputs(g, x=x, w=w)
     y = g.conv_fprop(xt, wt, padding=[1, 1], stride=[2, 1], dilation=[1, 1])
     y.set_output(True)
     assert y.get_dim() == [2, 4, 2, 4]
@@ -46,7 +39,7 @@ def test_conv_dgrad_with_the_image_size_set_for_stride_two(engine):
     rng = np.random.default_rng(2)
     dy, w = random(rng, (2, 4, 3, 3)), random(rng, (4, 3, 3, 3))
     g = cpu_graph()
-    dyt, wt = g.tensor_like(dy, name="dy"), g.tensor_like(w, name="w")
+    dyt, wt = graph_inputs(g, dy=dy, w=w)
     dx = g.conv_dgrad(dyt, wt, padding=[1, 1], stride=[2, 2])
     assert dx.get_dim() == [2, 3, 5, 5]  # the smallest image; 6 x 6 maps onto the same loss
     dx.set_dim([2, 3, 6, 6]).set_output(True)
@@ -60,7 +53,7 @@ def test_conv_wgrad(engine):
     rng = np.random.default_rng(3)
     x, dy = random(rng, (2, 3, 5, 5)), random(rng, (2, 4, 5, 5))
     g = cpu_graph()
-    xt, dyt = g.tensor_like(x, name="x"), g.tensor_like(dy, name="dy")
+    xt, dyt = graph_inputs(g, x=x, dy=dy)
     dw = g.conv_wgrad(xt, dyt, padding=[1, 1])
     dw.set_output(True)
     assert dw.get_dim() == [4, 3, 3, 3]
@@ -75,7 +68,7 @@ def test_matmul_broadcasts_batch_dims_and_reads_a_transposed_operand(engine):
     a = random(rng, (3, 1, 4, 5))
     b = random(rng, (2, 6, 5)).transpose(0, 2, 1)  # (2, 5, 6), read through its strides
     g = cpu_graph()
-    at, bt = g.tensor_like(a, name="a"), g.tensor_like(b, name="b")
+    at, bt = graph_inputs(g, a=a, b=b)
     c = g.matmul(at, bt)
     c.set_output(True)
     assert c.get_dim() == [3, 2, 4, 6]
@@ -123,8 +116,7 @@ def test_batchnorm_training_updates_the_running_statistics(engine):
     scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
     mean, var = random(rng, (1, 3, 1, 1)), np.abs(random(rng, (1, 3, 1, 1))) + 0.5
     g = cpu_graph()
-    xt, st, bt, mt, vt = (g.tensor_like(a, name=n) for a, n in
-                          ((x, "x"), (scale, "scale"), (bias, "bias"), (mean, "mean"), (var, "var")))
+    xt, st, bt, mt, vt = graph_inputs(g, x=x, scale=scale, bias=bias, mean=mean, var=var)
     outputs = g.batchnorm(xt, st, bt, mt, vt, epsilon=1e-5, momentum=0.25)
     for t in outputs:
         t.set_output(True)
@@ -154,8 +146,7 @@ def test_batchnorm_backward_from_the_saved_statistics(engine):
     mean = x64.mean((0, 2, 3), keepdims=True).astype(np.float32)
     inv = (1 / np.sqrt(x64.var((0, 2, 3), keepdims=True) + 1e-5)).astype(np.float32)
     g = cpu_graph()
-    xt, dyt, st, mt, it = (g.tensor_like(a, name=n) for a, n in
-                           ((x, "x"), (dy, "dy"), (scale, "scale"), (mean, "mean"), (inv, "inv")))
+    xt, dyt, st, mt, it = graph_inputs(g, x=x, dy=dy, scale=scale, mean=mean, inv=inv)
     outputs = g.batchnorm_backward(dyt, xt, st, mt, it)
     for t in outputs:
         t.set_output(True)
@@ -174,7 +165,7 @@ def test_layernorm_and_its_backward(engine):
     x, dy = random(rng, (2, 3, 8)), random(rng, (2, 3, 8))
     scale, bias = random(rng, (1, 1, 8)), random(rng, (1, 1, 8))
     g = cpu_graph()
-    xt, dyt, st, bt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (dy, "dy"), (scale, "scale"), (bias, "bias")))
+    xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
     y, mean, inv = g.layernorm(xt, st, bt, epsilon=1e-5)
     dx, dscale, dbias = g.layernorm_backward(dyt, xt, st, mean, inv)
     for t in (y, dx, dscale, dbias):
@@ -192,7 +183,7 @@ def test_rmsnorm_inference_and_the_backward_of_its_training_form(engine):
     rng = np.random.default_rng(10)
     x, dy, scale = random(rng, (3, 8)), random(rng, (3, 8)), random(rng, (1, 8))
     g = cpu_graph()
-    xt, dyt, st = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (dy, "dy"), (scale, "scale")))
+    xt, dyt, st = graph_inputs(g, x=x, dy=dy, scale=scale)
     (y_inference, none) = g.rmsnorm(xt, st, epsilon=1e-5, norm_forward_phase=og.NormForwardPhase.INFERENCE)
     assert none is None
     _, inv_rms = g.rmsnorm(xt, st, epsilon=1e-5)
@@ -214,7 +205,7 @@ def test_instancenorm_and_its_backward(engine):
     x, dy = random(rng, (2, 3, 4, 4)), random(rng, (2, 3, 4, 4))
     scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
     g = cpu_graph()
-    xt, dyt, st, bt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (dy, "dy"), (scale, "scale"), (bias, "bias")))
+    xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
     y, mean, inv = g.instancenorm(xt, st, bt)
     assert mean.get_dim() == [2, 3, 1, 1]
     dx, dscale, dbias = g.instancenorm_backward(dyt, xt, st, mean, inv)

@@ -181,16 +181,12 @@ def conv_dgrad_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping
                     given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
     dy, w = inputs["loss"], inputs["filter"]
     _conv_geometry(where, dy, w, attributes, "loss", "filter")
-    if dy.dims[1] != w.dims[0]:
-        raise fail(where, f"loss '{dy.name}' dims[1]={dy.dims[1]} must equal filter '{w.name}' K={w.dims[0]}")
     inferred = (dy.dims[0], w.dims[1], *[
         (out - 1) * stride - 2 * pad + dilation * (tap - 1) + 1
         for out, tap, pad, stride, dilation in zip(dy.dims[2:], w.dims[2:], attributes["padding"],
                                                    attributes["stride"], attributes["dilation"])])
-    dims = given.get("dx", inferred)
-    if len(dims) != len(dy.dims) or dims[0] != dy.dims[0] or conv_output(dims, w.dims, attributes) != dy.dims:
-        raise fail(where, f"output dims {list(dims)} must be an image that filter '{w.name}' {list(w.dims)} maps "
-                          f"onto loss '{dy.name}' {list(dy.dims)} (e.g. {list(inferred)})")
+    dims = _gradient_dims(where, given.get("dx", inferred), inferred, lambda d: (d, w.dims), dy, attributes,
+                          f"an image that filter '{w.name}' {list(w.dims)} maps")
     _conv_groups(where, dims[1], w.dims[1], w.dims[0], f"output and filter '{w.name}'")
     return {"dx": OutputSpec(dims, dy.dtype)}
 
@@ -199,19 +195,25 @@ def conv_wgrad_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping
                     given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
     x, dy = inputs["image"], inputs["loss"]
     _conv_geometry(where, x, dy, attributes, "image", "loss")
-    if x.dims[0] != dy.dims[0]:
-        raise fail(where, f"loss '{dy.name}' dims[0]={dy.dims[0]} must equal image '{x.name}' N={x.dims[0]}")
     inferred = (dy.dims[1], x.dims[1], *[
         (size + 2 * pad - 1 - (out - 1) * stride) // dilation + 1
         for size, out, pad, stride, dilation in zip(x.dims[2:], dy.dims[2:], attributes["padding"],
                                                     attributes["stride"], attributes["dilation"])])
-    dims = given.get("dw", inferred)
-    valid = len(dims) == len(x.dims) and dims[0] == dy.dims[1] and min(dims) >= 1
-    if not valid or conv_output(x.dims, dims, attributes) != dy.dims:
-        raise fail(where, f"output dims {list(dims)} must be a filter that maps image '{x.name}' {list(x.dims)} "
-                          f"onto loss '{dy.name}' {list(dy.dims)} (e.g. {list(inferred)})")
+    dims = _gradient_dims(where, given.get("dw", inferred), inferred, lambda d: (x.dims, d), dy, attributes,
+                          f"a filter that maps image '{x.name}' {list(x.dims)}")
     _conv_groups(where, x.dims[1], dims[1], dims[0], f"image '{x.name}' and the output")
     return {"dw": OutputSpec(dims, x.dtype)}
+
+
+def _gradient_dims(where: str, dims: Dims, inferred: Dims, operands: Callable[[Dims], tuple[Dims, Dims]],
+                   loss: Shape, attributes: Mapping[str, Any], what: str) -> Dims:
+    """A gradient's dims, when the forward of its (image, filter) ``operands`` gives the loss's
+    dims. With a stride above 1 several sizes do; ``inferred`` is the one the builder picks."""
+    image, filter = operands(dims)
+    if len(dims) != len(loss.dims) or min(dims) < 1 or conv_output(image, filter, attributes) != loss.dims:
+        raise fail(where, f"output dims {list(dims)} must be {what} onto loss '{loss.name}' {list(loss.dims)} "
+                          f"(e.g. {list(inferred)})")
+    return dims
 
 
 def matmul_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
