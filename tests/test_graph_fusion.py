@@ -317,6 +317,55 @@ def test_an_intermediate_read_by_two_regions_is_written_once_and_read_by_both():
     assert "shared" in g.plan.describe().splitlines()[1]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_pointwise_dag_of_several_outputs_is_one_kernel(engine):
+    rng = np.random.default_rng(42)
+    x, b = random(rng, (3, 4)), random(rng, (4,))
+    g = cpu_graph("outputs")
+    xt, bt = graph_inputs(g, x=x, b=b)
+    shared = g.exp(g.mul(xt, 0.5), name="shared")
+    outputs = [g.sin(shared, name="y1"), g.add(shared, bt, name="y2"), g.mul(g.cos(shared), bt, name="y3")]
+    for t in outputs:
+        t.set_output(True)
+    results = run(g, {xt: x, bt: b}, outputs, engine)
+    e = torch.exp(t64(x) * 0.5)
+    for actual, expected in zip(results, (torch.sin(e), e + t64(b), torch.cos(e) * t64(b))):
+        assert relative_error(actual, expected.numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"] and g.get_workspace_size() == 0
+
+
+def test_regions_a_path_through_another_step_connects_do_not_merge():
+    g = cpu_graph("apart")
+    x = g.tensor([2, 6], name="x")
+    shared = g.exp(x, name="shared")
+    first = g.relu(shared, name="first")
+    first.set_output(True)
+    second = g.add(shared, g.softmax(first), name="second")  # waits on the softmax, which waits on first
+    second.set_output(True)
+    build(g, "fused")
+    assert steps(g) == ["FusedKernel", "NodeCall", "FusedKernel"]
+    assert [node.name for node in g.plan.steps[0].region.nodes] == ["shared", "first"]  # second stays apart
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_node_that_reads_a_reduction_result_is_not_in_its_kernel(engine):
+    rng = np.random.default_rng(43)
+    x = random(rng, (4, 5))
+    g = cpu_graph("centered")
+    xt = g.tensor_like(x, name="x")
+    e = g.exp(xt, name="e")
+    total = g.reduction(e, "add", [4, 1], name="total")
+    share = g.div(e, total, name="share")
+    share.set_output(True)
+    (out,) = run(g, {xt: x}, [share], engine)
+    expected = torch.softmax(t64(x), dim=1).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+    if engine == "fused":  # exp and the sum in one kernel (which also stores e), the division after it
+        assert steps(g) == ["FusedKernel", "FusedKernel"]
+        assert [node.name for node in g.plan.steps[0].region.nodes] == ["e", "total"]
+
+
 def test_a_broadcast_graph_output_starts_its_own_region():
     g = cpu_graph("small_output")
     x, c = g.tensor([4, 5], name="x"), g.tensor([1, 5], name="c")

@@ -100,6 +100,7 @@ class GeneratedKernel:
     writes: tuple[int, ...]
     grid: int
     blocks: tuple[tuple[str, int], ...]
+    num_warps: int = NUM_WARPS
 
 
 def generate(region: Region, graph: OperationGraph, library: dict[str, str]) -> GeneratedKernel:
@@ -118,10 +119,14 @@ class _Writer:
         self.space = region.space
         produced = {uid for node in region.nodes for _, uid in node.outputs}
         self.reads = list(dict.fromkeys(uid for node in region.nodes for _, uid in node.inputs if uid not in produced))
-        sink = region.sink
-        self.stores = [uid for node in region.nodes for _, uid in node.outputs
-                       if node is sink or not graph.tensors[uid].virtual]
-        self.reducing = sink.op in ("reduction", "genstats")
+        self.reducer = region.reducer
+        self.reducing = self.reducer is not None
+        inside = {id(node) for node in region.nodes}
+        # full-space tensors the kernel stores: graph outputs and what other steps read
+        self.stores = [uid for node in region.nodes if node is not self.reducer for _, uid in node.outputs
+                       if not graph.tensors[uid].virtual
+                       or any(id(graph.nodes[c]) not in inside for c in graph.consumers[uid])]
+        self.results = [uid for _, uid in self.reducer.outputs] if self.reducer is not None else []
         tensors = [graph.tensors[uid] for uid in (*self.reads, *produced)]
         for tensor in tensors:
             if tensor.desc.dtype not in TRITON_TYPES:
@@ -131,8 +136,8 @@ class _Writer:
         self.compute = "tl.float64" if double else "tl.float32"
         self.wide = max([math.prod(self.space), *(t.desc.extent for t in tensors)]) > WIDE
         self.names = _identifiers(tensors)
-        if self.reducing:
-            out_dims = graph.tensors[sink.outputs[0][1]].desc.dims
+        if self.results:
+            out_dims = graph.tensors[self.results[0]].desc.dims
             self.kept = [d for d, size in enumerate(self.space) if size > 1 and out_dims[d] == size]
             self.reduced = [d for d, size in enumerate(self.space) if size > 1 and out_dims[d] == 1]
         else:
@@ -142,7 +147,7 @@ class _Writer:
     # ---- the whole source -----------------------------------------------------------------------------
 
     def kernel(self) -> GeneratedKernel:
-        pointers = [uid for uid in self.reads if not self.graph.tensors[uid].by_value] + self.stores
+        pointers = [uid for uid in self.reads if not self.graph.tensors[uid].by_value] + self.stores + self.results
         scalars = [uid for uid in self.reads if self.graph.tensors[uid].by_value]
         keep_count = math.prod(self.space[d] for d in self.kept)
         if self.reducing:
@@ -161,15 +166,15 @@ class _Writer:
                  f"def fused_kernel({', '.join(parameters)}):"]
         body = _without_unused_indices(self._reduction_body() if self.reducing else self._pointwise_body())
         lines += ["    " + line if line else "" for line in body]
-        return GeneratedKernel("\n".join(lines) + "\n", tuple(pointers), tuple(scalars), tuple(self.stores), grid,
-                               blocks)
+        return GeneratedKernel("\n".join(lines) + "\n", tuple(pointers), tuple(scalars),
+                               tuple(self.stores + self.results), grid, blocks)
 
     def _header(self) -> list[str]:
         graph, region = self.graph, self.region
         nodes = ", ".join(f"{n.name} ({_mode_name(n)})" for n in region.nodes)
         reads = ", ".join(_describe(graph.tensors[u]) for u in self.reads)
-        writes = ", ".join(_describe(graph.tensors[u]) for u in self.stores)
-        moved = sum(graph.tensors[u].desc.size_in_bytes for u in (*self.reads, *self.stores)
+        writes = ", ".join(_describe(graph.tensors[u]) for u in (*self.stores, *self.results))
+        moved = sum(graph.tensors[u].desc.size_in_bytes for u in (*self.reads, *self.stores, *self.results)
                     if not graph.tensors[u].by_value)
         shape = "x".join(str(d) for d in self.space)
         walk = (f"kept dims {self.kept} by program, reduced dims {self.reduced} in a loop" if self.reducing
@@ -184,7 +189,7 @@ class _Writer:
 
     def _combine_functions(self) -> list[str]:
         lines = []
-        combines = {reduction.combine for _, reduction, _, _ in self._accumulators()} if self.reducing else set()
+        combines = {reduction.combine for _, reduction, _, _ in self._accumulators()} if self.reducer else set()
         for name in sorted(combines - {"sum"}):
             lines += ["@triton.jit", f"def {name}(a, b):", f"    return {COMBINE_FUNCTIONS[name]}", "", ""]
         return lines
@@ -204,7 +209,6 @@ class _Writer:
         return lines
 
     def _reduction_body(self) -> list[str]:
-        sink = self.region.sink
         keep_count = math.prod(self.space[d] for d in self.kept)
         reduce_count = math.prod(self.space[d] for d in self.reduced)
         program = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
@@ -221,7 +225,7 @@ class _Writer:
         lines[2 + len(self.kept):2 + len(self.kept)] = self._loads(invariant, self._tile_index, self._tile_mask)
         loop += self._loads([uid for uid in self.reads if self._varies(uid)], self._tile_index, self._tile_mask)
         loop += self._nodes()
-        for uid in self.stores[:-len(sink.outputs)]:
+        for uid in self.stores:
             offsets = self._offsets(self.graph.tensors[uid].desc, self._tile_index)
             loop.append(self._store(uid, self.names[uid], offsets, "mask"))
         for acc, reduction, value, _ in accumulators:
@@ -238,13 +242,14 @@ class _Writer:
         return lines
 
     def _accumulators(self) -> list[tuple[str, Reduction, str, int]]:
-        """(accumulator, reduction, the value it accumulates, the output it finishes into) of the sink."""
-        sink = self.region.sink
-        value = self.names[sink.inputs[0][1]]
-        if sink.op == "genstats":
-            return [("acc_sum", REDUCTIONS["add"], value, sink.outputs[0][1]),
-                    ("acc_sum_of_squares", SUM_OF_SQUARES, value, sink.outputs[1][1])]
-        return [("acc", REDUCTIONS[sink.attribute("mode")], value, sink.outputs[0][1])]
+        """(accumulator, reduction, the value it accumulates, the output it finishes into) of the reducer."""
+        reducer = self.reducer
+        assert reducer is not None
+        value = self.names[reducer.inputs[0][1]]
+        if reducer.op == "genstats":
+            return [("acc_sum", REDUCTIONS["add"], value, reducer.outputs[0][1]),
+                    ("acc_sum_of_squares", SUM_OF_SQUARES, value, reducer.outputs[1][1])]
+        return [("acc", REDUCTIONS[reducer.attribute("mode")], value, reducer.outputs[0][1])]
 
     # ---- pieces ---------------------------------------------------------------------------------------
 

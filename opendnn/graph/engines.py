@@ -81,7 +81,7 @@ def _fused(region: Region, graph: OperationGraph, library: dict[str, str]) -> Fu
     try:
         return FusedKernel(region, graph, library)
     except NotSupported as error:
-        raise NotSupported(f"{region.sink.label}'s fused kernel: {error}", error.status) from None
+        raise NotSupported(f"{region.nodes[-1].label}'s fused kernel: {error}", error.status) from None
 
 
 def _require_runnable(engine: str, backend: str, handle: Handle) -> None:

@@ -18,10 +18,15 @@ The rule, in two passes over the nodes in topological order:
    residual an add of a tensor of the output's dims; an activation any forward activation.
 2. Regions, from the last node back. A reduction or genstats starts a region over its input's
    space; a pointwise node joins the region of its consumers when every consumer of its output is
-   in that one region (so a region has one way out and no path leaves it and comes back), and
-   starts a region of its own otherwise. A region's graph outputs are stored from the kernel, so
-   one whose dims are smaller than the region's space (it would be written once per broadcast
-   element) starts a region instead of joining.
+   in that one region, and starts a region of its own otherwise. When its consumers lie in several
+   regions of one space (at most one of them reducing, none reading its result) and no path
+   through another step connects them, those regions merge first and the node joins: so a
+   pointwise DAG over one space is one kernel, whatever its number of outputs, and no path ever
+   leaves a region and comes back. Regions of one space left apart at the end merge under the same
+   conditions (outputs that share no node still share a launch and their common inputs' reads).
+   A region stores the graph outputs and the tensors other steps read; a graph output whose dims
+   are smaller than the region's space (it would be written once per broadcast element) starts a
+   region instead of joining.
 
 Every other node (normalizations, softmax, pooling, convolution gradients, an anchor without an
 epilogue) is a step of its own, run by its cuDNN-shaped call.
@@ -41,15 +46,15 @@ REDUCING = ("reduction", "genstats")
 
 @dataclass
 class Region:
-    """Pointwise nodes in topological order ending at ``sink`` (pointwise, reduction or genstats),
-    computed over the iteration ``space``: one generated kernel."""
+    """Pointwise nodes, and at most one reduction or genstats, in topological order, computed over
+    the iteration ``space``: one generated kernel."""
 
     nodes: list[NodeSpec]
     space: Dims
 
     @property
-    def sink(self) -> NodeSpec:
-        return self.nodes[-1]
+    def reducer(self) -> NodeSpec | None:
+        return next((node for node in self.nodes if node.op in REDUCING), None)
 
 
 @dataclass
@@ -79,18 +84,34 @@ def partition(graph: OperationGraph) -> list[Part]:
                              if node.op in EPILOGUE_STAGES) if e is not None]
     claimed = {id(n) for e in epilogues for n in (e.anchor, *e.chain)}
     regions = grow_regions(graph, claimed)
-    position = {id(node): k for k, node in enumerate(graph.nodes)}
+    in_region = {id(n) for r in regions for n in r.nodes}
     parts: list[Part] = [*epilogues, *regions]
-    parts += [n for n in graph.nodes if id(n) not in claimed and not any(n in r.nodes for r in regions)]
-    return sorted(parts, key=lambda part: position[id(last_node(part))])
+    parts += [n for n in graph.nodes if id(n) not in claimed and id(n) not in in_region]
+    return _in_dependency_order(parts, graph)
 
 
-def last_node(part: Part) -> NodeSpec:
+def nodes_of(part: Part) -> list[NodeSpec]:
     if isinstance(part, Region):
-        return part.sink
+        return part.nodes
     if isinstance(part, Epilogue):
-        return part.chain[-1] if part.chain else part.anchor
-    return part
+        return [part.anchor, *part.chain]
+    return [part]
+
+
+def _in_dependency_order(parts: list[Part], graph: OperationGraph) -> list[Part]:
+    """``parts`` topologically sorted by the tensors they pass (Kahn's algorithm; among the ready
+    ones, the one whose first node comes first)."""
+    position = {id(node): k for k, node in enumerate(graph.nodes)}
+    writer = {uid: k for k, part in enumerate(parts) for node in nodes_of(part) for _, uid in node.outputs}
+    needs = [{writer[uid] for node in nodes_of(part) for _, uid in node.inputs if writer.get(uid, k) != k}
+             for k, part in enumerate(parts)]
+    first = [min(position[id(node)] for node in nodes_of(part)) for part in parts]
+    order: list[int] = []
+    while len(order) < len(parts):
+        ready = min((k for k in range(len(parts)) if k not in order and needs[k] <= set(order)),
+                    key=lambda k: first[k])
+        order.append(ready)
+    return [parts[k] for k in order]
 
 
 # ---- pass 1: epilogues --------------------------------------------------------------------------------
@@ -222,36 +243,112 @@ def grow_regions(graph: OperationGraph, claimed: set[int]) -> list[Region]:
         node = graph.nodes[position]
         if id(node) in claimed or node.op not in ("pointwise", *REDUCING):
             continue
-        target = None
-        if node.op == "pointwise":
-            output = graph.tensors[node.outputs[0][1]]
-            owners = {id(region_of.get(c)) for c in graph.consumers[output.uid]}
-            consumer = region_of.get(graph.consumers[output.uid][0]) if graph.consumers[output.uid] else None
-            if consumer is not None and owners == {id(consumer)} and (output.virtual or
-                                                                      output.desc.dims == consumer.space):
-                target = consumer
+        target = _consumers_region(node, graph, region_of, regions) if node.op == "pointwise" else None
         if target is None:
-            space = graph.tensors[node.inputs[0][1]].desc.dims if node.op in REDUCING else \
-                graph.tensors[node.outputs[0][1]].desc.dims
+            space = graph.tensors[node.inputs[0][1] if node.op in REDUCING else node.outputs[0][1]].desc.dims
             target = Region([], space)
             regions.append(target)
-        target.nodes.insert(0, node)
+        target.nodes.append(node)
         region_of[position] = target
+    _merge_apart(regions, graph)
+    order = {id(node): k for k, node in enumerate(graph.nodes)}
+    for region in regions:
+        region.nodes.sort(key=lambda node: order[id(node)])
     return regions
+
+
+def _merge_apart(regions: list[Region], graph: OperationGraph) -> None:
+    """Merge the regions left of one space that may merge (``_mergeable``): outputs that share no
+    node still share one kernel, its launch and its reads of common inputs."""
+    merged = True
+    while merged:
+        merged = False
+        for first in regions:
+            partner = next((r for r in regions if r is not first and _mergeable([first, r], graph)), None)
+            if partner is not None:
+                first.nodes += partner.nodes
+                regions.remove(partner)
+                merged = True
+                break
+
+
+def _consumers_region(node: NodeSpec, graph: OperationGraph, region_of: dict[int, Region],
+                      regions: list[Region]) -> Region | None:
+    """The region a pointwise node joins: the one holding every consumer of its output, after
+    merging the consumers' regions when they are several of one space (at most one of them
+    reducing) that no path through another step connects; None when it starts its own."""
+    output = graph.tensors[node.outputs[0][1]]
+    owners = [region_of.get(c) for c in graph.consumers[output.uid]]
+    if not owners or any(owner is None for owner in owners):
+        return None
+    distinct = list({id(r): r for r in owners if r is not None}.values())
+    target = distinct[0]
+    if any(r.space != target.space for r in distinct):
+        return None
+    if not output.virtual and output.desc.dims != target.space:
+        return None  # a graph output smaller than the space would be stored once per broadcast element
+    if len(distinct) > 1:
+        if not _mergeable(distinct, graph, node):
+            return None
+        for region in distinct[1:]:
+            target.nodes += region.nodes
+            regions.remove(region)
+        for k, region in list(region_of.items()):
+            if any(region is d for d in distinct):
+                region_of[k] = target
+    return target
+
+
+def _mergeable(regions: list[Region], graph: OperationGraph, joining: NodeSpec | None = None) -> bool:
+    """Whether ``regions`` (with the node ``joining`` them) may be one kernel: one space, at most one
+    reducing, no node reading its result, no path through another step from one to another."""
+    if any(r.space != regions[0].space for r in regions) or sum(r.reducer is not None for r in regions) > 1:
+        return False
+    position = {id(node): k for k, node in enumerate(graph.nodes)}
+    members = {position[id(node)] for r in regions for node in r.nodes}
+    return not _reads_the_reduction(regions, joining) and not _path_outside(members, graph)
+
+
+def _reads_the_reduction(regions: list[Region], joining: NodeSpec | None) -> bool:
+    """Whether a node of ``regions`` (or ``joining``) reads a reduction's result: a kernel has it
+    only after its loop, so that node needs a step of its own."""
+    reducer = next((r.reducer for r in regions if r.reducer is not None), None)
+    if reducer is None:
+        return False
+    results = {uid for _, uid in reducer.outputs}
+    nodes = [*(m for r in regions for m in r.nodes), *([joining] if joining is not None else [])]
+    return any(uid in results for n in nodes for _, uid in n.inputs)
+
+
+def _path_outside(members: set[int], graph: OperationGraph) -> bool:
+    """Whether a path leaves the nodes at positions ``members`` and comes back to them: merged into
+    one step, they would then wait on a step that waits on them."""
+    def consumers(k: int) -> set[int]:
+        return {c for _, uid in graph.nodes[k].outputs for c in graph.consumers[uid]}
+
+    frontier = {c for k in members for c in consumers(k)} - members
+    seen: set[int] = set()
+    while frontier:
+        k = frontier.pop()
+        seen.add(k)
+        reached = consumers(k)
+        if reached & members:
+            return True
+        frontier |= reached - seen
+    return False
 
 
 # ---- the cost model -----------------------------------------------------------------------------------
 
 def saved_bytes(part: Part, graph: OperationGraph) -> int:
-    """Bytes of memory traffic the part saves against running its nodes one by one: per fused
-    intermediate its write (when virtual) and one read per consumer."""
-    if isinstance(part, NodeSpec):
-        return 0
-    nodes = part.nodes[:-1] if isinstance(part, Region) else [part.anchor, *part.chain[:-1]]
+    """Bytes of memory traffic the part saves against running its nodes one by one: per
+    intermediate, its reads inside the part and, when nothing outside needs it, its write."""
+    inside = {id(node) for node in nodes_of(part)}
     total = 0
-    for node in nodes:
+    for node in nodes_of(part):
         for _, uid in node.outputs:
             tensor = graph.tensors[uid]
-            reads = len(graph.consumers[uid])
-            total += tensor.desc.size_in_bytes * (reads + (1 if tensor.virtual else 0))
+            reads = [c for c in graph.consumers[uid] if id(graph.nodes[c]) in inside]
+            stored = not tensor.virtual or len(reads) < len(graph.consumers[uid])
+            total += tensor.desc.size_in_bytes * (len(reads) + (0 if stored else 1))
     return total

@@ -106,7 +106,7 @@ class EpilogueCall:
 
 
 class FusedKernel:
-    """A region as one generated kernel, loaded and launched by ``compile``."""
+    """A region as one generated kernel (``compile`` loads it)."""
 
     def __init__(self, region: Region, graph: OperationGraph, library: dict[str, str]) -> None:
         self.region = region
@@ -126,7 +126,7 @@ class FusedKernel:
         values = tuple(0.0 if v is None else v for v in self.constants)
         arguments = (*(Slot(name) for name, _ in self.names), *values)
         self.launch = Launch(kernel, (self.generated.grid,), arguments,
-                             {**dict(self.generated.blocks), "num_warps": 4})
+                             {**dict(self.generated.blocks), "num_warps": self.generated.num_warps})
 
     def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
         tensors = {}
