@@ -238,6 +238,19 @@ def test_the_fused_engine_refuses_tensors_its_kernels_cannot_read():
     assert reasons["per_node"] is None
 
 
+def test_tensors_one_descriptor_describes_must_share_a_layout():
+    g = cpu_graph()
+    x, s = g.tensor([3, 8], name="x"), g.tensor([1, 8], name="s")
+    b = g.tensor([1, 8], stride=[16, 2], name="b")
+    y, _, _ = g.layernorm(x, s, b, norm_forward_phase="inference", name="norm")
+    y.set_output(True)
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.FALLBACK])
+    with pytest.raises(od.BadParam, match=r"node 'norm' \(layernorm\): bias 'b' FLOAT\[1, 8\]:\[16, 2\] must have the "
+                                          r"layout of scale FLOAT\[1, 8\]:\[8, 1\]: one descriptor describes both"):
+        g.check_support()
+
+
 # ---- execute ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("engine", ["reference", "fused"])

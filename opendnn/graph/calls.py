@@ -10,7 +10,8 @@ views by uid and writes its outputs in place (``alpha = 1``, ``beta = 0``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import opendnn as od
@@ -41,24 +42,29 @@ class NodeCall:
         self.writes = tuple(uid for _, uid in node.outputs)
         self.descs = {role: graph.tensors[uid].desc for role, uid in self.roles.items()}
         self._run, scratch = RUNNERS[node.op]
-        try:
+        with naming(node):
             _check_shared_layouts(node, self.descs, graph)
             self.scratch_bytes = scratch(node, self.descs, handle)
-        except OpenDnnError as error:
-            raise type(error)(f"{node.label}: {error}", error.status) from None
 
     def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
         def tensor(role: str) -> Any:
             uid = self.roles.get(role)
             return None if uid is None else bounds[uid]
 
-        try:
+        with naming(self.node):
             self._run(self.node, tensor, handle, scratch)
-        except OpenDnnError as error:
-            raise type(error)(f"{self.node.label}: {error}", error.status) from None
 
     def describe(self) -> str:
         return f"{self.node.label} as its own call"
+
+
+@contextlib.contextmanager
+def naming(node: NodeSpec) -> Iterator[None]:
+    """An error of the node's call, re-raised with the node's name in front (every graph error names it)."""
+    try:
+        yield
+    except OpenDnnError as error:
+        raise type(error)(f"{node.label}: {error}", error.status) from None
 
 
 def _check_shared_layouts(node: NodeSpec, descs: Mapping[str, TensorDescriptor], graph: OperationGraph) -> None:

@@ -16,9 +16,8 @@ from typing import Any, Protocol
 import opendnn as od
 from opendnn.core.arrays import Bound, bind, bind_bytes, device_of, strided_view, torch_view
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
-from opendnn.core.errors import OpenDnnError
 from opendnn.core.handle import Handle
-from opendnn.graph.calls import CONV_ALGORITHMS, NodeCall, conv_descriptor, optional_view, scalar_bound
+from opendnn.graph.calls import CONV_ALGORITHMS, NodeCall, conv_descriptor, naming, optional_view, scalar_bound
 from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
 from opendnn.graph.memory import aligned, typed_view
@@ -52,15 +51,17 @@ class EpilogueCall:
         output = graph.tensors[epilogue.output].desc
         self.bias = None if epilogue.bias is None else graph.tensors[epilogue.bias].desc
         self.residual = None if epilogue.residual is None else graph.tensors[epilogue.residual].desc
-        try:
-            if anchor.op == "conv_fprop":
+        self.scratch_bytes = 0
+        self.activation = None
+        if anchor.op == "conv_fprop":
+            with naming(anchor):
+                if epilogue.activation is not None:
+                    mode, coef = epilogue.activation
+                    self.activation = od.ActivationDescriptor(od.ActivationMode(mode.value[:-4]),
+                                                              NanPropagation.PROPAGATE_NAN, coef)
                 self.conv = conv_descriptor(anchor, descs)
                 self.scratch_bytes = od.get_convolution_forward_workspace_size(
                     handle, descs["image"], descs["weight"], self.conv, output, CONV_ALGORITHMS["conv_fprop"])
-            else:
-                self.scratch_bytes = 0
-        except OpenDnnError as error:
-            raise type(error)(f"{anchor.label}: {error}", error.status) from None
 
     def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
         epilogue = self.epilogue
@@ -68,22 +69,15 @@ class EpilogueCall:
         bias = None if epilogue.bias is None else bounds[epilogue.bias]
         residual = None if epilogue.residual is None else bounds[epilogue.residual]
         assert a is not None and b is not None and y is not None
-        try:
+        with naming(epilogue.anchor):
             if epilogue.anchor.op == "conv_fprop":
-                activation = None
-                if epilogue.activation is not None:
-                    mode, coef = epilogue.activation
-                    activation = od.ActivationDescriptor(od.ActivationMode(mode.value[:-4]),
-                                                         NanPropagation.PROPAGATE_NAN, coef)
                 od.convolution_bias_activation_forward(
                     handle, epilogue.scale, a.desc, a.view, b.desc, b.view, self.conv, CONV_ALGORITHMS["conv_fprop"],
-                    scratch, 1.0, self.residual, optional_view(residual), self.bias, optional_view(bias), activation,
-                    y.desc, y.view)
+                    scratch, 1.0, self.residual, optional_view(residual), self.bias, optional_view(bias),
+                    self.activation, y.desc, y.view)
             else:
                 od.matmul(handle, 1.0, a.desc, a.view, b.desc, b.view, 0.0, y.desc, y.view,
                           self._matmul_epilogue(bias, residual, y.desc))
-        except OpenDnnError as error:
-            raise type(error)(f"{epilogue.anchor.label}: {error}", error.status) from None
 
     def _matmul_epilogue(self, bias: Bound | None, residual: Bound | None, c: TensorDescriptor) -> od.MatmulEpilogue:
         epilogue = self.epilogue
