@@ -82,12 +82,11 @@ class OperationBuilder(PointwiseMethods):
         return self._new_tensor(name, desc.dims, desc.strides, desc.dtype, virtual=False)
 
     def scalar(self, value: float | None = None, *, data_type: Any = None, name: str | None = None) -> Tensor:
-        """A scalar passed by value: ``value`` now, or None to give it by name (or by the tensor) in
-        the variant pack at every execute. ``data_type`` None is the compute data type."""
+        """A scalar passed by value: ``value`` at build time, or None to give it by name (or by the
+        tensor) in the variant pack at every execute. ``data_type`` None is the compute data type."""
         if value is not None and not math.isfinite(float(value)):
             raise BadParam(f"scalar '{name}': value={value} must be finite")
-        tensor = self._new_tensor(name, (1,), None, data_type, virtual=False, value=value, pass_by_value=True)
-        return tensor
+        return self._new_tensor(name, (1,), None, data_type, virtual=False, value=value, pass_by_value=True)
 
     def _new_tensor(self, name: str | None, dims: Sequence[int], strides: Sequence[int] | None, data_type: Any,
                     *, virtual: bool, value: float | None = None, pass_by_value: bool = False) -> Tensor:
