@@ -134,6 +134,10 @@ def test_validate_refuses_dangling_nodes_and_inputs_and_a_graph_without_output()
     g.tensor([2], name="x")
     with pytest.raises(od.BadParam, match=r"tensor 'x' is read by no node of graph 'empty'"):
         g.validate()
+    g = cpu_graph("unbound")
+    g.exp(g.tensor([2], name="x").set_output(False)).set_output(True)
+    with pytest.raises(od.BadParam, match=r"tensor 'x' is virtual but no node of graph 'unbound' produces it"):
+        g.validate()
 
 
 def test_validate_refuses_an_output_whose_elements_overlap():

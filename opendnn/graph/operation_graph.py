@@ -215,3 +215,6 @@ def _check_dangling(graph: OperationBuilder) -> None:
     for tensor in graph._tensors:
         if tensor not in read and tensor not in produced:
             raise BadParam(f"tensor '{tensor.name}' is read by no node of graph '{graph.name}'")
+        if tensor.is_virtual and tensor not in produced:
+            raise BadParam(f"tensor '{tensor.name}' is virtual but no node of graph '{graph.name}' produces it: "
+                           "an input is bound by the caller (set_output(True))")
