@@ -72,7 +72,8 @@ GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 ACTIVATION_OPERATORS = {"relu": ("relu", lambda coef: []), "clipped_relu": ("hardtanh", lambda coef: [0.0, coef]),
                         "swish": ("silu", lambda coef: [coef]), "sigmoid": ("sigmoid", lambda coef: []),
                         "tanh": ("tanh", lambda coef: []), "gelu": ("gelu", lambda coef: []),
-                        "gelu_approx_tanh": ("gelu_tanh", lambda coef: [])}
+                        "gelu_approx_tanh": ("gelu_tanh", lambda coef: []), "elu": ("elu", lambda coef: [coef]),
+                        "softplus": ("softplus", lambda coef: [coef])}
 
 
 class _Fused(OpendnnModule, torch.nn.Module):
@@ -83,7 +84,7 @@ class _Fused(OpendnnModule, torch.nn.Module):
     weight: torch.Tensor
     bias: torch.Tensor | None
     activation: str | None
-    coef: float | None
+    coef: float
     _casts: tuple[Any, torch.Tensor, torch.Tensor | None] | None = None  # (key, weight, bias)
 
     def _autocast(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -105,8 +106,12 @@ class _Fused(OpendnnModule, torch.nn.Module):
         if self.activation is None:
             return y
         name, parameters = ACTIVATION_OPERATORS[self.activation]
-        return operators.activation(y, name, parameters(resolved_coef(PointwiseMode(f"{self.activation}_fwd"),
-                                                                      self.coef)))
+        return operators.activation(y, name, parameters(self.coef))
+
+
+def _coefficient(activation: str | None, coef: float | None) -> float:
+    """The coefficient a fused chain's activation runs with: ``coef``, or its mode's default."""
+    return 0.0 if activation is None else resolved_coef(PointwiseMode(f"{activation}_fwd"), coef)
 
 
 class FusedConvolution(_Fused):
@@ -120,7 +125,7 @@ class FusedConvolution(_Fused):
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
         self.stride, self.padding, self.dilation, self.groups = conv.stride, conv.padding, conv.dilation, conv.groups
-        self.activation, self.coef, self.residual = activation, coef, residual
+        self.activation, self.coef, self.residual = activation, _coefficient(activation, coef), residual
         # one int per spatial dim ("same" / "valid" resolved), as the operator takes them
         self.geometry = (list(self.stride), list(functions.symmetric_padding(self.padding, weight.shape[2:],
                                                                              self.dilation)), list(self.dilation))
@@ -150,7 +155,7 @@ class FusedLinear(_Fused):
         super().__init__()
         self.register_buffer("weight", linear.weight.detach().clone())
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
-        self.activation, self.coef, self.residual = activation, coef, residual
+        self.activation, self.coef, self.residual = activation, _coefficient(activation, coef), residual
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
