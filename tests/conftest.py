@@ -2,8 +2,9 @@
 interpreter; ``pytest -m gpu`` runs them compiled on a CUDA device. The choice must be made
 before triton loads, which is before the test modules are collected.
 
-Triton's kernel cache and matplotlib's configuration go to a temporary folder made for the run
-(unless the environment names others), so a test run writes nothing into the home folder."""
+Triton's kernel cache, the graph engine's generated kernels and matplotlib's configuration go to a
+temporary folder made for the run (unless the environment names others), so a test run writes
+nothing into the home folder."""
 
 import os
 import shutil
@@ -17,6 +18,7 @@ def pytest_configure(config):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_RUN_FOLDER, "triton"))
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(_RUN_FOLDER, "matplotlib"))
+    os.environ.setdefault("OPENDNN_GRAPH_KERNELS", os.path.join(_RUN_FOLDER, "graph_kernels"))
 
 
 def pytest_unconfigure(config):

@@ -2,9 +2,10 @@
 core, a family imports core, kernels and its own modules, and another family only through that
 family's entry points (its problem, its cuDNN-shaped calls, its Pythonic calls); no family imports the
 public faces (opendnn, opendnn.functional, opendnn.samples) or opendnn.torch; the library never
-imports the applications (opendnn.apps); no import cycles. Every module's imports are read from its
-source (ast), those inside functions included. ``import opendnn`` loads no backend, no torch and no
-triton. Every family folder is registered where the dispatch and the samples find it.
+imports the applications (opendnn.apps); no import cycles (imports for type checkers aside). Every
+module's imports are read from its source (ast), those inside functions included. ``import opendnn``
+loads no backend, no torch and no triton. Every family folder is registered where the dispatch and the
+samples find it.
 """
 
 from __future__ import annotations
@@ -34,12 +35,17 @@ def package_sources() -> dict[str, str]:
     return sources
 
 
-def imported_modules(name: str, source: str, modules: set[str]) -> set[str]:
+def imported_modules(name: str, source: str, modules: set[str], run_time: bool = False) -> set[str]:
     """The opendnn modules that ``name``'s source imports (``from a import b`` names a.b when that is a
-    module, else a)."""
+    module, else a); ``run_time``: without those under ``if TYPE_CHECKING:``, which never execute."""
     package = name if name in {m.rsplit(".", 1)[0] for m in modules if "." in m} else name.rsplit(".", 1)[0]
+    tree = ast.parse(source)
+    type_only = {id(inner) for node in ast.walk(tree) if run_time and isinstance(node, ast.If)
+                 and "TYPE_CHECKING" in ast.unparse(node.test) for inner in ast.walk(node)}
     found = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -94,9 +100,9 @@ def violations(sources: dict[str, str]) -> list[str]:
 
 
 def import_cycle(sources: dict[str, str]) -> list[str]:
-    """A chain of modules each importing the next and the last importing the first, or []."""
+    """A chain of modules each importing the next and the last importing the first at run time, or []."""
     modules = set(sources)
-    graph = {name: sorted(imported_modules(name, source, modules) & modules - {name})
+    graph = {name: sorted(imported_modules(name, source, modules, run_time=True) & modules - {name})
              for name, source in sources.items()}
     state: dict[str, str] = {}  # "open" while on the current path, then "done"
 
@@ -157,6 +163,8 @@ def test_the_checker_finds_an_import_cycle():
                "opendnn.families.a.z": "import opendnn.families.a.x", "opendnn.families.a.w": ""}
     assert import_cycle(sources) == ["opendnn.families.a.x", "opendnn.families.a.y", "opendnn.families.a.z"]
     assert import_cycle({**sources, "opendnn.families.a.z": ""}) == []
+    type_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import opendnn.families.a.x"
+    assert import_cycle({**sources, "opendnn.families.a.z": type_only}) == []
 
 
 def test_no_module_imports_upward():

@@ -34,18 +34,30 @@ without launching (``warmup``) and always launched directly, hooks or not.
 
 Under Triton's CPU interpreter ``kernel[grid](...)`` runs the kernel and returns None: nothing is
 cached, every call goes through the interpreter, and no key is computed.
+
+Float scalars (alpha, beta, epsilon, coefficients, scales) reach a kernel exactly: each goes to a
+parameter annotated ``tl.float64`` (a float for any other parameter is refused when the launch is
+planned: Triton compiles an unannotated Python float as a float32), which a compiled kernel takes
+as a double (``.param .f64``) and rounds only where it computes in float32. Triton's interpreter
+hands the kernel the Python float itself and makes a float32 constant of it wherever the kernel
+assigns or casts it (``tl.cast(alpha, COMPUTE)``): half a float32 ulp, up to 6e-8 relative, lost
+from float64 work. So under the interpreter a launch passes each float as the float64 scalar
+tensor a compiled kernel holds (which also promotes as the compiled kernel's scalar does); a
+compiled launch passes the float as it is. launch_notes.md has the measurements.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import triton
+import triton.language as tl
 from triton import knobs
 from triton.compiler import CompiledKernel
 from triton.runtime import driver
-from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.interpreter import InterpretedFunction, interpreter_builder
 
 from opendnn.core.errors import InternalError
 
@@ -82,6 +94,7 @@ class Launch:
         self.interpreted = isinstance(self.kernel, InterpretedFunction)
         if self.interpreted and self.cluster > 1:  # the interpreter runs one program after another
             raise InternalError("a cluster launch cannot run in Triton's interpreter")
+        self.passed = _exact_floats(self.kernel, self.args, self.interpreted)  # the args as the kernel takes them
 
     def __call__(self, tensors: dict[str, Any]) -> None:
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
@@ -115,10 +128,28 @@ class Launch:
             kernel[self.grid](*self._filled(tensors), *self.constexprs)
 
     def _filled(self, tensors: dict[str, Any]) -> list[Any]:
-        args = list(self.args)
+        args = list(self.passed)
         for index, name in self.slots:
             args[index] = tensors[name]
         return args
+
+
+def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tuple[Any, ...]:
+    """``args`` with each float as the kernel takes it exactly (module docstring): refused unless its
+    parameter is annotated ``tl.float64``; under the interpreter, the float64 scalar tensor."""
+    floats = [index for index, value in enumerate(args) if isinstance(value, float)]
+    if not floats:
+        return args
+    parameters = list(inspect.signature(kernel.fn).parameters.values())
+    for index in floats:
+        parameter = parameters[index]
+        if parameter.annotation not in ("tl.float64", tl.float64):
+            raise InternalError(f"{kernel.fn.__name__}: the float {parameter.name}={args[index]!r} needs a "
+                                "parameter annotated tl.float64 (Triton compiles a Python float as a float32)")
+    if not interpreted:
+        return args
+    return tuple(tl.tensor(interpreter_builder.get_fp64(value), tl.float64) if index in floats else value
+                 for index, value in enumerate(args))
 
 
 def _hooked() -> bool:

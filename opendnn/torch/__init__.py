@@ -1,10 +1,15 @@
-"""opendnn inside PyTorch: autograd Functions, nn Modules and model conversion.
+"""opendnn inside PyTorch: operators, nn Modules, model conversion and fusion, and a switch for
+torch's own operators.
 
-``import opendnn.torch`` (importing ``opendnn`` alone never imports torch). Three layers:
+``import opendnn.torch`` (importing ``opendnn`` alone never imports torch). The layers:
 
-- ``opendnn.torch.functions``: torch.autograd Functions whose forward and backward run opendnn's
-  kernels (convolutions, products, pooling, softmax, activations, normalizations), with
-  torch.nn.functional-like wrappers (``conv``, ``linear``, ``softmax``, ...).
+- ``opendnn.torch.operators`` / ``opendnn.torch.normalization``: every opendnn operation as a
+  PyTorch operator of the ``opendnn::`` namespace (``torch.ops.opendnn.convolution``, ...),
+  declared through torch.library: a kernel for CPU and CUDA tensors, a fake kernel, a gradient
+  computed by opendnn's backward operators, torch's autocast policy, a vmap rule. So
+  torch.compile, torch.export, torch.func and torch.jit.trace take them like torch's own.
+- ``opendnn.torch.functions``: torch.nn.functional-like calls of those operators (``conv``,
+  ``linear``, ``softmax``, ...).
 - ``opendnn.torch.modules``: subclasses of torch's nn modules (same constructor arguments,
   parameters, buffers and state-dict keys) that run on opendnn.
 - ``convert(model)``: swaps a torch model's supported modules for opendnn's in place and reports
@@ -12,13 +17,16 @@
 - ``fuse(model)``: a traced copy of the model whose chains each run as one opendnn call: in eval
   mode convolution -> batch norm [-> + residual] [-> activation] and linear [-> activation]
   [-> + residual]; in training mode batch norm [-> + residual] [-> ReLU / ReLU6].
-- ``functional_calls()``: a context in which torch's functional calls (``torch.matmul``,
-  ``F.softmax``, ``F.conv2d``, ...) with an opendnn equivalent run on opendnn.
+- ``enable()`` / ``disable()`` / ``with enabled():``: torch's own aten operators (convolution,
+  batch norm, pooling, softmax, norms, linear / matmul, activations) run on opendnn, for an
+  unmodified model; ``functional_calls()``: the same for torch's Python functional calls in a
+  ``with`` block, counting what it routed.
 
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
 
-from opendnn.torch import functions, modules
+from opendnn.torch import functions, modules, normalization, operators
+from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
 from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
 from opendnn.torch.modules import (
@@ -114,7 +122,13 @@ __all__ = [
     "Softplus",
     "Tanh",
     "convert",
+    "disable",
+    "enable",
+    "enabled",
     "functional_calls",
     "functions",
+    "is_enabled",
     "modules",
+    "normalization",
+    "operators",
 ]

@@ -6,7 +6,7 @@ train/eval state and every reference to it (an optimizer's, a parent's) are kept
 torch's modules are left alone (their own forward may do something else), as are modules with
 no opendnn equivalent; the report says which and why. Calls a module makes in its own forward
 (``torch.matmul``, ``F.softmax``) are not modules and stay torch's: ``opendnn.torch.functions``
-has their opendnn versions.
+has their opendnn versions, and ``functional_calls()`` or ``enable()`` route them.
 """
 
 from __future__ import annotations

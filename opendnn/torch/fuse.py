@@ -44,15 +44,12 @@ import torch
 import torch.fx
 import torch.nn.functional as TF
 
-from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.errors import BadParam, NotSupported
-from opendnn.families.convolution.functional import _descriptor, conv_bias_activation
-from opendnn.families.convolution.problem import ConvolutionMode, output_dims
-from opendnn.families.matmul.functional import matmul
-from opendnn.families.pointwise.functional import activation_mode, add, pointwise
-from opendnn.torch import functions
-from opendnn.torch.functions import _autocast_dtype, _product_handle
-from opendnn.torch.modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, OpendnnModule, _BatchNorm
+from opendnn.families.pointwise.problem import PointwiseMode, resolved_coef
+from opendnn.torch import functions, operators
+from opendnn.torch.library import autocast_dtype
+from opendnn.torch.modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, OpendnnModule, _BatchNorm, _Convolution
+from opendnn.torch.operators import add
 
 CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 BATCH_NORMS = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}  # by spatial dims
@@ -70,6 +67,13 @@ ACTIVATION_FUNCTIONS: dict[Any, Activation] = {
 COEFFICIENT_ARGUMENTS: dict[Any, str] = {TF.elu: "alpha", TF.softplus: "beta"}
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: past beta * x > threshold torch returns x, within exp(-20) of softplus
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
+# a fused chain's activation as the activation operator names it, for a residual added after the
+# product (one that broadcasts or promotes): (name, its parameters given the chain's coefficient)
+ACTIVATION_OPERATORS = {"relu": ("relu", lambda coef: []), "clipped_relu": ("hardtanh", lambda coef: [0.0, coef]),
+                        "swish": ("silu", lambda coef: [coef]), "sigmoid": ("sigmoid", lambda coef: []),
+                        "tanh": ("tanh", lambda coef: []), "gelu": ("gelu", lambda coef: []),
+                        "gelu_approx_tanh": ("gelu_tanh", lambda coef: []), "elu": ("elu", lambda coef: [coef]),
+                        "softplus": ("softplus", lambda coef: [coef])}
 
 
 class _Fused(OpendnnModule, torch.nn.Module):
@@ -79,11 +83,13 @@ class _Fused(OpendnnModule, torch.nn.Module):
 
     weight: torch.Tensor
     bias: torch.Tensor | None
+    activation: str | None
+    coef: float
     _casts: tuple[Any, torch.Tensor, torch.Tensor | None] | None = None  # (key, weight, bias)
 
     def _autocast(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(x, weight, bias) as the product takes them: under autocast, in its dtype."""
-        dtype = _autocast_dtype("lower", x)
+        dtype = autocast_dtype(x)
         if dtype is None:
             return x, self.weight, self.bias
         key = (dtype, *((t.data_ptr(), t._version) for t in (self.weight, self.bias) if t is not None))
@@ -94,6 +100,18 @@ class _Fused(OpendnnModule, torch.nn.Module):
     def _check_inference(self, *tensors: torch.Tensor | None) -> None:
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
             raise BadParam(f"a {type(self).__name__} is for inference: its inputs need no gradient (torch.no_grad())")
+
+    def _activate(self, y: torch.Tensor) -> torch.Tensor:
+        """The chain's activation on its own, after a residual added on its own."""
+        if self.activation is None:
+            return y
+        name, parameters = ACTIVATION_OPERATORS[self.activation]
+        return operators.activation(y, name, parameters(self.coef))
+
+
+def _coefficient(activation: str | None, coef: float | None) -> float:
+    """The coefficient a fused chain's activation runs with: ``coef``, or its mode's default."""
+    return 0.0 if activation is None else resolved_coef(PointwiseMode(f"{activation}_fwd"), coef)
 
 
 class FusedConvolution(_Fused):
@@ -107,23 +125,22 @@ class FusedConvolution(_Fused):
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
         self.stride, self.padding, self.dilation, self.groups = conv.stride, conv.padding, conv.dilation, conv.groups
-        self.activation, self.coef, self.residual = activation, coef, residual
-        # the geometry alone ("same" / "valid" resolved): what y's shape follows from, for any input size
-        spatial_ones = (1,) * (weight.ndim - 2)
-        self.geometry = _descriptor(TensorDescriptor(weight.dtype, (1, conv.in_channels, *spatial_ones)),
-                                    TensorDescriptor(weight.dtype, tuple(weight.shape)), self.stride, self.padding,
-                                    self.dilation, self.groups, ConvolutionMode.CROSS_CORRELATION)
+        self.activation, self.coef, self.residual = activation, _coefficient(activation, coef), residual
+        # one int per spatial dim ("same" / "valid" resolved), as the operator takes them
+        self.geometry = (list(self.stride), list(functions.symmetric_padding(self.padding, weight.shape[2:],
+                                                                             self.dilation)), list(self.dilation))
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
         x, weight, bias = self._autocast(x)
-        geometry: dict[str, Any] = dict(stride=self.stride, padding=self.padding, dilation=self.dilation,
-                                        groups=self.groups, handle=_product_handle(x, "convolution"))
-        if z is None or (z.dtype == x.dtype and z.shape == output_dims(self.geometry, x.shape, weight.shape)):
-            return conv_bias_activation(x, weight, bias, z, self.activation, coef=self.coef, **geometry)
-        y = add(conv_bias_activation(x, weight, bias, **geometry), z)  # z broadcasts or promotes: torch's addition
-        mode = activation_mode(self.activation)
-        return y if mode is None else pointwise(mode, y, coef=self.coef)
+        stride, padding, dilation = self.geometry
+        if z is None or (z.dtype == x.dtype
+                         and list(z.shape) == operators.convolution_shape(x, weight, stride, padding, dilation)):
+            return operators.convolution_bias_activation(x, weight, bias, z, self.activation, self.coef, stride,
+                                                         padding, dilation, self.groups)
+        y = operators.convolution_bias_activation(x, weight, bias, None, None, 0.0, stride, padding, dilation,
+                                                  self.groups)
+        return self._activate(add(y, z))  # z broadcasts or promotes: torch's addition
 
     def extra_repr(self) -> str:
         return (f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
@@ -138,15 +155,14 @@ class FusedLinear(_Fused):
         super().__init__()
         self.register_buffer("weight", linear.weight.detach().clone())
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
-        self.activation, self.coef, self.residual = activation, coef, residual
+        self.activation, self.coef, self.residual = activation, _coefficient(activation, coef), residual
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
         x, weight, bias = self._autocast(x)
-        handle = _product_handle(x, "matmul")
         if z is None or (z.dtype == x.dtype and z.shape == (*x.shape[:-1], weight.shape[0])):
-            return matmul(x, weight.t(), bias, self.activation, coef=self.coef, residual=z, handle=handle)
-        return add(matmul(x, weight.t(), bias, self.activation, coef=self.coef, handle=handle), z)
+            return operators.matmul_bias_activation(x, weight.t(), bias, z, self.activation, self.coef)
+        return add(operators.matmul_bias_activation(x, weight.t(), bias, None, self.activation, self.coef), z)
 
     def extra_repr(self) -> str:
         return f"weight={tuple(self.weight.shape)}, residual={self.residual}, activation={self.activation}"
@@ -159,7 +175,7 @@ class _FusedBatchNorm(_BatchNorm):
     mode), or with a residual of another shape or dtype, it takes the steps one by one."""
 
     activation: str | None
-    coef: float
+    coef: float | None
     residual: bool
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
@@ -267,7 +283,7 @@ Chain = tuple[torch.nn.Module, tuple[Any, ...], list[torch.fx.Node]]
 
 def _convolution_chain(node: torch.fx.Node, modules: dict[str, torch.nn.Module]) -> Chain | None:
     conv = _module(node, modules, CONVOLUTIONS)
-    if conv is None or conv.padding_mode != "zeros":
+    if conv is None or _Convolution.unsupported(conv) is not None:  # (a padding mode, an asymmetric "same")
         return None
     norm_node = _only_user(node)
     if norm_node is None:

@@ -15,6 +15,7 @@ import torch
 
 from opendnn.core.errors import NotSupported
 from opendnn.torch import functions
+from opendnn.torch.library import as_torch_error
 
 
 class OpendnnModule(torch.nn.Module):
@@ -41,6 +42,12 @@ class OpendnnModule(torch.nn.Module):
 
     def _get_name(self) -> str:  # the name printed by repr(model): show which modules run on opendnn
         return f"opendnn.{type(self).__name__}"
+
+    def __prepare_scriptable__(self) -> torch.nn.Module:
+        # torch.jit.script asks every module before compiling its forward, which is Python here
+        raise as_torch_error(NotSupported(
+            f"torch.jit.script cannot compile {type(self).__name__}.forward (Python that calls the opendnn:: "
+            "operators); torch.jit.trace, torch.compile and torch.export take opendnn modules"))
 
 
 def _unbatched(x: torch.Tensor, spatial: int, forward: Any) -> torch.Tensor:

@@ -23,17 +23,17 @@ from opendnn.core.errors import NotSupported
 from opendnn.torch import functions
 
 
-def _require(condition: bool, reason: str) -> None:
+def require(condition: bool, reason: str) -> None:
     if not condition:
         raise NotSupported(reason)
 
 
 def _batched(x: torch.Tensor, spatial: int) -> None:
-    _require(x.ndim == spatial + 2, f"input of {x.ndim} dims (opendnn takes a batch dim here)")
+    require(x.ndim == spatial + 2, f"input of {x.ndim} dims (opendnn takes a batch dim here)")
 
 
 def _matmul(input: torch.Tensor, other: torch.Tensor, *, out: Any = None) -> torch.Tensor:
-    _require(out is None, "out= given")
+    require(out is None, "out= given")
     return functions.matmul(input, other)
 
 
@@ -59,14 +59,14 @@ def _elementwise(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Te
     """An activation taking torch's ``inplace`` flag (in-place updates stay torch's)."""
 
     def activation(input: torch.Tensor, *args: Any, inplace: bool = False, **kwargs: Any) -> torch.Tensor:
-        _require(not inplace, "inplace=True")
+        require(not inplace, "inplace=True")
         return forward(input, *args, **kwargs)
 
     return activation
 
 
 def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
-    _require(threshold >= 20, f"threshold={threshold} below 20")
+    require(threshold >= 20, f"threshold={threshold} below 20")
     return functions.softplus(input, beta)
 
 
@@ -84,14 +84,14 @@ def _softmax(log: bool) -> Callable[..., torch.Tensor]:
 def _batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
                 weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
                 momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
-    _require(eps >= 1e-5, f"eps={eps} below 1e-5")
+    require(eps >= 1e-5, f"eps={eps} below 1e-5")
     return functions.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
 def _instance_norm(input: torch.Tensor, running_mean: Any = None, running_var: Any = None, weight: Any = None,
                    bias: Any = None, use_input_stats: bool = True, momentum: float = 0.1,
                    eps: float = 1e-5) -> torch.Tensor:
-    _require(use_input_stats and running_mean is None and running_var is None, "running statistics")
+    require(use_input_stats and running_mean is None and running_var is None, "running statistics")
     return functions.instance_norm(input, weight, bias, eps)
 
 
@@ -99,8 +99,8 @@ def _max_pool(spatial: int) -> Callable[..., torch.Tensor]:
     def max_pool(input: torch.Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
                  ceil_mode: bool = False, return_indices: bool = False) -> torch.Tensor:
         _batched(input, spatial)
-        _require(not return_indices, "return_indices=True")
-        _require(all(d == 1 for d in ((dilation,) if isinstance(dilation, int) else dilation)), "dilation")
+        require(not return_indices, "return_indices=True")
+        require(all(d == 1 for d in ((dilation,) if isinstance(dilation, int) else dilation)), "dilation")
         return functions.max_pool(input, kernel_size, stride, padding, ceil_mode)
 
     return max_pool
@@ -110,7 +110,7 @@ def _avg_pool(spatial: int) -> Callable[..., torch.Tensor]:
     def avg_pool(input: torch.Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override: int | None = None) -> torch.Tensor:
         _batched(input, spatial)
-        _require(divisor_override is None, "divisor_override")
+        require(divisor_override is None, "divisor_override")
         return functions.avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
     return avg_pool
@@ -119,7 +119,7 @@ def _avg_pool(spatial: int) -> Callable[..., torch.Tensor]:
 def _adaptive_pool(spatial: int, is_max: bool) -> Callable[..., torch.Tensor]:
     def adaptive_pool(input: torch.Tensor, output_size: Any, return_indices: bool = False) -> torch.Tensor:
         _batched(input, spatial)
-        _require(not return_indices, "return_indices=True")
+        require(not return_indices, "return_indices=True")
         return functions.adaptive_pool(input, output_size, is_max)
 
     return adaptive_pool
@@ -127,7 +127,7 @@ def _adaptive_pool(spatial: int, is_max: bool) -> Callable[..., torch.Tensor]:
 
 def _local_response_norm(input: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
                          k: float = 1.0) -> torch.Tensor:
-    _require(size % 2 == 1, f"size={size} is even")
+    require(size % 2 == 1, f"size={size} is even")
     return functions.local_response_norm(input, size, alpha, beta, k)
 
 
@@ -157,7 +157,7 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
     return routes
 
 
-def _all_float(values: Sequence[Any]) -> bool:
+def all_float(values: Sequence[Any]) -> bool:
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     return bool(tensors) and all(t.is_floating_point() for t in tensors)
 
@@ -184,7 +184,7 @@ class functional_calls(TorchFunctionMode):  # noqa: N801 (used as a context mana
         if route is None:
             return func(*args, **kwargs)
         name = getattr(func, "__name__", str(func))
-        if not _all_float(list(args) + list(kwargs.values())):
+        if not all_float(list(args) + list(kwargs.values())):
             self.left_to_torch[name] = "a tensor argument that is not floating point"
             return func(*args, **kwargs)
         try:

@@ -1,0 +1,307 @@
+"""Running one node through opendnn's cuDNN-shaped calls: the reference engine runs every node this
+way on the NumPy backend, the other engines run the nodes they do not fuse this way on Triton.
+
+A ``NodeCall`` is a step of a plan. Made at plan time, it asks the backend for the scratch bytes
+the call needs (a convolution's or reduction's workspace; the squares genstats sums) and checks
+the tensors that one cuDNN descriptor describes together (batch norm's parameters and statistics,
+a normalization's scale and bias) have one layout. At run time it reads its tensors' ``Bound``
+views by uid and writes its outputs in place (``alpha = 1``, ``beta = 0``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import opendnn as od
+from opendnn.core.arrays import Bound, constant_like, strided_view
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_strides
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, OpenDnnError
+from opendnn.core.handle import Handle
+from opendnn.graph.memory import aligned, typed_view
+from opendnn.graph.operation_graph import NodeSpec, OperationGraph
+from opendnn.graph.operations import POINTWISE_ROLES, compute_type
+
+RELU_MODES = (od.PointwiseMode.RELU_FWD, od.PointwiseMode.RELU_BWD, od.PointwiseMode.CLIPPED_RELU_FWD,
+              od.PointwiseMode.CLIPPED_RELU_BWD)
+NORM_MODES = {"layernorm": od.NormMode.LAYER_NORM, "rmsnorm": od.NormMode.RMS_NORM,
+              "instancenorm": od.NormMode.INSTANCE_NORM}
+BN_BACKWARD_EPSILON = 1e-5  # read only when the saved statistics are absent: the graph always gives them
+Tensors = Callable[[str], Any]  # role -> Bound (None for an absent optional input)
+
+
+class NodeCall:
+    """One node run by its cuDNN-shaped call on the plan's backend."""
+
+    def __init__(self, node: NodeSpec, graph: OperationGraph, handle: Handle) -> None:
+        self.node = node
+        self.roles = {role: uid for role, uid in (*node.inputs, *node.outputs)}
+        self.reads = tuple(uid for _, uid in node.inputs)
+        self.writes = tuple(uid for _, uid in node.outputs)
+        self.descs = {role: graph.tensors[uid].desc for role, uid in self.roles.items()}
+        self._run, scratch = RUNNERS[node.op]
+        with naming(node):
+            _check_shared_layouts(node, self.descs, graph)
+            self.scratch_bytes = scratch(node, self.descs, handle)
+
+    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
+        def tensor(role: str) -> Any:
+            uid = self.roles.get(role)
+            return None if uid is None else bounds[uid]
+
+        with naming(self.node):
+            self._run(self.node, tensor, handle, scratch)
+
+    def describe(self) -> str:
+        return f"{self.node.label} as its own call"
+
+
+@contextlib.contextmanager
+def naming(node: NodeSpec) -> Iterator[None]:
+    """An error of the node's call, re-raised with the node's name in front (every graph error names it)."""
+    try:
+        yield
+    except OpenDnnError as error:
+        raise type(error)(f"{node.label}: {error}", error.status) from None
+
+
+def _check_shared_layouts(node: NodeSpec, descs: Mapping[str, TensorDescriptor], graph: OperationGraph) -> None:
+    """The tensors one cuDNN descriptor describes must share a layout (dims, type, strides of the
+    dims above 1)."""
+    groups: tuple[tuple[str, ...], ...] = ()
+    if node.op.startswith("batchnorm"):
+        groups = (("scale", "bias", "in_running_mean", "in_running_var", "mean", "inv_variance",
+                   "next_running_mean", "next_running_var", "dscale", "dbias"),)
+    elif node.op in NORM_MODES or node.op.removesuffix("_backward") in NORM_MODES:
+        groups = (("scale", "bias", "dscale", "dbias"), ("mean", "inv_variance"))
+    for group in groups:
+        present = [role for role in group if role in descs]
+        first = present[0] if present else ""
+        for role in present[1:]:
+            if _layout(descs[role]) != _layout(descs[first]):
+                raise BadParam(f"{role} '{graph.tensors[node.input(role) or node.output(role) or 0].name}' "
+                               f"{descs[role]} must have the layout of {first} {descs[first]}: one descriptor "
+                               "describes both")
+
+
+def _layout(desc: TensorDescriptor) -> tuple[Any, ...]:
+    return desc.dtype, desc.dims, tuple(s for d, s in zip(desc.dims, desc.strides) if d > 1)
+
+
+def no_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    return 0
+
+
+def ranked(bound: Bound, ndim: int) -> Bound:
+    """``bound`` with leading dims of 1 up to ``ndim`` dims (NumPy's broadcast, as a view)."""
+    if bound.desc.ndim == ndim:
+        return bound
+    extra = ndim - bound.desc.ndim
+    desc = TensorDescriptor(bound.desc.dtype, (1,) * extra + bound.desc.dims, (0,) * extra + bound.desc.strides)
+    return Bound(bound.name, desc, strided_view(bound.view, desc), bound.device)
+
+
+# ---- pointwise, reduction, genstats -------------------------------------------------------------------
+
+def run_pointwise(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    mode = od.PointwiseMode(node.attribute("mode"))
+    y = tensor("y")
+    inputs = [ranked(tensor(role), y.desc.ndim) for role in POINTWISE_ROLES[:mode.arity]]
+    od.pointwise(handle, mode, 1.0, [(b.desc, b.view) for b in inputs], 0.0, y.desc, y.view,
+                 coef=node.attribute("coef", 0.0), propagate_nan=mode in RELU_MODES)
+
+
+def reduce_descriptor(op: od.ReduceTensorOp, x: TensorDescriptor) -> od.ReduceTensorDescriptor:
+    return od.ReduceTensorDescriptor(op, compute_type(x.dtype), NanPropagation.PROPAGATE_NAN)
+
+
+def reduction_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    reduce_desc = reduce_descriptor(od.ReduceTensorOp(node.attribute("mode")), descs["x"])
+    return od.get_reduction_workspace_size(handle, reduce_desc, descs["x"], descs["y"])
+
+
+def run_reduction(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y = tensor("x"), tensor("y")
+    reduce_desc = reduce_descriptor(od.ReduceTensorOp(node.attribute("mode")), x.desc)
+    od.reduce_tensor(handle, reduce_desc, None, scratch, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+
+
+def squares_descriptor(x: TensorDescriptor) -> TensorDescriptor:
+    return TensorDescriptor(compute_type(x.dtype), x.dims, packed_strides(x.dims))
+
+
+def genstats_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    x, squares, total = descs["x"], squares_descriptor(descs["x"]), descs["sum"]
+    add = reduce_descriptor(od.ReduceTensorOp.ADD, x)
+    reduce_bytes = max(od.get_reduction_workspace_size(handle, add, x, total),
+                       od.get_reduction_workspace_size(handle, add, squares, total))
+    return aligned(squares.size_in_bytes) + reduce_bytes
+
+
+def run_genstats(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    """The sum by a reduction of x, the sum of squares by a reduction of x * x (in scratch)."""
+    x, total, sum_of_squares = tensor("x"), tensor("sum"), tensor("sum_of_squares")
+    squares_desc = squares_descriptor(x.desc)
+    offset = aligned(squares_desc.size_in_bytes)
+    squares = typed_view(scratch, 0, squares_desc)
+    workspace = scratch[offset:] if len(scratch) > offset else None
+    add = reduce_descriptor(od.ReduceTensorOp.ADD, x.desc)
+    od.reduce_tensor(handle, add, None, workspace, 1.0, x.desc, x.view, 0.0, total.desc, total.view)
+    od.pointwise(handle, od.PointwiseMode.MUL, 1.0, [(x.desc, x.view), (x.desc, x.view)], 0.0, squares_desc, squares)
+    od.reduce_tensor(handle, add, None, workspace, 1.0, squares_desc, squares, 0.0, sum_of_squares.desc,
+                     sum_of_squares.view)
+
+
+# ---- convolution and matmul ---------------------------------------------------------------------------
+
+CONV_ALGORITHMS = {"conv_fprop": od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+                   "conv_dgrad": od.ConvolutionBwdDataAlgo.ALGO_0,
+                   "conv_wgrad": od.ConvolutionBwdFilterAlgo.ALGO_0}
+CONV_ROLES = {"conv_fprop": ("image", "weight", "y"), "conv_dgrad": ("dx", "filter", "loss"),
+              "conv_wgrad": ("image", "dw", "loss")}  # the (x, w, y) of each direction
+
+
+def conv_descriptor(node: NodeSpec, descs: Mapping[str, TensorDescriptor]) -> od.ConvolutionDescriptor:
+    x_role, w_role, _ = CONV_ROLES[node.op]
+    x, w = descs[x_role], descs[w_role]
+    return od.ConvolutionDescriptor(node.attribute("padding"), node.attribute("stride"), node.attribute("dilation"),
+                                    compute_type=compute_type(x.dtype), group_count=x.dims[1] // w.dims[1])
+
+
+def conv_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    x_role, w_role, y_role = CONV_ROLES[node.op]
+    x, w, y = descs[x_role], descs[w_role], descs[y_role]
+    conv = conv_descriptor(node, descs)
+    algo = CONV_ALGORITHMS[node.op]
+    if node.op == "conv_fprop":
+        return od.get_convolution_forward_workspace_size(handle, x, w, conv, y, algo)
+    if node.op == "conv_dgrad":
+        return od.get_convolution_backward_data_workspace_size(handle, w, y, conv, x, algo)
+    return od.get_convolution_backward_filter_workspace_size(handle, x, y, conv, w, algo)
+
+
+def run_conv(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, w, y = (tensor(role) for role in CONV_ROLES[node.op])
+    conv = conv_descriptor(node, {"image": x.desc, "weight": w.desc, "dx": x.desc, "filter": w.desc, "dw": w.desc})
+    algo = CONV_ALGORITHMS[node.op]
+    if node.op == "conv_fprop":
+        od.convolution_forward(handle, 1.0, x.desc, x.view, w.desc, w.view, conv, algo, scratch, 0.0, y.desc, y.view)
+    elif node.op == "conv_dgrad":
+        od.convolution_backward_data(handle, 1.0, w.desc, w.view, y.desc, y.view, conv, algo, scratch, 0.0, x.desc,
+                                     x.view)
+    else:
+        od.convolution_backward_filter(handle, 1.0, x.desc, x.view, y.desc, y.view, conv, algo, scratch, 0.0,
+                                       w.desc, w.view)
+
+
+def run_matmul(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    a, b, c = tensor("a"), tensor("b"), tensor("c")
+    od.matmul(handle, 1.0, a.desc, a.view, b.desc, b.view, 0.0, c.desc, c.view)
+
+
+# ---- normalizations -----------------------------------------------------------------------------------
+
+def run_batchnorm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y, scale, bias = tensor("x"), tensor("y"), tensor("scale"), tensor("bias")
+    running_mean, running_var = running = [tensor("next_running_mean"), tensor("next_running_var")]
+    for source, target in zip((tensor("in_running_mean"), tensor("in_running_var")), running):
+        if source is not None:  # the update is in place: the next statistics start as copies
+            od.transform_tensor(handle, 1.0, source.desc, source.view, 0.0, target.desc, target.view)
+    od.batch_normalization_forward_training(
+        handle, od.BatchNormMode.SPATIAL, 1.0, 0.0, x.desc, x.view, y.desc, y.view, scale.desc, scale.view,
+        bias.view, node.attribute("momentum"), optional_view(running_mean), optional_view(running_var),
+        node.attribute("epsilon"), tensor("mean").view, tensor("inv_variance").view)
+
+
+def run_batchnorm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, dy, dx, scale = tensor("x"), tensor("grad"), tensor("dx"), tensor("scale")
+    od.batch_normalization_backward(
+        handle, od.BatchNormMode.SPATIAL, 1.0, 0.0, 1.0, 0.0, x.desc, x.view, dy.desc, dy.view, dx.desc, dx.view,
+        scale.desc, scale.view, tensor("dscale").view, tensor("dbias").view, BN_BACKWARD_EPSILON,
+        tensor("mean").view, tensor("inv_variance").view)
+
+
+def norm_descriptor(node: NodeSpec) -> od.NormDescriptor:
+    mode = NORM_MODES[node.op.removesuffix("_backward")]
+    return od.NormDescriptor(mode, node.attribute("epsilon", 1e-5),
+                             normalized_ndim=node.attribute("normalized_ndim", 1))
+
+
+def optional_view(bound: Bound | None) -> Any:
+    return None if bound is None else bound.view
+
+
+def run_norm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y, scale, bias = tensor("x"), tensor("y"), tensor("scale"), tensor("bias")
+    desc = norm_descriptor(node)
+    if node.attribute("phase") == "inference":
+        od.normalization_forward_inference(handle, desc, 1.0, x.desc, x.view, scale.desc, scale.view,
+                                           optional_view(bias), 0.0, y.desc, y.view)
+        return
+    inv_std = tensor("inv_variance")
+    od.normalization_forward_training(handle, desc, 1.0, x.desc, x.view, scale.desc, scale.view, optional_view(bias),
+                                      0.0, y.desc, y.view, inv_std.desc, optional_view(tensor("mean")), inv_std.view)
+
+
+def run_norm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, dy, dx, scale, inv_std = tensor("x"), tensor("grad"), tensor("dx"), tensor("scale"), tensor("inv_variance")
+    od.normalization_backward(handle, norm_descriptor(node), 1.0, 0.0, 1.0, 0.0, x.desc, x.view, dy.desc, dy.view,
+                              scale.desc, scale.view, tensor("dscale").view, optional_view(tensor("dbias")),
+                              inv_std.desc, optional_view(tensor("mean")), inv_std.view, dx.desc, dx.view)
+
+
+# ---- softmax and pooling ------------------------------------------------------------------------------
+
+def axis_as_channel(desc: TensorDescriptor, axis: int) -> TensorDescriptor:
+    """``desc`` with ``axis`` moved to dim 1 (the same memory): softmax's CHANNEL mode then runs
+    along it, whatever its position and stride."""
+    if desc.ndim == 1:
+        return TensorDescriptor(desc.dtype, (1, *desc.dims), (0, *desc.strides))
+    order = [k for k in range(desc.ndim) if k != axis]
+    order.insert(1, axis)
+    return TensorDescriptor(desc.dtype, [desc.dims[k] for k in order], [desc.strides[k] for k in order])
+
+
+def run_softmax(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y = tensor("x"), tensor("y")
+    axis = node.attribute("axis")
+    algorithm = od.SoftmaxAlgorithm.LOG if node.attribute("log") else od.SoftmaxAlgorithm.ACCURATE
+    od.softmax_forward(handle, algorithm, od.SoftmaxMode.CHANNEL, 1.0, axis_as_channel(x.desc, axis), x.view, 0.0,
+                       axis_as_channel(y.desc, axis), y.view)
+
+
+def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y = tensor("x"), tensor("y")
+    pool = od.PoolingDescriptor(od.PoolingMode(node.attribute("mode")), NanPropagation.PROPAGATE_NAN,
+                                node.attribute("window"), node.attribute("padding"), node.attribute("stride"))
+    od.pooling_forward(handle, pool, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+
+
+Runner = Callable[[NodeSpec, Tensors, Handle, Any], None]
+Scratch = Callable[[NodeSpec, Mapping[str, TensorDescriptor], Handle], int]
+RUNNERS: dict[str, tuple[Runner, Scratch]] = {
+    "pointwise": (run_pointwise, no_scratch),
+    "reduction": (run_reduction, reduction_scratch),
+    "genstats": (run_genstats, genstats_scratch),
+    "conv_fprop": (run_conv, conv_scratch),
+    "conv_dgrad": (run_conv, conv_scratch),
+    "conv_wgrad": (run_conv, conv_scratch),
+    "matmul": (run_matmul, no_scratch),
+    "batchnorm": (run_batchnorm, no_scratch),
+    "batchnorm_backward": (run_batchnorm_backward, no_scratch),
+    "layernorm": (run_norm, no_scratch),
+    "rmsnorm": (run_norm, no_scratch),
+    "instancenorm": (run_norm, no_scratch),
+    "layernorm_backward": (run_norm_backward, no_scratch),
+    "rmsnorm_backward": (run_norm_backward, no_scratch),
+    "instancenorm_backward": (run_norm_backward, no_scratch),
+    "softmax": (run_softmax, no_scratch),
+    "pooling": (run_pooling, no_scratch),
+}
+
+
+def scalar_bound(value: float, dtype: DataType, like: Bound) -> Bound:
+    """A one-element tensor holding a scalar passed by value, of ``like``'s kind and device."""
+    return constant_like(Bound("scalar", TensorDescriptor(dtype, (1,)), like.view, like.device), value)

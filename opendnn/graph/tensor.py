@@ -1,0 +1,159 @@
+"""The tensors of an operation graph: graph inputs and outputs the caller binds to memory at
+execute time, virtual tensors that live between operations, and scalars passed by value.
+
+A tensor's data type, when not set, follows its role: the graph's ``io_data_type`` for a tensor
+the caller binds (an input, or an operation's output marked with ``set_output(True)``), the
+graph's ``intermediate_data_type`` for a virtual one. Strides, when not set, are packed row-major.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from opendnn.core.descriptors import TensorDescriptor, packed_strides
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam
+
+if TYPE_CHECKING:
+    from opendnn.graph.builder import OperationBuilder
+
+
+class Tensor:
+    """One tensor of a graph (cudnn-frontend's ``tensor``); made by ``Graph.tensor``,
+    ``Graph.tensor_like`` or as an operation's output, never directly.
+
+    The setters return the tensor itself, so calls chain: ``y.set_output(True).set_data_type(...)``.
+    """
+
+    def __init__(self, graph: OperationBuilder, name: str, dims: Sequence[int], strides: Sequence[int] | None,
+                 data_type: DataType | None, *, virtual: bool, value: float | None = None,
+                 pass_by_value: bool = False) -> None:
+        self._graph = graph
+        self.uid = len(graph._tensors)  # the tensor's position in its graph: serialized plans refer to it
+        self._name = name
+        self._dims = _dims("dim", dims, name)
+        self._strides = None if strides is None else _strides(strides, self._dims, name)
+        self._data_type = None if data_type is None else DataType.of(data_type)
+        self._virtual = virtual
+        self._value = None if value is None else float(value)
+        self.pass_by_value = pass_by_value
+
+    # ---- the cudnn-frontend accessors --------------------------------------------------------------
+
+    def set_output(self, is_output: bool = True) -> Tensor:
+        """Mark an operation's output as a graph output (the caller binds memory to it), or back to
+        virtual."""
+        self._graph._changed()
+        self._virtual = not is_output
+        return self
+
+    def set_data_type(self, data_type: Any) -> Tensor:
+        self._graph._changed()
+        self._data_type = DataType.of(data_type)
+        return self
+
+    def set_name(self, name: str) -> Tensor:
+        self._graph._changed()
+        self._name = str(name)
+        return self
+
+    def set_dim(self, dims: Sequence[int]) -> Tensor:
+        """Set the dims (an operation's output: where its dims are not unique, as a strided
+        ``conv_dgrad``); ``validate`` checks them against the operation's rule."""
+        self._graph._changed()
+        self._dims = _dims("dim", dims, self._name)
+        if self._strides is not None and len(self._strides) != len(self._dims):
+            self._strides = None
+        return self
+
+    def set_stride(self, strides: Sequence[int]) -> Tensor:
+        """Set the strides in elements: any layout, e.g. channels-last for an operation's output."""
+        self._graph._changed()
+        self._strides = _strides(strides, self._dims, self._name)
+        return self
+
+    def get_name(self) -> str:
+        return self._name
+
+    def get_dim(self) -> list[int]:
+        return list(self._dims)
+
+    def get_stride(self) -> list[int]:
+        return list(self.strides)
+
+    def get_data_type(self) -> DataType:
+        return self.data_type
+
+    def get_is_virtual(self) -> bool:
+        return self._virtual
+
+    # ---- what the graph reads ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self._dims
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return packed_strides(self._dims) if self._strides is None else self._strides
+
+    @property
+    def data_type(self) -> DataType:
+        if self._data_type is not None:
+            return self._data_type
+        if self.pass_by_value:
+            return self._graph.compute_data_type
+        return self._graph.intermediate_data_type if self._virtual else self._graph.io_data_type
+
+    @property
+    def explicit_data_type(self) -> DataType | None:
+        """The data type set on the tensor, or None when it follows its role."""
+        return self._data_type
+
+    @property
+    def is_virtual(self) -> bool:
+        return self._virtual
+
+    @property
+    def value(self) -> float | None:
+        """A scalar's value given at build time; None for every other tensor and for a scalar whose
+        value comes by name at execute time."""
+        return self._value
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self._dims)
+
+    def descriptor(self) -> TensorDescriptor:
+        return TensorDescriptor(self.data_type, self._dims, self.strides)
+
+    def __repr__(self) -> str:
+        role = "by value" if self.pass_by_value else "virtual" if self._virtual else "io"
+        return f"Tensor('{self._name}', dims={list(self._dims)}, {self.data_type.name}, {role})"
+
+
+def _dims(what: str, dims: Sequence[int], name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(d) for d in dims)
+    except (TypeError, ValueError):
+        raise BadParam(f"tensor '{name}': {what}={dims!r} must be a sequence of ints") from None
+    if not values or any(d < 1 for d in values):
+        raise BadParam(f"tensor '{name}': {what}={list(values)} must hold 1 or more dims, each at least 1")
+    return values
+
+
+def _strides(strides: Sequence[int], dims: tuple[int, ...], name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(s) for s in strides)
+    except (TypeError, ValueError):
+        raise BadParam(f"tensor '{name}': stride={strides!r} must be a sequence of ints") from None
+    if len(values) != len(dims) or any(s < 0 for s in values):
+        raise BadParam(f"tensor '{name}': stride={list(values)} must hold {len(dims)} strides (one per dim of "
+                       f"{list(dims)}), each at least 0")
+    return values

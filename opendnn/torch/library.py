@@ -1,0 +1,279 @@
+"""How an opendnn operation becomes a PyTorch operator of the ``opendnn::`` namespace.
+
+``define`` declares one operator through torch.library: its schema; one kernel for the CPU and
+CUDA dispatch keys (opendnn.functional picks the NumPy backend for CPU tensors, the Triton
+kernels for CUDA ones); a fake kernel giving the outputs' shapes, dtypes and strides without
+running anything (torch.compile, torch.export, meta tensors); a loop rule for torch.vmap; and,
+where torch's autocast casts the op it stands for, the same cast. ``register_autograd`` gives an
+operator its gradient: a ``setup_context`` and a ``backward`` that calls other opendnn operators,
+so a traced backward graph holds opendnn operators too. docs/design/torch_integration.md says
+why the pieces are shaped so, with the measurements.
+
+What every kernel does the same way:
+
+- An empty main input (a batch of 0 samples) gives the fake kernel's outputs filled with zeros
+  and launches nothing: opendnn's descriptors have no empty dims, torch returns empty results
+  (and zero gradients for the parameters).
+- An opendnn error leaves the operator as an exception of its own class that is also a
+  RuntimeError, torch's type for a call its operator refuses, with opendnn's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._functorch.utils import enable_single_level_autograd_function
+from torch.autograd.function import _SingleLevelFunction
+
+from opendnn.core.errors import NotSupported, OpenDnnError
+
+NAMESPACE = "opendnn"
+LIBRARY = torch.library.Library(NAMESPACE, "DEF")
+DEVICE_KEYS = ("CPU", "CUDA")
+
+# torch's autocast policies an operator may follow: the dtype its floating inputs take, given the
+# device type and the call's arguments (None: no cast). Float64 inputs are never cast, as torch's.
+AutocastRule = Callable[[str, tuple[Any, ...]], "torch.dtype | None"]
+
+
+def lower_precision(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
+    """Convolutions and matrix products: the autocast dtype (float16 or bfloat16)."""
+    return torch.get_autocast_dtype(device_type)
+
+
+def float32_on_cuda(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
+    """Softmax, layer/group/RMS norm, softplus: float32 on CUDA, unchanged on the CPU."""
+    return torch.float32 if device_type == "cuda" else None
+
+
+def float32_everywhere(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
+    """Local response norm: float32 on every device (torch's composes it of ops autocast runs in float32)."""
+    return torch.float32
+
+
+def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype autocast gives a product's floating input ``x`` on its device now (None: none)."""
+    device_type = x.device.type
+    if not torch.is_autocast_enabled(device_type) or not x.is_floating_point() or x.dtype == torch.float64:
+        return None
+    return lower_precision(device_type, (x,))
+
+
+def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
+           autocast: AutocastRule | None = None, empty: Callable[..., Any] | None = None,
+           differentiable: bool = True) -> torch._ops.OpOverload:
+    """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
+    fake ones (the same arguments; outputs of the right metadata, nothing computed).
+
+    Args:
+        autocast: the operator's autocast rule (``lower_precision``, ``float32_on_cuda``, ...);
+            None: autocast leaves it alone.
+        empty: what the kernel returns when its first argument has no elements (default: the
+            fake kernel's outputs, zeroed).
+        differentiable: False for the backward operators and the inference-only ones: a gradient
+            through them raises (torch's fallback would warn and give a wrong zero); True: a
+            ``register_autograd`` call gives the operator its gradient.
+
+    Returns:
+        The operator's default overload (what callers call: the cheapest entry).
+    """
+    name = schema.split("(", 1)[0]
+    LIBRARY.define(schema)
+    device_kernel = _DEVICE_KERNELS[name] = _kernel(kernel, empty or _zeros(fake))
+    for key in DEVICE_KEYS:
+        LIBRARY.impl(name, device_kernel, key)
+    qualified = f"{NAMESPACE}::{name}"
+    torch.library.register_fake(qualified, fake, lib=LIBRARY)
+    op = getattr(getattr(torch.ops, NAMESPACE), name).default
+    torch.library.register_vmap(qualified, _loop_rule(op), lib=LIBRARY)
+    if not differentiable:
+        register_autograd(op, _no_derivative(op), lambda ctx, inputs, output: None)
+    if autocast is not None:
+        for device_type in ("cpu", "cuda"):
+            key = f"Autocast{device_type.upper()}"
+            LIBRARY.impl(name, _autocast_kernel(op, device_type, key, autocast), key, with_keyset=True)
+    return op
+
+
+# operator name -> its kernel at the CPU and CUDA keys (the autograd kernel calls it directly, below)
+_DEVICE_KERNELS: dict[str, Callable[..., Any]] = {}
+
+
+def _kernel(kernel: Callable[..., Any], empty: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        if args[0].numel() == 0:
+            return empty(*args)
+        try:
+            if torch.is_grad_enabled():  # (a transform's inner call: the kernels read the tensors' memory)
+                with torch.no_grad():
+                    return kernel(*args)
+            return kernel(*args)
+        except OpenDnnError as error:
+            if isinstance(error, TORCH_ERRORS):  # already of torch's type for this refusal
+                raise
+            raise as_torch_error(error) from None
+
+    return run
+
+
+def _zeros(fake: Callable[..., Any]) -> Callable[..., Any]:
+    def zeros(*args: Any) -> Any:
+        outputs = fake(*args)
+        if isinstance(outputs, torch.Tensor):
+            return outputs.zero_()
+        return tuple(output.zero_() for output in outputs)
+
+    return zeros
+
+
+TORCH_ERRORS = (RuntimeError, IndexError)  # what torch's operators raise for a call they refuse
+
+
+def as_torch_error(error: OpenDnnError, kind: type[Exception] = RuntimeError) -> OpenDnnError:
+    """``error`` as an instance of its class and of ``kind`` (same message and status), so that
+    code catching torch's exception type catches it, and code catching opendnn's does too."""
+    key = (type(error), kind)
+    both = _TORCH_ERROR_CLASSES.get(key)
+    if both is None:
+        both = _TORCH_ERROR_CLASSES[key] = type(type(error).__name__, key, {
+            "__module__": type(error).__module__, "__doc__": type(error).__doc__})
+    return both(str(error), error.status).with_traceback(error.__traceback__)
+
+
+# (opendnn's error class, torch's exception type) -> the class of both, made once
+_TORCH_ERROR_CLASSES: dict[tuple[type[OpenDnnError], type[Exception]], type[OpenDnnError]] = {}
+
+
+def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str,
+                     rule: AutocastRule) -> Callable[..., Any]:
+    """The operator's kernel at an autocast dispatch key: the floating inputs cast to the rule's
+    dtype, then the call goes on below autocast."""
+    below = getattr(torch._C.DispatchKey, key)
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        dtype = rule(device_type, args)
+        if dtype is not None:
+            args = tuple(_cast(arg, dtype) for arg in args)
+        return op.redispatch(keyset.remove(below), *args)
+
+    return kernel
+
+
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype not in (dtype, torch.float64):
+        return value.to(dtype)
+    return value
+
+
+def _loop_rule(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """torch.vmap's rule for ``op``: one call per sample, the results stacked along dim 0."""
+
+    def rule(info: Any, in_dims: Sequence[int | None], *args: Any) -> Any:
+        samples = [op(*(arg.select(dim, k) if isinstance(dim, int) else arg for arg, dim in zip(args, in_dims)))
+                   for k in range(info.batch_size)]
+        if isinstance(samples[0], torch.Tensor):
+            return torch.stack(samples), 0
+        outputs = tuple(torch.stack(parts) for parts in zip(*samples))
+        return outputs, (0,) * len(outputs)
+
+    return rule
+
+
+def _no_derivative(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def refuse(ctx: Any, *grads: Any) -> Any:
+        raise as_torch_error(NotSupported(
+            f"opendnn::{op._opname} has no gradient: opendnn's gradients are differentiable once"))
+
+    return refuse
+
+
+# ---- autograd --------------------------------------------------------------------------------------
+
+SetupContext = Callable[[Any, tuple[Any, ...], Any], None]
+
+
+def register_autograd(op: torch._ops.OpOverload, backward: Callable[..., Any], setup_context: SetupContext) -> None:
+    """torch.library.register_autograd(op, backward, setup_context=setup_context), for torch.func too.
+
+    The contract is torch.library's: ``setup_context(ctx, inputs, output)`` saves what the
+    backward needs, ``backward(ctx, *output_grads)`` returns one gradient (or None) per input.
+    torch.library's own registration (torch 2.13) wraps them in an autograd.Function that
+    torch.func.grad refuses; this one wraps them in the single-level Function that functorch uses
+    for its own autograd nodes, which every transform accepts. The Function is named after the
+    operator (``opendnn::convolution`` -> ``ConvolutionBackward`` in a graph).
+    """
+    below = _below_autograd(op)
+
+    def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
+        output = below(keyset, args)
+        ctx.set_materialize_grads(False)
+        setup_context(ctx, args, output)
+        return output
+
+    def differentiate(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        needs = ctx.needs_input_grad
+        ctx.needs_input_grad = needs[1:]  # (the keyset is no input of the operator)
+        try:
+            gradients = backward(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = needs
+        return (None, *gradients)
+
+    name = "".join(part.capitalize() for part in op._opname.split("_"))
+    function: Any = type(name, (_SingleLevelFunction,), {
+        "forward": staticmethod(forward), "backward": staticmethod(differentiate),
+        "__doc__": f"The autograd node of opendnn::{op._opname}.", "__module__": __name__})
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            with enable_single_level_autograd_function():
+                return function.apply(keyset, *args)
+        return below(keyset, args)
+
+    LIBRARY.impl(op._opname, kernel, "Autograd", with_keyset=True)
+
+
+def _below_autograd(op: torch._ops.OpOverload) -> Callable[[Any, tuple[Any, ...]], Any]:
+    """How the autograd kernel goes on with a call: where the next dispatch key is the CPU or CUDA
+    one (plain tensors, no mode, no transform), the device kernel directly, as the dispatcher would
+    after a round trip through it (a quarter of an operator's host cost); else a redispatch (fake
+    tensors, a TorchDispatchMode, functorch's layers)."""
+    after_autograd = torch._C._after_autograd_keyset
+    device_kernel = _DEVICE_KERNELS[op._opname]
+    devices = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+
+    def below(keyset: Any, args: tuple[Any, ...]) -> Any:
+        rest = keyset & after_autograd
+        if rest.highestPriorityTypeId() in devices:
+            return device_kernel(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(rest, *args)
+
+    return below
+
+
+# ---- fake outputs -------------------------------------------------------------------------------------
+
+def empty_in_order_of(like: torch.Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new tensor of ``shape`` with its dims laid out in ``like``'s memory order (outermost: the
+    largest stride; ties in dim order), as opendnn lays out the outputs that follow an input."""
+    like_strides = like.stride()
+    order = sorted(range(like.ndim), key=lambda k: -like_strides[k])
+    strides = [0] * len(shape)
+    step = 1
+    for k in reversed(order):
+        strides[k] = step
+        step = step * shape[k]
+    return torch.empty_strided(tuple(shape), tuple(strides), dtype=dtype or like.dtype, device=like.device)
+
+
+def empty_packed(like: torch.Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new contiguous tensor of ``shape`` on ``like``'s device (``like``'s dtype by default)."""
+    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype opendnn keeps statistics in: float64 for float64 data, float32 for the others."""
+    return torch.float64 if dtype == torch.float64 else torch.float32

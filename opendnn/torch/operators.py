@@ -1,0 +1,441 @@
+"""The ``opendnn::`` operators of convolution, matrix products, activations, softmax, pooling and
+the fused inference chains (``opendnn.torch.normalization`` has the normalizations'): with them,
+every opendnn operation that opendnn.torch sends work to.
+
+Each family declares its operators with ``library.define`` (schema, kernel, fake kernel, autocast
+rule) and, for the differentiable ones, its gradient with ``library.register_autograd``. The
+kernels call ``opendnn.functional``; the backward formulas call the backward operators, never
+torch's autograd of torch operations (views, reshapes and dtype casts aside). The backward
+operators have no gradient of their own: a second derivative raises.
+
+    torch.ops.opendnn.convolution(x, weight, bias, stride, padding, dilation, groups)
+
+Every list argument is one int per spatial dim, already resolved (``opendnn.torch.functions``
+takes torch's forms: an int, "same", None). Outputs that follow an input keep its memory order
+(NHWC in, NHWC out), as opendnn lays them out; statistics and products are packed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+import opendnn.functional as F
+from opendnn import BadParam, MathType
+from opendnn.core.default_handle import shared_handle
+from opendnn.torch.library import (
+    as_torch_error,
+    define,
+    empty_in_order_of,
+    empty_packed,
+    float32_on_cuda,
+    lower_precision,
+    register_autograd,
+)
+
+Tensor = torch.Tensor
+
+
+def _product_handle(x: Tensor, kind: str) -> Any:
+    """For float32 products on CUDA, a handle that allows TF32 when torch's switch for this kind of
+    product does (``torch.backends.cudnn.allow_tf32`` for convolutions, on by default;
+    ``torch.backends.cuda.matmul.allow_tf32`` for matrix products, off by default); else None, the
+    default handle (strict float32)."""
+    if x.dtype != torch.float32 or not x.is_cuda:
+        return None
+    allowed = torch.backends.cudnn.allow_tf32 if kind == "convolution" else torch.backends.cuda.matmul.allow_tf32
+    return shared_handle(f"cuda:{x.device.index or 0}", MathType.TENSOR_OP) if allowed else None
+
+
+def dense(gradient: Tensor, like: Tensor | None = None) -> Tensor:
+    """A gradient with real memory behind every element (``sum().backward()`` hands in stride-0
+    expansions, which the GPU kernels would read as a poor layout), laid out as ``like`` when given
+    (a tensor of the forward of the gradient's shape), so that the backward keeps the forward's
+    memory order (NHWC stays NHWC)."""
+    if 0 not in gradient.stride():
+        return gradient
+    if like is not None and like.shape == gradient.shape:
+        return torch.empty_like(like, dtype=gradient.dtype).copy_(gradient)
+    return gradient.contiguous()
+
+
+def given(ctx: Any, position: int, gradient: Tensor) -> Tensor | None:
+    """A gradient the backward computes anyway, passed on where its input needs it."""
+    return gradient if ctx.needs_input_grad[position] else None
+
+
+def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
+    return gradient() if ctx.needs_input_grad[position] else None
+
+
+
+def register_gradient_of_input(op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload,
+                               saved: tuple[str, ...] = ("input",)) -> None:
+    """The gradient of an operator of one differentiable input (its first) and options (pooling
+    windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
+    what the forward keeps ("input", "output")."""
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        kept = {"input": inputs[0], "output": output}
+        ctx.save_for_backward(*(kept[name] for name in saved))
+        ctx.options, ctx.count = inputs[1:], len(inputs)
+
+    def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
+        tensors = ctx.saved_tensors
+        return (backward_op(dense(dy, tensors[-1]), *tensors, *ctx.options), *(None,) * (ctx.count - 1))
+
+    register_autograd(op, backward, setup_context)
+
+
+# ---- convolution ------------------------------------------------------------------------------------
+
+def convolution_shape(x: Tensor, weight: Tensor, stride: Sequence[int], padding: Sequence[int],
+                       dilation: Sequence[int]) -> list[Any]:
+    spatial = [(n + 2 * p - d * (k - 1) - 1) // s + 1
+               for n, k, s, p, d in zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
+    return [x.shape[0], weight.shape[0], *spatial]
+
+
+def _transposed_shape(x: Tensor, weight: Tensor, stride: Sequence[int], padding: Sequence[int],
+                      output_padding: Sequence[int], groups: int, dilation: Sequence[int]) -> list[Any]:
+    spatial = [(n - 1) * s - 2 * p + d * (k - 1) + o + 1
+               for n, k, s, p, o, d in zip(x.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation)]
+    return [x.shape[0], weight.shape[1] * groups, *spatial]
+
+
+convolution = define(
+    "convolution(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups)"
+    " -> Tensor",
+    lambda x, weight, bias, stride, padding, dilation, groups: F.conv(
+        x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups,
+        handle=_product_handle(x, "convolution")),
+    lambda x, weight, bias, stride, padding, dilation, groups: empty_in_order_of(
+        x, convolution_shape(x, weight, stride, padding, dilation)),
+    autocast=lower_precision)
+
+convolution_transpose = define(
+    "convolution_transpose(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] output_padding,"
+    " int groups, int[] dilation) -> Tensor",
+    lambda x, weight, bias, stride, padding, output_padding, groups, dilation: F.conv_transpose(
+        x, weight, bias, tuple(stride), tuple(padding), tuple(output_padding), groups, tuple(dilation),
+        handle=_product_handle(x, "convolution")),
+    lambda x, weight, bias, stride, padding, output_padding, groups, dilation: empty_in_order_of(
+        x, _transposed_shape(x, weight, stride, padding, output_padding, groups, dilation)),
+    autocast=lower_precision)
+
+convolution_backward_data = define(
+    "convolution_backward_data(Tensor dy, Tensor weight, SymInt[] x_shape, int[] stride, int[] padding,"
+    " int[] dilation, int groups) -> Tensor",
+    lambda dy, weight, x_shape, stride, padding, dilation, groups: F.conv_backward_data(
+        dy, weight, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation), groups,
+        handle=_product_handle(dy, "convolution")),
+    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape), differentiable=False)
+
+convolution_backward_filter = define(
+    "convolution_backward_filter(Tensor x, Tensor dy, SymInt[] weight_shape, int[] stride, int[] padding,"
+    " int[] dilation, int groups) -> Tensor",
+    lambda x, dy, weight_shape, stride, padding, dilation, groups: F.conv_backward_filter(
+        x, dy, tuple(weight_shape), tuple(stride), tuple(padding), tuple(dilation), groups,
+        handle=_product_handle(x, "convolution")),
+    lambda x, dy, weight_shape, stride, padding, dilation, groups: empty_in_order_of(x, weight_shape),
+    differentiable=False)
+
+convolution_backward_bias = define(
+    "convolution_backward_bias(Tensor dy) -> Tensor",
+    lambda dy: F.conv_backward_bias(dy),
+    lambda dy: empty_packed(dy, [dy.shape[1]]), differentiable=False)
+
+
+def _save_convolution(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    x, weight, bias, *geometry = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.geometry, ctx.has_bias = geometry, bias is not None
+
+
+def _convolution_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
+    x, weight = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.geometry
+    dy = dense(dy)
+    return (_needed(ctx, 0, lambda: convolution_backward_data(dy, weight, x.shape, stride, padding, dilation, groups)),
+            _needed(ctx, 1, lambda: convolution_backward_filter(x, dy, weight.shape, stride, padding, dilation,
+                                                                groups)),
+            convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+            None, None, None, None)
+
+
+def _save_transposed(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    x, weight, bias, stride, padding, _, groups, dilation = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.geometry, ctx.has_bias = (stride, padding, dilation, groups), bias is not None
+
+
+def _transposed_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
+    """A transposed convolution's dx is a convolution of dy, its dweight a backward filter with
+    the roles of x and dy swapped."""
+    x, weight = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.geometry
+    dy = dense(dy)
+    return (_needed(ctx, 0, lambda: convolution(dy, weight, None, stride, padding, dilation, groups)),
+            _needed(ctx, 1, lambda: convolution_backward_filter(dy, x, weight.shape, stride, padding, dilation,
+                                                                groups)),
+            convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+            None, None, None, None, None)
+
+
+register_autograd(convolution, _convolution_backward, _save_convolution)
+register_autograd(convolution_transpose, _transposed_backward, _save_transposed)
+
+
+# ---- matrix products -----------------------------------------------------------------------------------
+
+def _broadcast_product_shape(a: Tensor, b: Tensor) -> list[Any]:
+    return [*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]]
+
+
+linear = define(
+    "linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor",
+    lambda x, weight, bias: F.linear(x, weight, bias, handle=_product_handle(x, "matmul")),
+    lambda x, weight, bias: empty_packed(x, [*x.shape[:-1], weight.shape[0]]),
+    autocast=lower_precision)
+
+matmul = define(
+    "matmul(Tensor a, Tensor b) -> Tensor",
+    lambda a, b: F.matmul(a, b, handle=_product_handle(a, "matmul")),
+    lambda a, b: empty_packed(a, _broadcast_product_shape(a, b)),
+    autocast=lower_precision)
+
+
+def sum_to(t: Tensor, shape: Sequence[Any]) -> Tensor:
+    """``t`` summed over the dims that broadcasting expanded from ``shape`` (opendnn's reduction)."""
+    target = (1,) * (t.ndim - len(shape)) + tuple(shape)
+    summed = [k for k in range(t.ndim) if target[k] == 1 and t.shape[k] != 1]
+    if not summed:
+        return t.reshape(shape)
+    kept = [k for k in range(t.ndim) if k not in summed]
+    moved = t.permute(*summed, *kept).reshape(math.prod(t.shape[k] for k in summed),
+                                              math.prod(t.shape[k] for k in kept), 1)
+    return convolution_backward_bias(moved).reshape(shape)
+
+
+def _save_linear(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
+    x, weight = ctx.saved_tensors
+    dy = dense(dy)
+    rows = dy.reshape(-1, dy.shape[-1])
+    return (_needed(ctx, 0, lambda: matmul(dy, weight)),
+            _needed(ctx, 1, lambda: matmul(rows.mT, x.reshape(-1, x.shape[-1]))),
+            sum_to(rows, (dy.shape[-1],)) if ctx.has_bias and ctx.needs_input_grad[2] else None)
+
+
+def _save_operands(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _matmul_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
+    a, b = ctx.saved_tensors
+    dy = dense(dy)
+    return (_needed(ctx, 0, lambda: sum_to(matmul(dy, b.mT), a.shape)),
+            _needed(ctx, 1, lambda: sum_to(matmul(a.mT, dy), b.shape)))
+
+
+register_autograd(linear, _linear_backward, _save_linear)
+register_autograd(matmul, _matmul_backward, _save_operands)
+
+
+# ---- activations ---------------------------------------------------------------------------------------
+
+def scalar(value: float, like: Tensor) -> Tensor:
+    """A 0-d tensor on like's device (a fill kernel, not a host copy: CUDA graphs can capture it)."""
+    return torch.full((), value, dtype=like.dtype, device=like.device)
+
+
+def _hardtanh(x: Tensor, low: float, high: float) -> Tensor:
+    """min(max(x, low), high) = clipped_relu(x - low, high - low) + low; NaN stays NaN."""
+    if low == 0:
+        return F.clipped_relu(x, high, propagate_nan=True)
+    shift = scalar(low, x)
+    return F.add(F.clipped_relu(F.sub(x, shift), high - low, propagate_nan=True), shift)
+
+
+def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor:
+    if low == 0:
+        return F.clipped_relu_backward(dy, x, high)
+    return F.clipped_relu_backward(dy, F.sub(x, scalar(low, x)), high - low)
+
+
+# name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). ReLU and hardtanh keep
+# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at NaN is 0, as torch's.
+ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "relu": (lambda x: F.relu(x, propagate_nan=True), F.relu_backward),
+    "hardtanh": (_hardtanh, _hardtanh_backward),
+    "gelu": (F.gelu, F.gelu_backward),
+    "gelu_tanh": (lambda x: F.gelu(x, "tanh"), lambda dy, x: F.gelu_backward(dy, x, "tanh")),
+    "silu": (F.swish, F.swish_backward),
+    "sigmoid": (F.sigmoid, F.sigmoid_backward),
+    "tanh": (F.tanh, F.tanh_backward),
+    "elu": (F.elu, F.elu_backward),
+    "softplus": (F.softplus, F.softplus_backward),
+}
+
+
+def _activation_autocast(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
+    """torch's autocast runs softplus in float32 on CUDA and leaves the other activations alone."""
+    return float32_on_cuda(device_type, args) if args[1] == "softplus" else None
+
+
+activation = define(
+    "activation(Tensor x, str name, float[] parameters) -> Tensor",
+    lambda x, name, parameters: ACTIVATIONS[name][0](x, *parameters),
+    lambda x, name, parameters: empty_in_order_of(x, x.shape),
+    autocast=_activation_autocast)
+
+activation_backward = define(
+    "activation_backward(Tensor dy, Tensor x, str name, float[] parameters) -> Tensor",
+    lambda dy, x, name, parameters: ACTIVATIONS[name][1](dy, x, *parameters),
+    lambda dy, x, name, parameters: empty_in_order_of(dy, dy.shape), differentiable=False)
+
+
+register_gradient_of_input(activation, activation_backward)
+
+
+# ---- softmax --------------------------------------------------------------------------------------------
+
+def _checked_dim(x: Tensor, dim: int) -> int:
+    """``dim`` when x has it; else torch's IndexError (also opendnn's BadParam) naming it."""
+    rank = max(x.ndim, 1)
+    if not -rank <= dim < rank:
+        raise as_torch_error(BadParam(f"dim={dim} must be in [{-rank}, {rank - 1}] for x of {x.ndim} dims"),
+                             IndexError)
+    return dim
+
+
+def _softmax_fake(x: Tensor, dim: int, log: bool) -> Tensor:
+    _checked_dim(x, dim)
+    return empty_in_order_of(x, x.shape)
+
+
+softmax = define(
+    "softmax(Tensor x, int dim, bool log) -> Tensor",
+    lambda x, dim, log: (F.log_softmax if log else F.softmax)(x, _checked_dim(x, dim)),
+    _softmax_fake, autocast=float32_on_cuda)
+
+softmax_backward = define(
+    "softmax_backward(Tensor dy, Tensor y, int dim, bool log) -> Tensor",
+    lambda dy, y, dim, log: (F.log_softmax_backward if log else F.softmax_backward)(y, dy, dim),
+    lambda dy, y, dim, log: empty_in_order_of(dy, dy.shape), differentiable=False)
+
+
+register_gradient_of_input(softmax, softmax_backward, saved=("output",))
+
+
+# ---- pooling --------------------------------------------------------------------------------------------
+
+def _pooled_shape(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                  ceil_mode: bool) -> list[Any]:
+    """torch's pooled sizes: with ceil_mode a last window that would start in the padding is dropped."""
+    spatial = []
+    for n, k, s, p in zip(x.shape[2:], kernel_size, stride, padding):
+        span = n + 2 * p - k
+        out = (span + s - 1) // s + 1 if ceil_mode else span // s + 1
+        if ceil_mode and (out - 1) * s >= n + p:
+            out -= 1
+        spatial.append(out)
+    return [*x.shape[:2], *spatial]
+
+
+def _pooling_autocast(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
+    """torch's CPU autocast runs the 3-D poolings in float32; the others keep their dtype."""
+    return torch.float32 if device_type == "cpu" and args[0].ndim == 5 else None
+
+
+max_pool = define(
+    "max_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode) -> Tensor",
+    lambda x, kernel_size, stride, padding, ceil_mode: F.max_pool(
+        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode),
+    lambda x, kernel_size, stride, padding, ceil_mode: empty_in_order_of(
+        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)),
+    autocast=_pooling_autocast)
+
+max_pool_backward = define(
+    "max_pool_backward(Tensor dy, Tensor x, Tensor y, int[] kernel_size, int[] stride, int[] padding,"
+    " bool ceil_mode) -> Tensor",
+    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: F.max_pool_backward(
+        dy, x, y, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode),
+    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: empty_in_order_of(x, x.shape), differentiable=False)
+
+avg_pool = define(
+    "avg_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode, bool count_include_pad)"
+    " -> Tensor",
+    lambda x, kernel_size, stride, padding, ceil_mode, count_include_pad: F.avg_pool(
+        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad),
+    lambda x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(
+        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)),
+    autocast=_pooling_autocast)
+
+avg_pool_backward = define(
+    "avg_pool_backward(Tensor dy, Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode,"
+    " bool count_include_pad) -> Tensor",
+    lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: F.avg_pool_backward(
+        dy, x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad),
+    lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(x, x.shape),
+    differentiable=False)
+
+adaptive_pool = define(
+    "adaptive_pool(Tensor x, int[] output_size, bool is_max) -> Tensor",
+    lambda x, output_size, is_max: (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, tuple(output_size)),
+    lambda x, output_size, is_max: empty_in_order_of(x, [*x.shape[:2], *output_size]),
+    autocast=_pooling_autocast)
+
+adaptive_pool_backward = define(  # (the output size is dy's)
+    "adaptive_pool_backward(Tensor dy, Tensor x, Tensor y, int[] output_size, bool is_max) -> Tensor",
+    lambda dy, x, y, output_size, is_max: (
+        F.adaptive_max_pool_backward(dy, x, y) if is_max else F.adaptive_avg_pool_backward(dy, x)),
+    lambda dy, x, y, output_size, is_max: empty_in_order_of(x, x.shape), differentiable=False)
+
+
+# max pooling's backward finds each window's largest element again from x and y (cuDNN's contract:
+# no index tensor), the first on ties
+register_gradient_of_input(max_pool, max_pool_backward, saved=("input", "output"))
+register_gradient_of_input(avg_pool, avg_pool_backward)
+register_gradient_of_input(adaptive_pool, adaptive_pool_backward, saved=("input", "output"))
+
+
+# ---- fused inference chains (opendnn.torch.fuse) -------------------------------------------------------
+
+convolution_bias_activation = define(
+    "convolution_bias_activation(Tensor x, Tensor weight, Tensor? bias, Tensor? z, str? activation, float coef,"
+    " int[] stride, int[] padding, int[] dilation, int groups) -> Tensor",
+    lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: F.conv_bias_activation(
+        x, weight, bias, z, activation, coef=coef, stride=tuple(stride), padding=tuple(padding),
+        dilation=tuple(dilation), groups=groups, handle=_product_handle(x, "convolution")),
+    lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: empty_in_order_of(
+        x, convolution_shape(x, weight, stride, padding, dilation)), differentiable=False)
+
+matmul_bias_activation = define(
+    "matmul_bias_activation(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, float coef)"
+    " -> Tensor",
+    lambda a, b, bias, residual, activation, coef: F.matmul(
+        a, b, bias, activation, coef=coef, residual=residual, handle=_product_handle(a, "matmul")),
+    lambda a, b, bias, residual, activation, coef: empty_packed(a, _broadcast_product_shape(a, b)),
+    differentiable=False)
+
+
+def _sum_fake(a: Tensor, b: Tensor) -> Tensor:
+    """a + b broadcast and promoted as torch's; laid out as the operand of the result's shape."""
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    dtype = torch.result_type(a, b)
+    like = next((t for t in (a, b) if t.shape == shape), None)
+    return empty_packed(a, shape, dtype) if like is None else empty_in_order_of(like, shape, dtype)
+
+
+add = define("add(Tensor a, Tensor b) -> Tensor", lambda a, b: F.add(a, b), _sum_fake, differentiable=False)

@@ -1,0 +1,356 @@
+"""The graph API's builder and lifecycle: the errors that name the node and tensor, validate,
+check_support's reasons, the variant pack, scalars by value and by name, and serialization."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run  # noqa: E402, F401
+
+import opendnn as od  # noqa: E402
+import opendnn.graph as og  # noqa: E402
+from opendnn.graph import engines  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
+
+
+def scale_bias_relu(handle=None, name="sbr"):
+    """y = relu(x * s + b) over (2, 3, 4) with a per-channel bias and s a scalar given at execute time."""
+    g = og.Graph(handle=handle or od.Handle("cpu"), name=name)
+    x, b = g.tensor([2, 3, 4], name="x"), g.tensor([1, 3, 1], name="b")
+    s = g.scalar(name="s")
+    y = g.relu(g.bias(g.scale(x, s), b), name="relu")
+    y.set_output(True).set_name("y")
+    return g, x, b, s, y
+
+
+# ---- the builder --------------------------------------------------------------------------------------
+
+def test_tensor_accessors_and_the_data_types_each_role_takes():
+    g = cpu_graph(io_data_type=og.DataType.HALF, intermediate_data_type=og.DataType.FLOAT)
+    x = g.tensor([2, 3, 4], stride=[1, 2, 6], name="x")
+    assert (x.get_name(), x.get_dim(), x.get_stride(), x.get_data_type()) == ("x", [2, 3, 4], [1, 2, 6],
+                                                                              og.DataType.HALF)
+    y = g.exp(x, name="e")
+    assert y.get_is_virtual() and y.get_data_type() is og.DataType.FLOAT and y.get_stride() == [12, 4, 1]
+    assert y.set_output(True) is y and not y.get_is_virtual() and y.get_data_type() is og.DataType.HALF
+    assert y.set_data_type("float32").get_data_type() is og.DataType.FLOAT
+    array = np.zeros((5, 6), np.float64)[:, ::2]
+    like = g.tensor_like(array, name="like")
+    assert (like.get_dim(), like.get_stride(), like.get_data_type()) == ([5, 3], [6, 2], og.DataType.DOUBLE)
+
+
+def test_pointwise_outputs_broadcast_as_numpy():
+    g = cpu_graph()
+    a, b = g.tensor([4, 1, 5]), g.tensor([3, 1])
+    assert g.add(a, b).get_dim() == [4, 3, 5]
+    assert g.binary_select(a, b, g.tensor([5])).get_dim() == [4, 3, 5]
+
+
+def test_an_operand_that_does_not_broadcast_is_named_with_its_node():
+    g = cpu_graph()
+    x, y = g.tensor([2, 3], name="x"), g.tensor([4, 3], name="y")
+    with pytest.raises(od.BadParam, match=r"node 'sum' \(pointwise\): b 'y' dims \[4, 3\] do not broadcast with the "
+                                          r"other inputs \(a 'x' \[2, 3\], b 'y' \[4, 3\]\)"):
+        g.add(x, y, name="sum")
+
+
+def test_shape_errors_of_convolution_and_matmul_name_node_and_tensors():
+    g = cpu_graph()
+    x, w = g.tensor([1, 4, 5, 5], name="x"), g.tensor([8, 3, 3, 3], name="w")
+    with pytest.raises(od.BadParam, match=r"node 'conv' \(conv_fprop\): image 'x' and weight 'w': C=4 must be a "
+                                          r"multiple of the filter's C/groups=3"):
+        g.conv_fprop(x, w, padding=[1, 1], name="conv")
+    a, b = g.tensor([2, 3], name="a"), g.tensor([4, 5], name="b")
+    with pytest.raises(od.BadParam, match=r"node 'mm' \(matmul\): a 'a' dims \[2, 3\] and b 'b' dims \[4, 5\] do not "
+                                          r"multiply: a's last dim 3 must equal b's dim -2 4"):
+        g.matmul(a, b, name="mm")
+    with pytest.raises(od.BadParam, match=r"node 'norm' \(layernorm\): bias 's' dims \[1, 4\] must be \[1, 5\] \(one "
+                                          r"per normalized element\)"):
+        x2, s = g.tensor([3, 5], name="x2"), g.tensor([1, 4], name="s")
+        g.layernorm(x2, g.tensor([1, 5], name="s5"), s, name="norm")
+
+
+def test_parameter_errors_name_the_value_and_rule():
+    g = cpu_graph()
+    x = g.tensor([2, 3, 4, 4], name="x")
+    with pytest.raises(od.BadParam, match=r"epsilon=1e-06 must be finite and at least 1e-05"):
+        g.batchnorm(x, g.tensor([1, 3, 1, 1]), g.tensor([1, 3, 1, 1]), epsilon=1e-6)
+    with pytest.raises(od.BadParam, match=r"node 'r' \(reduction\): output dims \[2, 3\] must have the 4 dims of input "
+                                          r"'x' \[2, 3, 4, 4\]"):
+        g.reduction(x, "add", [2, 3], name="r")
+    with pytest.raises(od.BadParam, match=r"mode='median' must be one of \['ADD',"):
+        g.reduction(x, "median", [1, 1, 1, 1])
+    with pytest.raises(od.BadParam, match=r"tensor 'bad': dim=\[2, 0\] must hold 1 or more dims, each at least 1"):
+        g.tensor([2, 0], name="bad")
+    with pytest.raises(od.BadParam, match=r"name='x2' is taken by another node"):
+        g.exp(x, name="x2")
+        g.exp(x, name="x2")
+
+
+def test_a_tensor_of_another_graph_is_refused():
+    g, other = cpu_graph("g"), cpu_graph("other")
+    x = other.tensor([3], name="x")
+    with pytest.raises(od.BadParam, match=r"node 'e' \(pointwise\): a 'x' belongs to another graph"):
+        g.exp(x, name="e")
+
+
+# ---- validate -----------------------------------------------------------------------------------------
+
+def test_validate_checks_dims_changed_after_the_node_was_added():
+    g = cpu_graph()
+    x = g.tensor([2, 3], name="x")
+    y = g.exp(x, name="e")
+    y.set_output(True).set_dim([3, 3])
+    with pytest.raises(od.BadParam, match=r"node 'e' \(pointwise\): output y 'e::y' dims \[3, 3\] must be \[2, 3\]"):
+        g.validate()
+
+
+def test_validate_refuses_a_conv_output_of_another_type_than_its_image():
+    g = cpu_graph()
+    y = g.conv_fprop(g.tensor([1, 2, 3, 3], name="x"), g.tensor([2, 2, 1, 1], name="w"), name="conv")
+    y.set_output(True).set_data_type(og.DataType.HALF)
+    with pytest.raises(od.BadParam, match=r"node 'conv' \(conv_fprop\): output y 'conv::y' data type HALF must be "
+                                          r"FLOAT"):
+        g.validate()
+
+
+def test_validate_refuses_dangling_nodes_and_inputs_and_a_graph_without_output():
+    g = cpu_graph("dangling")
+    x = g.tensor([2], name="x")
+    g.exp(x, name="e")
+    with pytest.raises(od.BadParam, match=r"node 'e' \(pointwise\): output 'e::y' is virtual and read by no node"):
+        g.validate()
+    g = cpu_graph("unused")
+    g.exp(g.tensor([2], name="x"), name="e").set_output(True)
+    g.tensor([2], name="spare")
+    with pytest.raises(od.BadParam, match=r"tensor 'spare' is read by no node of graph 'unused'"):
+        g.validate()
+    g = cpu_graph("empty")
+    g.tensor([2], name="x")
+    with pytest.raises(od.BadParam, match=r"tensor 'x' is read by no node of graph 'empty'"):
+        g.validate()
+    g = cpu_graph("unbound")
+    g.exp(g.tensor([2], name="x").set_output(False)).set_output(True)
+    with pytest.raises(od.BadParam, match=r"tensor 'x' is virtual but no node of graph 'unbound' produces it"):
+        g.validate()
+
+
+def test_validate_refuses_an_output_whose_elements_overlap():
+    g = cpu_graph()
+    g.exp(g.tensor([2, 3], name="x"), name="e").set_output(True).set_stride([0, 1])
+    with pytest.raises(od.BadParam, match=r"output 'e::y' has strides \[0, 1\] under which elements of dims \[2, 3\] "
+                                          r"overlap: it cannot be written"):
+        g.validate()
+
+
+def test_validate_refuses_two_tensors_of_one_name():
+    g = cpu_graph("twins")
+    x = g.tensor([2], name="x")
+    g.exp(x).set_output(True).set_name("x")
+    with pytest.raises(od.BadParam, match=r"graph 'twins': two tensors are named 'x'"):
+        g.validate()
+
+
+def test_a_cycle_in_serialized_data_is_named():
+    g, *_ = scale_bias_relu()
+    g.build_operation_graph()
+    data = json.loads(g.serialize())
+    relu = next(n for n in data["nodes"] if n["name"] == "relu")
+    scale = next(n for n in data["nodes"] if n["op"] == "pointwise" and n["attributes"]["mode"] == "mul")
+    scale["inputs"]["a"] = relu["outputs"]["y"]  # the scale now reads relu's output: a loop
+    with pytest.raises(od.BadParam, match=r"the graph has a cycle through node 'mul_\d' \(pointwise\), node 'add_\d' "
+                                          r"\(pointwise\), node 'relu' \(pointwise\)"):
+        og.Graph.deserialize(json.dumps(data), handle=od.Handle("cpu"))
+
+
+def test_the_lifecycle_steps_come_in_order_and_a_change_restarts_it():
+    g, x, *_ = scale_bias_relu()
+    with pytest.raises(od.BadParam, match=r"create_execution_plans needs build_operation_graph first"):
+        g.create_execution_plans([og.HeurMode.A])
+    with pytest.raises(od.BadParam, match=r"the graph has no built plan: call build_plans first"):
+        g.get_workspace_size()
+    build(g)
+    x.set_name("input")
+    with pytest.raises(od.BadParam, match=r"the graph has no built plan"):
+        g.execute({}, None)
+
+
+# ---- check_support ------------------------------------------------------------------------------------
+
+def test_the_reference_engine_refuses_a_cuda_handle():
+    g, *_ = scale_bias_relu(od.Handle("cuda:0", backend="triton"))
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.FALLBACK])
+    with pytest.raises(od.NotSupported, match=r"graph 'sbr': no engine supports it: engine 'reference' runs on the "
+                                              r"CPU \(the NumPy backend\), not on the handle's device cuda:0"):
+        g.check_support()
+
+
+def test_triton_engines_on_the_cpu_refuse_without_the_interpreter(monkeypatch):
+    g, *_ = scale_bias_relu()
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.A])
+    monkeypatch.delenv("TRITON_INTERPRET")
+    reasons = g.check_support()
+    message = "runs Triton kernels, which on the CPU need Triton's interpreter: set TRITON_INTERPRET=1"
+    assert reasons == {"fused": f"engine 'fused' {message} before triton is first imported",
+                       "per_node": f"engine 'per_node' {message} before triton is first imported",
+                       "reference": None}
+
+
+def test_engines_refuse_when_their_backend_is_missing(monkeypatch):
+    def missing(backend):
+        raise od.NotSupported(f"backend={backend!r} needs torch and triton: No module named 'triton'")
+
+    monkeypatch.setattr(engines, "require_backend_available", missing)
+    g, *_ = scale_bias_relu()
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.B])
+    assert g.check_support()["per_node"] == ("engine 'per_node': backend='triton' needs torch and triton: No module "
+                                             "named 'triton'")
+
+
+def test_engines_refuse_more_workspace_than_the_handle_allows():
+    g = og.Graph(handle=od.Handle("cpu", workspace_limit=0), name="limited")
+    x, w = g.tensor([1, 2, 4, 4], name="x"), g.tensor([2, 2, 3, 3], name="w")
+    y = g.conv_fprop(g.relu(g.scale(x, 2.0)), w, padding=[1, 1])
+    y.set_output(True)
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.A])
+    with pytest.raises(od.NotSupported) as refusal:
+        g.check_support()
+    text = str(refusal.value)
+    for engine in ("fused", "per_node", "reference"):
+        assert f"engine '{engine}' needs " in text
+    assert "bytes of workspace, above the handle's workspace_limit=0" in text
+
+
+def test_the_fused_engine_refuses_tensors_its_kernels_cannot_read():
+    g = cpu_graph("fp8")
+    q = g.tensor([4], data_type=og.DataType.FP8_E4M3, name="q")
+    g.exp(q, name="e").set_output(True).set_data_type(og.DataType.FLOAT)
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.A])
+    reasons = g.check_support()
+    assert reasons["fused"] == ("node 'e' (pointwise)'s fused kernel: tensor 'q' is FP8_E4M3, which the generated "
+                                "kernels do not read or write")
+    assert reasons["per_node"] is None
+
+
+def test_tensors_one_descriptor_describes_must_share_a_layout():
+    g = cpu_graph()
+    x, s = g.tensor([3, 8], name="x"), g.tensor([1, 8], name="s")
+    b = g.tensor([1, 8], stride=[16, 2], name="b")
+    y, _, _ = g.layernorm(x, s, b, norm_forward_phase="inference", name="norm")
+    y.set_output(True)
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.FALLBACK])
+    with pytest.raises(od.BadParam, match=r"node 'norm' \(layernorm\): bias 'b' FLOAT\[1, 8\]:\[16, 2\] must have the "
+                                          r"layout of scale FLOAT\[1, 8\]:\[8, 1\]: one descriptor describes both"):
+        g.check_support()
+
+
+# ---- execute ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["reference", "fused"])
+def test_the_variant_pack_takes_tensors_or_names_and_scalars_by_name(engine):
+    rng = np.random.default_rng(20)
+    g, x, b, s, y = scale_bias_relu()
+    build(g, engine)
+    xa, ba = random(rng, (2, 3, 4)), random(rng, (1, 3, 1))
+    workspace = np.empty(g.get_workspace_size(), np.uint8)
+    for value, pack_x in ((0.5, {x: xa}), (-2.0, {"x": xa})):
+        out = np.full((2, 3, 4), np.nan, np.float32)
+        g.execute({**pack_x, "b": ba, "s": value, y: out}, workspace)
+        assert relative_error(out, np.maximum(xa.astype(np.float64) * value + ba, 0)) < 1e-6
+
+
+def test_execute_names_a_missing_or_unknown_tensor_and_a_bad_scalar():
+    g, x, b, s, y = scale_bias_relu()
+    build(g)
+    xa, ba, out = np.ones((2, 3, 4), np.float32), np.ones((1, 3, 1), np.float32), np.ones((2, 3, 4), np.float32)
+    with pytest.raises(od.BadParam, match=r"variant_pack has no entry for tensor 'b' \(by the Tensor or its name\)"):
+        g.execute({x: xa, s: 1.0, y: out}, None)
+    with pytest.raises(od.BadParam, match=r"variant_pack\['s'\]='two' must be a number: 's' is a scalar passed by "
+                                          r"value"):
+        g.execute({x: xa, b: ba, s: "two", y: out}, None)
+    with pytest.raises(od.BadParam, match=r"variant_pack holds 'z', which is no input or output of graph 'sbr'"):
+        g.execute({x: xa, b: ba, s: 1.0, y: out, "z": out}, None)
+    with pytest.raises(od.BadParam, match=r"x.dtype=float64 must equal x_desc.dtype=float32"):
+        g.execute({x: xa.astype(np.float64), b: ba, s: 1.0, y: out}, None)
+
+
+def test_execute_checks_the_workspace_size():
+    g = cpu_graph("ws")
+    x, w = g.tensor([1, 2, 4, 4], name="x"), g.tensor([2, 2, 3, 3], name="w")
+    y = g.conv_fprop(g.relu(x), w, padding=[1, 1])
+    y.set_output(True)
+    build(g)
+    size = g.get_workspace_size()
+    assert size == 256  # relu's output (32 floats, 128 bytes) in the workspace, aligned to 256 bytes
+    arrays = {x: np.ones((1, 2, 4, 4), np.float32), w: np.ones((2, 2, 3, 3), np.float32),
+              y: np.ones((1, 2, 4, 4), np.float32)}
+    with pytest.raises(od.BadParam, match=r"workspace=None but Graph.get_workspace_size\(\) needs 256 bytes"):
+        g.execute(arrays, None)
+    with pytest.raises(od.BadParam, match=r"workspace holds 16 bytes but Graph.get_workspace_size\(\) needs 256"):
+        g.execute(arrays, np.empty(16, np.uint8))
+
+
+# ---- serialization ------------------------------------------------------------------------------------
+
+def test_serialize_round_trips_the_graph_and_its_plan_choice_and_reuses_the_cached_plan():
+    rng = np.random.default_rng(21)
+    handle = od.Handle("cpu")
+    g, x, b, s, y = scale_bias_relu(handle)
+    build(g, "fused")
+    data = g.serialize()
+    assert json.loads(data)["plans"] == ["fused"]
+    again = og.Graph.deserialize(data, handle=handle)
+    assert again.plan is g.plan  # the plan cached on the handle under the graph's key
+    assert again.serialize() == data
+    fresh = og.Graph.deserialize(data, handle=od.Handle("cpu"))
+    assert fresh.plan is not g.plan and fresh.plan.source() == g.plan.source()
+    xa, ba = random(rng, (2, 3, 4)), random(rng, (1, 3, 1))
+    outputs = []
+    for graph in (g, fresh):
+        out = np.full((2, 3, 4), np.nan, np.float32)
+        graph.execute({"x": xa, "b": ba, "s": 1.5, "y": out}, None)
+        outputs.append(out)
+    assert np.array_equal(outputs[0], outputs[1])
+
+
+def test_deserialize_refuses_other_data():
+    with pytest.raises(od.BadParam, match=r"data is not a graph serialized by Graph.serialize \(opendnn.graph/1\): "
+                                          r"format=None"):
+        og.Graph.deserialize(b"{}", handle=od.Handle("cpu"))
+    g, *_ = scale_bias_relu()
+    g.build_operation_graph()
+    data = json.loads(g.serialize())
+    data["nodes"][0]["op"] = "fft"
+    with pytest.raises(od.BadParam, match=r"node 'mul_\d' has op='fft', not one of \['batchnorm',"):
+        og.Graph.deserialize(json.dumps(data), handle=od.Handle("cpu"))
+
+
+def test_an_operation_with_a_scalar_passed_by_value_where_it_needs_a_tensor():
+    g = cpu_graph()
+    s = g.scalar(2.0, name="two")
+    with pytest.raises(od.BadParam, match=r"node 'mm' \(matmul\): a 'two' is a scalar passed by value; only pointwise "
+                                          "operations take those"):
+        g.matmul(s, g.tensor([1, 3]), name="mm").set_output(True)
+        g.validate()
+
+
+def test_reference_and_fused_engines_agree_on_a_graph_built_twice():
+    rng = np.random.default_rng(22)
+    results = []
+    for engine in ("reference", "fused"):
+        g, x, b, s, y = scale_bias_relu()
+        xa, ba = random(rng, (2, 3, 4)), random(rng, (1, 3, 1))
+        results.append((run(g, {x: xa, b: ba, s: 0.75}, [y], engine)[0], xa, ba))
+    for out, xa, ba in results:
+        assert relative_error(out, np.maximum(xa.astype(np.float64) * 0.75 + ba, 0)) < 1e-6

@@ -1,0 +1,402 @@
+"""The fusion engine: random pointwise DAGs over broadcast shapes and any strides, the epilogue
+chains of convolution and matmul, reductions and genstats at the end of a fused region, and the
+rule that decides what fuses; every graph runs on the fused engine (Triton through its
+interpreter) and on the reference engine, and both must agree with torch in float64."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import ast  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as TF  # noqa: E402
+from graph_helpers import build, cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: E402, F401
+
+import opendnn.graph as og  # noqa: E402
+
+ENGINES = ["fused", "reference"]
+TOLERANCE = 1e-5
+
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
+
+
+def steps(graph):
+    return [type(step).__name__ for step in graph.plan.steps]
+
+
+# ---- random pointwise DAGs ----------------------------------------------------------------------------
+
+UNARY = {"neg": torch.neg, "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
+         "sigmoid": torch.sigmoid, "gelu": TF.gelu, "gelu_approx_tanh": lambda t: TF.gelu(t, approximate="tanh"),
+         "swish": TF.silu, "relu": torch.relu, "elu": TF.elu, "softplus": TF.softplus, "erf": torch.erf,
+         "identity": lambda t: t}
+BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum}
+
+
+def strided_array(rng, dims):
+    """Random values of ``dims`` in a random memory order, one dim spread over twice its extent."""
+    order = rng.permutation(len(dims))
+    spread = int(rng.integers(len(dims)))
+    memory = [dims[k] * (2 if position == spread else 1) for position, k in enumerate(order)]
+    base = random(rng, memory)
+    view = base[tuple(slice(None, None, 2) if position == spread else slice(None) for position in range(len(dims)))]
+    return view.transpose(np.argsort(order))
+
+
+def random_dag(seed):
+    """A graph of 2 to 3 broadcast inputs and 6 to 9 pointwise nodes, its inputs, outputs and their
+    float64 values (torch)."""
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(2, 5))
+    space = tuple(int(d) for d in rng.integers(2, 6, rank))
+    g = cpu_graph(f"dag{seed}")
+    values, inputs = [], {}
+    for k in range(int(rng.integers(2, 4))):
+        rank_k = int(rng.integers(1, rank + 1))
+        dims = tuple(d if rng.random() < 0.7 else 1 for d in space[rank - rank_k:])  # broadcast dims
+        array = strided_array(rng, dims)
+        tensor = g.tensor_like(array, name=f"in{k}")
+        inputs[tensor] = array
+        values.append((tensor, t64(array)))
+    consumed = set()
+    for step in range(int(rng.integers(6, 10))):
+        pick = [values[-1]] + [values[int(k)] for k in rng.integers(0, len(values), 2)]  # mostly a chain
+        if step < len(inputs):  # every input is read
+            pick[0] = values[step]
+        kind = rng.random()
+        if kind < 0.45:
+            name = rng.choice(list(UNARY))
+            out, used = (getattr(g, name)(pick[0][0]), UNARY[name](pick[0][1])), pick[:1]
+        elif kind < 0.85:
+            name = rng.choice(list(BINARY))
+            out, used = (getattr(g, name)(pick[0][0], pick[1][0]), BINARY[name](pick[0][1], pick[1][1])), pick[:2]
+        elif kind < 0.93:
+            scale = float(rng.uniform(-2, 2))
+            out, used = (g.scale(pick[0][0], scale), pick[0][1] * scale), pick[:1]
+        else:
+            condition = torch.where(pick[2][1] > 0, pick[0][1], pick[1][1])
+            shape = torch.broadcast_shapes(pick[0][1].shape, pick[1][1].shape, pick[2][1].shape)
+            out, used = (g.binary_select(pick[0][0], pick[1][0], g.cmp_gt(pick[2][0], 0.0)),
+                         condition.expand(shape)), pick
+        consumed.update(id(tensor) for tensor, _ in used)
+        values.append(out)
+    outputs = [(t, v) for t, v in values[len(inputs):] if id(t) not in consumed or rng.random() < 0.2]
+    for tensor, _ in outputs:
+        tensor.set_output(True)
+    return g, inputs, outputs
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("seed", range(8))
+def test_random_pointwise_dags_over_broadcast_shapes_and_strides(seed, engine):
+    g, inputs, outputs = random_dag(seed)
+    results = run(g, inputs, [t for t, _ in outputs], engine)
+    for (tensor, expected), actual in zip(outputs, results):
+        assert relative_error(actual, expected.numpy().reshape(actual.shape)) < TOLERANCE, tensor.get_name()
+    if engine == "fused":
+        assert "FusedKernel" in steps(g) and "NodeCall" not in steps(g)
+
+
+def test_a_fused_kernel_writes_outputs_of_any_layout_in_half_precision():
+    rng = np.random.default_rng(30)
+    g = cpu_graph("half", io_data_type=og.DataType.HALF)
+    x = g.tensor([3, 4, 5], name="x")
+    y = g.tanh(g.mul(x, x))
+    y.set_output(True).set_stride([1, 15, 3])  # dim 0 innermost in memory
+    xa = random(rng, (3, 4, 5), np.float16)
+    buffer = np.full(60, np.nan, np.float16)
+    out = np.lib.stride_tricks.as_strided(buffer, (3, 4, 5), (2, 30, 6))
+    build(g, "fused")
+    g.execute({x: xa, y: out}, None)
+    assert relative_error(out.astype(np.float64), np.tanh(xa.astype(np.float64) ** 2)) < 1e-3
+    assert "tl.store(tanh_1_y_ptr + (i0 + i1 * 15 + i2 * 3), tanh_1_y.to(tl.float16), mask=mask)" in g.plan.source()
+
+
+# ---- convolution and matmul epilogues ----------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_conv_bias_relu_is_one_call_with_the_fused_epilogue(engine):
+    rng = np.random.default_rng(31)
+    x = random(rng, (2, 3, 5, 5)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)  # channels last
+    w, b = random(rng, (4, 3, 3, 3)), random(rng, (1, 4, 1, 1))
+    g = cpu_graph("cbr")
+    xt, wt, bt = graph_inputs(g, x=x, w=w, b=b)
+    y = g.relu(g.bias(g.conv_fprop(xt, wt, padding=[1, 1]), bt))
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, bt: b}, [y], engine)
+    expected = torch.relu(TF.conv2d(t64(x), t64(w), padding=1) + t64(b)).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["EpilogueCall"] and g.get_workspace_size() == 0
+        assert "with add_1, relu_2 in its fused epilogue (bias, activation)" in g.plan.describe()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_conv_scale_residual_bias_swish_fills_every_slot(engine):
+    rng = np.random.default_rng(32)
+    x, w = random(rng, (1, 2, 4, 4)), random(rng, (3, 2, 3, 3))
+    z, b = random(rng, (1, 3, 4, 4)), random(rng, (1, 3, 1, 1))
+    g = cpu_graph("slots")
+    xt, wt, zt, bt = graph_inputs(g, x=x, w=w, z=z, b=b)
+    y = g.swish(g.add(g.add(g.scale(g.conv_fprop(xt, wt, padding=[1, 1]), 0.5), zt), bt))
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, zt: z, bt: b}, [y], engine)
+    expected = TF.silu(0.5 * TF.conv2d(t64(x), t64(w), padding=1) + t64(z) + t64(b)).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["EpilogueCall"]
+        assert "(scale, residual, bias, activation)" in g.plan.describe()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scale_bias_relu_before_a_conv_is_one_kernel_then_the_conv(engine):
+    rng = np.random.default_rng(33)
+    x, w = random(rng, (2, 3, 4, 4)), random(rng, (2, 3, 3, 3))
+    s, b = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
+    g = cpu_graph("sbrc")
+    xt, st, bt, wt = graph_inputs(g, x=x, s=s, b=b, w=w)
+    y = g.conv_fprop(g.relu(g.bias(g.scale(xt, st), bt)), wt, padding=[1, 1])
+    y.set_output(True)
+    (out,) = run(g, {xt: x, st: s, bt: b, wt: w}, [y], engine)
+    activated = torch.relu(t64(x) * t64(s) + t64(b))
+    assert relative_error(out, TF.conv2d(activated, t64(w), padding=1).numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel", "NodeCall"]
+        assert g.get_workspace_size() == 512  # relu's output, 96 floats, between the two steps
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_matmul_bias_gelu_is_one_call_with_the_fused_epilogue(engine):
+    rng = np.random.default_rng(34)
+    a, b, bias = random(rng, (2, 4, 6)), random(rng, (6, 5)), random(rng, (5,))
+    g = cpu_graph("mbg")
+    at, bt, biast = graph_inputs(g, a=a, b=b, bias=bias)
+    c = g.gelu(g.add(g.matmul(at, bt), biast))
+    c.set_output(True)
+    (out,) = run(g, {at: a, bt: b, biast: bias}, [c], engine)
+    assert relative_error(out, TF.gelu(t64(a) @ t64(b) + t64(bias)).numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["EpilogueCall"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_matmul_row_bias_activation_then_residual(engine):
+    rng = np.random.default_rng(35)
+    a, b, bias, residual = random(rng, (3, 4)), random(rng, (4, 5)), random(rng, (3, 1)), random(rng, (3, 5))
+    g = cpu_graph("mbar")
+    at, bt, biast, rt = graph_inputs(g, a=a, b=b, bias=bias, r=residual)
+    c = g.add(g.tanh(g.bias(g.matmul(at, bt), biast)), rt)
+    c.set_output(True)
+    (out,) = run(g, {at: a, bt: b, biast: bias, rt: residual}, [c], engine)
+    assert relative_error(out, (torch.tanh(t64(a) @ t64(b) + t64(bias)) + t64(residual)).numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["EpilogueCall"] and "(bias, activation, residual)" in g.plan.describe()
+
+
+def test_an_epilogue_stops_where_the_chain_stops_fitting_its_slots():
+    g = cpu_graph("partial")
+    a, b = g.tensor([3, 4], name="a"), g.tensor([4, 5], name="b")
+    c = g.exp(g.relu(g.matmul(a, b)))  # exp is a second activation: no slot left
+    c.set_output(True)
+    build(g, "fused")
+    assert steps(g) == ["EpilogueCall", "FusedKernel"]
+    assert "relu_1 in its fused epilogue (activation)" in g.plan.describe()
+
+
+# ---- normalizations and the fused tail ----------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_norm_activation_residual(engine):
+    rng = np.random.default_rng(36)
+    x, r = random(rng, (2, 3, 8)), random(rng, (2, 3, 8))
+    scale, bias = random(rng, (1, 1, 8)), random(rng, (1, 1, 8))
+    g = cpu_graph("nar")
+    xt, rt, st, bt = graph_inputs(g, x=x, r=r, scale=scale, bias=bias)
+    y, _, _ = g.layernorm(xt, st, bt, norm_forward_phase="inference")
+    out_t = g.add(g.relu(y), rt)
+    out_t.set_output(True)
+    (out,) = run(g, {xt: x, rt: r, st: scale, bt: bias}, [out_t], engine)
+    expected = torch.relu(TF.layer_norm(t64(x), (8,), t64(scale).flatten(), t64(bias).flatten())) + t64(r)
+    assert relative_error(out, expected.numpy()) < 1e-4
+    if engine == "fused":
+        assert steps(g) == ["NodeCall", "FusedKernel"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batchnorm_inference_and_relu_fuse_into_one_kernel(engine):
+    rng = np.random.default_rng(37)
+    x = random(rng, (2, 3, 4, 4))
+    mean, scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
+    inv = np.abs(random(rng, (1, 3, 1, 1))) + 0.5
+    g = cpu_graph("bnr")
+    xt, mt, it, st, bt = graph_inputs(g, x=x, mean=mean, inv=inv, scale=scale, bias=bias)
+    y = g.relu(g.batchnorm_inference(xt, mt, it, st, bt))
+    y.set_output(True)
+    (out,) = run(g, {xt: x, mt: mean, it: inv, st: scale, bt: bias}, [y], engine)
+    expected = torch.relu((t64(x) - t64(mean)) * t64(inv) * t64(scale) + t64(bias)).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"]
+
+
+# ---- reductions at the end of a region ----------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_pointwise_chain_ending_in_a_reduction_over_trailing_dims(engine):
+    rng = np.random.default_rng(38)
+    x, b = random(rng, (3, 4, 5)), random(rng, (5,))
+    g = cpu_graph("rowsum")
+    xt, bt = graph_inputs(g, x=x, b=b)
+    squared = g.mul(g.add(xt, bt), g.add(xt, bt))
+    squared.set_output(True)  # an intermediate the reduction kernel also stores
+    y = g.reduction(g.sqrt(squared), "add", [3, 1, 1])
+    y.set_output(True)
+    out_squared, out = run(g, {xt: x, bt: b}, [squared, y], engine)
+    shifted = t64(x) + t64(b)
+    assert relative_error(out_squared, (shifted * shifted).numpy()) < TOLERANCE
+    assert relative_error(out, shifted.abs().sum((1, 2), keepdim=True).numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scale_bias_relu_genstats_is_one_kernel(engine):
+    rng = np.random.default_rng(39)
+    x, s, b = random(rng, (2, 3, 4, 4)), random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
+    g = cpu_graph("sbrg")
+    xt, st, bt = graph_inputs(g, x=x, s=s, b=b)
+    activated = g.relu(g.bias(g.scale(xt, st), bt))
+    activated.set_output(True)
+    total, squares = g.genstats(activated)
+    total.set_output(True)
+    squares.set_output(True)
+    out_activated, out_sum, out_squares = run(g, {xt: x, st: s, bt: b}, [activated, total, squares], engine)
+    v = torch.relu(t64(x) * t64(s) + t64(b))
+    assert relative_error(out_activated, v.numpy()) < TOLERANCE
+    assert relative_error(out_sum, v.sum((0, 2, 3), keepdim=True).numpy()) < TOLERANCE
+    assert relative_error(out_squares, (v * v).sum((0, 2, 3), keepdim=True).numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"]
+
+
+@pytest.mark.parametrize("mode", ["min", "max", "amax", "avg", "norm1", "norm2", "mul", "mul_no_zeros"])
+def test_every_reduction_mode_in_a_fused_kernel(mode):
+    rng = np.random.default_rng(40)
+    x = random(rng, (2, 6, 3)) * 0.5
+    g = cpu_graph(f"reduce_{mode}")
+    xt = g.tensor_like(x, name="x")
+    y = g.reduction(g.add(xt, 1.0), mode, [1, 6, 1])
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], "fused")
+    v = x.astype(np.float64) + 1.0
+    axes = (0, 2)
+    expected = {"min": v.min(axes, keepdims=True), "max": v.max(axes, keepdims=True),
+                "amax": np.abs(v).max(axes, keepdims=True), "avg": v.mean(axes, keepdims=True),
+                "norm1": np.abs(v).sum(axes, keepdims=True), "norm2": np.sqrt((v * v).sum(axes, keepdims=True)),
+                "mul": v.prod(axes, keepdims=True), "mul_no_zeros": v.prod(axes, keepdims=True)}[mode]
+    assert relative_error(out, expected) < TOLERANCE
+
+
+# ---- the rule -----------------------------------------------------------------------------------------
+
+def test_an_intermediate_read_by_two_regions_is_written_once_and_read_by_both():
+    rng = np.random.default_rng(41)
+    x, w = random(rng, (1, 2, 4, 4)), random(rng, (2, 2, 1, 1))
+    g = cpu_graph("shared")
+    xt, wt = graph_inputs(g, x=x, w=w)
+    shared = g.exp(xt, name="shared")  # read by the conv and by the add: its own region
+    y = g.add(g.conv_fprop(shared, wt), shared, name="sum")
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w}, [y], "fused")
+    e = torch.exp(t64(x))
+    assert relative_error(out, (TF.conv2d(e, t64(w)) + e).numpy()) < TOLERANCE
+    assert steps(g) == ["FusedKernel", "EpilogueCall"]  # the add is the conv's residual
+    assert "shared" in g.plan.describe().splitlines()[1]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_pointwise_dag_of_several_outputs_is_one_kernel(engine):
+    rng = np.random.default_rng(42)
+    x, b = random(rng, (3, 4)), random(rng, (4,))
+    g = cpu_graph("outputs")
+    xt, bt = graph_inputs(g, x=x, b=b)
+    shared = g.exp(g.mul(xt, 0.5), name="shared")
+    outputs = [g.sin(shared, name="y1"), g.add(shared, bt, name="y2"), g.mul(g.cos(shared), bt, name="y3")]
+    for t in outputs:
+        t.set_output(True)
+    results = run(g, {xt: x, bt: b}, outputs, engine)
+    e = torch.exp(t64(x) * 0.5)
+    for actual, expected in zip(results, (torch.sin(e), e + t64(b), torch.cos(e) * t64(b))):
+        assert relative_error(actual, expected.numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"] and g.get_workspace_size() == 0
+
+
+def test_regions_a_path_through_another_step_connects_do_not_merge():
+    g = cpu_graph("apart")
+    x = g.tensor([2, 6], name="x")
+    shared = g.exp(x, name="shared")
+    first = g.relu(shared, name="first")
+    first.set_output(True)
+    second = g.add(shared, g.softmax(first), name="second")  # waits on the softmax, which waits on first
+    second.set_output(True)
+    build(g, "fused")
+    assert steps(g) == ["FusedKernel", "NodeCall", "FusedKernel"]
+    assert [node.name for node in g.plan.steps[0].region.nodes] == ["shared", "first"]  # second stays apart
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_node_that_reads_a_reduction_result_is_not_in_its_kernel(engine):
+    rng = np.random.default_rng(43)
+    x = random(rng, (4, 5))
+    g = cpu_graph("centered")
+    xt = g.tensor_like(x, name="x")
+    e = g.exp(xt, name="e")
+    total = g.reduction(e, "add", [4, 1], name="total")
+    share = g.div(e, total, name="share")
+    share.set_output(True)
+    (out,) = run(g, {xt: x}, [share], engine)
+    expected = torch.softmax(t64(x), dim=1).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+    if engine == "fused":  # exp and the sum in one kernel (which also stores e), the division after it
+        assert steps(g) == ["FusedKernel", "FusedKernel"]
+        assert [node.name for node in g.plan.steps[0].region.nodes] == ["e", "total"]
+
+
+def test_a_broadcast_graph_output_starts_its_own_region():
+    g = cpu_graph("small_output")
+    x, c = g.tensor([4, 5], name="x"), g.tensor([1, 5], name="c")
+    per_column = g.exp(c, name="per_column")
+    per_column.set_output(True)  # stored once per column, not once per element of x
+    y = g.mul(x, per_column, name="product")
+    y.set_output(True)
+    build(g, "fused")
+    assert steps(g) == ["FusedKernel", "FusedKernel"]
+
+
+def test_the_cost_model_counts_a_write_and_a_read_per_fused_intermediate():
+    g = cpu_graph("cost")
+    x, b = g.tensor([2, 3, 4, 5], name="x"), g.tensor([1, 3, 1, 1], name="b")
+    y = g.relu(g.mul(g.add(x, b), 0.5))
+    y.set_output(True)
+    build(g, "fused")
+    assert g.plan.saved_bytes == 2 * (120 * 4) * 2  # two float intermediates of 120 elements, written and read
+    assert "saves 1920 bytes" in g.plan.describe()
+
+
+def test_the_generated_source_is_python_that_names_each_node():
+    g = cpu_graph("readable")
+    x = g.tensor([8, 16], name="x")
+    y = g.softplus(g.sub(x, 1.0, name="shift"), beta=2.0, name="smooth")
+    y.set_output(True).set_name("y")
+    build(g, "fused")
+    source = g.plan.source()
+    ast.parse(source)
+    assert '"""Fused kernel of graph \'readable\': shift (sub), smooth (softplus_fwd).' in source
+    assert "@triton.jit\ndef fused_kernel(x_ptr, y_ptr, shift_b_value: tl.float64, BLOCK: tl.constexpr):" in source
+    assert "    shift_y = x - shift_b  # shift\n" in source
+    assert '    y = activation("softplus", shift_y, 2.0)  # smooth\n' in source
+    assert "i0 =" not in source and "i1 =" not in source  # packed tensors of the space's dims read at index

@@ -1,0 +1,266 @@
+"""Every operation of the graph API, alone, on the reference engine (NumPy) and on the per-node
+engine (Triton, through its interpreter), against torch in float64."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as TF  # noqa: E402
+from graph_helpers import cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: E402, F401
+
+import opendnn.graph as og  # noqa: E402
+
+ENGINES = ["reference", "per_node"]
+TOLERANCE = 1e-5
+
+pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_conv_fprop_with_groups_stride_and_channels_last_input(engine):
+    rng = np.random.default_rng(1)
+    x = random(rng, (2, 5, 4, 4)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)  # NHWC memory, NCHW dims
+    w = random(rng, (4, 5, 3, 3))
+    g = cpu_graph()
+    xt, wt = graph_inputs(g, x=x, w=w)
+    y = g.conv_fprop(xt, wt, padding=[1, 1], stride=[2, 1], dilation=[1, 1])
+    y.set_output(True)
+    assert y.get_dim() == [2, 4, 2, 4]
+    (out,) = run(g, {xt: x, wt: w}, [y], engine)
+    expected = TF.conv2d(t64(x), t64(w), padding=1, stride=(2, 1)).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_conv_dgrad_with_the_image_size_set_for_stride_two(engine):
+    rng = np.random.default_rng(2)
+    dy, w = random(rng, (2, 4, 3, 3)), random(rng, (4, 3, 3, 3))
+    g = cpu_graph()
+    dyt, wt = graph_inputs(g, dy=dy, w=w)
+    dx = g.conv_dgrad(dyt, wt, padding=[1, 1], stride=[2, 2])
+    assert dx.get_dim() == [2, 3, 5, 5]  # the smallest image; 6 x 6 maps onto the same loss
+    dx.set_dim([2, 3, 6, 6]).set_output(True)
+    (out,) = run(g, {dyt: dy, wt: w}, [dx], engine)
+    expected = torch.nn.grad.conv2d_input((2, 3, 6, 6), t64(w), t64(dy), stride=2, padding=1).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_conv_wgrad(engine):
+    rng = np.random.default_rng(3)
+    x, dy = random(rng, (2, 3, 5, 5)), random(rng, (2, 4, 5, 5))
+    g = cpu_graph()
+    xt, dyt = graph_inputs(g, x=x, dy=dy)
+    dw = g.conv_wgrad(xt, dyt, padding=[1, 1])
+    dw.set_output(True)
+    assert dw.get_dim() == [4, 3, 3, 3]
+    (out,) = run(g, {xt: x, dyt: dy}, [dw], engine)
+    expected = torch.nn.grad.conv2d_weight(t64(x), (4, 3, 3, 3), t64(dy), padding=1).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_matmul_broadcasts_batch_dims_and_reads_a_transposed_operand(engine):
+    rng = np.random.default_rng(4)
+    a = random(rng, (3, 1, 4, 5))
+    b = random(rng, (2, 6, 5)).transpose(0, 2, 1)  # (2, 5, 6), read through its strides
+    g = cpu_graph()
+    at, bt = graph_inputs(g, a=a, b=b)
+    c = g.matmul(at, bt)
+    c.set_output(True)
+    assert c.get_dim() == [3, 2, 4, 6]
+    (out,) = run(g, {at: a, bt: b}, [c], engine)
+    assert relative_error(out, t64(a) @ t64(b)) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", ["add", "max", "amax", "avg", "norm2", "mul"])
+def test_reduction_over_the_dims_the_output_sets_to_one(engine, mode):
+    rng = np.random.default_rng(5)
+    x = random(rng, (2, 3, 4)) * 0.5 + 1.0
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    y = g.reduction(xt, mode, [2, 1, 4])
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    x64 = x.astype(np.float64)
+    expected = {"add": x64.sum(1, keepdims=True), "max": x64.max(1, keepdims=True),
+                "amax": np.abs(x64).max(1, keepdims=True), "avg": x64.mean(1, keepdims=True),
+                "norm2": np.sqrt((x64 * x64).sum(1, keepdims=True)), "mul": x64.prod(1, keepdims=True)}[mode]
+    assert relative_error(out, expected) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_genstats_gives_each_channels_sum_and_sum_of_squares(engine):
+    rng = np.random.default_rng(6)
+    x = random(rng, (2, 3, 4, 4))
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    total, squares = g.genstats(xt)
+    for t in (total, squares):
+        t.set_output(True)
+    assert total.get_dim() == [1, 3, 1, 1] and total.get_data_type() is og.DataType.FLOAT
+    out_sum, out_squares = run(g, {xt: x}, [total, squares], engine)
+    x64 = x.astype(np.float64)
+    assert relative_error(out_sum, x64.sum((0, 2, 3), keepdims=True)) < TOLERANCE
+    assert relative_error(out_squares, (x64 * x64).sum((0, 2, 3), keepdims=True)) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batchnorm_training_updates_the_running_statistics(engine):
+    rng = np.random.default_rng(7)
+    x = random(rng, (4, 3, 2, 2))
+    scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
+    mean, var = random(rng, (1, 3, 1, 1)), np.abs(random(rng, (1, 3, 1, 1))) + 0.5
+    g = cpu_graph()
+    xt, st, bt, mt, vt = graph_inputs(g, x=x, scale=scale, bias=bias, mean=mean, var=var)
+    outputs = g.batchnorm(xt, st, bt, mt, vt, epsilon=1e-5, momentum=0.25)
+    for t in outputs:
+        t.set_output(True)
+    y, saved_mean, saved_inv, next_mean, next_var = run(g, {xt: x, st: scale, bt: bias, mt: mean, vt: var},
+                                                         outputs, engine)
+    running_mean, running_var = t64(mean).flatten(), t64(var).flatten()
+    expected = TF.batch_norm(t64(x), running_mean, running_var, t64(scale).flatten(), t64(bias).flatten(),
+                             training=True, momentum=0.25, eps=1e-5).numpy()
+    x64 = x.astype(np.float64)
+    assert relative_error(y, expected) < TOLERANCE
+    assert relative_error(saved_mean, x64.mean((0, 2, 3), keepdims=True)) < TOLERANCE
+    assert relative_error(saved_inv, 1 / np.sqrt(x64.var((0, 2, 3), keepdims=True) + 1e-5)) < TOLERANCE
+    assert relative_error(next_mean, running_mean.numpy().reshape(1, 3, 1, 1)) < TOLERANCE
+    assert relative_error(next_var, running_var.numpy().reshape(1, 3, 1, 1)) < TOLERANCE
+
+
+def _autograd(function, *arrays):
+    tensors = [t64(a).requires_grad_() for a in arrays]
+    return tensors, function(*tensors)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batchnorm_backward_from_the_saved_statistics(engine):
+    rng = np.random.default_rng(8)
+    x, dy, scale = random(rng, (4, 3, 2, 2)), random(rng, (4, 3, 2, 2)), random(rng, (1, 3, 1, 1))
+    x64 = x.astype(np.float64)
+    mean = x64.mean((0, 2, 3), keepdims=True).astype(np.float32)
+    inv = (1 / np.sqrt(x64.var((0, 2, 3), keepdims=True) + 1e-5)).astype(np.float32)
+    g = cpu_graph()
+    xt, dyt, st, mt, it = graph_inputs(g, x=x, dy=dy, scale=scale, mean=mean, inv=inv)
+    outputs = g.batchnorm_backward(dyt, xt, st, mt, it)
+    for t in outputs:
+        t.set_output(True)
+    dx, dscale, dbias = run(g, {xt: x, dyt: dy, st: scale, mt: mean, it: inv}, outputs, engine)
+    (xg, sg), y = _autograd(lambda a, s: TF.batch_norm(a, None, None, s.flatten(), None, training=True, eps=1e-5),
+                            x, scale)
+    y.backward(t64(dy))
+    assert relative_error(dx, xg.grad.numpy()) < 1e-4
+    assert relative_error(dscale, sg.grad.numpy()) < TOLERANCE
+    assert relative_error(dbias, dy.astype(np.float64).sum((0, 2, 3), keepdims=True)) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_layernorm_and_its_backward(engine):
+    rng = np.random.default_rng(9)
+    x, dy = random(rng, (2, 3, 8)), random(rng, (2, 3, 8))
+    scale, bias = random(rng, (1, 1, 8)), random(rng, (1, 1, 8))
+    g = cpu_graph()
+    xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
+    y, mean, inv = g.layernorm(xt, st, bt, epsilon=1e-5)
+    dx, dscale, dbias = g.layernorm_backward(dyt, xt, st, mean, inv)
+    for t in (y, dx, dscale, dbias):
+        t.set_output(True)
+    outs = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [y, dx, dscale, dbias], engine)
+    (xg, sg, bg), expected = _autograd(lambda a, s, b: TF.layer_norm(a, (8,), s.flatten(), b.flatten(), 1e-5),
+                                       x, scale, bias)
+    expected.backward(t64(dy))
+    for actual, want in zip(outs, (expected.detach(), xg.grad, sg.grad, bg.grad)):
+        assert relative_error(actual, want.numpy().reshape(actual.shape)) < 1e-4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rmsnorm_inference_and_the_backward_of_its_training_form(engine):
+    rng = np.random.default_rng(10)
+    x, dy, scale = random(rng, (3, 8)), random(rng, (3, 8)), random(rng, (1, 8))
+    g = cpu_graph()
+    xt, dyt, st = graph_inputs(g, x=x, dy=dy, scale=scale)
+    (y_inference, none) = g.rmsnorm(xt, st, epsilon=1e-5, norm_forward_phase=og.NormForwardPhase.INFERENCE)
+    assert none is None
+    _, inv_rms = g.rmsnorm(xt, st, epsilon=1e-5)
+    dx, dscale, dbias = g.rmsnorm_backward(dyt, xt, st, inv_rms)
+    assert dbias is None
+    for t in (y_inference, dx, dscale):
+        t.set_output(True)
+    y, dx_out, dscale_out = run(g, {xt: x, dyt: dy, st: scale}, [y_inference, dx, dscale], engine)
+    (xg, sg), expected = _autograd(lambda a, s: TF.rms_norm(a, (8,), s.flatten(), 1e-5), x, scale)
+    expected.backward(t64(dy))
+    assert relative_error(y, expected.detach().numpy()) < 1e-4
+    assert relative_error(dx_out, xg.grad.numpy()) < 1e-4
+    assert relative_error(dscale_out, sg.grad.numpy().reshape(1, 8)) < 1e-4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_instancenorm_and_its_backward(engine):
+    rng = np.random.default_rng(11)
+    x, dy = random(rng, (2, 3, 4, 4)), random(rng, (2, 3, 4, 4))
+    scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
+    g = cpu_graph()
+    xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
+    y, mean, inv = g.instancenorm(xt, st, bt)
+    assert mean.get_dim() == [2, 3, 1, 1]
+    dx, dscale, dbias = g.instancenorm_backward(dyt, xt, st, mean, inv)
+    for t in (y, dx, dscale, dbias):
+        t.set_output(True)
+    outs = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [y, dx, dscale, dbias], engine)
+    (xg, sg, bg), expected = _autograd(
+        lambda a, s, b: TF.instance_norm(a, weight=s.flatten(), bias=b.flatten(), eps=1e-5), x, scale, bias)
+    expected.backward(t64(dy))
+    for actual, want in zip(outs, (expected.detach(), xg.grad, sg.grad, bg.grad)):
+        assert relative_error(actual, want.numpy().reshape(actual.shape)) < 1e-4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("axis, log", [(1, False), (-1, True), (0, False)])
+def test_softmax_along_any_axis(engine, axis, log):
+    rng = np.random.default_rng(12)
+    x = random(rng, (3, 4, 5))
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    y = g.softmax(xt, axis=axis, log=log)
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    expected = (TF.log_softmax if log else TF.softmax)(t64(x), dim=axis).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", ["max", "avg_include"])
+def test_pooling(engine, mode):
+    rng = np.random.default_rng(13)
+    x = random(rng, (2, 3, 5, 5))
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    y = g.pooling(xt, mode, window=[3, 3], stride=[2, 2], padding=[1, 1])
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    if mode == "max":
+        expected = TF.max_pool2d(t64(x), 3, 2, 1)
+    else:
+        expected = TF.avg_pool2d(t64(x), 3, 2, 1, count_include_pad=True)
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cast_and_comparisons_store_the_types_asked_for(engine):
+    rng = np.random.default_rng(14)
+    x = random(rng, (4, 5))
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    half = g.cast(xt, og.DataType.HALF)
+    positive = g.cmp_gt(xt, 0.0)
+    positive.set_data_type(og.DataType.BOOLEAN)
+    for t in (half, positive):
+        t.set_output(True)
+    out_half, out_positive = run(g, {xt: x}, [half, positive], engine)
+    assert relative_error(out_half, x) < 1e-3
+    assert np.array_equal(out_positive, (x > 0).astype(np.float64))

@@ -1,0 +1,155 @@
+"""``opendnn.torch.enable()`` / ``disable()`` / ``enabled()``: an unmodified torch model's operators
+run on opendnn, against torch's own results on the CPU (float64)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as TF
+from test_torch import SmallCNN
+
+import opendnn.torch as ot
+from opendnn.core.errors import NotSupported
+
+nn = torch.nn
+
+
+class EveryRoute(nn.Module):
+    """A model of torch modules and functions whose operators opendnn routes (and a few whose
+    options it does not cover, which stay torch's): one of each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1d, self.conv3d = nn.Conv1d(4, 4, 3, padding="same"), nn.Conv3d(1, 2, 3, padding=1)
+        self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)
+        self.norms = nn.ModuleList([nn.GroupNorm(2, 4), nn.LayerNorm(8), nn.RMSNorm(8), nn.InstanceNorm2d(4),
+                                    nn.BatchNorm2d(4)])
+        self.linear = nn.Linear(8, 8)
+        self.activations = nn.ModuleList([nn.GELU("tanh"), nn.SiLU(), nn.Sigmoid(), nn.Tanh(), nn.ELU(0.5), nn.SELU(),
+                                          nn.CELU(2.0), nn.Softplus(2.0), nn.Softplus(1.0, threshold=2.0),
+                                          nn.Hardtanh(-0.5, 2.0), nn.ReLU6(), nn.ReLU()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (N, 4, 8, 8)
+        line = self.conv1d(x.flatten(2)).reshape(x.shape)
+        volume = self.conv3d(x.unsqueeze(1)).sum(1)
+        x = self.up(TF.max_pool2d(line + volume, 2)) + TF.avg_pool2d(x, 3, 1, 1, divisor_override=7)
+        for norm in self.norms:
+            x = norm(x)
+        x = self.linear(x) + TF.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        for activation in self.activations:
+            x = activation(x) + 0.1 * x
+        attention = torch.softmax(torch.matmul(x, x.mT), dim=-1)
+        pooled = TF.adaptive_avg_pool2d(torch.matmul(attention, x), (3, 5))
+        return TF.log_softmax(pooled.flatten(1), dim=1)
+
+
+def grad_nodes(y: torch.Tensor) -> set[str]:
+    names, stack = set(), [y.grad_fn]
+    while stack:
+        node = stack.pop()
+        names.add(type(node).__name__)
+        stack += [child for child, _ in node.next_functions if child is not None]
+    return names
+
+
+def opendnn_calls(step) -> set[str]:
+    """The opendnn operators ``step()`` calls (torch's profiler records every operator call)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        step()
+    return {event.name for event in profile.events() if event.name.startswith("opendnn::")}
+
+
+def assert_same(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("make, shape", [(EveryRoute, (2, 4, 8, 8)), (SmallCNN, (4, 3, 12, 12))],
+                         ids=["every_route", "small_cnn"])
+def test_enabled_runs_an_unmodified_model_on_opendnn_like_torch(make, shape):
+    torch.manual_seed(0)
+    theirs = make().double()
+    ours = copy.deepcopy(theirs)
+    x = torch.randn(shape, dtype=torch.float64)
+    x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y_theirs = theirs(x_theirs)
+    with ot.enabled():
+        y_ours = ours(x_ours)
+        y_ours.backward(torch.ones_like(y_ours))
+    y_theirs.backward(torch.ones_like(y_theirs))
+    assert_same(y_ours, y_theirs)
+    assert_same(x_ours.grad, x_theirs.grad)
+    for (name, mine), (_, reference) in zip(ours.named_parameters(), theirs.named_parameters()):
+        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-9, atol=1e-10, msg=name)
+    for (name, mine), (_, reference) in zip(ours.named_buffers(), theirs.named_buffers()):
+        torch.testing.assert_close(mine, reference, rtol=1e-9, atol=1e-10, msg=name)
+    nodes = grad_nodes(y_ours)
+    assert {"ConvolutionBackward", "BatchNormTrainingBackward", "LinearBackward", "MaxPoolBackward",
+            "SoftmaxBackward", "ActivationBackward"} <= nodes
+    assert not {"ConvolutionBackward0", "NativeBatchNormBackward0", "AddmmBackward0"} & nodes
+
+
+def test_every_route_is_taken_by_the_model_that_uses_them_all():
+    torch.manual_seed(0)
+    model, x = EveryRoute().double(), torch.randn(2, 4, 8, 8, dtype=torch.float64)
+    with ot.enabled():
+        called = opendnn_calls(lambda: model(x))
+    assert called == {f"opendnn::{name}" for name in (
+        "convolution", "convolution_transpose", "max_pool", "avg_pool", "group_norm", "layer_norm", "rms_norm",
+        "instance_norm", "batch_norm_training", "linear", "activation", "softmax", "matmul", "adaptive_pool")}
+
+
+def test_inference_mode_and_no_grad_are_routed_too():
+    torch.manual_seed(0)
+    model, x = SmallCNN().double().eval(), torch.randn(2, 3, 12, 12, dtype=torch.float64)
+    expected = model(x)
+    with ot.enabled():
+        for mode in (torch.no_grad, torch.inference_mode):
+            with mode():
+                assert "opendnn::convolution" in opendnn_calls(lambda: assert_same(model(x), expected))
+
+
+def test_calls_opendnn_does_not_cover_run_as_torchs():
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(4, 3, 2, 2, dtype=torch.float64, requires_grad=True)
+    calls = {  # asymmetric "same" padding, dilated pooling, integers, a vector product, eps below 1e-5
+        "conv_same_even_kernel": lambda: TF.conv2d(x, weight, padding="same"),
+        "dilated_max_pool": lambda: TF.max_pool2d(x, 2, dilation=2),
+        "integer_relu": lambda: torch.relu(torch.arange(-3, 3)),
+        "vector_matmul": lambda: torch.matmul(x[0, 0, 0], x[0, 0]),
+        "small_eps_batch_norm": lambda: TF.batch_norm(x, None, None, training=True, eps=1e-6),
+    }
+    for name, call in calls.items():
+        expected = call()
+        with ot.enabled():
+            got = call()
+            assert not opendnn_calls(call), name
+        assert torch.equal(got, expected), name
+        if got.requires_grad:  # torch's gradient nodes (their names end in a version number)
+            assert all(node[-1].isdigit() or node == "AccumulateGrad" for node in grad_nodes(got)), name
+
+
+def test_disable_gives_torch_its_kernels_back_and_enabled_restores_the_state_it_found():
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    weight = torch.randn(4, 3, 3, 3)
+    assert not ot.is_enabled()
+    ot.enable()
+    try:
+        with ot.enabled():
+            assert "ConvolutionBackward" in grad_nodes(TF.conv2d(x, weight))
+        assert ot.is_enabled()  # it was enabled before the block
+    finally:
+        ot.disable()
+    assert not ot.is_enabled()
+    assert "ConvolutionBackward0" in grad_nodes(TF.conv2d(x, weight))
+    with ot.enabled():
+        pass
+    assert not ot.is_enabled() and "ConvolutionBackward0" in grad_nodes(TF.conv2d(x, weight))
+
+
+def test_a_refused_call_that_needs_a_gradient_says_why():
+    x = torch.randn(1, 2, 7, 7, requires_grad=True)
+    with ot.enabled(), pytest.raises(NotSupported, match="divisor_override with ceil_mode"):
+        TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5)
+    with ot.enabled(), torch.no_grad():  # no gradient needed: torch's kernel computes it
+        assert torch.equal(TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5),
+                           TF.avg_pool2d(x.detach(), 3, 2, ceil_mode=True, divisor_override=5))

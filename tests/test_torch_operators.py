@@ -1,0 +1,144 @@
+"""The ``opendnn::`` operators as torch.library sees them: torch.library.opcheck on a representative
+sample of each (schema, autograd registration, fake kernel against the real one, AOT dispatch with
+dynamic shapes), fake strides equal to the real ones, every operator sampled, errors as torch's
+exception type with opendnn's message, empty batches."""
+
+import pytest
+import torch
+
+import opendnn.torch  # noqa: F401 (registers the operators)
+from opendnn.core.errors import BadParam
+
+ops = torch.ops.opendnn
+CL = torch.channels_last
+
+
+def _randn(*shape, grad=False, layout=None):
+    t = torch.randn(*shape, dtype=torch.float64)
+    if layout is not None:
+        t = t.contiguous(memory_format=layout)
+    return t.requires_grad_(grad)
+
+
+def _positive(*shape):
+    return torch.rand(*shape, dtype=torch.float64) + 0.5
+
+
+def _training_state(x, activation):
+    """(saved mean, saved inverse std, reserve) of a training batch norm of x, for its backward."""
+    _, mean, inv_std, reserve, _, _ = ops.batch_norm_training(x, None, None, None, None, None, 0.1, 1e-5, activation,
+                                                              0.0)
+    return mean, inv_std, reserve
+
+
+def samples():
+    """(operator name, arguments) pairs: forward operators with inputs that need gradients, the
+    backward operators with what their forward saved."""
+    torch.manual_seed(0)
+    x4, x4_cl = _randn(2, 4, 6, 5, grad=True), _randn(2, 4, 6, 5, grad=True, layout=CL)
+    w = _randn(6, 2, 3, 3, grad=True)
+    dy = _randn(2, 6, 3, 5)
+    y_max = ops.max_pool(x4_cl.detach(), [2, 2], [2, 2], [0, 0], False)
+    y_adaptive = ops.adaptive_pool(x4.detach(), [4, 3], True)
+    y_soft = ops.softmax(x4.detach(), 1, False)
+    x_plain = x4.detach()
+    _, mean, rstd = ops.layer_norm(x_plain, [6, 5], None, None, 1e-5)
+    _, rms = ops.rms_norm(x_plain, [5], None, None)
+    _, g_mean, g_rstd = ops.group_norm(x_plain, 2, None, None, 1e-5)
+    _, i_mean, i_rstd = ops.instance_norm(x_plain, None, None, 1e-5)
+    return [
+        ("convolution", (x4_cl, w, _randn(6, grad=True), [2, 1], [1, 1], [1, 1], 2)),
+        ("convolution_transpose", (x4, _randn(4, 3, 3, 3, grad=True), None, [2, 2], [1, 1], [1, 0], 1, [1, 1])),
+        ("convolution_backward_data", (dy, w.detach(), [2, 4, 6, 5], [2, 1], [1, 1], [1, 1], 2)),
+        ("convolution_backward_filter", (x_plain, dy, [6, 2, 3, 3], [2, 1], [1, 1], [1, 1], 2)),
+        ("convolution_backward_bias", (dy,)),
+        ("linear", (_randn(3, 2, 5, grad=True), _randn(4, 5, grad=True), _randn(4, grad=True))),
+        ("matmul", (_randn(2, 3, 5, grad=True), _randn(5, 4, grad=True))),
+        ("activation", (x4_cl, "hardtanh", [-0.5, 0.8])),
+        ("activation", (x4, "gelu_tanh", [])),
+        ("activation_backward", (_randn(2, 4, 6, 5), x_plain, "elu", [0.7])),
+        ("softmax", (x4_cl, 1, True)),
+        ("softmax_backward", (_randn(2, 4, 6, 5), y_soft, 1, False)),
+        ("max_pool", (x4_cl, [3, 2], [2, 2], [1, 0], True)),
+        ("max_pool_backward", (_randn(*y_max.shape), x4_cl.detach(), y_max, [2, 2], [2, 2], [0, 0], False)),
+        ("avg_pool", (x4, [3, 3], [2, 1], [1, 1], False, False)),
+        ("avg_pool_backward", (_randn(2, 4, 3, 5), x_plain, [3, 3], [2, 1], [1, 1], False, False)),
+        ("adaptive_pool", (x4_cl, [4, 3], False)),
+        ("adaptive_pool", (x4, [4, 3], True)),
+        ("adaptive_pool_backward", (_randn(2, 4, 4, 3), x_plain, y_adaptive, [4, 3], False)),
+        ("adaptive_pool_backward", (_randn(2, 4, 4, 3), x_plain, y_adaptive, [4, 3], True)),
+        ("layer_norm", (x4, [6, 5], _randn(6, 5, grad=True), _randn(6, 5, grad=True), 1e-5)),
+        ("layer_norm_backward", (_randn(2, 4, 6, 5), x_plain, [6, 5], None, mean, rstd, 1e-5)),
+        ("rms_norm", (x4, [5], _randn(5, grad=True), None)),
+        ("rms_norm_backward", (_randn(2, 4, 6, 5), x_plain, [5], _randn(5), rms, None)),
+        ("group_norm", (x4_cl, 2, _randn(4, grad=True), _randn(4, grad=True), 1e-5)),
+        ("group_norm_backward", (_randn(2, 4, 6, 5), x_plain, 2, _randn(4), g_mean, g_rstd, 1e-5)),
+        ("instance_norm", (x4, _randn(4, grad=True), None, 1e-5)),
+        ("instance_norm_backward", (_randn(2, 4, 6, 5), x_plain, None, i_mean, i_rstd, 1e-5)),
+        ("local_response_norm", (x4_cl, 3, 0.1, 0.75, 1.0)),
+        ("local_response_norm_backward", (_randn(2, 4, 6, 5), x_plain, 3, 0.1, 0.75, 1.0)),
+        ("batch_norm_training", (x4_cl, _randn(2, 4, 6, 5, grad=True), _randn(4, grad=True), _randn(4, grad=True),
+                                 _randn(4), _positive(4), 0.1, 1e-5, "relu", 0.0)),
+        ("batch_norm_training_backward", (_randn(2, 4, 6, 5), x_plain, _randn(4), *_training_state(x_plain, "relu"),
+                                          1e-5, "relu", 0.0, False)),
+        ("batch_norm_inference", (x4_cl, _randn(4, grad=True), None, _randn(4), _positive(4), 1e-5)),
+        ("batch_norm_inference_backward", (_randn(2, 4, 6, 5), x_plain, _randn(4), _randn(4), _positive(4), 1e-5)),
+        ("convolution_bias_activation", (x4_cl.detach(), w.detach(), _randn(6), _randn(2, 6, 3, 5), "relu", 0.0,
+                                         [2, 1], [1, 1], [1, 1], 2)),
+        ("matmul_bias_activation", (_randn(3, 2, 5), _randn(5, 4), _randn(4), _randn(3, 2, 4), "gelu", 0.0)),
+        ("add", (x_plain, _randn(4, 1, 1))),
+    ]
+
+
+SAMPLES = samples()
+
+
+def _id(sample):
+    return sample[0]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[f"{name}-{k}" for k, (name, _) in enumerate(SAMPLES)])
+def test_opcheck_passes(sample):
+    name, args = sample
+    torch.library.opcheck(getattr(ops, name).default, args)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[f"{name}-{k}" for k, (name, _) in enumerate(SAMPLES)])
+def test_fake_outputs_have_the_real_ones_shapes_dtypes_and_strides(sample):
+    name, args = sample
+    op = getattr(ops, name).default
+    with torch.no_grad():
+        real = op(*args)
+    with torch._subclasses.FakeTensorMode() as mode:
+        fake = op(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+    real, fake = (r if isinstance(r, tuple) else (r,) for r in (real, fake))
+    for r, f in zip(real, fake, strict=True):
+        assert (f.shape, f.dtype, f.stride()) == (r.shape, r.dtype, r.stride())
+
+
+def test_every_operator_has_a_sample():
+    declared = {name for name in torch._C._dispatch_get_all_op_names() if name.startswith("opendnn::")}
+    assert declared == {f"opendnn::{name}" for name, _ in SAMPLES}
+
+
+def test_an_opendnn_error_is_also_torchs_exception_type():
+    with pytest.raises(RuntimeError, match=r"must equal") as caught:
+        ops.convolution(_randn(1, 3, 5, 5), _randn(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], 1)
+    assert isinstance(caught.value, BadParam) and "RuntimeError" in [c.__name__ for c in type(caught.value).__mro__]
+
+
+def test_an_empty_batch_gives_empty_outputs_and_zero_parameter_gradients():
+    x = torch.randn(0, 3, 5, 5, requires_grad=True)
+    weight, bias = torch.randn(4, 3, 3, 3, requires_grad=True), torch.randn(4, requires_grad=True)
+    y = ops.convolution(x, weight, bias, [1, 1], [1, 1], [1, 1], 1)
+    assert y.shape == (0, 4, 5, 5)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and torch.equal(weight.grad, torch.zeros_like(weight))
+    assert torch.equal(bias.grad, torch.zeros_like(bias))
+
+
+def test_a_second_derivative_raises_instead_of_giving_a_wrong_zero():
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    (gradient,) = torch.autograd.grad(ops.activation(x, "gelu", []).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="opendnn::activation_backward has no gradient"):
+        torch.autograd.grad(gradient.sum(), x)
