@@ -2,8 +2,9 @@
 interpreter; ``pytest -m gpu`` runs them compiled on a CUDA device. The choice must be made
 before triton loads, which is before the test modules are collected.
 
-Triton's kernel cache, the graph engine's generated kernels and matplotlib's configuration go to a temporary folder made for the run
-(unless the environment names others), so a test run writes nothing into the home folder."""
+Triton's kernel cache, the graph engine's generated kernels and matplotlib's configuration go to a
+temporary folder made for the run (unless the environment names others), so a test run writes nothing
+into the home folder."""
 
 import os
 import shutil
