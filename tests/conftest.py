@@ -3,8 +3,8 @@ interpreter; ``pytest -m gpu`` runs them compiled on a CUDA device. The choice m
 before triton loads, which is before the test modules are collected.
 
 Triton's kernel cache, the graph engine's generated kernels and matplotlib's configuration go to a
-temporary folder made for the run (unless the environment names others), so a test run writes
-nothing into the home folder."""
+temporary folder made for the run (unless the environment names others), so a test run writes nothing
+into the home folder."""
 
 import os
 import shutil

@@ -60,6 +60,7 @@ from triton.runtime import driver
 from triton.runtime.interpreter import InterpretedFunction, interpreter_builder
 
 from opendnn.core.errors import InternalError
+from opendnn.core.memo import memoized
 
 # the launcher's argument layout below is triton 3.6's (CompiledKernel.__getitem__'s runner)
 DIRECT_LAUNCH = triton.__version__.split(".")[:2] == ["3", "6"]
@@ -140,16 +141,22 @@ def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tupl
     floats = [index for index, value in enumerate(args) if isinstance(value, float)]
     if not floats:
         return args
-    parameters = list(inspect.signature(kernel.fn).parameters.values())
+    float64 = _float64_parameters(kernel.fn)
     for index in floats:
-        parameter = parameters[index]
-        if parameter.annotation not in ("tl.float64", tl.float64):
-            raise InternalError(f"{kernel.fn.__name__}: the float {parameter.name}={args[index]!r} needs a "
+        if index not in float64:
+            raise InternalError(f"{kernel.fn.__name__}: the float {kernel.arg_names[index]}={args[index]!r} needs a "
                                 "parameter annotated tl.float64 (Triton compiles a Python float as a float32)")
     if not interpreted:
         return args
     return tuple(tl.tensor(interpreter_builder.get_fp64(value), tl.float64) if index in floats else value
                  for index, value in enumerate(args))
+
+
+@memoized  # a launch replanned per call (the graph engine's execute-time scalars) asks again: 70 us each
+def _float64_parameters(function: Any) -> frozenset[int]:
+    """The positions of ``function``'s parameters annotated ``tl.float64``."""
+    parameters = inspect.signature(function).parameters.values()
+    return frozenset(k for k, p in enumerate(parameters) if p.annotation in ("tl.float64", tl.float64))
 
 
 def _hooked() -> bool:

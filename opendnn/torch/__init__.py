@@ -15,8 +15,9 @@ torch's own operators.
 - ``convert(model)``: swaps a torch model's supported modules for opendnn's in place and reports
   what it converted and what it left to torch, and why.
 - ``fuse(model)``: a traced copy of the model whose chains each run as one opendnn call: in eval
-  mode convolution -> batch norm [-> + residual] [-> activation] and linear [-> activation]
-  [-> + residual]; in training mode batch norm [-> + residual] [-> ReLU / ReLU6].
+  mode ``convolution -> batch norm [-> + residual] [-> activation]`` and
+  ``linear [-> activation] [-> + residual]``; in training mode
+  ``batch norm [-> + residual] [-> ReLU / ReLU6]``.
 - ``enable()`` / ``disable()`` / ``with enabled():``: torch's own aten operators (convolution,
   batch norm, pooling, softmax, norms, linear / matmul, activations) run on opendnn, for an
   unmodified model; ``functional_calls()``: the same for torch's Python functional calls in a

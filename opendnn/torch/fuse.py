@@ -118,8 +118,8 @@ class FusedConvolution(_Fused):
     """``act(conv(x, w') + z + b')``: a convolution with a batch norm folded in (``w'``, ``b'``), and
     the residual ``z`` and the activation where the chain had them. For inference only."""
 
-    def __init__(self, conv: torch.nn.Module, norm: torch.nn.Module, activation: str | None, coef: float | None,
-                 residual: bool) -> None:
+    def __init__(self, conv: torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d, norm: torch.nn.Module,
+                 activation: str | None, coef: float | None, residual: bool) -> None:
         super().__init__()
         weight, bias = folded(conv, norm)
         self.register_buffer("weight", weight)
@@ -175,7 +175,7 @@ class _FusedBatchNorm(_BatchNorm):
     mode), or with a residual of another shape or dtype, it takes the steps one by one."""
 
     activation: str | None
-    coef: float | None
+    coef: float
     residual: bool
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]

@@ -139,6 +139,15 @@ def sigmoid(x: Any, *, handle: Handle | None = None) -> Any:
 
 
 def tanh(x: Any, *, handle: Handle | None = None) -> Any:
+    """Hyperbolic tangent, (exp(2x) - 1) / (exp(2x) + 1).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.TANH_FWD, x, handle=handle)
 
 
@@ -157,39 +166,155 @@ def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
 # activations, backward: dx = dy * f'(x) ------------------------------------------------------
 
 def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
+    """Gradient of relu: dy where x > 0, else 0.
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        propagate_nan: a NaN in ``x`` gives NaN; without it, 0.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.RELU_BWD, dy, x, propagate_nan=propagate_nan, handle=handle)
 
 
 def clipped_relu_backward(dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False,
                           handle: Handle | None = None) -> Any:
+    """Gradient of clipped_relu: dy where 0 < x < ceiling, else 0.
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        ceiling: the clipping value the forward used (6 for relu6); finite and above 0.
+        propagate_nan: a NaN in ``x`` gives NaN; without it, 0.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``ceiling`` not a finite number above 0.
+    """
     mode = PointwiseMode.CLIPPED_RELU_BWD
     return _pointwise(mode, dy, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan,
                       handle=handle)
 
 
 def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
+    """Gradient of elu: dy where x > 0, else dy * alpha * exp(x).
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        alpha: the forward's alpha (torch's default 1.0); finite.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``alpha`` not a finite number.
+    """
     return _pointwise(PointwiseMode.ELU_BWD, dy, x, coef=resolved_coef(PointwiseMode.ELU_BWD, alpha, "alpha"),
                       handle=handle)
 
 
 def gelu_backward(dy: Any, x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
+    """Gradient of gelu: dy * (Phi(x) + x * phi(x)), or of its tanh form, as torch's.
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        approximate: "none" (the erf form) or "tanh" (the tanh approximation), as the forward.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``approximate`` neither 'none' nor 'tanh'.
+    """
     return _pointwise(_gelu_mode(approximate, "_BWD"), dy, x, handle=handle)
 
 
 def sigmoid_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
+    """Gradient of sigmoid: dy * s * (1 - s), with s = sigmoid(x).
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.SIGMOID_BWD, dy, x, handle=handle)
 
 
 def tanh_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
+    """Gradient of tanh: dy * (1 - tanh(x) ** 2).
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.TANH_BWD, dy, x, handle=handle)
 
 
 def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
+    """Gradient of softplus: dy * sigmoid(beta * x).
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        beta: the forward's beta (torch's default 1.0); finite and above 0.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``beta`` not a finite number above 0.
+    """
     mode = PointwiseMode.SOFTPLUS_BWD
     return _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
 
 
 def swish_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
+    """Gradient of swish: dy * (s + beta * x * s * (1 - s)), with s = sigmoid(beta * x).
+
+    Args:
+        dy: the gradient of the loss with respect to the activation's output.
+        x: the activation's input, broadcastable with ``dy``.
+        beta: the forward's beta (1.0 for silu); finite and above 0.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``beta`` not a finite number above 0.
+    """
     mode = PointwiseMode.SWISH_BWD
     return _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
 
@@ -210,18 +335,74 @@ def pointwise(mode: PointwiseMode, *inputs: Any, coef: float | None = None, hand
 
 
 def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a + b, broadcast together.
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``a``'s kind and device, of the broadcast shape and the common dtype
+            (the widest float among them; float16 with bfloat16 gives float32).
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.ADD, a, b, handle=handle)
 
 
 def sub(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a - b, broadcast together.
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``a``'s kind and device, of the broadcast shape and the common dtype
+            (the widest float among them; float16 with bfloat16 gives float32).
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.SUB, a, b, handle=handle)
 
 
 def mul(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a * b, broadcast together.
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``a``'s kind and device, of the broadcast shape and the common dtype
+            (the widest float among them; float16 with bfloat16 gives float32).
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.MUL, a, b, handle=handle)
 
 
 def div(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a / b, broadcast together (IEEE: x / 0 is inf or NaN).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``a``'s kind and device, of the broadcast shape and the common dtype
+            (the widest float among them; float16 with bfloat16 gives float32).
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.DIV, a, b, handle=handle)
 
 
@@ -241,6 +422,20 @@ def fmod(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
 
 
 def pow(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a ** b, broadcast together (NaN for a negative base with a fractional exponent).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``a``'s kind and device, of the broadcast shape and the common dtype
+            (the widest float among them; float16 with bfloat16 gives float32).
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.POW, a, b, handle=handle)
 
 
@@ -250,54 +445,171 @@ def add_square(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
 
 
 def abs(x: Any, *, handle: Handle | None = None) -> Any:
+    """|x|.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.ABS, x, handle=handle)
 
 
 def ceil(x: Any, *, handle: Handle | None = None) -> Any:
+    """The smallest integer value not below x, in x's dtype.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.CEIL, x, handle=handle)
 
 
 def floor(x: Any, *, handle: Handle | None = None) -> Any:
+    """The largest integer value not above x, in x's dtype.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.FLOOR, x, handle=handle)
 
 
 def cos(x: Any, *, handle: Handle | None = None) -> Any:
+    """Cosine of x (radians).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.COS, x, handle=handle)
 
 
 def sin(x: Any, *, handle: Handle | None = None) -> Any:
+    """Sine of x (radians).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.SIN, x, handle=handle)
 
 
 def tan(x: Any, *, handle: Handle | None = None) -> Any:
+    """Tangent of x (radians).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.TAN, x, handle=handle)
 
 
 def exp(x: Any, *, handle: Handle | None = None) -> Any:
+    """e ** x.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.EXP, x, handle=handle)
 
 
 def log(x: Any, *, handle: Handle | None = None) -> Any:
+    """Natural logarithm of x (-inf at 0, NaN below 0).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.LOG, x, handle=handle)
 
 
 def neg(x: Any, *, handle: Handle | None = None) -> Any:
+    """-x.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.NEG, x, handle=handle)
 
 
 def sqrt(x: Any, *, handle: Handle | None = None) -> Any:
+    """Square root of x (NaN below 0).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.SQRT, x, handle=handle)
 
 
 def rsqrt(x: Any, *, handle: Handle | None = None) -> Any:
+    """1 / sqrt(x) (inf at 0, NaN below 0).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.RSQRT, x, handle=handle)
 
 
 def reciprocal(x: Any, *, handle: Handle | None = None) -> Any:
+    """1 / x (inf at 0).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.RECIPROCAL, x, handle=handle)
 
 
 def erf(x: Any, *, handle: Handle | None = None) -> Any:
+    """The error function, 2 / sqrt(pi) * integral from 0 to x of exp(-t ** 2) dt.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+    """
     return _pointwise(PointwiseMode.ERF, x, handle=handle)
 
 
@@ -307,22 +619,87 @@ def eq(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
 
 
 def ne(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a != b as booleans (NaN differs from everything).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``a``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.CMP_NEQ, a, b, handle=handle)
 
 
 def gt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a > b as booleans (false where either is NaN).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``a``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.CMP_GT, a, b, handle=handle)
 
 
 def ge(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a >= b as booleans (false where either is NaN).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``a``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.CMP_GE, a, b, handle=handle)
 
 
 def lt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a < b as booleans (false where either is NaN).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``a``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.CMP_LT, a, b, handle=handle)
 
 
 def le(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a <= b as booleans (false where either is NaN).
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``a``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.CMP_LE, a, b, handle=handle)
 
 
@@ -332,10 +709,32 @@ def logical_and(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
 
 
 def logical_or(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
+    """a or b as booleans; nonzero (NaN included) is true.
+
+    Args:
+        a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
+        b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``a``'s kind and device, of the broadcast shape.
+
+    Raises:
+        BadParam: ``a`` and ``b`` do not broadcast together.
+    """
     return _pointwise(PointwiseMode.LOGICAL_OR, a, b, handle=handle)
 
 
 def logical_not(x: Any, *, handle: Handle | None = None) -> Any:
+    """not x as booleans; nonzero (NaN included) is true.
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new boolean array of ``x``'s kind, device and shape.
+    """
     return _pointwise(PointwiseMode.LOGICAL_NOT, x, handle=handle)
 
 
