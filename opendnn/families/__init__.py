@@ -1,0 +1,1 @@
+"""Operation families: one folder per family holds its problem, backends, calls and samples."""
