@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -229,19 +230,19 @@ def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: Tenso
     for slot, desc in descs.items():
         if desc is not None and not isinstance(desc, TensorDescriptor):
             raise BadParam(f"{name[slot]}={desc!r} must be a TensorDescriptor")
-    data = [slot for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv") if descs[slot] is not None]
-    for slot in data:
-        require(descs[slot].ndim == 4, f"{name[slot]}.ndim={descs[slot].ndim} must be 4 (batch, heads, sequence, "
-                                       "head dim)", Status.BAD_PARAM_SHAPE_MISMATCH)
+    data = {slot: desc for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv") if (desc := descs[slot]) is not None}
+    for slot, desc in data.items():
+        require(desc.ndim == 4, f"{name[slot]}.ndim={desc.ndim} must be 4 (batch, heads, sequence, head dim)",
+                Status.BAD_PARAM_SHAPE_MISMATCH)
     require(q.dtype.is_floating, f"{name['q']}.dtype={q.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
             Status.NOT_SUPPORTED_DATA_TYPE)
-    for slot in data[1:]:
-        require(descs[slot].dtype is q.dtype,
-                f"{name[slot]}.dtype={descs[slot].dtype.name} must equal {name['q']}.dtype={q.dtype.name}")
+    for slot, desc in data.items():
+        require(desc.dtype is q.dtype,
+                f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}")
     batch, heads_q, _, head_dim = q.dims
     heads_kv, value_dim = k.dims[1], v.dims[3]
-    _check_dims(name, "k", k, [("q", 0), None, None, ("q", 3)], descs)
-    _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], descs)
+    _check_dims(name, "k", k, [("q", 0), None, None, ("q", 3)], data)
+    _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], data)
     require(heads_q % heads_kv == 0, f"{name['q']}.dims[1]={heads_q} must be a multiple of "
                                      f"{name['k']}.dims[1]={heads_kv} (query heads per key/value head)",
             Status.BAD_PARAM_SHAPE_MISMATCH)
@@ -250,10 +251,10 @@ def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: Tenso
                                                      f"and {MAX_HEAD_DIM} (the head dims the kernels support)",
                 Status.NOT_SUPPORTED_SHAPE)
     output_dims = [("q", 0), ("q", 1), ("q", 2), ("v", 3)]
-    for slot, expected in (("o", output_dims), ("do", output_dims), ("dq", "q"), ("dk", "k"), ("dv", "v")):
-        if descs[slot] is not None:
-            rule = [(expected, d) for d in range(4)] if isinstance(expected, str) else expected
-            _check_dims(name, slot, descs[slot], rule, descs)
+    for slot, source in (("o", None), ("do", None), ("dq", "q"), ("dk", "k"), ("dv", "v")):
+        if slot in data:
+            rule = output_dims if source is None else [(source, d) for d in range(4)]
+            _check_dims(name, slot, data[slot], rule, data)
     if stats is not None:
         _check_stats(name, stats, q)
     if bias is not None:
@@ -271,15 +272,13 @@ def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: Tenso
                             do, dq, dk, dv, dbias, bool(allow_tf32) and q.dtype is DataType.FLOAT)
 
 
-def _check_dims(name: dict[str, str], slot: str, desc: TensorDescriptor, rule: list[tuple[str, int] | None],
-                descs: dict[str, TensorDescriptor | None]) -> None:
+def _check_dims(name: dict[str, str], slot: str, desc: TensorDescriptor, rule: Sequence[tuple[str, int] | None],
+                descs: dict[str, TensorDescriptor]) -> None:
     """Each dim d of ``desc`` equals dim rule[d][1] of descriptor rule[d][0] (None: any size)."""
     for d, source in enumerate(rule):
         if source is None:
             continue
-        other = descs[source[0]]
-        assert other is not None  # the sources are q, k and v, always given
-        expected = other.dims[source[1]]
+        expected = descs[source[0]].dims[source[1]]
         if desc.dims[d] != expected:
             raise BadParam(f"{name[slot]}.dims[{d}]={desc.dims[d]} must equal {name[source[0]]}.dims[{source[1]}]="
                            f"{expected}", Status.BAD_PARAM_SHAPE_MISMATCH)
