@@ -7,6 +7,7 @@ framework's current stream). Everything here is the same dispatch as the cuDNN-s
 One module per family; this file lists what each one provides.
 """
 
+from opendnn.families.attention.functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
 from opendnn.functional.batch_norm import (
     BatchNormState,
     batch_norm,
@@ -179,6 +180,8 @@ __all__ = [
     "rms_norm",
     "rms_norm_backward",
     "rsqrt",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "sigmoid",
     "sigmoid_backward",
     "sin",

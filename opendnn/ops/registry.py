@@ -43,6 +43,8 @@ OPERATIONS = {op.name: op for op in (
                          "triton": "opendnn.backends.triton.matmul"}),
     Operation("convolution", {"numpy": "opendnn.backends.numpy.convolution",
                               "triton": "opendnn.backends.triton.convolution"}),
+    Operation("attention", {"numpy": "opendnn.families.attention.numpy_backend",
+                            "triton": "opendnn.families.attention.triton_backend"}),
 )}
 
 

@@ -90,7 +90,7 @@ class AttentionDescriptor:
 
     scale: float | None = None
     causal: bool = False
-    alignment: DiagonalAlignment = DiagonalAlignment.TOP_LEFT
+    alignment: DiagonalAlignment | str = DiagonalAlignment.TOP_LEFT  # a name becomes its DiagonalAlignment
     window: tuple[int | None, int | None] = (None, None)
     softcap: float | None = None
     dropout_p: float = 0.0
@@ -298,8 +298,10 @@ def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescripto
     require(bias.ndim == 4, f"{name['bias']}.ndim={bias.ndim} must be 4 (batch, heads, queries, keys)",
             Status.BAD_PARAM_SHAPE_MISMATCH)
     for d, (size, expected) in enumerate(zip(bias.dims, full)):
-        require(size in (1, expected), f"{name['bias']}.dims[{d}]={size} must equal {expected} or 1 (it broadcasts "
-                                       f"to {list(full)})", Status.BAD_PARAM_SHAPE_MISMATCH)
+        if size not in (1, expected):
+            sizes = "1" if expected == 1 else f"{expected} or 1"
+            raise BadParam(f"{name['bias']}.dims[{d}]={size} must be {sizes} (it broadcasts to {list(full)})",
+                           Status.BAD_PARAM_SHAPE_MISMATCH)
     require(bias.dtype in (q.dtype, DataType.BOOLEAN),
             f"{name['bias']}.dtype={bias.dtype.name} must equal {name['q']}.dtype={q.dtype.name} (added to the "
             "scores) or be BOOLEAN (a mask, True where the key takes part)", Status.NOT_SUPPORTED_DATA_TYPE)
