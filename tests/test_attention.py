@@ -22,7 +22,7 @@ from opendnn.families.attention.problem import (  # noqa: E402
     reference_forward,
 )
 
-BACKENDS = ["numpy"]
+BACKENDS = ["numpy", "triton"]
 
 
 def descriptor(tensor):
