@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from opendnn.families.attention import samples as attention
 from opendnn.samples import batch_norm, convolution, elementwise, matmul, normalization, pooling, softmax
 from opendnn.samples.base import Sample, relative_error
 
-FAMILIES = (elementwise, convolution, matmul, softmax, batch_norm, pooling, normalization)
+FAMILIES = (elementwise, convolution, matmul, softmax, batch_norm, pooling, normalization, attention)
 
 
 def samples(size: str = "small") -> Iterator[Sample]:
