@@ -11,6 +11,8 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType, create
+from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.problem import AttentionDescriptor, DiagonalAlignment
 from opendnn.families.batch_norm.api import (
     batch_normalization_backward,
     batch_normalization_backward_ex,
@@ -91,6 +93,10 @@ from opendnn.families.softmax.api import softmax_backward, softmax_forward
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode
 
 __all__ = [
+    "AttentionDescriptor",
+    "DiagonalAlignment",
+    "attention_backward",
+    "attention_forward",
     "ActivationDescriptor",
     "ActivationMode",
     "BadParam",

@@ -45,6 +45,7 @@ OPERATIONS = {op.name: op for op in (  # one line per family
     Operation("softmax", in_place=True),
     Operation("matmul"),
     Operation("convolution", in_place=("z",)),
+    Operation("attention"),
 )}
 
 

@@ -27,7 +27,7 @@ from opendnn.core.handle import Handle
 
 # ||out - ref|| / ||ref|| allowed, per output dtype
 # float64: at most 1.1e-14 measured (batch norm's training forward at the large sizes, whose saved
-# mean, a sum of 12544 terms that cancels, is off by 2.5e-14; kernels/launch_notes.md)
+# mean, a sum of 12544 terms that cancels, is off by 2.5e-14; docs/design/launch.md)
 # fp8 inputs: Hopper's fp8 tensor cores add products with fewer bits than fp32 (cuBLAS's _scaled_mm
 # measures 4e-5 to 6e-5 at K = 390; tests/test_gpu_matmul.py holds opendnn to cuBLAS's error)
 TOLERANCE = {DataType.DOUBLE: 1e-13, DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2,

@@ -11,6 +11,7 @@ Each family's functions live in ``opendnn/families/<family>/functional.py``; thi
 re-exports them by name.
 """
 
+from opendnn.families.attention.functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
 from opendnn.families.batch_norm.functional import (
     BatchNormState,
     batch_norm,
@@ -185,6 +186,8 @@ __all__ = [
     "rms_norm",
     "rms_norm_backward",
     "rsqrt",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "sigmoid",
     "sigmoid_backward",
     "sin",

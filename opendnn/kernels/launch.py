@@ -43,7 +43,7 @@ hands the kernel the Python float itself and makes a float32 constant of it wher
 assigns or casts it (``tl.cast(alpha, COMPUTE)``): half a float32 ulp, up to 6e-8 relative, lost
 from float64 work. So under the interpreter a launch passes each float as the float64 scalar
 tensor a compiled kernel holds (which also promotes as the compiled kernel's scalar does); a
-compiled launch passes the float as it is. launch_notes.md has the measurements.
+compiled launch passes the float as it is. docs/design/launch.md has the measurements.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from opendnn.core.samples import ErrorSample, Sample, relative_error
+from opendnn.families.attention import samples as attention
 from opendnn.families.batch_norm import samples as batch_norm
 from opendnn.families.convolution import samples as convolution
 from opendnn.families.lrn import samples as lrn
@@ -22,7 +23,7 @@ from opendnn.families.pooling import samples as pooling
 from opendnn.families.reduce import samples as reduce
 from opendnn.families.softmax import samples as softmax
 
-FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization, lrn)
+FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization, lrn, attention)
 
 
 def samples(size: str = "small") -> Iterator[Sample]:

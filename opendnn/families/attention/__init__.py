@@ -1,0 +1,1 @@
+"""Scaled dot-product attention: forward and backward, cuDNN-shaped and Pythonic, NumPy and Triton."""

@@ -1,0 +1,448 @@
+"""Scaled dot-product attention (cuDNN's SDPA forward and backward): the parameters, the shape and
+dtype rules, and the float64 NumPy reference.
+
+Tensors have dims (batch B, heads H, sequence S, head dim D) with any strides, so BSHD, BHSD and
+packed QKV buffers are all just strides: q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv),
+o (B, Hq, Sq, Dv). Query head h reads key/value head ``h // (Hq / Hkv)`` (grouped-query attention;
+Hkv = 1 is multi-query attention). For each batch b, query head h, query i and key j:
+
+    s[i, j] = scale * q[i] . k[j]                              (scale defaults to 1 / sqrt(D))
+    s       = softcap * tanh(s / softcap)                      (when softcap is set)
+    s       = s + bias[i, j]                                   (a float bias; broadcast over size-1 dims)
+    s[i, j] = -inf where key j does not take part (the masks below, or a BOOLEAN bias that is False)
+    p       = softmax_j(s)                          lse[i] = log(sum_j exp(s[i, j]))  (the saved stats)
+    o[i]    = sum_j p[i, j] * keep[i, j] / (1 - dropout_p) * v[j]
+
+Masks. With ``len_q = seq_lens_q[b]`` and ``len_kv = seq_lens_kv[b]`` (clamped to 0..Sq and 0..Skv;
+Sq and Skv when absent) and ``shift = len_kv - len_q`` for BOTTOM_RIGHT alignment, 0 for TOP_LEFT,
+key j takes part for query i when ``i < len_q``, ``j < len_kv`` and, for a window (left, right),
+``i + shift - left <= j <= i + shift + right`` (None: unbounded on that side). Causal is the right
+bound 0: TOP_LEFT is torch's ``is_causal`` (query i sees keys 0..i), BOTTOM_RIGHT aligns the last
+query with the last key (FlashAttention's causal when Sq != Skv, and cuDNN's bottom-right mask).
+
+Rows with no key taking part (padding rows past len_q included) give o = 0 and lse = -inf, and no
+gradient flows through them: FlashAttention's convention, and torch's SDPA on the CPU, which returns
+0 for a fully masked row too (also through the NaN-free path of a float mask of -inf).
+
+Dropout keeps element (b, h, i, j) when ``u >= dropout_p``, where u is the uniform float32 that
+Triton's ``tl.rand(seed, counter)`` gives (Philox 4x32 with 10 rounds) for the counter
+``offset + ((b * Hq + h) * Sq + i) * Skv + j``: the kernels regenerate the mask in the backward, and
+``philox_uniform`` here computes the same numbers bit for bit.
+
+Backward, from dO (dims of o) with ``d = keep / (1 - dropout_p)``:
+
+    dV[j]  = sum_i p[i, j] * d[i, j] * dO[i]        dP[i, j] = d[i, j] * dO[i] . v[j]
+    dS     = p * (dP - delta),  delta[i] = sum_j p[i, j] * dP[i, j] = dO[i] . o[i]
+    dBias  = dS summed over the dims the bias broadcasts
+    dS'    = dS * (1 - tanh^2)                      (through the softcap, when set)
+    dQ[i]  = scale * sum_j dS'[i, j] * k[j]         dK[j] = scale * sum_i dS'[i, j] * q[i]
+
+dK and dV sum over the query heads that share a key/value head. Data in FLOAT, HALF, BFLOAT16 or
+DOUBLE (one dtype for q, k, v, o and their gradients); stats in FLOAT (DOUBLE allowed with DOUBLE
+data, whose backward needs the extra digits); seq lens INT32 or INT64.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from opendnn.core.arrays import Bound
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, NotSupported, Status, require
+from opendnn.core.memo import cached_hash, memoized
+
+MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256  # the head dims the kernels support
+MAX_SEED = 2**63 - 1
+MAX_OFFSET = 2**62  # counters are offset + element index, and stay below 2**63
+
+
+class DiagonalAlignment(enum.Enum):
+    """Where the causal diagonal and the window sit when Sq != Skv (cuDNN's diagonal alignment)."""
+
+    TOP_LEFT = "top_left"
+    BOTTOM_RIGHT = "bottom_right"
+
+
+@dataclass(frozen=True)
+class AttentionDescriptor:
+    """The parameters of an attention, without the tensors (cuDNN's SDPA attributes).
+
+    Args:
+        scale: what q . k is multiplied by; None for 1 / sqrt(D).
+        causal: key j > query i takes no part (the window's right bound 0).
+        alignment: DiagonalAlignment of the causal diagonal and the window.
+        window: (left, right) keys around the diagonal taking part, each an int >= 0 or None (unbounded).
+        softcap: s = softcap * tanh(s / softcap) before the bias; None for none.
+        dropout_p: probability of dropping each attention weight, in [0, 1).
+        seed: the Philox key, 0 to 2**63 - 1.
+        offset: the first Philox counter, 0 to 2**62.
+
+    Raises:
+        BadParam: naming the field and the rule it broke.
+    """
+
+    scale: float | None = None
+    causal: bool = False
+    alignment: DiagonalAlignment | str = DiagonalAlignment.TOP_LEFT  # a name becomes its DiagonalAlignment
+    window: tuple[int | None, int | None] = (None, None)
+    softcap: float | None = None
+    dropout_p: float = 0.0
+    seed: int = 0
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scale is not None and not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)):
+            raise BadParam(f"scale={self.scale!r} must be a finite number or None")
+        if not isinstance(self.causal, bool):
+            raise BadParam(f"causal={self.causal!r} must be a bool")
+        alignments = [a.value for a in DiagonalAlignment]
+        if not (isinstance(self.alignment, DiagonalAlignment) or self.alignment in alignments):
+            raise BadParam(f"alignment={self.alignment!r} must be a DiagonalAlignment (TOP_LEFT or BOTTOM_RIGHT)")
+        object.__setattr__(self, "alignment", DiagonalAlignment(self.alignment))
+        window = self.window
+        if not (isinstance(window, (tuple, list)) and len(window) == 2
+                and all(b is None or (isinstance(b, int) and not isinstance(b, bool) and b >= 0) for b in window)):
+            raise BadParam(f"window={window!r} must be a pair (left, right), each an int at least 0 or None")
+        object.__setattr__(self, "window", tuple(window))
+        if self.softcap is not None and not (isinstance(self.softcap, (int, float)) and 0 < self.softcap < math.inf):
+            raise BadParam(f"softcap={self.softcap!r} must be positive and finite, or None")
+        if not (isinstance(self.dropout_p, (int, float)) and 0.0 <= self.dropout_p < 1.0):
+            raise BadParam(f"dropout_p={self.dropout_p!r} must be at least 0 and below 1")
+        for name, value, limit, text in (("seed", self.seed, MAX_SEED, "2**63 - 1"),
+                                         ("offset", self.offset, MAX_OFFSET, "2**62")):
+            if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value <= limit):
+                raise BadParam(f"{name}={value!r} must be an int from 0 to {text}")
+        object.__setattr__(self, "seed", int(self.seed))
+        object.__setattr__(self, "offset", int(self.offset))
+
+    @property
+    def band(self) -> tuple[int | None, int | None]:
+        """(left, right) bounds around the diagonal, causal folded in (right at most 0)."""
+        left, right = self.window
+        if self.causal:
+            right = 0
+        return left, right
+
+    def resolved_scale(self, head_dim: int) -> float:
+        return float(self.scale) if self.scale is not None else 1.0 / math.sqrt(head_dim)
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    """A validated attention call, forward (o and stats written) or backward (``do`` given: dq, dk,
+    dv and dbias written): the parameters and the descriptors, no memory."""
+
+    __hash__ = cached_hash  # problems key the per-call caches
+
+    params: AttentionDescriptor
+    scale: float
+    q: TensorDescriptor
+    k: TensorDescriptor
+    v: TensorDescriptor
+    o: TensorDescriptor
+    stats: TensorDescriptor | None = None
+    bias: TensorDescriptor | None = None
+    seq_lens_q: TensorDescriptor | None = None
+    seq_lens_kv: TensorDescriptor | None = None
+    do: TensorDescriptor | None = None
+    dq: TensorDescriptor | None = None
+    dk: TensorDescriptor | None = None
+    dv: TensorDescriptor | None = None
+    dbias: TensorDescriptor | None = None
+    allow_tf32: bool = False
+
+    @property
+    def backward(self) -> bool:
+        return self.do is not None
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.q.dims[1] // self.k.dims[1]
+
+    @property
+    def mask_bias(self) -> bool:
+        """The bias is a BOOLEAN mask (True: the key takes part) rather than added to the scores."""
+        return self.bias is not None and self.bias.dtype is DataType.BOOLEAN
+
+    @property
+    def compute_dtype(self) -> DataType:
+        return self.q.dtype.compute_type
+
+
+class AttentionTensors(NamedTuple):
+    """The memory of one call, in the problem's slots (None where the call has none)."""
+
+    q: Bound
+    k: Bound
+    v: Bound
+    o: Bound
+    stats: Bound | None = None
+    bias: Bound | None = None
+    seq_lens_q: Bound | None = None
+    seq_lens_kv: Bound | None = None
+    do: Bound | None = None
+    dq: Bound | None = None
+    dk: Bound | None = None
+    dv: Bound | None = None
+    dbias: Bound | None = None
+
+
+SLOTS = AttentionTensors._fields
+# the caller's name of each slot in the errors; the cuDNN-shaped calls name descriptors
+API_NAMES = (("params", "attn_desc"), *((slot, f"{slot}_desc") for slot in SLOTS))
+
+
+@memoized
+def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: TensorDescriptor, v: TensorDescriptor,
+                      o: TensorDescriptor, *, stats: TensorDescriptor | None = None,
+                      bias: TensorDescriptor | None = None, seq_lens_q: TensorDescriptor | None = None,
+                      seq_lens_kv: TensorDescriptor | None = None, do: TensorDescriptor | None = None,
+                      dq: TensorDescriptor | None = None, dk: TensorDescriptor | None = None,
+                      dv: TensorDescriptor | None = None, dbias: TensorDescriptor | None = None,
+                      names: tuple[tuple[str, str], ...] = API_NAMES, allow_tf32: bool = False) -> AttentionProblem:
+    """The shape and dtype rules of every attention call; a backward when ``do`` is given.
+
+    Args:
+        names: (slot, the caller's name) pairs for the messages: "params" and every AttentionTensors field.
+
+    Raises:
+        BadParam: naming the descriptor: not 4 dims, dims that disagree (batch, heads, sequence,
+            head dim), query heads not a multiple of key/value heads, dtypes that differ, stats,
+            bias, seq lens or gradients of the wrong dims or dtype, a tensor the backward needs missing.
+        NotSupported: a non-float dtype, a head dim outside 8..256, the gradient of a BOOLEAN mask.
+    """
+    name = dict(names)
+    if not isinstance(params, AttentionDescriptor):
+        raise BadParam(f"{name['params']}={params!r} must be an AttentionDescriptor")
+    descs = dict(q=q, k=k, v=v, o=o, stats=stats, bias=bias, seq_lens_q=seq_lens_q, seq_lens_kv=seq_lens_kv,
+                 do=do, dq=dq, dk=dk, dv=dv, dbias=dbias)
+    backward = do is not None
+    for slot in ("stats", "dq", "dk", "dv") if backward else ():
+        require(descs[slot] is not None, f"{name[slot]}=None but the backward needs it", Status.BAD_PARAM_NULL_POINTER)
+    for slot, desc in descs.items():
+        if desc is not None and not isinstance(desc, TensorDescriptor):
+            raise BadParam(f"{name[slot]}={desc!r} must be a TensorDescriptor")
+    data = {slot: desc for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv") if (desc := descs[slot]) is not None}
+    for slot, desc in data.items():
+        require(desc.ndim == 4, f"{name[slot]}.ndim={desc.ndim} must be 4 (batch, heads, sequence, head dim)",
+                Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(q.dtype.is_floating, f"{name['q']}.dtype={q.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            Status.NOT_SUPPORTED_DATA_TYPE)
+    for slot, desc in data.items():
+        require(desc.dtype is q.dtype,
+                f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}")
+    batch, heads_q, _, head_dim = q.dims
+    heads_kv, value_dim = k.dims[1], v.dims[3]
+    _check_dims(name, "k", k, [("q", 0), None, None, ("q", 3)], data)
+    _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], data)
+    require(heads_q % heads_kv == 0, f"{name['q']}.dims[1]={heads_q} must be a multiple of "
+                                     f"{name['k']}.dims[1]={heads_kv} (query heads per key/value head)",
+            Status.BAD_PARAM_SHAPE_MISMATCH)
+    for slot, dim in (("q", head_dim), ("v", value_dim)):
+        require(MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM, f"{name[slot]}.dims[3]={dim} must be between {MIN_HEAD_DIM} "
+                                                     f"and {MAX_HEAD_DIM} (the head dims the kernels support)",
+                Status.NOT_SUPPORTED_SHAPE)
+    output_dims = [("q", 0), ("q", 1), ("q", 2), ("v", 3)]
+    for slot, source in (("o", None), ("do", None), ("dq", "q"), ("dk", "k"), ("dv", "v")):
+        if slot in data:
+            rule = output_dims if source is None else [(source, d) for d in range(4)]
+            _check_dims(name, slot, data[slot], rule, data)
+    if stats is not None:
+        _check_stats(name, stats, q)
+    if bias is not None:
+        _check_bias(name, bias, q, k)
+    if dbias is not None:
+        _check_bias_gradient(name, dbias, bias)
+    for slot in ("seq_lens_q", "seq_lens_kv"):
+        lens = descs[slot]
+        if lens is not None:
+            require(lens.dims == (batch,), f"{name[slot]}.dims={list(lens.dims)} must be [{batch}] (one length per "
+                                           f"batch of {name['q']})", Status.BAD_PARAM_SHAPE_MISMATCH)
+            require(lens.dtype in (DataType.INT32, DataType.INT64),
+                    f"{name[slot]}.dtype={lens.dtype.name} must be INT32 or INT64", Status.NOT_SUPPORTED_DATA_TYPE)
+    return AttentionProblem(params, params.resolved_scale(head_dim), q, k, v, o, stats, bias, seq_lens_q, seq_lens_kv,
+                            do, dq, dk, dv, dbias, bool(allow_tf32) and q.dtype is DataType.FLOAT)
+
+
+def _check_dims(name: dict[str, str], slot: str, desc: TensorDescriptor, rule: Sequence[tuple[str, int] | None],
+                descs: dict[str, TensorDescriptor]) -> None:
+    """Each dim d of ``desc`` equals dim rule[d][1] of descriptor rule[d][0] (None: any size)."""
+    for d, source in enumerate(rule):
+        if source is None:
+            continue
+        expected = descs[source[0]].dims[source[1]]
+        if desc.dims[d] != expected:
+            raise BadParam(f"{name[slot]}.dims[{d}]={desc.dims[d]} must equal {name[source[0]]}.dims[{source[1]}]="
+                           f"{expected}", Status.BAD_PARAM_SHAPE_MISMATCH)
+
+
+def _check_stats(name: dict[str, str], stats: TensorDescriptor, q: TensorDescriptor) -> None:
+    require(stats.dims == q.dims[:3], f"{name['stats']}.dims={list(stats.dims)} must be {list(q.dims[:3])} "
+                                      f"(batch, heads, sequence of {name['q']})", Status.BAD_PARAM_SHAPE_MISMATCH)
+    allowed = (DataType.FLOAT, DataType.DOUBLE) if q.dtype is DataType.DOUBLE else (DataType.FLOAT,)
+    require(stats.dtype in allowed, f"{name['stats']}.dtype={stats.dtype.name} must be "
+                                    f"{' or '.join(t.name for t in allowed)} for {name['q']}.dtype={q.dtype.name}",
+            Status.NOT_SUPPORTED_DATA_TYPE)
+
+
+def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescriptor, k: TensorDescriptor) -> None:
+    full = (*q.dims[:3], k.dims[2])
+    require(bias.ndim == 4, f"{name['bias']}.ndim={bias.ndim} must be 4 (batch, heads, queries, keys)",
+            Status.BAD_PARAM_SHAPE_MISMATCH)
+    for d, (size, expected) in enumerate(zip(bias.dims, full)):
+        if size not in (1, expected):
+            sizes = "1" if expected == 1 else f"{expected} or 1"
+            raise BadParam(f"{name['bias']}.dims[{d}]={size} must be {sizes} (it broadcasts to {list(full)})",
+                           Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(bias.dtype in (q.dtype, DataType.BOOLEAN),
+            f"{name['bias']}.dtype={bias.dtype.name} must equal {name['q']}.dtype={q.dtype.name} (added to the "
+            "scores) or be BOOLEAN (a mask, True where the key takes part)", Status.NOT_SUPPORTED_DATA_TYPE)
+
+
+def _check_bias_gradient(name: dict[str, str], dbias: TensorDescriptor, bias: TensorDescriptor | None) -> None:
+    require(bias is not None, f"{name['dbias']} is given but {name['bias']}=None", Status.BAD_PARAM_NULL_POINTER)
+    assert bias is not None
+    if bias.dtype is DataType.BOOLEAN:
+        raise NotSupported(f"{name['dbias']}: {name['bias']}.dtype=BOOLEAN is a mask and has no gradient")
+    require(dbias.dims == bias.dims, f"{name['dbias']}.dims={list(dbias.dims)} must equal "
+                                     f"{name['bias']}.dims={list(bias.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(dbias.dtype is bias.dtype,
+            f"{name['dbias']}.dtype={dbias.dtype.name} must equal {name['bias']}.dtype={bias.dtype.name}")
+
+
+# ---- the counter-based generator of the dropout mask ---------------------------------------------
+
+PHILOX_KEY_A, PHILOX_KEY_B = 0x9E3779B9, 0xBB67AE85
+PHILOX_ROUND_A, PHILOX_ROUND_B = 0xD2511F53, 0xCD9E8D57
+PHILOX_ROUNDS = 10
+UINT32 = np.uint64(0xFFFFFFFF)
+
+
+def philox_uniform(seed: int, counters: np.ndarray) -> np.ndarray:
+    """Triton's ``tl.rand(seed, counters)`` bit for bit: uniform float32 in [0, 1).
+
+    Philox 4x32 with 10 rounds, key (seed low, seed high 32 bits), counter (counter low, counter
+    high 32 bits, 0, 0); the first output word, read as an int32 x, becomes ``(x < 0 ? -x - 1 : x)``
+    times 4.6566127342e-10 in float32. Words live in uint64 so that 32 x 32-bit products are exact.
+
+    Args:
+        counters: non-negative integers below 2**63, any shape.
+    """
+    counters = np.asarray(counters, np.int64).astype(np.uint64)
+    c0, c1 = counters & UINT32, counters >> np.uint64(32)
+    c2 = c3 = np.zeros_like(c0)
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    for _ in range(PHILOX_ROUNDS):
+        product_b, product_a = np.uint64(PHILOX_ROUND_B) * c2, np.uint64(PHILOX_ROUND_A) * c0
+        c0, c2 = (product_b >> np.uint64(32)) ^ c1 ^ k0, (product_a >> np.uint64(32)) ^ c3 ^ k1
+        c1, c3 = product_b & UINT32, product_a & UINT32
+        k0, k1 = (k0 + np.uint64(PHILOX_KEY_A)) & UINT32, (k1 + np.uint64(PHILOX_KEY_B)) & UINT32
+    signed = c0.astype(np.int64) - np.where(c0 >= np.uint64(2**31), np.int64(2**32), np.int64(0))
+    magnitude = np.where(signed < 0, -signed - 1, signed)
+    return magnitude.astype(np.float32) * np.float32(4.6566127342e-10)
+
+
+def dropout_keep(params: AttentionDescriptor, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """The dropout mask of a (B, Hq, Sq, Skv) attention: True where the weight is kept."""
+    counters = params.offset + np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    return philox_uniform(params.seed, counters) >= np.float32(params.dropout_p)
+
+
+# ---- float64 reference ------------------------------------------------------------------------------
+
+def allowed_keys(params: AttentionDescriptor, batch: int, seq_q: int, seq_kv: int,
+                 seq_lens_q: np.ndarray | None = None, seq_lens_kv: np.ndarray | None = None) -> np.ndarray:
+    """(B, 1, Sq, Skv) booleans: True where key j takes part for query i (padding, causal, window)."""
+    len_q = np.full(batch, seq_q) if seq_lens_q is None else np.clip(np.asarray(seq_lens_q, np.int64), 0, seq_q)
+    len_kv = np.full(batch, seq_kv) if seq_lens_kv is None else np.clip(np.asarray(seq_lens_kv, np.int64), 0, seq_kv)
+    len_q, len_kv = len_q.reshape(batch, 1, 1, 1), len_kv.reshape(batch, 1, 1, 1)
+    i, j = np.arange(seq_q).reshape(1, 1, seq_q, 1), np.arange(seq_kv).reshape(1, 1, 1, seq_kv)
+    allowed = (i < len_q) & (j < len_kv)
+    diagonal = i + (len_kv - len_q if params.alignment is DiagonalAlignment.BOTTOM_RIGHT else 0)
+    left, right = params.band
+    if left is not None:
+        allowed = allowed & (j >= diagonal - left)
+    if right is not None:
+        allowed = allowed & (j <= diagonal + right)
+    return allowed
+
+
+class _Weights(NamedTuple):
+    p: np.ndarray  # softmax weights (B, Hq, Sq, Skv), 0 where no key takes part
+    dropped: np.ndarray  # p * keep / (1 - dropout_p)
+    kept: np.ndarray | None  # keep / (1 - dropout_p), with dropout
+    lse: np.ndarray  # (B, Hq, Sq), -inf for rows with no key
+    tanh: np.ndarray | None  # tanh(scale * q . k / softcap), when softcapped
+    keys: np.ndarray  # k repeated to the query heads
+    values: np.ndarray  # v repeated to the query heads
+
+
+def _weights(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None,
+             seq_lens_q: np.ndarray | None, seq_lens_kv: np.ndarray | None) -> _Weights:
+    batch, heads_q, seq_q, head_dim = q.shape
+    group, seq_kv = heads_q // k.shape[1], k.shape[2]
+    keys, values = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    with np.errstate(all="ignore"):  # masked rows: -inf scores, on purpose
+        scores = params.resolved_scale(head_dim) * (q @ keys.swapaxes(-1, -2))
+        tanh = None
+        if params.softcap is not None:
+            tanh = np.tanh(scores / params.softcap)
+            scores = params.softcap * tanh
+        allowed = allowed_keys(params, batch, seq_q, seq_kv, seq_lens_q, seq_lens_kv)
+        if bias is not None and bias.dtype == np.bool_:
+            allowed = allowed & bias
+        elif bias is not None:
+            scores = scores + bias
+        scores = np.where(allowed, scores, -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        exps = np.exp(scores - np.where(top == -np.inf, 0.0, top))
+        total = exps.sum(axis=-1, keepdims=True)
+        p = exps / np.where(total == 0, 1.0, total)  # rows with no key: 0 (NaN stays NaN)
+        lse = np.where(total == 0, -np.inf, top + np.log(total))[..., 0]
+    kept = None
+    if params.dropout_p > 0:
+        kept = dropout_keep(params, (batch, heads_q, seq_q, seq_kv)) / (1.0 - params.dropout_p)
+    return _Weights(p, p if kept is None else p * kept, kept, lse, tanh, keys, values)
+
+
+def reference_forward(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                      bias: np.ndarray | None = None, seq_lens_q: np.ndarray | None = None,
+                      seq_lens_kv: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(o, lse): the forward definition in the inputs' float dtype. ``bias`` is a float array added to
+    the scores or a boolean mask, of 4 dims that broadcast to (B, Hq, Sq, Skv)."""
+    w = _weights(params, q, k, v, bias, seq_lens_q, seq_lens_kv)
+    return w.dropped @ w.values, w.lse
+
+
+def reference_backward(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
+                       bias: np.ndarray | None = None, seq_lens_q: np.ndarray | None = None,
+                       seq_lens_kv: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(dq, dk, dv, dbias): the backward definition from the inputs and dO, the forward recomputed;
+    dbias (of the bias's dims) only for a float bias, else None."""
+    w = _weights(params, q, k, v, bias, seq_lens_q, seq_lens_kv)
+    batch, heads_kv, seq_kv = k.shape[:3]
+    group = q.shape[1] // heads_kv
+    dp = do @ w.values.swapaxes(-1, -2)
+    if w.kept is not None:
+        dp = dp * w.kept
+    ds = w.p * (dp - (w.p * dp).sum(axis=-1, keepdims=True))
+    dbias = None
+    if bias is not None and bias.dtype != np.bool_:
+        broadcast = tuple(d for d in range(4) if bias.shape[d] == 1 and ds.shape[d] != 1)
+        dbias = ds.sum(axis=broadcast, keepdims=True) if broadcast else ds
+    if w.tanh is not None:
+        ds = ds * (1.0 - w.tanh**2)
+    scale = params.resolved_scale(q.shape[3])
+    dq = scale * (ds @ w.keys)
+    dk = (scale * (ds.swapaxes(-1, -2) @ q)).reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
+    dv = (w.dropped.swapaxes(-1, -2) @ do).reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
+    return dq, dk, dv, dbias

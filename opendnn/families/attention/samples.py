@@ -1,0 +1,152 @@
+"""Samples of attention_forward and attention_backward: the masks (causal top-left and bottom-right,
+sliding window, sequence lengths, a boolean mask), a float bias and its gradient, softcap, dropout,
+GQA and MQA, padded head dims, every dtype and layout.
+
+A sample's shape is (B, Hq, Hkv, Sq, Skv, D, Dv); its output concatenates every output of the call
+(o and the stats forward; dq, dk, dv and dbias backward), each divided by the norm of its reference,
+so that each counts alike in the relative error. The backward runs from the reference forward's o
+(rounded to the dtype) and stats. bfloat16 samples are "large" only: Triton 3.6's interpreter
+multiplies bfloat16 tl.dot operands as their bit patterns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, NotSupported
+from opendnn.core.handle import Handle
+from opendnn.core.samples import ErrorSample, Sample, Tensors, checked, descriptor, values
+from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.functional import scaled_dot_product_attention
+from opendnn.families.attention.problem import AttentionDescriptor, reference_backward, reference_forward
+
+# variant -> (the descriptor's fields, bias: None, "float" (1, Hq, Sq, Skv) or "mask" (B, 1, Sq, Skv), lengths)
+VARIANTS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
+    "plain": ({}, None, False),
+    "causal": (dict(causal=True), None, False),
+    "causal_bottom_right/lengths": (dict(causal=True, alignment="bottom_right"), None, True),
+    "window/softcap/mask": (dict(window=(24, 8), softcap=20.0), "mask", False),
+    "bias/dropout": (dict(dropout_p=0.1, seed=1234, offset=77), "float", False),
+}
+
+
+def _operands(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str, Any], dict[str, Any]]:
+    """(the descriptor, {slot: tensor}, {slot: float64 NumPy values}) of the inputs q, k, v, bias, lengths."""
+    fields, bias_kind, lengths = VARIANTS[sample.variant]
+    batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = sample.shape
+    tensors = {"q": t.input((batch, heads_q, seq_q, dim), sample.dtype, sample.layout),
+               "k": t.input((batch, heads_kv, seq_kv, dim), sample.dtype, sample.layout),
+               "v": t.input((batch, heads_kv, seq_kv, value_dim), sample.dtype, sample.layout)}
+    if bias_kind == "float":
+        tensors["bias"] = t.input((1, heads_q, seq_q, seq_kv), sample.dtype, "packed")
+    elif bias_kind == "mask":
+        tensors["bias"] = t.torch.from_numpy(t.rng.uniform(size=(batch, 1, seq_q, seq_kv)) < 0.8).to(t.device)
+    if lengths:  # the last batch full, the others shorter
+        for side, seq in (("q", seq_q), ("kv", seq_kv)):
+            lens = t.rng.integers(seq // 2, seq + 1, batch)
+            lens[-1] = seq
+            tensors[f"seq_lens_{side}"] = t.torch.from_numpy(lens.astype(np.int32)).to(t.device)
+    values = {slot: tensor.cpu().numpy() if slot.startswith("seq") or tensor.dtype == t.torch.bool
+              else t.values(tensor) for slot, tensor in tensors.items()}
+    return AttentionDescriptor(**fields), tensors, values
+
+
+def _optional(tensors: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of the optional inputs present."""
+    return {key: value for slot in ("bias", "seq_lens_q", "seq_lens_kv") if slot in tensors
+            for key, value in ((f"{slot}_desc", descriptor(tensors[slot])), (slot, tensors[slot]))}
+
+
+def _stats_type(sample: Sample) -> DataType:
+    return DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
+
+
+def _joined(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The (actual, expected) pairs flattened and concatenated, each divided by its expected norm."""
+    scales = [max(float(np.linalg.norm(expected[np.isfinite(expected)])), 1e-30) for _, expected in pairs]
+    return (np.concatenate([actual.ravel() / s for (actual, _), s in zip(pairs, scales)]),
+            np.concatenate([expected.ravel() / s for (_, expected), s in zip(pairs, scales)]))
+
+
+def run_attention_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    params, tensors, values = _operands(sample, t)
+    batch, heads_q, _, seq_q, _, _, value_dim = sample.shape
+    o = t.output((batch, heads_q, seq_q, value_dim), sample.dtype, sample.layout, None)
+    stats = t.output((batch, heads_q, seq_q), _stats_type(sample), "packed", None)
+    q, k, v = tensors["q"], tensors["k"], tensors["v"]
+    attention_forward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
+                      stats_desc=descriptor(stats), stats=stats, **_optional(tensors))
+    expected_o, expected_stats = reference_forward(params, values["q"], values["k"], values["v"], values.get("bias"),
+                                                   values.get("seq_lens_q"), values.get("seq_lens_kv"))
+    return _joined([checked(t, o, expected_o), (t.values(stats), expected_stats)])
+
+
+def run_attention_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    """o and stats from the float64 reference forward, dO random; dbias for a float bias."""
+    params, tensors, values = _operands(sample, t)
+    inputs = (values["q"], values["k"], values["v"])
+    optional = (values.get("bias"), values.get("seq_lens_q"), values.get("seq_lens_kv"))
+    q, k, v = tensors["q"], tensors["k"], tensors["v"]
+    o = t.input((*q.shape[:3], v.shape[3]), sample.dtype, sample.layout)
+    expected_o, expected_stats = reference_forward(params, *inputs, *optional)
+    o.copy_(t.torch.from_numpy(expected_o).to(o.dtype))
+    stats = t.torch.from_numpy(expected_stats).to(t.device, _stats_type(sample).to_torch())
+    do = t.input(tuple(o.shape), sample.dtype, sample.layout)
+    grads = [t.output(tuple(x.shape), sample.dtype, sample.layout, None) for x in (q, k, v)]
+    extra = _optional(tensors)
+    if "bias" in tensors and tensors["bias"].dtype != t.torch.bool:
+        extra["dbias"] = dbias = t.output(tuple(tensors["bias"].shape), sample.dtype, "packed", None)
+        extra["dbias_desc"] = descriptor(dbias)
+        grads.append(dbias)
+    attention_backward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
+                       descriptor(do), do, descriptor(stats), stats,
+                       *(item for grad in grads[:3] for item in (descriptor(grad), grad)), **extra)
+    expected = reference_backward(params, *inputs, t.values(do), *optional)
+    return _joined([checked(t, grad, reference) for grad, reference in zip(grads, expected) if reference is not None])
+
+
+# (B, Hq, Hkv, Sq, Skv, D, Dv): GQA with Sq != Skv and a padded value dim; MQA with head dim 8
+SHAPES = {"small": ((2, 4, 2, 20, 27, 16, 24), (1, 2, 1, 33, 16, 8, 8)),
+          "large": ((2, 8, 2, 1024, 1024, 128, 128), (1, 4, 1, 2048, 1536, 64, 64))}
+
+
+def samples(size: str = "small") -> Iterator[Sample]:
+    """Every variant x direction on the first shape in float32, and in float16 (and bfloat16 at
+    "large"); at "small" the layouts and float64 on a few, the second shape on every variant."""
+    first, second = SHAPES[size]
+    half = (DataType.HALF, DataType.BFLOAT16) if size == "large" else (DataType.HALF,)
+    runners = (("attention_forward", run_attention_forward), ("attention_backward", run_attention_backward))
+    for op, runner in runners:
+        for variant in VARIANTS:
+            for dtype in (DataType.FLOAT, *half):
+                yield Sample(op, variant, dtype, first, runner=runner)
+            yield Sample(op, variant, DataType.FLOAT, second, layout="permuted", runner=runner)
+        yield Sample(op, "causal_bottom_right/lengths", DataType.FLOAT, first, layout="subregion", runner=runner)
+        if size == "small":
+            yield Sample(op, "bias/dropout", DataType.DOUBLE, second, runner=runner)
+
+
+def error_samples() -> list[ErrorSample]:
+    """Bad calls of scaled_dot_product_attention and their messages."""
+
+    def operands(query: tuple[int, ...], key: tuple[int, ...], value: tuple[int, ...]) -> dict[str, Any]:
+        return {"query": values(*query), "key": values(*key), "value": values(*value)}
+
+    return [
+        ErrorSample("head dim below the kernels' range", scaled_dot_product_attention,
+                    lambda: operands((1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4)), NotSupported,
+                    "query.dims[3]=4 must be between 8 and 256"),
+        ErrorSample("key head dim not the query's", scaled_dot_product_attention,
+                    lambda: operands((1, 2, 4, 16), (1, 2, 5, 8), (1, 2, 5, 16)), BadParam,
+                    "key.dims[3]=8 must equal query.dims[3]=16"),
+        ErrorSample("query heads not a multiple of key heads", scaled_dot_product_attention,
+                    lambda: {**operands((1, 3, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "enable_gqa": True}, BadParam,
+                    "query.dims[1]=3 must be a multiple of key.dims[1]=2"),
+        ErrorSample("dropout probability of 1.5", scaled_dot_product_attention,
+                    lambda: {**operands((1, 2, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "dropout_p": 1.5}, BadParam,
+                    "dropout_p=1.5 must be at least 0 and below 1"),
+    ]

@@ -1,0 +1,143 @@
+"""Attention on the Triton backend: the planner and the launches of the kernels in
+``triton_forward`` (FlashAttention-2 forward) and ``triton_backward`` (the deterministic backward),
+whose docstrings carry the FLOP and byte models.
+
+``choose(problem)`` names the strategy and picks the tile from the head dims and the dtype: the
+tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padded to powers of two (at least 16,
+the smallest a tensor-core product takes; the padding is masked), the warps and pipeline stages.
+Tiles shrink with the head dim (the accumulators stay in registers) and with the element size
+(float32 products run on FMA units without TF32, float64 ones always), and never exceed the
+sequence lengths rounded up to a power of two. The backward allocates one workspace, delta, of
+B * Hq * Sq numbers in the compute dtype, on the tensors' device and the current stream.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from opendnn.core.arrays import torch_view
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.families.attention.problem import AttentionProblem, AttentionTensors, DiagonalAlignment
+from opendnn.families.attention.triton_backward import (
+    attention_dbias_kernel,
+    attention_delta_kernel,
+    attention_dkdv_kernel,
+    attention_dq_kernel,
+)
+from opendnn.families.attention.triton_forward import attention_forward_kernel
+
+MIN_BLOCK = 16  # the smallest dim of a tensor-core product
+# (element bytes) -> ((widest padded head dim, BLOCK_M, BLOCK_N, warps), ...): the first row that fits
+FORWARD_TILES = {
+    2: ((64, 128, 64, 4), (128, 128, 64, 8), (256, 64, 32, 8)),
+    4: ((64, 64, 32, 4), (128, 32, 32, 4), (256, 32, 16, 4)),
+    8: ((64, 32, 16, 4), (256, 16, 16, 4)),
+}
+BACKWARD_TILES = {
+    2: ((64, 64, 64, 4), (128, 64, 32, 8), (256, 32, 32, 8)),
+    4: ((64, 32, 32, 4), (128, 32, 16, 4), (256, 16, 16, 4)),
+    8: ((256, 16, 16, 4),),
+}
+NUM_STAGES = 2
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    strategy: str  # "flash2_forward" or "flash2_deterministic_backward"
+    block_m: int
+    block_n: int
+    block_d: int
+    block_dv: int
+    num_warps: int
+    num_stages: int
+
+
+def choose(problem: AttentionProblem) -> AttentionPlan:
+    """The strategy and tile of ``problem``."""
+    block_d = max(MIN_BLOCK, triton.next_power_of_2(problem.q.dims[3]))
+    block_dv = max(MIN_BLOCK, triton.next_power_of_2(problem.v.dims[3]))
+    tiles = (BACKWARD_TILES if problem.backward else FORWARD_TILES)[problem.q.dtype.itemsize]
+    block_m, block_n, num_warps = next(row[1:] for row in tiles if max(block_d, block_dv) <= row[0])
+    block_m = min(block_m, max(MIN_BLOCK, triton.next_power_of_2(problem.q.dims[2])))
+    block_n = min(block_n, max(MIN_BLOCK, triton.next_power_of_2(problem.k.dims[2])))
+    strategy = "flash2_deterministic_backward" if problem.backward else "flash2_forward"
+    return AttentionPlan(strategy, block_m, block_n, block_d, block_dv, num_warps, NUM_STAGES)
+
+
+def supports(problem: AttentionProblem) -> str | None:
+    return None
+
+
+def run(problem: AttentionProblem, t: AttentionTensors) -> None:
+    plan = choose(problem)
+    args = dict(_arguments(problem, plan))
+    args.update({f"{slot}_ptr": None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)})
+    batch, heads_q, seq_q, _ = problem.q.dims
+    heads_kv, seq_kv = problem.k.dims[1:3]
+    query_blocks = (triton.cdiv(seq_q, plan.block_m), batch * heads_q)
+    if not problem.backward:
+        _launch(attention_forward_kernel, query_blocks, args, plan)
+        return
+    import torch
+
+    dtype = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+    args["delta_ptr"] = torch.empty(batch * heads_q * seq_q, dtype=dtype, device=args["q_ptr"].device)
+    _launch(attention_delta_kernel, query_blocks, args, plan)
+    _launch(attention_dkdv_kernel, (triton.cdiv(seq_kv, plan.block_n), batch * heads_kv), args, plan)
+    _launch(attention_dq_kernel, query_blocks, args, plan)
+    if problem.dbias is not None:
+        bias_batch, bias_heads, bias_queries, bias_keys = problem.dbias.dims
+        tiles = triton.cdiv(bias_queries, plan.block_m) * triton.cdiv(bias_keys, plan.block_n)
+        _launch(attention_dbias_kernel, (tiles, bias_batch * bias_heads), args, plan)
+
+
+def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> None:
+    """``kernel[grid]`` with the arguments it names."""
+    kernel[grid](**{name: args[name] for name in kernel.arg_names}, num_warps=plan.num_warps,
+                 num_stages=plan.num_stages)
+
+
+@functools.lru_cache(maxsize=256)
+def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[str, Any], ...]:
+    """Every argument but the pointers, by name, for any of the kernels: planned once per problem."""
+    left, right = problem.params.band
+    dropout = problem.params.dropout_p
+    batch, heads_q, seq_q, head_dim = problem.q.dims
+    bias, dbias = problem.bias, problem.dbias
+    summed = [False] * 4 if dbias is None else [size == 1 for size in dbias.dims]
+    seq_lens_strides = tuple(0 if d is None else d.strides[0] for d in (problem.seq_lens_q, problem.seq_lens_kv))
+    args = dict(
+        q_strides=problem.q.strides, k_strides=problem.k.strides, v_strides=problem.v.strides,
+        o_strides=problem.o.strides, stats_strides=_strides(problem.stats, 3), do_strides=_strides(problem.do, 4),
+        dq_strides=_strides(problem.dq, 4), dk_strides=_strides(problem.dk, 4), dv_strides=_strides(problem.dv, 4),
+        # broadcast dims of the bias read one element: stride 0
+        bias_strides=(0, 0, 0, 0) if bias is None else tuple(0 if d == 1 else s for d, s in zip(bias.dims,
+                                                                                             bias.strides)),
+        dbias_strides=_strides(dbias, 4), dbias_dims=(1, 1, 1, 1) if dbias is None else dbias.dims,
+        seq_lens_strides=seq_lens_strides,
+        batch=batch, heads_q=heads_q, group=problem.group, seq_q=seq_q, seq_kv=problem.k.dims[2],
+        head_dim=head_dim, value_dim=problem.v.dims[3],
+        scale=problem.scale, softcap=problem.params.softcap or 1.0, left=left or 0, right=right or 0,
+        dropout_p=dropout, dropout_scale=1.0 / (1.0 - dropout), seed=problem.params.seed,
+        offset=problem.params.offset,
+        HAS_LEFT=left is not None, HAS_RIGHT=right is not None,
+        BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
+        HAS_LENS_Q=problem.seq_lens_q is not None, HAS_LENS_KV=problem.seq_lens_kv is not None,
+        BIAS_ADD=bias is not None and not problem.mask_bias, BIAS_MASK=problem.mask_bias,
+        SOFTCAP=problem.params.softcap is not None, DROPOUT=dropout > 0, STORE_STATS=problem.stats is not None,
+        PRECISION="tf32" if problem.allow_tf32 else "ieee",
+        COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
+        BATCH_SUMMED=summed[0], HEADS_SUMMED=summed[1], QUERIES_SUMMED=summed[2], KEYS_SUMMED=summed[3],
+        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_D=plan.block_d, BLOCK_DV=plan.block_dv,
+    )
+    return tuple(args.items())
+
+
+def _strides(desc: TensorDescriptor | None, ndim: int) -> tuple[int, ...]:
+    return (0,) * ndim if desc is None else desc.strides

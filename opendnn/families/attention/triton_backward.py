@@ -1,0 +1,283 @@
+"""The attention backward, deterministic: no atomics, every gradient element written by one program
+that sums its terms in a fixed order, and a workspace linear in the sequence length.
+
+1. ``attention_delta_kernel``: delta = rowsum(dO * O) per query row (B * Hq * Sq numbers, float32;
+   float64 for DOUBLE), the workspace.
+2. ``attention_dkdv_kernel``: one program per (BLOCK_N keys, batch, key/value head) holds k and v
+   and loops over the query heads of its group and the query blocks its masks leave, recomputing
+   p = exp(s - lse) from the saved stats: dV += (p * dropout)^T dO, dP = (dO v^T) * dropout,
+   dS = p * (dP - delta), dK += dS'^T q (dS' through the softcap).
+3. ``attention_dq_kernel``: one program per (BLOCK_M queries, batch, query head) loops over the key
+   blocks: dQ += dS' k.
+4. ``attention_dbias_kernel`` (only when dbias is asked for): one program per tile of the bias's
+   own dims sums dS over the dims the bias broadcasts (batch, heads, queries or keys).
+
+FLOPs, with ``pairs`` the (query, key) pairs taking part: the dK/dV kernel computes four products
+(q k^T, p^T dO, dO v^T, dS^T q: ``2 * pairs * (2 * D + 2 * Dv)``), the dQ kernel three (q k^T,
+dO v^T, dS k: ``2 * pairs * (2 * D + Dv)``), so the backward does 3.5 forwards of work with
+D = Dv, where a backward that adds dQ with atomics does 2.5; the dbias kernel adds two products
+more. Bytes: each kernel reads q, dO, the stats and delta once per key block that sees them (dK/dV)
+or k and v once per query block (dQ), mostly from L2; it writes each gradient once. Like the
+forward, past a few hundred keys a row the products dominate.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.families.attention.triton_tiles import (
+    LOG2E,
+    compute_scalar,
+    dropout_kept,
+    head_base,
+    key_range,
+    load_tile,
+    query_range,
+    sequence_lengths,
+    store_tile,
+    tile_scores,
+)
+
+
+@triton.jit
+def attention_delta_kernel(o_ptr, do_ptr, delta_ptr, o_strides, do_strides, heads_q, seq_q, value_dim,
+                           COMPUTE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Program (m, b * Hq + h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] for BLOCK_M rows i."""
+    b = tl.program_id(1) // heads_q
+    h = tl.program_id(1) % heads_q
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    value_dims = tl.arange(0, BLOCK_DV)
+    o = load_tile(o_ptr, head_base(b, h, o_strides), rows, value_dims, (o_strides[2], o_strides[3]), seq_q,
+                  value_dim, 0.0)
+    do = load_tile(do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q,
+                   value_dim, 0.0)
+    delta = tl.sum(o.to(COMPUTE) * do.to(COMPUTE), 1)
+    tl.store(delta_ptr + tl.program_id(1).to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
+
+
+@triton.jit
+def row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE: tl.constexpr):
+    """(lse, delta) of the rows: lse +inf where a row has no key (-inf saved) or is past Sq, so that
+    exp(s - lse) is 0 there."""
+    offsets = head_base(b, h, stats_strides) + rows.to(tl.int64) * stats_strides[2]
+    lse = tl.load(stats_ptr + offsets, mask=rows < seq_q, other=float("inf")).to(COMPUTE)
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)
+    delta = tl.load(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, mask=rows < seq_q, other=0.0)
+    return lse, delta
+
+
+@triton.jit
+def tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides, heads_q, seq_q, seq_kv,
+                   len_q, len_kv, shift, left, right, scale, softcap, dropout_p, dropout_scale, seed, offset,
+                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr,
+                   SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr):
+    """(p * dropout, dS, t) of a tile: the weights that multiplied v, the scores' gradient
+    p * (dP - delta), and tanh of the capped scores (see tile_scores)."""
+    s, t = tile_scores(q, k, rows, columns, b, h, bias_ptr, bias_strides, seq_q, seq_kv, len_q, len_kv, shift, left,
+                       right, scale, softcap, HAS_LEFT, HAS_RIGHT, BIAS_ADD, BIAS_MASK, SOFTCAP, PRECISION, COMPUTE)
+    p = tl.exp2((s - lse[:, None]) * LOG2E)
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=COMPUTE)
+    dropped = p
+    if DROPOUT:
+        kept = dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, dropout_p)
+        dropped = tl.where(kept, p * dropout_scale, 0.0)
+        dp = tl.where(kept, dp * dropout_scale, 0.0)
+    return dropped, p * (dp - delta[:, None]), t
+
+
+@triton.jit
+def through_softcap(ds, t, SOFTCAP: tl.constexpr):
+    """dS' = dS * (1 - tanh^2): the gradient of the scores before the softcap."""
+    if SOFTCAP:
+        ds = ds * (1.0 - t * t)
+    return ds
+
+
+@triton.jit
+def attention_dkdv_kernel(
+    # memory
+    q_ptr, k_ptr, v_ptr, do_ptr, stats_ptr, delta_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr, dk_ptr, dv_ptr,
+    # layout (as the forward's)
+    q_strides, k_strides, v_strides, do_strides, stats_strides, bias_strides, seq_lens_strides, dk_strides,
+    dv_strides,
+    # sizes
+    heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    # parameters
+    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    # the variant
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr,
+    # the tile
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """Program (n, b * Hkv + kv head): dK and dV of keys n * BLOCK_N .. + BLOCK_N - 1."""
+    heads_kv = heads_q // group
+    b = tl.program_id(1) // heads_kv
+    kv_head = tl.program_id(1) % heads_kv
+    start_n = tl.program_id(0) * BLOCK_N
+    len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
+                                            HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+    scale = compute_scalar(scale, COMPUTE)
+    softcap = compute_scalar(softcap, COMPUTE)
+    dropout_scale = compute_scalar(dropout_scale, COMPUTE)
+    columns = start_n + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    value_dims = tl.arange(0, BLOCK_DV)
+    k = load_tile(k_ptr, head_base(b, kv_head, k_strides), columns, dims, (k_strides[2], k_strides[3]), seq_kv,
+                  head_dim, 0.0)
+    v = load_tile(v_ptr, head_base(b, kv_head, v_strides), columns, value_dims, (v_strides[2], v_strides[3]), seq_kv,
+                  value_dim, 0.0)
+    dk = tl.zeros((BLOCK_N, BLOCK_D), COMPUTE)
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), COMPUTE)
+    lo, hi = query_range(start_n, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+    for member in range(group):
+        h = kv_head * group + member
+        q_base = head_base(b, h, q_strides)
+        do_base = head_base(b, h, do_strides)
+        for start_m in range(lo, hi, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
+            do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0)
+            lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
+            dropped, ds, t = tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides,
+                                            heads_q, seq_q, seq_kv, len_q, len_kv, shift, left, right, scale, softcap,
+                                            dropout_p, dropout_scale, seed, offset, HAS_LEFT, HAS_RIGHT, BIAS_ADD,
+                                            BIAS_MASK, SOFTCAP, DROPOUT, PRECISION, COMPUTE)
+            dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION, out_dtype=COMPUTE)
+            ds = through_softcap(ds, t, SOFTCAP)
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION, out_dtype=COMPUTE)
+    store_tile(dk_ptr, head_base(b, kv_head, dk_strides), columns, dims, (dk_strides[2], dk_strides[3]), seq_kv,
+               head_dim, dk * scale)
+    store_tile(dv_ptr, head_base(b, kv_head, dv_strides), columns, value_dims, (dv_strides[2], dv_strides[3]),
+               seq_kv, value_dim, dv)
+
+
+@triton.jit
+def attention_dq_kernel(
+    # memory
+    q_ptr, k_ptr, v_ptr, do_ptr, stats_ptr, delta_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr, dq_ptr,
+    # layout (as the forward's)
+    q_strides, k_strides, v_strides, do_strides, stats_strides, bias_strides, seq_lens_strides, dq_strides,
+    # sizes
+    heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    # parameters
+    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    # the variant
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr,
+    # the tile
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """Program (m, b * Hq + h): dQ of queries m * BLOCK_M .. + BLOCK_M - 1."""
+    b = tl.program_id(1) // heads_q
+    h = tl.program_id(1) % heads_q
+    kv_head = h // group
+    start_m = tl.program_id(0) * BLOCK_M
+    len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
+                                            HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+    scale = compute_scalar(scale, COMPUTE)
+    softcap = compute_scalar(softcap, COMPUTE)
+    dropout_scale = compute_scalar(dropout_scale, COMPUTE)
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    value_dims = tl.arange(0, BLOCK_DV)
+    q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
+    do = load_tile(do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q,
+                   value_dim, 0.0)
+    lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
+    k_base = head_base(b, kv_head, k_strides)
+    v_base = head_base(b, kv_head, v_strides)
+    dq = tl.zeros((BLOCK_M, BLOCK_D), COMPUTE)
+    lo, hi = key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        columns = start_n + tl.arange(0, BLOCK_N)
+        k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0)
+        v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
+        _, ds, t = tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides, heads_q,
+                                  seq_q, seq_kv, len_q, len_kv, shift, left, right, scale, softcap, dropout_p,
+                                  dropout_scale, seed, offset, HAS_LEFT, HAS_RIGHT, BIAS_ADD, BIAS_MASK, SOFTCAP,
+                                  DROPOUT, PRECISION, COMPUTE)
+        ds = through_softcap(ds, t, SOFTCAP)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
+    store_tile(dq_ptr, head_base(b, h, dq_strides), rows, dims, (dq_strides[2], dq_strides[3]), seq_q, head_dim,
+               dq * scale)
+
+
+@triton.jit
+def attention_dbias_kernel(
+    # memory
+    q_ptr, k_ptr, v_ptr, do_ptr, stats_ptr, delta_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr, dbias_ptr,
+    # layout (as the forward's); dbias_dims: the bias's own dims
+    q_strides, k_strides, v_strides, do_strides, stats_strides, bias_strides, seq_lens_strides, dbias_strides,
+    dbias_dims,
+    # sizes
+    batch, heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    # parameters
+    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    # the variant; *_SUMMED: the bias broadcasts along that dim, whose terms this program sums
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr, BATCH_SUMMED: tl.constexpr, HEADS_SUMMED: tl.constexpr, QUERIES_SUMMED: tl.constexpr,
+    KEYS_SUMMED: tl.constexpr,
+    # the tile
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """Program (tile, bias batch * bias heads + bias head): dBias of one BLOCK_M x BLOCK_N tile of the
+    bias's (queries, keys) dims (a whole summed dim counts as one row or column)."""
+    tiles_n = tl.cdiv(dbias_dims[3], BLOCK_N)
+    tile_m = tl.program_id(0) // tiles_n
+    tile_n = tl.program_id(0) % tiles_n
+    bias_b = tl.program_id(1) // dbias_dims[1]
+    bias_h = tl.program_id(1) % dbias_dims[1]
+    scale = compute_scalar(scale, COMPUTE)
+    softcap = compute_scalar(softcap, COMPUTE)
+    dropout_scale = compute_scalar(dropout_scale, COMPUTE)
+    dims = tl.arange(0, BLOCK_D)
+    value_dims = tl.arange(0, BLOCK_DV)
+    m_start, m_stop = tile_m * BLOCK_M, tile_m * BLOCK_M + BLOCK_M
+    if QUERIES_SUMMED:
+        m_start, m_stop = 0, seq_q
+    n_start, n_stop = tile_n * BLOCK_N, tile_n * BLOCK_N + BLOCK_N
+    if KEYS_SUMMED:
+        n_start, n_stop = 0, seq_kv
+    batch_count = batch if BATCH_SUMMED else 1
+    head_count = heads_q if HEADS_SUMMED else 1
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    for batch_step in range(batch_count):
+        b = bias_b + batch_step
+        len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
+                                                HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+        for head_step in range(head_count):
+            h = bias_h + head_step
+            kv_head = h // group
+            for start_m in range(m_start, m_stop, BLOCK_M):
+                rows = start_m + tl.arange(0, BLOCK_M)
+                q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q,
+                              head_dim, 0.0)
+                do = load_tile(do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]),
+                               seq_q, value_dim, 0.0)
+                lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
+                for start_n in range(n_start, n_stop, BLOCK_N):
+                    columns = start_n + tl.arange(0, BLOCK_N)
+                    k = load_tile(k_ptr, head_base(b, kv_head, k_strides), columns, dims, (k_strides[2], k_strides[3]),
+                                  seq_kv, head_dim, 0.0)
+                    v = load_tile(v_ptr, head_base(b, kv_head, v_strides), columns, value_dims,
+                                  (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
+                    _, ds, _ = tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides,
+                                              heads_q, seq_q, seq_kv, len_q, len_kv, shift, left, right, scale,
+                                              softcap, dropout_p, dropout_scale, seed, offset, HAS_LEFT, HAS_RIGHT,
+                                              True, False, SOFTCAP, DROPOUT, PRECISION, COMPUTE)
+                    acc += ds
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if QUERIES_SUMMED:
+        acc = tl.sum(acc, 0, keep_dims=True)
+        rows = tl.arange(0, 1)
+    columns = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if KEYS_SUMMED:
+        acc = tl.sum(acc, 1, keep_dims=True)
+        columns = tl.arange(0, 1)
+    base = bias_b.to(tl.int64) * dbias_strides[0] + bias_h.to(tl.int64) * dbias_strides[1]
+    store_tile(dbias_ptr, base, rows, columns, (dbias_strides[2], dbias_strides[3]), dbias_dims[2], dbias_dims[3], acc)

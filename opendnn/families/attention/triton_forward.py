@@ -1,0 +1,98 @@
+"""The attention forward, FlashAttention-2 style: one program per (BLOCK_M queries, batch, query
+head) streams the key/value blocks its masks leave through an online softmax, and writes o and
+the rows' logsumexp (the stats the backward needs).
+
+FLOPs, with ``pairs`` the (query, key) pairs taking part (B * Hq * Sq * Skv unmasked, about half of
+that causal with Sq = Skv): ``2 * pairs * (D + Dv)`` in the two products (q k^T and p v) and one
+exp2 per pair. Bytes: q and o once each (B * Hq * Sq * (D + Dv)), the stats (4 per row), and k and v
+once per query block that sees them (B * Hq * Skv * (D + Dv) per block row of BLOCK_M queries:
+the query heads of a group and the query blocks of a head read the same keys, mostly from L2).
+Past a few hundred keys a row the products dominate: the kernel is bound by the tensor cores
+(bfloat16: about 670-790 TFLOP/s on an H200), not by memory.
+
+Per key block: s = tile_scores(q, k) (scale, softcap, bias, masks), m' = max(m, rowmax(s)),
+p = exp(s - m'), l = l * exp(m - m') + rowsum(p), acc = acc * exp(m - m') + (p * dropout) v. At the
+end o = acc / l and lse = m + log(l); a row with no key (l = 0) gives o = 0 and lse = -inf. A row's
+max of -inf is shifted by 0 instead, so that -inf - -inf never forms. Accumulation in float32
+(float64 for DOUBLE); p is rounded to the data dtype before its product with v, as FlashAttention does.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.families.attention.triton_tiles import (
+    LOG2E,
+    compute_scalar,
+    dropout_kept,
+    head_base,
+    key_range,
+    load_tile,
+    sequence_lengths,
+    store_tile,
+    tile_scores,
+)
+
+
+@triton.jit
+def attention_forward_kernel(
+    # memory
+    q_ptr, k_ptr, v_ptr, o_ptr, stats_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr,
+    # layout: the strides of each tensor, (B, H, S, D) order; (B, H, S) for stats; (q, kv) for the lengths
+    q_strides, k_strides, v_strides, o_strides, stats_strides, bias_strides, seq_lens_strides,
+    # sizes
+    heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    # parameters
+    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    # the variant
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr, STORE_STATS: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr,
+    # the tile
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """Program (m, b * Hq + h): o and lse of queries m * BLOCK_M .. + BLOCK_M - 1 of batch b, head h."""
+    start_m = tl.program_id(0) * BLOCK_M
+    b = tl.program_id(1) // heads_q
+    h = tl.program_id(1) % heads_q
+    kv_head = h // group
+    len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
+                                            HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+    scale = compute_scalar(scale, COMPUTE)
+    softcap = compute_scalar(softcap, COMPUTE)
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    value_dims = tl.arange(0, BLOCK_DV)
+    q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
+    k_base = head_base(b, kv_head, k_strides)
+    v_base = head_base(b, kv_head, v_strides)
+    m = tl.full((BLOCK_M,), float("-inf"), COMPUTE)
+    total = tl.zeros((BLOCK_M,), COMPUTE)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), COMPUTE)
+    lo, hi = key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        columns = start_n + tl.arange(0, BLOCK_N)
+        k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0)
+        s, _ = tile_scores(q, k, rows, columns, b, h, bias_ptr, bias_strides, seq_q, seq_kv, len_q, len_kv, shift,
+                           left, right, scale, softcap, HAS_LEFT, HAS_RIGHT, BIAS_ADD, BIAS_MASK, SOFTCAP, PRECISION,
+                           COMPUTE)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
+        rescale = tl.exp2((m - shift_m) * LOG2E)
+        p = tl.exp2((s - shift_m[:, None]) * LOG2E)
+        total = total * rescale + tl.sum(p, 1)
+        if DROPOUT:
+            kept = dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, dropout_p)
+            p = tl.where(kept, p * compute_scalar(dropout_scale, COMPUTE), 0.0)
+        v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=COMPUTE)
+        m = m_new
+    empty = total == 0.0
+    total = tl.where(empty, 1.0, total)
+    o = acc / total[:, None]
+    store_tile(o_ptr, head_base(b, h, o_strides), rows, value_dims, (o_strides[2], o_strides[3]), seq_q, value_dim, o)
+    if STORE_STATS:
+        lse = tl.where(empty, float("-inf"), m + tl.log(total))
+        offsets = head_base(b, h, stats_strides) + rows.to(tl.int64) * stats_strides[2]
+        tl.store(stats_ptr + offsets, lse.to(stats_ptr.dtype.element_ty), mask=rows < seq_q)

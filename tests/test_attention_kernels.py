@@ -1,0 +1,273 @@
+"""Attention's Triton kernels through the interpreter, on tiny shapes, against the float64 reference:
+float64, float32 and float16 with every mask, the bias and its gradient, softcap,
+dropout (its mask regenerated in the backward), GQA, padded head dims and any strides, with outputs
+poisoned with NaN inside larger buffers that must stay untouched; tiles of the planner and tiles
+of 16 x 16 (many blocks per row); a bitwise repeatable backward; and every kernel compiled for the
+H200 (sm_90) under the launcher's own arguments."""
+
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import sm90  # noqa: E402
+import torch  # noqa: E402
+
+import opendnn as od  # noqa: E402
+from opendnn.families.attention import triton_backend  # noqa: E402
+from opendnn.families.attention.api import attention_backward, attention_forward  # noqa: E402
+from opendnn.families.attention.problem import (  # noqa: E402
+    AttentionDescriptor,
+    DiagonalAlignment,
+    attention_problem,
+    reference_backward,
+    reference_forward,
+)
+
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
+def descriptor(tensor):
+    return od.TensorDescriptor(tensor.dtype, tensor.shape, tensor.stride())
+
+
+def poisoned_view(shape, dtype):
+    """A NaN view of ``shape`` inside a larger NaN buffer, in BSHD memory order, and its buffer."""
+    batch, heads, seq, dim = shape
+    buffer = torch.full((batch, seq + 2, heads + 1, dim + 3), float("nan"), dtype=dtype)
+    return buffer[:, 1 : seq + 1, 1:, 2 : dim + 2].transpose(1, 2), buffer
+
+
+def written_only_inside(view, buffer):
+    inside = torch.zeros(buffer.shape, dtype=torch.bool)
+    inside[:, 1 : view.shape[2] + 1, 1:, 2 : view.shape[3] + 2] = True
+    return bool(buffer[~inside].isnan().all()) and bool(torch.isfinite(view).all())
+
+
+def error(actual, expected):
+    expected = torch.as_tensor(expected, dtype=torch.float64)
+    return ((actual.double() - expected).norm() / expected.norm()).item()
+
+
+CASES = {
+    "gqa_bottom_right_bias_dropout_lengths": dict(
+        shapes=(2, 4, 2, 37, 45, 24, 16), bias=(2, 1, 37, 45), lengths=([37, 29], [40, 45]),
+        params=AttentionDescriptor(causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT, dropout_p=0.15, seed=11,
+                                   offset=3)),
+    "window_softcap_boolean_mask": dict(
+        shapes=(1, 2, 2, 33, 28, 16, 16), bias=(1, 2, 33, 28), boolean=True,
+        params=AttentionDescriptor(window=(6, 2), softcap=1.5)),
+    "mqa_odd_dims_key_bias": dict(
+        shapes=(2, 3, 1, 20, 17, 8, 40), bias=(1, 3, 1, 17), params=AttentionDescriptor(scale=0.3)),
+}
+
+
+def run_case(name, dtype, backend="triton"):
+    """(outputs of the backend, the float64 reference), forward and backward, over strided inputs."""
+    case = CASES[name]
+    batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = case["shapes"]
+    generator = torch.Generator().manual_seed(len(name))
+    q = torch.randn(batch, seq_q, heads_q, dim, generator=generator).to(dtype).transpose(1, 2)  # BSHD
+    kv = torch.randn(batch, seq_kv, 2, heads_kv, max(dim, value_dim), generator=generator).to(dtype)  # packed K, V
+    k, v = kv[:, :, 0, :, :dim].transpose(1, 2), kv[:, :, 1, :, :value_dim].transpose(1, 2)
+    bias = torch.randn(case["bias"], generator=generator).to(dtype)
+    if case.get("boolean"):
+        bias = bias > -0.8
+    lengths = [None if lens is None else torch.tensor(lens) for lens in case.get("lengths", (None, None))]
+    params = case["params"]
+    o, o_buffer = poisoned_view((batch, heads_q, seq_q, value_dim), dtype)
+    stats = torch.full((batch, heads_q, seq_q), float("nan"), dtype=torch.float64 if dtype == torch.float64
+                       else torch.float32)
+    handle = od.create("cpu", backend=backend)
+    optional = dict(bias_desc=descriptor(bias), bias=bias)
+    for side, lens in zip(("q", "kv"), lengths):
+        if lens is not None:
+            optional.update({f"seq_lens_{side}_desc": descriptor(lens), f"seq_lens_{side}": lens})
+    attention_forward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
+                      stats_desc=descriptor(stats), stats=stats, **optional)
+    do = torch.randn(o.shape, generator=generator).to(dtype)
+    grads = [poisoned_view(t.shape, dtype) for t in (q, k, v)]
+    dbias = None if bias.dtype == torch.bool else torch.full_like(bias, float("nan"))
+    if dbias is not None:
+        optional.update(dbias_desc=descriptor(dbias), dbias=dbias)
+    attention_backward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
+                       descriptor(do), do, descriptor(stats), stats,
+                       *(item for view, _ in grads for item in (descriptor(view), view)), **optional)
+    arrays = [t.double().numpy() for t in (q, k, v)]
+    bias_array = bias.numpy() if bias.dtype == torch.bool else bias.double().numpy()
+    lens_arrays = [None if lens is None else lens.numpy() for lens in lengths]
+    expected_o, expected_stats = reference_forward(params, *arrays, bias_array, *lens_arrays)
+    expected_grads = reference_backward(params, *arrays, do.double().numpy(), bias_array, *lens_arrays)
+    assert written_only_inside(o, o_buffer) and all(written_only_inside(*g) for g in grads)
+    actual = [o, stats, *(view for view, _ in grads), dbias]
+    return actual, [expected_o, expected_stats, *expected_grads]
+
+
+def check(actual, expected, tolerance):
+    for index, (ours, theirs) in enumerate(zip(actual, expected)):
+        if theirs is None:
+            continue
+        finite = np.isfinite(theirs)
+        assert np.array_equal(finite, torch.isfinite(ours).numpy()), index  # -inf stats of empty rows
+        scale = max(np.linalg.norm(theirs[finite]), 1.0)  # dbias along keys sums to 0: an absolute error
+        difference = (ours.double().numpy() - theirs)[finite]
+        assert np.linalg.norm(difference) / scale < tolerance, (index, np.linalg.norm(difference) / scale)
+
+
+@pytest.fixture(params=["planned", "tiles_16"])
+def tiles(request, monkeypatch):
+    """The planner's tiles, or 16 x 16 tiles: several blocks along every sequence."""
+    if request.param == "tiles_16":
+        def small(problem, choose=triton_backend.choose):
+            plan = choose(problem)
+            return type(plan)(plan.strategy, 16, 16, plan.block_d, plan.block_dv, plan.num_warps, plan.num_stages)
+
+        monkeypatch.setattr(triton_backend, "choose", small)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernels_match_the_float64_reference(name, dtype, tiles):
+    actual, expected = run_case(name, dtype)
+    check(actual, expected, TOLERANCE[dtype])
+
+
+def test_float16_kernels_match_the_float64_reference():
+    """(bfloat16 runs on the GPU only: Triton 3.6's interpreter multiplies bfloat16 tl.dot operands as
+    their uint16 bit patterns.)"""
+    actual, expected = run_case("gqa_bottom_right_bias_dropout_lengths", torch.float16)
+    check(actual, expected, TOLERANCE[torch.float16])
+
+
+def test_backward_is_bitwise_repeatable():
+    first, _ = run_case("window_softcap_boolean_mask", torch.float32)
+    second, _ = run_case("window_softcap_boolean_mask", torch.float32)
+    for a, b in zip(first[2:5], second[2:5]):
+        assert torch.equal(a, b)
+
+
+def test_lengths_outside_the_sequence_are_clamped():
+    q, k, v = (torch.randn(2, 2, 12, 16, dtype=torch.float64) for _ in range(3))
+    lens_q, lens_kv = torch.tensor([-3, 100]), torch.tensor([100, 5])
+    o = torch.full_like(q, float("nan"))
+    attention_forward(od.create("cpu", backend="triton"), AttentionDescriptor(), descriptor(q), q, descriptor(k), k,
+                      descriptor(v), v, descriptor(o), o, seq_lens_q_desc=descriptor(lens_q), seq_lens_q=lens_q,
+                      seq_lens_kv_desc=descriptor(lens_kv), seq_lens_kv=lens_kv)
+    expected, _ = reference_forward(AttentionDescriptor(), q.numpy(), k.numpy(), v.numpy(),
+                                    seq_lens_q=np.array([0, 12]), seq_lens_kv=np.array([12, 5]))
+    assert (o[0] == 0).all() and error(o, expected) < 1e-12
+
+
+def plan_of(dims_q, dims_k, dims_v, dtype, backward=False):
+    descs = [od.TensorDescriptor(dtype, dims) for dims in (dims_q, dims_k, dims_v)]
+    out = od.TensorDescriptor(dtype, (*dims_q[:3], dims_v[3]))
+    extra = {}
+    if backward:
+        extra = dict(stats=od.TensorDescriptor("float32", dims_q[:3]), do=out, dq=descs[0], dk=descs[1], dv=descs[2])
+    return triton_backend.choose(attention_problem(AttentionDescriptor(), *descs, out, **extra))
+
+
+def test_planner_picks_tiles_by_head_dim_and_dtype_within_the_sequence():
+    big = plan_of((4, 16, 4096, 128), (4, 16, 4096, 128), (4, 16, 4096, 128), "bfloat16")
+    assert (big.strategy, big.block_m, big.block_n, big.block_d, big.num_warps) == ("flash2_forward", 128, 64, 128, 8)
+    padded = plan_of((1, 2, 4096, 80), (1, 2, 4096, 80), (1, 2, 4096, 8), "float16", backward=True)
+    assert (padded.strategy, padded.block_m, padded.block_n, padded.block_d, padded.block_dv) == (
+        "flash2_deterministic_backward", 64, 32, 128, 16)
+    short = plan_of((1, 1, 5, 256), (1, 1, 40, 256), (1, 1, 40, 256), "float32")
+    assert (short.block_m, short.block_n, short.block_d) == (16, 16, 256)
+
+
+# compiled for the H200 (sm_90): Triton's CUDA compiler runs without a GPU --------------------------------------
+
+# (dtype, (B, Hq, Hkv, Sq, Skv, D, Dv), bias dims and dtype or None, descriptor fields, lengths)
+SM90_PROBLEMS = [
+    ("bfloat16", (2, 8, 2, 1024, 1024, 128, 128), None, dict(causal=True), False),
+    ("float16", (2, 4, 4, 512, 700, 64, 64), ((1, 4, 512, 700), "float16"),
+     dict(causal=True, alignment="bottom_right", window=(128, None), softcap=30.0, dropout_p=0.1, seed=3), True),
+    ("float32", (1, 2, 2, 300, 300, 80, 80), ((1, 1, 300, 300), "bool"), {}, False),
+    ("float64", (1, 2, 1, 64, 64, 32, 16), ((1, 2, 1, 64), "float64"), {}, False),
+    ("bfloat16", (2, 2, 2, 256, 256, 256, 256), ((2, 1, 1, 1), "bfloat16"), {}, False),
+]
+SM90_LAUNCHES = 5 * 4 + 3  # forward, delta, dK/dV, dQ each; dbias for each float bias
+
+
+def test_kernels_compile_for_sm90_with_any_int_divisibility():
+    """Each launch of SM90_PROBLEMS with the divisibility attrs the launcher gives its int args, and
+    with none. In a subprocess: triton must load without its interpreter."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    result = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
+    if result.returncode == sm90.SKIP_STATUS:
+        pytest.skip(result.stdout.strip())
+    assert result.returncode == 0, result.stdout.splitlines()[-1:] + [result.stderr[-3000:]]
+    assert result.stdout.splitlines()[-1] == f"compiled {2 * SM90_LAUNCHES}"
+
+
+class LaunchRecorder:
+    """Stands in for a kernel: ``kernel[grid](**kwargs)`` records the launch instead of running it."""
+
+    def __init__(self, kernel, launches):
+        self.kernel, self.launches, self.arg_names = kernel, launches, kernel.arg_names
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))
+
+
+def sm90_problem_tensors(dtype, shapes, bias, fields, lengths):
+    """The problem's forward and backward descriptors and (empty) CPU tensors."""
+    batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = shapes
+    dims = dict(q=(batch, heads_q, seq_q, dim), k=(batch, heads_kv, seq_kv, dim),
+                v=(batch, heads_kv, seq_kv, value_dim), o=(batch, heads_q, seq_q, value_dim))
+    dims.update(do=dims["o"], dq=dims["q"], dk=dims["k"], dv=dims["v"])
+    types = {slot: dtype for slot in dims}
+    dims["stats"], types["stats"] = (batch, heads_q, seq_q), "float64" if dtype == "float64" else "float32"
+    if bias is not None:
+        dims["bias"], types["bias"] = bias
+        if bias[1] != "bool":
+            dims["dbias"], types["dbias"] = bias
+    if lengths:
+        dims["seq_lens_q"] = dims["seq_lens_kv"] = (batch,)
+        types["seq_lens_q"] = types["seq_lens_kv"] = "int32"
+    descs = {slot: od.TensorDescriptor(types[slot], size) for slot, size in dims.items()}
+    tensors = {slot: torch.empty(size, dtype=getattr(torch, types[slot])) for slot, size in dims.items()}
+    return AttentionDescriptor(**fields), descs, tensors
+
+
+def compile_attention_for_sm90() -> None:
+    """Record the arguments ``run()`` passes to each kernel of SM90_PROBLEMS (forward and backward),
+    specialize them as Triton's launcher does, and compile each for sm_90 down to a cubin."""
+    from triton._utils import find_paths_if
+
+    from opendnn.core.arrays import bind
+    from opendnn.families.attention.problem import SLOTS, AttentionTensors
+
+    target, backend = sm90.target_or_exit()
+    launches = []
+    for name in ("attention_forward_kernel", "attention_delta_kernel", "attention_dkdv_kernel", "attention_dq_kernel",
+                 "attention_dbias_kernel"):
+        setattr(triton_backend, name, LaunchRecorder(getattr(triton_backend, name), launches))
+    forward_slots = ("q", "k", "v", "o", "stats", "bias", "seq_lens_q", "seq_lens_kv")
+    for dtype, shapes, bias, fields, lengths in SM90_PROBLEMS:
+        params, descs, tensors = sm90_problem_tensors(dtype, shapes, bias, fields, lengths)
+        for slots in (forward_slots, SLOTS):
+            chosen = {slot: desc for slot, desc in descs.items() if slot in slots}
+            problem = attention_problem(params, **chosen)
+            bound = {slot: bind(slot, desc, tensors[slot]) for slot, desc in chosen.items()}
+            triton_backend.run(problem, AttentionTensors(**bound))
+    compiled = 0
+    for kernel, args, kwargs in launches:
+        options, signature, constexprs, attrs = sm90.specialize(kernel, args, kwargs, backend)
+        ints = find_paths_if(list(signature.values()), lambda _, kind: kind in ("i32", "i64"))
+        pointers = {path: attr for path, attr in attrs.items() if path not in ints}
+        for pattern, pattern_attrs in {"the launcher's": attrs, "no": pointers}.items():
+            print(f"compiling {kernel.__name__} with {pattern} int divisibility attrs", flush=True)
+            assert "cubin" in sm90.compile_sm90(kernel, signature, constexprs, pattern_attrs, options, target).asm
+            compiled += 1
+    print("compiled", compiled)
+
+
+if __name__ == "__main__":
+    compile_attention_for_sm90()
