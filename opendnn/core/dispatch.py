@@ -19,6 +19,10 @@ from opendnn.core.arrays import CPU, Bound, check_overlaps
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import BACKENDS, Handle, require_backend_available
 
+# Not every Triton kernel computes its element offsets in 64 bits: a tensor reaching further than 32-bit
+# offsets address is refused before any launch rather than read or written at wrapped offsets.
+TRITON_MAX_EXTENT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -70,15 +74,18 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
     """
     device = require_handle(handle).device
     writes = False  # a caller's array among the outputs: opendnn's own new outputs overlap nothing
+    extent = 0  # the most elements any tensor of the call reaches
     for item in tensors:  # Bounds, or lists and tuples of them (None where a tensor is absent)
         if isinstance(item, Bound):
             writes = writes or item.output
+            extent = max(extent, item.desc.extent)
             if item.device != device:
                 handle.check_device(item.name, item.device)
         elif isinstance(item, (list, tuple)):
             for tensor in item:
                 if isinstance(tensor, Bound):
                     writes = writes or tensor.output
+                    extent = max(extent, tensor.desc.extent)
                     if tensor.device != device:
                         handle.check_device(tensor.name, tensor.device)
     if writes:
@@ -88,6 +95,9 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
     launching = handle.launching()  # refuses a destroyed handle
     backend = handle.backend
     implementation = load_backend(operation, backend, device)
+    if backend == "triton" and extent > TRITON_MAX_EXTENT:
+        raise NotSupported(f"{operation} on backend 'triton': a tensor reaches {extent} elements, past the "
+                           f"2^31 - 1 that the kernels' 32-bit element offsets address", Status.NOT_SUPPORTED_SHAPE)
     reason = refusal(implementation, problem)
     if reason is not None:
         raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
