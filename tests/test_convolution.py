@@ -373,6 +373,35 @@ def test_get_refuses_algorithms_past_the_workspace_limit(monkeypatch):
     assert gemm.reason == "workspace of 10000 bytes exceeds handle.workspace_limit=4096"
 
 
+def test_get_refuses_a_non_deterministic_algorithm_on_a_deterministic_handle(monkeypatch):
+    monkeypatch.setattr(numpy_convolution, "deterministic",
+                        lambda problem: problem.algo is not od.ConvolutionFwdAlgo.GEMM, raising=False)
+    x, w, y, conv_desc = _tensors(SMALL["2d"])
+    descs = (descriptor(x), descriptor(w), conv_desc, descriptor(y))
+    strict = od.get_convolution_forward_algorithm(od.create("cpu"), *descs)
+    gemm = next(r for r in strict if r.algo is od.ConvolutionFwdAlgo.GEMM)
+    assert gemm.status is od.Status.NOT_SUPPORTED and not gemm.deterministic
+    assert gemm.reason == "not deterministic, and the handle asks for deterministic algorithms"
+    assert strict.index(gemm) > max(k for k, r in enumerate(strict) if r.status is od.Status.SUCCESS)
+    loose = od.get_convolution_forward_algorithm(od.create("cpu", deterministic=False), *descs)
+    gemm = next(r for r in loose if r.algo is od.ConvolutionFwdAlgo.GEMM)
+    assert gemm.status is od.Status.SUCCESS and not gemm.deterministic and gemm.reason == ""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_every_implemented_algorithm_is_deterministic(backend):
+    x, w, y, conv_desc = _tensors(SMALL["2d_groups"])
+    handle = od.create("cpu", backend=backend)
+    records = [*od.get_convolution_forward_algorithm(handle, descriptor(x), descriptor(w), conv_desc, descriptor(y)),
+               *od.get_convolution_backward_data_algorithm(handle, descriptor(w), descriptor(y), conv_desc,
+                                                           descriptor(x)),
+               *od.get_convolution_backward_filter_algorithm(handle, descriptor(x), descriptor(y), conv_desc,
+                                                             descriptor(w))]
+    usable = [r for r in records if r.status is od.Status.SUCCESS]
+    assert len(usable) >= 6 and all(r.deterministic for r in usable)
+    assert not any("deterministic" in r.reason for r in records)
+
+
 def test_find_measures_caches_in_handle_and_file_and_survives_a_corrupt_file(tmp_path, monkeypatch):
     x, w, y, conv_desc = _tensors(SMALL["2d_1x1"])
     path = tmp_path / "algorithms.json"

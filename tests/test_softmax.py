@@ -26,6 +26,7 @@ from opendnn.families.softmax.problem import (  # noqa: E402
     reference_forward,
 )
 from opendnn.families.softmax.triton_backend import softmax_plan  # noqa: E402
+from opendnn.kernels import device  # noqa: E402
 
 BACKENDS = ["numpy", "triton"]
 ALGOS = list(SoftmaxAlgorithm)
@@ -131,6 +132,22 @@ def test_row_of_one_element_is_one_and_its_log_is_zero(backend):
     x = torch.randn(3, 1, 2, 2)
     assert torch.equal(forward(backend, SoftmaxAlgorithm.ACCURATE, SoftmaxMode.CHANNEL, x), torch.ones_like(x))
     assert torch.equal(forward(backend, SoftmaxAlgorithm.LOG, SoftmaxMode.CHANNEL, x), torch.zeros_like(x))
+
+
+def test_long_row_slices_follow_the_devices_multiprocessor_count(monkeypatch):
+    desc = od.TensorDescriptor(od.DataType.FLOAT, (1, 1 << 26))
+    problem = mode_problem(SoftmaxAlgorithm.ACCURATE, SoftmaxMode.INSTANCE, ("x_desc", "y_desc"), (desc, desc))
+    assert device.programs_to_fill(8) == 8 * device.INTERPRETED_MULTIPROCESSORS == 1056
+    assert device.programs_to_fill(8, power_of_two=True) == 1024
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(device, "multiprocessors", lambda index: 16)
+    softmax_plan.cache_clear()
+    try:
+        assert device.programs_to_fill(8) == 128 and softmax_plan(problem).chunks == 128
+    finally:
+        softmax_plan.cache_clear()
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -34,7 +34,12 @@ class Handle:
         backend: "numpy", "triton" or None for the environment's ``OPENDNN_BACKEND``, else by
             device (CUDA -> triton, CPU -> numpy). "triton" on the CPU runs Triton's interpreter.
         math_type: MathType.
-        deterministic: only algorithms giving bitwise repeatable results.
+        deterministic: only algorithms giving bitwise repeatable results. The algorithm queries
+            (``get_`` / ``find_convolution_*_algorithm``) read it: an algorithm a backend declares
+            not deterministic gets status NOT_SUPPORTED and that reason. Every kernel opendnn runs
+            is deterministic whatever this says: no atomics, partial results (split reductions,
+            the attention backward's dQ, ...) summed in a fixed order, so repeated calls on the
+            same inputs give bitwise equal results on both backends.
         workspace_limit: most bytes of workspace an algorithm chosen for this handle may use.
     """
 

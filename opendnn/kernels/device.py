@@ -5,9 +5,12 @@ scratch memory of device-built descriptors."""
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 TMA_ALIGNMENT = 16  # bytes: what TMA asks of a base address and of every stride but the last
+# Triton's interpreter plans as for an H200's 132 multiprocessors, so the CPU tests run the splits a GPU gets
+INTERPRETED_MULTIPROCESSORS = 132
 
 
 @functools.cache  # a property of the hardware, asked on every launch
@@ -15,6 +18,20 @@ def multiprocessors(device_index: int) -> int:
     import torch
 
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+def programs_to_fill(per_sm: int, power_of_two: bool = False) -> int:
+    """How many programs give each multiprocessor of the current CUDA device ``per_sm`` of them
+    (INTERPRETED_MULTIPROCESSORS stand for the device under Triton's interpreter): the grid a planner
+    aims for when it splits a reduction into slices; ``power_of_two`` rounds it down to one (an H200,
+    132 SMs, at 8 per SM: 1024, not 1056). Planners ask it once per problem and cache the plan."""
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        programs = per_sm * INTERPRETED_MULTIPROCESSORS
+    else:
+        programs = per_sm * multiprocessors(torch.cuda.current_device())
+    return 1 << (programs.bit_length() - 1) if power_of_two else programs
 
 
 @functools.cache  # a property of the hardware, asked on every call

@@ -79,13 +79,13 @@ from opendnn.families.batch_norm.triton_three_pass import (
     bn_forward_kernel,
     bn_reduce_kernel,
 )
-from opendnn.kernels.device import has_clusters
+from opendnn.kernels.device import has_clusters, programs_to_fill
 from opendnn.kernels.indexing import merged_dims
 from opendnn.kernels.launch import Launch, Slot
 
 TILE = 4096  # elements per tile: 16 per thread at 8 warps
 COLUMN_BLOCK = 64  # most features a columns tile covers
-TARGET_PROGRAMS = 1024  # statistics programs: enough to fill an H200 (132 SMs) several times
+PROGRAMS_PER_SM = 8  # statistics programs: enough to fill the GPU several times (1024 on an H200, a power of two)
 MIN_SLICE_TILES = 4  # tiles each slice of the statistics pass reads at least
 FINAL_BLOCK = 64  # most features per program of the combine
 FINAL_TILE = 2048  # partial sums per load round of the combine
@@ -229,7 +229,8 @@ def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
                          problem.compute_dtype.itemsize, index_64, one_read)
     if one_read[0]:  # its partial sums: one slice per CTA of a feature
         return dataclasses.replace(plan, splits=one_read[0])
-    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
+    target = programs_to_fill(PROGRAMS_PER_SM, power_of_two=True)
+    splits = max(1, min(triton.cdiv(target, plan.f_blocks), plan.tiles // MIN_SLICE_TILES))
     return dataclasses.replace(plan, splits=splits)
 
 

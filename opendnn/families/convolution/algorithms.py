@@ -11,7 +11,9 @@ under an exclusive lock and replaced atomically; a corrupt or unreadable file co
 Heuristics: DIRECT first for depthwise and few-channel problems, then IMPLICIT_GEMM (no workspace),
 IMPLICIT_PRECOMP_GEMM, GEMM (im2col); an algorithm that does not apply, whose workspace passes the
 handle's ``workspace_limit``, or that is not deterministic on a deterministic handle gets status
-NOT_SUPPORTED and its reason.
+NOT_SUPPORTED and its reason. A backend module that has non-deterministic algorithms says so with
+``deterministic(problem) -> bool``; without one, every algorithm of that backend is deterministic
+(the case of both backends: no kernel uses atomics).
 """
 
 from __future__ import annotations

@@ -62,11 +62,11 @@ from opendnn.families.convolution.problem import (
 )
 from opendnn.families.matmul.problem import MatmulProblem, matmul_problem
 from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
-from opendnn.kernels.device import TMA_ALIGNMENT, tma_ready, use_descriptor_scratch
+from opendnn.kernels.device import TMA_ALIGNMENT, programs_to_fill, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
-TARGET_PROGRAMS = 264  # two programs per SM of an H200 (132 SMs)
+PROGRAMS_PER_SM = 2  # split-K slices aim for two programs per SM (264 on an H200)
 DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
 DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
@@ -216,13 +216,14 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         step = tile.block_m
         direct_kernel = True
     else:
-        tile = gemm_tile(problem, kg, cg * geo.taps, cg, pixels, geo.groups * TARGET_PROGRAMS)
+        target = programs_to_fill(PROGRAMS_PER_SM)
+        tile = gemm_tile(problem, kg, cg * geo.taps, cg, pixels, geo.groups * target)
         block_m = max(16, min(tile.block_m, triton.next_power_of_2(kg)))
         block_n = next((b for b in (128, 64, 32, 16) if cg % b == 0), tile.block_n)  # one tap per tile
         block_n = min(block_n, tile.block_n)
         tile = Tile(block_m, block_n, tile.block_k, 8 if block_m * block_n >= 128 * 128 else 4, tile.num_stages)
         programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n) * geo.groups
-        step, target, min_steps = tile.block_k, TARGET_PROGRAMS, MIN_SLICE_STEPS
+        step, min_steps = tile.block_k, MIN_SLICE_STEPS
         direct_kernel = False
     splits = max(1, min(triton.cdiv(target, programs), pixels // (step * min_steps)))
     slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), step) * step
@@ -530,7 +531,7 @@ def _tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
     boxes = pixel_boxes(geo.n, geo.y_size, _planned_tma_blocks(problem))
     block_k, block_c = _tma_filter_tile(problem)
     programs = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
-    splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, programs), boxes // MIN_SLICE_BOXES))
+    splits = max(1, min(triton.cdiv(programs_to_fill(PROGRAMS_PER_SM), programs), boxes // MIN_SLICE_BOXES))
     per_slice = triton.cdiv(boxes, splits)
     return programs, triton.cdiv(boxes, per_slice), per_slice
 

@@ -42,6 +42,7 @@ from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.reduce.problem import ReduceProblem
+from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.indexing import dim_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Slot
 
@@ -49,7 +50,7 @@ TILE_ELEMENTS = 4096  # elements per tile: 16 per thread at 8 warps
 ROW_BLOCK = 1024  # most elements of a row a rows tile covers (H200, 32768 x 4096 bf16 ADD: 3.71 TB/s, 3.54 at 2048)
 COLUMN_BLOCK = 128  # most outputs a columns tile covers
 COLUMN_MIN = 16  # shortest innermost kept dim worth a columns kernel
-TARGET_PROGRAMS = 1024  # enough programs to fill an H200 (132 SMs) several times over
+PROGRAMS_PER_SM = 8  # enough programs to fill the GPU several times over (1024 on an H200, a power of two)
 MIN_SLICE_ITERATIONS = 4  # tiles each slice of a split reduction reads at least
 MAX_SPLITS = 1024
 FINAL_BLOCK = 1024  # outputs per program of the combining pass
@@ -384,9 +385,9 @@ def reduce_plan(problem: ReduceProblem) -> ReducePlan:
         block_k = min(TILE_ELEMENTS // block_r, triton.next_power_of_2(kept_total))
         iterations = reduced_total // reduced_inner * triton.cdiv(reduced_inner, block_r)
         programs = triton.cdiv(kept_total, block_k)
-    splits = 1
-    if programs < TARGET_PROGRAMS:
-        splits = max(1, min(MAX_SPLITS, triton.cdiv(TARGET_PROGRAMS, programs), iterations // MIN_SLICE_ITERATIONS))
+    splits, target = 1, programs_to_fill(PROGRAMS_PER_SM, power_of_two=True)
+    if programs < target:
+        splits = max(1, min(MAX_SPLITS, triton.cdiv(target, programs), iterations // MIN_SLICE_ITERATIONS))
     value_bytes = index_bytes = 0
     if splits > 1:
         value_bytes = -(-splits * kept_total * problem.compute_dtype.itemsize // 16) * 16

@@ -44,6 +44,7 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxProblem
+from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.indexing import dim_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
@@ -54,7 +55,7 @@ COLUMN_BLOCK = 16  # most neighbouring rows of a tile when a kept dim is the con
 MIN_COLUMN_BLOCK = 8  # and fewest (32 contiguous bytes of float32)
 COLUMN_TILE = 8192  # elements of a one-pass tile of neighbouring rows
 STREAM_TILE = 4096  # elements of a two-pass tile
-TARGET_PROGRAMS = 1024  # enough programs to fill an H200 (132 SMs) several times over
+PROGRAMS_PER_SM = 8  # enough programs to fill the GPU several times over (1024 on an H200, a power of two)
 MIN_CHUNK_TILES = 4  # tiles each slice of a two-pass row reads at least
 MAX_WARPS = 16
 
@@ -345,7 +346,8 @@ def softmax_plan(problem: SoftmaxProblem) -> SoftmaxPlan:
         block_r = max(1, STREAM_TILE // block_k)
         tiles = triton.cdiv(row_length, block_r)
         k_blocks = math.prod(size for size, _ in kept[:-1]) * triton.cdiv(inner_size, block_k)
-        chunks = max(1, min(triton.cdiv(TARGET_PROGRAMS, k_blocks), tiles // MIN_CHUNK_TILES))
+        target = programs_to_fill(PROGRAMS_PER_SM, power_of_two=True)
+        chunks = max(1, min(triton.cdiv(target, k_blocks), tiles // MIN_CHUNK_TILES))
         chunk_tiles = triton.cdiv(tiles, chunks)
         chunks = triton.cdiv(tiles, chunk_tiles)
     num_warps = max(1, min(MAX_WARPS, block_k * block_r // 512))
