@@ -114,3 +114,23 @@ def test_gemm_path_reads_a_channels_last_strided_input():
                       Bound("y", y_desc, y, "cpu", True))
     expected = torch.nn.functional.conv2d(x.double(), w.double(), None, (2, 1), (1, 0), (1, 2), 2)
     np.testing.assert_allclose(y.numpy(), expected.numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_small_convolutions_run_on_one_blas_thread_large_ones_on_all():
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="the BLAS thread limit needs threadpoolctl")
+
+    def blas_threads():
+        return [pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]
+
+    before = blas_threads()
+    small = problem_of(0, ConvolutionDirection.FORWARD, torch.float32)
+    with numpy_backend._blas_limit(small):
+        assert blas_threads() == [1] * len(before)
+    assert blas_threads() == before
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
+    x_desc, w_desc = od.TensorDescriptor(torch.float32, (8, 64, 56, 56)), od.TensorDescriptor(torch.float32,
+                                                                                            (64, 64, 3, 3))
+    y_desc = od.TensorDescriptor(torch.float32, (8, 64, 56, 56))
+    large = convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc)
+    with numpy_backend._blas_limit(large):
+        assert blas_threads() == before

@@ -16,7 +16,10 @@ against; alpha, the fused forward epilogue and the beta blend are the reference'
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +34,26 @@ from opendnn.families.convolution.problem import (
     algorithm_refusal,
     blend_output,
 )
+
+# Below this many multiply-adds a product runs on one BLAS thread: waking, and then spinning, a
+# second thread for a small product costs more than it saves, and far more on a loaded machine.
+SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
+
+
+@functools.cache  # threadpoolctl scans the loaded libraries once; None where it is not installed
+def _blas_threads() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def _blas_limit(problem: ConvolutionProblem) -> contextlib.AbstractContextManager[Any]:
+    """One BLAS thread for a small convolution (the same count of products in every direction)."""
+    multiply_adds = math.prod(problem.y.dims) * math.prod(problem.w.dims[1:])
+    controller = _blas_threads() if multiply_adds < SINGLE_THREAD_MULTIPLY_ADDS else None
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
 
 
 def supports(problem: ConvolutionProblem) -> str | None:
@@ -132,7 +155,8 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
     y_values = read(y, compute) if direction is not ConvolutionDirection.FORWARD else None
     bias_values = read(bias, compute) if bias is not None else None
     z_values = read(z, compute) if z is not None else None  # read before y is written: z may be y
-    conv = GEMM[direction](problem, x_values, w_values, y_values)
+    with _blas_limit(problem):
+        conv = GEMM[direction](problem, x_values, w_values, y_values)
     result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
     output = {ConvolutionDirection.FORWARD: y, ConvolutionDirection.BACKWARD_DATA: x,
               ConvolutionDirection.BACKWARD_FILTER: w}[direction]
