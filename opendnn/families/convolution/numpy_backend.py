@@ -1,11 +1,59 @@
-"""Convolution on the NumPy backend: the float64-capable reference in the compute dtype, every
-algorithm that applies computed the same way, no workspace."""
+"""Convolution on the NumPy backend: every direction as one batched matrix product per call (BLAS),
+in the compute dtype, every algorithm that applies computed the same way, no workspace.
+
+The problem's padded x is viewed (``as_strided``, no copy) as columns ``(G, C/G, *filt, N, *out)``:
+column (c, r) of output position (n, o) is ``x_padded[n, g*C/G + c, o * stride + r * dilation]``.
+One contiguous copy of that view (im2col, C*R*S*N*out elements) turns each direction into a
+matmul batched over the G groups, with ``wg`` the filter as ``(G, K/G, C/G * R*S)``:
+
+    FORWARD:          y_g  = wg @ cols_g                      (K/G, N*out)
+    BACKWARD_FILTER:  dw_g = (cols_g @ dy_g^T)^T              (K/G, C/G * R*S)
+    BACKWARD_DATA:    dcols_g = wg^T @ dy_g, then each tap r adds its slice of dcols into dx_padded
+
+The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
+against; alpha, the fused forward epilogue and the beta blend are the reference's own.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
 from opendnn.core.arrays import Bound
 from opendnn.core.reference_io import read, write
-from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem, algorithm_refusal, reference
+from opendnn.families.convolution.problem import (
+    ConvolutionDirection,
+    ConvolutionProblem,
+    _filter_groups,
+    _interior,
+    _padded_shape,
+    algorithm_refusal,
+    blend_output,
+)
+
+# Below this many multiply-adds a product runs on one BLAS thread: waking, and then spinning, a
+# second thread for a small product costs more than it saves, and far more on a loaded machine.
+SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
+
+
+@functools.cache  # threadpoolctl scans the loaded libraries once; None where it is not installed
+def _blas_threads() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def _blas_limit(problem: ConvolutionProblem) -> contextlib.AbstractContextManager[Any]:
+    """One BLAS thread for a small convolution (the same count of products in every direction)."""
+    multiply_adds = math.prod(problem.y.dims) * math.prod(problem.w.dims[1:])
+    controller = _blas_threads() if multiply_adds < SINGLE_THREAD_MULTIPLY_ADDS else None
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
 
 
 def supports(problem: ConvolutionProblem) -> str | None:
@@ -17,18 +65,99 @@ def workspace_size(problem: ConvolutionProblem) -> int:
     return 0
 
 
+def _column_view(problem: ConvolutionProblem, x_padded: np.ndarray) -> np.ndarray:
+    """The padded x (contiguous) viewed as (G, C/G, *filt, N, *out) without a copy."""
+    groups, per_group = problem.groups, problem.w.dims[1]
+    item = x_padded.strides
+    spatial = item[2:]
+    shape = (groups, per_group, *problem.w.dims[2:], x_padded.shape[0], *problem.y.dims[2:])
+    strides = (per_group * item[1], item[1], *(d * s for d, s in zip(problem.dilation, spatial)), item[0],
+               *(st * s for st, s in zip(problem.stride, spatial)))
+    return np.lib.stride_tricks.as_strided(x_padded, shape, strides, writeable=False)
+
+
+def _columns(problem: ConvolutionProblem, x: np.ndarray) -> np.ndarray:
+    """im2col: (G, C/G * R*S, N * out), contiguous."""
+    if any(problem.pre_padding) or any(problem.post_padding):
+        x_padded = np.zeros(_padded_shape(problem), x.dtype)
+        x_padded[_interior(problem)] = x
+    else:
+        x_padded = np.ascontiguousarray(x)
+    cols = np.ascontiguousarray(_column_view(problem, x_padded))
+    return cols.reshape(problem.groups, -1, x.shape[0] * math.prod(problem.y.dims[2:]))
+
+
+def _filter_matrix(problem: ConvolutionProblem, w: np.ndarray) -> np.ndarray:
+    """(K, C/G, *filt) -> (G, K/G, C/G * R*S), flipped for ConvolutionMode.CONVOLUTION."""
+    wg = _filter_groups(w, problem)
+    return wg.reshape(*wg.shape[:2], -1)
+
+
+def _output_matrix(problem: ConvolutionProblem, y: np.ndarray) -> np.ndarray:
+    """(N, K, *out) -> (G, K/G, N * out)."""
+    n, k = y.shape[:2]
+    yg = y.reshape(n, problem.groups, k // problem.groups, -1).transpose(1, 2, 0, 3)
+    return yg.reshape(problem.groups, k // problem.groups, -1)
+
+
+def gemm_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """y (N, K, *out): the reference's ``reference_forward`` as one batched matmul."""
+    yg = np.matmul(_filter_matrix(problem, w), _columns(problem, x))
+    n, k, *out = problem.y.dims
+    yg = yg.reshape(problem.groups, k // problem.groups, n, -1).transpose(2, 0, 1, 3)
+    return np.ascontiguousarray(yg).reshape(problem.y.dims)
+
+
+def gemm_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dw (K, C/G, *filt): the reference's ``reference_backward_filter`` as one batched matmul."""
+    cols = _columns(problem, x)
+    # cols @ dy^T, then transposed: BLAS runs the long N*out reduction far faster this way round
+    dw_t = np.matmul(cols, _output_matrix(problem, dy).transpose(0, 2, 1))
+    dw = np.ascontiguousarray(dw_t.transpose(0, 2, 1)).reshape(problem.w.dims)
+    if problem.flip:
+        dw = dw[(slice(None), slice(None), *(slice(None, None, -1),) * problem.spatial_dims)]
+    return dw
+
+
+def gemm_backward_data(problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """dx (N, C, *spatial): the reference's ``reference_backward_data`` as one batched matmul and
+    one strided add per filter tap (col2im)."""
+    dcols = np.matmul(_filter_matrix(problem, w).transpose(0, 2, 1), _output_matrix(problem, dy))
+    groups, per_group, filt = problem.groups, problem.w.dims[1], problem.w.dims[2:]
+    n, out = dy.shape[0], problem.y.dims[2:]
+    dcols = dcols.reshape(groups, per_group, math.prod(filt), n, *out)
+    dx_padded = np.zeros(_padded_shape(problem), dy.dtype)
+    # the writable twin of _column_view, one tap at a time: taps overlap where stride < dilated filter
+    item = dx_padded.strides
+    shape = (groups, per_group, n, *out)
+    strides = (per_group * item[1], item[1], item[0], *(st * s for st, s in zip(problem.stride, item[2:])))
+    for t, r in enumerate(np.ndindex(*filt)):
+        offset = sum(rd * dil * s for rd, dil, s in zip(r, problem.dilation, item[2:]))
+        base = dx_padded.reshape(-1)[offset // dx_padded.itemsize:]
+        tap = np.lib.stride_tricks.as_strided(base, shape, strides)
+        tap += dcols[:, :, t]
+    return dx_padded[_interior(problem)]
+
+
+GEMM = {
+    ConvolutionDirection.FORWARD: lambda p, x, w, y: gemm_forward(p, x, w),
+    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y: gemm_backward_data(p, y, w),
+    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y: gemm_backward_filter(p, x, y),
+}
+
+
 def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
         z: Bound | None = None, workspace: Bound | None = None) -> None:
     compute = problem.compute_type
     direction = problem.direction
-    inputs = {
-        "x": read(x, compute) if direction is not ConvolutionDirection.BACKWARD_DATA else None,
-        "w": read(w, compute) if direction is not ConvolutionDirection.BACKWARD_FILTER else None,
-        "y": read(y, compute) if direction is not ConvolutionDirection.FORWARD else None,
-        "bias": read(bias, compute) if bias is not None else None,
-        "z": read(z, compute) if z is not None else None,  # read before y is written: z may be y
-    }
-    result = reference(problem, **inputs).astype(compute.to_numpy(), copy=False)
+    x_values = read(x, compute) if direction is not ConvolutionDirection.BACKWARD_DATA else None
+    w_values = read(w, compute) if direction is not ConvolutionDirection.BACKWARD_FILTER else None
+    y_values = read(y, compute) if direction is not ConvolutionDirection.FORWARD else None
+    bias_values = read(bias, compute) if bias is not None else None
+    z_values = read(z, compute) if z is not None else None  # read before y is written: z may be y
+    with _blas_limit(problem):
+        conv = GEMM[direction](problem, x_values, w_values, y_values)
+    result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
     output = {ConvolutionDirection.FORWARD: y, ConvolutionDirection.BACKWARD_DATA: x,
               ConvolutionDirection.BACKWARD_FILTER: w}[direction]
     write(output, result, 1.0, problem.beta)

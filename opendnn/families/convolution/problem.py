@@ -585,9 +585,20 @@ def reference(problem: ConvolutionProblem, x: np.ndarray | None, w: np.ndarray |
     for the backward directions; the output's own array is not needed)."""
     if problem.direction is ConvolutionDirection.FORWARD:
         assert x is not None and w is not None, "the forward reads x and w"
-        return reference_epilogue(problem, reference_forward(problem, x, w), bias, z)
-    if problem.direction is ConvolutionDirection.BACKWARD_DATA:
+        conv = reference_forward(problem, x, w)
+    elif problem.direction is ConvolutionDirection.BACKWARD_DATA:
         assert y is not None and w is not None, "backward data reads dy and w"
-        return problem.alpha * reference_backward_data(problem, y, w)
-    assert x is not None and y is not None, "backward filter reads x and dy"
-    return problem.alpha * reference_backward_filter(problem, x, y)
+        conv = reference_backward_data(problem, y, w)
+    else:
+        assert x is not None and y is not None, "backward filter reads x and dy"
+        conv = reference_backward_filter(problem, x, y)
+    return blend_output(problem, conv, bias, z)
+
+
+def blend_output(problem: ConvolutionProblem, conv: np.ndarray, bias: np.ndarray | None,
+                 z: np.ndarray | None) -> np.ndarray:
+    """The output before the beta blend from the bare convolution of ``problem``'s direction:
+    the fused forward epilogue, alpha * dx or alpha * dw."""
+    if problem.direction is ConvolutionDirection.FORWARD:
+        return reference_epilogue(problem, conv, bias, z)
+    return problem.alpha * conv
