@@ -50,8 +50,24 @@ class Setup:
 
     def forward(self, handle: opendnn.Handle) -> None:
         opendnn.batch_normalization_forward_training(
-            handle, MODE, 1.0, 0.0, self.x_desc, self.x, self.x_desc, self.y, self.param, self.weight, self.bias,
-            0.1, self.mean, self.var, EPS, self.saved_mean, self.saved_inv)
+            handle,
+            MODE,
+            1.0,
+            0.0,
+            self.x_desc,
+            self.x,
+            self.x_desc,
+            self.y,
+            self.param,
+            self.weight,
+            self.bias,
+            0.1,
+            self.mean,
+            self.var,
+            EPS,
+            self.saved_mean,
+            self.saved_inv,
+        )
 
 
 def torch_backward(s: Setup, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -60,18 +76,24 @@ def torch_backward(s: Setup, x: torch.Tensor) -> Callable[[torch.Tensor], torch.
     for bfloat16 data with float32 weight, which cuDNN's entry point refuses, torch's own kernels), with
     dweight and dbias computed as opendnn computes them: dy -> dx."""
     _, save1, save2, reserve, impl = aten._batch_norm_impl_index(
-        x, s.weight, s.bias, s.mean.clone(), s.var.clone(), True, 0.1, EPS, True)
+        x, s.weight, s.bias, s.mean.clone(), s.var.clone(), True, 0.1, EPS, True
+    )
     return lambda dy: aten._batch_norm_impl_index_backward(
-        impl, x, dy, s.weight, s.mean, s.var, save1, save2, True, EPS, [True, True, True], reserve)[0]
+        impl, x, dy, s.weight, s.mean, s.var, save1, save2, True, EPS, [True, True, True], reserve
+    )[0]
 
 
 def training_forward(channels_last: bool) -> Callable[[Context, torch.dtype], Bench]:
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
         s = Setup(ctx, dtype, channels_last)
         torch_mean, torch_var = s.mean.clone(), s.var.clone()
-        return out_of_place(lambda: s.forward(ctx.handle),
-                            lambda: TF.batch_norm(s.x, torch_mean, torch_var, s.weight, s.bias, True, 0.1, EPS),
-                            s.y, nbytes(s.x, s.x, s.y), s.dims)
+        return out_of_place(
+            lambda: s.forward(ctx.handle),
+            lambda: TF.batch_norm(s.x, torch_mean, torch_var, s.weight, s.bias, True, 0.1, EPS),
+            s.y,
+            nbytes(s.x, s.x, s.y),
+            s.dims,
+        )
 
     return build
 
@@ -84,9 +106,31 @@ def training_backward(channels_last: bool) -> Callable[[Context, torch.dtype], B
         theirs = torch_backward(s, s.x)
         return out_of_place(
             lambda: opendnn.batch_normalization_backward(
-                ctx.handle, MODE, 1.0, 0.0, 1.0, 0.0, s.x_desc, s.x, s.x_desc, s.dy, s.x_desc, dx, s.param, s.weight,
-                dweight, dbias, EPS, s.saved_mean, s.saved_inv),
-            lambda: theirs(s.dy), dx, nbytes(s.x, s.dy, s.x, s.dy, dx), s.dims)
+                ctx.handle,
+                MODE,
+                1.0,
+                0.0,
+                1.0,
+                0.0,
+                s.x_desc,
+                s.x,
+                s.x_desc,
+                s.dy,
+                s.x_desc,
+                dx,
+                s.param,
+                s.weight,
+                dweight,
+                dbias,
+                EPS,
+                s.saved_mean,
+                s.saved_inv,
+            ),
+            lambda: theirs(s.dy),
+            dx,
+            nbytes(s.x, s.dy, s.x, s.dy, dx),
+            s.dims,
+        )
 
     return build
 
@@ -99,12 +143,21 @@ class FusedSetup(Setup):
         self.act = opendnn.ActivationDescriptor(opendnn.ActivationMode.RELU)
         ops = BatchNormOps.BN_ADD_ACTIVATION
         h, x = ctx.handle, self.x_desc
-        self.workspace = self.bytes(ctx, opendnn.get_batch_normalization_forward_training_ex_workspace_size(
-            h, MODE, ops, x, x, x, self.param, self.act))
-        self.bwd_workspace = self.bytes(ctx, opendnn.get_batch_normalization_backward_ex_workspace_size(
-            h, MODE, ops, x, x, x, x, x, self.param, self.act))
-        self.reserve = self.bytes(ctx, opendnn.get_batch_normalization_training_ex_reserve_space_size(
-            h, MODE, ops, self.act, x))
+        self.workspace = self.bytes(
+            ctx,
+            opendnn.get_batch_normalization_forward_training_ex_workspace_size(
+                h, MODE, ops, x, x, x, self.param, self.act
+            ),
+        )
+        self.bwd_workspace = self.bytes(
+            ctx,
+            opendnn.get_batch_normalization_backward_ex_workspace_size(
+                h, MODE, ops, x, x, x, x, x, self.param, self.act
+            ),
+        )
+        self.reserve = self.bytes(
+            ctx, opendnn.get_batch_normalization_training_ex_reserve_space_size(h, MODE, ops, self.act, x)
+        )
 
     @staticmethod
     def bytes(ctx: Context, size: int) -> Any:
@@ -113,9 +166,30 @@ class FusedSetup(Setup):
     def forward_ex(self, handle: opendnn.Handle) -> None:
         x = self.x_desc
         opendnn.batch_normalization_forward_training_ex(
-            handle, MODE, BatchNormOps.BN_ADD_ACTIVATION, 1.0, 0.0, x, self.x, x, self.z, x, self.y, self.param,
-            self.weight, self.bias, 0.1, self.mean, self.var, EPS, self.saved_mean, self.saved_inv, self.act,
-            self.workspace, self.reserve)
+            handle,
+            MODE,
+            BatchNormOps.BN_ADD_ACTIVATION,
+            1.0,
+            0.0,
+            x,
+            self.x,
+            x,
+            self.z,
+            x,
+            self.y,
+            self.param,
+            self.weight,
+            self.bias,
+            0.1,
+            self.mean,
+            self.var,
+            EPS,
+            self.saved_mean,
+            self.saved_inv,
+            self.act,
+            self.workspace,
+            self.reserve,
+        )
 
 
 def add_relu_forward(channels_last: bool) -> Callable[[Context, torch.dtype], Bench]:
@@ -125,7 +199,10 @@ def add_relu_forward(channels_last: bool) -> Callable[[Context, torch.dtype], Be
         return out_of_place(
             lambda: s.forward_ex(ctx.handle),
             lambda: torch.relu(TF.batch_norm(s.x, torch_mean, torch_var, s.weight, s.bias, True, 0.1, EPS) + s.z),
-            s.y, nbytes(s.x, s.x, s.z, s.y), s.dims)
+            s.y,
+            nbytes(s.x, s.x, s.z, s.y),
+            s.dims,
+        )
 
     return build
 
@@ -142,27 +219,56 @@ def add_relu_backward(channels_last: bool) -> Callable[[Context, torch.dtype], B
 
         def ours() -> None:
             opendnn.batch_normalization_backward_ex(
-                ctx.handle, MODE, BatchNormOps.BN_ADD_ACTIVATION, 1.0, 0.0, 1.0, 0.0, x, s.x, x, y, x, s.dy, x, dz,
-                x, dx, s.param, s.weight, s.bias, dweight, dbias, EPS, s.saved_mean, s.saved_inv, s.act,
-                s.bwd_workspace, s.reserve)
+                ctx.handle,
+                MODE,
+                BatchNormOps.BN_ADD_ACTIVATION,
+                1.0,
+                0.0,
+                1.0,
+                0.0,
+                x,
+                s.x,
+                x,
+                y,
+                x,
+                s.dy,
+                x,
+                dz,
+                x,
+                dx,
+                s.param,
+                s.weight,
+                s.bias,
+                dweight,
+                dbias,
+                EPS,
+                s.saved_mean,
+                s.saved_inv,
+                s.act,
+                s.bwd_workspace,
+                s.reserve,
+            )
 
         # torch: relu's backward (the gradient of the add is dz itself), then batch norm's
-        return out_of_place(ours, lambda: theirs(aten.threshold_backward(s.dy, y, 0)), dx,
-                            nbytes(s.x, s.dy, s.x, s.dy, dx, dz), s.dims)
+        return out_of_place(
+            ours, lambda: theirs(aten.threshold_backward(s.dy, y, 0)), dx, nbytes(s.x, s.dy, s.x, s.dy, dx, dz), s.dims
+        )
 
     return build
 
 
-SUITES: dict[str, list[Case]] = {"batch_norm": [
-    Case("bn_train_fwd_nchw", "batch_norm", training_forward(False)),
-    Case("bn_train_fwd_nhwc", "batch_norm", training_forward(True)),
-    Case("bn_train_bwd_nchw", "batch_norm", training_backward(False)),
-    Case("bn_train_bwd_nhwc", "batch_norm", training_backward(True)),
-    Case("bn_add_relu_fwd_nchw", "batch_norm", add_relu_forward(False)),
-    Case("bn_add_relu_fwd_nhwc", "batch_norm", add_relu_forward(True)),
-    Case("bn_add_relu_bwd_nchw", "batch_norm", add_relu_backward(False)),
-    Case("bn_add_relu_bwd_nhwc", "batch_norm", add_relu_backward(True)),
-]}
+SUITES: dict[str, list[Case]] = {
+    "batch_norm": [
+        Case("bn_train_fwd_nchw", "batch_norm", training_forward(False)),
+        Case("bn_train_fwd_nhwc", "batch_norm", training_forward(True)),
+        Case("bn_train_bwd_nchw", "batch_norm", training_backward(False)),
+        Case("bn_train_bwd_nhwc", "batch_norm", training_backward(True)),
+        Case("bn_add_relu_fwd_nchw", "batch_norm", add_relu_forward(False)),
+        Case("bn_add_relu_fwd_nhwc", "batch_norm", add_relu_forward(True)),
+        Case("bn_add_relu_bwd_nchw", "batch_norm", add_relu_backward(False)),
+        Case("bn_add_relu_bwd_nhwc", "batch_norm", add_relu_backward(True)),
+    ]
+}
 
 
 # ---- diagnostics: the launch plan of each case, and where a call's time goes -----------------------
@@ -205,24 +311,36 @@ def describe_plan(problem: Any) -> list[str]:
     loop = plan.tiles / plan.splits
     _, block_s = plan.combine_blocks
     orientation = "rows (one feature, tile along N x HW)" if plan.block_f == 1 else "columns (BLOCK_F channels)"
-    lines = [f"  {orientation}: tile {plan.block_o}x{plan.block_i}x{plan.block_f} = {tile} elements, "
-             f"{plan.blocks['num_warps']} warps, {plan.feature_total} features in {plan.f_blocks} blocks of "
-             f"{plan.tiles} tiles, splits {plan.splits}, INDEX_64 {plan.index_64}"]
+    lines = [
+        f"  {orientation}: tile {plan.block_o}x{plan.block_i}x{plan.block_f} = {tile} elements, "
+        f"{plan.blocks['num_warps']} warps, {plan.feature_total} features in {plan.f_blocks} blocks of "
+        f"{plan.tiles} tiles, splits {plan.splits}, INDEX_64 {plan.index_64}"
+    ]
     reduce_bytes = loop * tile * ((b if stats_pass else 0) + grad_pass)
-    lines.append(f"  reduce      grid {plan.f_blocks * plan.splits:6d} ({plan.f_blocks * plan.splits / SMS:6.1f}/SM), "
-                 f"loop {loop:.2f} tiles/program, {reduce_bytes / 1e3:.0f} kB read/program"
-                 + (" (x2: statistics + gradient passes)" if backward and stats_pass else ""))
-    lines.append(f"  combine     grid {-(-plan.feature_total // plan.combine_blocks[0]):6d}, "
-                 f"{-(-plan.splits // block_s)} load rounds of {block_s} slices")
-    lines.append(f"  elementwise grid {plan.f_blocks * plan.tiles:6d} ({plan.f_blocks * plan.tiles / SMS:6.1f}/SM), "
-                 f"1 tile/program, {tile * elementwise / 1e3:.0f} kB moved/program")
-    lines.append(f"  model: {moved / 1e6:.0f} MB moved ({per_element:.3g} B/element) -> "
-                 f"{moved / BANDWIDTH * 1e3:.3f} ms at {BANDWIDTH / 1e12:.1f} TB/s")
+    lines.append(
+        f"  reduce      grid {plan.f_blocks * plan.splits:6d} ({plan.f_blocks * plan.splits / SMS:6.1f}/SM), "
+        f"loop {loop:.2f} tiles/program, {reduce_bytes / 1e3:.0f} kB read/program"
+        + (" (x2: statistics + gradient passes)" if backward and stats_pass else "")
+    )
+    lines.append(
+        f"  combine     grid {-(-plan.feature_total // plan.combine_blocks[0]):6d}, "
+        f"{-(-plan.splits // block_s)} load rounds of {block_s} slices"
+    )
+    lines.append(
+        f"  elementwise grid {plan.f_blocks * plan.tiles:6d} ({plan.f_blocks * plan.tiles / SMS:6.1f}/SM), "
+        f"1 tile/program, {tile * elementwise / 1e3:.0f} kB moved/program"
+    )
+    lines.append(
+        f"  model: {moved / 1e6:.0f} MB moved ({per_element:.3g} B/element) -> "
+        f"{moved / BANDWIDTH * 1e3:.3f} ms at {BANDWIDTH / 1e12:.1f} TB/s"
+    )
     cluster, block_o, block_i = plan.one_read
     if cluster and (problem.direction is not Direction.BACKWARD or problem.saved):
-        lines.append(f"  (planned instead: one read, one launch of {plan.feature_total * cluster} CTAs in clusters of "
-                     f"{cluster}, {block_o}x{block_i} lanes each: the passes above less one read of x"
-                     + (" and dy)" if backward else ")"))
+        lines.append(
+            f"  (planned instead: one read, one launch of {plan.feature_total * cluster} CTAs in clusters of "
+            f"{cluster}, {block_o}x{block_i} lanes each: the passes above less one read of x"
+            + (" and dy)" if backward else ")")
+        )
     return lines
 
 
@@ -311,17 +429,24 @@ def main() -> None:
                     kernels = device_profile(fn)
                     host, device_us = host_us(fn), sum(kernels.values())
                     detail = ", ".join(f"{name} {us:.1f}" for name, us in kernels.items())
-                    print(f"  {who:8} do_bench {ms:.4f} ms | host {host:.0f} us/call | device "
-                          f"{device_us:.1f} us = {detail}", flush=True)
+                    print(
+                        f"  {who:8} do_bench {ms:.4f} ms | host {host:.0f} us/call | device "
+                        f"{device_us:.1f} us = {detail}",
+                        flush=True,
+                    )
                     row += [ms, host, device_us]
                 summary.append((*row, bench.nbytes / row[2] / 1e9))
             del bench
     if summary:  # the short table, last
-        print(f"\n{'case':22} {'dtype':8} {'ms':>7} {'torch':>7} {'x torch':>7} {'TB/s':>5} {'host us':>7} "
-              f"{'dev us':>7} {'torch host':>10} {'dev':>6}")
+        print(
+            f"\n{'case':22} {'dtype':8} {'ms':>7} {'torch':>7} {'x torch':>7} {'TB/s':>5} {'host us':>7} "
+            f"{'dev us':>7} {'torch host':>10} {'dev':>6}"
+        )
         for name, dtype, ms, host, dev, torch_ms, torch_host, torch_dev, tbs in summary:
-            print(f"{name:22} {dtype:8} {ms:7.4f} {torch_ms:7.4f} {torch_ms / ms:7.2f} {tbs:5.2f} {host:7.0f} "
-                  f"{dev:7.1f} {torch_host:10.0f} {torch_dev:6.1f}")
+            print(
+                f"{name:22} {dtype:8} {ms:7.4f} {torch_ms:7.4f} {torch_ms / ms:7.2f} {tbs:5.2f} {host:7.0f} "
+                f"{dev:7.1f} {torch_host:10.0f} {torch_dev:6.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,11 @@ LAYERS = [
     Layer("dw_3x3_c256", 256, 28, 256, 3, 1, groups=256),
 ]
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
-DEFAULT_ALGORITHM = {"fwd": opendnn.ConvolutionFwdAlgo.IMPLICIT_GEMM, "bwd_data": opendnn.ConvolutionBwdDataAlgo.ALGO_0,
-                     "bwd_filter": opendnn.ConvolutionBwdFilterAlgo.ALGO_0}
+DEFAULT_ALGORITHM = {
+    "fwd": opendnn.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+    "bwd_data": opendnn.ConvolutionBwdDataAlgo.ALGO_0,
+    "bwd_filter": opendnn.ConvolutionBwdFilterAlgo.ALGO_0,
+}
 
 
 @contextlib.contextmanager
@@ -96,7 +99,7 @@ class Problem:
     @property
     def flops(self) -> int:
         n, k, p, q = self.dy.shape
-        return 2 * n * k * p * q * (self.layer.c // self.layer.groups) * self.layer.filt ** 2
+        return 2 * n * k * p * q * (self.layer.c // self.layer.groups) * self.layer.filt**2
 
 
 def _problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
@@ -111,8 +114,15 @@ def _problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
     w_desc = opendnn.FilterDescriptor(dtype, fmt, *w.shape)
     compute = opendnn.DataType.DOUBLE if dtype is torch.float64 else opendnn.DataType.FLOAT
     math = opendnn.MathType.TENSOR_OP if dtype is torch.float32 else opendnn.MathType.DEFAULT
-    conv_desc = opendnn.ConvolutionDescriptor((layer.pad,) * 2, (layer.stride,) * 2, (1, 1),
-                                              opendnn.ConvolutionMode.CROSS_CORRELATION, compute, layer.groups, math)
+    conv_desc = opendnn.ConvolutionDescriptor(
+        (layer.pad,) * 2,
+        (layer.stride,) * 2,
+        (1, 1),
+        opendnn.ConvolutionMode.CROSS_CORRELATION,
+        compute,
+        layer.groups,
+        math,
+    )
     y_dims = opendnn.get_convolution_forward_output_dim(conv_desc, desc_of(x), w_desc)
     dy = torch.randn(y_dims, dtype=dtype, device=ctx.device).contiguous(memory_format=memory)
     label = f"{'nhwc' if channels_last else 'nchw'}_{str(dtype).removeprefix('torch.')}"
@@ -125,8 +135,19 @@ def _workspace(ctx: Context, size: int) -> torch.Tensor | None:
 
 def _torch_backward(p: Problem, mask: list[bool]) -> torch.Tensor:
     layer = p.layer
-    grads = torch.ops.aten.convolution_backward(p.dy, p.x, p.w, None, [layer.stride] * 2, [layer.pad] * 2, [1, 1],
-                                                False, [0, 0], layer.groups, [mask[0], mask[1], False])
+    grads = torch.ops.aten.convolution_backward(
+        p.dy,
+        p.x,
+        p.w,
+        None,
+        [layer.stride] * 2,
+        [layer.pad] * 2,
+        [1, 1],
+        False,
+        [0, 0],
+        layer.groups,
+        [mask[0], mask[1], False],
+    )
     return grads[0] if mask[0] else grads[1]
 
 
@@ -144,6 +165,7 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
 
         def run_torch() -> torch.Tensor:
             return F.conv2d(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
+
         moved = nbytes(p.x, p.w, out)
     elif direction == "bwd_data":
         out = torch.empty_like(p.x)
@@ -155,6 +177,7 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
 
         def run_torch() -> torch.Tensor:
             return _torch_backward(p, [True, False])
+
         moved = nbytes(p.dy, p.w, out)
     else:
         out = torch.empty_like(p.w)
@@ -166,6 +189,7 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
 
         def run_torch() -> torch.Tensor:
             return _torch_backward(p, [False, True])
+
         moved = nbytes(p.x, p.dy, out)
     tf32 = p.dtype is torch.float32
 
@@ -174,8 +198,17 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
             return run_torch()
 
     algo_note = "" if algo is DEFAULT_ALGORITHM[direction] else f" {algo.name}"
-    return Bench(run_opendnn, torch_call, out, moved, lambda: out.fill_(float("nan")), tuple(p.x.shape),
-                 f"{p.label}{algo_note} ws={size}", p.flops, TF32_TOLERANCE if tf32 else None)
+    return Bench(
+        run_opendnn,
+        torch_call,
+        out,
+        moved,
+        lambda: out.fill_(float("nan")),
+        tuple(p.x.shape),
+        f"{p.label}{algo_note} ws={size}",
+        p.flops,
+        TF32_TOLERANCE if tf32 else None,
+    )
 
 
 def case(layer: Layer, direction: str, algo: enum.Enum | None = None) -> Callable[[Context, torch.dtype], Bench]:
@@ -206,9 +239,25 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
         relu = opendnn.ActivationDescriptor(opendnn.ActivationMode.RELU)
 
         def run_opendnn() -> None:
-            opendnn.convolution_bias_activation_forward(h, 1.0, xd, p.x, p.w_desc, weight, p.conv_desc,
-                                                        DEFAULT_ALGORITHM["fwd"], None, 1.0, yd, z, desc_of(bias),
-                                                        bias, relu, yd, out)
+            opendnn.convolution_bias_activation_forward(
+                h,
+                1.0,
+                xd,
+                p.x,
+                p.w_desc,
+                weight,
+                p.conv_desc,
+                DEFAULT_ALGORITHM["fwd"],
+                None,
+                1.0,
+                yd,
+                z,
+                desc_of(bias),
+                bias,
+                relu,
+                yd,
+                out,
+            )
 
         def run_torch() -> torch.Tensor:
             with _cudnn(dtype is torch.float32):
@@ -216,61 +265,88 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
                 y = F.batch_norm(y, mean.to(dtype), var.to(dtype), gamma.to(dtype), beta.to(dtype), False, 0.0, eps)
                 return torch.relu(y + z)
 
-        return Bench(run_opendnn, run_torch, out, nbytes(p.x, p.w, z, out), lambda: out.fill_(float("nan")),
-                     tuple(p.x.shape), f"{p.label} conv+bn+add+relu", p.flops,
-                     TF32_TOLERANCE if dtype is torch.float32 else None)
+        return Bench(
+            run_opendnn,
+            run_torch,
+            out,
+            nbytes(p.x, p.w, z, out),
+            lambda: out.fill_(float("nan")),
+            tuple(p.x.shape),
+            f"{p.label} conv+bn+add+relu",
+            p.flops,
+            TF32_TOLERANCE if dtype is torch.float32 else None,
+        )
 
     return build
 
 
 FWD = opendnn.ConvolutionFwdAlgo
 ALGORITHM_CASES = [
-    (layer, algo) for layer in LAYERS if layer.name in ("r50_conv1", "r50_l1_3x3", "r50_l3_1x1", "dw_3x3_c256")
+    (layer, algo)
+    for layer in LAYERS
+    if layer.name in ("r50_conv1", "r50_l1_3x3", "r50_l3_1x1", "dw_3x3_c256")
     for algo in (FWD.IMPLICIT_PRECOMP_GEMM, FWD.GEMM, FWD.DIRECT)
     if algo is not FWD.DIRECT or layer.c // layer.groups <= 4
 ]
 
 SUITES: dict[str, list[Case]] = {
-    "convolution": [Case(f"{layer.name}_{direction}", "convolution", case(layer, direction))
-                    for layer in LAYERS for direction in DIRECTIONS],
-    "convolution_algorithms": [Case(f"{layer.name}_fwd_{algo.name.lower()}", "convolution_algorithms",
-                                    case(layer, "fwd", algo)) for layer, algo in ALGORITHM_CASES],
-    "convolution_fused": [Case(f"{layer.name}_fused", "convolution_fused", fused_case(layer))
-                          for layer in LAYERS if layer.groups == 1 and layer.name != "r50_conv1"],
+    "convolution": [
+        Case(f"{layer.name}_{direction}", "convolution", case(layer, direction))
+        for layer in LAYERS
+        for direction in DIRECTIONS
+    ],
+    "convolution_algorithms": [
+        Case(f"{layer.name}_fwd_{algo.name.lower()}", "convolution_algorithms", case(layer, "fwd", algo))
+        for layer, algo in ALGORITHM_CASES
+    ],
+    "convolution_fused": [
+        Case(f"{layer.name}_fused", "convolution_fused", fused_case(layer))
+        for layer in LAYERS
+        if layer.groups == 1 and layer.name != "r50_conv1"
+    ],
 }
 
 
 # ---- memory report -------------------------------------------------------------------------------
 
+
 def memory_table(handle: opendnn.Handle, dtype: str = "bfloat16", batch: int = 64) -> str:
     """Markdown: the workspace bytes of every algorithm of every direction on each layer, beside
     the im2col buffer an explicit GEMM convolution materialises (N * P * Q * C * R * S elements)."""
     fmt = opendnn.TensorFormat.NHWC if dtype != "float32" else opendnn.TensorFormat.NCHW
-    lines = [f"| layer | direction | algorithm | workspace bytes | im2col bytes | ratio ({dtype}, batch {batch}) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"| layer | direction | algorithm | workspace bytes | im2col bytes | ratio ({dtype}, batch {batch}) |",
+        "|---|---|---|---|---|---|",
+    ]
     queries = {
-        "fwd": (opendnn.ConvolutionFwdAlgo, lambda x, w, c, y, a: opendnn.get_convolution_forward_workspace_size(
-            handle, x, w, c, y, a)),
-        "bwd_data": (opendnn.ConvolutionBwdDataAlgo,
-                     lambda x, w, c, y, a: opendnn.get_convolution_backward_data_workspace_size(handle, w, y, c, x, a)),
-        "bwd_filter": (opendnn.ConvolutionBwdFilterAlgo,
-                       lambda x, w, c, y, a: opendnn.get_convolution_backward_filter_workspace_size(
-                           handle, x, y, c, w, a)),
+        "fwd": (
+            opendnn.ConvolutionFwdAlgo,
+            lambda x, w, c, y, a: opendnn.get_convolution_forward_workspace_size(handle, x, w, c, y, a),
+        ),
+        "bwd_data": (
+            opendnn.ConvolutionBwdDataAlgo,
+            lambda x, w, c, y, a: opendnn.get_convolution_backward_data_workspace_size(handle, w, y, c, x, a),
+        ),
+        "bwd_filter": (
+            opendnn.ConvolutionBwdFilterAlgo,
+            lambda x, w, c, y, a: opendnn.get_convolution_backward_filter_workspace_size(handle, x, y, c, w, a),
+        ),
     }
     for layer in LAYERS:
         x = opendnn.TensorDescriptor.from_format(fmt, dtype, batch, layer.c, layer.size, layer.size)
         w = opendnn.FilterDescriptor(dtype, fmt, layer.k, layer.c // layer.groups, layer.filt, layer.filt)
         conv = opendnn.ConvolutionDescriptor((layer.pad,) * 2, (layer.stride,) * 2, (1, 1), group_count=layer.groups)
         y = opendnn.TensorDescriptor.from_format(fmt, dtype, *opendnn.get_convolution_forward_output_dim(conv, x, w))
-        im2col = y.dims[0] * y.dims[2] * y.dims[3] * layer.c * layer.filt ** 2 * x.dtype.itemsize
+        im2col = y.dims[0] * y.dims[2] * y.dims[3] * layer.c * layer.filt**2 * x.dtype.itemsize
         for direction, (algos, query) in queries.items():
             for algo in algos:
                 try:
                     size = query(x, w, conv, y, algo)
                 except opendnn.NotSupported:
                     continue
-                lines.append(f"| {layer.name} | {direction} | {algo.name} | {size:,} | {im2col:,} | "
-                             f"{size / im2col:.4f} |")
+                lines.append(
+                    f"| {layer.name} | {direction} | {algo.name} | {size:,} | {im2col:,} | {size / im2col:.4f} |"
+                )
     return "\n".join(lines) + "\n"
 
 

@@ -37,10 +37,17 @@ from opendnn.families.convolution.problem import (
 )
 
 FWD, DATA, FILTER = ConvolutionDirection
-DEFAULT = {FWD: ConvolutionFwdAlgo.IMPLICIT_GEMM, DATA: ConvolutionBwdDataAlgo.ALGO_0,
-           FILTER: ConvolutionBwdFilterAlgo.ALGO_0}
-TORCH = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
-         DataType.DOUBLE: torch.float64}
+DEFAULT = {
+    FWD: ConvolutionFwdAlgo.IMPLICIT_GEMM,
+    DATA: ConvolutionBwdDataAlgo.ALGO_0,
+    FILTER: ConvolutionBwdFilterAlgo.ALGO_0,
+}
+TORCH = {
+    DataType.FLOAT: torch.float32,
+    DataType.HALF: torch.float16,
+    DataType.BFLOAT16: torch.bfloat16,
+    DataType.DOUBLE: torch.float64,
+}
 # name: (C, H=W, K, R=S, stride, groups), batch 64, padding R // 2
 LAYERS = {
     "r50_conv1": (3, 224, 64, 7, 2, 1),
@@ -82,8 +89,20 @@ class Case:
         self.w_desc = descriptor((k, c // g, r, r), dtype, channels_last)
         self.y_desc = descriptor((n, k, p, p), dtype, channels_last)
         self.problem = ConvolutionProblem(
-            direction, self.x_desc, self.w_desc, self.y_desc, (r // 2,) * 2, (r // 2,) * 2, (s, s), (1, 1), g, flip,
-            DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT, True, algo or DEFAULT[direction])
+            direction,
+            self.x_desc,
+            self.w_desc,
+            self.y_desc,
+            (r // 2,) * 2,
+            (r // 2,) * 2,
+            (s, s),
+            (1, 1),
+            g,
+            flip,
+            DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT,
+            True,
+            algo or DEFAULT[direction],
+        )
         self.flops = 2 * n * p * p * k * (c // g) * r * r
         self.x = tensor(self.x_desc, direction is not DATA)
         self.w = tensor(self.w_desc, direction is not FILTER).mul_(1 / math.sqrt(c // g * r * r))
@@ -93,8 +112,10 @@ class Case:
         if size:
             space = torch.empty(size, dtype=torch.uint8, device="cuda")
             self.workspace = Bound("workspace", TensorDescriptor(DataType.UINT8, (size,)), space, "cuda:0")
-        self.bounds = [Bound(name, d, t, "cuda:0") for name, d, t in
-                       (("x", self.x_desc, self.x), ("w", self.w_desc, self.w), ("y", self.y_desc, self.y))]
+        self.bounds = [
+            Bound(name, d, t, "cuda:0")
+            for name, d, t in (("x", self.x_desc, self.x), ("w", self.w_desc, self.w), ("y", self.y_desc, self.y))
+        ]
 
     def run(self):
         kernels.run(self.problem, *self.bounds, None, None, self.workspace)
@@ -112,8 +133,9 @@ class Case:
             return lambda: F.conv2d(x, w, stride=stride, padding=pad, groups=self.groups)
         mask = [self.direction is DATA, self.direction is FILTER, False]
         index = 0 if self.direction is DATA else 1
-        return lambda: ATEN.convolution_backward(y, x, w, None, stride, pad, dil, False, [0, 0], self.groups,
-                                                 mask)[index]
+        return lambda: ATEN.convolution_backward(y, x, w, None, stride, pad, dil, False, [0, 0], self.groups, mask)[
+            index
+        ]
 
     def error(self):
         self.output().fill_(float("nan"))
@@ -170,13 +192,27 @@ def main():
         ours_gpu, theirs_gpu = bench_graph(case.run), bench_graph(case.torch_call())
         ours, theirs = (bench(case.run), bench(case.torch_call())) if host else (ours_gpu, theirs_gpu)
         error = max(error, case.error())
-        row = dict(layer=layer, direction=direction.name, layout=label or ("nhwc" if channels_last else "nchw"),
-                   dtype=dtype.name, error=error, ms=ours, torch_ms=theirs, ratio=theirs / ours,
-                   gpu_ms=ours_gpu, torch_gpu_ms=theirs_gpu, gpu_ratio=theirs_gpu / ours_gpu,
-                   tflops=case.flops / ours_gpu * 1e-9, workspace=kernels.workspace_size(case.problem))
-        print(f"{layer:13s} {direction.name[:13]:13s} {row['layout']:22s} err={error:.0e} ours={ours:.4f} "
-              f"torch={theirs:.4f} ratio={theirs / ours:.2f} gpu: {ours_gpu:.4f} {theirs_gpu:.4f} "
-              f"{theirs_gpu / ours_gpu:.2f}", flush=True)
+        row = dict(
+            layer=layer,
+            direction=direction.name,
+            layout=label or ("nhwc" if channels_last else "nchw"),
+            dtype=dtype.name,
+            error=error,
+            ms=ours,
+            torch_ms=theirs,
+            ratio=theirs / ours,
+            gpu_ms=ours_gpu,
+            torch_gpu_ms=theirs_gpu,
+            gpu_ratio=theirs_gpu / ours_gpu,
+            tflops=case.flops / ours_gpu * 1e-9,
+            workspace=kernels.workspace_size(case.problem),
+        )
+        print(
+            f"{layer:13s} {direction.name[:13]:13s} {row['layout']:22s} err={error:.0e} ours={ours:.4f} "
+            f"torch={theirs:.4f} ratio={theirs / ours:.2f} gpu: {ours_gpu:.4f} {theirs_gpu:.4f} "
+            f"{theirs_gpu / ours_gpu:.2f}",
+            flush=True,
+        )
         save()
         return row
 
@@ -186,16 +222,35 @@ def main():
                 rows.append(measure(layer, direction, DataType.BFLOAT16))
 
     Tile = kernels.Tile
-    tiles = [Tile(128, 128, 64, 8, 3), Tile(128, 64, 64, 4, 3), Tile(64, 128, 64, 4, 4), Tile(128, 128, 64, 8, 4),
-             Tile(128, 64, 64, 8, 4), Tile(256, 128, 64, 8, 3), Tile(64, 64, 64, 4, 4)]
-    narrow = [Tile(128, 64, 32, 4, 3), Tile(128, 64, 32, 8, 3), Tile(64, 64, 32, 4, 3), Tile(128, 64, 64, 8, 3),
-              Tile(256, 64, 32, 8, 3)]
+    tiles = [
+        Tile(128, 128, 64, 8, 3),
+        Tile(128, 64, 64, 4, 3),
+        Tile(64, 128, 64, 4, 4),
+        Tile(128, 128, 64, 8, 4),
+        Tile(128, 64, 64, 8, 4),
+        Tile(256, 128, 64, 8, 3),
+        Tile(64, 64, 64, 4, 4),
+    ]
+    narrow = [
+        Tile(128, 64, 32, 4, 3),
+        Tile(128, 64, 32, 8, 3),
+        Tile(64, 64, 32, 4, 3),
+        Tile(128, 64, 64, 8, 3),
+        Tile(256, 64, 32, 8, 3),
+    ]
     chosen = kernels.gemm_tile
     variants = []
     for layer, direction, options in (
-            ("r50_l1_3x3", FWD, tiles), ("r50_l4_3x3", FWD, tiles), ("r50_l3_1x1", FWD, tiles),
-            ("r50_conv1", FWD, narrow), ("r50_l3_3x3", FILTER, tiles), ("r50_l2_3x3s2", DATA, tiles),
-            ("r50_l1_1x1", FWD, tiles), ("r50_l1_3x3", FILTER, tiles), ("r50_l3_3x3", FWD, tiles)):
+        ("r50_l1_3x3", FWD, tiles),
+        ("r50_l4_3x3", FWD, tiles),
+        ("r50_l3_1x1", FWD, tiles),
+        ("r50_conv1", FWD, narrow),
+        ("r50_l3_3x3", FILTER, tiles),
+        ("r50_l2_3x3s2", DATA, tiles),
+        ("r50_l1_1x1", FWD, tiles),
+        ("r50_l1_3x3", FILTER, tiles),
+        ("r50_l3_3x3", FWD, tiles),
+    ):
         for tile in options:
             if left() > 0:
                 use_tile(lambda *args, tile=tile: tile)
@@ -204,18 +259,37 @@ def main():
                 use_tile(chosen)
     small = (16, 12, 24, 3, 2, 1)
     for dtype in (DataType.FLOAT, DataType.HALF, DataType.DOUBLE):
-        for direction, algos in ((FWD, list(ConvolutionFwdAlgo)[:4]), (DATA, list(ConvolutionBwdDataAlgo)[:2]),
-                                 (FILTER, [ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_1,
-                                           ConvolutionBwdFilterAlgo.ALGO_3])):
+        for direction, algos in (
+            (FWD, list(ConvolutionFwdAlgo)[:4]),
+            (DATA, list(ConvolutionBwdDataAlgo)[:2]),
+            (
+                FILTER,
+                [ConvolutionBwdFilterAlgo.ALGO_0, ConvolutionBwdFilterAlgo.ALGO_1, ConvolutionBwdFilterAlgo.ALGO_3],
+            ),
+        ):
             for algo in algos:
                 if left() < 0 or kernels.supports(Case(small, direction, dtype, algo=algo, n=2).problem):
                     continue
                 flip = dtype is not DataType.HALF
-                case = Case((4, 12, 8, 3, 2, 4) if algo is ConvolutionFwdAlgo.DIRECT else small, direction, dtype,
-                            channels_last=flip, algo=algo, n=2, flip=flip)
+                case = Case(
+                    (4, 12, 8, 3, 2, 4) if algo is ConvolutionFwdAlgo.DIRECT else small,
+                    direction,
+                    dtype,
+                    channels_last=flip,
+                    algo=algo,
+                    n=2,
+                    flip=flip,
+                )
                 case.problem = dataclasses.replace(case.problem, allow_tf32=False)
-                checks.append(dict(dtype=dtype.name, direction=direction.name, algo=algo.name, flip=flip,
-                                   error=max(case.error(), case.error())))
+                checks.append(
+                    dict(
+                        dtype=dtype.name,
+                        direction=direction.name,
+                        algo=algo.name,
+                        flip=flip,
+                        error=max(case.error(), case.error()),
+                    )
+                )
     save()
     bad = [c for c in checks if not c["error"] < {"FLOAT": 1e-5, "HALF": 1e-2, "DOUBLE": 1e-10}[c["dtype"]]]
     print(f"\n{len(checks)} small checks (fp32 strict, fp16, fp64; every algorithm; flip), failing: {bad}")
@@ -229,17 +303,25 @@ def main():
     checks.extend(nchw)
     save()
 
-    table = ["| layer | direction | layout | ms | torch ms | ratio | GPU ms | torch GPU ms | GPU ratio | TFLOP/s | "
-             "rel. error | workspace B |", "|---" * 12 + "|"]
-    table += [f"| {r['layer']} | {r['direction']} | {r['layout']} {r['dtype']} | {r['ms']:.4f} | {r['torch_ms']:.4f} | "
-              f"{r['ratio']:.2f} | {r['gpu_ms']:.4f} | {r['torch_gpu_ms']:.4f} | {r['gpu_ratio']:.2f} | "
-              f"{r['tflops']:.0f} | {r['error']:.1e} | {r['workspace']} |" for r in rows + nchw]
+    table = [
+        "| layer | direction | layout | ms | torch ms | ratio | GPU ms | torch GPU ms | GPU ratio | TFLOP/s | "
+        "rel. error | workspace B |",
+        "|---" * 12 + "|",
+    ]
+    table += [
+        f"| {r['layer']} | {r['direction']} | {r['layout']} {r['dtype']} | {r['ms']:.4f} | {r['torch_ms']:.4f} | "
+        f"{r['ratio']:.2f} | {r['gpu_ms']:.4f} | {r['torch_gpu_ms']:.4f} | {r['gpu_ratio']:.2f} | "
+        f"{r['tflops']:.0f} | {r['error']:.1e} | {r['workspace']} |"
+        for r in rows + nchw
+    ]
     for direction in (FWD, DATA, FILTER):
         ratios = [r["ratio"] for r in rows if r["direction"] == direction.name]
         gpu = [r["gpu_ratio"] for r in rows if r["direction"] == direction.name]
         if ratios:
-            table.append(f"| geomean | {direction.name} | nhwc BFLOAT16 | | | {geomean(ratios):.2f} (min "
-                         f"{min(ratios):.2f}) | | | {geomean(gpu):.2f} (min {min(gpu):.2f}) | | | |")
+            table.append(
+                f"| geomean | {direction.name} | nhwc BFLOAT16 | | | {geomean(ratios):.2f} (min "
+                f"{min(ratios):.2f}) | | | {geomean(gpu):.2f} (min {min(gpu):.2f}) | | | |"
+            )
     (out / "convolution_kernels.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
 

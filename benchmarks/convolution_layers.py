@@ -45,17 +45,32 @@ def main() -> None:
             error = case.error()
             ours, theirs = bench_graph(case.run), bench_graph(case.torch_call())
             error = max(error, case.error())
-            rows.append(dict(layer=layer, direction=direction.name, route=route(case), error=error, ms=ours,
-                             cudnn_ms=theirs, ratio=theirs / ours, workspace=kernels.workspace_size(case.problem)))
-            print(f"{layer:13s} {direction.name:15s} {rows[-1]['route']:10s} err={error:.1e} ours={ours * 1e3:8.1f}us "
-                  f"cudnn={theirs * 1e3:8.1f}us ratio={theirs / ours:.3f} ws={rows[-1]['workspace']}", flush=True)
+            rows.append(
+                dict(
+                    layer=layer,
+                    direction=direction.name,
+                    route=route(case),
+                    error=error,
+                    ms=ours,
+                    cudnn_ms=theirs,
+                    ratio=theirs / ours,
+                    workspace=kernels.workspace_size(case.problem),
+                )
+            )
+            print(
+                f"{layer:13s} {direction.name:15s} {rows[-1]['route']:10s} err={error:.1e} ours={ours * 1e3:8.1f}us "
+                f"cudnn={theirs * 1e3:8.1f}us ratio={theirs / ours:.3f} ws={rows[-1]['workspace']}",
+                flush=True,
+            )
     if args.out:
         with open(args.out, "w") as file:
             json.dump(rows, file, indent=1)
     for direction in (FWD, DATA, FILTER):
         ratios = [row["ratio"] for row in rows if row["direction"] == direction.name]
-        print(f"{layout} {dtype} {direction.name:15s} geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
-              f" min {min(ratios):.3f}")
+        print(
+            f"{layout} {dtype} {direction.name:15s} geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
+            f" min {min(ratios):.3f}"
+        )
 
 
 if __name__ == "__main__":

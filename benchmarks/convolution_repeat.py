@@ -15,8 +15,13 @@ from convolution_kernels import DATA, FILTER, FWD, Case
 from opendnn.core.dtypes import DataType
 
 # (C, H=W, K, R=S, stride, groups), batch: the stride-1 ResNet-50 shapes that the TMA kernels read
-SHAPES = (((256, 14, 256, 3, 1, 1), 64), ((128, 28, 128, 3, 1, 1), 32), ((512, 7, 512, 3, 1, 1), 64),
-          ((64, 56, 64, 3, 1, 1), 64), ((1024, 14, 256, 1, 1, 1), 64))
+SHAPES = (
+    ((256, 14, 256, 3, 1, 1), 64),
+    ((128, 28, 128, 3, 1, 1), 32),
+    ((512, 7, 512, 3, 1, 1), 64),
+    ((64, 56, 64, 3, 1, 1), 64),
+    ((1024, 14, 256, 1, 1, 1), 64),
+)
 ERROR_RUNS, EQUAL_RUNS = 4, 6
 
 
@@ -34,8 +39,11 @@ def main() -> None:
             equal = all(torch.equal(outputs[0], o) for o in outputs[1:])
             ours = triton.testing.do_bench_cudagraph(case.run, rep=20, return_mode="median")
             theirs = triton.testing.do_bench_cudagraph(case.torch_call(), rep=20, return_mode="median")
-            print(f"| {shape[0]} | {shape[1]} | {shape[3]} | {direction.name} | {min(errors):.2e}-{max(errors):.2e} | "
-                  f"{equal} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | {theirs / ours:.2f} |", flush=True)
+            print(
+                f"| {shape[0]} | {shape[1]} | {shape[3]} | {direction.name} | {min(errors):.2e}-{max(errors):.2e} | "
+                f"{equal} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | {theirs / ours:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

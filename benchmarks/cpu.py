@@ -52,17 +52,26 @@ def layer_calls(layer: str, batch: int) -> dict[str, tuple[Callable[[], object],
     x_desc, w_desc, y_desc = descriptor(x), descriptor(w), descriptor(y)
     calls = {
         "forward": (
-            lambda: od.convolution_forward(handle, 1.0, x_desc, x, w_desc, w, conv_desc,
-                                           od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, y_desc, y),
-            lambda: F.conv2d(x, w, None, s, pad, 1, g), y),
+            lambda: od.convolution_forward(
+                handle, 1.0, x_desc, x, w_desc, w, conv_desc, od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, y_desc, y
+            ),
+            lambda: F.conv2d(x, w, None, s, pad, 1, g),
+            y,
+        ),
         "backward_data": (
-            lambda: od.convolution_backward_data(handle, 1.0, w_desc, w, y_desc, dy, conv_desc,
-                                                 od.ConvolutionBwdDataAlgo.ALGO_0, None, 0.0, x_desc, dx),
-            lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, s, pad, 1, g), dx),
+            lambda: od.convolution_backward_data(
+                handle, 1.0, w_desc, w, y_desc, dy, conv_desc, od.ConvolutionBwdDataAlgo.ALGO_0, None, 0.0, x_desc, dx
+            ),
+            lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, s, pad, 1, g),
+            dx,
+        ),
         "backward_filter": (
-            lambda: od.convolution_backward_filter(handle, 1.0, x_desc, x, y_desc, dy, conv_desc,
-                                                   od.ConvolutionBwdFilterAlgo.ALGO_0, None, 0.0, w_desc, dw),
-            lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, s, pad, 1, g), dw),
+            lambda: od.convolution_backward_filter(
+                handle, 1.0, x_desc, x, y_desc, dy, conv_desc, od.ConvolutionBwdFilterAlgo.ALGO_0, None, 0.0, w_desc, dw
+            ),
+            lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, s, pad, 1, g),
+            dw,
+        ),
     }
     flops = 2.0 * y_torch.numel() * (c // g) * r * r
     for ours, theirs, out in calls.values():
@@ -83,8 +92,11 @@ def main() -> None:
     for layer in args.layers.split(","):
         for direction, (ours, theirs, flops) in layer_calls(layer, args.batch).items():
             ours_s, theirs_s = best_of([ours, theirs], args.repeats)
-            print(f"| {layer} | {direction} | {theirs_s * 1e3:.1f} | {ours_s * 1e3:.1f} | "
-                  f"{flops / ours_s / 1e9:.1f} | {theirs_s / ours_s:.2f} |", flush=True)
+            print(
+                f"| {layer} | {direction} | {theirs_s * 1e3:.1f} | {ours_s * 1e3:.1f} | "
+                f"{flops / ours_s / 1e9:.1f} | {theirs_s / ours_s:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

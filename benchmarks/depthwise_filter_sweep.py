@@ -15,8 +15,12 @@ from convolution_kernels import FILTER, Case, bench_graph
 from opendnn.core.dtypes import DataType
 from opendnn.families.convolution import triton_backend as kernels
 
-SHAPES = {"c256_28": (256, 28, 256, 3, 1, 256), "c128_56": (128, 56, 128, 3, 1, 128),
-          "c512_14": (512, 14, 512, 3, 1, 512), "c960_7": (960, 7, 960, 3, 1, 960)}
+SHAPES = {
+    "c256_28": (256, 28, 256, 3, 1, 256),
+    "c128_56": (128, 56, 128, 3, 1, 128),
+    "c512_14": (512, 14, 512, 3, 1, 512),
+    "c960_7": (960, 7, 960, 3, 1, 960),
+}
 TILES = [(64, 64, 4), (32, 64, 2), (32, 64, 1), (16, 64, 1)]  # pixels, channels, warps
 PROGRAMS = [(264, 8), (1056, 2), (2112, 2), (4224, 1)]  # programs, fewest pixel tiles per slice
 
@@ -35,8 +39,11 @@ def main() -> None:
             error = max(case.error(), case.error())
             ours = bench_graph(case.run)
             theirs = theirs or bench_graph(case.torch_call())
-            print(f"{name:8s} {dtype.name:8s} tile={tile} programs={programs} err={error:.1e} "
-                  f"ours={ours * 1e3:7.1f}us cudnn={theirs * 1e3:7.1f}us ratio={theirs / ours:.3f}", flush=True)
+            print(
+                f"{name:8s} {dtype.name:8s} tile={tile} programs={programs} err={error:.1e} "
+                f"ours={ours * 1e3:7.1f}us cudnn={theirs * 1e3:7.1f}us ratio={theirs / ours:.3f}",
+                flush=True,
+            )
         kernels.DIRECT_FILTER_TILES.update(chosen)
 
 

@@ -44,8 +44,9 @@ def modules() -> dict[str, torch.nn.Module]:
         "relu": torch.nn.ReLU(),
         "max_pool": torch.nn.MaxPool2d(3, 2, 1),
         "linear": torch.nn.Linear(256, 64),
-        "conv+bn+relu": torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1, bias=False),
-                                            torch.nn.BatchNorm2d(64), torch.nn.ReLU()),
+        "conv+bn+relu": torch.nn.Sequential(
+            torch.nn.Conv2d(64, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU()
+        ),
     }
 
 
@@ -90,8 +91,11 @@ def profile(step: Callable[[], object], repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--profile", help="cProfile this op's inference forward ('fused': conv+bn+relu through "
-                                          "opendnn.torch.fuse; 'add', 'bn_fwd', 'bn_bwd': those calls)")
+    parser.add_argument(
+        "--profile",
+        help="cProfile this op's inference forward ('fused': conv+bn+relu through "
+        "opendnn.torch.fuse; 'add', 'bn_fwd', 'bn_bwd': those calls)",
+    )
     parser.add_argument("--train", action="store_true", help="profile the training step instead")
     args = parser.parse_args()
     InterpretedFunction.run = lambda self, *a, **k: None  # the host path only: kernels do nothing
@@ -108,8 +112,10 @@ def main() -> None:
     # the last module, conv+bn+relu, through opendnn.torch.fuse: folded for inference, bn+relu as one for training
     fused_forward, _ = steps(ot.fuse(module.eval()), x.detach().clone())
     _, fused_train = steps(ot.fuse(module.train()), x.detach().clone())
-    print(f"{'fused c+b+r':14} {microseconds(fused_forward, args.repeats):11.1f} "
-          f"{microseconds(fused_train, args.repeats):14.1f}")
+    print(
+        f"{'fused c+b+r':14} {microseconds(fused_forward, args.repeats):11.1f} "
+        f"{microseconds(fused_train, args.repeats):14.1f}"
+    )
     if args.profile == "fused":
         profile(fused_train if args.train else fused_forward, args.repeats)
     half = x.bfloat16()

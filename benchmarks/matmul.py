@@ -52,9 +52,18 @@ def _handle(ctx: Context, dtype: torch.dtype) -> opendnn.Handle:
     return opendnn.create(ctx.device, math_type=opendnn.MathType.TENSOR_OP)
 
 
-def _bench(ctx: Context, dtype: torch.dtype, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-           torch_fn: Callable[[], torch.Tensor], epilogue: opendnn.MatmulEpilogue | None = None,
-           extra_bytes: int = 0, label: str | None = None, handle: opendnn.Handle | None = None) -> Bench:
+def _bench(
+    ctx: Context,
+    dtype: torch.dtype,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    torch_fn: Callable[[], torch.Tensor],
+    epilogue: opendnn.MatmulEpilogue | None = None,
+    extra_bytes: int = 0,
+    label: str | None = None,
+    handle: opendnn.Handle | None = None,
+) -> Bench:
     handle = handle or _handle(ctx, dtype)
     a_desc, b_desc, c_desc = desc_of(a), desc_of(b), desc_of(c)
 
@@ -62,13 +71,27 @@ def _bench(ctx: Context, dtype: torch.dtype, a: torch.Tensor, b: torch.Tensor, c
         with _tf32(dtype is torch.float32):
             return torch_fn()
 
-    bench = out_of_place(lambda: opendnn.matmul(handle, 1.0, a_desc, a, b_desc, b, 0.0, c_desc, c, epilogue),
-                         run_torch, c, nbytes(a, b, c) + extra_bytes, (*a.shape[:-1], b.shape[-1], a.shape[-1]),
-                         label)
+    bench = out_of_place(
+        lambda: opendnn.matmul(handle, 1.0, a_desc, a, b_desc, b, 0.0, c_desc, c, epilogue),
+        run_torch,
+        c,
+        nbytes(a, b, c) + extra_bytes,
+        (*a.shape[:-1], b.shape[-1], a.shape[-1]),
+        label,
+    )
     flops = 2 * c.numel() * a.shape[-1]
     tolerance = TF32_TOLERANCE if dtype is torch.float32 else None
-    return Bench(bench.opendnn, bench.torch, bench.output, bench.nbytes, bench.reset, bench.shape,
-                 bench.dtype_label, flops, tolerance)
+    return Bench(
+        bench.opendnn,
+        bench.torch,
+        bench.output,
+        bench.nbytes,
+        bench.reset,
+        bench.shape,
+        bench.dtype_label,
+        flops,
+        tolerance,
+    )
 
 
 def product(rows: int, inner: int, columns: int) -> Callable[[Context, torch.dtype], Bench]:
@@ -96,7 +119,7 @@ def fp8(fast: bool) -> Callable[[Context, torch.dtype], Bench]:
     torch's default) or fast (a TENSOR_OP handle against ``use_fast_accum=True``)."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
-        m, = _dims(ctx, 8192)
+        (m,) = _dims(ctx, 8192)
         m = (m + 15) // 16 * 16  # torch._scaled_mm needs multiples of 16
         b_type = torch.float8_e4m3fn if dtype is torch.bfloat16 else torch.float8_e5m2
         a = ctx.randn((m, m), torch.float32).to(torch.float8_e4m3fn)
@@ -108,11 +131,28 @@ def fp8(fast: bool) -> Callable[[Context, torch.dtype], Bench]:
         epilogue = opendnn.MatmulEpilogue(a_scale=a_scale, b_scale=b_scale)
         handle = opendnn.create(ctx.device, math_type=opendnn.MathType.TENSOR_OP if fast else opendnn.MathType.DEFAULT)
         label = f"e4m3x{'e4m3' if b_type is torch.float8_e4m3fn else 'e5m2'}->{str(dtype).removeprefix('torch.')}"
-        bench = _bench(ctx, dtype, a, b, c, lambda: torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=dtype,
-                                                                      use_fast_accum=fast),
-                       epilogue, label=label, handle=handle)
-        return Bench(bench.opendnn, bench.torch, bench.output, bench.nbytes, bench.reset, bench.shape, label,
-                     bench.flops, 1e-2 if fast or dtype is not torch.float32 else 1e-5)
+        bench = _bench(
+            ctx,
+            dtype,
+            a,
+            b,
+            c,
+            lambda: torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=dtype, use_fast_accum=fast),
+            epilogue,
+            label=label,
+            handle=handle,
+        )
+        return Bench(
+            bench.opendnn,
+            bench.torch,
+            bench.output,
+            bench.nbytes,
+            bench.reset,
+            bench.shape,
+            label,
+            bench.flops,
+            1e-2 if fast or dtype is not torch.float32 else 1e-5,
+        )
 
     return build
 
@@ -122,10 +162,10 @@ def linear_bias_gelu(ctx: Context, dtype: torch.dtype) -> Bench:
     x, weight = ctx.randn((m, k), dtype), ctx.randn((n, k), dtype, k**-0.5)
     bias = ctx.randn((n,), dtype)
     c = torch.empty((m, n), dtype=dtype, device=ctx.device)
-    epilogue = opendnn.MatmulEpilogue(bias_desc=desc_of(bias), bias=bias,
-                                      activation=opendnn.PointwiseMode.GELU_FWD)
-    return _bench(ctx, dtype, x, weight.t(), c, lambda: F.gelu(torch.matmul(x, weight.t()) + bias), epilogue,
-                  nbytes(bias))
+    epilogue = opendnn.MatmulEpilogue(bias_desc=desc_of(bias), bias=bias, activation=opendnn.PointwiseMode.GELU_FWD)
+    return _bench(
+        ctx, dtype, x, weight.t(), c, lambda: F.gelu(torch.matmul(x, weight.t()) + bias), epilogue, nbytes(bias)
+    )
 
 
 def batched(ctx: Context, dtype: torch.dtype) -> Bench:

@@ -57,13 +57,28 @@ from opendnn.torch.graphs import capture
 
 MODELS = ("resnet50", "mobilenet_v2")
 # torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (a separate measurement)
-ANCHOR_MS = {("resnet50", "inference"): 8.51, ("resnet50", "training"): 29.98,
-             ("mobilenet_v2", "inference"): 7.90, ("mobilenet_v2", "training"): 20.46}
+ANCHOR_MS = {
+    ("resnet50", "inference"): 8.51,
+    ("resnet50", "training"): 29.98,
+    ("mobilenet_v2", "inference"): 7.90,
+    ("mobilenet_v2", "training"): 20.46,
+}
 CLASSES = 1000
-TIMING = ("Per step: medians of `triton.testing.do_bench` (L2 flushed), host included; (graph) modes replay a "
-          "CUDA graph of the step.")
-COLUMNS = ["model", "mode", "torch ms", "opendnn ms", "torch img/s", "opendnn img/s", "ratio", "anchor torch ms",
-           "check"]
+TIMING = (
+    "Per step: medians of `triton.testing.do_bench` (L2 flushed), host included; (graph) modes replay a "
+    "CUDA graph of the step."
+)
+COLUMNS = [
+    "model",
+    "mode",
+    "torch ms",
+    "opendnn ms",
+    "torch img/s",
+    "opendnn img/s",
+    "ratio",
+    "anchor torch ms",
+    "check",
+]
 
 Timer = Callable[[Callable[[], Any]], float]
 
@@ -77,20 +92,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default="results", help="directory for models.json and models.md")
     parser.add_argument("--warmup", type=float, default=200.0, help="do_bench warm-up, ms (default 200)")
     parser.add_argument("--rep", type=float, default=1000.0, help="do_bench timed repetitions, ms (default 1000)")
-    parser.add_argument("--graph", action="store_true",
-                        help="also time both sides' steps captured in a CUDA graph (no host work per replay)")
-    parser.add_argument("--fused", action="store_true",
-                        help="also time opendnn.torch.fuse's models against torch's plain one: inference (conv + "
-                             "batch norm [+ add] [+ relu] as one call) and training (batch norm [+ add] [+ relu])")
-    parser.add_argument("--modes", default="",
-                        help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); "
-                             "default all")
-    parser.add_argument("--results", default=str(report.RESULTS),
-                        help="results file a CUDA run saves its rows in ('': none; default "
-                             "benchmarks/results/h200.json)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also write <out>/profile_<model>_<mode>.txt: torch.profiler's busiest kernels and "
-                             "host time over two opendnn calls (CUDA only)")
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="also time both sides' steps captured in a CUDA graph (no host work per replay)",
+    )
+    parser.add_argument(
+        "--fused",
+        action="store_true",
+        help="also time opendnn.torch.fuse's models against torch's plain one: inference (conv + "
+        "batch norm [+ add] [+ relu] as one call) and training (batch norm [+ add] [+ relu])",
+    )
+    parser.add_argument(
+        "--modes",
+        default="",
+        help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); default all",
+    )
+    parser.add_argument(
+        "--results",
+        default=str(report.RESULTS),
+        help="results file a CUDA run saves its rows in ('': none; default benchmarks/results/h200.json)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also write <out>/profile_<model>_<mode>.txt: torch.profiler's busiest kernels and "
+        "host time over two opendnn calls (CUDA only)",
+    )
     return parser.parse_args(argv)
 
 
@@ -99,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torchvision.models as builders
     except ImportError as error:
-        print(f"benchmarks/models.py needs torchvision ({error}); benchmarks/README.md says which version to "
-              "install", file=sys.stderr)
+        print(
+            f"benchmarks/models.py needs torchvision ({error}); benchmarks/README.md says which version to install",
+            file=sys.stderr,
+        )
         return 2
     device = torch.device(args.device)
     results = Path(args.results) if args.results and device.type == "cuda" else None
@@ -110,19 +140,32 @@ def main(argv: list[str] | None = None) -> int:
     timer = _cuda_timer(args.warmup, args.rep) if device.type == "cuda" else _cpu_timer()
     rows = []
     for name in args.models.split(","):
+
         def build(name: str = name) -> torch.nn.Module:
             return getattr(builders, name)(weights=None)
 
         profile_to = Path(args.out) if args.profile and device.type == "cuda" else None
-        for row in measure(name, build, device, args.batch, args.size, timer, profile_to,
-                           args.graph and device.type == "cuda", args.fused,
-                           [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()]):
+        for row in measure(
+            name,
+            build,
+            device,
+            args.batch,
+            args.size,
+            timer,
+            profile_to,
+            args.graph and device.type == "cuda",
+            args.fused,
+            [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()],
+        ):
             print(_progress_line(row), flush=True)
             rows.append(row)
     if results is not None:
         command = " ".join(["benchmarks/models.py", *(sys.argv[1:] if argv is None else argv)])
-        report.save_run(results, report.gpu_run(torch.cuda.get_device_name(device), command, TIMING),
-                        {"models": [_saved(row) for row in rows]})
+        report.save_run(
+            results,
+            report.gpu_run(torch.cuda.get_device_name(device), command, TIMING),
+            {"models": [_saved(row) for row in rows]},
+        )
         print(f"saved the rows in {results}")
     markdown = _markdown(_environment(device, args), rows, device.type == "cpu")
     out = Path(args.out)
@@ -133,9 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(row["error"] is None for row in rows) else 1
 
 
-def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int,
-            timer: Timer, profile_to: Path | None = None, graph: bool = False,
-            fused: bool = False, only: list[str] | None = None) -> list[dict[str, Any]]:
+def measure(
+    name: str,
+    build: Callable[[], torch.nn.Module],
+    device: torch.device,
+    batch: int,
+    size: int,
+    timer: Timer,
+    profile_to: Path | None = None,
+    graph: bool = False,
+    fused: bool = False,
+    only: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """The inference and training rows of one model: torch's, then the converted copy's (and with
     ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
     side captured in a CUDA graph and timed by replaying it; with ``fused``, inference and
@@ -151,13 +203,31 @@ def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.devic
     labels = torch.randint(0, CLASSES, (batch,), device=device)
     rows = []
     modes = ["inference", "training", *(("inference (graph)", "training (graph)") if graph else ())]
-    modes += ["inference (fused)", "training (fused)",
-              *(("inference (fused, graph)", "training (fused, graph)") if graph else ())] if fused else []
+    modes += (
+        [
+            "inference (fused)",
+            "training (fused)",
+            *(("inference (fused, graph)", "training (fused, graph)") if graph else ()),
+        ]
+        if fused
+        else []
+    )
     for mode in [m for m in modes if not only or m in only]:
-        row: dict[str, Any] = {"model": name, "mode": mode, "batch": batch, "size": size, "torch_ms": None,
-                               "opendnn_ms": None, "torch_img_s": None, "opendnn_img_s": None, "ratio": None,
-                               "anchor_torch_ms": ANCHOR_MS.get((name, mode)), "rel_err": None, "error": None,
-                               "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone]}
+        row: dict[str, Any] = {
+            "model": name,
+            "mode": mode,
+            "batch": batch,
+            "size": size,
+            "torch_ms": None,
+            "opendnn_ms": None,
+            "torch_img_s": None,
+            "opendnn_img_s": None,
+            "ratio": None,
+            "anchor_torch_ms": ANCHOR_MS.get((name, mode)),
+            "rel_err": None,
+            "error": None,
+            "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone],
+        }
         step = _inference if mode.startswith("inference") else _training_step
         if "fused" in mode and step not in fused_models:  # folded for inference; bn + add + relu for training
             fused_models[step] = ot.fuse(ours.eval() if step is _inference else ours.train())
@@ -186,14 +256,24 @@ def measure(name: str, build: Callable[[], torch.nn.Module], device: torch.devic
 
 def _saved(row: dict[str, Any]) -> dict[str, Any]:
     """A row as the results file keeps it."""
-    saved = {"model": row["model"], "mode": row["mode"], "batch": row["batch"], "shape": f"{row['size']}x{row['size']}",
-             "torch_ms": row["torch_ms"], "opendnn_ms": row["opendnn_ms"], "ratio": row["ratio"],
-             "check": "ok" if row["error"] is None else "error", "rel_err": row["rel_err"], "error": row["error"]}
+    saved = {
+        "model": row["model"],
+        "mode": row["mode"],
+        "batch": row["batch"],
+        "shape": f"{row['size']}x{row['size']}",
+        "torch_ms": row["torch_ms"],
+        "opendnn_ms": row["opendnn_ms"],
+        "ratio": row["ratio"],
+        "check": "ok" if row["error"] is None else "error",
+        "rel_err": row["rel_err"],
+        "error": row["error"],
+    }
     return {key: value for key, value in saved.items() if value is not None}
 
 
-def _inference(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
-               context: AbstractContextManager[Any]) -> Callable[[], torch.Tensor]:
+def _inference(
+    model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor, context: AbstractContextManager[Any]
+) -> Callable[[], torch.Tensor]:
     model.eval()
 
     def run() -> torch.Tensor:
@@ -203,8 +283,9 @@ def _inference(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
     return run
 
 
-def _training_step(model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor,
-                   context: AbstractContextManager[Any]) -> Callable[[], torch.Tensor]:
+def _training_step(
+    model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor, context: AbstractContextManager[Any]
+) -> Callable[[], torch.Tensor]:
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
@@ -272,34 +353,58 @@ def _environment(device: torch.device, args: argparse.Namespace) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     version = report.versions()
-    return (f"{date}, {name}; torch {version['torch']}, torchvision {torchvision.__version__}, Triton "
-            f"{version['triton']}, cuDNN {version['cudnn']}, opendnn {version['opendnn']}; "
-            f"batch {args.batch} at {args.size}x{args.size}, bf16 autocast, channels_last.")
+    return (
+        f"{date}, {name}; torch {version['torch']}, torchvision {torchvision.__version__}, Triton "
+        f"{version['triton']}, cuDNN {version['cudnn']}, opendnn {version['opendnn']}; "
+        f"batch {args.batch} at {args.size}x{args.size}, bf16 autocast, channels_last."
+    )
 
 
 def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
-    timing = ("medians of `time.perf_counter` runs (a CPU smoke run, not a performance figure)" if cpu
-              else "medians of `triton.testing.do_bench` (L2 flushed)")
-    lines = ["# Whole models: torch/cuDNN against opendnn (converted)", "", environment,
-             f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
-             "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
-             "and replayed, both sides (the GPU's time without the host's); check: the inference logits' relative "
-             "norm error against torch's.", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    timing = (
+        "medians of `time.perf_counter` runs (a CPU smoke run, not a performance figure)"
+        if cpu
+        else "medians of `triton.testing.do_bench` (L2 flushed)"
+    )
+    lines = [
+        "# Whole models: torch/cuDNN against opendnn (converted)",
+        "",
+        environment,
+        f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
+        "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
+        "and replayed, both sides (the GPU's time without the host's); check: the inference logits' relative "
+        "norm error against torch's.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     for row in rows:
-        check = f"**error**: {row['error'][:200]}".replace("|", "\\|") if row["error"] else (
-            f"ok ({row['rel_err']:.1e})" if row["rel_err"] is not None else "ok")
-        cells = [row["model"], row["mode"], _number(row["torch_ms"], ".2f"), _number(row["opendnn_ms"], ".2f"),
-                 _number(row["torch_img_s"], ",.0f"), _number(row["opendnn_img_s"], ",.0f"),
-                 _number(row["ratio"], ".2f"), _number(row["anchor_torch_ms"], ".2f"), check]
+        check = (
+            f"**error**: {row['error'][:200]}".replace("|", "\\|")
+            if row["error"]
+            else (f"ok ({row['rel_err']:.1e})" if row["rel_err"] is not None else "ok")
+        )
+        cells = [
+            row["model"],
+            row["mode"],
+            _number(row["torch_ms"], ".2f"),
+            _number(row["opendnn_ms"], ".2f"),
+            _number(row["torch_img_s"], ",.0f"),
+            _number(row["opendnn_img_s"], ",.0f"),
+            _number(row["ratio"], ".2f"),
+            _number(row["anchor_torch_ms"], ".2f"),
+            check,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _progress_line(row: dict[str, Any]) -> str:
-    return (f"{row['model']:<14} {row['mode']:<10} torch {_number(row['torch_ms'], '8.2f')} ms | "
-            f"opendnn {_number(row['opendnn_ms'], '8.2f')} ms | ratio {_number(row['ratio'], '5.2f')} | "
-            f"{row['error'] or 'ok'}")
+    return (
+        f"{row['model']:<14} {row['mode']:<10} torch {_number(row['torch_ms'], '8.2f')} ms | "
+        f"opendnn {_number(row['opendnn_ms'], '8.2f')} ms | ratio {_number(row['ratio'], '5.2f')} | "
+        f"{row['error'] or 'ok'}"
+    )
 
 
 def _number(value: float | None, spec: str) -> str:

@@ -52,9 +52,14 @@ def lrn_forward(channels_last: bool):
         y = torch.empty_like(x)
         x_desc, y_desc = desc_of(x), desc_of(y)
         return out_of_place(
-            lambda: opendnn.lrn_cross_channel_forward(ctx.handle, LRN, LRNMode.CROSS_CHANNEL_DIM1, 1.0, x_desc, x,
-                                                      0.0, y_desc, y),
-            lambda: _torch_lrn(x), y, nbytes(x, y), tuple(x.shape))
+            lambda: opendnn.lrn_cross_channel_forward(
+                ctx.handle, LRN, LRNMode.CROSS_CHANNEL_DIM1, 1.0, x_desc, x, 0.0, y_desc, y
+            ),
+            lambda: _torch_lrn(x),
+            y,
+            nbytes(x, y),
+            tuple(x.shape),
+        )
 
     return build
 
@@ -74,9 +79,26 @@ def lrn_backward(channels_last: bool):
             return torch.autograd.grad(_torch_lrn(xr), xr, dy)[0]
 
         return out_of_place(
-            lambda: opendnn.lrn_cross_channel_backward(ctx.handle, LRN, LRNMode.CROSS_CHANNEL_DIM1, 1.0, descs[1], y,
-                                                       descs[2], dy, descs[0], x, 0.0, descs[3], dx),
-            torch_backward, dx, nbytes(x, dy, dx), tuple(x.shape))
+            lambda: opendnn.lrn_cross_channel_backward(
+                ctx.handle,
+                LRN,
+                LRNMode.CROSS_CHANNEL_DIM1,
+                1.0,
+                descs[1],
+                y,
+                descs[2],
+                dy,
+                descs[0],
+                x,
+                0.0,
+                descs[3],
+                dx,
+            ),
+            torch_backward,
+            dx,
+            nbytes(x, dy, dx),
+            tuple(x.shape),
+        )
 
     return build
 
@@ -106,9 +128,14 @@ def norm_forward(mode: NormMode):
             return F.layer_norm(x, shape, weight[0], bias[0], EPS)
 
         return out_of_place(
-            lambda: opendnn.normalization_forward_inference(ctx.handle, desc, 1.0, x_desc, x, p_desc, weight, bias,
-                                                            0.0, y_desc, y),
-            torch_forward, y, nbytes(x, y), tuple(x.shape))
+            lambda: opendnn.normalization_forward_inference(
+                ctx.handle, desc, 1.0, x_desc, x, p_desc, weight, bias, 0.0, y_desc, y
+            ),
+            torch_forward,
+            y,
+            nbytes(x, y),
+            tuple(x.shape),
+        )
 
     return build
 
@@ -127,9 +154,22 @@ def norm_backward(mode: NormMode):
         rstd = torch.empty(stats_dims, dtype=torch.float32, device=ctx.device)
         desc, p_desc, s_desc = NormDescriptor(mode, EPS), desc_of(weight), desc_of(rstd)
         x_desc = desc_of(x)
-        opendnn.normalization_forward_training(ctx.handle, desc, 1.0, x_desc, x, p_desc, weight,
-                                               None if rms else bias, 0.0, x_desc, torch.empty_like(x), s_desc,
-                                               mean, rstd)
+        opendnn.normalization_forward_training(
+            ctx.handle,
+            desc,
+            1.0,
+            x_desc,
+            x,
+            p_desc,
+            weight,
+            None if rms else bias,
+            0.0,
+            x_desc,
+            torch.empty_like(x),
+            s_desc,
+            mean,
+            rstd,
+        )
         if rms:
             _, torch_rstd = aten._fused_rms_norm(x, list(shape), weight[0], EPS)
         else:
@@ -141,25 +181,50 @@ def norm_backward(mode: NormMode):
                 return torch.autograd.grad(F.rms_norm(xr, shape, weight[0], EPS), xr, dy)[0]
             if rms:
                 return aten._fused_rms_norm_backward(dy, x, list(shape), torch_rstd, weight[0], [True, True])[0]
-            return aten.native_layer_norm_backward(dy, x, list(shape), torch_mean, torch_rstd, weight[0], bias[0],
-                                                   [True, True, True])[0]
+            return aten.native_layer_norm_backward(
+                dy, x, list(shape), torch_mean, torch_rstd, weight[0], bias[0], [True, True, True]
+            )[0]
 
         return out_of_place(
-            lambda: opendnn.normalization_backward(ctx.handle, desc, 1.0, 0.0, 1.0, 0.0, x_desc, x, desc_of(dy), dy,
-                                                   p_desc, weight, dweight, None if rms else dbias, s_desc, mean,
-                                                   rstd, desc_of(dx), dx),
-            torch_backward, dx, nbytes(x, dy, dx), tuple(x.shape))
+            lambda: opendnn.normalization_backward(
+                ctx.handle,
+                desc,
+                1.0,
+                0.0,
+                1.0,
+                0.0,
+                x_desc,
+                x,
+                desc_of(dy),
+                dy,
+                p_desc,
+                weight,
+                dweight,
+                None if rms else dbias,
+                s_desc,
+                mean,
+                rstd,
+                desc_of(dx),
+                dx,
+            ),
+            torch_backward,
+            dx,
+            nbytes(x, dy, dx),
+            tuple(x.shape),
+        )
 
     return build
 
 
-SUITES: dict[str, list[Case]] = {"normalization": [
-    Case("lrn5_fwd_nchw", "normalization", lrn_forward(False)),
-    Case("lrn5_fwd_nhwc", "normalization", lrn_forward(True)),
-    Case("lrn5_bwd_nchw", "normalization", lrn_backward(False)),
-    Case("lrn5_bwd_nhwc", "normalization", lrn_backward(True)),
-    Case("layernorm_fwd", "normalization", norm_forward(NormMode.LAYER_NORM)),
-    Case("layernorm_bwd", "normalization", norm_backward(NormMode.LAYER_NORM)),
-    Case("rmsnorm_fwd", "normalization", norm_forward(NormMode.RMS_NORM)),
-    Case("rmsnorm_bwd", "normalization", norm_backward(NormMode.RMS_NORM)),
-]}
+SUITES: dict[str, list[Case]] = {
+    "normalization": [
+        Case("lrn5_fwd_nchw", "normalization", lrn_forward(False)),
+        Case("lrn5_fwd_nhwc", "normalization", lrn_forward(True)),
+        Case("lrn5_bwd_nchw", "normalization", lrn_backward(False)),
+        Case("lrn5_bwd_nhwc", "normalization", lrn_backward(True)),
+        Case("layernorm_fwd", "normalization", norm_forward(NormMode.LAYER_NORM)),
+        Case("layernorm_bwd", "normalization", norm_backward(NormMode.LAYER_NORM)),
+        Case("rmsnorm_fwd", "normalization", norm_forward(NormMode.RMS_NORM)),
+        Case("rmsnorm_bwd", "normalization", norm_backward(NormMode.RMS_NORM)),
+    ]
+}

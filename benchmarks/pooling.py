@@ -52,8 +52,13 @@ def forward(geometry: tuple[str, int, int, int], channels_last: bool) -> Callabl
         torch_pool = _torch_forward(*geometry)
         y = torch.empty_like(torch_pool(x))
         pool, x_desc, y_desc = _descriptor(*geometry), desc_of(x), desc_of(y)
-        return out_of_place(lambda: opendnn.pooling_forward(ctx.handle, pool, 1.0, x_desc, x, 0.0, y_desc, y),
-                            lambda: torch_pool(x), y, nbytes(x, y), tuple(x.shape))
+        return out_of_place(
+            lambda: opendnn.pooling_forward(ctx.handle, pool, 1.0, x_desc, x, 0.0, y_desc, y),
+            lambda: torch_pool(x),
+            y,
+            nbytes(x, y),
+            tuple(x.shape),
+        )
 
     return build
 
@@ -77,13 +82,18 @@ def backward(geometry: tuple[str, int, int, int], channels_last: bool) -> Callab
             opendnn.pooling_backward(ctx.handle, pool, 1.0, descs[0], y, descs[1], dy, descs[2], x, 0.0, descs[3], dx)
 
         if kind == "max":
+
             def run_torch() -> torch.Tensor:
-                return aten.max_pool2d_with_indices_backward(dy, x, [window] * 2, [stride] * 2, [padding] * 2,
-                                                             [1, 1], False, indices)
+                return aten.max_pool2d_with_indices_backward(
+                    dy, x, [window] * 2, [stride] * 2, [padding] * 2, [1, 1], False, indices
+                )
+
             moved = nbytes(x, y, dy, dx)
         else:
+
             def run_torch() -> torch.Tensor:
                 return aten.avg_pool2d_backward(dy, x, [window] * 2, [stride] * 2, [padding] * 2, False, True, None)
+
             moved = nbytes(dy, dx)
         return out_of_place(run_opendnn, run_torch, dx, moved, tuple(x.shape))
 

@@ -39,59 +39,121 @@ CHART = REPOSITORY / "benchmarks" / "results" / "h200.png"
 KEYS = ("model", "case", "mode", "round", "dtype")  # what identifies a row within its suite
 # (row key, column header, format) in the order tables show them; a table shows the columns its rows fill
 COLUMNS = (
-    ("model", "model", None), ("case", "case", None), ("mode", "mode", None), ("round", "round", None),
-    ("dtype", "dtype", None), ("shape", "shape", None), ("batch", "batch", None),
-    ("opendnn_ms", "opendnn ms", "ms"), ("torch_ms", "torch ms", "ms"),
-    ("gbps", "opendnn GB/s", ".0f"), ("torch_gbps", "torch GB/s", ".0f"),
-    ("tflops", "opendnn TFLOP/s", ".1f"), ("torch_tflops", "torch TFLOP/s", ".1f"),
-    ("host_us", "opendnn host us", ".0f"), ("device_us", "opendnn device us", ".1f"),
+    ("model", "model", None),
+    ("case", "case", None),
+    ("mode", "mode", None),
+    ("round", "round", None),
+    ("dtype", "dtype", None),
+    ("shape", "shape", None),
+    ("batch", "batch", None),
+    ("opendnn_ms", "opendnn ms", "ms"),
+    ("torch_ms", "torch ms", "ms"),
+    ("gbps", "opendnn GB/s", ".0f"),
+    ("torch_gbps", "torch GB/s", ".0f"),
+    ("tflops", "opendnn TFLOP/s", ".1f"),
+    ("torch_tflops", "torch TFLOP/s", ".1f"),
+    ("host_us", "opendnn host us", ".0f"),
+    ("device_us", "opendnn device us", ".1f"),
     ("torch_device_us", "torch device us", ".1f"),
-    ("one_gpu_img_s", "1 GPU img/s", ",.0f"), ("two_gpu_img_s", "2 GPUs img/s", ",.0f"),
-    ("speedup", "speed-up", ".2f"), ("ratio", "ratio", ".2f"), ("check", "check", None),
+    ("one_gpu_img_s", "1 GPU img/s", ",.0f"),
+    ("two_gpu_img_s", "2 GPUs img/s", ",.0f"),
+    ("speedup", "speed-up", ".2f"),
+    ("ratio", "ratio", ".2f"),
+    ("check", "check", None),
 )
 # suite -> (title, what it measures, decimals of its times in ms), in the report's order
 SUITES: dict[str, tuple[str, str, int]] = {
-    "elementwise": ("Activations and tensor ops", "Every activation forward and backward, op_tensor ADD and MUL, "
-                    "add_tensor with a broadcast bias and scale_tensor on 32768 x 4096 (transformer rows).", 4),
-    "transform": ("Layout and dtype transforms", "transform_tensor between NCHW and NHWC and between float32 and "
-                  "bfloat16 on a ResNet-50 activation (64 x 256 x 56 x 56); `copy` (NCHW to NCHW against torch's "
-                  "clone) is the copy bandwidth of the same tensor.", 4),
+    "elementwise": (
+        "Activations and tensor ops",
+        "Every activation forward and backward, op_tensor ADD and MUL, "
+        "add_tensor with a broadcast bias and scale_tensor on 32768 x 4096 (transformer rows).",
+        4,
+    ),
+    "transform": (
+        "Layout and dtype transforms",
+        "transform_tensor between NCHW and NHWC and between float32 and "
+        "bfloat16 on a ResNet-50 activation (64 x 256 x 56 x 56); `copy` (NCHW to NCHW against torch's "
+        "clone) is the copy bandwidth of the same tensor.",
+        4,
+    ),
     "reduce": ("Reductions", "reduce_tensor ADD and MAX over the last dim of 32768 x 4096.", 4),
-    "matmul": ("Matrix multiplication", "Square products, N = 4224 (a partial last round of tiles), the three "
-               "linear layers of a transformer block at 16384 tokens, fp8 products (precise and fast "
-               "accumulation) against `torch._scaled_mm`, a fused linear + bias + GELU against torch's three ops, "
-               "and 512 products of 128^3. float32 runs TF32 on both sides.", 4),
-    "convolution": ("Convolution", "The ResNet-50 layers and a depthwise layer at batch 64, forward, backward data "
-                    "and backward filter with the default algorithms, against cuDNN (`cudnn.benchmark` on). bfloat16 "
-                    "runs NHWC with KRSC filters, float32 NCHW with TF32 on both sides.", 4),
-    "convolution_fused": ("Fused convolution", "Inference of conv -> batch norm -> + residual -> relu as one opendnn "
-                          "call (the norm folded into the filter) against torch's four ops, ResNet-50 layers at "
-                          "batch 64.", 4),
-    "pooling": ("Pooling", "ResNet-50's 3x3 stride-2 max pool and a 2x2 stride-2 average pool on 64 x 256 x 56 x 56, "
-                "NCHW and NHWC, forward and backward.", 4),
-    "batch_norm": ("Batch normalization", "Training forward and backward on 64 x 256 x 56 x 56, and batch norm + "
-                   "add + relu against torch's three ops. GB/s counts the passes of three-pass kernels: forward "
-                   "reads x twice and writes y, backward reads x and dy twice and writes dx, the add + relu forms "
-                   "add z (and dz).", 4),
-    "normalization": ("LRN, layer norm and RMS norm", "Cross-channel LRN (n = 5) on 64 x 256 x 56 x 56, NCHW and "
-                      "NHWC; layer norm and RMS norm over rows of 32768 x 4096.", 4),
-    "softmax": ("Softmax", "Softmax over the last dim of 32768 x 4096, over 64 rows of 1,048,576, and across the "
-                "channels of NCHW 64 x 1000 x 7 x 7.", 4),
-    "models": ("Whole models", "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "
-               "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
-               "(fused): `opendnn.torch.fuse` of the converted model against torch's plain one; (graph): each "
-               "side's step captured in a CUDA graph and replayed (the GPU's time without the host's). Training "
-               "is one SGD step.", 2),
-    "eager": ("Eager training step", "One SGD training step of the converted model (and of "
-              "`opendnn.torch.fuse(model.train())` of it) against torch's, batch 64, bf16 autocast, channels_last, "
-              "in rounds of ten steps back to back, interleaved in one process.", 2),
-    "data_parallel": ("Data parallel", "DDP over NCCL (`NCCL_NVLS_ENABLE=0`), one process per GPU, every layer "
-                      "on opendnn: images per second on one and on two GPUs.", 2),
+    "matmul": (
+        "Matrix multiplication",
+        "Square products, N = 4224 (a partial last round of tiles), the three "
+        "linear layers of a transformer block at 16384 tokens, fp8 products (precise and fast "
+        "accumulation) against `torch._scaled_mm`, a fused linear + bias + GELU against torch's three ops, "
+        "and 512 products of 128^3. float32 runs TF32 on both sides.",
+        4,
+    ),
+    "convolution": (
+        "Convolution",
+        "The ResNet-50 layers and a depthwise layer at batch 64, forward, backward data "
+        "and backward filter with the default algorithms, against cuDNN (`cudnn.benchmark` on). bfloat16 "
+        "runs NHWC with KRSC filters, float32 NCHW with TF32 on both sides.",
+        4,
+    ),
+    "convolution_fused": (
+        "Fused convolution",
+        "Inference of conv -> batch norm -> + residual -> relu as one opendnn "
+        "call (the norm folded into the filter) against torch's four ops, ResNet-50 layers at "
+        "batch 64.",
+        4,
+    ),
+    "pooling": (
+        "Pooling",
+        "ResNet-50's 3x3 stride-2 max pool and a 2x2 stride-2 average pool on 64 x 256 x 56 x 56, "
+        "NCHW and NHWC, forward and backward.",
+        4,
+    ),
+    "batch_norm": (
+        "Batch normalization",
+        "Training forward and backward on 64 x 256 x 56 x 56, and batch norm + "
+        "add + relu against torch's three ops. GB/s counts the passes of three-pass kernels: forward "
+        "reads x twice and writes y, backward reads x and dy twice and writes dx, the add + relu forms "
+        "add z (and dz).",
+        4,
+    ),
+    "normalization": (
+        "LRN, layer norm and RMS norm",
+        "Cross-channel LRN (n = 5) on 64 x 256 x 56 x 56, NCHW and "
+        "NHWC; layer norm and RMS norm over rows of 32768 x 4096.",
+        4,
+    ),
+    "softmax": (
+        "Softmax",
+        "Softmax over the last dim of 32768 x 4096, over 64 rows of 1,048,576, and across the "
+        "channels of NCHW 64 x 1000 x 7 x 7.",
+        4,
+    ),
+    "models": (
+        "Whole models",
+        "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "
+        "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
+        "(fused): `opendnn.torch.fuse` of the converted model against torch's plain one; (graph): each "
+        "side's step captured in a CUDA graph and replayed (the GPU's time without the host's). Training "
+        "is one SGD step.",
+        2,
+    ),
+    "eager": (
+        "Eager training step",
+        "One SGD training step of the converted model (and of "
+        "`opendnn.torch.fuse(model.train())` of it) against torch's, batch 64, bf16 autocast, channels_last, "
+        "in rounds of ten steps back to back, interleaved in one process.",
+        2,
+    ),
+    "data_parallel": (
+        "Data parallel",
+        "DDP over NCCL (`NCCL_NVLS_ENABLE=0`), one process per GPU, every layer "
+        "on opendnn: images per second on one and on two GPUs.",
+        2,
+    ),
 }
-LEGEND = ("ratio = torch time / opendnn time: above 1, opendnn is faster. GB/s counts the fewest bytes each op "
-          "must move (each input read once, the output written once) unless its table says otherwise; TFLOP/s "
-          "counts 2 flops per multiply-add; check: relative norm error against torch's result. A figure its run "
-          "did not record is shown as -.")
+LEGEND = (
+    "ratio = torch time / opendnn time: above 1, opendnn is faster. GB/s counts the fewest bytes each op "
+    "must move (each input read once, the output written once) unless its table says otherwise; TFLOP/s "
+    "counts 2 flops per multiply-add; check: relative norm error against torch's result. A figure its run "
+    "did not record is shown as -."
+)
 
 
 def versions() -> dict[str, Any]:
@@ -106,8 +168,12 @@ def versions() -> dict[str, Any]:
         triton_version = triton.__version__
     except ImportError:
         triton_version = "absent"
-    return {"torch": torch.__version__, "triton": triton_version, "cudnn": torch.backends.cudnn.version(),
-            "opendnn": opendnn.__version__}
+    return {
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cudnn": torch.backends.cudnn.version(),
+        "opendnn": opendnn.__version__,
+    }
 
 
 def gpu_run(gpu: str, command: str, timing: str) -> dict[str, Any]:
@@ -135,8 +201,11 @@ def save_run(path: Path, run: dict[str, Any], suites: dict[str, list[dict[str, A
         results["suites"][suite] = replaced + list(fresh.values())
     used = {row["run"] for rows in results["suites"].values() for row in rows}
     results["runs"] = {key: value for key, value in results["runs"].items() if key in used}
-    results["notes"] = {suite: kept for suite, notes in results.get("notes", {}).items()
-                        if (kept := [note for note in notes if note["run"] in used])}
+    results["notes"] = {
+        suite: kept
+        for suite, notes in results.get("notes", {}).items()
+        if (kept := [note for note in notes if note["run"] in used])
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")
 
@@ -144,8 +213,9 @@ def save_run(path: Path, run: dict[str, Any], suites: dict[str, list[dict[str, A
 def check_gpu(results: dict[str, Any], gpu: str, path: Path) -> None:
     """A results file holds one GPU's rows."""
     if results["gpu"] != gpu:
-        raise SystemExit(f"--results {path} holds {results['gpu']} rows, and this GPU is {gpu}: "
-                         "name another results file")
+        raise SystemExit(
+            f"--results {path} holds {results['gpu']} rows, and this GPU is {gpu}: name another results file"
+        )
 
 
 def identity(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -157,8 +227,9 @@ def write_report(results_path: Path = RESULTS, markdown_path: Path = MARKDOWN, c
     """BENCHMARKS.md and the chart of the ratios, from the results file."""
     results = load(results_path)
     chart(results, chart_path)
-    markdown_path.write_text(markdown(results, _relative(chart_path, markdown_path.parent),
-                                      _relative(results_path, markdown_path.parent)))
+    markdown_path.write_text(
+        markdown(results, _relative(chart_path, markdown_path.parent), _relative(results_path, markdown_path.parent))
+    )
 
 
 def markdown(results: dict[str, Any], chart_file: str, results_file: str) -> str:
@@ -201,8 +272,10 @@ def suite_table(results: dict[str, Any], suite: str) -> list[str]:
     letters = {run: _letter(index) for index, run in enumerate(runs)}
     columns = [(key, header, spec) for key, header, spec in COLUMNS if any(row.get(key) is not None for row in rows)]
     lines = [f"## {title(suite)}", ""] + ([about, ""] if about else [])
-    lines += ["| " + " | ".join([header for _, header, _ in columns] + ["run"]) + " |",
-              "|" + "---|" * (len(columns) + 1)]
+    lines += [
+        "| " + " | ".join([header for _, header, _ in columns] + ["run"]) + " |",
+        "|" + "---|" * (len(columns) + 1),
+    ]
     for row in rows:
         cells = [_cell(row, key, f".{ms_decimals}f" if spec == "ms" else spec) for key, _, spec in columns]
         lines.append("| " + " | ".join(cells + [letters[row["run"]]]) + " |")
@@ -226,8 +299,11 @@ def chart(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
-    suites = [(name, ratios) for name in ordered_suites(results)
-              if (ratios := [row["ratio"] for row in results["suites"][name] if row.get("ratio")])]
+    suites = [
+        (name, ratios)
+        for name in ordered_suites(results)
+        if (ratios := [row["ratio"] for row in results["suites"][name] if row.get("ratio")])
+    ]
     figure, axes = plt.subplots(figsize=(max(6.0, 0.9 * len(suites) + 2), 5.0))
     for position, (_, ratios) in enumerate(suites):
         spread = [position + 0.3 * (_jitter(index) - 0.5) for index in range(len(ratios))]

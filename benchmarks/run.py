@@ -58,11 +58,23 @@ import opendnn
 # modules of benchmarks/ holding a SUITES table (suite name -> cases); each family adds its own
 SUITE_MODULES = ("suites", "matmul", "convolution", "pooling", "batch_norm", "normalization", "softmax")
 SUITES: dict[str, list[Case]] = {
-    name: cases for module in SUITE_MODULES for name, cases in importlib.import_module(module).SUITES.items()}
+    name: cases for module in SUITE_MODULES for name, cases in importlib.import_module(module).SUITES.items()
+}
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
-COLUMNS = ["case", "dtype", "shape", "opendnn ms", "torch ms", "opendnn GB/s", "torch GB/s", "opendnn TFLOP/s",
-           "torch TFLOP/s", "ratio", "check"]
+COLUMNS = [
+    "case",
+    "dtype",
+    "shape",
+    "opendnn ms",
+    "torch ms",
+    "opendnn GB/s",
+    "torch GB/s",
+    "opendnn TFLOP/s",
+    "torch TFLOP/s",
+    "ratio",
+    "check",
+]
 TIMING = "Per call: medians of `triton.testing.do_bench` (CUDA events, L2 flushed), host included."
 
 Timer = Callable[[Callable[[], Any]], float]
@@ -71,23 +83,32 @@ Timer = Callable[[Callable[[], Any]], float]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Time opendnn against torch on the same inputs; check results.")
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
-    parser.add_argument("--dtypes", default="float32,bfloat16",
-                        help="comma-separated torch dtype names (default: float32,bfloat16)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smaller shapes for a smoke run (tiny ones with --device cpu)")
+    parser.add_argument(
+        "--dtypes", default="float32,bfloat16", help="comma-separated torch dtype names (default: float32,bfloat16)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller shapes for a smoke run (tiny ones with --device cpu)"
+    )
     parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu")
     parser.add_argument("--out", default="results", help="directory for <suite>.json and <suite>.md")
     parser.add_argument("--filter", default="", help="run only cases whose name contains this text")
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms (default 25)")
     parser.add_argument("--rep", type=float, default=100.0, help="do_bench timed repetitions, ms (default 100)")
-    parser.add_argument("--results", default=str(report.RESULTS),
-                        help="results file a full-size CUDA run saves its rows in and --report reads ('': none; "
-                             "default benchmarks/results/h200.json)")
-    parser.add_argument("--report", action="store_true",
-                        help="write --markdown and --chart from --results and exit (measures nothing, needs no GPU)")
+    parser.add_argument(
+        "--results",
+        default=str(report.RESULTS),
+        help="results file a full-size CUDA run saves its rows in and --report reads ('': none; "
+        "default benchmarks/results/h200.json)",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="write --markdown and --chart from --results and exit (measures nothing, needs no GPU)",
+    )
     parser.add_argument("--markdown", default=str(report.MARKDOWN), help="report file (default BENCHMARKS.md)")
-    parser.add_argument("--chart", default=str(report.CHART),
-                        help="chart of the ratios (default benchmarks/results/h200.png)")
+    parser.add_argument(
+        "--chart", default=str(report.CHART), help="chart of the ratios (default benchmarks/results/h200.png)"
+    )
     return parser.parse_args(argv)
 
 
@@ -100,8 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if args.device == "cpu" else _cuda_device(args.device)
     size = "full" if not args.quick else ("tiny" if device == "cpu" else "quick")
     dtypes = [_torch_dtype(name) for name in args.dtypes.split(",") if name]
-    cases = [case for name, table in SUITES.items() if args.suite in (name, "all")
-             for case in table if args.filter in case.name]
+    cases = [
+        case
+        for name, table in SUITES.items()
+        if args.suite in (name, "all")
+        for case in table
+        if args.filter in case.name
+    ]
     ctx = Context(opendnn.create(device), device, size)
     results = Path(args.results) if args.results and device != "cpu" and size == "full" else None
     if results is not None and results.exists():  # before hours of measuring: does the file hold this GPU?
@@ -134,10 +160,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer) -> dict[str, Any]:
     """Build, check, then time one case in one dtype; every failure becomes part of the row."""
-    row: dict[str, Any] = {"case": case.name, "dtype": _dtype_name(dtype), "shape": None,
-                           "opendnn_ms": None, "torch_ms": None, "gbps": None, "torch_gbps": None,
-                           "tflops": None, "torch_tflops": None, "ratio": None, "check": "error",
-                           "rel_err": None, "error": None}
+    row: dict[str, Any] = {
+        "case": case.name,
+        "dtype": _dtype_name(dtype),
+        "shape": None,
+        "opendnn_ms": None,
+        "torch_ms": None,
+        "gbps": None,
+        "torch_gbps": None,
+        "tflops": None,
+        "torch_tflops": None,
+        "ratio": None,
+        "check": "error",
+        "rel_err": None,
+        "error": None,
+    }
     try:
         bench = case.build(ctx, dtype)
     except Exception as error:  # a missing API or a refused problem is a result, not a crash
@@ -214,13 +251,21 @@ def _cpu_timer(rep_ms: float, min_runs: int = 3, max_runs: int = 1000) -> Timer:
 def environment(ctx: Context) -> dict[str, Any]:
     """Date, device and versions for the report's header."""
     device = torch.cuda.get_device_name(ctx.device) if ctx.device != "cpu" else f"CPU ({platform.machine()})"
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": device, **report.versions(), "backend": ctx.handle.backend, "size": ctx.size}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        **report.versions(),
+        "backend": ctx.handle.backend,
+        "size": ctx.size,
+    }
 
 
 def _markdown(suite: str, env: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    timing = ("Medians of `time.perf_counter` runs (a CPU smoke run, not a performance figure)"
-              if env["device"].startswith("CPU") else "Medians of `triton.testing.do_bench` (CUDA events, L2 flushed)")
+    timing = (
+        "Medians of `time.perf_counter` runs (a CPU smoke run, not a performance figure)"
+        if env["device"].startswith("CPU")
+        else "Medians of `triton.testing.do_bench` (CUDA events, L2 flushed)"
+    )
     lines = [
         f"# opendnn vs torch: {suite}",
         "",
@@ -239,10 +284,19 @@ def _markdown(suite: str, env: dict[str, Any], rows: list[dict[str, Any]]) -> st
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
-    return [row["case"], row["dtype"], row["shape"] or "-", _number(row["opendnn_ms"], ".4f"),
-            _number(row["torch_ms"], ".4f"), _number(row["gbps"], ".0f"), _number(row["torch_gbps"], ".0f"),
-            _number(row["tflops"], ".1f"), _number(row["torch_tflops"], ".1f"), _number(row["ratio"], ".2f"),
-            _check_cell(row)]
+    return [
+        row["case"],
+        row["dtype"],
+        row["shape"] or "-",
+        _number(row["opendnn_ms"], ".4f"),
+        _number(row["torch_ms"], ".4f"),
+        _number(row["gbps"], ".0f"),
+        _number(row["torch_gbps"], ".0f"),
+        _number(row["tflops"], ".1f"),
+        _number(row["torch_tflops"], ".1f"),
+        _number(row["ratio"], ".2f"),
+        _check_cell(row),
+    ]
 
 
 def _check_cell(row: dict[str, Any]) -> str:
@@ -254,10 +308,12 @@ def _check_cell(row: dict[str, Any]) -> str:
 
 def _progress_line(row: dict[str, Any]) -> str:
     status = "ok" if row["check"] == "ok" else f"{row['check']}: {row['error']}"
-    return (f"{row['case']:<18} {row['dtype']:<18} {row['shape'] or '-':<14} "
-            f"opendnn {_number(row['opendnn_ms'], '9.4f')} ms {_number(row['gbps'], '6.0f')} GB/s | "
-            f"torch {_number(row['torch_ms'], '9.4f')} ms {_number(row['torch_gbps'], '6.0f')} GB/s | "
-            f"ratio {_number(row['ratio'], '5.2f')} | {status}")
+    return (
+        f"{row['case']:<18} {row['dtype']:<18} {row['shape'] or '-':<14} "
+        f"opendnn {_number(row['opendnn_ms'], '9.4f')} ms {_number(row['gbps'], '6.0f')} GB/s | "
+        f"torch {_number(row['torch_ms'], '9.4f')} ms {_number(row['torch_gbps'], '6.0f')} GB/s | "
+        f"ratio {_number(row['ratio'], '5.2f')} | {status}"
+    )
 
 
 def _number(value: float | None, spec: str) -> str:

@@ -32,8 +32,9 @@ SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
 Build = Callable[[Context, torch.dtype], Bench]
 
 
-def forward(shape_name: str, mode: opendnn.SoftmaxMode,
-            algo: opendnn.SoftmaxAlgorithm = opendnn.SoftmaxAlgorithm.ACCURATE) -> Build:
+def forward(
+    shape_name: str, mode: opendnn.SoftmaxMode, algo: opendnn.SoftmaxAlgorithm = opendnn.SoftmaxAlgorithm.ACCURATE
+) -> Build:
     """``y = softmax(x)`` (or log-softmax) over the mode's dims: reads x, writes y."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
@@ -44,7 +45,11 @@ def forward(shape_name: str, mode: opendnn.SoftmaxMode,
         theirs = torch.log_softmax if algo is opendnn.SoftmaxAlgorithm.LOG else torch.softmax
         return out_of_place(
             lambda: opendnn.softmax_forward(ctx.handle, algo, mode, 1.0, x_desc, x, 0.0, y_desc, y),
-            lambda: theirs(x, 1), y, nbytes(x, y), dims)
+            lambda: theirs(x, 1),
+            y,
+            nbytes(x, y),
+            dims,
+        )
 
     return build
 
@@ -58,9 +63,14 @@ def backward(shape_name: str, mode: opendnn.SoftmaxMode) -> Build:
         dy, dx = ctx.randn(dims, dtype), torch.empty_like(y)
         y_desc, dy_desc, dx_desc = desc_of(y), desc_of(dy), desc_of(dx)
         return out_of_place(
-            lambda: opendnn.softmax_backward(ctx.handle, opendnn.SoftmaxAlgorithm.ACCURATE, mode, 1.0, y_desc, y,
-                                             dy_desc, dy, 0.0, dx_desc, dx),
-            lambda: aten._softmax_backward_data(dy, y, 1, dtype), dx, nbytes(y, dy, dx), dims)
+            lambda: opendnn.softmax_backward(
+                ctx.handle, opendnn.SoftmaxAlgorithm.ACCURATE, mode, 1.0, y_desc, y, dy_desc, dy, 0.0, dx_desc, dx
+            ),
+            lambda: aten._softmax_backward_data(dy, y, 1, dtype),
+            dx,
+            nbytes(y, dy, dx),
+            dims,
+        )
 
     return build
 

@@ -104,14 +104,24 @@ def nbytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def out_of_place(run_opendnn: Callable[[], Any], run_torch: Callable[[], torch.Tensor], output: torch.Tensor,
-                 moved: int, shape: tuple[int, ...], dtype_label: str | None = None) -> Bench:
+def out_of_place(
+    run_opendnn: Callable[[], Any],
+    run_torch: Callable[[], torch.Tensor],
+    output: torch.Tensor,
+    moved: int,
+    shape: tuple[int, ...],
+    dtype_label: str | None = None,
+) -> Bench:
     """A Bench whose output is never read by opendnn (beta = 0): it is poisoned with NaN before the check."""
     return Bench(run_opendnn, run_torch, output, moved, lambda: output.fill_(math.nan), shape, dtype_label)
 
 
-def in_place(start: torch.Tensor, update_opendnn: Callable[[torch.Tensor], Any],
-             update_torch: Callable[[torch.Tensor], torch.Tensor], moved: int) -> Bench:
+def in_place(
+    start: torch.Tensor,
+    update_opendnn: Callable[[torch.Tensor], Any],
+    update_torch: Callable[[torch.Tensor], torch.Tensor],
+    moved: int,
+) -> Bench:
     """A Bench updating a tensor in place: opendnn and torch each own a copy, reset to ``start``."""
     mine, theirs = start.clone(), start.clone()
 
@@ -123,6 +133,7 @@ def in_place(start: torch.Tensor, update_opendnn: Callable[[torch.Tensor], Any],
 
 
 # ---- elementwise ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Activation:
@@ -136,20 +147,28 @@ class Activation:
 
 
 ACTIVATIONS = [
-    Activation("relu", ActivationMode.RELU, None, torch.relu,
-               lambda dy, x, y: aten.threshold_backward(dy, x, 0)),
-    Activation("clipped_relu6", ActivationMode.CLIPPED_RELU, 6.0, lambda x: F.hardtanh(x, 0.0, 6.0),
-               lambda dy, x, y: aten.hardtanh_backward(dy, x, 0.0, 6.0)),
+    Activation("relu", ActivationMode.RELU, None, torch.relu, lambda dy, x, y: aten.threshold_backward(dy, x, 0)),
+    Activation(
+        "clipped_relu6",
+        ActivationMode.CLIPPED_RELU,
+        6.0,
+        lambda x: F.hardtanh(x, 0.0, 6.0),
+        lambda dy, x, y: aten.hardtanh_backward(dy, x, 0.0, 6.0),
+    ),
     Activation("tanh", ActivationMode.TANH, None, torch.tanh, lambda dy, x, y: aten.tanh_backward(dy, y)),
-    Activation("sigmoid", ActivationMode.SIGMOID, None, torch.sigmoid,
-               lambda dy, x, y: aten.sigmoid_backward(dy, y)),
-    Activation("elu", ActivationMode.ELU, 1.0, F.elu,
-               lambda dy, x, y: aten.elu_backward(dy, 1.0, 1.0, 1.0, False, x)),
+    Activation("sigmoid", ActivationMode.SIGMOID, None, torch.sigmoid, lambda dy, x, y: aten.sigmoid_backward(dy, y)),
+    Activation("elu", ActivationMode.ELU, 1.0, F.elu, lambda dy, x, y: aten.elu_backward(dy, 1.0, 1.0, 1.0, False, x)),
     Activation("gelu", ActivationMode.GELU, None, F.gelu, lambda dy, x, y: aten.gelu_backward(dy, x)),
-    Activation("gelu_tanh", ActivationMode.GELU_APPROX_TANH, None, lambda x: F.gelu(x, approximate="tanh"),
-               lambda dy, x, y: aten.gelu_backward(dy, x, approximate="tanh")),
-    Activation("softplus", ActivationMode.SOFTPLUS, 1.0, F.softplus,
-               lambda dy, x, y: aten.softplus_backward(dy, x, 1.0, 20.0)),
+    Activation(
+        "gelu_tanh",
+        ActivationMode.GELU_APPROX_TANH,
+        None,
+        lambda x: F.gelu(x, approximate="tanh"),
+        lambda dy, x, y: aten.gelu_backward(dy, x, approximate="tanh"),
+    ),
+    Activation(
+        "softplus", ActivationMode.SOFTPLUS, 1.0, F.softplus, lambda dy, x, y: aten.softplus_backward(dy, x, 1.0, 20.0)
+    ),
     Activation("swish", ActivationMode.SWISH, 1.0, F.silu, lambda dy, x, y: aten.silu_backward(dy, x)),
 ]
 
@@ -163,7 +182,11 @@ def activation_forward(act: Activation) -> Callable[[Context, torch.dtype], Benc
         act_desc, x_desc, y_desc = opendnn.ActivationDescriptor(act.mode, coef=act.coef), desc_of(x), desc_of(y)
         return out_of_place(
             lambda: opendnn.activation_forward(ctx.handle, act_desc, 1.0, x_desc, x, 0.0, y_desc, y),
-            lambda: act.forward(x), y, nbytes(x, y), tuple(x.shape))
+            lambda: act.forward(x),
+            y,
+            nbytes(x, y),
+            tuple(x.shape),
+        )
 
     return build
 
@@ -177,15 +200,21 @@ def activation_backward(act: Activation) -> Callable[[Context, torch.dtype], Ben
         act_desc = opendnn.ActivationDescriptor(act.mode, coef=act.coef)
         x_desc, y_desc, dy_desc, dx_desc = desc_of(x), desc_of(y), desc_of(dy), desc_of(dx)
         return out_of_place(
-            lambda: opendnn.activation_backward(ctx.handle, act_desc, 1.0, y_desc, y, dy_desc, dy,
-                                                x_desc, x, 0.0, dx_desc, dx),
-            lambda: act.backward(dy, x, y), dx, nbytes(dy, x, dx), tuple(x.shape))
+            lambda: opendnn.activation_backward(
+                ctx.handle, act_desc, 1.0, y_desc, y, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx
+            ),
+            lambda: act.backward(dy, x, y),
+            dx,
+            nbytes(dy, x, dx),
+            tuple(x.shape),
+        )
 
     return build
 
 
-def op_tensor(op: OpTensorOp, torch_op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-              ) -> Callable[[Context, torch.dtype], Bench]:
+def op_tensor(
+    op: OpTensorOp, torch_op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> Callable[[Context, torch.dtype], Bench]:
     """``c = op(a, b)``: reads a and b, writes c."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
@@ -195,7 +224,11 @@ def op_tensor(op: OpTensorOp, torch_op: Callable[[torch.Tensor, torch.Tensor], t
         op_desc, a_desc, b_desc, c_desc = opendnn.OpTensorDescriptor(op), desc_of(a), desc_of(b), desc_of(c)
         return out_of_place(
             lambda: opendnn.op_tensor(ctx.handle, op_desc, 1.0, a_desc, a, 1.0, b_desc, b, 0.0, c_desc, c),
-            lambda: torch_op(a, b), c, nbytes(a, b, c), shape)
+            lambda: torch_op(a, b),
+            c,
+            nbytes(a, b, c),
+            shape,
+        )
 
     return build
 
@@ -206,16 +239,21 @@ def add_bias(ctx: Context, dtype: torch.dtype) -> Bench:
     alpha = 0.5
     bias, start = ctx.randn((1, cols), dtype), ctx.randn((rows, cols), dtype)
     bias_desc, c_desc = desc_of(bias), desc_of(start)
-    return in_place(start, lambda c: opendnn.add_tensor(ctx.handle, alpha, bias_desc, bias, 1.0, c_desc, c),
-                    lambda c: c.add_(bias, alpha=alpha), nbytes(start, start, bias))
+    return in_place(
+        start,
+        lambda c: opendnn.add_tensor(ctx.handle, alpha, bias_desc, bias, 1.0, c_desc, c),
+        lambda c: c.add_(bias, alpha=alpha),
+        nbytes(start, start, bias),
+    )
 
 
 def scale(ctx: Context, dtype: torch.dtype) -> Bench:
     """``y = alpha * y`` in place: reads and writes y. alpha = -1 keeps values bounded over many timed runs."""
     start = ctx.randn(ctx.shape("elementwise"), dtype)
     y_desc = desc_of(start)
-    return in_place(start, lambda y: opendnn.scale_tensor(ctx.handle, y_desc, y, -1.0),
-                    lambda y: y.mul_(-1.0), nbytes(start, start))
+    return in_place(
+        start, lambda y: opendnn.scale_tensor(ctx.handle, y_desc, y, -1.0), lambda y: y.mul_(-1.0), nbytes(start, start)
+    )
 
 
 ELEMENTWISE = [
@@ -230,8 +268,10 @@ ELEMENTWISE = [
 
 # ---- transform -----------------------------------------------------------------------------------
 
-def change_layout(source: TensorFormat, target: TensorFormat,
-                  torch_copy: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Context, torch.dtype], Bench]:
+
+def change_layout(
+    source: TensorFormat, target: TensorFormat, torch_copy: Callable[[torch.Tensor], torch.Tensor]
+) -> Callable[[Context, torch.dtype], Bench]:
     """``y = x`` from one memory order to the other: reads x, writes y."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
@@ -239,14 +279,23 @@ def change_layout(source: TensorFormat, target: TensorFormat,
         x_desc = opendnn.TensorDescriptor.from_format(source, dtype, *dims)
         y_desc = opendnn.TensorDescriptor.from_format(target, dtype, *dims)
         x, y = ctx.randn_for(x_desc, dtype), ctx.empty_for(y_desc, dtype)
-        return out_of_place(lambda: opendnn.transform_tensor(ctx.handle, 1.0, x_desc, x, 0.0, y_desc, y),
-                            lambda: torch_copy(x), y, nbytes(x, y), dims)
+        return out_of_place(
+            lambda: opendnn.transform_tensor(ctx.handle, 1.0, x_desc, x, 0.0, y_desc, y),
+            lambda: torch_copy(x),
+            y,
+            nbytes(x, y),
+            dims,
+        )
 
     return build
 
 
-CONVERSION_TARGET = {torch.float32: torch.bfloat16, torch.bfloat16: torch.float32,
-                     torch.float16: torch.float32, torch.float64: torch.float32}
+CONVERSION_TARGET = {
+    torch.float32: torch.bfloat16,
+    torch.bfloat16: torch.float32,
+    torch.float16: torch.float32,
+    torch.float64: torch.float32,
+}
 
 
 def convert(ctx: Context, dtype: torch.dtype) -> Bench:
@@ -257,24 +306,34 @@ def convert(ctx: Context, dtype: torch.dtype) -> Bench:
     y = torch.empty(dims, dtype=target, device=ctx.device)
     x_desc, y_desc = desc_of(x), desc_of(y)
     label = f"{str(dtype).removeprefix('torch.')}->{str(target).removeprefix('torch.')}"
-    return out_of_place(lambda: opendnn.transform_tensor(ctx.handle, 1.0, x_desc, x, 0.0, y_desc, y),
-                        lambda: x.to(target), y, nbytes(x, y), dims, label)
+    return out_of_place(
+        lambda: opendnn.transform_tensor(ctx.handle, 1.0, x_desc, x, 0.0, y_desc, y),
+        lambda: x.to(target),
+        y,
+        nbytes(x, y),
+        dims,
+        label,
+    )
 
 
 TRANSFORM = [
     Case("copy", "transform", change_layout(TensorFormat.NCHW, TensorFormat.NCHW, lambda x: x.clone())),  # ceiling
-    Case("nchw_to_nhwc", "transform", change_layout(TensorFormat.NCHW, TensorFormat.NHWC,
-                                                    lambda x: x.contiguous(memory_format=torch.channels_last))),
-    Case("nhwc_to_nchw", "transform", change_layout(TensorFormat.NHWC, TensorFormat.NCHW,
-                                                    lambda x: x.contiguous())),
+    Case(
+        "nchw_to_nhwc",
+        "transform",
+        change_layout(TensorFormat.NCHW, TensorFormat.NHWC, lambda x: x.contiguous(memory_format=torch.channels_last)),
+    ),
+    Case("nhwc_to_nchw", "transform", change_layout(TensorFormat.NHWC, TensorFormat.NCHW, lambda x: x.contiguous())),
     Case("convert", "transform", convert),
 ]
 
 
 # ---- reduce --------------------------------------------------------------------------------------
 
-def reduce_last_dim(op_name: str, torch_reduce: Callable[[torch.Tensor], torch.Tensor]
-                    ) -> Callable[[Context, torch.dtype], Bench]:
+
+def reduce_last_dim(
+    op_name: str, torch_reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> Callable[[Context, torch.dtype], Bench]:
     """``c[i, 0] = reduce_j a[i, j]``: reads a, writes c."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
@@ -290,7 +349,11 @@ def reduce_last_dim(op_name: str, torch_reduce: Callable[[torch.Tensor], torch.T
         workspace = torch.empty(size, dtype=torch.uint8, device=ctx.device) if size else None
         return out_of_place(
             lambda: reduce_tensor(ctx.handle, reduce_desc, None, workspace, 1.0, a_desc, a, 0.0, c_desc, c),
-            lambda: torch_reduce(a), c, nbytes(a, c), (rows, cols))
+            lambda: torch_reduce(a),
+            c,
+            nbytes(a, c),
+            (rows, cols),
+        )
 
     return build
 

@@ -14,12 +14,22 @@ from opendnn.samples import FAMILIES, Sample
 
 # the dispatch table's operation behind each sample op, where the two names differ
 REGISTRY_OPERATION = {
-    "activation_forward": "pointwise", "activation_backward": "pointwise", "op_tensor": "pointwise",
-    "add_tensor": "pointwise", "scale_tensor": "pointwise", "set_tensor": "pointwise",
-    "transform_tensor": "pointwise", "gen_index": "pointwise", "reduce_tensor": "reduce",
-    "bn_forward_training": "batch_norm", "bn_backward": "batch_norm", "bn_forward_inference": "batch_norm",
-    "lrn_cross_channel_forward": "lrn", "lrn_cross_channel_backward": "lrn",
-    "divisive_normalization_forward": "lrn", "divisive_normalization_backward": "lrn",
+    "activation_forward": "pointwise",
+    "activation_backward": "pointwise",
+    "op_tensor": "pointwise",
+    "add_tensor": "pointwise",
+    "scale_tensor": "pointwise",
+    "set_tensor": "pointwise",
+    "transform_tensor": "pointwise",
+    "gen_index": "pointwise",
+    "reduce_tensor": "reduce",
+    "bn_forward_training": "batch_norm",
+    "bn_backward": "batch_norm",
+    "bn_forward_inference": "batch_norm",
+    "lrn_cross_channel_forward": "lrn",
+    "lrn_cross_channel_backward": "lrn",
+    "divisive_normalization_forward": "lrn",
+    "divisive_normalization_backward": "lrn",
 }
 # the cuDNN-shaped workspace queries whose names do not follow get_<op>_workspace_size
 WORKSPACE_QUERY = {

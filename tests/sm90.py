@@ -39,8 +39,9 @@ def specialize(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backe
     return kernel._pack_args(backend, kwargs, bound, specialization, options)
 
 
-def compile_sm90(kernel: Any, signature: dict[str, Any], constexprs: dict[Any, Any], attrs: dict[Any, Any],
-                 options: Any, target: Any) -> Any:
+def compile_sm90(
+    kernel: Any, signature: dict[str, Any], constexprs: dict[Any, Any], attrs: dict[Any, Any], options: Any, target: Any
+) -> Any:
     """The kernel compiled down to a cubin for ``target``."""
     import triton
     from triton.compiler import ASTSource

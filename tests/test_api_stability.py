@@ -19,8 +19,10 @@ def public_api() -> dict[str, str]:
     api = {}
     for module in (opendnn, opendnn.functional):
         names = getattr(module, "__all__", None) or [
-            n for n, v in vars(module).items()
-            if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__]
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_") and inspect.isfunction(v) and v.__module__ == module.__name__
+        ]
         for name in names:
             value = getattr(module, name)
             try:
@@ -37,9 +39,13 @@ def test_no_public_name_disappears_or_changes_signature():
     recorded = json.loads(SNAPSHOT.read_text())
     current = public_api()
     missing = sorted(set(recorded) - set(current))
-    changed = sorted(n for n in recorded if n in current and current[n] != recorded[n]
-                     and not (recorded[n].startswith("enum ") and set(recorded[n][5:].split(","))
-                              <= set(current[n][5:].split(","))))
+    changed = sorted(
+        n
+        for n in recorded
+        if n in current
+        and current[n] != recorded[n]
+        and not (recorded[n].startswith("enum ") and set(recorded[n][5:].split(",")) <= set(current[n][5:].split(",")))
+    )
     assert not missing, f"public names removed: {missing}"
     assert not changed, f"signatures changed: {[(n, recorded[n], current[n]) for n in changed]}"
 

@@ -53,12 +53,15 @@ def relative_error(actual, expected):
 CASES = {
     "plain": dict(shapes=((2, 3, 9, 16), (2, 3, 11, 16), (2, 3, 11, 16)), kwargs={}),
     "causal_more_queries": dict(shapes=((1, 2, 13, 8), (1, 2, 6, 8), (1, 2, 6, 24)), kwargs=dict(is_causal=True)),
-    "gqa_scale": dict(shapes=((2, 4, 7, 32), (2, 2, 10, 32), (2, 2, 10, 16)),
-                      kwargs=dict(enable_gqa=True, scale=0.2, is_causal=True)),
-    "mqa_float_mask": dict(shapes=((1, 4, 8, 16), (1, 1, 12, 16), (1, 1, 12, 16)), kwargs=dict(enable_gqa=True),
-                           mask=(1, 4, 8, 12)),
-    "bool_mask_with_empty_row": dict(shapes=((2, 2, 6, 8), (2, 2, 9, 8), (2, 2, 9, 8)), kwargs={}, mask=(2, 1, 6, 9),
-                                     boolean=True),
+    "gqa_scale": dict(
+        shapes=((2, 4, 7, 32), (2, 2, 10, 32), (2, 2, 10, 16)), kwargs=dict(enable_gqa=True, scale=0.2, is_causal=True)
+    ),
+    "mqa_float_mask": dict(
+        shapes=((1, 4, 8, 16), (1, 1, 12, 16), (1, 1, 12, 16)), kwargs=dict(enable_gqa=True), mask=(1, 4, 8, 12)
+    ),
+    "bool_mask_with_empty_row": dict(
+        shapes=((2, 2, 6, 8), (2, 2, 9, 8), (2, 2, 9, 8)), kwargs={}, mask=(2, 1, 6, 9), boolean=True
+    ),
     "float_mask_2d": dict(shapes=((1, 2, 5, 16), (1, 2, 7, 16), (1, 2, 7, 16)), kwargs={}, mask=(5, 7)),
 }
 
@@ -85,8 +88,9 @@ def test_functional_matches_torch_forward_and_gradients(name, backend):
     expected = torch_gradients(q, k, v, do, mask, **kwargs)
     assert relative_error(o, expected[0]) < 1e-12
     float_mask = mask is not None and mask.is_floating_point()
-    grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, mask, handle=handle, mask_grad=float_mask,
-                                                    **kwargs)
+    grads = F.scaled_dot_product_attention_backward(
+        do, q, k, v, o, stats, mask, handle=handle, mask_grad=float_mask, **kwargs
+    )
     assert len(grads) == len(expected) - 1
     for ours, theirs in zip(grads, expected[1:]):
         assert ours.shape == theirs.shape and relative_error(ours, theirs) < 1e-11
@@ -97,8 +101,9 @@ def test_functional_empty_rows_give_zero_output_zero_gradient_and_minus_inf_stat
     q, k, v = randn(2, 2, 6, 8, seed=1), randn(2, 2, 5, 8, seed=2), randn(2, 2, 5, 8, seed=3)
     lens_q, lens_kv = torch.tensor([4, 6], dtype=torch.int32), torch.tensor([5, 0], dtype=torch.int32)
     handle = od.create("cpu", backend=backend)
-    o, stats = F.scaled_dot_product_attention(q, k, v, seq_lens_q=lens_q, seq_lens_kv=lens_kv, return_stats=True,
-                                              handle=handle)
+    o, stats = F.scaled_dot_product_attention(
+        q, k, v, seq_lens_q=lens_q, seq_lens_kv=lens_kv, return_stats=True, handle=handle
+    )
     assert (o[0, :, 4:] == 0).all() and (o[1] == 0).all() and (stats[0, :, 4:] == -torch.inf).all()
     assert (stats[1] == -torch.inf).all() and torch.isfinite(stats[0, :, :4]).all()
     mask = torch.zeros(2, 1, 6, 5, dtype=torch.bool)
@@ -106,8 +111,9 @@ def test_functional_empty_rows_give_zero_output_zero_gradient_and_minus_inf_stat
     do = randn(2, 2, 6, 8, seed=4)
     expected = torch_gradients(q, k, v, do, mask)
     assert relative_error(o, expected[0]) < 1e-12
-    grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, seq_lens_q=lens_q, seq_lens_kv=lens_kv,
-                                                    handle=handle)
+    grads = F.scaled_dot_product_attention_backward(
+        do, q, k, v, o, stats, seq_lens_q=lens_q, seq_lens_kv=lens_kv, handle=handle
+    )
     for ours, theirs in zip(grads, expected[1:]):
         assert relative_error(ours, theirs) < 1e-11
     assert (grads[0][1] == 0).all() and (grads[1][0, :, 5:] == 0).all()
@@ -118,11 +124,27 @@ def test_functional_window_bottom_right_softcap_and_dropout_match_the_reference(
     q, k, v = randn(2, 4, 10, 16, seed=1), randn(2, 2, 14, 16, seed=2), randn(2, 2, 14, 8, seed=3)
     bias = randn(2, 1, 10, 14, seed=4)
     lens_q, lens_kv = np.array([10, 7]), np.array([12, 14])
-    params = AttentionDescriptor(causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT, window=(3, None),
-                                 softcap=3.0, dropout_p=0.25, seed=99, offset=5)
-    kwargs = dict(dropout_p=0.25, is_causal=True, enable_gqa=True, window=(3, None), alignment="bottom_right",
-                  softcap=3.0, seed=99, offset=5, seq_lens_q=torch.from_numpy(lens_q),
-                  seq_lens_kv=torch.from_numpy(lens_kv))
+    params = AttentionDescriptor(
+        causal=True,
+        alignment=DiagonalAlignment.BOTTOM_RIGHT,
+        window=(3, None),
+        softcap=3.0,
+        dropout_p=0.25,
+        seed=99,
+        offset=5,
+    )
+    kwargs = dict(
+        dropout_p=0.25,
+        is_causal=True,
+        enable_gqa=True,
+        window=(3, None),
+        alignment="bottom_right",
+        softcap=3.0,
+        seed=99,
+        offset=5,
+        seq_lens_q=torch.from_numpy(lens_q),
+        seq_lens_kv=torch.from_numpy(lens_kv),
+    )
     handle = od.create("cpu", backend=backend)
     o, stats = F.scaled_dot_product_attention(q, k, v, bias, return_stats=True, handle=handle, **kwargs)
     arrays = [t.numpy() for t in (q, k, v)]
@@ -130,8 +152,9 @@ def test_functional_window_bottom_right_softcap_and_dropout_match_the_reference(
     assert relative_error(o, torch.from_numpy(expected_o)) < 1e-12
     np.testing.assert_allclose(stats.numpy(), expected_stats, rtol=1e-12)
     do = randn(*o.shape, seed=5)
-    grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, bias, mask_grad=True, handle=handle,
-                                                    **kwargs)
+    grads = F.scaled_dot_product_attention_backward(
+        do, q, k, v, o, stats, bias, mask_grad=True, handle=handle, **kwargs
+    )
     expected = reference_backward(params, *arrays, do.numpy(), bias.numpy(), lens_q, lens_kv)
     for ours, theirs in zip(grads, expected):
         assert relative_error(ours, torch.from_numpy(theirs)) < 1e-11
@@ -147,12 +170,24 @@ def test_functional_returns_numpy_for_numpy():
 
 # the cuDNN-shaped calls over any strides ----------------------------------------------------------------------
 
+
 def layouts(batch, heads_q, heads_kv, seq_q, seq_kv, dim, dtype):
     """q, k, v as BHSD, as BSHD (a transposed view) and as one packed QKV buffer (B, S, 3, H, D)."""
-    yield "bhsd", (randn(batch, heads_q, seq_q, dim, dtype=dtype, seed=1), randn(batch, heads_kv, seq_kv, dim,
-                   dtype=dtype, seed=2), randn(batch, heads_kv, seq_kv, dim, dtype=dtype, seed=3))
-    yield "bshd", tuple(randn(batch, s, h, dim, dtype=dtype, seed=n).transpose(1, 2)
-                        for n, (h, s) in enumerate(((heads_q, seq_q), (heads_kv, seq_kv), (heads_kv, seq_kv))))
+    yield (
+        "bhsd",
+        (
+            randn(batch, heads_q, seq_q, dim, dtype=dtype, seed=1),
+            randn(batch, heads_kv, seq_kv, dim, dtype=dtype, seed=2),
+            randn(batch, heads_kv, seq_kv, dim, dtype=dtype, seed=3),
+        ),
+    )
+    yield (
+        "bshd",
+        tuple(
+            randn(batch, s, h, dim, dtype=dtype, seed=n).transpose(1, 2)
+            for n, (h, s) in enumerate(((heads_q, seq_q), (heads_kv, seq_kv), (heads_kv, seq_kv)))
+        ),
+    )
     if heads_q == heads_kv and seq_q == seq_kv:
         packed = randn(batch, seq_q, 3, heads_q, dim, dtype=dtype, seed=4)
         yield "packed_qkv", tuple(packed[:, :, n].transpose(1, 2) for n in range(3))
@@ -166,85 +201,224 @@ def test_api_forward_and_backward_over_every_layout(backend):
         for layout, (q, k, v) in layouts(2, 2, heads_kv, 12, seq_kv, 16, torch.float64):
             o = torch.full((2, 12, 2, 16), float("nan"), dtype=torch.float64).transpose(1, 2)  # BSHD out
             stats = torch.full((2, 2, 12), float("nan"), dtype=torch.float64)
-            attention_forward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
-                              stats_desc=descriptor(stats), stats=stats)
+            attention_forward(
+                handle,
+                params,
+                descriptor(q),
+                q,
+                descriptor(k),
+                k,
+                descriptor(v),
+                v,
+                descriptor(o),
+                o,
+                stats_desc=descriptor(stats),
+                stats=stats,
+            )
             arrays = [t.numpy() for t in (q, k, v)]
             expected_o, expected_stats = reference_forward(params, *arrays)
             assert relative_error(o, torch.from_numpy(expected_o)) < 1e-12, layout
             np.testing.assert_allclose(stats.numpy(), expected_stats, rtol=1e-12)
             do = randn(2, 2, 12, 16, seed=5)
             grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-            attention_backward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
-                               descriptor(do), do, descriptor(stats), stats,
-                               *(item for g in grads for item in (descriptor(g), g)))
+            attention_backward(
+                handle,
+                params,
+                descriptor(q),
+                q,
+                descriptor(k),
+                k,
+                descriptor(v),
+                v,
+                descriptor(o),
+                o,
+                descriptor(do),
+                do,
+                descriptor(stats),
+                stats,
+                *(item for g in grads for item in (descriptor(g), g)),
+            )
             for ours, theirs in zip(grads, reference_backward(params, *arrays, do.numpy())):
                 assert relative_error(ours, torch.from_numpy(theirs)) < 1e-11, layout
 
 
 # errors ---------------------------------------------------------------------------------------------------------
 
-def call_forward(q_shape=(1, 2, 4, 16), k_shape=(1, 2, 5, 16), v_shape=(1, 2, 5, 16), o_shape=(1, 2, 4, 16),
-                 dtype="float64", params=None, **optional):
+
+def call_forward(
+    q_shape=(1, 2, 4, 16),
+    k_shape=(1, 2, 5, 16),
+    v_shape=(1, 2, 5, 16),
+    o_shape=(1, 2, 4, 16),
+    dtype="float64",
+    params=None,
+    **optional,
+):
     handle = od.create("cpu", backend="numpy")
     descs = [od.TensorDescriptor(dtype, shape) for shape in (q_shape, k_shape, v_shape, o_shape)]
     arrays = [np.zeros(256, od.DataType.of(dtype).to_numpy()) for _ in descs]
-    attention_forward(handle, params or AttentionDescriptor(), descs[0], arrays[0], descs[1], arrays[1], descs[2],
-                      arrays[2], descs[3], arrays[3], **optional)
+    attention_forward(
+        handle,
+        params or AttentionDescriptor(),
+        descs[0],
+        arrays[0],
+        descs[1],
+        arrays[1],
+        descs[2],
+        arrays[2],
+        descs[3],
+        arrays[3],
+        **optional,
+    )
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: call_forward(params="causal"), od.BadParam, r"attn_desc='causal' must be an AttentionDescriptor"),
-    (lambda: call_forward(q_shape=(2, 4, 16)), od.BadParam, r"q_desc.ndim=3 must be 4 \(batch, heads, sequence"),
-    (lambda: call_forward(k_shape=(1, 2, 5, 8)), od.BadParam, r"k_desc.dims\[3\]=8 must equal q_desc.dims\[3\]=16"),
-    (lambda: call_forward(v_shape=(1, 2, 4, 16)), od.BadParam, r"v_desc.dims\[2\]=4 must equal k_desc.dims\[2\]=5"),
-    (lambda: call_forward(q_shape=(1, 3, 4, 16), o_shape=(1, 3, 4, 16)), od.BadParam,
-     r"q_desc.dims\[1\]=3 must be a multiple of k_desc.dims\[1\]=2 \(query heads per key/value head\)"),
-    (lambda: call_forward(o_shape=(1, 2, 5, 16)), od.BadParam, r"o_desc.dims\[2\]=5 must equal q_desc.dims\[2\]=4"),
-    (lambda: call_forward(q_shape=(1, 1, 1, 4), k_shape=(1, 1, 1, 4), v_shape=(1, 1, 1, 4), o_shape=(1, 1, 1, 4)),
-     od.NotSupported, r"q_desc.dims\[3\]=4 must be between 8 and 256 \(the head dims the kernels support\)"),
-    (lambda: call_forward(v_shape=(1, 2, 5, 264), o_shape=(1, 2, 4, 264)), od.NotSupported,
-     r"v_desc.dims\[3\]=264 must be between 8 and 256"),
-    (lambda: call_forward(dtype="int32"), od.NotSupported,
-     r"q_desc.dtype=INT32 must be FLOAT, DOUBLE, HALF or BFLOAT16"),
-    (lambda: call_forward(stats_desc=od.TensorDescriptor("float64", (1, 2, 5)), stats=np.zeros(10)), od.BadParam,
-     r"stats_desc.dims=\[1, 2, 5\] must be \[1, 2, 4\]"),
-    (lambda: call_forward(dtype="float32", stats_desc=od.TensorDescriptor("float64", (1, 2, 4)), stats=np.zeros(8)),
-     od.NotSupported, r"stats_desc.dtype=DOUBLE must be FLOAT for q_desc.dtype=FLOAT"),
-    (lambda: call_forward(bias_desc=od.TensorDescriptor("float64", (1, 2, 3, 5)), bias=np.zeros(30)), od.BadParam,
-     r"bias_desc.dims\[2\]=3 must be 4 or 1 \(it broadcasts to \[1, 2, 4, 5\]\)"),
-    (lambda: call_forward(bias_desc=od.TensorDescriptor("float32", (1, 1, 4, 5)), bias=np.zeros(20, np.float32)),
-     od.NotSupported, r"bias_desc.dtype=FLOAT must equal q_desc.dtype=DOUBLE \(added to the scores\) or be BOOLEAN"),
-    (lambda: call_forward(seq_lens_q_desc=od.TensorDescriptor("int32", (2,)), seq_lens_q=np.zeros(2, np.int32)),
-     od.BadParam, r"seq_lens_q_desc.dims=\[2\] must be \[1\] \(one length per batch of q_desc\)"),
-    (lambda: call_forward(seq_lens_kv_desc=od.TensorDescriptor("float32", (1,)), seq_lens_kv=np.zeros(1, np.float32)),
-     od.NotSupported, r"seq_lens_kv_desc.dtype=FLOAT must be INT32 or INT64"),
-    (lambda: call_forward(bias=np.zeros(20)), od.BadParam, r"bias_desc=None but bias is given"),
-    (lambda: call_forward(o_shape=(1, 2, 4, 16 * 8)), od.BadParam, r"o_desc.dims\[3\]=128 must equal v_desc.dims\[3\]"),
-    (lambda: call_forward(q_shape=(1, 2, 16, 16), o_shape=(1, 2, 16, 16)), od.BadParam,
-     r"q_desc reaches 512 elements but q holds 256 from its start"),
-    (lambda: F.scaled_dot_product_attention(randn(1, 4, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)), od.BadParam,
-     r"key.dims\[1\]=2 must equal query.dims\[1\]=4 unless enable_gqa=True"),
-    (lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 16), randn(1, 2, 3, 8)), od.BadParam,
-     r"key.dims\[3\]=16 must equal query.dims\[3\]=8"),
-    (lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8),
-                                            randn(2, 2, 3, 3)), od.BadParam,
-     r"attn_mask.dims\[0\]=2 must be 1 \(it broadcasts to \[1, 2, 3, 3\]\)"),
-    (lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8), dropout_p=1.5),
-     od.BadParam, r"dropout_p=1.5 must be at least 0 and below 1"),
-    (lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8),
-                                            window=(1, -2)), od.BadParam, r"window=\(1, -2\) must be a pair"),
-    (lambda: F.scaled_dot_product_attention_backward(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8),
-                                                     randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3),
-                                                     mask_grad=True), od.BadParam,
-     r"mask_grad=True needs a float attn_mask, got attn_mask=None"),
-    (lambda: F.scaled_dot_product_attention_backward(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8),
-                                                     randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 4)), od.BadParam,
-     r"stats.dims=\[1, 2, 4\] must be \[1, 2, 3\] \(batch, heads, sequence of query\)"),
-    (lambda: F.scaled_dot_product_attention_backward(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8),
-                                                     randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3),
-                                                     torch.ones(3, 3, dtype=torch.bool), mask_grad=True),
-     od.NotSupported, r"grad_attn_mask: attn_mask.dtype=BOOLEAN is a mask and has no gradient"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: call_forward(params="causal"), od.BadParam, r"attn_desc='causal' must be an AttentionDescriptor"),
+        (lambda: call_forward(q_shape=(2, 4, 16)), od.BadParam, r"q_desc.ndim=3 must be 4 \(batch, heads, sequence"),
+        (lambda: call_forward(k_shape=(1, 2, 5, 8)), od.BadParam, r"k_desc.dims\[3\]=8 must equal q_desc.dims\[3\]=16"),
+        (lambda: call_forward(v_shape=(1, 2, 4, 16)), od.BadParam, r"v_desc.dims\[2\]=4 must equal k_desc.dims\[2\]=5"),
+        (
+            lambda: call_forward(q_shape=(1, 3, 4, 16), o_shape=(1, 3, 4, 16)),
+            od.BadParam,
+            r"q_desc.dims\[1\]=3 must be a multiple of k_desc.dims\[1\]=2 \(query heads per key/value head\)",
+        ),
+        (lambda: call_forward(o_shape=(1, 2, 5, 16)), od.BadParam, r"o_desc.dims\[2\]=5 must equal q_desc.dims\[2\]=4"),
+        (
+            lambda: call_forward(
+                q_shape=(1, 1, 1, 4), k_shape=(1, 1, 1, 4), v_shape=(1, 1, 1, 4), o_shape=(1, 1, 1, 4)
+            ),
+            od.NotSupported,
+            r"q_desc.dims\[3\]=4 must be between 8 and 256 \(the head dims the kernels support\)",
+        ),
+        (
+            lambda: call_forward(v_shape=(1, 2, 5, 264), o_shape=(1, 2, 4, 264)),
+            od.NotSupported,
+            r"v_desc.dims\[3\]=264 must be between 8 and 256",
+        ),
+        (
+            lambda: call_forward(dtype="int32"),
+            od.NotSupported,
+            r"q_desc.dtype=INT32 must be FLOAT, DOUBLE, HALF or BFLOAT16",
+        ),
+        (
+            lambda: call_forward(stats_desc=od.TensorDescriptor("float64", (1, 2, 5)), stats=np.zeros(10)),
+            od.BadParam,
+            r"stats_desc.dims=\[1, 2, 5\] must be \[1, 2, 4\]",
+        ),
+        (
+            lambda: call_forward(
+                dtype="float32", stats_desc=od.TensorDescriptor("float64", (1, 2, 4)), stats=np.zeros(8)
+            ),
+            od.NotSupported,
+            r"stats_desc.dtype=DOUBLE must be FLOAT for q_desc.dtype=FLOAT",
+        ),
+        (
+            lambda: call_forward(bias_desc=od.TensorDescriptor("float64", (1, 2, 3, 5)), bias=np.zeros(30)),
+            od.BadParam,
+            r"bias_desc.dims\[2\]=3 must be 4 or 1 \(it broadcasts to \[1, 2, 4, 5\]\)",
+        ),
+        (
+            lambda: call_forward(bias_desc=od.TensorDescriptor("float32", (1, 1, 4, 5)), bias=np.zeros(20, np.float32)),
+            od.NotSupported,
+            r"bias_desc.dtype=FLOAT must equal q_desc.dtype=DOUBLE \(added to the scores\) or be BOOLEAN",
+        ),
+        (
+            lambda: call_forward(seq_lens_q_desc=od.TensorDescriptor("int32", (2,)), seq_lens_q=np.zeros(2, np.int32)),
+            od.BadParam,
+            r"seq_lens_q_desc.dims=\[2\] must be \[1\] \(one length per batch of q_desc\)",
+        ),
+        (
+            lambda: call_forward(
+                seq_lens_kv_desc=od.TensorDescriptor("float32", (1,)), seq_lens_kv=np.zeros(1, np.float32)
+            ),
+            od.NotSupported,
+            r"seq_lens_kv_desc.dtype=FLOAT must be INT32 or INT64",
+        ),
+        (lambda: call_forward(bias=np.zeros(20)), od.BadParam, r"bias_desc=None but bias is given"),
+        (
+            lambda: call_forward(o_shape=(1, 2, 4, 16 * 8)),
+            od.BadParam,
+            r"o_desc.dims\[3\]=128 must equal v_desc.dims\[3\]",
+        ),
+        (
+            lambda: call_forward(q_shape=(1, 2, 16, 16), o_shape=(1, 2, 16, 16)),
+            od.BadParam,
+            r"q_desc reaches 512 elements but q holds 256 from its start",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(randn(1, 4, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)),
+            od.BadParam,
+            r"key.dims\[1\]=2 must equal query.dims\[1\]=4 unless enable_gqa=True",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 16), randn(1, 2, 3, 8)),
+            od.BadParam,
+            r"key.dims\[3\]=16 must equal query.dims\[3\]=8",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(
+                randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(2, 2, 3, 3)
+            ),
+            od.BadParam,
+            r"attn_mask.dims\[0\]=2 must be 1 \(it broadcasts to \[1, 2, 3, 3\]\)",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(
+                randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8), dropout_p=1.5
+            ),
+            od.BadParam,
+            r"dropout_p=1.5 must be at least 0 and below 1",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(
+                randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8), window=(1, -2)
+            ),
+            od.BadParam,
+            r"window=\(1, -2\) must be a pair",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention_backward(
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3),
+                mask_grad=True,
+            ),
+            od.BadParam,
+            r"mask_grad=True needs a float attn_mask, got attn_mask=None",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention_backward(
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 4),
+            ),
+            od.BadParam,
+            r"stats.dims=\[1, 2, 4\] must be \[1, 2, 3\] \(batch, heads, sequence of query\)",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention_backward(
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3, 8),
+                randn(1, 2, 3),
+                torch.ones(3, 3, dtype=torch.bool),
+                mask_grad=True,
+            ),
+            od.NotSupported,
+            r"grad_attn_mask: attn_mask.dtype=BOOLEAN is a mask and has no gradient",
+        ),
+    ],
+)
 def test_errors_name_the_parameter_and_the_rule(call, error, message):
     with pytest.raises(error, match=message):
         call()
@@ -254,5 +428,25 @@ def test_backward_refuses_missing_gradients_before_binding():
     q = od.TensorDescriptor("float32", (1, 1, 4, 8))
     stats = od.TensorDescriptor("float32", (1, 1, 4))
     with pytest.raises(od.BadParam, match=r"dk_desc=None but the backward needs it"):
-        attention_backward(od.create("cpu", backend="numpy"), AttentionDescriptor(), q, None, q, None, q, None, q,
-                           None, q, None, stats, None, q, None, None, None, q, None)
+        attention_backward(
+            od.create("cpu", backend="numpy"),
+            AttentionDescriptor(),
+            q,
+            None,
+            q,
+            None,
+            q,
+            None,
+            q,
+            None,
+            q,
+            None,
+            stats,
+            None,
+            q,
+            None,
+            None,
+            None,
+            q,
+            None,
+        )

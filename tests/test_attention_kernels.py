@@ -54,14 +54,22 @@ def error(actual, expected):
 
 CASES = {
     "gqa_bottom_right_bias_dropout_lengths": dict(
-        shapes=(2, 4, 2, 37, 45, 24, 16), bias=(2, 1, 37, 45), lengths=([37, 29], [40, 45]),
-        params=AttentionDescriptor(causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT, dropout_p=0.15, seed=11,
-                                   offset=3)),
+        shapes=(2, 4, 2, 37, 45, 24, 16),
+        bias=(2, 1, 37, 45),
+        lengths=([37, 29], [40, 45]),
+        params=AttentionDescriptor(
+            causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT, dropout_p=0.15, seed=11, offset=3
+        ),
+    ),
     "window_softcap_boolean_mask": dict(
-        shapes=(1, 2, 2, 33, 28, 16, 16), bias=(1, 2, 33, 28), boolean=True,
-        params=AttentionDescriptor(window=(6, 2), softcap=1.5)),
+        shapes=(1, 2, 2, 33, 28, 16, 16),
+        bias=(1, 2, 33, 28),
+        boolean=True,
+        params=AttentionDescriptor(window=(6, 2), softcap=1.5),
+    ),
     "mqa_odd_dims_key_bias": dict(
-        shapes=(2, 3, 1, 20, 17, 8, 40), bias=(1, 3, 1, 17), params=AttentionDescriptor(scale=0.3)),
+        shapes=(2, 3, 1, 20, 17, 8, 40), bias=(1, 3, 1, 17), params=AttentionDescriptor(scale=0.3)
+    ),
 }
 
 
@@ -79,23 +87,52 @@ def run_case(name, dtype, backend="triton"):
     lengths = [None if lens is None else torch.tensor(lens) for lens in case.get("lengths", (None, None))]
     params = case["params"]
     o, o_buffer = poisoned_view((batch, heads_q, seq_q, value_dim), dtype)
-    stats = torch.full((batch, heads_q, seq_q), float("nan"), dtype=torch.float64 if dtype == torch.float64
-                       else torch.float32)
+    stats = torch.full(
+        (batch, heads_q, seq_q), float("nan"), dtype=torch.float64 if dtype == torch.float64 else torch.float32
+    )
     handle = od.create("cpu", backend=backend)
     optional = dict(bias_desc=descriptor(bias), bias=bias)
     for side, lens in zip(("q", "kv"), lengths):
         if lens is not None:
             optional.update({f"seq_lens_{side}_desc": descriptor(lens), f"seq_lens_{side}": lens})
-    attention_forward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
-                      stats_desc=descriptor(stats), stats=stats, **optional)
+    attention_forward(
+        handle,
+        params,
+        descriptor(q),
+        q,
+        descriptor(k),
+        k,
+        descriptor(v),
+        v,
+        descriptor(o),
+        o,
+        stats_desc=descriptor(stats),
+        stats=stats,
+        **optional,
+    )
     do = torch.randn(o.shape, generator=generator).to(dtype)
     grads = [poisoned_view(t.shape, dtype) for t in (q, k, v)]
     dbias = None if bias.dtype == torch.bool else torch.full_like(bias, float("nan"))
     if dbias is not None:
         optional.update(dbias_desc=descriptor(dbias), dbias=dbias)
-    attention_backward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
-                       descriptor(do), do, descriptor(stats), stats,
-                       *(item for view, _ in grads for item in (descriptor(view), view)), **optional)
+    attention_backward(
+        handle,
+        params,
+        descriptor(q),
+        q,
+        descriptor(k),
+        k,
+        descriptor(v),
+        v,
+        descriptor(o),
+        o,
+        descriptor(do),
+        do,
+        descriptor(stats),
+        stats,
+        *(item for view, _ in grads for item in (descriptor(view), view)),
+        **optional,
+    )
     arrays = [t.double().numpy() for t in (q, k, v)]
     bias_array = bias.numpy() if bias.dtype == torch.bool else bias.double().numpy()
     lens_arrays = [None if lens is None else lens.numpy() for lens in lengths]
@@ -121,6 +158,7 @@ def check(actual, expected, tolerance):
 def tiles(request, monkeypatch):
     """The planner's tiles, or 16 x 16 tiles: several blocks along every sequence."""
     if request.param == "tiles_16":
+
         def small(problem, choose=triton_backend.choose):
             plan = choose(problem)
             return type(plan)(plan.strategy, 16, 16, plan.block_d, plan.block_dv, plan.num_warps, plan.num_stages)
@@ -154,11 +192,30 @@ def test_lengths_outside_the_sequence_are_clamped():
     q, k, v = (torch.randn(2, 2, 12, 16, dtype=torch.float64) for _ in range(3))
     lens_q, lens_kv = torch.tensor([-3, 100]), torch.tensor([100, 5])
     o = torch.full_like(q, float("nan"))
-    attention_forward(od.create("cpu", backend="triton"), AttentionDescriptor(), descriptor(q), q, descriptor(k), k,
-                      descriptor(v), v, descriptor(o), o, seq_lens_q_desc=descriptor(lens_q), seq_lens_q=lens_q,
-                      seq_lens_kv_desc=descriptor(lens_kv), seq_lens_kv=lens_kv)
-    expected, _ = reference_forward(AttentionDescriptor(), q.numpy(), k.numpy(), v.numpy(),
-                                    seq_lens_q=np.array([0, 12]), seq_lens_kv=np.array([12, 5]))
+    attention_forward(
+        od.create("cpu", backend="triton"),
+        AttentionDescriptor(),
+        descriptor(q),
+        q,
+        descriptor(k),
+        k,
+        descriptor(v),
+        v,
+        descriptor(o),
+        o,
+        seq_lens_q_desc=descriptor(lens_q),
+        seq_lens_q=lens_q,
+        seq_lens_kv_desc=descriptor(lens_kv),
+        seq_lens_kv=lens_kv,
+    )
+    expected, _ = reference_forward(
+        AttentionDescriptor(),
+        q.numpy(),
+        k.numpy(),
+        v.numpy(),
+        seq_lens_q=np.array([0, 12]),
+        seq_lens_kv=np.array([12, 5]),
+    )
     assert (o[0] == 0).all() and error(o, expected) < 1e-12
 
 
@@ -176,7 +233,12 @@ def test_planner_picks_tiles_by_head_dim_and_dtype_within_the_sequence():
     assert (big.strategy, big.block_m, big.block_n, big.block_d, big.num_warps) == ("flash2_forward", 128, 64, 128, 8)
     padded = plan_of((1, 2, 4096, 80), (1, 2, 4096, 80), (1, 2, 4096, 8), "float16", backward=True)
     assert (padded.strategy, padded.block_m, padded.block_n, padded.block_d, padded.block_dv) == (
-        "flash2_deterministic_backward", 64, 32, 128, 16)
+        "flash2_deterministic_backward",
+        64,
+        32,
+        128,
+        16,
+    )
     short = plan_of((1, 1, 5, 256), (1, 1, 40, 256), (1, 1, 40, 256), "float32")
     assert (short.block_m, short.block_n, short.block_d) == (16, 16, 256)
 
@@ -186,8 +248,13 @@ def test_planner_picks_tiles_by_head_dim_and_dtype_within_the_sequence():
 # (dtype, (B, Hq, Hkv, Sq, Skv, D, Dv), bias dims and dtype or None, descriptor fields, lengths)
 SM90_PROBLEMS = [
     ("bfloat16", (2, 8, 2, 1024, 1024, 128, 128), None, dict(causal=True), False),
-    ("float16", (2, 4, 4, 512, 700, 64, 64), ((1, 4, 512, 700), "float16"),
-     dict(causal=True, alignment="bottom_right", window=(128, None), softcap=30.0, dropout_p=0.1, seed=3), True),
+    (
+        "float16",
+        (2, 4, 4, 512, 700, 64, 64),
+        ((1, 4, 512, 700), "float16"),
+        dict(causal=True, alignment="bottom_right", window=(128, None), softcap=30.0, dropout_p=0.1, seed=3),
+        True,
+    ),
     ("float32", (1, 2, 2, 300, 300, 80, 80), ((1, 1, 300, 300), "bool"), {}, False),
     ("float64", (1, 2, 1, 64, 64, 32, 16), ((1, 2, 1, 64), "float64"), {}, False),
     ("bfloat16", (2, 2, 2, 256, 256, 256, 256), ((2, 1, 1, 1), "bfloat16"), {}, False),
@@ -219,8 +286,12 @@ class LaunchRecorder:
 def sm90_problem_tensors(dtype, shapes, bias, fields, lengths):
     """The problem's forward and backward descriptors and (empty) CPU tensors."""
     batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = shapes
-    dims = dict(q=(batch, heads_q, seq_q, dim), k=(batch, heads_kv, seq_kv, dim),
-                v=(batch, heads_kv, seq_kv, value_dim), o=(batch, heads_q, seq_q, value_dim))
+    dims = dict(
+        q=(batch, heads_q, seq_q, dim),
+        k=(batch, heads_kv, seq_kv, dim),
+        v=(batch, heads_kv, seq_kv, value_dim),
+        o=(batch, heads_q, seq_q, value_dim),
+    )
     dims.update(do=dims["o"], dq=dims["q"], dk=dims["k"], dv=dims["v"])
     types = {slot: dtype for slot in dims}
     dims["stats"], types["stats"] = (batch, heads_q, seq_q), "float64" if dtype == "float64" else "float32"
@@ -246,8 +317,13 @@ def compile_attention_for_sm90() -> None:
 
     target, backend = sm90.target_or_exit()
     launches = []
-    for name in ("attention_forward_kernel", "attention_delta_kernel", "attention_dkdv_kernel", "attention_dq_kernel",
-                 "attention_dbias_kernel"):
+    for name in (
+        "attention_forward_kernel",
+        "attention_delta_kernel",
+        "attention_dkdv_kernel",
+        "attention_dq_kernel",
+        "attention_dbias_kernel",
+    ):
         setattr(triton_backend, name, LaunchRecorder(getattr(triton_backend, name), launches))
     forward_slots = ("q", "k", "v", "o", "stats", "bias", "seq_lens_q", "seq_lens_kv")
     for dtype, shapes, bias, fields, lengths in SM90_PROBLEMS:

@@ -63,6 +63,7 @@ def check_against_torch(params, q, k, v, bias=None, seq_lens=(None, None), **tor
 
 # against torch's SDPA ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seq_q, seq_kv", [(5, 5), (4, 7), (7, 3)])
 def test_reference_matches_torch_plain_and_causal_top_left(seq_q, seq_kv):
     q, k, v = random(2, 3, seq_q, 8, seed=1), random(2, 3, seq_kv, 8, seed=2), random(2, 3, seq_kv, 12, seed=3)
@@ -114,6 +115,7 @@ def test_reference_bottom_right_aligns_to_each_batchs_own_lengths():
 
 # softcap and dropout, against a torch formula ------------------------------------------------------------
 
+
 def test_reference_softcap_and_dropout_match_a_torch_formula():
     q, k, v = random(2, 4, 5, 8, seed=1), random(2, 2, 6, 8, seed=2), random(2, 2, 6, 8, seed=3)
     bias, do = random(1, 4, 5, 6, seed=4), random(2, 4, 5, 8, seed=5)
@@ -151,6 +153,7 @@ def test_reference_backward_matches_finite_differences():
 
 # the dropout generator -------------------------------------------------------------------------------------
 
+
 @triton.jit
 def rand_kernel(out_ptr, counters_ptr, seed, COUNT: tl.constexpr):
     lanes = tl.arange(0, COUNT)
@@ -180,17 +183,21 @@ def test_dropout_mask_depends_on_seed_and_offset_only():
 
 # the descriptor's rules --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(scale=float("nan")), r"scale=nan must be a finite number or None"),
-    (dict(causal=1), r"causal=1 must be a bool"),
-    (dict(alignment="middle"), r"alignment='middle' must be a DiagonalAlignment \(TOP_LEFT or BOTTOM_RIGHT\)"),
-    (dict(window=(-1, 0)), r"window=\(-1, 0\) must be a pair \(left, right\), each an int at least 0 or None"),
-    (dict(window=3), r"window=3 must be a pair"),
-    (dict(softcap=0.0), r"softcap=0.0 must be positive and finite, or None"),
-    (dict(dropout_p=1.0), r"dropout_p=1.0 must be at least 0 and below 1"),
-    (dict(seed=-1), r"seed=-1 must be an int from 0 to 2\*\*63 - 1"),
-    (dict(offset=2**62 + 1), r"offset=4611686018427387905 must be an int from 0 to 2\*\*62"),
-])
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(scale=float("nan")), r"scale=nan must be a finite number or None"),
+        (dict(causal=1), r"causal=1 must be a bool"),
+        (dict(alignment="middle"), r"alignment='middle' must be a DiagonalAlignment \(TOP_LEFT or BOTTOM_RIGHT\)"),
+        (dict(window=(-1, 0)), r"window=\(-1, 0\) must be a pair \(left, right\), each an int at least 0 or None"),
+        (dict(window=3), r"window=3 must be a pair"),
+        (dict(softcap=0.0), r"softcap=0.0 must be positive and finite, or None"),
+        (dict(dropout_p=1.0), r"dropout_p=1.0 must be at least 0 and below 1"),
+        (dict(seed=-1), r"seed=-1 must be an int from 0 to 2\*\*63 - 1"),
+        (dict(offset=2**62 + 1), r"offset=4611686018427387905 must be an int from 0 to 2\*\*62"),
+    ],
+)
 def test_descriptor_errors_name_the_field_and_the_rule(fields, message):
     with pytest.raises(BadParam, match=message):
         AttentionDescriptor(**fields)

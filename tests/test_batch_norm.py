@@ -28,6 +28,7 @@ def random(*shape, low=-2.0, high=3.0, seed=0):
 
 # ---- the reference against torch and finite differences ----------------------------------------
 
+
 def test_reference_training_steps_match_torch_running_statistics():
     scale, bias = random(5, seed=1), random(5, seed=2)
     mean, var = np.zeros((1, 5, 1, 1)), np.ones((1, 5, 1, 1))
@@ -35,8 +36,16 @@ def test_reference_training_steps_match_torch_running_statistics():
     for step in range(4):
         x = random(3, 5, 4, 2, seed=10 + step) * (step + 1)
         expected = TF.batch_norm(x, torch_mean, torch_var, scale, bias, True, 0.1, EPS)
-        out = bn.forward_training(x.numpy(), scale.numpy().reshape(1, 5, 1, 1), bias.numpy().reshape(1, 5, 1, 1), EPS,
-                                  SPATIAL, factor=0.1, running_mean=mean, running_var=var)
+        out = bn.forward_training(
+            x.numpy(),
+            scale.numpy().reshape(1, 5, 1, 1),
+            bias.numpy().reshape(1, 5, 1, 1),
+            EPS,
+            SPATIAL,
+            factor=0.1,
+            running_mean=mean,
+            running_var=var,
+        )
         mean, var = out["running_mean"], out["running_var"]
         np.testing.assert_allclose(out["y"], expected.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(mean.ravel(), torch_mean.numpy(), rtol=1e-12)
@@ -59,13 +68,23 @@ def test_reference_per_activation_is_batch_norm_of_the_flattened_features():
 
 
 def test_reference_backward_matches_torch_autograd_with_add_and_relu():
-    x, z, dy = random(3, 4, 3, 3).requires_grad_(), random(3, 4, 3, 3, seed=5).requires_grad_(), random(3, 4, 3, 3,
-                                                                                                          seed=6)
+    x, z, dy = (
+        random(3, 4, 3, 3).requires_grad_(),
+        random(3, 4, 3, 3, seed=5).requires_grad_(),
+        random(3, 4, 3, 3, seed=6),
+    )
     scale, bias = random(4, seed=1).requires_grad_(), random(4, seed=2).requires_grad_()
     torch.relu(TF.batch_norm(x, None, None, scale, bias, True, 0.1, EPS) + z).backward(dy)
     s4 = scale.detach().numpy().reshape(1, 4, 1, 1)
-    forward = bn.forward_training(x.detach().numpy(), s4, bias.detach().numpy().reshape(1, 4, 1, 1), EPS, SPATIAL,
-                                  z=z.detach().numpy(), activation="relu")
+    forward = bn.forward_training(
+        x.detach().numpy(),
+        s4,
+        bias.detach().numpy().reshape(1, 4, 1, 1),
+        EPS,
+        SPATIAL,
+        z=z.detach().numpy(),
+        activation="relu",
+    )
     for saved in (True, False):
         stats = dict(mean=forward["mean"], inv_std=forward["inv_std"]) if saved else {}
         out = bn.backward(x.detach().numpy(), dy.numpy(), s4, EPS, SPATIAL, mask=forward["mask"], **stats)
@@ -83,13 +102,18 @@ def test_reference_backward_matches_finite_differences(mode):
     scale, bias = rng.uniform(0.5, 2, pshape), rng.normal(size=pshape)
 
     def loss(x, scale, bias, z):
-        return float((w * bn.forward_training(x, scale, bias, EPS, mode, z=z, activation="clipped_relu",
-                                              coef=1.0)["y"]).sum())
+        return float(
+            (w * bn.forward_training(x, scale, bias, EPS, mode, z=z, activation="clipped_relu", coef=1.0)["y"]).sum()
+        )
 
     forward = bn.forward_training(x, scale, bias, EPS, mode, z=z, activation="clipped_relu", coef=1.0)
     out = bn.backward(x, w, scale, EPS, mode, mask=forward["mask"])
-    for name, array, grad in (("x", x, out["dx"]), ("scale", scale, out["dscale"]), ("bias", bias, out["dbias"]),
-                              ("z", z, out["dz"])):
+    for name, array, grad in (
+        ("x", x, out["dx"]),
+        ("scale", scale, out["dscale"]),
+        ("bias", bias, out["dbias"]),
+        ("z", z, out["dz"]),
+    ):
         numeric = np.zeros_like(array)
         for index in np.ndindex(array.shape):
             h = 1e-6
@@ -103,6 +127,7 @@ def test_reference_backward_matches_finite_differences(mode):
 
 # ---- errors -----------------------------------------------------------------------------------------
 
+
 def training_call(handle, mode=SPATIAL, param_dims=(1, 3, 1, 1), epsilon=EPS, scale_elements=3, **ex):
     x = random(2, 3, 4, 4).float()
     y = torch.empty_like(x)
@@ -110,31 +135,73 @@ def training_call(handle, mode=SPATIAL, param_dims=(1, 3, 1, 1), epsilon=EPS, sc
     scale = torch.ones(scale_elements)
     bias, mean, var = torch.zeros(3), torch.zeros(3), torch.ones(3)
     if not ex:
-        return od.batch_normalization_forward_training(handle, mode, 1.0, 0.0, desc(x), x, desc(y), y, param, scale,
-                                                       bias, 0.1, mean, var, epsilon)
+        return od.batch_normalization_forward_training(
+            handle, mode, 1.0, 0.0, desc(x), x, desc(y), y, param, scale, bias, 0.1, mean, var, epsilon
+        )
     return od.batch_normalization_forward_training_ex(
-        handle, mode, ex["ops"], 1.0, 0.0, desc(x), x, ex.get("z_desc"), ex.get("z"), desc(y), y, param, scale, bias,
-        0.1, mean, var, epsilon, None, None, ex.get("act"), None, ex.get("reserve"))
+        handle,
+        mode,
+        ex["ops"],
+        1.0,
+        0.0,
+        desc(x),
+        x,
+        ex.get("z_desc"),
+        ex.get("z"),
+        desc(y),
+        y,
+        param,
+        scale,
+        bias,
+        0.1,
+        mean,
+        var,
+        epsilon,
+        None,
+        None,
+        ex.get("act"),
+        None,
+        ex.get("reserve"),
+    )
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(mode=PER_ACTIVATION),
-     r"bn_scale_bias_mean_var_desc.dims=\[1, 3, 1, 1\] must equal \[1, 3, 4, 4\] for mode=PER_ACTIVATION"),
-    (dict(param_dims=(1, 4, 1, 1)),
-     r"bn_scale_bias_mean_var_desc.dims=\[1, 4, 1, 1\] must equal \[1, 3, 1, 1\] for mode=SPATIAL"),
-    (dict(epsilon=1e-6), r"epsilon=1e-06 must be at least 1e-05"),
-    (dict(scale_elements=2), r"bn_scale_desc reaches 3 elements but bn_scale holds 2"),
-    (dict(ops=od.BatchNormOps.BN_ADD_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),
-     r"z_desc=None but bn_ops=BN_ADD_ACTIVATION needs it"),
-    (dict(ops=od.BatchNormOps.BN_ADD_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU),
-          z_desc=od.TensorDescriptor("float32", (2, 3, 4, 4)), reserve=torch.empty(96, dtype=torch.uint8)),
-     r"^z=None but bn_ops=BN_ADD_ACTIVATION needs it"),
-    (dict(ops=od.BatchNormOps.BN_ACTIVATION), r"activation_desc=None but bn_ops=BN_ACTIVATION needs one"),
-    (dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.TANH)),
-     r"activation_desc.mode=TANH must be RELU, CLIPPED_RELU or IDENTITY"),
-    (dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),
-     r"reserve_space=None but get_batch_normalization_training_ex_reserve_space_size needs 96 bytes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(mode=PER_ACTIVATION),
+            r"bn_scale_bias_mean_var_desc.dims=\[1, 3, 1, 1\] must equal \[1, 3, 4, 4\] for mode=PER_ACTIVATION",
+        ),
+        (
+            dict(param_dims=(1, 4, 1, 1)),
+            r"bn_scale_bias_mean_var_desc.dims=\[1, 4, 1, 1\] must equal \[1, 3, 1, 1\] for mode=SPATIAL",
+        ),
+        (dict(epsilon=1e-6), r"epsilon=1e-06 must be at least 1e-05"),
+        (dict(scale_elements=2), r"bn_scale_desc reaches 3 elements but bn_scale holds 2"),
+        (
+            dict(ops=od.BatchNormOps.BN_ADD_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),
+            r"z_desc=None but bn_ops=BN_ADD_ACTIVATION needs it",
+        ),
+        (
+            dict(
+                ops=od.BatchNormOps.BN_ADD_ACTIVATION,
+                act=od.ActivationDescriptor(od.ActivationMode.RELU),
+                z_desc=od.TensorDescriptor("float32", (2, 3, 4, 4)),
+                reserve=torch.empty(96, dtype=torch.uint8),
+            ),
+            r"^z=None but bn_ops=BN_ADD_ACTIVATION needs it",
+        ),
+        (dict(ops=od.BatchNormOps.BN_ACTIVATION), r"activation_desc=None but bn_ops=BN_ACTIVATION needs one"),
+        (
+            dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.TANH)),
+            r"activation_desc.mode=TANH must be RELU, CLIPPED_RELU or IDENTITY",
+        ),
+        (
+            dict(ops=od.BatchNormOps.BN_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),
+            r"reserve_space=None but get_batch_normalization_training_ex_reserve_space_size needs 96 bytes",
+        ),
+    ],
+)
 def test_errors_name_the_parameter_and_rule(kwargs, message):
     with pytest.raises((od.BadParam, od.NotSupported), match=message):
         training_call(od.create("cpu"), **kwargs)
@@ -144,9 +211,27 @@ def test_backward_refuses_one_saved_statistic_without_the_other():
     x = random(2, 3, 4).float()
     param = od.derive_bn_tensor_descriptor(desc(x), SPATIAL)
     with pytest.raises(od.BadParam, match="saved_mean and saved_inv_variance must be given together"):
-        od.batch_normalization_backward(od.create("cpu"), SPATIAL, 1, 0, 1, 0, desc(x), x, desc(x), x, desc(x),
-                                        torch.empty_like(x), param, torch.ones(3), torch.empty(3), torch.empty(3),
-                                        EPS, torch.zeros(3), None)
+        od.batch_normalization_backward(
+            od.create("cpu"),
+            SPATIAL,
+            1,
+            0,
+            1,
+            0,
+            desc(x),
+            x,
+            desc(x),
+            x,
+            desc(x),
+            torch.empty_like(x),
+            param,
+            torch.ones(3),
+            torch.empty(3),
+            torch.empty(3),
+            EPS,
+            torch.zeros(3),
+            None,
+        )
 
 
 def test_derived_descriptor_by_mode_and_dtype():
@@ -167,6 +252,7 @@ def test_reserve_space_holds_the_mask(backend, reserve):
 
 
 # ---- the Pythonic API and the Triton kernels' layouts ------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -208,11 +294,11 @@ def test_fused_add_relu_forward_and_backward_match_torch_with_dy_in_another_layo
     mean, var = torch.zeros(6), torch.ones(6)
     expected = torch.relu(TF.batch_norm(x, torch.zeros(6), torch.ones(6), weight, bias, True) + z)
     expected.backward(dy)
-    y, state = F.batch_norm_add_activation(x.detach(), z.detach(), mean, var, weight.detach(), bias.detach(),
-                                           return_state=True, handle=handle)
+    y, state = F.batch_norm_add_activation(
+        x.detach(), z.detach(), mean, var, weight.detach(), bias.detach(), return_state=True, handle=handle
+    )
     torch.testing.assert_close(y, expected.detach(), rtol=1e-5, atol=1e-5)
-    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x.detach(), weight.detach(), state,
-                                                                  handle=handle)
+    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x.detach(), weight.detach(), state, handle=handle)
     for actual, wanted in ((dx, x.grad), (dz, z.grad), (dweight, weight.grad), (dbias, bias.grad)):
         torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-5)
 
@@ -222,8 +308,12 @@ def test_triton_plan_rows_for_nchw_columns_for_nhwc():
 
     def plan(format):
         x = od.TensorDescriptor.from_format(format, "float32", 64, 256, 56, 56)
-        return bn_plan(bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, x, x,
-                                             od.derive_bn_tensor_descriptor(x, SPATIAL), EPS), False)
+        return bn_plan(
+            bn.batch_norm_problem(
+                bn.Direction.TRAINING, SPATIAL, x, x, od.derive_bn_tensor_descriptor(x, SPATIAL), EPS
+            ),
+            False,
+        )
 
     nchw, nhwc = plan(od.TensorFormat.NCHW), plan(od.TensorFormat.NHWC)
     assert (nchw.block_f, nchw.inner[0], nchw.block_i) == (1, 3136, 256) and nchw.mask_strides == (1, 25088)
@@ -259,8 +349,9 @@ def test_triton_split_statistics_match_torch(channels_last, request):
     dy = random(256, 3, 8, 16, seed=4).float()
     if channels_last:
         x, z, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, z, dy))
-    problem = bn.batch_norm_problem(bn.Direction.TRAINING, SPATIAL, desc(x), desc(x),
-                                    od.TensorDescriptor("float32", (1, 3, 1, 1)), EPS)
+    problem = bn.batch_norm_problem(
+        bn.Direction.TRAINING, SPATIAL, desc(x), desc(x), od.TensorDescriptor("float32", (1, 3, 1, 1)), EPS
+    )
     assert bn_plan(problem, False).splits > 1
     assert combine_blocks in (None, bn_plan(problem, False).combine_blocks)
     weight, bias = random(3, seed=1).float(), random(3, seed=2).float()
@@ -293,6 +384,7 @@ def test_data_far_from_zero_keep_float32_accuracy(backend):
 
 # ---- the one-read training forward (a feature per cluster of CTAs on the GPU, per program here) -------
 
+
 def test_triton_one_read_split_fits_a_feature_in_one_cluster():
     from opendnn.families.batch_norm.triton_backend import _one_read_split
 
@@ -322,8 +414,25 @@ def test_triton_one_read_forward_matches_torch(dtype, plane):
         y0 = random(3, 4, *plane, seed=20 + step).to(dtype)
         y = y0.clone()
         saved_mean, saved_inv = torch.full((4,), float("nan")), torch.full((4,), float("nan"))
-        od.batch_normalization_forward_training(handle, SPATIAL, 0.5, 0.25, desc(x), x, desc(y), y, param, weight,
-                                                bias, 0.3, mean, var, EPS, saved_mean, saved_inv)
+        od.batch_normalization_forward_training(
+            handle,
+            SPATIAL,
+            0.5,
+            0.25,
+            desc(x),
+            x,
+            desc(y),
+            y,
+            param,
+            weight,
+            bias,
+            0.3,
+            mean,
+            var,
+            EPS,
+            saved_mean,
+            saved_inv,
+        )
         xd = x.double()
         expected = 0.5 * TF.batch_norm(xd, torch_mean, torch_var, weight.double(), bias.double(), True, 0.3, EPS)
         expected += 0.25 * y0.double()
@@ -355,14 +464,45 @@ def test_triton_one_read_backward_matches_torch(plane):
     dx0, dscale0, dbias0 = random(3, 4, *plane, seed=4).float(), random(4, seed=5).float(), random(4, seed=6).float()
     dx, dscale, dbias = dx0.clone(), dscale0.clone(), dbias0.clone()
     param = od.TensorDescriptor("float32", (1, 4, 1, 1))
-    od.batch_normalization_backward(handle, SPATIAL, 0.5, 0.25, 2.0, 0.75, desc(x), x, desc(dy), dy, desc(dx), dx,
-                                    param, weight, dscale, dbias, EPS, saved_mean, saved_inv)
+    od.batch_normalization_backward(
+        handle,
+        SPATIAL,
+        0.5,
+        0.25,
+        2.0,
+        0.75,
+        desc(x),
+        x,
+        desc(dy),
+        dy,
+        desc(dx),
+        dx,
+        param,
+        weight,
+        dscale,
+        dbias,
+        EPS,
+        saved_mean,
+        saved_inv,
+    )
     torch.testing.assert_close(dx.double(), 0.5 * xr.grad + 0.25 * dx0.double(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dscale.double(), 2.0 * wr.grad + 0.75 * dscale0.double(), rtol=1e-5, atol=1e-5)
     expected_dbias = 2.0 * dy.double().sum((0, 2, 3)) + 0.75 * dbias0.double()
     torch.testing.assert_close(dbias.double(), expected_dbias, rtol=1e-5, atol=1e-5)
-    problem = bn.batch_norm_problem(bn.Direction.BACKWARD, SPATIAL, desc(x), desc(x), param, EPS, dy_desc=desc(dy),
-                                    alpha=0.5, beta=0.25, alpha_param=2.0, beta_param=0.75, saved=True)
+    problem = bn.batch_norm_problem(
+        bn.Direction.BACKWARD,
+        SPATIAL,
+        desc(x),
+        desc(x),
+        param,
+        EPS,
+        dy_desc=desc(dy),
+        alpha=0.5,
+        beta=0.25,
+        alpha_param=2.0,
+        beta_param=0.75,
+        saved=True,
+    )
     launches = bn_launches(problem, (True,) * len(bn.BatchNormTensors._fields), False)[0]
     assert [launch.kernel.fn.__name__ for launch in launches] == ["bn_one_read_backward_kernel"]
 
@@ -379,15 +519,17 @@ def test_triton_workspace_queries_describe_the_calls_problems_as_planned_for_a_g
     for shape, one_read in (((32, 67, 7, 7), 0), ((16, 96, 28, 28), 2)):
         x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", *shape)
         param = od.derive_bn_tensor_descriptor(x, SPATIAL)
-        forward = api.training_ex_problem(SPATIAL, ops, 1.0, 0.0, x, x, x, param, 0.1, EPS, act,
-                                          running=(True, True), saved=(True, True))
-        backward = api.backward_ex_problem(SPATIAL, ops, 1.0, 0.0, 1.0, 0.0, x, x, x, x, param, EPS, act,
-                                           saved=(True, True))
+        forward = api.training_ex_problem(
+            SPATIAL, ops, 1.0, 0.0, x, x, x, param, 0.1, EPS, act, running=(True, True), saved=(True, True)
+        )
+        backward = api.backward_ex_problem(
+            SPATIAL, ops, 1.0, 0.0, 1.0, 0.0, x, x, x, x, param, EPS, act, saved=(True, True)
+        )
         assert triton_bn.bn_plan(forward, True).one_read[0] == one_read
-        queries = (od.get_batch_normalization_forward_training_ex_workspace_size(handle, SPATIAL, ops, x, x, x, param,
-                                                                                act),
-                   od.get_batch_normalization_backward_ex_workspace_size(handle, SPATIAL, ops, x, x, x, x, x, param,
-                                                                         act))
+        queries = (
+            od.get_batch_normalization_forward_training_ex_workspace_size(handle, SPATIAL, ops, x, x, x, param, act),
+            od.get_batch_normalization_backward_ex_workspace_size(handle, SPATIAL, ops, x, x, x, x, x, param, act),
+        )
         for query, problem in zip(queries, (forward, backward)):
             assert query == max(triton_bn.bn_plan(problem, clusters).workspace_bytes for clusters in (False, True))
 
@@ -402,16 +544,23 @@ def test_triton_one_read_prefetch_as_planned_for_a_gpu(monkeypatch):
         x = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, dtype, *shape)
         param = od.derive_bn_tensor_descriptor(x, SPATIAL)
         backward = direction is bn.Direction.BACKWARD
-        problem = bn.batch_norm_problem(direction, SPATIAL, x, x, param, EPS, dy_desc=x if backward else None,
-                                        saved=backward)
+        problem = bn.batch_norm_problem(
+            direction, SPATIAL, x, x, param, EPS, dy_desc=x if backward else None, saved=backward
+        )
         absent = {"reserve"} | ({"z"} if not with_z else set()) | ({"dy", "dscale", "dbias"} if not backward else set())
-        (launch,), _, _ = triton_bn.bn_launches(problem, tuple(name not in absent
-                                                               for name in bn.BatchNormTensors._fields), True)
+        (launch,), _, _ = triton_bn.bn_launches(
+            problem, tuple(name not in absent for name in bn.BatchNormTensors._fields), True
+        )
         return launch.cluster, launch.options["PREFETCH"]
 
     training, backward = bn.Direction.TRAINING, bn.Direction.BACKWARD
-    monkeypatch.setattr(triton_bn, "Launch", lambda kernel, grid, args, options, cluster=1: types.SimpleNamespace(
-        cluster=cluster, options=options, slots=()))  # planned only: a cluster launch cannot be interpreted
+    monkeypatch.setattr(
+        triton_bn,
+        "Launch",
+        lambda kernel, grid, args, options, cluster=1: types.SimpleNamespace(
+            cluster=cluster, options=options, slots=()
+        ),
+    )  # planned only: a cluster launch cannot be interpreted
     triton_bn.bn_plan.cache_clear()
     triton_bn.bn_launches.cache_clear()
     try:

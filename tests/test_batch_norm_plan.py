@@ -59,27 +59,72 @@ def inputs(seed=0, dtype=torch.float32, channels_last=False, shape=(3, C, 3, 5))
     x = random(*shape, seed=seed, dtype=dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    return dict(x=x, weight=random(C, seed=seed + 1, low=0.5), bias=random(C, seed=seed + 2),
-                running_mean=random(C, seed=seed + 3), running_var=random(C, seed=seed + 4, low=0.5))
+    return dict(
+        x=x,
+        weight=random(C, seed=seed + 1, low=0.5),
+        bias=random(C, seed=seed + 2),
+        running_mean=random(C, seed=seed + 3),
+        running_var=random(C, seed=seed + 4, low=0.5),
+    )
 
 
-def run_forward(backend, x, weight=None, bias=None, running_mean=None, running_var=None, z=None, momentum=0.1,
-                eps=1e-5, activation=None, training=True):
+def run_forward(
+    backend,
+    x,
+    weight=None,
+    bias=None,
+    running_mean=None,
+    running_var=None,
+    z=None,
+    momentum=0.1,
+    eps=1e-5,
+    activation=None,
+    training=True,
+):
     handle = od.create("cpu", backend=backend)
-    out = F.batch_norm_add_activation(x, z, running_mean, running_var, weight, bias, training, momentum, eps,
-                                      activation=activation, return_state=True, handle=handle)
+    out = F.batch_norm_add_activation(
+        x,
+        z,
+        running_mean,
+        running_var,
+        weight,
+        bias,
+        training,
+        momentum,
+        eps,
+        activation=activation,
+        return_state=True,
+        handle=handle,
+    )
     return out if training else (out, None)
 
 
-def expected_forward(x, weight=None, bias=None, running_mean=None, running_var=None, z=None, momentum=0.1, eps=1e-5,
-                     activation=None, training=True):
+def expected_forward(
+    x,
+    weight=None,
+    bias=None,
+    running_mean=None,
+    running_var=None,
+    z=None,
+    momentum=0.1,
+    eps=1e-5,
+    activation=None,
+    training=True,
+):
     """torch's float64 result, and the running statistics after the call (each updated alone:
     torch takes both or neither)."""
     x = x.double()
     mean, var = (None if s is None else s.double() for s in (running_mean, running_var))
-    y = TF.batch_norm(x, mean if not training else None, var if not training else None,
-                      None if weight is None else weight.double(), None if bias is None else bias.double(), training,
-                      momentum, eps)
+    y = TF.batch_norm(
+        x,
+        mean if not training else None,
+        var if not training else None,
+        None if weight is None else weight.double(),
+        None if bias is None else bias.double(),
+        training,
+        momentum,
+        eps,
+    )
     if training and mean is not None:
         mean = (1 - momentum) * mean + momentum * x.mean((0, 2, 3))
     if training and var is not None:
@@ -108,10 +153,15 @@ def check_forward(backend, args, **options):
         x = args["x"].double()
         batch_mean, batch_var = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
         assert tuple(state.saved_mean.shape) == (1, C, 1, 1)
-        torch.testing.assert_close(torch.as_tensor(state.saved_mean).double().reshape(C), batch_mean,
-                                   rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(torch.as_tensor(state.saved_inv_std).double().reshape(C),
-                                   (batch_var + options.get("eps", 1e-5)).rsqrt(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            torch.as_tensor(state.saved_mean).double().reshape(C), batch_mean, rtol=1e-5, atol=1e-6
+        )
+        torch.testing.assert_close(
+            torch.as_tensor(state.saved_inv_std).double().reshape(C),
+            (batch_var + options.get("eps", 1e-5)).rsqrt(),
+            rtol=1e-5,
+            atol=1e-5,
+        )
     return y, state
 
 
@@ -130,8 +180,9 @@ def check_backward(backend, x, weight, dy, state, bias=None, z=None, activation=
         y = torch.relu(y)
     y.backward(dy.double())
     handle = od.create("cpu", backend=backend)
-    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state, eps, activation=activation,
-                                                                  has_z=z is not None, handle=handle)
+    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(
+        dy, x, weight, state, eps, activation=activation, has_z=z is not None, handle=handle
+    )
     assert dx.dtype == x.dtype and dx.stride() == x.stride() and dweight.shape == (C,) and dbias.shape == (C,)
     tolerance = 5e-2 if x.dtype in (torch.bfloat16, torch.float16) else 1e-4
     wanted = ((dx, xr.grad), (dweight, wr.grad), (dbias, br.grad)) + (() if z is None else ((dz, zr.grad),))
@@ -141,6 +192,7 @@ def check_backward(backend, x, weight, dy, state, bias=None, z=None, activation=
 
 
 # ---- a repeated signature ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_repeated_signature_reuses_its_plan_and_gives_what_a_fresh_call_gives(backend):
@@ -155,8 +207,15 @@ def test_a_repeated_signature_reuses_its_plan_and_gives_what_a_fresh_call_gives(
     args, y, state, dy, grads = results[-1]
     clear()  # a fresh call of the last arguments: bitwise the planned call's results
     fresh_y, fresh_state = run_forward(backend, **{k: v.clone() for k, v in args.items()})
-    fresh_grads = F.batch_norm_add_activation_backward(dy, args["x"], args["weight"], fresh_state, activation=None,
-                                                       has_z=False, handle=od.create("cpu", backend=backend))
+    fresh_grads = F.batch_norm_add_activation_backward(
+        dy,
+        args["x"],
+        args["weight"],
+        fresh_state,
+        activation=None,
+        has_z=False,
+        handle=od.create("cpu", backend=backend),
+    )
     assert torch.equal(torch.as_tensor(fresh_y), y)
     assert torch.equal(torch.as_tensor(fresh_state.saved_mean), torch.as_tensor(state.saved_mean))
     for fresh, planned in zip(fresh_grads, grads):
@@ -232,8 +291,16 @@ def test_the_fused_add_relu_backward_reads_its_forwards_reserve_through_the_plan
         args = inputs(seed)
         z = random(3, C, 3, 5, seed=seed + 6)
         _, state = check_forward(backend, args, z=z, activation="relu")
-        check_backward(backend, args["x"], args["weight"], random(3, C, 3, 5, seed=seed + 5), state, args["bias"],
-                       z=z, activation="relu")
+        check_backward(
+            backend,
+            args["x"],
+            args["weight"],
+            random(3, C, 3, 5, seed=seed + 5),
+            state,
+            args["bias"],
+            z=z,
+            activation="relu",
+        )
     assert len(plans._FORWARD_PLANS) == 1 and len(plans._BACKWARD_PLANS) == 1
 
 
@@ -250,6 +317,7 @@ def test_numpy_arrays_are_planned_and_bound():
 
 
 # ---- what a key cannot describe --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("unkeyed", ["dlpack weight", "numpy eps"])
 def test_arguments_a_key_cannot_describe_are_planned_per_call_and_not_kept(unkeyed):
@@ -268,29 +336,46 @@ def test_arguments_a_key_cannot_describe_are_planned_per_call_and_not_kept(unkey
 # ---- errors after a good call ----------------------------------------------------------------------------
 
 FORWARD_ERRORS = {
-    "weight of 3 elements": (lambda a, o: a.update(weight=torch.ones(3)),
-                             r"weight.shape=\(3,\) must hold C=4 elements"),
+    "weight of 3 elements": (
+        lambda a, o: a.update(weight=torch.ones(3)),
+        r"weight.shape=\(3,\) must hold C=4 elements",
+    ),
     "bias not an array": (lambda a, o: a.update(bias=[0.0] * C), r"bias of type list is not a NumPy array"),
-    "running_mean float64": (lambda a, o: a.update(running_mean=a["running_mean"].double()),
-                             r"running_mean.dtype=float64 must be float32 \(updated in place\)"),
-    "running_var strided": (lambda a, o: a.update(running_var=torch.ones(2 * C)[::2]),
-                            r"running_var must be contiguous"),
-    "running_var of (1, C)": (lambda a, o: a.update(running_var=torch.ones(1, C)),
-                              r"running_var.shape=\(1, 4\) must be \(4,\)"),
+    "running_mean float64": (
+        lambda a, o: a.update(running_mean=a["running_mean"].double()),
+        r"running_mean.dtype=float64 must be float32 \(updated in place\)",
+    ),
+    "running_var strided": (
+        lambda a, o: a.update(running_var=torch.ones(2 * C)[::2]),
+        r"running_var must be contiguous",
+    ),
+    "running_var of (1, C)": (
+        lambda a, o: a.update(running_var=torch.ones(1, C)),
+        r"running_var.shape=\(1, 4\) must be \(4,\)",
+    ),
     "eps below 1e-5": (lambda a, o: o.update(eps=1e-6), r"eps=1e-06 must be at least 1e-05"),
-    "momentum above 1": (lambda a, o: o.update(momentum=1.5),
-                         r"momentum=1.5 must be between 0 and 1"),
-    "activation tanh": (lambda a, o: o.update(activation="tanh"),
-                        r"activation='tanh' must be 'relu', 'clipped_relu', 'identity' or None"),
-    "z of another shape": (lambda a, o: o.update(z=torch.ones(3, C, 3, 4), activation="relu"),
-                           r"z.dims\[3\]=4 must equal x.dims\[3\]=5"),
-    "weight on another device": (lambda a, o: a.update(weight=torch.ones(C, device="meta")),
-                                 r"weight is on meta:0 but the handle is bound to cpu"),
+    "momentum above 1": (lambda a, o: o.update(momentum=1.5), r"momentum=1.5 must be between 0 and 1"),
+    "activation tanh": (
+        lambda a, o: o.update(activation="tanh"),
+        r"activation='tanh' must be 'relu', 'clipped_relu', 'identity' or None",
+    ),
+    "z of another shape": (
+        lambda a, o: o.update(z=torch.ones(3, C, 3, 4), activation="relu"),
+        r"z.dims\[3\]=4 must equal x.dims\[3\]=5",
+    ),
+    "weight on another device": (
+        lambda a, o: a.update(weight=torch.ones(C, device="meta")),
+        r"weight is on meta:0 but the handle is bound to cpu",
+    ),
     "x of one dim": (lambda a, o: a.update(x=torch.ones(C)), r"x.ndim=1 must be at least 2"),
-    "inference without running statistics": (lambda a, o: (a.update(running_mean=None), o.update(training=False)),
-                                             r"running_mean and running_var are needed when training=False"),
-    "inference with z": (lambda a, o: o.update(training=False, z=torch.ones(3, C, 3, 5)),
-                         r"inference takes no z and no activation"),
+    "inference without running statistics": (
+        lambda a, o: (a.update(running_mean=None), o.update(training=False)),
+        r"running_mean and running_var are needed when training=False",
+    ),
+    "inference with z": (
+        lambda a, o: o.update(training=False, z=torch.ones(3, C, 3, 5)),
+        r"inference takes no z and no activation",
+    ),
 }
 
 
@@ -331,12 +416,14 @@ def test_backward_errors_after_a_good_call(backend):
 
 # ---- what the plans keep --------------------------------------------------------------------------------
 
+
 def test_the_plans_keep_no_callers_array_alive():
     args = inputs(0)
     dy = random(3, C, 3, 5, seed=5)
     _, state = run_forward("numpy", **args)
-    F.batch_norm_add_activation_backward(dy, args["x"], args["weight"], state, activation=None, has_z=False,
-                                         handle=od.create("cpu", backend="numpy"))
+    F.batch_norm_add_activation_backward(
+        dy, args["x"], args["weight"], state, activation=None, has_z=False, handle=od.create("cpu", backend="numpy")
+    )
     references = [weakref.ref(t) for t in (*args.values(), dy, state.saved_mean, state.saved_inv_std)]
     del args, dy, state
     gc.collect()

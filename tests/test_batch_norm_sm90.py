@@ -20,8 +20,13 @@ import torch
 
 
 def test_one_read_kernels_fit_the_register_file():
-    completed = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=300,
-                               env={**os.environ, "TRITON_INTERPRET": "0"})
+    completed = subprocess.run(
+        [sys.executable, __file__],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+    )
     if completed.returncode == sm90.SKIP_STATUS:
         pytest.skip(completed.stdout.strip())
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -55,11 +60,21 @@ def main() -> None:
         param = od.derive_bn_tensor_descriptor(x, od.BatchNormMode.SPATIAL)
         for direction in (bn.Direction.TRAINING, bn.Direction.BACKWARD):
             backward = direction is bn.Direction.BACKWARD
-            problem = bn.batch_norm_problem(direction, od.BatchNormMode.SPATIAL, x, x, param, 1e-5, factor=0.1,
-                                            dy_desc=x if backward else None, saved=backward)
+            problem = bn.batch_norm_problem(
+                direction,
+                od.BatchNormMode.SPATIAL,
+                x,
+                x,
+                param,
+                1e-5,
+                factor=0.1,
+                dy_desc=x if backward else None,
+                saved=backward,
+            )
             absent = ("z", "reserve") if backward else ("z", "dy", "dscale", "dbias", "reserve")
-            (launch,), _, _ = bn_launches(problem, tuple(name not in absent for name in bn.BatchNormTensors._fields),
-                                          clusters)
+            (launch,), _, _ = bn_launches(
+                problem, tuple(name not in absent for name in bn.BatchNormTensors._fields), clusters
+            )
             tensor = torch.empty(16)
             args = tuple(tensor if isinstance(a, Slot) else a for a in launch.args)
             specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
@@ -69,14 +84,31 @@ def main() -> None:
                 with open(source, "w") as file:
                     file.write(ptx)
                 suffix = "a" if arch == 90 else ""
-                report = subprocess.run([get_ptxas(arch).path, f"-arch=sm_{arch}{suffix}", "-v", source, "-o",
-                                         os.path.join(folder, "kernel.cubin")], capture_output=True, text=True,
-                                        check=True)
+                report = subprocess.run(
+                    [
+                        get_ptxas(arch).path,
+                        f"-arch=sm_{arch}{suffix}",
+                        "-v",
+                        source,
+                        "-o",
+                        os.path.join(folder, "kernel.cubin"),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
             registers = re.search(r"Used (\d+) registers", report.stderr)
             spills = re.search(r"(\d+) bytes spill stores", report.stderr)
             assert registers and spills, report.stderr
-            print(launch.kernel.__name__, arch, launch.cluster, registers.group(1), spills.group(1),
-                  ptx.count("barrier.cluster"), ptx.count("prefetch.global.L2::evict_last"))
+            print(
+                launch.kernel.__name__,
+                arch,
+                launch.cluster,
+                registers.group(1),
+                spills.group(1),
+                ptx.count("barrier.cluster"),
+                ptx.count("prefetch.global.L2::evict_last"),
+            )
 
 
 if __name__ == "__main__":

@@ -21,17 +21,43 @@ def small_results() -> dict:
         "gpu": "NVIDIA H200",
         "runs": {
             "new": {"date": "2026-11-30", **H200, "command": "`benchmarks/run.py --suite matmul`", "timing": PER_CALL},
-            "old": {"date": "2026-11-29", **H200, "command": "`benchmarks/run.py --suite matmul --rep 30`",
-                    "timing": PER_CALL},
-            "models": {"date": "2026-11-30", **H200, "command": "`benchmarks/models.py --graph`",
-                       "timing": "Per step."},
+            "old": {
+                "date": "2026-11-29",
+                **H200,
+                "command": "`benchmarks/run.py --suite matmul --rep 30`",
+                "timing": PER_CALL,
+            },
+            "models": {
+                "date": "2026-11-30",
+                **H200,
+                "command": "`benchmarks/models.py --graph`",
+                "timing": "Per step.",
+            },
         },
         "suites": {
-            "models": [{"model": "resnet50", "mode": "inference (graph)", "batch": 64, "opendnn_ms": 4.68,
-                        "torch_ms": 4.6, "ratio": 0.98, "run": "models"}],
+            "models": [
+                {
+                    "model": "resnet50",
+                    "mode": "inference (graph)",
+                    "batch": 64,
+                    "opendnn_ms": 4.68,
+                    "torch_ms": 4.6,
+                    "ratio": 0.98,
+                    "run": "models",
+                }
+            ],
             "matmul": [
-                {"case": "square_4096", "dtype": "bfloat16", "shape": "4096x4096x4096", "opendnn_ms": 0.2067,
-                 "torch_ms": 0.1883, "ratio": 0.9109821, "check": "ok", "rel_err": 3.2e-3, "run": "new"},
+                {
+                    "case": "square_4096",
+                    "dtype": "bfloat16",
+                    "shape": "4096x4096x4096",
+                    "opendnn_ms": 0.2067,
+                    "torch_ms": 0.1883,
+                    "ratio": 0.9109821,
+                    "check": "ok",
+                    "rel_err": 3.2e-3,
+                    "run": "new",
+                },
                 {"case": "square_4096", "dtype": "float32", "shape": "4096x4096x4096", "ratio": 1.035, "run": "old"},
                 {"case": "batched_128", "dtype": "float32", "shape": "512x128x128x128", "tflops": 62.3, "run": "old"},
             ],
@@ -43,8 +69,9 @@ def small_results() -> dict:
 def write_report(tmp_path: Path, results: dict) -> tuple[str, bytes]:
     results_file, markdown, chart = tmp_path / "h200.json", tmp_path / "BENCHMARKS.md", tmp_path / "h200.png"
     results_file.write_text(json.dumps(results))
-    assert run.main(["--report", "--results", str(results_file), "--markdown", str(markdown),
-                     "--chart", str(chart)]) == 0
+    assert (
+        run.main(["--report", "--results", str(results_file), "--markdown", str(markdown), "--chart", str(chart)]) == 0
+    )
     return markdown.read_text(), chart.read_bytes()
 
 
@@ -55,8 +82,10 @@ def test_report_has_a_table_per_suite_in_family_order_with_each_rows_run(tmp_pat
     assert "| square_4096 | bfloat16 | 4096x4096x4096 | 0.2067 | 0.1883 | - | 0.91 | ok (3.2e-03) | A |" in text
     assert "| batched_128 | float32 | 512x128x128x128 | - | - | 62.3 | - | - | B |" in text
     assert "| resnet50 | inference (graph) | 64 | 4.68 | 4.60 | 0.98 | A |" in text
-    assert ("- A: 2026-11-30, NVIDIA H200; torch 2.11.0+cu130, Triton 3.6.0, cuDNN 9.19.0 (91900), opendnn 0.1.0. "
-            "`benchmarks/run.py --suite matmul`. Per call: medians of `triton.testing.do_bench`.") in text
+    assert (
+        "- A: 2026-11-30, NVIDIA H200; torch 2.11.0+cu130, Triton 3.6.0, cuDNN 9.19.0 (91900), opendnn 0.1.0. "
+        "`benchmarks/run.py --suite matmul`. Per call: medians of `triton.testing.do_bench`."
+    ) in text
     assert "- B: 2026-11-29, NVIDIA H200;" in text
     assert "Run B also measured the float16 rows at 0.86-0.92x." in text
     assert "![torch time / opendnn time of every row, per suite](h200.png)" in text
@@ -77,17 +106,34 @@ def test_report_writes_a_png_chart_of_the_ratios(tmp_path):
 def test_a_run_replaces_the_rows_it_measured_and_keeps_the_others(tmp_path):
     path = tmp_path / "h200.json"
     path.write_text(json.dumps(small_results()))
-    fresh = report.gpu_run("NVIDIA H200", "benchmarks/run.py --suite matmul --filter square_4096 --dtypes float32",
-                           PER_CALL)
-    report.save_run(path, fresh, {"matmul": [
-        {"case": "square_4096", "dtype": "float32 ws=0", "shape": "4096x4096x4096", "opendnn_ms": 0.39,
-         "torch_ms": 0.35, "ratio": 0.35 / 0.39, "check": "ok", "rel_err": 4e-4}]})
+    fresh = report.gpu_run(
+        "NVIDIA H200", "benchmarks/run.py --suite matmul --filter square_4096 --dtypes float32", PER_CALL
+    )
+    report.save_run(
+        path,
+        fresh,
+        {
+            "matmul": [
+                {
+                    "case": "square_4096",
+                    "dtype": "float32 ws=0",
+                    "shape": "4096x4096x4096",
+                    "opendnn_ms": 0.39,
+                    "torch_ms": 0.35,
+                    "ratio": 0.35 / 0.39,
+                    "check": "ok",
+                    "rel_err": 4e-4,
+                }
+            ]
+        },
+    )
     saved = report.load(path)
     rows = {(row["case"], row["dtype"]): row for row in saved["suites"]["matmul"]}
     assert list(rows) == [("square_4096", "bfloat16"), ("square_4096", "float32 ws=0"), ("batched_128", "float32")]
     replaced = rows["square_4096", "float32 ws=0"]
     assert replaced["opendnn_ms"] == 0.39 and saved["runs"][replaced["run"]]["command"] == (
-        "`benchmarks/run.py --suite matmul --filter square_4096 --dtypes float32`")
+        "`benchmarks/run.py --suite matmul --filter square_4096 --dtypes float32`"
+    )
     assert rows["batched_128", "float32"]["run"] == "old"  # not measured again: kept with its run
     assert saved["suites"]["models"][0]["ratio"] == 0.98
     assert set(saved["runs"]) == {"new", "old", "models", replaced["run"]}
@@ -97,9 +143,16 @@ def test_runs_without_rows_are_dropped_with_their_notes(tmp_path):
     path = tmp_path / "h200.json"
     path.write_text(json.dumps(small_results()))
     fresh = report.gpu_run("NVIDIA H200", "benchmarks/run.py --suite matmul --dtypes float32", PER_CALL)
-    report.save_run(path, fresh, {"matmul": [
-        {"case": "square_4096", "dtype": "float32", "ratio": 0.96},
-        {"case": "batched_128", "dtype": "float32", "ratio": 0.92}]})
+    report.save_run(
+        path,
+        fresh,
+        {
+            "matmul": [
+                {"case": "square_4096", "dtype": "float32", "ratio": 0.96},
+                {"case": "batched_128", "dtype": "float32", "ratio": 0.92},
+            ]
+        },
+    )
     saved = report.load(path)
     assert "old" not in saved["runs"]
     assert saved["notes"] == {}
@@ -108,16 +161,39 @@ def test_runs_without_rows_are_dropped_with_their_notes(tmp_path):
 def test_a_results_file_of_another_gpu_is_refused(tmp_path):
     path = tmp_path / "h200.json"
     path.write_text(json.dumps(small_results()))
-    with pytest.raises(SystemExit, match=r"holds NVIDIA H200 rows, and this GPU is NVIDIA A100-SXM4-80GB: name "
-                                         r"another results file"):
+    with pytest.raises(
+        SystemExit,
+        match=r"holds NVIDIA H200 rows, and this GPU is NVIDIA A100-SXM4-80GB: name "
+        r"another results file",
+    ):
         report.save_run(path, report.gpu_run("NVIDIA A100-SXM4-80GB", "benchmarks/run.py", PER_CALL), {})
     assert report.load(path) == small_results()
 
 
 def test_a_cpu_smoke_run_leaves_the_results_file_alone(tmp_path):
     results_file = tmp_path / "h200.json"
-    assert run.main(["--device", "cpu", "--quick", "--suite", "reduce", "--filter", "reduce_add", "--dtypes",
-                     "float32", "--rep", "1", "--out", str(tmp_path / "out"), "--results", str(results_file)]) == 0
+    assert (
+        run.main(
+            [
+                "--device",
+                "cpu",
+                "--quick",
+                "--suite",
+                "reduce",
+                "--filter",
+                "reduce_add",
+                "--dtypes",
+                "float32",
+                "--rep",
+                "1",
+                "--out",
+                str(tmp_path / "out"),
+                "--results",
+                str(results_file),
+            ]
+        )
+        == 0
+    )
     assert not results_file.exists()
     assert json.loads((tmp_path / "out" / "reduce.json").read_text())[0]["check"] == "ok"
 

@@ -46,6 +46,7 @@ def exit_status(capsys, *argv: str) -> tuple[int, str, str]:
 
 # ---- version and help ---------------------------------------------------------------------------
 
+
 def test_python_dash_m_opendnn_prints_the_version():
     result = opendnn_command("--version")
     assert result.returncode == 0, result.stderr
@@ -64,8 +65,13 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 def test_every_option_of_every_command_has_help_and_shows_its_default():
     parsers = _parsers(cli.build_parser())
-    assert {p.prog for p in parsers} >= {"opendnn demo", "opendnn check", "opendnn bench conv",
-                                         "opendnn bench batch_norm", "opendnn info"}
+    assert {p.prog for p in parsers} >= {
+        "opendnn demo",
+        "opendnn check",
+        "opendnn bench conv",
+        "opendnn bench batch_norm",
+        "opendnn info",
+    }
     for parser in parsers:
         shown = re.sub(r"\s+", " ", parser.format_help())  # as one line: wrapping may break anywhere
         assert "``" not in shown, parser.prog  # no raw reST markup
@@ -86,13 +92,17 @@ def test_an_unknown_command_is_a_usage_error(capsys):
 
 # ---- demo ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--epochs", "0"], "argument --epochs: 0 is not a positive integer"),
-    (["--batch-size", "0"], "argument --batch-size: 0 is not a positive integer"),
-    (["--batch-size", "many"], "argument --batch-size: 'many' is not a positive integer"),
-    (["--seed", "-1"], "argument --seed: -1 is not a non-negative integer"),
-    (["--device", "gpu"], "argument --device: 'gpu' is not a device: use auto, cpu, cuda or cuda:N"),
-])
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--epochs", "0"], "argument --epochs: 0 is not a positive integer"),
+        (["--batch-size", "0"], "argument --batch-size: 0 is not a positive integer"),
+        (["--batch-size", "many"], "argument --batch-size: 'many' is not a positive integer"),
+        (["--seed", "-1"], "argument --seed: -1 is not a non-negative integer"),
+        (["--device", "gpu"], "argument --device: 'gpu' is not a device: use auto, cpu, cuda or cuda:N"),
+    ],
+)
 def test_demo_refuses_bad_values_with_exit_status_2(capsys, argv, message):
     status, out, err = exit_status(capsys, "demo", *argv)
     assert status == 2
@@ -118,12 +128,14 @@ def test_demo_without_scikit_learn_names_the_extra_to_install(capsys, monkeypatc
     monkeypatch.setitem(sys.modules, "sklearn", None)  # its import now fails, installed or not
     status, out, err = exit_status(capsys, "demo", "--epochs", "1", "--device", "cpu")
     assert status == 1
-    assert err.strip() == ("opendnn demo: error: the digits demo needs scikit-learn, not installed here: "
-                           "pip install 'opendnn[demo]'")
+    assert err.strip() == (
+        "opendnn demo: error: the digits demo needs scikit-learn, not installed here: pip install 'opendnn[demo]'"
+    )
     assert out == ""  # refused before any training
 
 
 # ---- check -----------------------------------------------------------------------------------------
+
 
 def test_check_runs_the_filtered_samples_and_prints_an_aligned_table(capsys):
     status, out, err = exit_status(capsys, "check", "--device", "cpu", "--filter", "set_tensor")
@@ -134,7 +146,7 @@ def test_check_runs_the_filtered_samples_and_prints_an_aligned_table(capsys):
     for column in ("variant", "dtype", "shape", "layout", "backend"):  # left-aligned: starts line up
         assert all(row[header.index(column) - 1] == " " and row[header.index(column)] != " " for row in rows), column
     end = header.index("rel. error") + len("rel. error")  # right-aligned: ends line up
-    assert all(re.fullmatch(r" \d\.\d\de[+-]\d\d", row[end - 9:end]) for row in rows)
+    assert all(re.fullmatch(r" \d\.\d\de[+-]\d\d", row[end - 9 : end]) for row in rows)
     assert lines[-1] == "5 of 5 samples pass on cpu (numpy)"
     assert "\r" not in err  # stderr is not a terminal here: no progress bar
 
@@ -143,8 +155,13 @@ def test_check_table_fits_names_longer_than_any_fixed_column(capsys, monkeypatch
     def runner(sample, tensors, handle):
         return np.ones(3), np.ones(3)
 
-    wide = Sample("an_operation_name_longer_than_twenty_characters", "a_variant_name_wider_than_the_old_column_of_28",
-                  opendnn.DataType.FLOAT, (2, 3), runner=runner)
+    wide = Sample(
+        "an_operation_name_longer_than_twenty_characters",
+        "a_variant_name_wider_than_the_old_column_of_28",
+        opendnn.DataType.FLOAT,
+        (2, 3),
+        runner=runner,
+    )
     monkeypatch.setattr(cli, "samples", lambda: iter([wide]))
     status, out, _ = exit_status(capsys, "check", "--device", "cpu")
     assert status == 0
@@ -160,8 +177,10 @@ def test_check_fails_with_status_1_when_a_sample_is_wrong_or_raises(capsys, monk
     def refused(sample, tensors, handle):
         raise opendnn.BadParam("x_desc.dims[1]=3 must equal y_desc.dims[1]=4")
 
-    chosen = [Sample("op_a", "wrong", opendnn.DataType.FLOAT, (4,), runner=wrong),
-              Sample("op_b", "refused", opendnn.DataType.FLOAT, (4,), runner=refused)]
+    chosen = [
+        Sample("op_a", "wrong", opendnn.DataType.FLOAT, (4,), runner=wrong),
+        Sample("op_b", "refused", opendnn.DataType.FLOAT, (4,), runner=refused),
+    ]
     monkeypatch.setattr(cli, "samples", lambda: iter(chosen))
     status, out, err = exit_status(capsys, "check", "--device", "cpu")
     assert status == 1
@@ -180,17 +199,20 @@ def test_check_with_a_filter_that_matches_nothing_is_a_usage_error(capsys):
 def test_check_with_numpy_alone_skips_the_samples_needing_torch_and_counts_them():
     result = opendnn_command("check", "--filter", "set_tensor", blocked=("torch", "triton"))
     assert "Traceback" not in result.stderr
-    assert result.stdout.strip() == ("0 of 0 samples pass on cpu (numpy); 5 skipped: they need torch, "
-                                     "not installed here (pip install torch)")
+    assert result.stdout.strip() == (
+        "0 of 0 samples pass on cpu (numpy); 5 skipped: they need torch, not installed here (pip install torch)"
+    )
     assert result.stderr.strip() == "opendnn check: error: no sample ran: install what the skipped samples need"
     assert result.returncode == 1
 
 
 def test_check_stops_quietly_when_its_reader_has_left():
     """stdout is a pipe whose reading end is closed (``opendnn check | head -1`` once head is done)."""
-    code = ("import os, runpy, sys; read, write = os.pipe(); os.close(read); os.dup2(write, 1); "
-            "sys.argv[1:] = ['check', '--device', 'cpu', '--filter', 'set_tensor']; "
-            "runpy.run_module('opendnn', run_name='__main__')")
+    code = (
+        "import os, runpy, sys; read, write = os.pipe(); os.close(read); os.dup2(write, 1); "
+        "sys.argv[1:] = ['check', '--device', 'cpu', '--filter', 'set_tensor']; "
+        "runpy.run_module('opendnn', run_name='__main__')"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 1
     assert result.stderr == ""  # no traceback, no "Exception ignored ... BrokenPipeError"
@@ -199,16 +221,18 @@ def test_check_stops_quietly_when_its_reader_has_left():
 def test_check_on_the_triton_backend_without_triton_names_the_extra_to_install():
     result = opendnn_command("check", "--backend", "triton", "--filter", "set_tensor", blocked=("torch", "triton"))
     assert result.returncode == 1
-    assert result.stderr.strip() == ("opendnn check: error: --backend triton needs torch and triton, not installed "
-                                     "here: pip install 'opendnn[gpu]'")
+    assert result.stderr.strip() == (
+        "opendnn check: error: --backend triton needs torch and triton, not installed here: pip install 'opendnn[gpu]'"
+    )
 
 
 def test_the_numpy_backend_on_a_cuda_device_is_a_usage_error():
     with pytest.raises(CommandError) as refused:
         create_handle("cuda:0", "numpy")  # refused before any CUDA call: runs on any machine
     assert refused.value.status == 2
-    assert str(refused.value) == ("--device cuda:0 --backend numpy: backend='numpy' runs on the CPU only, not on "
-                                  "device='cuda:0'")
+    assert str(refused.value) == (
+        "--device cuda:0 --backend numpy: backend='numpy' runs on the CPU only, not on device='cuda:0'"
+    )
 
 
 def test_info_names_numpy_alone_when_torch_and_triton_are_missing():
@@ -219,6 +243,7 @@ def test_info_names_numpy_alone_when_torch_and_triton_are_missing():
 
 
 # ---- terminal output --------------------------------------------------------------------------------
+
 
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
@@ -244,10 +269,12 @@ def test_table_columns_are_as_wide_as_their_widest_cell():
     assert table(("name", "ms"), [("a", "1.5"), ("longer name", "12.25")], right=("ms",)) == [
         "name            ms",
         "a              1.5",
-        "longer name  12.25"]
+        "longer name  12.25",
+    ]
 
 
 # ---- layering ----------------------------------------------------------------------------------------
+
 
 def _imported_modules(source: str, package: str) -> set[str]:
     """Every module ``source`` (a module of ``package``) imports, at any depth of its code, with
@@ -280,4 +307,10 @@ def test_library_never_imports_the_applications():
 def test_the_import_scan_sees_absolute_relative_and_nested_imports():
     source = "import numpy\ndef f():\n    from ..apps import demo\n    import opendnn.apps.cli\nfrom . import x\n"
     assert _imported_modules(source, "opendnn.torch") == {
-        "numpy", "opendnn.apps", "opendnn.apps.demo", "opendnn.apps.cli", "opendnn.torch", "opendnn.torch.x"}
+        "numpy",
+        "opendnn.apps",
+        "opendnn.apps.demo",
+        "opendnn.apps.cli",
+        "opendnn.torch",
+        "opendnn.torch.x",
+    }

@@ -60,6 +60,7 @@ def random(shape, seed):
 
 # ---- the reference against torch, float64 --------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", list(SMALL))
 def test_reference_forward_and_backward_match_torch_autograd(name):
     geometry = SMALL[name]
@@ -69,14 +70,18 @@ def test_reference_forward_and_backward_match_torch_autograd(name):
     y = torch_forward(geometry, x, w)
     dy = random(tuple(y.shape), 3)
     y.backward(dy)
-    np.testing.assert_allclose(reference_forward(problem, x.detach().numpy(), w.detach().numpy()),
-                               y.detach().numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(reference_backward_data(problem, dy.numpy(), w.detach().numpy()), x.grad.numpy(),
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(reference_backward_filter(problem, x.detach().numpy(), dy.numpy()), w.grad.numpy(),
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(reference_backward_bias(dy.numpy()).ravel(), dy.sum((0, *range(2, dy.ndim))).numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        reference_forward(problem, x.detach().numpy(), w.detach().numpy()), y.detach().numpy(), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        reference_backward_data(problem, dy.numpy(), w.detach().numpy()), x.grad.numpy(), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        reference_backward_filter(problem, x.detach().numpy(), dy.numpy()), w.grad.numpy(), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        reference_backward_bias(dy.numpy()).ravel(), dy.sum((0, *range(2, dy.ndim))).numpy(), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("spatial", [1, 2, 3])
@@ -100,8 +105,10 @@ def test_reference_backward_matches_finite_differences():
         return float((reference_forward(problem, x_, w_) * dy).sum())
 
     step = 1e-6
-    for array, gradient in ((x, reference_backward_data(problem, dy, w)),
-                            (w, reference_backward_filter(problem, x, dy))):
+    for array, gradient in (
+        (x, reference_backward_data(problem, dy, w)),
+        (w, reference_backward_filter(problem, x, dy)),
+    ):
         numeric = np.zeros_like(array)
         for index in np.ndindex(array.shape):
             saved = array[index]
@@ -115,22 +122,29 @@ def test_reference_backward_matches_finite_differences():
 
 def test_reference_epilogue_matches_torch():
     geometry = SMALL["2d"]
-    problem = problem_of(geometry, alpha=0.5, alpha2=-1.25, activation=PointwiseMode.RELU_FWD,
-                         bias_desc=od.TensorDescriptor("float64", (1, geometry.k, 1, 1)),
-                         z_desc=od.TensorDescriptor("float64", problem_of(geometry).y.dims))
+    problem = problem_of(
+        geometry,
+        alpha=0.5,
+        alpha2=-1.25,
+        activation=PointwiseMode.RELU_FWD,
+        bias_desc=od.TensorDescriptor("float64", (1, geometry.k, 1, 1)),
+        z_desc=od.TensorDescriptor("float64", problem_of(geometry).y.dims),
+    )
     x, w = random(geometry.x_shape, 9), random(geometry.w_shape, 10)
     z, bias = random(problem.y.dims, 11), random((1, geometry.k, 1, 1), 12)
     conv = reference_forward(problem, x.numpy(), w.numpy())
     expected = torch.relu(0.5 * torch_forward(geometry, x, w) - 1.25 * z + bias)
-    np.testing.assert_allclose(reference_epilogue(problem, conv, bias.numpy(), z.numpy()), expected.numpy(),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        reference_epilogue(problem, conv, bias.numpy(), z.numpy()), expected.numpy(), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_output_dim_matches_torch_shapes():
     for geometry in SMALL.values():
         x, w = torch.zeros(geometry.x_shape), torch.zeros(geometry.w_shape)
-        dims = od.get_convolution_forward_output_dim(geometry.descriptor(od.DataType.FLOAT), descriptor(x),
-                                                     descriptor(w))
+        dims = od.get_convolution_forward_output_dim(
+            geometry.descriptor(od.DataType.FLOAT), descriptor(x), descriptor(w)
+        )
         assert dims == tuple(torch_forward(geometry, x, w).shape)
 
 
@@ -143,6 +157,7 @@ def test_filter_descriptor_krsc_is_channels_last():
 
 # ---- algorithms ----------------------------------------------------------------------------------
 
+
 def test_algorithm_declaration_refuses_fft_winograd_and_wide_direct():
     for algo in (od.ConvolutionFwdAlgo.FFT, od.ConvolutionFwdAlgo.WINOGRAD_NONFUSED):
         assert "is not implemented" in algorithm_refusal(problem_of(SMALL["2d"], algo=algo))
@@ -150,8 +165,11 @@ def test_algorithm_declaration_refuses_fft_winograd_and_wide_direct():
     assert algorithm_refusal(problem_of(SMALL["1d"], algo=od.ConvolutionFwdAlgo.DIRECT)) is None
     assert "C/groups=8" in algorithm_refusal(problem_of(SMALL["2d_1x1"], algo=od.ConvolutionFwdAlgo.DIRECT))
     for algo in (*od.ConvolutionBwdDataAlgo, *od.ConvolutionBwdFilterAlgo):
-        direction = (ConvolutionDirection.BACKWARD_DATA if isinstance(algo, od.ConvolutionBwdDataAlgo)
-                     else ConvolutionDirection.BACKWARD_FILTER)
+        direction = (
+            ConvolutionDirection.BACKWARD_DATA
+            if isinstance(algo, od.ConvolutionBwdDataAlgo)
+            else ConvolutionDirection.BACKWARD_FILTER
+        )
         refusal = algorithm_refusal(problem_of(SMALL["2d"], direction, algo=algo))
         assert (refusal is None) == (algo.name.startswith("ALGO_")), (algo, refusal)
 
@@ -160,11 +178,24 @@ def test_unsupported_algorithm_raises_not_supported_with_reason():
     x, w, y = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3), torch.empty(1, 3, 3, 3)
     conv_desc = od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))
     with pytest.raises(od.NotSupported, match="FFT_TILING.*is not implemented"):
-        od.convolution_forward(od.create("cpu"), 1.0, descriptor(x), x, descriptor(w), w, conv_desc,
-                               od.ConvolutionFwdAlgo.FFT_TILING, None, 0.0, descriptor(y), y)
+        od.convolution_forward(
+            od.create("cpu"),
+            1.0,
+            descriptor(x),
+            x,
+            descriptor(w),
+            w,
+            conv_desc,
+            od.ConvolutionFwdAlgo.FFT_TILING,
+            None,
+            0.0,
+            descriptor(y),
+            y,
+        )
     with pytest.raises(od.NotSupported, match="is not implemented"):
-        od.get_convolution_backward_data_workspace_size(od.create("cpu"), descriptor(w), descriptor(y), conv_desc,
-                                                        descriptor(x), od.ConvolutionBwdDataAlgo.WINOGRAD)
+        od.get_convolution_backward_data_workspace_size(
+            od.create("cpu"), descriptor(w), descriptor(y), conv_desc, descriptor(x), od.ConvolutionBwdDataAlgo.WINOGRAD
+        )
 
 
 def test_workspace_smaller_than_needed_is_refused_naming_both_sizes(monkeypatch):
@@ -173,11 +204,14 @@ def test_workspace_smaller_than_needed_is_refused_naming_both_sizes(monkeypatch)
     x, w, y = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3), torch.empty(1, 3, 3, 3)
     conv_desc = od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))
     algo = od.ConvolutionFwdAlgo.GEMM
-    assert od.get_convolution_forward_workspace_size(handle, descriptor(x), descriptor(w), conv_desc,
-                                                     descriptor(y), algo) == 4096
+    assert (
+        od.get_convolution_forward_workspace_size(handle, descriptor(x), descriptor(w), conv_desc, descriptor(y), algo)
+        == 4096
+    )
     args = (handle, 1.0, descriptor(x), x, descriptor(w), w, conv_desc, algo)
-    with pytest.raises(od.BadParam, match="workspace holds 1024 bytes but get_convolution_forward_workspace_size "
-                                          "needs 4096 bytes"):
+    with pytest.raises(
+        od.BadParam, match="workspace holds 1024 bytes but get_convolution_forward_workspace_size needs 4096 bytes"
+    ):
         od.convolution_forward(*args, torch.empty(1024, dtype=torch.uint8), 0.0, descriptor(y), y)
     with pytest.raises(od.BadParam, match="workspace=None but get_convolution_forward_workspace_size needs 4096"):
         od.convolution_forward(*args, None, 0.0, descriptor(y), y)
@@ -187,46 +221,94 @@ def test_workspace_smaller_than_needed_is_refused_naming_both_sizes(monkeypatch)
 
 # ---- error samples -------------------------------------------------------------------------------
 
+
 def _forward(x_shape, w_shape, y_shape, conv_desc, *, y=None, dtype=torch.float32, w_desc=None):
     x = torch.randn(x_shape, dtype=dtype)
     w = torch.randn(w_shape, dtype=dtype)
     y = torch.empty(y_shape, dtype=dtype) if y is None else y
-    od.convolution_forward(od.create("cpu"), 1.0, descriptor(x), x, w_desc or descriptor(w), w, conv_desc,
-                           od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, od.TensorDescriptor(dtype, y_shape), y)
+    od.convolution_forward(
+        od.create("cpu"),
+        1.0,
+        descriptor(x),
+        x,
+        w_desc or descriptor(w),
+        w,
+        conv_desc,
+        od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        None,
+        0.0,
+        od.TensorDescriptor(dtype, y_shape),
+        y,
+    )
 
 
 CONV = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: _forward((2, 4, 5, 5), (6, 3, 3, 3), (2, 6, 5, 5), CONV),
-     r"w_desc.dims\[1\]=3 must equal x_desc.dims\[1\]/group_count=4"),
-    (lambda: _forward((2, 5, 5, 5), (6, 1, 3, 3), (2, 6, 5, 5),
-                      od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), group_count=2)),
-     r"x_desc.dims\[1\]=5 \(C\) must be a multiple of group_count=2"),
-    (lambda: _forward((2, 4, 5, 5), (5, 2, 3, 3), (2, 5, 5, 5),
-                      od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), group_count=2)),
-     r"w_desc.dims\[0\]=5 \(K\) must be a multiple of group_count=2"),
-    (lambda: _forward((2, 4, 3, 3), (6, 4, 5, 5), (2, 6, 1, 1), od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))),
-     r"output spatial dim 0 = -1 must be at least 1"),
-    (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 4, 5), CONV),
-     r"y_desc.dims\[2\]=4 must equal 5"),
-    (lambda: _forward((2, 4, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV),
-     r"x_desc.ndim=3 must equal 2 \+ conv_desc's 2 spatial dims"),
-    (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV, dtype=torch.float64),
-     r"conv_desc.compute_type=FLOAT must be DOUBLE for DOUBLE tensors"),
-    (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV, y=torch.empty(299)),
-     r"y_desc reaches 300 elements but y holds 299 from its start"),
-    (lambda: od.FilterDescriptor("float32", "CHWN", 6, 4, 3, 3), r"format='CHWN' must be a TensorFormat: one of"),
-    (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV,
-                      w_desc=od.FilterDescriptor("float32", od.TensorFormat.NCHW, 6, 4, 3)),
-     r"w_desc.ndim=3 must equal 2 \+ conv_desc's 2 spatial dims"),
-    (lambda: od.ConvolutionDescriptor((1, -1), (1, 1), (1, 1)), r"pad\[1\]=-1 must be at least 0"),
-    (lambda: od.ConvolutionDescriptor((1, 1), (1, 0), (1, 1)), r"stride\[1\]=0 must be at least 1"),
-    (lambda: od.ConvolutionDescriptor((1, 1), (1, 1), (1,)), r"len\(dilation\)=1 must equal len\(stride\)=2"),
-    (lambda: od.ConvolutionDescriptor((1,), (1,), (1,), compute_type="float16"),
-     r"compute_type=HALF must be FLOAT or DOUBLE"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: _forward((2, 4, 5, 5), (6, 3, 3, 3), (2, 6, 5, 5), CONV),
+            r"w_desc.dims\[1\]=3 must equal x_desc.dims\[1\]/group_count=4",
+        ),
+        (
+            lambda: _forward(
+                (2, 5, 5, 5),
+                (6, 1, 3, 3),
+                (2, 6, 5, 5),
+                od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), group_count=2),
+            ),
+            r"x_desc.dims\[1\]=5 \(C\) must be a multiple of group_count=2",
+        ),
+        (
+            lambda: _forward(
+                (2, 4, 5, 5),
+                (5, 2, 3, 3),
+                (2, 5, 5, 5),
+                od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), group_count=2),
+            ),
+            r"w_desc.dims\[0\]=5 \(K\) must be a multiple of group_count=2",
+        ),
+        (
+            lambda: _forward(
+                (2, 4, 3, 3), (6, 4, 5, 5), (2, 6, 1, 1), od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))
+            ),
+            r"output spatial dim 0 = -1 must be at least 1",
+        ),
+        (lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 4, 5), CONV), r"y_desc.dims\[2\]=4 must equal 5"),
+        (
+            lambda: _forward((2, 4, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV),
+            r"x_desc.ndim=3 must equal 2 \+ conv_desc's 2 spatial dims",
+        ),
+        (
+            lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV, dtype=torch.float64),
+            r"conv_desc.compute_type=FLOAT must be DOUBLE for DOUBLE tensors",
+        ),
+        (
+            lambda: _forward((2, 4, 5, 5), (6, 4, 3, 3), (2, 6, 5, 5), CONV, y=torch.empty(299)),
+            r"y_desc reaches 300 elements but y holds 299 from its start",
+        ),
+        (lambda: od.FilterDescriptor("float32", "CHWN", 6, 4, 3, 3), r"format='CHWN' must be a TensorFormat: one of"),
+        (
+            lambda: _forward(
+                (2, 4, 5, 5),
+                (6, 4, 3, 3),
+                (2, 6, 5, 5),
+                CONV,
+                w_desc=od.FilterDescriptor("float32", od.TensorFormat.NCHW, 6, 4, 3),
+            ),
+            r"w_desc.ndim=3 must equal 2 \+ conv_desc's 2 spatial dims",
+        ),
+        (lambda: od.ConvolutionDescriptor((1, -1), (1, 1), (1, 1)), r"pad\[1\]=-1 must be at least 0"),
+        (lambda: od.ConvolutionDescriptor((1, 1), (1, 0), (1, 1)), r"stride\[1\]=0 must be at least 1"),
+        (lambda: od.ConvolutionDescriptor((1, 1), (1, 1), (1,)), r"len\(dilation\)=1 must equal len\(stride\)=2"),
+        (
+            lambda: od.ConvolutionDescriptor((1,), (1,), (1,), compute_type="float16"),
+            r"compute_type=HALF must be FLOAT or DOUBLE",
+        ),
+    ],
+)
 def test_bad_parameters_are_refused_naming_the_parameter(call, message):
     with pytest.raises(od.BadParam, match=message):
         call()
@@ -236,9 +318,24 @@ def _fused(bias_shape, z_shape=(2, 6, 5, 5), beta_like=None):
     x, w, y = torch.randn(2, 4, 5, 5), torch.randn(6, 4, 3, 3), torch.empty(2, 6, 5, 5)
     bias, z = torch.randn(bias_shape), torch.randn(z_shape)
     od.convolution_bias_activation_forward(
-        od.create("cpu"), 1.0, descriptor(x), x, descriptor(w), w, CONV, od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None,
-        1.0, descriptor(z), z, descriptor(bias), bias, od.ActivationDescriptor(od.ActivationMode.RELU),
-        descriptor(y), y)
+        od.create("cpu"),
+        1.0,
+        descriptor(x),
+        x,
+        descriptor(w),
+        w,
+        CONV,
+        od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        None,
+        1.0,
+        descriptor(z),
+        z,
+        descriptor(bias),
+        bias,
+        od.ActivationDescriptor(od.ActivationMode.RELU),
+        descriptor(y),
+        y,
+    )
 
 
 def test_fused_bias_and_residual_shapes_are_checked():
@@ -261,6 +358,7 @@ def test_algorithm_of_another_direction_is_refused():
 
 # ---- the cuDNN-shaped API details ----------------------------------------------------------------
 
+
 def test_fused_forward_adds_y_itself_as_residual():
     x, w, bias = torch.randn(2, 4, 5, 5, dtype=torch.float64), torch.randn(6, 4, 3, 3, dtype=torch.float64), None
     y = torch.randn(2, 6, 5, 5, dtype=torch.float64)
@@ -268,9 +366,24 @@ def test_fused_forward_adds_y_itself_as_residual():
     expected = torch.relu(0.5 * TF.conv2d(x, w, None, 1, 1) + 2.0 * y + bias)
     conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), compute_type="float64")
     od.convolution_bias_activation_forward(
-        od.create("cpu"), 0.5, descriptor(x), x, descriptor(w), w, conv_desc, od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
-        None, 2.0, descriptor(y), y, descriptor(bias), bias, od.ActivationDescriptor(od.ActivationMode.RELU),
-        descriptor(y), y)
+        od.create("cpu"),
+        0.5,
+        descriptor(x),
+        x,
+        descriptor(w),
+        w,
+        conv_desc,
+        od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        None,
+        2.0,
+        descriptor(y),
+        y,
+        descriptor(bias),
+        bias,
+        od.ActivationDescriptor(od.ActivationMode.RELU),
+        descriptor(y),
+        y,
+    )
     torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -318,8 +431,9 @@ def test_functional_conv_transpose_matches_torch(backend):
 
 def test_functional_conv_1d_3d_same_padding_and_numpy_arrays():
     x1, w1 = random((2, 3, 9), 27), random((5, 3, 4), 28)
-    torch.testing.assert_close(F.conv(x1, w1, padding="same", dilation=2), TF.conv1d(x1, w1, padding="same",
-                                                                                   dilation=2))
+    torch.testing.assert_close(
+        F.conv(x1, w1, padding="same", dilation=2), TF.conv1d(x1, w1, padding="same", dilation=2)
+    )
     x3, w3 = random((1, 4, 4, 5, 3), 29), random((4, 1, 2, 3, 2), 30)
     torch.testing.assert_close(F.conv(x3, w3, None, (1, 2, 1), 1, 1, 4), TF.conv3d(x3, w3, None, (1, 2, 1), 1, 1, 4))
     y = F.conv(x1.numpy(), w1.numpy(), stride=2)
@@ -338,6 +452,7 @@ def test_functional_errors_name_the_argument():
 
 # ---- algorithm choice: Get (heuristics) and Find (measurement, cached) ---------------------------
 
+
 def _tensors(geometry):
     x, w = random(geometry.x_shape, 40).float(), random(geometry.w_shape, 41).float()
     conv_desc = geometry.descriptor(od.DataType.FLOAT)
@@ -347,35 +462,44 @@ def _tensors(geometry):
 
 def test_get_ranks_usable_algorithms_first_without_running():
     x, w, y, conv_desc = _tensors(SMALL["2d_depthwise"])
-    records = od.get_convolution_forward_algorithm(od.create("cpu"), descriptor(x), descriptor(w), conv_desc,
-                                                   descriptor(y))
+    records = od.get_convolution_forward_algorithm(
+        od.create("cpu"), descriptor(x), descriptor(w), conv_desc, descriptor(y)
+    )
     assert [r.algo.name for r in records[:4]] == ["DIRECT", "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"]
     assert all(r.status is od.Status.SUCCESS and r.time == -1.0 and r.deterministic for r in records[:4])
     assert {r.algo.name for r in records[4:]} == {"FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"}
     assert all(r.status is od.Status.NOT_SUPPORTED and "not implemented" in r.reason for r in records[4:])
     x, w, y, conv_desc = _tensors(SMALL["2d_1x1"])
-    data = od.get_convolution_backward_data_algorithm(od.create("cpu"), descriptor(w), descriptor(y), conv_desc,
-                                                      descriptor(x), requested_count=2)
+    data = od.get_convolution_backward_data_algorithm(
+        od.create("cpu"), descriptor(w), descriptor(y), conv_desc, descriptor(x), requested_count=2
+    )
     assert [r.algo for r in data] == [od.ConvolutionBwdDataAlgo.ALGO_0, od.ConvolutionBwdDataAlgo.ALGO_1]
-    filters = od.get_convolution_backward_filter_algorithm(od.create("cpu"), descriptor(x), descriptor(y), conv_desc,
-                                                           descriptor(w))
+    filters = od.get_convolution_backward_filter_algorithm(
+        od.create("cpu"), descriptor(x), descriptor(y), conv_desc, descriptor(w)
+    )
     assert filters[0].algo is od.ConvolutionBwdFilterAlgo.ALGO_0 and len(filters) == 7
 
 
 def test_get_refuses_algorithms_past_the_workspace_limit(monkeypatch):
-    monkeypatch.setattr(numpy_convolution, "workspace_size",
-                        lambda problem: 10_000 if problem.algo is od.ConvolutionFwdAlgo.GEMM else 0)
+    monkeypatch.setattr(
+        numpy_convolution, "workspace_size", lambda problem: 10_000 if problem.algo is od.ConvolutionFwdAlgo.GEMM else 0
+    )
     x, w, y, conv_desc = _tensors(SMALL["2d"])
-    records = od.get_convolution_forward_algorithm(od.create("cpu", workspace_limit=4096), descriptor(x),
-                                                   descriptor(w), conv_desc, descriptor(y))
+    records = od.get_convolution_forward_algorithm(
+        od.create("cpu", workspace_limit=4096), descriptor(x), descriptor(w), conv_desc, descriptor(y)
+    )
     gemm = next(r for r in records if r.algo is od.ConvolutionFwdAlgo.GEMM)
     assert gemm.status is od.Status.NOT_SUPPORTED and gemm.memory == 10_000
     assert gemm.reason == "workspace of 10000 bytes exceeds handle.workspace_limit=4096"
 
 
 def test_get_refuses_a_non_deterministic_algorithm_on_a_deterministic_handle(monkeypatch):
-    monkeypatch.setattr(numpy_convolution, "deterministic",
-                        lambda problem: problem.algo is not od.ConvolutionFwdAlgo.GEMM, raising=False)
+    monkeypatch.setattr(
+        numpy_convolution,
+        "deterministic",
+        lambda problem: problem.algo is not od.ConvolutionFwdAlgo.GEMM,
+        raising=False,
+    )
     x, w, y, conv_desc = _tensors(SMALL["2d"])
     descs = (descriptor(x), descriptor(w), conv_desc, descriptor(y))
     strict = od.get_convolution_forward_algorithm(od.create("cpu"), *descs)
@@ -392,11 +516,11 @@ def test_get_refuses_a_non_deterministic_algorithm_on_a_deterministic_handle(mon
 def test_every_implemented_algorithm_is_deterministic(backend):
     x, w, y, conv_desc = _tensors(SMALL["2d_groups"])
     handle = od.create("cpu", backend=backend)
-    records = [*od.get_convolution_forward_algorithm(handle, descriptor(x), descriptor(w), conv_desc, descriptor(y)),
-               *od.get_convolution_backward_data_algorithm(handle, descriptor(w), descriptor(y), conv_desc,
-                                                           descriptor(x)),
-               *od.get_convolution_backward_filter_algorithm(handle, descriptor(x), descriptor(y), conv_desc,
-                                                             descriptor(w))]
+    records = [
+        *od.get_convolution_forward_algorithm(handle, descriptor(x), descriptor(w), conv_desc, descriptor(y)),
+        *od.get_convolution_backward_data_algorithm(handle, descriptor(w), descriptor(y), conv_desc, descriptor(x)),
+        *od.get_convolution_backward_filter_algorithm(handle, descriptor(x), descriptor(y), conv_desc, descriptor(w)),
+    ]
     usable = [r for r in records if r.status is od.Status.SUCCESS]
     assert len(usable) >= 6 and all(r.deterministic for r in usable)
     assert not any("deterministic" in r.reason for r in records)
@@ -428,11 +552,13 @@ def test_find_backward_directions_rank_their_algorithms(tmp_path):
     x, w, y, conv_desc = _tensors(SMALL["2d_groups"])
     dy, dx, dw = random(tuple(y.shape), 42).float(), torch.empty_like(x), torch.empty_like(w)
     handle = od.create("cpu")
-    data = od.find_convolution_backward_data_algorithm(handle, descriptor(w), w, descriptor(dy), dy, conv_desc,
-                                                       descriptor(dx), dx, requested_count=2, cache_path="")
+    data = od.find_convolution_backward_data_algorithm(
+        handle, descriptor(w), w, descriptor(dy), dy, conv_desc, descriptor(dx), dx, requested_count=2, cache_path=""
+    )
     assert {r.algo.name for r in data} == {"ALGO_0", "ALGO_1"}
-    filters = od.find_convolution_backward_filter_algorithm(handle, descriptor(x), x, descriptor(dy), dy, conv_desc,
-                                                            descriptor(dw), dw, cache_path="")
+    filters = od.find_convolution_backward_filter_algorithm(
+        handle, descriptor(x), x, descriptor(dy), dy, conv_desc, descriptor(dw), dw, cache_path=""
+    )
     assert {r.algo.name for r in filters if r.status is od.Status.SUCCESS} == {"ALGO_0", "ALGO_1", "ALGO_3"}
     assert not any(tmp_path.iterdir())
 
@@ -457,8 +583,22 @@ def test_identity_activation_is_accepted_by_both_fused_forms():
     torch.testing.assert_close(F.conv_bias_activation(x, w, bias, activation="identity", padding=1), expected)
     y = torch.full_like(expected, float("nan"))
     od.convolution_bias_activation_forward(
-        od.create("cpu"), 1.0, descriptor(x), x, descriptor(w), w, od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1),
-                                                                                          compute_type="float64"),
-        od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, None, None, od.TensorDescriptor("float64", (1, 4, 1, 1)),
-        bias.reshape(1, 4, 1, 1), od.ActivationDescriptor(od.ActivationMode.IDENTITY), descriptor(y), y)
+        od.create("cpu"),
+        1.0,
+        descriptor(x),
+        x,
+        descriptor(w),
+        w,
+        od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), compute_type="float64"),
+        od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        None,
+        0.0,
+        None,
+        None,
+        od.TensorDescriptor("float64", (1, 4, 1, 1)),
+        bias.reshape(1, 4, 1, 1),
+        od.ActivationDescriptor(od.ActivationMode.IDENTITY),
+        descriptor(y),
+        y,
+    )
     torch.testing.assert_close(y, expected)

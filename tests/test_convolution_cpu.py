@@ -14,8 +14,12 @@ from opendnn.families.pointwise.problem import PointwiseMode
 
 DIRECTIONS = list(ConvolutionDirection)
 # dtype: (rtol, atol) of the fast path in that dtype against the float64 reference
-TOLERANCE = {torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-4), torch.float16: (2e-3, 2e-2),
-             torch.bfloat16: (1e-2, 1e-1)}
+TOLERANCE = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 2e-2),
+    torch.bfloat16: (1e-2, 1e-1),
+}
 
 
 def random_geometry(seed):
@@ -39,8 +43,9 @@ def random_geometry(seed):
 def problem_of(seed, direction, dtype, **options):
     x_dims, w_dims, (pre, stride, dilation, mode, groups, post) = random_geometry(seed)
     compute = od.DataType.DOUBLE if dtype is torch.float64 else od.DataType.FLOAT
-    conv_desc = od.ConvolutionDescriptor(pre, stride, dilation, mode, compute, groups, pre_padding=pre,
-                                         post_padding=post)
+    conv_desc = od.ConvolutionDescriptor(
+        pre, stride, dilation, mode, compute, groups, pre_padding=pre, post_padding=post
+    )
     x_desc, w_desc = od.TensorDescriptor(dtype, x_dims), od.TensorDescriptor(dtype, w_dims)
     y_desc = od.TensorDescriptor(dtype, od.get_convolution_forward_output_dim(conv_desc, x_desc, w_desc))
     return convolution_problem(direction, conv_desc, x_desc, w_desc, y_desc, **options)
@@ -53,10 +58,15 @@ def uniform(shape, dtype, seed):
 def check_against_reference(problem, dtype, seed, bias=None, z=None):
     """Run the NumPy backend into an output holding random values (beta != 0) or NaN (beta == 0)
     and compare with alpha * reference + beta * prior, all in float64 from the same inputs."""
-    tensors = {name: uniform(desc.dims, dtype, seed + k) for k, (name, desc) in
-               enumerate((("x", problem.x), ("w", problem.w), ("y", problem.y)))}
-    output = {ConvolutionDirection.FORWARD: "y", ConvolutionDirection.BACKWARD_DATA: "x",
-              ConvolutionDirection.BACKWARD_FILTER: "w"}[problem.direction]
+    tensors = {
+        name: uniform(desc.dims, dtype, seed + k)
+        for k, (name, desc) in enumerate((("x", problem.x), ("w", problem.w), ("y", problem.y)))
+    }
+    output = {
+        ConvolutionDirection.FORWARD: "y",
+        ConvolutionDirection.BACKWARD_DATA: "x",
+        ConvolutionDirection.BACKWARD_FILTER: "w",
+    }[problem.direction]
     if problem.beta == 0.0:
         tensors[output].fill_(float("nan"))
     prior = tensors[output].double().numpy().copy()
@@ -66,8 +76,10 @@ def check_against_reference(problem, dtype, seed, bias=None, z=None):
     if problem.beta != 0.0:
         expected = expected + problem.beta * prior
     bound = {name: Bound(name, getattr(problem, name), t, "cpu", name == output) for name, t in tensors.items()}
-    bound_extra = {name: None if t is None else Bound(name, getattr(problem, name), t, "cpu")
-                   for name, t in (("bias", bias), ("z", z))}
+    bound_extra = {
+        name: None if t is None else Bound(name, getattr(problem, name), t, "cpu")
+        for name, t in (("bias", bias), ("z", z))
+    }
     numpy_backend.run(problem, bound["x"], bound["w"], bound["y"], **bound_extra)
     actual = tensors[output].double().numpy()
     assert not np.isnan(actual).any()
@@ -94,8 +106,16 @@ def test_gemm_path_overwrites_a_nan_poisoned_output_when_beta_is_zero(seed, dire
 def test_gemm_path_forward_epilogue_matches_reference():
     y_desc = problem_of(4, ConvolutionDirection.FORWARD, torch.float32).y
     bias_desc = od.TensorDescriptor(torch.float32, (1, y_desc.dims[1], 1, 1))
-    problem = problem_of(4, ConvolutionDirection.FORWARD, torch.float32, alpha=1.25, alpha2=0.5,
-                         bias_desc=bias_desc, z_desc=y_desc, activation=PointwiseMode.RELU_FWD)
+    problem = problem_of(
+        4,
+        ConvolutionDirection.FORWARD,
+        torch.float32,
+        alpha=1.25,
+        alpha2=0.5,
+        bias_desc=bias_desc,
+        z_desc=y_desc,
+        activation=PointwiseMode.RELU_FWD,
+    )
     bias, z = uniform(bias_desc.dims, torch.float32, 98), uniform(y_desc.dims, torch.float32, 99)
     check_against_reference(problem, torch.float32, 4, bias=bias, z=z)
 
@@ -110,8 +130,9 @@ def test_gemm_path_reads_a_channels_last_strided_input():
     y_desc = od.TensorDescriptor(torch.float32, od.get_convolution_forward_output_dim(conv_desc, x_desc, w_desc))
     problem = convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc)
     y = torch.full(y_desc.dims, float("nan"))
-    numpy_backend.run(problem, Bound("x", x_desc, x, "cpu"), Bound("w", w_desc, w, "cpu"),
-                      Bound("y", y_desc, y, "cpu", True))
+    numpy_backend.run(
+        problem, Bound("x", x_desc, x, "cpu"), Bound("w", w_desc, w, "cpu"), Bound("y", y_desc, y, "cpu", True)
+    )
     expected = torch.nn.functional.conv2d(x.double(), w.double(), None, (2, 1), (1, 0), (1, 2), 2)
     np.testing.assert_allclose(y.numpy(), expected.numpy(), rtol=1e-5, atol=1e-4)
 
@@ -128,8 +149,10 @@ def test_small_convolutions_run_on_one_blas_thread_large_ones_on_all():
         assert blas_threads() == [1] * len(before)
     assert blas_threads() == before
     conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
-    x_desc, w_desc = od.TensorDescriptor(torch.float32, (8, 64, 56, 56)), od.TensorDescriptor(torch.float32,
-                                                                                            (64, 64, 3, 3))
+    x_desc, w_desc = (
+        od.TensorDescriptor(torch.float32, (8, 64, 56, 56)),
+        od.TensorDescriptor(torch.float32, (64, 64, 3, 3)),
+    )
     y_desc = od.TensorDescriptor(torch.float32, (8, 64, 56, 56))
     large = convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc)
     with numpy_backend._blas_limit(large):

@@ -23,8 +23,12 @@ from opendnn.families.convolution.problem import (
 from opendnn.families.pointwise.problem import PointwiseMode
 
 FWD, DATA, FILTER = ConvolutionDirection
-TORCH = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
-         DataType.DOUBLE: torch.float64}
+TORCH = {
+    DataType.FLOAT: torch.float32,
+    DataType.HALF: torch.float16,
+    DataType.BFLOAT16: torch.bfloat16,
+    DataType.DOUBLE: torch.float64,
+}
 TOLERANCE = {DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2, DataType.DOUBLE: 1e-10}
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -64,9 +68,29 @@ def torch_forward(x, w, pre, post, stride, dilation, groups, flip):
     return CONV[spatial](F.pad(x, padding), w, stride=stride, dilation=dilation, groups=groups)
 
 
-def check(direction, dtype, x_dims, k, filt, pre=None, post=None, stride=None, dilation=None, groups=1, flip=False,
-          algo=None, channels_last=False, alpha=1.0, beta=0.0, bias=False, z=False, act=None, coef=0.0,
-          allow_tf32=False, margin=6):
+def check(
+    direction,
+    dtype,
+    x_dims,
+    k,
+    filt,
+    pre=None,
+    post=None,
+    stride=None,
+    dilation=None,
+    groups=1,
+    flip=False,
+    algo=None,
+    channels_last=False,
+    alpha=1.0,
+    beta=0.0,
+    bias=False,
+    z=False,
+    act=None,
+    coef=0.0,
+    allow_tf32=False,
+    margin=6,
+):
     """Run the problem through ``kernels.run`` and compare with torch in float64; x and y sit
     ``margin // 2`` elements into NaN-filled buffers (6: misaligned for 16-byte loads, 16: aligned)."""
     spatial = len(x_dims) - 2
@@ -90,16 +114,40 @@ def check(direction, dtype, x_dims, k, filt, pre=None, post=None, stride=None, d
         bias_desc, bias_b, _ = make((1, k) + ones, dtype, seed=5)
     if z:
         _, z_b, _ = make(y_dims, dtype, channels_last, seed=6)
-    default = {FWD: ConvolutionFwdAlgo.IMPLICIT_GEMM, DATA: ConvolutionBwdDataAlgo.ALGO_0,
-               FILTER: ConvolutionBwdFilterAlgo.ALGO_0}[direction]
+    default = {
+        FWD: ConvolutionFwdAlgo.IMPLICIT_GEMM,
+        DATA: ConvolutionBwdDataAlgo.ALGO_0,
+        FILTER: ConvolutionBwdFilterAlgo.ALGO_0,
+    }[direction]
     problem = ConvolutionProblem(
-        direction, x_desc, w_desc, y_desc, pre, post, stride, dilation, groups, flip,
-        DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT, allow_tf32, algo or default,
-        alpha, beta, bias_desc if bias else None, z_b.desc if z else None, 0.5 if z else 0.0, act, coef)
+        direction,
+        x_desc,
+        w_desc,
+        y_desc,
+        pre,
+        post,
+        stride,
+        dilation,
+        groups,
+        flip,
+        DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT,
+        allow_tf32,
+        algo or default,
+        alpha,
+        beta,
+        bias_desc if bias else None,
+        z_b.desc if z else None,
+        0.5 if z else 0.0,
+        act,
+        coef,
+    )
     assert kernels.supports(problem) is None
     size = kernels.workspace_size(problem)
-    workspace = Bound("workspace", TensorDescriptor(DataType.UINT8, (size,)), torch.zeros(size, dtype=torch.uint8),
-                      "cpu") if size else None
+    workspace = (
+        Bound("workspace", TensorDescriptor(DataType.UINT8, (size,)), torch.zeros(size, dtype=torch.uint8), "cpu")
+        if size
+        else None
+    )
     kernels.run(problem, xb, wb, yb, bias_b, z_b, workspace)
 
     x = xb.view.double().requires_grad_(direction is DATA)
@@ -131,8 +179,19 @@ def test_forward_nchw_float32_odd_channels_blends_alpha_beta():
 
 
 def test_forward_nhwc_half_groups_stride_dilation_flip():
-    check(FWD, DataType.HALF, (1, 32, 9, 8), 34, (3, 2), pre=(2, 1), stride=(2, 1), dilation=(2, 3), groups=2,
-          flip=True, channels_last=True)
+    check(
+        FWD,
+        DataType.HALF,
+        (1, 32, 9, 8),
+        34,
+        (3, 2),
+        pre=(2, 1),
+        stride=(2, 1),
+        dilation=(2, 3),
+        groups=2,
+        flip=True,
+        channels_last=True,
+    )
 
 
 def test_forward_conv1_shape_straddles_taps_in_bfloat16():
@@ -144,35 +203,103 @@ def test_forward_1d_float64_asymmetric_padding():
 
 
 def test_forward_3d_float32_channels_last_tf32_allowed():
-    check(FWD, DataType.FLOAT, (1, 4, 4, 5, 5), 5, (2, 3, 3), pre=(1, 1, 1), stride=(1, 2, 1), flip=True,
-          channels_last=True, allow_tf32=True)
+    check(
+        FWD,
+        DataType.FLOAT,
+        (1, 4, 4, 5, 5),
+        5,
+        (2, 3, 3),
+        pre=(1, 1, 1),
+        stride=(1, 2, 1),
+        flip=True,
+        channels_last=True,
+        allow_tf32=True,
+    )
 
 
 @pytest.mark.parametrize("algo", [ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, ConvolutionFwdAlgo.GEMM])
 def test_forward_precomputed_and_explicit_gemm(algo):
-    check(FWD, DataType.FLOAT, (2, 6, 6, 5), 8, (3, 3), pre=(1, 0), stride=(1, 2), dilation=(2, 1), groups=2,
-          flip=True, algo=algo, beta=0.5)
+    check(
+        FWD,
+        DataType.FLOAT,
+        (2, 6, 6, 5),
+        8,
+        (3, 3),
+        pre=(1, 0),
+        stride=(1, 2),
+        dilation=(2, 1),
+        groups=2,
+        flip=True,
+        algo=algo,
+        beta=0.5,
+    )
 
 
 @pytest.mark.parametrize("algo", [ConvolutionFwdAlgo.IMPLICIT_GEMM, ConvolutionFwdAlgo.DIRECT])
 def test_forward_depthwise_channel_multiplier_direct(algo):
-    check(FWD, DataType.FLOAT, (2, 6, 6, 7), 12, (3, 3), pre=(1, 1), stride=(2, 1), groups=6, algo=algo,
-          channels_last=True, beta=0.5)
+    check(
+        FWD,
+        DataType.FLOAT,
+        (2, 6, 6, 7),
+        12,
+        (3, 3),
+        pre=(1, 1),
+        stride=(2, 1),
+        groups=6,
+        algo=algo,
+        channels_last=True,
+        beta=0.5,
+    )
 
 
 def test_forward_epilogue_bias_residual_relu():
-    check(FWD, DataType.HALF, (1, 16, 6, 6), 20, (3, 3), pre=(1, 1), bias=True, z=True,
-          act=PointwiseMode.RELU_FWD, alpha=1.5, channels_last=True)
+    check(
+        FWD,
+        DataType.HALF,
+        (1, 16, 6, 6),
+        20,
+        (3, 3),
+        pre=(1, 1),
+        bias=True,
+        z=True,
+        act=PointwiseMode.RELU_FWD,
+        alpha=1.5,
+        channels_last=True,
+    )
 
 
 def test_forward_direct_epilogue_swish():
-    check(FWD, DataType.FLOAT, (1, 4, 5, 5), 4, (3, 3), pre=(1, 1), groups=4, bias=True, z=True,
-          act=PointwiseMode.SWISH_FWD, coef=1.5)
+    check(
+        FWD,
+        DataType.FLOAT,
+        (1, 4, 5, 5),
+        4,
+        (3, 3),
+        pre=(1, 1),
+        groups=4,
+        bias=True,
+        z=True,
+        act=PointwiseMode.SWISH_FWD,
+        coef=1.5,
+    )
 
 
 def test_backward_data_stride_phases_dilation_groups_flip():
-    check(DATA, DataType.FLOAT, (2, 4, 9, 8), 6, (3, 4), pre=(1, 2), post=(2, 0), stride=(2, 3),
-          dilation=(2, 1), groups=2, flip=True, alpha=0.5, beta=0.25)
+    check(
+        DATA,
+        DataType.FLOAT,
+        (2, 4, 9, 8),
+        6,
+        (3, 4),
+        pre=(1, 2),
+        post=(2, 0),
+        stride=(2, 3),
+        dilation=(2, 1),
+        groups=2,
+        flip=True,
+        alpha=0.5,
+        beta=0.25,
+    )
 
 
 def test_backward_data_nhwc_bfloat16_1x1_stride2():
@@ -180,13 +307,32 @@ def test_backward_data_nhwc_bfloat16_1x1_stride2():
 
 
 def test_backward_data_explicit_gemm_3d():
-    check(DATA, DataType.DOUBLE, (1, 3, 5, 4, 6), 4, (2, 2, 3), pre=(1, 0, 1), stride=(2, 1, 2),
-          algo=ConvolutionBwdDataAlgo.ALGO_1, flip=True)
+    check(
+        DATA,
+        DataType.DOUBLE,
+        (1, 3, 5, 4, 6),
+        4,
+        (2, 2, 3),
+        pre=(1, 0, 1),
+        stride=(2, 1, 2),
+        algo=ConvolutionBwdDataAlgo.ALGO_1,
+        flip=True,
+    )
 
 
 def test_backward_data_depthwise_direct():
-    check(DATA, DataType.FLOAT, (2, 6, 7, 6), 12, (3, 3), pre=(1, 1), stride=(2, 2), groups=6,
-          channels_last=True, beta=0.5)
+    check(
+        DATA,
+        DataType.FLOAT,
+        (2, 6, 7, 6),
+        12,
+        (3, 3),
+        pre=(1, 1),
+        stride=(2, 2),
+        groups=6,
+        channels_last=True,
+        beta=0.5,
+    )
 
 
 def test_backward_filter_split_slices_nhwc_half():
@@ -196,8 +342,21 @@ def test_backward_filter_split_slices_nhwc_half():
 
 @pytest.mark.parametrize("algo", [ConvolutionBwdFilterAlgo.ALGO_1, ConvolutionBwdFilterAlgo.ALGO_3])
 def test_backward_filter_gemm_and_precomputed_flip_beta(algo):
-    check(FILTER, DataType.FLOAT, (2, 6, 7, 6), 4, (3, 2), pre=(1, 0), stride=(2, 1), dilation=(1, 2), groups=2,
-          flip=True, algo=algo, alpha=2.0, beta=0.5)
+    check(
+        FILTER,
+        DataType.FLOAT,
+        (2, 6, 7, 6),
+        4,
+        (3, 2),
+        pre=(1, 0),
+        stride=(2, 1),
+        dilation=(1, 2),
+        groups=2,
+        flip=True,
+        algo=algo,
+        alpha=2.0,
+        beta=0.5,
+    )
 
 
 def test_backward_filter_odd_channels_1d_float64():
@@ -205,25 +364,32 @@ def test_backward_filter_odd_channels_1d_float64():
 
 
 def test_backward_filter_depthwise_direct_split():
-    problem = check(FILTER, DataType.FLOAT, (2, 8, 24, 24), 8, (3, 3), pre=(1, 1), groups=8, channels_last=True,
-                    beta=0.5)
+    problem = check(
+        FILTER, DataType.FLOAT, (2, 8, 24, 24), 8, (3, 3), pre=(1, 1), groups=8, channels_last=True, beta=0.5
+    )
     assert kernels.filter_plan(problem).direct
 
 
 def test_workspace_sizes_by_algorithm():
     base = dict(x_dims=(1, 4, 6, 6), k=4, filt=(3, 3))
-    for algo, nonzero in ((ConvolutionFwdAlgo.IMPLICIT_GEMM, False), (ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, True),
-                          (ConvolutionFwdAlgo.GEMM, True)):
+    for algo, nonzero in (
+        (ConvolutionFwdAlgo.IMPLICIT_GEMM, False),
+        (ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, True),
+        (ConvolutionFwdAlgo.GEMM, True),
+    ):
         problem = check(FWD, DataType.FLOAT, base["x_dims"], base["k"], base["filt"], algo=algo)
         assert (kernels.workspace_size(problem) > 0) == nonzero
     im2col = 16 * 4 * 9 * 4
-    assert kernels.workspace_size(check(FWD, DataType.FLOAT, (1, 4, 6, 6), 4, (3, 3),
-                                        algo=ConvolutionFwdAlgo.GEMM)) == math.ceil(im2col / 256) * 256
+    assert (
+        kernels.workspace_size(check(FWD, DataType.FLOAT, (1, 4, 6, 6), 4, (3, 3), algo=ConvolutionFwdAlgo.GEMM))
+        == math.ceil(im2col / 256) * 256
+    )
 
 
 def test_backward_filter_direct_two_channels_per_group_flip_float64():
-    problem = check(FILTER, DataType.DOUBLE, (2, 4, 5, 6), 4, (3, 3), pre=(1, 0), stride=(1, 2), groups=2, flip=True,
-                    beta=0.5)
+    problem = check(
+        FILTER, DataType.DOUBLE, (2, 4, 5, 6), 4, (3, 3), pre=(1, 0), stride=(1, 2), groups=2, flip=True, beta=0.5
+    )
     assert kernels.filter_plan(problem).direct
 
 
@@ -236,8 +402,10 @@ def test_1x1_channels_last_runs_as_a_matrix_product(direction):
 def test_1x1_forward_with_bias_as_a_matrix_product_but_not_epilogues_matmul_computes_otherwise():
     one_by_one = dict(dtype=DataType.HALF, x_dims=(2, 16, 4, 5), k=32, filt=(1, 1))
     assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, bias=True)) is not None
-    assert kernels.matmul_form(check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), channels_last=True,
-                                     allow_tf32=True)) is not None
+    assert (
+        kernels.matmul_form(check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), channels_last=True, allow_tf32=True))
+        is not None
+    )
     for kw in (dict(bias=True, alpha=0.5), dict(bias=True, z=True), dict(bias=True, act=PointwiseMode.RELU_FWD)):
         assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, **kw)) is None, kw
     assert kernels.matmul_form(check(FWD, **one_by_one)) is None  # NCHW: channels not contiguous
@@ -250,28 +418,75 @@ def _read_by_tma(problem):
 
 
 def test_tma_forward_3x3_flip_epilogue_and_a_partial_column_tile():
-    problem = check(FWD, DataType.BFLOAT16, (3, 64, 5, 7), 48, (3, 3), pre=(1, 1), flip=True, channels_last=True,
-                    bias=True, z=True, act=PointwiseMode.RELU_FWD, margin=16)
+    problem = check(
+        FWD,
+        DataType.BFLOAT16,
+        (3, 64, 5, 7),
+        48,
+        (3, 3),
+        pre=(1, 1),
+        flip=True,
+        channels_last=True,
+        bias=True,
+        z=True,
+        act=PointwiseMode.RELU_FWD,
+        margin=16,
+    )
     assert _read_by_tma(problem)
 
 
 def test_tma_forward_asymmetric_padding_dilation_two_chunks_per_tap_half():
-    problem = check(FWD, DataType.HALF, (2, 128, 6, 5), 80, (3, 2), pre=(0, 2), post=(2, 1), dilation=(2, 1),
-                    channels_last=True, alpha=0.5, beta=0.25, margin=16)
+    problem = check(
+        FWD,
+        DataType.HALF,
+        (2, 128, 6, 5),
+        80,
+        (3, 2),
+        pre=(0, 2),
+        post=(2, 1),
+        dilation=(2, 1),
+        channels_last=True,
+        alpha=0.5,
+        beta=0.25,
+        margin=16,
+    )
     assert _read_by_tma(problem)
 
 
 def test_tma_backward_data_dilation_flip_beta():
-    problem = check(DATA, DataType.BFLOAT16, (2, 40, 6, 7), 64, (3, 3), pre=(2, 2), dilation=(2, 2), flip=True,
-                    channels_last=True, beta=0.5, margin=16)
+    problem = check(
+        DATA,
+        DataType.BFLOAT16,
+        (2, 40, 6, 7),
+        64,
+        (3, 3),
+        pre=(2, 2),
+        dilation=(2, 2),
+        flip=True,
+        channels_last=True,
+        beta=0.5,
+        margin=16,
+    )
     assert _read_by_tma(problem)
 
 
 @pytest.mark.parametrize("splits", [False, True])
 def test_tma_backward_filter_dilation_flip_beta(splits):
     dims = (16, 64, 9, 10) if splits else (1, 64, 4, 5)  # 14 boxes of 8 x 1 x 16 pixels in 3 slices, or one
-    problem = check(FILTER, DataType.BFLOAT16, dims, 128, (3, 2), pre=(2, 1), post=(0, 1), dilation=(2, 1),
-                    flip=True, channels_last=True, beta=0.5, margin=16)
+    problem = check(
+        FILTER,
+        DataType.BFLOAT16,
+        dims,
+        128,
+        (3, 2),
+        pre=(2, 1),
+        post=(0, 1),
+        dilation=(2, 1),
+        flip=True,
+        channels_last=True,
+        beta=0.5,
+        margin=16,
+    )
     assert _read_by_tma(problem)
     assert (kernels._tma_filter_split(problem)[1] > 1) == splits
 
@@ -285,8 +500,21 @@ def test_tma_not_taken_when_misaligned_strided_or_nchw():
 
 @pytest.mark.parametrize("direction", [FWD, DATA])
 def test_tma_tf32_channels_last_forward_and_backward_data_dilation_flip_beta(direction):
-    problem = check(direction, DataType.FLOAT, (2, 32, 6, 7), 64, (3, 2), pre=(2, 1), post=(0, 1), dilation=(2, 1),
-                    flip=True, channels_last=True, beta=0.5, allow_tf32=True, margin=16)
+    problem = check(
+        direction,
+        DataType.FLOAT,
+        (2, 32, 6, 7),
+        64,
+        (3, 2),
+        pre=(2, 1),
+        post=(0, 1),
+        dilation=(2, 1),
+        flip=True,
+        channels_last=True,
+        beta=0.5,
+        allow_tf32=True,
+        margin=16,
+    )
     assert _read_by_tma(problem) and kernels.staged(problem) == ()
     assert kernels.workspace_size(problem) == (problem.w.numel * 4 if direction is DATA else 0)  # filter [C, R, S, K]
 
@@ -294,8 +522,18 @@ def test_tma_tf32_channels_last_forward_and_backward_data_dilation_flip_beta(dir
 @pytest.mark.parametrize("direction", [DATA, FILTER])
 def test_tma_tf32_nchw_backward_stages_channels_last_copies(direction):
     dims = (4, 32, 9, 10) if direction is FILTER else (2, 32, 5, 7)
-    problem = check(direction, DataType.FLOAT, dims, 64, (3, 3), pre=(1, 1), flip=direction is DATA, beta=0.5,
-                    allow_tf32=True, margin=16)
+    problem = check(
+        direction,
+        DataType.FLOAT,
+        dims,
+        64,
+        (3, 3),
+        pre=(1, 1),
+        flip=direction is DATA,
+        beta=0.5,
+        allow_tf32=True,
+        margin=16,
+    )
     assert _read_by_tma(problem)
     assert kernels.staged(problem) == (("x", "y") if direction is FILTER else ("y",))
 

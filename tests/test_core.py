@@ -22,9 +22,19 @@ def test_import_needs_no_torch_or_triton():
     assert result.stdout.split() == ["False", "False"]
 
 
-@pytest.mark.parametrize("name, dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64), ("HALF", np.float16),
-                                         ("INT8", np.int8), ("UINT8", np.uint8), ("INT32", np.int32),
-                                         ("INT64", np.int64), ("BOOLEAN", np.bool_)])
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("FLOAT", np.float32),
+        ("DOUBLE", np.float64),
+        ("HALF", np.float16),
+        ("INT8", np.int8),
+        ("UINT8", np.uint8),
+        ("INT32", np.int32),
+        ("INT64", np.int64),
+        ("BOOLEAN", np.bool_),
+    ],
+)
 def test_datatype_maps_to_numpy_and_torch(name, dtype):
     member = od.DataType[name]
     assert member.to_numpy() == np.dtype(dtype)
@@ -54,13 +64,16 @@ def test_descriptor_from_format_nhwc_and_3d():
     assert od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "float32", 2, 3, 4, 5).is_packed
 
 
-@pytest.mark.parametrize("dims, strides, message", [
-    ((), None, "len(dims)=0 must be between 1 and 8"),
-    ((1,) * 9, None, "len(dims)=9 must be between 1 and 8"),
-    ((2, 0), None, "dims[1]=0 must be at least 1"),
-    ((2, 3), (3,), "len(strides)=1 must equal len(dims)=2"),
-    ((2, 3), (3, -1), "strides[1]=-1 must be at least 0"),
-])
+@pytest.mark.parametrize(
+    "dims, strides, message",
+    [
+        ((), None, "len(dims)=0 must be between 1 and 8"),
+        ((1,) * 9, None, "len(dims)=9 must be between 1 and 8"),
+        ((2, 0), None, "dims[1]=0 must be at least 1"),
+        ((2, 3), (3,), "len(strides)=1 must equal len(dims)=2"),
+        ((2, 3), (3, -1), "strides[1]=-1 must be at least 0"),
+    ],
+)
 def test_descriptor_refuses_bad_values(dims, strides, message):
     with pytest.raises(od.BadParam, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         od.TensorDescriptor("float32", dims, strides)
@@ -120,15 +133,25 @@ def test_dlpack_arrays_are_used_without_copies():
     x = torch.randn(3, 4)
     y = torch.full((3, 4), float("nan"))
     desc = od.TensorDescriptor("float32", (3, 4))
-    od.activation_forward(od.create("cpu"), od.ActivationDescriptor(od.ActivationMode.TANH), 1.0, desc, DLPackOnly(x),
-                          0.0, desc, DLPackOnly(y))
+    od.activation_forward(
+        od.create("cpu"),
+        od.ActivationDescriptor(od.ActivationMode.TANH),
+        1.0,
+        desc,
+        DLPackOnly(x),
+        0.0,
+        desc,
+        DLPackOnly(y),
+    )
     torch.testing.assert_close(y, torch.tanh(x))
 
 
 def test_log_level_3_logs_each_call_with_descriptors(tmp_path):
     log = tmp_path / "opendnn.log"
-    code = ("import numpy as np, opendnn as od; d = od.TensorDescriptor('float32', (2, 2));"
-            "x = np.ones((2, 2), np.float32); od.scale_tensor(od.create('cpu'), d, x, 2.0)")
+    code = (
+        "import numpy as np, opendnn as od; d = od.TensorDescriptor('float32', (2, 2));"
+        "x = np.ones((2, 2), np.float32); od.scale_tensor(od.create('cpu'), d, x, 2.0)"
+    )
     env = {"OPENDNN_LOGLEVEL": "3", "OPENDNN_LOGDEST": str(log), "PATH": ""}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path.parent))
     text = log.read_text()

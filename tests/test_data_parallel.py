@@ -28,8 +28,7 @@ def assert_same_step(ours: dict, theirs: dict) -> None:
 @pytest.fixture(scope="module")
 def ddp_steps() -> dict[bool, list[dict]]:
     """One DDP step per rank, batch norm live (per-rank statistics) and frozen (eval mode)."""
-    ranks = dp.launch(dp.one_step, WORLD_SIZE, TIMEOUT_S, batch_size=BATCH,
-                      seed=0)
+    ranks = dp.launch(dp.one_step, WORLD_SIZE, TIMEOUT_S, batch_size=BATCH, seed=0)
     return {frozen: [rank[frozen] for rank in ranks] for frozen in (False, True)}
 
 
@@ -58,8 +57,9 @@ def test_ddp_step_with_frozen_batch_norm_equals_one_step_on_the_union_batch(ddp_
 
 
 def test_two_ranks_train_the_digits_to_over_80_percent_in_one_epoch():
-    results = dp.launch(dp.train, WORLD_SIZE, TIMEOUT_S, backend="gloo",
-                        device="cpu", epochs=1, batch_size=BATCH, seed=0)
+    results = dp.launch(
+        dp.train, WORLD_SIZE, TIMEOUT_S, backend="gloo", device="cpu", epochs=1, batch_size=BATCH, seed=0
+    )
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["test_accuracy"] > 0.8
     assert results[1]["test_accuracy"] is None

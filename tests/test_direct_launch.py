@@ -83,9 +83,9 @@ def test_the_direct_launch_passes_what_triton_runner_passes(fake_driver):
     (ours,), (theirs,) = direct, runner
     metadata_at = 6  # gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter, exit, args
     assert ours[:metadata_at] == theirs[:metadata_at] == (3, 2, 1, STREAM, 0xF00, (4, 1, 0))
-    assert ours[metadata_at:metadata_at + 3] == (None, None, None)
-    assert theirs[metadata_at + 3:] == (tensors["x"], tensors["y"], 7, 128)
-    assert ours[metadata_at + 3:] == (4096, 8192, 7, 128)  # the tensors' addresses: the launcher takes them as is
+    assert ours[metadata_at : metadata_at + 3] == (None, None, None)
+    assert theirs[metadata_at + 3 :] == (tensors["x"], tensors["y"], 7, 128)
+    assert ours[metadata_at + 3 :] == (4096, 8192, 7, 128)  # the tensors' addresses: the launcher takes them as is
 
 
 def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
@@ -94,8 +94,9 @@ def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
     hook = seen.append
     knobs.runtime.launch_enter_hook.add(hook)
     try:
-        _launched(Launch(_Kernel(kernel), (1,), (Slot("x"), Slot("x"), 5), {"BLOCK": 64, "num_warps": 4}),
-                  {"x": _Tensor(0)})
+        _launched(
+            Launch(_Kernel(kernel), (1,), (Slot("x"), Slot("x"), 5), {"BLOCK": 64, "num_warps": 4}), {"x": _Tensor(0)}
+        )
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     (args,) = calls

@@ -28,8 +28,12 @@ def own_docstring(value: object) -> str:
     return doc
 
 
-DOCUMENTED = [(module.__name__, name) for module in (opendnn, opendnn.functional) for name in public_names(module)
-              if inspect.isfunction(getattr(module, name)) or inspect.isclass(getattr(module, name))]
+DOCUMENTED = [
+    (module.__name__, name)
+    for module in (opendnn, opendnn.functional)
+    for name in public_names(module)
+    if inspect.isfunction(getattr(module, name)) or inspect.isclass(getattr(module, name))
+]
 
 
 def test_the_public_names_are_found() -> None:

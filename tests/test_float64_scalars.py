@@ -44,32 +44,66 @@ FAMILY_SCALARS = (
     (lrn, "LRN_K", 1 / 3),
     (matmul_samples, "COEF", {"clipped_relu_fwd": 1.1, "elu_fwd": 0.1, "swish_fwd": 1 / 3, "softplus_fwd": 0.7}),
     (convolution, "ALPHA2", 0.1),
-    (convolution, "_ACTIVATIONS", {**convolution._ACTIVATIONS, "CLIPPED_RELU": (PointwiseMode.CLIPPED_RELU_FWD, 1.1),
-                                   "SWISH": (PointwiseMode.SWISH_FWD, 1 / 3)}),
+    (
+        convolution,
+        "_ACTIVATIONS",
+        {
+            **convolution._ACTIVATIONS,
+            "CLIPPED_RELU": (PointwiseMode.CLIPPED_RELU_FWD, 1.1),
+            "SWISH": (PointwiseMode.SWISH_FWD, 1 / 3),
+        },
+    ),
 )
 
 # (op, variant) of the sample table, run in float64 with alpha = ALPHA and beta = BETA
 BLENDED = (
-    *((op, name) for op in ("activation_forward", "activation_backward")
-      for name in ("CLIPPED_RELU", "ELU", "SWISH", "SOFTPLUS", "GELU")),
-    ("pointwise", "ADD"), ("add_tensor", "bias"), ("scale_tensor", "scale"), ("transform_tensor", "layout"),
-    ("reduce_tensor", "ADD/0,2,3"), ("reduce_tensor", "AVG/0,2,3"), ("reduce_tensor", "NORM2/0,1,2,3"),
-    *((op, variant) for op in ("softmax_forward", "softmax_backward")
-      for variant in ("ACCURATE/CHANNEL", "LOG/INSTANCE", "FAST/INSTANCE")),
-    ("bn_forward_training", "SPATIAL/BN"), ("bn_forward_training", "PER_ACTIVATION/BN"),
-    ("bn_forward_training", "SPATIAL_PERSISTENT/BN"), ("bn_forward_training", "SPATIAL/BN_ACTIVATION+clipped_relu"),
-    ("bn_forward_inference", "SPATIAL/BN"), ("bn_backward", "SPATIAL/BN"), ("bn_backward", "PER_ACTIVATION/BN/nosaved"),
+    *(
+        (op, name)
+        for op in ("activation_forward", "activation_backward")
+        for name in ("CLIPPED_RELU", "ELU", "SWISH", "SOFTPLUS", "GELU")
+    ),
+    ("pointwise", "ADD"),
+    ("add_tensor", "bias"),
+    ("scale_tensor", "scale"),
+    ("transform_tensor", "layout"),
+    ("reduce_tensor", "ADD/0,2,3"),
+    ("reduce_tensor", "AVG/0,2,3"),
+    ("reduce_tensor", "NORM2/0,1,2,3"),
+    *(
+        (op, variant)
+        for op in ("softmax_forward", "softmax_backward")
+        for variant in ("ACCURATE/CHANNEL", "LOG/INSTANCE", "FAST/INSTANCE")
+    ),
+    ("bn_forward_training", "SPATIAL/BN"),
+    ("bn_forward_training", "PER_ACTIVATION/BN"),
+    ("bn_forward_training", "SPATIAL_PERSISTENT/BN"),
+    ("bn_forward_training", "SPATIAL/BN_ACTIVATION+clipped_relu"),
+    ("bn_forward_inference", "SPATIAL/BN"),
+    ("bn_backward", "SPATIAL/BN"),
+    ("bn_backward", "PER_ACTIVATION/BN/nosaved"),
     ("bn_backward", "SPATIAL/BN_ACTIVATION+clipped_relu"),
-    *((op, f"{mode}/k3x3-s2x2-p1x1") for op in ("pooling_forward", "pooling_backward")
-      for mode in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING", "AVERAGE_COUNT_EXCLUDE_PADDING")),
-    ("lrn_cross_channel_forward", "n5"), ("lrn_cross_channel_backward", "n5"),
-    ("divisive_normalization_forward", "n3+means"), ("divisive_normalization_backward", "n3+means"),
-    *((op, variant) for op in ("normalization_forward_training", "normalization_forward_inference",
-                               "normalization_backward") for variant in ("LAYER_NORM/2", "RMS_NORM/1", "GROUP_NORM/3")),
+    *(
+        (op, f"{mode}/k3x3-s2x2-p1x1")
+        for op in ("pooling_forward", "pooling_backward")
+        for mode in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING", "AVERAGE_COUNT_EXCLUDE_PADDING")
+    ),
+    ("lrn_cross_channel_forward", "n5"),
+    ("lrn_cross_channel_backward", "n5"),
+    ("divisive_normalization_forward", "n3+means"),
+    ("divisive_normalization_backward", "n3+means"),
+    *(
+        (op, variant)
+        for op in ("normalization_forward_training", "normalization_forward_inference", "normalization_backward")
+        for variant in ("LAYER_NORM/2", "RMS_NORM/1", "GROUP_NORM/3")
+    ),
     ("normalization_backward", "GROUP_NORM/2+recompute"),
-    ("matmul", "plain"), ("matmul", "bias_col+swish_fwd+residual"), ("matmul", "bias_col+elu_fwd"),
-    ("matmul", "bias_row+clipped_relu_fwd"), ("matmul", "bias_row+softplus_fwd"),
-    ("convolution_forward", "2d_stride_dilation/IMPLICIT_GEMM"), ("convolution_forward", "2d_depthwise/DIRECT"),
+    ("matmul", "plain"),
+    ("matmul", "bias_col+swish_fwd+residual"),
+    ("matmul", "bias_col+elu_fwd"),
+    ("matmul", "bias_row+clipped_relu_fwd"),
+    ("matmul", "bias_row+softplus_fwd"),
+    ("convolution_forward", "2d_stride_dilation/IMPLICIT_GEMM"),
+    ("convolution_forward", "2d_depthwise/DIRECT"),
     ("convolution_backward_data", "2d_stride_dilation/ALGO_0"),
     ("convolution_backward_data", "2d_stride_dilation/ALGO_1"),
     ("convolution_backward_filter", "2d_stride_dilation/ALGO_0"),
@@ -111,8 +145,18 @@ def test_matmul_scales_reach_the_kernel_exactly():
     rng = np.random.default_rng(7)
     a, b = (torch.from_numpy(rng.uniform(-1, 1, shape)) for shape in ((13, 9), (9, 11)))
     c = torch.full((13, 11), float("nan"), dtype=torch.float64)
-    matmul(od.create("cpu", backend="triton"), ALPHA, _descriptor(a), a, _descriptor(b), b, 0.0, _descriptor(c), c,
-           MatmulEpilogue(a_scale=BETA, b_scale=0.7))
+    matmul(
+        od.create("cpu", backend="triton"),
+        ALPHA,
+        _descriptor(a),
+        a,
+        _descriptor(b),
+        b,
+        0.0,
+        _descriptor(c),
+        c,
+        MatmulEpilogue(a_scale=BETA, b_scale=0.7),
+    )
     expected = ALPHA * matmul_reference(a.numpy(), b.numpy(), scale=BETA * 0.7)
     assert relative_error(c.numpy(), expected) <= TOLERANCE
 
@@ -122,8 +166,19 @@ def test_op_tensor_input_scales_reach_the_kernel_exactly():
     a, b = (torch.from_numpy(rng.uniform(-3, 3, (2, 3, 4, 5))) for _ in range(2))
     c = torch.full_like(a, float("nan"))
     op = od.OpTensorDescriptor(od.OpTensorOp.ADD, DataType.DOUBLE)
-    od.op_tensor(od.create("cpu", backend="triton"), op, ALPHA, _descriptor(a), a, BETA, _descriptor(b), b, 0.0,
-                 _descriptor(c), c)
+    od.op_tensor(
+        od.create("cpu", backend="triton"),
+        op,
+        ALPHA,
+        _descriptor(a),
+        a,
+        BETA,
+        _descriptor(b),
+        b,
+        0.0,
+        _descriptor(c),
+        c,
+    )
     assert relative_error(c.numpy(), ALPHA * a.numpy() + BETA * b.numpy()) <= TOLERANCE
 
 
@@ -147,6 +202,9 @@ def test_a_launch_passes_a_float64_parameter_its_exact_value():
 
 
 def test_a_float_for_a_parameter_not_annotated_float64_is_refused():
-    with pytest.raises(InternalError, match=r"_unannotated_kernel: the float alpha=0\.1 needs a parameter annotated "
-                                            r"tl\.float64 \(Triton compiles a Python float as a float32\)"):
+    with pytest.raises(
+        InternalError,
+        match=r"_unannotated_kernel: the float alpha=0\.1 needs a parameter annotated "
+        r"tl\.float64 \(Triton compiles a Python float as a float32\)",
+    ):
         Launch(_unannotated_kernel, (1,), (Slot("x"), BETA), {"BLOCK": 16})

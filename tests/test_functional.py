@@ -41,8 +41,15 @@ def test_activations_match_torch_and_keep_layout(ours, theirs, handle):
 def test_activation_backward_matches_torch_autograd(name, handle):
     x = (3 * torch.randn(3, 7, dtype=torch.float64)).t().requires_grad_()
     dy = torch.randn(7, 3, dtype=torch.float64)
-    theirs = {"relu": torch.relu, "elu": TF.elu, "gelu": TF.gelu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
-              "softplus": lambda v: TF.softplus(v, threshold=1e9), "swish": TF.silu}[name]
+    theirs = {
+        "relu": torch.relu,
+        "elu": TF.elu,
+        "gelu": TF.gelu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+        "softplus": lambda v: TF.softplus(v, threshold=1e9),
+        "swish": TF.silu,
+    }[name]
     theirs(x).backward(dy)
     ours = getattr(F, f"{name}_backward")(dy, x.detach(), handle=handle)
     torch.testing.assert_close(ours, x.grad, rtol=1e-11, atol=1e-12)
@@ -91,8 +98,9 @@ def test_transform_changes_layout_and_dtype(handle):
 def test_gen_index_counts_along_axis(handle):
     x = torch.randn(3, 4)
     torch.testing.assert_close(F.gen_index(x, 1, handle=handle), torch.arange(4).expand(3, 4))
-    torch.testing.assert_close(F.gen_index(x, -2, dtype="float32", handle=handle),
-                               torch.arange(3.0)[:, None].expand(3, 4))
+    torch.testing.assert_close(
+        F.gen_index(x, -2, dtype="float32", handle=handle), torch.arange(3.0)[:, None].expand(3, 4)
+    )
 
 
 def test_scalar_inputs_give_scalar_outputs(handle):
@@ -101,6 +109,7 @@ def test_scalar_inputs_give_scalar_outputs(handle):
 
 
 # fused activations take torch's default coefficient when the call gives none ------------------------
+
 
 def test_matmul_silu_without_coef_is_torchs_silu():
     result = F.matmul(np.array([[1.0, -2.0]]), np.eye(2), activation="silu")
@@ -121,14 +130,30 @@ def test_epilogues_without_coef_match_torchs_default(activation, theirs, handle)
     torch.testing.assert_close(got, theirs(TF.conv2d(x, w, bias[:4], padding=1)))
 
 
-@pytest.mark.parametrize("mode, theirs", [(od.PointwiseMode.SWISH_FWD, TF.silu), (od.PointwiseMode.ELU_FWD, TF.elu),
-                                          (od.PointwiseMode.SOFTPLUS_FWD, TF.softplus)])
+@pytest.mark.parametrize(
+    "mode, theirs",
+    [
+        (od.PointwiseMode.SWISH_FWD, TF.silu),
+        (od.PointwiseMode.ELU_FWD, TF.elu),
+        (od.PointwiseMode.SOFTPLUS_FWD, TF.softplus),
+    ],
+)
 def test_cudnn_shaped_epilogues_without_coef_match_torchs_default(mode, theirs):
     handle = od.create("cpu")
     a, b = torch.randn(4, 5, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
     c = torch.full((4, 3), float("nan"), dtype=torch.float64)
-    od.matmul(handle, 1.0, od.TensorDescriptor("float64", (4, 5)), a, od.TensorDescriptor("float64", (5, 3)), b, 0.0,
-              od.TensorDescriptor("float64", (4, 3)), c, od.MatmulEpilogue(activation=mode))
+    od.matmul(
+        handle,
+        1.0,
+        od.TensorDescriptor("float64", (4, 5)),
+        a,
+        od.TensorDescriptor("float64", (5, 3)),
+        b,
+        0.0,
+        od.TensorDescriptor("float64", (4, 3)),
+        c,
+        od.MatmulEpilogue(activation=mode),
+    )
     torch.testing.assert_close(c, theirs(a @ b))
     torch.testing.assert_close(F.pointwise(mode, a, handle=handle), theirs(a))
 
@@ -149,5 +174,6 @@ def test_inputs_that_require_grad_are_read_detached(handle):
     y = F.linear(F.relu(x, handle=handle), w, handle=handle)
     assert not y.requires_grad
     torch.testing.assert_close(y, torch.relu(x.detach()) @ w.detach().t())
-    torch.testing.assert_close(F.layer_norm(x, 4, weight=w[0], handle=handle),
-                               TF.layer_norm(x, (4,), weight=w[0]).detach())
+    torch.testing.assert_close(
+        F.layer_norm(x, 4, weight=w[0], handle=handle), TF.layer_norm(x, (4,), weight=w[0]).detach()
+    )

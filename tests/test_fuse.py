@@ -25,8 +25,10 @@ def relative_error(actual, expected):
 
 
 def conv_bn(c_in, c_out, kernel, stride=1, groups=1, activation=None):
-    layers = [torch.nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False),
-              torch.nn.BatchNorm2d(c_out)]
+    layers = [
+        torch.nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False),
+        torch.nn.BatchNorm2d(c_out),
+    ]
     return torch.nn.Sequential(*layers, *([activation] if activation is not None else []))
 
 
@@ -55,10 +57,11 @@ class InvertedResidual(torch.nn.Module):
 
     def __init__(self, channels):
         super().__init__()
-        self.conv = torch.nn.Sequential(conv_bn(channels, 2 * channels, 1, activation=torch.nn.ReLU6()),
-                                        conv_bn(2 * channels, 2 * channels, 3, groups=2 * channels,
-                                                activation=torch.nn.ReLU6()),
-                                        conv_bn(2 * channels, channels, 1))
+        self.conv = torch.nn.Sequential(
+            conv_bn(channels, 2 * channels, 1, activation=torch.nn.ReLU6()),
+            conv_bn(2 * channels, 2 * channels, 3, groups=2 * channels, activation=torch.nn.ReLU6()),
+            conv_bn(2 * channels, channels, 1),
+        )
 
     def forward(self, x):
         return x + self.conv(x)
@@ -67,8 +70,7 @@ class InvertedResidual(torch.nn.Module):
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
-                                        torch.nn.ReLU())
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
         self.block = Bottleneck(8, 4, 2)
         self.mobile = InvertedResidual(16)
         self.head = torch.nn.Linear(16, 5)
@@ -145,9 +147,15 @@ def test_fused_parameters_are_cast_once_under_autocast_and_again_after_they_chan
 
 def test_fusion_folds_bias_and_affine_free_norms_and_leaves_chains_without_a_norm_alone():
     torch.manual_seed(1)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=True), torch.nn.BatchNorm2d(4, affine=False),
-                                torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU(),  # no batch norm: stays
-                                torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.Sigmoid()).double()
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, bias=True),
+        torch.nn.BatchNorm2d(4, affine=False),
+        torch.nn.Conv2d(4, 4, 1),
+        torch.nn.ReLU(),  # no batch norm: stays
+        torch.nn.Conv2d(4, 4, 1),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.Sigmoid(),
+    ).double()
     trained_looking(model, torch.float64)
     x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
     with torch.no_grad():
@@ -202,8 +210,11 @@ def test_training_fusion_matches_torch_in_outputs_gradients_and_running_statisti
             assert relative_error(ours[name].grad, parameter.grad) < tolerance, name
     ours = fused.state_dict()
     for name, value in model.state_dict().items():
-        assert torch.equal(ours[name], value) if value.dtype == torch.int64 else relative_error(ours[name], value) < \
-            tolerance, name
+        assert (
+            torch.equal(ours[name], value)
+            if value.dtype == torch.int64
+            else relative_error(ours[name], value) < tolerance
+        ), name
     with torch.no_grad():  # eval mode: the fused batch norms take their steps one by one
         assert relative_error(fused.eval()(x.to(dtype)), model.eval()(x)) < tolerance
 
@@ -247,9 +258,16 @@ def test_training_fusion_leaves_shared_batch_norms_and_unsupported_options_alone
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("activation, coef, reference", [
-    ("relu", 0.0, torch.relu), ("relu6", None, None), ("clipped_relu", 6.0, lambda t: t.clamp(0, 6)),
-    ("silu", 1.0, TF.silu), (None, 0.0, lambda t: t)])
+@pytest.mark.parametrize(
+    "activation, coef, reference",
+    [
+        ("relu", 0.0, torch.relu),
+        ("relu6", None, None),
+        ("clipped_relu", 6.0, lambda t: t.clamp(0, 6)),
+        ("silu", 1.0, TF.silu),
+        (None, 0.0, lambda t: t),
+    ],
+)
 def test_conv_bias_activation_matches_torch(backend, activation, coef, reference):
     if activation == "relu6":
         with pytest.raises(od.BadParam, match="activation='relu6' is not a forward activation"):
@@ -259,8 +277,19 @@ def test_conv_bias_activation_matches_torch(backend, activation, coef, reference
     x = torch.randn(2, 6, 9, 7, generator=gen).contiguous(memory_format=torch.channels_last)
     w, bias = torch.randn(8, 3, 3, 3, generator=gen), torch.randn(8, generator=gen)
     z = torch.randn(2, 8, 5, 4, generator=gen)  # packed NCHW while y follows x (channels-last)
-    got = F.conv_bias_activation(x, w, bias, z, activation, coef=coef, alpha2=0.5, stride=2, padding=1, groups=2,
-                                 handle=od.create("cpu", backend=backend))
+    got = F.conv_bias_activation(
+        x,
+        w,
+        bias,
+        z,
+        activation,
+        coef=coef,
+        alpha2=0.5,
+        stride=2,
+        padding=1,
+        groups=2,
+        handle=od.create("cpu", backend=backend),
+    )
     conv = TF.conv2d(x.double(), w.double(), bias.double(), stride=2, padding=1, groups=2)
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert relative_error(got, reference(conv + 0.5 * z.double())) < 1e-6
@@ -295,8 +324,11 @@ def test_fusion_of_1d_and_3d_chains_function_forms_and_a_self_sum(monkeypatch):
             module.running_mean.normal_()
             module.running_var.uniform_(0.5, 1.5)
     model.eval()
-    inputs = (torch.randn(2, 3, 11, dtype=torch.float64), torch.randn(2, 3, 5, 6, 7, dtype=torch.float64),
-              torch.randn(2, 3, 8, 8, dtype=torch.float64))
+    inputs = (
+        torch.randn(2, 3, 11, dtype=torch.float64),
+        torch.randn(2, 3, 5, 6, 7, dtype=torch.float64),
+        torch.randn(2, 3, 8, 8, dtype=torch.float64),
+    )
     with torch.no_grad():
         fused = ot.fuse(model)
         assert relative_error(fused(*inputs), model(*inputs)) < 1e-12
@@ -315,8 +347,9 @@ class SmoothActivations(torch.nn.Module):
         super().__init__()
         self.convs = torch.nn.ModuleList(torch.nn.Conv2d(3, 3, 3, padding=1) for _ in range(4))
         self.norms = torch.nn.ModuleList(torch.nn.BatchNorm2d(3) for _ in range(4))
-        self.acts = torch.nn.ModuleList([torch.nn.SiLU(), torch.nn.ELU(), torch.nn.ELU(alpha=0.5),
-                                         torch.nn.Softplus(beta=2.0)])
+        self.acts = torch.nn.ModuleList(
+            [torch.nn.SiLU(), torch.nn.ELU(), torch.nn.ELU(alpha=0.5), torch.nn.Softplus(beta=2.0)]
+        )
         self.fcs = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(4))
 
     def forward(self, x):
@@ -357,8 +390,11 @@ class Mlp(torch.nn.Module):
 
     def __init__(self, width=12):
         super().__init__()
-        self.fc1, self.act, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.GELU("tanh"), \
-            torch.nn.Linear(4 * width, width)
+        self.fc1, self.act, self.fc2 = (
+            torch.nn.Linear(width, 4 * width),
+            torch.nn.GELU("tanh"),
+            torch.nn.Linear(4 * width, width),
+        )
         self.shared, self.out = torch.nn.Linear(width, width), torch.nn.Linear(width, 3, bias=False)
 
     def forward(self, x):

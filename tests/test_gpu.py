@@ -29,10 +29,18 @@ def test_sample_matches_float64_reference_on_gpu(sample):
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
-@pytest.mark.parametrize("ours, theirs", [
-    (F.relu, torch.relu), (F.gelu, TF.gelu), (F.sigmoid, torch.sigmoid), (F.tanh, torch.tanh),
-    (F.swish, TF.silu), (F.elu, TF.elu), (lambda x: F.softplus(x), TF.softplus),
-])
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (F.relu, torch.relu),
+        (F.gelu, TF.gelu),
+        (F.sigmoid, torch.sigmoid),
+        (F.tanh, torch.tanh),
+        (F.swish, TF.silu),
+        (F.elu, TF.elu),
+        (lambda x: F.softplus(x), TF.softplus),
+    ],
+)
 def test_activations_match_torch_on_gpu(ours, theirs, dtype, tolerance):
     x = 3 * torch.randn(4096, 1000, device=DEVICE, dtype=dtype)
     expected = theirs(x.double())

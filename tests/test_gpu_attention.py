@@ -35,17 +35,21 @@ def forward_and_gradients(function, q, k, v, do, **kwargs):
     return [o.detach()] + [leaf.grad for leaf in leaves]
 
 
-@pytest.mark.parametrize("dtype, shapes, kwargs", [
-    (torch.bfloat16, ((2, 8, 2048, 128), (2, 8, 2048, 128)), dict(is_causal=True)),
-    (torch.float16, ((4, 16, 1024, 64), (4, 4, 1536, 64)), dict(enable_gqa=True)),
-])
+@pytest.mark.parametrize(
+    "dtype, shapes, kwargs",
+    [
+        (torch.bfloat16, ((2, 8, 2048, 128), (2, 8, 2048, 128)), dict(is_causal=True)),
+        (torch.float16, ((4, 16, 1024, 64), (4, 4, 1536, 64)), dict(enable_gqa=True)),
+    ],
+)
 def test_functional_matches_torch_sdpa_on_gpu(dtype, shapes, kwargs):
     generator = torch.Generator(DEVICE).manual_seed(0)
     q = torch.randn(shapes[0], device=DEVICE, dtype=dtype, generator=generator)
     k, v = (torch.randn(shapes[1], device=DEVICE, dtype=dtype, generator=generator) for _ in range(2))
     do = torch.randn(q.shape, device=DEVICE, dtype=dtype, generator=generator)
-    exact = forward_and_gradients(torch.nn.functional.scaled_dot_product_attention, q.double(), k.double(),
-                                  v.double(), do.double(), **kwargs)
+    exact = forward_and_gradients(
+        torch.nn.functional.scaled_dot_product_attention, q.double(), k.double(), v.double(), do.double(), **kwargs
+    )
     theirs = forward_and_gradients(torch.nn.functional.scaled_dot_product_attention, q, k, v, do, **kwargs)
     o, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True, **kwargs)
     ours = [o, *F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, **kwargs)]

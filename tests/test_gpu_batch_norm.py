@@ -40,8 +40,9 @@ def test_training_forward_and_backward_match_torch_on_gpu(dtype, channels_last):
     torch_mean, torch_var = mean.clone(), var.clone()
     for _ in range(3):
         y = F.batch_norm(x, mean, var, weight, bias, training=True)
-        expected = TF.batch_norm(x.double(), torch_mean.double(), torch_var.double(), weight.double(), bias.double(),
-                                 True)
+        expected = TF.batch_norm(
+            x.double(), torch_mean.double(), torch_var.double(), weight.double(), bias.double(), True
+        )
         TF.batch_norm(x.float(), torch_mean, torch_var, weight, bias, True)
     assert y.dtype == dtype and y.is_contiguous(memory_format=torch.channels_last) == channels_last
     assert error(y, expected) < TOLERANCE[dtype]
@@ -101,16 +102,35 @@ def one_read_cluster(x, with_z=False):
     x_desc = od.TensorDescriptor(x.dtype, x.shape, x.stride())
     param = od.derive_bn_tensor_descriptor(x_desc, od.BatchNormMode.SPATIAL)
     ops = od.BatchNormOps.BN_ADD_ACTIVATION if with_z else od.BatchNormOps.BN
-    problem = bn.batch_norm_problem(bn.Direction.TRAINING, od.BatchNormMode.SPATIAL, x_desc, x_desc, param, 1e-5,
-                                    ops=ops, z_desc=x_desc if with_z else None,
-                                    activation="relu" if with_z else None)
+    problem = bn.batch_norm_problem(
+        bn.Direction.TRAINING,
+        od.BatchNormMode.SPATIAL,
+        x_desc,
+        x_desc,
+        param,
+        1e-5,
+        ops=ops,
+        z_desc=x_desc if with_z else None,
+        activation="relu" if with_z else None,
+    )
     return bn_plan(problem, has_clusters(x.device.index)).one_read[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape, cluster", [((64, 32, 56, 56), 16), ((33, 24, 30, 40), 8), ((64, 40, 28, 28), 4),
-                                            ((32, 16, 28, 28), 2), ((8, 24, 28, 28), 1), ((64, 8, 112, 112), 0),
-                                            ((256, 16, 14, 14), 4), ((64, 40, 14, 14), 1), ((128, 24, 7, 7), 1)])
+@pytest.mark.parametrize(
+    "shape, cluster",
+    [
+        ((64, 32, 56, 56), 16),
+        ((33, 24, 30, 40), 8),
+        ((64, 40, 28, 28), 4),
+        ((32, 16, 28, 28), 2),
+        ((8, 24, 28, 28), 1),
+        ((64, 8, 112, 112), 0),
+        ((256, 16, 14, 14), 4),
+        ((64, 40, 14, 14), 1),
+        ((128, 24, 7, 7), 1),
+    ],
+)
 def test_one_read_forward_and_backward_in_clusters_match_torch_on_gpu(dtype, shape, cluster):
     """The training forward and the backward with its saved statistics, each feature in one cluster of CTAs
     (x, and dy, read once), 33 rows of 1200 in 8 CTAs of 8 x 2048 lanes and rows of 196 and 49 included,
@@ -127,8 +147,25 @@ def test_one_read_forward_and_backward_in_clusters_match_torch_on_gpu(dtype, sha
     y = torch.full_like(x, float("nan"))
     saved_mean = torch.full((channels,), float("nan"), device=DEVICE)
     saved_inv = torch.full_like(saved_mean, float("nan"))
-    od.batch_normalization_forward_training(od.create(DEVICE), od.BatchNormMode.SPATIAL, 1.0, 0.0, x_desc, x, x_desc,
-                                            y, param, weight, bias, 0.1, mean, var, 1e-5, saved_mean, saved_inv)
+    od.batch_normalization_forward_training(
+        od.create(DEVICE),
+        od.BatchNormMode.SPATIAL,
+        1.0,
+        0.0,
+        x_desc,
+        x,
+        x_desc,
+        y,
+        param,
+        weight,
+        bias,
+        0.1,
+        mean,
+        var,
+        1e-5,
+        saved_mean,
+        saved_inv,
+    )
     xd = x.double()
     expected = TF.batch_norm(xd, torch_mean, torch_var, weight.double(), bias.double(), True, 0.1, 1e-5)
     assert error(y, expected) < TOLERANCE[dtype]
@@ -140,8 +177,27 @@ def test_one_read_forward_and_backward_in_clusters_match_torch_on_gpu(dtype, sha
     TF.batch_norm(xr, None, None, wr, bias.double(), True, eps=1e-5).backward(dy.double())
     dx = torch.full_like(x, float("nan"))
     dweight, dbias = torch.full_like(weight, float("nan")), torch.full_like(weight, float("nan"))
-    od.batch_normalization_backward(od.create(DEVICE), od.BatchNormMode.SPATIAL, 1.0, 0.0, 1.0, 0.0, x_desc, x,
-                                    x_desc, dy, x_desc, dx, param, weight, dweight, dbias, 1e-5, saved_mean, saved_inv)
+    od.batch_normalization_backward(
+        od.create(DEVICE),
+        od.BatchNormMode.SPATIAL,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        x_desc,
+        x,
+        x_desc,
+        dy,
+        x_desc,
+        dx,
+        param,
+        weight,
+        dweight,
+        dbias,
+        1e-5,
+        saved_mean,
+        saved_inv,
+    )
     assert error(dx, xr.grad) < TOLERANCE[dtype]
     assert error(dweight, wr.grad) < 1e-4 and error(dbias, dy.double().sum((0, 2, 3))) < 1e-5
 

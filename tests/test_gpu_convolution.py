@@ -31,9 +31,15 @@ def _error(actual, expected):
     return ((actual.double() - expected).norm() / expected.norm()).item()
 
 
-@pytest.mark.parametrize("dtype, layout, tolerance", [
-    (torch.bfloat16, torch.channels_last, 1e-2), (torch.float16, torch.channels_last, 1e-2),
-    (torch.float32, torch.contiguous_format, 1e-5), (torch.float64, torch.contiguous_format, 1e-10)])
+@pytest.mark.parametrize(
+    "dtype, layout, tolerance",
+    [
+        (torch.bfloat16, torch.channels_last, 1e-2),
+        (torch.float16, torch.channels_last, 1e-2),
+        (torch.float32, torch.contiguous_format, 1e-5),
+        (torch.float64, torch.contiguous_format, 1e-10),
+    ],
+)
 def test_functional_conv_and_backward_match_torch_on_gpu(dtype, layout, tolerance):
     x = torch.randn(16, 64, 28, 28, device=DEVICE, dtype=dtype).contiguous(memory_format=layout)
     w = torch.randn(128, 32, 3, 3, device=DEVICE, dtype=dtype).contiguous(memory_format=layout)
@@ -64,8 +70,9 @@ def test_functional_conv_1d_3d_and_transpose_match_torch_on_gpu(spatial):
     transpose = {1: TF.conv_transpose1d, 3: TF.conv_transpose3d}[spatial]
     assert _error(F.conv(x, w, None, 2, 1, 2, 2), conv(x.double(), w.double(), None, 2, 1, 2, 2)) < 1e-5
     wt = torch.randn(32, 8, *(3,) * spatial, device=DEVICE)
-    assert _error(F.conv_transpose(x, wt, None, 2, 1, 1, 4),
-                  transpose(x.double(), wt.double(), None, 2, 1, 1, 4)) < 1e-5
+    assert (
+        _error(F.conv_transpose(x, wt, None, 2, 1, 1, 4), transpose(x.double(), wt.double(), None, 2, 1, 1, 4)) < 1e-5
+    )
 
 
 def _descriptor(t):
@@ -79,23 +86,30 @@ def test_default_algorithms_are_bitwise_deterministic_and_forward_needs_no_works
     conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
     xd, wd = _descriptor(x), _descriptor(w)
     yd = _descriptor(torch.empty_like(x))
-    assert od.get_convolution_forward_workspace_size(handle, xd, wd, conv_desc, yd,
-                                                     od.ConvolutionFwdAlgo.IMPLICIT_GEMM) == 0
-    data_bytes = od.get_convolution_backward_data_workspace_size(handle, wd, yd, conv_desc, xd,
-                                                                 od.ConvolutionBwdDataAlgo.ALGO_0)
-    filter_bytes = od.get_convolution_backward_filter_workspace_size(handle, xd, yd, conv_desc, wd,
-                                                                     od.ConvolutionBwdFilterAlgo.ALGO_0)
+    assert (
+        od.get_convolution_forward_workspace_size(handle, xd, wd, conv_desc, yd, od.ConvolutionFwdAlgo.IMPLICIT_GEMM)
+        == 0
+    )
+    data_bytes = od.get_convolution_backward_data_workspace_size(
+        handle, wd, yd, conv_desc, xd, od.ConvolutionBwdDataAlgo.ALGO_0
+    )
+    filter_bytes = od.get_convolution_backward_filter_workspace_size(
+        handle, xd, yd, conv_desc, wd, od.ConvolutionBwdFilterAlgo.ALGO_0
+    )
     data_space = torch.empty(data_bytes, dtype=torch.uint8, device=DEVICE) if data_bytes else None
     filter_space = torch.empty(filter_bytes, dtype=torch.uint8, device=DEVICE) if filter_bytes else None
     runs = []
     for _ in range(2):
         y, dx, dw = torch.empty_like(x), torch.empty_like(x), torch.empty_like(w)
-        od.convolution_forward(handle, 1.0, xd, x, wd, w, conv_desc, od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None,
-                               0.0, yd, y)
-        od.convolution_backward_data(handle, 1.0, wd, w, yd, y, conv_desc, od.ConvolutionBwdDataAlgo.ALGO_0,
-                                     data_space, 0.0, xd, dx)
-        od.convolution_backward_filter(handle, 1.0, xd, x, yd, y, conv_desc, od.ConvolutionBwdFilterAlgo.ALGO_0,
-                                       filter_space, 0.0, wd, dw)
+        od.convolution_forward(
+            handle, 1.0, xd, x, wd, w, conv_desc, od.ConvolutionFwdAlgo.IMPLICIT_GEMM, None, 0.0, yd, y
+        )
+        od.convolution_backward_data(
+            handle, 1.0, wd, w, yd, y, conv_desc, od.ConvolutionBwdDataAlgo.ALGO_0, data_space, 0.0, xd, dx
+        )
+        od.convolution_backward_filter(
+            handle, 1.0, xd, x, yd, y, conv_desc, od.ConvolutionBwdFilterAlgo.ALGO_0, filter_space, 0.0, wd, dw
+        )
         runs.append((y, dx, dw))
     for first, second in zip(*runs):
         assert torch.equal(first, second)
@@ -109,8 +123,9 @@ def test_every_applicable_algorithm_reports_its_workspace():
     sizes = {}
     for algo in od.ConvolutionFwdAlgo:
         try:
-            sizes[algo] = od.get_convolution_forward_workspace_size(handle, _descriptor(x), _descriptor(w),
-                                                                    conv_desc, _descriptor(y), algo)
+            sizes[algo] = od.get_convolution_forward_workspace_size(
+                handle, _descriptor(x), _descriptor(w), conv_desc, _descriptor(y), algo
+            )
         except od.NotSupported:
             continue
     assert sizes[od.ConvolutionFwdAlgo.IMPLICIT_GEMM] == 0
@@ -125,6 +140,7 @@ def test_channels_last_3x3_bfloat16_is_within_its_own_rounding_of_float64(size, 
     """Stride 1, channels-last bfloat16 (read by TMA): fp32 accumulation leaves only the output's
     rounding, so the error must be that of float64's result rounded to bfloat16. The samples'
     1e-2 let a wrong box through (6e-3 against 1.66e-3 on ResNet-50's 14 x 14 layer)."""
+
     def channels_last(t):
         return t.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
 
@@ -153,27 +169,34 @@ def test_tf32_3x3_is_as_close_to_float64_as_cudnn_tf32(size, channels, layout, d
     handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
     x, dy = (torch.randn(32, channels, size, size, device=DEVICE).contiguous(memory_format=layout) for _ in range(2))
     w = (torch.randn(channels, channels, 3, 3, device=DEVICE) / math.sqrt(9 * channels)).contiguous(
-        memory_format=layout)
+        memory_format=layout
+    )
     if direction == "forward":
+
         def ours():
             return F.conv(x, w, padding=1, handle=handle)
 
         def theirs(*t):
             return TF.conv2d(t[0], t[1], padding=1)
+
         inputs = (x, w)
     elif direction == "backward_data":
+
         def ours():
             return F.conv_backward_data(dy, w, x.shape, 1, 1, handle=handle)
 
         def theirs(*t):
             return torch.nn.grad.conv2d_input(x.shape, t[1], t[0], padding=1)
+
         inputs = (dy, w)
     else:
+
         def ours():
             return F.conv_backward_filter(x, dy, w.shape, 1, 1, handle=handle)
 
         def theirs(*t):
             return torch.nn.grad.conv2d_weight(t[0], w.shape, t[1], padding=1)
+
         inputs = (x, dy)
     want = theirs(*(t.double() for t in inputs))
     saved = torch.backends.cudnn.allow_tf32

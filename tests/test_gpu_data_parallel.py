@@ -10,8 +10,7 @@ import opendnn as od
 import opendnn.functional as F
 from opendnn.apps import data_parallel as dp
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]
 
 
 def device_work(device: str, seed: int, handle: od.Handle) -> list[torch.Tensor]:
@@ -36,8 +35,10 @@ def test_one_handle_per_device_from_its_own_thread_matches_serial_runs_bitwise()
 def test_ddp_over_nccl_on_2_gpus_trains_at_least_1_8x_the_images_per_second_of_one():
     options = {"backend": "nccl", "device": "cuda", "epochs": 20, "batch_size": 64, "seed": 0}
     one, two = (dp.launch(dp.train, n, 300, **options)[0] for n in (1, 2))
-    print(f"\nimages/s: 1 GPU {one['images_per_second']:.0f}, 2 GPUs {two['images_per_second']:.0f}, "
-          f"x{two['images_per_second'] / one['images_per_second']:.2f}")
+    print(
+        f"\nimages/s: 1 GPU {one['images_per_second']:.0f}, 2 GPUs {two['images_per_second']:.0f}, "
+        f"x{two['images_per_second'] / one['images_per_second']:.2f}"
+    )
     assert one["test_accuracy"] > 0.9 and two["test_accuracy"] > 0.9
     assert two["images_per_second"] >= 1.8 * one["images_per_second"]
 
@@ -45,11 +46,20 @@ def test_ddp_over_nccl_on_2_gpus_trains_at_least_1_8x_the_images_per_second_of_o
 def test_resnet50_ddp_over_nccl_on_2_gpus_trains_at_least_1_6x_the_images_per_second_of_one():
     """Few steps, so a looser bar than 1.8x, the target for the CLI's 20 timed steps."""
     pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README.md")
-    options = {"backend": "nccl", "device": "cuda", "model": "resnet50", "warmup_steps": 2, "steps": 5,
-               "batch_size": 32, "seed": 0}
+    options = {
+        "backend": "nccl",
+        "device": "cuda",
+        "model": "resnet50",
+        "warmup_steps": 2,
+        "steps": 5,
+        "batch_size": 32,
+        "seed": 0,
+    }
     one, two = (dp.launch(dp.train, n, 300, **options) for n in (1, 2))
-    print(f"\nResNet-50 images/s: 1 GPU {one[0]['images_per_second']:.0f}, 2 GPUs {two[0]['images_per_second']:.0f}, "
-          f"x{two[0]['images_per_second'] / one[0]['images_per_second']:.2f}")
+    print(
+        f"\nResNet-50 images/s: 1 GPU {one[0]['images_per_second']:.0f}, 2 GPUs {two[0]['images_per_second']:.0f}, "
+        f"x{two[0]['images_per_second'] / one[0]['images_per_second']:.2f}"
+    )
     for result in one + two:
         assert result["model"] == "resnet50" and result["test_accuracy"] is None
         assert torch.isfinite(torch.tensor(result["loss"])), result

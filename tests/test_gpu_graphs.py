@@ -23,19 +23,33 @@ def small_cnn() -> torch.nn.Sequential:
     norm, relu / relu6, max pool, global average pool, linear."""
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
         torch.nn.MaxPool2d(3, 2, 1),
-        torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU6(),
-        torch.nn.Conv2d(32, 64, 1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, CLASSES),
+        torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU6(),
+        torch.nn.Conv2d(32, 64, 1, bias=False),
+        torch.nn.BatchNorm2d(64),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, CLASSES),
     ).to(DEVICE, memory_format=torch.channels_last)
 
 
 def batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator(DEVICE).manual_seed(1)
-    return [(torch.randn(BATCH, 3, SIZE, SIZE, device=DEVICE, generator=generator)
-             .contiguous(memory_format=torch.channels_last),
-             torch.randint(0, CLASSES, (BATCH,), device=DEVICE, generator=generator)) for _ in range(count)]
+    return [
+        (
+            torch.randn(BATCH, 3, SIZE, SIZE, device=DEVICE, generator=generator).contiguous(
+                memory_format=torch.channels_last
+            ),
+            torch.randint(0, CLASSES, (BATCH,), device=DEVICE, generator=generator),
+        )
+        for _ in range(count)
+    ]
 
 
 def converted(model: torch.nn.Module) -> torch.nn.Module:

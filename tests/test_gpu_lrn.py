@@ -41,23 +41,33 @@ def _check(shape, n, dtype, channels_last):
     desc = LRNDescriptor(n, ALPHA, BETA, K)
     xd, dyd = (t.to(DEVICE, dtype) for t in (x, dy))
     if channels_last:
-        xd, dyd = (t.permute(0, *range(2, t.ndim), 1).contiguous().permute(0, t.ndim - 1, *range(1, t.ndim - 1))
-                   for t in (xd, dyd))
+        xd, dyd = (
+            t.permute(0, *range(2, t.ndim), 1).contiguous().permute(0, t.ndim - 1, *range(1, t.ndim - 1))
+            for t in (xd, dyd)
+        )
     x64, dy64 = xd.double().cpu().numpy(), dyd.double().cpu().numpy()
-    for actual, expected in ((F.local_response_norm(xd, n, ALPHA, BETA, K), lrn_reference(x64, desc)),
-                             (F.local_response_norm_backward(dyd, xd, n, ALPHA, BETA, K),
-                              lrn_backward_reference(x64, dy64, desc))):
+    for actual, expected in (
+        (F.local_response_norm(xd, n, ALPHA, BETA, K), lrn_reference(x64, desc)),
+        (F.local_response_norm_backward(dyd, xd, n, ALPHA, BETA, K), lrn_backward_reference(x64, dy64, desc)),
+    ):
         expected = torch.from_numpy(expected)
         error = ((actual.double().cpu() - expected).norm() / expected.norm()).item()
         assert error < TOLERANCE[dtype], f"relative error {error:.3g}"
 
 
 # lrn_vector_kernel takes channels-contiguous layouts only
-@pytest.mark.parametrize("algorithm, channels_last", [
-    (("stream", {}), False), (("stream", {}), True), (("stream", {"chunk": 8}), False),
-    (("stream", {"chunk": 8}), True), (("vector", {}), True),
-], indirect=["algorithm"],
-    ids=["stream-nchw", "stream-nhwc", "stream-chunk8-nchw", "stream-chunk8-nhwc", "vector-nhwc"])
+@pytest.mark.parametrize(
+    "algorithm, channels_last",
+    [
+        (("stream", {}), False),
+        (("stream", {}), True),
+        (("stream", {"chunk": 8}), False),
+        (("stream", {"chunk": 8}), True),
+        (("vector", {}), True),
+    ],
+    indirect=["algorithm"],
+    ids=["stream-nchw", "stream-nhwc", "stream-chunk8-nchw", "stream-chunk8-nhwc", "vector-nhwc"],
+)
 @pytest.mark.parametrize("n", [1, 2, 5, 10, 16])
 @pytest.mark.parametrize("channels", [3, 17, 1000])
 def test_lrn_windows_and_channel_counts_on_gpu(algorithm, channels_last, n, channels):

@@ -21,8 +21,9 @@ def relative_error(actual, expected):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
-@pytest.mark.parametrize("m, k, n", [(1024, 1024, 1024), (1000, 1001, 999), (4096, 4096, 4096), (1, 4096, 4096),
-                                     (4096, 1, 4096)])
+@pytest.mark.parametrize(
+    "m, k, n", [(1024, 1024, 1024), (1000, 1001, 999), (4096, 4096, 4096), (1, 4096, 4096), (4096, 1, 4096)]
+)
 @pytest.mark.parametrize("transposed", [False, True], ids=["packed", "transposed"])
 def test_matmul_matches_torch(dtype, m, k, n, transposed):
     a = torch.randn(m, k, device=DEVICE, dtype=dtype)
@@ -53,8 +54,9 @@ def test_fp8_with_scales_matches_scaled_mm(b_type):
     cublas_error = relative_error(torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32), reference)
     got = F.matmul(a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32")
     assert relative_error(got, reference) <= max(1.5 * cublas_error, 1e-5)
-    fast = F.matmul(a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32",
-                    handle=od.create(DEVICE, math_type=od.MathType.TENSOR_OP))
+    fast = F.matmul(
+        a, b, a_scale=0.5, b_scale=2.0, out_dtype="float32", handle=od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    )
     assert relative_error(fast, 0.5 * 2.0 * (a.double() @ b.double())) < 5e-3
 
 
@@ -66,12 +68,16 @@ def test_linear_bias_gelu_residual_fused_matches_torch(dtype):
     expected = TF.gelu(TF.linear(x.double(), weight.double(), bias.double())) + residual.double()
     got = F.matmul(x, weight.t(), bias, "gelu", residual=residual)
     assert relative_error(got, expected) < TOLERANCE[dtype]
-    assert relative_error(F.linear(x, weight, bias), TF.linear(x.double(), weight.double(), bias.double())) \
+    assert (
+        relative_error(F.linear(x, weight, bias), TF.linear(x.double(), weight.double(), bias.double()))
         < TOLERANCE[dtype]
+    )
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((512, 128, 128), (512, 128, 128)), ((8, 1, 300, 200), (5, 200, 100)),
-                                              ((6, 256, 512), (512, 384))])
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((512, 128, 128), (512, 128, 128)), ((8, 1, 300, 200), (5, 200, 100)), ((6, 256, 512), (512, 384))],
+)
 def test_batched_broadcast_matches_torch(a_shape, b_shape):
     a = torch.randn(a_shape, device=DEVICE, dtype=torch.bfloat16)
     b = torch.randn(b_shape, device=DEVICE, dtype=torch.bfloat16)
@@ -84,10 +90,21 @@ def test_bias_per_row_and_alpha_beta():
     c = torch.randn(777, 333, device=DEVICE)
     expected = 0.5 * torch.relu(a.double() @ b.double() + bias.double()[:, None]) - 2.0 * c.double()
     desc = od.TensorDescriptor
-    epilogue = od.MatmulEpilogue(bias_desc=desc("float32", (777,)), bias=bias, bias_axis="row",
-                                 activation=od.PointwiseMode.RELU_FWD)
-    od.matmul(od.create(DEVICE), 0.5, desc("float32", a.shape), a, desc("float32", b.shape), b, -2.0,
-              desc("float32", c.shape), c, epilogue)
+    epilogue = od.MatmulEpilogue(
+        bias_desc=desc("float32", (777,)), bias=bias, bias_axis="row", activation=od.PointwiseMode.RELU_FWD
+    )
+    od.matmul(
+        od.create(DEVICE),
+        0.5,
+        desc("float32", a.shape),
+        a,
+        desc("float32", b.shape),
+        b,
+        -2.0,
+        desc("float32", c.shape),
+        c,
+        epilogue,
+    )
     assert relative_error(c, expected) < 1e-5
 
 
@@ -100,22 +117,32 @@ def test_stores_stay_inside_a_c_window(dtype, beta):
     a = torch.randn(m, k, device=DEVICE, dtype=dtype)
     b = torch.randn(k, n, device=DEVICE, dtype=dtype).t().contiguous().t()
     buffer = torch.full((m + 9, n + 40), float("nan"), device=DEVICE, dtype=dtype)
-    c = buffer[3:3 + m, 8:8 + n]
+    c = buffer[3 : 3 + m, 8 : 8 + n]
     start = torch.randn(m, n, device=DEVICE, dtype=dtype)
     c.copy_(start)
     desc = od.TensorDescriptor
     handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
-    od.matmul(handle, 1.0, desc(dtype, a.shape, a.stride()), a, desc(dtype, b.shape, b.stride()), b, beta,
-              desc(dtype, c.shape, c.stride()), c)
+    od.matmul(
+        handle,
+        1.0,
+        desc(dtype, a.shape, a.stride()),
+        a,
+        desc(dtype, b.shape, b.stride()),
+        b,
+        beta,
+        desc(dtype, c.shape, c.stride()),
+        c,
+    )
     expected = a.double() @ b.double() + beta * start.double()
     assert relative_error(c, expected) < (1e-2 if dtype is torch.bfloat16 else 1e-3)
     outside = torch.ones_like(buffer, dtype=torch.bool)
-    outside[3:3 + m, 8:8 + n] = False
+    outside[3 : 3 + m, 8 : 8 + n] = False
     assert buffer[outside].isnan().all()
 
 
-@pytest.mark.parametrize("batch, m, k, n, tile", [((), 4096, 1024, 4224, (256, 128, 64)),
-                                                  ((512,), 128, 128, 128, (128, 128, 128))])
+@pytest.mark.parametrize(
+    "batch, m, k, n, tile", [((), 4096, 1024, 4224, (256, 128, 64)), ((512,), 128, 128, 128, (128, 128, 128))]
+)
 @pytest.mark.parametrize("aligned", [True, False], ids=["tma", "pointers"])
 def test_rated_and_short_k_tiles_match_torch_on_both_load_paths(batch, m, k, n, tile, aligned, monkeypatch):
     """The tiles ``tile_config`` takes beside 128 x 256 (256 x 128 where it needs fewer rounds, 128 x 128 x 128
@@ -133,17 +160,32 @@ def test_rated_and_short_k_tiles_match_torch_on_both_load_paths(batch, m, k, n, 
 
     a, b, residual, bias = operand(*batch, m, k), operand(*batch, k, n, scale=0.125), operand(*batch, m, n), operand(n)
     buffer = torch.full((*batch, m + 2, n + 3), float("nan"), device=DEVICE, dtype=dtype)
-    c = buffer[..., 1:1 + m, 2:2 + n]
+    c = buffer[..., 1 : 1 + m, 2 : 2 + n]
     desc = od.TensorDescriptor
     problem = matmul_problem(*(desc(dtype, t.shape, t.stride()) for t in (a, b, c)))
     config = triton_matmul.tile_config(problem, od.DataType.BFLOAT16, False, 132)
     assert (config.block_m, config.block_n, config.block_k) == tile
-    epilogue = od.MatmulEpilogue(bias_desc=desc(dtype, bias.shape), bias=bias, activation=od.PointwiseMode.GELU_FWD,
-                                 residual_desc=desc(dtype, residual.shape, residual.stride()), residual=residual)
-    od.matmul(od.create(DEVICE), 1.0, desc(dtype, a.shape, a.stride()), a, desc(dtype, b.shape, b.stride()), b, 0.0,
-              desc(dtype, c.shape, c.stride()), c, epilogue)
+    epilogue = od.MatmulEpilogue(
+        bias_desc=desc(dtype, bias.shape),
+        bias=bias,
+        activation=od.PointwiseMode.GELU_FWD,
+        residual_desc=desc(dtype, residual.shape, residual.stride()),
+        residual=residual,
+    )
+    od.matmul(
+        od.create(DEVICE),
+        1.0,
+        desc(dtype, a.shape, a.stride()),
+        a,
+        desc(dtype, b.shape, b.stride()),
+        b,
+        0.0,
+        desc(dtype, c.shape, c.stride()),
+        c,
+        epilogue,
+    )
     expected = TF.gelu(a.double() @ b.double() + bias.double()) + residual.double()
     assert relative_error(c, expected) < 1e-2
     outside = torch.ones_like(buffer, dtype=torch.bool)
-    outside[..., 1:1 + m, 2:2 + n] = False
+    outside[..., 1 : 1 + m, 2 : 2 + n] = False
     assert buffer[outside].isnan().all()

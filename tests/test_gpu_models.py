@@ -74,8 +74,11 @@ def _models(builders, name: str) -> tuple[torch.nn.Module, torch.nn.Module, ot.C
 
 def _left_to_torch(model: torch.nn.Module) -> list[str]:
     """The leaf modules (not containers) that still run torch's code, other than NO_COMPUTE ones."""
-    return [f"{name}: {type(module).__name__}" for name, module in model.named_modules()
-            if next(module.children(), None) is None and not isinstance(module, (ot.OpendnnModule, *NO_COMPUTE))]
+    return [
+        f"{name}: {type(module).__name__}"
+        for name, module in model.named_modules()
+        if next(module.children(), None) is None and not isinstance(module, (ot.OpendnnModule, *NO_COMPUTE))
+    ]
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,8 +130,11 @@ def test_fused_model_inference_logits_match_torch(name, dtype, torchvision_model
 class _Mlp(torch.nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
-        self.fc1, self.act, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.GELU(), \
-            torch.nn.Linear(4 * width, width)
+        self.fc1, self.act, self.fc2 = (
+            torch.nn.Linear(width, 4 * width),
+            torch.nn.GELU(),
+            torch.nn.Linear(4 * width, width),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.fc2(self.act(self.fc1(x)))
@@ -153,8 +159,11 @@ def test_converted_model_training_step_gradients_match_torch_in_float32(name, to
     float64 = copy.deepcopy(model).to(torch.float64, memory_format=torch.contiguous_format)
     x, labels = _inputs()
     losses = []
-    for network, context in ((model, contextlib.nullcontext()), (ours, ot.functional_calls()),
-                             (float64, contextlib.nullcontext())):
+    for network, context in (
+        (model, contextlib.nullcontext()),
+        (ours, ot.functional_calls()),
+        (float64, contextlib.nullcontext()),
+    ):
         network.train()
         for dropout in (module for module in network.modules() if isinstance(module, torch.nn.Dropout)):
             dropout.eval()  # its mask is torch's random draw, which differs between float32 and float64
@@ -165,8 +174,10 @@ def test_converted_model_training_step_gradients_match_torch_in_float32(name, to
     assert abs(losses[1] - losses[0]) <= 1e-4 * abs(losses[0]), losses
     scores = sorted(_gradient_scores(ours, model, float64, GRADIENT_TOLERANCE[name]), reverse=True)
     _, worst_error, worst_name = max(scores, key=lambda score: score[1])
-    print(f"\n{name}: {len(scores)} parameter gradients; worst relative error {worst_error:.3g} ({worst_name}); "
-          f"worst score {scores[0][0]:.3g} ({scores[0][2]}; under 1 passes)")
+    print(
+        f"\n{name}: {len(scores)} parameter gradients; worst relative error {worst_error:.3g} ({worst_name}); "
+        f"worst score {scores[0][0]:.3g} ({scores[0][2]}; under 1 passes)"
+    )
     _print_float64_errors(ours, model, float64, [name for _, _, name in scores[:6]])
     assert scores[0][0] < 1, scores[:5]
 
@@ -195,22 +206,33 @@ def test_converted_model_training_step_gradients_match_torch_in_float64(name, fu
     by_name = dict(ours.named_parameters())
     pairs = [((name, by_name[name]), p_torch) for name, p_torch in model.named_parameters()]
     floor = ZERO_GRADIENT_FLOOR * torch.cat([p_torch.grad.flatten() for _, p_torch in pairs]).norm()
-    errors = sorted((((p_ours.grad - p_torch.grad).norm() / torch.maximum(p_torch.grad.norm(), floor)).item(),
-                     name, p_torch.grad.norm().item()) for (name, p_ours), p_torch in pairs)[::-1]
-    print(f"\n{name} float64: worst gradient error {errors[0][0]:.3g} ({errors[0][1]}, norm {errors[0][2]:.3g}; "
-          f"whole gradient {floor / ZERO_GRADIENT_FLOOR:.3g})")
+    errors = sorted(
+        (
+            ((p_ours.grad - p_torch.grad).norm() / torch.maximum(p_torch.grad.norm(), floor)).item(),
+            name,
+            p_torch.grad.norm().item(),
+        )
+        for (name, p_ours), p_torch in pairs
+    )[::-1]
+    print(
+        f"\n{name} float64: worst gradient error {errors[0][0]:.3g} ({errors[0][1]}, norm {errors[0][2]:.3g}; "
+        f"whole gradient {floor / ZERO_GRADIENT_FLOOR:.3g})"
+    )
     assert errors[0][0] < 1e-8, errors[:5]
 
 
-def _print_float64_errors(ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module,
-                          worst: list[str]) -> None:
+def _print_float64_errors(
+    ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module, worst: list[str]
+) -> None:
     """For the worst-scored parameters and the network's last ten: opendnn's and torch's float32
     gradient errors against float64 (where an excess over torch's starts)."""
     named = list(zip(ours.named_parameters(), model.parameters(), float64.parameters(), strict=True))
     for (name, p_ours), p_torch, p64 in named[-10:] + [n for n in named if n[0][0] in worst]:
         exact = p64.grad.norm()
-        print(f"  {name:40s} opendnn {(p_ours.grad.double() - p64.grad).norm() / exact:.2e}"
-              f"  torch {(p_torch.grad.double() - p64.grad).norm() / exact:.2e}")
+        print(
+            f"  {name:40s} opendnn {(p_ours.grad.double() - p64.grad).norm() / exact:.2e}"
+            f"  torch {(p_torch.grad.double() - p64.grad).norm() / exact:.2e}"
+        )
 
 
 def _gradient_scores(ours: torch.nn.Module, model: torch.nn.Module, float64: torch.nn.Module, tolerance: float):
@@ -219,8 +241,9 @@ def _gradient_scores(ours: torch.nn.Module, model: torch.nn.Module, float64: tor
     error. The rounding term matters only where the exact gradient is zero and float32 gives noise:
     the bias of a batch norm whose output reaches the loss only through a convolution and a training-mode
     batch norm (MobileNetV2's projection layers), which cancels any constant shift."""
-    for (name, p_ours), (_, p_torch), (_, p64) in zip(ours.named_parameters(), model.named_parameters(),
-                                                     float64.named_parameters(), strict=True):
+    for (name, p_ours), (_, p_torch), (_, p64) in zip(
+        ours.named_parameters(), model.named_parameters(), float64.named_parameters(), strict=True
+    ):
         torch_grad = p_torch.grad.double()
         difference = (p_ours.grad.double() - torch_grad).norm()
         allowance = tolerance * torch_grad.norm() + NOISE_FACTOR * (torch_grad - p64.grad).norm()

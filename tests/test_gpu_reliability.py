@@ -126,8 +126,11 @@ def _matmul():
     return F.matmul(a, b), a @ b, 1e-2
 
 
-@pytest.mark.parametrize("case", [_pointwise, _transform, _softmax, _batch_norm, _pooling, _convolution, _matmul],
-                         ids=lambda case: case.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "case",
+    [_pointwise, _transform, _softmax, _batch_norm, _pooling, _convolution, _matmul],
+    ids=lambda case: case.__name__.strip("_"),
+)
 def test_tensors_past_two_to_the_31_elements_compute_correctly_or_are_refused(case):
     try:
         actual, expected, tolerance = case()

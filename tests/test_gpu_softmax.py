@@ -30,17 +30,25 @@ def error(actual, expected):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape, dim, channels_last", [
-    ((4096, 4096), -1, False), ((3, 1 << 20), 1, False), ((64, 1000, 7, 7), 1, False), ((64, 1000, 7, 7), 1, True),
-    ((512, 77), 0, False),
-])
+@pytest.mark.parametrize(
+    "shape, dim, channels_last",
+    [
+        ((4096, 4096), -1, False),
+        ((3, 1 << 20), 1, False),
+        ((64, 1000, 7, 7), 1, False),
+        ((64, 1000, 7, 7), 1, True),
+        ((512, 77), 0, False),
+    ],
+)
 def test_softmax_forward_and_backward_match_torch_on_gpu(shape, dim, channels_last, dtype):
     x = 3 * torch.randn(shape, device=DEVICE, dtype=dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     dy = torch.randn_like(x)
-    for ours, ours_backward, theirs in ((F.softmax, F.softmax_backward, torch.softmax),
-                                        (F.log_softmax, F.log_softmax_backward, torch.log_softmax)):
+    for ours, ours_backward, theirs in (
+        (F.softmax, F.softmax_backward, torch.softmax),
+        (F.log_softmax, F.log_softmax_backward, torch.log_softmax),
+    ):
         y = ours(x, dim)
         assert y.dtype == dtype and y.shape == x.shape
         expected = theirs(x.double(), dim)

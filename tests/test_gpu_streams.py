@@ -23,8 +23,13 @@ def network_step(x: torch.Tensor, w: torch.Tensor, handle: od.Handle) -> list[to
 
 def test_threads_with_own_handles_and_streams_match_serial_bitwise():
     generator = torch.Generator(DEVICE).manual_seed(0)
-    inputs = [(torch.randn(8, 32, 20, 20, device=DEVICE, generator=generator).to(memory_format=torch.channels_last),
-               torch.randn(48, 32, 3, 3, device=DEVICE, generator=generator)) for _ in range(6)]
+    inputs = [
+        (
+            torch.randn(8, 32, 20, 20, device=DEVICE, generator=generator).to(memory_format=torch.channels_last),
+            torch.randn(48, 32, 3, 3, device=DEVICE, generator=generator),
+        )
+        for _ in range(6)
+    ]
     serial_handle = od.create(DEVICE)
     expected = [network_step(x, w, serial_handle) for x, w in inputs]
     torch.cuda.synchronize()

@@ -30,11 +30,16 @@ def scale_bias_relu(handle=None, name="sbr"):
 
 # ---- the builder --------------------------------------------------------------------------------------
 
+
 def test_tensor_accessors_and_the_data_types_each_role_takes():
     g = cpu_graph(io_data_type=og.DataType.HALF, intermediate_data_type=og.DataType.FLOAT)
     x = g.tensor([2, 3, 4], stride=[1, 2, 6], name="x")
-    assert (x.get_name(), x.get_dim(), x.get_stride(), x.get_data_type()) == ("x", [2, 3, 4], [1, 2, 6],
-                                                                              og.DataType.HALF)
+    assert (x.get_name(), x.get_dim(), x.get_stride(), x.get_data_type()) == (
+        "x",
+        [2, 3, 4],
+        [1, 2, 6],
+        og.DataType.HALF,
+    )
     y = g.exp(x, name="e")
     assert y.get_is_virtual() and y.get_data_type() is og.DataType.FLOAT and y.get_stride() == [12, 4, 1]
     assert y.set_output(True) is y and not y.get_is_virtual() and y.get_data_type() is og.DataType.HALF
@@ -54,23 +59,35 @@ def test_pointwise_outputs_broadcast_as_numpy():
 def test_an_operand_that_does_not_broadcast_is_named_with_its_node():
     g = cpu_graph()
     x, y = g.tensor([2, 3], name="x"), g.tensor([4, 3], name="y")
-    with pytest.raises(od.BadParam, match=r"node 'sum' \(pointwise\): b 'y' dims \[4, 3\] do not broadcast with the "
-                                          r"other inputs \(a 'x' \[2, 3\], b 'y' \[4, 3\]\)"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'sum' \(pointwise\): b 'y' dims \[4, 3\] do not broadcast with the "
+        r"other inputs \(a 'x' \[2, 3\], b 'y' \[4, 3\]\)",
+    ):
         g.add(x, y, name="sum")
 
 
 def test_shape_errors_of_convolution_and_matmul_name_node_and_tensors():
     g = cpu_graph()
     x, w = g.tensor([1, 4, 5, 5], name="x"), g.tensor([8, 3, 3, 3], name="w")
-    with pytest.raises(od.BadParam, match=r"node 'conv' \(conv_fprop\): image 'x' and weight 'w': C=4 must be a "
-                                          r"multiple of the filter's C/groups=3"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'conv' \(conv_fprop\): image 'x' and weight 'w': C=4 must be a "
+        r"multiple of the filter's C/groups=3",
+    ):
         g.conv_fprop(x, w, padding=[1, 1], name="conv")
     a, b = g.tensor([2, 3], name="a"), g.tensor([4, 5], name="b")
-    with pytest.raises(od.BadParam, match=r"node 'mm' \(matmul\): a 'a' dims \[2, 3\] and b 'b' dims \[4, 5\] do not "
-                                          r"multiply: a's last dim 3 must equal b's dim -2 4"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'mm' \(matmul\): a 'a' dims \[2, 3\] and b 'b' dims \[4, 5\] do not "
+        r"multiply: a's last dim 3 must equal b's dim -2 4",
+    ):
         g.matmul(a, b, name="mm")
-    with pytest.raises(od.BadParam, match=r"node 'norm' \(layernorm\): bias 's' dims \[1, 4\] must be \[1, 5\] \(one "
-                                          r"per normalized element\)"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'norm' \(layernorm\): bias 's' dims \[1, 4\] must be \[1, 5\] \(one "
+        r"per normalized element\)",
+    ):
         x2, s = g.tensor([3, 5], name="x2"), g.tensor([1, 4], name="s")
         g.layernorm(x2, g.tensor([1, 5], name="s5"), s, name="norm")
 
@@ -80,8 +97,11 @@ def test_parameter_errors_name_the_value_and_rule():
     x = g.tensor([2, 3, 4, 4], name="x")
     with pytest.raises(od.BadParam, match=r"epsilon=1e-06 must be finite and at least 1e-05"):
         g.batchnorm(x, g.tensor([1, 3, 1, 1]), g.tensor([1, 3, 1, 1]), epsilon=1e-6)
-    with pytest.raises(od.BadParam, match=r"node 'r' \(reduction\): output dims \[2, 3\] must have the 4 dims of input "
-                                          r"'x' \[2, 3, 4, 4\]"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'r' \(reduction\): output dims \[2, 3\] must have the 4 dims of input "
+        r"'x' \[2, 3, 4, 4\]",
+    ):
         g.reduction(x, "add", [2, 3], name="r")
     with pytest.raises(od.BadParam, match=r"mode='median' must be one of \['ADD',"):
         g.reduction(x, "median", [1, 1, 1, 1])
@@ -101,6 +121,7 @@ def test_a_tensor_of_another_graph_is_refused():
 
 # ---- validate -----------------------------------------------------------------------------------------
 
+
 def test_validate_checks_dims_changed_after_the_node_was_added():
     g = cpu_graph()
     x = g.tensor([2, 3], name="x")
@@ -114,8 +135,11 @@ def test_validate_refuses_a_conv_output_of_another_type_than_its_image():
     g = cpu_graph()
     y = g.conv_fprop(g.tensor([1, 2, 3, 3], name="x"), g.tensor([2, 2, 1, 1], name="w"), name="conv")
     y.set_output(True).set_data_type(og.DataType.HALF)
-    with pytest.raises(od.BadParam, match=r"node 'conv' \(conv_fprop\): output y 'conv::y' data type HALF must be "
-                                          r"FLOAT"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'conv' \(conv_fprop\): output y 'conv::y' data type HALF must be "
+        r"FLOAT",
+    ):
         g.validate()
 
 
@@ -143,8 +167,11 @@ def test_validate_refuses_dangling_nodes_and_inputs_and_a_graph_without_output()
 def test_validate_refuses_an_output_whose_elements_overlap():
     g = cpu_graph()
     g.exp(g.tensor([2, 3], name="x"), name="e").set_output(True).set_stride([0, 1])
-    with pytest.raises(od.BadParam, match=r"output 'e::y' has strides \[0, 1\] under which elements of dims \[2, 3\] "
-                                          r"overlap: it cannot be written"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"output 'e::y' has strides \[0, 1\] under which elements of dims \[2, 3\] "
+        r"overlap: it cannot be written",
+    ):
         g.validate()
 
 
@@ -163,8 +190,11 @@ def test_a_cycle_in_serialized_data_is_named():
     relu = next(n for n in data["nodes"] if n["name"] == "relu")
     scale = next(n for n in data["nodes"] if n["op"] == "pointwise" and n["attributes"]["mode"] == "mul")
     scale["inputs"]["a"] = relu["outputs"]["y"]  # the scale now reads relu's output: a loop
-    with pytest.raises(od.BadParam, match=r"the graph has a cycle through node 'mul_\d' \(pointwise\), node 'add_\d' "
-                                          r"\(pointwise\), node 'relu' \(pointwise\)"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"the graph has a cycle through node 'mul_\d' \(pointwise\), node 'add_\d' "
+        r"\(pointwise\), node 'relu' \(pointwise\)",
+    ):
         og.Graph.deserialize(json.dumps(data), handle=od.Handle("cpu"))
 
 
@@ -182,12 +212,16 @@ def test_the_lifecycle_steps_come_in_order_and_a_change_restarts_it():
 
 # ---- check_support ------------------------------------------------------------------------------------
 
+
 def test_the_reference_engine_refuses_a_cuda_handle():
     g, *_ = scale_bias_relu(od.Handle("cuda:0", backend="triton"))
     g.build_operation_graph()
     g.create_execution_plans([og.HeurMode.FALLBACK])
-    with pytest.raises(od.NotSupported, match=r"graph 'sbr': no engine supports it: engine 'reference' runs on the "
-                                              r"CPU \(the NumPy backend\), not on the handle's device cuda:0"):
+    with pytest.raises(
+        od.NotSupported,
+        match=r"graph 'sbr': no engine supports it: engine 'reference' runs on the "
+        r"CPU \(the NumPy backend\), not on the handle's device cuda:0",
+    ):
         g.check_support()
 
 
@@ -198,9 +232,11 @@ def test_triton_engines_on_the_cpu_refuse_without_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     reasons = g.check_support()
     message = "runs Triton kernels, which on the CPU need Triton's interpreter: set TRITON_INTERPRET=1"
-    assert reasons == {"fused": f"engine 'fused' {message} before triton is first imported",
-                       "per_node": f"engine 'per_node' {message} before triton is first imported",
-                       "reference": None}
+    assert reasons == {
+        "fused": f"engine 'fused' {message} before triton is first imported",
+        "per_node": f"engine 'per_node' {message} before triton is first imported",
+        "reference": None,
+    }
 
 
 def test_engines_refuse_when_their_backend_is_missing(monkeypatch):
@@ -211,8 +247,9 @@ def test_engines_refuse_when_their_backend_is_missing(monkeypatch):
     g, *_ = scale_bias_relu()
     g.build_operation_graph()
     g.create_execution_plans([og.HeurMode.B])
-    assert g.check_support()["per_node"] == ("engine 'per_node': backend='triton' needs torch and triton: No module "
-                                             "named 'triton'")
+    assert g.check_support()["per_node"] == (
+        "engine 'per_node': backend='triton' needs torch and triton: No module named 'triton'"
+    )
 
 
 def test_engines_refuse_more_workspace_than_the_handle_allows():
@@ -237,8 +274,9 @@ def test_the_fused_engine_refuses_tensors_its_kernels_cannot_read():
     g.build_operation_graph()
     g.create_execution_plans([og.HeurMode.A])
     reasons = g.check_support()
-    assert reasons["fused"] == ("node 'e' (pointwise)'s fused kernel: tensor 'q' is FP8_E4M3, which the generated "
-                                "kernels do not read or write")
+    assert reasons["fused"] == (
+        "node 'e' (pointwise)'s fused kernel: tensor 'q' is FP8_E4M3, which the generated kernels do not read or write"
+    )
     assert reasons["per_node"] is None
 
 
@@ -250,12 +288,16 @@ def test_tensors_one_descriptor_describes_must_share_a_layout():
     y.set_output(True)
     g.build_operation_graph()
     g.create_execution_plans([og.HeurMode.FALLBACK])
-    with pytest.raises(od.BadParam, match=r"node 'norm' \(layernorm\): bias 'b' FLOAT\[1, 8\]:\[16, 2\] must have the "
-                                          r"layout of scale FLOAT\[1, 8\]:\[8, 1\]: one descriptor describes both"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'norm' \(layernorm\): bias 'b' FLOAT\[1, 8\]:\[16, 2\] must have the "
+        r"layout of scale FLOAT\[1, 8\]:\[8, 1\]: one descriptor describes both",
+    ):
         g.check_support()
 
 
 # ---- execute ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("engine", ["reference", "fused"])
 def test_the_variant_pack_takes_tensors_or_names_and_scalars_by_name(engine):
@@ -276,8 +318,11 @@ def test_execute_names_a_missing_or_unknown_tensor_and_a_bad_scalar():
     xa, ba, out = np.ones((2, 3, 4), np.float32), np.ones((1, 3, 1), np.float32), np.ones((2, 3, 4), np.float32)
     with pytest.raises(od.BadParam, match=r"variant_pack has no entry for tensor 'b' \(by the Tensor or its name\)"):
         g.execute({x: xa, s: 1.0, y: out}, None)
-    with pytest.raises(od.BadParam, match=r"variant_pack\['s'\]='two' must be a number: 's' is a scalar passed by "
-                                          r"value"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"variant_pack\['s'\]='two' must be a number: 's' is a scalar passed by "
+        r"value",
+    ):
         g.execute({x: xa, b: ba, s: "two", y: out}, None)
     with pytest.raises(od.BadParam, match=r"variant_pack holds 'z', which is no input or output of graph 'sbr'"):
         g.execute({x: xa, b: ba, s: 1.0, y: out, "z": out}, None)
@@ -293,8 +338,11 @@ def test_execute_checks_the_workspace_size():
     build(g)
     size = g.get_workspace_size()
     assert size == 256  # relu's output (32 floats, 128 bytes) in the workspace, aligned to 256 bytes
-    arrays = {x: np.ones((1, 2, 4, 4), np.float32), w: np.ones((2, 2, 3, 3), np.float32),
-              y: np.ones((1, 2, 4, 4), np.float32)}
+    arrays = {
+        x: np.ones((1, 2, 4, 4), np.float32),
+        w: np.ones((2, 2, 3, 3), np.float32),
+        y: np.ones((1, 2, 4, 4), np.float32),
+    }
     with pytest.raises(od.BadParam, match=r"workspace=None but Graph.get_workspace_size\(\) needs 256 bytes"):
         g.execute(arrays, None)
     with pytest.raises(od.BadParam, match=r"workspace holds 16 bytes but Graph.get_workspace_size\(\) needs 256"):
@@ -302,6 +350,7 @@ def test_execute_checks_the_workspace_size():
 
 
 # ---- serialization ------------------------------------------------------------------------------------
+
 
 def test_serialize_round_trips_the_graph_and_its_plan_choice_and_reuses_the_cached_plan():
     rng = np.random.default_rng(21)
@@ -325,8 +374,11 @@ def test_serialize_round_trips_the_graph_and_its_plan_choice_and_reuses_the_cach
 
 
 def test_deserialize_refuses_other_data():
-    with pytest.raises(od.BadParam, match=r"data is not a graph serialized by Graph.serialize \(opendnn.graph/1\): "
-                                          r"format=None"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"data is not a graph serialized by Graph.serialize \(opendnn.graph/1\): "
+        r"format=None",
+    ):
         og.Graph.deserialize(b"{}", handle=od.Handle("cpu"))
     g, *_ = scale_bias_relu()
     g.build_operation_graph()
@@ -339,8 +391,11 @@ def test_deserialize_refuses_other_data():
 def test_an_operation_with_a_scalar_passed_by_value_where_it_needs_a_tensor():
     g = cpu_graph()
     s = g.scalar(2.0, name="two")
-    with pytest.raises(od.BadParam, match=r"node 'mm' \(matmul\): a 'two' is a scalar passed by value; only pointwise "
-                                          "operations take those"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'mm' \(matmul\): a 'two' is a scalar passed by value; only pointwise "
+        "operations take those",
+    ):
         g.matmul(s, g.tensor([1, 3]), name="mm").set_output(True)
         g.validate()
 

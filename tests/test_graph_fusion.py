@@ -29,10 +29,22 @@ def steps(graph):
 
 # ---- random pointwise DAGs ----------------------------------------------------------------------------
 
-UNARY = {"neg": torch.neg, "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-         "sigmoid": torch.sigmoid, "gelu": TF.gelu, "gelu_approx_tanh": lambda t: TF.gelu(t, approximate="tanh"),
-         "swish": TF.silu, "relu": torch.relu, "elu": TF.elu, "softplus": TF.softplus, "erf": torch.erf,
-         "identity": lambda t: t}
+UNARY = {
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "gelu": TF.gelu,
+    "gelu_approx_tanh": lambda t: TF.gelu(t, approximate="tanh"),
+    "swish": TF.silu,
+    "relu": torch.relu,
+    "elu": TF.elu,
+    "softplus": TF.softplus,
+    "erf": torch.erf,
+    "identity": lambda t: t,
+}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.maximum, "min": torch.minimum}
 
 
@@ -56,7 +68,7 @@ def random_dag(seed):
     values, inputs = [], {}
     for k in range(int(rng.integers(2, 4))):
         rank_k = int(rng.integers(1, rank + 1))
-        dims = tuple(d if rng.random() < 0.7 else 1 for d in space[rank - rank_k:])  # broadcast dims
+        dims = tuple(d if rng.random() < 0.7 else 1 for d in space[rank - rank_k :])  # broadcast dims
         array = strided_array(rng, dims)
         tensor = g.tensor_like(array, name=f"in{k}")
         inputs[tensor] = array
@@ -79,11 +91,13 @@ def random_dag(seed):
         else:
             condition = torch.where(pick[2][1] > 0, pick[0][1], pick[1][1])
             shape = torch.broadcast_shapes(pick[0][1].shape, pick[1][1].shape, pick[2][1].shape)
-            out, used = (g.binary_select(pick[0][0], pick[1][0], g.cmp_gt(pick[2][0], 0.0)),
-                         condition.expand(shape)), pick
+            out, used = (
+                (g.binary_select(pick[0][0], pick[1][0], g.cmp_gt(pick[2][0], 0.0)), condition.expand(shape)),
+                pick,
+            )
         consumed.update(id(tensor) for tensor, _ in used)
         values.append(out)
-    outputs = [(t, v) for t, v in values[len(inputs):] if id(t) not in consumed or rng.random() < 0.2]
+    outputs = [(t, v) for t, v in values[len(inputs) :] if id(t) not in consumed or rng.random() < 0.2]
     for tensor, _ in outputs:
         tensor.set_output(True)
     return g, inputs, outputs
@@ -116,6 +130,7 @@ def test_a_fused_kernel_writes_outputs_of_any_layout_in_half_precision():
 
 
 # ---- convolution and matmul epilogues ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_conv_bias_relu_is_one_call_with_the_fused_epilogue(engine):
@@ -208,6 +223,7 @@ def test_an_epilogue_stops_where_the_chain_stops_fitting_its_slots():
 
 # ---- normalizations and the fused tail ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_norm_activation_residual(engine):
     rng = np.random.default_rng(36)
@@ -243,6 +259,7 @@ def test_batchnorm_inference_and_relu_fuse_into_one_kernel(engine):
 
 
 # ---- reductions at the end of a region ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_pointwise_chain_ending_in_a_reduction_over_trailing_dims(engine):
@@ -293,14 +310,21 @@ def test_every_reduction_mode_in_a_fused_kernel(mode):
     (out,) = run(g, {xt: x}, [y], "fused")
     v = x.astype(np.float64) + 1.0
     axes = (0, 2)
-    expected = {"min": v.min(axes, keepdims=True), "max": v.max(axes, keepdims=True),
-                "amax": np.abs(v).max(axes, keepdims=True), "avg": v.mean(axes, keepdims=True),
-                "norm1": np.abs(v).sum(axes, keepdims=True), "norm2": np.sqrt((v * v).sum(axes, keepdims=True)),
-                "mul": v.prod(axes, keepdims=True), "mul_no_zeros": v.prod(axes, keepdims=True)}[mode]
+    expected = {
+        "min": v.min(axes, keepdims=True),
+        "max": v.max(axes, keepdims=True),
+        "amax": np.abs(v).max(axes, keepdims=True),
+        "avg": v.mean(axes, keepdims=True),
+        "norm1": np.abs(v).sum(axes, keepdims=True),
+        "norm2": np.sqrt((v * v).sum(axes, keepdims=True)),
+        "mul": v.prod(axes, keepdims=True),
+        "mul_no_zeros": v.prod(axes, keepdims=True),
+    }[mode]
     assert relative_error(out, expected) < TOLERANCE
 
 
 # ---- the rule -----------------------------------------------------------------------------------------
+
 
 def test_an_intermediate_read_by_two_regions_is_written_once_and_read_by_both():
     rng = np.random.default_rng(41)

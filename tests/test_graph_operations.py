@@ -87,9 +87,14 @@ def test_reduction_over_the_dims_the_output_sets_to_one(engine, mode):
     y.set_output(True)
     (out,) = run(g, {xt: x}, [y], engine)
     x64 = x.astype(np.float64)
-    expected = {"add": x64.sum(1, keepdims=True), "max": x64.max(1, keepdims=True),
-                "amax": np.abs(x64).max(1, keepdims=True), "avg": x64.mean(1, keepdims=True),
-                "norm2": np.sqrt((x64 * x64).sum(1, keepdims=True)), "mul": x64.prod(1, keepdims=True)}[mode]
+    expected = {
+        "add": x64.sum(1, keepdims=True),
+        "max": x64.max(1, keepdims=True),
+        "amax": np.abs(x64).max(1, keepdims=True),
+        "avg": x64.mean(1, keepdims=True),
+        "norm2": np.sqrt((x64 * x64).sum(1, keepdims=True)),
+        "mul": x64.prod(1, keepdims=True),
+    }[mode]
     assert relative_error(out, expected) < TOLERANCE
 
 
@@ -120,11 +125,20 @@ def test_batchnorm_training_updates_the_running_statistics(engine):
     outputs = g.batchnorm(xt, st, bt, mt, vt, epsilon=1e-5, momentum=0.25)
     for t in outputs:
         t.set_output(True)
-    y, saved_mean, saved_inv, next_mean, next_var = run(g, {xt: x, st: scale, bt: bias, mt: mean, vt: var},
-                                                         outputs, engine)
+    y, saved_mean, saved_inv, next_mean, next_var = run(
+        g, {xt: x, st: scale, bt: bias, mt: mean, vt: var}, outputs, engine
+    )
     running_mean, running_var = t64(mean).flatten(), t64(var).flatten()
-    expected = TF.batch_norm(t64(x), running_mean, running_var, t64(scale).flatten(), t64(bias).flatten(),
-                             training=True, momentum=0.25, eps=1e-5).numpy()
+    expected = TF.batch_norm(
+        t64(x),
+        running_mean,
+        running_var,
+        t64(scale).flatten(),
+        t64(bias).flatten(),
+        training=True,
+        momentum=0.25,
+        eps=1e-5,
+    ).numpy()
     x64 = x.astype(np.float64)
     assert relative_error(y, expected) < TOLERANCE
     assert relative_error(saved_mean, x64.mean((0, 2, 3), keepdims=True)) < TOLERANCE
@@ -151,8 +165,9 @@ def test_batchnorm_backward_from_the_saved_statistics(engine):
     for t in outputs:
         t.set_output(True)
     dx, dscale, dbias = run(g, {xt: x, dyt: dy, st: scale, mt: mean, it: inv}, outputs, engine)
-    (xg, sg), y = _autograd(lambda a, s: TF.batch_norm(a, None, None, s.flatten(), None, training=True, eps=1e-5),
-                            x, scale)
+    (xg, sg), y = _autograd(
+        lambda a, s: TF.batch_norm(a, None, None, s.flatten(), None, training=True, eps=1e-5), x, scale
+    )
     y.backward(t64(dy))
     assert relative_error(dx, xg.grad.numpy()) < 1e-4
     assert relative_error(dscale, sg.grad.numpy()) < TOLERANCE
@@ -171,8 +186,9 @@ def test_layernorm_and_its_backward(engine):
     for t in (y, dx, dscale, dbias):
         t.set_output(True)
     outs = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [y, dx, dscale, dbias], engine)
-    (xg, sg, bg), expected = _autograd(lambda a, s, b: TF.layer_norm(a, (8,), s.flatten(), b.flatten(), 1e-5),
-                                       x, scale, bias)
+    (xg, sg, bg), expected = _autograd(
+        lambda a, s, b: TF.layer_norm(a, (8,), s.flatten(), b.flatten(), 1e-5), x, scale, bias
+    )
     expected.backward(t64(dy))
     for actual, want in zip(outs, (expected.detach(), xg.grad, sg.grad, bg.grad)):
         assert relative_error(actual, want.numpy().reshape(actual.shape)) < 1e-4
@@ -213,7 +229,8 @@ def test_instancenorm_and_its_backward(engine):
         t.set_output(True)
     outs = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [y, dx, dscale, dbias], engine)
     (xg, sg, bg), expected = _autograd(
-        lambda a, s, b: TF.instance_norm(a, weight=s.flatten(), bias=b.flatten(), eps=1e-5), x, scale, bias)
+        lambda a, s, b: TF.instance_norm(a, weight=s.flatten(), bias=b.flatten(), eps=1e-5), x, scale, bias
+    )
     expected.backward(t64(dy))
     for actual, want in zip(outs, (expected.detach(), xg.grad, sg.grad, bg.grad)):
         assert relative_error(actual, want.numpy().reshape(actual.shape)) < 1e-4

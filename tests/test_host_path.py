@@ -66,8 +66,7 @@ def test_batch_norm_reads_float32_parameters_in_place_and_converts_others(weight
     x = torch.randn(4, 3, 5, 5).contiguous(memory_format=torch.channels_last)
     weight, bias = torch.rand(3, dtype=weight_dtype) + 0.5, torch.randn(3, dtype=weight_dtype)
     mean, var = torch.randn(3), torch.rand(3) + 0.5
-    expected = torch.nn.functional.batch_norm(x.double(), mean.double(), var.double(), weight.double(),
-                                              bias.double())
+    expected = torch.nn.functional.batch_norm(x.double(), mean.double(), var.double(), weight.double(), bias.double())
     before = (weight.clone(), bias.clone())
     y = F.batch_norm(x, mean, var, weight, bias)
     assert torch.allclose(y.double(), expected, atol=1e-5)

@@ -61,8 +61,11 @@ def reduce_calls(handle, dtype, channels_last):
     from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
 
     a = _input((2, 64, 6, 50), dtype, channels_last)
-    for op, c_dims in ((ReduceTensorOp.ADD, (1, 64, 1, 1)), (ReduceTensorOp.NORM2, (2, 64, 6, 1)),
-                       (ReduceTensorOp.MAX, (1, 1, 1, 1))):  # columns or rows; the whole tensor, split
+    for op, c_dims in (
+        (ReduceTensorOp.ADD, (1, 64, 1, 1)),
+        (ReduceTensorOp.NORM2, (2, 64, 6, 1)),
+        (ReduceTensorOp.MAX, (1, 1, 1, 1)),
+    ):  # columns or rows; the whole tensor, split
         indexed = ReduceTensorIndices.FLATTENED_INDICES if op is ReduceTensorOp.MAX else ReduceTensorIndices.NO_INDICES
         reduce_desc = ReduceTensorDescriptor(op, indices=indexed)
         c = torch.empty(c_dims, dtype=dtype)
@@ -80,20 +83,32 @@ def lrn_calls(handle, dtype, channels_last):
     means = torch.randn_like(x)
     y = F.divisive_norm(x, means, 3, handle=handle)
     F.divisive_norm_backward(torch.randn_like(y), x, means, 3, handle=handle)  # temp and temp2: scratch
-    F.divisive_norm_backward(torch.randn_like(y), x, None, 3, temp=torch.empty_like(x), temp2=torch.empty_like(x),
-                             handle=handle)
+    F.divisive_norm_backward(
+        torch.randn_like(y), x, None, 3, temp=torch.empty_like(x), temp2=torch.empty_like(x), handle=handle
+    )
 
 
 def matmul_calls(handle, dtype, channels_last):
     a, b = _input((2, 48, 40), dtype, False), _input((40, 32), dtype, False)
-    F.matmul(a.mT.contiguous().mT if channels_last else a, b, bias=torch.randn(32, dtype=dtype), activation="gelu",
-             handle=handle)
+    F.matmul(
+        a.mT.contiguous().mT if channels_last else a,
+        b,
+        bias=torch.randn(32, dtype=dtype),
+        activation="gelu",
+        handle=handle,
+    )
     if channels_last and dtype is torch.bfloat16:  # a 1x1 convolution that runs as a matrix product
         F.conv(_input((2, 32, 5, 6), dtype, True), _input((16, 32, 1, 1), dtype, True), handle=handle)
 
 
-FAMILIES = {"pooling": pooling_calls, "softmax": softmax_calls, "normalization": normalization_calls,
-            "reduce": reduce_calls, "lrn": lrn_calls, "matmul": matmul_calls}
+FAMILIES = {
+    "pooling": pooling_calls,
+    "softmax": softmax_calls,
+    "normalization": normalization_calls,
+    "reduce": reduce_calls,
+    "lrn": lrn_calls,
+    "matmul": matmul_calls,
+}
 
 
 def recorded(family):
@@ -122,8 +137,8 @@ def test_planned_arguments_match_the_kernel_parameters(family):
     for launch, tensors in launches:
         names = launch.kernel.arg_names
         assert len(launch.args) + len(launch.constexprs) == len(names), launch.kernel.__name__
-        assert all(name in launch.options for name in names[len(launch.args):]), launch.kernel.__name__
-        assert not set(names[:len(launch.args)]) & set(launch.options), launch.kernel.__name__
+        assert all(name in launch.options for name in names[len(launch.args) :]), launch.kernel.__name__
+        assert not set(names[: len(launch.args)]) & set(launch.options), launch.kernel.__name__
         assert all(name in tensors for _, name in launch.slots)
         assert len(launch.grid) == 3 and all(isinstance(g, int) and g > 0 for g in launch.grid)
 
@@ -132,8 +147,13 @@ KERNELS = 2 + 3 + 3 + 3 + 3 + 1  # pooling, softmax, normalization, reduce, lrn 
 
 
 def test_the_last_launch_of_each_kernel_compiles_for_sm90():
-    completed = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=300,
-                               env={**os.environ, "TRITON_INTERPRET": "0"})
+    completed = subprocess.run(
+        [sys.executable, __file__],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+    )
     if completed.returncode == sm90.SKIP_STATUS:
         pytest.skip(completed.stdout.strip())
     last = (completed.stdout.splitlines() or [""])[-1]
@@ -204,4 +224,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

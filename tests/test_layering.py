@@ -40,8 +40,12 @@ def imported_modules(name: str, source: str, modules: set[str], run_time: bool =
     module, else a); ``run_time``: without those under ``if TYPE_CHECKING:``, which never execute."""
     package = name if name in {m.rsplit(".", 1)[0] for m in modules if "." in m} else name.rsplit(".", 1)[0]
     tree = ast.parse(source)
-    type_only = {id(inner) for node in ast.walk(tree) if run_time and isinstance(node, ast.If)
-                 and "TYPE_CHECKING" in ast.unparse(node.test) for inner in ast.walk(node)}
+    type_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if run_time and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
     found = set()
     for node in ast.walk(tree):
         if id(node) in type_only:
@@ -93,24 +97,28 @@ def upward(importer: str, imported: str) -> str | None:
 
 def violations(sources: dict[str, str]) -> list[str]:
     modules = set(sources)
-    return sorted(f"{importer} imports {imported}: {reason}"
-                  for importer, source in sources.items()
-                  for imported in imported_modules(importer, source, modules)
-                  if (reason := upward(importer, imported)) is not None)
+    return sorted(
+        f"{importer} imports {imported}: {reason}"
+        for importer, source in sources.items()
+        for imported in imported_modules(importer, source, modules)
+        if (reason := upward(importer, imported)) is not None
+    )
 
 
 def import_cycle(sources: dict[str, str]) -> list[str]:
     """A chain of modules each importing the next and the last importing the first at run time, or []."""
     modules = set(sources)
-    graph = {name: sorted(imported_modules(name, source, modules, run_time=True) & modules - {name})
-             for name, source in sources.items()}
+    graph = {
+        name: sorted(imported_modules(name, source, modules, run_time=True) & modules - {name})
+        for name, source in sources.items()
+    }
     state: dict[str, str] = {}  # "open" while on the current path, then "done"
 
     def visit(module: str, path: list[str]) -> list[str]:
         state[module] = "open"
         for nxt in graph[module]:
             if state.get(nxt) == "open":  # on the path: the modules from it to here form the cycle
-                return path[path.index(nxt):] + [module]
+                return path[path.index(nxt) :] + [module]
             if nxt not in state and (found := visit(nxt, [*path, module])):
                 return found
         state[module] = "done"
@@ -124,10 +132,19 @@ def import_cycle(sources: dict[str, str]) -> list[str]:
 
 def test_the_checker_finds_each_kind_of_upward_import():
     sources = {
-        "opendnn": "", "opendnn.core": "", "opendnn.core.handle": "", "opendnn.kernels": "",
-        "opendnn.kernels.math": "", "opendnn.functional": "", "opendnn.samples": "", "opendnn.torch": "",
-        "opendnn.families": "", "opendnn.families.a": "", "opendnn.families.b": "",
-        "opendnn.families.a.problem": "", "opendnn.families.a.triton_backend": "",
+        "opendnn": "",
+        "opendnn.core": "",
+        "opendnn.core.handle": "",
+        "opendnn.kernels": "",
+        "opendnn.kernels.math": "",
+        "opendnn.functional": "",
+        "opendnn.samples": "",
+        "opendnn.torch": "",
+        "opendnn.families": "",
+        "opendnn.families.a": "",
+        "opendnn.families.b": "",
+        "opendnn.families.a.problem": "",
+        "opendnn.families.a.triton_backend": "",
         "opendnn.families.a.tensor_ops_api": "",
         "opendnn.core.dtypes": "from opendnn.kernels import math",
         "opendnn.core.errors": "def f():\n    import opendnn.families.a.problem",
@@ -137,11 +154,13 @@ def test_the_checker_finds_each_kind_of_upward_import():
         "opendnn.families.b.functional": "import opendnn.functional as F",
         "opendnn.families.b.samples": "import opendnn as od\nfrom opendnn.samples import relative_error",
         "opendnn.families.b.numpy_backend": "from opendnn.torch import functions",
-        "opendnn.apps": "", "opendnn.apps.demo": "from opendnn.apps import cli", "opendnn.apps.cli": "",
+        "opendnn.apps": "",
+        "opendnn.apps.demo": "from opendnn.apps import cli",
+        "opendnn.apps.cli": "",
         "opendnn.__main__": "from opendnn.apps.cli import main",
         "opendnn.torch.modules": "from opendnn.apps import demo",
         "opendnn.families.b.problem": "from opendnn.families.a.problem import P\n"
-                                      "from opendnn.families.a import tensor_ops_api\nfrom .api import x",
+        "from opendnn.families.a import tensor_ops_api\nfrom .api import x",
     }
     assert violations(sources) == [
         "opendnn.core.dtypes imports opendnn.kernels.math: core imports only core",
@@ -158,9 +177,12 @@ def test_the_checker_finds_each_kind_of_upward_import():
 
 
 def test_the_checker_finds_an_import_cycle():
-    sources = {"opendnn.families.a.x": "from opendnn.families.a import y",
-               "opendnn.families.a.y": "def f():\n    from opendnn.families.a.z import g",
-               "opendnn.families.a.z": "import opendnn.families.a.x", "opendnn.families.a.w": ""}
+    sources = {
+        "opendnn.families.a.x": "from opendnn.families.a import y",
+        "opendnn.families.a.y": "def f():\n    from opendnn.families.a.z import g",
+        "opendnn.families.a.z": "import opendnn.families.a.x",
+        "opendnn.families.a.w": "",
+    }
     assert import_cycle(sources) == ["opendnn.families.a.x", "opendnn.families.a.y", "opendnn.families.a.z"]
     assert import_cycle({**sources, "opendnn.families.a.z": ""}) == []
     type_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import opendnn.families.a.x"
@@ -170,7 +192,8 @@ def test_the_checker_finds_an_import_cycle():
 def test_no_module_imports_upward():
     sources = package_sources()
     assert {"opendnn.core.dispatch", "opendnn.kernels.launch", "opendnn.families.convolution.triton_backend"} <= set(
-        sources)
+        sources
+    )
     assert violations(sources) == []
 
 
@@ -179,10 +202,12 @@ def test_no_import_cycles():
 
 
 def test_import_opendnn_loads_no_backend_no_torch_no_triton():
-    code = ("import sys\n"
-            f"import {', '.join(FACES)}\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')\n"
-            "             or m.endswith('_backend') or m.startswith('opendnn.kernels')))\n")
+    code = (
+        "import sys\n"
+        f"import {', '.join(FACES)}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')\n"
+        "             or m.endswith('_backend') or m.startswith('opendnn.kernels')))\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert completed.returncode == 0, completed.stderr

@@ -34,15 +34,30 @@ def test_reference_matches_torch_with_broadcast_batch_and_every_epilogue_part():
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(3, 1, 5, 7, generator=gen, dtype=torch.float64)
     b = torch.randn(4, 7, 6, generator=gen, dtype=torch.float64)
-    bias_row, bias_col = torch.randn(5, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen,
-                                                                                        dtype=torch.float64)
+    bias_row, bias_col = (
+        torch.randn(5, generator=gen, dtype=torch.float64),
+        torch.randn(6, generator=gen, dtype=torch.float64),
+    )
     residual = torch.randn(3, 4, 5, 6, generator=gen, dtype=torch.float64)
     product = 0.75 * torch.matmul(a, b)
-    got = reference(a.numpy(), b.numpy(), bias=bias_col.numpy(), activation=PointwiseMode.GELU_FWD,
-                    residual=residual.numpy(), scale=0.75)
+    got = reference(
+        a.numpy(),
+        b.numpy(),
+        bias=bias_col.numpy(),
+        activation=PointwiseMode.GELU_FWD,
+        residual=residual.numpy(),
+        scale=0.75,
+    )
     np.testing.assert_allclose(got, (TF.gelu(product + bias_col) + residual).numpy(), rtol=1e-12, atol=1e-12)
-    got = reference(a.numpy(), b.numpy(), bias=bias_row.numpy(), bias_axis=BiasAxis.ROW,
-                    activation=PointwiseMode.SWISH_FWD, coef=1.0, scale=0.75)
+    got = reference(
+        a.numpy(),
+        b.numpy(),
+        bias=bias_row.numpy(),
+        bias_axis=BiasAxis.ROW,
+        activation=PointwiseMode.SWISH_FWD,
+        coef=1.0,
+        scale=0.75,
+    )
     np.testing.assert_allclose(got, TF.silu(product + bias_row[:, None]).numpy(), rtol=1e-12, atol=1e-12)
 
 
@@ -54,31 +69,58 @@ def test_fp8_tables_match_torch_decode_and_round_to_nearest_even(dtype, torch_dt
     largest = float(torch.finfo(torch_dtype).max)
     values = np.random.default_rng(1).uniform(-largest, largest, 4000) * np.logspace(-9, 0, 4000)
     values = np.concatenate([values, expected[np.isfinite(expected)] * 1.0000001, [0.0, -0.0]])
-    np.testing.assert_array_equal(float_to_fp8(values, dtype), torch.from_numpy(values).to(torch_dtype)
-                                  .view(torch.uint8).numpy())
+    np.testing.assert_array_equal(
+        float_to_fp8(values, dtype), torch.from_numpy(values).to(torch_dtype).view(torch.uint8).numpy()
+    )
 
 
-@pytest.mark.parametrize("a_dims, b_dims, c_dims, message", [
-    ((4, 5), (6, 7), (4, 7), "a_desc.dims[-1]=5 must equal b_desc.dims[-2]=6 (a_desc.dims=[4, 5], b_desc.dims=[6, 7])"),
-    ((2, 4, 5), (3, 5, 7), (2, 4, 7), "batch dims [2] of A and [3] of B do not broadcast: 2 against 3 at batch dim 0 "
-                                      "(a_desc.dims=[2, 4, 5], b_desc.dims=[3, 5, 7])"),
-    ((2, 4, 5), (5, 7), (4, 7), "c_desc.dims=[4, 7] must equal [2, 4, 7], the broadcast batch dims then (M, N), for "
-                                "a_desc.dims=[2, 4, 5], b_desc.dims=[5, 7]"),
-    ((5,), (5, 7), (1, 7), "a_desc.dims=[5] must have at least 2 dims"),
-])
+@pytest.mark.parametrize(
+    "a_dims, b_dims, c_dims, message",
+    [
+        (
+            (4, 5),
+            (6, 7),
+            (4, 7),
+            "a_desc.dims[-1]=5 must equal b_desc.dims[-2]=6 (a_desc.dims=[4, 5], b_desc.dims=[6, 7])",
+        ),
+        (
+            (2, 4, 5),
+            (3, 5, 7),
+            (2, 4, 7),
+            "batch dims [2] of A and [3] of B do not broadcast: 2 against 3 at batch dim 0 "
+            "(a_desc.dims=[2, 4, 5], b_desc.dims=[3, 5, 7])",
+        ),
+        (
+            (2, 4, 5),
+            (5, 7),
+            (4, 7),
+            "c_desc.dims=[4, 7] must equal [2, 4, 7], the broadcast batch dims then (M, N), for "
+            "a_desc.dims=[2, 4, 5], b_desc.dims=[5, 7]",
+        ),
+        ((5,), (5, 7), (1, 7), "a_desc.dims=[5] must have at least 2 dims"),
+    ],
+)
 def test_shape_errors_name_both_shapes(a_dims, b_dims, c_dims, message):
     with pytest.raises(od.BadParam, match=None) as error:
-        matmul_problem(od.TensorDescriptor("float32", a_dims), od.TensorDescriptor("float32", b_dims),
-                       od.TensorDescriptor("float32", c_dims))
+        matmul_problem(
+            od.TensorDescriptor("float32", a_dims),
+            od.TensorDescriptor("float32", b_dims),
+            od.TensorDescriptor("float32", c_dims),
+        )
     assert message in str(error.value)
 
 
 def test_dtype_pair_error_names_both_dtypes_and_shapes():
     with pytest.raises(od.NotSupported) as error:
-        matmul_problem(od.TensorDescriptor("float16", (4, 5)), od.TensorDescriptor("bfloat16", (5, 7)),
-                       od.TensorDescriptor("float32", (4, 7)))
-    assert "a_desc.dtype=HALF with b_desc.dtype=BFLOAT16 is not supported (a_desc.dims=[4, 5], b_desc.dims=[5, 7])" \
+        matmul_problem(
+            od.TensorDescriptor("float16", (4, 5)),
+            od.TensorDescriptor("bfloat16", (5, 7)),
+            od.TensorDescriptor("float32", (4, 7)),
+        )
+    assert (
+        "a_desc.dtype=HALF with b_desc.dtype=BFLOAT16 is not supported (a_desc.dims=[4, 5], b_desc.dims=[5, 7])"
         in str(error.value)
+    )
     assert error.value.status is od.Status.NOT_SUPPORTED_DATA_TYPE
 
 
@@ -100,8 +142,9 @@ def test_math_type_decides_tf32_and_fast_fp8_accumulation():
     from opendnn.families.matmul import numpy_backend as numpy_matmul
 
     original = numpy_matmul.run
-    numpy_matmul.run = lambda problem, *tensors: seen.append((problem.allow_tf32, problem.fast_fp8_accumulation)) \
-        or original(problem, *tensors)
+    numpy_matmul.run = lambda problem, *tensors: (
+        seen.append((problem.allow_tf32, problem.fast_fp8_accumulation)) or original(problem, *tensors)
+    )
     try:
         for math_type in (od.MathType.DEFAULT, od.MathType.TENSOR_OP):
             matmul(od.create("cpu", math_type=math_type), 1.0, desc(a), a, desc(b), b, 0.0, desc(c), c)
@@ -220,17 +263,20 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch)
     assert buffer[outside].isnan().all()
 
 
-@pytest.mark.parametrize("m, n, k, batch, tile", [
-    (4096, 4096, 64, (), (128, 256, 64)),  # 512 tiles: 4 rounds of 132 programs
-    (4096, 4224, 64, (), (256, 128, 64)),  # 128 x 256: 544 tiles, 5 rounds; 256 x 128: 528, 4 rounds
-    (4224, 4096, 64, (), (128, 256, 64)),  # the other way round
-    (4224, 4224, 64, (), (128, 256, 64)),  # 561 tiles both ways; 128 x 128: 1089, 9 rounds of half the time
-    (16384, 11008, 64, (), (128, 256, 64)),  # 5504 tiles both ways
-    (1024, 4224, 64, (2,), (256, 128, 64)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
-    (128, 4096, 64, (), (128, 128, 64)),  # too few big tiles to fill the GPU
-    (128, 128, 128, (512,), (128, 128, 128)),  # short K: the whole of K in one step
-    (128, 128, 129, (512,), (128, 128, 64)),
-])
+@pytest.mark.parametrize(
+    "m, n, k, batch, tile",
+    [
+        (4096, 4096, 64, (), (128, 256, 64)),  # 512 tiles: 4 rounds of 132 programs
+        (4096, 4224, 64, (), (256, 128, 64)),  # 128 x 256: 544 tiles, 5 rounds; 256 x 128: 528, 4 rounds
+        (4224, 4096, 64, (), (128, 256, 64)),  # the other way round
+        (4224, 4224, 64, (), (128, 256, 64)),  # 561 tiles both ways; 128 x 128: 1089, 9 rounds of half the time
+        (16384, 11008, 64, (), (128, 256, 64)),  # 5504 tiles both ways
+        (1024, 4224, 64, (2,), (256, 128, 64)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
+        (128, 4096, 64, (), (128, 128, 64)),  # too few big tiles to fill the GPU
+        (128, 128, 128, (512,), (128, 128, 128)),  # short K: the whole of K in one step
+        (128, 128, 129, (512,), (128, 128, 64)),
+    ],
+)
 def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, k, batch, tile):
     from opendnn.families.matmul import triton_backend as triton_matmul
 
@@ -262,8 +308,9 @@ def test_tf32_product_run_transposed_reads_and_writes_c_through_its_transpose():
     assert buffer[outside].isnan().all()
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((3,), (3, 4)), ((2, 5, 3), (3,)), ((3,), (3,)), ((3,), (4, 3, 5)),
-                                              ((1, 3), (4, 3, 5))])
+@pytest.mark.parametrize(
+    "a_shape, b_shape", [((3,), (3, 4)), ((2, 5, 3), (3,)), ((3,), (3,)), ((3,), (4, 3, 5)), ((1, 3), (4, 3, 5))]
+)
 def test_a_residual_of_the_results_own_shape_is_added(a_shape, b_shape):
     rng = np.random.default_rng(7)
     a, b = rng.uniform(0.5, 2.0, a_shape), rng.uniform(0.5, 2.0, b_shape)

@@ -39,6 +39,7 @@ def _numeric_gradient(function, x, dy, step=1e-6):
 
 # references against torch ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 16])
 def test_lrn_reference_matches_torch_with_cudnn_window(size):
     x, dy = _x(2, 9, 3, 4), _x(2, 9, 3, 4)
@@ -61,8 +62,15 @@ def test_lrn_window_placement_is_cudnns():
     assert (desc.lookbehind, desc.lookahead) == (1, 2)
 
 
-@pytest.mark.parametrize("mode, normalized", [(NormMode.LAYER_NORM, (5,)), (NormMode.LAYER_NORM, (4, 5)),
-                                              (NormMode.RMS_NORM, (5,)), (NormMode.RMS_NORM, (3, 4, 5))])
+@pytest.mark.parametrize(
+    "mode, normalized",
+    [
+        (NormMode.LAYER_NORM, (5,)),
+        (NormMode.LAYER_NORM, (4, 5)),
+        (NormMode.RMS_NORM, (5,)),
+        (NormMode.RMS_NORM, (3, 4, 5)),
+    ],
+)
 def test_layer_and_rms_references_match_torch(mode, normalized):
     x, dy = _x(2, 3, 4, 5) + 0.5, _x(2, 3, 4, 5)
     w, b = _x(*normalized), _x(*normalized)
@@ -81,8 +89,9 @@ def test_layer_and_rms_references_match_torch(mode, normalized):
     np.testing.assert_allclose(db.reshape(normalized), bt.grad.numpy(), rtol=1e-9, atol=1e-11)
 
 
-@pytest.mark.parametrize("mode, groups", [(NormMode.GROUP_NORM, 3), (NormMode.GROUP_NORM, 1),
-                                          (NormMode.INSTANCE_NORM, 6)])
+@pytest.mark.parametrize(
+    "mode, groups", [(NormMode.GROUP_NORM, 3), (NormMode.GROUP_NORM, 1), (NormMode.INSTANCE_NORM, 6)]
+)
 def test_group_and_instance_references_match_torch(mode, groups):
     x, dy, w, b = _x(2, 6, 3, 5), _x(2, 6, 3, 5), _x(6), _x(6)
     xt, wt, bt = (torch.from_numpy(a).requires_grad_() for a in (x, w, b))
@@ -102,6 +111,7 @@ def test_group_and_instance_references_match_torch(mode, groups):
 
 
 # backward against finite differences ----------------------------------------------------------------
+
 
 def test_lrn_backward_matches_finite_differences():
     desc = od.LRNDescriptor(4, 0.9, 0.6, 1.2)
@@ -134,18 +144,28 @@ def test_norm_backward_matches_finite_differences(mode, count):
     scale = _x(*dims, low=0.5, high=1.5)
     groups = count if mode is NormMode.GROUP_NORM else 0
     dx, _, _ = normalization.backward_reference(mode, x, dy, scale, 1e-5, count, groups)
-    np.testing.assert_allclose(dx, _numeric_gradient(lambda v: normalization.forward_reference(
-        mode, v, scale, None, 1e-5, count, groups)[0], x, dy), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        dx,
+        _numeric_gradient(
+            lambda v: normalization.forward_reference(mode, v, scale, None, 1e-5, count, groups)[0], x, dy
+        ),
+        rtol=1e-6,
+        atol=1e-8,
+    )
 
 
 # errors -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arguments, message", [
-    ((0,), "n=0 must be an integer from 1 to 16"),
-    ((17,), "n=17 must be an integer from 1 to 16"),
-    ((5, 1e-4, 0.001), "beta=0.001 must be at least 0.01"),
-    ((5, 1e-4, 0.75, 1e-6), "k=1e-06 must be at least 1e-05"),
-])
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ((0,), "n=0 must be an integer from 1 to 16"),
+        ((17,), "n=17 must be an integer from 1 to 16"),
+        ((5, 1e-4, 0.001), "beta=0.001 must be at least 0.01"),
+        ((5, 1e-4, 0.75, 1e-6), "k=1e-06 must be at least 1e-05"),
+    ],
+)
 def test_lrn_descriptor_limits(arguments, message):
     with pytest.raises(od.BadParam, match=message):
         od.LRNDescriptor(*arguments)
@@ -163,26 +183,52 @@ def test_lrn_errors_name_the_parameter():
     handle = od.create("cpu", backend="numpy")
     x = np.ones((2, 3), np.float32)
     with pytest.raises(od.BadParam, match=r"x_desc.ndim=2 must be at least 3"):
-        od.lrn_cross_channel_forward(handle, od.LRNDescriptor(), od.LRNMode.CROSS_CHANNEL_DIM1, 1.0, _desc(2, 3), x,
-                                     0.0, _desc(2, 3), x)
+        od.lrn_cross_channel_forward(
+            handle, od.LRNDescriptor(), od.LRNMode.CROSS_CHANNEL_DIM1, 1.0, _desc(2, 3), x, 0.0, _desc(2, 3), x
+        )
     x4 = np.ones((1, 2, 3, 4), np.float32)
     with pytest.raises(od.BadParam, match=r"y_desc.dims\[3\]=5 must equal x_desc.dims\[3\]=4"):
-        od.lrn_cross_channel_forward(handle, od.LRNDescriptor(), od.LRNMode.CROSS_CHANNEL_DIM1, 1.0,
-                                     _desc(1, 2, 3, 4), x4, 0.0, _desc(1, 2, 3, 5), np.ones((1, 2, 3, 5), np.float32))
+        od.lrn_cross_channel_forward(
+            handle,
+            od.LRNDescriptor(),
+            od.LRNMode.CROSS_CHANNEL_DIM1,
+            1.0,
+            _desc(1, 2, 3, 4),
+            x4,
+            0.0,
+            _desc(1, 2, 3, 5),
+            np.ones((1, 2, 3, 5), np.float32),
+        )
     x3 = np.ones((1, 2, 3), np.float32)
     with pytest.raises(od.BadParam, match=r"x_desc.ndim=3 must be 4 or 5 for divisive normalization"):
-        od.divisive_normalization_forward(handle, od.LRNDescriptor(), od.DivNormMode.PRECOMPUTED_MEANS, 1.0,
-                                          _desc(1, 2, 3), x3, None, None, None, 0.0, _desc(1, 2, 3), x3)
+        od.divisive_normalization_forward(
+            handle,
+            od.LRNDescriptor(),
+            od.DivNormMode.PRECOMPUTED_MEANS,
+            1.0,
+            _desc(1, 2, 3),
+            x3,
+            None,
+            None,
+            None,
+            0.0,
+            _desc(1, 2, 3),
+            x3,
+        )
     with pytest.raises(od.BadParam, match=r"norm_desc=.* must be an LRNDescriptor"):
-        od.lrn_cross_channel_forward(handle, None, od.LRNMode.CROSS_CHANNEL_DIM1, 1.0, _desc(1, 2, 3, 4), x4, 0.0,
-                                     _desc(1, 2, 3, 4), x4)
+        od.lrn_cross_channel_forward(
+            handle, None, od.LRNMode.CROSS_CHANNEL_DIM1, 1.0, _desc(1, 2, 3, 4), x4, 0.0, _desc(1, 2, 3, 4), x4
+        )
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(epsilon=-1.0), "epsilon=-1.0 must be finite and at least 0"),
-    (dict(normalized_ndim=0), "normalized_ndim=0 must be at least 1"),
-    (dict(groups=0), "groups=0 must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(epsilon=-1.0), "epsilon=-1.0 must be finite and at least 0"),
+        (dict(normalized_ndim=0), "normalized_ndim=0 must be at least 1"),
+        (dict(groups=0), "groups=0 must be at least 1"),
+    ],
+)
 def test_norm_descriptor_rules(kwargs, message):
     with pytest.raises(od.BadParam, match=message):
         od.NormDescriptor(NormMode.LAYER_NORM, **kwargs)
@@ -194,25 +240,66 @@ def test_norm_errors_name_the_parameter():
     y = np.empty_like(x)
     group = od.NormDescriptor(NormMode.GROUP_NORM, groups=4)
     with pytest.raises(od.BadParam, match=r"x_desc.dims\[1\]=6 must be a multiple of norm_desc.groups=4"):
-        od.normalization_forward_inference(handle, group, 1.0, _desc(2, 6, 3), x, None, None, None, 0.0,
-                                           _desc(2, 6, 3), y)
+        od.normalization_forward_inference(
+            handle, group, 1.0, _desc(2, 6, 3), x, None, None, None, 0.0, _desc(2, 6, 3), y
+        )
     layer = od.NormDescriptor(NormMode.LAYER_NORM, normalized_ndim=1)
     scale = np.ones((1, 6, 3), np.float32)
     with pytest.raises(od.BadParam, match=r"scale_desc.dims=\[1, 6, 3\] must be \[1, 1, 3\]"):
-        od.normalization_forward_inference(handle, layer, 1.0, _desc(2, 6, 3), x, _desc(1, 6, 3), scale, None, 0.0,
-                                           _desc(2, 6, 3), y)
+        od.normalization_forward_inference(
+            handle, layer, 1.0, _desc(2, 6, 3), x, _desc(1, 6, 3), scale, None, 0.0, _desc(2, 6, 3), y
+        )
     stats = np.ones((2, 6, 1), np.float16)
     with pytest.raises(od.BadParam, match=r"stats_desc.dtype=HALF must be FLOAT"):
-        od.normalization_forward_training(handle, layer, 1.0, _desc(2, 6, 3), x, None, None, None, 0.0,
-                                          _desc(2, 6, 3), y, _desc(2, 6, 1, dtype="float16"), stats, stats)
+        od.normalization_forward_training(
+            handle,
+            layer,
+            1.0,
+            _desc(2, 6, 3),
+            x,
+            None,
+            None,
+            None,
+            0.0,
+            _desc(2, 6, 3),
+            y,
+            _desc(2, 6, 1, dtype="float16"),
+            stats,
+            stats,
+        )
     rms = od.NormDescriptor(NormMode.RMS_NORM)
     stats32 = np.ones((2, 6, 1), np.float32)
     with pytest.raises(od.BadParam, match="mean must be None for RMS_NORM"):
-        od.normalization_forward_training(handle, rms, 1.0, _desc(2, 6, 3), x, None, None, None, 0.0,
-                                          _desc(2, 6, 3), y, _desc(2, 6, 1), stats32, stats32)
+        od.normalization_forward_training(
+            handle,
+            rms,
+            1.0,
+            _desc(2, 6, 3),
+            x,
+            None,
+            None,
+            None,
+            0.0,
+            _desc(2, 6, 3),
+            y,
+            _desc(2, 6, 1),
+            stats32,
+            stats32,
+        )
     with pytest.raises(od.BadParam, match=r"norm_desc.normalized_ndim=4 must be at most x_desc.ndim=3"):
-        od.normalization_forward_inference(handle, od.NormDescriptor(NormMode.LAYER_NORM, normalized_ndim=4), 1.0,
-                                           _desc(2, 6, 3), x, None, None, None, 0.0, _desc(2, 6, 3), y)
+        od.normalization_forward_inference(
+            handle,
+            od.NormDescriptor(NormMode.LAYER_NORM, normalized_ndim=4),
+            1.0,
+            _desc(2, 6, 3),
+            x,
+            None,
+            None,
+            None,
+            0.0,
+            _desc(2, 6, 3),
+            y,
+        )
 
 
 # the Pythonic API, on both backends --------------------------------------------------------------------
@@ -280,8 +367,9 @@ def test_functional_lrn_and_divisive_norm(backend):
     expected = lrn.divisive_reference(x.double().numpy(), means.double().numpy(), desc)
     _close(F.divisive_norm(x, means, 3, 1.125, 0.75, 1.5, handle=handle), expected)
     dx, dmeans = F.divisive_norm_backward(dy, x, means, 3, 1.125, 0.75, 1.5, handle=handle)
-    expected_dx, _ = lrn.divisive_backward_reference(x.double().numpy(), means.double().numpy(),
-                                                     dy.double().numpy(), desc)
+    expected_dx, _ = lrn.divisive_backward_reference(
+        x.double().numpy(), means.double().numpy(), dy.double().numpy(), desc
+    )
     _close(dx, expected_dx)
     _close(dmeans, -expected_dx)
 

@@ -45,6 +45,7 @@ def descriptor(t):
 
 # the reference ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ceil_mode", [False, True])
 @pytest.mark.parametrize("mode", [PoolingMode.MAX, INCLUDE, EXCLUDE])
 @pytest.mark.parametrize("shape, window, stride, padding", GEOMETRIES)
@@ -104,6 +105,7 @@ def test_nan_option_decides_whether_nan_wins(backend):
 
 # the cuDNN-shaped API ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_with_alpha_beta_blends_into_dx(backend):
     handle = od.create("cpu", backend=backend)
@@ -114,23 +116,30 @@ def test_backward_with_alpha_beta_blends_into_dx(backend):
     assert torch.equal(y, TF.max_pool2d(x, 3, 2, 1))
     dy, dx0 = random(y.shape, seed=6).float(), random(x.shape, seed=7).float()
     dx = dx0.clone()
-    od.pooling_backward(handle, pool, 2.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, -0.5,
-                        descriptor(dx), dx)
+    od.pooling_backward(
+        handle, pool, 2.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, -0.5, descriptor(dx), dx
+    )
     xt = x.clone().requires_grad_()
     TF.max_pool2d(xt, 3, 2, 1).backward(dy)
     torch.testing.assert_close(dx, 2.0 * xt.grad - 0.5 * dx0)
 
 
 ERRORS = [
-    (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (2, 0), (1, 1)),
-     "padding[0]=2 must be smaller than window[0]=2"),
+    (
+        lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (2, 0), (1, 1)),
+        "padding[0]=2 must be smaller than window[0]=2",
+    ),
     (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (0, 0), (1, 0)), "stride[1]=0 must be at least 1"),
     (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2, 2, 2), 0, 1), "len(window)=4 must be between 1"),
     (lambda: od.PoolingDescriptor(od.PoolingMode.MAX, 0, (2, 2), (0,), (1, 1)), "len(padding)=1 must equal"),
-    (lambda: od.get_pooling_forward_output_dim(_POOL, od.TensorDescriptor("float32", (1, 1, 8))),
-     "x_desc.ndim=3 must be 2 + the pooling's 2 spatial dims"),
-    (lambda: od.get_pooling_forward_output_dim(_POOL, od.TensorDescriptor("float32", (1, 1, 1, 8))),
-     "window[0]=3 must fit in x_desc.dims[2]=1 + 2 * padding[0]=0"),
+    (
+        lambda: od.get_pooling_forward_output_dim(_POOL, od.TensorDescriptor("float32", (1, 1, 8))),
+        "x_desc.ndim=3 must be 2 + the pooling's 2 spatial dims",
+    ),
+    (
+        lambda: od.get_pooling_forward_output_dim(_POOL, od.TensorDescriptor("float32", (1, 1, 1, 8))),
+        "window[0]=3 must fit in x_desc.dims[2]=1 + 2 * padding[0]=0",
+    ),
     (lambda: _forward((2, 3, 8, 8), (2, 3, 4, 4)), "y_desc.dims[2]=4 must equal 3, the pooled size"),
     (lambda: _forward((2, 3, 8, 8), (2, 4, 3, 3)), "y_desc.dims[1]=4 must equal 3, x_desc.dims"),
     (lambda: _forward((2, 3, 8, 8), (2, 3, 3, 3), torch.float64), "y_desc.dtype=DOUBLE must equal x_desc.dtype=FLOAT"),
@@ -153,6 +162,7 @@ def test_errors_name_the_parameter_and_rule(call, message):
 
 
 # the Pythonic API ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -179,13 +189,22 @@ def test_max_and_avg_pool_match_torch_nhwc_ceil_mode(backend, dtype):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("shape, output_size", [((2, 3, 8, 6), 1), ((2, 3, 8, 6), (4, 3)),  # divisible
-                                                ((2, 3, 7, 6), (3, 4)), ((1, 2, 3, 2), (4, 3))])  # not, larger
+@pytest.mark.parametrize(
+    "shape, output_size",
+    [
+        ((2, 3, 8, 6), 1),
+        ((2, 3, 8, 6), (4, 3)),  # divisible
+        ((2, 3, 7, 6), (3, 4)),
+        ((1, 2, 3, 2), (4, 3)),
+    ],
+)  # not, larger
 def test_adaptive_pools_match_torch(backend, shape, output_size):
     handle = od.create("cpu", backend=backend)
     x = random(shape, seed=10)
-    for ours, ours_backward, theirs in ((F.adaptive_avg_pool, F.adaptive_avg_pool_backward, TF.adaptive_avg_pool2d),
-                                        (F.adaptive_max_pool, F.adaptive_max_pool_backward, TF.adaptive_max_pool2d)):
+    for ours, ours_backward, theirs in (
+        (F.adaptive_avg_pool, F.adaptive_avg_pool_backward, TF.adaptive_avg_pool2d),
+        (F.adaptive_max_pool, F.adaptive_max_pool_backward, TF.adaptive_max_pool2d),
+    ):
         xt = x.clone().requires_grad_()
         expected = theirs(xt, output_size)
         y = ours(x, output_size, handle=handle)
@@ -224,8 +243,9 @@ def test_triton_long_max_windows_in_a_transposed_layout_pick_the_first_tie():
     od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
     np.testing.assert_array_equal(y.numpy(), reference_forward(PoolingMode.MAX, x.numpy(), window, padding, stride))
     dy, dx = random(y.shape, seed=16), torch.full_like(x, float("nan"))
-    od.pooling_backward(handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0,
-                        descriptor(dx), dx)
+    od.pooling_backward(
+        handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+    )
     expected = reference_backward(PoolingMode.MAX, x.numpy(), y.numpy(), dy.numpy(), window, padding, stride)
     np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-12, atol=1e-12)
 
@@ -252,8 +272,10 @@ def test_triton_tiles_that_wrap_rows_and_int64_offsets(monkeypatch, mode, channe
     expected = reference_forward(mode, x.double().numpy(), window, padding, stride)
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6, atol=1e-6)
     dy, dx = random(y.shape, seed=14, dtype=torch.float32), torch.full_like(x, float("nan"))
-    od.pooling_backward(handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0,
-                        descriptor(dx), dx)
-    expected = reference_backward(mode, x.double().numpy(), y.double().numpy(), dy.double().numpy(), window,
-                                  padding, stride)
+    od.pooling_backward(
+        handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+    )
+    expected = reference_backward(
+        mode, x.double().numpy(), y.double().numpy(), dy.double().numpy(), window, padding, stride
+    )
     np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-5, atol=1e-6)

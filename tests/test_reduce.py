@@ -53,13 +53,27 @@ def relative_error(actual, expected):
     return np.linalg.norm(actual[keep] - expected[keep]) / (scale if scale > 0 else 1.0)
 
 
-def run(backend, op, a, c, *, alpha=1.0, beta=0.0, nan_opt=od.NanPropagation.NOT_PROPAGATE_NAN,
-        with_indices=False, indices_type=od.DataType.INT32, handle=None):
+def run(
+    backend,
+    op,
+    a,
+    c,
+    *,
+    alpha=1.0,
+    beta=0.0,
+    nan_opt=od.NanPropagation.NOT_PROPAGATE_NAN,
+    with_indices=False,
+    indices_type=od.DataType.INT32,
+    handle=None,
+):
     """reduce_tensor with descriptors of the tensors' own strides; returns the indices array."""
     handle = handle or od.create("cpu", backend=backend)
     reduce_desc = ReduceTensorDescriptor(
-        op, nan_opt=nan_opt, indices_type=indices_type,
-        indices=ReduceTensorIndices.FLATTENED_INDICES if with_indices else ReduceTensorIndices.NO_INDICES)
+        op,
+        nan_opt=nan_opt,
+        indices_type=indices_type,
+        indices=ReduceTensorIndices.FLATTENED_INDICES if with_indices else ReduceTensorIndices.NO_INDICES,
+    )
     a_desc, c_desc = descriptor(a), descriptor(c)
     indices = None
     if with_indices:
@@ -88,8 +102,9 @@ def check(backend, op, a, c_dims, *, alpha=1.0, beta=0.0, with_indices=None, c=N
     c_before = c.clone()
     indices = run(backend, op, a, c, alpha=alpha, beta=beta, with_indices=with_indices, **options)
     propagate = options.get("nan_opt") is od.NanPropagation.PROPAGATE_NAN
-    values, reference_indices = expected(op, a, c_dims, alpha=alpha, beta=beta, c_before=c_before,
-                                         propagate_nan=propagate)
+    values, reference_indices = expected(
+        op, a, c_dims, alpha=alpha, beta=beta, c_before=c_before, propagate_nan=propagate
+    )
     error = relative_error(c.double().numpy(), values)
     assert error <= TOLERANCE[a.dtype], f"{op.name} on {backend}: relative error {error:.3g}"
     if with_indices:
@@ -98,6 +113,7 @@ def check(backend, op, a, c_dims, *, alpha=1.0, beta=0.0, with_indices=None, c=N
 
 
 # --- the reference against independent oracles, float64 ---------------------------------------
+
 
 def _torch_oracle(op, a, axes):
     if op is ReduceTensorOp.ADD:
@@ -230,8 +246,9 @@ def test_output_in_a_sub_region_is_written_only_there(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("op", [ReduceTensorOp.ADD, ReduceTensorOp.AMAX, ReduceTensorOp.AVG],
-                         ids=["ADD", "AMAX", "AVG"])
+@pytest.mark.parametrize(
+    "op", [ReduceTensorOp.ADD, ReduceTensorOp.AMAX, ReduceTensorOp.AVG], ids=["ADD", "AMAX", "AVG"]
+)
 def test_alpha_and_beta_blend_with_prior_output(op, dtype, backend):
     a = random_input((4, 7, 3), dtype, seed=13)
     c = random_input((4, 1, 3), dtype, seed=14)
@@ -258,8 +275,9 @@ def test_nan_inputs_follow_the_nan_option(op, nan_opt, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("shape, c_dims", [((5, 40), (5, 1)), ((48, 20), (1, 20)), ((64, 1024), (1, 1))],
-                         ids=["rows", "columns", "split"])
+@pytest.mark.parametrize(
+    "shape, c_dims", [((5, 40), (5, 1)), ((48, 20), (1, 20)), ((64, 1024), (1, 1))], ids=["rows", "columns", "split"]
+)
 @pytest.mark.parametrize("op", INDEXED, ids=lambda op: op.name)
 def test_indices_of_ties_are_the_first(op, shape, c_dims, backend):
     gen = torch.Generator().manual_seed(17)
@@ -285,6 +303,7 @@ def test_whole_tensor_reduction_on_triton_uses_workspace_and_numpy_none():
 
 # --- errors ------------------------------------------------------------------------------------
 
+
 def _call(handle, reduce_desc, a_dims, c_dims, *, indices=None, workspace=None):
     a, c = random_input(a_dims), torch.empty(c_dims)
     reduce_tensor(handle, reduce_desc, indices, workspace, 1.0, descriptor(a), a, 0.0, descriptor(c), c)
@@ -299,15 +318,17 @@ def test_c_dims_that_are_neither_a_dims_nor_one_are_refused():
 
 def test_indices_with_add_are_refused():
     reduce_desc = ReduceTensorDescriptor(ReduceTensorOp.ADD, indices=ReduceTensorIndices.FLATTENED_INDICES)
-    with pytest.raises(od.BadParam, match="reduce_desc.indices=FLATTENED_INDICES needs op MIN, MAX or AMAX, "
-                                          "not op=ADD"):
+    with pytest.raises(
+        od.BadParam, match="reduce_desc.indices=FLATTENED_INDICES needs op MIN, MAX or AMAX, not op=ADD"
+    ):
         _call(od.create("cpu"), reduce_desc, (2, 4), (2, 1), indices=torch.empty(2, dtype=torch.int32))
 
 
 def test_missing_or_mistyped_indices_are_refused():
     reduce_desc = ReduceTensorDescriptor(ReduceTensorOp.MIN, indices=ReduceTensorIndices.FLATTENED_INDICES)
-    with pytest.raises(od.BadParam, match="indices=None but reduce_desc.indices=FLATTENED_INDICES needs an array "
-                                          "of 2 INT32 elements"):
+    with pytest.raises(
+        od.BadParam, match="indices=None but reduce_desc.indices=FLATTENED_INDICES needs an array of 2 INT32 elements"
+    ):
         _call(od.create("cpu"), reduce_desc, (2, 4), (2, 1))
     with pytest.raises(od.BadParam, match="indices.dtype=int64 must equal indices_desc.dtype=int32"):
         _call(od.create("cpu"), reduce_desc, (2, 4), (2, 1), indices=torch.empty(2, dtype=torch.int64))
@@ -318,10 +339,12 @@ def test_missing_or_mistyped_indices_are_refused():
 def test_workspace_too_small_or_missing_is_refused():
     handle = od.create("cpu", backend="triton")
     reduce_desc = ReduceTensorDescriptor(ReduceTensorOp.ADD)
-    needed = get_reduction_workspace_size(handle, reduce_desc, od.TensorDescriptor("float32", (64, 1024)),
-                                          od.TensorDescriptor("float32", (1, 1)))
-    with pytest.raises(od.BadParam, match=f"workspace holds 16 bytes but get_reduction_workspace_size needs "
-                                          f"{needed} bytes"):
+    needed = get_reduction_workspace_size(
+        handle, reduce_desc, od.TensorDescriptor("float32", (64, 1024)), od.TensorDescriptor("float32", (1, 1))
+    )
+    with pytest.raises(
+        od.BadParam, match=f"workspace holds 16 bytes but get_reduction_workspace_size needs {needed} bytes"
+    ):
         _call(handle, reduce_desc, (64, 1024), (1, 1), workspace=torch.empty(16, dtype=torch.uint8))
     with pytest.raises(od.BadParam, match=f"workspace=None but get_reduction_workspace_size needs {needed} bytes"):
         _call(handle, reduce_desc, (64, 1024), (1, 1))

@@ -28,15 +28,39 @@ ACTIVATION_ORACLES = {
     "swish": lambda x: x * torch.sigmoid(COEF * x),
 }
 BINARY_ORACLES = {
-    "ADD": torch.add, "SUB": torch.sub, "MUL": torch.mul, "DIV": torch.div, "MAX": torch.maximum,
-    "MIN": torch.minimum, "MOD": torch.fmod, "POW": torch.pow, "ADD_SQUARE": lambda a, b: a + b * b,
-    "CMP_EQ": torch.eq, "CMP_NEQ": torch.ne, "CMP_GT": torch.gt, "CMP_GE": torch.ge, "CMP_LT": torch.lt,
-    "CMP_LE": torch.le, "LOGICAL_AND": torch.logical_and, "LOGICAL_OR": torch.logical_or,
+    "ADD": torch.add,
+    "SUB": torch.sub,
+    "MUL": torch.mul,
+    "DIV": torch.div,
+    "MAX": torch.maximum,
+    "MIN": torch.minimum,
+    "MOD": torch.fmod,
+    "POW": torch.pow,
+    "ADD_SQUARE": lambda a, b: a + b * b,
+    "CMP_EQ": torch.eq,
+    "CMP_NEQ": torch.ne,
+    "CMP_GT": torch.gt,
+    "CMP_GE": torch.ge,
+    "CMP_LT": torch.lt,
+    "CMP_LE": torch.le,
+    "LOGICAL_AND": torch.logical_and,
+    "LOGICAL_OR": torch.logical_or,
 }
 UNARY_ORACLES = {
-    "ABS": torch.abs, "CEIL": torch.ceil, "FLOOR": torch.floor, "COS": torch.cos, "SIN": torch.sin,
-    "TAN": torch.tan, "EXP": torch.exp, "LOG": torch.log, "NEG": torch.neg, "SQRT": torch.sqrt,
-    "RSQRT": torch.rsqrt, "RECIPROCAL": torch.reciprocal, "ERF": torch.erf, "IDENTITY": lambda a: a,
+    "ABS": torch.abs,
+    "CEIL": torch.ceil,
+    "FLOOR": torch.floor,
+    "COS": torch.cos,
+    "SIN": torch.sin,
+    "TAN": torch.tan,
+    "EXP": torch.exp,
+    "LOG": torch.log,
+    "NEG": torch.neg,
+    "SQRT": torch.sqrt,
+    "RSQRT": torch.rsqrt,
+    "RECIPROCAL": torch.reciprocal,
+    "ERF": torch.erf,
+    "IDENTITY": lambda a: a,
     "LOGICAL_NOT": torch.logical_not,
 }
 
@@ -102,8 +126,9 @@ def test_relu_nan_option(propagate, expected):
 
 def test_softplus_and_sigmoid_stay_finite_and_accurate_at_extremes():
     x = np.array([-800.0, -40.0, 40.0, 800.0])
-    np.testing.assert_allclose(reference(PointwiseMode.SOFTPLUS_FWD, [x], 1.0), [0.0, math.exp(-40), 40.0, 800.0],
-                               rtol=1e-15, atol=0)
+    np.testing.assert_allclose(
+        reference(PointwiseMode.SOFTPLUS_FWD, [x], 1.0), [0.0, math.exp(-40), 40.0, 800.0], rtol=1e-15, atol=0
+    )
     sigmoid = reference(PointwiseMode.SIGMOID_FWD, [x])
     np.testing.assert_allclose(sigmoid[1], 1 / (1 + math.exp(40)), rtol=1e-14)
     assert sigmoid[0] == 0.0 and sigmoid[3] == 1.0

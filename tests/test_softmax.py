@@ -42,25 +42,35 @@ def torch_forward(algo, x, axes):
     kept = [k for k in range(x.ndim) if k not in axes]
     rows = x.permute(*kept, *axes).reshape(*(x.shape[k] for k in kept), -1)
     out = (torch.log_softmax if algo is SoftmaxAlgorithm.LOG else torch.softmax)(rows, -1)
-    return out.reshape(*(x.shape[k] for k in kept), *(x.shape[k] for k in axes)).permute(
-        *np.argsort([*kept, *axes]))
+    return out.reshape(*(x.shape[k] for k in kept), *(x.shape[k] for k in axes)).permute(*np.argsort([*kept, *axes]))
 
 
 def forward(backend, algo, mode, x, *, alpha=1.0, beta=0.0, y=None):
     y = torch.full_like(x, float("nan")) if y is None else y
-    od.softmax_forward(od.create("cpu", backend=backend), algo, mode, alpha, descriptor(x), x, beta,
-                       descriptor(y), y)
+    od.softmax_forward(od.create("cpu", backend=backend), algo, mode, alpha, descriptor(x), x, beta, descriptor(y), y)
     return y
 
 
 def backward(backend, algo, mode, y, dy):
     dx = torch.full_like(y, float("nan"))
-    od.softmax_backward(od.create("cpu", backend=backend), algo, mode, 1.0, descriptor(y), y, descriptor(dy), dy,
-                        0.0, descriptor(dx), dx)
+    od.softmax_backward(
+        od.create("cpu", backend=backend),
+        algo,
+        mode,
+        1.0,
+        descriptor(y),
+        y,
+        descriptor(dy),
+        dy,
+        0.0,
+        descriptor(dx),
+        dx,
+    )
     return dx
 
 
 # the reference ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shape", [(4, 5), (3, 4, 5, 6), (2, 3, 4, 2, 3)])
 @pytest.mark.parametrize("mode", MODES)
@@ -92,11 +102,15 @@ def test_reference_backward_matches_finite_differences(algo, mode):
 
 def test_reference_fast_equals_accurate_for_moderate_values():
     x = np.random.default_rng(3).uniform(-5, 5, (3, 7))
-    np.testing.assert_allclose(reference_forward(SoftmaxAlgorithm.FAST, x, (1,)),
-                               reference_forward(SoftmaxAlgorithm.ACCURATE, x, (1,)), rtol=1e-13)
+    np.testing.assert_allclose(
+        reference_forward(SoftmaxAlgorithm.FAST, x, (1,)),
+        reference_forward(SoftmaxAlgorithm.ACCURATE, x, (1,)),
+        rtol=1e-13,
+    )
 
 
 # special rows, on both backends -------------------------------------------------------------------
+
 
 def rows_with_specials(length):
     """Row 0: all -inf; row 1: one NaN; row 2: some -inf; row 3: values near 1000; row 4: plain."""
@@ -174,12 +188,24 @@ def test_in_place_forward_and_backward(backend):
     dy = torch.randn_like(x)
     handle = od.create("cpu", backend=backend)
     dx = dy.clone()
-    od.softmax_backward(handle, SoftmaxAlgorithm.ACCURATE, SoftmaxMode.CHANNEL, 1.0, descriptor(y), y,
-                        descriptor(dx), dx, 0.0, descriptor(dx), dx)
+    od.softmax_backward(
+        handle,
+        SoftmaxAlgorithm.ACCURATE,
+        SoftmaxMode.CHANNEL,
+        1.0,
+        descriptor(y),
+        y,
+        descriptor(dx),
+        dx,
+        0.0,
+        descriptor(dx),
+        dx,
+    )
     torch.testing.assert_close(dx, y * (dy - (dy * y).sum(1, keepdim=True)))
 
 
 # the plan: the design choices the speed depends on ---------------------------------------------------
+
 
 def plan_of(dims, strides=None, mode=SoftmaxMode.INSTANCE, dtype="float32"):
     desc = od.TensorDescriptor(dtype, dims, strides)
@@ -197,6 +223,7 @@ def test_plan_keeps_rows_of_4096_in_registers_and_splits_long_rows():
 
 
 # the Pythonic API ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_functional_any_dim_any_strides_matches_torch(backend):
@@ -228,28 +255,47 @@ def test_functional_returns_numpy_for_numpy_and_keeps_bfloat16():
 
 # errors ----------------------------------------------------------------------------------------------
 
+
 def call_forward(x_desc, y_desc, algo=SoftmaxAlgorithm.ACCURATE, mode=SoftmaxMode.INSTANCE, alpha=1.0):
     x = torch.zeros(64, dtype=torch.float64)
-    od.softmax_forward(od.create("cpu", backend="numpy"), algo, mode, alpha, x_desc, x, 0.0, y_desc,
-                       torch.zeros(64, dtype=torch.float64))
+    od.softmax_forward(
+        od.create("cpu", backend="numpy"),
+        algo,
+        mode,
+        alpha,
+        x_desc,
+        x,
+        0.0,
+        y_desc,
+        torch.zeros(64, dtype=torch.float64),
+    )
 
 
 PLAIN = od.TensorDescriptor("float64", (2, 3))
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: call_forward(od.TensorDescriptor("float64", (2, 3)), od.TensorDescriptor("float64", (2, 4))),
-     r"y_desc.dims=\[2, 4\] must equal x_desc.dims=\[2, 3\]"),
-    (lambda: call_forward(od.TensorDescriptor("float64", (6,)), od.TensorDescriptor("float64", (6,))),
-     r"x_desc.ndim=1 must be at least 2"),
-    (lambda: call_forward(PLAIN, PLAIN, algo="max"), r"algo='max' must be a SoftmaxAlgorithm"),
-    (lambda: call_forward(PLAIN, PLAIN, mode=3), r"mode=3 must be a SoftmaxMode"),
-    (lambda: call_forward(PLAIN, PLAIN, alpha=float("inf")), r"alpha=inf must be finite"),
-    (lambda: call_forward(PLAIN, od.TensorDescriptor("float64", (2, 3), (0, 1))), r"overlapping elements"),
-    (lambda: call_forward(od.TensorDescriptor("float64", (9, 9)), od.TensorDescriptor("float64", (9, 9))),
-     r"x_desc reaches 81 elements but x holds 64"),
-    (lambda: F.softmax(torch.zeros(2, 3), 2), r"dim=2 must be between -2 and 1"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: call_forward(od.TensorDescriptor("float64", (2, 3)), od.TensorDescriptor("float64", (2, 4))),
+            r"y_desc.dims=\[2, 4\] must equal x_desc.dims=\[2, 3\]",
+        ),
+        (
+            lambda: call_forward(od.TensorDescriptor("float64", (6,)), od.TensorDescriptor("float64", (6,))),
+            r"x_desc.ndim=1 must be at least 2",
+        ),
+        (lambda: call_forward(PLAIN, PLAIN, algo="max"), r"algo='max' must be a SoftmaxAlgorithm"),
+        (lambda: call_forward(PLAIN, PLAIN, mode=3), r"mode=3 must be a SoftmaxMode"),
+        (lambda: call_forward(PLAIN, PLAIN, alpha=float("inf")), r"alpha=inf must be finite"),
+        (lambda: call_forward(PLAIN, od.TensorDescriptor("float64", (2, 3), (0, 1))), r"overlapping elements"),
+        (
+            lambda: call_forward(od.TensorDescriptor("float64", (9, 9)), od.TensorDescriptor("float64", (9, 9))),
+            r"x_desc reaches 81 elements but x holds 64",
+        ),
+        (lambda: F.softmax(torch.zeros(2, 3), 2), r"dim=2 must be between -2 and 1"),
+    ],
+)
 def test_errors_name_the_parameter_and_the_rule(call, message):
     with pytest.raises(od.BadParam, match=message):
         call()
@@ -320,8 +366,11 @@ def compile_softmax_for_sm90() -> None:
         options, signature, constexprs, attrs = sm90.specialize(kernel, args, kwargs, backend)
         ints = find_paths_if(list(signature.values()), lambda _, kind: kind in ("i32", "i64"))
         pointers = {path: attr for path, attr in attrs.items() if path not in ints}
-        patterns = {"the launcher's": attrs, "all": {**pointers, **{path: [["tt.divisibility", 16]] for path in ints}},
-                    "no": pointers}
+        patterns = {
+            "the launcher's": attrs,
+            "all": {**pointers, **{path: [["tt.divisibility", 16]] for path in ints}},
+            "no": pointers,
+        }
         for pattern, pattern_attrs in patterns.items():
             print(f"compiling {kernel.__name__} {kwargs} with {pattern} int divisibility attrs", flush=True)
             assert "cubin" in sm90.compile_sm90(kernel, signature, constexprs, pattern_attrs, options, target).asm

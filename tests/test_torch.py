@@ -28,26 +28,47 @@ def assert_close(ours: torch.Tensor, theirs: torch.Tensor, dtype: torch.dtype = 
 
 # ---- every Function against torch's op, forward and backward, float64 ---------------------------------
 
+
 def _randn(*shape: int) -> torch.Tensor:
     return torch.randn(*shape, dtype=torch.float64)
 
 
 FUNCTIONS = {
-    "conv1d": (lambda x, w, b: OF.conv(x, w, b, 1, "same"), lambda x, w, b: TF.conv1d(x, w, b, 1, "same"),
-               [(2, 3, 9), (4, 3, 3), (4,)]),
-    "conv2d_groups_stride": (lambda x, w, b: OF.conv(x, w, b, 2, 1, 1, 2),
-                             lambda x, w, b: TF.conv2d(x, w, b, 2, 1, 1, 2), [(2, 4, 7, 6), (6, 2, 3, 3), (6,)]),
-    "conv2d_depthwise_dilated": (lambda x, w: OF.conv(x, w, None, 1, 2, 2, 4),
-                                 lambda x, w: TF.conv2d(x, w, None, 1, 2, 2, 4), [(2, 4, 7, 6), (4, 1, 3, 3)]),
-    "conv3d": (lambda x, w: OF.conv(x, w, None, 1, 1), lambda x, w: TF.conv3d(x, w, None, 1, 1),
-               [(2, 3, 4, 5, 4), (4, 3, 3, 3, 3)]),
-    "conv_transpose1d": (lambda x, w: OF.conv_transpose(x, w, None, 2, 1, 1),
-                         lambda x, w: TF.conv_transpose1d(x, w, None, 2, 1, 1), [(2, 3, 5), (3, 4, 3)]),
-    "conv_transpose2d_groups": (lambda x, w, b: OF.conv_transpose(x, w, b, 2, 1, 1, 2),
-                                lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2),
-                                [(2, 4, 5, 4), (4, 3, 3, 3), (6,)]),
-    "conv_transpose3d": (lambda x, w: OF.conv_transpose(x, w, None, 1, 1),
-                         lambda x, w: TF.conv_transpose3d(x, w, None, 1, 1), [(1, 2, 3, 4, 3), (2, 3, 3, 3, 3)]),
+    "conv1d": (
+        lambda x, w, b: OF.conv(x, w, b, 1, "same"),
+        lambda x, w, b: TF.conv1d(x, w, b, 1, "same"),
+        [(2, 3, 9), (4, 3, 3), (4,)],
+    ),
+    "conv2d_groups_stride": (
+        lambda x, w, b: OF.conv(x, w, b, 2, 1, 1, 2),
+        lambda x, w, b: TF.conv2d(x, w, b, 2, 1, 1, 2),
+        [(2, 4, 7, 6), (6, 2, 3, 3), (6,)],
+    ),
+    "conv2d_depthwise_dilated": (
+        lambda x, w: OF.conv(x, w, None, 1, 2, 2, 4),
+        lambda x, w: TF.conv2d(x, w, None, 1, 2, 2, 4),
+        [(2, 4, 7, 6), (4, 1, 3, 3)],
+    ),
+    "conv3d": (
+        lambda x, w: OF.conv(x, w, None, 1, 1),
+        lambda x, w: TF.conv3d(x, w, None, 1, 1),
+        [(2, 3, 4, 5, 4), (4, 3, 3, 3, 3)],
+    ),
+    "conv_transpose1d": (
+        lambda x, w: OF.conv_transpose(x, w, None, 2, 1, 1),
+        lambda x, w: TF.conv_transpose1d(x, w, None, 2, 1, 1),
+        [(2, 3, 5), (3, 4, 3)],
+    ),
+    "conv_transpose2d_groups": (
+        lambda x, w, b: OF.conv_transpose(x, w, b, 2, 1, 1, 2),
+        lambda x, w, b: TF.conv_transpose2d(x, w, b, 2, 1, 1, 2),
+        [(2, 4, 5, 4), (4, 3, 3, 3), (6,)],
+    ),
+    "conv_transpose3d": (
+        lambda x, w: OF.conv_transpose(x, w, None, 1, 1),
+        lambda x, w: TF.conv_transpose3d(x, w, None, 1, 1),
+        [(1, 2, 3, 4, 3), (2, 3, 3, 3, 3)],
+    ),
     "linear": (OF.linear, TF.linear, [(2, 5, 4), (3, 4), (3,)]),
     "matmul_broadcast": (OF.matmul, torch.matmul, [(2, 3, 5, 4), (3, 4, 6)]),
     "matmul_transposed": (lambda a, b: OF.matmul(a, b.mT), lambda a, b: a @ b.mT, [(2, 5, 4), (2, 6, 4)]),
@@ -61,29 +82,59 @@ FUNCTIONS = {
     "tanh": (OF.tanh, torch.tanh, [(3, 8)]),
     "elu": (lambda x: OF.elu(x, 0.5), lambda x: TF.elu(x, 0.5), [(3, 8)]),
     "softplus": (lambda x: OF.softplus(x, 2.0), lambda x: TF.softplus(x, 2.0), [(3, 8)]),
-    "layer_norm": (lambda x, w, b: OF.layer_norm(x, (5, 4), w, b), lambda x, w, b: TF.layer_norm(x, (5, 4), w, b),
-                   [(2, 3, 5, 4), (5, 4), (5, 4)]),
+    "layer_norm": (
+        lambda x, w, b: OF.layer_norm(x, (5, 4), w, b),
+        lambda x, w, b: TF.layer_norm(x, (5, 4), w, b),
+        [(2, 3, 5, 4), (5, 4), (5, 4)],
+    ),
     "rms_norm": (lambda x, w: OF.rms_norm(x, (4,), w), lambda x, w: TF.rms_norm(x, (4,), w), [(2, 3, 4), (4,)]),
-    "group_norm": (lambda x, w, b: OF.group_norm(x, 3, w, b), lambda x, w, b: TF.group_norm(x, 3, w, b),
-                   [(2, 6, 5, 4), (6,), (6,)]),
-    "instance_norm": (lambda x, w, b: OF.instance_norm(x, w, b), lambda x, w, b: TF.instance_norm(x, weight=w, bias=b),
-                      [(2, 3, 5, 4), (3,), (3,)]),
-    "local_response_norm": (lambda x: OF.local_response_norm(x, 3, 0.1, 0.75, 1.0),
-                            lambda x: TF.local_response_norm(x, 3, 0.1, 0.75, 1.0), [(2, 6, 4, 3)]),
-    "batch_norm_training": (lambda x, w, b: OF.batch_norm(x, None, None, w, b, True),
-                            lambda x, w, b: TF.batch_norm(x, None, None, w, b, True), [(4, 3, 5, 2), (3,), (3,)]),
-    "batch_norm_1d": (lambda x, w, b: OF.batch_norm(x, None, None, w, b, True),
-                      lambda x, w, b: TF.batch_norm(x, None, None, w, b, True), [(6, 3), (3,), (3,)]),
-    "max_pool2d_ceil": (lambda x: OF.max_pool(x, 3, 2, 1, True), lambda x: TF.max_pool2d(x, 3, 2, 1, ceil_mode=True),
-                        [(2, 3, 7, 6)]),
+    "group_norm": (
+        lambda x, w, b: OF.group_norm(x, 3, w, b),
+        lambda x, w, b: TF.group_norm(x, 3, w, b),
+        [(2, 6, 5, 4), (6,), (6,)],
+    ),
+    "instance_norm": (
+        lambda x, w, b: OF.instance_norm(x, w, b),
+        lambda x, w, b: TF.instance_norm(x, weight=w, bias=b),
+        [(2, 3, 5, 4), (3,), (3,)],
+    ),
+    "local_response_norm": (
+        lambda x: OF.local_response_norm(x, 3, 0.1, 0.75, 1.0),
+        lambda x: TF.local_response_norm(x, 3, 0.1, 0.75, 1.0),
+        [(2, 6, 4, 3)],
+    ),
+    "batch_norm_training": (
+        lambda x, w, b: OF.batch_norm(x, None, None, w, b, True),
+        lambda x, w, b: TF.batch_norm(x, None, None, w, b, True),
+        [(4, 3, 5, 2), (3,), (3,)],
+    ),
+    "batch_norm_1d": (
+        lambda x, w, b: OF.batch_norm(x, None, None, w, b, True),
+        lambda x, w, b: TF.batch_norm(x, None, None, w, b, True),
+        [(6, 3), (3,), (3,)],
+    ),
+    "max_pool2d_ceil": (
+        lambda x: OF.max_pool(x, 3, 2, 1, True),
+        lambda x: TF.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+        [(2, 3, 7, 6)],
+    ),
     "max_pool1d": (lambda x: OF.max_pool(x, 2), lambda x: TF.max_pool1d(x, 2), [(2, 3, 9)]),
-    "avg_pool2d_exclude_pad": (lambda x: OF.avg_pool(x, 3, 2, 1, False, False),
-                               lambda x: TF.avg_pool2d(x, 3, 2, 1, False, False), [(2, 3, 7, 6)]),
+    "avg_pool2d_exclude_pad": (
+        lambda x: OF.avg_pool(x, 3, 2, 1, False, False),
+        lambda x: TF.avg_pool2d(x, 3, 2, 1, False, False),
+        [(2, 3, 7, 6)],
+    ),
     "avg_pool3d": (lambda x: OF.avg_pool(x, 2), lambda x: TF.avg_pool3d(x, 2), [(1, 2, 4, 4, 5)]),
-    "adaptive_avg_pool2d": (lambda x: OF.adaptive_pool(x, (3, None)), lambda x: TF.adaptive_avg_pool2d(x, (3, None)),
-                            [(2, 3, 7, 6)]),
-    "adaptive_max_pool2d": (lambda x: OF.adaptive_pool(x, (4, 3), True), lambda x: TF.adaptive_max_pool2d(x, (4, 3)),
-                            [(2, 3, 7, 6)]),
+    "adaptive_avg_pool2d": (
+        lambda x: OF.adaptive_pool(x, (3, None)),
+        lambda x: TF.adaptive_avg_pool2d(x, (3, None)),
+        [(2, 3, 7, 6)],
+    ),
+    "adaptive_max_pool2d": (
+        lambda x: OF.adaptive_pool(x, (4, 3), True),
+        lambda x: TF.adaptive_max_pool2d(x, (4, 3)),
+        [(2, 3, 7, 6)],
+    ),
     "softmax": (lambda x: OF.softmax(x, 1), lambda x: TF.softmax(x, 1), [(2, 5, 3)]),
     "log_softmax": (lambda x: OF.log_softmax(x, -1), lambda x: TF.log_softmax(x, -1), [(2, 5, 3)]),
 }
@@ -134,13 +185,22 @@ def test_gradients_come_from_opendnn_functions_not_torch_autograd():
 
 # ---- converted models against torch's ------------------------------------------------------------------
 
+
 class SmallCNN(torch.nn.Sequential):
     def __init__(self) -> None:
         super().__init__(
-            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(inplace=True), torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False), torch.nn.BatchNorm2d(8),
-            torch.nn.ReLU(), torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-            torch.nn.Linear(8, 10), torch.nn.LogSoftmax(dim=1))
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.ReLU(inplace=True),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.AvgPool2d(2),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 10),
+            torch.nn.LogSoftmax(dim=1),
+        )
 
 
 class TransformerBlock(torch.nn.Module):
@@ -152,8 +212,9 @@ class TransformerBlock(torch.nn.Module):
         self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
         self.qkv, self.proj = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
         self.softmax = torch.nn.Softmax(dim=-1)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(approximate="tanh"),
-                                       torch.nn.Linear(4 * width, width))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(width, 4 * width), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(4 * width, width)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
@@ -191,9 +252,18 @@ def _parity(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype, routed:
 def test_converted_cnn_matches_torch(dtype):
     torch.manual_seed(0)
     report = _parity(SmallCNN(), torch.randn(4, 3, 12, 12), dtype)
-    assert [kind for _, kind in report.converted] == ["Conv2d", "ReLU", "MaxPool2d", "Conv2d", "BatchNorm2d",
-                                                      "ReLU", "AvgPool2d", "AdaptiveAvgPool2d",
-                                                      "Linear", "LogSoftmax"]
+    assert [kind for _, kind in report.converted] == [
+        "Conv2d",
+        "ReLU",
+        "MaxPool2d",
+        "Conv2d",
+        "BatchNorm2d",
+        "ReLU",
+        "AvgPool2d",
+        "AdaptiveAvgPool2d",
+        "Linear",
+        "LogSoftmax",
+    ]
     assert report.left_alone == []
 
 
@@ -202,8 +272,16 @@ def test_converted_cnn_matches_torch(dtype):
 def test_converted_transformer_block_matches_torch(dtype, routed):
     torch.manual_seed(0)
     report = _parity(TransformerBlock(), torch.randn(2, 5, 16), dtype, routed)
-    assert sorted(kind for _, kind in report.converted) == ["GELU", "LayerNorm", "LayerNorm", "Linear", "Linear",
-                                                            "Linear", "Linear", "Softmax"]
+    assert sorted(kind for _, kind in report.converted) == [
+        "GELU",
+        "LayerNorm",
+        "LayerNorm",
+        "Linear",
+        "Linear",
+        "Linear",
+        "Linear",
+        "Softmax",
+    ]
 
 
 def test_channels_last_model_and_input_match_torch_and_stay_channels_last():
@@ -270,9 +348,18 @@ def test_state_dict_round_trip_between_torch_and_opendnn_modules():
     theirs = SmallCNN()
     theirs(torch.randn(4, 3, 12, 12))  # running statistics away from their initial values
     ours = torch.nn.Sequential(
-        ot.Conv2d(3, 8, 3, padding=1), ot.ReLU(inplace=True), ot.MaxPool2d(2),
-        ot.Conv2d(8, 8, 3, padding=1, groups=2, bias=False), ot.BatchNorm2d(8), ot.ReLU(), ot.AvgPool2d(2),
-        ot.AdaptiveAvgPool2d(1), torch.nn.Flatten(), ot.Linear(8, 10), ot.LogSoftmax(dim=1))
+        ot.Conv2d(3, 8, 3, padding=1),
+        ot.ReLU(inplace=True),
+        ot.MaxPool2d(2),
+        ot.Conv2d(8, 8, 3, padding=1, groups=2, bias=False),
+        ot.BatchNorm2d(8),
+        ot.ReLU(),
+        ot.AvgPool2d(2),
+        ot.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        ot.Linear(8, 10),
+        ot.LogSoftmax(dim=1),
+    )
     ours.load_state_dict(theirs.state_dict())
     back = SmallCNN()
     back.load_state_dict(ours.state_dict())
@@ -299,11 +386,18 @@ def test_convert_reports_what_it_left_to_torch_and_why():
     class Custom(torch.nn.Linear):
         pass
 
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding_mode="reflect"),
-                                torch.nn.Conv2d(3, 4, 4, padding="same"), torch.nn.MaxPool2d(2, return_indices=True),
-                                torch.nn.LocalResponseNorm(4),
-                                torch.nn.Softplus(threshold=5), torch.nn.PReLU(), Custom(3, 3), torch.nn.Dropout(),
-                                torch.nn.InstanceNorm2d(3, track_running_stats=True), torch.nn.Conv2d(3, 4, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding_mode="reflect"),
+        torch.nn.Conv2d(3, 4, 4, padding="same"),
+        torch.nn.MaxPool2d(2, return_indices=True),
+        torch.nn.LocalResponseNorm(4),
+        torch.nn.Softplus(threshold=5),
+        torch.nn.PReLU(),
+        Custom(3, 3),
+        torch.nn.Dropout(),
+        torch.nn.InstanceNorm2d(3, track_running_stats=True),
+        torch.nn.Conv2d(3, 4, 3),
+    )
     report = ot.convert(model)
     reasons = {name: reason for name, _, reason in report.left_alone}
     assert report.converted == [("9", "Conv2d")]
@@ -388,8 +482,10 @@ def test_autocast_runs_products_in_bfloat16_like_torch():
 
 def test_importing_opendnn_does_not_import_opendnn_torch():
     code = "import sys, opendnn; print('opendnn.torch' in sys.modules, 'torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.split() == ["False", "False"]
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [
+        "False",
+        "False",
+    ]
 
 
 def test_outputs_can_be_updated_in_place_like_torchs():
@@ -398,8 +494,14 @@ def test_outputs_can_be_updated_in_place_like_torchs():
     import opendnn.torch as ot
 
     x = torch.randn(2, 4, 6, 6, dtype=torch.float64, requires_grad=True)
-    layers = [ot.Conv2d(4, 4, 3, padding=1).double(), ot.BatchNorm2d(4).double(), ot.ReLU(), ot.GELU(),
-              ot.AvgPool2d(2), ot.LayerNorm(6).double()]
+    layers = [
+        ot.Conv2d(4, 4, 3, padding=1).double(),
+        ot.BatchNorm2d(4).double(),
+        ot.ReLU(),
+        ot.GELU(),
+        ot.AvgPool2d(2),
+        ot.LayerNorm(6).double(),
+    ]
     for layer in layers:
         out = layer(x)
         out += 1.0

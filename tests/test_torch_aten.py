@@ -22,12 +22,26 @@ class EveryRoute(nn.Module):
         super().__init__()
         self.conv1d, self.conv3d = nn.Conv1d(4, 4, 3, padding="same"), nn.Conv3d(1, 2, 3, padding=1)
         self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)
-        self.norms = nn.ModuleList([nn.GroupNorm(2, 4), nn.LayerNorm(8), nn.RMSNorm(8), nn.InstanceNorm2d(4),
-                                    nn.BatchNorm2d(4)])
+        self.norms = nn.ModuleList(
+            [nn.GroupNorm(2, 4), nn.LayerNorm(8), nn.RMSNorm(8), nn.InstanceNorm2d(4), nn.BatchNorm2d(4)]
+        )
         self.linear = nn.Linear(8, 8)
-        self.activations = nn.ModuleList([nn.GELU("tanh"), nn.SiLU(), nn.Sigmoid(), nn.Tanh(), nn.ELU(0.5), nn.SELU(),
-                                          nn.CELU(2.0), nn.Softplus(2.0), nn.Softplus(1.0, threshold=2.0),
-                                          nn.Hardtanh(-0.5, 2.0), nn.ReLU6(), nn.ReLU()])
+        self.activations = nn.ModuleList(
+            [
+                nn.GELU("tanh"),
+                nn.SiLU(),
+                nn.Sigmoid(),
+                nn.Tanh(),
+                nn.ELU(0.5),
+                nn.SELU(),
+                nn.CELU(2.0),
+                nn.Softplus(2.0),
+                nn.Softplus(1.0, threshold=2.0),
+                nn.Hardtanh(-0.5, 2.0),
+                nn.ReLU6(),
+                nn.ReLU(),
+            ]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (N, 4, 8, 8)
         line = self.conv1d(x.flatten(2)).reshape(x.shape)
@@ -63,8 +77,9 @@ def assert_same(ours: torch.Tensor, theirs: torch.Tensor) -> None:
     torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-10)
 
 
-@pytest.mark.parametrize("make, shape", [(EveryRoute, (2, 4, 8, 8)), (SmallCNN, (4, 3, 12, 12))],
-                         ids=["every_route", "small_cnn"])
+@pytest.mark.parametrize(
+    "make, shape", [(EveryRoute, (2, 4, 8, 8)), (SmallCNN, (4, 3, 12, 12))], ids=["every_route", "small_cnn"]
+)
 def test_enabled_runs_an_unmodified_model_on_opendnn_like_torch(make, shape):
     torch.manual_seed(0)
     theirs = make().double()
@@ -83,8 +98,14 @@ def test_enabled_runs_an_unmodified_model_on_opendnn_like_torch(make, shape):
     for (name, mine), (_, reference) in zip(ours.named_buffers(), theirs.named_buffers()):
         torch.testing.assert_close(mine, reference, rtol=1e-9, atol=1e-10, msg=name)
     nodes = grad_nodes(y_ours)
-    assert {"ConvolutionBackward", "BatchNormTrainingBackward", "LinearBackward", "MaxPoolBackward",
-            "SoftmaxBackward", "ActivationBackward"} <= nodes
+    assert {
+        "ConvolutionBackward",
+        "BatchNormTrainingBackward",
+        "LinearBackward",
+        "MaxPoolBackward",
+        "SoftmaxBackward",
+        "ActivationBackward",
+    } <= nodes
     assert not {"ConvolutionBackward0", "NativeBatchNormBackward0", "AddmmBackward0"} & nodes
 
 
@@ -93,9 +114,25 @@ def test_every_route_is_taken_by_the_model_that_uses_them_all():
     model, x = EveryRoute().double(), torch.randn(2, 4, 8, 8, dtype=torch.float64)
     with ot.enabled():
         called = opendnn_calls(lambda: model(x))
-    assert called == {f"opendnn::{name}" for name in (
-        "convolution", "convolution_transpose", "max_pool", "avg_pool", "group_norm", "layer_norm", "rms_norm",
-        "instance_norm", "batch_norm_training", "linear", "activation", "softmax", "matmul", "adaptive_pool")}
+    assert called == {
+        f"opendnn::{name}"
+        for name in (
+            "convolution",
+            "convolution_transpose",
+            "max_pool",
+            "avg_pool",
+            "group_norm",
+            "layer_norm",
+            "rms_norm",
+            "instance_norm",
+            "batch_norm_training",
+            "linear",
+            "activation",
+            "softmax",
+            "matmul",
+            "adaptive_pool",
+        )
+    }
 
 
 def test_inference_mode_and_no_grad_are_routed_too():
@@ -151,5 +188,7 @@ def test_a_refused_call_that_needs_a_gradient_says_why():
     with ot.enabled(), pytest.raises(NotSupported, match="divisor_override with ceil_mode"):
         TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5)
     with ot.enabled(), torch.no_grad():  # no gradient needed: torch's kernel computes it
-        assert torch.equal(TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5),
-                           TF.avg_pool2d(x.detach(), 3, 2, ceil_mode=True, divisor_override=5))
+        assert torch.equal(
+            TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5),
+            TF.avg_pool2d(x.detach(), 3, 2, ceil_mode=True, divisor_override=5),
+        )

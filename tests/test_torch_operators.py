@@ -26,8 +26,9 @@ def _positive(*shape):
 
 def _training_state(x, activation):
     """(saved mean, saved inverse std, reserve) of a training batch norm of x, for its backward."""
-    _, mean, inv_std, reserve, _, _ = ops.batch_norm_training(x, None, None, None, None, None, 0.1, 1e-5, activation,
-                                                              0.0)
+    _, mean, inv_std, reserve, _, _ = ops.batch_norm_training(
+        x, None, None, None, None, None, 0.1, 1e-5, activation, 0.0
+    )
     return mean, inv_std, reserve
 
 
@@ -77,14 +78,31 @@ def samples():
         ("instance_norm_backward", (_randn(2, 4, 6, 5), x_plain, None, i_mean, i_rstd, 1e-5)),
         ("local_response_norm", (x4_cl, 3, 0.1, 0.75, 1.0)),
         ("local_response_norm_backward", (_randn(2, 4, 6, 5), x_plain, 3, 0.1, 0.75, 1.0)),
-        ("batch_norm_training", (x4_cl, _randn(2, 4, 6, 5, grad=True), _randn(4, grad=True), _randn(4, grad=True),
-                                 _randn(4), _positive(4), 0.1, 1e-5, "relu", 0.0)),
-        ("batch_norm_training_backward", (_randn(2, 4, 6, 5), x_plain, _randn(4), *_training_state(x_plain, "relu"),
-                                          1e-5, "relu", 0.0, False)),
+        (
+            "batch_norm_training",
+            (
+                x4_cl,
+                _randn(2, 4, 6, 5, grad=True),
+                _randn(4, grad=True),
+                _randn(4, grad=True),
+                _randn(4),
+                _positive(4),
+                0.1,
+                1e-5,
+                "relu",
+                0.0,
+            ),
+        ),
+        (
+            "batch_norm_training_backward",
+            (_randn(2, 4, 6, 5), x_plain, _randn(4), *_training_state(x_plain, "relu"), 1e-5, "relu", 0.0, False),
+        ),
         ("batch_norm_inference", (x4_cl, _randn(4, grad=True), None, _randn(4), _positive(4), 1e-5)),
         ("batch_norm_inference_backward", (_randn(2, 4, 6, 5), x_plain, _randn(4), _randn(4), _positive(4), 1e-5)),
-        ("convolution_bias_activation", (x4_cl.detach(), w.detach(), _randn(6), _randn(2, 6, 3, 5), "relu", 0.0,
-                                         [2, 1], [1, 1], [1, 1], 2)),
+        (
+            "convolution_bias_activation",
+            (x4_cl.detach(), w.detach(), _randn(6), _randn(2, 6, 3, 5), "relu", 0.0, [2, 1], [1, 1], [1, 1], 2),
+        ),
         ("matmul_bias_activation", (_randn(3, 2, 5), _randn(5, 4), _randn(4), _randn(3, 2, 4), "gelu", 0.0)),
         ("add", (x_plain, _randn(4, 1, 1))),
     ]

@@ -19,8 +19,11 @@ MODULES = {
     "Conv2d": (lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), (2, 4, 7, 5), True),
     "Conv3d": (lambda: nn.Conv3d(2, 3, 3, padding=(1, 0, 1), dilation=(1, 1, 2)), (2, 2, 3, 4, 7), True),
     "ConvTranspose1d": (lambda: nn.ConvTranspose1d(3, 4, 3, stride=2), (2, 3, 5), True),
-    "ConvTranspose2d": (lambda: nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2),
-                        (2, 4, 3, 5), True),
+    "ConvTranspose2d": (
+        lambda: nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2),
+        (2, 4, 3, 5),
+        True,
+    ),
     "ConvTranspose3d": (lambda: nn.ConvTranspose3d(2, 3, 2), (1, 2, 3, 2, 3), True),
     "Linear": (lambda: nn.Linear(5, 3), (2, 3, 5), True),
     "BatchNorm1d": (lambda: nn.BatchNorm1d(3), (4, 3, 5), False),

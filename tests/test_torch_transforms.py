@@ -54,9 +54,13 @@ def assert_close(ours: torch.Tensor, theirs: torch.Tensor) -> None:
 
 
 def opendnn_operators(graph: torch.fx.Graph) -> set[str]:
-    return {node.target.name() for node in graph.nodes
-            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-            and node.target.namespace == "opendnn"}
+    return {
+        node.target.name()
+        for node in graph.nodes
+        if node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target.namespace == "opendnn"
+    }
 
 
 @pytest.mark.parametrize("name, training", CASES, ids=IDS)
@@ -73,8 +77,9 @@ def test_compile_traces_opendnn_operators_into_one_graph_and_matches_eager(name,
         return compiler
 
     torch._dynamo.reset()
-    compiled = torch.compile(compiled_model, backend=aot_autograd(fw_compiler=keep("forward"),
-                                                                  bw_compiler=keep("backward")))
+    compiled = torch.compile(
+        compiled_model, backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    )
     y, gradients = run(compiled, x, training)
     y_eager, gradients_eager = run(model, x, training)
     assert_close(y, y_eager)
@@ -124,8 +129,9 @@ def test_func_grad_and_vmap_of_grad_match_torchs_model(name):
     for network in (model, reference):
         parameters = {key: value.detach() for key, value in network.named_parameters()}
         buffers = dict(network.named_buffers())
-        by_parameter = grad(lambda p, network=network, buffers=buffers: functional_call(
-            network, (p, buffers), (x,)).sum())(parameters)
+        by_parameter = grad(
+            lambda p, network=network, buffers=buffers: functional_call(network, (p, buffers), (x,)).sum()
+        )(parameters)
         per_sample = vmap(grad(lambda sample, network=network: network(sample.unsqueeze(0)).sum()))(x)
         results.append((by_parameter, per_sample))
     (ours, ours_per_sample), (theirs, theirs_per_sample) = results

@@ -13,8 +13,9 @@ import opendnn as od
 REPEATS = 3  # each job runs this many times, so the threads' launches interleave
 
 
-def run_on_own_streams(devices: list[str], job: Callable[[int, od.Handle], list[torch.Tensor]]
-                       ) -> list[list[torch.Tensor] | None]:
+def run_on_own_streams(
+    devices: list[str], job: Callable[[int, od.Handle], list[torch.Tensor]]
+) -> list[list[torch.Tensor] | None]:
     """job(k, handle) for k = 0 .. len(devices) - 1, each on its own thread, its handle on a new
     stream of devices[k]; the last run's results per job (None where the thread failed)."""
     results: list[list[torch.Tensor] | None] = [None] * len(devices)

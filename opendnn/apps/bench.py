@@ -51,14 +51,19 @@ same rounded inputs) and prints the relative error and PASS or FAIL; --mode perf
 per call of opendnn and, when torch is installed, of torch's operation on the same tensors.
 Exit status: 0 (PASS, or timed), 1 (FAIL), 2 (a bad problem)."""
 
-DTYPES = {"f64": opendnn.DataType.DOUBLE, "f32": opendnn.DataType.FLOAT, "f16": opendnn.DataType.HALF,
-          "bf16": opendnn.DataType.BFLOAT16}
+DTYPES = {
+    "f64": opendnn.DataType.DOUBLE,
+    "f32": opendnn.DataType.FLOAT,
+    "f16": opendnn.DataType.HALF,
+    "bf16": opendnn.DataType.BFLOAT16,
+}
 SPATIAL = "dhw"  # the spatial letters of a shape, outermost first
 FILTER_LETTER = {"d": "t", "h": "r", "w": "s"}  # a filter's letter for each spatial letter (cuDNN's KCTRS)
 RUN_OPTIONS = ("command", "prog", "run", "driver", "mode", "device", "backend", "rounds", "seed")  # not the problem
 
 
 # ---- problem strings ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -85,8 +90,10 @@ def sizes(letters: str, required: str, example: str) -> Callable[[str], Sizes]:
         names = "".join(letter for letter, _ in pairs)
         unknown = sorted(set(names) - set(letters))
         if unknown:
-            raise refuse(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among the letters "
-                         f"{', '.join(letters)}")
+            raise refuse(
+                f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among the letters "
+                f"{', '.join(letters)}"
+            )
         if names != "".join(sorted(set(names), key=letters.index)):
             raise refuse(f"each letter may appear once, in the order {', '.join(letters)}")
         missing = [letter for letter in required if letter not in names]
@@ -125,8 +132,11 @@ def _per_spatial(option: str, values: tuple[int, ...], spatial: str) -> tuple[in
     if len(values) == 1:
         return values * len(spatial)
     if len(values) != len(spatial):
-        raise CommandError(f"--{option} {','.join(map(str, values))} needs 1 or {len(spatial)} values (one per "
-                           f"spatial dim {' '.join(spatial)})", USAGE_ERROR)
+        raise CommandError(
+            f"--{option} {','.join(map(str, values))} needs 1 or {len(spatial)} values (one per "
+            f"spatial dim {' '.join(spatial)})",
+            USAGE_ERROR,
+        )
     return values
 
 
@@ -135,6 +145,7 @@ def _activation_dims(shape: Sizes) -> tuple[int, ...]:
 
 
 # ---- problems ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Operand:
@@ -169,8 +180,9 @@ def conv_problem(args: argparse.Namespace) -> Problem:
     spatial = _spatial(args.shape)
     needed = "k" + "".join(FILTER_LETTER[letter] for letter in spatial)
     if set(args.filter.values) != set(needed):
-        raise CommandError(f"--filter {args.filter} must give exactly {', '.join(needed)} for --shape {args.shape}",
-                           USAGE_ERROR)
+        raise CommandError(
+            f"--filter {args.filter} must give exactly {', '.join(needed)} for --shape {args.shape}", USAGE_ERROR
+        )
     stride, pad, dilation = (_per_spatial(name, getattr(args, name), spatial) for name in ("stride", "pad", "dilation"))
     n, c, k, groups = args.shape.values["n"], args.shape.values["c"], args.filter.values["k"], args.groups
     if c % groups or k % groups:
@@ -179,14 +191,18 @@ def conv_problem(args: argparse.Namespace) -> Problem:
     window = [args.filter.values[FILTER_LETTER[letter]] for letter in spatial]
     out = [(i + 2 * p - d * (f - 1) - 1) // s + 1 for i, f, s, p, d in zip(inputs, window, stride, pad, dilation)]
     if min(out) < 1:
-        raise CommandError(f"--filter {args.filter} does not fit --shape {args.shape} with --pad "
-                           f"{','.join(map(str, pad))} and --dilation {','.join(map(str, dilation))}", USAGE_ERROR)
+        raise CommandError(
+            f"--filter {args.filter} does not fit --shape {args.shape} with --pad "
+            f"{','.join(map(str, pad))} and --dilation {','.join(map(str, dilation))}",
+            USAGE_ERROR,
+        )
     x_dims, w_dims = (n, c, *inputs), (k, c // groups, *window)
     options = {"stride": stride, "padding": pad, "dilation": dilation, "groups": groups}
     calls: dict[str, CallBuilder] = {
         "fwd": lambda a, h: lambda: F.conv(a["x"], a["w"], handle=h, **options),
         "bwd_data": lambda a, h: lambda: F.conv_backward_data(a["dy"], a["w"], x_dims, handle=h, **options),
-        "bwd_filter": lambda a, h: lambda: F.conv_backward_filter(a["x"], a["dy"], w_dims, handle=h, **options)}
+        "bwd_filter": lambda a, h: lambda: F.conv_backward_filter(a["x"], a["dy"], w_dims, handle=h, **options),
+    }
     operands = {"x": Operand(x_dims), "w": Operand(w_dims)}
     if args.direction != "fwd":
         operands["dy"] = Operand((n, k, *out))
@@ -194,8 +210,7 @@ def conv_problem(args: argparse.Namespace) -> Problem:
     def torch_forward(t: dict[str, Any]) -> Any:
         import torch
 
-        return getattr(torch.nn.functional, f"conv{len(spatial)}d")(t["x"], t["w"], None, stride, pad, dilation,
-                                                                     groups)
+        return getattr(torch.nn.functional, f"conv{len(spatial)}d")(t["x"], t["w"], None, stride, pad, dilation, groups)
 
     grads = {"fwd": (), "bwd_data": ("x",), "bwd_filter": ("w",)}[args.direction]
     flops = 2.0 * n * k * math.prod(out) * (c // groups) * math.prod(window)
@@ -212,8 +227,12 @@ def matmul_problem(args: argparse.Namespace) -> Problem:
 
         return torch.matmul(t["a"], t["b"])
 
-    return Problem(operands, lambda a, h: lambda: F.matmul(a["a"], a["b"], handle=h), torch_forward,
-                   flops=2.0 * math.prod(batch) * m * n * k)
+    return Problem(
+        operands,
+        lambda a, h: lambda: F.matmul(a["a"], a["b"], handle=h),
+        torch_forward,
+        flops=2.0 * math.prod(batch) * m * n * k,
+    )
 
 
 def pooling_problem(args: argparse.Namespace) -> Problem:
@@ -222,8 +241,11 @@ def pooling_problem(args: argparse.Namespace) -> Problem:
     x_dims = _activation_dims(args.shape)
     out = [(i + 2 * p - f) // s + 1 for i, f, s, p in zip(x_dims[2:], window, stride, pad)]
     if min(out) < 1 or any(2 * p > f for f, p in zip(window, pad)):
-        raise CommandError(f"--window {','.join(map(str, window))} with --pad {','.join(map(str, pad))} must fit "
-                           f"--shape {args.shape} and pad at most half the window", USAGE_ERROR)
+        raise CommandError(
+            f"--window {','.join(map(str, window))} with --pad {','.join(map(str, pad))} must fit "
+            f"--shape {args.shape} and pad at most half the window",
+            USAGE_ERROR,
+        )
     maximum, include_pad = args.alg == "max", args.alg == "avg_include_pad"
 
     def call(a: dict[str, Any], h: opendnn.Handle) -> Callable[[], Any]:
@@ -278,26 +300,33 @@ def softmax_problem(args: argparse.Namespace) -> Problem:
 def batch_norm_problem(args: argparse.Namespace) -> Problem:
     dims = _activation_dims(args.shape)
     channels = (dims[1],)
-    operands = {"x": Operand(dims), "weight": Operand(channels, 0.5, 2.0, per_channel=True),
-                "bias": Operand(channels, per_channel=True)}
+    operands = {
+        "x": Operand(dims),
+        "weight": Operand(channels, 0.5, 2.0, per_channel=True),
+        "bias": Operand(channels, per_channel=True),
+    }
     training = args.direction != "fwd_inference"
     if not training:
-        operands |= {"running_mean": Operand(channels, per_channel=True),
-                     "running_var": Operand(channels, 0.5, 2.0, per_channel=True)}
+        operands |= {
+            "running_mean": Operand(channels, per_channel=True),
+            "running_var": Operand(channels, 0.5, 2.0, per_channel=True),
+        }
     if args.direction == "bwd":
         operands["dy"] = Operand(dims)
 
     def call(a: dict[str, Any], h: opendnn.Handle) -> Callable[[], Any]:
         if args.direction == "bwd":
             return lambda: F.batch_norm_backward(a["dy"], a["x"], a["weight"], handle=h)
-        return lambda: F.batch_norm(a["x"], a.get("running_mean"), a.get("running_var"), a["weight"], a["bias"],
-                                    training=training, handle=h)
+        return lambda: F.batch_norm(
+            a["x"], a.get("running_mean"), a.get("running_var"), a["weight"], a["bias"], training=training, handle=h
+        )
 
     def torch_forward(t: dict[str, Any]) -> Any:
         import torch
 
-        return torch.nn.functional.batch_norm(t["x"], t.get("running_mean"), t.get("running_var"), t["weight"],
-                                              t["bias"], training=training)
+        return torch.nn.functional.batch_norm(
+            t["x"], t.get("running_mean"), t.get("running_var"), t["weight"], t["bias"], training=training
+        )
 
     return Problem(operands, call, torch_forward, ("x", "weight", "bias") if args.direction == "bwd" else ())
 
@@ -308,13 +337,27 @@ ACTIVATION_SIZES = sizes("nc" + SPATIAL, "nc", "n64c256h56w56")
 
 
 def _conv_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", type=ACTIVATION_SIZES, required=True, default=argparse.SUPPRESS,
-                        help="x: n (batch), c (channels), then w, h w or d h w")
-    parser.add_argument("--filter", type=sizes("ktrs", "k", "k256r3s3"), required=True, default=argparse.SUPPRESS,
-                        help="w: k (output channels), then t r s for the spatial dims d h w")
+    parser.add_argument(
+        "--shape",
+        type=ACTIVATION_SIZES,
+        required=True,
+        default=argparse.SUPPRESS,
+        help="x: n (batch), c (channels), then w, h w or d h w",
+    )
+    parser.add_argument(
+        "--filter",
+        type=sizes("ktrs", "k", "k256r3s3"),
+        required=True,
+        default=argparse.SUPPRESS,
+        help="w: k (output channels), then t r s for the spatial dims d h w",
+    )
     _window_options(parser, window=False)
-    parser.add_argument("--dilation", type=per_dim(1, "a positive integer"), default="1",
-                        help="one value or one per spatial dim, comma-separated")
+    parser.add_argument(
+        "--dilation",
+        type=per_dim(1, "a positive integer"),
+        default="1",
+        help="one value or one per spatial dim, comma-separated",
+    )
     parser.add_argument("--groups", type=positive_int, default=1, help="channel groups (c for depthwise)")
 
 
@@ -322,35 +365,51 @@ def _window_options(parser: argparse.ArgumentParser, window: bool) -> None:
     each = "one value or one per spatial dim, comma-separated"
     if window:
         parser.add_argument("--window", type=per_dim(1, "a positive integer"), default="2", help=each)
-        parser.add_argument("--alg", choices=("max", "avg_include_pad", "avg_exclude_pad"), default="max",
-                            help="max, or the average over the whole window or over its input positions only")
-    parser.add_argument("--stride", type=per_dim(1, "a positive integer"), default="2" if window else "1",
-                        help=each)
-    parser.add_argument("--pad", type=per_dim(0, "a non-negative integer"), default="0",
-                        help=f"{each}; padding on both sides")
+        parser.add_argument(
+            "--alg",
+            choices=("max", "avg_include_pad", "avg_exclude_pad"),
+            default="max",
+            help="max, or the average over the whole window or over its input positions only",
+        )
+    parser.add_argument("--stride", type=per_dim(1, "a positive integer"), default="2" if window else "1", help=each)
+    parser.add_argument(
+        "--pad", type=per_dim(0, "a non-negative integer"), default="0", help=f"{each}; padding on both sides"
+    )
 
 
 def _matmul_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", type=sizes("bmnk", "mnk", "m512n512k512"), required=True,
-                        default=argparse.SUPPRESS, help="[b (batch)] m n k: (b, m, k) @ (b, k, n)")
+    parser.add_argument(
+        "--shape",
+        type=sizes("bmnk", "mnk", "m512n512k512"),
+        required=True,
+        default=argparse.SUPPRESS,
+        help="[b (batch)] m n k: (b, m, k) @ (b, k, n)",
+    )
 
 
 def _pooling_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", type=ACTIVATION_SIZES, required=True, default=argparse.SUPPRESS,
-                        help="x: n c, then w, h w or d h w")
+    parser.add_argument(
+        "--shape", type=ACTIVATION_SIZES, required=True, default=argparse.SUPPRESS, help="x: n c, then w, h w or d h w"
+    )
     _window_options(parser, window=True)
 
 
 def _softmax_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", type=ACTIVATION_SIZES, required=True, default=argparse.SUPPRESS,
-                        help="x: n c, then any of d h w")
+    parser.add_argument(
+        "--shape", type=ACTIVATION_SIZES, required=True, default=argparse.SUPPRESS, help="x: n c, then any of d h w"
+    )
     parser.add_argument("--axis", choices=tuple("nc" + SPATIAL), default="c", help="the letter softmax runs along")
     parser.add_argument("--alg", choices=("accurate", "log"), default="accurate", help="softmax or log-softmax")
 
 
 def _batch_norm_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", type=ACTIVATION_SIZES, required=True, default=argparse.SUPPRESS,
-                        help="x: n c, then any of d h w; statistics per channel")
+    parser.add_argument(
+        "--shape",
+        type=ACTIVATION_SIZES,
+        required=True,
+        default=argparse.SUPPRESS,
+        help="x: n c, then any of d h w; statistics per channel",
+    )
 
 
 @dataclass(frozen=True)
@@ -363,13 +422,18 @@ class Driver:
 
 
 DRIVERS = {
-    "conv": Driver("convolution (cross-correlation, as torch's)", ("fwd", "bwd_data", "bwd_filter"), _conv_options,
-                   conv_problem),
+    "conv": Driver(
+        "convolution (cross-correlation, as torch's)", ("fwd", "bwd_data", "bwd_filter"), _conv_options, conv_problem
+    ),
     "matmul": Driver("matrix product, batched or not", ("fwd",), _matmul_options, matmul_problem, layouts=()),
     "pooling": Driver("max or average pooling", ("fwd", "bwd"), _pooling_options, pooling_problem),
     "softmax": Driver("softmax or log-softmax along one dim", ("fwd", "bwd"), _softmax_options, softmax_problem),
-    "batch_norm": Driver("batch normalization (training forward, inference forward, backward)",
-                         ("fwd", "fwd_inference", "bwd"), _batch_norm_options, batch_norm_problem),
+    "batch_norm": Driver(
+        "batch normalization (training forward, inference forward, backward)",
+        ("fwd", "fwd_inference", "bwd"),
+        _batch_norm_options,
+        batch_norm_problem,
+    ),
 }
 
 
@@ -379,14 +443,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, driver in DRIVERS.items():
         sub = add_command(drivers, name, driver.summary, f"{driver.summary}.\n\n{DESCRIPTION}")
         driver.add_options(sub)
-        sub.add_argument("--direction", choices=driver.directions, default=driver.directions[0],
-                         help="fwd, or which backward")
+        sub.add_argument(
+            "--direction", choices=driver.directions, default=driver.directions[0], help="fwd, or which backward"
+        )
         sub.add_argument("--dtype", choices=tuple(DTYPES), default="f32", help="of the inputs and outputs")
         if driver.layouts:
-            sub.add_argument("--layout", choices=driver.layouts, default=driver.layouts[0],
-                             help="memory order of inputs with 3 or more dims (nhwc: channels last)")
-        sub.add_argument("--mode", choices=("check", "perf"), default="check",
-                         help="check: against the float64 reference; perf: time against torch")
+            sub.add_argument(
+                "--layout",
+                choices=driver.layouts,
+                default=driver.layouts[0],
+                help="memory order of inputs with 3 or more dims (nhwc: channels last)",
+            )
+        sub.add_argument(
+            "--mode",
+            choices=("check", "perf"),
+            default="check",
+            help="check: against the float64 reference; perf: time against torch",
+        )
         add_device_option(sub)
         add_backend_option(sub)
         sub.add_argument("--rounds", type=positive_int, default=20, help="perf: timed calls of each, alternating")
@@ -396,16 +469,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def reproducer(args: argparse.Namespace) -> str:
     """The driver and its problem's options, as a command line that gives the same problem."""
+
     def text(value: Any) -> str:
         return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
     first = ("shape", "filter")  # the sizes, then the other options by name
-    options = sorted(((name, value) for name, value in vars(args).items() if name not in RUN_OPTIONS),
-                     key=lambda option: (first.index(option[0]) if option[0] in first else len(first), option[0]))
+    options = sorted(
+        ((name, value) for name, value in vars(args).items() if name not in RUN_OPTIONS),
+        key=lambda option: (first.index(option[0]) if option[0] in first else len(first), option[0]),
+    )
     return " ".join([args.driver] + [f"--{name.replace('_', '-')} {text(value)}" for name, value in options])
 
 
 # ---- running -----------------------------------------------------------------------------------
+
 
 def run(args: argparse.Namespace) -> int:
     problem = DRIVERS[args.driver].problem(args)
@@ -419,8 +496,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.mode == "check":
             error, tolerance = check(problem, arrays, handle, dtype)
-            print(f"{reproducer(args)}  [{where}]  rel. error {error:.2e} (bound {tolerance:.0e})  "
-                  f"{'PASS' if error <= tolerance else 'FAIL'}")
+            print(
+                f"{reproducer(args)}  [{where}]  rel. error {error:.2e} (bound {tolerance:.0e})  "
+                f"{'PASS' if error <= tolerance else 'FAIL'}"
+            )
             return 0 if error <= tolerance else 1
         print(f"{reproducer(args)}  [{where}]  {perf(problem, arrays, handle, args.rounds, use_torch)}")
         return 0
@@ -430,8 +509,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{type(failed).__name__}: {failed}") from None
 
 
-def make_arrays(problem: Problem, dtype: opendnn.DataType, channels_last: bool, device: str, seed: int,
-                use_torch: bool) -> dict[str, Any]:
+def make_arrays(
+    problem: Problem, dtype: opendnn.DataType, channels_last: bool, device: str, seed: int, use_torch: bool
+) -> dict[str, Any]:
     """The operands' random values in their dtypes and layouts: torch tensors on ``device`` when
     torch is installed, else NumPy arrays (``device`` is then the CPU)."""
     rng = np.random.default_rng(seed)
@@ -464,8 +544,9 @@ def _outputs(result: Any) -> list[Any]:
     return list(result) if isinstance(result, tuple) else [result]
 
 
-def check(problem: Problem, arrays: dict[str, Any], handle: opendnn.Handle,
-          dtype: opendnn.DataType) -> tuple[float, float]:
+def check(
+    problem: Problem, arrays: dict[str, Any], handle: opendnn.Handle, dtype: opendnn.DataType
+) -> tuple[float, float]:
     """(the largest relative error of the outputs against the float64 reference, the bound for
     ``dtype``). The reference runs the same call in float64 on the NumPy backend, from the
     operands' rounded values."""

@@ -37,6 +37,7 @@ devices and a NumPy reference backend that runs anywhere.
 exit status: 0 on success, 1 when a check fails or a needed package is missing, 2 for a bad
 command line."""
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -57,26 +58,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"opendnn {opendnn.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo_parser = add_command(commands, "demo", "train a small CNN on the 8x8 digits with opendnn alone",
-                              demo.DESCRIPTION)
+    demo_parser = add_command(
+        commands, "demo", "train a small CNN on the 8x8 digits with opendnn alone", demo.DESCRIPTION
+    )
     demo.add_arguments(demo_parser)
     demo_parser.set_defaults(run=run_demo, prog=demo_parser.prog)
 
-    check = add_command(commands, "check", "run every operation's samples against the float64 reference",
-                        "Runs every operation's samples (random inputs, outputs poisoned with NaN) on one device\n"
-                        "and backend and compares each output with the float64 reference. Samples that need a\n"
-                        "package that is not installed (torch) are skipped and counted.")
+    check = add_command(
+        commands,
+        "check",
+        "run every operation's samples against the float64 reference",
+        "Runs every operation's samples (random inputs, outputs poisoned with NaN) on one device\n"
+        "and backend and compares each output with the float64 reference. Samples that need a\n"
+        "package that is not installed (torch) are skipped and counted.",
+    )
     add_device_option(check)
     add_backend_option(check)
-    check.add_argument("--filter", default="",
-                       help="only samples whose name contains this text (default: %(default)r, every sample)")
+    check.add_argument(
+        "--filter", default="", help="only samples whose name contains this text (default: %(default)r, every sample)"
+    )
     check.set_defaults(run=run_check, prog=check.prog)
 
-    bench.add_arguments(add_command(commands, "bench", "check or time one problem given on the command line",
-                                    bench.DESCRIPTION))
+    bench.add_arguments(
+        add_command(commands, "bench", "check or time one problem given on the command line", bench.DESCRIPTION)
+    )
 
-    info = add_command(commands, "info", "print version, backends found and devices",
-                       "Prints opendnn's version, the versions of NumPy, torch and Triton, and the devices.")
+    info = add_command(
+        commands,
+        "info",
+        "print version, backends found and devices",
+        "Prints opendnn's version, the versions of NumPy, torch and Triton, and the devices.",
+    )
     info.set_defaults(run=run_info, prog=info.prog)
     return parser
 
@@ -133,9 +145,20 @@ def run_check(args: argparse.Namespace) -> int:
         bar.show(done, len(chosen), f"failures: {failures}")
     bar.clear()
     if results:
-        rows = [(r.sample.op, r.sample.variant, r.sample.dtype.value, "x".join(map(str, r.sample.shape)),
-                 r.sample.layout, handle.backend, f"{r.error:.2e}", "pass" if r.passed else "FAIL",
-                 f"{r.seconds * 1000:.1f}") for r in results]
+        rows = [
+            (
+                r.sample.op,
+                r.sample.variant,
+                r.sample.dtype.value,
+                "x".join(map(str, r.sample.shape)),
+                r.sample.layout,
+                handle.backend,
+                f"{r.error:.2e}",
+                "pass" if r.passed else "FAIL",
+                f"{r.seconds * 1000:.1f}",
+            )
+            for r in results
+        ]
         header = ("op", "variant", "dtype", "shape", "layout", "backend", "rel. error", "result", "ms")
         print("\n".join(table(header, rows, right=("rel. error", "ms"))) + "\n")
     summary = f"{len(results) - failures} of {len(results)} samples pass on {handle.device} ({handle.backend})"

@@ -64,8 +64,9 @@ def device(text: str) -> str:
     count = torch.cuda.device_count()
     index = int(cuda[1] or 0)
     if index >= count:
-        raise argparse.ArgumentTypeError(f"{text} does not exist: torch {torch.__version__} sees {count} CUDA "
-                                         f"device{'' if count == 1 else 's'}")
+        raise argparse.ArgumentTypeError(
+            f"{text} does not exist: torch {torch.__version__} sees {count} CUDA device{'' if count == 1 else 's'}"
+        )
     return f"cuda:{index}"
 
 
@@ -84,8 +85,9 @@ def require_packages(purpose: str, modules: dict[str, str], extra: str) -> None:
     """Raise CommandError naming the packages ``purpose`` needs and the extra that installs them."""
     missing = missing_packages(modules)
     if missing:
-        raise CommandError(f"{purpose} needs {' and '.join(missing)}, not installed here: "
-                           f"pip install 'opendnn[{extra}]'")
+        raise CommandError(
+            f"{purpose} needs {' and '.join(missing)}, not installed here: pip install 'opendnn[{extra}]'"
+        )
 
 
 def _torch_or_none() -> Any:
@@ -106,14 +108,22 @@ def add_command(commands: Any, name: str, summary: str, description: str) -> arg
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", type=device, default=AUTO,
-                        help="auto (the first CUDA device when torch sees one, else cpu), cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--device",
+        type=device,
+        default=AUTO,
+        help="auto (the first CUDA device when torch sees one, else cpu), cpu, cuda or cuda:N",
+    )
 
 
 def add_backend_option(parser: argparse.ArgumentParser) -> None:
     """--backend, read by ``create_handle``."""
-    parser.add_argument("--backend", choices=(AUTO, "numpy", "triton"), default=AUTO,
-                        help="auto (triton on CUDA, numpy on the CPU); triton on the CPU runs Triton's interpreter")
+    parser.add_argument(
+        "--backend",
+        choices=(AUTO, "numpy", "triton"),
+        default=AUTO,
+        help="auto (triton on CUDA, numpy on the CPU); triton on the CPU runs Triton's interpreter",
+    )
 
 
 def create_handle(device_name: str, backend: str) -> opendnn.Handle:

@@ -55,9 +55,14 @@ Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 def digits_model() -> torch.nn.Sequential:
     """The ``opendnn demo`` CNN as torch modules: (conv 3x3 no bias -> batch norm -> relu -> max pool
     2x2) for 1 -> 16 and 16 -> 32 channels (8x8 -> 4x4 -> 2x2), then Linear(128 -> 10) logits."""
+
     def block(c_in: int, c_out: int) -> list[torch.nn.Module]:
-        return [torch.nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), torch.nn.BatchNorm2d(c_out),
-                torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+        return [
+            torch.nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c_out),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        ]
 
     return torch.nn.Sequential(*block(1, 16), *block(16, 32), torch.nn.Flatten(), torch.nn.Linear(128, 10))
 
@@ -67,16 +72,19 @@ def digits(seed: int) -> tuple[TensorDataset, TensorDataset]:
     from opendnn.apps.demo import load_digits
 
     train_x, train_y, test_x, test_y = load_digits(seed)
-    return (TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y).long()),
-            TensorDataset(torch.from_numpy(test_x), torch.from_numpy(test_y).long()))
+    return (
+        TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y).long()),
+        TensorDataset(torch.from_numpy(test_x), torch.from_numpy(test_y).long()),
+    )
 
 
 def _torchvision_models() -> Any:
     try:
         import torchvision.models
     except ImportError as error:
-        raise ImportError(f"--model resnet50 needs torchvision ({error}); benchmarks/README.md "
-                          "says how to install it") from error
+        raise ImportError(
+            f"--model resnet50 needs torchvision ({error}); benchmarks/README.md says how to install it"
+        ) from error
     return torchvision.models
 
 
@@ -88,12 +96,14 @@ def resnet50_model() -> torch.nn.Module:
 def rank_loader(dataset: TensorDataset, rank: int, world_size: int, batch_size: int, seed: int) -> DataLoader:
     """Rank ``rank``'s shard of ``dataset`` (DistributedSampler, shuffled with ``seed``) in batches.
     Needs no process group, so a single process can rebuild any rank's batches."""
-    sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                                          seed=seed)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+    )
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
 # ---- the models: each one's builder and this rank's batches -----------------------------------
+
 
 @dataclass(frozen=True)
 class Rounds:
@@ -107,8 +117,9 @@ class Rounds:
     test_set: TensorDataset | None
 
 
-def _digits_rounds(rank: int, world_size: int, where: torch.device, *, batch_size: int, seed: int, epochs: int,
-                   **_: Any) -> Rounds:
+def _digits_rounds(
+    rank: int, world_size: int, where: torch.device, *, batch_size: int, seed: int, epochs: int, **_: Any
+) -> Rounds:
     """One round per epoch over this rank's shard of the digits; all but the first epoch timed."""
     train_set, test_set = digits(seed)
     loader = rank_loader(train_set, rank, world_size, batch_size, seed)
@@ -122,16 +133,29 @@ def _digits_rounds(rank: int, world_size: int, where: torch.device, *, batch_siz
     return Rounds([functools.partial(epoch, k) for k in range(epochs)], timed_from, schedule, test_set)
 
 
-def _synthetic_imagenet_rounds(rank: int, world_size: int, where: torch.device, *, batch_size: int, seed: int,
-                               steps: int, warmup_steps: int, **_: Any) -> Rounds:
+def _synthetic_imagenet_rounds(
+    rank: int,
+    world_size: int,
+    where: torch.device,
+    *,
+    batch_size: int,
+    seed: int,
+    steps: int,
+    warmup_steps: int,
+    **_: Any,
+) -> Rounds:
     """One random batch (images channels_last, labels in [0, 1000)) made once on the device from
     ``seed + rank``, fed ``warmup_steps`` times untimed, then ``steps`` times timed."""
     generator = torch.Generator(where).manual_seed(seed + rank)
     images = torch.randn(batch_size, 3, IMAGENET_SIZE, IMAGENET_SIZE, device=where, generator=generator)
     labels = torch.randint(0, IMAGENET_CLASSES, (batch_size,), device=where, generator=generator)
     batch = images.contiguous(memory_format=torch.channels_last), labels
-    return Rounds([lambda: repeat(batch, warmup_steps), lambda: repeat(batch, steps)], 1,
-                  f"{steps} steps after {warmup_steps} untimed", None)
+    return Rounds(
+        [lambda: repeat(batch, warmup_steps), lambda: repeat(batch, steps)],
+        1,
+        f"{steps} steps after {warmup_steps} untimed",
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -144,34 +168,47 @@ class Workload:
     autocast: bool
 
 
-WORKLOADS = {"digits": Workload(digits_model, _digits_rounds, autocast=False),
-             "resnet50": Workload(resnet50_model, _synthetic_imagenet_rounds, autocast=True)}
+WORKLOADS = {
+    "digits": Workload(digits_model, _digits_rounds, autocast=False),
+    "resnet50": Workload(resnet50_model, _synthetic_imagenet_rounds, autocast=True),
+}
 
 
 # ---- one rank -------------------------------------------------------------------------------------
 
+
 def _rank_from_environment(rank: int, world_size: int, init_method: str) -> tuple[int, int, int, str]:
     """(rank, world size, local rank, init method): torchrun's variables when set, else the arguments."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
-                int(os.environ.get("LOCAL_RANK", os.environ["RANK"])), "env://")
+        return (
+            int(os.environ["RANK"]),
+            int(os.environ["WORLD_SIZE"]),
+            int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+            "env://",
+        )
     return rank, world_size, rank, init_method
 
 
-def _setup(rank: int, local_rank: int, world_size: int, backend: str, device: str,
-           init_method: str) -> torch.device:
+def _setup(rank: int, local_rank: int, world_size: int, backend: str, device: str, init_method: str) -> torch.device:
     """Join the process group as ``rank``; on CUDA bind this process to GPU ``local_rank``."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast (NVLS) off: see the README
     where = torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu")
     if device == "cuda":
         torch.cuda.set_device(where)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=TIMEOUT_S), device_id=where if device == "cuda" else None)
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=TIMEOUT_S),
+        device_id=where if device == "cuda" else None,
+    )
     return where
 
 
-def _parallel_model(seed: int, where: torch.device, dtype: torch.dtype,
-                    build: Callable[[], torch.nn.Module] = digits_model) -> DistributedDataParallel:
+def _parallel_model(
+    seed: int, where: torch.device, dtype: torch.dtype, build: Callable[[], torch.nn.Module] = digits_model
+) -> DistributedDataParallel:
     torch.manual_seed(seed)
     model = build().to(where, dtype)
     report = convert(model)
@@ -179,8 +216,20 @@ def _parallel_model(seed: int, where: torch.device, dtype: torch.dtype,
     return DistributedDataParallel(model, device_ids=[where.index] if where.type == "cuda" else None)
 
 
-def train(rank: int, world_size: int, *, backend: str, device: str, batch_size: int, seed: int, init_method: str,
-          model: str = "digits", epochs: int = 5, steps: int = 20, warmup_steps: int = 3) -> dict[str, Any]:
+def train(
+    rank: int,
+    world_size: int,
+    *,
+    backend: str,
+    device: str,
+    batch_size: int,
+    seed: int,
+    init_method: str,
+    model: str = "digits",
+    epochs: int = 5,
+    steps: int = 20,
+    warmup_steps: int = 3,
+) -> dict[str, Any]:
     """Train ``model`` (a key of WORKLOADS) data-parallel as rank ``rank`` of ``world_size`` processes.
 
     Args:
@@ -207,8 +256,16 @@ def train(rank: int, world_size: int, *, backend: str, device: str, batch_size: 
     where = _setup(rank, local_rank, world_size, backend, device, init_method)
     try:
         workload = WORKLOADS[model]
-        plan = workload.rounds(rank, world_size, where, batch_size=batch_size, seed=seed, epochs=epochs,
-                               steps=steps, warmup_steps=warmup_steps)
+        plan = workload.rounds(
+            rank,
+            world_size,
+            where,
+            batch_size=batch_size,
+            seed=seed,
+            epochs=epochs,
+            steps=steps,
+            warmup_steps=warmup_steps,
+        )
         parallel = _parallel_model(seed, where, torch.float32, workload.build)
         optimizer = torch.optim.SGD(parallel.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
         autocast = workload.autocast and where.type == "cuda"
@@ -224,15 +281,25 @@ def train(rank: int, world_size: int, *, backend: str, device: str, batch_size: 
         test_set = plan.test_set if rank == 0 else None
         accuracy = evaluate(parallel.module, test_set, where) if test_set is not None else None
         dist.barrier()  # no rank tears down its connections while another still runs
-        return {"rank": rank, "world_size": world_size, "device": str(where), "model": model,
-                "schedule": plan.schedule, "images": images, "seconds": seconds,
-                "images_per_second": images / seconds, "loss": loss_sum / max(count, 1), "test_accuracy": accuracy}
+        return {
+            "rank": rank,
+            "world_size": world_size,
+            "device": str(where),
+            "model": model,
+            "schedule": plan.schedule,
+            "images": images,
+            "seconds": seconds,
+            "images_per_second": images / seconds,
+            "loss": loss_sum / max(count, 1),
+            "test_accuracy": accuracy,
+        }
     finally:
         dist.destroy_process_group()
 
 
-def _train_round(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches,
-                 where: torch.device, autocast: bool) -> tuple[float, int]:
+def _train_round(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches, where: torch.device, autocast: bool
+) -> tuple[float, int]:
     """One SGD step per batch (forward and loss in bf16 autocast with ``autocast``); returns the
     sum of the per-image losses (one host copy) and the number of images."""
     model.train()
@@ -267,6 +334,7 @@ def _synchronize(where: torch.device) -> None:
 
 # ---- one synchronous step, for the equivalence check -------------------------------------------
 
+
 def _freeze_batch_norm(model: torch.nn.Module) -> None:
     """Batch norm layers in eval mode: normalized with the running statistics, which a step leaves
     alone, so a rank's gradient no longer depends on which images share its batch."""
@@ -280,8 +348,9 @@ def _step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     loss.backward()
 
 
-def one_step(rank: int, world_size: int, *, init_method: str, batch_size: int, seed: int,
-             dtype: torch.dtype = torch.float32) -> dict[bool, dict[str, Any]]:
+def one_step(
+    rank: int, world_size: int, *, init_method: str, batch_size: int, seed: int, dtype: torch.dtype = torch.float32
+) -> dict[bool, dict[str, Any]]:
     """One DDP step on the CPU (gloo) from ``seed``'s initial weights on this rank's first batch,
     with batch norm live (per-rank batch statistics) and frozen (``_freeze_batch_norm``).
 
@@ -301,16 +370,25 @@ def one_step(rank: int, world_size: int, *, init_method: str, batch_size: int, s
             _step(model, x.to(dtype), y)
             gradients = {name: p.grad.clone() for name, p in model.module.named_parameters()}
             torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM).step()
-            results[frozen] = {"gradients": gradients,
-                               "parameters": {name: p.detach().clone() for name, p in model.module.named_parameters()}}
+            results[frozen] = {
+                "gradients": gradients,
+                "parameters": {name: p.detach().clone() for name, p in model.module.named_parameters()},
+            }
         dist.barrier()
         return results
     finally:
         dist.destroy_process_group()
 
 
-def reference_step(world_size: int, *, batch_size: int, seed: int, freeze_batch_norm: bool, union: bool,
-                   dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def reference_step(
+    world_size: int,
+    *,
+    batch_size: int,
+    seed: int,
+    freeze_batch_norm: bool,
+    union: bool,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
     """What ``one_step`` must give, in one process without torch.distributed: the same converted
     model and initial weights; with ``union``, one backward on all ranks' first batches together
     (equal to DDP only with frozen batch norm); else one backward per rank's batch, batch norm
@@ -339,8 +417,10 @@ def reference_step(world_size: int, *, batch_size: int, seed: int, freeze_batch_
 
 # ---- launching ------------------------------------------------------------------------------------
 
-def _run_and_save(rank: int, function: Callable[..., dict[str, Any]], world_size: int, folder: str,
-                  options: dict[str, Any]) -> None:
+
+def _run_and_save(
+    rank: int, function: Callable[..., dict[str, Any]], world_size: int, folder: str, options: dict[str, Any]
+) -> None:
     torch.save(function(rank, world_size, **options), Path(folder) / f"rank{rank}.pt")
     # The rank's work is done and saved: leave without the interpreter's teardown, where a thread of
     # torch.distributed could abort the process ("terminate called without an active exception"),
@@ -350,8 +430,9 @@ def _run_and_save(rank: int, function: Callable[..., dict[str, Any]], world_size
     os._exit(0)
 
 
-def launch(function: Callable[..., dict[str, Any]], world_size: int, timeout_s: float = TIMEOUT_S,
-           **options: Any) -> list[dict[str, Any]]:
+def launch(
+    function: Callable[..., dict[str, Any]], world_size: int, timeout_s: float = TIMEOUT_S, **options: Any
+) -> list[dict[str, Any]]:
     """Run ``function(rank, world_size, **options)`` in ``world_size`` spawned processes and return
     their result dicts by rank. ``function`` must be importable (module level). Unless ``options``
     name an ``init_method``, the ranks meet through a file in a fresh temporary folder (no port to
@@ -363,8 +444,13 @@ def launch(function: Callable[..., dict[str, Any]], world_size: int, timeout_s: 
     """
     with tempfile.TemporaryDirectory(prefix="opendnn_ddp_") as folder:
         options.setdefault("init_method", (Path(folder) / "rendezvous").as_uri())
-        context = mp.start_processes(_run_and_save, args=(function, world_size, folder, options),
-                                     nprocs=world_size, join=False, start_method="spawn")
+        context = mp.start_processes(
+            _run_and_save,
+            args=(function, world_size, folder, options),
+            nprocs=world_size,
+            join=False,
+            start_method="spawn",
+        )
         deadline = time.monotonic() + timeout_s
         while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):
             if time.monotonic() > deadline:
@@ -376,19 +462,38 @@ def launch(function: Callable[..., dict[str, Any]], world_size: int, timeout_s: 
 
 # ---- command line ---------------------------------------------------------------------------------
 
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m opendnn.apps.data_parallel", description=__doc__.split("\n")[0],
-                                     formatter_class=HelpFormatter)
-    parser.add_argument("--world-size", type=positive_int, nargs="+", default=[1, 2],
-                        help="processes (GPUs on CUDA) per run; one run per value")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cuda: one GPU per process, NCCL; cpu: gloo")
-    parser.add_argument("--model", choices=list(WORKLOADS), default="digits",
-                        help="digits (the demo's CNN) or resnet50 (torchvision's, synthetic data)")
+    parser = argparse.ArgumentParser(
+        prog="python -m opendnn.apps.data_parallel", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
+    )
+    parser.add_argument(
+        "--world-size",
+        type=positive_int,
+        nargs="+",
+        default=[1, 2],
+        help="processes (GPUs on CUDA) per run; one run per value",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cuda: one GPU per process, NCCL; cpu: gloo",
+    )
+    parser.add_argument(
+        "--model",
+        choices=list(WORKLOADS),
+        default="digits",
+        help="digits (the demo's CNN) or resnet50 (torchvision's, synthetic data)",
+    )
     parser.add_argument("--epochs", type=positive_int, default=5, help="digits: passes over the training set")
     parser.add_argument("--steps", type=positive_int, default=20, help="resnet50: timed steps")
-    parser.add_argument("--warmup-steps", type=non_negative_int, default=3,
-                        help="resnet50: untimed steps before them, compiling the kernels")
+    parser.add_argument(
+        "--warmup-steps",
+        type=non_negative_int,
+        default=3,
+        help="resnet50: untimed steps before them, compiling the kernels",
+    )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per rank per step")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="initial weights, data split and shuffling")
     return parser.parse_args(argv)
@@ -397,8 +502,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     backend = "nccl" if args.device == "cuda" else "gloo"
-    options = {"backend": backend, "device": args.device, "model": args.model, "epochs": args.epochs,
-               "steps": args.steps, "warmup_steps": args.warmup_steps, "batch_size": args.batch_size, "seed": args.seed}
+    options = {
+        "backend": backend,
+        "device": args.device,
+        "model": args.model,
+        "epochs": args.epochs,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+    }
     if args.model == "resnet50":
         _torchvision_models()  # fail here, with the reason, rather than in every spawned rank
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun started this process: one rank
@@ -407,8 +520,10 @@ def main(argv: list[str] | None = None) -> int:
             _print_row(result, result)
         return 0
     if args.device == "cuda" and max(args.world_size) > torch.cuda.device_count():
-        print(f"--world-size {max(args.world_size)} needs that many GPUs; {torch.cuda.device_count()} visible",
-              file=sys.stderr)
+        print(
+            f"--world-size {max(args.world_size)} needs that many GPUs; {torch.cuda.device_count()} visible",
+            file=sys.stderr,
+        )
         return 2
     rows = []
     for world_size in args.world_size:
@@ -421,9 +536,12 @@ def _print_row(row: dict[str, Any], first: dict[str, Any]) -> None:
     """One run: world size, images/s, speed-up over the ``first`` run, test accuracy ("-": none)."""
     ratio = row["images_per_second"] / first["images_per_second"]
     accuracy = "-" if row["test_accuracy"] is None else f"{row['test_accuracy']:.3f}"
-    print(f"world_size {row['world_size']}  device {row['device'].split(':')[0]}  {row['images_per_second']:10.0f}"
-          f" images/s  x{ratio:.2f} vs world_size {first['world_size']}  test accuracy {accuracy}"
-          f"  ({row['images']} images in {row['seconds']:.2f} s; {row['schedule']})", flush=True)
+    print(
+        f"world_size {row['world_size']}  device {row['device'].split(':')[0]}  {row['images_per_second']:10.0f}"
+        f" images/s  x{ratio:.2f} vs world_size {first['world_size']}  test accuracy {accuracy}"
+        f"  ({row['images']} images in {row['seconds']:.2f} s; {row['schedule']})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

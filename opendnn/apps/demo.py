@@ -49,8 +49,16 @@ class Conv:
 
     def forward(self, x: Any, training: bool) -> Any:
         conv = F.conv(x, self.weight.value, padding=1)
-        normed = F.batch_norm(conv, self.running_mean, self.running_var, self.scale.value, self.shift.value,
-                              training=training, momentum=0.1, eps=1e-5)
+        normed = F.batch_norm(
+            conv,
+            self.running_mean,
+            self.running_var,
+            self.scale.value,
+            self.shift.value,
+            training=training,
+            momentum=0.1,
+            eps=1e-5,
+        )
         active = F.relu(normed)
         pooled = F.max_pool(active, 2)
         self.saved = {"x": x, "conv": conv, "normed": normed, "active": active, "pooled": pooled}
@@ -61,7 +69,8 @@ class Conv:
         dactive = F.max_pool_backward(dpooled, s["active"], s["pooled"], 2)
         dnormed = F.relu_backward(dactive, s["normed"])
         dconv, self.scale.grad, self.shift.grad = F.batch_norm_backward(
-            dnormed, s["conv"], self.scale.value, eps=1e-5)  # batch statistics recomputed from conv
+            dnormed, s["conv"], self.scale.value, eps=1e-5
+        )  # batch statistics recomputed from conv
         self.weight.grad = F.conv_backward_filter(s["x"], dconv, self.weight.value.shape, padding=1)
         return F.conv_backward_data(dconv, self.weight.value, s["x"].shape, padding=1)
 
@@ -97,14 +106,21 @@ class Network:
     def __init__(self, rng: np.random.Generator, device: Device, batch_size: int) -> None:
         def conv_block(c_in: int, c_out: int) -> Conv:
             weight = rng.normal(0.0, np.sqrt(2.0 / (9 * c_in)), (c_out, c_in, 3, 3))
-            return Conv(Parameter(device.array(weight)), Parameter(device.array(np.ones(c_out))),
-                        Parameter(device.array(np.zeros(c_out))), device.array(np.zeros(c_out)),
-                        device.array(np.ones(c_out)))
+            return Conv(
+                Parameter(device.array(weight)),
+                Parameter(device.array(np.ones(c_out))),
+                Parameter(device.array(np.zeros(c_out))),
+                device.array(np.zeros(c_out)),
+                device.array(np.ones(c_out)),
+            )
 
         linear_weight = rng.normal(0.0, np.sqrt(1.0 / 128), (CLASSES, 128))
         self.blocks = [conv_block(1, 16), conv_block(16, 32)]
-        self.head = Linear(Parameter(device.array(linear_weight)), Parameter(device.array(np.zeros(CLASSES))),
-                           device.array(np.ones((1, batch_size))))
+        self.head = Linear(
+            Parameter(device.array(linear_weight)),
+            Parameter(device.array(np.zeros(CLASSES))),
+            device.array(np.ones((1, batch_size))),
+        )
 
     def forward(self, x: Any, training: bool) -> Any:
         """Log-probabilities (batch, 10)."""
@@ -169,8 +185,15 @@ class History:
     test_accuracy: list[float] = field(default_factory=list)
 
 
-def train(epochs: int, batch_size: int, seed: int, device: Device, learning_rate: float = 0.05,
-          momentum: float = 0.9, progress: ProgressBar | None = None) -> History:
+def train(
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    device: Device,
+    learning_rate: float = 0.05,
+    momentum: float = 0.9,
+    progress: ProgressBar | None = None,
+) -> History:
     """Trains the network with SGD (momentum) and returns its loss and accuracies per epoch;
     ``progress`` shows a bar per epoch and a summary line after each."""
     train_x, train_y, test_x, test_y = load_digits(seed)
@@ -182,7 +205,7 @@ def train(epochs: int, batch_size: int, seed: int, device: Device, learning_rate
         order = rng.permutation(len(train_x))
         total_loss, correct = 0.0, 0
         for step in range(batches):
-            chosen = order[step * batch_size: (step + 1) * batch_size]
+            chosen = order[step * batch_size : (step + 1) * batch_size]
             one_hot = np.eye(CLASSES, dtype=np.float32)[train_y[chosen]]
             log_probs = net.forward(device.array(train_x[chosen]), training=True)
             net.backward(log_probs, device.array(-one_hot / len(chosen)))  # d(mean NLL) / d log_probs
@@ -191,22 +214,28 @@ def train(epochs: int, batch_size: int, seed: int, device: Device, learning_rate
             total_loss -= float((host * one_hot).sum())
             correct += int((host.argmax(1) == train_y[chosen]).sum())
             if progress:
-                progress.show(step + 1, batches, f"loss {total_loss / ((step + 1) * batch_size):.4f}",
-                              prefix=f"epoch {epoch:3d}/{epochs} ")
+                progress.show(
+                    step + 1,
+                    batches,
+                    f"loss {total_loss / ((step + 1) * batch_size):.4f}",
+                    prefix=f"epoch {epoch:3d}/{epochs} ",
+                )
         history.loss.append(total_loss / len(train_x))
         history.train_accuracy.append(correct / len(train_x))
         history.test_accuracy.append(evaluate(net, device, test_x, test_y, batch_size))
         if progress:
-            progress.line(f"epoch {epoch:3d}/{epochs}  loss {history.loss[-1]:.4f}  train accuracy "
-                          f"{history.train_accuracy[-1]:.3f}  test accuracy {history.test_accuracy[-1]:.3f}")
+            progress.line(
+                f"epoch {epoch:3d}/{epochs}  loss {history.loss[-1]:.4f}  train accuracy "
+                f"{history.train_accuracy[-1]:.3f}  test accuracy {history.test_accuracy[-1]:.3f}"
+            )
     return history
 
 
 def evaluate(net: Network, device: Device, images: np.ndarray, labels: np.ndarray, batch_size: int) -> float:
     correct = 0
     for start in range(0, len(images), batch_size):
-        log_probs = device.numpy(net.forward(device.array(images[start: start + batch_size]), training=False))
-        correct += int((log_probs.argmax(1) == labels[start: start + batch_size]).sum())
+        log_probs = device.numpy(net.forward(device.array(images[start : start + batch_size]), training=False))
+        correct += int((log_probs.argmax(1) == labels[start : start + batch_size]).sum())
     return correct / len(images)
 
 
@@ -237,22 +266,27 @@ def main(args: argparse.Namespace) -> int:
     device = Device(args.device)
     start = time.perf_counter()
     progress = ProgressBar()
-    progress.line(f"training on {device.name} ({'NumPy backend' if device.name == 'cpu' else 'Triton kernels'}): "
-                  f"{args.epochs} epochs, batch {args.batch_size}, seed {args.seed}")
+    progress.line(
+        f"training on {device.name} ({'NumPy backend' if device.name == 'cpu' else 'Triton kernels'}): "
+        f"{args.epochs} epochs, batch {args.batch_size}, seed {args.seed}"
+    )
     history = train(args.epochs, args.batch_size, args.seed, device, progress=progress)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "demo_training.png"
     plot(history, path)
-    print(f"test accuracy {history.test_accuracy[-1]:.3f} after {args.epochs} epochs in "
-          f"{time.perf_counter() - start:.1f} s; plot written to {path.resolve()}")
+    print(
+        f"test accuracy {history.test_accuracy[-1]:.3f} after {args.epochs} epochs in "
+        f"{time.perf_counter() - start:.1f} s; plot written to {path.resolve()}"
+    )
     return 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=positive_int, default=10, help="passes over the 1,437 training images")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per SGD step")
-    parser.add_argument("--seed", type=non_negative_int, default=0,
-                        help="initial weights, train/test split and shuffling")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="initial weights, train/test split and shuffling"
+    )
     add_device_option(parser)
     parser.add_argument("--out", default="demo_output", help="folder the plot is written to")

@@ -48,7 +48,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[
     widths = [max([len(name)] + [len(row[k]) for row in rows]) for k, name in enumerate(header)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.rjust(width) if name in right else cell.ljust(width)
-                         for name, cell, width in zip(header, cells, widths)).rstrip()
+        return "  ".join(
+            cell.rjust(width) if name in right else cell.ljust(width)
+            for name, cell, width in zip(header, cells, widths)
+        ).rstrip()
 
     return [line(header)] + [line(row) for row in rows]

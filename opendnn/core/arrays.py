@@ -52,12 +52,13 @@ def as_native(array: Any, name: str = "array") -> Any:
         import torch
 
         return torch.from_dlpack(array)
-    raise BadParam(f"{name} of type {type(array).__name__} is not a NumPy array, a torch tensor "
-                   "or an object with __dlpack__")
+    raise BadParam(
+        f"{name} of type {type(array).__name__} is not a NumPy array, a torch tensor or an object with __dlpack__"
+    )
 
 
 def device_of(native: Any) -> str:
-    """"cpu" or "cuda:N"."""
+    """ "cpu" or "cuda:N"."""
     return CPU if isinstance(native, np.ndarray) else _tensor_device(native)
 
 
@@ -180,8 +181,10 @@ def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool =
         return Bound(name, desc, native, _tensor_device(native), output)
     available = buffer_elements(native)
     if desc.extent > available:
-        raise BadParam(f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
-                       Status.BAD_PARAM_OUT_OF_BOUND)
+        raise BadParam(
+            f"{name}_desc reaches {desc.extent} elements but {name} holds {available} from its start",
+            Status.BAD_PARAM_OUT_OF_BOUND,
+        )
     if output and not desc.is_non_overlapping:
         raise BadParam(f"{name}_desc={desc} has overlapping elements and cannot be written")
     return Bound(name, desc, strided_view(native, desc), device_of(native), output)
@@ -208,8 +211,9 @@ def check_overlaps(tensors: Sequence[Bound], in_place: bool | tuple[str, ...] = 
         view = out.view
         if view.__class__ is np.ndarray:  # a NumPy array's address costs microseconds: NumPy compares the bounds
             for other in tensors:
-                if other is not out and (other.view.__class__ is not np.ndarray
-                                         or np.may_share_memory(view, other.view)):
+                if other is not out and (
+                    other.view.__class__ is not np.ndarray or np.may_share_memory(view, other.view)
+                ):
                     _check_pair(out, other, in_place)
             continue
         start = view.data_ptr()
@@ -232,11 +236,14 @@ def _check_pair(out: Bound, other: Bound, in_place: bool | tuple[str, ...]) -> N
     if alias and not other.output and (in_place is True or (in_place and other.name in in_place)):
         return
     if alias:
-        raise BadParam(f"{out.name} and {other.name} are the same memory: this call cannot write "
-                       f"{out.name} over {other.name}")
+        raise BadParam(
+            f"{out.name} and {other.name} are the same memory: this call cannot write {out.name} over {other.name}"
+        )
     if _shares_memory(out, other):
-        raise BadParam(f"{out.name} and {other.name} overlap in memory: a call's output may share no "
-                       f"element with its other tensors (exact in-place use aside, where the call allows it)")
+        raise BadParam(
+            f"{out.name} and {other.name} overlap in memory: a call's output may share no "
+            f"element with its other tensors (exact in-place use aside, where the call allows it)"
+        )
 
 
 def _address(native: Any) -> int:
@@ -269,8 +276,13 @@ def _addresses(bound: Bound) -> np.ndarray:
     """A NumPy array over a tensor's addresses (element type: bytes of its itemsize), for
     ``np.shares_memory``: made from an array interface, never read."""
     itemsize = bound.desc.dtype.itemsize
-    interface = {"data": (_address(bound.view), True), "shape": bound.desc.dims, "typestr": f"|V{itemsize}",
-                 "strides": tuple(s * itemsize for s in bound.desc.strides), "version": 3}
+    interface = {
+        "data": (_address(bound.view), True),
+        "shape": bound.desc.dims,
+        "typestr": f"|V{itemsize}",
+        "strides": tuple(s * itemsize for s in bound.desc.strides),
+        "version": 3,
+    }
     return np.asarray(_Interface(interface))
 
 
@@ -302,11 +314,14 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
     if not contiguous:  # (the messages are formatted only on failure: this runs for every call)
         raise BadParam(f"{name} of shape {tuple(native.shape)} must be contiguous")
     if nbytes < needed:
-        raise BadParam(f"{name} holds {nbytes} bytes but {query} needs {needed} bytes",
-                       Status.BAD_PARAM_SIZE_INSUFFICIENT)
+        raise BadParam(
+            f"{name} holds {nbytes} bytes but {query} needs {needed} bytes", Status.BAD_PARAM_SIZE_INSUFFICIENT
+        )
     if address % WORKSPACE_ALIGNMENT:
-        raise BadParam(f"{name} address {address:#x} must be a multiple of {WORKSPACE_ALIGNMENT} bytes",
-                       Status.BAD_PARAM_MISALIGNED_POINTER)
+        raise BadParam(
+            f"{name} address {address:#x} must be a multiple of {WORKSPACE_ALIGNMENT} bytes",
+            Status.BAD_PARAM_MISALIGNED_POINTER,
+        )
     if isinstance(native, np.ndarray):
         view = native.reshape(-1).view(np.uint8)
     else:
@@ -357,8 +372,7 @@ def strided_view(native: Any, desc: TensorDescriptor) -> Any:
     """A view of ``desc.dims`` and ``desc.strides`` starting at ``native``'s first element."""
     if isinstance(native, np.ndarray):
         itemsize = native.itemsize
-        return np.lib.stride_tricks.as_strided(
-            native, desc.dims, tuple(s * itemsize for s in desc.strides))
+        return np.lib.stride_tricks.as_strided(native, desc.dims, tuple(s * itemsize for s in desc.strides))
     return native.as_strided(desc.dims, desc.strides, native.storage_offset())
 
 
@@ -375,8 +389,12 @@ def wrap(name: str, array: Any) -> Bound:
     return Bound(name, desc, native if own else strided_view(native, desc), device_of(native))
 
 
-def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...] | None = None,
-               order: tuple[int, ...] | None = None) -> Bound:
+def empty_like(
+    bound: Bound,
+    dtype: DataType | None = None,
+    dims: tuple[int, ...] | None = None,
+    order: tuple[int, ...] | None = None,
+) -> Bound:
     """A new packed output on ``bound``'s device: ``dims`` (default bound's) laid out in ``order``
     (memory order of the dims, outermost first; default bound's own order)."""
     dtype = dtype or bound.desc.dtype
@@ -387,7 +405,7 @@ def empty_like(bound: Bound, dtype: DataType | None = None, dims: tuple[int, ...
 
 def packed_like(desc: TensorDescriptor, dtype: DataType, dims: tuple[int, ...]) -> TensorDescriptor:
     """The packed descriptor of ``dims`` in ``dtype`` laid out in ``desc``'s memory order."""
-    return _packed_descriptor(dtype, dims, _memory_order(desc.strides[:len(dims)]))
+    return _packed_descriptor(dtype, dims, _memory_order(desc.strides[: len(dims)]))
 
 
 def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bound:
@@ -435,8 +453,11 @@ def constant_like(bound: Bound, value: float) -> Bound:
     dtype = bound.desc.dtype
     native: Any  # a NumPy array or a torch tensor, as bound's
     if isinstance(bound.view, np.ndarray):
-        native = (float32_to_bf16(np.array([value], np.float32)) if dtype is DataType.BFLOAT16
-                  else np.array([value], dtype.to_numpy()))
+        native = (
+            float32_to_bf16(np.array([value], np.float32))
+            if dtype is DataType.BFLOAT16
+            else np.array([value], dtype.to_numpy())
+        )
     else:
         import torch
 

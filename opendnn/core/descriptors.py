@@ -53,13 +53,11 @@ class TensorDescriptor:
 
     def __init__(self, dtype: Any, dims: Any, strides: Any = None) -> None:
         dims = check_ints("dims", dims)
-        require(1 <= len(dims) <= MAX_DIMS,
-                f"len(dims)={len(dims)} must be between 1 and {MAX_DIMS}")
+        require(1 <= len(dims) <= MAX_DIMS, f"len(dims)={len(dims)} must be between 1 and {MAX_DIMS}")
         for k, d in enumerate(dims):
             require(d >= 1, f"dims[{k}]={d} must be at least 1")
         strides = packed_strides(dims) if strides is None else check_ints("strides", strides)
-        require(len(strides) == len(dims),
-                f"len(strides)={len(strides)} must equal len(dims)={len(dims)}")
+        require(len(strides) == len(dims), f"len(strides)={len(strides)} must equal len(dims)={len(dims)}")
         for k, s in enumerate(strides):
             require(s >= 0, f"strides[{k}]={s} must be at least 0")
         object.__setattr__(self, "dtype", check_dtype("dtype", dtype))
@@ -132,20 +130,26 @@ def strides_for_order(dims: tuple[int, ...], order: tuple[int, ...]) -> tuple[in
 
 def check_same_dims(name_a: str, a: TensorDescriptor, name_b: str, b: TensorDescriptor) -> None:
     """Raise BadParam naming the first dim where ``a`` and ``b`` differ."""
-    require(a.ndim == b.ndim, f"{name_a}.ndim={a.ndim} must equal {name_b}.ndim={b.ndim}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        a.ndim == b.ndim, f"{name_a}.ndim={a.ndim} must equal {name_b}.ndim={b.ndim}", Status.BAD_PARAM_SHAPE_MISMATCH
+    )
     for k, (da, db) in enumerate(zip(a.dims, b.dims)):
-        require(da == db, f"{name_a}.dims[{k}]={da} must equal {name_b}.dims[{k}]={db}",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            da == db, f"{name_a}.dims[{k}]={da} must equal {name_b}.dims[{k}]={db}", Status.BAD_PARAM_SHAPE_MISMATCH
+        )
 
 
 def check_broadcastable(name_a: str, a: TensorDescriptor, name_c: str, c: TensorDescriptor) -> None:
     """Raise BadParam unless each dim of ``a`` equals ``c``'s or is 1 (cuDNN's broadcast rule)."""
-    require(a.ndim == c.ndim, f"{name_a}.ndim={a.ndim} must equal {name_c}.ndim={c.ndim}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        a.ndim == c.ndim, f"{name_a}.ndim={a.ndim} must equal {name_c}.ndim={c.ndim}", Status.BAD_PARAM_SHAPE_MISMATCH
+    )
     for k, (da, dc) in enumerate(zip(a.dims, c.dims)):
-        require(da in (1, dc), f"{name_a}.dims[{k}]={da} must equal {name_c}.dims[{k}]={dc} or 1",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            da in (1, dc),
+            f"{name_a}.dims[{k}]={da} must equal {name_c}.dims[{k}]={dc} or 1",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
 
 def check_finite(name: str, value: Any) -> float:
@@ -191,6 +195,7 @@ def check_ints(name: str, value: Any, count: int | None = None) -> tuple[int, ..
     if count is not None and len(values) != count:
         raise BadParam(f"{name}={value!r} must be an int or {count} ints")
     return values
+
 
 Member = TypeVar("Member", bound=enum.Enum)
 

@@ -39,18 +39,21 @@ class Operation:
         return {backend: f"opendnn.families.{self.name}.{backend}_backend" for backend in BACKENDS}
 
 
-OPERATIONS = {op.name: op for op in (  # one line per family
-    Operation("pointwise", in_place=True),
-    Operation("reduce"),
-    Operation("pooling"),
-    Operation("lrn"),
-    Operation("batch_norm"),
-    Operation("normalization"),
-    Operation("softmax", in_place=True),
-    Operation("matmul"),
-    Operation("convolution", in_place=("z",)),
-    Operation("attention"),
-)}
+OPERATIONS = {
+    op.name: op
+    for op in (  # one line per family
+        Operation("pointwise", in_place=True),
+        Operation("reduce"),
+        Operation("pooling"),
+        Operation("lrn"),
+        Operation("batch_norm"),
+        Operation("normalization"),
+        Operation("softmax", in_place=True),
+        Operation("matmul"),
+        Operation("convolution", in_place=("z",)),
+        Operation("attention"),
+    )
+}
 
 
 def require_handle(handle: Any) -> Handle:
@@ -89,15 +92,22 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
                     if tensor.device != device:
                         handle.check_device(tensor.name, tensor.device)
     if writes:
-        bounds = [t for item in tensors for t in (item if isinstance(item, (list, tuple)) else (item,))
-                  if isinstance(t, Bound)]
+        bounds = [
+            t
+            for item in tensors
+            for t in (item if isinstance(item, (list, tuple)) else (item,))
+            if isinstance(t, Bound)
+        ]
         check_overlaps(bounds, OPERATIONS[operation].in_place)
     launching = handle.launching()  # refuses a destroyed handle
     backend = handle.backend
     implementation = load_backend(operation, backend, device)
     if backend == "triton" and extent > TRITON_MAX_EXTENT:
-        raise NotSupported(f"{operation} on backend 'triton': a tensor reaches {extent} elements, past the "
-                           f"2^31 - 1 that the kernels' 32-bit element offsets address", Status.NOT_SUPPORTED_SHAPE)
+        raise NotSupported(
+            f"{operation} on backend 'triton': a tensor reaches {extent} elements, past the "
+            f"2^31 - 1 that the kernels' 32-bit element offsets address",
+            Status.NOT_SUPPORTED_SHAPE,
+        )
     reason = refusal(implementation, problem)
     if reason is not None:
         raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
@@ -124,8 +134,11 @@ def refusal(implementation: Any, problem: Any) -> str | None:
 def load_backend(operation: str, backend: str, device: str) -> Any:
     """The module implementing ``operation`` on ``backend`` (Triton on the CPU is interpreted)."""
     if backend == "triton" and device == CPU and os.environ.get("TRITON_INTERPRET") != "1":
-        raise NotSupported("backend='triton' on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 "
-                           "before triton is first imported", Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
+        raise NotSupported(
+            "backend='triton' on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 "
+            "before triton is first imported",
+            Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING,
+        )
     return backend_module(operation, backend)
 
 
@@ -135,4 +148,3 @@ def backend_module(operation: str, backend: str) -> Any:
     that builds on another family's (convolution on the matrix product, say) takes it from here."""
     require_backend_available(backend)
     return importlib.import_module(OPERATIONS[operation].backends[backend])
-

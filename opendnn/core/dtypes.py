@@ -58,10 +58,19 @@ class DataType(enum.Enum):
     def to_triton(self) -> Any:
         import triton.language as tl
 
-        return {"float32": tl.float32, "float64": tl.float64, "float16": tl.float16,
-                "bfloat16": tl.bfloat16, "float8_e4m3fn": tl.float8e4nv, "float8_e5m2": tl.float8e5,
-                "int8": tl.int8, "uint8": tl.uint8, "int32": tl.int32,
-                "int64": tl.int64, "bool": tl.int1}[self.value]
+        return {
+            "float32": tl.float32,
+            "float64": tl.float64,
+            "float16": tl.float16,
+            "bfloat16": tl.bfloat16,
+            "float8_e4m3fn": tl.float8e4nv,
+            "float8_e5m2": tl.float8e5,
+            "int8": tl.int8,
+            "uint8": tl.uint8,
+            "int32": tl.int32,
+            "int64": tl.int64,
+            "bool": tl.int1,
+        }[self.value]
 
     @classmethod
     def of(cls, dtype: Any) -> DataType:
@@ -91,9 +100,16 @@ class DataType(enum.Enum):
 
 
 _ITEMSIZE = {
-    DataType.FLOAT: 4, DataType.DOUBLE: 8, DataType.HALF: 2, DataType.BFLOAT16: 2,
-    DataType.FP8_E4M3: 1, DataType.FP8_E5M2: 1,
-    DataType.INT8: 1, DataType.UINT8: 1, DataType.INT32: 4, DataType.INT64: 8,
+    DataType.FLOAT: 4,
+    DataType.DOUBLE: 8,
+    DataType.HALF: 2,
+    DataType.BFLOAT16: 2,
+    DataType.FP8_E4M3: 1,
+    DataType.FP8_E5M2: 1,
+    DataType.INT8: 1,
+    DataType.UINT8: 1,
+    DataType.INT32: 4,
+    DataType.INT64: 8,
     DataType.BOOLEAN: 1,
 }
 

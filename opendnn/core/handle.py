@@ -43,20 +43,29 @@ class Handle:
         workspace_limit: most bytes of workspace an algorithm chosen for this handle may use.
     """
 
-    def __init__(self, device: str = CPU, *, backend: str | None = None,
-                 math_type: MathType = MathType.DEFAULT, deterministic: bool = True,
-                 workspace_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        device: str = CPU,
+        *,
+        backend: str | None = None,
+        math_type: MathType = MathType.DEFAULT,
+        deterministic: bool = True,
+        workspace_limit: int | None = None,
+    ) -> None:
         self.device = _canonical_device(device)
         self._device_index = int(self.device.partition(":")[2] or 0) if self.device != CPU else -1
         backend = backend or os.environ.get("OPENDNN_BACKEND") or None
         require(backend is None or backend in BACKENDS, f"backend={backend!r} must be one of {BACKENDS}")
         self.backend = backend or ("numpy" if self.device == CPU else "triton")
-        require(self.backend == "triton" or self.device == CPU,
-                f"backend={self.backend!r} runs on the CPU only, not on device={self.device!r}")
+        require(
+            self.backend == "triton" or self.device == CPU,
+            f"backend={self.backend!r} runs on the CPU only, not on device={self.device!r}",
+        )
         self.math_type = check_member("math_type", MathType, math_type)
         self.deterministic = bool(deterministic)
-        require(workspace_limit is None or workspace_limit >= 0,
-                f"workspace_limit={workspace_limit} must be at least 0")
+        require(
+            workspace_limit is None or workspace_limit >= 0, f"workspace_limit={workspace_limit} must be at least 0"
+        )
         self.workspace_limit = workspace_limit
         self.algorithm_cache: dict[Any, Any] = {}
         self._stream: Any = None
@@ -74,11 +83,15 @@ class Handle:
 
         if isinstance(stream, int):
             stream = torch.cuda.ExternalStream(stream, device=self.device)
-        require(isinstance(stream, torch.cuda.Stream),
-                f"stream={stream!r} must be a torch.cuda.Stream, an int cudaStream_t or None")
-        require(_canonical_device(str(stream.device)) == self.device,
-                f"stream.device={stream.device} must equal handle.device={self.device}",
-                Status.BAD_PARAM_STREAM_MISMATCH)
+        require(
+            isinstance(stream, torch.cuda.Stream),
+            f"stream={stream!r} must be a torch.cuda.Stream, an int cudaStream_t or None",
+        )
+        require(
+            _canonical_device(str(stream.device)) == self.device,
+            f"stream.device={stream.device} must equal handle.device={self.device}",
+            Status.BAD_PARAM_STREAM_MISMATCH,
+        )
         self._stream = stream
 
     def get_stream(self) -> Any:
@@ -120,8 +133,10 @@ class Handle:
             raise BadParam("handle was destroyed and cannot be used")
 
     def __repr__(self) -> str:
-        return (f"Handle(device={self.device!r}, backend={self.backend!r}, math_type={self.math_type.name}, "
-                f"deterministic={self.deterministic}, workspace_limit={self.workspace_limit})")
+        return (
+            f"Handle(device={self.device!r}, backend={self.backend!r}, math_type={self.math_type.name}, "
+            f"deterministic={self.deterministic}, workspace_limit={self.workspace_limit})"
+        )
 
 
 _ALREADY_CURRENT = contextlib.nullcontext()  # reusable: it holds nothing
@@ -172,5 +187,6 @@ def require_backend_available(backend: str) -> None:
             import torch  # noqa: F401
             import triton  # noqa: F401
         except ImportError as error:
-            raise NotSupported(f"backend='triton' needs torch and triton: {error}",
-                               Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING) from None
+            raise NotSupported(
+                f"backend='triton' needs torch and triton: {error}", Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING
+            ) from None

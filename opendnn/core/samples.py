@@ -30,8 +30,14 @@ from opendnn.core.handle import Handle
 # mean, a sum of 12544 terms that cancels, is off by 2.5e-14; docs/design/launch.md)
 # fp8 inputs: Hopper's fp8 tensor cores add products with fewer bits than fp32 (cuBLAS's _scaled_mm
 # measures 4e-5 to 6e-5 at K = 390; tests/test_gpu_matmul.py holds opendnn to cuBLAS's error)
-TOLERANCE = {DataType.DOUBLE: 1e-13, DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2,
-             DataType.FP8_E4M3: 1e-4, DataType.FP8_E5M2: 1e-4}
+TOLERANCE = {
+    DataType.DOUBLE: 1e-13,
+    DataType.FLOAT: 1e-5,
+    DataType.HALF: 1e-2,
+    DataType.BFLOAT16: 1e-2,
+    DataType.FP8_E4M3: 1e-4,
+    DataType.FP8_E5M2: 1e-4,
+}
 LAYOUTS = ("packed", "permuted", "subregion")
 SENTINEL = 1234.5  # fills a sub-region output's buffer: it must survive outside the view
 
@@ -91,7 +97,8 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
         return math.inf
     finite = np.isfinite(expected)
     same_specials = np.array_equal(np.isnan(actual), np.isnan(expected)) and np.array_equal(
-        actual[np.isinf(expected)], expected[np.isinf(expected)])
+        actual[np.isinf(expected)], expected[np.isinf(expected)]
+    )
     if not same_specials or not np.isfinite(actual[finite]).all():
         return math.inf
     scale = np.linalg.norm(expected[finite])
@@ -109,8 +116,15 @@ class Tensors:
         self.rng = rng
         self._outputs: list[tuple[Any, Any]] = []  # (buffer, mask of the view) of sub-region outputs
 
-    def input(self, shape: tuple[int, ...], dtype: DataType, layout: str, low: float = -3.0, high: float = 3.0,
-              nan: bool = False) -> Any:
+    def input(
+        self,
+        shape: tuple[int, ...],
+        dtype: DataType,
+        layout: str,
+        low: float = -3.0,
+        high: float = 3.0,
+        nan: bool = False,
+    ) -> Any:
         view = self._allocate(shape, dtype, layout)
         values = self.rng.uniform(low, high, shape)
         if nan:

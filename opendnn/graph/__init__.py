@@ -26,5 +26,15 @@ from opendnn.graph.graph import Graph
 from opendnn.graph.plan import ExecutionPlan
 from opendnn.graph.tensor import Tensor
 
-__all__ = ["BuildPlanPolicy", "DataType", "ExecutionPlan", "Graph", "HeurMode", "NormForwardPhase", "PointwiseMode",
-           "PoolingMode", "ReduceTensorOp", "Tensor"]
+__all__ = [
+    "BuildPlanPolicy",
+    "DataType",
+    "ExecutionPlan",
+    "Graph",
+    "HeurMode",
+    "NormForwardPhase",
+    "PointwiseMode",
+    "PoolingMode",
+    "ReduceTensorOp",
+    "Tensor",
+]

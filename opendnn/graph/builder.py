@@ -54,8 +54,13 @@ class Node:
 class OperationBuilder(PointwiseMethods):
     """The tensors and operations of a graph; ``Graph`` adds the lifecycle."""
 
-    def __init__(self, io_data_type: Any = DataType.FLOAT, compute_data_type: Any = DataType.FLOAT,
-                 intermediate_data_type: Any = DataType.FLOAT, name: str = "graph") -> None:
+    def __init__(
+        self,
+        io_data_type: Any = DataType.FLOAT,
+        compute_data_type: Any = DataType.FLOAT,
+        intermediate_data_type: Any = DataType.FLOAT,
+        name: str = "graph",
+    ) -> None:
         self.io_data_type = DataType.of(io_data_type)
         self.compute_data_type = DataType.of(compute_data_type)
         if self.compute_data_type not in (DataType.FLOAT, DataType.DOUBLE):
@@ -70,8 +75,9 @@ class OperationBuilder(PointwiseMethods):
 
     # ---- tensors --------------------------------------------------------------------------------------
 
-    def tensor(self, dim: Sequence[int], stride: Sequence[int] | None = None, data_type: Any = None,
-               name: str | None = None) -> Tensor:
+    def tensor(
+        self, dim: Sequence[int], stride: Sequence[int] | None = None, data_type: Any = None, name: str | None = None
+    ) -> Tensor:
         """A graph input (or output, for the operations that write into a caller's tensor) of ``dim``
         with ``stride`` in elements (None: packed row-major) and ``data_type`` (None: io_data_type)."""
         return self._new_tensor(name, dim, stride, data_type, virtual=False)
@@ -88,11 +94,19 @@ class OperationBuilder(PointwiseMethods):
             raise BadParam(f"scalar '{name}': value={value} must be finite")
         return self._new_tensor(name, (1,), None, data_type, virtual=False, value=value, pass_by_value=True)
 
-    def _new_tensor(self, name: str | None, dims: Sequence[int], strides: Sequence[int] | None, data_type: Any,
-                    *, virtual: bool, value: float | None = None, pass_by_value: bool = False) -> Tensor:
+    def _new_tensor(
+        self,
+        name: str | None,
+        dims: Sequence[int],
+        strides: Sequence[int] | None,
+        data_type: Any,
+        *,
+        virtual: bool,
+        value: float | None = None,
+        pass_by_value: bool = False,
+    ) -> Tensor:
         name = f"tensor_{len(self._tensors)}" if name is None else str(name)
-        tensor = Tensor(self, name, dims, strides, data_type, virtual=virtual, value=value,
-                        pass_by_value=pass_by_value)
+        tensor = Tensor(self, name, dims, strides, data_type, virtual=virtual, value=value, pass_by_value=pass_by_value)
         self._tensors.append(tensor)
         self._changed()
         return tensor
@@ -109,8 +123,14 @@ class OperationBuilder(PointwiseMethods):
 
     # ---- nodes ----------------------------------------------------------------------------------------
 
-    def _add(self, op: str, inputs: dict[str, Operand | None], attributes: dict[str, Any], name: str | None,
-             given: dict[str, tuple[int, ...]] | None = None) -> dict[str, Tensor]:
+    def _add(
+        self,
+        op: str,
+        inputs: dict[str, Operand | None],
+        attributes: dict[str, Any],
+        name: str | None,
+        given: dict[str, tuple[int, ...]] | None = None,
+    ) -> dict[str, Tensor]:
         """Add a node of ``op`` and make its outputs (virtual tensors of the rule's dims)."""
         name = f"{op}_{len(self._nodes)}" if name is None else str(name)
         if any(node.name == name for node in self._nodes):
@@ -132,9 +152,15 @@ class OperationBuilder(PointwiseMethods):
         self._changed()
         return outputs
 
-    def _pointwise(self, mode: PointwiseMode, operands: Sequence[Operand], name: str | None, coef: float = 0.0,
-                   data_type: Any = None) -> Tensor:
-        roles = ("a", "b", "c")[:len(operands)]
+    def _pointwise(
+        self,
+        mode: PointwiseMode,
+        operands: Sequence[Operand],
+        name: str | None,
+        coef: float = 0.0,
+        data_type: Any = None,
+    ) -> Tensor:
+        roles = ("a", "b", "c")[: len(operands)]
         name = f"{mode.value.removesuffix('_fwd')}_{len(self._nodes)}" if name is None else name
         attributes = {"mode": mode.value, "coef": float(coef)}
         output = self._add("pointwise", dict(zip(roles, operands)), attributes, name)["y"]
@@ -142,8 +168,9 @@ class OperationBuilder(PointwiseMethods):
             output.set_data_type(data_type)
         return output
 
-    def reduction(self, input: Tensor, mode: ReduceTensorOp | str, dims: Sequence[int], *,
-                  name: str | None = None) -> Tensor:
+    def reduction(
+        self, input: Tensor, mode: ReduceTensorOp | str, dims: Sequence[int], *, name: str | None = None
+    ) -> Tensor:
         """``input`` reduced to ``dims`` (input's rank; each dim the input's or 1, where it reduces)
         by ADD, MUL, MIN, MAX, AMAX, AVG, NORM1, NORM2 or MUL_NO_ZEROS; NaN propagates."""
         attributes = {"mode": _enum_value(ReduceTensorOp, mode, "mode")}
@@ -157,26 +184,47 @@ class OperationBuilder(PointwiseMethods):
 
     # ---- convolution and matmul -----------------------------------------------------------------------
 
-    def conv_fprop(self, image: Tensor, weight: Tensor, padding: Sequence[int] | None = None,
-                   stride: Sequence[int] | None = None, dilation: Sequence[int] | None = None, *,
-                   name: str | None = None) -> Tensor:
+    def conv_fprop(
+        self,
+        image: Tensor,
+        weight: Tensor,
+        padding: Sequence[int] | None = None,
+        stride: Sequence[int] | None = None,
+        dilation: Sequence[int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
         """Cross-correlation of image (N, C, *in) with weight (K, C/groups, *taps): (N, K, *out);
         groups are C over the weight's second dim. Defaults: padding 0, stride 1, dilation 1."""
         attributes = _conv_attributes(len(image.dims) - 2, padding, stride, dilation)
         return self._add("conv_fprop", {"image": image, "weight": weight}, attributes, name)["y"]
 
-    def conv_dgrad(self, loss: Tensor, filter: Tensor, padding: Sequence[int] | None = None,
-                   stride: Sequence[int] | None = None, dilation: Sequence[int] | None = None, *,
-                   name: str | None = None) -> Tensor:
+    def conv_dgrad(
+        self,
+        loss: Tensor,
+        filter: Tensor,
+        padding: Sequence[int] | None = None,
+        stride: Sequence[int] | None = None,
+        dilation: Sequence[int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
         """The gradient of conv_fprop in its image: (N, C, *in) from loss (N, K, *out). With stride
         above 1 several image sizes map onto one loss size: the smallest is inferred, ``set_dim``
         picks another."""
         attributes = _conv_attributes(len(loss.dims) - 2, padding, stride, dilation)
         return self._add("conv_dgrad", {"loss": loss, "filter": filter}, attributes, name)["dx"]
 
-    def conv_wgrad(self, image: Tensor, loss: Tensor, padding: Sequence[int] | None = None,
-                   stride: Sequence[int] | None = None, dilation: Sequence[int] | None = None, *,
-                   name: str | None = None) -> Tensor:
+    def conv_wgrad(
+        self,
+        image: Tensor,
+        loss: Tensor,
+        padding: Sequence[int] | None = None,
+        stride: Sequence[int] | None = None,
+        dilation: Sequence[int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
         """The gradient of conv_fprop in its weight: (K, C, *taps). The largest filter that fits is
         inferred (the only one for stride 1); ``set_dim`` picks another, or groups (C/groups)."""
         attributes = _conv_attributes(len(image.dims) - 2, padding, stride, dilation)
@@ -188,9 +236,18 @@ class OperationBuilder(PointwiseMethods):
 
     # ---- normalizations -------------------------------------------------------------------------------
 
-    def batchnorm(self, input: Tensor, scale: Tensor, bias: Tensor, in_running_mean: Tensor | None = None,
-                  in_running_var: Tensor | None = None, epsilon: float = 1e-5, momentum: float = 0.1, *,
-                  name: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    def batchnorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        in_running_mean: Tensor | None = None,
+        in_running_var: Tensor | None = None,
+        epsilon: float = 1e-5,
+        momentum: float = 0.1,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
         """Training batch norm per channel of (N, C, ...): (y, mean, inv_variance, next_running_mean,
         next_running_var), the last two None without running statistics; next = (1 - momentum) *
         running + momentum * batch (unbiased variance). Parameters and statistics (1, C, 1, ...) FLOAT."""
@@ -200,13 +257,23 @@ class OperationBuilder(PointwiseMethods):
             raise BadParam(f"momentum={momentum} must be in [0, 1]")
         if (in_running_mean is None) != (in_running_var is None):
             raise BadParam("in_running_mean and in_running_var must be given together")
-        out = self._add("batchnorm", {"x": input, "scale": scale, "bias": bias, "in_running_mean": in_running_mean,
-                                      "in_running_var": in_running_var},
-                        {"epsilon": float(epsilon), "momentum": float(momentum)}, name)
+        out = self._add(
+            "batchnorm",
+            {
+                "x": input,
+                "scale": scale,
+                "bias": bias,
+                "in_running_mean": in_running_mean,
+                "in_running_var": in_running_var,
+            },
+            {"epsilon": float(epsilon), "momentum": float(momentum)},
+            name,
+        )
         return out["y"], out["mean"], out["inv_variance"], out.get("next_running_mean"), out.get("next_running_var")
 
-    def batchnorm_inference(self, input: Tensor, mean: Tensor, inv_variance: Tensor, scale: Tensor, bias: Tensor,
-                            *, name: str | None = None) -> Tensor:
+    def batchnorm_inference(
+        self, input: Tensor, mean: Tensor, inv_variance: Tensor, scale: Tensor, bias: Tensor, *, name: str | None = None
+    ) -> Tensor:
         """``(input - mean) * inv_variance * scale + bias``: four pointwise nodes, which the fusion
         engine fuses with their neighbours."""
         base = f"batchnorm_inference_{len(self._nodes)}" if name is None else str(name)
@@ -214,64 +281,121 @@ class OperationBuilder(PointwiseMethods):
         normalized = self.mul(centered, inv_variance, name=f"{base}.normalize")
         return self.add(self.mul(normalized, scale, name=f"{base}.scale"), bias, name=base)
 
-    def batchnorm_backward(self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor, inv_variance: Tensor,
-                           *, name: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def batchnorm_backward(
+        self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor, inv_variance: Tensor, *, name: str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """(dx, dscale, dbias) of training batch norm, from its saved mean and inv_variance."""
-        out = self._add("batchnorm_backward", {"grad": grad, "x": input, "scale": scale, "mean": mean,
-                                               "inv_variance": inv_variance}, {}, name)
+        out = self._add(
+            "batchnorm_backward",
+            {"grad": grad, "x": input, "scale": scale, "mean": mean, "inv_variance": inv_variance},
+            {},
+            name,
+        )
         return out["dx"], out["dscale"], out["dbias"]
 
-    def layernorm(self, input: Tensor, scale: Tensor, bias: Tensor, epsilon: float = 1e-5,
-                  norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING, *,
-                  name: str | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def layernorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: float = 1e-5,
+        norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Layer norm over the trailing dims where scale is not 1: (y, mean, inv_variance), the
         statistics None in INFERENCE."""
         out = self._norm("layernorm", input, scale, bias, epsilon, norm_forward_phase, name)
         return out["y"], out.get("mean"), out.get("inv_variance")
 
-    def rmsnorm(self, input: Tensor, scale: Tensor, bias: Tensor | None = None, epsilon: float = 1e-5,
-                norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING, *,
-                name: str | None = None) -> tuple[Tensor, Tensor | None]:
+    def rmsnorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor | None = None,
+        epsilon: float = 1e-5,
+        norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """RMS norm over the trailing dims where scale is not 1: (y, inv_rms), inv_rms None in INFERENCE."""
         out = self._norm("rmsnorm", input, scale, bias, epsilon, norm_forward_phase, name)
         return out["y"], out.get("inv_variance")
 
-    def instancenorm(self, input: Tensor, scale: Tensor, bias: Tensor, epsilon: float = 1e-5,
-                     norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING, *,
-                     name: str | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def instancenorm(
+        self,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: float = 1e-5,
+        norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Instance norm per (sample, channel) of (N, C, spatial...): (y, mean, inv_variance), the
         statistics (N, C, 1, ...) and None in INFERENCE."""
         out = self._norm("instancenorm", input, scale, bias, epsilon, norm_forward_phase, name)
         return out["y"], out.get("mean"), out.get("inv_variance")
 
-    def layernorm_backward(self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor, inv_variance: Tensor,
-                           *, name: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def layernorm_backward(
+        self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor, inv_variance: Tensor, *, name: str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """(dx, dscale, dbias) of layernorm, from its saved statistics."""
-        out = self._add("layernorm_backward", {"grad": grad, "x": input, "scale": scale, "mean": mean,
-                                               "inv_variance": inv_variance},
-                        {"normalized_ndim": _normalized_ndim(scale)}, name)
+        out = self._add(
+            "layernorm_backward",
+            {"grad": grad, "x": input, "scale": scale, "mean": mean, "inv_variance": inv_variance},
+            {"normalized_ndim": _normalized_ndim(scale)},
+            name,
+        )
         return out["dx"], out["dscale"], out["dbias"]
 
-    def rmsnorm_backward(self, grad: Tensor, input: Tensor, scale: Tensor, inv_variance: Tensor,
-                         has_dbias: bool = False, *, name: str | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def rmsnorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor,
+        inv_variance: Tensor,
+        has_dbias: bool = False,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """(dx, dscale, dbias) of rmsnorm, dbias None unless has_dbias."""
-        out = self._add("rmsnorm_backward", {"grad": grad, "x": input, "scale": scale, "inv_variance": inv_variance},
-                        {"normalized_ndim": _normalized_ndim(scale), "has_dbias": bool(has_dbias)}, name)
+        out = self._add(
+            "rmsnorm_backward",
+            {"grad": grad, "x": input, "scale": scale, "inv_variance": inv_variance},
+            {"normalized_ndim": _normalized_ndim(scale), "has_dbias": bool(has_dbias)},
+            name,
+        )
         return out["dx"], out["dscale"], out.get("dbias")
 
-    def instancenorm_backward(self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor,
-                              inv_variance: Tensor, *, name: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def instancenorm_backward(
+        self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor, inv_variance: Tensor, *, name: str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """(dx, dscale, dbias) of instancenorm, from its saved statistics."""
-        out = self._add("instancenorm_backward", {"grad": grad, "x": input, "scale": scale, "mean": mean,
-                                                  "inv_variance": inv_variance}, {}, name)
+        out = self._add(
+            "instancenorm_backward",
+            {"grad": grad, "x": input, "scale": scale, "mean": mean, "inv_variance": inv_variance},
+            {},
+            name,
+        )
         return out["dx"], out["dscale"], out["dbias"]
 
-    def _norm(self, op: str, input: Tensor, scale: Tensor, bias: Tensor | None, epsilon: float,
-              phase: NormForwardPhase | str, name: str | None) -> dict[str, Tensor]:
+    def _norm(
+        self,
+        op: str,
+        input: Tensor,
+        scale: Tensor,
+        bias: Tensor | None,
+        epsilon: float,
+        phase: NormForwardPhase | str,
+        name: str | None,
+    ) -> dict[str, Tensor]:
         if not (epsilon >= 0 and math.isfinite(epsilon)):
             raise BadParam(f"epsilon={epsilon} must be finite and at least 0")
-        attributes: dict[str, Any] = {"epsilon": float(epsilon), "phase": _enum_value(NormForwardPhase, phase,
-                                                                                      "norm_forward_phase")}
+        attributes: dict[str, Any] = {
+            "epsilon": float(epsilon),
+            "phase": _enum_value(NormForwardPhase, phase, "norm_forward_phase"),
+        }
         if op != "instancenorm":
             attributes["normalized_ndim"] = _normalized_ndim(scale)
         return self._add(op, {"x": input, "scale": scale, "bias": bias}, attributes, name)
@@ -284,20 +408,31 @@ class OperationBuilder(PointwiseMethods):
         attributes = {"axis": int(axis) % rank if -rank <= int(axis) < rank else int(axis), "log": bool(log)}
         return self._add("softmax", {"x": input}, attributes, name)["y"]
 
-    def pooling(self, input: Tensor, mode: PoolingMode | str = PoolingMode.MAX, window: Sequence[int] = (2, 2),
-                stride: Sequence[int] | None = None, padding: Sequence[int] | None = None, *,
-                name: str | None = None) -> Tensor:
+    def pooling(
+        self,
+        input: Tensor,
+        mode: PoolingMode | str = PoolingMode.MAX,
+        window: Sequence[int] = (2, 2),
+        stride: Sequence[int] | None = None,
+        padding: Sequence[int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
         """Max or average pooling of (N, C, spatial...) over ``window`` (stride default: the window,
         padding default 0); average modes count or skip the padding, as PoolingMode says."""
         window = tuple(int(w) for w in window)
-        attributes = {"mode": _enum_value(PoolingMode, mode, "mode"), "window": window,
-                      "stride": window if stride is None else tuple(int(s) for s in stride),
-                      "padding": (0,) * len(window) if padding is None else tuple(int(p) for p in padding)}
+        attributes = {
+            "mode": _enum_value(PoolingMode, mode, "mode"),
+            "window": window,
+            "stride": window if stride is None else tuple(int(s) for s in stride),
+            "padding": (0,) * len(window) if padding is None else tuple(int(p) for p in padding),
+        }
         return self._add("pooling", {"x": input}, attributes, name)["y"]
 
 
-def _conv_attributes(spatial: int, padding: Sequence[int] | None, stride: Sequence[int] | None,
-                     dilation: Sequence[int] | None) -> dict[str, Any]:
+def _conv_attributes(
+    spatial: int, padding: Sequence[int] | None, stride: Sequence[int] | None, dilation: Sequence[int] | None
+) -> dict[str, Any]:
     def values(given: Sequence[int] | None, default: int) -> tuple[int, ...]:
         return (default,) * max(spatial, 1) if given is None else tuple(int(v) for v in given)
 

@@ -24,10 +24,17 @@ from opendnn.graph.memory import aligned, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import POINTWISE_ROLES, compute_type
 
-RELU_MODES = (od.PointwiseMode.RELU_FWD, od.PointwiseMode.RELU_BWD, od.PointwiseMode.CLIPPED_RELU_FWD,
-              od.PointwiseMode.CLIPPED_RELU_BWD)
-NORM_MODES = {"layernorm": od.NormMode.LAYER_NORM, "rmsnorm": od.NormMode.RMS_NORM,
-              "instancenorm": od.NormMode.INSTANCE_NORM}
+RELU_MODES = (
+    od.PointwiseMode.RELU_FWD,
+    od.PointwiseMode.RELU_BWD,
+    od.PointwiseMode.CLIPPED_RELU_FWD,
+    od.PointwiseMode.CLIPPED_RELU_BWD,
+)
+NORM_MODES = {
+    "layernorm": od.NormMode.LAYER_NORM,
+    "rmsnorm": od.NormMode.RMS_NORM,
+    "instancenorm": od.NormMode.INSTANCE_NORM,
+}
 BN_BACKWARD_EPSILON = 1e-5  # read only when the saved statistics are absent: the graph always gives them
 Tensors = Callable[[str], Any]  # role -> Bound (None for an absent optional input)
 
@@ -72,8 +79,20 @@ def _check_shared_layouts(node: NodeSpec, descs: Mapping[str, TensorDescriptor],
     dims above 1)."""
     groups: tuple[tuple[str, ...], ...] = ()
     if node.op.startswith("batchnorm"):
-        groups = (("scale", "bias", "in_running_mean", "in_running_var", "mean", "inv_variance",
-                   "next_running_mean", "next_running_var", "dscale", "dbias"),)
+        groups = (
+            (
+                "scale",
+                "bias",
+                "in_running_mean",
+                "in_running_var",
+                "mean",
+                "inv_variance",
+                "next_running_mean",
+                "next_running_var",
+                "dscale",
+                "dbias",
+            ),
+        )
     elif node.op in NORM_MODES or node.op.removesuffix("_backward") in NORM_MODES:
         groups = (("scale", "bias", "dscale", "dbias"), ("mean", "inv_variance"))
     for group in groups:
@@ -81,9 +100,11 @@ def _check_shared_layouts(node: NodeSpec, descs: Mapping[str, TensorDescriptor],
         first = present[0] if present else ""
         for role in present[1:]:
             if _layout(descs[role]) != _layout(descs[first]):
-                raise BadParam(f"{role} '{graph.tensors[node.input(role) or node.output(role) or 0].name}' "
-                               f"{descs[role]} must have the layout of {first} {descs[first]}: one descriptor "
-                               "describes both")
+                raise BadParam(
+                    f"{role} '{graph.tensors[node.input(role) or node.output(role) or 0].name}' "
+                    f"{descs[role]} must have the layout of {first} {descs[first]}: one descriptor "
+                    "describes both"
+                )
 
 
 def _layout(desc: TensorDescriptor) -> tuple[Any, ...]:
@@ -105,12 +126,22 @@ def ranked(bound: Bound, ndim: int) -> Bound:
 
 # ---- pointwise, reduction, genstats -------------------------------------------------------------------
 
+
 def run_pointwise(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     mode = od.PointwiseMode(node.attribute("mode"))
     y = tensor("y")
-    inputs = [ranked(tensor(role), y.desc.ndim) for role in POINTWISE_ROLES[:mode.arity]]
-    od.pointwise(handle, mode, 1.0, [(b.desc, b.view) for b in inputs], 0.0, y.desc, y.view,
-                 coef=node.attribute("coef", 0.0), propagate_nan=mode in RELU_MODES)
+    inputs = [ranked(tensor(role), y.desc.ndim) for role in POINTWISE_ROLES[: mode.arity]]
+    od.pointwise(
+        handle,
+        mode,
+        1.0,
+        [(b.desc, b.view) for b in inputs],
+        0.0,
+        y.desc,
+        y.view,
+        coef=node.attribute("coef", 0.0),
+        propagate_nan=mode in RELU_MODES,
+    )
 
 
 def reduce_descriptor(op: od.ReduceTensorOp, x: TensorDescriptor) -> od.ReduceTensorDescriptor:
@@ -135,8 +166,10 @@ def squares_descriptor(x: TensorDescriptor) -> TensorDescriptor:
 def genstats_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
     x, squares, total = descs["x"], squares_descriptor(descs["x"]), descs["sum"]
     add = reduce_descriptor(od.ReduceTensorOp.ADD, x)
-    reduce_bytes = max(od.get_reduction_workspace_size(handle, add, x, total),
-                       od.get_reduction_workspace_size(handle, add, squares, total))
+    reduce_bytes = max(
+        od.get_reduction_workspace_size(handle, add, x, total),
+        od.get_reduction_workspace_size(handle, add, squares, total),
+    )
     return aligned(squares.size_in_bytes) + reduce_bytes
 
 
@@ -150,24 +183,35 @@ def run_genstats(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) 
     add = reduce_descriptor(od.ReduceTensorOp.ADD, x.desc)
     od.reduce_tensor(handle, add, None, workspace, 1.0, x.desc, x.view, 0.0, total.desc, total.view)
     od.pointwise(handle, od.PointwiseMode.MUL, 1.0, [(x.desc, x.view), (x.desc, x.view)], 0.0, squares_desc, squares)
-    od.reduce_tensor(handle, add, None, workspace, 1.0, squares_desc, squares, 0.0, sum_of_squares.desc,
-                     sum_of_squares.view)
+    od.reduce_tensor(
+        handle, add, None, workspace, 1.0, squares_desc, squares, 0.0, sum_of_squares.desc, sum_of_squares.view
+    )
 
 
 # ---- convolution and matmul ---------------------------------------------------------------------------
 
-CONV_ALGORITHMS = {"conv_fprop": od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
-                   "conv_dgrad": od.ConvolutionBwdDataAlgo.ALGO_0,
-                   "conv_wgrad": od.ConvolutionBwdFilterAlgo.ALGO_0}
-CONV_ROLES = {"conv_fprop": ("image", "weight", "y"), "conv_dgrad": ("dx", "filter", "loss"),
-              "conv_wgrad": ("image", "dw", "loss")}  # the (x, w, y) of each direction
+CONV_ALGORITHMS = {
+    "conv_fprop": od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
+    "conv_dgrad": od.ConvolutionBwdDataAlgo.ALGO_0,
+    "conv_wgrad": od.ConvolutionBwdFilterAlgo.ALGO_0,
+}
+CONV_ROLES = {
+    "conv_fprop": ("image", "weight", "y"),
+    "conv_dgrad": ("dx", "filter", "loss"),
+    "conv_wgrad": ("image", "dw", "loss"),
+}  # the (x, w, y) of each direction
 
 
 def conv_descriptor(node: NodeSpec, descs: Mapping[str, TensorDescriptor]) -> od.ConvolutionDescriptor:
     x_role, w_role, _ = CONV_ROLES[node.op]
     x, w = descs[x_role], descs[w_role]
-    return od.ConvolutionDescriptor(node.attribute("padding"), node.attribute("stride"), node.attribute("dilation"),
-                                    compute_type=compute_type(x.dtype), group_count=x.dims[1] // w.dims[1])
+    return od.ConvolutionDescriptor(
+        node.attribute("padding"),
+        node.attribute("stride"),
+        node.attribute("dilation"),
+        compute_type=compute_type(x.dtype),
+        group_count=x.dims[1] // w.dims[1],
+    )
 
 
 def conv_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
@@ -189,11 +233,13 @@ def run_conv(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> N
     if node.op == "conv_fprop":
         od.convolution_forward(handle, 1.0, x.desc, x.view, w.desc, w.view, conv, algo, scratch, 0.0, y.desc, y.view)
     elif node.op == "conv_dgrad":
-        od.convolution_backward_data(handle, 1.0, w.desc, w.view, y.desc, y.view, conv, algo, scratch, 0.0, x.desc,
-                                     x.view)
+        od.convolution_backward_data(
+            handle, 1.0, w.desc, w.view, y.desc, y.view, conv, algo, scratch, 0.0, x.desc, x.view
+        )
     else:
-        od.convolution_backward_filter(handle, 1.0, x.desc, x.view, y.desc, y.view, conv, algo, scratch, 0.0,
-                                       w.desc, w.view)
+        od.convolution_backward_filter(
+            handle, 1.0, x.desc, x.view, y.desc, y.view, conv, algo, scratch, 0.0, w.desc, w.view
+        )
 
 
 def run_matmul(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
@@ -203,6 +249,7 @@ def run_matmul(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) ->
 
 # ---- normalizations -----------------------------------------------------------------------------------
 
+
 def run_batchnorm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, y, scale, bias = tensor("x"), tensor("y"), tensor("scale"), tensor("bias")
     running_mean, running_var = running = [tensor("next_running_mean"), tensor("next_running_var")]
@@ -210,23 +257,56 @@ def run_batchnorm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any)
         if source is not None:  # the update is in place: the next statistics start as copies
             od.transform_tensor(handle, 1.0, source.desc, source.view, 0.0, target.desc, target.view)
     od.batch_normalization_forward_training(
-        handle, od.BatchNormMode.SPATIAL, 1.0, 0.0, x.desc, x.view, y.desc, y.view, scale.desc, scale.view,
-        bias.view, node.attribute("momentum"), optional_view(running_mean), optional_view(running_var),
-        node.attribute("epsilon"), tensor("mean").view, tensor("inv_variance").view)
+        handle,
+        od.BatchNormMode.SPATIAL,
+        1.0,
+        0.0,
+        x.desc,
+        x.view,
+        y.desc,
+        y.view,
+        scale.desc,
+        scale.view,
+        bias.view,
+        node.attribute("momentum"),
+        optional_view(running_mean),
+        optional_view(running_var),
+        node.attribute("epsilon"),
+        tensor("mean").view,
+        tensor("inv_variance").view,
+    )
 
 
 def run_batchnorm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, dy, dx, scale = tensor("x"), tensor("grad"), tensor("dx"), tensor("scale")
     od.batch_normalization_backward(
-        handle, od.BatchNormMode.SPATIAL, 1.0, 0.0, 1.0, 0.0, x.desc, x.view, dy.desc, dy.view, dx.desc, dx.view,
-        scale.desc, scale.view, tensor("dscale").view, tensor("dbias").view, BN_BACKWARD_EPSILON,
-        tensor("mean").view, tensor("inv_variance").view)
+        handle,
+        od.BatchNormMode.SPATIAL,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        x.desc,
+        x.view,
+        dy.desc,
+        dy.view,
+        dx.desc,
+        dx.view,
+        scale.desc,
+        scale.view,
+        tensor("dscale").view,
+        tensor("dbias").view,
+        BN_BACKWARD_EPSILON,
+        tensor("mean").view,
+        tensor("inv_variance").view,
+    )
 
 
 def norm_descriptor(node: NodeSpec) -> od.NormDescriptor:
     mode = NORM_MODES[node.op.removesuffix("_backward")]
-    return od.NormDescriptor(mode, node.attribute("epsilon", 1e-5),
-                             normalized_ndim=node.attribute("normalized_ndim", 1))
+    return od.NormDescriptor(
+        mode, node.attribute("epsilon", 1e-5), normalized_ndim=node.attribute("normalized_ndim", 1)
+    )
 
 
 def optional_view(bound: Bound | None) -> Any:
@@ -237,22 +317,56 @@ def run_norm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> N
     x, y, scale, bias = tensor("x"), tensor("y"), tensor("scale"), tensor("bias")
     desc = norm_descriptor(node)
     if node.attribute("phase") == "inference":
-        od.normalization_forward_inference(handle, desc, 1.0, x.desc, x.view, scale.desc, scale.view,
-                                           optional_view(bias), 0.0, y.desc, y.view)
+        od.normalization_forward_inference(
+            handle, desc, 1.0, x.desc, x.view, scale.desc, scale.view, optional_view(bias), 0.0, y.desc, y.view
+        )
         return
     inv_std = tensor("inv_variance")
-    od.normalization_forward_training(handle, desc, 1.0, x.desc, x.view, scale.desc, scale.view, optional_view(bias),
-                                      0.0, y.desc, y.view, inv_std.desc, optional_view(tensor("mean")), inv_std.view)
+    od.normalization_forward_training(
+        handle,
+        desc,
+        1.0,
+        x.desc,
+        x.view,
+        scale.desc,
+        scale.view,
+        optional_view(bias),
+        0.0,
+        y.desc,
+        y.view,
+        inv_std.desc,
+        optional_view(tensor("mean")),
+        inv_std.view,
+    )
 
 
 def run_norm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, dy, dx, scale, inv_std = tensor("x"), tensor("grad"), tensor("dx"), tensor("scale"), tensor("inv_variance")
-    od.normalization_backward(handle, norm_descriptor(node), 1.0, 0.0, 1.0, 0.0, x.desc, x.view, dy.desc, dy.view,
-                              scale.desc, scale.view, tensor("dscale").view, optional_view(tensor("dbias")),
-                              inv_std.desc, optional_view(tensor("mean")), inv_std.view, dx.desc, dx.view)
+    od.normalization_backward(
+        handle,
+        norm_descriptor(node),
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        x.desc,
+        x.view,
+        dy.desc,
+        dy.view,
+        scale.desc,
+        scale.view,
+        tensor("dscale").view,
+        optional_view(tensor("dbias")),
+        inv_std.desc,
+        optional_view(tensor("mean")),
+        inv_std.view,
+        dx.desc,
+        dx.view,
+    )
 
 
 # ---- softmax and pooling ------------------------------------------------------------------------------
+
 
 def axis_as_channel(desc: TensorDescriptor, axis: int) -> TensorDescriptor:
     """``desc`` with ``axis`` moved to dim 1 (the same memory): softmax's CHANNEL mode then runs
@@ -268,14 +382,28 @@ def run_softmax(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -
     x, y = tensor("x"), tensor("y")
     axis = node.attribute("axis")
     algorithm = od.SoftmaxAlgorithm.LOG if node.attribute("log") else od.SoftmaxAlgorithm.ACCURATE
-    od.softmax_forward(handle, algorithm, od.SoftmaxMode.CHANNEL, 1.0, axis_as_channel(x.desc, axis), x.view, 0.0,
-                       axis_as_channel(y.desc, axis), y.view)
+    od.softmax_forward(
+        handle,
+        algorithm,
+        od.SoftmaxMode.CHANNEL,
+        1.0,
+        axis_as_channel(x.desc, axis),
+        x.view,
+        0.0,
+        axis_as_channel(y.desc, axis),
+        y.view,
+    )
 
 
 def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, y = tensor("x"), tensor("y")
-    pool = od.PoolingDescriptor(od.PoolingMode(node.attribute("mode")), NanPropagation.PROPAGATE_NAN,
-                                node.attribute("window"), node.attribute("padding"), node.attribute("stride"))
+    pool = od.PoolingDescriptor(
+        od.PoolingMode(node.attribute("mode")),
+        NanPropagation.PROPAGATE_NAN,
+        node.attribute("window"),
+        node.attribute("padding"),
+        node.attribute("stride"),
+    )
     od.pooling_forward(handle, pool, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
 
 

@@ -35,24 +35,52 @@ REDUCE_BLOCK = 1024  # at most this many reduced elements per loop iteration
 TILE = 4096  # at most this many elements (BLOCK_KEEP x BLOCK_REDUCE) per program of a reduction
 NUM_WARPS = 4
 
-TRITON_TYPES = {DataType.FLOAT: "tl.float32", DataType.DOUBLE: "tl.float64", DataType.HALF: "tl.float16",
-                DataType.BFLOAT16: "tl.bfloat16", DataType.INT8: "tl.int8", DataType.UINT8: "tl.uint8",
-                DataType.INT32: "tl.int32", DataType.INT64: "tl.int64", DataType.BOOLEAN: "tl.int1"}
+TRITON_TYPES = {
+    DataType.FLOAT: "tl.float32",
+    DataType.DOUBLE: "tl.float64",
+    DataType.HALF: "tl.float16",
+    DataType.BFLOAT16: "tl.bfloat16",
+    DataType.INT8: "tl.int8",
+    DataType.UINT8: "tl.uint8",
+    DataType.INT32: "tl.int32",
+    DataType.INT64: "tl.int64",
+    DataType.BOOLEAN: "tl.int1",
+}
 NAN_PROPAGATE = "propagate_nan=tl.PropagateNan.ALL"
 EXPRESSIONS = {
-    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
-    "max": f"tl.maximum({{a}}, {{b}}, {NAN_PROPAGATE})", "min": f"tl.minimum({{a}}, {{b}}, {NAN_PROPAGATE})",
-    "mod": "{a} % {b}", "pow": "tm.pow({a}, {b})", "add_square": "{a} + {b} * {b}",
-    "abs": "tl.abs({a})", "ceil": "tl.math.ceil({a})", "floor": "tl.math.floor({a})", "cos": "tl.cos({a})",
-    "sin": "tl.sin({a})", "tan": "tm.tan({a})", "exp": "tl.exp({a})", "log": "tl.log({a})", "neg": "-{a}",
-    "sqrt": "tl.sqrt({a})", "rsqrt": "1.0 / tl.sqrt({a})", "reciprocal": "1.0 / {a}", "erf": "tl.math.erf({a})",
+    "add": "{a} + {b}",
+    "sub": "{a} - {b}",
+    "mul": "{a} * {b}",
+    "div": "{a} / {b}",
+    "max": f"tl.maximum({{a}}, {{b}}, {NAN_PROPAGATE})",
+    "min": f"tl.minimum({{a}}, {{b}}, {NAN_PROPAGATE})",
+    "mod": "{a} % {b}",
+    "pow": "tm.pow({a}, {b})",
+    "add_square": "{a} + {b} * {b}",
+    "abs": "tl.abs({a})",
+    "ceil": "tl.math.ceil({a})",
+    "floor": "tl.math.floor({a})",
+    "cos": "tl.cos({a})",
+    "sin": "tl.sin({a})",
+    "tan": "tm.tan({a})",
+    "exp": "tl.exp({a})",
+    "log": "tl.log({a})",
+    "neg": "-{a}",
+    "sqrt": "tl.sqrt({a})",
+    "rsqrt": "1.0 / tl.sqrt({a})",
+    "reciprocal": "1.0 / {a}",
+    "erf": "tl.math.erf({a})",
     "identity": "{a}",
-    "cmp_eq": "tl.where({a} == {b}, 1.0, 0.0)", "cmp_neq": "tl.where({a} != {b}, 1.0, 0.0)",
-    "cmp_gt": "tl.where({a} > {b}, 1.0, 0.0)", "cmp_ge": "tl.where({a} >= {b}, 1.0, 0.0)",
-    "cmp_lt": "tl.where({a} < {b}, 1.0, 0.0)", "cmp_le": "tl.where({a} <= {b}, 1.0, 0.0)",
+    "cmp_eq": "tl.where({a} == {b}, 1.0, 0.0)",
+    "cmp_neq": "tl.where({a} != {b}, 1.0, 0.0)",
+    "cmp_gt": "tl.where({a} > {b}, 1.0, 0.0)",
+    "cmp_ge": "tl.where({a} >= {b}, 1.0, 0.0)",
+    "cmp_lt": "tl.where({a} < {b}, 1.0, 0.0)",
+    "cmp_le": "tl.where({a} <= {b}, 1.0, 0.0)",
     "logical_and": "tl.where(({a} != 0) & ({b} != 0), 1.0, 0.0)",
     "logical_or": "tl.where(({a} != 0) | ({b} != 0), 1.0, 0.0)",
-    "logical_not": "tl.where({a} == 0, 1.0, 0.0)", "binary_select": "tl.where({c} != 0, {a}, {b})",
+    "logical_not": "tl.where({a} == 0, 1.0, 0.0)",
+    "binary_select": "tl.where({c} != 0, {a}, {b})",
 }
 
 
@@ -68,10 +96,12 @@ class Reduction:
 
 
 REDUCTIONS = {
-    "add": Reduction("0.0", "{v}", "sum"), "avg": Reduction("0.0", "{v}", "sum", "{r} / {count}"),
-    "norm1": Reduction("0.0", "tl.abs({v})", "sum"), "norm2": Reduction("0.0", "{v} * {v}", "sum", "tl.sqrt({r})"),
-    "mul": Reduction("1.0", "{v}", "multiply"), "mul_no_zeros": Reduction("1.0", "tl.where({v} != 0, {v}, 1.0)",
-                                                                          "multiply"),
+    "add": Reduction("0.0", "{v}", "sum"),
+    "avg": Reduction("0.0", "{v}", "sum", "{r} / {count}"),
+    "norm1": Reduction("0.0", "tl.abs({v})", "sum"),
+    "norm2": Reduction("0.0", "{v} * {v}", "sum", "tl.sqrt({r})"),
+    "mul": Reduction("1.0", "{v}", "multiply"),
+    "mul_no_zeros": Reduction("1.0", "tl.where({v} != 0, {v}, 1.0)", "multiply"),
     "min": Reduction('float("inf")', "{v}", "minimum_with_nan"),
     "max": Reduction('-float("inf")', "{v}", "maximum_with_nan"),
     "amax": Reduction("0.0", "tl.abs({v})", "maximum_with_nan"),
@@ -82,11 +112,31 @@ COMBINE_FUNCTIONS = {
     "minimum_with_nan": f"tl.minimum(a, b, {NAN_PROPAGATE})",
     "maximum_with_nan": f"tl.maximum(a, b, {NAN_PROPAGATE})",
 }
-ACCUMULATE = {"sum": "{acc} + {t}", "multiply": "{acc} * {t}",
-              "minimum_with_nan": f"tl.minimum({{acc}}, {{t}}, {NAN_PROPAGATE})",
-              "maximum_with_nan": f"tl.maximum({{acc}}, {{t}}, {NAN_PROPAGATE})"}
-RESERVED = {"index", "mask", "keep", "keep_mask", "red", "red_mask", "start", "tl", "tm", "triton", "activation",
-            "activation_derivative", "fused_kernel", "multiply", "minimum_with_nan", "maximum_with_nan", "float"}
+ACCUMULATE = {
+    "sum": "{acc} + {t}",
+    "multiply": "{acc} * {t}",
+    "minimum_with_nan": f"tl.minimum({{acc}}, {{t}}, {NAN_PROPAGATE})",
+    "maximum_with_nan": f"tl.maximum({{acc}}, {{t}}, {NAN_PROPAGATE})",
+}
+RESERVED = {
+    "index",
+    "mask",
+    "keep",
+    "keep_mask",
+    "red",
+    "red_mask",
+    "start",
+    "tl",
+    "tm",
+    "triton",
+    "activation",
+    "activation_derivative",
+    "fused_kernel",
+    "multiply",
+    "minimum_with_nan",
+    "maximum_with_nan",
+    "float",
+}
 
 
 @dataclass(frozen=True)
@@ -123,15 +173,22 @@ class _Writer:
         self.reducing = self.reducer is not None
         inside = {id(node) for node in region.nodes}
         # full-space tensors the kernel stores: graph outputs and what other steps read
-        self.stores = [uid for node in region.nodes if node is not self.reducer for _, uid in node.outputs
-                       if not graph.tensors[uid].virtual
-                       or any(id(graph.nodes[c]) not in inside for c in graph.consumers[uid])]
+        self.stores = [
+            uid
+            for node in region.nodes
+            if node is not self.reducer
+            for _, uid in node.outputs
+            if not graph.tensors[uid].virtual or any(id(graph.nodes[c]) not in inside for c in graph.consumers[uid])
+        ]
         self.results = [uid for _, uid in self.reducer.outputs] if self.reducer is not None else []
         tensors = [graph.tensors[uid] for uid in (*self.reads, *produced)]
         for tensor in tensors:
             if tensor.desc.dtype not in TRITON_TYPES:
-                raise NotSupported(f"tensor '{tensor.name}' is {tensor.desc.dtype.name}, which the generated "
-                                   "kernels do not read or write", Status.NOT_SUPPORTED_DATA_TYPE)
+                raise NotSupported(
+                    f"tensor '{tensor.name}' is {tensor.desc.dtype.name}, which the generated "
+                    "kernels do not read or write",
+                    Status.NOT_SUPPORTED_DATA_TYPE,
+                )
         double = graph.compute_data_type is DataType.DOUBLE or any(t.desc.dtype is DataType.DOUBLE for t in tensors)
         self.compute = "tl.float64" if double else "tl.float32"
         self.wide = max([math.prod(self.space), *(t.desc.extent for t in tensors)]) > WIDE
@@ -159,33 +216,55 @@ class _Writer:
         else:
             block = min(_power_of_two(keep_count), POINTWISE_BLOCK)
             blocks, grid = (("BLOCK", block),), -(-keep_count // block)
-        parameters = [f"{self.names[u]}_ptr" for u in pointers] + [f"{self.names[u]}_value: tl.float64"
-                                                                    for u in scalars]
+        parameters = [f"{self.names[u]}_ptr" for u in pointers] + [
+            f"{self.names[u]}_value: tl.float64" for u in scalars
+        ]
         parameters += [f"{name}: tl.constexpr" for name, _ in blocks]
-        lines = [*self._header(), "", "", *self._combine_functions(), "@triton.jit",
-                 f"def fused_kernel({', '.join(parameters)}):"]
+        lines = [
+            *self._header(),
+            "",
+            "",
+            *self._combine_functions(),
+            "@triton.jit",
+            f"def fused_kernel({', '.join(parameters)}):",
+        ]
         body = _without_unused_indices(self._reduction_body() if self.reducing else self._pointwise_body())
         lines += ["    " + line if line else "" for line in body]
-        return GeneratedKernel("\n".join(lines) + "\n", tuple(pointers), tuple(scalars),
-                               tuple(self.stores + self.results), grid, blocks)
+        return GeneratedKernel(
+            "\n".join(lines) + "\n", tuple(pointers), tuple(scalars), tuple(self.stores + self.results), grid, blocks
+        )
 
     def _header(self) -> list[str]:
         graph, region = self.graph, self.region
         nodes = ", ".join(f"{n.name} ({_mode_name(n)})" for n in region.nodes)
         reads = ", ".join(_describe(graph.tensors[u]) for u in self.reads)
         writes = ", ".join(_describe(graph.tensors[u]) for u in (*self.stores, *self.results))
-        moved = sum(graph.tensors[u].desc.size_in_bytes for u in (*self.reads, *self.stores, *self.results)
-                    if not graph.tensors[u].by_value)
+        moved = sum(
+            graph.tensors[u].desc.size_in_bytes
+            for u in (*self.reads, *self.stores, *self.results)
+            if not graph.tensors[u].by_value
+        )
         shape = "x".join(str(d) for d in self.space)
-        walk = (f"kept dims {self.kept} by program, reduced dims {self.reduced} in a loop" if self.reducing
-                else "BLOCK elements per program")
-        return [f'"""Fused kernel of graph \'{graph.name}\': {nodes}.', "",
-                f"Iteration space {shape} ({math.prod(self.space)} elements), {walk}; compute in "
-                f"{self.compute}.", f"Reads {reads}.", f"Writes {writes}.",
-                f"Memory traffic: {moved} bytes, each tensor read or written once.", '"""', "",
-                "import triton", "import triton.language as tl", "",
-                f"import {self.library['math']} as tm",
-                f"from {self.library['activation']} import activation, activation_derivative"]
+        walk = (
+            f"kept dims {self.kept} by program, reduced dims {self.reduced} in a loop"
+            if self.reducing
+            else "BLOCK elements per program"
+        )
+        return [
+            f'"""Fused kernel of graph \'{graph.name}\': {nodes}.',
+            "",
+            f"Iteration space {shape} ({math.prod(self.space)} elements), {walk}; compute in {self.compute}.",
+            f"Reads {reads}.",
+            f"Writes {writes}.",
+            f"Memory traffic: {moved} bytes, each tensor read or written once.",
+            '"""',
+            "",
+            "import triton",
+            "import triton.language as tl",
+            "",
+            f"import {self.library['math']} as tm",
+            f"from {self.library['activation']} import activation, activation_derivative",
+        ]
 
     def _combine_functions(self) -> list[str]:
         lines = []
@@ -215,14 +294,19 @@ class _Writer:
         lines = [f"keep = {program} * BLOCK_KEEP + tl.arange(0, BLOCK_KEEP)", f"keep_mask = keep < {keep_count}"]
         lines += self._unravel("keep", self.kept, "k")
         accumulators = self._accumulators()
-        lines += [f"{acc} = tl.full([BLOCK_KEEP, BLOCK_REDUCE], {reduction.initial}, {self.compute})"
-                  for acc, reduction, _, _ in accumulators]
+        lines += [
+            f"{acc} = tl.full([BLOCK_KEEP, BLOCK_REDUCE], {reduction.initial}, {self.compute})"
+            for acc, reduction, _, _ in accumulators
+        ]
         start = "tl.arange(0, BLOCK_REDUCE).to(tl.int64)" if self.wide else "tl.arange(0, BLOCK_REDUCE)"
-        loop = [f"red = start + {start}", f"red_mask = red < {reduce_count}",
-                "mask = keep_mask[:, None] & red_mask[None, :]"]
+        loop = [
+            f"red = start + {start}",
+            f"red_mask = red < {reduce_count}",
+            "mask = keep_mask[:, None] & red_mask[None, :]",
+        ]
         loop += self._unravel("red", self.reduced, "r")
         invariant = [uid for uid in self.reads if not self._varies(uid)]
-        lines[2 + len(self.kept):2 + len(self.kept)] = self._loads(invariant, self._tile_index, self._tile_mask)
+        lines[2 + len(self.kept) : 2 + len(self.kept)] = self._loads(invariant, self._tile_index, self._tile_mask)
         loop += self._loads([uid for uid in self.reads if self._varies(uid)], self._tile_index, self._tile_mask)
         loop += self._nodes()
         for uid in self.stores:
@@ -233,8 +317,9 @@ class _Writer:
             loop.append(f"{acc} = {ACCUMULATE[reduction.combine].format(acc=acc, t=masked)}")
         lines += [f"for start in range(0, {reduce_count}, BLOCK_REDUCE):", *("    " + line for line in loop)]
         for acc, reduction, _, uid in accumulators:
-            total = (f"tl.sum({acc}, axis=1)" if reduction.combine == "sum"
-                     else f"tl.reduce({acc}, 1, {reduction.combine})")
+            total = (
+                f"tl.sum({acc}, axis=1)" if reduction.combine == "sum" else f"tl.reduce({acc}, 1, {reduction.combine})"
+            )
             result = self.names[uid]
             lines.append(f"{result} = {reduction.finish.format(r=total, count=f'{reduce_count}.0')}")
             offsets = self._offsets(self.graph.tensors[uid].desc, lambda d: f"k{d}") or "0 * keep"
@@ -247,8 +332,10 @@ class _Writer:
         assert reducer is not None
         value = self.names[reducer.inputs[0][1]]
         if reducer.op == "genstats":
-            return [("acc_sum", REDUCTIONS["add"], value, reducer.outputs[0][1]),
-                    ("acc_sum_of_squares", SUM_OF_SQUARES, value, reducer.outputs[1][1])]
+            return [
+                ("acc_sum", REDUCTIONS["add"], value, reducer.outputs[0][1]),
+                ("acc_sum_of_squares", SUM_OF_SQUARES, value, reducer.outputs[1][1]),
+            ]
         return [("acc", REDUCTIONS[reducer.attribute("mode")], value, reducer.outputs[0][1])]
 
     # ---- pieces ---------------------------------------------------------------------------------------
@@ -257,7 +344,7 @@ class _Writer:
         """``{prefix}{d} = ...``: the index along each of ``dims`` of the row-major ``flat`` index."""
         lines = []
         for position, d in enumerate(dims):
-            inner = math.prod(self.space[e] for e in dims[position + 1:])
+            inner = math.prod(self.space[e] for e in dims[position + 1 :])
             expression = flat if inner == 1 else f"{flat} // {inner}"
             if position > 0:
                 expression += f" % {self.space[d]}"
@@ -282,8 +369,11 @@ class _Writer:
     def _strided_dims(self, desc: TensorDescriptor) -> list[tuple[int, int]]:
         """(space dim, stride) of each dim where ``desc`` varies (right-aligned to the space)."""
         lead = len(self.space) - desc.ndim
-        return [(lead + k, stride) for k, (size, stride) in enumerate(zip(desc.dims, desc.strides))
-                if size > 1 and self.space[lead + k] > 1]
+        return [
+            (lead + k, stride)
+            for k, (size, stride) in enumerate(zip(desc.dims, desc.strides))
+            if size > 1 and self.space[lead + k] > 1
+        ]
 
     def _varies(self, uid: int) -> bool:
         """Whether a read varies over the space (a scalar, or a tensor broadcast over all of it, does not)."""

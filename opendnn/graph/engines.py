@@ -41,8 +41,11 @@ class BuildPlanPolicy(enum.Enum):
 
 
 ENGINES = ("fused", "per_node", "reference")
-HEURISTICS = {HeurMode.A: ("fused", "per_node", "reference"), HeurMode.B: ("per_node", "reference"),
-              HeurMode.FALLBACK: ("reference",)}
+HEURISTICS = {
+    HeurMode.A: ("fused", "per_node", "reference"),
+    HeurMode.B: ("per_node", "reference"),
+    HeurMode.FALLBACK: ("reference",),
+}
 BACKEND = {"fused": "triton", "per_node": "triton", "reference": "numpy"}
 
 
@@ -72,8 +75,11 @@ def plan(engine: str, graph: OperationGraph, handle: Handle) -> ExecutionPlan:
     result = ExecutionPlan(engine, graph, steps, backend)
     limit = handle.workspace_limit
     if limit is not None and result.workspace_size > limit:
-        raise NotSupported(f"engine '{engine}' needs {result.workspace_size} bytes of workspace, above the handle's "
-                           f"workspace_limit={limit}", Status.NOT_SUPPORTED)
+        raise NotSupported(
+            f"engine '{engine}' needs {result.workspace_size} bytes of workspace, above the handle's "
+            f"workspace_limit={limit}",
+            Status.NOT_SUPPORTED,
+        )
     return result
 
 
@@ -87,13 +93,17 @@ def _fused(region: Region, graph: OperationGraph, library: dict[str, str]) -> Fu
 def _require_runnable(engine: str, backend: str, handle: Handle) -> None:
     if backend == "numpy":
         if handle.device != CPU:
-            raise NotSupported(f"engine '{engine}' runs on the CPU (the NumPy backend), not on the handle's device "
-                               f"{handle.device}", Status.NOT_SUPPORTED)
+            raise NotSupported(
+                f"engine '{engine}' runs on the CPU (the NumPy backend), not on the handle's device {handle.device}",
+                Status.NOT_SUPPORTED,
+            )
         return
     if handle.device == CPU and os.environ.get("TRITON_INTERPRET") != "1":  # asked before triton is imported
-        raise NotSupported(f"engine '{engine}' runs Triton kernels, which on the CPU need Triton's interpreter: set "
-                           "TRITON_INTERPRET=1 before triton is first imported",
-                           Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)
+        raise NotSupported(
+            f"engine '{engine}' runs Triton kernels, which on the CPU need Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before triton is first imported",
+            Status.NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING,
+        )
     try:
         require_backend_available(backend)
     except NotSupported as error:

@@ -80,8 +80,9 @@ Part = Region | Epilogue | NodeSpec
 
 def partition(graph: OperationGraph) -> list[Part]:
     """The graph's steps in an order that runs every producer before its consumers."""
-    epilogues = [e for e in (grow_epilogue(node, graph) for node in graph.nodes
-                             if node.op in EPILOGUE_STAGES) if e is not None]
+    epilogues = [
+        e for e in (grow_epilogue(node, graph) for node in graph.nodes if node.op in EPILOGUE_STAGES) if e is not None
+    ]
     claimed = {id(n) for e in epilogues for n in (e.anchor, *e.chain)}
     regions = grow_regions(graph, claimed)
     in_region = {id(n) for r in regions for n in r.nodes}
@@ -103,13 +104,14 @@ def _in_dependency_order(parts: list[Part], graph: OperationGraph) -> list[Part]
     ones, the one whose first node comes first)."""
     position = {id(node): k for k, node in enumerate(graph.nodes)}
     writer = {uid: k for k, part in enumerate(parts) for node in nodes_of(part) for _, uid in node.outputs}
-    needs = [{writer[uid] for node in nodes_of(part) for _, uid in node.inputs if writer.get(uid, k) != k}
-             for k, part in enumerate(parts)]
+    needs = [
+        {writer[uid] for node in nodes_of(part) for _, uid in node.inputs if writer.get(uid, k) != k}
+        for k, part in enumerate(parts)
+    ]
     first = [min(position[id(node)] for node in nodes_of(part)) for part in parts]
     order: list[int] = []
     while len(order) < len(parts):
-        ready = min((k for k in range(len(parts)) if k not in order and needs[k] <= set(order)),
-                    key=lambda k: first[k])
+        ready = min((k for k in range(len(parts)) if k not in order and needs[k] <= set(order)), key=lambda k: first[k])
         order.append(ready)
     return [parts[k] for k in order]
 
@@ -132,8 +134,15 @@ def grow_epilogue(anchor: NodeSpec, graph: OperationGraph) -> Epilogue | None:
         operands = [uid for _, uid in node.inputs]
         if node.op != "pointwise" or operands.count(current) != 1:
             break
-        slot = next(((k, name) for k in range(stage, len(stages)) for name in stages[k]
-                     if name not in epilogue.filled and SLOTS[name](epilogue, node, current, graph)), None)
+        slot = next(
+            (
+                (k, name)
+                for k in range(stage, len(stages))
+                for name in stages[k]
+                if name not in epilogue.filled and SLOTS[name](epilogue, node, current, graph)
+            ),
+            None,
+        )
         if slot is None:
             break
         stage = slot[0]
@@ -197,7 +206,7 @@ def match_bias(epilogue: Epilogue, node: NodeSpec, current: int, graph: Operatio
 
 
 def bias_axis(bias: Dims, output: Dims) -> str | None:
-    """"column" for a matmul bias of N values along the last dim, "row" for M values along the one
+    """ "column" for a matmul bias of N values along the last dim, "row" for M values along the one
     before, None for any other shape."""
     if len(bias) > len(output):
         return None
@@ -211,8 +220,12 @@ def bias_axis(bias: Dims, output: Dims) -> str | None:
 
 def match_residual(epilogue: Epilogue, node: NodeSpec, current: int, graph: OperationGraph) -> bool:
     other = graph.tensors[_other_operand(node, current)]
-    fits = (_mode(node) is PointwiseMode.ADD and not other.by_value and other.desc.dtype.is_floating
-            and other.desc.dims == graph.tensors[current].desc.dims)
+    fits = (
+        _mode(node) is PointwiseMode.ADD
+        and not other.by_value
+        and other.desc.dtype.is_floating
+        and other.desc.dims == graph.tensors[current].desc.dims
+    )
     if fits:
         epilogue.residual = other.uid
     return fits
@@ -226,8 +239,12 @@ def match_activation(epilogue: Epilogue, node: NodeSpec, current: int, graph: Op
     return True
 
 
-SLOTS: dict[str, Matcher] = {"scale": match_scale, "bias": match_bias, "residual": match_residual,
-                             "activation": match_activation}
+SLOTS: dict[str, Matcher] = {
+    "scale": match_scale,
+    "bias": match_bias,
+    "residual": match_residual,
+    "activation": match_activation,
+}
 EPILOGUE_STAGES = {
     "conv_fprop": (("scale",), ("bias", "residual"), ("activation",)),
     "matmul": (("scale",), ("bias",), ("activation",), ("residual",)),
@@ -235,6 +252,7 @@ EPILOGUE_STAGES = {
 
 
 # ---- pass 2: regions ----------------------------------------------------------------------------------
+
 
 def grow_regions(graph: OperationGraph, claimed: set[int]) -> list[Region]:
     region_of: dict[int, Region] = {}  # node position -> its region
@@ -272,8 +290,9 @@ def _merge_apart(regions: list[Region], graph: OperationGraph) -> None:
                 break
 
 
-def _consumers_region(node: NodeSpec, graph: OperationGraph, region_of: dict[int, Region],
-                      regions: list[Region]) -> Region | None:
+def _consumers_region(
+    node: NodeSpec, graph: OperationGraph, region_of: dict[int, Region], regions: list[Region]
+) -> Region | None:
     """The region a pointwise node joins: the one holding every consumer of its output, after
     merging the consumers' regions when they are several of one space (at most one of them
     reducing) that no path through another step connects; None when it starts its own."""
@@ -323,6 +342,7 @@ def _reads_the_reduction(regions: list[Region], joining: NodeSpec | None) -> boo
 def _path_outside(members: set[int], graph: OperationGraph) -> bool:
     """Whether a path leaves the nodes at positions ``members`` and comes back to them: merged into
     one step, they would then wait on a step that waits on them."""
+
     def consumers(k: int) -> set[int]:
         return {c for _, uid in graph.nodes[k].outputs for c in graph.consumers[uid]}
 
@@ -339,6 +359,7 @@ def _path_outside(members: set[int], graph: OperationGraph) -> bool:
 
 
 # ---- the cost model -----------------------------------------------------------------------------------
+
 
 def saved_bytes(part: Part, graph: OperationGraph) -> int:
     """Bytes of memory traffic the part saves against running its nodes one by one: per

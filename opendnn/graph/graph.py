@@ -44,9 +44,14 @@ class Graph(OperationBuilder):
         name: the graph's name, in messages and generated kernels.
     """
 
-    def __init__(self, io_data_type: Any = DataType.FLOAT, compute_data_type: Any = DataType.FLOAT,
-                 intermediate_data_type: Any = DataType.FLOAT, handle: Handle | None = None,
-                 name: str = "graph") -> None:
+    def __init__(
+        self,
+        io_data_type: Any = DataType.FLOAT,
+        compute_data_type: Any = DataType.FLOAT,
+        intermediate_data_type: Any = DataType.FLOAT,
+        handle: Handle | None = None,
+        name: str = "graph",
+    ) -> None:
         super().__init__(io_data_type, compute_data_type, intermediate_data_type, name)
         self.handle = handle if handle is not None else create()
         self._changed()
@@ -158,8 +163,9 @@ class Graph(OperationBuilder):
         """
         self.execute_plan_at_index(variant_pack, workspace, 0, handle)
 
-    def execute_plan_at_index(self, variant_pack: Mapping[Tensor | str, Any], workspace: Any, index: int,
-                              handle: Handle | None = None) -> None:
+    def execute_plan_at_index(
+        self, variant_pack: Mapping[Tensor | str, Any], workspace: Any, index: int, handle: Handle | None = None
+    ) -> None:
         plan = self._plan_at(index)
         arrays: list[Any] = [None] * len(self._tensors)
         for uid, tensor, name, by_value in self._binding:
@@ -169,8 +175,9 @@ class Graph(OperationBuilder):
                 if array is None:
                     raise BadParam(f"variant_pack has no entry for tensor '{name}' (by the Tensor or its name)")
             if by_value and not isinstance(array, (int, float)):
-                raise BadParam(f"variant_pack['{name}']={array!r} must be a number: '{name}' is a scalar passed by "
-                               "value")
+                raise BadParam(
+                    f"variant_pack['{name}']={array!r} must be a number: '{name}' is a scalar passed by value"
+                )
             arrays[uid] = array
         if len(variant_pack) != len(self._binding):
             self._refuse_unknown(variant_pack)
@@ -217,8 +224,13 @@ class Graph(OperationBuilder):
             content = json.loads(data)
             if content.get("format") != FORMAT:
                 raise ValueError(f"format={content.get('format')!r}")
-            graph = cls(DataType[content["io_data_type"]], DataType[content["compute_data_type"]],
-                        DataType[content["intermediate_data_type"]], handle, content["name"])
+            graph = cls(
+                DataType[content["io_data_type"]],
+                DataType[content["compute_data_type"]],
+                DataType[content["intermediate_data_type"]],
+                handle,
+                content["name"],
+            )
             graph._restore(content["tensors"], content["nodes"])
         except (ValueError, KeyError, TypeError, IndexError) as error:
             raise BadParam(f"data is not a graph serialized by Graph.serialize ({FORMAT}): {error}") from None
@@ -233,8 +245,15 @@ class Graph(OperationBuilder):
 
     def _restore(self, tensors: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
         for entry in tensors:
-            self._new_tensor(entry["name"], entry["dims"], entry["strides"], DataType[entry["data_type"]],
-                             virtual=entry["virtual"], value=entry["value"], pass_by_value=entry["by_value"])
+            self._new_tensor(
+                entry["name"],
+                entry["dims"],
+                entry["strides"],
+                DataType[entry["data_type"]],
+                virtual=entry["virtual"],
+                value=entry["value"],
+                pass_by_value=entry["by_value"],
+            )
         for entry in nodes:
             if entry["op"] not in OPERATIONS:
                 raise ValueError(f"node '{entry['name']}' has op={entry['op']!r}, not one of {sorted(OPERATIONS)}")

@@ -20,7 +20,7 @@ def aligned(count: int) -> int:
 
 def typed_view(buffer: Any, offset: int, desc: TensorDescriptor) -> Any:
     """The tensor ``desc`` laid in ``buffer`` (a 1-D uint8 NumPy array or torch tensor) from byte ``offset``."""
-    piece = buffer[offset:offset + desc.size_in_bytes]
+    piece = buffer[offset : offset + desc.size_in_bytes]
     if isinstance(piece, np.ndarray):
         return strided_view(piece.view(desc.dtype.to_numpy()), desc)
     return strided_view(piece.view(desc.dtype.to_torch()), desc)

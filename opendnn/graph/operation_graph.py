@@ -96,14 +96,33 @@ class OperationGraph:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "name": self.name, "io_data_type": self.io_data_type.name,
+            "format": FORMAT,
+            "name": self.name,
+            "io_data_type": self.io_data_type.name,
             "compute_data_type": self.compute_data_type.name,
             "intermediate_data_type": self.intermediate_data_type.name,
-            "tensors": [{"name": t.name, "dims": list(t.desc.dims), "strides": list(t.desc.strides),
-                         "data_type": t.desc.dtype.name, "virtual": t.virtual, "by_value": t.by_value,
-                         "value": t.value} for t in self.tensors],
-            "nodes": [{"name": n.name, "op": n.op, "inputs": dict(n.inputs), "outputs": dict(n.outputs),
-                       "attributes": dict(n.attributes)} for n in self.nodes],
+            "tensors": [
+                {
+                    "name": t.name,
+                    "dims": list(t.desc.dims),
+                    "strides": list(t.desc.strides),
+                    "data_type": t.desc.dtype.name,
+                    "virtual": t.virtual,
+                    "by_value": t.by_value,
+                    "value": t.value,
+                }
+                for t in self.tensors
+            ],
+            "nodes": [
+                {
+                    "name": n.name,
+                    "op": n.op,
+                    "inputs": dict(n.inputs),
+                    "outputs": dict(n.outputs),
+                    "attributes": dict(n.attributes),
+                }
+                for n in self.nodes
+            ],
         }
 
     @property
@@ -126,21 +145,32 @@ def validate(graph: OperationBuilder) -> OperationGraph:
     _check_dangling(graph)
     for tensor in _produced(graph):
         if not tensor.is_virtual and not tensor.descriptor().is_non_overlapping:
-            raise BadParam(f"output '{tensor.name}' has strides {list(tensor.strides)} under which elements of dims "
-                           f"{list(tensor.dims)} overlap: it cannot be written")
+            raise BadParam(
+                f"output '{tensor.name}' has strides {list(tensor.strides)} under which elements of dims "
+                f"{list(tensor.dims)} overlap: it cannot be written"
+            )
     if not any(not t.is_virtual and t in _produced(graph) for t in graph._tensors):
         raise BadParam(f"graph '{graph.name}' has no output: mark an operation's output with set_output(True)")
     return snapshot(graph, order)
 
 
 def snapshot(graph: OperationBuilder, order: Sequence[Node]) -> OperationGraph:
-    tensors = tuple(TensorSpec(t.uid, t.name, t.descriptor(), t.is_virtual, t.pass_by_value, t.value)
-                    for t in graph._tensors)
-    nodes = tuple(NodeSpec(n.name, n.op, tuple((r, t.uid) for r, t in n.inputs.items()),
-                           tuple((r, t.uid) for r, t in n.outputs.items()),
-                           tuple(sorted((k, _hashable(v)) for k, v in n.attributes.items()))) for n in order)
-    return OperationGraph(graph.name, graph.io_data_type, graph.compute_data_type, graph.intermediate_data_type,
-                          tensors, nodes)
+    tensors = tuple(
+        TensorSpec(t.uid, t.name, t.descriptor(), t.is_virtual, t.pass_by_value, t.value) for t in graph._tensors
+    )
+    nodes = tuple(
+        NodeSpec(
+            n.name,
+            n.op,
+            tuple((r, t.uid) for r, t in n.inputs.items()),
+            tuple((r, t.uid) for r, t in n.outputs.items()),
+            tuple(sorted((k, _hashable(v)) for k, v in n.attributes.items())),
+        )
+        for n in order
+    )
+    return OperationGraph(
+        graph.name, graph.io_data_type, graph.compute_data_type, graph.intermediate_data_type, tensors, nodes
+    )
 
 
 def _hashable(value: Any) -> Any:
@@ -151,8 +181,10 @@ def _unique_names(graph: OperationBuilder) -> None:
     seen: dict[str, str] = {}
     for tensor in graph._tensors:
         if tensor.name in seen:
-            raise BadParam(f"graph '{graph.name}': two tensors are named '{tensor.name}': names key the variant pack "
-                           "and must be unique")
+            raise BadParam(
+                f"graph '{graph.name}': two tensors are named '{tensor.name}': names key the variant pack "
+                "and must be unique"
+            )
         seen[tensor.name] = tensor.name
     nodes: set[str] = set()
     for node in graph._nodes:
@@ -190,11 +222,16 @@ def _check_rule(node: Node) -> None:
     for role, spec in specs.items():
         tensor = node.outputs[role]
         if tensor.dims != spec.dims:
-            raise BadParam(f"{node.label}: output {role} '{tensor.name}' dims {list(tensor.dims)} must be "
-                           f"{list(spec.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParam(
+                f"{node.label}: output {role} '{tensor.name}' dims {list(tensor.dims)} must be {list(spec.dims)}",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         if spec.dtype is not None and tensor.data_type is not spec.dtype:
-            raise BadParam(f"{node.label}: output {role} '{tensor.name}' data type {tensor.data_type.name} must be "
-                           f"{spec.dtype.name}", Status.BAD_PARAM)
+            raise BadParam(
+                f"{node.label}: output {role} '{tensor.name}' data type {tensor.data_type.name} must be "
+                f"{spec.dtype.name}",
+                Status.BAD_PARAM,
+            )
         if tensor.pass_by_value:
             raise BadParam(f"{node.label}: output {role} '{tensor.name}' cannot be a scalar passed by value")
 
@@ -210,11 +247,15 @@ def _check_dangling(graph: OperationBuilder) -> None:
     for node in graph._nodes:
         if all(t.is_virtual and t not in read for t in node.outputs.values()):
             first = next(iter(node.outputs.values()))
-            raise BadParam(f"{node.label}: output '{first.name}' is virtual and read by no node, and so is every other "
-                           "output of the node: mark one with set_output(True) or leave the node out")
+            raise BadParam(
+                f"{node.label}: output '{first.name}' is virtual and read by no node, and so is every other "
+                "output of the node: mark one with set_output(True) or leave the node out"
+            )
     for tensor in graph._tensors:
         if tensor not in read and tensor not in produced:
             raise BadParam(f"tensor '{tensor.name}' is read by no node of graph '{graph.name}'")
         if tensor.is_virtual and tensor not in produced:
-            raise BadParam(f"tensor '{tensor.name}' is virtual but no node of graph '{graph.name}' produces it: "
-                           "an input is bound by the caller (set_output(True))")
+            raise BadParam(
+                f"tensor '{tensor.name}' is virtual but no node of graph '{graph.name}' produces it: "
+                "an input is bound by the caller (set_output(True))"
+            )

@@ -64,8 +64,10 @@ def compute_type(dtype: DataType) -> DataType:
 
 def require_float(where: str, role: str, shape: Shape) -> None:
     if not shape.dtype.is_floating:
-        raise BadParam(f"{where}: {role} '{shape.name}' data type {shape.dtype.name} must be FLOAT, HALF, "
-                       "BFLOAT16 or DOUBLE", Status.BAD_PARAM)
+        raise BadParam(
+            f"{where}: {role} '{shape.name}' data type {shape.dtype.name} must be FLOAT, HALF, BFLOAT16 or DOUBLE",
+            Status.BAD_PARAM,
+        )
 
 
 def require_dims(where: str, role: str, shape: Shape, dims: Dims, why: str) -> None:
@@ -82,45 +84,65 @@ def broadcast(where: str, shapes: list[tuple[str, Shape]]) -> Dims:
         for k, d in enumerate(padded):
             if d != 1 and result[k] not in (1, d):
                 others = ", ".join(f"{r} '{s.name}' {list(s.dims)}" for r, s in shapes)
-                raise fail(where, f"{role} '{shape.name}' dims {list(shape.dims)} do not broadcast with the other "
-                                  f"inputs ({others})")
+                raise fail(
+                    where,
+                    f"{role} '{shape.name}' dims {list(shape.dims)} do not broadcast with the other inputs ({others})",
+                )
             result[k] = max(result[k], d)
     return tuple(result)
 
 
 # ---- pointwise, reduction, genstats -------------------------------------------------------------------
 
-RELATIONAL = frozenset({PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
-                        PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
-                        PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT})
+RELATIONAL = frozenset(
+    {
+        PointwiseMode.CMP_EQ,
+        PointwiseMode.CMP_NEQ,
+        PointwiseMode.CMP_GT,
+        PointwiseMode.CMP_GE,
+        PointwiseMode.CMP_LT,
+        PointwiseMode.CMP_LE,
+        PointwiseMode.LOGICAL_AND,
+        PointwiseMode.LOGICAL_OR,
+        PointwiseMode.LOGICAL_NOT,
+    }
+)
 POINTWISE_ROLES = ("a", "b", "c")
 
 
-def pointwise_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                   given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def pointwise_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     return {"y": OutputSpec(broadcast(where, list(inputs.items())))}
 
 
-def reduction_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                   given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def reduction_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     x = inputs["x"]
     require_float(where, "input", x)
     dims = given["y"]
     if len(dims) != len(x.dims) or any(d not in (1, xd) for d, xd in zip(dims, x.dims)):
-        raise fail(where, f"output dims {list(dims)} must have the {len(x.dims)} dims of input '{x.name}' "
-                          f"{list(x.dims)}, each equal to the input's or 1 (the reduced ones)")
+        raise fail(
+            where,
+            f"output dims {list(dims)} must have the {len(x.dims)} dims of input '{x.name}' "
+            f"{list(x.dims)}, each equal to the input's or 1 (the reduced ones)",
+        )
     return {"y": OutputSpec(dims, compute_type(x.dtype) if x.dtype is DataType.DOUBLE else None)}
 
 
-def genstats_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                  given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def genstats_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     x = inputs["x"]
     require_float(where, "input", x)
     if len(x.dims) < 2:
         raise fail(where, f"input '{x.name}' dims {list(x.dims)} must have at least 2 dims (N, C, ...)")
     per_channel = channel_dims(x.dims)
-    return {"sum": OutputSpec(per_channel, compute_type(x.dtype)),
-            "sum_of_squares": OutputSpec(per_channel, compute_type(x.dtype))}
+    return {
+        "sum": OutputSpec(per_channel, compute_type(x.dtype)),
+        "sum_of_squares": OutputSpec(per_channel, compute_type(x.dtype)),
+    }
 
 
 def channel_dims(dims: Dims) -> Dims:
@@ -130,113 +152,180 @@ def channel_dims(dims: Dims) -> Dims:
 
 # ---- convolution and matmul ---------------------------------------------------------------------------
 
+
 def conv_output(x: Dims, w: Dims, attributes: Mapping[str, Any]) -> Dims:
     """The forward output (N, K, *out) of image dims x and filter dims w."""
-    spatial = [(size + 2 * pad - dilation * (tap - 1) - 1) // stride + 1
-               for size, tap, pad, stride, dilation in zip(x[2:], w[2:], attributes["padding"],
-                                                           attributes["stride"], attributes["dilation"])]
+    spatial = [
+        (size + 2 * pad - dilation * (tap - 1) - 1) // stride + 1
+        for size, tap, pad, stride, dilation in zip(
+            x[2:], w[2:], attributes["padding"], attributes["stride"], attributes["dilation"]
+        )
+    ]
     return (x[0], w[0], *spatial)
 
 
-def _conv_geometry(where: str, image: Shape, filter: Shape, attributes: Mapping[str, Any],
-                   image_role: str, filter_role: str) -> None:
+def _conv_geometry(
+    where: str, image: Shape, filter: Shape, attributes: Mapping[str, Any], image_role: str, filter_role: str
+) -> None:
     """The rules that image (N, C, *in) and filter (K, C/groups, *taps) share in every direction."""
     rank = len(image.dims)
     if not 3 <= rank <= 5 or len(filter.dims) != rank:
-        raise fail(where, f"{image_role} '{image.name}' dims {list(image.dims)} and {filter_role} '{filter.name}' "
-                          f"dims {list(filter.dims)} must both have 3, 4 or 5 dims (N, C, 1 to 3 spatial dims)")
+        raise fail(
+            where,
+            f"{image_role} '{image.name}' dims {list(image.dims)} and {filter_role} '{filter.name}' "
+            f"dims {list(filter.dims)} must both have 3, 4 or 5 dims (N, C, 1 to 3 spatial dims)",
+        )
     for key in ("padding", "stride", "dilation"):
         if len(attributes[key]) != rank - 2:
-            raise BadParam(f"{where}: {key}={list(attributes[key])} must have {rank - 2} values, one per spatial "
-                           f"dim of {image_role} '{image.name}' {list(image.dims)}")
+            raise BadParam(
+                f"{where}: {key}={list(attributes[key])} must have {rank - 2} values, one per spatial "
+                f"dim of {image_role} '{image.name}' {list(image.dims)}"
+            )
         low = 0 if key == "padding" else 1
         if any(v < low for v in attributes[key]):
             raise BadParam(f"{where}: {key}={list(attributes[key])} must hold values of at least {low}")
     for role, shape in ((image_role, image), (filter_role, filter)):
         require_float(where, role, shape)
     if filter.dtype is not image.dtype:
-        raise BadParam(f"{where}: {filter_role} '{filter.name}' data type {filter.dtype.name} must equal "
-                       f"{image_role} '{image.name}' data type {image.dtype.name}", Status.BAD_PARAM)
+        raise BadParam(
+            f"{where}: {filter_role} '{filter.name}' data type {filter.dtype.name} must equal "
+            f"{image_role} '{image.name}' data type {image.dtype.name}",
+            Status.BAD_PARAM,
+        )
 
 
 def _conv_groups(where: str, channels: int, per_group: int, filters: int, names: str) -> None:
     if channels % per_group or filters % (channels // per_group):
-        raise fail(where, f"{names}: C={channels} must be a multiple of the filter's C/groups={per_group}, and "
-                          f"K={filters} a multiple of groups={channels // max(per_group, 1)}")
+        raise fail(
+            where,
+            f"{names}: C={channels} must be a multiple of the filter's C/groups={per_group}, and "
+            f"K={filters} a multiple of groups={channels // max(per_group, 1)}",
+        )
 
 
-def conv_fprop_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                    given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def conv_fprop_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     x, w = inputs["image"], inputs["weight"]
     _conv_geometry(where, x, w, attributes, "image", "weight")
     _conv_groups(where, x.dims[1], w.dims[1], w.dims[0], f"image '{x.name}' and weight '{w.name}'")
     dims = conv_output(x.dims, w.dims, attributes)
     if min(dims[2:]) < 1:
-        raise fail(where, f"weight '{w.name}' dims {list(w.dims)} (dilated) must fit the padded image '{x.name}' "
-                          f"dims {list(x.dims)}: the output would be {list(dims)}")
+        raise fail(
+            where,
+            f"weight '{w.name}' dims {list(w.dims)} (dilated) must fit the padded image '{x.name}' "
+            f"dims {list(x.dims)}: the output would be {list(dims)}",
+        )
     return {"y": OutputSpec(dims, x.dtype)}
 
 
-def conv_dgrad_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                    given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def conv_dgrad_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     dy, w = inputs["loss"], inputs["filter"]
     _conv_geometry(where, dy, w, attributes, "loss", "filter")
-    inferred = (dy.dims[0], w.dims[1], *[
-        (out - 1) * stride - 2 * pad + dilation * (tap - 1) + 1
-        for out, tap, pad, stride, dilation in zip(dy.dims[2:], w.dims[2:], attributes["padding"],
-                                                   attributes["stride"], attributes["dilation"])])
-    dims = _gradient_dims(where, given.get("dx", inferred), inferred, lambda d: (d, w.dims), dy, attributes,
-                          f"an image that filter '{w.name}' {list(w.dims)} maps")
+    inferred = (
+        dy.dims[0],
+        w.dims[1],
+        *[
+            (out - 1) * stride - 2 * pad + dilation * (tap - 1) + 1
+            for out, tap, pad, stride, dilation in zip(
+                dy.dims[2:], w.dims[2:], attributes["padding"], attributes["stride"], attributes["dilation"]
+            )
+        ],
+    )
+    dims = _gradient_dims(
+        where,
+        given.get("dx", inferred),
+        inferred,
+        lambda d: (d, w.dims),
+        dy,
+        attributes,
+        f"an image that filter '{w.name}' {list(w.dims)} maps",
+    )
     _conv_groups(where, dims[1], w.dims[1], w.dims[0], f"output and filter '{w.name}'")
     return {"dx": OutputSpec(dims, dy.dtype)}
 
 
-def conv_wgrad_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                    given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def conv_wgrad_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     x, dy = inputs["image"], inputs["loss"]
     _conv_geometry(where, x, dy, attributes, "image", "loss")
-    inferred = (dy.dims[1], x.dims[1], *[
-        (size + 2 * pad - 1 - (out - 1) * stride) // dilation + 1
-        for size, out, pad, stride, dilation in zip(x.dims[2:], dy.dims[2:], attributes["padding"],
-                                                    attributes["stride"], attributes["dilation"])])
-    dims = _gradient_dims(where, given.get("dw", inferred), inferred, lambda d: (x.dims, d), dy, attributes,
-                          f"a filter that maps image '{x.name}' {list(x.dims)}")
+    inferred = (
+        dy.dims[1],
+        x.dims[1],
+        *[
+            (size + 2 * pad - 1 - (out - 1) * stride) // dilation + 1
+            for size, out, pad, stride, dilation in zip(
+                x.dims[2:], dy.dims[2:], attributes["padding"], attributes["stride"], attributes["dilation"]
+            )
+        ],
+    )
+    dims = _gradient_dims(
+        where,
+        given.get("dw", inferred),
+        inferred,
+        lambda d: (x.dims, d),
+        dy,
+        attributes,
+        f"a filter that maps image '{x.name}' {list(x.dims)}",
+    )
     _conv_groups(where, x.dims[1], dims[1], dims[0], f"image '{x.name}' and the output")
     return {"dw": OutputSpec(dims, x.dtype)}
 
 
-def _gradient_dims(where: str, dims: Dims, inferred: Dims, operands: Callable[[Dims], tuple[Dims, Dims]],
-                   loss: Shape, attributes: Mapping[str, Any], what: str) -> Dims:
+def _gradient_dims(
+    where: str,
+    dims: Dims,
+    inferred: Dims,
+    operands: Callable[[Dims], tuple[Dims, Dims]],
+    loss: Shape,
+    attributes: Mapping[str, Any],
+    what: str,
+) -> Dims:
     """A gradient's dims, when the forward of its (image, filter) ``operands`` gives the loss's
     dims. With a stride above 1 several sizes do; ``inferred`` is the one the builder picks."""
     image, filter = operands(dims)
     if len(dims) != len(loss.dims) or min(dims) < 1 or conv_output(image, filter, attributes) != loss.dims:
-        raise fail(where, f"output dims {list(dims)} must be {what} onto loss '{loss.name}' {list(loss.dims)} "
-                          f"(e.g. {list(inferred)})")
+        raise fail(
+            where,
+            f"output dims {list(dims)} must be {what} onto loss '{loss.name}' {list(loss.dims)} "
+            f"(e.g. {list(inferred)})",
+        )
     return dims
 
 
-def matmul_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def matmul_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     a, b = inputs["a"], inputs["b"]
     for role, shape in (("a", a), ("b", b)):
         require_float(where, role, shape)
         if len(shape.dims) < 2:
-            raise fail(where, f"{role} '{shape.name}' dims {list(shape.dims)} must have at least 2 dims (..., rows, "
-                              "cols)")
+            raise fail(
+                where, f"{role} '{shape.name}' dims {list(shape.dims)} must have at least 2 dims (..., rows, cols)"
+            )
     if a.dims[-1] != b.dims[-2]:
-        raise fail(where, f"a '{a.name}' dims {list(a.dims)} and b '{b.name}' dims {list(b.dims)} do not multiply: "
-                          f"a's last dim {a.dims[-1]} must equal b's dim -2 {b.dims[-2]}")
+        raise fail(
+            where,
+            f"a '{a.name}' dims {list(a.dims)} and b '{b.name}' dims {list(b.dims)} do not multiply: "
+            f"a's last dim {a.dims[-1]} must equal b's dim -2 {b.dims[-2]}",
+        )
     if a.dtype is not b.dtype:
-        raise BadParam(f"{where}: b '{b.name}' data type {b.dtype.name} must equal a '{a.name}' data type "
-                       f"{a.dtype.name}", Status.BAD_PARAM)
-    batch = broadcast(where, [("a", Shape(a.name, a.dims[:-2] or (1,), a.dtype)),
-                              ("b", Shape(b.name, b.dims[:-2] or (1,), b.dtype))])
+        raise BadParam(
+            f"{where}: b '{b.name}' data type {b.dtype.name} must equal a '{a.name}' data type {a.dtype.name}",
+            Status.BAD_PARAM,
+        )
+    batch = broadcast(
+        where, [("a", Shape(a.name, a.dims[:-2] or (1,), a.dtype)), ("b", Shape(b.name, b.dims[:-2] or (1,), b.dtype))]
+    )
     batch = batch if max(len(a.dims), len(b.dims)) > 2 else ()
     return {"c": OutputSpec((*batch, a.dims[-2], b.dims[-1]))}
 
 
 # ---- normalizations -----------------------------------------------------------------------------------
+
 
 def norm_param_dims(op: str, x: Dims, normalized_ndim: int) -> Dims:
     """Dims of scale and bias: per channel (batch norm, instance norm) or over the normalized dims."""
@@ -268,26 +357,37 @@ def _norm_checks(where: str, op: str, inputs: Mapping[str, Shape], attributes: M
     stats = norm_stats_dims(op, x.dims, ndim)
     for role, shape in inputs.items():
         if role in ("scale", "bias"):
-            require_dims(where, role, shape, params, "one per normalized element" if op.startswith(
-                ("layernorm", "rmsnorm")) else "one per channel")
+            require_dims(
+                where,
+                role,
+                shape,
+                params,
+                "one per normalized element" if op.startswith(("layernorm", "rmsnorm")) else "one per channel",
+            )
             require_float(where, role, shape)
         elif role in ("mean", "inv_variance", "in_running_mean", "in_running_var"):
             require_dims(where, role, shape, stats, "one per normalized set")
             if shape.dtype is not compute_type(x.dtype):
-                raise BadParam(f"{where}: {role} '{shape.name}' data type {shape.dtype.name} must be "
-                               f"{compute_type(x.dtype).name}", Status.BAD_PARAM)
+                raise BadParam(
+                    f"{where}: {role} '{shape.name}' data type {shape.dtype.name} must be {compute_type(x.dtype).name}",
+                    Status.BAD_PARAM,
+                )
         elif role == "grad":
             require_dims(where, role, shape, x.dims, f"the dims of input '{x.name}'")
             require_float(where, role, shape)
     if op.startswith("batchnorm") and inputs["scale"].dtype is not compute_type(x.dtype):
-        raise BadParam(f"{where}: scale '{inputs['scale'].name}' data type {inputs['scale'].dtype.name} must be "
-                       f"{compute_type(x.dtype).name}", Status.BAD_PARAM)
+        raise BadParam(
+            f"{where}: scale '{inputs['scale'].name}' data type {inputs['scale'].dtype.name} must be "
+            f"{compute_type(x.dtype).name}",
+            Status.BAD_PARAM,
+        )
     return x
 
 
 def norm_forward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
-    def rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-             given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+    def rule(
+        where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+    ) -> dict[str, OutputSpec]:
         x = _norm_checks(where, op, inputs, attributes)
         stats = OutputSpec(norm_stats_dims(op, x.dims, attributes.get("normalized_ndim", 1)), compute_type(x.dtype))
         outputs = {"y": OutputSpec(x.dims)}
@@ -303,8 +403,9 @@ def norm_forward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
 
 
 def norm_backward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
-    def rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-             given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+    def rule(
+        where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+    ) -> dict[str, OutputSpec]:
         x = _norm_checks(where, op, inputs, attributes)
         params = norm_param_dims(op, x.dims, attributes.get("normalized_ndim", 1))
         param_type = compute_type(x.dtype) if op.startswith("batchnorm") else None
@@ -318,8 +419,10 @@ def norm_backward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
 
 # ---- softmax and pooling ------------------------------------------------------------------------------
 
-def softmax_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                 given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+
+def softmax_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     x = inputs["x"]
     require_float(where, "input", x)
     if not 0 <= attributes["axis"] < len(x.dims):
@@ -327,61 +430,96 @@ def softmax_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[st
     return {"y": OutputSpec(x.dims)}
 
 
-def pooling_rule(where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-                 given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def pooling_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     x = inputs["x"]
     require_float(where, "input", x)
     spatial = len(attributes["window"])
     if len(x.dims) != spatial + 2:
-        raise fail(where, f"input '{x.name}' dims {list(x.dims)} must have {spatial + 2} dims (N, C and one per "
-                          f"window dim {list(attributes['window'])})")
+        raise fail(
+            where,
+            f"input '{x.name}' dims {list(x.dims)} must have {spatial + 2} dims (N, C and one per "
+            f"window dim {list(attributes['window'])})",
+        )
     out = []
-    for k, (size, window, stride, pad) in enumerate(zip(x.dims[2:], attributes["window"], attributes["stride"],
-                                                        attributes["padding"])):
+    for k, (size, window, stride, pad) in enumerate(
+        zip(x.dims[2:], attributes["window"], attributes["stride"], attributes["padding"])
+    ):
         if window < 1 or stride < 1 or not 0 <= pad < window:
-            raise BadParam(f"{where}: window={list(attributes['window'])}, stride={list(attributes['stride'])}, "
-                           f"padding={list(attributes['padding'])} need windows and strides of at least 1 and "
-                           "paddings in [0, window)")
+            raise BadParam(
+                f"{where}: window={list(attributes['window'])}, stride={list(attributes['stride'])}, "
+                f"padding={list(attributes['padding'])} need windows and strides of at least 1 and "
+                "paddings in [0, window)"
+            )
         out.append((size + 2 * pad - window) // stride + 1)
         if out[-1] < 1:
             raise fail(where, f"window[{k}]={window} must fit input '{x.name}' dim {size} with padding {pad}")
     return {"y": OutputSpec((*x.dims[:2], *out), None)}
 
 
-OPERATIONS: dict[str, Operation] = {op.name: op for op in (
-    Operation("pointwise", POINTWISE_ROLES, ("y",), pointwise_rule, optional=("b", "c")),
-    Operation("reduction", ("x",), ("y",), reduction_rule),
-    Operation("genstats", ("x",), ("sum", "sum_of_squares"), genstats_rule),
-    Operation("conv_fprop", ("image", "weight"), ("y",), conv_fprop_rule),
-    Operation("conv_dgrad", ("loss", "filter"), ("dx",), conv_dgrad_rule),
-    Operation("conv_wgrad", ("image", "loss"), ("dw",), conv_wgrad_rule),
-    Operation("matmul", ("a", "b"), ("c",), matmul_rule),
-    Operation("batchnorm", ("x", "scale", "bias", "in_running_mean", "in_running_var"),
-              ("y", "mean", "inv_variance", "next_running_mean", "next_running_var"),
-              norm_forward_rule("batchnorm"), optional=("in_running_mean", "in_running_var")),
-    Operation("batchnorm_backward", ("grad", "x", "scale", "mean", "inv_variance"), ("dx", "dscale", "dbias"),
-              norm_backward_rule("batchnorm_backward")),
-    Operation("layernorm", ("x", "scale", "bias"), ("y", "mean", "inv_variance"), norm_forward_rule("layernorm")),
-    Operation("layernorm_backward", ("grad", "x", "scale", "mean", "inv_variance"), ("dx", "dscale", "dbias"),
-              norm_backward_rule("layernorm_backward")),
-    Operation("rmsnorm", ("x", "scale", "bias"), ("y", "inv_variance"), norm_forward_rule("rmsnorm"),
-              optional=("bias",)),
-    Operation("rmsnorm_backward", ("grad", "x", "scale", "inv_variance"), ("dx", "dscale", "dbias"),
-              norm_backward_rule("rmsnorm_backward")),
-    Operation("instancenorm", ("x", "scale", "bias"), ("y", "mean", "inv_variance"),
-              norm_forward_rule("instancenorm")),
-    Operation("instancenorm_backward", ("grad", "x", "scale", "mean", "inv_variance"), ("dx", "dscale", "dbias"),
-              norm_backward_rule("instancenorm_backward")),
-    Operation("softmax", ("x",), ("y",), softmax_rule),
-    Operation("pooling", ("x",), ("y",), pooling_rule),
-)}
+OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation("pointwise", POINTWISE_ROLES, ("y",), pointwise_rule, optional=("b", "c")),
+        Operation("reduction", ("x",), ("y",), reduction_rule),
+        Operation("genstats", ("x",), ("sum", "sum_of_squares"), genstats_rule),
+        Operation("conv_fprop", ("image", "weight"), ("y",), conv_fprop_rule),
+        Operation("conv_dgrad", ("loss", "filter"), ("dx",), conv_dgrad_rule),
+        Operation("conv_wgrad", ("image", "loss"), ("dw",), conv_wgrad_rule),
+        Operation("matmul", ("a", "b"), ("c",), matmul_rule),
+        Operation(
+            "batchnorm",
+            ("x", "scale", "bias", "in_running_mean", "in_running_var"),
+            ("y", "mean", "inv_variance", "next_running_mean", "next_running_var"),
+            norm_forward_rule("batchnorm"),
+            optional=("in_running_mean", "in_running_var"),
+        ),
+        Operation(
+            "batchnorm_backward",
+            ("grad", "x", "scale", "mean", "inv_variance"),
+            ("dx", "dscale", "dbias"),
+            norm_backward_rule("batchnorm_backward"),
+        ),
+        Operation("layernorm", ("x", "scale", "bias"), ("y", "mean", "inv_variance"), norm_forward_rule("layernorm")),
+        Operation(
+            "layernorm_backward",
+            ("grad", "x", "scale", "mean", "inv_variance"),
+            ("dx", "dscale", "dbias"),
+            norm_backward_rule("layernorm_backward"),
+        ),
+        Operation(
+            "rmsnorm", ("x", "scale", "bias"), ("y", "inv_variance"), norm_forward_rule("rmsnorm"), optional=("bias",)
+        ),
+        Operation(
+            "rmsnorm_backward",
+            ("grad", "x", "scale", "inv_variance"),
+            ("dx", "dscale", "dbias"),
+            norm_backward_rule("rmsnorm_backward"),
+        ),
+        Operation(
+            "instancenorm", ("x", "scale", "bias"), ("y", "mean", "inv_variance"), norm_forward_rule("instancenorm")
+        ),
+        Operation(
+            "instancenorm_backward",
+            ("grad", "x", "scale", "mean", "inv_variance"),
+            ("dx", "dscale", "dbias"),
+            norm_backward_rule("instancenorm_backward"),
+        ),
+        Operation("softmax", ("x",), ("y",), softmax_rule),
+        Operation("pooling", ("x",), ("y",), pooling_rule),
+    )
+}
 
 
-def apply_rule(node_name: str, op: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any],
-               given: Mapping[str, Dims]) -> dict[str, OutputSpec]:
+def apply_rule(
+    node_name: str, op: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
     """The outputs of a node: its operation's rule, with errors naming the node."""
     for role, shape in inputs.items():
         if shape.by_value and op != "pointwise":
-            raise BadParam(f"{label(node_name, op)}: {role} '{shape.name}' is a scalar passed by value; only "
-                           "pointwise operations take those")
+            raise BadParam(
+                f"{label(node_name, op)}: {role} '{shape.name}' is a scalar passed by value; only "
+                "pointwise operations take those"
+            )
     return OPERATIONS[op].rule(label(node_name, op), inputs, attributes, given)

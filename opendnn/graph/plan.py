@@ -57,11 +57,13 @@ class EpilogueCall:
             with naming(anchor):
                 if epilogue.activation is not None:
                     mode, coef = epilogue.activation
-                    self.activation = od.ActivationDescriptor(od.ActivationMode(mode.value[:-4]),
-                                                              NanPropagation.PROPAGATE_NAN, coef)
+                    self.activation = od.ActivationDescriptor(
+                        od.ActivationMode(mode.value[:-4]), NanPropagation.PROPAGATE_NAN, coef
+                    )
                 self.conv = conv_descriptor(anchor, descs)
                 self.scratch_bytes = od.get_convolution_forward_workspace_size(
-                    handle, descs["image"], descs["weight"], self.conv, output, CONV_ALGORITHMS["conv_fprop"])
+                    handle, descs["image"], descs["weight"], self.conv, output, CONV_ALGORITHMS["conv_fprop"]
+                )
 
     def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
         epilogue = self.epilogue
@@ -72,12 +74,37 @@ class EpilogueCall:
         with naming(epilogue.anchor):
             if epilogue.anchor.op == "conv_fprop":
                 od.convolution_bias_activation_forward(
-                    handle, epilogue.scale, a.desc, a.view, b.desc, b.view, self.conv, CONV_ALGORITHMS["conv_fprop"],
-                    scratch, 1.0, self.residual, optional_view(residual), self.bias, optional_view(bias),
-                    self.activation, y.desc, y.view)
+                    handle,
+                    epilogue.scale,
+                    a.desc,
+                    a.view,
+                    b.desc,
+                    b.view,
+                    self.conv,
+                    CONV_ALGORITHMS["conv_fprop"],
+                    scratch,
+                    1.0,
+                    self.residual,
+                    optional_view(residual),
+                    self.bias,
+                    optional_view(bias),
+                    self.activation,
+                    y.desc,
+                    y.view,
+                )
             else:
-                od.matmul(handle, 1.0, a.desc, a.view, b.desc, b.view, 0.0, y.desc, y.view,
-                          self._matmul_epilogue(bias, residual, y.desc))
+                od.matmul(
+                    handle,
+                    1.0,
+                    a.desc,
+                    a.view,
+                    b.desc,
+                    b.view,
+                    0.0,
+                    y.desc,
+                    y.view,
+                    self._matmul_epilogue(bias, residual, y.desc),
+                )
 
     def _matmul_epilogue(self, bias: Bound | None, residual: Bound | None, c: TensorDescriptor) -> od.MatmulEpilogue:
         epilogue = self.epilogue
@@ -88,15 +115,21 @@ class EpilogueCall:
             bias_desc = TensorDescriptor(bias.desc.dtype, (bias.desc.dims[along],), (bias.desc.strides[along],))
             bias_view = strided_view(bias.view, bias_desc)
         mode, coef = epilogue.activation if epilogue.activation is not None else (None, 0.0)
-        return od.MatmulEpilogue(bias_desc=bias_desc, bias=bias_view, bias_axis=od.BiasAxis(axis or "column"),
-                                 activation=mode, coef=coef, residual_desc=self.residual,
-                                 residual=optional_view(residual), a_scale=epilogue.scale)
+        return od.MatmulEpilogue(
+            bias_desc=bias_desc,
+            bias=bias_view,
+            bias_axis=od.BiasAxis(axis or "column"),
+            activation=mode,
+            coef=coef,
+            residual_desc=self.residual,
+            residual=optional_view(residual),
+            a_scale=epilogue.scale,
+        )
 
     def describe(self) -> str:
         slots = ", ".join(self.epilogue.filled)
         nodes = ", ".join(n.name for n in self.epilogue.chain)
-        return (f"{self.epilogue.anchor.label} with {nodes} in its fused epilogue ({slots}); saves "
-                f"{self.saved} bytes")
+        return f"{self.epilogue.anchor.label} with {nodes} in its fused epilogue ({slots}); saves {self.saved} bytes"
 
 
 class FusedKernel:
@@ -119,8 +152,12 @@ class FusedKernel:
         kernel = load_kernel(self.generated.source)
         values = tuple(0.0 if v is None else v for v in self.constants)
         arguments = (*(Slot(name) for name, _ in self.names), *values)
-        self.launch = Launch(kernel, (self.generated.grid,), arguments,
-                             {**dict(self.generated.blocks), "num_warps": self.generated.num_warps})
+        self.launch = Launch(
+            kernel,
+            (self.generated.grid,),
+            arguments,
+            {**dict(self.generated.blocks), "num_warps": self.generated.num_warps},
+        )
 
     def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
         tensors = {}
@@ -132,10 +169,12 @@ class FusedKernel:
             tensors[name] = torch_view(bound)
         launch = self.launch
         if None in self.constants:  # scalars given at execute time: this call's arguments
-            values = [v if v is not None else float(given[uid]) for v, uid in zip(self.constants,
-                                                                                  self.generated.scalars)]
-            launch = dataclasses.replace(launch, args=(*launch.args[:len(self.names)], *values),
-                                         compiled=launch.compiled)
+            values = [
+                v if v is not None else float(given[uid]) for v, uid in zip(self.constants, self.generated.scalars)
+            ]
+            launch = dataclasses.replace(
+                launch, args=(*launch.args[: len(self.names)], *values), compiled=launch.compiled
+            )
         with handle.launching():
             launch(tensors)
 
@@ -153,8 +192,7 @@ class ExecutionPlan:
 
     def __init__(self, engine: str, graph: OperationGraph, steps: Sequence[Step], backend: str) -> None:
         self.engine, self.graph, self.steps, self.backend = engine, graph, tuple(steps), backend
-        exchanged = sorted({uid for step in steps for uid in (*step.reads, *step.writes)
-                            if graph.tensors[uid].virtual})
+        exchanged = sorted({uid for step in steps for uid in (*step.reads, *step.writes) if graph.tensors[uid].virtual})
         self.intermediates: list[tuple[int, TensorDescriptor, int]] = []
         offset = 0
         for uid in exchanged:
@@ -163,8 +201,11 @@ class ExecutionPlan:
             offset += aligned(desc.size_in_bytes)
         self.scratch_offset = offset
         self.workspace_size = offset + max((step.scratch_bytes for step in steps), default=0)
-        self.bound = tuple((t.uid, t.name, t.desc, t.uid in graph.producer) for t in graph.tensors
-                           if t.bound_by_caller and not t.by_value)
+        self.bound = tuple(
+            (t.uid, t.name, t.desc, t.uid in graph.producer)
+            for t in graph.tensors
+            if t.bound_by_caller and not t.by_value
+        )
         called = {uid for step in steps if isinstance(step, NodeCall) for uid in step.reads}
         # scalars a call reads as one-element tensors (a generated kernel takes them as arguments)
         self.scalars = tuple((t.uid, t.desc.dtype, t.value) for t in graph.tensors if t.by_value and t.uid in called)
@@ -189,8 +230,12 @@ class ExecutionPlan:
         tensor_class, torch_types = self._torch_kinds()
         for (uid, name, desc, written), torch_type in zip(self.bound, torch_types):
             array = arrays[uid]
-            if (array.__class__ is tensor_class and array.dtype is torch_type and array.shape == desc.dims
-                    and array.stride() == desc.strides):  # bind's checks, cut to what a torch tensor needs
+            if (
+                array.__class__ is tensor_class
+                and array.dtype is torch_type
+                and array.shape == desc.dims
+                and array.stride() == desc.strides
+            ):  # bind's checks, cut to what a torch tensor needs
                 bounds[uid] = Bound(name, desc, array, device_of(array))
             else:
                 bounds[uid] = bind(name, desc, array, output=written)
@@ -199,11 +244,12 @@ class ExecutionPlan:
         work = bind_bytes("workspace", workspace, self.workspace_size, WORKSPACE_QUERY)
         if work is not None:
             for uid, desc, offset in self.intermediates:
-                bounds[uid] = Bound(self.graph.tensors[uid].name, desc, typed_view(work.view, offset, desc),
-                                    work.device)
+                bounds[uid] = Bound(
+                    self.graph.tensors[uid].name, desc, typed_view(work.view, offset, desc), work.device
+                )
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
-        scratch = None if work is None else work.view[self.scratch_offset:]
+        scratch = None if work is None else work.view[self.scratch_offset :]
         engine_handle = self.handle_for(handle)
         for step in self.steps:
             step.run(bounds, arrays, scratch, engine_handle)
@@ -226,8 +272,13 @@ class ExecutionPlan:
             return handle
         kept = self._handles.get(id(handle))
         if kept is None or kept[0] is not handle:
-            derived = Handle(handle.device, backend=self.backend, math_type=handle.math_type,
-                             deterministic=handle.deterministic, workspace_limit=handle.workspace_limit)
+            derived = Handle(
+                handle.device,
+                backend=self.backend,
+                math_type=handle.math_type,
+                deterministic=handle.deterministic,
+                workspace_limit=handle.workspace_limit,
+            )
             kept = self._handles[id(handle)] = (handle, derived)
         if handle.device != "cpu":
             kept[1].set_stream(handle.get_stream())

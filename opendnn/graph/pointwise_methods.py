@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 class PointwiseMethods:
     """The pointwise half of the builder; ``_pointwise`` adds the node."""
 
-    def _pointwise(self, mode: PointwiseMode, operands: Sequence[Operand], name: str | None, coef: float = 0.0,
-                   data_type: Any = None) -> Tensor:
+    def _pointwise(
+        self,
+        mode: PointwiseMode,
+        operands: Sequence[Operand],
+        name: str | None,
+        coef: float = 0.0,
+        data_type: Any = None,
+    ) -> Tensor:
         raise NotImplementedError
 
     # ---- arithmetic -----------------------------------------------------------------------------------
@@ -160,8 +166,9 @@ class PointwiseMethods:
             return self._pointwise(PointwiseMode.RELU_FWD, (input,), name)
         return self._pointwise(PointwiseMode.CLIPPED_RELU_FWD, (input,), name, coef=upper_clip)
 
-    def relu_backward(self, loss: Operand, input: Operand, upper_clip: float | None = None, *,
-                      name: str | None = None) -> Tensor:
+    def relu_backward(
+        self, loss: Operand, input: Operand, upper_clip: float | None = None, *, name: str | None = None
+    ) -> Tensor:
         if upper_clip is None:
             return self._pointwise(PointwiseMode.RELU_BWD, (loss, input), name)
         return self._pointwise(PointwiseMode.CLIPPED_RELU_BWD, (loss, input), name, coef=upper_clip)
@@ -203,8 +210,7 @@ class PointwiseMethods:
         """log(1 + exp(beta * input)) / beta."""
         return self._pointwise(PointwiseMode.SOFTPLUS_FWD, (input,), name, coef=beta)
 
-    def softplus_backward(self, loss: Operand, input: Operand, beta: float = 1.0, *,
-                          name: str | None = None) -> Tensor:
+    def softplus_backward(self, loss: Operand, input: Operand, beta: float = 1.0, *, name: str | None = None) -> Tensor:
         return self._pointwise(PointwiseMode.SOFTPLUS_BWD, (loss, input), name, coef=beta)
 
     def swish(self, input: Operand, beta: float = 1.0, *, name: str | None = None) -> Tensor:

@@ -27,9 +27,18 @@ class Tensor:
     The setters return the tensor itself, so calls chain: ``y.set_output(True).set_data_type(...)``.
     """
 
-    def __init__(self, graph: OperationBuilder, name: str, dims: Sequence[int], strides: Sequence[int] | None,
-                 data_type: DataType | None, *, virtual: bool, value: float | None = None,
-                 pass_by_value: bool = False) -> None:
+    def __init__(
+        self,
+        graph: OperationBuilder,
+        name: str,
+        dims: Sequence[int],
+        strides: Sequence[int] | None,
+        data_type: DataType | None,
+        *,
+        virtual: bool,
+        value: float | None = None,
+        pass_by_value: bool = False,
+    ) -> None:
         self._graph = graph
         self.uid = len(graph._tensors)  # the tensor's position in its graph: serialized plans refer to it
         self._name = name
@@ -154,6 +163,8 @@ def _strides(strides: Sequence[int], dims: tuple[int, ...], name: str) -> tuple[
     except (TypeError, ValueError):
         raise BadParam(f"tensor '{name}': stride={strides!r} must be a sequence of ints") from None
     if len(values) != len(dims) or any(s < 0 for s in values):
-        raise BadParam(f"tensor '{name}': stride={list(values)} must hold {len(dims)} strides (one per dim of "
-                       f"{list(dims)}), each at least 0")
+        raise BadParam(
+            f"tensor '{name}': stride={list(values)} must hold {len(dims)} strides (one per dim of "
+            f"{list(dims)}), each at least 0"
+        )
     return values

@@ -65,7 +65,7 @@ def activation(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
         bx = coef * x
         y = (tl.maximum(bx, 0.0) + tm.log1p_approx(tm.exp2_approx(-tl.abs(bx) * tm.LOG2E))) * (1.0 / coef)
     elif MODE == "softplus":  # log(1 + exp(coef * x)) / coef, without overflow; times 1 / coef, not a division
-        bx = coef * x                                    # per element (exact for coef = 1, 1 ulp otherwise)
+        bx = coef * x  # per element (exact for coef = 1, 1 ulp otherwise)
         y = (tl.maximum(bx, 0.0) + tm.log1p(tl.exp(-tl.abs(bx)))) * (1.0 / coef)
     elif MODE == "swish":
         y = x * logistic(coef * x, FAST)

@@ -90,7 +90,7 @@ class Launch:
         # the key is taken once per distinct tensor: a slot filled twice (an absent tensor's stand-in) keys alike
         self.keyed = tuple(dict.fromkeys(name for _, name in self.slots))
         self.slot_keys = tuple((index, self.keyed.index(name)) for index, name in self.slots)
-        names = self.kernel.arg_names[len(self.args):]
+        names = self.kernel.arg_names[len(self.args) :]
         self.constexprs = tuple(self.options[name] for name in names)
         self.interpreted = isinstance(self.kernel, InterpretedFunction)
         if self.interpreted and self.cluster > 1:  # the interpreter runs one program after another
@@ -119,8 +119,19 @@ class Launch:
             grid, metadata = self.grid, kernel.packed_metadata
             if self.cluster > 1:
                 metadata = (metadata[0], self.cluster, *metadata[2:])
-            kernel.run(grid[0] // self.cluster, grid[1], grid[2], driver.active.get_current_stream(device),
-                       kernel.function, metadata, None, None, None, *args, *self.constexprs)
+            kernel.run(
+                grid[0] // self.cluster,
+                grid[1],
+                grid[2],
+                driver.active.get_current_stream(device),
+                kernel.function,
+                metadata,
+                None,
+                None,
+                None,
+                *args,
+                *self.constexprs,
+            )
         elif kernel is None:
             kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
             if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
@@ -144,12 +155,16 @@ def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tupl
     float64 = _float64_parameters(kernel.fn)
     for index in floats:
         if index not in float64:
-            raise InternalError(f"{kernel.fn.__name__}: the float {kernel.arg_names[index]}={args[index]!r} needs a "
-                                "parameter annotated tl.float64 (Triton compiles a Python float as a float32)")
+            raise InternalError(
+                f"{kernel.fn.__name__}: the float {kernel.arg_names[index]}={args[index]!r} needs a "
+                "parameter annotated tl.float64 (Triton compiles a Python float as a float32)"
+            )
     if not interpreted:
         return args
-    return tuple(tl.tensor(interpreter_builder.get_fp64(value), tl.float64) if index in floats else value
-                 for index, value in enumerate(args))
+    return tuple(
+        tl.tensor(interpreter_builder.get_fp64(value), tl.float64) if index in floats else value
+        for index, value in enumerate(args)
+    )
 
 
 @memoized  # a launch replanned per call (the graph engine's execute-time scalars) asks again: 70 us each

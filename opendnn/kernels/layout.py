@@ -36,8 +36,7 @@ class TiledLayout:
 def tile_layout(dims: Sequence[int], operands: Sequence[TensorDescriptor]) -> TiledLayout:
     """Canonical layout of operands (output first) broadcast to ``dims``."""
     strides = [[s if d > 1 else 0 for d, s in zip(desc.dims, desc.strides)] for desc in operands]
-    order = sorted((k for k in range(len(dims)) if dims[k] > 1),
-                   key=lambda k: tuple(-s[k] for s in strides))
+    order = sorted((k for k in range(len(dims)) if dims[k] > 1), key=lambda k: tuple(-s[k] for s in strides))
     sizes: list[int] = []
     merged: list[list[int]] = [[] for _ in operands]
     for k in order:

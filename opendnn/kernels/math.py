@@ -13,14 +13,32 @@ import triton.language as tl
 NAN = tl.constexpr(float("nan"))
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-INVERSE_FACTORIALS = tl.constexpr((1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
-                                   0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05,
-                                   2.7557319223985893e-06))  # 1/1! .. 1/9!
+INVERSE_FACTORIALS = tl.constexpr(
+    (
+        1.0,
+        0.5,
+        0.16666666666666666,
+        0.041666666666666664,
+        0.008333333333333333,
+        0.001388888888888889,
+        0.0001984126984126984,
+        2.48015873015873e-05,
+        2.7557319223985893e-06,
+    )
+)  # 1/1! .. 1/9!
 # erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2) (Numerical Recipes' erfcc form), P of degree 5
 # fitted here on z in [0, 10] (beyond, erfc underflows float32): relative error 7.6e-6. Stored as
 # log2(e) P(t) - 1, so that erfc(z) / 2 = t 2^(that - log2(e) z^2): no multiplies by log2(e) or 1/2.
-ERFC_EXP2_COEFFICIENTS = tl.constexpr((0.3300782320682044, -1.023157283916383, 0.6845620122809761,
-                                       0.3670768612210411, 1.4686848237246601, -2.8272336591092224))
+ERFC_EXP2_COEFFICIENTS = tl.constexpr(
+    (
+        0.3300782320682044,
+        -1.023157283916383,
+        0.6845620122809761,
+        0.3670768612210411,
+        1.4686848237246601,
+        -2.8272336591092224,
+    )
+)
 
 
 @triton.jit

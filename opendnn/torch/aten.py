@@ -46,8 +46,15 @@ def _batched(x: torch.Tensor, spatial: int, run: Callable[[torch.Tensor], torch.
 
 
 def _conv(spatial: int) -> Route:
-    def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-             padding: Any = 0, dilation: Any = 1, groups: int = 1) -> torch.Tensor:
+    def conv(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
         _floating(input, weight, bias)
         return _batched(input, spatial, lambda x: functions.conv(x, weight, bias, stride, padding, dilation, groups))
 
@@ -55,11 +62,22 @@ def _conv(spatial: int) -> Route:
 
 
 def _conv_transpose(spatial: int) -> Route:
-    def conv_transpose(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-                       padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> torch.Tensor:
+    def conv_transpose(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        groups: int = 1,
+        dilation: Any = 1,
+    ) -> torch.Tensor:
         _floating(input, weight, bias)
-        return _batched(input, spatial, lambda x: functions.conv_transpose(x, weight, bias, stride, padding,
-                                                                           output_padding, groups, dilation))
+        return _batched(
+            input,
+            spatial,
+            lambda x: functions.conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation),
+        )
 
     return conv_transpose
 
@@ -84,48 +102,85 @@ def _softmax(log: bool) -> Route:
     return softmax
 
 
-def _layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, eps: float = 1e-5, cudnn_enable: bool = True) -> torch.Tensor:
+def _layer_norm(
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    cudnn_enable: bool = True,
+) -> torch.Tensor:
     _floating(input, weight, bias)
     return functions.layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-def _group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, eps: float = 1e-5, cudnn_enabled: bool = True) -> torch.Tensor:
+def _group_norm(
+    input: torch.Tensor,
+    num_groups: int,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> torch.Tensor:
     _floating(input, weight, bias)
     return functions.group_norm(input, num_groups, weight, bias, eps)
 
 
-def _rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
-              eps: float | None = None) -> torch.Tensor:
+def _rms_norm(
+    input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None, eps: float | None = None
+) -> torch.Tensor:
     _floating(input, weight)
     return functions.rms_norm(input, normalized_shape, weight, eps)
 
 
-def _instance_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                   running_mean: torch.Tensor | None, running_var: torch.Tensor | None, use_input_stats: bool,
-                   momentum: float, eps: float, cudnn_enabled: bool) -> torch.Tensor:
+def _instance_norm(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    use_input_stats: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+) -> torch.Tensor:
     _floating(input, weight, bias)
     require(use_input_stats and running_mean is None and running_var is None, "running statistics")
     return functions.instance_norm(input, weight, bias, eps)
 
 
-def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, training: bool, momentum: float,
-                eps: float, cudnn_enabled: bool) -> torch.Tensor:
+def _batch_norm(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+) -> torch.Tensor:
     _floating(input, weight, bias)
     require(eps >= 1e-5, f"eps={eps} below 1e-5")
     require(input.ndim >= 2, f"input of {input.ndim} dims")
     running = [t for t in (running_mean, running_var) if t is not None]
     require(training or len(running) == 2, "no running statistics in evaluation")
-    require(all(t.dtype == compute_dtype(input.dtype) and t.is_contiguous() for t in running),
-            "running statistics of another dtype than the compute dtype, or not contiguous")
+    require(
+        all(t.dtype == compute_dtype(input.dtype) and t.is_contiguous() for t in running),
+        "running statistics of another dtype than the compute dtype, or not contiguous",
+    )
     return functions.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
 def _max_pool(spatial: int) -> Route:
-    def max_pool(input: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
-                 ceil_mode: bool = False) -> torch.Tensor:
+    def max_pool(
+        input: torch.Tensor,
+        kernel_size: Any,
+        stride: Any = (),
+        padding: Any = 0,
+        dilation: Any = 1,
+        ceil_mode: bool = False,
+    ) -> torch.Tensor:
         _floating(input)
         require(all(d == 1 for d in ((dilation,) if isinstance(dilation, int) else dilation)), "dilation")
         return _batched(input, spatial, lambda x: functions.max_pool(x, kernel_size, stride, padding, ceil_mode))
@@ -134,12 +189,22 @@ def _max_pool(spatial: int) -> Route:
 
 
 def _avg_pool(spatial: int) -> Route:
-    def avg_pool(input: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, ceil_mode: bool = False,
-                 count_include_pad: bool = True, divisor_override: int | None = None) -> torch.Tensor:
+    def avg_pool(
+        input: torch.Tensor,
+        kernel_size: Any,
+        stride: Any = (),
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> torch.Tensor:
         _floating(input)
         if divisor_override is None:
-            return _batched(input, spatial, lambda x: functions.avg_pool(x, kernel_size, stride, padding, ceil_mode,
-                                                                         count_include_pad))
+            return _batched(
+                input,
+                spatial,
+                lambda x: functions.avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad),
+            )
         # every window holds the kernel's count of elements, padding included, unless ceil_mode clips one
         require(not ceil_mode, "divisor_override with ceil_mode")
         window = math.prod((kernel_size,) * spatial if isinstance(kernel_size, int) else kernel_size)
@@ -185,20 +250,40 @@ def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -
 
 # aten overload: how opendnn computes it (NotSupported: torch's implementation computes it)
 ROUTES: dict[str, Route] = {
-    "linear": _linear, "matmul": _matmul,
-    "softmax.int": _softmax(False), "log_softmax.int": _softmax(True),
-    "layer_norm": _layer_norm, "group_norm": _group_norm, "rms_norm": _rms_norm, "instance_norm": _instance_norm,
+    "linear": _linear,
+    "matmul": _matmul,
+    "softmax.int": _softmax(False),
+    "log_softmax.int": _softmax(True),
+    "layer_norm": _layer_norm,
+    "group_norm": _group_norm,
+    "rms_norm": _rms_norm,
+    "instance_norm": _instance_norm,
     "batch_norm": _batch_norm,
-    "relu": _elementwise(functions.relu), "relu6": _elementwise(functions.relu6),
-    "hardtanh": _elementwise(_hardtanh), "gelu": _elementwise(functions.gelu), "silu": _elementwise(functions.silu),
-    "sigmoid": _elementwise(functions.sigmoid), "tanh": _elementwise(functions.tanh), "elu": _elementwise(_elu),
+    "relu": _elementwise(functions.relu),
+    "relu6": _elementwise(functions.relu6),
+    "hardtanh": _elementwise(_hardtanh),
+    "gelu": _elementwise(functions.gelu),
+    "silu": _elementwise(functions.silu),
+    "sigmoid": _elementwise(functions.sigmoid),
+    "tanh": _elementwise(functions.tanh),
+    "elu": _elementwise(_elu),
     "softplus": _elementwise(_softplus),
-    "avg_pool1d": _avg_pool(1), "avg_pool2d": _avg_pool(2), "avg_pool3d": _avg_pool(3),
-    "conv_transpose1d": _conv_transpose(1), "conv_transpose2d.input": _conv_transpose(2),
+    "avg_pool1d": _avg_pool(1),
+    "avg_pool2d": _avg_pool(2),
+    "avg_pool3d": _avg_pool(3),
+    "conv_transpose1d": _conv_transpose(1),
+    "conv_transpose2d.input": _conv_transpose(2),
     "conv_transpose3d.input": _conv_transpose(3),
-    **{f"{name}{spatial}d{overload}": make(spatial) for spatial in (1, 2, 3) for name, overload, make in (
-        ("conv", "", _conv), ("conv", ".padding", _conv), ("max_pool", "", _max_pool),
-        ("adaptive_avg_pool", "", _adaptive_avg_pool))},
+    **{
+        f"{name}{spatial}d{overload}": make(spatial)
+        for spatial in (1, 2, 3)
+        for name, overload, make in (
+            ("conv", "", _conv),
+            ("conv", ".padding", _conv),
+            ("max_pool", "", _max_pool),
+            ("adaptive_avg_pool", "", _adaptive_avg_pool),
+        )
+    },
 }
 AUTOGRAD_KEYS = ("AutogradCPU", "AutogradCUDA")
 # torch.inference_mode() skips the Autograd keys: the operators torch decomposes (convolutions,

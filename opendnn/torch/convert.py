@@ -62,8 +62,13 @@ CONVERSIONS: dict[type[torch.nn.Module], type[modules.OpendnnModule]] = {
 
 # Modules that do no arithmetic opendnn has a primitive for: they stay torch's and need no mention.
 PASS_THROUGH: tuple[type[torch.nn.Module], ...] = (
-    torch.nn.Identity, torch.nn.Flatten, torch.nn.Unflatten, torch.nn.Dropout, torch.nn.Dropout1d,
-    torch.nn.Dropout2d, torch.nn.Dropout3d,
+    torch.nn.Identity,
+    torch.nn.Flatten,
+    torch.nn.Unflatten,
+    torch.nn.Dropout,
+    torch.nn.Dropout1d,
+    torch.nn.Dropout2d,
+    torch.nn.Dropout3d,
 )
 
 

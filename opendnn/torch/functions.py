@@ -32,6 +32,7 @@ def _per_dim(name: str, value: IntOrTuple, spatial: int) -> list[int]:
 
 # ---- convolution --------------------------------------------------------------------------------
 
+
 def symmetric_padding(padding: IntOrTuple | str, kernel: Sequence[int], dilation: IntOrTuple) -> tuple[int, ...]:
     """torch's padding ("valid", "same" or ints) as one symmetric int per spatial dim.
 
@@ -46,35 +47,61 @@ def symmetric_padding(padding: IntOrTuple | str, kernel: Sequence[int], dilation
     if padding == "same":
         totals = [d * (k - 1) for d, k in zip(dilations, kernel)]
         if any(t % 2 for t in totals):
-            raise NotSupported(f"padding='same' with kernel {tuple(kernel)} and dilation {dilations} pads "
-                               "asymmetrically; the backward passes take symmetric padding")
+            raise NotSupported(
+                f"padding='same' with kernel {tuple(kernel)} and dilation {dilations} pads "
+                "asymmetrically; the backward passes take symmetric padding"
+            )
         return tuple(t // 2 for t in totals)
     if isinstance(padding, str):
-        raise as_torch_error(BadParam(f"padding={padding!r} must be 'valid', 'same', an int or one int per "
-                                      "spatial dim"))
+        raise as_torch_error(
+            BadParam(f"padding={padding!r} must be 'valid', 'same', an int or one int per spatial dim")
+        )
     return (padding,) * spatial if isinstance(padding, int) else tuple(padding)
 
 
-def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: IntOrTuple = 1,
-         padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1) -> torch.Tensor:
+def conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+) -> torch.Tensor:
     """torch.nn.functional.conv{1,2,3}d through opendnn, forward and backward."""
     spatial = weight.ndim - 2
     pads = _per_dim("padding", symmetric_padding(padding, weight.shape[2:], dilation), spatial)
-    return operators.convolution(x, weight, bias, _per_dim("stride", stride, spatial), pads,
-                                 _per_dim("dilation", dilation, spatial), groups)
+    return operators.convolution(
+        x, weight, bias, _per_dim("stride", stride, spatial), pads, _per_dim("dilation", dilation, spatial), groups
+    )
 
 
-def conv_transpose(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: IntOrTuple = 1,
-                   padding: IntOrTuple = 0, output_padding: IntOrTuple = 0, groups: int = 1,
-                   dilation: IntOrTuple = 1) -> torch.Tensor:
+def conv_transpose(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+) -> torch.Tensor:
     """torch.nn.functional.conv_transpose{1,2,3}d through opendnn, forward and backward."""
     spatial = weight.ndim - 2
     return operators.convolution_transpose(
-        x, weight, bias, _per_dim("stride", stride, spatial), _per_dim("padding", padding, spatial),
-        _per_dim("output_padding", output_padding, spatial), groups, _per_dim("dilation", dilation, spatial))
+        x,
+        weight,
+        bias,
+        _per_dim("stride", stride, spatial),
+        _per_dim("padding", padding, spatial),
+        _per_dim("output_padding", output_padding, spatial),
+        groups,
+        _per_dim("dilation", dilation, spatial),
+    )
 
 
 # ---- matrix products ------------------------------------------------------------------------------
+
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """torch.nn.functional.linear through opendnn, forward and backward."""
@@ -89,6 +116,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # ---- activations ------------------------------------------------------------------------------------
+
 
 def relu(x: torch.Tensor) -> torch.Tensor:
     """max(x, 0); NaN stays NaN, as torch's."""
@@ -139,29 +167,43 @@ def softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 # ---- layer, RMS, group and instance norm, LRN ---------------------------------------------------------
 
-def layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+
+def layer_norm(
+    x: torch.Tensor,
+    normalized_shape: Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     return normalization.layer_norm(x, list(normalized_shape), weight, bias, eps)[0]
 
 
-def rms_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
-             eps: float | None = None) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None, eps: float | None = None
+) -> torch.Tensor:
     return normalization.rms_norm(x, list(normalized_shape), weight, eps)[0]
 
 
-def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+def group_norm(
+    x: torch.Tensor,
+    num_groups: int,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     return normalization.group_norm(x, num_groups, weight, bias, eps)[0]
 
 
-def instance_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                  eps: float = 1e-5) -> torch.Tensor:
+def instance_norm(
+    x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
     """Instance norm from the batch's own statistics (torch's InstanceNorm without running stats)."""
     return normalization.instance_norm(x, weight, bias, eps)[0]
 
 
-def local_response_norm(x: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
-                        k: float = 1.0) -> torch.Tensor:
+def local_response_norm(
+    x: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
+) -> torch.Tensor:
     """torch.nn.functional.local_response_norm for an odd ``size`` (an even one places the window
     one channel differently from torch's)."""
     if size % 2 == 0:
@@ -171,8 +213,10 @@ def local_response_norm(x: torch.Tensor, size: int, alpha: float = 1e-4, beta: f
 
 # ---- pooling ------------------------------------------------------------------------------------------
 
-def _window(x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None,
-            padding: IntOrTuple) -> tuple[list[int], list[int], list[int]]:
+
+def _window(
+    x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple
+) -> tuple[list[int], list[int], list[int]]:
     """(kernel, stride, padding), one int per spatial dim; the stride defaults to the kernel."""
     spatial = x.ndim - 2
     kernel = _per_dim("kernel_size", kernel_size, spatial)
@@ -180,14 +224,25 @@ def _window(x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None,
     return kernel, steps, _per_dim("padding", padding, spatial)
 
 
-def max_pool(x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
-             ceil_mode: bool = False) -> torch.Tensor:
+def max_pool(
+    x: torch.Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    ceil_mode: bool = False,
+) -> torch.Tensor:
     """torch.nn.functional.max_pool{1,2,3}d without dilation or indices; NaN propagates, as torch's."""
     return operators.max_pool(x, *_window(x, kernel_size, stride, padding), ceil_mode)
 
 
-def avg_pool(x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
-             ceil_mode: bool = False, count_include_pad: bool = True) -> torch.Tensor:
+def avg_pool(
+    x: torch.Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> torch.Tensor:
     """torch.nn.functional.avg_pool{1,2,3}d without divisor_override."""
     return operators.avg_pool(x, *_window(x, kernel_size, stride, padding), ceil_mode, count_include_pad)
 
@@ -202,6 +257,7 @@ def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool 
 
 # ---- softmax --------------------------------------------------------------------------------------------
 
+
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return operators.softmax(x, dim, False)
 
@@ -212,9 +268,17 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 # ---- batch norm -----------------------------------------------------------------------------------------
 
-def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
-               weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+
+def batch_norm(
+    x: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     """torch.nn.functional.batch_norm through opendnn (eps at least 1e-5, cuDNN's minimum)."""
     if training:
         return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, momentum, eps, None)
@@ -223,15 +287,24 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: 
     return normalization.batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
 
 
-def batch_norm_add_activation(x: torch.Tensor, z: torch.Tensor | None, running_mean: torch.Tensor | None,
-                              running_var: torch.Tensor | None, weight: torch.Tensor | None,
-                              bias: torch.Tensor | None, momentum: float, eps: float, activation: str | None,
-                              coef: float = 0.0) -> torch.Tensor:
+def batch_norm_add_activation(
+    x: torch.Tensor,
+    z: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    momentum: float,
+    eps: float,
+    activation: str | None,
+    coef: float = 0.0,
+) -> torch.Tensor:
     """Training: ``act(batch_norm(x) + z)`` (z None: no add; activation "relu", "clipped_relu" or
     None), one opendnn call forward and one backward. The running statistics are updated in place,
     as torch's are (copied back from the operator's functional results)."""
-    y, _, _, _, mean, var = normalization.batch_norm_training(x, z, weight, bias, running_mean, running_var, momentum,
-                                                          eps, activation, coef)
+    y, _, _, _, mean, var = normalization.batch_norm_training(
+        x, z, weight, bias, running_mean, running_var, momentum, eps, activation, coef
+    )
     if running_mean is not None:
         running_mean.copy_(mean)
     if running_var is not None:

@@ -57,23 +57,40 @@ ADDITIONS = (operator.add, operator.iadd, torch.add)
 # (mode, coefficient: None for the mode's default in opendnn.families.pointwise.problem's ACTIVATION_TABLE)
 Activation = tuple[str, float | None]
 ACTIVATION_MODULES: dict[type, Activation] = {
-    torch.nn.ReLU: ("relu", None), torch.nn.ReLU6: ("clipped_relu", 6.0), torch.nn.SiLU: ("swish", None),
-    torch.nn.Sigmoid: ("sigmoid", None), torch.nn.Tanh: ("tanh", None)}
+    torch.nn.ReLU: ("relu", None),
+    torch.nn.ReLU6: ("clipped_relu", 6.0),
+    torch.nn.SiLU: ("swish", None),
+    torch.nn.Sigmoid: ("sigmoid", None),
+    torch.nn.Tanh: ("tanh", None),
+}
 ACTIVATION_FUNCTIONS: dict[Any, Activation] = {
-    TF.relu: ("relu", None), torch.relu: ("relu", None), TF.relu6: ("clipped_relu", 6.0), TF.silu: ("swish", None),
-    torch.sigmoid: ("sigmoid", None), torch.tanh: ("tanh", None), TF.gelu: ("gelu", None), TF.elu: ("elu", None),
-    TF.softplus: ("softplus", None)}
+    TF.relu: ("relu", None),
+    torch.relu: ("relu", None),
+    TF.relu6: ("clipped_relu", 6.0),
+    TF.silu: ("swish", None),
+    torch.sigmoid: ("sigmoid", None),
+    torch.tanh: ("tanh", None),
+    TF.gelu: ("gelu", None),
+    TF.elu: ("elu", None),
+    TF.softplus: ("softplus", None),
+}
 # the keyword arguments an activation function may take: its coefficient's, and what fusion leaves as torch's
 COEFFICIENT_ARGUMENTS: dict[Any, str] = {TF.elu: "alpha", TF.softplus: "beta"}
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: past beta * x > threshold torch returns x, within exp(-20) of softplus
 GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 # a fused chain's activation as the activation operator names it, for a residual added after the
 # product (one that broadcasts or promotes): (name, its parameters given the chain's coefficient)
-ACTIVATION_OPERATORS = {"relu": ("relu", lambda coef: []), "clipped_relu": ("hardtanh", lambda coef: [0.0, coef]),
-                        "swish": ("silu", lambda coef: [coef]), "sigmoid": ("sigmoid", lambda coef: []),
-                        "tanh": ("tanh", lambda coef: []), "gelu": ("gelu", lambda coef: []),
-                        "gelu_approx_tanh": ("gelu_tanh", lambda coef: []), "elu": ("elu", lambda coef: [coef]),
-                        "softplus": ("softplus", lambda coef: [coef])}
+ACTIVATION_OPERATORS = {
+    "relu": ("relu", lambda coef: []),
+    "clipped_relu": ("hardtanh", lambda coef: [0.0, coef]),
+    "swish": ("silu", lambda coef: [coef]),
+    "sigmoid": ("sigmoid", lambda coef: []),
+    "tanh": ("tanh", lambda coef: []),
+    "gelu": ("gelu", lambda coef: []),
+    "gelu_approx_tanh": ("gelu_tanh", lambda coef: []),
+    "elu": ("elu", lambda coef: [coef]),
+    "softplus": ("softplus", lambda coef: [coef]),
+}
 
 
 class _Fused(OpendnnModule, torch.nn.Module):
@@ -118,8 +135,14 @@ class FusedConvolution(_Fused):
     """``act(conv(x, w') + z + b')``: a convolution with a batch norm folded in (``w'``, ``b'``), and
     the residual ``z`` and the activation where the chain had them. For inference only."""
 
-    def __init__(self, conv: torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d, norm: torch.nn.Module,
-                 activation: str | None, coef: float | None, residual: bool) -> None:
+    def __init__(
+        self,
+        conv: torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d,
+        norm: torch.nn.Module,
+        activation: str | None,
+        coef: float | None,
+        residual: bool,
+    ) -> None:
         super().__init__()
         weight, bias = folded(conv, norm)
         self.register_buffer("weight", weight)
@@ -127,24 +150,32 @@ class FusedConvolution(_Fused):
         self.stride, self.padding, self.dilation, self.groups = conv.stride, conv.padding, conv.dilation, conv.groups
         self.activation, self.coef, self.residual = activation, _coefficient(activation, coef), residual
         # one int per spatial dim ("same" / "valid" resolved), as the operator takes them
-        self.geometry = (list(self.stride), list(functions.symmetric_padding(self.padding, weight.shape[2:],
-                                                                             self.dilation)), list(self.dilation))
+        self.geometry = (
+            list(self.stride),
+            list(functions.symmetric_padding(self.padding, weight.shape[2:], self.dilation)),
+            list(self.dilation),
+        )
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
         x, weight, bias = self._autocast(x)
         stride, padding, dilation = self.geometry
-        if z is None or (z.dtype == x.dtype
-                         and list(z.shape) == operators.convolution_shape(x, weight, stride, padding, dilation)):
-            return operators.convolution_bias_activation(x, weight, bias, z, self.activation, self.coef, stride,
-                                                         padding, dilation, self.groups)
-        y = operators.convolution_bias_activation(x, weight, bias, None, None, 0.0, stride, padding, dilation,
-                                                  self.groups)
+        if z is None or (
+            z.dtype == x.dtype and list(z.shape) == operators.convolution_shape(x, weight, stride, padding, dilation)
+        ):
+            return operators.convolution_bias_activation(
+                x, weight, bias, z, self.activation, self.coef, stride, padding, dilation, self.groups
+            )
+        y = operators.convolution_bias_activation(
+            x, weight, bias, None, None, 0.0, stride, padding, dilation, self.groups
+        )
         return self._activate(add(y, z))  # z broadcasts or promotes: torch's addition
 
     def extra_repr(self) -> str:
-        return (f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
-                f"groups={self.groups}, residual={self.residual}, activation={self.activation}")
+        return (
+            f"weight={tuple(self.weight.shape)}, stride={self.stride}, padding={self.padding}, "
+            f"groups={self.groups}, residual={self.residual}, activation={self.activation}"
+        )
 
 
 class FusedLinear(_Fused):
@@ -182,10 +213,12 @@ class _FusedBatchNorm(_BatchNorm):
         self._check_input_dim(x)
         running_mean, running_var, use_batch_stats, factor = self._statistics()
         if use_batch_stats and (z is None or (z.dtype == x.dtype and z.shape == x.shape)):
-            return functions.batch_norm_add_activation(x, z, running_mean, running_var, self.weight, self.bias,
-                                                       factor, self.eps, self.activation, self.coef)
-        y = functions.batch_norm(x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor,
-                                 self.eps)
+            return functions.batch_norm_add_activation(
+                x, z, running_mean, running_var, self.weight, self.bias, factor, self.eps, self.activation, self.coef
+            )
+        y = functions.batch_norm(
+            x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor, self.eps
+        )
         y = y if z is None else y + z
         if self.activation is None:
             return y
@@ -209,9 +242,15 @@ class FusedBatchNorm3d(_FusedBatchNorm, BatchNorm3d):
 
 # the batch norms a training fusion swaps (torch's and their converted forms; not subclasses, whose
 # forward may differ), by the fused class each becomes
-FUSED_BATCH_NORMS = {cls: fused for fused, classes in (
-    (FusedBatchNorm1d, (torch.nn.BatchNorm1d, BatchNorm1d)), (FusedBatchNorm2d, (torch.nn.BatchNorm2d, BatchNorm2d)),
-    (FusedBatchNorm3d, (torch.nn.BatchNorm3d, BatchNorm3d))) for cls in classes}
+FUSED_BATCH_NORMS = {
+    cls: fused
+    for fused, classes in (
+        (FusedBatchNorm1d, (torch.nn.BatchNorm1d, BatchNorm1d)),
+        (FusedBatchNorm2d, (torch.nn.BatchNorm2d, BatchNorm2d)),
+        (FusedBatchNorm3d, (torch.nn.BatchNorm3d, BatchNorm3d)),
+    )
+    for cls in classes
+}
 BN_ACTIVATIONS = ("relu", "clipped_relu")  # what the Ex forms apply after the norm
 
 
@@ -350,8 +389,12 @@ def _residual(links: list[torch.fx.Node], user: torch.fx.Node | None) -> torch.f
     return other
 
 
-def _activation_link(links: list[torch.fx.Node], user: torch.fx.Node | None, modules: dict[str, torch.nn.Module],
-                     modes: tuple[str, ...] | None = None) -> tuple[str | None, float | None]:
+def _activation_link(
+    links: list[torch.fx.Node],
+    user: torch.fx.Node | None,
+    modules: dict[str, torch.nn.Module],
+    modes: tuple[str, ...] | None = None,
+) -> tuple[str | None, float | None]:
     """(mode, coefficient) when ``user`` is an activation, of ``modes`` when given (it joins
     ``links``); else (None, None)."""
     if user is None:

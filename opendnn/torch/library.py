@@ -61,9 +61,15 @@ def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     return lower_precision(device_type, (x,))
 
 
-def define(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any], *,
-           autocast: AutocastRule | None = None, empty: Callable[..., Any] | None = None,
-           differentiable: bool = True) -> torch._ops.OpOverload:
+def define(
+    schema: str,
+    kernel: Callable[..., Any],
+    fake: Callable[..., Any],
+    *,
+    autocast: AutocastRule | None = None,
+    empty: Callable[..., Any] | None = None,
+    differentiable: bool = True,
+) -> torch._ops.OpOverload:
     """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
     fake ones (the same arguments; outputs of the right metadata, nothing computed).
 
@@ -137,8 +143,9 @@ def as_torch_error(error: OpenDnnError, kind: type[Exception] = RuntimeError) ->
     key = (type(error), kind)
     both = _TORCH_ERROR_CLASSES.get(key)
     if both is None:
-        both = _TORCH_ERROR_CLASSES[key] = type(type(error).__name__, key, {
-            "__module__": type(error).__module__, "__doc__": type(error).__doc__})
+        both = _TORCH_ERROR_CLASSES[key] = type(
+            type(error).__name__, key, {"__module__": type(error).__module__, "__doc__": type(error).__doc__}
+        )
     return both(str(error), error.status).with_traceback(error.__traceback__)
 
 
@@ -146,8 +153,7 @@ def as_torch_error(error: OpenDnnError, kind: type[Exception] = RuntimeError) ->
 _TORCH_ERROR_CLASSES: dict[tuple[type[OpenDnnError], type[Exception]], type[OpenDnnError]] = {}
 
 
-def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str,
-                     rule: AutocastRule) -> Callable[..., Any]:
+def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str, rule: AutocastRule) -> Callable[..., Any]:
     """The operator's kernel at an autocast dispatch key: the floating inputs cast to the rule's
     dtype, then the call goes on below autocast."""
     below = getattr(torch._C.DispatchKey, key)
@@ -171,8 +177,10 @@ def _loop_rule(op: torch._ops.OpOverload) -> Callable[..., Any]:
     """torch.vmap's rule for ``op``: one call per sample, the results stacked along dim 0."""
 
     def rule(info: Any, in_dims: Sequence[int | None], *args: Any) -> Any:
-        samples = [op(*(arg.select(dim, k) if isinstance(dim, int) else arg for arg, dim in zip(args, in_dims)))
-                   for k in range(info.batch_size)]
+        samples = [
+            op(*(arg.select(dim, k) if isinstance(dim, int) else arg for arg, dim in zip(args, in_dims)))
+            for k in range(info.batch_size)
+        ]
         if isinstance(samples[0], torch.Tensor):
             return torch.stack(samples), 0
         outputs = tuple(torch.stack(parts) for parts in zip(*samples))
@@ -183,8 +191,9 @@ def _loop_rule(op: torch._ops.OpOverload) -> Callable[..., Any]:
 
 def _no_derivative(op: torch._ops.OpOverload) -> Callable[..., Any]:
     def refuse(ctx: Any, *grads: Any) -> Any:
-        raise as_torch_error(NotSupported(
-            f"opendnn::{op._opname} has no gradient: opendnn's gradients are differentiable once"))
+        raise as_torch_error(
+            NotSupported(f"opendnn::{op._opname} has no gradient: opendnn's gradients are differentiable once")
+        )
 
     return refuse
 
@@ -222,9 +231,16 @@ def register_autograd(op: torch._ops.OpOverload, backward: Callable[..., Any], s
         return (None, *gradients)
 
     name = "".join(part.capitalize() for part in op._opname.split("_"))
-    function: Any = type(name, (_SingleLevelFunction,), {
-        "forward": staticmethod(forward), "backward": staticmethod(differentiate),
-        "__doc__": f"The autograd node of opendnn::{op._opname}.", "__module__": __name__})
+    function: Any = type(
+        name,
+        (_SingleLevelFunction,),
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(differentiate),
+            "__doc__": f"The autograd node of opendnn::{op._opname}.",
+            "__module__": __name__,
+        },
+    )
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
@@ -255,6 +271,7 @@ def _below_autograd(op: torch._ops.OpOverload) -> Callable[[Any, tuple[Any, ...]
 
 
 # ---- fake outputs -------------------------------------------------------------------------------------
+
 
 def empty_in_order_of(like: torch.Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new tensor of ``shape`` with its dims laid out in ``like``'s memory order (outermost: the

@@ -45,9 +45,12 @@ class OpendnnModule(torch.nn.Module):
 
     def __prepare_scriptable__(self) -> torch.nn.Module:
         # torch.jit.script asks every module before compiling its forward, which is Python here
-        raise as_torch_error(NotSupported(
-            f"torch.jit.script cannot compile {type(self).__name__}.forward (Python that calls the opendnn:: "
-            "operators); torch.jit.trace, torch.compile and torch.export take opendnn modules"))
+        raise as_torch_error(
+            NotSupported(
+                f"torch.jit.script cannot compile {type(self).__name__}.forward (Python that calls the opendnn:: "
+                "operators); torch.jit.trace, torch.compile and torch.export take opendnn modules"
+            )
+        )
 
 
 def _unbatched(x: torch.Tensor, spatial: int, forward: Any) -> torch.Tensor:
@@ -58,6 +61,7 @@ def _unbatched(x: torch.Tensor, spatial: int, forward: Any) -> torch.Tensor:
 
 
 # ---- convolution ----------------------------------------------------------------------------------
+
 
 class _Convolution(OpendnnModule):
     spatial = 0
@@ -81,8 +85,13 @@ class _Convolution(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(x, self.spatial, lambda batch: functions.conv(
-            batch, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups))
+        return _unbatched(
+            x,
+            self.spatial,
+            lambda batch: functions.conv(
+                batch, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            ),
+        )
 
 
 class Conv1d(_Convolution, torch.nn.Conv1d):
@@ -111,10 +120,12 @@ class _ConvolutionTranspose(OpendnnModule):
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         def run(batch: torch.Tensor) -> torch.Tensor:
-            output_padding = self._output_padding(batch, output_size, self.stride, self.padding, self.kernel_size,
-                                                  self.spatial, self.dilation)
-            return functions.conv_transpose(batch, self.weight, self.bias, self.stride, self.padding, output_padding,
-                                            self.groups, self.dilation)
+            output_padding = self._output_padding(
+                batch, output_size, self.stride, self.padding, self.kernel_size, self.spatial, self.dilation
+            )
+            return functions.conv_transpose(
+                batch, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
+            )
 
         return _unbatched(x, self.spatial, run)
 
@@ -138,6 +149,7 @@ class Linear(OpendnnModule, torch.nn.Linear):
 
 # ---- normalization ----------------------------------------------------------------------------------
 
+
 class _BatchNorm(OpendnnModule):
     # torch's attributes and method, from the torch class this mixes into
     weight: Any
@@ -158,8 +170,9 @@ class _BatchNorm(OpendnnModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
         running_mean, running_var, use_batch_stats, factor = self._statistics()
-        return functions.batch_norm(x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor,
-                                    self.eps)
+        return functions.batch_norm(
+            x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor, self.eps
+        )
 
     def _statistics(self) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
         """(running mean, running var, whether to normalize with the batch's statistics, the running
@@ -170,8 +183,12 @@ class _BatchNorm(OpendnnModule):
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         keep_running = not self.training or self.track_running_stats
-        return (self.running_mean if keep_running else None, self.running_var if keep_running else None,
-                use_batch_stats, factor)
+        return (
+            self.running_mean if keep_running else None,
+            self.running_var if keep_running else None,
+            use_batch_stats,
+            factor,
+        )
 
 
 class BatchNorm1d(_BatchNorm, torch.nn.BatchNorm1d):
@@ -243,6 +260,7 @@ class LocalResponseNorm(OpendnnModule, torch.nn.LocalResponseNorm):
 
 # ---- activations ------------------------------------------------------------------------------------
 
+
 class ReLU(OpendnnModule, torch.nn.ReLU):
     """torch's ReLU; ``inplace`` is accepted and ignored (the result is a new tensor)."""
 
@@ -297,6 +315,7 @@ class Softplus(OpendnnModule, torch.nn.Softplus):
 
 # ---- pooling and softmax ------------------------------------------------------------------------------
 
+
 class _MaxPool(OpendnnModule):
     spatial = 0
     # torch's attributes, from the torch class this mixes into
@@ -315,8 +334,11 @@ class _MaxPool(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(x, self.spatial, lambda batch: functions.max_pool(
-            batch, self.kernel_size, self.stride, self.padding, self.ceil_mode))
+        return _unbatched(
+            x,
+            self.spatial,
+            lambda batch: functions.max_pool(batch, self.kernel_size, self.stride, self.padding, self.ceil_mode),
+        )
 
 
 class MaxPool1d(_MaxPool, torch.nn.MaxPool1d):
@@ -346,8 +368,13 @@ class _AvgPool(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(x, self.spatial, lambda batch: functions.avg_pool(
-            batch, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad))
+        return _unbatched(
+            x,
+            self.spatial,
+            lambda batch: functions.avg_pool(
+                batch, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
+            ),
+        )
 
 
 class AvgPool1d(_AvgPool, torch.nn.AvgPool1d):

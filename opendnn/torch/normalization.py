@@ -38,24 +38,28 @@ Tensor = torch.Tensor
 
 # ---- layer, RMS, group and instance norm, LRN ---------------------------------------------------------
 
+
 def _normalized(x: Tensor, stats_shape: Sequence[Any], stats: int) -> tuple[Tensor, ...]:
     """The fake outputs of a norm: y in x's memory order and ``stats`` packed statistics."""
-    return (empty_in_order_of(x, x.shape),
-            *(empty_packed(x, stats_shape, compute_dtype(x.dtype)) for _ in range(stats)))
+    return (
+        empty_in_order_of(x, x.shape),
+        *(empty_packed(x, stats_shape, compute_dtype(x.dtype)) for _ in range(stats)),
+    )
 
 
 def _row_stats(x: Tensor, normalized_shape: Sequence[int]) -> list[Any]:
     """One statistic per row of the normalized trailing dims (layer and RMS norm)."""
     count = len(normalized_shape)
-    return [*_checked_rows(x, normalized_shape).shape[:x.ndim - count], *(1,) * count]
+    return [*_checked_rows(x, normalized_shape).shape[: x.ndim - count], *(1,) * count]
 
 
 def _checked_rows(x: Tensor, normalized_shape: Sequence[int]) -> Tensor:
     """x, when its trailing dims are ``normalized_shape``; else BadParam naming both."""
     count = len(normalized_shape)
-    if count > x.ndim or list(x.shape[x.ndim - count:]) != list(normalized_shape):
-        raise BadParam(f"normalized_shape={list(normalized_shape)} must equal the last {count} dims of "
-                       f"x.shape={list(x.shape)}")
+    if count > x.ndim or list(x.shape[x.ndim - count :]) != list(normalized_shape):
+        raise BadParam(
+            f"normalized_shape={list(normalized_shape)} must equal the last {count} dims of x.shape={list(x.shape)}"
+        )
     return x
 
 
@@ -68,65 +72,80 @@ def _parameter_gradients(x: Tensor, weight: Tensor | None, shape: Sequence[Any],
     """The fake (dx, dweight[, dbias]) of a norm's backward: dweight and dbias of weight's shape and
     dtype, or of torch's parameter shape in x's dtype without a weight."""
     like = weight if weight is not None else x
-    return (empty_in_order_of(x, x.shape),
-            *(empty_packed(like, like.shape if weight is not None else shape) for _ in range(count)))
+    return (
+        empty_in_order_of(x, x.shape),
+        *(empty_packed(like, like.shape if weight is not None else shape) for _ in range(count)),
+    )
 
 
 layer_norm = define(
-    "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps)"
-    " -> (Tensor, Tensor, Tensor)",
+    "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
     lambda x, normalized_shape, weight, bias, eps: F.layer_norm(
-        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, bias, eps, return_stats=True),
+        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, bias, eps, return_stats=True
+    ),
     lambda x, normalized_shape, weight, bias, eps: _normalized(x, _row_stats(x, normalized_shape), 2),
-    autocast=float32_on_cuda)
+    autocast=float32_on_cuda,
+)
 
 layer_norm_backward = define(
     "layer_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor? weight, Tensor mean, Tensor rstd,"
     " float eps) -> (Tensor, Tensor, Tensor)",
     lambda dy, x, normalized_shape, weight, mean, rstd, eps: F.layer_norm_backward(
-        dy, x, tuple(normalized_shape), weight, eps, mean=mean, rstd=rstd),
+        dy, x, tuple(normalized_shape), weight, eps, mean=mean, rstd=rstd
+    ),
     lambda dy, x, normalized_shape, weight, mean, rstd, eps: _parameter_gradients(x, weight, normalized_shape, 2),
-    differentiable=False)
+    differentiable=False,
+)
 
 rms_norm = define(
     "rms_norm(Tensor x, int[] normalized_shape, Tensor? weight, float? eps) -> (Tensor, Tensor)",
     lambda x, normalized_shape, weight, eps: F.rms_norm(
-        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, eps, return_stats=True),
+        _checked_rows(x, normalized_shape), tuple(normalized_shape), weight, eps, return_stats=True
+    ),
     lambda x, normalized_shape, weight, eps: _normalized(x, _row_stats(x, normalized_shape), 1),
-    autocast=float32_on_cuda)
+    autocast=float32_on_cuda,
+)
 
 rms_norm_backward = define(
     "rms_norm_backward(Tensor dy, Tensor x, int[] normalized_shape, Tensor? weight, Tensor rstd, float? eps)"
     " -> (Tensor, Tensor)",
     lambda dy, x, normalized_shape, weight, rstd, eps: F.rms_norm_backward(
-        dy, x, tuple(normalized_shape), weight, eps, rstd=rstd),
+        dy, x, tuple(normalized_shape), weight, eps, rstd=rstd
+    ),
     lambda dy, x, normalized_shape, weight, rstd, eps: _parameter_gradients(x, weight, normalized_shape, 1),
-    differentiable=False)
+    differentiable=False,
+)
 
 group_norm = define(
     "group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
     lambda x, groups, weight, bias, eps: F.group_norm(x, groups, weight, bias, eps, return_stats=True),
     lambda x, groups, weight, bias, eps: _normalized(x, _group_stats(x, groups), 2),
-    autocast=float32_on_cuda)
+    autocast=float32_on_cuda,
+)
 
 group_norm_backward = define(
     "group_norm_backward(Tensor dy, Tensor x, int groups, Tensor? weight, Tensor mean, Tensor rstd, float eps)"
     " -> (Tensor, Tensor, Tensor)",
     lambda dy, x, groups, weight, mean, rstd, eps: F.group_norm_backward(
-        dy, x, groups, weight, eps, mean=mean, rstd=rstd),
+        dy, x, groups, weight, eps, mean=mean, rstd=rstd
+    ),
     lambda dy, x, groups, weight, mean, rstd, eps: _parameter_gradients(x, weight, [x.shape[1]], 2),
-    differentiable=False)
+    differentiable=False,
+)
 
 instance_norm = define(
     "instance_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
     lambda x, weight, bias, eps: F.instance_norm(x, weight, bias, eps, return_stats=True),
-    lambda x, weight, bias, eps: _normalized(x, _group_stats(x, x.shape[1]), 2))
+    lambda x, weight, bias, eps: _normalized(x, _group_stats(x, x.shape[1]), 2),
+)
 
 instance_norm_backward = define(
     "instance_norm_backward(Tensor dy, Tensor x, Tensor? weight, Tensor mean, Tensor rstd, float eps)"
     " -> (Tensor, Tensor, Tensor)",
     lambda dy, x, weight, mean, rstd, eps: F.instance_norm_backward(dy, x, weight, eps, mean=mean, rstd=rstd),
-    lambda dy, x, weight, mean, rstd, eps: _parameter_gradients(x, weight, [x.shape[1]], 2), differentiable=False)
+    lambda dy, x, weight, mean, rstd, eps: _parameter_gradients(x, weight, [x.shape[1]], 2),
+    differentiable=False,
+)
 
 
 def _register_norm_gradient(op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload, weight_at: int) -> None:
@@ -160,18 +179,22 @@ local_response_norm = define(
     "local_response_norm(Tensor x, int size, float alpha, float beta, float k) -> Tensor",
     lambda x, size, alpha, beta, k: F.local_response_norm(x, size, alpha, beta, k),
     lambda x, size, alpha, beta, k: empty_in_order_of(x, x.shape),
-    autocast=float32_everywhere)
+    autocast=float32_everywhere,
+)
 
 local_response_norm_backward = define(
     "local_response_norm_backward(Tensor dy, Tensor x, int size, float alpha, float beta, float k) -> Tensor",
     lambda dy, x, size, alpha, beta, k: F.local_response_norm_backward(dy, x, size, alpha, beta, k),
-    lambda dy, x, size, alpha, beta, k: empty_in_order_of(x, x.shape), differentiable=False)
+    lambda dy, x, size, alpha, beta, k: empty_in_order_of(x, x.shape),
+    differentiable=False,
+)
 
 
 register_gradient_of_input(local_response_norm, local_response_norm_backward)
 
 
 # ---- batch norm -----------------------------------------------------------------------------------------
+
 
 def _channel_shaped(x: Tensor) -> list[Any]:
     """(1, C, 1, ...): how opendnn keeps per-channel statistics of an input of x's rank."""
@@ -181,40 +204,78 @@ def _channel_shaped(x: Tensor) -> list[Any]:
 def _reserve_bytes(x: Tensor, has_z: bool, activation: str | None, coef: float) -> int:
     """The reserve space (the activation's mask) the training forward keeps for its backward, on
     the backend that runs x's device (a byte per element on NumPy, a bit on Triton)."""
-    ops = BatchNormOps.BN_ADD_ACTIVATION if has_z else BatchNormOps.BN if activation is None else \
-        BatchNormOps.BN_ACTIVATION
+    ops = (
+        BatchNormOps.BN_ADD_ACTIVATION
+        if has_z
+        else BatchNormOps.BN
+        if activation is None
+        else BatchNormOps.BN_ACTIVATION
+    )
     if ops is BatchNormOps.BN or x.numel() == 0:
         return 0
     device = "cpu" if x.device.type == "cpu" else f"{x.device.type}:{x.device.index or 0}"
     dims = tuple(int(d) for d in x.shape)
     return get_batch_normalization_training_ex_reserve_space_size(
-        shared_handle(device), BatchNormMode.SPATIAL, ops,
+        shared_handle(device),
+        BatchNormMode.SPATIAL,
+        ops,
         ActivationDescriptor(ActivationMode[(activation or "identity").upper()], coef=coef or None),
-        TensorDescriptor(DataType.of(x.dtype), dims))
+        TensorDescriptor(DataType.of(x.dtype), dims),
+    )
 
 
-def _batch_norm_training(x: Tensor, z: Tensor | None, weight: Tensor | None, bias: Tensor | None,
-                         running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float,
-                         activation: str | None, coef: float) -> tuple[Tensor, ...]:
+def _batch_norm_training(
+    x: Tensor,
+    z: Tensor | None,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    momentum: float,
+    eps: float,
+    activation: str | None,
+    coef: float,
+) -> tuple[Tensor, ...]:
     """(y, saved mean, saved inverse std, reserve, new running mean, new running var): the running
     statistics are updated in copies (the operator is functional; the caller copies them back)."""
     mean, var = (None if t is None else t.clone() for t in (running_mean, running_var))
-    y, state = F.batch_norm_add_activation(x, z, mean, var, weight, bias, True, momentum, eps, activation=activation,
-                                           coef=coef, return_state=True)
+    y, state = F.batch_norm_add_activation(
+        x, z, mean, var, weight, bias, True, momentum, eps, activation=activation, coef=coef, return_state=True
+    )
     reserve = state.reserve if state.reserve is not None else x.new_empty(0, dtype=torch.uint8)
     none = x.new_empty(0, dtype=compute_dtype(x.dtype))
-    return (y, state.saved_mean, state.saved_inv_std, reserve, none if mean is None else mean,
-            none if var is None else var)
+    return (
+        y,
+        state.saved_mean,
+        state.saved_inv_std,
+        reserve,
+        none if mean is None else mean,
+        none if var is None else var,
+    )
 
 
-def _batch_norm_training_fake(x: Tensor, z: Tensor | None, weight: Tensor | None, bias: Tensor | None,
-                              running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float,
-                              activation: str | None, coef: float) -> tuple[Tensor, ...]:
+def _batch_norm_training_fake(
+    x: Tensor,
+    z: Tensor | None,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    momentum: float,
+    eps: float,
+    activation: str | None,
+    coef: float,
+) -> tuple[Tensor, ...]:
     stats = compute_dtype(x.dtype)
     reserve = _reserve_bytes(x, z is not None, activation, coef)
     running = [empty_packed(x, [0], stats) if t is None else torch.empty_like(t) for t in (running_mean, running_var)]
-    return (empty_in_order_of(x, x.shape), empty_packed(x, _channel_shaped(x), stats),
-            empty_packed(x, _channel_shaped(x), stats), empty_packed(x, [reserve], torch.uint8), *running)
+    return (
+        empty_in_order_of(x, x.shape),
+        empty_packed(x, _channel_shaped(x), stats),
+        empty_packed(x, _channel_shaped(x), stats),
+        empty_packed(x, [reserve], torch.uint8),
+        *running,
+    )
 
 
 def _batch_norm_training_empty(x: Tensor, *args: Any) -> tuple[Tensor, ...]:
@@ -229,15 +290,28 @@ batch_norm_training = define(
     "batch_norm_training(Tensor x, Tensor? z, Tensor? weight, Tensor? bias, Tensor? running_mean,"
     " Tensor? running_var, float momentum, float eps, str? activation, float coef)"
     " -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-    _batch_norm_training, _batch_norm_training_fake, empty=_batch_norm_training_empty)
+    _batch_norm_training,
+    _batch_norm_training_fake,
+    empty=_batch_norm_training_empty,
+)
 
 
-def _batch_norm_training_backward(dy: Tensor, x: Tensor, weight: Tensor | None, saved_mean: Tensor,
-                                  saved_inv_std: Tensor, reserve: Tensor, eps: float, activation: str | None,
-                                  coef: float, has_z: bool) -> tuple[Tensor, ...]:
+def _batch_norm_training_backward(
+    dy: Tensor,
+    x: Tensor,
+    weight: Tensor | None,
+    saved_mean: Tensor,
+    saved_inv_std: Tensor,
+    reserve: Tensor,
+    eps: float,
+    activation: str | None,
+    coef: float,
+    has_z: bool,
+) -> tuple[Tensor, ...]:
     state = F.BatchNormState(saved_mean, saved_inv_std, reserve if reserve.numel() else None)
-    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(dy, x, weight, state, eps, activation=activation,
-                                                                  coef=coef, has_z=has_z)
+    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(
+        dy, x, weight, state, eps, activation=activation, coef=coef, has_z=has_z
+    )
     return dx, x.new_empty(0) if dz is None else dz, dweight, dbias
 
 
@@ -246,9 +320,13 @@ batch_norm_training_backward = define(
     " Tensor reserve, float eps, str? activation, float coef, bool has_z) -> (Tensor, Tensor, Tensor, Tensor)",
     _batch_norm_training_backward,
     lambda dy, x, weight, saved_mean, saved_inv_std, reserve, eps, activation, coef, has_z: (
-        empty_in_order_of(x, x.shape), empty_in_order_of(x, x.shape) if has_z else empty_packed(x, [0]),
-        empty_packed(x, [x.shape[1]], compute_dtype(x.dtype)), empty_packed(x, [x.shape[1]], compute_dtype(x.dtype))),
-    differentiable=False)
+        empty_in_order_of(x, x.shape),
+        empty_in_order_of(x, x.shape) if has_z else empty_packed(x, [0]),
+        empty_packed(x, [x.shape[1]], compute_dtype(x.dtype)),
+        empty_packed(x, [x.shape[1]], compute_dtype(x.dtype)),
+    ),
+    differentiable=False,
+)
 
 
 def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -261,10 +339,21 @@ def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) ->
 
 def _batch_norm_training_gradients(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
     x, weight, saved_mean, saved_inv_std, reserve = ctx.saved_tensors
-    dx, dz, dweight, dbias = batch_norm_training_backward(dense(dy, x), x, weight, saved_mean, saved_inv_std,
-                                                          reserve, *ctx.options)
-    return (dx, dz if ctx.options[-1] else None, given(ctx, 2, dweight), given(ctx, 3, dbias),
-            None, None, None, None, None, None)
+    dx, dz, dweight, dbias = batch_norm_training_backward(
+        dense(dy, x), x, weight, saved_mean, saved_inv_std, reserve, *ctx.options
+    )
+    return (
+        dx,
+        dz if ctx.options[-1] else None,
+        given(ctx, 2, dweight),
+        given(ctx, 3, dbias),
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 register_autograd(batch_norm_training, _batch_norm_training_gradients, _save_batch_norm_training)
@@ -280,8 +369,9 @@ def _channel_sums(t: Tensor) -> Tensor:
     return F.conv_backward_bias(t.reshape(t.shape[0], t.shape[1], -1))
 
 
-def _frozen_batch_norm_backward(dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, var: Tensor,
-                                eps: float) -> tuple[Tensor, ...]:
+def _frozen_batch_norm_backward(
+    dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, var: Tensor, eps: float
+) -> tuple[Tensor, ...]:
     """(dx, dweight, dbias) of batch norm with fixed statistics (eval mode): y = xhat * w + b with
     xhat = (x - mean) * inv_std, so dx = dy * w * inv_std, dweight = sum(dy * xhat), dbias = sum(dy)."""
     inv_std = _per_channel(F.rsqrt(F.add(var, scalar(eps, var))), x.ndim)
@@ -294,8 +384,10 @@ batch_norm_inference = define(
     "batch_norm_inference(Tensor x, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var,"
     " float eps) -> Tensor",
     lambda x, weight, bias, running_mean, running_var, eps: F.batch_norm(
-        x, running_mean, running_var, weight, bias, False, 0.0, eps),
-    lambda x, weight, bias, running_mean, running_var, eps: empty_in_order_of(x, x.shape))
+        x, running_mean, running_var, weight, bias, False, 0.0, eps
+    ),
+    lambda x, weight, bias, running_mean, running_var, eps: empty_in_order_of(x, x.shape),
+)
 
 batch_norm_inference_backward = define(
     "batch_norm_inference_backward(Tensor dy, Tensor x, Tensor? weight, Tensor running_mean, Tensor running_var,"
@@ -303,8 +395,10 @@ batch_norm_inference_backward = define(
     _frozen_batch_norm_backward,
     lambda dy, x, weight, running_mean, running_var, eps: (
         empty_in_order_of(x, x.shape),
-        *(empty_packed(x, [x.shape[1]], torch.promote_types(x.dtype, running_var.dtype)) for _ in range(2))),
-    differentiable=False)
+        *(empty_packed(x, [x.shape[1]], torch.promote_types(x.dtype, running_var.dtype)) for _ in range(2)),
+    ),
+    differentiable=False,
+)
 
 
 def _save_batch_norm_inference(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:

@@ -71,9 +71,9 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
     return gradient() if ctx.needs_input_grad[position] else None
 
 
-
-def register_gradient_of_input(op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload,
-                               saved: tuple[str, ...] = ("input",)) -> None:
+def register_gradient_of_input(
+    op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload, saved: tuple[str, ...] = ("input",)
+) -> None:
     """The gradient of an operator of one differentiable input (its first) and options (pooling
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
     what the forward keeps ("input", "output")."""
@@ -92,17 +92,30 @@ def register_gradient_of_input(op: torch._ops.OpOverload, backward_op: torch._op
 
 # ---- convolution ------------------------------------------------------------------------------------
 
-def convolution_shape(x: Tensor, weight: Tensor, stride: Sequence[int], padding: Sequence[int],
-                       dilation: Sequence[int]) -> list[Any]:
-    spatial = [(n + 2 * p - d * (k - 1) - 1) // s + 1
-               for n, k, s, p, d in zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)]
+
+def convolution_shape(
+    x: Tensor, weight: Tensor, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]
+) -> list[Any]:
+    spatial = [
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, s, p, d in zip(x.shape[2:], weight.shape[2:], stride, padding, dilation)
+    ]
     return [x.shape[0], weight.shape[0], *spatial]
 
 
-def _transposed_shape(x: Tensor, weight: Tensor, stride: Sequence[int], padding: Sequence[int],
-                      output_padding: Sequence[int], groups: int, dilation: Sequence[int]) -> list[Any]:
-    spatial = [(n - 1) * s - 2 * p + d * (k - 1) + o + 1
-               for n, k, s, p, o, d in zip(x.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation)]
+def _transposed_shape(
+    x: Tensor,
+    weight: Tensor,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    output_padding: Sequence[int],
+    groups: int,
+    dilation: Sequence[int],
+) -> list[Any]:
+    spatial = [
+        (n - 1) * s - 2 * p + d * (k - 1) + o + 1
+        for n, k, s, p, o, d in zip(x.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation)
+    ]
     return [x.shape[0], weight.shape[1] * groups, *spatial]
 
 
@@ -110,43 +123,81 @@ convolution = define(
     "convolution(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups)"
     " -> Tensor",
     lambda x, weight, bias, stride, padding, dilation, groups: F.conv(
-        x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups,
-        handle=_product_handle(x, "convolution")),
+        x,
+        weight,
+        bias,
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        groups,
+        handle=_product_handle(x, "convolution"),
+    ),
     lambda x, weight, bias, stride, padding, dilation, groups: empty_in_order_of(
-        x, convolution_shape(x, weight, stride, padding, dilation)),
-    autocast=lower_precision)
+        x, convolution_shape(x, weight, stride, padding, dilation)
+    ),
+    autocast=lower_precision,
+)
 
 convolution_transpose = define(
     "convolution_transpose(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] output_padding,"
     " int groups, int[] dilation) -> Tensor",
     lambda x, weight, bias, stride, padding, output_padding, groups, dilation: F.conv_transpose(
-        x, weight, bias, tuple(stride), tuple(padding), tuple(output_padding), groups, tuple(dilation),
-        handle=_product_handle(x, "convolution")),
+        x,
+        weight,
+        bias,
+        tuple(stride),
+        tuple(padding),
+        tuple(output_padding),
+        groups,
+        tuple(dilation),
+        handle=_product_handle(x, "convolution"),
+    ),
     lambda x, weight, bias, stride, padding, output_padding, groups, dilation: empty_in_order_of(
-        x, _transposed_shape(x, weight, stride, padding, output_padding, groups, dilation)),
-    autocast=lower_precision)
+        x, _transposed_shape(x, weight, stride, padding, output_padding, groups, dilation)
+    ),
+    autocast=lower_precision,
+)
 
 convolution_backward_data = define(
     "convolution_backward_data(Tensor dy, Tensor weight, SymInt[] x_shape, int[] stride, int[] padding,"
     " int[] dilation, int groups) -> Tensor",
     lambda dy, weight, x_shape, stride, padding, dilation, groups: F.conv_backward_data(
-        dy, weight, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation), groups,
-        handle=_product_handle(dy, "convolution")),
-    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape), differentiable=False)
+        dy,
+        weight,
+        tuple(x_shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        groups,
+        handle=_product_handle(dy, "convolution"),
+    ),
+    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape),
+    differentiable=False,
+)
 
 convolution_backward_filter = define(
     "convolution_backward_filter(Tensor x, Tensor dy, SymInt[] weight_shape, int[] stride, int[] padding,"
     " int[] dilation, int groups) -> Tensor",
     lambda x, dy, weight_shape, stride, padding, dilation, groups: F.conv_backward_filter(
-        x, dy, tuple(weight_shape), tuple(stride), tuple(padding), tuple(dilation), groups,
-        handle=_product_handle(x, "convolution")),
+        x,
+        dy,
+        tuple(weight_shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        groups,
+        handle=_product_handle(x, "convolution"),
+    ),
     lambda x, dy, weight_shape, stride, padding, dilation, groups: empty_in_order_of(x, weight_shape),
-    differentiable=False)
+    differentiable=False,
+)
 
 convolution_backward_bias = define(
     "convolution_backward_bias(Tensor dy) -> Tensor",
     lambda dy: F.conv_backward_bias(dy),
-    lambda dy: empty_packed(dy, [dy.shape[1]]), differentiable=False)
+    lambda dy: empty_packed(dy, [dy.shape[1]]),
+    differentiable=False,
+)
 
 
 def _save_convolution(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -159,11 +210,15 @@ def _convolution_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.geometry
     dy = dense(dy)
-    return (_needed(ctx, 0, lambda: convolution_backward_data(dy, weight, x.shape, stride, padding, dilation, groups)),
-            _needed(ctx, 1, lambda: convolution_backward_filter(x, dy, weight.shape, stride, padding, dilation,
-                                                                groups)),
-            convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
-            None, None, None, None)
+    return (
+        _needed(ctx, 0, lambda: convolution_backward_data(dy, weight, x.shape, stride, padding, dilation, groups)),
+        _needed(ctx, 1, lambda: convolution_backward_filter(x, dy, weight.shape, stride, padding, dilation, groups)),
+        convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def _save_transposed(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -178,11 +233,16 @@ def _transposed_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.geometry
     dy = dense(dy)
-    return (_needed(ctx, 0, lambda: convolution(dy, weight, None, stride, padding, dilation, groups)),
-            _needed(ctx, 1, lambda: convolution_backward_filter(dy, x, weight.shape, stride, padding, dilation,
-                                                                groups)),
-            convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
-            None, None, None, None, None)
+    return (
+        _needed(ctx, 0, lambda: convolution(dy, weight, None, stride, padding, dilation, groups)),
+        _needed(ctx, 1, lambda: convolution_backward_filter(dy, x, weight.shape, stride, padding, dilation, groups)),
+        convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 register_autograd(convolution, _convolution_backward, _save_convolution)
@@ -190,6 +250,7 @@ register_autograd(convolution_transpose, _transposed_backward, _save_transposed)
 
 
 # ---- matrix products -----------------------------------------------------------------------------------
+
 
 def _broadcast_product_shape(a: Tensor, b: Tensor) -> list[Any]:
     return [*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]]
@@ -199,13 +260,15 @@ linear = define(
     "linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor",
     lambda x, weight, bias: F.linear(x, weight, bias, handle=_product_handle(x, "matmul")),
     lambda x, weight, bias: empty_packed(x, [*x.shape[:-1], weight.shape[0]]),
-    autocast=lower_precision)
+    autocast=lower_precision,
+)
 
 matmul = define(
     "matmul(Tensor a, Tensor b) -> Tensor",
     lambda a, b: F.matmul(a, b, handle=_product_handle(a, "matmul")),
     lambda a, b: empty_packed(a, _broadcast_product_shape(a, b)),
-    autocast=lower_precision)
+    autocast=lower_precision,
+)
 
 
 def sum_to(t: Tensor, shape: Sequence[Any]) -> Tensor:
@@ -215,8 +278,9 @@ def sum_to(t: Tensor, shape: Sequence[Any]) -> Tensor:
     if not summed:
         return t.reshape(shape)
     kept = [k for k in range(t.ndim) if k not in summed]
-    moved = t.permute(*summed, *kept).reshape(math.prod(t.shape[k] for k in summed),
-                                              math.prod(t.shape[k] for k in kept), 1)
+    moved = t.permute(*summed, *kept).reshape(
+        math.prod(t.shape[k] for k in summed), math.prod(t.shape[k] for k in kept), 1
+    )
     return convolution_backward_bias(moved).reshape(shape)
 
 
@@ -230,9 +294,11 @@ def _linear_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
     dy = dense(dy)
     rows = dy.reshape(-1, dy.shape[-1])
-    return (_needed(ctx, 0, lambda: matmul(dy, weight)),
-            _needed(ctx, 1, lambda: matmul(rows.mT, x.reshape(-1, x.shape[-1]))),
-            sum_to(rows, (dy.shape[-1],)) if ctx.has_bias and ctx.needs_input_grad[2] else None)
+    return (
+        _needed(ctx, 0, lambda: matmul(dy, weight)),
+        _needed(ctx, 1, lambda: matmul(rows.mT, x.reshape(-1, x.shape[-1]))),
+        sum_to(rows, (dy.shape[-1],)) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+    )
 
 
 def _save_operands(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -242,8 +308,10 @@ def _save_operands(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 def _matmul_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     a, b = ctx.saved_tensors
     dy = dense(dy)
-    return (_needed(ctx, 0, lambda: sum_to(matmul(dy, b.mT), a.shape)),
-            _needed(ctx, 1, lambda: sum_to(matmul(a.mT, dy), b.shape)))
+    return (
+        _needed(ctx, 0, lambda: sum_to(matmul(dy, b.mT), a.shape)),
+        _needed(ctx, 1, lambda: sum_to(matmul(a.mT, dy), b.shape)),
+    )
 
 
 register_autograd(linear, _linear_backward, _save_linear)
@@ -251,6 +319,7 @@ register_autograd(matmul, _matmul_backward, _save_operands)
 
 
 # ---- activations ---------------------------------------------------------------------------------------
+
 
 def scalar(value: float, like: Tensor) -> Tensor:
     """A 0-d tensor on like's device (a fill kernel, not a host copy: CUDA graphs can capture it)."""
@@ -295,12 +364,15 @@ activation = define(
     "activation(Tensor x, str name, float[] parameters) -> Tensor",
     lambda x, name, parameters: ACTIVATIONS[name][0](x, *parameters),
     lambda x, name, parameters: empty_in_order_of(x, x.shape),
-    autocast=_activation_autocast)
+    autocast=_activation_autocast,
+)
 
 activation_backward = define(
     "activation_backward(Tensor dy, Tensor x, str name, float[] parameters) -> Tensor",
     lambda dy, x, name, parameters: ACTIVATIONS[name][1](dy, x, *parameters),
-    lambda dy, x, name, parameters: empty_in_order_of(dy, dy.shape), differentiable=False)
+    lambda dy, x, name, parameters: empty_in_order_of(dy, dy.shape),
+    differentiable=False,
+)
 
 
 register_gradient_of_input(activation, activation_backward)
@@ -308,12 +380,12 @@ register_gradient_of_input(activation, activation_backward)
 
 # ---- softmax --------------------------------------------------------------------------------------------
 
+
 def _checked_dim(x: Tensor, dim: int) -> int:
     """``dim`` when x has it; else torch's IndexError (also opendnn's BadParam) naming it."""
     rank = max(x.ndim, 1)
     if not -rank <= dim < rank:
-        raise as_torch_error(BadParam(f"dim={dim} must be in [{-rank}, {rank - 1}] for x of {x.ndim} dims"),
-                             IndexError)
+        raise as_torch_error(BadParam(f"dim={dim} must be in [{-rank}, {rank - 1}] for x of {x.ndim} dims"), IndexError)
     return dim
 
 
@@ -325,12 +397,16 @@ def _softmax_fake(x: Tensor, dim: int, log: bool) -> Tensor:
 softmax = define(
     "softmax(Tensor x, int dim, bool log) -> Tensor",
     lambda x, dim, log: (F.log_softmax if log else F.softmax)(x, _checked_dim(x, dim)),
-    _softmax_fake, autocast=float32_on_cuda)
+    _softmax_fake,
+    autocast=float32_on_cuda,
+)
 
 softmax_backward = define(
     "softmax_backward(Tensor dy, Tensor y, int dim, bool log) -> Tensor",
     lambda dy, y, dim, log: (F.log_softmax_backward if log else F.softmax_backward)(y, dy, dim),
-    lambda dy, y, dim, log: empty_in_order_of(dy, dy.shape), differentiable=False)
+    lambda dy, y, dim, log: empty_in_order_of(dy, dy.shape),
+    differentiable=False,
+)
 
 
 register_gradient_of_input(softmax, softmax_backward, saved=("output",))
@@ -338,8 +414,10 @@ register_gradient_of_input(softmax, softmax_backward, saved=("output",))
 
 # ---- pooling --------------------------------------------------------------------------------------------
 
-def _pooled_shape(x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-                  ceil_mode: bool) -> list[Any]:
+
+def _pooled_shape(
+    x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int], ceil_mode: bool
+) -> list[Any]:
     """torch's pooled sizes: with ceil_mode a last window that would start in the padding is dropped."""
     spatial = []
     for n, k, s, p in zip(x.shape[2:], kernel_size, stride, padding):
@@ -359,48 +437,67 @@ def _pooling_autocast(device_type: str, args: tuple[Any, ...]) -> torch.dtype | 
 max_pool = define(
     "max_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode) -> Tensor",
     lambda x, kernel_size, stride, padding, ceil_mode: F.max_pool(
-        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode),
+        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode
+    ),
     lambda x, kernel_size, stride, padding, ceil_mode: empty_in_order_of(
-        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)),
-    autocast=_pooling_autocast)
+        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)
+    ),
+    autocast=_pooling_autocast,
+)
 
 max_pool_backward = define(
     "max_pool_backward(Tensor dy, Tensor x, Tensor y, int[] kernel_size, int[] stride, int[] padding,"
     " bool ceil_mode) -> Tensor",
     lambda dy, x, y, kernel_size, stride, padding, ceil_mode: F.max_pool_backward(
-        dy, x, y, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode),
-    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: empty_in_order_of(x, x.shape), differentiable=False)
+        dy, x, y, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode
+    ),
+    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: empty_in_order_of(x, x.shape),
+    differentiable=False,
+)
 
 avg_pool = define(
     "avg_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode, bool count_include_pad)"
     " -> Tensor",
     lambda x, kernel_size, stride, padding, ceil_mode, count_include_pad: F.avg_pool(
-        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode,
-        count_include_pad=count_include_pad),
+        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode, count_include_pad=count_include_pad
+    ),
     lambda x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(
-        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)),
-    autocast=_pooling_autocast)
+        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)
+    ),
+    autocast=_pooling_autocast,
+)
 
 avg_pool_backward = define(
     "avg_pool_backward(Tensor dy, Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode,"
     " bool count_include_pad) -> Tensor",
     lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: F.avg_pool_backward(
-        dy, x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode,
-        count_include_pad=count_include_pad),
+        dy,
+        x,
+        tuple(kernel_size),
+        tuple(stride),
+        tuple(padding),
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+    ),
     lambda dy, x, kernel_size, stride, padding, ceil_mode, count_include_pad: empty_in_order_of(x, x.shape),
-    differentiable=False)
+    differentiable=False,
+)
 
 adaptive_pool = define(
     "adaptive_pool(Tensor x, int[] output_size, bool is_max) -> Tensor",
     lambda x, output_size, is_max: (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, tuple(output_size)),
     lambda x, output_size, is_max: empty_in_order_of(x, [*x.shape[:2], *output_size]),
-    autocast=_pooling_autocast)
+    autocast=_pooling_autocast,
+)
 
 adaptive_pool_backward = define(  # (the output size is dy's)
     "adaptive_pool_backward(Tensor dy, Tensor x, Tensor y, int[] output_size, bool is_max) -> Tensor",
     lambda dy, x, y, output_size, is_max: (
-        F.adaptive_max_pool_backward(dy, x, y) if is_max else F.adaptive_avg_pool_backward(dy, x)),
-    lambda dy, x, y, output_size, is_max: empty_in_order_of(x, x.shape), differentiable=False)
+        F.adaptive_max_pool_backward(dy, x, y) if is_max else F.adaptive_avg_pool_backward(dy, x)
+    ),
+    lambda dy, x, y, output_size, is_max: empty_in_order_of(x, x.shape),
+    differentiable=False,
+)
 
 
 # max pooling's backward finds each window's largest element again from x and y (cuDNN's contract:
@@ -416,18 +513,32 @@ convolution_bias_activation = define(
     "convolution_bias_activation(Tensor x, Tensor weight, Tensor? bias, Tensor? z, str? activation, float coef,"
     " int[] stride, int[] padding, int[] dilation, int groups) -> Tensor",
     lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: F.conv_bias_activation(
-        x, weight, bias, z, activation, coef=coef, stride=tuple(stride), padding=tuple(padding),
-        dilation=tuple(dilation), groups=groups, handle=_product_handle(x, "convolution")),
+        x,
+        weight,
+        bias,
+        z,
+        activation,
+        coef=coef,
+        stride=tuple(stride),
+        padding=tuple(padding),
+        dilation=tuple(dilation),
+        groups=groups,
+        handle=_product_handle(x, "convolution"),
+    ),
     lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: empty_in_order_of(
-        x, convolution_shape(x, weight, stride, padding, dilation)), differentiable=False)
+        x, convolution_shape(x, weight, stride, padding, dilation)
+    ),
+    differentiable=False,
+)
 
 matmul_bias_activation = define(
-    "matmul_bias_activation(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, float coef)"
-    " -> Tensor",
+    "matmul_bias_activation(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, float coef) -> Tensor",
     lambda a, b, bias, residual, activation, coef: F.matmul(
-        a, b, bias, activation, coef=coef, residual=residual, handle=_product_handle(a, "matmul")),
+        a, b, bias, activation, coef=coef, residual=residual, handle=_product_handle(a, "matmul")
+    ),
     lambda a, b, bias, residual, activation, coef: empty_packed(a, _broadcast_product_shape(a, b)),
-    differentiable=False)
+    differentiable=False,
+)
 
 
 def _sum_fake(a: Tensor, b: Tensor) -> Tensor:

@@ -38,8 +38,15 @@ def _matmul(input: torch.Tensor, other: torch.Tensor, *, out: Any = None) -> tor
 
 
 def _conv(spatial: int) -> Callable[..., torch.Tensor]:
-    def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-             padding: Any = 0, dilation: Any = 1, groups: int = 1) -> torch.Tensor:
+    def conv(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
         _batched(input, spatial)
         return functions.conv(input, weight, bias, stride, padding, dilation, groups)
 
@@ -47,8 +54,16 @@ def _conv(spatial: int) -> Callable[..., torch.Tensor]:
 
 
 def _conv_transpose(spatial: int) -> Callable[..., torch.Tensor]:
-    def conv_transpose(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
-                       padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> torch.Tensor:
+    def conv_transpose(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        groups: int = 1,
+        dilation: Any = 1,
+    ) -> torch.Tensor:
         _batched(input, spatial)
         return functions.conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation)
 
@@ -71,8 +86,9 @@ def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -
 
 
 def _softmax(log: bool) -> Callable[..., torch.Tensor]:
-    def softmax(input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3,
-                dtype: torch.dtype | None = None) -> torch.Tensor:
+    def softmax(
+        input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         if dim is None:
             raise NotSupported("dim=None (implicit dim)")
         x = input if dtype is None else input.to(dtype)
@@ -81,23 +97,44 @@ def _softmax(log: bool) -> Callable[..., torch.Tensor]:
     return softmax
 
 
-def _batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
-                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
-                momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+def _batch_norm(
+    input: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     require(eps >= 1e-5, f"eps={eps} below 1e-5")
     return functions.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
-def _instance_norm(input: torch.Tensor, running_mean: Any = None, running_var: Any = None, weight: Any = None,
-                   bias: Any = None, use_input_stats: bool = True, momentum: float = 0.1,
-                   eps: float = 1e-5) -> torch.Tensor:
+def _instance_norm(
+    input: torch.Tensor,
+    running_mean: Any = None,
+    running_var: Any = None,
+    weight: Any = None,
+    bias: Any = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     require(use_input_stats and running_mean is None and running_var is None, "running statistics")
     return functions.instance_norm(input, weight, bias, eps)
 
 
 def _max_pool(spatial: int) -> Callable[..., torch.Tensor]:
-    def max_pool(input: torch.Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-                 ceil_mode: bool = False, return_indices: bool = False) -> torch.Tensor:
+    def max_pool(
+        input: torch.Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        ceil_mode: bool = False,
+        return_indices: bool = False,
+    ) -> torch.Tensor:
         _batched(input, spatial)
         require(not return_indices, "return_indices=True")
         require(all(d == 1 for d in ((dilation,) if isinstance(dilation, int) else dilation)), "dilation")
@@ -107,8 +144,15 @@ def _max_pool(spatial: int) -> Callable[..., torch.Tensor]:
 
 
 def _avg_pool(spatial: int) -> Callable[..., torch.Tensor]:
-    def avg_pool(input: torch.Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
-                 count_include_pad: bool = True, divisor_override: int | None = None) -> torch.Tensor:
+    def avg_pool(
+        input: torch.Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> torch.Tensor:
         _batched(input, spatial)
         require(divisor_override is None, "divisor_override")
         return functions.avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
@@ -125,8 +169,9 @@ def _adaptive_pool(spatial: int, is_max: bool) -> Callable[..., torch.Tensor]:
     return adaptive_pool
 
 
-def _local_response_norm(input: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
-                         k: float = 1.0) -> torch.Tensor:
+def _local_response_norm(
+    input: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
+) -> torch.Tensor:
     require(size % 2 == 1, f"size={size} is even")
     return functions.local_response_norm(input, size, alpha, beta, k)
 
@@ -135,17 +180,36 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
     relu, sigmoid, tanh = _elementwise(functions.relu), _elementwise(functions.sigmoid), _elementwise(functions.tanh)
     softmax, log_softmax = _softmax(False), _softmax(True)
     routes: dict[Callable[..., Any], Callable[..., torch.Tensor]] = {
-        torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul, torch.bmm: _matmul,
+        torch.matmul: _matmul,
+        torch.Tensor.matmul: _matmul,
+        torch.Tensor.__matmul__: _matmul,
+        torch.bmm: _matmul,
         F.linear: functions.linear,
-        F.relu: relu, torch.relu: relu, torch.Tensor.relu: relu,
-        F.relu6: _elementwise(functions.relu6), F.hardtanh: _elementwise(functions.hardtanh),
-        F.elu: _elementwise(functions.elu), F.silu: _elementwise(functions.silu), F.gelu: functions.gelu,
-        torch.sigmoid: sigmoid, torch.Tensor.sigmoid: sigmoid, torch.tanh: tanh, torch.Tensor.tanh: tanh,
+        F.relu: relu,
+        torch.relu: relu,
+        torch.Tensor.relu: relu,
+        F.relu6: _elementwise(functions.relu6),
+        F.hardtanh: _elementwise(functions.hardtanh),
+        F.elu: _elementwise(functions.elu),
+        F.silu: _elementwise(functions.silu),
+        F.gelu: functions.gelu,
+        torch.sigmoid: sigmoid,
+        torch.Tensor.sigmoid: sigmoid,
+        torch.tanh: tanh,
+        torch.Tensor.tanh: tanh,
         F.softplus: _softplus,
-        F.softmax: softmax, torch.softmax: softmax, torch.Tensor.softmax: softmax,
-        F.log_softmax: log_softmax, torch.log_softmax: log_softmax, torch.Tensor.log_softmax: log_softmax,
-        F.layer_norm: functions.layer_norm, F.rms_norm: functions.rms_norm, F.group_norm: functions.group_norm,
-        F.batch_norm: _batch_norm, F.instance_norm: _instance_norm, F.local_response_norm: _local_response_norm,
+        F.softmax: softmax,
+        torch.softmax: softmax,
+        torch.Tensor.softmax: softmax,
+        F.log_softmax: log_softmax,
+        torch.log_softmax: log_softmax,
+        torch.Tensor.log_softmax: log_softmax,
+        F.layer_norm: functions.layer_norm,
+        F.rms_norm: functions.rms_norm,
+        F.group_norm: functions.group_norm,
+        F.batch_norm: _batch_norm,
+        F.instance_norm: _instance_norm,
+        F.local_response_norm: _local_response_norm,
     }
     for spatial in (1, 2, 3):
         routes[getattr(F, f"conv{spatial}d")] = _conv(spatial)
@@ -177,8 +241,9 @@ class functional_calls(TorchFunctionMode):  # noqa: N801 (used as a context mana
         self.routed: Counter[str] = Counter()
         self.left_to_torch: dict[str, str] = {}
 
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         route = self.routes.get(func)
         if route is None:

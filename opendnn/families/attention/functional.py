@@ -28,19 +28,44 @@ from opendnn.families.attention.problem import (
     attention_problem,
 )
 
-NAMES = (("params", "attention parameters"), ("q", "query"), ("k", "key"), ("v", "value"), ("o", "out"),
-         ("stats", "stats"), ("bias", "attn_mask"), ("seq_lens_q", "seq_lens_q"), ("seq_lens_kv", "seq_lens_kv"),
-         ("do", "grad_out"), ("dq", "grad_query"), ("dk", "grad_key"), ("dv", "grad_value"),
-         ("dbias", "grad_attn_mask"))
+NAMES = (
+    ("params", "attention parameters"),
+    ("q", "query"),
+    ("k", "key"),
+    ("v", "value"),
+    ("o", "out"),
+    ("stats", "stats"),
+    ("bias", "attn_mask"),
+    ("seq_lens_q", "seq_lens_q"),
+    ("seq_lens_kv", "seq_lens_kv"),
+    ("do", "grad_out"),
+    ("dq", "grad_query"),
+    ("dk", "grad_key"),
+    ("dv", "grad_value"),
+    ("dbias", "grad_attn_mask"),
+)
 
 
-def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
-                                 window: tuple[int | None, int | None] | None = None,
-                                 alignment: DiagonalAlignment | str = DiagonalAlignment.TOP_LEFT,
-                                 seq_lens_q: Any = None, seq_lens_kv: Any = None, softcap: float | None = None,
-                                 seed: int = 0, offset: int = 0, return_stats: bool = False,
-                                 handle: Handle | None = None) -> Any:
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    window: tuple[int | None, int | None] | None = None,
+    alignment: DiagonalAlignment | str = DiagonalAlignment.TOP_LEFT,
+    seq_lens_q: Any = None,
+    seq_lens_kv: Any = None,
+    softcap: float | None = None,
+    seed: int = 0,
+    offset: int = 0,
+    return_stats: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """``softmax(query @ key^T * scale + attn_mask) @ value`` as torch.nn.functional.scaled_dot_product_attention.
 
     Args:
@@ -70,20 +95,38 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     if return_stats:
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
         stats = allocate(q, TensorDescriptor(stats_dtype, (batch, heads, seq_q)), "stats")
-    _run(params, AttentionTensors(inputs.q, inputs.k, inputs.v, out, stats, inputs.bias, inputs.seq_lens_q,
-                                  inputs.seq_lens_kv), handle)
+    _run(
+        params,
+        AttentionTensors(inputs.q, inputs.k, inputs.v, out, stats, inputs.bias, inputs.seq_lens_q, inputs.seq_lens_kv),
+        handle,
+    )
     result = to_caller_kind(out.view, query)
     return (result, to_caller_kind(stats.view, query)) if stats is not None else result
 
 
-def scaled_dot_product_attention_backward(grad_out: Any, query: Any, key: Any, value: Any, out: Any, stats: Any,
-                                          attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
-                                          scale: float | None = None, enable_gqa: bool = False, *,
-                                          window: tuple[int | None, int | None] | None = None,
-                                          alignment: DiagonalAlignment | str = DiagonalAlignment.TOP_LEFT,
-                                          seq_lens_q: Any = None, seq_lens_kv: Any = None,
-                                          softcap: float | None = None, seed: int = 0, offset: int = 0,
-                                          mask_grad: bool = False, handle: Handle | None = None) -> tuple[Any, ...]:
+def scaled_dot_product_attention_backward(
+    grad_out: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    out: Any,
+    stats: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    window: tuple[int | None, int | None] | None = None,
+    alignment: DiagonalAlignment | str = DiagonalAlignment.TOP_LEFT,
+    seq_lens_q: Any = None,
+    seq_lens_kv: Any = None,
+    softcap: float | None = None,
+    seed: int = 0,
+    offset: int = 0,
+    mask_grad: bool = False,
+    handle: Handle | None = None,
+) -> tuple[Any, ...]:
     """The gradients of ``scaled_dot_product_attention`` with respect to query, key and value, from
     the forward's ``out`` and ``stats`` (``return_stats=True``) and the gradient ``grad_out``, under
     the forward's own arguments (the same seed regenerates the same dropout mask).
@@ -103,8 +146,21 @@ def scaled_dot_product_attention_backward(grad_out: Any, query: Any, key: Any, v
         raise BadParam("mask_grad=True needs a float attn_mask, got attn_mask=None", Status.BAD_PARAM_NULL_POINTER)
     dq, dk, dv = (empty_like(bound) for bound in (inputs.q, inputs.k, inputs.v))
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
-    tensors = AttentionTensors(inputs.q, inputs.k, inputs.v, wrap("out", out), wrap("stats", stats), inputs.bias,
-                               inputs.seq_lens_q, inputs.seq_lens_kv, wrap("grad_out", grad_out), dq, dk, dv, dbias)
+    tensors = AttentionTensors(
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        wrap("out", out),
+        wrap("stats", stats),
+        inputs.bias,
+        inputs.seq_lens_q,
+        inputs.seq_lens_kv,
+        wrap("grad_out", grad_out),
+        dq,
+        dk,
+        dv,
+        dbias,
+    )
     _run(params, tensors, handle)
     results = [dq.view, dk.view, dv.view]
     if dbias is not None:  # of the mask's own dims, without the leading ones it was given
@@ -112,11 +168,26 @@ def scaled_dot_product_attention_backward(grad_out: Any, query: Any, key: Any, v
     return tuple(to_caller_kind(view, query) for view in results)
 
 
-def _params(dropout_p: float, is_causal: bool, scale: float | None, window: tuple[int | None, int | None] | None,
-            alignment: DiagonalAlignment | str, softcap: float | None, seed: int, offset: int) -> AttentionDescriptor:
-    return AttentionDescriptor(scale=scale, causal=bool(is_causal), alignment=alignment,
-                               window=(None, None) if window is None else window, softcap=softcap,
-                               dropout_p=dropout_p, seed=seed, offset=offset)
+def _params(
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    window: tuple[int | None, int | None] | None,
+    alignment: DiagonalAlignment | str,
+    softcap: float | None,
+    seed: int,
+    offset: int,
+) -> AttentionDescriptor:
+    return AttentionDescriptor(
+        scale=scale,
+        causal=bool(is_causal),
+        alignment=alignment,
+        window=(None, None) if window is None else window,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        seed=seed,
+        offset=offset,
+    )
 
 
 class _Inputs(NamedTuple):
@@ -128,21 +199,26 @@ class _Inputs(NamedTuple):
     seq_lens_kv: Bound | None
 
 
-def _inputs(query: Any, key: Any, value: Any, attn_mask: Any, seq_lens_q: Any, seq_lens_kv: Any,
-            enable_gqa: bool) -> _Inputs:
+def _inputs(
+    query: Any, key: Any, value: Any, attn_mask: Any, seq_lens_q: Any, seq_lens_kv: Any, enable_gqa: bool
+) -> _Inputs:
     """The input arrays bound in the problem's slots; the mask given leading dims up to 4, as torch broadcasts."""
     q, k = wrap("query", query), wrap("key", key)
     if not enable_gqa and q.desc.ndim == k.desc.ndim == 4 and q.desc.dims[1] != k.desc.dims[1]:
-        raise BadParam(f"key.dims[1]={k.desc.dims[1]} must equal query.dims[1]={q.desc.dims[1]} unless "
-                       "enable_gqa=True", Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"key.dims[1]={k.desc.dims[1]} must equal query.dims[1]={q.desc.dims[1]} unless enable_gqa=True",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     bias = None
     if attn_mask is not None:
         bias = wrap("attn_mask", attn_mask)
         if bias.desc.ndim < 4:
             view = bias.view
             bias = wrap("attn_mask", view.reshape((1,) * (4 - bias.desc.ndim) + tuple(view.shape)))
-    lens = [None if array is None else wrap(name, array)
-            for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv))]
+    lens = [
+        None if array is None else wrap(name, array)
+        for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv))
+    ]
     return _Inputs(q, k, wrap("value", value), bias, lens[0], lens[1])
 
 

@@ -107,16 +107,21 @@ class AttentionDescriptor:
             raise BadParam(f"alignment={self.alignment!r} must be a DiagonalAlignment (TOP_LEFT or BOTTOM_RIGHT)")
         object.__setattr__(self, "alignment", DiagonalAlignment(self.alignment))
         window = self.window
-        if not (isinstance(window, (tuple, list)) and len(window) == 2
-                and all(b is None or (isinstance(b, int) and not isinstance(b, bool) and b >= 0) for b in window)):
+        if not (
+            isinstance(window, (tuple, list))
+            and len(window) == 2
+            and all(b is None or (isinstance(b, int) and not isinstance(b, bool) and b >= 0) for b in window)
+        ):
             raise BadParam(f"window={window!r} must be a pair (left, right), each an int at least 0 or None")
         object.__setattr__(self, "window", tuple(window))
         if self.softcap is not None and not (isinstance(self.softcap, (int, float)) and 0 < self.softcap < math.inf):
             raise BadParam(f"softcap={self.softcap!r} must be positive and finite, or None")
         if not (isinstance(self.dropout_p, (int, float)) and 0.0 <= self.dropout_p < 1.0):
             raise BadParam(f"dropout_p={self.dropout_p!r} must be at least 0 and below 1")
-        for name, value, limit, text in (("seed", self.seed, MAX_SEED, "2**63 - 1"),
-                                         ("offset", self.offset, MAX_OFFSET, "2**62")):
+        for name, value, limit, text in (
+            ("seed", self.seed, MAX_SEED, "2**63 - 1"),
+            ("offset", self.offset, MAX_OFFSET, "2**62"),
+        ):
             if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value <= limit):
                 raise BadParam(f"{name}={value!r} must be an int from 0 to {text}")
         object.__setattr__(self, "seed", int(self.seed))
@@ -201,13 +206,25 @@ API_NAMES = (("params", "attn_desc"), *((slot, f"{slot}_desc") for slot in SLOTS
 
 
 @memoized
-def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: TensorDescriptor, v: TensorDescriptor,
-                      o: TensorDescriptor, *, stats: TensorDescriptor | None = None,
-                      bias: TensorDescriptor | None = None, seq_lens_q: TensorDescriptor | None = None,
-                      seq_lens_kv: TensorDescriptor | None = None, do: TensorDescriptor | None = None,
-                      dq: TensorDescriptor | None = None, dk: TensorDescriptor | None = None,
-                      dv: TensorDescriptor | None = None, dbias: TensorDescriptor | None = None,
-                      names: tuple[tuple[str, str], ...] = API_NAMES, allow_tf32: bool = False) -> AttentionProblem:
+def attention_problem(
+    params: AttentionDescriptor,
+    q: TensorDescriptor,
+    k: TensorDescriptor,
+    v: TensorDescriptor,
+    o: TensorDescriptor,
+    *,
+    stats: TensorDescriptor | None = None,
+    bias: TensorDescriptor | None = None,
+    seq_lens_q: TensorDescriptor | None = None,
+    seq_lens_kv: TensorDescriptor | None = None,
+    do: TensorDescriptor | None = None,
+    dq: TensorDescriptor | None = None,
+    dk: TensorDescriptor | None = None,
+    dv: TensorDescriptor | None = None,
+    dbias: TensorDescriptor | None = None,
+    names: tuple[tuple[str, str], ...] = API_NAMES,
+    allow_tf32: bool = False,
+) -> AttentionProblem:
     """The shape and dtype rules of every attention call; a backward when ``do`` is given.
 
     Args:
@@ -222,8 +239,21 @@ def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: Tenso
     name = dict(names)
     if not isinstance(params, AttentionDescriptor):
         raise BadParam(f"{name['params']}={params!r} must be an AttentionDescriptor")
-    descs = dict(q=q, k=k, v=v, o=o, stats=stats, bias=bias, seq_lens_q=seq_lens_q, seq_lens_kv=seq_lens_kv,
-                 do=do, dq=dq, dk=dk, dv=dv, dbias=dbias)
+    descs = dict(
+        q=q,
+        k=k,
+        v=v,
+        o=o,
+        stats=stats,
+        bias=bias,
+        seq_lens_q=seq_lens_q,
+        seq_lens_kv=seq_lens_kv,
+        do=do,
+        dq=dq,
+        dk=dk,
+        dv=dv,
+        dbias=dbias,
+    )
     backward = do is not None
     for slot in ("stats", "dq", "dk", "dv") if backward else ():
         require(descs[slot] is not None, f"{name[slot]}=None but the backward needs it", Status.BAD_PARAM_NULL_POINTER)
@@ -232,24 +262,37 @@ def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: Tenso
             raise BadParam(f"{name[slot]}={desc!r} must be a TensorDescriptor")
     data = {slot: desc for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv") if (desc := descs[slot]) is not None}
     for slot, desc in data.items():
-        require(desc.ndim == 4, f"{name[slot]}.ndim={desc.ndim} must be 4 (batch, heads, sequence, head dim)",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
-    require(q.dtype.is_floating, f"{name['q']}.dtype={q.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            desc.ndim == 4,
+            f"{name[slot]}.ndim={desc.ndim} must be 4 (batch, heads, sequence, head dim)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    require(
+        q.dtype.is_floating,
+        f"{name['q']}.dtype={q.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
     for slot, desc in data.items():
-        require(desc.dtype is q.dtype,
-                f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}")
+        require(
+            desc.dtype is q.dtype, f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}"
+        )
     batch, heads_q, _, head_dim = q.dims
     heads_kv, value_dim = k.dims[1], v.dims[3]
     _check_dims(name, "k", k, [("q", 0), None, None, ("q", 3)], data)
     _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], data)
-    require(heads_q % heads_kv == 0, f"{name['q']}.dims[1]={heads_q} must be a multiple of "
-                                     f"{name['k']}.dims[1]={heads_kv} (query heads per key/value head)",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        heads_q % heads_kv == 0,
+        f"{name['q']}.dims[1]={heads_q} must be a multiple of "
+        f"{name['k']}.dims[1]={heads_kv} (query heads per key/value head)",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     for slot, dim in (("q", head_dim), ("v", value_dim)):
-        require(MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM, f"{name[slot]}.dims[3]={dim} must be between {MIN_HEAD_DIM} "
-                                                     f"and {MAX_HEAD_DIM} (the head dims the kernels support)",
-                Status.NOT_SUPPORTED_SHAPE)
+        require(
+            MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM,
+            f"{name[slot]}.dims[3]={dim} must be between {MIN_HEAD_DIM} "
+            f"and {MAX_HEAD_DIM} (the head dims the kernels support)",
+            Status.NOT_SUPPORTED_SHAPE,
+        )
     output_dims = [("q", 0), ("q", 1), ("q", 2), ("v", 3)]
     for slot, source in (("o", None), ("do", None), ("dq", "q"), ("dk", "k"), ("dv", "v")):
         if slot in data:
@@ -264,47 +307,90 @@ def attention_problem(params: AttentionDescriptor, q: TensorDescriptor, k: Tenso
     for slot in ("seq_lens_q", "seq_lens_kv"):
         lens = descs[slot]
         if lens is not None:
-            require(lens.dims == (batch,), f"{name[slot]}.dims={list(lens.dims)} must be [{batch}] (one length per "
-                                           f"batch of {name['q']})", Status.BAD_PARAM_SHAPE_MISMATCH)
-            require(lens.dtype in (DataType.INT32, DataType.INT64),
-                    f"{name[slot]}.dtype={lens.dtype.name} must be INT32 or INT64", Status.NOT_SUPPORTED_DATA_TYPE)
-    return AttentionProblem(params, params.resolved_scale(head_dim), q, k, v, o, stats, bias, seq_lens_q, seq_lens_kv,
-                            do, dq, dk, dv, dbias, bool(allow_tf32) and q.dtype is DataType.FLOAT)
+            require(
+                lens.dims == (batch,),
+                f"{name[slot]}.dims={list(lens.dims)} must be [{batch}] (one length per batch of {name['q']})",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+            require(
+                lens.dtype in (DataType.INT32, DataType.INT64),
+                f"{name[slot]}.dtype={lens.dtype.name} must be INT32 or INT64",
+                Status.NOT_SUPPORTED_DATA_TYPE,
+            )
+    return AttentionProblem(
+        params,
+        params.resolved_scale(head_dim),
+        q,
+        k,
+        v,
+        o,
+        stats,
+        bias,
+        seq_lens_q,
+        seq_lens_kv,
+        do,
+        dq,
+        dk,
+        dv,
+        dbias,
+        bool(allow_tf32) and q.dtype is DataType.FLOAT,
+    )
 
 
-def _check_dims(name: dict[str, str], slot: str, desc: TensorDescriptor, rule: Sequence[tuple[str, int] | None],
-                descs: dict[str, TensorDescriptor]) -> None:
+def _check_dims(
+    name: dict[str, str],
+    slot: str,
+    desc: TensorDescriptor,
+    rule: Sequence[tuple[str, int] | None],
+    descs: dict[str, TensorDescriptor],
+) -> None:
     """Each dim d of ``desc`` equals dim rule[d][1] of descriptor rule[d][0] (None: any size)."""
     for d, source in enumerate(rule):
         if source is None:
             continue
         expected = descs[source[0]].dims[source[1]]
         if desc.dims[d] != expected:
-            raise BadParam(f"{name[slot]}.dims[{d}]={desc.dims[d]} must equal {name[source[0]]}.dims[{source[1]}]="
-                           f"{expected}", Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParam(
+                f"{name[slot]}.dims[{d}]={desc.dims[d]} must equal {name[source[0]]}.dims[{source[1]}]={expected}",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 def _check_stats(name: dict[str, str], stats: TensorDescriptor, q: TensorDescriptor) -> None:
-    require(stats.dims == q.dims[:3], f"{name['stats']}.dims={list(stats.dims)} must be {list(q.dims[:3])} "
-                                      f"(batch, heads, sequence of {name['q']})", Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        stats.dims == q.dims[:3],
+        f"{name['stats']}.dims={list(stats.dims)} must be {list(q.dims[:3])} (batch, heads, sequence of {name['q']})",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     allowed = (DataType.FLOAT, DataType.DOUBLE) if q.dtype is DataType.DOUBLE else (DataType.FLOAT,)
-    require(stats.dtype in allowed, f"{name['stats']}.dtype={stats.dtype.name} must be "
-                                    f"{' or '.join(t.name for t in allowed)} for {name['q']}.dtype={q.dtype.name}",
-            Status.NOT_SUPPORTED_DATA_TYPE)
+    require(
+        stats.dtype in allowed,
+        f"{name['stats']}.dtype={stats.dtype.name} must be "
+        f"{' or '.join(t.name for t in allowed)} for {name['q']}.dtype={q.dtype.name}",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
 
 
 def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescriptor, k: TensorDescriptor) -> None:
     full = (*q.dims[:3], k.dims[2])
-    require(bias.ndim == 4, f"{name['bias']}.ndim={bias.ndim} must be 4 (batch, heads, queries, keys)",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        bias.ndim == 4,
+        f"{name['bias']}.ndim={bias.ndim} must be 4 (batch, heads, queries, keys)",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     for d, (size, expected) in enumerate(zip(bias.dims, full)):
         if size not in (1, expected):
             sizes = "1" if expected == 1 else f"{expected} or 1"
-            raise BadParam(f"{name['bias']}.dims[{d}]={size} must be {sizes} (it broadcasts to {list(full)})",
-                           Status.BAD_PARAM_SHAPE_MISMATCH)
-    require(bias.dtype in (q.dtype, DataType.BOOLEAN),
-            f"{name['bias']}.dtype={bias.dtype.name} must equal {name['q']}.dtype={q.dtype.name} (added to the "
-            "scores) or be BOOLEAN (a mask, True where the key takes part)", Status.NOT_SUPPORTED_DATA_TYPE)
+            raise BadParam(
+                f"{name['bias']}.dims[{d}]={size} must be {sizes} (it broadcasts to {list(full)})",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+    require(
+        bias.dtype in (q.dtype, DataType.BOOLEAN),
+        f"{name['bias']}.dtype={bias.dtype.name} must equal {name['q']}.dtype={q.dtype.name} (added to the "
+        "scores) or be BOOLEAN (a mask, True where the key takes part)",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
 
 
 def _check_bias_gradient(name: dict[str, str], dbias: TensorDescriptor, bias: TensorDescriptor | None) -> None:
@@ -312,10 +398,15 @@ def _check_bias_gradient(name: dict[str, str], dbias: TensorDescriptor, bias: Te
     assert bias is not None
     if bias.dtype is DataType.BOOLEAN:
         raise NotSupported(f"{name['dbias']}: {name['bias']}.dtype=BOOLEAN is a mask and has no gradient")
-    require(dbias.dims == bias.dims, f"{name['dbias']}.dims={list(dbias.dims)} must equal "
-                                     f"{name['bias']}.dims={list(bias.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH)
-    require(dbias.dtype is bias.dtype,
-            f"{name['dbias']}.dtype={dbias.dtype.name} must equal {name['bias']}.dtype={bias.dtype.name}")
+    require(
+        dbias.dims == bias.dims,
+        f"{name['dbias']}.dims={list(dbias.dims)} must equal {name['bias']}.dims={list(bias.dims)}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    require(
+        dbias.dtype is bias.dtype,
+        f"{name['dbias']}.dtype={dbias.dtype.name} must equal {name['bias']}.dtype={bias.dtype.name}",
+    )
 
 
 # ---- the counter-based generator of the dropout mask ---------------------------------------------
@@ -358,8 +449,15 @@ def dropout_keep(params: AttentionDescriptor, shape: tuple[int, int, int, int]) 
 
 # ---- float64 reference ------------------------------------------------------------------------------
 
-def allowed_keys(params: AttentionDescriptor, batch: int, seq_q: int, seq_kv: int,
-                 seq_lens_q: np.ndarray | None = None, seq_lens_kv: np.ndarray | None = None) -> np.ndarray:
+
+def allowed_keys(
+    params: AttentionDescriptor,
+    batch: int,
+    seq_q: int,
+    seq_kv: int,
+    seq_lens_q: np.ndarray | None = None,
+    seq_lens_kv: np.ndarray | None = None,
+) -> np.ndarray:
     """(B, 1, Sq, Skv) booleans: True where key j takes part for query i (padding, causal, window)."""
     len_q = np.full(batch, seq_q) if seq_lens_q is None else np.clip(np.asarray(seq_lens_q, np.int64), 0, seq_q)
     len_kv = np.full(batch, seq_kv) if seq_lens_kv is None else np.clip(np.asarray(seq_lens_kv, np.int64), 0, seq_kv)
@@ -385,8 +483,15 @@ class _Weights(NamedTuple):
     values: np.ndarray  # v repeated to the query heads
 
 
-def _weights(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None,
-             seq_lens_q: np.ndarray | None, seq_lens_kv: np.ndarray | None) -> _Weights:
+def _weights(
+    params: AttentionDescriptor,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    bias: np.ndarray | None,
+    seq_lens_q: np.ndarray | None,
+    seq_lens_kv: np.ndarray | None,
+) -> _Weights:
     batch, heads_q, seq_q, head_dim = q.shape
     group, seq_kv = heads_q // k.shape[1], k.shape[2]
     keys, values = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
@@ -413,19 +518,31 @@ def _weights(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.nd
     return _Weights(p, p if kept is None else p * kept, kept, lse, tanh, keys, values)
 
 
-def reference_forward(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                      bias: np.ndarray | None = None, seq_lens_q: np.ndarray | None = None,
-                      seq_lens_kv: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def reference_forward(
+    params: AttentionDescriptor,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    bias: np.ndarray | None = None,
+    seq_lens_q: np.ndarray | None = None,
+    seq_lens_kv: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(o, lse): the forward definition in the inputs' float dtype. ``bias`` is a float array added to
     the scores or a boolean mask, of 4 dims that broadcast to (B, Hq, Sq, Skv)."""
     w = _weights(params, q, k, v, bias, seq_lens_q, seq_lens_kv)
     return w.dropped @ w.values, w.lse
 
 
-def reference_backward(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
-                       bias: np.ndarray | None = None, seq_lens_q: np.ndarray | None = None,
-                       seq_lens_kv: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def reference_backward(
+    params: AttentionDescriptor,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    do: np.ndarray,
+    bias: np.ndarray | None = None,
+    seq_lens_q: np.ndarray | None = None,
+    seq_lens_kv: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """(dq, dk, dv, dbias): the backward definition from the inputs and dO, the forward recomputed;
     dbias (of the bias's dims) only for a float bias, else None."""
     w = _weights(params, q, k, v, bias, seq_lens_q, seq_lens_kv)

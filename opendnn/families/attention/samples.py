@@ -38,9 +38,11 @@ def _operands(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str
     """(the descriptor, {slot: tensor}, {slot: float64 NumPy values}) of the inputs q, k, v, bias, lengths."""
     fields, bias_kind, lengths = VARIANTS[sample.variant]
     batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = sample.shape
-    tensors = {"q": t.input((batch, heads_q, seq_q, dim), sample.dtype, sample.layout),
-               "k": t.input((batch, heads_kv, seq_kv, dim), sample.dtype, sample.layout),
-               "v": t.input((batch, heads_kv, seq_kv, value_dim), sample.dtype, sample.layout)}
+    tensors = {
+        "q": t.input((batch, heads_q, seq_q, dim), sample.dtype, sample.layout),
+        "k": t.input((batch, heads_kv, seq_kv, dim), sample.dtype, sample.layout),
+        "v": t.input((batch, heads_kv, seq_kv, value_dim), sample.dtype, sample.layout),
+    }
     if bias_kind == "float":
         tensors["bias"] = t.input((1, heads_q, seq_q, seq_kv), sample.dtype, "packed")
     elif bias_kind == "mask":
@@ -50,15 +52,21 @@ def _operands(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str
             lens = t.rng.integers(seq // 2, seq + 1, batch)
             lens[-1] = seq
             tensors[f"seq_lens_{side}"] = t.torch.from_numpy(lens.astype(np.int32)).to(t.device)
-    values = {slot: tensor.cpu().numpy() if slot.startswith("seq") or tensor.dtype == t.torch.bool
-              else t.values(tensor) for slot, tensor in tensors.items()}
+    values = {
+        slot: tensor.cpu().numpy() if slot.startswith("seq") or tensor.dtype == t.torch.bool else t.values(tensor)
+        for slot, tensor in tensors.items()
+    }
     return AttentionDescriptor(**fields), tensors, values
 
 
 def _optional(tensors: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of the optional inputs present."""
-    return {key: value for slot in ("bias", "seq_lens_q", "seq_lens_kv") if slot in tensors
-            for key, value in ((f"{slot}_desc", descriptor(tensors[slot])), (slot, tensors[slot]))}
+    return {
+        key: value
+        for slot in ("bias", "seq_lens_q", "seq_lens_kv")
+        if slot in tensors
+        for key, value in ((f"{slot}_desc", descriptor(tensors[slot])), (slot, tensors[slot]))
+    }
 
 
 def _stats_type(sample: Sample) -> DataType:
@@ -68,8 +76,10 @@ def _stats_type(sample: Sample) -> DataType:
 def _joined(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """The (actual, expected) pairs flattened and concatenated, each divided by its expected norm."""
     scales = [max(float(np.linalg.norm(expected[np.isfinite(expected)])), 1e-30) for _, expected in pairs]
-    return (np.concatenate([actual.ravel() / s for (actual, _), s in zip(pairs, scales)]),
-            np.concatenate([expected.ravel() / s for (_, expected), s in zip(pairs, scales)]))
+    return (
+        np.concatenate([actual.ravel() / s for (actual, _), s in zip(pairs, scales)]),
+        np.concatenate([expected.ravel() / s for (_, expected), s in zip(pairs, scales)]),
+    )
 
 
 def run_attention_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
@@ -78,10 +88,30 @@ def run_attention_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[n
     o = t.output((batch, heads_q, seq_q, value_dim), sample.dtype, sample.layout, None)
     stats = t.output((batch, heads_q, seq_q), _stats_type(sample), "packed", None)
     q, k, v = tensors["q"], tensors["k"], tensors["v"]
-    attention_forward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
-                      stats_desc=descriptor(stats), stats=stats, **_optional(tensors))
-    expected_o, expected_stats = reference_forward(params, values["q"], values["k"], values["v"], values.get("bias"),
-                                                   values.get("seq_lens_q"), values.get("seq_lens_kv"))
+    attention_forward(
+        handle,
+        params,
+        descriptor(q),
+        q,
+        descriptor(k),
+        k,
+        descriptor(v),
+        v,
+        descriptor(o),
+        o,
+        stats_desc=descriptor(stats),
+        stats=stats,
+        **_optional(tensors),
+    )
+    expected_o, expected_stats = reference_forward(
+        params,
+        values["q"],
+        values["k"],
+        values["v"],
+        values.get("bias"),
+        values.get("seq_lens_q"),
+        values.get("seq_lens_kv"),
+    )
     return _joined([checked(t, o, expected_o), (t.values(stats), expected_stats)])
 
 
@@ -102,16 +132,33 @@ def run_attention_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[
         extra["dbias"] = dbias = t.output(tuple(tensors["bias"].shape), sample.dtype, "packed", None)
         extra["dbias_desc"] = descriptor(dbias)
         grads.append(dbias)
-    attention_backward(handle, params, descriptor(q), q, descriptor(k), k, descriptor(v), v, descriptor(o), o,
-                       descriptor(do), do, descriptor(stats), stats,
-                       *(item for grad in grads[:3] for item in (descriptor(grad), grad)), **extra)
+    attention_backward(
+        handle,
+        params,
+        descriptor(q),
+        q,
+        descriptor(k),
+        k,
+        descriptor(v),
+        v,
+        descriptor(o),
+        o,
+        descriptor(do),
+        do,
+        descriptor(stats),
+        stats,
+        *(item for grad in grads[:3] for item in (descriptor(grad), grad)),
+        **extra,
+    )
     expected = reference_backward(params, *inputs, t.values(do), *optional)
     return _joined([checked(t, grad, reference) for grad, reference in zip(grads, expected) if reference is not None])
 
 
 # (B, Hq, Hkv, Sq, Skv, D, Dv): GQA with Sq != Skv and a padded value dim; MQA with head dim 8
-SHAPES = {"small": ((2, 4, 2, 20, 27, 16, 24), (1, 2, 1, 33, 16, 8, 8)),
-          "large": ((2, 8, 2, 1024, 1024, 128, 128), (1, 4, 1, 2048, 1536, 64, 64))}
+SHAPES = {
+    "small": ((2, 4, 2, 20, 27, 16, 24), (1, 2, 1, 33, 16, 8, 8)),
+    "large": ((2, 8, 2, 1024, 1024, 128, 128), (1, 4, 1, 2048, 1536, 64, 64)),
+}
 
 
 def samples(size: str = "small") -> Iterator[Sample]:
@@ -137,16 +184,32 @@ def error_samples() -> list[ErrorSample]:
         return {"query": values(*query), "key": values(*key), "value": values(*value)}
 
     return [
-        ErrorSample("head dim below the kernels' range", scaled_dot_product_attention,
-                    lambda: operands((1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4)), NotSupported,
-                    "query.dims[3]=4 must be between 8 and 256"),
-        ErrorSample("key head dim not the query's", scaled_dot_product_attention,
-                    lambda: operands((1, 2, 4, 16), (1, 2, 5, 8), (1, 2, 5, 16)), BadParam,
-                    "key.dims[3]=8 must equal query.dims[3]=16"),
-        ErrorSample("query heads not a multiple of key heads", scaled_dot_product_attention,
-                    lambda: {**operands((1, 3, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "enable_gqa": True}, BadParam,
-                    "query.dims[1]=3 must be a multiple of key.dims[1]=2"),
-        ErrorSample("dropout probability of 1.5", scaled_dot_product_attention,
-                    lambda: {**operands((1, 2, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "dropout_p": 1.5}, BadParam,
-                    "dropout_p=1.5 must be at least 0 and below 1"),
+        ErrorSample(
+            "head dim below the kernels' range",
+            scaled_dot_product_attention,
+            lambda: operands((1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4)),
+            NotSupported,
+            "query.dims[3]=4 must be between 8 and 256",
+        ),
+        ErrorSample(
+            "key head dim not the query's",
+            scaled_dot_product_attention,
+            lambda: operands((1, 2, 4, 16), (1, 2, 5, 8), (1, 2, 5, 16)),
+            BadParam,
+            "key.dims[3]=8 must equal query.dims[3]=16",
+        ),
+        ErrorSample(
+            "query heads not a multiple of key heads",
+            scaled_dot_product_attention,
+            lambda: {**operands((1, 3, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "enable_gqa": True},
+            BadParam,
+            "query.dims[1]=3 must be a multiple of key.dims[1]=2",
+        ),
+        ErrorSample(
+            "dropout probability of 1.5",
+            scaled_dot_product_attention,
+            lambda: {**operands((1, 2, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "dropout_p": 1.5},
+            BadParam,
+            "dropout_p=1.5 must be at least 0 and below 1",
+        ),
     ]

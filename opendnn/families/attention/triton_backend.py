@@ -99,8 +99,9 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
 
 def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> None:
     """``kernel[grid]`` with the arguments it names."""
-    kernel[grid](**{name: args[name] for name in kernel.arg_names}, num_warps=plan.num_warps,
-                 num_stages=plan.num_stages)
+    kernel[grid](
+        **{name: args[name] for name in kernel.arg_names}, num_warps=plan.num_warps, num_stages=plan.num_stages
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -113,28 +114,57 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
     summed = [False] * 4 if dbias is None else [size == 1 for size in dbias.dims]
     seq_lens_strides = tuple(0 if d is None else d.strides[0] for d in (problem.seq_lens_q, problem.seq_lens_kv))
     args = dict(
-        q_strides=problem.q.strides, k_strides=problem.k.strides, v_strides=problem.v.strides,
-        o_strides=problem.o.strides, stats_strides=_strides(problem.stats, 3), do_strides=_strides(problem.do, 4),
-        dq_strides=_strides(problem.dq, 4), dk_strides=_strides(problem.dk, 4), dv_strides=_strides(problem.dv, 4),
+        q_strides=problem.q.strides,
+        k_strides=problem.k.strides,
+        v_strides=problem.v.strides,
+        o_strides=problem.o.strides,
+        stats_strides=_strides(problem.stats, 3),
+        do_strides=_strides(problem.do, 4),
+        dq_strides=_strides(problem.dq, 4),
+        dk_strides=_strides(problem.dk, 4),
+        dv_strides=_strides(problem.dv, 4),
         # broadcast dims of the bias read one element: stride 0
-        bias_strides=(0, 0, 0, 0) if bias is None else tuple(0 if d == 1 else s for d, s in zip(bias.dims,
-                                                                                             bias.strides)),
-        dbias_strides=_strides(dbias, 4), dbias_dims=(1, 1, 1, 1) if dbias is None else dbias.dims,
+        bias_strides=(0, 0, 0, 0)
+        if bias is None
+        else tuple(0 if d == 1 else s for d, s in zip(bias.dims, bias.strides)),
+        dbias_strides=_strides(dbias, 4),
+        dbias_dims=(1, 1, 1, 1) if dbias is None else dbias.dims,
         seq_lens_strides=seq_lens_strides,
-        batch=batch, heads_q=heads_q, group=problem.group, seq_q=seq_q, seq_kv=problem.k.dims[2],
-        head_dim=head_dim, value_dim=problem.v.dims[3],
-        scale=problem.scale, softcap=problem.params.softcap or 1.0, left=left or 0, right=right or 0,
-        dropout_p=dropout, dropout_scale=1.0 / (1.0 - dropout), seed=problem.params.seed,
+        batch=batch,
+        heads_q=heads_q,
+        group=problem.group,
+        seq_q=seq_q,
+        seq_kv=problem.k.dims[2],
+        head_dim=head_dim,
+        value_dim=problem.v.dims[3],
+        scale=problem.scale,
+        softcap=problem.params.softcap or 1.0,
+        left=left or 0,
+        right=right or 0,
+        dropout_p=dropout,
+        dropout_scale=1.0 / (1.0 - dropout),
+        seed=problem.params.seed,
         offset=problem.params.offset,
-        HAS_LEFT=left is not None, HAS_RIGHT=right is not None,
+        HAS_LEFT=left is not None,
+        HAS_RIGHT=right is not None,
         BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
-        HAS_LENS_Q=problem.seq_lens_q is not None, HAS_LENS_KV=problem.seq_lens_kv is not None,
-        BIAS_ADD=bias is not None and not problem.mask_bias, BIAS_MASK=problem.mask_bias,
-        SOFTCAP=problem.params.softcap is not None, DROPOUT=dropout > 0, STORE_STATS=problem.stats is not None,
+        HAS_LENS_Q=problem.seq_lens_q is not None,
+        HAS_LENS_KV=problem.seq_lens_kv is not None,
+        BIAS_ADD=bias is not None and not problem.mask_bias,
+        BIAS_MASK=problem.mask_bias,
+        SOFTCAP=problem.params.softcap is not None,
+        DROPOUT=dropout > 0,
+        STORE_STATS=problem.stats is not None,
         PRECISION="tf32" if problem.allow_tf32 else "ieee",
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
-        BATCH_SUMMED=summed[0], HEADS_SUMMED=summed[1], QUERIES_SUMMED=summed[2], KEYS_SUMMED=summed[3],
-        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_D=plan.block_d, BLOCK_DV=plan.block_dv,
+        BATCH_SUMMED=summed[0],
+        HEADS_SUMMED=summed[1],
+        QUERIES_SUMMED=summed[2],
+        KEYS_SUMMED=summed[3],
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        BLOCK_D=plan.block_d,
+        BLOCK_DV=plan.block_dv,
     )
     return tuple(args.items())
 

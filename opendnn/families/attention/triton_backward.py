@@ -41,17 +41,30 @@ from opendnn.families.attention.triton_tiles import (
 
 
 @triton.jit
-def attention_delta_kernel(o_ptr, do_ptr, delta_ptr, o_strides, do_strides, heads_q, seq_q, value_dim,
-                           COMPUTE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr):
+def attention_delta_kernel(
+    o_ptr,
+    do_ptr,
+    delta_ptr,
+    o_strides,
+    do_strides,
+    heads_q,
+    seq_q,
+    value_dim,
+    COMPUTE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
     """Program (m, b * Hq + h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] for BLOCK_M rows i."""
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     value_dims = tl.arange(0, BLOCK_DV)
-    o = load_tile(o_ptr, head_base(b, h, o_strides), rows, value_dims, (o_strides[2], o_strides[3]), seq_q,
-                  value_dim, 0.0)
-    do = load_tile(do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q,
-                   value_dim, 0.0)
+    o = load_tile(
+        o_ptr, head_base(b, h, o_strides), rows, value_dims, (o_strides[2], o_strides[3]), seq_q, value_dim, 0.0
+    )
+    do = load_tile(
+        do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0
+    )
     delta = tl.sum(o.to(COMPUTE) * do.to(COMPUTE), 1)
     tl.store(delta_ptr + tl.program_id(1).to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
 
@@ -68,14 +81,70 @@ def row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq
 
 
 @triton.jit
-def tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides, heads_q, seq_q, seq_kv,
-                   len_q, len_kv, shift, left, right, scale, softcap, dropout_p, dropout_scale, seed, offset,
-                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr,
-                   SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr):
+def tile_gradients(
+    q,
+    k,
+    v,
+    do,
+    lse,
+    delta,
+    rows,
+    columns,
+    b,
+    h,
+    bias_ptr,
+    bias_strides,
+    heads_q,
+    seq_q,
+    seq_kv,
+    len_q,
+    len_kv,
+    shift,
+    left,
+    right,
+    scale,
+    softcap,
+    dropout_p,
+    dropout_scale,
+    seed,
+    offset,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BIAS_ADD: tl.constexpr,
+    BIAS_MASK: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """(p * dropout, dS, t) of a tile: the weights that multiplied v, the scores' gradient
     p * (dP - delta), and tanh of the capped scores (see tile_scores)."""
-    s, t = tile_scores(q, k, rows, columns, b, h, bias_ptr, bias_strides, seq_q, seq_kv, len_q, len_kv, shift, left,
-                       right, scale, softcap, HAS_LEFT, HAS_RIGHT, BIAS_ADD, BIAS_MASK, SOFTCAP, PRECISION, COMPUTE)
+    s, t = tile_scores(
+        q,
+        k,
+        rows,
+        columns,
+        b,
+        h,
+        bias_ptr,
+        bias_strides,
+        seq_q,
+        seq_kv,
+        len_q,
+        len_kv,
+        shift,
+        left,
+        right,
+        scale,
+        softcap,
+        HAS_LEFT,
+        HAS_RIGHT,
+        BIAS_ADD,
+        BIAS_MASK,
+        SOFTCAP,
+        PRECISION,
+        COMPUTE,
+    )
     p = tl.exp2((s - lse[:, None]) * LOG2E)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=COMPUTE)
     dropped = p
@@ -97,38 +166,88 @@ def through_softcap(ds, t, SOFTCAP: tl.constexpr):
 @triton.jit
 def attention_dkdv_kernel(
     # memory
-    q_ptr, k_ptr, v_ptr, do_ptr, stats_ptr, delta_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr, dk_ptr, dv_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    stats_ptr,
+    delta_ptr,
+    bias_ptr,
+    seq_lens_q_ptr,
+    seq_lens_kv_ptr,
+    dk_ptr,
+    dv_ptr,
     # layout (as the forward's)
-    q_strides, k_strides, v_strides, do_strides, stats_strides, bias_strides, seq_lens_strides, dk_strides,
+    q_strides,
+    k_strides,
+    v_strides,
+    do_strides,
+    stats_strides,
+    bias_strides,
+    seq_lens_strides,
+    dk_strides,
     dv_strides,
     # sizes
-    heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    heads_q,
+    group,
+    seq_q,
+    seq_kv,
+    head_dim,
+    value_dim,
     # parameters
-    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    scale: tl.float64,
+    softcap: tl.float64,
+    left,
+    right,
+    dropout_p,
+    dropout_scale: tl.float64,
+    seed,
+    offset,
     # the variant
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
-    HAS_LENS_KV: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr,
-    DROPOUT: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr,
+    BIAS_ADD: tl.constexpr,
+    BIAS_MASK: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr,
     # the tile
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
 ):
     """Program (n, b * Hkv + kv head): dK and dV of keys n * BLOCK_N .. + BLOCK_N - 1."""
     heads_kv = heads_q // group
     b = tl.program_id(1) // heads_kv
     kv_head = tl.program_id(1) % heads_kv
     start_n = tl.program_id(0) * BLOCK_N
-    len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
-                                            HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+    len_q, len_kv, shift = sequence_lengths(
+        b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+    )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     columns = start_n + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
-    k = load_tile(k_ptr, head_base(b, kv_head, k_strides), columns, dims, (k_strides[2], k_strides[3]), seq_kv,
-                  head_dim, 0.0)
-    v = load_tile(v_ptr, head_base(b, kv_head, v_strides), columns, value_dims, (v_strides[2], v_strides[3]), seq_kv,
-                  value_dim, 0.0)
+    k = load_tile(
+        k_ptr, head_base(b, kv_head, k_strides), columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0
+    )
+    v = load_tile(
+        v_ptr,
+        head_base(b, kv_head, v_strides),
+        columns,
+        value_dims,
+        (v_strides[2], v_strides[3]),
+        seq_kv,
+        value_dim,
+        0.0,
+    )
     dk = tl.zeros((BLOCK_N, BLOCK_D), COMPUTE)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), COMPUTE)
     lo, hi = query_range(start_n, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
@@ -141,43 +260,131 @@ def attention_dkdv_kernel(
             q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
             do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0)
             lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
-            dropped, ds, t = tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides,
-                                            heads_q, seq_q, seq_kv, len_q, len_kv, shift, left, right, scale, softcap,
-                                            dropout_p, dropout_scale, seed, offset, HAS_LEFT, HAS_RIGHT, BIAS_ADD,
-                                            BIAS_MASK, SOFTCAP, DROPOUT, PRECISION, COMPUTE)
+            dropped, ds, t = tile_gradients(
+                q,
+                k,
+                v,
+                do,
+                lse,
+                delta,
+                rows,
+                columns,
+                b,
+                h,
+                bias_ptr,
+                bias_strides,
+                heads_q,
+                seq_q,
+                seq_kv,
+                len_q,
+                len_kv,
+                shift,
+                left,
+                right,
+                scale,
+                softcap,
+                dropout_p,
+                dropout_scale,
+                seed,
+                offset,
+                HAS_LEFT,
+                HAS_RIGHT,
+                BIAS_ADD,
+                BIAS_MASK,
+                SOFTCAP,
+                DROPOUT,
+                PRECISION,
+                COMPUTE,
+            )
             dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION, out_dtype=COMPUTE)
             ds = through_softcap(ds, t, SOFTCAP)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION, out_dtype=COMPUTE)
-    store_tile(dk_ptr, head_base(b, kv_head, dk_strides), columns, dims, (dk_strides[2], dk_strides[3]), seq_kv,
-               head_dim, dk * scale)
-    store_tile(dv_ptr, head_base(b, kv_head, dv_strides), columns, value_dims, (dv_strides[2], dv_strides[3]),
-               seq_kv, value_dim, dv)
+    store_tile(
+        dk_ptr,
+        head_base(b, kv_head, dk_strides),
+        columns,
+        dims,
+        (dk_strides[2], dk_strides[3]),
+        seq_kv,
+        head_dim,
+        dk * scale,
+    )
+    store_tile(
+        dv_ptr,
+        head_base(b, kv_head, dv_strides),
+        columns,
+        value_dims,
+        (dv_strides[2], dv_strides[3]),
+        seq_kv,
+        value_dim,
+        dv,
+    )
 
 
 @triton.jit
 def attention_dq_kernel(
     # memory
-    q_ptr, k_ptr, v_ptr, do_ptr, stats_ptr, delta_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr, dq_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    stats_ptr,
+    delta_ptr,
+    bias_ptr,
+    seq_lens_q_ptr,
+    seq_lens_kv_ptr,
+    dq_ptr,
     # layout (as the forward's)
-    q_strides, k_strides, v_strides, do_strides, stats_strides, bias_strides, seq_lens_strides, dq_strides,
+    q_strides,
+    k_strides,
+    v_strides,
+    do_strides,
+    stats_strides,
+    bias_strides,
+    seq_lens_strides,
+    dq_strides,
     # sizes
-    heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    heads_q,
+    group,
+    seq_q,
+    seq_kv,
+    head_dim,
+    value_dim,
     # parameters
-    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    scale: tl.float64,
+    softcap: tl.float64,
+    left,
+    right,
+    dropout_p,
+    dropout_scale: tl.float64,
+    seed,
+    offset,
     # the variant
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
-    HAS_LENS_KV: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr,
-    DROPOUT: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr,
+    BIAS_ADD: tl.constexpr,
+    BIAS_MASK: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr,
     # the tile
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
 ):
     """Program (m, b * Hq + h): dQ of queries m * BLOCK_M .. + BLOCK_M - 1."""
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
     kv_head = h // group
     start_m = tl.program_id(0) * BLOCK_M
-    len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
-                                            HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+    len_q, len_kv, shift = sequence_lengths(
+        b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+    )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
@@ -185,8 +392,9 @@ def attention_dq_kernel(
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
     q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
-    do = load_tile(do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q,
-                   value_dim, 0.0)
+    do = load_tile(
+        do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0
+    )
     lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
     k_base = head_base(b, kv_head, k_strides)
     v_base = head_base(b, kv_head, v_strides)
@@ -196,34 +404,108 @@ def attention_dq_kernel(
         columns = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0)
         v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
-        _, ds, t = tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides, heads_q,
-                                  seq_q, seq_kv, len_q, len_kv, shift, left, right, scale, softcap, dropout_p,
-                                  dropout_scale, seed, offset, HAS_LEFT, HAS_RIGHT, BIAS_ADD, BIAS_MASK, SOFTCAP,
-                                  DROPOUT, PRECISION, COMPUTE)
+        _, ds, t = tile_gradients(
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            rows,
+            columns,
+            b,
+            h,
+            bias_ptr,
+            bias_strides,
+            heads_q,
+            seq_q,
+            seq_kv,
+            len_q,
+            len_kv,
+            shift,
+            left,
+            right,
+            scale,
+            softcap,
+            dropout_p,
+            dropout_scale,
+            seed,
+            offset,
+            HAS_LEFT,
+            HAS_RIGHT,
+            BIAS_ADD,
+            BIAS_MASK,
+            SOFTCAP,
+            DROPOUT,
+            PRECISION,
+            COMPUTE,
+        )
         ds = through_softcap(ds, t, SOFTCAP)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
-    store_tile(dq_ptr, head_base(b, h, dq_strides), rows, dims, (dq_strides[2], dq_strides[3]), seq_q, head_dim,
-               dq * scale)
+    store_tile(
+        dq_ptr, head_base(b, h, dq_strides), rows, dims, (dq_strides[2], dq_strides[3]), seq_q, head_dim, dq * scale
+    )
 
 
 @triton.jit
 def attention_dbias_kernel(
     # memory
-    q_ptr, k_ptr, v_ptr, do_ptr, stats_ptr, delta_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr, dbias_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    stats_ptr,
+    delta_ptr,
+    bias_ptr,
+    seq_lens_q_ptr,
+    seq_lens_kv_ptr,
+    dbias_ptr,
     # layout (as the forward's); dbias_dims: the bias's own dims
-    q_strides, k_strides, v_strides, do_strides, stats_strides, bias_strides, seq_lens_strides, dbias_strides,
+    q_strides,
+    k_strides,
+    v_strides,
+    do_strides,
+    stats_strides,
+    bias_strides,
+    seq_lens_strides,
+    dbias_strides,
     dbias_dims,
     # sizes
-    batch, heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    batch,
+    heads_q,
+    group,
+    seq_q,
+    seq_kv,
+    head_dim,
+    value_dim,
     # parameters
-    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    scale: tl.float64,
+    softcap: tl.float64,
+    left,
+    right,
+    dropout_p,
+    dropout_scale: tl.float64,
+    seed,
+    offset,
     # the variant; *_SUMMED: the bias broadcasts along that dim, whose terms this program sums
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
-    HAS_LENS_KV: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-    COMPUTE: tl.constexpr, BATCH_SUMMED: tl.constexpr, HEADS_SUMMED: tl.constexpr, QUERIES_SUMMED: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BATCH_SUMMED: tl.constexpr,
+    HEADS_SUMMED: tl.constexpr,
+    QUERIES_SUMMED: tl.constexpr,
     KEYS_SUMMED: tl.constexpr,
     # the tile
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
 ):
     """Program (tile, bias batch * bias heads + bias head): dBias of one BLOCK_M x BLOCK_N tile of the
     bias's (queries, keys) dims (a whole summed dim counts as one row or column)."""
@@ -248,28 +530,86 @@ def attention_dbias_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for batch_step in range(batch_count):
         b = bias_b + batch_step
-        len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
-                                                HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+        len_q, len_kv, shift = sequence_lengths(
+            b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+        )
         for head_step in range(head_count):
             h = bias_h + head_step
             kv_head = h // group
             for start_m in range(m_start, m_stop, BLOCK_M):
                 rows = start_m + tl.arange(0, BLOCK_M)
-                q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q,
-                              head_dim, 0.0)
-                do = load_tile(do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]),
-                               seq_q, value_dim, 0.0)
+                q = load_tile(
+                    q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0
+                )
+                do = load_tile(
+                    do_ptr,
+                    head_base(b, h, do_strides),
+                    rows,
+                    value_dims,
+                    (do_strides[2], do_strides[3]),
+                    seq_q,
+                    value_dim,
+                    0.0,
+                )
                 lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
                 for start_n in range(n_start, n_stop, BLOCK_N):
                     columns = start_n + tl.arange(0, BLOCK_N)
-                    k = load_tile(k_ptr, head_base(b, kv_head, k_strides), columns, dims, (k_strides[2], k_strides[3]),
-                                  seq_kv, head_dim, 0.0)
-                    v = load_tile(v_ptr, head_base(b, kv_head, v_strides), columns, value_dims,
-                                  (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
-                    _, ds, _ = tile_gradients(q, k, v, do, lse, delta, rows, columns, b, h, bias_ptr, bias_strides,
-                                              heads_q, seq_q, seq_kv, len_q, len_kv, shift, left, right, scale,
-                                              softcap, dropout_p, dropout_scale, seed, offset, HAS_LEFT, HAS_RIGHT,
-                                              True, False, SOFTCAP, DROPOUT, PRECISION, COMPUTE)
+                    k = load_tile(
+                        k_ptr,
+                        head_base(b, kv_head, k_strides),
+                        columns,
+                        dims,
+                        (k_strides[2], k_strides[3]),
+                        seq_kv,
+                        head_dim,
+                        0.0,
+                    )
+                    v = load_tile(
+                        v_ptr,
+                        head_base(b, kv_head, v_strides),
+                        columns,
+                        value_dims,
+                        (v_strides[2], v_strides[3]),
+                        seq_kv,
+                        value_dim,
+                        0.0,
+                    )
+                    _, ds, _ = tile_gradients(
+                        q,
+                        k,
+                        v,
+                        do,
+                        lse,
+                        delta,
+                        rows,
+                        columns,
+                        b,
+                        h,
+                        bias_ptr,
+                        bias_strides,
+                        heads_q,
+                        seq_q,
+                        seq_kv,
+                        len_q,
+                        len_kv,
+                        shift,
+                        left,
+                        right,
+                        scale,
+                        softcap,
+                        dropout_p,
+                        dropout_scale,
+                        seed,
+                        offset,
+                        HAS_LEFT,
+                        HAS_RIGHT,
+                        True,
+                        False,
+                        SOFTCAP,
+                        DROPOUT,
+                        PRECISION,
+                        COMPUTE,
+                    )
                     acc += ds
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if QUERIES_SUMMED:

@@ -38,27 +38,65 @@ from opendnn.families.attention.triton_tiles import (
 @triton.jit
 def attention_forward_kernel(
     # memory
-    q_ptr, k_ptr, v_ptr, o_ptr, stats_ptr, bias_ptr, seq_lens_q_ptr, seq_lens_kv_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    stats_ptr,
+    bias_ptr,
+    seq_lens_q_ptr,
+    seq_lens_kv_ptr,
     # layout: the strides of each tensor, (B, H, S, D) order; (B, H, S) for stats; (q, kv) for the lengths
-    q_strides, k_strides, v_strides, o_strides, stats_strides, bias_strides, seq_lens_strides,
+    q_strides,
+    k_strides,
+    v_strides,
+    o_strides,
+    stats_strides,
+    bias_strides,
+    seq_lens_strides,
     # sizes
-    heads_q, group, seq_q, seq_kv, head_dim, value_dim,
+    heads_q,
+    group,
+    seq_q,
+    seq_kv,
+    head_dim,
+    value_dim,
     # parameters
-    scale: tl.float64, softcap: tl.float64, left, right, dropout_p, dropout_scale: tl.float64, seed, offset,
+    scale: tl.float64,
+    softcap: tl.float64,
+    left,
+    right,
+    dropout_p,
+    dropout_scale: tl.float64,
+    seed,
+    offset,
     # the variant
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LENS_Q: tl.constexpr,
-    HAS_LENS_KV: tl.constexpr, BIAS_ADD: tl.constexpr, BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr,
-    DROPOUT: tl.constexpr, STORE_STATS: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+    HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr,
+    BIAS_ADD: tl.constexpr,
+    BIAS_MASK: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    STORE_STATS: tl.constexpr,
+    PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr,
     # the tile
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
 ):
     """Program (m, b * Hq + h): o and lse of queries m * BLOCK_M .. + BLOCK_M - 1 of batch b, head h."""
     start_m = tl.program_id(0) * BLOCK_M
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
     kv_head = h // group
-    len_q, len_kv, shift = sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
-                                            HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT)
+    len_q, len_kv, shift = sequence_lengths(
+        b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+    )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
@@ -74,9 +112,32 @@ def attention_forward_kernel(
     for start_n in range(lo, hi, BLOCK_N):
         columns = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0)
-        s, _ = tile_scores(q, k, rows, columns, b, h, bias_ptr, bias_strides, seq_q, seq_kv, len_q, len_kv, shift,
-                           left, right, scale, softcap, HAS_LEFT, HAS_RIGHT, BIAS_ADD, BIAS_MASK, SOFTCAP, PRECISION,
-                           COMPUTE)
+        s, _ = tile_scores(
+            q,
+            k,
+            rows,
+            columns,
+            b,
+            h,
+            bias_ptr,
+            bias_strides,
+            seq_q,
+            seq_kv,
+            len_q,
+            len_kv,
+            shift,
+            left,
+            right,
+            scale,
+            softcap,
+            HAS_LEFT,
+            HAS_RIGHT,
+            BIAS_ADD,
+            BIAS_MASK,
+            SOFTCAP,
+            PRECISION,
+            COMPUTE,
+        )
         m_new = tl.maximum(m, tl.max(s, 1))
         shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
         rescale = tl.exp2((m - shift_m) * LOG2E)

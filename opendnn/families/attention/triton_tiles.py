@@ -40,8 +40,17 @@ def head_base(b, h, strides):
 
 
 @triton.jit
-def sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv,
-                     HAS_LENS_Q: tl.constexpr, HAS_LENS_KV: tl.constexpr, BOTTOM_RIGHT: tl.constexpr):
+def sequence_lengths(
+    b,
+    seq_lens_q_ptr,
+    seq_lens_kv_ptr,
+    seq_lens_strides,
+    seq_q,
+    seq_kv,
+    HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
+):
     """(len_q, len_kv, shift) of batch b: the lengths clamped to 0..Sq and 0..Skv, and the diagonal's shift."""
     len_q = seq_q
     len_kv = seq_kv
@@ -58,8 +67,18 @@ def sequence_lengths(b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q
 
 
 @triton.jit
-def key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def key_range(
+    start_m,
+    len_q,
+    len_kv,
+    shift,
+    left,
+    right,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """[lo, hi): the keys that queries start_m .. start_m + BLOCK_M - 1 may see, lo a multiple of BLOCK_N."""
     lo = 0
     hi = len_kv
@@ -72,8 +91,18 @@ def key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT: tl.constexpr
 
 
 @triton.jit
-def query_range(start_n, len_q, len_kv, shift, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def query_range(
+    start_n,
+    len_q,
+    len_kv,
+    shift,
+    left,
+    right,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """[lo, hi): the queries that see any of keys start_n .. start_n + BLOCK_N - 1, lo a multiple of BLOCK_M."""
     lo = 0
     hi = len_q
@@ -99,9 +128,32 @@ def tanh_of(x):
 
 
 @triton.jit
-def tile_scores(q, k, rows, columns, b, h, bias_ptr, bias_strides, seq_q, seq_kv, len_q, len_kv, shift, left, right,
-                scale, softcap, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BIAS_ADD: tl.constexpr,
-                BIAS_MASK: tl.constexpr, SOFTCAP: tl.constexpr, PRECISION: tl.constexpr, COMPUTE: tl.constexpr):
+def tile_scores(
+    q,
+    k,
+    rows,
+    columns,
+    b,
+    h,
+    bias_ptr,
+    bias_strides,
+    seq_q,
+    seq_kv,
+    len_q,
+    len_kv,
+    shift,
+    left,
+    right,
+    scale,
+    softcap,
+    HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr,
+    BIAS_ADD: tl.constexpr,
+    BIAS_MASK: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    PRECISION: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """(s, t): the tile's scores, -inf where the key takes no part, and tanh of the capped scores
     (the softcap's derivative needs it; s itself without a softcap). ``scale`` and ``softcap`` are
     in the COMPUTE dtype; BIAS_ADD: the bias is added to the scores, BIAS_MASK: it is a boolean mask."""
@@ -117,8 +169,9 @@ def tile_scores(q, k, rows, columns, b, h, bias_ptr, bias_strides, seq_q, seq_kv
     if HAS_RIGHT:
         allowed &= columns[None, :] <= (diagonal + right)[:, None]
     if BIAS_ADD or BIAS_MASK:  # broadcast dims have stride 0
-        bias = load_tile(bias_ptr, head_base(b, h, bias_strides), rows, columns, (bias_strides[2], bias_strides[3]),
-                         seq_q, seq_kv, 0)
+        bias = load_tile(
+            bias_ptr, head_base(b, h, bias_strides), rows, columns, (bias_strides[2], bias_strides[3]), seq_q, seq_kv, 0
+        )
         if BIAS_ADD:
             s += bias.to(COMPUTE)
         else:

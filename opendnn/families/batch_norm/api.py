@@ -28,10 +28,24 @@ from opendnn.families.pointwise.activation_api import ActivationDescriptor
 
 
 def batch_normalization_forward_training(
-        handle: Handle, mode: BatchNormMode, alpha: float, beta: float, x_desc: TensorDescriptor, x: Any,
-        y_desc: TensorDescriptor, y: Any, bn_scale_bias_mean_var_desc: TensorDescriptor, bn_scale: Any,
-        bn_bias: Any, exponential_average_factor: float, result_running_mean: Any, result_running_variance: Any,
-        epsilon: float, result_save_mean: Any = None, result_save_inv_variance: Any = None) -> None:
+    handle: Handle,
+    mode: BatchNormMode,
+    alpha: float,
+    beta: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    y_desc: TensorDescriptor,
+    y: Any,
+    bn_scale_bias_mean_var_desc: TensorDescriptor,
+    bn_scale: Any,
+    bn_bias: Any,
+    exponential_average_factor: float,
+    result_running_mean: Any,
+    result_running_variance: Any,
+    epsilon: float,
+    result_save_mean: Any = None,
+    result_save_inv_variance: Any = None,
+) -> None:
     """``y = alpha * (scale * xhat + bias) + beta * y`` with the batch statistics; updates the running
     mean and variance (unbiased) in place when given, writes the saved mean and inverse std when given.
 
@@ -40,15 +54,48 @@ def batch_normalization_forward_training(
             tensor past its buffer or on another device.
     """
     batch_normalization_forward_training_ex(
-        handle, mode, BatchNormOps.BN, alpha, beta, x_desc, x, None, None, y_desc, y, bn_scale_bias_mean_var_desc,
-        bn_scale, bn_bias, exponential_average_factor, result_running_mean, result_running_variance, epsilon,
-        result_save_mean, result_save_inv_variance, None, AUTOMATIC, None)
+        handle,
+        mode,
+        BatchNormOps.BN,
+        alpha,
+        beta,
+        x_desc,
+        x,
+        None,
+        None,
+        y_desc,
+        y,
+        bn_scale_bias_mean_var_desc,
+        bn_scale,
+        bn_bias,
+        exponential_average_factor,
+        result_running_mean,
+        result_running_variance,
+        epsilon,
+        result_save_mean,
+        result_save_inv_variance,
+        None,
+        AUTOMATIC,
+        None,
+    )
 
 
 def batch_normalization_forward_inference(
-        handle: Handle, mode: BatchNormMode, alpha: float, beta: float, x_desc: TensorDescriptor, x: Any,
-        y_desc: TensorDescriptor, y: Any, bn_scale_bias_mean_var_desc: TensorDescriptor, bn_scale: Any,
-        bn_bias: Any, estimated_mean: Any, estimated_variance: Any, epsilon: float) -> None:
+    handle: Handle,
+    mode: BatchNormMode,
+    alpha: float,
+    beta: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    y_desc: TensorDescriptor,
+    y: Any,
+    bn_scale_bias_mean_var_desc: TensorDescriptor,
+    bn_scale: Any,
+    bn_bias: Any,
+    estimated_mean: Any,
+    estimated_variance: Any,
+    epsilon: float,
+) -> None:
     """``y = alpha * (scale * (x - mean) / sqrt(var + eps) + bias) + beta * y`` with the estimated
     statistics; with beta == 0, y is never read.
 
@@ -58,18 +105,37 @@ def batch_normalization_forward_inference(
     problem = inference_problem(mode, alpha, beta, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon)
     param = problem.param
     tensors = BatchNormTensors(
-        bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
-        bind("bn_bias", param, bn_bias), mean=bind("estimated_mean", param, estimated_mean),
-        variance=bind("estimated_variance", param, estimated_variance))
+        bind("x", x_desc, x),
+        bind("y", y_desc, y, output=True),
+        bind("bn_scale", param, bn_scale),
+        bind("bn_bias", param, bn_bias),
+        mean=bind("estimated_mean", param, estimated_mean),
+        variance=bind("estimated_variance", param, estimated_variance),
+    )
     _run(handle, problem, tensors, AUTOMATIC)
 
 
 def batch_normalization_backward(
-        handle: Handle, mode: BatchNormMode, alpha_data_diff: float, beta_data_diff: float,
-        alpha_param_diff: float, beta_param_diff: float, x_desc: TensorDescriptor, x: Any,
-        dy_desc: TensorDescriptor, dy: Any, dx_desc: TensorDescriptor, dx: Any,
-        d_bn_scale_bias_desc: TensorDescriptor, bn_scale: Any, d_bn_scale_result: Any, d_bn_bias_result: Any,
-        epsilon: float, saved_mean: Any = None, saved_inv_variance: Any = None) -> None:
+    handle: Handle,
+    mode: BatchNormMode,
+    alpha_data_diff: float,
+    beta_data_diff: float,
+    alpha_param_diff: float,
+    beta_param_diff: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    dx_desc: TensorDescriptor,
+    dx: Any,
+    d_bn_scale_bias_desc: TensorDescriptor,
+    bn_scale: Any,
+    d_bn_scale_result: Any,
+    d_bn_bias_result: Any,
+    epsilon: float,
+    saved_mean: Any = None,
+    saved_inv_variance: Any = None,
+) -> None:
     """dx, dscale and dbias of the training forward, each blended: ``dx = alpha_data_diff * dx +
     beta_data_diff * dx``, ``dscale = alpha_param_diff * dscale + beta_param_diff * dscale`` (dbias
     likewise). The saved mean and inverse std (both or neither) are recomputed from x when absent.
@@ -78,18 +144,62 @@ def batch_normalization_backward(
         BadParam: as batch_normalization_forward_training; only one of the saved statistics given.
     """
     batch_normalization_backward_ex(
-        handle, mode, BatchNormOps.BN, alpha_data_diff, beta_data_diff, alpha_param_diff, beta_param_diff,
-        x_desc, x, None, None, dy_desc, dy, None, None, dx_desc, dx, d_bn_scale_bias_desc, bn_scale, None,
-        d_bn_scale_result, d_bn_bias_result, epsilon, saved_mean, saved_inv_variance, None, AUTOMATIC, None)
+        handle,
+        mode,
+        BatchNormOps.BN,
+        alpha_data_diff,
+        beta_data_diff,
+        alpha_param_diff,
+        beta_param_diff,
+        x_desc,
+        x,
+        None,
+        None,
+        dy_desc,
+        dy,
+        None,
+        None,
+        dx_desc,
+        dx,
+        d_bn_scale_bias_desc,
+        bn_scale,
+        None,
+        d_bn_scale_result,
+        d_bn_bias_result,
+        epsilon,
+        saved_mean,
+        saved_inv_variance,
+        None,
+        AUTOMATIC,
+        None,
+    )
 
 
 def batch_normalization_forward_training_ex(
-        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, alpha: float, beta: float,
-        x_desc: TensorDescriptor, x: Any, z_desc: TensorDescriptor | None, z: Any, y_desc: TensorDescriptor, y: Any,
-        bn_scale_bias_mean_var_desc: TensorDescriptor, bn_scale: Any, bn_bias: Any,
-        exponential_average_factor: float, result_running_mean: Any, result_running_variance: Any,
-        epsilon: float, result_save_mean: Any, result_save_inv_variance: Any,
-        activation_desc: ActivationDescriptor | None, workspace: Any, reserve_space: Any) -> None:
+    handle: Handle,
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    alpha: float,
+    beta: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    z_desc: TensorDescriptor | None,
+    z: Any,
+    y_desc: TensorDescriptor,
+    y: Any,
+    bn_scale_bias_mean_var_desc: TensorDescriptor,
+    bn_scale: Any,
+    bn_bias: Any,
+    exponential_average_factor: float,
+    result_running_mean: Any,
+    result_running_variance: Any,
+    epsilon: float,
+    result_save_mean: Any,
+    result_save_inv_variance: Any,
+    activation_desc: ActivationDescriptor | None,
+    workspace: Any,
+    reserve_space: Any,
+) -> None:
     """``y = alpha * act(scale * xhat + bias [+ z]) + beta * y`` (bn_ops BN, BN_ACTIVATION,
     BN_ADD_ACTIVATION), running and saved statistics as batch_normalization_forward_training.
 
@@ -106,28 +216,65 @@ def batch_normalization_forward_training_ex(
             only one of the saved statistics given.
     """
     problem = training_ex_problem(
-        mode, bn_ops, alpha, beta, x_desc, z_desc, y_desc, bn_scale_bias_mean_var_desc, exponential_average_factor,
-        epsilon, activation_desc, running=(result_running_mean is not None, result_running_variance is not None),
-        saved=(result_save_mean is not None, result_save_inv_variance is not None))
+        mode,
+        bn_ops,
+        alpha,
+        beta,
+        x_desc,
+        z_desc,
+        y_desc,
+        bn_scale_bias_mean_var_desc,
+        exponential_average_factor,
+        epsilon,
+        activation_desc,
+        running=(result_running_mean is not None, result_running_variance is not None),
+        saved=(result_save_mean is not None, result_save_inv_variance is not None),
+    )
     param = problem.param
     tensors = BatchNormTensors(
-        bind("x", x_desc, x), bind("y", y_desc, y, output=True), bind("bn_scale", param, bn_scale),
-        bind("bn_bias", param, bn_bias), z=None if problem.z is None else bind("z", problem.z, _given("z", z)),
+        bind("x", x_desc, x),
+        bind("y", y_desc, y, output=True),
+        bind("bn_scale", param, bn_scale),
+        bind("bn_bias", param, bn_bias),
+        z=None if problem.z is None else bind("z", problem.z, _given("z", z)),
         mean=_optional("result_running_mean", param, result_running_mean, output=True),
         variance=_optional("result_running_variance", param, result_running_variance, output=True),
         saved_mean=_optional("result_save_mean", param, result_save_mean, output=True),
-        saved_inv_std=_optional("result_save_inv_variance", param, result_save_inv_variance, output=True))
+        saved_inv_std=_optional("result_save_inv_variance", param, result_save_inv_variance, output=True),
+    )
     _run(handle, problem, tensors, workspace, reserve_space)
 
 
 def batch_normalization_backward_ex(
-        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, alpha_data_diff: float, beta_data_diff: float,
-        alpha_param_diff: float, beta_param_diff: float, x_desc: TensorDescriptor, x: Any,
-        y_desc: TensorDescriptor | None, y: Any, dy_desc: TensorDescriptor, dy: Any,
-        dz_desc: TensorDescriptor | None, dz: Any, dx_desc: TensorDescriptor, dx: Any,
-        d_bn_scale_bias_desc: TensorDescriptor, bn_scale: Any, bn_bias: Any, d_bn_scale_result: Any,
-        d_bn_bias_result: Any, epsilon: float, saved_mean: Any, saved_inv_variance: Any,
-        activation_desc: ActivationDescriptor | None, workspace: Any, reserve_space: Any) -> None:
+    handle: Handle,
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    alpha_data_diff: float,
+    beta_data_diff: float,
+    alpha_param_diff: float,
+    beta_param_diff: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    y_desc: TensorDescriptor | None,
+    y: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    dz_desc: TensorDescriptor | None,
+    dz: Any,
+    dx_desc: TensorDescriptor,
+    dx: Any,
+    d_bn_scale_bias_desc: TensorDescriptor,
+    bn_scale: Any,
+    bn_bias: Any,
+    d_bn_scale_result: Any,
+    d_bn_bias_result: Any,
+    epsilon: float,
+    saved_mean: Any,
+    saved_inv_variance: Any,
+    activation_desc: ActivationDescriptor | None,
+    workspace: Any,
+    reserve_space: Any,
+) -> None:
     """Backward of batch_normalization_forward_training_ex: dx, dz (BN_ADD_ACTIVATION; blended as
     dx), dscale and dbias. The activation's mask comes from the forward's reserve space; y and
     bn_bias are checked, not needed.
@@ -137,42 +284,75 @@ def batch_normalization_backward_ex(
             reserve space missing or too small.
     """
     problem = backward_ex_problem(
-        mode, bn_ops, alpha_data_diff, beta_data_diff, alpha_param_diff, beta_param_diff, x_desc, dy_desc, dz_desc,
-        dx_desc, d_bn_scale_bias_desc, epsilon, activation_desc,
-        saved=(saved_mean is not None, saved_inv_variance is not None))
+        mode,
+        bn_ops,
+        alpha_data_diff,
+        beta_data_diff,
+        alpha_param_diff,
+        beta_param_diff,
+        x_desc,
+        dy_desc,
+        dz_desc,
+        dx_desc,
+        d_bn_scale_bias_desc,
+        epsilon,
+        activation_desc,
+        saved=(saved_mean is not None, saved_inv_variance is not None),
+    )
     param = problem.param
     if y_desc is not None and y is not None:
         bind("y", y_desc, y)
     if bn_bias is not None:
         bind("bn_bias", param, bn_bias)
     tensors = BatchNormTensors(
-        bind("x", x_desc, x), bind("dx", dx_desc, dx, output=True), bind("bn_scale", param, bn_scale),
+        bind("x", x_desc, x),
+        bind("dx", dx_desc, dx, output=True),
+        bind("bn_scale", param, bn_scale),
         z=None if problem.z is None else bind("dz", problem.z, _given("dz", dz), output=True),
         dy=bind("dy", dy_desc, dy),
         dscale=bind("d_bn_scale_result", param, d_bn_scale_result, output=True),
         dbias=bind("d_bn_bias_result", param, d_bn_bias_result, output=True),
         saved_mean=_optional("saved_mean", param, saved_mean),
-        saved_inv_std=_optional("saved_inv_variance", param, saved_inv_variance))
+        saved_inv_std=_optional("saved_inv_variance", param, saved_inv_variance),
+    )
     _run(handle, problem, tensors, workspace, reserve_space)
 
 
-def inference_problem(mode: BatchNormMode, alpha: float, beta: float, x_desc: TensorDescriptor,
-                      y_desc: TensorDescriptor, bn_scale_bias_mean_var_desc: TensorDescriptor,
-                      epsilon: float) -> BatchNormProblem:
+def inference_problem(
+    mode: BatchNormMode,
+    alpha: float,
+    beta: float,
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor,
+    bn_scale_bias_mean_var_desc: TensorDescriptor,
+    epsilon: float,
+) -> BatchNormProblem:
     """The validated problem of batch_normalization_forward_inference (as training_ex_problem).
 
     Raises:
         BadParam, NotSupported: as batch_normalization_forward_inference.
     """
-    return batch_norm_problem(Direction.INFERENCE, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon,
-                              alpha=alpha, beta=beta)
+    return batch_norm_problem(
+        Direction.INFERENCE, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon, alpha=alpha, beta=beta
+    )
 
 
 def training_ex_problem(
-        mode: BatchNormMode, bn_ops: BatchNormOps, alpha: float, beta: float, x_desc: TensorDescriptor,
-        z_desc: TensorDescriptor | None, y_desc: TensorDescriptor, bn_scale_bias_mean_var_desc: TensorDescriptor,
-        exponential_average_factor: float, epsilon: float, activation_desc: ActivationDescriptor | None, *,
-        running: tuple[bool, bool], saved: tuple[bool, bool]) -> BatchNormProblem:
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    alpha: float,
+    beta: float,
+    x_desc: TensorDescriptor,
+    z_desc: TensorDescriptor | None,
+    y_desc: TensorDescriptor,
+    bn_scale_bias_mean_var_desc: TensorDescriptor,
+    exponential_average_factor: float,
+    epsilon: float,
+    activation_desc: ActivationDescriptor | None,
+    *,
+    running: tuple[bool, bool],
+    saved: tuple[bool, bool],
+) -> BatchNormProblem:
     """The validated problem of batch_normalization_forward_training_ex, given which of the running
     statistics (mean, variance) and of the saved ones (mean, inverse variance) the call passes: its
     checks, made once per signature by opendnn.functional's plans.
@@ -180,19 +360,45 @@ def training_ex_problem(
     Raises:
         BadParam, NotSupported: as batch_normalization_forward_training_ex.
     """
-    require(saved[0] == saved[1],
-            "result_save_mean and result_save_inv_variance must be given together or both be None")
+    require(
+        saved[0] == saved[1], "result_save_mean and result_save_inv_variance must be given together or both be None"
+    )
     return batch_norm_problem(
-        Direction.TRAINING, mode, x_desc, y_desc, bn_scale_bias_mean_var_desc, epsilon, ops=bn_ops,
-        z_desc=z_desc, **_activation(activation_desc), factor=exponential_average_factor, alpha=alpha, beta=beta,
-        update_running=running[0] or running[1], saved=saved[0], reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+        Direction.TRAINING,
+        mode,
+        x_desc,
+        y_desc,
+        bn_scale_bias_mean_var_desc,
+        epsilon,
+        ops=bn_ops,
+        z_desc=z_desc,
+        **_activation(activation_desc),
+        factor=exponential_average_factor,
+        alpha=alpha,
+        beta=beta,
+        update_running=running[0] or running[1],
+        saved=saved[0],
+        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN,
+    )
 
 
 def backward_ex_problem(
-        mode: BatchNormMode, bn_ops: BatchNormOps, alpha_data_diff: float, beta_data_diff: float,
-        alpha_param_diff: float, beta_param_diff: float, x_desc: TensorDescriptor, dy_desc: TensorDescriptor,
-        dz_desc: TensorDescriptor | None, dx_desc: TensorDescriptor, d_bn_scale_bias_desc: TensorDescriptor,
-        epsilon: float, activation_desc: ActivationDescriptor | None, *, saved: tuple[bool, bool]) -> BatchNormProblem:
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    alpha_data_diff: float,
+    beta_data_diff: float,
+    alpha_param_diff: float,
+    beta_param_diff: float,
+    x_desc: TensorDescriptor,
+    dy_desc: TensorDescriptor,
+    dz_desc: TensorDescriptor | None,
+    dx_desc: TensorDescriptor,
+    d_bn_scale_bias_desc: TensorDescriptor,
+    epsilon: float,
+    activation_desc: ActivationDescriptor | None,
+    *,
+    saved: tuple[bool, bool],
+) -> BatchNormProblem:
     """The validated problem of batch_normalization_backward_ex, given which of the saved statistics
     (mean, inverse variance) the call passes (as training_ex_problem).
 
@@ -201,10 +407,23 @@ def backward_ex_problem(
     """
     require(saved[0] == saved[1], "saved_mean and saved_inv_variance must be given together or both be None")
     return batch_norm_problem(
-        Direction.BACKWARD, mode, x_desc, dx_desc, d_bn_scale_bias_desc, epsilon, ops=bn_ops, z_desc=dz_desc,
-        dy_desc=dy_desc, **_activation(activation_desc), alpha=alpha_data_diff, beta=beta_data_diff,
-        alpha_param=alpha_param_diff, beta_param=beta_param_diff, saved=saved[0],
-        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN)
+        Direction.BACKWARD,
+        mode,
+        x_desc,
+        dx_desc,
+        d_bn_scale_bias_desc,
+        epsilon,
+        ops=bn_ops,
+        z_desc=dz_desc,
+        dy_desc=dy_desc,
+        **_activation(activation_desc),
+        alpha=alpha_data_diff,
+        beta=beta_data_diff,
+        alpha_param=alpha_param_diff,
+        beta_param=beta_param_diff,
+        saved=saved[0],
+        reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN,
+    )
 
 
 def space_sizes(handle: Handle, problem: BatchNormProblem) -> tuple[int, int]:
@@ -220,39 +439,94 @@ def bind_reserve(reserve_space: Any, needed: int) -> Bound | None:
 
 
 def get_batch_normalization_forward_training_ex_workspace_size(
-        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, x_desc: TensorDescriptor,
-        z_desc: TensorDescriptor | None, y_desc: TensorDescriptor, bn_scale_bias_mean_var_desc: TensorDescriptor,
-        activation_desc: ActivationDescriptor | None) -> int:
+    handle: Handle,
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    x_desc: TensorDescriptor,
+    z_desc: TensorDescriptor | None,
+    y_desc: TensorDescriptor,
+    bn_scale_bias_mean_var_desc: TensorDescriptor,
+    activation_desc: ActivationDescriptor | None,
+) -> int:
     """Bytes of workspace batch_normalization_forward_training_ex needs on this handle's backend
     (partial sums of the statistics on the Triton backend; none on NumPy)."""
-    problem = training_ex_problem(mode, bn_ops, 1.0, 0.0, x_desc, z_desc, y_desc, bn_scale_bias_mean_var_desc,
-                                  BN_QUERY_FACTOR, BN_QUERY_EPSILON, activation_desc, running=(False, False),
-                                  saved=(False, False))  # the call's problem (its plan sizes the workspace)
+    problem = training_ex_problem(
+        mode,
+        bn_ops,
+        1.0,
+        0.0,
+        x_desc,
+        z_desc,
+        y_desc,
+        bn_scale_bias_mean_var_desc,
+        BN_QUERY_FACTOR,
+        BN_QUERY_EPSILON,
+        activation_desc,
+        running=(False, False),
+        saved=(False, False),
+    )  # the call's problem (its plan sizes the workspace)
     return _backend(handle).workspace_size(problem)
 
 
 def get_batch_normalization_backward_ex_workspace_size(
-        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, x_desc: TensorDescriptor,
-        y_desc: TensorDescriptor | None, dy_desc: TensorDescriptor, dz_desc: TensorDescriptor | None,
-        dx_desc: TensorDescriptor, d_bn_scale_bias_desc: TensorDescriptor,
-        activation_desc: ActivationDescriptor | None) -> int:
+    handle: Handle,
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor | None,
+    dy_desc: TensorDescriptor,
+    dz_desc: TensorDescriptor | None,
+    dx_desc: TensorDescriptor,
+    d_bn_scale_bias_desc: TensorDescriptor,
+    activation_desc: ActivationDescriptor | None,
+) -> int:
     """Bytes of workspace batch_normalization_backward_ex needs (enough to recompute the statistics
     too, when the saved ones are not given)."""
-    problem = backward_ex_problem(mode, bn_ops, 1.0, 0.0, 1.0, 0.0, x_desc, dy_desc, dz_desc, dx_desc,
-                                  d_bn_scale_bias_desc, BN_QUERY_EPSILON, activation_desc, saved=(False, False))
+    problem = backward_ex_problem(
+        mode,
+        bn_ops,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        x_desc,
+        dy_desc,
+        dz_desc,
+        dx_desc,
+        d_bn_scale_bias_desc,
+        BN_QUERY_EPSILON,
+        activation_desc,
+        saved=(False, False),
+    )
     return _backend(handle).workspace_size(problem)
 
 
 def get_batch_normalization_training_ex_reserve_space_size(
-        handle: Handle, mode: BatchNormMode, bn_ops: BatchNormOps, activation_desc: ActivationDescriptor | None,
-        x_desc: TensorDescriptor) -> int:
+    handle: Handle,
+    mode: BatchNormMode,
+    bn_ops: BatchNormOps,
+    activation_desc: ActivationDescriptor | None,
+    x_desc: TensorDescriptor,
+) -> int:
     """Bytes of reserve space the Ex forward writes and the Ex backward reads: the activation's mask
     for BN_ACTIVATION and BN_ADD_ACTIVATION (a bit per element on Triton), 0 for BN."""
     from opendnn.families.batch_norm.problem import derive_bn_tensor_descriptor
 
-    problem = training_ex_problem(mode, bn_ops, 1.0, 0.0, x_desc, x_desc, x_desc,
-                                  derive_bn_tensor_descriptor(x_desc, mode), BN_QUERY_FACTOR, BN_QUERY_EPSILON,
-                                  activation_desc, running=(False, False), saved=(False, False))
+    problem = training_ex_problem(
+        mode,
+        bn_ops,
+        1.0,
+        0.0,
+        x_desc,
+        x_desc,
+        x_desc,
+        derive_bn_tensor_descriptor(x_desc, mode),
+        BN_QUERY_FACTOR,
+        BN_QUERY_EPSILON,
+        activation_desc,
+        running=(False, False),
+        saved=(False, False),
+    )
     return _backend(handle).reserve_size(problem)
 
 
@@ -283,8 +557,9 @@ def _backend(handle: Handle) -> Any:
     return load_backend("batch_norm", require_handle(handle).backend, handle.device)
 
 
-def _run(handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, workspace: Any,
-         reserve_space: Any = None) -> None:
+def _run(
+    handle: Handle, problem: BatchNormProblem, tensors: BatchNormTensors, workspace: Any, reserve_space: Any = None
+) -> None:
     needed, reserve = space_sizes(handle, problem)
     if workspace is AUTOMATIC:  # ours: no checks needed
         workspace_bound = scratch_bytes(tensors.x, needed)

@@ -61,9 +61,18 @@ class BatchNormState:
     reserve: Any
 
 
-def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None, bias: Any = None,
-               training: bool = False, momentum: float = 0.1, eps: float = 1e-5, *,
-               handle: Handle | None = None) -> Any:
+def batch_norm(
+    x: Any,
+    running_mean: Any = None,
+    running_var: Any = None,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    *,
+    handle: Handle | None = None,
+) -> Any:
     """``weight * (x - mean) / sqrt(var + eps) + bias`` per channel, as torch.nn.functional.batch_norm.
 
     Training normalizes with the batch statistics and, when given, updates running_mean and
@@ -74,14 +83,27 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
         BadParam: eps below 1e-5, momentum outside [0, 1], a parameter not of C elements, running
             statistics missing in inference or of the wrong dtype.
     """
-    return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, training, momentum, eps,
-                                     activation=None, handle=handle)
+    return batch_norm_add_activation(
+        x, None, running_mean, running_var, weight, bias, training, momentum, eps, activation=None, handle=handle
+    )
 
 
-def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
-                              bias: Any = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-5, *,
-                              activation: str | None = "relu", coef: float | None = None, return_state: bool = False,
-                              handle: Handle | None = None) -> Any:
+def batch_norm_add_activation(
+    x: Any,
+    z: Any,
+    running_mean: Any = None,
+    running_var: Any = None,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    *,
+    activation: str | None = "relu",
+    coef: float | None = None,
+    return_state: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """``act(batch_norm(x) + z)`` in one pass over memory (z None: no add; activation "relu",
     "clipped_relu" (``coef``: its ceiling, 6.0 for relu6; it has no default), "identity" or None). With
     ``return_state`` (training only) returns ``(y, BatchNormState)`` for
@@ -93,9 +115,19 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     arrays = (weight, bias, running_mean, running_var)
     try:
         plan, (weight, bias, running_mean, running_var) = _FORWARD_PLANS.plan(
-            (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, training,
-             z is None if zb is None else zb.desc), arrays, (momentum, eps, activation, coef),
-            lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef))
+            (
+                xb.desc,
+                xb.view.__class__,
+                xb.device,
+                handle.backend,
+                handle.device,
+                training,
+                z is None if zb is None else zb.desc,
+            ),
+            arrays,
+            (momentum, eps, activation, coef),
+            lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef),
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     params, (weight_source, bias_source, mean_source, var_source) = plan.params, plan.sources
@@ -104,16 +136,31 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     workspace = scratch_bytes(xb, plan.workspace)
     if not training:
         tensors = BatchNormTensors(
-            xb, y, scale, shift, mean=params.bind(xb, mean_source, running_mean, "running_mean"),
-            variance=params.bind(xb, var_source, running_var, "running_var"), workspace=workspace)
+            xb,
+            y,
+            scale,
+            shift,
+            mean=params.bind(xb, mean_source, running_mean, "running_mean"),
+            variance=params.bind(xb, var_source, running_var, "running_var"),
+            workspace=workspace,
+        )
         dispatch(handle, "batch_norm", plan.problem, tensors)
         return to_caller_kind(y.view, x)
     saved_mean, saved_inv = params.new(xb, "saved_mean"), params.new(xb, "saved_inv_std")
     reserve = scratch_bytes(xb, plan.reserve, "reserve_space")
     tensors = BatchNormTensors(
-        xb, y, scale, shift, z=zb, mean=params.bind(xb, mean_source, running_mean, "running_mean"),
-        variance=params.bind(xb, var_source, running_var, "running_var"), saved_mean=saved_mean,
-        saved_inv_std=saved_inv, workspace=workspace, reserve=reserve)
+        xb,
+        y,
+        scale,
+        shift,
+        z=zb,
+        mean=params.bind(xb, mean_source, running_mean, "running_mean"),
+        variance=params.bind(xb, var_source, running_var, "running_var"),
+        saved_mean=saved_mean,
+        saved_inv_std=saved_inv,
+        workspace=workspace,
+        reserve=reserve,
+    )
     dispatch(handle, "batch_norm", plan.problem, tensors)
     out = to_caller_kind(y.view, x)
     if return_state:
@@ -121,25 +168,51 @@ def batch_norm_add_activation(x: Any, z: Any, running_mean: Any = None, running_
     return out
 
 
-def batch_norm_backward(dy: Any, x: Any, weight: Any = None, saved_mean: Any = None, saved_inv_std: Any = None,
-                        eps: float = 1e-5, *, handle: Handle | None = None) -> tuple[Any, Any, Any]:
+def batch_norm_backward(
+    dy: Any,
+    x: Any,
+    weight: Any = None,
+    saved_mean: Any = None,
+    saved_inv_std: Any = None,
+    eps: float = 1e-5,
+    *,
+    handle: Handle | None = None,
+) -> tuple[Any, Any, Any]:
     """(dx, dweight, dbias) of the training ``batch_norm``; the batch statistics are recomputed from
     x when saved_mean and saved_inv_std are not given."""
-    dx, _, dweight, dbias = _backward(dy, x, weight, BatchNormState(saved_mean, saved_inv_std, None), eps, None,
-                                      0.0, False, handle)
+    dx, _, dweight, dbias = _backward(
+        dy, x, weight, BatchNormState(saved_mean, saved_inv_std, None), eps, None, 0.0, False, handle
+    )
     return dx, dweight, dbias
 
 
-def batch_norm_add_activation_backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float = 1e-5, *,
-                                       activation: str | None = "relu", coef: float | None = None, has_z: bool = True,
-                                       handle: Handle | None = None) -> tuple[Any, Any, Any, Any]:
+def batch_norm_add_activation_backward(
+    dy: Any,
+    x: Any,
+    weight: Any,
+    state: BatchNormState,
+    eps: float = 1e-5,
+    *,
+    activation: str | None = "relu",
+    coef: float | None = None,
+    has_z: bool = True,
+    handle: Handle | None = None,
+) -> tuple[Any, Any, Any, Any]:
     """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z)."""
     return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle)
 
 
-def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, activation: str | None,
-              coef: float | None,
-              has_z: bool, handle: Handle | None) -> tuple[Any, Any, Any, Any]:
+def _backward(
+    dy: Any,
+    x: Any,
+    weight: Any,
+    state: BatchNormState,
+    eps: float,
+    activation: str | None,
+    coef: float | None,
+    has_z: bool,
+    handle: Handle | None,
+) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
     has_z = bool(has_z)
@@ -148,8 +221,11 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     arrays = (weight, state.saved_mean, state.saved_inv_std)
     try:
         plan, (weight, saved_mean, saved_inv_std) = _BACKWARD_PLANS.plan(
-            (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z), arrays,
-            (eps, activation, coef), lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z))
+            (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z),
+            arrays,
+            (eps, activation, coef),
+            lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z),
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     params, (weight_source, mean_source, inv_source) = plan.params, plan.sources
@@ -157,18 +233,40 @@ def _backward(dy: Any, x: Any, weight: Any, state: BatchNormState, eps: float, a
     dz = allocate(xb, plan.out, "dz") if has_z else None
     dweight, dbias = params.new(xb, "d_bn_scale_result"), params.new(xb, "d_bn_bias_result")
     tensors = BatchNormTensors(
-        xb, dx, params.bind(xb, weight_source, weight, "weight"), z=dz, dy=dyb, dscale=dweight, dbias=dbias,
+        xb,
+        dx,
+        params.bind(xb, weight_source, weight, "weight"),
+        z=dz,
+        dy=dyb,
+        dscale=dweight,
+        dbias=dbias,
         saved_mean=params.bind(xb, mean_source, saved_mean, "saved_mean"),
         saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_std"),
-        workspace=scratch_bytes(xb, plan.workspace), reserve=api.bind_reserve(state.reserve, plan.reserve))
+        workspace=scratch_bytes(xb, plan.workspace),
+        reserve=api.bind_reserve(state.reserve, plan.reserve),
+    )
     dispatch(handle, "batch_norm", plan.problem, tensors)
-    return (to_caller_kind(dx.view, x), None if dz is None else to_caller_kind(dz.view, x),
-            to_caller_kind(params.flat(dweight), x), to_caller_kind(params.flat(dbias), x))
+    return (
+        to_caller_kind(dx.view, x),
+        None if dz is None else to_caller_kind(dz.view, x),
+        to_caller_kind(params.flat(dweight), x),
+        to_caller_kind(params.flat(dbias), x),
+    )
 
 
 # what these functions call the batch norm layer's parameters
-_NAMES = CallerNames({"epsilon": "eps", "exponential_average_factor": "momentum", "x_desc": "x", "y_desc": "y",
-                      "z_desc": "z", "dy_desc": "dy", "dx_desc": "dx", "dz_desc": "z"})
+_NAMES = CallerNames(
+    {
+        "epsilon": "eps",
+        "exponential_average_factor": "momentum",
+        "x_desc": "x",
+        "y_desc": "y",
+        "z_desc": "z",
+        "dy_desc": "dy",
+        "dx_desc": "dx",
+        "dz_desc": "z",
+    }
+)
 
 
 # ---- the plans: what a call's signature decides, made once through the checks ----------------------
@@ -205,38 +303,89 @@ class _Plan:
     reserve: int
 
 
-def _forward_plan(xb: Bound, z: Any, zb: Bound | None, handle: Handle, arrays: tuple[Any, ...], training: bool,
-                  momentum: float, eps: float, activation: str | None, coef: float | None) -> _Plan:
+def _forward_plan(
+    xb: Bound,
+    z: Any,
+    zb: Bound | None,
+    handle: Handle,
+    arrays: tuple[Any, ...],
+    training: bool,
+    momentum: float,
+    eps: float,
+    activation: str | None,
+    coef: float | None,
+) -> _Plan:
     params = _Parameters(xb.desc)
     weight, bias, running_mean, running_var = arrays
-    sources = (params.source(xb, weight, "weight", 1.0), params.source(xb, bias, "bias", 0.0),
-               params.running(running_mean, "running_mean"), params.running(running_var, "running_var"))
+    sources = (
+        params.source(xb, weight, "weight", 1.0),
+        params.source(xb, bias, "bias", 0.0),
+        params.running(running_mean, "running_mean"),
+        params.running(running_var, "running_var"),
+    )
     y = packed_like(xb.desc, xb.desc.dtype, xb.desc.dims)
     if not training:
-        require(running_mean is not None and running_var is not None,
-                "running_mean and running_var are needed when training=False")
+        require(
+            running_mean is not None and running_var is not None,
+            "running_mean and running_var are needed when training=False",
+        )
         require(z is None and activation in (None, "identity"), "inference takes no z and no activation")
         problem = api.inference_problem(MODE, 1.0, 0.0, xb.desc, y, params.desc, eps)
     else:
         ops = _ops(zb is not None, activation)
         problem = api.training_ex_problem(
-            MODE, ops, 1.0, 0.0, xb.desc, None if zb is None else zb.desc, y, params.desc, momentum, eps,
+            MODE,
+            ops,
+            1.0,
+            0.0,
+            xb.desc,
+            None if zb is None else zb.desc,
+            y,
+            params.desc,
+            momentum,
+            eps,
             _activation_descriptor(ops, activation, coef),
-            running=(running_mean is not None, running_var is not None), saved=(True, True))
+            running=(running_mean is not None, running_var is not None),
+            saved=(True, True),
+        )
     return _Plan(problem, y, params, sources, *api.space_sizes(handle, problem))
 
 
-def _backward_plan(xb: Bound, dyb: Bound, handle: Handle, arrays: tuple[Any, ...], eps: float,
-                   activation: str | None, coef: float | None, has_z: bool) -> _Plan:
+def _backward_plan(
+    xb: Bound,
+    dyb: Bound,
+    handle: Handle,
+    arrays: tuple[Any, ...],
+    eps: float,
+    activation: str | None,
+    coef: float | None,
+    has_z: bool,
+) -> _Plan:
     params = _Parameters(xb.desc)
     weight, saved_mean, saved_inv_std = arrays
-    sources = (params.source(xb, weight, "weight", 1.0), params.source(xb, saved_mean, "saved_mean"),
-               params.source(xb, saved_inv_std, "saved_inv_std"))
+    sources = (
+        params.source(xb, weight, "weight", 1.0),
+        params.source(xb, saved_mean, "saved_mean"),
+        params.source(xb, saved_inv_std, "saved_inv_std"),
+    )
     dx = packed_like(xb.desc, xb.desc.dtype, xb.desc.dims)
     ops = _ops(has_z, activation)
     problem = api.backward_ex_problem(
-        MODE, ops, 1.0, 0.0, 1.0, 0.0, xb.desc, dyb.desc, dx if has_z else None, dx, params.desc, eps,
-        _activation_descriptor(ops, activation, coef), saved=(saved_mean is not None, saved_inv_std is not None))
+        MODE,
+        ops,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        xb.desc,
+        dyb.desc,
+        dx if has_z else None,
+        dx,
+        params.desc,
+        eps,
+        _activation_descriptor(ops, activation, coef),
+        saved=(saved_mean is not None, saved_inv_std is not None),
+    )
     return _Plan(problem, dx, params, sources, *api.space_sizes(handle, problem))
 
 
@@ -245,8 +394,9 @@ class _Plans(dict[Any, _Plan]):
 
     LIMIT = 256
 
-    def plan(self, signature: tuple[Any, ...], arrays: tuple[Any, ...], scalars: tuple[Any, ...],
-             make: Callable[[], _Plan]) -> tuple[_Plan, tuple[Any, ...]]:
+    def plan(
+        self, signature: tuple[Any, ...], arrays: tuple[Any, ...], scalars: tuple[Any, ...], make: Callable[[], _Plan]
+    ) -> tuple[_Plan, tuple[Any, ...]]:
         """The plan of a call (``make`` runs the checks once per signature: its descriptors and
         handle's, its parameter ``arrays``', its ``scalars``) and the arrays as native ones."""
         try:
@@ -291,8 +441,9 @@ def _plain(*scalars: Any) -> tuple[Any, ...]:
 
 
 @functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per (ops, activation, coef): per call otherwise
-def _activation_descriptor(ops: BatchNormOps, activation: str | None,
-                           coef: float | None) -> ActivationDescriptor | None:
+def _activation_descriptor(
+    ops: BatchNormOps, activation: str | None, coef: float | None
+) -> ActivationDescriptor | None:
     if ops is BatchNormOps.BN:
         return None
     mode = activation_mode(activation) or PointwiseMode.IDENTITY
@@ -301,8 +452,11 @@ def _activation_descriptor(ops: BatchNormOps, activation: str | None,
     return ActivationDescriptor(_EX_ACTIVATIONS[mode], coef=coef)
 
 
-_EX_ACTIVATIONS = {PointwiseMode.RELU_FWD: ActivationMode.RELU, PointwiseMode.IDENTITY: ActivationMode.IDENTITY,
-                   PointwiseMode.CLIPPED_RELU_FWD: ActivationMode.CLIPPED_RELU}  # the activations Ex forms fuse
+_EX_ACTIVATIONS = {
+    PointwiseMode.RELU_FWD: ActivationMode.RELU,
+    PointwiseMode.IDENTITY: ActivationMode.IDENTITY,
+    PointwiseMode.CLIPPED_RELU_FWD: ActivationMode.CLIPPED_RELU,
+}  # the activations Ex forms fuse
 
 
 def _ops(has_z: bool, activation: str | None) -> BatchNormOps:
@@ -351,8 +505,7 @@ class _Parameters:
         native = as_native(array, name)
         # the messages are formatted only on failure: this runs for every new signature
         if dtype_of(native) is not self.dtype:
-            raise BadParam(f"{name}.dtype={dtype_of(native).value} must be {self.dtype.value} "
-                           "(updated in place)")
+            raise BadParam(f"{name}.dtype={dtype_of(native).value} must be {self.dtype.value} (updated in place)")
         if tuple(native.shape) != (self.channels,):
             raise BadParam(f"{name}.shape={tuple(native.shape)} must be ({self.channels},)")
         if not _is_contiguous(native):

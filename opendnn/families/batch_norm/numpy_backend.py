@@ -50,28 +50,49 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
         _backward(problem, t, x, need(t.dy), scale)
 
 
-def _training(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, scale: np.ndarray, bias: np.ndarray,
-              z: np.ndarray | None, running_mean: np.ndarray | None, running_var: np.ndarray | None) -> None:
-    result = bn.forward_training(x, scale, bias, problem.epsilon, problem.mode, factor=problem.factor,
-                                 running_mean=running_mean, running_var=running_var, z=z,
-                                 activation=problem.activation, coef=problem.activation_coef)
+def _training(
+    problem: BatchNormProblem,
+    t: BatchNormTensors,
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    z: np.ndarray | None,
+    running_mean: np.ndarray | None,
+    running_var: np.ndarray | None,
+) -> None:
+    result = bn.forward_training(
+        x,
+        scale,
+        bias,
+        problem.epsilon,
+        problem.mode,
+        factor=problem.factor,
+        running_mean=running_mean,
+        running_var=running_var,
+        z=z,
+        activation=problem.activation,
+        coef=problem.activation_coef,
+    )
     write(t.out, result["y"], problem.alpha, problem.beta)
-    for name, bound in (("running_mean", t.mean), ("running_var", t.variance), ("mean", t.saved_mean),
-                        ("inv_std", t.saved_inv_std)):
+    for name, bound in (
+        ("running_mean", t.mean),
+        ("running_var", t.variance),
+        ("mean", t.saved_mean),
+        ("inv_std", t.saved_inv_std),
+    ):
         if bound is not None:
             write(bound, result[name].reshape(bound.desc.dims))
     if t.reserve is not None and problem.reserve:
-        numpy_view(t.reserve).reshape(-1)[:x.size] = result["mask"].reshape(-1)
+        numpy_view(t.reserve).reshape(-1)[: x.size] = result["mask"].reshape(-1)
 
 
-def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray,
-              scale: np.ndarray) -> None:
+def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
     compute = problem.compute_dtype
     mean = inv_std = mask = None
     if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
         mean, inv_std = read(t.saved_mean, compute), read(t.saved_inv_std, compute)
     if t.reserve is not None and problem.reserve:
-        mask = numpy_view(t.reserve).reshape(-1)[:x.size].reshape(x.shape).astype(x.dtype)
+        mask = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape).astype(x.dtype)
     result = bn.backward(x, dy, scale, problem.epsilon, problem.mode, mean=mean, inv_std=inv_std, mask=mask)
     write(t.out, result["dx"], problem.alpha, problem.beta)
     if t.z is not None:

@@ -83,8 +83,11 @@ def derive_bn_tensor_descriptor(x_desc: TensorDescriptor, mode: BatchNormMode) -
     mode = BatchNormMode(mode)
     require(isinstance(x_desc, TensorDescriptor), f"x_desc={x_desc!r} must be a TensorDescriptor")
     require(x_desc.ndim >= 2, f"x_desc.ndim={x_desc.ndim} must be at least 2 (N, C, spatial...)")
-    require(x_desc.dtype.is_floating, f"x_desc.dtype={x_desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE)
+    require(
+        x_desc.dtype.is_floating,
+        f"x_desc.dtype={x_desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
     dims = (1, x_desc.dims[1], *((1,) * (x_desc.ndim - 2) if mode.is_spatial else x_desc.dims[2:]))
     return TensorDescriptor(x_desc.dtype.compute_type, dims)
 
@@ -161,13 +164,28 @@ def reduced_axes(ndim: int, mode: BatchNormMode) -> tuple[int, ...]:
 
 
 @memoized
-def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: TensorDescriptor,
-                       out_desc: TensorDescriptor, param_desc: TensorDescriptor, epsilon: float, *,
-                       ops: BatchNormOps = BatchNormOps.BN, z_desc: TensorDescriptor | None = None,
-                       dy_desc: TensorDescriptor | None = None, activation: str | None = None,
-                       activation_coef: float = 0.0, factor: float = 0.0, alpha: float = 1.0, beta: float = 0.0,
-                       alpha_param: float = 1.0, beta_param: float = 0.0, update_running: bool = False,
-                       saved: bool = False, reserve: bool = False) -> BatchNormProblem:
+def batch_norm_problem(
+    direction: Direction,
+    mode: BatchNormMode,
+    x_desc: TensorDescriptor,
+    out_desc: TensorDescriptor,
+    param_desc: TensorDescriptor,
+    epsilon: float,
+    *,
+    ops: BatchNormOps = BatchNormOps.BN,
+    z_desc: TensorDescriptor | None = None,
+    dy_desc: TensorDescriptor | None = None,
+    activation: str | None = None,
+    activation_coef: float = 0.0,
+    factor: float = 0.0,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    alpha_param: float = 1.0,
+    beta_param: float = 0.0,
+    update_running: bool = False,
+    saved: bool = False,
+    reserve: bool = False,
+) -> BatchNormProblem:
     """The shape and dtype rules of every batch normalization call.
 
     Raises:
@@ -192,17 +210,27 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
         if desc.dims != x_desc.dims:
             check_same_dims(name, desc, "x_desc", x_desc)
         if desc.dtype is not x_desc.dtype:
-            require(False, f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype={x_desc.dtype.name}",
-                    Status.NOT_SUPPORTED_DATA_TYPE)
+            require(
+                False,
+                f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype={x_desc.dtype.name}",
+                Status.NOT_SUPPORTED_DATA_TYPE,
+            )
     if not isinstance(param_desc, TensorDescriptor):
         require(False, f"{param_name}={param_desc!r} must be a TensorDescriptor")
     if param_desc.dims != expected.dims:
-        require(False, f"{param_name}.dims={list(param_desc.dims)} must equal {list(expected.dims)} for "
-                       f"mode={mode.name} (derive_bn_tensor_descriptor of x_desc.dims={list(x_desc.dims)})",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            False,
+            f"{param_name}.dims={list(param_desc.dims)} must equal {list(expected.dims)} for "
+            f"mode={mode.name} (derive_bn_tensor_descriptor of x_desc.dims={list(x_desc.dims)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if param_desc.dtype is not expected.dtype:
-        require(False, f"{param_name}.dtype={param_desc.dtype.name} must be {expected.dtype.name} for "
-                       f"x_desc.dtype={x_desc.dtype.name}", Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            False,
+            f"{param_name}.dtype={param_desc.dtype.name} must be {expected.dtype.name} for "
+            f"x_desc.dtype={x_desc.dtype.name}",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     epsilon = check_finite("epsilon", epsilon)
     if not epsilon >= BN_MIN_EPSILON:  # (the message is formatted only on failure)
         require(False, f"epsilon={epsilon} must be at least {BN_MIN_EPSILON} (CUDNN_BN_MIN_EPSILON)")
@@ -213,21 +241,47 @@ def batch_norm_problem(direction: Direction, mode: BatchNormMode, x_desc: Tensor
     if ops is BatchNormOps.BN:
         activation, activation_coef = None, 0.0
     else:
-        require(activation is not None, f"activation_desc=None but bn_ops={ops.name} needs one",
-                Status.BAD_PARAM_NULL_POINTER)
-        require(activation in ACTIVATIONS, f"activation_desc.mode={str(activation).upper()} must be RELU, "
-                                           "CLIPPED_RELU or IDENTITY for the Ex forms", Status.NOT_SUPPORTED)
+        require(
+            activation is not None,
+            f"activation_desc=None but bn_ops={ops.name} needs one",
+            Status.BAD_PARAM_NULL_POINTER,
+        )
+        require(
+            activation in ACTIVATIONS,
+            f"activation_desc.mode={str(activation).upper()} must be RELU, CLIPPED_RELU or IDENTITY for the Ex forms",
+            Status.NOT_SUPPORTED,
+        )
     if ops is BatchNormOps.BN_ADD_ACTIVATION:
-        require(z_desc is not None, f"{z_name}=None but bn_ops=BN_ADD_ACTIVATION needs it",
-                Status.BAD_PARAM_NULL_POINTER)
+        require(
+            z_desc is not None, f"{z_name}=None but bn_ops=BN_ADD_ACTIVATION needs it", Status.BAD_PARAM_NULL_POINTER
+        )
     else:
         z_desc = None
-    return BatchNormProblem(direction, mode, ops, x_desc, out_desc, param_desc, epsilon, z_desc, dy_desc,
-                            activation, float(activation_coef), factor, alpha, beta, alpha_param, beta_param,
-                            bool(update_running), bool(saved), bool(reserve))
+    return BatchNormProblem(
+        direction,
+        mode,
+        ops,
+        x_desc,
+        out_desc,
+        param_desc,
+        epsilon,
+        z_desc,
+        dy_desc,
+        activation,
+        float(activation_coef),
+        factor,
+        alpha,
+        beta,
+        alpha_param,
+        beta_param,
+        bool(update_running),
+        bool(saved),
+        bool(reserve),
+    )
 
 
 # ---- float64 reference ----------------------------------------------------------------------------
+
 
 def statistics(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(mean, biased variance) over ``axes``, keeping dims."""
@@ -247,10 +301,20 @@ def activate(v: np.ndarray, activation: str | None, coef: float) -> tuple[np.nda
     return result, mask.astype(v.dtype)
 
 
-def forward_training(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float, mode: BatchNormMode, *,
-                     factor: float = 0.0, running_mean: np.ndarray | None = None,
-                     running_var: np.ndarray | None = None, z: np.ndarray | None = None,
-                     activation: str | None = None, coef: float = 0.0) -> dict[str, np.ndarray]:
+def forward_training(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    epsilon: float,
+    mode: BatchNormMode,
+    *,
+    factor: float = 0.0,
+    running_mean: np.ndarray | None = None,
+    running_var: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    activation: str | None = None,
+    coef: float = 0.0,
+) -> dict[str, np.ndarray]:
     """Training forward in x's dtype. Returns y, mask (act'), mean, inv_std, and the updated
     running_mean / running_var when given; statistics with the parameters' dims (1, C, ...)."""
     axes = reduced_axes(x.ndim, mode)
@@ -266,17 +330,34 @@ def forward_training(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon
     return out
 
 
-def forward_inference(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray,
-                      epsilon: float, *, z: np.ndarray | None = None, activation: str | None = None,
-                      coef: float = 0.0) -> np.ndarray:
+def forward_inference(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    epsilon: float,
+    *,
+    z: np.ndarray | None = None,
+    activation: str | None = None,
+    coef: float = 0.0,
+) -> np.ndarray:
     """``act(scale * (x - mean) / sqrt(var + eps) + bias [+ z])`` with the estimated statistics."""
     v = scale * (x - mean) / np.sqrt(var + epsilon) + bias + (0.0 if z is None else z)
     return activate(v, activation, coef)[0]
 
 
-def backward(x: np.ndarray, dy: np.ndarray, scale: np.ndarray, epsilon: float, mode: BatchNormMode, *,
-             mean: np.ndarray | None = None, inv_std: np.ndarray | None = None,
-             mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def backward(
+    x: np.ndarray,
+    dy: np.ndarray,
+    scale: np.ndarray,
+    epsilon: float,
+    mode: BatchNormMode,
+    *,
+    mean: np.ndarray | None = None,
+    inv_std: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """Backward in x's dtype: dx, dscale, dbias and dz (= g = dy * mask). The statistics are
     recomputed from x when ``mean`` or ``inv_std`` is None."""
     axes = reduced_axes(x.ndim, mode)

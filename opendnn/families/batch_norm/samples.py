@@ -53,8 +53,12 @@ def _parameters(t: Tensors, x: Any, mode: bn.BatchNormMode) -> tuple[TensorDescr
     """The parameter descriptor and scale, bias, running mean and running variance (positive)."""
     desc = bn.derive_bn_tensor_descriptor(descriptor(x), mode)
     shape = desc.dims
-    params = {"scale": t.input(shape, desc.dtype, "packed", 0.5, 2.0), "bias": t.input(shape, desc.dtype, "packed"),
-              "mean": t.input(shape, desc.dtype, "packed"), "var": t.input(shape, desc.dtype, "packed", 0.5, 2.0)}
+    params = {
+        "scale": t.input(shape, desc.dtype, "packed", 0.5, 2.0),
+        "bias": t.input(shape, desc.dtype, "packed"),
+        "mean": t.input(shape, desc.dtype, "packed"),
+        "var": t.input(shape, desc.dtype, "packed", 0.5, 2.0),
+    }
     return desc, params
 
 
@@ -78,30 +82,79 @@ def _forward_training(sample: Sample, t: Tensors, handle: Handle) -> dict[str, A
     x = t.input(sample.shape, sample.dtype, sample.layout)
     z = t.input(sample.shape, sample.dtype, sample.layout) if ops is bn.BatchNormOps.BN_ADD_ACTIVATION else None
     desc, p = _parameters(t, x, mode)
-    ref = bn.forward_training(t.values(x), t.values(p["scale"]), t.values(p["bias"]), EPSILON, mode, factor=FACTOR,
-                              running_mean=t.values(p["mean"]), running_var=t.values(p["var"]),
-                              z=None if z is None else t.values(z), activation=activation, coef=CEILING)
+    ref = bn.forward_training(
+        t.values(x),
+        t.values(p["scale"]),
+        t.values(p["bias"]),
+        EPSILON,
+        mode,
+        factor=FACTOR,
+        running_mean=t.values(p["mean"]),
+        running_var=t.values(p["var"]),
+        z=None if z is None else t.values(z),
+        activation=activation,
+        coef=CEILING,
+    )
     y, expected_y = blend(sample, t, sample.shape, ref["y"])
     saved_mean, saved_inv = (t.output(desc.dims, desc.dtype, "packed", None) for _ in range(2))
     act = _activation(activation)
     z_desc = None if z is None else descriptor(z)
-    workspace = _scratch(t, get_batch_normalization_forward_training_ex_workspace_size(
-        handle, mode, ops, descriptor(x), z_desc, descriptor(y), desc, act))
-    reserve = _scratch(t, get_batch_normalization_training_ex_reserve_space_size(
-        handle, mode, ops, act, descriptor(x)))
+    workspace = _scratch(
+        t,
+        get_batch_normalization_forward_training_ex_workspace_size(
+            handle, mode, ops, descriptor(x), z_desc, descriptor(y), desc, act
+        ),
+    )
+    reserve = _scratch(t, get_batch_normalization_training_ex_reserve_space_size(handle, mode, ops, act, descriptor(x)))
     batch_normalization_forward_training_ex(
-        handle, mode, ops, sample.alpha, sample.beta, descriptor(x), x, z_desc, z, descriptor(y), y, desc,
-        p["scale"], p["bias"], FACTOR, p["mean"], p["var"], EPSILON, saved_mean, saved_inv, act, workspace, reserve)
-    return dict(x=x, y=y, expected_y=expected_y, desc=desc, params=p, saved_mean=saved_mean, saved_inv=saved_inv,
-                reserve=reserve, ref=ref, act=act)
+        handle,
+        mode,
+        ops,
+        sample.alpha,
+        sample.beta,
+        descriptor(x),
+        x,
+        z_desc,
+        z,
+        descriptor(y),
+        y,
+        desc,
+        p["scale"],
+        p["bias"],
+        FACTOR,
+        p["mean"],
+        p["var"],
+        EPSILON,
+        saved_mean,
+        saved_inv,
+        act,
+        workspace,
+        reserve,
+    )
+    return dict(
+        x=x,
+        y=y,
+        expected_y=expected_y,
+        desc=desc,
+        params=p,
+        saved_mean=saved_mean,
+        saved_inv=saved_inv,
+        reserve=reserve,
+        ref=ref,
+        act=act,
+    )
 
 
 def run_forward_training(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     r = _forward_training(sample, t, handle)
     ref, p = r["ref"], r["params"]
     pairs = [checked(t, r["y"], r["expected_y"])]
-    for actual, name in ((p["mean"], "running_mean"), (p["var"], "running_var"), (r["saved_mean"], "mean"),
-                         (r["saved_inv"], "inv_std")):
+    for actual, name in (
+        (p["mean"], "running_mean"),
+        (p["var"], "running_var"),
+        (r["saved_mean"], "mean"),
+        (r["saved_inv"], "inv_std"),
+    ):
         pairs.append((t.values(actual), ref[name].reshape(r["desc"].dims)))
     return _joined(pairs)
 
@@ -111,12 +164,24 @@ def run_forward_inference(sample: Sample, t: Tensors, handle: Handle) -> tuple[n
     x = t.input(sample.shape, sample.dtype, sample.layout)
     desc, p = _parameters(t, x, mode)
     values = {k: t.values(v) for k, v in p.items()}
-    result = bn.forward_inference(t.values(x), values["scale"], values["bias"], values["mean"], values["var"],
-                                  EPSILON)
+    result = bn.forward_inference(t.values(x), values["scale"], values["bias"], values["mean"], values["var"], EPSILON)
     y, expected = blend(sample, t, sample.shape, result)
-    batch_normalization_forward_inference(handle, mode, sample.alpha, sample.beta, descriptor(x), x,
-                                          descriptor(y), y, desc, p["scale"], p["bias"], p["mean"], p["var"],
-                                          EPSILON)
+    batch_normalization_forward_inference(
+        handle,
+        mode,
+        sample.alpha,
+        sample.beta,
+        descriptor(x),
+        x,
+        descriptor(y),
+        y,
+        desc,
+        p["scale"],
+        p["bias"],
+        p["mean"],
+        p["var"],
+        EPSILON,
+    )
     return checked(t, y, expected)
 
 
@@ -131,27 +196,68 @@ def run_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray
     mask = None
     if ops is not bn.BatchNormOps.BN:  # the mask the forward produced: where act' is 1 by its output
         y = t.values(forward["y"])
-        mask = {"relu": y > 0, "clipped_relu": (y > 0) & (y < CEILING)}.get(activation or "identity",
-                                                                            np.ones_like(y) > 0)
-    ref = bn.backward(t.values(x), t.values(dy), t.values(p["scale"]), EPSILON, mode, mean=mean, inv_std=inv_std,
-                      mask=mask)
+        mask = {"relu": y > 0, "clipped_relu": (y > 0) & (y < CEILING)}.get(
+            activation or "identity", np.ones_like(y) > 0
+        )
+    ref = bn.backward(
+        t.values(x), t.values(dy), t.values(p["scale"]), EPSILON, mode, mean=mean, inv_std=inv_std, mask=mask
+    )
     dx, expected_dx = blend(sample, t, sample.shape, ref["dx"])
     dz, expected_dz = (None, None)
     if ops is bn.BatchNormOps.BN_ADD_ACTIVATION:
         dz, expected_dz = blend(sample, t, sample.shape, ref["dz"])
     param_start = {k: t.rng.uniform(-1, 1, desc.dims) if sample.beta != 0 else None for k in ("dscale", "dbias")}
     dscale, dbias = (t.output(desc.dims, desc.dtype, "packed", param_start[k]) for k in ("dscale", "dbias"))
-    expected_params = [sample.alpha * ref[k] + (0.0 if start is None else sample.beta * start)
-                       for k, start in param_start.items()]
+    expected_params = [
+        sample.alpha * ref[k] + (0.0 if start is None else sample.beta * start) for k, start in param_start.items()
+    ]
     act = forward["act"]
     dz_desc = None if dz is None else descriptor(dz)
-    workspace = _scratch(t, get_batch_normalization_backward_ex_workspace_size(
-        handle, mode, ops, descriptor(x), descriptor(forward["y"]), descriptor(dy), dz_desc, descriptor(dx), desc, act))
+    workspace = _scratch(
+        t,
+        get_batch_normalization_backward_ex_workspace_size(
+            handle,
+            mode,
+            ops,
+            descriptor(x),
+            descriptor(forward["y"]),
+            descriptor(dy),
+            dz_desc,
+            descriptor(dx),
+            desc,
+            act,
+        ),
+    )
     batch_normalization_backward_ex(
-        handle, mode, ops, sample.alpha, sample.beta, sample.alpha, sample.beta, descriptor(x), x,
-        descriptor(forward["y"]), forward["y"], descriptor(dy), dy, dz_desc, dz, descriptor(dx), dx, desc,
-        p["scale"], p["bias"], dscale, dbias, EPSILON, forward["saved_mean"] if saved else None,
-        forward["saved_inv"] if saved else None, act, workspace, forward["reserve"])
+        handle,
+        mode,
+        ops,
+        sample.alpha,
+        sample.beta,
+        sample.alpha,
+        sample.beta,
+        descriptor(x),
+        x,
+        descriptor(forward["y"]),
+        forward["y"],
+        descriptor(dy),
+        dy,
+        dz_desc,
+        dz,
+        descriptor(dx),
+        dx,
+        desc,
+        p["scale"],
+        p["bias"],
+        dscale,
+        dbias,
+        EPSILON,
+        forward["saved_mean"] if saved else None,
+        forward["saved_inv"] if saved else None,
+        act,
+        workspace,
+        forward["reserve"],
+    )
     pairs = [checked(t, dx, expected_dx), (t.values(dscale), expected_params[0]), (t.values(dbias), expected_params[1])]
     if dz is not None and expected_dz is not None:
         pairs.append(checked(t, dz, expected_dz))
@@ -169,8 +275,9 @@ def samples(size: str = "small") -> Iterator[Sample]:
     """The batch normalization samples at SHAPES[size], plus the odd shapes."""
     shape = SHAPES[size]
 
-    def sample(op: str, runner: Callable[..., Any], variant: str, dtype: DataType = DataType.FLOAT,
-               **kw: Any) -> Sample:
+    def sample(
+        op: str, runner: Callable[..., Any], variant: str, dtype: DataType = DataType.FLOAT, **kw: Any
+    ) -> Sample:
         return Sample(op, variant, dtype, kw.pop("shape", shape), runner=runner, **kw)
 
     training, inference, backward = run_forward_training, run_forward_inference, run_backward
@@ -187,8 +294,9 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield sample("bn_backward", backward, "SPATIAL/BN_ADD_ACTIVATION+relu", layout=layout)
     yield sample("bn_forward_training", training, "SPATIAL_PERSISTENT/BN")
     yield sample("bn_forward_training", training, "SPATIAL/BN_ACTIVATION+clipped_relu", DataType.HALF)
-    yield sample("bn_forward_training", training, "SPATIAL/BN_ADD_ACTIVATION+identity", layout="subregion",
-                 alpha=0.5, beta=0.25)
+    yield sample(
+        "bn_forward_training", training, "SPATIAL/BN_ADD_ACTIVATION+identity", layout="subregion", alpha=0.5, beta=0.25
+    )
     yield sample("bn_forward_inference", inference, "SPATIAL/BN", DataType.BFLOAT16)
     yield sample("bn_forward_inference", inference, "PER_ACTIVATION/BN", layout="subregion", alpha=0.5, beta=-0.75)
     yield sample("bn_backward", backward, "SPATIAL/BN/nosaved", DataType.BFLOAT16, layout="permuted")
@@ -204,13 +312,25 @@ def error_samples() -> list[ErrorSample]:
     """Bad calls of batch normalization and their messages."""
     statistics = lambda: {"running_mean": values(3), "running_var": values(3)}  # noqa: E731
     return [
-        ErrorSample("momentum above 1", F.batch_norm,
-                    lambda: {"x": values(4, 3, 2), **statistics(), "training": True, "momentum": 2.0}, BadParam,
-                    "momentum=2.0 must be between 0 and 1"),
-        ErrorSample("eps below cuDNN's minimum", F.batch_norm,
-                    lambda: {"x": values(4, 3, 2), **statistics(), "eps": 0.0}, BadParam,
-                    "eps=0.0 must be at least 1e-05"),
-        ErrorSample("an activation the fused forms lack", F.batch_norm_add_activation,
-                    lambda: {"x": values(4, 3, 2), "z": values(4, 3, 2), "activation": "sigmoid"}, BadParam,
-                    "activation='sigmoid' must be 'relu', 'clipped_relu', 'identity' or None"),
+        ErrorSample(
+            "momentum above 1",
+            F.batch_norm,
+            lambda: {"x": values(4, 3, 2), **statistics(), "training": True, "momentum": 2.0},
+            BadParam,
+            "momentum=2.0 must be between 0 and 1",
+        ),
+        ErrorSample(
+            "eps below cuDNN's minimum",
+            F.batch_norm,
+            lambda: {"x": values(4, 3, 2), **statistics(), "eps": 0.0},
+            BadParam,
+            "eps=0.0 must be at least 1e-05",
+        ),
+        ErrorSample(
+            "an activation the fused forms lack",
+            F.batch_norm_add_activation,
+            lambda: {"x": values(4, 3, 2), "z": values(4, 3, 2), "activation": "sigmoid"},
+            BadParam,
+            "activation='sigmoid' must be 'relu', 'clipped_relu', 'identity' or None",
+        ),
     ]

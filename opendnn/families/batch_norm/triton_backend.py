@@ -167,10 +167,16 @@ class BatchNormPlan:
     @functools.cached_property
     def blocks(self) -> dict[str, Any]:
         """The tiled kernels' constexprs and warps (computed once: the host path is per call)."""
-        return dict(OUTER_DIMS=len(self.outer), F_DIMS=len(self.features),
-                    COMPUTE=tl.float64 if self.compute_bytes == 8 else tl.float32, INDEX_64=self.index_64,
-                    BLOCK_O=self.block_o, BLOCK_I=self.block_i, BLOCK_F=self.block_f,
-                    num_warps=max(1, min(8, self.block_o * self.block_i * self.block_f // 512)))
+        return dict(
+            OUTER_DIMS=len(self.outer),
+            F_DIMS=len(self.features),
+            COMPUTE=tl.float64 if self.compute_bytes == 8 else tl.float32,
+            INDEX_64=self.index_64,
+            BLOCK_O=self.block_o,
+            BLOCK_I=self.block_i,
+            BLOCK_F=self.block_f,
+            num_warps=max(1, min(8, self.block_o * self.block_i * self.block_f // 512)),
+        )
 
     @functools.cached_property
     def combine_blocks(self) -> tuple[int, int]:
@@ -203,15 +209,19 @@ def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
     contiguous_rows = mask_strides[0] == 1 and inner_strides[0] == 1  # x's innermost reduced dim: NCHW-like
     one_read = (0, 0, 0)
     backward = problem.direction is Direction.BACKWARD
-    if (contiguous_rows and (problem.direction is Direction.TRAINING or (backward and x.dtype.itemsize == 4))
-            and (inner_size % 8 == 0 or not problem.reserve)):
+    if (
+        contiguous_rows
+        and (problem.direction is Direction.TRAINING or (backward and x.dtype.itemsize == 4))
+        and (inner_size % 8 == 0 or not problem.reserve)
+    ):
         # rows of any length where no mask is kept (a mask byte holds 8 lanes of one row). The training
         # forward holds x (and z: half the lanes); the backward x and dy, at 16 warps (one CTA an SM: for
         # 16-bit data slower than the three passes on the H200, docs/design/batch_norm.md)
         holds_z = problem.direction is Direction.TRAINING and problem.z is not None
         limit = MAX_CLUSTER if clusters else 1
-        one_read = _one_read_split(math.prod(size for size, _ in reduced[:-1]), inner_size,
-                                   ONE_READ_TILE // (2 if holds_z else 1), limit)
+        one_read = _one_read_split(
+            math.prod(size for size, _ in reduced[:-1]), inner_size, ONE_READ_TILE // (2 if holds_z else 1), limit
+        )
     rows = contiguous_rows and (inner_size % 8 == 0 or one_read[0] > 0)
     if rows:
         outer, inner = reduced[:-1] or [(1, (0,) * 4)], (inner_size, inner_strides)
@@ -225,8 +235,19 @@ def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
         block_o = max(8, min(TILE // block_f, triton.next_power_of_2(math.prod(s for s, _ in outer))))
     extents = [d.extent for d in (x, problem.out, problem.z, problem.dy) if d is not None]
     index_64 = max(*extents, reserve_size(problem)) >= 2**31 - TILE
-    plan = BatchNormPlan(tuple(outer), inner, tuple(feature_dims), block_o, block_i, block_f, 1, mask_strides,
-                         problem.compute_dtype.itemsize, index_64, one_read)
+    plan = BatchNormPlan(
+        tuple(outer),
+        inner,
+        tuple(feature_dims),
+        block_o,
+        block_i,
+        block_f,
+        1,
+        mask_strides,
+        problem.compute_dtype.itemsize,
+        index_64,
+        one_read,
+    )
     if one_read[0]:  # its partial sums: one slice per CTA of a feature
         return dataclasses.replace(plan, splits=one_read[0])
     target = programs_to_fill(PROGRAMS_PER_SM, power_of_two=True)
@@ -312,8 +333,9 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...], clusters: bool) -> tuple[
-        tuple[Launch, ...], tuple[tuple[int, str], ...], int]:
+def bn_launches(
+    problem: BatchNormProblem, given: tuple[bool, ...], clusters: bool
+) -> tuple[tuple[Launch, ...], tuple[tuple[int, str], ...], int]:
     """(the launches computing ``problem`` with the BatchNormTensors that are ``given`` on a device with
     thread-block ``clusters`` or without, the tensors they take as (index, name) in BatchNormTensors (the
     workspace among them, whole: the kernels find their rows in it), the bytes of workspace)."""
@@ -325,8 +347,12 @@ def bn_launches(problem: BatchNormProblem, given: tuple[bool, ...], clusters: bo
 
 def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...], clusters: bool) -> tuple[Launch, ...]:
     """The launches computing ``problem`` (absent tensors are never read; x stands in for them)."""
-    launches = _Launches(problem, bn_plan(problem, clusters),
-                         {name for name, present in zip(BatchNormTensors._fields, given) if present}, clusters)
+    launches = _Launches(
+        problem,
+        bn_plan(problem, clusters),
+        {name for name, present in zip(BatchNormTensors._fields, given) if present},
+        clusters,
+    )
     if problem.direction is Direction.INFERENCE:
         return launches.combine("inference"), launches.forward()
     if problem.direction is Direction.TRAINING:
@@ -337,8 +363,12 @@ def _launch_sequence(problem: BatchNormProblem, given: tuple[bool, ...], cluster
     if launches.plan.one_read[0] and not recomputed:
         return (launches.one_read_backward(),)
     statistics = (launches.reduce(gradient=False), launches.combine("statistics")) if recomputed else ()
-    return (*statistics, launches.reduce(gradient=True, recomputed=recomputed),
-            launches.combine("backward", recomputed=recomputed), launches.backward())
+    return (
+        *statistics,
+        launches.reduce(gradient=True, recomputed=recomputed),
+        launches.combine("backward", recomputed=recomputed),
+        launches.backward(),
+    )
 
 
 class _Launches:
@@ -364,12 +394,29 @@ class _Launches:
         mean, or the ``recomputed`` one in the workspace)."""
         masked = gradient and self.problem.reserve
         mean = Slot("saved_mean") if gradient and not recomputed else Slot("x")
-        return Launch(bn_reduce_kernel, (self.plan.f_blocks * self.plan.splits,), (
-            Slot("x"), self.view("dy"), self.mask, mean, Slot("workspace"),
-            self.outer_sizes, self.outer_strides(X), self.outer_strides(DY), self.plan.inner[1][X],
-            self.plan.inner[1][DY], self.f_sizes, self.feature_strides(X), self.feature_strides(DY),
-            self.feature_strides(PARAM), self.plan.mask_strides, *self.tile_args),
-            dict(GRADIENT=gradient, MASKED=masked, STATS_IN_WORKSPACE=recomputed, **self.blocks))
+        return Launch(
+            bn_reduce_kernel,
+            (self.plan.f_blocks * self.plan.splits,),
+            (
+                Slot("x"),
+                self.view("dy"),
+                self.mask,
+                mean,
+                Slot("workspace"),
+                self.outer_sizes,
+                self.outer_strides(X),
+                self.outer_strides(DY),
+                self.plan.inner[1][X],
+                self.plan.inner[1][DY],
+                self.f_sizes,
+                self.feature_strides(X),
+                self.feature_strides(DY),
+                self.feature_strides(PARAM),
+                self.plan.mask_strides,
+                *self.tile_args,
+            ),
+            dict(GRADIENT=gradient, MASKED=masked, STATS_IN_WORKSPACE=recomputed, **self.blocks),
+        )
 
     def combine(self, step: str, recomputed: bool = False) -> Launch:
         """The combine of ``step`` ("inference", "training", "statistics", "backward"); the backward's
@@ -377,16 +424,45 @@ class _Launches:
         p = self.problem
         update_mean, update_var, save = self.writes(step)
         block, block_s = self.plan.combine_blocks
-        return Launch(bn_combine_kernel, (triton.cdiv(self.plan.feature_total, block),), (
-            Slot("workspace"), Slot("x"), self.view("scale"), self.view("bias"), self.view("mean"),
-            self.view("variance"), self.view("saved_mean"), self.view("saved_inv_std"), self.view("dscale"),
-            self.view("dbias"), self.f_sizes, self.feature_strides(X), self.feature_strides(PARAM),
-            self.plan.feature_total, self.plan.splits if step != "inference" else 0, float(p.count), p.epsilon,
-            p.factor, p.alpha_param, p.beta_param), dict(
-            STEP=step, UPDATE_MEAN=update_mean, UPDATE_VAR=update_var, SAVE=save,
-            STATS_IN_WORKSPACE=step == "statistics" or recomputed, HAS_BETA_PARAM=p.beta_param != 0.0,
-            F_DIMS=len(self.plan.features), COMPUTE=self.blocks["COMPUTE"], BLOCK=block, BLOCK_S=block_s,
-            num_warps=4))
+        return Launch(
+            bn_combine_kernel,
+            (triton.cdiv(self.plan.feature_total, block),),
+            (
+                Slot("workspace"),
+                Slot("x"),
+                self.view("scale"),
+                self.view("bias"),
+                self.view("mean"),
+                self.view("variance"),
+                self.view("saved_mean"),
+                self.view("saved_inv_std"),
+                self.view("dscale"),
+                self.view("dbias"),
+                self.f_sizes,
+                self.feature_strides(X),
+                self.feature_strides(PARAM),
+                self.plan.feature_total,
+                self.plan.splits if step != "inference" else 0,
+                float(p.count),
+                p.epsilon,
+                p.factor,
+                p.alpha_param,
+                p.beta_param,
+            ),
+            dict(
+                STEP=step,
+                UPDATE_MEAN=update_mean,
+                UPDATE_VAR=update_var,
+                SAVE=save,
+                STATS_IN_WORKSPACE=step == "statistics" or recomputed,
+                HAS_BETA_PARAM=p.beta_param != 0.0,
+                F_DIMS=len(self.plan.features),
+                COMPUTE=self.blocks["COMPUTE"],
+                BLOCK=block,
+                BLOCK_S=block_s,
+                num_warps=4,
+            ),
+        )
 
     def writes(self, step: str) -> tuple[bool, bool, bool]:
         """Whether ``step``'s statistics update the running mean, the running variance, and are saved."""
@@ -407,20 +483,59 @@ class _Launches:
         update_mean, update_var, save = self.writes("training")
         cluster, block_o, block_i = self.plan.one_read
         ids = X, Z, OUT
-        return Launch(bn_one_read_forward_kernel, (self.plan.feature_total * cluster,), (
-            Slot("x"), self.view("z"), Slot("out"), self.view("scale"), self.view("bias"), self.view("mean"),
-            self.view("variance"), self.view("saved_mean"), self.view("saved_inv_std"), Slot("workspace"), self.mask,
-            self.outer_sizes, *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids),
-            self.f_sizes, *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides,
-            self.plan.outer_total, self.plan.inner[0], self.plan.feature_total, float(p.count), p.epsilon, p.factor,
-            p.alpha, p.beta, p.activation_coef, PREFETCH_AHEAD), dict(
-            CLUSTER=cluster, CLUSTER_BARRIER=self.clusters, PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER),
-            ADD_Z="z" in self.given,
-            ACTIVATION=p.activation or "identity",
-            WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, UPDATE_MEAN=update_mean,
-            UPDATE_VAR=update_var, SAVE=save, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
-            COMPUTE=self.blocks["COMPUTE"], BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
-            num_warps=max(1, min(8, block_o * block_i // 512))), cluster=cluster)
+        return Launch(
+            bn_one_read_forward_kernel,
+            (self.plan.feature_total * cluster,),
+            (
+                Slot("x"),
+                self.view("z"),
+                Slot("out"),
+                self.view("scale"),
+                self.view("bias"),
+                self.view("mean"),
+                self.view("variance"),
+                self.view("saved_mean"),
+                self.view("saved_inv_std"),
+                Slot("workspace"),
+                self.mask,
+                self.outer_sizes,
+                *(self.outer_strides(k) for k in ids),
+                *(self.plan.inner[1][k] for k in ids),
+                self.f_sizes,
+                *(self.feature_strides(k) for k in (*ids, PARAM)),
+                self.plan.mask_strides,
+                self.plan.outer_total,
+                self.plan.inner[0],
+                self.plan.feature_total,
+                float(p.count),
+                p.epsilon,
+                p.factor,
+                p.alpha,
+                p.beta,
+                p.activation_coef,
+                PREFETCH_AHEAD,
+            ),
+            dict(
+                CLUSTER=cluster,
+                CLUSTER_BARRIER=self.clusters,
+                PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER),
+                ADD_Z="z" in self.given,
+                ACTIVATION=p.activation or "identity",
+                WRITE_MASK=p.reserve and "reserve" in self.given,
+                HAS_BETA=p.beta != 0.0,
+                UPDATE_MEAN=update_mean,
+                UPDATE_VAR=update_var,
+                SAVE=save,
+                OUTER_DIMS=len(self.plan.outer),
+                F_DIMS=len(self.plan.features),
+                COMPUTE=self.blocks["COMPUTE"],
+                BLOCK_O=block_o,
+                BLOCK_I=block_i,
+                INDEX_64=self.plan.index_64,
+                num_warps=max(1, min(8, block_o * block_i // 512)),
+            ),
+            cluster=cluster,
+        )
 
     def one_read_backward(self) -> Launch:
         """The backward with saved statistics in one launch, a cluster of CTAs per feature
@@ -428,37 +543,115 @@ class _Launches:
         p = self.problem
         cluster, block_o, block_i = self.plan.one_read
         ids = X, DY, OUT, Z
-        return Launch(bn_one_read_backward_kernel, (self.plan.feature_total * cluster,), (
-            Slot("x"), Slot("dy"), Slot("out"), self.view("z"), self.view("scale"), Slot("saved_mean"),
-            Slot("saved_inv_std"), Slot("dscale"), Slot("dbias"), Slot("workspace"), self.mask, self.outer_sizes,
-            *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
-            *(self.feature_strides(k) for k in (*ids, PARAM)), self.plan.mask_strides, self.plan.outer_total,
-            self.plan.inner[0], self.plan.feature_total, float(p.count), p.alpha, p.beta, p.alpha_param,
-            p.beta_param, PREFETCH_AHEAD), dict(
-            CLUSTER=cluster, CLUSTER_BARRIER=self.clusters,
-            PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER if "z" in self.given else PREFETCH_MIN_CLUSTER_DX),
-            MASKED=p.reserve and "reserve" in self.given, WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0,
-            HAS_BETA_PARAM=p.beta_param != 0.0, OUTER_DIMS=len(self.plan.outer), F_DIMS=len(self.plan.features),
-            COMPUTE=self.blocks["COMPUTE"], BLOCK_O=block_o, BLOCK_I=block_i, INDEX_64=self.plan.index_64,
-            num_warps=max(1, min(16, block_o * block_i // 1024))), cluster=cluster)
+        return Launch(
+            bn_one_read_backward_kernel,
+            (self.plan.feature_total * cluster,),
+            (
+                Slot("x"),
+                Slot("dy"),
+                Slot("out"),
+                self.view("z"),
+                self.view("scale"),
+                Slot("saved_mean"),
+                Slot("saved_inv_std"),
+                Slot("dscale"),
+                Slot("dbias"),
+                Slot("workspace"),
+                self.mask,
+                self.outer_sizes,
+                *(self.outer_strides(k) for k in ids),
+                *(self.plan.inner[1][k] for k in ids),
+                self.f_sizes,
+                *(self.feature_strides(k) for k in (*ids, PARAM)),
+                self.plan.mask_strides,
+                self.plan.outer_total,
+                self.plan.inner[0],
+                self.plan.feature_total,
+                float(p.count),
+                p.alpha,
+                p.beta,
+                p.alpha_param,
+                p.beta_param,
+                PREFETCH_AHEAD,
+            ),
+            dict(
+                CLUSTER=cluster,
+                CLUSTER_BARRIER=self.clusters,
+                PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER if "z" in self.given else PREFETCH_MIN_CLUSTER_DX),
+                MASKED=p.reserve and "reserve" in self.given,
+                WRITE_DZ="z" in self.given,
+                HAS_BETA=p.beta != 0.0,
+                HAS_BETA_PARAM=p.beta_param != 0.0,
+                OUTER_DIMS=len(self.plan.outer),
+                F_DIMS=len(self.plan.features),
+                COMPUTE=self.blocks["COMPUTE"],
+                BLOCK_O=block_o,
+                BLOCK_I=block_i,
+                INDEX_64=self.plan.index_64,
+                num_warps=max(1, min(16, block_o * block_i // 1024)),
+            ),
+            cluster=cluster,
+        )
 
     def forward(self) -> Launch:
         p = self.problem
         ids = X, Z, OUT
-        return Launch(bn_forward_kernel, (self.plan.f_blocks * self.plan.tiles,), (
-            Slot("x"), self.view("z"), Slot("out"), Slot("workspace"), self.mask, self.outer_sizes,
-            *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
-            *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args,
-            p.alpha, p.beta, p.activation_coef), dict(
-            ADD_Z="z" in self.given, ACTIVATION=p.activation or "identity",
-            WRITE_MASK=p.reserve and "reserve" in self.given, HAS_BETA=p.beta != 0.0, **self.blocks))
+        return Launch(
+            bn_forward_kernel,
+            (self.plan.f_blocks * self.plan.tiles,),
+            (
+                Slot("x"),
+                self.view("z"),
+                Slot("out"),
+                Slot("workspace"),
+                self.mask,
+                self.outer_sizes,
+                *(self.outer_strides(k) for k in ids),
+                *(self.plan.inner[1][k] for k in ids),
+                self.f_sizes,
+                *(self.feature_strides(k) for k in ids),
+                self.plan.mask_strides,
+                *self.tile_args,
+                p.alpha,
+                p.beta,
+                p.activation_coef,
+            ),
+            dict(
+                ADD_Z="z" in self.given,
+                ACTIVATION=p.activation or "identity",
+                WRITE_MASK=p.reserve and "reserve" in self.given,
+                HAS_BETA=p.beta != 0.0,
+                **self.blocks,
+            ),
+        )
 
     def backward(self) -> Launch:
         p = self.problem
         ids = X, DY, OUT, Z
-        return Launch(bn_backward_kernel, (self.plan.f_blocks * self.plan.tiles,), (
-            Slot("x"), Slot("dy"), Slot("out"), self.view("z"), Slot("workspace"), self.mask, self.outer_sizes,
-            *(self.outer_strides(k) for k in ids), *(self.plan.inner[1][k] for k in ids), self.f_sizes,
-            *(self.feature_strides(k) for k in ids), self.plan.mask_strides, *self.tile_args, p.alpha, p.beta),
-            dict(MASKED=p.reserve and "reserve" in self.given, WRITE_DZ="z" in self.given, HAS_BETA=p.beta != 0.0,
-                 **self.blocks))
+        return Launch(
+            bn_backward_kernel,
+            (self.plan.f_blocks * self.plan.tiles,),
+            (
+                Slot("x"),
+                Slot("dy"),
+                Slot("out"),
+                self.view("z"),
+                Slot("workspace"),
+                self.mask,
+                self.outer_sizes,
+                *(self.outer_strides(k) for k in ids),
+                *(self.plan.inner[1][k] for k in ids),
+                self.f_sizes,
+                *(self.feature_strides(k) for k in ids),
+                self.plan.mask_strides,
+                *self.tile_args,
+                p.alpha,
+                p.beta,
+            ),
+            dict(
+                MASKED=p.reserve and "reserve" in self.given,
+                WRITE_DZ="z" in self.given,
+                HAS_BETA=p.beta != 0.0,
+                **self.blocks,
+            ),
+        )

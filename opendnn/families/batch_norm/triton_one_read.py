@@ -39,12 +39,28 @@ def cluster_barrier(token):
     cannot be moved above the barrier."""
     return tl.inline_asm_elementwise(
         "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;\n\tmov.b32 $0, $1;",
-        "=r,r", [token], dtype=tl.int32, is_pure=False, pack=1)
+        "=r,r",
+        [token],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 @triton.jit
-def cluster_sums(part1, part2, work_ptr, pid, rank, f, f_valid, feature_total, CLUSTER: tl.constexpr,
-                 CLUSTER_BARRIER: tl.constexpr, COMPUTE: tl.constexpr):
+def cluster_sums(
+    part1,
+    part2,
+    work_ptr,
+    pid,
+    rank,
+    f,
+    f_valid,
+    feature_total,
+    CLUSTER: tl.constexpr,
+    CLUSTER_BARRIER: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """Two sums of one feature over its cluster: each CTA's parts go side by side into the workspace (the
     cluster reads them back in one 64-byte round; rank-major rows of features measured 35% slower), a
     barrier, then every CTA adds the CLUSTER pairs in order: the same sums on every CTA. The barrier is the
@@ -62,33 +78,96 @@ def cluster_sums(part1, part2, work_ptr, pid, rank, f, f_valid, feature_total, C
 
 
 @triton.jit
-def prefetch_tile(ptr, f, feature_total, rank, outer_sizes, outer_strides, inner_stride, f_sizes, f_strides,
-                  outer_total, inner_total, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, BLOCK_O: tl.constexpr,
-                  BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr, STEP: tl.constexpr):
+def prefetch_tile(
+    ptr,
+    f,
+    feature_total,
+    rank,
+    outer_sizes,
+    outer_strides,
+    inner_stride,
+    f_sizes,
+    f_strides,
+    outer_total,
+    inner_total,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    STEP: tl.constexpr,
+):
     """Ask L2 to fetch CTA ``rank``'s tile of feature ``f`` (nothing when f is past the end) and keep it
     (evict_last), one address every STEP lanes, without waiting: the data of a cluster that runs later,
     coming from DRAM while this one sums, waits at its barrier and stores."""
     outer, inner, r_valid = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, STEP)
-    offsets = (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_strides, inner_stride)[:, None]
-               + dim_offsets(f, F_DIMS, f_sizes, f_strides)[None, :])
+    offsets = (
+        reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_strides, inner_stride)[:, None]
+        + dim_offsets(f, F_DIMS, f_sizes, f_strides)[None, :]
+    )
     valid = r_valid[:, None] & (f < feature_total)[None, :]
     tl.inline_asm_elementwise(
         "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t@p prefetch.global.L2::evict_last [$1];\n\tmov.b32 $0, 0;\n\t}",
-        "=r,l,r", [ptr + offsets, valid.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        "=r,l,r",
+        [ptr + offsets, valid.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 @triton.jit
 def bn_one_read_forward_kernel(
-    x_ptr, z_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr, work_ptr, mask_ptr,
-    outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, f_param, mask_strides,
-    outer_total, inner_total, feature_total,
-    count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha: tl.float64, beta: tl.float64,
-    ceiling: tl.float64, ahead,
-    CLUSTER: tl.constexpr, CLUSTER_BARRIER: tl.constexpr, PREFETCH: tl.constexpr,
-    ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr,
-    HAS_BETA: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+    x_ptr,
+    z_ptr,
+    y_ptr,
+    scale_ptr,
+    bias_ptr,
+    mean_ptr,
+    var_ptr,
+    saved_mean_ptr,
+    saved_inv_ptr,
+    work_ptr,
+    mask_ptr,
+    outer_sizes,
+    outer_x,
+    outer_z,
+    outer_y,
+    inner_x,
+    inner_z,
+    inner_y,
+    f_sizes,
+    f_x,
+    f_z,
+    f_y,
+    f_param,
+    mask_strides,
+    outer_total,
+    inner_total,
+    feature_total,
+    count: tl.float64,
+    epsilon: tl.float64,
+    factor: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    ceiling: tl.float64,
+    ahead,
+    CLUSTER: tl.constexpr,
+    CLUSTER_BARRIER: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    ADD_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    WRITE_MASK: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    UPDATE_MEAN: tl.constexpr,
+    UPDATE_VAR: tl.constexpr,
+    SAVE: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
 ):
     """The whole training forward of one feature (rows orientation) in one cluster of CLUSTER CTAs, x read
     once: CTA ``rank`` loads its BLOCK_O outer x BLOCK_I inner lanes (the ``rank``-th tile of that size)
@@ -121,45 +200,190 @@ def bn_one_read_forward_kernel(
     running_mean, running_var = load_running(mean_ptr, var_ptr, fp, writer, UPDATE_MEAN, UPDATE_VAR)
     outer, inner, r_valid = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)
     valid = r_valid[:, None] & f_valid[None, :]
-    x = tl.load(x_ptr + (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)[:, None]
-                         + fx[None, :]), mask=valid, other=0.0, eviction_policy=LOAD_EVICT)
+    x = tl.load(
+        x_ptr + (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_x, inner_x)[:, None] + fx[None, :]),
+        mask=valid,
+        other=0.0,
+        eviction_policy=LOAD_EVICT,
+    )
     z = x
     if ADD_Z:  # with x, ahead of the barrier (loaded after it, the CTA idled a DRAM round trip: 18-26% slower)
         rz = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_z, inner_z)
-        z = tl.load(z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]), mask=valid, other=0.0,
-                    eviction_policy=LOAD_EVICT)
+        z = tl.load(
+            z_ptr + (rz[:, None] + dim_offsets(f, F_DIMS, f_sizes, f_z)[None, :]),
+            mask=valid,
+            other=0.0,
+            eviction_policy=LOAD_EVICT,
+        )
     if PREFETCH > 0:
-        prefetch_tile(x_ptr, f + ahead, feature_total, rank, outer_sizes, outer_x, inner_x, f_sizes, f_x,
-                      outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
+        prefetch_tile(
+            x_ptr,
+            f + ahead,
+            feature_total,
+            rank,
+            outer_sizes,
+            outer_x,
+            inner_x,
+            f_sizes,
+            f_x,
+            outer_total,
+            inner_total,
+            OUTER_DIMS,
+            F_DIMS,
+            BLOCK_O,
+            BLOCK_I,
+            INDEX_64,
+            PREFETCH,
+        )
         if ADD_Z:
-            prefetch_tile(z_ptr, f + ahead, feature_total, rank, outer_sizes, outer_z, inner_z, f_sizes, f_z,
-                          outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
+            prefetch_tile(
+                z_ptr,
+                f + ahead,
+                feature_total,
+                rank,
+                outer_sizes,
+                outer_z,
+                inner_z,
+                f_sizes,
+                f_z,
+                outer_total,
+                inner_total,
+                OUTER_DIMS,
+                F_DIMS,
+                BLOCK_O,
+                BLOCK_I,
+                INDEX_64,
+                PREFETCH,
+            )
     d = tl.where(valid, x.to(COMPUTE) - x0, 0.0)
-    sum1, sum2 = cluster_sums(tl.sum(d, 0), tl.sum(d * d, 0), work_ptr, pid, rank, f, f_valid, feature_total,
-                              CLUSTER, CLUSTER_BARRIER, COMPUTE)
+    sum1, sum2 = cluster_sums(
+        tl.sum(d, 0),
+        tl.sum(d * d, 0),
+        work_ptr,
+        pid,
+        rank,
+        f,
+        f_valid,
+        feature_total,
+        CLUSTER,
+        CLUSTER_BARRIER,
+        COMPUTE,
+    )
     n = tl.cast(count, COMPUTE)
     mean, var = shifted_statistics(sum1, sum2, n, x0)
     inv_std = inverse_std(var, epsilon, COMPUTE)
-    normalize_tile(x, z, mean, scale * inv_std, b, y_ptr, mask_ptr, valid, rank, f, f_valid, outer, inner,
-                   outer_sizes, outer_y, inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, 1, alpha, beta,
-                   ceiling, ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I,
-                   INDEX_64, STORE_CACHE)
+    normalize_tile(
+        x,
+        z,
+        mean,
+        scale * inv_std,
+        b,
+        y_ptr,
+        mask_ptr,
+        valid,
+        rank,
+        f,
+        f_valid,
+        outer,
+        inner,
+        outer_sizes,
+        outer_y,
+        inner_y,
+        f_sizes,
+        f_y,
+        mask_strides,
+        outer_total,
+        inner_total,
+        1,
+        alpha,
+        beta,
+        ceiling,
+        ADD_Z,
+        ACTIVATION,
+        WRITE_MASK,
+        HAS_BETA,
+        OUTER_DIMS,
+        F_DIMS,
+        COMPUTE,
+        BLOCK_O,
+        BLOCK_I,
+        INDEX_64,
+        STORE_CACHE,
+    )
     # rank 0 writes the statistics, stores only: a CTA that waited on a load here would keep its cluster's
     # successor from starting (the running averages are loaded first)
-    record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, saved_mean_ptr + fp,
-                      saved_inv_ptr + fp, fp, writer, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
+    record_statistics(
+        mean,
+        var,
+        inv_std,
+        n,
+        running_mean,
+        running_var,
+        mean_ptr,
+        var_ptr,
+        saved_mean_ptr + fp,
+        saved_inv_ptr + fp,
+        fp,
+        writer,
+        factor,
+        UPDATE_MEAN,
+        UPDATE_VAR,
+        SAVE,
+        COMPUTE,
+    )
 
 
 @triton.jit
 def bn_one_read_backward_kernel(
-    x_ptr, dy_ptr, dx_ptr, dz_ptr, scale_ptr, saved_mean_ptr, saved_inv_ptr, dscale_ptr, dbias_ptr, work_ptr,
-    mask_ptr, outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
-    f_sizes, f_x, f_dy, f_dx, f_dz, f_param, mask_strides, outer_total, inner_total, feature_total,
-    count: tl.float64, alpha: tl.float64, beta: tl.float64, alpha_param: tl.float64, beta_param: tl.float64, ahead,
-    CLUSTER: tl.constexpr, CLUSTER_BARRIER: tl.constexpr, PREFETCH: tl.constexpr,
-    MASKED: tl.constexpr, WRITE_DZ: tl.constexpr,
-    HAS_BETA: tl.constexpr, HAS_BETA_PARAM: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
-    COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    dx_ptr,
+    dz_ptr,
+    scale_ptr,
+    saved_mean_ptr,
+    saved_inv_ptr,
+    dscale_ptr,
+    dbias_ptr,
+    work_ptr,
+    mask_ptr,
+    outer_sizes,
+    outer_x,
+    outer_dy,
+    outer_dx,
+    outer_dz,
+    inner_x,
+    inner_dy,
+    inner_dx,
+    inner_dz,
+    f_sizes,
+    f_x,
+    f_dy,
+    f_dx,
+    f_dz,
+    f_param,
+    mask_strides,
+    outer_total,
+    inner_total,
+    feature_total,
+    count: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha_param: tl.float64,
+    beta_param: tl.float64,
+    ahead,
+    CLUSTER: tl.constexpr,
+    CLUSTER_BARRIER: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    MASKED: tl.constexpr,
+    WRITE_DZ: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    HAS_BETA_PARAM: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
 ):
     """The whole backward of one feature with its saved statistics, x and dy read once: laid out as
     ``bn_one_read_forward_kernel`` (a cluster of CLUSTER CTAs per feature, CTA ``rank`` holding its tile of
@@ -179,22 +403,130 @@ def bn_one_read_backward_kernel(
     writer = f_valid & (rank == 0)
     old_dscale, old_dbias = load_old_gradients(dscale_ptr, dbias_ptr, fp, writer, HAS_BETA_PARAM)
     fx, fdy = dim_offsets(f, F_DIMS, f_sizes, f_x), dim_offsets(f, F_DIMS, f_sizes, f_dy)
-    x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, rank, rank + 1, outer_sizes,
-                                     outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, 1,
-                                     True, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64, LOAD_EVICT)
+    x, dy, packed, valid = tile_data(
+        x_ptr,
+        dy_ptr,
+        mask_ptr,
+        f,
+        f_valid,
+        fx,
+        fdy,
+        rank,
+        rank + 1,
+        outer_sizes,
+        outer_x,
+        outer_dy,
+        inner_x,
+        inner_dy,
+        mask_strides,
+        outer_total,
+        inner_total,
+        1,
+        True,
+        MASKED,
+        OUTER_DIMS,
+        BLOCK_O,
+        BLOCK_I,
+        INDEX_64,
+        LOAD_EVICT,
+    )
     outer, inner, _ = tile_lanes(rank, 1, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
     if PREFETCH > 0:
-        prefetch_tile(x_ptr, f + ahead, feature_total, rank, outer_sizes, outer_x, inner_x, f_sizes, f_x,
-                      outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
-        prefetch_tile(dy_ptr, f + ahead, feature_total, rank, outer_sizes, outer_dy, inner_dy, f_sizes, f_dy,
-                      outer_total, inner_total, OUTER_DIMS, F_DIMS, BLOCK_O, BLOCK_I, INDEX_64, PREFETCH)
+        prefetch_tile(
+            x_ptr,
+            f + ahead,
+            feature_total,
+            rank,
+            outer_sizes,
+            outer_x,
+            inner_x,
+            f_sizes,
+            f_x,
+            outer_total,
+            inner_total,
+            OUTER_DIMS,
+            F_DIMS,
+            BLOCK_O,
+            BLOCK_I,
+            INDEX_64,
+            PREFETCH,
+        )
+        prefetch_tile(
+            dy_ptr,
+            f + ahead,
+            feature_total,
+            rank,
+            outer_sizes,
+            outer_dy,
+            inner_dy,
+            f_sizes,
+            f_dy,
+            outer_total,
+            inner_total,
+            OUTER_DIMS,
+            F_DIMS,
+            BLOCK_O,
+            BLOCK_I,
+            INDEX_64,
+            PREFETCH,
+        )
     g = gradient_input(dy, packed, MASKED, COMPUTE)
     centred = tl.where(valid, x.to(COMPUTE) - mean, 0.0)
-    sum1, sum2 = cluster_sums(tl.sum(g, 0), tl.sum(g * centred, 0), work_ptr, pid, rank, f, f_valid, feature_total,
-                              CLUSTER, CLUSTER_BARRIER, COMPUTE)
+    sum1, sum2 = cluster_sums(
+        tl.sum(g, 0),
+        tl.sum(g * centred, 0),
+        work_ptr,
+        pid,
+        rank,
+        f,
+        f_valid,
+        feature_total,
+        CLUSTER,
+        CLUSTER_BARRIER,
+        COMPUTE,
+    )
     k1, k2, k3 = gradient_coefficients(sum1, sum2, tl.cast(count, COMPUTE), scale, inv_std)
-    backward_tile(g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz,
-                  inner_dx, inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ, HAS_BETA, OUTER_DIMS, F_DIMS,
-                  COMPUTE, STORE_CACHE)
-    record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, writer, alpha_param,
-                     beta_param, HAS_BETA_PARAM, COMPUTE)
+    backward_tile(
+        g,
+        centred,
+        k1,
+        k2,
+        k3,
+        dx_ptr,
+        dz_ptr,
+        valid,
+        f,
+        outer,
+        inner,
+        outer_sizes,
+        outer_dx,
+        outer_dz,
+        inner_dx,
+        inner_dz,
+        f_sizes,
+        f_dx,
+        f_dz,
+        alpha,
+        beta,
+        WRITE_DZ,
+        HAS_BETA,
+        OUTER_DIMS,
+        F_DIMS,
+        COMPUTE,
+        STORE_CACHE,
+    )
+    record_gradients(
+        sum1,
+        sum2,
+        inv_std,
+        old_dscale,
+        old_dbias,
+        dscale_ptr,
+        dbias_ptr,
+        fp,
+        writer,
+        alpha_param,
+        beta_param,
+        HAS_BETA_PARAM,
+        COMPUTE,
+    )

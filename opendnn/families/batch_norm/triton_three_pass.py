@@ -46,12 +46,37 @@ def statistic_pointers(saved_mean_ptr, saved_inv_ptr, work, f, fp, feature_total
 
 @triton.jit
 def bn_reduce_kernel(
-    x_ptr, dy_ptr, mask_ptr, saved_mean_ptr, work_ptr,
-    outer_sizes, outer_x, outer_dy, inner_x, inner_dy, f_sizes, f_x, f_dy, f_param, mask_strides,
-    outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles,
-    GRADIENT: tl.constexpr, MASKED: tl.constexpr, STATS_IN_WORKSPACE: tl.constexpr, OUTER_DIMS: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    mask_ptr,
+    saved_mean_ptr,
+    work_ptr,
+    outer_sizes,
+    outer_x,
+    outer_dy,
+    inner_x,
+    inner_dy,
+    f_sizes,
+    f_x,
+    f_dy,
+    f_param,
+    mask_strides,
+    outer_total,
+    inner_total,
+    feature_total,
+    f_blocks,
+    i_blocks,
+    tiles,
+    GRADIENT: tl.constexpr,
+    MASKED: tl.constexpr,
+    STATS_IN_WORKSPACE: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
     F_DIMS: tl.constexpr,
-    COMPUTE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    INDEX_64: tl.constexpr,
 ):
     """Program p: features block p % f_blocks over slice p // f_blocks of its tiles. Writes the
     slice's two sums per feature: sum(x - x0), sum((x - x0)^2); or, GRADIENT, sum(g), sum(g * (x - mean))
@@ -75,14 +100,59 @@ def bn_reduce_kernel(
     sum1 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
     sum2 = tl.zeros((BLOCK_O * BLOCK_I, BLOCK_F), COMPUTE)
     start, stop = split * tiles // splits, (split + 1) * tiles // splits
-    x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, start, stop, outer_sizes,
-                                     outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total,
-                                     i_blocks, GRADIENT, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64)
+    x, dy, packed, valid = tile_data(
+        x_ptr,
+        dy_ptr,
+        mask_ptr,
+        f,
+        f_valid,
+        fx,
+        fdy,
+        start,
+        stop,
+        outer_sizes,
+        outer_x,
+        outer_dy,
+        inner_x,
+        inner_dy,
+        mask_strides,
+        outer_total,
+        inner_total,
+        i_blocks,
+        GRADIENT,
+        MASKED,
+        OUTER_DIMS,
+        BLOCK_O,
+        BLOCK_I,
+        INDEX_64,
+    )
     for t in range(start, stop):
         x_next, dy_next, packed_next, valid_next = tile_data(
-            x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t + 1, stop, outer_sizes, outer_x, outer_dy, inner_x,
-            inner_dy, mask_strides, outer_total, inner_total, i_blocks, GRADIENT, MASKED, OUTER_DIMS, BLOCK_O,
-            BLOCK_I, INDEX_64)
+            x_ptr,
+            dy_ptr,
+            mask_ptr,
+            f,
+            f_valid,
+            fx,
+            fdy,
+            t + 1,
+            stop,
+            outer_sizes,
+            outer_x,
+            outer_dy,
+            inner_x,
+            inner_dy,
+            mask_strides,
+            outer_total,
+            inner_total,
+            i_blocks,
+            GRADIENT,
+            MASKED,
+            OUTER_DIMS,
+            BLOCK_O,
+            BLOCK_I,
+            INDEX_64,
+        )
         d = tl.where(valid, x.to(COMPUTE) - center[None, :], 0.0)
         if GRADIENT:
             g = dy.to(COMPUTE)
@@ -105,18 +175,44 @@ def partial_round(partial, s0, splits, f, valid, feature_total, BLOCK_S: tl.cons
     s = s0 + tl.arange(0, BLOCK_S)
     offsets = s[:, None] * feature_total + f[None, :]
     both = (s < splits)[:, None] & valid[None, :]
-    return (tl.load(partial + offsets, mask=both, other=0.0),
-            tl.load(partial + splits * feature_total + offsets, mask=both, other=0.0))
+    return (
+        tl.load(partial + offsets, mask=both, other=0.0),
+        tl.load(partial + splits * feature_total + offsets, mask=both, other=0.0),
+    )
 
 
 @triton.jit
 def bn_combine_kernel(
-    work_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, saved_mean_ptr, saved_inv_ptr,
-    dscale_ptr, dbias_ptr, f_sizes, f_x, f_param, feature_total, splits,
-    count: tl.float64, epsilon: tl.float64, factor: tl.float64, alpha_param: tl.float64, beta_param: tl.float64,
-    STEP: tl.constexpr, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
-    STATS_IN_WORKSPACE: tl.constexpr, HAS_BETA_PARAM: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
+    work_ptr,
+    x_ptr,
+    scale_ptr,
+    bias_ptr,
+    mean_ptr,
+    var_ptr,
+    saved_mean_ptr,
+    saved_inv_ptr,
+    dscale_ptr,
+    dbias_ptr,
+    f_sizes,
+    f_x,
+    f_param,
+    feature_total,
+    splits,
+    count: tl.float64,
+    epsilon: tl.float64,
+    factor: tl.float64,
+    alpha_param: tl.float64,
+    beta_param: tl.float64,
+    STEP: tl.constexpr,
+    UPDATE_MEAN: tl.constexpr,
+    UPDATE_VAR: tl.constexpr,
+    SAVE: tl.constexpr,
+    STATS_IN_WORKSPACE: tl.constexpr,
+    HAS_BETA_PARAM: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
     """Per feature, after the reduce pass (STEP "training", "statistics", "backward") or without one
     ("inference"): the statistics, running averages, gradients of scale and bias, and the
@@ -147,8 +243,21 @@ def bn_combine_kernel(
         mean = tl.load(mean_at, mask=valid, other=0.0).to(COMPUTE)
         inv_std = tl.load(inv_at, mask=valid, other=0.0).to(COMPUTE)
         old_dscale, old_dbias = load_old_gradients(dscale_ptr, dbias_ptr, fp, valid, HAS_BETA_PARAM)
-        record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, valid, alpha_param,
-                         beta_param, HAS_BETA_PARAM, COMPUTE)
+        record_gradients(
+            sum1,
+            sum2,
+            inv_std,
+            old_dscale,
+            old_dbias,
+            dscale_ptr,
+            dbias_ptr,
+            fp,
+            valid,
+            alpha_param,
+            beta_param,
+            HAS_BETA_PARAM,
+            COMPUTE,
+        )
         k1, k2, k3 = gradient_coefficients(sum1, sum2, n, scale, inv_std)
         tl.store(work + f, k1, mask=valid)
         tl.store(work + feature_total + f, k3, mask=valid)
@@ -163,8 +272,25 @@ def bn_combine_kernel(
             mean, var = shifted_statistics(sum1, sum2, n, x0)
         inv_std = inverse_std(var, epsilon, COMPUTE)
         running_mean, running_var = load_running(mean_ptr, var_ptr, fp, valid, UPDATE_MEAN, UPDATE_VAR)
-        record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, mean_at, inv_at, fp,
-                          valid, factor, UPDATE_MEAN, UPDATE_VAR, SAVE, COMPUTE)
+        record_statistics(
+            mean,
+            var,
+            inv_std,
+            n,
+            running_mean,
+            running_var,
+            mean_ptr,
+            var_ptr,
+            mean_at,
+            inv_at,
+            fp,
+            valid,
+            factor,
+            UPDATE_MEAN,
+            UPDATE_VAR,
+            SAVE,
+            COMPUTE,
+        )
         tl.store(work + f, scale * inv_std, mask=valid)
         tl.store(work + feature_total + f, tl.load(bias_ptr + fp, mask=valid, other=0.0).to(COMPUTE), mask=valid)
         tl.store(work + 2 * feature_total + f, mean, mask=valid)
@@ -172,13 +298,43 @@ def bn_combine_kernel(
 
 @triton.jit
 def bn_forward_kernel(
-    x_ptr, z_ptr, y_ptr, work_ptr, mask_ptr,
-    outer_sizes, outer_x, outer_z, outer_y, inner_x, inner_z, inner_y, f_sizes, f_x, f_z, f_y, mask_strides,
-    outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles,
-    alpha: tl.float64, beta: tl.float64, ceiling: tl.float64,
-    ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
+    x_ptr,
+    z_ptr,
+    y_ptr,
+    work_ptr,
+    mask_ptr,
+    outer_sizes,
+    outer_x,
+    outer_z,
+    outer_y,
+    inner_x,
+    inner_z,
+    inner_y,
+    f_sizes,
+    f_x,
+    f_z,
+    f_y,
+    mask_strides,
+    outer_total,
+    inner_total,
+    feature_total,
+    f_blocks,
+    i_blocks,
+    tiles,
+    alpha: tl.float64,
+    beta: tl.float64,
+    ceiling: tl.float64,
+    ADD_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    WRITE_MASK: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    INDEX_64: tl.constexpr,
 ):
     """y = alpha * act(x * a + b [+ z]) + beta * y over one tile; the mask bits of act' too."""
     pid = tl.program_id(0)
@@ -198,29 +354,118 @@ def bn_forward_kernel(
     a = tl.load(coef, mask=f_valid, other=0.0)[None, :]
     b = tl.load(coef + feature_total, mask=f_valid, other=0.0)[None, :]
     mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
-    normalize_tile(x, z, mean, a, b, y_ptr, mask_ptr, valid, t, f, f_valid, outer, inner, outer_sizes, outer_y,
-                   inner_y, f_sizes, f_y, mask_strides, outer_total, inner_total, i_blocks, alpha, beta, ceiling,
-                   ADD_Z, ACTIVATION, WRITE_MASK, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, BLOCK_O, BLOCK_I, INDEX_64)
+    normalize_tile(
+        x,
+        z,
+        mean,
+        a,
+        b,
+        y_ptr,
+        mask_ptr,
+        valid,
+        t,
+        f,
+        f_valid,
+        outer,
+        inner,
+        outer_sizes,
+        outer_y,
+        inner_y,
+        f_sizes,
+        f_y,
+        mask_strides,
+        outer_total,
+        inner_total,
+        i_blocks,
+        alpha,
+        beta,
+        ceiling,
+        ADD_Z,
+        ACTIVATION,
+        WRITE_MASK,
+        HAS_BETA,
+        OUTER_DIMS,
+        F_DIMS,
+        COMPUTE,
+        BLOCK_O,
+        BLOCK_I,
+        INDEX_64,
+    )
 
 
 @triton.jit
 def bn_backward_kernel(
-    x_ptr, dy_ptr, dx_ptr, dz_ptr, work_ptr, mask_ptr,
-    outer_sizes, outer_x, outer_dy, outer_dx, outer_dz, inner_x, inner_dy, inner_dx, inner_dz,
-    f_sizes, f_x, f_dy, f_dx, f_dz, mask_strides,
-    outer_total, inner_total, feature_total, f_blocks, i_blocks, tiles, alpha: tl.float64, beta: tl.float64,
-    MASKED: tl.constexpr, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_F: tl.constexpr, INDEX_64: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    dx_ptr,
+    dz_ptr,
+    work_ptr,
+    mask_ptr,
+    outer_sizes,
+    outer_x,
+    outer_dy,
+    outer_dx,
+    outer_dz,
+    inner_x,
+    inner_dy,
+    inner_dx,
+    inner_dz,
+    f_sizes,
+    f_x,
+    f_dy,
+    f_dx,
+    f_dz,
+    mask_strides,
+    outer_total,
+    inner_total,
+    feature_total,
+    f_blocks,
+    i_blocks,
+    tiles,
+    alpha: tl.float64,
+    beta: tl.float64,
+    MASKED: tl.constexpr,
+    WRITE_DZ: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    INDEX_64: tl.constexpr,
 ):
     """dx = alpha * (k1 * g + k2 * x + k3) + beta * dx, g = dy * mask; dz = alpha * g + beta * dz."""
     pid = tl.program_id(0)
     t = tiles - 1 - pid // f_blocks  # the last tiles first: the gradient pass left them in L2
     f, f_valid = feature_lanes(pid % f_blocks, feature_total, BLOCK_F, INDEX_64)
     fx, fdy = dim_offsets(f, F_DIMS, f_sizes, f_x), dim_offsets(f, F_DIMS, f_sizes, f_dy)
-    x, dy, packed, valid = tile_data(x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t, tiles, outer_sizes, outer_x,
-                                     outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, i_blocks,
-                                     True, MASKED, OUTER_DIMS, BLOCK_O, BLOCK_I, INDEX_64)
+    x, dy, packed, valid = tile_data(
+        x_ptr,
+        dy_ptr,
+        mask_ptr,
+        f,
+        f_valid,
+        fx,
+        fdy,
+        t,
+        tiles,
+        outer_sizes,
+        outer_x,
+        outer_dy,
+        inner_x,
+        inner_dy,
+        mask_strides,
+        outer_total,
+        inner_total,
+        i_blocks,
+        True,
+        MASKED,
+        OUTER_DIMS,
+        BLOCK_O,
+        BLOCK_I,
+        INDEX_64,
+    )
     outer, inner, _ = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64)  # dx's, dz's
     # A CTA barrier, then the per-feature coefficients every result needs: no arithmetic can start before
     # all the data loads above are issued (loads do not cross a barrier). Otherwise ptxas interleaves them
@@ -232,6 +477,31 @@ def bn_backward_kernel(
     k3 = tl.load(coef + feature_total, mask=f_valid, other=0.0)[None, :]
     mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
     k2 = tl.load(coef + 3 * feature_total, mask=f_valid, other=0.0)[None, :]
-    backward_tile(gradient_input(dy, packed, MASKED, COMPUTE), x.to(COMPUTE) - mean, k1, k2, k3, dx_ptr, dz_ptr,
-                  valid, f, outer, inner, outer_sizes, outer_dx, outer_dz, inner_dx, inner_dz, f_sizes, f_dx, f_dz,
-                  alpha, beta, WRITE_DZ, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE)
+    backward_tile(
+        gradient_input(dy, packed, MASKED, COMPUTE),
+        x.to(COMPUTE) - mean,
+        k1,
+        k2,
+        k3,
+        dx_ptr,
+        dz_ptr,
+        valid,
+        f,
+        outer,
+        inner,
+        outer_sizes,
+        outer_dx,
+        outer_dz,
+        inner_dx,
+        inner_dz,
+        f_sizes,
+        f_dx,
+        f_dz,
+        alpha,
+        beta,
+        WRITE_DZ,
+        HAS_BETA,
+        OUTER_DIMS,
+        F_DIMS,
+        COMPUTE,
+    )

@@ -18,8 +18,16 @@ PARTIAL_ROW = tl.constexpr(6)  # then the partial sums (2 x splits rows)
 
 
 @triton.jit
-def tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr,
-               INDEX_64: tl.constexpr, STEP: tl.constexpr = 1):
+def tile_lanes(
+    t,
+    i_blocks,
+    outer_total,
+    inner_total,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    STEP: tl.constexpr = 1,
+):
     """The tile ``t``'s lanes as (outer index, inner index, valid), BLOCK_O * BLOCK_I of them, the
     inner index fastest (every STEP-th lane only); int64 when some offset may pass 2**31."""
     if INDEX_64:
@@ -43,8 +51,20 @@ def mask_offsets(outer, inner, f, inner_total, mask_strides):
 
 
 @triton.jit
-def load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
-                    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
+def load_mask_bytes(
+    mask_ptr,
+    t,
+    stop,
+    f,
+    f_valid,
+    i_blocks,
+    outer_total,
+    inner_total,
+    mask_strides,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
     """Tile t's mask bytes (nothing for t >= stop), one per aligned group of 8 lanes, loaded at the
     group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (one would
     go through shared memory with barriers, every tile)."""
@@ -63,16 +83,28 @@ def unpack_mask_bits(packed):
 
 
 @triton.jit
-def store_mask_bits(mask_ptr, bits, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
-                    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr):
+def store_mask_bits(
+    mask_ptr,
+    bits,
+    valid,
+    t,
+    f,
+    f_valid,
+    i_blocks,
+    outer_total,
+    inner_total,
+    mask_strides,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
     """Pack 8 lanes' bits per byte. A group's byte and existence are its first lane's (groups are
     aligned: BLOCK_O or BLOCK_I and, in rows orientation, the row length are multiples of 8)."""
     ROWS: tl.constexpr = bits.shape[0]
     COLS: tl.constexpr = bits.shape[1]
     weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
     packed = tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
-    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64,
-                                       MASK_GROUP)
+    outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
     offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
     tl.store(mask_ptr + offsets, packed.to(tl.uint8), mask=r_valid[:, None] & f_valid[None, :])
 
@@ -88,10 +120,31 @@ def feature_lanes(pid_f, feature_total, BLOCK_F: tl.constexpr, INDEX_64: tl.cons
 
 @triton.jit
 def tile_data(
-    x_ptr, dy_ptr, mask_ptr, f, f_valid, fx, fdy, t, stop,
-    outer_sizes, outer_x, outer_dy, inner_x, inner_dy, mask_strides, outer_total, inner_total, i_blocks,
-    GRADIENT: tl.constexpr, MASKED: tl.constexpr, OUTER_DIMS: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr, LOAD_EVICT: tl.constexpr = NO_HINT,
+    x_ptr,
+    dy_ptr,
+    mask_ptr,
+    f,
+    f_valid,
+    fx,
+    fdy,
+    t,
+    stop,
+    outer_sizes,
+    outer_x,
+    outer_dy,
+    inner_x,
+    inner_dy,
+    mask_strides,
+    outer_total,
+    inner_total,
+    i_blocks,
+    GRADIENT: tl.constexpr,
+    MASKED: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    LOAD_EVICT: tl.constexpr = NO_HINT,
 ):
     """Tile t's loads, raw (nothing uses them here, so they are all in flight at once): x, dy (x when
     not GRADIENT) and the mask bytes (the feature indices when not MASKED); nothing past ``stop``."""
@@ -105,8 +158,20 @@ def tile_data(
         rdy = reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_dy, inner_dy)
         dy = tl.load(dy_ptr + (rdy[:, None] + fdy[None, :]), mask=valid, other=0.0, eviction_policy=LOAD_EVICT)
         if MASKED:
-            packed = load_mask_bytes(mask_ptr, t, stop, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
-                                     BLOCK_O, BLOCK_I, INDEX_64)
+            packed = load_mask_bytes(
+                mask_ptr,
+                t,
+                stop,
+                f,
+                f_valid,
+                i_blocks,
+                outer_total,
+                inner_total,
+                mask_strides,
+                BLOCK_O,
+                BLOCK_I,
+                INDEX_64,
+            )
     return x, dy, packed, valid
 
 
@@ -120,13 +185,28 @@ def workspace(work_ptr, COMPUTE: tl.constexpr):
 @triton.jit
 def load_old_gradients(dscale_ptr, dbias_ptr, fp, read, HAS_BETA_PARAM: tl.constexpr):
     """The scale and bias gradients a backward blends with (beta_param), loaded ahead of the update."""
-    return (tl.load(dscale_ptr + fp, mask=read & HAS_BETA_PARAM, other=0.0),
-            tl.load(dbias_ptr + fp, mask=read & HAS_BETA_PARAM, other=0.0))
+    return (
+        tl.load(dscale_ptr + fp, mask=read & HAS_BETA_PARAM, other=0.0),
+        tl.load(dbias_ptr + fp, mask=read & HAS_BETA_PARAM, other=0.0),
+    )
 
 
 @triton.jit
-def record_gradients(sum1, sum2, inv_std, old_dscale, old_dbias, dscale_ptr, dbias_ptr, fp, write, alpha_param,
-                     beta_param, HAS_BETA_PARAM: tl.constexpr, COMPUTE: tl.constexpr):
+def record_gradients(
+    sum1,
+    sum2,
+    inv_std,
+    old_dscale,
+    old_dbias,
+    dscale_ptr,
+    dbias_ptr,
+    fp,
+    write,
+    alpha_param,
+    beta_param,
+    HAS_BETA_PARAM: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """Where ``write``: dscale = alpha_param * sum(g (x - mean)) * inv_std, dbias = alpha_param * sum(g),
     each + beta_param * its old value (``load_old_gradients``)."""
     dscale = tl.cast(alpha_param, COMPUTE) * sum2 * inv_std
@@ -163,14 +243,32 @@ def inverse_std(var, epsilon, COMPUTE: tl.constexpr):
 @triton.jit
 def load_running(mean_ptr, var_ptr, fp, read, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr):
     """The running mean and variance that will be updated (where ``read``), loaded ahead of the update."""
-    return (tl.load(mean_ptr + fp, mask=read & UPDATE_MEAN, other=0.0),
-            tl.load(var_ptr + fp, mask=read & UPDATE_VAR, other=0.0))
+    return (
+        tl.load(mean_ptr + fp, mask=read & UPDATE_MEAN, other=0.0),
+        tl.load(var_ptr + fp, mask=read & UPDATE_VAR, other=0.0),
+    )
 
 
 @triton.jit
-def record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr, var_ptr, mean_at, inv_at, fp, write,
-                      factor, UPDATE_MEAN: tl.constexpr, UPDATE_VAR: tl.constexpr, SAVE: tl.constexpr,
-                      COMPUTE: tl.constexpr):
+def record_statistics(
+    mean,
+    var,
+    inv_std,
+    n,
+    running_mean,
+    running_var,
+    mean_ptr,
+    var_ptr,
+    mean_at,
+    inv_at,
+    fp,
+    write,
+    factor,
+    UPDATE_MEAN: tl.constexpr,
+    UPDATE_VAR: tl.constexpr,
+    SAVE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """Where ``write``: the saved statistics (SAVE) and the running averages (from ``load_running``'s
     values, with the unbiased variance). Stores only: nothing waits on them."""
     if SAVE:  # training's saved statistics, or the backward's recomputed ones (STEP "statistics")
@@ -186,11 +284,42 @@ def record_statistics(mean, var, inv_std, n, running_mean, running_var, mean_ptr
 
 @triton.jit
 def normalize_tile(
-    x, z, mean, a, b, y_ptr, mask_ptr, valid, t, f, f_valid, outer, inner, outer_sizes, outer_y, inner_y, f_sizes, f_y,
-    mask_strides, outer_total, inner_total, i_blocks, alpha, beta, ceiling,
-    ADD_Z: tl.constexpr, ACTIVATION: tl.constexpr, WRITE_MASK: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_I: tl.constexpr, INDEX_64: tl.constexpr, STORE_CACHE: tl.constexpr = NO_HINT,
+    x,
+    z,
+    mean,
+    a,
+    b,
+    y_ptr,
+    mask_ptr,
+    valid,
+    t,
+    f,
+    f_valid,
+    outer,
+    inner,
+    outer_sizes,
+    outer_y,
+    inner_y,
+    f_sizes,
+    f_y,
+    mask_strides,
+    outer_total,
+    inner_total,
+    i_blocks,
+    alpha,
+    beta,
+    ceiling,
+    ADD_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    WRITE_MASK: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_O: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    STORE_CACHE: tl.constexpr = NO_HINT,
 ):
     """Tile t of y = alpha * act((x - mean) * a + b [+ z]) + beta * y (mean, a, b: rows of the features, or
     scalars for one feature), and its mask bits of act'."""
@@ -205,11 +334,42 @@ def normalize_tile(
         v = tl.minimum(tl.where(v > 0.0, v, 0.0), tl.cast(ceiling, COMPUTE))
     else:
         on = valid
-    store_blended(v, y_ptr, valid, f, outer, inner, outer_sizes, outer_y, inner_y, f_sizes, f_y, alpha, beta, HAS_BETA,
-                  OUTER_DIMS, F_DIMS, COMPUTE, STORE_CACHE)
+    store_blended(
+        v,
+        y_ptr,
+        valid,
+        f,
+        outer,
+        inner,
+        outer_sizes,
+        outer_y,
+        inner_y,
+        f_sizes,
+        f_y,
+        alpha,
+        beta,
+        HAS_BETA,
+        OUTER_DIMS,
+        F_DIMS,
+        COMPUTE,
+        STORE_CACHE,
+    )
     if WRITE_MASK:
-        store_mask_bits(mask_ptr, on, valid, t, f, f_valid, i_blocks, outer_total, inner_total, mask_strides,
-                        BLOCK_O, BLOCK_I, INDEX_64)
+        store_mask_bits(
+            mask_ptr,
+            on,
+            valid,
+            t,
+            f,
+            f_valid,
+            i_blocks,
+            outer_total,
+            inner_total,
+            mask_strides,
+            BLOCK_O,
+            BLOCK_I,
+            INDEX_64,
+        )
 
 
 @triton.jit
@@ -223,27 +383,106 @@ def gradient_input(dy, packed, MASKED: tl.constexpr, COMPUTE: tl.constexpr):
 
 @triton.jit
 def backward_tile(
-    g, centred, k1, k2, k3, dx_ptr, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dx, outer_dz, inner_dx,
-    inner_dz, f_sizes, f_dx, f_dz, alpha, beta, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr, COMPUTE: tl.constexpr, STORE_CACHE: tl.constexpr = NO_HINT,
+    g,
+    centred,
+    k1,
+    k2,
+    k3,
+    dx_ptr,
+    dz_ptr,
+    valid,
+    f,
+    outer,
+    inner,
+    outer_sizes,
+    outer_dx,
+    outer_dz,
+    inner_dx,
+    inner_dz,
+    f_sizes,
+    f_dx,
+    f_dz,
+    alpha,
+    beta,
+    WRITE_DZ: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    STORE_CACHE: tl.constexpr = NO_HINT,
 ):
     """A tile of dx = alpha * (k1 g + k2 (x - mean) + k3) + beta * dx and dz = alpha * g + beta * dz
     (k1, k2, k3: rows of the features, or scalars for one feature; ``centred``: x - mean)."""
-    store_blended(k1 * g + k2 * centred + k3, dx_ptr, valid, f, outer, inner, outer_sizes, outer_dx, inner_dx, f_sizes,
-                  f_dx, alpha, beta, HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, STORE_CACHE)
+    store_blended(
+        k1 * g + k2 * centred + k3,
+        dx_ptr,
+        valid,
+        f,
+        outer,
+        inner,
+        outer_sizes,
+        outer_dx,
+        inner_dx,
+        f_sizes,
+        f_dx,
+        alpha,
+        beta,
+        HAS_BETA,
+        OUTER_DIMS,
+        F_DIMS,
+        COMPUTE,
+        STORE_CACHE,
+    )
     if WRITE_DZ:
-        store_blended(g, dz_ptr, valid, f, outer, inner, outer_sizes, outer_dz, inner_dz, f_sizes, f_dz, alpha, beta,
-                      HAS_BETA, OUTER_DIMS, F_DIMS, COMPUTE, STORE_CACHE)
+        store_blended(
+            g,
+            dz_ptr,
+            valid,
+            f,
+            outer,
+            inner,
+            outer_sizes,
+            outer_dz,
+            inner_dz,
+            f_sizes,
+            f_dz,
+            alpha,
+            beta,
+            HAS_BETA,
+            OUTER_DIMS,
+            F_DIMS,
+            COMPUTE,
+            STORE_CACHE,
+        )
 
 
 @triton.jit
-def store_blended(value, ptr, valid, f, outer, inner, outer_sizes, outer_strides, inner_stride, f_sizes, f_strides,
-                  alpha, beta, HAS_BETA: tl.constexpr, OUTER_DIMS: tl.constexpr, F_DIMS: tl.constexpr,
-                  COMPUTE: tl.constexpr, STORE_CACHE: tl.constexpr):
+def store_blended(
+    value,
+    ptr,
+    valid,
+    f,
+    outer,
+    inner,
+    outer_sizes,
+    outer_strides,
+    inner_stride,
+    f_sizes,
+    f_strides,
+    alpha,
+    beta,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    F_DIMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    STORE_CACHE: tl.constexpr,
+):
     """Store alpha * value + beta * (the tensor's own value, read only when HAS_BETA) at a tile's lanes of
     the tensor at ``ptr`` (its strides given)."""
-    offsets = (reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_strides, inner_stride)[:, None]
-               + dim_offsets(f, F_DIMS, f_sizes, f_strides)[None, :])
+    offsets = (
+        reduced_offsets(outer, inner, OUTER_DIMS, outer_sizes, outer_strides, inner_stride)[:, None]
+        + dim_offsets(f, F_DIMS, f_sizes, f_strides)[None, :]
+    )
     out = value * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         out += tl.cast(beta, COMPUTE) * tl.load(ptr + offsets, mask=valid, other=0.0).to(COMPUTE)

@@ -50,8 +50,12 @@ Filter = FilterDescriptor | TensorDescriptor
 CACHE_ENV = "OPENDNN_ALGORITHM_CACHE"
 DEFAULT_CACHE = Path("~/.cache/opendnn/convolution_algorithms.json")
 FIND_REPETITIONS = 3
-_HEURISTIC_ORDER = (ConvolutionMethod.DIRECT, ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM,
-                    ConvolutionMethod.GEMM)
+_HEURISTIC_ORDER = (
+    ConvolutionMethod.DIRECT,
+    ConvolutionMethod.IMPLICIT_GEMM,
+    ConvolutionMethod.IMPLICIT_PRECOMP_GEMM,
+    ConvolutionMethod.GEMM,
+)
 
 
 @dataclass(frozen=True)
@@ -79,38 +83,65 @@ class ConvolutionAlgorithmPerf:
 
 # ---- Get: heuristics -----------------------------------------------------------------------------
 
-def get_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor, w_desc: Filter,
-                                      conv_desc: ConvolutionDescriptor, y_desc: TensorDescriptor,
-                                      requested_count: int | None = None) -> list[ConvolutionAlgorithmPerf]:
+
+def get_convolution_forward_algorithm(
+    handle: Handle,
+    x_desc: TensorDescriptor,
+    w_desc: Filter,
+    conv_desc: ConvolutionDescriptor,
+    y_desc: TensorDescriptor,
+    requested_count: int | None = None,
+) -> list[ConvolutionAlgorithmPerf]:
     """Every ConvolutionFwdAlgo ranked by heuristics, usable ones first (nothing runs)."""
-    return _ranked(handle, _problems(handle, ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc),
-                   requested_count)
+    return _ranked(
+        handle, _problems(handle, ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc), requested_count
+    )
 
 
-def get_convolution_backward_data_algorithm(handle: Handle, w_desc: Filter, dy_desc: TensorDescriptor,
-                                            conv_desc: ConvolutionDescriptor, dx_desc: TensorDescriptor,
-                                            requested_count: int | None = None) -> list[ConvolutionAlgorithmPerf]:
+def get_convolution_backward_data_algorithm(
+    handle: Handle,
+    w_desc: Filter,
+    dy_desc: TensorDescriptor,
+    conv_desc: ConvolutionDescriptor,
+    dx_desc: TensorDescriptor,
+    requested_count: int | None = None,
+) -> list[ConvolutionAlgorithmPerf]:
     """Every ConvolutionBwdDataAlgo ranked by heuristics, usable ones first (nothing runs)."""
     problems = _problems(handle, ConvolutionDirection.BACKWARD_DATA, conv_desc, dx_desc, w_desc, dy_desc)
     return _ranked(handle, problems, requested_count)
 
 
-def get_convolution_backward_filter_algorithm(handle: Handle, x_desc: TensorDescriptor, dy_desc: TensorDescriptor,
-                                              conv_desc: ConvolutionDescriptor, dw_desc: Filter,
-                                              requested_count: int | None = None) -> list[ConvolutionAlgorithmPerf]:
+def get_convolution_backward_filter_algorithm(
+    handle: Handle,
+    x_desc: TensorDescriptor,
+    dy_desc: TensorDescriptor,
+    conv_desc: ConvolutionDescriptor,
+    dw_desc: Filter,
+    requested_count: int | None = None,
+) -> list[ConvolutionAlgorithmPerf]:
     """Every ConvolutionBwdFilterAlgo ranked by heuristics, usable ones first (nothing runs)."""
     problems = _problems(handle, ConvolutionDirection.BACKWARD_FILTER, conv_desc, x_desc, dw_desc, dy_desc)
     return _ranked(handle, problems, requested_count)
 
 
-def _problems(handle: Handle, direction: ConvolutionDirection, conv_desc: ConvolutionDescriptor,
-              x_desc: TensorDescriptor, w_desc: Filter, y_desc: TensorDescriptor) -> list[ConvolutionProblem]:
-    names = {ConvolutionDirection.FORWARD: ("x_desc", "w_desc", "y_desc"),
-             ConvolutionDirection.BACKWARD_DATA: ("dx_desc", "w_desc", "dy_desc"),
-             ConvolutionDirection.BACKWARD_FILTER: ("x_desc", "dw_desc", "dy_desc")}[direction]
+def _problems(
+    handle: Handle,
+    direction: ConvolutionDirection,
+    conv_desc: ConvolutionDescriptor,
+    x_desc: TensorDescriptor,
+    w_desc: Filter,
+    y_desc: TensorDescriptor,
+) -> list[ConvolutionProblem]:
+    names = {
+        ConvolutionDirection.FORWARD: ("x_desc", "w_desc", "y_desc"),
+        ConvolutionDirection.BACKWARD_DATA: ("dx_desc", "w_desc", "dy_desc"),
+        ConvolutionDirection.BACKWARD_FILTER: ("x_desc", "dw_desc", "dy_desc"),
+    }[direction]
     tf32 = allows_tf32(handle, conv_desc)
-    return [convolution_problem(direction, conv_desc, x_desc, w_desc, y_desc, algo=algo, allow_tf32=tf32,
-                                names=names) for algo in ALGORITHMS[direction]]
+    return [
+        convolution_problem(direction, conv_desc, x_desc, w_desc, y_desc, algo=algo, allow_tf32=tf32, names=names)
+        for algo in ALGORITHMS[direction]
+    ]
 
 
 def _record(handle: Handle, problem: ConvolutionProblem, time_ms: float = -1.0) -> ConvolutionAlgorithmPerf:
@@ -125,8 +156,9 @@ def _record(handle: Handle, problem: ConvolutionProblem, time_ms: float = -1.0) 
         reason = "not deterministic, and the handle asks for deterministic algorithms"
     status = Status.SUCCESS if reason is None else Status.NOT_SUPPORTED
     math_type = MathType.TENSOR_OP if problem.allow_tf32 else MathType.FMA
-    return ConvolutionAlgorithmPerf(problem.algo, status, time_ms if reason is None else -1.0, memory,
-                                    deterministic, math_type, reason or "")
+    return ConvolutionAlgorithmPerf(
+        problem.algo, status, time_ms if reason is None else -1.0, memory, deterministic, math_type, reason or ""
+    )
 
 
 def _rank(problem: ConvolutionProblem) -> int:
@@ -134,8 +166,9 @@ def _rank(problem: ConvolutionProblem) -> int:
     return _HEURISTIC_ORDER.index(method) if method in _HEURISTIC_ORDER else len(_HEURISTIC_ORDER)
 
 
-def _ranked(handle: Handle, problems: list[ConvolutionProblem],
-            requested_count: int | None) -> list[ConvolutionAlgorithmPerf]:
+def _ranked(
+    handle: Handle, problems: list[ConvolutionProblem], requested_count: int | None
+) -> list[ConvolutionAlgorithmPerf]:
     records = [_record(handle, p) for p in sorted(problems, key=_rank)]
     records.sort(key=lambda r: r.status is not Status.SUCCESS)  # stable: heuristic order within each
     return records[:requested_count]
@@ -143,10 +176,19 @@ def _ranked(handle: Handle, problems: list[ConvolutionProblem],
 
 # ---- Find: measurement ---------------------------------------------------------------------------
 
-def find_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor, x: Any, w_desc: Filter, w: Any,
-                                       conv_desc: ConvolutionDescriptor, y_desc: TensorDescriptor, y: Any,
-                                       requested_count: int | None = None,
-                                       cache_path: str | None = None) -> list[ConvolutionAlgorithmPerf]:
+
+def find_convolution_forward_algorithm(
+    handle: Handle,
+    x_desc: TensorDescriptor,
+    x: Any,
+    w_desc: Filter,
+    w: Any,
+    conv_desc: ConvolutionDescriptor,
+    y_desc: TensorDescriptor,
+    y: Any,
+    requested_count: int | None = None,
+    cache_path: str | None = None,
+) -> list[ConvolutionAlgorithmPerf]:
     """Run every applicable ConvolutionFwdAlgo on these tensors (y is overwritten) and rank them
     by measured time; workspaces are allocated here, within the handle's workspace_limit."""
     problems = _problems(handle, ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc)
@@ -154,28 +196,49 @@ def find_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor,
     return _find(handle, problems, tensors, requested_count, cache_path)
 
 
-def find_convolution_backward_data_algorithm(handle: Handle, w_desc: Filter, w: Any, dy_desc: TensorDescriptor,
-                                             dy: Any, conv_desc: ConvolutionDescriptor, dx_desc: TensorDescriptor,
-                                             dx: Any, requested_count: int | None = None,
-                                             cache_path: str | None = None) -> list[ConvolutionAlgorithmPerf]:
+def find_convolution_backward_data_algorithm(
+    handle: Handle,
+    w_desc: Filter,
+    w: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    conv_desc: ConvolutionDescriptor,
+    dx_desc: TensorDescriptor,
+    dx: Any,
+    requested_count: int | None = None,
+    cache_path: str | None = None,
+) -> list[ConvolutionAlgorithmPerf]:
     """Find for backward data (dx is overwritten); see ``find_convolution_forward_algorithm``."""
     problems = _problems(handle, ConvolutionDirection.BACKWARD_DATA, conv_desc, dx_desc, w_desc, dy_desc)
     tensors = (bind("dx", dx_desc, dx, output=True), bind("w", problems[0].w, w), bind("dy", dy_desc, dy))
     return _find(handle, problems, tensors, requested_count, cache_path)
 
 
-def find_convolution_backward_filter_algorithm(handle: Handle, x_desc: TensorDescriptor, x: Any,
-                                               dy_desc: TensorDescriptor, dy: Any, conv_desc: ConvolutionDescriptor,
-                                               dw_desc: Filter, dw: Any, requested_count: int | None = None,
-                                               cache_path: str | None = None) -> list[ConvolutionAlgorithmPerf]:
+def find_convolution_backward_filter_algorithm(
+    handle: Handle,
+    x_desc: TensorDescriptor,
+    x: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    conv_desc: ConvolutionDescriptor,
+    dw_desc: Filter,
+    dw: Any,
+    requested_count: int | None = None,
+    cache_path: str | None = None,
+) -> list[ConvolutionAlgorithmPerf]:
     """Find for backward filter (dw is overwritten); see ``find_convolution_forward_algorithm``."""
     problems = _problems(handle, ConvolutionDirection.BACKWARD_FILTER, conv_desc, x_desc, dw_desc, dy_desc)
     tensors = (bind("x", x_desc, x), bind("dw", problems[0].w, dw, output=True), bind("dy", dy_desc, dy))
     return _find(handle, problems, tensors, requested_count, cache_path)
 
 
-def _find(handle: Handle, problems: list[ConvolutionProblem], tensors: tuple[Bound, Bound, Bound],
-          requested_count: int | None, cache_path: str | None) -> list[ConvolutionAlgorithmPerf]:
+def _find(
+    handle: Handle,
+    problems: list[ConvolutionProblem],
+    tensors: tuple[Bound, Bound, Bound],
+    requested_count: int | None,
+    cache_path: str | None,
+) -> list[ConvolutionAlgorithmPerf]:
     key = _cache_key(handle, problems[0])
     path = _cache_file(cache_path)
     cached = handle.algorithm_cache.get(key)
@@ -183,22 +246,27 @@ def _find(handle: Handle, problems: list[ConvolutionProblem], tensors: tuple[Bou
         cached = _read_records(path).get(key)
         cached = [_from_json(problems[0].direction, r) for r in cached] if cached else None
     if cached is None:
-        cached = sorted((_measure(handle, p, tensors) for p in problems),
-                        key=lambda r: (r.status is not Status.SUCCESS, r.time))
+        cached = sorted(
+            (_measure(handle, p, tensors) for p in problems), key=lambda r: (r.status is not Status.SUCCESS, r.time)
+        )
         if path is not None:
             _write_record(path, key, [_to_json(r) for r in cached])
     handle.algorithm_cache[key] = cached
     return list(cached[:requested_count])
 
 
-def _measure(handle: Handle, problem: ConvolutionProblem, tensors: tuple[Bound, Bound, Bound]
-             ) -> ConvolutionAlgorithmPerf:
+def _measure(
+    handle: Handle, problem: ConvolutionProblem, tensors: tuple[Bound, Bound, Bound]
+) -> ConvolutionAlgorithmPerf:
     record = _record(handle, problem)
     if record.status is not Status.SUCCESS:
         return record
     x, w, y = tensors
-    workspace = (bind_bytes("workspace", allocate_bytes(x, record.memory), record.memory, "the algorithm")
-                 if record.memory else None)
+    workspace = (
+        bind_bytes("workspace", allocate_bytes(x, record.memory), record.memory, "the algorithm")
+        if record.memory
+        else None
+    )
 
     def run() -> None:
         dispatch(handle, "convolution", problem, x, w, y, None, None, workspace)
@@ -207,10 +275,12 @@ def _measure(handle: Handle, problem: ConvolutionProblem, tensors: tuple[Bound, 
         run()  # warm-up: compilation
         times = [_timed(handle, run) for _ in range(FIND_REPETITIONS)]
     except OpenDnnError as error:
-        return ConvolutionAlgorithmPerf(problem.algo, error.status, -1.0, record.memory, record.deterministic,
-                                        record.math_type, str(error))
-    return ConvolutionAlgorithmPerf(problem.algo, Status.SUCCESS, statistics.median(times), record.memory,
-                                    record.deterministic, record.math_type)
+        return ConvolutionAlgorithmPerf(
+            problem.algo, error.status, -1.0, record.memory, record.deterministic, record.math_type, str(error)
+        )
+    return ConvolutionAlgorithmPerf(
+        problem.algo, Status.SUCCESS, statistics.median(times), record.memory, record.deterministic, record.math_type
+    )
 
 
 def _timed(handle: Handle, run: Callable[[], None]) -> float:
@@ -233,16 +303,30 @@ def _timed(handle: Handle, run: Callable[[], None]) -> float:
 
 # ---- the caches ----------------------------------------------------------------------------------
 
+
 def _cache_key(handle: Handle, problem: ConvolutionProblem) -> str:
     device = handle.device
     if device != CPU:
         import torch
 
         device = torch.cuda.get_device_name(device)
-    parts = [problem.direction.value, handle.backend, device, str(problem.x), str(problem.w), str(problem.y),
-             f"pre{list(problem.pre_padding)}", f"post{list(problem.post_padding)}", f"stride{list(problem.stride)}",
-             f"dilation{list(problem.dilation)}", f"groups{problem.groups}", f"flip{problem.flip}",
-             f"tf32{problem.allow_tf32}", f"limit{handle.workspace_limit}", f"det{handle.deterministic}"]
+    parts = [
+        problem.direction.value,
+        handle.backend,
+        device,
+        str(problem.x),
+        str(problem.w),
+        str(problem.y),
+        f"pre{list(problem.pre_padding)}",
+        f"post{list(problem.post_padding)}",
+        f"stride{list(problem.stride)}",
+        f"dilation{list(problem.dilation)}",
+        f"groups{problem.groups}",
+        f"flip{problem.flip}",
+        f"tf32{problem.allow_tf32}",
+        f"limit{handle.workspace_limit}",
+        f"det{handle.deterministic}",
+    ]
     return "|".join(parts)
 
 
@@ -258,9 +342,15 @@ def _to_json(record: ConvolutionAlgorithmPerf) -> dict[str, Any]:
 
 
 def _from_json(direction: ConvolutionDirection, fields: dict[str, Any]) -> ConvolutionAlgorithmPerf:
-    return ConvolutionAlgorithmPerf(ALGORITHMS[direction][fields["algo"]], Status[fields["status"]],
-                                    float(fields["time"]), int(fields["memory"]), bool(fields["deterministic"]),
-                                    MathType[fields["math_type"]], str(fields.get("reason", "")))
+    return ConvolutionAlgorithmPerf(
+        ALGORITHMS[direction][fields["algo"]],
+        Status[fields["status"]],
+        float(fields["time"]),
+        int(fields["memory"]),
+        bool(fields["deterministic"]),
+        MathType[fields["math_type"]],
+        str(fields.get("reason", "")),
+    )
 
 
 def _read_records(path: Path) -> dict[str, Any]:

@@ -47,9 +47,19 @@ from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensor
 IntOrTuple = int | Sequence[int]
 
 
-def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntOrTuple | str = 0,
-         dilation: IntOrTuple = 1, groups: int = 1, *, mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION,
-         algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+def conv(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    *,
+    mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
     """torch.nn.functional.conv{1,2,3}d: x (N, C, *in), w (K, C/groups, *filt), bias (K,) or None.
 
     Args:
@@ -63,11 +73,23 @@ def conv(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntO
     return _forward(x, w, bias, None, None, 0.0, 0.0, stride, padding, dilation, groups, mode, algo, handle)
 
 
-def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activation: str | PointwiseMode | None = None,
-                         *, coef: float | None = None, alpha2: float = 1.0, stride: IntOrTuple = 1,
-                         padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1,
-                         mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION, algo: enum.Enum | None = None,
-                         handle: Handle | None = None) -> Any:
+def conv_bias_activation(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    z: Any = None,
+    activation: str | PointwiseMode | None = None,
+    *,
+    coef: float | None = None,
+    alpha2: float = 1.0,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
     """``act(conv(x, w) + alpha2 * z + bias)`` in one pass: cuDNN's ConvolutionBiasActivationForward.
 
     Args:
@@ -80,21 +102,61 @@ def conv_bias_activation(x: Any, w: Any, bias: Any = None, z: Any = None, activa
     Returns:
         y (N, K, *out) in x's memory order and of x's kind.
     """
-    return _forward(x, w, bias, z, activation_mode(activation), coef, alpha2 if z is not None else 0.0, stride,
-                    padding, dilation, groups, mode, algo, handle)
+    return _forward(
+        x,
+        w,
+        bias,
+        z,
+        activation_mode(activation),
+        coef,
+        alpha2 if z is not None else 0.0,
+        stride,
+        padding,
+        dilation,
+        groups,
+        mode,
+        algo,
+        handle,
+    )
 
 
-def _forward(x: Any, w: Any, bias: Any, z: Any, activation: PointwiseMode | None, coef: float | None, alpha2: float,
-             stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple, groups: int, mode: ConvolutionMode,
-             algo: enum.Enum | None, handle: Handle | None) -> Any:
+def _forward(
+    x: Any,
+    w: Any,
+    bias: Any,
+    z: Any,
+    activation: PointwiseMode | None,
+    coef: float | None,
+    alpha2: float,
+    stride: IntOrTuple,
+    padding: IntOrTuple | str,
+    dilation: IntOrTuple,
+    groups: int,
+    mode: ConvolutionMode,
+    algo: enum.Enum | None,
+    handle: Handle | None,
+) -> Any:
     xb, wb = wrap("x", x), wrap("w", w)
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim, wb.desc.dims[0]) if bias is not None else None
     zb = wrap("z", z) if z is not None else None
     handle = handle_for(xb, handle)
     try:
-        y_desc, problem = _forward_plan(xb.desc, wb.desc, stride, padding, dilation, groups, mode, algo,
-                                        handle.math_type, biasb.desc if biasb is not None else None,
-                                        zb.desc if zb is not None else None, activation, coef, alpha2)
+        y_desc, problem = _forward_plan(
+            xb.desc,
+            wb.desc,
+            stride,
+            padding,
+            dilation,
+            groups,
+            mode,
+            algo,
+            handle.math_type,
+            biasb.desc if biasb is not None else None,
+            zb.desc if zb is not None else None,
+            activation,
+            coef,
+            alpha2,
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     y = allocate(xb, y_desc)
@@ -102,9 +164,19 @@ def _forward(x: Any, w: Any, bias: Any, z: Any, activation: PointwiseMode | None
     return to_caller_kind(y.view, x)
 
 
-def conv_transpose(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, padding: IntOrTuple = 0,
-                   output_padding: IntOrTuple = 0, groups: int = 1, dilation: IntOrTuple = 1, *,
-                   algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+def conv_transpose(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+    *,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
     """torch.nn.functional.conv_transpose{1,2,3}d: the backward data of a convolution.
 
     x (N, C_in, *in), w (C_in, C_out/groups, *filt), bias (C_out,) or None; the output has
@@ -116,17 +188,23 @@ def conv_transpose(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, pad
     if wb.desc.ndim != dyb.desc.ndim:
         raise BadParam(f"w.ndim={wb.desc.ndim} must equal x.ndim={dyb.desc.ndim}", Status.BAD_PARAM_SHAPE_MISMATCH)
     if wb.desc.dims[0] != dyb.desc.dims[1]:
-        raise BadParam(f"w.shape[0]={wb.desc.dims[0]} must equal x.shape[1]={dyb.desc.dims[1]} (in_channels)",
-                       Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"w.shape[0]={wb.desc.dims[0]} must equal x.shape[1]={dyb.desc.dims[1]} (in_channels)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if groups < 1:
         raise BadParam(f"groups={groups} must be at least 1")
     strides, pads = check_ints("stride", stride, spatial), check_ints("padding", padding, spatial)
     extras, dilations = check_ints("output_padding", output_padding, spatial), check_ints("dilation", dilation, spatial)
     for k, (extra, s, d) in enumerate(zip(extras, strides, dilations)):
-        require(0 <= extra < max(s, d),
-                f"output_padding[{k}]={extra} must be at least 0 and below stride or dilation ({max(s, d)})")
-    out = tuple((i - 1) * s - 2 * p + d * (f - 1) + e + 1
-                for i, s, p, d, f, e in zip(dyb.desc.dims[2:], strides, pads, dilations, wb.desc.dims[2:], extras))
+        require(
+            0 <= extra < max(s, d),
+            f"output_padding[{k}]={extra} must be at least 0 and below stride or dilation ({max(s, d)})",
+        )
+    out = tuple(
+        (i - 1) * s - 2 * p + d * (f - 1) + e + 1
+        for i, s, p, d, f, e in zip(dyb.desc.dims[2:], strides, pads, dilations, wb.desc.dims[2:], extras)
+    )
     dims = (dyb.desc.dims[0], wb.desc.dims[1] * groups, *out)
     biasb = _per_channel(wrap("bias", bias), dyb.desc.ndim, dims[1]) if bias is not None else None
     dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle, _TRANSPOSE_NAMES)
@@ -135,9 +213,18 @@ def conv_transpose(x: Any, w: Any, bias: Any = None, stride: IntOrTuple = 1, pad
     return to_caller_kind(dx.view, x)
 
 
-def conv_backward_data(dy: Any, w: Any, input_shape: Sequence[int], stride: IntOrTuple = 1,
-                       padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1, *,
-                       algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+def conv_backward_data(
+    dy: Any,
+    w: Any,
+    input_shape: Sequence[int],
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    *,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
     """dx of ``conv(x, w, stride=..., ...)`` given dy; ``input_shape`` is x's shape (N, C, *in)."""
     dyb, wb = wrap("dy", dy), wrap("w", w)
     dims = _shape("input_shape", input_shape)
@@ -147,16 +234,34 @@ def conv_backward_data(dy: Any, w: Any, input_shape: Sequence[int], stride: IntO
     return to_caller_kind(dx.view, dy)
 
 
-def conv_backward_filter(x: Any, dy: Any, weight_shape: Sequence[int], stride: IntOrTuple = 1,
-                         padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1, *,
-                         algo: enum.Enum | None = None, handle: Handle | None = None) -> Any:
+def conv_backward_filter(
+    x: Any,
+    dy: Any,
+    weight_shape: Sequence[int],
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    *,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
     """dw of ``conv(x, w, stride=..., ...)`` given dy; ``weight_shape`` is w's (K, C/groups, *filt).
     dw has x's memory order (KRSC for an NHWC x)."""
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
     try:
-        dw_desc, problem = _backward_filter_plan(xb.desc, dyb.desc, _shape("weight_shape", weight_shape), stride,
-                                                 padding, dilation, groups, algo, handle.math_type)
+        dw_desc, problem = _backward_filter_plan(
+            xb.desc,
+            dyb.desc,
+            _shape("weight_shape", weight_shape),
+            stride,
+            padding,
+            dilation,
+            groups,
+            algo,
+            handle.math_type,
+        )
     except OpenDnnError as error:
         raise _BACKWARD_FILTER_NAMES.renamed(error) from None
     dw = allocate(xb, dw_desc)
@@ -171,8 +276,12 @@ def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
         raise BadParam(f"dy.ndim={dyb.desc.ndim} must be 3, 4 or 5")
     k = dyb.desc.dims[1]
     db = empty_like(dyb, dims=(k,))
-    dbb = Bound("db", TensorDescriptor(db.desc.dtype, _channel_dims(k, dyb.desc.ndim)),
-                db.view.reshape(_channel_dims(k, dyb.desc.ndim)), db.device)
+    dbb = Bound(
+        "db",
+        TensorDescriptor(db.desc.dtype, _channel_dims(k, dyb.desc.ndim)),
+        db.view.reshape(_channel_dims(k, dyb.desc.ndim)),
+        db.device,
+    )
     compute = DataType.DOUBLE if dyb.desc.dtype is DataType.DOUBLE else DataType.FLOAT
     problem = reduce_problem(ReduceTensorDescriptor(ReduceTensorOp.ADD, compute), dyb.desc, dbb.desc)
     handle = handle_for(dyb, handle)
@@ -188,10 +297,12 @@ def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
 _GEOMETRY = {"group_count": "groups", "pad": "padding", "pre_padding": "padding", "post_padding": "padding"}
 _NAMES = CallerNames({**_GEOMETRY, "x_desc": "x", "w_desc": "w", "y_desc": "y", "bias_desc": "bias", "z_desc": "z"})
 _BACKWARD_DATA_NAMES = CallerNames({**_GEOMETRY, "x_desc": "input_shape", "w_desc": "w", "y_desc": "dy"})
-_TRANSPOSE_NAMES = CallerNames({**_GEOMETRY, "x_desc": "y", "input_shape": "y", "w_desc": "w", "y_desc": "x",
-                                "dy": "x"})
-_BACKWARD_FILTER_NAMES = CallerNames({**_GEOMETRY, "x_desc": "x", "w_desc": "weight_shape", "w": "weight_shape",
-                                      "y_desc": "dy"})
+_TRANSPOSE_NAMES = CallerNames(
+    {**_GEOMETRY, "x_desc": "y", "input_shape": "y", "w_desc": "w", "y_desc": "x", "dy": "x"}
+)
+_BACKWARD_FILTER_NAMES = CallerNames(
+    {**_GEOMETRY, "x_desc": "x", "w_desc": "weight_shape", "w": "weight_shape", "y_desc": "dy"}
+)
 
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -202,13 +313,23 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
     return dims
 
 
-def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], stride: IntOrTuple, padding: IntOrTuple,
-                   dilation: IntOrTuple, groups: int, algo: enum.Enum | None, handle: Handle | None,
-                   names: CallerNames) -> Bound:
+def _backward_data(
+    dyb: Bound,
+    wb: Bound,
+    dims: tuple[int, ...],
+    stride: IntOrTuple,
+    padding: IntOrTuple,
+    dilation: IntOrTuple,
+    groups: int,
+    algo: enum.Enum | None,
+    handle: Handle | None,
+    names: CallerNames,
+) -> Bound:
     handle = handle_for(dyb, handle)
     try:
-        dx_desc, problem = _backward_data_plan(dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo,
-                                               handle.math_type)
+        dx_desc, problem = _backward_data_plan(
+            dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo, handle.math_type
+        )
     except OpenDnnError as error:
         raise names.renamed(error) from None
     dx = allocate(dyb, dx_desc)
@@ -216,8 +337,15 @@ def _backward_data(dyb: Bound, wb: Bound, dims: tuple[int, ...], stride: IntOrTu
     return dx
 
 
-def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None,
-         z: Bound | None = None) -> None:
+def _run(
+    handle: Handle,
+    problem: ConvolutionProblem,
+    x: Bound,
+    w: Bound,
+    y: Bound,
+    bias: Bound | None,
+    z: Bound | None = None,
+) -> None:
     needed = workspace_size(handle, problem)
     dispatch(handle, "convolution", problem, x, w, y, bias, z, scratch_bytes(x, needed))
 
@@ -227,48 +355,108 @@ def _run(handle: Handle, problem: ConvolutionProblem, x: Bound, w: Bound, y: Bou
 # by the descriptors costs less than the lookups of each step (a ConvolutionDescriptor rehashes its
 # fields on every lookup)
 
+
 @memoized
-def _forward_plan(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, padding: IntOrTuple | str,
-                  dilation: IntOrTuple, groups: int, mode: ConvolutionMode, algo: enum.Enum | None,
-                  math_type: MathType, bias: TensorDescriptor | None, z: TensorDescriptor | None = None,
-                  activation: PointwiseMode | None = None, coef: float | None = None,
-                  alpha2: float = 0.0) -> tuple[TensorDescriptor, ConvolutionProblem]:
+def _forward_plan(
+    x: TensorDescriptor,
+    w: TensorDescriptor,
+    stride: IntOrTuple,
+    padding: IntOrTuple | str,
+    dilation: IntOrTuple,
+    groups: int,
+    mode: ConvolutionMode,
+    algo: enum.Enum | None,
+    math_type: MathType,
+    bias: TensorDescriptor | None,
+    z: TensorDescriptor | None = None,
+    activation: PointwiseMode | None = None,
+    coef: float | None = None,
+    alpha2: float = 0.0,
+) -> tuple[TensorDescriptor, ConvolutionProblem]:
     conv_desc = _descriptor(x, w, stride, padding, dilation, groups, mode)
     y = packed_like(x, x.dtype, get_convolution_forward_output_dim(conv_desc, x, w))
-    return y, convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x, w, y, algo=algo,
-                                  allow_tf32=math_allows_tf32(math_type, conv_desc), bias_desc=bias, z_desc=z,
-                                  alpha2=alpha2, activation=activation, activation_coef=coef,
-                                  names=("x", "w", "y"))
+    return y, convolution_problem(
+        ConvolutionDirection.FORWARD,
+        conv_desc,
+        x,
+        w,
+        y,
+        algo=algo,
+        allow_tf32=math_allows_tf32(math_type, conv_desc),
+        bias_desc=bias,
+        z_desc=z,
+        alpha2=alpha2,
+        activation=activation,
+        activation_coef=coef,
+        names=("x", "w", "y"),
+    )
 
 
 @memoized
-def _backward_data_plan(dy: TensorDescriptor, w: TensorDescriptor, dims: tuple[int, ...], stride: IntOrTuple,
-                        padding: IntOrTuple, dilation: IntOrTuple, groups: int, algo: enum.Enum | None,
-                        math_type: MathType) -> tuple[TensorDescriptor, ConvolutionProblem]:
+def _backward_data_plan(
+    dy: TensorDescriptor,
+    w: TensorDescriptor,
+    dims: tuple[int, ...],
+    stride: IntOrTuple,
+    padding: IntOrTuple,
+    dilation: IntOrTuple,
+    groups: int,
+    algo: enum.Enum | None,
+    math_type: MathType,
+) -> tuple[TensorDescriptor, ConvolutionProblem]:
     spatial = dy.ndim - 2
     strides, pads = check_ints("stride", stride, spatial), check_ints("padding", padding, spatial)
     dilations = check_ints("dilation", dilation, spatial)
     dx = packed_like(dy, dy.dtype, dims)
     conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dy), groups)
-    return dx, convolution_problem(ConvolutionDirection.BACKWARD_DATA, conv_desc, dx, w, dy, algo=algo,
-                                   allow_tf32=math_allows_tf32(math_type, conv_desc),
-                                   names=("input_shape", "w", "dy"))
+    return dx, convolution_problem(
+        ConvolutionDirection.BACKWARD_DATA,
+        conv_desc,
+        dx,
+        w,
+        dy,
+        algo=algo,
+        allow_tf32=math_allows_tf32(math_type, conv_desc),
+        names=("input_shape", "w", "dy"),
+    )
 
 
 @memoized
-def _backward_filter_plan(x: TensorDescriptor, dy: TensorDescriptor, weight_shape: tuple[int, ...],
-                          stride: IntOrTuple, padding: IntOrTuple | str, dilation: IntOrTuple, groups: int,
-                          algo: enum.Enum | None, math_type: MathType) -> tuple[TensorDescriptor, ConvolutionProblem]:
+def _backward_filter_plan(
+    x: TensorDescriptor,
+    dy: TensorDescriptor,
+    weight_shape: tuple[int, ...],
+    stride: IntOrTuple,
+    padding: IntOrTuple | str,
+    dilation: IntOrTuple,
+    groups: int,
+    algo: enum.Enum | None,
+    math_type: MathType,
+) -> tuple[TensorDescriptor, ConvolutionProblem]:
     dw = packed_like(x, x.dtype, weight_shape)
     conv_desc = _descriptor(x, dw, stride, padding, dilation, groups, ConvolutionMode.CROSS_CORRELATION)
-    return dw, convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, x, dw, dy, algo=algo,
-                                   allow_tf32=math_allows_tf32(math_type, conv_desc),
-                                   names=("x", "weight_shape", "dy"))
+    return dw, convolution_problem(
+        ConvolutionDirection.BACKWARD_FILTER,
+        conv_desc,
+        x,
+        dw,
+        dy,
+        algo=algo,
+        allow_tf32=math_allows_tf32(math_type, conv_desc),
+        names=("x", "weight_shape", "dy"),
+    )
 
 
 @memoized  # the geometry of a layer repeats on every call
-def _descriptor(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, padding: IntOrTuple | str,
-                dilation: IntOrTuple, groups: int, mode: ConvolutionMode) -> ConvolutionDescriptor:
+def _descriptor(
+    x: TensorDescriptor,
+    w: TensorDescriptor,
+    stride: IntOrTuple,
+    padding: IntOrTuple | str,
+    dilation: IntOrTuple,
+    groups: int,
+    mode: ConvolutionMode,
+) -> ConvolutionDescriptor:
     spatial = x.ndim - 2
     require(1 <= spatial <= 3, f"x.ndim={x.ndim} must be 3, 4 or 5 (N, C and 1 to 3 spatial dims)")
     require(w.ndim == x.ndim, f"w.ndim={w.ndim} must equal x.ndim={x.ndim}")
@@ -281,13 +469,15 @@ def _descriptor(x: TensorDescriptor, w: TensorDescriptor, stride: IntOrTuple, pa
         post = tuple(t - p for t, p in zip(total, pre))
     else:
         pre = post = check_ints("padding", padding, spatial)
-    return ConvolutionDescriptor(pre, strides, dilations, mode, _compute_type(x), groups,
-                                 pre_padding=pre, post_padding=post)
+    return ConvolutionDescriptor(
+        pre, strides, dilations, mode, _compute_type(x), groups, pre_padding=pre, post_padding=post
+    )
 
 
 @memoized  # as _descriptor
-def _backward_data_descriptor(pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...],
-                              compute_type: DataType, groups: int) -> ConvolutionDescriptor:
+def _backward_data_descriptor(
+    pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...], compute_type: DataType, groups: int
+) -> ConvolutionDescriptor:
     return ConvolutionDescriptor(pads, strides, dilations, ConvolutionMode.CROSS_CORRELATION, compute_type, groups)
 
 
@@ -308,7 +498,10 @@ def _per_channel(bias: Bound, ndim: int, channels: int) -> Bound:
 @memoized
 def _per_channel_desc(bias: TensorDescriptor, ndim: int, channels: int) -> TensorDescriptor:
     if bias.dims != (channels,):
-        raise BadParam(f"bias.shape={bias.dims} must be ({channels},): one value per output channel",
-                       Status.BAD_PARAM_SHAPE_MISMATCH)
-    return TensorDescriptor(bias.dtype, _channel_dims(channels, ndim),
-                            tuple(bias.strides[0] if a == 1 else 0 for a in range(ndim)))
+        raise BadParam(
+            f"bias.shape={bias.dims} must be ({channels},): one value per output channel",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    return TensorDescriptor(
+        bias.dtype, _channel_dims(channels, ndim), tuple(bias.strides[0] if a == 1 else 0 for a in range(ndim))
+    )

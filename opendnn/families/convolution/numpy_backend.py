@@ -71,8 +71,13 @@ def _column_view(problem: ConvolutionProblem, x_padded: np.ndarray) -> np.ndarra
     item = x_padded.strides
     spatial = item[2:]
     shape = (groups, per_group, *problem.w.dims[2:], x_padded.shape[0], *problem.y.dims[2:])
-    strides = (per_group * item[1], item[1], *(d * s for d, s in zip(problem.dilation, spatial)), item[0],
-               *(st * s for st, s in zip(problem.stride, spatial)))
+    strides = (
+        per_group * item[1],
+        item[1],
+        *(d * s for d, s in zip(problem.dilation, spatial)),
+        item[0],
+        *(st * s for st, s in zip(problem.stride, spatial)),
+    )
     return np.lib.stride_tricks.as_strided(x_padded, shape, strides, writeable=False)
 
 
@@ -133,7 +138,7 @@ def gemm_backward_data(problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarra
     strides = (per_group * item[1], item[1], item[0], *(st * s for st, s in zip(problem.stride, item[2:])))
     for t, r in enumerate(np.ndindex(*filt)):
         offset = sum(rd * dil * s for rd, dil, s in zip(r, problem.dilation, item[2:]))
-        base = dx_padded.reshape(-1)[offset // dx_padded.itemsize:]
+        base = dx_padded.reshape(-1)[offset // dx_padded.itemsize :]
         tap = np.lib.stride_tricks.as_strided(base, shape, strides)
         tap += dcols[:, :, t]
     return dx_padded[_interior(problem)]
@@ -146,8 +151,15 @@ GEMM = {
 }
 
 
-def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
-        z: Bound | None = None, workspace: Bound | None = None) -> None:
+def run(
+    problem: ConvolutionProblem,
+    x: Bound,
+    w: Bound,
+    y: Bound,
+    bias: Bound | None = None,
+    z: Bound | None = None,
+    workspace: Bound | None = None,
+) -> None:
     compute = problem.compute_type
     direction = problem.direction
     x_values = read(x, compute) if direction is not ConvolutionDirection.BACKWARD_DATA else None
@@ -158,6 +170,9 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
     with _blas_limit(problem):
         conv = GEMM[direction](problem, x_values, w_values, y_values)
     result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
-    output = {ConvolutionDirection.FORWARD: y, ConvolutionDirection.BACKWARD_DATA: x,
-              ConvolutionDirection.BACKWARD_FILTER: w}[direction]
+    output = {
+        ConvolutionDirection.FORWARD: y,
+        ConvolutionDirection.BACKWARD_DATA: x,
+        ConvolutionDirection.BACKWARD_FILTER: w,
+    }[direction]
     write(output, result, 1.0, problem.beta)

@@ -164,8 +164,12 @@ DEFAULT_ALGORITHM = {
     ConvolutionDirection.BACKWARD_FILTER: ConvolutionBwdFilterAlgo.ALGO_0,
 }
 
-UNIMPLEMENTED_METHODS = (ConvolutionMethod.FFT, ConvolutionMethod.FFT_TILING, ConvolutionMethod.WINOGRAD,
-                         ConvolutionMethod.WINOGRAD_NONFUSED)
+UNIMPLEMENTED_METHODS = (
+    ConvolutionMethod.FFT,
+    ConvolutionMethod.FFT_TILING,
+    ConvolutionMethod.WINOGRAD,
+    ConvolutionMethod.WINOGRAD_NONFUSED,
+)
 DIRECT_MAX_CHANNELS_PER_GROUP = 4  # DIRECT sums taps one channel at a time: worth it only for few
 
 
@@ -237,12 +241,15 @@ def algorithm_refusal(problem: ConvolutionProblem) -> str | None:
     if method is ConvolutionMethod.DIRECT:
         per_group = problem.x.dims[1] // problem.groups
         if per_group > DIRECT_MAX_CHANNELS_PER_GROUP:
-            return (f"algo={algo} applies to depthwise or few-channel convolutions (C/groups <= "
-                    f"{DIRECT_MAX_CHANNELS_PER_GROUP}), not C/groups={per_group}")
+            return (
+                f"algo={algo} applies to depthwise or few-channel convolutions (C/groups <= "
+                f"{DIRECT_MAX_CHANNELS_PER_GROUP}), not C/groups={per_group}"
+            )
     return None
 
 
 # ---- descriptors ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FilterDescriptor:
@@ -312,9 +319,13 @@ class ConvolutionDescriptor:
     def __post_init__(self) -> None:
         spatial = len(check_ints("stride", self.stride))
         require(1 <= spatial <= 3, f"len(stride)={spatial} must be 1, 2 or 3 (spatial dims)")
-        fields = {"pad": self.pad, "stride": self.stride, "dilation": self.dilation,
-                  "pre_padding": self.pad if self.pre_padding is None else self.pre_padding,
-                  "post_padding": self.pad if self.post_padding is None else self.post_padding}
+        fields = {
+            "pad": self.pad,
+            "stride": self.stride,
+            "dilation": self.dilation,
+            "pre_padding": self.pad if self.pre_padding is None else self.pre_padding,
+            "post_padding": self.pad if self.post_padding is None else self.post_padding,
+        }
         for name, value in fields.items():
             values = check_ints(name, value)
             require(len(values) == spatial, f"len({name})={len(values)} must equal len(stride)={spatial}")
@@ -344,8 +355,7 @@ def filter_tensor(w_desc: FilterDescriptor | TensorDescriptor, name: str = "w_de
     """A filter given as a FilterDescriptor or as a TensorDescriptor (K, C/G, R, S dims) as the latter."""
     if isinstance(w_desc, FilterDescriptor):
         return w_desc.tensor
-    require(isinstance(w_desc, TensorDescriptor),
-            f"{name}={w_desc!r} must be a FilterDescriptor or a TensorDescriptor")
+    require(isinstance(w_desc, TensorDescriptor), f"{name}={w_desc!r} must be a FilterDescriptor or a TensorDescriptor")
     return w_desc
 
 
@@ -354,14 +364,17 @@ def output_dims(conv_desc: ConvolutionDescriptor, x_dims: Sequence[int], w_dims:
     pre_padding, post_padding = conv_desc._paddings()
     out = tuple(
         (x + pre + post - dil * (f - 1) - 1) // s + 1
-        for x, f, pre, post, s, dil in zip(x_dims[2:], w_dims[2:], pre_padding, post_padding, conv_desc.stride,
-                                          conv_desc.dilation))
+        for x, f, pre, post, s, dil in zip(
+            x_dims[2:], w_dims[2:], pre_padding, post_padding, conv_desc.stride, conv_desc.dilation
+        )
+    )
     return (x_dims[0], w_dims[0], *out)
 
 
 @memoized  # a pure function of frozen values, asked again on every call
-def get_convolution_forward_output_dim(conv_desc: ConvolutionDescriptor, x_desc: TensorDescriptor,
-                                       w_desc: FilterDescriptor | TensorDescriptor) -> tuple[int, ...]:
+def get_convolution_forward_output_dim(
+    conv_desc: ConvolutionDescriptor, x_desc: TensorDescriptor, w_desc: FilterDescriptor | TensorDescriptor
+) -> tuple[int, ...]:
     """The dims of y, (N, K, *out), for x convolved with w.
 
     Raises:
@@ -374,41 +387,68 @@ def get_convolution_forward_output_dim(conv_desc: ConvolutionDescriptor, x_desc:
     return dims
 
 
-def _check_geometry(conv_desc: ConvolutionDescriptor, x: TensorDescriptor, w: TensorDescriptor,
-                    x_name: str = "x_desc", w_name: str = "w_desc") -> None:
-    require(isinstance(conv_desc, ConvolutionDescriptor),
-            f"conv_desc={conv_desc!r} must be a ConvolutionDescriptor")
+def _check_geometry(
+    conv_desc: ConvolutionDescriptor,
+    x: TensorDescriptor,
+    w: TensorDescriptor,
+    x_name: str = "x_desc",
+    w_name: str = "w_desc",
+) -> None:
+    require(isinstance(conv_desc, ConvolutionDescriptor), f"conv_desc={conv_desc!r} must be a ConvolutionDescriptor")
     require(isinstance(x, TensorDescriptor), f"{x_name}={x!r} must be a TensorDescriptor")
     spatial = conv_desc.spatial_dims
-    require(x.ndim == spatial + 2, f"{x_name}.ndim={x.ndim} must equal 2 + conv_desc's {spatial} spatial dims",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
-    require(w.ndim == spatial + 2, f"{w_name}.ndim={w.ndim} must equal 2 + conv_desc's {spatial} spatial dims",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        x.ndim == spatial + 2,
+        f"{x_name}.ndim={x.ndim} must equal 2 + conv_desc's {spatial} spatial dims",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    require(
+        w.ndim == spatial + 2,
+        f"{w_name}.ndim={w.ndim} must equal 2 + conv_desc's {spatial} spatial dims",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     groups, channels, filters = conv_desc.group_count, x.dims[1], w.dims[0]
     require(channels % groups == 0, f"{x_name}.dims[1]={channels} (C) must be a multiple of group_count={groups}")
     require(filters % groups == 0, f"{w_name}.dims[0]={filters} (K) must be a multiple of group_count={groups}")
-    require(w.dims[1] == channels // groups,
-            f"{w_name}.dims[1]={w.dims[1]} must equal {x_name}.dims[1]/group_count={channels // groups}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        w.dims[1] == channels // groups,
+        f"{w_name}.dims[1]={w.dims[1]} must equal {x_name}.dims[1]/group_count={channels // groups}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
 
 
 def _check_output_positive(dims: tuple[int, ...]) -> None:
     for k, d in enumerate(dims[2:]):
-        require(d >= 1, f"output spatial dim {k} = {d} must be at least 1: the dilated filter is larger "
-                        f"than the padded input", Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            d >= 1,
+            f"output spatial dim {k} = {d} must be at least 1: the dilated filter is larger than the padded input",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
 
 # ---- the problem ---------------------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=1024)  # a pure function of frozen values, asked again on every call
-def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionDescriptor,
-                        x_desc: TensorDescriptor, w_desc: FilterDescriptor | TensorDescriptor,
-                        y_desc: TensorDescriptor, *, algo: enum.Enum | None = None, allow_tf32: bool = False,
-                        alpha: float = 1.0, beta: float = 0.0, bias_desc: TensorDescriptor | None = None,
-                        z_desc: TensorDescriptor | None = None, alpha2: float = 0.0,
-                        activation: PointwiseMode | None = None, activation_coef: float | None = None,
-                        propagate_nan: bool = False, names: Sequence[str] = ("x_desc", "w_desc", "y_desc"),
-                        ) -> ConvolutionProblem:
+def convolution_problem(
+    direction: ConvolutionDirection,
+    conv_desc: ConvolutionDescriptor,
+    x_desc: TensorDescriptor,
+    w_desc: FilterDescriptor | TensorDescriptor,
+    y_desc: TensorDescriptor,
+    *,
+    algo: enum.Enum | None = None,
+    allow_tf32: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    bias_desc: TensorDescriptor | None = None,
+    z_desc: TensorDescriptor | None = None,
+    alpha2: float = 0.0,
+    activation: PointwiseMode | None = None,
+    activation_coef: float | None = None,
+    propagate_nan: bool = False,
+    names: Sequence[str] = ("x_desc", "w_desc", "y_desc"),
+) -> ConvolutionProblem:
     """The shape and dtype rules of every convolution call; ``names`` are the caller's names of
     the x, w and y descriptors (dx_desc, dw_desc, dy_desc) for the messages. ``activation_coef``
     None is the activation's default (``resolved_coef`` of the pointwise family's problem.py).
@@ -425,20 +465,28 @@ def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionD
     _check_geometry(conv_desc, x_desc, w, x_name, w_name)
     expected = output_dims(conv_desc, x_desc.dims, w.dims)
     _check_output_positive(expected)
-    require(y_desc.ndim == x_desc.ndim, f"{y_name}.ndim={y_desc.ndim} must equal {x_name}.ndim={x_desc.ndim}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        y_desc.ndim == x_desc.ndim,
+        f"{y_name}.ndim={y_desc.ndim} must equal {x_name}.ndim={x_desc.ndim}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     for k, (got, want) in enumerate(zip(y_desc.dims, expected)):
-        require(got == want, f"{y_name}.dims[{k}]={got} must equal {want} (get_convolution_forward_output_dim "
-                             f"gives {list(expected)})", Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            got == want,
+            f"{y_name}.dims[{k}]={got} must equal {want} (get_convolution_forward_output_dim gives {list(expected)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     dtype = x_desc.dtype
-    require(dtype.is_floating, f"{x_name}.dtype={dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE)
+    require(
+        dtype.is_floating,
+        f"{x_name}.dtype={dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
     for name, desc in ((w_name, w), (y_name, y_desc)):
         require(desc.dtype is dtype, f"{name}.dtype={desc.dtype.name} must equal {x_name}.dtype={dtype.name}")
     compute = conv_desc.compute_type
     needed = DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT
-    require(compute is needed, f"conv_desc.compute_type={compute.name} must be {needed.name} for {dtype.name} "
-                               "tensors")
+    require(compute is needed, f"conv_desc.compute_type={compute.name} must be {needed.name} for {dtype.name} tensors")
     alpha, beta, alpha2 = check_finite("alpha", alpha), check_finite("beta", beta), check_finite("alpha2", alpha2)
     algo = DEFAULT_ALGORITHM[direction] if algo is None else algo
     family = ALGORITHMS[direction]
@@ -453,42 +501,76 @@ def convolution_problem(direction: ConvolutionDirection, conv_desc: ConvolutionD
         activation = None  # backends see *_FWD activations only
     flip = conv_desc.mode is ConvolutionMode.CONVOLUTION
     return ConvolutionProblem(
-        direction, x_desc, w, y_desc, *conv_desc._paddings(), conv_desc.stride,
-        conv_desc.dilation, conv_desc.group_count, flip, compute, bool(allow_tf32) and dtype is DataType.FLOAT,
-        algo, alpha, beta, bias_desc, z_desc, alpha2, activation, coef, bool(propagate_nan))
+        direction,
+        x_desc,
+        w,
+        y_desc,
+        *conv_desc._paddings(),
+        conv_desc.stride,
+        conv_desc.dilation,
+        conv_desc.group_count,
+        flip,
+        compute,
+        bool(allow_tf32) and dtype is DataType.FLOAT,
+        algo,
+        alpha,
+        beta,
+        bias_desc,
+        z_desc,
+        alpha2,
+        activation,
+        coef,
+        bool(propagate_nan),
+    )
 
 
-def _check_epilogue(y: TensorDescriptor, bias: TensorDescriptor | None, z: TensorDescriptor | None,
-                    activation: PointwiseMode | None) -> PointwiseMode | None:
+def _check_epilogue(
+    y: TensorDescriptor, bias: TensorDescriptor | None, z: TensorDescriptor | None, activation: PointwiseMode | None
+) -> PointwiseMode | None:
     if bias is not None:
         want = tuple(y.dims[1] if k == 1 else 1 for k in range(y.ndim))
         require(isinstance(bias, TensorDescriptor), f"bias_desc={bias!r} must be a TensorDescriptor")
-        require(bias.dims == want, f"bias_desc.dims={list(bias.dims)} must be {list(want)} (one value per "
-                                   f"output channel K={y.dims[1]})", Status.BAD_PARAM_SHAPE_MISMATCH)
-        require(bias.dtype.is_floating, f"bias_desc.dtype={bias.dtype.name} must be a float type",
-                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            bias.dims == want,
+            f"bias_desc.dims={list(bias.dims)} must be {list(want)} (one value per output channel K={y.dims[1]})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            bias.dtype.is_floating,
+            f"bias_desc.dtype={bias.dtype.name} must be a float type",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     if z is not None:
         require(isinstance(z, TensorDescriptor), f"z_desc={z!r} must be a TensorDescriptor")
-        require(z.dims == y.dims, f"z_desc.dims={list(z.dims)} must equal y_desc.dims={list(y.dims)}",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
-        require(z.dtype.is_floating, f"z_desc.dtype={z.dtype.name} must be a float type",
-                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            z.dims == y.dims,
+            f"z_desc.dims={list(z.dims)} must equal y_desc.dims={list(y.dims)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            z.dtype.is_floating, f"z_desc.dtype={z.dtype.name} must be a float type", Status.NOT_SUPPORTED_DATA_TYPE
+        )
     if activation is not None:
         activation = check_member("activation", PointwiseMode, activation)
-        require(activation is PointwiseMode.IDENTITY or activation.value.endswith("_fwd"),
-                f"activation={activation.name} must be IDENTITY or a *_FWD activation mode")
+        require(
+            activation is PointwiseMode.IDENTITY or activation.value.endswith("_fwd"),
+            f"activation={activation.name} must be IDENTITY or a *_FWD activation mode",
+        )
     return activation
 
 
 # ---- the float64 NumPy reference -----------------------------------------------------------------
+
 
 def _taps(problem: ConvolutionProblem) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
     """For each filter tap r: (r, the slice of the padded x that tap r reads for every output)."""
     out = problem.y.dims[2:]
     taps = []
     for r in itertools.product(*(range(f) for f in problem.w.dims[2:])):
-        index = tuple(slice(rd * dil, rd * dil + s * (o - 1) + 1, s)
-                      for rd, dil, s, o in zip(r, problem.dilation, problem.stride, out))
+        index = tuple(
+            slice(rd * dil, rd * dil + s * (o - 1) + 1, s)
+            for rd, dil, s, o in zip(r, problem.dilation, problem.stride, out)
+        )
         taps.append((r, index))
     return taps
 
@@ -552,16 +634,16 @@ def reference_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     dw = np.zeros((groups, per_group, *problem.w.dims[1:]), x.dtype)
     for r, index in _taps(problem):
         patch = _grouped(x_padded[(slice(None), slice(None), *index)], groups)
-        dw[_tap(r)] = np.einsum("ngko,ngco->gkc", dyg.reshape(*dyg.shape[:3], -1),
-                                  patch.reshape(*patch.shape[:3], -1))
+        dw[_tap(r)] = np.einsum("ngko,ngco->gkc", dyg.reshape(*dyg.shape[:3], -1), patch.reshape(*patch.shape[:3], -1))
     dw = dw.reshape(problem.w.dims)
     if problem.flip:
         dw = dw[(slice(None), slice(None), *(slice(None, None, -1),) * problem.spatial_dims)]
     return dw
 
 
-def reference_epilogue(problem: ConvolutionProblem, conv: np.ndarray, bias: np.ndarray | None,
-                       z: np.ndarray | None) -> np.ndarray:
+def reference_epilogue(
+    problem: ConvolutionProblem, conv: np.ndarray, bias: np.ndarray | None, z: np.ndarray | None
+) -> np.ndarray:
     """act(alpha * conv + alpha2 * z + bias): the fused forward epilogue (alpha alone without one)."""
     result = problem.alpha * conv
     if z is not None:
@@ -578,8 +660,14 @@ def reference_backward_bias(dy: np.ndarray) -> np.ndarray:
     return dy.sum(axis=(0, *range(2, dy.ndim)), keepdims=True)
 
 
-def reference(problem: ConvolutionProblem, x: np.ndarray | None, w: np.ndarray | None, y: np.ndarray | None,
-              bias: np.ndarray | None = None, z: np.ndarray | None = None) -> np.ndarray:
+def reference(
+    problem: ConvolutionProblem,
+    x: np.ndarray | None,
+    w: np.ndarray | None,
+    y: np.ndarray | None,
+    bias: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+) -> np.ndarray:
     """The output of ``problem`` before the beta blend: alpha * (y, dx or dw), or the fused forward
     ``act(alpha * conv + alpha2 * z + bias)``; inputs given as arrays in the compute dtype (y is dy
     for the backward directions; the output's own array is not needed)."""
@@ -595,8 +683,9 @@ def reference(problem: ConvolutionProblem, x: np.ndarray | None, w: np.ndarray |
     return blend_output(problem, conv, bias, z)
 
 
-def blend_output(problem: ConvolutionProblem, conv: np.ndarray, bias: np.ndarray | None,
-                 z: np.ndarray | None) -> np.ndarray:
+def blend_output(
+    problem: ConvolutionProblem, conv: np.ndarray, bias: np.ndarray | None, z: np.ndarray | None
+) -> np.ndarray:
     """The output before the beta blend from the bare convolution of ``problem``'s direction:
     the fused forward epilogue, alpha * dx or alpha * dw."""
     if problem.direction is ConvolutionDirection.FORWARD:

@@ -83,18 +83,37 @@ class Geometry:
 
     def descriptor(self, dtype: DataType, tf32: bool = False) -> ConvolutionDescriptor:
         compute = DataType.DOUBLE if dtype is DataType.DOUBLE else DataType.FLOAT
-        return ConvolutionDescriptor(self.pre, self.stride, self.dilation, self.mode, compute, self.groups,
-                                     MathType.TENSOR_OP if tf32 else MathType.FMA,
-                                     pre_padding=self.pre, post_padding=self.post)
+        return ConvolutionDescriptor(
+            self.pre,
+            self.stride,
+            self.dilation,
+            self.mode,
+            compute,
+            self.groups,
+            MathType.TENSOR_OP if tf32 else MathType.FMA,
+            pre_padding=self.pre,
+            post_padding=self.post,
+        )
 
 
-def _g(n: int, c: int, k: int, spatial: tuple[int, ...], filt: tuple[int, ...], pad: tuple[int, ...],
-       stride: tuple[int, ...] | None = None, dilation: tuple[int, ...] | None = None, *,
-       post: tuple[int, ...] | None = None, groups: int = 1,
-       mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION) -> Geometry:
+def _g(
+    n: int,
+    c: int,
+    k: int,
+    spatial: tuple[int, ...],
+    filt: tuple[int, ...],
+    pad: tuple[int, ...],
+    stride: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
+    *,
+    post: tuple[int, ...] | None = None,
+    groups: int = 1,
+    mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION,
+) -> Geometry:
     ones = (1,) * len(spatial)
-    return Geometry(n, c, k, spatial, filt, pad, post if post is not None else pad, stride or ones,
-                    dilation or ones, groups, mode)
+    return Geometry(
+        n, c, k, spatial, filt, pad, post if post is not None else pad, stride or ones, dilation or ones, groups, mode
+    )
 
 
 CONVOLUTION = ConvolutionMode.CONVOLUTION
@@ -144,6 +163,7 @@ class ConvolutionSample(Sample):
 
 # ---- tensors -------------------------------------------------------------------------------------
 
+
 def _allocate(t: Tensors, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
     if layout == "nhwc":
         strides = TensorDescriptor.from_format(TensorFormat.NHWC, dtype, *shape).strides
@@ -181,6 +201,7 @@ def _workspace(t: Tensors, size: int) -> Any:
 
 # ---- runners -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Variant:
     geometry: Geometry
@@ -196,13 +217,19 @@ def _variant(sample: Sample, size: str) -> Variant:
     return Variant(GEOMETRIES[size][parts[0]], parts[1], "KRSC" in parts, "tf32" in parts, epilogue)
 
 
-def _problem(direction: ConvolutionDirection, v: Variant, dtype: DataType, y_dims: tuple[int, ...],
-             **epilogue: Any) -> ConvolutionProblem:
+def _problem(
+    direction: ConvolutionDirection, v: Variant, dtype: DataType, y_dims: tuple[int, ...], **epilogue: Any
+) -> ConvolutionProblem:
     """The geometry as a problem, for the reference (float64 descriptors)."""
     g = v.geometry
-    return convolution_problem(direction, g.descriptor(DataType.DOUBLE), TensorDescriptor("float64", g.x_shape),
-                               TensorDescriptor("float64", g.w_shape), TensorDescriptor("float64", y_dims),
-                               **epilogue)
+    return convolution_problem(
+        direction,
+        g.descriptor(DataType.DOUBLE),
+        TensorDescriptor("float64", g.x_shape),
+        TensorDescriptor("float64", g.w_shape),
+        TensorDescriptor("float64", y_dims),
+        **epilogue,
+    )
 
 
 def run_forward(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
@@ -214,10 +241,21 @@ def run_forward(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[
     problem = _problem(ConvolutionDirection.FORWARD, v, sample.dtype, y_dims)
     y, expected = _output(sample, t, y_dims, reference_forward(problem, t.values(x), t.values(w)))
     algo = ConvolutionFwdAlgo[v.algo_name]
-    size_bytes = get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y),
-                                                          algo)
-    convolution_forward(handle, sample.alpha, descriptor(x), x, w_desc, w, conv_desc, algo,
-                        _workspace(t, size_bytes), sample.beta, descriptor(y), y)
+    size_bytes = get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y), algo)
+    convolution_forward(
+        handle,
+        sample.alpha,
+        descriptor(x),
+        x,
+        w_desc,
+        w,
+        conv_desc,
+        algo,
+        _workspace(t, size_bytes),
+        sample.beta,
+        descriptor(y),
+        y,
+    )
     return checked(t, y, expected)
 
 
@@ -231,10 +269,23 @@ def run_backward_data(sample: Sample, t: Tensors, handle: Handle, size: str) -> 
     problem = _problem(ConvolutionDirection.BACKWARD_DATA, v, sample.dtype, y_dims)
     dx, expected = _output(sample, t, g.x_shape, reference_backward_data(problem, t.values(dy), t.values(w)))
     algo = ConvolutionBwdDataAlgo[v.algo_name]
-    size_bytes = get_convolution_backward_data_workspace_size(handle, w_desc, descriptor(dy), conv_desc,
-                                                                descriptor(dx), algo)
-    convolution_backward_data(handle, sample.alpha, w_desc, w, descriptor(dy), dy, conv_desc, algo,
-                              _workspace(t, size_bytes), sample.beta, descriptor(dx), dx)
+    size_bytes = get_convolution_backward_data_workspace_size(
+        handle, w_desc, descriptor(dy), conv_desc, descriptor(dx), algo
+    )
+    convolution_backward_data(
+        handle,
+        sample.alpha,
+        w_desc,
+        w,
+        descriptor(dy),
+        dy,
+        conv_desc,
+        algo,
+        _workspace(t, size_bytes),
+        sample.beta,
+        descriptor(dx),
+        dx,
+    )
     return checked(t, dx, expected)
 
 
@@ -244,8 +295,7 @@ def run_backward_filter(sample: Sample, t: Tensors, handle: Handle, size: str) -
     g = v.geometry
     conv_desc = g.descriptor(sample.dtype, v.tf32)
     x = _input(t, g.x_shape, sample.dtype, sample.layout)
-    w_desc = FilterDescriptor(sample.dtype, TensorFormat.NHWC if v.krsc else TensorFormat.NCHW,
-                              *g.w_shape)
+    w_desc = FilterDescriptor(sample.dtype, TensorFormat.NHWC if v.krsc else TensorFormat.NCHW, *g.w_shape)
     y_dims = get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
     dy = _input(t, y_dims, sample.dtype, sample.layout)
     problem = _problem(ConvolutionDirection.BACKWARD_FILTER, v, sample.dtype, y_dims)
@@ -254,22 +304,38 @@ def run_backward_filter(sample: Sample, t: Tensors, handle: Handle, size: str) -
     if v.krsc:  # the filter's own strides, whatever the sample's layout
         dw = t.torch.empty_strided(w_desc.dims, w_desc.tensor.strides, dtype=dw.dtype, device=t.device).copy_(dw)
     algo = ConvolutionBwdFilterAlgo[v.algo_name]
-    size_bytes = get_convolution_backward_filter_workspace_size(handle, descriptor(x), descriptor(dy), conv_desc,
-                                                                  w_desc, algo)
+    size_bytes = get_convolution_backward_filter_workspace_size(
+        handle, descriptor(x), descriptor(dy), conv_desc, w_desc, algo
+    )
     filter_desc = w_desc if v.krsc else descriptor(dw)
-    convolution_backward_filter(handle, sample.alpha, descriptor(x), x, descriptor(dy), dy, conv_desc, algo,
-                                _workspace(t, size_bytes), sample.beta, filter_desc, dw)
+    convolution_backward_filter(
+        handle,
+        sample.alpha,
+        descriptor(x),
+        x,
+        descriptor(dy),
+        dy,
+        conv_desc,
+        algo,
+        _workspace(t, size_bytes),
+        sample.beta,
+        filter_desc,
+        dw,
+    )
     return checked(t, dw, expected)
 
 
-_ACTIVATIONS = {"RELU": (PointwiseMode.RELU_FWD, 0.0), "CLIPPED_RELU": (PointwiseMode.CLIPPED_RELU_FWD, 1.5),
-                "GELU": (PointwiseMode.GELU_FWD, 0.0), "SWISH": (PointwiseMode.SWISH_FWD, 1.25),
-                "IDENTITY": (None, 0.0)}
+_ACTIVATIONS = {
+    "RELU": (PointwiseMode.RELU_FWD, 0.0),
+    "CLIPPED_RELU": (PointwiseMode.CLIPPED_RELU_FWD, 1.5),
+    "GELU": (PointwiseMode.GELU_FWD, 0.0),
+    "SWISH": (PointwiseMode.SWISH_FWD, 1.25),
+    "IDENTITY": (None, 0.0),
+}
 ALPHA2 = 0.75
 
 
-def run_bias_activation_forward(sample: Sample, t: Tensors, handle: Handle,
-                                size: str) -> tuple[np.ndarray, np.ndarray]:
+def run_bias_activation_forward(sample: Sample, t: Tensors, handle: Handle, size: str) -> tuple[np.ndarray, np.ndarray]:
     """y = act(alpha * conv + alpha2 * z + bias); the epilogue ``bias+ACT[+z|+z=y]``."""
     v = _variant(sample, size)
     parts = v.epilogue.split("+")
@@ -287,20 +353,43 @@ def run_bias_activation_forward(sample: Sample, t: Tensors, handle: Handle,
         z = y
     elif "z" in parts:
         z = _input(t, y_dims, sample.dtype, sample.layout)
-    problem = _problem(ConvolutionDirection.FORWARD, v, sample.dtype, y_dims, alpha=sample.alpha,
-                       alpha2=ALPHA2 if z is not None else 0.0, activation=mode, activation_coef=coef,
-                       bias_desc=TensorDescriptor("float64", bias.shape),
-                       z_desc=TensorDescriptor("float64", y_dims) if z is not None else None)
+    problem = _problem(
+        ConvolutionDirection.FORWARD,
+        v,
+        sample.dtype,
+        y_dims,
+        alpha=sample.alpha,
+        alpha2=ALPHA2 if z is not None else 0.0,
+        activation=mode,
+        activation_coef=coef,
+        bias_desc=TensorDescriptor("float64", bias.shape),
+        z_desc=TensorDescriptor("float64", y_dims) if z is not None else None,
+    )
     conv = reference_forward(problem, t.values(x), t.values(w))
     expected = reference_epilogue(problem, conv, t.values(bias), t.values(z) if z is not None else None)
     act_desc = ActivationDescriptor(ActivationMode[parts[1]], coef=coef or None)
     algo = ConvolutionFwdAlgo[v.algo_name]
-    size_bytes = get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y),
-                                                          algo)
+    size_bytes = get_convolution_forward_workspace_size(handle, descriptor(x), w_desc, conv_desc, descriptor(y), algo)
     z_desc = descriptor(z) if z is not None else None
-    convolution_bias_activation_forward(handle, sample.alpha, descriptor(x), x, w_desc, w, conv_desc, algo,
-                                        _workspace(t, size_bytes), ALPHA2, z_desc, z, descriptor(bias), bias,
-                                        act_desc, descriptor(y), y)
+    convolution_bias_activation_forward(
+        handle,
+        sample.alpha,
+        descriptor(x),
+        x,
+        w_desc,
+        w,
+        conv_desc,
+        algo,
+        _workspace(t, size_bytes),
+        ALPHA2,
+        z_desc,
+        z,
+        descriptor(bias),
+        bias,
+        act_desc,
+        descriptor(y),
+        y,
+    )
     return checked(t, y, expected)
 
 
@@ -317,9 +406,11 @@ def run_backward_bias(sample: Sample, t: Tensors, handle: Handle, size: str) -> 
 FORWARD_ALGOS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM")
 BACKWARD_DATA_ALGOS = ("ALGO_0", "ALGO_1")
 BACKWARD_FILTER_ALGOS = ("ALGO_0", "ALGO_1", "ALGO_3")
-DIRECTIONS = (("convolution_forward", run_forward, "IMPLICIT_GEMM"),
-              ("convolution_backward_data", run_backward_data, "ALGO_0"),
-              ("convolution_backward_filter", run_backward_filter, "ALGO_0"))
+DIRECTIONS = (
+    ("convolution_forward", run_forward, "IMPLICIT_GEMM"),
+    ("convolution_backward_data", run_backward_data, "ALGO_0"),
+    ("convolution_backward_filter", run_backward_filter, "ALGO_0"),
+)
 LAYOUTS = ("nhwc", "permuted", "subregion")
 EPILOGUES = ("bias+IDENTITY", "bias+RELU", "bias+RELU+z", "bias+CLIPPED_RELU+z=y", "bias+GELU+z", "bias+SWISH+z=y")
 
@@ -329,8 +420,9 @@ def samples(size: str = "small") -> Iterator[Sample]:
 
     def sample(op: str, runner: Any, variant: str, dtype: DataType = DataType.FLOAT, **kw: Any) -> Sample:
         geometry = GEOMETRIES[size][variant.split("/")[0]]
-        return ConvolutionSample(op, variant, dtype, kw.pop("shape", geometry.x_shape),
-                                 runner=_sized(runner, size), **kw)
+        return ConvolutionSample(
+            op, variant, dtype, kw.pop("shape", geometry.x_shape), runner=_sized(runner, size), **kw
+        )
 
     for name, (op, runner, algo) in itertools.product(GEOMETRIES[size], DIRECTIONS):
         yield sample(op, runner, f"{name}/{algo}")
@@ -342,11 +434,14 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield sample(op, runner, f"2d_groups/{algo}/KRSC", DataType.BFLOAT16, layout="nhwc")
         yield sample(op, runner, f"2d_asymmetric/{algo}", alpha=0.5, beta=-0.75, layout="subregion")
         for layout in LAYOUTS:
-            yield sample(op, runner, f"2d_stride_dilation/{algo}" + ("/KRSC" if layout == "nhwc" else ""),
-                         layout=layout)
-    for op, runner, algos in (("convolution_forward", run_forward, FORWARD_ALGOS[1:]),
-                              ("convolution_backward_data", run_backward_data, BACKWARD_DATA_ALGOS[1:]),
-                              ("convolution_backward_filter", run_backward_filter, BACKWARD_FILTER_ALGOS[1:])):
+            yield sample(
+                op, runner, f"2d_stride_dilation/{algo}" + ("/KRSC" if layout == "nhwc" else ""), layout=layout
+            )
+    for op, runner, algos in (
+        ("convolution_forward", run_forward, FORWARD_ALGOS[1:]),
+        ("convolution_backward_data", run_backward_data, BACKWARD_DATA_ALGOS[1:]),
+        ("convolution_backward_filter", run_backward_filter, BACKWARD_FILTER_ALGOS[1:]),
+    ):
         for algo, name in itertools.product(algos, ("2d_stride_dilation", "2d_multiplier", "3d")):
             yield sample(op, runner, f"{name}/{algo}")
         for algo in algos:
@@ -355,20 +450,41 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield sample(op, runner, f"2d_1x1/{algo}/KRSC", DataType.BFLOAT16, layout="nhwc", alpha=1.5, beta=0.5)
     for op, runner, algo in DIRECTIONS:  # 64-channel multiples, stride 1, channels-last: TMA on the triton backend
         yield sample(op, runner, f"2d_wide/{algo}/KRSC", DataType.BFLOAT16, layout="nhwc", alpha=0.5, beta=0.25)
-    yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
-                 "2d_wide/IMPLICIT_GEMM/KRSC/bias+RELU+z", DataType.HALF, layout="nhwc")
+    yield sample(
+        "convolution_bias_activation_forward",
+        run_bias_activation_forward,
+        "2d_wide/IMPLICIT_GEMM/KRSC/bias+RELU+z",
+        DataType.HALF,
+        layout="nhwc",
+    )
     yield sample("convolution_forward", run_forward, "2d_1x1/IMPLICIT_GEMM/KRSC/tf32", layout="nhwc")
-    yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
-                 "2d_1x1/IMPLICIT_GEMM/KRSC/bias+IDENTITY", DataType.HALF, layout="nhwc")
+    yield sample(
+        "convolution_bias_activation_forward",
+        run_bias_activation_forward,
+        "2d_1x1/IMPLICIT_GEMM/KRSC/bias+IDENTITY",
+        DataType.HALF,
+        layout="nhwc",
+    )
     for name in ("2d_depthwise", "2d_multiplier", "2d_few_channels"):
         yield sample("convolution_forward", run_forward, f"{name}/DIRECT")
     yield sample("convolution_forward", run_forward, "2d_depthwise/DIRECT", DataType.BFLOAT16, layout="nhwc")
     for epilogue in EPILOGUES:
         yield sample("convolution_bias_activation_forward", run_bias_activation_forward, f"2d/IMPLICIT_GEMM/{epilogue}")
-    yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
-                 "2d_groups/IMPLICIT_GEMM/KRSC/bias+RELU+z=y", DataType.BFLOAT16, layout="nhwc", alpha=1.5)
-    yield sample("convolution_bias_activation_forward", run_bias_activation_forward,
-                 "2d_1x1/GEMM/bias+SWISH+z", DataType.HALF, layout="subregion")
+    yield sample(
+        "convolution_bias_activation_forward",
+        run_bias_activation_forward,
+        "2d_groups/IMPLICIT_GEMM/KRSC/bias+RELU+z=y",
+        DataType.BFLOAT16,
+        layout="nhwc",
+        alpha=1.5,
+    )
+    yield sample(
+        "convolution_bias_activation_forward",
+        run_bias_activation_forward,
+        "2d_1x1/GEMM/bias+SWISH+z",
+        DataType.HALF,
+        layout="subregion",
+    )
     for dtype, layout in zip(FLOAT_TYPES, ("packed", "nhwc", "permuted", "subregion")):
         yield sample("convolution_backward_bias", run_backward_bias, "2d/none", dtype, layout=layout)
     yield sample("convolution_backward_bias", run_backward_bias, "3d/none", alpha=0.5, beta=0.25)
@@ -390,19 +506,42 @@ def error_samples() -> list[ErrorSample]:
     """Bad calls of the convolutions and their messages."""
     x, w = lambda: values(1, 2, 5, 5), lambda: values(3, 2, 3, 3)  # noqa: E731
     return [
-        ErrorSample("fractional stride", F.conv, lambda: {"x": x(), "w": w(), "stride": 1.5}, BadParam,
-                    "stride=1.5 must be an int"),
-        ErrorSample("NaN stride", F.conv, lambda: {"x": x(), "w": w(), "stride": float("nan")}, BadParam,
-                    "stride=nan must be an int"),
-        ErrorSample("fractional padding", F.conv, lambda: {"x": x(), "w": w(), "padding": 1.5}, BadParam,
-                    "padding=1.5 must be an int"),
-        ErrorSample("groups of 0", F.conv, lambda: {"x": x(), "w": w(), "groups": 0}, BadParam,
-                    "groups=0 must be at least 1"),
-        ErrorSample("mode out of range", ConvolutionDescriptor,
-                    lambda: {"pad": (0, 0), "stride": (1, 1), "dilation": (1, 1), "mode": 5}, BadParam,
-                    "mode=5 must be a ConvolutionMode: one of ConvolutionMode.CONVOLUTION, "
-                    "ConvolutionMode.CROSS_CORRELATION"),
-        ErrorSample("silu with beta 0", F.conv_bias_activation,
-                    lambda: {"x": x(), "w": w(), "activation": "silu", "coef": 0.0}, BadParam,
-                    "coef=0.0 must be above 0: it is the beta of SWISH"),
+        ErrorSample(
+            "fractional stride",
+            F.conv,
+            lambda: {"x": x(), "w": w(), "stride": 1.5},
+            BadParam,
+            "stride=1.5 must be an int",
+        ),
+        ErrorSample(
+            "NaN stride",
+            F.conv,
+            lambda: {"x": x(), "w": w(), "stride": float("nan")},
+            BadParam,
+            "stride=nan must be an int",
+        ),
+        ErrorSample(
+            "fractional padding",
+            F.conv,
+            lambda: {"x": x(), "w": w(), "padding": 1.5},
+            BadParam,
+            "padding=1.5 must be an int",
+        ),
+        ErrorSample(
+            "groups of 0", F.conv, lambda: {"x": x(), "w": w(), "groups": 0}, BadParam, "groups=0 must be at least 1"
+        ),
+        ErrorSample(
+            "mode out of range",
+            ConvolutionDescriptor,
+            lambda: {"pad": (0, 0), "stride": (1, 1), "dilation": (1, 1), "mode": 5},
+            BadParam,
+            "mode=5 must be a ConvolutionMode: one of ConvolutionMode.CONVOLUTION, ConvolutionMode.CROSS_CORRELATION",
+        ),
+        ErrorSample(
+            "silu with beta 0",
+            F.conv_bias_activation,
+            lambda: {"x": x(), "w": w(), "activation": "silu", "coef": 0.0},
+            BadParam,
+            "coef=0.0 must be above 0: it is the beta of SWISH",
+        ),
     ]

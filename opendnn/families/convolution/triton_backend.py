@@ -117,8 +117,18 @@ def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
 
 def geometry(problem: ConvolutionProblem) -> Geometry:
     x, w, y = problem.x.dims, problem.w.dims, problem.y.dims
-    return Geometry(x[0], x[1], w[0], problem.groups, _three(x[2:], 1), _three(y[2:], 1), _three(w[2:], 1),
-                    _three(problem.pre_padding, 0), _three(problem.stride, 1), _three(problem.dilation, 1))
+    return Geometry(
+        x[0],
+        x[1],
+        w[0],
+        problem.groups,
+        _three(x[2:], 1),
+        _three(y[2:], 1),
+        _three(w[2:], 1),
+        _three(problem.pre_padding, 0),
+        _three(problem.stride, 1),
+        _three(problem.dilation, 1),
+    )
 
 
 def strides5(desc: TensorDescriptor | None) -> tuple[int, ...]:
@@ -163,6 +173,7 @@ def _aligned(size: int) -> int:
 
 # ---- tiles ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Tile:
     block_m: int
@@ -194,6 +205,7 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
 
 # ---- workspace -----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class FilterPlan:
     tile: Tile
@@ -208,8 +220,11 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     geo = geometry(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     pixels = geo.output_pixels
-    if (_uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
-            and geo.taps * cg <= DIRECT_FILTER_COLUMNS):
+    if (
+        _uses_direct(problem, kg, cg)
+        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
+        and geo.taps * cg <= DIRECT_FILTER_COLUMNS
+    ):
         block_m, block_n, warps, target, min_steps = DIRECT_FILTER_TILES[problem.y.strides[1] == 1]
         tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
         programs = triton.cdiv(geo.k, tile.block_n)
@@ -241,13 +256,22 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     if method is ConvolutionMethod.GEMM:
         columns = _aligned(_im2col_elements(problem) * _item(problem))
     if problem.direction is BACKWARD_FILTER:  # enough for the TMA kernel's slices and the others'
-        splits = max(filter_plan(problem).splits, _tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
-                     geo.n if filter_matmul_form(problem) else 1)
+        splits = max(
+            filter_plan(problem).splits,
+            _tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
+            geo.n if filter_matmul_form(problem) else 1,
+        )
         if splits > 1:
             accumulator = 8 if _compute(problem) == tl.float64 else 4
             partials = _aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
-    copies = [_aligned(desc.numel * _item(problem)) if tma_blocks(problem) and used else 0 for desc, used in (
-        (problem.x, "x" in staged(problem)), (problem.y, "y" in staged(problem)), (problem.w, _packs_filter(problem)))]
+    copies = [
+        _aligned(desc.numel * _item(problem)) if tma_blocks(problem) and used else 0
+        for desc, used in (
+            (problem.x, "x" in staged(problem)),
+            (problem.y, "y" in staged(problem)),
+            (problem.w, _packs_filter(problem)),
+        )
+    ]
     return table, columns, partials, *copies
 
 
@@ -291,14 +315,26 @@ class Plan:
     tma: bool = False  # a kernel builds TMA descriptors on the device
 
 
-def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound | None = None,
-        z: Bound | None = None, workspace: Bound | None = None) -> None:
+def run(
+    problem: ConvolutionProblem,
+    x: Bound,
+    w: Bound,
+    y: Bound,
+    bias: Bound | None = None,
+    z: Bound | None = None,
+    workspace: Bound | None = None,
+) -> None:
     form = matmul_form(problem)
     if form is not None:
         a, c = (y, x) if problem.direction is BACKWARD_DATA else (x, y)
         matrix_engine = backend_module("matmul", "triton")  # another family's backend: from the operation table
-        matrix_engine.run(form, _matrix(a, form.a), _matrix(w, form.b), _matrix(c, form.c),
-                          None if bias is None else _matrix(bias, form.bias))
+        matrix_engine.run(
+            form,
+            _matrix(a, form.a),
+            _matrix(w, form.b),
+            _matrix(c, form.c),
+            None if bias is None else _matrix(bias, form.bias),
+        )
         return
     interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
@@ -312,14 +348,15 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
     if plan.regions:
         needed = plan.regions[-1][2]
         if workspace is None or workspace.desc.numel < needed:
-            raise InternalError(f"convolution needs {needed} bytes of workspace, got "
-                                f"{0 if workspace is None else workspace.desc.numel}")
+            raise InternalError(
+                f"convolution needs {needed} bytes of workspace, got {0 if workspace is None else workspace.desc.numel}"
+            )
         space = torch_view(workspace).reshape(-1)
         for name, start, end, dtype in plan.regions:
             tensors[name] = space[start:end].view(dtype)
     form = filter_matmul_form(problem)
     if form is not None:  # the per-image partial filters, then the launches add them
-        partials = tensors["partial"][:math.prod(form.c.dims)].view(form.c.dims)
+        partials = tensors["partial"][: math.prod(form.c.dims)].view(form.c.dims)
         matrix_engine = backend_module("matmul", "triton")
         matrix_engine.run(form, _matrix(y, form.a), _matrix(x, form.b), Bound("partial", form.c, partials, x.device))
     for launch in plan.launches:
@@ -327,6 +364,7 @@ def run(problem: ConvolutionProblem, x: Bound, w: Bound, y: Bound, bias: Bound |
 
 
 # ---- 1x1 convolutions as matrix products ---------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=256)
 def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
@@ -338,11 +376,18 @@ def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     computes the same thing: no residual z or activation, and alpha 1 with a bias (matmul scales the
     biased sum, convolution only the product)."""
     geo = geometry(problem)
-    if (problem.direction is BACKWARD_FILTER or geo.taps != 1 or geo.groups != 1
-            or method_of(problem.algo) is ConvolutionMethod.DIRECT or any(problem.pre_padding)
-            or any(problem.post_padding) or any(s != 1 for s in problem.stride)
-            or problem.z is not None or problem.activation is not None
-            or (problem.bias is not None and problem.alpha != 1.0)):
+    if (
+        problem.direction is BACKWARD_FILTER
+        or geo.taps != 1
+        or geo.groups != 1
+        or method_of(problem.algo) is ConvolutionMethod.DIRECT
+        or any(problem.pre_padding)
+        or any(problem.post_padding)
+        or any(s != 1 for s in problem.stride)
+        or problem.z is not None
+        or problem.activation is not None
+        or (problem.bias is not None and problem.alpha != 1.0)
+    ):
         return None
     dtype = problem.x.dtype
     if not (dtype.itemsize == 2 or (dtype is DataType.FLOAT and problem.allow_tf32)):
@@ -353,12 +398,21 @@ def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
         return None
     w_k, w_c = problem.w.strides[:2]
     rows = geo.output_pixels
-    b = (TensorDescriptor(dtype, (geo.k, geo.c), (w_k, w_c)) if problem.direction is BACKWARD_DATA
-         else TensorDescriptor(dtype, (geo.c, geo.k), (w_c, w_k)))
+    b = (
+        TensorDescriptor(dtype, (geo.k, geo.c), (w_k, w_c))
+        if problem.direction is BACKWARD_DATA
+        else TensorDescriptor(dtype, (geo.c, geo.k), (w_c, w_k))
+    )
     bias = None if problem.bias is None else TensorDescriptor(problem.bias.dtype, (geo.k,), (problem.bias.strides[1],))
-    return matmul_problem(TensorDescriptor(dtype, (rows, a.dims[1]), (a_pixels, 1)), b,
-                          TensorDescriptor(dtype, (rows, c.dims[1]), (c_pixels, 1)), alpha=problem.alpha,
-                          beta=problem.beta, bias_desc=bias, allow_tf32=problem.allow_tf32)
+    return matmul_problem(
+        TensorDescriptor(dtype, (rows, a.dims[1]), (a_pixels, 1)),
+        b,
+        TensorDescriptor(dtype, (rows, c.dims[1]), (c_pixels, 1)),
+        alpha=problem.alpha,
+        beta=problem.beta,
+        bias_desc=bias,
+        allow_tf32=problem.allow_tf32,
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -372,24 +426,34 @@ def filter_matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     geo = geometry(problem)
     pixels = geo.output_pixels // geo.n
     dtype = problem.x.dtype
-    if (problem.direction is not BACKWARD_FILTER or geo.taps != 1 or geo.groups != 1 or geo.k > pixels or geo.n == 1
-            or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM or any(problem.pre_padding)
-            or any(problem.post_padding) or any(s != 1 for s in problem.stride)
-            or not (dtype.itemsize == 2 or _tf32(problem))):
+    if (
+        problem.direction is not BACKWARD_FILTER
+        or geo.taps != 1
+        or geo.groups != 1
+        or geo.k > pixels
+        or geo.n == 1
+        or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM
+        or any(problem.pre_padding)
+        or any(problem.post_padding)
+        or any(s != 1 for s in problem.stride)
+        or not (dtype.itemsize == 2 or _tf32(problem))
+    ):
         return None
     if any(_pixel_stride(TensorDescriptor(dtype, (1, *d.dims[1:]), d.strides)) != 1 for d in (problem.x, problem.y)):
         return None
     (x_sn, x_sc), (dy_sn, dy_sk) = problem.x.strides[:2], problem.y.strides[:2]
-    return matmul_problem(TensorDescriptor(dtype, (geo.n, geo.k, pixels), (dy_sn, dy_sk, 1)),
-                          TensorDescriptor(dtype, (geo.n, pixels, geo.c), (x_sn, 1, x_sc)),
-                          TensorDescriptor(DataType.FLOAT, (geo.n, geo.k, geo.c)), allow_tf32=problem.allow_tf32)
+    return matmul_problem(
+        TensorDescriptor(dtype, (geo.n, geo.k, pixels), (dy_sn, dy_sk, 1)),
+        TensorDescriptor(dtype, (geo.n, pixels, geo.c), (x_sn, 1, x_sc)),
+        TensorDescriptor(DataType.FLOAT, (geo.n, geo.k, geo.c)),
+        allow_tf32=problem.allow_tf32,
+    )
 
 
 def _pixel_stride(desc: TensorDescriptor) -> int | None:
     """The one stride that steps through every pixel (n, then spatial dims) in order, or None when
     the pixels are not evenly spaced."""
-    pixel_dims = [(d, s) for d, s in zip((desc.dims[0], *desc.dims[2:]), (desc.strides[0], *desc.strides[2:]))
-                  if d > 1]
+    pixel_dims = [(d, s) for d, s in zip((desc.dims[0], *desc.dims[2:]), (desc.strides[0], *desc.strides[2:])) if d > 1]
     if not pixel_dims:
         return 1
     stride = pixel_dims[-1][1]
@@ -444,8 +508,9 @@ def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
     TF32 backward problem's operands that TMA cannot read where they are (NCHW, say)."""
     if problem.direction is FORWARD or not _tf32(problem):
         return ()
-    return tuple(name for name in ACTIVATION_READS[problem.direction]
-                 if not _channels_last_aligned(_activation(problem, name)))
+    return tuple(
+        name for name in ACTIVATION_READS[problem.direction] if not _channels_last_aligned(_activation(problem, name))
+    )
 
 
 def _packs_filter(problem: ConvolutionProblem) -> bool:
@@ -469,9 +534,15 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     them least (ties: the widest)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
-    if (geo.groups != 1 or geo.stride != (1, 1, 1) or geo.x_size[0] != 1 or geo.filt[0] != 1
-            or not (problem.x.dtype.itemsize == 2 or _tf32(problem)) or matmul_form(problem) is not None
-            or not implicit):
+    if (
+        geo.groups != 1
+        or geo.stride != (1, 1, 1)
+        or geo.x_size[0] != 1
+        or geo.filt[0] != 1
+        or not (problem.x.dtype.itemsize == 2 or _tf32(problem))
+        or matmul_form(problem) is not None
+        or not implicit
+    ):
         return None
     if problem.direction is BACKWARD_FILTER:
         pixels, reduced = geo.y_size, 0
@@ -542,12 +613,17 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = Fals
     ``tma``: A and the filter are aligned for TMA on a GPU that has it)."""
     torch = _torch()
     dot = _dot_type(problem, CPU if interpreted else "cuda")
-    item_type = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16, DataType.BFLOAT16: torch.bfloat16,
-                 DataType.DOUBLE: torch.float64}[problem.x.dtype]
+    item_type = {
+        DataType.FLOAT: torch.float32,
+        DataType.HALF: torch.float16,
+        DataType.BFLOAT16: torch.bfloat16,
+        DataType.DOUBLE: torch.float64,
+    }[problem.x.dtype]
     accumulator = torch.float64 if _compute(problem) == tl.float64 else torch.float32
     regions, start = [], 0
-    for name, size, dtype in zip(REGIONS, _workspace_regions(problem),
-                                 (torch.int32, item_type, accumulator, item_type, item_type, item_type)):
+    for name, size, dtype in zip(
+        REGIONS, _workspace_regions(problem), (torch.int32, item_type, accumulator, item_type, item_type, item_type)
+    ):
         if size:
             regions.append((name, start, start + size, dtype))
             start += size
@@ -573,9 +649,15 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
     w_sk, w_sc, *w_taps = strides5(problem.w)
     epilogue_args = (*strides5(problem.z), problem.bias.strides[1] if problem.bias is not None else 0)
     scalars = (problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
-    flags = dict(FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
-                 HAS_Z=problem.z is not None, ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-                 PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem))
+    flags = dict(
+        FLIP=problem.flip,
+        HAS_BETA=problem.beta != 0.0,
+        HAS_BIAS=problem.bias is not None,
+        HAS_Z=problem.z is not None,
+        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+        PROPAGATE_NAN=problem.propagate_nan,
+        COMPUTE=_compute(problem),
+    )
     geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
     pixels = geo.n * math.prod(out_size)
 
@@ -583,11 +665,36 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
         channels = outputs * groups
         block_n = min(64, triton.next_power_of_2(channels))
         grid: tuple[int, ...] = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
-        args = (a, Slot("w"), out, Slot("bias"), Slot("z"), *strides5(a_desc), w_sk, w_sc, *w_taps,
-                *strides5(out_desc), *epilogue_args, pixels, *out_size, *a_size, reduced, outputs, channels, *geo.filt,
-                *geometry_args, *scalars)
-        return [Launch(direct.conv_direct_kernel, grid, args,
-                       dict(BACKWARD=backward, BLOCK_M=64, BLOCK_N=block_n, num_warps=4, **flags))]
+        args = (
+            a,
+            Slot("w"),
+            out,
+            Slot("bias"),
+            Slot("z"),
+            *strides5(a_desc),
+            w_sk,
+            w_sc,
+            *w_taps,
+            *strides5(out_desc),
+            *epilogue_args,
+            pixels,
+            *out_size,
+            *a_size,
+            reduced,
+            outputs,
+            channels,
+            *geo.filt,
+            *geometry_args,
+            *scalars,
+        )
+        return [
+            Launch(
+                direct.conv_direct_kernel,
+                grid,
+                args,
+                dict(BACKWARD=backward, BLOCK_M=64, BLOCK_N=block_n, num_warps=4, **flags),
+            )
+        ]
 
     method = method_of(problem.algo)
     launches = []
@@ -612,13 +719,52 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
     grid = (gemm.grid_tiles(rows, outputs, tile.block_m, tile.block_n), groups, math.prod(phases))
     w_s_red, w_s_out = (w_sk, w_sc) if backward else (w_sc, w_sk)
     w_group = (reduced if backward else outputs) * w_sk
-    args = (a, Slot("w"), out, Slot("bias"), Slot("z"), table, *strides5(a_desc), w_s_red, w_s_out, *w_taps, w_group,
-            *strides5(out_desc), *epilogue_args, rows, *units, *out_size, *a_size, reduced, outputs, *geo.filt,
-            *geometry_args, *steps, *scalars)
-    launches.append(Launch(gemm.conv_gemm_kernel, grid, args, dict(
-        BACKWARD=backward_rows, SOURCE=source, EVEN_RED=reduced % tile.block_k == 0, DOT=dot,
-        PRECISION=_precision(problem), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        GROUP_M=8, num_warps=tile.num_warps, num_stages=tile.num_stages, **flags)))
+    args = (
+        a,
+        Slot("w"),
+        out,
+        Slot("bias"),
+        Slot("z"),
+        table,
+        *strides5(a_desc),
+        w_s_red,
+        w_s_out,
+        *w_taps,
+        w_group,
+        *strides5(out_desc),
+        *epilogue_args,
+        rows,
+        *units,
+        *out_size,
+        *a_size,
+        reduced,
+        outputs,
+        *geo.filt,
+        *geometry_args,
+        *steps,
+        *scalars,
+    )
+    launches.append(
+        Launch(
+            gemm.conv_gemm_kernel,
+            grid,
+            args,
+            dict(
+                BACKWARD=backward_rows,
+                SOURCE=source,
+                EVEN_RED=reduced % tile.block_k == 0,
+                DOT=dot,
+                PRECISION=_precision(problem),
+                BLOCK_M=tile.block_m,
+                BLOCK_N=tile.block_n,
+                BLOCK_K=tile.block_k,
+                GROUP_M=8,
+                num_warps=tile.num_warps,
+                num_stages=tile.num_stages,
+                **flags,
+            ),
+        )
+    )
     return launches
 
 
@@ -642,16 +788,63 @@ def _tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
     block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
     tiles = pixel_boxes(geo.n, out_size, (images, block_h, block_w)) * triton.cdiv(outputs, block_n)
-    args = (a, w, out, Slot("bias"), Slot("z"), geo.n, *a_size[1:], reduced,
-            *out_size[1:], outputs, *geo.filt[1:], a_sn, a_sh, a_sw, w_sk, o_sn, o_sc, o_sh, o_sw,
-            z_sn, z_sc, z_sh, z_sw, problem.bias.strides[1] if problem.bias is not None else 0,
-            *pads, *geo.dilation[1:], problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
-    return Launch(gemm.conv_tma_kernel, (tiles,), args, dict(
-        BACKWARD=backward, FLIP=flip, HAS_BETA=problem.beta != 0.0, HAS_BIAS=problem.bias is not None,
-        HAS_Z=problem.z is not None, ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-        PROPAGATE_NAN=problem.propagate_nan, COMPUTE=_compute(problem), DOT=dot, PRECISION=_precision(problem),
-        IMAGES=images, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_N=block_n, BLOCK_K=_tma_block_k(problem), GROUP_M=8,
-        num_warps=TMA_WARPS, num_stages=TMA_STAGES))
+    args = (
+        a,
+        w,
+        out,
+        Slot("bias"),
+        Slot("z"),
+        geo.n,
+        *a_size[1:],
+        reduced,
+        *out_size[1:],
+        outputs,
+        *geo.filt[1:],
+        a_sn,
+        a_sh,
+        a_sw,
+        w_sk,
+        o_sn,
+        o_sc,
+        o_sh,
+        o_sw,
+        z_sn,
+        z_sc,
+        z_sh,
+        z_sw,
+        problem.bias.strides[1] if problem.bias is not None else 0,
+        *pads,
+        *geo.dilation[1:],
+        problem.alpha,
+        problem.beta,
+        problem.alpha2,
+        problem.activation_coef,
+    )
+    return Launch(
+        gemm.conv_tma_kernel,
+        (tiles,),
+        args,
+        dict(
+            BACKWARD=backward,
+            FLIP=flip,
+            HAS_BETA=problem.beta != 0.0,
+            HAS_BIAS=problem.bias is not None,
+            HAS_Z=problem.z is not None,
+            ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+            PROPAGATE_NAN=problem.propagate_nan,
+            COMPUTE=_compute(problem),
+            DOT=dot,
+            PRECISION=_precision(problem),
+            IMAGES=images,
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            BLOCK_N=block_n,
+            BLOCK_K=_tma_block_k(problem),
+            GROUP_M=8,
+            num_warps=TMA_WARPS,
+            num_stages=TMA_STAGES,
+        ),
+    )
 
 
 def _tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
@@ -686,20 +879,46 @@ def _staging_launches(problem: ConvolutionProblem) -> list[Launch]:
 
 def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> Launch:
     block = min(1024, triton.next_power_of_2(geo.taps))
-    return Launch(gemm.tap_table_kernel, (triton.cdiv(geo.taps, block),),
-                  (Slot("table"), *geo.filt, *geo.dilation, *w_tap_strides), dict(FLIP=flip, BLOCK=block, num_warps=4))
+    return Launch(
+        gemm.tap_table_kernel,
+        (triton.cdiv(geo.taps, block),),
+        (Slot("table"), *geo.filt, *geo.dilation, *w_tap_strides),
+        dict(FLIP=flip, BLOCK=block, num_warps=4),
+    )
 
 
-def _im2col_launch(a: Slot, a_desc: TensorDescriptor, geo: Geometry, a_size: tuple[int, ...],
-                   out_size: tuple[int, ...], reduced: int, backward: bool) -> Launch:
+def _im2col_launch(
+    a: Slot,
+    a_desc: TensorDescriptor,
+    geo: Geometry,
+    a_size: tuple[int, ...],
+    out_size: tuple[int, ...],
+    reduced: int,
+    backward: bool,
+) -> Launch:
     """The column matrix G x pixels x (taps * reduced) of A gathered at each output pixel's taps."""
     pixels = geo.n * math.prod(out_size)
     block_k = 64 if reduced % 64 == 0 else 32
     grid = (triton.cdiv(pixels, 64), triton.cdiv(geo.taps * reduced, block_k), geo.groups)
-    args = (a, Slot("columns"), *strides5(a_desc), pixels, *out_size, *a_size, reduced, *geo.filt,
-            *geo.pad, *geo.stride, *geo.dilation)
-    return Launch(gemm.im2col_kernel, grid, args, dict(BACKWARD=backward, EVEN_RED=reduced % block_k == 0,
-                                                       BLOCK_M=64, BLOCK_K=block_k, num_warps=4))
+    args = (
+        a,
+        Slot("columns"),
+        *strides5(a_desc),
+        pixels,
+        *out_size,
+        *a_size,
+        reduced,
+        *geo.filt,
+        *geo.pad,
+        *geo.stride,
+        *geo.dilation,
+    )
+    return Launch(
+        gemm.im2col_kernel,
+        grid,
+        args,
+        dict(BACKWARD=backward, EVEN_RED=reduced % block_k == 0, BLOCK_M=64, BLOCK_K=block_k, num_warps=4),
+    )
 
 
 def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[Launch]:
@@ -712,17 +931,43 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[L
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     method = method_of(problem.algo)
     partial = Slot("partial") if plan.splits > 1 else Slot("w")
-    common = (*strides5(problem.x), *strides5(problem.y), *strides5(problem.w), geo.output_pixels, *geo.y_size,
-              *geo.x_size, geo.k, kg, cg, *geo.filt, *geo.pad, *geo.stride, *geo.dilation, plan.slice_pixels,
-              problem.alpha, problem.beta)
+    common = (
+        *strides5(problem.x),
+        *strides5(problem.y),
+        *strides5(problem.w),
+        geo.output_pixels,
+        *geo.y_size,
+        *geo.x_size,
+        geo.k,
+        kg,
+        cg,
+        *geo.filt,
+        *geo.pad,
+        *geo.stride,
+        *geo.dilation,
+        plan.slice_pixels,
+        problem.alpha,
+        problem.beta,
+    )
     flags = dict(FLIP=problem.flip, PARTIAL=plan.splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem))
     tile = plan.tile
     launches = []
     if plan.direct:
         grid: tuple[int, ...] = (triton.cdiv(geo.k, tile.block_n), plan.splits)
-        launches.append(Launch(direct.filter_direct_kernel, grid, (Slot("x"), Slot("y"), Slot("w"), partial, *common),
-                               dict(COLUMNS=triton.next_power_of_2(geo.taps * cg), BLOCK_M=tile.block_m,
-                                    BLOCK_N=tile.block_n, num_warps=tile.num_warps, **flags)))
+        launches.append(
+            Launch(
+                direct.filter_direct_kernel,
+                grid,
+                (Slot("x"), Slot("y"), Slot("w"), partial, *common),
+                dict(
+                    COLUMNS=triton.next_power_of_2(geo.taps * cg),
+                    BLOCK_M=tile.block_m,
+                    BLOCK_N=tile.block_n,
+                    num_warps=tile.num_warps,
+                    **flags,
+                ),
+            )
+        )
     else:
         table, source, gathered = Slot("w"), "implicit", Slot("x")
         if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
@@ -733,11 +978,25 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[L
             gathered, source = Slot("columns"), "im2col"
         grid = (triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n), geo.groups, plan.splits)
         args = (gathered, Slot("y"), Slot("w"), partial, table, *common)
-        launches.append(Launch(direct.filter_gemm_kernel, grid, args,
-                               dict(SOURCE=source, EVEN_CG=cg % tile.block_n == 0, DOT=dot,
-                                    PRECISION=_precision(problem), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
-                                    BLOCK_K=tile.block_k, num_warps=tile.num_warps, num_stages=tile.num_stages,
-                                    **flags)))
+        launches.append(
+            Launch(
+                direct.filter_gemm_kernel,
+                grid,
+                args,
+                dict(
+                    SOURCE=source,
+                    EVEN_CG=cg % tile.block_n == 0,
+                    DOT=dot,
+                    PRECISION=_precision(problem),
+                    BLOCK_M=tile.block_m,
+                    BLOCK_N=tile.block_n,
+                    BLOCK_K=tile.block_k,
+                    num_warps=tile.num_warps,
+                    num_stages=tile.num_stages,
+                    **flags,
+                ),
+            )
+        )
     if plan.splits > 1:
         launches.append(_sum_launch(problem, plan.splits))
     return launches
@@ -749,9 +1008,19 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
     cg = geo.c // geo.groups
     grid = (triton.cdiv(geo.k * cg * geo.taps, SUM_BLOCK),)
     args = (Slot("w"), Slot("partial"), *strides5(problem.w), geo.k, cg, *geo.filt, splits, problem.alpha, problem.beta)
-    return Launch(direct.filter_sum_kernel, grid, args, dict(
-        FLIP=problem.flip, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), BLOCK=SUM_BLOCK,
-        SPLIT_BLOCK=min(SUM_SPLITS, triton.next_power_of_2(splits)), num_warps=4))
+    return Launch(
+        direct.filter_sum_kernel,
+        grid,
+        args,
+        dict(
+            FLIP=problem.flip,
+            HAS_BETA=problem.beta != 0.0,
+            COMPUTE=_compute(problem),
+            BLOCK=SUM_BLOCK,
+            SPLIT_BLOCK=min(SUM_SPLITS, triton.next_power_of_2(splits)),
+            num_warps=4,
+        ),
+    )
 
 
 def _tma_filter_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
@@ -764,13 +1033,55 @@ def _tma_filter_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     dy_sn, _, _, dy_sh, dy_sw = strides5(dy_desc)
     w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
     stages = min(4, TMA_SHARED_BYTES // (TMA_BLOCK_M * (block_k + block_c) * _item(problem)))
-    args = (x, dy, Slot("w"), Slot("partial") if splits > 1 else Slot("w"), geo.n, *geo.x_size[1:],
-            geo.c, *geo.y_size[1:], geo.k, *geo.filt[1:], x_sn, x_sh, x_sw, dy_sn, dy_sh, dy_sw, w_sk, w_sc, w_sr, w_ss,
-            *geo.pad[1:], *geo.dilation[1:], per_slice, problem.alpha, problem.beta)
-    launches = [Launch(direct.filter_tma_kernel, (programs, splits), args, dict(
-        FLIP=problem.flip, PARTIAL=splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), DOT=dot,
-        PRECISION=_precision(problem), IMAGES=images, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_M=block_k,
-        BLOCK_N=block_c, num_warps=8 if block_k * block_c >= 128 * 128 else 4, num_stages=stages))]
+    args = (
+        x,
+        dy,
+        Slot("w"),
+        Slot("partial") if splits > 1 else Slot("w"),
+        geo.n,
+        *geo.x_size[1:],
+        geo.c,
+        *geo.y_size[1:],
+        geo.k,
+        *geo.filt[1:],
+        x_sn,
+        x_sh,
+        x_sw,
+        dy_sn,
+        dy_sh,
+        dy_sw,
+        w_sk,
+        w_sc,
+        w_sr,
+        w_ss,
+        *geo.pad[1:],
+        *geo.dilation[1:],
+        per_slice,
+        problem.alpha,
+        problem.beta,
+    )
+    launches = [
+        Launch(
+            direct.filter_tma_kernel,
+            (programs, splits),
+            args,
+            dict(
+                FLIP=problem.flip,
+                PARTIAL=splits > 1,
+                HAS_BETA=problem.beta != 0.0,
+                COMPUTE=_compute(problem),
+                DOT=dot,
+                PRECISION=_precision(problem),
+                IMAGES=images,
+                BLOCK_H=block_h,
+                BLOCK_W=block_w,
+                BLOCK_M=block_k,
+                BLOCK_N=block_c,
+                num_warps=8 if block_k * block_c >= 128 * 128 else 4,
+                num_stages=stages,
+            ),
+        )
+    ]
     if splits > 1:
         launches.append(_sum_launch(problem, splits))
     return launches

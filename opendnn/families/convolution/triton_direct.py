@@ -33,15 +33,68 @@ from opendnn.families.convolution.triton_gemm import (
 
 @triton.jit
 def conv_direct_kernel(
-    a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr,
-    a_sn, a_sc, a_sd, a_sh, a_sw, w_sk, w_sc, w_st, w_sr, w_ss,
-    o_sn, o_sc, o_sd, o_sh, o_sw, z_sn, z_sc, z_sd, z_sh, z_sw, bias_sc,
-    M, OD, OH, OW, AD, AH, AW, RED: tl.constexpr, OUTC, CHANNELS, T: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w,
-    alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
-    BACKWARD: tl.constexpr, FLIP: tl.constexpr, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_Z: tl.constexpr, ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    bias_ptr,
+    z_ptr,
+    a_sn,
+    a_sc,
+    a_sd,
+    a_sh,
+    a_sw,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    o_sn,
+    o_sc,
+    o_sd,
+    o_sh,
+    o_sw,
+    z_sn,
+    z_sc,
+    z_sd,
+    z_sh,
+    z_sw,
+    bias_sc,
+    M,
+    OD,
+    OH,
+    OW,
+    AD,
+    AH,
+    AW,
+    RED: tl.constexpr,
+    OUTC,
+    CHANNELS,
+    T: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha2: tl.float64,
+    coef: tl.float64,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """O[m, o] over all CHANNELS output channels o (group o // OUTC): forward W is w[o, c, tap],
     backward data w[g*RED + c, o - g*OUTC, tap]. Taps and channels are unrolled (constexpr) so that
@@ -56,7 +109,8 @@ def conv_direct_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for tap in tl.static_range(T * R * S):
         shift_d, shift_h, shift_w, w_tap = tap_shifts(
-            tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False)
+            tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False
+        )
         i_d, ok_d = direct_coordinate(o_d, shift_d, pad_d, sd, AD, BACKWARD)
         i_h, ok_h = direct_coordinate(o_h, shift_h, pad_h, sh, AH, BACKWARD)
         i_w, ok_w = direct_coordinate(o_w, shift_w, pad_w, sw, AW, BACKWARD)
@@ -75,24 +129,84 @@ def conv_direct_kernel(
     mask = row_valid[:, None] & col_valid[None, :]
     out_offsets = n * o_sn + channels * o_sc + o_d * o_sd + o_h * o_sh + o_w * o_sw
     z_offsets = n * z_sn + channels * z_sc + o_d * z_sd + o_h * z_sh + o_w * z_sw
-    epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, channels * bias_sc, z_ptr, z_offsets,
-             alpha, beta, alpha2, coef, HAS_BETA, HAS_BIAS, HAS_Z, ACTIVATION, PROPAGATE_NAN, COMPUTE)
+    epilogue(
+        acc,
+        out_ptr,
+        out_offsets,
+        mask,
+        bias_ptr,
+        channels * bias_sc,
+        z_ptr,
+        z_offsets,
+        alpha,
+        beta,
+        alpha2,
+        coef,
+        HAS_BETA,
+        HAS_BIAS,
+        HAS_Z,
+        ACTIVATION,
+        PROPAGATE_NAN,
+        COMPUTE,
+    )
 
 
 @triton.jit
-def store_filter(value, k, j, split, dw_ptr, partial_ptr, K, CG, TAPS, T, R, S, w_sk, w_sc, w_st, w_sr, w_ss,
-                 mask, alpha, beta, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, FLIP: tl.constexpr,
-                 COMPUTE: tl.constexpr):
+def store_filter(
+    value,
+    k,
+    j,
+    split,
+    dw_ptr,
+    partial_ptr,
+    K,
+    CG,
+    TAPS,
+    T,
+    R,
+    S,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    mask,
+    alpha,
+    beta,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    FLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """dw[k, c, tap] = alpha * value + beta * dw for j = (tap, c); or the slice's partial sums."""
     if PARTIAL:
         tl.store(partial_ptr + ((split * K + k).to(tl.int64) * (TAPS * CG) + j), value, mask=mask)
     else:
         tap = j // CG
-        _, _, _, w_tap = tap_shifts(tap, dw_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, 0, 0, 0, w_st, w_sr, w_ss,
-                                    FLIP, False)
+        _, _, _, w_tap = tap_shifts(
+            tap, dw_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, 0, 0, 0, w_st, w_sr, w_ss, FLIP, False
+        )
         offsets = k * w_sk + (j - tap * CG) * w_sc + w_tap
-        epilogue(value, dw_ptr, offsets, mask, dw_ptr, offsets, dw_ptr, offsets, alpha, beta, 0.0, 0.0,
-                 HAS_BETA, False, False, "", False, COMPUTE)
+        epilogue(
+            value,
+            dw_ptr,
+            offsets,
+            mask,
+            dw_ptr,
+            offsets,
+            dw_ptr,
+            offsets,
+            alpha,
+            beta,
+            0.0,
+            0.0,
+            HAS_BETA,
+            False,
+            False,
+            "",
+            False,
+            COMPUTE,
+        )
 
 
 @triton.jit
@@ -105,14 +219,62 @@ def pixel_coordinates(p, OD, OH, OW):
 
 @triton.jit
 def filter_gemm_kernel(
-    x_ptr, dy_ptr, dw_ptr, partial_ptr, table_ptr,
-    x_sn, x_sc, x_sd, x_sh, x_sw, dy_sn, dy_sc, dy_sd, dy_sh, dy_sw, w_sk, w_sc, w_st, w_sr, w_ss,
-    PIXELS, OD, OH, OW, XD, XH, XW, K, KG, CG, T, R, S,
-    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, slice_pixels,
-    alpha: tl.float64, beta: tl.float64,
-    FLIP: tl.constexpr, SOURCE: tl.constexpr, EVEN_CG: tl.constexpr, PARTIAL: tl.constexpr,
-    HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    dw_ptr,
+    partial_ptr,
+    table_ptr,
+    x_sn,
+    x_sc,
+    x_sd,
+    x_sh,
+    x_sw,
+    dy_sn,
+    dy_sc,
+    dy_sd,
+    dy_sh,
+    dy_sw,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    PIXELS,
+    OD,
+    OH,
+    OW,
+    XD,
+    XH,
+    XW,
+    K,
+    KG,
+    CG,
+    T,
+    R,
+    S,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    slice_pixels,
+    alpha: tl.float64,
+    beta: tl.float64,
+    FLIP: tl.constexpr,
+    SOURCE: tl.constexpr,
+    EVEN_CG: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """Program (tile, g, split): dw rows k (BLOCK_M of K/G) x columns j = (tap, c) (BLOCK_N of
     taps * C/G), summed over pixels [split * slice_pixels, (split + 1) * slice_pixels). SOURCE as
@@ -125,7 +287,8 @@ def filter_gemm_kernel(
     j0 = tl.program_id(0) % tiles_n * BLOCK_N
     tap, c, j_valid = reduction_index(j0, CG, taps * CG, BLOCK_N, EVEN_CG, 1)
     shift_d, shift_h, shift_w, _ = tap_shifts(
-        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, SOURCE == "precomp")
+        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, SOURCE == "precomp"
+    )
     k_valid = k < KG
     dy_cols = (g * KG + k)[:, None] * dy_sc
     x_cols = (g * CG + c) * x_sc
@@ -151,20 +314,77 @@ def filter_gemm_kernel(
             b = tl.load(x_ptr + b_offsets, mask=b_mask, other=0.0)
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
     j = j0 + tl.arange(0, BLOCK_N)[None, :]
-    store_filter(acc, (g * KG + k)[:, None], j, split, dw_ptr, partial_ptr, K, CG, taps, T, R, S,
-                 w_sk, w_sc, w_st, w_sr, w_ss, k_valid[:, None] & (j < taps * CG), alpha, beta,
-                 PARTIAL, HAS_BETA, FLIP, COMPUTE)
+    store_filter(
+        acc,
+        (g * KG + k)[:, None],
+        j,
+        split,
+        dw_ptr,
+        partial_ptr,
+        K,
+        CG,
+        taps,
+        T,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        w_st,
+        w_sr,
+        w_ss,
+        k_valid[:, None] & (j < taps * CG),
+        alpha,
+        beta,
+        PARTIAL,
+        HAS_BETA,
+        FLIP,
+        COMPUTE,
+    )
 
 
 @triton.jit
 def filter_tma_kernel(
-    x_ptr, dy_ptr, dw_ptr, partial_ptr,
-    N, XH, XW, C, OH, OW, K, R, S, x_sn, x_sh, x_sw, dy_sn, dy_sh, dy_sw, w_sk, w_sc, w_sr, w_ss,
-    pad_h, pad_w, dil_h, dil_w, slice_boxes,
-    alpha: tl.float64, beta: tl.float64,
-    FLIP: tl.constexpr, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr,
-    PRECISION: tl.constexpr, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    dw_ptr,
+    partial_ptr,
+    N,
+    XH,
+    XW,
+    C,
+    OH,
+    OW,
+    K,
+    R,
+    S,
+    x_sn,
+    x_sh,
+    x_sw,
+    dy_sn,
+    dy_sh,
+    dy_sw,
+    w_sk,
+    w_sc,
+    w_sr,
+    w_ss,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    slice_boxes,
+    alpha: tl.float64,
+    beta: tl.float64,
+    FLIP: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    IMAGES: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """Stride-1, ungrouped 2-D backward filter over channels-last x and dy, read by TMA. Program
     (k tile x tap x c tile, split): dw[k, c, tap] = sum over output pixels p of dy[p, k] *
@@ -193,19 +413,87 @@ def filter_tma_kernel(
 
     k = k0 + tl.arange(0, BLOCK_M)[:, None]
     c = c0 + tl.arange(0, BLOCK_N)[None, :]
-    store_filter(acc, k, tap * C + c, split, dw_ptr, partial_ptr, K, C, R * S, 1, R, S, w_sk, w_sc, 0, w_sr, w_ss,
-                 (k < K) & (c < C), alpha, beta, PARTIAL, HAS_BETA, FLIP, COMPUTE)
+    store_filter(
+        acc,
+        k,
+        tap * C + c,
+        split,
+        dw_ptr,
+        partial_ptr,
+        K,
+        C,
+        R * S,
+        1,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        0,
+        w_sr,
+        w_ss,
+        (k < K) & (c < C),
+        alpha,
+        beta,
+        PARTIAL,
+        HAS_BETA,
+        FLIP,
+        COMPUTE,
+    )
 
 
 @triton.jit
 def filter_direct_kernel(
-    x_ptr, dy_ptr, dw_ptr, partial_ptr,
-    x_sn, x_sc, x_sd, x_sh, x_sw, dy_sn, dy_sc, dy_sd, dy_sh, dy_sw, w_sk, w_sc, w_st, w_sr, w_ss,
-    PIXELS, OD, OH, OW, XD, XH, XW, K, KG, CG: tl.constexpr, T: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
-    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, slice_pixels,
-    alpha: tl.float64, beta: tl.float64,
-    FLIP: tl.constexpr, PARTIAL: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
-    COLUMNS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    dw_ptr,
+    partial_ptr,
+    x_sn,
+    x_sc,
+    x_sd,
+    x_sh,
+    x_sw,
+    dy_sn,
+    dy_sc,
+    dy_sd,
+    dy_sh,
+    dy_sw,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    PIXELS,
+    OD,
+    OH,
+    OW,
+    XD,
+    XH,
+    XW,
+    K,
+    KG,
+    CG: tl.constexpr,
+    T: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    slice_pixels,
+    alpha: tl.float64,
+    beta: tl.float64,
+    FLIP: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    COLUMNS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """Program (channel block, split): dw[k, j] for BLOCK_N output channels k of all groups and
     every column j = (tap, c) (taps * C/G <= COLUMNS, unrolled). Each BLOCK_M-pixel tile of dy is
@@ -229,7 +517,8 @@ def filter_direct_kernel(
         a = tl.load(dy_ptr + dy_rows[:, None] + (k * dy_sc)[None, :], mask=mask, other=0.0).to(COMPUTE)
         for tap in tl.static_range(T * R * S):
             shift_d, shift_h, shift_w, _ = tap_shifts(
-                tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False)
+                tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False
+            )
             i_d, ok_d = gather_coordinate(o_d, 0, shift_d, pad_d, sd, XD, False)
             i_h, ok_h = gather_coordinate(o_h, 0, shift_h, pad_h, sh, XH, False)
             i_w, ok_w = gather_coordinate(o_w, 0, shift_w, pad_w, sw, XW, False)
@@ -239,16 +528,55 @@ def filter_direct_kernel(
                 b = tl.load(x_ptr + x_rows[:, None] + ((x_group + c) * x_sc)[None, :], mask=inside, other=0.0)
                 total = tl.sum(a * b.to(COMPUTE), axis=0)
                 acc = tl.where(column == tap * CG + c, acc + total[None, :], acc)
-    store_filter(acc, k[None, :], column, split, dw_ptr, partial_ptr, K, CG, T * R * S, T, R, S,
-                 w_sk, w_sc, w_st, w_sr, w_ss, k_valid[None, :] & (column < T * R * S * CG), alpha, beta,
-                 PARTIAL, HAS_BETA, FLIP, COMPUTE)
+    store_filter(
+        acc,
+        k[None, :],
+        column,
+        split,
+        dw_ptr,
+        partial_ptr,
+        K,
+        CG,
+        T * R * S,
+        T,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        w_st,
+        w_sr,
+        w_ss,
+        k_valid[None, :] & (column < T * R * S * CG),
+        alpha,
+        beta,
+        PARTIAL,
+        HAS_BETA,
+        FLIP,
+        COMPUTE,
+    )
 
 
 @triton.jit
 def filter_sum_kernel(
-    dw_ptr, partial_ptr, w_sk, w_sc, w_st, w_sr, w_ss, K, CG, T, R, S, splits,
-    alpha: tl.float64, beta: tl.float64,
-    FLIP: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+    dw_ptr,
+    partial_ptr,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    K,
+    CG,
+    T,
+    R,
+    S,
+    splits,
+    alpha: tl.float64,
+    beta: tl.float64,
+    FLIP: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
 ):
     """dw = alpha * (sum of the slices' partials) + beta * dw. SPLIT_BLOCK slices are loaded at a
@@ -263,5 +591,29 @@ def filter_sum_kernel(
         offsets = split[:, None] * (K * columns) + e[None, :]
         total += tl.load(partial_ptr + offsets, mask=(split < splits)[:, None] & mask[None, :], other=0.0)
     k = e // columns
-    store_filter(tl.sum(total, axis=0), k, e - k * columns, 0, dw_ptr, partial_ptr, K, CG, T * R * S, T, R, S,
-                 w_sk, w_sc, w_st, w_sr, w_ss, mask, alpha, beta, False, HAS_BETA, FLIP, COMPUTE)
+    store_filter(
+        tl.sum(total, axis=0),
+        k,
+        e - k * columns,
+        0,
+        dw_ptr,
+        partial_ptr,
+        K,
+        CG,
+        T * R * S,
+        T,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        w_st,
+        w_sr,
+        w_ss,
+        mask,
+        alpha,
+        beta,
+        False,
+        HAS_BETA,
+        FLIP,
+        COMPUTE,
+    )

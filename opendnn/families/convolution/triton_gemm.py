@@ -57,8 +57,29 @@ def reduction_index(j0, RED, total, BLOCK_K: tl.constexpr, EVEN_RED: tl.constexp
 
 
 @triton.jit
-def tap_shifts(tap, table_ptr, r0_d, r0_h, r0_w, step_d, step_h, step_w, taps_h, taps_w,
-               T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP: tl.constexpr, PRECOMP: tl.constexpr):
+def tap_shifts(
+    tap,
+    table_ptr,
+    r0_d,
+    r0_h,
+    r0_w,
+    step_d,
+    step_h,
+    step_w,
+    taps_h,
+    taps_w,
+    T,
+    R,
+    S,
+    dil_d,
+    dil_h,
+    dil_w,
+    w_st,
+    w_sr,
+    w_ss,
+    FLIP: tl.constexpr,
+    PRECOMP: tl.constexpr,
+):
     """For tap index ``tap``: the dilated filter position (r * dilation per dim) and the filter's
     offset of that tap (flipped for true convolution), computed or read from the offset table."""
     if PRECOMP:
@@ -120,9 +141,26 @@ def tap_progression(phase, pad, stride, dilation, extent, step):
 
 
 @triton.jit
-def epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, bias_offsets, z_ptr, z_offsets,
-             alpha, beta, alpha2, coef, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
-             ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+def epilogue(
+    acc,
+    out_ptr,
+    out_offsets,
+    mask,
+    bias_ptr,
+    bias_offsets,
+    z_ptr,
+    z_offsets,
+    alpha,
+    beta,
+    alpha2,
+    coef,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """out = act(alpha * acc + alpha2 * z + bias), or alpha * acc + beta * out (out unread when
     beta == 0)."""
     y = acc * tl.cast(alpha, COMPUTE)
@@ -165,20 +203,81 @@ def row_coordinates(m, UD, UH, UW, OD, OH, OW, qd, qh, qw, sd, sh, sw, BACKWARD:
 
 @triton.jit
 def conv_gemm_kernel(
-    a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr, table_ptr,
-    a_sn, a_sc, a_sd, a_sh, a_sw,
-    w_s_red, w_s_out, w_st, w_sr, w_ss, w_group,
-    o_sn, o_sc, o_sd, o_sh, o_sw,
-    z_sn, z_sc, z_sd, z_sh, z_sw, bias_sc,
-    M, UD, UH, UW, OD, OH, OW, AD, AH, AW,
-    RED, OUTC, T, R, S,
-    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w, step_d, step_h, step_w,
-    alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
-    BACKWARD: tl.constexpr, FLIP: tl.constexpr, SOURCE: tl.constexpr, EVEN_RED: tl.constexpr,
-    HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
-    ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, DOT: tl.constexpr,
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    bias_ptr,
+    z_ptr,
+    table_ptr,
+    a_sn,
+    a_sc,
+    a_sd,
+    a_sh,
+    a_sw,
+    w_s_red,
+    w_s_out,
+    w_st,
+    w_sr,
+    w_ss,
+    w_group,
+    o_sn,
+    o_sc,
+    o_sd,
+    o_sh,
+    o_sw,
+    z_sn,
+    z_sc,
+    z_sd,
+    z_sh,
+    z_sw,
+    bias_sc,
+    M,
+    UD,
+    UH,
+    UW,
+    OD,
+    OH,
+    OW,
+    AD,
+    AH,
+    AW,
+    RED,
+    OUTC,
+    T,
+    R,
+    S,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    step_d,
+    step_h,
+    step_w,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha2: tl.float64,
+    coef: tl.float64,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    SOURCE: tl.constexpr,
+    EVEN_RED: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    DOT: tl.constexpr,
     PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     """Program (tile, g, phase): a BLOCK_M x BLOCK_N tile of O for group g. SOURCE is "implicit"
     (taps computed), "precomp" (taps read from the offset table at table_ptr) or "im2col" (A is the
@@ -207,7 +306,8 @@ def conv_gemm_kernel(
 
     m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n, u_d, u_h, u_w, o_d, o_h, o_w, row_valid = row_coordinates(
-        m, UD, UH, UW, OD, OH, OW, qd, qh, qw, sd, sh, sw, BACKWARD, M)
+        m, UD, UH, UW, OD, OH, OW, qd, qh, qw, sd, sh, sw, BACKWARD, M
+    )
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_valid = cols < OUTC
     a_rows = n.to(tl.int64)[:, None] * a_sn + (g * RED).to(tl.int64) * a_sc
@@ -224,8 +324,28 @@ def conv_gemm_kernel(
             a = tl.load(a_ptr + a_rows + (j0 + tl.arange(0, BLOCK_K))[None, :], mask=a_mask, other=0.0)
         else:
             shift_d, shift_h, shift_w, _ = tap_shifts(
-                tap, table_ptr, r0_d, r0_h, r0_w, step_d, step_h, step_w, taps_h, taps_w,
-                T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, SOURCE == "precomp")
+                tap,
+                table_ptr,
+                r0_d,
+                r0_h,
+                r0_w,
+                step_d,
+                step_h,
+                step_w,
+                taps_h,
+                taps_w,
+                T,
+                R,
+                S,
+                dil_d,
+                dil_h,
+                dil_w,
+                w_st,
+                w_sr,
+                w_ss,
+                FLIP,
+                SOURCE == "precomp",
+            )
             i_d, ok_d = gather_coordinate(u_d, qd, shift_d, pad_d, sd, AD, BACKWARD)
             i_h, ok_h = gather_coordinate(u_h, qh, shift_h, pad_h, sh, AH, BACKWARD)
             i_w, ok_w = gather_coordinate(u_w, qw, shift_w, pad_w, sw, AW, BACKWARD)
@@ -234,8 +354,28 @@ def conv_gemm_kernel(
             a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
         tap_b, c_b, j_valid_b = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 0)
         _, _, _, w_tap = tap_shifts(
-            tap_b, table_ptr, r0_d, r0_h, r0_w, step_d, step_h, step_w, taps_h, taps_w,
-            T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, SOURCE == "precomp")
+            tap_b,
+            table_ptr,
+            r0_d,
+            r0_h,
+            r0_w,
+            step_d,
+            step_h,
+            step_w,
+            taps_h,
+            taps_w,
+            T,
+            R,
+            S,
+            dil_d,
+            dil_h,
+            dil_w,
+            w_st,
+            w_sr,
+            w_ss,
+            FLIP,
+            SOURCE == "precomp",
+        )
         b = tl.load(w_ptr + (w_cols + c_b * w_s_red + w_tap), mask=j_valid_b & col_valid[None, :], other=0.0)
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
@@ -245,13 +385,43 @@ def conv_gemm_kernel(
     o_d, o_h, o_w = o_d[:, None], o_h[:, None], o_w[:, None]
     out_offsets = n * o_sn + channels * o_sc + o_d * o_sd + o_h * o_sh + o_w * o_sw
     z_offsets = n * z_sn + channels * z_sc + o_d * z_sd + o_h * z_sh + o_w * z_sw
-    epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, channels * bias_sc, z_ptr, z_offsets,
-             alpha, beta, alpha2, coef, HAS_BETA, HAS_BIAS, HAS_Z, ACTIVATION, PROPAGATE_NAN, COMPUTE)
+    epilogue(
+        acc,
+        out_ptr,
+        out_offsets,
+        mask,
+        bias_ptr,
+        channels * bias_sc,
+        z_ptr,
+        z_offsets,
+        alpha,
+        beta,
+        alpha2,
+        coef,
+        HAS_BETA,
+        HAS_BIAS,
+        HAS_Z,
+        ACTIVATION,
+        PROPAGATE_NAN,
+        COMPUTE,
+    )
 
 
 @triton.jit
-def pixel_box_descriptor(ptr, N, H, W, C, sn, sh, sw, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr,
-                         BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+def pixel_box_descriptor(
+    ptr,
+    N,
+    H,
+    W,
+    C,
+    sn,
+    sh,
+    sw,
+    IMAGES: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
     """A TMA descriptor of a channels-last [N, H, W, C] tensor read in IMAGES x BLOCK_H x BLOCK_W
     boxes of BLOCK_C channels; coordinates outside it read zeros."""
     return tl.make_tensor_descriptor(ptr, [N, H, W, C], [sn, sh, sw, 1], [IMAGES, BLOCK_H, BLOCK_W, BLOCK_C])
@@ -267,15 +437,57 @@ def box_origin(box, N, H, W, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_
 
 @triton.jit
 def conv_tma_kernel(
-    a_ptr, w_ptr, out_ptr, bias_ptr, z_ptr,
-    N, AH, AW, RED, OH, OW, OUTC, R, S, a_sn, a_sh, a_sw, w_sk,
-    o_sn, o_sc, o_sh, o_sw, z_sn, z_sc, z_sh, z_sw, bias_sc,
-    pad_h, pad_w, dil_h, dil_w,
-    alpha: tl.float64, beta: tl.float64, alpha2: tl.float64, coef: tl.float64,
-    BACKWARD: tl.constexpr, FLIP: tl.constexpr, HAS_BETA: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_Z: tl.constexpr, ACTIVATION: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    bias_ptr,
+    z_ptr,
+    N,
+    AH,
+    AW,
+    RED,
+    OH,
+    OW,
+    OUTC,
+    R,
+    S,
+    a_sn,
+    a_sh,
+    a_sw,
+    w_sk,
+    o_sn,
+    o_sc,
+    o_sh,
+    o_sw,
+    z_sn,
+    z_sc,
+    z_sh,
+    z_sw,
+    bias_sc,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha2: tl.float64,
+    coef: tl.float64,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    IMAGES: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     """Stride-1, ungrouped 2-D forward (or backward data) over channels-last A and a KRSC filter,
     read by TMA. A tile's rows are an IMAGES x BLOCK_H x BLOCK_W block of output pixels; for each
@@ -331,18 +543,38 @@ def conv_tma_kernel(
     n, o_h, o_w, channels = n.to(tl.int64)[:, None], o_h[:, None], o_w[:, None], cols[None, :]
     out_offsets = n * o_sn + channels * o_sc + o_h * o_sh + o_w * o_sw
     z_offsets = n * z_sn + channels * z_sc + o_h * z_sh + o_w * z_sw
-    epilogue(acc, out_ptr, out_offsets, mask, bias_ptr, channels * bias_sc, z_ptr, z_offsets,
-             alpha, beta, alpha2, coef, HAS_BETA, HAS_BIAS, HAS_Z, ACTIVATION, PROPAGATE_NAN, COMPUTE)
+    epilogue(
+        acc,
+        out_ptr,
+        out_offsets,
+        mask,
+        bias_ptr,
+        channels * bias_sc,
+        z_ptr,
+        z_offsets,
+        alpha,
+        beta,
+        alpha2,
+        coef,
+        HAS_BETA,
+        HAS_BIAS,
+        HAS_Z,
+        ACTIVATION,
+        PROPAGATE_NAN,
+        COMPUTE,
+    )
 
 
 @triton.jit
-def tap_table_kernel(table_ptr, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP: tl.constexpr,
-                     BLOCK: tl.constexpr):
+def tap_table_kernel(
+    table_ptr, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP: tl.constexpr, BLOCK: tl.constexpr
+):
     """IMPLICIT_PRECOMP_GEMM's offset table: per tap, the dilated shifts (d, h, w) and the filter offset."""
     tap = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = tap < T * R * S
     shift_d, shift_h, shift_w, w_offset = tap_shifts(
-        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False)
+        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False
+    )
     tl.store(table_ptr + tap * 4, shift_d, mask=mask)
     tl.store(table_ptr + tap * 4 + 1, shift_h, mask=mask)
     tl.store(table_ptr + tap * 4 + 2, shift_w, mask=mask)
@@ -351,10 +583,37 @@ def tap_table_kernel(table_ptr, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, 
 
 @triton.jit
 def im2col_kernel(
-    a_ptr, col_ptr, a_sn, a_sc, a_sd, a_sh, a_sw,
-    M, OD, OH, OW, AD, AH, AW, RED, T, R, S,
-    pad_d, pad_h, pad_w, sd, sh, sw, dil_d, dil_h, dil_w,
-    BACKWARD: tl.constexpr, EVEN_RED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_ptr,
+    col_ptr,
+    a_sn,
+    a_sc,
+    a_sd,
+    a_sh,
+    a_sw,
+    M,
+    OD,
+    OH,
+    OW,
+    AD,
+    AH,
+    AW,
+    RED,
+    T,
+    R,
+    S,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    BACKWARD: tl.constexpr,
+    EVEN_RED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """The GEMM algorithms' explicit gather: col[g, m, (tap, c)] = A[n, g*RED + c, coord(m, tap)],
     0 where the tap falls in the padding (or, backward data, between strides)."""
@@ -365,11 +624,12 @@ def im2col_kernel(
     n, o_d, o_h, o_w, _, _, _, row_valid = row_coordinates(m, OD, OH, OW, OD, OH, OW, 0, 0, 0, 1, 1, 1, False, M)
     tap, c, j_valid = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 1)
     shift_d, shift_h, shift_w, _ = tap_shifts(
-        tap, col_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False)
+        tap, col_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False
+    )
     i_d, ok_d = direct_coordinate(o_d[:, None], shift_d, pad_d, sd, AD, BACKWARD)
     i_h, ok_h = direct_coordinate(o_h[:, None], shift_h, pad_h, sh, AH, BACKWARD)
     i_w, ok_w = direct_coordinate(o_w[:, None], shift_w, pad_w, sw, AW, BACKWARD)
-    a_offsets = (n.to(tl.int64)[:, None] * a_sn + (g * RED + c) * a_sc + i_d * a_sd + i_h * a_sh + i_w * a_sw)
+    a_offsets = n.to(tl.int64)[:, None] * a_sn + (g * RED + c) * a_sc + i_d * a_sd + i_h * a_sh + i_w * a_sw
     inside = row_valid[:, None] & j_valid
     a = tl.load(a_ptr + a_offsets, mask=inside & ok_d & ok_h & ok_w, other=0.0)
     col_offsets = (g * M + m).to(tl.int64)[:, None] * total + (j0 + tl.arange(0, BLOCK_K))[None, :]

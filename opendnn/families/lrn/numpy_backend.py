@@ -17,8 +17,16 @@ def supports(problem: LRNProblem) -> str | None:
     return None
 
 
-def run(problem: LRNProblem, x: Bound, y: Bound, means: Bound | None = None, dy: Bound | None = None,
-        dmeans: Bound | None = None, temp: Bound | None = None, temp2: Bound | None = None) -> None:
+def run(
+    problem: LRNProblem,
+    x: Bound,
+    y: Bound,
+    means: Bound | None = None,
+    dy: Bound | None = None,
+    dmeans: Bound | None = None,
+    temp: Bound | None = None,
+    temp2: Bound | None = None,
+) -> None:
     """Forward writes y; backward writes dx into ``y`` (and dmeans for divisive normalization)."""
     compute = problem.compute_dtype
     xs = read(x, compute)

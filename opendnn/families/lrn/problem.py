@@ -120,12 +120,21 @@ class LRNProblem:
     def scale(self) -> float:
         """alpha / n for LRN, alpha / n^S for divisive normalization (S spatial dims)."""
         spatial = self.x.ndim - 2 if self.divisive else 1
-        return self.desc.alpha / self.desc.n ** spatial
+        return self.desc.alpha / self.desc.n**spatial
 
 
-def lrn_problem(lrn_desc: LRNDescriptor, mode: LRNMode | DivNormMode, x_desc: TensorDescriptor,
-                y_desc: TensorDescriptor, *, backward: bool = False, others: dict[str, TensorDescriptor] | None = None,
-                alpha: float = 1.0, beta: float = 0.0, has_means: bool = False) -> LRNProblem:
+def lrn_problem(
+    lrn_desc: LRNDescriptor,
+    mode: LRNMode | DivNormMode,
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor,
+    *,
+    backward: bool = False,
+    others: dict[str, TensorDescriptor] | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    has_means: bool = False,
+) -> LRNProblem:
     """The rules of LRN (``mode`` an LRNMode) and divisive normalization (a DivNormMode).
 
     Args:
@@ -144,22 +153,38 @@ def lrn_problem(lrn_desc: LRNDescriptor, mode: LRNMode | DivNormMode, x_desc: Te
     for name, desc in {"x_desc": x_desc, "y_desc": y_desc, **(others or {})}.items():
         if not isinstance(desc, TensorDescriptor):
             raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
-        require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            desc.dtype.is_floating,
+            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
         if desc is not x_desc:
             check_same_dims(name, desc, "x_desc", x_desc)
         if name != "y_desc":
-            require(desc.dtype is x_desc.dtype, f"{name}.dtype={desc.dtype.name} must equal "
-                                                f"x_desc.dtype={x_desc.dtype.name}", Status.BAD_PARAM)
+            require(
+                desc.dtype is x_desc.dtype,
+                f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype={x_desc.dtype.name}",
+                Status.BAD_PARAM,
+            )
     if divisive:
         require(x_desc.ndim in (4, 5), f"x_desc.ndim={x_desc.ndim} must be 4 or 5 for divisive normalization")
     else:
         require(x_desc.ndim >= 3, f"x_desc.ndim={x_desc.ndim} must be at least 3 (N, C, spatial...) for LRN")
-    return LRNProblem(lrn_desc, divisive, backward, x_desc, y_desc, check_finite("alpha", alpha),
-                      check_finite("beta", beta), has_means, x_desc.dtype.compute_type)
+    return LRNProblem(
+        lrn_desc,
+        divisive,
+        backward,
+        x_desc,
+        y_desc,
+        check_finite("alpha", alpha),
+        check_finite("beta", beta),
+        has_means,
+        x_desc.dtype.compute_type,
+    )
 
 
 # the float64 references --------------------------------------------------------------------------
+
 
 def window_sum(values: np.ndarray, axes: tuple[int, ...], behind: int, ahead: int) -> np.ndarray:
     """out[i] = sum of values[i - behind .. i + ahead] along each of ``axes`` (a box), zero past the
@@ -170,24 +195,26 @@ def window_sum(values: np.ndarray, axes: tuple[int, ...], behind: int, ahead: in
         pad = [(0, 0)] * values.ndim
         pad[axis] = (behind, ahead)
         padded = np.pad(out, pad)
-        out = functools.reduce(np.add, (np.take(padded, range(j, j + size), axis=axis)
-                                        for j in range(behind + ahead + 1)))
+        out = functools.reduce(
+            np.add, (np.take(padded, range(j, j + size), axis=axis) for j in range(behind + ahead + 1))
+        )
     return out
 
 
 def normalize_reference(x: np.ndarray, desc: LRNDescriptor, axes: tuple[int, ...], scale: float) -> np.ndarray:
     """y = x * (k + scale * windowed sum of x^2)^(-beta), the window along ``axes``."""
     s = desc.k + scale * window_sum(x * x, axes, desc.lookbehind, desc.lookahead)
-    return x * s ** -desc.beta
+    return x * s**-desc.beta
 
 
-def normalize_backward_reference(x: np.ndarray, dy: np.ndarray, desc: LRNDescriptor, axes: tuple[int, ...],
-                                 scale: float) -> np.ndarray:
+def normalize_backward_reference(
+    x: np.ndarray, dy: np.ndarray, desc: LRNDescriptor, axes: tuple[int, ...], scale: float
+) -> np.ndarray:
     """The gradient of ``normalize_reference`` with respect to x."""
     s = desc.k + scale * window_sum(x * x, axes, desc.lookbehind, desc.lookahead)
     carried = dy * x * s ** (-desc.beta - 1)
     mirrored = window_sum(carried, axes, desc.lookahead, desc.lookbehind)
-    return dy * s ** -desc.beta - 2 * desc.beta * scale * x * mirrored
+    return dy * s**-desc.beta - 2 * desc.beta * scale * x * mirrored
 
 
 def lrn_reference(x: np.ndarray, desc: LRNDescriptor) -> np.ndarray:
@@ -207,8 +234,9 @@ def divisive_reference(x: np.ndarray, means: np.ndarray | None, desc: LRNDescrip
     return normalize_reference(d, desc, spatial, desc.alpha / desc.n ** len(spatial))
 
 
-def divisive_backward_reference(x: np.ndarray, means: np.ndarray | None, dy: np.ndarray,
-                                desc: LRNDescriptor) -> tuple[np.ndarray, np.ndarray]:
+def divisive_backward_reference(
+    x: np.ndarray, means: np.ndarray | None, dy: np.ndarray, desc: LRNDescriptor
+) -> tuple[np.ndarray, np.ndarray]:
     """Divisive normalization backward: (dx, dmeans)."""
     d = x if means is None else x - means
     spatial = tuple(range(2, x.ndim))

@@ -195,12 +195,39 @@ def window_sums(values, V: tl.constexpr, WINDOW: tl.constexpr):
 
 @triton.jit
 def lrn_stream_kernel(
-    x_ptr, dy_ptr, out_ptr, batch_strides, channel_strides, pixel_sizes, pixel_x, pixel_dy, pixel_out, channels,
-    pixels, pixel_blocks, chunks, chunk_groups, k: tl.float64, scale: tl.float64, exponent: tl.float64,
-    alpha: tl.float64, beta: tl.float64, WINDOW: tl.constexpr, BEHIND: tl.constexpr, BACKWARD: tl.constexpr,
-    PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
-    FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr, V: tl.constexpr, DEPTH: tl.constexpr,
-    UNROLL: tl.constexpr, BLOCK_P: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    out_ptr,
+    batch_strides,
+    channel_strides,
+    pixel_sizes,
+    pixel_x,
+    pixel_dy,
+    pixel_out,
+    channels,
+    pixels,
+    pixel_blocks,
+    chunks,
+    chunk_groups,
+    k: tl.float64,
+    scale: tl.float64,
+    exponent: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    WINDOW: tl.constexpr,
+    BEHIND: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    PIXEL_DIMS: tl.constexpr,
+    PIXEL_UNIT: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    FAST: tl.constexpr,
+    WIDE: tl.constexpr,
+    EVEN_P: tl.constexpr,
+    V: tl.constexpr,
+    DEPTH: tl.constexpr,
+    UNROLL: tl.constexpr,
+    BLOCK_P: tl.constexpr,
 ):
     """Program (sample, channel chunk, pixel block) walks its chunk's channels in groups of V (V
     channels of BLOCK_P pixels per step), keeping the window's lanes in registers (tuples of [P]
@@ -244,11 +271,13 @@ def lrn_stream_kernel(
     x_pending = ()
     dy_pending = ()
     for d in tl.static_range(DEPTH):
-        x_pending = x_pending + (load_group(x_ptr, x_tile + (start + d) * x_step, start + d, last, channels, p_mask,
-                                            V, COMPUTE),)
+        x_pending = x_pending + (
+            load_group(x_ptr, x_tile + (start + d) * x_step, start + d, last, channels, p_mask, V, COMPUTE),
+        )
         if BACKWARD:
-            dy_pending = dy_pending + (load_group(dy_ptr, dy_tile + (start + d) * dy_step, start + d, last, channels,
-                                                  p_mask, V, COMPUTE),)
+            dy_pending = dy_pending + (
+                load_group(dy_ptr, dy_tile + (start + d) * dy_step, start + d, last, channels, p_mask, V, COMPUTE),
+            )
     squares = (zero,) * (LAG_S * V + BEHIND)  # channels from (t - LAG_S) * V - BEHIND
     xs = (zero,) * ((LAG_S + LAG_D) * V)  # channels from (t - LAG_S - LAG_D) * V
     dys = (zero,) * ((LAG_S + LAG_D) * V)
@@ -256,8 +285,9 @@ def lrn_stream_kernel(
     ts = (zero,) * (LAG_D * V + AHEAD)  # dy x s^(-beta-1), channels from (t - LAG_S - LAG_D) * V - AHEAD
     for t in tl.range(start, last + 1, loop_unroll_factor=UNROLL):
         fresh = x_pending[0]
-        x_pending = x_pending[1:] + (load_group(x_ptr, x_tile + (t + DEPTH) * x_step, t + DEPTH, last, channels,
-                                                p_mask, V, COMPUTE),)
+        x_pending = x_pending[1:] + (
+            load_group(x_ptr, x_tile + (t + DEPTH) * x_step, t + DEPTH, last, channels, p_mask, V, COMPUTE),
+        )
         xs = xs + fresh
         for r in tl.static_range(V):
             squares = squares + (fresh[r] * fresh[r],)
@@ -265,8 +295,9 @@ def lrn_stream_kernel(
         squares = squares[V:]
         if BACKWARD:
             dys = dys + dy_pending[0]
-            dy_pending = dy_pending[1:] + (load_group(dy_ptr, dy_tile + (t + DEPTH) * dy_step, t + DEPTH, last,
-                                                      channels, p_mask, V, COMPUTE),)
+            dy_pending = dy_pending[1:] + (
+                load_group(dy_ptr, dy_tile + (t + DEPTH) * dy_step, t + DEPTH, last, channels, p_mask, V, COMPUTE),
+            )
             for r in tl.static_range(V):
                 log_s = log_of(k + scale * sums[r], FAST)
                 us = us + (exp_of(log_s * -exponent, FAST),)
@@ -303,11 +334,36 @@ def group_lanes(ptr, tile, center, SHIFT: tl.constexpr, step, mask, COMPUTE: tl.
 
 @triton.jit
 def lrn_vector_kernel(
-    x_ptr, dy_ptr, out_ptr, batch_strides, channel_strides, pixel_sizes, pixel_x, pixel_dy, pixel_out, channels,
-    pixels, pixel_blocks, group_blocks, k: tl.float64, scale: tl.float64, exponent: tl.float64,
-    alpha: tl.float64, beta: tl.float64, WINDOW: tl.constexpr, BEHIND: tl.constexpr, BACKWARD: tl.constexpr,
-    PIXEL_DIMS: tl.constexpr, PIXEL_UNIT: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
-    FAST: tl.constexpr, WIDE: tl.constexpr, EVEN_P: tl.constexpr, V: tl.constexpr, BLOCK_P: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    out_ptr,
+    batch_strides,
+    channel_strides,
+    pixel_sizes,
+    pixel_x,
+    pixel_dy,
+    pixel_out,
+    channels,
+    pixels,
+    pixel_blocks,
+    group_blocks,
+    k: tl.float64,
+    scale: tl.float64,
+    exponent: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    WINDOW: tl.constexpr,
+    BEHIND: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    PIXEL_DIMS: tl.constexpr,
+    PIXEL_UNIT: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    FAST: tl.constexpr,
+    WIDE: tl.constexpr,
+    EVEN_P: tl.constexpr,
+    V: tl.constexpr,
+    BLOCK_P: tl.constexpr,
     BLOCK_G: tl.constexpr,
 ):
     """Channels contiguous: program (sample, group block, pixel block) owns BLOCK_G groups of V channels of
@@ -326,12 +382,18 @@ def lrn_vector_kernel(
     lanes = tl.arange(0, V)
     if WIDE:
         group = group.to(tl.int64)
-    x_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)[:, None] + (group[:, None] * V + lanes) * \
-        channel_strides[0]
-    dy_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)[:, None] + (group[:, None] * V + lanes) * \
-        channel_strides[1]
-    out_tile = flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_out, PIXEL_UNIT)[:, None] + (group[:, None] * V + lanes) \
-        * channel_strides[2]
+    x_tile = (
+        flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_x, PIXEL_UNIT)[:, None]
+        + (group[:, None] * V + lanes) * channel_strides[0]
+    )
+    dy_tile = (
+        flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_dy, PIXEL_UNIT)[:, None]
+        + (group[:, None] * V + lanes) * channel_strides[1]
+    )
+    out_tile = (
+        flat_offsets(p, PIXEL_DIMS, pixel_sizes, pixel_out, PIXEL_UNIT)[:, None]
+        + (group[:, None] * V + lanes) * channel_strides[2]
+    )
     x_ptr += n * batch_strides[0]
     dy_ptr += n * batch_strides[1]
     out_ptr += n * batch_strides[2]
@@ -351,15 +413,16 @@ def lrn_vector_kernel(
         shifted_mask = (shifted >= 0) & (shifted < channels) & p_mask[:, None]
         xs = xs + group_lanes(x_ptr, x_tile, x_center, j - HALO, V * channel_strides[0], shifted_mask, COMPUTE, V)
         if BACKWARD:
-            dys = dys + group_lanes(dy_ptr, dy_tile, dy_center, j - HALO, V * channel_strides[1], shifted_mask,
-                                    COMPUTE, V)
+            dys = dys + group_lanes(
+                dy_ptr, dy_tile, dy_center, j - HALO, V * channel_strides[1], shifted_mask, COMPUTE, V
+            )
     squares = ()
     for r in tl.static_range(SPAN * V):
         squares = squares + (xs[r] * xs[r],)
     results = ()
     if BACKWARD:
         # s and t on channels CENTER - AHEAD .. CENTER + V - 1 + BEHIND, s^-beta on the tile's V
-        sums = window_sums(squares[CENTER - AHEAD - BEHIND:], V + WINDOW - 1, WINDOW)
+        sums = window_sums(squares[CENTER - AHEAD - BEHIND :], V + WINDOW - 1, WINDOW)
         ts = ()
         us = ()
         for i in tl.static_range(V + WINDOW - 1):
@@ -371,11 +434,12 @@ def lrn_vector_kernel(
         for r in tl.static_range(V):
             results = results + (dys[CENTER + r] * us[r] - 2.0 * exponent * scale * xs[CENTER + r] * carried[r],)
     else:
-        sums = window_sums(squares[CENTER - BEHIND:], V, WINDOW)
+        sums = window_sums(squares[CENTER - BEHIND :], V, WINDOW)
         for r in tl.static_range(V):
             results = results + (xs[CENTER + r] * power(k + scale * sums[r], -exponent, FAST),)
-    blend_store(out_ptr, out_tile, mask, join_lanes(results, V), tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE),
-                HAS_BETA)
+    blend_store(
+        out_ptr, out_tile, mask, join_lanes(results, V), tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA
+    )
 
 
 @triton.jit
@@ -385,17 +449,47 @@ def element_offsets(plane, index, channels, strides, sizes):
     w = index % sizes[2]
     h = (index // sizes[2]) % sizes[1]
     d = index // (sizes[2] * sizes[1])
-    return ((plane // channels) * strides[0] + (plane % channels) * strides[1] + d * strides[2]
-            + h * strides[3] + w * strides[4])
+    return (
+        (plane // channels) * strides[0]
+        + (plane % channels) * strides[1]
+        + d * strides[2]
+        + h * strides[3]
+        + w * strides[4]
+    )
 
 
 @triton.jit
 def divisive_kernel(
-    x_ptr, means_ptr, dy_ptr, out_ptr, dmeans_ptr, temp_ptr, temp2_ptr,
-    x_strides, means_strides, dy_strides, out_strides, dmeans_strides, temp_strides, temp2_strides,
-    sizes, channels, spatial, n, k: tl.float64, scale: tl.float64, exponent: tl.float64,
-    alpha: tl.float64, beta: tl.float64, PHASE: tl.constexpr, SPATIAL_DIMS: tl.constexpr, BEHIND: tl.constexpr,
-    HAS_MEANS: tl.constexpr, HAS_DMEANS: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
+    x_ptr,
+    means_ptr,
+    dy_ptr,
+    out_ptr,
+    dmeans_ptr,
+    temp_ptr,
+    temp2_ptr,
+    x_strides,
+    means_strides,
+    dy_strides,
+    out_strides,
+    dmeans_strides,
+    temp_strides,
+    temp2_strides,
+    sizes,
+    channels,
+    spatial,
+    n,
+    k: tl.float64,
+    scale: tl.float64,
+    exponent: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    PHASE: tl.constexpr,
+    SPATIAL_DIMS: tl.constexpr,
+    BEHIND: tl.constexpr,
+    HAS_MEANS: tl.constexpr,
+    HAS_DMEANS: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """PHASE "forward": y; "carry": temp and temp2; "gradient": dx (and dmeans). Program
@@ -425,14 +519,29 @@ def divisive_kernel(
                 inside = mask & (dd >= 0) & (dd < sizes[0]) & (hh >= 0) & (hh < sizes[1]) & (ww >= 0) & (ww < sizes[2])
                 neighbour = (dd * sizes[1] + hh) * sizes[2] + ww
                 if PHASE == "gradient":
-                    acc += tl.load(temp_ptr + element_offsets(plane, neighbour, channels, temp_strides, sizes),
-                                   mask=inside, other=0.0).to(COMPUTE)
+                    acc += tl.load(
+                        temp_ptr + element_offsets(plane, neighbour, channels, temp_strides, sizes),
+                        mask=inside,
+                        other=0.0,
+                    ).to(COMPUTE)
                 else:
-                    v = centered(x_ptr, means_ptr, plane, neighbour, channels, x_strides, means_strides, sizes,
-                                 inside, HAS_MEANS, COMPUTE)
+                    v = centered(
+                        x_ptr,
+                        means_ptr,
+                        plane,
+                        neighbour,
+                        channels,
+                        x_strides,
+                        means_strides,
+                        sizes,
+                        inside,
+                        HAS_MEANS,
+                        COMPUTE,
+                    )
                     acc += v * v
-    center = centered(x_ptr, means_ptr, plane, index, channels, x_strides, means_strides, sizes, mask, HAS_MEANS,
-                      COMPUTE)
+    center = centered(
+        x_ptr, means_ptr, plane, index, channels, x_strides, means_strides, sizes, mask, HAS_MEANS, COMPUTE
+    )
     k = tl.cast(k, COMPUTE)
     scale = tl.cast(scale, COMPUTE)
     exponent = tl.cast(exponent, COMPUTE)
@@ -440,49 +549,88 @@ def divisive_kernel(
     beta = tl.cast(beta, COMPUTE)
     if PHASE == "forward":
         y = center * power(k + scale * acc, -exponent, False)
-        blend_store(out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, y, alpha, beta,
-                    HAS_BETA)
+        blend_store(
+            out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, y, alpha, beta, HAS_BETA
+        )
     elif PHASE == "carry":
         s = k + scale * acc
         u = power(s, -exponent, False)
-        dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask,
-                     other=0.0).to(COMPUTE)
-        tl.store(temp_ptr + element_offsets(plane, index, channels, temp_strides, sizes),
-                 (dy * center * u / s).to(temp_ptr.dtype.element_ty), mask=mask)
-        tl.store(temp2_ptr + element_offsets(plane, index, channels, temp2_strides, sizes),
-                 u.to(temp2_ptr.dtype.element_ty), mask=mask)
+        dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask, other=0.0).to(
+            COMPUTE
+        )
+        tl.store(
+            temp_ptr + element_offsets(plane, index, channels, temp_strides, sizes),
+            (dy * center * u / s).to(temp_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            temp2_ptr + element_offsets(plane, index, channels, temp2_strides, sizes),
+            u.to(temp2_ptr.dtype.element_ty),
+            mask=mask,
+        )
     else:
-        dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask,
-                     other=0.0).to(COMPUTE)
-        u = tl.load(temp2_ptr + element_offsets(plane, index, channels, temp2_strides, sizes), mask=mask,
-                    other=0.0).to(COMPUTE)
+        dy = tl.load(dy_ptr + element_offsets(plane, index, channels, dy_strides, sizes), mask=mask, other=0.0).to(
+            COMPUTE
+        )
+        u = tl.load(temp2_ptr + element_offsets(plane, index, channels, temp2_strides, sizes), mask=mask, other=0.0).to(
+            COMPUTE
+        )
         dd = dy * u - 2.0 * exponent * scale * center * acc
-        blend_store(out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, dd, alpha, beta,
-                    HAS_BETA)
+        blend_store(
+            out_ptr, element_offsets(plane, index, channels, out_strides, sizes), mask, dd, alpha, beta, HAS_BETA
+        )
         if HAS_DMEANS:
-            blend_store(dmeans_ptr, element_offsets(plane, index, channels, dmeans_strides, sizes), mask, -dd,
-                        alpha, beta, HAS_BETA)
+            blend_store(
+                dmeans_ptr,
+                element_offsets(plane, index, channels, dmeans_strides, sizes),
+                mask,
+                -dd,
+                alpha,
+                beta,
+                HAS_BETA,
+            )
 
 
 @triton.jit
-def centered(x_ptr, means_ptr, plane, index, channels, x_strides, means_strides, sizes, mask,
-             HAS_MEANS: tl.constexpr, COMPUTE: tl.constexpr):
+def centered(
+    x_ptr,
+    means_ptr,
+    plane,
+    index,
+    channels,
+    x_strides,
+    means_strides,
+    sizes,
+    mask,
+    HAS_MEANS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """x - means at spatial element ``index`` of ``plane`` (0 where masked)."""
     v = tl.load(x_ptr + element_offsets(plane, index, channels, x_strides, sizes), mask=mask, other=0.0).to(COMPUTE)
     if HAS_MEANS:
-        v -= tl.load(means_ptr + element_offsets(plane, index, channels, means_strides, sizes), mask=mask,
-                     other=0.0).to(COMPUTE)
+        v -= tl.load(
+            means_ptr + element_offsets(plane, index, channels, means_strides, sizes), mask=mask, other=0.0
+        ).to(COMPUTE)
     return v
 
 
 # the launchers -------------------------------------------------------------------------------------
 
+
 def supports(problem: LRNProblem) -> str | None:
     return None
 
 
-def run(problem: LRNProblem, x: Bound, y: Bound, means: Bound | None = None, dy: Bound | None = None,
-        dmeans: Bound | None = None, temp: Bound | None = None, temp2: Bound | None = None) -> None:
+def run(
+    problem: LRNProblem,
+    x: Bound,
+    y: Bound,
+    means: Bound | None = None,
+    dy: Bound | None = None,
+    dmeans: Bound | None = None,
+    temp: Bound | None = None,
+    temp2: Bound | None = None,
+) -> None:
     """Forward writes y; backward writes dx into ``y`` (and dmeans for divisive normalization)."""
     bounds = dict(x=x, out=y, means=means, dy=dy, dmeans=dmeans, temp=temp, temp2=temp2)
     present = {name: bound for name, bound in bounds.items() if bound is not None}
@@ -493,15 +641,15 @@ def run(problem: LRNProblem, x: Bound, y: Bound, means: Bound | None = None, dy:
 
 
 @functools.lru_cache(maxsize=256)
-def lrn_launches(problem: LRNProblem, given: tuple[tuple[str, TensorDescriptor], ...],
-                 device: int | None) -> Launches:
+def lrn_launches(problem: LRNProblem, given: tuple[tuple[str, TensorDescriptor], ...], device: int | None) -> Launches:
     """The launches computing ``problem`` on the tensors ``given`` as (name, descriptor) on CUDA device
     ``device`` (None: the interpreter), planned once."""
     descs = dict(given)
     if problem.divisive:
         return _divisive_launches(problem, descs)
-    return _lrn_launches(problem, [descs[name] for name in (("x", "out") if "dy" not in descs else ("x", "dy", "out"))],
-                         device)
+    return _lrn_launches(
+        problem, [descs[name] for name in (("x", "out") if "dy" not in descs else ("x", "dy", "out"))], device
+    )
 
 
 def _scalars(problem: LRNProblem) -> tuple[float, ...]:
@@ -541,12 +689,19 @@ def _lrn_launches(problem: LRNProblem, descs: list[TensorDescriptor], device: in
     narrow = max(d.dtype.itemsize for d in descs) <= 2
     if channels_inner and VECTOR[direction, narrow] is not None:
         return _vector_launches(problem, descs, _pixel_dims(descs), VECTOR[direction, narrow], device)
-    return _stream_launches(problem, descs, _pixel_dims(descs), STREAM[direction, channels_inner, narrow],
-                            channels_inner, device)
+    return _stream_launches(
+        problem, descs, _pixel_dims(descs), STREAM[direction, channels_inner, narrow], channels_inner, device
+    )
 
 
-def _stream_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_dims: list[tuple[int, tuple[int, ...]]],
-                     config: dict[str, int], channels_inner: bool, device: int | None) -> Launches:
+def _stream_launches(
+    problem: LRNProblem,
+    descs: list[TensorDescriptor],
+    pixel_dims: list[tuple[int, tuple[int, ...]]],
+    config: dict[str, int],
+    channels_inner: bool,
+    device: int | None,
+) -> Launches:
     """One ``lrn_stream_kernel`` launch; descs: x and y, or x, dy and dx."""
     pixels = math.prod(size for size, _ in pixel_dims)
     channels = descs[0].dims[1]
@@ -561,14 +716,31 @@ def _stream_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_d
     chunk_groups = groups if not config["chunk"] else min(groups, max(1, config["chunk"] // vector))
     chunks = triton.cdiv(groups, chunk_groups)
     pixel_blocks = triton.cdiv(pixels, block_p)
-    return _channel_launch(lrn_stream_kernel, problem, descs, pixel_dims, device, pixel_blocks * chunks,
-                           (pixel_blocks, chunks, chunk_groups), vector * (config["depth"] + 2) + problem.desc.n,
-                           EVEN_P=pixels % block_p == 0, V=vector, DEPTH=config["depth"], UNROLL=config["unroll"],
-                           BLOCK_P=block_p, num_warps=max(1, min(warps, block_p // 32)))
+    return _channel_launch(
+        lrn_stream_kernel,
+        problem,
+        descs,
+        pixel_dims,
+        device,
+        pixel_blocks * chunks,
+        (pixel_blocks, chunks, chunk_groups),
+        vector * (config["depth"] + 2) + problem.desc.n,
+        EVEN_P=pixels % block_p == 0,
+        V=vector,
+        DEPTH=config["depth"],
+        UNROLL=config["unroll"],
+        BLOCK_P=block_p,
+        num_warps=max(1, min(warps, block_p // 32)),
+    )
 
 
-def _vector_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_dims: list[tuple[int, tuple[int, ...]]],
-                     config: dict[str, Any], device: int | None) -> Launches:
+def _vector_launches(
+    problem: LRNProblem,
+    descs: list[TensorDescriptor],
+    pixel_dims: list[tuple[int, tuple[int, ...]]],
+    config: dict[str, Any],
+    device: int | None,
+) -> Launches:
     """One ``lrn_vector_kernel`` launch (channels stride 1); descs: x and y, or x, dy and dx."""
     pixels = math.prod(size for size, _ in pixel_dims)
     channels = descs[0].dims[1]
@@ -578,15 +750,34 @@ def _vector_launches(problem: LRNProblem, descs: list[TensorDescriptor], pixel_d
     rows = 32 * config["warps"] * config["rows_per_thread"] if device is not None else 32
     block_p = min(max(1, rows // block_g), triton.next_power_of_2(pixels))
     pixel_blocks, group_blocks = triton.cdiv(pixels, block_p), triton.cdiv(groups, block_g)
-    return _channel_launch(lrn_vector_kernel, problem, descs, pixel_dims, device, pixel_blocks * group_blocks,
-                           (pixel_blocks, group_blocks), problem.desc.n + 2 * vector, EVEN_P=pixels % block_p == 0,
-                           V=vector, BLOCK_P=block_p, BLOCK_G=block_g,
-                           num_warps=max(1, min(config["warps"], block_p * block_g // 32)) if device is not None else 1)
+    return _channel_launch(
+        lrn_vector_kernel,
+        problem,
+        descs,
+        pixel_dims,
+        device,
+        pixel_blocks * group_blocks,
+        (pixel_blocks, group_blocks),
+        problem.desc.n + 2 * vector,
+        EVEN_P=pixels % block_p == 0,
+        V=vector,
+        BLOCK_P=block_p,
+        BLOCK_G=block_g,
+        num_warps=max(1, min(config["warps"], block_p * block_g // 32)) if device is not None else 1,
+    )
 
 
-def _channel_launch(kernel: Any, problem: LRNProblem, descs: list[TensorDescriptor],
-                    pixel_dims: list[tuple[int, tuple[int, ...]]], device: int | None, blocks: int,
-                    block_args: tuple[int, ...], reach: int, **flags: Any) -> Launches:
+def _channel_launch(
+    kernel: Any,
+    problem: LRNProblem,
+    descs: list[TensorDescriptor],
+    pixel_dims: list[tuple[int, tuple[int, ...]]],
+    device: int | None,
+    blocks: int,
+    block_args: tuple[int, ...],
+    reach: int,
+    **flags: Any,
+) -> Launches:
     """One launch of ``kernel`` (``lrn_stream_kernel`` or ``lrn_vector_kernel``: the same leading arguments) over
     ``blocks`` programs per sample; ``reach``: how many channels past a sample its offsets may go."""
     x = descs[0]
@@ -594,15 +785,38 @@ def _channel_launch(kernel: Any, problem: LRNProblem, descs: list[TensorDescript
     strides = [tuple(s[j] for _, s in pixel_dims) for j in range(len(descs))]
     pixel_strides = strides if problem.backward else [strides[0], strides[0], strides[1]]
     compute = _compute(problem)
-    flags.update(WINDOW=problem.desc.n, BEHIND=problem.desc.lookbehind, BACKWARD=problem.backward,
-                 PIXEL_DIMS=len(pixel_dims), PIXEL_UNIT=len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1]),
-                 HAS_BETA=problem.beta != 0.0, COMPUTE=compute, FAST=device is not None and compute == tl.float32,
-                 WIDE=max(_sample_extent(d) + reach * abs(d.strides[1]) for d in operands) >= 2**31)
+    flags.update(
+        WINDOW=problem.desc.n,
+        BEHIND=problem.desc.lookbehind,
+        BACKWARD=problem.backward,
+        PIXEL_DIMS=len(pixel_dims),
+        PIXEL_UNIT=len(pixel_dims) == 1 and all(s == 1 for s in pixel_dims[0][1]),
+        HAS_BETA=problem.beta != 0.0,
+        COMPUTE=compute,
+        FAST=device is not None and compute == tl.float32,
+        WIDE=max(_sample_extent(d) + reach * abs(d.strides[1]) for d in operands) >= 2**31,
+    )
     tensors = (Slot("x"), Slot("dy") if problem.backward else Slot("x"), Slot("out"))
-    return Launches((Launch(kernel, (x.dims[0] * blocks,), (
-        *tensors, tuple(d.strides[0] for d in operands), tuple(d.strides[1] for d in operands),
-        tuple(size for size, _ in pixel_dims), *pixel_strides, x.dims[1], math.prod(size for size, _ in pixel_dims),
-        *block_args, *_scalars(problem)), flags),))
+    return Launches(
+        (
+            Launch(
+                kernel,
+                (x.dims[0] * blocks,),
+                (
+                    *tensors,
+                    tuple(d.strides[0] for d in operands),
+                    tuple(d.strides[1] for d in operands),
+                    tuple(size for size, _ in pixel_dims),
+                    *pixel_strides,
+                    x.dims[1],
+                    math.prod(size for size, _ in pixel_dims),
+                    *block_args,
+                    *_scalars(problem),
+                ),
+                flags,
+            ),
+        )
+    )
 
 
 def _sample_extent(desc: TensorDescriptor) -> int:
@@ -613,8 +827,11 @@ def _sample_extent(desc: TensorDescriptor) -> int:
 def _divisive_launches(problem: LRNProblem, descs: dict[str, TensorDescriptor]) -> Launches:
     """The divisive normalization's phases; a backward's temp and temp2 are per-call scratch when not given."""
     x = descs["x"]
-    scratch = tuple(Scratch(name, x.numel, _scratch_dtype(problem)) for name in ("temp", "temp2")
-                    if problem.backward and name not in descs)
+    scratch = tuple(
+        Scratch(name, x.numel, _scratch_dtype(problem))
+        for name in ("temp", "temp2")
+        if problem.backward and name not in descs
+    )
     strides = {name: desc.strides for name, desc in descs.items()}
     strides.update((array.name, packed_strides(x.dims)) for array in scratch)
     names = ("x", "means", "dy", "out", "dmeans", "temp", "temp2")
@@ -623,14 +840,29 @@ def _divisive_launches(problem: LRNProblem, descs: dict[str, TensorDescriptor]) 
     sizes = (1, *dims[2:]) if len(dims) == 4 else dims[2:]
     spatial = math.prod(sizes)
     grid = (dims[0] * dims[1], triton.cdiv(spatial, DIVISIVE_BLOCK))
-    flags = dict(SPATIAL_DIMS=len(dims) - 2, BEHIND=problem.desc.lookbehind, HAS_MEANS="means" in descs,
-                 HAS_DMEANS="dmeans" in descs, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem),
-                 BLOCK=DIVISIVE_BLOCK, num_warps=4)
-    arguments = (*pointers, *(_five_strides(strides.get(name, x.strides)) for name in names), sizes, dims[1],
-                 spatial, problem.desc.n, *_scalars(problem))
+    flags = dict(
+        SPATIAL_DIMS=len(dims) - 2,
+        BEHIND=problem.desc.lookbehind,
+        HAS_MEANS="means" in descs,
+        HAS_DMEANS="dmeans" in descs,
+        HAS_BETA=problem.beta != 0.0,
+        COMPUTE=_compute(problem),
+        BLOCK=DIVISIVE_BLOCK,
+        num_warps=4,
+    )
+    arguments = (
+        *pointers,
+        *(_five_strides(strides.get(name, x.strides)) for name in names),
+        sizes,
+        dims[1],
+        spatial,
+        problem.desc.n,
+        *_scalars(problem),
+    )
     phases = ("carry", "gradient") if problem.backward else ("forward",)
-    return Launches(tuple(Launch(divisive_kernel, grid, arguments, dict(PHASE=phase, **flags)) for phase in phases),
-                    scratch)
+    return Launches(
+        tuple(Launch(divisive_kernel, grid, arguments, dict(PHASE=phase, **flags)) for phase in phases), scratch
+    )
 
 
 def _five_strides(strides: tuple[int, ...]) -> tuple[int, ...]:

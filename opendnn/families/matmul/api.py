@@ -49,13 +49,27 @@ class MatmulEpilogue:
             object.__setattr__(self, "activation", check_member("activation", PointwiseMode, self.activation))
         for name in ("bias", "residual"):
             given = getattr(self, f"{name}_desc") is not None, getattr(self, name) is not None
-            require(given[0] == given[1], f"{name}_desc and {name} must be given together (got "
-                                          f"{name}_desc={'set' if given[0] else None}, "
-                                          f"{name}={'set' if given[1] else None})", Status.BAD_PARAM_NULL_POINTER)
+            require(
+                given[0] == given[1],
+                f"{name}_desc and {name} must be given together (got "
+                f"{name}_desc={'set' if given[0] else None}, "
+                f"{name}={'set' if given[1] else None})",
+                Status.BAD_PARAM_NULL_POINTER,
+            )
 
 
-def matmul(handle: Handle, alpha: float, a_desc: TensorDescriptor, a: Any, b_desc: TensorDescriptor, b: Any,
-           beta: float, c_desc: TensorDescriptor, c: Any, epilogue: MatmulEpilogue | None = None) -> None:
+def matmul(
+    handle: Handle,
+    alpha: float,
+    a_desc: TensorDescriptor,
+    a: Any,
+    b_desc: TensorDescriptor,
+    b: Any,
+    beta: float,
+    c_desc: TensorDescriptor,
+    c: Any,
+    epilogue: MatmulEpilogue | None = None,
+) -> None:
     """``c = alpha * epilogue(a @ b) + beta * c`` over broadcast batch dims; with beta == 0, c is never read.
 
     FLOAT inputs use TF32 tensor cores, and fp8 inputs fast accumulation, only when
@@ -82,20 +96,53 @@ NO_EPILOGUE = MatmulEpilogue()
 PROBLEM_CACHE_LIMIT = 256  # validated problems kept in a handle's algorithm cache
 
 
-def _problem(handle: Handle, a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: TensorDescriptor,
-             alpha: float, beta: float, epilogue: MatmulEpilogue) -> MatmulProblem:
+def _problem(
+    handle: Handle,
+    a_desc: TensorDescriptor,
+    b_desc: TensorDescriptor,
+    c_desc: TensorDescriptor,
+    alpha: float,
+    beta: float,
+    epilogue: MatmulEpilogue,
+) -> MatmulProblem:
     """The validated problem, from the handle's algorithm cache when these descriptors and
     parameters were seen before (validation is a pure function of them, and a repeated call, as in
     a training loop, then skips it)."""
     tf32 = require_handle(handle).math_type is MathType.TENSOR_OP
-    key = ("matmul", a_desc, b_desc, c_desc, alpha, beta, epilogue.bias_desc, epilogue.bias_axis,
-           epilogue.activation, epilogue.coef, epilogue.residual_desc, epilogue.a_scale, epilogue.b_scale, tf32)
+    key = (
+        "matmul",
+        a_desc,
+        b_desc,
+        c_desc,
+        alpha,
+        beta,
+        epilogue.bias_desc,
+        epilogue.bias_axis,
+        epilogue.activation,
+        epilogue.coef,
+        epilogue.residual_desc,
+        epilogue.a_scale,
+        epilogue.b_scale,
+        tf32,
+    )
     problem = handle.algorithm_cache.get(key)
     if problem is None:
-        problem = matmul_problem(a_desc, b_desc, c_desc, alpha=alpha, beta=beta, bias_desc=epilogue.bias_desc,
-                                 bias_axis=epilogue.bias_axis, activation=epilogue.activation, coef=epilogue.coef,
-                                 residual_desc=epilogue.residual_desc, a_scale=epilogue.a_scale,
-                                 b_scale=epilogue.b_scale, allow_tf32=tf32, fast_fp8_accumulation=tf32)
+        problem = matmul_problem(
+            a_desc,
+            b_desc,
+            c_desc,
+            alpha=alpha,
+            beta=beta,
+            bias_desc=epilogue.bias_desc,
+            bias_axis=epilogue.bias_axis,
+            activation=epilogue.activation,
+            coef=epilogue.coef,
+            residual_desc=epilogue.residual_desc,
+            a_scale=epilogue.a_scale,
+            b_scale=epilogue.b_scale,
+            allow_tf32=tf32,
+            fast_fp8_accumulation=tf32,
+        )
         if len(handle.algorithm_cache) < PROBLEM_CACHE_LIMIT:
             handle.algorithm_cache[key] = problem
     return problem

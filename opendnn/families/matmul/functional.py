@@ -21,10 +21,22 @@ from opendnn.families.pointwise.functional import activation_mode
 from opendnn.families.pointwise.problem import PointwiseMode
 
 
-def matmul(a: Any, b: Any, bias: Any = None, activation: str | PointwiseMode | None = None, *,
-           coef: float | None = None, residual: Any = None, bias_axis: str | BiasAxis = "column", alpha: float = 1.0,
-           a_scale: float = 1.0, b_scale: float = 1.0, out_dtype: Any = None, allow_tf32: bool | None = None,
-           handle: Handle | None = None) -> Any:
+def matmul(
+    a: Any,
+    b: Any,
+    bias: Any = None,
+    activation: str | PointwiseMode | None = None,
+    *,
+    coef: float | None = None,
+    residual: Any = None,
+    bias_axis: str | BiasAxis = "column",
+    alpha: float = 1.0,
+    a_scale: float = 1.0,
+    b_scale: float = 1.0,
+    out_dtype: Any = None,
+    allow_tf32: bool | None = None,
+    handle: Handle | None = None,
+) -> Any:
     """``act(a_scale * b_scale * (a @ b) + bias) + residual``, times alpha, as one fused kernel.
 
     Args:
@@ -52,19 +64,32 @@ def matmul(a: Any, b: Any, bias: Any = None, activation: str | PointwiseMode | N
     batch = _batch_shape(a_bound, b_bound)
     dims = (*batch, a_bound.desc.dims[-2], b_bound.desc.dims[-1])
     default = DataType.BFLOAT16 if a_bound.desc.dtype.is_fp8 else a_bound.desc.dtype
-    output = empty_like(a_bound, check_dtype("out_dtype", out_dtype) if out_dtype is not None else default, dims,
-                        tuple(range(len(dims))))
+    output = empty_like(
+        a_bound,
+        check_dtype("out_dtype", out_dtype) if out_dtype is not None else default,
+        dims,
+        tuple(range(len(dims))),
+    )
     bias_bound = None if bias is None else wrap("bias", bias)
     residual_bound = None if residual is None else _residual(wrap("residual", residual), dims, a_vector, b_vector)
     handle = handle_for(a_bound, handle)
     tf32 = handle.math_type is MathType.TENSOR_OP if allow_tf32 is None else allow_tf32
     try:
-        problem = matmul_problem(a_bound.desc, b_bound.desc, output.desc, alpha=alpha,
-                                 bias_desc=None if bias_bound is None else bias_bound.desc, bias_axis=bias_axis,
-                                 activation=activation_mode(activation), coef=coef,
-                                 residual_desc=None if residual_bound is None else residual_bound.desc,
-                                 a_scale=a_scale, b_scale=b_scale, allow_tf32=tf32,
-                                 fast_fp8_accumulation=handle.math_type is MathType.TENSOR_OP)
+        problem = matmul_problem(
+            a_bound.desc,
+            b_bound.desc,
+            output.desc,
+            alpha=alpha,
+            bias_desc=None if bias_bound is None else bias_bound.desc,
+            bias_axis=bias_axis,
+            activation=activation_mode(activation),
+            coef=coef,
+            residual_desc=None if residual_bound is None else residual_bound.desc,
+            a_scale=a_scale,
+            b_scale=b_scale,
+            allow_tf32=tf32,
+            fast_fp8_accumulation=handle.math_type is MathType.TENSOR_OP,
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     dispatch(handle, "matmul", problem, a_bound, b_bound, output, bias_bound, residual_bound)
@@ -89,18 +114,23 @@ def linear(x: Any, weight: Any, bias: Any = None, *, handle: Handle | None = Non
     if native.ndim != 2:
         raise BadParam(f"weight.shape={tuple(native.shape)} must be 2-D (out_features, in_features)")
     if inputs.ndim == 0 or inputs.shape[-1] != native.shape[1]:
-        raise BadParam(f"x.shape={tuple(inputs.shape)} must end with weight.shape[1]={native.shape[1]} (in_features)",
-                       Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"x.shape={tuple(inputs.shape)} must end with weight.shape[1]={native.shape[1]} (in_features)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if bias is not None and tuple(as_native(bias, "bias").shape) != (native.shape[0],):
-        raise BadParam(f"bias.shape={tuple(as_native(bias).shape)} must be ({native.shape[0]},) (out_features)",
-                       Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"bias.shape={tuple(as_native(bias).shape)} must be ({native.shape[0]},) (out_features)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     transposed = native.T if isinstance(native, np.ndarray) else native.t()
     return matmul(x, transposed, bias, handle=handle)
 
 
 # what matmul calls the parameters of the matrix product's rules
-_NAMES = CallerNames({"a_desc": "a", "b_desc": "b", "bias_desc": "bias", "residual_desc": "residual",
-                      "c_desc.dtype": "out_dtype"})
+_NAMES = CallerNames(
+    {"a_desc": "a", "b_desc": "b", "bias_desc": "bias", "residual_desc": "residual", "c_desc.dtype": "out_dtype"}
+)
 
 
 def _with_unit_dim(bound: Bound, position: int) -> Bound:
@@ -120,8 +150,10 @@ def _residual(residual: Bound, dims: tuple[int, ...], a_vector: bool, b_vector: 
         return residual
     result = dims[:-2] + (() if a_vector else dims[-2:-1]) + (() if b_vector else dims[-1:])
     if residual.desc.dims != (result or (1,)):
-        raise BadParam(f"residual.shape={list(residual.desc.dims)} must equal the result's shape {list(result)}",
-                       Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"residual.shape={list(residual.desc.dims)} must equal the result's shape {list(result)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return wrap("residual", residual.view.reshape(dims))
 
 
@@ -131,5 +163,6 @@ def _batch_shape(a: Bound, b: Bound) -> tuple[int, ...]:
     try:
         return tuple(np.broadcast_shapes(a.desc.dims[:-2], b.desc.dims[:-2]))
     except ValueError:
-        raise BadParam(f"batch dims of a.shape={list(a.desc.dims)} and b.shape={list(b.desc.dims)} "
-                       "do not broadcast") from None
+        raise BadParam(
+            f"batch dims of a.shape={list(a.desc.dims)} and b.shape={list(b.desc.dims)} do not broadcast"
+        ) from None

@@ -14,11 +14,19 @@ def supports(problem: MatmulProblem) -> str | None:
     return None
 
 
-def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None,
-        residual: Bound | None = None) -> None:
-    result = reference(_values(a), _values(b), bias=None if bias is None else _values(bias),
-                       bias_axis=problem.bias_axis, activation=problem.activation, coef=problem.coef,
-                       residual=None if residual is None else _values(residual), scale=problem.scale)
+def run(
+    problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None, residual: Bound | None = None
+) -> None:
+    result = reference(
+        _values(a),
+        _values(b),
+        bias=None if bias is None else _values(bias),
+        bias_axis=problem.bias_axis,
+        activation=problem.activation,
+        coef=problem.coef,
+        residual=None if residual is None else _values(residual),
+        scale=problem.scale,
+    )
     write(c, result.astype(problem.compute_dtype.to_numpy(), copy=False), problem.alpha, problem.beta)
 
 
@@ -34,4 +42,3 @@ def _values(bound: Bound) -> np.ndarray:
 
         bits = view.view(torch.uint8).numpy()
     return fp8_to_float64(bits, bound.desc.dtype)
-

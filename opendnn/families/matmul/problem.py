@@ -90,12 +90,23 @@ class MatmulProblem:
 
 
 @memoized  # a pure function of frozen values, asked again on every call
-def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: TensorDescriptor, *,
-                   alpha: float = 1.0, beta: float = 0.0, bias_desc: TensorDescriptor | None = None,
-                   bias_axis: BiasAxis | str = BiasAxis.COLUMN, activation: PointwiseMode | None = None,
-                   coef: float | None = None, residual_desc: TensorDescriptor | None = None, a_scale: float = 1.0,
-                   b_scale: float = 1.0, allow_tf32: bool = False,
-                   fast_fp8_accumulation: bool = False) -> MatmulProblem:
+def matmul_problem(
+    a_desc: TensorDescriptor,
+    b_desc: TensorDescriptor,
+    c_desc: TensorDescriptor,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    bias_desc: TensorDescriptor | None = None,
+    bias_axis: BiasAxis | str = BiasAxis.COLUMN,
+    activation: PointwiseMode | None = None,
+    coef: float | None = None,
+    residual_desc: TensorDescriptor | None = None,
+    a_scale: float = 1.0,
+    b_scale: float = 1.0,
+    allow_tf32: bool = False,
+    fast_fp8_accumulation: bool = False,
+) -> MatmulProblem:
     """The shape and dtype rules of a matrix product.
 
     ``allow_tf32`` lets FLOAT inputs use TF32; ``fast_fp8_accumulation`` lets fp8 products skip the
@@ -111,34 +122,49 @@ def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: T
     """
     for name, desc in (("a_desc", a_desc), ("b_desc", b_desc), ("c_desc", c_desc)):
         require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
-        require(desc.ndim >= 2, f"{name}.dims={list(desc.dims)} must have at least 2 dims (..., rows, cols)",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            desc.ndim >= 2,
+            f"{name}.dims={list(desc.dims)} must have at least 2 dims (..., rows, cols)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     shapes = f"a_desc.dims={list(a_desc.dims)}, b_desc.dims={list(b_desc.dims)}"
     (m, k), (k_b, n) = a_desc.dims[-2:], b_desc.dims[-2:]
-    require(k == k_b, f"a_desc.dims[-1]={k} must equal b_desc.dims[-2]={k_b} ({shapes})",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        k == k_b, f"a_desc.dims[-1]={k} must equal b_desc.dims[-2]={k_b} ({shapes})", Status.BAD_PARAM_SHAPE_MISMATCH
+    )
     batch = _broadcast_batch(a_desc.dims[:-2], b_desc.dims[:-2], shapes)
     expected = (*batch, m, n)
-    require(c_desc.dims == expected, f"c_desc.dims={list(c_desc.dims)} must equal {list(expected)}, the broadcast "
-                                     f"batch dims then (M, N), for {shapes}", Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        c_desc.dims == expected,
+        f"c_desc.dims={list(c_desc.dims)} must equal {list(expected)}, the broadcast "
+        f"batch dims then (M, N), for {shapes}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     compute = _check_dtypes(a_desc, b_desc, c_desc, shapes)
     axis = check_member("bias_axis", BiasAxis, bias_axis)
     if bias_desc is not None:
         length = n if axis is BiasAxis.COLUMN else m
-        require(bias_desc.dims == (length,),
-                f"bias_desc.dims={list(bias_desc.dims)} must be [{length}] for bias_axis={axis.name} "
-                f"(C is {list(expected)})", Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            bias_desc.dims == (length,),
+            f"bias_desc.dims={list(bias_desc.dims)} must be [{length}] for bias_axis={axis.name} "
+            f"(C is {list(expected)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
         _check_float("bias_desc", bias_desc)
     if residual_desc is not None:
-        require(residual_desc.dims == expected,
-                f"residual_desc.dims={list(residual_desc.dims)} must equal c_desc.dims={list(expected)}",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            residual_desc.dims == expected,
+            f"residual_desc.dims={list(residual_desc.dims)} must equal c_desc.dims={list(expected)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
         _check_float("residual_desc", residual_desc)
     if activation is not None:
         activation = check_member("activation", PointwiseMode, activation)
-        require(activation in ACTIVATIONS or activation is PointwiseMode.IDENTITY,
-                f"activation={activation.name} must be a forward activation or IDENTITY "
-                f"({', '.join(m.name for m in ACTIVATIONS)})")
+        require(
+            activation in ACTIVATIONS or activation is PointwiseMode.IDENTITY,
+            f"activation={activation.name} must be a forward activation or IDENTITY "
+            f"({', '.join(m.name for m in ACTIVATIONS)})",
+        )
         coef = resolved_coef(activation, coef)
         if activation is PointwiseMode.IDENTITY:
             activation = None  # backends see *_FWD activations only
@@ -146,8 +172,26 @@ def matmul_problem(a_desc: TensorDescriptor, b_desc: TensorDescriptor, c_desc: T
         coef = 0.0 if coef is None else check_finite("coef", coef)
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     scale = check_finite("a_scale", a_scale) * check_finite("b_scale", b_scale)
-    return MatmulProblem(a_desc, b_desc, c_desc, batch, m, n, k, alpha, beta, bias_desc, axis, activation, coef,
-                         residual_desc, scale, bool(allow_tf32), bool(fast_fp8_accumulation), compute)
+    return MatmulProblem(
+        a_desc,
+        b_desc,
+        c_desc,
+        batch,
+        m,
+        n,
+        k,
+        alpha,
+        beta,
+        bias_desc,
+        axis,
+        activation,
+        coef,
+        residual_desc,
+        scale,
+        bool(allow_tf32),
+        bool(fast_fp8_accumulation),
+        compute,
+    )
 
 
 def _broadcast_batch(batch_a: tuple[int, ...], batch_b: tuple[int, ...], shapes: str) -> tuple[int, ...]:
@@ -155,33 +199,51 @@ def _broadcast_batch(batch_a: tuple[int, ...], batch_b: tuple[int, ...], shapes:
     padded_a = (1,) * (rank - len(batch_a)) + batch_a
     padded_b = (1,) * (rank - len(batch_b)) + batch_b
     for k, (da, db) in enumerate(zip(padded_a, padded_b)):
-        require(da == db or 1 in (da, db),
-                f"batch dims {list(batch_a)} of A and {list(batch_b)} of B do not broadcast: {da} against {db} "
-                f"at batch dim {k} ({shapes})", Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            da == db or 1 in (da, db),
+            f"batch dims {list(batch_a)} of A and {list(batch_b)} of B do not broadcast: {da} against {db} "
+            f"at batch dim {k} ({shapes})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return tuple(max(da, db) for da, db in zip(padded_a, padded_b))
 
 
 def _check_dtypes(a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor, shapes: str) -> DataType:
     pair = f"a_desc.dtype={a.dtype.name} with b_desc.dtype={b.dtype.name}"
     both_fp8 = a.dtype in FP8_TYPES and b.dtype in FP8_TYPES
-    require(both_fp8 or (a.dtype is b.dtype and a.dtype in INPUT_TYPES),
-            f"{pair} is not supported ({shapes}): A and B must share one of "
-            f"{', '.join(t.name for t in INPUT_TYPES)}, or both be FP8_E4M3/FP8_E5M2",
-            Status.NOT_SUPPORTED_DATA_TYPE)
-    require(c.dtype in OUTPUT_TYPES, f"c_desc.dtype={c.dtype.name} must be one of "
-                                     f"{', '.join(t.name for t in OUTPUT_TYPES)} ({pair})",
-            Status.NOT_SUPPORTED_DATA_TYPE)
+    require(
+        both_fp8 or (a.dtype is b.dtype and a.dtype in INPUT_TYPES),
+        f"{pair} is not supported ({shapes}): A and B must share one of "
+        f"{', '.join(t.name for t in INPUT_TYPES)}, or both be FP8_E4M3/FP8_E5M2",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
+    require(
+        c.dtype in OUTPUT_TYPES,
+        f"c_desc.dtype={c.dtype.name} must be one of {', '.join(t.name for t in OUTPUT_TYPES)} ({pair})",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
     return DataType.DOUBLE if a.dtype is DataType.DOUBLE else DataType.FLOAT
 
 
 def _check_float(name: str, desc: TensorDescriptor) -> None:
-    require(desc.dtype in OUTPUT_TYPES, f"{name}.dtype={desc.dtype.name} must be one of "
-                                        f"{', '.join(t.name for t in OUTPUT_TYPES)}", Status.NOT_SUPPORTED_DATA_TYPE)
+    require(
+        desc.dtype in OUTPUT_TYPES,
+        f"{name}.dtype={desc.dtype.name} must be one of {', '.join(t.name for t in OUTPUT_TYPES)}",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
 
 
-def reference(a: np.ndarray, b: np.ndarray, *, bias: np.ndarray | None = None,
-              bias_axis: BiasAxis = BiasAxis.COLUMN, activation: PointwiseMode | None = None, coef: float = 0.0,
-              residual: np.ndarray | None = None, scale: float = 1.0) -> np.ndarray:
+def reference(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    bias: np.ndarray | None = None,
+    bias_axis: BiasAxis = BiasAxis.COLUMN,
+    activation: PointwiseMode | None = None,
+    coef: float = 0.0,
+    residual: np.ndarray | None = None,
+    scale: float = 1.0,
+) -> np.ndarray:
     """``act(scale * (a @ b) + bias) + residual`` in float64 (alpha and beta are the caller's blend).
 
     Args:

@@ -24,8 +24,10 @@ from opendnn.families.matmul.api import MatmulEpilogue, matmul
 from opendnn.families.matmul.problem import ACTIVATIONS, BiasAxis, reference
 
 SHAPES = {"small": (2, 13, 9, 11), "large": (3, 515, 1030, 390)}
-VECTOR_SHAPES = {"small": ((1, 9, 11), (13, 9, 1), (13, 1, 11), (1, 1, 1)),
-                 "large": ((1, 1030, 390), (515, 1030, 1), (515, 1, 390))}
+VECTOR_SHAPES = {
+    "small": ((1, 9, 11), (13, 9, 1), (13, 1, 11), (1, 1, 1)),
+    "large": ((1, 1030, 390), (515, 1030, 1), (515, 1, 390)),
+}
 # exact in float32 (Triton's interpreter passes float scalars as float32)
 COEF = {"clipped_relu_fwd": 1.25, "elu_fwd": 0.75, "swish_fwd": 1.375, "softplus_fwd": 0.875}
 SCALES = (0.5, 1.5)  # fp8 per-tensor scales
@@ -54,12 +56,29 @@ def run_matmul(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, 
     if sample.dtype.is_fp8:
         options.update(a_scale=SCALES[0], b_scale=SCALES[1])
         scale = SCALES[0] * SCALES[1]
-    result = reference(t.values(a), t.values(b), bias=None if bias is None else t.values(bias),
-                       bias_axis=options.get("bias_axis", BiasAxis.COLUMN), activation=activation, coef=coef,
-                       residual=None if residual is None else t.values(residual), scale=scale)
+    result = reference(
+        t.values(a),
+        t.values(b),
+        bias=None if bias is None else t.values(bias),
+        bias_axis=options.get("bias_axis", BiasAxis.COLUMN),
+        activation=activation,
+        coef=coef,
+        residual=None if residual is None else t.values(residual),
+        scale=scale,
+    )
     c, expected = blend(sample, t, out_shape, result)
-    matmul(handle, sample.alpha, descriptor(a), a, descriptor(b), b, sample.beta, descriptor(c), c,
-           MatmulEpilogue(**options))
+    matmul(
+        handle,
+        sample.alpha,
+        descriptor(a),
+        a,
+        descriptor(b),
+        b,
+        sample.beta,
+        descriptor(c),
+        c,
+        MatmulEpilogue(**options),
+    )
     return checked(t, c, expected)
 
 
@@ -108,18 +127,39 @@ def samples(size: str = "small") -> Iterator[Sample]:
 def error_samples() -> list[ErrorSample]:
     """Bad calls of the matrix products and their messages."""
     return [
-        ErrorSample("inner dims differ", F.matmul, lambda: {"a": values(2, 3), "b": values(4, 5)}, BadParam,
-                    "a.dims[-1]=3 must equal b.dims[-2]=4"),
-        ErrorSample("residual of another shape", F.matmul,
-                    lambda: {"a": values(3), "b": values(3, 4), "residual": values(5)}, BadParam,
-                    "residual.shape=[5] must equal the result's shape [4]"),
-        ErrorSample("clipped relu without its ceiling", F.matmul,
-                    lambda: {"a": values(2, 3), "b": values(3, 4), "activation": "clipped_relu"}, BadParam,
-                    "coef=None: CLIPPED_RELU needs its ceiling"),
-        ErrorSample("unknown activation", F.matmul,
-                    lambda: {"a": values(2, 3), "b": values(3, 4), "activation": "mish"}, BadParam,
-                    "activation='mish' is not a forward activation"),
-        ErrorSample("linear weight of other in_features", F.linear,
-                    lambda: {"x": values(2, 3), "weight": values(4, 5)}, BadParam,
-                    "x.shape=(2, 3) must end with weight.shape[1]=5"),
+        ErrorSample(
+            "inner dims differ",
+            F.matmul,
+            lambda: {"a": values(2, 3), "b": values(4, 5)},
+            BadParam,
+            "a.dims[-1]=3 must equal b.dims[-2]=4",
+        ),
+        ErrorSample(
+            "residual of another shape",
+            F.matmul,
+            lambda: {"a": values(3), "b": values(3, 4), "residual": values(5)},
+            BadParam,
+            "residual.shape=[5] must equal the result's shape [4]",
+        ),
+        ErrorSample(
+            "clipped relu without its ceiling",
+            F.matmul,
+            lambda: {"a": values(2, 3), "b": values(3, 4), "activation": "clipped_relu"},
+            BadParam,
+            "coef=None: CLIPPED_RELU needs its ceiling",
+        ),
+        ErrorSample(
+            "unknown activation",
+            F.matmul,
+            lambda: {"a": values(2, 3), "b": values(3, 4), "activation": "mish"},
+            BadParam,
+            "activation='mish' is not a forward activation",
+        ),
+        ErrorSample(
+            "linear weight of other in_features",
+            F.linear,
+            lambda: {"x": values(2, 3), "weight": values(4, 5)},
+            BadParam,
+            "x.shape=(2, 3) must end with weight.shape[1]=5",
+        ),
     ]

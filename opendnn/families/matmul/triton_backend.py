@@ -83,15 +83,29 @@ def batch_offset(batch, batch_inner, stride_outer, stride_inner):
 
 
 @triton.jit
-def operand_descriptor(ptr, batches, batch_stride, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr,
-                       BLOCK_COLS: tl.constexpr):
-    return tl.make_tensor_descriptor(ptr, shape=[batches, rows, cols], strides=[batch_stride, row_stride, 1],
-                                     block_shape=[1, BLOCK_ROWS, BLOCK_COLS])
+def operand_descriptor(
+    ptr, batches, batch_stride, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr
+):
+    return tl.make_tensor_descriptor(
+        ptr, shape=[batches, rows, cols], strides=[batch_stride, row_stride, 1], block_shape=[1, BLOCK_ROWS, BLOCK_COLS]
+    )
 
 
 @triton.jit
-def load_tile(desc, ptr, batch, row0, col0, rows, cols, row_stride, col_stride,
-              BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, TMA: tl.constexpr):
+def load_tile(
+    desc,
+    ptr,
+    batch,
+    row0,
+    col0,
+    rows,
+    cols,
+    row_stride,
+    col_stride,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """The BLOCK_ROWS x BLOCK_COLS tile at (row0, col0) of one operand as it is stored, zero past
     its edges (the K edge must be zero; the others land in rows or columns of C never stored)."""
     if TMA:
@@ -101,16 +115,37 @@ def load_tile(desc, ptr, batch, row0, col0, rows, cols, row_stride, col_stride,
         local_cols = tl.arange(0, BLOCK_COLS)
         base = ptr + row0.to(tl.int64) * row_stride + col0.to(tl.int64) * col_stride
         mask = (row0 + local_rows < rows)[:, None] & (col0 + local_cols < cols)[None, :]
-        tile = tl.load(base + local_rows[:, None] * row_stride + local_cols[None, :] * col_stride, mask=mask,
-                       other=0.0)
+        tile = tl.load(base + local_rows[:, None] * row_stride + local_cols[None, :] * col_stride, mask=mask, other=0.0)
     return tile
 
 
 @triton.jit
-def finish_tile(acc, row0, col0, M, N, c_base, c_stride_m, c_stride_n, r_base, r_stride_m, r_stride_n,
-                bias_ptr, bias_stride, alpha, beta, scale, coef,
-                HAS_BIAS: tl.constexpr, BIAS_PER_ROW: tl.constexpr, ACTIVATION: tl.constexpr,
-                HAS_RESIDUAL: tl.constexpr, HAS_BETA: tl.constexpr, ACC: tl.constexpr, FAST: tl.constexpr):
+def finish_tile(
+    acc,
+    row0,
+    col0,
+    M,
+    N,
+    c_base,
+    c_stride_m,
+    c_stride_n,
+    r_base,
+    r_stride_m,
+    r_stride_n,
+    bias_ptr,
+    bias_stride,
+    alpha,
+    beta,
+    scale,
+    coef,
+    HAS_BIAS: tl.constexpr,
+    BIAS_PER_ROW: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    ACC: tl.constexpr,
+    FAST: tl.constexpr,
+):
     """The epilogue of the accumulator tile at (row0, col0) of C, then its masked store (FAST: a
     16-bit C on a GPU, whose activation may use the approximate instructions)."""
     local_rows = tl.arange(0, acc.shape[0])
@@ -128,8 +163,7 @@ def finish_tile(acc, row0, col0, M, N, c_base, c_stride_m, c_stride_n, r_base, r
         acc = activation(ACTIVATION, acc, tl.cast(coef, ACC), FAST).to(ACC)
     if HAS_RESIDUAL:
         r_tile = r_base + row0.to(tl.int64) * r_stride_m + col0.to(tl.int64) * r_stride_n
-        acc += tl.load(r_tile + local_rows[:, None] * r_stride_m + local_cols[None, :] * r_stride_n,
-                       mask=mask).to(ACC)
+        acc += tl.load(r_tile + local_rows[:, None] * r_stride_m + local_cols[None, :] * r_stride_n, mask=mask).to(ACC)
     acc = acc * tl.cast(alpha, ACC)
     c_tile = c_base + row0.to(tl.int64) * c_stride_m + col0.to(tl.int64) * c_stride_n
     c_offsets = local_rows[:, None] * c_stride_m + local_cols[None, :] * c_stride_n
@@ -140,20 +174,61 @@ def finish_tile(acc, row0, col0, M, N, c_base, c_stride_m, c_stride_n, r_base, r
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, residual_ptr,
-    M, N, K, batch_count, batch_inner,
-    a_batch_outer, a_batch_inner, a_stride_m, a_stride_k,
-    b_batch_outer, b_batch_inner, b_stride_k, b_stride_n,
-    c_batch_outer, c_batch_inner, c_stride_m, c_stride_n,
-    r_batch_outer, r_batch_inner, r_stride_m, r_stride_n, bias_stride,
-    a_tma_batches, a_tma_batch_stride, b_tma_batches, b_tma_batch_stride,
-    alpha: tl.float64, beta: tl.float64, scale: tl.float64, coef: tl.float64,
-    TMA: tl.constexpr, A_TRANSPOSED: tl.constexpr, B_TRANSPOSED: tl.constexpr,
-    HAS_BIAS: tl.constexpr, BIAS_PER_ROW: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    HAS_BETA: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PROGRAMS: tl.constexpr, SPLIT_EPILOGUE: tl.constexpr, UPCAST: tl.constexpr, IMPRECISE: tl.constexpr,
-    FAST: tl.constexpr, A_IN_REGISTERS: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    residual_ptr,
+    M,
+    N,
+    K,
+    batch_count,
+    batch_inner,
+    a_batch_outer,
+    a_batch_inner,
+    a_stride_m,
+    a_stride_k,
+    b_batch_outer,
+    b_batch_inner,
+    b_stride_k,
+    b_stride_n,
+    c_batch_outer,
+    c_batch_inner,
+    c_stride_m,
+    c_stride_n,
+    r_batch_outer,
+    r_batch_inner,
+    r_stride_m,
+    r_stride_n,
+    bias_stride,
+    a_tma_batches,
+    a_tma_batch_stride,
+    b_tma_batches,
+    b_tma_batch_stride,
+    alpha: tl.float64,
+    beta: tl.float64,
+    scale: tl.float64,
+    coef: tl.float64,
+    TMA: tl.constexpr,
+    A_TRANSPOSED: tl.constexpr,
+    B_TRANSPOSED: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BIAS_PER_ROW: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    PRECISION: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PROGRAMS: tl.constexpr,
+    SPLIT_EPILOGUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IMPRECISE: tl.constexpr,
+    FAST: tl.constexpr,
+    A_IN_REGISTERS: tl.constexpr,
 ):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -183,19 +258,15 @@ def matmul_kernel(
         for kt in range(k_tiles):
             k0 = kt * BLOCK_K
             if A_TRANSPOSED:
-                a = load_tile(a_desc, a_base, a_batch, k0, m0, K, M, a_stride_k, a_stride_m, BLOCK_K, BLOCK_M,
-                              TMA).T
+                a = load_tile(a_desc, a_base, a_batch, k0, m0, K, M, a_stride_k, a_stride_m, BLOCK_K, BLOCK_M, TMA).T
             else:
-                a = load_tile(a_desc, a_base, a_batch, m0, k0, M, K, a_stride_m, a_stride_k, BLOCK_M, BLOCK_K,
-                              TMA)
+                a = load_tile(a_desc, a_base, a_batch, m0, k0, M, K, a_stride_m, a_stride_k, BLOCK_M, BLOCK_K, TMA)
             if B_TRANSPOSED:
-                b = load_tile(b_desc, b_base, b_batch, n0, k0, N, K, b_stride_n, b_stride_k, BLOCK_N, BLOCK_K,
-                              TMA).T
+                b = load_tile(b_desc, b_base, b_batch, n0, k0, N, K, b_stride_n, b_stride_k, BLOCK_N, BLOCK_K, TMA).T
             else:
-                b = load_tile(b_desc, b_base, b_batch, k0, n0, K, N, b_stride_k, b_stride_n, BLOCK_K, BLOCK_N,
-                              TMA)
+                b = load_tile(b_desc, b_base, b_batch, k0, n0, K, N, b_stride_k, b_stride_n, BLOCK_K, BLOCK_N, TMA)
             if A_IN_REGISTERS:  # arithmetic, not a load: Triton then feeds wgmma's A from registers,
-                a = a + 0.0     # where TF32 may come in either order (from shared memory: K-major only)
+                a = a + 0.0  # where TF32 may come in either order (from shared memory: K-major only)
             if UPCAST:  # the interpreter's dot misreads bfloat16 and fp8 (stored as integer bits)
                 a = a.to(ACC)
                 b = b.to(ACC)
@@ -207,19 +278,89 @@ def matmul_kernel(
         r_base = residual_ptr + batch_offset(batch, batch_inner, r_batch_outer, r_batch_inner)
         if SPLIT_EPILOGUE:  # two BLOCK_M x BLOCK_N/2 halves: half the registers and staging memory at once
             left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
-            finish_tile(left, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, c_base, c_stride_m, c_stride_n, r_base,
-                        r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef, HAS_BIAS,
-                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC, FAST)
-            finish_tile(right, tile_m * BLOCK_M, tile_n * BLOCK_N + BLOCK_N // 2, M, N, c_base, c_stride_m,
-                        c_stride_n, r_base, r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef,
-                        HAS_BIAS, BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC, FAST)
+            finish_tile(
+                left,
+                tile_m * BLOCK_M,
+                tile_n * BLOCK_N,
+                M,
+                N,
+                c_base,
+                c_stride_m,
+                c_stride_n,
+                r_base,
+                r_stride_m,
+                r_stride_n,
+                bias_ptr,
+                bias_stride,
+                alpha,
+                beta,
+                scale,
+                coef,
+                HAS_BIAS,
+                BIAS_PER_ROW,
+                ACTIVATION,
+                HAS_RESIDUAL,
+                HAS_BETA,
+                ACC,
+                FAST,
+            )
+            finish_tile(
+                right,
+                tile_m * BLOCK_M,
+                tile_n * BLOCK_N + BLOCK_N // 2,
+                M,
+                N,
+                c_base,
+                c_stride_m,
+                c_stride_n,
+                r_base,
+                r_stride_m,
+                r_stride_n,
+                bias_ptr,
+                bias_stride,
+                alpha,
+                beta,
+                scale,
+                coef,
+                HAS_BIAS,
+                BIAS_PER_ROW,
+                ACTIVATION,
+                HAS_RESIDUAL,
+                HAS_BETA,
+                ACC,
+                FAST,
+            )
         else:
-            finish_tile(acc, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, c_base, c_stride_m, c_stride_n, r_base,
-                        r_stride_m, r_stride_n, bias_ptr, bias_stride, alpha, beta, scale, coef, HAS_BIAS,
-                        BIAS_PER_ROW, ACTIVATION, HAS_RESIDUAL, HAS_BETA, ACC, FAST)
+            finish_tile(
+                acc,
+                tile_m * BLOCK_M,
+                tile_n * BLOCK_N,
+                M,
+                N,
+                c_base,
+                c_stride_m,
+                c_stride_n,
+                r_base,
+                r_stride_m,
+                r_stride_n,
+                bias_ptr,
+                bias_stride,
+                alpha,
+                beta,
+                scale,
+                coef,
+                HAS_BIAS,
+                BIAS_PER_ROW,
+                ACTIVATION,
+                HAS_RESIDUAL,
+                HAS_BETA,
+                ACC,
+                FAST,
+            )
 
 
 # ---- launcher ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -266,20 +407,37 @@ class Plan:
     tma: bool
 
 
-def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None,
-        residual: Bound | None = None) -> None:
+def run(
+    problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None, residual: Bound | None = None
+) -> None:
     interpreted = c.device == CPU  # Triton on the CPU is its interpreter (dispatch has checked)
     if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT:
         problem, a, b, c, residual = _tf32_operands(problem, a, b, c, residual)
-    views = {name: torch_view(bound) for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias),
-                                                         ("residual", residual)) if bound is not None}
+    views = {
+        name: torch_view(bound)
+        for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias), ("residual", residual))
+        if bound is not None
+    }
     device = views["c"].device
     tma = tma_ready(views["a"], views["b"], interpreted)
-    fast = (activation_math.FAST_MATH and not interpreted and c.desc.dtype in FAST_DTYPES
-            and problem.compute_dtype is DataType.FLOAT)
-    plan = launch_plan(problem, a.desc, b.desc, c.desc, None if bias is None else bias.desc,
-                       None if residual is None else residual.desc, tma, interpreted,
-                       MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0), fast)
+    fast = (
+        activation_math.FAST_MATH
+        and not interpreted
+        and c.desc.dtype in FAST_DTYPES
+        and problem.compute_dtype is DataType.FLOAT
+    )
+    plan = launch_plan(
+        problem,
+        a.desc,
+        b.desc,
+        c.desc,
+        None if bias is None else bias.desc,
+        None if residual is None else residual.desc,
+        tma,
+        interpreted,
+        MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0),
+        fast,
+    )
     views.setdefault("bias", views["c"])
     views.setdefault("residual", views["c"])
     if plan.tma and not interpreted:
@@ -289,17 +447,28 @@ def run(problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None
 
 
 @functools.lru_cache(maxsize=256)
-def launch_plan(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor,
-                bias: TensorDescriptor | None, residual: TensorDescriptor | None, tma: bool, interpreted: bool,
-                sms: int, fast: bool = False) -> Plan:
+def launch_plan(
+    problem: MatmulProblem,
+    a: TensorDescriptor,
+    b: TensorDescriptor,
+    c: TensorDescriptor,
+    bias: TensorDescriptor | None,
+    residual: TensorDescriptor | None,
+    tma: bool,
+    interpreted: bool,
+    sms: int,
+    fast: bool = False,
+) -> Plan:
     """The launches for these operand layouts, planned once; ``tma``: the operands' bases are
     16-byte aligned on a GPU with TMA (then it is used where their layouts allow); ``fast``: the
     epilogue's activation may use the GPU's approximate instructions (a 16-bit C)."""
     batch_dims, strides = merged_batch(problem, a, b, c, residual)
     outer, inner = batch_dims[:-2], batch_dims[-2:]
     inner_strides = [None if s is None else s[-2:] for s in strides]
-    offsets = [tuple(0 if s is None else sum(i * t for i, t in zip(index, s[:-2])) for s in strides)
-               for index in itertools.product(*map(range, outer))]
+    offsets = [
+        tuple(0 if s is None else sum(i * t for i, t in zip(index, s[:-2])) for s in strides)
+        for index in itertools.product(*map(range, outer))
+    ]
     (sa_m, sa_k), (sb_k, sb_n) = a.strides[-2:], b.strides[-2:]
     a_transposed = sa_k != 1 and sa_m == 1
     b_transposed = sb_n != 1 and sb_k == 1
@@ -315,8 +484,9 @@ def launch_plan(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor
     return Plan(tuple((launch, o) for o in offsets), a_tma is not None)
 
 
-def merged_batch(problem: MatmulProblem,
-                 *operands: TensorDescriptor | None) -> tuple[list[int], list[list[int] | None]]:
+def merged_batch(
+    problem: MatmulProblem, *operands: TensorDescriptor | None
+) -> tuple[list[int], list[list[int] | None]]:
     """C's batch dims with each operand's strides (0 where it broadcasts), size-1 dims dropped and
     neighbours that are contiguous for every operand merged; padded to at least 2 dims."""
     rank = len(problem.batch)
@@ -348,34 +518,85 @@ def merged_batch(problem: MatmulProblem,
     return sizes, [None if s is None else next(padded_iter) for s in strides_all]
 
 
-def _launch(problem: MatmulProblem, a: TensorDescriptor, b: TensorDescriptor, c: TensorDescriptor,
-            bias: TensorDescriptor | None, residual: TensorDescriptor | None, batch_dims: list[int],
-            strides: list[Any], a_tma: tuple[int, int] | None, b_tma: tuple[int, int] | None,
-            interpreted: bool, sms: int, fast: bool) -> Launch:
+def _launch(
+    problem: MatmulProblem,
+    a: TensorDescriptor,
+    b: TensorDescriptor,
+    c: TensorDescriptor,
+    bias: TensorDescriptor | None,
+    residual: TensorDescriptor | None,
+    batch_dims: list[int],
+    strides: list[Any],
+    a_tma: tuple[int, int] | None,
+    b_tma: tuple[int, int] | None,
+    interpreted: bool,
+    sms: int,
+    fast: bool,
+) -> Launch:
     """The kernel launch over two batch dims (TMA when ``a_tma`` and ``b_tma`` are given)."""
     (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = a.strides[-2:], b.strides[-2:], c.strides[-2:]
     config = tile_config(problem, a.dtype, interpreted, sms)
     tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
     programs = max(1, min(tiles, sms))
     r_strides = (0, 0, 0, 0) if residual is None else (*strides[3], *residual.strides[-2:])
-    args = (Slot("a"), Slot("b"), Slot("c"), Slot("bias"), Slot("residual"),
-            problem.m, problem.n, problem.k, batch_dims[0] * batch_dims[1], batch_dims[1],
-            *strides[0], sa_m, sa_k, *strides[1], sb_k, sb_n, *strides[2], sc_m, sc_n, *r_strides,
-            0 if bias is None else bias.strides[0], *(a_tma or (1, 1)), *(b_tma or (1, 1)),
-            problem.alpha, problem.beta, problem.scale, problem.coef)
-    return Launch(matmul_kernel, (programs,), args, dict(
-        TMA=a_tma is not None, A_TRANSPOSED=sa_k != 1 and sa_m == 1, B_TRANSPOSED=sb_n != 1 and sb_k == 1,
-        HAS_BIAS=bias is not None, BIAS_PER_ROW=problem.bias_axis is BiasAxis.ROW,
-        ACTIVATION="" if problem.activation is None else problem.activation.value.removesuffix("_fwd"),
-        HAS_RESIDUAL=residual is not None, HAS_BETA=problem.beta != 0.0,
-        PRECISION="tf32" if problem.allow_tf32 and a.dtype is DataType.FLOAT else "ieee",
-        ACC=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        PROGRAMS=programs, SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
-        IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
-        UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
-        FAST=fast, A_IN_REGISTERS=problem.allow_tf32 and a.dtype is DataType.FLOAT and sa_k != 1,
-        num_warps=config.num_warps, num_stages=config.num_stages))
+    args = (
+        Slot("a"),
+        Slot("b"),
+        Slot("c"),
+        Slot("bias"),
+        Slot("residual"),
+        problem.m,
+        problem.n,
+        problem.k,
+        batch_dims[0] * batch_dims[1],
+        batch_dims[1],
+        *strides[0],
+        sa_m,
+        sa_k,
+        *strides[1],
+        sb_k,
+        sb_n,
+        *strides[2],
+        sc_m,
+        sc_n,
+        *r_strides,
+        0 if bias is None else bias.strides[0],
+        *(a_tma or (1, 1)),
+        *(b_tma or (1, 1)),
+        problem.alpha,
+        problem.beta,
+        problem.scale,
+        problem.coef,
+    )
+    return Launch(
+        matmul_kernel,
+        (programs,),
+        args,
+        dict(
+            TMA=a_tma is not None,
+            A_TRANSPOSED=sa_k != 1 and sa_m == 1,
+            B_TRANSPOSED=sb_n != 1 and sb_k == 1,
+            HAS_BIAS=bias is not None,
+            BIAS_PER_ROW=problem.bias_axis is BiasAxis.ROW,
+            ACTIVATION="" if problem.activation is None else problem.activation.value.removesuffix("_fwd"),
+            HAS_RESIDUAL=residual is not None,
+            HAS_BETA=problem.beta != 0.0,
+            PRECISION="tf32" if problem.allow_tf32 and a.dtype is DataType.FLOAT else "ieee",
+            ACC=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
+            BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n,
+            BLOCK_K=config.block_k,
+            GROUP_M=config.group_m,
+            PROGRAMS=programs,
+            SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
+            IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
+            UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
+            FAST=fast,
+            A_IN_REGISTERS=problem.allow_tf32 and a.dtype is DataType.FLOAT and sa_k != 1,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        ),
+    )
 
 
 def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
@@ -408,8 +629,9 @@ def _estimated_time(problem: MatmulProblem, batch: int, sms: int, tile: TileConf
     return -(-tiles // sms) * tile.block_m * tile.block_n / rate
 
 
-def _tma_batch(desc: TensorDescriptor, transposed: bool, batch_dims: list[int],
-               batch_strides: list[int]) -> tuple[int, int] | None:
+def _tma_batch(
+    desc: TensorDescriptor, transposed: bool, batch_dims: list[int], batch_strides: list[int]
+) -> tuple[int, int] | None:
     """(batches, batch stride) of a 3-D tensor descriptor of the operand (its base 16-byte aligned),
     or None when TMA cannot read it: a last stride that is not 1, a stride not 16-byte aligned, or
     a batch that is not one linear stride."""
@@ -430,8 +652,9 @@ def _tma_batch(desc: TensorDescriptor, transposed: bool, batch_dims: list[int],
     return batches, max(stride, TMA_ALIGNMENT // itemsize)
 
 
-def _tf32_operands(problem: MatmulProblem, a: Bound, b: Bound, c: Bound,
-                   residual: Bound | None) -> tuple[MatmulProblem, Bound, Bound, Bound, Bound | None]:
+def _tf32_operands(
+    problem: MatmulProblem, a: Bound, b: Bound, c: Bound, residual: Bound | None
+) -> tuple[MatmulProblem, Bound, Bound, Bound, Bound | None]:
     """The operands in an order TF32 wgmma reads: from shared memory only K-major; A may also come
     through registers in any order, which measured 20-30% slower at 4096^2 and 8192^2 but costs no pass.
     A compute-bound problem (at or above ``TF32_RIDGE``) copies what is not K-major; a memory-bound
@@ -447,8 +670,13 @@ def _tf32_operands(problem: MatmulProblem, a: Bound, b: Bound, c: Bound,
         return problem, a, b, c, residual
     if not a_k_major:
         return problem, a, _k_major(b, -2), c, residual
-    return (transposed_problem(problem), _transposed(b, "a"), _transposed(a, "b"), _transposed(c, "c"),
-            None if residual is None else _transposed(residual, "residual"))
+    return (
+        transposed_problem(problem),
+        _transposed(b, "a"),
+        _transposed(a, "b"),
+        _transposed(c, "c"),
+        None if residual is None else _transposed(residual, "residual"),
+    )
 
 
 def _k_major(operand: Bound, k_axis: int) -> Bound:
@@ -456,8 +684,9 @@ def _k_major(operand: Bound, k_axis: int) -> Bound:
     view = torch_view(operand)
     copy = torch.empty_like(view if k_axis == -1 else view.mT, memory_format=torch.contiguous_format)
     copy = copy if k_axis == -1 else copy.mT
-    target = Bound(operand.name, TensorDescriptor(operand.desc.dtype, tuple(copy.shape), copy.stride()), copy,
-                   operand.device)
+    target = Bound(
+        operand.name, TensorDescriptor(operand.desc.dtype, tuple(copy.shape), copy.stride()), copy, operand.device
+    )
     pointwise = backend_module("pointwise", "triton")  # another family's backend: through the operation table
     pointwise.run(PointwiseProblem(PointwiseMode.IDENTITY, (operand.desc,), target.desc), [operand], target)
     return target
@@ -480,9 +709,15 @@ def transposed_problem(problem: MatmulProblem) -> MatmulProblem:
     """The problem of C^T = B^T A^T: operands swapped and transposed, M and N swapped, the bias
     along the other axis."""
     return dataclasses.replace(
-        problem, a=_swapped(problem.b), b=_swapped(problem.a), c=_swapped(problem.c), m=problem.n, n=problem.m,
+        problem,
+        a=_swapped(problem.b),
+        b=_swapped(problem.a),
+        c=_swapped(problem.c),
+        m=problem.n,
+        n=problem.m,
         residual=None if problem.residual is None else _swapped(problem.residual),
-        bias_axis=BiasAxis.COLUMN if problem.bias_axis is BiasAxis.ROW else BiasAxis.ROW)
+        bias_axis=BiasAxis.COLUMN if problem.bias_axis is BiasAxis.ROW else BiasAxis.ROW,
+    )
 
 
 def _moved(views: dict[str, Any], offsets: tuple[int, ...]) -> dict[str, Any]:

@@ -26,8 +26,17 @@ Shape = int | Sequence[int]
 
 # layer, RMS, group and instance norm --------------------------------------------------------------
 
-def layer_norm(x: Any, normalized_shape: Shape, weight: Any = None, bias: Any = None, eps: float = 1e-5, *,
-               return_stats: bool = False, handle: Handle | None = None) -> Any:
+
+def layer_norm(
+    x: Any,
+    normalized_shape: Shape,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    return_stats: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape`` dims;
     with return_stats, (y, mean, rstd) with rstd = 1 / sqrt(var + eps), one per row (float32).
 
@@ -39,8 +48,15 @@ def layer_norm(x: Any, normalized_shape: Shape, weight: Any = None, bias: Any = 
     return _forward(NormMode.LAYER_NORM, xb, x, eps, normalized_shape, weight, bias, return_stats, handle)
 
 
-def rms_norm(x: Any, normalized_shape: Shape, weight: Any = None, eps: float | None = None, *,
-             return_stats: bool = False, handle: Handle | None = None) -> Any:
+def rms_norm(
+    x: Any,
+    normalized_shape: Shape,
+    weight: Any = None,
+    eps: float | None = None,
+    *,
+    return_stats: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """x / sqrt(mean(x^2) + eps) * weight over the trailing ``normalized_shape`` dims; eps None is
     the dtype's machine epsilon (torch's default); with return_stats, (y, rstd).
 
@@ -52,8 +68,16 @@ def rms_norm(x: Any, normalized_shape: Shape, weight: Any = None, eps: float | N
     return _forward(NormMode.RMS_NORM, xb, x, epsilon, normalized_shape, weight, None, return_stats, handle)
 
 
-def group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5, *,
-               return_stats: bool = False, handle: Handle | None = None) -> Any:
+def group_norm(
+    x: Any,
+    num_groups: int,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    return_stats: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """Normalize x (N, C, spatial...) over each group of C/num_groups channels and all spatial
     elements, then weight and bias per channel; with return_stats, (y, mean, rstd) of dims (N, G, 1...).
 
@@ -63,41 +87,91 @@ def group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, ep
     return _forward(NormMode.GROUP_NORM, wrap("x", x), x, eps, num_groups, weight, bias, return_stats, handle)
 
 
-def instance_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, *, return_stats: bool = False,
-                  handle: Handle | None = None) -> Any:
+def instance_norm(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    return_stats: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """Normalize each (sample, channel) of x (N, C, spatial...) over its spatial elements."""
     return _forward(NormMode.INSTANCE_NORM, wrap("x", x), x, eps, None, weight, bias, return_stats, handle)
 
 
-def layer_norm_backward(dy: Any, x: Any, normalized_shape: Shape, weight: Any = None, eps: float = 1e-5, *,
-                        mean: Any = None, rstd: Any = None, handle: Handle | None = None) -> tuple[Any, Any, Any]:
+def layer_norm_backward(
+    dy: Any,
+    x: Any,
+    normalized_shape: Shape,
+    weight: Any = None,
+    eps: float = 1e-5,
+    *,
+    mean: Any = None,
+    rstd: Any = None,
+    handle: Handle | None = None,
+) -> tuple[Any, Any, Any]:
     """(dx, dweight, dbias) of ``layer_norm``; mean and rstd from the forward, or None (recomputed)."""
     return _backward(NormMode.LAYER_NORM, dy, x, eps, normalized_shape, weight, mean, rstd, handle)
 
 
-def rms_norm_backward(dy: Any, x: Any, normalized_shape: Shape, weight: Any = None, eps: float | None = None, *,
-                      rstd: Any = None, handle: Handle | None = None) -> tuple[Any, Any]:
+def rms_norm_backward(
+    dy: Any,
+    x: Any,
+    normalized_shape: Shape,
+    weight: Any = None,
+    eps: float | None = None,
+    *,
+    rstd: Any = None,
+    handle: Handle | None = None,
+) -> tuple[Any, Any]:
     """(dx, dweight) of ``rms_norm``."""
     epsilon = _machine_epsilon(wrap("x", x)) if eps is None else eps
     dx, dweight, _ = _backward(NormMode.RMS_NORM, dy, x, epsilon, normalized_shape, weight, None, rstd, handle)
     return dx, dweight
 
 
-def group_norm_backward(dy: Any, x: Any, num_groups: int, weight: Any = None, eps: float = 1e-5, *,
-                        mean: Any = None, rstd: Any = None, handle: Handle | None = None) -> tuple[Any, Any, Any]:
+def group_norm_backward(
+    dy: Any,
+    x: Any,
+    num_groups: int,
+    weight: Any = None,
+    eps: float = 1e-5,
+    *,
+    mean: Any = None,
+    rstd: Any = None,
+    handle: Handle | None = None,
+) -> tuple[Any, Any, Any]:
     """(dx, dweight, dbias) of ``group_norm``."""
     return _backward(NormMode.GROUP_NORM, dy, x, eps, num_groups, weight, mean, rstd, handle)
 
 
-def instance_norm_backward(dy: Any, x: Any, weight: Any = None, eps: float = 1e-5, *, mean: Any = None,
-                           rstd: Any = None, handle: Handle | None = None) -> tuple[Any, Any, Any]:
+def instance_norm_backward(
+    dy: Any,
+    x: Any,
+    weight: Any = None,
+    eps: float = 1e-5,
+    *,
+    mean: Any = None,
+    rstd: Any = None,
+    handle: Handle | None = None,
+) -> tuple[Any, Any, Any]:
     """(dx, dweight, dbias) of ``instance_norm``."""
     return _backward(NormMode.INSTANCE_NORM, dy, x, eps, None, weight, mean, rstd, handle)
 
 
 # what these functions call the normalization descriptor's fields and the problem's tensors
-_NAMES = CallerNames({"epsilon": "eps", "groups": "num_groups", "norm_desc.groups": "num_groups", "x_desc": "x",
-                      "y_desc": "y", "dy_desc": "dy", "stats_desc": "rstd"})
+_NAMES = CallerNames(
+    {
+        "epsilon": "eps",
+        "groups": "num_groups",
+        "norm_desc.groups": "num_groups",
+        "x_desc": "x",
+        "y_desc": "y",
+        "dy_desc": "dy",
+        "stats_desc": "rstd",
+    }
+)
 
 
 def _descriptor(mode: NormMode, xb: Bound, eps: float, shape_or_groups: Any) -> tuple[NormDescriptor, int]:
@@ -109,9 +183,11 @@ def _descriptor(mode: NormMode, xb: Bound, eps: float, shape_or_groups: Any) -> 
     """
     if mode in (NormMode.LAYER_NORM, NormMode.RMS_NORM):
         shape = check_ints("normalized_shape", shape_or_groups)
-        if xb.desc.dims[-len(shape):] != shape or len(shape) > xb.desc.ndim:  # (formatted only on failure)
-            raise BadParam(f"normalized_shape={list(shape)} must be the trailing dims of x.shape={list(xb.desc.dims)}",
-                           Status.BAD_PARAM_SHAPE_MISMATCH)
+        if xb.desc.dims[-len(shape) :] != shape or len(shape) > xb.desc.ndim:  # (formatted only on failure)
+            raise BadParam(
+                f"normalized_shape={list(shape)} must be the trailing dims of x.shape={list(xb.desc.dims)}",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
         return NormDescriptor(mode, eps, normalized_ndim=len(shape)), 0
     if xb.desc.ndim < 2:
         raise BadParam(f"x.ndim={xb.desc.ndim} must be at least 2 (N, C, spatial...) for {mode.name}")
@@ -127,7 +203,7 @@ def _machine_epsilon(xb: Bound) -> float:
     from opendnn.core.dtypes import DataType
 
     if xb.desc.dtype is DataType.BFLOAT16:
-        return 2.0 ** -7
+        return 2.0**-7
     return float(np.finfo(xb.desc.dtype.to_numpy()).eps)
 
 
@@ -147,15 +223,17 @@ def _statistic(name: str, array: Any, dims: tuple[int, ...]) -> Bound | None:
         return None
     native = as_native(array, name)
     if math.prod(native.shape) != math.prod(dims):  # (the message is formatted only on failure)
-        raise BadParam(f"{name}.shape={tuple(native.shape)} must hold {math.prod(dims)} values, one per row "
-                       f"({list(dims)})", Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"{name}.shape={tuple(native.shape)} must hold {math.prod(dims)} values, one per row ({list(dims)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     return wrap(name, native.reshape(dims))
 
 
 def _torch_param_shape(desc: NormDescriptor, xb: Bound) -> tuple[int, ...]:
     if desc.mode in (NormMode.GROUP_NORM, NormMode.INSTANCE_NORM):
         return (xb.desc.dims[1],)
-    return xb.desc.dims[-desc.normalized_ndim:]
+    return xb.desc.dims[-desc.normalized_ndim :]
 
 
 def _stats(xb: Bound, desc: NormDescriptor, groups: int) -> Bound:
@@ -163,8 +241,17 @@ def _stats(xb: Bound, desc: NormDescriptor, groups: int) -> Bound:
     return empty_like(xb, xb.desc.dtype.compute_type, dims, tuple(range(len(dims))))
 
 
-def _forward(mode: NormMode, xb: Bound, x: Any, eps: float, shape_or_groups: Any, weight: Any, bias: Any,
-             return_stats: bool, handle: Handle | None) -> Any:
+def _forward(
+    mode: NormMode,
+    xb: Bound,
+    x: Any,
+    eps: float,
+    shape_or_groups: Any,
+    weight: Any,
+    bias: Any,
+    return_stats: bool,
+    handle: Handle | None,
+) -> Any:
     try:
         desc, groups = _descriptor(mode, xb, eps, shape_or_groups)
         dims, shape = param_dims(desc.mode, xb.desc.dims, desc.normalized_ndim), _torch_param_shape(desc, xb)
@@ -174,8 +261,15 @@ def _forward(mode: NormMode, xb: Bound, x: Any, eps: float, shape_or_groups: Any
         if return_stats:
             inv_std = _stats(xb, desc, groups)
             mean = None if desc.mode is NormMode.RMS_NORM else _stats(xb, desc, groups)
-        problem = norm_problem(desc, xb.desc, y.desc, scale_desc=_desc(scale), bias_desc=_desc(shift),
-                               stats_desc=_desc(inv_std), has_mean=mean is not None)
+        problem = norm_problem(
+            desc,
+            xb.desc,
+            y.desc,
+            scale_desc=_desc(scale),
+            bias_desc=_desc(shift),
+            stats_desc=_desc(inv_std),
+            has_mean=mean is not None,
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     dispatch(handle_for(xb, handle), "normalization", problem, xb, y, scale, shift, mean, inv_std)
@@ -191,8 +285,17 @@ def _desc(bound: Bound | None) -> TensorDescriptor | None:
     return None if bound is None else bound.desc
 
 
-def _backward(mode: NormMode, dy: Any, x: Any, eps: float, shape_or_groups: Any, weight: Any, mean: Any, rstd: Any,
-              handle: Handle | None) -> tuple[Any, Any, Any]:
+def _backward(
+    mode: NormMode,
+    dy: Any,
+    x: Any,
+    eps: float,
+    shape_or_groups: Any,
+    weight: Any,
+    mean: Any,
+    rstd: Any,
+    handle: Handle | None,
+) -> tuple[Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     try:
         desc, groups = _descriptor(mode, xb, eps, shape_or_groups)
@@ -204,12 +307,23 @@ def _backward(mode: NormMode, dy: Any, x: Any, eps: float, shape_or_groups: Any,
         param_dtype = scale.desc.dtype if scale is not None else xb.desc.dtype
         order = tuple(range(len(dims)))
         dscale, dbias = empty_like(xb, param_dtype, dims, order), empty_like(xb, param_dtype, dims, order)
-        problem = norm_problem(desc, xb.desc, dx.desc, scale_desc=_desc(scale), bias_desc=dbias.desc,
-                               stats_desc=_desc(rstd_b), dy_desc=dyb.desc, dscale_desc=dscale.desc,
-                               has_mean=mean_b is not None)
+        problem = norm_problem(
+            desc,
+            xb.desc,
+            dx.desc,
+            scale_desc=_desc(scale),
+            bias_desc=dbias.desc,
+            stats_desc=_desc(rstd_b),
+            dy_desc=dyb.desc,
+            dscale_desc=dscale.desc,
+            has_mean=mean_b is not None,
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     dispatch(handle_for(xb, handle), "normalization", problem, xb, dx, scale, dbias, mean_b, rstd_b, dyb, dscale)
     shape = tuple(as_native(weight, "weight").shape) if weight is not None else shape
-    return (to_caller_kind(dx.view, x), to_caller_kind(dscale.view.reshape(shape), x),
-            to_caller_kind(dbias.view.reshape(shape), x))
+    return (
+        to_caller_kind(dx.view, x),
+        to_caller_kind(dscale.view.reshape(shape), x),
+        to_caller_kind(dbias.view.reshape(shape), x),
+    )

@@ -16,8 +16,17 @@ def workspace_size(problem: NormProblem) -> int:
     return 0
 
 
-def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bound | None,
-        mean: Bound | None, inv_std: Bound | None, dy: Bound | None = None, dscale: Bound | None = None) -> None:
+def run(
+    problem: NormProblem,
+    x: Bound,
+    y: Bound,
+    scale: Bound | None,
+    bias: Bound | None,
+    mean: Bound | None,
+    inv_std: Bound | None,
+    dy: Bound | None = None,
+    dscale: Bound | None = None,
+) -> None:
     """Forward: y, and mean / inv_std when bound. Backward: dx into ``y``, dscale and dbias (into
     ``bias``) when bound; mean and inv_std are not needed (recomputed exactly)."""
     compute = problem.compute_dtype
@@ -25,8 +34,9 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
     scales = read(scale, compute) if scale is not None else None
     if not problem.backward:
         biases = read(bias, compute) if bias is not None else None
-        values, means, inv_stds = forward_reference(problem.mode, xs, scales, biases, problem.epsilon,
-                                                    problem.normalized_ndim, problem.groups)
+        values, means, inv_stds = forward_reference(
+            problem.mode, xs, scales, biases, problem.epsilon, problem.normalized_ndim, problem.groups
+        )
         write(y, values, problem.alpha, problem.beta)
         if mean is not None:
             write(mean, means.reshape(mean.desc.dims))
@@ -34,8 +44,9 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
             write(inv_std, inv_stds.reshape(inv_std.desc.dims))
         return
     assert dy is not None
-    dx, dscales, dbiases = backward_reference(problem.mode, xs, read(dy, compute), scales, problem.epsilon,
-                                              problem.normalized_ndim, problem.groups)
+    dx, dscales, dbiases = backward_reference(
+        problem.mode, xs, read(dy, compute), scales, problem.epsilon, problem.normalized_ndim, problem.groups
+    )
     write(y, dx, problem.alpha, problem.beta)
     if dscale is not None:
         write(dscale, dscales, problem.dparam_alpha, problem.dparam_beta)

@@ -129,7 +129,7 @@ class NormProblem:
     def row_size(self) -> int:
         if self.grouped:
             return self.x.numel // (self.x.dims[0] * self.groups)
-        return math.prod(self.x.dims[-self.normalized_ndim:])
+        return math.prod(self.x.dims[-self.normalized_ndim :])
 
 
 def param_dims(mode: NormMode, x_dims: tuple[int, ...], normalized_ndim: int) -> tuple[int, ...]:
@@ -148,11 +148,22 @@ def stats_dims(mode: NormMode, x_dims: tuple[int, ...], normalized_ndim: int, gr
     return tuple(d if k < lead else 1 for k, d in enumerate(x_dims))
 
 
-def norm_problem(norm_desc: NormDescriptor, x_desc: TensorDescriptor, y_desc: TensorDescriptor, *,
-                 scale_desc: TensorDescriptor | None = None, bias_desc: TensorDescriptor | None = None,
-                 stats_desc: TensorDescriptor | None = None, dy_desc: TensorDescriptor | None = None,
-                 dscale_desc: TensorDescriptor | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 dparam_alpha: float = 1.0, dparam_beta: float = 0.0, has_mean: bool = False) -> NormProblem:
+def norm_problem(
+    norm_desc: NormDescriptor,
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor,
+    *,
+    scale_desc: TensorDescriptor | None = None,
+    bias_desc: TensorDescriptor | None = None,
+    stats_desc: TensorDescriptor | None = None,
+    dy_desc: TensorDescriptor | None = None,
+    dscale_desc: TensorDescriptor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    dparam_alpha: float = 1.0,
+    dparam_beta: float = 0.0,
+    has_mean: bool = False,
+) -> NormProblem:
     """The shape and dtype rules of a normalization, forward or backward (``dy_desc`` given).
 
     Raises:
@@ -169,8 +180,11 @@ def norm_problem(norm_desc: NormDescriptor, x_desc: TensorDescriptor, y_desc: Te
             continue
         if not isinstance(desc, TensorDescriptor):
             raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
-        require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            desc.dtype.is_floating,
+            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     check_same_dims("y_desc", y_desc, "x_desc", x_desc)
     if dy_desc is not None:
         check_same_dims("dy_desc", dy_desc, "x_desc", x_desc)
@@ -181,22 +195,42 @@ def norm_problem(norm_desc: NormDescriptor, x_desc: TensorDescriptor, y_desc: Te
         groups = dims[1] if mode is NormMode.INSTANCE_NORM else norm_desc.groups
         require(dims[1] % groups == 0, f"x_desc.dims[1]={dims[1]} must be a multiple of norm_desc.groups={groups}")
     else:
-        require(norm_desc.normalized_ndim <= len(dims),
-                f"norm_desc.normalized_ndim={norm_desc.normalized_ndim} must be at most x_desc.ndim={len(dims)}")
+        require(
+            norm_desc.normalized_ndim <= len(dims),
+            f"norm_desc.normalized_ndim={norm_desc.normalized_ndim} must be at most x_desc.ndim={len(dims)}",
+        )
     compute = x_desc.dtype.compute_type
     expected_params = param_dims(mode, dims, norm_desc.normalized_ndim)
     for name, desc in (("scale_desc", scale_desc), ("bias_desc", bias_desc), ("dscale_desc", dscale_desc)):
         if desc is not None:
             _check_dims(name, desc, expected_params)
-            require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be a float type",
-                    Status.NOT_SUPPORTED_DATA_TYPE)
+            require(
+                desc.dtype.is_floating,
+                f"{name}.dtype={desc.dtype.name} must be a float type",
+                Status.NOT_SUPPORTED_DATA_TYPE,
+            )
     if stats_desc is not None:
         _check_dims("stats_desc", stats_desc, stats_dims(mode, dims, norm_desc.normalized_ndim, groups))
         require(stats_desc.dtype is compute, f"stats_desc.dtype={stats_desc.dtype.name} must be {compute.name}")
-    return NormProblem(mode, x_desc, y_desc, scale_desc, bias_desc, stats_desc, dy_desc, dscale_desc,
-                       norm_desc.normalized_ndim, groups, norm_desc.epsilon, check_finite("alpha", alpha),
-                       check_finite("beta", beta), check_finite("dparam_alpha", dparam_alpha),
-                       check_finite("dparam_beta", dparam_beta), has_mean and mode is not NormMode.RMS_NORM, compute)
+    return NormProblem(
+        mode,
+        x_desc,
+        y_desc,
+        scale_desc,
+        bias_desc,
+        stats_desc,
+        dy_desc,
+        dscale_desc,
+        norm_desc.normalized_ndim,
+        groups,
+        norm_desc.epsilon,
+        check_finite("alpha", alpha),
+        check_finite("beta", beta),
+        check_finite("dparam_alpha", dparam_alpha),
+        check_finite("dparam_beta", dparam_beta),
+        has_mean and mode is not NormMode.RMS_NORM,
+        compute,
+    )
 
 
 def _check_dims(name: str, desc: TensorDescriptor, expected: tuple[int, ...]) -> None:
@@ -208,20 +242,27 @@ def _check_dims(name: str, desc: TensorDescriptor, expected: tuple[int, ...]) ->
 
 # the float64 reference ---------------------------------------------------------------------------
 
+
 def _rows(x: np.ndarray, grouped: int, normalized_ndim: int) -> np.ndarray:
     """x as (rows, row_size); a view in logical (row-major) order."""
     if grouped:
         return x.reshape(x.shape[0] * grouped, -1)
-    return x.reshape(-1, math.prod(x.shape[x.ndim - normalized_ndim:]))
+    return x.reshape(-1, math.prod(x.shape[x.ndim - normalized_ndim :]))
 
 
 def _per_element(param: np.ndarray | None, shape: tuple[int, ...], fill: float) -> np.ndarray:
     return np.broadcast_to(fill if param is None else param, shape)
 
 
-def forward_reference(mode: NormMode, x: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None,
-                      epsilon: float, normalized_ndim: int = 1, groups: int = 0
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def forward_reference(
+    mode: NormMode,
+    x: np.ndarray,
+    scale: np.ndarray | None,
+    bias: np.ndarray | None,
+    epsilon: float,
+    normalized_ndim: int = 1,
+    groups: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(y, mean, inv_std) in x's float dtype; mean and inv_std as (rows,) arrays (mean zeros for RMS).
 
     Args:
@@ -242,9 +283,16 @@ def forward_reference(mode: NormMode, x: np.ndarray, scale: np.ndarray | None, b
     return y, mean, inv_std
 
 
-def backward_reference(mode: NormMode, x: np.ndarray, dy: np.ndarray, scale: np.ndarray | None, epsilon: float,
-                       normalized_ndim: int = 1, groups: int = 0, param_shape: tuple[int, ...] | None = None
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def backward_reference(
+    mode: NormMode,
+    x: np.ndarray,
+    dy: np.ndarray,
+    scale: np.ndarray | None,
+    epsilon: float,
+    normalized_ndim: int = 1,
+    groups: int = 0,
+    param_shape: tuple[int, ...] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dx, dscale, dbias): dx of x's shape; dscale and dbias of ``param_shape`` (default: the
     parameters' dims, ``param_dims``). Statistics are recomputed from x."""
     mode = NormMode(mode)

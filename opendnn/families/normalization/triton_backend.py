@@ -75,8 +75,19 @@ def row_offsets_of(g, rows, group_stride, ROW_DIMS: tl.constexpr, row_sizes, row
 
 
 @triton.jit
-def load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
-                PER_SPATIAL: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, COMPUTE: tl.constexpr):
+def load_params(
+    scale_ptr,
+    bias_ptr,
+    g,
+    cols,
+    col_mask,
+    row_size,
+    params_per_group,
+    PER_SPATIAL: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """Scale and bias of columns ``cols`` of group g ((1, BLOCK) tiles; 1 and 0 when absent)."""
     if PER_SPATIAL:
         index = g * params_per_group + cols // (row_size // params_per_group)
@@ -106,9 +117,21 @@ def row_statistics(x, mask, row_size, eps, RMS: tl.constexpr):
 
 
 @triton.jit
-def streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS: tl.constexpr, col_sizes, col_x,
-                        COL_UNIT: tl.constexpr, RMS: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr,
-                        BLOCK: tl.constexpr):
+def streamed_statistics(
+    x_ptr,
+    x_rows,
+    row_mask,
+    row_size,
+    eps,
+    COL_DIMS: tl.constexpr,
+    col_sizes,
+    col_x,
+    COL_UNIT: tl.constexpr,
+    RMS: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """(mean, inv_std) of rows too long for registers (mean 0 for RMS, whose inv_std is that of the
     mean square): one pass of sums shifted by the row's first element (mean + small deviations:
     no catastrophic cancellation)."""
@@ -148,13 +171,41 @@ def blend_store(ptr, row_offsets, col_offsets, mask, value, alpha, beta, HAS_BET
 
 @triton.jit
 def norm_forward_kernel(
-    x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, rstd_ptr,
-    group_strides, row_sizes, row_x, row_y, row_stats, col_sizes, col_x, col_y,
-    inner_rows, row_size, params_per_group, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
-    ROW_DIMS: tl.constexpr, COL_DIMS: tl.constexpr, COL_UNIT: tl.constexpr, ALIGN: tl.constexpr,
-    PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_MEAN: tl.constexpr, HAS_RSTD: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr,
-    COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    scale_ptr,
+    bias_ptr,
+    mean_ptr,
+    rstd_ptr,
+    group_strides,
+    row_sizes,
+    row_x,
+    row_y,
+    row_stats,
+    col_sizes,
+    col_x,
+    col_y,
+    inner_rows,
+    row_size,
+    params_per_group,
+    eps: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    ROW_DIMS: tl.constexpr,
+    COL_DIMS: tl.constexpr,
+    COL_UNIT: tl.constexpr,
+    ALIGN: tl.constexpr,
+    PER_SPATIAL: tl.constexpr,
+    RMS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MEAN: tl.constexpr,
+    HAS_RSTD: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    SINGLE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     g = tl.program_id(1).to(tl.int64)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -167,25 +218,75 @@ def norm_forward_kernel(
         mask = row_mask[:, None] & col_mask[None, :]
         x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
         mean, rstd = row_statistics(x, mask, row_size, tl.cast(eps, COMPUTE), RMS)
-        scale, bias = load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
-                                  PER_SPATIAL, HAS_SCALE, HAS_BIAS, COMPUTE)
+        scale, bias = load_params(
+            scale_ptr,
+            bias_ptr,
+            g,
+            cols,
+            col_mask,
+            row_size,
+            params_per_group,
+            PER_SPATIAL,
+            HAS_SCALE,
+            HAS_BIAS,
+            COMPUTE,
+        )
         y = (x - mean[:, None]) * rstd[:, None] * scale + bias
-        blend_store(y_ptr, y_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
-                    tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+        blend_store(
+            y_ptr,
+            y_rows,
+            flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT),
+            mask,
+            y,
+            tl.cast(alpha, COMPUTE),
+            tl.cast(beta, COMPUTE),
+            HAS_BETA,
+        )
     else:
-        mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, tl.cast(eps, COMPUTE), COL_DIMS, col_sizes,
-                                         col_x, COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
+        mean, rstd = streamed_statistics(
+            x_ptr,
+            x_rows,
+            row_mask,
+            row_size,
+            tl.cast(eps, COMPUTE),
+            COL_DIMS,
+            col_sizes,
+            col_x,
+            COL_UNIT,
+            RMS,
+            COMPUTE,
+            BLOCK_R,
+            BLOCK,
+        )
         for start in range(0, row_size, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             col_mask = cols < row_size
             mask = row_mask[:, None] & col_mask[None, :]
-            x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask,
-                              COMPUTE)
-            scale, bias = load_params(scale_ptr, bias_ptr, g, cols, col_mask, row_size, params_per_group,
-                                      PER_SPATIAL, HAS_SCALE, HAS_BIAS, COMPUTE)
+            x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
+            scale, bias = load_params(
+                scale_ptr,
+                bias_ptr,
+                g,
+                cols,
+                col_mask,
+                row_size,
+                params_per_group,
+                PER_SPATIAL,
+                HAS_SCALE,
+                HAS_BIAS,
+                COMPUTE,
+            )
             y = (x - mean[:, None]) * rstd[:, None] * scale + bias
-            blend_store(y_ptr, y_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT), mask, y,
-                        tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+            blend_store(
+                y_ptr,
+                y_rows,
+                flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT),
+                mask,
+                y,
+                tl.cast(alpha, COMPUTE),
+                tl.cast(beta, COMPUTE),
+                HAS_BETA,
+            )
     stats_rows = g * group_strides[3] + dim_offsets(rows, ROW_DIMS, row_sizes, row_stats)
     if HAS_MEAN:
         tl.store(mean_ptr + stats_rows, mean, mask=row_mask)
@@ -204,8 +305,9 @@ def add_triples(a, b, c, d, e, f):
 
 
 @triton.jit
-def row_gradient(x, dy, mask, mean, rstd, scale, row_size, eps, RMS: tl.constexpr, HAS_MEAN: tl.constexpr,
-                 HAS_RSTD: tl.constexpr):
+def row_gradient(
+    x, dy, mask, mean, rstd, scale, row_size, eps, RMS: tl.constexpr, HAS_MEAN: tl.constexpr, HAS_RSTD: tl.constexpr
+):
     """(dx, xhat) of a register tile of whole rows, with the statistics given (HAS_MEAN, HAS_RSTD)
     or computed here. The row sums share one cross-warp reduction (sum(g * (x - mean)), sum(g)
     and, without rstd, sum((x - mean)^2); sum(g * xhat) = rstd * sum(g * (x - mean))), after the
@@ -237,13 +339,44 @@ def row_gradient(x, dy, mask, mean, rstd, scale, row_size, eps, RMS: tl.constexp
 
 @triton.jit
 def norm_backward_kernel(
-    x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, rstd_ptr, partial_ptr,
-    group_strides, row_sizes, row_x, row_dy, row_dx, row_stats, col_sizes, col_x, col_dy, col_dx,
-    inner_rows, row_size, params_per_group, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
-    ROW_DIMS: tl.constexpr, COL_DIMS: tl.constexpr, COL_UNIT: tl.constexpr, ALIGN: tl.constexpr,
-    PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_MEAN: tl.constexpr,
-    HAS_RSTD: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr,
+    x_ptr,
+    dy_ptr,
+    dx_ptr,
+    scale_ptr,
+    mean_ptr,
+    rstd_ptr,
+    partial_ptr,
+    group_strides,
+    row_sizes,
+    row_x,
+    row_dy,
+    row_dx,
+    row_stats,
+    col_sizes,
+    col_x,
+    col_dy,
+    col_dx,
+    inner_rows,
+    row_size,
+    params_per_group,
+    eps: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    ROW_DIMS: tl.constexpr,
+    COL_DIMS: tl.constexpr,
+    COL_UNIT: tl.constexpr,
+    ALIGN: tl.constexpr,
+    PER_SPATIAL: tl.constexpr,
+    RMS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    HAS_MEAN: tl.constexpr,
+    HAS_RSTD: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    SINGLE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Program (g, p): tiles p, p + P, ... of group g; partial column sums of dy * xhat and dy go
     to the workspace at [0 or 1, g, p, column]."""
@@ -257,8 +390,9 @@ def norm_backward_kernel(
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         col_mask = cols < row_size
-        scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
-                               PER_SPATIAL, HAS_SCALE, False, COMPUTE)
+        scale, _ = load_params(
+            scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group, PER_SPATIAL, HAS_SCALE, False, COMPUTE
+        )
         x_cols = flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT)
         dy_cols = flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT)
         dx_cols = flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT)
@@ -278,8 +412,21 @@ def norm_backward_kernel(
             x = load_row_tile(x_ptr, x_rows, x_cols, mask, COMPUTE)
             dy = load_row_tile(dy_ptr, dy_rows, dy_cols, mask, COMPUTE)
         elif not (HAS_RSTD and (HAS_MEAN or RMS)):  # no saved statistics (RMS: mean 0): a pass over x for them
-            mean, rstd = streamed_statistics(x_ptr, x_rows, row_mask, row_size, eps, COL_DIMS, col_sizes, col_x,
-                                             COL_UNIT, RMS, COMPUTE, BLOCK_R, BLOCK)
+            mean, rstd = streamed_statistics(
+                x_ptr,
+                x_rows,
+                row_mask,
+                row_size,
+                eps,
+                COL_DIMS,
+                col_sizes,
+                col_x,
+                COL_UNIT,
+                RMS,
+                COMPUTE,
+                BLOCK_R,
+                BLOCK,
+            )
         if HAS_RSTD:
             rstd = tl.load(rstd_ptr + stats_rows, mask=row_mask, other=1.0).to(COMPUTE)
         if HAS_MEAN:
@@ -290,21 +437,78 @@ def norm_backward_kernel(
             dscale += tl.sum(dy * xhat, axis=0)
             dbias += tl.sum(dy, axis=0)
         else:
-            streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr + slice_offset, half, tile == p,
-                                  g, x_rows, dy_rows, dx_rows, row_mask, mean, rstd, row_size, params_per_group,
-                                  alpha, beta, COL_DIMS, col_sizes, col_x, col_dy, col_dx, COL_UNIT, PER_SPATIAL,
-                                  RMS, HAS_SCALE, HAS_BETA, COMPUTE, BLOCK_R, BLOCK)
+            streamed_row_gradient(
+                x_ptr,
+                dy_ptr,
+                dx_ptr,
+                scale_ptr,
+                partial_ptr + slice_offset,
+                half,
+                tile == p,
+                g,
+                x_rows,
+                dy_rows,
+                dx_rows,
+                row_mask,
+                mean,
+                rstd,
+                row_size,
+                params_per_group,
+                alpha,
+                beta,
+                COL_DIMS,
+                col_sizes,
+                col_x,
+                col_dy,
+                col_dx,
+                COL_UNIT,
+                PER_SPATIAL,
+                RMS,
+                HAS_SCALE,
+                HAS_BETA,
+                COMPUTE,
+                BLOCK_R,
+                BLOCK,
+            )
     if SINGLE:
         tl.store(partial_ptr + slice_offset + cols, dscale, mask=col_mask)
         tl.store(partial_ptr + half + slice_offset + cols, dbias, mask=col_mask)
 
 
 @triton.jit
-def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, first_tile, g, x_rows, dy_rows,
-                          dx_rows, row_mask, mean, rstd, row_size, params_per_group, alpha, beta,
-                          COL_DIMS: tl.constexpr, col_sizes, col_x, col_dy, col_dx, COL_UNIT: tl.constexpr,
-                          PER_SPATIAL: tl.constexpr, RMS: tl.constexpr, HAS_SCALE: tl.constexpr,
-                          HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+def streamed_row_gradient(
+    x_ptr,
+    dy_ptr,
+    dx_ptr,
+    scale_ptr,
+    partial_ptr,
+    half,
+    first_tile,
+    g,
+    x_rows,
+    dy_rows,
+    dx_rows,
+    row_mask,
+    mean,
+    rstd,
+    row_size,
+    params_per_group,
+    alpha,
+    beta,
+    COL_DIMS: tl.constexpr,
+    col_sizes,
+    col_x,
+    col_dy,
+    col_dx,
+    COL_UNIT: tl.constexpr,
+    PER_SPATIAL: tl.constexpr,
+    RMS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Backward of rows too long for registers, given their statistics: the two row sums, then dx
     and the partial column sums (added into this program's workspace slice; the row sums' cross-warp
     reductions, barriers, separate one tile's stores from the next tile's loads of the slice)."""
@@ -315,10 +519,10 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
         col_mask = cols < row_size
         mask = row_mask[:, None] & col_mask[None, :]
         x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
-        dy = load_row_tile(dy_ptr, dy_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
-                           COMPUTE)
-        scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
-                               PER_SPATIAL, HAS_SCALE, False, COMPUTE)
+        dy = load_row_tile(dy_ptr, dy_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask, COMPUTE)
+        scale, _ = load_params(
+            scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group, PER_SPATIAL, HAS_SCALE, False, COMPUTE
+        )
         grad = dy * scale
         sum_g += grad
         sum_gx += tl.where(mask, grad * (x - mean[:, None]) * rstd[:, None], 0.0)
@@ -330,16 +534,24 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
         col_mask = cols < row_size
         mask = row_mask[:, None] & col_mask[None, :]
         x = load_row_tile(x_ptr, x_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_x, COL_UNIT), mask, COMPUTE)
-        dy = load_row_tile(dy_ptr, dy_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask,
-                           COMPUTE)
-        scale, _ = load_params(scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group,
-                               PER_SPATIAL, HAS_SCALE, False, COMPUTE)
+        dy = load_row_tile(dy_ptr, dy_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dy, COL_UNIT), mask, COMPUTE)
+        scale, _ = load_params(
+            scale_ptr, scale_ptr, g, cols, col_mask, row_size, params_per_group, PER_SPATIAL, HAS_SCALE, False, COMPUTE
+        )
         xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         inner = dy * scale - xhat * projection[:, None]
         if not RMS:
             inner -= average[:, None]
-        blend_store(dx_ptr, dx_rows, flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT), mask,
-                    rstd[:, None] * inner, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+        blend_store(
+            dx_ptr,
+            dx_rows,
+            flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT),
+            mask,
+            rstd[:, None] * inner,
+            tl.cast(alpha, COMPUTE),
+            tl.cast(beta, COMPUTE),
+            HAS_BETA,
+        )
         dscale = tl.sum(dy * xhat, axis=0)
         dbias = tl.sum(dy, axis=0)
         if not first_tile:
@@ -350,10 +562,26 @@ def streamed_row_gradient(x_ptr, dy_ptr, dx_ptr, scale_ptr, partial_ptr, half, f
 
 
 @triton.jit
-def norm_finalize_kernel(partial_ptr, dscale_ptr, dbias_ptr, param_sizes, dscale_strides, dbias_strides,
-                         parameters, programs, row_size, params_per_group, half, alpha: tl.float64, beta: tl.float64,
-                         PARAM_DIMS: tl.constexpr, HAS_DSCALE: tl.constexpr, HAS_BETA: tl.constexpr,
-                         BLOCK_F: tl.constexpr, ROWS: tl.constexpr):
+def norm_finalize_kernel(
+    partial_ptr,
+    dscale_ptr,
+    dbias_ptr,
+    param_sizes,
+    dscale_strides,
+    dbias_strides,
+    parameters,
+    programs,
+    row_size,
+    params_per_group,
+    half,
+    alpha: tl.float64,
+    beta: tl.float64,
+    PARAM_DIMS: tl.constexpr,
+    HAS_DSCALE: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    ROWS: tl.constexpr,
+):
     """dscale[f] (and dbias[f]) = alpha * (sum over programs p and the S = row_size / params_per_group
     columns of parameter f of the partials, slice 0 first) + beta * prior; f = g * params_per_group + q
     is the parameter's flattened index, placed through the caller's strides. Program (i, k) sums
@@ -370,16 +598,19 @@ def norm_finalize_kernel(partial_ptr, dscale_ptr, dbias_ptr, param_sizes, dscale
     for start in range(0, count, ROWS):
         r = start + tl.arange(0, ROWS)
         p = r // spatial
-        summands = (which * half + (first_slice[None, :] + p[:, None]) * row_size + column[None, :]
-                    + (r - p * spatial)[:, None])
+        summands = (
+            which * half + (first_slice[None, :] + p[:, None]) * row_size + column[None, :] + (r - p * spatial)[:, None]
+        )
         acc += tl.load(partial_ptr + summands, mask=(r < count)[:, None] & f_mask[None, :], other=0.0)
     total = tl.sum(acc, axis=0)
     if which == 0:
-        blend_vector(dscale_ptr + dim_offsets(f, PARAM_DIMS, param_sizes, dscale_strides), f_mask, total, alpha,
-                     beta, HAS_BETA)
+        blend_vector(
+            dscale_ptr + dim_offsets(f, PARAM_DIMS, param_sizes, dscale_strides), f_mask, total, alpha, beta, HAS_BETA
+        )
     else:
-        blend_vector(dbias_ptr + dim_offsets(f, PARAM_DIMS, param_sizes, dbias_strides), f_mask, total, alpha,
-                     beta, HAS_BETA)
+        blend_vector(
+            dbias_ptr + dim_offsets(f, PARAM_DIMS, param_sizes, dbias_strides), f_mask, total, alpha, beta, HAS_BETA
+        )
 
 
 @triton.jit
@@ -391,6 +622,7 @@ def blend_vector(pointers, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
 
 
 # the launcher --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class NormPlan:
@@ -421,11 +653,16 @@ def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     dy = problem.dy or problem.x
     operands = (x, out, dy)
     stats_strides = stats.strides if stats is not None else (0,) * x.ndim
+
     def dims(axes: range, with_stats: bool) -> list[tuple[int, tuple[int, ...]]]:
         """The axes in logical order, merged where every operand is contiguous across them."""
-        return merged_dims([(x.dims[k], tuple(d.strides[k] for d in operands) + ((stats_strides[k],) if with_stats
-                                                                                  else ())) for k in axes],
-                           by_stride=False)
+        return merged_dims(
+            [
+                (x.dims[k], tuple(d.strides[k] for d in operands) + ((stats_strides[k],) if with_stats else ()))
+                for k in axes
+            ],
+            by_stride=False,
+        )
 
     if problem.grouped:
         per_group = x.dims[1] // problem.groups
@@ -474,8 +711,17 @@ def workspace_size(problem: NormProblem) -> int:
     return 0
 
 
-def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bound | None,
-        mean: Bound | None, inv_std: Bound | None, dy: Bound | None = None, dscale: Bound | None = None) -> None:
+def run(
+    problem: NormProblem,
+    x: Bound,
+    y: Bound,
+    scale: Bound | None,
+    bias: Bound | None,
+    mean: Bound | None,
+    inv_std: Bound | None,
+    dy: Bound | None = None,
+    dscale: Bound | None = None,
+) -> None:
     """Forward: y and the statistics when bound. Backward: dx into ``y``, dscale, and dbias into ``bias``."""
     bounds = dict(scale=scale, bias=bias, mean=mean, inv_std=inv_std, dy=dy, dscale=dscale)
     tensors = {"x": torch_view(x), "y": torch_view(y)}
@@ -486,12 +732,19 @@ def run(problem: NormProblem, x: Bound, y: Bound, scale: Bound | None, bias: Bou
     device = tensors["x"].device
     descs = (b.desc if b is not None else None for b in (inv_std, dscale, bias if problem.backward else None))
     norm_launches(problem, *descs, tuple(sorted(tensors)), (device.index or 0) if device.type == "cuda" else None)(
-        tensors)
+        tensors
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def norm_launches(problem: NormProblem, stats: TensorDescriptor | None, dscale: TensorDescriptor | None,
-                  dbias: TensorDescriptor | None, given: tuple[str, ...], device: int | None) -> Launches:
+def norm_launches(
+    problem: NormProblem,
+    stats: TensorDescriptor | None,
+    dscale: TensorDescriptor | None,
+    dbias: TensorDescriptor | None,
+    given: tuple[str, ...],
+    device: int | None,
+) -> Launches:
     """The launches computing ``problem`` with the tensors named in ``given`` (absent ones are never
     read; x stands in for them) on CUDA device ``device`` (None: the interpreter), planned once."""
     plan = norm_plan(problem, stats)
@@ -499,39 +752,96 @@ def norm_launches(problem: NormProblem, stats: TensorDescriptor | None, dscale: 
     row_sizes, *row_strides = _split(plan.rows, 4)
     col_sizes, *col_strides = _split(plan.cols, 3)
     unit = len(plan.cols) == 1 and all(s == 1 for s in plan.cols[0][1])
-    flags = dict(ROW_DIMS=len(plan.rows), COL_DIMS=len(plan.cols), COL_UNIT=unit, ALIGN=_alignment(plan, 3),
-                 PER_SPATIAL=problem.grouped, RMS=problem.rms, HAS_SCALE="scale" in given,
-                 HAS_RSTD="inv_std" in given, HAS_BETA=problem.beta != 0.0, SINGLE=plan.single, COMPUTE=compute,
-                 BLOCK_R=plan.block_r, BLOCK=plan.block,
-                 num_warps=_warps(plan, problem.backward))
+    flags = dict(
+        ROW_DIMS=len(plan.rows),
+        COL_DIMS=len(plan.cols),
+        COL_UNIT=unit,
+        ALIGN=_alignment(plan, 3),
+        PER_SPATIAL=problem.grouped,
+        RMS=problem.rms,
+        HAS_SCALE="scale" in given,
+        HAS_RSTD="inv_std" in given,
+        HAS_BETA=problem.beta != 0.0,
+        SINGLE=plan.single,
+        COMPUTE=compute,
+        BLOCK_R=plan.block_r,
+        BLOCK=plan.block,
+        num_warps=_warps(plan, problem.backward),
+    )
     slot = {name: Slot(name if name in given else "x") for name in ("scale", "bias", "mean", "inv_std")}
     common = (plan.inner_rows, problem.row_size, plan.params_per_group, problem.epsilon, problem.alpha, problem.beta)
     if not problem.backward:
         grid = (triton.cdiv(plan.inner_rows, plan.block_r), plan.groups)  # many tiles: axis 0 has no 65535 limit
-        return Launches((Launch(norm_forward_kernel, grid, (
-            Slot("x"), Slot("y"), slot["scale"], slot["bias"], slot["mean"], slot["inv_std"],
-            plan.group_strides, row_sizes, row_strides[0], row_strides[1], row_strides[3], col_sizes,
-            col_strides[0], col_strides[1], *common), dict(HAS_BIAS="bias" in given, HAS_MEAN="mean" in given,
-                                                           **flags)),))
+        return Launches(
+            (
+                Launch(
+                    norm_forward_kernel,
+                    grid,
+                    (
+                        Slot("x"),
+                        Slot("y"),
+                        slot["scale"],
+                        slot["bias"],
+                        slot["mean"],
+                        slot["inv_std"],
+                        plan.group_strides,
+                        row_sizes,
+                        row_strides[0],
+                        row_strides[1],
+                        row_strides[3],
+                        col_sizes,
+                        col_strides[0],
+                        col_strides[1],
+                        *common,
+                    ),
+                    dict(HAS_BIAS="bias" in given, HAS_MEAN="mean" in given, **flags),
+                ),
+            )
+        )
     import torch
 
     tiles = triton.cdiv(plan.inner_rows, plan.block_r)
     programs = max(1, min(tiles, _programs_per_group(device, plan.groups, BACKWARD_SM_WARPS // flags["num_warps"])))
     half = plan.groups * programs * problem.row_size
     partial = Scratch("partial", 2 * half, torch.float64 if compute == tl.float64 else torch.float32)
-    backward = Launch(norm_backward_kernel, (plan.groups, programs), (
-        Slot("x"), Slot("dy"), Slot("y"), slot["scale"], slot["mean"], slot["inv_std"], Slot("partial"),
-        (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
-        row_sizes, row_strides[0], row_strides[2], row_strides[1], row_strides[3], col_sizes,
-        col_strides[0], col_strides[2], col_strides[1], *common),
-        dict(HAS_MEAN="mean" in given, STAGES=PIPELINE_STAGES[problem.x.dtype.itemsize] if plan.single else 1, **flags))
+    backward = Launch(
+        norm_backward_kernel,
+        (plan.groups, programs),
+        (
+            Slot("x"),
+            Slot("dy"),
+            Slot("y"),
+            slot["scale"],
+            slot["mean"],
+            slot["inv_std"],
+            Slot("partial"),
+            (plan.group_strides[0], plan.group_strides[2], plan.group_strides[1], plan.group_strides[3]),
+            row_sizes,
+            row_strides[0],
+            row_strides[2],
+            row_strides[1],
+            row_strides[3],
+            col_sizes,
+            col_strides[0],
+            col_strides[2],
+            col_strides[1],
+            *common,
+        ),
+        dict(HAS_MEAN="mean" in given, STAGES=PIPELINE_STAGES[problem.x.dtype.itemsize] if plan.single else 1, **flags),
+    )
     if dscale is None and dbias is None:
         return Launches((backward,), (partial,))
     return Launches((backward, _finalize(problem, plan, programs, half, dscale, dbias)), (partial,))
 
 
-def _finalize(problem: NormProblem, plan: NormPlan, programs: int, half: int, dscale: TensorDescriptor | None,
-              dbias: TensorDescriptor | None) -> Launch:
+def _finalize(
+    problem: NormProblem,
+    plan: NormPlan,
+    programs: int,
+    half: int,
+    dscale: TensorDescriptor | None,
+    dbias: TensorDescriptor | None,
+) -> Launch:
     """dscale and dbias (in the "bias" slot) from the backward's partial sums."""
     parameters = plan.groups * plan.params_per_group
     written = [d for d in (dscale, dbias) if d is not None]
@@ -540,12 +850,33 @@ def _finalize(problem: NormProblem, plan: NormPlan, programs: int, half: int, ds
     # layer/RMS: a parameter per column, summands contiguous across parameters; group: few parameters,
     # many summands each (programs x spatial), so one or two parameters per program
     block_f = FINAL_BLOCK if problem.row_size == plan.params_per_group else 2
-    return Launch(norm_finalize_kernel, (triton.cdiv(parameters, block_f), len(written)), (
-        Slot("partial"), Slot("dscale" if dscale is not None else "partial"),
-        Slot("bias" if dbias is not None else "partial"), tuple(sizes), strides[0], strides[-1], parameters,
-        programs, problem.row_size, plan.params_per_group, half, problem.dparam_alpha, problem.dparam_beta),
-        dict(PARAM_DIMS=len(sizes), HAS_DSCALE=dscale is not None,
-             HAS_BETA=problem.dparam_beta != 0.0, BLOCK_F=block_f, ROWS=FINAL_TILE // block_f, num_warps=4))
+    return Launch(
+        norm_finalize_kernel,
+        (triton.cdiv(parameters, block_f), len(written)),
+        (
+            Slot("partial"),
+            Slot("dscale" if dscale is not None else "partial"),
+            Slot("bias" if dbias is not None else "partial"),
+            tuple(sizes),
+            strides[0],
+            strides[-1],
+            parameters,
+            programs,
+            problem.row_size,
+            plan.params_per_group,
+            half,
+            problem.dparam_alpha,
+            problem.dparam_beta,
+        ),
+        dict(
+            PARAM_DIMS=len(sizes),
+            HAS_DSCALE=dscale is not None,
+            HAS_BETA=problem.dparam_beta != 0.0,
+            BLOCK_F=block_f,
+            ROWS=FINAL_TILE // block_f,
+            num_warps=4,
+        ),
+    )
 
 
 def _programs_per_group(device: int | None, groups: int, per_sm: int) -> int:

@@ -63,9 +63,16 @@ class ActivationDescriptor:
         return PointwiseMode(self.mode.value + "_bwd")
 
 
-def activation_forward(handle: Handle, act_desc: ActivationDescriptor, alpha: float,
-                       x_desc: TensorDescriptor, x: Any, beta: float,
-                       y_desc: TensorDescriptor, y: Any) -> None:
+def activation_forward(
+    handle: Handle,
+    act_desc: ActivationDescriptor,
+    alpha: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    beta: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+) -> None:
     """``y = alpha * act(x) + beta * y``; with beta == 0, y is never read.
 
     Raises:
@@ -74,15 +81,32 @@ def activation_forward(handle: Handle, act_desc: ActivationDescriptor, alpha: fl
     _check_activation_descriptor(act_desc)
     xb, yb = bind("x", x_desc, x), bind("y", y_desc, y, output=True)
     check_same_dims("x_desc", x_desc, "y_desc", y_desc)
-    problem = pointwise_problem(act_desc.forward_mode, [xb], yb, alpha=alpha, beta=beta,
-                                coef=act_desc.coef or 0.0, propagate_nan=_propagates(act_desc))
+    problem = pointwise_problem(
+        act_desc.forward_mode,
+        [xb],
+        yb,
+        alpha=alpha,
+        beta=beta,
+        coef=act_desc.coef or 0.0,
+        propagate_nan=_propagates(act_desc),
+    )
     dispatch(handle, "pointwise", problem, [xb], yb)
 
 
-def activation_backward(handle: Handle, act_desc: ActivationDescriptor, alpha: float,
-                        y_desc: TensorDescriptor, y: Any, dy_desc: TensorDescriptor, dy: Any,
-                        x_desc: TensorDescriptor, x: Any, beta: float,
-                        dx_desc: TensorDescriptor, dx: Any) -> None:
+def activation_backward(
+    handle: Handle,
+    act_desc: ActivationDescriptor,
+    alpha: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    x_desc: TensorDescriptor,
+    x: Any,
+    beta: float,
+    dx_desc: TensorDescriptor,
+    dx: Any,
+) -> None:
     """``dx = alpha * dy * act'(x) + beta * dx``; y (the forward output) is checked, not needed.
 
     Raises:
@@ -94,14 +118,20 @@ def activation_backward(handle: Handle, act_desc: ActivationDescriptor, alpha: f
     dxb = bind("dx", dx_desc, dx, output=True)
     for name, desc in (("y_desc", y_desc), ("dy_desc", dy_desc), ("dx_desc", dx_desc)):
         check_same_dims(name, desc, "x_desc", x_desc)
-    problem = pointwise_problem(act_desc.backward_mode, [dyb, xb], dxb, alpha=alpha, beta=beta,
-                                coef=act_desc.coef or 0.0, propagate_nan=_propagates(act_desc))
+    problem = pointwise_problem(
+        act_desc.backward_mode,
+        [dyb, xb],
+        dxb,
+        alpha=alpha,
+        beta=beta,
+        coef=act_desc.coef or 0.0,
+        propagate_nan=_propagates(act_desc),
+    )
     dispatch(handle, "pointwise", problem, [dyb, xb], dxb)
 
 
 def _check_activation_descriptor(act_desc: Any) -> None:
-    require(isinstance(act_desc, ActivationDescriptor),
-            f"act_desc={act_desc!r} must be an ActivationDescriptor")
+    require(isinstance(act_desc, ActivationDescriptor), f"act_desc={act_desc!r} must be an ActivationDescriptor")
 
 
 def _propagates(act_desc: ActivationDescriptor) -> bool:

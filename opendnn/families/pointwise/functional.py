@@ -35,9 +35,17 @@ from opendnn.families.pointwise.problem import (
 )
 
 _FLOAT_RANK = {DataType.HALF: 1, DataType.BFLOAT16: 1, DataType.FLOAT: 2, DataType.DOUBLE: 3}
-_RELATIONAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
-               PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
-               PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
+_RELATIONAL = {
+    PointwiseMode.CMP_EQ,
+    PointwiseMode.CMP_NEQ,
+    PointwiseMode.CMP_GT,
+    PointwiseMode.CMP_GE,
+    PointwiseMode.CMP_LT,
+    PointwiseMode.CMP_LE,
+    PointwiseMode.LOGICAL_AND,
+    PointwiseMode.LOGICAL_OR,
+    PointwiseMode.LOGICAL_NOT,
+}
 
 
 def _result_dtype(mode: PointwiseMode, descs: Sequence[TensorDescriptor]) -> DataType:
@@ -56,8 +64,14 @@ def _result_dtype(mode: PointwiseMode, descs: Sequence[TensorDescriptor]) -> Dat
     return DataType.FLOAT if {DataType.HALF, DataType.BFLOAT16} <= dtypes and widest.itemsize == 2 else widest
 
 
-def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, dtype: DataType | None = None,
-               names: tuple[str, ...] | None = None, **parameters: Any) -> Any:
+def _pointwise(
+    mode: PointwiseMode,
+    *arrays: Any,
+    handle: Handle | None = None,
+    dtype: DataType | None = None,
+    names: tuple[str, ...] | None = None,
+    **parameters: Any,
+) -> Any:
     """``mode`` of ``arrays``, which the caller calls ``names`` (default: the mode's ARGUMENT_NAMES)."""
     names = names or ARGUMENT_NAMES[mode]
     inputs = [wrap(name, a) for name, a in zip(names, arrays)]
@@ -75,15 +89,27 @@ def _pointwise(mode: PointwiseMode, *arrays: Any, handle: Handle | None = None, 
 
 
 # what the Pythonic functions call the inputs of each mode
-ARGUMENT_NAMES = {mode: ("a", "b", "condition") if mode is PointwiseMode.BINARY_SELECT
-                  else ("dy", "x") if mode.value.endswith("_bwd") else ("a", "b") if mode.arity == 2 else ("x",)
-                  for mode in PointwiseMode}
+ARGUMENT_NAMES = {
+    mode: ("a", "b", "condition")
+    if mode is PointwiseMode.BINARY_SELECT
+    else ("dy", "x")
+    if mode.value.endswith("_bwd")
+    else ("a", "b")
+    if mode.arity == 2
+    else ("x",)
+    for mode in PointwiseMode
+}
 
 
 @memoized  # the inputs' layouts repeat from call to call
-def _same_shape_problem(mode: PointwiseMode, descs: tuple[TensorDescriptor, ...], names: tuple[str, ...],
-                        shape: tuple[int, ...], dtype: DataType | None,
-                        **parameters: Any) -> tuple[int, PointwiseProblem]:
+def _same_shape_problem(
+    mode: PointwiseMode,
+    descs: tuple[TensorDescriptor, ...],
+    names: tuple[str, ...],
+    shape: tuple[int, ...],
+    dtype: DataType | None,
+    **parameters: Any,
+) -> tuple[int, PointwiseProblem]:
     """(the input whose memory order and device the output takes, the problem) for inputs of one
     shape: the output is packed in that input's memory order."""
     like = next((k for k, d in enumerate(descs) if 0 not in d.strides), 0)
@@ -94,8 +120,13 @@ def _same_shape_problem(mode: PointwiseMode, descs: tuple[TensorDescriptor, ...]
     return like, pointwise_problem(mode, inputs, output, **parameters)
 
 
-def _broadcast(mode: PointwiseMode, inputs: list[Bound], arrays: tuple[Any, ...], shapes: list[tuple[int, ...]],
-               dtype: DataType | None) -> tuple[tuple[int, ...], list[Bound], Bound]:
+def _broadcast(
+    mode: PointwiseMode,
+    inputs: list[Bound],
+    arrays: tuple[Any, ...],
+    shapes: list[tuple[int, ...]],
+    dtype: DataType | None,
+) -> tuple[tuple[int, ...], list[Bound], Bound]:
     """(the broadcast shape, the inputs broadcast to it, the output) for inputs of different shapes."""
     try:
         shape = tuple(np.broadcast_shapes(*shapes))
@@ -110,6 +141,7 @@ def _broadcast(mode: PointwiseMode, inputs: list[Bound], arrays: tuple[Any, ...]
 
 # activations, forward ------------------------------------------------------------------------
 
+
 def relu(x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """max(x, 0); NaN gives NaN with propagate_nan, else 0."""
     return _pointwise(PointwiseMode.RELU_FWD, x, propagate_nan=propagate_nan, handle=handle)
@@ -118,14 +150,14 @@ def relu(x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -
 def clipped_relu(x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """min(max(x, 0), ceiling) (relu6 for ceiling 6)."""
     mode = PointwiseMode.CLIPPED_RELU_FWD
-    return _pointwise(mode, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan,
-                      handle=handle)
+    return _pointwise(mode, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan, handle=handle)
 
 
 def elu(x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
     """x if x > 0 else alpha * (exp(x) - 1)."""
-    return _pointwise(PointwiseMode.ELU_FWD, x, coef=resolved_coef(PointwiseMode.ELU_FWD, alpha, "alpha"),
-                      handle=handle)
+    return _pointwise(
+        PointwiseMode.ELU_FWD, x, coef=resolved_coef(PointwiseMode.ELU_FWD, alpha, "alpha"), handle=handle
+    )
 
 
 def gelu(x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
@@ -159,11 +191,13 @@ def softplus(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
 
 def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
     """x * sigmoid(beta * x) (silu for beta 1)."""
-    return _pointwise(PointwiseMode.SWISH_FWD, x, coef=resolved_coef(PointwiseMode.SWISH_FWD, beta, "beta"),
-                      handle=handle)
+    return _pointwise(
+        PointwiseMode.SWISH_FWD, x, coef=resolved_coef(PointwiseMode.SWISH_FWD, beta, "beta"), handle=handle
+    )
 
 
 # activations, backward: dx = dy * f'(x) ------------------------------------------------------
+
 
 def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """Gradient of relu: dy where x > 0, else 0.
@@ -183,8 +217,9 @@ def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handl
     return _pointwise(PointwiseMode.RELU_BWD, dy, x, propagate_nan=propagate_nan, handle=handle)
 
 
-def clipped_relu_backward(dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False,
-                          handle: Handle | None = None) -> Any:
+def clipped_relu_backward(
+    dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None
+) -> Any:
     """Gradient of clipped_relu: dy where 0 < x < ceiling, else 0.
 
     Args:
@@ -202,8 +237,9 @@ def clipped_relu_backward(dy: Any, x: Any, ceiling: float, *, propagate_nan: boo
         BadParam: ``ceiling`` not a finite number above 0.
     """
     mode = PointwiseMode.CLIPPED_RELU_BWD
-    return _pointwise(mode, dy, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan,
-                      handle=handle)
+    return _pointwise(
+        mode, dy, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan, handle=handle
+    )
 
 
 def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
@@ -222,8 +258,9 @@ def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None =
         BadParam: ``dy`` and ``x`` do not broadcast together.
         BadParam: ``alpha`` not a finite number.
     """
-    return _pointwise(PointwiseMode.ELU_BWD, dy, x, coef=resolved_coef(PointwiseMode.ELU_BWD, alpha, "alpha"),
-                      handle=handle)
+    return _pointwise(
+        PointwiseMode.ELU_BWD, dy, x, coef=resolved_coef(PointwiseMode.ELU_BWD, alpha, "alpha"), handle=handle
+    )
 
 
 def gelu_backward(dy: Any, x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
@@ -326,6 +363,7 @@ def _gelu_mode(approximate: str, suffix: str) -> PointwiseMode:
 
 
 # arithmetic, mathematical, relational and logical ----------------------------------------------
+
 
 def pointwise(mode: PointwiseMode, *inputs: Any, coef: float | None = None, handle: Handle | None = None) -> Any:
     """Any PointwiseMode applied to broadcast inputs (as many as the mode's arity); ``coef`` None
@@ -756,8 +794,10 @@ def gen_index(x: Any, axis: int, *, dtype: Any = "int64", handle: Handle | None 
 
 # tensor transforms -----------------------------------------------------------------------------
 
-def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1.0,
-              handle: Handle | None = None) -> Any:
+
+def transform(
+    x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1.0, handle: Handle | None = None
+) -> Any:
     """alpha * x in a new layout and/or dtype.
 
     Args:
@@ -783,6 +823,7 @@ def transform(x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1
 
 # the activation of a fused epilogue ------------------------------------------------------------
 
+
 def activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | None:
     """The mode of a fused epilogue's activation, named as torch does ("relu", "silu", "gelu_tanh",
     "identity", ...: ``ACTIVATION_TABLE``'s names and aliases) or given as a PointwiseMode; None
@@ -795,6 +836,8 @@ def activation_mode(activation: str | PointwiseMode | None) -> PointwiseMode | N
         return activation
     name = ACTIVATION_NAMES.get(str(activation).lower().removesuffix("_fwd"))
     if name is None:
-        raise BadParam(f"activation={activation!r} is not a forward activation: None or one of "
-                       f"{', '.join(map(repr, ACTIVATION_NAMES))}")
+        raise BadParam(
+            f"activation={activation!r} is not a forward activation: None or one of "
+            f"{', '.join(map(repr, ACTIVATION_NAMES))}"
+        )
     return PointwiseMode.IDENTITY if name == "identity" else PointwiseMode(f"{name}_fwd")

@@ -15,7 +15,9 @@ def supports(problem: PointwiseProblem) -> str | None:
 
 def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> None:
     compute = problem.compute_dtype
-    values = [read(tensor, compute) * scale if scale != 1.0 else read(tensor, compute)
-              for tensor, scale in zip(inputs, problem.input_scales)]
+    values = [
+        read(tensor, compute) * scale if scale != 1.0 else read(tensor, compute)
+        for tensor, scale in zip(inputs, problem.input_scales)
+    ]
     result = reference(problem.mode, values, problem.coef, problem.propagate_nan)
     write(output, result.astype(compute.to_numpy(), copy=False), problem.alpha, problem.beta)

@@ -96,11 +96,29 @@ class PointwiseMode(enum.Enum):
         return ARITY[self]
 
 
-_BINARY = {"add", "sub", "mul", "div", "max", "min", "mod", "pow", "add_square", "cmp_eq",
-           "cmp_neq", "cmp_gt", "cmp_ge", "cmp_lt", "cmp_le", "logical_and", "logical_or"}
-ARITY = {mode: 3 if mode is PointwiseMode.BINARY_SELECT
-         else 2 if mode.value in _BINARY or mode.value.endswith("_bwd") else 1
-         for mode in PointwiseMode}
+_BINARY = {
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "max",
+    "min",
+    "mod",
+    "pow",
+    "add_square",
+    "cmp_eq",
+    "cmp_neq",
+    "cmp_gt",
+    "cmp_ge",
+    "cmp_lt",
+    "cmp_le",
+    "logical_and",
+    "logical_or",
+}
+ARITY = {
+    mode: 3 if mode is PointwiseMode.BINARY_SELECT else 2 if mode.value in _BINARY or mode.value.endswith("_bwd") else 1
+    for mode in PointwiseMode
+}
 
 
 @dataclass(frozen=True)
@@ -123,18 +141,21 @@ class Activation:
     positive: bool = False
 
 
-ACTIVATION_TABLE = {entry.name: entry for entry in (
-    Activation("identity"),
-    Activation("relu"),
-    Activation("clipped_relu", coefficient="ceiling", positive=True),  # no default: relu6 is ceiling 6
-    Activation("elu", coefficient="alpha", default=1.0),
-    Activation("gelu"),
-    Activation("gelu_approx_tanh", aliases=("gelu_tanh",)),
-    Activation("sigmoid"),
-    Activation("tanh"),
-    Activation("softplus", coefficient="beta", default=1.0, positive=True),
-    Activation("swish", aliases=("silu",), coefficient="beta", default=1.0, positive=True),
-)}
+ACTIVATION_TABLE = {
+    entry.name: entry
+    for entry in (
+        Activation("identity"),
+        Activation("relu"),
+        Activation("clipped_relu", coefficient="ceiling", positive=True),  # no default: relu6 is ceiling 6
+        Activation("elu", coefficient="alpha", default=1.0),
+        Activation("gelu"),
+        Activation("gelu_approx_tanh", aliases=("gelu_tanh",)),
+        Activation("sigmoid"),
+        Activation("tanh"),
+        Activation("softplus", coefficient="beta", default=1.0, positive=True),
+        Activation("swish", aliases=("silu",), coefficient="beta", default=1.0, positive=True),
+    )
+}
 ACTIVATION_NAMES = {alias: entry.name for entry in ACTIVATION_TABLE.values() for alias in (entry.name, *entry.aliases)}
 
 
@@ -183,10 +204,18 @@ class PointwiseProblem:
     compute_dtype: DataType = DataType.FLOAT
 
 
-def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Bound, *, alpha: float = 1.0,
-                      beta: float = 0.0, input_scales: Sequence[float] = (1.0, 1.0, 1.0),
-                      coef: float | None = None, propagate_nan: bool = False,
-                      compute_type: DataType | None = None) -> PointwiseProblem:
+def pointwise_problem(
+    mode: PointwiseMode,
+    inputs: Sequence[Bound],
+    output: Bound,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    input_scales: Sequence[float] = (1.0, 1.0, 1.0),
+    coef: float | None = None,
+    propagate_nan: bool = False,
+    compute_type: DataType | None = None,
+) -> PointwiseProblem:
     """The shape and dtype rules of every pointwise call. Arithmetic runs in ``compute_type``:
     by default float64 when any tensor is float64, int32 or int64, else float32. ``coef`` None is
     the mode's default (``resolved_coef``).
@@ -195,19 +224,34 @@ def pointwise_problem(mode: PointwiseMode, inputs: Sequence[Bound], output: Boun
         BadParam: an input count that does not match the mode, an input that does not broadcast
             to the output, a non-finite alpha, beta or scale, a coefficient against its rule.
     """
-    return _pointwise_problem(mode, tuple((t.name, t.desc) for t in inputs), (output.name, output.desc), alpha,
-                              beta, tuple(input_scales), coef, propagate_nan, compute_type)
+    return _pointwise_problem(
+        mode,
+        tuple((t.name, t.desc) for t in inputs),
+        (output.name, output.desc),
+        alpha,
+        beta,
+        tuple(input_scales),
+        coef,
+        propagate_nan,
+        compute_type,
+    )
 
 
 @memoized
-def _pointwise_problem(mode: PointwiseMode, inputs: tuple[tuple[str, TensorDescriptor], ...],
-                       output: tuple[str, TensorDescriptor], alpha: float, beta: float,
-                       input_scales: tuple[float, ...], coef: float | None, propagate_nan: bool,
-                       compute_type: DataType | None) -> PointwiseProblem:
+def _pointwise_problem(
+    mode: PointwiseMode,
+    inputs: tuple[tuple[str, TensorDescriptor], ...],
+    output: tuple[str, TensorDescriptor],
+    alpha: float,
+    beta: float,
+    input_scales: tuple[float, ...],
+    coef: float | None,
+    propagate_nan: bool,
+    compute_type: DataType | None,
+) -> PointwiseProblem:
     """pointwise_problem of (name, descriptor) pairs: hashable, so memoized."""
     mode = check_member("mode", PointwiseMode, mode)
-    require(len(inputs) == mode.arity,
-            f"mode={mode.name} takes {mode.arity} inputs, got {len(inputs)}")
+    require(len(inputs) == mode.arity, f"mode={mode.name} takes {mode.arity} inputs, got {len(inputs)}")
     output_name, output_desc = output
     for name, desc in inputs:
         check_broadcastable(f"{name}_desc", desc, f"{output_name}_desc", output_desc)
@@ -220,12 +264,12 @@ def _pointwise_problem(mode: PointwiseMode, inputs: tuple[tuple[str, TensorDescr
         wide = (DataType.DOUBLE, DataType.INT32, DataType.INT64)
         double = any(d.dtype in wide for d in (*descs, output_desc))
         compute_type = DataType.DOUBLE if double else DataType.FLOAT
-    return PointwiseProblem(mode, descs, output_desc, alpha, beta, scales[:3], coef, bool(propagate_nan),
-                            compute_type)
+    return PointwiseProblem(mode, descs, output_desc, alpha, beta, scales[:3], coef, bool(propagate_nan), compute_type)
 
 
-def reference(mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0.0,
-              propagate_nan: bool = False) -> np.ndarray:
+def reference(
+    mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0.0, propagate_nan: bool = False
+) -> np.ndarray:
     """The NumPy definition of every mode, computed in the inputs' float dtype."""
     a = inputs[0]
     b, c = (*inputs[1:], a, a)[:2]  # (a mode of fewer inputs never reads the missing ones)
@@ -312,16 +356,38 @@ def _truth(x: np.ndarray) -> np.ndarray:
 
 
 _REFERENCE_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": np.maximum, "min": np.minimum, "mod": np.fmod, "pow": np.power,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+    "mod": np.fmod,
+    "pow": np.power,
     "add_square": lambda a, b: a + b * b,
-    "cmp_eq": np.equal, "cmp_neq": np.not_equal, "cmp_gt": np.greater, "cmp_ge": np.greater_equal,
-    "cmp_lt": np.less, "cmp_le": np.less_equal,
-    "logical_and": lambda a, b: _truth(a) & _truth(b), "logical_or": lambda a, b: _truth(a) | _truth(b),
+    "cmp_eq": np.equal,
+    "cmp_neq": np.not_equal,
+    "cmp_gt": np.greater,
+    "cmp_ge": np.greater_equal,
+    "cmp_lt": np.less,
+    "cmp_le": np.less_equal,
+    "logical_and": lambda a, b: _truth(a) & _truth(b),
+    "logical_or": lambda a, b: _truth(a) | _truth(b),
 }
 _REFERENCE_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "abs": np.abs, "ceil": np.ceil, "floor": np.floor, "cos": np.cos, "sin": np.sin, "tan": np.tan,
-    "exp": np.exp, "log": np.log, "neg": np.negative, "sqrt": np.sqrt,
-    "rsqrt": lambda a: 1 / np.sqrt(a), "reciprocal": lambda a: 1 / a, "erf": _erf,
-    "identity": lambda a: a, "logical_not": lambda a: ~_truth(a),
+    "abs": np.abs,
+    "ceil": np.ceil,
+    "floor": np.floor,
+    "cos": np.cos,
+    "sin": np.sin,
+    "tan": np.tan,
+    "exp": np.exp,
+    "log": np.log,
+    "neg": np.negative,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda a: 1 / np.sqrt(a),
+    "reciprocal": lambda a: 1 / a,
+    "erf": _erf,
+    "identity": lambda a: a,
+    "logical_not": lambda a: ~_truth(a),
 }

@@ -35,7 +35,11 @@ from opendnn.families.pointwise.tensor_ops_api import (
 )
 
 _DOMAINS: dict[str, tuple[float, float]] = {
-    "log": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0), "tan": (-1.2, 1.2), "exp": (-4.0, 4.0),
+    "log": (0.1, 4.0),
+    "sqrt": (0.1, 4.0),
+    "rsqrt": (0.1, 4.0),
+    "tan": (-1.2, 1.2),
+    "exp": (-4.0, 4.0),
 }
 
 
@@ -57,8 +61,7 @@ def run_pointwise(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarra
         inputs[1][..., ::2] = inputs[0][..., ::2]
     result = reference(mode, [t.values(x) for x in inputs], coef=1.5)
     y, expected = blend(sample, t, sample.shape, result.astype(np.float64))
-    pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y,
-              coef=1.5)
+    pointwise(handle, mode, sample.alpha, [(descriptor(x), x) for x in inputs], sample.beta, descriptor(y), y, coef=1.5)
     return checked(t, y, expected)
 
 
@@ -91,8 +94,20 @@ def run_activation_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple
     y = t.input(sample.shape, sample.dtype, "packed")  # the forward output: checked, not used
     result = reference(act.backward_mode, [t.values(dy), t.values(x)], act.coef or 0.0, propagate)
     dx, expected = blend(sample, t, sample.shape, result)
-    activation_backward(handle, act, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
-                        sample.beta, descriptor(dx), dx)
+    activation_backward(
+        handle,
+        act,
+        sample.alpha,
+        descriptor(y),
+        y,
+        descriptor(dy),
+        dy,
+        descriptor(x),
+        x,
+        sample.beta,
+        descriptor(dx),
+        dx,
+    )
     return checked(t, dx, expected)
 
 
@@ -111,8 +126,19 @@ def run_op_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarra
     result = reference(op.value, values)
     c, expected = blend(sample, t, sample.shape, result.astype(np.float64))  # alpha stays 1: op_tensor has none
     compute = DataType.DOUBLE if sample.dtype is DataType.DOUBLE else DataType.FLOAT
-    op_tensor(handle, OpTensorDescriptor(op, compute), alpha1, descriptor(a), a, alpha2, descriptor(b), b,
-              sample.beta, descriptor(c), c)
+    op_tensor(
+        handle,
+        OpTensorDescriptor(op, compute),
+        alpha1,
+        descriptor(a),
+        a,
+        alpha2,
+        descriptor(b),
+        b,
+        sample.beta,
+        descriptor(c),
+        c,
+    )
     return checked(t, c, expected)
 
 
@@ -155,8 +181,20 @@ def run_gen_index(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarra
 
 # the table -------------------------------------------------------------------------------------
 
-ACTIVATIONS = ("RELU", "RELU+propagate_nan", "CLIPPED_RELU", "CLIPPED_RELU+propagate_nan", "ELU", "GELU",
-               "GELU_APPROX_TANH", "SIGMOID", "TANH", "SOFTPLUS", "SWISH", "IDENTITY")
+ACTIVATIONS = (
+    "RELU",
+    "RELU+propagate_nan",
+    "CLIPPED_RELU",
+    "CLIPPED_RELU+propagate_nan",
+    "ELU",
+    "GELU",
+    "GELU_APPROX_TANH",
+    "SIGMOID",
+    "TANH",
+    "SOFTPLUS",
+    "SWISH",
+    "IDENTITY",
+)
 PLAIN_MODES = tuple(m.name for m in PointwiseMode if not m.value.endswith(("_fwd", "_bwd")))
 
 
@@ -167,8 +205,9 @@ def samples(size: str = "small") -> Iterator[Sample]:
     """The elementwise samples at SHAPES[size] (some use its leading dims only)."""
     shape = SHAPES[size]
 
-    def sample(op: str, runner: Callable[..., Any], variant: str, dtype: DataType = DataType.FLOAT,
-               **kw: Any) -> Sample:
+    def sample(
+        op: str, runner: Callable[..., Any], variant: str, dtype: DataType = DataType.FLOAT, **kw: Any
+    ) -> Sample:
         return Sample(op, variant, dtype, kw.pop("shape", shape), runner=runner, **kw)
 
     for name, dtype, layout in itertools.product(ACTIVATIONS, FLOAT_TYPES, LAYOUTS):
@@ -196,8 +235,16 @@ def samples(size: str = "small") -> Iterator[Sample]:
     yield sample("set_tensor", run_set_tensor, "value", DataType.INT32)
     for out_dtype, layout in itertools.product(FLOAT_TYPES, LAYOUTS):
         yield sample("transform_tensor", run_transform_tensor, "layout", out_dtype=out_dtype, layout=layout)
-    yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.BFLOAT16, out_dtype=DataType.FLOAT,
-                 layout="subregion", alpha=2.0, beta=0.5)
+    yield sample(
+        "transform_tensor",
+        run_transform_tensor,
+        "dtype",
+        DataType.BFLOAT16,
+        out_dtype=DataType.FLOAT,
+        layout="subregion",
+        alpha=2.0,
+        beta=0.5,
+    )
     yield sample("transform_tensor", run_transform_tensor, "dtype", DataType.INT32, out_dtype=DataType.FLOAT)
     for axis in range(len(shape)):
         yield sample("gen_index", run_gen_index, f"axis{axis}", DataType.INT64, layout="permuted")
@@ -207,22 +254,48 @@ def _over_shifted_x() -> dict[str, Any]:
     """activation_forward's arguments with y one element after x in one buffer: a partial overlap."""
     buffer = values(7)
     desc = TensorDescriptor("float32", (2, 3))
-    return {"handle": create("cpu"), "act_desc": ActivationDescriptor(ActivationMode.RELU), "alpha": 1.0,
-            "x_desc": desc, "x": buffer[:6], "beta": 0.0, "y_desc": desc, "y": buffer[1:]}
+    return {
+        "handle": create("cpu"),
+        "act_desc": ActivationDescriptor(ActivationMode.RELU),
+        "alpha": 1.0,
+        "x_desc": desc,
+        "x": buffer[:6],
+        "beta": 0.0,
+        "y_desc": desc,
+        "y": buffer[1:],
+    }
 
 
 def error_samples() -> list[ErrorSample]:
     """Bad calls of the pointwise functions and their messages."""
     return [
-        ErrorSample("softplus beta inf", F.softplus, lambda: {"x": values(4), "beta": float("inf")}, BadParam,
-                    "beta=inf must be finite"),
-        ErrorSample("swish beta 0", F.swish, lambda: {"x": values(4), "beta": 0.0}, BadParam,
-                    "beta=0.0 must be above 0: it is the beta of SWISH"),
-        ErrorSample("clipped relu without its ceiling", lambda mode, x: F.pointwise(mode, x),
-                    lambda: {"mode": PointwiseMode.CLIPPED_RELU_FWD, "x": values(4)}, BadParam,
-                    "coef=None: CLIPPED_RELU needs its ceiling"),
-        ErrorSample("activation mode out of range", ActivationDescriptor, lambda: {"mode": 5}, BadParam,
-                    "mode=5 must be an ActivationMode: one of ActivationMode.SIGMOID"),
-        ErrorSample("y over a shifted x", activation_forward, _over_shifted_x, BadParam,
-                    "y and x overlap in memory"),
+        ErrorSample(
+            "softplus beta inf",
+            F.softplus,
+            lambda: {"x": values(4), "beta": float("inf")},
+            BadParam,
+            "beta=inf must be finite",
+        ),
+        ErrorSample(
+            "swish beta 0",
+            F.swish,
+            lambda: {"x": values(4), "beta": 0.0},
+            BadParam,
+            "beta=0.0 must be above 0: it is the beta of SWISH",
+        ),
+        ErrorSample(
+            "clipped relu without its ceiling",
+            lambda mode, x: F.pointwise(mode, x),
+            lambda: {"mode": PointwiseMode.CLIPPED_RELU_FWD, "x": values(4)},
+            BadParam,
+            "coef=None: CLIPPED_RELU needs its ceiling",
+        ),
+        ErrorSample(
+            "activation mode out of range",
+            ActivationDescriptor,
+            lambda: {"mode": 5},
+            BadParam,
+            "mode=5 must be an ActivationMode: one of ActivationMode.SIGMOID",
+        ),
+        ErrorSample("y over a shifted x", activation_forward, _over_shifted_x, BadParam, "y and x overlap in memory"),
     ]

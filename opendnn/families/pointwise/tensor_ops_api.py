@@ -50,14 +50,22 @@ class OpTensorDescriptor:
     def __post_init__(self) -> None:
         object.__setattr__(self, "op", check_member("op", OpTensorOp, self.op))
         compute = check_dtype("compute_type", self.compute_type)
-        require(compute in (DataType.FLOAT, DataType.DOUBLE),
-                f"compute_type={compute.name} must be FLOAT or DOUBLE")
+        require(compute in (DataType.FLOAT, DataType.DOUBLE), f"compute_type={compute.name} must be FLOAT or DOUBLE")
         object.__setattr__(self, "compute_type", compute)
 
 
-def pointwise(handle: Handle, mode: PointwiseMode, alpha: float, inputs: Sequence[tuple[TensorDescriptor, Any]],
-              beta: float, y_desc: TensorDescriptor, y: Any, *, coef: float | None = None,
-              propagate_nan: bool = False) -> None:
+def pointwise(
+    handle: Handle,
+    mode: PointwiseMode,
+    alpha: float,
+    inputs: Sequence[tuple[TensorDescriptor, Any]],
+    beta: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+    *,
+    coef: float | None = None,
+    propagate_nan: bool = False,
+) -> None:
     """``y = alpha * mode(*inputs) + beta * y`` with each input's dims equal to y's or 1.
 
     Args:
@@ -66,8 +74,16 @@ def pointwise(handle: Handle, mode: PointwiseMode, alpha: float, inputs: Sequenc
     """
     mode = check_member("mode", PointwiseMode, mode)
     bound = [bind(f"inputs[{k}]", desc, array) for k, (desc, array) in enumerate(inputs)]
-    _run(handle, mode, bound, bind("y", y_desc, y, output=True), alpha=alpha, beta=beta,
-         coef=coef, propagate_nan=propagate_nan)
+    _run(
+        handle,
+        mode,
+        bound,
+        bind("y", y_desc, y, output=True),
+        alpha=alpha,
+        beta=beta,
+        coef=coef,
+        propagate_nan=propagate_nan,
+    )
 
 
 def set_tensor(handle: Handle, y_desc: TensorDescriptor, y: Any, value: float) -> None:
@@ -88,16 +104,27 @@ def scale_tensor(handle: Handle, y_desc: TensorDescriptor, y: Any, alpha: float)
     _run(handle, PointwiseMode.IDENTITY, [yb], yb, alpha=alpha)
 
 
-def add_tensor(handle: Handle, alpha: float, a_desc: TensorDescriptor, a: Any, beta: float,
-               c_desc: TensorDescriptor, c: Any) -> None:
+def add_tensor(
+    handle: Handle, alpha: float, a_desc: TensorDescriptor, a: Any, beta: float, c_desc: TensorDescriptor, c: Any
+) -> None:
     """``c = alpha * a + beta * c``, each dim of a equal to c's or 1 (broadcast)."""
     ab = bind("a", a_desc, a)
     _run(handle, PointwiseMode.IDENTITY, [ab], bind("c", c_desc, c, output=True), alpha=alpha, beta=beta)
 
 
-def op_tensor(handle: Handle, op_desc: OpTensorDescriptor, alpha1: float, a_desc: TensorDescriptor, a: Any,
-              alpha2: float, b_desc: TensorDescriptor, b: Any, beta: float,
-              c_desc: TensorDescriptor, c: Any) -> None:
+def op_tensor(
+    handle: Handle,
+    op_desc: OpTensorDescriptor,
+    alpha1: float,
+    a_desc: TensorDescriptor,
+    a: Any,
+    alpha2: float,
+    b_desc: TensorDescriptor,
+    b: Any,
+    beta: float,
+    c_desc: TensorDescriptor,
+    c: Any,
+) -> None:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c``; a has c's dims, b broadcasts to them.
     SQRT and NOT read a only (b is still checked)."""
     require(isinstance(op_desc, OpTensorDescriptor), f"op_desc={op_desc!r} must be an OpTensorDescriptor")
@@ -107,12 +134,21 @@ def op_tensor(handle: Handle, op_desc: OpTensorDescriptor, alpha1: float, a_desc
     check_same_dims("a_desc", a_desc, "c_desc", c_desc)
     check_broadcastable("b_desc", b_desc, "c_desc", c_desc)
     mode = op_desc.op.value
-    _run(handle, mode, [ab, bb][:mode.arity], cb, beta=beta, input_scales=scales,
-         propagate_nan=op_desc.propagate_nan, compute_type=op_desc.compute_type)
+    _run(
+        handle,
+        mode,
+        [ab, bb][: mode.arity],
+        cb,
+        beta=beta,
+        input_scales=scales,
+        propagate_nan=op_desc.propagate_nan,
+        compute_type=op_desc.compute_type,
+    )
 
 
-def transform_tensor(handle: Handle, alpha: float, x_desc: TensorDescriptor, x: Any, beta: float,
-                     y_desc: TensorDescriptor, y: Any) -> None:
+def transform_tensor(
+    handle: Handle, alpha: float, x_desc: TensorDescriptor, x: Any, beta: float, y_desc: TensorDescriptor, y: Any
+) -> None:
     """``y = alpha * x + beta * y`` between any two layouts and dtypes with the same dims."""
     xb, yb = bind("x", x_desc, x), bind("y", y_desc, y, output=True)
     check_same_dims("x_desc", x_desc, "y_desc", y_desc)

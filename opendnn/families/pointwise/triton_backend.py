@@ -56,8 +56,9 @@ def tile_offsets(outer, a_index, b_index, sizes, strides, stride_a, stride_b, AL
 
 
 @triton.jit
-def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROPAGATE_NAN: tl.constexpr,
-               FAST: tl.constexpr):
+def apply_mode(
+    MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROPAGATE_NAN: tl.constexpr, FAST: tl.constexpr
+):
     """The mode's function of up to three inputs (unused ones are ignored). Activations come as
     MODE "activation_fwd" (of a) or "activation_bwd" (a * derivative at b) with their name."""
     if MODE == "add":
@@ -144,14 +145,43 @@ def apply_mode(MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROP
 
 @triton.jit
 def pointwise_kernel(
-    out_ptr, in0_ptr, in1_ptr, in2_ptr,
-    sizes, size_a, size_b, out_strides, in0_strides, in1_strides, in2_strides,
-    out_stride_a, in0_stride_a, in1_stride_a, in2_stride_a, out_stride_b, in0_stride_b, in1_stride_b, in2_stride_b,
-    alpha: tl.float64, beta: tl.float64, scale0: tl.float64, scale1: tl.float64, coef: tl.float64,
-    MODE: tl.constexpr, ACTIVATION: tl.constexpr, NUM_INPUTS: tl.constexpr, HAS_BETA: tl.constexpr,
-    PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, ALIGNED: tl.constexpr, FAST: tl.constexpr,
-    SCALED_INPUTS: tl.constexpr, HAS_ALPHA: tl.constexpr, EVEN: tl.constexpr,
-    BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+    out_ptr,
+    in0_ptr,
+    in1_ptr,
+    in2_ptr,
+    sizes,
+    size_a,
+    size_b,
+    out_strides,
+    in0_strides,
+    in1_strides,
+    in2_strides,
+    out_stride_a,
+    in0_stride_a,
+    in1_stride_a,
+    in2_stride_a,
+    out_stride_b,
+    in0_stride_b,
+    in1_stride_b,
+    in2_stride_b,
+    alpha: tl.float64,
+    beta: tl.float64,
+    scale0: tl.float64,
+    scale1: tl.float64,
+    coef: tl.float64,
+    MODE: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    NUM_INPUTS: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    FAST: tl.constexpr,
+    SCALED_INPUTS: tl.constexpr,
+    HAS_ALPHA: tl.constexpr,
+    EVEN: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
     # sizes and strides are tuples over the outer dims; A and B come as plain ints, so Triton
     # specializes a stride of 1 and multiples of 16 into wide vector accesses
@@ -167,22 +197,28 @@ def pointwise_kernel(
         mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
     a_index = a_index.to(tl.int64)
 
-    a = tl.load(in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b,
-                                       ALIGNED), mask=mask)
+    a = tl.load(
+        in0_ptr + tile_offsets(outer, a_index, b_index, sizes, in0_strides, in0_stride_a, in0_stride_b, ALIGNED),
+        mask=mask,
+    )
     a = a.to(COMPUTE)
     if SCALED_INPUTS:  # scales (and alpha) of 1 cost no multiplies
         a = a * tl.cast(scale0, COMPUTE)
     b = a
     c = a
     if NUM_INPUTS >= 2:
-        b = tl.load(in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b,
-                                           ALIGNED), mask=mask)
+        b = tl.load(
+            in1_ptr + tile_offsets(outer, a_index, b_index, sizes, in1_strides, in1_stride_a, in1_stride_b, ALIGNED),
+            mask=mask,
+        )
         b = b.to(COMPUTE)
         if SCALED_INPUTS:
             b = b * tl.cast(scale1, COMPUTE)
     if NUM_INPUTS >= 3:
-        c = tl.load(in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b,
-                                           ALIGNED), mask=mask)
+        c = tl.load(
+            in2_ptr + tile_offsets(outer, a_index, b_index, sizes, in2_strides, in2_stride_a, in2_stride_b, ALIGNED),
+            mask=mask,
+        )
         c = c.to(COMPUTE)
     y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN, FAST).to(COMPUTE)
     if HAS_ALPHA:
@@ -224,17 +260,38 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
     grid = (triton.cdiv(tiled.sizes[-2], block_a) * triton.cdiv(tiled.sizes[-1], block_b) * tiled.outer,)
     strides = list(tiled.strides) + [tiled.strides[0]] * (3 - len(problem.inputs))
     mode, activation_name = kernel_mode(problem.mode.value)
-    arguments = (Slot("out"), Slot("in0"), Slot("in1"), Slot("in2"), tiled.sizes[:-2], tiled.sizes[-2],
-                 tiled.sizes[-1], *(s[:-2] for s in strides), *(s[-2] for s in strides), *(s[-1] for s in strides),
-                 problem.alpha, problem.beta, problem.input_scales[0], problem.input_scales[1], problem.coef)
+    arguments = (
+        Slot("out"),
+        Slot("in0"),
+        Slot("in1"),
+        Slot("in2"),
+        tiled.sizes[:-2],
+        tiled.sizes[-2],
+        tiled.sizes[-1],
+        *(s[:-2] for s in strides),
+        *(s[-2] for s in strides),
+        *(s[-1] for s in strides),
+        problem.alpha,
+        problem.beta,
+        problem.input_scales[0],
+        problem.input_scales[1],
+        problem.coef,
+    )
     options = dict(
-        MODE=mode, ACTIVATION=activation_name, NUM_INPUTS=len(problem.inputs), HAS_BETA=problem.beta != 0.0,
+        MODE=mode,
+        ACTIVATION=activation_name,
+        NUM_INPUTS=len(problem.inputs),
+        HAS_BETA=problem.beta != 0.0,
         PROPAGATE_NAN=problem.propagate_nan,
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
-        ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]), FAST=fast,
-        SCALED_INPUTS=any(scale != 1.0 for scale in problem.input_scales), HAS_ALPHA=problem.alpha != 1.0,
+        ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]),
+        FAST=fast,
+        SCALED_INPUTS=any(scale != 1.0 for scale in problem.input_scales),
+        HAS_ALPHA=problem.alpha != 1.0,
         EVEN=tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
-        BLOCK_A=block_a, BLOCK_B=block_b, num_warps=warps,
+        BLOCK_A=block_a,
+        BLOCK_B=block_b,
+        num_warps=warps,
     )
     return Launch(pointwise_kernel, grid, arguments, options)
 

@@ -15,8 +15,16 @@ from opendnn.core.handle import Handle
 from opendnn.families.pooling.problem import PoolingDescriptor, pooling_problem
 
 
-def pooling_forward(handle: Handle, pool_desc: PoolingDescriptor, alpha: float, x_desc: TensorDescriptor, x: Any,
-                    beta: float, y_desc: TensorDescriptor, y: Any) -> None:
+def pooling_forward(
+    handle: Handle,
+    pool_desc: PoolingDescriptor,
+    alpha: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    beta: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+) -> None:
     """``y = alpha * pool(x) + beta * y``; with beta == 0, y is never read.
 
     Raises:
@@ -29,9 +37,20 @@ def pooling_forward(handle: Handle, pool_desc: PoolingDescriptor, alpha: float, 
     dispatch(handle, "pooling", problem, xb, yb, None, None)
 
 
-def pooling_backward(handle: Handle, pool_desc: PoolingDescriptor, alpha: float, y_desc: TensorDescriptor, y: Any,
-                     dy_desc: TensorDescriptor, dy: Any, x_desc: TensorDescriptor, x: Any, beta: float,
-                     dx_desc: TensorDescriptor, dx: Any) -> None:
+def pooling_backward(
+    handle: Handle,
+    pool_desc: PoolingDescriptor,
+    alpha: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    x_desc: TensorDescriptor,
+    x: Any,
+    beta: float,
+    dx_desc: TensorDescriptor,
+    dx: Any,
+) -> None:
     """``dx = alpha * (gradient of pooling at x, given y and dy) + beta * dx``; with beta == 0, dx
     is never read. The max modes find the first position of each window equal to y (no indices).
 

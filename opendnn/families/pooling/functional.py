@@ -40,8 +40,9 @@ _NAMES = CallerNames({"window": "kernel_size", "x_desc": "x", "y_desc": "y", "dy
 _AVERAGE_BACKWARD_NAMES = CallerNames({"window": "kernel_size", "x_desc": "x", "y_desc": "dy", "dy_desc": "dy"})
 
 
-def _descriptor(mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | None, padding: Size,
-                propagate_nan: bool = False) -> PoolingDescriptor:
+def _descriptor(
+    mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | None, padding: Size, propagate_nan: bool = False
+) -> PoolingDescriptor:
     try:
         return _pool_descriptor(mode, _spatial(x), kernel_size, stride, padding, propagate_nan)
     except OpenDnnError as error:
@@ -49,8 +50,9 @@ def _descriptor(mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | N
 
 
 @memoized  # a layer's window repeats on every call
-def _pool_descriptor(mode: PoolingMode, spatial: int, kernel_size: Size, stride: Size | None, padding: Size,
-                     propagate_nan: bool) -> PoolingDescriptor:
+def _pool_descriptor(
+    mode: PoolingMode, spatial: int, kernel_size: Size, stride: Size | None, padding: Size, propagate_nan: bool
+) -> PoolingDescriptor:
     window = check_ints("kernel_size", kernel_size, spatial)
     steps = window if stride is None else check_ints("stride", stride, spatial)
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
@@ -67,8 +69,7 @@ def _forward(pool: PoolingDescriptor, xb: Bound, x: Any, ceil_mode: bool, handle
     return to_caller_kind(yb.view, x)
 
 
-def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode: bool,
-              handle: Handle | None) -> Any:
+def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode: bool, handle: Handle | None) -> Any:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     yb = wrap("y", y) if y is not None else dyb  # the averages never read y
     dxb = empty_like(xb)
@@ -86,37 +87,73 @@ def _average_mode(count_include_pad: bool) -> PoolingMode:
 
 # fixed windows -----------------------------------------------------------------------------------
 
-def max_pool(x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *, ceil_mode: bool = False,
-             propagate_nan: bool = True, handle: Handle | None = None) -> Any:
+
+def max_pool(
+    x: Any,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    *,
+    ceil_mode: bool = False,
+    propagate_nan: bool = True,
+    handle: Handle | None = None,
+) -> Any:
     """The largest element of each window (torch's max_pool1d/2d/3d without dilation)."""
     xb = wrap("x", x)
     pool = _descriptor(PoolingMode.MAX, xb, kernel_size, stride, padding, propagate_nan)
     return _forward(pool, xb, x, ceil_mode, handle)
 
 
-def max_pool_backward(dy: Any, x: Any, y: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *,
-                      ceil_mode: bool = False, handle: Handle | None = None) -> Any:
+def max_pool_backward(
+    dy: Any,
+    x: Any,
+    y: Any,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    *,
+    ceil_mode: bool = False,
+    handle: Handle | None = None,
+) -> Any:
     """dx of max_pool: each dy goes to the first position of its window equal to y."""
     pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding)
     return _backward(pool, dy, x, y, ceil_mode, handle)
 
 
-def avg_pool(x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *, ceil_mode: bool = False,
-             count_include_pad: bool = True, handle: Handle | None = None) -> Any:
+def avg_pool(
+    x: Any,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    *,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    handle: Handle | None = None,
+) -> Any:
     """The mean of each window, over its size (count_include_pad) or its input positions only."""
     xb = wrap("x", x)
     pool = _descriptor(_average_mode(count_include_pad), xb, kernel_size, stride, padding)
     return _forward(pool, xb, x, ceil_mode, handle)
 
 
-def avg_pool_backward(dy: Any, x: Any, kernel_size: Size, stride: Size | None = None, padding: Size = 0, *,
-                      ceil_mode: bool = False, count_include_pad: bool = True, handle: Handle | None = None) -> Any:
+def avg_pool_backward(
+    dy: Any,
+    x: Any,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    *,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    handle: Handle | None = None,
+) -> Any:
     """dx of avg_pool: each dy spread evenly over its window (x gives the dims and layout only)."""
     pool = _descriptor(_average_mode(count_include_pad), wrap("x", x), kernel_size, stride, padding)
     return _backward(pool, dy, x, None, ceil_mode, handle)
 
 
 # adaptive and global windows ---------------------------------------------------------------------
+
 
 def _cells(size: int, out: int) -> list[tuple[int, int]]:
     """torch's adaptive windows: output o pools [floor(o * size / out), ceil((o + 1) * size / out))."""
@@ -134,8 +171,9 @@ def _uniform(sizes: tuple[int, ...], out: tuple[int, ...]) -> bool:
     return all(n % o == 0 for n, o in zip(sizes, out))
 
 
-def _cell_views(x: Bound, y: Bound, cells: list[list[tuple[int, int]]]
-                ) -> Iterator[tuple[Bound, Bound, tuple[int, ...]]]:
+def _cell_views(
+    x: Bound, y: Bound, cells: list[list[tuple[int, int]]]
+) -> Iterator[tuple[Bound, Bound, tuple[int, ...]]]:
     """For each output cell: the input's window (a sub-region view), the output's element, the window."""
     for index in itertools.product(*(range(len(c)) for c in cells)):
         spans = [cells[k][o] for k, o in enumerate(index)]
@@ -144,8 +182,7 @@ def _cell_views(x: Bound, y: Bound, cells: list[list[tuple[int, int]]]
         yield wrap("x", x_view), wrap("y", y_view), tuple(b - a for a, b in spans)
 
 
-def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool,
-                      handle: Handle | None) -> Any:
+def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool, handle: Handle | None) -> Any:
     xb = wrap("x", x)
     out, cells = _adaptive_cells(xb, output_size)
     sizes = xb.desc.dims[2:]
@@ -164,12 +201,15 @@ def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_na
 def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle: Handle | None) -> Any:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     if dyb.desc.dims[:2] != xb.desc.dims[:2] or dyb.desc.ndim != xb.desc.ndim:  # dy's dims give the windows
-        raise BadParam(f"dy.shape={list(dyb.desc.dims)} must be (N, C, *output_size) for x.shape="
-                       f"{list(xb.desc.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"dy.shape={list(dyb.desc.dims)} must be (N, C, *output_size) for x.shape={list(xb.desc.dims)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     yb = wrap("y", y) if y is not None else dyb
     if yb.desc.dims != dyb.desc.dims:
-        raise BadParam(f"y.shape={list(yb.desc.dims)} must equal dy.shape={list(dyb.desc.dims)}",
-                       Status.BAD_PARAM_SHAPE_MISMATCH)
+        raise BadParam(
+            f"y.shape={list(yb.desc.dims)} must equal dy.shape={list(dyb.desc.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH
+        )
     out, cells = _adaptive_cells(xb, dyb.desc.dims[2:])
     sizes = xb.desc.dims[2:]
     if _uniform(sizes, out):
@@ -180,11 +220,11 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
     handle = handle_for(xb, handle)
     set_tensor(handle, dxb.desc, dxb.view, 0.0)
     # Windows overlap here: each cell's gradient is added into dx (beta = 1), cell after cell.
-    for (x_cell, y_cell, window), (dx_cell, dy_cell, _) in zip(_cell_views(xb, yb, cells),
-                                                               _cell_views(dxb, dyb, cells)):
+    for (x_cell, y_cell, window), (dx_cell, dy_cell, _) in zip(
+        _cell_views(xb, yb, cells), _cell_views(dxb, dyb, cells)
+    ):
         pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
-        problem = pooling_problem(pool, x_cell.desc, y_cell.desc, dy_desc=dy_cell.desc, dx_desc=dx_cell.desc,
-                                  beta=1.0)
+        problem = pooling_problem(pool, x_cell.desc, y_cell.desc, dy_desc=dy_cell.desc, dx_desc=dx_cell.desc, beta=1.0)
         dispatch(handle, "pooling", problem, x_cell, y_cell, dy_cell, dx_cell)
     return to_caller_kind(dxb.view, x)
 

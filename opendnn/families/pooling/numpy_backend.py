@@ -15,10 +15,10 @@ def run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound
     compute = problem.compute_dtype
     geometry = (problem.window, problem.padding, problem.stride)
     if dx is None or dy is None:
-        result = reference_forward(problem.mode, read(x, compute), *geometry, problem.propagate_nan,
-                                   problem.ceil_mode)
+        result = reference_forward(problem.mode, read(x, compute), *geometry, problem.propagate_nan, problem.ceil_mode)
         write(y, result, problem.alpha, problem.beta)
         return
-    result = reference_backward(problem.mode, read(x, compute), read(y, compute), read(dy, compute), *geometry,
-                                problem.ceil_mode)
+    result = reference_backward(
+        problem.mode, read(x, compute), read(y, compute), read(dy, compute), *geometry, problem.ceil_mode
+    )
     write(dx, result, problem.alpha, problem.beta)

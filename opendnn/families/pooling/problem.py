@@ -90,20 +90,30 @@ class PoolingDescriptor:
     padding: tuple[int, ...]
     stride: tuple[int, ...]
 
-    def __init__(self, mode: PoolingMode, nan_opt: NanPropagation, window: int | Sequence[int],
-                 padding: int | Sequence[int], stride: int | Sequence[int]) -> None:
+    def __init__(
+        self,
+        mode: PoolingMode,
+        nan_opt: NanPropagation,
+        window: int | Sequence[int],
+        padding: int | Sequence[int],
+        stride: int | Sequence[int],
+    ) -> None:
         window, padding = check_ints("window", window), check_ints("padding", padding)
         stride = check_ints("stride", stride)
-        require(1 <= len(window) <= MAX_SPATIAL_DIMS,
-                f"len(window)={len(window)} must be between 1 and {MAX_SPATIAL_DIMS}")
+        require(
+            1 <= len(window) <= MAX_SPATIAL_DIMS, f"len(window)={len(window)} must be between 1 and {MAX_SPATIAL_DIMS}"
+        )
         for name, values in (("padding", padding), ("stride", stride)):
             require(len(values) == len(window), f"len({name})={len(values)} must equal len(window)={len(window)}")
         for k, (w, p, s) in enumerate(zip(window, padding, stride)):
             require(w >= 1, f"window[{k}]={w} must be at least 1")
             require(s >= 1, f"stride[{k}]={s} must be at least 1")
             require(p >= 0, f"padding[{k}]={p} must be at least 0")
-            require(p < w, f"padding[{k}]={p} must be smaller than window[{k}]={w} "
-                           "(so that each pooled region holds an input element)")
+            require(
+                p < w,
+                f"padding[{k}]={p} must be smaller than window[{k}]={w} "
+                "(so that each pooled region holds an input element)",
+            )
         object.__setattr__(self, "mode", check_member("mode", PoolingMode, mode))
         object.__setattr__(self, "nan_opt", check_member("nan_opt", NanPropagation, nan_opt))
         object.__setattr__(self, "window", window)
@@ -143,14 +153,18 @@ def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mod
     require(isinstance(pool_desc, PoolingDescriptor), f"pool_desc={pool_desc!r} must be a PoolingDescriptor")
     require(isinstance(x_desc, TensorDescriptor), f"x_desc={x_desc!r} must be a TensorDescriptor")
     spatial = pool_desc.spatial_dims
-    require(x_desc.ndim == 2 + spatial,
-            f"x_desc.ndim={x_desc.ndim} must be 2 + the pooling's {spatial} spatial dims",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+    require(
+        x_desc.ndim == 2 + spatial,
+        f"x_desc.ndim={x_desc.ndim} must be 2 + the pooling's {spatial} spatial dims",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     out = []
-    for k, (size, w, p, s) in enumerate(zip(x_desc.dims[2:], pool_desc.window, pool_desc.padding,
-                                            pool_desc.stride)):
-        require(size + 2 * p >= w, f"window[{k}]={w} must fit in x_desc.dims[{k + 2}]={size} "
-                                   f"+ 2 * padding[{k}]={p}", Status.BAD_PARAM_SHAPE_MISMATCH)
+    for k, (size, w, p, s) in enumerate(zip(x_desc.dims[2:], pool_desc.window, pool_desc.padding, pool_desc.stride)):
+        require(
+            size + 2 * p >= w,
+            f"window[{k}]={w} must fit in x_desc.dims[{k + 2}]={size} + 2 * padding[{k}]={p}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
         out.append(output_size(size, w, p, s, ceil_mode))
     return (*x_desc.dims[:2], *out)
 
@@ -184,9 +198,17 @@ class PoolingProblem:
 
 
 @memoized  # a pure function of frozen values, asked again on every call
-def pooling_problem(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, y_desc: TensorDescriptor, *,
-                    dy_desc: TensorDescriptor | None = None, dx_desc: TensorDescriptor | None = None,
-                    alpha: float = 1.0, beta: float = 0.0, ceil_mode: bool = False) -> PoolingProblem:
+def pooling_problem(
+    pool_desc: PoolingDescriptor,
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor,
+    *,
+    dy_desc: TensorDescriptor | None = None,
+    dx_desc: TensorDescriptor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    ceil_mode: bool = False,
+) -> PoolingProblem:
     """The shape and dtype rules of pooling forward (dy_desc, dx_desc None) or backward.
 
     Args:
@@ -202,12 +224,21 @@ def pooling_problem(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, y_de
         if desc is None:
             continue
         require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
-        require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-                Status.NOT_SUPPORTED_DATA_TYPE)
-        require(desc.dtype is x_desc.dtype, f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype="
-                                            f"{x_desc.dtype.name}", Status.BAD_PARAM)
-    require(y_desc.ndim == len(out_dims), f"y_desc.ndim={y_desc.ndim} must equal x_desc.ndim={x_desc.ndim}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            desc.dtype.is_floating,
+            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+        require(
+            desc.dtype is x_desc.dtype,
+            f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype={x_desc.dtype.name}",
+            Status.BAD_PARAM,
+        )
+    require(
+        y_desc.ndim == len(out_dims),
+        f"y_desc.ndim={y_desc.ndim} must equal x_desc.ndim={x_desc.ndim}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     for k, (got, want) in enumerate(zip(y_desc.dims, out_dims)):
         rule = "x_desc.dims" if k < 2 else "the pooled size (get_pooling_forward_output_dim)"
         require(got == want, f"y_desc.dims[{k}]={got} must equal {want}, {rule}", Status.BAD_PARAM_SHAPE_MISMATCH)
@@ -215,12 +246,24 @@ def pooling_problem(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, y_de
     if dy_desc is not None and dx_desc is not None:
         check_same_dims("dy_desc", dy_desc, "y_desc", y_desc)
         check_same_dims("dx_desc", dx_desc, "x_desc", x_desc)
-    return PoolingProblem(pool_desc.mode, pool_desc.nan_opt is NanPropagation.PROPAGATE_NAN, pool_desc.window,
-                          pool_desc.padding, pool_desc.stride, x_desc, y_desc, dy_desc, dx_desc,
-                          check_finite("alpha", alpha), check_finite("beta", beta), bool(ceil_mode))
+    return PoolingProblem(
+        pool_desc.mode,
+        pool_desc.nan_opt is NanPropagation.PROPAGATE_NAN,
+        pool_desc.window,
+        pool_desc.padding,
+        pool_desc.stride,
+        x_desc,
+        y_desc,
+        dy_desc,
+        dx_desc,
+        check_finite("alpha", alpha),
+        check_finite("beta", beta),
+        bool(ceil_mode),
+    )
 
 
 # the float64 reference ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Geometry:
@@ -233,15 +276,20 @@ class _Geometry:
     out: tuple[int, ...]
 
     def pad_widths(self) -> list[tuple[int, int]]:
-        ends = [max(0, (o - 1) * s - p + w - n) for n, w, p, s, o in
-                zip(self.size, self.window, self.padding, self.stride, self.out)]
+        ends = [
+            max(0, (o - 1) * s - p + w - n)
+            for n, w, p, s, o in zip(self.size, self.window, self.padding, self.stride, self.out)
+        ]
         return [(0, 0), (0, 0), *zip(self.padding, ends)]
 
     def offsets(self) -> Iterator[tuple[slice, ...]]:
         """For each window position j (row-major), the slice of the padded input it reads for every output."""
         for j in itertools.product(*(range(w) for w in self.window)):
-            yield (slice(None), slice(None), *(slice(jk, jk + (o - 1) * s + 1, s)
-                                                for jk, o, s in zip(j, self.out, self.stride)))
+            yield (
+                slice(None),
+                slice(None),
+                *(slice(jk, jk + (o - 1) * s + 1, s) for jk, o, s in zip(j, self.out, self.stride)),
+            )
 
     def counts(self, include_padding: bool) -> np.ndarray:
         """Per output, the window's count: positions up to the end of the trailing padding
@@ -255,15 +303,23 @@ class _Geometry:
         return total
 
 
-def _geometry(x_shape: tuple[int, ...], window: Sequence[int], padding: Sequence[int], stride: Sequence[int],
-              ceil_mode: bool) -> _Geometry:
+def _geometry(
+    x_shape: tuple[int, ...], window: Sequence[int], padding: Sequence[int], stride: Sequence[int], ceil_mode: bool
+) -> _Geometry:
     size = tuple(x_shape[2:])
     out = tuple(output_size(n, w, p, s, ceil_mode) for n, w, p, s in zip(size, window, padding, stride))
     return _Geometry(tuple(window), tuple(padding), tuple(stride), size, out)
 
 
-def reference_forward(mode: PoolingMode, x: np.ndarray, window: Sequence[int], padding: Sequence[int],
-                      stride: Sequence[int], propagate_nan: bool = False, ceil_mode: bool = False) -> np.ndarray:
+def reference_forward(
+    mode: PoolingMode,
+    x: np.ndarray,
+    window: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+    propagate_nan: bool = False,
+    ceil_mode: bool = False,
+) -> np.ndarray:
     """y of x (dims N, C, *spatial) in x's float dtype."""
     mode = PoolingMode(mode)
     geo = _geometry(x.shape, window, padding, stride, ceil_mode)
@@ -284,8 +340,16 @@ def reference_forward(mode: PoolingMode, x: np.ndarray, window: Sequence[int], p
     return total / geo.counts(mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING)
 
 
-def reference_backward(mode: PoolingMode, x: np.ndarray, y: np.ndarray, dy: np.ndarray, window: Sequence[int],
-                       padding: Sequence[int], stride: Sequence[int], ceil_mode: bool = False) -> np.ndarray:
+def reference_backward(
+    mode: PoolingMode,
+    x: np.ndarray,
+    y: np.ndarray,
+    dy: np.ndarray,
+    window: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+    ceil_mode: bool = False,
+) -> np.ndarray:
     """dx (x's dims and float dtype) from x, y and dy: a gather of dy over the windows holding each
     input position, at the first position matching y (max modes) or over the count (averages)."""
     mode = PoolingMode(mode)

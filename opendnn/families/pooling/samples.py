@@ -32,8 +32,10 @@ GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ..
     "k2x2-s3x3-p0x0": (((2, 2), (3, 3), (0, 0)), {"small": (2, 3, 7, 8), "large": (8, 64, 40, 41)}),  # gaps
     "k4x5-s1x2-p1x1": (((4, 5), (1, 2), (1, 1)), {"small": (2, 3, 3, 4), "large": (64, 64, 3, 4)}),  # > input
     "k3-s2-p1": (((3,), (2,), (1,)), {"small": (2, 3, 9), "large": (16, 64, 999)}),
-    "k2x3x2-s2x1x2-p1x1x0": (((2, 3, 2), (2, 1, 2), (1, 1, 0)),
-                             {"small": (2, 3, 4, 5, 6), "large": (4, 32, 12, 20, 24)}),
+    "k2x3x2-s2x1x2-p1x1x0": (
+        ((2, 3, 2), (2, 1, 2), (1, 1, 0)),
+        {"small": (2, 3, 4, 5, 6), "large": (4, 32, 12, 20, 24)},
+    ),
 }
 MAIN = "k3x3-s2x2-p1x1"
 
@@ -57,8 +59,9 @@ def _input(sample: Sample, t: Tensors, ties: bool) -> Any:
 def run_pooling_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     pool, ties = _parse(sample)
     x = _input(sample, t, ties)
-    result = reference_forward(pool.mode, t.values(x), pool.window, pool.padding, pool.stride,
-                               pool.nan_opt is NanPropagation.PROPAGATE_NAN)
+    result = reference_forward(
+        pool.mode, t.values(x), pool.window, pool.padding, pool.stride, pool.nan_opt is NanPropagation.PROPAGATE_NAN
+    )
     y, expected = blend(sample, t, result.shape, result)
     pooling_forward(handle, pool, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
     return checked(t, y, expected)
@@ -70,15 +73,28 @@ def run_pooling_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np
     pool, ties = _parse(sample)
     x = _input(sample, t, ties)
     x64 = t.values(x)
-    y_values = reference_forward(pool.mode, x64, pool.window, pool.padding, pool.stride,
-                                 pool.nan_opt is NanPropagation.PROPAGATE_NAN)
+    y_values = reference_forward(
+        pool.mode, x64, pool.window, pool.padding, pool.stride, pool.nan_opt is NanPropagation.PROPAGATE_NAN
+    )
     y = t.input(y_values.shape, sample.dtype, "packed")
     y.copy_(t.torch.from_numpy(y_values).to(y.dtype))
     dy = t.input(y_values.shape, sample.dtype, sample.layout)
     result = reference_backward(pool.mode, x64, t.values(y), t.values(dy), pool.window, pool.padding, pool.stride)
     dx, expected = blend(sample, t, sample.shape, result)
-    pooling_backward(handle, pool, sample.alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x,
-                     sample.beta, descriptor(dx), dx)
+    pooling_backward(
+        handle,
+        pool,
+        sample.alpha,
+        descriptor(y),
+        y,
+        descriptor(dy),
+        dy,
+        descriptor(x),
+        x,
+        sample.beta,
+        descriptor(dx),
+        dx,
+    )
     return checked(t, dx, expected)
 
 
@@ -103,19 +119,31 @@ def samples(size: str = "small") -> Iterator[Sample]:
     yield from both(f"AVERAGE_COUNT_INCLUDE_PADDING/{MAIN}", nan_inputs=True)
     for mode_name in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING"):
         yield from both(f"{mode_name}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
-        yield from both(f"{mode_name}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25,
-                        layout="permuted")
+        yield from both(f"{mode_name}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25, layout="permuted")
 
 
 def error_samples() -> list[ErrorSample]:
     """Bad calls of the poolings and their messages."""
     return [
-        ErrorSample("fractional kernel_size", F.max_pool, lambda: {"x": values(1, 2, 6, 6), "kernel_size": 1.5},
-                    BadParam, "kernel_size=1.5 must be an int"),
-        ErrorSample("padding as large as the window", F.avg_pool,
-                    lambda: {"x": values(1, 2, 6, 6), "kernel_size": 2, "padding": 2}, BadParam,
-                    "padding[0]=2 must be smaller than kernel_size[0]=2"),
-        ErrorSample("pooling mode out of range", PoolingDescriptor,
-                    lambda: {"mode": 7, "nan_opt": NanPropagation.PROPAGATE_NAN, "window": 2, "padding": 0,
-                             "stride": 2}, BadParam, "mode=7 must be a PoolingMode: one of PoolingMode.MAX"),
+        ErrorSample(
+            "fractional kernel_size",
+            F.max_pool,
+            lambda: {"x": values(1, 2, 6, 6), "kernel_size": 1.5},
+            BadParam,
+            "kernel_size=1.5 must be an int",
+        ),
+        ErrorSample(
+            "padding as large as the window",
+            F.avg_pool,
+            lambda: {"x": values(1, 2, 6, 6), "kernel_size": 2, "padding": 2},
+            BadParam,
+            "padding[0]=2 must be smaller than kernel_size[0]=2",
+        ),
+        ErrorSample(
+            "pooling mode out of range",
+            PoolingDescriptor,
+            lambda: {"mode": 7, "nan_opt": NanPropagation.PROPAGATE_NAN, "window": 2, "padding": 0, "stride": 2},
+            BadParam,
+            "mode=7 must be a PoolingMode: one of PoolingMode.MAX",
+        ),
     ]

@@ -180,33 +180,63 @@ def window_count(start, size, pad, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, 
 
 
 @triton.jit
-def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, CLIPPED: tl.constexpr,
-                  INCLUDE_PADDING: tl.constexpr):
+def window_counts(
+    s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr
+):
     """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor."""
-    rows = (window_count(s0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], INCLUDE_PADDING)
-            * window_count(s1, sizes[1], pads[1], WINDOW[1], CLIPPED[1], INCLUDE_PADDING)
-            * window_count(s2, sizes[2], pads[2], WINDOW[2], CLIPPED[2], INCLUDE_PADDING)
-            * window_count(s3, sizes[3], pads[3], WINDOW[3], CLIPPED[3], INCLUDE_PADDING))
+    rows = (
+        window_count(s0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], INCLUDE_PADDING)
+        * window_count(s1, sizes[1], pads[1], WINDOW[1], CLIPPED[1], INCLUDE_PADDING)
+        * window_count(s2, sizes[2], pads[2], WINDOW[2], CLIPPED[2], INCLUDE_PADDING)
+        * window_count(s3, sizes[3], pads[3], WINDOW[3], CLIPPED[3], INCLUDE_PADDING)
+    )
     counts = rows[None, :] * window_count(s4, sizes[4], pads[4], WINDOW[4], CLIPPED[4], INCLUDE_PADDING)[:, None]
     return tl.maximum(counts, 1)  # windows outside the tile's range may count 0; real ones never do
 
 
 @triton.jit
-def window_step(j, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes, x_strides,
-                best, found, total, y_value,
-                WINDOW: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
-                PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+def window_step(
+    j,
+    x_tile,
+    s0,
+    s1,
+    s2,
+    s3,
+    s4,
+    load_cols,
+    in_sizes,
+    x_strides,
+    best,
+    found,
+    total,
+    y_value,
+    WINDOW: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """Fold window position ``j`` into the accumulators: the max (``best``) or the sum (``j`` row-major over
     the canonical window), or ``found``, the row-major position ``j`` in N, C, D, H, W order of an element
     equal to y (the positions come last to first: the first match is the last written)."""
     if KIND == "argmax":
-        j0, j1, j2, j3, j4 = (j // LINEAR[0] % WINDOW[0], j // LINEAR[1] % WINDOW[1], j // LINEAR[2] % WINDOW[2],
-                              j // LINEAR[3] % WINDOW[3], j // LINEAR[4] % WINDOW[4])
+        j0, j1, j2, j3, j4 = (
+            j // LINEAR[0] % WINDOW[0],
+            j // LINEAR[1] % WINDOW[1],
+            j // LINEAR[2] % WINDOW[2],
+            j // LINEAR[3] % WINDOW[3],
+            j // LINEAR[4] % WINDOW[4],
+        )
     else:
         j0, j1, j2, j3, j4 = split_constant(j, WINDOW)
-    ok_row = (within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
-              & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0]) & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
-              & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2]))
+    ok_row = (
+        within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
+        & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
+        & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
+        & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2])
+    )
     ok = ok_row[None, :] & (load_cols & within(s4 + j4, in_sizes[4], j4, LOW[4], HIGH[4]))[:, None]
     # the shift along dims 0-3 is shared by a window row; a unit stride along dim 4 folds into the load's offset
     row_shift = j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3]
@@ -250,8 +280,11 @@ def left_of_runs(x_base, row_shift, first_column, ok_row, size, fill, GROUP: tl.
     in_row = (pair_start >= 0) & (pair_start < size)  # a pair lies wholly inside or outside the row
     # (runs, rows, 2) then permuted: the coalescing pass orders equally strided dims first to last, so the runs
     # go first to get the strip's thread order (4 x 8 threads over rows x runs)
-    pairs = tl.load(x_base + tl.multiple_of(pair_at[:, None, :] + row_shift[None, :, None], (1, 1, 2)),
-                    mask=in_row[:, None, None] & ok_row[None, :, None], other=fill)
+    pairs = tl.load(
+        x_base + tl.multiple_of(pair_at[:, None, :] + row_shift[None, :, None], (1, 1, 2)),
+        mask=in_row[:, None, None] & ok_row[None, :, None],
+        other=fill,
+    )
     _, odd = tl.split(tl.permute(pairs, (1, 0, 2)))
     return odd
 
@@ -275,10 +308,36 @@ def shift_right(values, left, GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_sizes, pads, x_strides,
-               WINDOW: tl.constexpr, STRIDE: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr, KIND: tl.constexpr,
-               PROPAGATE_NAN: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr, STRIP: tl.constexpr,
-               LEFT_GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def strip_pool(
+    x_ptr,
+    b0,
+    b1,
+    b2,
+    x0,
+    o1,
+    o2,
+    s0,
+    s1,
+    s2,
+    s3,
+    s4,
+    in_sizes,
+    out_sizes,
+    pads,
+    x_strides,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    KIND: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    STRIP: tl.constexpr,
+    LEFT_GROUP: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
     """Max or sum over windows of stride 2 along unit-stride input rows (NCHW), read as contiguous strips:
     per window row, the strip at shift q (input positions 2 c0 + 2 q + k, k < 2 BLOCK_C, c0 the tile's
     first column) is one vector load per STRIP elements, reshaped into (column, 2) pairs and split: its
@@ -287,8 +346,9 @@ def strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_
     like the general path. STRIP (elements) divides the input's row strides, its row length and 2 BLOCK_C:
     rows are STRIP-aligned, and a vector of the strip lies wholly inside or outside its row."""
     rows = row_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, x_strides, WIDE)
-    x_base = x_ptr + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2],
-                                  x_strides)  # its alignment: Triton's, from the strides' specialization
+    x_base = x_ptr + outer_offset(
+        b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2], x_strides
+    )  # its alignment: Triton's, from the strides' specialization
     first_column = 2 * column_start(out_sizes, BLOCK_C)
     k = tl.arange(0, 2 * BLOCK_C)
     best = tl.full((BLOCK_R, BLOCK_C), float("-inf") if PROPAGATE_NAN else float("nan"), COMPUTE)
@@ -298,10 +358,12 @@ def strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_
     window_rows: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3]
     for i in tl.static_range(window_rows):
         j0, j1, j2, j3, _ = split_constant(i * WINDOW[4], WINDOW)
-        ok_row = (within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
-                  & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
-                  & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
-                  & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2]))
+        ok_row = (
+            within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
+            & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
+            & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
+            & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2])
+        )
         row_shift = rows + (j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3])
         # runs of STRIP positions start aligned (the hint that makes the loads vectors; see _strip_alignment)
         strip_at = x_base + tl.multiple_of(row_shift[:, None] + (first_column + k)[None, :], (1, STRIP))
@@ -314,8 +376,13 @@ def strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_
                 even, odd = main_even, main_odd
             elif q == -1 and LEFT_GROUP > 0:  # the odd position left of each pair: the main strip's, shifted
                 even = main_even  # (not used: padding 1, the window starts at the odd position)
-                odd = shift_right(main_odd, left_of_runs(x_base, row_shift, first_column, ok_row, in_sizes[4], fill,
-                                                         LEFT_GROUP, BLOCK_C), LEFT_GROUP, BLOCK_R, BLOCK_C)
+                odd = shift_right(
+                    main_odd,
+                    left_of_runs(x_base, row_shift, first_column, ok_row, in_sizes[4], fill, LEFT_GROUP, BLOCK_C),
+                    LEFT_GROUP,
+                    BLOCK_R,
+                    BLOCK_C,
+                )
             else:  # STRIP >= 2: a strip shifted by whole (even, odd) pairs starts 2-aligned
                 strip = strip_load(strip_at, first_column, ok_row, in_sizes[4], fill, 2 * q, 2, BLOCK_C)
                 even, odd = tl.split(tl.reshape(strip, (BLOCK_R, BLOCK_C, 2)))
@@ -339,13 +406,37 @@ def strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_
 
 @triton.jit
 def pool_forward_kernel(
-    x_ptr, y_ptr, argmax_ptr, in_sizes, out_sizes, pads, x_strides, y_strides, argmax_strides,
-    alpha: tl.float64, beta: tl.float64,
-    WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
-    LINEAR: tl.constexpr, KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
-    HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr,
-    FULL_COLUMNS: tl.constexpr, STRIP: tl.constexpr, LEFT_GROUP: tl.constexpr, Y_VECTOR: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    argmax_ptr,
+    in_sizes,
+    out_sizes,
+    pads,
+    x_strides,
+    y_strides,
+    argmax_strides,
+    alpha: tl.float64,
+    beta: tl.float64,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    CLIPPED: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    UNROLL: tl.constexpr,
+    CARRY: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    FULL_COLUMNS: tl.constexpr,
+    STRIP: tl.constexpr,
+    LEFT_GROUP: tl.constexpr,
+    Y_VECTOR: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
     write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
@@ -371,13 +462,16 @@ def pool_forward_kernel(
     s2 = o2 * STRIDE[2] - pads[2]
     s3 = o3 * STRIDE[3] - pads[3]
     s4 = x4 * STRIDE[4] - pads[4]
-    x_tile = (x_ptr + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2],
-                                   x_strides)
-              + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides,
-                            WIDE))
+    x_tile = (
+        x_ptr
+        + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2], x_strides)
+        + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides, WIDE)
+    )
     # (the sum written out here: a hint on a helper's result is lost when the helper is inlined)
-    y_offsets = (row_offset(o0 - b0, o1 - b1, o2 - b2, o3, y_strides, WIDE)[None, :]
-                 + column_offset(cols, y_strides, WIDE)[:, None])
+    y_offsets = (
+        row_offset(o0 - b0, o1 - b1, o2 - b2, o3, y_strides, WIDE)[None, :]
+        + column_offset(cols, y_strides, WIDE)[:, None]
+    )
     if Y_VECTOR > 1:  # runs of Y_VECTOR columns start aligned and lie wholly inside or outside y's rows
         y_offsets = tl.multiple_of(y_offsets, (Y_VECTOR, 1))
         col_ok = (cols // Y_VECTOR) * Y_VECTOR < out_sizes[4]
@@ -394,23 +488,93 @@ def pool_forward_kernel(
     first: tl.constexpr = (steps - 1) * (KIND == "argmax")  # argmax: the window's positions last to first
     step: tl.constexpr = 1 - 2 * (KIND == "argmax")
     if STRIP:
-        best, total = strip_pool(x_ptr, b0, b1, b2, x0, o1, o2, s0, s1, s2, s3, s4, in_sizes, out_sizes, pads,
-                                 x_strides, WINDOW, STRIDE, LOW, HIGH, KIND, PROPAGATE_NAN, WIDE, COMPUTE, STRIP,
-                                 LEFT_GROUP, BLOCK_R, BLOCK_C)
+        best, total = strip_pool(
+            x_ptr,
+            b0,
+            b1,
+            b2,
+            x0,
+            o1,
+            o2,
+            s0,
+            s1,
+            s2,
+            s3,
+            s4,
+            in_sizes,
+            out_sizes,
+            pads,
+            x_strides,
+            WINDOW,
+            STRIDE,
+            LOW,
+            HIGH,
+            KIND,
+            PROPAGATE_NAN,
+            WIDE,
+            COMPUTE,
+            STRIP,
+            LEFT_GROUP,
+            BLOCK_R,
+            BLOCK_C,
+        )
     elif UNROLL:
         for i in tl.static_range(steps):
-            best, found, total = window_step(first + step * i, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes,
-                                             x_strides, best, found, total, y_value,
-                                             WINDOW, LOW, HIGH, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
+            best, found, total = window_step(
+                first + step * i,
+                x_tile,
+                s0,
+                s1,
+                s2,
+                s3,
+                s4,
+                load_cols,
+                in_sizes,
+                x_strides,
+                best,
+                found,
+                total,
+                y_value,
+                WINDOW,
+                LOW,
+                HIGH,
+                LINEAR,
+                KIND,
+                PROPAGATE_NAN,
+                COMPUTE,
+            )
     else:
         for i in range(steps):
-            best, found, total = window_step(first + step * i, x_tile, s0, s1, s2, s3, s4, load_cols, in_sizes,
-                                             x_strides, best, found, total, y_value,
-                                             WINDOW, LOW, HIGH, LINEAR, KIND, PROPAGATE_NAN, COMPUTE)
+            best, found, total = window_step(
+                first + step * i,
+                x_tile,
+                s0,
+                s1,
+                s2,
+                s3,
+                s4,
+                load_cols,
+                in_sizes,
+                x_strides,
+                best,
+                found,
+                total,
+                y_value,
+                WINDOW,
+                LOW,
+                HIGH,
+                LINEAR,
+                KIND,
+                PROPAGATE_NAN,
+                COMPUTE,
+            )
 
     if KIND == "argmax":
-        argmax_at = (argmax_ptr + outer_offset(b0, b1, b2, argmax_strides)
-                     + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE))
+        argmax_at = (
+            argmax_ptr
+            + outer_offset(b0, b1, b2, argmax_strides)
+            + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE)
+        )
         tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
     else:
         if KIND == "max":
@@ -425,47 +589,103 @@ def pool_forward_kernel(
 
 
 @triton.jit
-def window_values(q, b0, b1, b2, o0, o1, o2, o3, o4, tile_ok, dy_ptr, argmax_ptr, in_sizes, out_sizes, pads,
-                  dy_strides, argmax_strides,
-                  WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, SHIFTS: tl.constexpr,
-                  LAST_SHIFT: tl.constexpr, KIND: tl.constexpr, INCLUDE_PADDING: tl.constexpr,
-                  ARGMAX_LIKE_DY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr):
+def window_values(
+    q,
+    b0,
+    b1,
+    b2,
+    o0,
+    o1,
+    o2,
+    o3,
+    o4,
+    tile_ok,
+    dy_ptr,
+    argmax_ptr,
+    in_sizes,
+    out_sizes,
+    pads,
+    dy_strides,
+    argmax_strides,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    CLIPPED: tl.constexpr,
+    SHIFTS: tl.constexpr,
+    LAST_SHIFT: tl.constexpr,
+    KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+    ARGMAX_LIKE_DY: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """dy of the windows ``o - q`` of the cells ``o`` (0 outside the output; divided by the window's count
     for averages) and, for max, their argmax positions: loaded once, shared by every phase."""
     q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
     w0, w1, w2, w3, w4 = o0 - q0, o1 - q1, o2 - q2, o3 - q3, o4 - q4
     # o - q < 0 only when q > 0; past the output only when q < cells - outputs (offset -q against LAST_SHIFT)
-    w_row = (within(w3, out_sizes[3], -q3, 0, LAST_SHIFT[3]) & within(w0, out_sizes[0], -q0, 0, LAST_SHIFT[0])
-             & within(w1, out_sizes[1], -q1, 0, LAST_SHIFT[1]) & within(w2, out_sizes[2], -q2, 0, LAST_SHIFT[2]))
+    w_row = (
+        within(w3, out_sizes[3], -q3, 0, LAST_SHIFT[3])
+        & within(w0, out_sizes[0], -q0, 0, LAST_SHIFT[0])
+        & within(w1, out_sizes[1], -q1, 0, LAST_SHIFT[1])
+        & within(w2, out_sizes[2], -q2, 0, LAST_SHIFT[2])
+    )
     ok = tile_ok & w_row[None, :] & within(w4, out_sizes[4], -q4, 0, LAST_SHIFT[4])[:, None]
-    dy_at = (dy_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, dy_strides)
-             + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, dy_strides, WIDE))
+    dy_at = (
+        dy_ptr
+        + outer_offset(b0 - q0, b1 - q1, b2 - q2, dy_strides)
+        + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, dy_strides, WIDE)
+    )
     gradient = tl.load(dy_at, mask=ok, other=0.0).to(COMPUTE)
     if KIND == "max":
         if ARGMAX_LIKE_DY:  # the same offsets as dy's, computed once
             argmax_strides = dy_strides
-        argmax_at = (argmax_ptr + outer_offset(b0 - q0, b1 - q1, b2 - q2, argmax_strides)
-                     + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, argmax_strides, WIDE))
+        argmax_at = (
+            argmax_ptr
+            + outer_offset(b0 - q0, b1 - q1, b2 - q2, argmax_strides)
+            + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, argmax_strides, WIDE)
+        )
         positions = tl.load(argmax_at, mask=ok, other=-1).to(tl.int32)
     else:
-        counts = window_counts(w0 * STRIDE[0] - pads[0], w1 * STRIDE[1] - pads[1], w2 * STRIDE[2] - pads[2],
-                               w3 * STRIDE[3] - pads[3], w4 * STRIDE[4] - pads[4], in_sizes, pads, WINDOW,
-                               CLIPPED, INCLUDE_PADDING)
+        counts = window_counts(
+            w0 * STRIDE[0] - pads[0],
+            w1 * STRIDE[1] - pads[1],
+            w2 * STRIDE[2] - pads[2],
+            w3 * STRIDE[3] - pads[3],
+            w4 * STRIDE[4] - pads[4],
+            in_sizes,
+            pads,
+            WINDOW,
+            CLIPPED,
+            INCLUDE_PADDING,
+        )
         gradient = gradient / counts.to(COMPUTE)
         positions = ok.to(tl.int32)  # not read by averages
     return gradient, positions
 
 
 @triton.jit
-def window_share(gradient, positions, phase, q,
-                 WINDOW: tl.constexpr, STRIDE: tl.constexpr, SHIFTS: tl.constexpr, LINEAR: tl.constexpr,
-                 KIND: tl.constexpr):
+def window_share(
+    gradient,
+    positions,
+    phase,
+    q,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    SHIFTS: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+):
     """What window ``o - q`` sends to the input position at offset ``r + q * stride`` of it (``r`` the
     phase): its dy where that offset is its argmax (max) or its dy / count; 0 past the window's end."""
     r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
     q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
-    j0, j1, j2, j3, j4 = (r0 + q0 * STRIDE[0], r1 + q1 * STRIDE[1], r2 + q2 * STRIDE[2], r3 + q3 * STRIDE[3],
-                          r4 + q4 * STRIDE[4])
+    j0, j1, j2, j3, j4 = (
+        r0 + q0 * STRIDE[0],
+        r1 + q1 * STRIDE[1],
+        r2 + q2 * STRIDE[2],
+        r3 + q3 * STRIDE[3],
+        r4 + q4 * STRIDE[4],
+    )
     in_window = (j0 < WINDOW[0]) & (j1 < WINDOW[1]) & (j2 < WINDOW[2]) & (j3 < WINDOW[3]) & (j4 < WINDOW[4])
     if KIND == "max":
         linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
@@ -476,9 +696,32 @@ def window_share(gradient, positions, phase, q,
 
 
 @triton.jit
-def store_phase(total, phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx_ptr, in_sizes, pads, dx_strides,
-                alpha, beta, STRIDE: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr, HAS_BETA: tl.constexpr,
-                WIDE: tl.constexpr, COMPUTE: tl.constexpr):
+def store_phase(
+    total,
+    phase,
+    b0,
+    b1,
+    b2,
+    o0,
+    o1,
+    o2,
+    o3,
+    o4,
+    row_ok,
+    col_ok,
+    dx_ptr,
+    in_sizes,
+    pads,
+    dx_strides,
+    alpha,
+    beta,
+    STRIDE: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """dx = alpha * total + beta * dx at the input positions ``o * stride - padding + r`` of the cells
     ``o`` (``r`` the phase) that lie inside x: tested before its start for phases under the padding
     (LOW), past its end for phases from HIGH (the last cell's)."""
@@ -488,13 +731,21 @@ def store_phase(total, phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx
     i2 = o2 * STRIDE[2] - pads[2] + r2
     i3 = o3 * STRIDE[3] - pads[3] + r3
     i4 = o4 * STRIDE[4] - pads[4] + r4
-    in_row = (row_ok & within(i3, in_sizes[3], r3, LOW[3], HIGH[3]) & within(i0, in_sizes[0], r0, LOW[0], HIGH[0])
-              & within(i1, in_sizes[1], r1, LOW[1], HIGH[1]) & within(i2, in_sizes[2], r2, LOW[2], HIGH[2]))
+    in_row = (
+        row_ok
+        & within(i3, in_sizes[3], r3, LOW[3], HIGH[3])
+        & within(i0, in_sizes[0], r0, LOW[0], HIGH[0])
+        & within(i1, in_sizes[1], r1, LOW[1], HIGH[1])
+        & within(i2, in_sizes[2], r2, LOW[2], HIGH[2])
+    )
     in_ok = in_row[None, :] & (col_ok & within(i4, in_sizes[4], r4, LOW[4], HIGH[4]))[:, None]
-    dx_at = (dx_ptr + outer_offset(b0 * STRIDE[0] - pads[0] + r0, b1 * STRIDE[1] - pads[1] + r1,
-                                   b2 * STRIDE[2] - pads[2] + r2, dx_strides)
-             + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], i3, i4, dx_strides,
-                           WIDE))
+    dx_at = (
+        dx_ptr
+        + outer_offset(
+            b0 * STRIDE[0] - pads[0] + r0, b1 * STRIDE[1] - pads[1] + r1, b2 * STRIDE[2] - pads[2] + r2, dx_strides
+        )
+        + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], i3, i4, dx_strides, WIDE)
+    )
     result = total * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         result += tl.cast(beta, COMPUTE) * tl.load(dx_at, mask=in_ok).to(COMPUTE)
@@ -503,13 +754,36 @@ def store_phase(total, phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx
 
 @triton.jit
 def pool_backward_kernel(
-    dy_ptr, argmax_ptr, dx_ptr, in_sizes, out_sizes, cell_sizes, pads, dy_strides, argmax_strides, dx_strides,
-    alpha: tl.float64, beta: tl.float64,
-    WINDOW: tl.constexpr, STRIDE: tl.constexpr, CLIPPED: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
-    SHIFTS: tl.constexpr, LAST_SHIFT: tl.constexpr, LINEAR: tl.constexpr, KIND: tl.constexpr,
-    INCLUDE_PADDING: tl.constexpr, HAS_BETA: tl.constexpr, UNROLL: tl.constexpr, ARGMAX_LIKE_DY: tl.constexpr,
-    CARRY: tl.constexpr, WIDE: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    dy_ptr,
+    argmax_ptr,
+    dx_ptr,
+    in_sizes,
+    out_sizes,
+    cell_sizes,
+    pads,
+    dy_strides,
+    argmax_strides,
+    dx_strides,
+    alpha: tl.float64,
+    beta: tl.float64,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    CLIPPED: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    SHIFTS: tl.constexpr,
+    LAST_SHIFT: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    UNROLL: tl.constexpr,
+    ARGMAX_LIKE_DY: tl.constexpr,
+    CARRY: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of cells (held as BLOCK_C x BLOCK_R); writes dx at every
     input position of those cells. UNROLL: window by window (each window's dy and argmax loaded once,
@@ -525,32 +799,132 @@ def pool_backward_kernel(
         for _ in tl.static_range(phases):
             totals = totals + (tl.zeros((BLOCK_C, BLOCK_R), COMPUTE),)
         for q in tl.static_range(shifts):
-            gradient, positions = window_values(q, b0, b1, b2, o0, o1, o2, o3, o4, tile_ok, dy_ptr, argmax_ptr,
-                                                in_sizes, out_sizes, pads, dy_strides, argmax_strides, WINDOW,
-                                                STRIDE, CLIPPED, SHIFTS, LAST_SHIFT, KIND, INCLUDE_PADDING,
-                                                ARGMAX_LIKE_DY, WIDE, COMPUTE)
+            gradient, positions = window_values(
+                q,
+                b0,
+                b1,
+                b2,
+                o0,
+                o1,
+                o2,
+                o3,
+                o4,
+                tile_ok,
+                dy_ptr,
+                argmax_ptr,
+                in_sizes,
+                out_sizes,
+                pads,
+                dy_strides,
+                argmax_strides,
+                WINDOW,
+                STRIDE,
+                CLIPPED,
+                SHIFTS,
+                LAST_SHIFT,
+                KIND,
+                INCLUDE_PADDING,
+                ARGMAX_LIKE_DY,
+                WIDE,
+                COMPUTE,
+            )
             summed = ()
             for phase in tl.static_range(phases):
-                summed = summed + (totals[phase] + window_share(gradient, positions, phase, q, WINDOW, STRIDE,
-                                                                SHIFTS, LINEAR, KIND),)
+                summed = summed + (
+                    totals[phase] + window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND),
+                )
             totals = summed
         for phase in tl.static_range(phases):
-            store_phase(totals[phase], phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx_ptr, in_sizes,
-                        pads, dx_strides, alpha, beta, STRIDE, LOW, HIGH, HAS_BETA, WIDE, COMPUTE)
+            store_phase(
+                totals[phase],
+                phase,
+                b0,
+                b1,
+                b2,
+                o0,
+                o1,
+                o2,
+                o3,
+                o4,
+                row_ok,
+                col_ok,
+                dx_ptr,
+                in_sizes,
+                pads,
+                dx_strides,
+                alpha,
+                beta,
+                STRIDE,
+                LOW,
+                HIGH,
+                HAS_BETA,
+                WIDE,
+                COMPUTE,
+            )
     else:
         for phase in range(phases):
             total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
             for q in range(shifts):
-                gradient, positions = window_values(q, b0, b1, b2, o0, o1, o2, o3, o4, tile_ok, dy_ptr,
-                                                    argmax_ptr, in_sizes, out_sizes, pads, dy_strides,
-                                                    argmax_strides, WINDOW, STRIDE, CLIPPED, SHIFTS, LAST_SHIFT,
-                                                    KIND, INCLUDE_PADDING, ARGMAX_LIKE_DY, WIDE, COMPUTE)
+                gradient, positions = window_values(
+                    q,
+                    b0,
+                    b1,
+                    b2,
+                    o0,
+                    o1,
+                    o2,
+                    o3,
+                    o4,
+                    tile_ok,
+                    dy_ptr,
+                    argmax_ptr,
+                    in_sizes,
+                    out_sizes,
+                    pads,
+                    dy_strides,
+                    argmax_strides,
+                    WINDOW,
+                    STRIDE,
+                    CLIPPED,
+                    SHIFTS,
+                    LAST_SHIFT,
+                    KIND,
+                    INCLUDE_PADDING,
+                    ARGMAX_LIKE_DY,
+                    WIDE,
+                    COMPUTE,
+                )
                 total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND)
-            store_phase(total, phase, b0, b1, b2, o0, o1, o2, o3, o4, row_ok, col_ok, dx_ptr, in_sizes, pads,
-                        dx_strides, alpha, beta, STRIDE, LOW, HIGH, HAS_BETA, WIDE, COMPUTE)
+            store_phase(
+                total,
+                phase,
+                b0,
+                b1,
+                b2,
+                o0,
+                o1,
+                o2,
+                o3,
+                o4,
+                row_ok,
+                col_ok,
+                dx_ptr,
+                in_sizes,
+                pads,
+                dx_strides,
+                alpha,
+                beta,
+                STRIDE,
+                LOW,
+                HIGH,
+                HAS_BETA,
+                WIDE,
+                COMPUTE,
+            )
 
 
 # launcher ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class CanonicalPooling:
@@ -571,8 +945,10 @@ class CanonicalPooling:
     def overhang(self) -> tuple[int, ...]:
         """Per dim, the first window offset at which the last window passes the input's end (the window's
         size when none does); the offsets under the padding are the ones that can fall before its start."""
-        return tuple(min(n + p - (o - 1) * s, w) for w, s, p, n, o in
-                     zip(self.window, self.stride, self.pads, self.in_sizes, self.out_sizes))
+        return tuple(
+            min(n + p - (o - 1) * s, w)
+            for w, s, p, n, o in zip(self.window, self.stride, self.pads, self.in_sizes, self.out_sizes)
+        )
 
     @property
     def clipped(self) -> tuple[bool, ...]:
@@ -606,13 +982,14 @@ def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bo
     rest = [d for d in range(CANONICAL_DIMS) if d != inner]
     row = smallest_stride(rest)
     order = (*(d for d in rest if d != row), row, inner)
-    linear = tuple(math.prod(window[d + 1:]) for d in range(CANONICAL_DIMS))
+    linear = tuple(math.prod(window[d + 1 :]) for d in range(CANONICAL_DIMS))
 
     def pick(values: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(values[d] for d in order)
 
-    return CanonicalPooling(order, pick(window), pick(stride), pick(pads), pick(in_sizes), pick(out_sizes),
-                            pick(linear))
+    return CanonicalPooling(
+        order, pick(window), pick(stride), pick(pads), pick(in_sizes), pick(out_sizes), pick(linear)
+    )
 
 
 def _cell_sizes(in_sizes: tuple[int, ...], stride: tuple[int, ...], pads: tuple[int, ...]) -> tuple[int, ...]:
@@ -620,8 +997,9 @@ def _cell_sizes(in_sizes: tuple[int, ...], stride: tuple[int, ...], pads: tuple[
     return tuple(-(-(n + p) // s) for n, s, p in zip(in_sizes, stride, pads))
 
 
-def _launch_shape(sizes: tuple[int, ...], unit_stride: bool, tile: int,
-                  narrow: bool) -> tuple[tuple[int], int, int, bool]:
+def _launch_shape(
+    sizes: tuple[int, ...], unit_stride: bool, tile: int, narrow: bool
+) -> tuple[tuple[int], int, int, bool]:
     """Grid, BLOCK_R, BLOCK_C and CARRY for a tile walk over canonical ``sizes`` (rows: dims 0-3
     flattened). ``tile`` elements per program, NARROW_SCALE times that when ``narrow`` (a 2-byte dtype
     whose columns are contiguous: vector loads): a thread's index and mask work is per vector whatever
@@ -644,8 +1022,9 @@ def _launch_shape(sizes: tuple[int, ...], unit_stride: bool, tile: int,
 def _wide(plan: CanonicalPooling, *strides: tuple[int, ...]) -> bool:
     """Whether an offset from a tile's base (its rows reach one step or the full size of dims 0-2; window
     and padding included) may pass int32."""
-    extents = [max(plan.in_sizes[d], plan.out_sizes[d]) + 2 * (plan.window[d] + plan.stride[d])
-               for d in range(CANONICAL_DIMS)]
+    extents = [
+        max(plan.in_sizes[d], plan.out_sizes[d]) + 2 * (plan.window[d] + plan.stride[d]) for d in range(CANONICAL_DIMS)
+    ]
     return any(sum(e * abs(s) for e, s in zip(extents, strides_)) > INT32_LIMIT for strides_ in strides)
 
 
@@ -685,22 +1064,47 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
     narrow = x_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
     strip = _strip_alignment(plan, x_strides, problem.x.dtype.itemsize) if kind != "argmax" else 0
-    grid, block_r, block_c, carry = _launch_shape(plan.out_sizes, x_strides[4] == 1, STRIP_TILE if strip else tile,
-                                                  narrow)
+    grid, block_r, block_c, carry = _launch_shape(
+        plan.out_sizes, x_strides[4] == 1, STRIP_TILE if strip else tile, narrow
+    )
     strip = min(strip, 2 * block_c)
     y_vector = _aligned_run(plan, y_strides, plan.out_sizes[4], strip // 2) if strip else 1
-    args = (Slot("x"), Slot("y"), Slot("argmax" if kind == "argmax" else "y"), plan.in_sizes, plan.out_sizes,
-            plan.pads, x_strides, y_strides, argmax_strides, problem.alpha, problem.beta)
+    args = (
+        Slot("x"),
+        Slot("y"),
+        Slot("argmax" if kind == "argmax" else "y"),
+        plan.in_sizes,
+        plan.out_sizes,
+        plan.pads,
+        x_strides,
+        y_strides,
+        argmax_strides,
+        problem.alpha,
+        problem.beta,
+    )
     constants = dict(
-        WINDOW=plan.window, STRIDE=plan.stride, CLIPPED=plan.clipped, LOW=plan.pads, HIGH=plan.overhang,
-        LINEAR=plan.linear, KIND=kind,
-        INCLUDE_PADDING=problem.mode.value == "avg_include", PROPAGATE_NAN=problem.propagate_nan,
-        HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.window) <= UNROLL_LIMIT, CARRY=carry,
-        WIDE=_wide(plan, x_strides, y_strides, argmax_strides), COMPUTE=_compute(problem),
-        FULL_COLUMNS=plan.out_sizes[4] % block_c == 0, STRIP=strip,
-        LEFT_GROUP=min(strip // 2, 4) if plan.pads[4] == 1 else 0, Y_VECTOR=y_vector,
-        BLOCK_R=block_r, BLOCK_C=block_c,
-        num_warps=STRIP_WARPS if strip else 4)
+        WINDOW=plan.window,
+        STRIDE=plan.stride,
+        CLIPPED=plan.clipped,
+        LOW=plan.pads,
+        HIGH=plan.overhang,
+        LINEAR=plan.linear,
+        KIND=kind,
+        INCLUDE_PADDING=problem.mode.value == "avg_include",
+        PROPAGATE_NAN=problem.propagate_nan,
+        HAS_BETA=problem.beta != 0.0,
+        UNROLL=math.prod(plan.window) <= UNROLL_LIMIT,
+        CARRY=carry,
+        WIDE=_wide(plan, x_strides, y_strides, argmax_strides),
+        COMPUTE=_compute(problem),
+        FULL_COLUMNS=plan.out_sizes[4] % block_c == 0,
+        STRIP=strip,
+        LEFT_GROUP=min(strip // 2, 4) if plan.pads[4] == 1 else 0,
+        Y_VECTOR=y_vector,
+        BLOCK_R=block_r,
+        BLOCK_C=block_c,
+        num_warps=STRIP_WARPS if strip else 4,
+    )
     return Launch(pool_forward_kernel, grid, args, constants)
 
 
@@ -745,18 +1149,41 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     argmax_like_dy = all(a == d for a, d, n in zip(gather_argmax_strides, dy_strides, plan.out_sizes) if n > 1)
     narrow = dx_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
     grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile, narrow)
-    args = (Slot("dy"), Slot("argmax" if problem.mode.is_max else "dy"), Slot("dx"), plan.in_sizes,
-            plan.out_sizes, cells, plan.pads, dy_strides, gather_argmax_strides, dx_strides, problem.alpha,
-            problem.beta)
+    args = (
+        Slot("dy"),
+        Slot("argmax" if problem.mode.is_max else "dy"),
+        Slot("dx"),
+        plan.in_sizes,
+        plan.out_sizes,
+        cells,
+        plan.pads,
+        dy_strides,
+        gather_argmax_strides,
+        dx_strides,
+        problem.alpha,
+        problem.beta,
+    )
     constants = dict(
-        WINDOW=plan.window, STRIDE=plan.stride, CLIPPED=plan.clipped, LOW=plan.pads,
+        WINDOW=plan.window,
+        STRIDE=plan.stride,
+        CLIPPED=plan.clipped,
+        LOW=plan.pads,
         HIGH=tuple(n + p - (c - 1) * s for n, p, c, s in zip(plan.in_sizes, plan.pads, cells, plan.stride)),
-        SHIFTS=shifts, LAST_SHIFT=tuple(1 + o - c for o, c in zip(plan.out_sizes, cells)), LINEAR=plan.linear,
-        KIND="max" if problem.mode.is_max else "avg", INCLUDE_PADDING=problem.mode.value == "avg_include",
-        HAS_BETA=problem.beta != 0.0, UNROLL=math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
-        ARGMAX_LIKE_DY=argmax_like_dy, CARRY=carry,
-        WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides), COMPUTE=_compute(problem), BLOCK_R=block_r,
-        BLOCK_C=block_c, num_warps=4)
+        SHIFTS=shifts,
+        LAST_SHIFT=tuple(1 + o - c for o, c in zip(plan.out_sizes, cells)),
+        LINEAR=plan.linear,
+        KIND="max" if problem.mode.is_max else "avg",
+        INCLUDE_PADDING=problem.mode.value == "avg_include",
+        HAS_BETA=problem.beta != 0.0,
+        UNROLL=math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
+        ARGMAX_LIKE_DY=argmax_like_dy,
+        CARRY=carry,
+        WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides),
+        COMPUTE=_compute(problem),
+        BLOCK_R=block_r,
+        BLOCK_C=block_c,
+        num_warps=4,
+    )
     gather = Launch(pool_backward_kernel, grid, args, constants)
     if not problem.mode.is_max:
         return Launches((gather,))

@@ -16,8 +16,9 @@ from opendnn.core.handle import Handle
 from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorDescriptor, reduce_problem
 
 
-def get_reduction_workspace_size(handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor,
-                                 c_desc: TensorDescriptor) -> int:
+def get_reduction_workspace_size(
+    handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor, c_desc: TensorDescriptor
+) -> int:
     """Bytes of workspace ``reduce_tensor`` needs for this reduction on this handle's backend.
 
     The NumPy backend needs none; the Triton backend needs room for partial results when it splits
@@ -29,8 +30,9 @@ def get_reduction_workspace_size(handle: Handle, reduce_desc: ReduceTensorDescri
     return _workspace_size(handle, reduce_problem(reduce_desc, a_desc, c_desc))
 
 
-def get_reduction_indices_size(handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor,
-                               c_desc: TensorDescriptor) -> int:
+def get_reduction_indices_size(
+    handle: Handle, reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor, c_desc: TensorDescriptor
+) -> int:
     """Bytes of the indices array: one ``reduce_desc.indices_type`` per element of C when indices
     are asked for, else 0.
 
@@ -41,9 +43,18 @@ def get_reduction_indices_size(handle: Handle, reduce_desc: ReduceTensorDescript
     return 0 if problem.indices is None else problem.indices.numel * problem.indices.dtype.itemsize
 
 
-def reduce_tensor(handle: Handle, reduce_desc: ReduceTensorDescriptor, indices: Any, workspace: Any,
-                  alpha: float, a_desc: TensorDescriptor, a: Any, beta: float, c_desc: TensorDescriptor,
-                  c: Any) -> None:
+def reduce_tensor(
+    handle: Handle,
+    reduce_desc: ReduceTensorDescriptor,
+    indices: Any,
+    workspace: Any,
+    alpha: float,
+    a_desc: TensorDescriptor,
+    a: Any,
+    beta: float,
+    c_desc: TensorDescriptor,
+    c: Any,
+) -> None:
     """``c = alpha * reduce(a) + beta * c``; with beta == 0, c is never read.
 
     Args:
@@ -62,9 +73,12 @@ def reduce_tensor(handle: Handle, reduce_desc: ReduceTensorDescriptor, indices: 
     problem = reduce_problem(reduce_desc, a_desc, c_desc, alpha=alpha, beta=beta)
     ib = None
     if problem.indices is not None:
-        require(indices is not None,
-                f"indices=None but reduce_desc.indices=FLATTENED_INDICES needs an array of "
-                f"{problem.indices.numel} {problem.indices.dtype.name} elements", Status.BAD_PARAM_NULL_POINTER)
+        require(
+            indices is not None,
+            f"indices=None but reduce_desc.indices=FLATTENED_INDICES needs an array of "
+            f"{problem.indices.numel} {problem.indices.dtype.name} elements",
+            Status.BAD_PARAM_NULL_POINTER,
+        )
         ib = bind("indices", problem.indices, indices, output=True)
     wb = bind_bytes("workspace", workspace, _workspace_size(handle, problem), "get_reduction_workspace_size")
     dispatch(handle, "reduce", problem, ab, cb, ib, wb)

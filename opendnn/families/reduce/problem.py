@@ -88,8 +88,7 @@ class ReduceTensorDescriptor:
         object.__setattr__(self, "nan_opt", check_member("nan_opt", NanPropagation, self.nan_opt))
         object.__setattr__(self, "indices", check_member("indices", ReduceTensorIndices, self.indices))
         compute = check_dtype("compute_type", self.compute_type)
-        require(compute in (DataType.FLOAT, DataType.DOUBLE),
-                f"compute_type={compute.name} must be FLOAT or DOUBLE")
+        require(compute in (DataType.FLOAT, DataType.DOUBLE), f"compute_type={compute.name} must be FLOAT or DOUBLE")
         object.__setattr__(self, "compute_type", compute)
         index_type = check_dtype("indices_type", self.indices_type)
         require(index_type in INDEX_TYPES, f"indices_type={index_type.name} must be INT32 or INT64")
@@ -120,9 +119,15 @@ class ReduceProblem:
         return math.prod(self.a.dims[k] for k in self.reduced_axes)
 
 
-def reduce_problem(reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor, c_desc: TensorDescriptor, *,
-                   indices_desc: TensorDescriptor | None = None, alpha: float = 1.0,
-                   beta: float = 0.0) -> ReduceProblem:
+def reduce_problem(
+    reduce_desc: ReduceTensorDescriptor,
+    a_desc: TensorDescriptor,
+    c_desc: TensorDescriptor,
+    *,
+    indices_desc: TensorDescriptor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> ReduceProblem:
     """The shape and dtype rules of a reduction.
 
     Args:
@@ -133,39 +138,61 @@ def reduce_problem(reduce_desc: ReduceTensorDescriptor, a_desc: TensorDescriptor
         BadParam: C's dims not A's or 1, non-float A or C, indices asked of an operator that has
             none, an indices descriptor not of C's dims or not INT32/INT64, non-finite alpha or beta.
     """
-    require(isinstance(reduce_desc, ReduceTensorDescriptor),
-            f"reduce_desc={reduce_desc!r} must be a ReduceTensorDescriptor")
+    require(
+        isinstance(reduce_desc, ReduceTensorDescriptor), f"reduce_desc={reduce_desc!r} must be a ReduceTensorDescriptor"
+    )
     for name, desc in (("a_desc", a_desc), ("c_desc", c_desc)):
         require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
-        require(desc.dtype.is_floating,
-                f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-                Status.NOT_SUPPORTED_DATA_TYPE)
-    require(c_desc.ndim == a_desc.ndim, f"c_desc.ndim={c_desc.ndim} must equal a_desc.ndim={a_desc.ndim}",
-            Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            desc.dtype.is_floating,
+            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    require(
+        c_desc.ndim == a_desc.ndim,
+        f"c_desc.ndim={c_desc.ndim} must equal a_desc.ndim={a_desc.ndim}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
     for k, (da, dc) in enumerate(zip(a_desc.dims, c_desc.dims)):
-        require(dc in (da, 1), f"c_desc.dims[{k}]={dc} must equal a_desc.dims[{k}]={da} or 1",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(
+            dc in (da, 1),
+            f"c_desc.dims[{k}]={dc} must equal a_desc.dims[{k}]={da} or 1",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     op = reduce_desc.op
     indices = None
     if reduce_desc.indices is ReduceTensorIndices.FLATTENED_INDICES:
-        require(op.has_indices, f"reduce_desc.indices=FLATTENED_INDICES needs op MIN, MAX or AMAX, "
-                                f"not op={op.name}")
+        require(op.has_indices, f"reduce_desc.indices=FLATTENED_INDICES needs op MIN, MAX or AMAX, not op={op.name}")
         indices = indices_desc or TensorDescriptor(reduce_desc.indices_type, c_desc.dims)
-        require(indices.dims == c_desc.dims,
-                f"indices_desc.dims={list(indices.dims)} must equal c_desc.dims={list(c_desc.dims)}",
-                Status.BAD_PARAM_SHAPE_MISMATCH)
-        require(indices.dtype in INDEX_TYPES, f"indices_desc.dtype={indices.dtype.name} must be INT32 or INT64",
-                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            indices.dims == c_desc.dims,
+            f"indices_desc.dims={list(indices.dims)} must equal c_desc.dims={list(c_desc.dims)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            indices.dtype in INDEX_TYPES,
+            f"indices_desc.dtype={indices.dtype.name} must be INT32 or INT64",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     reduced = tuple(k for k, (da, dc) in enumerate(zip(a_desc.dims, c_desc.dims)) if dc == 1 and da > 1)
     double = DataType.DOUBLE in (a_desc.dtype, c_desc.dtype, reduce_desc.compute_type)
-    return ReduceProblem(op, a_desc, c_desc, indices, reduced, float(alpha), float(beta),
-                         reduce_desc.nan_opt is NanPropagation.PROPAGATE_NAN,
-                         DataType.DOUBLE if double else DataType.FLOAT)
+    return ReduceProblem(
+        op,
+        a_desc,
+        c_desc,
+        indices,
+        reduced,
+        float(alpha),
+        float(beta),
+        reduce_desc.nan_opt is NanPropagation.PROPAGATE_NAN,
+        DataType.DOUBLE if double else DataType.FLOAT,
+    )
 
 
-def reference(op: ReduceTensorOp, a: np.ndarray, reduced_axes: Sequence[int],
-              propagate_nan: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def reference(
+    op: ReduceTensorOp, a: np.ndarray, reduced_axes: Sequence[int], propagate_nan: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The NumPy definition of every operator, computed in ``a``'s float dtype.
 
     Returns:

@@ -56,8 +56,17 @@ MAX_SPLITS = 1024
 FINAL_BLOCK = 1024  # outputs per program of the combining pass
 INDEX_BYTES = 8  # partial indices are int64
 FAST_PICKS = True  # on a GPU, min/max/amax without indices fold with one min (.NaN) instruction per element
-KIND = {"add": "sum", "avg": "sum", "norm1": "sum", "norm2": "sum", "mul": "prod", "mul_no_zeros": "prod",
-        "min": "pick", "max": "pick", "amax": "pick"}
+KIND = {
+    "add": "sum",
+    "avg": "sum",
+    "norm1": "sum",
+    "norm2": "sum",
+    "mul": "prod",
+    "mul_no_zeros": "prod",
+    "min": "pick",
+    "max": "pick",
+    "amax": "pick",
+}
 
 
 @triton.jit
@@ -114,8 +123,18 @@ def neutral(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, zeros):
 
 
 @triton.jit
-def accumulate(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.constexpr,
-               acc, acc_index, x, x_index, mask, FAST: tl.constexpr = False, EVEN: tl.constexpr = False):
+def accumulate(
+    KIND: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    INDEXED: tl.constexpr,
+    acc,
+    acc_index,
+    x,
+    x_index,
+    mask,
+    FAST: tl.constexpr = False,
+    EVEN: tl.constexpr = False,
+):
     """Fold the elements ``x`` (with flattened indices ``x_index``) where ``mask`` (everywhere when
     EVEN) into the accumulator. FAST (a GPU): picks without indices take the hardware's min, whose
     NaN rule is the one asked (min.NaN propagates, min returns the number); the interpreter's
@@ -147,8 +166,15 @@ def minimum_nan(a, b):
 
 
 @triton.jit
-def reduce_tile(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.constexpr, acc, acc_index,
-                AXIS: tl.constexpr, FAST: tl.constexpr = False):
+def reduce_tile(
+    KIND: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    INDEXED: tl.constexpr,
+    acc,
+    acc_index,
+    AXIS: tl.constexpr,
+    FAST: tl.constexpr = False,
+):
     """The accumulator tile reduced across ``AXIS``: (value, index; index 0 when not INDEXED).
     Built-in min/max reductions only, so the result never depends on the reduction tree. FAST
     picks without indices: one reduction by the hardware's min, as in ``accumulate``."""
@@ -176,8 +202,22 @@ def reduce_tile(KIND: tl.constexpr, PROPAGATE_NAN: tl.constexpr, INDEXED: tl.con
 
 
 @triton.jit
-def store_result(OP: tl.constexpr, value, index, c_ptr, c_offsets, index_ptr, index_offsets, mask,
-                 count, alpha, beta, HAS_BETA: tl.constexpr, INDEXED: tl.constexpr, COMPUTE: tl.constexpr):
+def store_result(
+    OP: tl.constexpr,
+    value,
+    index,
+    c_ptr,
+    c_offsets,
+    index_ptr,
+    index_offsets,
+    mask,
+    count,
+    alpha,
+    beta,
+    HAS_BETA: tl.constexpr,
+    INDEXED: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
     """C = alpha * finish(value) + beta * C (C unread when beta == 0), and the indices."""
     if OP == "avg":
         value = value / tl.cast(count, COMPUTE)
@@ -206,13 +246,38 @@ def store_partials(partial_ptr, partial_index_ptr, offsets, value, index, mask, 
 
 @triton.jit
 def reduce_rows_kernel(
-    a_ptr, c_ptr, index_ptr, partial_ptr, partial_index_ptr,
-    kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w,
-    kept_total, row_blocks, iterations, count: tl.float64, alpha: tl.float64, beta: tl.float64,
-    OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr,
-    INDEXED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, PARTIAL: tl.constexpr,
-    INNER_UNIT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
-    FAST: tl.constexpr, EVEN: tl.constexpr,
+    a_ptr,
+    c_ptr,
+    index_ptr,
+    partial_ptr,
+    partial_index_ptr,
+    kept_sizes,
+    kept_a,
+    kept_c,
+    kept_i,
+    reduced_sizes,
+    reduced_a,
+    reduced_w,
+    kept_total,
+    row_blocks,
+    iterations,
+    count: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    OP: tl.constexpr,
+    KIND: tl.constexpr,
+    KEPT_DIMS: tl.constexpr,
+    REDUCED_DIMS: tl.constexpr,
+    INDEXED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    INNER_UNIT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    FAST: tl.constexpr,
+    EVEN: tl.constexpr,
 ):
     """Program (k, s): outputs k*BLOCK_K.. over iterations [s*T/S, (s+1)*T/S) of T = (outer reduced
     index, block of the innermost reduced dim) pairs."""
@@ -247,26 +312,65 @@ def reduce_rows_kernel(
         if INDEXED:
             x_index = r * reduced_w[REDUCED_DIMS - 1] + dim_offsets(row, REDUCED_DIMS - 1, reduced_sizes, reduced_w)
             x_index = x_index[None, :]
-        acc, acc_index = accumulate(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index,
-                                    element_key(OP, x.to(COMPUTE)), x_index, mask, FAST, EVEN)
+        acc, acc_index = accumulate(
+            KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, element_key(OP, x.to(COMPUTE)), x_index, mask, FAST, EVEN
+        )
     value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 1, FAST)
 
     if PARTIAL:
         store_partials(partial_ptr, partial_index_ptr, pid_s * kept_total + k, value, index, k_mask, INDEXED)
     else:
-        store_result(OP, value, index, c_ptr, dim_offsets(k, KEPT_DIMS, kept_sizes, kept_c),
-                     index_ptr, dim_offsets(k, KEPT_DIMS, kept_sizes, kept_i), k_mask,
-                     count, alpha, beta, HAS_BETA, INDEXED, COMPUTE)
+        store_result(
+            OP,
+            value,
+            index,
+            c_ptr,
+            dim_offsets(k, KEPT_DIMS, kept_sizes, kept_c),
+            index_ptr,
+            dim_offsets(k, KEPT_DIMS, kept_sizes, kept_i),
+            k_mask,
+            count,
+            alpha,
+            beta,
+            HAS_BETA,
+            INDEXED,
+            COMPUTE,
+        )
 
 
 @triton.jit
 def reduce_columns_kernel(
-    a_ptr, c_ptr, index_ptr, partial_ptr, partial_index_ptr,
-    kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w,
-    kept_total, column_blocks, reduced_total, iterations, count: tl.float64, alpha: tl.float64, beta: tl.float64,
-    OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr,
-    INDEXED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, PARTIAL: tl.constexpr,
-    INNER_UNIT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    a_ptr,
+    c_ptr,
+    index_ptr,
+    partial_ptr,
+    partial_index_ptr,
+    kept_sizes,
+    kept_a,
+    kept_c,
+    kept_i,
+    reduced_sizes,
+    reduced_a,
+    reduced_w,
+    kept_total,
+    column_blocks,
+    reduced_total,
+    iterations,
+    count: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    OP: tl.constexpr,
+    KIND: tl.constexpr,
+    KEPT_DIMS: tl.constexpr,
+    REDUCED_DIMS: tl.constexpr,
+    INDEXED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    INNER_UNIT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     FAST: tl.constexpr,
 ):
     """Program (k, s): BLOCK_K consecutive outputs along the innermost kept dim (one index of the
@@ -297,8 +401,9 @@ def reduce_columns_kernel(
         x_index = 0
         if INDEXED:
             x_index = dim_offsets(r, REDUCED_DIMS, reduced_sizes, reduced_w)[:, None]
-        acc, acc_index = accumulate(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index,
-                                    element_key(OP, x.to(COMPUTE)), x_index, mask, FAST)
+        acc, acc_index = accumulate(
+            KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, element_key(OP, x.to(COMPUTE)), x_index, mask, FAST
+        )
     value, index = reduce_tile(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, 0, FAST)
 
     if PARTIAL:
@@ -306,17 +411,46 @@ def reduce_columns_kernel(
     else:
         outer_c = dim_offsets(outer, KEPT_DIMS - 1, kept_sizes, kept_c)
         outer_i = dim_offsets(outer, KEPT_DIMS - 1, kept_sizes, kept_i)
-        store_result(OP, value, index, c_ptr, outer_c + k_inner * kept_c[KEPT_DIMS - 1],
-                     index_ptr, outer_i + k_inner * kept_i[KEPT_DIMS - 1], k_mask,
-                     count, alpha, beta, HAS_BETA, INDEXED, COMPUTE)
+        store_result(
+            OP,
+            value,
+            index,
+            c_ptr,
+            outer_c + k_inner * kept_c[KEPT_DIMS - 1],
+            index_ptr,
+            outer_i + k_inner * kept_i[KEPT_DIMS - 1],
+            k_mask,
+            count,
+            alpha,
+            beta,
+            HAS_BETA,
+            INDEXED,
+            COMPUTE,
+        )
 
 
 @triton.jit
 def reduce_partials_kernel(
-    c_ptr, index_ptr, partial_ptr, partial_index_ptr, kept_sizes, kept_c, kept_i,
-    kept_total, splits, count: tl.float64, alpha: tl.float64, beta: tl.float64,
-    OP: tl.constexpr, KIND: tl.constexpr, KEPT_DIMS: tl.constexpr, INDEXED: tl.constexpr,
-    PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+    c_ptr,
+    index_ptr,
+    partial_ptr,
+    partial_index_ptr,
+    kept_sizes,
+    kept_c,
+    kept_i,
+    kept_total,
+    splits,
+    count: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    OP: tl.constexpr,
+    KIND: tl.constexpr,
+    KEPT_DIMS: tl.constexpr,
+    INDEXED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Combine the ``splits`` partial results of each output, slice 0 first, and store C."""
     k = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -329,9 +463,22 @@ def reduce_partials_kernel(
         if INDEXED:
             x_index = tl.load(partial_index_ptr + s * kept_total + k, mask=mask, other=0)
         acc, acc_index = accumulate(KIND, PROPAGATE_NAN, INDEXED, acc, acc_index, x, x_index, mask)
-    store_result(OP, acc, acc_index, c_ptr, dim_offsets(k, KEPT_DIMS, kept_sizes, kept_c),
-                 index_ptr, dim_offsets(k, KEPT_DIMS, kept_sizes, kept_i), mask,
-                 count, alpha, beta, HAS_BETA, INDEXED, COMPUTE)
+    store_result(
+        OP,
+        acc,
+        acc_index,
+        c_ptr,
+        dim_offsets(k, KEPT_DIMS, kept_sizes, kept_c),
+        index_ptr,
+        dim_offsets(k, KEPT_DIMS, kept_sizes, kept_i),
+        mask,
+        count,
+        alpha,
+        beta,
+        HAS_BETA,
+        INDEXED,
+        COMPUTE,
+    )
 
 
 @dataclass(frozen=True)
@@ -367,8 +514,13 @@ def reduce_plan(problem: ReduceProblem) -> ReducePlan:
     for k in reversed(problem.reduced_axes):  # row-major over the reduced dims in A's dim order
         weights[k] = step
         step *= a.dims[k]
-    kept = merged_dims([(a.dims[k], (a.strides[k], c.strides[k], index_strides[k]))
-                    for k in range(a.ndim) if k not in problem.reduced_axes and a.dims[k] > 1]) or [(1, (0, 0, 0))]
+    kept = merged_dims(
+        [
+            (a.dims[k], (a.strides[k], c.strides[k], index_strides[k]))
+            for k in range(a.ndim)
+            if k not in problem.reduced_axes and a.dims[k] > 1
+        ]
+    ) or [(1, (0, 0, 0))]
     reduced = merged_dims([(a.dims[k], (a.strides[k], weights[k])) for k in problem.reduced_axes]) or [(1, (0, 0))]
     kept_total = math.prod(size for size, _ in kept)
     reduced_total = math.prod(size for size, _ in reduced)
@@ -392,8 +544,9 @@ def reduce_plan(problem: ReduceProblem) -> ReducePlan:
     if splits > 1:
         value_bytes = -(-splits * kept_total * problem.compute_dtype.itemsize // 16) * 16
         index_bytes = splits * kept_total * INDEX_BYTES if problem.indices is not None else 0
-    return ReducePlan(tuple(kept), tuple(reduced), columns, block_k, block_r, iterations, splits,
-                      value_bytes, index_bytes)
+    return ReducePlan(
+        tuple(kept), tuple(reduced), columns, block_k, block_r, iterations, splits, value_bytes, index_bytes
+    )
 
 
 def supports(problem: ReduceProblem) -> str | None:
@@ -415,13 +568,16 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
     indexed = "indices" in tensors
     if plan.splits > 1:
         if workspace is None or workspace.desc.numel < plan.workspace_bytes:
-            raise InternalError(f"reduce needs {plan.workspace_bytes} bytes of workspace, got "
-                                f"{0 if workspace is None else workspace.desc.numel}")
+            raise InternalError(
+                f"reduce needs {plan.workspace_bytes} bytes of workspace, got "
+                f"{0 if workspace is None else workspace.desc.numel}"
+            )
         space = torch_view(workspace).reshape(-1).view(torch.uint8)
-        tensors["partial"] = space[:plan.value_bytes].view(
-            torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32)
+        tensors["partial"] = space[: plan.value_bytes].view(
+            torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
+        )
         if indexed:
-            tensors["partial_index"] = space[plan.value_bytes:plan.workspace_bytes].view(torch.int64)
+            tensors["partial_index"] = space[plan.value_bytes : plan.workspace_bytes].view(torch.int64)
     reduce_launches(problem, indexed, FAST_PICKS and tensors["a"].is_cuda)(tensors)
 
 
@@ -437,31 +593,84 @@ def reduce_launches(problem: ReduceProblem, indexed: bool, fast: bool = False) -
     kept_sizes, kept_a, kept_c, kept_i = _padded(plan.kept, 3)
     reduced_sizes, reduced_a, reduced_w = _padded(plan.reduced, 2)
     op = problem.op.value
-    flags = dict(OP=op, KIND=KIND[op], KEPT_DIMS=len(plan.kept), INDEXED=indexed,
-                 PROPAGATE_NAN=problem.propagate_nan, HAS_BETA=problem.beta != 0.0,
-                 COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32)
+    flags = dict(
+        OP=op,
+        KIND=KIND[op],
+        KEPT_DIMS=len(plan.kept),
+        INDEXED=indexed,
+        PROPAGATE_NAN=problem.propagate_nan,
+        HAS_BETA=problem.beta != 0.0,
+        COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
+    )
     scalars = (float(problem.reduced_count), problem.alpha, problem.beta)
     grid = (_programs(plan), plan.splits)
-    kernel_flags = dict(flags, REDUCED_DIMS=len(plan.reduced), PARTIAL=split,
-                        BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, FAST=fast,
-                        num_warps=max(1, min(8, plan.block_k * plan.block_r // 512)))
-    common = (Slot("a"), c, indices, partial, partial_index,
-              kept_sizes, kept_a, kept_c, kept_i, reduced_sizes, reduced_a, reduced_w, plan.kept_total)
+    kernel_flags = dict(
+        flags,
+        REDUCED_DIMS=len(plan.reduced),
+        PARTIAL=split,
+        BLOCK_K=plan.block_k,
+        BLOCK_R=plan.block_r,
+        FAST=fast,
+        num_warps=max(1, min(8, plan.block_k * plan.block_r // 512)),
+    )
+    common = (
+        Slot("a"),
+        c,
+        indices,
+        partial,
+        partial_index,
+        kept_sizes,
+        kept_a,
+        kept_c,
+        kept_i,
+        reduced_sizes,
+        reduced_a,
+        reduced_w,
+        plan.kept_total,
+    )
     if plan.columns:
-        launch = Launch(reduce_columns_kernel, grid, (
-            *common, triton.cdiv(plan.kept[-1][0], plan.block_k), math.prod(reduced_sizes), plan.iterations,
-            *scalars), dict(INNER_UNIT=plan.kept[-1][1][0] == 1, **kernel_flags))
+        launch = Launch(
+            reduce_columns_kernel,
+            grid,
+            (*common, triton.cdiv(plan.kept[-1][0], plan.block_k), math.prod(reduced_sizes), plan.iterations, *scalars),
+            dict(INNER_UNIT=plan.kept[-1][1][0] == 1, **kernel_flags),
+        )
     else:
-        launch = Launch(reduce_rows_kernel, grid, (
-            *common, triton.cdiv(plan.reduced[-1][0], plan.block_r), plan.iterations, *scalars),
-            dict(INNER_UNIT=plan.reduced[-1][1][0] == 1, EVEN=plan.reduced[-1][0] % plan.block_r == 0
-                 and plan.kept_total % plan.block_k == 0, **kernel_flags))
+        launch = Launch(
+            reduce_rows_kernel,
+            grid,
+            (*common, triton.cdiv(plan.reduced[-1][0], plan.block_r), plan.iterations, *scalars),
+            dict(
+                INNER_UNIT=plan.reduced[-1][1][0] == 1,
+                EVEN=plan.reduced[-1][0] % plan.block_r == 0 and plan.kept_total % plan.block_k == 0,
+                **kernel_flags,
+            ),
+        )
     if not split:
         return Launches((launch,))
     block = min(FINAL_BLOCK, triton.next_power_of_2(plan.kept_total))
-    return Launches((launch, Launch(reduce_partials_kernel, (triton.cdiv(plan.kept_total, block),), (
-        c, indices, partial, partial_index, kept_sizes, kept_c, kept_i, plan.kept_total, plan.splits, *scalars),
-        dict(BLOCK=block, num_warps=4, **flags))))
+    return Launches(
+        (
+            launch,
+            Launch(
+                reduce_partials_kernel,
+                (triton.cdiv(plan.kept_total, block),),
+                (
+                    c,
+                    indices,
+                    partial,
+                    partial_index,
+                    kept_sizes,
+                    kept_c,
+                    kept_i,
+                    plan.kept_total,
+                    plan.splits,
+                    *scalars,
+                ),
+                dict(BLOCK=block, num_warps=4, **flags),
+            ),
+        )
+    )
 
 
 def _programs(plan: ReducePlan) -> int:

@@ -16,8 +16,17 @@ from opendnn.core.handle import Handle
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode, mode_problem
 
 
-def softmax_forward(handle: Handle, algo: SoftmaxAlgorithm, mode: SoftmaxMode, alpha: float,
-                    x_desc: TensorDescriptor, x: Any, beta: float, y_desc: TensorDescriptor, y: Any) -> None:
+def softmax_forward(
+    handle: Handle,
+    algo: SoftmaxAlgorithm,
+    mode: SoftmaxMode,
+    alpha: float,
+    x_desc: TensorDescriptor,
+    x: Any,
+    beta: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+) -> None:
     """``y = alpha * softmax(x) + beta * y`` (FAST, ACCURATE) or log-softmax (LOG); with beta == 0, y
     is never read.
 
@@ -31,9 +40,19 @@ def softmax_forward(handle: Handle, algo: SoftmaxAlgorithm, mode: SoftmaxMode, a
     dispatch(handle, "softmax", problem, [xb], yb)
 
 
-def softmax_backward(handle: Handle, algo: SoftmaxAlgorithm, mode: SoftmaxMode, alpha: float,
-                     y_desc: TensorDescriptor, y: Any, dy_desc: TensorDescriptor, dy: Any, beta: float,
-                     dx_desc: TensorDescriptor, dx: Any) -> None:
+def softmax_backward(
+    handle: Handle,
+    algo: SoftmaxAlgorithm,
+    mode: SoftmaxMode,
+    alpha: float,
+    y_desc: TensorDescriptor,
+    y: Any,
+    dy_desc: TensorDescriptor,
+    dy: Any,
+    beta: float,
+    dx_desc: TensorDescriptor,
+    dx: Any,
+) -> None:
     """``dx = alpha * (y * (dy - sum(dy * y))) + beta * dx`` (FAST, ACCURATE) or
     ``alpha * (dy - exp(y) * sum(dy)) + beta * dx`` (LOG, y the log-softmax), sums over each row;
     with beta == 0, dx is never read.
@@ -43,8 +62,9 @@ def softmax_backward(handle: Handle, algo: SoftmaxAlgorithm, mode: SoftmaxMode, 
             on another device, an overlapping dx, non-finite alpha or beta.
         NotSupported: a non-float dtype.
     """
-    problem = mode_problem(algo, mode, ("y_desc", "dy_desc", "dx_desc"), (y_desc, dy_desc, dx_desc),
-                           backward=True, alpha=alpha, beta=beta)
+    problem = mode_problem(
+        algo, mode, ("y_desc", "dy_desc", "dx_desc"), (y_desc, dy_desc, dx_desc), backward=True, alpha=alpha, beta=beta
+    )
     yb, dyb = bind("y", y_desc, y), bind("dy", dy_desc, dy)
     dxb = bind("dx", dx_desc, dx, output=True)
     dispatch(handle, "softmax", problem, [yb, dyb], dxb)

@@ -49,7 +49,12 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
     if not -ndim <= dim < ndim:  # (the message is formatted only on failure: this runs for every call)
         raise BadParam(f"dim={dim} must be between {-ndim} and {ndim - 1} for {names[0]} of {ndim} dims")
     output = empty_like(inputs[-1])
-    problem = softmax_problem(algo, (dim % ndim,), [f"{b.name}" for b in inputs] + ["out"],
-                              [b.desc for b in inputs] + [output.desc], backward=len(arrays) == 2)
+    problem = softmax_problem(
+        algo,
+        (dim % ndim,),
+        [f"{b.name}" for b in inputs] + ["out"],
+        [b.desc for b in inputs] + [output.desc],
+        backward=len(arrays) == 2,
+    )
     dispatch(handle_for(inputs[0], handle), "softmax", problem, inputs, output)
     return to_caller_kind(shaped(output.view, shape), arrays[0])

@@ -69,9 +69,16 @@ class SoftmaxProblem:
     compute_dtype: DataType = DataType.FLOAT
 
 
-def softmax_problem(algo: SoftmaxAlgorithm, axes: Sequence[int], names: Sequence[str],
-                    descs: Sequence[TensorDescriptor], *, backward: bool = False, alpha: float = 1.0,
-                    beta: float = 0.0) -> SoftmaxProblem:
+def softmax_problem(
+    algo: SoftmaxAlgorithm,
+    axes: Sequence[int],
+    names: Sequence[str],
+    descs: Sequence[TensorDescriptor],
+    *,
+    backward: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> SoftmaxProblem:
     """The shape and dtype rules shared by every softmax call.
 
     Args:
@@ -88,24 +95,37 @@ def softmax_problem(algo: SoftmaxAlgorithm, axes: Sequence[int], names: Sequence
     for name, desc in zip(names, descs):
         if not isinstance(desc, TensorDescriptor):
             raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
-        require(desc.dtype.is_floating, f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-                Status.NOT_SUPPORTED_DATA_TYPE)
+        require(
+            desc.dtype.is_floating,
+            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
     first, dims = names[0], descs[0].dims
     for name, desc in zip(names[1:], descs[1:]):
         if desc.dims != dims:
-            raise BadParam(f"{name}.dims={list(desc.dims)} must equal {first}.dims={list(dims)}",
-                           Status.BAD_PARAM_SHAPE_MISMATCH)
+            raise BadParam(
+                f"{name}.dims={list(desc.dims)} must equal {first}.dims={list(dims)}", Status.BAD_PARAM_SHAPE_MISMATCH
+            )
     axes = tuple(sorted({int(k) for k in axes}))
-    require(len(axes) > 0 and all(0 <= k < len(dims) for k in axes),
-            f"axes={list(axes)} must be dims of {first} (0 to {len(dims) - 1})")
+    require(
+        len(axes) > 0 and all(0 <= k < len(dims) for k in axes),
+        f"axes={list(axes)} must be dims of {first} (0 to {len(dims) - 1})",
+    )
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     compute = DataType.DOUBLE if any(desc.dtype is DataType.DOUBLE for desc in descs) else DataType.FLOAT
     return SoftmaxProblem(algo, axes, tuple(descs), backward, alpha, beta, compute)
 
 
-def mode_problem(algo: SoftmaxAlgorithm, mode: SoftmaxMode, names: Sequence[str],
-                 descs: Sequence[TensorDescriptor], *, backward: bool = False, alpha: float = 1.0,
-                 beta: float = 0.0) -> SoftmaxProblem:
+def mode_problem(
+    algo: SoftmaxAlgorithm,
+    mode: SoftmaxMode,
+    names: Sequence[str],
+    descs: Sequence[TensorDescriptor],
+    *,
+    backward: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> SoftmaxProblem:
     """``softmax_problem`` for a cuDNN mode: the tensors must have at least N and C dims.
 
     Raises:

@@ -44,8 +44,9 @@ def run_softmax_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np
     y.copy_(t.torch.from_numpy(reference_forward(algo, t.values(y), axes)).to(y.dtype))
     dy = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     dx, expected = blend(sample, t, sample.shape, reference_backward(algo, t.values(y), t.values(dy), axes))
-    softmax_backward(handle, algo, mode, sample.alpha, descriptor(y), y, descriptor(dy), dy, sample.beta,
-                     descriptor(dx), dx)
+    softmax_backward(
+        handle, algo, mode, sample.alpha, descriptor(y), y, descriptor(dy), dy, sample.beta, descriptor(dx), dx
+    )
     return checked(t, dx, expected)
 
 
@@ -67,13 +68,20 @@ def samples(size: str = "small") -> Iterator[Sample]:
             yield Sample(op, variant, dtype, shape, runner=runner)
         if every_case:
             yield Sample(op, variant, DataType.FLOAT, shape, layout="permuted", runner=runner)
-            yield Sample(op, variant, DataType.BFLOAT16, shape, layout="permuted", alpha=0.5, beta=-0.75,
-                         runner=runner)
+            yield Sample(op, variant, DataType.BFLOAT16, shape, layout="permuted", alpha=0.5, beta=-0.75, runner=runner)
             yield Sample(op, variant, DataType.FLOAT, shape, layout="subregion", alpha=1.5, beta=0.25, runner=runner)
         if every_case or variant.startswith("FAST"):
             if variant.endswith("INSTANCE"):
-                yield Sample(op, variant, DataType.FLOAT, LONG_ROWS[size][0], layout="subregion", alpha=2.0,
-                             beta=0.5, runner=runner)
+                yield Sample(
+                    op,
+                    variant,
+                    DataType.FLOAT,
+                    LONG_ROWS[size][0],
+                    layout="subregion",
+                    alpha=2.0,
+                    beta=0.5,
+                    runner=runner,
+                )
             else:
                 yield Sample(op, variant, DataType.FLOAT, LONG_ROWS[size][1], runner=runner)
     for op, runner in runners:
@@ -84,8 +92,14 @@ def samples(size: str = "small") -> Iterator[Sample]:
 def error_samples() -> list[ErrorSample]:
     """Bad calls of the softmaxes and their messages."""
     return [
-        ErrorSample("fractional dim", F.softmax, lambda: {"x": values(2, 3), "dim": 1.5}, BadParam,
-                    "dim=1.5 must be an int"),
-        ErrorSample("dim out of range", F.log_softmax, lambda: {"x": values(2, 3), "dim": 2}, BadParam,
-                    "dim=2 must be between -2 and 1"),
+        ErrorSample(
+            "fractional dim", F.softmax, lambda: {"x": values(2, 3), "dim": 1.5}, BadParam, "dim=1.5 must be an int"
+        ),
+        ErrorSample(
+            "dim out of range",
+            F.log_softmax,
+            lambda: {"x": values(2, 3), "dim": 2},
+            BadParam,
+            "dim=2 must be between -2 and 1",
+        ),
     ]

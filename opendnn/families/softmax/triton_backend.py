@@ -61,9 +61,22 @@ MAX_WARPS = 16
 
 
 @triton.jit
-def operand_offsets(outer, k, r, outer_sizes, outer_strides, inner_stride, reduced_sizes, reduced_strides,
-                    OUTER_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr, K_UNIT: tl.constexpr,
-                    R_UNIT: tl.constexpr, WIDE: tl.constexpr, ROW_ALIGN: tl.constexpr):
+def operand_offsets(
+    outer,
+    k,
+    r,
+    outer_sizes,
+    outer_strides,
+    inner_stride,
+    reduced_sizes,
+    reduced_strides,
+    OUTER_DIMS: tl.constexpr,
+    REDUCED_DIMS: tl.constexpr,
+    K_UNIT: tl.constexpr,
+    R_UNIT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+):
     """One operand's offsets of the tile: rows ``k`` of the innermost kept dim (at index ``outer``
     of the outer kept dims) x elements ``r`` of the row. ROW_ALIGN: what every row start is a
     multiple of (so that rows of 1000 float32, say, still load 16 bytes at a time)."""
@@ -183,11 +196,37 @@ def store_blended(o_ptr, offsets, mask, out, alpha, beta, HAS_BETA: tl.constexpr
 
 @triton.jit
 def softmax_one_pass_kernel(
-    a_ptr, b_ptr, o_ptr, outer_sizes, a_outer, b_outer, o_outer, inner_size, a_inner, b_inner, o_inner,
-    reduced_sizes, a_reduced, b_reduced, o_reduced, row_length, alpha: tl.float64, beta: tl.float64,
-    ALGO: tl.constexpr, BACKWARD: tl.constexpr, USES_MAX: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr, K_UNIT: tl.constexpr, R_UNIT: tl.constexpr,
-    WIDE: tl.constexpr, ROW_ALIGN: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    o_ptr,
+    outer_sizes,
+    a_outer,
+    b_outer,
+    o_outer,
+    inner_size,
+    a_inner,
+    b_inner,
+    o_inner,
+    reduced_sizes,
+    a_reduced,
+    b_reduced,
+    o_reduced,
+    row_length,
+    alpha: tl.float64,
+    beta: tl.float64,
+    ALGO: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    USES_MAX: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    REDUCED_DIMS: tl.constexpr,
+    K_UNIT: tl.constexpr,
+    R_UNIT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     """Program p: BLOCK_K whole rows (a block of the innermost kept dim), read once, written once."""
     pid = program_index(tl.program_id(0), WIDE)
@@ -195,12 +234,54 @@ def softmax_one_pass_kernel(
     r = tl.arange(0, BLOCK_R)
     row_length = aligned(row_length, ROW_ALIGN)
     mask = (k < inner_size)[:, None] & (r < row_length)[None, :]
-    a_offsets = operand_offsets(outer, k, r, outer_sizes, a_outer, a_inner, reduced_sizes, a_reduced,
-                                OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
-    b_offsets = operand_offsets(outer, k, r, outer_sizes, b_outer, b_inner, reduced_sizes, b_reduced,
-                                OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
-    o_offsets = operand_offsets(outer, k, r, outer_sizes, o_outer, o_inner, reduced_sizes, o_reduced,
-                                OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
+    a_offsets = operand_offsets(
+        outer,
+        k,
+        r,
+        outer_sizes,
+        a_outer,
+        a_inner,
+        reduced_sizes,
+        a_reduced,
+        OUTER_DIMS,
+        REDUCED_DIMS,
+        K_UNIT,
+        R_UNIT,
+        WIDE,
+        ROW_ALIGN,
+    )
+    b_offsets = operand_offsets(
+        outer,
+        k,
+        r,
+        outer_sizes,
+        b_outer,
+        b_inner,
+        reduced_sizes,
+        b_reduced,
+        OUTER_DIMS,
+        REDUCED_DIMS,
+        K_UNIT,
+        R_UNIT,
+        WIDE,
+        ROW_ALIGN,
+    )
+    o_offsets = operand_offsets(
+        outer,
+        k,
+        r,
+        outer_sizes,
+        o_outer,
+        o_inner,
+        reduced_sizes,
+        o_reduced,
+        OUTER_DIMS,
+        REDUCED_DIMS,
+        K_UNIT,
+        R_UNIT,
+        WIDE,
+        ROW_ALIGN,
+    )
     a, b = load_operands(a_ptr, b_ptr, a_offsets, b_offsets, mask, BACKWARD, COMPUTE)
     shift = safe_shift(tile_max(USES_MAX, a, COMPUTE, BLOCK_K))
     terms = tile_terms(ALGO, BACKWARD, a, b, shift)
@@ -210,11 +291,35 @@ def softmax_one_pass_kernel(
 
 @triton.jit
 def softmax_stats_kernel(
-    a_ptr, b_ptr, stats_ptr, outer_sizes, a_outer, b_outer, inner_size, a_inner, b_inner,
-    reduced_sizes, a_reduced, b_reduced, row_length, k_blocks, kept_total, chunks, chunk_tiles,
-    ALGO: tl.constexpr, BACKWARD: tl.constexpr, USES_MAX: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr, K_UNIT: tl.constexpr, R_UNIT: tl.constexpr,
-    WIDE: tl.constexpr, ROW_ALIGN: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    stats_ptr,
+    outer_sizes,
+    a_outer,
+    b_outer,
+    inner_size,
+    a_inner,
+    b_inner,
+    reduced_sizes,
+    a_reduced,
+    b_reduced,
+    row_length,
+    k_blocks,
+    kept_total,
+    chunks,
+    chunk_tiles,
+    ALGO: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    USES_MAX: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    REDUCED_DIMS: tl.constexpr,
+    K_UNIT: tl.constexpr,
+    R_UNIT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     """Program p = slice * k_blocks + rows block: the running (max, sum) of its rows over its slice's
     tiles, stored at stats[0 or 1, slice, row]."""
@@ -233,10 +338,38 @@ def softmax_stats_kernel(
     for t in range(chunk * chunk_tiles, tl.minimum((chunk + 1) * chunk_tiles, tiles)):
         r = t * BLOCK_R + lanes
         mask = k_mask[:, None] & (r < row_length)[None, :]
-        a_offsets = operand_offsets(outer, k, r, outer_sizes, a_outer, a_inner, reduced_sizes, a_reduced,
-                                    OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
-        b_offsets = operand_offsets(outer, k, r, outer_sizes, b_outer, b_inner, reduced_sizes, b_reduced,
-                                    OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
+        a_offsets = operand_offsets(
+            outer,
+            k,
+            r,
+            outer_sizes,
+            a_outer,
+            a_inner,
+            reduced_sizes,
+            a_reduced,
+            OUTER_DIMS,
+            REDUCED_DIMS,
+            K_UNIT,
+            R_UNIT,
+            WIDE,
+            ROW_ALIGN,
+        )
+        b_offsets = operand_offsets(
+            outer,
+            k,
+            r,
+            outer_sizes,
+            b_outer,
+            b_inner,
+            reduced_sizes,
+            b_reduced,
+            OUTER_DIMS,
+            REDUCED_DIMS,
+            K_UNIT,
+            R_UNIT,
+            WIDE,
+            ROW_ALIGN,
+        )
         a, b = load_operands(a_ptr, b_ptr, a_offsets, b_offsets, mask, BACKWARD, COMPUTE)
         if USES_MAX:
             m_new = tl.maximum(m, tl.max(a, axis=1))
@@ -252,12 +385,41 @@ def softmax_stats_kernel(
 
 @triton.jit
 def softmax_apply_kernel(
-    a_ptr, b_ptr, o_ptr, stats_ptr, outer_sizes, a_outer, b_outer, o_outer, inner_size, a_inner, b_inner,
-    o_inner, reduced_sizes, a_reduced, b_reduced, o_reduced, row_length, k_blocks, kept_total, chunks,
-    chunk_tiles, alpha: tl.float64, beta: tl.float64,
-    ALGO: tl.constexpr, BACKWARD: tl.constexpr, HAS_BETA: tl.constexpr,
-    OUTER_DIMS: tl.constexpr, REDUCED_DIMS: tl.constexpr, K_UNIT: tl.constexpr, R_UNIT: tl.constexpr,
-    WIDE: tl.constexpr, ROW_ALIGN: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    o_ptr,
+    stats_ptr,
+    outer_sizes,
+    a_outer,
+    b_outer,
+    o_outer,
+    inner_size,
+    a_inner,
+    b_inner,
+    o_inner,
+    reduced_sizes,
+    a_reduced,
+    b_reduced,
+    o_reduced,
+    row_length,
+    k_blocks,
+    kept_total,
+    chunks,
+    chunk_tiles,
+    alpha: tl.float64,
+    beta: tl.float64,
+    ALGO: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    OUTER_DIMS: tl.constexpr,
+    REDUCED_DIMS: tl.constexpr,
+    K_UNIT: tl.constexpr,
+    R_UNIT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     CHUNKS_BLOCK: tl.constexpr,
 ):
     """The stats kernel's program p, run as program count - 1 - p: combine the slices' (max, sum)
@@ -282,12 +444,54 @@ def softmax_apply_kernel(
     for t in range(chunk * chunk_tiles, tl.minimum((chunk + 1) * chunk_tiles, tiles)):
         r = t * BLOCK_R + lanes
         mask = k_mask[:, None] & (r < row_length)[None, :]
-        a_offsets = operand_offsets(outer, k, r, outer_sizes, a_outer, a_inner, reduced_sizes, a_reduced,
-                                    OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
-        b_offsets = operand_offsets(outer, k, r, outer_sizes, b_outer, b_inner, reduced_sizes, b_reduced,
-                                    OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
-        o_offsets = operand_offsets(outer, k, r, outer_sizes, o_outer, o_inner, reduced_sizes, o_reduced,
-                                    OUTER_DIMS, REDUCED_DIMS, K_UNIT, R_UNIT, WIDE, ROW_ALIGN)
+        a_offsets = operand_offsets(
+            outer,
+            k,
+            r,
+            outer_sizes,
+            a_outer,
+            a_inner,
+            reduced_sizes,
+            a_reduced,
+            OUTER_DIMS,
+            REDUCED_DIMS,
+            K_UNIT,
+            R_UNIT,
+            WIDE,
+            ROW_ALIGN,
+        )
+        b_offsets = operand_offsets(
+            outer,
+            k,
+            r,
+            outer_sizes,
+            b_outer,
+            b_inner,
+            reduced_sizes,
+            b_reduced,
+            OUTER_DIMS,
+            REDUCED_DIMS,
+            K_UNIT,
+            R_UNIT,
+            WIDE,
+            ROW_ALIGN,
+        )
+        o_offsets = operand_offsets(
+            outer,
+            k,
+            r,
+            outer_sizes,
+            o_outer,
+            o_inner,
+            reduced_sizes,
+            o_reduced,
+            OUTER_DIMS,
+            REDUCED_DIMS,
+            K_UNIT,
+            R_UNIT,
+            WIDE,
+            ROW_ALIGN,
+        )
         a, b = load_operands(a_ptr, b_ptr, a_offsets, b_offsets, mask, BACKWARD, COMPUTE)
         out = finish(ALGO, BACKWARD, a, b, tile_terms(ALGO, BACKWARD, a, b, shift), shift, total)
         store_blended(o_ptr, o_offsets, mask, out, alpha, beta, HAS_BETA, COMPUTE)
@@ -335,8 +539,7 @@ def softmax_plan(problem: SoftmaxProblem) -> SoftmaxPlan:
     row_block = triton.next_power_of_2(row_length)
     columns = inner_size > 1 and inner_strides[0] < reduced[-1][1][0]
     if columns:
-        block_k = min(triton.next_power_of_2(inner_size), COLUMN_BLOCK,
-                      max(MIN_COLUMN_BLOCK, COLUMN_TILE // row_block))
+        block_k = min(triton.next_power_of_2(inner_size), COLUMN_BLOCK, max(MIN_COLUMN_BLOCK, COLUMN_TILE // row_block))
     else:
         block_k = min(triton.next_power_of_2(inner_size), max(1, ROW_TILE // row_block))
     chunks = chunk_tiles = 0
@@ -351,8 +554,7 @@ def softmax_plan(problem: SoftmaxProblem) -> SoftmaxPlan:
         chunk_tiles = triton.cdiv(tiles, chunks)
         chunks = triton.cdiv(tiles, chunk_tiles)
     num_warps = max(1, min(MAX_WARPS, block_k * block_r // 512))
-    return SoftmaxPlan(tuple(kept[:-1]), kept[-1], tuple(reduced), block_k, block_r, chunks, chunk_tiles,
-                       num_warps)
+    return SoftmaxPlan(tuple(kept[:-1]), kept[-1], tuple(reduced), block_k, block_r, chunks, chunk_tiles, num_warps)
 
 
 def supports(problem: SoftmaxProblem) -> str | None:
@@ -370,30 +572,66 @@ def softmax_launches(problem: SoftmaxProblem) -> Launches:
     reduced_sizes, *reduced_strides = _padded(plan.reduced)
     inner_size, inner_strides = plan.inner
     layout = (outer_sizes, *outer_strides, inner_size, *inner_strides, reduced_sizes, *reduced_strides)
-    input_layout = (outer_sizes, *outer_strides[:2], inner_size, *inner_strides[:2], reduced_sizes,
-                    *reduced_strides[:2])
-    flags = dict(ALGO=problem.algo.value, BACKWARD=problem.backward, OUTER_DIMS=len(plan.outer),
-                 REDUCED_DIMS=len(plan.reduced), K_UNIT=all(s == 1 for s in inner_strides),
-                 R_UNIT=len(plan.reduced) == 1 and all(s == 1 for s in plan.reduced[0][1]),
-                 WIDE=max(t.extent for t in problem.tensors) >= 2**31, ROW_ALIGN=_row_alignment(plan),
-                 COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
-                 BLOCK_K=plan.block_k, BLOCK_R=plan.block_r, num_warps=plan.num_warps)
+    input_layout = (
+        outer_sizes,
+        *outer_strides[:2],
+        inner_size,
+        *inner_strides[:2],
+        reduced_sizes,
+        *reduced_strides[:2],
+    )
+    flags = dict(
+        ALGO=problem.algo.value,
+        BACKWARD=problem.backward,
+        OUTER_DIMS=len(plan.outer),
+        REDUCED_DIMS=len(plan.reduced),
+        K_UNIT=all(s == 1 for s in inner_strides),
+        R_UNIT=len(plan.reduced) == 1 and all(s == 1 for s in plan.reduced[0][1]),
+        WIDE=max(t.extent for t in problem.tensors) >= 2**31,
+        ROW_ALIGN=_row_alignment(plan),
+        COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
+        BLOCK_K=plan.block_k,
+        BLOCK_R=plan.block_r,
+        num_warps=plan.num_warps,
+    )
     a, b, out = Slot("a"), Slot("b" if problem.backward else "a"), Slot("out")
     uses_max = not problem.backward and problem.algo is not SoftmaxAlgorithm.FAST
     has_beta = problem.beta != 0.0
     if plan.chunks == 0:
-        return Launches((Launch(softmax_one_pass_kernel, (plan.k_blocks,), (
-            a, b, out, *layout, plan.row_length, problem.alpha, problem.beta),
-            dict(USES_MAX=uses_max, HAS_BETA=has_beta, **flags)),))
+        return Launches(
+            (
+                Launch(
+                    softmax_one_pass_kernel,
+                    (plan.k_blocks,),
+                    (a, b, out, *layout, plan.row_length, problem.alpha, problem.beta),
+                    dict(USES_MAX=uses_max, HAS_BETA=has_beta, **flags),
+                ),
+            )
+        )
     grid = (plan.k_blocks * plan.chunks,)
     chunking = (plan.row_length, plan.k_blocks, plan.kept_total, plan.chunks, plan.chunk_tiles)
-    stats = Scratch("stats", 2 * plan.chunks * plan.kept_total,
-                    torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32)
-    return Launches((
-        Launch(softmax_stats_kernel, grid, (a, b, Slot("stats"), *input_layout, *chunking),
-               dict(USES_MAX=uses_max, **flags)),
-        Launch(softmax_apply_kernel, grid, (a, b, out, Slot("stats"), *layout, *chunking, problem.alpha, problem.beta),
-               dict(HAS_BETA=has_beta, CHUNKS_BLOCK=triton.next_power_of_2(plan.chunks), **flags))), (stats,))
+    stats = Scratch(
+        "stats",
+        2 * plan.chunks * plan.kept_total,
+        torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32,
+    )
+    return Launches(
+        (
+            Launch(
+                softmax_stats_kernel,
+                grid,
+                (a, b, Slot("stats"), *input_layout, *chunking),
+                dict(USES_MAX=uses_max, **flags),
+            ),
+            Launch(
+                softmax_apply_kernel,
+                grid,
+                (a, b, out, Slot("stats"), *layout, *chunking, problem.alpha, problem.beta),
+                dict(HAS_BETA=has_beta, CHUNKS_BLOCK=triton.next_power_of_2(plan.chunks), **flags),
+            ),
+        ),
+        (stats,),
+    )
 
 
 def run(problem: SoftmaxProblem, inputs: list[Bound], output: Bound) -> None:
