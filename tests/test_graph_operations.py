@@ -281,3 +281,28 @@ def test_cast_and_comparisons_store_the_types_asked_for(engine):
     out_half, out_positive = run(g, {xt: x}, [half, positive], engine)
     assert relative_error(out_half, x) < 1e-3
     assert np.array_equal(out_positive, (x > 0).astype(np.float64))
+
+
+def test_activations_without_a_coefficient_take_torchs_defaults():
+    import opendnn.graph as og
+
+    rng = np.random.default_rng(7)
+    x_array = rng.uniform(-3, 3, (4, 5))
+    expected = {
+        "swish": x_array / (1 + np.exp(-x_array)),
+        "elu": np.where(x_array > 0, x_array, np.expm1(x_array)),
+        "softplus": np.log1p(np.exp(x_array)),
+    }
+    for method, reference in expected.items():
+        g = og.Graph(io_data_type=og.DataType.DOUBLE, compute_data_type=og.DataType.DOUBLE)
+        x = g.tensor(dim=[4, 5], data_type=og.DataType.DOUBLE, name="x")
+        y = getattr(g, method)(x)
+        y.set_output(True)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([og.HeurMode.A])
+        g.check_support()
+        g.build_plans()
+        out = np.full((4, 5), np.nan)
+        g.execute({x: x_array, y: out}, np.empty(g.get_workspace_size(), np.uint8))
+        np.testing.assert_allclose(out, reference, rtol=1e-12, err_msg=method)

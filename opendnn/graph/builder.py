@@ -21,6 +21,7 @@ from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.arrays import as_native, descriptor_of
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
+from opendnn.families.pointwise.problem import resolved_coef
 from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label
 from opendnn.graph.pointwise_methods import PointwiseMethods
 from opendnn.graph.tensor import Tensor
@@ -157,12 +158,12 @@ class OperationBuilder(PointwiseMethods):
         mode: PointwiseMode,
         operands: Sequence[Operand],
         name: str | None,
-        coef: float = 0.0,
+        coef: float | None = None,
         data_type: Any = None,
     ) -> Tensor:
         roles = ("a", "b", "c")[: len(operands)]
         name = f"{mode.value.removesuffix('_fwd')}_{len(self._nodes)}" if name is None else name
-        attributes = {"mode": mode.value, "coef": float(coef)}
+        attributes = {"mode": mode.value, "coef": resolved_coef(mode, coef)}  # None: the table's default
         output = self._add("pointwise", dict(zip(roles, operands)), attributes, name)["y"]
         if data_type is not None:
             output.set_data_type(data_type)

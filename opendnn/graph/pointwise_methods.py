@@ -30,7 +30,7 @@ class PointwiseMethods:
         mode: PointwiseMode,
         operands: Sequence[Operand],
         name: str | None,
-        coef: float = 0.0,
+        coef: float | None = None,
         data_type: Any = None,
     ) -> Tensor:
         raise NotImplementedError
@@ -185,11 +185,13 @@ class PointwiseMethods:
     def sigmoid_backward(self, loss: Operand, input: Operand, *, name: str | None = None) -> Tensor:
         return self._pointwise(PointwiseMode.SIGMOID_BWD, (loss, input), name)
 
-    def elu(self, input: Operand, alpha: float = 1.0, *, name: str | None = None) -> Tensor:
+    def elu(self, input: Operand, alpha: float | None = None, *, name: str | None = None) -> Tensor:
         """input if input > 0 else alpha * (exp(input) - 1)."""
         return self._pointwise(PointwiseMode.ELU_FWD, (input,), name, coef=alpha)
 
-    def elu_backward(self, loss: Operand, input: Operand, alpha: float = 1.0, *, name: str | None = None) -> Tensor:
+    def elu_backward(
+        self, loss: Operand, input: Operand, alpha: float | None = None, *, name: str | None = None
+    ) -> Tensor:
         return self._pointwise(PointwiseMode.ELU_BWD, (loss, input), name, coef=alpha)
 
     def gelu(self, input: Operand, *, name: str | None = None) -> Tensor:
@@ -206,18 +208,22 @@ class PointwiseMethods:
     def gelu_approx_tanh_backward(self, loss: Operand, input: Operand, *, name: str | None = None) -> Tensor:
         return self._pointwise(PointwiseMode.GELU_APPROX_TANH_BWD, (loss, input), name)
 
-    def softplus(self, input: Operand, beta: float = 1.0, *, name: str | None = None) -> Tensor:
+    def softplus(self, input: Operand, beta: float | None = None, *, name: str | None = None) -> Tensor:
         """log(1 + exp(beta * input)) / beta."""
         return self._pointwise(PointwiseMode.SOFTPLUS_FWD, (input,), name, coef=beta)
 
-    def softplus_backward(self, loss: Operand, input: Operand, beta: float = 1.0, *, name: str | None = None) -> Tensor:
+    def softplus_backward(
+        self, loss: Operand, input: Operand, beta: float | None = None, *, name: str | None = None
+    ) -> Tensor:
         return self._pointwise(PointwiseMode.SOFTPLUS_BWD, (loss, input), name, coef=beta)
 
-    def swish(self, input: Operand, beta: float = 1.0, *, name: str | None = None) -> Tensor:
+    def swish(self, input: Operand, beta: float | None = None, *, name: str | None = None) -> Tensor:
         """input * sigmoid(beta * input) (silu for beta 1)."""
         return self._pointwise(PointwiseMode.SWISH_FWD, (input,), name, coef=beta)
 
-    def swish_backward(self, loss: Operand, input: Operand, beta: float = 1.0, *, name: str | None = None) -> Tensor:
+    def swish_backward(
+        self, loss: Operand, input: Operand, beta: float | None = None, *, name: str | None = None
+    ) -> Tensor:
         return self._pointwise(PointwiseMode.SWISH_BWD, (loss, input), name, coef=beta)
 
     def identity_backward(self, loss: Operand, input: Operand, *, name: str | None = None) -> Tensor:
