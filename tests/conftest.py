@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 _RUN_FOLDER = tempfile.mkdtemp(prefix="opendnn-tests-")
 
 
@@ -23,3 +25,10 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     shutil.rmtree(_RUN_FOLDER, ignore_errors=True)
+
+
+def pytest_collection_finish(session):
+    """A GPU run must run compiled kernels: a test module that sets TRITON_INTERPRET while it is collected
+    would turn every GPU test after it into an interpreter run."""
+    if session.config.option.markexpr.strip() == "gpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        raise pytest.UsageError("TRITON_INTERPRET=1 is set in a GPU run: unset it (a test module must not set it)")

@@ -3,19 +3,15 @@
 torch's autograd), the cuDNN-shaped calls with descriptors over BSHD, BHSD and packed QKV strides,
 NumPy in and out, and the errors, whose messages name the caller's parameter."""
 
-import os
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as torch_functional
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as torch_functional  # noqa: E402
-
-import opendnn as od  # noqa: E402
-import opendnn.functional as F  # noqa: E402
-from opendnn.families.attention.api import attention_backward, attention_forward  # noqa: E402
-from opendnn.families.attention.problem import (  # noqa: E402
+import opendnn as od
+import opendnn.functional as F
+from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.problem import (
     AttentionDescriptor,
     DiagonalAlignment,
     reference_backward,

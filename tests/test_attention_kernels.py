@@ -9,17 +9,15 @@ import os
 import subprocess
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+import numpy as np
+import pytest
+import sm90
+import torch
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import sm90  # noqa: E402
-import torch  # noqa: E402
-
-import opendnn as od  # noqa: E402
-from opendnn.families.attention import triton_backend  # noqa: E402
-from opendnn.families.attention.api import attention_backward, attention_forward  # noqa: E402
-from opendnn.families.attention.problem import (  # noqa: E402
+import opendnn as od
+from opendnn.families.attention import triton_backend
+from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.problem import (
     AttentionDescriptor,
     DiagonalAlignment,
     attention_problem,

@@ -2,19 +2,15 @@
 and autograd gradients) with masks built here from their definitions, a plain torch formula for
 softcap and dropout, finite differences, and Triton's own tl.rand for the dropout generator."""
 
-import os
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as torch_functional
+import triton
+import triton.language as tl
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as torch_functional  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from opendnn.core.errors import BadParam  # noqa: E402
-from opendnn.families.attention.problem import (  # noqa: E402
+from opendnn.core.errors import BadParam
+from opendnn.families.attention.problem import (
     AttentionDescriptor,
     DiagonalAlignment,
     dropout_keep,

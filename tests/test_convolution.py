@@ -2,19 +2,15 @@
 finite differences; the rules of ``convolution_problem`` as error messages; the algorithm
 declaration; the workspace checks; and the Pythonic API against torch on both backends."""
 
-import os
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-
-import opendnn as od  # noqa: E402
-import opendnn.functional as F  # noqa: E402
+import opendnn as od
+import opendnn.functional as F
 from opendnn.families.convolution import numpy_backend as numpy_convolution
-from opendnn.families.convolution.problem import (  # noqa: E402
+from opendnn.families.convolution.problem import (
     ConvolutionDirection,
     algorithm_refusal,
     convolution_problem,
@@ -24,8 +20,8 @@ from opendnn.families.convolution.problem import (  # noqa: E402
     reference_epilogue,
     reference_forward,
 )
-from opendnn.families.convolution.samples import GEOMETRIES  # noqa: E402
-from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
+from opendnn.families.convolution.samples import GEOMETRIES
+from opendnn.families.pointwise.problem import PointwiseMode
 
 SMALL = GEOMETRIES["small"]
 TORCH_CONV = {1: TF.conv1d, 2: TF.conv2d, 3: TF.conv3d}

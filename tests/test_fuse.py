@@ -5,17 +5,14 @@ reference, on both backends (Triton through its interpreter)."""
 import copy
 import importlib
 import operator
-import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+import pytest
+import torch
+import torch.nn.functional as TF
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-
-import opendnn as od  # noqa: E402
-import opendnn.functional as F  # noqa: E402
-import opendnn.torch as ot  # noqa: E402
+import opendnn as od
+import opendnn.functional as F
+import opendnn.torch as ot
 
 BACKENDS = ["numpy", "triton"]
 

@@ -1,19 +1,15 @@
 """The graph API's builder and lifecycle: the errors that name the node and tensor, validate,
 check_support's reasons, the variant pack, scalars by value and by name, and serialization."""
 
-import os
+import json
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+import numpy as np
+import pytest
+from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run  # noqa: F401
 
-import json  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run  # noqa: E402, F401
-
-import opendnn as od  # noqa: E402
-import opendnn.graph as og  # noqa: E402
-from opendnn.graph import engines  # noqa: E402
+import opendnn as od
+import opendnn.graph as og
+from opendnn.graph import engines
 
 pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
 

@@ -3,19 +3,15 @@ chains of convolution and matmul, reductions and genstats at the end of a fused 
 rule that decides what fuses; every graph runs on the fused engine (Triton through its
 interpreter) and on the reference engine, and both must agree with torch in float64."""
 
-import os
+import ast
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from graph_helpers import build, cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: F401
 
-import ast  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-from graph_helpers import build, cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: E402, F401
-
-import opendnn.graph as og  # noqa: E402
+import opendnn.graph as og
 
 ENGINES = ["fused", "reference"]
 TOLERANCE = 1e-5

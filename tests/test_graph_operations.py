@@ -1,17 +1,13 @@
 """Every operation of the graph API, alone, on the reference engine (NumPy) and on the per-node
 engine (Triton, through its interpreter), against torch in float64."""
 
-import os
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from graph_helpers import cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: F401
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-from graph_helpers import cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: E402, F401
-
-import opendnn.graph as og  # noqa: E402
+import opendnn.graph as og
 
 ENGINES = ["reference", "per_node"]
 TOLERANCE = 1e-5

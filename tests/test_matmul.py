@@ -2,20 +2,16 @@
 shape and dtype rules' messages, batch dims no stride merges, and the Pythonic API (matmul,
 linear) on both backends (Triton through its interpreter)."""
 
-import os
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-
-import opendnn as od  # noqa: E402
-import opendnn.functional as F  # noqa: E402
-from opendnn.families.matmul.api import MatmulEpilogue, matmul  # noqa: E402
-from opendnn.families.matmul.problem import BiasAxis, float_to_fp8, fp8_to_float64, matmul_problem, reference  # noqa: E402
-from opendnn.families.pointwise.problem import PointwiseMode  # noqa: E402
+import opendnn as od
+import opendnn.functional as F
+from opendnn.families.matmul.api import MatmulEpilogue, matmul
+from opendnn.families.matmul.problem import BiasAxis, float_to_fp8, fp8_to_float64, matmul_problem, reference
+from opendnn.families.pointwise.problem import PointwiseMode
 
 BACKENDS = ["numpy", "triton"]
 FP8 = [(od.DataType.FP8_E4M3, torch.float8_e4m3fn), (od.DataType.FP8_E5M2, torch.float8_e5m2)]

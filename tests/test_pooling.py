@@ -2,18 +2,14 @@
 mode) and against finite differences; NaN and tie rules; the Pythonic API on both backends (Triton
 through its interpreter) against torch; error messages."""
 
-import os
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-
-import opendnn as od  # noqa: E402
-import opendnn.functional as F  # noqa: E402
-from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward  # noqa: E402
+import opendnn as od
+import opendnn.functional as F
+from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward
 
 BACKENDS = ["numpy", "triton"]
 INCLUDE, EXCLUDE = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING

@@ -3,23 +3,19 @@ on both backends (Triton through its interpreter) against the reference: every o
 strided and sub-region layouts, alpha/beta with poisoned outputs, NaN options, ties, the split
 path through the workspace, and error messages."""
 
-import os
+import math
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+import numpy as np
+import pytest
+import torch
 
-import math  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import opendnn as od  # noqa: E402
-from opendnn.families.reduce.api import (  # noqa: E402
+import opendnn as od
+from opendnn.families.reduce.api import (
     get_reduction_indices_size,
     get_reduction_workspace_size,
     reduce_tensor,
 )
-from opendnn.families.reduce.problem import (  # noqa: E402
+from opendnn.families.reduce.problem import (
     ReduceTensorDescriptor,
     ReduceTensorIndices,
     ReduceTensorOp,

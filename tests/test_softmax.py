@@ -8,16 +8,14 @@ import os
 import subprocess
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before torch or triton load
+import numpy as np
+import pytest
+import sm90
+import torch
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import sm90  # noqa: E402
-import torch  # noqa: E402
-
-import opendnn as od  # noqa: E402
-import opendnn.functional as F  # noqa: E402
-from opendnn.families.softmax.problem import (  # noqa: E402
+import opendnn as od
+import opendnn.functional as F
+from opendnn.families.softmax.problem import (
     SoftmaxAlgorithm,
     SoftmaxMode,
     mode_axes,
@@ -25,8 +23,8 @@ from opendnn.families.softmax.problem import (  # noqa: E402
     reference_backward,
     reference_forward,
 )
-from opendnn.families.softmax.triton_backend import softmax_plan  # noqa: E402
-from opendnn.kernels import device  # noqa: E402
+from opendnn.families.softmax.triton_backend import softmax_plan
+from opendnn.kernels import device
 
 BACKENDS = ["numpy", "triton"]
 ALGOS = list(SoftmaxAlgorithm)
