@@ -10,13 +10,24 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.core.arrays import Bound, allocate, as_native, broadcast_to, empty_like, index_along, packed_like, wrap
+from opendnn.core.arrays import (
+    Bound,
+    allocate,
+    as_native,
+    broadcast_to,
+    constant_like,
+    empty_like,
+    index_along,
+    packed_like,
+    wrap,
+)
 from opendnn.core.caller_arrays import shaped, to_caller_kind
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import (
     TensorDescriptor,
     TensorFormat,
     check_dtype,
+    check_finite,
     check_int,
     check_ints,
     check_member,
@@ -183,10 +194,36 @@ def tanh(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.TANH_FWD, x, handle=handle)
 
 
-def softplus(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
-    """log(1 + exp(beta * x)) / beta."""
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, handle: Handle | None = None) -> Any:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear region).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        beta: finite and above 0 (torch's default 1.0).
+        threshold: where beta * x exceeds it the result is x (torch's default 20.0); inf turns the
+            linear region off.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+
+    Raises:
+        BadParam: ``beta`` not a finite number above 0, ``threshold`` NaN.
+    """
     mode = PointwiseMode.SOFTPLUS_FWD
-    return _pointwise(mode, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    y = _pointwise(mode, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    return _linear_region(x, x, y, beta, threshold, handle)
+
+
+def _linear_region(x: Any, linear: Any, y: Any, beta: float, threshold: float, handle: Handle | None) -> Any:
+    """``linear`` where beta * x > threshold, else ``y`` (softplus's linear region, as torch's)."""
+    if np.isnan(threshold):
+        raise BadParam(f"threshold={threshold} must be a number (inf turns the linear region off)")
+    if threshold == np.inf:
+        return y
+    bound = constant_like(wrap("x", x), threshold).view
+    beyond = _pointwise(PointwiseMode.CMP_GT, x, bound, input_scales=(beta, 1.0, 1.0), handle=handle)
+    return where(beyond, linear, y)
 
 
 def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
@@ -316,13 +353,16 @@ def tanh_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.TANH_BWD, dy, x, handle=handle)
 
 
-def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
-    """Gradient of softplus: dy * sigmoid(beta * x).
+def softplus_backward(
+    dy: Any, x: Any, beta: float = 1.0, threshold: float = 20.0, *, handle: Handle | None = None
+) -> Any:
+    """Gradient of softplus: dy * sigmoid(beta * x), and dy where beta * x > threshold.
 
     Args:
         dy: the gradient of the loss with respect to the activation's output.
         x: the activation's input, broadcastable with ``dy``.
         beta: the forward's beta (torch's default 1.0); finite and above 0.
+        threshold: the forward's threshold (torch's default 20.0).
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -330,10 +370,11 @@ def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | No
 
     Raises:
         BadParam: ``dy`` and ``x`` do not broadcast together.
-        BadParam: ``beta`` not a finite number above 0.
+        BadParam: ``beta`` not a finite number above 0, ``threshold`` NaN.
     """
     mode = PointwiseMode.SOFTPLUS_BWD
-    return _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    dx = _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    return _linear_region(x, dy, dx, beta, threshold, handle)
 
 
 def swish_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
@@ -372,12 +413,13 @@ def pointwise(mode: PointwiseMode, *inputs: Any, coef: float | None = None, hand
     return _pointwise(check_member("mode", PointwiseMode, mode), *inputs, coef=coef, names=names, handle=handle)
 
 
-def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
-    """a + b, broadcast together.
+def add(a: Any, b: Any, *, alpha: float = 1.0, handle: Handle | None = None) -> Any:
+    """a + alpha * b, broadcast together (torch.add's ``alpha``).
 
     Args:
         a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
         b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        alpha: the factor of ``b``, finite.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -385,17 +427,23 @@ def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
             (the widest float among them; float16 with bfloat16 gives float32).
 
     Raises:
-        BadParam: ``a`` and ``b`` do not broadcast together.
+        BadParam: ``a`` and ``b`` do not broadcast together, or ``alpha`` is not finite.
     """
-    return _pointwise(PointwiseMode.ADD, a, b, handle=handle)
+    return _pointwise(PointwiseMode.ADD, a, b, input_scales=_scales(alpha), handle=handle)
 
 
-def sub(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
-    """a - b, broadcast together.
+def _scales(alpha: float) -> tuple[float, float, float]:
+    """The input scales of ``a op alpha * b``."""
+    return (1.0, check_finite("alpha", alpha), 1.0)
+
+
+def sub(a: Any, b: Any, *, alpha: float = 1.0, handle: Handle | None = None) -> Any:
+    """a - alpha * b, broadcast together (torch.sub's ``alpha``).
 
     Args:
         a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
         b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        alpha: the factor of ``b``, finite.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -403,9 +451,9 @@ def sub(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
             (the widest float among them; float16 with bfloat16 gives float32).
 
     Raises:
-        BadParam: ``a`` and ``b`` do not broadcast together.
+        BadParam: ``a`` and ``b`` do not broadcast together, or ``alpha`` is not finite.
     """
-    return _pointwise(PointwiseMode.SUB, a, b, handle=handle)
+    return _pointwise(PointwiseMode.SUB, a, b, input_scales=_scales(alpha), handle=handle)
 
 
 def mul(a: Any, b: Any, *, handle: Handle | None = None) -> Any:

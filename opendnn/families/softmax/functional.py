@@ -7,6 +7,7 @@ for the formulas.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -31,14 +32,76 @@ def log_softmax(x: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     return _softmax(SoftmaxAlgorithm.LOG, dim, (x,), handle)
 
 
-def softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
-    """dx = y * (dy - sum(dy * y)) along ``dim``, from softmax's output y and its gradient dy."""
+def softmax_grad(dy: Any, y: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
+    """Gradient of softmax: dx = y * (dy - sum(dy * y)) along ``dim``.
+
+    The gradient comes first, as in every other backward function of ``opendnn.functional`` and in
+    torch's ``_softmax_backward_data(grad_output, output, dim, ...)``.
+
+    Args:
+        dy: the gradient of the loss with respect to softmax's output.
+        y: softmax's output, of ``dy``'s shape.
+        dim: the dim softmax ran along.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dx, a new array of ``dy``'s kind, shape and dimension order.
+
+    Raises:
+        BadParam: ``dim`` out of range, or ``y`` and ``dy`` of different shapes or dtypes.
+    """
     return _softmax(SoftmaxAlgorithm.ACCURATE, dim, (y, dy), handle)
 
 
-def log_softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
-    """dx = dy - exp(y) * sum(dy) along ``dim``, from log_softmax's output y and its gradient dy."""
+def log_softmax_grad(dy: Any, y: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
+    """Gradient of log_softmax: dx = dy - exp(y) * sum(dy) along ``dim``.
+
+    Args:
+        dy: the gradient of the loss with respect to log_softmax's output.
+        y: log_softmax's output, of ``dy``'s shape.
+        dim: the dim log_softmax ran along.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        dx, a new array of ``dy``'s kind, shape and dimension order.
+
+    Raises:
+        BadParam: ``dim`` out of range, or ``y`` and ``dy`` of different shapes or dtypes.
+    """
     return _softmax(SoftmaxAlgorithm.LOG, dim, (y, dy), handle)
+
+
+def softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
+    """Deprecated (removed in 0.2.0): ``softmax_grad(dy, y, dim)``, the gradient first.
+
+    dx = y * (dy - sum(dy * y)) along ``dim``, from softmax's output y and its gradient dy.
+
+    Warns:
+        DeprecationWarning: on every call.
+    """
+    _deprecated("softmax_backward", "softmax_grad")
+    return softmax_grad(dy, y, dim, handle=handle)
+
+
+def log_softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
+    """Deprecated (removed in 0.2.0): ``log_softmax_grad(dy, y, dim)``, the gradient first.
+
+    dx = dy - exp(y) * sum(dy) along ``dim``, from log_softmax's output y and its gradient dy.
+
+    Warns:
+        DeprecationWarning: on every call.
+    """
+    _deprecated("log_softmax_backward", "log_softmax_grad")
+    return log_softmax_grad(dy, y, dim, handle=handle)
+
+
+def _deprecated(name: str, replacement: str) -> None:
+    warnings.warn(
+        f"opendnn.functional.{name}(y, dy, dim) is deprecated and is removed in 0.2.0: call "
+        f"{replacement}(dy, y, dim), which takes the gradient first like every other backward function",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: Handle | None) -> Any:
