@@ -82,9 +82,13 @@ def compatible(recorded: str, current: str) -> bool:
 def test_compatible_accepts_growth_and_refuses_changes():
     old = "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False) -> 'Any'"
     assert compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, d: 'int' = 1, ceil_mode: 'bool' = False) -> 'Any'")
-    assert compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False, i: 'bool' = False) -> 'Any'")
+    assert compatible(
+        old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False, i: 'bool' = False) -> 'Any'"
+    )
     assert not compatible(old, "(k: 'int', x: 'Any', stride: 'int' = 1, *, ceil_mode: 'bool' = False) -> 'Any'")
-    assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, d: 'int', *, ceil_mode: 'bool' = False) -> 'Any'")
+    assert not compatible(
+        old, "(x: 'Any', k: 'int', stride: 'int' = 1, d: 'int', *, ceil_mode: 'bool' = False) -> 'Any'"
+    )
     assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = True) -> 'Any'")
     assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1) -> 'Any'")
     assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False) -> 'int'")

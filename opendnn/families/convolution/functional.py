@@ -22,7 +22,7 @@ from opendnn.core.arrays import (
     wrap,
 )
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor, check_int, check_ints
 from opendnn.core.dispatch import dispatch, load_backend
@@ -47,6 +47,7 @@ from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensor
 IntOrTuple = int | Sequence[int]
 
 
+@caller_dtypes
 def conv(
     x: Any,
     w: Any,
@@ -73,6 +74,7 @@ def conv(
     return _forward(x, w, bias, None, None, 0.0, 0.0, stride, padding, dilation, groups, mode, algo, handle)
 
 
+@caller_dtypes
 def conv_bias_activation(
     x: Any,
     w: Any,
@@ -164,6 +166,7 @@ def _forward(
     return to_caller_kind(y.view, x)
 
 
+@caller_dtypes
 def conv_transpose(
     x: Any,
     w: Any,
@@ -213,6 +216,7 @@ def conv_transpose(
     return to_caller_kind(dx.view, x)
 
 
+@caller_dtypes
 def conv_backward_data(
     dy: Any,
     w: Any,
@@ -237,6 +241,7 @@ def conv_backward_data(
     return _data_gradient(dy, w, input_shape, stride, padding, dilation, groups, algo, handle, _BACKWARD_DATA_NAMES)
 
 
+@caller_dtypes
 def conv_input(
     input_size: Sequence[int],
     weight: Any,
@@ -294,6 +299,7 @@ def _data_gradient(
     return to_caller_kind(dx.view, dy)
 
 
+@caller_dtypes
 def conv_backward_filter(
     x: Any,
     dy: Any,
@@ -315,9 +321,12 @@ def conv_backward_filter(
         BadParam: ``dy`` is a shape (torch's order: call ``conv_weight``), or a rule of ``conv``.
     """
     _refuse_shape("dy", dy, "conv_backward_filter(x, dy, weight_shape)", "conv_weight(input, weight_size, grad_output)")
-    return _filter_gradient(x, dy, weight_shape, stride, padding, dilation, groups, algo, handle, _BACKWARD_FILTER_NAMES)
+    return _filter_gradient(
+        x, dy, weight_shape, stride, padding, dilation, groups, algo, handle, _BACKWARD_FILTER_NAMES
+    )
 
 
+@caller_dtypes
 def conv_weight(
     input: Any,
     weight_size: Sequence[int],
@@ -397,6 +406,7 @@ def _refuse_array(name: str, value: Any, order: str) -> None:
         raise BadParam(f"{name} of type {type(value).__name__} must be a shape (a tuple of ints): {order}")
 
 
+@caller_dtypes
 def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
     """db (K,): the sum of dy (N, K, *out) over N and the spatial dims."""
     dyb = wrap("dy", dy)

@@ -15,7 +15,7 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import NanPropagation, check_ints
 from opendnn.core.dispatch import dispatch
@@ -110,6 +110,7 @@ def _average_mode(count_include_pad: bool) -> PoolingMode:
 # fixed windows -----------------------------------------------------------------------------------
 
 
+@caller_dtypes
 def max_pool(
     x: Any,
     kernel_size: Size,
@@ -146,6 +147,7 @@ def max_pool(
     return _forward(pool, xb, x, ceil_mode, handle, return_indices)
 
 
+@caller_dtypes
 def max_pool_backward(
     dy: Any,
     x: Any,
@@ -163,6 +165,7 @@ def max_pool_backward(
     return _backward(pool, dy, x, y, ceil_mode, handle)
 
 
+@caller_dtypes
 def avg_pool(
     x: Any,
     kernel_size: Size,
@@ -179,6 +182,7 @@ def avg_pool(
     return _forward(pool, xb, x, ceil_mode, handle)
 
 
+@caller_dtypes
 def avg_pool_backward(
     dy: Any,
     x: Any,
@@ -272,31 +276,37 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
     return to_caller_kind(dxb.view, x)
 
 
+@caller_dtypes
 def adaptive_avg_pool(x: Any, output_size: Size, *, handle: Handle | None = None) -> Any:
     """The mean over torch's adaptive windows: output o pools [o * n // out, ceil((o + 1) * n / out))."""
     return _adaptive_forward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, x, output_size, False, handle)
 
 
+@caller_dtypes
 def adaptive_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     """dx of adaptive_avg_pool (the output size is dy's)."""
     return _adaptive_backward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, dy, x, None, handle)
 
 
+@caller_dtypes
 def adaptive_max_pool(x: Any, output_size: Size, *, propagate_nan: bool = True, handle: Handle | None = None) -> Any:
     """The largest element of torch's adaptive windows."""
     return _adaptive_forward(PoolingMode.MAX, x, output_size, propagate_nan, handle)
 
 
+@caller_dtypes
 def adaptive_max_pool_backward(dy: Any, x: Any, y: Any, *, handle: Handle | None = None) -> Any:
     """dx of adaptive_max_pool: each dy goes to the first position of its window equal to y."""
     return _adaptive_backward(PoolingMode.MAX, dy, x, y, handle)
 
 
+@caller_dtypes
 def global_avg_pool(x: Any, *, handle: Handle | None = None) -> Any:
     """The mean over all spatial positions: dims (N, C, 1, ...)."""
     return adaptive_avg_pool(x, 1, handle=handle)
 
 
+@caller_dtypes
 def global_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     """dx of global_avg_pool: dy / (number of spatial positions), broadcast."""
     return adaptive_avg_pool_backward(dy, x, handle=handle)

@@ -24,6 +24,12 @@ def run(
             write(indices, reference_indices(values, *geometry, *options))
         return
     result = reference_backward(
-        problem.mode, read(x, compute), read(y, compute), read(dy, compute), *geometry, problem.ceil_mode, problem.dilation
+        problem.mode,
+        read(x, compute),
+        read(y, compute),
+        read(dy, compute),
+        *geometry,
+        problem.ceil_mode,
+        problem.dilation,
     )
     write(dx, result, problem.alpha, problem.beta)

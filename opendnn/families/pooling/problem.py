@@ -181,7 +181,8 @@ def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mod
     for k, (size, w, p, s, d) in enumerate(geometry):
         require(
             size + 2 * p >= d * (w - 1) + 1,
-            f"window[{k}]={w}" + (f" dilated by {d}" if d > 1 else "")
+            f"window[{k}]={w}"
+            + (f" dilated by {d}" if d > 1 else "")
             + f" must fit in x_desc.dims[{k + 2}]={size} + 2 * padding[{k}]={p}",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
@@ -364,9 +365,7 @@ def _geometry(
 ) -> _Geometry:
     size = tuple(x_shape[2:])
     dilation = tuple(dilation) or (1,) * len(size)
-    out = tuple(
-        output_size(n, w, p, s, ceil_mode, d) for n, w, p, s, d in zip(size, window, padding, stride, dilation)
-    )
+    out = tuple(output_size(n, w, p, s, ceil_mode, d) for n, w, p, s, d in zip(size, window, padding, stride, dilation))
     return _Geometry(tuple(window), tuple(padding), tuple(stride), dilation, size, out)
 
 

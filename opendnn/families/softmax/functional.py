@@ -14,6 +14,7 @@ import numpy as np
 
 from opendnn.core.arrays import as_native, empty_like, wrap
 from opendnn.core.caller_arrays import shaped, to_caller_kind
+from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import check_int
 from opendnn.core.dispatch import dispatch
@@ -22,16 +23,19 @@ from opendnn.core.handle import Handle
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, softmax_problem
 
 
+@caller_dtypes
 def softmax(x: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     """exp(x - max) / sum(exp(x - max)) along ``dim`` (as torch.softmax)."""
     return _softmax(SoftmaxAlgorithm.ACCURATE, dim, (x,), handle)
 
 
+@caller_dtypes
 def log_softmax(x: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     """(x - max) - log(sum(exp(x - max))) along ``dim`` (as torch.log_softmax)."""
     return _softmax(SoftmaxAlgorithm.LOG, dim, (x,), handle)
 
 
+@caller_dtypes
 def softmax_grad(dy: Any, y: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     """Gradient of softmax: dx = y * (dy - sum(dy * y)) along ``dim``.
 
@@ -53,6 +57,7 @@ def softmax_grad(dy: Any, y: Any, dim: int = -1, *, handle: Handle | None = None
     return _softmax(SoftmaxAlgorithm.ACCURATE, dim, (y, dy), handle)
 
 
+@caller_dtypes
 def log_softmax_grad(dy: Any, y: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     """Gradient of log_softmax: dx = dy - exp(y) * sum(dy) along ``dim``.
 
@@ -71,6 +76,7 @@ def log_softmax_grad(dy: Any, y: Any, dim: int = -1, *, handle: Handle | None = 
     return _softmax(SoftmaxAlgorithm.LOG, dim, (y, dy), handle)
 
 
+@caller_dtypes
 def softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     """Deprecated (removed in 0.2.0): ``softmax_grad(dy, y, dim)``, the gradient first.
 
@@ -83,6 +89,7 @@ def softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = 
     return softmax_grad(dy, y, dim, handle=handle)
 
 
+@caller_dtypes
 def log_softmax_backward(y: Any, dy: Any, dim: int = -1, *, handle: Handle | None = None) -> Any:
     """Deprecated (removed in 0.2.0): ``log_softmax_grad(dy, y, dim)``, the gradient first.
 
@@ -100,7 +107,7 @@ def _deprecated(name: str, replacement: str) -> None:
         f"opendnn.functional.{name}(y, dy, dim) is deprecated and is removed in 0.2.0: call "
         f"{replacement}(dy, y, dim), which takes the gradient first like every other backward function",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of the deprecated function, past it and caller_dtypes
     )
 
 
@@ -111,6 +118,10 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
     ndim, dim = inputs[0].desc.ndim, check_int("dim", dim)
     if not -ndim <= dim < ndim:  # (the message is formatted only on failure: this runs for every call)
         raise BadParam(f"dim={dim} must be between {-ndim} and {ndim - 1} for {names[0]} of {ndim} dims")
+    if inputs[-1].desc.dtype is not inputs[0].desc.dtype:  # one dtype, as every non-pointwise operation
+        raise BadParam(
+            f"{names[1]}.dtype={inputs[1].desc.dtype.value} must equal {names[0]}.dtype={inputs[0].desc.dtype.value}"
+        )
     output = empty_like(inputs[-1])
     problem = softmax_problem(
         algo,
