@@ -119,8 +119,9 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
     if not -ndim <= dim < ndim:  # (the message is formatted only on failure: this runs for every call)
         raise BadParam(f"dim={dim} must be between {-ndim} and {ndim - 1} for {names[0]} of {ndim} dims")
     if inputs[-1].desc.dtype is not inputs[0].desc.dtype:  # one dtype, as every non-pointwise operation
+        first, last = inputs[0], inputs[-1]
         raise BadParam(
-            f"{names[1]}.dtype={inputs[1].desc.dtype.value} must equal {names[0]}.dtype={inputs[0].desc.dtype.value}"
+            f"{last.name}.dtype={last.desc.dtype.value} must equal {first.name}.dtype={first.desc.dtype.value}"
         )
     output = empty_like(inputs[-1])
     problem = softmax_problem(
