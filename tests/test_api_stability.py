@@ -2,6 +2,9 @@
 
 ``api_snapshot.json`` records every public name of ``opendnn`` and ``opendnn.functional`` with its
 signature. Regenerate it after an intended addition: ``python tests/test_api_stability.py --update``.
+A signature may grow only in ways that keep every call it accepted meaning the same: new parameters
+with defaults after the recorded positional ones or among the keyword-only ones, and a keyword-only
+parameter that becomes positional after the recorded positional ones (torch's ``ceil_mode``).
 """
 
 import inspect
@@ -35,17 +38,68 @@ def public_api() -> dict[str, str]:
     return api
 
 
+def parameters(signature: str) -> tuple[list[str], dict[str, str], str]:
+    """A signature's text as (its positional parameters, its keyword-only parameters by name, its
+    return annotation); each parameter is its text (name, annotation, default)."""
+    body, _, returns = signature.partition(") -> ")
+    parts, depth, quote, start = [], 0, "", 1
+    for k, char in enumerate(body):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        elif char == "," and depth == 1:
+            parts.append(body[start:k].strip())
+            start = k + 1
+    parts.append(body[start:].strip())
+    parts = [p for p in parts if p and p != "/"]
+    star = next((k for k, p in enumerate(parts) if p.startswith("*") and not p.startswith("**")), len(parts))
+    keyword = {p.split(":")[0].split("=")[0].strip(): p for p in parts[star + 1 :]}
+    var_positional = [p for p in parts[star : star + 1] if p != "*"]  # a *args stays among the positional ones
+    return parts[:star] + var_positional, keyword, returns
+
+
+def compatible(recorded: str, current: str) -> bool:
+    """Whether every call ``recorded`` accepts means the same under ``current``."""
+    if recorded.startswith("enum "):
+        return current.startswith("enum ") and set(recorded[5:].split(",")) <= set(current[5:].split(","))
+    old_positional, old_keyword, old_returns = parameters(recorded)
+    new_positional, new_keyword, new_returns = parameters(current)
+    if old_returns != new_returns or new_positional[: len(old_positional)] != old_positional:
+        return False
+    added = new_positional[len(old_positional) :]
+    for name, text in old_keyword.items():
+        if new_keyword.get(name) != text and text not in added:
+            return False
+    new_parameters = added + [text for name, text in new_keyword.items() if name not in old_keyword]
+    return all(" = " in text or text in old_keyword.values() or text.startswith("*") for text in new_parameters)
+
+
+def test_compatible_accepts_growth_and_refuses_changes():
+    old = "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False) -> 'Any'"
+    assert compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, d: 'int' = 1, ceil_mode: 'bool' = False) -> 'Any'")
+    assert compatible(
+        old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False, i: 'bool' = False) -> 'Any'"
+    )
+    assert not compatible(old, "(k: 'int', x: 'Any', stride: 'int' = 1, *, ceil_mode: 'bool' = False) -> 'Any'")
+    assert not compatible(
+        old, "(x: 'Any', k: 'int', stride: 'int' = 1, d: 'int', *, ceil_mode: 'bool' = False) -> 'Any'"
+    )
+    assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = True) -> 'Any'")
+    assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1) -> 'Any'")
+    assert not compatible(old, "(x: 'Any', k: 'int', stride: 'int' = 1, *, ceil_mode: 'bool' = False) -> 'int'")
+    assert compatible("enum A,B", "enum A,B,C") and not compatible("enum A,B", "enum A")
+
+
 def test_no_public_name_disappears_or_changes_signature():
     recorded = json.loads(SNAPSHOT.read_text())
     current = public_api()
     missing = sorted(set(recorded) - set(current))
-    changed = sorted(
-        n
-        for n in recorded
-        if n in current
-        and current[n] != recorded[n]
-        and not (recorded[n].startswith("enum ") and set(recorded[n][5:].split(",")) <= set(current[n][5:].split(",")))
-    )
+    changed = sorted(n for n in recorded if n in current and not compatible(recorded[n], current[n]))
     assert not missing, f"public names removed: {missing}"
     assert not changed, f"signatures changed: {[(n, recorded[n], current[n]) for n in changed]}"
 

@@ -411,7 +411,7 @@ def call_forward(
                 mask_grad=True,
             ),
             od.NotSupported,
-            r"grad_attn_mask: attn_mask.dtype=BOOLEAN is a mask and has no gradient",
+            r"grad_attn_mask: attn_mask.dtype=bool is a mask and has no gradient",
         ),
     ],
 )

@@ -231,7 +231,7 @@ def _functional_calls() -> list[Call]:
                 lambda: {"y": x(), "dy": x(), "dim": 1},
                 {"y": (TEXT,), "dy": (TEXT, data(2, 4)), "dim": (TEXT, FRACTION, 4)},
             )
-            for name in ("softmax_backward", "log_softmax_backward")
+            for name in ("softmax_grad", "log_softmax_grad")
         ),
     ]
     return calls + _convolution_calls() + _pooling_calls() + _normalization_calls() + _batch_norm_calls()

@@ -44,7 +44,7 @@ def pooling_calls(handle, dtype, channels_last):
 def softmax_calls(handle, dtype, channels_last):
     for x in (_input((2, 6, 3, 5), dtype, channels_last), _input((2, 1, 1, 20000), dtype, channels_last)):
         y = F.softmax(x, 1 if channels_last else -1, handle=handle)  # one pass; two passes (rows of 20000)
-        F.log_softmax_backward(y, torch.randn_like(y), -1, handle=handle)
+        F.log_softmax_grad(torch.randn_like(y), y, -1, handle=handle)
 
 
 def normalization_calls(handle, dtype, channels_last):

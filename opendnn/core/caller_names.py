@@ -1,10 +1,18 @@
-"""Errors of a Pythonic call in the caller's names: the cuDNN-shaped layer's parameter names replaced."""
+"""Errors of a Pythonic call in the caller's names: the cuDNN-shaped layer's parameter names replaced,
+and dtypes spelled as NumPy and torch spell them (``float16``, not cuDNN's ``HALF``)."""
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
+from opendnn.core.dtypes import DataType
 from opendnn.core.errors import OpenDnnError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class CallerNames:
@@ -22,3 +30,22 @@ class CallerNames:
         """``error`` (same type, status and traceback) with the names in its message replaced."""
         message = self._pattern.sub(lambda match: self.names[match.group(0)], str(error))
         return type(error)(message, error.status).with_traceback(error.__traceback__)
+
+
+# cuDNN's dtype names (DataType's members) as NumPy and torch spell them (DataType's values)
+DTYPE_NAMES = CallerNames({member.name: member.value for member in DataType})
+
+
+def caller_dtypes(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` whose opendnn errors spell dtypes as NumPy and torch do: ``x.dtype=float16``
+    where the cuDNN-shaped layer says ``x_desc.dtype=HALF``. Every function of ``opendnn.functional``
+    carries it."""
+
+    @functools.wraps(function)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except OpenDnnError as error:
+            raise DTYPE_NAMES.renamed(error) from None
+
+    return call

@@ -25,7 +25,9 @@ from opendnn.families.convolution.functional import (
     conv_backward_data,
     conv_backward_filter,
     conv_bias_activation,
+    conv_input,
     conv_transpose,
+    conv_weight,
 )
 from opendnn.families.lrn.functional import (
     divisive_norm,
@@ -109,7 +111,14 @@ from opendnn.families.pooling.functional import (
     max_pool,
     max_pool_backward,
 )
-from opendnn.families.softmax.functional import log_softmax, log_softmax_backward, softmax, softmax_backward
+from opendnn.families.softmax.functional import (
+    log_softmax,
+    log_softmax_backward,
+    log_softmax_grad,
+    softmax,
+    softmax_backward,
+    softmax_grad,
+)
 
 __all__ = [
     "BatchNormState",
@@ -134,7 +143,9 @@ __all__ = [
     "conv_backward_data",
     "conv_backward_filter",
     "conv_bias_activation",
+    "conv_input",
     "conv_transpose",
+    "conv_weight",
     "cos",
     "div",
     "divisive_norm",
@@ -166,6 +177,7 @@ __all__ = [
     "log",
     "log_softmax",
     "log_softmax_backward",
+    "log_softmax_grad",
     "logical_and",
     "logical_not",
     "logical_or",
@@ -193,6 +205,7 @@ __all__ = [
     "sin",
     "softmax",
     "softmax_backward",
+    "softmax_grad",
     "softplus",
     "softplus_backward",
     "sqrt",

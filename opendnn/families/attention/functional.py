@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from opendnn.core.arrays import Bound, allocate, as_native, empty_like, wrap
 from opendnn.core.caller_arrays import shaped, to_caller_kind
+from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
@@ -46,6 +47,7 @@ NAMES = (
 )
 
 
+@caller_dtypes
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -104,6 +106,7 @@ def scaled_dot_product_attention(
     return (result, to_caller_kind(stats.view, query)) if stats is not None else result
 
 
+@caller_dtypes
 def scaled_dot_product_attention_backward(
     grad_out: Any,
     query: Any,

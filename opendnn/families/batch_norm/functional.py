@@ -31,7 +31,7 @@ from opendnn.core.arrays import (
     wrap,
 )
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
@@ -61,6 +61,7 @@ class BatchNormState:
     reserve: Any
 
 
+@caller_dtypes
 def batch_norm(
     x: Any,
     running_mean: Any = None,
@@ -88,6 +89,7 @@ def batch_norm(
     )
 
 
+@caller_dtypes
 def batch_norm_add_activation(
     x: Any,
     z: Any,
@@ -168,6 +170,7 @@ def batch_norm_add_activation(
     return out
 
 
+@caller_dtypes
 def batch_norm_backward(
     dy: Any,
     x: Any,
@@ -186,6 +189,7 @@ def batch_norm_backward(
     return dx, dweight, dbias
 
 
+@caller_dtypes
 def batch_norm_add_activation_backward(
     dy: Any,
     x: Any,

@@ -22,7 +22,7 @@ from opendnn.core.arrays import (
     wrap,
 )
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor, check_int, check_ints
 from opendnn.core.dispatch import dispatch, load_backend
@@ -47,6 +47,7 @@ from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensor
 IntOrTuple = int | Sequence[int]
 
 
+@caller_dtypes
 def conv(
     x: Any,
     w: Any,
@@ -73,6 +74,7 @@ def conv(
     return _forward(x, w, bias, None, None, 0.0, 0.0, stride, padding, dilation, groups, mode, algo, handle)
 
 
+@caller_dtypes
 def conv_bias_activation(
     x: Any,
     w: Any,
@@ -164,6 +166,7 @@ def _forward(
     return to_caller_kind(y.view, x)
 
 
+@caller_dtypes
 def conv_transpose(
     x: Any,
     w: Any,
@@ -213,6 +216,7 @@ def conv_transpose(
     return to_caller_kind(dx.view, x)
 
 
+@caller_dtypes
 def conv_backward_data(
     dy: Any,
     w: Any,
@@ -225,15 +229,77 @@ def conv_backward_data(
     algo: enum.Enum | None = None,
     handle: Handle | None = None,
 ) -> Any:
-    """dx of ``conv(x, w, stride=..., ...)`` given dy; ``input_shape`` is x's shape (N, C, *in)."""
-    dyb, wb = wrap("dy", dy), wrap("w", w)
-    dims = _shape("input_shape", input_shape)
-    if len(dims) != dyb.desc.ndim:  # (the message is formatted only on failure)
-        raise BadParam(f"input_shape={dims} must have dy's {dyb.desc.ndim} dims", Status.BAD_PARAM_SHAPE_MISMATCH)
-    dx = _backward_data(dyb, wb, dims, stride, padding, dilation, groups, algo, handle, _BACKWARD_DATA_NAMES)
+    """dx of ``conv(x, w, stride=..., ...)`` given dy; ``input_shape`` is x's shape (N, C, *in).
+
+    The gradient comes first, as in every backward function of ``opendnn.functional``;
+    ``conv_input`` takes torch.nn.grad.conv{1,2,3}d_input's order (input_size, weight, grad_output).
+
+    Raises:
+        BadParam: ``dy`` is a shape (torch's order: call ``conv_input``), or a rule of ``conv``.
+    """
+    _refuse_shape("dy", dy, "conv_backward_data(dy, w, input_shape)", "conv_input(input_size, weight, grad_output)")
+    return _data_gradient(dy, w, input_shape, stride, padding, dilation, groups, algo, handle, _BACKWARD_DATA_NAMES)
+
+
+@caller_dtypes
+def conv_input(
+    input_size: Sequence[int],
+    weight: Any,
+    grad_output: Any,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    *,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
+    """torch.nn.grad.conv{1,2,3}d_input: the gradient of ``conv``'s input, in torch's argument order.
+
+    Args:
+        input_size: the input's shape (N, C, *in).
+        weight: the filter (K, C/groups, *filt).
+        grad_output: the gradient of the loss with respect to ``conv``'s output (N, K, *out).
+        stride, padding, dilation, groups: the forward's.
+        algo: a cuDNN backward-data algorithm (default: implicit GEMM, no workspace).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        The input's gradient, of ``input_size``, in grad_output's memory order and of its kind.
+
+    Raises:
+        BadParam: ``input_size`` is an array (opendnn's order: call ``conv_backward_data``), or a rule of ``conv``.
+    """
+    _refuse_array("input_size", input_size, "conv_input(input_size, weight, grad_output)")
+    return _data_gradient(
+        grad_output, weight, input_size, stride, padding, dilation, groups, algo, handle, _INPUT_NAMES
+    )
+
+
+def _data_gradient(
+    dy: Any,
+    w: Any,
+    input_shape: Sequence[int],
+    stride: IntOrTuple,
+    padding: IntOrTuple,
+    dilation: IntOrTuple,
+    groups: int,
+    algo: enum.Enum | None,
+    handle: Handle | None,
+    names: CallerNames,
+) -> Any:
+    try:
+        dyb, wb = wrap("dy", dy), wrap("w", w)
+        dims = _shape("input_shape", input_shape)
+        if len(dims) != dyb.desc.ndim:  # (the message is formatted only on failure)
+            raise BadParam(f"input_shape={dims} must have dy's {dyb.desc.ndim} dims", Status.BAD_PARAM_SHAPE_MISMATCH)
+    except OpenDnnError as error:
+        raise names.renamed(error) from None
+    dx = _backward_data(dyb, wb, dims, stride, padding, dilation, groups, algo, handle, names)
     return to_caller_kind(dx.view, dy)
 
 
+@caller_dtypes
 def conv_backward_filter(
     x: Any,
     dy: Any,
@@ -247,10 +313,69 @@ def conv_backward_filter(
     handle: Handle | None = None,
 ) -> Any:
     """dw of ``conv(x, w, stride=..., ...)`` given dy; ``weight_shape`` is w's (K, C/groups, *filt).
-    dw has x's memory order (KRSC for an NHWC x)."""
-    xb, dyb = wrap("x", x), wrap("dy", dy)
-    handle = handle_for(xb, handle)
+    dw has x's memory order (KRSC for an NHWC x).
+
+    ``conv_weight`` takes torch.nn.grad.conv{1,2,3}d_weight's order (input, weight_size, grad_output).
+
+    Raises:
+        BadParam: ``dy`` is a shape (torch's order: call ``conv_weight``), or a rule of ``conv``.
+    """
+    _refuse_shape("dy", dy, "conv_backward_filter(x, dy, weight_shape)", "conv_weight(input, weight_size, grad_output)")
+    return _filter_gradient(
+        x, dy, weight_shape, stride, padding, dilation, groups, algo, handle, _BACKWARD_FILTER_NAMES
+    )
+
+
+@caller_dtypes
+def conv_weight(
+    input: Any,
+    weight_size: Sequence[int],
+    grad_output: Any,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    *,
+    algo: enum.Enum | None = None,
+    handle: Handle | None = None,
+) -> Any:
+    """torch.nn.grad.conv{1,2,3}d_weight: the gradient of ``conv``'s filter, in torch's argument order.
+
+    Args:
+        input: ``conv``'s input (N, C, *in).
+        weight_size: the filter's shape (K, C/groups, *filt).
+        grad_output: the gradient of the loss with respect to ``conv``'s output (N, K, *out).
+        stride, padding, dilation, groups: the forward's.
+        algo: a cuDNN backward-filter algorithm (default: implicit GEMM, no workspace).
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        The filter's gradient, of ``weight_size``, in input's memory order and of its kind.
+
+    Raises:
+        BadParam: ``weight_size`` is an array (opendnn's order: call ``conv_backward_filter``), or a rule of ``conv``.
+    """
+    _refuse_array("weight_size", weight_size, "conv_weight(input, weight_size, grad_output)")
+    return _filter_gradient(
+        input, grad_output, weight_size, stride, padding, dilation, groups, algo, handle, _WEIGHT_NAMES
+    )
+
+
+def _filter_gradient(
+    x: Any,
+    dy: Any,
+    weight_shape: Sequence[int],
+    stride: IntOrTuple,
+    padding: IntOrTuple | str,
+    dilation: IntOrTuple,
+    groups: int,
+    algo: enum.Enum | None,
+    handle: Handle | None,
+    names: CallerNames,
+) -> Any:
     try:
+        xb, dyb = wrap("x", x), wrap("dy", dy)
+        handle = handle_for(xb, handle)
         dw_desc, problem = _backward_filter_plan(
             xb.desc,
             dyb.desc,
@@ -263,12 +388,25 @@ def conv_backward_filter(
             handle.math_type,
         )
     except OpenDnnError as error:
-        raise _BACKWARD_FILTER_NAMES.renamed(error) from None
+        raise names.renamed(error) from None
     dw = allocate(xb, dw_desc)
     _run(handle, problem, xb, dw, dyb, None)
     return to_caller_kind(dw.view, x)
 
 
+def _refuse_shape(name: str, value: Any, order: str, torch_form: str) -> None:
+    """A shape (tuple, list, torch.Size) where ``order`` wants an array: torch's argument order."""
+    if isinstance(value, (tuple, list)):
+        raise BadParam(f"{name}={tuple(value)} must be an array, not a shape: {order}; torch's order is {torch_form}")
+
+
+def _refuse_array(name: str, value: Any, order: str) -> None:
+    """An array where ``order`` wants a shape: opendnn's conv_backward_* order."""
+    if not isinstance(value, (tuple, list)):
+        raise BadParam(f"{name} of type {type(value).__name__} must be a shape (a tuple of ints): {order}")
+
+
+@caller_dtypes
 def conv_backward_bias(dy: Any, *, handle: Handle | None = None) -> Any:
     """db (K,): the sum of dy (N, K, *out) over N and the spatial dims."""
     dyb = wrap("dy", dy)
@@ -302,6 +440,14 @@ _TRANSPOSE_NAMES = CallerNames(
 )
 _BACKWARD_FILTER_NAMES = CallerNames(
     {**_GEOMETRY, "x_desc": "x", "w_desc": "weight_shape", "w": "weight_shape", "y_desc": "dy"}
+)
+_INPUT_NAMES = CallerNames(
+    {**_GEOMETRY, "x_desc": "input_size", "input_shape": "input_size", "w_desc": "weight", "w": "weight"}
+    | {"y_desc": "grad_output", "dy": "grad_output"}
+)
+_WEIGHT_NAMES = CallerNames(
+    {**_GEOMETRY, "x_desc": "input", "x": "input", "w_desc": "weight_size", "w": "weight_size"}
+    | {"weight_shape": "weight_size", "y_desc": "grad_output", "dy": "grad_output"}
 )
 
 

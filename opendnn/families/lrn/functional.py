@@ -11,7 +11,7 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import OpenDnnError
@@ -21,6 +21,7 @@ from opendnn.families.lrn.problem import DivNormMode, LRNDescriptor, LRNMode, LR
 # local response norm and divisive norm ----------------------------------------------------------
 
 
+@caller_dtypes
 def local_response_norm(
     x: Any, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0, *, handle: Handle | None = None
 ) -> Any:
@@ -32,6 +33,7 @@ def local_response_norm(
     return to_caller_kind(y.view, x)
 
 
+@caller_dtypes
 def local_response_norm_backward(
     dy: Any, x: Any, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0, *, handle: Handle | None = None
 ) -> Any:
@@ -43,6 +45,7 @@ def local_response_norm_backward(
     return to_caller_kind(dx.view, x)
 
 
+@caller_dtypes
 def divisive_norm(
     x: Any,
     means: Any = None,
@@ -66,6 +69,7 @@ def divisive_norm(
     return to_caller_kind(y.view, x)
 
 
+@caller_dtypes
 def divisive_norm_backward(
     dy: Any,
     x: Any,

@@ -9,7 +9,7 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import check_dtype
 from opendnn.core.dispatch import dispatch
@@ -21,6 +21,7 @@ from opendnn.families.pointwise.functional import activation_mode
 from opendnn.families.pointwise.problem import PointwiseMode
 
 
+@caller_dtypes
 def matmul(
     a: Any,
     b: Any,
@@ -101,6 +102,7 @@ def matmul(
     return to_caller_kind(result, a)
 
 
+@caller_dtypes
 def linear(x: Any, weight: Any, bias: Any = None, *, handle: Handle | None = None) -> Any:
     """``x @ weight.T + bias`` as torch.nn.functional.linear: weight is ``(out, in)``, read
     transposed in place (no copy); bias has ``out`` values.

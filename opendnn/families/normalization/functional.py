@@ -13,7 +13,7 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor, check_ints
 from opendnn.core.dispatch import dispatch
@@ -27,6 +27,7 @@ Shape = int | Sequence[int]
 # layer, RMS, group and instance norm --------------------------------------------------------------
 
 
+@caller_dtypes
 def layer_norm(
     x: Any,
     normalized_shape: Shape,
@@ -48,6 +49,7 @@ def layer_norm(
     return _forward(NormMode.LAYER_NORM, xb, x, eps, normalized_shape, weight, bias, return_stats, handle)
 
 
+@caller_dtypes
 def rms_norm(
     x: Any,
     normalized_shape: Shape,
@@ -68,6 +70,7 @@ def rms_norm(
     return _forward(NormMode.RMS_NORM, xb, x, epsilon, normalized_shape, weight, None, return_stats, handle)
 
 
+@caller_dtypes
 def group_norm(
     x: Any,
     num_groups: int,
@@ -87,6 +90,7 @@ def group_norm(
     return _forward(NormMode.GROUP_NORM, wrap("x", x), x, eps, num_groups, weight, bias, return_stats, handle)
 
 
+@caller_dtypes
 def instance_norm(
     x: Any,
     weight: Any = None,
@@ -100,6 +104,7 @@ def instance_norm(
     return _forward(NormMode.INSTANCE_NORM, wrap("x", x), x, eps, None, weight, bias, return_stats, handle)
 
 
+@caller_dtypes
 def layer_norm_backward(
     dy: Any,
     x: Any,
@@ -115,6 +120,7 @@ def layer_norm_backward(
     return _backward(NormMode.LAYER_NORM, dy, x, eps, normalized_shape, weight, mean, rstd, handle)
 
 
+@caller_dtypes
 def rms_norm_backward(
     dy: Any,
     x: Any,
@@ -131,6 +137,7 @@ def rms_norm_backward(
     return dx, dweight
 
 
+@caller_dtypes
 def group_norm_backward(
     dy: Any,
     x: Any,
@@ -146,6 +153,7 @@ def group_norm_backward(
     return _backward(NormMode.GROUP_NORM, dy, x, eps, num_groups, weight, mean, rstd, handle)
 
 
+@caller_dtypes
 def instance_norm_backward(
     dy: Any,
     x: Any,

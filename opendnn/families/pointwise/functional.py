@@ -10,13 +10,25 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.core.arrays import Bound, allocate, as_native, broadcast_to, empty_like, index_along, packed_like, wrap
+from opendnn.core.arrays import (
+    Bound,
+    allocate,
+    as_native,
+    broadcast_to,
+    constant_like,
+    empty_like,
+    index_along,
+    packed_like,
+    wrap,
+)
 from opendnn.core.caller_arrays import shaped, to_caller_kind
+from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import (
     TensorDescriptor,
     TensorFormat,
     check_dtype,
+    check_finite,
     check_int,
     check_ints,
     check_member,
@@ -142,17 +154,20 @@ def _broadcast(
 # activations, forward ------------------------------------------------------------------------
 
 
+@caller_dtypes
 def relu(x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """max(x, 0); NaN gives NaN with propagate_nan, else 0."""
     return _pointwise(PointwiseMode.RELU_FWD, x, propagate_nan=propagate_nan, handle=handle)
 
 
+@caller_dtypes
 def clipped_relu(x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """min(max(x, 0), ceiling) (relu6 for ceiling 6)."""
     mode = PointwiseMode.CLIPPED_RELU_FWD
     return _pointwise(mode, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan, handle=handle)
 
 
+@caller_dtypes
 def elu(x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
     """x if x > 0 else alpha * (exp(x) - 1)."""
     return _pointwise(
@@ -160,16 +175,19 @@ def elu(x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
     )
 
 
+@caller_dtypes
 def gelu(x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
     """x * Phi(x) (approximate="none") or its tanh form (approximate="tanh"), as torch's."""
     return _pointwise(_gelu_mode(approximate, "_FWD"), x, handle=handle)
 
 
+@caller_dtypes
 def sigmoid(x: Any, *, handle: Handle | None = None) -> Any:
     """1 / (1 + exp(-x))."""
     return _pointwise(PointwiseMode.SIGMOID_FWD, x, handle=handle)
 
 
+@caller_dtypes
 def tanh(x: Any, *, handle: Handle | None = None) -> Any:
     """Hyperbolic tangent, (exp(2x) - 1) / (exp(2x) + 1).
 
@@ -183,12 +201,40 @@ def tanh(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.TANH_FWD, x, handle=handle)
 
 
-def softplus(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
-    """log(1 + exp(beta * x)) / beta."""
+@caller_dtypes
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, handle: Handle | None = None) -> Any:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear region).
+
+    Args:
+        x: the input: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array, any strides.
+        beta: finite and above 0 (torch's default 1.0).
+        threshold: where beta * x exceeds it the result is x (torch's default 20.0); inf turns the
+            linear region off.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        A new array of ``x``'s kind, device, shape, dimension order and dtype.
+
+    Raises:
+        BadParam: ``beta`` not a finite number above 0, ``threshold`` NaN.
+    """
     mode = PointwiseMode.SOFTPLUS_FWD
-    return _pointwise(mode, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    y = _pointwise(mode, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    return _linear_region(x, x, y, beta, threshold, handle)
 
 
+def _linear_region(x: Any, linear: Any, y: Any, beta: float, threshold: float, handle: Handle | None) -> Any:
+    """``linear`` where beta * x > threshold, else ``y`` (softplus's linear region, as torch's)."""
+    if np.isnan(threshold):
+        raise BadParam(f"threshold={threshold} must be a number (inf turns the linear region off)")
+    if threshold == np.inf:
+        return y
+    bound = constant_like(wrap("x", x), threshold).view
+    beyond = _pointwise(PointwiseMode.CMP_GT, x, bound, input_scales=(beta, 1.0, 1.0), handle=handle)
+    return where(beyond, linear, y)
+
+
+@caller_dtypes
 def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
     """x * sigmoid(beta * x) (silu for beta 1)."""
     return _pointwise(
@@ -199,6 +245,7 @@ def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
 # activations, backward: dx = dy * f'(x) ------------------------------------------------------
 
 
+@caller_dtypes
 def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
     """Gradient of relu: dy where x > 0, else 0.
 
@@ -217,6 +264,7 @@ def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handl
     return _pointwise(PointwiseMode.RELU_BWD, dy, x, propagate_nan=propagate_nan, handle=handle)
 
 
+@caller_dtypes
 def clipped_relu_backward(
     dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None
 ) -> Any:
@@ -242,6 +290,7 @@ def clipped_relu_backward(
     )
 
 
+@caller_dtypes
 def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
     """Gradient of elu: dy where x > 0, else dy * alpha * exp(x).
 
@@ -263,6 +312,7 @@ def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None =
     )
 
 
+@caller_dtypes
 def gelu_backward(dy: Any, x: Any, approximate: str = "none", *, handle: Handle | None = None) -> Any:
     """Gradient of gelu: dy * (Phi(x) + x * phi(x)), or of its tanh form, as torch's.
 
@@ -282,6 +332,7 @@ def gelu_backward(dy: Any, x: Any, approximate: str = "none", *, handle: Handle 
     return _pointwise(_gelu_mode(approximate, "_BWD"), dy, x, handle=handle)
 
 
+@caller_dtypes
 def sigmoid_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     """Gradient of sigmoid: dy * s * (1 - s), with s = sigmoid(x).
 
@@ -299,6 +350,7 @@ def sigmoid_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.SIGMOID_BWD, dy, x, handle=handle)
 
 
+@caller_dtypes
 def tanh_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     """Gradient of tanh: dy * (1 - tanh(x) ** 2).
 
@@ -316,13 +368,17 @@ def tanh_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.TANH_BWD, dy, x, handle=handle)
 
 
-def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
-    """Gradient of softplus: dy * sigmoid(beta * x).
+@caller_dtypes
+def softplus_backward(
+    dy: Any, x: Any, beta: float = 1.0, threshold: float = 20.0, *, handle: Handle | None = None
+) -> Any:
+    """Gradient of softplus: dy * sigmoid(beta * x), and dy where beta * x > threshold.
 
     Args:
         dy: the gradient of the loss with respect to the activation's output.
         x: the activation's input, broadcastable with ``dy``.
         beta: the forward's beta (torch's default 1.0); finite and above 0.
+        threshold: the forward's threshold (torch's default 20.0).
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -330,12 +386,14 @@ def softplus_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | No
 
     Raises:
         BadParam: ``dy`` and ``x`` do not broadcast together.
-        BadParam: ``beta`` not a finite number above 0.
+        BadParam: ``beta`` not a finite number above 0, ``threshold`` NaN.
     """
     mode = PointwiseMode.SOFTPLUS_BWD
-    return _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    dx = _pointwise(mode, dy, x, coef=resolved_coef(mode, beta, "beta"), handle=handle)
+    return _linear_region(x, dy, dx, beta, threshold, handle)
 
 
+@caller_dtypes
 def swish_backward(dy: Any, x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
     """Gradient of swish: dy * (s + beta * x * s * (1 - s)), with s = sigmoid(beta * x).
 
@@ -365,6 +423,7 @@ def _gelu_mode(approximate: str, suffix: str) -> PointwiseMode:
 # arithmetic, mathematical, relational and logical ----------------------------------------------
 
 
+@caller_dtypes
 def pointwise(mode: PointwiseMode, *inputs: Any, coef: float | None = None, handle: Handle | None = None) -> Any:
     """Any PointwiseMode applied to broadcast inputs (as many as the mode's arity); ``coef`` None
     is the mode's default coefficient (ACTIVATION_TABLE's)."""
@@ -372,12 +431,14 @@ def pointwise(mode: PointwiseMode, *inputs: Any, coef: float | None = None, hand
     return _pointwise(check_member("mode", PointwiseMode, mode), *inputs, coef=coef, names=names, handle=handle)
 
 
-def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
-    """a + b, broadcast together.
+@caller_dtypes
+def add(a: Any, b: Any, *, alpha: float = 1.0, handle: Handle | None = None) -> Any:
+    """a + alpha * b, broadcast together (torch.add's ``alpha``).
 
     Args:
         a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
         b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        alpha: the factor of ``b``, finite.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -385,17 +446,24 @@ def add(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
             (the widest float among them; float16 with bfloat16 gives float32).
 
     Raises:
-        BadParam: ``a`` and ``b`` do not broadcast together.
+        BadParam: ``a`` and ``b`` do not broadcast together, or ``alpha`` is not finite.
     """
-    return _pointwise(PointwiseMode.ADD, a, b, handle=handle)
+    return _pointwise(PointwiseMode.ADD, a, b, input_scales=_scales(alpha), handle=handle)
 
 
-def sub(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
-    """a - b, broadcast together.
+def _scales(alpha: float) -> tuple[float, float, float]:
+    """The input scales of ``a op alpha * b``."""
+    return (1.0, check_finite("alpha", alpha), 1.0)
+
+
+@caller_dtypes
+def sub(a: Any, b: Any, *, alpha: float = 1.0, handle: Handle | None = None) -> Any:
+    """a - alpha * b, broadcast together (torch.sub's ``alpha``).
 
     Args:
         a: the first operand: a torch tensor (CPU or CUDA), a NumPy array or any DLPack array.
         b: the second operand, broadcastable with ``a`` (NumPy's rules).
+        alpha: the factor of ``b``, finite.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -403,11 +471,12 @@ def sub(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
             (the widest float among them; float16 with bfloat16 gives float32).
 
     Raises:
-        BadParam: ``a`` and ``b`` do not broadcast together.
+        BadParam: ``a`` and ``b`` do not broadcast together, or ``alpha`` is not finite.
     """
-    return _pointwise(PointwiseMode.SUB, a, b, handle=handle)
+    return _pointwise(PointwiseMode.SUB, a, b, input_scales=_scales(alpha), handle=handle)
 
 
+@caller_dtypes
 def mul(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a * b, broadcast together.
 
@@ -426,6 +495,7 @@ def mul(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.MUL, a, b, handle=handle)
 
 
+@caller_dtypes
 def div(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a / b, broadcast together (IEEE: x / 0 is inf or NaN).
 
@@ -444,21 +514,25 @@ def div(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.DIV, a, b, handle=handle)
 
 
+@caller_dtypes
 def maximum(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """Elementwise max; NaN in either gives NaN."""
     return _pointwise(PointwiseMode.MAX, a, b, handle=handle)
 
 
+@caller_dtypes
 def minimum(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """Elementwise min; NaN in either gives NaN."""
     return _pointwise(PointwiseMode.MIN, a, b, handle=handle)
 
 
+@caller_dtypes
 def fmod(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """Remainder of a / b with a's sign (C's fmod; cuDNN's MOD)."""
     return _pointwise(PointwiseMode.MOD, a, b, handle=handle)
 
 
+@caller_dtypes
 def pow(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a ** b, broadcast together (NaN for a negative base with a fractional exponent).
 
@@ -477,11 +551,13 @@ def pow(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.POW, a, b, handle=handle)
 
 
+@caller_dtypes
 def add_square(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a + b * b."""
     return _pointwise(PointwiseMode.ADD_SQUARE, a, b, handle=handle)
 
 
+@caller_dtypes
 def abs(x: Any, *, handle: Handle | None = None) -> Any:
     """|x|.
 
@@ -495,6 +571,7 @@ def abs(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.ABS, x, handle=handle)
 
 
+@caller_dtypes
 def ceil(x: Any, *, handle: Handle | None = None) -> Any:
     """The smallest integer value not below x, in x's dtype.
 
@@ -508,6 +585,7 @@ def ceil(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.CEIL, x, handle=handle)
 
 
+@caller_dtypes
 def floor(x: Any, *, handle: Handle | None = None) -> Any:
     """The largest integer value not above x, in x's dtype.
 
@@ -521,6 +599,7 @@ def floor(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.FLOOR, x, handle=handle)
 
 
+@caller_dtypes
 def cos(x: Any, *, handle: Handle | None = None) -> Any:
     """Cosine of x (radians).
 
@@ -534,6 +613,7 @@ def cos(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.COS, x, handle=handle)
 
 
+@caller_dtypes
 def sin(x: Any, *, handle: Handle | None = None) -> Any:
     """Sine of x (radians).
 
@@ -547,6 +627,7 @@ def sin(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.SIN, x, handle=handle)
 
 
+@caller_dtypes
 def tan(x: Any, *, handle: Handle | None = None) -> Any:
     """Tangent of x (radians).
 
@@ -560,6 +641,7 @@ def tan(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.TAN, x, handle=handle)
 
 
+@caller_dtypes
 def exp(x: Any, *, handle: Handle | None = None) -> Any:
     """e ** x.
 
@@ -573,6 +655,7 @@ def exp(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.EXP, x, handle=handle)
 
 
+@caller_dtypes
 def log(x: Any, *, handle: Handle | None = None) -> Any:
     """Natural logarithm of x (-inf at 0, NaN below 0).
 
@@ -586,6 +669,7 @@ def log(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.LOG, x, handle=handle)
 
 
+@caller_dtypes
 def neg(x: Any, *, handle: Handle | None = None) -> Any:
     """-x.
 
@@ -599,6 +683,7 @@ def neg(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.NEG, x, handle=handle)
 
 
+@caller_dtypes
 def sqrt(x: Any, *, handle: Handle | None = None) -> Any:
     """Square root of x (NaN below 0).
 
@@ -612,6 +697,7 @@ def sqrt(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.SQRT, x, handle=handle)
 
 
+@caller_dtypes
 def rsqrt(x: Any, *, handle: Handle | None = None) -> Any:
     """1 / sqrt(x) (inf at 0, NaN below 0).
 
@@ -625,6 +711,7 @@ def rsqrt(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.RSQRT, x, handle=handle)
 
 
+@caller_dtypes
 def reciprocal(x: Any, *, handle: Handle | None = None) -> Any:
     """1 / x (inf at 0).
 
@@ -638,6 +725,7 @@ def reciprocal(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.RECIPROCAL, x, handle=handle)
 
 
+@caller_dtypes
 def erf(x: Any, *, handle: Handle | None = None) -> Any:
     """The error function, 2 / sqrt(pi) * integral from 0 to x of exp(-t ** 2) dt.
 
@@ -651,11 +739,13 @@ def erf(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.ERF, x, handle=handle)
 
 
+@caller_dtypes
 def eq(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a == b as booleans."""
     return _pointwise(PointwiseMode.CMP_EQ, a, b, handle=handle)
 
 
+@caller_dtypes
 def ne(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a != b as booleans (NaN differs from everything).
 
@@ -673,6 +763,7 @@ def ne(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.CMP_NEQ, a, b, handle=handle)
 
 
+@caller_dtypes
 def gt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a > b as booleans (false where either is NaN).
 
@@ -690,6 +781,7 @@ def gt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.CMP_GT, a, b, handle=handle)
 
 
+@caller_dtypes
 def ge(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a >= b as booleans (false where either is NaN).
 
@@ -707,6 +799,7 @@ def ge(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.CMP_GE, a, b, handle=handle)
 
 
+@caller_dtypes
 def lt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a < b as booleans (false where either is NaN).
 
@@ -724,6 +817,7 @@ def lt(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.CMP_LT, a, b, handle=handle)
 
 
+@caller_dtypes
 def le(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a <= b as booleans (false where either is NaN).
 
@@ -741,11 +835,13 @@ def le(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.CMP_LE, a, b, handle=handle)
 
 
+@caller_dtypes
 def logical_and(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """Nonzero is true; booleans out."""
     return _pointwise(PointwiseMode.LOGICAL_AND, a, b, handle=handle)
 
 
+@caller_dtypes
 def logical_or(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a or b as booleans; nonzero (NaN included) is true.
 
@@ -763,6 +859,7 @@ def logical_or(a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.LOGICAL_OR, a, b, handle=handle)
 
 
+@caller_dtypes
 def logical_not(x: Any, *, handle: Handle | None = None) -> Any:
     """not x as booleans; nonzero (NaN included) is true.
 
@@ -776,11 +873,13 @@ def logical_not(x: Any, *, handle: Handle | None = None) -> Any:
     return _pointwise(PointwiseMode.LOGICAL_NOT, x, handle=handle)
 
 
+@caller_dtypes
 def where(condition: Any, a: Any, b: Any, *, handle: Handle | None = None) -> Any:
     """a where condition is nonzero, else b (cuDNN's BINARY_SELECT), broadcast together."""
     return _pointwise(PointwiseMode.BINARY_SELECT, a, b, condition, handle=handle)
 
 
+@caller_dtypes
 def gen_index(x: Any, axis: int, *, dtype: Any = "int64", handle: Handle | None = None) -> Any:
     """An array shaped like x holding each element's index along ``axis`` (cuDNN's GEN_INDEX)."""
     like, axis = wrap("x", x), check_int("axis", axis)
@@ -795,6 +894,7 @@ def gen_index(x: Any, axis: int, *, dtype: Any = "int64", handle: Handle | None 
 # tensor transforms -----------------------------------------------------------------------------
 
 
+@caller_dtypes
 def transform(
     x: Any, layout: Any = None, *, dtype: Any = None, alpha: float = 1.0, handle: Handle | None = None
 ) -> Any:

@@ -1,8 +1,8 @@
 """The Pythonic pooling functions: max, average, adaptive and global pooling, forward and backward.
 
 Inputs have dims (N, C, *spatial) with 1 to 3 spatial dims (the rank says which), in any memory
-order; outputs keep the input's memory order. ``kernel_size``, ``stride`` and ``padding`` are an
-int or one int per spatial dim; ``stride`` defaults to ``kernel_size``. ``ceil_mode`` rounds the
+order; outputs keep the input's memory order. ``kernel_size``, ``stride``, ``padding`` and
+``dilation`` are an int or one int per spatial dim; ``stride`` defaults to ``kernel_size``. ``ceil_mode`` rounds the
 output size up as torch's does. Max pooling propagates NaN by default, as torch's does. Each
 backward function returns dx from the forward's inputs (and output, for max) and dy.
 """
@@ -15,10 +15,11 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
-from opendnn.core.caller_names import CallerNames
+from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import NanPropagation, check_ints
 from opendnn.core.dispatch import dispatch
+from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle
 from opendnn.core.memo import memoized
@@ -41,32 +42,53 @@ _AVERAGE_BACKWARD_NAMES = CallerNames({"window": "kernel_size", "x_desc": "x", "
 
 
 def _descriptor(
-    mode: PoolingMode, x: Bound, kernel_size: Size, stride: Size | None, padding: Size, propagate_nan: bool = False
+    mode: PoolingMode,
+    x: Bound,
+    kernel_size: Size,
+    stride: Size | None,
+    padding: Size,
+    propagate_nan: bool = False,
+    dilation: Size = 1,
 ) -> PoolingDescriptor:
     try:
-        return _pool_descriptor(mode, _spatial(x), kernel_size, stride, padding, propagate_nan)
+        return _pool_descriptor(mode, _spatial(x), kernel_size, stride, padding, propagate_nan, dilation)
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
 
 
 @memoized  # a layer's window repeats on every call
 def _pool_descriptor(
-    mode: PoolingMode, spatial: int, kernel_size: Size, stride: Size | None, padding: Size, propagate_nan: bool
+    mode: PoolingMode,
+    spatial: int,
+    kernel_size: Size,
+    stride: Size | None,
+    padding: Size,
+    propagate_nan: bool,
+    dilation: Size,
 ) -> PoolingDescriptor:
     window = check_ints("kernel_size", kernel_size, spatial)
     steps = window if stride is None else check_ints("stride", stride, spatial)
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
-    return PoolingDescriptor(mode, nan_opt, window, check_ints("padding", padding, spatial), steps)
+    pads, dilations = check_ints("padding", padding, spatial), check_ints("dilation", dilation, spatial)
+    return PoolingDescriptor(mode, nan_opt, window, pads, steps, dilations)
 
 
-def _forward(pool: PoolingDescriptor, xb: Bound, x: Any, ceil_mode: bool, handle: Handle | None) -> Any:
+def _forward(
+    pool: PoolingDescriptor, xb: Bound, x: Any, ceil_mode: bool, handle: Handle | None, return_indices: bool = False
+) -> Any:
     try:
         yb = empty_like(xb, dims=pooled_dims(pool, xb.desc, ceil_mode))
-        problem = pooling_problem(pool, xb.desc, yb.desc, ceil_mode=ceil_mode)
+        indices = empty_like(xb, DataType.INT64, yb.desc.dims) if return_indices else None
+        problem = pooling_problem(
+            pool, xb.desc, yb.desc, ceil_mode=ceil_mode, indices_desc=indices.desc if indices is not None else None
+        )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
-    dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None)
-    return to_caller_kind(yb.view, x)
+    if indices is None:
+        dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None)
+        return to_caller_kind(yb.view, x)
+    dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None, indices)
+    return to_caller_kind(yb.view, x), to_caller_kind(indices.view, x)
 
 
 def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode: bool, handle: Handle | None) -> Any:
@@ -88,22 +110,44 @@ def _average_mode(count_include_pad: bool) -> PoolingMode:
 # fixed windows -----------------------------------------------------------------------------------
 
 
+@caller_dtypes
 def max_pool(
     x: Any,
     kernel_size: Size,
     stride: Size | None = None,
     padding: Size = 0,
-    *,
+    dilation: Size = 1,
     ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
     propagate_nan: bool = True,
     handle: Handle | None = None,
 ) -> Any:
-    """The largest element of each window (torch's max_pool1d/2d/3d without dilation)."""
+    """The largest element of each window: torch's max_pool1d/2d/3d, with its argument order.
+
+    Args:
+        x: (N, C, *spatial), 1 to 3 spatial dims, any memory order.
+        kernel_size, stride, padding: the windows (stride defaults to kernel_size).
+        dilation: the step between a window's positions (torch's).
+        ceil_mode: the output size rounded up, as torch's.
+        return_indices: also return, per output, the int64 flat index into x's spatial plane of the
+            window's largest element (torch's indices, for max_unpool); the numpy backend computes them.
+        propagate_nan: a NaN in a window gives NaN (torch's behaviour); False skips NaNs.
+        handle: the handle to run on (default: one for the input's device, on the framework's current stream).
+
+    Returns:
+        y (N, C, *out) in x's memory order and of x's kind; with return_indices, (y, indices).
+
+    Raises:
+        BadParam: a geometry rule (a window wider than its padded input, padding at or beyond the window).
+        NotSupported: dilation above 1 or return_indices on the triton backend.
+    """
     xb = wrap("x", x)
-    pool = _descriptor(PoolingMode.MAX, xb, kernel_size, stride, padding, propagate_nan)
-    return _forward(pool, xb, x, ceil_mode, handle)
+    pool = _descriptor(PoolingMode.MAX, xb, kernel_size, stride, padding, propagate_nan, dilation)
+    return _forward(pool, xb, x, ceil_mode, handle, return_indices)
 
 
+@caller_dtypes
 def max_pool_backward(
     dy: Any,
     x: Any,
@@ -111,15 +155,17 @@ def max_pool_backward(
     kernel_size: Size,
     stride: Size | None = None,
     padding: Size = 0,
+    dilation: Size = 1,
     *,
     ceil_mode: bool = False,
     handle: Handle | None = None,
 ) -> Any:
     """dx of max_pool: each dy goes to the first position of its window equal to y."""
-    pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding)
+    pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding, dilation=dilation)
     return _backward(pool, dy, x, y, ceil_mode, handle)
 
 
+@caller_dtypes
 def avg_pool(
     x: Any,
     kernel_size: Size,
@@ -136,6 +182,7 @@ def avg_pool(
     return _forward(pool, xb, x, ceil_mode, handle)
 
 
+@caller_dtypes
 def avg_pool_backward(
     dy: Any,
     x: Any,
@@ -229,31 +276,37 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
     return to_caller_kind(dxb.view, x)
 
 
+@caller_dtypes
 def adaptive_avg_pool(x: Any, output_size: Size, *, handle: Handle | None = None) -> Any:
     """The mean over torch's adaptive windows: output o pools [o * n // out, ceil((o + 1) * n / out))."""
     return _adaptive_forward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, x, output_size, False, handle)
 
 
+@caller_dtypes
 def adaptive_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     """dx of adaptive_avg_pool (the output size is dy's)."""
     return _adaptive_backward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, dy, x, None, handle)
 
 
+@caller_dtypes
 def adaptive_max_pool(x: Any, output_size: Size, *, propagate_nan: bool = True, handle: Handle | None = None) -> Any:
     """The largest element of torch's adaptive windows."""
     return _adaptive_forward(PoolingMode.MAX, x, output_size, propagate_nan, handle)
 
 
+@caller_dtypes
 def adaptive_max_pool_backward(dy: Any, x: Any, y: Any, *, handle: Handle | None = None) -> Any:
     """dx of adaptive_max_pool: each dy goes to the first position of its window equal to y."""
     return _adaptive_backward(PoolingMode.MAX, dy, x, y, handle)
 
 
+@caller_dtypes
 def global_avg_pool(x: Any, *, handle: Handle | None = None) -> Any:
     """The mean over all spatial positions: dims (N, C, 1, ...)."""
     return adaptive_avg_pool(x, 1, handle=handle)
 
 
+@caller_dtypes
 def global_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
     """dx of global_avg_pool: dy / (number of spatial positions), broadcast."""
     return adaptive_avg_pool_backward(dy, x, handle=handle)

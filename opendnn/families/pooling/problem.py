@@ -3,14 +3,15 @@ float64 NumPy reference.
 
 x has dims (N, C, *spatial) with 1 to 3 spatial dims, whatever its memory order; y has dims
 (N, C, *out). Along each spatial dim, output ``o`` pools the window of input positions
-``o * stride - padding + j`` for ``j`` in ``0 .. window - 1``; positions outside ``0 .. in - 1``
-are padding:
+``o * stride - padding + j * dilation`` for ``j`` in ``0 .. window - 1`` (dilation 1 but for the
+max modes); positions outside ``0 .. in - 1`` are padding:
 
     MAX, MAX_DETERMINISTIC            the largest element of the window (padding ignored)
     AVERAGE_COUNT_INCLUDE_PADDING     the sum of the window over its size, padding counted
     AVERAGE_COUNT_EXCLUDE_PADDING     the sum of the window over the number of input positions in it
 
-``out = (in + 2 * padding - window) // stride + 1`` (``get_pooling_forward_output_dim``). The
+``out = (in + 2 * padding - extent) // stride + 1`` with ``extent = dilation * (window - 1) + 1``
+(``get_pooling_forward_output_dim``). The
 Pythonic API's ceil mode rounds up instead (torch's rule: a last window must start inside the
 input or its leading padding); the extra windows reach past the trailing padding, and the counted
 size of a window stops at the end of the trailing padding: ``min(start + window, in + padding) -
@@ -26,6 +27,10 @@ row-major window order, whose value equals ``y[w]`` (NaN matching NaN), and 0 el
 argmax is recomputed from x and y, ties go to the first position, and a ``y`` that matches nothing
 in its window passes no gradient. Both max modes are deterministic here. For the averages the
 derivative is ``1 / count``.
+
+Indices (the Pythonic max_pool's ``return_indices``, torch's): per output, int64, the flat index
+into the input's spatial plane (``sum of position_k * prod(in[k+1:])``) of the window's largest
+element, the first of equal ones; with PROPAGATE_NAN the last NaN of a window holding one, as torch's.
 
 Arithmetic runs in float32, float64 for float64 tensors.
 """
@@ -78,6 +83,8 @@ class PoolingDescriptor:
         padding: zero or more positions of padding on both sides of each spatial dim, smaller than
             the window (so no window lies in padding only).
         stride: step between windows per spatial dim, each at least 1.
+        dilation: step between a window's positions per spatial dim, each at least 1 (above 1 for the
+            max modes only, as torch's max_pool).
 
     Raises:
         BadParam: lengths that differ or lie outside 1..3, a window or stride below 1, a negative
@@ -89,6 +96,7 @@ class PoolingDescriptor:
     window: tuple[int, ...]
     padding: tuple[int, ...]
     stride: tuple[int, ...]
+    dilation: tuple[int, ...]
 
     def __init__(
         self,
@@ -97,9 +105,11 @@ class PoolingDescriptor:
         window: int | Sequence[int],
         padding: int | Sequence[int],
         stride: int | Sequence[int],
+        dilation: int | Sequence[int] = 1,
     ) -> None:
         window, padding = check_ints("window", window), check_ints("padding", padding)
         stride = check_ints("stride", stride)
+        dilation = check_ints("dilation", dilation, len(window))
         require(
             1 <= len(window) <= MAX_SPATIAL_DIMS, f"len(window)={len(window)} must be between 1 and {MAX_SPATIAL_DIMS}"
         )
@@ -108,27 +118,35 @@ class PoolingDescriptor:
         for k, (w, p, s) in enumerate(zip(window, padding, stride)):
             require(w >= 1, f"window[{k}]={w} must be at least 1")
             require(s >= 1, f"stride[{k}]={s} must be at least 1")
+            require(dilation[k] >= 1, f"dilation[{k}]={dilation[k]} must be at least 1")
             require(p >= 0, f"padding[{k}]={p} must be at least 0")
             require(
                 p < w,
                 f"padding[{k}]={p} must be smaller than window[{k}]={w} "
                 "(so that each pooled region holds an input element)",
             )
-        object.__setattr__(self, "mode", check_member("mode", PoolingMode, mode))
+        mode = check_member("mode", PoolingMode, mode)
+        require(
+            mode.is_max or dilation == (1,) * len(window),
+            f"dilation={list(dilation)} must be 1 for mode {mode.name} (dilated windows are max pooling's)",
+        )
+        object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "nan_opt", check_member("nan_opt", NanPropagation, nan_opt))
         object.__setattr__(self, "window", window)
         object.__setattr__(self, "padding", padding)
         object.__setattr__(self, "stride", stride)
+        object.__setattr__(self, "dilation", dilation)
 
     @property
     def spatial_dims(self) -> int:
         return len(self.window)
 
 
-def output_size(size: int, window: int, padding: int, stride: int, ceil_mode: bool = False) -> int:
-    """Windows along one dim: ``(size + 2 * padding - window) // stride + 1`` (rounded up in ceil
-    mode, less a last window that would start in the trailing padding); 0 when none fits."""
-    span = size + 2 * padding - window
+def output_size(size: int, window: int, padding: int, stride: int, ceil_mode: bool = False, dilation: int = 1) -> int:
+    """Windows along one dim: ``(size + 2 * padding - extent) // stride + 1`` with ``extent =
+    dilation * (window - 1) + 1`` (rounded up in ceil mode, less a last window that would start in
+    the trailing padding); 0 when none fits."""
+    span = size + 2 * padding - (dilation * (window - 1) + 1)
     if span < 0:
         return 0
     if not ceil_mode:
@@ -159,13 +177,16 @@ def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mod
         Status.BAD_PARAM_SHAPE_MISMATCH,
     )
     out = []
-    for k, (size, w, p, s) in enumerate(zip(x_desc.dims[2:], pool_desc.window, pool_desc.padding, pool_desc.stride)):
+    geometry = zip(x_desc.dims[2:], pool_desc.window, pool_desc.padding, pool_desc.stride, pool_desc.dilation)
+    for k, (size, w, p, s, d) in enumerate(geometry):
         require(
-            size + 2 * p >= w,
-            f"window[{k}]={w} must fit in x_desc.dims[{k + 2}]={size} + 2 * padding[{k}]={p}",
+            size + 2 * p >= d * (w - 1) + 1,
+            f"window[{k}]={w}"
+            + (f" dilated by {d}" if d > 1 else "")
+            + f" must fit in x_desc.dims[{k + 2}]={size} + 2 * padding[{k}]={p}",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
-        out.append(output_size(size, w, p, s, ceil_mode))
+        out.append(output_size(size, w, p, s, ceil_mode, d))
     return (*x_desc.dims[:2], *out)
 
 
@@ -187,6 +208,8 @@ class PoolingProblem:
     alpha: float = 1.0
     beta: float = 0.0
     ceil_mode: bool = False
+    dilation: tuple[int, ...] = ()  # () for all 1
+    indices: TensorDescriptor | None = None  # forward only: int64, y's dims (return_indices)
 
     @property
     def backward(self) -> bool:
@@ -208,11 +231,14 @@ def pooling_problem(
     alpha: float = 1.0,
     beta: float = 0.0,
     ceil_mode: bool = False,
+    indices_desc: TensorDescriptor | None = None,
 ) -> PoolingProblem:
     """The shape and dtype rules of pooling forward (dy_desc, dx_desc None) or backward.
 
     Args:
         ceil_mode: output dims rounded up (the Pythonic API's ceil_mode); cuDNN's calls round down.
+        indices_desc: the forward's int64 indices of the max modes (the Pythonic API's
+            return_indices), y's dims; None for none.
 
     Raises:
         BadParam: x's rank not 2 + spatial dims, y's dims not the output dims, dy's not y's, dx's
@@ -246,6 +272,15 @@ def pooling_problem(
     if dy_desc is not None and dx_desc is not None:
         check_same_dims("dy_desc", dy_desc, "y_desc", y_desc)
         check_same_dims("dx_desc", dx_desc, "x_desc", x_desc)
+    if indices_desc is not None:
+        require(pool_desc.mode.is_max and dx_desc is None, "indices_desc must be None but for a max forward")
+        require(
+            indices_desc.dtype is DataType.INT64,
+            f"indices_desc.dtype={indices_desc.dtype.name} must be INT64",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+        check_same_dims("indices_desc", indices_desc, "y_desc", y_desc)
+    dilated = any(d > 1 for d in pool_desc.dilation)
     return PoolingProblem(
         pool_desc.mode,
         pool_desc.nan_opt is NanPropagation.PROPAGATE_NAN,
@@ -259,6 +294,8 @@ def pooling_problem(
         check_finite("alpha", alpha),
         check_finite("beta", beta),
         bool(ceil_mode),
+        pool_desc.dilation if dilated else (),
+        indices_desc,
     )
 
 
@@ -272,24 +309,39 @@ class _Geometry:
     window: tuple[int, ...]
     padding: tuple[int, ...]
     stride: tuple[int, ...]
+    dilation: tuple[int, ...]
     size: tuple[int, ...]  # input spatial dims
     out: tuple[int, ...]
 
     def pad_widths(self) -> list[tuple[int, int]]:
         ends = [
-            max(0, (o - 1) * s - p + w - n)
-            for n, w, p, s, o in zip(self.size, self.window, self.padding, self.stride, self.out)
+            max(0, (o - 1) * s - p + d * (w - 1) + 1 - n)
+            for n, w, p, s, d, o in zip(self.size, self.window, self.padding, self.stride, self.dilation, self.out)
         ]
         return [(0, 0), (0, 0), *zip(self.padding, ends)]
 
-    def offsets(self) -> Iterator[tuple[slice, ...]]:
-        """For each window position j (row-major), the slice of the padded input it reads for every output."""
+    def offsets(self) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
+        """For each window position j (row-major): j, and the slice of the padded input it reads for every output."""
         for j in itertools.product(*(range(w) for w in self.window)):
             yield (
-                slice(None),
-                slice(None),
-                *(slice(jk, jk + (o - 1) * s + 1, s) for jk, o, s in zip(j, self.out, self.stride)),
+                j,
+                (
+                    slice(None),
+                    slice(None),
+                    *(
+                        slice(jk * d, jk * d + (o - 1) * s + 1, s)
+                        for jk, o, s, d in zip(j, self.out, self.stride, self.dilation)
+                    ),
+                ),
             )
+
+    def flat_positions(self, j: tuple[int, ...]) -> np.ndarray:
+        """Per output, the flat index into the input's spatial plane of window position ``j``."""
+        flat = np.zeros((1, 1) + (1,) * len(self.out), np.int64)
+        for k, (n, p, s, d, o) in enumerate(zip(self.size, self.padding, self.stride, self.dilation, self.out)):
+            position = np.arange(o, dtype=np.int64) * s - p + j[k] * d
+            flat = flat * n + position.reshape((1, 1) + tuple(o if m == k else 1 for m in range(len(self.out))))
+        return flat
 
     def counts(self, include_padding: bool) -> np.ndarray:
         """Per output, the window's count: positions up to the end of the trailing padding
@@ -304,11 +356,17 @@ class _Geometry:
 
 
 def _geometry(
-    x_shape: tuple[int, ...], window: Sequence[int], padding: Sequence[int], stride: Sequence[int], ceil_mode: bool
+    x_shape: tuple[int, ...],
+    window: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+    ceil_mode: bool,
+    dilation: Sequence[int] = (),
 ) -> _Geometry:
     size = tuple(x_shape[2:])
-    out = tuple(output_size(n, w, p, s, ceil_mode) for n, w, p, s in zip(size, window, padding, stride))
-    return _Geometry(tuple(window), tuple(padding), tuple(stride), size, out)
+    dilation = tuple(dilation) or (1,) * len(size)
+    out = tuple(output_size(n, w, p, s, ceil_mode, d) for n, w, p, s, d in zip(size, window, padding, stride, dilation))
+    return _Geometry(tuple(window), tuple(padding), tuple(stride), dilation, size, out)
 
 
 def reference_forward(
@@ -319,23 +377,24 @@ def reference_forward(
     stride: Sequence[int],
     propagate_nan: bool = False,
     ceil_mode: bool = False,
+    dilation: Sequence[int] = (),
 ) -> np.ndarray:
-    """y of x (dims N, C, *spatial) in x's float dtype."""
+    """y of x (dims N, C, *spatial) in x's float dtype; ``dilation`` () for all 1."""
     mode = PoolingMode(mode)
-    geo = _geometry(x.shape, window, padding, stride, ceil_mode)
+    geo = _geometry(x.shape, window, padding, stride, ceil_mode, dilation)
     valid = np.pad(np.ones(x.shape, bool), geo.pad_widths())
     padded = np.pad(x, geo.pad_widths())
     if mode.is_max:
         best = np.full(x.shape[:2] + geo.out, np.nan, x.dtype)  # stays NaN where all are NaN
         seen_nan = np.zeros(best.shape, bool)
-        for index in geo.offsets():
+        for _, index in geo.offsets():
             v, ok = padded[index], valid[index]
             seen_nan |= ok & np.isnan(v)
             take = ok & ~np.isnan(v) & ~(v <= best)  # beats best, or best is still NaN
             best = np.where(take, v, best)
         return np.where(seen_nan, np.nan, best) if propagate_nan else best
     total = np.zeros(x.shape[:2] + geo.out, x.dtype)
-    for index in geo.offsets():
+    for _, index in geo.offsets():
         total = total + padded[index]  # padding holds zeros
     return total / geo.counts(mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING)
 
@@ -349,25 +408,54 @@ def reference_backward(
     padding: Sequence[int],
     stride: Sequence[int],
     ceil_mode: bool = False,
+    dilation: Sequence[int] = (),
 ) -> np.ndarray:
     """dx (x's dims and float dtype) from x, y and dy: a gather of dy over the windows holding each
     input position, at the first position matching y (max modes) or over the count (averages)."""
     mode = PoolingMode(mode)
-    geo = _geometry(x.shape, window, padding, stride, ceil_mode)
+    geo = _geometry(x.shape, window, padding, stride, ceil_mode, dilation)
     widths = geo.pad_widths()
     valid = np.pad(np.ones(x.shape, bool), widths)
     padded = np.pad(x, widths)
     dx = np.zeros(padded.shape, x.dtype)
     if mode.is_max:
         found = np.zeros(y.shape, bool)
-        for index in geo.offsets():
+        for _, index in geo.offsets():
             v = padded[index]
             first = valid[index] & ~found & ((v == y) | (np.isnan(v) & np.isnan(y)))
             found |= first
             dx[index] += np.where(first, dy, 0.0)
     else:
         share = dy / geo.counts(mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING)
-        for index in geo.offsets():
+        for _, index in geo.offsets():
             dx[index] += share
     inside = tuple(slice(before, before + n) for (before, _), n in zip(widths, x.shape))
     return dx[inside] * valid[inside]
+
+
+def reference_indices(
+    x: np.ndarray,
+    window: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+    propagate_nan: bool = False,
+    ceil_mode: bool = False,
+    dilation: Sequence[int] = (),
+) -> np.ndarray:
+    """The max modes' indices (int64, y's dims): per window, the flat index into x's spatial plane of
+    its first largest element; with ``propagate_nan`` its last NaN where it holds one (torch's rule)."""
+    geo = _geometry(x.shape, window, padding, stride, ceil_mode, dilation)
+    widths = geo.pad_widths()
+    valid = np.pad(np.ones(x.shape, bool), widths)
+    padded = np.pad(x, widths)
+    best = np.full(x.shape[:2] + geo.out, -np.inf, x.dtype)
+    first = np.full(best.shape, -1, np.int64)  # a window's first input position: all-NaN windows keep it
+    indices = np.full(best.shape, -1, np.int64)
+    for j, index in geo.offsets():
+        v, ok = padded[index], valid[index]
+        flat = geo.flat_positions(j)
+        first = np.where(ok & (first < 0), flat, first)
+        take = ok & ((v > best) | (np.isnan(v) if propagate_nan else (v >= best) & (indices < 0)))
+        best = np.where(take, v, best)
+        indices = np.where(take, flat, indices)
+    return np.where(indices < 0, first, indices)

@@ -1035,10 +1035,16 @@ def _argmax_dtype(positions: int) -> Any:
 
 
 def supports(problem: PoolingProblem) -> str | None:
+    if problem.dilation:
+        return f"dilation={list(problem.dilation)}: the kernels walk undilated windows (the numpy backend runs it)"
+    if problem.indices is not None:
+        return "return_indices: the kernels write no indices (the numpy backend does)"
     return None
 
 
-def run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None) -> None:
+def run(
+    problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None, indices: Bound | None = None
+) -> None:
     tensors = {"x": torch_view(x), "y": torch_view(y)}
     if dx is None or dy is None:
         _forward_config(problem, "max" if problem.mode.is_max else "avg", (0,) * CANONICAL_DIMS, FORWARD_TILE)(tensors)
