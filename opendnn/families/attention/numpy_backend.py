@@ -16,6 +16,11 @@ def supports(problem: AttentionProblem) -> str | None:
     return None
 
 
+def workspace_size(problem: AttentionProblem) -> int:
+    """Bytes of workspace ``run`` needs: none."""
+    return 0
+
+
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     compute = problem.compute_dtype.to_numpy()
     q, k, v = (_values(bound, compute) for bound in (t.q, t.k, t.v))

@@ -378,15 +378,6 @@ def _check_per_head(
     )
 
 
-def workspace_size(problem: AttentionProblem) -> int:
-    """Bytes of workspace the Triton kernels allocate for ``problem``: none forward; the backward's
-    delta, one number per query row in the compute dtype (float32; float64 for DOUBLE)."""
-    if not problem.backward:
-        return 0
-    batch, heads_q, seq_q, _ = problem.q.dims
-    return batch * heads_q * seq_q * problem.compute_dtype.itemsize
-
-
 def _check_dims(
     name: dict[str, str],
     slot: str,
