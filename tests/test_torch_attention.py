@@ -122,7 +122,9 @@ def test_compile_traces_the_operator_and_its_backward_without_graph_breaks():
         return compiler
 
     torch._dynamo.reset()
-    compiled = torch.compile(copy.deepcopy(model), backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    compiled = torch.compile(
+        copy.deepcopy(model), backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    )
     expected = training_step(copy.deepcopy(model), x)
     for ours, theirs in zip(training_step(compiled, x), expected, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
@@ -145,7 +147,11 @@ def test_export_gives_a_program_of_the_operator_that_runs():
 
 
 def test_func_grad_gives_torchs_gradients():
-    q, k, v = randn(2, 2, 5, 8, grad=False), randn(2, 2, 5, 8, grad=False, seed=1), randn(2, 2, 5, 8, seed=2, grad=False)
+    q, k, v = (
+        randn(2, 2, 5, 8, grad=False),
+        randn(2, 2, 5, 8, grad=False, seed=1),
+        randn(2, 2, 5, 8, seed=2, grad=False),
+    )
 
     def loss(function, q):
         return (function(q, k, v, is_causal=True) ** 2).sum()

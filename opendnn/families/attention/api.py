@@ -163,7 +163,9 @@ def get_attention_forward_workspace_size(
     Raises:
         BadParam, NotSupported: as attention_forward.
     """
-    descs = dict(q=q_desc, k=k_desc, v=v_desc, o=o_desc, **_optional_descs(optional_descs, ("stats", *FORWARD_OPTIONAL)))
+    descs = dict(
+        q=q_desc, k=k_desc, v=v_desc, o=o_desc, **_optional_descs(optional_descs, ("stats", *FORWARD_OPTIONAL))
+    )
     return _workspace_size(handle, attn_desc, descs)
 
 
@@ -205,7 +207,9 @@ def get_attention_backward_workspace_size(
 def _optional_descs(given: dict[str, TensorDescriptor | None], slots: tuple[str, ...]) -> dict[str, Any]:
     unknown = sorted(set(given) - {f"{slot}_desc" for slot in slots})
     if unknown:
-        raise BadParam(f"{unknown[0]} is not a descriptor of this call (it takes {', '.join(f'{s}_desc' for s in slots)})")
+        raise BadParam(
+            f"{unknown[0]} is not a descriptor of this call (it takes {', '.join(f'{s}_desc' for s in slots)})"
+        )
     return {slot: given.get(f"{slot}_desc") for slot in slots}
 
 

@@ -21,7 +21,6 @@ import numpy as np
 from opendnn.core.arrays import Bound, as_native, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status
@@ -295,7 +294,8 @@ def _merged(native: Any, kept: int) -> Any:
 
 def _mask(native: Any, leading: tuple[int, ...]) -> Any:
     """The mask (broadcasting to (..., heads, queries, keys)) as 4 dims: its leading dims dropped
-    when all 1, merged when they are the query's, else broadcast to the query's first (a copy)."""
+    when all 1, merged when they are the query's, broadcast to the query's first (a copy) when
+    some are 1, else merged as they are (the problem's rules then name the dim that differs)."""
     rank = len(leading) + 3
     if native.ndim > rank:
         raise BadParam(
@@ -305,7 +305,7 @@ def _mask(native: Any, leading: tuple[int, ...]) -> Any:
     own = tuple(native.shape[: len(leading)])
     if all(size == 1 for size in own):
         return native.reshape((1, *native.shape[len(leading) :]))
-    if own != leading:
+    if own != leading and all(size in (1, wanted) for size, wanted in zip(own, leading)):
         full = (*leading, *native.shape[len(leading) :])
         native = np.broadcast_to(native, full) if isinstance(native, np.ndarray) else native.expand(full)
     return _merged(native, 3)
@@ -321,7 +321,9 @@ def _unbroadcast(gradient: Any, shape: tuple[int, ...], leading: tuple[int, ...]
     gradient = gradient.reshape((*leading, *gradient.shape[1:]))
     summed = tuple(d for d, size in enumerate(own) if size == 1 and leading[d] != 1)
     if summed:
-        gradient = gradient.sum(summed, keepdims=True) if isinstance(gradient, np.ndarray) else gradient.sum(summed, True)
+        gradient = (
+            gradient.sum(summed, keepdims=True) if isinstance(gradient, np.ndarray) else gradient.sum(summed, True)
+        )
     return gradient.reshape(shape)
 
 
@@ -330,7 +332,9 @@ class _Output(NamedTuple):
     caller: Any  # the caller's dims, the same memory
 
 
-def _output(inputs: _Inputs, like: Bound, name: str, dtype: DataType, shape: tuple[int, ...], packed: bool = False) -> _Output:
+def _output(
+    inputs: _Inputs, like: Bound, name: str, dtype: DataType, shape: tuple[int, ...], packed: bool = False
+) -> _Output:
     """A new output of the caller's ``shape`` and its 4-dim (or 3-dim, stats) view: laid out as
     ``like`` when the caller's arrays are 4-dim (packed for stats), else packed."""
     dims = (math.prod(shape[: len(inputs.leading)]), *shape[len(inputs.leading) :])
@@ -341,6 +345,8 @@ def _output(inputs: _Inputs, like: Bound, name: str, dtype: DataType, shape: tup
     bound = empty_like(like, dtype, dims, order)
     caller = bound.view.reshape(shape)  # packed: a view
     return _Output(Bound(name, bound.desc, bound.view, bound.device), caller)
+
+
 def _run(params: AttentionDescriptor, tensors: AttentionTensors, handle: Handle | None) -> None:
     """Check the call under the functional names and dispatch it on ``handle`` (default: the query's device's)."""
     handle = handle_for(tensors.q, handle)

@@ -145,9 +145,7 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         dbias_dims=(1, 1, 1, 1) if dbias is None else dbias.dims,
         seq_lens_strides=seq_lens_strides,
         # slopes of one per head read the same ones for every batch: batch stride 0
-        alibi_strides=(0, 0)
-        if alibi is None
-        else ((0, *alibi.strides) if alibi.ndim == 1 else alibi.strides),
+        alibi_strides=(0, 0) if alibi is None else ((0, *alibi.strides) if alibi.ndim == 1 else alibi.strides),
         sinks_stride=0 if problem.sinks is None else problem.sinks.strides[0],
         dsinks_stride=0 if problem.dsinks is None else problem.dsinks.strides[0],
         batch=batch,

@@ -10,10 +10,11 @@ the query heads of a group and the query blocks of a head read the same keys, mo
 Past a few hundred keys a row the products dominate: the kernel is bound by the tensor cores
 (bfloat16: about 670-790 TFLOP/s on an H200), not by memory.
 
-Per key block: s = tile_scores(q, k) (scale, softcap, bias, masks), m' = max(m, rowmax(s)),
+Per key block: s = tile_scores(q, k) (scale, softcap, bias, ALiBi, masks), m' = max(m, rowmax(s)),
 p = exp(s - m'), l = l * exp(m - m') + rowsum(p), acc = acc * exp(m - m') + (p * dropout) v. At the
-end a sink's logit joins l (with m and acc rescaled to it), o = acc / l and lse = m + log(l); a row with no key (l = 0) gives o = 0 and lse = -inf. A row's
-max of -inf is shifted by 0 instead, so that -inf - -inf never forms. Accumulation in float32
+end a sink's logit joins l (m and acc rescaled to it), o = acc / l and lse = m + log(l); a row with
+no key (l = 0) gives o = 0 and lse = -inf. A row's max of -inf is shifted by 0 instead, so that
+-inf - -inf never forms. Accumulation in float32
 (float64 for DOUBLE); p is rounded to the data dtype before its product with v, as FlashAttention does.
 """
 
