@@ -30,6 +30,7 @@ from opendnn.families.attention.problem import (
 # the optional tensors of each direction, as keyword-only (name_desc, name) pairs
 FORWARD_OPTIONAL = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks")
 BACKWARD_OPTIONAL = (*FORWARD_OPTIONAL, "dbias", "dsinks")
+BACKWARD_SLOTS = ("q", "k", "v", "o", "stats", "do", "dq", "dk", "dv")
 OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks")
 
 
@@ -66,19 +67,7 @@ def attention_forward(
             output, an array given without its descriptor (or the reverse).
         NotSupported: a non-float dtype, a head dim outside 8..256.
     """
-    pairs = dict(
-        q=(q_desc, q),
-        k=(k_desc, k),
-        v=(v_desc, v),
-        o=(o_desc, o),
-        stats=(stats_desc, stats),
-        bias=(bias_desc, bias),
-        seq_lens_q=(seq_lens_q_desc, seq_lens_q),
-        seq_lens_kv=(seq_lens_kv_desc, seq_lens_kv),
-        alibi_slopes=(alibi_slopes_desc, alibi_slopes),
-        sinks=(sinks_desc, sinks),
-    )
-    _run(handle, attn_desc, pairs)
+    _run(handle, attn_desc, _pairs(locals(), ("q", "k", "v", "o", "stats", *FORWARD_OPTIONAL)))
 
 
 def attention_backward(
@@ -127,25 +116,7 @@ def attention_backward(
             dsinks without sinks.
         NotSupported: as attention_forward; dbias of a BOOLEAN mask.
     """
-    pairs = dict(
-        q=(q_desc, q),
-        k=(k_desc, k),
-        v=(v_desc, v),
-        o=(o_desc, o),
-        stats=(stats_desc, stats),
-        bias=(bias_desc, bias),
-        seq_lens_q=(seq_lens_q_desc, seq_lens_q),
-        seq_lens_kv=(seq_lens_kv_desc, seq_lens_kv),
-        do=(do_desc, do),
-        dq=(dq_desc, dq),
-        dk=(dk_desc, dk),
-        dv=(dv_desc, dv),
-        dbias=(dbias_desc, dbias),
-        alibi_slopes=(alibi_slopes_desc, alibi_slopes),
-        sinks=(sinks_desc, sinks),
-        dsinks=(dsinks_desc, dsinks),
-    )
-    _run(handle, attn_desc, pairs)
+    _run(handle, attn_desc, _pairs(locals(), (*BACKWARD_SLOTS, *BACKWARD_OPTIONAL)))
 
 
 def get_attention_forward_workspace_size(
@@ -202,6 +173,11 @@ def get_attention_backward_workspace_size(
         **_optional_descs(optional_descs, BACKWARD_OPTIONAL),
     )
     return _workspace_size(handle, attn_desc, descs)
+
+
+def _pairs(arguments: dict[str, Any], slots: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """(descriptor, array) of each slot, from a call's own arguments ``slot_desc`` and ``slot``."""
+    return {slot: (arguments[f"{slot}_desc"], arguments[slot]) for slot in slots}
 
 
 def _optional_descs(given: dict[str, TensorDescriptor | None], slots: tuple[str, ...]) -> dict[str, Any]:
