@@ -15,6 +15,7 @@ from ``seed``. ``scaled_dot_product_attention`` below is the call with torch's s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -67,7 +68,7 @@ def _keywords(
     )
 
 
-def _outputs_like(query: Tensor, shape: list[Any]) -> Tensor:
+def _outputs_like(query: Tensor, shape: Sequence[Any]) -> Tensor:
     """An output of ``shape`` laid out as opendnn.functional lays it: in query's memory order for
     4-dim inputs, packed for the other ranks."""
     return empty_in_order_of(query, shape) if query.ndim == 4 else empty_packed(query, shape)

@@ -208,7 +208,7 @@ def _run(handle: Handle, attn_desc: AttentionDescriptor, pairs: dict[str, tuple[
     """Check the call, bind every array given to its descriptor, and dispatch it."""
     problem = _problem(handle, attn_desc, {slot: desc for slot, (desc, _) in pairs.items()})
     bound = {slot: _bind_optional(slot, desc, array, output=slot in OUTPUTS) for slot, (desc, array) in pairs.items()}
-    dispatch(handle, "attention", problem, AttentionTensors(**bound))
+    dispatch(handle, "attention", problem, AttentionTensors._make(bound.get(slot) for slot in AttentionTensors._fields))
 
 
 def _bind_optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound | None:

@@ -352,11 +352,16 @@ def attention_problem(
             f"{name['dsinks']} of dims {list(dsinks.dims)} and dtype {dsinks.dtype.name} must have "
             f"{name['sinks']}'s dims {list(sinks.dims)} and dtype {sinks.dtype.name}",
         )
+    optional = {slot: desc for slot, desc in descs.items() if slot not in ("q", "k", "v", "o")}
     return AttentionProblem(
         params=params,
         scale=params.resolved_scale(head_dim),
+        q=q,
+        k=k,
+        v=v,
+        o=o,
         allow_tf32=bool(allow_tf32) and q.dtype is DataType.FLOAT,
-        **descs,
+        **optional,
     )
 
 
