@@ -11,7 +11,12 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, TensorFor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, ExecutionFailed, InternalError, NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType, create
-from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.api import (
+    attention_backward,
+    attention_forward,
+    get_attention_backward_workspace_size,
+    get_attention_forward_workspace_size,
+)
 from opendnn.families.attention.problem import AttentionDescriptor, DiagonalAlignment
 from opendnn.families.batch_norm.api import (
     batch_normalization_backward,
@@ -97,6 +102,8 @@ __all__ = [
     "DiagonalAlignment",
     "attention_backward",
     "attention_forward",
+    "get_attention_backward_workspace_size",
+    "get_attention_forward_workspace_size",
     "ActivationDescriptor",
     "ActivationMode",
     "BadParam",

@@ -344,9 +344,29 @@ def call_forward(
             r"q_desc reaches 512 elements but q holds 256 from its start",
         ),
         (
+            lambda: call_forward(alibi_slopes_desc=od.TensorDescriptor("float32", (3,)), alibi_slopes=np.ones(3)),
+            od.BadParam,
+            r"alibi_slopes_desc.dims=\[3\] must be \[2\] or \[1, 2\] \(one per query head, or per batch and query head",
+        ),
+        (
+            lambda: call_forward(sinks_desc=od.TensorDescriptor("int32", (2,)), sinks=np.ones(2, np.int32)),
+            od.NotSupported,
+            r"sinks_desc.dtype=INT32 must be FLOAT or DOUBLE",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(randn(3, 8), randn(3, 8), randn(3, 8)),
+            od.BadParam,
+            r"query.ndim=2 must be at least 3",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(randn(2, 1, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)),
+            od.BadParam,
+            r"key.shape=\[1, 2, 3, 8\] must have query's leading dims \[2\]",
+        ),
+        (
             lambda: F.scaled_dot_product_attention(randn(1, 4, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)),
             od.BadParam,
-            r"key.dims\[1\]=2 must equal query.dims\[1\]=4 unless enable_gqa=True",
+            r"key.shape\[-3\]=2 must equal query.shape\[-3\]=4 unless enable_gqa=True",
         ),
         (
             lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 16), randn(1, 2, 3, 8)),
@@ -446,3 +466,80 @@ def test_backward_refuses_missing_gradients_before_binding():
             q,
             None,
         )
+
+
+# batch ranks, ALiBi and sinks, workspace --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "q_shape, kv_shape, mask_shape",
+    [((3, 5, 16), (3, 7, 16), (5, 7)), ((2, 3, 2, 5, 8), (2, 3, 2, 6, 8), (3, 1, 5, 6))],
+    ids=["3d", "5d_broadcast_mask"],
+)
+def test_functional_takes_any_batch_rank_as_torch(backend, q_shape, kv_shape, mask_shape):
+    handle = od.create("cpu", backend=backend)
+    q, k, v, mask = randn(*q_shape, seed=1), randn(*kv_shape, seed=2), randn(*kv_shape, seed=3), randn(*mask_shape)
+    do = randn(*q_shape, seed=4)
+    expected = torch_gradients(q, k, v, do, mask)
+    o, stats = F.scaled_dot_product_attention(q, k, v, mask, return_stats=True, handle=handle)
+    assert stats.shape == q_shape[:-1]
+    grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, mask, mask_grad=True, handle=handle)
+    for ours, theirs in zip([o, *grads], expected, strict=True):
+        assert ours.shape == theirs.shape and relative_error(ours, theirs) < 1e-10
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_alibi_and_sinks_match_the_reference(backend):
+    handle = od.create("cpu", backend=backend)
+    q, k, v = randn(2, 4, 9, 16, seed=1), randn(2, 2, 12, 16, seed=2), randn(2, 2, 12, 16, seed=3)
+    slopes, sinks, do = torch.rand(4, dtype=torch.float64), randn(4, seed=4), randn(2, 4, 9, 16, seed=5)
+    kwargs = dict(enable_gqa=True, window=(5, 0), alibi_slopes=slopes, sinks=sinks)
+    o, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True, handle=handle, **kwargs)
+    grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, handle=handle, **kwargs)
+    params = AttentionDescriptor(window=(5, 0))
+    arrays = [t.numpy() for t in (q, k, v)]
+    extras = dict(alibi_slopes=slopes.numpy(), sinks=sinks.numpy())
+    expected_o, expected_stats = reference_forward(params, *arrays, **extras)
+    expected = reference_backward(params, *arrays, do.numpy(), **extras)
+    assert len(grads) == 4
+    pairs = zip(
+        (o, stats, *grads), (expected_o, expected_stats, expected.dq, expected.dk, expected.dv, expected.dsinks)
+    )
+    for ours, theirs in pairs:
+        assert relative_error(ours, torch.from_numpy(theirs)) < 1e-10
+
+
+def test_workspace_queries_give_what_the_kernels_allocate(monkeypatch):
+    handle, numpy_handle = od.create("cpu", backend="triton"), od.create("cpu", backend="numpy")
+    q, k, v, do = (
+        randn(2, 4, 9, 16, seed=1),
+        randn(2, 2, 12, 16, seed=2),
+        randn(2, 2, 12, 16, seed=3),
+        randn(2, 4, 9, 16),
+    )
+    o, dq = torch.empty_like(q), torch.empty_like(q)
+    dk, dv, stats = torch.empty_like(k), torch.empty_like(v), torch.empty(2, 4, 9, dtype=torch.float64)
+    sinks, dsinks = randn(4, seed=4), torch.empty(4, dtype=torch.float64)
+    forward = [descriptor(t) for t in (q, k, v, o)]
+    backward = [*forward, *(descriptor(t) for t in (do, stats, dq, dk, dv))]
+    extra = dict(sinks_desc=descriptor(sinks), dsinks_desc=descriptor(dsinks))
+    params = AttentionDescriptor()
+    assert od.get_attention_forward_workspace_size(handle, params, *forward, stats_desc=backward[5]) == 0
+    size = od.get_attention_backward_workspace_size(handle, params, *backward, **extra)
+    assert size == 2 * 4 * 9 * 8  # delta: one float64 a query row
+    assert od.get_attention_backward_workspace_size(numpy_handle, params, *backward, **extra) == 0
+    allocated = []
+    empty = torch.empty
+
+    def recording_empty(*args, **kwargs):
+        if kwargs.get("dtype") is torch.uint8:
+            allocated.append(args[0])
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    o_ = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, sinks=sinks, return_stats=True, handle=handle)
+    F.scaled_dot_product_attention_backward(do, q, k, v, *o_, enable_gqa=True, sinks=sinks, handle=handle)
+    assert allocated == [size]
+    with pytest.raises(od.BadParam, match=r"dbias_desc is not a descriptor of this call"):
+        od.get_attention_forward_workspace_size(handle, params, *forward, dbias_desc=forward[0])

@@ -1,5 +1,6 @@
 """Attention's Triton kernels through the interpreter, on tiny shapes, against the float64 reference:
-float64, float32 and float16 with every mask, the bias and its gradient, softcap,
+float64, float32 and float16 with every mask, the bias and its gradient, softcap, ALiBi, sinks and
+their gradient,
 dropout (its mask regenerated in the backward), GQA, padded head dims and any strides, with outputs
 poisoned with NaN inside larger buffers that must stay untouched; tiles of the planner and tiles
 of 16 x 16 (many blocks per row); a bitwise repeatable backward; and every kernel compiled for the
@@ -65,8 +66,16 @@ CASES = {
         boolean=True,
         params=AttentionDescriptor(window=(6, 2), softcap=1.5),
     ),
-    "mqa_odd_dims_key_bias": dict(
-        shapes=(2, 3, 1, 20, 17, 8, 40), bias=(1, 3, 1, 17), params=AttentionDescriptor(scale=0.3)
+    "mqa_odd_dims_key_bias_alibi": dict(
+        shapes=(2, 3, 1, 20, 17, 8, 40), bias=(1, 3, 1, 17), alibi=(3,), params=AttentionDescriptor(scale=0.3)
+    ),
+    "gqa_causal_alibi_per_batch_sinks_lengths": dict(
+        shapes=(2, 4, 2, 23, 30, 16, 16),
+        bias=(1, 4, 23, 30),
+        alibi=(2, 4),
+        sinks=True,
+        lengths=([23, 11], [30, 20]),
+        params=AttentionDescriptor(causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT),
     ),
 }
 
@@ -83,6 +92,8 @@ def run_case(name, dtype, backend="triton"):
     if case.get("boolean"):
         bias = bias > -0.8
     lengths = [None if lens is None else torch.tensor(lens) for lens in case.get("lengths", (None, None))]
+    slopes = torch.rand(case["alibi"], generator=generator).to(dtype) if "alibi" in case else None
+    sinks = torch.randn(heads_q, generator=generator).to(dtype) if case.get("sinks") else None
     params = case["params"]
     o, o_buffer = poisoned_view((batch, heads_q, seq_q, value_dim), dtype)
     stats = torch.full(
@@ -93,6 +104,9 @@ def run_case(name, dtype, backend="triton"):
     for side, lens in zip(("q", "kv"), lengths):
         if lens is not None:
             optional.update({f"seq_lens_{side}_desc": descriptor(lens), f"seq_lens_{side}": lens})
+    for slot, tensor in (("alibi_slopes", slopes), ("sinks", sinks)):
+        if tensor is not None:
+            optional.update({f"{slot}_desc": descriptor(tensor), slot: tensor})
     attention_forward(
         handle,
         params,
@@ -113,6 +127,9 @@ def run_case(name, dtype, backend="triton"):
     dbias = None if bias.dtype == torch.bool else torch.full_like(bias, float("nan"))
     if dbias is not None:
         optional.update(dbias_desc=descriptor(dbias), dbias=dbias)
+    dsinks = None if sinks is None else torch.full_like(sinks, float("nan"))
+    if dsinks is not None:
+        optional.update(dsinks_desc=descriptor(dsinks), dsinks=dsinks)
     attention_backward(
         handle,
         params,
@@ -134,10 +151,11 @@ def run_case(name, dtype, backend="triton"):
     arrays = [t.double().numpy() for t in (q, k, v)]
     bias_array = bias.numpy() if bias.dtype == torch.bool else bias.double().numpy()
     lens_arrays = [None if lens is None else lens.numpy() for lens in lengths]
-    expected_o, expected_stats = reference_forward(params, *arrays, bias_array, *lens_arrays)
-    expected_grads = reference_backward(params, *arrays, do.double().numpy(), bias_array, *lens_arrays)
+    per_head = [None if t is None else t.double().numpy() for t in (slopes, sinks)]
+    expected_o, expected_stats = reference_forward(params, *arrays, bias_array, *lens_arrays, *per_head)
+    expected_grads = reference_backward(params, *arrays, do.double().numpy(), bias_array, *lens_arrays, *per_head)
     assert written_only_inside(o, o_buffer) and all(written_only_inside(*g) for g in grads)
-    actual = [o, stats, *(view for view, _ in grads), dbias]
+    actual = [o, stats, *(view for view, _ in grads), dbias, dsinks]
     return actual, [expected_o, expected_stats, *expected_grads]
 
 
@@ -243,21 +261,23 @@ def test_planner_picks_tiles_by_head_dim_and_dtype_within_the_sequence():
 
 # compiled for the H200 (sm_90): Triton's CUDA compiler runs without a GPU --------------------------------------
 
-# (dtype, (B, Hq, Hkv, Sq, Skv, D, Dv), bias dims and dtype or None, descriptor fields, lengths)
+# (dtype, (B, Hq, Hkv, Sq, Skv, D, Dv), bias dims and dtype or None, descriptor fields, lengths,
+# (ALiBi slopes' dims or None, sinks))
 SM90_PROBLEMS = [
-    ("bfloat16", (2, 8, 2, 1024, 1024, 128, 128), None, dict(causal=True), False),
+    ("bfloat16", (2, 8, 2, 1024, 1024, 128, 128), None, dict(causal=True), False, ((8,), True)),
     (
         "float16",
         (2, 4, 4, 512, 700, 64, 64),
         ((1, 4, 512, 700), "float16"),
         dict(causal=True, alignment="bottom_right", window=(128, None), softcap=30.0, dropout_p=0.1, seed=3),
         True,
+        ((2, 4), False),
     ),
-    ("float32", (1, 2, 2, 300, 300, 80, 80), ((1, 1, 300, 300), "bool"), {}, False),
-    ("float64", (1, 2, 1, 64, 64, 32, 16), ((1, 2, 1, 64), "float64"), {}, False),
-    ("bfloat16", (2, 2, 2, 256, 256, 256, 256), ((2, 1, 1, 1), "bfloat16"), {}, False),
+    ("float32", (1, 2, 2, 300, 300, 80, 80), ((1, 1, 300, 300), "bool"), {}, False, (None, False)),
+    ("float64", (1, 2, 1, 64, 64, 32, 16), ((1, 2, 1, 64), "float64"), {}, False, ((2,), True)),
+    ("bfloat16", (2, 2, 2, 256, 256, 256, 256), ((2, 1, 1, 1), "bfloat16"), {}, False, (None, False)),
 ]
-SM90_LAUNCHES = 5 * 4 + 3  # forward, delta, dK/dV, dQ each; dbias for each float bias
+SM90_LAUNCHES = 5 * 4 + 3 + 2  # forward, delta, dK/dV, dQ each; dbias for each float bias; dsinks for each sinks
 
 
 def test_kernels_compile_for_sm90_with_any_int_divisibility():
@@ -281,7 +301,7 @@ class LaunchRecorder:
         return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))
 
 
-def sm90_problem_tensors(dtype, shapes, bias, fields, lengths):
+def sm90_problem_tensors(dtype, shapes, bias, fields, lengths, per_head):
     """The problem's forward and backward descriptors and (empty) CPU tensors."""
     batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = shapes
     dims = dict(
@@ -300,6 +320,12 @@ def sm90_problem_tensors(dtype, shapes, bias, fields, lengths):
     if lengths:
         dims["seq_lens_q"] = dims["seq_lens_kv"] = (batch,)
         types["seq_lens_q"] = types["seq_lens_kv"] = "int32"
+    alibi, sinks = per_head
+    if alibi is not None:
+        dims["alibi_slopes"], types["alibi_slopes"] = alibi, "float32"
+    if sinks:
+        dims["sinks"] = dims["dsinks"] = (heads_q,)
+        types["sinks"] = types["dsinks"] = dtype
     descs = {slot: od.TensorDescriptor(types[slot], size) for slot, size in dims.items()}
     tensors = {slot: torch.empty(size, dtype=getattr(torch, types[slot])) for slot, size in dims.items()}
     return AttentionDescriptor(**fields), descs, tensors
@@ -321,11 +347,12 @@ def compile_attention_for_sm90() -> None:
         "attention_dkdv_kernel",
         "attention_dq_kernel",
         "attention_dbias_kernel",
+        "attention_dsinks_kernel",
     ):
         setattr(triton_backend, name, LaunchRecorder(getattr(triton_backend, name), launches))
-    forward_slots = ("q", "k", "v", "o", "stats", "bias", "seq_lens_q", "seq_lens_kv")
-    for dtype, shapes, bias, fields, lengths in SM90_PROBLEMS:
-        params, descs, tensors = sm90_problem_tensors(dtype, shapes, bias, fields, lengths)
+    forward_slots = ("q", "k", "v", "o", "stats", "bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks")
+    for dtype, shapes, bias, fields, lengths, per_head in SM90_PROBLEMS:
+        params, descs, tensors = sm90_problem_tensors(dtype, shapes, bias, fields, lengths, per_head)
         for slots in (forward_slots, SLOTS):
             chosen = {slot: desc for slot, desc in descs.items() if slot in slots}
             problem = attention_problem(params, **chosen)

@@ -50,7 +50,7 @@ def band_mask(seq_q, seq_kv, left, right, shift=0):
 def check_against_torch(params, q, k, v, bias=None, seq_lens=(None, None), **torch_kwargs):
     do = random(*q.shape[:3], v.shape[3], seed=9)
     o, lse = reference_forward(params, q, k, v, bias, *seq_lens)
-    dq, dk, dv, dbias = reference_backward(params, q, k, v, do, bias, *seq_lens)
+    dq, dk, dv, dbias, _ = reference_backward(params, q, k, v, do, bias, *seq_lens)
     expected = torch_attention(q, k, v, do, **torch_kwargs)
     for ours, theirs in zip((o, dq, dk, dv, dbias), expected):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
@@ -130,18 +130,53 @@ def test_reference_softcap_and_dropout_match_a_torch_formula():
         np.testing.assert_allclose(ours, leaf.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def test_reference_alibi_and_sinks_match_a_torch_formula():
+    """ALiBi: -slope * |j - (i + Skv - Sq)| bottom-right (FlashAttention's); a sink: a column of logits
+    in the softmax that multiplies no value."""
+    q, k, v = random(2, 2, 5, 8, seed=1), random(2, 2, 7, 8, seed=2), random(2, 2, 7, 8, seed=3)
+    slopes, sinks, do = np.abs(random(2, 2, seed=4)), random(2, seed=5), random(2, 2, 5, 8, seed=6)
+    params = AttentionDescriptor(causal=True, alignment="bottom_right")
+    leaves = [torch.from_numpy(a).requires_grad_() for a in (q, k, v, sinks)]
+    tq, tk, tv, ts = leaves
+    i, j = torch.arange(5).reshape(5, 1), torch.arange(7).reshape(1, 7)
+    distance = (i + 2 - j).abs().double()
+    s = tq @ tk.transpose(-1, -2) / np.sqrt(8) - torch.from_numpy(slopes)[:, :, None, None] * distance
+    s = s.masked_fill(j > i + 2, float("-inf"))
+    with_sink = torch.cat([s, ts.reshape(1, 2, 1, 1).expand(2, 2, 5, 1)], -1)
+    o = torch.softmax(with_sink, -1)[..., :7] @ tv
+    o.backward(torch.from_numpy(do))
+    ours, lse = reference_forward(params, q, k, v, alibi_slopes=slopes, sinks=sinks)
+    np.testing.assert_allclose(ours, o.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(lse, torch.logsumexp(with_sink, -1).detach().numpy(), rtol=1e-12)
+    gradients = reference_backward(params, q, k, v, do, alibi_slopes=slopes, sinks=sinks)
+    assert gradients.dbias is None
+    for ours, leaf in zip((gradients.dq, gradients.dk, gradients.dv, gradients.dsinks), leaves, strict=True):
+        np.testing.assert_allclose(ours, leaf.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_reference_sinks_give_rows_without_keys_zero_output_and_the_sink_as_lse():
+    q, k, v = random(1, 2, 3, 8, seed=1), random(1, 2, 4, 8, seed=2), random(1, 2, 4, 8, seed=3)
+    sinks = random(2, seed=4)
+    o, lse = reference_forward(AttentionDescriptor(), q, k, v, seq_lens_q=np.array([2]), sinks=sinks)
+    assert np.all(o[:, :, 2] == 0) and np.all(np.abs(o[:, :, :2]) > 0)
+    np.testing.assert_array_equal(lse[0, :, 2], sinks)
+
+
 def test_reference_backward_matches_finite_differences():
     q, k, v = random(1, 2, 4, 8, seed=1), random(1, 1, 5, 8, seed=2), random(1, 1, 5, 8, seed=3)
     bias, do = random(1, 2, 4, 5, seed=4), random(1, 2, 4, 8, seed=5)
+    slopes, sinks = np.abs(random(2, seed=6)), random(2, seed=7)
     params = AttentionDescriptor(window=(2, 1), softcap=1.5, dropout_p=0.2, seed=5)
-    gradients = reference_backward(params, q, k, v, do, bias)
-    inputs = [q, k, v, bias]
+    gradients = reference_backward(params, q, k, v, do, bias, alibi_slopes=slopes, sinks=sinks)
+    inputs = [q, k, v, bias, sinks]
     for index, gradient in enumerate(gradients):
         direction = random(*inputs[index].shape, seed=10 + index)
 
         def loss(step, index=index, direction=direction):
             moved = [a + step * direction if n == index else a for n, a in enumerate(inputs)]
-            return float((do * reference_forward(params, *moved)[0]).sum())
+            *tensors, moved_sinks = moved
+            o = reference_forward(params, *tensors, alibi_slopes=slopes, sinks=moved_sinks)[0]
+            return float((do * o).sum())
 
         numeric = (loss(1e-6) - loss(-1e-6)) / 2e-6
         assert float((gradient * direction).sum()) == pytest.approx(numeric, rel=1e-6, abs=1e-9), index

@@ -47,6 +47,11 @@ def samples():
     _, rms = ops.rms_norm(x_plain, [5], None, None)
     _, g_mean, g_rstd = ops.group_norm(x_plain, 2, None, None, 1e-5)
     _, i_mean, i_rstd = ops.instance_norm(x_plain, None, None, 1e-5)
+    q, kv, mask = _randn(2, 4, 6, 8, grad=True), _randn(2, 1, 5, 8, grad=True), _randn(1, 4, 6, 5, grad=True)
+    attention_options = (0.0, False, None, True, _positive(4), _randn(4, grad=True), 3, None, "bottom_right", 2.0, 0)
+    out, stats = ops.scaled_dot_product_attention(
+        q.detach(), kv.detach(), kv.detach(), mask.detach(), *attention_options
+    )
     return [
         ("convolution", (x4_cl, w, _randn(6, grad=True), [2, 1], [1, 1], [1, 1], 2)),
         ("convolution_transpose", (x4, _randn(4, 3, 3, 3, grad=True), None, [2, 2], [1, 1], [1, 0], 1, [1, 1])),
@@ -105,6 +110,21 @@ def samples():
         ),
         ("matmul_bias_activation", (_randn(3, 2, 5), _randn(5, 4), _randn(4), _randn(3, 2, 4), "gelu", 0.0)),
         ("add", (x_plain, _randn(4, 1, 1))),
+        ("scaled_dot_product_attention", (q, _randn(2, 1, 5, 8, grad=True), kv, mask, *attention_options)),
+        (
+            "scaled_dot_product_attention_backward",
+            (
+                _randn(*q.shape),
+                q.detach(),
+                kv.detach(),
+                kv.detach(),
+                out,
+                stats,
+                mask.detach(),
+                *attention_options,
+                True,
+            ),
+        ),
     ]
 
 
@@ -129,7 +149,7 @@ def test_fake_outputs_have_the_real_ones_shapes_dtypes_and_strides(sample):
         real = op(*args)
     with torch._subclasses.FakeTensorMode() as mode:
         fake = op(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
-    real, fake = (r if isinstance(r, tuple) else (r,) for r in (real, fake))
+    real, fake = (r if isinstance(r, (tuple, list)) else (r,) for r in (real, fake))
     for r, f in zip(real, fake, strict=True):
         assert (f.shape, f.dtype, f.stride()) == (r.shape, r.dtype, r.stride())
 

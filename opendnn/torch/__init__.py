@@ -3,7 +3,8 @@ torch's own operators.
 
 ``import opendnn.torch`` (importing ``opendnn`` alone never imports torch). The layers:
 
-- ``opendnn.torch.operators`` / ``opendnn.torch.normalization``: every opendnn operation as a
+- ``opendnn.torch.operators`` / ``opendnn.torch.normalization`` / ``opendnn.torch.attention``:
+  every opendnn operation as a
   PyTorch operator of the ``opendnn::`` namespace (``torch.ops.opendnn.convolution``, ...),
   declared through torch.library: a kernel for CPU and CUDA tensors, a fake kernel, a gradient
   computed by opendnn's backward operators, torch's autocast policy, a vmap rule. So
@@ -19,14 +20,15 @@ torch's own operators.
   ``linear [-> activation] [-> + residual]``; in training mode
   ``batch norm [-> + residual] [-> ReLU / ReLU6]``.
 - ``enable()`` / ``disable()`` / ``with enabled():``: torch's own aten operators (convolution,
-  batch norm, pooling, softmax, norms, linear / matmul, activations) run on opendnn, for an
+  batch norm, pooling, softmax, norms, linear / matmul, activations, scaled dot-product
+  attention) run on opendnn, for an
   unmodified model; ``functional_calls()``: the same for torch's Python functional calls in a
   ``with`` block, counting what it routed.
 
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
 
-from opendnn.torch import functions, modules, normalization, operators
+from opendnn.torch import attention, functions, modules, normalization, operators
 from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
 from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
@@ -77,6 +79,7 @@ from opendnn.torch.routing import functional_calls
 
 __all__ = [
     "CONVERSIONS",
+    "attention",
     "FusedConvolution",
     "FusedLinear",
     "fuse",

@@ -2,7 +2,8 @@
 
 An unmodified model (torch's modules, ``F.conv2d``, ``torch.softmax``, ...) calls torch's ``aten``
 operators. While opendnn is enabled, those of ``ROUTES`` (convolutions, linear and matmul, batch,
-layer, group, RMS and instance norm, max and average pooling, softmax, the activations) have a
+layer, group, RMS and instance norm, max and average pooling, softmax, the activations, scaled
+dot-product attention: ``F.scaled_dot_product_attention`` and so ``nn.MultiheadAttention``) have a
 kernel of opendnn's at the Autograd dispatch keys of CPU and CUDA tensors: a call opendnn covers
 goes to the ``opendnn::`` operator (forward and backward on opendnn), any other goes on to torch's
 own implementation (its decomposition, or its kernel below autograd when no gradient is needed).
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from opendnn.core.errors import NotSupported
-from opendnn.torch import functions
+from opendnn.torch import attention, functions
 from opendnn.torch.library import compute_dtype
 from opendnn.torch.routing import all_float, require
 
@@ -248,6 +249,23 @@ def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -
     return y if threshold >= 20 else torch.where(input * beta > threshold, input, y)  # torch's linear regime
 
 
+def _scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    *,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    _floating(query, key, value)
+    require(attn_mask is None or attn_mask.is_floating_point() or attn_mask.dtype == torch.bool, "an integer mask")
+    require(not (is_causal and attn_mask is not None), "is_causal with an attn_mask (torch refuses it)")
+    return attention.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
 # aten overload: how opendnn computes it (NotSupported: torch's implementation computes it)
 ROUTES: dict[str, Route] = {
     "linear": _linear,
@@ -268,6 +286,7 @@ ROUTES: dict[str, Route] = {
     "tanh": _elementwise(functions.tanh),
     "elu": _elementwise(_elu),
     "softplus": _elementwise(_softplus),
+    "scaled_dot_product_attention": _scaled_dot_product_attention,
     "avg_pool1d": _avg_pool(1),
     "avg_pool2d": _avg_pool(2),
     "avg_pool3d": _avg_pool(3),

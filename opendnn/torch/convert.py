@@ -113,8 +113,20 @@ def convert(model: torch.nn.Module) -> ConversionReport:
     return report
 
 
+# Modules whose own forward reaches opendnn through a routed functional call instead of a module swap.
+ROUTED_CALLS: dict[type[torch.nn.Module], str] = {
+    torch.nn.MultiheadAttention: (
+        "runs torch's forward, whose F.scaled_dot_product_attention (need_weights=False, as in "
+        "TransformerEncoderLayer) opendnn.torch.enable() routes to opendnn; need_weights=True returns "
+        "the attention weights, which a fused attention never forms"
+    ),
+}
+
+
 def _no_equivalent(module: torch.nn.Module) -> str | None:
     """Why a module without an opendnn class stays torch's, or None for a plain container."""
+    if type(module) in ROUTED_CALLS:
+        return ROUTED_CALLS[type(module)]
     if any(isinstance(module, torch_type) for torch_type in CONVERSIONS):
         return "a subclass of a supported torch module: its own forward may differ, so it runs as written"
     has_children = next(module.children(), None) is not None

@@ -1,11 +1,14 @@
-"""Attention as cuDNN's SDPA: ``attention_forward`` and ``attention_backward`` over descriptors.
+"""Attention as cuDNN's SDPA: ``attention_forward`` and ``attention_backward`` over descriptors, and
+the workspace queries ``get_attention_forward_workspace_size`` / ``get_attention_backward_workspace_size``.
 
 The parameters (scale, causal mask and its alignment, sliding window, softcap, dropout) live in an
 AttentionDescriptor; the tensors are given as descriptor and array pairs of any strides (see
 ``opendnn.families.attention.problem`` for the formulas, the masks and the dims). Optional tensors:
 stats (the per-row logsumexp the backward needs), a bias (float: added to the scores; BOOLEAN: a
-mask, True where the key takes part) and per-batch sequence lengths of the queries and keys. The
-outputs must not overlap the inputs.
+mask, True where the key takes part), per-batch sequence lengths of the queries and keys, ALiBi
+slopes (per query head, or per batch and query head) and attention sinks (one logit per query head,
+with their gradient dsinks in the backward). The outputs must not overlap the inputs. The kernels
+allocate their workspace themselves, on the tensors' device; the queries say how much.
 """
 
 from __future__ import annotations
@@ -14,10 +17,21 @@ from typing import Any
 
 from opendnn.core.arrays import Bound, bind
 from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dispatch import dispatch
-from opendnn.core.errors import BadParam, Status
+from opendnn.core.dispatch import dispatch, load_backend, refusal, require_handle
+from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, MathType
-from opendnn.families.attention.problem import AttentionDescriptor, AttentionTensors, attention_problem
+from opendnn.families.attention.problem import (
+    AttentionDescriptor,
+    AttentionProblem,
+    AttentionTensors,
+    attention_problem,
+)
+
+# the optional tensors of each direction, as keyword-only (name_desc, name) pairs
+FORWARD_OPTIONAL = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks")
+BACKWARD_OPTIONAL = (*FORWARD_OPTIONAL, "dbias", "dsinks")
+BACKWARD_SLOTS = ("q", "k", "v", "o", "stats", "do", "dq", "dk", "dv")
+OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks")
 
 
 def attention_forward(
@@ -40,38 +54,20 @@ def attention_forward(
     seq_lens_q: Any = None,
     seq_lens_kv_desc: TensorDescriptor | None = None,
     seq_lens_kv: Any = None,
+    alibi_slopes_desc: TensorDescriptor | None = None,
+    alibi_slopes: Any = None,
+    sinks_desc: TensorDescriptor | None = None,
+    sinks: Any = None,
 ) -> None:
-    """``o = softmax(mask(softcap(scale * q k^T) + bias)) v`` with dropout, and the rows' logsumexp
-    into ``stats`` when given (dims (B, Hq, Sq), FLOAT).
+    """``o = softmax(mask(softcap(scale * q k^T) + bias - alibi), sinks) v`` with dropout, and the rows'
+    logsumexp into ``stats`` when given (dims (B, Hq, Sq), FLOAT).
 
     Raises:
         BadParam: dims that disagree, a tensor past its buffer or on another device, an overlapping
             output, an array given without its descriptor (or the reverse).
         NotSupported: a non-float dtype, a head dim outside 8..256.
     """
-    problem = attention_problem(
-        attn_desc,
-        q_desc,
-        k_desc,
-        v_desc,
-        o_desc,
-        stats=stats_desc,
-        bias=bias_desc,
-        seq_lens_q=seq_lens_q_desc,
-        seq_lens_kv=seq_lens_kv_desc,
-        allow_tf32=handle.math_type is MathType.TENSOR_OP,
-    )
-    tensors = AttentionTensors(
-        bind("q", q_desc, q),
-        bind("k", k_desc, k),
-        bind("v", v_desc, v),
-        bind("o", o_desc, o, output=True),
-        stats=_bind_optional("stats", stats_desc, stats, output=True),
-        bias=_bind_optional("bias", bias_desc, bias),
-        seq_lens_q=_bind_optional("seq_lens_q", seq_lens_q_desc, seq_lens_q),
-        seq_lens_kv=_bind_optional("seq_lens_kv", seq_lens_kv_desc, seq_lens_kv),
-    )
-    dispatch(handle, "attention", problem, tensors)
+    _run(handle, attn_desc, _pairs(locals(), ("q", "k", "v", "o", "stats", *FORWARD_OPTIONAL)))
 
 
 def attention_backward(
@@ -104,47 +100,115 @@ def attention_backward(
     seq_lens_q: Any = None,
     seq_lens_kv_desc: TensorDescriptor | None = None,
     seq_lens_kv: Any = None,
+    alibi_slopes_desc: TensorDescriptor | None = None,
+    alibi_slopes: Any = None,
+    sinks_desc: TensorDescriptor | None = None,
+    sinks: Any = None,
+    dsinks_desc: TensorDescriptor | None = None,
+    dsinks: Any = None,
 ) -> None:
-    """dq, dk, dv (and dbias, of the bias's dims, when given) from the forward's o and stats and the
-    gradient do, with the forward's own attn_desc (the dropout mask is regenerated from its seed).
+    """dq, dk, dv (and dbias, of the bias's dims, and dsinks, when given) from the forward's o and
+    stats and the gradient do, with the forward's own attn_desc (the dropout mask is regenerated
+    from its seed).
 
     Raises:
-        BadParam: as attention_forward; stats, dq, dk or dv missing; dbias without a float bias.
+        BadParam: as attention_forward; stats, dq, dk or dv missing; dbias without a float bias;
+            dsinks without sinks.
         NotSupported: as attention_forward; dbias of a BOOLEAN mask.
     """
-    problem = attention_problem(
-        attn_desc,
-        q_desc,
-        k_desc,
-        v_desc,
-        o_desc,
-        stats=stats_desc,
-        bias=bias_desc,
-        seq_lens_q=seq_lens_q_desc,
-        seq_lens_kv=seq_lens_kv_desc,
+    _run(handle, attn_desc, _pairs(locals(), (*BACKWARD_SLOTS, *BACKWARD_OPTIONAL)))
+
+
+def get_attention_forward_workspace_size(
+    handle: Handle,
+    attn_desc: AttentionDescriptor,
+    q_desc: TensorDescriptor,
+    k_desc: TensorDescriptor,
+    v_desc: TensorDescriptor,
+    o_desc: TensorDescriptor,
+    **optional_descs: TensorDescriptor | None,
+) -> int:
+    """Bytes of workspace ``attention_forward`` allocates on this handle's backend for these
+    descriptors (``optional_descs``: its keyword descriptors, ``stats_desc``, ``bias_desc``, ...).
+
+    Raises:
+        BadParam, NotSupported: as attention_forward.
+    """
+    descs = dict(
+        q=q_desc, k=k_desc, v=v_desc, o=o_desc, **_optional_descs(optional_descs, ("stats", *FORWARD_OPTIONAL))
+    )
+    return _workspace_size(handle, attn_desc, descs)
+
+
+def get_attention_backward_workspace_size(
+    handle: Handle,
+    attn_desc: AttentionDescriptor,
+    q_desc: TensorDescriptor,
+    k_desc: TensorDescriptor,
+    v_desc: TensorDescriptor,
+    o_desc: TensorDescriptor,
+    do_desc: TensorDescriptor,
+    stats_desc: TensorDescriptor,
+    dq_desc: TensorDescriptor,
+    dk_desc: TensorDescriptor,
+    dv_desc: TensorDescriptor,
+    **optional_descs: TensorDescriptor | None,
+) -> int:
+    """Bytes of workspace ``attention_backward`` allocates on this handle's backend for these
+    descriptors (``optional_descs``: its keyword descriptors, ``bias_desc``, ``dsinks_desc``, ...).
+
+    Raises:
+        BadParam, NotSupported: as attention_backward.
+    """
+    descs = dict(
+        q=q_desc,
+        k=k_desc,
+        v=v_desc,
+        o=o_desc,
         do=do_desc,
+        stats=stats_desc,
         dq=dq_desc,
         dk=dk_desc,
         dv=dv_desc,
-        dbias=dbias_desc,
-        allow_tf32=handle.math_type is MathType.TENSOR_OP,
+        **_optional_descs(optional_descs, BACKWARD_OPTIONAL),
     )
-    tensors = AttentionTensors(
-        bind("q", q_desc, q),
-        bind("k", k_desc, k),
-        bind("v", v_desc, v),
-        bind("o", o_desc, o),
-        stats=bind("stats", stats_desc, stats),
-        bias=_bind_optional("bias", bias_desc, bias),
-        seq_lens_q=_bind_optional("seq_lens_q", seq_lens_q_desc, seq_lens_q),
-        seq_lens_kv=_bind_optional("seq_lens_kv", seq_lens_kv_desc, seq_lens_kv),
-        do=bind("do", do_desc, do),
-        dq=bind("dq", dq_desc, dq, output=True),
-        dk=bind("dk", dk_desc, dk, output=True),
-        dv=bind("dv", dv_desc, dv, output=True),
-        dbias=_bind_optional("dbias", dbias_desc, dbias, output=True),
-    )
-    dispatch(handle, "attention", problem, tensors)
+    return _workspace_size(handle, attn_desc, descs)
+
+
+def _pairs(arguments: dict[str, Any], slots: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """(descriptor, array) of each slot, from a call's own arguments ``slot_desc`` and ``slot``."""
+    return {slot: (arguments[f"{slot}_desc"], arguments[slot]) for slot in slots}
+
+
+def _optional_descs(given: dict[str, TensorDescriptor | None], slots: tuple[str, ...]) -> dict[str, Any]:
+    unknown = sorted(set(given) - {f"{slot}_desc" for slot in slots})
+    if unknown:
+        raise BadParam(
+            f"{unknown[0]} is not a descriptor of this call (it takes {', '.join(f'{s}_desc' for s in slots)})"
+        )
+    return {slot: given.get(f"{slot}_desc") for slot in slots}
+
+
+def _problem(handle: Handle, attn_desc: AttentionDescriptor, descs: dict[str, Any]) -> AttentionProblem:
+    descs = {slot: desc for slot, desc in descs.items() if desc is not None}
+    return attention_problem(attn_desc, **descs, allow_tf32=handle.math_type is MathType.TENSOR_OP)
+
+
+def _workspace_size(handle: Handle, attn_desc: AttentionDescriptor, descs: dict[str, Any]) -> int:
+    problem = _problem(handle, attn_desc, descs)
+    backend = load_backend("attention", require_handle(handle).backend, handle.device)
+    reason = refusal(backend, problem)
+    if reason is not None:
+        raise NotSupported(f"attention on backend {handle.backend!r}: {reason}", Status.NOT_SUPPORTED)
+    size: int = backend.workspace_size(problem)
+    return size
+
+
+def _run(handle: Handle, attn_desc: AttentionDescriptor, pairs: dict[str, tuple[Any, Any]]) -> None:
+    """Check the call, bind every array given to its descriptor, and dispatch it."""
+    problem = _problem(handle, attn_desc, {slot: desc for slot, (desc, _) in pairs.items()})
+    bound = {slot: _bind_optional(slot, desc, array, output=slot in OUTPUTS) for slot, (desc, array) in pairs.items()}
+    dispatch(handle, "attention", problem, AttentionTensors._make(bound.get(slot) for slot in AttentionTensors._fields))
 
 
 def _bind_optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound | None:

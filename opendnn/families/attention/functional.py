@@ -1,23 +1,27 @@
 """The Pythonic attention: ``scaled_dot_product_attention`` with torch's semantics and its backward.
 
-Arrays are (batch, heads, sequence, head dim) with any strides; NumPy in, NumPy out, torch in,
-torch out. ``attn_mask`` broadcasts to (batch, heads, queries, keys) as torch's does: a boolean
-mask takes part where True, a float mask is added to the scores. A row with no key taking part
-gives 0, as torch's SDPA on the CPU gives (see ``opendnn.families.attention.problem`` for the
-formulas). Keyword-only extensions: a sliding ``window`` (left, right), the causal ``alignment``,
-per-batch sequence lengths, ``softcap``, the dropout ``seed`` and ``offset`` (the same seed gives
+Arrays are (..., heads, sequence, head dim) with any strides, as torch's: the leading dims are
+batch dims (merged into one, without a copy where their strides allow), and a 3-D (N, L, E) array
+is N independent attentions. NumPy in, NumPy out, torch in, torch out. ``attn_mask`` broadcasts to
+(..., heads, queries, keys) as torch's does: a boolean mask takes part where True, a float mask is
+added to the scores. A row with no key taking part gives 0, as torch's SDPA on the CPU gives (see
+``opendnn.families.attention.problem`` for the formulas). Keyword-only extensions: a sliding
+``window`` (left, right), the causal ``alignment``, per-batch sequence lengths, ``softcap``, ALiBi
+``alibi_slopes`` and attention ``sinks``, the dropout ``seed`` and ``offset`` (the same seed gives
 the same mask, in the backward too), the saved statistics, and the handle.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
-from opendnn.core.arrays import Bound, allocate, as_native, empty_like, wrap
-from opendnn.core.caller_arrays import shaped, to_caller_kind
+import numpy as np
+
+from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status
@@ -44,6 +48,9 @@ NAMES = (
     ("dk", "grad_key"),
     ("dv", "grad_value"),
     ("dbias", "grad_attn_mask"),
+    ("alibi_slopes", "alibi_slopes"),
+    ("sinks", "sinks"),
+    ("dsinks", "grad_sinks"),
 )
 
 
@@ -63,6 +70,8 @@ def scaled_dot_product_attention(
     seq_lens_q: Any = None,
     seq_lens_kv: Any = None,
     softcap: float | None = None,
+    alibi_slopes: Any = None,
+    sinks: Any = None,
     seed: int = 0,
     offset: int = 0,
     return_stats: bool = False,
@@ -74,14 +83,19 @@ def scaled_dot_product_attention(
         window: (left, right): query i sees keys i - left to i + right (None: unbounded).
         alignment: where the causal diagonal and the window sit when the lengths differ: TOP_LEFT
             (torch's is_causal) or BOTTOM_RIGHT (the last query on the last key).
-        seq_lens_q, seq_lens_kv: integer arrays of one length per batch: positions past them are padding.
+        seq_lens_q, seq_lens_kv: integer arrays of one length per batch (the leading dims merged):
+            positions past them are padding.
         softcap: scores become softcap * tanh(scores / softcap) before the mask is added.
+        alibi_slopes: (heads,) or (..., heads) of the leading dims: ``slope * |j - (i + shift)|`` is
+            subtracted from the scores, the distance to the causal diagonal (with BOTTOM_RIGHT,
+            FlashAttention's ALiBi).
+        sinks: (heads,): one logit per query head that joins each row's softmax denominator.
         seed, offset: the dropout mask's Philox key and first counter.
-        return_stats: also return the rows' logsumexp (batch, heads, queries), float32 (float64 for
+        return_stats: also return the rows' logsumexp (..., heads, queries), float32 (float64 for
             float64 data): what the backward needs.
 
     Returns:
-        out (batch, heads, queries, value head dim), or (out, stats) with return_stats.
+        out (..., heads, queries, value head dim), or (out, stats) with return_stats.
 
     Raises:
         BadParam: dims that disagree, key/value heads fewer than query heads without enable_gqa,
@@ -89,21 +103,30 @@ def scaled_dot_product_attention(
         NotSupported: a non-float dtype, a head dim outside 8..256.
     """
     params = _params(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
-    inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, enable_gqa)
+    inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     q = inputs.q
     batch, heads, seq_q, _ = q.desc.dims
-    out = empty_like(q, dims=(batch, heads, seq_q, inputs.v.desc.dims[3]))
+    value_dim = inputs.v.desc.dims[3]
+    out = _output(inputs, q, "out", q.desc.dtype, (*inputs.leading, heads, seq_q, value_dim))
     stats = None
     if return_stats:
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
-        stats = allocate(q, TensorDescriptor(stats_dtype, (batch, heads, seq_q)), "stats")
-    _run(
-        params,
-        AttentionTensors(inputs.q, inputs.k, inputs.v, out, stats, inputs.bias, inputs.seq_lens_q, inputs.seq_lens_kv),
-        handle,
+        stats = _output(inputs, q, "stats", stats_dtype, (*inputs.leading, heads, seq_q), packed=True)
+    tensors = AttentionTensors(
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        out.bound,
+        None if stats is None else stats.bound,
+        inputs.bias,
+        inputs.seq_lens_q,
+        inputs.seq_lens_kv,
+        alibi_slopes=inputs.alibi_slopes,
+        sinks=inputs.sinks,
     )
-    result = to_caller_kind(out.view, query)
-    return (result, to_caller_kind(stats.view, query)) if stats is not None else result
+    _run(params, tensors, handle)
+    result = to_caller_kind(out.caller, query)
+    return (result, to_caller_kind(stats.caller, query)) if stats is not None else result
 
 
 @caller_dtypes
@@ -125,6 +148,8 @@ def scaled_dot_product_attention_backward(
     seq_lens_q: Any = None,
     seq_lens_kv: Any = None,
     softcap: float | None = None,
+    alibi_slopes: Any = None,
+    sinks: Any = None,
     seed: int = 0,
     offset: int = 0,
     mask_grad: bool = False,
@@ -135,8 +160,9 @@ def scaled_dot_product_attention_backward(
     the forward's own arguments (the same seed regenerates the same dropout mask).
 
     Returns:
-        (grad_query, grad_key, grad_value), each of its input's dims and dimension order; with
-        mask_grad, also the gradient of a float attn_mask, of the mask's own dims.
+        (grad_query, grad_key, grad_value), each of its input's dims; with mask_grad, also the
+        gradient of a float attn_mask, of the mask's own dims; with sinks, last, the gradient of
+        the sinks. ALiBi slopes are constants: no gradient.
 
     Raises:
         BadParam: as scaled_dot_product_attention; out, stats or grad_out of other dims; mask_grad
@@ -144,30 +170,39 @@ def scaled_dot_product_attention_backward(
         NotSupported: as scaled_dot_product_attention.
     """
     params = _params(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
-    inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, enable_gqa)
+    inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     if mask_grad and inputs.bias is None:
         raise BadParam("mask_grad=True needs a float attn_mask, got attn_mask=None", Status.BAD_PARAM_NULL_POINTER)
-    dq, dk, dv = (empty_like(bound) for bound in (inputs.q, inputs.k, inputs.v))
+    grads = [
+        _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, (*inputs.leading, *bound.desc.dims[1:]))
+        for bound in (inputs.q, inputs.k, inputs.v)
+    ]
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
+    dsinks = None if inputs.sinks is None else empty_like(inputs.sinks)
     tensors = AttentionTensors(
         inputs.q,
         inputs.k,
         inputs.v,
-        wrap("out", out),
-        wrap("stats", stats),
+        wrap("out", _merged(out, 3)),
+        wrap("stats", _merged(stats, 2)),
         inputs.bias,
         inputs.seq_lens_q,
         inputs.seq_lens_kv,
-        wrap("grad_out", grad_out),
-        dq,
-        dk,
-        dv,
+        wrap("grad_out", _merged(grad_out, 3)),
+        grads[0].bound,
+        grads[1].bound,
+        grads[2].bound,
         dbias,
+        inputs.alibi_slopes,
+        inputs.sinks,
+        dsinks,
     )
     _run(params, tensors, handle)
-    results = [dq.view, dk.view, dv.view]
-    if dbias is not None:  # of the mask's own dims, without the leading ones it was given
-        results.append(shaped(dbias.view, tuple(as_native(attn_mask).shape)))
+    results = [grad.caller for grad in grads]
+    if dbias is not None:  # of the mask's own dims, summed over what it broadcast along
+        results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
+    if dsinks is not None:
+        results.append(dsinks.view)
     return tuple(to_caller_kind(view, query) for view in results)
 
 
@@ -200,29 +235,121 @@ class _Inputs(NamedTuple):
     bias: Bound | None
     seq_lens_q: Bound | None
     seq_lens_kv: Bound | None
+    alibi_slopes: Bound | None
+    sinks: Bound | None
+    leading: tuple[int, ...]  # the caller's batch dims (before heads, sequence, head dim)
 
 
 def _inputs(
-    query: Any, key: Any, value: Any, attn_mask: Any, seq_lens_q: Any, seq_lens_kv: Any, enable_gqa: bool
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    seq_lens_q: Any,
+    seq_lens_kv: Any,
+    alibi_slopes: Any,
+    sinks: Any,
+    enable_gqa: bool,
 ) -> _Inputs:
-    """The input arrays bound in the problem's slots; the mask given leading dims up to 4, as torch broadcasts."""
-    q, k = wrap("query", query), wrap("key", key)
-    if not enable_gqa and q.desc.ndim == k.desc.ndim == 4 and q.desc.dims[1] != k.desc.dims[1]:
+    """The input arrays as (batch, heads, sequence, head dim) bound in the problem's slots: the
+    leading dims merged into the batch, the mask and the slopes broadcast as torch broadcasts."""
+    natives = {name: as_native(array, name) for name, array in (("query", query), ("key", key), ("value", value))}
+    shape = tuple(natives["query"].shape)
+    if len(shape) < 3:
         raise BadParam(
-            f"key.dims[1]={k.desc.dims[1]} must equal query.dims[1]={q.desc.dims[1]} unless enable_gqa=True",
+            f"query.ndim={len(shape)} must be at least 3 (..., heads or batch, sequence, head dim)",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
-    bias = None
-    if attn_mask is not None:
-        bias = wrap("attn_mask", attn_mask)
-        if bias.desc.ndim < 4:
-            view = bias.view
-            bias = wrap("attn_mask", view.reshape((1,) * (4 - bias.desc.ndim) + tuple(view.shape)))
-    lens = [
+    leading = shape[:-3]
+    for name in ("key", "value"):
+        other = tuple(natives[name].shape)
+        if other[:-3] != leading or len(other) != len(shape):
+            raise BadParam(
+                f"{name}.shape={list(other)} must have query's leading dims {list(leading)} "
+                f"(query.shape={list(shape)})",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+    q, k = (wrap(name, _merged(natives[name], 3)) for name in ("query", "key"))
+    if not enable_gqa and q.desc.dims[1] != k.desc.dims[1]:
+        raise BadParam(
+            f"key.shape[-3]={k.desc.dims[1]} must equal query.shape[-3]={q.desc.dims[1]} unless enable_gqa=True",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    bias = None if attn_mask is None else wrap("attn_mask", _mask(as_native(attn_mask, "attn_mask"), leading))
+    slopes = None
+    if alibi_slopes is not None:
+        native = as_native(alibi_slopes, "alibi_slopes")
+        slopes = wrap("alibi_slopes", native if native.ndim <= 1 else native.reshape(-1, native.shape[-1]))
+    optional = [
         None if array is None else wrap(name, array)
-        for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv))
+        for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv), ("sinks", sinks))
     ]
-    return _Inputs(q, k, wrap("value", value), bias, lens[0], lens[1])
+    value_bound = wrap("value", _merged(natives["value"], 3))
+    return _Inputs(q, k, value_bound, bias, optional[0], optional[1], slopes, optional[2], leading)
+
+
+def _merged(native: Any, kept: int) -> Any:
+    """``native`` with its dims before the last ``kept`` merged into one (1 when there are none):
+    a view where the strides allow, else a copy."""
+    native = as_native(native)
+    shape = tuple(native.shape)
+    merged = (math.prod(shape[: len(shape) - kept]), *shape[len(shape) - kept :])
+    return native if merged == shape else native.reshape(merged)
+
+
+def _mask(native: Any, leading: tuple[int, ...]) -> Any:
+    """The mask (broadcasting to (..., heads, queries, keys)) as 4 dims: its leading dims dropped
+    when all 1, merged when they are the query's, broadcast to the query's first (a copy) when
+    some are 1, else merged as they are (the problem's rules then name the dim that differs)."""
+    rank = len(leading) + 3
+    if native.ndim > rank:
+        raise BadParam(
+            f"attn_mask.ndim={native.ndim} must be at most query.ndim={rank}", Status.BAD_PARAM_SHAPE_MISMATCH
+        )
+    native = native.reshape((1,) * (rank - native.ndim) + tuple(native.shape))
+    own = tuple(native.shape[: len(leading)])
+    if all(size == 1 for size in own):
+        return native.reshape((1, *native.shape[len(leading) :]))
+    if own != leading and all(size in (1, wanted) for size, wanted in zip(own, leading)):
+        full = (*leading, *native.shape[len(leading) :])
+        native = np.broadcast_to(native, full) if isinstance(native, np.ndarray) else native.expand(full)
+    return _merged(native, 3)
+
+
+def _unbroadcast(gradient: Any, shape: tuple[int, ...], leading: tuple[int, ...]) -> Any:
+    """The mask's gradient (4 dims, as ``_mask`` gave the mask) summed back to the mask's own ``shape``."""
+    rank = len(leading) + 3
+    padded = (1,) * (rank - len(shape)) + tuple(shape)
+    own = padded[: len(leading)]
+    if gradient.shape[0] == 1:
+        return gradient.reshape(shape)
+    gradient = gradient.reshape((*leading, *gradient.shape[1:]))
+    summed = tuple(d for d, size in enumerate(own) if size == 1 and leading[d] != 1)
+    if summed:
+        gradient = (
+            gradient.sum(summed, keepdims=True) if isinstance(gradient, np.ndarray) else gradient.sum(summed, True)
+        )
+    return gradient.reshape(shape)
+
+
+class _Output(NamedTuple):
+    bound: Bound  # 4 dims, as the problem takes it
+    caller: Any  # the caller's dims, the same memory
+
+
+def _output(
+    inputs: _Inputs, like: Bound, name: str, dtype: DataType, shape: tuple[int, ...], packed: bool = False
+) -> _Output:
+    """A new output of the caller's ``shape`` and its 4-dim (or 3-dim, stats) view: laid out as
+    ``like`` when the caller's arrays are 4-dim (packed for stats), else packed."""
+    dims = (math.prod(shape[: len(inputs.leading)]), *shape[len(inputs.leading) :])
+    if len(inputs.leading) == 1 and not packed:
+        bound = empty_like(like, dtype, dims)
+        return _Output(Bound(name, bound.desc, bound.view, bound.device), bound.view)
+    order = tuple(range(len(dims)))
+    bound = empty_like(like, dtype, dims, order)
+    caller = bound.view.reshape(shape)  # packed: a view
+    return _Output(Bound(name, bound.desc, bound.view, bound.device), caller)
 
 
 def _run(params: AttentionDescriptor, tensors: AttentionTensors, handle: Handle | None) -> None:

@@ -16,20 +16,26 @@ def supports(problem: AttentionProblem) -> str | None:
     return None
 
 
+def workspace_size(problem: AttentionProblem) -> int:
+    """Bytes of workspace ``run`` needs: none."""
+    return 0
+
+
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     compute = problem.compute_dtype.to_numpy()
     q, k, v = (_values(bound, compute) for bound in (t.q, t.k, t.v))
     bias = None if t.bias is None else _values(t.bias, np.dtype(np.bool_) if problem.mask_bias else compute)
     lens = [None if bound is None else _values(bound, np.dtype(np.int64)) for bound in (t.seq_lens_q, t.seq_lens_kv)]
+    per_head = [None if bound is None else _values(bound, compute) for bound in (t.alibi_slopes, t.sinks)]
     if not problem.backward:
-        o, lse = reference_forward(problem.params, q, k, v, bias, *lens)
+        o, lse = reference_forward(problem.params, q, k, v, bias, *lens, *per_head)
         _store(t.o, o)
         if t.stats is not None:
             _store(t.stats, lse)
         return
     assert t.do is not None and t.dq is not None and t.dk is not None and t.dv is not None  # the problem's rules
-    dq, dk, dv, dbias = reference_backward(problem.params, q, k, v, _values(t.do, compute), bias, *lens)
-    for bound, result in ((t.dq, dq), (t.dk, dk), (t.dv, dv), (t.dbias, dbias)):
+    gradients = reference_backward(problem.params, q, k, v, _values(t.do, compute), bias, *lens, *per_head)
+    for bound, result in zip((t.dq, t.dk, t.dv, t.dbias, t.dsinks), gradients):
         if bound is not None and result is not None:
             _store(bound, result)
 

@@ -9,9 +9,17 @@ Hkv = 1 is multi-query attention). For each batch b, query head h, query i and k
     s[i, j] = scale * q[i] . k[j]                              (scale defaults to 1 / sqrt(D))
     s       = softcap * tanh(s / softcap)                      (when softcap is set)
     s       = s + bias[i, j]                                   (a float bias; broadcast over size-1 dims)
+    s       = s - alibi_slopes[h] * |j - (i + shift)|          (ALiBi: the distance to the diagonal)
     s[i, j] = -inf where key j does not take part (the masks below, or a BOOLEAN bias that is False)
-    p       = softmax_j(s)                          lse[i] = log(sum_j exp(s[i, j]))  (the saved stats)
+    lse[i]  = log(sum_j exp(s[i, j]) + exp(sinks[h]))          (the saved stats; no sink term without sinks)
+    p       = exp(s - lse)
     o[i]    = sum_j p[i, j] * keep[i, j] / (1 - dropout_p) * v[j]
+
+ALiBi slopes are per query head, (Hq,) or (B, Hq) (FlashAttention's ``alibi_slopes``), and the
+distance is measured from the mask's diagonal ``i + shift`` (below): with BOTTOM_RIGHT alignment it
+is FlashAttention's ``-slope * |i + Skv - Sq - j|``, causal or not. An attention sink is one logit
+per query head (Hq,) that joins every row's softmax denominator and takes no value (gpt-oss's sinks):
+a row's weights sum to less than 1, and a row with no key has lse = sinks[h] and o = 0.
 
 Masks. With ``len_q = seq_lens_q[b]`` and ``len_kv = seq_lens_kv[b]`` (clamped to 0..Sq and 0..Skv;
 Sq and Skv when absent) and ``shift = len_kv - len_q`` for BOTTOM_RIGHT alignment, 0 for TOP_LEFT,
@@ -36,10 +44,12 @@ Backward, from dO (dims of o) with ``d = keep / (1 - dropout_p)``:
     dBias  = dS summed over the dims the bias broadcasts
     dS'    = dS * (1 - tanh^2)                      (through the softcap, when set)
     dQ[i]  = scale * sum_j dS'[i, j] * k[j]         dK[j] = scale * sum_i dS'[i, j] * q[i]
+    dSinks[h] = -sum_{b, i} exp(sinks[h] - lse[b, h, i]) * delta[b, h, i]
 
 dK and dV sum over the query heads that share a key/value head. Data in FLOAT, HALF, BFLOAT16 or
 DOUBLE (one dtype for q, k, v, o and their gradients); stats in FLOAT (DOUBLE allowed with DOUBLE
-data, whose backward needs the extra digits); seq lens INT32 or INT64.
+data, whose backward needs the extra digits); seq lens INT32 or INT64; ALiBi slopes, sinks and their
+gradient in FLOAT or the data dtype. The slopes have no gradient (they are constants in ALiBi).
 """
 
 from __future__ import annotations
@@ -161,6 +171,9 @@ class AttentionProblem:
     dk: TensorDescriptor | None = None
     dv: TensorDescriptor | None = None
     dbias: TensorDescriptor | None = None
+    alibi_slopes: TensorDescriptor | None = None
+    sinks: TensorDescriptor | None = None
+    dsinks: TensorDescriptor | None = None
     allow_tf32: bool = False
 
     @property
@@ -198,6 +211,9 @@ class AttentionTensors(NamedTuple):
     dk: Bound | None = None
     dv: Bound | None = None
     dbias: Bound | None = None
+    alibi_slopes: Bound | None = None
+    sinks: Bound | None = None
+    dsinks: Bound | None = None
 
 
 SLOTS = AttentionTensors._fields
@@ -222,6 +238,9 @@ def attention_problem(
     dk: TensorDescriptor | None = None,
     dv: TensorDescriptor | None = None,
     dbias: TensorDescriptor | None = None,
+    alibi_slopes: TensorDescriptor | None = None,
+    sinks: TensorDescriptor | None = None,
+    dsinks: TensorDescriptor | None = None,
     names: tuple[tuple[str, str], ...] = API_NAMES,
     allow_tf32: bool = False,
 ) -> AttentionProblem:
@@ -233,7 +252,8 @@ def attention_problem(
     Raises:
         BadParam: naming the descriptor: not 4 dims, dims that disagree (batch, heads, sequence,
             head dim), query heads not a multiple of key/value heads, dtypes that differ, stats,
-            bias, seq lens or gradients of the wrong dims or dtype, a tensor the backward needs missing.
+            bias, seq lens, ALiBi slopes, sinks or gradients of the wrong dims or dtype, a tensor the
+            backward needs missing.
         NotSupported: a non-float dtype, a head dim outside 8..256, the gradient of a BOOLEAN mask.
     """
     name = dict(names)
@@ -253,6 +273,9 @@ def attention_problem(
         dk=dk,
         dv=dv,
         dbias=dbias,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
+        dsinks=dsinks,
     )
     backward = do is not None
     for slot in ("stats", "dq", "dk", "dv") if backward else ():
@@ -317,23 +340,46 @@ def attention_problem(
                 f"{name[slot]}.dtype={lens.dtype.name} must be INT32 or INT64",
                 Status.NOT_SUPPORTED_DATA_TYPE,
             )
+    for slot, shapes in (("alibi_slopes", ((heads_q,), (batch, heads_q))), ("sinks", ((heads_q,),))):
+        per_head = descs[slot]
+        if per_head is not None:
+            _check_per_head(name, slot, per_head, q, shapes)
+    if dsinks is not None:
+        require(sinks is not None, f"{name['dsinks']} is given but {name['sinks']}=None", Status.BAD_PARAM_NULL_POINTER)
+        assert sinks is not None
+        require(
+            (dsinks.dims, dsinks.dtype) == (sinks.dims, sinks.dtype),
+            f"{name['dsinks']} of dims {list(dsinks.dims)} and dtype {dsinks.dtype.name} must have "
+            f"{name['sinks']}'s dims {list(sinks.dims)} and dtype {sinks.dtype.name}",
+        )
+    optional = {slot: desc for slot, desc in descs.items() if slot not in ("q", "k", "v", "o")}
     return AttentionProblem(
-        params,
-        params.resolved_scale(head_dim),
-        q,
-        k,
-        v,
-        o,
-        stats,
-        bias,
-        seq_lens_q,
-        seq_lens_kv,
-        do,
-        dq,
-        dk,
-        dv,
-        dbias,
-        bool(allow_tf32) and q.dtype is DataType.FLOAT,
+        params=params,
+        scale=params.resolved_scale(head_dim),
+        q=q,
+        k=k,
+        v=v,
+        o=o,
+        allow_tf32=bool(allow_tf32) and q.dtype is DataType.FLOAT,
+        **optional,
+    )
+
+
+def _check_per_head(
+    name: dict[str, str], slot: str, desc: TensorDescriptor, q: TensorDescriptor, shapes: tuple[tuple[int, ...], ...]
+) -> None:
+    """ALiBi slopes and sinks: one number per query head (slopes: per batch too), FLOAT or q's dtype."""
+    require(
+        desc.dims in shapes,
+        f"{name[slot]}.dims={list(desc.dims)} must be {' or '.join(str(list(shape)) for shape in shapes)} "
+        f"(one per query head{', or per batch and query head' if len(shapes) > 1 else ''} of {name['q']})",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    allowed = dict.fromkeys((DataType.FLOAT, q.dtype))
+    require(
+        desc.dtype in allowed,
+        f"{name[slot]}.dtype={desc.dtype.name} must be {' or '.join(t.name for t in allowed)}",
+        Status.NOT_SUPPORTED_DATA_TYPE,
     )
 
 
@@ -450,6 +496,24 @@ def dropout_keep(params: AttentionDescriptor, shape: tuple[int, int, int, int]) 
 # ---- float64 reference ------------------------------------------------------------------------------
 
 
+def diagonal_offsets(
+    params: AttentionDescriptor,
+    batch: int,
+    seq_q: int,
+    seq_kv: int,
+    seq_lens_q: np.ndarray | None = None,
+    seq_lens_kv: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, inside): (B, 1, Sq, Skv) ``j - (i + shift)``, key j's place relative to query i's
+    diagonal, and booleans True where query i and key j are inside their lengths."""
+    len_q = np.full(batch, seq_q) if seq_lens_q is None else np.clip(np.asarray(seq_lens_q, np.int64), 0, seq_q)
+    len_kv = np.full(batch, seq_kv) if seq_lens_kv is None else np.clip(np.asarray(seq_lens_kv, np.int64), 0, seq_kv)
+    len_q, len_kv = len_q.reshape(batch, 1, 1, 1), len_kv.reshape(batch, 1, 1, 1)
+    i, j = np.arange(seq_q).reshape(1, 1, seq_q, 1), np.arange(seq_kv).reshape(1, 1, 1, seq_kv)
+    shift = len_kv - len_q if params.alignment is DiagonalAlignment.BOTTOM_RIGHT else np.zeros_like(len_q)
+    return j - (i + shift), (i < len_q) & (j < len_kv)
+
+
 def allowed_keys(
     params: AttentionDescriptor,
     batch: int,
@@ -459,57 +523,66 @@ def allowed_keys(
     seq_lens_kv: np.ndarray | None = None,
 ) -> np.ndarray:
     """(B, 1, Sq, Skv) booleans: True where key j takes part for query i (padding, causal, window)."""
-    len_q = np.full(batch, seq_q) if seq_lens_q is None else np.clip(np.asarray(seq_lens_q, np.int64), 0, seq_q)
-    len_kv = np.full(batch, seq_kv) if seq_lens_kv is None else np.clip(np.asarray(seq_lens_kv, np.int64), 0, seq_kv)
-    len_q, len_kv = len_q.reshape(batch, 1, 1, 1), len_kv.reshape(batch, 1, 1, 1)
-    i, j = np.arange(seq_q).reshape(1, 1, seq_q, 1), np.arange(seq_kv).reshape(1, 1, 1, seq_kv)
-    allowed = (i < len_q) & (j < len_kv)
-    diagonal = i + (len_kv - len_q if params.alignment is DiagonalAlignment.BOTTOM_RIGHT else 0)
+    offsets, allowed = diagonal_offsets(params, batch, seq_q, seq_kv, seq_lens_q, seq_lens_kv)
     left, right = params.band
     if left is not None:
-        allowed = allowed & (j >= diagonal - left)
+        allowed = allowed & (offsets >= -left)
     if right is not None:
-        allowed = allowed & (j <= diagonal + right)
+        allowed = allowed & (offsets <= right)
     return allowed
+
+
+class Extras(NamedTuple):
+    """The optional inputs of the reference beyond q, k and v (arrays, or None where absent)."""
+
+    bias: np.ndarray | None = None  # float (added) or boolean (a mask), 4 dims broadcasting to (B, Hq, Sq, Skv)
+    seq_lens_q: np.ndarray | None = None
+    seq_lens_kv: np.ndarray | None = None
+    alibi_slopes: np.ndarray | None = None  # (Hq,) or (B, Hq)
+    sinks: np.ndarray | None = None  # (Hq,)
 
 
 class _Weights(NamedTuple):
     p: np.ndarray  # softmax weights (B, Hq, Sq, Skv), 0 where no key takes part
     dropped: np.ndarray  # p * keep / (1 - dropout_p)
     kept: np.ndarray | None  # keep / (1 - dropout_p), with dropout
-    lse: np.ndarray  # (B, Hq, Sq), -inf for rows with no key
+    lse: np.ndarray  # (B, Hq, Sq), -inf for rows with no key (and no sink)
     tanh: np.ndarray | None  # tanh(scale * q . k / softcap), when softcapped
     keys: np.ndarray  # k repeated to the query heads
     values: np.ndarray  # v repeated to the query heads
 
 
-def _weights(
-    params: AttentionDescriptor,
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    bias: np.ndarray | None,
-    seq_lens_q: np.ndarray | None,
-    seq_lens_kv: np.ndarray | None,
-) -> _Weights:
+def _weights(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.ndarray, extras: Extras) -> _Weights:
     batch, heads_q, seq_q, head_dim = q.shape
     group, seq_kv = heads_q // k.shape[1], k.shape[2]
     keys, values = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    bias = extras.bias
     with np.errstate(all="ignore"):  # masked rows: -inf scores, on purpose
         scores = params.resolved_scale(head_dim) * (q @ keys.swapaxes(-1, -2))
         tanh = None
         if params.softcap is not None:
             tanh = np.tanh(scores / params.softcap)
             scores = params.softcap * tanh
-        allowed = allowed_keys(params, batch, seq_q, seq_kv, seq_lens_q, seq_lens_kv)
+        allowed = allowed_keys(params, batch, seq_q, seq_kv, extras.seq_lens_q, extras.seq_lens_kv)
         if bias is not None and bias.dtype == np.bool_:
             allowed = allowed & bias
         elif bias is not None:
             scores = scores + bias
+        if extras.alibi_slopes is not None:
+            slopes = np.broadcast_to(extras.alibi_slopes, (batch, heads_q)).reshape(batch, heads_q, 1, 1)
+            offsets, _ = diagonal_offsets(params, batch, seq_q, seq_kv, extras.seq_lens_q, extras.seq_lens_kv)
+            scores = scores - slopes * np.abs(offsets)
         scores = np.where(allowed, scores, -np.inf)
         top = scores.max(axis=-1, keepdims=True)
-        exps = np.exp(scores - np.where(top == -np.inf, 0.0, top))
+        sinks = None
+        if extras.sinks is not None:
+            sinks = np.broadcast_to(extras.sinks.reshape(1, heads_q, 1, 1), top.shape)
+            top = np.maximum(top, sinks)
+        shift = np.where(top == -np.inf, 0.0, top)
+        exps = np.exp(scores - shift)
         total = exps.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            total = total + np.exp(sinks - shift)
         p = exps / np.where(total == 0, 1.0, total)  # rows with no key: 0 (NaN stays NaN)
         lse = np.where(total == 0, -np.inf, top + np.log(total))[..., 0]
     kept = None
@@ -526,11 +599,21 @@ def reference_forward(
     bias: np.ndarray | None = None,
     seq_lens_q: np.ndarray | None = None,
     seq_lens_kv: np.ndarray | None = None,
+    alibi_slopes: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(o, lse): the forward definition in the inputs' float dtype. ``bias`` is a float array added to
     the scores or a boolean mask, of 4 dims that broadcast to (B, Hq, Sq, Skv)."""
-    w = _weights(params, q, k, v, bias, seq_lens_q, seq_lens_kv)
+    w = _weights(params, q, k, v, Extras(bias, seq_lens_q, seq_lens_kv, alibi_slopes, sinks))
     return w.dropped @ w.values, w.lse
+
+
+class Gradients(NamedTuple):
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dbias: np.ndarray | None  # of the bias's dims, for a float bias
+    dsinks: np.ndarray | None  # (Hq,), with sinks
 
 
 def reference_backward(
@@ -542,24 +625,31 @@ def reference_backward(
     bias: np.ndarray | None = None,
     seq_lens_q: np.ndarray | None = None,
     seq_lens_kv: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """(dq, dk, dv, dbias): the backward definition from the inputs and dO, the forward recomputed;
-    dbias (of the bias's dims) only for a float bias, else None."""
-    w = _weights(params, q, k, v, bias, seq_lens_q, seq_lens_kv)
+    alibi_slopes: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
+) -> Gradients:
+    """The backward definition from the inputs and dO (the forward recomputed), under the forward's arguments."""
+    extras = Extras(bias, seq_lens_q, seq_lens_kv, alibi_slopes, sinks)
+    w = _weights(params, q, k, v, extras)
     batch, heads_kv, seq_kv = k.shape[:3]
     group = q.shape[1] // heads_kv
     dp = do @ w.values.swapaxes(-1, -2)
     if w.kept is not None:
         dp = dp * w.kept
-    ds = w.p * (dp - (w.p * dp).sum(axis=-1, keepdims=True))
-    dbias = None
+    delta = (w.p * dp).sum(axis=-1, keepdims=True)
+    ds = w.p * (dp - delta)
+    dbias, dsinks = None, None
     if bias is not None and bias.dtype != np.bool_:
         broadcast = tuple(d for d in range(4) if bias.shape[d] == 1 and ds.shape[d] != 1)
         dbias = ds.sum(axis=broadcast, keepdims=True) if broadcast else ds
+    if extras.sinks is not None:
+        with np.errstate(over="ignore"):
+            sink_weights = np.exp(extras.sinks.reshape(1, -1, 1) - w.lse)
+        dsinks = -(sink_weights * delta[..., 0]).sum(axis=(0, 2))
     if w.tanh is not None:
         ds = ds * (1.0 - w.tanh**2)
     scale = params.resolved_scale(q.shape[3])
     dq = scale * (ds @ w.keys)
     dk = (scale * (ds.swapaxes(-1, -2) @ q)).reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
     dv = (w.dropped.swapaxes(-1, -2) @ do).reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
-    return dq, dk, dv, dbias
+    return Gradients(dq, dk, dv, dbias, dsinks)

@@ -8,7 +8,8 @@ the smallest a tensor-core product takes; the padding is masked), the warps and 
 Tiles shrink with the head dim (the accumulators stay in registers) and with the element size
 (float32 products run on FMA units without TF32, float64 ones always), and never exceed the
 sequence lengths rounded up to a power of two. The backward allocates one workspace, delta, of
-B * Hq * Sq numbers in the compute dtype, on the tensors' device and the current stream.
+B * Hq * Sq numbers in the compute dtype (``workspace_size``), on the tensors' device and the
+current stream.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from opendnn.families.attention.triton_backward import (
     attention_delta_kernel,
     attention_dkdv_kernel,
     attention_dq_kernel,
+    attention_dsinks_kernel,
 )
 from opendnn.families.attention.triton_forward import attention_forward_kernel
 
@@ -74,6 +76,15 @@ def supports(problem: AttentionProblem) -> str | None:
     return None
 
 
+def workspace_size(problem: AttentionProblem) -> int:
+    """Bytes of workspace ``run`` allocates for ``problem``: none forward; the backward's
+    delta, one number per query row in the compute dtype (float32; float64 for DOUBLE)."""
+    if not problem.backward:
+        return 0
+    batch, heads_q, seq_q, _ = problem.q.dims
+    return batch * heads_q * seq_q * problem.compute_dtype.itemsize
+
+
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     plan = choose(problem)
     args = dict(_arguments(problem, plan))
@@ -87,7 +98,8 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     import torch
 
     dtype = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    args["delta_ptr"] = torch.empty(batch * heads_q * seq_q, dtype=dtype, device=args["q_ptr"].device)
+    workspace = torch.empty(workspace_size(problem), dtype=torch.uint8, device=args["q_ptr"].device)
+    args["delta_ptr"] = workspace.view(dtype)
     _launch(attention_delta_kernel, query_blocks, args, plan)
     _launch(attention_dkdv_kernel, (triton.cdiv(seq_kv, plan.block_n), batch * heads_kv), args, plan)
     _launch(attention_dq_kernel, query_blocks, args, plan)
@@ -95,6 +107,8 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
         bias_batch, bias_heads, bias_queries, bias_keys = problem.dbias.dims
         tiles = triton.cdiv(bias_queries, plan.block_m) * triton.cdiv(bias_keys, plan.block_n)
         _launch(attention_dbias_kernel, (tiles, bias_batch * bias_heads), args, plan)
+    if problem.dsinks is not None:
+        _launch(attention_dsinks_kernel, (heads_q, 1), args, plan)
 
 
 def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> None:
@@ -110,7 +124,7 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
     left, right = problem.params.band
     dropout = problem.params.dropout_p
     batch, heads_q, seq_q, head_dim = problem.q.dims
-    bias, dbias = problem.bias, problem.dbias
+    bias, dbias, alibi = problem.bias, problem.dbias, problem.alibi_slopes
     summed = [False] * 4 if dbias is None else [size == 1 for size in dbias.dims]
     seq_lens_strides = tuple(0 if d is None else d.strides[0] for d in (problem.seq_lens_q, problem.seq_lens_kv))
     args = dict(
@@ -130,6 +144,10 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         dbias_strides=_strides(dbias, 4),
         dbias_dims=(1, 1, 1, 1) if dbias is None else dbias.dims,
         seq_lens_strides=seq_lens_strides,
+        # slopes of one per head read the same ones for every batch: batch stride 0
+        alibi_strides=(0, 0) if alibi is None else ((0, *alibi.strides) if alibi.ndim == 1 else alibi.strides),
+        sinks_stride=0 if problem.sinks is None else problem.sinks.strides[0],
+        dsinks_stride=0 if problem.dsinks is None else problem.dsinks.strides[0],
         batch=batch,
         heads_q=heads_q,
         group=problem.group,
@@ -153,6 +171,8 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         BIAS_ADD=bias is not None and not problem.mask_bias,
         BIAS_MASK=problem.mask_bias,
         SOFTCAP=problem.params.softcap is not None,
+        ALIBI=alibi is not None,
+        SINKS=problem.sinks is not None,
         DROPOUT=dropout > 0,
         STORE_STATS=problem.stats is not None,
         PRECISION="tf32" if problem.allow_tf32 else "ieee",

@@ -11,6 +11,8 @@ that sums its terms in a fixed order, and a workspace linear in the sequence len
    blocks: dQ += dS' k.
 4. ``attention_dbias_kernel`` (only when dbias is asked for): one program per tile of the bias's
    own dims sums dS over the dims the bias broadcasts (batch, heads, queries or keys).
+5. ``attention_dsinks_kernel`` (only with sinks): one program per query head sums
+   -exp(sink - lse) * delta over the batches and rows: dSinks reads B * Sq * 2 numbers a head.
 
 FLOPs, with ``pairs`` the (query, key) pairs taking part: the dK/dV kernel computes four products
 (q k^T, p^T dO, dO v^T, dS^T q: ``2 * pairs * (2 * D + 2 * Dv)``), the dQ kernel three (q k^T,
@@ -31,6 +33,7 @@ from opendnn.families.attention.triton_tiles import (
     compute_scalar,
     dropout_kept,
     head_base,
+    head_slope,
     key_range,
     load_tile,
     query_range,
@@ -81,6 +84,40 @@ def row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq
 
 
 @triton.jit
+def attention_dsinks_kernel(
+    stats_ptr,
+    delta_ptr,
+    sinks_ptr,
+    dsinks_ptr,
+    stats_strides,
+    sinks_stride,
+    dsinks_stride,
+    batch,
+    heads_q,
+    seq_q,
+    COMPUTE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """Program h: dSinks[h] = -sum_{b, i} exp(sinks[h] - lse[b, h, i]) * delta[b, h, i], in a fixed order."""
+    h = tl.program_id(0).to(tl.int64)
+    sink = tl.load(sinks_ptr + h * sinks_stride).to(COMPUTE)
+    acc = tl.zeros((BLOCK_M,), COMPUTE)
+    for start in range(0, batch * seq_q, BLOCK_M):  # the (batch, row) pairs of head h, BLOCK_M at a time
+        pairs = start + tl.arange(0, BLOCK_M).to(tl.int64)
+        b = pairs // seq_q
+        rows = pairs % seq_q
+        inside = pairs < batch * seq_q
+        lse = tl.load(
+            stats_ptr + b * stats_strides[0] + h * stats_strides[1] + rows * stats_strides[2], mask=inside, other=0.0
+        ).to(COMPUTE)
+        delta = tl.load(delta_ptr + (b * heads_q + h) * seq_q + rows, mask=inside, other=0.0)
+        # rows without a key or sink (lse -inf) have o = 0, so delta = 0: no term
+        acc += tl.where(inside & (lse != float("-inf")), tl.exp2((sink - lse) * LOG2E) * delta, 0.0)
+    gradient = -tl.sum(acc, 0)
+    tl.store(dsinks_ptr + h.to(tl.int64) * dsinks_stride, gradient.to(dsinks_ptr.dtype.element_ty))
+
+
+@triton.jit
 def tile_gradients(
     q,
     k,
@@ -104,6 +141,7 @@ def tile_gradients(
     right,
     scale,
     softcap,
+    slope,
     dropout_p,
     dropout_scale,
     seed,
@@ -113,6 +151,7 @@ def tile_gradients(
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -137,11 +176,13 @@ def tile_gradients(
         right,
         scale,
         softcap,
+        slope,
         HAS_LEFT,
         HAS_RIGHT,
         BIAS_ADD,
         BIAS_MASK,
         SOFTCAP,
+        ALIBI,
         PRECISION,
         COMPUTE,
     )
@@ -175,6 +216,7 @@ def attention_dkdv_kernel(
     bias_ptr,
     seq_lens_q_ptr,
     seq_lens_kv_ptr,
+    alibi_slopes_ptr,
     dk_ptr,
     dv_ptr,
     # layout (as the forward's)
@@ -185,6 +227,7 @@ def attention_dkdv_kernel(
     stats_strides,
     bias_strides,
     seq_lens_strides,
+    alibi_strides,
     dk_strides,
     dv_strides,
     # sizes
@@ -212,6 +255,7 @@ def attention_dkdv_kernel(
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -253,6 +297,7 @@ def attention_dkdv_kernel(
     lo, hi = query_range(start_n, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
     for member in range(group):
         h = kv_head * group + member
+        slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
         q_base = head_base(b, h, q_strides)
         do_base = head_base(b, h, do_strides)
         for start_m in range(lo, hi, BLOCK_M):
@@ -283,6 +328,7 @@ def attention_dkdv_kernel(
                 right,
                 scale,
                 softcap,
+                slope,
                 dropout_p,
                 dropout_scale,
                 seed,
@@ -292,6 +338,7 @@ def attention_dkdv_kernel(
                 BIAS_ADD,
                 BIAS_MASK,
                 SOFTCAP,
+                ALIBI,
                 DROPOUT,
                 PRECISION,
                 COMPUTE,
@@ -333,6 +380,7 @@ def attention_dq_kernel(
     bias_ptr,
     seq_lens_q_ptr,
     seq_lens_kv_ptr,
+    alibi_slopes_ptr,
     dq_ptr,
     # layout (as the forward's)
     q_strides,
@@ -342,6 +390,7 @@ def attention_dq_kernel(
     stats_strides,
     bias_strides,
     seq_lens_strides,
+    alibi_strides,
     dq_strides,
     # sizes
     heads_q,
@@ -368,6 +417,7 @@ def attention_dq_kernel(
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -388,6 +438,7 @@ def attention_dq_kernel(
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
+    slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
@@ -427,6 +478,7 @@ def attention_dq_kernel(
             right,
             scale,
             softcap,
+            slope,
             dropout_p,
             dropout_scale,
             seed,
@@ -436,6 +488,7 @@ def attention_dq_kernel(
             BIAS_ADD,
             BIAS_MASK,
             SOFTCAP,
+            ALIBI,
             DROPOUT,
             PRECISION,
             COMPUTE,
@@ -459,6 +512,7 @@ def attention_dbias_kernel(
     bias_ptr,
     seq_lens_q_ptr,
     seq_lens_kv_ptr,
+    alibi_slopes_ptr,
     dbias_ptr,
     # layout (as the forward's); dbias_dims: the bias's own dims
     q_strides,
@@ -468,6 +522,7 @@ def attention_dbias_kernel(
     stats_strides,
     bias_strides,
     seq_lens_strides,
+    alibi_strides,
     dbias_strides,
     dbias_dims,
     # sizes
@@ -494,6 +549,7 @@ def attention_dbias_kernel(
     HAS_LENS_Q: tl.constexpr,
     HAS_LENS_KV: tl.constexpr,
     SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -536,6 +592,7 @@ def attention_dbias_kernel(
         for head_step in range(head_count):
             h = bias_h + head_step
             kv_head = h // group
+            slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
             for start_m in range(m_start, m_stop, BLOCK_M):
                 rows = start_m + tl.arange(0, BLOCK_M)
                 q = load_tile(
@@ -597,6 +654,7 @@ def attention_dbias_kernel(
                         right,
                         scale,
                         softcap,
+                        slope,
                         dropout_p,
                         dropout_scale,
                         seed,
@@ -606,6 +664,7 @@ def attention_dbias_kernel(
                         True,
                         False,
                         SOFTCAP,
+                        ALIBI,
                         DROPOUT,
                         PRECISION,
                         COMPUTE,

@@ -10,10 +10,11 @@ the query heads of a group and the query blocks of a head read the same keys, mo
 Past a few hundred keys a row the products dominate: the kernel is bound by the tensor cores
 (bfloat16: about 670-790 TFLOP/s on an H200), not by memory.
 
-Per key block: s = tile_scores(q, k) (scale, softcap, bias, masks), m' = max(m, rowmax(s)),
+Per key block: s = tile_scores(q, k) (scale, softcap, bias, ALiBi, masks), m' = max(m, rowmax(s)),
 p = exp(s - m'), l = l * exp(m - m') + rowsum(p), acc = acc * exp(m - m') + (p * dropout) v. At the
-end o = acc / l and lse = m + log(l); a row with no key (l = 0) gives o = 0 and lse = -inf. A row's
-max of -inf is shifted by 0 instead, so that -inf - -inf never forms. Accumulation in float32
+end a sink's logit joins l (m and acc rescaled to it), o = acc / l and lse = m + log(l); a row with
+no key (l = 0) gives o = 0 and lse = -inf. A row's max of -inf is shifted by 0 instead, so that
+-inf - -inf never forms. Accumulation in float32
 (float64 for DOUBLE); p is rounded to the data dtype before its product with v, as FlashAttention does.
 """
 
@@ -27,6 +28,7 @@ from opendnn.families.attention.triton_tiles import (
     compute_scalar,
     dropout_kept,
     head_base,
+    head_slope,
     key_range,
     load_tile,
     sequence_lengths,
@@ -46,6 +48,8 @@ def attention_forward_kernel(
     bias_ptr,
     seq_lens_q_ptr,
     seq_lens_kv_ptr,
+    alibi_slopes_ptr,
+    sinks_ptr,
     # layout: the strides of each tensor, (B, H, S, D) order; (B, H, S) for stats; (q, kv) for the lengths
     q_strides,
     k_strides,
@@ -54,6 +58,8 @@ def attention_forward_kernel(
     stats_strides,
     bias_strides,
     seq_lens_strides,
+    alibi_strides,
+    sinks_stride,
     # sizes
     heads_q,
     group,
@@ -79,6 +85,8 @@ def attention_forward_kernel(
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
+    SINKS: tl.constexpr,
     DROPOUT: tl.constexpr,
     STORE_STATS: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -99,6 +107,7 @@ def attention_forward_kernel(
     )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
+    slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
@@ -130,11 +139,13 @@ def attention_forward_kernel(
             right,
             scale,
             softcap,
+            slope,
             HAS_LEFT,
             HAS_RIGHT,
             BIAS_ADD,
             BIAS_MASK,
             SOFTCAP,
+            ALIBI,
             PRECISION,
             COMPUTE,
         )
@@ -148,6 +159,14 @@ def attention_forward_kernel(
             p = tl.where(kept, p * compute_scalar(dropout_scale, COMPUTE), 0.0)
         v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
         acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=COMPUTE)
+        m = m_new
+    if SINKS:  # the sink's logit joins the denominator
+        sink = tl.load(sinks_ptr + h.to(tl.int64) * sinks_stride).to(COMPUTE)
+        m_new = tl.maximum(m, sink)
+        shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
+        rescale = tl.exp2((m - shift_m) * LOG2E)
+        total = total * rescale + tl.exp2((sink - shift_m) * LOG2E)
+        acc = acc * rescale[:, None]
         m = m_new
     empty = total == 0.0
     total = tl.where(empty, 1.0, total)

@@ -1,6 +1,6 @@
 """The pieces every attention kernel shares: loading a tile through any strides, the sequence
-lengths, the ranges of blocks a mask leaves, a tile of scores (scale, softcap, bias, masks) and the
-dropout mask.
+lengths, the ranges of blocks a mask leaves, a tile of scores (scale, softcap, bias, ALiBi, masks)
+and the dropout mask.
 
 A tile is BLOCK_M queries (rows ``i``) x BLOCK_N keys (columns ``j``) of one batch ``b`` and query
 head ``h``. Masks follow ``opendnn.families.attention.problem``: with ``shift`` the diagonal's offset
@@ -146,17 +146,20 @@ def tile_scores(
     right,
     scale,
     softcap,
+    slope,
     HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr,
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
     """(s, t): the tile's scores, -inf where the key takes no part, and tanh of the capped scores
     (the softcap's derivative needs it; s itself without a softcap). ``scale`` and ``softcap`` are
-    in the COMPUTE dtype; BIAS_ADD: the bias is added to the scores, BIAS_MASK: it is a boolean mask."""
+    in the COMPUTE dtype; BIAS_ADD: the bias is added to the scores, BIAS_MASK: it is a boolean mask;
+    ALIBI: ``slope`` times the key's distance to the diagonal is subtracted."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=COMPUTE) * scale
     t = s
     if SOFTCAP:
@@ -176,7 +179,19 @@ def tile_scores(
             s += bias.to(COMPUTE)
         else:
             allowed &= bias != 0
+    if ALIBI:
+        s -= slope * tl.abs(columns[None, :] - diagonal[:, None]).to(COMPUTE)
     return tl.where(allowed, s, float("-inf")), t
+
+
+@triton.jit
+def head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI: tl.constexpr, COMPUTE: tl.constexpr):
+    """The ALiBi slope of batch b and query head h in COMPUTE (0 without ALiBi); a batch stride of 0
+    for slopes of one per head."""
+    slope = tl.zeros((), COMPUTE)
+    if ALIBI:
+        slope = tl.load(alibi_slopes_ptr + b.to(tl.int64) * alibi_strides[0] + h * alibi_strides[1]).to(COMPUTE)
+    return slope
 
 
 @triton.jit
