@@ -278,13 +278,13 @@ def softmax_problem(args: argparse.Namespace) -> Problem:
     dims = _activation_dims(args.shape)
     dim = [letter for letter in "nc" + SPATIAL if letter in args.shape.values].index(args.axis)
     log = args.alg == "log"
-    forward, backward = (F.log_softmax, F.log_softmax_backward) if log else (F.softmax, F.softmax_backward)
+    forward, backward = (F.log_softmax, F.log_softmax_grad) if log else (F.softmax, F.softmax_grad)
 
     def call(a: dict[str, Any], h: opendnn.Handle) -> Callable[[], Any]:
         if args.direction == "fwd":
             return lambda: forward(a["x"], dim, handle=h)
         y = forward(a["x"], dim, handle=h)
-        return lambda: backward(y, a["dy"], dim, handle=h)
+        return lambda: backward(a["dy"], y, dim, handle=h)
 
     def torch_forward(t: dict[str, Any]) -> Any:
         import torch

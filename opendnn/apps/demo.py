@@ -131,7 +131,7 @@ class Network:
         return F.log_softmax(logits, 1)
 
     def backward(self, log_probs: Any, dlog_probs: Any) -> None:
-        dx = self.head.backward(F.log_softmax_backward(log_probs, dlog_probs, 1))
+        dx = self.head.backward(F.log_softmax_grad(dlog_probs, log_probs, 1))
         dx = dx.reshape(self.features_shape)
         for block in reversed(self.blocks):
             dx = block.backward(dx)

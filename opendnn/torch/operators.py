@@ -403,7 +403,7 @@ softmax = define(
 
 softmax_backward = define(
     "softmax_backward(Tensor dy, Tensor y, int dim, bool log) -> Tensor",
-    lambda dy, y, dim, log: (F.log_softmax_backward if log else F.softmax_backward)(y, dy, dim),
+    lambda dy, y, dim, log: (F.log_softmax_grad if log else F.softmax_grad)(dy, y, dim),
     lambda dy, y, dim, log: empty_in_order_of(dy, dy.shape),
     differentiable=False,
 )
