@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from opendnn.core.arrays import is_torch
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.handle import Handle
@@ -90,9 +91,12 @@ def values(*shape: int, dtype: Any = np.float32) -> np.ndarray:
     return np.random.default_rng(len(shape)).uniform(0.5, 2.0, shape).astype(dtype)
 
 
-def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+def relative_error(actual: Any, expected: Any) -> float:
+    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ.
+
+    Either side may be a NumPy array or a torch tensor on any device (read as float64 on the host).
+    """
+    actual, expected = _float64(actual), _float64(expected)
     if actual.shape != expected.shape:
         return math.inf
     finite = np.isfinite(expected)
@@ -103,6 +107,12 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
         return math.inf
     scale = np.linalg.norm(expected[finite])
     return float(np.linalg.norm(actual[finite] - expected[finite]) / (scale if scale > 0 else 1.0))
+
+
+def _float64(array: Any) -> np.ndarray:
+    if is_torch(array):  # a tensor of any dtype (bfloat16 too) on any device
+        return array.detach().to("cpu").double().numpy()
+    return np.asarray(array, np.float64)
 
 
 class Tensors:

@@ -1,0 +1,137 @@
+"""The optional libraries opendnn uses when they are installed, and the behaviour without each:
+scipy (erf), the standard logging conventions, platformdirs and filelock (the algorithm cache),
+ml_dtypes (NumPy bfloat16), array-api-compat (the caller's array library), tqdm (progress bars)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from opendnn.core import log
+from opendnn.families.pointwise import erf as erf_module
+from opendnn.samples import relative_error
+
+# ---- erf -----------------------------------------------------------------------------------------
+
+
+def _erf_points() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return np.concatenate(
+        [
+            rng.uniform(-6.0, 6.0, 20000),
+            rng.normal(0.0, 1.0, 20000),
+            np.logspace(-320, 1.5, 2000),  # tiny (subnormal too) up to the tail
+            -np.logspace(-320, 1.5, 2000),
+            np.linspace(0.46, 0.48, 2001),  # the range boundaries
+            np.linspace(3.99, 4.01, 2001),
+            np.array([1e300, -1e300, 26.9, 27.1, 5e-324]),
+        ]
+    )
+
+
+def test_cody_erf_is_within_a_few_ulp_of_math_erf():
+    x = _erf_points()
+    expected = np.array([math.erf(v) for v in x])
+    ulp = np.abs(erf_module.cody_erf(x) - expected) / np.spacing(np.abs(expected))
+    assert np.quantile(ulp, 0.99) <= 1.0
+    assert ulp.max() <= 5.0
+    outside = (np.abs(x) <= 0.46875) | (np.abs(x) >= 1.0)
+    assert ulp[outside].max() <= 2.0
+
+
+def test_cody_erf_of_specials():
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, np.finfo(np.float64).max])
+    result = erf_module.cody_erf(x)
+    assert np.isnan(result[0])
+    assert result[1:].tolist() == [1.0, -1.0, 0.0, -0.0, 1.0]
+    assert math.copysign(1.0, result[4]) == -1.0
+
+
+def test_erf_uses_scipy_when_installed_and_cody_without(monkeypatch):
+    scipy_special = pytest.importorskip("scipy.special", reason="scipy is not installed")
+    erf_module._implementation.cache_clear()
+    try:
+        assert erf_module._implementation() is scipy_special.erf
+        erf_module._implementation.cache_clear()
+        monkeypatch.setitem(sys.modules, "scipy.special", None)  # import fails: the fallback
+        assert erf_module._implementation() is erf_module.cody_erf
+    finally:
+        erf_module._implementation.cache_clear()
+
+
+def test_erf_keeps_the_dtype_and_matches_math_erf():
+    x = np.random.default_rng(3).uniform(-4.0, 4.0, (3, 5)).astype(np.float32)
+    result = erf_module.erf(x)
+    assert result.dtype == np.float32 and result.shape == (3, 5)
+    expected = np.array([math.erf(float(v)) for v in x.ravel()]).reshape(3, 5)
+    np.testing.assert_allclose(result, expected, rtol=1e-7)
+
+
+# ---- logging -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_logger(monkeypatch):
+    """The "opendnn" logger as a new process has it: no handlers, no level, set up on first use."""
+    logger = logging.getLogger(log.NAME)
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    logger.handlers.clear()
+    logger.setLevel(logging.NOTSET)
+    log.logger.cache_clear()
+    yield monkeypatch
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+    log.logger.cache_clear()
+
+
+def test_logger_has_only_a_null_handler_and_leaves_level_and_propagation_alone(fresh_logger):
+    fresh_logger.delenv("OPENDNN_LOGLEVEL", raising=False)
+    logger = log.logger()
+    assert [type(h) for h in logger.handlers] == [logging.NullHandler]
+    assert logger.level == logging.NOTSET and logger.propagate
+    assert not log.enabled(log.INFO)  # the root logger's default level, WARNING
+
+
+def test_the_application_configures_the_logger(fresh_logger, caplog):
+    fresh_logger.delenv("OPENDNN_LOGLEVEL", raising=False)
+    import opendnn as od
+
+    with caplog.at_level(logging.INFO, logger=log.NAME):
+        desc = od.TensorDescriptor("float32", (2, 2))
+        od.scale_tensor(od.create("cpu"), desc, np.full((2, 2), 1.5, np.float32), 2.0)
+    assert any("pointwise backend=numpy device=cpu" in r.getMessage() for r in caplog.records)
+
+
+def test_loglevel_attaches_a_handler_at_that_level(fresh_logger):
+    fresh_logger.setenv("OPENDNN_LOGLEVEL", "2")
+    fresh_logger.setenv("OPENDNN_LOGDEST", "stdout")
+    logger = log.logger()
+    stream_handlers = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)]
+    assert len(stream_handlers) == 1 and stream_handlers[0].level == logging.WARNING
+    assert logger.level == logging.WARNING and logger.propagate
+    assert log.enabled(log.WARNING) and not log.enabled(log.INFO)
+
+
+# ---- relative_error ------------------------------------------------------------------------------
+
+
+def test_relative_error_is_the_one_definition_the_benchmarks_use():
+    sys.path.insert(0, "benchmarks")
+    try:
+        pytest.importorskip("torch", reason="the benchmarks need torch")
+        import run
+
+        assert run.relative_error is relative_error
+    finally:
+        sys.path.remove("benchmarks")
+
+
+def test_relative_error_reads_torch_tensors_of_any_dtype():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    expected = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+    actual = expected.to(torch.bfloat16) + torch.tensor([0.0, 0.0, 0.5], dtype=torch.bfloat16)
+    assert relative_error(actual, expected) == pytest.approx(0.5 / math.sqrt(21.0))
+    assert relative_error(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == math.inf
