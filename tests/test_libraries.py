@@ -4,6 +4,8 @@ ml_dtypes (NumPy bfloat16), array-api-compat (the caller's array library), tqdm 
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import logging
 import math
 import sys
@@ -11,7 +13,10 @@ import sys
 import numpy as np
 import pytest
 
+import opendnn as od
 from opendnn.core import log
+from opendnn.families.convolution import algorithms
+from opendnn.families.convolution import numpy_backend as numpy_convolution
 from opendnn.families.pointwise import erf as erf_module
 from opendnn.samples import relative_error
 
@@ -97,8 +102,6 @@ def test_logger_has_only_a_null_handler_and_leaves_level_and_propagation_alone(f
 
 def test_the_application_configures_the_logger(fresh_logger, caplog):
     fresh_logger.delenv("OPENDNN_LOGLEVEL", raising=False)
-    import opendnn as od
-
     with caplog.at_level(logging.INFO, logger=log.NAME):
         desc = od.TensorDescriptor("float32", (2, 2))
         od.scale_tensor(od.create("cpu"), desc, np.full((2, 2), 1.5, np.float32), 2.0)
@@ -135,3 +138,93 @@ def test_relative_error_reads_torch_tensors_of_any_dtype():
     actual = expected.to(torch.bfloat16) + torch.tensor([0.0, 0.0, 0.5], dtype=torch.bfloat16)
     assert relative_error(actual, expected) == pytest.approx(0.5 / math.sqrt(21.0))
     assert relative_error(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == math.inf
+
+
+# ---- the convolution algorithm cache: platformdirs, filelock, a key with the versions ---------------
+
+
+def _convolution_arguments() -> tuple:
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.5, 2.0, (1, 3, 6, 6)).astype(np.float32)
+    w = rng.uniform(0.5, 2.0, (4, 3, 3, 3)).astype(np.float32)
+    y = np.full((1, 4, 4, 4), np.nan, np.float32)
+
+    def desc(a: np.ndarray) -> od.TensorDescriptor:
+        return od.TensorDescriptor("float32", a.shape)
+
+    return (desc(x), x, desc(w), w, od.ConvolutionDescriptor(pad=(0, 0), stride=(1, 1), dilation=(1, 1)), desc(y), y)
+
+
+def test_default_cache_file_is_platformdirs_user_cache_dir_which_follows_xdg(monkeypatch, tmp_path):
+    pytest.importorskip("platformdirs", reason="platformdirs is not installed")
+    if sys.platform != "linux":
+        pytest.skip("XDG_CACHE_HOME is the Linux convention")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert algorithms.default_cache_file() == tmp_path / "opendnn" / "convolution_algorithms.json"
+
+
+def test_default_cache_file_without_platformdirs_is_under_dot_cache(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "platformdirs", None)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert algorithms.default_cache_file() == tmp_path / ".cache" / "opendnn" / "convolution_algorithms.json"
+
+
+def test_cache_file_from_argument_then_environment_and_empty_turns_it_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENDNN_ALGORITHM_CACHE", str(tmp_path / "env.json"))
+    assert algorithms._cache_file(None) == tmp_path / "env.json"
+    assert algorithms._cache_file(str(tmp_path / "arg.json")) == tmp_path / "arg.json"
+    assert algorithms._cache_file("") is None
+    monkeypatch.setenv("OPENDNN_ALGORITHM_CACHE", "")
+    assert algorithms._cache_file(None) is None
+    monkeypatch.delenv("OPENDNN_ALGORITHM_CACHE")
+    assert algorithms._cache_file(None) == algorithms.default_cache_file()
+
+
+def test_cache_lock_is_filelock_when_installed(tmp_path):
+    filelock = pytest.importorskip("filelock", reason="filelock is not installed")
+    path = tmp_path / "sub" / "algorithms.json"
+    with algorithms._locked(path):
+        with pytest.raises(filelock.Timeout):
+            filelock.FileLock(str(path) + ".lock", timeout=0).acquire()
+    filelock.FileLock(str(path) + ".lock", timeout=0).acquire().lock.release()
+
+
+def test_cache_lock_without_filelock_is_fcntl(monkeypatch, tmp_path):
+    fcntl = pytest.importorskip("fcntl", reason="no fcntl on this platform")
+    monkeypatch.setitem(sys.modules, "filelock", None)
+    path = tmp_path / "algorithms.json"
+    with algorithms._locked(path), open(str(path) + ".lock", "a") as other:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(str(path) + ".lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def test_cache_without_filelock_and_fcntl_still_writes(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "filelock", None)
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    path = tmp_path / "algorithms.json"
+    od.find_convolution_forward_algorithm(od.create("cpu"), *_convolution_arguments(), cache_path=str(path))
+    assert len(json.loads(path.read_text())) == 1
+
+
+def test_cache_key_holds_the_versions_and_a_stale_entry_is_measured_again(monkeypatch, tmp_path):
+    path = tmp_path / "algorithms.json"
+    arguments = _convolution_arguments()
+    records = od.find_convolution_forward_algorithm(od.create("cpu"), *arguments, cache_path=str(path))
+    (key,) = json.loads(path.read_text())
+    prefix = f"opendnn{od.__version__}|triton{algorithms._triton_version()}|"
+    assert key.startswith(prefix) and "|cpu|" in key
+    try:
+        assert algorithms._triton_version() == importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        assert algorithms._triton_version() == "none"
+
+    calls = []
+    monkeypatch.setattr(numpy_convolution, "run", lambda *a: calls.append(a))
+    assert od.find_convolution_forward_algorithm(od.create("cpu"), *arguments, cache_path=str(path)) == records
+    assert calls == []  # the entry of this version is reused
+    stale = {key.replace(f"opendnn{od.__version__}", "opendnn0.0.0"): json.loads(path.read_text())[key]}
+    path.write_text(json.dumps(stale))
+    od.find_convolution_forward_algorithm(od.create("cpu"), *arguments, cache_path=str(path))
+    assert len(calls) > 0 and len(json.loads(path.read_text())) == 2  # measured, stored beside the stale one
