@@ -250,7 +250,8 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_progress_bar_redraws_in_place_on_a_terminal_and_stays_silent_elsewhere():
+def test_progress_bar_redraws_in_place_on_a_terminal_and_stays_silent_elsewhere(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the hand-drawn bar, as without tqdm
     screen = Terminal()
     bar = ProgressBar(screen, width=4)
     bar.show(1, 2, "note")

@@ -5,6 +5,7 @@ ml_dtypes (NumPy bfloat16), array-api-compat (the caller's array library), tqdm 
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import logging
 import math
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import opendnn as od
+from opendnn.apps.terminal import ProgressBar
 from opendnn.core import log
 from opendnn.families.convolution import algorithms
 from opendnn.families.convolution import numpy_backend as numpy_convolution
@@ -228,3 +230,34 @@ def test_cache_key_holds_the_versions_and_a_stale_entry_is_measured_again(monkey
     path.write_text(json.dumps(stale))
     od.find_convolution_forward_algorithm(od.create("cpu"), *arguments, cache_path=str(path))
     assert len(calls) > 0 and len(json.loads(path.read_text())) == 2  # measured, stored beside the stale one
+
+
+# ---- progress bars: tqdm on a terminal -------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_is_tqdm_on_a_terminal_when_installed():
+    pytest.importorskip("tqdm", reason="tqdm is not installed")
+    screen = Terminal()
+    bar = ProgressBar(screen)
+    bar.show(1, 3, "failures: 0", prefix="epoch 1 ")
+    bar.line("a message")
+    bar.show(3, 3, "failures: 1", prefix="epoch 1 ")
+    bar.clear()
+    text = screen.getvalue()
+    assert "it/s" in text and "3/3" in text and "epoch 1:" in text and "failures: 1" in text  # tqdm's format
+    assert "a message\\n" in text and "[###" not in text
+    assert text.endswith("\\r")  # tqdm erases the bar (leave=False)
+
+
+def test_progress_bar_prints_nothing_but_lines_off_a_terminal_with_tqdm_too():
+    log = io.StringIO()
+    bar = ProgressBar(log)
+    bar.show(1, 3, "note")
+    bar.line("done")
+    bar.clear()
+    assert log.getvalue() == "done\\n"
