@@ -250,8 +250,8 @@ def test_progress_bar_is_tqdm_on_a_terminal_when_installed():
     bar.clear()
     text = screen.getvalue()
     assert "it/s" in text and "3/3" in text and "epoch 1:" in text and "failures: 1" in text  # tqdm's format
-    assert "a message\\n" in text and "[###" not in text
-    assert text.endswith("\\r")  # tqdm erases the bar (leave=False)
+    assert "a message\n" in text and "[###" not in text
+    assert text.endswith("\r")  # tqdm erases the bar (leave=False)
 
 
 def test_progress_bar_prints_nothing_but_lines_off_a_terminal_with_tqdm_too():
@@ -260,4 +260,4 @@ def test_progress_bar_prints_nothing_but_lines_off_a_terminal_with_tqdm_too():
     bar.show(1, 3, "note")
     bar.line("done")
     bar.clear()
-    assert log.getvalue() == "done\\n"
+    assert log.getvalue() == "done\n"
