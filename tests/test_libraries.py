@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import sys
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ import pytest
 import opendnn as od
 from opendnn.apps.terminal import ProgressBar
 from opendnn.core import log
+from opendnn.core.caller_arrays import to_caller_kind
+from opendnn.core.errors import NotSupported
 from opendnn.families.convolution import algorithms
 from opendnn.families.convolution import numpy_backend as numpy_convolution
 from opendnn.families.pointwise import erf as erf_module
@@ -261,3 +264,62 @@ def test_progress_bar_prints_nothing_but_lines_off_a_terminal_with_tqdm_too():
     bar.line("done")
     bar.clear()
     assert log.getvalue() == "done\n"
+
+
+# ---- the caller's array library: array-api-compat ------------------------------------------------
+
+
+class NamespacedArray:
+    """An array of an array-API library (as jax.Array is): it names its namespace."""
+
+    def __array_namespace__(self, api_version=None):
+        return SimpleNamespace(__name__="namespaced", from_dlpack=lambda array: ("namespaced", array))
+
+
+class DLPackOnly:
+    """An array that speaks DLPack and names no namespace."""
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("not read")
+
+
+def test_result_comes_back_through_the_callers_array_namespace():
+    pytest.importorskip("array_api_compat", reason="array-api-compat is not installed")
+    result = np.arange(1.0, 4.0)
+    assert to_caller_kind(result, NamespacedArray()) == ("namespaced", result)
+    assert to_caller_kind(result, np.ones(2)) is result
+
+
+def test_an_array_of_no_known_namespace_is_refused_with_a_typed_error():
+    pytest.importorskip("array_api_compat", reason="array-api-compat is not installed")
+    with pytest.raises(NotSupported, match=r"an input of type test_libraries\.DLPackOnly asks for the result"):
+        to_caller_kind(np.arange(1.0, 4.0), DLPackOnly())
+
+
+def test_a_namespace_without_from_dlpack_is_refused_with_a_typed_error():
+    pytest.importorskip("array_api_compat", reason="array-api-compat is not installed")
+
+    class NoDLPack:
+        def __array_namespace__(self, api_version=None):
+            return SimpleNamespace(__name__="nodlpack")
+
+    with pytest.raises(NotSupported, match="as an array of nodlpack, which cannot take it through from_dlpack"):
+        to_caller_kind(np.arange(1.0, 4.0), NoDLPack())
+
+
+def test_torch_results_come_back_as_they_are():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    tensor = torch.arange(1.0, 4.0)
+    assert to_caller_kind(tensor, torch.ones(2)) is tensor
+    assert torch.equal(to_caller_kind(np.arange(1.0, 4.0), torch.ones(2)), torch.arange(1.0, 4.0, dtype=torch.float64))
+
+
+def test_without_array_api_compat_the_library_is_guessed_from_the_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "array_api_compat", None)
+    library = ModuleType("guessedlib")
+    library.from_dlpack = lambda array: ("guessed", array)
+    monkeypatch.setitem(sys.modules, "guessedlib", library)
+    guessed = type("GuessedArray", (), {"__module__": "guessedlib"})
+    result = np.arange(1.0, 4.0)
+    assert to_caller_kind(result, guessed()) == ("guessed", result)
+    assert to_caller_kind(result, DLPackOnly()) is result  # no from_dlpack in its module: as it is
