@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.apps.terminal import ProgressBar
-from opendnn.core import log
+from opendnn.core import dtypes, log
+from opendnn.core.arrays import bf16_to_float32, bind, float32_to_bf16, torch_view
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.errors import NotSupported
 from opendnn.families.convolution import algorithms
@@ -323,3 +325,55 @@ def test_without_array_api_compat_the_library_is_guessed_from_the_module(monkeyp
     result = np.arange(1.0, 4.0)
     assert to_caller_kind(result, guessed()) == ("guessed", result)
     assert to_caller_kind(result, DLPackOnly()) is result  # no from_dlpack in its module: as it is
+
+
+# ---- NumPy bfloat16: ml_dtypes -------------------------------------------------------------------
+
+
+@pytest.fixture
+def numpy_dtypes_relearnt():
+    """DataType.to_numpy looks ml_dtypes up afresh in the test and again after it."""
+    dtypes._numpy_dtype.cache_clear()
+    yield
+    dtypes._numpy_dtype.cache_clear()
+
+
+def _bfloat16_inputs() -> np.ndarray:
+    return np.random.default_rng(11).uniform(-3.0, 3.0, (3, 4)).astype(np.float32)
+
+
+def test_numpy_bfloat16_results_are_ml_dtypes_arrays(numpy_dtypes_relearnt):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    x = _bfloat16_inputs()
+    y = F.transform(x, dtype="bfloat16")
+    assert y.dtype == ml_dtypes.bfloat16 and y.shape == x.shape
+    np.testing.assert_array_equal(y.view(np.uint16), x.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_ml_dtypes_bfloat16_arrays_are_accepted_as_input(numpy_dtypes_relearnt):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    x = _bfloat16_inputs().astype(ml_dtypes.bfloat16)
+    y = F.relu(x)
+    assert y.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(y.astype(np.float64), np.maximum(x.astype(np.float64), 0.0))
+    back = F.transform(x, dtype="float32", alpha=2.0)
+    np.testing.assert_array_equal(back, 2.0 * x.astype(np.float32))
+
+
+def test_ml_dtypes_bfloat16_arrays_reach_the_triton_kernels_as_torch_bfloat16(numpy_dtypes_relearnt):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    x = _bfloat16_inputs().astype(ml_dtypes.bfloat16)
+    view = torch_view(bind("x", od.TensorDescriptor("bfloat16", x.shape), x))
+    assert view.dtype == torch.bfloat16
+    np.testing.assert_array_equal(view.double().numpy(), x.astype(np.float64))
+
+
+def test_without_ml_dtypes_numpy_bfloat16_is_the_uint16_bit_pattern(monkeypatch, numpy_dtypes_relearnt):
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    assert od.DataType.BFLOAT16.to_numpy() == np.uint16
+    x = _bfloat16_inputs()
+    y = F.transform(x, dtype="bfloat16")
+    assert y.dtype == np.uint16
+    np.testing.assert_array_equal(y, float32_to_bf16(x))
+    np.testing.assert_allclose(bf16_to_float32(y), x, rtol=2**-8)
