@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import math
+import subprocess
 import sys
 from types import ModuleType, SimpleNamespace
 
@@ -377,3 +378,55 @@ def test_without_ml_dtypes_numpy_bfloat16_is_the_uint16_bit_pattern(monkeypatch,
     assert y.dtype == np.uint16
     np.testing.assert_array_equal(y, float32_to_bf16(x))
     np.testing.assert_allclose(bf16_to_float32(y), x, rtol=2**-8)
+
+
+# ---- opendnn check with NumPy alone --------------------------------------------------------------
+
+WITHOUT_TORCH = (
+    "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"  # import torch raises ImportError
+    "from opendnn.apps.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\n"
+    "sys.exit(code)\n"
+)
+
+
+def _check_without_torch(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, "check", "--backend", "numpy", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_check_runs_the_samples_with_numpy_alone():
+    result = _check_without_torch("--filter", "convolution_forward[")
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    count = int(summary.split(" of ")[1].split()[0])
+    assert count > 30 and summary.startswith(f"{count} of {count} samples pass on cpu (numpy)")
+    assert "skipped" not in summary
+
+
+def test_check_with_numpy_alone_skips_the_samples_that_need_torch_with_a_count():
+    result = _check_without_torch("--filter", "matmul[plain]")
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " samples pass on cpu (numpy); 2 skipped: they need torch, not installed here" in summary
+
+
+def test_numpy_backend_samples_use_numpy_arrays(monkeypatch):
+    from opendnn.core.samples import Tensors
+
+    tensors = Tensors("cpu", np.random.default_rng(0), use_numpy=True)
+    for layout in ("packed", "permuted", "subregion"):
+        x = tensors.input((2, 3, 4), od.DataType.FLOAT, layout)
+        y = tensors.output((2, 3, 4), od.DataType.FLOAT, layout, None)
+        assert isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and np.isnan(y).all()
+        assert np.all((tensors.values(x) >= -3.0) & (tensors.values(x) <= 3.0) & (tensors.values(x) != 0.0))
+    assert tensors.untouched_outside_views()
+    y[...] = 1.0  # inside the sub-region view only
+    assert tensors.untouched_outside_views()
+    y.base[0, 0, 0] = 2.0  # outside it
+    assert not tensors.untouched_outside_views()
