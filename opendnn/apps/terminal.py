@@ -19,7 +19,7 @@ class ProgressBar:
         self.live = self.stream.isatty()
         self.width = width
         self._drawn = 0  # characters of the hand-drawn bar on the screen now
-        self._tqdm_class = _tqdm_class() if self.live else None
+        self._tqdm_class: Any = _tqdm_class() if self.live else None
         self._tqdm: Any = None  # the tqdm bar on the screen now
 
     def show(self, done: int, total: int, note: str = "", prefix: str = "") -> None:
