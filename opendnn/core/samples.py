@@ -164,7 +164,7 @@ class Tensors:
         if isinstance(array, np.ndarray):
             array[...] = np.asarray(values).astype(array.dtype)
         else:
-            array.copy_(self.torch.from_numpy(np.ascontiguousarray(values)).to(array.dtype))
+            array.copy_(self.torch.from_numpy(np.array(values, order="C")).to(array.dtype))  # 0-d stays 0-d
 
     def array(self, values: np.ndarray, dtype: DataType) -> Any:
         """A new packed array of ``dtype`` holding ``values``, of the kind this sample uses."""
