@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as TF
 
 import opendnn.torch as ot
+from opendnn.samples import relative_error
 from opendnn.torch.graphs import capture
 
 MODELS = ("resnet50", "mobilenet_v2")
@@ -238,7 +239,7 @@ def measure(
                 torch_step, our_step = capture(torch_step)[0].replay, capture(our_step)[0].replay
             row["torch_ms"] = timer(torch_step)
             if mode in ("inference", "inference (fused)"):
-                row["rel_err"] = _relative_error(our_step(), torch_step())
+                row["rel_err"] = relative_error(our_step(), torch_step())
             row["opendnn_ms"] = timer(our_step)
             if profile_to is not None and not mode.endswith("graph)"):
                 _profile(our_step, profile_to / f"profile_{name}_{mode}.txt")
@@ -317,10 +318,6 @@ def _profile(step: Callable[[], Any], path: Path, calls: int = 2) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{calls} calls, wall {wall_ms:.2f} ms per call (profiler on)\n{table}\n")
     print(f"profile: {path} (wall {wall_ms:.2f} ms per call)", flush=True)
-
-
-def _relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
-    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
 
 
 def _cuda_timer(warmup_ms: float, rep_ms: float, first_calls: int = 3) -> Timer:

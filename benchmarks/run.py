@@ -54,6 +54,7 @@ import torch
 from suites import Bench, Case, Context
 
 import opendnn
+from opendnn.samples import relative_error
 
 # modules of benchmarks/ holding a SUITES table (suite name -> cases); each family adds its own
 SUITE_MODULES = ("suites", "matmul", "convolution", "pooling", "batch_norm", "normalization", "softmax")
@@ -215,14 +216,6 @@ def check(bench: Bench) -> tuple[str, float | None, str | None]:
     if error < tolerance:  # NaN compares False: an unwritten element fails
         return "ok", error, None
     return "WRONG", error, f"rel_err {error:.3g} >= {tolerance:g}"
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """``||actual - expected|| / ||expected||`` in float64 (the plain norm when expected is all zeros)."""
-    expected64 = expected.double()
-    difference = torch.linalg.vector_norm(actual.double() - expected64).item()
-    scale = torch.linalg.vector_norm(expected64).item()
-    return difference / scale if scale > 0 else difference
 
 
 def _cuda_timer(warmup_ms: float, rep_ms: float) -> Timer:

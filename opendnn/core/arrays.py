@@ -5,8 +5,9 @@ A descriptor is *bound* to a caller's array by taking a strided view of the desc
 strides starting at the array's first element, after checking that the view stays inside the
 memory the array owns (so a descriptor may address a sub-region of a larger buffer, never past it).
 
-bfloat16 on the NumPy side is stored as its uint16 bit pattern (``bf16_to_float32`` /
-``float32_to_bf16`` convert, rounding to nearest even).
+bfloat16 on the NumPy side is ml_dtypes' bfloat16 when ml_dtypes is installed (NumPy arrays of that
+dtype are accepted as input either way), else its uint16 bit pattern; the NumPy backend works on the
+bit pattern of both (``bf16_to_float32`` / ``float32_to_bf16`` convert, rounding to nearest even).
 """
 
 from __future__ import annotations
@@ -362,9 +363,10 @@ def torch_view(bound: Bound) -> Any:
     if isinstance(view, np.ndarray):
         import torch
 
-        view = torch.from_numpy(view)
-        if bound.desc.dtype is DataType.BFLOAT16:
-            view = view.view(torch.bfloat16)
+        if bound.desc.dtype is DataType.BFLOAT16:  # uint16 bits or ml_dtypes' bfloat16: torch reads the bits
+            view = torch.from_numpy(view.view(np.uint16)).view(torch.bfloat16)
+        else:
+            view = torch.from_numpy(view)
     return view
 
 
@@ -454,7 +456,7 @@ def constant_like(bound: Bound, value: float) -> Bound:
     native: Any  # a NumPy array or a torch tensor, as bound's
     if isinstance(bound.view, np.ndarray):
         native = (
-            float32_to_bf16(np.array([value], np.float32))
+            float32_to_bf16(np.array([value], np.float32)).view(dtype.to_numpy())
             if dtype is DataType.BFLOAT16
             else np.array([value], dtype.to_numpy())
         )

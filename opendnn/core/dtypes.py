@@ -45,10 +45,9 @@ class DataType(enum.Enum):
         return self in (DataType.FP8_E4M3, DataType.FP8_E5M2)
 
     def to_numpy(self) -> np.dtype:
-        """The NumPy dtype; BFLOAT16 maps to uint16 (its bit pattern), see ``core.arrays``."""
-        if self.is_fp8:
-            return np.dtype("uint8")
-        return np.dtype("uint16" if self is DataType.BFLOAT16 else self.value)
+        """The NumPy dtype. BFLOAT16 maps to ``ml_dtypes.bfloat16`` when ml_dtypes is installed, else
+        to uint16 (its bit pattern, see ``core.arrays``); the fp8 types to uint8 (their bits)."""
+        return _numpy_dtype(self)
 
     def to_torch(self) -> Any:
         import torch
@@ -117,3 +116,21 @@ _ITEMSIZE = {
 @functools.lru_cache(maxsize=64)
 def _data_type_of(dtype: Any) -> DataType:
     return DataType._parse(dtype)
+
+
+@functools.cache  # asked for every output and reference: the ml_dtypes look-up happens once
+def _numpy_dtype(data_type: DataType) -> np.dtype:
+    if data_type.is_fp8:
+        return np.dtype("uint8")
+    if data_type is DataType.BFLOAT16:
+        return numpy_bfloat16() or np.dtype("uint16")
+    return np.dtype(data_type.value)
+
+
+def numpy_bfloat16() -> np.dtype | None:
+    """ml_dtypes' bfloat16 NumPy dtype, or None when ml_dtypes is not installed."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from opendnn.core.arrays import is_torch
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.handle import Handle
@@ -70,7 +71,8 @@ class Sample:
         """(output, float64 reference), both as float64 NumPy arrays."""
         if self.runner is None:
             raise ValueError(f"sample {self.name} has no runner")
-        return self.runner(self, Tensors(handle.device, np.random.default_rng(seed)), handle)
+        tensors = Tensors(handle.device, np.random.default_rng(seed), use_numpy=handle.backend == "numpy")
+        return self.runner(self, tensors, handle)
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,12 @@ def values(*shape: int, dtype: Any = np.float32) -> np.ndarray:
     return np.random.default_rng(len(shape)).uniform(0.5, 2.0, shape).astype(dtype)
 
 
-def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+def relative_error(actual: Any, expected: Any) -> float:
+    """||actual - expected|| / ||expected|| over finite values; inf when NaN or inf positions differ.
+
+    Either side may be a NumPy array or a torch tensor on any device (read as float64 on the host).
+    """
+    actual, expected = _float64(actual), _float64(expected)
     if actual.shape != expected.shape:
         return math.inf
     finite = np.isfinite(expected)
@@ -105,16 +110,29 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(actual[finite] - expected[finite]) / (scale if scale > 0 else 1.0))
 
 
+def _float64(array: Any) -> np.ndarray:
+    if is_torch(array):  # a tensor of any dtype (bfloat16 too) on any device
+        return array.detach().to("cpu").double().numpy()
+    return np.asarray(array, np.float64)
+
+
 class Tensors:
-    """Makes a sample's arrays (torch tensors on the device) and reads them back as float64."""
+    """Makes a sample's arrays and reads them back as float64: NumPy arrays for the NumPy backend
+    (no torch needed, except for a dtype NumPy cannot hold: fp8, and bfloat16 without ml_dtypes),
+    torch tensors on the device for the others. Every method takes either kind."""
 
-    def __init__(self, device: str, rng: np.random.Generator) -> None:
-        import torch
-
-        self.torch = torch
+    def __init__(self, device: str, rng: np.random.Generator, use_numpy: bool = False) -> None:
         self.device = device
         self.rng = rng
-        self._outputs: list[tuple[Any, Any]] = []  # (buffer, mask of the view) of sub-region outputs
+        self.use_numpy = use_numpy
+        self._outputs: list[tuple[Any, np.ndarray, float]] = []  # sub-region outputs: buffer, view's mask, sentinel
+
+    @property
+    def torch(self) -> Any:
+        """The torch module (a sample that needs it raises ModuleNotFoundError where it is missing)."""
+        import torch
+
+        return torch
 
     def input(
         self,
@@ -129,47 +147,88 @@ class Tensors:
         values = self.rng.uniform(low, high, shape)
         if nan:
             values.reshape(-1)[:: max(1, values.size // 5)] = np.nan
-        view.copy_(self.torch.from_numpy(values).to(view.dtype))
+        self.fill(view, values)
         return view
 
     def output(self, shape: tuple[int, ...], dtype: DataType, layout: str, initial: np.ndarray | None) -> Any:
         """An output poisoned with NaN (or holding ``initial``, for beta != 0)."""
         view = self._allocate(shape, dtype, layout, output=True)
         if initial is None:
-            view.fill_(float("nan") if dtype.is_floating else 77)
+            self.fill(view, np.full(shape, np.nan if dtype.is_floating else 77.0))
         else:
-            view.copy_(self.torch.from_numpy(initial).to(view.dtype))
+            self.fill(view, initial)
         return view
 
+    def fill(self, array: Any, values: np.ndarray) -> None:
+        """Write ``values`` (broadcast to the array's shape) into ``array``, rounded to its dtype."""
+        if isinstance(array, np.ndarray):
+            array[...] = np.asarray(values).astype(array.dtype)
+        else:
+            array.copy_(self.torch.from_numpy(np.array(values, order="C")).to(array.dtype))  # 0-d stays 0-d
+
+    def array(self, values: np.ndarray, dtype: DataType) -> Any:
+        """A new packed array of ``dtype`` holding ``values``, of the kind this sample uses."""
+        array = self._new((), values.shape, dtype)
+        self.fill(array, values)
+        return array
+
+    def empty_strided(self, shape: tuple[int, ...], strides: tuple[int, ...], dtype: DataType) -> Any:
+        """An uninitialised array of ``shape`` with ``strides`` (in elements) in a buffer just large enough."""
+        return self._new(strides, shape, dtype)
+
+    def workspace(self, size: int) -> Any:
+        """A byte buffer of ``size`` bytes, or None for 0."""
+        return self.array(np.zeros(size, np.uint8), DataType.UINT8) if size else None
+
     def values(self, array: Any) -> np.ndarray:
+        if isinstance(array, np.ndarray):
+            return array.astype(np.float64)
         return array.detach().to("cpu", self.torch.float64).numpy()
 
     def untouched_outside_views(self) -> bool:
         """True when every buffer element outside each sub-region output still holds SENTINEL."""
-        for buffer, mask in self._outputs:
-            if not bool((buffer[~mask] == self.torch.tensor(SENTINEL, dtype=buffer.dtype)).all()):
-                return False
-        return True
+        return all((self.values(buffer)[~mask] == sentinel).all() for buffer, mask, sentinel in self._outputs)
+
+    def _kind_is_numpy(self, dtype: DataType) -> bool:
+        return self.use_numpy and dtype.to_numpy() != np.uint16 and not dtype.is_fp8
+
+    def _new(self, strides: tuple[int, ...], shape: tuple[int, ...], dtype: DataType) -> Any:
+        """A new array of ``shape``: packed when ``strides`` is (), else with those strides."""
+        if self._kind_is_numpy(dtype):
+            if not strides:
+                return np.empty(shape, dtype.to_numpy())
+            extent = 1 + sum((d - 1) * s for d, s in zip(shape, strides))
+            buffer = np.empty(extent, dtype.to_numpy())
+            itemsize = buffer.itemsize
+            return np.lib.stride_tricks.as_strided(buffer, shape, tuple(s * itemsize for s in strides))
+        torch = self.torch
+        if not strides:
+            return torch.empty(shape, dtype=dtype.to_torch(), device=self.device)
+        return torch.empty_strided(shape, strides, dtype=dtype.to_torch(), device=self.device)
 
     def _allocate(self, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
-        torch_dtype = dtype.to_torch()
         if layout == "packed":
-            return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
+            return self._new((), shape, dtype)
         if layout == "permuted":  # memory order: dim 0, then the last dims reversed (NHWC-like for 4-D)
             order = (0, *reversed(range(1, len(shape)))) if len(shape) > 2 else tuple(reversed(range(len(shape))))
-            stored = self.torch.empty([shape[k] for k in order], dtype=torch_dtype, device=self.device)
-            return stored.permute(*np.argsort(order))
+            stored = self._new((), tuple(shape[k] for k in order), dtype)
+            inverse = tuple(int(k) for k in np.argsort(order))
+            return stored.transpose(inverse) if isinstance(stored, np.ndarray) else stored.permute(*inverse)
         assert layout == "subregion", layout
-        buffer = self.torch.full([d + 3 for d in shape], SENTINEL, dtype=torch_dtype, device=self.device)
+        buffer = self._new((), tuple(d + 3 for d in shape), dtype)
+        self.fill(buffer, np.full(buffer.shape, SENTINEL))
         index = tuple(slice(1, 1 + d) for d in shape)
         if output:
-            mask = self.torch.zeros(buffer.shape, dtype=self.torch.bool, device=self.device)
+            mask = np.zeros(buffer.shape, dtype=bool)
             mask[index] = True
-            self._outputs.append((buffer, mask))
+            self._outputs.append((buffer, mask, self.values(buffer).flat[0]))  # SENTINEL in the dtype
         return buffer[index]
 
 
 def descriptor(array: Any) -> TensorDescriptor:
+    """The descriptor of a sample's array (a NumPy array or a torch tensor): its dtype, shape and strides."""
+    if isinstance(array, np.ndarray):
+        return TensorDescriptor(array.dtype, array.shape, tuple(s // array.itemsize for s in array.strides))
     return TensorDescriptor(array.dtype, array.shape, array.stride())
 
 

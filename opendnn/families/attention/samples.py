@@ -46,14 +46,16 @@ def _operands(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str
     if bias_kind == "float":
         tensors["bias"] = t.input((1, heads_q, seq_q, seq_kv), sample.dtype, "packed")
     elif bias_kind == "mask":
-        tensors["bias"] = t.torch.from_numpy(t.rng.uniform(size=(batch, 1, seq_q, seq_kv)) < 0.8).to(t.device)
+        tensors["bias"] = t.array(t.rng.uniform(size=(batch, 1, seq_q, seq_kv)) < 0.8, DataType.BOOLEAN)
     if lengths:  # the last batch full, the others shorter
         for side, seq in (("q", seq_q), ("kv", seq_kv)):
             lens = t.rng.integers(seq // 2, seq + 1, batch)
             lens[-1] = seq
-            tensors[f"seq_lens_{side}"] = t.torch.from_numpy(lens.astype(np.int32)).to(t.device)
+            tensors[f"seq_lens_{side}"] = t.array(lens, DataType.INT32)
     values = {
-        slot: tensor.cpu().numpy() if slot.startswith("seq") or tensor.dtype == t.torch.bool else t.values(tensor)
+        slot: t.values(tensor).astype(np.int32)
+        if slot.startswith("seq")
+        else (t.values(tensor) != 0 if slot == "bias" and bias_kind == "mask" else t.values(tensor))
         for slot, tensor in tensors.items()
     }
     return AttentionDescriptor(**fields), tensors, values
@@ -123,12 +125,12 @@ def run_attention_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[
     q, k, v = tensors["q"], tensors["k"], tensors["v"]
     o = t.input((*q.shape[:3], v.shape[3]), sample.dtype, sample.layout)
     expected_o, expected_stats = reference_forward(params, *inputs, *optional)
-    o.copy_(t.torch.from_numpy(expected_o).to(o.dtype))
-    stats = t.torch.from_numpy(expected_stats).to(t.device, _stats_type(sample).to_torch())
+    t.fill(o, expected_o)
+    stats = t.array(expected_stats, _stats_type(sample))
     do = t.input(tuple(o.shape), sample.dtype, sample.layout)
     grads = [t.output(tuple(x.shape), sample.dtype, sample.layout, None) for x in (q, k, v)]
     extra = _optional(tensors)
-    if "bias" in tensors and tensors["bias"].dtype != t.torch.bool:
+    if VARIANTS[sample.variant][1] == "float":
         extra["dbias"] = dbias = t.output(tuple(tensors["bias"].shape), sample.dtype, "packed", None)
         extra["dbias_desc"] = descriptor(dbias)
         grads.append(dbias)

@@ -63,7 +63,7 @@ def _parameters(t: Tensors, x: Any, mode: bn.BatchNormMode) -> tuple[TensorDescr
 
 
 def _scratch(t: Tensors, size: int) -> Any:
-    return t.torch.empty(max(size, 16), dtype=t.torch.uint8, device=t.device) if size else None
+    return t.workspace(max(size, 16)) if size else None
 
 
 def _joined(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -5,8 +5,11 @@
 by measured time. Both return ``ConvolutionAlgorithmPerf`` records, the usable ones first. Find's
 results are cached per problem in the handle (``handle.algorithm_cache``) and in a JSON file shared
 by processes: ``cache_path`` argument, else the ``OPENDNN_ALGORITHM_CACHE`` environment variable,
-else ``~/.cache/opendnn/convolution_algorithms.json``; "" turns the file off. The file is updated
-under an exclusive lock and replaced atomically; a corrupt or unreadable file counts as empty.
+else ``convolution_algorithms.json`` in the user's cache folder (``default_cache_file``); "" turns
+the file off. The file is updated under an exclusive lock (filelock's when installed, else fcntl's
+where it exists, else none) and replaced atomically; a corrupt or unreadable file counts as empty.
+A problem's key holds the opendnn and Triton versions and the device's name, so an entry measured
+by another version or on another GPU is never reused.
 
 Heuristics: DIRECT first for depthwise and few-channel problems, then IMPLICIT_GEMM (no workspace),
 IMPLICIT_PRECOMP_GEMM, GEMM (im2col); an algorithm that does not apply, whose workspace passes the
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
+import importlib.metadata
 import json
 import os
 import statistics
@@ -29,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from opendnn._version import __version__
 from opendnn.core.arrays import CPU, Bound, allocate_bytes, bind, bind_bytes
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend
@@ -48,7 +54,7 @@ from opendnn.families.convolution.problem import (
 
 Filter = FilterDescriptor | TensorDescriptor
 CACHE_ENV = "OPENDNN_ALGORITHM_CACHE"
-DEFAULT_CACHE = Path("~/.cache/opendnn/convolution_algorithms.json")
+CACHE_FILE_NAME = "convolution_algorithms.json"
 FIND_REPETITIONS = 3
 _HEURISTIC_ORDER = (
     ConvolutionMethod.DIRECT,
@@ -311,6 +317,8 @@ def _cache_key(handle: Handle, problem: ConvolutionProblem) -> str:
 
         device = torch.cuda.get_device_name(device)
     parts = [
+        f"opendnn{__version__}",
+        f"triton{_triton_version()}",
         problem.direction.value,
         handle.backend,
         device,
@@ -330,8 +338,30 @@ def _cache_key(handle: Handle, problem: ConvolutionProblem) -> str:
     return "|".join(parts)
 
 
+@functools.cache
+def _triton_version() -> str:
+    """The installed Triton's version, read without importing it ("none" when it is absent)."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def default_cache_file() -> Path:
+    """``convolution_algorithms.json`` in the user's cache folder: platformdirs' ``user_cache_dir``
+    when platformdirs is installed (``$XDG_CACHE_HOME/opendnn`` on Linux, the platform's own folder
+    elsewhere), else ``~/.cache/opendnn``."""
+    try:
+        import platformdirs
+    except ImportError:
+        return Path("~/.cache/opendnn").expanduser() / CACHE_FILE_NAME
+    return Path(platformdirs.user_cache_dir("opendnn", appauthor=False)) / CACHE_FILE_NAME
+
+
 def _cache_file(cache_path: str | None) -> Path | None:
-    text = cache_path if cache_path is not None else os.environ.get(CACHE_ENV, str(DEFAULT_CACHE))
+    text = cache_path if cache_path is not None else os.environ.get(CACHE_ENV)
+    if text is None:
+        return default_cache_file()
     return Path(text).expanduser() if text else None
 
 
@@ -364,9 +394,23 @@ def _read_records(path: Path) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path``'s sibling lock file (advisory; a no-op where fcntl is missing)."""
+    """An exclusive lock on ``path``'s sibling lock file: filelock's (every platform) when installed,
+    else fcntl's advisory lock where it exists, else none."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(path.suffix + ".lock"), "a") as lock:
+    lock_path = path.with_suffix(path.suffix + ".lock")
+    try:
+        import filelock
+    except ImportError:
+        with _fcntl_locked(lock_path):
+            yield
+        return
+    with filelock.FileLock(lock_path):
+        yield
+
+
+@contextlib.contextmanager
+def _fcntl_locked(lock_path: Path) -> Iterator[None]:
+    with open(lock_path, "a") as lock:
         try:
             import fcntl
         except ImportError:

@@ -167,21 +167,21 @@ class ConvolutionSample(Sample):
 def _allocate(t: Tensors, shape: tuple[int, ...], dtype: DataType, layout: str, output: bool = False) -> Any:
     if layout == "nhwc":
         strides = TensorDescriptor.from_format(TensorFormat.NHWC, dtype, *shape).strides
-        return t.torch.empty_strided(shape, strides, dtype=dtype.to_torch(), device=t.device)
+        return t.empty_strided(shape, strides, dtype)
     return t._allocate(shape, dtype, layout, output=output)
 
 
 def _input(t: Tensors, shape: tuple[int, ...], dtype: DataType, layout: str) -> Any:
     view = _allocate(t, shape, dtype, layout)
-    view.copy_(t.torch.from_numpy(t.rng.uniform(-2.0, 2.0, shape)).to(view.dtype))
+    t.fill(view, t.rng.uniform(-2.0, 2.0, shape))
     return view
 
 
 def _filter(t: Tensors, geometry: Geometry, dtype: DataType, krsc: bool) -> tuple[Any, FilterDescriptor]:
     fmt = TensorFormat.NHWC if krsc else TensorFormat.NCHW
     w_desc = FilterDescriptor(dtype, fmt, *geometry.w_shape)
-    w = t.torch.empty_strided(w_desc.dims, w_desc.tensor.strides, dtype=dtype.to_torch(), device=t.device)
-    w.copy_(t.torch.from_numpy(t.rng.uniform(-2.0, 2.0, w_desc.dims)).to(w.dtype))
+    w = t.empty_strided(w_desc.dims, w_desc.tensor.strides, dtype)
+    t.fill(w, t.rng.uniform(-2.0, 2.0, w_desc.dims))
     return w, w_desc
 
 
@@ -189,14 +189,14 @@ def _output(sample: Sample, t: Tensors, shape: tuple[int, ...], result: np.ndarr
     """The output poisoned with NaN (or random for beta != 0) and the expected alpha*result + beta*out."""
     out = _allocate(t, shape, sample.dtype, sample.layout, output=True)
     if sample.beta == 0:
-        out.fill_(float("nan"))
+        t.fill(out, np.full(shape, np.nan))
         return out, sample.alpha * result
-    out.copy_(t.torch.from_numpy(t.rng.uniform(-2.0, 2.0, shape)).to(out.dtype))
+    t.fill(out, t.rng.uniform(-2.0, 2.0, shape))
     return out, sample.alpha * result + sample.beta * t.values(out)
 
 
 def _workspace(t: Tensors, size: int) -> Any:
-    return t.torch.empty(size, dtype=t.torch.uint8, device=t.device) if size else None
+    return t.workspace(size)
 
 
 # ---- runners -------------------------------------------------------------------------------------
@@ -302,7 +302,8 @@ def run_backward_filter(sample: Sample, t: Tensors, handle: Handle, size: str) -
     result = reference_backward_filter(problem, t.values(x), t.values(dy))
     dw, expected = _output(sample, t, g.w_shape, result)
     if v.krsc:  # the filter's own strides, whatever the sample's layout
-        dw = t.torch.empty_strided(w_desc.dims, w_desc.tensor.strides, dtype=dw.dtype, device=t.device).copy_(dw)
+        poisoned, dw = dw, t.empty_strided(w_desc.dims, w_desc.tensor.strides, sample.dtype)
+        t.fill(dw, t.values(poisoned))
     algo = ConvolutionBwdFilterAlgo[v.algo_name]
     size_bytes = get_convolution_backward_filter_workspace_size(
         handle, descriptor(x), descriptor(dy), conv_desc, w_desc, algo
@@ -346,10 +347,10 @@ def run_bias_activation_forward(sample: Sample, t: Tensors, handle: Handle, size
     y_dims = get_convolution_forward_output_dim(conv_desc, descriptor(x), w_desc)
     bias = _input(t, tuple(d if k == 1 else 1 for k, d in enumerate(y_dims)), sample.dtype, "packed")
     y = _allocate(t, y_dims, sample.dtype, sample.layout, output=True)
-    y.fill_(float("nan"))
+    t.fill(y, np.full(y_dims, np.nan))
     z = None
     if "z=y" in parts:
-        y.copy_(t.torch.from_numpy(t.rng.uniform(-2.0, 2.0, y_dims)).to(y.dtype))
+        t.fill(y, t.rng.uniform(-2.0, 2.0, y_dims))
         z = y
     elif "z" in parts:
         z = _input(t, y_dims, sample.dtype, sample.layout)

@@ -28,6 +28,7 @@ from opendnn.core.descriptors import TensorDescriptor, check_broadcastable, chec
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.memo import cached_hash, memoized
+from opendnn.families.pointwise.erf import erf
 
 
 class PointwiseMode(enum.Enum):
@@ -295,10 +296,6 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0, -x))  # 1 / (1 + exp(-x)), relatively accurate for any x
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
-
-
 def _activation(name: str, x: np.ndarray, coef: float) -> np.ndarray:
     if name == "identity":
         return x
@@ -309,7 +306,7 @@ def _activation(name: str, x: np.ndarray, coef: float) -> np.ndarray:
     if name == "elu":
         return np.where(x > 0, x, coef * np.expm1(np.minimum(x, 0)))
     if name == "gelu":
-        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+        return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
     if name == "gelu_approx_tanh":
         return 0.5 * x * (1.0 + np.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x**3)))
     if name == "sigmoid":
@@ -334,7 +331,7 @@ def _activation_derivative(name: str, x: np.ndarray, coef: float) -> np.ndarray:
     if name == "elu":
         return np.where(x > 0, 1.0, coef * np.exp(np.minimum(x, 0))).astype(x.dtype)
     if name == "gelu":
-        return 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        return 0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
     if name == "gelu_approx_tanh":
         t = np.tanh(GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x**3))
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_TANH_SCALE * (1 + 3 * GELU_TANH_CUBIC * x * x)
@@ -387,7 +384,7 @@ _REFERENCE_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sqrt": np.sqrt,
     "rsqrt": lambda a: 1 / np.sqrt(a),
     "reciprocal": lambda a: 1 / a,
-    "erf": _erf,
+    "erf": erf,
     "identity": lambda a: a,
     "logical_not": lambda a: ~_truth(a),
 }

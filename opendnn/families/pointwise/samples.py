@@ -159,7 +159,7 @@ def run_scale_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.nda
 def run_set_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     y = t.output(sample.shape, sample.dtype, sample.layout, None)
     value = float(t.rng.uniform(-3, 3))
-    expected = np.full(sample.shape, t.values(t.torch.tensor(value, dtype=sample.dtype.to_torch())))
+    expected = np.full(sample.shape, t.values(t.array(np.array(value), sample.dtype)))
     set_tensor(handle, descriptor(y), y, value)
     return checked(t, y, expected)
 

@@ -35,8 +35,8 @@ def run_reduce_tensor(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.nd
     values, indices = reference(op, t.values(a), axes)
     c, expected = blend(sample, t, out_shape, values)
     workspace_bytes = get_reduction_workspace_size(handle, reduce_desc, descriptor(a), descriptor(c))
-    workspace = t.torch.empty(workspace_bytes, dtype=t.torch.uint8, device=t.device) if workspace_bytes else None
-    index_array = t.torch.full(out_shape, -1, dtype=t.torch.int32, device=t.device) if indexed else None
+    workspace = t.workspace(workspace_bytes)
+    index_array = t.array(np.full(out_shape, -1), DataType.INT32) if indexed else None
     reduce_tensor(
         handle, reduce_desc, index_array, workspace, sample.alpha, descriptor(a), a, sample.beta, descriptor(c), c
     )
