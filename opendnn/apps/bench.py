@@ -583,9 +583,9 @@ def perf(problem: Problem, arrays: dict[str, Any], handle: opendnn.Handle, round
         else:
             moved = sum(_nbytes(a) for a in [*arrays.values(), *outputs[name]])
             rate = f"{moved / seconds / 1e9:.3g} GB/s"
-        parts.append(f"{name} {seconds * 1e3:.3f} ms ({rate})")
+        parts.append(f"{name} {seconds * 1e3:.4g} ms ({rate})")
     if "torch" in median:
-        parts.append(f"torch/opendnn {median['torch'] / median['opendnn']:.2f}x")
+        parts.append(f"torch/opendnn {median['torch'] / median['opendnn']:.3g}x")
     return "  ".join(parts)
 
 
