@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import opendnn as od
+import opendnn.functional as F
 from opendnn.core.arrays import bf16_to_float32, bind, float32_to_bf16
 
 
@@ -117,6 +118,29 @@ def test_handle_options_and_lifecycle():
         od.create("tpu")
     with pytest.raises(od.BadParam, match="needs a CUDA handle"):
         od.create("cpu").set_stream(1234)
+
+
+@pytest.mark.parametrize("fast_math", [True, False])
+def test_fast_math_is_the_handles_and_reaches_every_pointwise_and_matmul_problem(monkeypatch, fast_math):
+    from opendnn.core import dispatch as dispatch_module
+
+    seen = []
+    run = dispatch_module.dispatch
+    monkeypatch.setattr(
+        dispatch_module, "dispatch", lambda h, op, problem, *t: seen.append(problem) or run(h, op, problem, *t)
+    )
+    for module in ("pointwise.functional", "pointwise.activation_api", "pointwise.tensor_ops_api", "matmul.functional"):
+        monkeypatch.setattr(f"opendnn.families.{module}.dispatch", dispatch_module.dispatch)
+    handle = od.create("cpu", fast_math=fast_math)
+    assert handle.fast_math is fast_math and f"fast_math={fast_math}" in repr(handle)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    F.gelu(x, handle=handle)
+    F.matmul(x, x.T.copy(), activation="gelu", handle=handle)
+    desc = od.TensorDescriptor("float32", (3, 4))
+    od.activation_forward(handle, od.ActivationDescriptor("tanh"), 1.0, desc, x, 0.0, desc, np.empty_like(x))
+    od.op_tensor(handle, od.OpTensorDescriptor(od.OpTensorOp.ADD), 1.0, desc, x, 1.0, desc, x, 0.0, desc, np.empty_like(x))
+    assert [problem.fast_math for problem in seen] == [fast_math] * 4
+    assert od.create("cpu").fast_math  # the default: the approximate forms where they apply
 
 
 def test_dlpack_arrays_are_used_without_copies():

@@ -49,6 +49,22 @@ def test_activations_match_torch_on_gpu(ours, theirs, dtype, tolerance):
     assert ((actual.double() - expected).norm() / expected.norm()).item() < tolerance
 
 
+@pytest.mark.parametrize("fast_math", [True, False])
+def test_the_handles_fast_math_picks_the_16_bit_activation_forms_on_gpu(monkeypatch, fast_math):
+    from opendnn.families.pointwise import triton_backend
+
+    chosen = []
+    launch = triton_backend.pointwise_launch
+    monkeypatch.setattr(
+        triton_backend, "pointwise_launch", lambda p, fast=False: chosen.append(fast) or launch(p, fast)
+    )
+    x = torch.randn(64, 4096, device=DEVICE, dtype=torch.bfloat16)
+    y = F.gelu(x, handle=od.create(DEVICE, fast_math=fast_math))
+    expected = TF.gelu(x.double())
+    assert chosen == [fast_math]
+    assert relative_error(y, expected) <= 1e-2
+
+
 def test_transform_nchw_to_nhwc_matches_torch_on_gpu():
     x = torch.randn(16, 64, 56, 56, device=DEVICE)
     y = F.transform(x, "NHWC")

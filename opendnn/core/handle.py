@@ -40,6 +40,11 @@ class Handle:
             is deterministic whatever this says: no atomics, partial results (split reductions,
             the attention backward's dQ, ...) summed in a fixed order, so repeated calls on the
             same inputs give bitwise equal results on both backends.
+        fast_math: 16-bit outputs computed in float32 on a GPU may take the hardware's approximate
+            instructions (``tanh.approx``, ``ex2.approx``, ...) in the activations of the pointwise
+            kernels and of the matrix-product epilogue, within half an ulp of the 16-bit result;
+            False keeps the accurate forms. Float32 and float64 outputs and the interpreter always
+            take the accurate forms.
         workspace_limit: most bytes of workspace an algorithm chosen for this handle may use.
     """
 
@@ -50,6 +55,7 @@ class Handle:
         backend: str | None = None,
         math_type: MathType = MathType.DEFAULT,
         deterministic: bool = True,
+        fast_math: bool = True,
         workspace_limit: int | None = None,
     ) -> None:
         self.device = _canonical_device(device)
@@ -63,6 +69,7 @@ class Handle:
         )
         self.math_type = check_member("math_type", MathType, math_type)
         self.deterministic = bool(deterministic)
+        self.fast_math = bool(fast_math)
         require(
             workspace_limit is None or workspace_limit >= 0, f"workspace_limit={workspace_limit} must be at least 0"
         )
@@ -135,7 +142,7 @@ class Handle:
     def __repr__(self) -> str:
         return (
             f"Handle(device={self.device!r}, backend={self.backend!r}, math_type={self.math_type.name}, "
-            f"deterministic={self.deterministic}, workspace_limit={self.workspace_limit})"
+            f"deterministic={self.deterministic}, fast_math={self.fast_math}, workspace_limit={self.workspace_limit})"
         )
 
 

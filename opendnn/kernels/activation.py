@@ -19,9 +19,7 @@ from opendnn.kernels import math as tm
 
 GELU_TANH_SCALE = tl.constexpr(activation_constants.GELU_TANH_SCALE)
 GELU_TANH_CUBIC = tl.constexpr(activation_constants.GELU_TANH_CUBIC)
-# 16-bit outputs on a GPU: the approximate activations of ``activation`` (FAST); read per call, so
-# ``opendnn.kernels.activation.FAST_MATH = False`` switches them off (pointwise kernel, matrix-product epilogue)
-FAST_MATH = True
+# the output dtypes whose activations may take the approximate forms (FAST) when the handle's fast_math allows
 FAST_DTYPES = (DataType.HALF, DataType.BFLOAT16)
 
 

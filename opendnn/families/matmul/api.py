@@ -124,6 +124,7 @@ def _problem(
         epilogue.a_scale,
         epilogue.b_scale,
         tf32,
+        handle.fast_math,
     )
     problem = handle.algorithm_cache.get(key)
     if problem is None:
@@ -142,6 +143,7 @@ def _problem(
             b_scale=epilogue.b_scale,
             allow_tf32=tf32,
             fast_fp8_accumulation=tf32,
+            fast_math=handle.fast_math,
         )
         if len(handle.algorithm_cache) < PROBLEM_CACHE_LIMIT:
             handle.algorithm_cache[key] = problem

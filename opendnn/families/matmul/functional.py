@@ -90,6 +90,7 @@ def matmul(
             b_scale=b_scale,
             allow_tf32=tf32,
             fast_fp8_accumulation=handle.math_type is MathType.TENSOR_OP,
+            fast_math=handle.fast_math,
         )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None

@@ -82,6 +82,7 @@ class MatmulProblem:
     allow_tf32: bool = False
     fast_fp8_accumulation: bool = False
     compute_dtype: DataType = DataType.FLOAT
+    fast_math: bool = False  # the handle's: approximate epilogue activations for 16-bit outputs on a GPU
 
     @property
     def flops(self) -> int:
@@ -106,13 +107,15 @@ def matmul_problem(
     b_scale: float = 1.0,
     allow_tf32: bool = False,
     fast_fp8_accumulation: bool = False,
+    fast_math: bool = False,
 ) -> MatmulProblem:
     """The shape and dtype rules of a matrix product.
 
     ``allow_tf32`` lets FLOAT inputs use TF32; ``fast_fp8_accumulation`` lets fp8 products skip the
     periodic promotion of the tensor cores' partial sums to full fp32 (cuBLASLt's FAST_ACCUM: a few
     percent faster, relative error about 1e-3 instead of 1e-6). Both come from the handle's
-    TENSOR_OP math type. ``coef`` None is the activation's default (``resolved_coef``).
+    TENSOR_OP math type; ``fast_math`` is the handle's (``Handle``). ``coef`` None is the
+    activation's default (``resolved_coef``).
 
     Raises:
         BadParam: fewer than 2 dims, inner dims that differ, batch dims that do not broadcast, C not
@@ -191,6 +194,7 @@ def matmul_problem(
         bool(allow_tf32),
         bool(fast_fp8_accumulation),
         compute,
+        bool(fast_math),
     )
 
 

@@ -56,7 +56,6 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.matmul.problem import BiasAxis, MatmulProblem
 from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
-from opendnn.kernels import activation as activation_math
 from opendnn.kernels.activation import FAST_DTYPES, activation
 from opendnn.kernels.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
@@ -421,7 +420,7 @@ def run(
     device = views["c"].device
     tma = tma_ready(views["a"], views["b"], interpreted)
     fast = (
-        activation_math.FAST_MATH
+        problem.fast_math
         and not interpreted
         and c.desc.dtype in FAST_DTYPES
         and problem.compute_dtype is DataType.FLOAT

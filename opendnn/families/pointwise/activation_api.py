@@ -8,7 +8,7 @@ from typing import Any
 
 from opendnn.core.arrays import bind
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_member, check_same_dims
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, require_handle
 from opendnn.core.errors import require
 from opendnn.core.handle import Handle
 from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem, resolved_coef
@@ -89,6 +89,7 @@ def activation_forward(
         beta=beta,
         coef=act_desc.coef or 0.0,
         propagate_nan=_propagates(act_desc),
+        fast_math=require_handle(handle).fast_math,
     )
     dispatch(handle, "pointwise", problem, [xb], yb)
 
@@ -126,6 +127,7 @@ def activation_backward(
         beta=beta,
         coef=act_desc.coef or 0.0,
         propagate_nan=_propagates(act_desc),
+        fast_math=require_handle(handle).fast_math,
     )
     dispatch(handle, "pointwise", problem, [dyb, xb], dxb)
 

@@ -87,6 +87,8 @@ def _pointwise(
     """``mode`` of ``arrays``, which the caller calls ``names`` (default: the mode's ARGUMENT_NAMES)."""
     names = names or ARGUMENT_NAMES[mode]
     inputs = [wrap(name, a) for name, a in zip(names, arrays)]
+    handle = handle_for(inputs[0], handle)
+    parameters["fast_math"] = handle.fast_math
     # a tensor (not 0-d) is its wrap's view, of the wrap's dims: its shape needs no asking
     shapes = [b.desc.dims if b.view is a else tuple(as_native(a).shape) for b, a in zip(inputs, arrays)]
     if shapes.count(shapes[0]) == len(shapes):  # no broadcasting: the output's layout is the inputs' alone
@@ -96,7 +98,7 @@ def _pointwise(
     else:
         shape, inputs, output = _broadcast(mode, inputs, arrays, shapes, dtype)
         problem = pointwise_problem(mode, inputs, output, **parameters)
-    dispatch(handle_for(inputs[0], handle), "pointwise", problem, inputs, output)
+    dispatch(handle, "pointwise", problem, inputs, output)
     return to_caller_kind(shaped(output.view, shape), arrays[0])
 
 

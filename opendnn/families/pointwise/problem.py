@@ -203,6 +203,7 @@ class PointwiseProblem:
     coef: float = 0.0
     propagate_nan: bool = False
     compute_dtype: DataType = DataType.FLOAT
+    fast_math: bool = False  # the handle's: approximate activations for 16-bit outputs on a GPU
 
 
 def pointwise_problem(
@@ -216,6 +217,7 @@ def pointwise_problem(
     coef: float | None = None,
     propagate_nan: bool = False,
     compute_type: DataType | None = None,
+    fast_math: bool = False,
 ) -> PointwiseProblem:
     """The shape and dtype rules of every pointwise call. Arithmetic runs in ``compute_type``:
     by default float64 when any tensor is float64, int32 or int64, else float32. ``coef`` None is
@@ -235,6 +237,7 @@ def pointwise_problem(
         coef,
         propagate_nan,
         compute_type,
+        fast_math,
     )
 
 
@@ -249,6 +252,7 @@ def _pointwise_problem(
     coef: float | None,
     propagate_nan: bool,
     compute_type: DataType | None,
+    fast_math: bool,
 ) -> PointwiseProblem:
     """pointwise_problem of (name, descriptor) pairs: hashable, so memoized."""
     mode = check_member("mode", PointwiseMode, mode)
@@ -265,7 +269,9 @@ def _pointwise_problem(
         wide = (DataType.DOUBLE, DataType.INT32, DataType.INT64)
         double = any(d.dtype in wide for d in (*descs, output_desc))
         compute_type = DataType.DOUBLE if double else DataType.FLOAT
-    return PointwiseProblem(mode, descs, output_desc, alpha, beta, scales[:3], coef, bool(propagate_nan), compute_type)
+    return PointwiseProblem(
+        mode, descs, output_desc, alpha, beta, scales[:3], coef, bool(propagate_nan), compute_type, bool(fast_math)
+    )
 
 
 def reference(

@@ -21,7 +21,7 @@ from opendnn.core.descriptors import (
     check_member,
     check_same_dims,
 )
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, require_handle
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, require
 from opendnn.core.handle import Handle
@@ -163,5 +163,5 @@ def gen_index(handle: Handle, axis: int, y_desc: TensorDescriptor, y: Any) -> No
 
 
 def _run(handle: Handle, mode: PointwiseMode, inputs: list[Bound], output: Bound, **parameters: Any) -> None:
-    problem = pointwise_problem(mode, inputs, output, **parameters)
+    problem = pointwise_problem(mode, inputs, output, fast_math=require_handle(handle).fast_math, **parameters)
     dispatch(handle, "pointwise", problem, inputs, output)

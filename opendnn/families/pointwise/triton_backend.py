@@ -22,7 +22,6 @@ import triton.language as tl
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.dtypes import DataType
 from opendnn.families.pointwise.problem import PointwiseProblem
-from opendnn.kernels import activation as activation_math
 from opendnn.kernels import layout
 from opendnn.kernels import math as tm
 from opendnn.kernels.activation import FAST_DTYPES, activation, activation_derivative
@@ -241,7 +240,7 @@ def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> No
     tensors = {"out": torch_view(output), "in0": views[0]}
     tensors["in1"] = views[1] if len(views) > 1 else tensors["out"]
     tensors["in2"] = views[2] if len(views) > 2 else tensors["out"]
-    fast = activation_math.FAST_MATH and tensors["out"].is_cuda and problem.output.dtype in FAST_DTYPES
+    fast = problem.fast_math and tensors["out"].is_cuda and problem.output.dtype in FAST_DTYPES
     pointwise_launch(problem, fast and problem.compute_dtype is DataType.FLOAT)(tensors)
 
 
