@@ -138,7 +138,9 @@ def test_fast_math_is_the_handles_and_reaches_every_pointwise_and_matmul_problem
     F.matmul(x, x.T.copy(), activation="gelu", handle=handle)
     desc = od.TensorDescriptor("float32", (3, 4))
     od.activation_forward(handle, od.ActivationDescriptor("tanh"), 1.0, desc, x, 0.0, desc, np.empty_like(x))
-    od.op_tensor(handle, od.OpTensorDescriptor(od.OpTensorOp.ADD), 1.0, desc, x, 1.0, desc, x, 0.0, desc, np.empty_like(x))
+    od.op_tensor(
+        handle, od.OpTensorDescriptor(od.OpTensorOp.ADD), 1.0, desc, x, 1.0, desc, x, 0.0, desc, np.empty_like(x)
+    )
     assert [problem.fast_math for problem in seen] == [fast_math] * 4
     assert od.create("cpu").fast_math  # the default: the approximate forms where they apply
 

@@ -1,9 +1,8 @@
-"""GPU tests (``pytest -m gpu`` on a CUDA machine): the pointwise, reduce and matmul samples at real sizes
-on the Triton backend (every other family runs its own in tests/test_gpu_<family>.py), the Pythonic
-API against torch on the device, streams and threads."""
+"""GPU tests (``pytest -m gpu`` on a CUDA machine) of the pointwise, reduce and matmul families beyond the
+sample table (tests/test_gpu_samples.py): the Pythonic API against torch on the device, the handle's
+fast_math, streams and threads."""
 
 import threading
-import zlib
 
 import pytest
 import torch
@@ -11,21 +10,10 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.families.matmul import samples as matmul
-from opendnn.families.pointwise import samples as pointwise
-from opendnn.families.reduce import samples as reduce
 from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
-SAMPLES = [sample for family in (pointwise, reduce, matmul) for sample in family.samples("large")]
-
-
-@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
-def test_sample_matches_float64_reference_on_gpu(sample):
-    actual, expected = sample.run(od.create(DEVICE), seed=zlib.crc32(sample.name.encode()))
-    error = relative_error(actual, expected)
-    assert error <= sample.tolerance, f"relative error {error:.3g} above {sample.tolerance:g}"
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])

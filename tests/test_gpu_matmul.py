@@ -10,14 +10,11 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-10}
-
-
-def relative_error(actual, expected):
-    return ((actual.double() - expected.double()).norm() / expected.double().norm()).item()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as TF
 
 import opendnn.torch as ot
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
@@ -58,10 +59,6 @@ def strict_float32():
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-def relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
-    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
 
 
 def _models(builders, name: str) -> tuple[torch.nn.Module, torch.nn.Module, ot.ConversionReport]:

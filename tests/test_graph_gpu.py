@@ -10,13 +10,10 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.graph as og
+from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
-
-
-def relative_error(actual, expected):
-    return ((actual.double() - expected.double()).norm() / expected.double().norm()).item()
 
 
 def built(graph):
