@@ -414,7 +414,7 @@ def test_1x1_forward_with_bias_as_a_matrix_product_but_not_epilogues_matmul_comp
 
 
 def _read_by_tma(problem):
-    return kernels.tma_blocks(problem) is not None and kernels.launch_plan(problem, True, True).tma
+    return kernels.choose(problem, tma_aligned=True) is kernels.Strategy.TMA
 
 
 def test_tma_forward_3x3_flip_epilogue_and_a_partial_column_tile():
@@ -560,3 +560,34 @@ def test_nchw_1x1_backward_filter_product_not_taken_when_partials_outweigh_colum
     assert kernels.filter_matmul_form(check(FILTER, k=8, **base)) is None  # 8 partial rows > 6 pixels
     assert kernels.filter_matmul_form(check(FILTER, k=4, **base, channels_last=True)) is None
     assert kernels.filter_matmul_form(check(FILTER, k=4, **{**base, "allow_tf32": False})) is None  # strict fp32
+
+
+S = kernels.Strategy
+F32, BF16 = DataType.FLOAT, DataType.BFLOAT16
+
+
+@pytest.mark.parametrize(
+    "direction, dtype, x_dims, k, filt, options, strategy",
+    [
+        (FWD, F32, (2, 16, 7, 9), 16, (3, 3), dict(pre=(1, 1)), S.IMPLICIT_GEMM),
+        (FWD, F32, (2, 16, 7, 9), 16, (3, 3), dict(algo=ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM), S.PRECOMPUTED_GEMM),
+        (FWD, F32, (2, 16, 7, 9), 16, (3, 3), dict(algo=ConvolutionFwdAlgo.GEMM), S.EXPLICIT_GEMM),
+        (FWD, F32, (2, 8, 7, 9), 8, (3, 3), dict(groups=4, algo=ConvolutionFwdAlgo.DIRECT), S.DIRECT),
+        (FWD, F32, (2, 16, 7, 9), 16, (3, 3), dict(groups=16, channels_last=True), S.DIRECT),  # depthwise
+        (DATA, F32, (2, 16, 7, 9), 16, (3, 3), dict(algo=ConvolutionBwdDataAlgo.ALGO_1), S.EXPLICIT_GEMM),
+        (FILTER, F32, (2, 8, 9, 9), 8, (3, 3), dict(groups=8, channels_last=True), S.DIRECT),
+        (FILTER, F32, (2, 16, 7, 9), 16, (3, 3), dict(algo=ConvolutionBwdFilterAlgo.ALGO_3), S.PRECOMPUTED_GEMM),
+        (FWD, BF16, (2, 32, 5, 6), 48, (1, 1), dict(channels_last=True), S.MATRIX_PRODUCT),
+        (FILTER, BF16, (3, 40, 5, 6), 24, (1, 1), dict(margin=16), S.IMAGE_PRODUCTS),
+    ],
+)
+def test_choose_names_the_path_and_the_run_takes_it(direction, dtype, x_dims, k, filt, options, strategy):
+    problem = check(direction, dtype, x_dims, k, filt, **options)  # runs the chosen path against torch
+    assert kernels.choose(problem, tma_aligned=True) is strategy
+    assert kernels.choose(problem, tma_aligned=False) is strategy  # none of them reads by TMA
+
+
+def test_choose_takes_tma_only_for_aligned_tensors():
+    problem = check(FWD, BF16, (2, 64, 10, 12), 64, (3, 3), pre=(1, 1), channels_last=True, margin=16)
+    assert kernels.choose(problem, tma_aligned=True) is S.TMA
+    assert kernels.choose(problem, tma_aligned=False) is S.IMPLICIT_GEMM  # the interpreter's run took this one

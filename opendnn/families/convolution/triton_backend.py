@@ -3,7 +3,8 @@ epilogue), backward data and backward filter, for 1-3 spatial dims, any strides 
 
 The kernels live in ``triton_gemm`` (implicit GEMM forward and backward data, im2col,
 offset tables, the epilogue) and ``triton_direct`` (direct kernels and backward filter);
-this module chooses a kernel and its tile per problem and launches it. Problems reach the kernels
+this module chooses a path per problem (``choose``, which names a ``Strategy``), builds its
+launches once (``launch_plan``) and launches them. Problems reach the kernels
 in a canonical 3-D form: a 1-D or 2-D problem gains leading spatial dims of size 1.
 
 Algorithms (``method_of(problem.algo)``, in ``problem.py``):
@@ -38,6 +39,7 @@ for float64), 3 stages. Launches are planned once per problem and replayed (``la
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from dataclasses import dataclass
@@ -302,6 +304,47 @@ def supports(problem: ConvolutionProblem) -> str | None:
     return None
 
 
+# ---- the path a problem takes --------------------------------------------------------------------
+
+
+class Strategy(enum.Enum):
+    """The path a convolution takes on this backend: ``choose`` names it, one launch builder builds it."""
+
+    MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1, channels-last pixels: matmul_form)"
+    IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
+    TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
+    DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
+    IMPLICIT_GEMM = "implicit GEMM gathering its operand tiles in the mainloop (no workspace)"
+    PRECOMPUTED_GEMM = "implicit GEMM through a table of per-tap offsets in the workspace"
+    EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
+
+
+@functools.lru_cache(maxsize=512)
+def choose(problem: ConvolutionProblem, tma_aligned: bool) -> Strategy:
+    """The strategy for ``problem``; ``tma_aligned``: the tensors TMA would read are aligned for it on
+    a GPU that has it (a property of the call's pointers, not of the problem)."""
+    if matmul_form(problem) is not None:
+        return Strategy.MATRIX_PRODUCT
+    if filter_matmul_form(problem) is not None:
+        return Strategy.IMAGE_PRODUCTS
+    if tma_aligned and tma_blocks(problem) is not None:
+        return Strategy.TMA
+    geo = geometry(problem)
+    if problem.direction is BACKWARD_FILTER:
+        direct = filter_plan(problem).direct
+    else:
+        reduced, outputs = (geo.k, geo.c) if problem.direction is BACKWARD_DATA else (geo.c, geo.k)
+        direct = _uses_direct(problem, reduced // geo.groups, outputs // geo.groups)
+    if direct:
+        return Strategy.DIRECT
+    method = method_of(problem.algo)
+    if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
+        return Strategy.PRECOMPUTED_GEMM
+    if method is ConvolutionMethod.GEMM:
+        return Strategy.EXPLICIT_GEMM
+    return Strategy.IMPLICIT_GEMM
+
+
 # ---- launch plans --------------------------------------------------------------------------------
 # A problem's launches are planned once (tiles, grids, argument lists with named slots for the
 # tensors) and cached; each call fills the slots and calls the compiled kernels directly (launch.py):
@@ -324,8 +367,10 @@ def run(
     z: Bound | None = None,
     workspace: Bound | None = None,
 ) -> None:
-    form = matmul_form(problem)
-    if form is not None:
+    strategy = choose(problem, tma_aligned=True)
+    if strategy is Strategy.MATRIX_PRODUCT:
+        form = matmul_form(problem)
+        assert form is not None  # what choose read
         a, c = (y, x) if problem.direction is BACKWARD_DATA else (x, y)
         matrix_engine = backend_module("matmul", "triton")  # another family's backend: from the operation table
         matrix_engine.run(
@@ -339,8 +384,9 @@ def run(
     interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
     first, second = (tensors[name] for name in TMA_READS[problem.direction])
-    tma = tma_blocks(problem) is not None and tma_ready(first, second, interpreted)
-    plan = launch_plan(problem, interpreted, tma)
+    if strategy is Strategy.TMA and not tma_ready(first, second, interpreted):
+        strategy = choose(problem, tma_aligned=False)
+    plan = launch_plan(problem, interpreted, strategy)
     if plan.tma and not interpreted:
         use_descriptor_scratch()
     tensors["bias"] = torch_view(bias) if bias is not None else tensors["y"]
@@ -354,8 +400,9 @@ def run(
         space = torch_view(workspace).reshape(-1)
         for name, start, end, dtype in plan.regions:
             tensors[name] = space[start:end].view(dtype)
-    form = filter_matmul_form(problem)
-    if form is not None:  # the per-image partial filters, then the launches add them
+    if strategy is Strategy.IMAGE_PRODUCTS:  # the per-image partial filters, then the launches add them
+        form = filter_matmul_form(problem)
+        assert form is not None  # what choose read
         partials = tensors["partial"][: math.prod(form.c.dims)].view(form.c.dims)
         matrix_engine = backend_module("matmul", "triton")
         matrix_engine.run(form, _matrix(y, form.a), _matrix(x, form.b), Bound("partial", form.c, partials, x.device))
@@ -608,9 +655,9 @@ def _tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=256)
-def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = False) -> Plan:
-    """The launches computing ``problem`` (``interpreted``: Triton's CPU interpreter runs them;
-    ``tma``: A and the filter are aligned for TMA on a GPU that has it)."""
+def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strategy) -> Plan:
+    """The launches computing ``problem`` by ``strategy`` (``choose``; ``interpreted``: Triton's CPU
+    interpreter runs them)."""
     torch = _torch()
     dot = _dot_type(problem, CPU if interpreted else "cuda")
     item_type = {
@@ -627,16 +674,21 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, tma: bool = Fals
         if size:
             regions.append((name, start, start + size, dtype))
             start += size
-    if problem.direction is BACKWARD_FILTER:
-        launches = _backward_filter(problem, dot, tma)
+    if strategy is Strategy.IMAGE_PRODUCTS:  # run() has computed the per-image partials
+        launches = [_sum_launch(problem, geometry(problem).n)]
+    elif strategy is Strategy.TMA:
+        tma_launches = (
+            _tma_filter_launches(problem, dot) if problem.direction is BACKWARD_FILTER else [_tma_launch(problem, dot)]
+        )
+        launches = [*_staging_launches(problem), *tma_launches]
+    elif problem.direction is BACKWARD_FILTER:
+        launches = _backward_filter(problem, dot, strategy)
     else:
-        launches = [_tma_launch(problem, dot)] if tma else _forward_or_backward_data(problem, dot)
-    if tma:
-        launches = [*_staging_launches(problem), *launches]
-    return Plan(tuple(launches), tuple(regions), tma)
+        launches = _forward_or_backward_data(problem, dot, strategy)
+    return Plan(tuple(launches), tuple(regions), strategy is Strategy.TMA)
 
 
-def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
+def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: Strategy) -> list[Launch]:
     geo = geometry(problem)
     backward = problem.direction is BACKWARD_DATA
     groups = geo.groups
@@ -661,7 +713,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
     geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
     pixels = geo.n * math.prod(out_size)
 
-    if _uses_direct(problem, reduced, outputs):
+    if strategy is Strategy.DIRECT:
         channels = outputs * groups
         block_n = min(64, triton.next_power_of_2(channels))
         grid: tuple[int, ...] = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
@@ -696,14 +748,13 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any) -> list[Lau
             )
         ]
 
-    method = method_of(problem.algo)
     launches = []
     table = out
     source = "implicit"
-    if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
+    if strategy is Strategy.PRECOMPUTED_GEMM:
         launches.append(_table_launch(geo, strides5(problem.w)[2:], problem.flip))
         table, source = Slot("table"), "precomp"
-    elif method is ConvolutionMethod.GEMM:
+    elif strategy is Strategy.EXPLICIT_GEMM:
         launches.append(_im2col_launch(a, a_desc, geo, a_size, out_size, reduced, backward))
         a, source = Slot("columns"), "im2col"
 
@@ -921,15 +972,10 @@ def _im2col_launch(
     )
 
 
-def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[Launch]:
-    if filter_matmul_form(problem):  # run() has computed the per-image partials
-        return [_sum_launch(problem, geometry(problem).n)]
-    if tma:
-        return _tma_filter_launches(problem, dot)
+def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) -> list[Launch]:
     geo = geometry(problem)
     plan = filter_plan(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
-    method = method_of(problem.algo)
     partial = Slot("partial") if plan.splits > 1 else Slot("w")
     common = (
         *strides5(problem.x),
@@ -952,7 +998,7 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[L
     flags = dict(FLIP=problem.flip, PARTIAL=plan.splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem))
     tile = plan.tile
     launches = []
-    if plan.direct:
+    if strategy is Strategy.DIRECT:
         grid: tuple[int, ...] = (triton.cdiv(geo.k, tile.block_n), plan.splits)
         launches.append(
             Launch(
@@ -970,10 +1016,10 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, tma: bool) -> list[L
         )
     else:
         table, source, gathered = Slot("w"), "implicit", Slot("x")
-        if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
+        if strategy is Strategy.PRECOMPUTED_GEMM:
             launches.append(_table_launch(geo, strides5(problem.w)[2:], False))
             table, source = Slot("table"), "precomp"
-        elif method is ConvolutionMethod.GEMM:
+        elif strategy is Strategy.EXPLICIT_GEMM:
             launches.append(_im2col_launch(Slot("x"), problem.x, geo, geo.x_size, geo.y_size, cg, False))
             gathered, source = Slot("columns"), "im2col"
         grid = (triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n), geo.groups, plan.splits)
