@@ -1,0 +1,351 @@
+"""The Triton kernel of the pooling backward: a gather over cells of the input, each element of dx
+written once (the design is in ``triton_backend``'s docstring)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.families.pooling.triton_forward import (
+    outer_offset,
+    program_tile,
+    split_constant,
+    tile_offset,
+    window_counts,
+    within,
+)
+
+
+@triton.jit
+def window_values(
+    q,
+    b0,
+    b1,
+    b2,
+    o0,
+    o1,
+    o2,
+    o3,
+    o4,
+    tile_ok,
+    dy_ptr,
+    argmax_ptr,
+    in_sizes,
+    out_sizes,
+    pads,
+    dy_strides,
+    argmax_strides,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    CLIPPED: tl.constexpr,
+    SHIFTS: tl.constexpr,
+    LAST_SHIFT: tl.constexpr,
+    KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+    ARGMAX_LIKE_DY: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """dy of the windows ``o - q`` of the cells ``o`` (0 outside the output; divided by the window's count
+    for averages) and, for max, their argmax positions: loaded once, shared by every phase."""
+    q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
+    w0, w1, w2, w3, w4 = o0 - q0, o1 - q1, o2 - q2, o3 - q3, o4 - q4
+    # o - q < 0 only when q > 0; past the output only when q < cells - outputs (offset -q against LAST_SHIFT)
+    w_row = (
+        within(w3, out_sizes[3], -q3, 0, LAST_SHIFT[3])
+        & within(w0, out_sizes[0], -q0, 0, LAST_SHIFT[0])
+        & within(w1, out_sizes[1], -q1, 0, LAST_SHIFT[1])
+        & within(w2, out_sizes[2], -q2, 0, LAST_SHIFT[2])
+    )
+    ok = tile_ok & w_row[None, :] & within(w4, out_sizes[4], -q4, 0, LAST_SHIFT[4])[:, None]
+    dy_at = (
+        dy_ptr
+        + outer_offset(b0 - q0, b1 - q1, b2 - q2, dy_strides)
+        + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, dy_strides, WIDE)
+    )
+    gradient = tl.load(dy_at, mask=ok, other=0.0).to(COMPUTE)
+    if KIND == "max":
+        if ARGMAX_LIKE_DY:  # the same offsets as dy's, computed once
+            argmax_strides = dy_strides
+        argmax_at = (
+            argmax_ptr
+            + outer_offset(b0 - q0, b1 - q1, b2 - q2, argmax_strides)
+            + tile_offset(o0 - b0, o1 - b1, o2 - b2, w3, w4, argmax_strides, WIDE)
+        )
+        positions = tl.load(argmax_at, mask=ok, other=-1).to(tl.int32)
+    else:
+        counts = window_counts(
+            w0 * STRIDE[0] - pads[0],
+            w1 * STRIDE[1] - pads[1],
+            w2 * STRIDE[2] - pads[2],
+            w3 * STRIDE[3] - pads[3],
+            w4 * STRIDE[4] - pads[4],
+            in_sizes,
+            pads,
+            WINDOW,
+            CLIPPED,
+            INCLUDE_PADDING,
+        )
+        gradient = gradient / counts.to(COMPUTE)
+        positions = ok.to(tl.int32)  # not read by averages
+    return gradient, positions
+
+
+@triton.jit
+def window_share(
+    gradient,
+    positions,
+    phase,
+    q,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    SHIFTS: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+):
+    """What window ``o - q`` sends to the input position at offset ``r + q * stride`` of it (``r`` the
+    phase): its dy where that offset is its argmax (max) or its dy / count; 0 past the window's end."""
+    r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
+    q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
+    j0, j1, j2, j3, j4 = (
+        r0 + q0 * STRIDE[0],
+        r1 + q1 * STRIDE[1],
+        r2 + q2 * STRIDE[2],
+        r3 + q3 * STRIDE[3],
+        r4 + q4 * STRIDE[4],
+    )
+    in_window = (j0 < WINDOW[0]) & (j1 < WINDOW[1]) & (j2 < WINDOW[2]) & (j3 < WINDOW[3]) & (j4 < WINDOW[4])
+    if KIND == "max":
+        linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
+        share = tl.where(in_window & (positions == linear), gradient, 0.0)
+    else:
+        share = tl.where(in_window, gradient, 0.0)
+    return share
+
+
+@triton.jit
+def store_phase(
+    total,
+    phase,
+    b0,
+    b1,
+    b2,
+    o0,
+    o1,
+    o2,
+    o3,
+    o4,
+    row_ok,
+    col_ok,
+    dx_ptr,
+    in_sizes,
+    pads,
+    dx_strides,
+    alpha,
+    beta,
+    STRIDE: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """dx = alpha * total + beta * dx at the input positions ``o * stride - padding + r`` of the cells
+    ``o`` (``r`` the phase) that lie inside x: tested before its start for phases under the padding
+    (LOW), past its end for phases from HIGH (the last cell's)."""
+    r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
+    i0 = o0 * STRIDE[0] - pads[0] + r0
+    i1 = o1 * STRIDE[1] - pads[1] + r1
+    i2 = o2 * STRIDE[2] - pads[2] + r2
+    i3 = o3 * STRIDE[3] - pads[3] + r3
+    i4 = o4 * STRIDE[4] - pads[4] + r4
+    in_row = (
+        row_ok
+        & within(i3, in_sizes[3], r3, LOW[3], HIGH[3])
+        & within(i0, in_sizes[0], r0, LOW[0], HIGH[0])
+        & within(i1, in_sizes[1], r1, LOW[1], HIGH[1])
+        & within(i2, in_sizes[2], r2, LOW[2], HIGH[2])
+    )
+    in_ok = in_row[None, :] & (col_ok & within(i4, in_sizes[4], r4, LOW[4], HIGH[4]))[:, None]
+    dx_at = (
+        dx_ptr
+        + outer_offset(
+            b0 * STRIDE[0] - pads[0] + r0, b1 * STRIDE[1] - pads[1] + r1, b2 * STRIDE[2] - pads[2] + r2, dx_strides
+        )
+        + tile_offset((o0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], i3, i4, dx_strides, WIDE)
+    )
+    result = total * tl.cast(alpha, COMPUTE)
+    if HAS_BETA:
+        result += tl.cast(beta, COMPUTE) * tl.load(dx_at, mask=in_ok).to(COMPUTE)
+    tl.store(dx_at, result.to(dx_ptr.dtype.element_ty), mask=in_ok)
+
+
+@triton.jit
+def pool_backward_kernel(
+    dy_ptr,
+    argmax_ptr,
+    dx_ptr,
+    in_sizes,
+    out_sizes,
+    cell_sizes,
+    pads,
+    dy_strides,
+    argmax_strides,
+    dx_strides,
+    alpha: tl.float64,
+    beta: tl.float64,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    CLIPPED: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    SHIFTS: tl.constexpr,
+    LAST_SHIFT: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    UNROLL: tl.constexpr,
+    ARGMAX_LIKE_DY: tl.constexpr,
+    CARRY: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Program: BLOCK_R rows x BLOCK_C columns of cells (held as BLOCK_C x BLOCK_R); writes dx at every
+    input position of those cells. UNROLL: window by window (each window's dy and argmax loaded once,
+    one sum per phase, the stores last); else phase by phase, every window loaded per phase."""
+    b0, b1, b2, o0, o1, o2, o3, o4 = program_tile(cell_sizes, BLOCK_R, BLOCK_C, CARRY)
+    row_ok = o0 < cell_sizes[0]
+    col_ok = o4 < cell_sizes[4]
+    tile_ok = row_ok[None, :] & col_ok[:, None]
+    phases: tl.constexpr = STRIDE[0] * STRIDE[1] * STRIDE[2] * STRIDE[3] * STRIDE[4]
+    shifts: tl.constexpr = SHIFTS[0] * SHIFTS[1] * SHIFTS[2] * SHIFTS[3] * SHIFTS[4]
+    if UNROLL:
+        totals = ()
+        for _ in tl.static_range(phases):
+            totals = totals + (tl.zeros((BLOCK_C, BLOCK_R), COMPUTE),)
+        for q in tl.static_range(shifts):
+            gradient, positions = window_values(
+                q,
+                b0,
+                b1,
+                b2,
+                o0,
+                o1,
+                o2,
+                o3,
+                o4,
+                tile_ok,
+                dy_ptr,
+                argmax_ptr,
+                in_sizes,
+                out_sizes,
+                pads,
+                dy_strides,
+                argmax_strides,
+                WINDOW,
+                STRIDE,
+                CLIPPED,
+                SHIFTS,
+                LAST_SHIFT,
+                KIND,
+                INCLUDE_PADDING,
+                ARGMAX_LIKE_DY,
+                WIDE,
+                COMPUTE,
+            )
+            summed = ()
+            for phase in tl.static_range(phases):
+                summed = summed + (
+                    totals[phase] + window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND),
+                )
+            totals = summed
+        for phase in tl.static_range(phases):
+            store_phase(
+                totals[phase],
+                phase,
+                b0,
+                b1,
+                b2,
+                o0,
+                o1,
+                o2,
+                o3,
+                o4,
+                row_ok,
+                col_ok,
+                dx_ptr,
+                in_sizes,
+                pads,
+                dx_strides,
+                alpha,
+                beta,
+                STRIDE,
+                LOW,
+                HIGH,
+                HAS_BETA,
+                WIDE,
+                COMPUTE,
+            )
+    else:
+        for phase in range(phases):
+            total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
+            for q in range(shifts):
+                gradient, positions = window_values(
+                    q,
+                    b0,
+                    b1,
+                    b2,
+                    o0,
+                    o1,
+                    o2,
+                    o3,
+                    o4,
+                    tile_ok,
+                    dy_ptr,
+                    argmax_ptr,
+                    in_sizes,
+                    out_sizes,
+                    pads,
+                    dy_strides,
+                    argmax_strides,
+                    WINDOW,
+                    STRIDE,
+                    CLIPPED,
+                    SHIFTS,
+                    LAST_SHIFT,
+                    KIND,
+                    INCLUDE_PADDING,
+                    ARGMAX_LIKE_DY,
+                    WIDE,
+                    COMPUTE,
+                )
+                total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND)
+            store_phase(
+                total,
+                phase,
+                b0,
+                b1,
+                b2,
+                o0,
+                o1,
+                o2,
+                o3,
+                o4,
+                row_ok,
+                col_ok,
+                dx_ptr,
+                in_sizes,
+                pads,
+                dx_strides,
+                alpha,
+                beta,
+                STRIDE,
+                LOW,
+                HIGH,
+                HAS_BETA,
+                WIDE,
+                COMPUTE,
+            )

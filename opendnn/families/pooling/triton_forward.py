@@ -1,0 +1,519 @@
+"""The Triton kernels of the pooling forward (general windows, stride-2 strips, and the argmax pass
+of the max backward) and the tile helpers the backward shares (the design is in ``triton_backend``'s
+docstring)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def advance(base, step, size, CARRY: tl.constexpr):
+    """``base + step`` as a coordinate below ``size`` and a carry into the next dim: two compares when
+    CARRY (the launcher's promise that ``base + step < 3 * size``), else a division."""
+    total = base + step
+    if CARRY:
+        carry = (total >= size).to(tl.int32) + (total >= 2 * size).to(tl.int32)
+    else:
+        carry = total // size
+    return total - carry * size, carry
+
+
+@triton.jit
+def program_tile(sizes, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, CARRY: tl.constexpr):
+    """The program's tile: BLOCK_R consecutive rows (canonical dims 0-3 flattened, dim 3 fastest) by
+    BLOCK_C columns (dim 4); one grid axis (the others hold 65535 programs at most), column blocks
+    fastest so that neighbouring programs share rows of x. Returns the first row's coordinates along
+    dims 0-2 (scalars: the tile's base), every row's coordinates along dims 0-3 and the columns, int32.
+    Divisions are per program; per row only without CARRY (dim 3 under half the block)."""
+    pid = tl.program_id(0)
+    column_blocks = tl.cdiv(sizes[4], BLOCK_C)
+    start = (pid // column_blocks) * BLOCK_R
+    b3 = start % sizes[3]
+    start = start // sizes[3]
+    b2 = start % sizes[2]
+    start = start // sizes[2]
+    b1 = start % sizes[1]
+    b0 = start // sizes[1]
+    c3, carry = advance(b3, tl.arange(0, BLOCK_R), sizes[3], CARRY)
+    c2, carry = advance(b2, carry, sizes[2], CARRY)
+    c1, carry = advance(b1, carry, sizes[1], CARRY)
+    return b0, b1, b2, b0 + carry, c1, c2, c3, (pid % column_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+
+
+@triton.jit
+def column_start(sizes, BLOCK_C: tl.constexpr):
+    """The first column of the program's tile (as ``program_tile`` numbers them), a scalar."""
+    return (tl.program_id(0) % tl.cdiv(sizes[4], BLOCK_C)) * BLOCK_C
+
+
+@triton.jit
+def outer_offset(c0, c1, c2, strides):
+    """Scalar int64 offset of coordinates along canonical dims 0-2: the tile's base."""
+    return c0.to(tl.int64) * strides[0] + c1.to(tl.int64) * strides[1] + c2.to(tl.int64) * strides[2]
+
+
+@triton.jit
+def tile_offset(d0, d1, d2, p3, p4, strides, WIDE: tl.constexpr):
+    """(columns, rows) offsets from the tile's base: per row, ``d0 .. d2`` (positions along dims 0-2
+    relative to the base) and ``p3``; per column ``p4``. int32 unless WIDE (an extent past 2**31)."""
+    return row_offset(d0, d1, d2, p3, strides, WIDE)[None, :] + column_offset(p4, strides, WIDE)[:, None]
+
+
+@triton.jit
+def column_offset(p4, strides, WIDE: tl.constexpr):
+    """Per column offsets (``tile_offset`` without the rows)."""
+    if WIDE:
+        p4 = p4.to(tl.int64)
+    return p4 * strides[4]
+
+
+@triton.jit
+def row_offset(d0, d1, d2, p3, strides, WIDE: tl.constexpr):
+    """Per row offsets from the tile's base (``tile_offset`` without the columns)."""
+    if WIDE:
+        d0, d1, d2, p3 = d0.to(tl.int64), d1.to(tl.int64), d2.to(tl.int64), p3.to(tl.int64)
+    return d0 * strides[0] + d1 * strides[1] + d2 * strides[2] + p3 * strides[3]
+
+
+@triton.jit
+def split_constant(index, SIZES: tl.constexpr):
+    """Coordinates of ``index`` over five constexpr sizes (last fastest)."""
+    c4 = index % SIZES[4]
+    index = index // SIZES[4]
+    c3 = index % SIZES[3]
+    index = index // SIZES[3]
+    c2 = index % SIZES[2]
+    index = index // SIZES[2]
+    return index // SIZES[1], index % SIZES[1], c2, c3, c4
+
+
+@triton.jit
+def within(position, size, j, LOW: tl.constexpr, HIGH: tl.constexpr):
+    """0 <= position < size for a position at window offset ``j``, testing only the ends that offset can
+    pass: before the input when ``j < LOW`` (the padding), past its end when ``j >= HIGH`` (where the last
+    window overhangs): a constant offset of the unrolled loop tests one end or none."""
+    return ((position >= 0) | (j >= LOW)) & ((position < size) | (j < HIGH))
+
+
+@triton.jit
+def window_count(start, size, pad, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
+    """Positions a window starting at ``start`` counts along one dim: up to the end of the trailing
+    padding (INCLUDE_PADDING) or inside the input only; the window where no window is CLIPPED."""
+    if not CLIPPED:
+        count = start * 0 + WINDOW
+    elif INCLUDE_PADDING:
+        count = tl.minimum(start + WINDOW, size + pad) - start
+    else:
+        count = tl.minimum(start + WINDOW, size) - tl.maximum(start, 0)
+    return count
+
+
+@triton.jit
+def window_counts(
+    s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr
+):
+    """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor."""
+    rows = (
+        window_count(s0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], INCLUDE_PADDING)
+        * window_count(s1, sizes[1], pads[1], WINDOW[1], CLIPPED[1], INCLUDE_PADDING)
+        * window_count(s2, sizes[2], pads[2], WINDOW[2], CLIPPED[2], INCLUDE_PADDING)
+        * window_count(s3, sizes[3], pads[3], WINDOW[3], CLIPPED[3], INCLUDE_PADDING)
+    )
+    counts = rows[None, :] * window_count(s4, sizes[4], pads[4], WINDOW[4], CLIPPED[4], INCLUDE_PADDING)[:, None]
+    return tl.maximum(counts, 1)  # windows outside the tile's range may count 0; real ones never do
+
+
+@triton.jit
+def window_step(
+    j,
+    x_tile,
+    s0,
+    s1,
+    s2,
+    s3,
+    s4,
+    load_cols,
+    in_sizes,
+    x_strides,
+    best,
+    found,
+    total,
+    y_value,
+    WINDOW: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """Fold window position ``j`` into the accumulators: the max (``best``) or the sum (``j`` row-major over
+    the canonical window), or ``found``, the row-major position ``j`` in N, C, D, H, W order of an element
+    equal to y (the positions come last to first: the first match is the last written)."""
+    if KIND == "argmax":
+        j0, j1, j2, j3, j4 = (
+            j // LINEAR[0] % WINDOW[0],
+            j // LINEAR[1] % WINDOW[1],
+            j // LINEAR[2] % WINDOW[2],
+            j // LINEAR[3] % WINDOW[3],
+            j // LINEAR[4] % WINDOW[4],
+        )
+    else:
+        j0, j1, j2, j3, j4 = split_constant(j, WINDOW)
+    ok_row = (
+        within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
+        & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
+        & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
+        & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2])
+    )
+    ok = ok_row[None, :] & (load_cols & within(s4 + j4, in_sizes[4], j4, LOW[4], HIGH[4]))[:, None]
+    # the shift along dims 0-3 is shared by a window row; a unit stride along dim 4 folds into the load's offset
+    row_shift = j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3]
+    x_at = (x_tile + row_shift) + j4 * x_strides[4]
+    if KIND == "max":
+        if PROPAGATE_NAN:  # padding reads -inf; one max.NaN.f32 on sm_90
+            x = tl.load(x_at, mask=ok, other=float("-inf")).to(COMPUTE)
+            best = tl.maximum(best, x, propagate_nan=tl.PropagateNan.ALL)
+        else:  # best starts as NaN, which every number replaces
+            x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
+            best = tl.where(ok & (x == x) & ((x > best) | (best != best)), x, best)
+    elif KIND == "argmax":
+        x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
+        found = tl.where(ok & ((x == y_value) | ((x != x) & (y_value != y_value))), j, found)
+    else:
+        total += tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
+    return best, found, total
+
+
+@triton.jit
+def strip_load(strip_at, start, ok_row, size, fill, SHIFT: tl.constexpr, GRAIN: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The (rows, 2 BLOCK_C) strip of input positions ``start + SHIFT + k`` at ``strip_at + SHIFT`` (pointers of
+    positions ``start + k``, k < 2 BLOCK_C), ``fill`` outside rows ``ok_row`` and outside 0 .. size - 1; its runs
+    of GRAIN positions lie wholly inside or outside the row (whole-vector masks). The shift is added to the
+    pointers, not to int32 offsets: ptxas then addresses a shifted strip from the strip's registers
+    (an immediate offset) instead of forming one 64-bit address per element."""
+    k = tl.arange(0, 2 * BLOCK_C)
+    grain_at = start + SHIFT + (k // GRAIN) * GRAIN
+    in_row = (grain_at >= 0) & (grain_at < size)
+    return tl.load(strip_at + SHIFT, mask=ok_row[:, None] & in_row[None, :], other=fill)
+
+
+@triton.jit
+def left_of_runs(x_base, row_shift, first_column, ok_row, size, fill, GROUP: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(rows, BLOCK_C // GROUP): the odd input position just before each run of GROUP pairs of the strip,
+    loaded as the second of an aligned (even, odd) pair: the pairs' layout then matches the strip's split
+    halves (a thread's run), where single strided positions would get a layout of their own (and shared
+    memory conversions)."""
+    pair_start = first_column - 2 + 2 * GROUP * tl.arange(0, BLOCK_C // GROUP)
+    pair_at = pair_start[:, None] + tl.arange(0, 2)[None, :]
+    in_row = (pair_start >= 0) & (pair_start < size)  # a pair lies wholly inside or outside the row
+    # (runs, rows, 2) then permuted: the coalescing pass orders equally strided dims first to last, so the runs
+    # go first to get the strip's thread order (4 x 8 threads over rows x runs)
+    pairs = tl.load(
+        x_base + tl.multiple_of(pair_at[:, None, :] + row_shift[None, :, None], (1, 1, 2)),
+        mask=in_row[:, None, None] & ok_row[None, :, None],
+        other=fill,
+    )
+    _, odd = tl.split(tl.permute(pairs, (1, 0, 2)))
+    return odd
+
+
+@triton.jit
+def shift_right(values, left, GROUP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``values`` (BLOCK_R, BLOCK_C) moved one column right: column c gets column c - 1, the first column of
+    each run of GROUP (1, 2 or 4) gets ``left`` (BLOCK_R, BLOCK_C // GROUP), the value before its run. With
+    runs as a thread holds them, only ``left`` crosses threads (one load per run instead of per column)."""
+    if GROUP == 1:
+        shifted = left
+    elif GROUP == 2:
+        c0, c1 = tl.split(tl.reshape(values, (BLOCK_R, BLOCK_C // 2, 2)))
+        shifted = tl.reshape(tl.join(left, c0), (BLOCK_R, BLOCK_C))
+    else:  # runs of 4: columns 4 g + 2 a + b as (g, a, b)
+        even, odd = tl.split(tl.reshape(values, (BLOCK_R, BLOCK_C // 4, 2, 2)))
+        c0, c2 = tl.split(even)
+        c1, c3 = tl.split(odd)
+        shifted = tl.reshape(tl.join(tl.join(left, c1), tl.join(c0, c2)), (BLOCK_R, BLOCK_C))
+    return shifted
+
+
+@triton.jit
+def strip_pool(
+    x_ptr,
+    b0,
+    b1,
+    b2,
+    x0,
+    o1,
+    o2,
+    s0,
+    s1,
+    s2,
+    s3,
+    s4,
+    in_sizes,
+    out_sizes,
+    pads,
+    x_strides,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    KIND: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    STRIP: tl.constexpr,
+    LEFT_GROUP: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Max or sum over windows of stride 2 along unit-stride input rows (NCHW), read as contiguous strips:
+    per window row, the strip at shift q (input positions 2 c0 + 2 q + k, k < 2 BLOCK_C, c0 the tile's
+    first column) is one vector load per STRIP elements, reshaped into (column, 2) pairs and split: its
+    even / odd halves hold, for every column c of the tile, the taps at window offsets 2 q - pad and
+    2 q + 1 - pad. Taps come in window order (row-major, as ``window_step``'s). Returns (BLOCK_C, BLOCK_R)
+    like the general path. STRIP (elements) divides the input's row strides, its row length and 2 BLOCK_C:
+    rows are STRIP-aligned, and a vector of the strip lies wholly inside or outside its row."""
+    rows = row_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, x_strides, WIDE)
+    x_base = x_ptr + outer_offset(
+        b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2], x_strides
+    )  # its alignment: Triton's, from the strides' specialization
+    first_column = 2 * column_start(out_sizes, BLOCK_C)
+    k = tl.arange(0, 2 * BLOCK_C)
+    best = tl.full((BLOCK_R, BLOCK_C), float("-inf") if PROPAGATE_NAN else float("nan"), COMPUTE)
+    total = tl.zeros((BLOCK_R, BLOCK_C), COMPUTE)
+    first_shift: tl.constexpr = -((LOW[4] + 1) // 2)
+    shifts: tl.constexpr = (WINDOW[4] - 1 - LOW[4] - 2 * first_shift) // 2 + 1
+    window_rows: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3]
+    for i in tl.static_range(window_rows):
+        j0, j1, j2, j3, _ = split_constant(i * WINDOW[4], WINDOW)
+        ok_row = (
+            within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
+            & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
+            & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
+            & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2])
+        )
+        row_shift = rows + (j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3])
+        # runs of STRIP positions start aligned (the hint that makes the loads vectors; see _strip_alignment)
+        strip_at = x_base + tl.multiple_of(row_shift[:, None] + (first_column + k)[None, :], (1, STRIP))
+        fill = float("-inf") if KIND == "max" and PROPAGATE_NAN else 0.0
+        strip = strip_load(strip_at, first_column, ok_row, in_sizes[4], fill, 0, STRIP, BLOCK_C)
+        main_even, main_odd = tl.split(tl.reshape(strip, (BLOCK_R, BLOCK_C, 2)))
+        for qi in tl.static_range(shifts):
+            q = first_shift + qi
+            if q == 0:
+                even, odd = main_even, main_odd
+            elif q == -1 and LEFT_GROUP > 0:  # the odd position left of each pair: the main strip's, shifted
+                even = main_even  # (not used: padding 1, the window starts at the odd position)
+                odd = shift_right(
+                    main_odd,
+                    left_of_runs(x_base, row_shift, first_column, ok_row, in_sizes[4], fill, LEFT_GROUP, BLOCK_C),
+                    LEFT_GROUP,
+                    BLOCK_R,
+                    BLOCK_C,
+                )
+            else:  # STRIP >= 2: a strip shifted by whole (even, odd) pairs starts 2-aligned
+                strip = strip_load(strip_at, first_column, ok_row, in_sizes[4], fill, 2 * q, 2, BLOCK_C)
+                even, odd = tl.split(tl.reshape(strip, (BLOCK_R, BLOCK_C, 2)))
+            for r in tl.static_range(2):
+                j4 = 2 * q + r + LOW[4]
+                if j4 >= 0 and j4 < WINDOW[4]:
+                    if r == 0:
+                        x = even.to(COMPUTE)
+                    else:
+                        x = odd.to(COMPUTE)
+                    if KIND == "max":
+                        if PROPAGATE_NAN:
+                            best = tl.maximum(best, x, propagate_nan=tl.PropagateNan.ALL)
+                        else:
+                            ok = ok_row[:, None] & within(s4 + j4, in_sizes[4], j4, LOW[4], HIGH[4])[None, :]
+                            best = tl.where(ok & (x == x) & ((x > best) | (best != best)), x, best)
+                    else:
+                        total += x
+    return tl.trans(best), tl.trans(total)
+
+
+@triton.jit
+def pool_forward_kernel(
+    x_ptr,
+    y_ptr,
+    argmax_ptr,
+    in_sizes,
+    out_sizes,
+    pads,
+    x_strides,
+    y_strides,
+    argmax_strides,
+    alpha: tl.float64,
+    beta: tl.float64,
+    WINDOW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    CLIPPED: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    LINEAR: tl.constexpr,
+    KIND: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    UNROLL: tl.constexpr,
+    CARRY: tl.constexpr,
+    WIDE: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    FULL_COLUMNS: tl.constexpr,
+    STRIP: tl.constexpr,
+    LEFT_GROUP: tl.constexpr,
+    Y_VECTOR: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
+    write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
+    position of the first element of x equal to it (the window's size when none is)."""
+    b0, b1, b2, o0, o1, o2, o3, cols = program_tile(out_sizes, BLOCK_R, BLOCK_C, CARRY)
+    row_ok = o0 < out_sizes[0]
+    col_ok = cols < out_sizes[4]
+    # rows past the output read the last row's windows (valid addresses: no tile mask on the loads), and so
+    # do strided columns (scalar loads); contiguous ones keep their mask (a min() would cost the vector loads)
+    # unless BLOCK_C divides the columns (FULL_COLUMNS): unpredicated loads, which ptxas keeps more of in flight
+    x0 = tl.minimum(o0, out_sizes[0] - 1)
+    if STRIDE[4] > 1:
+        x4 = tl.minimum(cols, out_sizes[4] - 1)
+        load_cols = cols >= 0
+    elif FULL_COLUMNS:
+        x4 = cols
+        load_cols = cols >= 0
+    else:
+        x4 = cols
+        load_cols = col_ok
+    s0 = x0 * STRIDE[0] - pads[0]
+    s1 = o1 * STRIDE[1] - pads[1]
+    s2 = o2 * STRIDE[2] - pads[2]
+    s3 = o3 * STRIDE[3] - pads[3]
+    s4 = x4 * STRIDE[4] - pads[4]
+    x_tile = (
+        x_ptr
+        + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2], x_strides)
+        + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides, WIDE)
+    )
+    # (the sum written out here: a hint on a helper's result is lost when the helper is inlined)
+    y_offsets = (
+        row_offset(o0 - b0, o1 - b1, o2 - b2, o3, y_strides, WIDE)[None, :]
+        + column_offset(cols, y_strides, WIDE)[:, None]
+    )
+    if Y_VECTOR > 1:  # runs of Y_VECTOR columns start aligned and lie wholly inside or outside y's rows
+        y_offsets = tl.multiple_of(y_offsets, (Y_VECTOR, 1))
+        col_ok = (cols // Y_VECTOR) * Y_VECTOR < out_sizes[4]
+    mask = row_ok[None, :] & col_ok[:, None]
+    y_at = y_ptr + outer_offset(b0, b1, b2, y_strides) + y_offsets
+
+    y_value = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
+    if KIND == "argmax":
+        y_value = tl.load(y_at, mask=mask, other=0.0).to(COMPUTE)
+    best = tl.full((BLOCK_C, BLOCK_R), float("-inf") if PROPAGATE_NAN else float("nan"), COMPUTE)
+    steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+    found = tl.full((BLOCK_C, BLOCK_R), steps, tl.int32)
+    total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
+    first: tl.constexpr = (steps - 1) * (KIND == "argmax")  # argmax: the window's positions last to first
+    step: tl.constexpr = 1 - 2 * (KIND == "argmax")
+    if STRIP:
+        best, total = strip_pool(
+            x_ptr,
+            b0,
+            b1,
+            b2,
+            x0,
+            o1,
+            o2,
+            s0,
+            s1,
+            s2,
+            s3,
+            s4,
+            in_sizes,
+            out_sizes,
+            pads,
+            x_strides,
+            WINDOW,
+            STRIDE,
+            LOW,
+            HIGH,
+            KIND,
+            PROPAGATE_NAN,
+            WIDE,
+            COMPUTE,
+            STRIP,
+            LEFT_GROUP,
+            BLOCK_R,
+            BLOCK_C,
+        )
+    elif UNROLL:
+        for i in tl.static_range(steps):
+            best, found, total = window_step(
+                first + step * i,
+                x_tile,
+                s0,
+                s1,
+                s2,
+                s3,
+                s4,
+                load_cols,
+                in_sizes,
+                x_strides,
+                best,
+                found,
+                total,
+                y_value,
+                WINDOW,
+                LOW,
+                HIGH,
+                LINEAR,
+                KIND,
+                PROPAGATE_NAN,
+                COMPUTE,
+            )
+    else:
+        for i in range(steps):
+            best, found, total = window_step(
+                first + step * i,
+                x_tile,
+                s0,
+                s1,
+                s2,
+                s3,
+                s4,
+                load_cols,
+                in_sizes,
+                x_strides,
+                best,
+                found,
+                total,
+                y_value,
+                WINDOW,
+                LOW,
+                HIGH,
+                LINEAR,
+                KIND,
+                PROPAGATE_NAN,
+                COMPUTE,
+            )
+
+    if KIND == "argmax":
+        argmax_at = (
+            argmax_ptr
+            + outer_offset(b0, b1, b2, argmax_strides)
+            + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE)
+        )
+        tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
+    else:
+        if KIND == "max":
+            result = best
+        else:
+            counts = window_counts(s0, s1, s2, s3, s4, in_sizes, pads, WINDOW, CLIPPED, INCLUDE_PADDING)
+            result = total / counts.to(COMPUTE)
+        result = result * tl.cast(alpha, COMPUTE)
+        if HAS_BETA:
+            result += tl.cast(beta, COMPUTE) * tl.load(y_at, mask=mask).to(COMPUTE)
+        tl.store(y_at, result.to(y_ptr.dtype.element_ty), mask=mask)
