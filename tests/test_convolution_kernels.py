@@ -488,7 +488,7 @@ def test_tma_backward_filter_dilation_flip_beta(splits):
         margin=16,
     )
     assert _read_by_tma(problem)
-    assert (kernels._tma_filter_split(problem)[1] > 1) == splits
+    assert (kernels.tma_filter_split(problem)[1] > 1) == splits
 
 
 def test_tma_not_taken_when_misaligned_strided_or_nchw():

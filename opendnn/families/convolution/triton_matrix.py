@@ -1,0 +1,119 @@
+"""1x1 convolutions that are plain matrix products: a stride-1 ungrouped forward or backward data
+over channels-last pixels is one product on matmul's kernels (``matmul_form``), and a backward filter
+over images that store their pixels contiguously is one product per image (``filter_matmul_form``)."""
+
+from __future__ import annotations
+
+import functools
+
+from opendnn.core.arrays import Bound, torch_view
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import InternalError
+from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
+from opendnn.families.convolution.triton_tiles import BACKWARD_DATA, BACKWARD_FILTER, geometry, tf32
+from opendnn.families.matmul.problem import MatmulProblem, matmul_problem
+
+
+@functools.lru_cache(maxsize=256)
+def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
+    """The matrix product a 1x1 problem is, or None. Forward: y[P, K] = x[P, C] @ w[K, C]^T (+ bias);
+    backward data: dx[P, C] = dy[P, K] @ w[K, C]; P = N x pixels. Taken when no padding, stride or
+    group changes that, when the pixels of x and y each step by one stride and their channels are
+    contiguous (channels-last: TMA reads the rows), for 16-bit and TF32 products (matmul runs strict
+    float32 and float64 on FMA units, the GEMM kernel on tensor cores), and when matmul's epilogue
+    computes the same thing: no residual z or activation, and alpha 1 with a bias (matmul scales the
+    biased sum, convolution only the product)."""
+    geo = geometry(problem)
+    if (
+        problem.direction is BACKWARD_FILTER
+        or geo.taps != 1
+        or geo.groups != 1
+        or method_of(problem.algo) is ConvolutionMethod.DIRECT
+        or any(problem.pre_padding)
+        or any(problem.post_padding)
+        or any(s != 1 for s in problem.stride)
+        or problem.z is not None
+        or problem.activation is not None
+        or (problem.bias is not None and problem.alpha != 1.0)
+    ):
+        return None
+    dtype = problem.x.dtype
+    if not (dtype.itemsize == 2 or (dtype is DataType.FLOAT and problem.allow_tf32)):
+        return None
+    a, c = (problem.y, problem.x) if problem.direction is BACKWARD_DATA else (problem.x, problem.y)
+    a_pixels, c_pixels = pixel_stride(a), pixel_stride(c)
+    if a_pixels is None or c_pixels is None or a.strides[1] != 1 or c.strides[1] != 1:
+        return None
+    w_k, w_c = problem.w.strides[:2]
+    rows = geo.output_pixels
+    b = (
+        TensorDescriptor(dtype, (geo.k, geo.c), (w_k, w_c))
+        if problem.direction is BACKWARD_DATA
+        else TensorDescriptor(dtype, (geo.c, geo.k), (w_c, w_k))
+    )
+    bias = None if problem.bias is None else TensorDescriptor(problem.bias.dtype, (geo.k,), (problem.bias.strides[1],))
+    return matmul_problem(
+        TensorDescriptor(dtype, (rows, a.dims[1]), (a_pixels, 1)),
+        b,
+        TensorDescriptor(dtype, (rows, c.dims[1]), (c_pixels, 1)),
+        alpha=problem.alpha,
+        beta=problem.beta,
+        bias_desc=bias,
+        allow_tf32=problem.allow_tf32,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def filter_matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
+    """Backward filter of a 1x1 problem whose images store their pixels contiguously (NCHW) as one
+    batched product: partial[n] = dy[n] (K x P) @ x[n]^T (P x C), both operands read with the pixels,
+    the reduced dim, contiguous (what TF32 tensor cores need); ``filter_sum_kernel`` then adds the N
+    partials in order. Taken for 16-bit and TF32 products under IMPLICIT_GEMM when the N partial
+    filters take no more memory than an explicit GEMM's columns (K <= pixels per image), for two
+    images or more."""
+    geo = geometry(problem)
+    pixels = geo.output_pixels // geo.n
+    dtype = problem.x.dtype
+    if (
+        problem.direction is not BACKWARD_FILTER
+        or geo.taps != 1
+        or geo.groups != 1
+        or geo.k > pixels
+        or geo.n == 1
+        or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM
+        or any(problem.pre_padding)
+        or any(problem.post_padding)
+        or any(s != 1 for s in problem.stride)
+        or not (dtype.itemsize == 2 or tf32(problem))
+    ):
+        return None
+    if any(pixel_stride(TensorDescriptor(dtype, (1, *d.dims[1:]), d.strides)) != 1 for d in (problem.x, problem.y)):
+        return None
+    (x_sn, x_sc), (dy_sn, dy_sk) = problem.x.strides[:2], problem.y.strides[:2]
+    return matmul_problem(
+        TensorDescriptor(dtype, (geo.n, geo.k, pixels), (dy_sn, dy_sk, 1)),
+        TensorDescriptor(dtype, (geo.n, pixels, geo.c), (x_sn, 1, x_sc)),
+        TensorDescriptor(DataType.FLOAT, (geo.n, geo.k, geo.c)),
+        allow_tf32=problem.allow_tf32,
+    )
+
+
+def pixel_stride(desc: TensorDescriptor) -> int | None:
+    """The one stride that steps through every pixel (n, then spatial dims) in order, or None when
+    the pixels are not evenly spaced."""
+    pixel_dims = [(d, s) for d, s in zip((desc.dims[0], *desc.dims[2:]), (desc.strides[0], *desc.strides[2:])) if d > 1]
+    if not pixel_dims:
+        return 1
+    stride = pixel_dims[-1][1]
+    for (_, outer), (size, inner) in zip(pixel_dims, pixel_dims[1:]):
+        if outer != inner * size:
+            return None
+    return stride
+
+
+def matrix_bound(bound: Bound, desc: TensorDescriptor | None) -> Bound:
+    """``bound``'s memory seen through the matrix descriptor ``desc`` (same first element)."""
+    if desc is None:  # (a matrix form describes every tensor its problem has)
+        raise InternalError(f"convolution's matrix form has no descriptor for {bound.name}")
+    return Bound(bound.name, desc, torch_view(bound).as_strided(desc.dims, desc.strides), bound.device)

@@ -1,0 +1,227 @@
+"""A convolution in the canonical 3-D form the kernels take (``Geometry``), the facts of a problem
+the planner reads (accumulator and dot types, TF32, the column matrix of an explicit GEMM), and the
+tiles and backward-filter slicing it picks (``gemm_tile``, ``filter_plan``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from opendnn.core.arrays import CPU
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.families.convolution.problem import (
+    ConvolutionDirection,
+    ConvolutionMethod,
+    ConvolutionProblem,
+    method_of,
+)
+from opendnn.kernels.device import programs_to_fill
+
+PROGRAMS_PER_SM = 2  # split-K slices aim for two programs per SM (264 on an H200)
+DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
+DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
+DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
+DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
+WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
+TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
+MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
+ALIGN = 256  # bytes: the start of each workspace region
+SUM_BLOCK = 128  # filter elements per program of the pass that sums the slices
+SUM_SPLITS = 16  # slices it loads at a time
+
+
+FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
+PROGRAMS_PER_SM = 2  # split-K slices aim for two programs per SM (264 on an H200)
+DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
+DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
+DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
+# ... its (pixels, channels, warps) per tile, programs and fewest pixel tiles per slice, by whether dy's
+# channels are contiguous. Measured on the H200 (docs/design/convolution.md): channels-last takes one
+# warp per program (its pixel sums never leave the warp) and 4x the programs (latency hidden by
+# residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
+DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
+WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
+TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
+MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
+ALIGN = 256  # bytes: the start of each workspace region
+SUM_BLOCK = 128  # filter elements per program of the pass that sums the slices
+SUM_SPLITS = 16  # slices it loads at a time
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A problem in 3-D canonical form (leading spatial dims of size 1 added)."""
+
+    n: int
+    c: int
+    k: int
+    groups: int
+    x_size: tuple[int, int, int]
+    y_size: tuple[int, int, int]
+    filt: tuple[int, int, int]
+    pad: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.filt)
+
+    @property
+    def output_pixels(self) -> int:
+        return self.n * math.prod(self.y_size)
+
+    @property
+    def input_pixels(self) -> int:
+        return self.n * math.prod(self.x_size)
+
+
+def three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    return tuple((fill,) * (3 - len(values)) + tuple(values))  # type: ignore[return-value]
+
+
+def geometry(problem: ConvolutionProblem) -> Geometry:
+    x, w, y = problem.x.dims, problem.w.dims, problem.y.dims
+    return Geometry(
+        x[0],
+        x[1],
+        w[0],
+        problem.groups,
+        three(x[2:], 1),
+        three(y[2:], 1),
+        three(w[2:], 1),
+        three(problem.pre_padding, 0),
+        three(problem.stride, 1),
+        three(problem.dilation, 1),
+    )
+
+
+def strides5(desc: TensorDescriptor | None) -> tuple[int, ...]:
+    """(n, c, d, h, w) strides of a descriptor in canonical form (0 for an added dim)."""
+    if desc is None:
+        return (0,) * 5
+    return (*desc.strides[:2], *three(desc.strides[2:], 0))
+
+
+def uses_direct(problem: ConvolutionProblem, reduced: int, outputs: int) -> bool:
+    method = method_of(problem.algo)
+    if method is ConvolutionMethod.DIRECT:
+        return True
+    return method is ConvolutionMethod.IMPLICIT_GEMM and reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
+
+
+def accumulator_type(problem: ConvolutionProblem) -> Any:
+    return tl.float64 if problem.compute_type is DataType.DOUBLE or problem.x.dtype is DataType.DOUBLE else tl.float32
+
+
+def dot_type(problem: ConvolutionProblem, device: str) -> Any:
+    """The operand type of tl.dot: the data's, float64 for float64 products, and float32 for
+    bfloat16 under the interpreter (Triton 3.6's interpreted tl.dot multiplies bfloat16 bit patterns)."""
+    if accumulator_type(problem) == tl.float64:
+        return tl.float64
+    if problem.x.dtype is DataType.BFLOAT16 and device == CPU:
+        return tl.float32
+    return {DataType.FLOAT: tl.float32, DataType.HALF: tl.float16, DataType.BFLOAT16: tl.bfloat16}[problem.x.dtype]
+
+
+def dot_precision(problem: ConvolutionProblem) -> str:
+    return "tf32" if problem.x.dtype is DataType.FLOAT and problem.allow_tf32 else "ieee"
+
+
+def itemsize_of(problem: ConvolutionProblem) -> int:
+    return problem.x.dtype.itemsize
+
+
+def aligned(size: int) -> int:
+    return -(-size // ALIGN) * ALIGN
+
+
+# ---- tiles ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int, depth: int, gemms: int) -> Tile:
+    """The tile of ``gemms`` GEMMs (groups x phases) of ``rows`` x ``columns`` reducing over
+    ``depth`` = taps x ``reduced`` channels. Measured on the H200 (ResNet-50, NHWC bf16): 256 x 128 x 64 with 8 warps
+    and 3 stages wherever it still makes ~100 programs, 128 x 128 below that, 128 x 64 x 64 with 4
+    warps and 3 stages for 64 output channels, 256 x 64 x 32 for lanes straddling taps (conv1)."""
+    if accumulator_type(problem) == tl.float64:
+        return Tile(64, 32, 16, 4, 2)
+    block_k = 64 if problem.x.dtype.itemsize == 2 else 32
+    if reduced % block_k:  # lanes of a chunk straddle taps: shallower chunks waste less
+        block_k = 16 if reduced % 32 and reduced % 16 == 0 else 32
+        if block_k == 32 and reduced % 32:
+            return Tile(256, max(16, min(64, triton.next_power_of_2(columns))), 32, 8, 3)
+    stages = 2 if depth <= block_k else 3  # a single chunk (1x1, 64 channels): less shared memory
+    if columns >= 128:
+        if triton.cdiv(rows, 256) * triton.cdiv(columns, 128) * gemms >= WIDE_TILE_PROGRAMS:
+            return Tile(256, 128, block_k, 8, stages)
+        return Tile(128, 128, block_k, 8, stages)
+    return Tile(128, max(16, triton.next_power_of_2(columns)), block_k, 4, stages)
+
+
+# ---- workspace -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterPlan:
+    tile: Tile
+    splits: int
+    slice_pixels: int
+    direct: bool
+
+
+def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
+    """Backward filter's tile and pixel slices: enough programs to fill the GPU, each slice at
+    least MIN_SLICE_STEPS tiles of pixels."""
+    geo = geometry(problem)
+    kg, cg = geo.k // geo.groups, geo.c // geo.groups
+    pixels = geo.output_pixels
+    if (
+        uses_direct(problem, kg, cg)
+        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
+        and geo.taps * cg <= DIRECT_FILTER_COLUMNS
+    ):
+        block_m, block_n, warps, target, min_steps = DIRECT_FILTER_TILES[problem.y.strides[1] == 1]
+        tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
+        programs = triton.cdiv(geo.k, tile.block_n)
+        step = tile.block_m
+        direct_kernel = True
+    else:
+        target = programs_to_fill(PROGRAMS_PER_SM)
+        tile = gemm_tile(problem, kg, cg * geo.taps, cg, pixels, geo.groups * target)
+        block_m = max(16, min(tile.block_m, triton.next_power_of_2(kg)))
+        block_n = next((b for b in (128, 64, 32, 16) if cg % b == 0), tile.block_n)  # one tap per tile
+        block_n = min(block_n, tile.block_n)
+        tile = Tile(block_m, block_n, tile.block_k, 8 if block_m * block_n >= 128 * 128 else 4, tile.num_stages)
+        programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n) * geo.groups
+        step, min_steps = tile.block_k, MIN_SLICE_STEPS
+        direct_kernel = False
+    splits = max(1, min(triton.cdiv(target, programs), pixels // (step * min_steps)))
+    slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), step) * step
+    return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel)
+
+
+def im2col_elements(problem: ConvolutionProblem) -> int:
+    """Elements of the column matrix an explicit GEMM convolution materialises."""
+    geo = geometry(problem)
+    if problem.direction is BACKWARD_DATA:
+        return geo.input_pixels * geo.taps * geo.k
+    return geo.output_pixels * geo.taps * geo.c
+
+
+def tf32(problem: ConvolutionProblem) -> bool:
+    return problem.x.dtype is DataType.FLOAT and problem.allow_tf32 and accumulator_type(problem) == tl.float32

@@ -1,0 +1,339 @@
+"""Stride-1 convolutions whose activations are read by TMA in boxes of pixels (Hopper): when they
+apply (``tma_blocks``), the workspace copies they read instead of the caller's tensors (``staged``,
+the TF32 filter repacked for backward data), and their launches."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import triton
+
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
+from opendnn.core.dispatch import backend_module
+from opendnn.core.errors import InternalError
+from opendnn.families.convolution import triton_direct as direct
+from opendnn.families.convolution import triton_gemm as gemm
+from opendnn.families.convolution.problem import (
+    ConvolutionMethod,
+    ConvolutionProblem,
+    method_of,
+)
+from opendnn.families.convolution.triton_matrix import matmul_form
+from opendnn.families.convolution.triton_tiles import (
+    BACKWARD_DATA,
+    BACKWARD_FILTER,
+    FORWARD,
+    PROGRAMS_PER_SM,
+    accumulator_type,
+    dot_precision,
+    geometry,
+    im2col_elements,
+    itemsize_of,
+    strides5,
+    tf32,
+)
+from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
+from opendnn.kernels.device import TMA_ALIGNMENT, programs_to_fill
+from opendnn.kernels.launch import Launch, Slot
+
+# ---- stride-1 convolutions read by TMA --------------------------------------------------------------
+
+TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
+TMA_BLOCK_BYTES = 128  # bytes of reduced channels per chunk: 64 16-bit or 32 float32 (TF32) channels
+# Fewest pixels along W in a box: rows of at least 8 pixels (one whole 128-byte swizzle pattern of
+# 8 x 128 bytes); the widths verified exact on the H200 (docs/design/convolution.md, "The 8-warp race").
+TMA_MIN_W = 8
+# conv_tma_kernel runs 4 warps: with 8 (two warpgroups) and 3-4 stages its results on the H200 were
+# wrong and changed from run to run (a race; docs/design/convolution.md, "The 8-warp race").
+TMA_WARPS, TMA_STAGES = 4, 4
+TMA_SHARED_BYTES = 200 * 1024  # filter_tma_kernel's pipeline stages take at most this much shared memory
+TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
+ACTIVATION_READS = {FORWARD: ("x",), BACKWARD_DATA: ("y",), BACKWARD_FILTER: ("x", "y")}  # ... of them activations
+MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
+
+
+def _channels_last_aligned(desc: TensorDescriptor) -> bool:
+    """Channels contiguous and the other strides 16-byte aligned: TMA can read it in pixel boxes."""
+    n_stride, c_stride, _, h_stride, w_stride = strides5(desc)
+    aligned = TMA_ALIGNMENT // desc.dtype.itemsize
+    return c_stride == 1 and not any(s % aligned for s in (n_stride, h_stride, w_stride))
+
+
+def _activation(problem: ConvolutionProblem, name: str) -> TensorDescriptor:
+    return problem.x if name == "x" else problem.y
+
+
+@functools.lru_cache(maxsize=256)
+def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
+    """The activations ("x", "y") the TMA route copies channels-last into the workspace first: a
+    TF32 backward problem's operands that TMA cannot read where they are (NCHW, say)."""
+    if problem.direction is FORWARD or not tf32(problem):
+        return ()
+    return tuple(
+        name for name in ACTIVATION_READS[problem.direction] if not _channels_last_aligned(_activation(problem, name))
+    )
+
+
+def packs_filter(problem: ConvolutionProblem) -> bool:
+    """TF32 backward data reads the filter repacked as [C, R, S, K] (wgmma takes TF32 operands only
+    with the reduced dim contiguous) and runs as a forward convolution over dy."""
+    return problem.direction is BACKWARD_DATA and tf32(problem)
+
+
+def _tma_block_k(problem: ConvolutionProblem) -> int:
+    return TMA_BLOCK_BYTES // problem.x.dtype.itemsize
+
+
+@functools.lru_cache(maxsize=256)
+def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
+    """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
+    apply: 2-D (or 1-D) stride-1 ungrouped 16-bit or TF32 problems, implicit GEMM, channels-last
+    activations with 16-byte aligned strides (TF32 backward stages others: ``staged``), and for
+    forward and backward data reduced channels a multiple of one 128-byte chunk and a KRSC filter
+    (read as the matrix [K, R*S*C]; TF32 backward data repacks any filter). The block is the power-of-two box
+    of 128 output pixels (input pixels for backward data), at least TMA_MIN_W wide, that pads
+    them least (ties: the widest)."""
+    geo = geometry(problem)
+    implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
+    if (
+        geo.groups != 1
+        or geo.stride != (1, 1, 1)
+        or geo.x_size[0] != 1
+        or geo.filt[0] != 1
+        or not (problem.x.dtype.itemsize == 2 or tf32(problem))
+        or matmul_form(problem) is not None
+        or not implicit
+    ):
+        return None
+    if problem.direction is BACKWARD_FILTER:
+        pixels, reduced = geo.y_size, 0
+    elif problem.direction is BACKWARD_DATA:
+        pixels, reduced = geo.x_size, geo.k
+    else:
+        pixels, reduced = geo.y_size, geo.c
+    if reduced % _tma_block_k(problem):
+        return None
+    if problem.direction is not BACKWARD_FILTER and not packs_filter(problem):
+        w_sk, w_sc, *w_taps = strides5(problem.w)
+        if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c or w_sk % 8:
+            return None
+    copied = sum(_activation(problem, name).numel for name in staged(problem))
+    if copied + (problem.w.numel if packs_filter(problem) else 0) > im2col_elements(problem):
+        return None  # the copies would take more memory than an explicit GEMM's columns (1x1 layers)
+    for name in ACTIVATION_READS[problem.direction]:
+        desc = _activation(problem, name)
+        if name in staged(problem):  # its packed channels-last copy must be aligned
+            if desc.dims[1] * desc.dtype.itemsize % TMA_ALIGNMENT:
+                return None
+        elif not _channels_last_aligned(desc):
+            return None
+    sides = [2**k for k in range(TMA_BLOCK_M.bit_length())]
+    boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
+
+    def padded(box: tuple[int, int, int]) -> tuple[int, int]:
+        return pixel_boxes(geo.n, pixels, box) * TMA_BLOCK_M, -box[2]
+
+    return min(boxes, key=padded)
+
+
+def _planned_tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int]:
+    """``tma_blocks`` of a problem planned on the TMA path, where it is never None."""
+    blocks = tma_blocks(problem)
+    if blocks is None:
+        raise InternalError("a convolution planned on the TMA path has no TMA blocks")
+    return blocks
+
+
+def pixel_boxes(n: int, size: tuple[int, int, int], box: tuple[int, int, int]) -> int:
+    """How many (IMAGES, BLOCK_H, BLOCK_W) boxes cover n images of (d, h, w) = ``size`` (d = 1)."""
+    return math.prod(-(-extent // side) for extent, side in zip((n, size[1], size[2]), box))
+
+
+def _tma_filter_tile(problem: ConvolutionProblem) -> tuple[int, int]:
+    """(output channels, input channels) of a filter_tma_kernel tile: 128 or 64 (float32: 64, for shared memory)."""
+    geo = geometry(problem)
+    widest = 128 if itemsize_of(problem) == 2 else 64
+    return (widest if geo.k >= widest else 64), (widest if geo.c >= widest else 64)
+
+
+def tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
+    """(programs per slice, slices, boxes per slice) of filter_tma_kernel: slices of the output
+    pixel boxes enough to fill the GPU, each at least MIN_SLICE_BOXES boxes."""
+    geo = geometry(problem)
+    boxes = pixel_boxes(geo.n, geo.y_size, _planned_tma_blocks(problem))
+    block_k, block_c = _tma_filter_tile(problem)
+    programs = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
+    splits = max(1, min(triton.cdiv(programs_to_fill(PROGRAMS_PER_SM), programs), boxes // MIN_SLICE_BOXES))
+    per_slice = triton.cdiv(boxes, splits)
+    return programs, triton.cdiv(boxes, per_slice), per_slice
+
+
+def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
+    geo = geometry(problem)
+    images, block_h, block_w = _planned_tma_blocks(problem)
+    backward = problem.direction is BACKWARD_DATA
+    if backward:
+        (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "y"), Slot("x"), problem.x, geo.k, geo.c
+        a_size, out_size = geo.y_size, geo.x_size
+    else:
+        (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
+        a_size, out_size = geo.x_size, geo.y_size
+    w, w_sk, flip = Slot("w"), strides5(problem.w)[0], problem.flip
+    pads: tuple[int, ...] = geo.pad[1:]
+    if packs_filter(problem):  # a forward convolution of dy with the filter [C, R, S, K], turned around
+        backward, w, w_sk, flip = False, Slot("w_packed"), geo.taps * geo.k, not problem.flip
+        pads = tuple((size - 1) * dilation - pad for size, dilation, pad in zip(geo.filt[1:], geo.dilation[1:], pads))
+    a_sn, _, _, a_sh, a_sw = strides5(a_desc)
+    o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
+    z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
+    block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
+    tiles = pixel_boxes(geo.n, out_size, (images, block_h, block_w)) * triton.cdiv(outputs, block_n)
+    args = (
+        a,
+        w,
+        out,
+        Slot("bias"),
+        Slot("z"),
+        geo.n,
+        *a_size[1:],
+        reduced,
+        *out_size[1:],
+        outputs,
+        *geo.filt[1:],
+        a_sn,
+        a_sh,
+        a_sw,
+        w_sk,
+        o_sn,
+        o_sc,
+        o_sh,
+        o_sw,
+        z_sn,
+        z_sc,
+        z_sh,
+        z_sw,
+        problem.bias.strides[1] if problem.bias is not None else 0,
+        *pads,
+        *geo.dilation[1:],
+        problem.alpha,
+        problem.beta,
+        problem.alpha2,
+        problem.activation_coef,
+    )
+    return Launch(
+        gemm.conv_tma_kernel,
+        (tiles,),
+        args,
+        dict(
+            BACKWARD=backward,
+            FLIP=flip,
+            HAS_BETA=problem.beta != 0.0,
+            HAS_BIAS=problem.bias is not None,
+            HAS_Z=problem.z is not None,
+            ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+            PROPAGATE_NAN=problem.propagate_nan,
+            COMPUTE=accumulator_type(problem),
+            DOT=dot,
+            PRECISION=dot_precision(problem),
+            IMAGES=images,
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            BLOCK_N=block_n,
+            BLOCK_K=_tma_block_k(problem),
+            GROUP_M=8,
+            num_warps=TMA_WARPS,
+            num_stages=TMA_STAGES,
+        ),
+    )
+
+
+def _tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
+    """Where the TMA kernels read activation ``name``: the caller's tensor or its staged copy."""
+    desc = _activation(problem, name)
+    if name in staged(problem):  # packed in memory order N, spatial dims, C
+        return Slot(f"{name}_staged"), _packed_in_order(desc, (0, *range(2, desc.ndim), 1))
+    return Slot(name), desc
+
+
+def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDescriptor:
+    """``desc``'s dims packed with its dims laid out in ``order`` (outermost first)."""
+    return TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, order))
+
+
+def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
+    """The copies the TMA route reads instead of the caller's tensors: staged activations
+    channels-last, and for TF32 backward data the filter [K, C, R, S] repacked as [C, R, S, K]."""
+    copies = [(name, _tma_read(problem, name)) for name in staged(problem)]
+    if packs_filter(problem):
+        copies.append(("w", (Slot("w_packed"), _packed_in_order(problem.w, (1, *range(2, problem.w.ndim), 0)))))
+    launches = []
+    pointwise = backend_module("pointwise", "triton")  # another family's backend: from the operation table
+    for source, (target, target_desc) in copies:
+        source_desc = problem.w if source == "w" else _activation(problem, source)
+        copy = pointwise.pointwise_launch(PointwiseProblem(PointwiseMode.IDENTITY, (source_desc,), target_desc))
+        names = {"out": target.name, "in0": source, "in1": target.name, "in2": target.name}
+        args = tuple(Slot(names[a.name]) if isinstance(a, Slot) else a for a in copy.args)
+        launches.append(Launch(copy.kernel, copy.grid, args, copy.options))
+    return launches
+
+
+def tma_filter_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
+    """The backward filter read by TMA: partial filters per slice of pixel boxes when it splits."""
+    geo = geometry(problem)
+    images, block_h, block_w = _planned_tma_blocks(problem)
+    block_k, block_c = _tma_filter_tile(problem)
+    programs, splits, per_slice = tma_filter_split(problem)
+    (x, x_desc), (dy, dy_desc) = _tma_read(problem, "x"), _tma_read(problem, "y")
+    x_sn, _, _, x_sh, x_sw = strides5(x_desc)
+    dy_sn, _, _, dy_sh, dy_sw = strides5(dy_desc)
+    w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
+    stages = min(4, TMA_SHARED_BYTES // (TMA_BLOCK_M * (block_k + block_c) * itemsize_of(problem)))
+    args = (
+        x,
+        dy,
+        Slot("w"),
+        Slot("partial") if splits > 1 else Slot("w"),
+        geo.n,
+        *geo.x_size[1:],
+        geo.c,
+        *geo.y_size[1:],
+        geo.k,
+        *geo.filt[1:],
+        x_sn,
+        x_sh,
+        x_sw,
+        dy_sn,
+        dy_sh,
+        dy_sw,
+        w_sk,
+        w_sc,
+        w_sr,
+        w_ss,
+        *geo.pad[1:],
+        *geo.dilation[1:],
+        per_slice,
+        problem.alpha,
+        problem.beta,
+    )
+    return Launch(
+        direct.filter_tma_kernel,
+        (programs, splits),
+        args,
+        dict(
+            FLIP=problem.flip,
+            PARTIAL=splits > 1,
+            HAS_BETA=problem.beta != 0.0,
+            COMPUTE=accumulator_type(problem),
+            DOT=dot,
+            PRECISION=dot_precision(problem),
+            IMAGES=images,
+            BLOCK_H=block_h,
+            BLOCK_W=block_w,
+            BLOCK_M=block_k,
+            BLOCK_N=block_c,
+            num_warps=8 if block_k * block_c >= 128 * 128 else 4,
+            num_stages=stages,
+        ),
+    )
