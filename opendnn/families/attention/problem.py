@@ -897,7 +897,8 @@ def ragged_reference(
 
 def gathered(cache: np.ndarray, block_table: np.ndarray, seq_lens_kv: np.ndarray | None) -> np.ndarray:
     """A paged cache (num blocks, H, block size, D) as (B, H, blocks per sequence * block size, D):
-    sequence b's blocks in table order, zeros for blocks past its length (their entries unread)."""
+    sequence b's blocks in table order, zeros past its length (the table entries there unread, the
+    cache rows there never used)."""
     batch, blocks = block_table.shape
     block_size = cache.shape[2]
     lens = np.full(batch, blocks * block_size) if seq_lens_kv is None else np.asarray(seq_lens_kv, np.int64)
@@ -905,4 +906,5 @@ def gathered(cache: np.ndarray, block_table: np.ndarray, seq_lens_kv: np.ndarray
     for b in range(batch):
         for j in range(min(blocks, -(-int(lens[b]) // block_size))):
             result[b, :, j * block_size : (j + 1) * block_size] = cache[block_table[b, j]]
+        result[b, :, max(int(lens[b]), 0) :] = 0
     return result
