@@ -227,10 +227,20 @@ def test_paged_backward_is_refused():
         "dq": torch.ones(1, 2, 4, 16), "dk": torch.ones(2, 2, 16, 16), "dv": torch.ones(2, 2, 16, 16),
     }  # fmt: skip
     table = torch.zeros(1, 2, dtype=torch.int32)
-    pairs = [item for slot in ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv") for item in (descriptor(tensors[slot]), tensors[slot])]
-    with pytest.raises(NotSupported, match=r"block_table_desc is given: the backward through paged K/V is not supported"):
+    pairs = [
+        item
+        for slot in ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
+        for item in (descriptor(tensors[slot]), tensors[slot])
+    ]
+    with pytest.raises(
+        NotSupported, match=r"block_table_desc is given: the backward through paged K/V is not supported"
+    ):
         attention_backward(
-            od.Handle(backend="numpy"), AttentionDescriptor(), *pairs, block_table_desc=descriptor(table), block_table=table
+            od.Handle(backend="numpy"),
+            AttentionDescriptor(),
+            *pairs,
+            block_table_desc=descriptor(table),
+            block_table=table,
         )
 
 
@@ -249,8 +259,10 @@ def varlen_operands(**changes):
          BadParam, r"cu_seqlens_q\[2\]=3 must be at least cu_seqlens_q\[1\]=4 \(offsets never decrease\)"),
         (dict(cu_seqlens_k=np.array([0, 2, 4], np.int32)), BadParam,
          r"cu_seqlens_k\[2\]=4 must equal the packed tokens, key.dims\[2\]=5"),
-        (dict(max_seqlen_q=3), BadParam, r"max_seqlen_q=3 must be at least 4, the length of sequence 0 in cu_seqlens_q"),
-        (dict(cu_seqlens_q=np.array([0.0, 4.0, 6.0])), NotSupported, r"cu_seqlens_q.dtype=float64 must be int32 or int64"),
+        (dict(max_seqlen_q=3), BadParam,
+         r"max_seqlen_q=3 must be at least 4, the length of sequence 0 in cu_seqlens_q"),
+        (dict(cu_seqlens_q=np.array([0.0, 4.0, 6.0])), NotSupported,
+         r"cu_seqlens_q.dtype=float64 must be int32 or int64"),
         (dict(cu_seqlens_k=np.array([0, 5], np.int32)), BadParam,
          r"cu_seqlens_k.dims=\[2\] must be \[batch \+ 1\] of at least 2, the same for both sides"),
         (dict(max_seqlen_k=0), BadParam, r"max_seqlen_k=0 must be an int of at least 1"),
@@ -264,7 +276,9 @@ def test_bad_ragged_offsets_are_refused_naming_the_parameter(changes, error, mes
 def test_a_block_number_outside_the_cache_is_refused():
     q, cache = np.ones((2, 2, 3, 16)), np.ones((4, 8, 2, 16))
     table = np.array([[0, 1], [3, 4]], np.int32)
-    with pytest.raises(BadParam, match=r"block_table\[1, 1\]=4 must be a block of k_cache \(0 to 3\): sequence 1 needs 2"):
+    with pytest.raises(
+        BadParam, match=r"block_table\[1, 1\]=4 must be a block of k_cache \(0 to 3\): sequence 1 needs 2"
+    ):
         F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 9], np.int32))
     # the same entry past the sequence's length is never read
     out = F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 8], np.int32))
