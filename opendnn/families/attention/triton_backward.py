@@ -616,19 +616,18 @@ def attention_dbias_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for batch_step in range(batch_count):
         b = bias_b + batch_step
-        len_q, len_kv, shift, _, _, _, _ = (
-            sequence_lengths(  # never ragged: a bias and ragged offsets exclude each other
-                b,
-                seq_lens_q_ptr,
-                seq_lens_kv_ptr,
-                seq_lens_strides,
-                seq_q,
-                seq_kv,
-                HAS_LENS_Q,
-                HAS_LENS_KV,
-                False,
-                BOTTOM_RIGHT,
-            )
+        # never ragged (a bias and ragged offsets exclude each other): the starts are 0, the limits Sq and Skv
+        len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
+            b,
+            seq_lens_q_ptr,
+            seq_lens_kv_ptr,
+            seq_lens_strides,
+            seq_q,
+            seq_kv,
+            HAS_LENS_Q,
+            HAS_LENS_KV,
+            False,
+            BOTTOM_RIGHT,
         )
         for head_step in range(head_count):
             h = bias_h + head_step
