@@ -11,7 +11,13 @@ Each family's functions live in ``opendnn/families/<family>/functional.py``; thi
 re-exports them by name.
 """
 
-from opendnn.families.attention.functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from opendnn.families.attention.functional import (
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_backward,
+    scaled_dot_product_attention_paged,
+    scaled_dot_product_attention_varlen,
+    scaled_dot_product_attention_varlen_backward,
+)
 from opendnn.families.batch_norm.functional import (
     BatchNormState,
     batch_norm,
@@ -200,6 +206,9 @@ __all__ = [
     "rsqrt",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
+    "scaled_dot_product_attention_paged",
+    "scaled_dot_product_attention_varlen",
+    "scaled_dot_product_attention_varlen_backward",
     "sigmoid",
     "sigmoid_backward",
     "sin",

@@ -9,6 +9,17 @@ mask, True where the key takes part), per-batch sequence lengths of the queries 
 slopes (per query head, or per batch and query head) and attention sinks (one logit per query head,
 with their gradient dsinks in the backward). The outputs must not overlap the inputs. The kernels
 allocate their workspace themselves, on the tensors' device; the queries say how much.
+
+Ragged (packed) sequences, as cuDNN's ragged offset tensors: ``ragged_offsets_q`` and
+``ragged_offsets_kv`` ((B + 1,) INT32 or INT64) give where each sequence starts, and q, o, do, dq
+and stats are descriptors of the packed tokens, (1, Hq, total_q, D) of any strides (a (total_q,
+Hq, D) buffer is strides (0, D, Hq * D, 1)), k, v, dk and dv likewise (1, Hkv, total_kv, D);
+``max_seqlen_q`` / ``max_seqlen_kv`` bound the sequences (default: the totals). Unlike cuDNN's
+per-tensor offsets in elements, an offset counts tokens (rows of dims[2]) and serves every tensor
+of its side: element offset = token offset * that tensor's dims[2] stride, cuDNN's value for packed
+layouts. The offsets are read on the host before any kernel runs (a synchronisation from a device).
+Paged K/V (forward only, as cuDNN's paged attention): ``block_table`` (B, blocks per sequence),
+INT32, with k and v descriptors of the caches, (num blocks, Hkv, block size, D) of any strides.
 """
 
 from __future__ import annotations
@@ -21,14 +32,17 @@ from opendnn.core.dispatch import dispatch, load_backend, refusal, require_handl
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, MathType
 from opendnn.families.attention.problem import (
+    API_NAMES,
     AttentionDescriptor,
     AttentionProblem,
     AttentionTensors,
     attention_problem,
+    check_layout_values,
 )
 
 # the optional tensors of each direction, as keyword-only (name_desc, name) pairs
-FORWARD_OPTIONAL = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks")
+LAYOUT_OPTIONAL = ("ragged_offsets_q", "ragged_offsets_kv", "block_table")
+FORWARD_OPTIONAL = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", *LAYOUT_OPTIONAL)
 BACKWARD_OPTIONAL = (*FORWARD_OPTIONAL, "dbias", "dsinks")
 BACKWARD_SLOTS = ("q", "k", "v", "o", "stats", "do", "dq", "dk", "dv")
 OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks")
@@ -58,16 +72,28 @@ def attention_forward(
     alibi_slopes: Any = None,
     sinks_desc: TensorDescriptor | None = None,
     sinks: Any = None,
+    ragged_offsets_q_desc: TensorDescriptor | None = None,
+    ragged_offsets_q: Any = None,
+    ragged_offsets_kv_desc: TensorDescriptor | None = None,
+    ragged_offsets_kv: Any = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_kv: int | None = None,
+    block_table_desc: TensorDescriptor | None = None,
+    block_table: Any = None,
 ) -> None:
     """``o = softmax(mask(softcap(scale * q k^T) + bias - alibi), sinks) v`` with dropout, and the rows'
     logsumexp into ``stats`` when given (dims (B, Hq, Sq), FLOAT).
 
     Raises:
         BadParam: dims that disagree, a tensor past its buffer or on another device, an overlapping
-            output, an array given without its descriptor (or the reverse).
-        NotSupported: a non-float dtype, a head dim outside 8..256.
+            output, an array given without its descriptor (or the reverse), ragged offsets that
+            decrease, end elsewhere than the packed tokens or exceed a max_seqlen, a needed block
+            number outside the caches.
+        NotSupported: a non-float dtype, a head dim outside 8..256, ragged offsets with a bias,
+            sequence lengths or a block table.
     """
-    _run(handle, attn_desc, _pairs(locals(), ("q", "k", "v", "o", "stats", *FORWARD_OPTIONAL)))
+    pairs = _pairs(locals(), ("q", "k", "v", "o", "stats", *FORWARD_OPTIONAL))
+    _run(handle, attn_desc, pairs, max_seqlen_q, max_seqlen_kv)
 
 
 def attention_backward(
@@ -106,6 +132,14 @@ def attention_backward(
     sinks: Any = None,
     dsinks_desc: TensorDescriptor | None = None,
     dsinks: Any = None,
+    ragged_offsets_q_desc: TensorDescriptor | None = None,
+    ragged_offsets_q: Any = None,
+    ragged_offsets_kv_desc: TensorDescriptor | None = None,
+    ragged_offsets_kv: Any = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_kv: int | None = None,
+    block_table_desc: TensorDescriptor | None = None,
+    block_table: Any = None,
 ) -> None:
     """dq, dk, dv (and dbias, of the bias's dims, and dsinks, when given) from the forward's o and
     stats and the gradient do, with the forward's own attn_desc (the dropout mask is regenerated
@@ -114,9 +148,10 @@ def attention_backward(
     Raises:
         BadParam: as attention_forward; stats, dq, dk or dv missing; dbias without a float bias;
             dsinks without sinks.
-        NotSupported: as attention_forward; dbias of a BOOLEAN mask.
+        NotSupported: as attention_forward; dbias of a BOOLEAN mask; a block table (no backward
+            through paged K/V).
     """
-    _run(handle, attn_desc, _pairs(locals(), (*BACKWARD_SLOTS, *BACKWARD_OPTIONAL)))
+    _run(handle, attn_desc, _pairs(locals(), (*BACKWARD_SLOTS, *BACKWARD_OPTIONAL)), max_seqlen_q, max_seqlen_kv)
 
 
 def get_attention_forward_workspace_size(
@@ -126,6 +161,8 @@ def get_attention_forward_workspace_size(
     k_desc: TensorDescriptor,
     v_desc: TensorDescriptor,
     o_desc: TensorDescriptor,
+    max_seqlen_q: int | None = None,
+    max_seqlen_kv: int | None = None,
     **optional_descs: TensorDescriptor | None,
 ) -> int:
     """Bytes of workspace ``attention_forward`` allocates on this handle's backend for these
@@ -137,7 +174,7 @@ def get_attention_forward_workspace_size(
     descs = dict(
         q=q_desc, k=k_desc, v=v_desc, o=o_desc, **_optional_descs(optional_descs, ("stats", *FORWARD_OPTIONAL))
     )
-    return _workspace_size(handle, attn_desc, descs)
+    return _workspace_size(handle, attn_desc, descs, max_seqlen_q, max_seqlen_kv)
 
 
 def get_attention_backward_workspace_size(
@@ -152,6 +189,8 @@ def get_attention_backward_workspace_size(
     dq_desc: TensorDescriptor,
     dk_desc: TensorDescriptor,
     dv_desc: TensorDescriptor,
+    max_seqlen_q: int | None = None,
+    max_seqlen_kv: int | None = None,
     **optional_descs: TensorDescriptor | None,
 ) -> int:
     """Bytes of workspace ``attention_backward`` allocates on this handle's backend for these
@@ -172,7 +211,7 @@ def get_attention_backward_workspace_size(
         dv=dv_desc,
         **_optional_descs(optional_descs, BACKWARD_OPTIONAL),
     )
-    return _workspace_size(handle, attn_desc, descs)
+    return _workspace_size(handle, attn_desc, descs, max_seqlen_q, max_seqlen_kv)
 
 
 def _pairs(arguments: dict[str, Any], slots: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
@@ -189,13 +228,17 @@ def _optional_descs(given: dict[str, TensorDescriptor | None], slots: tuple[str,
     return {slot: given.get(f"{slot}_desc") for slot in slots}
 
 
-def _problem(handle: Handle, attn_desc: AttentionDescriptor, descs: dict[str, Any]) -> AttentionProblem:
+def _problem(
+    handle: Handle, attn_desc: AttentionDescriptor, descs: dict[str, Any], *sizes: int | None
+) -> AttentionProblem:
+    """The problem of the call; ``sizes``: max_seqlen_q and max_seqlen_kv."""
     descs = {slot: desc for slot, desc in descs.items() if desc is not None}
-    return attention_problem(attn_desc, **descs, allow_tf32=handle.math_type is MathType.TENSOR_OP)
+    math = handle.math_type is MathType.TENSOR_OP
+    return attention_problem(attn_desc, **descs, max_seqlen_q=sizes[0], max_seqlen_kv=sizes[1], allow_tf32=math)
 
 
-def _workspace_size(handle: Handle, attn_desc: AttentionDescriptor, descs: dict[str, Any]) -> int:
-    problem = _problem(handle, attn_desc, descs)
+def _workspace_size(handle: Handle, attn_desc: AttentionDescriptor, descs: dict[str, Any], *sizes: int | None) -> int:
+    problem = _problem(handle, attn_desc, descs, *sizes)
     backend = load_backend("attention", require_handle(handle).backend, handle.device)
     reason = refusal(backend, problem)
     if reason is not None:
@@ -204,11 +247,14 @@ def _workspace_size(handle: Handle, attn_desc: AttentionDescriptor, descs: dict[
     return size
 
 
-def _run(handle: Handle, attn_desc: AttentionDescriptor, pairs: dict[str, tuple[Any, Any]]) -> None:
-    """Check the call, bind every array given to its descriptor, and dispatch it."""
-    problem = _problem(handle, attn_desc, {slot: desc for slot, (desc, _) in pairs.items()})
+def _run(handle: Handle, attn_desc: AttentionDescriptor, pairs: dict[str, tuple[Any, Any]], *sizes: int | None) -> None:
+    """Check the call, bind every array given to its descriptor, check the values of ragged offsets
+    and block tables, and dispatch it."""
+    problem = _problem(handle, attn_desc, {slot: desc for slot, (desc, _) in pairs.items()}, *sizes)
     bound = {slot: _bind_optional(slot, desc, array, output=slot in OUTPUTS) for slot, (desc, array) in pairs.items()}
-    dispatch(handle, "attention", problem, AttentionTensors._make(bound.get(slot) for slot in AttentionTensors._fields))
+    tensors = AttentionTensors._make(bound.get(slot) for slot in AttentionTensors._fields)
+    check_layout_values(problem, tensors, API_NAMES)
+    dispatch(handle, "attention", problem, tensors)
 
 
 def _bind_optional(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound | None:

@@ -1,5 +1,7 @@
 """Attention on the NumPy backend: the reference in the compute dtype (float32, or float64 for
-DOUBLE data). The backward recomputes the forward from q, k and v; it reads neither o nor stats."""
+DOUBLE data). The backward recomputes the forward from q, k and v; it reads neither o nor stats.
+Ragged sequences run through ``ragged_reference`` (padded, then packed again); paged K/V is
+gathered from its cache into (B, Hkv, Skv, D) first."""
 
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention.problem import AttentionProblem, AttentionTensors, reference_backward, reference_forward
+from opendnn.families.attention.problem import (
+    AttentionProblem,
+    AttentionTensors,
+    gathered,
+    ragged_reference,
+    reference_backward,
+    reference_forward,
+)
 
 
 def supports(problem: AttentionProblem) -> str | None:
@@ -27,15 +36,22 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     bias = None if t.bias is None else _values(t.bias, np.dtype(np.bool_) if problem.mask_bias else compute)
     lens = [None if bound is None else _values(bound, np.dtype(np.int64)) for bound in (t.seq_lens_q, t.seq_lens_kv)]
     per_head = [None if bound is None else _values(bound, compute) for bound in (t.alibi_slopes, t.sinks)]
-    if not problem.backward:
-        o, lse = reference_forward(problem.params, q, k, v, bias, *lens, *per_head)
-        _store(t.o, o)
-        if t.stats is not None:
-            _store(t.stats, lse)
-        return
-    assert t.do is not None and t.dq is not None and t.dk is not None and t.dv is not None  # the problem's rules
-    gradients = reference_backward(problem.params, q, k, v, _values(t.do, compute), bias, *lens, *per_head)
-    for bound, result in zip((t.dq, t.dk, t.dv, t.dbias, t.dsinks), gradients):
+    do = None if t.do is None else _values(t.do, compute)
+    results: tuple[np.ndarray | None, ...]
+    if t.ragged_offsets_q is not None and t.ragged_offsets_kv is not None:
+        offsets = [_values(bound, np.dtype(np.int64)) for bound in (t.ragged_offsets_q, t.ragged_offsets_kv)]
+        sizes = (problem.max_seqlen_q, problem.max_seqlen_kv)
+        results = ragged_reference(problem.params, q, k, v, *offsets, *sizes, do, *per_head)
+    else:
+        if t.block_table is not None:
+            table = _values(t.block_table, np.dtype(np.int64))
+            k, v = (gathered(cache, table, lens[1]) for cache in (k, v))
+        if do is None:
+            results = reference_forward(problem.params, q, k, v, bias, *lens, *per_head)
+        else:
+            results = reference_backward(problem.params, q, k, v, do, bias, *lens, *per_head)
+    outputs = (t.o, t.stats) if do is None else (t.dq, t.dk, t.dv, t.dbias, t.dsinks)
+    for bound, result in zip(outputs, results):
         if bound is not None and result is not None:
             _store(bound, result)
 

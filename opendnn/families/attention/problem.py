@@ -174,11 +174,40 @@ class AttentionProblem:
     alibi_slopes: TensorDescriptor | None = None
     sinks: TensorDescriptor | None = None
     dsinks: TensorDescriptor | None = None
+    ragged_offsets_q: TensorDescriptor | None = None
+    ragged_offsets_kv: TensorDescriptor | None = None
+    block_table: TensorDescriptor | None = None
+    max_seqlen_q: int = 0  # with ragged offsets: the longest sequence the kernels plan for
+    max_seqlen_kv: int = 0
     allow_tf32: bool = False
 
     @property
     def backward(self) -> bool:
         return self.do is not None
+
+    @property
+    def ragged(self) -> bool:
+        """Packed sequences: q, k, v and their kin are (1, H, total tokens, D), sequence b at the rows
+        ragged_offsets[b] .. ragged_offsets[b + 1] of its side."""
+        return self.ragged_offsets_q is not None
+
+    @property
+    def batch(self) -> int:
+        return self.ragged_offsets_q.dims[0] - 1 if self.ragged_offsets_q is not None else self.q.dims[0]
+
+    @property
+    def seq_q(self) -> int:
+        """The queries a batch may have: Sq, or the longest ragged sequence planned for."""
+        return self.max_seqlen_q if self.ragged else self.q.dims[2]
+
+    @property
+    def seq_kv(self) -> int:
+        """The keys a batch may have: Skv, the longest ragged sequence, or the paged blocks' capacity."""
+        if self.ragged:
+            return self.max_seqlen_kv
+        if self.block_table is not None:
+            return self.block_table.dims[1] * self.k.dims[2]
+        return self.k.dims[2]
 
     @property
     def group(self) -> int:
@@ -214,11 +243,19 @@ class AttentionTensors(NamedTuple):
     alibi_slopes: Bound | None = None
     sinks: Bound | None = None
     dsinks: Bound | None = None
+    ragged_offsets_q: Bound | None = None
+    ragged_offsets_kv: Bound | None = None
+    block_table: Bound | None = None
 
 
 SLOTS = AttentionTensors._fields
 # the caller's name of each slot in the errors; the cuDNN-shaped calls name descriptors
-API_NAMES = (("params", "attn_desc"), *((slot, f"{slot}_desc") for slot in SLOTS))
+API_NAMES = (
+    ("params", "attn_desc"),
+    *((slot, f"{slot}_desc") for slot in SLOTS),
+    ("max_seqlen_q", "max_seqlen_q"),
+    ("max_seqlen_kv", "max_seqlen_kv"),
+)
 
 
 @memoized
@@ -241,20 +278,36 @@ def attention_problem(
     alibi_slopes: TensorDescriptor | None = None,
     sinks: TensorDescriptor | None = None,
     dsinks: TensorDescriptor | None = None,
+    ragged_offsets_q: TensorDescriptor | None = None,
+    ragged_offsets_kv: TensorDescriptor | None = None,
+    block_table: TensorDescriptor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_kv: int | None = None,
     names: tuple[tuple[str, str], ...] = API_NAMES,
     allow_tf32: bool = False,
 ) -> AttentionProblem:
     """The shape and dtype rules of every attention call; a backward when ``do`` is given.
 
+    Ragged (packed) sequences: with ``ragged_offsets_q`` and ``ragged_offsets_kv`` ((B + 1,) token
+    offsets, FlashAttention's cu_seqlens), q, o, do, dq and stats are the packed query tokens
+    (1, Hq, total_q, ...), k, v, dk and dv the packed key tokens (1, Hkv, total_kv, ...), and
+    ``max_seqlen_q`` / ``max_seqlen_kv`` (default: the totals) bound the sequences' lengths.
+    Paged K/V (a forward): with ``block_table`` (B, max blocks), k and v are caches of dims
+    (num blocks, Hkv, block size, D) and key j of batch b lives in block ``block_table[b, j // block
+    size]``, row ``j % block size``.
+
     Args:
-        names: (slot, the caller's name) pairs for the messages: "params" and every AttentionTensors field.
+        names: (slot, the caller's name) pairs for the messages: "params", every AttentionTensors
+            field, "max_seqlen_q" and "max_seqlen_kv".
 
     Raises:
         BadParam: naming the descriptor: not 4 dims, dims that disagree (batch, heads, sequence,
             head dim), query heads not a multiple of key/value heads, dtypes that differ, stats,
-            bias, seq lens, ALiBi slopes, sinks or gradients of the wrong dims or dtype, a tensor the
-            backward needs missing.
-        NotSupported: a non-float dtype, a head dim outside 8..256, the gradient of a BOOLEAN mask.
+            bias, seq lens, ALiBi slopes, sinks, offsets, block table or gradients of the wrong
+            dims or dtype, a tensor the backward needs missing.
+        NotSupported: a non-float dtype, a head dim outside 8..256, the gradient of a BOOLEAN mask,
+            ragged offsets with a bias, sequence lengths or a block table, the backward through
+            paged K/V.
     """
     name = dict(names)
     if not isinstance(params, AttentionDescriptor):
@@ -276,6 +329,9 @@ def attention_problem(
         alibi_slopes=alibi_slopes,
         sinks=sinks,
         dsinks=dsinks,
+        ragged_offsets_q=ragged_offsets_q,
+        ragged_offsets_kv=ragged_offsets_kv,
+        block_table=block_table,
     )
     backward = do is not None
     for slot in ("stats", "dq", "dk", "dv") if backward else ():
@@ -299,9 +355,11 @@ def attention_problem(
         require(
             desc.dtype is q.dtype, f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}"
         )
-    batch, heads_q, _, head_dim = q.dims
+    heads_q, head_dim = q.dims[1], q.dims[3]
     heads_kv, value_dim = k.dims[1], v.dims[3]
-    _check_dims(name, "k", k, [("q", 0), None, None, ("q", 3)], data)
+    layout = _check_layout(name, descs, max_seqlen_q, max_seqlen_kv)
+    batch, seq_kv = layout[0], layout[2]
+    _check_dims(name, "k", k, [None if block_table is not None else ("q", 0), None, None, ("q", 3)], data)
     _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], data)
     require(
         heads_q % heads_kv == 0,
@@ -324,7 +382,7 @@ def attention_problem(
     if stats is not None:
         _check_stats(name, stats, q)
     if bias is not None:
-        _check_bias(name, bias, q, k)
+        _check_bias(name, bias, q, seq_kv)
     if dbias is not None:
         _check_bias_gradient(name, dbias, bias)
     for slot in ("seq_lens_q", "seq_lens_kv"):
@@ -360,9 +418,85 @@ def attention_problem(
         k=k,
         v=v,
         o=o,
+        max_seqlen_q=layout[1],
+        max_seqlen_kv=seq_kv,
         allow_tf32=bool(allow_tf32) and q.dtype is DataType.FLOAT,
         **optional,
     )
+
+
+def _check_layout(
+    name: dict[str, str],
+    descs: dict[str, TensorDescriptor | None],
+    max_seqlen_q: int | None,
+    max_seqlen_kv: int | None,
+) -> tuple[int, int, int]:
+    """(batch, Sq, Skv) of the call, after the rules of ragged offsets and of a block table."""
+    q, k = descs["q"], descs["k"]
+    assert q is not None and k is not None
+    offsets = [descs["ragged_offsets_q"], descs["ragged_offsets_kv"]]
+    table = descs["block_table"]
+    if offsets == [None, None]:
+        for slot, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_kv", max_seqlen_kv)):
+            require(value is None, f"{name[slot]}={value!r} is given without ragged offsets")
+        if table is None:
+            return q.dims[0], q.dims[2], k.dims[2]
+        require(
+            table.ndim == 2 and table.dims[0] == q.dims[0],
+            f"{name['block_table']}.dims={list(table.dims)} must be [{q.dims[0]}, blocks per sequence] "
+            f"(one row per batch of {name['q']})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            table.dtype is DataType.INT32,
+            f"{name['block_table']}.dtype={table.dtype.name} must be INT32",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+        if descs["do"] is not None:
+            raise NotSupported(
+                f"{name['block_table']} is given: the backward through paged K/V is not supported (forward only)"
+            )
+        return q.dims[0], q.dims[2], table.dims[1] * k.dims[2]
+    for slot, other in (("ragged_offsets_q", "ragged_offsets_kv"), ("ragged_offsets_kv", "ragged_offsets_q")):
+        require(
+            descs[slot] is not None,
+            f"{name[slot]}=None but {name[other]} is given (ragged offsets come in pairs)",
+            Status.BAD_PARAM_NULL_POINTER,
+        )
+    for slot in ("bias", "seq_lens_q", "seq_lens_kv", "block_table"):
+        if descs[slot] is not None:
+            raise NotSupported(f"{name[slot]} with ragged offsets is not supported")
+    first = offsets[0]
+    assert first is not None
+    for slot, desc in zip(("ragged_offsets_q", "ragged_offsets_kv"), offsets):
+        assert desc is not None
+        require(
+            desc.ndim == 1 and desc.dims[0] >= 2 and desc.dims == first.dims,
+            f"{name[slot]}.dims={list(desc.dims)} must be [batch + 1] of at least 2, the same for both sides "
+            f"({name['ragged_offsets_q']}.dims={list(first.dims)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            desc.dtype in (DataType.INT32, DataType.INT64),
+            f"{name[slot]}.dtype={desc.dtype.name} must be INT32 or INT64",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    for slot in ("q", "k"):
+        require(
+            descs[slot].dims[0] == 1,  # type: ignore[union-attr]
+            f"{name[slot]}.dims[0]={descs[slot].dims[0]} must be 1 with ragged offsets "  # type: ignore[union-attr]
+            "(the packed tokens of every sequence along dims[2])",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    lengths = []
+    for slot, value, total in (("max_seqlen_q", max_seqlen_q, q.dims[2]), ("max_seqlen_kv", max_seqlen_kv, k.dims[2])):
+        value = total if value is None else value
+        require(
+            isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1,
+            f"{name[slot]}={value!r} must be an int of at least 1",
+        )
+        lengths.append(int(value))
+    return first.dims[0] - 1, lengths[0], lengths[1]
 
 
 def _check_per_head(
@@ -417,8 +551,8 @@ def _check_stats(name: dict[str, str], stats: TensorDescriptor, q: TensorDescrip
     )
 
 
-def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescriptor, k: TensorDescriptor) -> None:
-    full = (*q.dims[:3], k.dims[2])
+def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescriptor, seq_kv: int) -> None:
+    full = (*q.dims[:3], seq_kv)
     require(
         bias.ndim == 4,
         f"{name['bias']}.ndim={bias.ndim} must be 4 (batch, heads, queries, keys)",
@@ -653,3 +787,124 @@ def reference_backward(
     dk = (scale * (ds.swapaxes(-1, -2) @ q)).reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
     dv = (w.dropped.swapaxes(-1, -2) @ do).reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
     return Gradients(dq, dk, dv, dbias, dsinks)
+
+
+# ---- ragged and paged layouts: the host checks of their values, and the reference through padding ----
+
+
+def host_values(bound: Bound) -> np.ndarray:
+    """A bound array's values on the host as int64 (a device tensor is copied: a synchronisation)."""
+    view = bound.view
+    if not isinstance(view, np.ndarray):
+        view = view.detach().cpu().numpy()
+    return np.asarray(view, np.int64)
+
+
+def check_layout_values(problem: AttentionProblem, t: AttentionTensors, names: tuple[tuple[str, str], ...]) -> None:
+    """Refuse ragged offsets and block tables whose values would read or write outside the tensors,
+    before any kernel runs: offsets that start below 0, decrease, end elsewhere than the packed
+    tokens or hold a sequence longer than its max_seqlen; a needed block number outside the cache.
+
+    Raises:
+        BadParam: naming the offsets or the block table, the place and the rule.
+    """
+    name = dict(names)
+    if t.ragged_offsets_q is not None and t.ragged_offsets_kv is not None:
+        sides = (
+            ("ragged_offsets_q", t.ragged_offsets_q, "q", problem.q.dims[2], "max_seqlen_q", problem.max_seqlen_q),
+            ("ragged_offsets_kv", t.ragged_offsets_kv, "k", problem.k.dims[2], "max_seqlen_kv", problem.max_seqlen_kv),
+        )
+        for slot, bound, tensor, total, max_slot, longest in sides:
+            _check_offsets(
+                name[slot], host_values(bound), f"{name[tensor]}.dims[2]={total}", total, name[max_slot], longest
+            )
+    if t.block_table is not None:
+        table = host_values(t.block_table)
+        block_size, blocks = problem.k.dims[2], problem.k.dims[0]
+        lens = np.full(problem.batch, problem.seq_kv)
+        if t.seq_lens_kv is not None:
+            lens = np.clip(host_values(t.seq_lens_kv), 0, problem.seq_kv)
+        needed = np.arange(table.shape[1])[None, :] < -(-lens[:, None] // block_size)
+        bad = np.argwhere(needed & ((table < 0) | (table >= blocks)))
+        if bad.size:
+            b, j = bad[0]
+            raise BadParam(
+                f"{name['block_table']}[{b}, {j}]={table[b, j]} must be a block of {name['k']} "
+                f"(0 to {blocks - 1}): sequence {b} needs {int(-(-lens[b] // block_size))} blocks"
+            )
+
+
+def _check_offsets(name: str, offsets: np.ndarray, total_text: str, total: int, max_name: str, longest: int) -> None:
+    if offsets[0] < 0:
+        raise BadParam(f"{name}[0]={offsets[0]} must be at least 0")
+    steps = np.diff(offsets)
+    if (steps < 0).any():
+        i = int(np.flatnonzero(steps < 0)[0])
+        raise BadParam(
+            f"{name}[{i + 1}]={offsets[i + 1]} must be at least {name}[{i}]={offsets[i]} (offsets never decrease)"
+        )
+    if offsets[-1] != total:
+        raise BadParam(f"{name}[{len(offsets) - 1}]={offsets[-1]} must equal the packed tokens, {total_text}")
+    if steps.max() > longest:
+        i = int(np.argmax(steps))
+        raise BadParam(f"{max_name}={longest} must be at least {steps[i]}, the length of sequence {i} in {name}")
+
+
+def padded(packed: np.ndarray, offsets: np.ndarray, length: int) -> np.ndarray:
+    """(1, H, T, ...) packed sequences as (B, H, length, ...), zeros past each sequence's end."""
+    result = np.zeros((len(offsets) - 1, packed.shape[1], length, *packed.shape[3:]), packed.dtype)
+    for b, (start, stop) in enumerate(zip(offsets[:-1], offsets[1:])):
+        result[b, :, : stop - start] = packed[0, :, start:stop]
+    return result
+
+
+def packed(padded_rows: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The inverse of ``padded``: the rows of each sequence, concatenated as (1, H, T, ...)."""
+    rows = [padded_rows[b, :, : stop - start] for b, (start, stop) in enumerate(zip(offsets[:-1], offsets[1:]))]
+    return np.concatenate(rows, axis=1)[None]
+
+
+def ragged_reference(
+    params: AttentionDescriptor,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    offsets_q: np.ndarray,
+    offsets_kv: np.ndarray,
+    max_seqlen_q: int,
+    max_seqlen_kv: int,
+    do: np.ndarray | None = None,
+    alibi_slopes: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
+) -> tuple[np.ndarray, ...]:
+    """The reference of packed sequences (q, k, v, do of dims (1, H, T, D)): each sequence padded to
+    its max_seqlen, computed as a batch with its lengths (so sequence b is batch b of the dropout
+    counters and of (B, Hq) ALiBi slopes), and packed again. (o, lse) without ``do``; with it the
+    Gradients, dq, dk and dv packed."""
+    offsets_q, offsets_kv = np.asarray(offsets_q, np.int64), np.asarray(offsets_kv, np.int64)
+    lens = (np.diff(offsets_q), np.diff(offsets_kv))
+    q_rows, do_rows = (None if x is None else padded(x, offsets_q, max_seqlen_q) for x in (q, do))
+    k_rows, v_rows = (padded(x, offsets_kv, max_seqlen_kv) for x in (k, v))
+    assert q_rows is not None
+    if do_rows is None:
+        o, lse = reference_forward(params, q_rows, k_rows, v_rows, None, *lens, alibi_slopes, sinks)
+        return packed(o, offsets_q), packed(lse[..., None], offsets_q)[..., 0]
+    grads = reference_backward(params, q_rows, k_rows, v_rows, do_rows, None, *lens, alibi_slopes, sinks)
+    return Gradients(
+        packed(grads.dq, offsets_q), packed(grads.dk, offsets_kv), packed(grads.dv, offsets_kv), None, grads.dsinks
+    )
+
+
+def gathered(cache: np.ndarray, block_table: np.ndarray, seq_lens_kv: np.ndarray | None) -> np.ndarray:
+    """A paged cache (num blocks, H, block size, D) as (B, H, blocks per sequence * block size, D):
+    sequence b's blocks in table order, zeros past its length (the table entries there unread, the
+    cache rows there never used)."""
+    batch, blocks = block_table.shape
+    block_size = cache.shape[2]
+    lens = np.full(batch, blocks * block_size) if seq_lens_kv is None else np.asarray(seq_lens_kv, np.int64)
+    result = np.zeros((batch, cache.shape[1], blocks * block_size, cache.shape[3]), cache.dtype)
+    for b in range(batch):
+        for j in range(min(blocks, -(-int(lens[b]) // block_size))):
+            result[b, :, j * block_size : (j + 1) * block_size] = cache[block_table[b, j]]
+        result[b, :, max(int(lens[b]), 0) :] = 0
+    return result

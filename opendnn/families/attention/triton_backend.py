@@ -66,8 +66,8 @@ def choose(problem: AttentionProblem) -> AttentionPlan:
     block_dv = max(MIN_BLOCK, triton.next_power_of_2(problem.v.dims[3]))
     tiles = (BACKWARD_TILES if problem.backward else FORWARD_TILES)[problem.q.dtype.itemsize]
     block_m, block_n, num_warps = next(row[1:] for row in tiles if max(block_d, block_dv) <= row[0])
-    block_m = min(block_m, max(MIN_BLOCK, triton.next_power_of_2(problem.q.dims[2])))
-    block_n = min(block_n, max(MIN_BLOCK, triton.next_power_of_2(problem.k.dims[2])))
+    block_m = min(block_m, max(MIN_BLOCK, triton.next_power_of_2(problem.seq_q)))
+    block_n = min(block_n, max(MIN_BLOCK, triton.next_power_of_2(problem.seq_kv)))
     strategy = "flash2_deterministic_backward" if problem.backward else "flash2_forward"
     return AttentionPlan(strategy, block_m, block_n, block_d, block_dv, num_warps, NUM_STAGES)
 
@@ -81,16 +81,17 @@ def workspace_size(problem: AttentionProblem) -> int:
     delta, one number per query row in the compute dtype (float32; float64 for DOUBLE)."""
     if not problem.backward:
         return 0
-    batch, heads_q, seq_q, _ = problem.q.dims
-    return batch * heads_q * seq_q * problem.compute_dtype.itemsize
+    return problem.batch * problem.q.dims[1] * problem.seq_q * problem.compute_dtype.itemsize
 
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     plan = choose(problem)
     args = dict(_arguments(problem, plan))
     args.update({f"{slot}_ptr": None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)})
-    batch, heads_q, seq_q, _ = problem.q.dims
-    heads_kv, seq_kv = problem.k.dims[1:3]
+    if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
+        args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
+    batch, heads_q, heads_kv = problem.batch, problem.q.dims[1], problem.k.dims[1]
+    seq_q, seq_kv = problem.seq_q, problem.seq_kv
     query_blocks = (triton.cdiv(seq_q, plan.block_m), batch * heads_q)
     if not problem.backward:
         _launch(attention_forward_kernel, query_blocks, args, plan)
@@ -123,20 +124,31 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
     """Every argument but the pointers, by name, for any of the kernels: planned once per problem."""
     left, right = problem.params.band
     dropout = problem.params.dropout_p
-    batch, heads_q, seq_q, head_dim = problem.q.dims
-    bias, dbias, alibi = problem.bias, problem.dbias, problem.alibi_slopes
+    heads_q, head_dim = problem.q.dims[1], problem.q.dims[3]
+    bias, dbias, alibi, table = problem.bias, problem.dbias, problem.alibi_slopes, problem.block_table
     summed = [False] * 4 if dbias is None else [size == 1 for size in dbias.dims]
-    seq_lens_strides = tuple(0 if d is None else d.strides[0] for d in (problem.seq_lens_q, problem.seq_lens_kv))
+    lengths = (
+        (problem.ragged_offsets_q, problem.ragged_offsets_kv)
+        if problem.ragged
+        else (problem.seq_lens_q, problem.seq_lens_kv)
+    )
+    seq_lens_strides = tuple(0 if d is None else d.strides[0] for d in lengths)
+    ragged = problem.ragged  # packed sequences: batch b starts at its offset, the batch stride is unused
+
+    def strides(desc: TensorDescriptor | None, ndim: int) -> tuple[int, ...]:
+        found = _strides(desc, ndim)
+        return (0, *found[1:]) if ragged else found
+
     args = dict(
-        q_strides=problem.q.strides,
-        k_strides=problem.k.strides,
-        v_strides=problem.v.strides,
-        o_strides=problem.o.strides,
-        stats_strides=_strides(problem.stats, 3),
-        do_strides=_strides(problem.do, 4),
-        dq_strides=_strides(problem.dq, 4),
-        dk_strides=_strides(problem.dk, 4),
-        dv_strides=_strides(problem.dv, 4),
+        q_strides=strides(problem.q, 4),
+        k_strides=problem.k.strides if table is not None else strides(problem.k, 4),
+        v_strides=problem.v.strides if table is not None else strides(problem.v, 4),
+        o_strides=strides(problem.o, 4),
+        stats_strides=strides(problem.stats, 3),
+        do_strides=strides(problem.do, 4),
+        dq_strides=strides(problem.dq, 4),
+        dk_strides=strides(problem.dk, 4),
+        dv_strides=strides(problem.dv, 4),
         # broadcast dims of the bias read one element: stride 0
         bias_strides=(0, 0, 0, 0)
         if bias is None
@@ -148,13 +160,15 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         alibi_strides=(0, 0) if alibi is None else ((0, *alibi.strides) if alibi.ndim == 1 else alibi.strides),
         sinks_stride=0 if problem.sinks is None else problem.sinks.strides[0],
         dsinks_stride=0 if problem.dsinks is None else problem.dsinks.strides[0],
-        batch=batch,
+        block_table_strides=(0, 0) if table is None else table.strides,
+        batch=problem.batch,
         heads_q=heads_q,
         group=problem.group,
-        seq_q=seq_q,
-        seq_kv=problem.k.dims[2],
+        seq_q=problem.seq_q,
+        seq_kv=problem.seq_kv,
         head_dim=head_dim,
         value_dim=problem.v.dims[3],
+        block_size=problem.k.dims[2],
         scale=problem.scale,
         softcap=problem.params.softcap or 1.0,
         left=left or 0,
@@ -168,6 +182,8 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
         HAS_LENS_Q=problem.seq_lens_q is not None,
         HAS_LENS_KV=problem.seq_lens_kv is not None,
+        RAGGED=ragged,
+        PAGED=table is not None,
         BIAS_ADD=bias is not None and not problem.mask_bias,
         BIAS_MASK=problem.mask_bias,
         SOFTCAP=problem.params.softcap is not None,

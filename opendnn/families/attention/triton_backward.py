@@ -48,38 +48,59 @@ def attention_delta_kernel(
     o_ptr,
     do_ptr,
     delta_ptr,
+    seq_lens_q_ptr,
+    seq_lens_kv_ptr,
     o_strides,
     do_strides,
+    seq_lens_strides,
     heads_q,
     seq_q,
+    seq_kv,
     value_dim,
+    HAS_LENS_Q: tl.constexpr,
+    HAS_LENS_KV: tl.constexpr,
+    RAGGED: tl.constexpr,
+    BOTTOM_RIGHT: tl.constexpr,
     COMPUTE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_DV: tl.constexpr,
 ):
-    """Program (m, b * Hq + h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] for BLOCK_M rows i."""
+    """Program (m, b * Hq + h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] for BLOCK_M rows i
+    (of a ragged sequence: its own rows, at (b * Hq + h) * max_seqlen_q + i)."""
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
+    _, _, _, start_q, _, limit_q, _ = sequence_lengths(
+        b,
+        seq_lens_q_ptr,
+        seq_lens_kv_ptr,
+        seq_lens_strides,
+        seq_q,
+        seq_kv,
+        HAS_LENS_Q,
+        HAS_LENS_KV,
+        RAGGED,
+        BOTTOM_RIGHT,
+    )
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     value_dims = tl.arange(0, BLOCK_DV)
-    o = load_tile(
-        o_ptr, head_base(b, h, o_strides), rows, value_dims, (o_strides[2], o_strides[3]), seq_q, value_dim, 0.0
-    )
-    do = load_tile(
-        do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0
-    )
+    o_base = head_base(b, h, o_strides, start_q)
+    o = load_tile(o_ptr, o_base, rows, value_dims, (o_strides[2], o_strides[3]), limit_q, value_dim, 0.0)
+    do_base = head_base(b, h, do_strides, start_q)
+    do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), limit_q, value_dim, 0.0)
     delta = tl.sum(o.to(COMPUTE) * do.to(COMPUTE), 1)
-    tl.store(delta_ptr + tl.program_id(1).to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
+    tl.store(delta_ptr + tl.program_id(1).to(tl.int64) * seq_q + rows, delta, mask=rows < limit_q)
 
 
 @triton.jit
-def row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE: tl.constexpr):
-    """(lse, delta) of the rows: lse +inf where a row has no key (-inf saved) or is past Sq, so that
-    exp(s - lse) is 0 there."""
-    offsets = head_base(b, h, stats_strides) + rows.to(tl.int64) * stats_strides[2]
-    lse = tl.load(stats_ptr + offsets, mask=rows < seq_q, other=float("inf")).to(COMPUTE)
+def row_statistics(
+    stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE: tl.constexpr
+):
+    """(lse, delta) of the rows: lse +inf where a row has no key (-inf saved) or is past its limit,
+    so that exp(s - lse) is 0 there."""
+    offsets = head_base(b, h, stats_strides, start_q) + rows.to(tl.int64) * stats_strides[2]
+    lse = tl.load(stats_ptr + offsets, mask=rows < limit_q, other=float("inf")).to(COMPUTE)
     lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    delta = tl.load(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, mask=rows < seq_q, other=0.0)
+    delta = tl.load(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, mask=rows < limit_q, other=0.0)
     return lse, delta
 
 
@@ -89,16 +110,20 @@ def attention_dsinks_kernel(
     delta_ptr,
     sinks_ptr,
     dsinks_ptr,
+    seq_lens_q_ptr,
     stats_strides,
     sinks_stride,
     dsinks_stride,
+    seq_lens_strides,
     batch,
     heads_q,
     seq_q,
+    RAGGED: tl.constexpr,
     COMPUTE: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
-    """Program h: dSinks[h] = -sum_{b, i} exp(sinks[h] - lse[b, h, i]) * delta[b, h, i], in a fixed order."""
+    """Program h: dSinks[h] = -sum_{b, i} exp(sinks[h] - lse[b, h, i]) * delta[b, h, i], in a fixed order
+    (RAGGED: the rows of each sequence, at its offset in the stats)."""
     h = tl.program_id(0).to(tl.int64)
     sink = tl.load(sinks_ptr + h * sinks_stride).to(COMPUTE)
     acc = tl.zeros((BLOCK_M,), COMPUTE)
@@ -107,8 +132,15 @@ def attention_dsinks_kernel(
         b = pairs // seq_q
         rows = pairs % seq_q
         inside = pairs < batch * seq_q
+        start = tl.zeros_like(rows)
+        if RAGGED:
+            start = tl.load(seq_lens_q_ptr + b * seq_lens_strides[0], mask=inside, other=0).to(tl.int64)
+            stop = tl.load(seq_lens_q_ptr + (b + 1) * seq_lens_strides[0], mask=inside, other=0).to(tl.int64)
+            inside &= rows < stop - start
         lse = tl.load(
-            stats_ptr + b * stats_strides[0] + h * stats_strides[1] + rows * stats_strides[2], mask=inside, other=0.0
+            stats_ptr + b * stats_strides[0] + h * stats_strides[1] + (start + rows) * stats_strides[2],
+            mask=inside,
+            other=0.0,
         ).to(COMPUTE)
         delta = tl.load(delta_ptr + (b * heads_q + h) * seq_q + rows, mask=inside, other=0.0)
         # rows without a key or sink (lse -inf) have o = 0, so delta = 0: no term
@@ -252,6 +284,7 @@ def attention_dkdv_kernel(
     BOTTOM_RIGHT: tl.constexpr,
     HAS_LENS_Q: tl.constexpr,
     HAS_LENS_KV: tl.constexpr,
+    RAGGED: tl.constexpr,
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
@@ -270,8 +303,17 @@ def attention_dkdv_kernel(
     b = tl.program_id(1) // heads_kv
     kv_head = tl.program_id(1) % heads_kv
     start_n = tl.program_id(0) * BLOCK_N
-    len_q, len_kv, shift = sequence_lengths(
-        b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+    len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
+        b,
+        seq_lens_q_ptr,
+        seq_lens_kv_ptr,
+        seq_lens_strides,
+        seq_q,
+        seq_kv,
+        HAS_LENS_Q,
+        HAS_LENS_KV,
+        RAGGED,
+        BOTTOM_RIGHT,
     )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
@@ -279,32 +321,25 @@ def attention_dkdv_kernel(
     columns = start_n + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
-    k = load_tile(
-        k_ptr, head_base(b, kv_head, k_strides), columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0
-    )
-    v = load_tile(
-        v_ptr,
-        head_base(b, kv_head, v_strides),
-        columns,
-        value_dims,
-        (v_strides[2], v_strides[3]),
-        seq_kv,
-        value_dim,
-        0.0,
-    )
+    k_base = head_base(b, kv_head, k_strides, start_kv)
+    k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), limit_kv, head_dim, 0.0)
+    v_base = head_base(b, kv_head, v_strides, start_kv)
+    v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), limit_kv, value_dim, 0.0)
     dk = tl.zeros((BLOCK_N, BLOCK_D), COMPUTE)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), COMPUTE)
     lo, hi = query_range(start_n, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
     for member in range(group):
         h = kv_head * group + member
         slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
-        q_base = head_base(b, h, q_strides)
-        do_base = head_base(b, h, do_strides)
+        q_base = head_base(b, h, q_strides, start_q)
+        do_base = head_base(b, h, do_strides, start_q)
         for start_m in range(lo, hi, BLOCK_M):
             rows = start_m + tl.arange(0, BLOCK_M)
-            q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
-            do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0)
-            lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
+            q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), limit_q, head_dim, 0.0)
+            do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), limit_q, value_dim, 0.0)
+            lse, delta = row_statistics(
+                stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE
+            )
             dropped, ds, t = tile_gradients(
                 q,
                 k,
@@ -346,26 +381,10 @@ def attention_dkdv_kernel(
             dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION, out_dtype=COMPUTE)
             ds = through_softcap(ds, t, SOFTCAP)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION, out_dtype=COMPUTE)
-    store_tile(
-        dk_ptr,
-        head_base(b, kv_head, dk_strides),
-        columns,
-        dims,
-        (dk_strides[2], dk_strides[3]),
-        seq_kv,
-        head_dim,
-        dk * scale,
-    )
-    store_tile(
-        dv_ptr,
-        head_base(b, kv_head, dv_strides),
-        columns,
-        value_dims,
-        (dv_strides[2], dv_strides[3]),
-        seq_kv,
-        value_dim,
-        dv,
-    )
+    dk_base = head_base(b, kv_head, dk_strides, start_kv)
+    store_tile(dk_ptr, dk_base, columns, dims, (dk_strides[2], dk_strides[3]), limit_kv, head_dim, dk * scale)
+    dv_base = head_base(b, kv_head, dv_strides, start_kv)
+    store_tile(dv_ptr, dv_base, columns, value_dims, (dv_strides[2], dv_strides[3]), limit_kv, value_dim, dv)
 
 
 @triton.jit
@@ -414,6 +433,7 @@ def attention_dq_kernel(
     BOTTOM_RIGHT: tl.constexpr,
     HAS_LENS_Q: tl.constexpr,
     HAS_LENS_KV: tl.constexpr,
+    RAGGED: tl.constexpr,
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
@@ -432,8 +452,17 @@ def attention_dq_kernel(
     h = tl.program_id(1) % heads_q
     kv_head = h // group
     start_m = tl.program_id(0) * BLOCK_M
-    len_q, len_kv, shift = sequence_lengths(
-        b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+    len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
+        b,
+        seq_lens_q_ptr,
+        seq_lens_kv_ptr,
+        seq_lens_strides,
+        seq_q,
+        seq_kv,
+        HAS_LENS_Q,
+        HAS_LENS_KV,
+        RAGGED,
+        BOTTOM_RIGHT,
     )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
@@ -442,19 +471,21 @@ def attention_dq_kernel(
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
-    q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
-    do = load_tile(
-        do_ptr, head_base(b, h, do_strides), rows, value_dims, (do_strides[2], do_strides[3]), seq_q, value_dim, 0.0
+    q_base = head_base(b, h, q_strides, start_q)
+    q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), limit_q, head_dim, 0.0)
+    do_base = head_base(b, h, do_strides, start_q)
+    do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), limit_q, value_dim, 0.0)
+    lse, delta = row_statistics(
+        stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE
     )
-    lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
-    k_base = head_base(b, kv_head, k_strides)
-    v_base = head_base(b, kv_head, v_strides)
+    k_base = head_base(b, kv_head, k_strides, start_kv)
+    v_base = head_base(b, kv_head, v_strides, start_kv)
     dq = tl.zeros((BLOCK_M, BLOCK_D), COMPUTE)
     lo, hi = key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         columns = start_n + tl.arange(0, BLOCK_N)
-        k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0)
-        v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
+        k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), limit_kv, head_dim, 0.0)
+        v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), limit_kv, value_dim, 0.0)
         _, ds, t = tile_gradients(
             q,
             k,
@@ -495,9 +526,8 @@ def attention_dq_kernel(
         )
         ds = through_softcap(ds, t, SOFTCAP)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
-    store_tile(
-        dq_ptr, head_base(b, h, dq_strides), rows, dims, (dq_strides[2], dq_strides[3]), seq_q, head_dim, dq * scale
-    )
+    dq_base = head_base(b, h, dq_strides, start_q)
+    store_tile(dq_ptr, dq_base, rows, dims, (dq_strides[2], dq_strides[3]), limit_q, head_dim, dq * scale)
 
 
 @triton.jit
@@ -586,8 +616,18 @@ def attention_dbias_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for batch_step in range(batch_count):
         b = bias_b + batch_step
-        len_q, len_kv, shift = sequence_lengths(
-            b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+        # never ragged (a bias and ragged offsets exclude each other): the starts are 0, the limits Sq and Skv
+        len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
+            b,
+            seq_lens_q_ptr,
+            seq_lens_kv_ptr,
+            seq_lens_strides,
+            seq_q,
+            seq_kv,
+            HAS_LENS_Q,
+            HAS_LENS_KV,
+            False,
+            BOTTOM_RIGHT,
         )
         for head_step in range(head_count):
             h = bias_h + head_step
@@ -596,11 +636,11 @@ def attention_dbias_kernel(
             for start_m in range(m_start, m_stop, BLOCK_M):
                 rows = start_m + tl.arange(0, BLOCK_M)
                 q = load_tile(
-                    q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0
+                    q_ptr, head_base(b, h, q_strides, 0), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0
                 )
                 do = load_tile(
                     do_ptr,
-                    head_base(b, h, do_strides),
+                    head_base(b, h, do_strides, 0),
                     rows,
                     value_dims,
                     (do_strides[2], do_strides[3]),
@@ -608,12 +648,14 @@ def attention_dbias_kernel(
                     value_dim,
                     0.0,
                 )
-                lse, delta = row_statistics(stats_ptr, delta_ptr, b, h, rows, stats_strides, heads_q, seq_q, COMPUTE)
+                lse, delta = row_statistics(
+                    stats_ptr, delta_ptr, b, h, rows, stats_strides, 0, seq_q, heads_q, seq_q, COMPUTE
+                )
                 for start_n in range(n_start, n_stop, BLOCK_N):
                     columns = start_n + tl.arange(0, BLOCK_N)
                     k = load_tile(
                         k_ptr,
-                        head_base(b, kv_head, k_strides),
+                        head_base(b, kv_head, k_strides, 0),
                         columns,
                         dims,
                         (k_strides[2], k_strides[3]),
@@ -623,7 +665,7 @@ def attention_dbias_kernel(
                     )
                     v = load_tile(
                         v_ptr,
-                        head_base(b, kv_head, v_strides),
+                        head_base(b, kv_head, v_strides, 0),
                         columns,
                         value_dims,
                         (v_strides[2], v_strides[3]),

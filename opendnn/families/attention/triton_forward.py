@@ -16,6 +16,11 @@ end a sink's logit joins l (m and acc rescaled to it), o = acc / l and lse = m +
 no key (l = 0) gives o = 0 and lse = -inf. A row's max of -inf is shifted by 0 instead, so that
 -inf - -inf never forms. Accumulation in float32
 (float64 for DOUBLE); p is rounded to the data dtype before its product with v, as FlashAttention does.
+
+Ragged sequences (RAGGED) start at their offsets and grid over the longest one (max_seqlen_q): the
+programs of a shorter sequence's missing query blocks exit at once. Paged K/V (PAGED) gathers each
+key tile's rows through the block table, one table entry per key (cached in L1 across the tile),
+so a block size of at least 16 keeps the loads as wide as the dense ones.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from opendnn.families.attention.triton_tiles import (
     head_base,
     head_slope,
     key_range,
+    load_rows,
     load_tile,
+    paged_rows,
     sequence_lengths,
     store_tile,
     tile_scores,
@@ -50,7 +57,9 @@ def attention_forward_kernel(
     seq_lens_kv_ptr,
     alibi_slopes_ptr,
     sinks_ptr,
-    # layout: the strides of each tensor, (B, H, S, D) order; (B, H, S) for stats; (q, kv) for the lengths
+    block_table_ptr,
+    # layout: the strides of each tensor, (B, H, S, D) order ((block, H, row, D) for paged K/V);
+    # (B, H, S) for stats; (q, kv) for the lengths or ragged offsets
     q_strides,
     k_strides,
     v_strides,
@@ -60,6 +69,7 @@ def attention_forward_kernel(
     seq_lens_strides,
     alibi_strides,
     sinks_stride,
+    block_table_strides,
     # sizes
     heads_q,
     group,
@@ -67,6 +77,7 @@ def attention_forward_kernel(
     seq_kv,
     head_dim,
     value_dim,
+    block_size,
     # parameters
     scale: tl.float64,
     softcap: tl.float64,
@@ -82,6 +93,8 @@ def attention_forward_kernel(
     BOTTOM_RIGHT: tl.constexpr,
     HAS_LENS_Q: tl.constexpr,
     HAS_LENS_KV: tl.constexpr,
+    RAGGED: tl.constexpr,
+    PAGED: tl.constexpr,
     BIAS_ADD: tl.constexpr,
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
@@ -102,8 +115,17 @@ def attention_forward_kernel(
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
     kv_head = h // group
-    len_q, len_kv, shift = sequence_lengths(
-        b, seq_lens_q_ptr, seq_lens_kv_ptr, seq_lens_strides, seq_q, seq_kv, HAS_LENS_Q, HAS_LENS_KV, BOTTOM_RIGHT
+    len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
+        b,
+        seq_lens_q_ptr,
+        seq_lens_kv_ptr,
+        seq_lens_strides,
+        seq_q,
+        seq_kv,
+        HAS_LENS_Q,
+        HAS_LENS_KV,
+        RAGGED,
+        BOTTOM_RIGHT,
     )
     scale = compute_scalar(scale, COMPUTE)
     softcap = compute_scalar(softcap, COMPUTE)
@@ -111,16 +133,23 @@ def attention_forward_kernel(
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
-    q = load_tile(q_ptr, head_base(b, h, q_strides), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0)
-    k_base = head_base(b, kv_head, k_strides)
-    v_base = head_base(b, kv_head, v_strides)
+    q_base = head_base(b, h, q_strides, start_q)
+    q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), limit_q, head_dim, 0.0)
+    k_base = head_base(b, kv_head, k_strides, start_kv)
+    v_base = head_base(b, kv_head, v_strides, start_kv)
     m = tl.full((BLOCK_M,), float("-inf"), COMPUTE)
     total = tl.zeros((BLOCK_M,), COMPUTE)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), COMPUTE)
     lo, hi = key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         columns = start_n + tl.arange(0, BLOCK_N)
-        k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), seq_kv, head_dim, 0.0)
+        if PAGED:  # keys past len_kv read nothing: a cache's unused rows may hold anything
+            k_rows = paged_rows(
+                block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, k_strides
+            )
+            k = load_rows(k_ptr, k_rows, dims, k_strides[3], columns < len_kv, head_dim, 0.0)
+        else:
+            k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), limit_kv, head_dim, 0.0)
         s, _ = tile_scores(
             q,
             k,
@@ -157,7 +186,13 @@ def attention_forward_kernel(
         if DROPOUT:
             kept = dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, dropout_p)
             p = tl.where(kept, p * compute_scalar(dropout_scale, COMPUTE), 0.0)
-        v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), seq_kv, value_dim, 0.0)
+        if PAGED:
+            v_rows = paged_rows(
+                block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, v_strides
+            )
+            v = load_rows(v_ptr, v_rows, value_dims, v_strides[3], columns < len_kv, value_dim, 0.0)
+        else:
+            v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), limit_kv, value_dim, 0.0)
         acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=COMPUTE)
         m = m_new
     if SINKS:  # the sink's logit joins the denominator
@@ -171,8 +206,9 @@ def attention_forward_kernel(
     empty = total == 0.0
     total = tl.where(empty, 1.0, total)
     o = acc / total[:, None]
-    store_tile(o_ptr, head_base(b, h, o_strides), rows, value_dims, (o_strides[2], o_strides[3]), seq_q, value_dim, o)
+    o_base = head_base(b, h, o_strides, start_q)
+    store_tile(o_ptr, o_base, rows, value_dims, (o_strides[2], o_strides[3]), limit_q, value_dim, o)
     if STORE_STATS:
         lse = tl.where(empty, float("-inf"), m + tl.log(total))
-        offsets = head_base(b, h, stats_strides) + rows.to(tl.int64) * stats_strides[2]
-        tl.store(stats_ptr + offsets, lse.to(stats_ptr.dtype.element_ty), mask=rows < seq_q)
+        offsets = head_base(b, h, stats_strides, start_q) + rows.to(tl.int64) * stats_strides[2]
+        tl.store(stats_ptr + offsets, lse.to(stats_ptr.dtype.element_ty), mask=rows < limit_q)

@@ -1,6 +1,11 @@
-"""The pieces every attention kernel shares: loading a tile through any strides, the sequence
-lengths, the ranges of blocks a mask leaves, a tile of scores (scale, softcap, bias, ALiBi, masks)
-and the dropout mask.
+"""The pieces every attention kernel shares: loading a tile through any strides (or through a
+block table, for paged K/V), the sequence lengths and starts (ragged sequences), the ranges of
+blocks a mask leaves, a tile of scores (scale, softcap, bias, ALiBi, masks) and the dropout mask.
+
+Ragged (packed) sequences: with RAGGED the kernels' ``seq_lens_*_ptr`` point at the (B + 1) token
+offsets of each side (FlashAttention's cu_seqlens), every tensor's batch stride is 0, and sequence
+b starts ``offsets[b]`` rows down its tensors' sequence dim: a per-batch base, no padding copies.
+Loads and stores stop at the sequence's own length (the next sequence's rows follow it).
 
 A tile is BLOCK_M queries (rows ``i``) x BLOCK_N keys (columns ``j``) of one batch ``b`` and query
 head ``h``. Masks follow ``opendnn.families.attention.problem``: with ``shift`` the diagonal's offset
@@ -18,12 +23,31 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
 
 @triton.jit
+def load_rows(ptr, row_offsets, columns, column_stride, row_mask, column_limit, other):
+    """Elements [rows, columns] at ``row_offsets[r] + columns * column_stride``; ``other`` where
+    ``row_mask`` is False or a column is past its limit."""
+    offsets = row_offsets[:, None] + columns[None, :] * column_stride
+    mask = row_mask[:, None] & (columns < column_limit)[None, :]
+    return tl.load(ptr + offsets, mask=mask, other=other)
+
+
+@triton.jit
 def load_tile(ptr, base, rows, columns, strides, row_limit, column_limit, other):
     """Elements [rows, columns] of the 2-D slice at ``base`` (offsets rows * strides[0] + columns *
     strides[1]); ``other`` where a row or column is past its limit."""
-    offsets = base + rows.to(tl.int64)[:, None] * strides[0] + columns[None, :] * strides[1]
-    mask = (rows < row_limit)[:, None] & (columns < column_limit)[None, :]
-    return tl.load(ptr + offsets, mask=mask, other=other)
+    return load_rows(
+        ptr, base + rows.to(tl.int64) * strides[0], columns, strides[1], rows < row_limit, column_limit, other
+    )
+
+
+@triton.jit
+def paged_rows(block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, strides):
+    """The offsets of keys ``columns`` of batch b and key/value head kv_head in a paged cache of
+    (block, head, row in block, D) strides: block ``block_table[b, j // block_size]``, row
+    ``j % block_size``. Keys past len_kv read no table entry (their row offset is 0, masked)."""
+    table = block_table_ptr + b.to(tl.int64) * block_table_strides[0]
+    blocks = tl.load(table + (columns // block_size) * block_table_strides[1], mask=columns < len_kv, other=0)
+    return blocks.to(tl.int64) * strides[0] + kv_head.to(tl.int64) * strides[1] + (columns % block_size) * strides[2]
 
 
 @triton.jit
@@ -34,9 +58,10 @@ def store_tile(ptr, base, rows, columns, strides, row_limit, column_limit, value
 
 
 @triton.jit
-def head_base(b, h, strides):
-    """The offset of (batch b, head h) in a (B, H, S, D) tensor, in 64 bits."""
-    return b.to(tl.int64) * strides[0] + h.to(tl.int64) * strides[1]
+def head_base(b, h, strides, start):
+    """The offset of (batch b, head h) in a (B, H, S, D) tensor, in 64 bits; ``start`` rows down
+    the sequence dim (a ragged sequence's first token; 0 otherwise)."""
+    return b.to(tl.int64) * strides[0] + h.to(tl.int64) * strides[1] + tl.cast(start, tl.int64) * strides[2]
 
 
 @triton.jit
@@ -49,11 +74,24 @@ def sequence_lengths(
     seq_kv,
     HAS_LENS_Q: tl.constexpr,
     HAS_LENS_KV: tl.constexpr,
+    RAGGED: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
 ):
-    """(len_q, len_kv, shift) of batch b: the lengths clamped to 0..Sq and 0..Skv, and the diagonal's shift."""
+    """(len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv) of batch b: the lengths clamped
+    to 0..Sq and 0..Skv, the diagonal's shift, the first row of the sequence in its tensors (RAGGED;
+    else 0), and the rows its loads and stores stop at (the lengths with RAGGED, else Sq and Skv:
+    padding rows are written too)."""
     len_q = seq_q
     len_kv = seq_kv
+    start_q = 0
+    start_kv = 0
+    if RAGGED:
+        start_q = tl.load(seq_lens_q_ptr + b.to(tl.int64) * seq_lens_strides[0]).to(tl.int32)
+        stop = tl.load(seq_lens_q_ptr + (b + 1).to(tl.int64) * seq_lens_strides[0]).to(tl.int32)
+        len_q = tl.minimum(tl.maximum(stop - start_q, 0), seq_q)
+        start_kv = tl.load(seq_lens_kv_ptr + b.to(tl.int64) * seq_lens_strides[1]).to(tl.int32)
+        stop = tl.load(seq_lens_kv_ptr + (b + 1).to(tl.int64) * seq_lens_strides[1]).to(tl.int32)
+        len_kv = tl.minimum(tl.maximum(stop - start_kv, 0), seq_kv)
     if HAS_LENS_Q:
         length = tl.load(seq_lens_q_ptr + b.to(tl.int64) * seq_lens_strides[0])
         len_q = tl.minimum(tl.maximum(length, 0), seq_q).to(tl.int32)
@@ -63,7 +101,12 @@ def sequence_lengths(
     shift = 0
     if BOTTOM_RIGHT:
         shift = len_kv - len_q
-    return len_q, len_kv, shift
+    limit_q = seq_q
+    limit_kv = seq_kv
+    if RAGGED:
+        limit_q = len_q
+        limit_kv = len_kv
+    return len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv
 
 
 @triton.jit
@@ -173,7 +216,14 @@ def tile_scores(
         allowed &= columns[None, :] <= (diagonal + right)[:, None]
     if BIAS_ADD or BIAS_MASK:  # broadcast dims have stride 0
         bias = load_tile(
-            bias_ptr, head_base(b, h, bias_strides), rows, columns, (bias_strides[2], bias_strides[3]), seq_q, seq_kv, 0
+            bias_ptr,
+            head_base(b, h, bias_strides, 0),
+            rows,
+            columns,
+            (bias_strides[2], bias_strides[3]),
+            seq_q,
+            seq_kv,
+            0,
         )
         if BIAS_ADD:
             s += bias.to(COMPUTE)

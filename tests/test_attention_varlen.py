@@ -1,0 +1,298 @@
+"""Ragged (packed, cu_seqlens) and paged attention: the reference against each sequence computed
+alone, the Triton kernels through the interpreter against the float64 reference (forward and
+backward, GQA, causal bottom-right, windows, softcap, dropout, ALiBi, sinks) with outputs poisoned
+with NaN inside larger buffers, the paged forward through a shuffled block table over a cache whose
+unused rows are NaN, and the refusals of bad offsets and block tables."""
+
+import numpy as np
+import pytest
+import torch
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.core.errors import BadParam, NotSupported
+from opendnn.families.attention import triton_backend
+from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.problem import (
+    AttentionDescriptor,
+    gathered,
+    ragged_reference,
+    reference_backward,
+    reference_forward,
+)
+
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2}
+LENS_Q, LENS_KV = [5, 37, 1, 0, 20], [9, 30, 23, 4, 20]  # an empty query sequence and one of a single query
+
+
+def offsets(lengths):
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+
+
+def descriptor(tensor):
+    return od.TensorDescriptor(tensor.dtype, tensor.shape, tensor.stride())
+
+
+def heads_first(packed):
+    """(tokens, heads, D) as the (1, heads, tokens, D) view the problem takes."""
+    return packed.transpose(0, 1)[None]
+
+
+def poisoned(tokens, heads, dim, dtype):
+    """A NaN (tokens, heads, dim) view inside a larger NaN buffer, and the buffer."""
+    buffer = torch.full((tokens + 2, heads + 1, dim + 1), float("nan"), dtype=dtype)
+    return buffer[1 : tokens + 1, 1:, 1:], buffer
+
+
+def written_only_inside(view, buffer):
+    inside = torch.zeros(buffer.shape, dtype=torch.bool)
+    inside[1 : view.shape[0] + 1, 1:, 1:] = True
+    return bool(buffer[~inside].isnan().all()) and bool(torch.isfinite(view).all())
+
+
+def relative(actual, expected):
+    expected = np.asarray(expected, np.float64)
+    finite = np.isfinite(expected)
+    assert np.array_equal(finite, torch.isfinite(actual).numpy())
+    difference = actual.double().numpy()[finite] - expected[finite]
+    return np.linalg.norm(difference) / max(np.linalg.norm(expected[finite]), 1.0)
+
+
+CASES = {
+    "gqa_causal_dropout": (dict(causal=True, alignment="bottom_right", dropout_p=0.2, seed=7, offset=5), False),
+    "window_softcap_alibi_sinks": (dict(window=(6, 3), softcap=15.0, alignment="bottom_right"), True),
+}
+
+
+@pytest.fixture(params=["planned", "tiles_16"])
+def tiles(request, monkeypatch):
+    if request.param == "tiles_16":
+
+        def small(problem, choose=triton_backend.choose):
+            plan = choose(problem)
+            return type(plan)(plan.strategy, 16, 16, plan.block_d, plan.block_dv, plan.num_warps, plan.num_stages)
+
+        monkeypatch.setattr(triton_backend, "choose", small)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", list(CASES))
+def test_ragged_kernels_match_the_float64_reference(name, dtype, tiles):
+    fields, per_head = CASES[name]
+    params = AttentionDescriptor(**fields)
+    rng = np.random.default_rng(3)
+    heads_q, heads_kv, dim, value_dim = 4, 2, 24, 16
+    cu_q, cu_kv = offsets(LENS_Q), offsets(LENS_KV)
+    total_q, total_kv, batch = int(cu_q[-1]), int(cu_kv[-1]), len(LENS_Q)
+    q, do = (rng.standard_normal((total_q, heads_q, d)) for d in (dim, value_dim))
+    k, v = (rng.standard_normal((total_kv, heads_kv, d)) for d in (dim, value_dim))
+    # float32 slopes and sinks: the reference takes their rounded values
+    slopes = rng.uniform(0.1, 0.5, (batch, heads_q)).astype(np.float32).astype(np.float64) if per_head else None
+    sinks = rng.standard_normal(heads_q).astype(np.float32).astype(np.float64) if per_head else None
+    inputs = {name: torch.tensor(x, dtype=dtype) for name, x in dict(q=q, k=k, v=v, do=do).items()}
+    extra = {}
+    for slot, values in (("alibi_slopes", slopes), ("sinks", sinks)):
+        if values is not None:
+            extra[slot] = torch.tensor(values, dtype=torch.float32)
+            extra[f"{slot}_desc"] = descriptor(extra[slot])
+    layout = {}
+    for slot, values in (("ragged_offsets_q", cu_q), ("ragged_offsets_kv", cu_kv)):
+        layout[slot] = torch.tensor(values)
+        layout[f"{slot}_desc"] = descriptor(layout[slot])
+    sizes = dict(max_seqlen_q=40, max_seqlen_kv=max(LENS_KV))
+    views = {slot: heads_first(tensor) for slot, tensor in inputs.items()}
+    o, o_buffer = poisoned(total_q, heads_q, value_dim, dtype)
+    stats_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    stats = torch.full((1, heads_q, total_q), float("nan"), dtype=stats_dtype)
+    handle = od.Handle(backend="triton")
+    attention_forward(
+        handle, params, *(item for slot in "qkv" for item in (descriptor(views[slot]), views[slot])),
+        descriptor(heads_first(o)), heads_first(o), stats_desc=descriptor(stats), stats=stats,
+        **extra, **layout, **sizes,
+    )  # fmt: skip
+    expected_o, expected_stats = ragged_reference(
+        params, *(heads_first(torch.tensor(x)).numpy() for x in (q, k, v)), cu_q, cu_kv, 40, max(LENS_KV),
+        alibi_slopes=slopes, sinks=sinks,
+    )  # fmt: skip
+    assert written_only_inside(o, o_buffer)
+    assert relative(heads_first(o), expected_o) < TOLERANCE[dtype]
+    assert relative(stats, expected_stats) < TOLERANCE[dtype]
+    grads = [poisoned(*tensor.shape, dtype) for tensor in (inputs["q"], inputs["k"], inputs["v"])]
+    extra_backward = dict(extra)
+    if sinks is not None:
+        dsinks = torch.full((heads_q,), float("nan"), dtype=torch.float32)
+        extra_backward.update(dsinks=dsinks, dsinks_desc=descriptor(dsinks))
+    attention_backward(
+        handle, params, *(item for slot in "qkv" for item in (descriptor(views[slot]), views[slot])),
+        descriptor(heads_first(o)), heads_first(o), descriptor(views["do"]), views["do"],
+        descriptor(stats), stats,
+        *(item for grad, _ in grads for item in (descriptor(heads_first(grad)), heads_first(grad))),
+        **extra_backward, **layout, **sizes,
+    )  # fmt: skip
+    expected = ragged_reference(
+        params, *(heads_first(torch.tensor(x)).numpy() for x in (q, k, v)), cu_q, cu_kv, 40, max(LENS_KV),
+        heads_first(torch.tensor(do)).numpy(), alibi_slopes=slopes, sinks=sinks,
+    )  # fmt: skip
+    for (grad, buffer), reference in zip(grads, expected[:3]):
+        assert written_only_inside(grad, buffer)
+        assert relative(heads_first(grad), reference) < TOLERANCE[dtype]
+    if sinks is not None:
+        assert relative(extra_backward["dsinks"], expected.dsinks) < max(TOLERANCE[dtype], 1e-5)
+
+
+def test_ragged_reference_is_each_sequence_computed_alone():
+    """Packed sequences give what each sequence gives as a batch of one (bottom-right causal)."""
+    rng = np.random.default_rng(4)
+    params = AttentionDescriptor(causal=True, alignment="bottom_right", softcap=9.0)
+    cu_q, cu_kv = offsets(LENS_Q), offsets(LENS_KV)
+    q, do = (rng.standard_normal((1, 2, int(cu_q[-1]), 16)) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, int(cu_kv[-1]), 16)) for _ in range(2))
+    o, lse = ragged_reference(params, q, k, v, cu_q, cu_kv, 40, 40)
+    grads = ragged_reference(params, q, k, v, cu_q, cu_kv, 40, 40, do)
+    for b in range(len(LENS_Q)):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_kv[b], cu_kv[b + 1])
+        alone = (x[:, :, part] for x, part in ((q, rows), (k, keys), (v, keys)))
+        expected_o, expected_lse = reference_forward(params, *alone)
+        np.testing.assert_allclose(o[:, :, rows], expected_o, atol=1e-12)
+        np.testing.assert_allclose(lse[:, :, rows], expected_lse, atol=1e-12)
+        alone = (x[:, :, part] for x, part in ((q, rows), (k, keys), (v, keys), (do, rows)))
+        expected = reference_backward(params, *alone)
+        for ours, theirs, part in zip(grads[:3], expected[:3], (rows, keys, keys)):
+            np.testing.assert_allclose(ours[:, :, part], theirs, atol=1e-12)
+
+
+def test_varlen_functional_calls_return_packed_arrays_of_the_callers_kind():
+    rng = np.random.default_rng(5)
+    cu_q, cu_kv = offsets([3, 8]), offsets([8, 2])
+    q = torch.tensor(rng.standard_normal((11, 4, 16)))
+    k, v = (torch.tensor(rng.standard_normal((10, 2, 16))) for _ in range(2))
+    out, stats = F.scaled_dot_product_attention_varlen(
+        q, k, v, torch.tensor(cu_q), torch.tensor(cu_kv), 8, 8, is_causal=True, return_stats=True
+    )
+    assert isinstance(out, torch.Tensor) and out.shape == (11, 4, 16) and stats.shape == (4, 11)
+    expected_o, expected_lse = ragged_reference(
+        AttentionDescriptor(causal=True, alignment="bottom_right"), *(heads_first(x).numpy() for x in (q, k, v)),
+        cu_q, cu_kv, 8, 8,
+    )  # fmt: skip
+    np.testing.assert_allclose(heads_first(out).numpy(), expected_o, atol=1e-12)
+    np.testing.assert_allclose(stats.numpy(), expected_lse[0], atol=1e-12)
+    do = torch.tensor(rng.standard_normal((11, 4, 16)))
+    dq, dk, dv = F.scaled_dot_product_attention_varlen_backward(
+        do, q, k, v, out, stats, torch.tensor(cu_q), torch.tensor(cu_kv), 8, 8, is_causal=True
+    )
+    expected = ragged_reference(
+        AttentionDescriptor(causal=True, alignment="bottom_right"), *(heads_first(x).numpy() for x in (q, k, v)),
+        cu_q, cu_kv, 8, 8, heads_first(do).numpy(),
+    )  # fmt: skip
+    for ours, theirs in zip((dq, dk, dv), expected[:3]):
+        assert ours.shape == (theirs.shape[2], theirs.shape[1], theirs.shape[3])
+        np.testing.assert_allclose(heads_first(ours).numpy(), theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["triton", "numpy"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+def test_paged_forward_matches_the_gathered_reference(backend, dtype):
+    """Blocks in shuffled order, unused cache rows NaN, table entries past a sequence -1 (unread)."""
+    rng = np.random.default_rng(6)
+    blocks, block_size, heads_q, heads_kv, dim = 9, 16, 4, 2, 16
+    lens = np.array([40, 7, 33], np.int32)
+    table = np.full((3, 3), -1, np.int32)
+    order = rng.permutation(blocks)
+    table[0, :3], table[1, :1], table[2, :3] = order[:3], order[3:4], order[4:7]
+    k_cache, v_cache = (np.full((blocks, block_size, heads_kv, dim), np.nan) for _ in range(2))
+    for b, length in enumerate(lens):
+        for j in range(length):
+            for cache in (k_cache, v_cache):
+                cache[table[b, j // block_size], j % block_size] = rng.standard_normal((heads_kv, dim))
+    q = rng.standard_normal((3, heads_q, 5, dim))
+    handle = od.Handle(backend=backend)
+    out, stats = F.scaled_dot_product_attention_paged(
+        torch.tensor(q, dtype=dtype), torch.tensor(k_cache, dtype=dtype), torch.tensor(v_cache, dtype=dtype),
+        torch.tensor(table), torch.tensor(lens), is_causal=True, return_stats=True, handle=handle,
+    )  # fmt: skip
+    keys, values = (gathered(np.swapaxes(cache, 1, 2), table, lens) for cache in (k_cache, v_cache))
+    rounded = [torch.tensor(x, dtype=dtype).double().numpy() for x in (q, keys, values)]
+    expected_o, expected_lse = reference_forward(
+        AttentionDescriptor(causal=True, alignment="bottom_right"), *rounded, None, None, lens
+    )
+    assert relative(out, expected_o) < TOLERANCE[dtype]
+    assert relative(stats, expected_lse) < TOLERANCE[dtype]
+
+
+def test_paged_backward_is_refused():
+    tensors = {
+        "q": torch.ones(1, 2, 4, 16), "k": torch.ones(2, 2, 16, 16), "v": torch.ones(2, 2, 16, 16),
+        "o": torch.ones(1, 2, 4, 16), "do": torch.ones(1, 2, 4, 16), "stats": torch.ones(1, 2, 4),
+        "dq": torch.ones(1, 2, 4, 16), "dk": torch.ones(2, 2, 16, 16), "dv": torch.ones(2, 2, 16, 16),
+    }  # fmt: skip
+    table = torch.zeros(1, 2, dtype=torch.int32)
+    pairs = [
+        item
+        for slot in ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
+        for item in (descriptor(tensors[slot]), tensors[slot])
+    ]
+    with pytest.raises(
+        NotSupported, match=r"block_table_desc is given: the backward through paged K/V is not supported"
+    ):
+        attention_backward(
+            od.Handle(backend="numpy"),
+            AttentionDescriptor(),
+            *pairs,
+            block_table_desc=descriptor(table),
+            block_table=table,
+        )
+
+
+def varlen_operands(**changes):
+    q, k = np.ones((6, 2, 16)), np.ones((5, 2, 16))
+    arguments = dict(query=q, key=k, value=k, cu_seqlens_q=np.array([0, 4, 6], np.int32),
+                     cu_seqlens_k=np.array([0, 2, 5], np.int32), max_seqlen_q=4, max_seqlen_k=3)  # fmt: skip
+    arguments.update(changes)
+    return arguments
+
+
+@pytest.mark.parametrize(
+    "changes, error, message",
+    [
+        (dict(cu_seqlens_q=np.array([0, 4, 3, 6], np.int32), cu_seqlens_k=np.array([0, 2, 4, 5], np.int32)),
+         BadParam, r"cu_seqlens_q\[2\]=3 must be at least cu_seqlens_q\[1\]=4 \(offsets never decrease\)"),
+        (dict(cu_seqlens_k=np.array([0, 2, 4], np.int32)), BadParam,
+         r"cu_seqlens_k\[2\]=4 must equal the packed tokens, key.dims\[2\]=5"),
+        (dict(max_seqlen_q=3), BadParam,
+         r"max_seqlen_q=3 must be at least 4, the length of sequence 0 in cu_seqlens_q"),
+        (dict(cu_seqlens_q=np.array([0.0, 4.0, 6.0])), NotSupported,
+         r"cu_seqlens_q.dtype=float64 must be int32 or int64"),
+        (dict(cu_seqlens_k=np.array([0, 5], np.int32)), BadParam,
+         r"cu_seqlens_k.dims=\[2\] must be \[batch \+ 1\] of at least 2, the same for both sides"),
+        (dict(max_seqlen_k=0), BadParam, r"max_seqlen_k=0 must be an int of at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_ragged_offsets_are_refused_naming_the_parameter(changes, error, message):
+    with pytest.raises(error, match=message):
+        F.scaled_dot_product_attention_varlen(**varlen_operands(**changes))
+
+
+def test_a_block_number_outside_the_cache_is_refused():
+    q, cache = np.ones((2, 2, 3, 16)), np.ones((4, 8, 2, 16))
+    table = np.array([[0, 1], [3, 4]], np.int32)
+    with pytest.raises(
+        BadParam, match=r"block_table\[1, 1\]=4 must be a block of k_cache \(0 to 3\): sequence 1 needs 2"
+    ):
+        F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 9], np.int32))
+    # the same entry past the sequence's length is never read
+    out = F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 8], np.int32))
+    assert np.isfinite(out).all()
+
+
+def test_ragged_offsets_with_a_bias_are_not_supported():
+    q = torch.ones(1, 2, 6, 16)
+    bias = torch.ones(1, 2, 6, 6)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    with pytest.raises(NotSupported, match=r"bias_desc with ragged offsets is not supported"):
+        attention_forward(
+            od.Handle(backend="numpy"), AttentionDescriptor(), descriptor(q), q, descriptor(q), q, descriptor(q), q,
+            descriptor(q), torch.empty_like(q), bias_desc=descriptor(bias), bias=bias,
+            ragged_offsets_q_desc=descriptor(cu), ragged_offsets_q=cu, ragged_offsets_kv_desc=descriptor(cu),
+            ragged_offsets_kv=cu,
+        )  # fmt: skip
