@@ -619,7 +619,7 @@ def _packed_inputs(
                 f"{name}.ndim={native.ndim} must be 3 (total tokens, heads, head dim)", Status.BAD_PARAM_SHAPE_MISMATCH
             )
         bounds[name] = wrap(name, _heads_first(native))
-    optional = [
+    offsets_q, offsets_kv, slopes, sink_logits = (
         None if array is None else wrap(name, array)
         for name, array in (
             ("cu_seqlens_q", cu_seqlens_q),
@@ -627,5 +627,7 @@ def _packed_inputs(
             ("alibi_slopes", alibi_slopes),
             ("sinks", sinks),
         )
-    ]
-    return _Inputs(bounds["query"], bounds["key"], bounds["value"], None, *optional, ())
+    )
+    return _Inputs(
+        bounds["query"], bounds["key"], bounds["value"], None, offsets_q, offsets_kv, slopes, sink_logits, ()
+    )

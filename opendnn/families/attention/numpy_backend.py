@@ -39,9 +39,23 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     do = None if t.do is None else _values(t.do, compute)
     results: tuple[np.ndarray | None, ...]
     if t.ragged_offsets_q is not None and t.ragged_offsets_kv is not None:
-        offsets = [_values(bound, np.dtype(np.int64)) for bound in (t.ragged_offsets_q, t.ragged_offsets_kv)]
-        sizes = (problem.max_seqlen_q, problem.max_seqlen_kv)
-        results = ragged_reference(problem.params, q, k, v, *offsets, *sizes, do, *per_head)
+        offsets_q, offsets_kv = (
+            _values(bound, np.dtype(np.int64)) for bound in (t.ragged_offsets_q, t.ragged_offsets_kv)
+        )
+        slopes, sinks = per_head
+        results = ragged_reference(
+            problem.params,
+            q,
+            k,
+            v,
+            offsets_q,
+            offsets_kv,
+            problem.max_seqlen_q,
+            problem.max_seqlen_kv,
+            do,
+            slopes,
+            sinks,
+        )
     else:
         if t.block_table is not None:
             table = _values(t.block_table, np.dtype(np.int64))

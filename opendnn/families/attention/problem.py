@@ -876,7 +876,7 @@ def ragged_reference(
     do: np.ndarray | None = None,
     alibi_slopes: np.ndarray | None = None,
     sinks: np.ndarray | None = None,
-) -> tuple[np.ndarray, ...]:
+) -> tuple[np.ndarray | None, ...]:
     """The reference of packed sequences (q, k, v, do of dims (1, H, T, D)): each sequence padded to
     its max_seqlen, computed as a batch with its lengths (so sequence b is batch b of the dropout
     counters and of (B, Hq) ALiBi slopes), and packed again. (o, lse) without ``do``; with it the
