@@ -10,6 +10,7 @@ one plan serves every graph with the same key (a graph rebuilt or deserialized).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -24,6 +25,27 @@ from opendnn.graph.memory import aligned, typed_view
 from opendnn.graph.operation_graph import OperationGraph
 
 WORKSPACE_QUERY = "Graph.get_workspace_size()"
+
+
+class Bounds(list[Bound | None]):
+    """Each tensor's Bound by uid for one binding, and the launch tensors each generated kernel made
+    from them (made at its first run, reused while the binding is)."""
+
+    def __init__(self, bounds: Sequence[Bound | None]) -> None:
+        super().__init__(bounds)
+        self.launch_tensors: dict[FusedKernel, dict[str, Any]] = {}
+
+
+@dataclasses.dataclass
+class Binding:
+    """A plan's tensors bound for an execute: the caller's arrays, workspace and handle it was made
+    for, the Bounds and the steps' scratch."""
+
+    handle: Handle
+    workspace: Any
+    given: list[Any]
+    bounds: Bounds
+    scratch: Any
 
 
 class Step(Protocol):
@@ -160,13 +182,7 @@ class FusedKernel:
         )
 
     def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
-        tensors = {}
-        for name, uid in self.names:
-            bound = bounds[uid]
-            assert bound is not None
-            if bound.device != handle.device:
-                handle.check_device(bound.name, bound.device)
-            tensors[name] = torch_view(bound)
+        tensors = self._tensors(bounds, handle)
         launch = self.launch
         if None in self.constants:  # scalars given at execute time: this call's arguments
             values = [
@@ -177,6 +193,21 @@ class FusedKernel:
             )
         with handle.launching():
             launch(tensors)
+
+    def _tensors(self, bounds: Sequence[Bound | None], handle: Handle) -> dict[str, Any]:
+        """The launch's tensors by slot name, made once per binding (``Bounds.launch_tensors``)."""
+        made = getattr(bounds, "launch_tensors", {})
+        tensors = made.get(self)
+        if tensors is None:
+            tensors = {}
+            for name, uid in self.names:
+                bound = bounds[uid]
+                assert bound is not None
+                if bound.device != handle.device:
+                    handle.check_device(bound.name, bound.device)
+                tensors[name] = torch_view(bound)
+            made[self] = tensors
+        return tensors
 
     def describe(self) -> str:
         nodes = ", ".join(n.name for n in self.region.nodes)
@@ -212,6 +243,10 @@ class ExecutionPlan:
         self.empty: tuple[Bound | None, ...] = (None,) * len(graph.tensors)
         self._handles: dict[int, tuple[Handle, Handle]] = {}
         self._kinds: tuple[Any, tuple[Any, ...]] | None = None
+        # what execute takes from the caller: the bound tensors, then the scalars given at execute time
+        self.given = tuple(uid for uid, *_ in self.bound) + tuple(
+            t.uid for t in graph.tensors if t.by_value and t.value is None
+        )
 
     def compile(self) -> None:
         """Load the generated kernels (once; a plan cached on a handle keeps them)."""
@@ -219,14 +254,39 @@ class ExecutionPlan:
             if isinstance(step, FusedKernel) and step.launch is None:
                 step.compile()
 
-    def execute(self, arrays: Sequence[Any], workspace: Any, handle: Handle) -> None:
+    def execute(self, arrays: Sequence[Any], workspace: Any, handle: Handle, kept: Binding | None = None) -> Binding:
         """Run the plan over ``arrays`` (the caller's tensor, or a scalar's value, by uid).
+
+        ``kept`` is the binding an earlier call returned: when this call gives the very same array
+        objects, workspace and handle, it is used as it is, with no check (an array's contents may
+        change between calls, not its shape, strides or memory: a tensor changed by ``set_`` or
+        ``.data =`` in place must come as a new object).
+
+        Returns:
+            the binding of this call, for the next.
 
         Raises:
             BadParam: a tensor of the wrong type or past its buffer, on another device, a workspace
                 missing, too small or misaligned.
         """
-        bounds = list(self.empty)
+        given = [arrays[uid] for uid in self.given]
+        if (
+            kept is None
+            or kept.handle is not handle
+            or kept.workspace is not workspace
+            or not all(map(operator.is_, given, kept.given))
+        ):
+            kept = Binding(handle, workspace, given, *self._bind(arrays, workspace))
+        engine_handle = self.handle_for(handle)
+        bounds, scratch = kept.bounds, kept.scratch
+        for step in self.steps:
+            step.run(bounds, arrays, scratch, engine_handle)
+        return kept
+
+    def _bind(self, arrays: Sequence[Any], workspace: Any) -> tuple[Bounds, Any]:
+        """Each tensor's Bound by uid (the caller's arrays checked, the crossing tensors carved out of
+        the workspace, the scalars a call reads as tensors) and the steps' scratch."""
+        bounds = Bounds(self.empty)
         tensor_class, torch_types = self._torch_kinds()
         for (uid, name, desc, written), torch_type in zip(self.bound, torch_types):
             array = arrays[uid]
@@ -249,10 +309,7 @@ class ExecutionPlan:
                 )
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
-        scratch = None if work is None else work.view[self.scratch_offset :]
-        engine_handle = self.handle_for(handle)
-        for step in self.steps:
-            step.run(bounds, arrays, scratch, engine_handle)
+        return bounds, None if work is None else work.view[self.scratch_offset :]
 
     def _torch_kinds(self) -> tuple[Any, tuple[Any, ...]]:
         """(torch.Tensor, the torch dtype of each bound tensor) on the Triton backend, which runs on
@@ -300,4 +357,4 @@ class ExecutionPlan:
         return sum(getattr(step, "saved", 0) for step in self.steps)
 
 
-__all__ = ["EpilogueCall", "ExecutionPlan", "FusedKernel", "NodeCall", "Step"]
+__all__ = ["Binding", "Bounds", "EpilogueCall", "ExecutionPlan", "FusedKernel", "NodeCall", "Step"]
