@@ -76,6 +76,7 @@ from opendnn.torch.modules import (
     Tanh,
 )
 from opendnn.torch.routing import functional_calls
+import opendnn.torch.compile_backend  # registers torch.compile(model, backend="opendnn")
 
 __all__ = [
     "CONVERSIONS",
