@@ -18,16 +18,16 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from opendnn.core.arrays import CPU
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
-from opendnn.core.arrays import CPU
 from opendnn.core.handle import Handle, create
 from opendnn.graph import engines
 from opendnn.graph.builder import Node, OperationBuilder
+from opendnn.graph.capture import capture_cuda_graph
 from opendnn.graph.engines import BuildPlanPolicy, HeurMode
 from opendnn.graph.operation_graph import FORMAT, OperationGraph, validate
 from opendnn.graph.operations import OPERATIONS
-from opendnn.graph.capture import capture_cuda_graph
 from opendnn.graph.plan import Binding, ExecutionPlan
 from opendnn.graph.tensor import Tensor
 
@@ -216,7 +216,11 @@ class Graph(OperationBuilder):
     # ---- CUDA graphs ----------------------------------------------------------------------------------
 
     def populate_cuda_graph(
-        self, variant_pack: Mapping[Tensor | str, Any], workspace: Any, cuda_graph: Any = None, handle: Handle | None = None
+        self,
+        variant_pack: Mapping[Tensor | str, Any],
+        workspace: Any,
+        cuda_graph: Any = None,
+        handle: Handle | None = None,
     ) -> Any:
         """Capture the first plan's launches over ``variant_pack`` into ``cuda_graph`` (a new
         ``torch.cuda.CUDAGraph`` when None) and return it. ``cuda_graph.replay()`` then runs the plan
