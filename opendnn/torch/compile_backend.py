@@ -80,10 +80,11 @@ class Lowering:
 
     def _lower(self, node: torch.fx.Node) -> Any:
         if node.target is operator.getitem:
-            outputs, index = self.values[node.args[0]], node.args[1]
-            if outputs[index] is None:
-                raise Refused(f"{node.name}: output {index} of {node.args[0].name} has no graph tensor")
-            return outputs[index]
+            source, index = node.args
+            assert isinstance(source, torch.fx.Node) and isinstance(index, int)
+            if self.values[source][index] is None:
+                raise Refused(f"{node.name}: output {index} of {source.name} has no graph tensor")
+            return self.values[source][index]
         return LOWERINGS[node.target].lower(self, node, *node.args, **node.kwargs)
 
     def _outputs(self, returned: Any) -> list[tuple[og.Tensor, torch.Size, torch.dtype]]:
@@ -349,7 +350,7 @@ class Built:
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
         device = _tensors(args)[0].device
-        pack: dict[og.Tensor, Any] = {tensor: args[index].reshape(dims) for tensor, index, dims in self.inputs}
+        pack: dict[og.Tensor | str, Any] = {tensor: args[index].reshape(dims) for tensor, index, dims in self.inputs}
         results = []
         for tensor, shape, dtype, dims in self.outputs:
             if tensor not in pack:
@@ -375,9 +376,9 @@ class OpendnnRegion(torch.nn.Module):
 
     def forward(self, *args: Any) -> Any:
         key = tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
-        built = self.built.get(key, ())
-        if built == ():
-            built = self.built[key] = self._build(args)
+        if key not in self.built:
+            self.built[key] = self._build(args)
+        built = self.built[key]
         if built is None:
             return self.module(*args)
         results = built(args)
