@@ -154,5 +154,22 @@ def test_a_region_opendnn_refuses_runs_its_graph_on_torch_and_says_why():
     assert backend.fallbacks == ["graph0.fused_0: sum_1 is read inside the region as [5], the graph computes [5, 1]"]
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_new_shapes_build_new_plans_and_symbolic_shapes_stay_on_torch(dynamic):
+    torch.manual_seed(2)
+    model = mlp().double()
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    with torch.no_grad():
+        for batch in (3, 5, 3):
+            x = torch.randn(batch, 16, dtype=torch.float64)
+            assert relative_error(compiled(x), model(x)) < TOLERANCE[torch.float64]
+    if dynamic:  # symbolic dims: no graph of fixed dims to build, every node on torch
+        assert backend.regions == [] and backend.plans_executed == 0
+    else:  # a graph per batch size, each region's plan built once and run on every call of its graph
+        assert backend.graphs == 2 and len(backend.plans) == len(backend.regions) > 0
+        assert backend.plans_executed == 3 * len(backend.regions) // 2
+
+
 def test_every_lowering_names_an_aten_operator():
     assert all(isinstance(op, torch._ops.OpOverload) for op in LOWERINGS)

@@ -113,10 +113,16 @@ class Op:
         self.lower, self._accepts = lower, accepts
 
     def accepts(self, node: torch.fx.Node) -> bool:
+        """Whether ``node`` lowers: every tensor it reads and writes floating point, of static shape
+        (a graph is built for fixed dims), and the operator's own rule holds."""
         vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
         for val in vals:
             for tensor in val if isinstance(val, (tuple, list)) else [val]:
-                if tensor is not None and not (isinstance(tensor, torch.Tensor) and tensor.dtype in FLOATS):
+                if tensor is None:
+                    continue
+                if not isinstance(tensor, torch.Tensor) or tensor.dtype not in FLOATS:
+                    return False
+                if not all(isinstance(d, int) for d in (*tensor.shape, *tensor.stride())):
                     return False
         return self._accepts(*node.args, **node.kwargs)
 
@@ -125,10 +131,9 @@ def _pointwise(method: str) -> Op:
     return Op(lambda low, node, *args: getattr(low.graph, method)(*(low.tensor(a) for a in args)))
 
 
-def _channel(low: Lowering, value: Any, rank: int, channels_at: int = 1) -> Any:
+def _channel(low: Lowering, value: Any, rank: int) -> Any:
     """A per-channel tensor (C,) viewed as (1, C, 1, ...) of ``rank`` dims."""
-    size = value.meta["val"].shape[0]
-    return low.tensor(value, [size if k == channels_at else 1 for k in range(rank)])
+    return low.tensor(value, [1, value.meta["val"].shape[0], *([1] * (rank - 2))])
 
 
 def _convolution(
