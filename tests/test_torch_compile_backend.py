@@ -15,6 +15,13 @@ from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from scratch: Dynamo's per-code cache would otherwise reach its recompile
+    limit for nn.Sequential.forward and run it eagerly."""
+    torch._dynamo.reset()
+
+
 def relative_error(ours, theirs):
     return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
 
