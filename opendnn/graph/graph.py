@@ -26,9 +26,10 @@ from opendnn.graph import engines
 from opendnn.graph.builder import Node, OperationBuilder
 from opendnn.graph.capture import capture_cuda_graph
 from opendnn.graph.engines import BuildPlanPolicy, HeurMode
+from opendnn.graph.memory import Binding
 from opendnn.graph.operation_graph import FORMAT, OperationGraph, validate
 from opendnn.graph.operations import OPERATIONS
-from opendnn.graph.plan import Binding, ExecutionPlan
+from opendnn.graph.plan import ExecutionPlan
 from opendnn.graph.tensor import Tensor
 
 PLAN_CACHE_LIMIT = 256  # graph plans kept in a handle's algorithm cache

@@ -21,31 +21,10 @@ from opendnn.core.handle import Handle
 from opendnn.graph.calls import CONV_ALGORITHMS, NodeCall, conv_descriptor, naming, optional_view, scalar_bound
 from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
-from opendnn.graph.memory import aligned, typed_view
+from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import OperationGraph
 
 WORKSPACE_QUERY = "Graph.get_workspace_size()"
-
-
-class Bounds(list[Bound | None]):
-    """Each tensor's Bound by uid for one binding, and the launch tensors each generated kernel made
-    from them (made at its first run, reused while the binding is)."""
-
-    def __init__(self, bounds: Sequence[Bound | None]) -> None:
-        super().__init__(bounds)
-        self.launch_tensors: dict[FusedKernel, dict[str, Any]] = {}
-
-
-@dataclasses.dataclass
-class Binding:
-    """A plan's tensors bound for an execute: the caller's arrays, workspace and handle it was made
-    for, the Bounds and the steps' scratch."""
-
-    handle: Handle
-    workspace: Any
-    given: list[Any]
-    bounds: Bounds
-    scratch: Any
 
 
 class Step(Protocol):
@@ -53,7 +32,7 @@ class Step(Protocol):
     writes: tuple[int, ...]
     scratch_bytes: int
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None: ...
+    def run(self, binding: Binding, handle: Handle) -> None: ...
 
     def describe(self) -> str: ...
 
@@ -87,8 +66,8 @@ class EpilogueCall:
                     handle, descs["image"], descs["weight"], self.conv, output, CONV_ALGORITHMS["conv_fprop"]
                 )
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
-        epilogue = self.epilogue
+    def run(self, binding: Binding, handle: Handle) -> None:
+        epilogue, bounds, scratch = self.epilogue, binding.bounds, binding.scratch
         a, b, y = (bounds[uid] for uid in (*self.operands, epilogue.output))
         bias = None if epilogue.bias is None else bounds[epilogue.bias]
         residual = None if epilogue.residual is None else bounds[epilogue.residual]
@@ -181,10 +160,13 @@ class FusedKernel:
             {**dict(self.generated.blocks), "num_warps": self.generated.num_warps},
         )
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
-        tensors = self._tensors(bounds, handle)
+    def run(self, binding: Binding, handle: Handle) -> None:
+        tensors = binding.launch_tensors.get(self)
+        if tensors is None:
+            tensors = binding.launch_tensors[self] = self._tensors(binding.bounds, handle)
         launch = self.launch
         if None in self.constants:  # scalars given at execute time: this call's arguments
+            given = binding.arrays
             values = [
                 v if v is not None else float(given[uid]) for v, uid in zip(self.constants, self.generated.scalars)
             ]
@@ -195,18 +177,14 @@ class FusedKernel:
             launch(tensors)
 
     def _tensors(self, bounds: Sequence[Bound | None], handle: Handle) -> dict[str, Any]:
-        """The launch's tensors by slot name, made once per binding (``Bounds.launch_tensors``)."""
-        made = getattr(bounds, "launch_tensors", {})
-        tensors = made.get(self)
-        if tensors is None:
-            tensors = {}
-            for name, uid in self.names:
-                bound = bounds[uid]
-                assert bound is not None
-                if bound.device != handle.device:
-                    handle.check_device(bound.name, bound.device)
-                tensors[name] = torch_view(bound)
-            made[self] = tensors
+        """The launch's tensors by slot name, each checked to be on the handle's device."""
+        tensors = {}
+        for name, uid in self.names:
+            bound = bounds[uid]
+            assert bound is not None
+            if bound.device != handle.device:
+                handle.check_device(bound.name, bound.device)
+            tensors[name] = torch_view(bound)
         return tensors
 
     def describe(self) -> str:
@@ -243,10 +221,6 @@ class ExecutionPlan:
         self.empty: tuple[Bound | None, ...] = (None,) * len(graph.tensors)
         self._handles: dict[int, tuple[Handle, Handle]] = {}
         self._kinds: tuple[Any, tuple[Any, ...]] | None = None
-        # what execute takes from the caller: the bound tensors, then the scalars given at execute time
-        self.given = tuple(uid for uid, *_ in self.bound) + tuple(
-            t.uid for t in graph.tensors if t.by_value and t.value is None
-        )
 
     def compile(self) -> None:
         """Load the generated kernels (once; a plan cached on a handle keeps them)."""
@@ -269,24 +243,22 @@ class ExecutionPlan:
             BadParam: a tensor of the wrong type or past its buffer, on another device, a workspace
                 missing, too small or misaligned.
         """
-        given = [arrays[uid] for uid in self.given]
         if (
             kept is None
             or kept.handle is not handle
             or kept.workspace is not workspace
-            or not all(map(operator.is_, given, kept.given))
+            or not all(map(operator.is_, arrays, kept.arrays))
         ):
-            kept = Binding(handle, workspace, given, *self._bind(arrays, workspace))
+            kept = Binding(handle, workspace, *self._bind(arrays, workspace))
         engine_handle = self.handle_for(handle)
-        bounds, scratch = kept.bounds, kept.scratch
         for step in self.steps:
-            step.run(bounds, arrays, scratch, engine_handle)
+            step.run(kept, engine_handle)
         return kept
 
-    def _bind(self, arrays: Sequence[Any], workspace: Any) -> tuple[Bounds, Any]:
+    def _bind(self, arrays: Sequence[Any], workspace: Any) -> tuple[list[Bound | None], Sequence[Any], Any]:
         """Each tensor's Bound by uid (the caller's arrays checked, the crossing tensors carved out of
-        the workspace, the scalars a call reads as tensors) and the steps' scratch."""
-        bounds = Bounds(self.empty)
+        the workspace, the scalars a call reads as tensors), the arrays, and the steps' scratch."""
+        bounds = list(self.empty)
         tensor_class, torch_types = self._torch_kinds()
         for (uid, name, desc, written), torch_type in zip(self.bound, torch_types):
             array = arrays[uid]
@@ -309,7 +281,7 @@ class ExecutionPlan:
                 )
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
-        return bounds, None if work is None else work.view[self.scratch_offset :]
+        return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
 
     def _torch_kinds(self) -> tuple[Any, tuple[Any, ...]]:
         """(torch.Tensor, the torch dtype of each bound tensor) on the Triton backend, which runs on
@@ -357,4 +329,4 @@ class ExecutionPlan:
         return sum(getattr(step, "saved", 0) for step in self.steps)
 
 
-__all__ = ["Binding", "Bounds", "EpilogueCall", "ExecutionPlan", "FusedKernel", "NodeCall", "Step"]
+__all__ = ["EpilogueCall", "ExecutionPlan", "FusedKernel", "NodeCall", "Step"]
