@@ -130,7 +130,7 @@ class Graph(OperationBuilder):
         chosen = [name for name in self._candidates if self._support.get(name) is None]
         if BuildPlanPolicy(policy) is BuildPlanPolicy.HEURISTICS_CHOICE:
             chosen = chosen[:1]
-        self._plans = []
+        self._plans, self._kept = [], {}  # a kept binding belongs to the plan it was made for
         for name in chosen:
             plan = self._planned[name]
             plan.compile()
