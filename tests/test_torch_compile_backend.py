@@ -69,12 +69,12 @@ def training_step(model, x):
     return [y, x.grad, *grads, *model.buffers()]
 
 
-def compare(make, shape, dtype, backend, options=None):
+def compare(make, shape, dtype, backend, options=None, device="cpu", tolerance=None):
     torch.manual_seed(0)
-    model = make().to(dtype)
+    model = make().to(dtype=dtype, device=device)
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend=backend, options=options)
-    x = torch.randn(*shape, dtype=dtype)
+    x = torch.randn(*shape, dtype=dtype, device=device)
     for _ in range(2):  # the second step runs the plans built by the first
         model.zero_grad()
         eager.zero_grad()
@@ -83,7 +83,7 @@ def compare(make, shape, dtype, backend, options=None):
         for a, b in zip(ours, theirs, strict=True):
             assert a.shape == b.shape and a.dtype == b.dtype
             assert not a.isnan().any()
-            assert relative_error(a, b) < TOLERANCE[dtype]
+            assert relative_error(a, b) < (tolerance or TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -180,3 +180,13 @@ def test_new_shapes_build_new_plans_and_symbolic_shapes_stay_on_torch(dynamic):
 
 def test_every_lowering_names_an_aten_operator():
     assert all(isinstance(op, torch._ops.OpOverload) for op in LOWERINGS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make, shape", [(ConvBlock, (8, 4, 16, 16)), (mlp, (32, 16)), (TransformerBlock, (4, 9, 16))])
+def test_on_cuda_the_regions_run_on_the_fusion_engine_and_match_eager(make, shape):
+    backend = OpendnnBackend()
+    compare(make, shape, torch.float32, backend, device="cuda:0", tolerance=1e-4)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    engines = {plan.engine for plan in backend.plans}
+    assert "fused" in engines and engines <= {"fused", "per_node"}
