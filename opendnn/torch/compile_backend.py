@@ -348,14 +348,20 @@ class Built:
         graph.create_execution_plans([heur_mode])
         graph.check_support()
         graph.build_plans()
-        self.inputs = [(tensor, index, dims) for (index, dims), tensor in lowering.inputs.items()]
+        # (graph tensor, argument, the dims it is viewed as or None for its own)
+        self.inputs = [
+            (tensor, index, None if dims == tuple(lowering.args[index].shape) else dims)
+            for (index, dims), tensor in lowering.inputs.items()
+        ]
         self.outputs = [(tensor, shape, dtype, tuple(tensor.get_dim())) for tensor, shape, dtype in lowering.outputs]
         self.workspace_size = graph.get_workspace_size()
         self.workspace: torch.Tensor | None = None
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
         device = _tensors(args)[0].device
-        pack: dict[og.Tensor | str, Any] = {tensor: args[index].reshape(dims) for tensor, index, dims in self.inputs}
+        pack: dict[og.Tensor | str, Any] = {
+            tensor: args[index] if dims is None else args[index].reshape(dims) for tensor, index, dims in self.inputs
+        }
         results = []
         for tensor, shape, dtype, dims in self.outputs:
             if tensor not in pack:
