@@ -118,6 +118,18 @@ def test_a_transformer_block_matches_eager_forward_and_backward(dtype):
         assert f"({op})" in described
 
 
+@pytest.mark.parametrize("options", [{"track_running_stats": False}, {"affine": False}])
+def test_a_batch_norm_the_lowering_does_not_take_stays_on_torch(options):
+    def make():
+        return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, **options), nn.ReLU(), nn.Tanh())
+
+    backend = OpendnnBackend()
+    compare(make, (2, 3, 6, 6), torch.float64, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    forward = backend.plans[0].describe()  # the backward's batch norm takes its saved statistics: it may lower
+    assert "batchnorm" not in forward and "relu" in forward
+
+
 def test_the_fusion_engine_runs_the_regions_when_the_options_ask_for_it():
     backend = OpendnnBackend()
     compare(mlp, (4, 16), torch.float32, backend, options={"heur_mode": "a"})

@@ -322,10 +322,11 @@ LOWERINGS: dict[Any, Op] = {
         _layer_norm_backward, lambda grad, x, normalized, mean, rstd, w, b, mask: _is_tensor(w) and _is_tensor(b)
     ),
     aten._native_batch_norm_legit_functional.default: Op(
-        _batch_norm_training, lambda x, w, b, mean, var, training, *rest: training and _is_tensor(w) and _is_tensor(b)
+        _batch_norm_training,
+        lambda x, w, b, mean, var, training, *rest: training and all(map(_is_tensor, (w, b, mean, var))),
     ),
     aten._native_batch_norm_legit_no_training.default: Op(
-        _batch_norm_inference, lambda x, w, b, *rest: _is_tensor(w) and _is_tensor(b)
+        _batch_norm_inference, lambda x, w, b, mean, var, *rest: all(map(_is_tensor, (w, b, mean, var)))
     ),
     aten.native_batch_norm_backward.default: Op(
         _batch_norm_backward,
@@ -421,7 +422,7 @@ class Supported(OperatorSupportBase):
             return False
         if node.target is operator.getitem:
             source = node.args[0]
-            return isinstance(source, torch.fx.Node) and source.target in LOWERINGS
+            return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules, source)
         op = LOWERINGS.get(node.target)
         return op is not None and op.accepts(node)
 
