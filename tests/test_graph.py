@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run  # noqa: F401
 
 import opendnn as od
@@ -324,6 +325,49 @@ def test_execute_names_a_missing_or_unknown_tensor_and_a_bad_scalar():
         g.execute({x: xa, b: ba, s: 1.0, y: out, "z": out}, None)
     with pytest.raises(od.BadParam, match=r"x.dtype=float64 must equal x_desc.dtype=float32"):
         g.execute({x: xa.astype(np.float64), b: ba, s: 1.0, y: out}, None)
+
+
+@pytest.mark.parametrize("engine", ["reference", "fused"])
+def test_a_repeated_execute_reuses_its_binding_and_a_new_array_is_checked_again(engine):
+    rng = np.random.default_rng(21)
+    g, x, b, s, y = scale_bias_relu()
+    build(g, engine)
+    xa, ba = torch.from_numpy(random(rng, (2, 3, 4))), torch.from_numpy(random(rng, (1, 3, 1)))
+    out = torch.full((2, 3, 4), float("nan"))
+    pack = {x: xa, b: ba, s: 0.5, y: out}
+    workspace = torch.empty(4096, dtype=torch.uint8)  # enough for either engine's plan
+    g.execute(pack, workspace)
+    kept = g._kept[0]
+    for _ in range(2):  # the same arrays with new contents: the binding is reused, the results are new
+        xa.copy_(torch.from_numpy(random(rng, (2, 3, 4))))
+        out.fill_(float("nan"))
+        g.execute(pack, workspace)
+        assert g._kept[0] is kept
+        assert relative_error(out.numpy(), np.maximum(xa.double().numpy() * 0.5 + ba.double().numpy(), 0)) < 1e-6
+    with pytest.raises(od.BadParam, match=r"x.dtype=float64 must equal x_desc.dtype=float32"):
+        g.execute({**pack, x: xa.double()}, workspace)
+    g.execute({**pack, s: -2.0}, workspace)  # a new scalar value binds again
+    assert g._kept[0] is not kept
+    assert relative_error(out.numpy(), np.maximum(xa.double().numpy() * -2.0 + ba.double().numpy(), 0)) < 1e-6
+    g.execute(pack, workspace)
+    build(g, "per_node" if engine == "fused" else "fused")  # another plan binds the same pack again
+    out.fill_(float("nan"))
+    g.execute(pack, workspace)
+    assert relative_error(out.numpy(), np.maximum(xa.double().numpy() * 0.5 + ba.double().numpy(), 0)) < 1e-6
+
+
+def test_cuda_graph_capture_on_the_cpu_is_not_supported_and_names_the_reason():
+    g, x, b, s, y = scale_bias_relu()
+    with pytest.raises(od.BadParam, match=r"the graph has no built plan: call build_plans first"):
+        g.populate_cuda_graph({}, None)
+    build(g, "fused")
+    pack = {x: torch.randn(2, 3, 4), b: torch.randn(1, 3, 1), s: 0.5, y: torch.empty(2, 3, 4)}
+    workspace = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
+    reason = "graph 'sbr' runs on the handle's device cpu, and a CUDA graph captures launches on a CUDA device"
+    with pytest.raises(od.NotSupported, match=f"populate_cuda_graph: {reason}"):
+        g.populate_cuda_graph(pack, workspace)
+    with pytest.raises(od.NotSupported, match=f"update_cuda_graph: {reason}"):
+        g.update_cuda_graph(pack, workspace, cuda_graph=None)
 
 
 def test_execute_checks_the_workspace_size():

@@ -1,6 +1,6 @@
 """GPU tests of the graph API (``pytest -m gpu``): the fusion engine's generated kernels compiled
 for the device at real sizes, against torch in float64, and the host time of executing a built
-fused plan."""
+fused plan and its capture into a CUDA graph."""
 
 import time
 
@@ -87,3 +87,33 @@ def test_execute_of_a_built_three_node_plan_costs_little_host_time():
     torch.cuda.synchronize()
     assert relative_error(out, torch.relu((x.double() + b.double()) * 0.5)) < 1e-6
     assert host < 10e-6, f"execute took {host * 1e6:.1f} us of host time a call (the target is 10 us)"
+
+
+def test_a_plan_captured_into_a_cuda_graph_replays_new_inputs_and_updates_to_new_tensors():
+    g = og.Graph(handle=od.Handle(DEVICE), name="captured")
+    x = torch.randn(64, 256, device=DEVICE)
+    b = torch.randn(1, 256, device=DEVICE)
+    xt, bt = g.tensor_like(x, name="x"), g.tensor_like(b, name="b")
+    s = g.scalar(name="s")
+    y = g.relu(g.mul(g.add(xt, bt), s))
+    y.set_output(True).set_name("y")
+    built(g)
+    ws = workspace(g)
+    out, eager = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    pack = {xt: x, bt: b, s: 0.5, y: out}
+    cuda_graph = g.populate_cuda_graph(pack, ws)
+    for _ in range(3):  # new inputs copied into the captured tensors
+        x.copy_(torch.randn_like(x))
+        b.copy_(torch.randn_like(b))
+        out.fill_(float("nan"))
+        cuda_graph.replay()
+        g.execute({**pack, y: eager}, ws)
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+        assert relative_error(out, torch.relu((x.double() + b.double()) * 0.5)) < 1e-6
+    assert g.update_cuda_graph(pack, ws, cuda_graph) == []
+    x2, out2 = torch.randn_like(x), torch.full_like(x, float("nan"))
+    assert g.update_cuda_graph({**pack, xt: x2, s: -1.5, y: out2}, ws, cuda_graph) == ["x", "s", "y"]
+    cuda_graph.replay()
+    torch.cuda.synchronize()
+    assert relative_error(out2, torch.relu((x2.double() + b.double()) * -1.5)) < 1e-6

@@ -11,7 +11,7 @@ views by uid and writes its outputs in place (``alpha = 1``, ``beta = 0``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import opendnn as od
@@ -20,7 +20,7 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_st
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError
 from opendnn.core.handle import Handle
-from opendnn.graph.memory import aligned, typed_view
+from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import POINTWISE_ROLES, compute_type
 
@@ -53,13 +53,15 @@ class NodeCall:
             _check_shared_layouts(node, self.descs, graph)
             self.scratch_bytes = scratch(node, self.descs, handle)
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
+    def run(self, binding: Binding, handle: Handle) -> None:
+        bounds = binding.bounds
+
         def tensor(role: str) -> Any:
             uid = self.roles.get(role)
             return None if uid is None else bounds[uid]
 
         with naming(self.node):
-            self._run(self.node, tensor, handle, scratch)
+            self._run(self.node, tensor, handle, binding.scratch)
 
     def describe(self) -> str:
         return f"{self.node.label} as its own call"

@@ -18,12 +18,15 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from opendnn.core.arrays import CPU
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, create
 from opendnn.graph import engines
 from opendnn.graph.builder import Node, OperationBuilder
+from opendnn.graph.capture import capture_cuda_graph
 from opendnn.graph.engines import BuildPlanPolicy, HeurMode
+from opendnn.graph.memory import Binding
 from opendnn.graph.operation_graph import FORMAT, OperationGraph, validate
 from opendnn.graph.operations import OPERATIONS
 from opendnn.graph.plan import ExecutionPlan
@@ -64,6 +67,8 @@ class Graph(OperationBuilder):
         self._planned: dict[str, ExecutionPlan] = {}
         self._plans: list[ExecutionPlan] = []
         self._binding: list[tuple[int, Tensor, str, bool]] = []  # the tensors execute takes from the pack
+        self._kept: dict[int, Binding] = {}  # the last execute's binding, by plan index
+        self._captures: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(CUDA graph) -> (it, what it captured)
 
     # ---- the lifecycle --------------------------------------------------------------------------------
 
@@ -125,7 +130,7 @@ class Graph(OperationBuilder):
         chosen = [name for name in self._candidates if self._support.get(name) is None]
         if BuildPlanPolicy(policy) is BuildPlanPolicy.HEURISTICS_CHOICE:
             chosen = chosen[:1]
-        self._plans = []
+        self._plans, self._kept = [], {}  # a kept binding belongs to the plan it was made for
         for name in chosen:
             plan = self._planned[name]
             plan.compile()
@@ -167,6 +172,12 @@ class Graph(OperationBuilder):
         self, variant_pack: Mapping[Tensor | str, Any], workspace: Any, index: int, handle: Handle | None = None
     ) -> None:
         plan = self._plan_at(index)
+        self._kept[index] = plan.execute(
+            self._arrays(variant_pack), workspace, handle if handle is not None else self.handle, self._kept.get(index)
+        )
+
+    def _arrays(self, variant_pack: Mapping[Tensor | str, Any]) -> list[Any]:
+        """The pack's arrays and execute-time scalars by uid (None for the other tensors)."""
         arrays: list[Any] = [None] * len(self._tensors)
         for uid, tensor, name, by_value in self._binding:
             array = variant_pack.get(tensor)
@@ -181,7 +192,7 @@ class Graph(OperationBuilder):
             arrays[uid] = array
         if len(variant_pack) != len(self._binding):
             self._refuse_unknown(variant_pack)
-        plan.execute(arrays, workspace, handle if handle is not None else self.handle)
+        return arrays
 
     def _refuse_unknown(self, variant_pack: Mapping[Tensor | str, Any]) -> None:
         known = {key for _, tensor, name, _ in self._binding for key in (tensor, name)}
@@ -202,6 +213,78 @@ class Graph(OperationBuilder):
         if state is None:
             raise BadParam(f"{step} needs {before} first (the graph changed, or the step was skipped)")
         return state
+
+    # ---- CUDA graphs ----------------------------------------------------------------------------------
+
+    def populate_cuda_graph(
+        self,
+        variant_pack: Mapping[Tensor | str, Any],
+        workspace: Any,
+        cuda_graph: Any = None,
+        handle: Handle | None = None,
+    ) -> Any:
+        """Capture the first plan's launches over ``variant_pack`` into ``cuda_graph`` (a new
+        ``torch.cuda.CUDAGraph`` when None) and return it. ``cuda_graph.replay()`` then runs the plan
+        with no host work per launch, on what the pack's tensors and the workspace hold at replay
+        time: copy new inputs into them. The capture fixes the tensors' memory (their data
+        pointers), the workspace's and the execute-time scalars' values; ``update_cuda_graph`` points
+        the graph at other ones. One eager execute (on the capturing stream) comes first: it checks
+        the pack and compiles the kernels for its pointers, which cannot happen inside a capture.
+
+        Raises:
+            NotSupported: the handle on the CPU (a CUDA graph records launches on a CUDA device).
+            BadParam: the pack or workspace refused, as by ``execute``.
+        """
+        handle = self._cuda_handle("populate_cuda_graph", handle)
+        captured = self._captured(variant_pack, workspace)
+        graph = capture_cuda_graph(lambda: self.execute(variant_pack, workspace, handle), handle, cuda_graph)
+        self._captures[id(graph)] = (graph, captured)
+        return graph
+
+    def update_cuda_graph(
+        self, variant_pack: Mapping[Tensor | str, Any], workspace: Any, cuda_graph: Any, handle: Handle | None = None
+    ) -> list[str]:
+        """Point ``cuda_graph`` (made by ``populate_cuda_graph``) at ``variant_pack``: captured again
+        when a tensor's memory (its data pointer), the workspace's or an execute-time scalar's value
+        differs from the capture's; new contents in the same tensors need nothing.
+
+        Returns:
+            the names of the pack's entries that differ ("workspace" for it), in the graph's order;
+            empty when the capture already fits the pack.
+
+        Raises:
+            NotSupported: the handle on the CPU.
+            BadParam: ``cuda_graph`` not captured by this graph's ``populate_cuda_graph``.
+        """
+        handle = self._cuda_handle("update_cuda_graph", handle)
+        kept = self._captures.get(id(cuda_graph))
+        if kept is None or kept[0] is not cuda_graph:
+            raise BadParam(f"cuda_graph={cuda_graph!r} was not captured by populate_cuda_graph of graph '{self.name}'")
+        captured = self._captured(variant_pack, workspace)
+        changed = [name for name, value in captured.items() if kept[1][name] != value]
+        if changed:
+            cuda_graph.reset()
+            self.populate_cuda_graph(variant_pack, workspace, cuda_graph, handle)
+        return changed
+
+    def _cuda_handle(self, step: str, handle: Handle | None) -> Handle:
+        """``handle`` (the graph's when None) for a CUDA graph step, which needs a built plan and a CUDA device."""
+        self._plan_at(0)
+        handle = handle if handle is not None else self.handle
+        if handle.device == CPU:
+            raise NotSupported(
+                f"{step}: graph '{self.name}' runs on the handle's device cpu, and a CUDA graph captures "
+                "launches on a CUDA device",
+                Status.NOT_SUPPORTED,
+            )
+        return handle
+
+    def _captured(self, variant_pack: Mapping[Tensor | str, Any], workspace: Any) -> dict[str, Any]:
+        """What a capture fixes, by name: each tensor's data pointer, each execute-time scalar's value."""
+        arrays = self._arrays(variant_pack)
+        fixed = {name: _address(arrays[uid]) for uid, _, name, _ in self._binding}
+        fixed["workspace"] = None if workspace is None else _address(workspace)
+        return fixed
 
     # ---- serialization --------------------------------------------------------------------------------
 
@@ -266,3 +349,11 @@ class Graph(OperationBuilder):
 
 def _cache_key(graph: OperationGraph, engine: str) -> tuple[str, str, str]:
     return ("opendnn.graph", graph.key, engine)
+
+
+def _address(array: Any) -> Any:
+    """A scalar's value; a tensor's data pointer; the identity of another object."""
+    if isinstance(array, (int, float)):
+        return array
+    data_ptr = getattr(array, "data_ptr", None)
+    return data_ptr() if callable(data_ptr) else id(array)

@@ -10,6 +10,7 @@ one plan serves every graph with the same key (a graph rebuilt or deserialized).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ from opendnn.core.handle import Handle
 from opendnn.graph.calls import CONV_ALGORITHMS, NodeCall, conv_descriptor, naming, optional_view, scalar_bound
 from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
-from opendnn.graph.memory import aligned, typed_view
+from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import OperationGraph
 
 WORKSPACE_QUERY = "Graph.get_workspace_size()"
@@ -31,7 +32,7 @@ class Step(Protocol):
     writes: tuple[int, ...]
     scratch_bytes: int
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None: ...
+    def run(self, binding: Binding, handle: Handle) -> None: ...
 
     def describe(self) -> str: ...
 
@@ -65,8 +66,8 @@ class EpilogueCall:
                     handle, descs["image"], descs["weight"], self.conv, output, CONV_ALGORITHMS["conv_fprop"]
                 )
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
-        epilogue = self.epilogue
+    def run(self, binding: Binding, handle: Handle) -> None:
+        epilogue, bounds, scratch = self.epilogue, binding.bounds, binding.scratch
         a, b, y = (bounds[uid] for uid in (*self.operands, epilogue.output))
         bias = None if epilogue.bias is None else bounds[epilogue.bias]
         residual = None if epilogue.residual is None else bounds[epilogue.residual]
@@ -159,16 +160,13 @@ class FusedKernel:
             {**dict(self.generated.blocks), "num_warps": self.generated.num_warps},
         )
 
-    def run(self, bounds: Sequence[Bound | None], given: Sequence[Any], scratch: Any, handle: Handle) -> None:
-        tensors = {}
-        for name, uid in self.names:
-            bound = bounds[uid]
-            assert bound is not None
-            if bound.device != handle.device:
-                handle.check_device(bound.name, bound.device)
-            tensors[name] = torch_view(bound)
+    def run(self, binding: Binding, handle: Handle) -> None:
+        tensors = binding.launch_tensors.get(self)
+        if tensors is None:
+            tensors = binding.launch_tensors[self] = self._tensors(binding.bounds, handle)
         launch = self.launch
         if None in self.constants:  # scalars given at execute time: this call's arguments
+            given = binding.arrays
             values = [
                 v if v is not None else float(given[uid]) for v, uid in zip(self.constants, self.generated.scalars)
             ]
@@ -177,6 +175,17 @@ class FusedKernel:
             )
         with handle.launching():
             launch(tensors)
+
+    def _tensors(self, bounds: Sequence[Bound | None], handle: Handle) -> dict[str, Any]:
+        """The launch's tensors by slot name, each checked to be on the handle's device."""
+        tensors = {}
+        for name, uid in self.names:
+            bound = bounds[uid]
+            assert bound is not None
+            if bound.device != handle.device:
+                handle.check_device(bound.name, bound.device)
+            tensors[name] = torch_view(bound)
+        return tensors
 
     def describe(self) -> str:
         nodes = ", ".join(n.name for n in self.region.nodes)
@@ -219,13 +228,36 @@ class ExecutionPlan:
             if isinstance(step, FusedKernel) and step.launch is None:
                 step.compile()
 
-    def execute(self, arrays: Sequence[Any], workspace: Any, handle: Handle) -> None:
+    def execute(self, arrays: Sequence[Any], workspace: Any, handle: Handle, kept: Binding | None = None) -> Binding:
         """Run the plan over ``arrays`` (the caller's tensor, or a scalar's value, by uid).
+
+        ``kept`` is the binding an earlier call returned: when this call gives the very same array
+        objects, workspace and handle, it is used as it is, with no check (an array's contents may
+        change between calls, not its shape, strides or memory: a tensor changed by ``set_`` or
+        ``.data =`` in place must come as a new object).
+
+        Returns:
+            the binding of this call, for the next.
 
         Raises:
             BadParam: a tensor of the wrong type or past its buffer, on another device, a workspace
                 missing, too small or misaligned.
         """
+        if (
+            kept is None
+            or kept.handle is not handle
+            or kept.workspace is not workspace
+            or not all(map(operator.is_, arrays, kept.arrays))
+        ):
+            kept = Binding(handle, workspace, *self._bind(arrays, workspace))
+        engine_handle = self.handle_for(handle)
+        for step in self.steps:
+            step.run(kept, engine_handle)
+        return kept
+
+    def _bind(self, arrays: Sequence[Any], workspace: Any) -> tuple[list[Bound | None], Sequence[Any], Any]:
+        """Each tensor's Bound by uid (the caller's arrays checked, the crossing tensors carved out of
+        the workspace, the scalars a call reads as tensors), the arrays, and the steps' scratch."""
         bounds = list(self.empty)
         tensor_class, torch_types = self._torch_kinds()
         for (uid, name, desc, written), torch_type in zip(self.bound, torch_types):
@@ -249,10 +281,7 @@ class ExecutionPlan:
                 )
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
-        scratch = None if work is None else work.view[self.scratch_offset :]
-        engine_handle = self.handle_for(handle)
-        for step in self.steps:
-            step.run(bounds, arrays, scratch, engine_handle)
+        return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
 
     def _torch_kinds(self) -> tuple[Any, tuple[Any, ...]]:
         """(torch.Tensor, the torch dtype of each bound tensor) on the Triton backend, which runs on

@@ -1,0 +1,483 @@
+"""``torch.compile(model, backend="opendnn")``: the FX graphs torch.compile captures, with every
+region opendnn's graph API can run replaced by a call of a built ``opendnn.graph`` plan.
+
+aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
+nodes of ``LOWERINGS`` (convolution and its backward, matmuls, the pointwise operations and their
+backward forms, sums, layer norm, batch norm in training and inference and their backward forms)
+are grouped by torch's capability partitioner into regions: connected, and never depending on
+themselves through a node left outside. Each region of two nodes or more becomes one
+``OpendnnRegion``: on its first call for a signature of its inputs (shapes, strides, dtypes,
+device) it lowers the region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's
+generated kernels, convolution and matmul epilogues) and keeps it; each call then allocates the
+outputs and executes the plan. Everything else runs as the FX graph, eagerly, on torch.
+
+Tensors on the CPU run on the reference engine (the NumPy backend) and CUDA tensors on the fusion
+engine's, unless ``options={"heur_mode": ...}`` names the heuristics. A region whose lowering opendnn
+refuses (a shape it cannot take, a value reshaped inside the region) runs its FX graph on torch, and
+says why in ``OpendnnBackend.fallbacks``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._dynamo import register_backend
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+import opendnn as od
+import opendnn.graph as og
+from opendnn.core.errors import OpenDnnError
+
+aten = torch.ops.aten
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class Refused(Exception):
+    """A region the lowering cannot express as an opendnn graph (it then runs on torch)."""
+
+
+class Lowering:
+    """One region's FX graph as an opendnn graph, built for one signature of its inputs."""
+
+    def __init__(self, module: torch.fx.GraphModule, args: Sequence[Any], handle: od.Handle, name: str) -> None:
+        wide = og.DataType.DOUBLE if any(a.dtype == torch.float64 for a in _tensors(args)) else og.DataType.FLOAT
+        self.graph = og.Graph(compute_data_type=wide, intermediate_data_type=wide, handle=handle, name=name)
+        self.args = args
+        self.inputs: dict[tuple[int, tuple[int, ...]], og.Tensor] = {}  # (argument, dims) -> graph tensor
+        self.values: dict[torch.fx.Node, Any] = {}
+        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+        self.position = {node: k for k, node in enumerate(placeholders)}
+        for node in module.graph.nodes:
+            if node.op == "call_function":
+                self.values[node] = self._lower(node)
+            elif node.op == "output":
+                self.outputs = self._outputs(node.args[0])
+
+    def tensor(self, value: Any, dims: Sequence[int] | None = None) -> Any:
+        """The graph tensor of an FX value (a region input viewed as ``dims`` when given), or a number."""
+        if not isinstance(value, torch.fx.Node):
+            return value
+        if value.op == "placeholder":
+            array = self.args[self.position[value]]
+            shape = tuple(array.shape) if dims is None else tuple(dims)
+            key = (self.position[value], shape)
+            if key not in self.inputs:
+                self.inputs[key] = self.graph.tensor_like(array.reshape(shape), name=f"{value.name}_{len(self.inputs)}")
+            return self.inputs[key]
+        tensor = self.values[value]
+        shape = tuple(value.meta["val"].shape) if dims is None else tuple(dims)
+        if not isinstance(tensor, og.Tensor) or tuple(tensor.get_dim()) != shape:
+            computed = tensor.get_dim() if isinstance(tensor, og.Tensor) else "several outputs"
+            raise Refused(f"{value.name} is read inside the region as {list(shape)}, the graph computes {computed}")
+        return tensor
+
+    def _lower(self, node: torch.fx.Node) -> Any:
+        if node.target is operator.getitem:
+            source, index = node.args
+            assert isinstance(source, torch.fx.Node) and isinstance(index, int)
+            if self.values[source][index] is None:
+                raise Refused(f"{node.name}: output {index} of {source.name} has no graph tensor")
+            return self.values[source][index]
+        return LOWERINGS[node.target].lower(self, node, *node.args, **node.kwargs)
+
+    def _outputs(self, returned: Any) -> list[tuple[og.Tensor, torch.Size, torch.dtype]]:
+        nodes = returned if isinstance(returned, (tuple, list)) else [returned]
+        outputs = []
+        for node in nodes:
+            tensor, val = self.values[node], node.meta["val"]
+            if not isinstance(tensor, og.Tensor) or tensor.numel != val.numel():
+                raise Refused(f"output {node.name} has no graph tensor of its size")
+            tensor.set_output(True).set_data_type(val.dtype)
+            outputs.append((tensor, val.shape, val.dtype))
+        return outputs
+
+
+def _tensors(args: Sequence[Any]) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor)]
+
+
+# ---- the lowerings: one per ATen operator ------------------------------------------------------------
+
+
+class Op:
+    """An ATen operator's lowering: ``accepts(node)`` (asked by the partitioner) and ``lower``."""
+
+    def __init__(self, lower: Callable[..., Any], accepts: Callable[..., bool] = lambda *args, **kwargs: True) -> None:
+        self.lower, self._accepts = lower, accepts
+
+    def accepts(self, node: torch.fx.Node) -> bool:
+        """Whether ``node`` lowers: every tensor it reads and writes floating point, of static shape
+        (a graph is built for fixed dims), and the operator's own rule holds."""
+        vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        for val in vals:
+            for tensor in val if isinstance(val, (tuple, list)) else [val]:
+                if tensor is None:
+                    continue
+                if not isinstance(tensor, torch.Tensor) or tensor.dtype not in FLOATS:
+                    return False
+                if not all(isinstance(d, int) for d in (*tensor.shape, *tensor.stride())):
+                    return False
+        return self._accepts(*node.args, **node.kwargs)
+
+
+def _pointwise(method: str) -> Op:
+    return Op(lambda low, node, *args: getattr(low.graph, method)(*(low.tensor(a) for a in args)))
+
+
+def _channel(low: Lowering, value: Any, rank: int) -> Any:
+    """A per-channel tensor (C,) viewed as (1, C, 1, ...) of ``rank`` dims."""
+    return low.tensor(value, [1, value.meta["val"].shape[0], *([1] * (rank - 2))])
+
+
+def _convolution(
+    low: Lowering, node: torch.fx.Node, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any, *rest: Any
+) -> Any:
+    y = low.graph.conv_fprop(low.tensor(x), low.tensor(w), padding=padding, stride=stride, dilation=dilation)
+    return y if bias is None else low.graph.bias(y, _channel(low, bias, len(y.get_dim())))
+
+
+def _convolution_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    x: Any,
+    w: Any,
+    bias_sizes: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    output_padding: Any,
+    groups: Any,
+    mask: Sequence[bool],
+) -> Any:
+    g, dy, rank = low.graph, low.tensor(grad), len(grad.meta["val"].shape)
+    dx = dw = db = None
+    if mask[0]:
+        dx = g.conv_dgrad(dy, low.tensor(w), padding=padding, stride=stride, dilation=dilation)
+        dx.set_dim(list(x.meta["val"].shape))
+    if mask[1]:
+        dw = g.conv_wgrad(low.tensor(x), dy, padding=padding, stride=stride, dilation=dilation)
+        dw.set_dim(list(w.meta["val"].shape))
+    if mask[2]:
+        db = g.reduction(dy, "ADD", [1, dy.get_dim()[1], *([1] * (rank - 2))])
+    return (dx, dw, db)
+
+
+def _addmm(low: Lowering, node: torch.fx.Node, bias: Any, a: Any, b: Any) -> Any:
+    product = low.graph.matmul(low.tensor(a), low.tensor(b))
+    shape = bias.meta["val"].shape
+    return low.graph.add(product, low.tensor(bias, [1, shape[0]]) if len(shape) == 1 else low.tensor(bias))
+
+
+def _sum(low: Lowering, node: torch.fx.Node, x: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
+    shape = list(x.meta["val"].shape)
+    kept = [1 if k in {d % len(shape) for d in dims} else size for k, size in enumerate(shape)]
+    return low.graph.reduction(low.tensor(x), "ADD", kept)
+
+
+def _layer_norm(
+    low: Lowering, node: torch.fx.Node, x: Any, normalized: Sequence[int], w: Any, b: Any, eps: float
+) -> Any:
+    dims = [1] * (len(x.meta["val"].shape) - len(normalized)) + list(normalized)
+    return low.graph.layernorm(low.tensor(x), low.tensor(w, dims), low.tensor(b, dims), epsilon=eps)
+
+
+def _layer_norm_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    x: Any,
+    normalized: Sequence[int],
+    mean: Any,
+    rstd: Any,
+    w: Any,
+    b: Any,
+    mask: Sequence[bool],
+) -> Any:
+    dims = [1] * (len(x.meta["val"].shape) - len(normalized)) + list(normalized)
+    dx, dw, db = low.graph.layernorm_backward(
+        low.tensor(grad), low.tensor(x), low.tensor(w, dims), low.tensor(mean), low.tensor(rstd)
+    )
+    return (dx, dw, db)
+
+
+def _batch_norm_training(
+    low: Lowering,
+    node: torch.fx.Node,
+    x: Any,
+    w: Any,
+    b: Any,
+    mean: Any,
+    var: Any,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Any:
+    rank = len(x.meta["val"].shape)
+    y, saved_mean, inv, next_mean, next_var = low.graph.batchnorm(
+        low.tensor(x),
+        _channel(low, w, rank),
+        _channel(low, b, rank),
+        _channel(low, mean, rank),
+        _channel(low, var, rank),
+        epsilon=eps,
+        momentum=momentum,
+    )
+    return (y, saved_mean, inv, next_mean, next_var)
+
+
+def _batch_norm_inference(
+    low: Lowering, node: torch.fx.Node, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float, eps: float
+) -> Any:
+    g, rank = low.graph, len(x.meta["val"].shape)
+    inv = g.rsqrt(g.add(_channel(low, var, rank), eps))
+    y = g.batchnorm_inference(
+        low.tensor(x), _channel(low, mean, rank), inv, _channel(low, w, rank), _channel(low, b, rank)
+    )
+    return (y, None, None)
+
+
+def _batch_norm_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    x: Any,
+    w: Any,
+    running_mean: Any,
+    running_var: Any,
+    mean: Any,
+    invstd: Any,
+    training: bool,
+    eps: float,
+    mask: Sequence[bool],
+) -> Any:
+    rank = len(x.meta["val"].shape)
+    dx, dw, db = low.graph.batchnorm_backward(
+        low.tensor(grad), low.tensor(x), _channel(low, w, rank), _channel(low, mean, rank), _channel(low, invstd, rank)
+    )
+    return (dx, dw, db)
+
+
+def _gelu(low: Lowering, node: torch.fx.Node, x: Any, approximate: str = "none") -> Any:
+    return (low.graph.gelu_approx_tanh if approximate == "tanh" else low.graph.gelu)(low.tensor(x))
+
+
+def _gelu_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, approximate: str = "none") -> Any:
+    backward = low.graph.gelu_approx_tanh_backward if approximate == "tanh" else low.graph.gelu_backward
+    return backward(low.tensor(grad), low.tensor(x))
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.fx.Node)
+
+
+def _binary(a: Any, b: Any, alpha: Any = 1) -> bool:
+    """A pointwise operator of a tensor and a tensor or number (torch's ``alpha`` only at 1)."""
+    return (
+        alpha == 1
+        and (_is_tensor(a) or _is_tensor(b))
+        and all(_is_tensor(v) or isinstance(v, float | int) for v in (a, b))
+    )
+
+
+LOWERINGS: dict[Any, Op] = {
+    aten.convolution.default: Op(
+        _convolution, lambda x, w, bias, stride, padding, dilation, transposed, out_pad, groups: not transposed
+    ),
+    aten.convolution_backward.default: Op(
+        _convolution_backward,
+        lambda grad, x, w, sizes, stride, padding, dilation, transposed, *rest: not transposed,
+    ),
+    aten.mm.default: _pointwise("matmul"),
+    aten.bmm.default: _pointwise("matmul"),
+    aten.addmm.default: Op(_addmm, lambda bias, a, b, beta=1, alpha=1: beta == 1 and alpha == 1),
+    aten.add.Tensor: Op(lambda low, node, a, b, alpha=1: low.graph.add(low.tensor(a), low.tensor(b)), _binary),
+    aten.sub.Tensor: Op(lambda low, node, a, b, alpha=1: low.graph.sub(low.tensor(a), low.tensor(b)), _binary),
+    aten.mul.Tensor: Op(lambda low, node, a, b: low.graph.mul(low.tensor(a), low.tensor(b)), _binary),
+    aten.div.Tensor: Op(lambda low, node, a, b: low.graph.div(low.tensor(a), low.tensor(b)), _binary),
+    aten.neg.default: _pointwise("neg"),
+    aten.exp.default: _pointwise("exp"),
+    aten.sqrt.default: _pointwise("sqrt"),
+    aten.rsqrt.default: _pointwise("rsqrt"),
+    aten.relu.default: _pointwise("relu"),
+    aten.sigmoid.default: _pointwise("sigmoid"),
+    aten.tanh.default: _pointwise("tanh"),
+    aten.gelu.default: Op(_gelu),
+    aten.gelu_backward.default: Op(_gelu_backward),
+    aten.threshold_backward.default: Op(
+        lambda low, node, grad, x, threshold: low.graph.relu_backward(low.tensor(grad), low.tensor(x)),
+        lambda grad, x, threshold: threshold == 0,
+    ),
+    aten.sum.dim_IntList: Op(_sum, lambda x, dims, keepdim=False, dtype=None: bool(dims) and dtype is None),
+    aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
+    aten.native_layer_norm_backward.default: Op(
+        _layer_norm_backward, lambda grad, x, normalized, mean, rstd, w, b, mask: _is_tensor(w) and _is_tensor(b)
+    ),
+    aten._native_batch_norm_legit_functional.default: Op(
+        _batch_norm_training,
+        lambda x, w, b, mean, var, training, *rest: training and all(map(_is_tensor, (w, b, mean, var))),
+    ),
+    aten._native_batch_norm_legit_no_training.default: Op(
+        _batch_norm_inference, lambda x, w, b, mean, var, *rest: all(map(_is_tensor, (w, b, mean, var)))
+    ),
+    aten.native_batch_norm_backward.default: Op(
+        _batch_norm_backward,
+        lambda grad, x, w, rm, rv, mean, invstd, training, *rest: training and _is_tensor(w),
+    ),
+}
+
+
+# ---- the regions and the backend ---------------------------------------------------------------------
+
+
+class Built:
+    """A region's graph built for one signature of its inputs: how each argument binds, the outputs
+    to allocate, the workspace."""
+
+    def __init__(self, lowering: Lowering, heur_mode: og.HeurMode) -> None:
+        graph = self.graph = lowering.graph
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([heur_mode])
+        graph.check_support()
+        graph.build_plans()
+        # (graph tensor, argument, the dims it is viewed as or None for its own)
+        self.inputs = [
+            (tensor, index, None if dims == tuple(lowering.args[index].shape) else dims)
+            for (index, dims), tensor in lowering.inputs.items()
+        ]
+        self.outputs = [(tensor, shape, dtype, tuple(tensor.get_dim())) for tensor, shape, dtype in lowering.outputs]
+        self.workspace_size = graph.get_workspace_size()
+        self.workspace: torch.Tensor | None = None
+
+    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        device = _tensors(args)[0].device
+        pack: dict[og.Tensor | str, Any] = {
+            tensor: args[index] if dims is None else args[index].reshape(dims) for tensor, index, dims in self.inputs
+        }
+        results = []
+        for tensor, shape, dtype, dims in self.outputs:
+            if tensor not in pack:
+                pack[tensor] = torch.empty(shape, dtype=dtype, device=device).view(dims)
+            results.append(pack[tensor].view(shape))
+        if self.workspace is None and self.workspace_size:
+            self.workspace = torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
+        self.graph.execute(pack, self.workspace)
+        return results
+
+
+class OpendnnRegion(torch.nn.Module):
+    """A region of the FX graph run as an opendnn graph plan, built per signature of its inputs
+    (falling back to the region's FX graph on torch where opendnn refuses it)."""
+
+    def __init__(
+        self, module: torch.fx.GraphModule, backend: OpendnnBackend, name: str, heur_mode: og.HeurMode | None
+    ) -> None:
+        super().__init__()
+        self.module, self.backend, self.region, self.heur_mode = module, backend, name, heur_mode
+        self.single = not isinstance(_returned(module), (tuple, list))
+        self.built: dict[tuple[Any, ...], Built | None] = {}
+
+    def forward(self, *args: Any) -> Any:
+        key = tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+        if key not in self.built:
+            self.built[key] = self._build(args)
+        built = self.built[key]
+        if built is None:
+            return self.module(*args)
+        results = built(args)
+        self.backend.plans_executed += 1
+        return results[0] if self.single else tuple(results)
+
+    def _build(self, args: Sequence[Any]) -> Built | None:
+        handle = self.backend.handle(_tensors(args)[0].device)
+        heur_mode = self.heur_mode or (og.HeurMode.FALLBACK if handle.device == "cpu" else og.HeurMode.A)
+        try:
+            built = Built(Lowering(self.module, args, handle, self.region), heur_mode)
+        except (Refused, OpenDnnError) as error:
+            self.backend.fallbacks.append(f"{self.region}: {error}")
+            return None
+        self.backend.plans.append(built.graph.plan)
+        return built
+
+
+def _returned(module: torch.fx.GraphModule) -> Any:
+    return next(n for n in module.graph.nodes if n.op == "output").args[0]
+
+
+class Supported(OperatorSupportBase):
+    """The nodes a region may hold: an operator of ``LOWERINGS`` that accepts its arguments, or an
+    item of such a node's outputs."""
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            source = node.args[0]
+            return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules, source)
+        op = LOWERINGS.get(node.target)
+        return op is not None and op.accepts(node)
+
+
+class OpendnnBackend:
+    """The torch.compile backend (``backend="opendnn"`` is one, registered with torch; an instance of
+    one's own counts its own plans).
+
+    Attributes:
+        plans_executed: how many times a region ran as an opendnn plan.
+        graphs: how many FX graphs it compiled (a forward and a backward each count).
+        regions: the regions of every graph compiled so far, by name.
+        plans: the plan built for each region and signature of its inputs.
+        fallbacks: each region that runs on torch, with opendnn's reason.
+    """
+
+    def __init__(self) -> None:
+        self.plans_executed = 0
+        self.graphs = 0
+        self.regions: list[str] = []
+        self.plans: list[og.ExecutionPlan] = []
+        self.fallbacks: list[str] = []
+        self._handles: dict[torch.device, od.Handle] = {}
+
+    def __call__(
+        self, model: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
+    ) -> Any:
+        """Compile ``model`` (``options``: ``{"heur_mode": og.HeurMode or its value}``, the heuristics
+        every region's plan is built with)."""
+        heur_mode = (options or {}).get("heur_mode")
+        compiler = functools.partial(
+            self.compile_graph, heur_mode=None if heur_mode is None else og.HeurMode(heur_mode)
+        )
+        return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(model, example_inputs)
+
+    def compile_graph(
+        self, module: torch.fx.GraphModule, example_inputs: Sequence[Any], heur_mode: og.HeurMode | None = None
+    ) -> Callable[..., Any]:
+        """``module`` with each region of two supported nodes or more run as an opendnn plan, built
+        with ``heur_mode`` (None: the reference engine on the CPU, the fusion engine on CUDA)."""
+        partitioner = CapabilityBasedPartitioner(module, Supported(), allows_single_node_partition=False)
+        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+        for node in fused.graph.nodes:
+            if node.op == "call_module" and node.target.startswith("fused_"):
+                name = f"graph{self.graphs}.{node.target}"
+                setattr(fused, node.target, OpendnnRegion(getattr(fused, node.target), self, name, heur_mode))
+                self.regions.append(name)
+        fused.recompile()
+        self.graphs += 1
+        return make_boxed_func(fused)
+
+    def handle(self, device: torch.device) -> od.Handle:
+        if device not in self._handles:
+            self._handles[device] = od.Handle(str(device))
+        return self._handles[device]
+
+
+opendnn_backend = register_backend(OpendnnBackend(), name="opendnn")

@@ -1,0 +1,204 @@
+"""``torch.compile(model, backend="opendnn")`` on the CPU: a small CNN, an MLP and a transformer-ish
+block against eager torch, forward and backward, in float32 and float64; which regions ran as
+opendnn plans, on which engine; and a graph with nothing to fuse left to torch."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as TF
+
+import opendnn.torch  # noqa: F401  (registers the "opendnn" backend)
+from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend
+
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles from scratch: Dynamo's per-code cache would otherwise reach its recompile
+    limit for nn.Sequential.forward and run it eagerly."""
+    torch._dynamo.reset()
+
+
+def relative_error(ours, theirs):
+    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
+
+
+class ConvBlock(nn.Module):
+    """(conv -> batch norm -> + residual -> relu) twice, then a 1x1 conv with bias (a bias right
+    before a batch norm has a gradient of rounding noise, so the biased conv comes last)."""
+
+    def __init__(self, channels=4):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1, self.bn2 = nn.BatchNorm2d(channels), nn.BatchNorm2d(channels)
+        self.head = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)) + x)
+        return self.head(torch.relu(self.bn2(self.conv2(y)) + y))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm attention and a tanh-GELU MLP, each with its residual."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.ln1, self.qkv, self.proj = nn.LayerNorm(width), nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.ln2, self.fc1, self.fc2 = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        x = x + self.proj(torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1) @ v)
+        return x + self.fc2(TF.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
+
+
+def training_step(model, x):
+    """The output, the input's gradient and every parameter's gradient of sum(y^2), and the buffers after."""
+    x = x.detach().clone().requires_grad_()
+    y = model(x)
+    y.square().sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    return [y, x.grad, *grads, *model.buffers()]
+
+
+def compare(make, shape, dtype, backend, options=None, device="cpu", tolerance=None):
+    torch.manual_seed(0)
+    model = make().to(dtype=dtype, device=device)
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=backend, options=options)
+    x = torch.randn(*shape, dtype=dtype, device=device)
+    for _ in range(2):  # the second step runs the plans built by the first
+        model.zero_grad()
+        eager.zero_grad()
+        ours, theirs = training_step(compiled, x), training_step(eager, x)
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            assert not a.isnan().any()
+            assert relative_error(a, b) < (tolerance or TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_cnn_of_conv_batch_norm_residual_relu_matches_eager_forward_and_backward(dtype):
+    backend = OpendnnBackend()
+    compare(ConvBlock, (2, 4, 6, 6), dtype, backend)
+    # the forward graph and the backward graph: one region each, run once per step
+    assert backend.graphs == 2 and len(backend.regions) == 2 and backend.fallbacks == []
+    assert backend.plans_executed == 4
+    assert {plan.engine for plan in backend.plans} == {"reference"}
+    forward = backend.plans[0].describe()
+    for op in ("conv_fprop", "batchnorm", "pointwise"):
+        assert f"({op})" in forward
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_mlp_with_gelu_matches_eager_forward_and_backward(dtype):
+    backend = OpendnnBackend()
+    compare(mlp, (4, 16), dtype, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    forward = backend.plans[0].describe()
+    assert "node 'gelu_" in forward and "(matmul)" in forward
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_transformer_block_matches_eager_forward_and_backward(dtype):
+    backend = OpendnnBackend()
+    compare(TransformerBlock, (2, 5, 16), dtype, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    described = "\n".join(plan.describe() for plan in backend.plans)
+    for op in ("layernorm", "layernorm_backward", "matmul"):
+        assert f"({op})" in described
+
+
+@pytest.mark.parametrize("options", [{"track_running_stats": False}, {"affine": False}])
+def test_a_batch_norm_the_lowering_does_not_take_stays_on_torch(options):
+    def make():
+        return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, **options), nn.ReLU(), nn.Tanh())
+
+    backend = OpendnnBackend()
+    compare(make, (2, 3, 6, 6), torch.float64, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    forward = backend.plans[0].describe()  # the backward's batch norm takes its saved statistics: it may lower
+    assert "batchnorm" not in forward and "relu" in forward
+
+
+def test_the_fusion_engine_runs_the_regions_when_the_options_ask_for_it():
+    backend = OpendnnBackend()
+    compare(mlp, (4, 16), torch.float32, backend, options={"heur_mode": "a"})
+    assert {plan.engine for plan in backend.plans} == {"fused"} and backend.fallbacks == []
+    assert "in its fused epilogue" in backend.plans[0].describe()
+
+
+def test_the_registered_backend_name_compiles_through_opendnn():
+    torch.manual_seed(1)
+    model = mlp().double()
+    x = torch.randn(3, 16, dtype=torch.float64)
+    backend = torch._dynamo.lookup_backend("opendnn")
+    assert isinstance(backend, OpendnnBackend)
+    before = backend.plans_executed
+    with torch.no_grad():
+        ours = torch.compile(model, backend="opendnn")(x)
+    assert relative_error(ours, model(x)) < TOLERANCE[torch.float64]
+    assert backend.plans_executed > before
+
+
+def test_a_graph_with_nothing_to_fuse_runs_on_torch():
+    def nothing_fusable(x):
+        return torch.cumsum(x, 0).flip(0).sort(dim=1).values
+
+    backend = OpendnnBackend()
+    x = torch.randn(5, 7, dtype=torch.float64)
+    ours = torch.compile(nothing_fusable, backend=backend)(x)
+    assert torch.equal(ours, nothing_fusable(x))
+    assert backend.graphs == 1 and backend.regions == [] and backend.plans_executed == 0
+
+
+def test_a_region_opendnn_refuses_runs_its_graph_on_torch_and_says_why():
+    def row_sums_doubled(x):  # sum's (5,) result is (5, 1) in the graph, so mul cannot read it there
+        return torch.relu(x).sum(1) * 2.0
+
+    backend = OpendnnBackend()
+    x = torch.randn(5, 7, dtype=torch.float64)
+    ours = torch.compile(row_sums_doubled, backend=backend)(x)
+    assert relative_error(ours, row_sums_doubled(x)) < TOLERANCE[torch.float64]
+    assert backend.plans_executed == 0 and len(backend.regions) == 1
+    assert backend.fallbacks == ["graph0.fused_0: sum_1 is read inside the region as [5], the graph computes [5, 1]"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_new_shapes_build_new_plans_and_symbolic_shapes_stay_on_torch(dynamic):
+    torch.manual_seed(2)
+    model = mlp().double()
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    with torch.no_grad():
+        for batch in (3, 5, 3):
+            x = torch.randn(batch, 16, dtype=torch.float64)
+            assert relative_error(compiled(x), model(x)) < TOLERANCE[torch.float64]
+    if dynamic:  # symbolic dims: no graph of fixed dims to build, every node on torch
+        assert backend.regions == [] and backend.plans_executed == 0
+    else:  # a graph per batch size, each region's plan built once and run on every call of its graph
+        assert backend.graphs == 2 and len(backend.plans) == len(backend.regions) > 0
+        assert backend.plans_executed == 3 * len(backend.regions) // 2
+
+
+def test_every_lowering_names_an_aten_operator():
+    assert all(isinstance(op, torch._ops.OpOverload) for op in LOWERINGS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make, shape", [(ConvBlock, (8, 4, 16, 16)), (mlp, (32, 16)), (TransformerBlock, (4, 9, 16))])
+def test_on_cuda_the_regions_run_on_the_fusion_engine_and_match_eager(make, shape):
+    backend = OpendnnBackend()
+    compare(make, shape, torch.float32, backend, device="cuda:0", tolerance=1e-4)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    engines = {plan.engine for plan in backend.plans}
+    assert "fused" in engines and engines <= {"fused", "per_node"}
