@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as TF
 
-import opendnn.torch  # noqa: F401  (registers the "opendnn" backend)
+import opendnn.torch  # noqa: F401  (the "opendnn" backend itself is found through its entry point)
 from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}

@@ -28,7 +28,6 @@ torch's own operators.
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
 
-import opendnn.torch.compile_backend  # noqa: F401  (registers torch.compile(model, backend="opendnn"))
 from opendnn.torch import attention, functions, modules, normalization, operators
 from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert

@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._dynamo import register_backend
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -480,4 +479,6 @@ class OpendnnBackend:
         return self._handles[device]
 
 
-opendnn_backend = register_backend(OpendnnBackend(), name="opendnn")
+# torch.compile finds it by name through the torch_dynamo_backends entry point (pyproject.toml), which
+# imports this module only when a model is compiled with backend="opendnn"
+opendnn_backend = OpendnnBackend()
