@@ -1,6 +1,7 @@
 """Samples of attention_forward and attention_backward: the masks (causal top-left and bottom-right,
 sliding window, sequence lengths, a boolean mask), a float bias and its gradient, softcap, dropout,
-GQA and MQA, padded head dims, every dtype and layout.
+GQA and MQA, padded head dims, every dtype and layout; packed (ragged) sequences forward and
+backward, and paged K/V forward.
 
 A sample's shape is (B, Hq, Hkv, Sq, Skv, D, Dv); its output concatenates every output of the call
 (o and the stats forward; dq, dk, dv and dbias backward), each divided by the norm of its reference,
@@ -22,7 +23,13 @@ from opendnn.core.handle import Handle
 from opendnn.core.samples import ErrorSample, Sample, Tensors, checked, descriptor, values
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.functional import scaled_dot_product_attention
-from opendnn.families.attention.problem import AttentionDescriptor, reference_backward, reference_forward
+from opendnn.families.attention.problem import (
+    AttentionDescriptor,
+    gathered,
+    ragged_reference,
+    reference_backward,
+    reference_forward,
+)
 
 # variant -> (the descriptor's fields, bias: None, "float" (1, Hq, Sq, Skv) or "mask" (B, 1, Sq, Skv), lengths)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
@@ -156,6 +163,109 @@ def run_attention_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[
     return _joined([checked(t, grad, reference) for grad, reference in zip(grads, expected) if reference is not None])
 
 
+# packed sequences and paged K/V: variant -> the descriptor's fields
+LAYOUT_VARIANTS: dict[str, dict[str, Any]] = {
+    "ragged": {},
+    "ragged/causal": dict(causal=True, alignment="bottom_right"),
+    "paged/causal": dict(causal=True, alignment="bottom_right"),
+}
+BLOCK_SIZE = 16  # rows of a paged K/V block
+
+
+def _lengths(t: Tensors, batch: int, longest: int) -> np.ndarray:
+    """Sequence lengths from half the longest to the longest (the last one)."""
+    lens = t.rng.integers(longest // 2, longest + 1, batch)
+    lens[-1] = longest
+    return lens
+
+
+def _ragged(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(descriptor, {slot: tensor}, {slot: values}, the call's ragged keywords): q, k, v packed as
+    (1, H, tokens, D) with every sequence's offsets."""
+    batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = sample.shape
+    offsets = {
+        side: np.concatenate([[0], np.cumsum(_lengths(t, batch, seq))]) for side, seq in (("q", seq_q), ("kv", seq_kv))
+    }
+    total_q, total_kv = int(offsets["q"][-1]), int(offsets["kv"][-1])
+    tensors = {
+        "q": t.input((1, heads_q, total_q, dim), sample.dtype, sample.layout),
+        "k": t.input((1, heads_kv, total_kv, dim), sample.dtype, sample.layout),
+        "v": t.input((1, heads_kv, total_kv, value_dim), sample.dtype, sample.layout),
+    }
+    keywords: dict[str, Any] = dict(max_seqlen_q=seq_q, max_seqlen_kv=seq_kv)
+    for side in ("q", "kv"):
+        array = t.array(offsets[side], DataType.INT32)
+        keywords[f"ragged_offsets_{side}_desc"], keywords[f"ragged_offsets_{side}"] = descriptor(array), array
+    values = {slot: t.values(tensor) for slot, tensor in tensors.items()}
+    values |= {f"offsets_{side}": offsets[side] for side in offsets}
+    return AttentionDescriptor(**LAYOUT_VARIANTS[sample.variant]), tensors, values, keywords
+
+
+def run_ragged_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    params, tensors, values, keywords = _ragged(sample, t)
+    q, k, v = tensors["q"], tensors["k"], tensors["v"]
+    o = t.output((*q.shape[:3], v.shape[3]), sample.dtype, sample.layout, None)
+    stats = t.output(tuple(q.shape[:3]), _stats_type(sample), "packed", None)
+    pairs = [item for x in (q, k, v, o) for item in (descriptor(x), x)]
+    attention_forward(handle, params, *pairs, stats_desc=descriptor(stats), stats=stats, **keywords)
+    _, _, _, seq_q, seq_kv, _, _ = sample.shape
+    expected_o, expected_stats = ragged_reference(
+        params, values["q"], values["k"], values["v"], values["offsets_q"], values["offsets_kv"], seq_q, seq_kv
+    )
+    assert expected_o is not None and expected_stats is not None
+    return _joined([checked(t, o, expected_o), (t.values(stats), expected_stats)])
+
+
+def run_ragged_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    """o and stats from the float64 reference forward, dO random."""
+    params, tensors, values, keywords = _ragged(sample, t)
+    _, _, _, seq_q, seq_kv, _, _ = sample.shape
+    inputs = (values["q"], values["k"], values["v"], values["offsets_q"], values["offsets_kv"], seq_q, seq_kv)
+    q, k, v = tensors["q"], tensors["k"], tensors["v"]
+    expected_o, expected_stats = ragged_reference(params, *inputs)
+    o = t.input((*q.shape[:3], v.shape[3]), sample.dtype, sample.layout)
+    t.fill(o, expected_o)
+    stats = t.array(expected_stats, _stats_type(sample))
+    do = t.input(tuple(o.shape), sample.dtype, sample.layout)
+    grads = [t.output(tuple(x.shape), sample.dtype, sample.layout, None) for x in (q, k, v)]
+    pairs = [item for x in (q, k, v, o, do, stats, *grads) for item in (descriptor(x), x)]
+    attention_backward(handle, params, *pairs, **keywords)
+    expected = ragged_reference(params, *inputs, t.values(do))
+    return _joined(
+        [checked(t, grad, reference) for grad, reference in zip(grads, expected[:3]) if reference is not None]
+    )
+
+
+def run_paged_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    """K/V in blocks of BLOCK_SIZE rows in shuffled order, read through the block table."""
+    batch, heads_q, heads_kv, seq_q, seq_kv, dim, value_dim = sample.shape
+    per_sequence = -(-seq_kv // BLOCK_SIZE)
+    table = t.rng.permutation(batch * per_sequence).reshape(batch, per_sequence)
+    lens = _lengths(t, batch, seq_kv)
+    q = t.input((batch, heads_q, seq_q, dim), sample.dtype, sample.layout)
+    k_cache = t.input((batch * per_sequence, heads_kv, BLOCK_SIZE, dim), sample.dtype, "packed")
+    v_cache = t.input((batch * per_sequence, heads_kv, BLOCK_SIZE, value_dim), sample.dtype, "packed")
+    table_array, lens_array = t.array(table, DataType.INT32), t.array(lens, DataType.INT32)
+    o = t.output((batch, heads_q, seq_q, value_dim), sample.dtype, sample.layout, None)
+    stats = t.output((batch, heads_q, seq_q), _stats_type(sample), "packed", None)
+    params = AttentionDescriptor(**LAYOUT_VARIANTS[sample.variant])
+    pairs = [item for x in (q, k_cache, v_cache, o) for item in (descriptor(x), x)]
+    attention_forward(
+        handle,
+        params,
+        *pairs,
+        stats_desc=descriptor(stats),
+        stats=stats,
+        seq_lens_kv_desc=descriptor(lens_array),
+        seq_lens_kv=lens_array,
+        block_table_desc=descriptor(table_array),
+        block_table=table_array,
+    )
+    keys, values = (gathered(t.values(cache), table, lens) for cache in (k_cache, v_cache))
+    expected_o, expected_stats = reference_forward(params, t.values(q), keys, values, None, None, lens)
+    return _joined([checked(t, o, expected_o), (t.values(stats), expected_stats)])
+
+
 # (B, Hq, Hkv, Sq, Skv, D, Dv): GQA with Sq != Skv and a padded value dim; MQA with head dim 8
 SHAPES = {
     "small": ((2, 4, 2, 20, 27, 16, 24), (1, 2, 1, 33, 16, 8, 8)),
@@ -177,6 +287,13 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield Sample(op, "causal_bottom_right/lengths", DataType.FLOAT, first, layout="subregion", runner=runner)
         if size == "small":
             yield Sample(op, "bias/dropout", DataType.DOUBLE, second, runner=runner)
+    for op, runner in (("attention_forward", run_ragged_forward), ("attention_backward", run_ragged_backward)):
+        for variant in ("ragged", "ragged/causal"):
+            for dtype in (DataType.FLOAT, *half):
+                yield Sample(op, variant, dtype, first, runner=runner)
+        yield Sample(op, "ragged/causal", DataType.FLOAT, second, layout="permuted", runner=runner)
+    for dtype in (DataType.FLOAT, *half):
+        yield Sample("attention_forward", "paged/causal", dtype, first, runner=run_paged_forward)
 
 
 def error_samples() -> list[ErrorSample]:
