@@ -223,6 +223,7 @@ def run_ragged_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.
     inputs = (values["q"], values["k"], values["v"], values["offsets_q"], values["offsets_kv"], seq_q, seq_kv)
     q, k, v = tensors["q"], tensors["k"], tensors["v"]
     expected_o, expected_stats = ragged_reference(params, *inputs)
+    assert expected_o is not None and expected_stats is not None
     o = t.input((*q.shape[:3], v.shape[3]), sample.dtype, sample.layout)
     t.fill(o, expected_o)
     stats = t.array(expected_stats, _stats_type(sample))
