@@ -5,8 +5,8 @@ per P (spatial mode: P = C, L = the spatial positions; per-activation mode: P = 
 run in a few whole-array passes: the sums over L (NumPy's pairwise sums, as accurate as the
 reference's) then over N, the centred x computed once and scaled in place, ``y = xc * (scale *
 inv_std) + bias``; backward ``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``
-with ``k = scale * inv_std``. No workspace. The reserve space of the Ex forms holds the activation's mask, one byte per element
-of x in row-major order of x's dims.
+with ``k = scale * inv_std``. No workspace. The reserve space of the Ex forms holds the activation's
+mask, one byte per element of x in row-major order of x's dims.
 """
 
 from __future__ import annotations

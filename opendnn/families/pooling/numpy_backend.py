@@ -13,6 +13,7 @@ one ``bincount`` over x's flat positions. The indices of ``return_indices`` are 
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from opendnn.core.arrays import Bound
@@ -20,8 +21,8 @@ from opendnn.core.reference_io import read, write
 from opendnn.families.pooling.problem import (
     PoolingMode,
     PoolingProblem,
-    _geometry,
     _Geometry,
+    _geometry,
     reference_indices,
 )
 
