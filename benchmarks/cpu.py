@@ -329,9 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     if args.results:
-        command = (
-            "`benchmarks/cpu.py" + "".join(f" {arg}" for arg in (argv if argv is not None else sys.argv[1:])) + "`"
-        )
+        given = list(argv if argv is not None else sys.argv[1:])
+        if "--note" in given:  # the note is shown on its own
+            del given[given.index("--note") : given.index("--note") + 2]
+        command = "`" + " ".join(["benchmarks/cpu.py", *given]) + "`"
         results = {**machine(command, args.repeats, args.note), "rows": rows}
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results).write_text(json.dumps(results, indent=1) + "\n")
