@@ -79,7 +79,8 @@ def _training(
     rows = _rows(x, problem.mode)
     n = rows.shape[0] * rows.shape[2]
     mean = _per_feature(rows) / n
-    centred = rows - mean
+    centred = rows
+    centred -= mean  # in place: x is this call's own copy
     var = _per_feature(np.square(centred)) / n
     inv_std = 1.0 / np.sqrt(var + problem.epsilon)
     centred *= _rows(scale, problem.mode) * inv_std
@@ -113,25 +114,26 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     if t.reserve is not None and problem.reserve:
         mask = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape).astype(x.dtype)
     g = dy if mask is None else dy * mask
+    if t.z is not None:
+        write(t.z, g, problem.alpha, problem.beta)
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
     n = rows.shape[0] * rows.shape[2]
     if mean is None or inv_std is None:
         mean = _per_feature(rows) / n
-        centred = rows - mean
-        inv_std = 1.0 / np.sqrt(_per_feature(np.square(centred)) / n + problem.epsilon)
+        rows -= mean  # in place: x is this call's own copy
+        inv_std = 1.0 / np.sqrt(_per_feature(np.square(rows)) / n + problem.epsilon)
     else:
-        mean, inv_std = _rows(mean, problem.mode), _rows(inv_std, problem.mode)
-        centred = rows - mean
+        inv_std = _rows(inv_std, problem.mode)
+        rows -= _rows(mean, problem.mode)
     dbias = _per_feature(g_rows)
-    dscale = _per_feature(g_rows * centred) * inv_std
+    dx = g_rows * rows
+    dscale = _per_feature(dx) * inv_std
     k = _rows(scale, problem.mode) * inv_std
-    centred *= k * inv_std * dscale / n
-    dx = g_rows * k
+    np.multiply(g_rows, k, out=dx)
     dx -= k * dbias / n
-    dx -= centred
+    rows *= k * inv_std * dscale / n
+    dx -= rows
     write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
-    if t.z is not None:
-        write(t.z, g, problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:
         raise InternalError("batch norm backward: dscale and dbias were not bound")
     write(t.dscale, dscale.reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)

@@ -108,7 +108,8 @@ def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry) -
     valid = np.pad(np.ones(x.shape[2:], bool), widths[2:]) if y_nan.any() else None
     offsets = list(geo.offsets())
     origin = geo.flat_positions((0,) * len(geo.out))  # flat index into x's spatial plane of each window's start
-    shift = np.array([(geo.flat_positions(j) - origin).flat[0] for j, _ in offsets])
+    plane_strides = [math.prod(geo.size[k + 1 :]) for k in range(len(geo.size))]
+    shift = np.array([sum(jk * d * st for jk, d, st in zip(j, geo.dilation, plane_strides)) for j, _ in offsets])
     tap = np.full(y.shape, -1, np.min_scalar_type(-len(offsets)))  # each window's first position holding y
     for t in reversed(range(len(offsets))):  # the last write is the first position
         v = padded[offsets[t][1]]
