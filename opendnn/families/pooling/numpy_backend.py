@@ -42,7 +42,8 @@ def run(
         if problem.mode.is_max:
             result = max_forward(values, geo, problem.propagate_nan)
         else:
-            result = _reduce_windows(np.pad(values, geo.pad_widths()), geo, np.add) / geo.counts(include_padding)
+            result = _reduce_windows(_padded(values, geo, 0.0), geo, np.add)
+            result /= geo.counts(include_padding)
         write(y, result, problem.alpha, problem.beta)
         if indices is not None:
             options = (problem.propagate_nan, problem.ceil_mode, problem.dilation)
@@ -52,7 +53,8 @@ def run(
     if problem.mode.is_max:
         result = max_backward(read(x, compute), read(y, compute), gradient, geo)
     else:
-        result = average_backward(gradient / geo.counts(include_padding), geo)
+        gradient /= geo.counts(include_padding)  # each window's share of its dy
+        result = average_backward(gradient, geo)
     write(dx, result, problem.alpha, problem.beta)
 
 
@@ -63,9 +65,15 @@ def _taps(geo: _Geometry, k: int, j: int, ndim: int) -> tuple[slice, ...]:
     return (slice(None),) * (2 + k) + (along,) + (slice(None),) * (ndim - 3 - k)
 
 
+def _padded(x: np.ndarray, geo: _Geometry, fill: float) -> np.ndarray:
+    """x padded with ``fill`` so that every window lies inside it (x itself where no padding is needed)."""
+    widths = geo.pad_widths()
+    return np.pad(x, widths, constant_values=fill) if any(before or after for before, after in widths) else x
+
+
 def _reduce_windows(padded: np.ndarray, geo: _Geometry, combine: np.ufunc) -> np.ndarray:
-    """``combine`` over each window of the padded input, one spatial dim at a time (outermost first:
-    its slices are whole rows)."""
+    """``combine`` over each window of the padded input (left unchanged), one spatial dim at a time
+    (outermost first: its slices are whole rows)."""
     result = padded
     for k, window in enumerate(geo.window):
         if geo.out[k] == 1:  # one window along this dim (global pooling): one reduction
@@ -82,7 +90,7 @@ def _reduce_windows(padded: np.ndarray, geo: _Geometry, combine: np.ufunc) -> np
 def max_forward(x: np.ndarray, geo: _Geometry, propagate_nan: bool) -> np.ndarray:
     """The largest input of each window; NaN where all are NaN, or with ``propagate_nan`` where any is."""
     fill, combine = (-np.inf, np.maximum) if propagate_nan else (np.nan, np.fmax)
-    result = _reduce_windows(np.pad(x, geo.pad_widths(), constant_values=fill), geo, combine)
+    result = _reduce_windows(_padded(x, geo, fill), geo, combine)
     if propagate_nan:  # a window of padding alone reduced to -inf: it holds no input, so it is NaN
         holds_input = _windows_holding_input(geo)
         if not holds_input.all():
