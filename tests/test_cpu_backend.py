@@ -6,24 +6,17 @@ and the caller's inputs left unchanged."""
 import numpy as np
 import pytest
 import torch
+from test_pooling import EXCLUDE, GEOMETRIES, INCLUDE, descriptor
 
 import opendnn as od
 import opendnn.functional as F
 from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward
 
-INCLUDE, EXCLUDE = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
-# (x shape, window, stride, padding)
-GEOMETRIES = [
-    ((2, 3, 11), (3,), (2,), (1,)),
-    ((2, 3, 9, 10), (3, 3), (2, 2), (1, 1)),
-    ((2, 2, 8, 9), (2, 3), (3, 1), (0, 1)),
-    ((2, 2, 7, 7), (7, 7), (1, 1), (0, 0)),  # global: one window per plane
-    ((1, 2, 5, 6, 7), (3, 2, 3), (2, 2, 1), (1, 0, 1)),
-]
+GLOBAL = ((2, 2, 7, 7), (7, 7), (1, 1), (0, 0))  # one window per plane: the one-reduction path
 
 
 def special_values(shape, seed):
-    """Random values, rounded so that windows hold ties, with NaN, -inf and a window's worth of NaN."""
+    """Random values, rounded so that windows hold ties, with NaN, -inf and a plane of NaN."""
     rng = np.random.default_rng(seed)
     x = np.round(rng.standard_normal(shape) * 2) / 2
     flat = x.reshape(-1)
@@ -37,13 +30,9 @@ def tensor(values):
     return torch.from_numpy(np.ascontiguousarray(values))
 
 
-def descriptor(t):
-    return od.TensorDescriptor(t.dtype, t.shape, t.stride())
-
-
 @pytest.mark.parametrize("propagate", [False, True])
 @pytest.mark.parametrize("mode", [PoolingMode.MAX, INCLUDE, EXCLUDE])
-@pytest.mark.parametrize("shape, window, stride, padding", GEOMETRIES)
+@pytest.mark.parametrize("shape, window, stride, padding", [*GEOMETRIES, GLOBAL])
 def test_pooling_matches_the_reference_on_nan_inf_and_ties(shape, window, stride, padding, mode, propagate):
     handle = od.create("cpu")
     nan_opt = od.NanPropagation.PROPAGATE_NAN if propagate else od.NanPropagation.NOT_PROPAGATE_NAN
