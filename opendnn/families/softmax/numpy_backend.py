@@ -1,6 +1,6 @@
 """Softmax on the NumPy backend: the reference's formulas in the compute dtype (float32, float64 for
-float64), each pass in place on the freshly read arrays, so a forward makes three passes over x
-(max, exp and sum, scale) and a backward three over y and dy."""
+float64), each step in place on the freshly read arrays (no new array of x's size but the log
+form's exp and the backward's ``dy * y``)."""
 
 from __future__ import annotations
 
