@@ -18,7 +18,9 @@ workspace). ``notes`` (suite -> [{"run": id, "text": ...}]) say what a run measu
 over several rows, say); ``{run}`` in a text becomes the run's letter, and a note goes with its run.
 
 ``write_report`` renders the file: one table per suite (in ``SUITES`` order, then any other), each row
-with its run's letter, the runs (date, GPU, versions, command, timing) under the table, and the chart.
+with its run's letter, the runs (date, GPU, versions, command, timing) under the table, and the chart;
+then, where the GPU results file has a ``cpu.json`` beside it (written by ``benchmarks/cpu.py``), the
+"CPU backend" section: one table of its rows with its run line and note.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 RESULTS = REPOSITORY / "benchmarks" / "results" / "h200.json"
 MARKDOWN = REPOSITORY / "BENCHMARKS.md"
 CHART = REPOSITORY / "benchmarks" / "results" / "h200.png"
+CPU_RESULTS = "cpu.json"  # benchmarks/cpu.py's results, beside the GPU's results file
+CPU_TITLE = "CPU backend"
 
 KEYS = ("model", "case", "mode", "round", "dtype")  # what identifies a row within its suite
 # (row key, column header, format) in the order tables show them; a table shows the columns its rows fill
@@ -227,12 +231,19 @@ def write_report(results_path: Path = RESULTS, markdown_path: Path = MARKDOWN, c
     """BENCHMARKS.md and the chart of the ratios, from the results file."""
     results = load(results_path)
     chart(results, chart_path)
+    cpu_path = Path(results_path).parent / CPU_RESULTS
+    cpu = (load(cpu_path), _relative(cpu_path, markdown_path.parent)) if cpu_path.exists() else None
     markdown_path.write_text(
-        markdown(results, _relative(chart_path, markdown_path.parent), _relative(results_path, markdown_path.parent))
+        markdown(
+            results, _relative(chart_path, markdown_path.parent), _relative(results_path, markdown_path.parent), cpu
+        )
     )
 
 
-def markdown(results: dict[str, Any], chart_file: str, results_file: str) -> str:
+def markdown(
+    results: dict[str, Any], chart_file: str, results_file: str, cpu: tuple[dict[str, Any], str] | None = None
+) -> str:
+    """The report; ``cpu``: benchmarks/cpu.py's results and their file, for the CPU section."""
     suites = ordered_suites(results)
     lines = [
         "# Benchmarks",
@@ -250,10 +261,40 @@ def markdown(results: dict[str, Any], chart_file: str, results_file: str) -> str
         f"![torch time / opendnn time of every row, per suite]({chart_file})",
         "",
         *(f"- [{title(name)}](#{_anchor(title(name))})" for name in suites),
+        *([f"- [{CPU_TITLE}](#{_anchor(CPU_TITLE)})"] if cpu else []),
     ]
     for name in suites:
         lines += ["", *suite_table(results, name)]
+    if cpu:
+        lines += ["", *cpu_table(*cpu)]
     return "\n".join(lines) + "\n"
+
+
+def cpu_table(results: dict[str, Any], results_file: str) -> list[str]:
+    """The CPU backend section: each row of benchmarks/cpu.py's results, its run line and note."""
+    lines = [
+        f"## {CPU_TITLE}",
+        "",
+        "The NumPy backend (what runs without a GPU) against torch's CPU kernels, float32, in one process on "
+        "the same inputs, every row checked against torch before it is timed: convolution through the "
+        "cuDNN-shaped calls, the rest through `opendnn.functional` on NumPy arrays. ratio = torch time / "
+        f"opendnn time. From [{results_file}]({results_file}).",
+        "",
+        "| op | shape | direction | torch ms | opendnn ms | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['op']} | {row['shape']} | {row['direction']} | {row['torch_ms']:.2f} | {row['opendnn_ms']:.2f} | "
+        f"{row['ratio']:.2f} |"
+        for row in results["rows"]
+    ]
+    versions = f"torch {results['torch']} ({results['torch_threads']} threads), NumPy {results['numpy']}, "
+    lines += [
+        "",
+        f"Run: {results['date']}, {results['cpu']}, {results['cores']} cores; {versions}opendnn {results['opendnn']}. "
+        f"{results['command']}. {results['timing']}",
+    ]
+    return lines + (["", results["note"]] if results.get("note") else [])
 
 
 def ordered_suites(results: dict[str, Any]) -> list[str]:

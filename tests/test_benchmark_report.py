@@ -206,3 +206,61 @@ def test_the_repository_results_file_renders_and_every_row_names_a_run_it_holds(
             assert any(row.get(key) is not None for key in ("ratio", "gbps", "speedup", "opendnn_ms")), (suite, row)
     text, _ = write_report(tmp_path, results)
     assert text.count("\n## ") == len([rows for rows in results["suites"].values() if rows])
+
+
+def small_cpu_results() -> dict:
+    return {
+        "date": "2026-12-01",
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "cores": 2,
+        "torch": "2.13.0+cpu",
+        "torch_threads": 2,
+        "numpy": "2.3.5",
+        "opendnn": "0.1.0",
+        "command": "`benchmarks/cpu.py --ops softmax`",
+        "timing": "Best of 7 runs, opendnn's and torch's alternating, float32.",
+        "note": "Measured on a machine shared with other work.",
+        "rows": [
+            {
+                "op": "softmax",
+                "shape": "8x1000",
+                "direction": "forward",
+                "torch_ms": 0.04,
+                "opendnn_ms": 0.1,
+                "ratio": 0.4,
+            },
+            {
+                "op": "softmax",
+                "shape": "8x1048576",
+                "direction": "backward",
+                "torch_ms": 12.825,
+                "opendnn_ms": 30.0,
+                "ratio": 0.4275,
+            },
+        ],
+    }
+
+
+def test_report_renders_the_cpu_section_from_the_cpu_results_beside_the_gpu_ones(tmp_path):
+    (tmp_path / "cpu.json").write_text(json.dumps(small_cpu_results()))
+    text, _ = write_report(tmp_path, small_results())
+    assert text.index("## Whole models") < text.index("## CPU backend")
+    assert "- [CPU backend](#cpu-backend)" in text
+    assert "| op | shape | direction | torch ms | opendnn ms | ratio |" in text
+    assert "| softmax | 8x1000 | forward | 0.04 | 0.10 | 0.40 |" in text
+    assert "| softmax | 8x1048576 | backward | 12.82 | 30.00 | 0.43 |" in text
+    assert (
+        "Run: 2026-12-01, Intel(R) Xeon(R) Processor, 2 cores; torch 2.13.0+cpu (2 threads), NumPy 2.3.5, "
+        "opendnn 0.1.0. `benchmarks/cpu.py --ops softmax`. Best of 7 runs, opendnn's and torch's alternating, "
+        "float32."
+    ) in text
+    assert "\nMeasured on a machine shared with other work.\n" in text
+
+
+def test_report_without_cpu_results_has_no_cpu_section_and_the_same_gpu_sections(tmp_path):
+    without, _ = write_report(tmp_path, small_results())
+    (tmp_path / "cpu.json").write_text(json.dumps(small_cpu_results()))
+    with_cpu, _ = write_report(tmp_path, small_results())
+    assert "CPU backend" not in without
+    gpu_part = with_cpu[: with_cpu.index("\n## CPU backend")].replace("- [CPU backend](#cpu-backend)\n", "")
+    assert gpu_part == without

@@ -1,7 +1,12 @@
-"""Batch normalization on the NumPy backend: the float64 reference run in the compute dtype.
+"""Batch normalization on the NumPy backend, in the compute dtype (float32, float64 for float64).
 
-No workspace. The reserve space of the Ex forms holds the activation's mask, one byte per element
-of x in row-major order of x's dims.
+Inference is the reference's formula. Training and backward view x as ``(N, P, L)``, the statistics
+per P (spatial mode: P = C, L = the spatial positions; per-activation mode: P = C*H*W, L = 1), and
+run in a few whole-array passes: the sums over L (NumPy's pairwise sums, as accurate as the
+reference's) then over N, the centred x computed once and scaled in place, ``y = xc * (scale *
+inv_std) + bias``; backward ``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``
+with ``k = scale * inv_std``. No workspace. The reserve space of the Ex forms holds the activation's
+mask, one byte per element of x in row-major order of x's dims.
 """
 
 from __future__ import annotations
@@ -50,6 +55,17 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
         _backward(problem, t, x, need(t.dy), scale)
 
 
+def _rows(values: np.ndarray, mode: bn.BatchNormMode) -> np.ndarray:
+    """x's dims as (N, P, L): the statistics are per P, over N and L."""
+    n = values.shape[0]
+    return values.reshape(n, values.shape[1], -1) if bn.BatchNormMode(mode).is_spatial else values.reshape(n, -1, 1)
+
+
+def _per_feature(rows: np.ndarray) -> np.ndarray:
+    """The sums over N and L of (N, P, L) rows, shaped (1, P, 1)."""
+    return rows.sum(axis=2, keepdims=True).sum(axis=0, keepdims=True)
+
+
 def _training(
     problem: BatchNormProblem,
     t: BatchNormTensors,
@@ -60,20 +76,24 @@ def _training(
     running_mean: np.ndarray | None,
     running_var: np.ndarray | None,
 ) -> None:
-    result = bn.forward_training(
-        x,
-        scale,
-        bias,
-        problem.epsilon,
-        problem.mode,
-        factor=problem.factor,
-        running_mean=running_mean,
-        running_var=running_var,
-        z=z,
-        activation=problem.activation,
-        coef=problem.activation_coef,
+    rows = _rows(x, problem.mode)
+    n = rows.shape[0] * rows.shape[2]
+    mean = _per_feature(rows) / n
+    centred = rows
+    centred -= mean  # in place: x is this call's own copy
+    var = _per_feature(np.square(centred)) / n
+    inv_std = 1.0 / np.sqrt(var + problem.epsilon)
+    centred *= _rows(scale, problem.mode) * inv_std
+    centred += _rows(bias, problem.mode)
+    v = centred.reshape(x.shape)
+    if z is not None:
+        v += z
+    y, mask = bn.activate(v, problem.activation, problem.activation_coef)
+    write(t.out, y, problem.alpha, problem.beta)
+    stats = {"mean": mean, "inv_std": inv_std}
+    stats |= bn.running_statistics(
+        mean.reshape(scale.shape), var.reshape(scale.shape), n, problem.factor, running_mean, running_var
     )
-    write(t.out, result["y"], problem.alpha, problem.beta)
     for name, bound in (
         ("running_mean", t.mean),
         ("running_var", t.variance),
@@ -81,9 +101,9 @@ def _training(
         ("inv_std", t.saved_inv_std),
     ):
         if bound is not None:
-            write(bound, result[name].reshape(bound.desc.dims))
+            write(bound, stats[name].reshape(bound.desc.dims))
     if t.reserve is not None and problem.reserve:
-        numpy_view(t.reserve).reshape(-1)[: x.size] = result["mask"].reshape(-1)
+        numpy_view(t.reserve).reshape(-1)[: x.size] = mask.reshape(-1)
 
 
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
@@ -93,11 +113,28 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
         mean, inv_std = read(t.saved_mean, compute), read(t.saved_inv_std, compute)
     if t.reserve is not None and problem.reserve:
         mask = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape).astype(x.dtype)
-    result = bn.backward(x, dy, scale, problem.epsilon, problem.mode, mean=mean, inv_std=inv_std, mask=mask)
-    write(t.out, result["dx"], problem.alpha, problem.beta)
+    g = dy if mask is None else dy * mask
     if t.z is not None:
-        write(t.z, result["dz"], problem.alpha, problem.beta)
+        write(t.z, g, problem.alpha, problem.beta)
+    rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
+    n = rows.shape[0] * rows.shape[2]
+    if mean is None or inv_std is None:
+        mean = _per_feature(rows) / n
+        rows -= mean  # in place: x is this call's own copy
+        inv_std = 1.0 / np.sqrt(_per_feature(np.square(rows)) / n + problem.epsilon)
+    else:
+        inv_std = _rows(inv_std, problem.mode)
+        rows -= _rows(mean, problem.mode)
+    dbias = _per_feature(g_rows)
+    dx = g_rows * rows
+    dscale = _per_feature(dx) * inv_std
+    k = _rows(scale, problem.mode) * inv_std
+    np.multiply(g_rows, k, out=dx)
+    dx -= k * dbias / n
+    rows *= k * inv_std * dscale / n
+    dx -= rows
+    write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:
         raise InternalError("batch norm backward: dscale and dbias were not bound")
-    write(t.dscale, result["dscale"].reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)
-    write(t.dbias, result["dbias"].reshape(t.dbias.desc.dims), problem.alpha_param, problem.beta_param)
+    write(t.dscale, dscale.reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)
+    write(t.dbias, dbias.reshape(t.dbias.desc.dims), problem.alpha_param, problem.beta_param)

@@ -323,6 +323,20 @@ def forward_training(
     inv_std = 1.0 / np.sqrt(var + epsilon)
     y, mask = activate(scale * (x - mean) * inv_std + bias + (0.0 if z is None else z), activation, coef)
     out = {"y": y, "mask": mask, "mean": mean, "inv_std": inv_std}
+    return out | running_statistics(mean, var, n, factor, running_mean, running_var)
+
+
+def running_statistics(
+    mean: np.ndarray,
+    var: np.ndarray,
+    n: int,
+    factor: float,
+    running_mean: np.ndarray | None,
+    running_var: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """The updated running_mean / running_var (those given): ``(1 - factor) * running + factor *
+    batch``, the batch variance made unbiased (``* n / (n - 1)``)."""
+    out = {}
     if running_mean is not None:
         out["running_mean"] = (1 - factor) * running_mean + factor * mean
     if running_var is not None:

@@ -1,4 +1,5 @@
-"""Matrix multiplication on the NumPy backend: the float64 reference, cast to the compute dtype."""
+"""Matrix multiplication on the NumPy backend: the reference's ``np.matmul`` (BLAS) and epilogue run in
+the compute dtype (float32 for float32, 16-bit and fp8 inputs, float64 for float64)."""
 
 from __future__ import annotations
 
@@ -17,23 +18,25 @@ def supports(problem: MatmulProblem) -> str | None:
 def run(
     problem: MatmulProblem, a: Bound, b: Bound, c: Bound, bias: Bound | None = None, residual: Bound | None = None
 ) -> None:
+    compute = problem.compute_dtype
     result = reference(
-        _values(a),
-        _values(b),
-        bias=None if bias is None else _values(bias),
+        _values(a, compute),
+        _values(b, compute),
+        bias=None if bias is None else _values(bias, compute),
         bias_axis=problem.bias_axis,
         activation=problem.activation,
         coef=problem.coef,
-        residual=None if residual is None else _values(residual),
+        residual=None if residual is None else _values(residual, compute),
         scale=problem.scale,
+        dtype=compute.to_numpy(),
     )
-    write(c, result.astype(problem.compute_dtype.to_numpy(), copy=False), problem.alpha, problem.beta)
+    write(c, result, problem.alpha, problem.beta)
 
 
-def _values(bound: Bound) -> np.ndarray:
-    """The tensor's values in float64 (fp8 decoded from its bits)."""
+def _values(bound: Bound, compute: DataType) -> np.ndarray:
+    """The tensor's values in the compute dtype (fp8 decoded from its bits)."""
     if not bound.desc.dtype.is_fp8:
-        return read(bound, DataType.DOUBLE)
+        return read(bound, compute)
     view = bound.view
     if isinstance(view, np.ndarray):
         bits = view
@@ -41,4 +44,4 @@ def _values(bound: Bound) -> np.ndarray:
         import torch
 
         bits = view.view(torch.uint8).numpy()
-    return fp8_to_float64(bits, bound.desc.dtype)
+    return fp8_to_float64(bits, bound.desc.dtype).astype(compute.to_numpy(), copy=False)

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from opendnn.core.descriptors import TensorDescriptor, check_finite, check_member
 from opendnn.core.dtypes import DataType
@@ -247,21 +248,25 @@ def reference(
     coef: float = 0.0,
     residual: np.ndarray | None = None,
     scale: float = 1.0,
+    dtype: npt.DTypeLike = np.float64,
 ) -> np.ndarray:
-    """``act(scale * (a @ b) + bias) + residual`` in float64 (alpha and beta are the caller's blend).
+    """``act(scale * (a @ b) + bias) + residual`` in ``dtype``, float64 unless a backend computes in
+    float32 (alpha and beta are the caller's blend).
 
     Args:
         a, b: float arrays of shapes ``(*batch_a, M, K)`` and ``(*batch_b, K, N)``.
         bias: N values (COLUMN) or M values (ROW), or None.
     """
-    result = scale * np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    result = np.matmul(np.asarray(a, dtype), np.asarray(b, dtype))
+    if scale != 1.0:
+        result *= scale
     if bias is not None:
-        bias = np.asarray(bias, np.float64)
-        result = result + (bias if BiasAxis(bias_axis) is BiasAxis.COLUMN else bias[:, None])
+        bias = np.asarray(bias, dtype)
+        result += bias if BiasAxis(bias_axis) is BiasAxis.COLUMN else bias[:, None]
     if activation is not None:
         result = pointwise_reference(PointwiseMode(activation), [result], coef)
     if residual is not None:
-        result = result + np.asarray(residual, np.float64)
+        result = result + np.asarray(residual, dtype)
     return result
 
 

@@ -1,0 +1,122 @@
+"""The NumPy backend's whole-array formulations (separable pooling passes, the bincount max backward,
+batch norm and softmax in place) against the float64 references: exact to 1e-12 in float64 on inputs
+holding NaN, -inf and ties, with every geometry rule (padding, overlap, dilation, ceil mode, 1-3 dims),
+and the caller's inputs left unchanged."""
+
+import numpy as np
+import pytest
+import torch
+from test_pooling import EXCLUDE, GEOMETRIES, INCLUDE, descriptor
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward
+
+GLOBAL = ((2, 2, 7, 7), (7, 7), (1, 1), (0, 0))  # one window per plane: the one-reduction path
+
+
+def special_values(shape, seed):
+    """Random values, rounded so that windows hold ties, with NaN, -inf and a plane of NaN."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal(shape) * 2) / 2
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, flat.size // 9, replace=False)] = np.nan
+    flat[rng.choice(flat.size, flat.size // 13, replace=False)] = -np.inf
+    x[0, 0, ...] = np.nan  # a plane of NaN: its windows are NaN either way
+    return x
+
+
+def tensor(values):
+    return torch.from_numpy(np.ascontiguousarray(values))
+
+
+@pytest.mark.parametrize("propagate", [False, True])
+@pytest.mark.parametrize("mode", [PoolingMode.MAX, INCLUDE, EXCLUDE])
+@pytest.mark.parametrize("shape, window, stride, padding", [*GEOMETRIES, GLOBAL])
+def test_pooling_matches_the_reference_on_nan_inf_and_ties(shape, window, stride, padding, mode, propagate):
+    handle = od.create("cpu")
+    nan_opt = od.NanPropagation.PROPAGATE_NAN if propagate else od.NanPropagation.NOT_PROPAGATE_NAN
+    pool = od.PoolingDescriptor(mode, nan_opt, window, padding, stride)
+    values = special_values(shape, seed=len(shape) + sum(window))
+    x = tensor(values)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), float("nan"), dtype=torch.float64)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    expected = reference_forward(mode, values, window, padding, stride, propagate_nan=propagate)
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-12, atol=1e-12)
+    assert np.isnan(expected).any()  # the NaN rules were exercised
+    dy = tensor(np.random.default_rng(5).standard_normal(tuple(y.shape)))
+    dx = torch.full_like(x, float("nan"))
+    od.pooling_backward(
+        handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+    )
+    expected = reference_backward(mode, values, y.numpy(), dy.numpy(), window, padding, stride)
+    np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(x.numpy(), values)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_max_pool_with_dilation_and_ceil_mode_matches_the_reference(dilation, ceil_mode):
+    handle = od.create("cpu")
+    values = special_values((2, 3, 11, 12), seed=7)
+    y = F.max_pool(values, 3, 2, 1, dilation, ceil_mode, handle=handle)
+    geometry = ((3, 3), (1, 1), (2, 2))
+    expected = reference_forward(
+        PoolingMode.MAX, values, *geometry, propagate_nan=True, ceil_mode=ceil_mode, dilation=(dilation,) * 2
+    )
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+    dy = np.random.default_rng(8).standard_normal(y.shape)
+    dx = F.max_pool_backward(dy, values, y, 3, 2, 1, dilation, ceil_mode=ceil_mode, handle=handle)
+    expected = reference_backward(
+        PoolingMode.MAX, values, y, dy, *geometry, ceil_mode=ceil_mode, dilation=(dilation,) * 2
+    )
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_max_pool_backward_gives_nothing_to_a_window_whose_y_it_does_not_hold():
+    """y is the caller's: a window none of whose inputs equals its y passes no gradient."""
+    handle = od.create("cpu")
+    x = np.arange(16.0).reshape(1, 1, 4, 4)
+    y = F.max_pool(x, 2, handle=handle)
+    y[0, 0, 1, 1] = -1.0
+    dx = F.max_pool_backward(np.full(y.shape, 3.0), x, y, 2, handle=handle)
+    expected = reference_backward(PoolingMode.MAX, x, y, np.full(y.shape, 3.0), (2, 2), (0, 0), (2, 2))
+    np.testing.assert_array_equal(dx, expected)
+    assert dx.sum() == 9.0
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_batch_norm_training_and_backward_leave_their_inputs_unchanged_and_match_torch(dtype, tolerance):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 5, 6, 7)) * 3 + 2).astype(dtype)
+    dy, weight, bias = rng.standard_normal(x.shape).astype(dtype), rng.random(5).astype(dtype), rng.random(5)
+    bias = bias.astype(dtype)
+    kept = x.copy(), dy.copy()
+    handle = od.create("cpu")
+    y = F.batch_norm(x, None, None, weight, bias, training=True, handle=handle)
+    dx, dweight, dbias = F.batch_norm_backward(dy, x, weight, handle=handle)
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    wt, bt = torch.from_numpy(weight.astype(np.float64)).requires_grad_(), torch.from_numpy(bias.astype(np.float64))
+    bt.requires_grad_()
+    expected = torch.nn.functional.batch_norm(xt, None, None, wt, bt, True, 0.1, 1e-5)
+    expected.backward(torch.from_numpy(dy.astype(np.float64)))
+    for got, want in ((y, expected), (dx, xt.grad), (dweight, wt.grad), (dbias, bt.grad)):
+        want = want.detach().numpy()
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < tolerance
+    np.testing.assert_array_equal(x, kept[0])
+    np.testing.assert_array_equal(dy, kept[1])
+
+
+def test_softmax_forward_and_backward_leave_their_inputs_unchanged():
+    rng = np.random.default_rng(4)
+    x, dy = rng.standard_normal((3, 50)), rng.standard_normal((3, 50))
+    kept = x.copy(), dy.copy()
+    y = F.softmax(x, -1, handle=od.create("cpu"))
+    y_kept = y.copy()
+    dx = F.softmax_grad(dy, y, -1, handle=od.create("cpu"))
+    expected = torch.softmax(torch.from_numpy(kept[0]), -1)
+    np.testing.assert_allclose(y, expected.numpy(), rtol=1e-12, atol=1e-15)
+    expected_dx = y_kept * (kept[1] - (kept[1] * y_kept).sum(-1, keepdims=True))
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-12, atol=1e-15)
+    for got, want in ((x, kept[0]), (dy, kept[1]), (y, y_kept)):
+        np.testing.assert_array_equal(got, want)
