@@ -35,6 +35,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 RESULTS = REPOSITORY / "benchmarks" / "results" / "h200.json"
 MARKDOWN = REPOSITORY / "BENCHMARKS.md"
 CHART = REPOSITORY / "benchmarks" / "results" / "h200.png"
+HOST_RESULTS = REPOSITORY / "benchmarks" / "results" / "host_cpu.json"  # host_overhead.py's rows
 
 KEYS = ("model", "case", "mode", "round", "dtype")  # what identifies a row within its suite
 # (row key, column header, format) in the order tables show them; a table shows the columns its rows fill
@@ -224,12 +225,44 @@ def identity(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def write_report(results_path: Path = RESULTS, markdown_path: Path = MARKDOWN, chart_path: Path = CHART) -> None:
-    """BENCHMARKS.md and the chart of the ratios, from the results file."""
+    """BENCHMARKS.md and the chart of the ratios, from the results file; and the host-cost section
+    from the ``host_cpu.json`` beside it, when there is one."""
     results = load(results_path)
     chart(results, chart_path)
-    markdown_path.write_text(
-        markdown(results, _relative(chart_path, markdown_path.parent), _relative(results_path, markdown_path.parent))
-    )
+    text = markdown(results, _relative(chart_path, markdown_path.parent), _relative(results_path, markdown_path.parent))
+    host_path = Path(results_path).parent / HOST_RESULTS.name
+    if host_path.exists():
+        text += "\n" + "\n".join(host_section(load(host_path), _relative(host_path, markdown_path.parent))) + "\n"
+    markdown_path.write_text(text)
+
+
+def host_section(host: dict[str, Any], results_file: str) -> list[str]:
+    """The host cost per call through ``opendnn.torch`` (CPU, kernels stubbed) beside torch's own op."""
+    run = host["run"]
+    lines = [
+        "## Host cost per call (CPU, kernels stubbed)",
+        "",
+        "The Python a call through `opendnn.torch` costs on the host: a converted module on a channels-last "
+        "input under bf16 autocast, with Triton's interpreter and every kernel replaced by a no-op, against the "
+        "same torch module on a tiny input (torch's CPU op on a tiny input costs about its host path). "
+        "`forward` is an eval-mode forward under `torch.no_grad`; `train step` is forward, `.float().sum()` and "
+        "backward. `fused` is conv + batch norm + relu through `opendnn.torch.fuse` against torch's three "
+        "modules. ratio = torch us / opendnn us (above 1: opendnn's host path is cheaper). From "
+        f"[{results_file}]({results_file}).",
+        "",
+        "| op | mode | opendnn us | torch us | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['op']} | {row['mode']} | {row['opendnn_us']:.1f} | {row['torch_us']:.1f} | {row['ratio']:.2f} |"
+        for row in host["rows"]
+    ]
+    lines += [
+        "",
+        f"{run['date']}, {run['cpu']}; torch {run['torch']}, Triton {run['triton']}, opendnn {run['opendnn']}, "
+        f"Python {run['python']}. {run['command']}. {run['timing']}, load average {run['load']}.",
+    ]
+    return lines
 
 
 def markdown(results: dict[str, Any], chart_file: str, results_file: str) -> str:

@@ -27,6 +27,7 @@ import opendnn.functional as F
 from opendnn import BadParam, MathType
 from opendnn.core.default_handle import shared_handle
 from opendnn.torch.library import (
+    Operator,
     as_torch_error,
     define,
     empty_in_order_of,
@@ -71,9 +72,7 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
     return gradient() if ctx.needs_input_grad[position] else None
 
 
-def register_gradient_of_input(
-    op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload, saved: tuple[str, ...] = ("input",)
-) -> None:
+def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",)) -> None:
     """The gradient of an operator of one differentiable input (its first) and options (pooling
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
     what the forward keeps ("input", "output")."""
