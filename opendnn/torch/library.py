@@ -244,7 +244,8 @@ class Operator:
         self.name: str = overload._opname
         self.device_kernel = device_kernel
         self.autocast = autocast
-        self.function: Any = None  # the autograd.Function (register_autograd)
+        self.function: Any = None  # the autograd.Functions (register_autograd)
+        self.transformable: Any = None
 
     def __call__(self, *args: Any) -> Any:
         if torch.compiler.is_compiling() or torch.autograd._profiler_enabled():  # (a profile records the operator)
@@ -258,7 +259,7 @@ class Operator:
             if torch.is_autocast_enabled(device_type):
                 args = autocast_arguments(self.autocast, device_type, args)
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
-            return self.function.apply(*args)
+            return (self.transformable if transformed else self.function).apply(*args)
         return self.overload(*args) if transformed else self.device_kernel(*args)
 
     def __repr__(self) -> str:
@@ -275,37 +276,53 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     The contract is torch.library's: ``setup_context(ctx, inputs, output)`` saves what the
     backward needs, ``backward(ctx, *output_grads)`` returns one gradient (or None) per input.
     torch.library's own registration (torch 2.13) wraps them in an autograd.Function without a
-    ``setup_context`` staticmethod, which torch.func's transforms refuse. This one makes one
-    autograd.Function with ``setup_context``, named after the operator (``opendnn::convolution``
-    -> ``ConvolutionBackward`` in a graph); ``Operator.__call__`` applies it in eager mode and under
-    torch.func, and the operator's kernel at the Autograd key applies it for dispatched calls
-    (tracing, fake tensors, modes). Its forward calls the device kernel where the call is plain,
-    else the operator again (below autograd: gradients are off inside a forward).
+    ``setup_context`` staticmethod, which torch.func's transforms refuse. This one makes two
+    autograd.Functions named after the operator (``opendnn::convolution`` -> ``ConvolutionBackward``
+    in a graph), of one forward and one backward:
+
+    - ``operator.function``, whose ``forward(ctx, *args)`` keeps the context itself: eager calls
+      and the operator's kernel at the Autograd key (tracing, fake tensors, modes) apply it;
+    - ``operator.transformable``, with a ``setup_context`` staticmethod and a generated vmap rule,
+      which torch.func's transforms take: ``Operator.__call__`` applies it under a transform.
+      Function.apply binds such a Function's arguments to its forward's signature on every call
+      (about twice the cost of the other, docs/design/torch_host_path.md), so eager calls avoid it.
+
+    The forward calls the device kernel where the call is plain, else the operator again (below
+    autograd: gradients are off inside a forward).
     """
     device_kernel, overload = operator.device_kernel, operator.overload
 
-    def forward(*args: Any) -> Any:
+    def compute(*args: Any) -> Any:
         return device_kernel(*args) if plain(args) else overload(*args)
 
-    # Function.apply binds the arguments to forward's signature on every call; a stated signature
-    # spares inspect.signature's parse of the function each time
-    forward.__signature__ = _ANY_ARGUMENTS  # type: ignore[attr-defined]
+    # a stated signature spares Function.apply's inspect.signature parse of the forward each call
+    compute.__signature__ = _ANY_ARGUMENTS  # type: ignore[attr-defined]
 
     def keep(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         ctx.set_materialize_grads(False)
         setup_context(ctx, inputs, output)
 
+    def forward(ctx: Any, *args: Any) -> Any:
+        output = compute(*args)
+        keep(ctx, args, output)
+        return output
+
     name = "".join(part.capitalize() for part in operator.name.split("_"))
+    members = {"backward": staticmethod(backward), "__module__": __name__}
     operator.function = function = type(
         name,
         (torch.autograd.Function,),
+        {**members, "forward": staticmethod(forward), "__doc__": f"The autograd node of opendnn::{operator.name}."},
+    )
+    operator.transformable = type(
+        name,
+        (torch.autograd.Function,),
         {
-            "forward": staticmethod(forward),
+            **members,
+            "forward": staticmethod(compute),
             "setup_context": staticmethod(keep),
-            "backward": staticmethod(backward),
             "generate_vmap_rule": True,  # (under vmap, forward and backward call the operators' loop rules)
-            "__doc__": f"The autograd node of opendnn::{operator.name}.",
-            "__module__": __name__,
+            "__doc__": f"The autograd node of opendnn::{operator.name} under torch.func's transforms.",
         },
     )
 

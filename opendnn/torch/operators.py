@@ -522,6 +522,7 @@ convolution_bias_activation = define(
         padding=tuple(padding),
         dilation=tuple(dilation),
         groups=groups,
+        propagate_nan=True,  # torch's ReLU, ReLU6 and Hardtanh keep NaN
         handle=_product_handle(x, "convolution"),
     ),
     lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: empty_in_order_of(
