@@ -115,20 +115,30 @@ def test_nan_and_infinities_propagate_as_torchs(name, training):
     assert_same_state(ours, theirs)
 
 
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("name", MODULES)
-def test_outputs_and_gradients_match_torch(name, training):
-    theirs, ours = pair(name, training)
-    x = 3 * torch.randn(MODULES[name][1], dtype=torch.float64)
+def input_gradients(ours: nn.Module, theirs: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both modules' outputs on ``x`` (asserted the same), then the gradients of ``x`` through each
+    for one random output gradient."""
     x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     y_ours, y_theirs = ours(x_ours), theirs(x_theirs)
     assert_same(y_ours, y_theirs)
     dy = torch.randn_like(y_theirs)
     y_ours.backward(dy)
     y_theirs.backward(dy)
-    assert_same(x_ours.grad, x_theirs.grad)
+    return x_ours.grad, x_theirs.grad
+
+
+def assert_same_parameter_gradients(ours: nn.Module, theirs: nn.Module) -> None:
     for (key, mine), (_, reference) in zip(ours.named_parameters(), theirs.named_parameters()):
-        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-8, atol=1e-10, msg=key)
+        assert torch.equal(mine.grad.isnan(), reference.grad.isnan()), key
+        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-8, atol=1e-10, equal_nan=True, msg=key)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", MODULES)
+def test_outputs_and_gradients_match_torch(name, training):
+    theirs, ours = pair(name, training)
+    assert_same(*input_gradients(ours, theirs, 3 * torch.randn(MODULES[name][1], dtype=torch.float64)))
+    assert_same_parameter_gradients(ours, theirs)
     assert_same_state(ours, theirs)
 
 
@@ -209,19 +219,12 @@ ZERO_GRADIENT_AT_NAN = {"ReLU", "ReLU6", "Hardtanh"}
 def test_gradients_of_inputs_with_nan_and_infinities_are_torchs(name, training):
     theirs, ours = pair(name, training)
     x = with_nonfinite(MODULES[name][1], seed=1)
-    x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
-    y_ours, y_theirs = ours(x_ours), theirs(x_theirs)
-    assert_same(y_ours, y_theirs)
-    dy = torch.randn_like(y_theirs)
-    y_ours.backward(dy)
-    y_theirs.backward(dy)
+    dx_ours, dx_theirs = input_gradients(ours, theirs, x)
     if name in ZERO_GRADIENT_AT_NAN:
-        assert torch.equal(x_ours.grad[x.isnan()], torch.zeros(1, dtype=torch.float64))
-        x_theirs.grad[x.isnan()] = 0.0
-    assert_same(x_ours.grad, x_theirs.grad)
-    for (key, mine), (_, reference) in zip(ours.named_parameters(), theirs.named_parameters()):
-        assert torch.equal(mine.grad.isnan(), reference.grad.isnan()), key
-        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-8, atol=1e-10, equal_nan=True, msg=key)
+        assert torch.equal(dx_ours[x.isnan()], torch.zeros(1, dtype=torch.float64))
+        dx_theirs[x.isnan()] = 0.0
+    assert_same(dx_ours, dx_theirs)
+    assert_same_parameter_gradients(ours, theirs)
 
 
 class ConvChain(nn.Module):
