@@ -242,9 +242,9 @@ def host_section(host: dict[str, Any], results_file: str) -> list[str]:
     lines = [
         "## Host cost per call (CPU, kernels stubbed)",
         "",
-        "The Python a call through `opendnn.torch` costs on the host: a converted module on a channels-last "
-        "input under bf16 autocast, with Triton's interpreter and every kernel replaced by a no-op, against the "
-        "same torch module on a tiny input (torch's CPU op on a tiny input costs about its host path). "
+        "The Python a call through `opendnn.torch` costs on the host: a converted module on a tiny channels-last "
+        "input (dtype under the table), with Triton's interpreter and every kernel replaced by a no-op, against "
+        "the same torch module on the same input (torch's CPU op on a tiny input costs about its host path). "
         "`forward` is an eval-mode forward under `torch.no_grad`; `train step` is forward, `.float().sum()` and "
         "backward. `fused` is conv + batch norm + relu through `opendnn.torch.fuse` against torch's three "
         "modules. ratio = torch us / opendnn us (above 1: opendnn's host path is cheaper). From "

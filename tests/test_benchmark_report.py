@@ -218,7 +218,7 @@ def test_report_renders_the_host_cost_rows_beside_the_results_file(tmp_path):
             "opendnn": "0.1.0",
             "python": "3.11.7",
             "command": "`benchmarks/host_overhead.py`",
-            "timing": "best of 7 alternating rounds of 200 calls per side, float32",
+            "timing": "Best of 7 alternating rounds of 200 calls per side, float32",
             "load": 1.5,
         },
         "rows": [{"op": "relu", "mode": "forward", "opendnn_us": 33.94, "torch_us": 8.9, "ratio": 0.26}],
