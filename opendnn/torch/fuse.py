@@ -15,7 +15,8 @@ An eval-mode model fuses two kinds of chain, each link the only user of the one 
   + beta, in float64, stored in the convolution's dtype.
 - linear [-> activation] [-> + residual]: one matrix product with the bias, activation and
   residual in its epilogue (``act(x @ w.T + b) + z``): a transformer MLP's fc1 -> gelu, and its
-  fc2 -> + x.
+  fc2 -> + x. ReLU and ReLU6 run after the product, which would turn NaN into 0 where torch's
+  keep it (``NAN_DROPPING_EPILOGUES``); the convolution's epilogue keeps NaN itself.
 
 Activations: ReLU, ReLU6, GELU (either form), SiLU, ELU, Softplus, Sigmoid, Tanh, as modules or
 functions, with their coefficients (ELU's alpha, Softplus's beta; a Softplus whose threshold is

@@ -217,7 +217,12 @@ def plain(args: tuple[Any, ...]) -> bool:
     """Whether a call on ``args`` would reach the CPU or CUDA kernel straight after autograd and
     autocast: nothing in the thread's dispatch state (no TorchDispatchMode or fake-tensor mode,
     no torch.func transform, no torch.jit.trace) and no tensor subclass among the arguments."""
-    return not _INCLUDED_KEYS().raw_repr() & _PLAIN_INCLUDED and _plain_tensors(args)
+    return _plain_state(_INCLUDED_KEYS()) and _plain_tensors(args)
+
+
+def _plain_state(included: Any) -> bool:
+    """Whether the thread's included dispatch keys are those of plain eager calls."""
+    return not included.raw_repr() & _PLAIN_INCLUDED
 
 
 def _plain_tensors(args: tuple[Any, ...]) -> bool:
@@ -255,7 +260,7 @@ class Operator:
             return self.overload(*args)
         included = _INCLUDED_KEYS()
         transformed = included.has(_TRANSFORMED)
-        if not transformed and (included.raw_repr() & _PLAIN_INCLUDED or not _plain_tensors(args)):
+        if not transformed and not (_plain_state(included) and _plain_tensors(args)):
             return self.overload(*args)
         if self.autocast is not None:
             device_type = "cuda" if args[0].is_cuda else "cpu"
@@ -288,7 +293,7 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     - ``operator.transformable``, with a ``setup_context`` staticmethod and a generated vmap rule,
       which torch.func's transforms take: ``Operator.__call__`` applies it under a transform.
       Function.apply binds such a Function's arguments to its forward's signature on every call
-      (about twice the cost of the other, docs/design/torch_host_path.md), so eager calls avoid it.
+      (about twice the cost of the other, docs/design/torch_integration.md), so eager calls avoid it.
 
     The forward calls the device kernel where the call is plain, else the operator again (below
     autograd: gradients are off inside a forward).

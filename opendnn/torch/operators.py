@@ -340,7 +340,8 @@ def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor
 
 
 # name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). ReLU and hardtanh keep
-# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at NaN is 0, as torch's.
+# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at a NaN input is 0, where
+# torch's passes dy (docs/design/torch_integration.md).
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "relu": (lambda x: F.relu(x, propagate_nan=True), F.relu_backward),
     "hardtanh": (_hardtanh, _hardtanh_backward),
