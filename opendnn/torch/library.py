@@ -317,11 +317,12 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
     name = "".join(part.capitalize() for part in operator.name.split("_"))
     members = {"backward": staticmethod(backward), "__module__": __name__}
-    operator.function = function = type(
+    function: Any = type(
         name,
         (torch.autograd.Function,),
         {**members, "forward": staticmethod(forward), "__doc__": f"The autograd node of opendnn::{operator.name}."},
     )
+    operator.function = function
     operator.transformable = type(
         name,
         (torch.autograd.Function,),
