@@ -2,23 +2,40 @@
 
 Triton runs under its CPU interpreter with every kernel replaced by a no-op, so what is timed is the
 host path alone (autocast, autograd, descriptors, problems, dispatch, launch arguments): what a GPU
-forward pays per call on top of its kernels. Each op is a converted torch module on a small
-channels-last input under bf16 autocast, timed for the inference forward (eval, no_grad) and for a
-training step (forward, ``.float().sum()``, backward). ``torch floor`` is a module of torch's own
-``x + x``: the module, autocast and autograd cost every row includes; ``add`` is opendnn's
-``functional.add`` called directly (forward only: converted models keep torch's ``+``); ``bn_fwd`` and
-``bn_bwd`` are ``functional.batch_norm``'s training forward and ``batch_norm_backward`` called
-directly on the bf16 input (float32 parameters, saved statistics given).
+forward pays per call on top of its kernels. Each op is a torch module on a tiny channels-last float32
+input (``TINY``), converted (opendnn, kernels stubbed) and as torch's own module: torch's CPU op on a
+tiny input costs about its host path, so the two columns compare per-call host costs. ``--autocast``
+runs both under bf16 autocast (opendnn's path then includes the casts; torch's CPU emulates bf16
+convolutions and products slowly, so its column is then no host-cost proxy). Both
+are timed for the inference forward (eval, no_grad) and for a training step (forward,
+``.float().sum()``, backward); the rounds alternate between the two sides and each keeps its best.
+``torch floor`` is a module of torch's own ``x + x`` (the module, autocast and autograd cost every row
+includes); ``fused`` is conv + bn + relu through ``opendnn.torch.fuse`` against torch's three modules.
+``add`` is opendnn's ``functional.add`` called directly (converted models keep torch's ``+``); ``bn_fwd``
+and ``bn_bwd`` are ``functional.batch_norm``'s training forward and ``batch_norm_backward`` called
+directly on a bf16 8 x 64 x 16 x 16 input (float32 parameters, saved statistics given).
+``--profile OP`` prints a cProfile of one row.
 
-    PYTHONPATH=. python benchmarks/host_overhead.py [--repeats N] [--profile OP [--train]]
+The module rows go to ``benchmarks/results/host_cpu.json`` (``--results``; ``''`` saves nothing) with
+the date, CPU and versions; ``benchmarks/run.py --report`` renders them in BENCHMARKS.md. Run it with
+``MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456``
+(glibc otherwise maps and faults large allocations anew, and the training rows jump between two modes).
+
+    PYTHONPATH=. python benchmarks/host_overhead.py [--repeats N] [--profile OP [--train]] [--results PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import datetime
+import json
 import os
+import platform
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 os.environ["OPENDNN_BACKEND"] = "triton"
@@ -28,6 +45,9 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 import opendnn.functional as F  # noqa: E402
 import opendnn.torch as ot  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "host_cpu.json"
+TINY = (1, 64, 2, 2)  # N, C, H, W (linear: the 256 features of one row)
 
 
 class Add(torch.nn.Module):
@@ -52,27 +72,41 @@ def modules() -> dict[str, torch.nn.Module]:
 
 def microseconds(step: Callable[[], object], repeats: int, rounds: int = 3) -> float:
     """The best of ``rounds`` averages over ``repeats`` calls (the least disturbed by other work)."""
-    best = float("inf")
+    return alternating([step], repeats, rounds)[0]
+
+
+def alternating(steps: list[Callable[[], object]], repeats: int, rounds: int = 3) -> list[float]:
+    """Per step, the best of ``rounds`` averages over ``repeats`` calls, the steps taking turns each
+    round (a slow spell of the shared machine then hits every side alike)."""
+    best = [float("inf")] * len(steps)
     for _ in range(rounds):
-        step()
-        start = time.perf_counter()
-        for _ in range(repeats):
+        for k, step in enumerate(steps):
             step()
-        best = min(best, (time.perf_counter() - start) / repeats)
-    return best * 1e6
+            start = time.perf_counter()
+            for _ in range(repeats):
+                step()
+            best[k] = min(best[k], (time.perf_counter() - start) / repeats)
+    return [value * 1e6 for value in best]
 
 
-def steps(module: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(inference forward, training step) of ``module`` on ``x`` under bf16 autocast."""
+def tiny_input(name: str) -> torch.Tensor:
+    x = torch.randn(TINY).contiguous(memory_format=torch.channels_last)
+    return x.reshape(1, -1)[:, :256].clone() if name == "linear" else x
+
+
+def steps(
+    module: torch.nn.Module, x: torch.Tensor, autocast: bool = False
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(inference forward, training step) of ``module`` on ``x``, under bf16 autocast when asked."""
 
     def forward() -> None:
         module.eval()
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             module(x)
 
     def train() -> None:
         module.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             y = module(x.requires_grad_())
         y.float().sum().backward()
 
@@ -91,33 +125,47 @@ def profile(step: Callable[[], object], repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--profile",
         help="cProfile this op's inference forward ('fused': conv+bn+relu through "
         "opendnn.torch.fuse; 'add', 'bn_fwd', 'bn_bwd': those calls)",
     )
     parser.add_argument("--train", action="store_true", help="profile the training step instead")
+    parser.add_argument("--autocast", action="store_true", help="run every module under bf16 autocast")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file ('': none)")
     args = parser.parse_args()
     InterpretedFunction.run = lambda self, *a, **k: None  # the host path only: kernels do nothing
+    # one thread: tiny inputs gain nothing from torch's thread pool, whose synchronization on a shared
+    # machine would otherwise dominate torch's column
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     x = torch.randn(8, 64, 16, 16).contiguous(memory_format=torch.channels_last)
-    print(f"{'op':14} {'forward us':>11} {'train step us':>14}")
+    rows: list[dict[str, object]] = []
+    print(f"{'op':14} {'mode':10} {'opendnn us':>11} {'torch us':>9} {'ratio':>6}")
+
+    def compare(name: str, mode: str, ours: Callable[[], None], theirs: Callable[[], None]) -> None:
+        opendnn_us, torch_us = alternating([ours, theirs], args.repeats, args.rounds)
+        ratio = torch_us / opendnn_us
+        rows.append({"op": name, "mode": mode, "opendnn_us": round(opendnn_us, 1), "torch_us": round(torch_us, 1)})
+        rows[-1]["ratio"] = round(ratio, 2)
+        print(f"{name:14} {mode:10} {opendnn_us:11.1f} {torch_us:9.1f} {ratio:6.2f}")
+        if name == args.profile and args.train == (mode == "train step"):
+            profile(ours, args.repeats)
+
     for name, module in modules().items():
         module = module.to(memory_format=torch.channels_last)
+        original = copy.deepcopy(module)
         ot.convert(module)
-        forward, train = steps(module, (x.reshape(8, -1)[:, :256] if name == "linear" else x).detach().clone())
-        print(f"{name:14} {microseconds(forward, args.repeats):11.1f} {microseconds(train, args.repeats):14.1f}")
-        if name == args.profile:
-            profile(train if args.train else forward, args.repeats)
-    # the last module, conv+bn+relu, through opendnn.torch.fuse: folded for inference, bn+relu as one for training
-    fused_forward, _ = steps(ot.fuse(module.eval()), x.detach().clone())
-    _, fused_train = steps(ot.fuse(module.train()), x.detach().clone())
-    print(
-        f"{'fused c+b+r':14} {microseconds(fused_forward, args.repeats):11.1f} "
-        f"{microseconds(fused_train, args.repeats):14.1f}"
-    )
-    if args.profile == "fused":
-        profile(fused_train if args.train else fused_forward, args.repeats)
+        ours, theirs = steps(module, tiny_input(name), args.autocast), steps(original, tiny_input(name), args.autocast)
+        compare(name, "forward", ours[0], theirs[0])
+        compare(name, "train step", ours[1], theirs[1])
+    # the last module, conv+bn+relu, through opendnn.torch.fuse (folded for inference, bn+relu as one for
+    # training) against torch's three modules
+    theirs = steps(original, tiny_input("fused"), args.autocast)
+    fused_eval, fused_train = ot.fuse(copy.deepcopy(module).eval()), ot.fuse(module.train())
+    compare("fused", "forward", steps(fused_eval, tiny_input("fused"), args.autocast)[0], theirs[0])
+    compare("fused", "train step", steps(fused_train, tiny_input("fused"), args.autocast)[1], theirs[1])
     half = x.bfloat16()
     # batch norm's training calls through opendnn.functional alone: no module, autocast or autograd
     weight, bias, mean, var = torch.rand(64) + 0.5, torch.randn(64), torch.zeros(64), torch.ones(64)
@@ -129,9 +177,45 @@ def main() -> None:
         "bn_bwd": lambda: F.batch_norm_backward(dy, half, weight, state.saved_mean, state.saved_inv_std),
     }
     for name, call in calls.items():
-        print(f"{name:14} {microseconds(call, args.repeats):11.1f} {'-':>14}")
+        print(f"{name:14} {'call':10} {microseconds(call, args.repeats, args.rounds):11.1f}")
         if args.profile == name:
             profile(call, args.repeats)
+    if args.results:
+        save(Path(args.results), rows, args)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def save(path: Path, rows: list[dict[str, object]], args: argparse.Namespace) -> None:
+    """The rows with what they were measured on, replacing the file's previous content."""
+    import triton
+
+    import opendnn
+
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run = {
+        "date": now[:10],
+        "cpu": f"{cpu_name()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "opendnn": opendnn.__version__,
+        "python": platform.python_version(),
+        "command": "`" + " ".join(["benchmarks/host_overhead.py", *sys.argv[1:]]) + "`",
+        "timing": f"Best of {args.rounds} alternating rounds of {args.repeats} calls per side"
+        + (", bf16 autocast" if args.autocast else ", float32"),
+        "load": round(os.getloadavg()[0], 2),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"run": run, "rows": rows}, indent=1) + "\n")
+    print(f"saved the rows in {path}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import json
 import math
 import statistics
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ MARKDOWN = REPOSITORY / "BENCHMARKS.md"
 CHART = REPOSITORY / "benchmarks" / "results" / "h200.png"
 CPU_RESULTS = "cpu.json"  # benchmarks/cpu.py's results, beside the GPU's results file
 CPU_TITLE = "CPU backend"
+HOST_RESULTS = "host_cpu.json"  # benchmarks/host_overhead.py's results, beside the GPU's results file
 
 KEYS = ("model", "case", "mode", "round", "dtype")  # what identifies a row within its suite
 # (row key, column header, format) in the order tables show them; a table shows the columns its rows fill
@@ -228,22 +230,51 @@ def identity(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def write_report(results_path: Path = RESULTS, markdown_path: Path = MARKDOWN, chart_path: Path = CHART) -> None:
-    """BENCHMARKS.md and the chart of the ratios, from the results file."""
+    """BENCHMARKS.md and the chart of the ratios, from the results file; the CPU backend's section and
+    the host-cost section from the ``cpu.json`` and ``host_cpu.json`` beside it, when they are there."""
     results = load(results_path)
     chart(results, chart_path)
-    cpu_path = Path(results_path).parent / CPU_RESULTS
-    cpu = (load(cpu_path), _relative(cpu_path, markdown_path.parent)) if cpu_path.exists() else None
-    markdown_path.write_text(
-        markdown(
-            results, _relative(chart_path, markdown_path.parent), _relative(results_path, markdown_path.parent), cpu
-        )
-    )
+    sections = []
+    for name, section in ((CPU_RESULTS, cpu_table), (HOST_RESULTS, host_section)):
+        path = Path(results_path).parent / name
+        if path.exists():
+            sections.append(section(load(path), _relative(path, markdown_path.parent)))
+    chart_file, results_file = (_relative(p, markdown_path.parent) for p in (chart_path, results_path))
+    markdown_path.write_text(markdown(results, chart_file, results_file, sections))
 
 
-def markdown(
-    results: dict[str, Any], chart_file: str, results_file: str, cpu: tuple[dict[str, Any], str] | None = None
-) -> str:
-    """The report; ``cpu``: benchmarks/cpu.py's results and their file, for the CPU section."""
+def host_section(host: dict[str, Any], results_file: str) -> list[str]:
+    """The host cost per call through ``opendnn.torch`` (CPU, kernels stubbed) beside torch's own op."""
+    run = host["run"]
+    lines = [
+        "## Host cost per call (CPU, kernels stubbed)",
+        "",
+        "The Python a call through `opendnn.torch` costs on the host: a converted module on a tiny channels-last "
+        "input (dtype under the table), with Triton's interpreter and every kernel replaced by a no-op, against "
+        "the same torch module on the same input (torch's CPU op on a tiny input costs about its host path). "
+        "`forward` is an eval-mode forward under `torch.no_grad`; `train step` is forward, `.float().sum()` and "
+        "backward. `fused` is conv + batch norm + relu through `opendnn.torch.fuse` against torch's three "
+        "modules. ratio = torch us / opendnn us (above 1: opendnn's host path is cheaper). From "
+        f"[{results_file}]({results_file}).",
+        "",
+        "| op | mode | opendnn us | torch us | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['op']} | {row['mode']} | {row['opendnn_us']:.1f} | {row['torch_us']:.1f} | {row['ratio']:.2f} |"
+        for row in host["rows"]
+    ]
+    lines += [
+        "",
+        f"{run['date']}, {run['cpu']}; torch {run['torch']}, Triton {run['triton']}, opendnn {run['opendnn']}, "
+        f"Python {run['python']}. {run['command']}. {run['timing']}, load average {run['load']}.",
+    ]
+    return lines
+
+
+def markdown(results: dict[str, Any], chart_file: str, results_file: str, sections: Sequence[list[str]] = ()) -> str:
+    """The report; ``sections``: further sections after the GPU suites, each a list of lines starting
+    with its "## " heading (the CPU backend's, the host cost's)."""
     suites = ordered_suites(results)
     lines = [
         "# Benchmarks",
@@ -261,12 +292,12 @@ def markdown(
         f"![torch time / opendnn time of every row, per suite]({chart_file})",
         "",
         *(f"- [{title(name)}](#{_anchor(title(name))})" for name in suites),
-        *([f"- [{CPU_TITLE}](#{_anchor(CPU_TITLE)})"] if cpu else []),
+        *(f"- [{section[0][3:]}](#{_anchor(section[0][3:])})" for section in sections),
     ]
     for name in suites:
         lines += ["", *suite_table(results, name)]
-    if cpu:
-        lines += ["", *cpu_table(*cpu)]
+    for section in sections:
+        lines += ["", *section]
     return "\n".join(lines) + "\n"
 
 

@@ -264,3 +264,31 @@ def test_report_without_cpu_results_has_no_cpu_section_and_the_same_gpu_sections
     assert "CPU backend" not in without
     gpu_part = with_cpu[: with_cpu.index("\n## CPU backend")].replace("- [CPU backend](#cpu-backend)\n", "")
     assert gpu_part == without
+
+
+def test_report_renders_the_host_cost_rows_beside_the_results_file(tmp_path):
+    host = {
+        "run": {
+            "date": "2026-12-01",
+            "cpu": "Some CPU, 2 cores",
+            "torch": "2.13.0",
+            "triton": "3.6.0",
+            "opendnn": "0.1.0",
+            "python": "3.11.7",
+            "command": "`benchmarks/host_overhead.py`",
+            "timing": "Best of 7 alternating rounds of 200 calls per side, float32",
+            "load": 1.5,
+        },
+        "rows": [{"op": "relu", "mode": "forward", "opendnn_us": 33.94, "torch_us": 8.9, "ratio": 0.26}],
+    }
+    (tmp_path / "host_cpu.json").write_text(json.dumps(host))
+    text, _ = write_report(tmp_path, small_results())
+    assert "## Host cost per call (CPU, kernels stubbed)" in text
+    assert "| relu | forward | 33.9 | 8.9 | 0.26 |" in text
+    assert "2026-12-01, Some CPU, 2 cores; torch 2.13.0, Triton 3.6.0, opendnn 0.1.0, Python 3.11.7." in text
+    assert text.index("## Matrix multiplication") < text.index("## Host cost per call")
+
+
+def test_report_has_no_host_section_without_its_file(tmp_path):
+    text, _ = write_report(tmp_path, small_results())
+    assert "Host cost per call" not in text

@@ -115,20 +115,30 @@ def test_nan_and_infinities_propagate_as_torchs(name, training):
     assert_same_state(ours, theirs)
 
 
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("name", MODULES)
-def test_outputs_and_gradients_match_torch(name, training):
-    theirs, ours = pair(name, training)
-    x = 3 * torch.randn(MODULES[name][1], dtype=torch.float64)
+def input_gradients(ours: nn.Module, theirs: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both modules' outputs on ``x`` (asserted the same), then the gradients of ``x`` through each
+    for one random output gradient."""
     x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     y_ours, y_theirs = ours(x_ours), theirs(x_theirs)
     assert_same(y_ours, y_theirs)
     dy = torch.randn_like(y_theirs)
     y_ours.backward(dy)
     y_theirs.backward(dy)
-    assert_same(x_ours.grad, x_theirs.grad)
+    return x_ours.grad, x_theirs.grad
+
+
+def assert_same_parameter_gradients(ours: nn.Module, theirs: nn.Module) -> None:
     for (key, mine), (_, reference) in zip(ours.named_parameters(), theirs.named_parameters()):
-        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-8, atol=1e-10, msg=key)
+        assert torch.equal(mine.grad.isnan(), reference.grad.isnan()), key
+        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-8, atol=1e-10, equal_nan=True, msg=key)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", MODULES)
+def test_outputs_and_gradients_match_torch(name, training):
+    theirs, ours = pair(name, training)
+    assert_same(*input_gradients(ours, theirs, 3 * torch.randn(MODULES[name][1], dtype=torch.float64)))
+    assert_same_parameter_gradients(ours, theirs)
     assert_same_state(ours, theirs)
 
 
@@ -197,3 +207,73 @@ def test_errors_are_of_torchs_type_with_opendnns_message(name):
         ours(x)
     if isinstance(our_error.value, OpenDnnError):  # (a module's own check, as torch's, is torch's error)
         assert "=" in str(our_error.value) and "must" in str(our_error.value)
+
+
+# torch's ReLU, ReLU6 and Hardtanh pass dy through at a NaN input (their backward tests x <= low,
+# false for NaN); opendnn's activation backward gives 0 there: both finite, NaN nowhere
+ZERO_GRADIENT_AT_NAN = {"ReLU", "ReLU6", "Hardtanh"}
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", MODULES)
+def test_gradients_of_inputs_with_nan_and_infinities_are_torchs(name, training):
+    theirs, ours = pair(name, training)
+    x = with_nonfinite(MODULES[name][1], seed=1)
+    dx_ours, dx_theirs = input_gradients(ours, theirs, x)
+    if name in ZERO_GRADIENT_AT_NAN:
+        assert torch.equal(dx_ours[x.isnan()], torch.zeros(1, dtype=torch.float64))
+        dx_theirs[x.isnan()] = 0.0
+    assert_same(dx_ours, dx_theirs)
+    assert_same_parameter_gradients(ours, theirs)
+
+
+class ConvChain(nn.Module):
+    """conv -> batch norm -> activation, and linear -> activation: the chains ``fuse`` puts in one call."""
+
+    def __init__(self, activation: nn.Module) -> None:
+        super().__init__()
+        self.conv, self.norm, self.act = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), activation
+        self.linear, self.act2 = nn.Linear(5, 6), copy.deepcopy(activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act2(self.linear(self.act(self.norm(self.conv(x)))))
+
+
+@pytest.mark.parametrize(
+    "activation",
+    [nn.ReLU(), nn.ReLU6(), nn.GELU(), nn.SiLU()],
+    ids=["relu", "relu6", "gelu", "silu"],
+)
+def test_fused_epilogues_keep_nan_where_torchs_modules_do(activation):
+    torch.manual_seed(0)
+    theirs = ConvChain(activation).double().eval()
+    with torch.no_grad():
+        for tensor in [*theirs.parameters(), *theirs.buffers()]:
+            if tensor.is_floating_point():
+                tensor.copy_(torch.rand_like(tensor) + 0.5)
+    fused = ot.fuse(copy.deepcopy(theirs))
+    kinds = {type(module).__name__ for module in fused.modules()}
+    assert {"FusedConvolution", "FusedLinear"} <= kinds
+    with torch.no_grad():
+        for seed in range(3):
+            x = with_nonfinite((2, 3, 4, 5), seed)
+            x[0, :, 1, 2] = float("nan")  # a NaN the batch norm's shift does not move
+            assert_same(fused(x), theirs(x))
+
+
+def test_functional_conv_bias_activation_keeps_cudnns_nan_default_and_propagates_when_asked():
+    import numpy as np
+
+    import opendnn.functional as F
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 2, 4, 4)), rng.standard_normal((3, 2, 1, 1))
+    x[0, :, 1, 2] = np.nan
+    y_default = F.conv_bias_activation(x, w, None, None, "relu")
+    y_propagated = F.conv_bias_activation(x, w, None, None, "relu", propagate_nan=True)
+    expected = np.maximum(np.einsum("kc,nchw->nkhw", w[:, :, 0, 0], np.nan_to_num(x, nan=0.0)), 0.0)
+    nan_places = np.zeros_like(expected, dtype=bool)
+    nan_places[0, :, 1, 2] = True
+    np.testing.assert_allclose(y_default, np.where(nan_places, 0.0, expected), rtol=1e-12, atol=1e-12)
+    assert np.array_equal(np.isnan(y_propagated), nan_places)
+    np.testing.assert_allclose(y_propagated[~nan_places], expected[~nan_places], rtol=1e-12, atol=1e-12)

@@ -15,7 +15,8 @@ An eval-mode model fuses two kinds of chain, each link the only user of the one 
   + beta, in float64, stored in the convolution's dtype.
 - linear [-> activation] [-> + residual]: one matrix product with the bias, activation and
   residual in its epilogue (``act(x @ w.T + b) + z``): a transformer MLP's fc1 -> gelu, and its
-  fc2 -> + x.
+  fc2 -> + x. ReLU and ReLU6 run after the product, which would turn NaN into 0 where torch's
+  keep it (``NAN_DROPPING_EPILOGUES``); the convolution's epilogue keeps NaN itself.
 
 Activations: ReLU, ReLU6, GELU (either form), SiLU, ELU, Softplus, Sigmoid, Tanh, as modules or
 functions, with their coefficients (ELU's alpha, Softplus's beta; a Softplus whose threshold is
@@ -178,9 +179,15 @@ class FusedConvolution(_Fused):
         )
 
 
+# the activations the matrix product's epilogue turns NaN into 0 in (as cuBLASLt's RELU epilogue
+# does); torch's ReLU, ReLU6 and Hardtanh keep NaN, so a linear chain runs them after the product
+NAN_DROPPING_EPILOGUES = ("relu", "clipped_relu")
+
+
 class FusedLinear(_Fused):
     """``act(x @ w.T + b) + z``: a linear layer with the activation and the residual ``z`` where
-    the chain had them. For inference only."""
+    the chain had them (relu and clipped relu after the product: ``NAN_DROPPING_EPILOGUES``). For
+    inference only."""
 
     def __init__(self, linear: torch.nn.Linear, activation: str | None, coef: float | None, residual: bool) -> None:
         super().__init__()
@@ -191,6 +198,9 @@ class FusedLinear(_Fused):
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         self._check_inference(x, z)
         x, weight, bias = self._autocast(x)
+        if self.activation in NAN_DROPPING_EPILOGUES:
+            y = self._activate(operators.matmul_bias_activation(x, weight.t(), bias, None, None, 0.0))
+            return y if z is None else add(y, z)
         if z is None or (z.dtype == x.dtype and z.shape == (*x.shape[:-1], weight.shape[0])):
             return operators.matmul_bias_activation(x, weight.t(), bias, z, self.activation, self.coef)
         return add(operators.matmul_bias_activation(x, weight.t(), bias, None, self.activation, self.coef), z)

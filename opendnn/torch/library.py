@@ -20,12 +20,11 @@ What every kernel does the same way:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._functorch.utils import enable_single_level_autograd_function
-from torch.autograd.function import _SingleLevelFunction
 
 from opendnn.core.errors import NotSupported, OpenDnnError
 
@@ -69,7 +68,7 @@ def define(
     autocast: AutocastRule | None = None,
     empty: Callable[..., Any] | None = None,
     differentiable: bool = True,
-) -> torch._ops.OpOverload:
+) -> Operator:
     """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
     fake ones (the same arguments; outputs of the right metadata, nothing computed).
 
@@ -83,28 +82,25 @@ def define(
             ``register_autograd`` call gives the operator its gradient.
 
     Returns:
-        The operator's default overload (what callers call: the cheapest entry).
+        The ``Operator``: what opendnn.torch calls (its ``overload`` is the registered operator).
     """
     name = schema.split("(", 1)[0]
     LIBRARY.define(schema)
-    device_kernel = _DEVICE_KERNELS[name] = _kernel(kernel, empty or _zeros(fake))
+    device_kernel = _kernel(kernel, empty or _zeros(fake))
     for key in DEVICE_KEYS:
         LIBRARY.impl(name, device_kernel, key)
     qualified = f"{NAMESPACE}::{name}"
     torch.library.register_fake(qualified, fake, lib=LIBRARY)
     op = getattr(getattr(torch.ops, NAMESPACE), name).default
     torch.library.register_vmap(qualified, _loop_rule(op), lib=LIBRARY)
-    if not differentiable:
-        register_autograd(op, _no_derivative(op), lambda ctx, inputs, output: None)
     if autocast is not None:
         for device_type in ("cpu", "cuda"):
             key = f"Autocast{device_type.upper()}"
             LIBRARY.impl(name, _autocast_kernel(op, device_type, key, autocast), key, with_keyset=True)
-    return op
-
-
-# operator name -> its kernel at the CPU and CUDA keys (the autograd kernel calls it directly, below)
-_DEVICE_KERNELS: dict[str, Callable[..., Any]] = {}
+    operator = Operator(op, device_kernel, autocast)
+    if not differentiable:
+        register_autograd(operator, _no_derivative(name), lambda ctx, inputs, output: None)
+    return operator
 
 
 def _kernel(kernel: Callable[..., Any], empty: Callable[..., Any]) -> Callable[..., Any]:
@@ -159,12 +155,17 @@ def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str, rule
     below = getattr(torch._C.DispatchKey, key)
 
     def kernel(keyset: Any, *args: Any) -> Any:
-        dtype = rule(device_type, args)
-        if dtype is not None:
-            args = tuple(_cast(arg, dtype) for arg in args)
-        return op.redispatch(keyset.remove(below), *args)
+        return op.redispatch(keyset.remove(below), *autocast_arguments(rule, device_type, args))
 
     return kernel
+
+
+def autocast_arguments(rule: AutocastRule, device_type: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with the floating tensors cast as ``rule`` says for ``device_type`` (float64 never)."""
+    dtype = rule(device_type, args)
+    if dtype is None:
+        return args
+    return tuple(_cast(arg, dtype) for arg in args)
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:
@@ -189,85 +190,161 @@ def _loop_rule(op: torch._ops.OpOverload) -> Callable[..., Any]:
     return rule
 
 
-def _no_derivative(op: torch._ops.OpOverload) -> Callable[..., Any]:
+def _no_derivative(name: str) -> Callable[..., Any]:
     def refuse(ctx: Any, *grads: Any) -> Any:
         raise as_torch_error(
-            NotSupported(f"opendnn::{op._opname} has no gradient: opendnn's gradients are differentiable once")
+            NotSupported(f"opendnn::{name} has no gradient: opendnn's gradients are differentiable once")
         )
 
     return refuse
 
 
-# ---- autograd --------------------------------------------------------------------------------------
+# ---- the call path and autograd ------------------------------------------------------------------------
+
+_INCLUDED_KEYS = torch._C._dispatch_tls_local_include_set
+# the keys the thread's dispatch state includes in plain eager calls (inference mode: fewer), as bits
+_PLAIN_INCLUDED = ~(
+    torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
+    | torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
+).raw_repr()
+_TRANSFORMED = torch._C.DispatchKey.FuncTorchDynamicLayerFrontMode  # included while a torch.func transform runs
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_DEVICE_KEYS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+
+
+def plain(args: tuple[Any, ...]) -> bool:
+    """Whether a call on ``args`` would reach the CPU or CUDA kernel straight after autograd and
+    autocast: nothing in the thread's dispatch state (no TorchDispatchMode or fake-tensor mode,
+    no torch.func transform, no torch.jit.trace) and no tensor subclass among the arguments."""
+    return _plain_state(_INCLUDED_KEYS()) and _plain_tensors(args)
+
+
+def _plain_state(included: Any) -> bool:
+    """Whether the thread's included dispatch keys are those of plain eager calls."""
+    return not included.raw_repr() & _PLAIN_INCLUDED
+
+
+def _plain_tensors(args: tuple[Any, ...]) -> bool:
+    for arg in args:  # (a loop: a generator costs a frame per call)
+        if isinstance(arg, torch.Tensor) and type(arg) not in _PLAIN_TYPES:
+            return False
+    return True
+
+
+class Operator:
+    """An ``opendnn::`` operator as opendnn.torch calls it: ``operator(*args)`` computes
+    ``operator.overload(*args)``, the registered operator, at the host cost of the work alone.
+
+    A plain eager call (``plain``) skips the dispatcher's round trips (each boxes the arguments
+    into a Python kernel): the autocast rule applied once, then the autograd Function where an
+    input needs a gradient, else the device kernel. Under torch.func the Function is applied here,
+    where functorch's layers see it. Every other call (torch.compile, torch.export, torch.jit.trace,
+    fake tensors, dispatch modes, torch's profiler) goes through ``overload``, which traced graphs
+    and profiles record.
+    docs/design/torch_host_path.md has the measurements.
+    """
+
+    def __init__(
+        self, overload: torch._ops.OpOverload, device_kernel: Callable[..., Any], autocast: AutocastRule | None
+    ):
+        self.overload = overload
+        self.name: str = overload._opname
+        self.device_kernel = device_kernel
+        self.autocast = autocast
+        self.function: Any = None  # the autograd.Functions (register_autograd)
+        self.transformable: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        if torch.compiler.is_compiling() or torch.autograd._profiler_enabled():  # (a profile records the operator)
+            return self.overload(*args)
+        included = _INCLUDED_KEYS()
+        transformed = included.has(_TRANSFORMED)
+        if not transformed and not (_plain_state(included) and _plain_tensors(args)):
+            return self.overload(*args)
+        if self.autocast is not None:
+            device_type = "cuda" if args[0].is_cuda else "cpu"
+            if torch.is_autocast_enabled(device_type):
+                args = autocast_arguments(self.autocast, device_type, args)
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return (self.transformable if transformed else self.function).apply(*args)
+        return self.overload(*args) if transformed else self.device_kernel(*args)
+
+    def __repr__(self) -> str:
+        return f"<opendnn operator {NAMESPACE}::{self.name}>"
+
 
 SetupContext = Callable[[Any, tuple[Any, ...], Any], None]
+_ANY_ARGUMENTS = inspect.Signature([inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)])
 
 
-def register_autograd(op: torch._ops.OpOverload, backward: Callable[..., Any], setup_context: SetupContext) -> None:
+def register_autograd(operator: Operator, backward: Callable[..., Any], setup_context: SetupContext) -> None:
     """torch.library.register_autograd(op, backward, setup_context=setup_context), for torch.func too.
 
     The contract is torch.library's: ``setup_context(ctx, inputs, output)`` saves what the
     backward needs, ``backward(ctx, *output_grads)`` returns one gradient (or None) per input.
-    torch.library's own registration (torch 2.13) wraps them in an autograd.Function that
-    torch.func.grad refuses; this one wraps them in the single-level Function that functorch uses
-    for its own autograd nodes, which every transform accepts. The Function is named after the
-    operator (``opendnn::convolution`` -> ``ConvolutionBackward`` in a graph).
-    """
-    below = _below_autograd(op)
+    torch.library's own registration (torch 2.13) wraps them in an autograd.Function without a
+    ``setup_context`` staticmethod, which torch.func's transforms refuse. This one makes two
+    autograd.Functions named after the operator (``opendnn::convolution`` -> ``ConvolutionBackward``
+    in a graph), of one forward and one backward:
 
-    def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
-        output = below(keyset, args)
+    - ``operator.function``, whose ``forward(ctx, *args)`` keeps the context itself: eager calls
+      and the operator's kernel at the Autograd key (tracing, fake tensors, modes) apply it;
+    - ``operator.transformable``, with a ``setup_context`` staticmethod and a generated vmap rule,
+      which torch.func's transforms take: ``Operator.__call__`` applies it under a transform.
+      Function.apply binds such a Function's arguments to its forward's signature on every call
+      (about twice the cost of the other, docs/design/torch_integration.md), so eager calls avoid it.
+
+    The forward calls the device kernel where the call is plain, else the operator again (below
+    autograd: gradients are off inside a forward).
+    """
+    device_kernel, overload = operator.device_kernel, operator.overload
+
+    def compute(*args: Any) -> Any:
+        return device_kernel(*args) if plain(args) else overload(*args)
+
+    # a stated signature spares Function.apply's inspect.signature parse of the forward each call
+    compute.__signature__ = _ANY_ARGUMENTS  # type: ignore[attr-defined]
+
+    def keep(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         ctx.set_materialize_grads(False)
-        setup_context(ctx, args, output)
+        setup_context(ctx, inputs, output)
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        output = compute(*args)
+        keep(ctx, args, output)
         return output
 
-    def differentiate(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        needs = ctx.needs_input_grad
-        ctx.needs_input_grad = needs[1:]  # (the keyset is no input of the operator)
-        try:
-            gradients = backward(ctx, *grads)
-        finally:
-            ctx.needs_input_grad = needs
-        return (None, *gradients)
-
-    name = "".join(part.capitalize() for part in op._opname.split("_"))
+    name = "".join(part.capitalize() for part in operator.name.split("_"))
+    members = {"backward": staticmethod(backward), "__module__": __name__}
     function: Any = type(
         name,
-        (_SingleLevelFunction,),
+        (torch.autograd.Function,),
+        {**members, "forward": staticmethod(forward), "__doc__": f"The autograd node of opendnn::{operator.name}."},
+    )
+    operator.function = function
+    operator.transformable = type(
+        name,
+        (torch.autograd.Function,),
         {
-            "forward": staticmethod(forward),
-            "backward": staticmethod(differentiate),
-            "__doc__": f"The autograd node of opendnn::{op._opname}.",
-            "__module__": __name__,
+            **members,
+            "forward": staticmethod(compute),
+            "setup_context": staticmethod(keep),
+            "generate_vmap_rule": True,  # (under vmap, forward and backward call the operators' loop rules)
+            "__doc__": f"The autograd node of opendnn::{operator.name} under torch.func's transforms.",
         },
     )
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
-            with enable_single_level_autograd_function():
-                return function.apply(keyset, *args)
-        return below(keyset, args)
-
-    LIBRARY.impl(op._opname, kernel, "Autograd", with_keyset=True)
-
-
-def _below_autograd(op: torch._ops.OpOverload) -> Callable[[Any, tuple[Any, ...]], Any]:
-    """How the autograd kernel goes on with a call: where the next dispatch key is the CPU or CUDA
-    one (plain tensors, no mode, no transform), the device kernel directly, as the dispatcher would
-    after a round trip through it (a quarter of an operator's host cost); else a redispatch (fake
-    tensors, a TorchDispatchMode, functorch's layers)."""
-    after_autograd = torch._C._after_autograd_keyset
-    device_kernel = _DEVICE_KERNELS[op._opname]
-    devices = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
-
-    def below(keyset: Any, args: tuple[Any, ...]) -> Any:
-        rest = keyset & after_autograd
-        if rest.highestPriorityTypeId() in devices:
+            return function.apply(*args)
+        rest = keyset & _AFTER_AUTOGRAD
+        if rest.highestPriorityTypeId() in _DEVICE_KEYS:
             return device_kernel(*args)
         with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(rest, *args)
+            return overload.redispatch(rest, *args)
 
-    return below
+    LIBRARY.impl(operator.name, kernel, "Autograd", with_keyset=True)
 
 
 # ---- fake outputs -------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from opendnn import (
 )
 from opendnn.core.default_handle import shared_handle
 from opendnn.torch.library import (
+    Operator,
     compute_dtype,
     define,
     empty_in_order_of,
@@ -148,7 +149,7 @@ instance_norm_backward = define(
 )
 
 
-def _register_norm_gradient(op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload, weight_at: int) -> None:
+def _register_norm_gradient(op: Operator, backward_op: Operator, weight_at: int) -> None:
     """A norm's gradient: the forward keeps x, its weight (``inputs[weight_at]``, the bias after
     it) and its statistics (not differentiable); ``backward_op(dy, x, *inputs[1:weight_at], weight,
     *statistics, eps)`` gives dx and the parameters' gradients."""

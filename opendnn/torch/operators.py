@@ -27,6 +27,7 @@ import opendnn.functional as F
 from opendnn import BadParam, MathType
 from opendnn.core.default_handle import shared_handle
 from opendnn.torch.library import (
+    Operator,
     as_torch_error,
     define,
     empty_in_order_of,
@@ -71,9 +72,7 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
     return gradient() if ctx.needs_input_grad[position] else None
 
 
-def register_gradient_of_input(
-    op: torch._ops.OpOverload, backward_op: torch._ops.OpOverload, saved: tuple[str, ...] = ("input",)
-) -> None:
+def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",)) -> None:
     """The gradient of an operator of one differentiable input (its first) and options (pooling
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
     what the forward keeps ("input", "output")."""
@@ -341,7 +340,8 @@ def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor
 
 
 # name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). ReLU and hardtanh keep
-# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at NaN is 0, as torch's.
+# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at a NaN input is 0, where
+# torch's passes dy (docs/design/torch_integration.md).
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "relu": (lambda x: F.relu(x, propagate_nan=True), F.relu_backward),
     "hardtanh": (_hardtanh, _hardtanh_backward),
@@ -523,6 +523,7 @@ convolution_bias_activation = define(
         padding=tuple(padding),
         dilation=tuple(dilation),
         groups=groups,
+        propagate_nan=True,  # torch's ReLU, ReLU6 and Hardtanh keep NaN
         handle=_product_handle(x, "convolution"),
     ),
     lambda x, weight, bias, z, activation, coef, stride, padding, dilation, groups: empty_in_order_of(

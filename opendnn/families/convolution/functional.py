@@ -90,6 +90,7 @@ def conv_bias_activation(
     groups: int = 1,
     mode: ConvolutionMode = ConvolutionMode.CROSS_CORRELATION,
     algo: enum.Enum | None = None,
+    propagate_nan: bool = False,
     handle: Handle | None = None,
 ) -> Any:
     """``act(conv(x, w) + alpha2 * z + bias)`` in one pass: cuDNN's ConvolutionBiasActivationForward.
@@ -99,6 +100,8 @@ def conv_bias_activation(
         activation: a forward activation as torch names it ("relu", "silu", "identity", ...) or a
             PointwiseMode, or None; ``coef`` is its coefficient, None for torch's default (elu's
             alpha 1, silu's and softplus's beta 1); clipped relu's ceiling must be given (6.0 for relu6).
+        propagate_nan: a relu or clipped relu keeps NaN (torch's ReLU, ReLU6 and Hardtanh); False
+            (cuDNN's default, NOT_PROPAGATE_NAN): NaN becomes 0.
         The other arguments are ``conv``'s.
 
     Returns:
@@ -119,6 +122,7 @@ def conv_bias_activation(
         mode,
         algo,
         handle,
+        propagate_nan,
     )
 
 
@@ -137,6 +141,7 @@ def _forward(
     mode: ConvolutionMode,
     algo: enum.Enum | None,
     handle: Handle | None,
+    propagate_nan: bool = False,
 ) -> Any:
     xb, wb = wrap("x", x), wrap("w", w)
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim, wb.desc.dims[0]) if bias is not None else None
@@ -158,6 +163,7 @@ def _forward(
             activation,
             coef,
             alpha2,
+            propagate_nan,
         )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
@@ -518,6 +524,7 @@ def _forward_plan(
     activation: PointwiseMode | None = None,
     coef: float | None = None,
     alpha2: float = 0.0,
+    propagate_nan: bool = False,
 ) -> tuple[TensorDescriptor, ConvolutionProblem]:
     conv_desc = _descriptor(x, w, stride, padding, dilation, groups, mode)
     y = packed_like(x, x.dtype, get_convolution_forward_output_dim(conv_desc, x, w))
@@ -534,6 +541,7 @@ def _forward_plan(
         alpha2=alpha2,
         activation=activation,
         activation_coef=coef,
+        propagate_nan=propagate_nan,
         names=("x", "w", "y"),
     )
 
