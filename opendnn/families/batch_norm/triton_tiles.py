@@ -91,9 +91,19 @@ def unpack_mask_bits(packed):
 
 
 @triton.jit
+def pack_mask_bits(bits, valid):
+    """8 lanes' bits per byte (as int32), one per aligned group of 8 lanes."""
+    ROWS: tl.constexpr = bits.shape[0]
+    COLS: tl.constexpr = bits.shape[1]
+    weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
+    return tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
+
+
+@triton.jit
 def store_mask_bits(
     mask_ptr,
     bits,
+    nan_bits,
     valid,
     t,
     f,
@@ -102,19 +112,20 @@ def store_mask_bits(
     outer_total,
     inner_total,
     mask_strides,
+    PROPAGATE_NAN: tl.constexpr,
     BLOCK_O: tl.constexpr,
     BLOCK_I: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """Pack 8 lanes' bits per byte. A group's byte and existence are its first lane's (groups are
+    """Pack 8 lanes' bits per byte; PROPAGATE_NAN: ``nan_bits`` too, into the NaN plane
+    (``mask_strides[2]`` bytes on). A group's byte and existence are its first lane's (groups are
     aligned: BLOCK_O or BLOCK_I and, in rows orientation, the row length are multiples of 8)."""
-    ROWS: tl.constexpr = bits.shape[0]
-    COLS: tl.constexpr = bits.shape[1]
-    weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
-    packed = tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
-    offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
-    tl.store(mask_ptr + offsets, packed.to(tl.uint8), mask=r_valid[:, None] & f_valid[None, :])
+    at = mask_ptr + mask_offsets(outer, inner, f, inner_total, mask_strides)
+    group_valid = r_valid[:, None] & f_valid[None, :]
+    tl.store(at, pack_mask_bits(bits, valid).to(tl.uint8), mask=group_valid)
+    if PROPAGATE_NAN:
+        tl.store(at + mask_strides[2], pack_mask_bits(nan_bits, valid).to(tl.uint8), mask=group_valid)
 
 
 @triton.jit
@@ -334,7 +345,7 @@ def normalize_tile(
 ):
     """Tile t of y = alpha * act((x - mean) * a + b [+ z]) + beta * y (mean, a, b: rows of the features, or
     scalars for one feature), and its mask bits of act'; PROPAGATE_NAN: a NaN pre-activation stays NaN
-    through relu and clipped relu, and its bit is set in the NaN plane (``mask_strides[2]`` bytes on)."""
+    through relu and clipped relu, and its bit is set in the NaN plane."""
     v = (x.to(COMPUTE) - mean) * a + b  # centred first: exact for data far from zero
     if ADD_Z:
         v += z.to(COMPUTE)
@@ -377,6 +388,7 @@ def normalize_tile(
         store_mask_bits(
             mask_ptr,
             on,
+            nan,
             valid,
             t,
             f,
@@ -385,26 +397,11 @@ def normalize_tile(
             outer_total,
             inner_total,
             mask_strides,
+            PROPAGATE_NAN,
             BLOCK_O,
             BLOCK_I,
             INDEX_64,
         )
-        if PROPAGATE_NAN:
-            store_mask_bits(
-                mask_ptr + mask_strides[2],
-                nan,
-                valid,
-                t,
-                f,
-                f_valid,
-                i_blocks,
-                outer_total,
-                inner_total,
-                mask_strides,
-                BLOCK_O,
-                BLOCK_I,
-                INDEX_64,
-            )
 
 
 @triton.jit
