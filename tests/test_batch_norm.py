@@ -316,8 +316,8 @@ def test_triton_plan_rows_for_nchw_columns_for_nhwc():
         )
 
     nchw, nhwc = plan(od.TensorFormat.NCHW), plan(od.TensorFormat.NHWC)
-    assert (nchw.block_f, nchw.inner[0], nchw.block_i) == (1, 3136, 256) and nchw.mask_strides == (1, 25088)
-    assert (nhwc.block_f, nhwc.inner[0], nhwc.outer_total) == (64, 1, 200704) and nhwc.mask_strides == (256, 1)
+    assert (nchw.block_f, nchw.inner[0], nchw.block_i) == (1, 3136, 256) and nchw.mask_strides == (1, 25088, 0)
+    assert (nhwc.block_f, nhwc.inner[0], nhwc.outer_total) == (64, 1, 200704) and nhwc.mask_strides == (256, 1, 0)
     assert nchw.f_blocks * nchw.splits >= 1024 and nhwc.f_blocks * nhwc.splits >= 1024
     # the combine: one load round; NHWC's 256 slices spread over 32 programs of 8 features
     assert (nchw.splits, nchw.combine_blocks) == (4, (64, 4)) and (nhwc.splits, nhwc.combine_blocks) == (256, (8, 256))

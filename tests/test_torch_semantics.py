@@ -277,3 +277,33 @@ def test_functional_conv_bias_activation_keeps_cudnns_nan_default_and_propagates
     np.testing.assert_allclose(y_default, np.where(nan_places, 0.0, expected), rtol=1e-12, atol=1e-12)
     assert np.array_equal(np.isnan(y_propagated), nan_places)
     np.testing.assert_allclose(y_propagated[~nan_places], expected[~nan_places], rtol=1e-12, atol=1e-12)
+
+
+class NormChain(nn.Module):
+    """batch norm -> + residual -> activation: the chain ``fuse`` puts in one training batch norm call."""
+
+    def __init__(self, activation: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.act = nn.BatchNorm2d(4), activation
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.act(self.norm(x) + z)
+
+
+@pytest.mark.parametrize("activation", [nn.ReLU(), nn.ReLU6()], ids=["relu", "relu6"])
+def test_fused_training_batch_norm_keeps_nan_where_torchs_modules_do(activation):
+    """A NaN in x's channel 1 (all its statistics, so all its outputs, are NaN) and one in the residual
+    (that output alone): NaN through the fused relu / clipped relu, as through torch's modules."""
+    torch.manual_seed(0)
+    theirs = NormChain(activation).double().train()
+    fused = ot.fuse(copy.deepcopy(theirs))
+    assert "FusedBatchNorm2d" in {type(module).__name__ for module in fused.modules()}
+    with torch.no_grad():
+        for seed in range(2):
+            x, z = 3 * torch.randn(2, 4, 3, 5, dtype=torch.float64), torch.randn(2, 4, 3, 5, dtype=torch.float64)
+            x[1, 1, 2, seed] = float("nan")
+            z[0, 2, 1, 3 - seed] = float("nan")
+            expected = theirs(x, z)
+            assert expected.isnan().any() and not expected.isnan().all()
+            assert_same(fused(x, z), expected)
+            torch.testing.assert_close(fused.norm.running_mean, theirs.norm.running_mean, equal_nan=True)

@@ -18,6 +18,7 @@ from opendnn import (
     BatchNormMode,
     BatchNormOps,
     DataType,
+    NanPropagation,
     TensorDescriptor,
     get_batch_normalization_training_ex_reserve_space_size,
 )
@@ -220,7 +221,9 @@ def _reserve_bytes(x: Tensor, has_z: bool, activation: str | None, coef: float) 
         shared_handle(device),
         BatchNormMode.SPATIAL,
         ops,
-        ActivationDescriptor(ActivationMode[(activation or "identity").upper()], coef=coef or None),
+        ActivationDescriptor(
+            ActivationMode[(activation or "identity").upper()], NanPropagation.PROPAGATE_NAN, coef=coef or None
+        ),
         TensorDescriptor(DataType.of(x.dtype), dims),
     )
 
@@ -241,7 +244,19 @@ def _batch_norm_training(
     statistics are updated in copies (the operator is functional; the caller copies them back)."""
     mean, var = (None if t is None else t.clone() for t in (running_mean, running_var))
     y, state = F.batch_norm_add_activation(
-        x, z, mean, var, weight, bias, True, momentum, eps, activation=activation, coef=coef, return_state=True
+        x,
+        z,
+        mean,
+        var,
+        weight,
+        bias,
+        True,
+        momentum,
+        eps,
+        activation=activation,
+        coef=coef,
+        propagate_nan=True,  # torch's ReLU and Hardtanh keep NaN
+        return_state=True,
     )
     reserve = state.reserve if state.reserve is not None else x.new_empty(0, dtype=torch.uint8)
     none = x.new_empty(0, dtype=compute_dtype(x.dtype))

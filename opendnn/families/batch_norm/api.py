@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from opendnn.core.arrays import Bound, bind, bind_bytes, scratch_bytes
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend, require_handle
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import Handle
@@ -204,7 +204,9 @@ def batch_normalization_forward_training_ex(
     BN_ADD_ACTIVATION), running and saved statistics as batch_normalization_forward_training.
 
     Args:
-        activation_desc: RELU, CLIPPED_RELU or IDENTITY for BN_ACTIVATION and BN_ADD_ACTIVATION.
+        activation_desc: RELU, CLIPPED_RELU or IDENTITY for BN_ACTIVATION and BN_ADD_ACTIVATION; its
+            nan_opt PROPAGATE_NAN keeps a NaN pre-activation NaN through relu and clipped relu (and
+            marks it in the reserve space, so the backward's gradient there is NaN too).
         workspace: a contiguous array of at least
             ``get_batch_normalization_forward_training_ex_workspace_size`` bytes (None when 0).
         reserve_space: a contiguous array of at least ``get_batch_normalization_training_ex_reserve_space_size``
@@ -539,7 +541,11 @@ def _activation(activation_desc: ActivationDescriptor | None) -> dict[str, Any]:
         return {}
     if not isinstance(activation_desc, ActivationDescriptor):  # (the message is formatted only on failure)
         require(False, f"activation_desc={activation_desc!r} must be an ActivationDescriptor or None")
-    return {"activation": activation_desc.mode.value, "activation_coef": activation_desc.coef or 0.0}
+    return {
+        "activation": activation_desc.mode.value,
+        "activation_coef": activation_desc.coef or 0.0,
+        "propagate_nan": activation_desc.nan_opt is NanPropagation.PROPAGATE_NAN,
+    }
 
 
 def _given(name: str, array: Any) -> Any:

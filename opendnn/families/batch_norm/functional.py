@@ -33,7 +33,7 @@ from opendnn.core.arrays import (
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, OpenDnnError, require
 from opendnn.core.handle import Handle
@@ -103,11 +103,13 @@ def batch_norm_add_activation(
     *,
     activation: str | None = "relu",
     coef: float | None = None,
+    propagate_nan: bool = False,
     return_state: bool = False,
     handle: Handle | None = None,
 ) -> Any:
     """``act(batch_norm(x) + z)`` in one pass over memory (z None: no add; activation "relu",
-    "clipped_relu" (``coef``: its ceiling, 6.0 for relu6; it has no default), "identity" or None). With
+    "clipped_relu" (``coef``: its ceiling, 6.0 for relu6; it has no default), "identity" or None;
+    ``propagate_nan``: relu and clipped relu keep NaN, as torch's do, instead of cuDNN's default 0). With
     ``return_state`` (training only) returns ``(y, BatchNormState)`` for
     ``batch_norm_add_activation_backward``."""
     xb = wrap("x", x)
@@ -127,8 +129,8 @@ def batch_norm_add_activation(
                 z is None if zb is None else zb.desc,
             ),
             arrays,
-            (momentum, eps, activation, coef),
-            lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef),
+            (momentum, eps, activation, coef, propagate_nan),
+            lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef, propagate_nan),
         )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
@@ -199,11 +201,13 @@ def batch_norm_add_activation_backward(
     *,
     activation: str | None = "relu",
     coef: float | None = None,
+    propagate_nan: bool = False,
     has_z: bool = True,
     handle: Handle | None = None,
 ) -> tuple[Any, Any, Any, Any]:
-    """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z)."""
-    return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle)
+    """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z);
+    ``propagate_nan`` (of a forward that had it): the gradient at a NaN pre-activation is NaN, else 0."""
+    return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle, propagate_nan)
 
 
 def _backward(
@@ -216,6 +220,7 @@ def _backward(
     coef: float | None,
     has_z: bool,
     handle: Handle | None,
+    propagate_nan: bool = False,
 ) -> tuple[Any, Any, Any, Any]:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
@@ -227,8 +232,8 @@ def _backward(
         plan, (weight, saved_mean, saved_inv_std) = _BACKWARD_PLANS.plan(
             (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z),
             arrays,
-            (eps, activation, coef),
-            lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z),
+            (eps, activation, coef, propagate_nan),
+            lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z, propagate_nan),
         )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
@@ -318,6 +323,7 @@ def _forward_plan(
     eps: float,
     activation: str | None,
     coef: float | None,
+    propagate_nan: bool,
 ) -> _Plan:
     params = _Parameters(xb.desc)
     weight, bias, running_mean, running_var = arrays
@@ -348,7 +354,7 @@ def _forward_plan(
             params.desc,
             momentum,
             eps,
-            _activation_descriptor(ops, activation, coef),
+            _activation_descriptor(ops, activation, coef, propagate_nan),
             running=(running_mean is not None, running_var is not None),
             saved=(True, True),
         )
@@ -364,6 +370,7 @@ def _backward_plan(
     activation: str | None,
     coef: float | None,
     has_z: bool,
+    propagate_nan: bool,
 ) -> _Plan:
     params = _Parameters(xb.desc)
     weight, saved_mean, saved_inv_std = arrays
@@ -387,7 +394,7 @@ def _backward_plan(
         dx,
         params.desc,
         eps,
-        _activation_descriptor(ops, activation, coef),
+        _activation_descriptor(ops, activation, coef, propagate_nan),
         saved=(saved_mean is not None, saved_inv_std is not None),
     )
     return _Plan(problem, dx, params, sources, *api.space_sizes(handle, problem))
@@ -444,16 +451,17 @@ def _plain(*scalars: Any) -> tuple[Any, ...]:
     return scalars
 
 
-@functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per (ops, activation, coef): per call otherwise
+@functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per its arguments: per call otherwise
 def _activation_descriptor(
-    ops: BatchNormOps, activation: str | None, coef: float | None
+    ops: BatchNormOps, activation: str | None, coef: float | None, propagate_nan: bool = False
 ) -> ActivationDescriptor | None:
     if ops is BatchNormOps.BN:
         return None
     mode = activation_mode(activation) or PointwiseMode.IDENTITY
     if mode not in _EX_ACTIVATIONS:  # (the message is formatted only on failure)
         raise BadParam(f"activation={activation!r} must be 'relu', 'clipped_relu', 'identity' or None")
-    return ActivationDescriptor(_EX_ACTIVATIONS[mode], coef=coef)
+    nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
+    return ActivationDescriptor(_EX_ACTIVATIONS[mode], nan_opt, coef)
 
 
 _EX_ACTIVATIONS = {

@@ -6,7 +6,9 @@ run in a few whole-array passes: the sums over L (NumPy's pairwise sums, as accu
 reference's) then over N, the centred x computed once and scaled in place, ``y = xc * (scale *
 inv_std) + bias``; backward ``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``
 with ``k = scale * inv_std``. No workspace. The reserve space of the Ex forms holds the activation's
-mask, one byte per element of x in row-major order of x's dims.
+mask, one byte per element of x in row-major order of x's dims: 1 where act' is 1, 0 where it is 0,
+NAN_MARK where the pre-activation is NaN under propagate_nan (g is NaN there when the backward
+propagates NaN too, else 0).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from opendnn.core.errors import InternalError
 from opendnn.core.reference_io import numpy_view, read, write
 from opendnn.families.batch_norm import problem as bn
 from opendnn.families.batch_norm.problem import BatchNormProblem, BatchNormTensors, Direction
+
+NAN_MARK = 2  # the reserve byte of a NaN pre-activation
 
 
 def supports(problem: BatchNormProblem) -> str | None:
@@ -88,7 +92,7 @@ def _training(
     v = centred.reshape(x.shape)
     if z is not None:
         v += z
-    y, mask = bn.activate(v, problem.activation, problem.activation_coef)
+    y, mask = bn.activate(v, problem.activation, problem.activation_coef, problem.propagate_nan)
     write(t.out, y, problem.alpha, problem.beta)
     stats = {"mean": mean, "inv_std": inv_std}
     stats |= bn.running_statistics(
@@ -103,7 +107,7 @@ def _training(
         if bound is not None:
             write(bound, stats[name].reshape(bound.desc.dims))
     if t.reserve is not None and problem.reserve:
-        numpy_view(t.reserve).reshape(-1)[: x.size] = mask.reshape(-1)
+        numpy_view(t.reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
 
 
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
@@ -112,7 +116,8 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
         mean, inv_std = read(t.saved_mean, compute), read(t.saved_inv_std, compute)
     if t.reserve is not None and problem.reserve:
-        mask = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape).astype(x.dtype)
+        marks = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape)
+        mask = np.where(marks == NAN_MARK, np.nan if problem.propagate_nan else 0.0, marks).astype(x.dtype)
     g = dy if mask is None else dy * mask
     if t.z is not None:
         write(t.z, g, problem.alpha, problem.beta)

@@ -20,7 +20,10 @@ estimated mean and variance. Backward, with ``g = dy * act'(pre-activation)`` (`
 blended: ``dx = alpha_data * dx + beta_data * dx`` (dz likewise), ``dscale = alpha_param * dscale +
 beta_param * dscale`` (dbias likewise). The saved mean and inverse std are recomputed from x when
 absent. The Ex activations are RELU, CLIPPED_RELU (coef: the ceiling) and IDENTITY; the reserve
-space written by the Ex forward carries the activation's mask (where act' is 1) for backward.
+space written by the Ex forward carries the activation's mask (where act' is 1) for backward. A NaN
+pre-activation gives 0 through relu and clipped relu (cuDNN's NOT_PROPAGATE_NAN, act' = 0 there), or
+NaN with ``propagate_nan`` (the activation descriptor's PROPAGATE_NAN; act' is NaN there, so g is NaN:
+the pointwise relu backward's rule), in which case the reserve space marks the NaN positions too.
 
 Data in FLOAT, HALF, BFLOAT16 or DOUBLE; scale, bias and the statistics in FLOAT (DOUBLE for DOUBLE
 data) with the dims of ``derive_bn_tensor_descriptor``.
@@ -115,6 +118,7 @@ class BatchNormProblem:
     dy: TensorDescriptor | None = None
     activation: str | None = None
     activation_coef: float = 0.0
+    propagate_nan: bool = False  # a NaN pre-activation stays NaN through relu / clipped relu (and g)
     factor: float = 0.0
     alpha: float = 1.0
     beta: float = 0.0
@@ -177,6 +181,7 @@ def batch_norm_problem(
     dy_desc: TensorDescriptor | None = None,
     activation: str | None = None,
     activation_coef: float = 0.0,
+    propagate_nan: bool = False,
     factor: float = 0.0,
     alpha: float = 1.0,
     beta: float = 0.0,
@@ -239,7 +244,7 @@ def batch_norm_problem(
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     alpha_param, beta_param = check_finite("alpha_param", alpha_param), check_finite("beta_param", beta_param)
     if ops is BatchNormOps.BN:
-        activation, activation_coef = None, 0.0
+        activation, activation_coef, propagate_nan = None, 0.0, False
     else:
         require(
             activation is not None,
@@ -269,6 +274,7 @@ def batch_norm_problem(
         dy_desc,
         activation,
         float(activation_coef),
+        bool(propagate_nan) and activation in ("relu", "clipped_relu"),
         factor,
         alpha,
         beta,
@@ -289,8 +295,11 @@ def statistics(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.nda
     return mean, ((x - mean) ** 2).mean(axis=axes, keepdims=True)
 
 
-def activate(v: np.ndarray, activation: str | None, coef: float) -> tuple[np.ndarray, np.ndarray]:
-    """(act(v), act'(v) as 0/1): relu, clipped relu (ceiling ``coef``) or identity/None."""
+def activate(
+    v: np.ndarray, activation: str | None, coef: float, propagate_nan: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(act(v), act'(v) as 0/1): relu, clipped relu (ceiling ``coef``) or identity/None. At a NaN v,
+    both are NaN with ``propagate_nan``, else 0."""
     if activation == "relu":
         mask = v > 0
     elif activation == "clipped_relu":
@@ -298,7 +307,10 @@ def activate(v: np.ndarray, activation: str | None, coef: float) -> tuple[np.nda
     else:
         return v, np.ones_like(v)
     result = np.where(mask, v, 0.0) if activation == "relu" else np.clip(v, 0.0, coef)
-    return result, mask.astype(v.dtype)
+    nan = np.isnan(v)
+    keep = propagate_nan and nan.any()
+    result = np.where(nan, v if keep else 0.0, result)
+    return result, np.where(nan, v, mask) if keep else mask.astype(v.dtype)
 
 
 def forward_training(
@@ -314,6 +326,7 @@ def forward_training(
     z: np.ndarray | None = None,
     activation: str | None = None,
     coef: float = 0.0,
+    propagate_nan: bool = False,
 ) -> dict[str, np.ndarray]:
     """Training forward in x's dtype. Returns y, mask (act'), mean, inv_std, and the updated
     running_mean / running_var when given; statistics with the parameters' dims (1, C, ...)."""
@@ -321,7 +334,8 @@ def forward_training(
     n = math.prod(x.shape[k] for k in axes)
     mean, var = statistics(x, axes)
     inv_std = 1.0 / np.sqrt(var + epsilon)
-    y, mask = activate(scale * (x - mean) * inv_std + bias + (0.0 if z is None else z), activation, coef)
+    v = scale * (x - mean) * inv_std + bias + (0.0 if z is None else z)
+    y, mask = activate(v, activation, coef, propagate_nan)
     out = {"y": y, "mask": mask, "mean": mean, "inv_std": inv_std}
     return out | running_statistics(mean, var, n, factor, running_mean, running_var)
 
@@ -355,10 +369,11 @@ def forward_inference(
     z: np.ndarray | None = None,
     activation: str | None = None,
     coef: float = 0.0,
+    propagate_nan: bool = False,
 ) -> np.ndarray:
     """``act(scale * (x - mean) / sqrt(var + eps) + bias [+ z])`` with the estimated statistics."""
     v = scale * (x - mean) / np.sqrt(var + epsilon) + bias + (0.0 if z is None else z)
-    return activate(v, activation, coef)[0]
+    return activate(v, activation, coef, propagate_nan)[0]
 
 
 def backward(

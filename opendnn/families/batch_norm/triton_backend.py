@@ -44,7 +44,9 @@ of feature_total compute elements: 4 coefficients, the recomputed mean and inv s
 Reserve space: the activation's mask, one bit per element, 8 consecutive reduced indices of one
 feature per byte, bytes laid out by x's layout alone (feature-major when x's reduced dims are
 innermost, else reduced-major), so backward reads what forward wrote whatever dy's layout. A byte
-is found from its group's first lane (groups are aligned), never by a reduction across lanes.
+is found from its group's first lane (groups are aligned), never by a reduction across lanes. With
+propagate_nan a second plane of the same layout follows the mask: a bit per NaN pre-activation, which
+a propagating backward turns into a NaN gradient (a plain one ignores it: 0 there).
 
 Load scheduling (read in the sm_90 SASS): left alone, ptxas consumes each 16-byte load before issuing
 the next, so a thread has one or two loads in flight and a pass runs at latency, not bandwidth. The
@@ -121,7 +123,7 @@ class BatchNormPlan:
     block_i: int
     block_f: int
     splits: int
-    mask_strides: tuple[int, int]
+    mask_strides: tuple[int, int, int]
     compute_bytes: int
     index_64: bool  # some offset may pass 2**31: 64-bit index arithmetic
     one_read: tuple[int, int, int] = (0, 0, 0)  # (CTAs per feature, BLOCK_O, BLOCK_I) of the one-read kernels
@@ -282,9 +284,10 @@ def _row_block(inner: int) -> int:
     return 8
 
 
-def _mask_strides(problem: BatchNormProblem) -> tuple[int, int]:
-    """(bytes per 8 reduced indices, bytes per feature) of the mask: feature-major when x's innermost
-    reduced dim is more contiguous than its innermost feature dim, else reduced-major. x alone decides."""
+def _mask_strides(problem: BatchNormProblem) -> tuple[int, int, int]:
+    """(bytes per 8 reduced indices, bytes per feature, bytes to the NaN plane) of the mask: feature-major
+    when x's innermost reduced dim is more contiguous than its innermost feature dim, else reduced-major.
+    x alone decides. The NaN plane (propagate_nan only, else 0) follows the mask, one mask's bytes on."""
     x = problem.x
     reduced_axes = problem.reduced_axes
     inner_stride: dict[bool, list[int]] = {True: [], False: []}
@@ -294,7 +297,8 @@ def _mask_strides(problem: BatchNormProblem) -> tuple[int, int]:
     feature_major = min(inner_stride[True], default=math.inf) < min(inner_stride[False], default=math.inf)
     groups = triton.cdiv(problem.count, 8)
     features = problem.x.numel // problem.count
-    return (1, groups) if feature_major else (features, 1)
+    nan_plane = groups * features if problem.propagate_nan else 0
+    return (1, groups, nan_plane) if feature_major else (features, 1, nan_plane)
 
 
 def supports(problem: BatchNormProblem) -> str | None:
@@ -310,10 +314,11 @@ def workspace_size(problem: BatchNormProblem) -> int:
 @functools.lru_cache(maxsize=256)  # asked on every call of the Ex forms
 def reserve_size(problem: BatchNormProblem) -> int:
     """Bytes of reserve space: the activation's mask, a bit per element (bytes of 8 reduced indices
-    of one feature), 0 for BN."""
+    of one feature), then as much for the NaN plane with propagate_nan; 0 for BN."""
     if problem.ops is BatchNormOps.BN:
         return 0
-    return -(-triton.cdiv(problem.count, 8) * (problem.x.numel // problem.count) // 16) * 16
+    planes = 2 if problem.propagate_nan else 1
+    return -(-triton.cdiv(problem.count, 8) * (problem.x.numel // problem.count) * planes // 16) * 16
 
 
 def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
@@ -415,7 +420,13 @@ class _Launches:
                 self.plan.mask_strides,
                 *self.tile_args,
             ),
-            dict(GRADIENT=gradient, MASKED=masked, STATS_IN_WORKSPACE=recomputed, **self.blocks),
+            dict(
+                GRADIENT=gradient,
+                MASKED=masked,
+                PROPAGATE_NAN=self.problem.propagate_nan,
+                STATS_IN_WORKSPACE=recomputed,
+                **self.blocks,
+            ),
         )
 
     def combine(self, step: str, recomputed: bool = False) -> Launch:
@@ -521,6 +532,7 @@ class _Launches:
                 PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER),
                 ADD_Z="z" in self.given,
                 ACTIVATION=p.activation or "identity",
+                PROPAGATE_NAN=p.propagate_nan,
                 WRITE_MASK=p.reserve and "reserve" in self.given,
                 HAS_BETA=p.beta != 0.0,
                 UPDATE_MEAN=update_mean,
@@ -579,6 +591,7 @@ class _Launches:
                 CLUSTER_BARRIER=self.clusters,
                 PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER if "z" in self.given else PREFETCH_MIN_CLUSTER_DX),
                 MASKED=p.reserve and "reserve" in self.given,
+                PROPAGATE_NAN=p.propagate_nan,
                 WRITE_DZ="z" in self.given,
                 HAS_BETA=p.beta != 0.0,
                 HAS_BETA_PARAM=p.beta_param != 0.0,
@@ -619,6 +632,7 @@ class _Launches:
             dict(
                 ADD_Z="z" in self.given,
                 ACTIVATION=p.activation or "identity",
+                PROPAGATE_NAN=p.propagate_nan,
                 WRITE_MASK=p.reserve and "reserve" in self.given,
                 HAS_BETA=p.beta != 0.0,
                 **self.blocks,
@@ -650,6 +664,7 @@ class _Launches:
             ),
             dict(
                 MASKED=p.reserve and "reserve" in self.given,
+                PROPAGATE_NAN=p.propagate_nan,
                 WRITE_DZ="z" in self.given,
                 HAS_BETA=p.beta != 0.0,
                 **self.blocks,

@@ -157,6 +157,7 @@ def bn_one_read_forward_kernel(
     PREFETCH: tl.constexpr,
     ADD_Z: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     WRITE_MASK: tl.constexpr,
     HAS_BETA: tl.constexpr,
     UPDATE_MEAN: tl.constexpr,
@@ -300,6 +301,7 @@ def bn_one_read_forward_kernel(
         ceiling,
         ADD_Z,
         ACTIVATION,
+        PROPAGATE_NAN,
         WRITE_MASK,
         HAS_BETA,
         OUTER_DIMS,
@@ -375,6 +377,7 @@ def bn_one_read_backward_kernel(
     CLUSTER_BARRIER: tl.constexpr,
     PREFETCH: tl.constexpr,
     MASKED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     WRITE_DZ: tl.constexpr,
     HAS_BETA: tl.constexpr,
     HAS_BETA_PARAM: tl.constexpr,
@@ -424,6 +427,7 @@ def bn_one_read_backward_kernel(
         1,
         True,
         MASKED,
+        PROPAGATE_NAN,
         OUTER_DIMS,
         BLOCK_O,
         BLOCK_I,
@@ -470,7 +474,7 @@ def bn_one_read_backward_kernel(
             INDEX_64,
             PREFETCH,
         )
-    g = gradient_input(dy, packed, MASKED, COMPUTE)
+    g = gradient_input(dy, packed, MASKED, PROPAGATE_NAN, COMPUTE)
     centred = tl.where(valid, x.to(COMPUTE) - mean, 0.0)
     sum1, sum2 = cluster_sums(
         tl.sum(g, 0),

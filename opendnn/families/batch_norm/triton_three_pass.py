@@ -28,7 +28,6 @@ from opendnn.families.batch_norm.triton_tiles import (
     shifted_statistics,
     tile_data,
     tile_lanes,
-    unpack_mask_bits,
     workspace,
 )
 from opendnn.kernels.indexing import dim_offsets
@@ -69,6 +68,7 @@ def bn_reduce_kernel(
     tiles,
     GRADIENT: tl.constexpr,
     MASKED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     STATS_IN_WORKSPACE: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
     F_DIMS: tl.constexpr,
@@ -121,6 +121,7 @@ def bn_reduce_kernel(
         i_blocks,
         GRADIENT,
         MASKED,
+        PROPAGATE_NAN,
         OUTER_DIMS,
         BLOCK_O,
         BLOCK_I,
@@ -148,6 +149,7 @@ def bn_reduce_kernel(
             i_blocks,
             GRADIENT,
             MASKED,
+            PROPAGATE_NAN,
             OUTER_DIMS,
             BLOCK_O,
             BLOCK_I,
@@ -155,9 +157,7 @@ def bn_reduce_kernel(
         )
         d = tl.where(valid, x.to(COMPUTE) - center[None, :], 0.0)
         if GRADIENT:
-            g = dy.to(COMPUTE)
-            if MASKED:
-                g = tl.where(unpack_mask_bits(packed), g, 0.0)
+            g = gradient_input(dy, packed, MASKED, PROPAGATE_NAN, COMPUTE)
             sum1 += g
             sum2 += g * d
         else:
@@ -326,6 +326,7 @@ def bn_forward_kernel(
     ceiling: tl.float64,
     ADD_Z: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     WRITE_MASK: tl.constexpr,
     HAS_BETA: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
@@ -382,6 +383,7 @@ def bn_forward_kernel(
         ceiling,
         ADD_Z,
         ACTIVATION,
+        PROPAGATE_NAN,
         WRITE_MASK,
         HAS_BETA,
         OUTER_DIMS,
@@ -425,6 +427,7 @@ def bn_backward_kernel(
     alpha: tl.float64,
     beta: tl.float64,
     MASKED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     WRITE_DZ: tl.constexpr,
     HAS_BETA: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
@@ -461,6 +464,7 @@ def bn_backward_kernel(
         i_blocks,
         True,
         MASKED,
+        PROPAGATE_NAN,
         OUTER_DIMS,
         BLOCK_O,
         BLOCK_I,
@@ -478,7 +482,7 @@ def bn_backward_kernel(
     mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
     k2 = tl.load(coef + 3 * feature_total, mask=f_valid, other=0.0)[None, :]
     backward_tile(
-        gradient_input(dy, packed, MASKED, COMPUTE),
+        gradient_input(dy, packed, MASKED, PROPAGATE_NAN, COMPUTE),
         x.to(COMPUTE) - mean,
         k1,
         k2,

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from opendnn.kernels.indexing import dim_offsets
+from opendnn.kernels.math import NAN
 
 NO_HINT = tl.constexpr("")  # no cache hint on a load or store
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
@@ -61,21 +62,28 @@ def load_mask_bytes(
     outer_total,
     inner_total,
     mask_strides,
+    PROPAGATE_NAN: tl.constexpr,
     BLOCK_O: tl.constexpr,
     BLOCK_I: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
     """Tile t's mask bytes (nothing for t >= stop), one per aligned group of 8 lanes, loaded at the
     group's first lane (groups are aligned, see store_mask_bits): no reduction across lanes (one would
-    go through shared memory with barriers, every tile)."""
+    go through shared memory with barriers, every tile). PROPAGATE_NAN: the NaN plane's byte too, in
+    bits 8-15."""
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
     offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
-    return tl.load(mask_ptr + offsets, mask=(r_valid & (t < stop))[:, None] & f_valid[None, :], other=0)
+    load_mask = (r_valid & (t < stop))[:, None] & f_valid[None, :]
+    packed = tl.load(mask_ptr + offsets, mask=load_mask, other=0)
+    if PROPAGATE_NAN:
+        nan_bits = tl.load(mask_ptr + mask_strides[2] + offsets, mask=load_mask, other=0)
+        packed = packed.to(tl.int32) | (nan_bits.to(tl.int32) << MASK_GROUP)
+    return packed
 
 
 @triton.jit
 def unpack_mask_bits(packed):
-    """The activation's mask (True where act' = 1) of each lane, from its group's byte, by shifts."""
+    """The activation's mask (True where act' = 1) of each lane, from its group's byte (bits 0-7), by shifts."""
     GROUPS: tl.constexpr = packed.shape[0]
     COLS: tl.constexpr = packed.shape[1]
     bits = (packed.to(tl.int32)[:, None, :] >> tl.arange(0, MASK_GROUP)[None, :, None]) & 1
@@ -83,9 +91,19 @@ def unpack_mask_bits(packed):
 
 
 @triton.jit
+def pack_mask_bits(bits, valid):
+    """8 lanes' bits per byte (as int32), one per aligned group of 8 lanes."""
+    ROWS: tl.constexpr = bits.shape[0]
+    COLS: tl.constexpr = bits.shape[1]
+    weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
+    return tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
+
+
+@triton.jit
 def store_mask_bits(
     mask_ptr,
     bits,
+    nan_bits,
     valid,
     t,
     f,
@@ -94,19 +112,20 @@ def store_mask_bits(
     outer_total,
     inner_total,
     mask_strides,
+    PROPAGATE_NAN: tl.constexpr,
     BLOCK_O: tl.constexpr,
     BLOCK_I: tl.constexpr,
     INDEX_64: tl.constexpr,
 ):
-    """Pack 8 lanes' bits per byte. A group's byte and existence are its first lane's (groups are
+    """Pack 8 lanes' bits per byte; PROPAGATE_NAN: ``nan_bits`` too, into the NaN plane
+    (``mask_strides[2]`` bytes on). A group's byte and existence are its first lane's (groups are
     aligned: BLOCK_O or BLOCK_I and, in rows orientation, the row length are multiples of 8)."""
-    ROWS: tl.constexpr = bits.shape[0]
-    COLS: tl.constexpr = bits.shape[1]
-    weights = (1 << tl.arange(0, MASK_GROUP))[None, :, None]
-    packed = tl.sum(tl.reshape((bits & valid).to(tl.int32), (ROWS // MASK_GROUP, MASK_GROUP, COLS)) * weights, 1)
     outer, inner, r_valid = tile_lanes(t, i_blocks, outer_total, inner_total, BLOCK_O, BLOCK_I, INDEX_64, MASK_GROUP)
-    offsets = mask_offsets(outer, inner, f, inner_total, mask_strides)
-    tl.store(mask_ptr + offsets, packed.to(tl.uint8), mask=r_valid[:, None] & f_valid[None, :])
+    at = mask_ptr + mask_offsets(outer, inner, f, inner_total, mask_strides)
+    group_valid = r_valid[:, None] & f_valid[None, :]
+    tl.store(at, pack_mask_bits(bits, valid).to(tl.uint8), mask=group_valid)
+    if PROPAGATE_NAN:
+        tl.store(at + mask_strides[2], pack_mask_bits(nan_bits, valid).to(tl.uint8), mask=group_valid)
 
 
 @triton.jit
@@ -140,6 +159,7 @@ def tile_data(
     i_blocks,
     GRADIENT: tl.constexpr,
     MASKED: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
     BLOCK_O: tl.constexpr,
     BLOCK_I: tl.constexpr,
@@ -168,6 +188,7 @@ def tile_data(
                 outer_total,
                 inner_total,
                 mask_strides,
+                PROPAGATE_NAN,
                 BLOCK_O,
                 BLOCK_I,
                 INDEX_64,
@@ -311,6 +332,7 @@ def normalize_tile(
     ceiling,
     ADD_Z: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
     WRITE_MASK: tl.constexpr,
     HAS_BETA: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
@@ -322,16 +344,24 @@ def normalize_tile(
     STORE_CACHE: tl.constexpr = NO_HINT,
 ):
     """Tile t of y = alpha * act((x - mean) * a + b [+ z]) + beta * y (mean, a, b: rows of the features, or
-    scalars for one feature), and its mask bits of act'."""
+    scalars for one feature), and its mask bits of act'; PROPAGATE_NAN: a NaN pre-activation stays NaN
+    through relu and clipped relu, and its bit is set in the NaN plane."""
     v = (x.to(COMPUTE) - mean) * a + b  # centred first: exact for data far from zero
     if ADD_Z:
         v += z.to(COMPUTE)
+    nan = v != v
     if ACTIVATION == "relu":
         on = v > 0.0
-        v = tl.where(on, v, 0.0)
+        kept = on
+        if PROPAGATE_NAN:
+            kept = on | nan
+        v = tl.where(kept, v, 0.0)
     elif ACTIVATION == "clipped_relu":
         on = (v > 0.0) & (v < tl.cast(ceiling, COMPUTE))
-        v = tl.minimum(tl.where(v > 0.0, v, 0.0), tl.cast(ceiling, COMPUTE))
+        clipped = tl.minimum(tl.where(v > 0.0, v, 0.0), tl.cast(ceiling, COMPUTE))
+        if PROPAGATE_NAN:
+            clipped = tl.where(nan, v, clipped)
+        v = clipped
     else:
         on = valid
     store_blended(
@@ -358,6 +388,7 @@ def normalize_tile(
         store_mask_bits(
             mask_ptr,
             on,
+            nan,
             valid,
             t,
             f,
@@ -366,6 +397,7 @@ def normalize_tile(
             outer_total,
             inner_total,
             mask_strides,
+            PROPAGATE_NAN,
             BLOCK_O,
             BLOCK_I,
             INDEX_64,
@@ -373,11 +405,14 @@ def normalize_tile(
 
 
 @triton.jit
-def gradient_input(dy, packed, MASKED: tl.constexpr, COMPUTE: tl.constexpr):
-    """g: the gradient reaching the batch norm, dy where the activation's mask bit is set (MASKED)."""
+def gradient_input(dy, packed, MASKED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+    """g: the gradient reaching the batch norm, dy where the activation's mask bit is set (MASKED);
+    PROPAGATE_NAN: NaN where the NaN plane's bit (bits 8-15 of ``packed``) is set."""
     g = dy.to(COMPUTE)
     if MASKED:
         g = tl.where(unpack_mask_bits(packed), g, 0.0)
+        if PROPAGATE_NAN:
+            g = tl.where(unpack_mask_bits(packed >> MASK_GROUP), NAN, g)
     return g
 
 
