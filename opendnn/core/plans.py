@@ -46,8 +46,8 @@ class Plan:
 def signature(call: str, arrays: Sequence[Any], scalars: Sequence[Any]) -> tuple[Any, ...] | None:
     """The key of a call named ``call`` of ``arrays`` (None where one is absent; the first is given)
     and ``scalars``; None when an argument cannot be keyed (a DLPack array; a scalar other than a
-    plain Python value, an enum member or a tuple of them, such as an ``np.float64``), and such a
-    call takes the full path every time."""
+    plain Python value, an enum member or a tuple or list of them, such as an ``np.float64``), and
+    such a call takes the full path every time."""
     keys: list[Any] = [call]
     for array in arrays:
         key = None if array is None else array_key(array)
@@ -55,9 +55,12 @@ def signature(call: str, arrays: Sequence[Any], scalars: Sequence[Any]) -> tuple
             return None
         keys.append(key)
     for scalar in scalars:
-        if not _plain(scalar) and not (scalar.__class__ is tuple and all(_plain(item) for item in scalar)):
+        if _plain(scalar):
+            keys.append(scalar)
+        elif scalar.__class__ in (tuple, list) and all(_plain(item) for item in scalar):
+            keys.append(tuple(scalar))  # the calls take a list as the tuple of its items
+        else:
             return None
-    keys.extend(scalars)
     return tuple(keys)
 
 

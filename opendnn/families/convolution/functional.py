@@ -555,13 +555,11 @@ def _planned_inputs(
     return bounds
 
 
-# the plans: what a call's descriptors and arguments determine (its output's descriptor, its
-# problem), memoized as one value: the layers of a network repeat their calls, and one lookup keyed
-# by the descriptors costs less than the lookups of each step (a ConvolutionDescriptor rehashes its
-# fields on every lookup)
+# what a call's descriptors and arguments determine (its output's descriptor, its problem): run on
+# the first call of a signature (later ones take its Plan, core/plans.py); the backward data's stays
+# memoized for conv_transpose, which takes no plan
 
 
-@memoized
 def _forward_plan(
     x: TensorDescriptor,
     w: TensorDescriptor,
@@ -628,7 +626,6 @@ def _backward_data_plan(
     )
 
 
-@memoized
 def _backward_filter_plan(
     x: TensorDescriptor,
     dy: TensorDescriptor,
@@ -654,7 +651,6 @@ def _backward_filter_plan(
     )
 
 
-@memoized  # the geometry of a layer repeats on every call
 def _descriptor(
     x: TensorDescriptor,
     w: TensorDescriptor,
@@ -681,7 +677,7 @@ def _descriptor(
     )
 
 
-@memoized  # as _descriptor
+@memoized  # a transposed layer's geometry repeats on every call
 def _backward_data_descriptor(
     pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...], compute_type: DataType, groups: int
 ) -> ConvolutionDescriptor:
