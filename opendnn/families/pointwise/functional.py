@@ -87,7 +87,7 @@ def _pointwise(
 ) -> Any:
     """``mode`` of ``arrays``, which the caller calls ``names`` (default: the mode's ARGUMENT_NAMES)."""
     names = names or ARGUMENT_NAMES[mode]
-    key = signature("pointwise", arrays, (mode, dtype, names, *parameters.items()))
+    key = signature("pointwise", arrays, (mode, dtype, names, tuple(parameters), *parameters.values()))
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:  # inputs of one shape whose checks passed for this signature
