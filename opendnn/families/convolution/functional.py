@@ -147,13 +147,9 @@ def _forward(
 ) -> Any:
     arguments = (stride, padding, dilation, groups, mode, algo, activation, coef, alpha2, propagate_nan)
     key = signature("conv", (x, w, bias, z), arguments)
-    if key is not None:
-        handle, plan = lookup(handle, key)
-        if plan is not None:
-            xb, wb, biasb, zb = _planned_inputs(plan, key, ("x", "w", "bias", "z"), (x, w, bias, z))
-            y = allocate(xb, plan.outputs[0])
-            execute(handle, plan, xb, wb, y, biasb, zb, scratch_bytes(xb, plan.extra[1]))
-            return to_caller_kind(y.view, x)
+    planned = None if key is None else _planned(key, handle, ("x", "w", "bias", "z"), (x, w, bias, z))
+    if planned is not None:
+        return planned
     xb, wb = wrap("x", x), wrap("w", w)
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim, wb.desc.dims[0]) if bias is not None else None
     zb = wrap("z", z) if z is not None else None
@@ -307,13 +303,9 @@ def _data_gradient(
 ) -> Any:
     arguments = (tuple(input_shape), stride, padding, dilation, groups, algo)
     key = signature("conv_backward_data", (dy, w), arguments) if isinstance(input_shape, Sequence) else None
-    if key is not None:
-        handle, plan = lookup(handle, key)
-        if plan is not None:
-            dyb, wb = _planned_inputs(plan, key, ("dy", "w"), (dy, w))
-            dx = allocate(dyb, plan.outputs[0])
-            execute(handle, plan, dx, wb, dyb, None, None, scratch_bytes(dx, plan.extra[1]))
-            return to_caller_kind(dx.view, dy)
+    planned = None if key is None else _planned(key, handle, ("dy", "w"), (dy, w))
+    if planned is not None:
+        return planned
     try:
         dyb, wb = wrap("dy", dy), wrap("w", w)
         dims = _shape("input_shape", input_shape)
@@ -401,13 +393,9 @@ def _filter_gradient(
 ) -> Any:
     arguments = (tuple(weight_shape), stride, padding, dilation, groups, algo)
     key = signature("conv_backward_filter", (x, dy), arguments) if isinstance(weight_shape, Sequence) else None
-    if key is not None:
-        handle, plan = lookup(handle, key)
-        if plan is not None:
-            xb, dyb = _planned_inputs(plan, key, ("x", "dy"), (x, dy))
-            dw = allocate(xb, plan.outputs[0])
-            execute(handle, plan, xb, dw, dyb, None, None, scratch_bytes(xb, plan.extra[1]))
-            return to_caller_kind(dw.view, x)
+    planned = None if key is None else _planned(key, handle, ("x", "dy"), (x, dy))
+    if planned is not None:
+        return planned
     try:
         xb, dyb = wrap("x", x), wrap("dy", dy)
         handle = handle_for(xb, handle)
@@ -539,10 +527,13 @@ def _run(
     keep(handle, key, Plan("convolution", problem, (output.desc,), implementation, (descs, needed)))
 
 
-def _planned_inputs(
-    plan: Plan, key: tuple[Any, ...], names: tuple[str, ...], arrays: tuple[Any, ...]
-) -> list[Bound | None]:
-    """A planned call's arrays bound to the plan's descriptors (a bias seen per channel)."""
+def _planned(key: tuple[Any, ...], handle: Handle | None, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Any:
+    """The result of a call whose signature has a plan (None on the first call of a signature): its
+    arrays bound to the plan's descriptors (a bias seen per channel), the output new, of the first
+    array's kind; the arrays are (x, w, bias, z), (dy, w) or (x, dy) by the plan's direction."""
+    handle, plan = lookup(handle, key)
+    if plan is None:
+        return None
     device = key[1][-1]
     bounds: list[Bound | None] = []
     for name, desc, array in zip(names, plan.extra[0], arrays):
@@ -552,7 +543,17 @@ def _planned_inputs(
             bounds.append(Bound(name, desc, strided_view(as_native(array), desc), device))
         else:
             bounds.append(keyed_bound(name, desc, array, device))
-    return bounds
+    first, second = bounds[0], bounds[1]
+    assert first is not None and second is not None  # (x or dy, and w or dy: never absent)
+    out = allocate(first, plan.outputs[0])
+    direction = plan.problem.direction
+    if direction is ConvolutionDirection.FORWARD:
+        execute(handle, plan, first, second, out, bounds[2], bounds[3], scratch_bytes(first, plan.extra[1]))
+    elif direction is ConvolutionDirection.BACKWARD_DATA:
+        execute(handle, plan, out, second, first, None, None, scratch_bytes(first, plan.extra[1]))
+    else:
+        execute(handle, plan, first, out, second, None, None, scratch_bytes(first, plan.extra[1]))
+    return to_caller_kind(out.view, arrays[0])
 
 
 # what a call's descriptors and arguments determine (its output's descriptor, its problem): run on
