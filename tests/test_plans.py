@@ -22,6 +22,7 @@ from opendnn.families.convolution import functional as conv_functional
 from opendnn.families.matmul import functional as matmul_functional
 from opendnn.families.pointwise import functional as pointwise_functional
 from opendnn.families.pooling import functional as pooling_functional
+from opendnn.families.softmax import functional as softmax_functional
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def poisoned_outputs(monkeypatch):
         bound.view[...] = np.nan if desc.dtype.is_floating else 0
         return bound
 
-    for module in (pointwise_functional, conv_functional, pooling_functional, matmul_functional):
+    for module in (pointwise_functional, conv_functional, pooling_functional, matmul_functional, softmax_functional):
         monkeypatch.setattr(module, "allocate", poisoned)
 
 
@@ -73,6 +74,10 @@ CALLS = {
     ),
     "max_pool": (lambda a, h: F.max_pool(a["x"], 3, 2, 1, handle=h), lambda a: pool_reference(a["x"])),
     "linear": (lambda a, h: F.linear(a["m"], a["m2"], a["b"], handle=h), lambda a: a["m"] @ a["m2"].T + a["b"]),
+    "log_softmax": (
+        lambda a, h: F.log_softmax(a["x"], 1, handle=h),
+        lambda a: torch.log_softmax(torch.from_numpy(a["x"]), 1).numpy(),
+    ),
 }
 
 
