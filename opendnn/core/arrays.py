@@ -434,6 +434,7 @@ def packed_like(desc: TensorDescriptor, dtype: DataType, dims: tuple[int, ...]) 
 def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bound:
     """A new array of ``desc`` (a packed one: no gaps, no overlaps) on ``like``'s device and of its
     kind (NumPy or torch), bound under ``name`` (default: like's name)."""
+    native: Any  # a NumPy array or a torch tensor, as like's
     if isinstance(like.view, np.ndarray):
         buffer = np.empty(desc.extent, desc.dtype.to_numpy())  # its view: a constructor, not as_strided's machinery
         native = np.ndarray(desc.dims, buffer.dtype, buffer, strides=tuple(s * buffer.itemsize for s in desc.strides))

@@ -65,10 +65,9 @@ def matmul(
         handle, plan = lookup(handle, key)
         if plan is not None:  # matrices (no vector operand) whose checks passed for this signature
             device = key[1][-1]
-            a_bound, b_bound, bias_bound = (
-                None if array is None else keyed_bound(name, desc, array, device)
-                for name, desc, array in zip(("a", "b", "bias"), plan.extra, (a, b, bias))
-            )
+            a_desc, b_desc, bias_desc = plan.extra
+            a_bound, b_bound = keyed_bound("a", a_desc, a, device), keyed_bound("b", b_desc, b, device)
+            bias_bound = None if bias is None else keyed_bound("bias", bias_desc, bias, device)
             output = allocate(a_bound, plan.outputs[0])
             execute(handle, plan, a_bound, b_bound, output, bias_bound, None)
             return to_caller_kind(output.view, a)
