@@ -55,7 +55,7 @@ def signature(call: str, arrays: Sequence[Any], scalars: Sequence[Any]) -> tuple
             return None
         keys.append(key)
     for scalar in scalars:
-        if _plain(scalar):
+        if scalar.__class__ in _PLAIN or isinstance(scalar, enum.Enum):  # (_plain, inline: a call has ten)
             keys.append(scalar)
         elif scalar.__class__ in (tuple, list) and all(_plain(item) for item in scalar):
             keys.append(tuple(scalar))  # the calls take a list as the tuple of its items
