@@ -378,6 +378,27 @@ def strided_view(native: Any, desc: TensorDescriptor) -> Any:
     return native.as_strided(desc.dims, desc.strides, native.storage_offset())
 
 
+def array_key(array: Any) -> tuple[Any, ...] | None:
+    """What a call's plan assumes of a caller's array: kind, dtype, shape, strides and device (the
+    last); None for an array of another kind (a DLPack one)."""
+    kind = array.__class__
+    if kind is np.ndarray:
+        return kind, array.dtype, array.shape, array.strides, CPU
+    if _is_torch_type(kind):
+        return kind, array.dtype, array.shape, array.stride(), _tensor_device(array)
+    return None
+
+
+def keyed_bound(name: str, desc: TensorDescriptor, array: Any, device: str) -> Bound:
+    """``array`` bound to ``desc``, the descriptor of its own dims and strides that its ``array_key``
+    proves (``wrap`` without the descriptor's lookup): the array is its own view (0-d seen as (1,))."""
+    if array.__class__ is np.ndarray:
+        return Bound(name, desc, array if array.ndim else array.reshape(1), device)
+    if array.requires_grad:
+        array = array.detach()
+    return Bound(name, desc, array if array.dim() else array.reshape(1), device)
+
+
 def wrap(name: str, array: Any) -> Bound:
     """Bind an array to the descriptor of its own dims and strides (the Pythonic API's way in)."""
     if _is_torch_type(array.__class__) and array.dim() > 0:  # a tensor (not 0-d) is its own view: no new one needed
@@ -387,7 +408,7 @@ def wrap(name: str, array: Any) -> Bound:
         return Bound(name, desc, array, _tensor_device(array))
     native = as_native(array, name)
     desc = descriptor_of(native, name)
-    own = is_torch(native) and native.dim() > 0  # (a DLPack array read as a tensor)
+    own = native.ndim > 0  # an array of its own dims and strides is its view (a DLPack one too)
     return Bound(name, desc, native if own else strided_view(native, desc), device_of(native))
 
 
@@ -413,8 +434,10 @@ def packed_like(desc: TensorDescriptor, dtype: DataType, dims: tuple[int, ...]) 
 def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bound:
     """A new array of ``desc`` (a packed one: no gaps, no overlaps) on ``like``'s device and of its
     kind (NumPy or torch), bound under ``name`` (default: like's name)."""
+    native: Any  # a NumPy array or a torch tensor, as like's
     if isinstance(like.view, np.ndarray):
-        native = strided_view(np.empty(desc.extent, desc.dtype.to_numpy()), desc)
+        buffer = np.empty(desc.extent, desc.dtype.to_numpy())  # its view: a constructor, not as_strided's machinery
+        native = np.ndarray(desc.dims, buffer.dtype, buffer, strides=tuple(s * buffer.itemsize for s in desc.strides))
     else:
         import torch
 

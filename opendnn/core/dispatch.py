@@ -18,6 +18,7 @@ from opendnn.core import log
 from opendnn.core.arrays import CPU, Bound, check_overlaps
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import BACKENDS, Handle, require_backend_available
+from opendnn.core.plans import Plan
 
 # Not every Triton kernel computes its element offsets in 64 bits: a tensor reaching further than 32-bit
 # offsets address is refused before any launch rather than read or written at wrapped offsets.
@@ -67,8 +68,9 @@ def require_handle(handle: Any) -> Handle:
     return handle
 
 
-def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> None:
-    """Run ``problem`` on the handle's backend, on its device and stream.
+def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Any:
+    """Run ``problem`` on the handle's backend, on its device and stream; returns the backend module
+    that ran it (what a ``Plan`` keeps for the calls of the same signature).
 
     Raises:
         BadParam: a tensor on another device than the handle's, a caller's output that overlaps
@@ -99,7 +101,6 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
             if isinstance(t, Bound)
         ]
         check_overlaps(bounds, OPERATIONS[operation].in_place)
-    launching = handle.launching()  # refuses a destroyed handle
     backend = handle.backend
     implementation = load_backend(operation, backend, device)
     if backend == "triton" and extent > TRITON_MAX_EXTENT:
@@ -111,8 +112,20 @@ def dispatch(handle: Handle, operation: str, problem: Any, *tensors: Any) -> Non
     reason = refusal(implementation, problem)
     if reason is not None:
         raise NotSupported(f"{operation} on backend {backend!r}: {reason}", Status.NOT_SUPPORTED)
+    _run(handle, operation, implementation, problem, tensors)
+    return implementation
+
+
+def execute(handle: Handle, plan: Plan, *tensors: Any) -> None:
+    """Run a planned call: the tensors are bound to the plan's descriptors and its outputs are new,
+    so what ``dispatch`` checks (devices, overlaps, extents, the backend's refusal) holds already."""
+    _run(handle, plan.operation, plan.implementation, plan.problem, tensors)
+
+
+def _run(handle: Handle, operation: str, implementation: Any, problem: Any, tensors: tuple[Any, ...]) -> None:
+    launching = handle.launching()  # refuses a destroyed handle
     if log.enabled(log.INFO):
-        log.logger().info("%s backend=%s device=%s problem=%s", operation, backend, device, problem)
+        log.logger().info("%s backend=%s device=%s problem=%s", operation, handle.backend, handle.device, problem)
     with launching:
         implementation.run(problem, *tensors)
 

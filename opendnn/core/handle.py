@@ -75,6 +75,7 @@ class Handle:
         )
         self.workspace_limit = workspace_limit
         self.algorithm_cache: dict[Any, Any] = {}
+        self.plans: dict[Any, Any] = {}  # call signature -> Plan (opendnn.core.plans)
         self._stream: Any = None
         self._destroyed = False
 
@@ -108,6 +109,7 @@ class Handle:
     def destroy(self) -> None:
         """Release the handle; using it afterwards raises BadParam."""
         self.algorithm_cache.clear()
+        self.plans.clear()
         self._stream = None
         self._destroyed = True
 

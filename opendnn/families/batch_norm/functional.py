@@ -25,7 +25,6 @@ from opendnn.core.arrays import (
     bind,
     device_of,
     dtype_of,
-    is_torch,
     packed_like,
     scratch_bytes,
     wrap,
@@ -37,6 +36,7 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.dispatch import dispatch
 from opendnn.core.errors import BadParam, OpenDnnError, require
 from opendnn.core.handle import Handle
+from opendnn.core.plans import signature
 from opendnn.families.batch_norm.problem import (
     BatchNormMode,
     BatchNormOps,
@@ -406,14 +406,15 @@ class _Plans(dict[Any, _Plan]):
     LIMIT = 256
 
     def plan(
-        self, signature: tuple[Any, ...], arrays: tuple[Any, ...], scalars: tuple[Any, ...], make: Callable[[], _Plan]
+        self, fixed: tuple[Any, ...], arrays: tuple[Any, ...], scalars: tuple[Any, ...], make: Callable[[], _Plan]
     ) -> tuple[_Plan, tuple[Any, ...]]:
-        """The plan of a call (``make`` runs the checks once per signature: its descriptors and
-        handle's, its parameter ``arrays``', its ``scalars``) and the arrays as native ones."""
-        try:
-            key = (*signature, *map(_signature, arrays), *_plain(*scalars))
-        except _Unkeyed:  # planned afresh, not kept; once its checks passed, each array has a native form
+        """The plan of a call (``make`` runs the checks once per signature: the ``fixed`` part, its
+        descriptors and handle's, and core.plans' signature of its parameter ``arrays`` and
+        ``scalars``) and the arrays as native ones."""
+        key = signature("batch_norm", arrays, scalars)
+        if key is None:  # planned afresh, not kept; once its checks passed, each array has a native form
             return make(), tuple(None if array is None else as_native(array) for array in arrays)
+        key = (*fixed, *key)
         plan = self.get(key)
         if plan is None:
             if len(self) >= self.LIMIT:
@@ -423,32 +424,6 @@ class _Plans(dict[Any, _Plan]):
 
 
 _FORWARD_PLANS, _BACKWARD_PLANS = _Plans(), _Plans()
-
-
-class _Unkeyed(Exception):
-    """An argument a signature cannot describe (a DLPack array, a scalar of another type): the call
-    is planned afresh, and its plan not kept."""
-
-
-def _signature(array: Any) -> Any:
-    """What a plan assumes of a caller's parameter: its kind, dtype, shape, strides and device."""
-    if array is None:
-        return None
-    if is_torch(array):
-        return array.__class__, array.dtype, array.shape, array.stride(), device_of(array)
-    if isinstance(array, np.ndarray):
-        return array.__class__, array.dtype, array.shape, array.strides
-    raise _Unkeyed
-
-
-_PLAIN = frozenset({int, float, bool, str, type(None)})
-
-
-def _plain(*scalars: Any) -> tuple[Any, ...]:
-    """The scalars, when all are plain Python values: a key keeps no caller's object alive."""
-    if not {scalar.__class__ for scalar in scalars} <= _PLAIN:
-        raise _Unkeyed
-    return scalars
 
 
 @functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per its arguments: per call otherwise

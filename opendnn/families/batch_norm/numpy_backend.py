@@ -13,11 +13,14 @@ propagates NaN too, else 0).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from opendnn.core.arrays import Bound
+from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.core.reference_io import numpy_view, read, write
+from opendnn.core.reference_io import numpy_view, read, read_copy, write
 from opendnn.families.batch_norm import problem as bn
 from opendnn.families.batch_norm.problem import BatchNormProblem, BatchNormTensors, Direction
 
@@ -44,12 +47,12 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
     def get(bound: Bound | None) -> np.ndarray | None:
         return None if bound is None else read(bound, compute)
 
-    def need(bound: Bound | None) -> np.ndarray:  # the API binds these for every problem of the direction
-        if bound is None:
+    def need(bound: Bound | None, reader: Callable[[Bound, DataType], np.ndarray] = read) -> np.ndarray:
+        if bound is None:  # the API binds these for every problem of the direction
             raise InternalError("batch norm: a tensor its direction reads was not bound")
-        return read(bound, compute)
+        return reader(bound, compute)
 
-    x, scale = need(t.x), need(t.scale)
+    x, scale = need(t.x, read_copy), need(t.scale)  # x: centred in place
     if problem.direction is Direction.INFERENCE:
         y = bn.forward_inference(x, scale, need(t.bias), need(t.mean), need(t.variance), problem.epsilon)
         write(t.out, y, problem.alpha, problem.beta)

@@ -16,6 +16,7 @@ from opendnn.core.arrays import (
     allocate,
     as_native,
     empty_like,
+    keyed_bound,
     packed_like,
     scratch_bytes,
     strided_view,
@@ -25,11 +26,12 @@ from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor, check_int, check_ints
-from opendnn.core.dispatch import dispatch, load_backend
+from opendnn.core.dispatch import dispatch, execute, load_backend
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
+from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.convolution.api import math_allows_tf32, workspace_size
 from opendnn.families.convolution.problem import (
     ConvolutionDescriptor,
@@ -143,6 +145,11 @@ def _forward(
     handle: Handle | None,
     propagate_nan: bool = False,
 ) -> Any:
+    arguments = (stride, padding, dilation, groups, mode, algo, activation, coef, alpha2, propagate_nan)
+    key = signature("conv", (x, w, bias, z), arguments)
+    planned = None if key is None else _planned(key, handle, ("x", "w", "bias", "z"), (x, w, bias, z))
+    if planned is not None:
+        return planned
     xb, wb = wrap("x", x), wrap("w", w)
     biasb = _per_channel(wrap("bias", bias), xb.desc.ndim, wb.desc.dims[0]) if bias is not None else None
     zb = wrap("z", z) if z is not None else None
@@ -168,7 +175,7 @@ def _forward(
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     y = allocate(xb, y_desc)
-    _run(handle, problem, xb, wb, y, biasb, zb)
+    _run(handle, problem, key, (xb, wb, biasb, zb), xb, wb, y, biasb, zb)
     return to_caller_kind(y.view, x)
 
 
@@ -294,6 +301,11 @@ def _data_gradient(
     handle: Handle | None,
     names: CallerNames,
 ) -> Any:
+    arguments = (tuple(input_shape), stride, padding, dilation, groups, algo)
+    key = signature("conv_backward_data", (dy, w), arguments) if isinstance(input_shape, Sequence) else None
+    planned = None if key is None else _planned(key, handle, ("dy", "w"), (dy, w))
+    if planned is not None:
+        return planned
     try:
         dyb, wb = wrap("dy", dy), wrap("w", w)
         dims = _shape("input_shape", input_shape)
@@ -301,7 +313,7 @@ def _data_gradient(
             raise BadParam(f"input_shape={dims} must have dy's {dyb.desc.ndim} dims", Status.BAD_PARAM_SHAPE_MISMATCH)
     except OpenDnnError as error:
         raise names.renamed(error) from None
-    dx = _backward_data(dyb, wb, dims, stride, padding, dilation, groups, algo, handle, names)
+    dx = _backward_data(dyb, wb, dims, stride, padding, dilation, groups, algo, handle, names, key)
     return to_caller_kind(dx.view, dy)
 
 
@@ -379,6 +391,11 @@ def _filter_gradient(
     handle: Handle | None,
     names: CallerNames,
 ) -> Any:
+    arguments = (tuple(weight_shape), stride, padding, dilation, groups, algo)
+    key = signature("conv_backward_filter", (x, dy), arguments) if isinstance(weight_shape, Sequence) else None
+    planned = None if key is None else _planned(key, handle, ("x", "dy"), (x, dy))
+    if planned is not None:
+        return planned
     try:
         xb, dyb = wrap("x", x), wrap("dy", dy)
         handle = handle_for(xb, handle)
@@ -396,7 +413,7 @@ def _filter_gradient(
     except OpenDnnError as error:
         raise names.renamed(error) from None
     dw = allocate(xb, dw_desc)
-    _run(handle, problem, xb, dw, dyb, None)
+    _run(handle, problem, key, (xb, dyb), xb, dw, dyb, None)
     return to_caller_kind(dw.view, x)
 
 
@@ -476,6 +493,7 @@ def _backward_data(
     algo: enum.Enum | None,
     handle: Handle | None,
     names: CallerNames,
+    key: tuple[Any, ...] | None = None,
 ) -> Bound:
     handle = handle_for(dyb, handle)
     try:
@@ -485,30 +503,64 @@ def _backward_data(
     except OpenDnnError as error:
         raise names.renamed(error) from None
     dx = allocate(dyb, dx_desc)
-    _run(handle, problem, dx, wb, dyb, None)
+    _run(handle, problem, key, (dyb, wb), dx, wb, dyb, None)
     return dx
 
 
 def _run(
     handle: Handle,
     problem: ConvolutionProblem,
+    key: tuple[Any, ...] | None,
+    keyed: tuple[Bound | None, ...],
     x: Bound,
     w: Bound,
     y: Bound,
     bias: Bound | None,
     z: Bound | None = None,
 ) -> None:
+    """Dispatch, and keep the call's plan under ``key``: the descriptors of its ``keyed`` inputs (in
+    the key's order), its output's and the workspace size."""
     needed = workspace_size(handle, problem)
-    dispatch(handle, "convolution", problem, x, w, y, bias, z, scratch_bytes(x, needed))
+    implementation = dispatch(handle, "convolution", problem, x, w, y, bias, z, scratch_bytes(x, needed))
+    output = {ConvolutionDirection.FORWARD: y, ConvolutionDirection.BACKWARD_DATA: x}.get(problem.direction, w)
+    descs = tuple(None if bound is None else bound.desc for bound in keyed)
+    keep(handle, key, Plan("convolution", problem, (output.desc,), implementation, (descs, needed)))
 
 
-# the plans: what a call's descriptors and arguments determine (its output's descriptor, its
-# problem), memoized as one value: the layers of a network repeat their calls, and one lookup keyed
-# by the descriptors costs less than the lookups of each step (a ConvolutionDescriptor rehashes its
-# fields on every lookup)
+def _planned(key: tuple[Any, ...], handle: Handle | None, names: tuple[str, ...], arrays: tuple[Any, ...]) -> Any:
+    """The result of a call whose signature has a plan (None on the first call of a signature): its
+    arrays bound to the plan's descriptors (a bias seen per channel), the output new, of the first
+    array's kind; the arrays are (x, w, bias, z), (dy, w) or (x, dy) by the plan's direction."""
+    handle, plan = lookup(handle, key)
+    if plan is None:
+        return None
+    device = key[1][-1]
+    bounds: list[Bound | None] = []
+    for name, desc, array in zip(names, plan.extra[0], arrays):
+        if array is None:
+            bounds.append(None)
+        elif name == "bias":
+            bounds.append(Bound(name, desc, strided_view(as_native(array), desc), device))
+        else:
+            bounds.append(keyed_bound(name, desc, array, device))
+    first, second = bounds[0], bounds[1]
+    assert first is not None and second is not None  # (x or dy, and w or dy: never absent)
+    out = allocate(first, plan.outputs[0])
+    direction = plan.problem.direction
+    if direction is ConvolutionDirection.FORWARD:
+        execute(handle, plan, first, second, out, bounds[2], bounds[3], scratch_bytes(first, plan.extra[1]))
+    elif direction is ConvolutionDirection.BACKWARD_DATA:
+        execute(handle, plan, out, second, first, None, None, scratch_bytes(first, plan.extra[1]))
+    else:
+        execute(handle, plan, first, out, second, None, None, scratch_bytes(first, plan.extra[1]))
+    return to_caller_kind(out.view, arrays[0])
 
 
-@memoized
+# what a call's descriptors and arguments determine (its output's descriptor, its problem): run on
+# the first call of a signature (later ones take its Plan, core/plans.py); the backward data's stays
+# memoized for conv_transpose, which takes no plan
+
+
 def _forward_plan(
     x: TensorDescriptor,
     w: TensorDescriptor,
@@ -575,7 +627,6 @@ def _backward_data_plan(
     )
 
 
-@memoized
 def _backward_filter_plan(
     x: TensorDescriptor,
     dy: TensorDescriptor,
@@ -601,7 +652,6 @@ def _backward_filter_plan(
     )
 
 
-@memoized  # the geometry of a layer repeats on every call
 def _descriptor(
     x: TensorDescriptor,
     w: TensorDescriptor,
@@ -628,7 +678,7 @@ def _descriptor(
     )
 
 
-@memoized  # as _descriptor
+@memoized  # a transposed layer's geometry repeats on every call
 def _backward_data_descriptor(
     pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...], compute_type: DataType, groups: int
 ) -> ConvolutionDescriptor:

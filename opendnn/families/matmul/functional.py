@@ -7,15 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.arrays import Bound, allocate, as_native, empty_like, keyed_bound, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import check_dtype
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError, Status
 from opendnn.core.handle import Handle, MathType
+from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.matmul.problem import BiasAxis, matmul_problem
 from opendnn.families.pointwise.functional import activation_mode
 from opendnn.families.pointwise.problem import PointwiseMode
@@ -58,6 +59,18 @@ def matmul(
             another shape, a non-finite scalar, an unknown activation.
         NotSupported: a dtype the product lacks.
     """
+    arguments = (activation, coef, bias_axis, alpha, a_scale, b_scale, out_dtype, allow_tf32)
+    key = signature("matmul", (a, b, bias), arguments) if residual is None else None
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:  # matrices (no vector operand) whose checks passed for this signature
+            device = key[1][-1]
+            a_desc, b_desc, bias_desc = plan.extra
+            a_bound, b_bound = keyed_bound("a", a_desc, a, device), keyed_bound("b", b_desc, b, device)
+            bias_bound = None if bias is None else keyed_bound("bias", bias_desc, bias, device)
+            output = allocate(a_bound, plan.outputs[0])
+            execute(handle, plan, a_bound, b_bound, output, bias_bound, None)
+            return to_caller_kind(output.view, a)
     a_bound, b_bound = wrap("a", a), wrap("b", b)
     a_vector, b_vector = a_bound.desc.ndim == 1, b_bound.desc.ndim == 1
     a_bound = _with_unit_dim(a_bound, 0) if a_vector else a_bound
@@ -94,7 +107,10 @@ def matmul(
         )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
-    dispatch(handle, "matmul", problem, a_bound, b_bound, output, bias_bound, residual_bound)
+    implementation = dispatch(handle, "matmul", problem, a_bound, b_bound, output, bias_bound, residual_bound)
+    if not (a_vector or b_vector):
+        descs = (a_bound.desc, b_bound.desc, None if bias_bound is None else bias_bound.desc)
+        keep(handle, key, Plan("matmul", problem, (output.desc,), implementation, descs))
     result = output.view
     if b_vector:
         result = result[..., 0]

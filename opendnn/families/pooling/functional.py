@@ -13,16 +13,16 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from opendnn.core.arrays import Bound, empty_like, wrap
+from opendnn.core.arrays import Bound, allocate, empty_like, keyed_bound, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import NanPropagation, check_ints
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle
-from opendnn.core.memo import memoized
+from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.pointwise.tensor_ops_api import set_tensor
 from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
 
@@ -56,7 +56,6 @@ def _descriptor(
         raise _NAMES.renamed(error) from None
 
 
-@memoized  # a layer's window repeats on every call
 def _pool_descriptor(
     mode: PoolingMode,
     spatial: int,
@@ -74,7 +73,13 @@ def _pool_descriptor(
 
 
 def _forward(
-    pool: PoolingDescriptor, xb: Bound, x: Any, ceil_mode: bool, handle: Handle | None, return_indices: bool = False
+    pool: PoolingDescriptor,
+    xb: Bound,
+    x: Any,
+    ceil_mode: bool,
+    handle: Handle | None,
+    return_indices: bool = False,
+    key: tuple[Any, ...] | None = None,
 ) -> Any:
     try:
         yb = empty_like(xb, dims=pooled_dims(pool, xb.desc, ceil_mode))
@@ -84,14 +89,25 @@ def _forward(
         )
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
+    handle = handle_for(xb, handle)
     if indices is None:
-        dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None)
+        implementation = dispatch(handle, "pooling", problem, xb, yb, None, None)
+        keep(handle, key, Plan("pooling", problem, (yb.desc,), implementation, (xb.desc,)))
         return to_caller_kind(yb.view, x)
-    dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, None, None, indices)
+    implementation = dispatch(handle, "pooling", problem, xb, yb, None, None, indices)
+    keep(handle, key, Plan("pooling", problem, (yb.desc, indices.desc), implementation, (xb.desc,)))
     return to_caller_kind(yb.view, x), to_caller_kind(indices.view, x)
 
 
-def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode: bool, handle: Handle | None) -> Any:
+def _backward(
+    pool: PoolingDescriptor,
+    dy: Any,
+    x: Any,
+    y: Any | None,
+    ceil_mode: bool,
+    handle: Handle | None,
+    key: tuple[Any, ...] | None = None,
+) -> Any:
     xb, dyb = wrap("x", x), wrap("dy", dy)
     yb = wrap("y", y) if y is not None else dyb  # the averages never read y
     dxb = empty_like(xb)
@@ -99,8 +115,27 @@ def _backward(pool: PoolingDescriptor, dy: Any, x: Any, y: Any | None, ceil_mode
         problem = pooling_problem(pool, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc, ceil_mode=ceil_mode)
     except OpenDnnError as error:
         raise (_NAMES if y is not None else _AVERAGE_BACKWARD_NAMES).renamed(error) from None
-    dispatch(handle_for(xb, handle), "pooling", problem, xb, yb, dyb, dxb)
+    handle = handle_for(xb, handle)
+    implementation = dispatch(handle, "pooling", problem, xb, yb, dyb, dxb)
+    descs = (xb.desc, dyb.desc) if y is None else (xb.desc, dyb.desc, yb.desc)
+    keep(handle, key, Plan("pooling", problem, (dxb.desc,), implementation, descs))
     return to_caller_kind(dxb.view, x)
+
+
+def _execute(handle: Handle, plan: Plan, key: tuple[Any, ...], arrays: tuple[Any, ...]) -> Any:
+    """A planned pooling call: ``arrays`` (x, and for a backward dy and max's y) bound to the plan's
+    descriptors, its outputs (y and the indices, or dx) new, in x's kind."""
+    device = key[1][-1]
+    xb, *others = (keyed_bound(name, desc, a, device) for name, desc, a in zip(("x", "dy", "y"), plan.extra, arrays))
+    outputs = [allocate(xb, desc) for desc in plan.outputs]
+    if others:  # a backward: (x, y, dy, dx), dy standing for y in the averages, which never read it
+        dyb = others[0]
+        execute(handle, plan, xb, others[1] if len(others) > 1 else dyb, dyb, outputs[0])
+    else:
+        execute(handle, plan, xb, outputs[0], None, None, *outputs[1:])
+    if len(outputs) > 1:
+        return to_caller_kind(outputs[0].view, arrays[0]), to_caller_kind(outputs[1].view, arrays[0])
+    return to_caller_kind(outputs[0].view, arrays[0])
 
 
 def _average_mode(count_include_pad: bool) -> PoolingMode:
@@ -142,9 +177,16 @@ def max_pool(
         BadParam: a geometry rule (a window wider than its padded input, padding at or beyond the window).
         NotSupported: dilation above 1 or return_indices on the triton backend.
     """
+    key = signature(
+        "max_pool", (x,), (kernel_size, stride, padding, dilation, ceil_mode, return_indices, propagate_nan)
+    )
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            return _execute(handle, plan, key, (x,))
     xb = wrap("x", x)
     pool = _descriptor(PoolingMode.MAX, xb, kernel_size, stride, padding, propagate_nan, dilation)
-    return _forward(pool, xb, x, ceil_mode, handle, return_indices)
+    return _forward(pool, xb, x, ceil_mode, handle, return_indices, key)
 
 
 @caller_dtypes
@@ -161,8 +203,13 @@ def max_pool_backward(
     handle: Handle | None = None,
 ) -> Any:
     """dx of max_pool: each dy goes to the first position of its window equal to y."""
+    key = signature("max_pool_backward", (x, dy, y), (kernel_size, stride, padding, dilation, ceil_mode))
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            return _execute(handle, plan, key, (x, dy, y))
     pool = _descriptor(PoolingMode.MAX, wrap("x", x), kernel_size, stride, padding, dilation=dilation)
-    return _backward(pool, dy, x, y, ceil_mode, handle)
+    return _backward(pool, dy, x, y, ceil_mode, handle, key)
 
 
 @caller_dtypes
@@ -177,9 +224,14 @@ def avg_pool(
     handle: Handle | None = None,
 ) -> Any:
     """The mean of each window, over its size (count_include_pad) or its input positions only."""
+    key = signature("avg_pool", (x,), (kernel_size, stride, padding, ceil_mode, count_include_pad))
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            return _execute(handle, plan, key, (x,))
     xb = wrap("x", x)
     pool = _descriptor(_average_mode(count_include_pad), xb, kernel_size, stride, padding)
-    return _forward(pool, xb, x, ceil_mode, handle)
+    return _forward(pool, xb, x, ceil_mode, handle, key=key)
 
 
 @caller_dtypes
@@ -195,8 +247,13 @@ def avg_pool_backward(
     handle: Handle | None = None,
 ) -> Any:
     """dx of avg_pool: each dy spread evenly over its window (x gives the dims and layout only)."""
+    key = signature("avg_pool_backward", (x, dy), (kernel_size, stride, padding, ceil_mode, count_include_pad))
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            return _execute(handle, plan, key, (x, dy))
     pool = _descriptor(_average_mode(count_include_pad), wrap("x", x), kernel_size, stride, padding)
-    return _backward(pool, dy, x, None, ceil_mode, handle)
+    return _backward(pool, dy, x, None, ceil_mode, handle, key)
 
 
 # adaptive and global windows ---------------------------------------------------------------------

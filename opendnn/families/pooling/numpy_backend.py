@@ -53,7 +53,7 @@ def run(
     if problem.mode.is_max:
         result = max_backward(read(x, compute), read(y, compute), gradient, geo)
     else:
-        gradient /= geo.counts(include_padding)  # each window's share of its dy
+        gradient = gradient / geo.counts(include_padding)  # each window's share of its dy
         result = average_backward(gradient, geo)
     write(dx, result, problem.alpha, problem.beta)
 

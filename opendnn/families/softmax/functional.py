@@ -12,14 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from opendnn.core.arrays import as_native, empty_like, wrap
+from opendnn.core.arrays import allocate, as_native, empty_like, keyed_bound, wrap
 from opendnn.core.caller_arrays import shaped, to_caller_kind
 from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import check_int
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle
+from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, softmax_problem
 
 
@@ -113,6 +114,16 @@ def _deprecated(name: str, replacement: str) -> None:
 
 def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: Handle | None) -> Any:
     names = ("y", "dy") if len(arrays) == 2 else ("x",)
+    key = signature("softmax", arrays, (algo, dim))
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            descs, shape = plan.extra
+            device = key[1][-1]
+            inputs = [keyed_bound(name, desc, array, device) for name, desc, array in zip(names, descs, arrays)]
+            output = allocate(inputs[-1], plan.outputs[0])
+            execute(handle, plan, inputs, output)
+            return to_caller_kind(shaped(output.view, shape), arrays[0])
     inputs = [wrap(name, array) for name, array in zip(names, arrays)]
     shape = tuple(np.shape(as_native(arrays[0])))
     ndim, dim = inputs[0].desc.ndim, check_int("dim", dim)
@@ -131,5 +142,8 @@ def _softmax(algo: SoftmaxAlgorithm, dim: int, arrays: tuple[Any, ...], handle: 
         [b.desc for b in inputs] + [output.desc],
         backward=len(arrays) == 2,
     )
-    dispatch(handle_for(inputs[0], handle), "softmax", problem, inputs, output)
+    handle = handle_for(inputs[0], handle)
+    implementation = dispatch(handle, "softmax", problem, inputs, output)
+    extra = (tuple(b.desc for b in inputs), shape)
+    keep(handle, key, Plan("softmax", problem, (output.desc,), implementation, extra))
     return to_caller_kind(shaped(output.view, shape), arrays[0])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.reference_io import read, write
+from opendnn.core.reference_io import read_copy, write
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxProblem
 
 
@@ -16,7 +16,7 @@ def supports(problem: SoftmaxProblem) -> str | None:
 
 
 def run(problem: SoftmaxProblem, inputs: list[Bound], output: Bound) -> None:
-    values = [read(bound, problem.compute_dtype) for bound in inputs]
+    values = [read_copy(bound, problem.compute_dtype) for bound in inputs]  # overwritten
     with np.errstate(all="ignore"):  # overflow, inf - inf and 0/0 give the IEEE results on purpose
         if problem.backward:
             result = backward(problem.algo, values[0], values[1], problem.axes)
