@@ -335,9 +335,7 @@ def pool_backward_kernel(
                     WIDE,
                     COMPUTE,
                 )
-                total += window_share(
-                    gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, DILATION, KIND
-                )
+                total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, DILATION, KIND)
             store_phase(
                 total,
                 phase,
