@@ -1,6 +1,6 @@
 """Pooling forward and backward (max, average including / excluding padding; 1, 2 and 3 spatial
-dims; any strides): a forward kernel that also finds the argmax for the backward, and a gather
-backward kernel.
+dims; any strides; dilated max windows and torch's indices): a forward kernel that also finds the
+argmax for the backward, and a gather backward kernel.
 
 Memory model (bytes of the tensors' dtype; E = x's elements, F = y's elements):
 - forward reads x once and writes y once: E + F (F more with beta != 0). Each element of x is
@@ -10,7 +10,18 @@ Memory model (bytes of the tensors' dtype; E = x's elements, F = y's elements):
   position in its window of the first element equal to y (int8 for windows of up to 127
   positions): E + F + F/4 for float32; (2) the gather reads those positions and dy and writes dx
   once: F/4 + F + E. Average backward is the gather alone, on dy: F + E.
+- return_indices: the max forward ("indices") also writes each output's int64 index: E + F + 8F bytes.
 FLOPs: one compare or add per window position: memory-bound.
+
+Dilation: window offset j reads input position ``o * stride - padding + j * dilation``; the general
+forward path and the argmax pass scale each offset's position and address by the constexpr DILATION
+(1 folds away: undilated kernels compile as without it); the strips stay undilated.
+
+Indices (KIND "indices"): the max forward keeps, beside the max, the window position of torch's index,
+walking the window first to last in N, C, D, H, W order: the first input position, then each element
+larger than the max so far, and with NaN propagation each NaN (the last NaN stays); it converts that
+position to the flat index into x's spatial plane (PLANE: each dim's weight) at the store. One pass over
+x, no read of y (the argmax pass matches y and keeps the first NaN, not torch's last).
 
 Layout: the tensors become five canonical dims (N, C, D, H, W; missing spatial dims of size 1,
 window 1), reordered so that the walked dim with the smallest stride (C for NHWC, W for NCHW) comes
@@ -34,16 +45,19 @@ value left of the run). Outputs are stored as vectors too (``Y_VECTOR``).
 
 Backward gather: each input position ``i = o * stride - padding + r`` belongs to exactly one cell
 ``o`` (``r`` in ``0 .. stride - 1``), so a program owns a tile of cells and, for each phase ``r``,
-writes dx at the cell's input positions: the sum over the windows ``o - q`` that hold ``i`` (window
-offset ``r + q * stride < window``) of their dy, where that window's argmax is this offset (max) or
-divided by the window's count (averages). Each window's dy (and argmax) is loaded once per cell and
-shared by every phase (one sum per phase, the stores last). Every element of dx is written once, no
-atomics, in a fixed order: the results are bitwise repeatable.
+writes dx at the cell's input positions: the sum over the windows ``o - q`` that hold ``i`` (``r + q *
+stride`` a multiple of the dilation, at window offset ``(r + q * stride) / dilation < window``) of their
+dy, where that window's argmax is this offset (max) or divided by the window's count (averages). A
+dilated window spans ``dilation * (window - 1) + 1`` positions: more windows ``q`` per cell, each adding
+to the phases that fall on its offsets (constants of the unrolled loops). Each window's dy (and
+argmax) is loaded once per cell and shared by every phase (one sum per phase, the stores last). Every
+element of dx is written once, no atomics, in a fixed order: the results are bitwise repeatable.
 
 Masks: rows past the output (and, for strided columns, columns past it) read the last row's or
 column's window, so the forward's loads carry no tile mask, only its stores. A position is tested
-against the input's start only at the window offsets under the padding, and against its end only at
-the offsets where the last window overhangs it (constants of the launch): with 3x3 windows, stride 2,
+against the input's start only at the window offsets under the padding (LOW: ``ceil(padding /
+dilation)`` offsets), and against its end only at the offsets where the last window overhangs it
+(constants of the launch): with 3x3 windows, stride 2,
 padding 1 on 56 positions, 4 of 9 offsets test nothing.
 """
 
