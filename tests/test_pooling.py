@@ -377,3 +377,27 @@ def test_triton_long_dilated_windows_run_the_plain_loops():
         PoolingMode.MAX, x.numpy(), y.numpy(), dy.numpy(), window, padding, stride, dilation=dilation
     )
     np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("propagate_nan", [True, False])
+def test_triton_dilated_windows_of_padding_alone_give_nan_and_no_index(poisoned_outputs, propagate_nan):
+    """Along W (1 position, padding 1, dilation 2) every window reads positions -1 and 1: no input, so y is
+    NaN (as the reference's, not the padding's -inf) and the index -1; the backward sends nothing."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 5, 1), seed=23)
+    window, stride, padding, dilation = (2, 2), (1, 1), (0, 1), (1, 2)
+    nan = od.NanPropagation.PROPAGATE_NAN if propagate_nan else od.NanPropagation.NOT_PROPAGATE_NAN
+    pool = od.PoolingDescriptor(PoolingMode.MAX, nan, window, padding, stride, dilation)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), 7.0, dtype=torch.float64)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    assert y.shape == (2, 3, 4, 1) and y.isnan().all()
+    _, indices = F.max_pool(
+        x, window, stride, padding, dilation, return_indices=True, propagate_nan=propagate_nan, handle=handle
+    )
+    assert indices.tolist() == reference_indices(x.numpy(), window, padding, stride, dilation=dilation).tolist()
+    assert (indices == -1).all()
+    dy, dx = random(y.shape, seed=24), torch.full_like(x, float("nan"))
+    od.pooling_backward(
+        handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+    )
+    assert torch.equal(dx, torch.zeros_like(x))

@@ -75,7 +75,8 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.families.pooling.problem import PoolingProblem
+from opendnn.families.pooling.numpy_backend import _windows_holding_input
+from opendnn.families.pooling.problem import PoolingProblem, _geometry
 from opendnn.families.pooling.triton_backward import pool_backward_kernel
 from opendnn.families.pooling.triton_forward import pool_forward_kernel
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
@@ -227,13 +228,33 @@ def run(
 ) -> None:
     tensors = {"x": torch_view(x), "y": torch_view(y)}
     if dx is None or dy is None:
-        kind = "avg" if not problem.mode.is_max else "max" if indices is None else "indices"
         if indices is not None:
             tensors["indices"] = torch_view(indices)
-        _forward_config(problem, kind, (0,) * CANONICAL_DIMS, FORWARD_TILE)(tensors)
+        _forward_launches(problem, indices is not None)(tensors)
     else:
         tensors["dy"], tensors["dx"] = torch_view(dy), torch_view(dx)
         _backward_config(problem, BACKWARD_TILE)(tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_launches(problem: PoolingProblem, with_indices: bool) -> Launch | Launches:
+    """The forward: "indices" for return_indices, and for a max with NaN propagation whose dilated windows
+    can lie wholly in the padding (their y is NaN: the "indices" kind knows a window found no input; its
+    indices go to a scratch then), else "max" or "avg"."""
+    if not problem.mode.is_max:
+        return _forward_config(problem, "avg", (0,) * CANONICAL_DIMS, FORWARD_TILE)
+    if with_indices:
+        return _forward_config(problem, "indices", (0,) * CANONICAL_DIMS, FORWARD_TILE)
+    import torch
+
+    geometry = _geometry(
+        problem.x.dims, problem.window, problem.padding, problem.stride, problem.ceil_mode, problem.dilation
+    )
+    if not problem.dilation or not problem.propagate_nan or _windows_holding_input(geometry).all():
+        return _forward_config(problem, "max", (0,) * CANONICAL_DIMS, FORWARD_TILE)
+    dims = _five(problem.y.dims, _lead(problem), 1)
+    launch = _forward_config(problem, "indices", strides_for_order(dims, tuple(range(CANONICAL_DIMS))), FORWARD_TILE)
+    return Launches((launch,), (Scratch("indices", math.prod(dims), torch.int64),))
 
 
 def _lead(problem: PoolingProblem) -> int:
@@ -249,7 +270,7 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     lead = _lead(problem)
     x_strides = plan.permute(_five(problem.x.strides, lead, 0))
     y_strides = plan.permute(_five(problem.y.strides, lead, 0))
-    if kind == "indices" and problem.indices is not None:
+    if kind == "indices" and problem.indices is not None:  # else the scratch's
         argmax_strides = _five(problem.indices.strides, lead, 0)
     argmax_strides = plan.permute(argmax_strides)
     if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:

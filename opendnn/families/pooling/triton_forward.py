@@ -538,22 +538,18 @@ def pool_forward_kernel(
                 COMPUTE,
             )
 
-    if KIND == "argmax":
+    if KIND == "argmax" or KIND == "indices":
         argmax_at = (
             argmax_ptr
             + outer_offset(b0, b1, b2, argmax_strides)
             + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE)
         )
+    if KIND == "argmax":
         tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
     else:
         if KIND == "indices":
-            flat = window_index(found, s0, s1, s2, s3, s4, WINDOW, LINEAR, DILATION, PLANE)
-            argmax_at = (
-                argmax_ptr
-                + outer_offset(b0, b1, b2, argmax_strides)
-                + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE)
-            )
-            tl.store(argmax_at, flat, mask=mask)
+            tl.store(argmax_at, window_index(found, s0, s1, s2, s3, s4, WINDOW, LINEAR, DILATION, PLANE), mask=mask)
+            best = tl.where(found < steps, best, float("nan"))  # a window of padding alone (dilated) holds no max
         if KIND == "max" or KIND == "indices":
             result = best
         else:
