@@ -132,15 +132,6 @@ def test_max_pool_reference_with_dilation_equals_pooling_a_subsampled_input(gene
     assert dx[:, :, 1::2].sum() == 0 and dx.sum() == dilated.size
 
 
-def test_max_pool_dilation_and_indices_on_triton_are_refused_with_a_reason(generator):
-    handle = opendnn.create(backend="triton")
-    x = torch.randn(1, 1, 6, 6, generator=generator)
-    with pytest.raises(NotSupported, match=r"pooling on backend 'triton': dilation=\[2, 2\]: the kernels walk"):
-        F.max_pool(x, 2, dilation=2, handle=handle)
-    with pytest.raises(NotSupported, match=r"pooling on backend 'triton': return_indices: the kernels write no"):
-        F.max_pool(x, 2, return_indices=True, handle=handle)
-
-
 def test_pooling_refuses_dilation_for_averages_and_windows_past_the_input():
     with pytest.raises(BadParam, match=r"^dilation=\[2, 2\] must be 1 for mode AVERAGE_COUNT_INCLUDE_PADDING"):
         opendnn.PoolingDescriptor(opendnn.PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, 0, (2, 2), (0, 0), (1, 1), 2)

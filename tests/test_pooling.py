@@ -9,7 +9,7 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward
+from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward, reference_indices
 
 BACKENDS = ["numpy", "triton"]
 INCLUDE, EXCLUDE = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
@@ -275,3 +275,129 @@ def test_triton_tiles_that_wrap_rows_and_int64_offsets(monkeypatch, mode, channe
         mode, x.double().numpy(), y.double().numpy(), dy.double().numpy(), window, padding, stride
     )
     np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+# dilation and indices on the Triton backend -----------------------------------------------------
+
+# (x shape, window, stride, padding, dilation, ceil mode)
+DILATED = [
+    ((2, 3, 13), (3,), (2,), (1,), (2,), True),
+    ((2, 3, 11, 12), (3, 3), (2, 2), (1, 1), (2, 2), False),
+    ((2, 3, 11, 10), (2, 3), (1, 2), (1, 1), (3, 2), True),
+    ((1, 2, 7, 8, 9), (2, 2, 3), (2, 1, 2), (1, 0, 1), (2, 3, 2), False),
+]
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _laid_out(x, channels_last):
+    if not channels_last:
+        return x
+    if x.ndim == 3:  # (N, C, W) with C innermost
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    return x.contiguous(memory_format=CHANNELS_LAST[x.ndim])
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """The functional calls' outputs filled with NaN (floats) or -7 (indices) before the kernels run."""
+    from opendnn.families.pooling import functional
+
+    allocate = functional.empty_like
+
+    def poisoned(*args, **kwargs):
+        bound = allocate(*args, **kwargs)
+        bound.view.fill_(-7 if not bound.view.is_floating_point() else float("nan"))
+        return bound
+
+    monkeypatch.setattr(functional, "empty_like", poisoned)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape, window, stride, padding, dilation, ceil_mode", DILATED)
+def test_triton_dilated_max_pool_indices_and_backward_match_torch(
+    poisoned_outputs, shape, window, stride, padding, dilation, ceil_mode, channels_last
+):
+    handle = od.create("cpu", backend="triton")
+    x = _laid_out(random(shape, seed=17, dtype=torch.float32).mul(2).round(), channels_last)  # many ties
+    xt = x.clone().requires_grad_()
+    expected, expected_indices = TORCH_MAX[len(shape) - 2](
+        xt, window, stride, padding, dilation, ceil_mode, return_indices=True
+    )
+    y, indices = F.max_pool(x, window, stride, padding, dilation, ceil_mode, True, handle=handle)
+    assert torch.equal(y, expected) and torch.equal(indices, expected_indices)
+    assert y.stride() == indices.stride() == expected.stride()
+    dy = random(y.shape, seed=18, dtype=torch.float32)
+    expected.backward(dy)
+    dx = F.max_pool_backward(dy, x, y, window, stride, padding, dilation, ceil_mode=ceil_mode, handle=handle)
+    torch.testing.assert_close(dx, xt.grad, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("propagate_nan", [True, False])
+def test_triton_indices_of_nan_windows_follow_torch_and_the_reference(poisoned_outputs, propagate_nan, channels_last):
+    """NaN propagation: the last NaN of a window (torch's index); without it NaNs are skipped and an
+    all-NaN window gives its first input position (the reference's rule)."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 9, 10), seed=19, dtype=torch.float32).round()
+    x[random(x.shape, seed=20) > 0.5] = float("nan")
+    x = _laid_out(x, channels_last)
+    geometry = (3, 3), (2, 1), (1, 1), (2, 3)
+    y, indices = F.max_pool(x, *geometry, True, True, propagate_nan=propagate_nan, handle=handle)
+    window, stride, padding, dilation = geometry
+    values = x.double().numpy()
+    np.testing.assert_array_equal(
+        indices.numpy(), reference_indices(values, window, padding, stride, propagate_nan, True, dilation)
+    )
+    np.testing.assert_array_equal(
+        y.double().numpy(),
+        reference_forward(PoolingMode.MAX, values, window, padding, stride, propagate_nan, True, dilation),
+    )
+    if propagate_nan:
+        expected, expected_indices = TF.max_pool2d(x, *geometry, True, return_indices=True)
+        assert torch.equal(indices, expected_indices) and torch.equal(y.isnan(), expected.isnan())
+
+
+def test_triton_long_dilated_windows_run_the_plain_loops():
+    """72 window positions (over UNROLL_LIMIT: the forward's and the argmax pass's plain loops, and a
+    gather of 2 phases x 41 windows) with dilation, through the cuDNN-shaped calls on NaN-poisoned outputs."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 20, 21), seed=21).round()
+    window, stride, padding, dilation = (8, 9), (1, 2), (1, 2), (2, 2)
+    nan = od.NanPropagation.NOT_PROPAGATE_NAN
+    pool = od.PoolingDescriptor(PoolingMode.MAX, nan, window, padding, stride, dilation)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), float("nan"), dtype=torch.float64)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    expected = reference_forward(PoolingMode.MAX, x.numpy(), window, padding, stride, dilation=dilation)
+    np.testing.assert_array_equal(y.numpy(), expected)
+    dy, dx = random(y.shape, seed=22), torch.full_like(x, float("nan"))
+    od.pooling_backward(
+        handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+    )
+    expected = reference_backward(
+        PoolingMode.MAX, x.numpy(), y.numpy(), dy.numpy(), window, padding, stride, dilation=dilation
+    )
+    np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("propagate_nan", [True, False])
+def test_triton_dilated_windows_of_padding_alone_give_nan_and_no_index(poisoned_outputs, propagate_nan):
+    """Along W (1 position, padding 1, dilation 2) every window reads positions -1 and 1: no input, so y is
+    NaN (as the reference's, not the padding's -inf) and the index -1; the backward sends nothing."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 5, 1), seed=23)
+    window, stride, padding, dilation = (2, 2), (1, 1), (0, 1), (1, 2)
+    nan = od.NanPropagation.PROPAGATE_NAN if propagate_nan else od.NanPropagation.NOT_PROPAGATE_NAN
+    pool = od.PoolingDescriptor(PoolingMode.MAX, nan, window, padding, stride, dilation)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), 7.0, dtype=torch.float64)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    assert y.shape == (2, 3, 4, 1) and y.isnan().all()
+    _, indices = F.max_pool(
+        x, window, stride, padding, dilation, return_indices=True, propagate_nan=propagate_nan, handle=handle
+    )
+    assert indices.tolist() == reference_indices(x.numpy(), window, padding, stride, dilation=dilation).tolist()
+    assert (indices == -1).all()
+    dy, dx = random(y.shape, seed=24), torch.full_like(x, float("nan"))
+    od.pooling_backward(
+        handle, pool, 1.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+    )
+    assert torch.equal(dx, torch.zeros_like(x))

@@ -166,7 +166,8 @@ def max_pool(
         dilation: the step between a window's positions (torch's).
         ceil_mode: the output size rounded up, as torch's.
         return_indices: also return, per output, the int64 flat index into x's spatial plane of the
-            window's largest element (torch's indices, for max_unpool); the numpy backend computes them.
+            window's largest element (torch's indices, for max_unpool): its first largest element, and
+            with propagate_nan its last NaN.
         propagate_nan: a NaN in a window gives NaN (torch's behaviour); False skips NaNs.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
@@ -175,7 +176,6 @@ def max_pool(
 
     Raises:
         BadParam: a geometry rule (a window wider than its padded input, padding at or beyond the window).
-        NotSupported: dilation above 1 or return_indices on the triton backend.
     """
     key = signature(
         "max_pool", (x,), (kernel_size, stride, padding, dilation, ceil_mode, return_indices, propagate_nan)
@@ -202,7 +202,8 @@ def max_pool_backward(
     ceil_mode: bool = False,
     handle: Handle | None = None,
 ) -> Any:
-    """dx of max_pool: each dy goes to the first position of its window equal to y."""
+    """dx of max_pool: each dy goes to the first position of its window equal to y (found from x and y,
+    as cuDNN's backward does; the forward's indices are not needed)."""
     key = signature("max_pool_backward", (x, dy, y), (kernel_size, stride, padding, dilation, ceil_mode))
     if key is not None:
         handle, plan = lookup(handle, key)

@@ -1,10 +1,11 @@
 """Samples of pooling forward and backward: every mode, 1-D, 2-D and 3-D windows (overlapping, a
-window larger than the input, a stride larger than the window), NaN inputs under both NaN options,
-ties (integer-valued inputs), packed / permuted (channels innermost) / sub-region layouts,
-alpha/beta and every float dtype.
+window larger than the input, a stride larger than the window, dilated max windows), NaN inputs under
+both NaN options, ties (integer-valued inputs), packed / permuted (channels innermost) / sub-region
+layouts, alpha/beta, every float dtype, and max_pool's indices (``max_pool_indices``: y and torch's
+int64 indices through the Pythonic call).
 
-The variant names the geometry: ``MAX/k3x3-s2x2-p1x1``, with ``+nan`` (PROPAGATE_NAN) or
-``+ties`` appended.
+The variant names the geometry: ``MAX/k3x3-s2x2-p1x1`` (``-d2x2`` for dilation), with ``+nan``
+(PROPAGATE_NAN) or ``+ties`` appended.
 """
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ from opendnn.core.handle import Handle
 from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
 from opendnn.families.pooling import functional as F
 from opendnn.families.pooling.api import pooling_backward, pooling_forward
-from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, reference_backward, reference_forward
+from opendnn.families.pooling.problem import (
+    PoolingDescriptor,
+    PoolingMode,
+    reference_backward,
+    reference_forward,
+    reference_indices,
+)
 
-# geometry -> ((window, stride, padding), {size: x shape})
+# geometry -> ((window, stride, padding[, dilation]), {size: x shape})
 GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]]] = {
     "k3x3-s2x2-p1x1": (((3, 3), (2, 2), (1, 1)), {"small": (2, 3, 7, 8), "large": (8, 64, 56, 56)}),
     "k2x2-s2x2-p0x0": (((2, 2), (2, 2), (0, 0)), {"small": (2, 3, 7, 8), "large": (8, 64, 56, 56)}),
@@ -36,17 +43,25 @@ GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ..
         ((2, 3, 2), (2, 1, 2), (1, 1, 0)),
         {"small": (2, 3, 4, 5, 6), "large": (4, 32, 12, 20, 24)},
     ),
+    "k3x3-s2x2-p1x1-d2x2": (((3, 3), (2, 2), (1, 1), (2, 2)), {"small": (2, 3, 9, 10), "large": (8, 64, 56, 56)}),
+    "k3-s1-p1-d3": (((3,), (1,), (1,), (3,)), {"small": (2, 3, 11), "large": (16, 64, 999)}),
+    "k2x3x2-s1x2x1-p1x1x0-d3x2x2": (
+        ((2, 3, 2), (1, 2, 1), (1, 1, 0), (3, 2, 2)),
+        {"small": (2, 3, 5, 7, 6), "large": (4, 32, 12, 20, 24)},
+    ),
 }
 MAIN = "k3x3-s2x2-p1x1"
+DILATED = [name for name, (geometry, _) in GEOMETRIES.items() if len(geometry) == 4]  # max pooling's only
 
 
 def _parse(sample: Sample) -> tuple[PoolingDescriptor, bool]:
     """The pooling descriptor of a variant and whether its inputs are integer-valued (ties)."""
     mode_name, _, rest = sample.variant.partition("/")
     geometry, *flags = rest.split("+")
-    window, stride, padding = GEOMETRIES[geometry][0]
+    window, stride, padding, *dilation = GEOMETRIES[geometry][0]
     nan_opt = NanPropagation.PROPAGATE_NAN if "nan" in flags else NanPropagation.NOT_PROPAGATE_NAN
-    return PoolingDescriptor(PoolingMode[mode_name], nan_opt, window, padding, stride), "ties" in flags
+    pool = PoolingDescriptor(PoolingMode[mode_name], nan_opt, window, padding, stride, dilation[0] if dilation else 1)
+    return pool, "ties" in flags
 
 
 def _input(sample: Sample, t: Tensors, ties: bool) -> Any:
@@ -59,9 +74,7 @@ def _input(sample: Sample, t: Tensors, ties: bool) -> Any:
 def run_pooling_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     pool, ties = _parse(sample)
     x = _input(sample, t, ties)
-    result = reference_forward(
-        pool.mode, t.values(x), pool.window, pool.padding, pool.stride, pool.nan_opt is NanPropagation.PROPAGATE_NAN
-    )
+    result = reference_forward(pool.mode, t.values(x), *_geometry(pool), _propagates(pool), dilation=pool.dilation)
     y, expected = blend(sample, t, result.shape, result)
     pooling_forward(handle, pool, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
     return checked(t, y, expected)
@@ -73,13 +86,11 @@ def run_pooling_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np
     pool, ties = _parse(sample)
     x = _input(sample, t, ties)
     x64 = t.values(x)
-    y_values = reference_forward(
-        pool.mode, x64, pool.window, pool.padding, pool.stride, pool.nan_opt is NanPropagation.PROPAGATE_NAN
-    )
+    y_values = reference_forward(pool.mode, x64, *_geometry(pool), _propagates(pool), dilation=pool.dilation)
     y = t.input(y_values.shape, sample.dtype, "packed")
     t.fill(y, y_values)
     dy = t.input(y_values.shape, sample.dtype, sample.layout)
-    result = reference_backward(pool.mode, x64, t.values(y), t.values(dy), pool.window, pool.padding, pool.stride)
+    result = reference_backward(pool.mode, x64, t.values(y), t.values(dy), *_geometry(pool), dilation=pool.dilation)
     dx, expected = blend(sample, t, sample.shape, result)
     pooling_backward(
         handle,
@@ -98,6 +109,39 @@ def run_pooling_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np
     return checked(t, dx, expected)
 
 
+def run_max_pool_indices(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    """y and torch's indices of ``max_pool(..., return_indices=True)``: y's values, then 1 for each
+    index equal to the reference's (0 otherwise, so one wrong index fails the relative error)."""
+    pool, ties = _parse(sample)
+    x = _input(sample, t, ties)
+    x64, propagate = t.values(x), _propagates(pool)
+    y, indices = F.max_pool(
+        x,
+        pool.window,
+        pool.stride,
+        pool.padding,
+        pool.dilation,
+        return_indices=True,
+        propagate_nan=propagate,
+        handle=handle,
+    )
+    expected_y = reference_forward(pool.mode, x64, *_geometry(pool), propagate, dilation=pool.dilation)
+    expected_indices = reference_indices(x64, *_geometry(pool), propagate, dilation=pool.dilation)
+    found = np.asarray(t.values(indices) == expected_indices, np.float64)
+    return np.concatenate([t.values(y).ravel(), found.ravel()]), np.concatenate(
+        [expected_y.ravel(), np.ones(found.size)]
+    )
+
+
+def _geometry(pool: PoolingDescriptor) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The (window, padding, stride) arguments of the references."""
+    return pool.window, pool.padding, pool.stride
+
+
+def _propagates(pool: PoolingDescriptor) -> bool:
+    return pool.nan_opt is NanPropagation.PROPAGATE_NAN
+
+
 def samples(size: str = "small") -> Iterator[Sample]:
     """The pooling samples at ``size`` ("small" for the CPU and the interpreter, "large" for a GPU)."""
 
@@ -108,7 +152,8 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield Sample("pooling_backward", variant, dtype, shape, runner=run_pooling_backward, **kw)
 
     for mode, geometry in itertools.product(PoolingMode, GEOMETRIES):
-        yield from both(f"{mode.name}/{geometry}", layout="permuted" if geometry == MAIN else "packed")
+        if mode.is_max or geometry not in DILATED:
+            yield from both(f"{mode.name}/{geometry}", layout="permuted" if geometry == MAIN else "packed")
     for mode, dtype in itertools.product(PoolingMode, FLOAT_TYPES):
         yield from both(f"{mode.name}/{MAIN}+ties", dtype, layout="packed")
     for mode_name, layout in itertools.product(("MAX", "AVERAGE_COUNT_EXCLUDE_PADDING"), LAYOUTS):
@@ -120,6 +165,19 @@ def samples(size: str = "small") -> Iterator[Sample]:
     for mode_name in ("MAX", "AVERAGE_COUNT_INCLUDE_PADDING"):
         yield from both(f"{mode_name}/{MAIN}", alpha=0.5, beta=-0.75, layout="subregion")
         yield from both(f"{mode_name}/k2x3x2-s2x1x2-p1x1x0", DataType.BFLOAT16, alpha=1.5, beta=0.25, layout="permuted")
+    yield from both(f"MAX/{DILATED[0]}+ties", DataType.BFLOAT16, layout="permuted")
+    for geometry, (flags, layout) in itertools.product((MAIN, *DILATED), (("+ties", "permuted"), ("+nan", "packed"))):
+        shape = GEOMETRIES[geometry][1][size]
+        nan = flags == "+nan"
+        yield Sample(
+            "max_pool_indices",
+            f"MAX/{geometry}{flags}",
+            DataType.FLOAT,
+            shape,
+            layout,
+            nan_inputs=nan,
+            runner=run_max_pool_indices,
+        )
 
 
 def error_samples() -> list[ErrorSample]:

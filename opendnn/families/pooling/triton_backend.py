@@ -1,6 +1,6 @@
 """Pooling forward and backward (max, average including / excluding padding; 1, 2 and 3 spatial
-dims; any strides): a forward kernel that also finds the argmax for the backward, and a gather
-backward kernel.
+dims; any strides; dilated max windows and torch's indices): a forward kernel that also finds the
+argmax for the backward, and a gather backward kernel.
 
 Memory model (bytes of the tensors' dtype; E = x's elements, F = y's elements):
 - forward reads x once and writes y once: E + F (F more with beta != 0). Each element of x is
@@ -10,7 +10,18 @@ Memory model (bytes of the tensors' dtype; E = x's elements, F = y's elements):
   position in its window of the first element equal to y (int8 for windows of up to 127
   positions): E + F + F/4 for float32; (2) the gather reads those positions and dy and writes dx
   once: F/4 + F + E. Average backward is the gather alone, on dy: F + E.
+- return_indices: the max forward ("indices") also writes each output's int64 index: E + F + 8F bytes.
 FLOPs: one compare or add per window position: memory-bound.
+
+Dilation: window offset j reads input position ``o * stride - padding + j * dilation``; the general
+forward path and the argmax pass scale each offset's position and address by the constexpr DILATION
+(1 folds away: undilated kernels compile as without it); the strips stay undilated.
+
+Indices (KIND "indices"): the max forward keeps, beside the max, the window position of torch's index,
+walking the window first to last in N, C, D, H, W order: the first input position, then each element
+larger than the max so far, and with NaN propagation each NaN (the last NaN stays); it converts that
+position to the flat index into x's spatial plane (PLANE: each dim's weight) at the store. One pass over
+x, no read of y (the argmax pass matches y and keeps the first NaN, not torch's last).
 
 Layout: the tensors become five canonical dims (N, C, D, H, W; missing spatial dims of size 1,
 window 1), reordered so that the walked dim with the smallest stride (C for NHWC, W for NCHW) comes
@@ -34,16 +45,19 @@ value left of the run). Outputs are stored as vectors too (``Y_VECTOR``).
 
 Backward gather: each input position ``i = o * stride - padding + r`` belongs to exactly one cell
 ``o`` (``r`` in ``0 .. stride - 1``), so a program owns a tile of cells and, for each phase ``r``,
-writes dx at the cell's input positions: the sum over the windows ``o - q`` that hold ``i`` (window
-offset ``r + q * stride < window``) of their dy, where that window's argmax is this offset (max) or
-divided by the window's count (averages). Each window's dy (and argmax) is loaded once per cell and
-shared by every phase (one sum per phase, the stores last). Every element of dx is written once, no
-atomics, in a fixed order: the results are bitwise repeatable.
+writes dx at the cell's input positions: the sum over the windows ``o - q`` that hold ``i`` (``r + q *
+stride`` a multiple of the dilation, at window offset ``(r + q * stride) / dilation < window``) of their
+dy, where that window's argmax is this offset (max) or divided by the window's count (averages). A
+dilated window spans ``dilation * (window - 1) + 1`` positions: more windows ``q`` per cell, each adding
+to the phases that fall on its offsets (constants of the unrolled loops). Each window's dy (and
+argmax) is loaded once per cell and shared by every phase (one sum per phase, the stores last). Every
+element of dx is written once, no atomics, in a fixed order: the results are bitwise repeatable.
 
 Masks: rows past the output (and, for strided columns, columns past it) read the last row's or
 column's window, so the forward's loads carry no tile mask, only its stores. A position is tested
-against the input's start only at the window offsets under the padding, and against its end only at
-the offsets where the last window overhangs it (constants of the launch): with 3x3 windows, stride 2,
+against the input's start only at the window offsets under the padding (LOW: ``ceil(padding /
+dilation)`` offsets), and against its end only at the offsets where the last window overhangs it
+(constants of the launch): with 3x3 windows, stride 2,
 padding 1 on 56 positions, 4 of 9 offsets test nothing.
 """
 
@@ -61,7 +75,8 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.families.pooling.problem import PoolingProblem
+from opendnn.families.pooling.numpy_backend import _windows_holding_input
+from opendnn.families.pooling.problem import PoolingProblem, _geometry
 from opendnn.families.pooling.triton_backward import pool_backward_kernel
 from opendnn.families.pooling.triton_forward import pool_forward_kernel
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
@@ -93,6 +108,7 @@ class CanonicalPooling:
     in_sizes: tuple[int, ...]
     out_sizes: tuple[int, ...]
     linear: tuple[int, ...]  # weight of each dim's window offset in the row-major window position
+    dilation: tuple[int, ...]  # input positions between a window's neighbouring offsets
 
     def permute(self, values: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(values[d] for d in self.order)
@@ -100,11 +116,23 @@ class CanonicalPooling:
     @property
     def overhang(self) -> tuple[int, ...]:
         """Per dim, the first window offset at which the last window passes the input's end (the window's
-        size when none does); the offsets under the padding are the ones that can fall before its start."""
+        size when none does); the offsets under the padding (``low``) can fall before its start."""
         return tuple(
-            min(n + p - (o - 1) * s, w)
-            for w, s, p, n, o in zip(self.window, self.stride, self.pads, self.in_sizes, self.out_sizes)
+            min(-(-(n + p - (o - 1) * s) // d), w)
+            for w, s, p, n, o, d in zip(
+                self.window, self.stride, self.pads, self.in_sizes, self.out_sizes, self.dilation
+            )
         )
+
+    @property
+    def low(self) -> tuple[int, ...]:
+        """Per dim, the window offsets that can fall before the input's start: those under the padding."""
+        return tuple(-(-p // d) for p, d in zip(self.pads, self.dilation))
+
+    @property
+    def extent(self) -> tuple[int, ...]:
+        """Per dim, the input positions a window spans: ``dilation * (window - 1) + 1``."""
+        return tuple(d * (w - 1) + 1 for w, d in zip(self.window, self.dilation))
 
     @property
     def clipped(self) -> tuple[bool, ...]:
@@ -126,6 +154,7 @@ def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bo
     window = (1, 1, *(1,) * lead, *problem.window)
     stride = (1, 1, *(1,) * lead, *problem.stride)
     pads = (0, 0, *(0,) * lead, *problem.padding)
+    dilation = (1, 1, *(1,) * lead, *(problem.dilation or (1,) * len(problem.window)))
     in_sizes = _five(problem.x.dims, lead, 1)
     out_sizes = _five(problem.y.dims, lead, 1)
     walked = _cell_sizes(in_sizes, stride, pads) if cells else out_sizes
@@ -144,7 +173,7 @@ def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bo
         return tuple(values[d] for d in order)
 
     return CanonicalPooling(
-        order, pick(window), pick(stride), pick(pads), pick(in_sizes), pick(out_sizes), pick(linear)
+        order, pick(window), pick(stride), pick(pads), pick(in_sizes), pick(out_sizes), pick(linear), pick(dilation)
     )
 
 
@@ -179,7 +208,7 @@ def _wide(plan: CanonicalPooling, *strides: tuple[int, ...]) -> bool:
     """Whether an offset from a tile's base (its rows reach one step or the full size of dims 0-2; window
     and padding included) may pass int32."""
     extents = [
-        max(plan.in_sizes[d], plan.out_sizes[d]) + 2 * (plan.window[d] + plan.stride[d]) for d in range(CANONICAL_DIMS)
+        max(plan.in_sizes[d], plan.out_sizes[d]) + 2 * (plan.extent[d] + plan.stride[d]) for d in range(CANONICAL_DIMS)
     ]
     return any(sum(e * abs(s) for e, s in zip(extents, strides_)) > INT32_LIMIT for strides_ in strides)
 
@@ -191,10 +220,6 @@ def _argmax_dtype(positions: int) -> Any:
 
 
 def supports(problem: PoolingProblem) -> str | None:
-    if problem.dilation:
-        return f"dilation={list(problem.dilation)}: the kernels walk undilated windows (the numpy backend runs it)"
-    if problem.indices is not None:
-        return "return_indices: the kernels write no indices (the numpy backend does)"
     return None
 
 
@@ -203,10 +228,33 @@ def run(
 ) -> None:
     tensors = {"x": torch_view(x), "y": torch_view(y)}
     if dx is None or dy is None:
-        _forward_config(problem, "max" if problem.mode.is_max else "avg", (0,) * CANONICAL_DIMS, FORWARD_TILE)(tensors)
+        if indices is not None:
+            tensors["indices"] = torch_view(indices)
+        _forward_launches(problem, indices is not None)(tensors)
     else:
         tensors["dy"], tensors["dx"] = torch_view(dy), torch_view(dx)
         _backward_config(problem, BACKWARD_TILE)(tensors)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_launches(problem: PoolingProblem, with_indices: bool) -> Launch | Launches:
+    """The forward: "indices" for return_indices, and for a max with NaN propagation whose dilated windows
+    can lie wholly in the padding (their y is NaN: the "indices" kind knows a window found no input; its
+    indices go to a scratch then), else "max" or "avg"."""
+    if not problem.mode.is_max:
+        return _forward_config(problem, "avg", (0,) * CANONICAL_DIMS, FORWARD_TILE)
+    if with_indices:
+        return _forward_config(problem, "indices", (0,) * CANONICAL_DIMS, FORWARD_TILE)
+    import torch
+
+    geometry = _geometry(
+        problem.x.dims, problem.window, problem.padding, problem.stride, problem.ceil_mode, problem.dilation
+    )
+    if not problem.dilation or not problem.propagate_nan or _windows_holding_input(geometry).all():
+        return _forward_config(problem, "max", (0,) * CANONICAL_DIMS, FORWARD_TILE)
+    dims = _five(problem.y.dims, _lead(problem), 1)
+    launch = _forward_config(problem, "indices", strides_for_order(dims, tuple(range(CANONICAL_DIMS))), FORWARD_TILE)
+    return Launches((launch,), (Scratch("indices", math.prod(dims), torch.int64),))
 
 
 def _lead(problem: PoolingProblem) -> int:
@@ -215,17 +263,20 @@ def _lead(problem: PoolingProblem) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...], tile: int) -> Launch:
-    """The forward launch (planned once per problem): y for "max"/"avg"; for "argmax", the window
-    positions into the "argmax" slot (its strides over the five canonical dims in N, C, D, H, W numbering)."""
+    """The forward launch (planned once per problem): y for "max"/"avg"; y and the "indices" slot for
+    "indices"; for "argmax", the window positions into the "argmax" slot (its strides over the five
+    canonical dims in N, C, D, H, W numbering)."""
     plan = canonical(problem, problem.x.strides, cells=False)
     lead = _lead(problem)
     x_strides = plan.permute(_five(problem.x.strides, lead, 0))
     y_strides = plan.permute(_five(problem.y.strides, lead, 0))
+    if kind == "indices" and problem.indices is not None:  # else the scratch's
+        argmax_strides = _five(problem.indices.strides, lead, 0)
     argmax_strides = plan.permute(argmax_strides)
     if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:
         tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
     narrow = x_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
-    strip = _strip_alignment(plan, x_strides, problem.x.dtype.itemsize) if kind != "argmax" else 0
+    strip = _strip_alignment(plan, x_strides, problem.x.dtype.itemsize) if kind in ("max", "avg") else 0
     grid, block_r, block_c, carry = _launch_shape(
         plan.out_sizes, x_strides[4] == 1, STRIP_TILE if strip else tile, narrow
     )
@@ -234,7 +285,7 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     args = (
         Slot("x"),
         Slot("y"),
-        Slot("argmax" if kind == "argmax" else "y"),
+        Slot(kind if kind in ("argmax", "indices") else "y"),
         plan.in_sizes,
         plan.out_sizes,
         plan.pads,
@@ -248,9 +299,11 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         WINDOW=plan.window,
         STRIDE=plan.stride,
         CLIPPED=plan.clipped,
-        LOW=plan.pads,
+        LOW=plan.low,
         HIGH=plan.overhang,
         LINEAR=plan.linear,
+        DILATION=plan.dilation,
+        PLANE=plan.permute(_plane_weights(problem)) if kind == "indices" else (0,) * CANONICAL_DIMS,
         KIND=kind,
         INCLUDE_PADDING=problem.mode.value == "avg_include",
         PROPAGATE_NAN=problem.propagate_nan,
@@ -270,12 +323,20 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     return Launch(pool_forward_kernel, grid, args, constants)
 
 
+def _plane_weights(problem: PoolingProblem) -> tuple[int, ...]:
+    """Per dim (N, C, D, H, W numbering), the weight of a position in the flat index into x's spatial plane
+    (the indices of return_indices): row-major over the spatial dims, 0 for N, C and missing dims."""
+    spatial = problem.x.dims[2:]
+    weights = tuple(math.prod(spatial[k + 1 :]) for k in range(len(spatial)))
+    return (0, 0, *(0,) * _lead(problem), *weights)
+
+
 def _strip_alignment(plan: CanonicalPooling, x_strides: tuple[int, ...], itemsize: int) -> int:
-    """Elements per vector of the forward's strip loads (``strip_pool``), 0 for the general path: windows of
-    stride 2 along unit-stride input rows; the largest power of two up to STRIP_BYTES that divides the
-    row length and the strides of the dims the tile or the window moves along (rows start aligned), if 4 or
-    more."""
-    if plan.stride[4] != 2 or x_strides[4] != 1:
+    """Elements per vector of the forward's strip loads (``strip_pool``), 0 for the general path: undilated
+    windows of stride 2 along unit-stride input rows; the largest power of two up to STRIP_BYTES that divides
+    the row length and the strides of the dims the tile or the window moves along (rows start aligned), if 4
+    or more."""
+    if plan.stride[4] != 2 or x_strides[4] != 1 or any(d > 1 for d in plan.dilation):
         return 0
     strip = _aligned_run(plan, x_strides, plan.in_sizes[4], STRIP_BYTES // itemsize)
     return strip if strip >= 4 else 0  # (float64's pairs: more instructions than the general path on sm_90)
@@ -305,7 +366,7 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     cells = _cell_sizes(plan.in_sizes, plan.stride, plan.pads)
     dy_strides = plan.permute(_five(problem.dy.strides, lead, 0))
     dx_strides = plan.permute(_five(problem.dx.strides, lead, 0))
-    shifts = tuple(-(-w // s) for w, s in zip(plan.window, plan.stride))
+    shifts = tuple(-(-e // s) for e, s in zip(plan.extent, plan.stride))
     gather_argmax_strides = plan.permute(argmax_strides)
     # the scratch is packed in the canonical order, as dy usually is (dims of one output position do not count)
     argmax_like_dy = all(a == d for a, d, n in zip(gather_argmax_strides, dy_strides, plan.out_sizes) if n > 1)
@@ -334,6 +395,7 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
         SHIFTS=shifts,
         LAST_SHIFT=tuple(1 + o - c for o, c in zip(plan.out_sizes, cells)),
         LINEAR=plan.linear,
+        DILATION=plan.dilation,
         KIND="max" if problem.mode.is_max else "avg",
         INCLUDE_PADDING=problem.mode.value == "avg_include",
         HAS_BETA=problem.beta != 0.0,

@@ -101,20 +101,31 @@ def window_share(
     STRIDE: tl.constexpr,
     SHIFTS: tl.constexpr,
     LINEAR: tl.constexpr,
+    DILATION: tl.constexpr,
     KIND: tl.constexpr,
 ):
-    """What window ``o - q`` sends to the input position at offset ``r + q * stride`` of it (``r`` the
-    phase): its dy where that offset is its argmax (max) or its dy / count; 0 past the window's end."""
+    """What window ``o - q`` sends to the input position ``r + q * stride`` past its start (``r`` the
+    phase): its dy where that position is its argmax (max) or its dy / count; 0 where no window offset
+    lands there (past the window's end, or between the offsets of a dilated window)."""
     r0, r1, r2, r3, r4 = split_constant(phase, STRIDE)
     q0, q1, q2, q3, q4 = split_constant(q, SHIFTS)
-    j0, j1, j2, j3, j4 = (
+    i0, i1, i2, i3, i4 = (
         r0 + q0 * STRIDE[0],
         r1 + q1 * STRIDE[1],
         r2 + q2 * STRIDE[2],
         r3 + q3 * STRIDE[3],
         r4 + q4 * STRIDE[4],
     )
+    j0, j1, j2, j3, j4 = i0 // DILATION[0], i1 // DILATION[1], i2 // DILATION[2], i3 // DILATION[3], i4 // DILATION[4]
     in_window = (j0 < WINDOW[0]) & (j1 < WINDOW[1]) & (j2 < WINDOW[2]) & (j3 < WINDOW[3]) & (j4 < WINDOW[4])
+    on_offsets = (
+        (i0 % DILATION[0] == 0)
+        & (i1 % DILATION[1] == 0)
+        & (i2 % DILATION[2] == 0)
+        & (i3 % DILATION[3] == 0)
+        & (i4 % DILATION[4] == 0)
+    )
+    in_window = in_window & on_offsets
     if KIND == "max":
         linear = j0 * LINEAR[0] + j1 * LINEAR[1] + j2 * LINEAR[2] + j3 * LINEAR[3] + j4 * LINEAR[4]
         share = tl.where(in_window & (positions == linear), gradient, 0.0)
@@ -202,6 +213,7 @@ def pool_backward_kernel(
     SHIFTS: tl.constexpr,
     LAST_SHIFT: tl.constexpr,
     LINEAR: tl.constexpr,
+    DILATION: tl.constexpr,
     KIND: tl.constexpr,
     INCLUDE_PADDING: tl.constexpr,
     HAS_BETA: tl.constexpr,
@@ -259,7 +271,8 @@ def pool_backward_kernel(
             summed = ()
             for phase in tl.static_range(phases):
                 summed = summed + (
-                    totals[phase] + window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND),
+                    totals[phase]
+                    + window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, DILATION, KIND),
                 )
             totals = summed
         for phase in tl.static_range(phases):
@@ -322,7 +335,7 @@ def pool_backward_kernel(
                     WIDE,
                     COMPUTE,
                 )
-                total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, KIND)
+                total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, DILATION, KIND)
             store_phase(
                 total,
                 phase,

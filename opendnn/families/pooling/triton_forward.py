@@ -145,14 +145,17 @@ def window_step(
     LOW: tl.constexpr,
     HIGH: tl.constexpr,
     LINEAR: tl.constexpr,
+    DILATION: tl.constexpr,
     KIND: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
     """Fold window position ``j`` into the accumulators: the max (``best``) or the sum (``j`` row-major over
     the canonical window), or ``found``, the row-major position ``j`` in N, C, D, H, W order of an element
-    equal to y (the positions come last to first: the first match is the last written)."""
-    if KIND == "argmax":
+    equal to y (the positions come last to first: the first match is the last written). "indices" folds the
+    max and, in ``found``, torch's index rule, positions first to last (N, C, D, H, W order): the first
+    input, then each larger element, and with PROPAGATE_NAN each NaN (the last NaN stays)."""
+    if KIND == "argmax" or KIND == "indices":
         j0, j1, j2, j3, j4 = (
             j // LINEAR[0] % WINDOW[0],
             j // LINEAR[1] % WINDOW[1],
@@ -162,29 +165,58 @@ def window_step(
         )
     else:
         j0, j1, j2, j3, j4 = split_constant(j, WINDOW)
+    # input positions of the offsets (dilated windows step DILATION positions per offset)
+    i0, i1, i2, i3, i4 = j0 * DILATION[0], j1 * DILATION[1], j2 * DILATION[2], j3 * DILATION[3], j4 * DILATION[4]
     ok_row = (
-        within(s3 + j3, in_sizes[3], j3, LOW[3], HIGH[3])
-        & within(s0 + j0, in_sizes[0], j0, LOW[0], HIGH[0])
-        & within(s1 + j1, in_sizes[1], j1, LOW[1], HIGH[1])
-        & within(s2 + j2, in_sizes[2], j2, LOW[2], HIGH[2])
+        within(s3 + i3, in_sizes[3], j3, LOW[3], HIGH[3])
+        & within(s0 + i0, in_sizes[0], j0, LOW[0], HIGH[0])
+        & within(s1 + i1, in_sizes[1], j1, LOW[1], HIGH[1])
+        & within(s2 + i2, in_sizes[2], j2, LOW[2], HIGH[2])
     )
-    ok = ok_row[None, :] & (load_cols & within(s4 + j4, in_sizes[4], j4, LOW[4], HIGH[4]))[:, None]
+    ok = ok_row[None, :] & (load_cols & within(s4 + i4, in_sizes[4], j4, LOW[4], HIGH[4]))[:, None]
     # the shift along dims 0-3 is shared by a window row; a unit stride along dim 4 folds into the load's offset
-    row_shift = j0 * x_strides[0] + j1 * x_strides[1] + j2 * x_strides[2] + j3 * x_strides[3]
-    x_at = (x_tile + row_shift) + j4 * x_strides[4]
-    if KIND == "max":
+    row_shift = i0 * x_strides[0] + i1 * x_strides[1] + i2 * x_strides[2] + i3 * x_strides[3]
+    x_at = (x_tile + row_shift) + i4 * x_strides[4]
+    if KIND == "max" or KIND == "indices":
+        steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
         if PROPAGATE_NAN:  # padding reads -inf; one max.NaN.f32 on sm_90
             x = tl.load(x_at, mask=ok, other=float("-inf")).to(COMPUTE)
+            if KIND == "indices":
+                found = tl.where(ok & ((x > best) | (x != x) | (found == steps)), j, found)
             best = tl.maximum(best, x, propagate_nan=tl.PropagateNan.ALL)
         else:  # best starts as NaN, which every number replaces
             x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
-            best = tl.where(ok & (x == x) & ((x > best) | (best != best)), x, best)
+            take = ok & (x == x) & ((x > best) | (best != best))
+            if KIND == "indices":
+                found = tl.where(take | (ok & (found == steps)), j, found)
+            best = tl.where(take, x, best)
     elif KIND == "argmax":
         x = tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
         found = tl.where(ok & ((x == y_value) | ((x != x) & (y_value != y_value))), j, found)
     else:
         total += tl.load(x_at, mask=ok, other=0.0).to(COMPUTE)
     return best, found, total
+
+
+@triton.jit
+def window_index(
+    found, s0, s1, s2, s3, s4, WINDOW: tl.constexpr, LINEAR: tl.constexpr, DILATION: tl.constexpr, PLANE: tl.constexpr
+):
+    """int64 flat positions in x's spatial plane (PLANE: each dim's weight) of the window positions ``found``
+    (row-major in N, C, D, H, W order) of the windows starting at ``s0 .. s4``; -1 where none was found."""
+    rows = s0.to(tl.int64) * PLANE[0] + s1.to(tl.int64) * PLANE[1] + s2.to(tl.int64) * PLANE[2]
+    rows += s3.to(tl.int64) * PLANE[3]
+    starts = rows[None, :] + (s4.to(tl.int64) * PLANE[4])[:, None]
+    position = found.to(tl.int64)
+    offsets = (
+        (position // LINEAR[0] % WINDOW[0]) * (DILATION[0] * PLANE[0])
+        + (position // LINEAR[1] % WINDOW[1]) * (DILATION[1] * PLANE[1])
+        + (position // LINEAR[2] % WINDOW[2]) * (DILATION[2] * PLANE[2])
+        + (position // LINEAR[3] % WINDOW[3]) * (DILATION[3] * PLANE[3])
+        + (position // LINEAR[4] % WINDOW[4]) * (DILATION[4] * PLANE[4])
+    )
+    steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+    return tl.where(found < steps, starts + offsets, -1)
 
 
 @triton.jit
@@ -354,6 +386,8 @@ def pool_forward_kernel(
     LOW: tl.constexpr,
     HIGH: tl.constexpr,
     LINEAR: tl.constexpr,
+    DILATION: tl.constexpr,
+    PLANE: tl.constexpr,
     KIND: tl.constexpr,
     INCLUDE_PADDING: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
@@ -370,8 +404,10 @@ def pool_forward_kernel(
     BLOCK_C: tl.constexpr,
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of outputs (held as BLOCK_C x BLOCK_R). KIND "max" and "avg"
-    write y = alpha * pool(x) + beta * y; "argmax" reads y and writes, per output, the row-major window
-    position of the first element of x equal to it (the window's size when none is)."""
+    write y = alpha * pool(x) + beta * y; "indices" writes max's y and, at ``argmax_ptr``, torch's int64
+    index of each window's max: its flat position in x's spatial plane (PLANE: each dim's weight in it);
+    "argmax" reads y and writes, per output, the row-major window position of the first element of x equal
+    to it (the window's size when none is). Window offsets step DILATION input positions."""
     b0, b1, b2, o0, o1, o2, o3, cols = program_tile(out_sizes, BLOCK_R, BLOCK_C, CARRY)
     row_ok = o0 < out_sizes[0]
     col_ok = cols < out_sizes[4]
@@ -470,6 +506,7 @@ def pool_forward_kernel(
                 LOW,
                 HIGH,
                 LINEAR,
+                DILATION,
                 KIND,
                 PROPAGATE_NAN,
                 COMPUTE,
@@ -495,20 +532,25 @@ def pool_forward_kernel(
                 LOW,
                 HIGH,
                 LINEAR,
+                DILATION,
                 KIND,
                 PROPAGATE_NAN,
                 COMPUTE,
             )
 
-    if KIND == "argmax":
+    if KIND == "argmax" or KIND == "indices":
         argmax_at = (
             argmax_ptr
             + outer_offset(b0, b1, b2, argmax_strides)
             + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE)
         )
+    if KIND == "argmax":
         tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
     else:
-        if KIND == "max":
+        if KIND == "indices":
+            tl.store(argmax_at, window_index(found, s0, s1, s2, s3, s4, WINDOW, LINEAR, DILATION, PLANE), mask=mask)
+            best = tl.where(found < steps, best, float("nan"))  # a window of padding alone (dilated) holds no max
+        if KIND == "max" or KIND == "indices":
             result = best
         else:
             counts = window_counts(s0, s1, s2, s3, s4, in_sizes, pads, WINDOW, CLIPPED, INCLUDE_PADDING)
