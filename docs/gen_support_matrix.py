@@ -12,38 +12,12 @@ import opendnn
 from opendnn.core.dispatch import OPERATIONS
 from opendnn.samples import FAMILIES, Sample
 
-# the dispatch table's operation behind each sample op, where the two names differ
-REGISTRY_OPERATION = {
-    "activation_forward": "pointwise",
-    "activation_backward": "pointwise",
-    "op_tensor": "pointwise",
-    "add_tensor": "pointwise",
-    "scale_tensor": "pointwise",
-    "set_tensor": "pointwise",
-    "transform_tensor": "pointwise",
-    "gen_index": "pointwise",
-    "reduce_tensor": "reduce",
-    "bn_forward_training": "batch_norm",
-    "bn_backward": "batch_norm",
-    "bn_forward_inference": "batch_norm",
-    "lrn_cross_channel_forward": "lrn",
-    "lrn_cross_channel_backward": "lrn",
-    "divisive_normalization_forward": "lrn",
-    "divisive_normalization_backward": "lrn",
-}
 # the cuDNN-shaped workspace queries whose names do not follow get_<op>_workspace_size
 WORKSPACE_QUERY = {
     "reduce_tensor": "get_reduction_workspace_size",
     "bn_forward_training": "get_batch_normalization_forward_training_ex_workspace_size",
     "bn_backward": "get_batch_normalization_backward_ex_workspace_size",
 }
-
-
-def registry_operation(op: str) -> str:
-    """The dispatch table's name for sample op ``op``."""
-    if op in REGISTRY_OPERATION:
-        return REGISTRY_OPERATION[op]
-    return next(name for name in OPERATIONS if op.startswith(name))
 
 
 def workspace(op: str) -> str:
@@ -80,7 +54,7 @@ def page() -> str:
         dtypes = ", ".join(sorted({s.dtype.value for s in samples}))
         layouts = ", ".join(sorted({s.layout for s in samples}))
         variants = len({s.variant for s in samples})
-        backends = ", ".join(OPERATIONS[registry_operation(op)].backends)
+        backends = ", ".join(OPERATIONS[family].backends)  # a family folder is its dispatch operation
         lines.append(f"| {family} | `{op}` | {dtypes} | {layouts} | {variants} | {backends} | {workspace(op)} |")
     return "\n".join(lines) + "\n"
 

@@ -6,6 +6,7 @@ name without one would appear there as a bare signature. The site build itself r
 """
 
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,14 @@ def test_the_public_names_are_found() -> None:
 def test_public_name_has_a_docstring(module: str, name: str) -> None:
     value = getattr(opendnn if module == "opendnn" else opendnn.functional, name)
     assert own_docstring(value), f"{module}.{name} has no docstring"
+
+
+def test_the_support_matrix_has_a_row_for_every_sample_operation(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "docs"))
+    from gen_support_matrix import page
+
+    from opendnn.samples import samples
+
+    text = page()
+    missing = sorted({sample.op for sample in samples("small")} - {op for op in text.split("`")[1::2]})
+    assert not missing, f"no row for {missing}"
