@@ -12,11 +12,7 @@ import opendnn
 import opendnn.functional as F
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward, reference_indices
-
-
-def relative_error(out, ref) -> float:
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+from opendnn.samples import relative_error
 
 
 @pytest.fixture

@@ -41,6 +41,13 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
 }
 
 
+def _lengths(t: Tensors, batch: int, longest: int) -> np.ndarray:
+    """Sequence lengths from half the longest to the longest (the last one)."""
+    lens = t.rng.integers(longest // 2, longest + 1, batch)
+    lens[-1] = longest
+    return lens
+
+
 def _operands(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str, Any], dict[str, Any]]:
     """(the descriptor, {slot: tensor}, {slot: float64 NumPy values}) of the inputs q, k, v, bias, lengths."""
     fields, bias_kind, lengths = VARIANTS[sample.variant]
@@ -54,11 +61,9 @@ def _operands(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str
         tensors["bias"] = t.input((1, heads_q, seq_q, seq_kv), sample.dtype, "packed")
     elif bias_kind == "mask":
         tensors["bias"] = t.array(t.rng.uniform(size=(batch, 1, seq_q, seq_kv)) < 0.8, DataType.BOOLEAN)
-    if lengths:  # the last batch full, the others shorter
+    if lengths:
         for side, seq in (("q", seq_q), ("kv", seq_kv)):
-            lens = t.rng.integers(seq // 2, seq + 1, batch)
-            lens[-1] = seq
-            tensors[f"seq_lens_{side}"] = t.array(lens, DataType.INT32)
+            tensors[f"seq_lens_{side}"] = t.array(_lengths(t, batch, seq), DataType.INT32)
     values = {
         slot: t.values(tensor).astype(np.int32)
         if slot.startswith("seq")
@@ -170,13 +175,6 @@ LAYOUT_VARIANTS: dict[str, dict[str, Any]] = {
     "paged/causal": dict(causal=True, alignment="bottom_right"),
 }
 BLOCK_SIZE = 16  # rows of a paged K/V block
-
-
-def _lengths(t: Tensors, batch: int, longest: int) -> np.ndarray:
-    """Sequence lengths from half the longest to the longest (the last one)."""
-    lens = t.rng.integers(longest // 2, longest + 1, batch)
-    lens[-1] = longest
-    return lens
 
 
 def _ragged(sample: Sample, t: Tensors) -> tuple[AttentionDescriptor, dict[str, Any], dict[str, Any], dict[str, Any]]:
