@@ -32,3 +32,13 @@ def pytest_collection_finish(session):
     would turn every GPU test after it into an interpreter run."""
     if session.config.option.markexpr.strip() == "gpu" and os.environ.get("TRITON_INTERPRET") == "1":
         raise pytest.UsageError("TRITON_INTERPRET=1 is set in a GPU run: unset it (a test module must not set it)")
+
+
+@pytest.fixture
+def strict_float32():
+    """TF32 off for torch's convolutions and products, hence for opendnn.torch's too."""
+    torch = pytest.importorskip("torch")
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

@@ -52,15 +52,6 @@ def torchvision_models():
     return pytest.importorskip("torchvision.models", reason="torchvision is absent: see benchmarks/README.md")
 
 
-@pytest.fixture
-def strict_float32():
-    """TF32 off for torch's convolutions and products, hence for opendnn.torch's too."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def _models(builders, name: str) -> tuple[torch.nn.Module, torch.nn.Module, ot.ConversionReport]:
     """torch's model (seeded initialisation, channels_last, on the device) and a converted deep copy."""
     torch.manual_seed(0)

@@ -196,7 +196,7 @@ def test_every_lowering_names_an_aten_operator():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("make, shape", [(ConvBlock, (8, 4, 16, 16)), (mlp, (32, 16)), (TransformerBlock, (4, 9, 16))])
-def test_on_cuda_the_regions_run_on_the_fusion_engine_and_match_eager(make, shape):
+def test_on_cuda_the_regions_run_on_the_fusion_engine_and_match_eager(make, shape, strict_float32):
     backend = OpendnnBackend()
     compare(make, shape, torch.float32, backend, device="cuda:0", tolerance=1e-4)
     assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0

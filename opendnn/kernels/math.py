@@ -10,7 +10,6 @@ on a GPU), each keeps its relative error below 2^-11 over the whole range, tails
 import triton
 import triton.language as tl
 
-NAN = tl.constexpr(float("nan"))
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 INVERSE_FACTORIALS = tl.constexpr(
@@ -106,7 +105,7 @@ def pow(a, b):
     is_integer = tl.floor(b) == b
     is_odd = is_integer & (tl.abs(b % 2.0) == 1.0)
     signed = tl.where(is_odd, -magnitude, magnitude)
-    result = tl.where(a >= 0, magnitude, tl.where(is_integer, signed, NAN))
+    result = tl.where(a >= 0, magnitude, tl.where(is_integer, signed, float("nan")))
     return tl.where(b == 0, 1.0, result)
 
 

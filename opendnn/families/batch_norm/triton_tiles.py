@@ -10,7 +10,6 @@ import triton
 import triton.language as tl
 
 from opendnn.kernels.indexing import dim_offsets
-from opendnn.kernels.math import NAN
 
 NO_HINT = tl.constexpr("")  # no cache hint on a load or store
 MASK_GROUP = tl.constexpr(8)  # bits per mask byte
@@ -412,7 +411,7 @@ def gradient_input(dy, packed, MASKED: tl.constexpr, PROPAGATE_NAN: tl.constexpr
     if MASKED:
         g = tl.where(unpack_mask_bits(packed), g, 0.0)
         if PROPAGATE_NAN:
-            g = tl.where(unpack_mask_bits(packed >> MASK_GROUP), NAN, g)
+            g = tl.where(unpack_mask_bits(packed >> MASK_GROUP), float("nan"), g)
     return g
 
 
