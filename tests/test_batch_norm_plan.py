@@ -2,7 +2,8 @@
 what a fresh call gives; any change of signature (a parameter's dtype, layout, device or absence, eps,
 momentum, x's layout, z, the activation, the handle's backend) gets a plan of its own and the
 reference's results; a bad argument after a good call still raises its error, naming it; the plans
-keep no caller's array alive and stay bounded. Outputs are poisoned (NaN, 0xFF bytes) as allocated."""
+keep no caller's array alive, stay bounded and live on the handle. Outputs are poisoned (NaN, 0xFF
+bytes) as allocated."""
 
 import gc
 import weakref
@@ -15,16 +16,20 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.core import plans as core_plans
 from opendnn.families.batch_norm import functional as plans
 
 BACKENDS = ["numpy", "triton"]
 C = 4
 
 
+HANDLES: dict[str, od.Handle] = {}  # a test's handle per backend, its plans with it
+
+
 @pytest.fixture(autouse=True)
 def poisoned(monkeypatch):
     """Every output and scratch buffer the functions allocate starts as NaN (0xFF bytes), and each
-    test starts with no plan."""
+    test starts with new handles, holding no plan."""
     allocate, scratch_bytes = plans.allocate, plans.scratch_bytes
 
     def poisoned_allocate(like, desc, name=None):
@@ -46,8 +51,29 @@ def poisoned(monkeypatch):
 
 
 def clear():
-    plans._FORWARD_PLANS.clear()
-    plans._BACKWARD_PLANS.clear()
+    for handle in HANDLES.values():
+        handle.destroy()
+    HANDLES.clear()
+
+
+def handle_of(backend):
+    """The test's handle of ``backend``: every call of a test on one backend shares its plans."""
+    if backend not in HANDLES:
+        HANDLES[backend] = od.create("cpu", backend=backend)
+    return HANDLES[backend]
+
+
+def planned(call, backend="numpy"):
+    """How many plans of ``call`` ("batch_norm", "batch_norm_backward") the backend's handle keeps."""
+    return sum(key[0] == call for key in handle_of(backend).plans)
+
+
+def forward_plans(backend="numpy"):
+    return planned("batch_norm", backend)
+
+
+def backward_plans(backend="numpy"):
+    return planned("batch_norm_backward", backend)
 
 
 def random(*shape, seed, dtype=torch.float32, low=-2.0, high=3.0):
@@ -81,7 +107,7 @@ def run_forward(
     activation=None,
     training=True,
 ):
-    handle = od.create("cpu", backend=backend)
+    handle = handle_of(backend)
     out = F.batch_norm_add_activation(
         x,
         z,
@@ -179,7 +205,7 @@ def check_backward(backend, x, weight, dy, state, bias=None, z=None, activation=
     if activation == "relu":
         y = torch.relu(y)
     y.backward(dy.double())
-    handle = od.create("cpu", backend=backend)
+    handle = handle_of(backend)
     dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(
         dy, x, weight, state, eps, activation=activation, has_z=z is not None, handle=handle
     )
@@ -203,18 +229,13 @@ def test_a_repeated_signature_reuses_its_plan_and_gives_what_a_fresh_call_gives(
         dy = random(3, C, 3, 5, seed=seed + 5)
         grads = check_backward(backend, args["x"], args["weight"], dy, state)
         results.append((args, y, state, dy, grads))
-    assert len(plans._FORWARD_PLANS) == 1 and len(plans._BACKWARD_PLANS) == 1
+    assert forward_plans(backend) == 1 and backward_plans(backend) == 1
+    assert len(handle_of(backend).plans) == 2
     args, y, state, dy, grads = results[-1]
     clear()  # a fresh call of the last arguments: bitwise the planned call's results
     fresh_y, fresh_state = run_forward(backend, **{k: v.clone() for k, v in args.items()})
     fresh_grads = F.batch_norm_add_activation_backward(
-        dy,
-        args["x"],
-        args["weight"],
-        fresh_state,
-        activation=None,
-        has_z=False,
-        handle=od.create("cpu", backend=backend),
+        dy, args["x"], args["weight"], fresh_state, activation=None, has_z=False, handle=handle_of(backend)
     )
     assert torch.equal(torch.as_tensor(fresh_y), y)
     assert torch.equal(torch.as_tensor(fresh_state.saved_mean), torch.as_tensor(state.saved_mean))
@@ -251,15 +272,29 @@ def test_a_changed_forward_signature_gets_its_own_plan_and_the_reference_results
     args, options = inputs(20), {}
     FORWARD_CHANGES[change](args, options)
     check_forward(backend, args, **options)
-    assert len(plans._FORWARD_PLANS) == 2
+    assert forward_plans(backend) == 2
     check_forward(backend, inputs(30))  # the first signature's plan again
-    assert len(plans._FORWARD_PLANS) == 2
+    assert forward_plans(backend) == 2
 
 
-def test_the_handles_backend_keys_the_plan():
+def test_each_handle_keeps_its_own_plans():
     for backend in BACKENDS:
         check_forward(backend, inputs(0))
-    assert len(plans._FORWARD_PLANS) == 2
+        check_forward(backend, inputs(10))
+        assert forward_plans(backend) == 1
+    other = od.create("cpu", backend="numpy")
+    F.batch_norm(inputs(20)["x"], training=True, handle=other)
+    assert [key[0] for key in other.plans] == ["batch_norm"]
+
+
+def test_a_destroyed_handle_drops_its_batch_norm_plans_and_refuses_a_planned_call():
+    handle = handle_of("numpy")
+    check_forward("numpy", inputs(0))
+    assert forward_plans() == 1
+    handle.destroy()
+    assert not handle.plans
+    with pytest.raises(od.BadParam, match="handle was destroyed and cannot be used"):
+        run_forward("numpy", **inputs(0))
 
 
 BACKWARD_CHANGES = {  # each changes the backward call (and the forward's eps with it)
@@ -282,7 +317,7 @@ def test_a_changed_backward_signature_gets_its_own_plan_and_the_reference_result
         _, state = run_forward(backend, **args, eps=call.get("eps", 1e-5))
         call["state"] = call["state"] or state
         check_backward(backend, **call)
-    assert len(plans._BACKWARD_PLANS) == 2
+    assert backward_plans(backend) == 2
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -301,7 +336,7 @@ def test_the_fused_add_relu_backward_reads_its_forwards_reserve_through_the_plan
             z=z,
             activation="relu",
         )
-    assert len(plans._FORWARD_PLANS) == 1 and len(plans._BACKWARD_PLANS) == 1
+    assert forward_plans(backend) == 1 and backward_plans(backend) == 1
 
 
 def test_numpy_arrays_are_planned_and_bound():
@@ -309,11 +344,11 @@ def test_numpy_arrays_are_planned_and_bound():
         args = inputs(seed)
         expected, expected_mean, _ = expected_forward(args["x"], args["weight"], running_mean=args["running_mean"])
         x, weight, mean = args["x"].numpy(), args["weight"].numpy(), args["running_mean"].numpy()
-        y = F.batch_norm(x, mean, None, weight, None, training=True, handle=od.create("cpu", backend="numpy"))
+        y = F.batch_norm(x, mean, None, weight, None, training=True, handle=handle_of("numpy"))
         assert isinstance(y, np.ndarray) and y.dtype == np.float32
         np.testing.assert_allclose(y, expected.numpy(), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(mean, expected_mean.numpy(), rtol=1e-5, atol=1e-6)
-    assert len(plans._FORWARD_PLANS) == 1
+    assert forward_plans() == 1
 
 
 # ---- what a key cannot describe --------------------------------------------------------------------------
@@ -326,11 +361,11 @@ def test_arguments_a_key_cannot_describe_are_planned_per_call_and_not_kept(unkey
     for _ in range(2):
         if unkeyed == "dlpack weight":  # (read by NumPy: a NumPy x)
             dlpack_only = SimpleNamespace(__dlpack__=weight.__dlpack__, __dlpack_device__=weight.__dlpack_device__)
-            y = F.batch_norm(x.numpy(), None, None, dlpack_only, training=True, eps=1e-3)
+            y = F.batch_norm(x.numpy(), None, None, dlpack_only, training=True, eps=1e-3, handle=handle_of("numpy"))
         else:
-            y = F.batch_norm(x, None, None, weight, training=True, eps=np.float64(1e-3))
+            y = F.batch_norm(x, None, None, weight, training=True, eps=np.float64(1e-3), handle=handle_of("numpy"))
         torch.testing.assert_close(torch.as_tensor(y).double(), expected, rtol=1e-5, atol=1e-5)
-    assert not plans._FORWARD_PLANS
+    assert not handle_of("numpy").plans
 
 
 # ---- errors after a good call ----------------------------------------------------------------------------
@@ -396,7 +431,7 @@ def test_a_bad_argument_after_a_good_call_still_raises_naming_it(backend, error)
 def test_backward_errors_after_a_good_call(backend):
     args = inputs(0)
     _, state = run_forward(backend, **args, activation="relu")
-    handle = od.create("cpu", backend=backend)
+    handle = handle_of(backend)
     dy = random(3, C, 3, 5, seed=5)
 
     def backward(state, weight=args["weight"]):
@@ -422,18 +457,20 @@ def test_the_plans_keep_no_callers_array_alive():
     dy = random(3, C, 3, 5, seed=5)
     _, state = run_forward("numpy", **args)
     F.batch_norm_add_activation_backward(
-        dy, args["x"], args["weight"], state, activation=None, has_z=False, handle=od.create("cpu", backend="numpy")
+        dy, args["x"], args["weight"], state, activation=None, has_z=False, handle=handle_of("numpy")
     )
     references = [weakref.ref(t) for t in (*args.values(), dy, state.saved_mean, state.saved_inv_std)]
     del args, dy, state
     gc.collect()
-    assert plans._FORWARD_PLANS and plans._BACKWARD_PLANS
+    assert forward_plans() == 1 and backward_plans() == 1
     assert all(reference() is None for reference in references)
 
 
 def test_the_plans_are_bounded(monkeypatch):
-    monkeypatch.setattr(plans._Plans, "LIMIT", 4)
-    x = torch.ones(2, C, 1, 3)
+    monkeypatch.setattr(core_plans, "LIMIT", 4)
+    x = random(2, C, 1, 3, seed=0)
     for k in range(10):
-        F.batch_norm(x, training=True, eps=1e-5 * (k + 1), handle=od.create("cpu", backend="numpy"))
-        assert 1 <= len(plans._FORWARD_PLANS) <= 4
+        eps = 1e-5 * (k + 1)
+        y = F.batch_norm(x, training=True, eps=eps, handle=handle_of("numpy"))
+        torch.testing.assert_close(y.double(), expected_forward(x, eps=eps)[0], rtol=1e-5, atol=1e-5)
+        assert 1 <= forward_plans() <= 4

@@ -72,12 +72,12 @@ def _tensor_device(tensor: Any) -> str:
     return _device_name(tensor.device)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # a table of the device names, read for every CUDA tensor of every call
 def _cuda_name(index: int) -> str:
     return f"cuda:{index}"
 
 
-@functools.lru_cache(maxsize=64)  # a torch.device is a hashable value
+@functools.lru_cache(maxsize=64)  # a table of the few devices, read for every tensor of every call
 def _device_name(device: Any) -> str:
     return CPU if device.type == "cpu" else f"{device.type}:{device.index or 0}"
 
@@ -105,7 +105,7 @@ def descriptor_of(native: Any, name: str = "array") -> TensorDescriptor:
     return _descriptor_of(native.dtype, tuple(native.shape), strides, name)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # wrap describes each array of the calls without plans, every call
 def _descriptor_of(native_dtype: Any, dims: tuple[int, ...], strides: tuple[int, ...], name: str) -> TensorDescriptor:
     # memoized: every call describes its arrays, and their dtypes, shapes and strides repeat; the
     # result is a frozen value, so one instance may serve every caller (errors are not cached)
@@ -447,15 +447,14 @@ def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bo
     return Bound(name or like.name, desc, native, like.device)
 
 
-@functools.lru_cache(maxsize=1024)  # a pure function of a tuple, asked for every output
+@functools.lru_cache(maxsize=1024)  # asked for each new output of the calls without plans, every call
 def _memory_order(strides: tuple[int, ...]) -> tuple[int, ...]:
     """The dims in memory order, outermost (largest stride) first."""
     return tuple(sorted(range(len(strides)), key=lambda k: -strides[k]))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # the new outputs of the calls without plans, of shapes that repeat
 def _packed_descriptor(dtype: DataType, dims: tuple[int, ...], order: tuple[int, ...]) -> TensorDescriptor:
-    # memoized as _descriptor_of: outputs of one shape repeat from call to call
     return TensorDescriptor(dtype, dims, strides_for_order(dims, order))
 
 

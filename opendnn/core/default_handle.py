@@ -19,7 +19,7 @@ def shared_handle(device: str, math_type: MathType = MathType.DEFAULT) -> Handle
     return _shared_handle(device, math_type, os.environ.get("OPENDNN_BACKEND"))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # not a per-call cache: the one shared handle per device, math type, backend
 def _shared_handle(device: str, math_type: MathType, backend: str | None) -> Handle:
     # Safe to share: a default handle has no stream of its own (it enqueues on the current one,
     # per thread), is never destroyed (callers never see it), and its algorithm cache is a dict

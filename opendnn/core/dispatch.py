@@ -130,7 +130,7 @@ def _run(handle: Handle, operation: str, implementation: Any, problem: Any, tens
         implementation.run(problem, *tensors)
 
 
-@functools.lru_cache(maxsize=1024)  # supports() is a pure function of the (frozen) problem
+@functools.lru_cache(maxsize=1024)  # per problem: the cuDNN-shaped calls keep no plan and ask on every call
 def _cached_refusal(implementation: Any, problem: Any) -> str | None:
     reason: str | None = implementation.supports(problem)
     return reason

@@ -113,7 +113,7 @@ _ITEMSIZE = {
 }
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # a table of the few dtype spellings, read for every array of every call
 def _data_type_of(dtype: Any) -> DataType:
     return DataType._parse(dtype)
 

@@ -9,10 +9,8 @@ be float32 (float64).
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +23,7 @@ from opendnn.core.arrays import (
     bind,
     device_of,
     dtype_of,
+    keyed_bound,
     packed_like,
     scratch_bytes,
     wrap,
@@ -33,14 +32,13 @@ from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.errors import BadParam, OpenDnnError, require
 from opendnn.core.handle import Handle
-from opendnn.core.plans import signature
+from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.batch_norm.problem import (
     BatchNormMode,
     BatchNormOps,
-    BatchNormProblem,
     BatchNormTensors,
     derive_bn_tensor_descriptor,
 )
@@ -112,32 +110,46 @@ def batch_norm_add_activation(
     ``propagate_nan``: relu and clipped relu keep NaN, as torch's do, instead of cuDNN's default 0). With
     ``return_state`` (training only) returns ``(y, BatchNormState)`` for
     ``batch_norm_add_activation_backward``."""
+    training = bool(training)
+    arrays = (weight, bias, running_mean, running_var)
+    scalars = (training, momentum, eps, activation, coef, propagate_nan)
+    key = signature("batch_norm", (x, z, *arrays), scalars)
+    if key is not None:
+        keyed_handle, plan = lookup(handle, key)
+        if plan is not None:  # a signature whose checks passed: x and z bound as its problem has them
+            problem, device = plan.problem, keyed_handle.device
+            zb = None if problem.z is None else keyed_bound("z", problem.z, z, device)
+            xb = keyed_bound("x", problem.x, x, device)
+            return _forward_run(keyed_handle, plan, key, xb, zb, arrays, training, return_state, x)
     xb = wrap("x", x)
     handle = handle_for(xb, handle)
-    training = bool(training)
     zb = None if z is None or not training else wrap("z", z)
-    arrays = (weight, bias, running_mean, running_var)
     try:
-        plan, (weight, bias, running_mean, running_var) = _FORWARD_PLANS.plan(
-            (
-                xb.desc,
-                xb.view.__class__,
-                xb.device,
-                handle.backend,
-                handle.device,
-                training,
-                z is None if zb is None else zb.desc,
-            ),
-            arrays,
-            (momentum, eps, activation, coef, propagate_nan),
-            lambda: _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef, propagate_nan),
-        )
+        plan = _forward_plan(xb, z, zb, handle, arrays, training, momentum, eps, activation, coef, propagate_nan)
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
-    params, (weight_source, bias_source, mean_source, var_source) = plan.params, plan.sources
-    y = allocate(xb, plan.out, "y")
+    return _forward_run(handle, plan, key, xb, zb, _natives(arrays), training, return_state, x)
+
+
+def _forward_run(
+    handle: Handle,
+    plan: Plan,
+    key: tuple[Any, ...] | None,
+    xb: Bound,
+    zb: Bound | None,
+    arrays: tuple[Any, ...],
+    training: bool,
+    return_state: bool,
+    x: Any,
+) -> Any:
+    """Run a forward call on its ``plan``: y, the parameters (``arrays``: weight, bias, running mean
+    and variance) read as the plan says, the saved statistics and the scratch memory new."""
+    memory: _Memory = plan.extra
+    params, (weight_source, bias_source, mean_source, var_source) = memory.params, memory.sources
+    weight, bias, running_mean, running_var = arrays
+    y = allocate(xb, plan.outputs[0], "y")
     scale, shift = params.bind(xb, weight_source, weight, "weight"), params.bind(xb, bias_source, bias, "bias")
-    workspace = scratch_bytes(xb, plan.workspace)
+    workspace = scratch_bytes(xb, memory.workspace)
     if not training:
         tensors = BatchNormTensors(
             xb,
@@ -148,10 +160,10 @@ def batch_norm_add_activation(
             variance=params.bind(xb, var_source, running_var, "running_var"),
             workspace=workspace,
         )
-        dispatch(handle, "batch_norm", plan.problem, tensors)
+        _run(handle, plan, key, tensors)
         return to_caller_kind(y.view, x)
     saved_mean, saved_inv = params.new(xb, "saved_mean"), params.new(xb, "saved_inv_std")
-    reserve = scratch_bytes(xb, plan.reserve, "reserve_space")
+    reserve = scratch_bytes(xb, memory.reserve, "reserve_space")
     tensors = BatchNormTensors(
         xb,
         y,
@@ -165,7 +177,7 @@ def batch_norm_add_activation(
         workspace=workspace,
         reserve=reserve,
     )
-    dispatch(handle, "batch_norm", plan.problem, tensors)
+    _run(handle, plan, key, tensors)
     out = to_caller_kind(y.view, x)
     if return_state:
         return out, BatchNormState(saved_mean.view, saved_inv.view, None if reserve is None else reserve.view)
@@ -222,24 +234,45 @@ def _backward(
     handle: Handle | None,
     propagate_nan: bool = False,
 ) -> tuple[Any, Any, Any, Any]:
-    xb, dyb = wrap("x", x), wrap("dy", dy)
-    handle = handle_for(xb, handle)
     has_z = bool(has_z)
     if not isinstance(state, BatchNormState):  # (the message is formatted only on failure)
         raise BadParam(f"state={state!r} must be the BatchNormState of batch_norm_add_activation")
     arrays = (weight, state.saved_mean, state.saved_inv_std)
+    scalars = (eps, activation, coef, has_z, propagate_nan)
+    key = signature("batch_norm_backward", (x, dy, *arrays, state.reserve), scalars)
+    if key is not None:
+        keyed_handle, plan = lookup(handle, key)
+        if plan is not None:  # a signature whose checks passed: x and dy bound as its problem has them
+            problem, device = plan.problem, keyed_handle.device
+            xb, dyb = keyed_bound("x", problem.x, x, device), keyed_bound("dy", problem.dy, dy, device)
+            return _backward_run(keyed_handle, plan, key, xb, dyb, arrays, state.reserve, has_z, x)
+    xb, dyb = wrap("x", x), wrap("dy", dy)
+    handle = handle_for(xb, handle)
     try:
-        plan, (weight, saved_mean, saved_inv_std) = _BACKWARD_PLANS.plan(
-            (xb.desc, xb.view.__class__, xb.device, handle.backend, handle.device, dyb.desc, has_z),
-            arrays,
-            (eps, activation, coef, propagate_nan),
-            lambda: _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z, propagate_nan),
-        )
+        plan = _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z, propagate_nan)
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
-    params, (weight_source, mean_source, inv_source) = plan.params, plan.sources
-    dx = allocate(xb, plan.out, "dx")
-    dz = allocate(xb, plan.out, "dz") if has_z else None
+    return _backward_run(handle, plan, key, xb, dyb, _natives(arrays), state.reserve, has_z, x)
+
+
+def _backward_run(
+    handle: Handle,
+    plan: Plan,
+    key: tuple[Any, ...] | None,
+    xb: Bound,
+    dyb: Bound,
+    arrays: tuple[Any, ...],
+    reserve: Any,
+    has_z: bool,
+    x: Any,
+) -> tuple[Any, Any, Any, Any]:
+    """Run a backward call on its ``plan``: dx (dz), dweight and dbias new, the parameters
+    (``arrays``: weight, saved mean and inverse std) read as the plan says."""
+    memory: _Memory = plan.extra
+    params, (weight_source, mean_source, inv_source) = memory.params, memory.sources
+    weight, saved_mean, saved_inv_std = arrays
+    dx = allocate(xb, plan.outputs[0], "dx")
+    dz = allocate(xb, plan.outputs[0], "dz") if has_z else None
     dweight, dbias = params.new(xb, "d_bn_scale_result"), params.new(xb, "d_bn_bias_result")
     tensors = BatchNormTensors(
         xb,
@@ -251,16 +284,31 @@ def _backward(
         dbias=dbias,
         saved_mean=params.bind(xb, mean_source, saved_mean, "saved_mean"),
         saved_inv_std=params.bind(xb, inv_source, saved_inv_std, "saved_inv_std"),
-        workspace=scratch_bytes(xb, plan.workspace),
-        reserve=api.bind_reserve(state.reserve, plan.reserve),
+        workspace=scratch_bytes(xb, memory.workspace),
+        reserve=api.bind_reserve(reserve, memory.reserve),
     )
-    dispatch(handle, "batch_norm", plan.problem, tensors)
+    _run(handle, plan, key, tensors)
     return (
         to_caller_kind(dx.view, x),
         None if dz is None else to_caller_kind(dz.view, x),
         to_caller_kind(params.flat(dweight), x),
         to_caller_kind(params.flat(dbias), x),
     )
+
+
+def _run(handle: Handle, plan: Plan, key: tuple[Any, ...] | None, tensors: BatchNormTensors) -> None:
+    """Run ``tensors`` on ``plan``: a kept plan executes; a new one (no implementation yet) is
+    dispatched, which checks the call's devices and the backend's support, and is kept under ``key``."""
+    if plan.implementation is not None:
+        execute(handle, plan, tensors)
+        return
+    implementation = dispatch(handle, "batch_norm", plan.problem, tensors)
+    keep(handle, key, replace(plan, implementation=implementation))
+
+
+def _natives(arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arrays of a call whose checks passed as native ones (a DLPack one has no key, so no plan)."""
+    return tuple(None if array is None else as_native(array) for array in arrays)
 
 
 # what these functions call the batch norm layer's parameters
@@ -280,11 +328,12 @@ _NAMES = CallerNames(
 
 # ---- the plans: what a call's signature decides, made once through the checks ----------------------
 #
-# Every check of a call but the binds of its memory depends only on its signature: x's (and z's,
-# dy's) descriptor, each parameter's kind, dtype, shape, strides and device, the scalars and the
-# handle's backend and device. A plan holds what those checks decided (the problem, the output's
-# descriptor, how each parameter is read, the workspace and reserve sizes), never a caller's array;
-# a repeated signature then costs one lookup, the allocations, the binds and the dispatch.
+# Every check of a call but the binds of its memory depends only on its signature (core/plans.py):
+# each array's kind, dtype, shape, strides and device (x, z or dy, the parameters, the reserve
+# space) and the scalars; the handle that keeps the plan adds its backend and device. A Plan holds
+# what those checks decided (the problem, the output's descriptor, the backend, and in ``extra`` how
+# each parameter is read and the workspace and reserve sizes), never a caller's array; a repeated
+# signature then costs one lookup, the allocations, the binds and the launches.
 
 
 @dataclass(frozen=True)
@@ -300,12 +349,10 @@ class _Source:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """A call's signature's decisions: the problem, the output's descriptor (y or dx, packed in x's
-    memory order), the parameters' descriptor and sources, and the bytes of workspace and reserve space."""
+class _Memory:
+    """A batch norm plan's ``extra``: the parameters' descriptor and their sources (in the call's
+    order of its parameter arrays), and the bytes of workspace and reserve space."""
 
-    problem: BatchNormProblem
-    out: TensorDescriptor
     params: _Parameters
     sources: tuple[_Source | None, ...]
     workspace: int
@@ -324,7 +371,9 @@ def _forward_plan(
     activation: str | None,
     coef: float | None,
     propagate_nan: bool,
-) -> _Plan:
+) -> Plan:
+    """The plan of a forward call (its implementation None until its first dispatch); its output
+    y is packed in x's memory order."""
     params = _Parameters(xb.desc)
     weight, bias, running_mean, running_var = arrays
     sources = (
@@ -358,7 +407,7 @@ def _forward_plan(
             running=(running_mean is not None, running_var is not None),
             saved=(True, True),
         )
-    return _Plan(problem, y, params, sources, *api.space_sizes(handle, problem))
+    return Plan("batch_norm", problem, (y,), None, _Memory(params, sources, *api.space_sizes(handle, problem)))
 
 
 def _backward_plan(
@@ -371,7 +420,9 @@ def _backward_plan(
     coef: float | None,
     has_z: bool,
     propagate_nan: bool,
-) -> _Plan:
+) -> Plan:
+    """The plan of a backward call (as ``_forward_plan``'s); its output dx (and dz) is packed in x's
+    memory order."""
     params = _Parameters(xb.desc)
     weight, saved_mean, saved_inv_std = arrays
     sources = (
@@ -397,36 +448,9 @@ def _backward_plan(
         _activation_descriptor(ops, activation, coef, propagate_nan),
         saved=(saved_mean is not None, saved_inv_std is not None),
     )
-    return _Plan(problem, dx, params, sources, *api.space_sizes(handle, problem))
+    return Plan("batch_norm", problem, (dx,), None, _Memory(params, sources, *api.space_sizes(handle, problem)))
 
 
-class _Plans(dict[Any, _Plan]):
-    """Plans by signature, at most LIMIT (past it they are all dropped: a network has a few dozen)."""
-
-    LIMIT = 256
-
-    def plan(
-        self, fixed: tuple[Any, ...], arrays: tuple[Any, ...], scalars: tuple[Any, ...], make: Callable[[], _Plan]
-    ) -> tuple[_Plan, tuple[Any, ...]]:
-        """The plan of a call (``make`` runs the checks once per signature: the ``fixed`` part, its
-        descriptors and handle's, and core.plans' signature of its parameter ``arrays`` and
-        ``scalars``) and the arrays as native ones."""
-        key = signature("batch_norm", arrays, scalars)
-        if key is None:  # planned afresh, not kept; once its checks passed, each array has a native form
-            return make(), tuple(None if array is None else as_native(array) for array in arrays)
-        key = (*fixed, *key)
-        plan = self.get(key)
-        if plan is None:
-            if len(self) >= self.LIMIT:
-                self.clear()
-            plan = self[key] = make()
-        return plan, arrays
-
-
-_FORWARD_PLANS, _BACKWARD_PLANS = _Plans(), _Plans()
-
-
-@functools.lru_cache(maxsize=64)  # a frozen descriptor, validated once per its arguments: per call otherwise
 def _activation_descriptor(
     ops: BatchNormOps, activation: str | None, coef: float | None, propagate_nan: bool = False
 ) -> ActivationDescriptor | None:

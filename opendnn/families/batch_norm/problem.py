@@ -75,7 +75,7 @@ class Direction(enum.Enum):
     BACKWARD = "backward"
 
 
-@memoized
+@memoized  # the reserve-space size query (cuDNN-shaped, no plan) derives it on every call
 def derive_bn_tensor_descriptor(x_desc: TensorDescriptor, mode: BatchNormMode) -> TensorDescriptor:
     """The descriptor of scale, bias, means and variances for ``x_desc`` in ``mode``: dims (1, C, 1...)
     for SPATIAL, (1, C, spatial...) for PER_ACTIVATION; FLOAT (DOUBLE for DOUBLE data); packed.
@@ -167,7 +167,7 @@ def reduced_axes(ndim: int, mode: BatchNormMode) -> tuple[int, ...]:
     return (0, *range(2, ndim)) if BatchNormMode(mode).is_spatial else (0,)
 
 
-@memoized
+@memoized  # the cuDNN-shaped calls keep no plan: they ask again on every call
 def batch_norm_problem(
     direction: Direction,
     mode: BatchNormMode,

@@ -194,7 +194,7 @@ class BatchNormPlan:
         return -(-(2 * self.splits + 6) * self.feature_total * self.compute_bytes // 16) * 16
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by the size queries and the launches
 def bn_plan(problem: BatchNormProblem, clusters: bool) -> BatchNormPlan:
     """Merge and sort the dims, pick the orientation and the tile, decide the split; ``clusters``: the
     device has thread-block clusters (else the one-read kernels run one CTA per feature)."""
@@ -311,7 +311,7 @@ def workspace_size(problem: BatchNormProblem) -> int:
     return max(bn_plan(problem, clusters).workspace_bytes for clusters in (False, True))
 
 
-@functools.lru_cache(maxsize=256)  # asked on every call of the Ex forms
+@functools.lru_cache(maxsize=256)  # per problem, asked by every call of the Ex forms and their queries
 def reserve_size(problem: BatchNormProblem) -> int:
     """Bytes of reserve space: the activation's mask, a bit per element (bytes of 8 reduced indices
     of one feature), then as much for the NaN plane with propagate_nan; 0 for BN."""
@@ -337,7 +337,7 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
         launch(tensors)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def bn_launches(
     problem: BatchNormProblem, given: tuple[bool, ...], clusters: bool
 ) -> tuple[tuple[Launch, ...], tuple[tuple[int, str], ...], int]:

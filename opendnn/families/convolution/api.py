@@ -141,7 +141,7 @@ def workspace_size(handle: Handle, problem: ConvolutionProblem) -> int:
         return size
 
 
-@functools.lru_cache(maxsize=1024)  # a backend's workspace_size is a pure function of the (frozen) problem
+@functools.lru_cache(maxsize=1024)  # the cuDNN-shaped calls and queries keep no plan: asked on every call
 def _workspace_bytes(backend: Any, problem: ConvolutionProblem) -> int:
     size: int = backend.workspace_size(problem)
     return size

@@ -598,7 +598,7 @@ def _forward_plan(
     )
 
 
-@memoized
+@memoized  # conv_transpose keeps no plan: asked on every call
 def _backward_data_plan(
     dy: TensorDescriptor,
     w: TensorDescriptor,
@@ -678,7 +678,6 @@ def _descriptor(
     )
 
 
-@memoized  # a transposed layer's geometry repeats on every call
 def _backward_data_descriptor(
     pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...], compute_type: DataType, groups: int
 ) -> ConvolutionDescriptor:
@@ -699,7 +698,7 @@ def _per_channel(bias: Bound, ndim: int, channels: int) -> Bound:
     return Bound("bias", desc, strided_view(as_native(bias.view), desc), bias.device)
 
 
-@memoized
+@memoized  # conv_transpose keeps no plan: asked on every call
 def _per_channel_desc(bias: TensorDescriptor, ndim: int, channels: int) -> TensorDescriptor:
     if bias.dims != (channels,):
         raise BadParam(

@@ -55,7 +55,7 @@ from opendnn.core.descriptors import (
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import MathType
-from opendnn.core.memo import cached_hash, memoized
+from opendnn.core.memo import cached_hash
 from opendnn.families.pointwise.problem import PointwiseMode, resolved_coef
 from opendnn.families.pointwise.problem import reference as pointwise_reference
 
@@ -371,7 +371,6 @@ def output_dims(conv_desc: ConvolutionDescriptor, x_dims: Sequence[int], w_dims:
     return (x_dims[0], w_dims[0], *out)
 
 
-@memoized  # a pure function of frozen values, asked again on every call
 def get_convolution_forward_output_dim(
     conv_desc: ConvolutionDescriptor, x_desc: TensorDescriptor, w_desc: FilterDescriptor | TensorDescriptor
 ) -> tuple[int, ...]:
@@ -429,7 +428,7 @@ def _check_output_positive(dims: tuple[int, ...]) -> None:
 # ---- the problem ---------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1024)  # a pure function of frozen values, asked again on every call
+@functools.lru_cache(maxsize=1024)  # the cuDNN-shaped calls keep no plan: they ask again on every call
 def convolution_problem(
     direction: ConvolutionDirection,
     conv_desc: ConvolutionDescriptor,

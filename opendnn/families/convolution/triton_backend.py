@@ -97,7 +97,7 @@ from opendnn.kernels.launch import Launch, Slot
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, not per call: asked by the algorithm and workspace queries
 def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     """Bytes of each of REGIONS: offset table, column matrix, backward-filter partial sums, and the
     TMA route's channels-last copies of x and y and its repacked filter."""
@@ -161,7 +161,7 @@ class Strategy(enum.Enum):
     EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=512)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def choose(problem: ConvolutionProblem, tma_aligned: bool) -> Strategy:
     """The strategy for ``problem``; ``tma_aligned``: the tensors TMA would read are aligned for it on
     a GPU that has it (a property of the call's pointers, not of the problem)."""
@@ -254,7 +254,7 @@ def run(
         launch(tensors)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strategy) -> Plan:
     """The launches computing ``problem`` by ``strategy`` (``choose``; ``interpreted``: Triton's CPU
     interpreter runs them)."""

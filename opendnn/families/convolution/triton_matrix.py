@@ -15,7 +15,7 @@ from opendnn.families.convolution.triton_tiles import BACKWARD_DATA, BACKWARD_FI
 from opendnn.families.matmul.problem import MatmulProblem, matmul_problem
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     """The matrix product a 1x1 problem is, or None. Forward: y[P, K] = x[P, C] @ w[K, C]^T (+ bias);
     backward data: dx[P, C] = dy[P, K] @ w[K, C]; P = N x pixels. Taken when no padding, stride or
@@ -64,7 +64,7 @@ def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     )
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def filter_matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     """Backward filter of a 1x1 problem whose images store their pixels contiguously (NCHW) as one
     batched product: partial[n] = dy[n] (K x P) @ x[n]^T (P x C), both operands read with the pixels,

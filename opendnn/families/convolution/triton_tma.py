@@ -65,7 +65,7 @@ def _activation(problem: ConvolutionProblem, name: str) -> TensorDescriptor:
     return problem.x if name == "x" else problem.y
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
     """The activations ("x", "y") the TMA route copies channels-last into the workspace first: a
     TF32 backward problem's operands that TMA cannot read where they are (NCHW, say)."""
@@ -86,7 +86,7 @@ def _tma_block_k(problem: ConvolutionProblem) -> int:
     return TMA_BLOCK_BYTES // problem.x.dtype.itemsize
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
     apply: 2-D (or 1-D) stride-1 ungrouped 16-bit or TF32 problems, implicit GEMM, channels-last

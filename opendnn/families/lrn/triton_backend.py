@@ -103,7 +103,7 @@ def run(
     lrn_launches(problem, given, (device.index or 0) if device.type == "cuda" else None)(tensors)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (LRN keeps no plan)
 def lrn_launches(problem: LRNProblem, given: tuple[tuple[str, TensorDescriptor], ...], device: int | None) -> Launches:
     """The launches computing ``problem`` on the tensors ``given`` as (name, descriptor) on CUDA device
     ``device`` (None: the interpreter), planned once."""

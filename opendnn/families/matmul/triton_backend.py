@@ -445,7 +445,7 @@ def run(
         launch(_moved(views, offsets) if any(offsets) else views)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def launch_plan(
     problem: MatmulProblem,
     a: TensorDescriptor,
@@ -696,14 +696,14 @@ def _transposed(operand: Bound, name: str) -> Bound:
     return Bound(name, _swapped(operand.desc), torch_view(operand).mT, operand.device)
 
 
-@functools.lru_cache(maxsize=256)  # asked on every call of a transposed product
+@functools.lru_cache(maxsize=256)  # per operand descriptor, asked by every run of a transposed product
 def _swapped(desc: TensorDescriptor) -> TensorDescriptor:
     dims, strides = list(desc.dims), list(desc.strides)
     dims[-2:], strides[-2:] = dims[:-3:-1], strides[:-3:-1]
     return TensorDescriptor(desc.dtype, tuple(dims), tuple(strides))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run of a transposed product
 def transposed_problem(problem: MatmulProblem) -> MatmulProblem:
     """The problem of C^T = B^T A^T: operands swapped and transposed, M and N swapped, the bias
     along the other axis."""

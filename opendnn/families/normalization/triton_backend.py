@@ -93,7 +93,7 @@ class NormPlan:
         return self.block >= math.prod(size for size, _ in self.cols)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, not per call: the form and tiles the launches are planned from
 def norm_plan(problem: NormProblem, stats: TensorDescriptor | None) -> NormPlan:
     """The canonical form and tile sizes of a problem (cached: a training loop repeats its shapes)."""
     x, out = problem.x, problem.y
@@ -183,7 +183,7 @@ def run(
     )
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (the norms keep no plan)
 def norm_launches(
     problem: NormProblem,
     stats: TensorDescriptor | None,

@@ -241,7 +241,7 @@ def pointwise_problem(
     )
 
 
-@memoized
+@memoized  # the cuDNN-shaped calls, broadcasts and transforms keep no plan: asked on every call
 def _pointwise_problem(
     mode: PointwiseMode,
     inputs: tuple[tuple[str, TensorDescriptor], ...],

@@ -14,7 +14,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
 from opendnn.core.handle import Handle, create
 from opendnn.core.samples import FLOAT_TYPES, LAYOUTS, ErrorSample, Sample, Tensors, blend, checked, descriptor, values
-from opendnn.families.pointwise import functional as F
+from opendnn.families.pointwise import activation_functional, functional
 from opendnn.families.pointwise.activation_api import (
     ActivationDescriptor,
     ActivationMode,
@@ -271,21 +271,21 @@ def error_samples() -> list[ErrorSample]:
     return [
         ErrorSample(
             "softplus beta inf",
-            F.softplus,
+            activation_functional.softplus,
             lambda: {"x": values(4), "beta": float("inf")},
             BadParam,
             "beta=inf must be finite",
         ),
         ErrorSample(
             "swish beta 0",
-            F.swish,
+            activation_functional.swish,
             lambda: {"x": values(4), "beta": 0.0},
             BadParam,
             "beta=0.0 must be above 0: it is the beta of SWISH",
         ),
         ErrorSample(
             "clipped relu without its ceiling",
-            lambda mode, x: F.pointwise(mode, x),
+            lambda mode, x: functional.pointwise(mode, x),
             lambda: {"mode": PointwiseMode.CLIPPED_RELU_FWD, "x": values(4)},
             BadParam,
             "coef=None: CLIPPED_RELU needs its ceiling",

@@ -244,7 +244,7 @@ def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> No
     pointwise_launch(problem, fast and problem.compute_dtype is DataType.FLOAT)(tensors)
 
 
-@functools.lru_cache(maxsize=1024)  # derived from the frozen problem alone, and asked on every call
+@functools.lru_cache(maxsize=1024)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
     """The launch computing ``problem``: grid, the arguments after the pointers, constexprs and
     options; ``fast``: the approximate activations (a 16-bit output, float32 arithmetic, a GPU)."""

@@ -165,7 +165,6 @@ def get_pooling_forward_output_dim(pool_desc: PoolingDescriptor, x_desc: TensorD
     return pooled_dims(pool_desc, x_desc, ceil_mode=False)
 
 
-@memoized  # a pure function of frozen values, asked again on every call
 def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mode: bool = False) -> tuple[int, ...]:
     """The dims of y, rounded down as cuDNN's (``get_pooling_forward_output_dim``) or up (ceil_mode)."""
     require(isinstance(pool_desc, PoolingDescriptor), f"pool_desc={pool_desc!r} must be a PoolingDescriptor")
@@ -220,7 +219,7 @@ class PoolingProblem:
         return DataType.DOUBLE if self.x.dtype is DataType.DOUBLE else DataType.FLOAT
 
 
-@memoized  # a pure function of frozen values, asked again on every call
+@memoized  # the cuDNN-shaped calls and the adaptive pools keep no plan: asked on every call
 def pooling_problem(
     pool_desc: PoolingDescriptor,
     x_desc: TensorDescriptor,

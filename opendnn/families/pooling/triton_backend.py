@@ -236,7 +236,7 @@ def run(
         _backward_config(problem, BACKWARD_TILE)(tensors)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def _forward_launches(problem: PoolingProblem, with_indices: bool) -> Launch | Launches:
     """The forward: "indices" for return_indices, and for a max with NaN propagation whose dilated windows
     can lie wholly in the padding (their y is NaN: the "indices" kind knows a window found no input; its
@@ -261,7 +261,7 @@ def _lead(problem: PoolingProblem) -> int:
     return 3 - len(problem.window)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, not per call: the forward's launch and the backward's argmax
 def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...], tile: int) -> Launch:
     """The forward launch (planned once per problem): y for "max"/"avg"; y and the "indices" slot for
     "indices"; for "argmax", the window positions into the "argmax" slot (its strides over the five
@@ -353,7 +353,7 @@ def _aligned_run(plan: CanonicalPooling, strides: tuple[int, ...], row: int, lim
     return min(common & -common, limit)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     """The backward's launches (planned once per problem): for max, the argmax pass into a per-call
     scratch (packed, in the gather's canonical order), then the gather."""

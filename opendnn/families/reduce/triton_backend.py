@@ -504,7 +504,7 @@ class ReducePlan:
         return self.value_bytes + self.index_bytes
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by the workspace size query and every run
 def reduce_plan(problem: ReduceProblem) -> ReducePlan:
     """Canonicalise the layout, pick the kernel and its tile, and decide the split."""
     a, c = problem.a, problem.c
@@ -581,7 +581,7 @@ def run(problem: ReduceProblem, a: Bound, c: Bound, indices: Bound | None, works
     reduce_launches(problem, indexed, FAST_PICKS and tensors["a"].is_cuda)(tensors)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (reductions keep no plan)
 def reduce_launches(problem: ReduceProblem, indexed: bool, fast: bool = False) -> Launches:
     """The launches computing ``problem`` (with the indices when ``indexed``; ``fast``: on a GPU,
     see ``accumulate``), planned once: the reduction, then the combination of the partial results

@@ -527,7 +527,7 @@ class SoftmaxPlan:
         return math.prod(size for size, _ in self.reduced)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, not per call: the tile and split the launches are planned from
 def softmax_plan(problem: SoftmaxProblem) -> SoftmaxPlan:
     """Canonicalise the layout, then pick the tile, one or two passes, and the slices per row."""
     a, b, out = (problem.tensors[0], problem.tensors[1 if problem.backward else 0], problem.tensors[-1])
@@ -561,7 +561,7 @@ def supports(problem: SoftmaxProblem) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def softmax_launches(problem: SoftmaxProblem) -> Launches:
     """The launches computing ``problem``, planned once per problem (the host time of a call is part
     of its time): one pass, or the stats pass into a per-call scratch then the apply pass."""
