@@ -19,6 +19,7 @@ from opendnn.core.arrays import CPU, Bound, check_overlaps
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import BACKENDS, Handle, require_backend_available
 from opendnn.core.plans import Plan
+from opendnn.core.recording import SCOPE
 
 # Not every Triton kernel computes its element offsets in 64 bits: a tensor reaching further than 32-bit
 # offsets address is refused before any launch rather than read or written at wrapped offsets.
@@ -124,6 +125,9 @@ def execute(handle: Handle, plan: Plan, *tensors: Any) -> None:
 
 def _run(handle: Handle, operation: str, implementation: Any, problem: Any, tensors: tuple[Any, ...]) -> None:
     launching = handle.launching()  # refuses a destroyed handle
+    recorder = SCOPE.recorder
+    if recorder is not None:  # a call being recorded (core/recording.py)
+        recorder.dispatched(handle)
     if log.enabled(log.INFO):
         log.logger().info("%s backend=%s device=%s problem=%s", operation, handle.backend, handle.device, problem)
     with launching:

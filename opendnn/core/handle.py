@@ -13,6 +13,7 @@ from opendnn.core.descriptors import check_member
 from opendnn.core.errors import BadParam, NotSupported, Status, require
 
 BACKENDS = ("numpy", "triton")
+OPTIONS = frozenset({"backend", "math_type", "deterministic", "fast_math", "workspace_limit"})  # Handle's policies
 
 
 class MathType(enum.Enum):
@@ -76,8 +77,22 @@ class Handle:
         self.workspace_limit = workspace_limit
         self.algorithm_cache: dict[Any, Any] = {}
         self.plans: dict[Any, Any] = {}  # call signature -> Plan (opendnn.core.plans)
+        self.executables: dict[Any, Any] = {}  # torch call signature -> its executable (opendnn.torch)
         self._stream: Any = None
         self._destroyed = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # what the handle keeps (algorithm choices, plans, executables) was made under its options:
+        # a changed option drops it
+        if name in OPTIONS and name in self.__dict__ and self.__dict__[name] != value:
+            self.drop_kept()
+        object.__setattr__(self, name, value)
+
+    def drop_kept(self) -> None:
+        """Forget the algorithm choices, plans and executables made under the handle's options."""
+        self.algorithm_cache.clear()
+        self.plans.clear()
+        self.executables.clear()
 
     def set_stream(self, stream: Any) -> None:
         """Enqueue future work on ``stream``: a torch.cuda.Stream, a raw cudaStream_t (int), or None
@@ -108,8 +123,7 @@ class Handle:
 
     def destroy(self) -> None:
         """Release the handle; using it afterwards raises BadParam."""
-        self.algorithm_cache.clear()
-        self.plans.clear()
+        self.drop_kept()
         self._stream = None
         self._destroyed = True
 

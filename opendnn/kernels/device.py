@@ -8,6 +8,8 @@ import functools
 import os
 from typing import Any
 
+from opendnn.core.recording import SCOPE
+
 TMA_ALIGNMENT = 16  # bytes: what TMA asks of a base address and of every stride but the last
 # Triton's interpreter plans as for an H200's 132 multiprocessors, so the CPU tests run the splits a GPU gets
 INTERPRETED_MULTIPROCESSORS = 132
@@ -65,6 +67,9 @@ def use_descriptor_scratch() -> None:
     import triton
 
     triton.set_allocator(_descriptor_scratch)
+    recorder = SCOPE.recorder
+    if recorder is not None:  # a recorded call's replays set it too (core/recording.py)
+        recorder.repeated(use_descriptor_scratch)
 
 
 _SCRATCH: dict[tuple[int, int], Any] = {}  # (device, stream) -> the largest scratch buffer given there

@@ -61,6 +61,7 @@ from triton.runtime.interpreter import InterpretedFunction, interpreter_builder
 
 from opendnn.core.errors import InternalError
 from opendnn.core.memo import memoized
+from opendnn.core.recording import SCOPE
 
 # the launcher's argument layout below is triton 3.6's (CompiledKernel.__getitem__'s runner)
 DIRECT_LAUNCH = triton.__version__.split(".")[:2] == ["3", "6"]
@@ -98,6 +99,14 @@ class Launch:
         self.passed = _exact_floats(self.kernel, self.args, self.interpreted)  # the args as the kernel takes them
 
     def __call__(self, tensors: dict[str, Any]) -> None:
+        recorder = SCOPE.recorder
+        if recorder is not None:  # a call being recorded (core/recording.py): the recorder launches
+            recorder.launched(self, tensors)
+            return
+        self.launch(tensors)
+
+    def launch(self, tensors: dict[str, Any]) -> None:
+        """Run the kernel with the slots filled from ``tensors``."""
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
             self.kernel[self.grid](*self._filled(tensors), **self.options)
             return
@@ -110,7 +119,7 @@ class Launch:
             if not DIRECT_LAUNCH:
                 raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
             kernel = self.compiled[key] = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
-        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and (self.cluster > 1 or not _hooked()):
+        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and (self.cluster > 1 or not hooked()):
             # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module
             # docstring), and the pointers as the integers the launcher would ask each tensor for
             args = list(self.args)
@@ -145,6 +154,41 @@ class Launch:
             args[index] = tensors[name]
         return args
 
+    def direct(self, tensors: dict[str, Any], located: dict[str, tuple[int, int]]) -> DirectLaunch | None:
+        """This launch replayed from addresses: the compiled kernel it keeps for ``tensors`` (their
+        device, pointer alignments and dtypes) called with the slot ``name`` at ``bases[source] +
+        offset``, where ``located[name]`` is (source, offset). None where the replay must call the
+        launch with tensors: under the interpreter, or a kernel that is not Triton 3.6's own
+        CompiledKernel (module docstring)."""
+        if self.interpreted or not DIRECT_LAUNCH:
+            return None
+        keyed = [tensors[name] for name in self.keyed]
+        key = (keyed[0].device.index, *[(t.data_ptr() % 16 == 0, t.dtype) for t in keyed])
+        kernel = self.compiled.get(key)
+        if type(kernel) is not CompiledKernel:
+            return None
+        metadata = kernel.packed_metadata
+        if self.cluster > 1:
+            metadata = (metadata[0], self.cluster, *metadata[2:])
+        grid = (self.grid[0] // self.cluster, self.grid[1], self.grid[2])
+        slots = tuple((index, *located[name]) for index, name in self.slots)
+        return DirectLaunch(kernel.run, grid, kernel.function, metadata, (*self.args, *self.constexprs), slots)
+
+
+@dataclass(frozen=True)
+class DirectLaunch:
+    """A compiled kernel's C launcher with its grid, metadata and arguments bound, for a replay that
+    passes the tensors' addresses: the call is ``run(*grid, stream, function, metadata, None, None,
+    None, *args)`` with each slot's argument (``args[index]``) the address ``bases[source] + offset``
+    (what ``Launch.launch`` passes on its direct path, less the key and the lookup)."""
+
+    run: Any  # the kernel's C launcher (CompiledKernel.run)
+    grid: tuple[int, int, int]
+    function: Any
+    metadata: Any
+    args: tuple[Any, ...]  # the arguments and constexprs, a slot's place holding its Slot
+    slots: tuple[tuple[int, int, int], ...]  # (argument index, source, byte offset)
+
 
 def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tuple[Any, ...]:
     """``args`` with each float as the kernel takes it exactly (module docstring): refused unless its
@@ -174,7 +218,7 @@ def _float64_parameters(function: Any) -> frozenset[int]:
     return frozenset(k for k, p in enumerate(parameters) if p.annotation in ("tl.float64", tl.float64))
 
 
-def _hooked() -> bool:
+def hooked() -> bool:
     """Whether a launch hook is registered (a HookChain with calls, or any other hook set)."""
     runtime = knobs.runtime
     return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)

@@ -301,12 +301,13 @@ def batch_norm_add_activation(
 ) -> torch.Tensor:
     """Training: ``act(batch_norm(x) + z)`` (z None: no add; activation "relu", "clipped_relu" or
     None), one opendnn call forward and one backward. The running statistics are updated in place,
-    as torch's are (copied back from the operator's functional results)."""
+    as torch's are: by the kernels in a plain eager call, else copied back from the registered
+    operator's functional results."""
     y, _, _, _, mean, var = normalization.batch_norm_training(
         x, z, weight, bias, running_mean, running_var, momentum, eps, activation, coef
     )
-    if running_mean is not None:
+    if running_mean is not None and mean is not None:
         running_mean.copy_(mean)
-    if running_var is not None:
+    if running_var is not None and var is not None:
         running_var.copy_(var)
     return y

@@ -26,7 +26,11 @@ from typing import Any
 
 import torch
 
+from opendnn.core.arrays import CPU
+from opendnn.core.default_handle import shared_handle
 from opendnn.core.errors import NotSupported, OpenDnnError
+from opendnn.core.handle import Handle
+from opendnn.torch.executables import record
 
 NAMESPACE = "opendnn"
 LIBRARY = torch.library.Library(NAMESPACE, "DEF")
@@ -35,6 +39,9 @@ DEVICE_KEYS = ("CPU", "CUDA")
 # torch's autocast policies an operator may follow: the dtype its floating inputs take, given the
 # device type and the call's arguments (None: no cast). Float64 inputs are never cast, as torch's.
 AutocastRule = Callable[[str, tuple[Any, ...]], "torch.dtype | None"]
+# the handle an operator's kernel runs a call on, given the call's arguments (None: the shared handle
+# of the first argument's device)
+HandleRule = Callable[..., "Handle | None"]
 
 
 def lower_precision(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
@@ -68,6 +75,8 @@ def define(
     autocast: AutocastRule | None = None,
     empty: Callable[..., Any] | None = None,
     differentiable: bool = True,
+    handle: HandleRule | None = None,
+    eager: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
 ) -> Operator:
     """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
     fake ones (the same arguments; outputs of the right metadata, nothing computed).
@@ -80,6 +89,11 @@ def define(
         differentiable: False for the backward operators and the inference-only ones: a gradient
             through them raises (torch's fallback would warn and give a wrong zero); True: a
             ``register_autograd`` call gives the operator its gradient.
+        handle: the handle ``kernel`` runs a call on, when it passes one (default: the shared
+            handle of the first argument's device): where the call's executable is kept.
+        eager: (kernel, empty) of the plain eager calls (``Operator``), where they differ from
+            the registered operator's: batch norm's training forward updates the running
+            statistics in place and returns None for the operator's new ones.
 
     Returns:
         The ``Operator``: what opendnn.torch calls (its ``overload`` is the registered operator).
@@ -97,7 +111,8 @@ def define(
         for device_type in ("cpu", "cuda"):
             key = f"Autocast{device_type.upper()}"
             LIBRARY.impl(name, _autocast_kernel(op, device_type, key, autocast), key, with_keyset=True)
-    operator = Operator(op, device_kernel, autocast)
+    eager_kernel = device_kernel if eager is None else _kernel(*eager)
+    operator = Operator(op, device_kernel, autocast, handle, eager_kernel)
     if not differentiable:
         register_autograd(operator, _no_derivative(name), lambda ctx, inputs, output: None)
     return operator
@@ -209,6 +224,9 @@ _PLAIN_INCLUDED = ~(
 ).raw_repr()
 _TRANSFORMED = torch._C.DispatchKey.FuncTorchDynamicLayerFrontMode  # included while a torch.func transform runs
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_is_compiling = torch.compiler.is_compiling
+_profiler_enabled = torch.autograd._profiler_enabled
+_any_requires_grad = torch._C._any_requires_grad
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _DEVICE_KEYS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
 
@@ -246,32 +264,104 @@ class Operator:
     """
 
     def __init__(
-        self, overload: torch._ops.OpOverload, device_kernel: Callable[..., Any], autocast: AutocastRule | None
+        self,
+        overload: torch._ops.OpOverload,
+        device_kernel: Callable[..., Any],
+        autocast: AutocastRule | None,
+        handle: HandleRule | None = None,
+        eager_kernel: Callable[..., Any] | None = None,
     ):
         self.overload = overload
         self.name: str = overload._opname
         self.device_kernel = device_kernel
+        self.eager_kernel = eager_kernel or device_kernel
         self.autocast = autocast
+        self.handle_rule = handle
         self.function: Any = None  # the autograd.Functions (register_autograd)
+        self.eager: Any = None
         self.transformable: Any = None
 
     def __call__(self, *args: Any) -> Any:
-        if torch.compiler.is_compiling() or torch.autograd._profiler_enabled():  # (a profile records the operator)
+        if _is_compiling() or _profiler_enabled():  # (a profile records the operator)
             return self.overload(*args)
         included = _INCLUDED_KEYS()
-        transformed = included.has(_TRANSFORMED)
-        if not transformed and not (_plain_state(included) and _plain_tensors(args)):
+        if included.raw_repr() & _PLAIN_INCLUDED:  # a mode, a transform, tracing
+            return self._transformed(args) if included.has(_TRANSFORMED) else self.overload(*args)
+        if not _plain_tensors(args):
             return self.overload(*args)
         if self.autocast is not None:
-            device_type = "cuda" if args[0].is_cuda else "cpu"
-            if torch.is_autocast_enabled(device_type):
-                args = autocast_arguments(self.autocast, device_type, args)
-        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
-            return (self.transformable if transformed else self.function).apply(*args)
-        return self.overload(*args) if transformed else self.device_kernel(*args)
+            args = self._autocast(args)
+        if torch.is_grad_enabled() and _any_requires_grad(*args):
+            return self.eager.apply(*args)
+        return self.run(args)
+
+    def _transformed(self, args: tuple[Any, ...]) -> Any:
+        """A call under a torch.func transform: the Function functorch's layers take, where an
+        input needs a gradient."""
+        if self.autocast is not None:
+            args = self._autocast(args)
+        if torch.is_grad_enabled() and _any_requires_grad(*args):
+            return self.transformable.apply(*args)
+        return self.overload(*args)
+
+    def _autocast(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        assert self.autocast is not None  # (the callers ask)
+        device_type = "cuda" if args[0].is_cuda else "cpu"
+        if torch.is_autocast_enabled(device_type):
+            return autocast_arguments(self.autocast, device_type, args)
+        return args
+
+    def run(self, args: tuple[Any, ...]) -> Any:
+        """``eager_kernel(*args)`` for a plain eager call (``execute``)."""
+        return self.execute(self.eager_kernel, args)
+
+    def execute(self, kernel: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``kernel(*args)`` (the device kernel or the eager one) for a plain call: on a Triton
+        handle, the executable the handle keeps for the call's signature (executables.py),
+        recorded on the signature's first call."""
+        handle = self.handle_rule(*args) if self.handle_rule is not None else None
+        if handle is None:
+            first = args[0]
+            handle = shared_handle(f"cuda:{first.get_device()}" if first.is_cuda else CPU)
+        if handle.backend != "triton":
+            return kernel(*args)
+        key = signature(kernel, args)
+        if key is None:
+            return kernel(*args)
+        executable = handle.executables.get(key)
+        if executable is None:
+            return record(handle, key, kernel, args)
+        return executable.replay(args)
 
     def __repr__(self) -> str:
         return f"<opendnn operator {NAMESPACE}::{self.name}>"
+
+
+_SCALARS = frozenset({int, float, bool, str, type(None)})
+_NUMBERS = frozenset({int, float, bool})
+
+
+def signature(kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The key of a plain call of an operator's ``kernel`` on ``args``: per tensor its shape,
+    strides, dtype and device, and every other argument (a list as the tuple of its items); None
+    where an argument is neither (nor a float that equals itself), and the call takes the full path."""
+    key: list[Any] = [kernel]
+    for arg in args:  # (a loop, no helper: this runs for every call)
+        kind = arg.__class__
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            key += (arg.shape, arg.stride(), arg.dtype, arg.device)
+        elif kind in _SCALARS:
+            if kind is float and arg != arg:  # NaN: no key would ever find it again
+                return None
+            key.append(arg)
+        elif kind is list or kind is tuple or kind is torch.Size:
+            for item in arg:
+                if item.__class__ not in _NUMBERS or item != item:
+                    return None
+            key.append(tuple(arg))
+        else:
+            return None
+    return tuple(key)
 
 
 SetupContext = Callable[[Any, tuple[Any, ...], Any], None]
@@ -288,8 +378,10 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     autograd.Functions named after the operator (``opendnn::convolution`` -> ``ConvolutionBackward``
     in a graph), of one forward and one backward:
 
-    - ``operator.function``, whose ``forward(ctx, *args)`` keeps the context itself: eager calls
-      and the operator's kernel at the Autograd key (tracing, fake tensors, modes) apply it;
+    - ``operator.function``, whose ``forward(ctx, *args)`` keeps the context itself: the
+      operator's kernel at the Autograd key (tracing, fake tensors, modes) applies it; and
+      ``operator.eager``, the same for the plain eager calls of ``Operator.__call__``, whose forward
+      runs the call's executable without asking again whether the call is plain;
     - ``operator.transformable``, with a ``setup_context`` staticmethod and a generated vmap rule,
       which torch.func's transforms take: ``Operator.__call__`` applies it under a transform.
       Function.apply binds such a Function's arguments to its forward's signature on every call
@@ -298,10 +390,11 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     The forward calls the device kernel where the call is plain, else the operator again (below
     autograd: gradients are off inside a forward).
     """
-    device_kernel, overload = operator.device_kernel, operator.overload
+    run, execute, overload = operator.run, operator.execute, operator.overload
+    device_kernel = operator.device_kernel
 
     def compute(*args: Any) -> Any:
-        return device_kernel(*args) if plain(args) else overload(*args)
+        return execute(device_kernel, args) if plain(args) else overload(*args)
 
     # a stated signature spares Function.apply's inspect.signature parse of the forward each call
     compute.__signature__ = _ANY_ARGUMENTS  # type: ignore[attr-defined]
@@ -315,6 +408,11 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
         keep(ctx, args, output)
         return output
 
+    def eager_forward(ctx: Any, *args: Any) -> Any:
+        output = run(args)
+        keep(ctx, args, output)
+        return output
+
     name = "".join(part.capitalize() for part in operator.name.split("_"))
     members = {"backward": staticmethod(backward), "__module__": __name__}
     function: Any = type(
@@ -323,6 +421,11 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
         {**members, "forward": staticmethod(forward), "__doc__": f"The autograd node of opendnn::{operator.name}."},
     )
     operator.function = function
+    operator.eager = type(
+        name,
+        (torch.autograd.Function,),
+        {**members, "forward": staticmethod(eager_forward), "__doc__": function.__doc__},
+    )
     operator.transformable = type(
         name,
         (torch.autograd.Function,),

@@ -243,11 +243,30 @@ def _batch_norm_training(
     """(y, saved mean, saved inverse std, reserve, new running mean, new running var): the running
     statistics are updated in copies (the operator is functional; the caller copies them back)."""
     mean, var = (None if t is None else t.clone() for t in (running_mean, running_var))
+    outputs = _batch_norm_training_in_place(x, z, weight, bias, mean, var, momentum, eps, activation, coef)
+    none = x.new_empty(0, dtype=compute_dtype(x.dtype))
+    return (*outputs[:4], none if mean is None else mean, none if var is None else var)
+
+
+def _batch_norm_training_in_place(
+    x: Tensor,
+    z: Tensor | None,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    momentum: float,
+    eps: float,
+    activation: str | None,
+    coef: float,
+) -> tuple[Any, ...]:
+    """The eager kernel: (y, saved mean, saved inverse std, reserve, None, None), the running
+    statistics updated in place by the kernels (torch's batch norm updates its own in place)."""
     y, state = F.batch_norm_add_activation(
         x,
         z,
-        mean,
-        var,
+        running_mean,
+        running_var,
         weight,
         bias,
         True,
@@ -259,15 +278,7 @@ def _batch_norm_training(
         return_state=True,
     )
     reserve = state.reserve if state.reserve is not None else x.new_empty(0, dtype=torch.uint8)
-    none = x.new_empty(0, dtype=compute_dtype(x.dtype))
-    return (
-        y,
-        state.saved_mean,
-        state.saved_inv_std,
-        reserve,
-        none if mean is None else mean,
-        none if var is None else var,
-    )
+    return y, state.saved_mean, state.saved_inv_std, reserve, None, None
 
 
 def _batch_norm_training_fake(
@@ -302,6 +313,13 @@ def _batch_norm_training_empty(x: Tensor, *args: Any) -> tuple[Tensor, ...]:
     return y, mean.zero_(), inv_std.zero_(), reserve, *running
 
 
+def _batch_norm_training_in_place_empty(x: Tensor, *args: Any) -> tuple[Any, ...]:
+    """An empty batch of the eager kernel: the running statistics stay as they are."""
+    return (*_batch_norm_training_empty(x, *args)[:4], None, None)
+
+
+# the registered operator is functional (torch.compile and torch.export take it so); a plain eager
+# call updates the running statistics in place instead of copying them twice
 batch_norm_training = define(
     "batch_norm_training(Tensor x, Tensor? z, Tensor? weight, Tensor? bias, Tensor? running_mean,"
     " Tensor? running_var, float momentum, float eps, str? activation, float coef)"
@@ -309,6 +327,7 @@ batch_norm_training = define(
     _batch_norm_training,
     _batch_norm_training_fake,
     empty=_batch_norm_training_empty,
+    eager=(_batch_norm_training_in_place, _batch_norm_training_in_place_empty),
 )
 
 
@@ -348,7 +367,7 @@ batch_norm_training_backward = define(
 def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     x, z, weight, _, _, _, _, eps, activation, coef = inputs
     y, saved_mean, saved_inv_std, reserve, *running = output
-    ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve, *running)
+    ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve, *(t for t in running if t is not None))
     ctx.save_for_backward(x, weight, saved_mean, saved_inv_std, reserve)
     ctx.options = (eps, activation, coef, z is not None)
 

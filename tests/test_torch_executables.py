@@ -1,0 +1,326 @@
+"""Executables (opendnn/torch/executables.py): a plain eager opendnn.torch call on a Triton handle
+(here Triton's interpreter) is recorded once per signature and then replayed as its allocations and
+launches. A replay must give what the full path gives, on new data, with outputs that start as NaN;
+a changed signature, a handle's changed option, host work the replay cannot repeat and an input at
+another alignment must each leave the call to the full path."""
+
+from __future__ import annotations
+
+import gc
+import types
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as TF
+import triton.language as tl
+from triton.compiler import CompiledKernel
+from triton.runtime import driver
+
+import opendnn as od
+import opendnn.torch as ot
+from opendnn.core import dispatch
+from opendnn.core.default_handle import shared_handle
+from opendnn.kernels import launch as launch_module
+from opendnn.kernels.launch import Launch, Slot
+from opendnn.torch import executables, normalization, operators
+from opendnn.torch.executables import Executable, Fallback, record
+from opendnn.torch.library import signature
+
+CL = torch.channels_last
+
+
+@pytest.fixture
+def handle(monkeypatch):
+    """The shared CPU handle on the Triton backend (its interpreter), with no executable kept yet."""
+    monkeypatch.setenv("OPENDNN_BACKEND", "triton")
+    shared = shared_handle("cpu")
+    shared.executables.clear()
+    yield shared
+    shared.executables.clear()
+
+
+@pytest.fixture
+def full_calls(monkeypatch):
+    """How many problems ran through ``dispatch`` (the full path): a replay runs none."""
+    calls = []
+    run = dispatch._run
+
+    def counted(*args):
+        calls.append(args[1])
+        return run(*args)
+
+    monkeypatch.setattr(dispatch, "_run", counted)
+    return calls
+
+
+@pytest.fixture(autouse=True)
+def poisoned_replays(monkeypatch):
+    """Every output and scratch buffer a replay allocates starts as NaN (integers: -1, all bits set)."""
+
+    def poisoned(*args, **kwargs):
+        tensor = torch.empty_strided(*args, **kwargs)
+        return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+
+    monkeypatch.setattr(executables, "empty_strided", poisoned)
+
+
+def relative_error(ours, reference):
+    return ((ours.double() - reference).norm() / reference.norm()).item()
+
+
+# name: (inputs' shapes (a 4-d first one channels-last), how many of them take a gradient, the call on
+# float32 tensors, the reference on their float64 copies)
+CALLS = {
+    "convolution": (
+        [(2, 4, 5, 6), (6, 4, 3, 3), (6,)],
+        3,
+        lambda x, w, b: operators.convolution(x, w, b, (1, 1), (1, 1), (1, 1), 1),
+        lambda x, w, b: TF.conv2d(x, w, b, padding=1),
+    ),
+    "batch_norm_inference": (  # (its gradient, of eval-mode training, fills an epsilon on the host)
+        [(2, 4, 5, 6), (4,), (4,), (4,), (4,)],
+        0,
+        lambda x, w, b, m, v: ot.functions.batch_norm(x, m, v.abs() + 0.5, w, b, False, 0.1, 1e-5),
+        lambda x, w, b, m, v: TF.batch_norm(x, m, v.abs() + 0.5, w, b, False, 0.1, 1e-5),
+    ),
+    "batch_norm_training": (
+        [(2, 4, 5, 6), (4,), (4,)],
+        3,
+        lambda x, w, b: ot.functions.batch_norm(x, None, None, w, b, True, 0.1, 1e-5),
+        lambda x, w, b: TF.batch_norm(x, None, None, w, b, True, 0.1, 1e-5),
+    ),
+    "relu": ([(2, 4, 5, 6)], 1, ot.functions.relu, TF.relu),
+    "max_pool": ([(2, 4, 5, 6)], 1, lambda x: ot.functions.max_pool(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+    "avg_pool": ([(2, 4, 5, 6)], 1, lambda x: ot.functions.avg_pool(x, 2), lambda x: TF.avg_pool2d(x, 2)),
+    "linear": ([(3, 5), (7, 5), (7,)], 3, ot.functions.linear, TF.linear),
+    "add": ([(2, 4, 5, 6), (2, 4, 5, 6)], 0, operators.add, torch.add),  # (fuse's residual: no gradient)
+    "softmax": ([(3, 7)], 1, lambda x: ot.functions.softmax(x, 1), lambda x: torch.softmax(x, 1)),
+}
+
+
+def _inputs(shapes, seed):
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(*shape, generator=generator, dtype=torch.float64) for shape in shapes]
+    if tensors[0].ndim == 4:
+        tensors[0] = tensors[0].contiguous(memory_format=CL)
+    return tensors
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_a_repeated_call_replays_its_executable_forward_and_backward(call, handle, full_calls):
+    shapes, differentiable, ours, reference = CALLS[call]
+    counts = []
+    for seed in (0, 1, 2):  # the first call records; the others, on other data, replay
+        inputs = _inputs(shapes, seed)
+        mine = [t.float().requires_grad_(k < differentiable) for k, t in enumerate(inputs)]
+        theirs = [t.clone().requires_grad_(k < differentiable) for k, t in enumerate(inputs)]
+        y, y_reference = ours(*mine), reference(*theirs)
+        assert relative_error(y, y_reference) < 1e-5
+        if differentiable:
+            dy = torch.randn(y_reference.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 7))
+            y.backward(dy.float())
+            y_reference.backward(dy)
+            for t, t_reference in zip(mine[:differentiable], theirs):
+                assert relative_error(t.grad, t_reference.grad) < 1e-5
+        counts.append(len(full_calls))
+    assert counts[0] > 0 and counts[2] == counts[1] == counts[0]  # forward and backward each replayed
+    kept = list(handle.executables.values())
+    assert kept and all(isinstance(e, Executable) for e in kept), kept
+
+
+def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):
+    x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
+    with torch.no_grad():
+        first = ot.functions.relu(x)
+        assert len(full_calls) == 1 and len(handle.executables) == 1
+        second = ot.functions.relu(-x)
+    assert len(full_calls) == 1
+    assert torch.equal(first, TF.relu(x)) and torch.equal(second, TF.relu(-x))
+    assert second.stride() == x.stride() and second.dtype == x.dtype and not second.requires_grad
+    (executable,) = handle.executables.values()
+    assert "empty_strided" in executable.source and executable.launches == 1
+
+
+def test_a_changed_stride_dtype_or_scalar_misses_and_the_signature_keeps_the_device():
+    x = torch.randn(2, 4, 5, 6)
+    key = signature(operators.activation.eager_kernel, (x, "relu", []))
+    changed = {
+        "strides": (x.contiguous(memory_format=CL), "relu", []),
+        "dtype": (x.double(), "relu", []),
+        "shape": (x[:1], "relu", []),
+        "device": (x.to("meta"), "relu", []),
+        "scalar": (x, "hardtanh", [0.0, 6.0]),
+        "list item": (x, "hardtanh", [0.0, 5.0]),
+    }
+    keys = {change: signature(operators.activation.eager_kernel, args) for change, args in changed.items()}
+    assert len({key, *keys.values()}) == len(changed) + 1
+    assert signature(operators.activation.eager_kernel, (x, "relu", [])) == key
+    assert signature(operators.activation.eager_kernel, (x, "relu", ())) == key  # a list keys as its tuple
+    assert signature(operators.activation.eager_kernel, (x, "softplus", [float("nan")])) is None
+
+
+def test_a_changed_signature_records_its_own_executable(handle, full_calls):
+    x = torch.randn(2, 4, 5, 6)
+    calls = [
+        (x, 0.0, 6.0),
+        (x.contiguous(memory_format=CL), 0.0, 6.0),
+        (x.double(), 0.0, 6.0),
+        (x, 0.0, 3.0),
+        (x, 0.0, 6.0),  # the first signature again: replayed
+    ]
+    with torch.no_grad():
+        for count, (tensor, low, high) in enumerate(calls, start=1):
+            out = ot.functions.hardtanh(tensor, low, high)
+            assert out.dtype == tensor.dtype and out.stride() == tensor.stride()
+            assert torch.equal(out, TF.hardtanh(tensor, low, high))
+            assert len(handle.executables) == min(count, 4)
+    assert len(full_calls) == 4
+
+
+def test_host_work_a_replay_cannot_repeat_keeps_a_fallback_with_the_reason(handle, full_calls):
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for k in range(2):  # hardtanh below zero shifts x by a 0-d tensor torch fills on the host
+            expected = TF.hardtanh(x.double() + k, -2.0, 3.0)
+            assert relative_error(ot.functions.hardtanh(x + k, -2.0, 3.0), expected) < 1e-6
+    (kept,) = handle.executables.values()
+    assert isinstance(kept, Fallback) and "aten.full" in kept.reason
+    assert len(full_calls) == 6  # sub, clipped relu, add: each call takes the full path
+
+
+def test_an_input_at_another_alignment_takes_the_full_path(handle, full_calls):
+    base = torch.randn(1 + 2 * 4 * 5 * 6)
+    x, shifted = base[:-1].view(2, 4, 5, 6), base[1:].view(2, 4, 5, 6)  # 4 bytes apart
+    with torch.no_grad():
+        ot.functions.relu(x)
+        ot.functions.relu(x)
+        assert len(full_calls) == 1
+        assert torch.equal(ot.functions.relu(shifted), TF.relu(shifted))
+    assert len(full_calls) == 2 and len(handle.executables) == 1
+
+
+def test_a_changed_option_or_a_destroyed_handle_drops_the_executables(handle, full_calls):
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        ot.functions.relu(x)
+        assert len(handle.executables) == 1
+        handle.fast_math = handle.fast_math  # the same value changes nothing
+        assert len(handle.executables) == 1 and handle.plans
+        for option, value in (("fast_math", not handle.fast_math), ("deterministic", not handle.deterministic)):
+            before = getattr(handle, option)
+            setattr(handle, option, value)
+            try:
+                assert not handle.executables and not handle.plans
+                assert torch.equal(ot.functions.relu(x), TF.relu(x))  # recorded again
+                assert len(handle.executables) == 1
+            finally:
+                setattr(handle, option, before)
+    assert len(full_calls) == 3
+    mine = od.create("cpu", backend="triton")
+    record(mine, ("relu",), lambda t: od.functional.relu(t, handle=mine), (x,))
+    record(mine, ("relu on another handle",), od.functional.relu, (x,))
+    assert isinstance(mine.executables[("relu",)], Executable)
+    assert "runs on" in mine.executables[("relu on another handle",)].reason
+    mine.destroy()
+    assert not mine.executables
+
+
+def test_the_executables_are_bounded(handle, monkeypatch):
+    monkeypatch.setattr(executables, "LIMIT", 2)
+    with torch.no_grad():
+        for n in (3, 4, 5):
+            ot.functions.relu(torch.randn(n))
+    assert len(handle.executables) == 1
+
+
+def test_the_executables_keep_no_callers_tensor_alive(handle):
+    x, w = torch.randn(2, 4, 5, 6), torch.randn(6, 4, 3, 3)
+    with torch.no_grad():
+        y = operators.convolution(x, w, None, (1, 1), (1, 1), (1, 1), 1)
+    references = [weakref.ref(t) for t in (x, w, y)]
+    del x, w, y
+    gc.collect()
+    assert len(handle.executables) == 1 and all(r() is None for r in references)
+
+
+def test_a_plain_eager_batch_norm_updates_its_running_statistics_in_place(handle, full_calls):
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5).contiguous(memory_format=CL)
+    module = ot.BatchNorm2d(3).to(memory_format=CL)
+    reference = torch.nn.BatchNorm2d(3).double()
+    mean, var = module.running_mean, module.running_var
+    for k in range(3):
+        module(x * (k + 1)).sum().backward()
+        reference(x.double() * (k + 1)).sum().backward()
+    assert module.running_mean is mean and module.running_var is var
+    assert relative_error(mean, reference.running_mean) < 1e-5 and relative_error(var, reference.running_var) < 1e-5
+
+    def arguments():
+        return (x, None, None, None, mean.clone(), var.clone(), 0.1, 1e-5, None, 0.0)
+
+    eager_args, registered_args = arguments(), arguments()
+    with torch.no_grad():
+        eager = normalization.batch_norm_training(*eager_args)
+        registered = torch.ops.opendnn.batch_norm_training(*registered_args)
+    assert eager[4:] == (None, None)  # the eager call updated its arguments' statistics in place
+    assert torch.equal(registered[4], eager_args[4]) and torch.equal(registered[5], eager_args[5])
+    assert torch.equal(registered_args[4], mean) and torch.equal(registered_args[5], var)  # the operator's: copies
+
+
+# ---- the direct replay: a compiled kernel's C launcher, as on a GPU ------------------------------------
+
+
+class _Driver:
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device) -> int:
+        return 0x5EED
+
+
+def _signature_of(x_ptr, y_ptr, n, alpha: tl.float64, BLOCK):
+    """The stand-in kernel's parameters, as Triton reads them."""
+
+
+class _Kernel:
+    """A stand-in @triton.jit function whose first call compiles (returns the recording kernel)."""
+
+    arg_names = ["x_ptr", "y_ptr", "n", "alpha", "BLOCK"]
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self.fn = _signature_of
+
+    def __getitem__(self, grid):
+        return lambda *args, **options: self.compiled
+
+
+@pytest.mark.skipif(not launch_module.DIRECT_LAUNCH, reason="the direct launch is written for triton 3.6")
+def test_a_direct_replay_passes_what_the_launch_passes(handle, monkeypatch):
+    monkeypatch.setattr(driver, "_active", _Driver())
+    calls = []
+    kernel = object.__new__(CompiledKernel)
+    kernel.module, kernel.function, kernel.packed_metadata = object(), 0xF00, (4, 1, 0)
+    kernel.name, kernel.src, kernel.metadata = "k", None, None
+    kernel._run = lambda *args: calls.append(args)
+    planned = Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("y"), 7, 0.5), {"BLOCK": 128, "num_warps": 4})
+    backend = types.SimpleNamespace(run=lambda problem, x, y: planned({"x": x[1:], "y": y}))
+
+    def scale(x):  # a kernel of one launch: y (a new tensor) from x at an offset of one element
+        y = torch.empty_strided((x.numel() - 1,), (1,), dtype=x.dtype, device=x.device)
+        dispatch._run(handle, "pointwise", backend, None, (x, y))
+        return y
+
+    record(handle, ("scale",), scale, (torch.randn(9),))
+    executable = handle.executables[("scale",)]
+    assert isinstance(executable, Executable) and executable.direct
+    x = torch.randn(9)
+    y = executable.replay((x,))
+    planned.launch({"x": x[1:], "y": y})  # the launch's own direct path, for the same tensors
+    replayed, launched = calls[-2:]
+    assert replayed == launched
+    assert replayed[:6] == (3, 2, 1, 0x5EED, 0xF00, (4, 1, 0))
+    assert replayed[9:] == (x.data_ptr() + 4, y.data_ptr(), 7, 0.5, 128)
+    kept = [value for value in executable.replay.__globals__.values() if isinstance(value, torch.Tensor)]
+    assert kept == []  # the replay keeps no tensor of the recorded call
