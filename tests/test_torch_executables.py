@@ -25,7 +25,6 @@ from opendnn.kernels import launch as launch_module
 from opendnn.kernels.launch import Launch, Slot
 from opendnn.torch import executables, normalization, operators
 from opendnn.torch.executables import Executable, Fallback, record
-from opendnn.torch.library import signature
 
 CL = torch.channels_last
 
@@ -144,7 +143,7 @@ def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gav
 
 def test_a_changed_stride_dtype_or_scalar_misses_and_the_signature_keeps_the_device():
     x = torch.randn(2, 4, 5, 6)
-    key = signature(operators.activation.eager_kernel, (x, "relu", []))
+    key = operators.activation.key(operators.activation.eager_kernel, x, "relu", [])
     changed = {
         "strides": (x.contiguous(memory_format=CL), "relu", []),
         "dtype": (x.double(), "relu", []),
@@ -153,11 +152,13 @@ def test_a_changed_stride_dtype_or_scalar_misses_and_the_signature_keeps_the_dev
         "scalar": (x, "hardtanh", [0.0, 6.0]),
         "list item": (x, "hardtanh", [0.0, 5.0]),
     }
-    keys = {change: signature(operators.activation.eager_kernel, args) for change, args in changed.items()}
+    keys = {
+        change: operators.activation.key(operators.activation.eager_kernel, *args) for change, args in changed.items()
+    }
     assert len({key, *keys.values()}) == len(changed) + 1
-    assert signature(operators.activation.eager_kernel, (x, "relu", [])) == key
-    assert signature(operators.activation.eager_kernel, (x, "relu", ())) == key  # a list keys as its tuple
-    assert signature(operators.activation.eager_kernel, (x, "softplus", [float("nan")])) is None
+    assert operators.activation.key(operators.activation.eager_kernel, x, "relu", []) == key
+    assert operators.activation.key(operators.activation.eager_kernel, x, "relu", ()) == key  # a list keys as its tuple
+    assert operators.activation.key(operators.activation.eager_kernel, x, "softplus", [float("nan")]) is None
 
 
 def test_a_changed_signature_records_its_own_executable(handle, full_calls):

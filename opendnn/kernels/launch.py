@@ -154,6 +154,13 @@ class Launch:
             args[index] = tensors[name]
         return args
 
+    def interpreted_call(self) -> InterpretedLaunch | None:
+        """This launch under Triton's interpreter with its arguments bound (what ``launch`` calls
+        through ``kernel[grid]``); None for a compiled kernel."""
+        if not self.interpreted:
+            return None
+        return InterpretedLaunch(self.kernel.run, self.grid, self.passed, self.slots, self.options)
+
     def direct(self, tensors: dict[str, Any], located: dict[str, tuple[int, int]]) -> DirectLaunch | None:
         """This launch replayed from addresses: the compiled kernel it keeps for ``tensors`` (their
         device, pointer alignments and dtypes) called with the slot ``name`` at ``bases[source] +
@@ -164,7 +171,7 @@ class Launch:
             return None
         keyed = [tensors[name] for name in self.keyed]
         key = (keyed[0].device.index, *[(t.data_ptr() % 16 == 0, t.dtype) for t in keyed])
-        kernel = self.compiled.get(key)
+        kernel: Any = self.compiled.get(key)
         if type(kernel) is not CompiledKernel:
             return None
         metadata = kernel.packed_metadata
@@ -188,6 +195,19 @@ class DirectLaunch:
     metadata: Any
     args: tuple[Any, ...]  # the arguments and constexprs, a slot's place holding its Slot
     slots: tuple[tuple[int, int, int], ...]  # (argument index, source, byte offset)
+
+
+@dataclass(frozen=True)
+class InterpretedLaunch:
+    """A launch under Triton's interpreter with its arguments bound, for a replay: the call is
+    ``run(*args, grid=grid, warmup=False, **options)`` (what ``kernel[grid](*args, **options)``
+    calls) with each slot's argument (``args[index]``) the tensor the replay places there."""
+
+    run: Any  # the InterpretedFunction's run
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]  # the arguments as the kernel takes them, a slot's place holding its Slot
+    slots: tuple[tuple[int, str], ...]  # (argument index, slot name)
+    options: dict[str, Any]
 
 
 def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tuple[Any, ...]:

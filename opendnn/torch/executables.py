@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from opendnn.core.arrays import CPU
 from opendnn.core.handle import Handle
 from opendnn.core.recording import recording
 
@@ -203,10 +204,10 @@ class _Sources:
         for index, source in enumerate(self.tensors):
             if source is tensor:
                 return index, None
-        index = self._find(tensor)
-        if index is None:
+        found = self._find(tensor)
+        if found is None:
             self._allocate(tensor)
-            index = len(self.tensors) - 1
+        index = len(self.tensors) - 1 if found is None else found
         source = self.tensors[index]
         if (
             tensor.data_ptr() == source.data_ptr()
@@ -264,22 +265,30 @@ class Executable:
             lines.append(f"    s{k} = empty_strided(shape{k}, strides{k}, dtype=dtype{k}, device=device)")
             if self.direct:
                 lines.append(f"    b{k} = s{k}.data_ptr()")
-        lines.append("    with launching():")
+        body = []  # the launches, in the handle's launching context
         for k, step in enumerate(repeats):
             names[f"repeat{k}"] = step
-            lines.append(f"        repeat{k}()")
+            body.append(f"repeat{k}()")
+        interpreted = [launch.interpreted_call() for launch, _ in steps]
         if self.direct:
             from triton.runtime import driver
 
             names["current_stream"] = driver.active.get_current_stream
-            lines.append(f"        stream = current_stream({device.index})")
-            for k, launch in enumerate(direct):
-                lines.append(f"        {_direct_call(k, launch, names)}")
+            body.append(f"stream = current_stream({device.index})")
+            body += [_direct_call(k, launch, names) for k, launch in enumerate(direct)]
+        elif all(call is not None for call in interpreted):
+            body += [
+                _interpreted_call(k, call, used, names) for k, (call, (_, used)) in enumerate(zip(interpreted, steps))
+            ]
         else:
             for k, (launch, used) in enumerate(steps):
                 names[f"launch{k}"] = launch.launch
                 items = ", ".join(f"{name!r}: {_expression(place, names)}" for name, place in used.items())
-                lines.append(f"        launch{k}({{{items}}})")
+                body.append(f"launch{k}({{{items}}})")
+        if handle.device == CPU:  # nothing to make current (a destroyed handle has dropped its executables)
+            lines += [f"    {line}" for line in body]
+        else:
+            lines += ["    with launching():", *(f"        {line}" for line in body)]
         outputs = [_expression(place, names) if place is not None else "None" for place in results]
         lines.append(f"    return {outputs[0] if single else '(' + ', '.join(outputs) + ',)'}")
         self.source = "\n".join(lines) + "\n"
@@ -304,23 +313,39 @@ def _direct_call(k: int, launch: Any, names: dict[str, Any]) -> str:
     """The replay's call of a DirectLaunch: its C launcher with every argument bound, a slot's as
     its source's base address plus its offset."""
     names[f"run{k}"], names[f"function{k}"], names[f"metadata{k}"] = launch.run, launch.function, launch.metadata
-    slots = {index: (source, offset) for index, source, offset in launch.slots}
-    arguments, constants = [], []
-    for index, value in enumerate(launch.args):
+    slots = {index: f"b{source} + {offset}" if offset else f"b{source}" for index, source, offset in launch.slots}
+    grid = ", ".join(str(g) for g in launch.grid)
+    arguments = _arguments(f"{k}", launch.args, slots, names)
+    return f"run{k}({grid}, stream, function{k}, metadata{k}, None, None, None, {arguments})"
+
+
+def _interpreted_call(k: int, launch: Any, used: dict[str, Place], names: dict[str, Any]) -> str:
+    """The replay's call of an InterpretedLaunch: the interpreter's run with every argument bound,
+    a slot's as the tensor placed there."""
+    names[f"run{k}"], names[f"options{k}"] = launch.run, launch.options
+    slots = {index: _expression(used[name], names) for index, name in launch.slots}
+    arguments = _arguments(f"{k}", launch.args, slots, names)
+    return f"run{k}({arguments}, grid={launch.grid!r}, warmup=False, **options{k})"
+
+
+def _arguments(prefix: str, args: tuple[Any, ...], slots: dict[int, str], names: dict[str, Any]) -> str:
+    """A call's argument list: the slots' expressions, each run of bound arguments between them as
+    one tuple (one name, splatted)."""
+    arguments: list[str] = []
+    constants: list[Any] = []
+    for index, value in enumerate(args):
         if index in slots:
-            if constants:  # a run of bound arguments goes as one tuple
-                names[f"arguments{k}_{index}"] = tuple(constants)
-                arguments.append(f"*arguments{k}_{index}")
+            if constants:
+                names[f"arguments{prefix}_{index}"] = tuple(constants)
+                arguments.append(f"*arguments{prefix}_{index}")
                 constants = []
-            source, offset = slots[index]
-            arguments.append(f"b{source} + {offset}" if offset else f"b{source}")
+            arguments.append(slots[index])
         else:
             constants.append(value)
     if constants:
-        names[f"arguments{k}_end"] = tuple(constants)
-        arguments.append(f"*arguments{k}_end")
-    grid = ", ".join(str(g) for g in launch.grid)
-    return f"run{k}({grid}, stream, function{k}, metadata{k}, None, None, None, {', '.join(arguments)})"
+        names[f"arguments{prefix}_end"] = tuple(constants)
+        arguments.append(f"*arguments{prefix}_end")
+    return ", ".join(arguments)
 
 
 def _tensors(sources: _Sources, used: dict[str, Place]) -> dict[str, torch.Tensor]:

@@ -22,9 +22,9 @@ from opendnn.torch.library import as_torch_error
 IntOrTuple = int | Sequence[int]
 
 
-def _per_dim(name: str, value: IntOrTuple, spatial: int) -> list[int]:
+def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
     """``value`` as one int per spatial dim."""
-    values = [int(value)] * spatial if isinstance(value, int) else [int(v) for v in value]
+    values = (int(value),) * spatial if isinstance(value, int) else tuple(map(int, value))
     if len(values) != spatial:
         raise as_torch_error(BadParam(f"{name}={value} must be an int or {spatial} ints, one per spatial dim"))
     return values
@@ -216,7 +216,7 @@ def local_response_norm(
 
 def _window(
     x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple
-) -> tuple[list[int], list[int], list[int]]:
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(kernel, stride, padding), one int per spatial dim; the stride defaults to the kernel."""
     spatial = x.ndim - 2
     kernel = _per_dim("kernel_size", kernel_size, spatial)

@@ -227,6 +227,7 @@ _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _is_compiling = torch.compiler.is_compiling
 _profiler_enabled = torch.autograd._profiler_enabled
 _any_requires_grad = torch._C._any_requires_grad
+_grad_enabled = torch.is_grad_enabled
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _DEVICE_KEYS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
 
@@ -277,6 +278,7 @@ class Operator:
         self.eager_kernel = eager_kernel or device_kernel
         self.autocast = autocast
         self.handle_rule = handle
+        self.key = signature_function(overload)
         self.function: Any = None  # the autograd.Functions (register_autograd)
         self.eager: Any = None
         self.apply: Any = None  # eager.apply: torch's C entry, less Function.apply's Python
@@ -292,9 +294,9 @@ class Operator:
             return self.overload(*args)
         if self.autocast is not None:
             args = self._autocast(args)
-        if torch.is_grad_enabled() and _any_requires_grad(*args):
+        if _grad_enabled() and _any_requires_grad(*args):
             return self.apply(*args)
-        return self.run(args)
+        return self.execute(self.eager_kernel, args)
 
     def _transformed(self, args: tuple[Any, ...]) -> Any:
         """A call under a torch.func transform: the Function functorch's layers take, where an
@@ -326,7 +328,10 @@ class Operator:
             handle = shared_handle(f"cuda:{first.get_device()}" if first.is_cuda else CPU)
         if handle.backend != "triton":
             return kernel(*args)
-        key = signature(kernel, args)
+        try:
+            key = self.key(kernel, *args)
+        except TypeError:  # not the schema's number of arguments: the kernel says so
+            key = None
         if key is None:
             return kernel(*args)
         executable = handle.executables.get(key)
@@ -338,31 +343,60 @@ class Operator:
         return f"<opendnn operator {NAMESPACE}::{self.name}>"
 
 
-_SCALARS = frozenset({int, float, bool, str, type(None)})
+def signature_function(overload: torch._ops.OpOverload) -> Callable[..., tuple[Any, ...] | None]:
+    """``key(kernel, *args)``: the key of a plain call of an operator's ``kernel`` on ``args``, made
+    for the operator's schema: per tensor its shape, strides, dtype and device, and every other
+    argument (a list as the tuple of its items); None where an argument is not of its schema's type
+    (nor a float NaN: no key would ever find it again), and the call takes the full path. A function
+    generated per schema: no loop and no test of a type the schema fixes."""
+    names: dict[str, Any] = {"items": _items}
+    parameters, checks, parts = [], [], []
+    for k, argument in enumerate(overload._schema.arguments):
+        name, kind = f"a{k}", str(argument.type)
+        parameters.append(name)
+        tensor = f"{name}.shape, {name}.stride(), {name}.dtype, {name}.device"
+        if kind == "Tensor":
+            parts.append(tensor)
+        elif kind == "Optional[Tensor]":
+            parts.append(f"None if {name} is None else ({tensor})")
+        elif kind.startswith("List["):
+            checks += [f"{name} = items({name})", f"if {name} is None:", "    return None"]
+            parts.append(name)
+        else:
+            scalar = kind.removeprefix("Optional[").removesuffix("]")
+            names[f"classes{k}"] = _SCALARS[scalar] | ({type(None)} if kind.startswith("Optional[") else set())
+            nan = f" or {name} != {name}" if scalar == "float" else ""
+            checks += [f"if {name}.__class__ not in classes{k}{nan}:", "    return None"]
+            parts.append(name)
+    lines = [f"def key(kernel, {', '.join(parameters)}):", *(f"    {line}" for line in checks)]
+    lines += [
+        "    try:",
+        f"        return (kernel, {', '.join(parts)})",
+        "    except AttributeError:",
+        "        return None",
+    ]
+    exec(compile("\n".join(lines) + "\n", f"<the key of opendnn::{overload._opname}>", "exec"), names)
+    return names["key"]  # type: ignore[no-any-return]
+
+
+# the classes a schema's scalar type takes (an int where a float goes, a bool where an int goes)
+_SCALARS = {
+    "int": frozenset({int, bool}),
+    "float": frozenset({float, int}),
+    "bool": frozenset({bool}),
+    "str": frozenset({str}),
+}
 _NUMBERS = frozenset({int, float, bool})
 
 
-def signature(kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The key of a plain call of an operator's ``kernel`` on ``args``: per tensor its shape,
-    strides, dtype and device, and every other argument (a list as the tuple of its items); None
-    where an argument is neither (nor a float that equals itself), and the call takes the full path."""
-    key: list[Any] = [kernel]
-    for arg in args:  # (a loop, no helper: this runs for every call)
-        kind = arg.__class__
-        if kind is torch.Tensor or kind is torch.nn.Parameter:
-            key += (arg.shape, arg.stride(), arg.dtype, arg.device)
-        elif kind in _SCALARS:
-            if kind is float and arg != arg:  # NaN: no key would ever find it again
-                return None
-            key.append(arg)
-        elif kind is list or kind is tuple or kind is torch.Size:
-            for item in arg:
-                if item.__class__ not in _NUMBERS or item != item:
-                    return None
-            key.append(tuple(arg))
-        else:
+def _items(value: Any) -> tuple[Any, ...] | None:
+    """A list argument as the tuple of its items (numbers that equal themselves), else None."""
+    if value.__class__ not in (list, tuple, torch.Size):
+        return None
+    for item in value:
+        if item.__class__ not in _NUMBERS or item != item:
             return None
-    return tuple(key)
+    return tuple(value)
 
 
 SetupContext = Callable[[Any, tuple[Any, ...], Any], None]

@@ -85,13 +85,9 @@ class _Convolution(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(
-            x,
-            self.spatial,
-            lambda batch: functions.conv(
-                batch, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-            ),
-        )
+        if x.ndim == self.spatial + 1:  # one sample without its batch dim (_unbatched, inline: every call asks)
+            return self.forward(x.unsqueeze(0)).squeeze(0)
+        return functions.conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class Conv1d(_Convolution, torch.nn.Conv1d):
