@@ -190,6 +190,17 @@ def test_host_work_a_replay_cannot_repeat_keeps_a_fallback_with_the_reason(handl
     assert len(full_calls) == 6  # sub, clipped relu, add: each call takes the full path
 
 
+def test_inputs_sharing_memory_are_not_recorded_and_a_replay_reads_each_input(handle, full_calls):
+    x, y = torch.randn(3, 8), torch.randn(3, 8)
+    with torch.no_grad():
+        assert torch.equal(operators.add(x, x), x + x)  # which input a launch reads is unknown: nothing kept
+        assert not handle.executables
+        assert torch.equal(operators.add(x, y), x + y)
+        assert torch.equal(operators.add(y, x), y + x)  # replayed, each operand from its own argument
+        assert torch.equal(operators.add(y, y), y + y)
+    assert len(full_calls) == 2 and len(handle.executables) == 1
+
+
 def test_an_input_at_another_alignment_takes_the_full_path(handle, full_calls):
     base = torch.randn(1 + 2 * 4 * 5 * 6)
     x, shifted = base[:-1].view(2, 4, 5, 6), base[1:].view(2, 4, 5, 6)  # 4 bytes apart

@@ -58,6 +58,8 @@ def record(handle: Handle, key: tuple[Any, ...], kernel: Callable[..., Any], arg
     with Recording() as recorder, recording(recorder):
         output = kernel(*args)
     executable = recorder.executable(handle, kernel, args, output)
+    if executable is None:
+        return output
     if len(handle.executables) >= LIMIT:
         handle.executables.clear()
     handle.executables[key] = executable
@@ -119,8 +121,10 @@ class Recording(TorchDispatchMode):
 
     def executable(
         self, handle: Handle, kernel: Callable[..., Any], args: tuple[Any, ...], output: Any
-    ) -> Executable | Fallback:
-        """The recorded call as an Executable, or the Fallback saying why it cannot be one."""
+    ) -> Executable | Fallback | None:
+        """The recorded call as an Executable, or the Fallback saying why it cannot be one; None
+        (keep nothing) for a call whose inputs share memory: which of them a launch's tensor came
+        from is then unknown, and the signature's next call, whose inputs may lie apart, records."""
         if self.refusal is not None:
             return Fallback(kernel, self.refusal)
         if not self.launches:
@@ -130,6 +134,8 @@ class Recording(TorchDispatchMode):
         outputs = (output,) if isinstance(output, torch.Tensor) else tuple(output)
         try:
             sources = _Sources(args, outputs, self.allocated)
+            if sources.overlapping:
+                return None
             results = tuple(sources.place(t) if isinstance(t, torch.Tensor) else None for t in outputs)
             steps = [
                 (launch, {name: sources.place(t, shaped=False) for name, t in used.items()})
@@ -168,6 +174,11 @@ class _Sources:
             if isinstance(arg, torch.Tensor) and arg.numel():
                 self.inputs.append(position)
                 self._add(arg)
+        self.overlapping = any(
+            held == other and first < end and other_first < last
+            for k, (held, first, last) in enumerate(self.spans)
+            for other, other_first, end in self.spans[k + 1 :]
+        )
         for output in outputs:  # (an empty output gets its own: every empty tensor's storage is at 0)
             if isinstance(output, torch.Tensor) and (not output.numel() or self._find(output) is None):
                 self._allocate(output)
