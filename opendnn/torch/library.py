@@ -314,10 +314,6 @@ class Operator:
             return autocast_arguments(self.autocast, device_type, args)
         return args
 
-    def run(self, args: tuple[Any, ...]) -> Any:
-        """``eager_kernel(*args)`` for a plain eager call (``execute``)."""
-        return self.execute(self.eager_kernel, args)
-
     def execute(self, kernel: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """``kernel(*args)`` (the device kernel or the eager one) for a plain call: on a Triton
         handle, the executable the handle keeps for the call's signature (executables.py),
@@ -426,8 +422,8 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     The forward calls the device kernel where the call is plain, else the operator again (below
     autograd: gradients are off inside a forward).
     """
-    run, execute, overload = operator.run, operator.execute, operator.overload
-    device_kernel = operator.device_kernel
+    execute, overload = operator.execute, operator.overload
+    device_kernel, eager_kernel = operator.device_kernel, operator.eager_kernel
 
     def compute(*args: Any) -> Any:
         return execute(device_kernel, args) if plain(args) else overload(*args)
@@ -445,7 +441,7 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
         return output
 
     def eager_forward(ctx: Any, *args: Any) -> Any:
-        output = run(args)
+        output = execute(eager_kernel, args)
         keep(ctx, args, output)
         return output
 
