@@ -35,6 +35,12 @@ without launching (``warmup``) and always launched directly, hooks or not.
 Under Triton's CPU interpreter ``kernel[grid](...)`` runs the kernel and returns None: nothing is
 cached, every call goes through the interpreter, and no key is computed.
 
+While a call is recorded (core/recording.py) a launch hands itself and its tensors to the
+recorder, which launches it. ``opendnn.torch``'s executables then replay it without the per-call
+work above: ``direct`` binds the kept compiled kernel's C launcher with every argument but the
+addresses (``DirectLaunch``), ``interpreted_call`` the interpreter's ``run`` with every argument
+but the tensors (``InterpretedLaunch``); docs/design/launch.md.
+
 Float scalars (alpha, beta, epsilon, coefficients, scales) reach a kernel exactly: each goes to a
 parameter annotated ``tl.float64`` (a float for any other parameter is refused when the launch is
 planned: Triton compiles an unannotated Python float as a float32), which a compiled kernel takes

@@ -6,10 +6,11 @@ the tensors' addresses change. So the first call of a signature on a Triton hand
 (``record``: core/recording.py), and what it did becomes the signature's ``Executable``, kept on
 the handle (``Handle.executables``, at most LIMIT): per output its allocation (shape, strides,
 dtype), per launch the kernel and where each tensor argument lies, as a source (an input of the
-call, an output, a scratch buffer) and a byte offset into it. A repeated call allocates the
-outputs and scratch, reads each source's address and launches: on a GPU each kernel's C launcher
-is called with the addresses (``DirectLaunch``); under Triton's interpreter each launch is given
-views of the sources, as the recorded call gave it.
+call, an output, a scratch buffer) and a byte offset into it. A repeated call runs a function
+generated for its signature, which allocates the outputs and scratch, reads each source's address
+and launches: on a GPU each kernel's C launcher is called with the addresses (``DirectLaunch``);
+under Triton's interpreter its ``run`` is called with the sources (``InterpretedLaunch``; a view
+only where a launch's tensor starts elsewhere in its source or has another dtype).
 
 A call is replayable when everything it did on the host is an allocation, a view or a launch: the
 recording runs under a TorchDispatchMode that sees every torch operation the call makes outside its
@@ -247,64 +248,73 @@ class Executable:
     ) -> None:
         from opendnn.kernels.launch import hooked
 
-        self.handle, self.launches = handle, len(steps)
-        self.allocations = len(sources.new)
+        self.handle, self.launches, self.allocations = handle, len(steps), len(sources.new)
         direct = [launch.direct(_tensors(sources, used), _offsets(used)) for launch, used in steps]
         self.direct = all(step is not None for step in direct)
-        device = sources.tensors[0].device
         names: dict[str, Any] = {
             "kernel": kernel,
             "empty_strided": empty_strided,
-            "device": device,
+            "device": sources.tensors[0].device,
             "launching": handle.launching,
             "at": _at,
             "hooked": hooked,
         }
-        lines = ["def replay(args):"]
-        inputs = len(sources.inputs)
-        checks = []
+        body = [f"repeat{k}()" for k in range(len(repeats))]  # the launches, in the handle's launching context
+        names.update((f"repeat{k}", step) for k, step in enumerate(repeats))
+        body += self._launches(direct, steps, names)
+        if handle.device == CPU:  # nothing to make current (a destroyed handle has dropped its executables)
+            launching = [f"    {line}" for line in body]
+        else:
+            launching = ["    with launching():", *(f"        {line}" for line in body)]
+        outputs = [_expression(place, names) if place is not None else "None" for place in results]
+        returned = outputs[0] if single else "(" + ", ".join(outputs) + ",)"
+        lines = ["def replay(args):", *self._memory(sources, names), *launching, f"    return {returned}"]
+        self.source = "\n".join(lines) + "\n"
+        exec(compile(self.source, f"<opendnn executable of {kernel}>", "exec"), names)
+        self.replay: Callable[[tuple[Any, ...]], Any] = names["replay"]
+
+    def _memory(self, sources: _Sources, names: dict[str, Any]) -> list[str]:
+        """The replay's lines that read the inputs, check their alignment and allocate the rest."""
+        lines, checks = [], []
         for k, position in enumerate(sources.inputs):
-            lines.append(f"    s{k} = args[{position}]")
-            lines.append(f"    b{k} = s{k}.data_ptr()")
+            lines += [f"    s{k} = args[{position}]", f"    b{k} = s{k}.data_ptr()"]
             checks.append(f"b{k} % {ALIGNMENT} != {sources.tensors[k].data_ptr() % ALIGNMENT}")
         if self.direct:
             checks.append("hooked()")
         if checks:  # Triton (and the TMA paths) specialize on the alignment: otherwise the full path
             lines += [f"    if {' or '.join(checks)}:", "        return kernel(*args)"]
-        for k, (shape, strides, dtype) in enumerate(sources.new, inputs):
+        for k, (shape, strides, dtype) in enumerate(sources.new, len(sources.inputs)):
             names[f"shape{k}"], names[f"strides{k}"], names[f"dtype{k}"] = shape, strides, dtype
             lines.append(f"    s{k} = empty_strided(shape{k}, strides{k}, dtype=dtype{k}, device=device)")
             if self.direct:
                 lines.append(f"    b{k} = s{k}.data_ptr()")
-        body = []  # the launches, in the handle's launching context
-        for k, step in enumerate(repeats):
-            names[f"repeat{k}"] = step
-            body.append(f"repeat{k}()")
-        interpreted = [launch.interpreted_call() for launch, _ in steps]
+        return lines
+
+    def _launches(
+        self, direct: list[Any], steps: list[tuple[Any, dict[str, Place]]], names: dict[str, Any]
+    ) -> list[str]:
+        """The replay's launches: C launchers given addresses (a GPU), the interpreter's run given
+        tensors, or (neither: a kernel Triton 3.6 did not compile itself) each Launch given tensors."""
         if self.direct:
             from triton.runtime import driver
 
             names["current_stream"] = driver.active.get_current_stream
-            body.append(f"stream = current_stream({device.index})")
-            body += [_direct_call(k, launch, names) for k, launch in enumerate(direct)]
-        elif all(call is not None for call in interpreted):
-            body += [
+            index = names["device"].index
+            return [
+                f"stream = current_stream({index})",
+                *(_direct_call(k, call, names) for k, call in enumerate(direct)),
+            ]
+        interpreted = [launch.interpreted_call() for launch, _ in steps]
+        if all(call is not None for call in interpreted):
+            return [
                 _interpreted_call(k, call, used, names) for k, (call, (_, used)) in enumerate(zip(interpreted, steps))
             ]
-        else:
-            for k, (launch, used) in enumerate(steps):
-                names[f"launch{k}"] = launch.launch
-                items = ", ".join(f"{name!r}: {_expression(place, names)}" for name, place in used.items())
-                body.append(f"launch{k}({{{items}}})")
-        if handle.device == CPU:  # nothing to make current (a destroyed handle has dropped its executables)
-            lines += [f"    {line}" for line in body]
-        else:
-            lines += ["    with launching():", *(f"        {line}" for line in body)]
-        outputs = [_expression(place, names) if place is not None else "None" for place in results]
-        lines.append(f"    return {outputs[0] if single else '(' + ', '.join(outputs) + ',)'}")
-        self.source = "\n".join(lines) + "\n"
-        exec(compile(self.source, f"<opendnn executable of {kernel}>", "exec"), names)
-        self.replay: Callable[[tuple[Any, ...]], Any] = names["replay"]
+        lines = []
+        for k, (launch, used) in enumerate(steps):
+            names[f"launch{k}"] = launch.launch
+            items = ", ".join(f"{name!r}: {_expression(place, names)}" for name, place in used.items())
+            lines.append(f"launch{k}({{{items}}})")
+        return lines
 
     def __repr__(self) -> str:
         return f"Executable({self.launches} launches, {self.allocations} allocations, direct={self.direct})"
