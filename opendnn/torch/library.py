@@ -228,6 +228,7 @@ _is_compiling = torch.compiler.is_compiling
 _profiler_enabled = torch.autograd._profiler_enabled
 _any_requires_grad = torch._C._any_requires_grad
 _grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled  # on some device type (one read, then the call's own)
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _DEVICE_KEYS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
 
@@ -292,7 +293,7 @@ class Operator:
             return self._transformed(args) if included.has(_TRANSFORMED) else self.overload(*args)
         if not _plain_tensors(args):
             return self.overload(*args)
-        if self.autocast is not None:
+        if self.autocast is not None and _any_autocast():
             args = self._autocast(args)
         if _grad_enabled() and _any_requires_grad(*args):
             return self.apply(*args)
