@@ -214,7 +214,7 @@ def save(path: Path, rows: list[dict[str, object]], args: argparse.Namespace) ->
         "opendnn": opendnn.__version__,
         "python": platform.python_version(),
         "command": "`" + " ".join(["benchmarks/host_overhead.py", *sys.argv[1:]]) + "`",
-        "timing": f"Best of {args.rounds} alternating rounds of {args.repeats} calls per side"
+        "timing": f"Best of {args.rounds} alternating rounds of {args.repeats} calls per side, thread CPU time"
         + (", bf16 autocast" if args.autocast else ", float32"),
         "load": round(os.getloadavg()[0], 2),
     }
