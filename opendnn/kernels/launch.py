@@ -11,9 +11,10 @@ The other arguments are the plan's own, so they specialize the same way on every
 A ``Launches`` is a problem's whole plan: its launches in order and the scratch arrays they take
 (allocated per call, like the argmax positions of max-pooling's backward), filled into the slots.
 
-A kept kernel is launched through the C launcher Triton built for it (``CompiledKernel.run``),
-with the arguments Triton's own ``CompiledKernel.__getitem__`` runner passes (triton 3.6,
-compiler.py), less its per-launch Python: the runner asks for the current device and its stream,
+A kept kernel is launched through the C function of the launcher Triton built for it
+(``CompiledKernel.run.launch``, past the launcher's Python wrapper, which allocates the global and
+profile scratch that a kernel without them does not take: ``_Direct``), with the arguments Triton's
+own ``CompiledKernel.__getitem__`` runner passes (triton 3.6, compiler.py), less its per-launch Python: the runner asks for the current device and its stream,
 builds the launch metadata that only launch hooks read, and hands the launcher the hook chains,
 which it calls even when empty. Pointers go to the launcher as integers (the addresses the key
 has read): given a tensor it would call ``data_ptr()`` again and ask the driver about the address
@@ -105,38 +106,28 @@ class Launch:
         addresses = [t.data_ptr() for t in keyed]
         device = keyed[0].device.index
         key = (device, *[(address % 16 == 0, t.dtype) for address, t in zip(addresses, keyed)])
-        kernel: Any = self.compiled.get(key)  # a CompiledKernel, another runner, or None
-        if kernel is None and self.cluster > 1:
-            if not DIRECT_LAUNCH:
-                raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
-            kernel = self.compiled[key] = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
-        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and (self.cluster > 1 or not _hooked()):
-            # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module
-            # docstring), and the pointers as the integers the launcher would ask each tensor for
+        kept: Any = self.compiled.get(key)  # a _Direct, another runner, or None
+        if kept.__class__ is _Direct and (self.cluster > 1 or not _hooked()):
             args = list(self.args)
             for index, k in self.slot_keys:
                 args[index] = addresses[k]
-            grid, metadata = self.grid, kernel.packed_metadata
-            if self.cluster > 1:
-                metadata = (metadata[0], self.cluster, *metadata[2:])
-            kernel.run(
-                grid[0] // self.cluster,
-                grid[1],
-                grid[2],
-                driver.active.get_current_stream(device),
-                kernel.function,
-                metadata,
-                None,
-                None,
-                None,
-                *args,
-                *self.constexprs,
+            grid = self.grid
+            kept.run(
+                grid[0] // self.cluster, grid[1], grid[2], kept.stream(device), *kept.head, *args, *self.constexprs
             )
-        elif kernel is None:
-            kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
-            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
-                self.compiled[key] = kernel
-        else:
+        elif kept is None:
+            if self.cluster > 1:
+                if not DIRECT_LAUNCH:
+                    raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
+                kernel = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
+            else:
+                kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
+            if type(kernel) is CompiledKernel:  # only a compiled kernel is kept
+                self.compiled[key] = _Direct.of(kernel, self.cluster) if DIRECT_LAUNCH else kernel
+            if self.cluster > 1:  # compiled, not launched yet
+                self(tensors)
+        else:  # a launch hook is registered (or another Triton): Triton's runner launches it
+            kernel = kept.kernel if kept.__class__ is _Direct else kept
             kernel[self.grid](*self._filled(tensors), *self.constexprs)
 
     def _filled(self, tensors: dict[str, Any]) -> list[Any]:
@@ -144,6 +135,35 @@ class Launch:
         for index, name in self.slots:
             args[index] = tensors[name]
         return args
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """A compiled kernel as its C launcher takes it: ``run(grid_x, grid_y, grid_z, stream, *head,
+    *arguments)``. ``head`` holds what Triton's runner passes between the stream and the kernel's
+    arguments (module docstring): the function handle and the packed metadata (with the cluster size
+    in place of num_ctas for a cluster launch), no launch metadata and no hooks. Where the kernel
+    needs no global or profile scratch (every kernel here so far), ``run`` is the compiled C
+    function itself, past the launcher's Python wrapper that would allocate them (the cooperative
+    grid and PDL flags it adds go in ``head``)."""
+
+    kernel: Any  # the CompiledKernel
+    run: Any
+    head: tuple[Any, ...]
+    stream: Any  # device index -> the current stream's handle
+
+    @staticmethod
+    def of(kernel: Any, cluster: int) -> _Direct:
+        metadata = kernel.packed_metadata
+        if cluster > 1:
+            metadata = (metadata[0], cluster, *metadata[2:])
+        launcher, function = kernel.run, kernel.function
+        stream = driver.active.get_current_stream
+        hooks = (metadata, None, None, None)  # launch metadata, enter and exit hooks
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            return _Direct(kernel, launcher, (function, *hooks), stream)
+        flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None)  # no scratch
+        return _Direct(kernel, launcher.launch, (function, *flags, *hooks), stream)
 
 
 def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tuple[Any, ...]:
