@@ -5,7 +5,7 @@ batch dims (merged into one, without a copy where their strides allow), and a 3-
 is N independent attentions. NumPy in, NumPy out, torch in, torch out. ``attn_mask`` broadcasts to
 (..., heads, queries, keys) as torch's does: a boolean mask takes part where True, a float mask is
 added to the scores. A row with no key taking part gives 0, as torch's SDPA on the CPU gives (see
-``opendnn.families.attention.problem`` for the formulas). Keyword-only extensions: a sliding
+``opendnn.families.attention.reference`` for the formulas). Keyword-only extensions: a sliding
 ``window`` (left, right), the causal ``alignment``, per-batch sequence lengths, ``softcap``, ALiBi
 ``alibi_slopes`` and attention ``sinks``, the dropout ``seed`` and ``offset`` (the same seed gives
 the same mask, in the backward too), the saved statistics, and the handle.
@@ -33,13 +33,8 @@ from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status
 from opendnn.core.handle import Handle, MathType
-from opendnn.families.attention.problem import (
-    AttentionDescriptor,
-    AttentionTensors,
-    DiagonalAlignment,
-    attention_problem,
-    check_layout_values,
-)
+from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
+from opendnn.families.attention.problem import AttentionTensors, attention_problem, check_layout_values
 
 NAMES = (
     ("params", "attention parameters"),

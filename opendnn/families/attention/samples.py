@@ -22,14 +22,9 @@ from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle
 from opendnn.core.samples import ErrorSample, Sample, Tensors, checked, descriptor, values
 from opendnn.families.attention.api import attention_backward, attention_forward
+from opendnn.families.attention.descriptor import AttentionDescriptor
 from opendnn.families.attention.functional import scaled_dot_product_attention
-from opendnn.families.attention.problem import (
-    AttentionDescriptor,
-    gathered,
-    ragged_reference,
-    reference_backward,
-    reference_forward,
-)
+from opendnn.families.attention.reference import gathered, ragged_reference, reference_backward, reference_forward
 
 # variant -> (the descriptor's fields, bias: None, "float" (1, Hq, Sq, Skv) or "mask" (B, 1, Sq, Skv), lengths)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
