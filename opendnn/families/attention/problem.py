@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -54,8 +54,10 @@ __all__ = [
     "MAX_HEAD_DIM",
     "MIN_HEAD_DIM",
     "SLOTS",
+    "STATS_DIMS",
     "AttentionProblem",
     "AttentionTensors",
+    "SlotNames",
     "attention_problem",
     "check_layout_values",
     "host_values",
@@ -85,6 +87,8 @@ __all__ = [
 ]
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256  # the head dims the kernels support
+STATS_DIMS = ("batch", "heads", "sequence")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -187,12 +191,58 @@ class AttentionTensors(NamedTuple):
 
 
 SLOTS = AttentionTensors._fields
-# the caller's name of each slot in the errors; the cuDNN-shaped calls name descriptors
-API_NAMES = (
-    ("params", "attn_desc"),
-    *((slot, f"{slot}_desc") for slot in SLOTS),
-    ("max_seqlen_q", "max_seqlen_q"),
-    ("max_seqlen_kv", "max_seqlen_kv"),
+
+
+@dataclass(frozen=True)
+class SlotNames:
+    """How a call names the problem's slots in its errors, so that each message names the caller's
+    own parameter, and the caller's own axis of it.
+
+    Args:
+        names: (slot, the caller's name) pairs: "params", every AttentionTensors field,
+            "max_seqlen_q" and "max_seqlen_kv".
+        sizes: the caller's word for a tensor's sizes: "dims" (a descriptor's) or "shape" (an array's).
+        axes: (slot, axes) pairs for the slots whose caller's array holds the problem's dims in
+            another order: axes[d] is the caller's axis of the problem's dim d, None where the
+            caller's array has no such dim. A packed (tokens, heads, head dim) query, which the
+            problem takes as (1, heads, tokens, head dim), has axes (None, 1, 0, 2).
+    """
+
+    __hash__ = cached_hash  # a key of the memoized problems
+
+    names: tuple[tuple[str, str], ...]
+    sizes: str = "dims"
+    axes: tuple[tuple[str, tuple[int | None, ...]], ...] = ()
+
+    def __getitem__(self, slot: str) -> str:
+        return dict(self.names)[slot]
+
+    def whole(self, slot: str) -> str:
+        """The slot's sizes as the caller writes them: ``query.shape``, ``q_desc.dims``."""
+        return f"{self[slot]}.{self.sizes}"
+
+    def dim(self, slot: str, d: int) -> str:
+        """The problem's dim ``d`` of the slot as the caller writes it: ``query.shape[0]``, ``q_desc.dims[2]``."""
+        axis = dict(self.axes).get(slot, tuple(range(d + 1)))[d]
+        return f"{self[slot]}.dims[{d}]" if axis is None else f"{self.whole(slot)}[{axis}]"
+
+    def in_caller_order(self, slot: str, items: Sequence[T]) -> list[T]:
+        """``items``, one per dim of the slot in the problem, in the order of the caller's axes (the
+        dims the caller's array lacks left out)."""
+        axes = dict(self.axes).get(slot)
+        if axes is None:
+            return list(items)
+        return [items[d] for axis, d in sorted((axis, d) for d, axis in enumerate(axes) if axis is not None)]
+
+
+# the cuDNN-shaped calls name descriptors
+API_NAMES = SlotNames(
+    (
+        ("params", "attn_desc"),
+        *((slot, f"{slot}_desc") for slot in SLOTS),
+        ("max_seqlen_q", "max_seqlen_q"),
+        ("max_seqlen_kv", "max_seqlen_kv"),
+    )
 )
 
 
@@ -221,7 +271,7 @@ def attention_problem(
     block_table: TensorDescriptor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_kv: int | None = None,
-    names: tuple[tuple[str, str], ...] = API_NAMES,
+    names: SlotNames = API_NAMES,
     allow_tf32: bool = False,
 ) -> AttentionProblem:
     """The shape and dtype rules of every attention call; a backward when ``do`` is given.
@@ -235,8 +285,7 @@ def attention_problem(
     size]``, row ``j % block size``.
 
     Args:
-        names: (slot, the caller's name) pairs for the messages: "params", every AttentionTensors
-            field, "max_seqlen_q" and "max_seqlen_kv".
+        names: how the caller names each slot and its dims in the messages.
 
     Raises:
         BadParam: naming the descriptor: not 4 dims, dims that disagree (batch, heads, sequence,
@@ -247,7 +296,7 @@ def attention_problem(
             ragged offsets with a bias, sequence lengths or a block table, the backward through
             paged K/V.
     """
-    name = dict(names)
+    name = names
     if not isinstance(params, AttentionDescriptor):
         raise BadParam(f"{name['params']}={params!r} must be an AttentionDescriptor")
     descs = dict(
@@ -301,14 +350,14 @@ def attention_problem(
     _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], data)
     require(
         heads_q % heads_kv == 0,
-        f"{name['q']}.dims[1]={heads_q} must be a multiple of "
-        f"{name['k']}.dims[1]={heads_kv} (query heads per key/value head)",
+        f"{name.dim('q', 1)}={heads_q} must be a multiple of "
+        f"{name.dim('k', 1)}={heads_kv} (query heads per key/value head)",
         Status.BAD_PARAM_SHAPE_MISMATCH,
     )
     for slot, dim in (("q", head_dim), ("v", value_dim)):
         require(
             MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM,
-            f"{name[slot]}.dims[3]={dim} must be between {MIN_HEAD_DIM} "
+            f"{name.dim(slot, 3)}={dim} must be between {MIN_HEAD_DIM} "
             f"and {MAX_HEAD_DIM} (the head dims the kernels support)",
             Status.NOT_SUPPORTED_SHAPE,
         )
@@ -328,7 +377,7 @@ def attention_problem(
         if lens is not None:
             require(
                 lens.dims == (batch,),
-                f"{name[slot]}.dims={list(lens.dims)} must be [{batch}] (one length per batch of {name['q']})",
+                f"{name.whole(slot)}={list(lens.dims)} must be [{batch}] (one length per batch of {name['q']})",
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
             require(
@@ -345,8 +394,8 @@ def attention_problem(
         assert sinks is not None
         require(
             (dsinks.dims, dsinks.dtype) == (sinks.dims, sinks.dtype),
-            f"{name['dsinks']} of dims {list(dsinks.dims)} and dtype {dsinks.dtype.name} must have "
-            f"{name['sinks']}'s dims {list(sinks.dims)} and dtype {sinks.dtype.name}",
+            f"{name['dsinks']} of {name.sizes} {list(dsinks.dims)} and dtype {dsinks.dtype.name} must have "
+            f"{name['sinks']}'s {name.sizes} {list(sinks.dims)} and dtype {sinks.dtype.name}",
         )
     optional = {slot: desc for slot, desc in descs.items() if slot not in ("q", "k", "v", "o")}
     return AttentionProblem(
@@ -364,7 +413,7 @@ def attention_problem(
 
 
 def _check_layout(
-    name: dict[str, str],
+    name: SlotNames,
     descs: dict[str, TensorDescriptor | None],
     max_seqlen_q: int | None,
     max_seqlen_kv: int | None,
@@ -381,8 +430,8 @@ def _check_layout(
             return q.dims[0], q.dims[2], k.dims[2]
         require(
             table.ndim == 2 and table.dims[0] == q.dims[0],
-            f"{name['block_table']}.dims={list(table.dims)} must be [{q.dims[0]}, blocks per sequence] "
-            f"(one row per batch of {name['q']})",
+            f"{name.whole('block_table')}={list(table.dims)} must be [{q.dims[0]}, blocks per sequence] "
+            f"(one row per batch, {name.dim('q', 0)}={q.dims[0]})",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
         require(
@@ -409,9 +458,15 @@ def _check_layout(
     for slot, desc in zip(("ragged_offsets_q", "ragged_offsets_kv"), offsets):
         assert desc is not None
         require(
-            desc.ndim == 1 and desc.dims[0] >= 2 and desc.dims == first.dims,
-            f"{name[slot]}.dims={list(desc.dims)} must be [batch + 1] of at least 2, the same for both sides "
-            f"({name['ragged_offsets_q']}.dims={list(first.dims)})",
+            desc.ndim == 1 and desc.dims[0] >= 2,
+            f"{name.whole(slot)}={list(desc.dims)} must be [batch + 1], one dim of at least 2 "
+            "(where each sequence starts, then the end of the last)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            desc.dims == first.dims,
+            f"{name.whole(slot)}={list(desc.dims)} must equal {name.whole('ragged_offsets_q')}={list(first.dims)} "
+            "(as many sequences of keys as of queries)",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
         require(
@@ -422,8 +477,8 @@ def _check_layout(
     for slot in ("q", "k"):
         require(
             descs[slot].dims[0] == 1,  # type: ignore[union-attr]
-            f"{name[slot]}.dims[0]={descs[slot].dims[0]} must be 1 with ragged offsets "  # type: ignore[union-attr]
-            "(the packed tokens of every sequence along dims[2])",
+            f"{name.dim(slot, 0)}={descs[slot].dims[0]} must be 1 with ragged offsets "  # type: ignore[union-attr]
+            f"(the packed tokens of every sequence along {name.dim(slot, 2)})",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     lengths = []
@@ -438,12 +493,12 @@ def _check_layout(
 
 
 def _check_per_head(
-    name: dict[str, str], slot: str, desc: TensorDescriptor, q: TensorDescriptor, shapes: tuple[tuple[int, ...], ...]
+    name: SlotNames, slot: str, desc: TensorDescriptor, q: TensorDescriptor, shapes: tuple[tuple[int, ...], ...]
 ) -> None:
     """ALiBi slopes and sinks: one number per query head (slopes: per batch too), FLOAT or q's dtype."""
     require(
         desc.dims in shapes,
-        f"{name[slot]}.dims={list(desc.dims)} must be {' or '.join(str(list(shape)) for shape in shapes)} "
+        f"{name.whole(slot)}={list(desc.dims)} must be {' or '.join(str(list(shape)) for shape in shapes)} "
         f"(one per query head{', or per batch and query head' if len(shapes) > 1 else ''} of {name['q']})",
         Status.BAD_PARAM_SHAPE_MISMATCH,
     )
@@ -456,7 +511,7 @@ def _check_per_head(
 
 
 def _check_dims(
-    name: dict[str, str],
+    name: SlotNames,
     slot: str,
     desc: TensorDescriptor,
     rule: Sequence[tuple[str, int] | None],
@@ -469,17 +524,19 @@ def _check_dims(
         expected = descs[source[0]].dims[source[1]]
         if desc.dims[d] != expected:
             raise BadParam(
-                f"{name[slot]}.dims[{d}]={desc.dims[d]} must equal {name[source[0]]}.dims[{source[1]}]={expected}",
+                f"{name.dim(slot, d)}={desc.dims[d]} must equal {name.dim(*source)}={expected}",
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
 
 
-def _check_stats(name: dict[str, str], stats: TensorDescriptor, q: TensorDescriptor) -> None:
-    require(
-        stats.dims == q.dims[:3],
-        f"{name['stats']}.dims={list(stats.dims)} must be {list(q.dims[:3])} (batch, heads, sequence of {name['q']})",
-        Status.BAD_PARAM_SHAPE_MISMATCH,
-    )
+def _check_stats(name: SlotNames, stats: TensorDescriptor, q: TensorDescriptor) -> None:
+    if stats.dims != q.dims[:3]:
+        expected, meaning = (name.in_caller_order("stats", items) for items in (q.dims[:3], STATS_DIMS))
+        raise BadParam(
+            f"{name.whole('stats')}={name.in_caller_order('stats', stats.dims)} must be {expected} "
+            f"({', '.join(meaning)} of {name['q']})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     allowed = (DataType.FLOAT, DataType.DOUBLE) if q.dtype is DataType.DOUBLE else (DataType.FLOAT,)
     require(
         stats.dtype in allowed,
@@ -489,7 +546,7 @@ def _check_stats(name: dict[str, str], stats: TensorDescriptor, q: TensorDescrip
     )
 
 
-def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescriptor, seq_kv: int) -> None:
+def _check_bias(name: SlotNames, bias: TensorDescriptor, q: TensorDescriptor, seq_kv: int) -> None:
     full = (*q.dims[:3], seq_kv)
     require(
         bias.ndim == 4,
@@ -500,7 +557,7 @@ def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescripto
         if size not in (1, expected):
             sizes = "1" if expected == 1 else f"{expected} or 1"
             raise BadParam(
-                f"{name['bias']}.dims[{d}]={size} must be {sizes} (it broadcasts to {list(full)})",
+                f"{name.dim('bias', d)}={size} must be {sizes} (it broadcasts to {list(full)})",
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
     require(
@@ -511,14 +568,14 @@ def _check_bias(name: dict[str, str], bias: TensorDescriptor, q: TensorDescripto
     )
 
 
-def _check_bias_gradient(name: dict[str, str], dbias: TensorDescriptor, bias: TensorDescriptor | None) -> None:
+def _check_bias_gradient(name: SlotNames, dbias: TensorDescriptor, bias: TensorDescriptor | None) -> None:
     require(bias is not None, f"{name['dbias']} is given but {name['bias']}=None", Status.BAD_PARAM_NULL_POINTER)
     assert bias is not None
     if bias.dtype is DataType.BOOLEAN:
         raise NotSupported(f"{name['dbias']}: {name['bias']}.dtype=BOOLEAN is a mask and has no gradient")
     require(
         dbias.dims == bias.dims,
-        f"{name['dbias']}.dims={list(dbias.dims)} must equal {name['bias']}.dims={list(bias.dims)}",
+        f"{name.whole('dbias')}={list(dbias.dims)} must equal {name.whole('bias')}={list(bias.dims)}",
         Status.BAD_PARAM_SHAPE_MISMATCH,
     )
     require(
@@ -538,24 +595,23 @@ def host_values(bound: Bound) -> np.ndarray:
     return np.asarray(view, np.int64)
 
 
-def check_layout_values(problem: AttentionProblem, t: AttentionTensors, names: tuple[tuple[str, str], ...]) -> None:
+def check_layout_values(problem: AttentionProblem, t: AttentionTensors, names: SlotNames) -> None:
     """Refuse ragged offsets and block tables whose values would read or write outside the tensors,
     before any kernel runs: offsets that start below 0, decrease, end elsewhere than the packed
     tokens or hold a sequence longer than its max_seqlen; a needed block number outside the cache.
 
     Raises:
-        BadParam: naming the offsets or the block table, the place and the rule.
+        BadParam: naming the offsets or the block table (as the caller's array is named), the place
+            and the rule.
     """
-    name = dict(names)
     if t.ragged_offsets_q is not None and t.ragged_offsets_kv is not None:
         sides = (
-            ("ragged_offsets_q", t.ragged_offsets_q, "q", problem.q.dims[2], "max_seqlen_q", problem.max_seqlen_q),
-            ("ragged_offsets_kv", t.ragged_offsets_kv, "k", problem.k.dims[2], "max_seqlen_kv", problem.max_seqlen_kv),
+            (t.ragged_offsets_q, "q", problem.q.dims[2], "max_seqlen_q", problem.max_seqlen_q),
+            (t.ragged_offsets_kv, "k", problem.k.dims[2], "max_seqlen_kv", problem.max_seqlen_kv),
         )
-        for slot, bound, tensor, total, max_slot, longest in sides:
-            _check_offsets(
-                name[slot], host_values(bound), f"{name[tensor]}.dims[2]={total}", total, name[max_slot], longest
-            )
+        for bound, tensor, total, max_slot, longest in sides:
+            total_text = f"{names.dim(tensor, 2)}={total}"
+            _check_offsets(bound.name, host_values(bound), total_text, total, names[max_slot], longest)
     if t.block_table is not None:
         table = host_values(t.block_table)
         block_size, blocks = problem.k.dims[2], problem.k.dims[0]
@@ -567,8 +623,8 @@ def check_layout_values(problem: AttentionProblem, t: AttentionTensors, names: t
         if bad.size:
             b, j = bad[0]
             raise BadParam(
-                f"{name['block_table']}[{b}, {j}]={table[b, j]} must be a block of {name['k']} "
-                f"(0 to {blocks - 1}): sequence {b} needs {int(-(-lens[b] // block_size))} blocks"
+                f"{t.block_table.name}[{b}, {j}]={table[b, j]} must be a block of {names['k']}, from 0 to "
+                f"{names.dim('k', 0)} - 1 = {blocks - 1} (sequence {b} needs {int(-(-lens[b] // block_size))} blocks)"
             )
 
 
