@@ -223,7 +223,8 @@ class SlotNames:
 
     def dim(self, slot: str, d: int) -> str:
         """The problem's dim ``d`` of the slot as the caller writes it: ``query.shape[0]``, ``q_desc.dims[2]``."""
-        axis = dict(self.axes).get(slot, tuple(range(d + 1)))[d]
+        axes = dict(self.axes).get(slot)
+        axis = d if axes is None else axes[d]
         return f"{self[slot]}.dims[{d}]" if axis is None else f"{self.whole(slot)}[{axis}]"
 
     def in_caller_order(self, slot: str, items: Sequence[T]) -> list[T]:
@@ -531,7 +532,7 @@ def _check_dims(
 
 def _check_stats(name: SlotNames, stats: TensorDescriptor, q: TensorDescriptor) -> None:
     if stats.dims != q.dims[:3]:
-        expected, meaning = (name.in_caller_order("stats", items) for items in (q.dims[:3], STATS_DIMS))
+        expected, meaning = name.in_caller_order("stats", q.dims[:3]), name.in_caller_order("stats", STATS_DIMS)
         raise BadParam(
             f"{name.whole('stats')}={name.in_caller_order('stats', stats.dims)} must be {expected} "
             f"({', '.join(meaning)} of {name['q']})",

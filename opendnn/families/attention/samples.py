@@ -315,6 +315,13 @@ def _paged_operands(**changes: Any) -> dict[str, Any]:
     return dict(query=values(2, 2, 3, 16), **caches, block_table=table, seq_lens_kv=lens) | changes
 
 
+def _changed(
+    good: Callable[..., dict[str, Any]], changes: Callable[[], dict[str, Any]]
+) -> Callable[[], dict[str, Any]]:
+    """The arguments of a good call with ``changes``, made when called (an error sample's arguments)."""
+    return lambda: good(**changes())
+
+
 # (name, the changes to a good call, error, message) of the packed and paged calls: each names the
 # caller's own parameter and axis, never the (1, heads, tokens, head dim) form the problem takes
 VARLEN_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
@@ -426,7 +433,7 @@ def error_samples() -> list[ErrorSample]:
             "dropout_p=1.5 must be at least 0 and below 1",
         ),
         *(
-            ErrorSample(name, call, lambda good=good, changes=changes: good(**changes()), error, message)
+            ErrorSample(name, call, _changed(good, changes), error, message)
             for call, good, table in (
                 (scaled_dot_product_attention_varlen, _varlen_operands, VARLEN_ERRORS),
                 (scaled_dot_product_attention_varlen_backward, _varlen_backward_operands, VARLEN_BACKWARD_ERRORS),
