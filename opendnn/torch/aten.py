@@ -245,11 +245,6 @@ def _elu(input: torch.Tensor, alpha: float = 1.0, scale: float = 1.0, input_scal
     return scale * torch.where(input > 0, input, alpha * torch.expm1(input * input_scale))
 
 
-def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
-    y = functions.softplus(input, beta)
-    return y if threshold >= 20 else torch.where(input * beta > threshold, input, y)  # torch's linear regime
-
-
 def _scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -286,7 +281,7 @@ ROUTES: dict[str, Route] = {
     "sigmoid": _elementwise(functions.sigmoid),
     "tanh": _elementwise(functions.tanh),
     "elu": _elementwise(_elu),
-    "softplus": _elementwise(_softplus),
+    "softplus": _elementwise(functions.softplus),
     "scaled_dot_product_attention": _scaled_dot_product_attention,
     "avg_pool1d": _avg_pool(1),
     "avg_pool2d": _avg_pool(2),

@@ -170,10 +170,9 @@ def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     return operators.activation(x, "elu", [float(alpha)])
 
 
-def softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    """log(1 + exp(beta * x)) / beta, with no linear regime (torch's threshold=20 changes the result
-    by under exp(-20) relative)."""
-    return operators.activation(x, "softplus", [float(beta)])
+def softplus(x: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear regime)."""
+    return operators.activation(x, "softplus", [float(beta), float(threshold)])
 
 
 # ---- layer, RMS, group and instance norm, LRN ---------------------------------------------------------

@@ -300,13 +300,8 @@ class ELU(OpendnnModule, torch.nn.ELU):
 
 
 class Softplus(OpendnnModule, torch.nn.Softplus):
-    def unsupported(self) -> str | None:
-        if self.threshold < 20:
-            return f"threshold={self.threshold} is below 20 (opendnn's softplus has no linear regime)"
-        return None
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return functions.softplus(x, self.beta)
+        return functions.softplus(x, self.beta, self.threshold)
 
 
 # ---- pooling and softmax ------------------------------------------------------------------------------

@@ -327,31 +327,46 @@ def scalar(value: float, like: Tensor) -> Tensor:
 
 
 def _hardtanh(x: Tensor, low: float, high: float) -> Tensor:
-    """min(max(x, low), high) = clipped_relu(x - low, high - low) + low; NaN stays NaN."""
+    """min(max(x, low), high), exactly (clipped relu where low is 0); NaN stays NaN."""
     if low == 0:
         return F.clipped_relu(x, high, propagate_nan=True)
-    shift = scalar(low, x)
-    return F.add(F.clipped_relu(F.sub(x, shift), high - low, propagate_nan=True), shift)
+    return F.minimum(F.maximum(x, scalar(low, x)), scalar(high, x))
+
+
+def _outside_gradient(dy: Tensor, outside: Tensor) -> Tensor:
+    """0 where ``outside``, else dy (torch's backward of relu and hardtanh, NaN dy included)."""
+    return F.where(outside, scalar(0.0, dy), dy)
+
+
+def _relu_backward(dy: Tensor, x: Tensor) -> Tensor:
+    """torch's threshold_backward: 0 where x <= 0, else dy (dy at a NaN x)."""
+    return _outside_gradient(dy, F.le(x, scalar(0.0, x)))
 
 
 def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor:
-    if low == 0:
-        return F.clipped_relu_backward(dy, x, high)
-    return F.clipped_relu_backward(dy, F.sub(x, scalar(low, x)), high - low)
+    """torch's hardtanh_backward: 0 where x <= low or x >= high, else dy (dy at a NaN x)."""
+    return _outside_gradient(dy, F.logical_or(F.le(x, scalar(low, x)), F.ge(x, scalar(high, x))))
 
 
-# name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). ReLU and hardtanh keep
-# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at a NaN input is 0, where
-# torch's passes dy (docs/design/torch_integration.md).
+def _elu_backward(dy: Tensor, x: Tensor, alpha: float) -> Tensor:
+    """torch's elu_backward: dy * alpha * exp(x) where x <= 0, else dy (dy at a NaN x)."""
+    return F.where(F.le(x, scalar(0.0, x)), F.elu_backward(dy, x, alpha), dy)
+
+
+# name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). The forwards keep NaN as
+# torch's do (relu's and clipped relu's PROPAGATE_NAN). The backwards are torch's formulas, NaN
+# included: relu, hardtanh and elu pass dy where x is NaN (torch tests x <= 0, false for NaN), where
+# the cuDNN-shaped activation backward, and opendnn.functional's, give 0 (NOT_PROPAGATE_NAN) or NaN
+# (relu, clipped relu) or NaN (elu) (docs/design/torch_integration.md).
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "relu": (lambda x: F.relu(x, propagate_nan=True), F.relu_backward),
+    "relu": (lambda x: F.relu(x, propagate_nan=True), _relu_backward),
     "hardtanh": (_hardtanh, _hardtanh_backward),
     "gelu": (F.gelu, F.gelu_backward),
     "gelu_tanh": (lambda x: F.gelu(x, "tanh"), lambda dy, x: F.gelu_backward(dy, x, "tanh")),
     "silu": (F.swish, F.swish_backward),
     "sigmoid": (F.sigmoid, F.sigmoid_backward),
     "tanh": (F.tanh, F.tanh_backward),
-    "elu": (F.elu, F.elu_backward),
+    "elu": (F.elu, _elu_backward),
     "softplus": (F.softplus, F.softplus_backward),
 }
 

@@ -81,11 +81,6 @@ def _elementwise(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Te
     return activation
 
 
-def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
-    require(threshold >= 20, f"threshold={threshold} below 20")
-    return functions.softplus(input, beta)
-
-
 def _softmax(log: bool) -> Callable[..., torch.Tensor]:
     def softmax(
         input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: torch.dtype | None = None
@@ -202,7 +197,7 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
         torch.Tensor.sigmoid: sigmoid,
         torch.tanh: tanh,
         torch.Tensor.tanh: tanh,
-        F.softplus: _softplus,
+        F.softplus: functions.softplus,
         F.softmax: softmax,
         torch.softmax: softmax,
         torch.Tensor.softmax: softmax,
