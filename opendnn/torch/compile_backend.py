@@ -274,6 +274,13 @@ def _gelu_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, approx
     return backward(low.tensor(grad), low.tensor(x))
 
 
+def _threshold_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, threshold: float) -> Any:
+    """torch's formula, ``x <= threshold ? 0 : grad``: grad where x is NaN (relu's backward reads
+    relu's NaN-keeping output), where the graph's relu_backward gives NaN (cuDNN's propagated NaN)."""
+    g = low.graph
+    return g.binary_select(0.0, low.tensor(grad), g.cmp_le(low.tensor(x), threshold))
+
+
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.fx.Node)
 
@@ -311,10 +318,7 @@ LOWERINGS: dict[Any, Op] = {
     aten.tanh.default: _pointwise("tanh"),
     aten.gelu.default: Op(_gelu),
     aten.gelu_backward.default: Op(_gelu_backward),
-    aten.threshold_backward.default: Op(
-        lambda low, node, grad, x, threshold: low.graph.relu_backward(low.tensor(grad), low.tensor(x)),
-        lambda grad, x, threshold: threshold == 0,
-    ),
+    aten.threshold_backward.default: Op(_threshold_backward),
     aten.sum.dim_IntList: Op(_sum, lambda x, dims, keepdim=False, dtype=None: bool(dims) and dtype is None),
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
