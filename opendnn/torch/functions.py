@@ -130,12 +130,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
-    """max(x, 0); NaN stays NaN, as torch's."""
+    """max(x, 0); NaN stays NaN, and the gradient is torch's: 0 where x <= 0, else dy (dy where x is
+    NaN; opendnn.functional's relu_backward, cuDNN's, gives 0 or NaN there)."""
     return operators.activation(x, "relu", [])
 
 
 def hardtanh(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch.Tensor:
-    """min(max(x, min_val), max_val); relu6 is hardtanh(x, 0, 6) (opendnn's clipped relu)."""
+    """min(max(x, min_val), max_val), NaN kept; relu6 is hardtanh(x, 0, 6) (opendnn's clipped relu).
+    The gradient is torch's: 0 where x <= min_val or x >= max_val, else dy (dy where x is NaN)."""
     if not min_val < max_val:
         raise NotSupported(f"hardtanh min_val={min_val} must be below max_val={max_val}")
     return operators.activation(x, "hardtanh", [float(min_val), float(max_val)])
@@ -167,6 +169,7 @@ def tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """x if x > 0 else alpha * (exp(x) - 1); the gradient is torch's: dy where x is NaN."""
     return operators.activation(x, "elu", [float(alpha)])
 
 

@@ -356,8 +356,8 @@ def _elu_backward(dy: Tensor, x: Tensor, alpha: float) -> Tensor:
 # name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). The forwards keep NaN as
 # torch's do (relu's and clipped relu's PROPAGATE_NAN). The backwards are torch's formulas, NaN
 # included: relu, hardtanh and elu pass dy where x is NaN (torch tests x <= 0, false for NaN), where
-# the cuDNN-shaped activation backward, and opendnn.functional's, give 0 (NOT_PROPAGATE_NAN) or NaN
-# (relu, clipped relu) or NaN (elu) (docs/design/torch_integration.md).
+# the cuDNN-shaped activation backward and opendnn.functional's give 0 or NaN for relu and clipped
+# relu (the NaN option) and NaN for elu (docs/design/torch_integration.md).
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "relu": (lambda x: F.relu(x, propagate_nan=True), _relu_backward),
     "hardtanh": (_hardtanh, _hardtanh_backward),
