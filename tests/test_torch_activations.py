@@ -132,3 +132,17 @@ def test_the_functional_and_cudnn_shaped_backward_keep_cudnns_rule_at_nan():
     assert torch.equal(dx_module, torch.tensor([0.5, 0.0, 0.75], dtype=torch.float64))
     assert torch.equal(F.relu_backward(dy, x), torch.tensor([0.0, 0.0, 0.75], dtype=torch.float64))
     assert F.relu_backward(dy, x, propagate_nan=True)[0].isnan()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_on_cuda_outputs_and_gradients_are_torchs_whole_tensors(name):
+    """torch's CUDA kernels take their formulas' values at every position (no vectorized loop of their own)."""
+    make, edges = ACTIVATIONS[name]
+    ours = make()
+    ot.convert(ours)
+    x, dy = (t.to("cuda", torch.float32) for t in inputs(edges, torch.float64))
+    y_ours, dx_ours = forward_backward(ours, x, dy)
+    y_theirs, dx_theirs = forward_backward(make(), x, dy)
+    assert_same(y_ours, y_theirs, name in EXACT)
+    assert_same(dx_ours, dx_theirs, name in EXACT)

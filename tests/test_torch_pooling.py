@@ -68,7 +68,7 @@ def run(call, x: torch.Tensor, seed: int = 0) -> tuple[tuple[torch.Tensor, ...],
     x = x.clone().requires_grad_()
     outputs = call(x)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    dy = torch.randn(outputs[0].shape, generator=torch.Generator().manual_seed(seed), dtype=x.dtype)
+    dy = torch.randn(outputs[0].shape, generator=torch.Generator().manual_seed(seed), dtype=x.dtype).to(x.device)
     outputs[0].backward(dy)
     return tuple(t.detach() for t in outputs), x.grad
 
@@ -201,3 +201,19 @@ def test_an_empty_batch_gives_torchs_empty_results(return_indices):
         assert (got.shape, got.dtype) == (want.shape, want.dtype)
     (outputs[0] if return_indices else outputs).sum().backward()
     assert x.grad.shape == x.shape
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("return_indices", [False, True], ids=["values", "indices"])
+@pytest.mark.parametrize("name", CASES)
+def test_on_cuda_converted_max_pool_modules_are_torchs(name, return_indices):
+    spatial, options, shape = CASES[name]
+    theirs = MODULES[spatial](**options, return_indices=return_indices)
+    ours = copy.deepcopy(theirs)
+    ot.convert(ours)
+    layouts = (torch.contiguous_format, torch.channels_last) if spatial == 2 else (torch.contiguous_format,)
+    nans = (1, torch.Size(shape).numel() // 4) if return_indices else (1,)  # (without indices: windows of one NaN)
+    for layout in layouts:
+        for nan in nans:
+            x = with_nonfinite(shape, seed=nan, nan=nan).to("cuda", torch.float32).contiguous(memory_format=layout)
+            assert_runs_as_torchs(ours, theirs, x)
