@@ -41,6 +41,19 @@ MODULES = {1: nn.MaxPool1d, 2: nn.MaxPool2d, 3: nn.MaxPool3d}
 FUNCTIONS = {1: TF.max_pool1d, 2: TF.max_pool2d, 3: TF.max_pool3d}
 
 
+def pair(theirs: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(torch's max pooling module, its converted copy)."""
+    ours = copy.deepcopy(theirs)
+    assert ot.convert(ours).converted == [("", type(theirs).__name__)]
+    return theirs, ours
+
+
+def case(name: str, return_indices: bool) -> tuple[nn.Module, nn.Module, int, tuple[int, ...]]:
+    """(torch's module of CASES[name], its converted copy, the spatial dims, the input shape)."""
+    spatial, options, shape = CASES[name]
+    return *pair(MODULES[spatial](**options, return_indices=return_indices)), spatial, shape
+
+
 def with_nonfinite(shape: tuple[int, ...], seed: int, nan: int = 1) -> torch.Tensor:
     """3 * randn with ``nan`` NaNs, a +inf and a block of -inf (windows of -inf alone) at random places."""
     gen = torch.Generator().manual_seed(seed)
@@ -89,10 +102,7 @@ def assert_runs_as_torchs(ours, theirs, x: torch.Tensor) -> None:
 @pytest.mark.parametrize("return_indices", [False, True], ids=["values", "indices"])
 @pytest.mark.parametrize("name", CASES)
 def test_converted_max_pool_modules_are_torchs(name, return_indices):
-    spatial, options, shape = CASES[name]
-    theirs = MODULES[spatial](**options, return_indices=return_indices)
-    ours = copy.deepcopy(theirs)
-    assert ot.convert(ours).converted
+    theirs, ours, _, shape = case(name, return_indices)
     for seed in range(3):
         assert_runs_as_torchs(ours, theirs, with_nonfinite(shape, seed))
     unbatched = with_nonfinite(shape[1:], seed=3)
@@ -102,10 +112,7 @@ def test_converted_max_pool_modules_are_torchs(name, return_indices):
 @pytest.mark.parametrize("name", CASES)
 def test_indices_and_their_gradient_are_torchs_in_windows_of_many_nans(name):
     """torch's index of a window holding NaN is its last NaN, and the gradient goes there."""
-    spatial, options, shape = CASES[name]
-    theirs = MODULES[spatial](**options, return_indices=True)
-    ours = copy.deepcopy(theirs)
-    ot.convert(ours)
+    theirs, ours, _, shape = case(name, return_indices=True)
     x = with_nonfinite(shape, seed=4, nan=torch.Size(shape).numel() // 4)
     assert_runs_as_torchs(ours, theirs, x)
 
@@ -128,9 +135,7 @@ def test_without_indices_a_window_of_several_nans_passes_its_gradient_to_the_fir
 
 
 def test_a_channels_last_input_gives_torchs_values_and_keeps_its_memory_order():
-    theirs = nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=True)
-    ours = copy.deepcopy(theirs)
-    ot.convert(ours)
+    theirs, ours = pair(nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=True))
     x = with_nonfinite((2, 5, 9, 8), seed=5).contiguous(memory_format=torch.channels_last)
     assert_runs_as_torchs(ours, theirs, x)
     y, indices = ours(x)
@@ -139,9 +144,7 @@ def test_a_channels_last_input_gives_torchs_values_and_keeps_its_memory_order():
 
 
 def test_float32_gives_torchs_values_indices_and_gradients():
-    theirs = nn.MaxPool3d(2, 1, 1, dilation=2, return_indices=True)
-    ours = copy.deepcopy(theirs)
-    ot.convert(ours)
+    theirs, ours = pair(nn.MaxPool3d(2, 1, 1, dilation=2, return_indices=True))
     x = with_nonfinite((1, 2, 5, 6, 4), seed=6).float()
     assert_runs_as_torchs(ours, theirs, x)
 
@@ -192,9 +195,7 @@ def test_a_padding_over_half_the_kernel_is_refused_as_torch_refuses_it(with_indi
 
 @pytest.mark.parametrize("return_indices", [False, True], ids=["values", "indices"])
 def test_an_empty_batch_gives_torchs_empty_results(return_indices):
-    theirs = nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=return_indices)
-    ours = copy.deepcopy(theirs)
-    ot.convert(ours)
+    theirs, ours = pair(nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=return_indices))
     x = torch.randn(0, 3, 9, 8, dtype=torch.float64, requires_grad=True)
     outputs, expected = ours(x), theirs(x)
     for got, want in zip(*(o if return_indices else (o,) for o in (outputs, expected))):
@@ -207,10 +208,7 @@ def test_an_empty_batch_gives_torchs_empty_results(return_indices):
 @pytest.mark.parametrize("return_indices", [False, True], ids=["values", "indices"])
 @pytest.mark.parametrize("name", CASES)
 def test_on_cuda_converted_max_pool_modules_are_torchs(name, return_indices):
-    spatial, options, shape = CASES[name]
-    theirs = MODULES[spatial](**options, return_indices=return_indices)
-    ours = copy.deepcopy(theirs)
-    ot.convert(ours)
+    theirs, ours, spatial, shape = case(name, return_indices)
     layouts = (torch.contiguous_format, torch.channels_last) if spatial == 2 else (torch.contiguous_format,)
     nans = (1, torch.Size(shape).numel() // 4) if return_indices else (1,)  # (without indices: windows of one NaN)
     for layout in layouts:

@@ -232,8 +232,8 @@ def _window(
 ) -> tuple[list[int], list[int], list[int]]:
     """(kernel, stride, padding), one int per spatial dim; the stride defaults (None or []) to the kernel."""
     kernel = _per_dim("kernel_size", kernel_size, spatial)
-    default = stride is None or (not isinstance(stride, int) and len(stride) == 0)
-    return kernel, kernel if default else _per_dim("stride", stride, spatial), _per_dim("padding", padding, spatial)
+    steps = kernel if stride is None or stride == [] or stride == () else _per_dim("stride", stride, spatial)
+    return kernel, steps, _per_dim("padding", padding, spatial)
 
 
 def max_pool_window(
