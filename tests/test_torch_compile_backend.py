@@ -148,6 +148,29 @@ def test_softmax_regions_run_on_the_fusion_engine():
     assert "(softmax)" in backend.plans[0].describe()
 
 
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_relus_gradient_at_a_nan_input_is_torchs(options):
+    """relu keeps NaN; torch's backward (threshold_backward of relu's output) passes the gradient there."""
+    torch.manual_seed(3)
+    dtype = torch.float32 if options else torch.float64
+    model = nn.Sequential(nn.ReLU(), nn.Linear(6, 5)).to(dtype)
+    x, dy = torch.randn(4, 6, dtype=dtype), torch.randn(4, 5, dtype=dtype)
+    x[1, 2] = float("nan")
+    backend = OpendnnBackend()
+    compiled = torch.compile(copy.deepcopy(model), backend=backend, options=options)
+    results = []
+    for m in (compiled, model):
+        x_m = x.clone().requires_grad_()
+        m(x_m).backward(dy)
+        results.append([x_m.grad, *(p.grad for p in m.parameters())])
+    assert backend.fallbacks == [] and backend.plans_executed == len(backend.regions) == 2
+    assert "cmp_le" in backend.plans[-1].describe()
+    assert not results[1][0].isnan().any()  # x's gradient: dy passes relu where x is NaN
+    for ours, theirs in zip(*results, strict=True):
+        assert torch.equal(ours.isnan(), theirs.isnan())
+        torch.testing.assert_close(ours, theirs, equal_nan=True)
+
+
 @pytest.mark.parametrize("options", [{"track_running_stats": False}, {"affine": False}])
 def test_a_batch_norm_the_lowering_does_not_take_stays_on_torch(options):
     def make():

@@ -301,6 +301,13 @@ def _gelu_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, approx
     return backward(low.tensor(grad), low.tensor(x))
 
 
+def _threshold_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, threshold: float) -> Any:
+    """torch's formula, ``x <= threshold ? 0 : grad``: grad where x is NaN (relu's backward reads
+    relu's NaN-keeping output), where the graph's relu_backward gives NaN (cuDNN's propagated NaN)."""
+    g = low.graph
+    return g.binary_select(0.0, low.tensor(grad), g.cmp_le(low.tensor(x), threshold))
+
+
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.fx.Node)
 
@@ -338,10 +345,7 @@ LOWERINGS: dict[Any, Op] = {
     aten.tanh.default: _pointwise("tanh"),
     aten.gelu.default: Op(_gelu),
     aten.gelu_backward.default: Op(_gelu_backward),
-    aten.threshold_backward.default: Op(
-        lambda low, node, grad, x, threshold: low.graph.relu_backward(low.tensor(grad), low.tensor(x)),
-        lambda grad, x, threshold: threshold == 0,
-    ),
+    aten.threshold_backward.default: Op(_threshold_backward),
     aten._softmax.default: Op(_softmax, lambda x, dim, half_to_float: not half_to_float),
     aten._log_softmax.default: Op(
         lambda low, node, x, dim, half_to_float: _softmax(low, node, x, dim, half_to_float, log=True),
