@@ -14,16 +14,16 @@ A ``Launches`` is a problem's whole plan: its launches in order and the scratch 
 A kept kernel is launched through the C function of the launcher Triton built for it
 (``CompiledKernel.run.launch``, past the launcher's Python wrapper, which allocates the global and
 profile scratch that a kernel without them does not take: ``_Direct``), with the arguments Triton's
-own ``CompiledKernel.__getitem__`` runner passes (triton 3.6, compiler.py), less its per-launch Python: the runner asks for the current device and its stream,
-builds the launch metadata that only launch hooks read, and hands the launcher the hook chains,
-which it calls even when empty. Pointers go to the launcher as integers (the addresses the key
-has read): given a tensor it would call ``data_ptr()`` again and ask the driver about the address
-(``cuPointerGetAttribute``), per pointer argument and launch. Here the stream is the current one
-of the tensors' device (dispatch has made the handle's device current and checked the tensors are
-on it, so it is the runner's stream) and, while no launch hook is registered (``knobs.runtime.launch_enter_hook`` /
-``launch_exit_hook``), the metadata and hooks are None, which the launcher skips. With a hook
-registered, another Triton version, or a kernel that is not Triton's own CompiledKernel, the
-runner launches as before.
+own ``CompiledKernel.__getitem__`` runner passes (triton 3.6, compiler.py), less its per-launch
+Python: the runner asks for the current device and its stream, builds the launch metadata that only
+launch hooks read, and hands the launcher the hook chains, which it calls even when empty. Pointers
+go to the launcher as integers (the addresses the key has read): given a tensor it would call
+``data_ptr()`` again and ask the driver about the address (``cuPointerGetAttribute``), per pointer
+argument and launch. Here the stream is the current one of the tensors' device (dispatch has made
+the handle's device current and checked the tensors are on it, so it is the runner's stream) and,
+while no launch hook is registered (``knobs.runtime.launch_enter_hook`` / ``launch_exit_hook``), the
+metadata and hooks are None, which the launcher skips. With a hook registered, another Triton
+version, or a kernel that is not Triton's own CompiledKernel, the runner launches as before.
 
 A cluster launch (``cluster`` > 1, sm_90: CTAs ``cluster * k`` to ``cluster * k + cluster - 1`` form
 one thread-block cluster, co-scheduled, able to wait on each other with ``cluster_barrier``) goes
@@ -122,8 +122,9 @@ class Launch:
                 kernel = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
             else:
                 kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
-            if type(kernel) is CompiledKernel:  # only a compiled kernel is kept
-                self.compiled[key] = _Direct.of(kernel, self.cluster) if DIRECT_LAUNCH else kernel
+            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept; Triton's own runs directly
+                direct = DIRECT_LAUNCH and type(kernel) is CompiledKernel
+                self.compiled[key] = _Direct.of(kernel, self.cluster) if direct else kernel
             if self.cluster > 1:  # compiled, not launched yet
                 self(tensors)
         else:  # a launch hook is registered (or another Triton): Triton's runner launches it
