@@ -13,14 +13,14 @@ propagates NaN too, else 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from opendnn.core.arrays import Bound
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.core.reference_io import numpy_view, read, read_copy, write
+from opendnn.core.reference_io import numpy_view, output_array, read, read_copy, write
 from opendnn.families.batch_norm import problem as bn
 from opendnn.families.batch_norm.problem import BatchNormProblem, BatchNormTensors, Direction
 
@@ -52,14 +52,15 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
             raise InternalError("batch norm: a tensor its direction reads was not bound")
         return reader(bound, compute)
 
-    x, scale = need(t.x, read_copy), need(t.scale)  # x: centred in place
+    scale = need(t.scale)
     if problem.direction is Direction.INFERENCE:
-        y = bn.forward_inference(x, scale, need(t.bias), need(t.mean), need(t.variance), problem.epsilon)
+        y = bn.forward_inference(need(t.x), scale, need(t.bias), need(t.mean), need(t.variance), problem.epsilon)
         write(t.out, y, problem.alpha, problem.beta)
     elif problem.direction is Direction.TRAINING:
+        x = need(t.x, read_copy)  # centred in place
         _training(problem, t, x, scale, need(t.bias), get(t.z), get(t.mean), get(t.variance))
     else:
-        _backward(problem, t, x, need(t.dy), scale)
+        _backward(problem, t, need(t.x), need(t.dy), scale)
 
 
 def _rows(values: np.ndarray, mode: bn.BatchNormMode) -> np.ndarray:
@@ -113,7 +114,22 @@ def _training(
         numpy_view(t.reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
 
 
+BLOCK_ELEMENTS = 1 << 15  # elements of x per block of the backward's passes: the block and its scratch stay in L2
+
+
+def _blocks(rows: np.ndarray) -> Iterator[tuple[int, slice]]:
+    """(n, features) blocks of (N, P, L) rows, whole rows of L, about BLOCK_ELEMENTS elements each."""
+    count, features, length = rows.shape
+    step = max(1, BLOCK_ELEMENTS // length)
+    for n in range(count):
+        for start in range(0, features, step):
+            yield n, slice(start, min(features, start + step))
+
+
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
+    """``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``, ``k = scale * inv_std``,
+    in blocks of rows that stay in cache: one pass of blocks for the sums over L (and, without saved
+    statistics, the variance's), then over N, one for dx (five operations per block)."""
     compute = problem.compute_dtype
     mean = inv_std = mask = None
     if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
@@ -127,21 +143,36 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
     n = rows.shape[0] * rows.shape[2]
     if mean is None or inv_std is None:
-        mean = _per_feature(rows) / n
-        rows -= mean  # in place: x is this call's own copy
-        inv_std = 1.0 / np.sqrt(_per_feature(np.square(rows)) / n + problem.epsilon)
+        mean = _per_feature(rows)[0] / n
     else:
-        inv_std = _rows(inv_std, problem.mode)
-        rows -= _rows(mean, problem.mode)
-    dbias = _per_feature(g_rows)
-    dx = g_rows * rows
-    dscale = _per_feature(dx) * inv_std
-    k = _rows(scale, problem.mode) * inv_std
-    np.multiply(g_rows, k, out=dx)
-    dx -= k * dbias / n
-    rows *= k * inv_std * dscale / n
-    dx -= rows
-    write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
+        mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
+    step = min(rows.shape[1], max(1, BLOCK_ELEMENTS // rows.shape[2]))
+    centred, product = np.empty((2, step, rows.shape[2]), x.dtype)
+    sums = np.empty((2 if inv_std is not None else 3, *rows.shape[:2]), x.dtype)  # over L: g, g * xc, xc^2
+    for k, f in _blocks(rows):
+        size = f.stop - f.start
+        xc, gk = np.subtract(rows[k, f], mean[f], out=centred[:size]), g_rows[k, f]
+        gk.sum(axis=1, out=sums[0, k, f])
+        np.multiply(xc, gk, out=product[:size]).sum(axis=1, out=sums[1, k, f])
+        if inv_std is None:
+            np.square(xc, out=product[:size]).sum(axis=1, out=sums[2, k, f])
+    totals = sums.sum(axis=1)[..., None]  # over N, shaped (P, 1)
+    if inv_std is None:
+        inv_std = 1.0 / np.sqrt(totals[2] / n + problem.epsilon)
+    dbias, dscale = totals[0], totals[1] * inv_std
+    k = _rows(scale, problem.mode)[0] * inv_std
+    coef, shift = k * inv_std * dscale / n, dbias / n
+    target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
+    dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
+    for i, f in _blocks(rows):
+        size = f.stop - f.start
+        xc = np.subtract(rows[i, f], mean[f], out=centred[:size])
+        xc *= coef[f]
+        gk = np.subtract(g_rows[i, f], shift[f], out=product[:size])
+        gk *= k[f]
+        np.subtract(gk, xc, out=dx[i, f])
+    if target is None:
+        write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:
         raise InternalError("batch norm backward: dscale and dbias were not bound")
     write(t.dscale, dscale.reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)

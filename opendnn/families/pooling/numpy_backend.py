@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.reference_io import read, write
+from opendnn.core.reference_io import output_array, read, write
 from opendnn.families.pooling.problem import (
     PoolingMode,
     PoolingProblem,
@@ -25,6 +25,8 @@ from opendnn.families.pooling.problem import (
     _geometry,
     reference_indices,
 )
+
+CHUNK_ELEMENTS = 1 << 17  # a chunk's padded planes in max backward: 512 KB of float32, in L2 beside its windows
 
 
 def supports(problem: PoolingProblem) -> str | None:
@@ -50,12 +52,16 @@ def run(
             write(indices, reference_indices(values, problem.window, problem.padding, problem.stride, *options))
         return
     gradient = read(dy, compute)
-    if problem.mode.is_max:
-        result = max_backward(read(x, compute), read(y, compute), gradient, geo)
-    else:
-        gradient = gradient / geo.counts(include_padding)  # each window's share of its dy
-        result = average_backward(gradient, geo)
-    write(dx, result, problem.alpha, problem.beta)
+    if not problem.mode.is_max:
+        share = gradient / geo.counts(include_padding)  # each window's share of its dy
+        write(dx, average_backward(share, geo), problem.alpha, problem.beta)
+        return
+    inputs = read(x, compute), read(y, compute), gradient
+    target = output_array(dx, compute, problem.alpha, problem.beta, *inputs)  # dx's own memory, where it may be
+    result = np.empty(x.desc.dims, compute.to_numpy()) if target is None else target
+    max_backward(*inputs, geo, result)
+    if target is None:
+        write(dx, result, problem.alpha, problem.beta)
 
 
 def _taps(geo: _Geometry, k: int, j: int, ndim: int) -> tuple[slice, ...]:
@@ -107,32 +113,56 @@ def _windows_holding_input(geo: _Geometry) -> np.ndarray:
     return holds
 
 
-def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry) -> np.ndarray:
-    """dx: each window's dy added at its first position (row-major) whose input equals y (or is NaN
-    where y is NaN); a window holding no such input adds nothing."""
-    widths = geo.pad_widths()
-    padded = np.pad(x, widths, constant_values=np.nan)  # padding never equals y
-    y_nan = np.isnan(y)
-    valid = np.pad(np.ones(x.shape[2:], bool), widths[2:]) if y_nan.any() else None
-    offsets = list(geo.offsets())
-    origin = geo.flat_positions((0,) * len(geo.out))  # flat index into x's spatial plane of each window's start
-    plane_strides = [math.prod(geo.size[k + 1 :]) for k in range(len(geo.size))]
-    shift = np.array([sum(jk * d * st for jk, d, st in zip(j, geo.dilation, plane_strides)) for j, _ in offsets])
-    tap = np.full(y.shape, -1, np.min_scalar_type(-len(offsets)))  # each window's first position holding y
-    for t in reversed(range(len(offsets))):  # the last write is the first position
-        v = padded[offsets[t][1]]
-        hit = v == y
-        if valid is not None:
-            hit |= np.isnan(v) & y_nan & valid[offsets[t][1][2:]]
-        np.copyto(tap, t, where=hit)
-    planes = np.arange(y.shape[0] * y.shape[1]).reshape(y.shape[:2] + (1,) * len(geo.out)) * math.prod(geo.size)
-    flat = shift[tap] + origin + planes  # an index into x.reshape(-1); wrong only where tap is -1
-    found = tap >= 0
-    if found.all():
-        dx = np.bincount(flat.reshape(-1), weights=dy.reshape(-1), minlength=x.size)
-    else:
-        dx = np.bincount(flat[found], weights=dy[found], minlength=x.size)
-    return dx.reshape(x.shape).astype(x.dtype, copy=False)
+def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry, dx: np.ndarray) -> None:
+    """dx (C-ordered, x's dims): each window's dy added at its first position (row-major) whose input
+    equals y (or is NaN where y is NaN); a window holding no such input adds nothing.
+
+    The (N, C) planes run in chunks whose padded input stays in cache while each window position
+    ``j`` is compared with y (one strided pass each). Position ``j``'s code is ``1 + last - shift(j)``,
+    ``shift(j)`` its flat offset in the padded plane from the window's origin and ``last`` the largest:
+    offsets grow in row-major window order, so each window's largest code among the positions holding
+    y names its first such position (0: none). One ``np.add.at`` adds each window's dy at its origin
+    plus that offset into the chunk's padded dx, whose inside is the chunk's dx."""
+    planes = x.shape[0] * x.shape[1]
+    xs, ys, dys, dxs = (a.reshape(planes, *a.shape[2:]) for a in (x, y, dy, dx))
+    widths = geo.pad_widths()[2:]
+    size = tuple(n + before + after for n, (before, after) in zip(geo.size, widths))  # a padded plane's dims
+    strides = [math.prod(size[k + 1 :]) for k in range(len(size))]
+    chunk = max(1, min(planes, CHUNK_ELEMENTS // math.prod(size)))
+    padded = np.full((chunk, *size), np.nan, x.dtype)  # the padding never equals y
+    padded_dx = np.empty_like(padded)
+    inside = (slice(None), *(slice(before, before + n) for (before, _), n in zip(widths, geo.size)))
+    offsets = [(slice(None), *index[2:]) for _, index in geo.offsets()]
+    shifts = [sum(jk * d * st for jk, d, st in zip(j, geo.dilation, strides)) for j, _ in geo.offsets()]
+    last = shifts[-1]
+    code = np.empty((chunk, *geo.out), np.min_scalar_type(last + 1))
+    first = np.empty_like(code)
+    origin = np.zeros((1,) * len(size), np.intp)  # each window's first position in its padded plane
+    for k, (o, s, st) in enumerate(zip(geo.out, geo.stride, strides)):
+        origin = origin + (np.arange(o) * s * st).reshape(tuple(o if m == k else 1 for m in range(len(size))))
+    base = (np.arange(chunk) * math.prod(size)).reshape(chunk, *(1,) * len(size)) + origin + last + 1
+    flat = np.empty(base.shape, np.intp)
+    y_nan = np.isnan(ys) if np.isnan(ys).any() else None
+    valid = np.pad(np.ones(geo.size, bool), widths)  # where a NaN input may match a NaN y
+    for start in range(0, planes, chunk):
+        n = min(planes, start + chunk) - start
+        padded[:n][inside] = xs[start : start + n]
+        first[:n] = 0
+        for index, shift in zip(offsets, shifts):
+            v = padded[:n][index]
+            np.equal(v, ys[start : start + n], out=code[:n], casting="unsafe")
+            if y_nan is not None:
+                code[:n] |= np.isnan(v) & y_nan[start : start + n] & valid[index[1:]]
+            code[:n] *= code.dtype.type(last + 1 - shift)
+            np.maximum(first[:n], code[:n], out=first[:n])
+        np.subtract(base[:n], first[:n], out=flat[:n])
+        padded_dx[:n] = 0
+        if first[:n].all():
+            np.add.at(padded_dx[:n].reshape(-1), flat[:n].reshape(-1), dys[start : start + n].reshape(-1))
+        else:
+            found = first[:n] > 0
+            np.add.at(padded_dx[:n].reshape(-1), flat[:n][found], dys[start : start + n][found])
+        dxs[start : start + n] = padded_dx[:n][inside]
 
 
 def average_backward(share: np.ndarray, geo: _Geometry) -> np.ndarray:
