@@ -117,13 +117,19 @@ def _training(
 BLOCK_ELEMENTS = 1 << 15  # elements of x per block of the backward's passes: the block and its scratch stay in L2
 
 
-def _blocks(rows: np.ndarray) -> Iterator[tuple[int, slice]]:
-    """(n, features) blocks of (N, P, L) rows, whole rows of L, about BLOCK_ELEMENTS elements each."""
+def _blocks(rows: np.ndarray) -> Iterator[tuple[slice, slice]]:
+    """(samples, features) slices of (N, P, L) rows: blocks of whole rows of L, about BLOCK_ELEMENTS
+    elements each (whole samples where one sample fits)."""
     count, features, length = rows.shape
+    if features * length <= BLOCK_ELEMENTS:
+        step = BLOCK_ELEMENTS // (features * length)
+        for n in range(0, count, step):
+            yield slice(n, min(count, n + step)), slice(0, features)
+        return
     step = max(1, BLOCK_ELEMENTS // length)
     for n in range(count):
         for start in range(0, features, step):
-            yield n, slice(start, min(features, start + step))
+            yield slice(n, n + 1), slice(start, min(features, start + step))
 
 
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
@@ -146,16 +152,21 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
         mean = _per_feature(rows)[0] / n
     else:
         mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
-    step = min(rows.shape[1], max(1, BLOCK_ELEMENTS // rows.shape[2]))
-    centred, product = np.empty((2, step, rows.shape[2]), x.dtype)
+    scratch = np.empty((2, min(rows.size, max(BLOCK_ELEMENTS, rows.shape[2]))), x.dtype)
+
+    def centred(block: tuple[slice, slice]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The block's x - mean (in scratch), its g, and scratch for one more of its results."""
+        values = rows[block]
+        xc = np.subtract(values, mean[block[1]], out=scratch[0, : values.size].reshape(values.shape))
+        return xc, g_rows[block], scratch[1, : values.size].reshape(values.shape)
+
     sums = np.empty((2 if inv_std is not None else 3, *rows.shape[:2]), x.dtype)  # over L: g, g * xc, xc^2
-    for k, f in _blocks(rows):
-        size = f.stop - f.start
-        xc, gk = np.subtract(rows[k, f], mean[f], out=centred[:size]), g_rows[k, f]
-        gk.sum(axis=1, out=sums[0, k, f])
-        np.multiply(xc, gk, out=product[:size]).sum(axis=1, out=sums[1, k, f])
+    for block in _blocks(rows):
+        xc, gk, _ = centred(block)
+        np.einsum("npl->np", gk, out=sums[0][block])
+        np.einsum("npl,npl->np", gk, xc, out=sums[1][block])
         if inv_std is None:
-            np.square(xc, out=product[:size]).sum(axis=1, out=sums[2, k, f])
+            np.einsum("npl,npl->np", xc, xc, out=sums[2][block])
     totals = sums.sum(axis=1)[..., None]  # over N, shaped (P, 1)
     if inv_std is None:
         inv_std = 1.0 / np.sqrt(totals[2] / n + problem.epsilon)
@@ -164,13 +175,13 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     coef, shift = k * inv_std * dscale / n, dbias / n
     target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
     dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
-    for i, f in _blocks(rows):
-        size = f.stop - f.start
-        xc = np.subtract(rows[i, f], mean[f], out=centred[:size])
-        xc *= coef[f]
-        gk = np.subtract(g_rows[i, f], shift[f], out=product[:size])
-        gk *= k[f]
-        np.subtract(gk, xc, out=dx[i, f])
+    for block in _blocks(rows):
+        xc, gk, term = centred(block)
+        features = block[1]
+        xc *= coef[features]
+        np.subtract(gk, shift[features], out=term)
+        term *= k[features]
+        np.subtract(term, xc, out=dx[block])
     if target is None:
         write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:
