@@ -114,7 +114,7 @@ def _training(
         numpy_view(t.reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
 
 
-BLOCK_ELEMENTS = 1 << 15  # elements of x per block of the backward's passes: the block and its scratch stay in L2
+BLOCK_ELEMENTS = 1 << 16  # elements of x per block of the backward's passes: the block and its scratch stay in L2
 
 
 def _blocks(rows: np.ndarray) -> Iterator[tuple[slice, slice]]:
