@@ -6,7 +6,7 @@ average pool), batch norm training forward and backward, softmax over 8 x 1000 a
 (these through ``opendnn.functional`` on NumPy arrays).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/cpu.py [--batch 8] [--repeats 7] [--ops conv,matmul,...]
-        [--results benchmarks/results/cpu.json]
+        [--directions forward,backward,...] [--results benchmarks/results/cpu.json]
 
 Runs of the two alternate and the best of ``--repeats`` counts. Prints one row per case and direction
 (milliseconds of each, ratio = torch / opendnn: above 1 is faster than torch) and writes the rows with
@@ -304,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
     parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated names of LAYERS")
+    parser.add_argument(
+        "--directions", default="", help="comma-separated, of forward, backward, backward_data, backward_filter (all)"
+    )
     parser.add_argument("--results", default=str(RESULTS), help="JSON file the rows are written to ('': none)")
     parser.add_argument("--note", default="", help="a sentence shown under the report's table")
     args = parser.parse_args(argv)
@@ -311,8 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| op | shape | direction | torch ms | opendnn ms | torch / opendnn |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     rows = []
+    directions = set(args.directions.split(",")) if args.directions else None
     for op in args.ops.split(","):
         for name, shape, direction, ours, theirs in OPS[op](args):
+            if directions is not None and direction not in directions:
+                continue
             ours_s, theirs_s = best_of([ours, theirs], args.repeats)
             row = {
                 "op": name,
