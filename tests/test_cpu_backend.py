@@ -90,14 +90,16 @@ def test_max_pool_backward_gives_nothing_to_a_window_whose_y_it_does_not_hold():
 
 
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
-@pytest.mark.parametrize("propagate", [False, True])
-def test_max_pool_backward_in_chunks_of_planes_matches_the_reference(monkeypatch, propagate, alpha, beta):
-    """Ten planes in chunks of three (the last one short); a padded plane 131 wide, so the window
+@pytest.mark.parametrize(
+    "mode, propagate", [(PoolingMode.MAX, False), (PoolingMode.MAX, True), (INCLUDE, False), (EXCLUDE, False)]
+)
+def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch, mode, propagate, alpha, beta):
+    """Ten planes in chunks of three (the last one short); a padded plane 131 wide, so the max window
     positions' codes take two bytes; dx computed in place (alpha 1, beta 0) or blended."""
     monkeypatch.setattr(pooling_numpy, "CHUNK_ELEMENTS", 3 * 9 * 131)
     handle = od.create("cpu")
     nan_opt = od.NanPropagation.PROPAGATE_NAN if propagate else od.NanPropagation.NOT_PROPAGATE_NAN
-    pool = od.PoolingDescriptor(PoolingMode.MAX, nan_opt, (3, 3), (1, 1), (2, 2))
+    pool = od.PoolingDescriptor(mode, nan_opt, (3, 3), (1, 1), (2, 2))
     values = special_values((2, 5, 7, 130), seed=9)
     x = tensor(values)
     y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), float("nan"), dtype=torch.float64)
@@ -108,7 +110,7 @@ def test_max_pool_backward_in_chunks_of_planes_matches_the_reference(monkeypatch
     od.pooling_backward(
         handle, pool, alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, beta, descriptor(dx), dx
     )
-    expected = reference_backward(PoolingMode.MAX, values, y.numpy(), dy.numpy(), (3, 3), (1, 1), (2, 2))
+    expected = reference_backward(mode, values, y.numpy(), dy.numpy(), (3, 3), (1, 1), (2, 2))
     np.testing.assert_allclose(dx.numpy(), alpha * expected + beta * before, rtol=1e-12, atol=1e-12)
     assert np.isnan(y.numpy()).any() and (expected != 0).sum() > values.size // 8
 
