@@ -118,13 +118,16 @@ def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch,
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
 @pytest.mark.parametrize("saved", [False, True])
 @pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
-def test_batch_norm_backward_in_blocks_matches_the_reference(monkeypatch, mode, saved, alpha, beta):
-    """Blocks of 36 elements: three features of 12 positions (spatial; the last block of each sample
-    two features) or 36 features (per activation; then 24); saved or recomputed statistics; dx computed
-    in place (alpha 1, beta 0) or blended."""
-    monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 36)
+@pytest.mark.parametrize("shape", [(3, 5, 3, 4), (2, 3, 1, 8200)])
+def test_batch_norm_backward_in_blocks_matches_the_reference(monkeypatch, shape, mode, saved, alpha, beta):
+    """Blocks of 72 elements, every sample's rows of a few features: of (3, 5, 3, 4), two features of
+    3 x 12 positions (spatial: blocks of 2, 2 and 1 features) or 24 features of 3 (per activation:
+    24, 24 and 12); of (2, 3, 1, 8200), rows longer than NumPy's ufunc buffer (spatial: the per-feature
+    constants broadcast as they are); saved or recomputed statistics; dx computed in place (alpha 1,
+    beta 0) or blended."""
+    monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 72)
     rng = np.random.default_rng(12)
-    x, dy = rng.standard_normal((3, 5, 3, 4)) * 3 + 2, rng.standard_normal((3, 5, 3, 4))
+    x, dy = rng.standard_normal(shape) * 3 + 2, rng.standard_normal(shape)
     params = od.TensorDescriptor(
         "float64", bn.derive_bn_tensor_descriptor(od.TensorDescriptor("float64", x.shape), mode).dims
     )

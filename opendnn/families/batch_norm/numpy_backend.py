@@ -13,7 +13,7 @@ propagates NaN too, else 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -114,32 +114,19 @@ def _training(
         numpy_view(t.reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
 
 
-BLOCK_ELEMENTS = 1 << 16  # elements of x per block of the backward's passes: the block and its scratch stay in L2
-
-
-def _blocks(rows: np.ndarray) -> Iterator[tuple[slice, slice]]:
-    """(samples, features) slices of (N, P, L) rows: blocks of whole rows of L, about BLOCK_ELEMENTS
-    elements each (whole samples where one sample fits)."""
-    count, features, length = rows.shape
-    if features * length <= BLOCK_ELEMENTS:
-        step = BLOCK_ELEMENTS // (features * length)
-        for n in range(0, count, step):
-            yield slice(n, min(count, n + step)), slice(0, features)
-        return
-    step = max(1, BLOCK_ELEMENTS // length)
-    for n in range(count):
-        for start in range(0, features, step):
-            yield slice(n, n + 1), slice(start, min(features, start + step))
+BLOCK_ELEMENTS = 1 << 16  # elements of x per block of the backward: the block, its g and scratch stay in L2
 
 
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
     """``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``, ``k = scale * inv_std``,
-    in blocks of rows that stay in cache: one pass of blocks for the sums over L (and, without saved
-    statistics, the variance's), then over N, one for dx (five operations per block)."""
+    a block of features at a time (every sample's rows of L for those features): the block's sums
+    (and, without saved statistics, its mean and variance) and then its dx while it is in cache, so x
+    and g are read from memory once."""
     compute = problem.compute_dtype
     mean = inv_std = mask = None
     if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
         mean, inv_std = read(t.saved_mean, compute), read(t.saved_inv_std, compute)
+        mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
     if t.reserve is not None and problem.reserve:
         marks = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape)
         mask = np.where(marks == NAN_MARK, np.nan if problem.propagate_nan else 0.0, marks).astype(x.dtype)
@@ -147,41 +134,44 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     if t.z is not None:
         write(t.z, g, problem.alpha, problem.beta)
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
-    n = rows.shape[0] * rows.shape[2]
-    if mean is None or inv_std is None:
-        mean = _per_feature(rows)[0] / n
-    else:
-        mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
-    scratch = np.empty((2, min(rows.size, max(BLOCK_ELEMENTS, rows.shape[2]))), x.dtype)
+    count, features, length = rows.shape
+    n = count * length
+    step = max(1, min(features, BLOCK_ELEMENTS // n))  # features per block
+    scratch = np.empty((2, count * step * length), x.dtype)
+    # A per-feature constant over rows shorter than NumPy's ufunc buffer is a buffered operand, copied
+    # as it broadcasts; written out along L once per block (for all its samples) it is a plain one.
+    planes = np.empty((2, step * length), x.dtype) if length < np.getbufsize() else None
 
-    def centred(block: tuple[slice, slice]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The block's x - mean (in scratch), its g, and scratch for one more of its results."""
-        values = rows[block]
-        xc = np.subtract(values, mean[block[1]], out=scratch[0, : values.size].reshape(values.shape))
-        return xc, g_rows[block], scratch[1, : values.size].reshape(values.shape)
+    def per_feature(values: np.ndarray, plane: int) -> np.ndarray:
+        """``values`` (the block's features, 1) as an operand of the block's rows (in plane ``plane``)."""
+        if planes is None:
+            return values
+        out = planes[plane, : values.shape[0] * length].reshape(values.shape[0], length)
+        out[...] = values
+        return out
 
-    sums = np.empty((2 if inv_std is not None else 3, *rows.shape[:2]), x.dtype)  # over L: g, g * xc, xc^2
-    for block in _blocks(rows):
-        xc, gk, _ = centred(block)
-        np.einsum("npl->np", gk, out=sums[0][block])
-        np.einsum("npl,npl->np", gk, xc, out=sums[1][block])
-        if inv_std is None:
-            np.einsum("npl,npl->np", xc, xc, out=sums[2][block])
-    totals = sums.sum(axis=1)[..., None]  # over N, shaped (P, 1)
-    if inv_std is None:
-        inv_std = 1.0 / np.sqrt(totals[2] / n + problem.epsilon)
-    dbias, dscale = totals[0], totals[1] * inv_std
-    k = _rows(scale, problem.mode)[0] * inv_std
-    coef, shift = k * inv_std * dscale / n, dbias / n
+    k = _rows(scale, problem.mode)[0].copy()  # scale * inv_std once the block's inv_std is known
+    dscale, dbias = np.empty_like(k), np.empty_like(k)
     target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
     dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
-    for block in _blocks(rows):
-        xc, gk, term = centred(block)
-        features = block[1]
-        xc *= coef[features]
-        np.subtract(gk, shift[features], out=term)
-        term *= k[features]
-        np.subtract(term, xc, out=dx[block])
+    for start in range(0, features, step):
+        f = slice(start, min(features, start + step))
+        values, gradient = rows[:, f], g_rows[:, f]
+        xc = scratch[0, : values.size].reshape(values.shape)
+        term = scratch[1, : values.size].reshape(values.shape)
+        centre = np.einsum("npl->p", values)[:, None] / n if mean is None else mean[f]
+        np.subtract(values, per_feature(centre, 0), out=xc)
+        if inv_std is None:
+            block_inv_std = 1.0 / np.sqrt(np.einsum("npl,npl->p", xc, xc)[:, None] / n + problem.epsilon)
+        else:
+            block_inv_std = inv_std[f]
+        dbias[f] = np.einsum("npl->p", gradient)[:, None]
+        dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None] * block_inv_std
+        k[f] *= block_inv_std
+        xc *= per_feature(k[f] * block_inv_std * dscale[f] / n, 1)
+        np.subtract(gradient, per_feature(dbias[f] / n, 0), out=term)
+        term *= per_feature(k[f], 1)
+        np.subtract(term, xc, out=dx[:, f])
     if target is None:
         write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:
