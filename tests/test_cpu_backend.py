@@ -116,6 +116,57 @@ def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch,
 
 
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
+@pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
+@pytest.mark.parametrize("shape", [(3, 5, 3, 4), (2, 3, 1, 8200)])
+def test_batch_norm_training_in_blocks_matches_the_reference(monkeypatch, shape, mode, alpha, beta):
+    """The training forward in the backward's blocks of features (see below): y computed in place
+    (alpha 1, beta 0) or blended, the running statistics updated, the saved mean and inverse std."""
+    monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 72)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(shape) * 3 + 2
+    params = od.TensorDescriptor(
+        "float64", bn.derive_bn_tensor_descriptor(od.TensorDescriptor("float64", x.shape), mode).dims
+    )
+    scale, bias = rng.uniform(0.5, 2.0, params.dims), rng.standard_normal(params.dims)
+    running = rng.standard_normal(params.dims), rng.uniform(0.5, 2.0, params.dims)
+    before = rng.standard_normal(x.shape)
+    y = tensor(before.copy() if beta else np.full(x.shape, np.nan))
+    running_mean, running_var = tensor(running[0].copy()), tensor(running[1].copy())
+    saved_mean, saved_inv_std = (tensor(np.full(params.dims, np.nan)) for _ in range(2))
+    xt = tensor(x)
+    od.batch_normalization_forward_training(
+        od.create("cpu"),
+        mode,
+        alpha,
+        beta,
+        descriptor(xt),
+        xt,
+        descriptor(y),
+        y,
+        params,
+        tensor(scale),
+        tensor(bias),
+        0.25,
+        running_mean,
+        running_var,
+        1e-5,
+        saved_mean,
+        saved_inv_std,
+    )
+    expected = bn.forward_training(
+        x, scale, bias, 1e-5, mode, factor=0.25, running_mean=running[0], running_var=running[1]
+    )
+    np.testing.assert_allclose(y.numpy(), alpha * expected["y"] + beta * before, rtol=1e-12, atol=1e-12)
+    for got, name in (
+        (running_mean, "running_mean"),
+        (running_var, "running_var"),
+        (saved_mean, "mean"),
+        (saved_inv_std, "inv_std"),
+    ):
+        np.testing.assert_allclose(got.numpy(), expected[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
 @pytest.mark.parametrize("saved", [False, True])
 @pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
 @pytest.mark.parametrize("shape", [(3, 5, 3, 4), (2, 3, 1, 8200)])
