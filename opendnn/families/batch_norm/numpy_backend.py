@@ -117,8 +117,8 @@ def _training(
     n = blocks.count
     scale_rows, bias_rows = _rows(scale, problem.mode)[0], _rows(bias, problem.mode)[0]
     mean, var = np.empty_like(scale_rows), np.empty_like(scale_rows)
-    keeps_mask = t.reserve is not None and problem.reserve
-    plain = z is None and problem.activation in (None, "identity") and not keeps_mask  # y is v
+    reserve = t.reserve if problem.reserve else None  # where the activation's mask is kept
+    plain = z is None and problem.activation in (None, "identity") and reserve is None  # y is v
     target = output_array(t.out, problem.compute_dtype, problem.alpha, problem.beta, x) if plain else None
     v = np.empty_like(rows) if target is None else _rows(target, problem.mode)
     for f in blocks.slices:
@@ -135,8 +135,8 @@ def _training(
             values += z
         y, mask = bn.activate(values, problem.activation, problem.activation_coef, problem.propagate_nan)
         write(t.out, y, problem.alpha, problem.beta)
-        if keeps_mask:
-            numpy_view(t.reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
+        if reserve is not None:
+            numpy_view(reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
     stats = {"mean": mean, "inv_std": inv_std}
     stats |= bn.running_statistics(
         mean.reshape(scale.shape), var.reshape(scale.shape), n, problem.factor, running_mean, running_var

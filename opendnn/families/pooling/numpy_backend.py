@@ -53,11 +53,11 @@ def run(
             write(indices, reference_indices(values, problem.window, problem.padding, problem.stride, *options))
         return
     gradient = read(dy, compute)
-    inputs = (read(x, compute), read(y, compute), gradient) if problem.mode.is_max else (gradient,)
+    inputs = [read(x, compute), read(y, compute), gradient] if problem.mode.is_max else [gradient]
     target = output_array(dx, compute, problem.alpha, problem.beta, *inputs)  # dx's own memory, where it may be
     result = np.empty(x.desc.dims, compute.to_numpy()) if target is None else target
     if problem.mode.is_max:
-        max_backward(*inputs, geo, result)
+        max_backward(inputs[0], inputs[1], gradient, geo, result)
     else:
         average_backward(gradient, geo.counts(include_padding).astype(result.dtype), geo, result)
     if target is None:
