@@ -115,18 +115,30 @@ def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch,
     assert np.isnan(y.numpy()).any() and (expected != 0).sum() > values.size // 8
 
 
+# Batch norm in blocks of 72 elements (BLOCK_ELEMENTS), every sample's rows of a few features: of
+# (3, 5, 3, 4), two features of 3 x 12 positions (spatial: blocks of 2, 2 and 1 features) or 24
+# features of 3 (per activation: 24, 24 and 12); of (2, 3, 1, 8200), spatial rows longer than
+# NumPy's ufunc buffer, whose per-feature constants broadcast as they are.
+BLOCKED_BATCH_NORM = [(3, 5, 3, 4), (2, 3, 1, 8200)]
+
+
+def batch_norm_parameters(shape, mode):
+    """The float64 descriptor of scale, bias and the statistics of x of ``shape`` in ``mode``."""
+    return od.TensorDescriptor(
+        "float64", bn.derive_bn_tensor_descriptor(od.TensorDescriptor("float64", shape), mode).dims
+    )
+
+
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
 @pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
-@pytest.mark.parametrize("shape", [(3, 5, 3, 4), (2, 3, 1, 8200)])
+@pytest.mark.parametrize("shape", BLOCKED_BATCH_NORM)
 def test_batch_norm_training_in_blocks_matches_the_reference(monkeypatch, shape, mode, alpha, beta):
-    """The training forward in the backward's blocks of features (see below): y computed in place
-    (alpha 1, beta 0) or blended, the running statistics updated, the saved mean and inverse std."""
+    """y computed in place (alpha 1, beta 0) or blended, the running statistics updated, the saved
+    mean and inverse std written."""
     monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 72)
     rng = np.random.default_rng(13)
     x = rng.standard_normal(shape) * 3 + 2
-    params = od.TensorDescriptor(
-        "float64", bn.derive_bn_tensor_descriptor(od.TensorDescriptor("float64", x.shape), mode).dims
-    )
+    params = batch_norm_parameters(shape, mode)
     scale, bias = rng.uniform(0.5, 2.0, params.dims), rng.standard_normal(params.dims)
     running = rng.standard_normal(params.dims), rng.uniform(0.5, 2.0, params.dims)
     before = rng.standard_normal(x.shape)
@@ -169,19 +181,13 @@ def test_batch_norm_training_in_blocks_matches_the_reference(monkeypatch, shape,
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
 @pytest.mark.parametrize("saved", [False, True])
 @pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
-@pytest.mark.parametrize("shape", [(3, 5, 3, 4), (2, 3, 1, 8200)])
+@pytest.mark.parametrize("shape", BLOCKED_BATCH_NORM)
 def test_batch_norm_backward_in_blocks_matches_the_reference(monkeypatch, shape, mode, saved, alpha, beta):
-    """Blocks of 72 elements, every sample's rows of a few features: of (3, 5, 3, 4), two features of
-    3 x 12 positions (spatial: blocks of 2, 2 and 1 features) or 24 features of 3 (per activation:
-    24, 24 and 12); of (2, 3, 1, 8200), rows longer than NumPy's ufunc buffer (spatial: the per-feature
-    constants broadcast as they are); saved or recomputed statistics; dx computed in place (alpha 1,
-    beta 0) or blended."""
+    """Saved or recomputed statistics; dx computed in place (alpha 1, beta 0) or blended."""
     monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 72)
     rng = np.random.default_rng(12)
     x, dy = rng.standard_normal(shape) * 3 + 2, rng.standard_normal(shape)
-    params = od.TensorDescriptor(
-        "float64", bn.derive_bn_tensor_descriptor(od.TensorDescriptor("float64", x.shape), mode).dims
-    )
+    params = batch_norm_parameters(shape, mode)
     scale = rng.uniform(0.5, 2.0, params.dims)
     axes = bn.reduced_axes(x.ndim, mode)
     mean = x.mean(axis=axes, keepdims=True)
