@@ -6,7 +6,7 @@ average pool), batch norm training forward and backward, softmax over 8 x 1000 a
 (these through ``opendnn.functional`` on NumPy arrays).
 
     PYTHONPATH=.:benchmarks python3 benchmarks/cpu.py [--batch 8] [--repeats 7] [--ops conv,matmul,...]
-        [--results benchmarks/results/cpu.json]
+        [--directions forward,backward,...] [--results benchmarks/results/cpu.json]
 
 Runs of the two alternate and the best of ``--repeats`` counts. Prints one row per case and direction
 (milliseconds of each, ratio = torch / opendnn: above 1 is faster than torch) and writes the rows with
@@ -282,8 +282,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine(command: str, repeats: int, note: str) -> dict[str, Any]:
-    """The run's date, CPU, cores, versions and command, as the results file holds them."""
+def machine(command: str, repeats: int, note: str, load: tuple[float, float]) -> dict[str, Any]:
+    """The run's date, CPU, cores, versions and command, as the results file holds them; the note ends
+    with the load average at the run's start and end (other work on the cores moves every row, torch's
+    threaded kernels most)."""
+    load_sentence = f"Load average (1 minute) at the start and end of the run: {load[0]:.1f} and {load[1]:.1f}."
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
         "cpu": cpu_model(),
@@ -294,7 +297,7 @@ def machine(command: str, repeats: int, note: str) -> dict[str, Any]:
         "opendnn": od.__version__,
         "command": command,
         "timing": f"Best of {repeats} runs, opendnn's and torch's alternating, float32.",
-        "note": note,
+        "note": f"{note} {load_sentence}".strip(),
     }
 
 
@@ -304,15 +307,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
     parser.add_argument("--layers", default=",".join(LAYERS), help="comma-separated names of LAYERS")
+    parser.add_argument(
+        "--directions", default="", help="comma-separated, of forward, backward, backward_data, backward_filter (all)"
+    )
     parser.add_argument("--results", default=str(RESULTS), help="JSON file the rows are written to ('': none)")
     parser.add_argument("--note", default="", help="a sentence shown under the report's table")
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, NumPy {np.__version__}, batch {args.batch}")
+    load_at_start = os.getloadavg()[0]
     print("| op | shape | direction | torch ms | opendnn ms | torch / opendnn |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     rows = []
+    directions = set(args.directions.split(",")) if args.directions else None
     for op in args.ops.split(","):
         for name, shape, direction, ours, theirs in OPS[op](args):
+            if directions is not None and direction not in directions:
+                continue
             ours_s, theirs_s = best_of([ours, theirs], args.repeats)
             row = {
                 "op": name,
@@ -333,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         if "--note" in given:  # the note is shown on its own
             del given[given.index("--note") : given.index("--note") + 2]
         command = "`" + " ".join(["benchmarks/cpu.py", *given]) + "`"
-        results = {**machine(command, args.repeats, args.note), "rows": rows}
+        load = (load_at_start, os.getloadavg()[0])
+        results = {**machine(command, args.repeats, args.note, load), "rows": rows}
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results).write_text(json.dumps(results, indent=1) + "\n")
     return 0

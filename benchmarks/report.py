@@ -182,10 +182,29 @@ def versions() -> dict[str, Any]:
     }
 
 
+_LOCATIONS = ("--out", "--results", "--markdown", "--chart")  # where a run writes: no part of what it measured
+
+
 def gpu_run(gpu: str, command: str, timing: str) -> dict[str, Any]:
-    """The run entry of a measurement taken now on ``gpu`` by ``command``."""
+    """The run entry of a measurement taken now on ``gpu`` by ``command`` (less the options that name
+    where it writes, which are the machine's own paths)."""
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    command = measuring(command)
     return {"date": now[:10], "time": now, "gpu": gpu, **versions(), "command": f"`{command}`", "timing": timing}
+
+
+def measuring(command: str) -> str:
+    """``command`` without its output locations (``--out DIR``, ``--results=FILE``, ...)."""
+    kept: list[str] = []
+    skip = False
+    for word in command.split(" "):
+        if skip:
+            skip = False
+        elif word in _LOCATIONS:
+            skip = True
+        elif not word.startswith(tuple(f"{option}=" for option in _LOCATIONS)):
+            kept.append(word)
+    return " ".join(kept)
 
 
 def load(path: Path) -> dict[str, Any]:

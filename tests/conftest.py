@@ -2,9 +2,10 @@
 interpreter; ``pytest -m gpu`` runs them compiled on a CUDA device. The choice must be made
 before triton loads, which is before the test modules are collected.
 
-Triton's kernel cache, the graph engine's generated kernels and matplotlib's configuration go to a
-temporary folder made for the run (unless the environment names others), so a test run writes nothing
-into the home folder."""
+Triton's kernel cache and matplotlib's configuration go to a temporary folder made for the run (unless
+the environment names others), and opendnn's caches (the convolution algorithm cache, the graph engine's
+generated kernels) go there whatever the environment says, so a test run writes nothing into the home
+folder."""
 
 import os
 import shutil
@@ -20,7 +21,9 @@ def pytest_configure(config):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_RUN_FOLDER, "triton"))
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(_RUN_FOLDER, "matplotlib"))
-    os.environ.setdefault("OPENDNN_GRAPH_KERNELS", os.path.join(_RUN_FOLDER, "graph_kernels"))
+    os.environ["OPENDNN_CACHE_DIR"] = os.path.join(_RUN_FOLDER, "opendnn")
+    for variable in ("OPENDNN_GRAPH_KERNELS", "OPENDNN_ALGORITHM_CACHE"):  # each would move one cache elsewhere
+        os.environ.pop(variable, None)
 
 
 def pytest_unconfigure(config):

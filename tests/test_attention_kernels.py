@@ -277,7 +277,12 @@ SM90_PROBLEMS = [
     ("float64", (1, 2, 1, 64, 64, 32, 16), ((1, 2, 1, 64), "float64"), {}, False, ((2,), True)),
     ("bfloat16", (2, 2, 2, 256, 256, 256, 256), ((2, 1, 1, 1), "bfloat16"), {}, False, (None, False)),
 ]
-SM90_LAUNCHES = 5 * 4 + 3 + 2  # forward, delta, dK/dV, dQ each; dbias for each float bias; dsinks for each sinks
+# packed (ragged) sequences forward and backward, and paged K/V forward: (dtype, (B, Hq, Hkv, D), fields, kind)
+SM90_LAYOUTS = [
+    ("bfloat16", (3, 8, 2, 128), dict(causal=True, alignment="bottom_right"), "ragged"),
+    ("float16", (3, 4, 4, 64), dict(causal=True, alignment="bottom_right"), "paged"),
+]
+SM90_LAUNCHES = 5 * 4 + 3 + 2 + 4 + 1  # forward, delta, dK/dV, dQ each; dbias per float bias; dsinks per sinks; layouts
 
 
 def test_kernels_compile_for_sm90_with_any_int_divisibility():
@@ -331,6 +336,38 @@ def sm90_problem_tensors(dtype, shapes, bias, fields, lengths, per_head):
     return AttentionDescriptor(**fields), descs, tensors
 
 
+def sm90_layout_problem(dtype, shapes, fields, kind, backward):
+    """A ragged (packed tokens, offsets of sequences of 300, 17 and 700 tokens) or paged (blocks of 16
+    rows, 40 blocks, 3 queries a sequence) problem of SM90_LAYOUTS and its CPU tensors, offsets and
+    block table filled with valid values (the kernels' recorded launches never read the others)."""
+    batch, heads_q, heads_kv, dim = shapes
+    stats_dtype = "float32"
+    if kind == "ragged":
+        offsets = torch.tensor([0, 300, 317, 1017], dtype=torch.int32)
+        dims = dict(q=(1, heads_q, 1017, dim), k=(1, heads_kv, 1017, dim), o=(1, heads_q, 1017, dim))
+        dims.update(v=dims["k"], stats=(1, heads_q, 1017))
+        if backward:
+            dims.update(do=dims["o"], dq=dims["q"], dk=dims["k"], dv=dims["k"])
+        layout = dict(ragged_offsets_q=offsets, ragged_offsets_kv=offsets.clone())
+        sizes = dict(max_seqlen_q=700, max_seqlen_kv=700)
+    else:
+        dims = dict(q=(batch, heads_q, 3, dim), k=(40, heads_kv, 16, dim), o=(batch, heads_q, 3, dim))
+        dims.update(v=dims["k"], stats=(batch, heads_q, 3))
+        table = torch.arange(batch * 10, dtype=torch.int32).reshape(batch, 10)
+        layout = dict(block_table=table, seq_lens_kv=torch.tensor([160, 7, 100], dtype=torch.int32))
+        sizes = {}
+    tensors = {
+        slot: torch.empty(size, dtype=getattr(torch, stats_dtype if slot == "stats" else dtype))
+        for slot, size in dims.items()
+    }
+    tensors.update(layout)
+    descs = {
+        slot: od.TensorDescriptor(str(tensor.dtype).removeprefix("torch."), tensor.shape)
+        for slot, tensor in tensors.items()
+    }
+    return attention_problem(AttentionDescriptor(**fields), **descs, **sizes), tensors
+
+
 def compile_attention_for_sm90() -> None:
     """Record the arguments ``run()`` passes to each kernel of SM90_PROBLEMS (forward and backward),
     specialize them as Triton's launcher does, and compile each for sm_90 down to a cubin."""
@@ -357,6 +394,11 @@ def compile_attention_for_sm90() -> None:
             chosen = {slot: desc for slot, desc in descs.items() if slot in slots}
             problem = attention_problem(params, **chosen)
             bound = {slot: bind(slot, desc, tensors[slot]) for slot, desc in chosen.items()}
+            triton_backend.run(problem, AttentionTensors(**bound))
+    for dtype, shapes, fields, kind in SM90_LAYOUTS:
+        for backward in (False, True) if kind == "ragged" else (False,):
+            problem, tensors = sm90_layout_problem(dtype, shapes, fields, kind, backward)
+            bound = {slot: bind(slot, getattr(problem, slot), tensor) for slot, tensor in tensors.items()}
             triton_backend.run(problem, AttentionTensors(**bound))
     compiled = 0
     for kernel, args, kwargs in launches:

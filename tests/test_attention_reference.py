@@ -239,3 +239,22 @@ def test_descriptor_folds_causal_into_the_band_and_resolves_the_scale():
     assert AttentionDescriptor(window=(None, 2)).band == (None, 2)
     assert AttentionDescriptor().resolved_scale(64) == 0.125 and AttentionDescriptor(scale=2).resolved_scale(64) == 2.0
     assert AttentionDescriptor(alignment="bottom_right").alignment is DiagonalAlignment.BOTTOM_RIGHT
+
+
+def test_the_parameters_and_the_reference_stay_importable_from_problem():
+    """problem holds the rules; the parameters and the reference live beside it and keep their old address."""
+    from opendnn.families.attention import descriptor, problem, reference
+
+    moved = {
+        descriptor: ("AttentionDescriptor", "DiagonalAlignment", "MAX_SEED", "MAX_OFFSET"),
+        reference: (
+            "philox_uniform", "dropout_keep", "diagonal_offsets", "allowed_keys", "Extras", "Gradients",
+            "reference_forward", "reference_backward", "padded", "packed", "ragged_reference", "gathered",
+            "PHILOX_KEY_A", "PHILOX_KEY_B", "PHILOX_ROUND_A", "PHILOX_ROUND_B", "PHILOX_ROUNDS", "UINT32",
+        ),
+    }  # fmt: skip
+    for home, names in moved.items():
+        for name in names:
+            assert getattr(problem, name) is getattr(home, name), name
+            assert name in problem.__all__, name
+    assert set(problem.__all__) <= set(vars(problem))

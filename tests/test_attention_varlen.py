@@ -2,7 +2,10 @@
 alone, the Triton kernels through the interpreter against the float64 reference (forward and
 backward, GQA, causal bottom-right, windows, softcap, dropout, ALiBi, sinks) with outputs poisoned
 with NaN inside larger buffers, the paged forward through a shuffled block table over a cache whose
-unused rows are NaN, and the refusals of bad offsets and block tables."""
+unused rows are NaN, and the cuDNN-shaped calls' refusals of bad offsets and block tables (the
+functional calls' refusals are the family's error samples)."""
+
+import re
 
 import numpy as np
 import pytest
@@ -244,45 +247,74 @@ def test_paged_backward_is_refused():
         )
 
 
-def varlen_operands(**changes):
-    q, k = np.ones((6, 2, 16)), np.ones((5, 2, 16))
-    arguments = dict(query=q, key=k, value=k, cu_seqlens_q=np.array([0, 4, 6], np.int32),
-                     cu_seqlens_k=np.array([0, 2, 5], np.int32), max_seqlen_q=4, max_seqlen_k=3)  # fmt: skip
-    arguments.update(changes)
-    return arguments
+def test_a_block_table_entry_past_the_sequence_is_never_read():
+    """The refusals of bad packed and paged calls are the family's error samples; an entry outside
+    the cache past a sequence's keys is not one."""
+    q, cache = np.ones((2, 2, 3, 16)), np.ones((4, 8, 2, 16))
+    table = np.array([[0, 1], [3, 4]], np.int32)
+    with pytest.raises(BadParam, match=r"block_table\[1, 1\]=4 must be a block of k_cache"):
+        F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 9], np.int32))
+    out = F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 8], np.int32))
+    assert np.isfinite(out).all()
+
+
+def int32(*values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def cudnn_call(layout, **changes):
+    """attention_forward, ``layout`` "ragged" (packed q (1, 2, 6, 16), k and v (1, 2, 5, 16) with
+    offsets) or "paged" (q (2, 2, 3, 16), caches of 4 blocks of 8 rows with a block table), with
+    ``changes`` to the tensors (q, k, v) or the keywords (arrays, given with their descriptors, and
+    max_seqlen_q / max_seqlen_kv)."""
+    if layout == "ragged":
+        tensors = dict(q=(1, 2, 6, 16), k=(1, 2, 5, 16), v=(1, 2, 5, 16))
+        keywords = dict(ragged_offsets_q=int32(0, 4, 6), ragged_offsets_kv=int32(0, 2, 5))
+        keywords |= dict(max_seqlen_q=4, max_seqlen_kv=3)
+    else:
+        tensors = dict(q=(2, 2, 3, 16), k=(4, 2, 8, 16), v=(4, 2, 8, 16))
+        keywords = dict(block_table=int32([0, 1], [2, 3]), seq_lens_kv=int32(16, 9))
+    tensors = {slot: torch.rand(*changes.pop(slot, shape)) + 0.5 for slot, shape in tensors.items()}
+    keywords |= changes
+    tensors["o"] = torch.full((*tensors["q"].shape[:3], tensors["v"].shape[3]), float("nan"))
+    descs = {f"{slot}_desc": descriptor(value) for slot, value in keywords.items() if isinstance(value, torch.Tensor)}
+    pairs = [item for slot in "qkvo" for item in (descriptor(tensors[slot]), tensors[slot])]
+    attention_forward(od.Handle(backend="numpy"), AttentionDescriptor(), *pairs, **keywords, **descs)
 
 
 @pytest.mark.parametrize(
-    "changes, error, message",
+    "layout, changes, error, message",
     [
-        (dict(cu_seqlens_q=np.array([0, 4, 3, 6], np.int32), cu_seqlens_k=np.array([0, 2, 4, 5], np.int32)),
-         BadParam, r"cu_seqlens_q\[2\]=3 must be at least cu_seqlens_q\[1\]=4 \(offsets never decrease\)"),
-        (dict(cu_seqlens_k=np.array([0, 2, 4], np.int32)), BadParam,
-         r"cu_seqlens_k\[2\]=4 must equal the packed tokens, key.dims\[2\]=5"),
-        (dict(max_seqlen_q=3), BadParam,
-         r"max_seqlen_q=3 must be at least 4, the length of sequence 0 in cu_seqlens_q"),
-        (dict(cu_seqlens_q=np.array([0.0, 4.0, 6.0])), NotSupported,
-         r"cu_seqlens_q.dtype=float64 must be int32 or int64"),
-        (dict(cu_seqlens_k=np.array([0, 5], np.int32)), BadParam,
-         r"cu_seqlens_k.dims=\[2\] must be \[batch \+ 1\] of at least 2, the same for both sides"),
-        (dict(max_seqlen_k=0), BadParam, r"max_seqlen_k=0 must be an int of at least 1"),
+        ("ragged", dict(q=(2, 2, 3, 16)), BadParam,
+         "q_desc.dims[0]=2 must be 1 with ragged offsets (the packed tokens of every sequence along q_desc.dims[2])"),
+        ("ragged", dict(q=(1, 3, 6, 16)), BadParam, "q_desc.dims[1]=3 must be a multiple of k_desc.dims[1]=2"),
+        ("ragged", dict(k=(1, 2, 5, 8)), BadParam, "k_desc.dims[3]=8 must equal q_desc.dims[3]=16"),
+        ("ragged", dict(ragged_offsets_q=int32(0, 4, 7)), BadParam,
+         "ragged_offsets_q[2]=7 must equal the packed tokens, q_desc.dims[2]=6"),
+        ("ragged", dict(ragged_offsets_q=int32(0, 4, 3, 6), ragged_offsets_kv=int32(0, 2, 4, 5)), BadParam,
+         "ragged_offsets_q[2]=3 must be at least ragged_offsets_q[1]=4 (offsets never decrease)"),
+        ("ragged", dict(ragged_offsets_kv=int32(0, 5)), BadParam,
+         "ragged_offsets_kv_desc.dims=[2] must equal ragged_offsets_q_desc.dims=[3]"),
+        ("ragged", dict(ragged_offsets_q=torch.tensor([0, 4, 6], dtype=torch.int8)), NotSupported,
+         "ragged_offsets_q_desc.dtype=INT8 must be INT32 or INT64"),
+        ("ragged", dict(max_seqlen_kv=2), BadParam,
+         "max_seqlen_kv=2 must be at least 3, the length of sequence 1 in ragged_offsets_kv"),
+        ("paged", dict(block_table=int32([0, 1], [2, 5])), BadParam,
+         "block_table[1, 1]=5 must be a block of k_desc, from 0 to k_desc.dims[0] - 1 = 3 (sequence 1 needs 2 blocks)"),
+        ("paged", dict(block_table=int32([0, 1])), BadParam,
+         "block_table_desc.dims=[1, 2] must be [2, blocks per sequence] (one row per batch, q_desc.dims[0]=2)"),
+        ("paged", dict(q=(2, 3, 3, 16)), BadParam, "q_desc.dims[1]=3 must be a multiple of k_desc.dims[1]=2"),
     ],
 )  # fmt: skip
-def test_bad_ragged_offsets_are_refused_naming_the_parameter(changes, error, message):
-    with pytest.raises(error, match=message):
-        F.scaled_dot_product_attention_varlen(**varlen_operands(**changes))
+def test_cudnn_shaped_ragged_and_paged_refusals_name_the_descriptor_or_the_array(layout, changes, error, message):
+    """Sizes are named by the descriptor (q_desc.dims[2]), values by the array (ragged_offsets_q[2])."""
+    with pytest.raises(error, match=re.escape(message)):
+        cudnn_call(layout, **changes)
 
 
-def test_a_block_number_outside_the_cache_is_refused():
-    q, cache = np.ones((2, 2, 3, 16)), np.ones((4, 8, 2, 16))
-    table = np.array([[0, 1], [3, 4]], np.int32)
-    with pytest.raises(
-        BadParam, match=r"block_table\[1, 1\]=4 must be a block of k_cache \(0 to 3\): sequence 1 needs 2"
-    ):
-        F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 9], np.int32))
-    # the same entry past the sequence's length is never read
-    out = F.scaled_dot_product_attention_paged(q, cache, cache, table, np.array([16, 8], np.int32))
-    assert np.isfinite(out).all()
+@pytest.mark.parametrize("layout", ["ragged", "paged"])
+def test_the_cudnn_shaped_call_of_the_refusals_succeeds_unchanged(layout):
+    cudnn_call(layout)
 
 
 def test_ragged_offsets_with_a_bias_are_not_supported():

@@ -292,3 +292,9 @@ def test_report_renders_the_host_cost_rows_beside_the_results_file(tmp_path):
 def test_report_has_no_host_section_without_its_file(tmp_path):
     text, _ = write_report(tmp_path, small_results())
     assert "Host cost per call" not in text
+
+
+def test_a_runs_command_keeps_what_it_measured_and_drops_where_it_wrote():
+    command = "benchmarks/models.py --fused --out /somewhere --results=/else.json --warmup 100 --chart c.png"
+    assert report.measuring(command) == "benchmarks/models.py --fused --warmup 100"
+    assert report.gpu_run("GPU", command, "t")["command"] == "`benchmarks/models.py --fused --warmup 100`"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -203,6 +204,49 @@ def test_check_mode_fails_with_status_1_when_opendnn_is_wrong(capsys, monkeypatc
     line = LINE.fullmatch(out.strip())
     assert line["verdict"] == "FAIL"
     assert float(line["error"]) == pytest.approx(0.01, rel=1e-3)
+
+
+# ---- bfloat16 on NumPy arrays (no torch) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["matmul", "--shape", "b3m16n24k8"],
+        ["conv", "--shape", "n2c4h7w6", "--filter", "k6r3s3", "--pad", "1", "--layout", "nhwc"],
+        ["batch_norm", "--shape", "n4c6h5w3", "--direction", "bwd"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_bf16_without_torch_runs_on_ml_dtypes_bfloat16_arrays(capsys, monkeypatch, argv):
+    pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    monkeypatch.setitem(sys.modules, "torch", None)  # its import now fails, installed or not
+    status, out, err = bench_command(capsys, *argv, "--dtype", "bf16", "--device", "cpu")
+    assert status == 0, err
+    line = LINE.fullmatch(out.strip())
+    assert line["where"] == "cpu numpy" and line["verdict"] == "PASS"
+    assert 1e-4 < float(line["error"]) <= 1e-2  # bfloat16's rounding of the outputs, not float32's
+
+
+def test_bf16_operands_without_torch_are_ml_dtypes_bfloat16_in_their_layout():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    problem = bench.Problem({"x": bench.Operand((2, 3, 4, 5))}, None, None)
+    arrays = bench.make_arrays(problem, opendnn.DataType.BFLOAT16, True, "cpu", 0, use_torch=False)
+    x = arrays["x"]
+    assert x.dtype == ml_dtypes.bfloat16 and x.shape == (2, 3, 4, 5) and x.strides[1] == x.itemsize  # channels last
+    expected = np.random.default_rng(0).uniform(-1.0, 1.0, (2, 3, 4, 5))  # the values, whatever the layout
+    np.testing.assert_allclose(x.astype(np.float64), expected, rtol=2**-8)
+
+
+def test_bf16_without_torch_or_ml_dtypes_names_the_cpu_extra(capsys, monkeypatch):
+    for module in ("torch", "ml_dtypes"):
+        monkeypatch.setitem(sys.modules, module, None)
+    status, out, err = bench_command(capsys, "matmul", "--shape", "m8n8k8", "--dtype", "bf16", "--device", "cpu")
+    assert status == 1 and out == ""
+    assert err.strip() == (
+        "opendnn bench matmul: error: --dtype bf16 on NumPy arrays (without torch) needs ml_dtypes, "
+        "not installed here: pip install 'opendnn[cpu]'"
+    )
 
 
 # ---- performance mode -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The NumPy backend's whole-array formulations (separable pooling passes, the bincount max backward,
-batch norm and softmax in place) against the float64 references: exact to 1e-12 in float64 on inputs
-holding NaN, -inf and ties, with every geometry rule (padding, overlap, dilation, ceil mode, 1-3 dims),
-and the caller's inputs left unchanged."""
+"""The NumPy backend's whole-array formulations (separable pooling passes, the max backward in chunks
+of planes, batch norm in blocks of rows, softmax in place) against the float64 references: exact to
+1e-12 in float64 on inputs holding NaN, -inf and ties, with every geometry rule (padding, overlap,
+dilation, ceil mode, 1-3 dims), chunks and blocks that end short, and the caller's inputs left
+unchanged."""
 
 import numpy as np
 import pytest
@@ -10,6 +11,9 @@ from test_pooling import EXCLUDE, GEOMETRIES, INCLUDE, descriptor
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.families.batch_norm import numpy_backend as batch_norm_numpy
+from opendnn.families.batch_norm import problem as bn
+from opendnn.families.pooling import numpy_backend as pooling_numpy
 from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward
 
 GLOBAL = ((2, 2, 7, 7), (7, 7), (1, 1), (0, 0))  # one window per plane: the one-reduction path
@@ -83,6 +87,138 @@ def test_max_pool_backward_gives_nothing_to_a_window_whose_y_it_does_not_hold():
     expected = reference_backward(PoolingMode.MAX, x, y, np.full(y.shape, 3.0), (2, 2), (0, 0), (2, 2))
     np.testing.assert_array_equal(dx, expected)
     assert dx.sum() == 9.0
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
+@pytest.mark.parametrize(
+    "mode, propagate", [(PoolingMode.MAX, False), (PoolingMode.MAX, True), (INCLUDE, False), (EXCLUDE, False)]
+)
+def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch, mode, propagate, alpha, beta):
+    """Ten planes in chunks of three (the last one short); a padded plane 131 wide, so the max window
+    positions' codes take two bytes; dx computed in place (alpha 1, beta 0) or blended."""
+    monkeypatch.setattr(pooling_numpy, "CHUNK_ELEMENTS", 3 * 9 * 131)
+    handle = od.create("cpu")
+    nan_opt = od.NanPropagation.PROPAGATE_NAN if propagate else od.NanPropagation.NOT_PROPAGATE_NAN
+    pool = od.PoolingDescriptor(mode, nan_opt, (3, 3), (1, 1), (2, 2))
+    values = special_values((2, 5, 7, 130), seed=9)
+    x = tensor(values)
+    y = torch.full(od.get_pooling_forward_output_dim(pool, descriptor(x)), float("nan"), dtype=torch.float64)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    dy = tensor(np.random.default_rng(10).standard_normal(tuple(y.shape)))
+    before = np.random.default_rng(11).standard_normal(values.shape)
+    dx = tensor(before.copy() if beta else np.full(values.shape, np.nan))
+    od.pooling_backward(
+        handle, pool, alpha, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, beta, descriptor(dx), dx
+    )
+    expected = reference_backward(mode, values, y.numpy(), dy.numpy(), (3, 3), (1, 1), (2, 2))
+    np.testing.assert_allclose(dx.numpy(), alpha * expected + beta * before, rtol=1e-12, atol=1e-12)
+    assert np.isnan(y.numpy()).any() and (expected != 0).sum() > values.size // 8
+
+
+# Batch norm in blocks of 72 elements (BLOCK_ELEMENTS), every sample's rows of a few features: of
+# (3, 5, 3, 4), two features of 3 x 12 positions (spatial: blocks of 2, 2 and 1 features) or 24
+# features of 3 (per activation: 24, 24 and 12); of (2, 3, 1, 8200), spatial rows longer than
+# NumPy's ufunc buffer, whose per-feature constants broadcast as they are.
+BLOCKED_BATCH_NORM = [(3, 5, 3, 4), (2, 3, 1, 8200)]
+
+
+def batch_norm_parameters(shape, mode):
+    """The float64 descriptor of scale, bias and the statistics of x of ``shape`` in ``mode``."""
+    return od.TensorDescriptor(
+        "float64", bn.derive_bn_tensor_descriptor(od.TensorDescriptor("float64", shape), mode).dims
+    )
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
+@pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
+@pytest.mark.parametrize("shape", BLOCKED_BATCH_NORM)
+def test_batch_norm_training_in_blocks_matches_the_reference(monkeypatch, shape, mode, alpha, beta):
+    """y computed in place (alpha 1, beta 0) or blended, the running statistics updated, the saved
+    mean and inverse std written."""
+    monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 72)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(shape) * 3 + 2
+    params = batch_norm_parameters(shape, mode)
+    scale, bias = rng.uniform(0.5, 2.0, params.dims), rng.standard_normal(params.dims)
+    running = rng.standard_normal(params.dims), rng.uniform(0.5, 2.0, params.dims)
+    before = rng.standard_normal(x.shape)
+    y = tensor(before.copy() if beta else np.full(x.shape, np.nan))
+    running_mean, running_var = tensor(running[0].copy()), tensor(running[1].copy())
+    saved_mean, saved_inv_std = (tensor(np.full(params.dims, np.nan)) for _ in range(2))
+    xt = tensor(x)
+    od.batch_normalization_forward_training(
+        od.create("cpu"),
+        mode,
+        alpha,
+        beta,
+        descriptor(xt),
+        xt,
+        descriptor(y),
+        y,
+        params,
+        tensor(scale),
+        tensor(bias),
+        0.25,
+        running_mean,
+        running_var,
+        1e-5,
+        saved_mean,
+        saved_inv_std,
+    )
+    expected = bn.forward_training(
+        x, scale, bias, 1e-5, mode, factor=0.25, running_mean=running[0], running_var=running[1]
+    )
+    np.testing.assert_allclose(y.numpy(), alpha * expected["y"] + beta * before, rtol=1e-12, atol=1e-12)
+    for got, name in (
+        (running_mean, "running_mean"),
+        (running_var, "running_var"),
+        (saved_mean, "mean"),
+        (saved_inv_std, "inv_std"),
+    ):
+        np.testing.assert_allclose(got.numpy(), expected[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 0.25)])
+@pytest.mark.parametrize("saved", [False, True])
+@pytest.mark.parametrize("mode", [od.BatchNormMode.SPATIAL, od.BatchNormMode.PER_ACTIVATION])
+@pytest.mark.parametrize("shape", BLOCKED_BATCH_NORM)
+def test_batch_norm_backward_in_blocks_matches_the_reference(monkeypatch, shape, mode, saved, alpha, beta):
+    """Saved or recomputed statistics; dx computed in place (alpha 1, beta 0) or blended."""
+    monkeypatch.setattr(batch_norm_numpy, "BLOCK_ELEMENTS", 72)
+    rng = np.random.default_rng(12)
+    x, dy = rng.standard_normal(shape) * 3 + 2, rng.standard_normal(shape)
+    params = batch_norm_parameters(shape, mode)
+    scale = rng.uniform(0.5, 2.0, params.dims)
+    axes = bn.reduced_axes(x.ndim, mode)
+    mean = x.mean(axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(x.var(axis=axes, keepdims=True) + 1e-5)
+    before = rng.standard_normal(x.shape), rng.standard_normal(params.dims), rng.standard_normal(params.dims)
+    dx, dscale, dbias = (tensor(b.copy() if beta else np.full(b.shape, np.nan)) for b in before)
+    xt, dyt = tensor(x), tensor(dy)
+    statistics = (tensor(mean), tensor(inv_std)) if saved else (None, None)
+    od.batch_normalization_backward(
+        od.create("cpu"),
+        mode,
+        alpha,
+        beta,
+        alpha,
+        beta,
+        descriptor(xt),
+        xt,
+        descriptor(dyt),
+        dyt,
+        descriptor(dx),
+        dx,
+        params,
+        tensor(scale),
+        dscale,
+        dbias,
+        1e-5,
+        *statistics,
+    )
+    expected = bn.backward(x, dy, scale, 1e-5, mode)
+    for got, name, prior in zip((dx, dscale, dbias), ("dx", "dscale", "dbias"), before):
+        np.testing.assert_allclose(got.numpy(), alpha * expected[name] + beta * prior, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(np.float64, 1e-12), (np.float32, 1e-5)])

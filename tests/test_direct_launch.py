@@ -11,8 +11,9 @@ import types
 
 import pytest
 from triton import knobs
+from triton.backends.nvidia.driver import CudaLauncher
 from triton.compiler import CompiledKernel
-from triton.runtime import driver
+from triton.runtime import _allocation, driver
 
 from opendnn.kernels import launch as launch_module
 from opendnn.kernels.launch import Launch, Slot
@@ -32,14 +33,25 @@ class _Driver:
         return STREAM + device
 
 
-def _compiled(calls: list) -> CompiledKernel:
+def _compiled(calls: list, scratch: int = 0) -> CompiledKernel:
     """A CompiledKernel (the class itself: the direct path takes only Triton's own) whose handles are
-    loaded and whose launcher records its arguments."""
+    loaded and whose launcher is Triton's CudaLauncher (its Python wrapper as it is, ``scratch`` bytes of
+    global scratch per CTA) over a C function that records its arguments."""
     kernel = object.__new__(CompiledKernel)
     kernel.module, kernel.function, kernel.packed_metadata = object(), 0xF00, (4, 1, 0)
     kernel.name, kernel.src, kernel.metadata = "k", None, None
-    kernel._run = lambda *args: calls.append(args)
+    launcher = object.__new__(CudaLauncher)
+    launcher.launch = lambda *args: calls.append(args)
+    launcher.num_ctas, launcher.launch_cooperative_grid, launcher.launch_pdl = 1, False, False
+    launcher.global_scratch_size, launcher.global_scratch_align = scratch, 128
+    launcher.profile_scratch_size, launcher.profile_scratch_align = 0, 1
+    kernel._run = launcher
     return kernel
+
+
+# what the C function takes: gridX, gridY, gridZ, stream, function, cooperative, pdl, global scratch,
+# profile scratch, packed metadata, launch metadata, enter hook, exit hook, the kernel's arguments
+LAUNCH_METADATA, ARGUMENTS = 10, 13
 
 
 class _Kernel:
@@ -78,14 +90,28 @@ def test_the_direct_launch_passes_what_triton_runner_passes(fake_driver):
     tensors = {"x": _Tensor(4096), "y": _Tensor(8192)}
     _launched(Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("y"), 7), {"BLOCK": 128, "num_warps": 4}), tensors)
     assert len(direct) == 1
-    kernel._run = lambda *args: runner.append(args)
+    kernel._run.launch = lambda *args: runner.append(args)
     kernel[(3, 2, 1)](tensors["x"], tensors["y"], 7, 128)  # Triton's runner, with the same arguments
     (ours,), (theirs,) = direct, runner
-    metadata_at = 6  # gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter, exit, args
-    assert ours[:metadata_at] == theirs[:metadata_at] == (3, 2, 1, STREAM, 0xF00, (4, 1, 0))
-    assert ours[metadata_at : metadata_at + 3] == (None, None, None)
-    assert theirs[metadata_at + 3 :] == (tensors["x"], tensors["y"], 7, 128)
-    assert ours[metadata_at + 3 :] == (4096, 8192, 7, 128)  # the tensors' addresses: the launcher takes them as is
+    head = (3, 2, 1, STREAM, 0xF00, False, False, None, None, (4, 1, 0))
+    assert ours[:LAUNCH_METADATA] == theirs[:LAUNCH_METADATA] == head
+    assert ours[LAUNCH_METADATA:ARGUMENTS] == (None, None, None)
+    assert theirs[ARGUMENTS:] == (tensors["x"], tensors["y"], 7, 128)
+    assert ours[ARGUMENTS:] == (4096, 8192, 7, 128)  # the tensors' addresses: the launcher takes them as is
+
+
+def test_a_kernel_with_global_scratch_gets_it_from_the_launchers_wrapper(fake_driver, monkeypatch):
+    calls, asked = [], []
+    monkeypatch.setattr(
+        _allocation, "_allocator", types.SimpleNamespace(get=lambda: lambda *request: asked.append(request) or "mem")
+    )
+    kernel = _compiled(calls, scratch=32)
+    launch = Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("x"), 7), {"BLOCK": 64, "num_warps": 4})
+    _launched(launch, {"x": _Tensor(64)})
+    (args,) = calls
+    assert asked == [(6 * 32, 128, STREAM)]  # 6 CTAs' scratch on the launch's stream
+    assert args[:LAUNCH_METADATA] == (3, 2, 1, STREAM, 0xF00, False, False, "mem", None, (4, 1, 0))
+    assert args[ARGUMENTS:] == (64, 64, 7, 64)
 
 
 def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
@@ -100,7 +126,8 @@ def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     (args,) = calls
-    assert args[7] is knobs.runtime.launch_enter_hook and args[6] is not None  # the runner's hook chain and metadata
+    # the runner's launch metadata and hook chain
+    assert args[LAUNCH_METADATA] is not None and args[LAUNCH_METADATA + 1] is knobs.runtime.launch_enter_hook
 
 
 class _ClusterKernel(_Kernel):
@@ -136,8 +163,8 @@ def test_a_cluster_launch_compiles_without_launching_and_asks_for_clusters(fake_
     assert len(stand_in.warmed) == 1 and stand_in.warmed[0][1] == (12, 1, 1)
     assert len(calls) == 2 and not seen
     for args in calls:
-        assert args[:6] == (3, 1, 1, STREAM, 0xF00, (4, 4, 0)) and args[6:9] == (None, None, None)
-        assert args[9:] == (4096, 4096, 5, 64)
+        assert args[:LAUNCH_METADATA] == (3, 1, 1, STREAM, 0xF00, False, False, None, None, (4, 4, 0))
+        assert args[LAUNCH_METADATA:] == (None, None, None, 4096, 4096, 5, 64)
 
 
 def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_graph_is_captured(monkeypatch):

@@ -167,12 +167,15 @@ def test_default_cache_file_is_platformdirs_user_cache_dir_which_follows_xdg(mon
     pytest.importorskip("platformdirs", reason="platformdirs is not installed")
     if sys.platform != "linux":
         pytest.skip("XDG_CACHE_HOME is the Linux convention")
+    monkeypatch.delenv("OPENDNN_CACHE_DIR", raising=False)  # the test run's own folder, set in conftest
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert algorithms.default_cache_file() == tmp_path / "opendnn" / "convolution_algorithms.json"
 
 
 def test_default_cache_file_without_platformdirs_is_under_dot_cache(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "platformdirs", None)
+    for variable in ("OPENDNN_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert algorithms.default_cache_file() == tmp_path / ".cache" / "opendnn" / "convolution_algorithms.json"
 

@@ -114,9 +114,19 @@ FUNCTIONS = {
         [(6, 3), (3,), (3,)],
     ),
     "max_pool2d_ceil": (
-        lambda x: OF.max_pool(x, 3, 2, 1, True),
+        lambda x: OF.max_pool(x, 3, 2, 1, ceil_mode=True),
         lambda x: TF.max_pool2d(x, 3, 2, 1, ceil_mode=True),
         [(2, 3, 7, 6)],
+    ),
+    "max_pool2d_dilated": (
+        lambda x: OF.max_pool(x, (3, 2), (1, 2), 1, (2, 3), True),
+        lambda x: TF.max_pool2d(x, (3, 2), (1, 2), 1, (2, 3), True),
+        [(2, 3, 9, 8)],
+    ),
+    "max_pool3d_with_indices": (
+        lambda x: OF.max_pool_with_indices(x, 2, 2, 1, 2, True)[0],
+        lambda x: TF.max_pool3d(x, 2, 2, 1, 2, True, True)[0],
+        [(1, 2, 5, 6, 4)],
     ),
     "max_pool1d": (lambda x: OF.max_pool(x, 2), lambda x: TF.max_pool1d(x, 2), [(2, 3, 9)]),
     "avg_pool2d_exclude_pad": (
@@ -389,7 +399,7 @@ def test_convert_reports_what_it_left_to_torch_and_why():
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding_mode="reflect"),
         torch.nn.Conv2d(3, 4, 4, padding="same"),
-        torch.nn.MaxPool2d(2, return_indices=True),
+        torch.nn.AdaptiveMaxPool2d(2, return_indices=True),
         torch.nn.LocalResponseNorm(4),
         torch.nn.Softplus(threshold=5),
         torch.nn.PReLU(),
@@ -400,9 +410,9 @@ def test_convert_reports_what_it_left_to_torch_and_why():
     )
     report = ot.convert(model)
     reasons = {name: reason for name, _, reason in report.left_alone}
-    assert report.converted == [("9", "Conv2d")]
+    assert report.converted == [("4", "Softplus"), ("9", "Conv2d")]
     assert "padding_mode='reflect'" in reasons["0"] and "asymmetrically" in reasons["1"]
-    assert "return_indices" in reasons["2"] and "even" in reasons["3"] and "threshold=5" in reasons["4"]
+    assert "return_indices" in reasons["2"] and "even" in reasons["3"]
     assert reasons["5"] == "no opendnn equivalent" and "subclass" in reasons["6"]
     assert "track_running_stats" in reasons["8"] and "7" not in reasons
     assert "padding_mode='reflect'" in str(report)
@@ -411,8 +421,8 @@ def test_convert_reports_what_it_left_to_torch_and_why():
 def test_module_constructor_refuses_options_opendnn_does_not_cover():
     with pytest.raises(NotSupported, match="padding_mode='circular'"):
         ot.Conv2d(3, 4, 3, padding_mode="circular")
-    with pytest.raises(NotSupported, match="return_indices"):
-        ot.MaxPool2d(2, return_indices=True)
+    with pytest.raises(NotSupported, match="return_indices=True"):
+        ot.AdaptiveMaxPool2d(2, return_indices=True)
 
 
 def test_conv_refuses_a_padding_string_it_does_not_know():

@@ -114,8 +114,61 @@ def test_a_transformer_block_matches_eager_forward_and_backward(dtype):
     compare(TransformerBlock, (2, 5, 16), dtype, backend)
     assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
     described = "\n".join(plan.describe() for plan in backend.plans)
-    for op in ("layernorm", "layernorm_backward", "matmul"):
+    for op in ("layernorm", "layernorm_backward", "matmul", "softmax"):
         assert f"({op})" in described
+
+
+class SoftmaxHeads(nn.Module):
+    """A linear layer read through a log softmax along its features and a softmax along the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 12)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.log_softmax(y, dim=-1) * torch.softmax(y, dim=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_and_log_softmax_lower_forward_and_backward(dtype):
+    backend = OpendnnBackend()
+    compare(SoftmaxHeads, (6, 16), dtype, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    forward, *backward = (plan.describe() for plan in backend.plans)
+    assert forward.count("(softmax)") == 2 and "(matmul)" in forward
+    backward = "\n".join(backward)  # the gradients as sums and pointwise ops
+    assert backward.count("(reduction)") >= 2 and "softmax" not in backward
+
+
+def test_softmax_regions_run_on_the_fusion_engine():
+    backend = OpendnnBackend()
+    compare(SoftmaxHeads, (6, 16), torch.float32, backend, options={"heur_mode": "a"})
+    assert {plan.engine for plan in backend.plans} == {"fused"} and backend.fallbacks == []
+    assert "(softmax)" in backend.plans[0].describe()
+
+
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_relus_gradient_at_a_nan_input_is_torchs(options):
+    """relu keeps NaN; torch's backward (threshold_backward of relu's output) passes the gradient there."""
+    torch.manual_seed(3)
+    dtype = torch.float32 if options else torch.float64
+    model = nn.Sequential(nn.ReLU(), nn.Linear(6, 5)).to(dtype)
+    x, dy = torch.randn(4, 6, dtype=dtype), torch.randn(4, 5, dtype=dtype)
+    x[1, 2] = float("nan")
+    backend = OpendnnBackend()
+    compiled = torch.compile(copy.deepcopy(model), backend=backend, options=options)
+    results = []
+    for m in (compiled, model):
+        x_m = x.clone().requires_grad_()
+        m(x_m).backward(dy)
+        results.append([x_m.grad, *(p.grad for p in m.parameters())])
+    assert backend.fallbacks == [] and backend.plans_executed == len(backend.regions) == 2
+    assert "cmp_le" in backend.plans[-1].describe()
+    assert not results[1][0].isnan().any()  # x's gradient: dy passes relu where x is NaN
+    for ours, theirs in zip(*results, strict=True):
+        assert torch.equal(ours.isnan(), theirs.isnan())
+        torch.testing.assert_close(ours, theirs, equal_nan=True)
 
 
 @pytest.mark.parametrize("options", [{"track_running_stats": False}, {"affine": False}])

@@ -11,10 +11,9 @@ import types
 import weakref
 
 import pytest
+import test_direct_launch as direct_launch  # (its stand-ins for a compiled kernel and Triton's driver)
 import torch
 import torch.nn.functional as TF
-import triton.language as tl
-from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
 import opendnn as od
@@ -179,15 +178,25 @@ def test_a_changed_signature_records_its_own_executable(handle, full_calls):
     assert len(full_calls) == 4
 
 
-def test_host_work_a_replay_cannot_repeat_keeps_a_fallback_with_the_reason(handle, full_calls):
+def test_constants_made_on_the_host_are_made_again_by_the_replay(handle, full_calls):
     x = torch.randn(3, 8)
     with torch.no_grad():
-        for k in range(2):  # hardtanh below zero shifts x by a 0-d tensor torch fills on the host
-            expected = TF.hardtanh(x.double() + k, -2.0, 3.0)
-            assert relative_error(ot.functions.hardtanh(x + k, -2.0, 3.0), expected) < 1e-6
+        for k in range(3):  # hardtanh below zero compares x with two 0-d tensors torch fills on the host
+            expected = TF.hardtanh(x.double() * (k + 1), -2.0, 3.0)
+            assert relative_error(ot.functions.hardtanh(x * (k + 1), -2.0, 3.0), expected) < 1e-6
     (kept,) = handle.executables.values()
-    assert isinstance(kept, Fallback) and "aten.full" in kept.reason
-    assert len(full_calls) == 6  # sub, clipped relu, add: each call takes the full path
+    assert isinstance(kept, Executable) and kept.source.count("make") >= 2
+    assert len(full_calls) == 2  # maximum, minimum: the first call alone
+
+
+def test_host_work_a_replay_cannot_repeat_keeps_a_fallback_with_the_reason(handle, full_calls):
+    x = torch.randn(0, 8)
+    with torch.no_grad():
+        for _ in range(2):  # an empty batch: the fake outputs, zero-filled on the host
+            assert ot.functions.relu(x).shape == (0, 8)
+    (kept,) = handle.executables.values()
+    assert isinstance(kept, Fallback) and "aten.zero_" in kept.reason
+    assert not full_calls
 
 
 def test_inputs_sharing_memory_are_not_recorded_and_a_replay_reads_each_input(handle, full_calls):
@@ -238,6 +247,21 @@ def test_a_changed_option_or_a_destroyed_handle_drops_the_executables(handle, fu
     assert not mine.executables
 
 
+def test_the_products_keep_their_executables_on_the_handle_their_kernels_run_on(handle, monkeypatch, full_calls):
+    """A float32 product on a GPU runs on the TF32 handle where torch allows TF32: here every
+    product's kernel is given another handle, which its executable must live on."""
+    other = od.create("cpu", backend="triton")
+    monkeypatch.setattr(operators, "_product_handle", lambda x, kind: other)
+    x, w = torch.randn(2, 4, 5, 6, requires_grad=True), torch.randn(6, 4, 3, 3, requires_grad=True)
+    m, n = torch.randn(3, 5, requires_grad=True), torch.randn(7, 5, requires_grad=True)
+    for _ in range(2):
+        operators.convolution(x, w, None, (1, 1), (1, 1), (1, 1), 1).sum().backward()
+        ot.functions.linear(m, n).sum().backward()
+    kept = other.executables.values()
+    assert len(kept) == 6 and all(isinstance(e, Executable) for e in kept)  # conv, its two backwards, 3 products
+    assert not handle.executables and len(full_calls) == 6
+
+
 def test_the_executables_are_bounded(handle, monkeypatch):
     monkeypatch.setattr(executables, "LIMIT", 2)
     with torch.no_grad():
@@ -283,40 +307,20 @@ def test_a_plain_eager_batch_norm_updates_its_running_statistics_in_place(handle
 # ---- the direct replay: a compiled kernel's C launcher, as on a GPU ------------------------------------
 
 
-class _Driver:
-    def get_current_device(self) -> int:
-        return 0
+class _Driver(direct_launch._Driver):
+    """The stand-in driver, for CPU tensors (whose device has no index)."""
 
-    def get_current_stream(self, device) -> int:
-        return 0x5EED
-
-
-def _signature_of(x_ptr, y_ptr, n, alpha: tl.float64, BLOCK):
-    """The stand-in kernel's parameters, as Triton reads them."""
-
-
-class _Kernel:
-    """A stand-in @triton.jit function whose first call compiles (returns the recording kernel)."""
-
-    arg_names = ["x_ptr", "y_ptr", "n", "alpha", "BLOCK"]
-
-    def __init__(self, compiled):
-        self.compiled = compiled
-        self.fn = _signature_of
-
-    def __getitem__(self, grid):
-        return lambda *args, **options: self.compiled
+    def get_current_stream(self, device: int | None) -> int:
+        return super().get_current_stream(device or 0)
 
 
 @pytest.mark.skipif(not launch_module.DIRECT_LAUNCH, reason="the direct launch is written for triton 3.6")
 def test_a_direct_replay_passes_what_the_launch_passes(handle, monkeypatch):
     monkeypatch.setattr(driver, "_active", _Driver())
     calls = []
-    kernel = object.__new__(CompiledKernel)
-    kernel.module, kernel.function, kernel.packed_metadata = object(), 0xF00, (4, 1, 0)
-    kernel.name, kernel.src, kernel.metadata = "k", None, None
-    kernel._run = lambda *args: calls.append(args)
-    planned = Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("y"), 7, 0.5), {"BLOCK": 128, "num_warps": 4})
+    planned = Launch(
+        direct_launch._Kernel(direct_launch._compiled(calls)), (3, 2), (Slot("x"), Slot("y"), 7), {"BLOCK": 128}
+    )
     backend = types.SimpleNamespace(run=lambda problem, x, y: planned({"x": x[1:], "y": y}))
 
     def scale(x):  # a kernel of one launch: y (a new tensor) from x at an offset of one element
@@ -332,7 +336,18 @@ def test_a_direct_replay_passes_what_the_launch_passes(handle, monkeypatch):
     planned.launch({"x": x[1:], "y": y})  # the launch's own direct path, for the same tensors
     replayed, launched = calls[-2:]
     assert replayed == launched
-    assert replayed[:6] == (3, 2, 1, 0x5EED, 0xF00, (4, 1, 0))
-    assert replayed[9:] == (x.data_ptr() + 4, y.data_ptr(), 7, 0.5, 128)
+    assert replayed[: direct_launch.LAUNCH_METADATA] == (
+        3,
+        2,
+        1,
+        direct_launch.STREAM,
+        0xF00,
+        False,
+        False,
+        None,
+        None,
+        (4, 1, 0),
+    )
+    assert replayed[direct_launch.ARGUMENTS :] == (x.data_ptr() + 4, y.data_ptr(), 7, 128)
     kept = [value for value in executable.replay.__globals__.values() if isinstance(value, torch.Tensor)]
     assert kept == []  # the replay keeps no tensor of the recorded call

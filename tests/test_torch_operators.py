@@ -39,7 +39,8 @@ def samples():
     x4, x4_cl = _randn(2, 4, 6, 5, grad=True), _randn(2, 4, 6, 5, grad=True, layout=CL)
     w = _randn(6, 2, 3, 3, grad=True)
     dy = _randn(2, 6, 3, 5)
-    y_max = ops.max_pool(x4_cl.detach(), [2, 2], [2, 2], [0, 0], False)
+    y_max = ops.max_pool(x4_cl.detach(), [2, 2], [2, 2], [0, 0], [1, 1], False)
+    _, indices = ops.max_pool_with_indices(x4_cl.detach(), [2, 2], [1, 2], [1, 0], [2, 1], True)
     y_adaptive = ops.adaptive_pool(x4.detach(), [4, 3], True)
     y_soft = ops.softmax(x4.detach(), 1, False)
     x_plain = x4.detach()
@@ -65,8 +66,13 @@ def samples():
         ("activation_backward", (_randn(2, 4, 6, 5), x_plain, "elu", [0.7])),
         ("softmax", (x4_cl, 1, True)),
         ("softmax_backward", (_randn(2, 4, 6, 5), y_soft, 1, False)),
-        ("max_pool", (x4_cl, [3, 2], [2, 2], [1, 0], True)),
-        ("max_pool_backward", (_randn(*y_max.shape), x4_cl.detach(), y_max, [2, 2], [2, 2], [0, 0], False)),
+        ("max_pool", (x4_cl, [3, 2], [2, 2], [1, 0], [1, 2], True)),
+        ("max_pool_backward", (_randn(*y_max.shape), x4_cl.detach(), y_max, [2, 2], [2, 2], [0, 0], [1, 1], False)),
+        ("max_pool_with_indices", (x4_cl, [2, 2], [1, 2], [1, 0], [2, 1], True)),
+        (
+            "max_pool_indices_backward",
+            (_randn(*indices.shape), x4_cl.detach(), indices, [2, 2], [1, 2], [1, 0], [2, 1], True),
+        ),
         ("avg_pool", (x4, [3, 3], [2, 1], [1, 1], False, False)),
         ("avg_pool_backward", (_randn(2, 4, 3, 5), x_plain, [3, 3], [2, 1], [1, 1], False, False)),
         ("adaptive_pool", (x4_cl, [4, 3], False)),

@@ -489,8 +489,8 @@ def run(args: argparse.Namespace) -> int:
     dtype = DTYPES[args.dtype]
     handle = create_handle(args.device, args.backend)
     use_torch = not missing_packages({"torch": "torch"})
-    if not use_torch and dtype is opendnn.DataType.BFLOAT16:
-        require_packages("--dtype bf16 (NumPy has no bfloat16)", {"torch": "torch"}, "gpu")
+    if not use_torch and dtype is opendnn.DataType.BFLOAT16:  # NumPy arrays hold bfloat16 as ml_dtypes' type
+        require_packages("--dtype bf16 on NumPy arrays (without torch)", {"ml_dtypes": "ml_dtypes"}, "cpu")
     arrays = make_arrays(problem, dtype, getattr(args, "layout", "nchw") == "nhwc", args.device, args.seed, use_torch)
     where = f"{handle.device} {handle.backend}"
     try:
@@ -513,7 +513,7 @@ def make_arrays(
     problem: Problem, dtype: opendnn.DataType, channels_last: bool, device: str, seed: int, use_torch: bool
 ) -> dict[str, Any]:
     """The operands' random values in their dtypes and layouts: torch tensors on ``device`` when
-    torch is installed, else NumPy arrays (``device`` is then the CPU)."""
+    torch is installed, else NumPy arrays (``device`` is then the CPU; bfloat16 is ml_dtypes')."""
     rng = np.random.default_rng(seed)
     arrays: dict[str, Any] = {}
     for name, operand in problem.operands.items():
@@ -529,7 +529,7 @@ def make_arrays(
             array = torch.from_numpy(stored).to(device=device, dtype=kind.to_torch())
             arrays[name] = array.permute(*np.argsort(order).tolist())
         else:
-            arrays[name] = stored.astype(kind.value).transpose(np.argsort(order))
+            arrays[name] = stored.astype(kind.to_numpy()).transpose(np.argsort(order))
     return arrays
 
 

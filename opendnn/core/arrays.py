@@ -109,7 +109,10 @@ def descriptor_of(native: Any, name: str = "array") -> TensorDescriptor:
 def _descriptor_of(native_dtype: Any, dims: tuple[int, ...], strides: tuple[int, ...], name: str) -> TensorDescriptor:
     # memoized: every call describes its arrays, and their dtypes, shapes and strides repeat; the
     # result is a frozen value, so one instance may serve every caller (errors are not cached)
-    dtype = DataType.of(native_dtype)
+    try:
+        dtype = DataType.of(native_dtype)
+    except BadParam:  # named after the caller's array, which DataType cannot know
+        raise BadParam(f"{name}.dtype={native_dtype} must be one of {[t.value for t in DataType]}") from None
     for k, s in enumerate(strides):
         require(s >= 0, f"{name}.strides[{k}]={s} must be at least 0 (negative strides are not supported)")
     require(all(d >= 1 for d in dims), f"{name}.shape={dims} must have no empty dimension")

@@ -43,6 +43,18 @@ def read_copy(bound: Bound, dtype: DataType) -> np.ndarray:
     return values if values.flags.writeable else values.copy()
 
 
+def output_array(bound: Bound, dtype: DataType, alpha: float, beta: float, *inputs: np.ndarray) -> np.ndarray | None:
+    """The output's own memory, for a backend to compute its result straight into instead of handing
+    it to ``write`` (a pass saved): where alpha is 1, beta is 0 and the output holds ``dtype`` in C
+    order, sharing no memory with ``inputs``; else None."""
+    if alpha != 1.0 or beta != 0.0 or bound.desc.dtype is not dtype:
+        return None
+    out = numpy_view(bound)
+    if not (out.flags.c_contiguous and out.flags.writeable) or any(np.may_share_memory(out, a) for a in inputs):
+        return None
+    return out
+
+
 def write(bound: Bound, result: np.ndarray, alpha: float = 1.0, beta: float = 0.0) -> None:
     """``out = alpha * result + beta * out``, converted to the output's dtype; with beta == 0 the
     prior content of out is never read. ``result`` is float32 or float64 and broadcasts to out."""

@@ -10,21 +10,24 @@ import os
 from pathlib import Path
 from typing import Any
 
+from opendnn.core.cache_folder import user_cache_folder
 from opendnn.kernels import activation as activation_forms
 from opendnn.kernels import math as triton_math
 from opendnn.kernels.launch import Launch, Slot
 
 LIBRARY = {"math": triton_math.__name__, "activation": activation_forms.__name__}
 CACHE_VARIABLE = "OPENDNN_GRAPH_KERNELS"
-DEFAULT_CACHE = "~/.cache/opendnn/graph_kernels"
+CACHE_FOLDER_NAME = "graph_kernels"  # in opendnn's user cache folder, unless CACHE_VARIABLE names another
 
 __all__ = ["LIBRARY", "Launch", "Slot", "load_kernel"]
 
 
 def kernel_path(source: str) -> Path:
-    """Where a generated source lives: ``$OPENDNN_GRAPH_KERNELS`` (default ~/.cache/opendnn/graph_kernels),
-    one file per source, named by its hash."""
-    directory = Path(os.environ.get(CACHE_VARIABLE) or DEFAULT_CACHE).expanduser()
+    """Where a generated source lives: ``$OPENDNN_GRAPH_KERNELS``, else ``graph_kernels`` in opendnn's
+    user cache folder (``$OPENDNN_CACHE_DIR`` or the platform's, ``opendnn.core.cache_folder``); one
+    file per source, named by its hash."""
+    folder = os.environ.get(CACHE_VARIABLE)
+    directory = Path(folder).expanduser() if folder else user_cache_folder() / CACHE_FOLDER_NAME
     return directory / f"fused_{hashlib.sha256(source.encode()).hexdigest()[:24]}.py"
 
 

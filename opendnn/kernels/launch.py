@@ -11,18 +11,19 @@ The other arguments are the plan's own, so they specialize the same way on every
 A ``Launches`` is a problem's whole plan: its launches in order and the scratch arrays they take
 (allocated per call, like the argmax positions of max-pooling's backward), filled into the slots.
 
-A kept kernel is launched through the C launcher Triton built for it (``CompiledKernel.run``),
-with the arguments Triton's own ``CompiledKernel.__getitem__`` runner passes (triton 3.6,
-compiler.py), less its per-launch Python: the runner asks for the current device and its stream,
-builds the launch metadata that only launch hooks read, and hands the launcher the hook chains,
-which it calls even when empty. Pointers go to the launcher as integers (the addresses the key
-has read): given a tensor it would call ``data_ptr()`` again and ask the driver about the address
-(``cuPointerGetAttribute``), per pointer argument and launch. Here the stream is the current one
-of the tensors' device (dispatch has made the handle's device current and checked the tensors are
-on it, so it is the runner's stream) and, while no launch hook is registered (``knobs.runtime.launch_enter_hook`` /
-``launch_exit_hook``), the metadata and hooks are None, which the launcher skips. With a hook
-registered, another Triton version, or a kernel that is not Triton's own CompiledKernel, the
-runner launches as before.
+A kept kernel is launched through the C function of the launcher Triton built for it
+(``CompiledKernel.run.launch``, past the launcher's Python wrapper, which allocates the global and
+profile scratch that a kernel without them does not take: ``_Direct``), with the arguments Triton's
+own ``CompiledKernel.__getitem__`` runner passes (triton 3.6, compiler.py), less its per-launch
+Python: the runner asks for the current device and its stream, builds the launch metadata that only
+launch hooks read, and hands the launcher the hook chains, which it calls even when empty. Pointers
+go to the launcher as integers (the addresses the key has read): given a tensor it would call
+``data_ptr()`` again and ask the driver about the address (``cuPointerGetAttribute``), per pointer
+argument and launch. Here the stream is the current one of the tensors' device (dispatch has made
+the handle's device current and checked the tensors are on it, so it is the runner's stream) and,
+while no launch hook is registered (``knobs.runtime.launch_enter_hook`` / ``launch_exit_hook``), the
+metadata and hooks are None, which the launcher skips. With a hook registered, another Triton
+version, or a kernel that is not Triton's own CompiledKernel, the runner launches as before.
 
 A cluster launch (``cluster`` > 1, sm_90: CTAs ``cluster * k`` to ``cluster * k + cluster - 1`` form
 one thread-block cluster, co-scheduled, able to wait on each other with ``cluster_barrier``) goes
@@ -120,38 +121,29 @@ class Launch:
         addresses = [t.data_ptr() for t in keyed]
         device = keyed[0].device.index
         key = (device, *[(address % 16 == 0, t.dtype) for address, t in zip(addresses, keyed)])
-        kernel: Any = self.compiled.get(key)  # a CompiledKernel, another runner, or None
-        if kernel is None and self.cluster > 1:
-            if not DIRECT_LAUNCH:
-                raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
-            kernel = self.compiled[key] = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
-        if type(kernel) is CompiledKernel and DIRECT_LAUNCH and (self.cluster > 1 or not hooked()):
-            # what the runner of CompiledKernel.__getitem__ does, with no hook to call (module
-            # docstring), and the pointers as the integers the launcher would ask each tensor for
+        kept: Any = self.compiled.get(key)  # a _Direct, another runner, or None
+        if kept.__class__ is _Direct and (self.cluster > 1 or not hooked()):
             args = list(self.args)
             for index, k in self.slot_keys:
                 args[index] = addresses[k]
-            grid, metadata = self.grid, kernel.packed_metadata
-            if self.cluster > 1:
-                metadata = (metadata[0], self.cluster, *metadata[2:])
-            kernel.run(
-                grid[0] // self.cluster,
-                grid[1],
-                grid[2],
-                driver.active.get_current_stream(device),
-                kernel.function,
-                metadata,
-                None,
-                None,
-                None,
-                *args,
-                *self.constexprs,
+            grid = self.grid
+            kept.run(
+                grid[0] // self.cluster, grid[1], grid[2], kept.stream(device), *kept.head, *args, *self.constexprs
             )
-        elif kernel is None:
-            kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
-            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept
-                self.compiled[key] = kernel
-        else:
+        elif kept is None:
+            if self.cluster > 1:
+                if not DIRECT_LAUNCH:
+                    raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
+                kernel = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
+            else:
+                kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
+            if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept; Triton's own runs directly
+                direct = DIRECT_LAUNCH and type(kernel) is CompiledKernel
+                self.compiled[key] = _Direct.of(kernel, self.cluster) if direct else kernel
+            if self.cluster > 1:  # compiled, not launched yet
+                self.launch(tensors)
+        else:  # a launch hook is registered (or another Triton): Triton's runner launches it
+            kernel = kept.kernel if kept.__class__ is _Direct else kept
             kernel[self.grid](*self._filled(tensors), *self.constexprs)
 
     def _filled(self, tensors: dict[str, Any]) -> list[Any]:
@@ -168,7 +160,7 @@ class Launch:
         return InterpretedLaunch(self.kernel.run, self.grid, self.passed, self.slots, self.options)
 
     def direct(self, tensors: dict[str, Any], located: dict[str, tuple[int, int]]) -> DirectLaunch | None:
-        """This launch replayed from addresses: the compiled kernel it keeps for ``tensors`` (their
+        """This launch replayed from addresses: the direct launch it keeps for ``tensors`` (their
         device, pointer alignments and dtypes) called with the slot ``name`` at ``bases[source] +
         offset``, where ``located[name]`` is (source, offset). None where the replay must call the
         launch with tensors: under the interpreter, or a kernel that is not Triton 3.6's own
@@ -177,28 +169,53 @@ class Launch:
             return None
         keyed = [tensors[name] for name in self.keyed]
         key = (keyed[0].device.index, *[(t.data_ptr() % 16 == 0, t.dtype) for t in keyed])
-        kernel: Any = self.compiled.get(key)
-        if type(kernel) is not CompiledKernel:
+        kept: Any = self.compiled.get(key)
+        if kept.__class__ is not _Direct:
             return None
-        metadata = kernel.packed_metadata
-        if self.cluster > 1:
-            metadata = (metadata[0], self.cluster, *metadata[2:])
         grid = (self.grid[0] // self.cluster, self.grid[1], self.grid[2])
         slots = tuple((index, *located[name]) for index, name in self.slots)
-        return DirectLaunch(kernel.run, grid, kernel.function, metadata, (*self.args, *self.constexprs), slots)
+        return DirectLaunch(kept.run, grid, kept.head, (*self.args, *self.constexprs), slots)
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """A compiled kernel as its C launcher takes it: ``run(grid_x, grid_y, grid_z, stream, *head,
+    *arguments)``. ``head`` holds what Triton's runner passes between the stream and the kernel's
+    arguments (module docstring): the function handle and the packed metadata (with the cluster size
+    in place of num_ctas for a cluster launch), no launch metadata and no hooks. Where the kernel
+    needs no global or profile scratch (every kernel here so far), ``run`` is the compiled C
+    function itself, past the launcher's Python wrapper that would allocate them (the cooperative
+    grid and PDL flags it adds go in ``head``)."""
+
+    kernel: Any  # the CompiledKernel
+    run: Any
+    head: tuple[Any, ...]
+    stream: Any  # device index -> the current stream's handle
+
+    @staticmethod
+    def of(kernel: Any, cluster: int) -> _Direct:
+        metadata = kernel.packed_metadata
+        if cluster > 1:
+            metadata = (metadata[0], cluster, *metadata[2:])
+        launcher, function = kernel.run, kernel.function
+        stream = driver.active.get_current_stream
+        hooks = (metadata, None, None, None)  # launch metadata, enter and exit hooks
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            return _Direct(kernel, launcher, (function, *hooks), stream)
+        flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None)  # no scratch
+        return _Direct(kernel, launcher.launch, (function, *flags, *hooks), stream)
 
 
 @dataclass(frozen=True)
 class DirectLaunch:
-    """A compiled kernel's C launcher with its grid, metadata and arguments bound, for a replay that
-    passes the tensors' addresses: the call is ``run(*grid, stream, function, metadata, None, None,
-    None, *args)`` with each slot's argument (``args[index]``) the address ``bases[source] + offset``
-    (what ``Launch.launch`` passes on its direct path, less the key and the lookup)."""
+    """A kept direct launch (``_Direct``) with its grid and arguments bound, for a replay that
+    passes the tensors' addresses: the call is ``run(*grid, stream, *head, *args)`` with each slot's
+    argument (``args[index]``) the address ``bases[source] + offset`` (what ``Launch.launch`` passes
+    on its direct path, less the key and the lookup)."""
 
-    run: Any  # the kernel's C launcher (CompiledKernel.run)
+    run: Any  # the launcher's C function (or its wrapper, for a kernel that takes global scratch)
     grid: tuple[int, int, int]
-    function: Any
-    metadata: Any
+    head: tuple[Any, ...]  # what goes between the stream and the arguments (_Direct.head)
     args: tuple[Any, ...]  # the arguments and constexprs, a slot's place holding its Slot
     slots: tuple[tuple[int, int, int], ...]  # (argument index, source, byte offset)
 

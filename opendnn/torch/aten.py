@@ -40,10 +40,10 @@ def _floating(*values: Any) -> None:
     require(all_float(values), "a tensor argument that is not floating point")
 
 
-def _batched(x: torch.Tensor, spatial: int, run: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def _batched(x: torch.Tensor, spatial: int, run: Callable[[torch.Tensor], Any]) -> Any:
     """``run`` on x, or on x as a batch of one when x has no batch dim (torch's modules take both)."""
     require(x.ndim in (spatial + 1, spatial + 2), f"input of {x.ndim} dims")
-    return run(x) if x.ndim == spatial + 2 else run(x.unsqueeze(0)).squeeze(0)
+    return functions.batch_of_one(x, spatial, run)
 
 
 def _conv(spatial: int) -> Route:
@@ -173,7 +173,9 @@ def _batch_norm(
     return functions.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
-def _max_pool(spatial: int) -> Route:
+def _max_pool(spatial: int, with_indices: bool) -> Route:
+    pool = functions.max_pool_with_indices if with_indices else functions.max_pool
+
     def max_pool(
         input: torch.Tensor,
         kernel_size: Any,
@@ -181,10 +183,9 @@ def _max_pool(spatial: int) -> Route:
         padding: Any = 0,
         dilation: Any = 1,
         ceil_mode: bool = False,
-    ) -> torch.Tensor:
+    ) -> Any:
         _floating(input)
-        require(all(d == 1 for d in ((dilation,) if isinstance(dilation, int) else dilation)), "dilation")
-        return _batched(input, spatial, lambda x: functions.max_pool(x, kernel_size, stride, padding, ceil_mode))
+        return _batched(input, spatial, lambda x: pool(x, kernel_size, stride, padding, dilation, ceil_mode))
 
     return max_pool
 
@@ -244,11 +245,6 @@ def _elu(input: torch.Tensor, alpha: float = 1.0, scale: float = 1.0, input_scal
     return scale * torch.where(input > 0, input, alpha * torch.expm1(input * input_scale))
 
 
-def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
-    y = functions.softplus(input, beta)
-    return y if threshold >= 20 else torch.where(input * beta > threshold, input, y)  # torch's linear regime
-
-
 def _scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -285,7 +281,7 @@ ROUTES: dict[str, Route] = {
     "sigmoid": _elementwise(functions.sigmoid),
     "tanh": _elementwise(functions.tanh),
     "elu": _elementwise(_elu),
-    "softplus": _elementwise(_softplus),
+    "softplus": _elementwise(functions.softplus),
     "scaled_dot_product_attention": _scaled_dot_product_attention,
     "avg_pool1d": _avg_pool(1),
     "avg_pool2d": _avg_pool(2),
@@ -299,7 +295,8 @@ ROUTES: dict[str, Route] = {
         for name, overload, make in (
             ("conv", "", _conv),
             ("conv", ".padding", _conv),
-            ("max_pool", "", _max_pool),
+            ("max_pool", "", lambda spatial: _max_pool(spatial, False)),
+            ("max_pool", "_with_indices", lambda spatial: _max_pool(spatial, True)),
             ("adaptive_avg_pool", "", _adaptive_avg_pool),
         )
     },

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 import opendnn.functional as F
+from opendnn.families.attention.descriptor import MAX_SEED
 from opendnn.torch.library import (
     compute_dtype,
     define,
@@ -33,7 +34,6 @@ from opendnn.torch.operators import dense
 
 Tensor = torch.Tensor
 
-MAX_SEED = 2**63 - 1
 OPTIONS = (
     "float dropout_p, bool is_causal, float? scale, bool enable_gqa, Tensor? alibi_slopes, Tensor? sinks,"
     " int? window_left, int? window_right, str alignment, float? softcap, int seed"

@@ -182,6 +182,33 @@ def _sum(low: Lowering, node: torch.fx.Node, x: Any, dims: Sequence[int], keepdi
     return low.graph.reduction(low.tensor(x), "ADD", kept)
 
 
+def _softmax(low: Lowering, node: torch.fx.Node, x: Any, dim: int, half_to_float: bool, log: bool = False) -> Any:
+    return low.graph.softmax(low.tensor(x), axis=dim, log=log)
+
+
+def _along(node: Any, dim: int) -> list[int]:
+    """``node``'s dims with ``dim`` reduced to 1: a sum's dims along it, kept for broadcasting back."""
+    shape = list(node.meta["val"].shape)
+    return [1 if k == dim % len(shape) else size for k, size in enumerate(shape)]
+
+
+def _softmax_backward(low: Lowering, node: torch.fx.Node, grad: Any, y: Any, dim: int, input_dtype: Any) -> Any:
+    """dx = y (dy - sum(dy y)) along dim."""
+    g, dy, out = low.graph, low.tensor(grad), low.tensor(y)
+    return g.mul(out, g.sub(dy, g.reduction(g.mul(dy, out), "ADD", _along(y, dim))))
+
+
+def _log_softmax_backward(low: Lowering, node: torch.fx.Node, grad: Any, y: Any, dim: int, input_dtype: Any) -> Any:
+    """dx = dy - exp(y) sum(dy) along dim."""
+    g, dy = low.graph, low.tensor(grad)
+    return g.sub(dy, g.mul(g.exp(low.tensor(y)), g.reduction(dy, "ADD", _along(grad, dim))))
+
+
+def _same_dtype(grad: Any, y: Any, dim: int, input_dtype: Any) -> bool:
+    """A softmax backward whose input had the gradient's dtype (no half-to-float step to undo)."""
+    return grad.meta["val"].dtype == input_dtype
+
+
 def _layer_norm(
     low: Lowering, node: torch.fx.Node, x: Any, normalized: Sequence[int], w: Any, b: Any, eps: float
 ) -> Any:
@@ -274,6 +301,13 @@ def _gelu_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, approx
     return backward(low.tensor(grad), low.tensor(x))
 
 
+def _threshold_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, threshold: float) -> Any:
+    """torch's formula, ``x <= threshold ? 0 : grad``: grad where x is NaN (relu's backward reads
+    relu's NaN-keeping output), where the graph's relu_backward gives NaN (cuDNN's propagated NaN)."""
+    g = low.graph
+    return g.binary_select(0.0, low.tensor(grad), g.cmp_le(low.tensor(x), threshold))
+
+
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.fx.Node)
 
@@ -311,10 +345,14 @@ LOWERINGS: dict[Any, Op] = {
     aten.tanh.default: _pointwise("tanh"),
     aten.gelu.default: Op(_gelu),
     aten.gelu_backward.default: Op(_gelu_backward),
-    aten.threshold_backward.default: Op(
-        lambda low, node, grad, x, threshold: low.graph.relu_backward(low.tensor(grad), low.tensor(x)),
-        lambda grad, x, threshold: threshold == 0,
+    aten.threshold_backward.default: Op(_threshold_backward),
+    aten._softmax.default: Op(_softmax, lambda x, dim, half_to_float: not half_to_float),
+    aten._log_softmax.default: Op(
+        lambda low, node, x, dim, half_to_float: _softmax(low, node, x, dim, half_to_float, log=True),
+        lambda x, dim, half_to_float: not half_to_float,
     ),
+    aten._softmax_backward_data.default: Op(_softmax_backward, _same_dtype),
+    aten._log_softmax_backward_data.default: Op(_log_softmax_backward, _same_dtype),
     aten.sum.dim_IntList: Op(_sum, lambda x, dims, keepdim=False, dtype=None: bool(dims) and dtype is None),
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(

@@ -51,6 +51,8 @@ _ALLOCATIONS = frozenset(
 )
 # views whose memory was filled from host data, not by the call's launches
 _FROM_DATA = frozenset({_aten.lift_fresh.default})
+# new tensors made from Python values alone (a 0-d tensor of a constant): a replay makes them again
+_FACTORIES = frozenset({_aten.full.default, _aten.zeros.default, _aten.ones.default, _aten.scalar_tensor.default})
 
 
 def record(handle: Handle, key: tuple[Any, ...], kernel: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -91,6 +93,7 @@ class Recording(TorchDispatchMode):
         self.handles: list[Handle] = []
         self.repeats: list[Callable[[], None]] = []
         self.allocated: set[tuple[int, torch.device]] = set()
+        self.made: dict[tuple[int, torch.device], tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
         self.refusal: str | None = None
         self.launching = False
 
@@ -100,6 +103,8 @@ class Recording(TorchDispatchMode):
             return output
         if func in _ALLOCATIONS:
             self.allocated.add(_storage(output))
+        elif func in _FACTORIES:
+            self.made[_storage(output)] = (func, tuple(args), dict(kwargs or {}))
         elif (not func.is_view or func in _FROM_DATA) and self.refusal is None:
             self.refusal = f"the call runs {func} on the host"
         return output
@@ -134,7 +139,7 @@ class Recording(TorchDispatchMode):
             return Fallback(kernel, f"the call runs on {self.handles}, not on {handle}")
         outputs = (output,) if isinstance(output, torch.Tensor) else tuple(output)
         try:
-            sources = _Sources(args, outputs, self.allocated)
+            sources = _Sources(args, outputs, self.allocated, self.made)
             if sources.overlapping:
                 return None
             results = tuple(sources.place(t) if isinstance(t, torch.Tensor) else None for t in outputs)
@@ -165,11 +170,15 @@ class _Sources:
     allocations (an output that fills its storage, allocated as itself; any other storage the
     call allocated, as a byte buffer)."""
 
-    def __init__(self, args: tuple[Any, ...], outputs: tuple[Any, ...], allocated: set[Any]) -> None:
-        self.allocated = allocated
+    def __init__(
+        self, args: tuple[Any, ...], outputs: tuple[Any, ...], allocated: set[Any], made: dict[Any, Any]
+    ) -> None:
+        self.allocated, self.made = allocated, made
         self.tensors: list[torch.Tensor] = []  # the recorded call's tensor of each source
         self.inputs: list[int] = []  # the argument position of each input source
-        self.new: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]] = []  # each allocation
+        # each new source: ("empty", shape, strides, dtype), or ("make", factory, args, kwargs) for a
+        # tensor made from Python values
+        self.new: list[tuple[Any, ...]] = []
         self.spans: list[tuple[tuple[int, torch.device], int, int]] = []  # (storage, first byte, end)
         for position, arg in enumerate(args):
             if isinstance(arg, torch.Tensor) and arg.numel():
@@ -191,13 +200,18 @@ class _Sources:
 
     def _allocate(self, tensor: torch.Tensor) -> None:
         storage = tensor.untyped_storage()
+        made = self.made.get(_storage(tensor))
+        if made is not None and tensor.data_ptr() == storage.data_ptr():
+            self.new.append(("make", *made))
+            self._add(tensor)
+            return
         if storage.nbytes() and _storage(tensor) not in self.allocated:
             raise _Unplaced(f"a {tuple(tensor.shape)} {tensor.dtype} tensor lies in memory the call did not allocate")
         if tensor.data_ptr() == storage.data_ptr() and _extent(tensor) == storage.nbytes():
-            self.new.append((tuple(tensor.shape), tensor.stride(), tensor.dtype))
+            self.new.append(("empty", tuple(tensor.shape), tensor.stride(), tensor.dtype))
             self._add(tensor)
         else:
-            self.new.append(((storage.nbytes(),), (1,), torch.uint8))
+            self.new.append(("empty", (storage.nbytes(),), (1,), torch.uint8))
             self._add(torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage))
 
     def _find(self, tensor: torch.Tensor) -> int | None:
@@ -283,9 +297,13 @@ class Executable:
             checks.append("hooked()")
         if checks:  # Triton (and the TMA paths) specialize on the alignment: otherwise the full path
             lines += [f"    if {' or '.join(checks)}:", "        return kernel(*args)"]
-        for k, (shape, strides, dtype) in enumerate(sources.new, len(sources.inputs)):
-            names[f"shape{k}"], names[f"strides{k}"], names[f"dtype{k}"] = shape, strides, dtype
-            lines.append(f"    s{k} = empty_strided(shape{k}, strides{k}, dtype=dtype{k}, device=device)")
+        for k, (kind, *new) in enumerate(sources.new, len(sources.inputs)):
+            if kind == "empty":
+                names[f"shape{k}"], names[f"strides{k}"], names[f"dtype{k}"] = new
+                lines.append(f"    s{k} = empty_strided(shape{k}, strides{k}, dtype=dtype{k}, device=device)")
+            else:  # "make": a tensor made from Python values
+                names[f"make{k}"], names[f"make_args{k}"], names[f"make_kwargs{k}"] = new
+                lines.append(f"    s{k} = make{k}(*make_args{k}, **make_kwargs{k})")
             if self.direct:
                 lines.append(f"    b{k} = s{k}.data_ptr()")
         return lines
@@ -333,11 +351,11 @@ def _expression(place: Place, names: dict[str, Any]) -> str:
 def _direct_call(k: int, launch: Any, names: dict[str, Any]) -> str:
     """The replay's call of a DirectLaunch: its C launcher with every argument bound, a slot's as
     its source's base address plus its offset."""
-    names[f"run{k}"], names[f"function{k}"], names[f"metadata{k}"] = launch.run, launch.function, launch.metadata
+    names[f"run{k}"], names[f"head{k}"] = launch.run, launch.head
     slots = {index: f"b{source} + {offset}" if offset else f"b{source}" for index, source, offset in launch.slots}
     grid = ", ".join(str(g) for g in launch.grid)
     arguments = _arguments(f"{k}", launch.args, slots, names)
-    return f"run{k}({grid}, stream, function{k}, metadata{k}, None, None, None, {arguments})"
+    return f"run{k}({grid}, stream, *head{k}, {arguments})"
 
 
 def _interpreted_call(k: int, launch: Any, used: dict[str, Place], names: dict[str, Any]) -> str:

@@ -11,7 +11,8 @@ error that is also torch's RuntimeError, as the operators' errors are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -28,6 +29,16 @@ def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
     if len(values) != spatial:
         raise as_torch_error(BadParam(f"{name}={value} must be an int or {spatial} ints, one per spatial dim"))
     return values
+
+
+def batch_of_one(x: torch.Tensor, spatial: int, run: Callable[[torch.Tensor], Any]) -> Any:
+    """``run(x)``, or, for an x without its batch dim (torch's modules and functions take one sample
+    of ``spatial`` spatial dims so), ``run`` on x as a batch of one with the batch dim of each output
+    removed."""
+    if x.ndim != spatial + 1:
+        return run(x)
+    outputs = run(x.unsqueeze(0))
+    return outputs.squeeze(0) if isinstance(outputs, torch.Tensor) else tuple(t.squeeze(0) for t in outputs)
 
 
 # ---- convolution --------------------------------------------------------------------------------
@@ -119,12 +130,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
-    """max(x, 0); NaN stays NaN, as torch's."""
+    """max(x, 0); NaN stays NaN, and the gradient is torch's: 0 where x <= 0, else dy (dy where x is
+    NaN; opendnn.functional's relu_backward, cuDNN's, gives 0 or NaN there)."""
     return operators.activation(x, "relu", [])
 
 
 def hardtanh(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch.Tensor:
-    """min(max(x, min_val), max_val); relu6 is hardtanh(x, 0, 6) (opendnn's clipped relu)."""
+    """min(max(x, min_val), max_val), NaN kept; relu6 is hardtanh(x, 0, 6) (opendnn's clipped relu).
+    The gradient is torch's: 0 where x <= min_val or x >= max_val, else dy (dy where x is NaN)."""
     if not min_val < max_val:
         raise NotSupported(f"hardtanh min_val={min_val} must be below max_val={max_val}")
     return operators.activation(x, "hardtanh", [float(min_val), float(max_val)])
@@ -156,13 +169,13 @@ def tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """x if x > 0 else alpha * (exp(x) - 1); the gradient is torch's: dy where x is NaN."""
     return operators.activation(x, "elu", [float(alpha)])
 
 
-def softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    """log(1 + exp(beta * x)) / beta, with no linear regime (torch's threshold=20 changes the result
-    by under exp(-20) relative)."""
-    return operators.activation(x, "softplus", [float(beta)])
+def softplus(x: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear regime)."""
+    return operators.activation(x, "softplus", [float(beta), float(threshold)])
 
 
 # ---- layer, RMS, group and instance norm, LRN ---------------------------------------------------------
@@ -215,13 +228,32 @@ def local_response_norm(
 
 
 def _window(
-    x: torch.Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple
+    spatial: int, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(kernel, stride, padding), one int per spatial dim; the stride defaults to the kernel."""
-    spatial = x.ndim - 2
+    """(kernel, stride, padding), one int per spatial dim; the stride defaults (None or []) to the kernel."""
     kernel = _per_dim("kernel_size", kernel_size, spatial)
-    steps = kernel if not stride else _per_dim("stride", stride, spatial)  # (None, [] or 0: the kernel)
+    steps = kernel if stride is None or stride == [] or stride == () else _per_dim("stride", stride, spatial)
     return kernel, steps, _per_dim("padding", padding, spatial)
+
+
+def max_pool_window(
+    spatial: int,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(kernel, stride, padding, dilation) of a max pooling, one int per spatial dim.
+
+    Raises:
+        BadParam (also torch's RuntimeError): a padding over half the kernel size, which torch refuses
+            (dilated or not).
+    """
+    kernel, steps, pads = _window(spatial, kernel_size, stride, padding)
+    for k, (size, pad) in enumerate(zip(kernel, pads)):
+        if pad > size // 2:
+            raise as_torch_error(BadParam(f"padding[{k}]={pad} must be at most half of kernel_size[{k}]={size}"))
+    return kernel, steps, pads, _per_dim("dilation", dilation, spatial)
 
 
 def max_pool(
@@ -229,10 +261,31 @@ def max_pool(
     kernel_size: IntOrTuple,
     stride: IntOrTuple | None = None,
     padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
     ceil_mode: bool = False,
 ) -> torch.Tensor:
-    """torch.nn.functional.max_pool{1,2,3}d without dilation or indices; NaN propagates, as torch's."""
-    return operators.max_pool(x, *_window(x, kernel_size, stride, padding), ceil_mode)
+    """torch.nn.functional.max_pool{1,2,3}d (``return_indices=False``); NaN propagates, as torch's.
+
+    The gradient goes to each window's first largest element (cuDNN's backward: found again from x
+    and y), torch's index; in a window holding several NaNs, to the first NaN, where torch's goes to
+    the last (``max_pool_with_indices`` follows torch there too).
+    """
+    return operators.max_pool(x, *max_pool_window(x.ndim - 2, kernel_size, stride, padding, dilation), ceil_mode)
+
+
+def max_pool_with_indices(
+    x: torch.Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.nn.functional.max_pool{1,2,3}d with ``return_indices=True``: (y, indices), the indices
+    torch's (int64 flat positions in x's spatial plane: each window's first largest element, its last
+    NaN where it holds one); the gradient goes to the indexed positions, as torch's."""
+    window = max_pool_window(x.ndim - 2, kernel_size, stride, padding, dilation)
+    return operators.max_pool_with_indices(x, *window, ceil_mode)
 
 
 def avg_pool(
@@ -244,7 +297,7 @@ def avg_pool(
     count_include_pad: bool = True,
 ) -> torch.Tensor:
     """torch.nn.functional.avg_pool{1,2,3}d without divisor_override."""
-    return operators.avg_pool(x, *_window(x, kernel_size, stride, padding), ceil_mode, count_include_pad)
+    return operators.avg_pool(x, *_window(x.ndim - 2, kernel_size, stride, padding), ceil_mode, count_include_pad)
 
 
 def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool = False) -> torch.Tensor:

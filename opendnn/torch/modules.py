@@ -3,8 +3,9 @@
 Each class subclasses torch's module of the same name and overrides ``forward`` only: the
 constructor arguments, parameters, buffers and state-dict keys are torch's, so a torch state dict
 loads unchanged and ``opendnn.torch.convert`` can swap a torch module's class in place. A module
-whose options opendnn does not cover (``padding_mode="reflect"``, ``return_indices=True``, ...)
-says why in ``unsupported()``; its constructor raises NotSupported with that reason.
+whose options opendnn does not cover (``padding_mode="reflect"``, an adaptive max pooling's
+``return_indices=True``, ...) says why in ``unsupported()``; its constructor raises NotSupported
+with that reason.
 """
 
 from __future__ import annotations
@@ -53,13 +54,6 @@ class OpendnnModule(torch.nn.Module):
         )
 
 
-def _unbatched(x: torch.Tensor, spatial: int, forward: Any) -> torch.Tensor:
-    """torch's modules accept one sample without its batch dim: run it as a batch of one."""
-    if x.ndim == spatial + 1:
-        return forward(x.unsqueeze(0)).squeeze(0)
-    return forward(x)
-
-
 # ---- convolution ----------------------------------------------------------------------------------
 
 
@@ -85,7 +79,7 @@ class _Convolution(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim == self.spatial + 1:  # one sample without its batch dim (_unbatched, inline: every call asks)
+        if x.ndim == self.spatial + 1:  # one sample (functions.batch_of_one, inline: every call asks)
             return self.forward(x.unsqueeze(0)).squeeze(0)
         return functions.conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
@@ -123,7 +117,7 @@ class _ConvolutionTranspose(OpendnnModule):
                 batch, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
             )
 
-        return _unbatched(x, self.spatial, run)
+        return functions.batch_of_one(x, self.spatial, run)
 
 
 class ConvTranspose1d(_ConvolutionTranspose, torch.nn.ConvTranspose1d):
@@ -229,7 +223,9 @@ class _InstanceNorm(OpendnnModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         spatial = self._get_no_batch_dim() - 1
-        return _unbatched(x, spatial, lambda batch: functions.instance_norm(batch, self.weight, self.bias, self.eps))
+        return functions.batch_of_one(
+            x, spatial, lambda batch: functions.instance_norm(batch, self.weight, self.bias, self.eps)
+        )
 
 
 class InstanceNorm1d(_InstanceNorm, torch.nn.InstanceNorm1d):
@@ -300,13 +296,8 @@ class ELU(OpendnnModule, torch.nn.ELU):
 
 
 class Softplus(OpendnnModule, torch.nn.Softplus):
-    def unsupported(self) -> str | None:
-        if self.threshold < 20:
-            return f"threshold={self.threshold} is below 20 (opendnn's softplus has no linear regime)"
-        return None
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return functions.softplus(x, self.beta)
+        return functions.softplus(x, self.beta, self.threshold)
 
 
 # ---- pooling and softmax ------------------------------------------------------------------------------
@@ -322,18 +313,12 @@ class _MaxPool(OpendnnModule):
     ceil_mode: bool
     return_indices: bool
 
-    def unsupported(self) -> str | None:
-        if self.return_indices:
-            return "return_indices=True (opendnn's max pooling keeps no index tensor)"
-        if any(d != 1 for d in _tuple(self.dilation)):
-            return f"dilation={self.dilation} (only 1)"
-        return None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(
+    def forward(self, x: torch.Tensor) -> Any:
+        pool = functions.max_pool_with_indices if self.return_indices else functions.max_pool
+        return functions.batch_of_one(
             x,
             self.spatial,
-            lambda batch: functions.max_pool(batch, self.kernel_size, self.stride, self.padding, self.ceil_mode),
+            lambda batch: pool(batch, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode),
         )
 
 
@@ -364,7 +349,7 @@ class _AvgPool(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(
+        return functions.batch_of_one(
             x,
             self.spatial,
             lambda batch: functions.avg_pool(
@@ -392,11 +377,13 @@ class _AdaptivePool(OpendnnModule):
 
     def unsupported(self) -> str | None:
         if getattr(self, "return_indices", False):
-            return "return_indices=True (opendnn's max pooling keeps no index tensor)"
+            return "return_indices=True (opendnn's adaptive max pooling keeps no index tensor)"
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _unbatched(x, self.spatial, lambda batch: functions.adaptive_pool(batch, self.output_size, self.is_max))
+        return functions.batch_of_one(
+            x, self.spatial, lambda batch: functions.adaptive_pool(batch, self.output_size, self.is_max)
+        )
 
 
 class AdaptiveAvgPool1d(_AdaptivePool, torch.nn.AdaptiveAvgPool1d):
@@ -428,10 +415,6 @@ def _softmax_dim(dim: int | None, ndim: int) -> int:
     if dim is not None:
         return dim
     return 0 if ndim in (0, 1, 3) else 1
-
-
-def _tuple(value: Any) -> tuple[int, ...]:
-    return (value,) if isinstance(value, int) else tuple(value)
 
 
 class Softmax(OpendnnModule, torch.nn.Softmax):

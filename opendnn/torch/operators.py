@@ -26,6 +26,7 @@ import torch
 import opendnn.functional as F
 from opendnn import BadParam, MathType
 from opendnn.core.default_handle import shared_handle
+from opendnn.families.pooling.problem import output_size
 from opendnn.torch.library import (
     Operator,
     as_torch_error,
@@ -49,6 +50,16 @@ def _product_handle(x: Tensor, kind: str) -> Any:
         return None
     allowed = torch.backends.cudnn.allow_tf32 if kind == "convolution" else torch.backends.cuda.matmul.allow_tf32
     return shared_handle(f"cuda:{x.device.index or 0}", MathType.TENSOR_OP) if allowed else None
+
+
+def _convolution_handle(first: Tensor, *args: Any) -> Any:
+    """The convolution operators' handle rule (``define``'s ``handle``): their kernels' handle."""
+    return _product_handle(first, "convolution")
+
+
+def _matmul_handle(first: Tensor, *args: Any) -> Any:
+    """The matrix product operators' handle rule (``define``'s ``handle``): their kernels' handle."""
+    return _product_handle(first, "matmul")
 
 
 def dense(gradient: Tensor, like: Tensor | None = None) -> Tensor:
@@ -135,6 +146,7 @@ convolution = define(
         x, convolution_shape(x, weight, stride, padding, dilation)
     ),
     autocast=lower_precision,
+    handle=_convolution_handle,
 )
 
 convolution_transpose = define(
@@ -155,6 +167,7 @@ convolution_transpose = define(
         x, _transposed_shape(x, weight, stride, padding, output_padding, groups, dilation)
     ),
     autocast=lower_precision,
+    handle=_convolution_handle,
 )
 
 convolution_backward_data = define(
@@ -172,6 +185,7 @@ convolution_backward_data = define(
     ),
     lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape),
     differentiable=False,
+    handle=_convolution_handle,
 )
 
 convolution_backward_filter = define(
@@ -189,6 +203,7 @@ convolution_backward_filter = define(
     ),
     lambda x, dy, weight_shape, stride, padding, dilation, groups: empty_in_order_of(x, weight_shape),
     differentiable=False,
+    handle=_convolution_handle,
 )
 
 convolution_backward_bias = define(
@@ -260,6 +275,7 @@ linear = define(
     lambda x, weight, bias: F.linear(x, weight, bias, handle=_product_handle(x, "matmul")),
     lambda x, weight, bias: empty_packed(x, [*x.shape[:-1], weight.shape[0]]),
     autocast=lower_precision,
+    handle=_matmul_handle,
 )
 
 matmul = define(
@@ -267,6 +283,7 @@ matmul = define(
     lambda a, b: F.matmul(a, b, handle=_product_handle(a, "matmul")),
     lambda a, b: empty_packed(a, _broadcast_product_shape(a, b)),
     autocast=lower_precision,
+    handle=_matmul_handle,
 )
 
 
@@ -326,31 +343,46 @@ def scalar(value: float, like: Tensor) -> Tensor:
 
 
 def _hardtanh(x: Tensor, low: float, high: float) -> Tensor:
-    """min(max(x, low), high) = clipped_relu(x - low, high - low) + low; NaN stays NaN."""
+    """min(max(x, low), high), exactly (clipped relu where low is 0); NaN stays NaN."""
     if low == 0:
         return F.clipped_relu(x, high, propagate_nan=True)
-    shift = scalar(low, x)
-    return F.add(F.clipped_relu(F.sub(x, shift), high - low, propagate_nan=True), shift)
+    return F.minimum(F.maximum(x, scalar(low, x)), scalar(high, x))
+
+
+def _outside_gradient(dy: Tensor, outside: Tensor) -> Tensor:
+    """0 where ``outside``, else dy (torch's backward of relu and hardtanh, NaN dy included)."""
+    return F.where(outside, scalar(0.0, dy), dy)
+
+
+def _relu_backward(dy: Tensor, x: Tensor) -> Tensor:
+    """torch's threshold_backward: 0 where x <= 0, else dy (dy at a NaN x)."""
+    return _outside_gradient(dy, F.le(x, scalar(0.0, x)))
 
 
 def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor:
-    if low == 0:
-        return F.clipped_relu_backward(dy, x, high)
-    return F.clipped_relu_backward(dy, F.sub(x, scalar(low, x)), high - low)
+    """torch's hardtanh_backward: 0 where x <= low or x >= high, else dy (dy at a NaN x)."""
+    return _outside_gradient(dy, F.logical_or(F.le(x, scalar(low, x)), F.ge(x, scalar(high, x))))
 
 
-# name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). ReLU and hardtanh keep
-# NaN as torch's do (the activation's PROPAGATE_NAN); their gradient at a NaN input is 0, where
-# torch's passes dy (docs/design/torch_integration.md).
+def _elu_backward(dy: Tensor, x: Tensor, alpha: float) -> Tensor:
+    """torch's elu_backward: dy * alpha * exp(x) where x <= 0, else dy (dy at a NaN x)."""
+    return F.where(F.le(x, scalar(0.0, x)), F.elu_backward(dy, x, alpha), dy)
+
+
+# name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). The forwards keep NaN as
+# torch's do (relu's and clipped relu's PROPAGATE_NAN). The backwards are torch's formulas, NaN
+# included: relu, hardtanh and elu pass dy where x is NaN (torch tests x <= 0, false for NaN), where
+# the cuDNN-shaped activation backward and opendnn.functional's give 0 or NaN for relu and clipped
+# relu (the NaN option) and NaN for elu (docs/design/torch_integration.md).
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "relu": (lambda x: F.relu(x, propagate_nan=True), F.relu_backward),
+    "relu": (lambda x: F.relu(x, propagate_nan=True), _relu_backward),
     "hardtanh": (_hardtanh, _hardtanh_backward),
     "gelu": (F.gelu, F.gelu_backward),
     "gelu_tanh": (lambda x: F.gelu(x, "tanh"), lambda dy, x: F.gelu_backward(dy, x, "tanh")),
     "silu": (F.swish, F.swish_backward),
     "sigmoid": (F.sigmoid, F.sigmoid_backward),
     "tanh": (F.tanh, F.tanh_backward),
-    "elu": (F.elu, F.elu_backward),
+    "elu": (F.elu, _elu_backward),
     "softplus": (F.softplus, F.softplus_backward),
 }
 
@@ -416,44 +448,94 @@ register_gradient_of_input(softmax, softmax_backward, saved=("output",))
 
 
 def _pooled_shape(
-    x: Tensor, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int], ceil_mode: bool
+    x: Tensor,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    dilation: Sequence[int] | None = None,
 ) -> list[Any]:
-    """torch's pooled sizes: with ceil_mode a last window that would start in the padding is dropped."""
-    spatial = []
-    for n, k, s, p in zip(x.shape[2:], kernel_size, stride, padding):
-        span = n + 2 * p - k
-        out = (span + s - 1) // s + 1 if ceil_mode else span // s + 1
-        if ceil_mode and (out - 1) * s >= n + p:
-            out -= 1
-        spatial.append(out)
-    return [*x.shape[:2], *spatial]
+    """The pooled dims, torch's: with ceil_mode a last window that would start in the padding is dropped."""
+    spatial = zip(x.shape[2:], kernel_size, padding, stride, dilation or [1] * len(kernel_size))
+    return [*x.shape[:2], *(output_size(n, k, p, s, ceil_mode, d) for n, k, p, s, d in spatial)]
 
 
 def _pooling_autocast(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
-    """torch's CPU autocast runs the 3-D poolings in float32; the others keep their dtype."""
+    """torch's CPU autocast runs the 3-D poolings in float32 (not max pooling with indices); the
+    others keep their dtype."""
     return torch.float32 if device_type == "cpu" and args[0].ndim == 5 else None
 
 
 max_pool = define(
-    "max_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode) -> Tensor",
-    lambda x, kernel_size, stride, padding, ceil_mode: F.max_pool(
-        x, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode
+    "max_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode) -> Tensor",
+    lambda x, kernel_size, stride, padding, dilation, ceil_mode: F.max_pool(
+        x, tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation), ceil_mode=ceil_mode
     ),
-    lambda x, kernel_size, stride, padding, ceil_mode: empty_in_order_of(
-        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode)
+    lambda x, kernel_size, stride, padding, dilation, ceil_mode: empty_in_order_of(
+        x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode, dilation)
     ),
     autocast=_pooling_autocast,
 )
 
 max_pool_backward = define(
     "max_pool_backward(Tensor dy, Tensor x, Tensor y, int[] kernel_size, int[] stride, int[] padding,"
-    " bool ceil_mode) -> Tensor",
-    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: F.max_pool_backward(
-        dy, x, y, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode=ceil_mode
+    " int[] dilation, bool ceil_mode) -> Tensor",
+    lambda dy, x, y, kernel_size, stride, padding, dilation, ceil_mode: F.max_pool_backward(
+        dy, x, y, tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation), ceil_mode=ceil_mode
     ),
-    lambda dy, x, y, kernel_size, stride, padding, ceil_mode: empty_in_order_of(x, x.shape),
+    lambda dy, x, y, kernel_size, stride, padding, dilation, ceil_mode: empty_in_order_of(x, x.shape),
     differentiable=False,
 )
+
+max_pool_with_indices = define(
+    "max_pool_with_indices(Tensor x, int[] kernel_size, int[] stride, int[] padding, int[] dilation,"
+    " bool ceil_mode) -> (Tensor, Tensor)",
+    lambda x, kernel_size, stride, padding, dilation, ceil_mode: F.max_pool(
+        x, tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation), ceil_mode, return_indices=True
+    ),
+    lambda x, kernel_size, stride, padding, dilation, ceil_mode: (
+        empty_in_order_of(x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode, dilation)),
+        empty_in_order_of(x, _pooled_shape(x, kernel_size, stride, padding, ceil_mode, dilation), torch.int64),
+    ),
+)
+
+
+def _indexed_gradient(
+    dy: Tensor,
+    x: Tensor,
+    indices: Tensor,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> Tensor:
+    """dx of max pooling with indices (torch's max_pool2d_with_indices_backward): each dy added at the
+    input position its index names. The pooling backward puts each dy at the first position of its
+    window whose x equals y; given, for x, every position's own flat index and, for y, the indices, the
+    one position that matches is the indexed one. The indices are exact in float32 up to planes of
+    2**24 positions (float64 past them and for float64 tensors); dx sums in that dtype."""
+    plane = math.prod(x.shape[2:])
+    exact = torch.float64 if x.dtype == torch.float64 or plane > 2**24 else torch.float32
+    positions = empty_in_order_of(x, x.shape, exact).copy_(
+        torch.arange(plane, dtype=exact, device=x.device).view(1, 1, *x.shape[2:]).expand(x.shape)
+    )
+    dx = F.max_pool_backward(
+        dy.to(exact), positions, indices.to(exact), kernel_size, stride, padding, dilation, ceil_mode=ceil_mode
+    )
+    return dx.to(x.dtype)
+
+
+max_pool_indices_backward = define(
+    "max_pool_indices_backward(Tensor dy, Tensor x, Tensor indices, int[] kernel_size, int[] stride,"
+    " int[] padding, int[] dilation, bool ceil_mode) -> Tensor",
+    lambda dy, x, indices, kernel_size, stride, padding, dilation, ceil_mode: _indexed_gradient(
+        dy, x, indices, tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation), ceil_mode
+    ),
+    lambda dy, x, indices, kernel_size, stride, padding, dilation, ceil_mode: empty_in_order_of(x, x.shape),
+    differentiable=False,
+)
+
 
 avg_pool = define(
     "avg_pool(Tensor x, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode, bool count_include_pad)"
@@ -503,6 +585,22 @@ adaptive_pool_backward = define(  # (the output size is dy's)
 # max pooling's backward finds each window's largest element again from x and y (cuDNN's contract:
 # no index tensor), the first on ties
 register_gradient_of_input(max_pool, max_pool_backward, saved=("input", "output"))
+
+
+def _save_indexed(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _, indices = output
+    ctx.mark_non_differentiable(indices)
+    ctx.save_for_backward(inputs[0], indices)
+    ctx.options = inputs[1:]
+
+
+def _indexed_backward(ctx: Any, dy: Tensor | None, _: Any) -> tuple[Any, ...]:
+    x, indices = ctx.saved_tensors
+    dx = None if dy is None else max_pool_indices_backward(dense(dy, indices), x, indices, *ctx.options)
+    return (dx, *(None,) * len(ctx.options))
+
+
+register_autograd(max_pool_with_indices, _indexed_backward, _save_indexed)
 register_gradient_of_input(avg_pool, avg_pool_backward)
 register_gradient_of_input(adaptive_pool, adaptive_pool_backward, saved=("input", "output"))
 
@@ -530,6 +628,7 @@ convolution_bias_activation = define(
         x, convolution_shape(x, weight, stride, padding, dilation)
     ),
     differentiable=False,
+    handle=_convolution_handle,
 )
 
 matmul_bias_activation = define(
@@ -539,6 +638,7 @@ matmul_bias_activation = define(
     ),
     lambda a, b, bias, residual, activation, coef: empty_packed(a, _broadcast_product_shape(a, b)),
     differentiable=False,
+    handle=_matmul_handle,
 )
 
 

@@ -4,9 +4,10 @@
 ``F.softmax`` in an attention block, ``F.adaptive_avg_pool2d`` in MobileNetV2) are not modules.
 Within ``with opendnn.torch.functional_calls() as calls:``, those calls with an opendnn
 equivalent go to ``opendnn.torch.functions`` (forward and backward on opendnn); the others, and
-the routed ones whose options opendnn does not cover (``inplace=True``, ``return_indices=True``,
-non-float tensors, unbatched inputs), run as torch's. ``calls.routed`` counts the calls routed
-per function, ``calls.left_to_torch`` says why the others were not.
+the routed ones whose options opendnn does not cover (``inplace=True``, adaptive max pooling's
+``return_indices=True``, non-float tensors, unbatched inputs but to max pooling), run as torch's.
+``calls.routed`` counts the calls routed per function, ``calls.left_to_torch`` says why the others
+were not.
 """
 
 from __future__ import annotations
@@ -80,11 +81,6 @@ def _elementwise(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Te
     return activation
 
 
-def _softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
-    require(threshold >= 20, f"threshold={threshold} below 20")
-    return functions.softplus(input, beta)
-
-
 def _softmax(log: bool) -> Callable[..., torch.Tensor]:
     def softmax(
         input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: torch.dtype | None = None
@@ -125,7 +121,11 @@ def _instance_norm(
     return functions.instance_norm(input, weight, bias, eps)
 
 
-def _max_pool(spatial: int) -> Callable[..., torch.Tensor]:
+def _max_pool(spatial: int, with_indices: bool) -> Callable[..., Any]:
+    """F.max_pool{spatial}d (return_indices=False), or F.max_pool{spatial}d_with_indices, which
+    F.max_pool{spatial}d calls for return_indices=True."""
+    pool = functions.max_pool_with_indices if with_indices else functions.max_pool
+
     def max_pool(
         input: torch.Tensor,
         kernel_size: Any,
@@ -133,12 +133,12 @@ def _max_pool(spatial: int) -> Callable[..., torch.Tensor]:
         padding: Any = 0,
         dilation: Any = 1,
         ceil_mode: bool = False,
-        return_indices: bool = False,
-    ) -> torch.Tensor:
-        _batched(input, spatial)
-        require(not return_indices, "return_indices=True")
-        require(all(d == 1 for d in ((dilation,) if isinstance(dilation, int) else dilation)), "dilation")
-        return functions.max_pool(input, kernel_size, stride, padding, ceil_mode)
+        return_indices: bool = with_indices,
+    ) -> Any:
+        require(input.ndim in (spatial + 1, spatial + 2), f"input of {input.ndim} dims")
+        return functions.batch_of_one(
+            input, spatial, lambda x: pool(x, kernel_size, stride, padding, dilation, ceil_mode)
+        )
 
     return max_pool
 
@@ -197,7 +197,7 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
         torch.Tensor.sigmoid: sigmoid,
         torch.tanh: tanh,
         torch.Tensor.tanh: tanh,
-        F.softplus: _softplus,
+        F.softplus: functions.softplus,
         F.softmax: softmax,
         torch.softmax: softmax,
         torch.Tensor.softmax: softmax,
@@ -214,7 +214,8 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
     for spatial in (1, 2, 3):
         routes[getattr(F, f"conv{spatial}d")] = _conv(spatial)
         routes[getattr(F, f"conv_transpose{spatial}d")] = _conv_transpose(spatial)
-        routes[getattr(F, f"max_pool{spatial}d")] = _max_pool(spatial)
+        routes[getattr(F, f"max_pool{spatial}d")] = _max_pool(spatial, False)
+        routes[getattr(F, f"max_pool{spatial}d_with_indices")] = _max_pool(spatial, True)
         routes[getattr(F, f"avg_pool{spatial}d")] = _avg_pool(spatial)
         routes[getattr(F, f"adaptive_avg_pool{spatial}d")] = _adaptive_pool(spatial, False)
         routes[getattr(F, f"adaptive_max_pool{spatial}d")] = _adaptive_pool(spatial, True)

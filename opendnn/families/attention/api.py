@@ -3,11 +3,11 @@ the workspace queries ``get_attention_forward_workspace_size`` / ``get_attention
 
 The parameters (scale, causal mask and its alignment, sliding window, softcap, dropout) live in an
 AttentionDescriptor; the tensors are given as descriptor and array pairs of any strides (see
-``opendnn.families.attention.problem`` for the formulas, the masks and the dims). Optional tensors:
-stats (the per-row logsumexp the backward needs), a bias (float: added to the scores; BOOLEAN: a
-mask, True where the key takes part), per-batch sequence lengths of the queries and keys, ALiBi
-slopes (per query head, or per batch and query head) and attention sinks (one logit per query head,
-with their gradient dsinks in the backward). The outputs must not overlap the inputs. The kernels
+``opendnn.families.attention.reference`` for the formulas and the masks, ``problem`` for the dims).
+Optional tensors: stats (the per-row logsumexp the backward needs), a bias (float: added to the
+scores; BOOLEAN: a mask, True where the key takes part), per-batch sequence lengths of the queries
+and keys, ALiBi slopes (per query head, or per batch and query head) and attention sinks (one logit
+per query head, with their gradient dsinks in the backward). The outputs must not overlap the inputs. The kernels
 allocate their workspace themselves, on the tensors' device; the queries say how much.
 
 Ragged (packed) sequences, as cuDNN's ragged offset tensors: ``ragged_offsets_q`` and
@@ -31,9 +31,9 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend, refusal, require_handle
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, MathType
+from opendnn.families.attention.descriptor import AttentionDescriptor
 from opendnn.families.attention.problem import (
     API_NAMES,
-    AttentionDescriptor,
     AttentionProblem,
     AttentionTensors,
     attention_problem,

@@ -5,7 +5,7 @@ batch dims (merged into one, without a copy where their strides allow), and a 3-
 is N independent attentions. NumPy in, NumPy out, torch in, torch out. ``attn_mask`` broadcasts to
 (..., heads, queries, keys) as torch's does: a boolean mask takes part where True, a float mask is
 added to the scores. A row with no key taking part gives 0, as torch's SDPA on the CPU gives (see
-``opendnn.families.attention.problem`` for the formulas). Keyword-only extensions: a sliding
+``opendnn.families.attention.reference`` for the formulas). Keyword-only extensions: a sliding
 ``window`` (left, right), the causal ``alignment``, per-batch sequence lengths, ``softcap``, ALiBi
 ``alibi_slopes`` and attention ``sinks``, the dropout ``seed`` and ``offset`` (the same seed gives
 the same mask, in the backward too), the saved statistics, and the handle.
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from opendnn.core.arrays import Bound, as_native, empty_like, wrap
+from opendnn.core.arrays import Bound, as_native, descriptor_of, empty_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
@@ -33,15 +33,10 @@ from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status
 from opendnn.core.handle import Handle, MathType
-from opendnn.families.attention.problem import (
-    AttentionDescriptor,
-    AttentionTensors,
-    DiagonalAlignment,
-    attention_problem,
-    check_layout_values,
-)
+from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
+from opendnn.families.attention.problem import AttentionTensors, SlotNames, attention_problem, check_layout_values
 
-NAMES = (
+CALLER_NAMES = (
     ("params", "attention parameters"),
     ("q", "query"),
     ("k", "key"),
@@ -65,7 +60,21 @@ NAMES = (
     ("max_seqlen_q", "max_seqlen_q"),
     ("max_seqlen_kv", "max_seqlen_k"),
 )
-PAGED_NAMES = tuple((slot, {"k": "k_cache", "v": "v_cache"}.get(slot, name)) for slot, name in NAMES)
+NAMES = SlotNames(CALLER_NAMES)
+# the packed calls' arrays: (tokens, heads, head dim) as the problem's (1, heads, tokens, head dim),
+# stats (heads, tokens) as (1, heads, tokens)
+TOKENS_FIRST = (None, 1, 0, 2)
+VARLEN_NAMES = SlotNames(
+    CALLER_NAMES,
+    "shape",
+    (*((slot, TOKENS_FIRST) for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv")), ("stats", (None, 0, 1))),
+)
+# the paged call's caches: (blocks, block size, heads, head dim) as the problem's (blocks, heads, block size, head dim)
+PAGED_NAMES = SlotNames(
+    tuple((slot, {"k": "k_cache", "v": "v_cache"}.get(slot, name)) for slot, name in CALLER_NAMES),
+    "shape",
+    (("k", (0, 2, 1, 3)), ("v", (0, 2, 1, 3))),
+)
 
 
 @caller_dtypes
@@ -370,7 +379,7 @@ def _run(
     params: AttentionDescriptor,
     tensors: AttentionTensors,
     handle: Handle | None,
-    names: tuple[tuple[str, str], ...] = NAMES,
+    names: SlotNames = NAMES,
     **sizes: int | None,
 ) -> None:
     """Check the call under the functional ``names`` (the values of ragged offsets and block tables
@@ -451,7 +460,7 @@ def scaled_dot_product_attention_varlen(
         ragged_offsets_q=inputs.seq_lens_q,
         ragged_offsets_kv=inputs.seq_lens_kv,
     )
-    _run(params, tensors, handle, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_k)
+    _run(params, tensors, handle, VARLEN_NAMES, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_k)
     result = to_caller_kind(_tokens_first(out.view), query)
     return (result, to_caller_kind(stats.view[0], query)) if stats is not None else result
 
@@ -501,9 +510,9 @@ def scaled_dot_product_attention_varlen_backward(
         inputs.q,
         inputs.k,
         inputs.v,
-        wrap("out", _heads_first(as_native(out, "out"))),
-        wrap("stats", as_native(stats, "stats")[None]),
-        do=wrap("grad_out", _heads_first(as_native(grad_out, "grad_out"))),
+        wrap("out", _heads_first(_native("out", out, PACKED_OUT))),
+        wrap("stats", _native("stats", stats, PACKED_STATS)[None]),
+        do=wrap("grad_out", _heads_first(_native("grad_out", grad_out, PACKED_OUT))),
         dq=grads[0],
         dk=grads[1],
         dv=grads[2],
@@ -513,7 +522,7 @@ def scaled_dot_product_attention_varlen_backward(
         ragged_offsets_q=inputs.seq_lens_q,
         ragged_offsets_kv=inputs.seq_lens_kv,
     )
-    _run(params, tensors, handle, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_k)
+    _run(params, tensors, handle, VARLEN_NAMES, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_k)
     results = [_tokens_first(grad.view) for grad in grads]
     if dsinks is not None:
         results.append(dsinks.view)
@@ -561,13 +570,9 @@ def scaled_dot_product_attention_paged(
         NotSupported: as scaled_dot_product_attention. There is no backward through paged K/V.
     """
     params = _params(0.0, is_causal, scale, window, alignment, softcap, 0, 0)
-    q = wrap("query", as_native(query, "query"))
-    if q.desc.ndim != 4:
-        raise BadParam(
-            f"query.ndim={q.desc.ndim} must be 4 (batch, heads, queries, head dim)", Status.BAD_PARAM_SHAPE_MISMATCH
-        )
+    q = wrap("query", _native("query", query, ("batch", "heads", "queries", "head dim")))
     caches = [
-        wrap(name, _heads_first(as_native(array, name), 1))
+        wrap(name, _heads_first(_native(name, array, ("num blocks", "block size", "heads", "head dim")), 1))
         for name, array in (("k_cache", k_cache), ("v_cache", v_cache))
     ]
     batch, heads, seq_q, _ = q.desc.dims
@@ -593,6 +598,25 @@ def scaled_dot_product_attention_paged(
     return (result, to_caller_kind(stats.view, query)) if stats is not None else result
 
 
+# the dims of the packed calls' arrays, as their errors name them
+PACKED_INPUT = ("total tokens", "heads", "head dim")
+PACKED_OUT = ("total tokens", "heads", "value head dim")
+PACKED_STATS = ("heads", "total tokens")
+
+
+def _native(name: str, array: Any, dims: tuple[str, ...]) -> Any:
+    """The caller's ``array`` as its native array, refused unless it has one axis per entry of ``dims``,
+    and described as the caller holds it (an empty axis, a dtype opendnn has not, a negative stride are
+    named in the caller's axes, before the problem reads it in its own order)."""
+    native = as_native(array, name)
+    if native.ndim != len(dims):
+        raise BadParam(
+            f"{name}.ndim={native.ndim} must be {len(dims)} ({', '.join(dims)})", Status.BAD_PARAM_SHAPE_MISMATCH
+        )
+    descriptor_of(native, name)
+    return native
+
+
 def _heads_first(native: Any, tokens: int = 0) -> Any:
     """A (tokens, heads, D) array as the (1, heads, tokens, D) view the problem takes; with
     ``tokens=1``, a (blocks, rows, heads, D) cache as (blocks, heads, rows, D)."""
@@ -611,14 +635,10 @@ def _packed_inputs(
 ) -> _Inputs:
     """The packed (tokens, heads, D) arrays as (1, heads, tokens, D) bound views, the offsets in the
     lengths' places."""
-    bounds = {}
-    for name, array in (("query", query), ("key", key), ("value", value)):
-        native = as_native(array, name)
-        if native.ndim != 3:
-            raise BadParam(
-                f"{name}.ndim={native.ndim} must be 3 (total tokens, heads, head dim)", Status.BAD_PARAM_SHAPE_MISMATCH
-            )
-        bounds[name] = wrap(name, _heads_first(native))
+    bounds = {
+        name: wrap(name, _heads_first(_native(name, array, PACKED_INPUT)))
+        for name, array in (("query", query), ("key", key), ("value", value))
+    }
     offsets_q, offsets_kv, slopes, sink_logits = (
         None if array is None else wrap(name, array)
         for name, array in (

@@ -11,14 +11,8 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention.problem import (
-    AttentionProblem,
-    AttentionTensors,
-    gathered,
-    ragged_reference,
-    reference_backward,
-    reference_forward,
-)
+from opendnn.families.attention.problem import AttentionProblem, AttentionTensors
+from opendnn.families.attention.reference import gathered, ragged_reference, reference_backward, reference_forward
 
 
 def supports(problem: AttentionProblem) -> str | None:

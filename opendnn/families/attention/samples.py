@@ -12,7 +12,7 @@ multiplies bfloat16 tl.dot operands as their bit patterns.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -22,14 +22,14 @@ from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.handle import Handle
 from opendnn.core.samples import ErrorSample, Sample, Tensors, checked, descriptor, values
 from opendnn.families.attention.api import attention_backward, attention_forward
-from opendnn.families.attention.functional import scaled_dot_product_attention
-from opendnn.families.attention.problem import (
-    AttentionDescriptor,
-    gathered,
-    ragged_reference,
-    reference_backward,
-    reference_forward,
+from opendnn.families.attention.descriptor import AttentionDescriptor
+from opendnn.families.attention.functional import (
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_paged,
+    scaled_dot_product_attention_varlen,
+    scaled_dot_product_attention_varlen_backward,
 )
+from opendnn.families.attention.reference import gathered, ragged_reference, reference_backward, reference_forward
 
 # variant -> (the descriptor's fields, bias: None, "float" (1, Hq, Sq, Skv) or "mask" (B, 1, Sq, Skv), lengths)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
@@ -295,8 +295,110 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield Sample("attention_forward", "paged/causal", dtype, first, runner=run_paged_forward)
 
 
+def _varlen_operands(**changes: Any) -> dict[str, Any]:
+    """A good call of scaled_dot_product_attention_varlen (queries 4 and 2, keys 2 and 3), with ``changes``."""
+    offsets = dict(cu_seqlens_q=np.array([0, 4, 6], np.int32), cu_seqlens_k=np.array([0, 2, 5], np.int32))
+    packed = dict(query=values(6, 2, 16), key=values(5, 2, 16), value=values(5, 2, 16))
+    return packed | offsets | dict(max_seqlen_q=4, max_seqlen_k=3) | changes
+
+
+def _varlen_backward_operands(**changes: Any) -> dict[str, Any]:
+    """A good call of scaled_dot_product_attention_varlen_backward on ``_varlen_operands``, with ``changes``."""
+    return _varlen_operands(grad_out=values(6, 2, 16), out=values(6, 2, 16), stats=values(2, 6)) | changes
+
+
+def _paged_operands(**changes: Any) -> dict[str, Any]:
+    """A good call of scaled_dot_product_attention_paged (2 sequences of 16 and 9 keys in 4 blocks of 8
+    rows), with ``changes``."""
+    table, lens = np.array([[0, 1], [2, 3]], np.int32), np.array([16, 9], np.int32)
+    caches = dict(k_cache=values(4, 8, 2, 16), v_cache=values(4, 8, 2, 16))
+    return dict(query=values(2, 2, 3, 16), **caches, block_table=table, seq_lens_kv=lens) | changes
+
+
+def _changed(
+    good: Callable[..., dict[str, Any]], changes: Callable[[], dict[str, Any]]
+) -> Callable[[], dict[str, Any]]:
+    """The arguments of a good call with ``changes``, made when called (an error sample's arguments)."""
+    return lambda: good(**changes())
+
+
+# (name, the changes to a good call, error, message) of the packed and paged calls: each names the
+# caller's own parameter and axis, never the (1, heads, tokens, head dim) form the problem takes
+VARLEN_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+    ("packed query of 2 dims", lambda: dict(query=values(6, 32)), BadParam,
+     "query.ndim=2 must be 3 (total tokens, heads, head dim)"),
+    ("packed query heads not a multiple of key heads", lambda: dict(query=values(6, 3, 16)), BadParam,
+     "query.shape[1]=3 must be a multiple of key.shape[1]=2 (query heads per key/value head)"),
+    ("packed key head dim not the query's", lambda: dict(key=values(5, 2, 8)), BadParam,
+     "key.shape[2]=8 must equal query.shape[2]=16"),
+    ("packed value tokens not the key's", lambda: dict(value=values(4, 2, 16)), BadParam,
+     "value.shape[0]=4 must equal key.shape[0]=5"),
+    ("packed key of another dtype", lambda: dict(key=values(5, 2, 16, dtype=np.float64)), BadParam,
+     "key.dtype=float64 must equal query.dtype=float32"),
+    ("packed head dim below the kernels' range",
+     lambda: dict(query=values(6, 2, 4), key=values(5, 2, 4), value=values(5, 2, 4)), NotSupported,
+     "query.shape[2]=4 must be between 8 and 256"),
+    ("no query tokens", lambda: dict(query=np.ones((0, 2, 16), np.float32)), BadParam,
+     "query.shape=(0, 2, 16) must have no empty dimension"),
+    ("cu_seqlens_q starting below 0", lambda: dict(cu_seqlens_q=np.array([-1, 4, 6], np.int32)), BadParam,
+     "cu_seqlens_q[0]=-1 must be at least 0"),
+    ("cu_seqlens_q decreasing",
+     lambda: dict(cu_seqlens_q=np.array([0, 4, 3, 6], np.int32), cu_seqlens_k=np.array([0, 2, 4, 5], np.int32)),
+     BadParam, "cu_seqlens_q[2]=3 must be at least cu_seqlens_q[1]=4 (offsets never decrease)"),
+    ("cu_seqlens_q past the query tokens", lambda: dict(cu_seqlens_q=np.array([0, 4, 7], np.int32)), BadParam,
+     "cu_seqlens_q[2]=7 must equal the packed tokens, query.shape[0]=6"),
+    ("cu_seqlens_k short of the key tokens", lambda: dict(cu_seqlens_k=np.array([0, 2, 4], np.int32)), BadParam,
+     "cu_seqlens_k[2]=4 must equal the packed tokens, key.shape[0]=5"),
+    ("cu_seqlens_k of another batch", lambda: dict(cu_seqlens_k=np.array([0, 5], np.int32)), BadParam,
+     "cu_seqlens_k.shape=[2] must equal cu_seqlens_q.shape=[3] (as many sequences of keys as of queries)"),
+    ("cu_seqlens_q of 2 dims", lambda: dict(cu_seqlens_q=np.array([[0, 4, 6]], np.int32)), BadParam,
+     "cu_seqlens_q.shape=[1, 3] must be [batch + 1], one dim of at least 2"),
+    ("cu_seqlens_q of floats", lambda: dict(cu_seqlens_q=np.array([0.0, 4.0, 6.0])), NotSupported,
+     "cu_seqlens_q.dtype=float64 must be int32 or int64"),
+    ("cu_seqlens_k of int16", lambda: dict(cu_seqlens_k=np.array([0, 2, 5], np.int16)), BadParam,
+     "cu_seqlens_k.dtype=int16 must be one of"),
+    ("max_seqlen_q below a sequence", lambda: dict(max_seqlen_q=3), BadParam,
+     "max_seqlen_q=3 must be at least 4, the length of sequence 0 in cu_seqlens_q"),
+    ("max_seqlen_k of 0", lambda: dict(max_seqlen_k=0), BadParam, "max_seqlen_k=0 must be an int of at least 1"),
+    ("packed sinks of other heads", lambda: dict(sinks=values(3)), BadParam,
+     "sinks.shape=[3] must be [2] (one per query head of query)"),
+)  # fmt: skip
+VARLEN_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+    ("packed grad_out tokens not the query's", lambda: dict(grad_out=values(5, 2, 16)), BadParam,
+     "grad_out.shape[0]=5 must equal query.shape[0]=6"),
+    ("packed out of 2 dims", lambda: dict(out=values(6, 32)), BadParam,
+     "out.ndim=2 must be 3 (total tokens, heads, value head dim)"),
+    ("packed stats tokens first", lambda: dict(stats=values(6, 2)), BadParam,
+     "stats.shape=[6, 2] must be [2, 6] (heads, sequence of query)"),
+    ("packed stats of float16", lambda: dict(stats=values(2, 6, dtype=np.float16)), NotSupported,
+     "stats.dtype=float16 must be float32 for query.dtype=float32"),
+)  # fmt: skip
+PAGED_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+    ("k_cache of 3 dims", lambda: dict(k_cache=values(4, 8, 32)), BadParam,
+     "k_cache.ndim=3 must be 4 (num blocks, block size, heads, head dim)"),
+    ("paged query heads not a multiple of the cache's", lambda: dict(query=values(2, 3, 3, 16)), BadParam,
+     "query.shape[1]=3 must be a multiple of k_cache.shape[2]=2 (query heads per key/value head)"),
+    ("k_cache head dim not the query's", lambda: dict(k_cache=values(4, 8, 2, 8)), BadParam,
+     "k_cache.shape[3]=8 must equal query.shape[3]=16"),
+    ("v_cache block size not k_cache's", lambda: dict(v_cache=values(4, 4, 2, 16)), BadParam,
+     "v_cache.shape[1]=4 must equal k_cache.shape[1]=8"),
+    ("k_cache of another dtype", lambda: dict(k_cache=values(4, 8, 2, 16, dtype=np.float64)), BadParam,
+     "k_cache.dtype=float64 must equal query.dtype=float32"),
+    ("block_table rows not the batch", lambda: dict(block_table=np.array([[0, 1]], np.int32)), BadParam,
+     "block_table.shape=[1, 2] must be [2, blocks per sequence] (one row per batch, query.shape[0]=2)"),
+    ("block_table of int64", lambda: dict(block_table=np.array([[0, 1], [2, 3]], np.int64)), NotSupported,
+     "block_table.dtype=int64 must be int32"),
+    ("block number past the cache", lambda: dict(block_table=np.array([[0, 1], [2, 4]], np.int32)), BadParam,
+     "block_table[1, 1]=4 must be a block of k_cache, from 0 to k_cache.shape[0] - 1 = 3 (sequence 1 needs 2 blocks)"),
+    ("negative block number", lambda: dict(block_table=np.array([[-1, 1], [2, 3]], np.int32)), BadParam,
+     "block_table[0, 0]=-1 must be a block of k_cache"),
+    ("seq_lens_kv of another batch", lambda: dict(seq_lens_kv=np.array([16], np.int32)), BadParam,
+     "seq_lens_kv.shape=[1] must be [2] (one length per batch of query)"),
+)  # fmt: skip
+
+
 def error_samples() -> list[ErrorSample]:
-    """Bad calls of scaled_dot_product_attention and their messages."""
+    """Bad calls of scaled_dot_product_attention and of its packed and paged forms, and their messages."""
 
     def operands(query: tuple[int, ...], key: tuple[int, ...], value: tuple[int, ...]) -> dict[str, Any]:
         return {"query": values(*query), "key": values(*key), "value": values(*value)}
@@ -329,5 +431,14 @@ def error_samples() -> list[ErrorSample]:
             lambda: {**operands((1, 2, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "dropout_p": 1.5},
             BadParam,
             "dropout_p=1.5 must be at least 0 and below 1",
+        ),
+        *(
+            ErrorSample(name, call, _changed(good, changes), error, message)
+            for call, good, table in (
+                (scaled_dot_product_attention_varlen, _varlen_operands, VARLEN_ERRORS),
+                (scaled_dot_product_attention_varlen_backward, _varlen_backward_operands, VARLEN_BACKWARD_ERRORS),
+                (scaled_dot_product_attention_paged, _paged_operands, PAGED_ERRORS),
+            )
+            for name, changes, error, message in table
         ),
     ]

@@ -8,7 +8,7 @@ b starts ``offsets[b]`` rows down its tensors' sequence dim: a per-batch base, n
 Loads and stores stop at the sequence's own length (the next sequence's rows follow it).
 
 A tile is BLOCK_M queries (rows ``i``) x BLOCK_N keys (columns ``j``) of one batch ``b`` and query
-head ``h``. Masks follow ``opendnn.families.attention.problem``: with ``shift`` the diagonal's offset
+head ``h``. Masks follow ``opendnn.families.attention.reference``: with ``shift`` the diagonal's offset
 (``len_kv - len_q`` for BOTTOM_RIGHT, else 0), key j takes part for query i when ``i < len_q``,
 ``j < len_kv`` and ``i + shift - left <= j <= i + shift + right``. Scores of keys that take no part
 are -inf; the softmax turns them into 0.

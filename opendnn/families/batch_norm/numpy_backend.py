@@ -2,13 +2,14 @@
 
 Inference is the reference's formula. Training and backward view x as ``(N, P, L)``, the statistics
 per P (spatial mode: P = C, L = the spatial positions; per-activation mode: P = C*H*W, L = 1), and
-run in a few whole-array passes: the sums over L (NumPy's pairwise sums, as accurate as the
-reference's) then over N, the centred x computed once and scaled in place, ``y = xc * (scale *
-inv_std) + bias``; backward ``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``
-with ``k = scale * inv_std``. No workspace. The reserve space of the Ex forms holds the activation's
-mask, one byte per element of x in row-major order of x's dims: 1 where act' is 1, 0 where it is 0,
-NAN_MARK where the pre-activation is NaN under propagate_nan (g is NaN there when the backward
-propagates NaN too, else 0).
+run a block of features at a time, every sample's rows of L for those features, while the block is
+in cache: its sums over N and L (einsum's vectorised float32 sums), the centred block formed once,
+then training's ``y = xc * (scale * inv_std) + bias`` or backward's ``dx = k * (g - sum(g) / n) - k *
+inv_std^2 * sum(g * xc) / n * xc`` with ``k = scale * inv_std``, straight into the output's memory
+where it may be. No workspace. The reserve space of the Ex forms holds the activation's mask, one
+byte per element of x in row-major order of x's dims: 1 where act' is 1, 0 where it is 0, NAN_MARK
+where the pre-activation is NaN under propagate_nan (g is NaN there when the backward propagates NaN
+too, else 0).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from opendnn.core.arrays import Bound
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.core.reference_io import numpy_view, read, read_copy, write
+from opendnn.core.reference_io import numpy_view, output_array, read, write
 from opendnn.families.batch_norm import problem as bn
 from opendnn.families.batch_norm.problem import BatchNormProblem, BatchNormTensors, Direction
 
@@ -52,14 +53,14 @@ def run(problem: BatchNormProblem, t: BatchNormTensors) -> None:
             raise InternalError("batch norm: a tensor its direction reads was not bound")
         return reader(bound, compute)
 
-    x, scale = need(t.x, read_copy), need(t.scale)  # x: centred in place
+    scale = need(t.scale)
     if problem.direction is Direction.INFERENCE:
-        y = bn.forward_inference(x, scale, need(t.bias), need(t.mean), need(t.variance), problem.epsilon)
+        y = bn.forward_inference(need(t.x), scale, need(t.bias), need(t.mean), need(t.variance), problem.epsilon)
         write(t.out, y, problem.alpha, problem.beta)
     elif problem.direction is Direction.TRAINING:
-        _training(problem, t, x, scale, need(t.bias), get(t.z), get(t.mean), get(t.variance))
+        _training(problem, t, need(t.x), scale, need(t.bias), get(t.z), get(t.mean), get(t.variance))
     else:
-        _backward(problem, t, x, need(t.dy), scale)
+        _backward(problem, t, need(t.x), need(t.dy), scale)
 
 
 def _rows(values: np.ndarray, mode: bn.BatchNormMode) -> np.ndarray:
@@ -68,9 +69,35 @@ def _rows(values: np.ndarray, mode: bn.BatchNormMode) -> np.ndarray:
     return values.reshape(n, values.shape[1], -1) if bn.BatchNormMode(mode).is_spatial else values.reshape(n, -1, 1)
 
 
-def _per_feature(rows: np.ndarray) -> np.ndarray:
-    """The sums over N and L of (N, P, L) rows, shaped (1, P, 1)."""
-    return rows.sum(axis=2, keepdims=True).sum(axis=0, keepdims=True)
+BLOCK_ELEMENTS = 1 << 16  # elements of x per block of features: the block, its scratch and g stay in L2
+
+
+class _FeatureBlocks:
+    """Blocks of features of (N, P, L) rows, every sample's rows of L for a few features, about
+    BLOCK_ELEMENTS elements each: a block's statistics and its result are formed while it is in
+    cache, so x crosses memory once. Holds two scratch blocks and two planes for per-feature operands."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        count, features, length = rows.shape
+        step = max(1, min(features, BLOCK_ELEMENTS // (count * length)))
+        self.count = count * length  # the elements each feature's statistics run over
+        self.slices = [slice(start, min(features, start + step)) for start in range(0, features, step)]
+        self.scratch = np.empty((2, count * step * length), rows.dtype)
+        # A per-feature constant over rows shorter than NumPy's ufunc buffer is a buffered operand, copied
+        # as it broadcasts; written out along L once per block (for all its samples) it is a plain one.
+        self.planes = np.empty((2, step, length), rows.dtype) if length < np.getbufsize() else None
+
+    def buffer(self, index: int, block: np.ndarray) -> np.ndarray:
+        """Scratch ``index`` (0 or 1) shaped as ``block``."""
+        return self.scratch[index, : block.size].reshape(block.shape)
+
+    def operand(self, values: np.ndarray, plane: int) -> np.ndarray:
+        """Per-feature ``values`` (the block's features, 1) as an operand of the block's rows."""
+        if self.planes is None:
+            return values
+        out = self.planes[plane, : values.shape[0]]
+        out[...] = values
+        return out
 
 
 def _training(
@@ -83,20 +110,33 @@ def _training(
     running_mean: np.ndarray | None,
     running_var: np.ndarray | None,
 ) -> None:
+    """``v = (x - mean) * (scale * inv_std) + bias`` a block of features at a time (the block's mean,
+    then its variance from the centred block, then its v), then ``+ z`` and the activation."""
     rows = _rows(x, problem.mode)
-    n = rows.shape[0] * rows.shape[2]
-    mean = _per_feature(rows) / n
-    centred = rows
-    centred -= mean  # in place: x is this call's own copy
-    var = _per_feature(np.square(centred)) / n
+    blocks = _FeatureBlocks(rows)
+    n = blocks.count
+    scale_rows, bias_rows = _rows(scale, problem.mode)[0], _rows(bias, problem.mode)[0]
+    mean, var = np.empty_like(scale_rows), np.empty_like(scale_rows)
+    reserve = t.reserve if problem.reserve else None  # where the activation's mask is kept
+    plain = z is None and problem.activation in (None, "identity") and reserve is None  # y is v
+    target = output_array(t.out, problem.compute_dtype, problem.alpha, problem.beta, x) if plain else None
+    v = np.empty_like(rows) if target is None else _rows(target, problem.mode)
+    for f in blocks.slices:
+        values = rows[:, f]
+        mean[f] = np.einsum("npl->p", values)[:, None] / n
+        xc = np.subtract(values, blocks.operand(mean[f], 0), out=blocks.buffer(0, values))
+        var[f] = np.einsum("npl,npl->p", xc, xc)[:, None] / n
+        xc *= blocks.operand(scale_rows[f] / np.sqrt(var[f] + problem.epsilon), 1)
+        np.add(xc, blocks.operand(bias_rows[f], 0), out=v[:, f])
     inv_std = 1.0 / np.sqrt(var + problem.epsilon)
-    centred *= _rows(scale, problem.mode) * inv_std
-    centred += _rows(bias, problem.mode)
-    v = centred.reshape(x.shape)
-    if z is not None:
-        v += z
-    y, mask = bn.activate(v, problem.activation, problem.activation_coef, problem.propagate_nan)
-    write(t.out, y, problem.alpha, problem.beta)
+    if target is None:
+        values = v.reshape(x.shape)
+        if z is not None:
+            values += z
+        y, mask = bn.activate(values, problem.activation, problem.activation_coef, problem.propagate_nan)
+        write(t.out, y, problem.alpha, problem.beta)
+        if reserve is not None:
+            numpy_view(reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
     stats = {"mean": mean, "inv_std": inv_std}
     stats |= bn.running_statistics(
         mean.reshape(scale.shape), var.reshape(scale.shape), n, problem.factor, running_mean, running_var
@@ -109,15 +149,18 @@ def _training(
     ):
         if bound is not None:
             write(bound, stats[name].reshape(bound.desc.dims))
-    if t.reserve is not None and problem.reserve:
-        numpy_view(t.reserve).reshape(-1)[: x.size] = np.where(np.isnan(mask), NAN_MARK, mask).reshape(-1)
 
 
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
+    """``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``, ``k = scale * inv_std``,
+    a block of features at a time (every sample's rows of L for those features): the block's sums
+    (and, without saved statistics, its mean and variance) and then its dx while it is in cache, so x
+    and g are read from memory once."""
     compute = problem.compute_dtype
     mean = inv_std = mask = None
     if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
         mean, inv_std = read(t.saved_mean, compute), read(t.saved_inv_std, compute)
+        mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
     if t.reserve is not None and problem.reserve:
         marks = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape)
         mask = np.where(marks == NAN_MARK, np.nan if problem.propagate_nan else 0.0, marks).astype(x.dtype)
@@ -125,23 +168,29 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     if t.z is not None:
         write(t.z, g, problem.alpha, problem.beta)
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
-    n = rows.shape[0] * rows.shape[2]
-    if mean is None or inv_std is None:
-        mean = _per_feature(rows) / n
-        rows -= mean  # in place: x is this call's own copy
-        inv_std = 1.0 / np.sqrt(_per_feature(np.square(rows)) / n + problem.epsilon)
-    else:
-        inv_std = _rows(inv_std, problem.mode)
-        rows -= _rows(mean, problem.mode)
-    dbias = _per_feature(g_rows)
-    dx = g_rows * rows
-    dscale = _per_feature(dx) * inv_std
-    k = _rows(scale, problem.mode) * inv_std
-    np.multiply(g_rows, k, out=dx)
-    dx -= k * dbias / n
-    rows *= k * inv_std * dscale / n
-    dx -= rows
-    write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
+    blocks = _FeatureBlocks(rows)
+    n = blocks.count
+    k = _rows(scale, problem.mode)[0].copy()  # scale * inv_std once the block's inv_std is known
+    dscale, dbias = np.empty_like(k), np.empty_like(k)
+    target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
+    dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
+    for f in blocks.slices:
+        values, gradient = rows[:, f], g_rows[:, f]
+        centre = np.einsum("npl->p", values)[:, None] / n if mean is None else mean[f]
+        xc = np.subtract(values, blocks.operand(centre, 0), out=blocks.buffer(0, values))
+        if inv_std is None:
+            block_inv_std = 1.0 / np.sqrt(np.einsum("npl,npl->p", xc, xc)[:, None] / n + problem.epsilon)
+        else:
+            block_inv_std = inv_std[f]
+        dbias[f] = np.einsum("npl->p", gradient)[:, None]
+        dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None] * block_inv_std
+        k[f] *= block_inv_std
+        xc *= blocks.operand(k[f] * block_inv_std * dscale[f] / n, 1)
+        term = np.subtract(gradient, blocks.operand(dbias[f] / n, 0), out=blocks.buffer(1, values))
+        term *= blocks.operand(k[f], 1)
+        np.subtract(term, xc, out=dx[:, f])
+    if target is None:
+        write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:
         raise InternalError("batch norm backward: dscale and dbias were not bound")
     write(t.dscale, dscale.reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)

@@ -36,6 +36,7 @@ from typing import Any
 
 from opendnn._version import __version__
 from opendnn.core.arrays import CPU, Bound, allocate_bytes, bind, bind_bytes
+from opendnn.core.cache_folder import user_cache_folder
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import dispatch, load_backend
 from opendnn.core.errors import OpenDnnError, Status
@@ -348,14 +349,9 @@ def _triton_version() -> str:
 
 
 def default_cache_file() -> Path:
-    """``convolution_algorithms.json`` in the user's cache folder: platformdirs' ``user_cache_dir``
-    when platformdirs is installed (``$XDG_CACHE_HOME/opendnn`` on Linux, the platform's own folder
-    elsewhere), else ``~/.cache/opendnn``."""
-    try:
-        import platformdirs
-    except ImportError:
-        return Path("~/.cache/opendnn").expanduser() / CACHE_FILE_NAME
-    return Path(platformdirs.user_cache_dir("opendnn", appauthor=False)) / CACHE_FILE_NAME
+    """``convolution_algorithms.json`` in opendnn's user cache folder (``$OPENDNN_CACHE_DIR`` or the
+    platform's, ``opendnn.core.cache_folder``)."""
+    return user_cache_folder() / CACHE_FILE_NAME
 
 
 def _cache_file(cache_path: str | None) -> Path | None:

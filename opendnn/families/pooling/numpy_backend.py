@@ -5,9 +5,10 @@ Forward, max and sum are separable: the windows are reduced one spatial dim at a
 window position along that dim over strided views of the padded input (3 + 3 passes for a 3x3
 window instead of 9). Max pads with NaN and reduces with ``fmax``, which skips NaN, so a window is
 NaN only when all its inputs are; with NaN propagation it pads with -inf and reduces with
-``maximum``, which keeps NaN. Average backward is the transpose of its forward, one dim at a time.
-Max backward finds each window's first position (row-major) holding y, then adds dy into dx with
-one ``bincount`` over x's flat positions. The indices of ``return_indices`` are the reference's.
+``maximum``, which keeps NaN. The backward passes run the (N, C) planes in chunks that stay in
+cache, into dx's own memory where they may: average backward is the transpose of its forward, one
+dim at a time; max backward finds each window's first position (row-major) holding y and adds dy
+there with one ``np.add.at``. The indices of ``return_indices`` are the reference's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.reference_io import read, write
+from opendnn.core.reference_io import output_array, read, write
 from opendnn.families.pooling.problem import (
     PoolingMode,
     PoolingProblem,
@@ -25,6 +26,8 @@ from opendnn.families.pooling.problem import (
     _geometry,
     reference_indices,
 )
+
+CHUNK_ELEMENTS = 1 << 17  # a backward chunk's padded planes: 512 KB of float32, in L2 beside its windows
 
 
 def supports(problem: PoolingProblem) -> str | None:
@@ -50,12 +53,15 @@ def run(
             write(indices, reference_indices(values, problem.window, problem.padding, problem.stride, *options))
         return
     gradient = read(dy, compute)
+    inputs = [read(x, compute), read(y, compute), gradient] if problem.mode.is_max else [gradient]
+    target = output_array(dx, compute, problem.alpha, problem.beta, *inputs)  # dx's own memory, where it may be
+    result = np.empty(x.desc.dims, compute.to_numpy()) if target is None else target
     if problem.mode.is_max:
-        result = max_backward(read(x, compute), read(y, compute), gradient, geo)
+        max_backward(inputs[0], inputs[1], gradient, geo, result)
     else:
-        gradient = gradient / geo.counts(include_padding)  # each window's share of its dy
-        result = average_backward(gradient, geo)
-    write(dx, result, problem.alpha, problem.beta)
+        average_backward(gradient, geo.counts(include_padding).astype(result.dtype), geo, result)
+    if target is None:
+        write(dx, result, problem.alpha, problem.beta)
 
 
 def _taps(geo: _Geometry, k: int, j: int, ndim: int) -> tuple[slice, ...]:
@@ -107,46 +113,82 @@ def _windows_holding_input(geo: _Geometry) -> np.ndarray:
     return holds
 
 
-def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry) -> np.ndarray:
-    """dx: each window's dy added at its first position (row-major) whose input equals y (or is NaN
-    where y is NaN); a window holding no such input adds nothing."""
-    widths = geo.pad_widths()
-    padded = np.pad(x, widths, constant_values=np.nan)  # padding never equals y
-    y_nan = np.isnan(y)
-    valid = np.pad(np.ones(x.shape[2:], bool), widths[2:]) if y_nan.any() else None
-    offsets = list(geo.offsets())
-    origin = geo.flat_positions((0,) * len(geo.out))  # flat index into x's spatial plane of each window's start
-    plane_strides = [math.prod(geo.size[k + 1 :]) for k in range(len(geo.size))]
-    shift = np.array([sum(jk * d * st for jk, d, st in zip(j, geo.dilation, plane_strides)) for j, _ in offsets])
-    tap = np.full(y.shape, -1, np.min_scalar_type(-len(offsets)))  # each window's first position holding y
-    for t in reversed(range(len(offsets))):  # the last write is the first position
-        v = padded[offsets[t][1]]
-        hit = v == y
-        if valid is not None:
-            hit |= np.isnan(v) & y_nan & valid[offsets[t][1][2:]]
-        np.copyto(tap, t, where=hit)
-    planes = np.arange(y.shape[0] * y.shape[1]).reshape(y.shape[:2] + (1,) * len(geo.out)) * math.prod(geo.size)
-    flat = shift[tap] + origin + planes  # an index into x.reshape(-1); wrong only where tap is -1
-    found = tap >= 0
-    if found.all():
-        dx = np.bincount(flat.reshape(-1), weights=dy.reshape(-1), minlength=x.size)
-    else:
-        dx = np.bincount(flat[found], weights=dy[found], minlength=x.size)
-    return dx.reshape(x.shape).astype(x.dtype, copy=False)
+def _chunking(geo: _Geometry, planes: int) -> tuple[tuple[int, ...], int, tuple[slice, ...]]:
+    """A padded plane's dims, the planes per chunk (CHUNK_ELEMENTS of padded planes, at least one) and
+    the slices of a padded plane that hold the input."""
+    widths = geo.pad_widths()[2:]
+    size = tuple(n + before + after for n, (before, after) in zip(geo.size, widths))
+    inside = tuple(slice(before, before + n) for (before, _), n in zip(widths, geo.size))
+    return size, max(1, min(planes, CHUNK_ELEMENTS // math.prod(size))), inside
 
 
-def average_backward(share: np.ndarray, geo: _Geometry) -> np.ndarray:
-    """dx of an average pool from each window's share of dy: the transpose of the forward's passes,
-    each share added to every position of its window."""
-    widths = geo.pad_widths()
-    result = share
-    for k in reversed(range(len(geo.window))):
-        before, after = widths[2 + k]
-        shape = list(result.shape)
-        shape[2 + k] = geo.size[k] + before + after
-        spread = np.zeros(shape, share.dtype)
-        for j in range(geo.window[k]):
-            spread[_taps(geo, k, j, spread.ndim)] += result
-        result = spread
-    inside = tuple(slice(before, before + n) for (before, _), n in zip(widths[2:], geo.size))
-    return result[(slice(None), slice(None), *inside)]
+def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry, dx: np.ndarray) -> None:
+    """dx (C-ordered, x's dims): each window's dy added at its first position (row-major) whose input
+    equals y (or is NaN where y is NaN); a window holding no such input adds nothing.
+
+    The (N, C) planes run in chunks whose padded input stays in cache while each window position
+    ``j`` is compared with y (one strided pass each). Position ``j``'s code is ``1 + last - shift(j)``,
+    ``shift(j)`` its flat offset in the padded plane from the window's origin and ``last`` the largest:
+    offsets grow in row-major window order, so each window's largest code among the positions holding
+    y names its first such position (0: none). One ``np.add.at`` adds each window's dy at its origin
+    plus that offset into the chunk's padded dx, whose inside is the chunk's dx."""
+    planes = x.shape[0] * x.shape[1]
+    xs, ys, dys, dxs = (a.reshape(planes, *a.shape[2:]) for a in (x, y, dy, dx))
+    size, chunk, spatial = _chunking(geo, planes)
+    inside = (slice(None), *spatial)
+    strides = [math.prod(size[k + 1 :]) for k in range(len(size))]
+    padded = np.full((chunk, *size), np.nan, x.dtype)  # the padding never equals y
+    padded_dx = np.empty_like(padded)
+    offsets = [(slice(None), *index[2:]) for _, index in geo.offsets()]
+    shifts = [sum(jk * d * st for jk, d, st in zip(j, geo.dilation, strides)) for j, _ in geo.offsets()]
+    last = shifts[-1]
+    code = np.empty((chunk, *geo.out), np.min_scalar_type(last + 1))
+    first = np.empty_like(code)
+    origin = np.zeros((1,) * len(size), np.intp)  # each window's first position in its padded plane
+    for k, (o, s, st) in enumerate(zip(geo.out, geo.stride, strides)):
+        origin = origin + (np.arange(o) * s * st).reshape(tuple(o if m == k else 1 for m in range(len(size))))
+    base = (np.arange(chunk) * math.prod(size)).reshape(chunk, *(1,) * len(size)) + origin + last + 1
+    flat = np.empty(base.shape, np.intp)
+    y_nan = np.isnan(ys) if np.isnan(ys).any() else None
+    valid = np.pad(np.ones(geo.size, bool), geo.pad_widths()[2:])  # where a NaN input may match a NaN y
+    for start in range(0, planes, chunk):
+        n = min(planes, start + chunk) - start
+        padded[:n][inside] = xs[start : start + n]
+        first[:n] = 0
+        for index, shift in zip(offsets, shifts):
+            v = padded[:n][index]
+            np.equal(v, ys[start : start + n], out=code[:n], casting="unsafe")
+            if y_nan is not None:
+                code[:n] |= np.isnan(v) & y_nan[start : start + n] & valid[index[1:]]
+            code[:n] *= code.dtype.type(last + 1 - shift)
+            np.maximum(first[:n], code[:n], out=first[:n])
+        np.subtract(base[:n], first[:n], out=flat[:n])
+        padded_dx[:n] = 0
+        if first[:n].all():
+            np.add.at(padded_dx[:n].reshape(-1), flat[:n].reshape(-1), dys[start : start + n].reshape(-1))
+        else:
+            found = first[:n] > 0
+            np.add.at(padded_dx[:n].reshape(-1), flat[:n][found], dys[start : start + n][found])
+        dxs[start : start + n] = padded_dx[:n][inside]
+
+
+def average_backward(dy: np.ndarray, counts: np.ndarray, geo: _Geometry, dx: np.ndarray) -> None:
+    """dx (C-ordered, x's dims) of an average pool: each window's share of dy (dy / its count) added to
+    every position of its window, the transpose of the forward's passes one spatial dim at a time, in
+    chunks of planes whose spread shares stay in cache."""
+    planes = dy.shape[0] * dy.shape[1]
+    dys, dxs = dy.reshape(planes, 1, *dy.shape[2:]), dx.reshape(planes, 1, *dx.shape[2:])
+    size, chunk, inside = _chunking(geo, planes)
+    dims = len(size)
+    share = np.empty((chunk, 1, *geo.out), dx.dtype)
+    spreads = [np.empty((chunk, 1, *geo.out[:k], *size[k:]), dx.dtype) for k in range(dims)]
+    for start in range(0, planes, chunk):
+        n = min(planes, start + chunk) - start
+        result = np.divide(dys[start : start + n], counts, out=share[:n])
+        for k in reversed(range(dims)):
+            spread = spreads[k][:n]
+            spread.fill(0)
+            for j in range(geo.window[k]):
+                spread[_taps(geo, k, j, spread.ndim)] += result
+            result = spread
+        dxs[start : start + n] = result[(slice(None), slice(None), *inside)]
