@@ -6,8 +6,10 @@ kernels for CUDA ones); a fake kernel giving the outputs' shapes, dtypes and str
 running anything (torch.compile, torch.export, meta tensors); a loop rule for torch.vmap; and,
 where torch's autocast casts the op it stands for, the same cast. ``register_autograd`` gives an
 operator its gradient: a ``setup_context`` and a ``backward`` that calls other opendnn operators,
-so a traced backward graph holds opendnn operators too. docs/design/torch_integration.md says
-why the pieces are shaped so, with the measurements.
+so a traced backward graph holds opendnn operators too. ``define`` returns an ``Operator``, what
+opendnn.torch calls: a plain eager call runs the kernel past the dispatcher, on a Triton handle as
+the executable of its signature (executables.py). docs/design/torch_integration.md and
+torch_host_path.md say why the pieces are shaped so, with the measurements.
 
 What every kernel does the same way:
 
@@ -254,14 +256,16 @@ def _plain_tensors(args: tuple[Any, ...]) -> bool:
 
 class Operator:
     """An ``opendnn::`` operator as opendnn.torch calls it: ``operator(*args)`` computes
-    ``operator.overload(*args)``, the registered operator, at the host cost of the work alone.
+    ``operator.overload(*args)``, the registered operator, at the host cost of the work alone
+    (an operator declared with an eager kernel computes that kernel's result in plain eager calls:
+    batch norm's training forward updates the running statistics in place and returns None for them).
 
     A plain eager call (``plain``) skips the dispatcher's round trips (each boxes the arguments
-    into a Python kernel): the autocast rule applied once, then the autograd Function where an
-    input needs a gradient, else the device kernel. Under torch.func the Function is applied here,
-    where functorch's layers see it. Every other call (torch.compile, torch.export, torch.jit.trace,
-    fake tensors, dispatch modes, torch's profiler) goes through ``overload``, which traced graphs
-    and profiles record.
+    into a Python kernel): the autocast rule applied once, then the eager autograd Function where
+    an input needs a gradient, else the kernel (``execute``: on a Triton handle, the executable of
+    the call's signature). Under torch.func the Function is applied here, where functorch's layers
+    see it. Every other call (torch.compile, torch.export, torch.jit.trace, fake tensors, dispatch
+    modes, torch's profiler) goes through ``overload``, which traced graphs and profiles record.
     docs/design/torch_host_path.md has the measurements.
     """
 
@@ -304,11 +308,12 @@ class Operator:
         input needs a gradient."""
         if self.autocast is not None:
             args = self._autocast(args)
-        if torch.is_grad_enabled() and _any_requires_grad(*args):
+        if _grad_enabled() and _any_requires_grad(*args):
             return self.transformable.apply(*args)
         return self.overload(*args)
 
     def _autocast(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``args`` cast by the operator's autocast rule where autocast is on for their device."""
         assert self.autocast is not None  # (the callers ask)
         device_type = "cuda" if args[0].is_cuda else "cpu"
         if torch.is_autocast_enabled(device_type):
