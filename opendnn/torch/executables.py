@@ -51,7 +51,8 @@ _ALLOCATIONS = frozenset(
 )
 # views whose memory was filled from host data, not by the call's launches
 _FROM_DATA = frozenset({_aten.lift_fresh.default})
-# new tensors made from Python values alone (a 0-d tensor of a constant): a replay makes them again
+# new tensors made from Python values alone (a 0-d tensor of a constant): a replay makes them again,
+# or keeps the recorded one where the call neither returns nor changed it (_Sources._allocate)
 _FACTORIES = frozenset({_aten.full.default, _aten.zeros.default, _aten.ones.default, _aten.scalar_tensor.default})
 
 
@@ -176,8 +177,8 @@ class _Sources:
         self.allocated, self.made = allocated, made
         self.tensors: list[torch.Tensor] = []  # the recorded call's tensor of each source
         self.inputs: list[int] = []  # the argument position of each input source
-        # each new source: ("empty", shape, strides, dtype), or ("make", factory, args, kwargs) for a
-        # tensor made from Python values
+        # each new source: ("empty", shape, strides, dtype); for a tensor made from Python values,
+        # ("make", factory, args, kwargs) where the call returns it, else ("keep", the tensor)
         self.new: list[tuple[Any, ...]] = []
         self.spans: list[tuple[tuple[int, torch.device], int, int]] = []  # (storage, first byte, end)
         for position, arg in enumerate(args):
@@ -191,19 +192,26 @@ class _Sources:
         )
         for output in outputs:  # (an empty output gets its own: every empty tensor's storage is at 0)
             if isinstance(output, torch.Tensor) and (not output.numel() or self._find(output) is None):
-                self._allocate(output)
+                self._allocate(output, returned=True)
 
     def _add(self, tensor: torch.Tensor) -> None:
         start = tensor.data_ptr()
         self.tensors.append(tensor)
         self.spans.append((_storage(tensor), start, start + _extent(tensor)))
 
-    def _allocate(self, tensor: torch.Tensor) -> None:
+    def _allocate(self, tensor: torch.Tensor, returned: bool = False) -> None:
         storage = tensor.untyped_storage()
         made = self.made.get(_storage(tensor))
-        if made is not None and tensor.data_ptr() == storage.data_ptr():
-            self.new.append(("make", *made))
-            self._add(tensor)
+        if made is not None:
+            # the tensor as it was made (its storage in the made shape); a constant the call only read
+            # is kept (torch.equal waits for the fill on a GPU, so a replay on another stream reads it
+            # filled), one it returns or wrote is made again
+            func, args, kwargs = made
+            fresh = func(*args, **kwargs)
+            whole = torch.empty(0, dtype=fresh.dtype, device=fresh.device).set_(storage, 0, fresh.shape, fresh.stride())
+            kept = not returned and torch.equal(whole, fresh)
+            self.new.append(("keep", whole) if kept else ("make", *made))
+            self._add(whole)
             return
         if storage.nbytes() and _storage(tensor) not in self.allocated:
             raise _Unplaced(f"a {tuple(tensor.shape)} {tensor.dtype} tensor lies in memory the call did not allocate")
@@ -301,9 +309,12 @@ class Executable:
             if kind == "empty":
                 names[f"shape{k}"], names[f"strides{k}"], names[f"dtype{k}"] = new
                 lines.append(f"    s{k} = empty_strided(shape{k}, strides{k}, dtype=dtype{k}, device=device)")
-            else:  # "make": a tensor made from Python values
+            elif kind == "make":
                 names[f"make{k}"], names[f"make_args{k}"], names[f"make_kwargs{k}"] = new
                 lines.append(f"    s{k} = make{k}(*make_args{k}, **make_kwargs{k})")
+            else:  # "keep"
+                names[f"kept{k}"] = new[0]
+                lines.append(f"    s{k} = kept{k}")
             if self.direct:
                 lines.append(f"    b{k} = s{k}.data_ptr()")
         return lines
