@@ -237,7 +237,15 @@ def test_a_changed_option_or_a_destroyed_handle_drops_the_executables(handle, fu
                 assert len(handle.executables) == 1
             finally:
                 setattr(handle, option, before)
-    assert len(full_calls) == 3
+        ot.functions.relu(x)
+        handle.backend = "numpy"
+        try:
+            assert not handle.executables
+            assert torch.equal(ot.functions.relu(x), TF.relu(x))  # NumPy's backend: the full path, nothing kept
+            assert not handle.executables
+        finally:
+            handle.backend = "triton"
+    assert len(full_calls) == 5
     mine = od.create("cpu", backend="triton")
     record(mine, ("relu",), lambda t: od.functional.relu(t, handle=mine), (x,))
     record(mine, ("relu on another handle",), od.functional.relu, (x,))
