@@ -47,6 +47,9 @@ class Handle:
             False keeps the accurate forms. Float32 and float64 outputs and the interpreter always
             take the accurate forms.
         workspace_limit: most bytes of workspace an algorithm chosen for this handle may use.
+
+    An option set anew after construction drops what the handle keeps (algorithm choices, plans,
+    ``opendnn.torch``'s executables): each was made under the old value.
     """
 
     def __init__(
