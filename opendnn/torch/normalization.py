@@ -235,15 +235,13 @@ def _batch_norm_training(
     bias: Tensor | None,
     running_mean: Tensor | None,
     running_var: Tensor | None,
-    momentum: float,
-    eps: float,
-    activation: str | None,
-    coef: float,
+    *options: Any,
 ) -> tuple[Tensor, ...]:
-    """(y, saved mean, saved inverse std, reserve, new running mean, new running var): the running
-    statistics are updated in copies (the operator is functional; the caller copies them back)."""
+    """(y, saved mean, saved inverse std, reserve, new running mean, new running var): the eager
+    kernel (``options``: momentum, eps, activation, coef) on copies of the running statistics (the
+    operator is functional; the caller copies them back)."""
     mean, var = (None if t is None else t.clone() for t in (running_mean, running_var))
-    outputs = _batch_norm_training_in_place(x, z, weight, bias, mean, var, momentum, eps, activation, coef)
+    outputs = _batch_norm_training_in_place(x, z, weight, bias, mean, var, *options)
     none = x.new_empty(0, dtype=compute_dtype(x.dtype))
     return (*outputs[:4], none if mean is None else mean, none if var is None else var)
 
