@@ -6,6 +6,10 @@ reference forms are ``families/pointwise/problem.py``'s.
 
 FAST (a 16-bit output, float32 arithmetic on a GPU) takes the ``tm.*_approx`` forms where they
 save instructions, accurate far beyond the output's half-ulp.
+
+Every ``tl.minimum`` / ``tl.maximum`` on x propagates NaN (``PropagateNan.ALL``): a GPU's min.f32 and
+max.f32 return the other operand, so elu's ``min(x, 0)`` would turn a NaN x into 0 there (and elu(NaN)
+into 0), where Triton's interpreter, on NumPy, keeps it.
 """
 
 from __future__ import annotations
@@ -42,11 +46,11 @@ def activation(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
     elif MODE == "clipped_relu":
         y = tl.where(x > 0, tl.where(x < coef, x, coef), 0.0)
     elif MODE == "elu" and FAST:
-        y = tl.where(x > 0, x, coef * tm.expm1_approx(tl.minimum(x, 0.0)))
+        y = tl.where(x > 0, x, coef * tm.expm1_approx(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
     elif MODE == "elu" and x.dtype.is_fp32():
-        y = tl.where(x > 0, x, coef * tm.expm1_nonpositive(tl.minimum(x, 0.0)))
+        y = tl.where(x > 0, x, coef * tm.expm1_nonpositive(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
     elif MODE == "elu":
-        y = tl.where(x > 0, x, coef * tm.expm1(tl.minimum(x, 0.0)))
+        y = tl.where(x > 0, x, coef * tm.expm1(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
     elif MODE == "gelu" and FAST:
         y = x * tm.normal_cdf_approx(x)
     elif MODE == "gelu":
@@ -61,10 +65,13 @@ def activation(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
         y = tm.tanh(x)
     elif MODE == "softplus" and FAST:
         bx = coef * x
-        y = (tl.maximum(bx, 0.0) + tm.log1p_approx(tm.exp2_approx(-tl.abs(bx) * tm.LOG2E))) * (1.0 / coef)
+        y = (
+            tl.maximum(bx, 0.0, propagate_nan=tl.PropagateNan.ALL)
+            + tm.log1p_approx(tm.exp2_approx(-tl.abs(bx) * tm.LOG2E))
+        ) * (1.0 / coef)
     elif MODE == "softplus":  # log(1 + exp(coef * x)) / coef, without overflow; times 1 / coef, not a division
         bx = coef * x  # per element (exact for coef = 1, 1 ulp otherwise)
-        y = (tl.maximum(bx, 0.0) + tm.log1p(tl.exp(-tl.abs(bx)))) * (1.0 / coef)
+        y = (tl.maximum(bx, 0.0, propagate_nan=tl.PropagateNan.ALL) + tm.log1p(tl.exp(-tl.abs(bx)))) * (1.0 / coef)
     elif MODE == "swish":
         y = x * logistic(coef * x, FAST)
     else:
@@ -81,7 +88,7 @@ def activation_derivative(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = Fals
     elif MODE == "clipped_relu":
         d = tl.where((x > 0) & (x < coef), 1.0, 0.0)
     elif MODE == "elu":
-        d = tl.where(x > 0, 1.0, coef * tl.exp(tl.minimum(x, 0.0)))
+        d = tl.where(x > 0, 1.0, coef * tl.exp(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
     elif MODE == "gelu" and FAST:
         d = tm.normal_cdf_approx(x) + x * tm.exp2_approx(x * x * (-0.5 * tm.LOG2E)) * 0.3989422804014327
     elif MODE == "gelu":
