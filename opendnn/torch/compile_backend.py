@@ -176,32 +176,31 @@ def _addmm(low: Lowering, node: torch.fx.Node, bias: Any, a: Any, b: Any) -> Any
     return low.graph.add(product, low.tensor(bias, [1, shape[0]]) if len(shape) == 1 else low.tensor(bias))
 
 
+def _summed(node: Any, dims: Sequence[int]) -> list[int]:
+    """``node``'s dims with each of ``dims`` reduced to 1: a sum's dims over them, kept for broadcasting."""
+    shape = list(node.meta["val"].shape)
+    reduced = {d % len(shape) for d in dims}
+    return [1 if k in reduced else size for k, size in enumerate(shape)]
+
+
 def _sum(low: Lowering, node: torch.fx.Node, x: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
-    shape = list(x.meta["val"].shape)
-    kept = [1 if k in {d % len(shape) for d in dims} else size for k, size in enumerate(shape)]
-    return low.graph.reduction(low.tensor(x), "ADD", kept)
+    return low.graph.reduction(low.tensor(x), "ADD", _summed(x, dims))
 
 
 def _softmax(low: Lowering, node: torch.fx.Node, x: Any, dim: int, half_to_float: bool, log: bool = False) -> Any:
     return low.graph.softmax(low.tensor(x), axis=dim, log=log)
 
 
-def _along(node: Any, dim: int) -> list[int]:
-    """``node``'s dims with ``dim`` reduced to 1: a sum's dims along it, kept for broadcasting back."""
-    shape = list(node.meta["val"].shape)
-    return [1 if k == dim % len(shape) else size for k, size in enumerate(shape)]
-
-
 def _softmax_backward(low: Lowering, node: torch.fx.Node, grad: Any, y: Any, dim: int, input_dtype: Any) -> Any:
     """dx = y (dy - sum(dy y)) along dim."""
     g, dy, out = low.graph, low.tensor(grad), low.tensor(y)
-    return g.mul(out, g.sub(dy, g.reduction(g.mul(dy, out), "ADD", _along(y, dim))))
+    return g.mul(out, g.sub(dy, g.reduction(g.mul(dy, out), "ADD", _summed(y, [dim]))))
 
 
 def _log_softmax_backward(low: Lowering, node: torch.fx.Node, grad: Any, y: Any, dim: int, input_dtype: Any) -> Any:
     """dx = dy - exp(y) sum(dy) along dim."""
     g, dy = low.graph, low.tensor(grad)
-    return g.sub(dy, g.mul(g.exp(low.tensor(y)), g.reduction(dy, "ADD", _along(grad, dim))))
+    return g.sub(dy, g.mul(g.exp(low.tensor(y)), g.reduction(dy, "ADD", _summed(grad, [dim]))))
 
 
 def _same_dtype(grad: Any, y: Any, dim: int, input_dtype: Any) -> bool:
