@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as TF
 
 import opendnn.torch  # noqa: F401  (the "opendnn" backend itself is found through its entry point)
+from opendnn.samples import relative_error
 from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -20,10 +21,6 @@ def fresh_dynamo():
     """Each test compiles from scratch: Dynamo's per-code cache would otherwise reach its recompile
     limit for nn.Sequential.forward and run it eagerly."""
     torch._dynamo.reset()
-
-
-def relative_error(ours, theirs):
-    return ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
 
 
 class ConvBlock(nn.Module):
