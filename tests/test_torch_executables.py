@@ -14,6 +14,7 @@ import pytest
 import test_direct_launch as direct_launch  # (its stand-ins for a compiled kernel and Triton's driver)
 import torch
 import torch.nn.functional as TF
+from test_torch_activations import torch_elementwise
 from triton.runtime import driver
 
 import opendnn as od
@@ -187,6 +188,26 @@ def test_constants_made_on_the_host_are_kept_by_the_replay(handle, full_calls):
     (kept,) = handle.executables.values()
     assert isinstance(kept, Executable) and kept.source.count("= kept") == 2
     assert len(full_calls) == 2  # maximum, minimum: the first call alone
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters", "launches"),
+    [("relu", [], 1), ("hardtanh", [0.0, 6.0], 1), ("elu", [0.5], 1), ("hardtanh", [-2.0, 3.0], 4)],
+    ids=["relu", "relu6", "elu", "hardtanh_below_zero"],
+)
+def test_torchs_activation_gradients_take_one_launch_from_zero(name, parameters, launches, handle, full_calls):
+    """relu's, relu6's (hardtanh from 0) and elu's gradients are one pointwise launch of torch's rule;
+    a hardtanh from below 0 composes its tests (two comparisons, an or, a select)."""
+    x = torch.randn(3, 8, dtype=torch.float64)
+    x[0, :4] = torch.tensor([float("nan"), 0.0, -0.0, float("inf")])
+    dy = torch.randn(3, 8, dtype=torch.float64)
+    for _ in range(2):  # recorded, then replayed
+        dx = operators.activation_backward(dy, x, name, parameters)
+    torch_forward = {"relu": TF.relu, "hardtanh": TF.hardtanh, "elu": TF.elu}[name]
+    _, reference = torch_elementwise(lambda t: torch_forward(t, *parameters), x, dy)  # (torch's scalar formula)
+    torch.testing.assert_close(dx, reference, rtol=1e-12, atol=0.0, equal_nan=True)
+    key = operators.activation_backward.key(operators.activation_backward.eager_kernel, dy, x, name, parameters)
+    assert handle.executables[key].launches == launches and len(full_calls) == launches
 
 
 def test_host_work_a_replay_cannot_repeat_keeps_a_fallback_with_the_reason(handle, full_calls):
