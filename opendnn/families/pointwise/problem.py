@@ -191,6 +191,17 @@ def resolved_coef(mode: PointwiseMode, coef: float | None, name: str = "coef") -
     return value
 
 
+def check_nan_rule(propagate_nan: bool, torch_rule: bool) -> None:
+    """An activation gradient's rule at a NaN input is one: 0 (neither), NaN (``propagate_nan``) or
+    dy (``torch_rule``).
+
+    Raises:
+        BadParam: both set.
+    """
+    if propagate_nan and torch_rule:
+        raise BadParam("propagate_nan=True and torch_rule=True: torch's rule gives dy where x is NaN; set one")
+
+
 def _activation_name(mode: PointwiseMode) -> str:
     return mode.value.removesuffix("_fwd").removesuffix("_bwd")
 
@@ -276,8 +287,7 @@ def _pointwise_problem(
         check_broadcastable(f"{name}_desc", desc, f"{output_name}_desc", output_desc)
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     coef = resolved_coef(mode, coef)
-    if torch_rule and propagate_nan:
-        raise BadParam("propagate_nan=True and torch_rule=True: torch's rule gives dy where x is NaN; set one")
+    check_nan_rule(propagate_nan, torch_rule)
     entry = ACTIVATION_TABLE.get(_activation_name(mode))
     torch_rule = bool(torch_rule) and mode.value.endswith("_bwd") and entry is not None and entry.torch_selects
     scales = tuple(check_finite(f"input_scales[{k}]", s) for k, s in enumerate(input_scales))
