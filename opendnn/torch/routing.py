@@ -231,7 +231,8 @@ class functional_calls(TorchFunctionMode):  # noqa: N801 (used as a context mana
     """A context in which torch's functional calls with an opendnn equivalent run on opendnn.
 
     Attributes:
-        routed: calls routed to opendnn, counted per torch function name.
+        routed: calls routed to opendnn, counted per torch function name (eager calls: a call
+            inside a torch.compile'd function is routed and not counted).
         left_to_torch: for each torch function with an opendnn route that ran as torch's, why
             (the last reason seen).
     """
@@ -258,5 +259,6 @@ class functional_calls(TorchFunctionMode):  # noqa: N801 (used as a context mana
         except NotSupported as reason:
             self.left_to_torch[name] = str(reason)
             return func(*args, **kwargs)
-        self.routed[name] += 1
+        if not torch.compiler.is_compiling():  # (a count torch.compile traced would be a guard failing every call)
+            self.routed[name] += 1
         return result
