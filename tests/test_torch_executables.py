@@ -77,9 +77,9 @@ CALLS = {
         lambda x, w, b: operators.convolution(x, w, b, (1, 1), (1, 1), (1, 1), 1),
         lambda x, w, b: TF.conv2d(x, w, b, padding=1),
     ),
-    "batch_norm_inference": (  # (its gradient, of eval-mode training, fills an epsilon on the host)
+    "batch_norm_inference": (  # (and its gradient: eval-mode training)
         [(2, 4, 5, 6), (4,), (4,), (4,), (4,)],
-        0,
+        3,
         lambda x, w, b, m, v: ot.functions.batch_norm(x, m, v.abs() + 0.5, w, b, False, 0.1, 1e-5),
         lambda x, w, b, m, v: TF.batch_norm(x, m, v.abs() + 0.5, w, b, False, 0.1, 1e-5),
     ),
@@ -188,6 +188,20 @@ def test_constants_made_on_the_host_are_kept_by_the_replay(handle, full_calls):
     (kept,) = handle.executables.values()
     assert isinstance(kept, Executable) and kept.source.count("= kept") == 2
     assert len(full_calls) == 2  # maximum, minimum: the first call alone
+
+
+def test_parameters_filled_on_the_host_are_kept_by_the_replay(handle, full_calls):
+    """A batch norm without weight and bias fills a new one and a new zero on the host: constants a
+    replay keeps, as torch.full's."""
+    mean, var = torch.randn(4), torch.rand(4) + 0.5
+    with torch.no_grad():
+        for k in range(3):
+            x = torch.randn(2, 4, 5, 6) * (k + 1)
+            expected = TF.batch_norm(x.double(), mean.double(), var.double(), None, None, False, 0.1, 1e-5)
+            assert relative_error(ot.functions.batch_norm(x, mean, var, None, None, False, 0.1, 1e-5), expected) < 1e-6
+    (kept,) = handle.executables.values()
+    assert isinstance(kept, Executable) and kept.source.count("= kept") == 2
+    assert len(full_calls) == 1
 
 
 @pytest.mark.parametrize(
