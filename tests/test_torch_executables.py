@@ -305,6 +305,25 @@ def test_the_products_keep_their_executables_on_the_handle_their_kernels_run_on(
     assert not handle.executables and len(full_calls) == 6
 
 
+@pytest.mark.parametrize("route", ["functional_calls", "enabled"])
+def test_routed_functional_calls_replay_the_executables_of_their_signature(route, handle, full_calls):
+    """torch's F.conv2d and F.relu, routed by functional_calls() or enable(): forward and backward
+    recorded by the first step, replayed by the next ones, with torch's results."""
+    w = torch.randn(6, 4, 3, 3, dtype=torch.float64)
+    counts = []
+    for seed in range(3):
+        x = torch.randn(2, 4, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+        mine, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with ot.functional_calls() if route == "functional_calls" else ot.enabled():
+            y = TF.relu(TF.conv2d(mine, w, None, 1, 1))
+        y.sum().backward()
+        reference = TF.relu(TF.conv2d(theirs, w, None, 1, 1))
+        reference.sum().backward()
+        assert relative_error(y, reference) < 1e-12 and relative_error(mine.grad, theirs.grad) < 1e-12
+        counts.append(len(full_calls))
+    assert counts[0] == 4 and counts[2] == counts[1] == counts[0]  # conv, relu, their backwards (of x)
+
+
 def test_the_executables_are_bounded(handle, monkeypatch):
     monkeypatch.setattr(executables, "LIMIT", 2)
     with torch.no_grad():
