@@ -406,8 +406,8 @@ def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
         environment,
         f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
         "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
-        "and replayed, both sides (the GPU's time without the host's); check: the inference logits' relative "
-        "norm error against torch's.",
+        "and replayed, both sides (the GPU's time without the host's); (compiled): each side's model under "
+        "torch.compile(mode=\"reduce-overhead\"); check: the inference logits' relative norm error against torch's.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
