@@ -12,9 +12,10 @@ side by side and talk only through shared memory and mbarriers:
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every k-step of
   every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
   two 64-row halves of A's 128 x 64 tile and B's 64 x 256 tile, all signalling the stage's ``ready``
-  barrier with their byte count. TMA reads 3-D descriptors ``[batch, rows, cols]`` built on the
-  device, in each operand's stored order (a transposed operand's rows are K), zero-filled past every
-  edge, so M, N and K may have any size.
+  barrier with their byte count. TMA reads 3-D descriptors ``[batch, rows, cols]`` in each operand's
+  stored order (a transposed operand's rows are K), zero-filled past every edge, so M, N and K may
+  have any size. The producer builds them itself, on the device, at its start: the thread that
+  releases a new descriptor to the tensormap proxy is the one that acquires it and reads through it.
 - **two consumers** (``mma_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread;
   the first is the kernel's own 4 warps, the default partition): consumer h owns rows
   ``64 h .. 64 h + 63`` of the tile, a 64 x 256 float32 accumulator (128 registers a thread). Per
@@ -42,8 +43,12 @@ default partition what the workers leave).
 
 **Shared memory.** A stage is ``(128 x 64 + 64 x 256) x 2`` bytes = 48 KB; the epilogue's layout
 conversion takes 8 KB a consumer (Triton stages the 64 x 128 float32 part in 4 rounds); the
-barriers a few bytes. Of sm_90's 227 KB a block, STAGES = 4 (192 KB of ring, 208 KB in all) is what
-fits (``ring_stages``).
+barriers and the descriptors being built a few hundred bytes. Of sm_90's 227 KB a block, 4 stages
+(192 KB of ring, 208 KB in all) are what fits (``STAGES``).
+
+**Arguments.** The partitions take every scalar as an argument of its own: a tuple assigned in a
+Gluon kernel turns its constexprs (a unit stride that Triton specialized) into runtime values, and
+the epilogue would lose its vector loads and stores.
 """
 
 from __future__ import annotations
@@ -74,16 +79,17 @@ EPILOGUE_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.jit
-def operand_descriptor(ptr, batches, batch_stride, rows, cols, row_stride, BLOCK: gl.constexpr):
-    """A TMA descriptor of one operand as it is stored, ``[batches, rows, cols]``, read in BLOCK boxes."""
-    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(BLOCK, ptr.dtype.element_ty)
-    return tma.make_tensor_descriptor(ptr, [batches, rows, cols], [batch_stride, row_stride, 1], BLOCK, layout)
+def operand_descriptor(ptr, batches, batch_stride, rows, cols, row_stride, ring):
+    """A TMA descriptor of one operand as it is stored, ``[batches, rows, cols]``, read in boxes of one
+    buffer of its ``ring`` (``[buffers, 1, box rows, box cols]``, in the layout wgmma reads)."""
+    box: gl.constexpr = [1, ring.shape[2], ring.shape[3]]
+    return tma.make_tensor_descriptor(ptr, [batches, rows, cols], [batch_stride, row_stride, 1], box, ring.layout)
 
 
 @gluon.jit
 def tma_producer(
-    a_desc,
-    b_desc,
+    a_ptr,
+    b_ptr,
     a_ring,
     b_ring,
     ready,
@@ -92,7 +98,11 @@ def tma_producer(
     N,
     K,
     a_batches,
+    a_batch_stride,
+    a_row_stride,
     b_batches,
+    b_batch_stride,
+    b_row_stride,
     total,
     A_TRANSPOSED: gl.constexpr,
     B_TRANSPOSED: gl.constexpr,
@@ -102,9 +112,19 @@ def tma_producer(
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Fill the ring: per k-step of every tile of this program, A's two halves and B's tile."""
+    """Fill the ring: per k-step of every tile of this program, A's two halves and B's tile. The
+    descriptors are built here, by the warp that uses them (the tensormap proxy's release and acquire
+    in one thread)."""
     STAGES: gl.constexpr = b_ring.shape[0]
     HALF_M: gl.constexpr = BLOCK_M // 2
+    if A_TRANSPOSED:
+        a_desc = operand_descriptor(a_ptr, a_batches, a_batch_stride, K, M, a_row_stride, a_ring)
+    else:
+        a_desc = operand_descriptor(a_ptr, a_batches, a_batch_stride, M, K, a_row_stride, a_ring)
+    if B_TRANSPOSED:
+        b_desc = operand_descriptor(b_ptr, b_batches, b_batch_stride, N, K, b_row_stride, b_ring)
+    else:
+        b_desc = operand_descriptor(b_ptr, b_batches, b_batch_stride, K, N, b_row_stride, b_ring)
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     step = 0
@@ -287,24 +307,15 @@ def gluon_matmul_kernel(
 ):
     """C = epilogue(A @ B) over ``batch_count`` products (two batch dims for C and the residual; A and
     B each one batch stride, ``*_batches`` 1 when broadcast). ``*_row_stride``: the stride of an
-    operand's stored rows (K for a transposed A, N for a transposed B).
-
-    The partitions take every scalar as an argument of its own: a tuple assigned in a Gluon kernel
-    turns its constexprs (a unit stride, specialized) into runtime values, which would cost the
-    epilogue its vector loads and stores."""
+    operand's stored rows (K for a transposed A, N for a transposed B)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     A_BLOCK: gl.constexpr = [1, BLOCK_K, HALF_M] if A_TRANSPOSED else [1, HALF_M, BLOCK_K]
     B_BLOCK: gl.constexpr = [1, BLOCK_N, BLOCK_K] if B_TRANSPOSED else [1, BLOCK_K, BLOCK_N]
-    if A_TRANSPOSED:
-        a_desc = operand_descriptor(a_ptr, a_batches, a_batch_stride, K, M, a_row_stride, A_BLOCK)
-    else:
-        a_desc = operand_descriptor(a_ptr, a_batches, a_batch_stride, M, K, a_row_stride, A_BLOCK)
-    if B_TRANSPOSED:
-        b_desc = operand_descriptor(b_ptr, b_batches, b_batch_stride, N, K, b_row_stride, B_BLOCK)
-    else:
-        b_desc = operand_descriptor(b_ptr, b_batches, b_batch_stride, K, N, b_row_stride, B_BLOCK)
-    a_ring = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES] + A_BLOCK, a_desc.layout)
-    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + B_BLOCK, b_desc.layout)
+    dtype: gl.constexpr = a_ptr.dtype.element_ty
+    A_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(A_BLOCK, dtype)  # swizzled as wgmma reads it
+    B_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(B_BLOCK, dtype)
+    a_ring = gl.allocate_shared_memory(dtype, [2 * STAGES] + A_BLOCK, A_LAYOUT)  # two halves a stage
+    b_ring = gl.allocate_shared_memory(dtype, [STAGES] + B_BLOCK, B_LAYOUT)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for stage in gl.static_range(STAGES):
@@ -406,8 +417,8 @@ def gluon_matmul_kernel(
             (
                 tma_producer,
                 (
-                    a_desc,
-                    b_desc,
+                    a_ptr,
+                    b_ptr,
                     a_ring,
                     b_ring,
                     ready,
@@ -416,7 +427,11 @@ def gluon_matmul_kernel(
                     N,
                     K,
                     a_batches,
+                    a_batch_stride,
+                    a_row_stride,
                     b_batches,
+                    b_batch_stride,
+                    b_row_stride,
                     total,
                     A_TRANSPOSED,
                     B_TRANSPOSED,
@@ -437,7 +452,7 @@ def gluon_matmul_kernel(
 
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 128, 256, 64, 8
 SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
-EPILOGUE_SHARED_MEMORY = 2 * 8 * 1024  # the two consumers' layout conversions (Triton's choice, read from the IR)
+EPILOGUE_SHARED_MEMORY = 2 * 8 * 1024  # the two consumers' layout conversions (as Triton 3.6 compiles them)
 STAGE_BYTES = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2  # 16-bit A and B tiles: 48 KB
 STAGES = (SHARED_MEMORY - EPILOGUE_SHARED_MEMORY) // STAGE_BYTES  # 4
 
