@@ -1,4 +1,6 @@
-"""Matrix multiplication with fused epilogues: one persistent, tiled ``tl.dot`` kernel.
+"""Matrix multiplication with fused epilogues: one persistent, tiled ``tl.dot`` kernel, and the planner
+that gives the products it applies to (16-bit, TMA-readable, filling an sm_90 GPU) to the
+warp-specialized Gluon engine of ``gluon_hopper`` instead (``choose_engine``).
 
 FLOPs and bytes: ``2 * batch * M * N * K`` FLOPs; at least ``A + B + C`` bytes (plus bias, residual,
 and C once more when beta != 0). A bf16 8192^3 product is 1.1 TFLOP over 400 MB, about 2700
@@ -448,16 +450,16 @@ def launch_plan(
 def choose_engine(problem: MatmulProblem, tma: bool, hopper: bool, interpreted: bool, sms: int) -> Engine:
     """The Gluon engine (``gluon_hopper``) where it applies: compiled for an sm_90 GPU (``hopper``;
     wgmma is Hopper's alone), 16-bit operands that TMA reads (``tma``: aligned bases, unit last
-    strides, 16-byte aligned strides, a batch of one stride), and a product that fills the GPU with
-    128 x 256 tiles, the ones the ``tl.dot`` kernel would take for it (``tile_config``; a ragged N
-    that wastes a round of them runs on the ``tl.dot`` kernel's 256 x 128 tile). Every other
-    product runs on the ``tl.dot`` kernel."""
-    sixteen_bit = problem.a.dtype in (DataType.BFLOAT16, DataType.HALF)
-    if interpreted or not hopper or not tma or not sixteen_bit:
-        return Engine.TL_DOT
-    if tile_config(problem, problem.a.dtype, interpreted, sms) != WIDE_16_BIT_TILES:
-        return Engine.TL_DOT
-    return Engine.GLUON_HOPPER
+    strides, 16-byte aligned strides, a batch of one stride) and a product that takes 128 x 256 tiles
+    (``takes_wide_tiles``). Every other product runs on the ``tl.dot`` kernel."""
+    readable = hopper and not interpreted and tma and problem.a.dtype in (DataType.BFLOAT16, DataType.HALF)
+    return Engine.GLUON_HOPPER if readable and takes_wide_tiles(problem, sms) else Engine.TL_DOT
+
+
+def takes_wide_tiles(problem: MatmulProblem, sms: int) -> bool:
+    """The 16-bit product fills the GPU with 128 x 256 tiles and finishes soonest with them, as the
+    ``tl.dot`` kernel plans it (``tile_config``; a ragged N that wastes a round of them takes 256 x 128)."""
+    return tile_config(problem, problem.a.dtype, False, sms) == WIDE_16_BIT_TILES
 
 
 def merged_batch(
