@@ -46,9 +46,10 @@ conversion takes 8 KB a consumer (Triton stages the 64 x 128 float32 part in 4 r
 barriers and the descriptors being built a few hundred bytes. Of sm_90's 227 KB a block, 4 stages
 (192 KB of ring, 208 KB in all) are what fits (``STAGES``).
 
-**Arguments.** The partitions take every scalar as an argument of its own: a tuple assigned in a
-Gluon kernel turns its constexprs (a unit stride that Triton specialized) into runtime values, and
-the epilogue would lose its vector loads and stores.
+**Arguments.** The partitions take every scalar as an argument of its own, in tuples written out
+where ``warp_specialize`` is called: a tuple assigned in a Gluon kernel turns its constexprs (a unit
+stride that Triton specialized) into runtime values, and the epilogue would lose its vector loads and
+stores; concatenated, a tuple loses a string constexpr (the activation's name) altogether.
 """
 
 from __future__ import annotations
@@ -322,6 +323,8 @@ def gluon_matmul_kernel(
         mbarrier.init(ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=2)  # one arrival per consumer warpgroup
     total = batch_count * gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    # The consumers' argument tuples differ only in HALF, and are written out twice: a tuple built once
+    # and assigned (or concatenated) would lose its constexprs (module docstring, "Arguments").
     gl.warp_specialize(  # the first partition runs in the kernel's own 4 warps
         [
             (
