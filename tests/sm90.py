@@ -42,9 +42,11 @@ def specialize(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backe
 def compile_sm90(
     kernel: Any, signature: dict[str, Any], constexprs: dict[Any, Any], attrs: dict[Any, Any], options: Any, target: Any
 ) -> Any:
-    """The kernel compiled down to a cubin for ``target``."""
+    """The kernel (a ``@triton.jit`` or a ``@gluon.jit`` one) compiled down to a cubin for ``target``."""
     import triton
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    source_type = GluonASTSource if kernel.is_gluon() else ASTSource
+    source = source_type(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=target, options=options.__dict__)

@@ -1,6 +1,8 @@
 """GPU tests of matmul (``pytest -m gpu``): the Pythonic API against torch on the device at real
 sizes, on both load paths (TMA descriptors for aligned operands, plain pointers otherwise), every
-dtype including fp8 and TF32, transposed operands, broadcast batch and the fused epilogue."""
+dtype including fp8 and TF32, transposed operands, broadcast batch and the fused epilogue; and the
+Gluon Hopper engine (on sm_90) against the float64 reference, the planner's size rule lifted so that
+ragged and small products run on it too."""
 
 import math
 
@@ -186,3 +188,167 @@ def test_rated_and_short_k_tiles_match_torch_on_both_load_paths(batch, m, k, n, 
     outside = torch.ones_like(buffer, dtype=torch.bool)
     outside[..., 1 : 1 + m, 2 : 2 + n] = False
     assert buffer[outside].isnan().all()
+
+
+# ---- the Gluon Hopper engine (families/matmul/gluon_hopper.py) ----------------------------------------
+
+needs_sm90 = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability(0) != (9, 0),
+    reason="the Gluon engine runs on sm_90 (H100, H200) alone",
+)
+ACTIVATIONS = {
+    "gelu": (od.PointwiseMode.GELU_FWD, TF.gelu),
+    "relu": (od.PointwiseMode.RELU_FWD, torch.relu),
+    "silu": (od.PointwiseMode.SWISH_FWD, TF.silu),
+}
+
+
+@pytest.fixture
+def gluon_planned(monkeypatch):
+    """The problems the planner gives the Gluon engine, in a list filled as they are planned."""
+    from opendnn.families.matmul import triton_backend as triton_matmul
+
+    planned = []
+    make = triton_matmul.gluon_launch
+    monkeypatch.setattr(
+        triton_matmul, "gluon_launch", lambda problem, *rest: planned.append(problem) or make(problem, *rest)
+    )
+    triton_matmul.launch_plan.cache_clear()
+    yield planned
+    triton_matmul.launch_plan.cache_clear()
+
+
+@pytest.fixture
+def gluon_everywhere(gluon_planned, monkeypatch):
+    """``gluon_planned``, with every product the Gluon engine reads given to it, however small (the
+    planner's size rule lifted)."""
+    from opendnn.families.matmul import triton_backend as triton_matmul
+
+    monkeypatch.setattr(triton_matmul, "takes_wide_tiles", lambda problem, sms: True)
+    return gluon_planned
+
+
+def stored(rows, cols, dtype, transposed=False):
+    """A random rows x cols operand, stored as its transpose when ``transposed``; its stored rows are
+    padded to a multiple of 8 elements (16 bytes: what TMA asks of a stride) whatever its size."""
+    stored_rows, stored_cols = (cols, rows) if transposed else (rows, cols)
+    buffer = torch.randn(stored_rows, -(-stored_cols // 8) * 8, device=DEVICE).to(dtype)
+    view = buffer[:, :stored_cols]
+    return view.t() if transposed else view
+
+
+def product(a, b, c, alpha=1.0, beta=0.0, bias=None, bias_axis="column", activation=None, residual=None):
+    """``od.matmul`` of a and b into c with the epilogue given (``activation`` a key of ACTIVATIONS)."""
+
+    def desc(tensor):
+        return od.TensorDescriptor(tensor.dtype, tensor.shape, tensor.stride())
+
+    epilogue = od.MatmulEpilogue(
+        bias_desc=None if bias is None else desc(bias),
+        bias=bias,
+        bias_axis=bias_axis,
+        activation=None if activation is None else ACTIVATIONS[activation][0],
+        residual_desc=None if residual is None else desc(residual),
+        residual=residual,
+    )
+    od.matmul(od.create(DEVICE), alpha, desc(a), a, desc(b), b, beta, desc(c), c, epilogue)
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m, n, k", [(1000, 1000, 1000), (4224, 4096, 4096), (257, 129, 72)])
+@pytest.mark.parametrize("a_transposed, b_transposed", [(False, False), (True, False), (False, True), (True, True)])
+def test_gluon_engine_matches_the_reference_at_ragged_sizes_in_either_operand_order(
+    dtype, m, n, k, a_transposed, b_transposed, gluon_everywhere
+):
+    """M, N and K off the 128 x 256 x 64 tile (TMA zero-fills past the edges, the stores are masked),
+    A and B read in their stored order; C poisoned with NaN."""
+    a, b = stored(m, k, dtype, a_transposed), stored(k, n, dtype, b_transposed)
+    c = torch.full((m, n), float("nan"), device=DEVICE, dtype=dtype)
+    product(a, b, c)
+    assert len(gluon_everywhere) == 1
+    assert relative_error(c, a.double() @ b.double()) < TOLERANCE[dtype]
+
+
+EPILOGUES = {
+    "bias column, gelu": dict(bias_axis="column", activation="gelu"),
+    "bias row, relu": dict(bias_axis="row", activation="relu"),
+    "silu, residual": dict(activation="silu", residual=True),
+    "alpha, beta": dict(alpha=0.5, beta=-2.0),
+    "bias, gelu, residual, alpha, beta": dict(
+        bias_axis="column", activation="gelu", residual=True, alpha=0.75, beta=0.5
+    ),
+}
+
+
+@needs_sm90
+@pytest.mark.parametrize(
+    "in_dtype, out_dtype",
+    [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16), (torch.bfloat16, torch.float32)],
+)
+@pytest.mark.parametrize("case", list(EPILOGUES))
+def test_gluon_engine_epilogues_match_the_reference_and_write_only_inside_c(
+    case, in_dtype, out_dtype, gluon_everywhere
+):
+    """Each epilogue of ``triton_tiles.finish_tile`` on the Gluon engine, into bf16, fp16 and float32,
+    C a window of a NaN buffer (its start values read when beta != 0): the window holds the result
+    and nothing around it changes."""
+    parts = EPILOGUES[case]
+    m, n, k = 1000, 1304, 520
+    a, b = stored(m, k, in_dtype), stored(k, n, in_dtype, transposed=True)
+    axis = parts.get("bias_axis")
+    bias = None if axis is None else torch.randn(m if axis == "row" else n, device=DEVICE).to(out_dtype)
+    residual = torch.randn(m, n, device=DEVICE).to(out_dtype) if parts.get("residual") else None
+    alpha, beta = parts.get("alpha", 1.0), parts.get("beta", 0.0)
+    buffer = torch.full((m + 3, n + 9), float("nan"), device=DEVICE, dtype=out_dtype)
+    c = buffer[1 : 1 + m, 4 : 4 + n]
+    start = torch.randn(m, n, device=DEVICE).to(out_dtype)
+    if beta != 0.0:
+        c.copy_(start)
+    product(a, b, c, alpha, beta, bias, axis or "column", parts.get("activation"), residual)
+    expected = a.double() @ b.double()
+    if bias is not None:
+        expected += bias.double()[:, None] if axis == "row" else bias.double()
+    if "activation" in parts:
+        expected = ACTIVATIONS[parts["activation"]][1](expected)
+    if residual is not None:
+        expected += residual.double()
+    expected = alpha * expected + beta * start.double()
+    assert len(gluon_everywhere) == 1
+    assert relative_error(c, expected) < TOLERANCE[out_dtype]
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[1 : 1 + m, 4 : 4 + n] = False
+    assert buffer[outside].isnan().all()
+
+
+@needs_sm90
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [
+        ((4, 1000, 520), (4, 520, 1304)),  # one batch stride each
+        ((2, 3, 300, 264), (2, 3, 264, 520)),  # two batch dims that merge into one
+        ((6, 256, 512), (512, 384)),  # B broadcast: a descriptor of one batch
+        ((512, 256), (6, 256, 384)),  # A broadcast
+    ],
+)
+def test_gluon_engine_matches_the_reference_on_batched_and_broadcast_products(a_shape, b_shape, gluon_everywhere):
+    a = torch.randn(a_shape, device=DEVICE).to(torch.bfloat16)
+    b = torch.randn(b_shape, device=DEVICE).to(torch.bfloat16)
+    expected = a.double() @ b.double()
+    c = torch.full(expected.shape, float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    product(a, b, c)
+    assert len(gluon_everywhere) == 1
+    assert relative_error(c, expected) < TOLERANCE[torch.bfloat16]
+
+
+@needs_sm90
+def test_the_planner_gives_a_big_16_bit_linear_layer_to_the_gluon_engine(gluon_planned):
+    """Without forcing: 4224 tokens through a 4096 -> 4096 linear layer with bias, gelu and a
+    residual (33 x 16 tiles of 128 x 256, 4 rounds of 132 SMs) runs on the Gluon engine."""
+    x, weight = stored(4224, 4096, torch.bfloat16), stored(4096, 4096, torch.bfloat16, transposed=True)
+    bias, residual = torch.randn(4096, device=DEVICE).to(torch.bfloat16), stored(4224, 4096, torch.bfloat16)
+    c = torch.full((4224, 4096), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    product(x, weight, c, bias=bias, activation="gelu", residual=residual)
+    expected = TF.gelu(x.double() @ weight.double() + bias.double()) + residual.double()
+    assert len(gluon_planned) == 1
+    assert relative_error(c, expected) < TOLERANCE[torch.bfloat16]

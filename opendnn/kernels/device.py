@@ -1,6 +1,6 @@
 """What the launchers ask of the GPU: its multiprocessor count, to size persistent grids; whether it
-has TMA (Hopper's tensor memory accelerator) and thread-block clusters (both from sm_90 on); and the
-scratch memory of device-built descriptors."""
+has TMA (Hopper's tensor memory accelerator) and thread-block clusters (both from sm_90 on), and
+Hopper's warpgroup MMA (sm_90 alone); and the scratch memory of device-built descriptors."""
 
 from __future__ import annotations
 
@@ -45,6 +45,14 @@ def has_tma(device_index: int | None) -> bool:
 def has_clusters(device_index: int | None) -> bool:
     """Thread-block clusters (CTAs co-scheduled on one GPC, waiting on each other with barrier.cluster)."""
     return _sm90_or_newer(device_index)
+
+
+@functools.cache  # a property of the hardware, asked on every call
+def has_wgmma(device_index: int | None) -> bool:
+    """Hopper's warpgroup MMA (``wgmma``, which Gluon's ``warpgroup_mma`` issues): sm_90 alone."""
+    import torch
+
+    return torch.cuda.get_device_capability(device_index or 0) == (9, 0)
 
 
 def _sm90_or_newer(device_index: int | None) -> bool:

@@ -1,4 +1,6 @@
-"""Matrix multiplication with fused epilogues: one persistent, tiled ``tl.dot`` kernel.
+"""Matrix multiplication with fused epilogues: one persistent, tiled ``tl.dot`` kernel, and the planner
+that gives the products it applies to (16-bit, TMA-readable, filling an sm_90 GPU) to the
+warp-specialized Gluon engine of ``gluon_hopper`` instead (``choose_engine``).
 
 FLOPs and bytes: ``2 * batch * M * N * K`` FLOPs; at least ``A + B + C`` bytes (plus bias, residual,
 and C once more when beta != 0). A bf16 8192^3 product is 1.1 TFLOP over 400 MB, about 2700
@@ -39,6 +41,7 @@ are an int64 tile base plus int32 offsets inside the tile.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import itertools
 import math
@@ -54,31 +57,20 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.matmul.gluon_hopper import gluon_launch
 from opendnn.families.matmul.problem import BiasAxis, MatmulProblem
+from opendnn.families.matmul.triton_tiles import (
+    batch_offset,
+    epilogue_arguments,
+    epilogue_options,
+    finish_tile,
+    persistent_programs,
+    tile_coordinates,
+)
 from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
-from opendnn.kernels.activation import FAST_DTYPES, activation
-from opendnn.kernels.device import TMA_ALIGNMENT, multiprocessors, tma_ready, use_descriptor_scratch
+from opendnn.kernels.activation import FAST_DTYPES
+from opendnn.kernels.device import TMA_ALIGNMENT, has_wgmma, multiprocessors, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
-
-
-@triton.jit
-def tile_coordinates(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
-    """(batch, tile row, tile column) of a linear tile index: GROUP_M tile rows are walked
-    column by column, so GROUP_M rows of A and one column of B serve GROUP_M tiles from L2."""
-    per_batch = tiles_m * tiles_n
-    batch = tile // per_batch
-    index = tile % per_batch
-    per_group = GROUP_M * tiles_n
-    first_m = (index // per_group) * GROUP_M
-    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    return batch, first_m + (index % per_group) % group_rows, (index % per_group) // group_rows
-
-
-@triton.jit
-def batch_offset(batch, batch_inner, stride_outer, stride_inner):
-    """Element offset of a flat batch index over two batch dims (inner size ``batch_inner``)."""
-    batch = batch.to(tl.int64)
-    return (batch // batch_inner) * stride_outer + (batch % batch_inner) * stride_inner
 
 
 @triton.jit
@@ -116,59 +108,6 @@ def load_tile(
         mask = (row0 + local_rows < rows)[:, None] & (col0 + local_cols < cols)[None, :]
         tile = tl.load(base + local_rows[:, None] * row_stride + local_cols[None, :] * col_stride, mask=mask, other=0.0)
     return tile
-
-
-@triton.jit
-def finish_tile(
-    acc,
-    row0,
-    col0,
-    M,
-    N,
-    c_base,
-    c_stride_m,
-    c_stride_n,
-    r_base,
-    r_stride_m,
-    r_stride_n,
-    bias_ptr,
-    bias_stride,
-    alpha,
-    beta,
-    scale,
-    coef,
-    HAS_BIAS: tl.constexpr,
-    BIAS_PER_ROW: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-    HAS_BETA: tl.constexpr,
-    ACC: tl.constexpr,
-    FAST: tl.constexpr,
-):
-    """The epilogue of the accumulator tile at (row0, col0) of C, then its masked store (FAST: a
-    16-bit C on a GPU, whose activation may use the approximate instructions)."""
-    local_rows = tl.arange(0, acc.shape[0])
-    local_cols = tl.arange(0, acc.shape[1])
-    rows = row0 + local_rows
-    cols = col0 + local_cols
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
-    acc = acc * tl.cast(scale, ACC)
-    if HAS_BIAS:
-        if BIAS_PER_ROW:
-            acc += tl.load(bias_ptr + rows * bias_stride, mask=rows < M).to(ACC)[:, None]
-        else:
-            acc += tl.load(bias_ptr + cols * bias_stride, mask=cols < N).to(ACC)[None, :]
-    if ACTIVATION != "":
-        acc = activation(ACTIVATION, acc, tl.cast(coef, ACC), FAST).to(ACC)
-    if HAS_RESIDUAL:
-        r_tile = r_base + row0.to(tl.int64) * r_stride_m + col0.to(tl.int64) * r_stride_n
-        acc += tl.load(r_tile + local_rows[:, None] * r_stride_m + local_cols[None, :] * r_stride_n, mask=mask).to(ACC)
-    acc = acc * tl.cast(alpha, ACC)
-    c_tile = c_base + row0.to(tl.int64) * c_stride_m + col0.to(tl.int64) * c_stride_n
-    c_offsets = local_rows[:, None] * c_stride_m + local_cols[None, :] * c_stride_n
-    if HAS_BETA:  # with beta == 0, C is never read: it may hold NaN
-        acc += tl.cast(beta, ACC) * tl.load(c_tile + c_offsets, mask=mask).to(ACC)
-    tl.store(c_tile + c_offsets, acc.to(c_base.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -279,6 +218,8 @@ def matmul_kernel(
             left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
             finish_tile(
                 left,
+                tl.arange(0, BLOCK_M),
+                tl.arange(0, BLOCK_N // 2),
                 tile_m * BLOCK_M,
                 tile_n * BLOCK_N,
                 M,
@@ -305,6 +246,8 @@ def matmul_kernel(
             )
             finish_tile(
                 right,
+                tl.arange(0, BLOCK_M),
+                tl.arange(0, BLOCK_N // 2),
                 tile_m * BLOCK_M,
                 tile_n * BLOCK_N + BLOCK_N // 2,
                 M,
@@ -332,6 +275,8 @@ def matmul_kernel(
         else:
             finish_tile(
                 acc,
+                tl.arange(0, BLOCK_M),
+                tl.arange(0, BLOCK_N),
                 tile_m * BLOCK_M,
                 tile_n * BLOCK_N,
                 M,
@@ -396,6 +341,13 @@ def supports(problem: MatmulProblem) -> str | None:
     return None
 
 
+class Engine(enum.Enum):
+    """The kernel a product runs on (``choose_engine``)."""
+
+    TL_DOT = "tl.dot"  # matmul_kernel: every product, on any GPU and in Triton's interpreter
+    GLUON_HOPPER = "gluon_hopper"  # gluon_hopper.gluon_matmul_kernel: warp-specialized, compiled for sm_90
+
+
 @dataclass(frozen=True)
 class Plan:
     """A problem's launches for given operand layouts, each with the element offsets (into a, b,
@@ -404,6 +356,7 @@ class Plan:
 
     launches: tuple[tuple[Launch, tuple[int, ...]], ...]  # (the element offsets into a, b, c, residual)
     tma: bool
+    engine: Engine
 
 
 def run(
@@ -419,6 +372,7 @@ def run(
     }
     device = views["c"].device
     tma = tma_ready(views["a"], views["b"], interpreted)
+    hopper = not interpreted and has_wgmma(device.index)
     fast = (
         problem.fast_math
         and not interpreted
@@ -436,6 +390,7 @@ def run(
         interpreted,
         MAX_PROGRAMS_INTERPRETED if interpreted else multiprocessors(device.index or 0),
         fast,
+        hopper,
     )
     views.setdefault("bias", views["c"])
     views.setdefault("residual", views["c"])
@@ -457,10 +412,12 @@ def launch_plan(
     interpreted: bool,
     sms: int,
     fast: bool = False,
+    hopper: bool = False,
 ) -> Plan:
     """The launches for these operand layouts, planned once; ``tma``: the operands' bases are
     16-byte aligned on a GPU with TMA (then it is used where their layouts allow); ``fast``: the
-    epilogue's activation may use the GPU's approximate instructions (a 16-bit C)."""
+    epilogue's activation may use the GPU's approximate instructions (a 16-bit C); ``hopper``: the
+    GPU is an sm_90 (``choose_engine``)."""
     batch_dims, strides = merged_batch(problem, a, b, c, residual)
     outer, inner = batch_dims[:-2], batch_dims[-2:]
     inner_strides = [None if s is None else s[-2:] for s in strides]
@@ -479,8 +436,30 @@ def launch_plan(
     b_tma = _tma_batch(b, b_transposed, inner, b_inner) if tma and moved_aligned else None
     if a_tma is None or b_tma is None:
         a_tma = b_tma = None
-    launch = _launch(problem, a, b, c, bias, residual, inner, inner_strides, a_tma, b_tma, interpreted, sms, fast)
-    return Plan(tuple((launch, o) for o in offsets), a_tma is not None)
+    engine = choose_engine(problem, a_tma is not None, hopper, interpreted, sms)
+    if engine is Engine.GLUON_HOPPER and a_tma is not None and b_tma is not None:
+        tma_batches, transposed = (a_tma, b_tma), (a_transposed, b_transposed)
+        launch = gluon_launch(
+            problem, a, b, c, bias, residual, inner, inner_strides, tma_batches, transposed, sms, fast
+        )
+    else:
+        launch = _launch(problem, a, b, c, bias, residual, inner, inner_strides, a_tma, b_tma, interpreted, sms, fast)
+    return Plan(tuple((launch, o) for o in offsets), a_tma is not None, engine)
+
+
+def choose_engine(problem: MatmulProblem, tma: bool, hopper: bool, interpreted: bool, sms: int) -> Engine:
+    """The Gluon engine (``gluon_hopper``) where it applies: compiled for an sm_90 GPU (``hopper``;
+    wgmma is Hopper's alone), 16-bit operands that TMA reads (``tma``: aligned bases, unit last
+    strides, 16-byte aligned strides, a batch of one stride) and a product that takes 128 x 256 tiles
+    (``takes_wide_tiles``). Every other product runs on the ``tl.dot`` kernel."""
+    readable = hopper and not interpreted and tma and problem.a.dtype in (DataType.BFLOAT16, DataType.HALF)
+    return Engine.GLUON_HOPPER if readable and takes_wide_tiles(problem, sms) else Engine.TL_DOT
+
+
+def takes_wide_tiles(problem: MatmulProblem, sms: int) -> bool:
+    """The 16-bit product fills the GPU with 128 x 256 tiles and finishes soonest with them, as the
+    ``tl.dot`` kernel plans it (``tile_config``; a ragged N that wastes a round of them takes 256 x 128)."""
+    return tile_config(problem, problem.a.dtype, False, sms) == WIDE_16_BIT_TILES
 
 
 def merged_batch(
@@ -533,11 +512,10 @@ def _launch(
     fast: bool,
 ) -> Launch:
     """The kernel launch over two batch dims (TMA when ``a_tma`` and ``b_tma`` are given)."""
-    (sa_m, sa_k), (sb_k, sb_n), (sc_m, sc_n) = a.strides[-2:], b.strides[-2:], c.strides[-2:]
+    (sa_m, sa_k), (sb_k, sb_n) = a.strides[-2:], b.strides[-2:]
     config = tile_config(problem, a.dtype, interpreted, sms)
     tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
-    programs = max(1, min(tiles, sms))
-    r_strides = (0, 0, 0, 0) if residual is None else (*strides[3], *residual.strides[-2:])
+    programs = persistent_programs(tiles, sms)
     args = (
         Slot("a"),
         Slot("b"),
@@ -555,11 +533,7 @@ def _launch(
         *strides[1],
         sb_k,
         sb_n,
-        *strides[2],
-        sc_m,
-        sc_n,
-        *r_strides,
-        0 if bias is None else bias.strides[0],
+        *epilogue_arguments(c, bias, residual, strides[2], strides[3]),
         *(a_tma or (1, 1)),
         *(b_tma or (1, 1)),
         problem.alpha,
@@ -575,13 +549,8 @@ def _launch(
             TMA=a_tma is not None,
             A_TRANSPOSED=sa_k != 1 and sa_m == 1,
             B_TRANSPOSED=sb_n != 1 and sb_k == 1,
-            HAS_BIAS=bias is not None,
-            BIAS_PER_ROW=problem.bias_axis is BiasAxis.ROW,
-            ACTIVATION="" if problem.activation is None else problem.activation.value.removesuffix("_fwd"),
-            HAS_RESIDUAL=residual is not None,
-            HAS_BETA=problem.beta != 0.0,
+            **epilogue_options(problem, bias is not None, residual is not None, fast),
             PRECISION="tf32" if problem.allow_tf32 and a.dtype is DataType.FLOAT else "ieee",
-            ACC=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
             BLOCK_M=config.block_m,
             BLOCK_N=config.block_n,
             BLOCK_K=config.block_k,
@@ -590,7 +559,6 @@ def _launch(
             SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
             IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
             UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
-            FAST=fast,
             A_IN_REGISTERS=problem.allow_tf32 and a.dtype is DataType.FLOAT and sa_k != 1,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
