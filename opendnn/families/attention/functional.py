@@ -68,14 +68,13 @@ CALLER_NAMES = (
 )
 
 
-
 def _dense_names(leading: int) -> SlotNames:
     """How the dense calls name the problem's dims: by the caller's axis counted from the end
     (``query.shape[-1]`` is the head dim of any batch rank), the batch by its own axis when the
     caller has one batch dim (no axis when it has none, or several merged into one)."""
     batch = -4 if leading == 1 else None
     axes = (batch, -3, -2, -1)
-    batched = (*((slot, axes) for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv", "bias", "dbias")),)
+    batched = tuple((slot, axes) for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv", "bias", "dbias"))
     return SlotNames(CALLER_NAMES, "shape", (*batched, ("stats", (None if batch is None else -3, -2, -1))))
 
 
@@ -284,7 +283,6 @@ class _Inputs(NamedTuple):
     leading: tuple[int, ...]  # the caller's batch dims (before heads, sequence, head dim)
     query_shape: tuple[int, ...]
     names: SlotNames  # how the errors name each slot and dim
-
 
 
 def _inputs(
