@@ -340,11 +340,15 @@ def _changed(
     return lambda: good(**changes())
 
 
+# rows of (name, the changes to a good call, error, message)
+ErrorTable = tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...]
+
+
 # (name, the changes to a good call, error, message) of the dense calls, 3-D (torch's batch-less
 # form), 4-D and 5-D: each names the caller's own parameter and its shape as given (axes from the
 # end, as torch's (..., heads, sequence, head dim)), never the (batch, heads, sequence, head dim)
 # form the problem takes
-DENSE_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+DENSE_ERRORS: ErrorTable = (
     ("3-D head dim below the kernels' range", lambda: _batched(head_dim=4), NotSupported,
      "query.shape[-1]=4 must be between 8 and 256 (the head dims the kernels support)"),
     ("4-D head dim below the kernels' range", lambda: _batched(1, head_dim=4), NotSupported,
@@ -408,7 +412,7 @@ DENSE_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], st
     ("sinks of other heads", lambda: dict(sinks=values(3)), BadParam,
      "sinks.shape=[3] must be [2] (one per query head of query)"),
 )  # fmt: skip
-DENSE_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+DENSE_BACKWARD_ERRORS: ErrorTable = (
     ("out of another value head dim", lambda: dict(out=values(2, 4, 8)), BadParam,
      "out.shape=[2, 4, 8] must be [2, 4, 16] (query's shape with value's head dim, as the forward gives it; "
      "query.shape=[2, 4, 16])"),
@@ -429,7 +433,7 @@ DENSE_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Excep
 )  # fmt: skip
 # (name, the changes to a good call, error, message) of the packed and paged calls: each names the
 # caller's own parameter and axis, never the (1, heads, tokens, head dim) form the problem takes
-VARLEN_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+VARLEN_ERRORS: ErrorTable = (
     ("packed query of 2 dims", lambda: dict(query=values(6, 32)), BadParam,
      "query.ndim=2 must be 3 (total tokens, heads, head dim)"),
     ("packed query heads not a multiple of key heads", lambda: dict(query=values(6, 3, 16)), BadParam,
@@ -468,7 +472,7 @@ VARLEN_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], s
     ("packed sinks of other heads", lambda: dict(sinks=values(3)), BadParam,
      "sinks.shape=[3] must be [2] (one per query head of query)"),
 )  # fmt: skip
-VARLEN_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+VARLEN_BACKWARD_ERRORS: ErrorTable = (
     ("packed grad_out tokens not the query's", lambda: dict(grad_out=values(5, 2, 16)), BadParam,
      "grad_out.shape[0]=5 must equal query.shape[0]=6"),
     ("packed out of 2 dims", lambda: dict(out=values(6, 32)), BadParam,
@@ -478,7 +482,7 @@ VARLEN_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exce
     ("packed stats of float16", lambda: dict(stats=values(2, 6, dtype=np.float16)), NotSupported,
      "stats.dtype=float16 must be float32 for query.dtype=float32"),
 )  # fmt: skip
-PAGED_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+PAGED_ERRORS: ErrorTable = (
     ("k_cache of 3 dims", lambda: dict(k_cache=values(4, 8, 32)), BadParam,
      "k_cache.ndim=3 must be 4 (num blocks, block size, heads, head dim)"),
     ("paged query heads not a multiple of the cache's", lambda: dict(query=values(2, 3, 3, 16)), BadParam,
