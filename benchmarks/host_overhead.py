@@ -11,6 +11,10 @@ are timed for the inference forward (eval, no_grad) and for a training step (for
 ``.float().sum()``, backward); the rounds alternate between the two sides and each keeps its best.
 ``torch floor`` is a module of torch's own ``x + x`` (the module, autocast and autograd cost every row
 includes); ``fused`` is conv + bn + relu through ``opendnn.torch.fuse`` against torch's three modules.
+``F.relu (calls)`` and the like are torch's functional calls (``torch.nn.functional``) of the module rows'
+ops with their parameters, routed by ``opendnn.torch.functional_calls()`` (``(calls)``) or ``enable()``
+(``(enabled)``), against the same call unrouted; each round of the routed side runs inside the context, the
+training step's backward included (``enable()`` costs milliseconds to enter and leave: not per call).
 ``add`` is opendnn's ``functional.add`` called directly (converted models keep torch's ``+``); ``bn_fwd``
 and ``bn_bwd`` are ``functional.batch_norm``'s training forward and ``batch_norm_backward`` called
 directly on a bf16 8 x 64 x 16 x 16 input (float32 parameters, saved statistics given).
@@ -35,12 +39,14 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 os.environ["OPENDNN_BACKEND"] = "triton"
 
 import torch  # noqa: E402
+import torch.nn.functional as TF  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 import opendnn.functional as F  # noqa: E402
@@ -70,23 +76,41 @@ def modules() -> dict[str, torch.nn.Module]:
     }
 
 
+def functional_calls(modules: dict[str, torch.nn.Module]) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """torch's functional calls of the module rows' ops, with the modules' parameters."""
+    conv, linear = modules["conv"], modules["linear"]
+    return {
+        "relu": TF.relu,
+        "conv": lambda x: TF.conv2d(x, conv.weight, None, 1, 1),
+        "max_pool": lambda x: TF.max_pool2d(x, 3, 2, 1),
+        "linear": lambda x: TF.linear(x, linear.weight, linear.bias),
+    }
+
+
 def microseconds(step: Callable[[], object], repeats: int, rounds: int = 3) -> float:
     """The best of ``rounds`` averages over ``repeats`` calls (the least disturbed by other work)."""
     return alternating([step], repeats, rounds)[0]
 
 
-def alternating(steps: list[Callable[[], object]], repeats: int, rounds: int = 3) -> list[float]:
+Scope = Callable[[], AbstractContextManager[object]]
+
+
+def alternating(
+    steps: list[Callable[[], object]], repeats: int, rounds: int = 3, scopes: list[Scope] | None = None
+) -> list[float]:
     """Per step, the best of ``rounds`` averages over ``repeats`` calls, the steps taking turns each
-    round (a slow spell of the shared machine then hits every side alike). Timed in the thread's CPU
-    time: the wall clock would also count the turns other processes take on a shared machine."""
+    round (a slow spell of the shared machine then hits every side alike), each step's rounds inside
+    its scope (untimed: entered before the first call, left after the last). Timed in the thread's
+    CPU time: the wall clock would also count the turns other processes take on a shared machine."""
     best = [float("inf")] * len(steps)
     for _ in range(rounds):
         for k, step in enumerate(steps):
-            step()
-            start = time.thread_time()
-            for _ in range(repeats):
+            with (scopes[k] if scopes else nullcontext)():
                 step()
-            best[k] = min(best[k], (time.thread_time() - start) / repeats)
+                start = time.thread_time()
+                for _ in range(repeats):
+                    step()
+                best[k] = min(best[k], (time.thread_time() - start) / repeats)
     return [value * 1e6 for value in best]
 
 
@@ -96,17 +120,19 @@ def tiny_input(name: str) -> torch.Tensor:
 
 
 def steps(
-    module: torch.nn.Module, x: torch.Tensor, autocast: bool = False
+    module: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, autocast: bool = False
 ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(inference forward, training step) of ``module`` on ``x``, under bf16 autocast when asked."""
+    """(inference forward, training step) of ``module`` (or of a function) on ``x``, under bf16
+    autocast when asked."""
+    mode = module.train if isinstance(module, torch.nn.Module) else lambda training: None
 
     def forward() -> None:
-        module.eval()
+        mode(False)
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             module(x)
 
     def train() -> None:
-        module.train()
+        mode(True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             y = module(x.requires_grad_())
         y.float().sum().backward()
@@ -147,18 +173,22 @@ def main() -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 64, 16, 16).contiguous(memory_format=torch.channels_last)
     rows: list[dict[str, object]] = []
-    print(f"{'op':14} {'mode':10} {'opendnn us':>11} {'torch us':>9} {'ratio':>6}")
+    print(f"{'op':20} {'mode':10} {'opendnn us':>11} {'torch us':>9} {'ratio':>6}")
 
-    def compare(name: str, mode: str, ours: Callable[[], None], theirs: Callable[[], None]) -> None:
-        opendnn_us, torch_us = alternating([ours, theirs], args.repeats, args.rounds)
+    def compare(
+        name: str, mode: str, ours: Callable[[], None], theirs: Callable[[], None], routing: Scope = nullcontext
+    ) -> None:
+        opendnn_us, torch_us = alternating([ours, theirs], args.repeats, args.rounds, [routing, nullcontext])
         ratio = torch_us / opendnn_us
         rows.append({"op": name, "mode": mode, "opendnn_us": round(opendnn_us, 1), "torch_us": round(torch_us, 1)})
         rows[-1]["ratio"] = round(ratio, 2)
-        print(f"{name:14} {mode:10} {opendnn_us:11.1f} {torch_us:9.1f} {ratio:6.2f}")
+        print(f"{name:20} {mode:10} {opendnn_us:11.1f} {torch_us:9.1f} {ratio:6.2f}")
         if name == args.profile and args.train == (mode == "train step"):
             profile(ours, args.repeats)
 
-    for name, module in modules().items():
+    torch_modules = modules()
+    calls = functional_calls(torch_modules)
+    for name, module in torch_modules.items():
         module = module.to(memory_format=torch.channels_last)
         original = copy.deepcopy(module)
         ot.convert(module)
@@ -171,6 +201,13 @@ def main() -> None:
     fused_eval, fused_train = ot.fuse(copy.deepcopy(module).eval()), ot.fuse(module.train())
     compare("fused", "forward", steps(fused_eval, tiny_input("fused"), args.autocast)[0], theirs[0])
     compare("fused", "train step", steps(fused_train, tiny_input("fused"), args.autocast)[1], theirs[1])
+    # torch's functional calls, routed to opendnn, against the same calls left to torch
+    routed = ot.functional_calls()
+    for scope, routing in (("calls", lambda: routed), ("enabled", ot.enabled)):
+        for name, call in calls.items():
+            ours, theirs = steps(call, tiny_input(name), args.autocast), steps(call, tiny_input(name), args.autocast)
+            compare(f"F.{name} ({scope})", "forward", ours[0], theirs[0], routing)
+            compare(f"F.{name} ({scope})", "train step", ours[1], theirs[1], routing)
     half = x.bfloat16()
     # batch norm's training calls through opendnn.functional alone: no module, autocast or autograd
     weight, bias, mean, var = torch.rand(64) + 0.5, torch.randn(64), torch.zeros(64), torch.ones(64)
@@ -182,7 +219,7 @@ def main() -> None:
         "bn_bwd": lambda: F.batch_norm_backward(dy, half, weight, state.saved_mean, state.saved_inv_std),
     }
     for name, call in calls.items():
-        print(f"{name:14} {'call':10} {microseconds(call, args.repeats, args.rounds):11.1f}")
+        print(f"{name:20} {'call':10} {microseconds(call, args.repeats, args.rounds):11.1f}")
         if args.profile == name:
             profile(call, args.repeats)
     if args.results:

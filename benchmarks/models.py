@@ -16,7 +16,12 @@ channels_last inputs and weights, batch 64 at 224x224 by default:
   an eager step's time goes);
 - with ``--fused``, the converted copy passed through ``opendnn.torch.fuse`` against torch's unfused
   model: inference (conv + batch norm [+ add] [+ relu] as one call) and training (batch norm [+ add]
-  [+ relu] as one call each way) (``--modes`` picks modes).
+  [+ relu] as one call each way);
+- with ``--compiled``, both steps again with each side's model under
+  ``torch.compile(mode="reduce-overhead")`` (inductor, and CUDA graphs on a GPU: the converted model's
+  ``opendnn::`` operators in inductor's graphs against torch's own operators compiled by inductor),
+  each step marking a new CUDA-graph iteration (``torch.compiler.cudagraph_mark_step_begin``); on the
+  CPU, reduce-overhead simply compiles (``--modes`` picks modes).
 
 torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
 through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
@@ -105,6 +110,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "batch norm [+ add] [+ relu] as one call) and training (batch norm [+ add] [+ relu])",
     )
     parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also time both models under torch.compile(mode='reduce-overhead'): inference and training",
+    )
+    parser.add_argument(
         "--modes",
         default="",
         help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); default all",
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             args.graph and device.type == "cuda",
             args.fused,
             [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()],
+            args.compiled,
         ):
             print(_progress_line(row), flush=True)
             rows.append(row)
@@ -188,12 +199,14 @@ def measure(
     graph: bool = False,
     fused: bool = False,
     only: list[str] | None = None,
+    compiled: bool = False,
 ) -> list[dict[str, Any]]:
     """The inference and training rows of one model: torch's, then the converted copy's (and with
     ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
     side captured in a CUDA graph and timed by replaying it; with ``fused``, inference and
     training of the converted copy passed through ``opendnn.torch.fuse`` against torch's unfused model, eager and,
-    with ``graph``, captured); ``only``: these modes alone)."""
+    with ``graph``, captured; with ``compiled``, both steps of each side's model under
+    ``torch.compile(mode="reduce-overhead")``); ``only``: these modes alone)."""
     torch.manual_seed(0)
     model = build().to(device, memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
@@ -213,6 +226,8 @@ def measure(
         if fused
         else []
     )
+    modes += ["inference (compiled)", "training (compiled)"] if compiled else []
+    compiled_models: dict[int, torch.nn.Module] = {}  # torch.compile of each side's model, made when first used
     for mode in [m for m in modes if not only or m in only]:
         row: dict[str, Any] = {
             "model": name,
@@ -233,13 +248,19 @@ def measure(
         if "fused" in mode and step not in fused_models:  # folded for inference; bn + add + relu for training
             fused_models[step] = ot.fuse(ours.eval() if step is _inference else ours.train())
         net = fused_models[step] if "fused" in mode else ours
-        torch_step, our_step = step(model, x, labels, nullcontext()), step(net, x, labels, calls)
+        theirs = model
+        if "compiled" in mode:
+            net, theirs = (compiled_models.setdefault(id(m), _compiled(m)) for m in (net, model))
+        torch_step, our_step = step(theirs, x, labels, nullcontext()), step(net, x, labels, calls)
+        if "compiled" in mode:
+            torch_step, our_step = _new_iteration(torch_step), _new_iteration(our_step)
         try:
             if mode.endswith("graph)"):
                 torch_step, our_step = capture(torch_step)[0].replay, capture(our_step)[0].replay
             row["torch_ms"] = timer(torch_step)
-            if mode in ("inference", "inference (fused)"):
-                row["rel_err"] = relative_error(our_step(), torch_step())
+            if mode in ("inference", "inference (fused)", "inference (compiled)"):
+                # (cloned: a CUDA-graph replay of reduce-overhead may overwrite a previous step's output)
+                row["rel_err"] = relative_error(our_step().clone(), torch_step().clone())
             row["opendnn_ms"] = timer(our_step)
             if profile_to is not None and not mode.endswith("graph)"):
                 _profile(our_step, profile_to / f"profile_{name}_{mode}.txt")
@@ -300,6 +321,22 @@ def _training_step(
         return loss
 
     return step
+
+
+def _compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` under ``torch.compile(mode="reduce-overhead")``: the same parameters, compiled when first called."""
+    return torch.compile(model, mode="reduce-overhead")  # type: ignore[return-value]
+
+
+def _new_iteration(step: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """``step`` marking a new iteration for reduce-overhead's CUDA graphs first: the previous step's
+    outputs are no longer read, so its replay may reuse their memory."""
+
+    def iteration() -> torch.Tensor:
+        torch.compiler.cudagraph_mark_step_begin()
+        return step()
+
+    return iteration
 
 
 def _profile(step: Callable[[], Any], path: Path, calls: int = 2) -> None:
@@ -369,8 +406,8 @@ def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
         environment,
         f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
         "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
-        "and replayed, both sides (the GPU's time without the host's); check: the inference logits' relative "
-        "norm error against torch's.",
+        "and replayed, both sides (the GPU's time without the host's); (compiled): each side's model under "
+        "torch.compile(mode=\"reduce-overhead\"); check: the inference logits' relative norm error against torch's.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

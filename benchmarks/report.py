@@ -136,8 +136,8 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "
         "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
         "(fused): `opendnn.torch.fuse` of the converted model against torch's plain one; (graph): each "
-        "side's step captured in a CUDA graph and replayed (the GPU's time without the host's). Training "
-        "is one SGD step.",
+        "side's step captured in a CUDA graph and replayed (the GPU's time without the host's); (compiled): "
+        'each side under `torch.compile(mode="reduce-overhead")`. Training is one SGD step.',
         2,
     ),
     "eager": (

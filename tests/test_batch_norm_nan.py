@@ -141,8 +141,8 @@ def test_nan_pre_activations_forward_and_backward_match_the_reference(
 
 @pytest.mark.parametrize("backend", ["numpy", "triton"])
 def test_a_plain_backward_of_a_propagating_forward_gives_0_at_nan(backend):
-    """The reserve space of a propagating forward also serves a backward without propagation (torch's
-    fused batch norm: NaN kept forward, gradient 0 there)."""
+    """The reserve space of a propagating forward also serves a backward without propagation (NaN kept
+    forward, gradient 0 there)."""
     handle = od.create("cpu", backend=backend)
     x, z, weight, bias, dy = nan_inputs((5, 7), True)
     _, state = F.batch_norm_add_activation(

@@ -11,9 +11,11 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as TF
 
 import opendnn.functional as F
 import opendnn.torch as ot
+from opendnn import BadParam
 
 nn = torch.nn
 
@@ -49,7 +51,7 @@ def inputs(edges: tuple[float, ...], dtype: torch.dtype) -> tuple[torch.Tensor, 
     too), and an output gradient holding NaN where x is negative and where it is positive."""
     gen = torch.Generator().manual_seed(len(edges))
     x = 3 * torch.randn(5, 9, generator=gen, dtype=torch.float64)
-    specials = [float("nan"), float("nan"), float("inf"), -float("inf"), 0.0, -1.5, 0.5]
+    specials = [float("nan"), float("nan"), float("inf"), -float("inf"), 0.0, -1.5, 0.5, -0.0]
     for edge in edges:
         specials += [edge, torch.nextafter(torch.tensor(edge), torch.tensor(-float("inf"))).item()]
         specials += [torch.nextafter(torch.tensor(edge), torch.tensor(float("inf"))).item()]
@@ -86,9 +88,16 @@ def assert_same(ours: torch.Tensor, theirs: torch.Tensor, exact: bool) -> None:
         torch.testing.assert_close(ours[~nan], theirs[~nan], **TOLERANCE)
 
 
+@pytest.fixture(params=["numpy", "triton"])
+def backend(request, monkeypatch):
+    """The backend CPU tensors run on: NumPy's, or the Triton kernels through Triton's interpreter."""
+    monkeypatch.setenv("OPENDNN_BACKEND", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("name", ACTIVATIONS)
-def test_outputs_and_gradients_at_nan_infinities_and_edges_are_torchs(name, dtype):
+def test_outputs_and_gradients_at_nan_infinities_and_edges_are_torchs(name, dtype, backend):
     make, edges = ACTIVATIONS[name]
     theirs = make()
     ours = make()
@@ -121,6 +130,38 @@ def test_routed_functions_take_torchs_gradients_at_nan_infinities_and_edges(name
     exact = name in ("relu", "relu6", "hardtanh")
     assert_same(y_ours, y_theirs, exact)
     assert_same(dx_ours, dx_theirs, exact)
+
+
+# torch's formula of each activation whose gradient selects, as opendnn.functional's backward with torch_rule
+TORCH_RULES = {
+    "relu": (torch.relu, lambda dy, x, **rule: F.relu_backward(dy, x, **rule)),
+    "relu6": (TF.relu6, lambda dy, x, **rule: F.clipped_relu_backward(dy, x, 6.0, **rule)),
+    "hardtanh_0_2": (
+        lambda x: TF.hardtanh(x, 0.0, 2.0),
+        lambda dy, x, **rule: F.clipped_relu_backward(dy, x, 2.0, **rule),
+    ),
+    "elu": (lambda x: TF.elu(x, 0.5), lambda dy, x, **rule: F.elu_backward(dy, x, 0.5, **rule)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name", TORCH_RULES)
+def test_the_functional_backward_with_torch_rule_is_torchs_autograd(name, dtype, backend):
+    """NaN, infinities, -0.0, 0 and the edges in x, NaN and infinities in dy (where x is negative
+    and where it is positive): torch's autograd element by element, bit for bit where it selects."""
+    forward, backward = TORCH_RULES[name]
+    x, dy = inputs((2.0, 6.0), dtype)
+    dy.view(-1)[:3] = torch.tensor([float("inf"), -float("inf"), float("nan")], dtype=dtype)
+    _, dx_theirs = torch_elementwise(forward, x, dy)
+    dx_ours = backward(dy, x, torch_rule=True)
+    assert_same(dx_ours, dx_theirs, exact=name != "elu")
+    assert not torch.equal(backward(dy, x).isnan(), dx_theirs.isnan())  # cuDNN's rule differs at NaN
+
+
+def test_propagate_nan_and_torch_rule_together_are_refused():
+    x = torch.randn(3, 4)
+    with pytest.raises(BadParam, match=r"propagate_nan=True and torch_rule=True: torch's rule gives dy where x is NaN"):
+        F.relu_backward(x, x, propagate_nan=True, torch_rule=True)
 
 
 def test_the_functional_and_cudnn_shaped_backward_keep_cudnns_rule_at_nan():

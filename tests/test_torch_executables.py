@@ -14,6 +14,7 @@ import pytest
 import test_direct_launch as direct_launch  # (its stand-ins for a compiled kernel and Triton's driver)
 import torch
 import torch.nn.functional as TF
+from test_torch_activations import torch_elementwise
 from triton.runtime import driver
 
 import opendnn as od
@@ -76,9 +77,9 @@ CALLS = {
         lambda x, w, b: operators.convolution(x, w, b, (1, 1), (1, 1), (1, 1), 1),
         lambda x, w, b: TF.conv2d(x, w, b, padding=1),
     ),
-    "batch_norm_inference": (  # (its gradient, of eval-mode training, fills an epsilon on the host)
+    "batch_norm_inference": (  # (and its gradient: eval-mode training)
         [(2, 4, 5, 6), (4,), (4,), (4,), (4,)],
-        0,
+        3,
         lambda x, w, b, m, v: ot.functions.batch_norm(x, m, v.abs() + 0.5, w, b, False, 0.1, 1e-5),
         lambda x, w, b, m, v: TF.batch_norm(x, m, v.abs() + 0.5, w, b, False, 0.1, 1e-5),
     ),
@@ -189,6 +190,40 @@ def test_constants_made_on_the_host_are_kept_by_the_replay(handle, full_calls):
     assert len(full_calls) == 2  # maximum, minimum: the first call alone
 
 
+def test_parameters_filled_on_the_host_are_kept_by_the_replay(handle, full_calls):
+    """A batch norm without weight and bias fills a new one and a new zero on the host: constants a
+    replay keeps, as torch.full's."""
+    mean, var = torch.randn(4), torch.rand(4) + 0.5
+    with torch.no_grad():
+        for k in range(3):
+            x = torch.randn(2, 4, 5, 6) * (k + 1)
+            expected = TF.batch_norm(x.double(), mean.double(), var.double(), None, None, False, 0.1, 1e-5)
+            assert relative_error(ot.functions.batch_norm(x, mean, var, None, None, False, 0.1, 1e-5), expected) < 1e-6
+    (kept,) = handle.executables.values()
+    assert isinstance(kept, Executable) and kept.source.count("= kept") == 2
+    assert len(full_calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters", "launches"),
+    [("relu", [], 1), ("hardtanh", [0.0, 6.0], 1), ("elu", [0.5], 1), ("hardtanh", [-2.0, 3.0], 4)],
+    ids=["relu", "relu6", "elu", "hardtanh_below_zero"],
+)
+def test_torchs_activation_gradients_take_one_launch_from_zero(name, parameters, launches, handle, full_calls):
+    """relu's, relu6's (hardtanh from 0) and elu's gradients are one pointwise launch of torch's rule;
+    a hardtanh from below 0 composes its tests (two comparisons, an or, a select)."""
+    x = torch.randn(3, 8, dtype=torch.float64)
+    x[0, :4] = torch.tensor([float("nan"), 0.0, -0.0, float("inf")])
+    dy = torch.randn(3, 8, dtype=torch.float64)
+    for _ in range(2):  # recorded, then replayed
+        dx = operators.activation_backward(dy, x, name, parameters)
+    torch_forward = {"relu": TF.relu, "hardtanh": TF.hardtanh, "elu": TF.elu}[name]
+    _, reference = torch_elementwise(lambda t: torch_forward(t, *parameters), x, dy)  # (torch's scalar formula)
+    torch.testing.assert_close(dx, reference, rtol=1e-12, atol=0.0, equal_nan=True)
+    key = operators.activation_backward.key(operators.activation_backward.eager_kernel, dy, x, name, parameters)
+    assert handle.executables[key].launches == launches and len(full_calls) == launches
+
+
 def test_host_work_a_replay_cannot_repeat_keeps_a_fallback_with_the_reason(handle, full_calls):
     x = torch.randn(0, 8)
     with torch.no_grad():
@@ -268,6 +303,25 @@ def test_the_products_keep_their_executables_on_the_handle_their_kernels_run_on(
     kept = other.executables.values()
     assert len(kept) == 6 and all(isinstance(e, Executable) for e in kept)  # conv, its two backwards, 3 products
     assert not handle.executables and len(full_calls) == 6
+
+
+@pytest.mark.parametrize("route", ["functional_calls", "enabled"])
+def test_routed_functional_calls_replay_the_executables_of_their_signature(route, handle, full_calls):
+    """torch's F.conv2d and F.relu, routed by functional_calls() or enable(): forward and backward
+    recorded by the first step, replayed by the next ones, with torch's results."""
+    w = torch.randn(6, 4, 3, 3, dtype=torch.float64)
+    counts = []
+    for seed in range(3):
+        x = torch.randn(2, 4, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+        mine, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with ot.functional_calls() if route == "functional_calls" else ot.enabled():
+            y = TF.relu(TF.conv2d(mine, w, None, 1, 1))
+        y.sum().backward()
+        reference = TF.relu(TF.conv2d(theirs, w, None, 1, 1))
+        reference.sum().backward()
+        assert relative_error(y, reference) < 1e-12 and relative_error(mine.grad, theirs.grad) < 1e-12
+        counts.append(len(full_calls))
+    assert counts[0] == 4 and counts[2] == counts[1] == counts[0]  # conv, relu, their backwards (of x)
 
 
 def test_the_executables_are_bounded(handle, monkeypatch):

@@ -311,3 +311,44 @@ def test_fused_training_batch_norm_keeps_nan_where_torchs_modules_do(activation)
             assert expected.isnan().any() and not expected.isnan().all()
             assert_same(fused(x, z), expected)
             torch.testing.assert_close(fused.norm.running_mean, theirs.norm.running_mean, equal_nan=True)
+
+
+# torch's relu and hardtanh backward formulas, as its CUDA kernels and its CPU kernels' scalar loop
+# compute them (the vectorized CPU loop gives hardtanh 0 at NaN): a selection, dy where the
+# pre-activation is NaN; the gradient of torch.where is that selection
+TORCH_FORMULAS = {
+    "relu": nn.ReLU(),
+    "relu6": lambda v: torch.where(v <= 0, 0.0, torch.where(v >= 6, 6.0, v)),
+}
+# x's plane and dtype that take each Triton design: the three passes (35 positions), the one-read
+# kernels (32, float32: the one-read backward's)
+DESIGNS = {"three-pass": ((5, 7), torch.float64), "one-read": ((4, 8), torch.float32)}
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+@pytest.mark.parametrize("activation", [nn.ReLU(), nn.ReLU6()], ids=["relu", "relu6"])
+def test_fused_training_batch_norm_gradients_at_nan_are_torchs(activation, backend, design, monkeypatch):
+    """A NaN in x's channel 1 (all its pre-activations NaN), one in the residual's channel 2 (that
+    pre-activation alone) and one in dy: the gradients of x, the residual and the parameters are
+    torch's, whose relu and hardtanh pass dy at a NaN pre-activation (0 there would change dz and
+    channel 2's dx)."""
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    plane, dtype = DESIGNS[design]
+    torch.manual_seed(0)
+    ours = ot.fuse(NormChain(activation).to(dtype).train())
+    assert "FusedBatchNorm2d" in {type(module).__name__ for module in ours.modules()}
+    theirs = NormChain(TORCH_FORMULAS["relu" if isinstance(activation, nn.ReLU) else "relu6"]).to(dtype).train()
+    theirs.norm.load_state_dict(ours.norm.state_dict())
+    x, z, dy = (3 * torch.randn(2, 4, *plane, dtype=dtype) for _ in range(3))
+    x[1, 1, 2, 3], z[0, 2, 1, 3], dy[0, 3, 0, 0] = float("nan"), float("nan"), float("nan")
+    gradients = []
+    for model in (ours, theirs):
+        x_grad, z_grad = x.clone().requires_grad_(), z.clone().requires_grad_()
+        model(x_grad, z_grad).backward(dy)
+        gradients.append((x_grad.grad, z_grad.grad, model.norm.weight.grad, model.norm.bias.grad))
+    tolerance = {"rtol": 1e-8, "atol": 1e-10} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-4}
+    for mine, reference in zip(*gradients):
+        assert torch.equal(mine.isnan(), reference.isnan()) and not reference.isnan().all()
+        torch.testing.assert_close(mine, reference, equal_nan=True, **tolerance)
+    assert gradients[0][1][0, 2, 1, 3] == dy[0, 2, 1, 3]  # dy passes the NaN pre-activation

@@ -1,8 +1,10 @@
 """The activations' Triton forms, which the pointwise kernel, the convolution and matrix-product
 epilogues share: ``activation`` (forward) and ``activation_derivative``, by name (MODE "relu",
 "clipped_relu", "elu", "gelu", "gelu_approx_tanh", "sigmoid", "tanh", "softplus", "swish",
-"identity"; ``coef`` the clipped relu ceiling, elu alpha, softplus and swish beta). The float64
-reference forms are ``families/pointwise/problem.py``'s.
+"identity"; ``coef`` the clipped relu ceiling, elu alpha, softplus and swish beta), and
+``torch_gradient``, torch's gradient of the activations whose torch formula selects (relu, clipped
+relu, elu: ``Activation.torch_selects``). The float64 reference forms are
+``families/pointwise/problem.py``'s.
 
 FAST (a 16-bit output, float32 arithmetic on a GPU) takes the ``tm.*_approx`` forms where they
 save instructions, accurate far beyond the output's half-ulp.
@@ -123,3 +125,19 @@ def activation_derivative(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = Fals
         tl.static_assert(MODE == "identity", "unknown activation")
         d = tl.where(x == x, 1.0, 1.0)  # 1 at NaN and inf too (x * 0 + 1 is NaN there)
     return d
+
+
+@triton.jit
+def torch_gradient(MODE: tl.constexpr, dy, x, coef):
+    """torch's gradient of relu (threshold_backward), clipped relu (hardtanh_backward from 0) and elu:
+    0 (relu, clipped relu) or dy * coef * exp(x) (elu) where x <= 0 or x >= coef, else dy. A
+    selection, not dy * f'(x): a NaN x fails the tests and passes dy, and a NaN or infinite dy gives
+    0 where relu and clipped relu are flat."""
+    if MODE == "relu":
+        g = tl.where(x <= 0.0, 0.0, dy)
+    elif MODE == "clipped_relu":
+        g = tl.where((x <= 0.0) | (x >= coef), 0.0, dy)
+    else:
+        tl.static_assert(MODE == "elu", "torch's gradient selects for relu, clipped_relu and elu")
+        g = tl.where(x <= 0.0, dy * coef * tl.exp(tl.minimum(x, 0.0)), dy)
+    return g

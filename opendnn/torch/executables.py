@@ -54,6 +54,13 @@ _FROM_DATA = frozenset({_aten.lift_fresh.default})
 # new tensors made from Python values alone (a 0-d tensor of a constant): a replay makes them again,
 # or keeps the recorded one where the call neither returns nor changed it (_Sources._allocate)
 _FACTORIES = frozenset({_aten.full.default, _aten.zeros.default, _aten.ones.default, _aten.scalar_tensor.default})
+_FILL = _aten.fill_.Scalar  # of a new storage with a number: a factory too (Recording._fills_new_storage)
+
+
+def filled(shape: tuple[int, ...], strides: tuple[int, ...], value: Any, **placement: Any) -> torch.Tensor:
+    """A new tensor of ``shape`` and ``strides`` filled with ``value``: what a recorded allocation and
+    fill made."""
+    return torch.empty_strided(shape, strides, **placement).fill_(value)
 
 
 def record(handle: Handle, key: tuple[Any, ...], kernel: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -106,9 +113,26 @@ class Recording(TorchDispatchMode):
             self.allocated.add(_storage(output))
         elif func in _FACTORIES:
             self.made[_storage(output)] = (func, tuple(args), dict(kwargs or {}))
+        elif func is _FILL and self._fills_new_storage(*args):
+            storage, (tensor, value) = _storage(args[0]), args
+            self.allocated.discard(storage)
+            placement = {"dtype": tensor.dtype, "device": tensor.device}
+            self.made[storage] = (filled, (tuple(tensor.shape), tensor.stride(), value), placement)
         elif (not func.is_view or func in _FROM_DATA) and self.refusal is None:
             self.refusal = f"the call runs {func} on the host"
         return output
+
+    def _fills_new_storage(self, tensor: torch.Tensor, value: Any) -> bool:
+        """Whether a fill of ``tensor`` with ``value`` makes a constant: a number filling all of a
+        storage the call allocated (batch norm's absent weight, filled with ones), which a replay
+        makes again as it makes ``torch.full``'s."""
+        storage = tensor.untyped_storage()
+        return (
+            value.__class__ in (int, float, bool)
+            and _storage(tensor) in self.allocated
+            and tensor.data_ptr() == storage.data_ptr()
+            and _extent(tensor) == storage.nbytes()
+        )
 
     def launched(self, launch: Any, tensors: dict[str, Any]) -> None:
         self.launches.append((launch, {name: tensors[name] for name in launch.keyed}))

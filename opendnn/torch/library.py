@@ -168,11 +168,15 @@ _TORCH_ERROR_CLASSES: dict[tuple[type[OpenDnnError], type[Exception]], type[Open
 
 def _autocast_kernel(op: torch._ops.OpOverload, device_type: str, key: str, rule: AutocastRule) -> Callable[..., Any]:
     """The operator's kernel at an autocast dispatch key: the floating inputs cast to the rule's
-    dtype, then the call goes on below autocast."""
+    dtype, then the call goes on below autocast, the key excluded: under torch's Python dispatcher
+    (torch.compile's fake-tensor propagation) a redispatch finds the call's keys anew, and would come
+    back here without the exclusion."""
     below = getattr(torch._C.DispatchKey, key)
+    excluded = torch._C.DispatchKeySet(below)
 
     def kernel(keyset: Any, *args: Any) -> Any:
-        return op.redispatch(keyset.remove(below), *autocast_arguments(rule, device_type, args))
+        with torch._C._ExcludeDispatchKeyGuard(excluded):
+            return op.redispatch(keyset.remove(below), *autocast_arguments(rule, device_type, args))
 
     return kernel
 

@@ -342,8 +342,8 @@ def _batch_norm_training_backward(
     has_z: bool,
 ) -> tuple[Tensor, ...]:
     state = F.BatchNormState(saved_mean, saved_inv_std, reserve if reserve.numel() else None)
-    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(
-        dy, x, weight, state, eps, activation=activation, coef=coef, has_z=has_z
+    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(  # (torch's relu and hardtanh gradient: dy at NaN)
+        dy, x, weight, state, eps, activation=activation, coef=coef, torch_rule=True, has_z=has_z
     )
     return dx, x.new_empty(0) if dz is None else dz, dweight, dbias
 

@@ -349,40 +349,30 @@ def _hardtanh(x: Tensor, low: float, high: float) -> Tensor:
     return F.minimum(F.maximum(x, scalar(low, x)), scalar(high, x))
 
 
-def _outside_gradient(dy: Tensor, outside: Tensor) -> Tensor:
-    """0 where ``outside``, else dy (torch's backward of relu and hardtanh, NaN dy included)."""
-    return F.where(outside, scalar(0.0, dy), dy)
-
-
-def _relu_backward(dy: Tensor, x: Tensor) -> Tensor:
-    """torch's threshold_backward: 0 where x <= 0, else dy (dy at a NaN x)."""
-    return _outside_gradient(dy, F.le(x, scalar(0.0, x)))
-
-
 def _hardtanh_backward(dy: Tensor, x: Tensor, low: float, high: float) -> Tensor:
-    """torch's hardtanh_backward: 0 where x <= low or x >= high, else dy (dy at a NaN x)."""
-    return _outside_gradient(dy, F.logical_or(F.le(x, scalar(low, x)), F.ge(x, scalar(high, x))))
-
-
-def _elu_backward(dy: Tensor, x: Tensor, alpha: float) -> Tensor:
-    """torch's elu_backward: dy * alpha * exp(x) where x <= 0, else dy (dy at a NaN x)."""
-    return F.where(F.le(x, scalar(0.0, x)), F.elu_backward(dy, x, alpha), dy)
+    """torch's hardtanh_backward: 0 where x <= low or x >= high, else dy (dy at a NaN x, 0 there
+    for a NaN dy): clipped relu's torch rule where low is 0, one launch; else composed of four."""
+    if low == 0:
+        return F.clipped_relu_backward(dy, x, high, torch_rule=True)
+    outside = F.logical_or(F.le(x, scalar(low, x)), F.ge(x, scalar(high, x)))
+    return F.where(outside, scalar(0.0, dy), dy)
 
 
 # name (torch's): (forward(x, *parameters), backward(dy, x, *parameters)). The forwards keep NaN as
 # torch's do (relu's and clipped relu's PROPAGATE_NAN). The backwards are torch's formulas, NaN
 # included: relu, hardtanh and elu pass dy where x is NaN (torch tests x <= 0, false for NaN), where
 # the cuDNN-shaped activation backward and opendnn.functional's give 0 or NaN for relu and clipped
-# relu (the NaN option) and NaN for elu (docs/design/torch_integration.md).
+# relu (the NaN option) and NaN for elu; their ``torch_rule`` computes torch's in one launch
+# (docs/design/torch_integration.md).
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "relu": (lambda x: F.relu(x, propagate_nan=True), _relu_backward),
+    "relu": (lambda x: F.relu(x, propagate_nan=True), lambda dy, x: F.relu_backward(dy, x, torch_rule=True)),
     "hardtanh": (_hardtanh, _hardtanh_backward),
     "gelu": (F.gelu, F.gelu_backward),
     "gelu_tanh": (lambda x: F.gelu(x, "tanh"), lambda dy, x: F.gelu_backward(dy, x, "tanh")),
     "silu": (F.swish, F.swish_backward),
     "sigmoid": (F.sigmoid, F.sigmoid_backward),
     "tanh": (F.tanh, F.tanh_backward),
-    "elu": (F.elu, _elu_backward),
+    "elu": (F.elu, lambda dy, x, alpha: F.elu_backward(dy, x, alpha, torch_rule=True)),
     "softplus": (F.softplus, F.softplus_backward),
 }
 

@@ -12,8 +12,9 @@ were not.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -22,6 +23,8 @@ from torch.overrides import TorchFunctionMode
 
 from opendnn.core.errors import NotSupported
 from opendnn.torch import functions
+
+_is_compiling = torch.compiler.is_compiling
 
 
 def require(condition: bool, reason: str) -> None:
@@ -222,35 +225,43 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
     return routes
 
 
-def all_float(values: Sequence[Any]) -> bool:
-    tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    return bool(tensors) and all(t.is_floating_point() for t in tensors)
+def all_float(values: Iterable[Any]) -> bool:
+    """Whether ``values`` hold a tensor and every tensor among them is of a floating dtype."""
+    tensors = 0
+    for value in values:  # (a loop: a generator or a list costs more than the test, per call)
+        if isinstance(value, torch.Tensor):
+            if not value.is_floating_point():
+                return False
+            tensors += 1
+    return tensors > 0
 
 
 class functional_calls(TorchFunctionMode):  # noqa: N801 (used as a context manager, like torch.no_grad)
     """A context in which torch's functional calls with an opendnn equivalent run on opendnn.
 
     Attributes:
-        routed: calls routed to opendnn, counted per torch function name.
+        routed: calls routed to opendnn, counted per torch function name (eager calls: a call
+            inside a torch.compile'd function is routed and not counted).
         left_to_torch: for each torch function with an opendnn route that ran as torch's, why
             (the last reason seen).
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.routes = _routes()
+        # torch function: (its route, its name)
+        self.routes = {func: (route, getattr(func, "__name__", str(func))) for func, route in _routes().items()}
         self.routed: Counter[str] = Counter()
         self.left_to_torch: dict[str, str] = {}
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
+        routed = self.routes.get(func)
+        if routed is None:
+            return func(*args, **(kwargs or {}))
+        route, name = routed
         kwargs = kwargs or {}
-        route = self.routes.get(func)
-        if route is None:
-            return func(*args, **kwargs)
-        name = getattr(func, "__name__", str(func))
-        if not all_float(list(args) + list(kwargs.values())):
+        if not all_float(itertools.chain(args, kwargs.values()) if kwargs else args):
             self.left_to_torch[name] = "a tensor argument that is not floating point"
             return func(*args, **kwargs)
         try:
@@ -258,5 +269,6 @@ class functional_calls(TorchFunctionMode):  # noqa: N801 (used as a context mana
         except NotSupported as reason:
             self.left_to_torch[name] = str(reason)
             return func(*args, **kwargs)
-        self.routed[name] += 1
+        if not _is_compiling():  # (a count torch.compile traced would be a guard failing every call)
+            self.routed[name] += 1
         return result

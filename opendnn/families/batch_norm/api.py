@@ -400,9 +400,11 @@ def backward_ex_problem(
     activation_desc: ActivationDescriptor | None,
     *,
     saved: tuple[bool, bool],
+    torch_rule: bool = False,
 ) -> BatchNormProblem:
     """The validated problem of batch_normalization_backward_ex, given which of the saved statistics
-    (mean, inverse variance) the call passes (as training_ex_problem).
+    (mean, inverse variance) the call passes (as training_ex_problem); ``torch_rule``: the gradient
+    at a NaN pre-activation is dy (``batch_norm_problem``).
 
     Raises:
         BadParam, NotSupported: as batch_normalization_backward_ex.
@@ -425,6 +427,7 @@ def backward_ex_problem(
         beta_param=beta_param_diff,
         saved=saved[0],
         reserve=BatchNormOps(bn_ops) is not BatchNormOps.BN,
+        torch_rule=torch_rule,
     )
 
 

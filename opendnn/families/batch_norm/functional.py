@@ -44,7 +44,7 @@ from opendnn.families.batch_norm.problem import (
 )
 from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
 from opendnn.families.pointwise.functional import activation_mode
-from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.families.pointwise.problem import PointwiseMode, check_nan_rule
 
 MODE = BatchNormMode.SPATIAL
 
@@ -214,12 +214,16 @@ def batch_norm_add_activation_backward(
     activation: str | None = "relu",
     coef: float | None = None,
     propagate_nan: bool = False,
+    torch_rule: bool = False,
     has_z: bool = True,
     handle: Handle | None = None,
 ) -> tuple[Any, Any, Any, Any]:
-    """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z);
-    ``propagate_nan`` (of a forward that had it): the gradient at a NaN pre-activation is NaN, else 0."""
-    return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle, propagate_nan)
+    """(dx, dz, dweight, dbias) of ``batch_norm_add_activation`` (dz None when it had no z); the
+    gradient at a NaN pre-activation is 0, or NaN with ``propagate_nan``, or dy with ``torch_rule``
+    (torch's relu and hardtanh backward, a selection: 0 where the activation is flat, whatever dy);
+    either needs a forward that had ``propagate_nan``, whose reserve space marks the NaN positions."""
+    check_nan_rule(propagate_nan, torch_rule)
+    return _backward(dy, x, weight, state, eps, activation, coef, has_z, handle, propagate_nan, torch_rule)
 
 
 def _backward(
@@ -233,12 +237,13 @@ def _backward(
     has_z: bool,
     handle: Handle | None,
     propagate_nan: bool = False,
+    torch_rule: bool = False,
 ) -> tuple[Any, Any, Any, Any]:
     has_z = bool(has_z)
     if not isinstance(state, BatchNormState):  # (the message is formatted only on failure)
         raise BadParam(f"state={state!r} must be the BatchNormState of batch_norm_add_activation")
     arrays = (weight, state.saved_mean, state.saved_inv_std)
-    scalars = (eps, activation, coef, has_z, propagate_nan)
+    scalars = (eps, activation, coef, has_z, propagate_nan, torch_rule)
     key = signature("batch_norm_backward", (x, dy, *arrays, state.reserve), scalars)
     if key is not None:
         keyed_handle, plan = lookup(handle, key)
@@ -249,7 +254,7 @@ def _backward(
     xb, dyb = wrap("x", x), wrap("dy", dy)
     handle = handle_for(xb, handle)
     try:
-        plan = _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z, propagate_nan)
+        plan = _backward_plan(xb, dyb, handle, arrays, eps, activation, coef, has_z, propagate_nan, torch_rule)
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     return _backward_run(handle, plan, key, xb, dyb, _natives(arrays), state.reserve, has_z, x)
@@ -420,9 +425,10 @@ def _backward_plan(
     coef: float | None,
     has_z: bool,
     propagate_nan: bool,
+    torch_rule: bool,
 ) -> Plan:
     """The plan of a backward call (as ``_forward_plan``'s); its output dx (and dz) is packed in x's
-    memory order."""
+    memory order. ``torch_rule`` reads the reserve's NaN marks, which ``propagate_nan`` lays out."""
     params = _Parameters(xb.desc)
     weight, saved_mean, saved_inv_std = arrays
     sources = (
@@ -445,8 +451,9 @@ def _backward_plan(
         dx,
         params.desc,
         eps,
-        _activation_descriptor(ops, activation, coef, propagate_nan),
+        _activation_descriptor(ops, activation, coef, propagate_nan or torch_rule),
         saved=(saved_mean is not None, saved_inv_std is not None),
+        torch_rule=torch_rule,
     )
     return Plan("batch_norm", problem, (dx,), None, _Memory(params, sources, *api.space_sizes(handle, problem)))
 

@@ -163,8 +163,14 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
         mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
     if t.reserve is not None and problem.reserve:
         marks = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape)
-        mask = np.where(marks == NAN_MARK, np.nan if problem.propagate_nan else 0.0, marks).astype(x.dtype)
-    g = dy if mask is None else dy * mask
+        at_nan = 1.0 if problem.torch_rule else np.nan if problem.propagate_nan else 0.0
+        mask = np.where(marks == NAN_MARK, at_nan, marks).astype(x.dtype)
+    if mask is None:
+        g = dy
+    elif problem.torch_rule:  # torch's selects: 0 where the mask is, even for a NaN or infinite dy
+        g = np.where(mask != 0, dy, 0.0).astype(dy.dtype, copy=False)
+    else:
+        g = dy * mask
     if t.z is not None:
         write(t.z, g, problem.alpha, problem.beta)
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)

@@ -23,7 +23,9 @@ absent. The Ex activations are RELU, CLIPPED_RELU (coef: the ceiling) and IDENTI
 space written by the Ex forward carries the activation's mask (where act' is 1) for backward. A NaN
 pre-activation gives 0 through relu and clipped relu (cuDNN's NOT_PROPAGATE_NAN, act' = 0 there), or
 NaN with ``propagate_nan`` (the activation descriptor's PROPAGATE_NAN; act' is NaN there, so g is NaN:
-the pointwise relu backward's rule), in which case the reserve space marks the NaN positions too.
+the pointwise relu backward's rule), in which case the reserve space marks the NaN positions too; a
+backward with ``torch_rule`` gives dy there (g = dy where the mask or the NaN mark is set, else 0:
+torch's relu and hardtanh backward, the pointwise backward's ``torch_rule``).
 
 Data in FLOAT, HALF, BFLOAT16 or DOUBLE; scale, bias and the statistics in FLOAT (DOUBLE for DOUBLE
 data) with the dims of ``derive_bn_tensor_descriptor``.
@@ -46,6 +48,7 @@ from opendnn.core.memo import cached_hash, memoized
 
 BN_MIN_EPSILON = 1e-5  # cuDNN's CUDNN_BN_MIN_EPSILON
 ACTIVATIONS = ("relu", "clipped_relu", "identity")  # the activations the Ex forms fuse
+NAN_RULED = ("relu", "clipped_relu")  # those whose NaN rule propagate_nan (and torch_rule) set
 
 
 class BatchNormMode(enum.Enum):
@@ -127,6 +130,7 @@ class BatchNormProblem:
     update_running: bool = False
     saved: bool = False
     reserve: bool = False  # the Ex forward writes, or the Ex backward reads, the activation mask
+    torch_rule: bool = False  # backward with propagate_nan's NaN marks: g = dy at a NaN pre-activation (torch's)
 
     @property
     def reduced_axes(self) -> tuple[int, ...]:
@@ -190,8 +194,10 @@ def batch_norm_problem(
     update_running: bool = False,
     saved: bool = False,
     reserve: bool = False,
+    torch_rule: bool = False,
 ) -> BatchNormProblem:
-    """The shape and dtype rules of every batch normalization call.
+    """The shape and dtype rules of every batch normalization call (``torch_rule``: a backward
+    whose relu or clipped relu had ``propagate_nan`` gives dy at a NaN pre-activation).
 
     Raises:
         BadParam: naming the descriptor or parameter: out, z or dy not of x's dims and dtype, a
@@ -274,7 +280,7 @@ def batch_norm_problem(
         dy_desc,
         activation,
         float(activation_coef),
-        bool(propagate_nan) and activation in ("relu", "clipped_relu"),
+        bool(propagate_nan) and activation in NAN_RULED,
         factor,
         alpha,
         beta,
@@ -283,6 +289,7 @@ def batch_norm_problem(
         bool(update_running),
         bool(saved),
         bool(reserve),
+        bool(torch_rule) and direction is Direction.BACKWARD and bool(propagate_nan) and activation in NAN_RULED,
     )
 
 

@@ -424,6 +424,7 @@ class _Launches:
                 GRADIENT=gradient,
                 MASKED=masked,
                 PROPAGATE_NAN=self.problem.propagate_nan,
+                TORCH_RULE=self.problem.torch_rule,
                 STATS_IN_WORKSPACE=recomputed,
                 **self.blocks,
             ),
@@ -592,6 +593,7 @@ class _Launches:
                 PREFETCH=self.prefetch_lanes(PREFETCH_MIN_CLUSTER if "z" in self.given else PREFETCH_MIN_CLUSTER_DX),
                 MASKED=p.reserve and "reserve" in self.given,
                 PROPAGATE_NAN=p.propagate_nan,
+                TORCH_RULE=p.torch_rule,
                 WRITE_DZ="z" in self.given,
                 HAS_BETA=p.beta != 0.0,
                 HAS_BETA_PARAM=p.beta_param != 0.0,
@@ -665,6 +667,7 @@ class _Launches:
             dict(
                 MASKED=p.reserve and "reserve" in self.given,
                 PROPAGATE_NAN=p.propagate_nan,
+                TORCH_RULE=p.torch_rule,
                 WRITE_DZ="z" in self.given,
                 HAS_BETA=p.beta != 0.0,
                 **self.blocks,

@@ -378,6 +378,7 @@ def bn_one_read_backward_kernel(
     PREFETCH: tl.constexpr,
     MASKED: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
+    TORCH_RULE: tl.constexpr,
     WRITE_DZ: tl.constexpr,
     HAS_BETA: tl.constexpr,
     HAS_BETA_PARAM: tl.constexpr,
@@ -474,7 +475,7 @@ def bn_one_read_backward_kernel(
             INDEX_64,
             PREFETCH,
         )
-    g = gradient_input(dy, packed, MASKED, PROPAGATE_NAN, COMPUTE)
+    g = gradient_input(dy, packed, MASKED, PROPAGATE_NAN, TORCH_RULE, COMPUTE)
     centred = tl.where(valid, x.to(COMPUTE) - mean, 0.0)
     sum1, sum2 = cluster_sums(
         tl.sum(g, 0),

@@ -69,6 +69,7 @@ def bn_reduce_kernel(
     GRADIENT: tl.constexpr,
     MASKED: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
+    TORCH_RULE: tl.constexpr,
     STATS_IN_WORKSPACE: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
     F_DIMS: tl.constexpr,
@@ -157,7 +158,7 @@ def bn_reduce_kernel(
         )
         d = tl.where(valid, x.to(COMPUTE) - center[None, :], 0.0)
         if GRADIENT:
-            g = gradient_input(dy, packed, MASKED, PROPAGATE_NAN, COMPUTE)
+            g = gradient_input(dy, packed, MASKED, PROPAGATE_NAN, TORCH_RULE, COMPUTE)
             sum1 += g
             sum2 += g * d
         else:
@@ -428,6 +429,7 @@ def bn_backward_kernel(
     beta: tl.float64,
     MASKED: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
+    TORCH_RULE: tl.constexpr,
     WRITE_DZ: tl.constexpr,
     HAS_BETA: tl.constexpr,
     OUTER_DIMS: tl.constexpr,
@@ -482,7 +484,7 @@ def bn_backward_kernel(
     mean = tl.load(coef + 2 * feature_total, mask=f_valid, other=0.0)[None, :]
     k2 = tl.load(coef + 3 * feature_total, mask=f_valid, other=0.0)[None, :]
     backward_tile(
-        gradient_input(dy, packed, MASKED, PROPAGATE_NAN, COMPUTE),
+        gradient_input(dy, packed, MASKED, PROPAGATE_NAN, TORCH_RULE, COMPUTE),
         x.to(COMPUTE) - mean,
         k1,
         k2,

@@ -404,13 +404,19 @@ def normalize_tile(
 
 
 @triton.jit
-def gradient_input(dy, packed, MASKED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+def gradient_input(
+    dy, packed, MASKED: tl.constexpr, PROPAGATE_NAN: tl.constexpr, TORCH_RULE: tl.constexpr, COMPUTE: tl.constexpr
+):
     """g: the gradient reaching the batch norm, dy where the activation's mask bit is set (MASKED);
-    PROPAGATE_NAN: NaN where the NaN plane's bit (bits 8-15 of ``packed``) is set."""
+    PROPAGATE_NAN: NaN where the NaN plane's bit (bits 8-15 of ``packed``) is set, or dy there with
+    TORCH_RULE (torch's relu and hardtanh backward: a NaN fails their tests)."""
     g = dy.to(COMPUTE)
     if MASKED:
-        g = tl.where(unpack_mask_bits(packed), g, 0.0)
-        if PROPAGATE_NAN:
+        passes = unpack_mask_bits(packed)
+        if TORCH_RULE:
+            passes = passes | unpack_mask_bits(packed >> MASK_GROUP)
+        g = tl.where(passes, g, 0.0)
+        if PROPAGATE_NAN and not TORCH_RULE:
             g = tl.where(unpack_mask_bits(packed >> MASK_GROUP), float("nan"), g)
     return g
 

@@ -112,27 +112,37 @@ def swish(x: Any, beta: float = 1.0, *, handle: Handle | None = None) -> Any:
 
 
 @caller_dtypes
-def relu_backward(dy: Any, x: Any, *, propagate_nan: bool = False, handle: Handle | None = None) -> Any:
+def relu_backward(
+    dy: Any, x: Any, *, propagate_nan: bool = False, torch_rule: bool = False, handle: Handle | None = None
+) -> Any:
     """Gradient of relu: dy where x > 0, else 0.
 
     Args:
         dy: the gradient of the loss with respect to the activation's output.
         x: the activation's input, broadcastable with ``dy``.
         propagate_nan: a NaN in ``x`` gives NaN; without it, 0.
+        torch_rule: torch's formula (threshold_backward): 0 where x <= 0, else dy, selected: dy
+            where ``x`` is NaN, 0 where x <= 0 even for a NaN or infinite dy.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
         dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
 
     Raises:
-        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``dy`` and ``x`` do not broadcast together, ``propagate_nan`` and ``torch_rule`` both set.
     """
-    return _pointwise(PointwiseMode.RELU_BWD, dy, x, propagate_nan=propagate_nan, handle=handle)
+    return _pointwise(PointwiseMode.RELU_BWD, dy, x, propagate_nan=propagate_nan, torch_rule=torch_rule, handle=handle)
 
 
 @caller_dtypes
 def clipped_relu_backward(
-    dy: Any, x: Any, ceiling: float, *, propagate_nan: bool = False, handle: Handle | None = None
+    dy: Any,
+    x: Any,
+    ceiling: float,
+    *,
+    propagate_nan: bool = False,
+    torch_rule: bool = False,
+    handle: Handle | None = None,
 ) -> Any:
     """Gradient of clipped_relu: dy where 0 < x < ceiling, else 0.
 
@@ -141,29 +151,32 @@ def clipped_relu_backward(
         x: the activation's input, broadcastable with ``dy``.
         ceiling: the clipping value the forward used (6 for relu6); finite and above 0.
         propagate_nan: a NaN in ``x`` gives NaN; without it, 0.
+        torch_rule: torch's formula (hardtanh_backward from 0): 0 where x <= 0 or x >= ceiling,
+            else dy, selected: dy where ``x`` is NaN, 0 there even for a NaN or infinite dy.
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
         dy * f'(x), a new array of ``dy``'s kind and device, of the broadcast shape.
 
     Raises:
-        BadParam: ``dy`` and ``x`` do not broadcast together.
+        BadParam: ``dy`` and ``x`` do not broadcast together, ``propagate_nan`` and ``torch_rule`` both set.
         BadParam: ``ceiling`` not a finite number above 0.
     """
     mode = PointwiseMode.CLIPPED_RELU_BWD
-    return _pointwise(
-        mode, dy, x, coef=resolved_coef(mode, ceiling, "ceiling"), propagate_nan=propagate_nan, handle=handle
-    )
+    coef = resolved_coef(mode, ceiling, "ceiling")
+    return _pointwise(mode, dy, x, coef=coef, propagate_nan=propagate_nan, torch_rule=torch_rule, handle=handle)
 
 
 @caller_dtypes
-def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None = None) -> Any:
+def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, torch_rule: bool = False, handle: Handle | None = None) -> Any:
     """Gradient of elu: dy where x > 0, else dy * alpha * exp(x).
 
     Args:
         dy: the gradient of the loss with respect to the activation's output.
         x: the activation's input, broadcastable with ``dy``.
         alpha: the forward's alpha (torch's default 1.0); finite.
+        torch_rule: torch's formula (elu_backward): dy * alpha * exp(x) where x <= 0, else dy:
+            dy where ``x`` is NaN (without it, NaN).
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -173,9 +186,8 @@ def elu_backward(dy: Any, x: Any, alpha: float = 1.0, *, handle: Handle | None =
         BadParam: ``dy`` and ``x`` do not broadcast together.
         BadParam: ``alpha`` not a finite number.
     """
-    return _pointwise(
-        PointwiseMode.ELU_BWD, dy, x, coef=resolved_coef(PointwiseMode.ELU_BWD, alpha, "alpha"), handle=handle
-    )
+    coef = resolved_coef(PointwiseMode.ELU_BWD, alpha, "alpha")
+    return _pointwise(PointwiseMode.ELU_BWD, dy, x, coef=coef, torch_rule=torch_rule, handle=handle)
 
 
 @caller_dtypes

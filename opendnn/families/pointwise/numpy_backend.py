@@ -19,5 +19,5 @@ def run(problem: PointwiseProblem, inputs: Sequence[Bound], output: Bound) -> No
         read(tensor, compute) * scale if scale != 1.0 else read(tensor, compute)
         for tensor, scale in zip(inputs, problem.input_scales)
     ]
-    result = reference(problem.mode, values, problem.coef, problem.propagate_nan)
+    result = reference(problem.mode, values, problem.coef, problem.propagate_nan, problem.torch_rule)
     write(output, result.astype(compute.to_numpy(), copy=False), problem.alpha, problem.beta)

@@ -10,7 +10,8 @@ float64 or a 32/64-bit integer), ``coef`` the mode's parameter (clipped relu cei
 swish and softplus beta). ``ACTIVATION_TABLE`` is the one place an activation's coefficient is
 defined: what it means, torch's default, its rule; every call that takes an activation by name or
 mode (pointwise, the matmul and convolution epilogues, batch norm's fused forms) resolves it there.
-Backward modes take ``(dy, x)`` and give ``dx = dy * f'(x)``.
+Backward modes take ``(dy, x)`` and give ``dx = dy * f'(x)``, or, with ``torch_rule``, torch's formula of the
+activations whose torch gradient selects rather than multiplies (``Activation.torch_selects``).
 """
 
 from __future__ import annotations
@@ -133,6 +134,10 @@ class Activation:
         default: the coefficient when the caller gives none: torch's default; None when the
             caller must give it.
         positive: the coefficient must be above 0.
+        torch_selects: torch's gradient is a selection by a test of x that NaN fails (relu's
+            threshold_backward, hardtanh's and elu's backward: ``x <= 0``, ``x >= ceiling``), not
+            ``dy * f'(x)``: dy where x is NaN, and 0 where the activation is flat even for a NaN or
+            infinite dy. The backward modes' ``torch_rule`` computes it (``torch_gradient``).
     """
 
     name: str
@@ -140,15 +145,17 @@ class Activation:
     coefficient: str | None = None
     default: float | None = None
     positive: bool = False
+    torch_selects: bool = False
 
 
 ACTIVATION_TABLE = {
     entry.name: entry
     for entry in (
         Activation("identity"),
-        Activation("relu"),
-        Activation("clipped_relu", coefficient="ceiling", positive=True),  # no default: relu6 is ceiling 6
-        Activation("elu", coefficient="alpha", default=1.0),
+        Activation("relu", torch_selects=True),
+        # no default: relu6 is ceiling 6
+        Activation("clipped_relu", coefficient="ceiling", positive=True, torch_selects=True),
+        Activation("elu", coefficient="alpha", default=1.0, torch_selects=True),
         Activation("gelu"),
         Activation("gelu_approx_tanh", aliases=("gelu_tanh",)),
         Activation("sigmoid"),
@@ -184,6 +191,17 @@ def resolved_coef(mode: PointwiseMode, coef: float | None, name: str = "coef") -
     return value
 
 
+def check_nan_rule(propagate_nan: bool, torch_rule: bool) -> None:
+    """An activation gradient's rule at a NaN input is one: 0 (neither), NaN (``propagate_nan``) or
+    dy (``torch_rule``).
+
+    Raises:
+        BadParam: both set.
+    """
+    if propagate_nan and torch_rule:
+        raise BadParam("propagate_nan=True and torch_rule=True: torch's rule gives dy where x is NaN; set one")
+
+
 def _activation_name(mode: PointwiseMode) -> str:
     return mode.value.removesuffix("_fwd").removesuffix("_bwd")
 
@@ -204,6 +222,7 @@ class PointwiseProblem:
     propagate_nan: bool = False
     compute_dtype: DataType = DataType.FLOAT
     fast_math: bool = False  # the handle's: approximate activations for 16-bit outputs on a GPU
+    torch_rule: bool = False  # a backward mode of an activation that ``torch_selects``: torch's gradient
 
 
 def pointwise_problem(
@@ -218,14 +237,18 @@ def pointwise_problem(
     propagate_nan: bool = False,
     compute_type: DataType | None = None,
     fast_math: bool = False,
+    torch_rule: bool = False,
 ) -> PointwiseProblem:
     """The shape and dtype rules of every pointwise call. Arithmetic runs in ``compute_type``:
     by default float64 when any tensor is float64, int32 or int64, else float32. ``coef`` None is
-    the mode's default (``resolved_coef``).
+    the mode's default (``resolved_coef``). ``torch_rule``: a backward mode computes torch's
+    gradient (``torch_gradient``); the other modes' results are torch's already, and it changes
+    nothing there.
 
     Raises:
         BadParam: an input count that does not match the mode, an input that does not broadcast
-            to the output, a non-finite alpha, beta or scale, a coefficient against its rule.
+            to the output, a non-finite alpha, beta or scale, a coefficient against its rule,
+            ``propagate_nan`` and ``torch_rule`` both set.
     """
     return _pointwise_problem(
         mode,
@@ -238,6 +261,7 @@ def pointwise_problem(
         propagate_nan,
         compute_type,
         fast_math,
+        torch_rule,
     )
 
 
@@ -253,6 +277,7 @@ def _pointwise_problem(
     propagate_nan: bool,
     compute_type: DataType | None,
     fast_math: bool,
+    torch_rule: bool,
 ) -> PointwiseProblem:
     """pointwise_problem of (name, descriptor) pairs: hashable, so memoized."""
     mode = check_member("mode", PointwiseMode, mode)
@@ -262,6 +287,9 @@ def _pointwise_problem(
         check_broadcastable(f"{name}_desc", desc, f"{output_name}_desc", output_desc)
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     coef = resolved_coef(mode, coef)
+    check_nan_rule(propagate_nan, torch_rule)
+    entry = ACTIVATION_TABLE.get(_activation_name(mode))
+    torch_rule = bool(torch_rule) and mode.value.endswith("_bwd") and entry is not None and entry.torch_selects
     scales = tuple(check_finite(f"input_scales[{k}]", s) for k, s in enumerate(input_scales))
     scales += (1.0,) * (3 - len(scales))
     descs = tuple(desc for _, desc in inputs)
@@ -270,14 +298,29 @@ def _pointwise_problem(
         double = any(d.dtype in wide for d in (*descs, output_desc))
         compute_type = DataType.DOUBLE if double else DataType.FLOAT
     return PointwiseProblem(
-        mode, descs, output_desc, alpha, beta, scales[:3], coef, bool(propagate_nan), compute_type, bool(fast_math)
+        mode,
+        descs,
+        output_desc,
+        alpha,
+        beta,
+        scales[:3],
+        coef,
+        bool(propagate_nan),
+        compute_type,
+        bool(fast_math),
+        torch_rule,
     )
 
 
 def reference(
-    mode: PointwiseMode, inputs: Sequence[np.ndarray], coef: float = 0.0, propagate_nan: bool = False
+    mode: PointwiseMode,
+    inputs: Sequence[np.ndarray],
+    coef: float = 0.0,
+    propagate_nan: bool = False,
+    torch_rule: bool = False,
 ) -> np.ndarray:
-    """The NumPy definition of every mode, computed in the inputs' float dtype."""
+    """The NumPy definition of every mode, computed in the inputs' float dtype (``torch_rule``: of
+    a problem that keeps it, ``torch_gradient``)."""
     a = inputs[0]
     b, c = (*inputs[1:], a, a)[:2]  # (a mode of fewer inputs never reads the missing ones)
     name = mode.value
@@ -290,6 +333,8 @@ def reference(
     if name.endswith("_fwd"):
         result = _activation(name.removesuffix("_fwd"), a, coef)
         x = a
+    elif torch_rule:
+        return torch_gradient(name.removesuffix("_bwd"), a, b, coef)
     else:
         dy, x = a, b
         result = dy * _activation_derivative(name.removesuffix("_bwd"), x, coef)
@@ -351,6 +396,19 @@ def _activation_derivative(name: str, x: np.ndarray, coef: float) -> np.ndarray:
     if name == "swish":
         s = _sigmoid(coef * x)
         return s + coef * x * s * (1 - s)
+    raise AssertionError(name)
+
+
+def torch_gradient(name: str, dy: np.ndarray, x: np.ndarray, coef: float) -> np.ndarray:
+    """torch's gradient of an activation that ``torch_selects`` (its CPU kernels' scalar formula,
+    which its CUDA kernels share): relu ``x <= 0 ? 0 : dy`` (threshold_backward), clipped relu
+    ``x <= 0 || x >= coef ? 0 : dy`` (hardtanh_backward), elu ``x <= 0 ? dy * coef * exp(x) : dy``."""
+    if name == "relu":
+        return np.where(x <= 0, 0.0, dy).astype(dy.dtype, copy=False)
+    if name == "clipped_relu":
+        return np.where((x <= 0) | (x >= coef), 0.0, dy).astype(dy.dtype, copy=False)
+    if name == "elu":
+        return np.where(x <= 0, dy * coef * np.exp(np.minimum(x, 0)), dy)
     raise AssertionError(name)
 
 

@@ -24,7 +24,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.families.pointwise.problem import PointwiseProblem
 from opendnn.kernels import layout
 from opendnn.kernels import math as tm
-from opendnn.kernels.activation import FAST_DTYPES, activation, activation_derivative
+from opendnn.kernels.activation import FAST_DTYPES, activation, activation_derivative, torch_gradient
 from opendnn.kernels.launch import Launch, Slot
 
 OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
@@ -56,10 +56,19 @@ def tile_offsets(outer, a_index, b_index, sizes, strides, stride_a, stride_b, AL
 
 @triton.jit
 def apply_mode(
-    MODE: tl.constexpr, ACTIVATION: tl.constexpr, a, b, c, coef, PROPAGATE_NAN: tl.constexpr, FAST: tl.constexpr
+    MODE: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    a,
+    b,
+    c,
+    coef,
+    PROPAGATE_NAN: tl.constexpr,
+    FAST: tl.constexpr,
+    TORCH_RULE: tl.constexpr,
 ):
     """The mode's function of up to three inputs (unused ones are ignored). Activations come as
-    MODE "activation_fwd" (of a) or "activation_bwd" (a * derivative at b) with their name."""
+    MODE "activation_fwd" (of a) or "activation_bwd" (a * derivative at b, or torch's gradient of
+    dy = a at x = b with TORCH_RULE) with their name."""
     if MODE == "add":
         y = a + b
     elif MODE == "sub":
@@ -128,10 +137,13 @@ def apply_mode(
         y = tl.where(c != 0, a, b)
     elif MODE == "activation_fwd":
         y = activation(ACTIVATION, a, coef, FAST)
+    elif TORCH_RULE:
+        tl.static_assert(MODE == "activation_bwd", "torch's rule is a gradient's")
+        y = torch_gradient(ACTIVATION, a, b, coef)
     else:
         tl.static_assert(MODE == "activation_bwd", "unknown pointwise mode")
         y = a * activation_derivative(ACTIVATION, b, coef, FAST)
-    if ACTIVATION == "relu" or ACTIVATION == "clipped_relu":  # NaN in: NaN, or 0 if not propagated
+    if (ACTIVATION == "relu" or ACTIVATION == "clipped_relu") and not TORCH_RULE:  # NaN in: NaN, or 0
         x = b
         if MODE == "activation_fwd":
             x = a
@@ -176,6 +188,7 @@ def pointwise_kernel(
     COMPUTE: tl.constexpr,
     ALIGNED: tl.constexpr,
     FAST: tl.constexpr,
+    TORCH_RULE: tl.constexpr,
     SCALED_INPUTS: tl.constexpr,
     HAS_ALPHA: tl.constexpr,
     EVEN: tl.constexpr,
@@ -219,7 +232,7 @@ def pointwise_kernel(
             mask=mask,
         )
         c = c.to(COMPUTE)
-    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN, FAST).to(COMPUTE)
+    y = apply_mode(MODE, ACTIVATION, a, b, c, tl.cast(coef, COMPUTE), PROPAGATE_NAN, FAST, TORCH_RULE).to(COMPUTE)
     if HAS_ALPHA:
         y = y * tl.cast(alpha, COMPUTE)
 
@@ -285,6 +298,7 @@ def pointwise_launch(problem: PointwiseProblem, fast: bool = False) -> Launch:
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
         ALIGNED=all(stride % 16 == 0 for s in strides for stride in s[:-2]),
         FAST=fast,
+        TORCH_RULE=problem.torch_rule,
         SCALED_INPUTS=any(scale != 1.0 for scale in problem.input_scales),
         HAS_ALPHA=problem.alpha != 1.0,
         EVEN=tiled.sizes[-2] % block_a == 0 and tiled.sizes[-1] % block_b == 0,
