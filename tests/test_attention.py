@@ -371,14 +371,15 @@ def call_forward(
         (
             lambda: F.scaled_dot_product_attention(randn(1, 2, 3, 8), randn(1, 2, 3, 16), randn(1, 2, 3, 8)),
             od.BadParam,
-            r"key.dims\[3\]=16 must equal query.dims\[3\]=8",
+            r"key.shape\[-1\]=16 must equal query.shape\[-1\]=8",
         ),
         (
             lambda: F.scaled_dot_product_attention(
                 randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(2, 2, 3, 3)
             ),
             od.BadParam,
-            r"attn_mask.dims\[0\]=2 must be 1 \(it broadcasts to \[1, 2, 3, 3\]\)",
+            r"attn_mask.shape\[-4\]=2 must be 1 \(attn_mask.shape=\[2, 2, 3, 3\] broadcasts over query's leading "
+            r"dims \[1\]\)",
         ),
         (
             lambda: F.scaled_dot_product_attention(
@@ -417,7 +418,7 @@ def call_forward(
                 randn(1, 2, 4),
             ),
             od.BadParam,
-            r"stats.dims=\[1, 2, 4\] must be \[1, 2, 3\] \(batch, heads, sequence of query\)",
+            r"stats.shape=\[1, 2, 4\] must be \[1, 2, 3\] \(query's shape less its head dim, as the forward gives it",
         ),
         (
             lambda: F.scaled_dot_product_attention_backward(
@@ -431,7 +432,7 @@ def call_forward(
                 mask_grad=True,
             ),
             od.NotSupported,
-            r"grad_attn_mask: attn_mask.dtype=bool is a mask and has no gradient",
+            r"mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient",
         ),
     ],
 )

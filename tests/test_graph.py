@@ -2,6 +2,7 @@
 check_support's reasons, the variant pack, scalars by value and by name, and serialization."""
 
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -354,6 +355,20 @@ def test_a_repeated_execute_reuses_its_binding_and_a_new_array_is_checked_again(
     out.fill_(float("nan"))
     g.execute(pack, workspace)
     assert relative_error(out.numpy(), np.maximum(xa.double().numpy() * 0.5 + ba.double().numpy(), 0)) < 1e-6
+
+
+def test_drop_kept_binding_leaves_no_array_of_the_last_execute_alive():
+    rng = np.random.default_rng(22)
+    g, x, b, s, y = scale_bias_relu()
+    build(g, "reference")
+    out = torch.full((2, 3, 4), float("nan"))
+    workspace = torch.empty(g.get_workspace_size(), dtype=torch.uint8)
+    g.execute({x: torch.from_numpy(random(rng, (2, 3, 4))), b: torch.ones(1, 3, 1), s: 0.5, y: out}, workspace)
+    held = weakref.ref(out)
+    del out
+    assert held() is not None  # the kept binding holds the pack's arrays
+    g.drop_kept_binding()
+    assert held() is None
 
 
 def test_cuda_graph_capture_on_the_cpu_is_not_supported_and_names_the_reason():

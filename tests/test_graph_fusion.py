@@ -9,8 +9,24 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from graph_helpers import build, cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: F401
+from graph_helpers import (  # noqa: F401
+    QUIET_NUMPY,
+    assert_same_special_values,
+    build,
+    cpu_graph,
+    epilogue_special_values,
+    graph_inputs,
+    kernel_cache,
+    on_both_engines,
+    pointwise_special_values,
+    prologue_special_values,
+    random,
+    relative_error,
+    run,
+    t64,
+)
 
+import opendnn as od
 import opendnn.graph as og
 
 ENGINES = ["fused", "reference"]
@@ -210,11 +226,11 @@ def test_matmul_row_bias_activation_then_residual(engine):
 def test_an_epilogue_stops_where_the_chain_stops_fitting_its_slots():
     g = cpu_graph("partial")
     a, b = g.tensor([3, 4], name="a"), g.tensor([4, 5], name="b")
-    c = g.exp(g.relu(g.matmul(a, b)))  # exp is a second activation: no slot left
+    c = g.exp(g.tanh(g.matmul(a, b)))  # exp is a second activation: no slot left
     c.set_output(True)
     build(g, "fused")
     assert steps(g) == ["EpilogueCall", "FusedKernel"]
-    assert "relu_1 in its fused epilogue (activation)" in g.plan.describe()
+    assert "tanh_1 in its fused epilogue (activation)" in g.plan.describe()
 
 
 # ---- normalizations and the fused tail ----------------------------------------------------------------
@@ -317,6 +333,39 @@ def test_every_reduction_mode_in_a_fused_kernel(mode):
         "mul_no_zeros": v.prod(axes, keepdims=True),
     }[mode]
     assert relative_error(out, expected) < TOLERANCE
+
+
+# ---- NaN, infinities and signed zeros: what the reference engine computes -------------------------------
+
+ACTIVATIONS = [mode for mode in od.PointwiseMode if mode.value.endswith("_fwd")]
+
+
+@QUIET_NUMPY
+@pytest.mark.parametrize("mode", list(od.PointwiseMode), ids=lambda mode: mode.value)
+def test_every_pointwise_mode_in_a_generated_kernel_gives_the_reference_engines_special_values(mode):
+    (actual,), (expected,), fused_steps = on_both_engines(pointwise_special_values(mode), "fused")
+    assert_same_special_values(actual, expected, TOLERANCE, mode.value)
+    assert fused_steps == ["FusedKernel"]
+
+
+@QUIET_NUMPY
+@pytest.mark.parametrize("anchor", ["conv_fprop", "matmul"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda mode: mode.value)
+def test_an_epilogues_activation_gives_the_reference_engines_nan_infinities_and_signed_zeros(activation, anchor):
+    (actual,), (expected,), fused_steps = on_both_engines(epilogue_special_values(anchor, activation), "fused")
+    assert_same_special_values(actual, expected, TOLERANCE, activation.value)
+    # the product's epilogue turns NaN into 0 (cuBLASLt's relu): relu and clipped relu run after it
+    nan_to_zero = anchor == "matmul" and activation.value.startswith(("relu", "clipped_relu"))
+    assert fused_steps == (["EpilogueCall", "FusedKernel"] if nan_to_zero else ["EpilogueCall"])
+
+
+@QUIET_NUMPY
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda mode: mode.value)
+def test_a_prologue_of_activation_comparison_and_select_gives_the_reference_engines_special_values(activation):
+    fused, reference, fused_steps = on_both_engines(prologue_special_values(activation), "fused")
+    for name, actual, expected in zip(("activated", "keep", "selected", "total"), fused, reference):
+        assert_same_special_values(actual, expected, TOLERANCE, f"{activation.value}: {name}")
+    assert fused_steps == ["FusedKernel"]
 
 
 # ---- the rule -----------------------------------------------------------------------------------------

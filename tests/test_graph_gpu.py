@@ -7,6 +7,15 @@ import time
 import pytest
 import torch
 import torch.nn.functional as TF
+from graph_helpers import (  # noqa: F401
+    QUIET_NUMPY,
+    assert_same_special_values,
+    epilogue_special_values,
+    kernel_cache,
+    on_both_engines,
+    pointwise_special_values,
+    prologue_special_values,
+)
 
 import opendnn as od
 import opendnn.graph as og
@@ -64,6 +73,28 @@ def test_conv_bias_relu_and_genstats_at_resnet_sizes():
     assert relative_error(out, expected) < 1e-2
     assert relative_error(sums[0], out.double().sum((0, 2, 3), keepdim=True)) < 1e-4
     assert relative_error(sums[1], (out.double() ** 2).sum((0, 2, 3), keepdim=True)) < 1e-4
+
+
+@QUIET_NUMPY
+@pytest.mark.usefixtures("kernel_cache")
+@pytest.mark.parametrize("mode", list(od.PointwiseMode), ids=lambda mode: mode.value)
+def test_every_compiled_pointwise_mode_gives_the_reference_engines_nan_infinities_and_signed_zeros(mode):
+    (actual,), (expected,), _ = on_both_engines(pointwise_special_values(mode), "fused", DEVICE)
+    assert_same_special_values(actual, expected, 1e-5, mode.value)
+
+
+@QUIET_NUMPY
+@pytest.mark.usefixtures("kernel_cache")
+@pytest.mark.parametrize("activation", [m for m in od.PointwiseMode if m.value.endswith("_fwd")], ids=lambda m: m.value)
+def test_compiled_epilogues_and_prologues_give_the_reference_engines_nan_infinities_and_signed_zeros(activation):
+    for build_graph in (
+        epilogue_special_values("conv_fprop", activation),
+        epilogue_special_values("matmul", activation),
+        prologue_special_values(activation),
+    ):
+        actual, expected, _ = on_both_engines(build_graph, "fused", DEVICE)
+        for a, e in zip(actual, expected):
+            assert_same_special_values(a, e, 1e-5, activation.value)
 
 
 def test_execute_of_a_built_three_node_plan_costs_little_host_time():

@@ -5,8 +5,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from graph_helpers import cpu_graph, graph_inputs, kernel_cache, random, relative_error, run, t64  # noqa: F401
+from graph_helpers import (  # noqa: F401
+    QUIET_NUMPY,
+    assert_same_special_values,
+    cpu_graph,
+    graph_inputs,
+    kernel_cache,
+    on_both_engines,
+    pointwise_special_values,
+    random,
+    relative_error,
+    run,
+    t64,
+)
 
+import opendnn as od
 import opendnn.graph as og
 
 ENGINES = ["reference", "per_node"]
@@ -302,3 +315,12 @@ def test_activations_without_a_coefficient_take_torchs_defaults():
         out = np.full((4, 5), np.nan)
         g.execute({x: x_array, y: out}, np.empty(g.get_workspace_size(), np.uint8))
         np.testing.assert_allclose(out, reference, rtol=1e-12, err_msg=method)
+
+
+@QUIET_NUMPY
+@pytest.mark.parametrize("mode", list(od.PointwiseMode), ids=lambda mode: mode.value)
+def test_every_pointwise_mode_gives_the_reference_engines_nan_infinities_and_signed_zeros(mode):
+    """NaN, both infinities, both zeros and finite values of each sign, in every combination of the
+    mode's operands: the per-node engine's Triton kernel against the reference engine (NumPy)."""
+    (actual,), (expected,), _ = on_both_engines(pointwise_special_values(mode), "per_node")
+    assert_same_special_values(actual, expected, TOLERANCE, mode.value)

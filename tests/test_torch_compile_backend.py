@@ -1,6 +1,8 @@
 """``torch.compile(model, backend="opendnn")`` on the CPU: a small CNN, an MLP and a transformer-ish
 block against eager torch, forward and backward, in float32 and float64; which regions ran as
-opendnn plans, on which engine; and a graph with nothing to fuse left to torch."""
+opendnn plans, on which engine; a graph with nothing to fuse left to torch; and which graphs run as
+CUDA graphs (decided on fake CUDA tensors). On a GPU (``-m gpu``): the same models on the fusion
+engine, and a ResNet-like block replayed from CUDA graphs with no Python of opendnn's."""
 
 import copy
 
@@ -8,10 +10,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as TF
+from torch._subclasses import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import opendnn.torch  # noqa: F401  (the "opendnn" backend itself is found through its entry point)
 from opendnn.samples import relative_error
-from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend
+from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend, cuda_graph_refusal
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 
@@ -244,6 +249,58 @@ def test_every_lowering_names_an_aten_operator():
     assert all(isinstance(op, torch._ops.OpOverload) for op in LOWERINGS)
 
 
+# ---- CUDA graphs: which graphs the backend captures ---------------------------------------------------
+
+
+def linear_relu(x, w, b):
+    return (torch.relu(x @ w + b) * 2.0,)
+
+
+def fake_inputs(device, dims=((4, 8), (8, 8), (8,))):
+    """Fake tensors (no memory, no device needed) of ``dims`` on ``device``."""
+    with FakeTensorMode():
+        return [torch.empty(d, device=device) for d in dims]
+
+
+def test_the_decision_takes_cuda_graphs_for_cuda_tensors_of_static_shapes_only():
+    static = make_fx(linear_relu, tracing_mode="fake")(*fake_inputs("cuda"))
+    placeholders = [node.meta["val"] for node in static.graph.nodes if node.op == "placeholder"]
+    assert cuda_graph_refusal(static, placeholders, 0) is None  # on a GPU: captured
+    on_cpu = make_fx(linear_relu, tracing_mode="fake")(*fake_inputs("cpu"))
+    placeholders = [node.meta["val"] for node in on_cpu.graph.nodes if node.op == "placeholder"]
+    assert cuda_graph_refusal(on_cpu, placeholders, 0) == "input 0 is on cpu, not a CUDA device"
+    shapes = ShapeEnv()
+    with FakeTensorMode(shape_env=shapes):
+        rows = shapes.create_unbacked_symint()
+        dynamic = [torch.empty(rows, 8, device="cuda"), *fake_inputs("cuda")[1:]]
+    assert cuda_graph_refusal(static, dynamic, 0) == "input 0 has a dynamic shape [u0, 8]"
+    assert cuda_graph_refusal(static, [rows, *dynamic[1:]], 0) == "input 0 is SymInt u0, not a tensor (a dynamic size)"
+
+    def mutates(x, w, b):
+        x.add_(1.0)
+        return (x @ w + b,)
+
+    mutating = make_fx(mutates, tracing_mode="fake")(*fake_inputs("cuda"))
+    placeholders = [node.meta["val"] for node in mutating.graph.nodes if node.op == "placeholder"]
+    assert "mutated inputs" in cuda_graph_refusal(mutating, placeholders, 0)  # torch's own check
+    assert cuda_graph_refusal(mutating, placeholders, 1) is None  # a parameter's update: its address is fixed
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+@pytest.mark.parametrize("options", [None, {"cudagraphs": False}])
+def test_a_graph_of_static_cuda_tensors_goes_to_cudagraph_trees_unless_the_option_says_no(device, options):
+    """Compiled (not run) on fake tensors: the CUDA graph's decision is made at compile time."""
+    backend = OpendnnBackend()
+    compiled = backend(torch.fx.symbolic_trace(linear_relu), fake_inputs(device), options=options)
+    assert callable(compiled) and backend.regions == ["graph0.fused_0"]
+    if options is not None:
+        assert backend.captured == [] and backend.uncaptured == []
+    elif device == "cuda":
+        assert backend.captured == ["graph0"] and backend.uncaptured == []
+    else:
+        assert backend.captured == [] and backend.uncaptured == ["graph0: input 0 is on cpu, not a CUDA device"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("make, shape", [(ConvBlock, (8, 4, 16, 16)), (mlp, (32, 16)), (TransformerBlock, (4, 9, 16))])
 def test_on_cuda_the_regions_run_on_the_fusion_engine_and_match_eager(make, shape, strict_float32):
@@ -252,3 +309,51 @@ def test_on_cuda_the_regions_run_on_the_fusion_engine_and_match_eager(make, shap
     assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
     engines = {plan.engine for plan in backend.plans}
     assert "fused" in engines and engines <= {"fused", "per_node"}
+
+
+@pytest.fixture
+def python_launches():
+    """How many Triton kernels were launched from Python so far (Triton's launch hook counts them; a
+    CUDA graph's replay launches from the graph, not from Python)."""
+    from triton import knobs
+
+    count = [0]
+
+    def counted(*args):
+        count[0] += 1
+
+    knobs.runtime.launch_enter_hook.add(counted)
+    yield count
+    knobs.runtime.launch_enter_hook.remove(counted)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("training", [True, False])
+def test_on_cuda_a_resnet_block_replays_from_cuda_graphs_with_no_python(training, strict_float32, python_launches):
+    """Two conv -> batch norm -> + residual -> relu stages and a 1x1 conv, channels last: the first
+    step warms up (Triton compiles), the second records, the others replay: same results as eager
+    torch on new inputs, and neither a region's Python nor a kernel launched from Python."""
+    torch.manual_seed(0)
+    model = ConvBlock(8).to("cuda:0", memory_format=torch.channels_last).train(training)
+    eager = copy.deepcopy(model)
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend)
+    counts = []
+    for step in range(5):
+        x = torch.randn(8, 8, 16, 16, device="cuda:0").contiguous(memory_format=torch.channels_last)
+        torch.compiler.cudagraph_mark_step_begin()
+        if training:
+            model.zero_grad()
+            eager.zero_grad()
+            ours, theirs = training_step(compiled, x), training_step(eager, x)
+        else:
+            with torch.no_grad():
+                ours, theirs = [compiled(x)], [eager(x)]
+        for a, b in zip(ours, theirs, strict=True):
+            assert relative_error(a, b) < 1e-4, f"step {step}"
+        torch.cuda.synchronize()
+        counts.append((backend.plans_executed, python_launches[0]))
+    assert backend.captured == (["graph0", "graph1"] if training else ["graph0"]) and backend.uncaptured == []
+    assert backend.fallbacks == [] and len(backend.regions) > 0
+    assert 0 < counts[0][0] < counts[1][0] and 0 < counts[0][1] < counts[1][1]  # warm-up, then recording
+    assert counts[1] == counts[2] == counts[3] == counts[4]  # replays: nothing from Python

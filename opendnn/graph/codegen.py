@@ -65,7 +65,7 @@ EXPRESSIONS = {
     "tan": "tm.tan({a})",
     "exp": "tl.exp({a})",
     "log": "tl.log({a})",
-    "neg": "-{a}",
+    "neg": "{a} * -1.0",  # not -{a}: Triton negates as 0 - a, which gives +0 for +0
     "sqrt": "tl.sqrt({a})",
     "rsqrt": "1.0 / tl.sqrt({a})",
     "reciprocal": "1.0 / {a}",

@@ -15,7 +15,8 @@ The rule, in two passes over the nodes in topological order:
    (``act(alpha * conv + z + bias)``), matmul ``scale | bias | activation | residual``
    (``act(alpha * (A @ B) + bias) + residual``). A scale is a multiply by a scalar given at build
    time; a bias an add of a per-channel (convolution) or per-column / per-row (matmul) tensor; a
-   residual an add of a tensor of the output's dims; an activation any forward activation.
+   residual an add of a tensor of the output's dims; an activation any forward activation, less
+   relu and clipped relu for a matmul (its epilogue turns NaN into 0, the graph keeps NaN).
 2. Regions, from the last node back. A reduction or genstats starts a region over its input's
    space; a pointwise node joins the region of its consumers when every consumer of its output is
    in that one region, and starts a region of its own otherwise. When its consumers lie in several
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opendnn import PointwiseMode
+from opendnn.graph.calls import RELU_MODES
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import Dims, channel_dims
 
@@ -232,8 +234,10 @@ def match_residual(epilogue: Epilogue, node: NodeSpec, current: int, graph: Oper
 
 
 def match_activation(epilogue: Epilogue, node: NodeSpec, current: int, graph: OperationGraph) -> bool:
+    """Any forward activation; for a matmul, not relu or clipped relu: its epilogue has no NaN option
+    (cuBLASLt's relu turns NaN into 0), the graph's relu keeps NaN."""
     mode = _mode(node)
-    if not mode.value.endswith("_fwd"):
+    if not mode.value.endswith("_fwd") or (epilogue.anchor.op == "matmul" and mode in RELU_MODES):
         return False
     epilogue.activation = (mode, node.attribute("coef", 0.0))
     return True

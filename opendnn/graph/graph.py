@@ -176,6 +176,11 @@ class Graph(OperationBuilder):
             self._arrays(variant_pack), workspace, handle if handle is not None else self.handle, self._kept.get(index)
         )
 
+    def drop_kept_binding(self) -> None:
+        """Forget the binding the last execute kept (reused when the next pack gives the very same
+        arrays): a caller whose packs hold new arrays at every call then keeps none of them alive."""
+        self._kept.clear()
+
     def _arrays(self, variant_pack: Mapping[Tensor | str, Any]) -> list[Any]:
         """The pack's arrays and execute-time scalars by uid (None for the other tensors)."""
         arrays: list[Any] = [None] * len(self._tensors)

@@ -11,7 +11,8 @@ save instructions, accurate far beyond the output's half-ulp.
 
 Every ``tl.minimum`` / ``tl.maximum`` on x propagates NaN (``PropagateNan.ALL``): a GPU's min.f32 and
 max.f32 return the other operand, so elu's ``min(x, 0)`` would turn a NaN x into 0 there (and elu(NaN)
-into 0), where Triton's interpreter, on NumPy, keeps it.
+into 0), where Triton's interpreter, on NumPy, keeps it. elu takes ``min(x, 0)`` as a select
+(``nonpositive_part``), which also gives the reference's +0 for -0 on every device.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def logistic(v, FAST: tl.constexpr):
 
 
 @triton.jit
+def nonpositive_part(x):
+    """min(x, 0) as a select: NaN stays NaN and -0 becomes +0 on every device (a GPU's min of -0 and
+    +0 need not give the reference's +0)."""
+    return tl.where(x >= 0, 0.0, x)
+
+
+@triton.jit
 def activation(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
     """The activation of x; FAST (a 16-bit output, float32 arithmetic on a GPU): the ``tm.*_approx``
     forms where they save instructions, accurate far beyond the output's half-ulp."""
@@ -48,11 +56,11 @@ def activation(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = False):
     elif MODE == "clipped_relu":
         y = tl.where(x > 0, tl.where(x < coef, x, coef), 0.0)
     elif MODE == "elu" and FAST:
-        y = tl.where(x > 0, x, coef * tm.expm1_approx(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
+        y = tl.where(x > 0, x, coef * tm.expm1_approx(nonpositive_part(x)))
     elif MODE == "elu" and x.dtype.is_fp32():
-        y = tl.where(x > 0, x, coef * tm.expm1_nonpositive(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
+        y = tl.where(x > 0, x, coef * tm.expm1_nonpositive(nonpositive_part(x)))
     elif MODE == "elu":
-        y = tl.where(x > 0, x, coef * tm.expm1(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
+        y = tl.where(x > 0, x, coef * tm.expm1(nonpositive_part(x)))
     elif MODE == "gelu" and FAST:
         y = x * tm.normal_cdf_approx(x)
     elif MODE == "gelu":
@@ -115,7 +123,7 @@ def activation_derivative(MODE: tl.constexpr, x, coef, FAST: tl.constexpr = Fals
         d = s + coef * x * s * (1.0 - s)
     else:
         tl.static_assert(MODE == "identity", "unknown activation")
-        d = x * 0.0 + 1.0
+        d = tl.where(x == x, 1.0, 1.0)  # 1 at NaN and inf too (x * 0 + 1 is NaN there)
     return d
 
 

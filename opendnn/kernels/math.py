@@ -85,7 +85,7 @@ def tanh(x):
         polynomial = polynomial * x2 + 0.13331382291522104
         polynomial = polynomial * x2 - 0.33333279252158543
         t = tl.where(ax < 0.625, ax + ax * x2 * polynomial, 1.0 - 2.0 / (tl.exp(2.0 * ax) + 1.0))
-    return tl.where(x < 0, -t, t)
+    return tl.where(x < 0, -t, tl.where(x > 0, t, x))  # x itself at +-0 (tanh(-0) = -0) and NaN
 
 
 @triton.jit
@@ -100,13 +100,17 @@ def tan(x):
 
 @triton.jit
 def pow(a, b):
-    """a ** b as C's pow: negative bases only with integer exponents (sign from the parity)."""
+    """a ** b as C's pow: a base with its sign bit set (-0 and -inf too) gives a result of its sign
+    for an odd integer exponent; a finite negative base with a fractional exponent gives NaN; 1 for
+    b = 0, for a = 1 and for a = -1 with an infinite exponent, whatever the other operand."""
     magnitude = tl.exp(b * tl.log(tl.abs(a)))
     is_integer = tl.floor(b) == b
     is_odd = is_integer & (tl.abs(b % 2.0) == 1.0)
-    signed = tl.where(is_odd, -magnitude, magnitude)
-    result = tl.where(a >= 0, magnitude, tl.where(is_integer, signed, float("nan")))
-    return tl.where(b == 0, 1.0, result)
+    sign_bit = (a < 0) | ((a == 0) & (1.0 / a < 0))
+    result = tl.where(sign_bit & is_odd, magnitude * -1.0, magnitude)  # not -magnitude: 0 - (+0) is +0
+    result = tl.where((a < 0) & (a > float("-inf")) & ~is_integer, float("nan"), result)
+    one = (b == 0) | (a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf")))
+    return tl.where(one, 1.0, result)
 
 
 @triton.jit

@@ -15,6 +15,14 @@ Tensors on the CPU run on the reference engine (the NumPy backend) and CUDA tens
 engine's, unless ``options={"heur_mode": ...}`` names the heuristics. A region whose lowering opendnn
 refuses (a shape it cannot take, a value reshaped inside the region) runs its FX graph on torch, and
 says why in ``OpendnnBackend.fallbacks``.
+
+An FX graph whose inputs are all CUDA tensors of static shapes runs as a CUDA graph, composed as
+torch's own "cudagraphs" backend composes it (``torch._dynamo.backends.cudagraphs``): the compiled
+graph goes to torch's cudagraph trees (``cudagraphify_impl``), whose first call runs it eagerly (a
+warm-up: Triton compiles the kernels then), the second records it, and every later call replays it
+with no Python of opendnn's. ``cuda_graph_refusal`` decides, with torch's checks (no input mutated
+but the parameters, one device, no CPU node); the backward is captured only when its forward is.
+``options={"cudagraphs": False}`` turns it off.
 """
 
 from __future__ import annotations
@@ -26,7 +34,15 @@ from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.backends.cudagraphs import (
+    check_for_skip,
+    find_input_mutations,
+    get_device_index,
+    get_stack_traces,
+)
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._inductor.cudagraph_utils import BoxedDeviceIndex, get_placeholder_info, log_cudagraph_skip_and_bump_counter
+from torch._inductor.utils import BoxedBool, count_tangents, num_fw_fixed_arguments
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -407,6 +423,7 @@ class Built:
         if self.workspace is None and self.workspace_size:
             self.workspace = torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
         self.graph.execute(pack, self.workspace)
+        self.graph.drop_kept_binding()  # the outputs are new at every call: a kept binding would only hold them
         return results
 
 
@@ -463,16 +480,101 @@ class Supported(OperatorSupportBase):
         return op is not None and op.accepts(node)
 
 
+def cuda_graph_refusal(module: torch.fx.GraphModule, inputs: Sequence[Any], fixed: int) -> str | None:
+    """Why ``module`` (an FX graph aot_autograd hands over) does not run as a CUDA graph; None when
+    it does: every input a CUDA tensor of static shape, and torch's "cudagraphs" backend's own checks
+    pass (no input mutated but the first ``fixed``, the parameters and buffers; one device; no CPU
+    node; no operator a capture cannot hold)."""
+    for k, value in enumerate(inputs):
+        if not isinstance(value, torch.Tensor):
+            return f"input {k} is {type(value).__name__} {value}, not a tensor (a dynamic size)"
+        if value.device.type != "cuda":
+            return f"input {k} is on {value.device}, not a CUDA device"
+        if not all(isinstance(d, int) for d in (*value.shape, *value.stride())):
+            return f"input {k} has a dynamic shape {list(value.shape)}"
+    return check_for_skip(module, fixed)
+
+
+class CudaGraphs:
+    """The CUDA graphs of one compiled model: its forward (or inference) graph and its backward graph
+    compiled to opendnn plans, then given to torch's cudagraph trees as torch's "cudagraphs" backend
+    gives them, when ``cuda_graph_refusal`` finds nothing against it. The backward is captured only
+    when its forward is; a backward not captured after a captured forward tells the trees it runs."""
+
+    def __init__(self, backend: OpendnnBackend, compile_graph: Callable[..., Any], dynamo_inputs: int) -> None:
+        self.backend, self.compile_graph, self.dynamo_inputs = backend, compile_graph, dynamo_inputs
+        self.forward_captured = BoxedBool(True)
+        self.device_index = BoxedDeviceIndex(None)
+
+    def forward(self, module: torch.fx.GraphModule, inputs: list[Any], is_inference: bool = False) -> Any:
+        fixed = num_fw_fixed_arguments(self.dynamo_inputs, len(inputs))
+        refusal = self._refusal(module, inputs, fixed)
+        if refusal is not None:
+            BoxedBool.disable(self.forward_captured)
+            return self.compile_graph(module, inputs)
+        self.device_index.set(get_device_index(module))
+        return self._captured(module, inputs, fixed, is_backward=False, is_inference=is_inference)
+
+    def backward(self, module: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        if not self.forward_captured:
+            return self.compile_graph(module, inputs)
+        fixed = count_tangents(module)
+        if self._refusal(module, inputs, fixed) is None:
+            return self._captured(module, inputs, fixed, is_backward=True, is_inference=False)
+        compiled = self.compile_graph(module, inputs)
+        index = self.device_index.value
+
+        def run(args: list[Any]) -> Any:  # torch's cudagraphs backend's "backward generation handling"
+            manager = torch._inductor.cudagraph_trees.get_manager(index or 0, create_if_none_exists=False)
+            assert manager is not None, "a captured forward has a cudagraph tree manager"
+            manager.set_to_running_backward()
+            return compiled(args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def _refusal(self, module: torch.fx.GraphModule, inputs: list[Any], fixed: int) -> str | None:
+        refusal = cuda_graph_refusal(module, inputs, fixed)
+        name = f"graph{self.backend.graphs}"
+        if refusal is None:
+            self.backend.captured.append(name)
+            return None
+        self.backend.uncaptured.append(f"{name}: {refusal}")
+        if any(isinstance(value, torch.Tensor) and value.device.type == "cuda" for value in inputs):
+            log_cudagraph_skip_and_bump_counter(f"skipping cudagraphs due to {refusal}")  # torch's warning
+        return refusal
+
+    def _captured(self, module: torch.fx.GraphModule, inputs: list[Any], fixed: int, **kind: bool) -> Any:
+        """``module`` compiled, then cudagraphified (read from the graph as aot_autograd gave it, before
+        the regions replace its nodes)."""
+        from torch._inductor.cudagraph_trees import cudagraphify_impl
+
+        device_index = self.device_index.value if self.device_index.value is not None else get_device_index(module)
+        described = dict(
+            device_index=device_index,
+            stack_traces=get_stack_traces(module),
+            placeholders=get_placeholder_info(module.graph),
+            mutated_input_idxs=find_input_mutations(module.graph),
+        )
+        compiled = cudagraphify_impl(self.compile_graph(module, inputs), inputs, range(fixed), **kind, **described)
+        compiled._boxed_call = True  # type: ignore[attr-defined]
+        return compiled
+
+
 class OpendnnBackend:
     """The torch.compile backend (``backend="opendnn"`` is one, registered with torch; an instance of
     one's own counts its own plans).
 
     Attributes:
-        plans_executed: how many times a region ran as an opendnn plan.
+        plans_executed: how many times a region ran as an opendnn plan (a CUDA graph's replay runs
+            none: only its warm-up and its recording count).
         graphs: how many FX graphs it compiled (a forward and a backward each count).
         regions: the regions of every graph compiled so far, by name.
         plans: the plan built for each region and signature of its inputs.
         fallbacks: each region that runs on torch, with opendnn's reason.
+        captured: the FX graphs that run as CUDA graphs, by name ("graph0").
+        uncaptured: each FX graph that does not, with the reason ("graph0: input 0 is on cpu, not a
+            CUDA device"); neither is filled under ``options={"cudagraphs": False}``.
     """
 
     def __init__(self) -> None:
@@ -481,18 +583,30 @@ class OpendnnBackend:
         self.regions: list[str] = []
         self.plans: list[og.ExecutionPlan] = []
         self.fallbacks: list[str] = []
+        self.captured: list[str] = []
+        self.uncaptured: list[str] = []
         self._handles: dict[torch.device, od.Handle] = {}
 
     def __call__(
         self, model: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
     ) -> Any:
-        """Compile ``model`` (``options``: ``{"heur_mode": og.HeurMode or its value}``, the heuristics
-        every region's plan is built with)."""
-        heur_mode = (options or {}).get("heur_mode")
+        """Compile ``model``. ``options``: ``"heur_mode"`` (an og.HeurMode or its value), the heuristics
+        every region's plan is built with; ``"cudagraphs"`` (default True): False runs every graph
+        eagerly, never as a CUDA graph."""
+        options = options or {}
+        heur_mode = options.get("heur_mode")
         compiler = functools.partial(
             self.compile_graph, heur_mode=None if heur_mode is None else og.HeurMode(heur_mode)
         )
-        return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(model, example_inputs)
+        if not options.get("cudagraphs", True):
+            return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(model, example_inputs)
+        graphs = CudaGraphs(self, compiler, len(example_inputs))
+        return aot_autograd(
+            fw_compiler=graphs.forward,
+            bw_compiler=graphs.backward,
+            inference_compiler=functools.partial(graphs.forward, is_inference=True),
+            keep_inference_input_mutations=torch._dynamo.config.cudagraph_backend_keep_input_mutation,
+        )(model, example_inputs)
 
     def compile_graph(
         self, module: torch.fx.GraphModule, example_inputs: Sequence[Any], heur_mode: og.HeurMode | None = None

@@ -31,10 +31,16 @@ from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
 from opendnn.core.dispatch import dispatch
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, Status
+from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, MathType
 from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
-from opendnn.families.attention.problem import AttentionTensors, SlotNames, attention_problem, check_layout_values
+from opendnn.families.attention.problem import (
+    AttentionTensors,
+    SlotNames,
+    attention_problem,
+    check_layout_values,
+    one_or,
+)
 
 CALLER_NAMES = (
     ("params", "attention parameters"),
@@ -60,7 +66,19 @@ CALLER_NAMES = (
     ("max_seqlen_q", "max_seqlen_q"),
     ("max_seqlen_kv", "max_seqlen_k"),
 )
-NAMES = SlotNames(CALLER_NAMES)
+
+
+def _dense_names(leading: int) -> SlotNames:
+    """How the dense calls name the problem's dims: by the caller's axis counted from the end
+    (``query.shape[-1]`` is the head dim of any batch rank), the batch by its own axis when the
+    caller has one batch dim (no axis when it has none, or several merged into one)."""
+    batch = -4 if leading == 1 else None
+    axes = (batch, -3, -2, -1)
+    batched = tuple((slot, axes) for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv", "bias", "dbias"))
+    return SlotNames(CALLER_NAMES, "shape", (*batched, ("stats", (None if batch is None else -3, -2, -1))))
+
+
+DENSE_NAMES = {leading: _dense_names(leading) for leading in (0, 1, 2)}  # 2: two or more batch dims
 # the packed calls' arrays: (tokens, heads, head dim) as the problem's (1, heads, tokens, head dim),
 # stats (heads, tokens) as (1, heads, tokens)
 TOKENS_FIRST = (None, 1, 0, 2)
@@ -147,7 +165,7 @@ def scaled_dot_product_attention(
         alibi_slopes=inputs.alibi_slopes,
         sinks=inputs.sinks,
     )
-    _run(params, tensors, handle)
+    _run(params, tensors, handle, inputs.names)
     result = to_caller_kind(out.caller, query)
     return (result, to_caller_kind(stats.caller, query)) if stats is not None else result
 
@@ -196,6 +214,8 @@ def scaled_dot_product_attention_backward(
     inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     if mask_grad and inputs.bias is None:
         raise BadParam("mask_grad=True needs a float attn_mask, got attn_mask=None", Status.BAD_PARAM_NULL_POINTER)
+    if mask_grad and inputs.bias is not None and inputs.bias.desc.dtype is DataType.BOOLEAN:
+        raise NotSupported("mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient")
     grads = [
         _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, (*inputs.leading, *bound.desc.dims[1:]))
         for bound in (inputs.q, inputs.k, inputs.v)
@@ -206,12 +226,12 @@ def scaled_dot_product_attention_backward(
         inputs.q,
         inputs.k,
         inputs.v,
-        wrap("out", _merged(out, 3)),
-        wrap("stats", _merged(stats, 2)),
+        _forwards(inputs, "out", out),
+        _forwards(inputs, "stats", stats),
         inputs.bias,
         inputs.seq_lens_q,
         inputs.seq_lens_kv,
-        wrap("grad_out", _merged(grad_out, 3)),
+        _forwards(inputs, "grad_out", grad_out),
         grads[0].bound,
         grads[1].bound,
         grads[2].bound,
@@ -220,7 +240,7 @@ def scaled_dot_product_attention_backward(
         inputs.sinks,
         dsinks,
     )
-    _run(params, tensors, handle)
+    _run(params, tensors, handle, inputs.names)
     results = [grad.caller for grad in grads]
     if dbias is not None:  # of the mask's own dims, summed over what it broadcast along
         results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
@@ -261,6 +281,8 @@ class _Inputs(NamedTuple):
     alibi_slopes: Bound | None
     sinks: Bound | None
     leading: tuple[int, ...]  # the caller's batch dims (before heads, sequence, head dim)
+    query_shape: tuple[int, ...]
+    names: SlotNames  # how the errors name each slot and dim
 
 
 def _inputs(
@@ -275,7 +297,8 @@ def _inputs(
     enable_gqa: bool,
 ) -> _Inputs:
     """The input arrays as (batch, heads, sequence, head dim) bound in the problem's slots: the
-    leading dims merged into the batch, the mask and the slopes broadcast as torch broadcasts."""
+    leading dims merged into the batch, the mask and the slopes broadcast as torch broadcasts. Every
+    array is checked as the caller gave it (its empty dims, its batch dims) before it is merged."""
     natives = {name: as_native(array, name) for name, array in (("query", query), ("key", key), ("value", value))}
     shape = tuple(natives["query"].shape)
     if len(shape) < 3:
@@ -284,15 +307,10 @@ def _inputs(
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     leading = shape[:-3]
-    for name in ("key", "value"):
-        other = tuple(natives[name].shape)
-        if other[:-3] != leading or len(other) != len(shape):
-            raise BadParam(
-                f"{name}.shape={list(other)} must have query's leading dims {list(leading)} "
-                f"(query.shape={list(shape)})",
-                Status.BAD_PARAM_SHAPE_MISMATCH,
-            )
-    q, k = (wrap(name, _merged(natives[name], 3)) for name in ("query", "key"))
+    for name, native in natives.items():
+        descriptor_of(native, name)
+        _check_leading(name, native, 3, leading, shape)
+    q, k, v = (wrap(name, _merged(natives[name], 3)) for name in ("query", "key", "value"))
     if not enable_gqa and q.desc.dims[1] != k.desc.dims[1]:
         raise BadParam(
             f"key.shape[-3]={k.desc.dims[1]} must equal query.shape[-3]={q.desc.dims[1]} unless enable_gqa=True",
@@ -302,13 +320,47 @@ def _inputs(
     slopes = None
     if alibi_slopes is not None:
         native = as_native(alibi_slopes, "alibi_slopes")
-        slopes = wrap("alibi_slopes", native if native.ndim <= 1 else native.reshape(-1, native.shape[-1]))
+        if native.ndim > 1 and tuple(native.shape[:-1]) != (math.prod(leading),):  # else (batch, heads) already
+            _check_leading("alibi_slopes", native, 1, leading, shape)
+            native = native.reshape(-1, native.shape[-1])
+        slopes = wrap("alibi_slopes", native)
     optional = [
         None if array is None else wrap(name, array)
         for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv), ("sinks", sinks))
     ]
-    value_bound = wrap("value", _merged(natives["value"], 3))
-    return _Inputs(q, k, value_bound, bias, optional[0], optional[1], slopes, optional[2], leading)
+    names = DENSE_NAMES[min(len(leading), 2)]
+    return _Inputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names)
+
+
+def _check_leading(name: str, native: Any, kept: int, leading: tuple[int, ...], query_shape: tuple[int, ...]) -> None:
+    """``native`` must be query's leading (batch) dims, then ``kept`` dims of its own."""
+    shape = tuple(native.shape)
+    if len(shape) != len(leading) + kept or shape[: len(leading)] != leading:
+        raise BadParam(
+            f"{name}.shape={list(shape)} must have query's leading dims {list(leading)} and {kept} more "
+            f"(query.shape={list(query_shape)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+
+
+def _forwards(inputs: _Inputs, name: str, array: Any) -> Bound:
+    """A backward's ``out``, ``grad_out`` or ``stats``, checked to have the shape the forward gives
+    it (the caller's own, before its batch dims are merged), then bound with them merged."""
+    native = as_native(array, name)
+    descriptor_of(native, name)
+    queries = inputs.query_shape[:-1]
+    expected, meaning = (
+        (queries, "query's shape less its head dim")
+        if name == "stats"
+        else ((*queries, inputs.v.desc.dims[3]), "query's shape with value's head dim")
+    )
+    if tuple(native.shape) != expected:
+        raise BadParam(
+            f"{name}.shape={list(native.shape)} must be {list(expected)} ({meaning}, as the forward gives it; "
+            f"query.shape={list(inputs.query_shape)})",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    return wrap(name, _merged(native, len(expected) - len(inputs.leading)))
 
 
 def _merged(native: Any, kept: int) -> Any:
@@ -323,17 +375,30 @@ def _merged(native: Any, kept: int) -> Any:
 def _mask(native: Any, leading: tuple[int, ...]) -> Any:
     """The mask (broadcasting to (..., heads, queries, keys)) as 4 dims: its leading dims dropped
     when all 1, merged when they are the query's, broadcast to the query's first (a copy) when
-    some are 1, else merged as they are (the problem's rules then name the dim that differs)."""
+    some are 1 (the problem's rules check the other three dims, named from the end).
+
+    Raises:
+        BadParam: more dims than the query, a leading dim neither 1 nor the query's.
+    """
     rank = len(leading) + 3
     if native.ndim > rank:
         raise BadParam(
             f"attn_mask.ndim={native.ndim} must be at most query.ndim={rank}", Status.BAD_PARAM_SHAPE_MISMATCH
         )
-    native = native.reshape((1,) * (rank - native.ndim) + tuple(native.shape))
+    descriptor_of(native, "attn_mask")
+    given = tuple(native.shape)
+    native = native.reshape((1,) * (rank - native.ndim) + given)
     own = tuple(native.shape[: len(leading)])
+    for axis, (size, wanted) in enumerate(zip(own, leading)):
+        if size not in (1, wanted):
+            raise BadParam(
+                f"attn_mask.shape[{axis - rank}]={size} must be {one_or(wanted)} (attn_mask.shape={list(given)} "
+                f"broadcasts over query's leading dims {list(leading)})",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
     if all(size == 1 for size in own):
         return native.reshape((1, *native.shape[len(leading) :]))
-    if own != leading and all(size in (1, wanted) for size, wanted in zip(own, leading)):
+    if own != leading:
         full = (*leading, *native.shape[len(leading) :])
         native = np.broadcast_to(native, full) if isinstance(native, np.ndarray) else native.expand(full)
     return _merged(native, 3)
@@ -379,7 +444,7 @@ def _run(
     params: AttentionDescriptor,
     tensors: AttentionTensors,
     handle: Handle | None,
-    names: SlotNames = NAMES,
+    names: SlotNames,
     **sizes: int | None,
 ) -> None:
     """Check the call under the functional ``names`` (the values of ragged offsets and block tables
@@ -648,6 +713,6 @@ def _packed_inputs(
             ("sinks", sinks),
         )
     )
-    return _Inputs(
-        bounds["query"], bounds["key"], bounds["value"], None, offsets_q, offsets_kv, slopes, sink_logits, ()
-    )
+    q, k, v = bounds["query"], bounds["key"], bounds["value"]
+    shape = tuple(as_native(query, "query").shape)
+    return _Inputs(q, k, v, None, offsets_q, offsets_kv, slopes, sink_logits, (), shape, VARLEN_NAMES)

@@ -61,6 +61,7 @@ __all__ = [
     "attention_problem",
     "check_layout_values",
     "host_values",
+    "one_or",
     # the parameters (descriptor) and the float64 reference (reference), importable from here too
     "MAX_OFFSET",
     "MAX_SEED",
@@ -556,9 +557,9 @@ def _check_bias(name: SlotNames, bias: TensorDescriptor, q: TensorDescriptor, se
     )
     for d, (size, expected) in enumerate(zip(bias.dims, full)):
         if size not in (1, expected):
-            sizes = "1" if expected == 1 else f"{expected} or 1"
             raise BadParam(
-                f"{name.dim('bias', d)}={size} must be {sizes} (it broadcasts to {list(full)})",
+                f"{name.dim('bias', d)}={size} must be {one_or(expected)} "
+                f"(it broadcasts to {name.in_caller_order('bias', full)})",
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
     require(
@@ -567,6 +568,11 @@ def _check_bias(name: SlotNames, bias: TensorDescriptor, q: TensorDescriptor, se
         "scores) or be BOOLEAN (a mask, True where the key takes part)",
         Status.NOT_SUPPORTED_DATA_TYPE,
     )
+
+
+def one_or(size: int) -> str:
+    """The sizes a dim that broadcasts to ``size`` may have, in words: "1", or "``size`` or 1"."""
+    return "1" if size == 1 else f"{size} or 1"
 
 
 def _check_bias_gradient(name: SlotNames, dbias: TensorDescriptor, bias: TensorDescriptor | None) -> None:

@@ -25,6 +25,7 @@ from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.descriptor import AttentionDescriptor
 from opendnn.families.attention.functional import (
     scaled_dot_product_attention,
+    scaled_dot_product_attention_backward,
     scaled_dot_product_attention_paged,
     scaled_dot_product_attention_varlen,
     scaled_dot_product_attention_varlen_backward,
@@ -295,6 +296,23 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield Sample("attention_forward", "paged/causal", dtype, first, runner=run_paged_forward)
 
 
+def _dense_operands(**changes: Any) -> dict[str, Any]:
+    """A good call of scaled_dot_product_attention on torch's batch-less 3-D form (2 heads, 4 queries,
+    5 keys, head dim 16), with ``changes``."""
+    return dict(query=values(2, 4, 16), key=values(2, 5, 16), value=values(2, 5, 16)) | changes
+
+
+def _dense_backward_operands(**changes: Any) -> dict[str, Any]:
+    """A good call of scaled_dot_product_attention_backward on ``_dense_operands``, with ``changes``."""
+    return _dense_operands(grad_out=values(2, 4, 16), out=values(2, 4, 16), stats=values(2, 4)) | changes
+
+
+def _batched(*leading: int, heads: int = 2, key_heads: int = 2, head_dim: int = 16) -> dict[str, Any]:
+    """query (*leading, heads, 4, head_dim), key and value (*leading, key_heads, 5, head_dim)."""
+    keys = values(*leading, key_heads, 5, head_dim)
+    return dict(query=values(*leading, heads, 4, head_dim), key=keys, value=keys)
+
+
 def _varlen_operands(**changes: Any) -> dict[str, Any]:
     """A good call of scaled_dot_product_attention_varlen (queries 4 and 2, keys 2 and 3), with ``changes``."""
     offsets = dict(cu_seqlens_q=np.array([0, 4, 6], np.int32), cu_seqlens_k=np.array([0, 2, 5], np.int32))
@@ -322,9 +340,100 @@ def _changed(
     return lambda: good(**changes())
 
 
+# rows of (name, the changes to a good call, error, message)
+ErrorTable = tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...]
+
+
+# (name, the changes to a good call, error, message) of the dense calls, 3-D (torch's batch-less
+# form), 4-D and 5-D: each names the caller's own parameter and its shape as given (axes from the
+# end, as torch's (..., heads, sequence, head dim)), never the (batch, heads, sequence, head dim)
+# form the problem takes
+DENSE_ERRORS: ErrorTable = (
+    ("3-D head dim below the kernels' range", lambda: _batched(head_dim=4), NotSupported,
+     "query.shape[-1]=4 must be between 8 and 256 (the head dims the kernels support)"),
+    ("4-D head dim below the kernels' range", lambda: _batched(1, head_dim=4), NotSupported,
+     "query.shape[-1]=4 must be between 8 and 256"),
+    ("3-D value head dim above the kernels' range", lambda: dict(value=values(2, 5, 264)), NotSupported,
+     "value.shape[-1]=264 must be between 8 and 256"),
+    ("3-D key head dim not the query's", lambda: dict(key=values(2, 5, 8)), BadParam,
+     "key.shape[-1]=8 must equal query.shape[-1]=16"),
+    ("3-D value length not the key's", lambda: dict(value=values(2, 6, 16)), BadParam,
+     "value.shape[-2]=6 must equal key.shape[-2]=5"),
+    ("3-D query heads not a multiple of key heads", lambda: _batched(heads=3) | dict(enable_gqa=True), BadParam,
+     "query.shape[-3]=3 must be a multiple of key.shape[-3]=2 (query heads per key/value head)"),
+    ("5-D query heads not a multiple of key heads",
+     lambda: _batched(2, 3, heads=3, key_heads=2) | dict(enable_gqa=True), BadParam,
+     "query.shape[-3]=3 must be a multiple of key.shape[-3]=2"),
+    ("3-D value heads not the key's", lambda: _batched(heads=4) | dict(value=values(1, 5, 16), enable_gqa=True),
+     BadParam, "value.shape[-3]=1 must equal key.shape[-3]=2"),
+    ("heads differ without enable_gqa", lambda: _batched(heads=4), BadParam,
+     "key.shape[-3]=2 must equal query.shape[-3]=4 unless enable_gqa=True"),
+    ("query of 2 dims", lambda: dict(query=values(4, 16)), BadParam,
+     "query.ndim=2 must be at least 3 (..., heads or batch, sequence, head dim)"),
+    ("3-D query, 4-D key", lambda: dict(key=values(1, 2, 5, 16)), BadParam,
+     "key.shape=[1, 2, 5, 16] must have query's leading dims [] and 3 more (query.shape=[2, 4, 16])"),
+    ("4-D key batch not the query's", lambda: _batched(2) | dict(key=values(3, 2, 5, 16)), BadParam,
+     "key.shape=[3, 2, 5, 16] must have query's leading dims [2] and 3 more (query.shape=[2, 2, 4, 16])"),
+    ("5-D value batch dims not the query's", lambda: _batched(2, 3) | dict(value=values(3, 2, 2, 5, 16)), BadParam,
+     "value.shape=[3, 2, 2, 5, 16] must have query's leading dims [2, 3] and 3 more"),
+    ("key of another dtype", lambda: dict(key=values(2, 5, 16, dtype=np.float64)), BadParam,
+     "key.dtype=float64 must equal query.dtype=float32"),
+    ("3-D empty query", lambda: dict(query=np.ones((2, 0, 16), np.float32)), BadParam,
+     "query.shape=(2, 0, 16) must have no empty dimension"),
+    ("3-D mask of other keys", lambda: dict(attn_mask=values(2, 4, 6)), BadParam,
+     "attn_mask.shape[-1]=6 must be 5 or 1 (it broadcasts to [2, 4, 5])"),
+    ("2-D mask of other queries", lambda: dict(attn_mask=values(3, 5)), BadParam,
+     "attn_mask.shape[-2]=3 must be 4 or 1 (it broadcasts to [2, 4, 5])"),
+    ("3-D mask of other heads", lambda: dict(attn_mask=values(3, 1, 5)), BadParam,
+     "attn_mask.shape[-3]=3 must be 2 or 1 (it broadcasts to [2, 4, 5])"),
+    ("mask of more dims than the query", lambda: dict(attn_mask=values(1, 2, 4, 5)), BadParam,
+     "attn_mask.ndim=4 must be at most query.ndim=3"),
+    ("4-D mask batch not the query's", lambda: _batched(2) | dict(attn_mask=values(4, 1, 4, 5)), BadParam,
+     "attn_mask.shape[-4]=4 must be 2 or 1 (attn_mask.shape=[4, 1, 4, 5] broadcasts over query's leading dims [2])"),
+    ("5-D mask batch dims not the query's", lambda: _batched(2, 3) | dict(attn_mask=values(2, 4, 1, 4, 5)), BadParam,
+     "attn_mask.shape[-4]=4 must be 3 or 1 (attn_mask.shape=[2, 4, 1, 4, 5] broadcasts over query's leading dims "
+     "[2, 3])"),
+    ("mask of integers", lambda: dict(attn_mask=np.ones((4, 5), np.int32)), NotSupported,
+     "attn_mask.dtype=int32 must equal query.dtype=float32 (added to the scores) or be bool"),
+    ("dropout probability of 1.5", lambda: dict(dropout_p=1.5), BadParam,
+     "dropout_p=1.5 must be at least 0 and below 1"),
+    ("dropout probability of NaN", lambda: dict(dropout_p=float("nan")), BadParam,
+     "dropout_p=nan must be at least 0 and below 1"),
+    ("negative dropout probability", lambda: dict(dropout_p=-0.25), BadParam,
+     "dropout_p=-0.25 must be at least 0 and below 1"),
+    ("scale of NaN", lambda: dict(scale=float("nan")), BadParam, "scale=nan must be a finite number or None"),
+    ("scale of inf", lambda: dict(scale=float("inf")), BadParam, "scale=inf must be a finite number or None"),
+    ("3-D seq_lens_q of another batch", lambda: dict(seq_lens_q=np.array([4, 4], np.int32)), BadParam,
+     "seq_lens_q.shape=[2] must be [1] (one length per batch of query)"),
+    ("3-D alibi_slopes of other heads", lambda: dict(alibi_slopes=values(3)), BadParam,
+     "alibi_slopes.shape=[3] must be [2] or [1, 2] (one per query head, or per batch and query head of query)"),
+    ("5-D alibi_slopes of other batch dims", lambda: _batched(2, 3) | dict(alibi_slopes=values(3, 2, 2)), BadParam,
+     "alibi_slopes.shape=[3, 2, 2] must have query's leading dims [2, 3] and 1 more"),
+    ("sinks of other heads", lambda: dict(sinks=values(3)), BadParam,
+     "sinks.shape=[3] must be [2] (one per query head of query)"),
+)  # fmt: skip
+DENSE_BACKWARD_ERRORS: ErrorTable = (
+    ("out of another value head dim", lambda: dict(out=values(2, 4, 8)), BadParam,
+     "out.shape=[2, 4, 8] must be [2, 4, 16] (query's shape with value's head dim, as the forward gives it; "
+     "query.shape=[2, 4, 16])"),
+    ("grad_out of 4 dims for a 3-D query", lambda: dict(grad_out=values(1, 2, 4, 16)), BadParam,
+     "grad_out.shape=[1, 2, 4, 16] must be [2, 4, 16]"),
+    ("stats of other queries", lambda: dict(stats=values(2, 5)), BadParam,
+     "stats.shape=[2, 5] must be [2, 4] (query's shape less its head dim, as the forward gives it"),
+    ("5-D stats of other batch dims",
+     lambda: _batched(2, 3) | dict(grad_out=values(2, 3, 2, 4, 16), out=values(2, 3, 2, 4, 16),
+                                   stats=values(3, 2, 2, 4)),
+     BadParam, "stats.shape=[3, 2, 2, 4] must be [2, 3, 2, 4]"),
+    ("stats of float16", lambda: dict(stats=values(2, 4, dtype=np.float16)), NotSupported,
+     "stats.dtype=float16 must be float32 for query.dtype=float32"),
+    ("mask_grad without a mask", lambda: dict(mask_grad=True), BadParam,
+     "mask_grad=True needs a float attn_mask, got attn_mask=None"),
+    ("mask_grad of a boolean mask", lambda: dict(mask_grad=True, attn_mask=np.ones((4, 5), bool)), NotSupported,
+     "mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient"),
+)  # fmt: skip
 # (name, the changes to a good call, error, message) of the packed and paged calls: each names the
 # caller's own parameter and axis, never the (1, heads, tokens, head dim) form the problem takes
-VARLEN_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+VARLEN_ERRORS: ErrorTable = (
     ("packed query of 2 dims", lambda: dict(query=values(6, 32)), BadParam,
      "query.ndim=2 must be 3 (total tokens, heads, head dim)"),
     ("packed query heads not a multiple of key heads", lambda: dict(query=values(6, 3, 16)), BadParam,
@@ -363,7 +472,7 @@ VARLEN_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], s
     ("packed sinks of other heads", lambda: dict(sinks=values(3)), BadParam,
      "sinks.shape=[3] must be [2] (one per query head of query)"),
 )  # fmt: skip
-VARLEN_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+VARLEN_BACKWARD_ERRORS: ErrorTable = (
     ("packed grad_out tokens not the query's", lambda: dict(grad_out=values(5, 2, 16)), BadParam,
      "grad_out.shape[0]=5 must equal query.shape[0]=6"),
     ("packed out of 2 dims", lambda: dict(out=values(6, 32)), BadParam,
@@ -373,7 +482,7 @@ VARLEN_BACKWARD_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exce
     ("packed stats of float16", lambda: dict(stats=values(2, 6, dtype=np.float16)), NotSupported,
      "stats.dtype=float16 must be float32 for query.dtype=float32"),
 )  # fmt: skip
-PAGED_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...] = (
+PAGED_ERRORS: ErrorTable = (
     ("k_cache of 3 dims", lambda: dict(k_cache=values(4, 8, 32)), BadParam,
      "k_cache.ndim=3 must be 4 (num blocks, block size, heads, head dim)"),
     ("paged query heads not a multiple of the cache's", lambda: dict(query=values(2, 3, 3, 16)), BadParam,
@@ -398,47 +507,15 @@ PAGED_ERRORS: tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], st
 
 
 def error_samples() -> list[ErrorSample]:
-    """Bad calls of scaled_dot_product_attention and of its packed and paged forms, and their messages."""
-
-    def operands(query: tuple[int, ...], key: tuple[int, ...], value: tuple[int, ...]) -> dict[str, Any]:
-        return {"query": values(*query), "key": values(*key), "value": values(*value)}
-
+    """Bad calls of scaled_dot_product_attention, its backward, and its packed and paged forms, and their messages."""
     return [
-        ErrorSample(
-            "head dim below the kernels' range",
-            scaled_dot_product_attention,
-            lambda: operands((1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4)),
-            NotSupported,
-            "query.dims[3]=4 must be between 8 and 256",
-        ),
-        ErrorSample(
-            "key head dim not the query's",
-            scaled_dot_product_attention,
-            lambda: operands((1, 2, 4, 16), (1, 2, 5, 8), (1, 2, 5, 16)),
-            BadParam,
-            "key.dims[3]=8 must equal query.dims[3]=16",
-        ),
-        ErrorSample(
-            "query heads not a multiple of key heads",
-            scaled_dot_product_attention,
-            lambda: {**operands((1, 3, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "enable_gqa": True},
-            BadParam,
-            "query.dims[1]=3 must be a multiple of key.dims[1]=2",
-        ),
-        ErrorSample(
-            "dropout probability of 1.5",
-            scaled_dot_product_attention,
-            lambda: {**operands((1, 2, 4, 16), (1, 2, 4, 16), (1, 2, 4, 16)), "dropout_p": 1.5},
-            BadParam,
-            "dropout_p=1.5 must be at least 0 and below 1",
-        ),
-        *(
-            ErrorSample(name, call, _changed(good, changes), error, message)
-            for call, good, table in (
-                (scaled_dot_product_attention_varlen, _varlen_operands, VARLEN_ERRORS),
-                (scaled_dot_product_attention_varlen_backward, _varlen_backward_operands, VARLEN_BACKWARD_ERRORS),
-                (scaled_dot_product_attention_paged, _paged_operands, PAGED_ERRORS),
-            )
-            for name, changes, error, message in table
-        ),
+        ErrorSample(name, call, _changed(good, changes), error, message)
+        for call, good, table in (
+            (scaled_dot_product_attention, _dense_operands, DENSE_ERRORS),
+            (scaled_dot_product_attention_backward, _dense_backward_operands, DENSE_BACKWARD_ERRORS),
+            (scaled_dot_product_attention_varlen, _varlen_operands, VARLEN_ERRORS),
+            (scaled_dot_product_attention_varlen_backward, _varlen_backward_operands, VARLEN_BACKWARD_ERRORS),
+            (scaled_dot_product_attention_paged, _paged_operands, PAGED_ERRORS),
+        )
+        for name, changes, error, message in table
     ]

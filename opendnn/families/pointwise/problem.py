@@ -350,12 +350,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _activation(name: str, x: np.ndarray, coef: float) -> np.ndarray:
     if name == "identity":
         return x
-    if name == "relu":
-        return np.maximum(x, 0)
+    if name == "relu":  # +0 at -0 (IEEE's maximum; NumPy leaves the sign of maximum(-0, 0) unspecified)
+        return np.where(x > 0, x, 0.0)
     if name == "clipped_relu":
-        return np.clip(x, 0, coef)
+        return np.where(x > 0, np.minimum(x, coef), 0.0)
     if name == "elu":
-        return np.where(x > 0, x, coef * np.expm1(np.minimum(x, 0)))
+        return np.where(x > 0, x, coef * np.expm1(np.where(x >= 0, 0.0, x)))  # +0 at -0, NaN at NaN
     if name == "gelu":
         return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
     if name == "gelu_approx_tanh":

@@ -104,7 +104,7 @@ def apply_mode(
     elif MODE == "log":
         y = tl.log(a)
     elif MODE == "neg":
-        y = -a
+        y = a * -1.0  # not -a: Triton negates as 0 - a, which gives +0 for +0
     elif MODE == "sqrt":
         y = tl.sqrt(a)
     elif MODE == "rsqrt":
