@@ -7,44 +7,61 @@ loads, for the MMAs' own results, or for the epilogue.
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` of ``batch x tiles_m x tiles_n`` in
 grouped order (``triton_tiles.tile_coordinates``). Each program is three partitions of warps that run
-side by side and talk only through shared memory and mbarriers:
+side by side and talk only through shared memory and mbarriers: a TMA producer warp and two consumer
+warpgroups. ``SCHEDULE`` (a key of ``SCHEDULES``) says how the consumers share the tiles:
+
+- **ping-pong** (``"pingpong"``, 128 x 128 tiles; ``"pingpong_64x256"``): consumer h takes the
+  program's tiles h, h + 2, ... whole, and the two take turns on the tensor cores: one issues its
+  tile's MMAs while the other finishes its own tile, so the epilogue runs under MMAs.
+- **cooperative** (``"cooperative"``, 128 x 256 tiles): consumer h takes rows ``64 h .. 64 h + 63``
+  of every tile; the two finish their halves together, with no MMA in flight.
+
+The partitions:
 
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every k-step of
-  every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
-  two 64-row halves of A's 128 x 64 tile and B's 64 x 256 tile, all signalling the stage's ``ready``
-  barrier with their byte count. TMA reads 3-D descriptors ``[batch, rows, cols]`` in each operand's
-  stored order (a transposed operand's rows are K), zero-filled past every edge, so M, N and K may
-  have any size. The producer builds them itself, on the device, at its start: the thread that
-  releases a new descriptor to the tensormap proxy is the one that acquires it and reads through it.
+  every tile of the program, in tile order, waits until a stage of the ring is empty, then has TMA
+  copy into it A's rows of the tile (cooperative: in two 64-row parts, one per consumer) and B's
+  tile, all signalling the stage's ``ready`` barrier with their byte count. TMA reads 3-D
+  descriptors ``[batch, rows, cols]`` in each operand's stored order (a transposed operand's rows
+  are K), zero-filled past every edge, so M, N and K may have any size. The producer builds them
+  itself, on the device, at its start: the thread that releases a new descriptor to the tensormap
+  proxy is the one that acquires it and reads through it.
 - **two consumers** (``mma_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread;
-  the first is the kernel's own 4 warps, the default partition): consumer h owns rows
-  ``64 h .. 64 h + 63`` of the tile, a 64 x 256 float32 accumulator (128 registers a thread). Per
-  k-step it waits for ``ready``, issues an asynchronous ``warpgroup_mma`` on its half of A and all
-  of B, waits until one MMA group is left in flight (the previous step's is then done) and releases
-  the previous step's stage on ``empty``. After the tile's last step it finishes its 64 x 256 half of
-  C in two 64 x 128 parts: each converted to a blocked layout of 8 consecutive columns a thread
-  (16-byte loads and stores of a 16-bit C), then ``triton_tiles.finish_tile``, the epilogue of the
-  ``tl.dot`` kernel: scale, bias per row or column, activation, residual, alpha, beta * C, cast and
-  masked store. Meanwhile the producer already fills the ring with the next tile's k-steps.
+  the first is the kernel's own 4 warps, the default partition): a 64 x 256 or 128 x 128 float32
+  accumulator (128 registers a thread). Per k-step a consumer waits for ``ready``, issues an
+  asynchronous ``warpgroup_mma``, waits until one MMA group is left in flight (the previous step's
+  is then done) and releases the previous step's stage on ``empty``. After the tile's last step it
+  finishes its 64 x 256 or 128 x 128 of C in two 64 x 128 parts: each converted to a blocked layout
+  of 8 consecutive columns a thread (16-byte loads and stores of a 16-bit C), then
+  ``triton_tiles.finish_tile``, the epilogue of the ``tl.dot`` kernel: scale, bias per row or
+  column, activation, residual, alpha, beta * C, cast and masked store. Meanwhile the producer
+  already fills the ring with the next tile's k-steps.
 
-**Ring and barriers.** STAGES stages, each A's two halves and B's tile. ``ready[s]`` counts one
-arrival (the producer's ``expect``) plus the stage's bytes; ``empty[s]`` counts two arrivals, one per
-consumer: an ``mbarrier.arrive`` is issued by one thread of its partition, so each warpgroup arrives
-for itself once its own MMAs on the stage are complete (``warpgroup_mma_wait``), and the stage is
-free when both have. Step ``i`` of a partition (counted over all its tiles) uses stage
-``i % STAGES`` in phase ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase
-flipped, which a fresh barrier passes. Only the async proxy (TMA writes, wgmma reads) touches the
-ring, so no proxy fence is needed between the two.
+**Ring and barriers.** STAGES stages, each A's rows and B's tile of one k-step. ``ready[s]`` counts
+one arrival (the producer's ``expect``) plus the stage's bytes; ``empty[s]`` one arrival per consumer
+reading the stage (ping-pong 1, cooperative 2): an ``mbarrier.arrive`` is issued by one thread of its
+partition, so each warpgroup arrives for itself once its own MMAs on the stage are complete
+(``warpgroup_mma_wait``). Step ``i`` of the program (counted over all its tiles) uses stage
+``i % STAGES`` in phase ``(i // STAGES) & 1``; a ping-pong consumer skips the other's tiles' steps.
+The producer waits on ``empty`` with the phase flipped, which a fresh barrier passes. Only the async
+proxy (TMA writes, wgmma reads) touches the ring, so no proxy fence is needed between the two.
+
+**Turns (ping-pong).** ``turn[h]`` (one arrival) is consumer h's go: before its j-th tile's mainloop
+consumer h waits on it in phase ``j & 1``, flipped for consumer 0, whom a fresh barrier lets go
+first; once the tile's last MMA is issued it arrives on the other's, then waits for its MMAs and
+stores the tile. The program's tiles' mainloops thus run in tile order, as the producer fills the
+ring, and neither consumer can run two phases ahead of the other.
 
 **Registers.** The kernel's 4 warps and the workers' 4 + 1 (padded to 4) are 12 warps, 168 registers
 a thread at launch (64K over 384 threads). Inside the partitions ``setmaxnreg`` moves them: the
 producer's warpgroup gives up all but 24, each consumer warpgroup gets 240 (the compiler gives the
 default partition what the workers leave).
 
-**Shared memory.** A stage is ``(128 x 64 + 64 x 256) x 2`` bytes = 48 KB; the epilogue's layout
-conversion takes 8 KB a consumer (Triton stages the 64 x 128 float32 part in 4 rounds); the
-barriers and the descriptors being built a few hundred bytes. Of sm_90's 227 KB a block, 4 stages
-(192 KB of ring, 208 KB in all) are what fits (``STAGES``).
+**Shared memory.** A stage is ``(BLOCK_M x 64 + 64 x BLOCK_N) x 2`` bytes: 32 KB for 128 x 128, 40 KB
+for 64 x 256, 48 KB for 128 x 256; the epilogue's layout conversion takes 8 KB a consumer (Triton
+stages the 64 x 128 float32 part in 4 rounds); the barriers and the descriptors being built a few
+hundred bytes. Of sm_90's 227 KB a block, the ring takes the stages that fit beside the epilogue's
+(``ring_stages``: 6, 5 and 4).
 
 **Arguments.** The partitions take every scalar as an argument of its own, in tuples written out
 where ``warp_specialize`` is called: a tuple assigned in a Gluon kernel turns its constexprs (a unit
