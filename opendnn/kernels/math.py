@@ -99,6 +99,31 @@ def tan(x):
 
 
 @triton.jit
+def maximum(a, b):
+    """IEEE 754's maximum: NaN where either operand is NaN, +0 above -0 (a GPU's max and NumPy's
+    maximum each pick one of two zeros their own way)."""
+    both_zero = tl.abs(a) + tl.abs(b) == 0
+    return tl.where(both_zero, a + b, tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL))
+
+
+@triton.jit
+def minimum(a, b):
+    """IEEE 754's minimum: NaN where either operand is NaN, -0 below +0."""
+    both_zero = tl.abs(a) + tl.abs(b) == 0
+    return tl.where(both_zero, (a * -1 + b * -1) * -1, tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL))
+
+
+@triton.jit
+def fmod(a, b):
+    """C's fmod: the remainder of a / b with a's sign (a zero remainder too), a itself for a finite a
+    over an infinite b, NaN for an infinite a or a zero b (a GPU's remainder gives NaN over an
+    infinite b and +0 for a -0 remainder)."""
+    remainder = a % b
+    remainder = tl.where(remainder == 0, a * 0, remainder)
+    return tl.where(tl.abs(b) == float("inf"), tl.where(tl.abs(a) < float("inf"), a, float("nan")), remainder)
+
+
+@triton.jit
 def pow(a, b):
     """a ** b as C's pow: a base with its sign bit set (-0 and -inf too) gives a result of its sign
     for an odd integer exponent; a finite negative base with a fractional exponent gives NaN; 1 for

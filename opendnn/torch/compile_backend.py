@@ -40,7 +40,6 @@ from torch._dynamo.backends.cudagraphs import (
     get_device_index,
     get_stack_traces,
 )
-from torch._functorch.aot_autograd import make_boxed_func
 from torch._inductor.cudagraph_utils import BoxedDeviceIndex, get_placeholder_info, log_cudagraph_skip_and_bump_counter
 from torch._inductor.utils import BoxedBool, count_tangents, num_fw_fixed_arguments
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -480,6 +479,20 @@ class Supported(OperatorSupportBase):
         return op is not None and op.accepts(node)
 
 
+def boxed(module: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
+    """``module`` under aot_autograd's boxed calling convention: called with the list of inputs, it
+    empties the list before running, so that each input can be freed as soon as the graph is done
+    with it (torch's cudagraph trees assert the list is empty after a call)."""
+
+    def run(args: list[Any]) -> Any:
+        inputs = list(args)
+        args.clear()
+        return module(*inputs)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
 def cuda_graph_refusal(module: torch.fx.GraphModule, inputs: Sequence[Any], fixed: int) -> str | None:
     """Why ``module`` (an FX graph aot_autograd hands over) does not run as a CUDA graph; None when
     it does: every input a CUDA tensor of static shape, and torch's "cudagraphs" backend's own checks
@@ -622,7 +635,7 @@ class OpendnnBackend:
                 self.regions.append(name)
         fused.recompile()
         self.graphs += 1
-        return make_boxed_func(fused)
+        return boxed(fused)
 
     def handle(self, device: torch.device) -> od.Handle:
         if device not in self._handles:

@@ -416,13 +416,24 @@ def _truth(x: np.ndarray) -> np.ndarray:
     return x != 0
 
 
+def _maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754's maximum: NaN where either is NaN, +0 above -0 (NumPy's maximum returns its second
+    operand between two zeros)."""
+    return np.where((a == 0) & (b == 0), a + b, np.maximum(a, b))
+
+
+def _minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754's minimum: NaN where either is NaN, -0 below +0."""
+    return np.where((a == 0) & (b == 0), -(-a + -b), np.minimum(a, b))
+
+
 _REFERENCE_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.divide,
-    "max": np.maximum,
-    "min": np.minimum,
+    "max": _maximum,
+    "min": _minimum,
     "mod": np.fmod,
     "pow": np.power,
     "add_square": lambda a, b: a + b * b,

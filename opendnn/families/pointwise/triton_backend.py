@@ -78,11 +78,11 @@ def apply_mode(
     elif MODE == "div":
         y = a / b
     elif MODE == "max":
-        y = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+        y = tm.maximum(a, b)
     elif MODE == "min":
-        y = tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+        y = tm.minimum(a, b)
     elif MODE == "mod":
-        y = a % b
+        y = tm.fmod(a, b)
     elif MODE == "pow":
         y = tm.pow(a, b)
     elif MODE == "add_square":
