@@ -7,6 +7,7 @@ as their addresses; with a hook registered it must leave the launch to the runne
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import pytest
@@ -175,14 +176,22 @@ def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_grap
 
     from opendnn.kernels import device as device_module
 
-    state = {"device": 0, "capturing": False}
+    state = {"device": 0, "capturing": False, "pool": None}
     allocated = []
 
     def empty(size, dtype, device):
-        allocated.append(size)
+        allocated.append((size, state["pool"]))
         return torch.zeros(size, dtype=dtype)
 
+    @contextlib.contextmanager
+    def use_mem_pool(pool):
+        state["pool"] = pool
+        yield
+        state["pool"] = None
+
     monkeypatch.setattr(device_module, "_SCRATCH", {})
+    monkeypatch.setattr(device_module, "_scratch_pool", lambda device: f"opendnn's pool on {device}")
+    monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool)
     monkeypatch.setattr(torch, "empty", empty)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
@@ -199,4 +208,7 @@ def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_grap
     captured = scratch(256, 64, STREAM)
     assert captured is not grown and device_module._SCRATCH[(0, STREAM)] is grown
     assert len({id(t) for t in (first, other_stream, other_device, grown, captured)}) == 5
-    assert allocated == [256, 256, 256, 512, 256]
+    # the kept buffers come from opendnn's own pool (never from a CUDA graph's pool that torch routes the
+    # thread's allocations to), a captured graph's from the graph's
+    on0, on1 = "opendnn's pool on 0", "opendnn's pool on 1"
+    assert allocated == [(256, on0), (256, on0), (256, on1), (512, on0), (256, None)]

@@ -287,13 +287,13 @@ def test_the_decision_takes_cuda_graphs_for_cuda_tensors_of_static_shapes_only()
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
-@pytest.mark.parametrize("options", [None, {"cudagraphs": False}])
-def test_a_graph_of_static_cuda_tensors_goes_to_cudagraph_trees_unless_the_option_says_no(device, options):
+@pytest.mark.parametrize("options", [{"cudagraphs": True}, None, {"cudagraphs": False}])
+def test_a_graph_of_static_cuda_tensors_goes_to_cudagraph_trees_where_the_option_asks(device, options):
     """Compiled (not run) on fake tensors: the CUDA graph's decision is made at compile time."""
     backend = OpendnnBackend()
     compiled = backend(torch.fx.symbolic_trace(linear_relu), fake_inputs(device), options=options)
     assert callable(compiled) and backend.regions == ["graph0.fused_0"]
-    if options is not None:
+    if options != {"cudagraphs": True}:
         assert backend.captured == [] and backend.uncaptured == []
     elif device == "cuda":
         assert backend.captured == ["graph0"] and backend.uncaptured == []
@@ -337,7 +337,7 @@ def test_on_cuda_a_resnet_block_replays_from_cuda_graphs_with_no_python(training
     model = ConvBlock(8).to("cuda:0", memory_format=torch.channels_last).train(training)
     eager = copy.deepcopy(model)
     backend = OpendnnBackend()
-    compiled = torch.compile(model, backend=backend)
+    compiled = torch.compile(model, backend=backend, options={"cudagraphs": True})
     counts = []
     for step in range(5):
         x = torch.randn(8, 8, 16, 16, device="cuda:0").contiguous(memory_format=torch.channels_last)

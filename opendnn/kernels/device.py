@@ -95,5 +95,16 @@ def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
     key = (torch.cuda.current_device(), stream)
     buffer = _SCRATCH.get(key)
     if buffer is None or buffer.numel() < size:
-        buffer = _SCRATCH[key] = torch.empty(size, dtype=torch.int8, device="cuda")
+        with torch.cuda.use_mem_pool(_scratch_pool(key[0])):
+            buffer = _SCRATCH[key] = torch.empty(size, dtype=torch.int8, device="cuda")
     return buffer
+
+
+@functools.cache
+def _scratch_pool(device: int) -> Any:
+    """A memory pool of opendnn's own for the kept scratch buffers: one made while torch routes the
+    thread's allocations to a CUDA graph's pool (cudagraph trees' warm-up under torch.compile) would
+    otherwise stay alive in that pool, which the trees refuse."""
+    import torch
+
+    return torch.cuda.MemPool()

@@ -16,13 +16,14 @@ engine's, unless ``options={"heur_mode": ...}`` names the heuristics. A region w
 refuses (a shape it cannot take, a value reshaped inside the region) runs its FX graph on torch, and
 says why in ``OpendnnBackend.fallbacks``.
 
-An FX graph whose inputs are all CUDA tensors of static shapes runs as a CUDA graph, composed as
+With ``options={"cudagraphs": True}``, an FX graph whose inputs are all CUDA tensors of static shapes
+runs as a CUDA graph, composed as
 torch's own "cudagraphs" backend composes it (``torch._dynamo.backends.cudagraphs``): the compiled
 graph goes to torch's cudagraph trees (``cudagraphify_impl``), whose first call runs it eagerly (a
 warm-up: Triton compiles the kernels then), the second records it, and every later call replays it
 with no Python of opendnn's. ``cuda_graph_refusal`` decides, with torch's checks (no input mutated
 but the parameters, one device, no CPU node); the backward is captured only when its forward is.
-``options={"cudagraphs": False}`` turns it off.
+Without the option every graph runs eagerly.
 """
 
 from __future__ import annotations
@@ -587,7 +588,7 @@ class OpendnnBackend:
         fallbacks: each region that runs on torch, with opendnn's reason.
         captured: the FX graphs that run as CUDA graphs, by name ("graph0").
         uncaptured: each FX graph that does not, with the reason ("graph0: input 0 is on cpu, not a
-            CUDA device"); neither is filled under ``options={"cudagraphs": False}``.
+            CUDA device"); both stay empty unless ``options={"cudagraphs": True}``.
     """
 
     def __init__(self) -> None:
@@ -604,14 +605,14 @@ class OpendnnBackend:
         self, model: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
     ) -> Any:
         """Compile ``model``. ``options``: ``"heur_mode"`` (an og.HeurMode or its value), the heuristics
-        every region's plan is built with; ``"cudagraphs"`` (default True): False runs every graph
-        eagerly, never as a CUDA graph."""
+        every region's plan is built with; ``"cudagraphs"`` (default False): True runs each graph of
+        static-shape CUDA tensors as a CUDA graph (``CudaGraphs``)."""
         options = options or {}
         heur_mode = options.get("heur_mode")
         compiler = functools.partial(
             self.compile_graph, heur_mode=None if heur_mode is None else og.HeurMode(heur_mode)
         )
-        if not options.get("cudagraphs", True):
+        if not options.get("cudagraphs", False):
             return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(model, example_inputs)
         graphs = CudaGraphs(self, compiler, len(example_inputs))
         return aot_autograd(
