@@ -2,10 +2,9 @@
 products the planner gives it, and every epilogue variant compiled for the H200 (sm_90), specialized
 as Triton's launcher specializes a call there, its IR read for what makes the engine: three warp
 partitions (two consumer warpgroups and a 1-warp producer) with their register budgets, asynchronous
-wgmma with one group in flight, the consumers' turns of the ping-pong schedule, and a shared-memory
-ring within sm_90's 227 KB; the other schedules of ``gluon_hopper.SCHEDULES`` on a few variants. In a
-subprocess: triton must load without its interpreter (tests/sm90.py). The GPU runs are in
-tests/test_gpu_matmul.py.
+wgmma with one group in flight, the ring's mbarrier waits and arrivals, and a shared-memory ring within
+sm_90's 227 KB. In a subprocess: triton must load without its interpreter (tests/sm90.py). The GPU runs
+are in tests/test_gpu_matmul.py.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import pytest
 import sm90
 
 import opendnn as od
-from opendnn.families.matmul import gluon_hopper
 from opendnn.families.matmul import triton_backend as triton_matmul
 from opendnn.families.matmul.problem import matmul_problem
 from opendnn.families.pointwise.problem import PointwiseMode
@@ -128,28 +126,11 @@ VARIANTS = {
     "softplus_residual_beta": (PointwiseMode.SOFTPLUS_FWD, FP16, FP16, "column", FP16, 0.25, True, False, ()),
 }
 CHECKED_FOR_SPILLS = ("plain", "linear_gelu")
-OTHER_SCHEDULES_VARIANTS = ("plain", "relu_row_residual_beta")  # A read in both orders
-# per schedule: the wgmma each k-step issues, mbarrier waits and arrivals in the kernel (ping-pong adds a
-# consumer's wait for its turn and its arrival for the other's), and the ring's stages of 16-bit tiles
-EXPECTED = {
-    "pingpong": ("m64n128k16", 5, 6, 6 * 32 * 1024),
-    "pingpong_64x256": ("m64n256k16", 5, 6, 5 * 40 * 1024),
-    "cooperative": ("m64n256k16", 3, 4, 4 * 48 * 1024),
-}
 
 
-def compiled_variants():
-    """(schedule, variant name): every variant in the engine's schedule, a few in each other one."""
-    others = [schedule for schedule in gluon_hopper.SCHEDULES if schedule != gluon_hopper.SCHEDULE]
-    return [(gluon_hopper.SCHEDULE, name) for name in VARIANTS] + [
-        (schedule, name) for schedule in others for name in OTHER_SCHEDULES_VARIANTS
-    ]
-
-
-def variant_launch(name, schedule=gluon_hopper.SCHEDULE):
-    """The launch the planner makes for variant ``name`` (M = N = 4096, K = 1000) in ``schedule`` and
-    tensors for its slots (one element each, of the slot's dtype: only their dtypes and alignments
-    specialize it)."""
+def variant_launch(name):
+    """The launch the planner makes for variant ``name`` (M = N = 4096, K = 1000) and tensors for its
+    slots (one element each, of the slot's dtype: only their dtypes and alignments specialize it)."""
     import torch
 
     activation, dtype, c_dtype, axis, r_dtype, beta, a_t, b_t, batch = VARIANTS[name]
@@ -172,13 +153,7 @@ def variant_launch(name, schedule=gluon_hopper.SCHEDULE):
         residual_desc=residual,
     )
     fast = c_dtype in (BF16, FP16) and activation is not None
-    engine_schedule, gluon_hopper.SCHEDULE = gluon_hopper.SCHEDULE, schedule
-    triton_matmul.launch_plan.cache_clear()  # a cached plan keeps the schedule it was made in
-    try:
-        (launch, _), *_ = plan(problem, a, b, c, bias, residual, fast=fast).launches
-    finally:
-        gluon_hopper.SCHEDULE = engine_schedule
-        triton_matmul.launch_plan.cache_clear()
+    (launch, _), *_ = plan(problem, a, b, c, bias, residual, fast=fast).launches
     dtypes = {"a": a, "b": b, "c": c, "bias": bias or c, "residual": residual or c}  # absent: C's stand-in
     return launch, {slot: torch.empty(8, dtype=d.dtype.to_torch()) for slot, d in dtypes.items()}
 
@@ -194,38 +169,36 @@ def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel():
     if completed.returncode == sm90.SKIP_STATUS:
         pytest.skip(completed.stdout.strip())
     assert completed.returncode == 0, completed.stderr[-3000:]
-    reports = {
-        (report["schedule"], report["name"]): report for report in map(json.loads, completed.stdout.splitlines())
-    }
-    assert set(reports) == set(compiled_variants())
-    for (schedule, name), report in reports.items():
-        shape, waits, arrives, ring = EXPECTED[schedule]
-        case = schedule, name
-        assert report["kernel"] == "gluon_matmul_kernel", case
-        assert report["partitions"] == [4, 1], case  # beside the kernel's own 4 warps (the first consumer)
-        assert report["warps"] == 12, case  # 4 + 4 + 1, padded to whole warpgroups
-        assert report["async_mma"] == 2 and report["synchronous_mma"] == 0, case  # one per consumer
-        assert report["waits"] == [0, 0, 1, 1], case  # one group in flight per k-step, none after the last
-        assert report["wgmma_shapes"] == [shape], case
-        assert (report["barrier_waits"], report["barrier_arrives"]) == (waits, arrives), case
-        assert {240, 24} <= set(report["registers"]), case  # setmaxnreg: consumers 240, producer 24
-        assert ring < report["shared"] <= SHARED_MEMORY, case  # the ring and the epilogue's
-        if name in CHECKED_FOR_SPILLS:
-            assert report["spilled"] == 0, case
+    reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
+    assert set(reports) == set(VARIANTS)
+    for name, report in reports.items():
+        assert report["kernel"] == "gluon_matmul_kernel", name
+        assert report["partitions"] == [4, 1], name  # beside the kernel's own 4 warps (the first consumer)
+        assert report["warps"] == 12, name  # 4 + 4 + 1, padded to whole warpgroups
+        assert report["async_mma"] == 2 and report["synchronous_mma"] == 0, name  # one per consumer
+        assert report["waits"] == [0, 0, 1, 1], name  # one group in flight per k-step, none after the last
+        assert report["wgmma_shapes"] == ["m64n256k16"], name
+        # waits: the producer's on empty, each consumer's on ready; arrivals: each consumer's on empty, in
+        # the mainloop and after it
+        assert (report["barrier_waits"], report["barrier_arrives"]) == (3, 4), name
+        assert {240, 24} <= set(report["registers"]), name  # setmaxnreg: consumers 240, producer 24
+        assert 4 * 48 * 1024 < report["shared"] <= SHARED_MEMORY, name  # 4 stages of 48 KB and the epilogue's
+    for name in CHECKED_FOR_SPILLS:
+        assert reports[name]["spilled"] == 0, name
 
 
 def main() -> None:
-    """Print, per schedule and variant (``compiled_variants``), a JSON line: the kernel, its partitions'
-    warps, total warps, the number of asynchronous and synchronous wgmma ops, the pendings of each wgmma
-    wait, the PTX wgmma shapes, the mbarrier waits and arrivals, the setmaxnreg register counts, the
-    shared memory, and (for CHECKED_FOR_SPILLS) ptxas's spilled bytes."""
+    """Print, per variant, a JSON line: the kernel, its partitions' warps, total warps, the number of
+    asynchronous and synchronous wgmma ops, the pendings of each wgmma wait, the PTX wgmma shapes, the
+    mbarrier waits and arrivals, the setmaxnreg register counts, the shared memory, and (for
+    CHECKED_FOR_SPILLS) ptxas's spilled bytes."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     from opendnn.kernels.launch import Slot
 
     target, backend = sm90.target_or_exit()
-    for schedule, name in compiled_variants():
-        launch, tensors = variant_launch(name, schedule)
+    for name in VARIANTS:
+        launch, tensors = variant_launch(name)
         args = tuple(tensors[a.name] if isinstance(a, Slot) else a for a in launch.args)
         specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
         compiled = sm90.compile_sm90(launch.kernel, *specialized[1:], specialized[0], target)
@@ -235,7 +208,6 @@ def main() -> None:
         if name in CHECKED_FOR_SPILLS:
             spilled = ptxas_spills(get_ptxas(90).path, ptx)
         report = dict(
-            schedule=schedule,
             name=name,
             kernel=compiled.metadata.name,
             partitions=[int(w) for w in re.findall(r"partition\d+\(.*\) num_warps\((\d+)\)", ttgir)],

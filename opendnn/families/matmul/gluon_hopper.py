@@ -7,61 +7,44 @@ loads, for the MMAs' own results, or for the epilogue.
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` of ``batch x tiles_m x tiles_n`` in
 grouped order (``triton_tiles.tile_coordinates``). Each program is three partitions of warps that run
-side by side and talk only through shared memory and mbarriers: a TMA producer warp and two consumer
-warpgroups. ``SCHEDULE`` (a key of ``SCHEDULES``) says how the consumers share the tiles:
-
-- **ping-pong** (``"pingpong"``, 128 x 128 tiles; ``"pingpong_64x256"``): consumer h takes the
-  program's tiles h, h + 2, ... whole, and the two take turns on the tensor cores: one issues its
-  tile's MMAs while the other finishes its own tile, so the epilogue runs under MMAs.
-- **cooperative** (``"cooperative"``, 128 x 256 tiles): consumer h takes rows ``64 h .. 64 h + 63``
-  of every tile; the two finish their halves together, with no MMA in flight.
-
-The partitions:
+side by side and talk only through shared memory and mbarriers:
 
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every k-step of
-  every tile of the program, in tile order, waits until a stage of the ring is empty, then has TMA
-  copy into it A's rows of the tile (cooperative: in two 64-row parts, one per consumer) and B's
-  tile, all signalling the stage's ``ready`` barrier with their byte count. TMA reads 3-D
-  descriptors ``[batch, rows, cols]`` in each operand's stored order (a transposed operand's rows
-  are K), zero-filled past every edge, so M, N and K may have any size. The producer builds them
-  itself, on the device, at its start: the thread that releases a new descriptor to the tensormap
-  proxy is the one that acquires it and reads through it.
+  every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
+  two 64-row halves of A's 128 x 64 tile and B's 64 x 256 tile, all signalling the stage's ``ready``
+  barrier with their byte count. TMA reads 3-D descriptors ``[batch, rows, cols]`` in each operand's
+  stored order (a transposed operand's rows are K), zero-filled past every edge, so M, N and K may
+  have any size. The producer builds them itself, on the device, at its start: the thread that
+  releases a new descriptor to the tensormap proxy is the one that acquires it and reads through it.
 - **two consumers** (``mma_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread;
-  the first is the kernel's own 4 warps, the default partition): a 64 x 256 or 128 x 128 float32
-  accumulator (128 registers a thread). Per k-step a consumer waits for ``ready``, issues an
-  asynchronous ``warpgroup_mma``, waits until one MMA group is left in flight (the previous step's
-  is then done) and releases the previous step's stage on ``empty``. After the tile's last step it
-  finishes its 64 x 256 or 128 x 128 of C in two 64 x 128 parts: each converted to a blocked layout
-  of 8 consecutive columns a thread (16-byte loads and stores of a 16-bit C), then
-  ``triton_tiles.finish_tile``, the epilogue of the ``tl.dot`` kernel: scale, bias per row or
-  column, activation, residual, alpha, beta * C, cast and masked store. Meanwhile the producer
-  already fills the ring with the next tile's k-steps.
+  the first is the kernel's own 4 warps, the default partition): consumer h owns rows
+  ``64 h .. 64 h + 63`` of the tile, a 64 x 256 float32 accumulator (128 registers a thread). Per
+  k-step it waits for ``ready``, issues an asynchronous ``warpgroup_mma`` on its half of A and all
+  of B, waits until one MMA group is left in flight (the previous step's is then done) and releases
+  the previous step's stage on ``empty``. After the tile's last step it finishes its 64 x 256 half of
+  C in two 64 x 128 parts: each converted to a blocked layout of 8 consecutive columns a thread
+  (16-byte loads and stores of a 16-bit C), then ``triton_tiles.finish_tile``, the epilogue of the
+  ``tl.dot`` kernel: scale, bias per row or column, activation, residual, alpha, beta * C, cast and
+  masked store. Meanwhile the producer already fills the ring with the next tile's k-steps.
 
-**Ring and barriers.** STAGES stages, each A's rows and B's tile of one k-step. ``ready[s]`` counts
-one arrival (the producer's ``expect``) plus the stage's bytes; ``empty[s]`` one arrival per consumer
-reading the stage (ping-pong 1, cooperative 2): an ``mbarrier.arrive`` is issued by one thread of its
-partition, so each warpgroup arrives for itself once its own MMAs on the stage are complete
-(``warpgroup_mma_wait``). Step ``i`` of the program (counted over all its tiles) uses stage
-``i % STAGES`` in phase ``(i // STAGES) & 1``; a ping-pong consumer skips the other's tiles' steps.
-The producer waits on ``empty`` with the phase flipped, which a fresh barrier passes. Only the async
-proxy (TMA writes, wgmma reads) touches the ring, so no proxy fence is needed between the two.
-
-**Turns (ping-pong).** ``turn[h]`` (one arrival) is consumer h's go: before its j-th tile's mainloop
-consumer h waits on it in phase ``j & 1``, flipped for consumer 0, whom a fresh barrier lets go
-first; once the tile's last MMA is issued it arrives on the other's, then waits for its MMAs and
-stores the tile. The program's tiles' mainloops thus run in tile order, as the producer fills the
-ring, and neither consumer can run two phases ahead of the other.
+**Ring and barriers.** STAGES stages, each A's two halves and B's tile. ``ready[s]`` counts one
+arrival (the producer's ``expect``) plus the stage's bytes; ``empty[s]`` counts two arrivals, one per
+consumer: an ``mbarrier.arrive`` is issued by one thread of its partition, so each warpgroup arrives
+for itself once its own MMAs on the stage are complete (``warpgroup_mma_wait``), and the stage is
+free when both have. Step ``i`` of a partition (counted over all its tiles) uses stage
+``i % STAGES`` in phase ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase
+flipped, which a fresh barrier passes. Only the async proxy (TMA writes, wgmma reads) touches the
+ring, so no proxy fence is needed between the two.
 
 **Registers.** The kernel's 4 warps and the workers' 4 + 1 (padded to 4) are 12 warps, 168 registers
 a thread at launch (64K over 384 threads). Inside the partitions ``setmaxnreg`` moves them: the
 producer's warpgroup gives up all but 24, each consumer warpgroup gets 240 (the compiler gives the
 default partition what the workers leave).
 
-**Shared memory.** A stage is ``(BLOCK_M x 64 + 64 x BLOCK_N) x 2`` bytes: 32 KB for 128 x 128, 40 KB
-for 64 x 256, 48 KB for 128 x 256; the epilogue's layout conversion takes 8 KB a consumer (Triton
-stages the 64 x 128 float32 part in 4 rounds); the barriers and the descriptors being built a few
-hundred bytes. Of sm_90's 227 KB a block, the ring takes the stages that fit beside the epilogue's
-(``ring_stages``: 6, 5 and 4).
+**Shared memory.** A stage is ``(128 x 64 + 64 x 256) x 2`` bytes = 48 KB; the epilogue's layout
+conversion takes 8 KB a consumer (Triton stages the 64 x 128 float32 part in 4 rounds); the
+barriers and the descriptors being built a few hundred bytes. Of sm_90's 227 KB a block, 4 stages
+(192 KB of ring, 208 KB in all) are what fits (``STAGES``).
 
 **Arguments.** The partitions take every scalar as an argument of its own, in tuples written out
 where ``warp_specialize`` is called: a tuple assigned in a Gluon kernel turns its constexprs (a unit
@@ -92,10 +75,7 @@ from opendnn.kernels.launch import Launch, Slot
 
 CONSUMER_REGISTERS = gl.constexpr(240)
 PRODUCER_REGISTERS = gl.constexpr(24)
-# the epilogue finishes C in parts of PART_ROWS x PART_COLS, a thread's 8 consecutive columns of a part
-# (4 warps): its loads and stores
-PART_ROWS = gl.constexpr(64)
-PART_COLS = gl.constexpr(128)
+# a thread's 8 consecutive columns of a 64 x 128 part of C (4 warps): the epilogue's loads and stores
 EPILOGUE_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
 
 
@@ -133,12 +113,11 @@ def tma_producer(
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Fill the ring in tile order: per k-step of every tile of this program, A's row parts and B's
-    tile. The descriptors are built here, by the warp that uses them (the tensormap proxy's release
-    and acquire in one thread)."""
+    """Fill the ring: per k-step of every tile of this program, A's two halves and B's tile. The
+    descriptors are built here, by the warp that uses them (the tensormap proxy's release and acquire
+    in one thread)."""
     STAGES: gl.constexpr = b_ring.shape[0]
-    A_PARTS: gl.constexpr = a_ring.shape[0] // STAGES
-    PART_M: gl.constexpr = BLOCK_M // A_PARTS
+    HALF_M: gl.constexpr = BLOCK_M // 2
     if A_TRANSPOSED:
         a_desc = operand_descriptor(a_ptr, a_batches, a_batch_stride, K, M, a_row_stride, a_ring)
     else:
@@ -158,11 +137,11 @@ def tma_producer(
             stage = step % STAGES
             mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
             filled = ready.index(stage)
-            mbarrier.expect(filled, A_PARTS * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            for part in gl.static_range(A_PARTS):
-                m0 = tile_m * BLOCK_M + part * PART_M
+            mbarrier.expect(filled, 2 * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            for half in gl.static_range(2):
+                m0 = tile_m * BLOCK_M + half * HALF_M
                 a_coordinates = [a_batch, k0, m0] if A_TRANSPOSED else [a_batch, m0, k0]
-                tma.async_copy_global_to_shared(a_desc, a_coordinates, filled, a_ring.index(A_PARTS * stage + part))
+                tma.async_copy_global_to_shared(a_desc, a_coordinates, filled, a_ring.index(2 * stage + half))
             n0 = tile_n * BLOCK_N
             b_coordinates = [b_batch, n0, k0] if B_TRANSPOSED else [b_batch, k0, n0]
             tma.async_copy_global_to_shared(b_desc, b_coordinates, filled, b_ring.index(stage))
@@ -175,7 +154,6 @@ def mma_consumer(
     b_ring,
     ready,
     empty,
-    turn,
     c_ptr,
     bias_ptr,
     residual_ptr,
@@ -197,8 +175,7 @@ def mma_consumer(
     scale,
     coef,
     total,
-    CONSUMER: gl.constexpr,
-    PINGPONG: gl.constexpr,
+    HALF: gl.constexpr,
     A_TRANSPOSED: gl.constexpr,
     B_TRANSPOSED: gl.constexpr,
     HAS_BIAS: gl.constexpr,
@@ -214,34 +191,25 @@ def mma_consumer(
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Consumer ``CONSUMER``'s share of this program's tiles: the MMAs, then the epilogue. Ping-pong:
-    every other tile whole (the program's tiles ``CONSUMER``, ``CONSUMER + 2``, ...), its mainloop
-    in turn with the other consumer's (``turn``); cooperative: rows ``CONSUMER * BLOCK_M / 2`` on of
-    every tile."""
+    """Rows ``HALF * BLOCK_M / 2`` on of every tile of this program: the MMAs, then the epilogue."""
     STAGES: gl.constexpr = b_ring.shape[0]
-    A_PARTS: gl.constexpr = a_ring.shape[0] // STAGES
-    PART: gl.constexpr = 0 if PINGPONG else CONSUMER  # the part of A's rows this consumer reads
-    ROWS: gl.constexpr = BLOCK_M // A_PARTS  # of its accumulator
-    TILES: gl.constexpr = 2 if PINGPONG else 1  # of the program's tiles, one in TILES is this consumer's
-    FIRST: gl.constexpr = CONSUMER if PINGPONG else 0
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    HALF_N: gl.constexpr = BLOCK_N // 2
     ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
-    local_rows = gl.arange(0, PART_ROWS, layout=gl.SliceLayout(1, EPILOGUE_LAYOUT))
-    local_cols = gl.arange(0, PART_COLS, layout=gl.SliceLayout(0, EPILOGUE_LAYOUT))
-    step = FIRST * k_steps  # the ring's step of this consumer's first tile
-    mine = 0  # this consumer's tiles so far
-    for tile in range(gl.program_id(0) + FIRST * PROGRAMS, total, TILES * PROGRAMS):
-        if PINGPONG:  # consumer 0 goes first: a fresh barrier passes the flipped phase
-            mbarrier.wait(turn.index(CONSUMER), (mine & 1) ^ (1 - CONSUMER))
-        acc = gl.zeros((ROWS, BLOCK_N), dtype=ACC, layout=ACC_LAYOUT)
+    local_rows = gl.arange(0, HALF_M, layout=gl.SliceLayout(1, EPILOGUE_LAYOUT))
+    local_cols = gl.arange(0, HALF_N, layout=gl.SliceLayout(0, EPILOGUE_LAYOUT))
+    step = 0
+    for tile in range(gl.program_id(0), total, PROGRAMS):
+        acc = gl.zeros((HALF_M, BLOCK_N), dtype=ACC, layout=ACC_LAYOUT)
         for k_step in range(k_steps):
             stage = step % STAGES
             mbarrier.wait(ready.index(stage), step // STAGES & 1)
-            a = a_ring.index(A_PARTS * stage + PART)  # [1, rows, cols] as stored
+            a = a_ring.index(2 * stage + HALF)  # [1, rows, cols] as stored
             a = a.reshape([a.shape[1], a.shape[2]])
             b = b_ring.index(stage)
             b = b.reshape([b.shape[1], b.shape[2]])
@@ -253,27 +221,20 @@ def mma_consumer(
             acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's MMA is done: release its stage
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_step > 0)
             step += 1
-        if PINGPONG:  # every MMA of the tile is issued: the other consumer's turn
-            mbarrier.arrive(turn.index(1 - CONSUMER))
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_steps > 0)
-        step += (TILES - 1) * k_steps  # past the other consumer's tile
-        mine += 1
 
         batch, tile_m, tile_n = tile_coordinates(tile, tiles_m, tiles_n, GROUP_M)
         c_base = c_ptr + batch_offset(batch, batch_inner, c_batch_outer, c_batch_inner)
         r_base = residual_ptr + batch_offset(batch, batch_inner, r_batch_outer, r_batch_inner)
-        if ROWS > PART_ROWS:  # rows 0..63, 64..127
-            parts = gl.split(acc.reshape([2, PART_ROWS, BLOCK_N]).permute((1, 2, 0)))
-        else:  # columns 0..127, 128..255
-            parts = gl.split(acc.reshape([ROWS, 2, PART_COLS]).permute((0, 2, 1)))
+        parts = gl.split(acc.reshape([HALF_M, 2, HALF_N]).permute((0, 2, 1)))  # columns 0..127, 128..255
         for part in gl.static_range(2):
             finish_tile(
                 gl.convert_layout(parts[part], EPILOGUE_LAYOUT),
                 local_rows,
                 local_cols,
-                tile_m * BLOCK_M + PART * ROWS + part * (ROWS - PART_ROWS),
-                tile_n * BLOCK_N + part * (BLOCK_N - PART_COLS),
+                tile_m * BLOCK_M + HALF * HALF_M,
+                tile_n * BLOCK_N + part * HALF_N,
                 M,
                 N,
                 c_base,
@@ -329,7 +290,6 @@ def gluon_matmul_kernel(
     beta: tl.float64,
     scale: tl.float64,
     coef: tl.float64,
-    PINGPONG: gl.constexpr,
     A_TRANSPOSED: gl.constexpr,
     B_TRANSPOSED: gl.constexpr,
     HAS_BIAS: gl.constexpr,
@@ -349,26 +309,22 @@ def gluon_matmul_kernel(
     """C = epilogue(A @ B) over ``batch_count`` products (two batch dims for C and the residual; A and
     B each one batch stride, ``*_batches`` 1 when broadcast). ``*_row_stride``: the stride of an
     operand's stored rows (K for a transposed A, N for a transposed B)."""
-    A_PARTS: gl.constexpr = 1 if PINGPONG else 2  # A's row parts a stage: one per consumer reading it
-    PART_M: gl.constexpr = BLOCK_M // A_PARTS
-    A_BLOCK: gl.constexpr = [1, BLOCK_K, PART_M] if A_TRANSPOSED else [1, PART_M, BLOCK_K]
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    A_BLOCK: gl.constexpr = [1, BLOCK_K, HALF_M] if A_TRANSPOSED else [1, HALF_M, BLOCK_K]
     B_BLOCK: gl.constexpr = [1, BLOCK_N, BLOCK_K] if B_TRANSPOSED else [1, BLOCK_K, BLOCK_N]
     dtype: gl.constexpr = a_ptr.dtype.element_ty
     A_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(A_BLOCK, dtype)  # swizzled as wgmma reads it
     B_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(B_BLOCK, dtype)
-    a_ring = gl.allocate_shared_memory(dtype, [A_PARTS * STAGES] + A_BLOCK, A_LAYOUT)
+    a_ring = gl.allocate_shared_memory(dtype, [2 * STAGES] + A_BLOCK, A_LAYOUT)  # two halves a stage
     b_ring = gl.allocate_shared_memory(dtype, [STAGES] + B_BLOCK, B_LAYOUT)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong's order
     for stage in gl.static_range(STAGES):
         mbarrier.init(ready.index(stage), count=1)
-        mbarrier.init(empty.index(stage), count=A_PARTS)  # one arrival per consumer warpgroup reading it
-    for consumer in gl.static_range(2):
-        mbarrier.init(turn.index(consumer), count=1)
+        mbarrier.init(empty.index(stage), count=2)  # one arrival per consumer warpgroup
     total = batch_count * gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
-    # The consumers' argument tuples differ only in CONSUMER, and are written out twice: a tuple built
-    # once and assigned (or concatenated) would lose its constexprs (module docstring, "Arguments").
+    # The consumers' argument tuples differ only in HALF, and are written out twice: a tuple built once
+    # and assigned (or concatenated) would lose its constexprs (module docstring, "Arguments").
     gl.warp_specialize(  # the first partition runs in the kernel's own 4 warps
         [
             (
@@ -378,7 +334,6 @@ def gluon_matmul_kernel(
                     b_ring,
                     ready,
                     empty,
-                    turn,
                     c_ptr,
                     bias_ptr,
                     residual_ptr,
@@ -401,7 +356,6 @@ def gluon_matmul_kernel(
                     coef,
                     total,
                     0,
-                    PINGPONG,
                     A_TRANSPOSED,
                     B_TRANSPOSED,
                     HAS_BIAS,
@@ -425,7 +379,6 @@ def gluon_matmul_kernel(
                     b_ring,
                     ready,
                     empty,
-                    turn,
                     c_ptr,
                     bias_ptr,
                     residual_ptr,
@@ -448,7 +401,6 @@ def gluon_matmul_kernel(
                     coef,
                     total,
                     1,
-                    PINGPONG,
                     A_TRANSPOSED,
                     B_TRANSPOSED,
                     HAS_BIAS,
@@ -501,18 +453,11 @@ def gluon_matmul_kernel(
 
 # ---- launcher ------------------------------------------------------------------------------------
 
-# schedule: (BLOCK_M, BLOCK_N) of a tile, and whether the consumers take whole tiles in turn (ping-pong)
-# or halves of every tile side by side (cooperative)
-SCHEDULES = {"pingpong": (128, 128, True), "pingpong_64x256": (64, 256, True), "cooperative": (128, 256, False)}
-SCHEDULE = "pingpong"
-BLOCK_K, GROUP_M = 64, 8
+BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 128, 256, 64, 8
 SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
 EPILOGUE_SHARED_MEMORY = 2 * 8 * 1024  # the two consumers' layout conversions (as Triton 3.6 compiles them)
-
-
-def ring_stages(block_m: int, block_n: int) -> int:
-    """The stages of 16-bit A and B tiles that fit beside the epilogue's shared memory."""
-    return (SHARED_MEMORY - EPILOGUE_SHARED_MEMORY) // ((block_m * BLOCK_K + BLOCK_K * block_n) * 2)
+STAGE_BYTES = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2  # 16-bit A and B tiles: 48 KB
+STAGES = (SHARED_MEMORY - EPILOGUE_SHARED_MEMORY) // STAGE_BYTES  # 4
 
 
 def gluon_launch(
@@ -535,8 +480,7 @@ def gluon_launch(
     16-bit C whose activation may take the approximate instructions."""
     (sa_m, sa_k), (sb_k, sb_n) = a.strides[-2:], b.strides[-2:]
     a_transposed, b_transposed = transposed
-    block_m, block_n, pingpong = SCHEDULES[SCHEDULE]
-    tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // block_m) * -(-problem.n // block_n)
+    tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // BLOCK_M) * -(-problem.n // BLOCK_N)
     programs = persistent_programs(tiles, sms)
     args = (
         Slot("a"),
@@ -567,12 +511,11 @@ def gluon_launch(
             A_TRANSPOSED=a_transposed,
             B_TRANSPOSED=b_transposed,
             **epilogue_options(problem, bias is not None, residual is not None, fast),
-            PINGPONG=pingpong,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
             BLOCK_K=BLOCK_K,
             GROUP_M=GROUP_M,
-            STAGES=ring_stages(block_m, block_n),
+            STAGES=STAGES,
             PROGRAMS=programs,
             num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
         ),
