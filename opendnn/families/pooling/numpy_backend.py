@@ -56,10 +56,13 @@ def run(
     inputs = [read(x, compute), read(y, compute), gradient] if problem.mode.is_max else [gradient]
     target = output_array(dx, compute, problem.alpha, problem.beta, *inputs)  # dx's own memory, where it may be
     result = np.empty(x.desc.dims, compute.to_numpy()) if target is None else target
+    counts = geo.counts(include_padding).astype(result.dtype)
     if problem.mode.is_max:
         max_backward(inputs[0], inputs[1], gradient, geo, result)
+    elif _whole_planes(geo):  # one window per plane: its share of dy broadcast over the plane
+        np.copyto(result, gradient / counts)
     else:
-        average_backward(gradient, geo.counts(include_padding).astype(result.dtype), geo, result)
+        average_backward(gradient, counts, geo, result)
     if target is None:
         write(dx, result, problem.alpha, problem.beta)
 
@@ -77,9 +80,22 @@ def _padded(x: np.ndarray, geo: _Geometry, fill: float) -> np.ndarray:
     return np.pad(x, widths, constant_values=fill) if any(before or after for before, after in widths) else x
 
 
+def _whole_planes(geo: _Geometry) -> bool:
+    """Whether each plane is one window, unpadded (global pooling)."""
+    return all(o == 1 and p == 0 and w == n for o, p, w, n in zip(geo.out, geo.padding, geo.window, geo.size))
+
+
 def _reduce_windows(padded: np.ndarray, geo: _Geometry, combine: np.ufunc) -> np.ndarray:
     """``combine`` over each window of the padded input (left unchanged), one spatial dim at a time
-    (outermost first: its slices are whole rows)."""
+    (outermost first: its slices are whole rows); a plane that is one window in one reduction over
+    its contiguous rows, a sum as one matrix-vector product."""
+    if _whole_planes(geo):
+        planes = padded.reshape(*padded.shape[:2], -1)
+        if combine is np.add:
+            total = planes @ np.ones(planes.shape[2], planes.dtype)
+        else:
+            total = combine.reduce(planes, axis=2)
+        return total.reshape(*planes.shape[:2], *geo.out)
     result = padded
     for k, window in enumerate(geo.window):
         if geo.out[k] == 1:  # one window along this dim (global pooling): one reduction
