@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.reference_io import read, write
+from opendnn.core.reference_io import output_array, read, write
 from opendnn.families.convolution.problem import (
     ConvolutionDirection,
     ConvolutionProblem,
@@ -38,6 +38,9 @@ from opendnn.families.convolution.problem import (
 # Below this many multiply-adds a product runs on one BLAS thread: waking, and then spinning, a
 # second thread for a small product costs more than it saves, and far more on a loaded machine.
 SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
+# The forward's product columns per chunk of samples: a sample alone where its output has this many
+# positions (its columns, C*R*S*out elements, are allocated and filled per chunk, not for all of x).
+GEMM_COLUMNS = 1024
 
 
 @functools.cache  # threadpoolctl scans the loaded libraries once; None where it is not installed
@@ -65,30 +68,57 @@ def workspace_size(problem: ConvolutionProblem) -> int:
     return 0
 
 
-def _column_view(problem: ConvolutionProblem, x_padded: np.ndarray) -> np.ndarray:
-    """The padded x (contiguous) viewed as (G, C/G, *filt, N, *out) without a copy."""
+def _column_view(
+    problem: ConvolutionProblem,
+    x_padded: np.ndarray,
+    filt: tuple[int, ...] | None = None,
+    stride: tuple[int, ...] | None = None,
+) -> np.ndarray:
+    """The padded x (contiguous) viewed as (G, C/G, *filt, N, *out) without a copy: tap r of output o
+    at ``o * stride + r * dilation`` (the problem's filter dims and stride unless given)."""
     groups, per_group = problem.groups, problem.w.dims[1]
+    filt = tuple(problem.w.dims[2:]) if filt is None else filt
+    stride = problem.stride if stride is None else stride
     item = x_padded.strides
     spatial = item[2:]
-    shape = (groups, per_group, *problem.w.dims[2:], x_padded.shape[0], *problem.y.dims[2:])
+    shape = (groups, per_group, *filt, x_padded.shape[0], *problem.y.dims[2:])
     strides = (
         per_group * item[1],
         item[1],
         *(d * s for d, s in zip(problem.dilation, spatial)),
         item[0],
-        *(st * s for st, s in zip(problem.stride, spatial)),
+        *(st * s for st, s in zip(stride, spatial)),
     )
     return np.lib.stride_tricks.as_strided(x_padded, shape, strides, writeable=False)
 
 
+def _padded(problem: ConvolutionProblem, x: np.ndarray) -> np.ndarray:
+    """x padded with zeros (x itself, C-ordered, where no padding is nonzero)."""
+    if not any(problem.pre_padding) and not any(problem.post_padding):
+        return np.ascontiguousarray(x)
+    x_padded = np.zeros((*x.shape[:2], *_padded_shape(problem)[2:]), x.dtype)
+    x_padded[_interior(problem)] = x
+    return x_padded
+
+
 def _columns(problem: ConvolutionProblem, x: np.ndarray) -> np.ndarray:
-    """im2col: (G, C/G * R*S, N * out), contiguous."""
-    if any(problem.pre_padding) or any(problem.post_padding):
-        x_padded = np.zeros(_padded_shape(problem), x.dtype)
-        x_padded[_interior(problem)] = x
+    """im2col: (G, C/G * R*S, N * out), contiguous. With a stride along the last spatial dim, the
+    padded x is first split into that many phases along it (every stride-th element), so that each
+    tap along that dim reads its rows contiguously from one phase: the copy streams instead of
+    gathering every stride-th element."""
+    x_padded = _padded(problem, x)
+    step, dilation, width = problem.stride[-1], problem.dilation[-1], problem.w.dims[-1]
+    if step == 1:
+        cols = np.ascontiguousarray(_column_view(problem, x_padded))
     else:
-        x_padded = np.ascontiguousarray(x)
-    cols = np.ascontiguousarray(_column_view(problem, x_padded))
+        view = _column_view(problem, x_padded)
+        cols = np.empty(view.shape, x.dtype)
+        phases = [np.ascontiguousarray(x_padded[..., q::step]) for q in range(step)]
+        taps = (*problem.w.dims[2:-1], 1)
+        for b in range(width):
+            q, offset = (b * dilation) % step, (b * dilation) // step
+            tap = _column_view(problem, phases[q][..., offset:], taps, (*problem.stride[:-1], 1))
+            np.copyto(cols[(..., slice(b, b + 1)) + (slice(None),) * (1 + problem.spatial_dims)], tap)
     return cols.reshape(problem.groups, -1, x.shape[0] * math.prod(problem.y.dims[2:]))
 
 
@@ -105,12 +135,25 @@ def _output_matrix(problem: ConvolutionProblem, y: np.ndarray) -> np.ndarray:
     return yg.reshape(problem.groups, k // problem.groups, -1)
 
 
-def gemm_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """y (N, K, *out): the reference's ``reference_forward`` as one batched matmul."""
-    yg = np.matmul(_filter_matrix(problem, w), _columns(problem, x))
-    n, k, *out = problem.y.dims
-    yg = yg.reshape(problem.groups, k // problem.groups, n, -1).transpose(2, 0, 1, 3)
-    return np.ascontiguousarray(yg).reshape(problem.y.dims)
+def gemm_forward(
+    problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """y (N, K, *out): the reference's ``reference_forward`` as one batched matmul over the groups per
+    chunk of samples (into ``out``, C-ordered y dims, where given). A chunk's product lands in y's
+    order straight from the matmul where the chunk is one sample, and through one copy otherwise."""
+    n, k, *spatial = problem.y.dims
+    out = np.empty(problem.y.dims, x.dtype) if out is None else out
+    wg = _filter_matrix(problem, w)
+    chunk = min(n, -(-GEMM_COLUMNS // math.prod(spatial)))  # samples per product
+    for start in range(0, n, chunk):
+        samples = slice(start, min(n, start + chunk))
+        y = out[samples].reshape(-1, problem.groups, k // problem.groups, math.prod(spatial))
+        if y.shape[0] == 1:
+            np.matmul(wg, _columns(problem, x[samples]), out=y[0])
+        else:
+            yg = np.matmul(wg, _columns(problem, x[samples]))
+            np.copyto(y, yg.reshape(*yg.shape[:2], y.shape[0], -1).transpose(2, 0, 1, 3))
+    return out
 
 
 def gemm_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
@@ -167,12 +210,27 @@ def run(
     y_values = read(y, compute) if direction is not ConvolutionDirection.FORWARD else None
     bias_values = read(bias, compute) if bias is not None else None
     z_values = read(z, compute) if z is not None else None  # read before y is written: z may be y
-    with _blas_limit(problem):
-        conv = GEMM[direction](problem, x_values, w_values, y_values)
-    result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
     output = {
         ConvolutionDirection.FORWARD: y,
         ConvolutionDirection.BACKWARD_DATA: x,
         ConvolutionDirection.BACKWARD_FILTER: w,
     }[direction]
+    if direction is ConvolutionDirection.FORWARD and _bare(
+        problem
+    ):  # y is the product: into y's memory, where it may be
+        target = output_array(
+            y, compute, problem.alpha, problem.beta, *(v for v in (x_values, w_values) if v is not None)
+        )
+        if target is not None:
+            with _blas_limit(problem):
+                gemm_forward(problem, x_values, w_values, target)
+            return
+    with _blas_limit(problem):
+        conv = GEMM[direction](problem, x_values, w_values, y_values)
+    result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
     write(output, result, 1.0, problem.beta)
+
+
+def _bare(problem: ConvolutionProblem) -> bool:
+    """Whether the forward's output is the product alone: alpha 1, no bias, residual or activation."""
+    return problem.alpha == 1.0 and problem.bias is None and problem.z is None and problem.activation is None
