@@ -41,6 +41,9 @@ SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
 # The forward's product columns per chunk of samples: a sample alone where its output has this many
 # positions (its columns, C*R*S*out elements, are allocated and filled per chunk, not for all of x).
 GEMM_COLUMNS = 1024
+# A depthwise convolution's padded planes per chunk: the chunk, its output layout and the taps'
+# products stay in L2.
+DEPTHWISE_ELEMENTS = 1 << 15
 
 
 @functools.cache  # threadpoolctl scans the loaded libraries once; None where it is not installed
@@ -187,11 +190,143 @@ def gemm_backward_data(problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarra
     return dx_padded[_interior(problem)]
 
 
+class _Planes:
+    """Depthwise geometry (G == C == K: each output channel reads its own input channel): chunks of
+    ``count`` padded planes as one flat buffer, and the outputs of such a chunk laid out so that
+    every filter tap reads the buffer as one 1-D run: plane p's output o sits at ``p * ext_plane +
+    sum(o_k * ext_strides[k])`` and tap r reads the padded buffer at ``offsets[r] + step * that``,
+    ``step`` the last dim's stride. The padded planes' last dim is rounded up to a multiple of
+    ``step``; the positions of the layout that no output takes (past the end of an output row) are
+    junk that no result reads."""
+
+    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype) -> None:
+        spatial = list(_padded_shape(problem)[2:])
+        self.step = step = problem.stride[-1]
+        spatial[-1] = -(-spatial[-1] // step) * step
+        strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
+        self.count, self.plane, self.ext_plane = count, math.prod(spatial), math.prod(spatial) // step
+        self.ext_strides = [st * s // step for st, s in zip(problem.stride, strides)]
+        self.tap_strides = [st * s for st, s in zip(problem.stride, strides)]
+        filt = problem.w.dims[2:]
+        self.offsets = [sum(r * d * s for r, d, s in zip(tap, problem.dilation, strides)) for tap in np.ndindex(*filt)]
+        self.out = tuple(problem.y.dims[2:])
+        self.length = count * self.ext_plane
+        self.padded = np.zeros(count * self.plane + max(self.offsets) + step, dtype)  # zeros stay in the padding
+        inside = (slice(None), *(slice(p, p + n) for p, n in zip(problem.pre_padding, problem.x.dims[2:])))
+        self.inside = self.padded[: count * self.plane].reshape(count, *spatial)[inside]
+        self.valid = np.zeros(self.ext_plane, bool)
+        self.outputs(self.valid[None]).fill(True)
+
+    def tap(self, t: int, planes: int) -> np.ndarray:
+        """Tap t of the first ``planes`` planes, over the output layout (1-D, writable)."""
+        start = self.offsets[t]
+        return self.padded[start : start + self.step * planes * self.ext_plane : self.step]
+
+    def tap_view(self, t: int, planes: int) -> np.ndarray:
+        """Tap t of the first ``planes`` planes as (planes, *out): only the outputs, no junk."""
+        item = self.padded.itemsize
+        strides = (self.plane * item, *(s * item for s in self.tap_strides))
+        return np.lib.stride_tricks.as_strided(self.padded[self.offsets[t] :], (planes, *self.out), strides)
+
+    def outputs(self, layout: np.ndarray) -> np.ndarray:
+        """The output positions of an output-layout array (planes * ext_plane, flat) as (planes, *out)."""
+        item = layout.itemsize
+        strides = (self.ext_plane * item, *(s * item for s in self.ext_strides))
+        return np.lib.stride_tricks.as_strided(layout, (layout.size // self.ext_plane, *self.out), strides)
+
+    def weights(self, taps: np.ndarray) -> np.ndarray:
+        """(T, planes * ext_plane): each plane's weight of each tap over its output positions, 0 on
+        the junk (so that junk times junk adds an exact 0, whatever the weight)."""
+        expanded = np.zeros((taps.shape[0], taps.shape[1], self.ext_plane), taps.dtype)
+        np.copyto(expanded, taps[:, :, None], where=self.valid)
+        return expanded.reshape(taps.shape[0], -1)
+
+
+def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
+    channels = problem.x.dims[1]
+    layout = _Planes(problem, 1, dtype)
+    count = max(1, min(channels, DEPTHWISE_ELEMENTS // layout.plane))
+    return _Planes(problem, count, dtype), [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
+
+
+def depthwise_forward(
+    problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the sum over
+    the filter taps of the tap's weights times the tap's 1-D run of the padded planes."""
+    out = np.empty(problem.y.dims, x.dtype) if out is None else out
+    planes, blocks = _channel_blocks(problem, x.dtype)
+    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T  # (T, C)
+    result, term = np.empty(planes.length, x.dtype), np.empty(planes.length, x.dtype)
+    for block in blocks:
+        count = block.stop - block.start
+        weights = planes.weights(taps[:, block])
+        y, product = result[: weights.shape[1]], term[: weights.shape[1]]
+        for n in range(x.shape[0]):
+            planes.inside[:count] = x[n, block]
+            np.multiply(planes.tap(0, count), weights[0], out=y)
+            for t in range(1, weights.shape[0]):
+                y += np.multiply(planes.tap(t, count), weights[t], out=product)
+            out[n, block] = planes.outputs(y)
+    return out
+
+
+def depthwise_backward_data(
+    problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """dx (N, C, *spatial) of a depthwise convolution: per chunk of channels of one sample, each
+    tap's weights times dy (junk 0) added into the tap's 1-D run of the padded planes."""
+    out = np.empty(problem.x.dims, dy.dtype) if out is None else out
+    planes, blocks = _channel_blocks(problem, dy.dtype)
+    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T
+    gradient, term = np.zeros(planes.length, dy.dtype), np.empty(planes.length, dy.dtype)
+    for block in blocks:
+        count = block.stop - block.start
+        weights = planes.weights(taps[:, block])
+        g, product = gradient[: weights.shape[1]], term[: weights.shape[1]]
+        for n in range(dy.shape[0]):
+            planes.outputs(g)[:] = dy[n, block]
+            planes.padded.fill(0)
+            for t in range(weights.shape[0]):
+                run = planes.tap(t, count)
+                run += np.multiply(g, weights[t], out=product)
+            out[n, block] = planes.inside[:count]
+    return out
+
+
+def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dw (K, 1, *filt) of a depthwise convolution: per chunk of channels of one sample, each tap's
+    sum of dy times the tap's view of the padded planes."""
+    planes, blocks = _channel_blocks(problem, x.dtype)
+    taps = np.zeros((problem.groups, len(planes.offsets)), x.dtype)
+    dims = "abc"[: problem.spatial_dims]
+    for block in blocks:
+        count = block.stop - block.start
+        for n in range(x.shape[0]):
+            planes.inside[:count] = x[n, block]
+            for t in range(taps.shape[1]):
+                taps[block, t] += np.einsum(f"f{dims},f{dims}->f", dy[n, block], planes.tap_view(t, count))
+    dw = taps.reshape(problem.w.dims)
+    if problem.flip:
+        dw = dw[(slice(None), slice(None), *(slice(None, None, -1),) * problem.spatial_dims)]
+    return dw
+
+
 GEMM = {
-    ConvolutionDirection.FORWARD: lambda p, x, w, y: gemm_forward(p, x, w),
-    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y: gemm_backward_data(p, y, w),
-    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y: gemm_backward_filter(p, x, y),
+    ConvolutionDirection.FORWARD: lambda p, x, w, y, out: gemm_forward(p, x, w, out),
+    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y, out: gemm_backward_data(p, y, w),
+    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y, out: gemm_backward_filter(p, x, y),
 }
+DEPTHWISE = {
+    ConvolutionDirection.FORWARD: lambda p, x, w, y, out: depthwise_forward(p, x, w, out),
+    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y, out: depthwise_backward_data(p, y, w, out),
+    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y, out: depthwise_backward_filter(p, x, y),
+}
+
+
+def _depthwise(problem: ConvolutionProblem) -> bool:
+    """Whether each output channel reads one input channel of its own (C/G == K/G == 1)."""
+    return problem.w.dims[1] == 1 and problem.w.dims[0] == problem.groups
 
 
 def run(
@@ -215,20 +350,14 @@ def run(
         ConvolutionDirection.BACKWARD_DATA: x,
         ConvolutionDirection.BACKWARD_FILTER: w,
     }[direction]
-    if direction is ConvolutionDirection.FORWARD and _bare(
-        problem
-    ):  # y is the product: into y's memory, where it may be
-        target = output_array(
-            y, compute, problem.alpha, problem.beta, *(v for v in (x_values, w_values) if v is not None)
-        )
-        if target is not None:
-            with _blas_limit(problem):
-                gemm_forward(problem, x_values, w_values, target)
-            return
-    with _blas_limit(problem):
-        conv = GEMM[direction](problem, x_values, w_values, y_values)
-    result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
-    write(output, result, 1.0, problem.beta)
+    inputs = [v for v in (x_values, w_values, y_values) if v is not None]
+    # the bare product straight into the output's memory, where it may be
+    target = output_array(output, compute, problem.alpha, problem.beta, *inputs) if _bare(problem) else None
+    with _blas_limit(problem), np.errstate(all="ignore"):  # inf and NaN inputs give the IEEE results
+        conv = (DEPTHWISE if _depthwise(problem) else GEMM)[direction](problem, x_values, w_values, y_values, target)
+    if conv is not target:
+        result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
+        write(output, result, 1.0, problem.beta)
 
 
 def _bare(problem: ConvolutionProblem) -> bool:
