@@ -115,6 +115,20 @@ def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch,
     assert np.isnan(y.numpy()).any() and (expected != 0).sum() > values.size // 8
 
 
+@pytest.mark.parametrize("propagate", [False, True])
+def test_max_pool_backward_with_windows_wider_than_x_matches_the_reference(propagate):
+    """Windows of 3 x 4 with padding 1 and 2 over planes of 5 x 3: the window positions' offsets in
+    x's plane do not grow in row-major order, so dx is scattered into the padded plane."""
+    handle = od.create("cpu")
+    values = special_values((2, 3, 5, 3), seed=11)
+    y = F.max_pool(values, (3, 4), (2, 1), (1, 2), propagate_nan=propagate, handle=handle)
+    dy = np.random.default_rng(12).standard_normal(y.shape)
+    dx = F.max_pool_backward(dy, values, y, (3, 4), (2, 1), (1, 2), handle=handle)
+    expected = reference_backward(PoolingMode.MAX, values, y, dy, (3, 4), (1, 2), (2, 1))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-12)
+    assert (expected != 0).sum() > 10
+
+
 # Batch norm in blocks of 72 elements (BLOCK_ELEMENTS), every sample's rows of a few features: of
 # (3, 5, 3, 4), two features of 3 x 12 positions (spatial: blocks of 2, 2 and 1 features) or 24
 # features of 3 (per activation: 24, 24 and 12); of (2, 3, 1, 8200), spatial rows longer than
