@@ -164,7 +164,7 @@ class _Phases:
         slack = sum((w - 1) * d // s * e for w, d, s, e in zip(geo.window, geo.dilation, geo.stride, self.ext_strides))
         self.padded = np.full(chunk * math.prod(size) + slack, junk, dtype)
         self.phases = {}
-        self.views = []  # per phase: its buffer from the first position's shift, the grid of positions, strides
+        self.views = []  # per phase: the positions reading it, all at once: (*grid, length)
         self.positions: list[tuple[int, ...]] = []  # in the order of the views' rows
         item = np.dtype(dtype).itemsize
         for phase, js in groups.items():
@@ -177,8 +177,11 @@ class _Phases:
             start = sum(o[0] * e for o, e in zip(shifts, self.ext_strides))
             grid = tuple(len(v) for v in values)
             strides = (*(st * e * item for st, e in zip(steps, self.ext_strides)), item)
-            self.views.append((buffer[start:], grid, strides))
+            self.views.append(np.lib.stride_tricks.as_strided(buffer[start:], (*grid, self.length), strides))
             self.positions += [tuple(values[k][i] for k, i in enumerate(index)) for index in np.ndindex(*grid)]
+        self.match = np.empty((len(self.positions), self.length), bool)
+        rows = np.cumsum([0] + [math.prod(v.shape[:-1]) for v in self.views])
+        self.rows = [self.match[a:b].reshape(v.shape) for a, b, v in zip(rows[:-1], rows[1:], self.views)]
         self.outputs = (slice(None), *(slice(0, o) for o in geo.out))
         self.steps = geo.stride
 
@@ -199,14 +202,11 @@ class _Phases:
         """The output places of a flat array of the layout, as (chunk, *out)."""
         return values[: self.length].reshape(self.chunk, *self.ext)[self.outputs]
 
-    def compare(self, y: np.ndarray, used: int, match: np.ndarray, op: np.ufunc = np.equal) -> None:
+    def compare(self, y: np.ndarray, used: int, op: np.ufunc = np.equal) -> np.ndarray:
         """match[i, :used] = op(window position ``positions[i]`` of each output, y (layout))."""
-        row = 0
-        for buffer, grid, strides in self.views:
-            view = np.lib.stride_tricks.as_strided(buffer, (*grid, used), strides, writeable=False)
-            count = math.prod(grid)
-            op(view, y[:used], out=match[row : row + count, :used].reshape(view.shape))
-            row += count
+        for view, rows in zip(self.views, self.rows):
+            op(view[..., :used], y[:used], out=rows[..., :used])
+        return self.match
 
 
 def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry, dx: np.ndarray) -> None:
@@ -243,7 +243,7 @@ def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry, d
     planes_at = (np.arange(chunk) * math.prod(target)).reshape(chunk, *(1,) * len(target))
     base = planes_at + origin + last + 1
     flat = np.empty_like(base)
-    match = np.empty((len(codes), phases.length), bool)
+    match = phases.match
     wide = codes.dtype.itemsize > 1  # codes past a byte: the matches copied into them
     found = np.empty(match.shape, codes.dtype) if wide else match.view(np.uint8)
     first = np.empty(phases.length, codes.dtype)
@@ -251,7 +251,7 @@ def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry, d
     nan_match = None
     if np.isnan(np.max(ys)):  # where y is NaN, the NaN inputs of its window (not the padding) match it
         x_nan = _Phases(geo, size, chunk, np.dtype(bool), junk=False)
-        y_nan, nan_match = np.zeros(phases.length, bool), np.empty_like(match)
+        y_nan, nan_match = np.zeros(phases.length, bool), x_nan.match
     padded_dx = None if direct else np.empty((chunk, *size), x.dtype)
     windows = math.prod(geo.out)
     for start in range(0, planes, chunk):
@@ -259,11 +259,11 @@ def max_backward(x: np.ndarray, y: np.ndarray, dy: np.ndarray, geo: _Geometry, d
         used = n * phases.plane
         phases.fill(xs[start : start + n], inside)
         phases.layout(y_layout)[:n] = ys[start : start + n]
-        phases.compare(y_layout, used, match)
+        phases.compare(y_layout, used)
         if nan_match is not None:
             x_nan.fill(np.isnan(xs[start : start + n]), inside)
             x_nan.layout(y_nan)[:n] = np.isnan(ys[start : start + n])
-            x_nan.compare(y_nan, used, nan_match, np.logical_and)
+            x_nan.compare(y_nan, used, np.logical_and)
             match[:, :used] |= nan_match[:, :used]
         if wide:
             np.copyto(found[:, :used], match[:, :used])
