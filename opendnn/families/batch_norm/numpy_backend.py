@@ -86,6 +86,7 @@ class _FeatureBlocks:
         # A per-feature constant over rows shorter than NumPy's ufunc buffer is a buffered operand, copied
         # as it broadcasts; written out along L once per block (for all its samples) it is a plain one.
         self.planes = np.empty((2, step, length), rows.dtype) if length < np.getbufsize() else None
+        self.planes_dtype = rows.dtype
 
     def buffer(self, index: int, block: np.ndarray) -> np.ndarray:
         """Scratch ``index`` (0 or 1) shaped as ``block``."""
@@ -94,10 +95,16 @@ class _FeatureBlocks:
     def operand(self, values: np.ndarray, plane: int) -> np.ndarray:
         """Per-feature ``values`` (the block's features, 1) as an operand of the block's rows."""
         if self.planes is None:
-            return values
+            return values.astype(self.planes_dtype, copy=False)
         out = self.planes[plane, : values.shape[0]]
         out[...] = values
         return out
+
+    def operands(self, values: np.ndarray) -> np.ndarray:
+        """Per-feature ``values`` (all features, 1) as operands of any block's rows (sliced by its
+        features), written out along L once for every block."""
+        values = values.astype(self.planes_dtype, copy=False)
+        return values if self.planes is None else np.repeat(values, self.planes.shape[2], axis=1)
 
 
 def _training(
@@ -176,16 +183,17 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     dscale, dbias = np.empty_like(k), np.empty_like(k)
     target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
     dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
-    constant = rows.dtype.type
+    centre, factor = blocks.operands(mean), blocks.operands(k)
+    b_per_sum, c_per_sum = -k * inv_std**2 / n, -k / n  # b and c per sum(g * (x - mean)) and sum(g)
     for f in blocks.slices:
         values, gradient, out = rows[:, f], g_rows[:, f], dx[:, f]
-        xc = np.subtract(values, blocks.operand(mean[f].astype(constant), 0), out=blocks.buffer(0, values))
+        xc = np.subtract(values, centre[f], out=blocks.buffer(0, values))
         dbias[f] = np.einsum("npl->p", gradient)[:, None]
         dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None]  # sum(g * (x - mean))
-        xc *= blocks.operand((-k[f] * inv_std[f] ** 2 * dscale[f] / n).astype(constant), 0)
-        np.multiply(gradient, blocks.operand(k[f].astype(constant), 1), out=out)
+        xc *= blocks.operand(b_per_sum[f] * dscale[f], 0)
+        np.multiply(gradient, factor[f], out=out)
         out += xc
-        out += blocks.operand((-k[f] * dbias[f] / n).astype(constant), 0)
+        out += blocks.operand(c_per_sum[f] * dbias[f], 1)
     dscale *= inv_std
     if target is None:
         write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
