@@ -214,8 +214,6 @@ class _Planes:
         self.padded = np.zeros(count * self.plane + max(self.offsets) + step, dtype)  # zeros stay in the padding
         inside = (slice(None), *(slice(p, p + n) for p, n in zip(problem.pre_padding, problem.x.dims[2:])))
         self.inside = self.padded[: count * self.plane].reshape(count, *spatial)[inside]
-        self.valid = np.zeros(self.ext_plane, bool)
-        self.outputs(self.valid[None]).fill(True)
 
     def tap(self, t: int, planes: int) -> np.ndarray:
         """Tap t of the first ``planes`` planes, over the output layout (1-D, writable)."""
@@ -237,8 +235,8 @@ class _Planes:
     def weights(self, taps: np.ndarray) -> np.ndarray:
         """(T, planes * ext_plane): each plane's weight of each tap over its output positions, 0 on
         the junk (so that junk times junk adds an exact 0, whatever the weight)."""
-        expanded = np.zeros((taps.shape[0], taps.shape[1], self.ext_plane), taps.dtype)
-        np.copyto(expanded, taps[:, :, None], where=self.valid)
+        expanded = np.zeros(taps.size * self.ext_plane, taps.dtype)
+        self.outputs(expanded)[...] = taps.reshape((-1,) + (1,) * len(self.out))
         return expanded.reshape(taps.shape[0], -1)
 
 
