@@ -331,7 +331,8 @@ def test_convolution_forward_in_chunks_of_samples_matches_the_reference(
     from opendnn.families.convolution.problem import ConvolutionDirection
 
     problem = convolution_case(geometry, groups, 6, ConvolutionDirection.FORWARD, alpha, beta)
-    monkeypatch.setattr(convolution_numpy, "GEMM_COLUMNS", samples * int(np.prod(problem.y.dims[2:])))
+    per_sample = int(np.prod(problem.w.dims[1:])) * int(np.prod(problem.y.dims[2:])) * 8  # one sample's columns
+    monkeypatch.setattr(convolution_numpy, "GEMM_COLUMN_BYTES", samples * per_sample)
     check_convolution(problem)
 
 

@@ -38,9 +38,12 @@ from opendnn.families.convolution.problem import (
 # Below this many multiply-adds a product runs on one BLAS thread: waking, and then spinning, a
 # second thread for a small product costs more than it saves, and far more on a loaded machine.
 SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
-# The forward's product columns per chunk of samples: a sample alone where its output has this many
-# positions (its columns, C*R*S*out elements, are allocated and filled per chunk, not for all of x).
-GEMM_COLUMNS = 1024
+# The forward's column matrix per chunk of samples, in bytes: as many samples as fit, at least one.
+# Columns are allocated afresh on every call, and from 32 MB on glibc maps them anew each time, so
+# that the copy into them first faults in every page (conv1 of ResNet-50 at batch 8: 59 MB, 7.4 MB a
+# sample); below that the memory of the previous call is reused. One product per chunk: the fewer
+# products, the fewer times the second BLAS thread is waited for.
+GEMM_COLUMN_BYTES = 1 << 24
 # A depthwise convolution's padded planes per chunk: the chunk, its output layout and the taps'
 # products stay in L2.
 DEPTHWISE_ELEMENTS = 1 << 15
@@ -147,7 +150,8 @@ def gemm_forward(
     n, k, *spatial = problem.y.dims
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
     wg = _filter_matrix(problem, w)
-    chunk = min(n, -(-GEMM_COLUMNS // math.prod(spatial)))  # samples per product
+    sample = math.prod(problem.w.dims[1:]) * math.prod(spatial) * x.itemsize  # one sample's columns
+    chunk = max(1, min(n, GEMM_COLUMN_BYTES // sample))
     for start in range(0, n, chunk):
         samples = slice(start, min(n, start + chunk))
         y = out[samples].reshape(-1, problem.groups, k // problem.groups, math.prod(spatial))
