@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -168,7 +169,12 @@ def gemm_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndar
     cols = _columns(problem, x)
     # cols @ dy^T, then transposed: BLAS runs the long N*out reduction far faster this way round
     dw_t = np.matmul(cols, _output_matrix(problem, dy).transpose(0, 2, 1))
-    dw = np.ascontiguousarray(dw_t.transpose(0, 2, 1)).reshape(problem.w.dims)
+    return _filter_order(problem, np.ascontiguousarray(dw_t.transpose(0, 2, 1)).reshape(problem.w.dims))
+
+
+def _filter_order(problem: ConvolutionProblem, dw: np.ndarray) -> np.ndarray:
+    """dw of the taps as the products index them, in the filter's order (flipped back for
+    ConvolutionMode.CONVOLUTION)."""
     if problem.flip:
         dw = dw[(slice(None), slice(None), *(slice(None, None, -1),) * problem.spatial_dims)]
     return dw
@@ -251,18 +257,24 @@ def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Plan
     return _Planes(problem, count, dtype), [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
 
 
+def _weighted_blocks(
+    problem: ConvolutionProblem, w: np.ndarray, dtype: np.dtype
+) -> tuple[_Planes, Iterator[tuple[slice, int, np.ndarray]]]:
+    """The chunks of channels: each one's channels, their count and its weights over its layout."""
+    planes, blocks = _channel_blocks(problem, dtype)
+    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T  # (T, C)
+    return planes, ((block, block.stop - block.start, planes.weights(taps[:, block])) for block in blocks)
+
+
 def depthwise_forward(
     problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the sum over
     the filter taps of the tap's weights times the tap's 1-D run of the padded planes."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
-    planes, blocks = _channel_blocks(problem, x.dtype)
-    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T  # (T, C)
+    planes, chunks = _weighted_blocks(problem, w, x.dtype)
     result, term = np.empty(planes.length, x.dtype), np.empty(planes.length, x.dtype)
-    for block in blocks:
-        count = block.stop - block.start
-        weights = planes.weights(taps[:, block])
+    for block, count, weights in chunks:
         y, product = result[: weights.shape[1]], term[: weights.shape[1]]
         for n in range(x.shape[0]):
             planes.inside[:count] = x[n, block]
@@ -279,12 +291,9 @@ def depthwise_backward_data(
     """dx (N, C, *spatial) of a depthwise convolution: per chunk of channels of one sample, each
     tap's weights times dy (junk 0) added into the tap's 1-D run of the padded planes."""
     out = np.empty(problem.x.dims, dy.dtype) if out is None else out
-    planes, blocks = _channel_blocks(problem, dy.dtype)
-    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T
+    planes, chunks = _weighted_blocks(problem, w, dy.dtype)
     gradient, term = np.zeros(planes.length, dy.dtype), np.empty(planes.length, dy.dtype)
-    for block in blocks:
-        count = block.stop - block.start
-        weights = planes.weights(taps[:, block])
+    for block, count, weights in chunks:
         g, product = gradient[: weights.shape[1]], term[: weights.shape[1]]
         for n in range(dy.shape[0]):
             planes.outputs(g)[:] = dy[n, block]
@@ -308,10 +317,7 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
             planes.inside[:count] = x[n, block]
             for t in range(taps.shape[1]):
                 taps[block, t] += np.einsum(f"f{dims},f{dims}->f", dy[n, block], planes.tap_view(t, count))
-    dw = taps.reshape(problem.w.dims)
-    if problem.flip:
-        dw = dw[(slice(None), slice(None), *(slice(None, None, -1),) * problem.spatial_dims)]
-    return dw
+    return _filter_order(problem, taps.reshape(problem.w.dims))
 
 
 GEMM = {
