@@ -48,7 +48,7 @@ def run(
             result = max_forward(values, geo, problem.propagate_nan)
         else:
             result = _reduce_windows(_padded(values, geo, 0.0), geo, np.add)
-            result /= geo.counts(include_padding)
+            result /= geo.counts(include_padding).astype(result.dtype)  # small integers: exact
         write(y, result, problem.alpha, problem.beta)
         if indices is not None:
             options = (problem.propagate_nan, problem.ceil_mode, problem.dilation)
