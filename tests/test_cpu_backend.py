@@ -280,6 +280,9 @@ CONVOLUTIONS = [  # x dims, filter dims, pre, post, stride, dilation, mode
     ((5, 4, 9, 10), (3, 2), (1, 0), (2, 1), (1, 2), (2, 1), od.ConvolutionMode.CONVOLUTION),
     ((5, 4, 7, 9), (3, 3), (1, 1), (1, 1), (2, 2), (1, 1), od.ConvolutionMode.CROSS_CORRELATION),
     ((5, 4, 5, 6, 7), (2, 3, 2), (0, 1, 1), (1, 0, 2), (2, 1, 3), (1, 2, 1), od.ConvolutionMode.CONVOLUTION),
+    # filters wider than twice the last stride: im2col from that dim's phases
+    ((5, 4, 8, 16), (2, 7), (1, 3), (1, 3), (1, 3), (1, 1), od.ConvolutionMode.CONVOLUTION),
+    ((5, 4, 9, 17), (3, 5), (1, 2), (0, 2), (2, 2), (1, 2), od.ConvolutionMode.CROSS_CORRELATION),
 ]
 
 
