@@ -4,10 +4,14 @@ one new array that ``write`` blends. The inputs are read where they lie (no copy
 already holds the compute dtype); each step is one whole-array operation writing the output:
 
     forward   out = x - max(x); out = exp(out); out /= sum(out)             (LOG: out -= log(sum(exp(out))))
-    backward  out = dy * y; out = dy - sum(out); out *= y                   (LOG: out = dy - exp(y) * sum(dy))
+    backward  out = dy - sum(dy * y); out *= y                              (LOG: out = dy - exp(y) * sum(dy))
+
+(the backward's ``sum(dy * y)`` one einsum pass over dy and y, no product array).
 """
 
 from __future__ import annotations
+
+import string
 
 import numpy as np
 
@@ -55,6 +59,12 @@ def backward(algo: SoftmaxAlgorithm, y: np.ndarray, dy: np.ndarray, axes: tuple[
         out *= total
         np.subtract(dy, out, out=out)
         return
-    np.multiply(dy, y, out=out)
-    np.subtract(dy, out.sum(axis=axes, keepdims=True), out=out)
+    np.subtract(dy, _sum_of_products(dy, y, axes), out=out)
     out *= y
+
+
+def _sum_of_products(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """sum(a * b) over ``axes``, kept as dims of 1: one einsum pass over a and b, no product array."""
+    dims = string.ascii_letters[: a.ndim]
+    kept = "".join(d for k, d in enumerate(dims) if k not in axes)
+    return np.expand_dims(np.einsum(f"{dims},{dims}->{kept}", a, b), axes)
