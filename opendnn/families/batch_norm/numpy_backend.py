@@ -100,12 +100,6 @@ class _FeatureBlocks:
         out[...] = values
         return out
 
-    def operands(self, values: np.ndarray) -> np.ndarray:
-        """Per-feature ``values`` (all features, 1) as operands of any block's rows (sliced by its
-        features), written out along L once for every block."""
-        values = values.astype(self.planes_dtype, copy=False)
-        return values if self.planes is None else np.repeat(values, self.planes.shape[2], axis=1)
-
 
 def _training(
     problem: BatchNormProblem,
@@ -183,15 +177,15 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     dscale, dbias = np.empty_like(k), np.empty_like(k)
     target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
     dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
-    centre, factor = blocks.operands(mean), blocks.operands(k)
+    centre, factor = mean.astype(rows.dtype), k.astype(rows.dtype)
     b_per_sum, c_per_sum = -k * inv_std**2 / n, -k / n  # b and c per sum(g * (x - mean)) and sum(g)
     for f in blocks.slices:
         values, gradient, out = rows[:, f], g_rows[:, f], dx[:, f]
-        xc = np.subtract(values, centre[f], out=blocks.buffer(0, values))
+        xc = np.subtract(values, blocks.operand(centre[f], 0), out=blocks.buffer(0, values))
         dbias[f] = np.einsum("npl->p", gradient)[:, None]
         dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None]  # sum(g * (x - mean))
         xc *= blocks.operand(b_per_sum[f] * dscale[f], 0)
-        np.multiply(gradient, factor[f], out=out)
+        np.multiply(gradient, blocks.operand(factor[f], 1), out=out)
         out += xc
         out += blocks.operand(c_per_sum[f] * dbias[f], 1)
     dscale *= inv_std
