@@ -15,6 +15,7 @@ pooling) reduces in one pass. The indices of ``return_indices`` are the referenc
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -58,13 +59,12 @@ def run(
     inputs = [read(x, compute), read(y, compute), gradient] if problem.mode.is_max else [gradient]
     target = output_array(dx, compute, problem.alpha, problem.beta, *inputs)  # dx's own memory, where it may be
     result = np.empty(x.desc.dims, compute.to_numpy()) if target is None else target
-    counts = geo.counts(include_padding).astype(result.dtype)
     if problem.mode.is_max:
         max_backward(inputs[0], inputs[1], gradient, geo, result)
     elif _whole_planes(geo):  # one window per plane: its share of dy broadcast over the plane
-        np.copyto(result, gradient / counts)
+        np.copyto(result, gradient / geo.counts(include_padding).astype(result.dtype))
     else:
-        average_backward(gradient, counts, geo, result)
+        average_backward(gradient, geo.counts(include_padding).astype(result.dtype), geo, result)
     if target is None:
         write(dx, result, problem.alpha, problem.beta)
 
@@ -157,7 +157,7 @@ class _Phases:
         self.plane = math.prod(self.ext)
         self.length = chunk * self.plane
         groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}  # phase: the window positions reading it
-        for j in np.ndindex(*geo.window):
+        for j in itertools.product(*map(range, geo.window)):
             groups.setdefault(tuple(jk * d % s for jk, d, s in zip(j, geo.dilation, geo.stride)), []).append(j)
         slack = sum((w - 1) * d // s * e for w, d, s, e in zip(geo.window, geo.dilation, geo.stride, self.ext_strides))
         self.padded = np.full(chunk * math.prod(size) + slack, junk, dtype)
@@ -175,8 +175,11 @@ class _Phases:
             start = sum(o[0] * e for o, e in zip(shifts, self.ext_strides))
             grid = tuple(len(v) for v in values)
             strides = (*(st * e * item for st, e in zip(steps, self.ext_strides)), item)
-            self.views.append(np.lib.stride_tricks.as_strided(buffer[start:], (*grid, self.length), strides))
-            self.positions += [tuple(values[k][i] for k, i in enumerate(index)) for index in np.ndindex(*grid)]
+            # (the array constructor, not as_strided's machinery: a call of a few us on small problems)
+            self.views.append(np.ndarray((*grid, self.length), buffer.dtype, buffer, start * item, strides))
+            self.positions += [
+                tuple(values[k][i] for k, i in enumerate(index)) for index in itertools.product(*map(range, grid))
+            ]
         self.match = np.empty((len(self.positions), self.length), bool)
         rows = np.cumsum([0] + [math.prod(v.shape[:-1]) for v in self.views])
         self.rows = [self.match[a:b].reshape(v.shape) for a, b, v in zip(rows[:-1], rows[1:], self.views)]
@@ -187,11 +190,15 @@ class _Phases:
         """The planes of x (at most ``chunk``, spatial dims ``x.shape[1:]``) into the padded planes and
         their phases."""
         n = x.shape[0]
-        padded = self.padded[: self.chunk * math.prod(self.size)].reshape(self.chunk, *self.size)
-        padded[:n][(slice(None), *inside)] = x
-        if len(self.phases) > 1 or self.ext != self.size:
+        phased = len(self.phases) > 1 or self.ext != self.size
+        if phased and x.shape[1:] == self.size:  # no padding: the phases come from x itself
+            padded = x
+        else:
+            padded = self.padded[: self.chunk * math.prod(self.size)].reshape(self.chunk, *self.size)[:n]
+            padded[(slice(None), *inside)] = x
+        if phased:
             for phase, buffer in self.phases.items():
-                source = padded[:n][(slice(None), *(slice(q, None, s) for q, s in zip(phase, self.steps)))]
+                source = padded[(slice(None), *(slice(q, None, s) for q, s in zip(phase, self.steps)))]
                 buffer[: self.length].reshape(self.chunk, *self.ext)[(slice(0, n), *map(slice, source.shape[1:]))] = (
                     source
                 )
