@@ -168,24 +168,35 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
     blocks = _FeatureBlocks(rows)
     n = blocks.count
-    if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
-        mean = _rows(read(t.saved_mean, compute), problem.mode)[0].astype(np.float64)
-        inv_std = _rows(read(t.saved_inv_std, compute), problem.mode)[0].astype(np.float64)
-    else:
-        mean, inv_std = _statistics(rows, blocks, problem.epsilon)
-    k = _rows(scale, problem.mode)[0] * inv_std
-    dscale, dbias = np.empty_like(k), np.empty_like(k)
+    saved = problem.saved and t.saved_mean is not None and t.saved_inv_std is not None
+    mean, inv_std = np.empty((rows.shape[1], 1)), np.empty((rows.shape[1], 1))  # else formed block by block
+    for values, bound in ((mean, t.saved_mean), (inv_std, t.saved_inv_std)):
+        if saved and bound is not None:
+            values[...] = _rows(read(bound, compute), problem.mode)[0]
+    scale_rows = _rows(scale, problem.mode)[0]
+    k, b_per_sum, c_per_sum = (np.empty_like(mean) for _ in range(3))  # b per sum(g * xc), c per sum(g)
+
+    def per_feature(f: slice) -> None:
+        k[f] = scale_rows[f] * inv_std[f]
+        b_per_sum[f], c_per_sum[f] = -k[f] * inv_std[f] ** 2 / n, -k[f] / n
+
+    if saved:
+        per_feature(slice(None))
+    dscale, dbias = np.empty_like(mean), np.empty_like(mean)
     target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
     dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
-    centre, factor = mean.astype(rows.dtype), k.astype(rows.dtype)
-    b_per_sum, c_per_sum = -k * inv_std**2 / n, -k / n  # b and c per sum(g * (x - mean)) and sum(g)
     for f in blocks.slices:
         values, gradient, out = rows[:, f], g_rows[:, f], dx[:, f]
-        xc = np.subtract(values, blocks.operand(centre[f], 0), out=blocks.buffer(0, values))
+        if not saved:
+            mean[f] = np.einsum("npl->p", values)[:, None] / n
+        xc = np.subtract(values, blocks.operand(mean[f], 0), out=blocks.buffer(0, values))
+        if not saved:  # the variance from the centred block
+            inv_std[f] = 1.0 / np.sqrt(np.einsum("npl,npl->p", xc, xc)[:, None] / n + problem.epsilon)
+            per_feature(f)
         dbias[f] = np.einsum("npl->p", gradient)[:, None]
         dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None]  # sum(g * (x - mean))
         xc *= blocks.operand(b_per_sum[f] * dscale[f], 0)
-        np.multiply(gradient, blocks.operand(factor[f], 1), out=out)
+        np.multiply(gradient, blocks.operand(k[f], 1), out=out)
         out += xc
         out += blocks.operand(c_per_sum[f] * dbias[f], 1)
     dscale *= inv_std
@@ -195,15 +206,3 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
         raise InternalError("batch norm backward: dscale and dbias were not bound")
     write(t.dscale, dscale.reshape(t.dscale.desc.dims), problem.alpha_param, problem.beta_param)
     write(t.dbias, dbias.reshape(t.dbias.desc.dims), problem.alpha_param, problem.beta_param)
-
-
-def _statistics(rows: np.ndarray, blocks: _FeatureBlocks, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per feature (features, 1), in float64: the mean of x and ``1 / sqrt(var + epsilon)``, the
-    variance from the centred block."""
-    mean, var = (np.empty((rows.shape[1], 1)) for _ in range(2))
-    for f in blocks.slices:
-        values = rows[:, f]
-        mean[f] = np.einsum("npl->p", values)[:, None] / blocks.count
-        xc = np.subtract(values, blocks.operand(mean[f], 0), out=blocks.buffer(0, values))
-        var[f] = np.einsum("npl,npl->p", xc, xc)[:, None] / blocks.count
-    return mean, 1.0 / np.sqrt(var + epsilon)
