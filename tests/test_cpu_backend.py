@@ -1,8 +1,9 @@
-"""The NumPy backend's whole-array formulations (separable pooling passes, the max backward in chunks
-of planes, batch norm in blocks of rows, softmax in place) against the float64 references: exact to
-1e-12 in float64 on inputs holding NaN, -inf and ties, with every geometry rule (padding, overlap,
-dilation, ceil mode, 1-3 dims), chunks and blocks that end short, and the caller's inputs left
-unchanged."""
+"""The NumPy backend's whole-array formulations (separable pooling passes, the max backward over the
+phases of chunks of planes, batch norm in blocks of rows, softmax into the output, the convolution
+forward in chunks of samples, depthwise convolutions by taps) against the float64 references: exact
+to 1e-12 in float64 on inputs holding NaN, -inf and ties, with every geometry rule (padding,
+overlap, dilation, ceil mode, 1-3 dims), chunks and blocks that end short, and the caller's inputs
+left unchanged."""
 
 import numpy as np
 import pytest
