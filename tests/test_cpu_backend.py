@@ -1,8 +1,9 @@
-"""The NumPy backend's whole-array formulations (separable pooling passes, the max backward in chunks
-of planes, batch norm in blocks of rows, softmax in place) against the float64 references: exact to
-1e-12 in float64 on inputs holding NaN, -inf and ties, with every geometry rule (padding, overlap,
-dilation, ceil mode, 1-3 dims), chunks and blocks that end short, and the caller's inputs left
-unchanged."""
+"""The NumPy backend's whole-array formulations (separable pooling passes, the max backward over the
+phases of chunks of planes, batch norm in blocks of rows, softmax into the output, the convolution
+forward in chunks of samples, depthwise convolutions by taps) against the float64 references: exact
+to 1e-12 in float64 on inputs holding NaN, -inf and ties, with every geometry rule (padding,
+overlap, dilation, ceil mode, 1-3 dims), chunks and blocks that end short, and the caller's inputs
+left unchanged."""
 
 import numpy as np
 import pytest
@@ -113,6 +114,20 @@ def test_pooling_backward_in_chunks_of_planes_matches_the_reference(monkeypatch,
     expected = reference_backward(mode, values, y.numpy(), dy.numpy(), (3, 3), (1, 1), (2, 2))
     np.testing.assert_allclose(dx.numpy(), alpha * expected + beta * before, rtol=1e-12, atol=1e-12)
     assert np.isnan(y.numpy()).any() and (expected != 0).sum() > values.size // 8
+
+
+@pytest.mark.parametrize("propagate", [False, True])
+def test_max_pool_backward_with_windows_wider_than_x_matches_the_reference(propagate):
+    """Windows of 3 x 4 with padding 1 and 2 over planes of 5 x 3: the window positions' offsets in
+    x's plane do not grow in row-major order, so dx is scattered into the padded plane."""
+    handle = od.create("cpu")
+    values = special_values((2, 3, 5, 3), seed=11)
+    y = F.max_pool(values, (3, 4), (2, 1), (1, 2), propagate_nan=propagate, handle=handle)
+    dy = np.random.default_rng(12).standard_normal(y.shape)
+    dx = F.max_pool_backward(dy, values, y, (3, 4), (2, 1), (1, 2), handle=handle)
+    expected = reference_backward(PoolingMode.MAX, values, y, dy, (3, 4), (1, 2), (2, 1))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-12)
+    assert (expected != 0).sum() > 10
 
 
 # Batch norm in blocks of 72 elements (BLOCK_ELEMENTS), every sample's rows of a few features: of
@@ -256,3 +271,89 @@ def test_softmax_forward_and_backward_leave_their_inputs_unchanged():
     np.testing.assert_allclose(dx, expected_dx, rtol=1e-12, atol=1e-15)
     for got, want in ((x, kept[0]), (dy, kept[1]), (y, y_kept)):
         np.testing.assert_array_equal(got, want)
+
+
+# Convolution: the forward in chunks of samples (one sample alone, written by the matmul into y, or
+# several, the last chunk short), im2col from the phases of a strided last dim, and the depthwise
+# per-tap path (C/G == K/G == 1) in chunks of a few channels, the last one short.
+CONVOLUTIONS = [  # x dims, filter dims, pre, post, stride, dilation, mode
+    ((5, 4, 11), (3,), (1,), (2,), (3,), (2,), od.ConvolutionMode.CROSS_CORRELATION),
+    ((5, 4, 9, 10), (3, 2), (1, 0), (2, 1), (1, 2), (2, 1), od.ConvolutionMode.CONVOLUTION),
+    ((5, 4, 7, 9), (3, 3), (1, 1), (1, 1), (2, 2), (1, 1), od.ConvolutionMode.CROSS_CORRELATION),
+    ((5, 4, 5, 6, 7), (2, 3, 2), (0, 1, 1), (1, 0, 2), (2, 1, 3), (1, 2, 1), od.ConvolutionMode.CONVOLUTION),
+    # filters wider than twice the last stride: im2col from that dim's phases
+    ((5, 4, 8, 16), (2, 7), (1, 3), (1, 3), (1, 3), (1, 1), od.ConvolutionMode.CONVOLUTION),
+    ((5, 4, 9, 17), (3, 5), (1, 2), (0, 2), (2, 2), (1, 2), od.ConvolutionMode.CROSS_CORRELATION),
+]
+
+
+def convolution_case(geometry, groups, filters, direction, alpha, beta):
+    from opendnn.families.convolution.problem import convolution_problem
+
+    x_dims, filt, pre, post, stride, dilation, mode = geometry
+    conv_desc = od.ConvolutionDescriptor(
+        pre, stride, dilation, mode, od.DataType.DOUBLE, groups, pre_padding=pre, post_padding=post
+    )
+    x_desc = od.TensorDescriptor("float64", x_dims)
+    w_desc = od.TensorDescriptor("float64", (filters, x_dims[1] // groups, *filt))
+    y_desc = od.TensorDescriptor("float64", od.get_convolution_forward_output_dim(conv_desc, x_desc, w_desc))
+    return convolution_problem(direction, conv_desc, x_desc, w_desc, y_desc, alpha=alpha, beta=beta)
+
+
+def check_convolution(problem, special=False):
+    """numpy_backend.run against the reference (alpha applied) + beta * prior (NaN-poisoned where beta is 0),
+    float64 to 1e-12; ``special`` puts an inf in w (or in x for the filter gradient)."""
+    from opendnn.core.arrays import Bound
+    from opendnn.families.convolution import numpy_backend as convolution_numpy
+    from opendnn.families.convolution.problem import ConvolutionDirection, reference
+
+    rng = np.random.default_rng(sum(problem.x.dims) + len(problem.w.dims))
+    arrays = {name: rng.standard_normal(getattr(problem, name).dims) for name in ("x", "w", "y")}
+    output = {"forward": "y", "backward_data": "x", "backward_filter": "w"}[problem.direction.value]
+    if special:
+        arrays["x" if problem.direction is ConvolutionDirection.BACKWARD_FILTER else "w"].reshape(-1)[1] = np.inf
+    prior = np.full(arrays[output].shape, np.nan) if problem.beta == 0 else arrays[output].copy()
+    expected = reference(problem, **{name: None if name == output else a for name, a in arrays.items()})
+    expected = expected + problem.beta * prior if problem.beta else expected  # reference applies alpha
+    tensors = {name: tensor(prior if name == output else a) for name, a in arrays.items()}
+    bound = {name: Bound(name, getattr(problem, name), t, "cpu", name == output) for name, t in tensors.items()}
+    convolution_numpy.run(problem, bound["x"], bound["w"], bound["y"])
+    got = tensors[output].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert np.isnan(got).sum() == np.isnan(expected).sum() < got.size // 2
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (1.5, -0.5)])
+@pytest.mark.parametrize("samples", [1, 2])
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("geometry", CONVOLUTIONS, ids=lambda g: f"{len(g[0]) - 2}d")
+def test_convolution_forward_in_chunks_of_samples_matches_the_reference(
+    monkeypatch, geometry, groups, samples, alpha, beta
+):
+    """Five samples one at a time (into y's memory where alpha is 1 and beta 0) or two at a time."""
+    from opendnn.families.convolution import numpy_backend as convolution_numpy
+    from opendnn.families.convolution.problem import ConvolutionDirection
+
+    problem = convolution_case(geometry, groups, 6, ConvolutionDirection.FORWARD, alpha, beta)
+    per_sample = int(np.prod(problem.w.dims[1:])) * int(np.prod(problem.y.dims[2:])) * 8  # one sample's columns
+    monkeypatch.setattr(convolution_numpy, "GEMM_COLUMN_BYTES", samples * per_sample)
+    check_convolution(problem)
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (1.5, -0.5)])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("geometry", CONVOLUTIONS, ids=lambda g: f"{len(g[0]) - 2}d")
+def test_depthwise_convolution_in_chunks_of_channels_matches_the_reference(
+    monkeypatch, geometry, direction, alpha, beta
+):
+    """Four channels in chunks of three; an inf weight (an inf in x for the filter gradient) gives
+    the reference's inf and NaN, none on the outputs it does not reach."""
+    from opendnn.families.convolution import numpy_backend as convolution_numpy
+    from opendnn.families.convolution.problem import ConvolutionDirection
+
+    problem = convolution_case(geometry, 4, 4, ConvolutionDirection(direction), alpha, beta)
+    plane = convolution_numpy._Planes(problem, 1, np.float64).plane
+    monkeypatch.setattr(convolution_numpy, "DEPTHWISE_ELEMENTS", 3 * plane)
+    assert convolution_numpy._depthwise(problem) and len(convolution_numpy._channel_blocks(problem, np.float64)[1]) == 2
+    check_convolution(problem)
+    check_convolution(problem, special=True)

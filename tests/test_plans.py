@@ -17,7 +17,7 @@ from opendnn.core import plans as core_plans
 from opendnn.core.arrays import allocate as real_allocate
 from opendnn.core.arrays import wrap
 from opendnn.core.errors import BadParam
-from opendnn.core.reference_io import read, read_copy
+from opendnn.core.reference_io import read
 from opendnn.families.convolution import functional as conv_functional
 from opendnn.families.matmul import functional as matmul_functional
 from opendnn.families.pointwise import functional as pointwise_functional
@@ -230,15 +230,6 @@ def test_read_gives_the_callers_memory_read_only_when_no_conversion_is_needed():
     converted = read(bound, od.DataType.DOUBLE)
     assert converted.dtype == np.float64 and not np.shares_memory(converted, values)
     np.testing.assert_array_equal(converted, values.astype(np.float64))
-
-
-def test_read_copy_gives_a_new_writable_array():
-    values = random(3, 4, seed=0).astype(np.float32)
-    bound = wrap("x", values)
-    for dtype in (od.DataType.FLOAT, od.DataType.DOUBLE):
-        copy = read_copy(bound, dtype)
-        assert copy.flags.writeable and not np.shares_memory(copy, values)
-        np.testing.assert_array_equal(copy, values.astype(copy.dtype))
 
 
 def test_backends_computing_in_place_leave_their_inputs_unchanged():

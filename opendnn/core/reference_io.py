@@ -24,8 +24,8 @@ def numpy_view(bound: Bound) -> np.ndarray:
 
 def read(bound: Bound, dtype: DataType) -> np.ndarray:
     """The tensor's values in ``dtype``: the bound memory itself, read-only, when it already holds
-    ``dtype`` (no pass over it), else a new array. A backend that computes in place on what it reads
-    takes ``read_copy``; writing into a read-only view raises rather than changing the caller's input."""
+    ``dtype`` (no pass over it), else a new array. Writing into a read-only view raises rather than
+    changing the caller's input."""
     values = numpy_view(bound)
     if bound.desc.dtype is DataType.BFLOAT16:
         return bf16_to_float32(values).astype(dtype.to_numpy(), copy=False)
@@ -35,12 +35,6 @@ def read(bound: Bound, dtype: DataType) -> np.ndarray:
     values = values.view()  # a view of its own: the flag below leaves the caller's array as it is
     values.flags.writeable = False
     return values
-
-
-def read_copy(bound: Bound, dtype: DataType) -> np.ndarray:
-    """``read``, as a new array the backend may overwrite (one pass, as a conversion already is)."""
-    values = read(bound, dtype)
-    return values if values.flags.writeable else values.copy()
 
 
 def output_array(bound: Bound, dtype: DataType, alpha: float, beta: float, *inputs: np.ndarray) -> np.ndarray | None:

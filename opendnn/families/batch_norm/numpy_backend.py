@@ -4,12 +4,12 @@ Inference is the reference's formula. Training and backward view x as ``(N, P, L
 per P (spatial mode: P = C, L = the spatial positions; per-activation mode: P = C*H*W, L = 1), and
 run a block of features at a time, every sample's rows of L for those features, while the block is
 in cache: its sums over N and L (einsum's vectorised float32 sums), the centred block formed once,
-then training's ``y = xc * (scale * inv_std) + bias`` or backward's ``dx = k * (g - sum(g) / n) - k *
-inv_std^2 * sum(g * xc) / n * xc`` with ``k = scale * inv_std``, straight into the output's memory
-where it may be. No workspace. The reserve space of the Ex forms holds the activation's mask, one
-byte per element of x in row-major order of x's dims: 1 where act' is 1, 0 where it is 0, NAN_MARK
-where the pre-activation is NaN under propagate_nan (g is NaN there when the backward propagates NaN
-too, else 0).
+then training's ``y = xc * (scale * inv_std) + bias`` or backward's ``dx = k * g + b * xc + c`` with
+``k = scale * inv_std``, ``b = -k * inv_std^2 * sum(g * xc) / n`` and ``c = -k * sum(g) / n`` (the
+per-feature values in float64), straight into the output's memory where it may be. No workspace.
+The reserve space of the Ex forms holds the activation's mask, one byte per element of x in
+row-major order of x's dims: 1 where act' is 1, 0 where it is 0, NAN_MARK where the pre-activation
+is NaN under propagate_nan (g is NaN there when the backward propagates NaN too, else 0).
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ class _FeatureBlocks:
         # A per-feature constant over rows shorter than NumPy's ufunc buffer is a buffered operand, copied
         # as it broadcasts; written out along L once per block (for all its samples) it is a plain one.
         self.planes = np.empty((2, step, length), rows.dtype) if length < np.getbufsize() else None
+        self.planes_dtype = rows.dtype
 
     def buffer(self, index: int, block: np.ndarray) -> np.ndarray:
         """Scratch ``index`` (0 or 1) shaped as ``block``."""
@@ -94,7 +95,7 @@ class _FeatureBlocks:
     def operand(self, values: np.ndarray, plane: int) -> np.ndarray:
         """Per-feature ``values`` (the block's features, 1) as an operand of the block's rows."""
         if self.planes is None:
-            return values
+            return values.astype(self.planes_dtype, copy=False)
         out = self.planes[plane, : values.shape[0]]
         out[...] = values
         return out
@@ -152,15 +153,12 @@ def _training(
 
 
 def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy: np.ndarray, scale: np.ndarray) -> None:
-    """``dx = k * (g - sum(g) / n) - k * inv_std^2 * sum(g * xc) / n * xc``, ``k = scale * inv_std``,
-    a block of features at a time (every sample's rows of L for those features): the block's sums
-    (and, without saved statistics, its mean and variance) and then its dx while it is in cache, so x
-    and g are read from memory once."""
+    """``dx = k * g + b * (x - mean) + c`` a block of features at a time (every sample's rows of L
+    for those features): ``k = scale * inv_std``, ``b = -k * inv_std^2 * sum(g * (x - mean)) / n``,
+    ``c = -k * sum(g) / n``, the block's two sums and then its dx formed while it is in cache, so x
+    and g are read from memory once and dx written once; the per-feature values in float64."""
     compute = problem.compute_dtype
-    mean = inv_std = mask = None
-    if problem.saved and t.saved_mean is not None and t.saved_inv_std is not None:
-        mean, inv_std = read(t.saved_mean, compute), read(t.saved_inv_std, compute)
-        mean, inv_std = _rows(mean, problem.mode)[0], _rows(inv_std, problem.mode)[0]
+    mask = None
     if t.reserve is not None and problem.reserve:
         marks = numpy_view(t.reserve).reshape(-1)[: x.size].reshape(x.shape)
         at_nan = 1.0 if problem.torch_rule else np.nan if problem.propagate_nan else 0.0
@@ -176,25 +174,38 @@ def _backward(problem: BatchNormProblem, t: BatchNormTensors, x: np.ndarray, dy:
     rows, g_rows = _rows(x, problem.mode), _rows(g, problem.mode)
     blocks = _FeatureBlocks(rows)
     n = blocks.count
-    k = _rows(scale, problem.mode)[0].copy()  # scale * inv_std once the block's inv_std is known
-    dscale, dbias = np.empty_like(k), np.empty_like(k)
+    saved = problem.saved and t.saved_mean is not None and t.saved_inv_std is not None
+    mean, inv_std = np.empty((rows.shape[1], 1)), np.empty((rows.shape[1], 1))  # else formed block by block
+    for values, bound in ((mean, t.saved_mean), (inv_std, t.saved_inv_std)):
+        if saved and bound is not None:
+            values[...] = _rows(read(bound, compute), problem.mode)[0]
+    scale_rows = _rows(scale, problem.mode)[0]
+    k, b_per_sum, c_per_sum = (np.empty_like(mean) for _ in range(3))  # b per sum(g * xc), c per sum(g)
+
+    def per_feature(f: slice) -> None:
+        k[f] = scale_rows[f] * inv_std[f]
+        b_per_sum[f], c_per_sum[f] = -k[f] * inv_std[f] ** 2 / n, -k[f] / n
+
+    if saved:
+        per_feature(slice(None))
+    dscale, dbias = np.empty_like(mean), np.empty_like(mean)
     target = output_array(t.out, compute, problem.alpha, problem.beta, x, g)  # dx's own memory, where it may be
     dx = np.empty_like(rows) if target is None else _rows(target, problem.mode)
     for f in blocks.slices:
-        values, gradient = rows[:, f], g_rows[:, f]
-        centre = np.einsum("npl->p", values)[:, None] / n if mean is None else mean[f]
-        xc = np.subtract(values, blocks.operand(centre, 0), out=blocks.buffer(0, values))
-        if inv_std is None:
-            block_inv_std = 1.0 / np.sqrt(np.einsum("npl,npl->p", xc, xc)[:, None] / n + problem.epsilon)
-        else:
-            block_inv_std = inv_std[f]
+        values, gradient, out = rows[:, f], g_rows[:, f], dx[:, f]
+        if not saved:
+            mean[f] = np.einsum("npl->p", values)[:, None] / n
+        xc = np.subtract(values, blocks.operand(mean[f], 0), out=blocks.buffer(0, values))
+        if not saved:  # the variance from the centred block
+            inv_std[f] = 1.0 / np.sqrt(np.einsum("npl,npl->p", xc, xc)[:, None] / n + problem.epsilon)
+            per_feature(f)
         dbias[f] = np.einsum("npl->p", gradient)[:, None]
-        dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None] * block_inv_std
-        k[f] *= block_inv_std
-        xc *= blocks.operand(k[f] * block_inv_std * dscale[f] / n, 1)
-        term = np.subtract(gradient, blocks.operand(dbias[f] / n, 0), out=blocks.buffer(1, values))
-        term *= blocks.operand(k[f], 1)
-        np.subtract(term, xc, out=dx[:, f])
+        dscale[f] = np.einsum("npl,npl->p", gradient, xc)[:, None]  # sum(g * (x - mean))
+        xc *= blocks.operand(b_per_sum[f] * dscale[f], 0)
+        np.multiply(gradient, blocks.operand(k[f], 1), out=out)
+        out += xc
+        out += blocks.operand(c_per_sum[f] * dbias[f], 1)
+    dscale *= inv_std
     if target is None:
         write(t.out, dx.reshape(x.shape), problem.alpha, problem.beta)
     if t.dscale is None or t.dbias is None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.reference_io import read, write
+from opendnn.core.reference_io import output_array, read, write
 from opendnn.families.convolution.problem import (
     ConvolutionDirection,
     ConvolutionProblem,
@@ -38,6 +39,15 @@ from opendnn.families.convolution.problem import (
 # Below this many multiply-adds a product runs on one BLAS thread: waking, and then spinning, a
 # second thread for a small product costs more than it saves, and far more on a loaded machine.
 SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
+# The forward's column matrix per chunk of samples, in bytes: as many samples as fit, at least one.
+# Columns are allocated afresh on every call, and from 32 MB on glibc maps them anew each time, so
+# that the copy into them first faults in every page (conv1 of ResNet-50 at batch 8: 59 MB, 7.4 MB a
+# sample); below that the memory of the previous call is reused. One product per chunk: the fewer
+# products, the fewer times the second BLAS thread is waited for.
+GEMM_COLUMN_BYTES = 1 << 24
+# A depthwise convolution's padded planes per chunk: the chunk, its output layout and the taps'
+# products stay in L2.
+DEPTHWISE_ELEMENTS = 1 << 15
 
 
 @functools.cache  # threadpoolctl scans the loaded libraries once; None where it is not installed
@@ -65,30 +75,59 @@ def workspace_size(problem: ConvolutionProblem) -> int:
     return 0
 
 
-def _column_view(problem: ConvolutionProblem, x_padded: np.ndarray) -> np.ndarray:
-    """The padded x (contiguous) viewed as (G, C/G, *filt, N, *out) without a copy."""
+def _column_view(
+    problem: ConvolutionProblem,
+    x_padded: np.ndarray,
+    filt: tuple[int, ...] | None = None,
+    stride: tuple[int, ...] | None = None,
+) -> np.ndarray:
+    """The padded x (contiguous) viewed as (G, C/G, *filt, N, *out) without a copy: tap r of output o
+    at ``o * stride + r * dilation`` (the problem's filter dims and stride unless given)."""
     groups, per_group = problem.groups, problem.w.dims[1]
+    filt = tuple(problem.w.dims[2:]) if filt is None else filt
+    stride = problem.stride if stride is None else stride
     item = x_padded.strides
     spatial = item[2:]
-    shape = (groups, per_group, *problem.w.dims[2:], x_padded.shape[0], *problem.y.dims[2:])
+    shape = (groups, per_group, *filt, x_padded.shape[0], *problem.y.dims[2:])
     strides = (
         per_group * item[1],
         item[1],
         *(d * s for d, s in zip(problem.dilation, spatial)),
         item[0],
-        *(st * s for st, s in zip(problem.stride, spatial)),
+        *(st * s for st, s in zip(stride, spatial)),
     )
     return np.lib.stride_tricks.as_strided(x_padded, shape, strides, writeable=False)
 
 
+def _padded(problem: ConvolutionProblem, x: np.ndarray) -> np.ndarray:
+    """x padded with zeros (x itself, C-ordered, where no padding is nonzero)."""
+    if not any(problem.pre_padding) and not any(problem.post_padding):
+        return np.ascontiguousarray(x)
+    x_padded = np.zeros((*x.shape[:2], *_padded_shape(problem)[2:]), x.dtype)
+    x_padded[_interior(problem)] = x
+    return x_padded
+
+
 def _columns(problem: ConvolutionProblem, x: np.ndarray) -> np.ndarray:
-    """im2col: (G, C/G * R*S, N * out), contiguous."""
-    if any(problem.pre_padding) or any(problem.post_padding):
-        x_padded = np.zeros(_padded_shape(problem), x.dtype)
-        x_padded[_interior(problem)] = x
+    """im2col: (G, C/G * R*S, N * out), contiguous. Where the filter is wider than twice the stride
+    along the last spatial dim, the padded x is first split into that many phases along it (every
+    stride-th element, one copy of x), so that each tap along that dim reads its rows contiguously
+    from one phase: the copy streams instead of gathering every stride-th element. A narrower filter
+    reads each element of x too few times to pay for the phases (ResNet-50's 3x3 stride-2 layer:
+    6.5 ms of columns with them, 5.6 without; its 7x7 stride-2 conv1: 11.3 with, 13.9 without)."""
+    x_padded = _padded(problem, x)
+    step, dilation, width = problem.stride[-1], problem.dilation[-1], problem.w.dims[-1]
+    if step == 1 or width <= 2 * step:
+        cols = np.ascontiguousarray(_column_view(problem, x_padded))
     else:
-        x_padded = np.ascontiguousarray(x)
-    cols = np.ascontiguousarray(_column_view(problem, x_padded))
+        view = _column_view(problem, x_padded)
+        cols = np.empty(view.shape, x.dtype)
+        phases = [np.ascontiguousarray(x_padded[..., q::step]) for q in range(step)]
+        taps = (*problem.w.dims[2:-1], 1)
+        for b in range(width):
+            q, offset = (b * dilation) % step, (b * dilation) // step
+            tap = _column_view(problem, phases[q][..., offset:], taps, (*problem.stride[:-1], 1))
+            np.copyto(cols[(..., slice(b, b + 1)) + (slice(None),) * (1 + problem.spatial_dims)], tap)
     return cols.reshape(problem.groups, -1, x.shape[0] * math.prod(problem.y.dims[2:]))
 
 
@@ -105,12 +144,26 @@ def _output_matrix(problem: ConvolutionProblem, y: np.ndarray) -> np.ndarray:
     return yg.reshape(problem.groups, k // problem.groups, -1)
 
 
-def gemm_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """y (N, K, *out): the reference's ``reference_forward`` as one batched matmul."""
-    yg = np.matmul(_filter_matrix(problem, w), _columns(problem, x))
-    n, k, *out = problem.y.dims
-    yg = yg.reshape(problem.groups, k // problem.groups, n, -1).transpose(2, 0, 1, 3)
-    return np.ascontiguousarray(yg).reshape(problem.y.dims)
+def gemm_forward(
+    problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """y (N, K, *out): the reference's ``reference_forward`` as one batched matmul over the groups per
+    chunk of samples (into ``out``, C-ordered y dims, where given). A chunk's product lands in y's
+    order straight from the matmul where the chunk is one sample, and through one copy otherwise."""
+    n, k, *spatial = problem.y.dims
+    out = np.empty(problem.y.dims, x.dtype) if out is None else out
+    wg = _filter_matrix(problem, w)
+    sample = math.prod(problem.w.dims[1:]) * math.prod(spatial) * x.itemsize  # one sample's columns
+    chunk = max(1, min(n, GEMM_COLUMN_BYTES // sample))
+    for start in range(0, n, chunk):
+        samples = slice(start, min(n, start + chunk))
+        y = out[samples].reshape(-1, problem.groups, k // problem.groups, math.prod(spatial))
+        if y.shape[0] == 1:
+            np.matmul(wg, _columns(problem, x[samples]), out=y[0])
+        else:
+            yg = np.matmul(wg, _columns(problem, x[samples]))
+            np.copyto(y, yg.reshape(*yg.shape[:2], y.shape[0], -1).transpose(2, 0, 1, 3))
+    return out
 
 
 def gemm_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
@@ -118,7 +171,12 @@ def gemm_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndar
     cols = _columns(problem, x)
     # cols @ dy^T, then transposed: BLAS runs the long N*out reduction far faster this way round
     dw_t = np.matmul(cols, _output_matrix(problem, dy).transpose(0, 2, 1))
-    dw = np.ascontiguousarray(dw_t.transpose(0, 2, 1)).reshape(problem.w.dims)
+    return _filter_order(problem, np.ascontiguousarray(dw_t.transpose(0, 2, 1)).reshape(problem.w.dims))
+
+
+def _filter_order(problem: ConvolutionProblem, dw: np.ndarray) -> np.ndarray:
+    """dw of the taps as the products index them, in the filter's order (flipped back for
+    ConvolutionMode.CONVOLUTION)."""
     if problem.flip:
         dw = dw[(slice(None), slice(None), *(slice(None, None, -1),) * problem.spatial_dims)]
     return dw
@@ -144,11 +202,141 @@ def gemm_backward_data(problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarra
     return dx_padded[_interior(problem)]
 
 
+class _Planes:
+    """Depthwise geometry (G == C == K: each output channel reads its own input channel): chunks of
+    ``count`` padded planes as one flat buffer, and the outputs of such a chunk laid out so that
+    every filter tap reads the buffer as one 1-D run: plane p's output o sits at ``p * ext_plane +
+    sum(o_k * ext_strides[k])`` and tap r reads the padded buffer at ``offsets[r] + step * that``,
+    ``step`` the last dim's stride. The padded planes' last dim is rounded up to a multiple of
+    ``step``; the positions of the layout that no output takes (past the end of an output row) are
+    junk that no result reads."""
+
+    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype) -> None:
+        spatial = list(_padded_shape(problem)[2:])
+        self.step = step = problem.stride[-1]
+        spatial[-1] = -(-spatial[-1] // step) * step
+        strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
+        self.count, self.plane, self.ext_plane = count, math.prod(spatial), math.prod(spatial) // step
+        self.ext_strides = [st * s // step for st, s in zip(problem.stride, strides)]
+        self.tap_strides = [st * s for st, s in zip(problem.stride, strides)]
+        filt = problem.w.dims[2:]
+        self.offsets = [sum(r * d * s for r, d, s in zip(tap, problem.dilation, strides)) for tap in np.ndindex(*filt)]
+        self.out = tuple(problem.y.dims[2:])
+        self.length = count * self.ext_plane
+        self.padded = np.zeros(count * self.plane + max(self.offsets) + step, dtype)  # zeros stay in the padding
+        inside = (slice(None), *(slice(p, p + n) for p, n in zip(problem.pre_padding, problem.x.dims[2:])))
+        self.inside = self.padded[: count * self.plane].reshape(count, *spatial)[inside]
+
+    def tap(self, t: int, planes: int) -> np.ndarray:
+        """Tap t of the first ``planes`` planes, over the output layout (1-D, writable)."""
+        start = self.offsets[t]
+        return self.padded[start : start + self.step * planes * self.ext_plane : self.step]
+
+    def tap_view(self, t: int, planes: int) -> np.ndarray:
+        """Tap t of the first ``planes`` planes as (planes, *out): only the outputs, no junk."""
+        item = self.padded.itemsize
+        strides = (self.plane * item, *(s * item for s in self.tap_strides))
+        return np.lib.stride_tricks.as_strided(self.padded[self.offsets[t] :], (planes, *self.out), strides)
+
+    def outputs(self, layout: np.ndarray) -> np.ndarray:
+        """The output positions of an output-layout array (planes * ext_plane, flat) as (planes, *out)."""
+        item = layout.itemsize
+        strides = (self.ext_plane * item, *(s * item for s in self.ext_strides))
+        return np.lib.stride_tricks.as_strided(layout, (layout.size // self.ext_plane, *self.out), strides)
+
+    def weights(self, taps: np.ndarray) -> np.ndarray:
+        """(T, planes * ext_plane): each plane's weight of each tap over its output positions, 0 on
+        the junk (so that junk times junk adds an exact 0, whatever the weight)."""
+        expanded = np.zeros(taps.size * self.ext_plane, taps.dtype)
+        self.outputs(expanded)[...] = taps.reshape((-1,) + (1,) * len(self.out))
+        return expanded.reshape(taps.shape[0], -1)
+
+
+def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
+    channels = problem.x.dims[1]
+    layout = _Planes(problem, 1, dtype)
+    count = max(1, min(channels, DEPTHWISE_ELEMENTS // layout.plane))
+    return _Planes(problem, count, dtype), [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
+
+
+def _weighted_blocks(
+    problem: ConvolutionProblem, w: np.ndarray, dtype: np.dtype
+) -> tuple[_Planes, Iterator[tuple[slice, int, np.ndarray]]]:
+    """The chunks of channels: each one's channels, their count and its weights over its layout."""
+    planes, blocks = _channel_blocks(problem, dtype)
+    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T  # (T, C)
+    return planes, ((block, block.stop - block.start, planes.weights(taps[:, block])) for block in blocks)
+
+
+def depthwise_forward(
+    problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the sum over
+    the filter taps of the tap's weights times the tap's 1-D run of the padded planes."""
+    out = np.empty(problem.y.dims, x.dtype) if out is None else out
+    planes, chunks = _weighted_blocks(problem, w, x.dtype)
+    result, term = np.empty(planes.length, x.dtype), np.empty(planes.length, x.dtype)
+    for block, count, weights in chunks:
+        y, product = result[: weights.shape[1]], term[: weights.shape[1]]
+        for n in range(x.shape[0]):
+            planes.inside[:count] = x[n, block]
+            np.multiply(planes.tap(0, count), weights[0], out=y)
+            for t in range(1, weights.shape[0]):
+                y += np.multiply(planes.tap(t, count), weights[t], out=product)
+            out[n, block] = planes.outputs(y)
+    return out
+
+
+def depthwise_backward_data(
+    problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """dx (N, C, *spatial) of a depthwise convolution: per chunk of channels of one sample, each
+    tap's weights times dy (junk 0) added into the tap's 1-D run of the padded planes."""
+    out = np.empty(problem.x.dims, dy.dtype) if out is None else out
+    planes, chunks = _weighted_blocks(problem, w, dy.dtype)
+    gradient, term = np.zeros(planes.length, dy.dtype), np.empty(planes.length, dy.dtype)
+    for block, count, weights in chunks:
+        g, product = gradient[: weights.shape[1]], term[: weights.shape[1]]
+        for n in range(dy.shape[0]):
+            planes.outputs(g)[:] = dy[n, block]
+            planes.padded.fill(0)
+            for t in range(weights.shape[0]):
+                run = planes.tap(t, count)
+                run += np.multiply(g, weights[t], out=product)
+            out[n, block] = planes.inside[:count]
+    return out
+
+
+def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dw (K, 1, *filt) of a depthwise convolution: per chunk of channels of one sample, each tap's
+    sum of dy times the tap's view of the padded planes."""
+    planes, blocks = _channel_blocks(problem, x.dtype)
+    taps = np.zeros((problem.groups, len(planes.offsets)), x.dtype)
+    dims = "abc"[: problem.spatial_dims]
+    for block in blocks:
+        count = block.stop - block.start
+        for n in range(x.shape[0]):
+            planes.inside[:count] = x[n, block]
+            for t in range(taps.shape[1]):
+                taps[block, t] += np.einsum(f"f{dims},f{dims}->f", dy[n, block], planes.tap_view(t, count))
+    return _filter_order(problem, taps.reshape(problem.w.dims))
+
+
 GEMM = {
-    ConvolutionDirection.FORWARD: lambda p, x, w, y: gemm_forward(p, x, w),
-    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y: gemm_backward_data(p, y, w),
-    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y: gemm_backward_filter(p, x, y),
+    ConvolutionDirection.FORWARD: lambda p, x, w, y, out: gemm_forward(p, x, w, out),
+    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y, out: gemm_backward_data(p, y, w),
+    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y, out: gemm_backward_filter(p, x, y),
 }
+DEPTHWISE = {
+    ConvolutionDirection.FORWARD: lambda p, x, w, y, out: depthwise_forward(p, x, w, out),
+    ConvolutionDirection.BACKWARD_DATA: lambda p, x, w, y, out: depthwise_backward_data(p, y, w, out),
+    ConvolutionDirection.BACKWARD_FILTER: lambda p, x, w, y, out: depthwise_backward_filter(p, x, y),
+}
+
+
+def _depthwise(problem: ConvolutionProblem) -> bool:
+    """Whether each output channel reads one input channel of its own (C/G == K/G == 1)."""
+    return problem.w.dims[1] == 1 and problem.w.dims[0] == problem.groups
 
 
 def run(
@@ -167,12 +355,21 @@ def run(
     y_values = read(y, compute) if direction is not ConvolutionDirection.FORWARD else None
     bias_values = read(bias, compute) if bias is not None else None
     z_values = read(z, compute) if z is not None else None  # read before y is written: z may be y
-    with _blas_limit(problem):
-        conv = GEMM[direction](problem, x_values, w_values, y_values)
-    result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
     output = {
         ConvolutionDirection.FORWARD: y,
         ConvolutionDirection.BACKWARD_DATA: x,
         ConvolutionDirection.BACKWARD_FILTER: w,
     }[direction]
-    write(output, result, 1.0, problem.beta)
+    inputs = [v for v in (x_values, w_values, y_values) if v is not None]
+    # the bare product straight into the output's memory, where it may be
+    target = output_array(output, compute, problem.alpha, problem.beta, *inputs) if _bare(problem) else None
+    with _blas_limit(problem), np.errstate(all="ignore"):  # inf and NaN inputs give the IEEE results
+        conv = (DEPTHWISE if _depthwise(problem) else GEMM)[direction](problem, x_values, w_values, y_values, target)
+    if conv is not target:
+        result = blend_output(problem, conv, bias_values, z_values).astype(compute.to_numpy(), copy=False)
+        write(output, result, 1.0, problem.beta)
+
+
+def _bare(problem: ConvolutionProblem) -> bool:
+    """Whether the forward's output is the product alone: alpha 1, no bias, residual or activation."""
+    return problem.alpha == 1.0 and problem.bias is None and problem.z is None and problem.activation is None

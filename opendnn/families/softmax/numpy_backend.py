@@ -1,13 +1,22 @@
 """Softmax on the NumPy backend: the reference's formulas in the compute dtype (float32, float64 for
-float64), each step in place on the freshly read arrays (no new array of x's size but the log
-form's exp and the backward's ``dy * y``)."""
+float64), computed straight into the output's memory where it may be (``output_array``), else into
+one new array that ``write`` blends. The inputs are read where they lie (no copy of an input that
+already holds the compute dtype); each step is one whole-array operation writing the output:
+
+    forward   out = x - max(x); out = exp(out); out /= sum(out)             (LOG: out -= log(sum(exp(out))))
+    backward  out = dy - sum(dy * y); out *= y                              (LOG: out = dy - exp(y) * sum(dy))
+
+(the backward's ``sum(dy * y)`` one einsum pass over dy and y, no product array).
+"""
 
 from __future__ import annotations
+
+import string
 
 import numpy as np
 
 from opendnn.core.arrays import Bound
-from opendnn.core.reference_io import read_copy, write
+from opendnn.core.reference_io import output_array, read, write
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxProblem
 
 
@@ -16,35 +25,46 @@ def supports(problem: SoftmaxProblem) -> str | None:
 
 
 def run(problem: SoftmaxProblem, inputs: list[Bound], output: Bound) -> None:
-    values = [read_copy(bound, problem.compute_dtype) for bound in inputs]  # overwritten
+    compute = problem.compute_dtype
+    values = [read(bound, compute) for bound in inputs]
+    target = output_array(output, compute, problem.alpha, problem.beta, *values)
+    out = np.empty(values[0].shape, compute.to_numpy()) if target is None else target
     with np.errstate(all="ignore"):  # overflow, inf - inf and 0/0 give the IEEE results on purpose
         if problem.backward:
-            result = backward(problem.algo, values[0], values[1], problem.axes)
+            backward(problem.algo, values[0], values[1], problem.axes, out)
         else:
-            result = forward(problem.algo, values[0], problem.axes)
-    write(output, result, problem.alpha, problem.beta)
+            forward(problem.algo, values[0], problem.axes, out)
+    if target is None:
+        write(output, out, problem.alpha, problem.beta)
 
 
-def forward(algo: SoftmaxAlgorithm, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """``reference_forward``, overwriting x."""
-    if algo is not SoftmaxAlgorithm.FAST:
-        x -= x.max(axis=axes, keepdims=True)
-    if algo is SoftmaxAlgorithm.LOG:
-        x -= np.log(np.exp(x).sum(axis=axes, keepdims=True))
-        return x
-    np.exp(x, out=x)
-    x /= x.sum(axis=axes, keepdims=True)
-    return x
+def forward(algo: SoftmaxAlgorithm, x: np.ndarray, axes: tuple[int, ...], out: np.ndarray) -> None:
+    """``reference_forward`` of x into out."""
+    if algo is SoftmaxAlgorithm.FAST:
+        np.exp(x, out=out)
+    else:
+        np.subtract(x, x.max(axis=axes, keepdims=True), out=out)
+        if algo is SoftmaxAlgorithm.LOG:
+            out -= np.log(np.exp(out).sum(axis=axes, keepdims=True))
+            return
+        np.exp(out, out=out)
+    out /= out.sum(axis=axes, keepdims=True)
 
 
-def backward(algo: SoftmaxAlgorithm, y: np.ndarray, dy: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """``reference_backward``, overwriting y and dy."""
+def backward(algo: SoftmaxAlgorithm, y: np.ndarray, dy: np.ndarray, axes: tuple[int, ...], out: np.ndarray) -> None:
+    """``reference_backward`` of y and dy into out."""
     if algo is SoftmaxAlgorithm.LOG:  # dy - exp(y) * sum(dy)
         total = dy.sum(axis=axes, keepdims=True)
-        np.exp(y, out=y)
-        y *= total
-        dy -= y
-        return dy
-    dy -= (dy * y).sum(axis=axes, keepdims=True)
-    dy *= y
-    return dy
+        np.exp(y, out=out)
+        out *= total
+        np.subtract(dy, out, out=out)
+        return
+    np.subtract(dy, _sum_of_products(dy, y, axes), out=out)
+    out *= y
+
+
+def _sum_of_products(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """sum(a * b) over ``axes``, kept as dims of 1: one einsum pass over a and b, no product array."""
+    dims = string.ascii_letters[: a.ndim]
+    kept = "".join(d for k, d in enumerate(dims) if k not in axes)
+    return np.expand_dims(np.einsum(f"{dims},{dims}->{kept}", a, b), axes)
