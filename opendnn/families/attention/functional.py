@@ -1,8 +1,9 @@
 """The Pythonic attention: ``scaled_dot_product_attention`` with torch's semantics and its backward.
 
 Arrays are (..., heads, sequence, head dim) with any strides, as torch's: the leading dims are
-batch dims (merged into one, without a copy where their strides allow), and a 3-D (N, L, E) array
-is N independent attentions. NumPy in, NumPy out, torch in, torch out. ``attn_mask`` broadcasts to
+batch dims (merged into one, without a copy where their strides allow), a 3-D (N, L, E) array
+is N independent attentions and a 2-D (L, E) array one attention; key and value have the query's
+rank. NumPy in, NumPy out, torch in, torch out. ``attn_mask`` broadcasts to
 (..., heads, queries, keys) as torch's does: a boolean mask takes part where True, a float mask is
 added to the scores. A row with no key taking part gives 0, as torch's SDPA on the CPU gives (see
 ``opendnn.families.attention.reference`` for the formulas). Keyword-only extensions: a sliding
@@ -71,14 +72,18 @@ CALLER_NAMES = (
 def _dense_names(leading: int) -> SlotNames:
     """How the dense calls name the problem's dims: by the caller's axis counted from the end
     (``query.shape[-1]`` is the head dim of any batch rank), the batch by its own axis when the
-    caller has one batch dim (no axis when it has none, or several merged into one)."""
+    caller has one batch dim (no axis when it has none, or several merged into one), the heads by
+    no axis in a 2-D call (``leading`` -1)."""
     batch = -4 if leading == 1 else None
-    axes = (batch, -3, -2, -1)
+    heads = None if leading < 0 else -3
+    axes = (batch, heads, -2, -1)
     batched = tuple((slot, axes) for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv", "bias", "dbias"))
-    return SlotNames(CALLER_NAMES, "shape", (*batched, ("stats", (None if batch is None else -3, -2, -1))))
+    stats = (None if batch is None else -3, None if heads is None else -2, -1)
+    return SlotNames(CALLER_NAMES, "shape", (*batched, ("stats", stats)))
 
 
-DENSE_NAMES = {leading: _dense_names(leading) for leading in (0, 1, 2)}  # 2: two or more batch dims
+# -1: a 2-D (sequence, head dim) query, without heads; 2: two or more batch dims
+DENSE_NAMES = {leading: _dense_names(leading) for leading in (-1, 0, 1, 2)}
 # the packed calls' arrays: (tokens, heads, head dim) as the problem's (1, heads, tokens, head dim),
 # stats (heads, tokens) as (1, heads, tokens)
 TOKENS_FIRST = (None, 1, 0, 2)
@@ -148,11 +153,11 @@ def scaled_dot_product_attention(
     q = inputs.q
     batch, heads, seq_q, _ = q.desc.dims
     value_dim = inputs.v.desc.dims[3]
-    out = _output(inputs, q, "out", q.desc.dtype, (*inputs.leading, heads, seq_q, value_dim))
+    out = _output(inputs, q, "out", q.desc.dtype, (batch, heads, seq_q, value_dim))
     stats = None
     if return_stats:
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
-        stats = _output(inputs, q, "stats", stats_dtype, (*inputs.leading, heads, seq_q), packed=True)
+        stats = _output(inputs, q, "stats", stats_dtype, (batch, heads, seq_q), packed=True)
     tensors = AttentionTensors(
         inputs.q,
         inputs.k,
@@ -217,7 +222,7 @@ def scaled_dot_product_attention_backward(
     if mask_grad and inputs.bias is not None and inputs.bias.desc.dtype is DataType.BOOLEAN:
         raise NotSupported("mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient")
     grads = [
-        _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, (*inputs.leading, *bound.desc.dims[1:]))
+        _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, bound.desc.dims)
         for bound in (inputs.q, inputs.k, inputs.v)
     ]
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
@@ -284,6 +289,16 @@ class _Inputs(NamedTuple):
     query_shape: tuple[int, ...]
     names: SlotNames  # how the errors name each slot and dim
 
+    @property
+    def headless(self) -> bool:
+        """A 2-D (sequence, head dim) call: its arrays have no heads dim (the problem's is 1)."""
+        return len(self.query_shape) == 2
+
+    def caller_shape(self, dims: tuple[int, ...]) -> tuple[int, ...]:
+        """The caller's shape of an array of the problem's ``dims`` (batch, heads, ...)."""
+        shape = (*self.leading, *dims[1:])
+        return shape[1:] if self.headless else shape
+
 
 def _inputs(
     query: Any,
@@ -297,26 +312,27 @@ def _inputs(
     enable_gqa: bool,
 ) -> _Inputs:
     """The input arrays as (batch, heads, sequence, head dim) bound in the problem's slots: the
-    leading dims merged into the batch, the mask and the slopes broadcast as torch broadcasts. Every
-    array is checked as the caller gave it (its empty dims, its batch dims) before it is merged."""
+    leading dims merged into the batch (a 2-D call's batch and heads 1), the mask and the slopes
+    broadcast as torch broadcasts. Every array is checked as the caller gave it (its empty dims, its
+    batch dims) before it is merged."""
     natives = {name: as_native(array, name) for name, array in (("query", query), ("key", key), ("value", value))}
     shape = tuple(natives["query"].shape)
-    if len(shape) < 3:
+    if len(shape) < 2:
         raise BadParam(
-            f"query.ndim={len(shape)} must be at least 3 (..., heads or batch, sequence, head dim)",
-            Status.BAD_PARAM_SHAPE_MISMATCH,
+            f"query.ndim={len(shape)} must be at least 2 (..., sequence, head dim)", Status.BAD_PARAM_SHAPE_MISMATCH
         )
     leading = shape[:-3]
+    headless = len(shape) == 2
     for name, native in natives.items():
         descriptor_of(native, name)
-        _check_leading(name, native, 3, leading, shape)
-    q, k, v = (wrap(name, _merged(natives[name], 3)) for name in ("query", "key", "value"))
+        _check_leading(name, native, len(shape) - len(leading), leading, shape)
+    q, k, v = (wrap(name, _merged(natives[name], 3, headless)) for name in ("query", "key", "value"))
     if not enable_gqa and q.desc.dims[1] != k.desc.dims[1]:
         raise BadParam(
             f"key.shape[-3]={k.desc.dims[1]} must equal query.shape[-3]={q.desc.dims[1]} unless enable_gqa=True",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
-    bias = None if attn_mask is None else wrap("attn_mask", _mask(as_native(attn_mask, "attn_mask"), leading))
+    bias = None if attn_mask is None else wrap("attn_mask", _mask(as_native(attn_mask, "attn_mask"), shape))
     slopes = None
     if alibi_slopes is not None:
         native = as_native(alibi_slopes, "alibi_slopes")
@@ -328,7 +344,7 @@ def _inputs(
         None if array is None else wrap(name, array)
         for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv), ("sinks", sinks))
     ]
-    names = DENSE_NAMES[min(len(leading), 2)]
+    names = DENSE_NAMES[-1 if headless else min(len(leading), 2)]
     return _Inputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names)
 
 
@@ -360,19 +376,21 @@ def _forwards(inputs: _Inputs, name: str, array: Any) -> Bound:
             f"query.shape={list(inputs.query_shape)})",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
-    return wrap(name, _merged(native, len(expected) - len(inputs.leading)))
+    return wrap(name, _merged(native, 2 if name == "stats" else 3, inputs.headless))
 
 
-def _merged(native: Any, kept: int) -> Any:
+def _merged(native: Any, kept: int, headless: bool = False) -> Any:
     """``native`` with its dims before the last ``kept`` merged into one (1 when there are none):
-    a view where the strides allow, else a copy."""
+    a view where the strides allow, else a copy; ``headless``: a 2-D call's array, given a heads dim of 1."""
     native = as_native(native)
+    if headless:
+        native = native[None]
     shape = tuple(native.shape)
     merged = (math.prod(shape[: len(shape) - kept]), *shape[len(shape) - kept :])
     return native if merged == shape else native.reshape(merged)
 
 
-def _mask(native: Any, leading: tuple[int, ...]) -> Any:
+def _mask(native: Any, query_shape: tuple[int, ...]) -> Any:
     """The mask (broadcasting to (..., heads, queries, keys)) as 4 dims: its leading dims dropped
     when all 1, merged when they are the query's, broadcast to the query's first (a copy) when
     some are 1 (the problem's rules check the other three dims, named from the end).
@@ -380,10 +398,12 @@ def _mask(native: Any, leading: tuple[int, ...]) -> Any:
     Raises:
         BadParam: more dims than the query, a leading dim neither 1 nor the query's.
     """
+    leading = query_shape[:-3]
     rank = len(leading) + 3
-    if native.ndim > rank:
+    if native.ndim > len(query_shape):
         raise BadParam(
-            f"attn_mask.ndim={native.ndim} must be at most query.ndim={rank}", Status.BAD_PARAM_SHAPE_MISMATCH
+            f"attn_mask.ndim={native.ndim} must be at most query.ndim={len(query_shape)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     descriptor_of(native, "attn_mask")
     given = tuple(native.shape)
@@ -426,11 +446,11 @@ class _Output(NamedTuple):
 
 
 def _output(
-    inputs: _Inputs, like: Bound, name: str, dtype: DataType, shape: tuple[int, ...], packed: bool = False
+    inputs: _Inputs, like: Bound, name: str, dtype: DataType, dims: tuple[int, ...], packed: bool = False
 ) -> _Output:
-    """A new output of the caller's ``shape`` and its 4-dim (or 3-dim, stats) view: laid out as
-    ``like`` when the caller's arrays are 4-dim (packed for stats), else packed."""
-    dims = (math.prod(shape[: len(inputs.leading)]), *shape[len(inputs.leading) :])
+    """A new output of the problem's ``dims`` (4, or 3 for stats) and its view in the caller's shape:
+    laid out as ``like`` when the caller's arrays are 4-dim (packed for stats), else packed."""
+    shape = inputs.caller_shape(dims)
     if len(inputs.leading) == 1 and not packed:
         bound = empty_like(like, dtype, dims)
         return _Output(Bound(name, bound.desc, bound.view, bound.device), bound.view)
