@@ -354,9 +354,9 @@ def call_forward(
             r"sinks_desc.dtype=INT32 must be FLOAT or DOUBLE",
         ),
         (
-            lambda: F.scaled_dot_product_attention(randn(3, 8), randn(3, 8), randn(3, 8)),
+            lambda: F.scaled_dot_product_attention(randn(8), randn(3, 8), randn(3, 8)),
             od.BadParam,
-            r"query.ndim=2 must be at least 3",
+            r"query.ndim=1 must be at least 2 \(\.\.\., sequence, head dim\)",
         ),
         (
             lambda: F.scaled_dot_product_attention(randn(2, 1, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)),

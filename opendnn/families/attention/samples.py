@@ -307,10 +307,12 @@ def _dense_backward_operands(**changes: Any) -> dict[str, Any]:
     return _dense_operands(grad_out=values(2, 4, 16), out=values(2, 4, 16), stats=values(2, 4)) | changes
 
 
-def _batched(*leading: int, heads: int = 2, key_heads: int = 2, head_dim: int = 16) -> dict[str, Any]:
-    """query (*leading, heads, 4, head_dim), key and value (*leading, key_heads, 5, head_dim)."""
-    keys = values(*leading, key_heads, 5, head_dim)
-    return dict(query=values(*leading, heads, 4, head_dim), key=keys, value=keys)
+def _batched(*leading: int, heads: int | None = 2, key_heads: int = 2, head_dim: int = 16) -> dict[str, Any]:
+    """query (*leading, heads, 4, head_dim), key and value (*leading, key_heads, 5, head_dim); with
+    heads None, torch's 2-D form: query (4, head_dim), key and value (5, head_dim)."""
+    query_heads, kv_heads = ((), ()) if heads is None else ((heads,), (key_heads,))
+    keys = values(*leading, *kv_heads, 5, head_dim)
+    return dict(query=values(*leading, *query_heads, 4, head_dim), key=keys, value=keys)
 
 
 def _varlen_operands(**changes: Any) -> dict[str, Any]:
@@ -344,8 +346,8 @@ def _changed(
 ErrorTable = tuple[tuple[str, Callable[[], dict[str, Any]], type[Exception], str], ...]
 
 
-# (name, the changes to a good call, error, message) of the dense calls, 3-D (torch's batch-less
-# form), 4-D and 5-D: each names the caller's own parameter and its shape as given (axes from the
+# (name, the changes to a good call, error, message) of the dense calls, 2-D and 3-D (torch's
+# batch-less forms), 4-D and 5-D: each names the caller's own parameter and its shape as given (axes from the
 # end, as torch's (..., heads, sequence, head dim)), never the (batch, heads, sequence, head dim)
 # form the problem takes
 DENSE_ERRORS: ErrorTable = (
@@ -368,8 +370,18 @@ DENSE_ERRORS: ErrorTable = (
      BadParam, "value.shape[-3]=1 must equal key.shape[-3]=2"),
     ("heads differ without enable_gqa", lambda: _batched(heads=4), BadParam,
      "key.shape[-3]=2 must equal query.shape[-3]=4 unless enable_gqa=True"),
-    ("query of 2 dims", lambda: dict(query=values(4, 16)), BadParam,
-     "query.ndim=2 must be at least 3 (..., heads or batch, sequence, head dim)"),
+    ("query of 1 dim", lambda: dict(query=values(16)), BadParam,
+     "query.ndim=1 must be at least 2 (..., sequence, head dim)"),
+    ("2-D head dim below the kernels' range", lambda: _batched(heads=None, head_dim=4), NotSupported,
+     "query.shape[-1]=4 must be between 8 and 256"),
+    ("2-D query, 3-D key", lambda: dict(query=values(4, 16)), BadParam,
+     "key.shape=[2, 5, 16] must have query's leading dims [] and 2 more (query.shape=[4, 16])"),
+    ("2-D mask of other keys", lambda: _batched(heads=None) | dict(attn_mask=values(4, 6)), BadParam,
+     "attn_mask.shape[-1]=6 must be 5 or 1 (it broadcasts to [4, 5])"),
+    ("2-D query, 3-D mask", lambda: _batched(heads=None) | dict(attn_mask=values(1, 4, 5)), BadParam,
+     "attn_mask.ndim=3 must be at most query.ndim=2"),
+    ("2-D sinks of 2 heads", lambda: _batched(heads=None) | dict(sinks=values(2)), BadParam,
+     "sinks.shape=[2] must be [1]"),
     ("3-D query, 4-D key", lambda: dict(key=values(1, 2, 5, 16)), BadParam,
      "key.shape=[1, 2, 5, 16] must have query's leading dims [] and 3 more (query.shape=[2, 4, 16])"),
     ("4-D key batch not the query's", lambda: _batched(2) | dict(key=values(3, 2, 5, 16)), BadParam,
@@ -424,6 +436,9 @@ DENSE_BACKWARD_ERRORS: ErrorTable = (
      lambda: _batched(2, 3) | dict(grad_out=values(2, 3, 2, 4, 16), out=values(2, 3, 2, 4, 16),
                                    stats=values(3, 2, 2, 4)),
      BadParam, "stats.shape=[3, 2, 2, 4] must be [2, 3, 2, 4]"),
+    ("2-D stats of other queries",
+     lambda: _batched(heads=None) | dict(grad_out=values(4, 16), out=values(4, 16), stats=values(5)), BadParam,
+     "stats.shape=[5] must be [4] (query's shape less its head dim, as the forward gives it; query.shape=[4, 16])"),
     ("stats of float16", lambda: dict(stats=values(2, 4, dtype=np.float16)), NotSupported,
      "stats.dtype=float16 must be float32 for query.dtype=float32"),
     ("mask_grad without a mask", lambda: dict(mask_grad=True), BadParam,
