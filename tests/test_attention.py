@@ -59,6 +59,9 @@ CASES = {
         shapes=((2, 2, 6, 8), (2, 2, 9, 8), (2, 2, 9, 8)), kwargs={}, mask=(2, 1, 6, 9), boolean=True
     ),
     "float_mask_2d": dict(shapes=((1, 2, 5, 16), (1, 2, 7, 16), (1, 2, 7, 16)), kwargs={}, mask=(5, 7)),
+    "2d_query_causal_scale": dict(shapes=((9, 16), (6, 16), (6, 24)), kwargs=dict(is_causal=True, scale=0.3)),
+    "2d_query_float_mask": dict(shapes=((5, 8), (7, 8), (7, 8)), kwargs={}, mask=(5, 7)),
+    "2d_query_key_mask": dict(shapes=((5, 8), (7, 8), (7, 16)), kwargs=dict(scale=0.7), mask=(7,)),
 }
 
 
@@ -157,11 +160,27 @@ def test_functional_window_bottom_right_softcap_and_dropout_match_the_reference(
 
 
 def test_functional_returns_numpy_for_numpy():
-    q, k, v = (randn(1, 2, 5, 8, seed=n).numpy().astype(np.float32) for n in range(3))
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, handle=od.create("cpu", backend="numpy"))
-    assert isinstance(o, np.ndarray) and o.dtype == np.float32
-    expected = torch_functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
-    np.testing.assert_allclose(o, expected.numpy(), rtol=1e-5, atol=1e-6)
+    for shape in ((1, 2, 5, 8), (5, 8)):
+        q, k, v = (randn(*shape, seed=n).numpy().astype(np.float32) for n in range(3))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, handle=od.create("cpu", backend="numpy"))
+        assert isinstance(o, np.ndarray) and o.dtype == np.float32 and o.shape == shape
+        expected = torch_functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
+        np.testing.assert_allclose(o, expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_2d_enable_gqa_is_the_call_without_it(backend):
+    """A 2-D call has one query head and one key/value head: enable_gqa changes nothing (torch's SDPA
+    raises an IndexError for it)."""
+    handle = od.create("cpu", backend=backend)
+    q, k, v = randn(6, 16, seed=1), randn(4, 16, seed=2), randn(4, 8, seed=3)
+    o, stats = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, return_stats=True, handle=handle)
+    do = randn(6, 8, seed=4)
+    expected = torch_gradients(q, k, v, do)
+    assert stats.shape == (6,) and relative_error(o, expected[0]) < 1e-12
+    grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, enable_gqa=True, handle=handle)
+    for ours, theirs in zip(grads, expected[1:], strict=True):
+        assert ours.shape == theirs.shape and relative_error(ours, theirs) < 1e-11
 
 
 # the cuDNN-shaped calls over any strides ----------------------------------------------------------------------

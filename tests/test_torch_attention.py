@@ -30,6 +30,9 @@ CASES = {
     "4d_gqa_causal": ((2, 4, 6, 16), (2, 2, 6, 16), None, dict(is_causal=True, enable_gqa=True)),
     "5d_broadcast_mask_scale": ((2, 3, 2, 5, 8), (2, 3, 2, 6, 8), (3, 1, 5, 6), dict(scale=0.4)),
     "4d_boolean_mask": ((2, 2, 5, 8), (2, 2, 9, 8), (2, 1, 5, 9), {}),
+    "2d_float_mask_scale": ((5, 16), (7, 16), (5, 7), dict(scale=0.4)),
+    "2d_causal": ((6, 8), (9, 8), None, dict(is_causal=True)),
+    "2d_boolean_mask": ((5, 8), (9, 8), (5, 9), {}),
 }
 
 
@@ -51,6 +54,16 @@ def test_operator_matches_torch_forward_and_gradients(name):
     torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
     for got, want in zip(torch.autograd.grad(ours, leaves, do), expected_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_opcheck_passes_on_2d_query_key_and_value():
+    q, k, v, mask = randn(5, 16, seed=1), randn(7, 16, seed=2), randn(7, 8, seed=3), randn(5, 7, seed=4)
+    options = (0.0, False, 0.5, False, None, None, None, None, "top_left", None, 0)
+    torch.library.opcheck(ops.scaled_dot_product_attention.default, (q, k, v, mask, *options))
+    out, stats = ops.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), mask.detach(), *options)
+    assert out.shape == (5, 8) and stats.shape == (5,)
+    backward = (randn(5, 8, grad=False, seed=5), q.detach(), k.detach(), v.detach(), out, stats, mask.detach())
+    torch.library.opcheck(ops.scaled_dot_product_attention_backward.default, (*backward, *options, True))
 
 
 def test_operator_alibi_and_sinks_match_the_reference_with_the_sinks_gradient():
