@@ -7,10 +7,11 @@
 The forward saves the rows' logsumexp (``stats``, float32; float64 for float64 data) and the
 backward operator computes dq, dk, dv, the gradient of a float ``attn_mask`` and of the ``sinks``
 from it (no forward recomputed, no attention matrix stored). Inputs are (..., heads, sequence,
-head dim) of any batch rank, as torch's SDPA takes them (``opendnn.functional`` says how the
-leading dims merge). ALiBi slopes are constants (no gradient); the dropout mask is regenerated
-from ``seed``. ``scaled_dot_product_attention`` below is the call with torch's signature that
-``opendnn.torch.enable()`` routes ``F.scaled_dot_product_attention`` to.
+head dim) of any batch rank, or (sequence, head dim), as torch's SDPA takes them
+(``opendnn.functional`` says how the leading dims merge). ALiBi slopes are constants (no
+gradient); the dropout mask is regenerated from ``seed``. ``scaled_dot_product_attention`` below
+is the call with torch's signature that ``opendnn.torch.enable()`` routes
+``F.scaled_dot_product_attention`` to.
 """
 
 from __future__ import annotations
