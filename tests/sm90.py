@@ -5,7 +5,11 @@ load without its interpreter."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
+import tempfile
 from typing import Any
 
 SKIP_STATUS = 77  # a script's exit status when this machine cannot run Triton's CUDA compiler
@@ -50,3 +54,41 @@ def compile_sm90(
     source_type = GluonASTSource if kernel.is_gluon() else ASTSource
     source = source_type(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=target, options=options.__dict__)
+
+
+def run_script(path: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """The test script ``path`` run as a program with Triton's compiler (not its interpreter); the
+    calling test is skipped, with the script's reason, where this machine cannot run ptxas."""
+    import pytest
+
+    completed = subprocess.run(
+        [sys.executable, path],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+    )
+    if completed.returncode == SKIP_STATUS:
+        pytest.skip(completed.stdout.strip())
+    return completed
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers a thread, bytes spilled) that ptxas reports compiling ``ptx`` for sm_``arch``
+    (sm_90a on Hopper, where wgmma and setmaxnreg need the arch-specific target)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as folder:
+        source, output = os.path.join(folder, "kernel.ptx"), os.path.join(folder, "kernel.cubin")
+        with open(source, "w") as file:
+            file.write(ptx)
+        suffix = "a" if arch == 90 else ""
+        report = subprocess.run(
+            [get_ptxas(arch).path, f"-arch=sm_{arch}{suffix}", "-v", source, "-o", output],
+            capture_output=True,
+            text=True,
+        )
+    registers = re.search(r"Used (\d+) registers", report.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", report.stderr)
+    assert report.returncode == 0 and registers and spills, report.stderr
+    return int(registers.group(1)), int(spills.group(1))

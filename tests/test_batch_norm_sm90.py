@@ -8,27 +8,12 @@ without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-import tempfile
-
-import pytest
 import sm90
 import torch
 
 
 def test_one_read_kernels_fit_the_register_file():
-    completed = subprocess.run(
-        [sys.executable, __file__],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TRITON_INTERPRET": "0"},
-    )
-    if completed.returncode == sm90.SKIP_STATUS:
-        pytest.skip(completed.stdout.strip())
+    completed = sm90.run_script(__file__, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = [line.split() for line in completed.stdout.splitlines()[-4:]]
     kernels = ["bn_one_read_forward_kernel", "bn_one_read_backward_kernel"]
@@ -47,7 +32,6 @@ def main() -> None:
     """Print, per one-read kernel: its name, the arch, CTAs per cluster, registers, spilled bytes, cluster
     barrier instructions and L2 prefetches; for sm_90 at 64x256x56x56 planned with clusters, for sm_80
     (an A100: no clusters) at 64x1024x14x14 planned without."""
-    from triton.backends.nvidia.compiler import get_ptxas
 
     import opendnn as od
     from opendnn.families.batch_norm import problem as bn
@@ -79,33 +63,13 @@ def main() -> None:
             args = tuple(tensor if isinstance(a, Slot) else a for a in launch.args)
             specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
             ptx = sm90.compile_sm90(launch.kernel, *specialized[1:], specialized[0], target).asm["ptx"]
-            with tempfile.TemporaryDirectory() as folder:
-                source = os.path.join(folder, "kernel.ptx")
-                with open(source, "w") as file:
-                    file.write(ptx)
-                suffix = "a" if arch == 90 else ""
-                report = subprocess.run(
-                    [
-                        get_ptxas(arch).path,
-                        f"-arch=sm_{arch}{suffix}",
-                        "-v",
-                        source,
-                        "-o",
-                        os.path.join(folder, "kernel.cubin"),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-            registers = re.search(r"Used (\d+) registers", report.stderr)
-            spills = re.search(r"(\d+) bytes spill stores", report.stderr)
-            assert registers and spills, report.stderr
+            registers, spills = sm90.ptxas_usage(ptx, arch)
             print(
                 launch.kernel.__name__,
                 arch,
                 launch.cluster,
-                registers.group(1),
-                spills.group(1),
+                registers,
+                spills,
                 ptx.count("barrier.cluster"),
                 ptx.count("prefetch.global.L2::evict_last"),
             )

@@ -10,11 +10,7 @@ are in tests/test_gpu_matmul.py.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
 
 import pytest
 import sm90
@@ -159,15 +155,7 @@ def variant_launch(name):
 
 
 def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel():
-    completed = subprocess.run(
-        [sys.executable, __file__],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TRITON_INTERPRET": "0"},
-    )
-    if completed.returncode == sm90.SKIP_STATUS:
-        pytest.skip(completed.stdout.strip())
+    completed = sm90.run_script(__file__, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
     assert set(reports) == set(VARIANTS)
@@ -192,7 +180,6 @@ def main() -> None:
     asynchronous and synchronous wgmma ops, the pendings of each wgmma wait, the PTX wgmma shapes, the
     mbarrier waits and arrivals, the setmaxnreg register counts, the shared memory, and (for
     CHECKED_FOR_SPILLS) ptxas's spilled bytes."""
-    from triton.backends.nvidia.compiler import get_ptxas
 
     from opendnn.kernels.launch import Slot
 
@@ -206,7 +193,7 @@ def main() -> None:
         assert "cubin" in compiled.asm
         spilled = None
         if name in CHECKED_FOR_SPILLS:
-            spilled = ptxas_spills(get_ptxas(90).path, ptx)
+            _, spilled = sm90.ptxas_usage(ptx, 90)
         report = dict(
             name=name,
             kernel=compiled.metadata.name,
@@ -223,19 +210,6 @@ def main() -> None:
             spilled=spilled,
         )
         print(json.dumps(report), flush=True)
-
-
-def ptxas_spills(ptxas: str, ptx: str) -> int:
-    """The bytes ptxas spills compiling ``ptx`` for sm_90a."""
-    with tempfile.TemporaryDirectory() as folder:
-        source = os.path.join(folder, "kernel.ptx")
-        with open(source, "w") as file:
-            file.write(ptx)
-        output = os.path.join(folder, "kernel.cubin")
-        report = subprocess.run([ptxas, "-arch=sm_90a", "-v", source, "-o", output], capture_output=True, text=True)
-    spills = re.search(r"(\d+) bytes spill stores", report.stderr)
-    assert report.returncode == 0 and spills, report.stderr
-    return int(spills.group(1))
 
 
 if __name__ == "__main__":

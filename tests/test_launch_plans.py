@@ -11,8 +11,6 @@ kernel (bfloat16, channels-last) is compiled for sm_90, specialized by Triton's 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import types
 
 import pytest
@@ -147,15 +145,7 @@ KERNELS = 2 + 3 + 3 + 3 + 3 + 1  # pooling, softmax, normalization, reduce, lrn 
 
 
 def test_the_last_launch_of_each_kernel_compiles_for_sm90():
-    completed = subprocess.run(
-        [sys.executable, __file__],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TRITON_INTERPRET": "0"},
-    )
-    if completed.returncode == sm90.SKIP_STATUS:
-        pytest.skip(completed.stdout.strip())
+    completed = sm90.run_script(__file__, timeout=300)
     last = (completed.stdout.splitlines() or [""])[-1]
     assert (completed.returncode, last) == (0, f"compiled {KERNELS}"), completed.stderr[-3000:]
 
