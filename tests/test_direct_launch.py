@@ -179,20 +179,23 @@ def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_grap
     state = {"device": 0, "capturing": False, "pool": None}
     allocated = []
 
+    zeros = torch.zeros
+
     def empty(size, dtype, device):
         allocated.append((size, state["pool"]))
-        return torch.zeros(size, dtype=dtype)
+        return zeros(size, dtype=dtype)
 
     @contextlib.contextmanager
-    def use_mem_pool(pool):
+    def use_mem_pool(pool, device):
         state["pool"] = pool
         yield
         state["pool"] = None
 
     monkeypatch.setattr(device_module, "_SCRATCH", {})
-    monkeypatch.setattr(device_module, "_scratch_pool", lambda device: f"opendnn's pool on {device}")
+    monkeypatch.setattr(device_module, "_kept_pool", lambda device: f"opendnn's pool on {device}")
     monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool)
-    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch, "empty", empty)  # a captured graph's scratch
+    monkeypatch.setattr(torch, "zeros", empty)  # a kept buffer (zeroed once)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
     scratch = device_module._descriptor_scratch

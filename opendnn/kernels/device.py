@@ -95,16 +95,24 @@ def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
     key = (torch.cuda.current_device(), stream)
     buffer = _SCRATCH.get(key)
     if buffer is None or buffer.numel() < size:
-        with torch.cuda.use_mem_pool(_scratch_pool(key[0])):
-            buffer = _SCRATCH[key] = torch.empty(size, dtype=torch.int8, device="cuda")
+        buffer = _SCRATCH[key] = kept_buffer(size, key[0])
     return buffer
 
 
-@functools.cache
-def _scratch_pool(device: int) -> Any:
-    """A memory pool of opendnn's own for the kept scratch buffers: one made while torch routes the
+def kept_buffer(size: int, device: int) -> Any:
+    """``size`` zeroed bytes on CUDA ``device`` that opendnn keeps between calls (scratch, a plan's
+    workspace), allocated from a memory pool of opendnn's own: a buffer made while torch routes the
     thread's allocations to a CUDA graph's pool (cudagraph trees' warm-up under torch.compile) would
-    otherwise stay alive in that pool, which the trees refuse."""
+    otherwise stay alive in that pool, which the trees refuse. Zeroed once, so that no kernel reads
+    memory nothing wrote (the device-built TMA descriptors read their scratch before filling it)."""
+    import torch
+
+    with torch.cuda.use_mem_pool(_kept_pool(device), device):
+        return torch.zeros(size, dtype=torch.uint8, device=torch.device("cuda", device))
+
+
+@functools.cache
+def _kept_pool(device: int) -> Any:
     import torch
 
     return torch.cuda.MemPool()

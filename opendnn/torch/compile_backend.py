@@ -49,6 +49,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 import opendnn as od
 import opendnn.graph as og
 from opendnn.core.errors import OpenDnnError
+from opendnn.kernels.device import kept_buffer
 
 aten = torch.ops.aten
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -421,7 +422,11 @@ class Built:
                 pack[tensor] = torch.empty(shape, dtype=dtype, device=device).view(dims)
             results.append(pack[tensor].view(shape))
         if self.workspace is None and self.workspace_size:
-            self.workspace = torch.empty(self.workspace_size, dtype=torch.uint8, device=device)
+            self.workspace = (
+                kept_buffer(self.workspace_size, device.index)
+                if device.type == "cuda"
+                else torch.empty(self.workspace_size, dtype=torch.uint8)
+            )
         self.graph.execute(pack, self.workspace)
         self.graph.drop_kept_binding()  # the outputs are new at every call: a kept binding would only hold them
         return results

@@ -287,7 +287,27 @@ def filter_gemm_kernel(
     j0 = tl.program_id(0) % tiles_n * BLOCK_N
     tap, c, j_valid = reduction_index(j0, CG, taps * CG, BLOCK_N, EVEN_CG, 1)
     shift_d, shift_h, shift_w, _ = tap_shifts(
-        tap, table_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, SOURCE == "precomp"
+        tl.where(j_valid, tap, 0),  # columns past the last tap read the table's first row, not past its end
+        table_ptr,
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        R,
+        S,
+        T,
+        R,
+        S,
+        dil_d,
+        dil_h,
+        dil_w,
+        0,
+        0,
+        0,
+        False,
+        SOURCE == "precomp",
     )
     k_valid = k < KG
     dy_cols = (g * KG + k)[:, None] * dy_sc
