@@ -1,0 +1,88 @@
+"""The Pythonic attention broadcasts the batch dims of query, key and value as torch's SDPA does
+(as matmul does): forward and gradients against torch's SDPA in float64 on the CPU, outputs and
+gradients of the shapes torch gives, key and value read through stride-0 views (never copied), and
+the forms torch refuses refused with the dims named."""
+
+import pytest
+import torch
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.samples import relative_error
+
+# (query, key, value shapes, keywords)
+FORMS = [
+    ((2, 3, 5, 8), (3, 7, 8), (3, 7, 8), {}),  # key and value without the batch dim
+    ((3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8), {}),  # query without it
+    ((2, 3, 5, 8), (1, 3, 7, 8), (1, 3, 7, 8), dict(is_causal=True)),
+    ((2, 3, 5, 8), (2, 1, 7, 8), (2, 1, 7, 8), {}),  # one key/value head for every query head
+    ((2, 3, 5, 8), (7, 8), (7, 8), {}),
+    ((5, 8), (2, 3, 7, 8), (2, 3, 7, 8), {}),
+    ((2, 1, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8), {}),  # one query head for every key head
+    ((2, 3, 5, 8), (3, 7, 8), (2, 3, 7, 8), {}),  # key and value of different batch dims
+    ((4, 1, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8), dict(is_causal=True)),
+    ((2, 4, 5, 8), (2, 7, 8), (2, 7, 8), dict(enable_gqa=True)),
+]
+
+
+@pytest.mark.parametrize("shapes", FORMS, ids=lambda form: str(form))
+def test_broadcast_batch_dims_match_torch_in_float64(shapes):
+    generator = torch.Generator().manual_seed(3)
+    *dims, options = shapes
+    q, k, v = (torch.randn(d, dtype=torch.float64, generator=generator) for d in dims)
+    mask = torch.randn((5, 7), dtype=torch.float64, generator=generator) if not options else None
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*leaves, attn_mask=mask, **options)
+    do = torch.randn(expected.shape, dtype=torch.float64, generator=generator)
+    expected.backward(do)
+    out, stats = F.scaled_dot_product_attention(q, k, v, mask, return_stats=True, **options)
+    assert out.shape == expected.shape and stats.shape == expected.shape[:-1]
+    assert relative_error(out, expected.detach()) < 1e-12
+    grads = F.scaled_dot_product_attention_backward(do, q, k, v, out, stats, mask, **options)
+    for name, grad, leaf in zip(("query", "key", "value"), grads, leaves):
+        assert grad.shape == leaf.shape, name
+        assert relative_error(grad, leaf.grad) < 1e-12, name
+
+
+def test_broadcast_key_and_value_reach_the_kernels_as_views(monkeypatch):
+    """The bound key and value share the caller's memory (stride 0 along the broadcast batch dim)."""
+    from opendnn.families.attention import functional
+
+    seen = {}
+    run = functional._run
+
+    def recording(params, tensors, handle, names, **sizes):
+        seen.update(k=tensors.k, v=tensors.v)
+        return run(params, tensors, handle, names, **sizes)
+
+    monkeypatch.setattr(functional, "_run", recording)
+    q, k, v = torch.randn(4, 3, 5, 8), torch.randn(3, 7, 8), torch.randn(3, 7, 8)
+    F.scaled_dot_product_attention(q, k, v)
+    for name, original in (("k", k), ("v", v)):
+        bound = seen[name]
+        assert bound.view.data_ptr() == original.data_ptr() and bound.desc.strides[0] == 0, name
+
+
+@pytest.mark.parametrize(
+    "dims, options, message",
+    [
+        (
+            ((2, 3, 5, 8), (4, 3, 7, 8), (4, 3, 7, 8)),
+            {},
+            r"key.shape\[-4\]=4 must be 2 or 1 \(the batch dims of query.shape=\[2, 3, 5, 8\], "
+            r"key.shape=\[4, 3, 7, 8\], value.shape=\[4, 3, 7, 8\] broadcast\)",
+        ),
+        (((2, 3, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)), {}, r"key.shape\[-3\]=2 must equal query.shape\[-3\]=3"),
+        (
+            ((2, 1, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)),
+            dict(enable_gqa=True),
+            r"query.shape\[-3\]=1 must be a multiple of key.shape\[-3\]=2",
+        ),
+    ],
+)
+def test_forms_torch_refuses_are_refused_naming_the_dims(dims, options, message):
+    q, k, v = (torch.randn(d) for d in dims)
+    with pytest.raises(RuntimeError):  # torch's own refusal of the form
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, **options)
+    with pytest.raises(od.BadParam, match=message):
+        F.scaled_dot_product_attention(q, k, v, **options)
