@@ -326,7 +326,7 @@ def _inputs(
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
         descriptor_of(native, name)
-    full = _broadcast(natives, enable_gqa)
+    full = _broadcast({name: tuple(native.shape) for name, native in natives.items()}, enable_gqa)
     shape = full["query"]
     leading = shape[:-3]
     headless = len(shape) == 2
@@ -364,7 +364,16 @@ def _check_leading(name: str, native: Any, kept: int, leading: tuple[int, ...], 
         )
 
 
-def _broadcast(natives: dict[str, Any], enable_gqa: bool) -> dict[str, tuple[int, ...]]:
+def broadcast_shapes(
+    query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...], enable_gqa: bool
+) -> tuple[int, ...]:
+    """The shape of ``scaled_dot_product_attention``'s output for inputs of these shapes (their batch
+    dims broadcast; the torch operator's fake kernel lays out its outputs by it)."""
+    shapes = _broadcast({"query": query_shape, "key": key_shape, "value": value_shape}, enable_gqa)
+    return (*shapes["query"][:-1], value_shape[-1])
+
+
+def _broadcast(shapes: dict[str, tuple[int, ...]], enable_gqa: bool) -> dict[str, tuple[int, ...]]:
     """The shapes query, key and value take once their batch dims broadcast as torch's SDPA broadcasts
     them (as matmul does): the dims before (heads, sequence, head dim) broadcast together; a heads
     dim of 1 broadcasts too (key and value to each other; a query's to the key's, unless enable_gqa,
@@ -374,7 +383,6 @@ def _broadcast(natives: dict[str, Any], enable_gqa: bool) -> dict[str, tuple[int
     Raises:
         BadParam: a batch dim neither 1 nor the others' (torch raises a RuntimeError).
     """
-    shapes = {name: tuple(native.shape) for name, native in natives.items()}
     rank = max(len(shape) for shape in shapes.values())
     if rank == 2:
         return shapes
