@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from suites import Bench, Case, Context, nbytes
@@ -112,25 +113,38 @@ def _backward(inputs: Inputs, options: dict, flops: int, shape: tuple[int, ...])
     out, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True, **options)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     theirs = torch.nn.functional.scaled_dot_product_attention(*leaves, **options)
-    output = torch.empty(q.numel() + k.numel() + v.numel(), dtype=q.dtype, device=q.device)
+    return _gradients(
+        lambda: F.scaled_dot_product_attention_backward(do, q, k, v, out, stats, **options),
+        theirs,
+        leaves,
+        do,
+        nbytes(q, k, v, out, do, q, k, v),
+        shape,
+        flops,
+    )
+
+
+def _gradients(
+    ours: Callable[[], Sequence[torch.Tensor]],
+    theirs: Any,
+    leaves: list[torch.Tensor],
+    grad_theirs: Any,
+    moved: int,
+    shape: tuple[int, ...],
+    flops: int,
+) -> Bench:
+    """A backward's Bench: opendnn's dq, dk, dv (the first three of ``ours()``) and torch's autograd
+    ones of ``theirs`` with respect to ``leaves``, each side flattened into one tensor."""
+    output = torch.empty(sum(leaf.numel() for leaf in leaves), dtype=leaves[0].dtype, device=leaves[0].device)
 
     def run_opendnn() -> torch.Tensor:
-        grads = F.scaled_dot_product_attention_backward(do, q, k, v, out, stats, **options)
-        return torch.cat([g.reshape(-1) for g in grads], out=output)
+        return torch.cat([g.reshape(-1) for g in ours()[:3]], out=output)
 
     def run_torch() -> torch.Tensor:
-        grads = torch.autograd.grad(theirs, leaves, do, retain_graph=True)
+        grads = torch.autograd.grad(theirs, leaves, grad_theirs, retain_graph=True)
         return torch.cat([g.reshape(-1) for g in grads])
 
-    return Bench(
-        run_opendnn,
-        run_torch,
-        output,
-        nbytes(q, k, v, out, do, q, k, v),
-        lambda: output.fill_(math.nan),
-        shape,
-        flops=flops,
-    )
+    return Bench(run_opendnn, run_torch, output, moved, lambda: output.fill_(math.nan), shape, flops=flops)
 
 
 def varlen(backward: bool) -> Build:
@@ -175,24 +189,14 @@ def varlen(backward: bool) -> Build:
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         outs = sdpa(*leaves)
         do_pieces = [per_sequence(do, piece) for piece in pieces]
-        output = torch.empty(3 * q.numel(), dtype=q.dtype, device=q.device)
-
-        def run_opendnn_backward() -> torch.Tensor:
-            grads = F.scaled_dot_product_attention_varlen_backward(do, q, k, v, out, stats, offsets, offsets, **packed)
-            return torch.cat([g.reshape(-1) for g in grads[:3]], out=output)
-
-        def run_torch_backward() -> torch.Tensor:
-            grads = torch.autograd.grad(outs, leaves, do_pieces, retain_graph=True)
-            return torch.cat([g.reshape(-1) for g in grads])
-
-        return Bench(
-            run_opendnn_backward,
-            run_torch_backward,
-            output,
+        return _gradients(
+            lambda: F.scaled_dot_product_attention_varlen_backward(do, q, k, v, out, stats, offsets, offsets, **packed),
+            outs,
+            leaves,
+            do_pieces,
             nbytes(q, k, v, out, do, q, k, v),
-            lambda: output.fill_(math.nan),
             shape,
-            flops=flops,
+            flops,
         )
 
     return build
