@@ -17,7 +17,8 @@ of the plan (head-dim padding, the clamp to the sequence lengths) is the planner
 above 1 the kernels are first compiled in that many worker processes (Triton's on-disk cache keeps
 them), so the timing process loads them compiled. Each tile's result is checked against torch's
 (relative error under 1e-2 in bfloat16); a tile that does not fit (shared memory past the H200's 227 KB)
-or is wrong is a row saying so. Prints one Markdown table per case and writes ``<out>/attention_tiles.json``.
+or is wrong is a row saying so. Prints a line per tile and a Markdown table per case as each case ends, and
+rewrites ``<out>/attention_tiles.json`` after each case (a run cut short keeps the cases it finished).
 """
 
 from __future__ import annotations
@@ -107,16 +108,24 @@ def compile_tile(task: tuple[str, str, str, str, Tile]) -> str | None:
         return f"{type(error).__name__}: {str(error)[:200]}"
 
 
-def sweep_case(case: Case, ctx: Context, dtype: torch.dtype, args: argparse.Namespace, timer: run.Timer) -> list[dict]:
-    """One row per candidate tile of ``case``: time, TFLOP/s, torch's time and the ratio, the check."""
+def candidates(case: Case, ctx: Context, dtype: torch.dtype, max_tiles: int) -> list[Tile]:
+    """The tiles of ``case``'s problem (``max_tiles`` of them, 0: all), the planned one first."""
+    tiles = triton_backend.candidate_tiles(planned_problem(case.build(ctx, dtype)))
+    return tiles[:max_tiles] if max_tiles else tiles
+
+
+def precompile(plans: list[tuple[Case, list[Tile]]], ctx: Context, args: argparse.Namespace) -> None:
+    """Every (case, tile) run once in ``args.jobs`` worker processes: their kernels land compiled in
+    Triton's cache, so the timing process loads them."""
+    tasks = [(case.name, ctx.device, ctx.size, args.dtype, tile) for case, tiles in plans for tile in tiles]
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+        errors = [error for error in pool.map(compile_tile, tasks) if error is not None]
+    print(f"compiled {len(tasks)} (case, tile) pairs in {args.jobs} processes; {len(errors)} failed", flush=True)
+
+
+def sweep_case(case: Case, tiles: list[Tile], ctx: Context, dtype: torch.dtype, timer: run.Timer) -> list[dict]:
+    """One row per tile of ``case``: time, TFLOP/s, torch's time and the ratio, the check."""
     bench = case.build(ctx, dtype)
-    problem = planned_problem(bench)
-    tiles = triton_backend.candidate_tiles(problem)
-    tiles = tiles[: args.max_tiles] if args.max_tiles else tiles
-    if args.jobs > 1:
-        tasks = [(case.name, ctx.device, ctx.size, args.dtype, tile) for tile in tiles]
-        with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
-            list(pool.map(compile_tile, tasks))
     torch_ms = timer(bench.torch)
     rows = []
     for tile in tiles:
@@ -165,16 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     ctx = Context(opendnn.create(device), device, size)
     timer = run._cuda_timer(args.warmup, args.rep) if device != "cpu" else run._cpu_timer(args.rep)
-    results, tables = [], []
-    for case in cases(args.filter):
-        rows = sweep_case(case, ctx, dtype, args, timer)
-        results += rows
-        tables.append(markdown(case.name, rows))
+    print(run.environment(ctx), flush=True)
+    plans = [(case, candidates(case, ctx, dtype, args.max_tiles)) for case in cases(args.filter)]
+    if args.jobs > 1:
+        precompile(plans, ctx, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "attention_tiles.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\n{run.environment(ctx)}\n")
-    print("\n".join(tables))
+    results = []
+    for case, tiles in plans:
+        rows = sweep_case(case, tiles, ctx, dtype, timer)
+        results += rows
+        (out / "attention_tiles.json").write_text(json.dumps(results, indent=2) + "\n")  # a run cut short keeps these
+        print("\n" + markdown(case.name, rows), flush=True)
     return 0 if all(row["check"] != "WRONG" for row in results) else 1  # a tile that does not fit: an error row
 
 

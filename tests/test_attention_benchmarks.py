@@ -45,7 +45,7 @@ def test_varlen_rows_count_the_tokens_of_each_sequence():
 
 def test_tile_sweep_times_each_candidate_with_the_planners_first(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENDNN_BACKEND", "triton")
-    argv = ["--device", "cpu", "--quick", "--dtype", "float32", "--max-tiles", "2", "--rep", "1"]
+    argv = ["--device", "cpu", "--quick", "--dtype", "float32", "--max-tiles", "2", "--rep", "1", "--jobs", "2"]
     assert attention_tiles.main([*argv, "--filter", "gqa_hd128_4k_causal", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "attention_tiles.json").read_text())
     assert [(row["case"], row["planned"]) for row in rows] == [

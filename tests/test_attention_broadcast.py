@@ -3,6 +3,7 @@
 gradients of the shapes torch gives, key and value read through stride-0 views (never copied), and
 the forms torch refuses refused with the dims named."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,3 +87,18 @@ def test_forms_torch_refuses_are_refused_naming_the_dims(dims, options, message)
         torch.nn.functional.scaled_dot_product_attention(q, k, v, **options)
     with pytest.raises(od.BadParam, match=message):
         F.scaled_dot_product_attention(q, k, v, **options)
+
+
+def test_numpy_arrays_broadcast_as_torch_tensors_do():
+    rng = np.random.default_rng(5)
+    q, k, v = rng.standard_normal((2, 3, 5, 8)), rng.standard_normal((3, 7, 8)), rng.standard_normal((1, 3, 7, 8))
+    do = rng.standard_normal((2, 3, 5, 8))
+    out, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True)
+    grads = F.scaled_dot_product_attention_backward(do, q, k, v, out, stats)
+    leaves = [torch.tensor(array, requires_grad=True) for array in (q, k, v)]
+    expected = torch.nn.functional.scaled_dot_product_attention(*leaves)
+    expected.backward(torch.tensor(do))
+    assert isinstance(out, np.ndarray) and relative_error(out, expected.detach().numpy()) < 1e-12
+    for grad, leaf in zip(grads, leaves):
+        assert isinstance(grad, np.ndarray) and grad.shape == leaf.shape
+        assert relative_error(grad, leaf.grad.numpy()) < 1e-12
