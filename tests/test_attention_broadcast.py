@@ -102,3 +102,11 @@ def test_numpy_arrays_broadcast_as_torch_tensors_do():
     for grad, leaf in zip(grads, leaves):
         assert isinstance(grad, np.ndarray) and grad.shape == leaf.shape
         assert relative_error(grad, leaf.grad.numpy()) < 1e-12
+
+
+def test_value_of_one_head_serves_the_keys_heads_under_enable_gqa():
+    """torch repeats key and value to the query heads separately; one value head equals any number."""
+    generator = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(d, dtype=torch.float64, generator=generator) for d in ((4, 4, 16), (2, 5, 16), (1, 5, 16)))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert relative_error(F.scaled_dot_product_attention(q, k, v, enable_gqa=True), expected) < 1e-12

@@ -379,6 +379,7 @@ def _broadcast(shapes: dict[str, tuple[int, ...]], enable_gqa: bool) -> dict[str
     dim of 1 broadcasts too (key and value to each other; a query's to the key's, unless enable_gqa,
     where query heads must be a multiple of key heads); one key/value head serves every query head
     as it is (the kernels' MQA). A 2-D array has a heads dim of 1 when the others have more dims.
+    Heads that neither match nor are 1 stay as given, for the problem's rules to name.
 
     Raises:
         BadParam: a batch dim neither 1 nor the others' (torch raises a RuntimeError).
@@ -401,10 +402,13 @@ def _broadcast(shapes: dict[str, tuple[int, ...]], enable_gqa: bool) -> dict[str
                 )
         leading.append(wanted)
     heads = {name: shape[-3] for name, shape in padded.items()}
-    heads_kv = heads["key"] if heads["value"] == 1 else heads["value"] if heads["key"] == 1 else heads["key"]
-    heads_q = heads_kv if heads["query"] == 1 and not enable_gqa else heads["query"]
-    own = {"query": heads_q, "key": heads_kv, "value": heads_kv}
-    return {name: (*leading, own[name], *shape[-2:]) for name, shape in padded.items()}
+    if heads["key"] == 1:
+        heads["key"] = heads["value"]
+    elif heads["value"] == 1:
+        heads["value"] = heads["key"]
+    if heads["query"] == 1 and not enable_gqa:
+        heads["query"] = heads["key"]
+    return {name: (*leading, heads[name], *shape[-2:]) for name, shape in padded.items()}
 
 
 def _expanded(native: Any, shape: tuple[int, ...]) -> Any:
