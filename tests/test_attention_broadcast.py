@@ -110,3 +110,36 @@ def test_value_of_one_head_serves_the_keys_heads_under_enable_gqa():
     q, k, v = (torch.randn(d, dtype=torch.float64, generator=generator) for d in ((4, 4, 16), (2, 5, 16), (1, 5, 16)))
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     assert relative_error(F.scaled_dot_product_attention(q, k, v, enable_gqa=True), expected) < 1e-12
+
+
+def test_a_broadcast_4d_inputs_gradient_keeps_its_memory_order():
+    """A (1, heads, keys, dim) view of BSHD memory, broadcast over the query's batch: its gradient is
+    summed back and laid out as the key is, as every output of a 4-dim call follows its input."""
+    generator = torch.Generator().manual_seed(4)
+    q = torch.randn((2, 3, 5, 8), dtype=torch.float64, generator=generator)
+    k, v = (torch.randn((1, 7, 3, 8), dtype=torch.float64, generator=generator).transpose(1, 2) for _ in range(2))
+    out, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True)
+    do = torch.randn(out.shape, dtype=torch.float64, generator=generator)
+    grads = F.scaled_dot_product_attention_backward(do, q, k, v, out, stats)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    torch.nn.functional.scaled_dot_product_attention(*leaves).backward(do)
+    for grad, leaf in zip(grads[1:], leaves[1:]):
+        assert grad.shape == (1, 3, 7, 8) and grad.transpose(1, 2).is_contiguous()
+        assert relative_error(grad, leaf.grad) < 1e-12
+
+
+def test_torch_operators_fake_kernels_lay_out_broadcast_outputs_as_the_real_ones():
+    import opendnn.torch  # noqa: F401  (registers the operators)
+
+    ops = torch.ops.opendnn
+    generator = torch.Generator().manual_seed(6)
+    q = torch.randn((2, 3, 5, 8), dtype=torch.float64, generator=generator)
+    k, v = (torch.randn((1, 7, 3, 8), dtype=torch.float64, generator=generator).transpose(1, 2) for _ in range(2))
+    options = (0.0, False, None, False, None, None, None, None, "top_left", None, 0)
+    for query, key in ((q, k), (q[:1], torch.randn((2, 3, 7, 8), dtype=torch.float64, generator=generator))):
+        torch.library.opcheck(ops.scaled_dot_product_attention.default, (query, key, v, None, *options))
+        out, stats = ops.scaled_dot_product_attention(query, key, v, None, *options)
+        assert out.shape == (2, 3, 5, 8) and stats.shape == (2, 3, 5)
+        do = torch.randn(out.shape, dtype=torch.float64, generator=generator)
+        backward = (do, query, key, v, out, stats, None, *options, False)
+        torch.library.opcheck(ops.scaled_dot_product_attention_backward.default, backward)

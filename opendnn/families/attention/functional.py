@@ -84,6 +84,7 @@ def _dense_names(leading: int) -> SlotNames:
 
 # -1: a 2-D (sequence, head dim) query, without heads; 2: two or more batch dims
 DENSE_NAMES = {leading: _dense_names(leading) for leading in (-1, 0, 1, 2)}
+NAMES = ("query", "key", "value")
 # the packed calls' arrays: (tokens, heads, head dim) as the problem's (1, heads, tokens, head dim),
 # stats (heads, tokens) as (1, heads, tokens)
 TOKENS_FIRST = (None, 1, 0, 2)
@@ -153,7 +154,7 @@ def scaled_dot_product_attention(
     q = inputs.q
     batch, heads, seq_q, _ = q.desc.dims
     value_dim = inputs.v.desc.dims[3]
-    broadcast = inputs.query_shape != inputs.own_shapes[0]
+    broadcast = inputs.query_shape != tuple(inputs.natives[0].shape)
     out = _output(inputs, q, "out", q.desc.dtype, (batch, heads, seq_q, value_dim), packed=broadcast)
     stats = None
     if return_stats:
@@ -222,7 +223,7 @@ def scaled_dot_product_attention_backward(
         raise BadParam("mask_grad=True needs a float attn_mask, got attn_mask=None", Status.BAD_PARAM_NULL_POINTER)
     if mask_grad and inputs.bias is not None and inputs.bias.desc.dtype is DataType.BOOLEAN:
         raise NotSupported("mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient")
-    # a broadcast input's gradient: packed, then summed back to the input's own shape
+    # a broadcast input's gradient: packed, then summed back to the input's own shape (_gradient_of)
     grads = [
         _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, bound.desc.dims, packed=0 in bound.desc.strides)
         for bound in (inputs.q, inputs.k, inputs.v)
@@ -248,7 +249,7 @@ def scaled_dot_product_attention_backward(
         dsinks,
     )
     _run(params, tensors, handle, inputs.names)
-    results = [_sum_to(grad.caller, own) for grad, own in zip(grads, inputs.own_shapes)]
+    results = [_gradient_of(name, grad.caller, native) for name, grad, native in zip(NAMES, grads, inputs.natives)]
     if dbias is not None:  # of the mask's own dims, summed over what it broadcast along
         results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
     if dsinks is not None:
@@ -290,7 +291,7 @@ class _Inputs(NamedTuple):
     leading: tuple[int, ...]  # the caller's batch dims (before heads, sequence, head dim)
     query_shape: tuple[int, ...]  # query's shape broadcast with key's and value's batch dims
     names: SlotNames  # how the errors name each slot and dim
-    own_shapes: tuple[tuple[int, ...], ...]  # query's, key's and value's shapes as the caller gave them
+    natives: tuple[Any, ...]  # query, key and value as the caller gave them (NumPy arrays or torch tensors)
 
     @property
     def headless(self) -> bool:
@@ -318,7 +319,7 @@ def _inputs(
     leading dims merged into the batch (a 2-D call's batch and heads 1), the mask and the slopes
     broadcast as torch broadcasts. Every array is checked as the caller gave it (its empty dims, its
     batch dims) before it is merged."""
-    natives = {name: as_native(array, name) for name, array in (("query", query), ("key", key), ("value", value))}
+    natives = {name: as_native(array, name) for name, array in zip(NAMES, (query, key, value))}
     for name, native in natives.items():
         if native.ndim < 2:
             raise BadParam(
@@ -349,7 +350,7 @@ def _inputs(
         for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv), ("sinks", sinks))
     ]
     names = DENSE_NAMES[-1 if headless else min(len(leading), 2)]
-    own = tuple(tuple(natives[name].shape) for name in natives)
+    own = tuple(natives.values())
     return _Inputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names, own)
 
 
@@ -430,6 +431,21 @@ def _sum_to(gradient: Any, shape: tuple[int, ...]) -> Any:
     if axes:
         gradient = gradient.sum(axes)
     return gradient.reshape(shape)
+
+
+def _gradient_of(name: str, gradient: Any, native: Any) -> Any:
+    """The gradient of the input ``native`` from ``gradient``, computed for its broadcast shape: summed
+    back to the input's own shape and, for a 4-dim input, laid out in its memory order (as every output
+    of a 4-dim call is)."""
+    shape = tuple(native.shape)
+    if tuple(gradient.shape) == shape:
+        return gradient
+    summed = _sum_to(gradient, shape)
+    if len(shape) != 4:
+        return summed
+    target = empty_like(wrap(name, native)).view
+    target[...] = summed
+    return target
 
 
 def _forwards(inputs: _Inputs, name: str, array: Any) -> Bound:
@@ -798,5 +814,6 @@ def _packed_inputs(
         )
     )
     q, k, v = bounds["query"], bounds["key"], bounds["value"]
-    own = tuple(tuple(as_native(array).shape) for array in (query, key, value))
-    return _Inputs(q, k, v, None, offsets_q, offsets_kv, slopes, sink_logits, (), own[0], VARLEN_NAMES, own)
+    own = tuple(as_native(array) for array in (query, key, value))
+    shape = tuple(own[0].shape)
+    return _Inputs(q, k, v, None, offsets_q, offsets_kv, slopes, sink_logits, (), shape, VARLEN_NAMES, own)
