@@ -378,9 +378,9 @@ def call_forward(
             r"query.ndim=1 must be at least 2 \(\.\.\., sequence, head dim\)",
         ),
         (
-            lambda: F.scaled_dot_product_attention(randn(2, 1, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)),
+            lambda: F.scaled_dot_product_attention(randn(2, 1, 3, 8), randn(3, 2, 3, 8), randn(3, 2, 3, 8)),
             od.BadParam,
-            r"key.shape=\[1, 2, 3, 8\] must have query's leading dims \[2\]",
+            r"key.shape\[-4\]=3 must be 2 or 1 \(the batch dims of query.shape=\[2, 1, 3, 8\]",
         ),
         (
             lambda: F.scaled_dot_product_attention(randn(1, 4, 3, 8), randn(1, 2, 3, 8), randn(1, 2, 3, 8)),

@@ -250,8 +250,8 @@ def test_planner_picks_tiles_by_head_dim_and_dtype_within_the_sequence():
     padded = plan_of((1, 2, 4096, 80), (1, 2, 4096, 80), (1, 2, 4096, 8), "float16", backward=True)
     assert (padded.strategy, padded.block_m, padded.block_n, padded.block_d, padded.block_dv) == (
         "flash2_deterministic_backward",
-        64,
         32,
+        64,
         128,
         16,
     )

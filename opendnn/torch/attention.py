@@ -23,6 +23,7 @@ import torch
 
 import opendnn.functional as F
 from opendnn.families.attention.descriptor import MAX_SEED
+from opendnn.families.attention.functional import broadcast_shapes
 from opendnn.torch.library import (
     compute_dtype,
     define,
@@ -76,8 +77,10 @@ def _outputs_like(query: Tensor, shape: Sequence[Any]) -> Tensor:
 
 
 def _forward_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:
-    out = _outputs_like(query, [*query.shape[:-1], value.shape[-1]])
-    return out, empty_packed(query, query.shape[:-1], compute_dtype(query.dtype))
+    shape = broadcast_shapes(tuple(query.shape), tuple(key.shape), tuple(value.shape), bool(options[3]))
+    broadcast = list(shape[:-1]) != list(query.shape[:-1])  # a broadcast query's output is packed
+    out = empty_packed(query, shape) if broadcast else _outputs_like(query, shape)
+    return out, empty_packed(query, shape[:-1], compute_dtype(query.dtype))
 
 
 def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:

@@ -84,6 +84,7 @@ def _dense_names(leading: int) -> SlotNames:
 
 # -1: a 2-D (sequence, head dim) query, without heads; 2: two or more batch dims
 DENSE_NAMES = {leading: _dense_names(leading) for leading in (-1, 0, 1, 2)}
+NAMES = ("query", "key", "value")
 # the packed calls' arrays: (tokens, heads, head dim) as the problem's (1, heads, tokens, head dim),
 # stats (heads, tokens) as (1, heads, tokens)
 TOKENS_FIRST = (None, 1, 0, 2)
@@ -153,7 +154,8 @@ def scaled_dot_product_attention(
     q = inputs.q
     batch, heads, seq_q, _ = q.desc.dims
     value_dim = inputs.v.desc.dims[3]
-    out = _output(inputs, q, "out", q.desc.dtype, (batch, heads, seq_q, value_dim))
+    broadcast = inputs.query_shape != tuple(inputs.natives[0].shape)
+    out = _output(inputs, q, "out", q.desc.dtype, (batch, heads, seq_q, value_dim), packed=broadcast)
     stats = None
     if return_stats:
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
@@ -221,8 +223,9 @@ def scaled_dot_product_attention_backward(
         raise BadParam("mask_grad=True needs a float attn_mask, got attn_mask=None", Status.BAD_PARAM_NULL_POINTER)
     if mask_grad and inputs.bias is not None and inputs.bias.desc.dtype is DataType.BOOLEAN:
         raise NotSupported("mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient")
+    # a broadcast input's gradient: packed, then summed back to the input's own shape (_gradient_of)
     grads = [
-        _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, bound.desc.dims)
+        _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, bound.desc.dims, packed=0 in bound.desc.strides)
         for bound in (inputs.q, inputs.k, inputs.v)
     ]
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
@@ -246,7 +249,7 @@ def scaled_dot_product_attention_backward(
         dsinks,
     )
     _run(params, tensors, handle, inputs.names)
-    results = [grad.caller for grad in grads]
+    results = [_gradient_of(name, grad.caller, native) for name, grad, native in zip(NAMES, grads, inputs.natives)]
     if dbias is not None:  # of the mask's own dims, summed over what it broadcast along
         results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
     if dsinks is not None:
@@ -286,8 +289,9 @@ class _Inputs(NamedTuple):
     alibi_slopes: Bound | None
     sinks: Bound | None
     leading: tuple[int, ...]  # the caller's batch dims (before heads, sequence, head dim)
-    query_shape: tuple[int, ...]
+    query_shape: tuple[int, ...]  # query's shape broadcast with key's and value's batch dims
     names: SlotNames  # how the errors name each slot and dim
+    natives: tuple[Any, ...]  # query, key and value as the caller gave them (NumPy arrays or torch tensors)
 
     @property
     def headless(self) -> bool:
@@ -315,19 +319,20 @@ def _inputs(
     leading dims merged into the batch (a 2-D call's batch and heads 1), the mask and the slopes
     broadcast as torch broadcasts. Every array is checked as the caller gave it (its empty dims, its
     batch dims) before it is merged."""
-    natives = {name: as_native(array, name) for name, array in (("query", query), ("key", key), ("value", value))}
-    shape = tuple(natives["query"].shape)
-    if len(shape) < 2:
-        raise BadParam(
-            f"query.ndim={len(shape)} must be at least 2 (..., sequence, head dim)", Status.BAD_PARAM_SHAPE_MISMATCH
-        )
+    natives = {name: as_native(array, name) for name, array in zip(NAMES, (query, key, value))}
+    for name, native in natives.items():
+        if native.ndim < 2:
+            raise BadParam(
+                f"{name}.ndim={native.ndim} must be at least 2 (..., sequence, head dim)",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+        descriptor_of(native, name)
+    full = _broadcast({name: tuple(native.shape) for name, native in natives.items()}, enable_gqa)
+    shape = full["query"]
     leading = shape[:-3]
     headless = len(shape) == 2
-    for name, native in natives.items():
-        descriptor_of(native, name)
-        _check_leading(name, native, len(shape) - len(leading), leading, shape)
-    q, k, v = (wrap(name, _merged(natives[name], 3, headless)) for name in ("query", "key", "value"))
-    if not enable_gqa and q.desc.dims[1] != k.desc.dims[1]:
+    q, k, v = (wrap(name, _merged(_expanded(natives[name], full[name]), 3, headless)) for name in natives)
+    if not enable_gqa and q.desc.dims[1] != k.desc.dims[1] and k.desc.dims[1] != 1:  # one key head broadcasts
         raise BadParam(
             f"key.shape[-3]={k.desc.dims[1]} must equal query.shape[-3]={q.desc.dims[1]} unless enable_gqa=True",
             Status.BAD_PARAM_SHAPE_MISMATCH,
@@ -345,7 +350,8 @@ def _inputs(
         for name, array in (("seq_lens_q", seq_lens_q), ("seq_lens_kv", seq_lens_kv), ("sinks", sinks))
     ]
     names = DENSE_NAMES[-1 if headless else min(len(leading), 2)]
-    return _Inputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names)
+    own = tuple(natives.values())
+    return _Inputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names, own)
 
 
 def _check_leading(name: str, native: Any, kept: int, leading: tuple[int, ...], query_shape: tuple[int, ...]) -> None:
@@ -357,6 +363,89 @@ def _check_leading(name: str, native: Any, kept: int, leading: tuple[int, ...], 
             f"(query.shape={list(query_shape)})",
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
+
+
+def broadcast_shapes(
+    query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...], enable_gqa: bool
+) -> tuple[int, ...]:
+    """The shape of ``scaled_dot_product_attention``'s output for inputs of these shapes (their batch
+    dims broadcast; the torch operator's fake kernel lays out its outputs by it)."""
+    shapes = _broadcast({"query": query_shape, "key": key_shape, "value": value_shape}, enable_gqa)
+    return (*shapes["query"][:-1], value_shape[-1])
+
+
+def _broadcast(shapes: dict[str, tuple[int, ...]], enable_gqa: bool) -> dict[str, tuple[int, ...]]:
+    """The shapes query, key and value take once their batch dims broadcast as torch's SDPA broadcasts
+    them (as matmul does): the dims before (heads, sequence, head dim) broadcast together; a heads
+    dim of 1 broadcasts too (key and value to each other; a query's to the key's, unless enable_gqa,
+    where query heads must be a multiple of key heads); one key/value head serves every query head
+    as it is (the kernels' MQA). A 2-D array has a heads dim of 1 when the others have more dims.
+    Heads that neither match nor are 1 stay as given, for the problem's rules to name.
+
+    Raises:
+        BadParam: a batch dim neither 1 nor the others' (torch raises a RuntimeError).
+    """
+    rank = max(len(shape) for shape in shapes.values())
+    if rank == 2:
+        return shapes
+    padded = {name: (1,) * (rank - len(shape)) + shape for name, shape in shapes.items()}
+    leading: list[int] = []
+    for axis in range(rank - 3):
+        sizes = {name: shape[axis] for name, shape in padded.items()}
+        wanted = next((size for size in sizes.values() if size != 1), 1)  # the first array's, unless 1
+        for name, size in sizes.items():
+            if size not in (1, wanted):
+                given = ", ".join(f"{other}.shape={list(shapes[other])}" for other in shapes)
+                raise BadParam(
+                    f"{name}.shape[{axis - rank}]={size} must be {one_or(wanted)} (the batch dims of {given} "
+                    "broadcast)",
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
+        leading.append(wanted)
+    heads = {name: shape[-3] for name, shape in padded.items()}
+    if heads["key"] == 1:
+        heads["key"] = heads["value"]
+    elif heads["value"] == 1:
+        heads["value"] = heads["key"]
+    if heads["query"] == 1 and not enable_gqa:
+        heads["query"] = heads["key"]
+    return {name: (*leading, heads[name], *shape[-2:]) for name, shape in padded.items()}
+
+
+def _expanded(native: Any, shape: tuple[int, ...]) -> Any:
+    """``native`` broadcast to ``shape``: a view with stride 0 along the broadcast dims."""
+    if tuple(native.shape) == shape:
+        return native
+    if isinstance(native, np.ndarray):
+        return np.broadcast_to(native, shape)
+    return native.expand(shape)
+
+
+def _sum_to(gradient: Any, shape: tuple[int, ...]) -> Any:
+    """``gradient`` of a broadcast array summed back to the array's own ``shape``: over the dims it
+    has beyond them and the dims ``shape`` holds at 1."""
+    extra = gradient.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(
+        extra + d for d, size in enumerate(shape) if size == 1 and gradient.shape[extra + d] != 1
+    )
+    if axes:
+        gradient = gradient.sum(axes)
+    return gradient.reshape(shape)
+
+
+def _gradient_of(name: str, gradient: Any, native: Any) -> Any:
+    """The gradient of the input ``native`` from ``gradient``, computed for its broadcast shape: summed
+    back to the input's own shape and, for a 4-dim input, laid out in its memory order (as every output
+    of a 4-dim call is)."""
+    shape = tuple(native.shape)
+    if tuple(gradient.shape) == shape:
+        return gradient
+    summed = _sum_to(gradient, shape)
+    if len(shape) != 4:
+        return summed
+    target = empty_like(wrap(name, native)).view
+    target[...] = summed
+    return target
 
 
 def _forwards(inputs: _Inputs, name: str, array: Any) -> Bound:
@@ -426,18 +515,9 @@ def _mask(native: Any, query_shape: tuple[int, ...]) -> Any:
 
 def _unbroadcast(gradient: Any, shape: tuple[int, ...], leading: tuple[int, ...]) -> Any:
     """The mask's gradient (4 dims, as ``_mask`` gave the mask) summed back to the mask's own ``shape``."""
-    rank = len(leading) + 3
-    padded = (1,) * (rank - len(shape)) + tuple(shape)
-    own = padded[: len(leading)]
     if gradient.shape[0] == 1:
         return gradient.reshape(shape)
-    gradient = gradient.reshape((*leading, *gradient.shape[1:]))
-    summed = tuple(d for d, size in enumerate(own) if size == 1 and leading[d] != 1)
-    if summed:
-        gradient = (
-            gradient.sum(summed, keepdims=True) if isinstance(gradient, np.ndarray) else gradient.sum(summed, True)
-        )
-    return gradient.reshape(shape)
+    return _sum_to(gradient.reshape((*leading, *gradient.shape[1:])), shape)
 
 
 class _Output(NamedTuple):
@@ -449,7 +529,7 @@ def _output(
     inputs: _Inputs, like: Bound, name: str, dtype: DataType, dims: tuple[int, ...], packed: bool = False
 ) -> _Output:
     """A new output of the problem's ``dims`` (4, or 3 for stats) and its view in the caller's shape:
-    laid out as ``like`` when the caller's arrays are 4-dim (packed for stats), else packed."""
+    laid out as ``like`` when the caller's arrays are 4-dim (``packed``: packed, as for stats), else packed."""
     shape = inputs.caller_shape(dims)
     if len(inputs.leading) == 1 and not packed:
         bound = empty_like(like, dtype, dims)
@@ -734,5 +814,6 @@ def _packed_inputs(
         )
     )
     q, k, v = bounds["query"], bounds["key"], bounds["value"]
-    shape = tuple(as_native(query, "query").shape)
-    return _Inputs(q, k, v, None, offsets_q, offsets_kv, slopes, sink_logits, (), shape, VARLEN_NAMES)
+    own = tuple(as_native(array) for array in (query, key, value))
+    shape = tuple(own[0].shape)
+    return _Inputs(q, k, v, None, offsets_q, offsets_kv, slopes, sink_logits, (), shape, VARLEN_NAMES, own)

@@ -35,18 +35,33 @@ from opendnn.families.attention.triton_backward import (
 from opendnn.families.attention.triton_forward import attention_forward_kernel
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
-# (element bytes) -> ((widest padded head dim, BLOCK_M, BLOCK_N, warps), ...): the first row that fits
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A launch's shape: BLOCK_M queries by BLOCK_N keys, its warps and its pipeline stages."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# (element bytes) -> ((widest padded head dim, tile), ...): the first row that fits
 FORWARD_TILES = {
-    2: ((64, 128, 64, 4), (128, 128, 64, 8), (256, 64, 32, 8)),
-    4: ((64, 64, 32, 4), (128, 32, 32, 4), (256, 32, 16, 4)),
-    8: ((64, 32, 16, 4), (256, 16, 16, 4)),
+    2: ((64, Tile(128, 64, 4, 2)), (128, Tile(128, 64, 8, 2)), (256, Tile(64, 32, 8, 2))),
+    4: ((64, Tile(64, 32, 4, 2)), (128, Tile(32, 32, 4, 2)), (256, Tile(32, 16, 4, 2))),
+    8: ((64, Tile(32, 16, 4, 2)), (256, Tile(16, 16, 4, 2))),
 }
 BACKWARD_TILES = {
-    2: ((64, 64, 64, 4), (128, 64, 32, 8), (256, 32, 32, 8)),
-    4: ((64, 32, 32, 4), (128, 32, 16, 4), (256, 16, 16, 4)),
-    8: ((256, 16, 16, 4),),
+    2: ((64, Tile(64, 64, 8, 2)), (128, Tile(32, 64, 8, 2)), (256, Tile(32, 32, 8, 2))),
+    4: ((64, Tile(32, 32, 4, 2)), (128, Tile(32, 16, 4, 2)), (256, Tile(16, 16, 4, 2))),
+    8: ((256, Tile(16, 16, 4, 2)),),
 }
-NUM_STAGES = 2
+# the tiles a sweep times (benchmarks/attention_tiles.py) for 16-bit data:
+# (BLOCK_M choices, BLOCK_N choices, warps, stages)
+FORWARD_GRID = ((64, 128), (32, 64, 128), (4, 8), (2, 3))
+BACKWARD_GRID = ((32, 64), (32, 64, 128), (4, 8), (1, 2))
 
 
 @dataclass(frozen=True)
@@ -60,16 +75,49 @@ class AttentionPlan:
     num_stages: int
 
 
-def choose(problem: AttentionProblem) -> AttentionPlan:
-    """The strategy and tile of ``problem``."""
-    block_d = max(MIN_BLOCK, triton.next_power_of_2(problem.q.dims[3]))
-    block_dv = max(MIN_BLOCK, triton.next_power_of_2(problem.v.dims[3]))
+def head_blocks(problem: AttentionProblem) -> tuple[int, int]:
+    """(BLOCK_D, BLOCK_DV): the head dims padded to powers of two, at least MIN_BLOCK."""
+    return _padded(problem.q.dims[3]), _padded(problem.v.dims[3])
+
+
+def tile_for(problem: AttentionProblem) -> Tile:
+    """The tile of ``problem`` from the table, by its widest padded head dim and element size: the
+    one place the planner decides it (a sweep replaces this function to time other tiles)."""
+    widest = max(head_blocks(problem))
     tiles = (BACKWARD_TILES if problem.backward else FORWARD_TILES)[problem.q.dtype.itemsize]
-    block_m, block_n, num_warps = next(row[1:] for row in tiles if max(block_d, block_dv) <= row[0])
-    block_m = min(block_m, max(MIN_BLOCK, triton.next_power_of_2(problem.seq_q)))
-    block_n = min(block_n, max(MIN_BLOCK, triton.next_power_of_2(problem.seq_kv)))
+    return next(tile for width, tile in tiles if widest <= width)
+
+
+def candidate_tiles(problem: AttentionProblem) -> list[Tile]:
+    """The tile ``tile_for`` picks for ``problem``, then every other tile of its direction's grid
+    (FORWARD_GRID, BACKWARD_GRID) no wider than its sequences allow."""
+    chosen = tile_for(problem)
+    block_ms, block_ns, warps, stages = BACKWARD_GRID if problem.backward else FORWARD_GRID
+    grid = [
+        Tile(block_m, block_n, num_warps, num_stages)
+        for block_m in block_ms
+        for block_n in block_ns
+        for num_warps in warps
+        for num_stages in stages
+        if block_m <= _padded(problem.seq_q) and block_n <= _padded(problem.seq_kv)
+    ]
+    return [chosen, *(tile for tile in grid if tile != chosen)]
+
+
+def choose(problem: AttentionProblem) -> AttentionPlan:
+    """The strategy and tile of ``problem``: ``tile_for``'s tile, never wider than the sequences
+    rounded up to a power of two."""
+    block_d, block_dv = head_blocks(problem)
+    tile = tile_for(problem)
+    block_m = min(tile.block_m, _padded(problem.seq_q))
+    block_n = min(tile.block_n, _padded(problem.seq_kv))
     strategy = "flash2_deterministic_backward" if problem.backward else "flash2_forward"
-    return AttentionPlan(strategy, block_m, block_n, block_d, block_dv, num_warps, NUM_STAGES)
+    return AttentionPlan(strategy, block_m, block_n, block_d, block_dv, tile.num_warps, tile.num_stages)
+
+
+def _padded(size: int) -> int:
+    """``size`` rounded up to a power of two, at least MIN_BLOCK."""
+    return max(MIN_BLOCK, triton.next_power_of_2(size))
 
 
 def supports(problem: AttentionProblem) -> str | None:
