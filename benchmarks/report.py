@@ -131,6 +131,15 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "channels of NCHW 64 x 1000 x 7 x 7.",
         4,
     ),
+    "attention": (
+        "Attention",
+        "Scaled dot-product attention in bf16 against torch's SDPA (its fastest backend on the "
+        "machine): head dim 128 at 4k and 16k tokens per sequence, causal and not, GQA 64/8 and 16 heads, "
+        "forward and backward (dq, dk, dv); head dims 64 and 256 forward; a packed batch of five sequences "
+        "of 16,384 tokens against one torch call per sequence. FLOPs: 4 B Hq Sq Skv D forward, halved when "
+        "causal, 2.5x for the backward.",
+        4,
+    ),
     "models": (
         "Whole models",
         "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "
