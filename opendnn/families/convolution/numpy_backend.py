@@ -218,8 +218,9 @@ class _Planes:
         self.count, self.plane, self.ext_plane = count, math.prod(spatial), math.prod(spatial) // step
         self.spatial = tuple(spatial)
         self.ext_strides = [st * s // step for st, s in zip(problem.stride, strides)]
-        filt = problem.w.dims[2:]
-        self.offsets = [sum(r * d * s for r, d, s in zip(tap, problem.dilation, strides)) for tap in np.ndindex(*filt)]
+        self.filt = filt = tuple(problem.w.dims[2:])
+        self.tap_steps = [d * s for d, s in zip(problem.dilation, strides)]  # a tap's offset per filter index
+        self.offsets = [sum(r * s for r, s in zip(tap, self.tap_steps)) for tap in np.ndindex(*filt)]
         self.out = tuple(problem.y.dims[2:])
         self.length = count * self.ext_plane
         self.padded = np.zeros(count * self.plane + max(self.offsets) + step, dtype)  # zeros stay in the padding
@@ -237,13 +238,18 @@ class _Planes:
         start = self.offsets[t]
         return self.padded[start : start + self.step * planes * self.ext_plane : self.step]
 
-    def taps(self, planes: int) -> np.ndarray:
-        """Every tap's run of the first ``planes`` planes copied into a row of the stack, as
-        (planes, T, ext_plane): each plane a (T, ext_plane) matrix that BLAS reads in place."""
-        used = planes * self.ext_plane
-        for t in range(len(self.offsets)):
-            self.stack[t, :used] = self.tap(t, planes)
-        return self.stack[:, :used].reshape(-1, planes, self.ext_plane).transpose(1, 0, 2)
+    def taps(self, planes: int, flat: np.ndarray | None = None, origin: int = 0, sign: int = 1) -> np.ndarray:
+        """Every tap's run of the first ``planes`` planes copied into a row of the stack (one copy of a
+        strided view), as (planes, T, ext_plane): each plane a (T, ext_plane) matrix that BLAS reads in
+        place. Tap t's run starts at ``origin + sign * offsets[t]`` of ``flat`` (the padded planes)."""
+        flat = self.padded if flat is None else flat
+        used, item = planes * self.ext_plane, flat.itemsize
+        runs = np.lib.stride_tricks.as_strided(
+            flat[origin:], (*self.filt, used), (*(sign * s * item for s in self.tap_steps), self.step * item)
+        )
+        rows = self.stack[:, :used]
+        np.copyto(rows.reshape(*self.filt, used), runs)
+        return rows.reshape(-1, planes, self.ext_plane).transpose(1, 0, 2)
 
     def outputs(self, layout: np.ndarray) -> np.ndarray:
         """The output positions of an output-layout array (planes * ext_plane, flat) as (planes, *out)."""
@@ -314,10 +320,7 @@ def depthwise_backward_data(
         g, dx = gradient[:used], result[:used]
         for n in range(dy.shape[0]):
             planes.outputs(g)[:] = dy[n, block]
-            for t, offset in enumerate(planes.offsets):
-                planes.stack[t, :used] = shifted[before - offset : before - offset + used]
-            rows = planes.stack[:, :used].reshape(-1, count, planes.ext_plane).transpose(1, 0, 2)
-            np.matmul(taps[block], rows, out=dx.reshape(count, 1, -1))
+            np.matmul(taps[block], planes.taps(count, shifted, before, -1), out=dx.reshape(count, 1, -1))
             out[n, block] = planes.interior(dx)
     return out
 
