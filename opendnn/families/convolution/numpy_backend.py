@@ -10,6 +10,10 @@ matmul batched over the G groups, with ``wg`` the filter as ``(G, K/G, C/G * R*S
     BACKWARD_FILTER:  dw_g = (cols_g @ dy_g^T)^T              (K/G, C/G * R*S)
     BACKWARD_DATA:    dcols_g = wg^T @ dy_g, then each tap r adds its slice of dcols into dx_padded
 
+Depthwise convolutions (C/G == K/G == 1) skip the columns: per chunk of channels of one sample,
+every tap's run of the padded planes is copied into a row of a stack and one matmul batched over
+the channels forms each channel's (1, T) @ (T, plane) product (``_Planes``).
+
 The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
 against; alpha, the fused forward epilogue and the beta blend are the reference's own.
 """
