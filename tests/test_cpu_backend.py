@@ -275,11 +275,13 @@ def test_softmax_forward_and_backward_leave_their_inputs_unchanged():
 
 # Convolution: the forward in chunks of samples (one sample alone, written by the matmul into y, or
 # several, the last chunk short), im2col from the phases of a strided last dim, and the depthwise
-# per-tap path (C/G == K/G == 1) in chunks of a few channels, the last one short.
+# path (C/G == K/G == 1) in chunks of a few channels, the last one short.
 CONVOLUTIONS = [  # x dims, filter dims, pre, post, stride, dilation, mode
     ((5, 4, 11), (3,), (1,), (2,), (3,), (2,), od.ConvolutionMode.CROSS_CORRELATION),
     ((5, 4, 9, 10), (3, 2), (1, 0), (2, 1), (1, 2), (2, 1), od.ConvolutionMode.CONVOLUTION),
     ((5, 4, 7, 9), (3, 3), (1, 1), (1, 1), (2, 2), (1, 1), od.ConvolutionMode.CROSS_CORRELATION),
+    # unit strides: the depthwise backward data gathers shifted runs of dy
+    ((5, 4, 7, 8), (3, 3), (1, 2), (1, 0), (1, 1), (1, 2), od.ConvolutionMode.CONVOLUTION),
     ((5, 4, 5, 6, 7), (2, 3, 2), (0, 1, 1), (1, 0, 2), (2, 1, 3), (1, 2, 1), od.ConvolutionMode.CONVOLUTION),
     # filters wider than twice the last stride: im2col from that dim's phases
     ((5, 4, 8, 16), (2, 7), (1, 3), (1, 3), (1, 3), (1, 1), od.ConvolutionMode.CONVOLUTION),
@@ -357,3 +359,26 @@ def test_depthwise_convolution_in_chunks_of_channels_matches_the_reference(
     assert convolution_numpy._depthwise(problem) and len(convolution_numpy._channel_blocks(problem, np.float64)[1]) == 2
     check_convolution(problem)
     check_convolution(problem, special=True)
+
+
+def test_depthwise_filter_gradient_ignores_an_inf_that_no_output_reads():
+    """x's last column, read by no output (width 8, filter 3, stride 2), holds inf: the taps' runs read
+    it at a junk place of the output layout, and dw stays the reference's finite sums."""
+    from opendnn.core.arrays import Bound
+    from opendnn.families.convolution import numpy_backend as convolution_numpy
+    from opendnn.families.convolution.problem import ConvolutionDirection, reference
+
+    geometry = ((3, 4, 6, 8), (3, 3), (0, 0), (0, 0), (1, 2), (1, 1), od.ConvolutionMode.CROSS_CORRELATION)
+    problem = convolution_case(geometry, 4, 4, ConvolutionDirection.BACKWARD_FILTER, 1.0, 0.0)
+    rng = np.random.default_rng(7)
+    x, dy = rng.standard_normal(problem.x.dims), rng.standard_normal(problem.y.dims)
+    x[..., -1] = np.inf
+    dw = np.full(problem.w.dims, np.nan)
+    bound = {
+        name: Bound(name, getattr(problem, name), tensor(a), "cpu", name == "w")
+        for name, a in (("x", x), ("w", dw), ("y", dy))
+    }
+    convolution_numpy.run(problem, bound["x"], bound["w"], bound["y"])
+    expected = reference(problem, x=x, w=None, y=dy)
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(bound["w"].view.numpy(), expected, rtol=1e-12, atol=1e-12)

@@ -10,6 +10,10 @@ matmul batched over the G groups, with ``wg`` the filter as ``(G, K/G, C/G * R*S
     BACKWARD_FILTER:  dw_g = (cols_g @ dy_g^T)^T              (K/G, C/G * R*S)
     BACKWARD_DATA:    dcols_g = wg^T @ dy_g, then each tap r adds its slice of dcols into dx_padded
 
+Depthwise convolutions (C/G == K/G == 1) skip the columns: per chunk of channels of one sample,
+every tap's run of the padded planes is copied into a row of a stack and one matmul batched over
+the channels forms each channel's (1, T) @ (T, plane) product (``_Planes``).
+
 The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
 against; alpha, the fused forward epilogue and the beta blend are the reference's own.
 """
@@ -19,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -209,7 +212,7 @@ class _Planes:
     sum(o_k * ext_strides[k])`` and tap r reads the padded buffer at ``offsets[r] + step * that``,
     ``step`` the last dim's stride. The padded planes' last dim is rounded up to a multiple of
     ``step``; the positions of the layout that no output takes (past the end of an output row) are
-    junk that no result reads."""
+    junk that no result reads. With unit strides the layout is the padded planes' own."""
 
     def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype) -> None:
         spatial = list(_padded_shape(problem)[2:])
@@ -217,26 +220,40 @@ class _Planes:
         spatial[-1] = -(-spatial[-1] // step) * step
         strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
         self.count, self.plane, self.ext_plane = count, math.prod(spatial), math.prod(spatial) // step
+        self.spatial = tuple(spatial)
         self.ext_strides = [st * s // step for st, s in zip(problem.stride, strides)]
-        self.tap_strides = [st * s for st, s in zip(problem.stride, strides)]
-        filt = problem.w.dims[2:]
-        self.offsets = [sum(r * d * s for r, d, s in zip(tap, problem.dilation, strides)) for tap in np.ndindex(*filt)]
+        self.filt = filt = tuple(problem.w.dims[2:])
+        self.tap_steps = [d * s for d, s in zip(problem.dilation, strides)]  # a tap's offset per filter index
+        self.offsets = [sum(r * s for r, s in zip(tap, self.tap_steps)) for tap in np.ndindex(*filt)]
         self.out = tuple(problem.y.dims[2:])
         self.length = count * self.ext_plane
         self.padded = np.zeros(count * self.plane + max(self.offsets) + step, dtype)  # zeros stay in the padding
-        inside = (slice(None), *(slice(p, p + n) for p, n in zip(problem.pre_padding, problem.x.dims[2:])))
-        self.inside = self.padded[: count * self.plane].reshape(count, *spatial)[inside]
+        self.inside_slices = (slice(None), *(slice(p, p + n) for p, n in zip(problem.pre_padding, problem.x.dims[2:])))
+        self.inside = self.interior(self.padded)
+        self.stack = np.empty((len(self.offsets), self.length), dtype)
+
+    def interior(self, flat: np.ndarray) -> np.ndarray:
+        """The places of x in a flat array of padded planes, as (planes, *x's spatial dims)."""
+        planes = min(self.count, flat.size // self.plane)
+        return flat[: planes * self.plane].reshape(planes, *self.spatial)[self.inside_slices]
 
     def tap(self, t: int, planes: int) -> np.ndarray:
         """Tap t of the first ``planes`` planes, over the output layout (1-D, writable)."""
         start = self.offsets[t]
         return self.padded[start : start + self.step * planes * self.ext_plane : self.step]
 
-    def tap_view(self, t: int, planes: int) -> np.ndarray:
-        """Tap t of the first ``planes`` planes as (planes, *out): only the outputs, no junk."""
-        item = self.padded.itemsize
-        strides = (self.plane * item, *(s * item for s in self.tap_strides))
-        return np.lib.stride_tricks.as_strided(self.padded[self.offsets[t] :], (planes, *self.out), strides)
+    def taps(self, planes: int, flat: np.ndarray | None = None, origin: int = 0, sign: int = 1) -> np.ndarray:
+        """Every tap's run of the first ``planes`` planes copied into a row of the stack (one copy of a
+        strided view), as (planes, T, ext_plane): each plane a (T, ext_plane) matrix that BLAS reads in
+        place. Tap t's run starts at ``origin + sign * offsets[t]`` of ``flat`` (the padded planes)."""
+        flat = self.padded if flat is None else flat
+        used, item = planes * self.ext_plane, flat.itemsize
+        runs = np.lib.stride_tricks.as_strided(
+            flat[origin:], (*self.filt, used), (*(sign * s * item for s in self.tap_steps), self.step * item)
+        )
+        rows = self.stack[:, :used]
+        np.copyto(rows.reshape(*self.filt, used), runs)
+        return rows.reshape(-1, planes, self.ext_plane).transpose(1, 0, 2)
 
     def outputs(self, layout: np.ndarray) -> np.ndarray:
         """The output positions of an output-layout array (planes * ext_plane, flat) as (planes, *out)."""
@@ -259,30 +276,27 @@ def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Plan
     return _Planes(problem, count, dtype), [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
 
 
-def _weighted_blocks(
-    problem: ConvolutionProblem, w: np.ndarray, dtype: np.dtype
-) -> tuple[_Planes, Iterator[tuple[slice, int, np.ndarray]]]:
-    """The chunks of channels: each one's channels, their count and its weights over its layout."""
-    planes, blocks = _channel_blocks(problem, dtype)
-    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T  # (T, C)
-    return planes, ((block, block.stop - block.start, planes.weights(taps[:, block])) for block in blocks)
+def _channel_taps(problem: ConvolutionProblem, w: np.ndarray) -> np.ndarray:
+    """The filter as (C, 1, T): each channel's taps as a row, for a (1, T) @ (T, ext_plane) product."""
+    return _filter_groups(w, problem).reshape(problem.groups, 1, -1)
 
 
 def depthwise_forward(
     problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the sum over
-    the filter taps of the tap's weights times the tap's 1-D run of the padded planes."""
+    """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the taps' runs
+    of the padded planes copied into the rows of a stack, then one matmul batched over the chunk's
+    channels, each channel's (1, T) weights times its (T, ext_plane) runs."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
-    planes, chunks = _weighted_blocks(problem, w, x.dtype)
-    result, term = np.empty(planes.length, x.dtype), np.empty(planes.length, x.dtype)
-    for block, count, weights in chunks:
-        y, product = result[: weights.shape[1]], term[: weights.shape[1]]
+    planes, blocks = _channel_blocks(problem, x.dtype)
+    taps = _channel_taps(problem, w)
+    result = np.empty(planes.length, x.dtype)
+    for block in blocks:
+        count = block.stop - block.start
+        y = result[: count * planes.ext_plane]
         for n in range(x.shape[0]):
             planes.inside[:count] = x[n, block]
-            np.multiply(planes.tap(0, count), weights[0], out=y)
-            for t in range(1, weights.shape[0]):
-                y += np.multiply(planes.tap(t, count), weights[t], out=product)
+            np.matmul(taps[block], planes.taps(count), out=y.reshape(count, 1, -1))
             out[n, block] = planes.outputs(y)
     return out
 
@@ -290,12 +304,41 @@ def depthwise_forward(
 def depthwise_backward_data(
     problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """dx (N, C, *spatial) of a depthwise convolution: per chunk of channels of one sample, each
-    tap's weights times dy (junk 0) added into the tap's 1-D run of the padded planes."""
+    """dx (N, C, *spatial) of a depthwise convolution. With unit strides and finite weights, per chunk
+    of channels of one sample: dx_padded[q] = sum over taps t of w_t * dy[q - offset_t] (dy in the
+    output layout, which is the padded planes' own, 0 on its junk and before its start), the shifted
+    runs of dy copied into the stack and summed by one batched matmul as in the forward. Else each
+    tap's weights times dy (junk 0) are added into the tap's 1-D run of the padded planes: an
+    infinite or NaN weight times the 0 of a junk place would make a NaN that no output sends there."""
     out = np.empty(problem.x.dims, dy.dtype) if out is None else out
-    planes, chunks = _weighted_blocks(problem, w, dy.dtype)
+    if any(s != 1 for s in problem.stride) or not np.isfinite(w).all():
+        return _depthwise_backward_data_by_taps(problem, dy, w, out)
+    planes, blocks = _channel_blocks(problem, dy.dtype)
+    taps = _channel_taps(problem, w)
+    before = max(planes.offsets)
+    shifted = np.zeros(before + planes.length, dy.dtype)  # dy's layout after ``before`` zeros
+    gradient, result = shifted[before:], np.empty(planes.length, dy.dtype)
+    for block in blocks:
+        count = block.stop - block.start
+        used = count * planes.ext_plane
+        g, dx = gradient[:used], result[:used]
+        for n in range(dy.shape[0]):
+            planes.outputs(g)[:] = dy[n, block]
+            np.matmul(taps[block], planes.taps(count, shifted, before, -1), out=dx.reshape(count, 1, -1))
+            out[n, block] = planes.interior(dx)
+    return out
+
+
+def _depthwise_backward_data_by_taps(
+    problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray, out: np.ndarray
+) -> np.ndarray:
+    """``depthwise_backward_data`` one tap at a time, into the tap's run of the padded planes."""
+    planes, blocks = _channel_blocks(problem, dy.dtype)
+    taps = _filter_groups(w, problem).reshape(problem.groups, -1).T  # (T, C)
     gradient, term = np.zeros(planes.length, dy.dtype), np.empty(planes.length, dy.dtype)
-    for block, count, weights in chunks:
+    for block in blocks:
+        count = block.stop - block.start
+        weights = planes.weights(taps[:, block])
         g, product = gradient[: weights.shape[1]], term[: weights.shape[1]]
         for n in range(dy.shape[0]):
             planes.outputs(g)[:] = dy[n, block]
@@ -308,18 +351,35 @@ def depthwise_backward_data(
 
 
 def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    """dw (K, 1, *filt) of a depthwise convolution: per chunk of channels of one sample, each tap's
-    sum of dy times the tap's view of the padded planes."""
+    """dw (K, 1, *filt) of a depthwise convolution: per chunk of channels of one sample, dy in the
+    output layout (0 on its junk) times the stack of the taps' runs of the padded planes, one matmul
+    batched over the chunk's channels ((1, ext_plane) @ (ext_plane, T) each). A junk place of a run
+    holds x or padding that no output reads, and 0 times it is 0 unless it is infinite or NaN: where
+    the sum comes out NaN, it is formed again with the stack's junk set to 0 (exact for any x)."""
+    taps = _depthwise_filter_sums(problem, x, dy, clear_junk=False)
+    if np.isnan(taps).any():
+        taps = _depthwise_filter_sums(problem, x, dy, clear_junk=True)
+    return _filter_order(problem, taps.reshape(problem.w.dims))
+
+
+def _depthwise_filter_sums(problem: ConvolutionProblem, x: np.ndarray, dy: np.ndarray, clear_junk: bool) -> np.ndarray:
+    """(C, 1, T): each channel's sums over the samples and outputs of dy times each tap's input."""
     planes, blocks = _channel_blocks(problem, x.dtype)
-    taps = np.zeros((problem.groups, len(planes.offsets)), x.dtype)
-    dims = "abc"[: problem.spatial_dims]
+    taps = np.zeros((problem.groups, 1, len(planes.offsets)), x.dtype)
+    gradient = np.zeros(planes.length, x.dtype)
+    junk = np.ones(planes.ext_plane, bool)
+    planes.outputs(junk)[...] = False
     for block in blocks:
         count = block.stop - block.start
+        g = gradient[: count * planes.ext_plane]
         for n in range(x.shape[0]):
             planes.inside[:count] = x[n, block]
-            for t in range(taps.shape[1]):
-                taps[block, t] += np.einsum(f"f{dims},f{dims}->f", dy[n, block], planes.tap_view(t, count))
-    return _filter_order(problem, taps.reshape(problem.w.dims))
+            planes.outputs(g)[:] = dy[n, block]
+            rows = planes.taps(count)
+            if clear_junk:
+                np.copyto(rows, 0, where=junk)
+            taps[block] += np.matmul(g.reshape(count, 1, -1), rows.transpose(0, 2, 1))
+    return taps
 
 
 GEMM = {
