@@ -372,8 +372,9 @@ def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) ->
 
 def _batch_norm_training_gradients(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
     x, weight, saved_mean, saved_inv_std, reserve = ctx.saved_tensors
-    dx, dz, dweight, dbias = batch_norm_training_backward(
-        dense(dy, x), x, weight, saved_mean, saved_inv_std, reserve, *ctx.options
+    dy = dense(dy, x)
+    dx, dz, dweight, dbias = batch_norm_training_backward.after(
+        ctx.source, dy, (dy, x, weight, saved_mean, saved_inv_std, reserve, *ctx.options)
     )
     return (
         dx,

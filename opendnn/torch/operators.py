@@ -95,7 +95,8 @@ def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple
 
     def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
-        return (backward_op(dense(dy, tensors[-1]), *tensors, *ctx.options), *(None,) * (ctx.count - 1))
+        dy = dense(dy, tensors[-1])
+        return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *(None,) * (ctx.count - 1))
 
     register_autograd(op, backward, setup_context)
 
@@ -222,12 +223,12 @@ def _save_convolution(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _convolution_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
-    stride, padding, dilation, groups = ctx.geometry
+    geometry, source, needed = ctx.geometry, ctx.source, ctx.needs_input_grad
     dy = dense(dy)
     return (
-        _needed(ctx, 0, lambda: convolution_backward_data(dy, weight, x.shape, stride, padding, dilation, groups)),
-        _needed(ctx, 1, lambda: convolution_backward_filter(x, dy, weight.shape, stride, padding, dilation, groups)),
-        convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+        convolution_backward_data.after(source, dy, (dy, weight, x.shape, *geometry)) if needed[0] else None,
+        convolution_backward_filter.after(source, dy, (x, dy, weight.shape, *geometry)) if needed[1] else None,
+        convolution_backward_bias.after(source, dy, (dy,)) if ctx.has_bias and needed[2] else None,
         None,
         None,
         None,
@@ -308,11 +309,12 @@ def _save_linear(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _linear_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
+    source, needed = ctx.source, ctx.needs_input_grad
     dy = dense(dy)
     rows = dy.reshape(-1, dy.shape[-1])
     return (
-        _needed(ctx, 0, lambda: matmul(dy, weight)),
-        _needed(ctx, 1, lambda: matmul(rows.mT, x.reshape(-1, x.shape[-1]))),
+        matmul.after(source, dy, (dy, weight)) if needed[0] else None,
+        matmul.after(source, dy, (rows.mT, x.reshape(-1, x.shape[-1])), part=1) if needed[1] else None,
         sum_to(rows, (dy.shape[-1],)) if ctx.has_bias and ctx.needs_input_grad[2] else None,
     )
 
