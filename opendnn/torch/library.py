@@ -353,6 +353,7 @@ class Operator:
         strides and dtype alone (and ``part``, where one backward calls the operator twice), without
         the operator's schema key. A call that is not plain (a mode, compiled autograd, autocast,
         a gradient through the backward, no source) is ``self(*args)``."""
+        # (the other tensors are the forward's, plain where it has a source, or views of them)
         if (
             source is None
             or gradient.__class__ not in _PLAIN_TYPES
@@ -360,7 +361,6 @@ class Operator:
             or _is_compiling()
             or _profiler_enabled()
             or _INCLUDED_KEYS().raw_repr() & _PLAIN_INCLUDED
-            or not _plain_tensors(args)
             or (_grad_enabled() and _any_requires_grad(*args))
         ):
             return self(*args)

@@ -70,6 +70,8 @@ def dense(gradient: Tensor, like: Tensor | None = None) -> Tensor:
     if 0 not in gradient.stride():
         return gradient
     if like is not None and like.shape == gradient.shape:
+        if like.ndim == 4 and like.is_contiguous(memory_format=torch.channels_last):  # (one copy, not two calls)
+            return gradient.clone(memory_format=torch.channels_last)
         return torch.empty_like(like, dtype=gradient.dtype).copy_(gradient)
     return gradient.contiguous()
 
