@@ -57,11 +57,15 @@ def full_calls(monkeypatch):
 def poisoned_replays(monkeypatch):
     """Every output and scratch buffer a replay allocates starts as NaN (integers: -1, all bits set)."""
 
-    def poisoned(*args, **kwargs):
-        tensor = torch.empty_strided(*args, **kwargs)
-        return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+    def poisoned(allocate):
+        def allocation(*args, **kwargs):
+            tensor = allocate(*args, **kwargs)
+            return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
 
-    monkeypatch.setattr(executables, "empty_strided", poisoned)
+        return allocation
+
+    monkeypatch.setattr(executables, "empty_strided", poisoned(torch.empty_strided))
+    monkeypatch.setattr(executables, "empty_like", poisoned(torch.empty_like))
 
 
 def relative_error(ours, reference):
@@ -156,7 +160,7 @@ def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gav
     assert torch.equal(first, TF.relu(x)) and torch.equal(second, TF.relu(-x))
     assert second.stride() == x.stride() and second.dtype == x.dtype and not second.requires_grad
     (executable,) = handle.executables.values()
-    assert "empty_strided" in executable.source and executable.launches == 1
+    assert "empty_like(s0)" in executable.source and executable.launches == 1  # y allocated like x
 
 
 def test_a_changed_stride_dtype_or_scalar_misses_and_the_signature_keeps_the_device():

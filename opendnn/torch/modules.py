@@ -18,8 +18,6 @@ from opendnn.core.errors import NotSupported
 from opendnn.torch import functions
 from opendnn.torch.library import as_torch_error
 
-_module_call = torch.nn.Module.__call__
-
 
 class OpendnnModule(torch.nn.Module):
     """What every opendnn module shares: the constructor refuses options opendnn does not cover."""
@@ -40,8 +38,9 @@ class OpendnnModule(torch.nn.Module):
         # mode's Python handler: twice the host time of a call. opendnn's modules route nothing further.
         if torch._C._len_torch_function_stack():
             with torch._C.DisableTorchFunction():
-                return _module_call(self, *args, **kwargs)
-        return _module_call(self, *args, **kwargs)  # (torch's, without a super() object per call)
+                return torch.nn.Module.__call__(self, *args, **kwargs)
+        # torch's, without a super() object per call; looked up per call: torch.fx's tracer replaces it
+        return torch.nn.Module.__call__(self, *args, **kwargs)
 
     def _get_name(self) -> str:  # the name printed by repr(model): show which modules run on opendnn
         return f"opendnn.{type(self).__name__}"
