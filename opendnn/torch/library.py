@@ -230,6 +230,7 @@ _PLAIN_INCLUDED = ~(
 ).raw_repr()
 _TRANSFORMED = torch._C.DispatchKey.FuncTorchDynamicLayerFrontMode  # included while a torch.func transform runs
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_TENSOR = torch.Tensor  # (a global: torch.Tensor is two lookups a test)
 _is_compiling = torch.compiler.is_compiling
 _profiler_enabled = torch.autograd._profiler_enabled
 _any_requires_grad = torch._C._any_requires_grad
@@ -253,7 +254,7 @@ def _plain_state(included: Any) -> bool:
 
 def _plain_tensors(args: tuple[Any, ...]) -> bool:
     for arg in args:  # (a loop: a generator costs a frame per call)
-        if isinstance(arg, torch.Tensor) and type(arg) not in _PLAIN_TYPES:
+        if isinstance(arg, _TENSOR) and type(arg) not in _PLAIN_TYPES:
             return False
     return True
 
