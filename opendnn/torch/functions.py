@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from opendnn.core.errors import BadParam, NotSupported
+from opendnn.core.errors import BadParam, NotSupported, OpenDnnError
 from opendnn.torch import normalization, operators
 from opendnn.torch.library import as_torch_error
 
@@ -33,17 +33,21 @@ def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
 
 
 def _resolved_once(resolve: Callable[..., Any]) -> Callable[..., Any]:
-    """``resolve`` (a pure function of torch's argument forms: ints, tuples, strings) through a
-    bounded cache, so that a module's call resolves its options once (a pooling call's four
-    ``_per_dim``: 2-3 us); arguments that cannot be hashed (lists) resolve afresh. An argument it
-    refuses raises on every call (a cache keeps no exception)."""
+    """``resolve`` (a pure function of torch's argument forms: ints, tuples, lists, strings) through
+    a bounded cache, so that a call resolves its options once per distinct form (a max pooling's
+    window: 1.4 us resolved, 0.26 cached); lists (aten's int[] arguments) by their tuples. An
+    argument it refuses raises on every call, named as given (a cache keeps no exception)."""
     cached = functools.lru_cache(maxsize=1024, typed=True)(resolve)
 
     @functools.wraps(resolve)
     def resolved(*args: Any) -> Any:
         try:
             return cached(*args)
-        except TypeError:  # an unhashable argument (a refused one raises again, uncached)
+        except TypeError:  # a list among them
+            pass
+        try:
+            return cached(*[tuple(arg) if arg.__class__ is list else arg for arg in args])
+        except (TypeError, OpenDnnError):  # unhashable still, or refused: resolved as given, for the message
             return resolve(*args)
 
     return resolved
