@@ -71,3 +71,33 @@ def test_batch_norm_reads_float32_parameters_in_place_and_converts_others(weight
     y = F.batch_norm(x, mean, var, weight, bias)
     assert torch.allclose(y.double(), expected, atol=1e-5)
     assert torch.equal(weight, before[0]) and torch.equal(bias, before[1])
+
+
+def test_torchs_argument_forms_resolve_once_and_a_refused_form_is_named_as_given():
+    from opendnn.torch import functions
+
+    window = functions.max_pool_window(2, 3, 2, 1)
+    assert window == ((3, 3), (2, 2), (1, 1), (1, 1)) and functions.max_pool_window(2, 3, 2, 1) is window
+    as_lists = functions.max_pool_window(2, [3, 3], [2, 2], [1, 1], [1, 1])  # (aten's int[] arguments)
+    assert as_lists == window and functions.max_pool_window(2, [3, 3], [2, 2], [1, 1], [1, 1]) is as_lists
+    for _ in range(2):  # (a refusal is resolved again, never kept)
+        with pytest.raises(od.BadParam, match=r"kernel_size=\[3, 3, 3\] must be an int or 2 ints"):
+            functions.max_pool_window(2, [3, 3, 3], [], [1, 1], [1, 1])
+        with pytest.raises(od.BadParam, match=r"padding\[0\]=2 must be at most half of kernel_size\[0\]=3"):
+            functions.max_pool_window(2, (3, 3), None, (2, 2))
+
+
+def test_a_convolutions_gradient_from_a_sum_keeps_x_channels_last():
+    import opendnn.torch as ot
+
+    generator = torch.Generator().manual_seed(3)
+    x64 = torch.randn(2, 4, 5, 6, generator=generator, dtype=torch.float64)
+    x64 = x64.contiguous(memory_format=torch.channels_last).requires_grad_()
+    w64 = torch.randn(6, 4, 3, 3, generator=generator, dtype=torch.float64).requires_grad_()
+    x, w = x64.detach().float().requires_grad_(), w64.detach().float().requires_grad_()
+    # .sum()'s gradient is a stride-0 expansion; autograd.grad hands back dx as the backward made it
+    ours = torch.autograd.grad(ot.functions.conv(x, w, None, 1, 1).sum(), (x, w))
+    reference = torch.autograd.grad(torch.nn.functional.conv2d(x64, w64, None, 1, 1).sum(), (x64, w64))
+    assert ours[0].is_contiguous(memory_format=torch.channels_last) and not ours[0].is_contiguous()
+    for mine, theirs in zip(ours, reference):
+        assert ((mine.double() - theirs).norm() / theirs.norm()).item() < 1e-5

@@ -57,11 +57,15 @@ def full_calls(monkeypatch):
 def poisoned_replays(monkeypatch):
     """Every output and scratch buffer a replay allocates starts as NaN (integers: -1, all bits set)."""
 
-    def poisoned(*args, **kwargs):
-        tensor = torch.empty_strided(*args, **kwargs)
-        return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+    def poisoned(allocate):
+        def allocation(*args, **kwargs):
+            tensor = allocate(*args, **kwargs)
+            return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
 
-    monkeypatch.setattr(executables, "empty_strided", poisoned)
+        return allocation
+
+    monkeypatch.setattr(executables, "empty_strided", poisoned(torch.empty_strided))
+    monkeypatch.setattr(executables, "empty_like", poisoned(torch.empty_like))
 
 
 def relative_error(ours, reference):
@@ -128,6 +132,24 @@ def test_a_repeated_call_replays_its_executable_forward_and_backward(call, handl
     assert kept and all(isinstance(e, Executable) for e in kept), kept
 
 
+def test_a_backward_keys_on_its_forwards_executable_and_the_gradients_signature(handle, full_calls):
+    x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL).requires_grad_()
+    gradients = [torch.randn(2, 4, 5, 6), torch.randn(2, 4, 5, 6), torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)]
+    counts, sources = [], []
+    for dy in gradients:
+        x.grad = None
+        y = ot.functions.relu(x)
+        sources.append(y.grad_fn.source)
+        y.backward(dy)
+        assert torch.equal(x.grad, torch.where(x > 0, dy, 0.0))  # torch's relu gradient, exactly
+        counts.append(len(full_calls))
+    # the forward replays one executable; the backward records once per gradient layout, then replays
+    assert isinstance(sources[0], Executable) and sources[1] is sources[0] is sources[2]
+    assert counts[0] == 2 and counts[1] == 2 and counts[2] == 3, counts
+    followers = [key for key in handle.executables if key[1] is sources[0]]
+    assert sorted(key[4] for key in followers) == sorted([(120, 30, 6, 1), (120, 1, 24, 4)])
+
+
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):
     x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
     with torch.no_grad():
@@ -138,7 +160,7 @@ def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gav
     assert torch.equal(first, TF.relu(x)) and torch.equal(second, TF.relu(-x))
     assert second.stride() == x.stride() and second.dtype == x.dtype and not second.requires_grad
     (executable,) = handle.executables.values()
-    assert "empty_strided" in executable.source and executable.launches == 1
+    assert "empty_like(s0)" in executable.source and executable.launches == 1  # y allocated like x
 
 
 def test_a_changed_stride_dtype_or_scalar_misses_and_the_signature_keeps_the_device():

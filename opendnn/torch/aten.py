@@ -40,10 +40,10 @@ def _floating(*values: Any) -> None:
     require(all_float(values), "a tensor argument that is not floating point")
 
 
-def _batched(x: torch.Tensor, spatial: int, run: Callable[[torch.Tensor], Any]) -> Any:
-    """``run`` on x, or on x as a batch of one when x has no batch dim (torch's modules take both)."""
+def _batched(x: torch.Tensor, spatial: int, run: Callable[..., Any], *options: Any) -> Any:
+    """``run(x, *options)``, or on x as a batch of one when x has no batch dim (torch's modules take both)."""
     require(x.ndim in (spatial + 1, spatial + 2), f"input of {x.ndim} dims")
-    return functions.batch_of_one(x, spatial, run)
+    return functions.batch_of_one(x, spatial, run, *options)
 
 
 def _conv(spatial: int) -> Route:
@@ -57,7 +57,7 @@ def _conv(spatial: int) -> Route:
         groups: int = 1,
     ) -> torch.Tensor:
         _floating(input, weight, bias)
-        return _batched(input, spatial, lambda x: functions.conv(x, weight, bias, stride, padding, dilation, groups))
+        return _batched(input, spatial, functions.conv, weight, bias, stride, padding, dilation, groups)
 
     return conv
 
@@ -74,11 +74,8 @@ def _conv_transpose(spatial: int) -> Route:
         dilation: Any = 1,
     ) -> torch.Tensor:
         _floating(input, weight, bias)
-        return _batched(
-            input,
-            spatial,
-            lambda x: functions.conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation),
-        )
+        options = (weight, bias, stride, padding, output_padding, groups, dilation)
+        return _batched(input, spatial, functions.conv_transpose, *options)
 
     return conv_transpose
 
@@ -185,7 +182,7 @@ def _max_pool(spatial: int, with_indices: bool) -> Route:
         ceil_mode: bool = False,
     ) -> Any:
         _floating(input)
-        return _batched(input, spatial, lambda x: pool(x, kernel_size, stride, padding, dilation, ceil_mode))
+        return _batched(input, spatial, pool, kernel_size, stride, padding, dilation, ceil_mode)
 
     return max_pool
 
@@ -202,15 +199,12 @@ def _avg_pool(spatial: int) -> Route:
     ) -> torch.Tensor:
         _floating(input)
         if divisor_override is None:
-            return _batched(
-                input,
-                spatial,
-                lambda x: functions.avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad),
-            )
+            options = (kernel_size, stride, padding, ceil_mode, count_include_pad)
+            return _batched(input, spatial, functions.avg_pool, *options)
         # every window holds the kernel's count of elements, padding included, unless ceil_mode clips one
         require(not ceil_mode, "divisor_override with ceil_mode")
         window = math.prod((kernel_size,) * spatial if isinstance(kernel_size, int) else kernel_size)
-        mean = _batched(input, spatial, lambda x: functions.avg_pool(x, kernel_size, stride, padding, False, True))
+        mean = _batched(input, spatial, functions.avg_pool, kernel_size, stride, padding, False, True)
         return mean * (window / divisor_override)
 
     return avg_pool
@@ -219,7 +213,7 @@ def _avg_pool(spatial: int) -> Route:
 def _adaptive_avg_pool(spatial: int) -> Route:
     def adaptive_avg_pool(input: torch.Tensor, output_size: Any) -> torch.Tensor:
         _floating(input)
-        return _batched(input, spatial, lambda x: functions.adaptive_pool(x, output_size))
+        return _batched(input, spatial, functions.adaptive_pool, output_size)
 
     return adaptive_avg_pool
 

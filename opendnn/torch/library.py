@@ -230,6 +230,7 @@ _PLAIN_INCLUDED = ~(
 ).raw_repr()
 _TRANSFORMED = torch._C.DispatchKey.FuncTorchDynamicLayerFrontMode  # included while a torch.func transform runs
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_TENSOR = torch.Tensor  # (a global: torch.Tensor is two lookups a test)
 _is_compiling = torch.compiler.is_compiling
 _profiler_enabled = torch.autograd._profiler_enabled
 _any_requires_grad = torch._C._any_requires_grad
@@ -253,7 +254,7 @@ def _plain_state(included: Any) -> bool:
 
 def _plain_tensors(args: tuple[Any, ...]) -> bool:
     for arg in args:  # (a loop: a generator costs a frame per call)
-        if isinstance(arg, torch.Tensor) and type(arg) not in _PLAIN_TYPES:
+        if isinstance(arg, _TENSOR) and type(arg) not in _PLAIN_TYPES:
             return False
     return True
 
@@ -305,7 +306,7 @@ class Operator:
             args = self._autocast(args)
         if _grad_enabled() and _any_requires_grad(*args):
             return self.apply(*args)
-        return self.execute(self.eager_kernel, args)
+        return self.executed(self.eager_kernel, args)[0]
 
     def _transformed(self, args: tuple[Any, ...]) -> Any:
         """A call under a torch.func transform: the Function functorch's layers take, where an
@@ -328,25 +329,69 @@ class Operator:
         """``kernel(*args)`` (the device kernel or the eager one) for a plain call: on a Triton
         handle, the executable the handle keeps for the call's signature (executables.py),
         recorded on the signature's first call."""
-        handle = self.handle_rule(*args) if self.handle_rule is not None else None
-        if handle is None:
-            first = args[0]
-            handle = shared_handle(f"cuda:{first.get_device()}" if first.is_cuda else CPU)
+        return self.executed(kernel, args)[0]
+
+    def executed(self, kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
+        """``execute``'s output, and what the handle keeps for the call's signature (its Executable
+        or Fallback; None: nothing, the NumPy backend or an unkeyed call): the source a backward's
+        calls key on (``after``)."""
+        handle = self._handle(args)
         if handle.backend != "triton":
-            return kernel(*args)
+            return kernel(*args), None
         try:
             key = self.key(kernel, *args)
         except TypeError:  # not the schema's number of arguments: the kernel says so
             key = None
         if key is None:
+            return kernel(*args), None
+        return _replayed(handle, key, kernel, args)
+
+    def after(self, source: Any, gradient: Any, args: tuple[Any, ...], part: int = 0) -> Any:
+        """``self(*args)`` for a backward operator called in the backward of a plain call whose
+        forward ran as ``source`` (``executed``'s second value, kept on the autograd context):
+        every argument but ``gradient`` is fixed by the forward's signature (its tensors, what it
+        saved, its options), so the call keys on the kernel, ``source`` and the gradient's shape,
+        strides and dtype alone (and ``part``, where one backward calls the operator twice), without
+        the operator's schema key. A call that is not plain (a mode, compiled autograd, autocast,
+        a gradient through the backward, no source) is ``self(*args)``."""
+        # (the other tensors are the forward's, plain where it has a source, or views of them)
+        if (
+            source is None
+            or gradient.__class__ not in _PLAIN_TYPES
+            or (self.autocast is not None and _any_autocast())
+            or _is_compiling()
+            or _profiler_enabled()
+            or _INCLUDED_KEYS().raw_repr() & _PLAIN_INCLUDED
+            or (_grad_enabled() and _any_requires_grad(*args))
+        ):
+            return self(*args)
+        handle = self._handle(args)
+        kernel = self.eager_kernel
+        if handle.backend != "triton":
             return kernel(*args)
-        executable = handle.executables.get(key)
-        if executable is None:
-            return record(handle, key, kernel, args)
-        return executable.replay(args)
+        key = (kernel, source, part, gradient.shape, gradient.stride(), gradient.dtype)
+        return _replayed(handle, key, kernel, args)[0]
+
+    def _handle(self, args: tuple[Any, ...]) -> Handle:
+        """The handle a plain call runs on: the operator's rule, else the shared handle of the
+        first tensor's device."""
+        handle = self.handle_rule(*args) if self.handle_rule is not None else None
+        if handle is None:
+            first = args[0]
+            handle = shared_handle(f"cuda:{first.get_device()}" if first.is_cuda else CPU)
+        return handle
 
     def __repr__(self) -> str:
         return f"<opendnn operator {NAMESPACE}::{self.name}>"
+
+
+def _replayed(handle: Handle, key: Any, kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """``kernel(*args)`` through the handle's executable under ``key`` (recorded when it has none),
+    and that executable (None where the recorded call kept nothing)."""
+    executable = handle.executables.get(key)
+    if executable is None:
+        return record(handle, key, kernel, args), handle.executables.get(key)
+    return executable.replay(args), executable
 
 
 def signature_function(overload: torch._ops.OpOverload) -> Callable[..., tuple[Any, ...] | None]:
@@ -432,7 +477,7 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     The forward calls the device kernel where the call is plain, else the operator again (below
     autograd: gradients are off inside a forward).
     """
-    execute, overload = operator.execute, operator.overload
+    execute, executed, overload = operator.execute, operator.executed, operator.overload
     device_kernel, eager_kernel = operator.device_kernel, operator.eager_kernel
 
     def compute(*args: Any) -> Any:
@@ -443,6 +488,7 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
     def keep(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         ctx.set_materialize_grads(False)
+        ctx.source = None  # (the backward's calls key on the forward's own executable where there is one: after)
         setup_context(ctx, inputs, output)
 
     def forward(ctx: Any, *args: Any) -> Any:
@@ -451,8 +497,10 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
         return output
 
     def eager_forward(ctx: Any, *args: Any) -> Any:
-        output = execute(eager_kernel, args)
-        keep(ctx, args, output)
+        output, source = executed(eager_kernel, args)
+        ctx.set_materialize_grads(False)
+        ctx.source = source
+        setup_context(ctx, args, output)
         return output
 
     name = "".join(part.capitalize() for part in operator.name.split("_"))

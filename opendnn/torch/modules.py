@@ -38,8 +38,9 @@ class OpendnnModule(torch.nn.Module):
         # mode's Python handler: twice the host time of a call. opendnn's modules route nothing further.
         if torch._C._len_torch_function_stack():
             with torch._C.DisableTorchFunction():
-                return super().__call__(*args, **kwargs)
-        return super().__call__(*args, **kwargs)
+                return torch.nn.Module.__call__(self, *args, **kwargs)
+        # torch's, without a super() object per call; looked up per call: torch.fx's tracer replaces it
+        return torch.nn.Module.__call__(self, *args, **kwargs)
 
     def _get_name(self) -> str:  # the name printed by repr(model): show which modules run on opendnn
         return f"opendnn.{type(self).__name__}"
@@ -223,9 +224,7 @@ class _InstanceNorm(OpendnnModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         spatial = self._get_no_batch_dim() - 1
-        return functions.batch_of_one(
-            x, spatial, lambda batch: functions.instance_norm(batch, self.weight, self.bias, self.eps)
-        )
+        return functions.batch_of_one(x, spatial, functions.instance_norm, self.weight, self.bias, self.eps)
 
 
 class InstanceNorm1d(_InstanceNorm, torch.nn.InstanceNorm1d):
@@ -315,11 +314,8 @@ class _MaxPool(OpendnnModule):
 
     def forward(self, x: torch.Tensor) -> Any:
         pool = functions.max_pool_with_indices if self.return_indices else functions.max_pool
-        return functions.batch_of_one(
-            x,
-            self.spatial,
-            lambda batch: pool(batch, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode),
-        )
+        options = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        return functions.batch_of_one(x, self.spatial, pool, *options)
 
 
 class MaxPool1d(_MaxPool, torch.nn.MaxPool1d):
@@ -349,13 +345,8 @@ class _AvgPool(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return functions.batch_of_one(
-            x,
-            self.spatial,
-            lambda batch: functions.avg_pool(
-                batch, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
-            ),
-        )
+        options = (self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+        return functions.batch_of_one(x, self.spatial, functions.avg_pool, *options)
 
 
 class AvgPool1d(_AvgPool, torch.nn.AvgPool1d):
@@ -381,9 +372,7 @@ class _AdaptivePool(OpendnnModule):
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return functions.batch_of_one(
-            x, self.spatial, lambda batch: functions.adaptive_pool(batch, self.output_size, self.is_max)
-        )
+        return functions.batch_of_one(x, self.spatial, functions.adaptive_pool, self.output_size, self.is_max)
 
 
 class AdaptiveAvgPool1d(_AdaptivePool, torch.nn.AdaptiveAvgPool1d):

@@ -364,16 +364,20 @@ batch_norm_training_backward = define(
 
 def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     x, z, weight, _, _, _, _, eps, activation, coef = inputs
-    y, saved_mean, saved_inv_std, reserve, *running = output
-    ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve, *(t for t in running if t is not None))
+    y, saved_mean, saved_inv_std, reserve, mean, var = output
+    if mean is None and var is None:  # (a plain eager call: the kernels updated the running statistics)
+        ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve)
+    else:
+        ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve, *(t for t in (mean, var) if t is not None))
     ctx.save_for_backward(x, weight, saved_mean, saved_inv_std, reserve)
     ctx.options = (eps, activation, coef, z is not None)
 
 
 def _batch_norm_training_gradients(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
     x, weight, saved_mean, saved_inv_std, reserve = ctx.saved_tensors
-    dx, dz, dweight, dbias = batch_norm_training_backward(
-        dense(dy, x), x, weight, saved_mean, saved_inv_std, reserve, *ctx.options
+    dy = dense(dy, x)
+    dx, dz, dweight, dbias = batch_norm_training_backward.after(
+        ctx.source, dy, (dy, x, weight, saved_mean, saved_inv_std, reserve, *ctx.options)
     )
     return (
         dx,

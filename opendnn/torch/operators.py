@@ -65,10 +65,17 @@ def _matmul_handle(first: Tensor, *args: Any) -> Any:
 def dense(gradient: Tensor, like: Tensor | None = None) -> Tensor:
     """A gradient with real memory behind every element (``sum().backward()`` hands in stride-0
     expansions, which the GPU kernels would read as a poor layout), laid out as ``like`` when given
-    (a tensor of the forward of the gradient's shape), so that the backward keeps the forward's
-    memory order (NHWC stays NHWC)."""
+    (a tensor of the forward: of the gradient's shape, or a channels-last one of its rank), so that
+    the backward keeps the forward's memory order (NHWC stays NHWC, and so does dx that follows dy)."""
     if 0 not in gradient.stride():
         return gradient
+    if (
+        like is not None
+        and like.ndim == 4 == gradient.ndim
+        and not like.is_contiguous()  # (one channel or one pixel: both orders; the plain one is kept)
+        and like.is_contiguous(memory_format=torch.channels_last)
+    ):
+        return gradient.clone(memory_format=torch.channels_last)  # (one copy, not two calls)
     if like is not None and like.shape == gradient.shape:
         return torch.empty_like(like, dtype=gradient.dtype).copy_(gradient)
     return gradient.contiguous()
@@ -88,14 +95,21 @@ def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
     what the forward keeps ("input", "output")."""
 
+    keeps_input, keeps_output = "input" in saved, "output" in saved
+    assert saved in (("input",), ("output",), ("input", "output")), saved
+
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        kept = {"input": inputs[0], "output": output}
-        ctx.save_for_backward(*(kept[name] for name in saved))
+        # (branches, not a mapping and a generator: this runs in every forward that needs a gradient)
+        if keeps_input and keeps_output:
+            ctx.save_for_backward(inputs[0], output)
+        else:
+            ctx.save_for_backward(inputs[0] if keeps_input else output)
         ctx.options, ctx.count = inputs[1:], len(inputs)
 
     def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
-        return (backward_op(dense(dy, tensors[-1]), *tensors, *ctx.options), *(None,) * (ctx.count - 1))
+        dy = dense(dy, tensors[-1])
+        return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *(None,) * (ctx.count - 1))
 
     register_autograd(op, backward, setup_context)
 
@@ -222,12 +236,12 @@ def _save_convolution(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _convolution_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
-    stride, padding, dilation, groups = ctx.geometry
-    dy = dense(dy)
+    geometry, source, needed = ctx.geometry, ctx.source, ctx.needs_input_grad
+    dy = dense(dy, x)
     return (
-        _needed(ctx, 0, lambda: convolution_backward_data(dy, weight, x.shape, stride, padding, dilation, groups)),
-        _needed(ctx, 1, lambda: convolution_backward_filter(x, dy, weight.shape, stride, padding, dilation, groups)),
-        convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+        convolution_backward_data.after(source, dy, (dy, weight, x.shape, *geometry)) if needed[0] else None,
+        convolution_backward_filter.after(source, dy, (x, dy, weight.shape, *geometry)) if needed[1] else None,
+        convolution_backward_bias.after(source, dy, (dy,)) if ctx.has_bias and needed[2] else None,
         None,
         None,
         None,
@@ -308,11 +322,12 @@ def _save_linear(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _linear_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
+    source, needed = ctx.source, ctx.needs_input_grad
     dy = dense(dy)
     rows = dy.reshape(-1, dy.shape[-1])
     return (
-        _needed(ctx, 0, lambda: matmul(dy, weight)),
-        _needed(ctx, 1, lambda: matmul(rows.mT, x.reshape(-1, x.shape[-1]))),
+        matmul.after(source, dy, (dy, weight)) if needed[0] else None,
+        matmul.after(source, dy, (rows.mT, x.reshape(-1, x.shape[-1])), part=1) if needed[1] else None,
         sum_to(rows, (dy.shape[-1],)) if ctx.has_bias and ctx.needs_input_grad[2] else None,
     )
 

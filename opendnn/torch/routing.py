@@ -139,9 +139,7 @@ def _max_pool(spatial: int, with_indices: bool) -> Callable[..., Any]:
         return_indices: bool = with_indices,
     ) -> Any:
         require(input.ndim in (spatial + 1, spatial + 2), f"input of {input.ndim} dims")
-        return functions.batch_of_one(
-            input, spatial, lambda x: pool(x, kernel_size, stride, padding, dilation, ceil_mode)
-        )
+        return functions.batch_of_one(input, spatial, pool, kernel_size, stride, padding, dilation, ceil_mode)
 
     return max_pool
 
