@@ -7,15 +7,21 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from opendnn.core.errors import OpenDnnError
+
 T = TypeVar("T")
 
 
-def memoized(function: Callable[..., T], maxsize: int = 1024) -> Callable[..., T]:
+def memoized(function: Callable[..., T], maxsize: int = 1024, lists_as_tuples: bool = False) -> Callable[..., T]:
     """``function`` memoized on hashable arguments; unhashable ones (lists) call it directly.
 
     Only for pure functions of frozen values (descriptors, enums, numbers, tuples) that return
     frozen values: the same arguments repeat from call to call, and a hit costs a microsecond where
     the rules cost tens. Errors are not cached (they raise every time).
+
+    ``lists_as_tuples``: for a function that reads a list as the tuple of its items (torch's int[]
+    argument forms, which come as lists on every call), positional lists are looked up as tuples; an
+    argument the function refuses is refused as given, so that its error names the list.
     """
     memo = functools.lru_cache(maxsize=maxsize, typed=True)(function)
 
@@ -24,6 +30,11 @@ def memoized(function: Callable[..., T], maxsize: int = 1024) -> Callable[..., T
         try:
             return memo(*args, **kwargs)
         except TypeError:
+            if lists_as_tuples:
+                try:
+                    return memo(*[tuple(a) if a.__class__ is list else a for a in args], **kwargs)
+                except (TypeError, OpenDnnError):
+                    return function(*args, **kwargs)
             try:
                 hash((args, tuple(kwargs.items())))
             except TypeError:

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from opendnn.core.errors import BadParam, NotSupported, OpenDnnError
+from opendnn.core.errors import BadParam, NotSupported
+from opendnn.core.memo import memoized
 from opendnn.torch import normalization, operators
 from opendnn.torch.library import as_torch_error
 
@@ -32,27 +33,9 @@ def _per_dim(name: str, value: IntOrTuple, spatial: int) -> tuple[int, ...]:
     return values
 
 
-def _resolved_once(resolve: Callable[..., Any]) -> Callable[..., Any]:
-    """``resolve`` (a pure function of torch's argument forms: ints, tuples, lists, strings) through
-    a bounded cache, so that a call resolves its options once per distinct form (a max pooling's
-    window: 1.4 us resolved, 0.26 cached). ``core.memo.memoized``'s rule, but for lists: aten's
-    int[] arguments come as lists on every call, so they are looked up by their tuples rather than
-    resolved afresh. An argument it refuses raises on every call, named as given (a cache keeps no
-    exception)."""
-    cached = functools.lru_cache(maxsize=1024, typed=True)(resolve)
-
-    @functools.wraps(resolve)
-    def resolved(*args: Any) -> Any:
-        try:
-            return cached(*args)
-        except TypeError:  # a list among them
-            pass
-        try:
-            return cached(*[tuple(arg) if arg.__class__ is list else arg for arg in args])
-        except (TypeError, OpenDnnError):  # unhashable still, or refused: resolved as given, for the message
-            return resolve(*args)
-
-    return resolved
+# torch's argument forms (ints, tuples, lists, strings) resolved once per distinct form (a max pooling's
+# window: 1.4 us resolved, 0.26 cached); aten's int[] arguments come as lists on every call
+_resolved_once = functools.partial(memoized, lists_as_tuples=True)
 
 
 def batch_of_one(x: torch.Tensor, spatial: int, run: Callable[..., Any], *options: Any) -> Any:
