@@ -1,4 +1,4 @@
-"""Sweep of attention's tiles on the GPU: for the head-dim-128 rows of the attention suite (GQA 64/8 by
+"""Sweep of attention's tiles on the GPU: for rows of the attention suite (the GQA 64/8 head-dim-128 ones by
 default; ``--filter`` picks others), the forward and the backward at every tile the planner could take
 (``triton_backend.candidate_tiles``: the table's tile first, then its direction's grid of BLOCK_M,
 BLOCK_N, warps and stages), each timed beside torch's SDPA in the same process, on the same tensors.
@@ -46,7 +46,11 @@ from opendnn.families.attention.triton_backend import Tile
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Time attention at each candidate tile beside torch's SDPA.")
-    parser.add_argument("--filter", default="gqa_hd128", help="cases whose name contains this (default gqa_hd128)")
+    parser.add_argument(
+        "--filter",
+        default="gqa_hd128",
+        help="cases whose name contains one of these comma-separated texts (default gqa_hd128)",
+    )
     parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu")
     parser.add_argument("--quick", action="store_true", help="smaller shapes (tiny ones with --device cpu)")
     parser.add_argument("--dtype", default="bfloat16", help="torch dtype name (default bfloat16; float32 on a CPU)")
@@ -86,7 +90,8 @@ def planned_problem(bench: Bench) -> AttentionProblem:
 
 
 def cases(name_filter: str) -> list[Case]:
-    return [case for case in attention.ATTENTION if "hd128" in case.name and name_filter in case.name]
+    texts = name_filter.split(",")
+    return [case for case in attention.ATTENTION if any(text in case.name for text in texts)]
 
 
 _BENCHES: dict[str, Bench] = {}  # a compiling worker's benches, built once per case
@@ -194,10 +199,11 @@ def _label(tile: Tile) -> str:
 
 
 def _line(row: dict) -> str:
-    timing = f"{row['opendnn_ms']:9.3f} ms {row['tflops']:6.0f} TFLOP/s ratio {row['ratio']:5.2f}"
-    return f"{row['case']:<34} {row['tile']:<18} " + (
-        timing if row.get("opendnn_ms") else f"{row['check']}: {row['error']}"
-    )
+    if row.get("opendnn_ms"):
+        result = f"{row['opendnn_ms']:9.3f} ms {row['tflops']:6.0f} TFLOP/s ratio {row['ratio']:5.2f}"
+    else:
+        result = f"{row['check']}: {row['error']}"
+    return f"{row['case']:<34} {row['tile']:<18} {result}"
 
 
 if __name__ == "__main__":

@@ -287,7 +287,7 @@ def filter_gemm_kernel(
     j0 = tl.program_id(0) % tiles_n * BLOCK_N
     tap, c, j_valid = reduction_index(j0, CG, taps * CG, BLOCK_N, EVEN_CG, 1)
     shift_d, shift_h, shift_w, _ = tap_shifts(
-        tl.where(j_valid, tap, 0),  # columns past the last tap read the table's first row, not past its end
+        tap,
         table_ptr,
         0,
         0,

@@ -50,9 +50,9 @@ def reduction_index(j0, RED, total, BLOCK_K: tl.constexpr, EVEN_RED: tl.constexp
         valid = tl.full([1, 1], 1, tl.int1)
     else:
         j = j0 + lanes
-        tap = j // RED
-        c = j % RED
         valid = j < total
+        tap = tl.where(valid, j // RED, 0)  # lanes past the last tap read tap 0's table row, not past the table
+        c = j % RED
     return tap, c, valid
 
 
