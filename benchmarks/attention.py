@@ -163,7 +163,7 @@ def varlen(backward: bool) -> Build:
         pieces = [slice(start, start + length) for start, length in zip(starts, lengths)]
 
         def per_sequence(t: torch.Tensor, piece: slice) -> torch.Tensor:
-            return t[piece].transpose(0, 1)  # (heads, length, dim)
+            return t[piece].transpose(0, 1).unsqueeze(0)  # (1, heads, length, dim): SDPA's fused kernels take 4-D only
 
         def sdpa(*tensors: torch.Tensor) -> list[torch.Tensor]:
             return [
@@ -180,7 +180,7 @@ def varlen(backward: bool) -> Build:
                 return output.copy_(F.scaled_dot_product_attention_varlen(q, k, v, offsets, offsets, **packed))
 
             def run_torch() -> torch.Tensor:
-                return torch.cat([o.transpose(0, 1) for o in sdpa(q, k, v)])
+                return torch.cat([o[0].transpose(0, 1) for o in sdpa(q, k, v)])
 
             return Bench(
                 run_opendnn, run_torch, output, nbytes(q, k, v, q), lambda: output.fill_(math.nan), shape, flops=flops
