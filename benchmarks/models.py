@@ -227,6 +227,9 @@ def measure(
         else []
     )
     modes += ["inference (compiled)", "training (compiled)"] if compiled else []
+    # every inference row first: a training row steps each side's optimizer as many times as its timer
+    # calls it, after which the two models hold different parameters and their outputs no longer compare
+    modes.sort(key=lambda mode: mode.startswith("training"))
     compiled_models: dict[int, torch.nn.Module] = {}  # torch.compile of each side's model, made when first used
     for mode in [m for m in modes if not only or m in only]:
         row: dict[str, Any] = {
