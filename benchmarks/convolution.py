@@ -74,7 +74,8 @@ DEFAULT_ALGORITHM = {
 
 
 @contextlib.contextmanager
-def _cudnn(tf32: bool) -> Iterator[None]:
+def cudnn_settings(tf32: bool) -> Iterator[None]:
+    """cuDNN as torch's side of every convolution row runs: its algorithm search on, TF32 as ``tf32`` says."""
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
     torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = tf32, True
     try:
@@ -102,7 +103,8 @@ class Problem:
         return 2 * n * k * p * q * (self.layer.c // self.layer.groups) * self.layer.filt**2
 
 
-def _problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
+def layer_problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
+    """``layer`` at the context's batch in ``dtype``: NHWC with KRSC filters in 16 bits, NCHW in float32."""
     n = BATCH[ctx.size]
     size = min(layer.size, TINY_SPATIAL) if ctx.size == "tiny" else layer.size
     channels_last = dtype in (torch.bfloat16, torch.float16)
@@ -194,7 +196,7 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
     tf32 = p.dtype is torch.float32
 
     def torch_call() -> torch.Tensor:
-        with _cudnn(tf32):
+        with cudnn_settings(tf32):
             return run_torch()
 
     algo_note = "" if algo is DEFAULT_ALGORITHM[direction] else f" {algo.name}"
@@ -213,7 +215,7 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
 
 def case(layer: Layer, direction: str, algo: enum.Enum | None = None) -> Callable[[Context, torch.dtype], Bench]:
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
-        return _bench(ctx, _problem(ctx, layer, dtype), direction, algo or DEFAULT_ALGORITHM[direction])
+        return _bench(ctx, layer_problem(ctx, layer, dtype), direction, algo or DEFAULT_ALGORITHM[direction])
 
     return build
 
@@ -226,7 +228,7 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
     like."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
-        p = _problem(ctx, layer, dtype)
+        p = layer_problem(ctx, layer, dtype)
         k, eps = layer.k, 1e-5
         gen = torch.Generator(device=ctx.device).manual_seed(0)
         gamma = 2.0 ** torch.randint(-1, 2, (k,), device=ctx.device, generator=gen).float()
@@ -260,7 +262,7 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
             )
 
         def run_torch() -> torch.Tensor:
-            with _cudnn(dtype is torch.float32):
+            with cudnn_settings(dtype is torch.float32):
                 y = F.conv2d(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
                 y = F.batch_norm(y, mean.to(dtype), var.to(dtype), gamma.to(dtype), beta.to(dtype), False, 0.0, eps)
                 return torch.relu(y + z)

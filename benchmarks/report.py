@@ -140,6 +140,18 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "causal, 2.5x for the backward.",
         4,
     ),
+    "graph": (
+        "Graph API plans",
+        "Plans of `opendnn.graph`, executed with a variant pack, against the same computation in torch: "
+        "relu(x * s1 + b1 + (z * s2 + b2)) over 64 x 256 x 56 x 56, NCHW and NHWC, as one generated kernel "
+        "against torch eager's six kernels and against `torch.compile` of the same function (`_compiled`), "
+        "beside the copy of that tensor; batch norm apply + relu + 3x3 convolution + per-channel sum and "
+        "sum of squares (ResNet-50 layer 3, batch 64, NHWC) against torch's five ops with cuDNN's "
+        "convolution, beside the bare convolution; `execute_host`: 1000 executes of a built three-node plan "
+        "against torch's three ops as often, on a drained GPU (ms for 1000 calls read as us a call). "
+        "The dtype cell names each plan's engine and its kernel launches per execute.",
+        4,
+    ),
     "models": (
         "Whole models",
         "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "

@@ -57,7 +57,17 @@ import opendnn
 from opendnn.samples import relative_error
 
 # modules of benchmarks/ holding a SUITES table (suite name -> cases); each family adds its own
-SUITE_MODULES = ("suites", "matmul", "convolution", "pooling", "batch_norm", "normalization", "softmax", "attention")
+SUITE_MODULES = (
+    "suites",
+    "matmul",
+    "convolution",
+    "pooling",
+    "batch_norm",
+    "normalization",
+    "softmax",
+    "attention",
+    "graph",
+)
 SUITES: dict[str, list[Case]] = {
     name: cases for module in SUITE_MODULES for name, cases in importlib.import_module(module).SUITES.items()
 }
