@@ -138,7 +138,143 @@ def test_a_fused_kernel_writes_outputs_of_any_layout_in_half_precision():
     build(g, "fused")
     g.execute({x: xa, y: out}, None)
     assert relative_error(out.astype(np.float64), np.tanh(xa.astype(np.float64) ** 2)) < 1e-3
-    assert "tl.store(tanh_1_y_ptr + (i0 + i1 * 15 + i2 * 3), tanh_1_y.to(tl.float16), mask=mask)" in g.plan.source()
+    source = g.plan.source()  # the walk follows the output's memory order: dims 1, 2, then 0 fastest
+    assert "tl.store(tanh_1_y_ptr + index, tanh_1_y.to(tl.float16), mask=mask)" in source
+    assert "x = tl.load(x_ptr + (i0 * 20 + i1 * 5 + i2), mask=mask)" in source
+
+
+# ---- the walk order: the memory order of the region's dominant tensor --------------------------------
+
+LAYOUTS = {"nchw": (0, 1, 2, 3), "channels_last": (0, 2, 3, 1), "hnwc": (2, 0, 3, 1)}  # memory order, outermost first
+CHANNELS_LAST = (120, 1, 40, 8)  # strides of (2, 8, 3, 5)
+
+
+def laid_out(array, order, crop=False):
+    """``array`` copied into memory of dim ``order`` (outermost first); with ``crop``, the region
+    [1, d + 1) along each dim of a NaN-filled buffer two larger along each."""
+    margin = 2 if crop else 0
+    buffer = np.full([array.shape[k] + margin for k in order], np.nan, array.dtype)
+    view = buffer.transpose(np.argsort(order))
+    if crop:
+        view = view[tuple(slice(1, d + 1) for d in array.shape)]
+    view[...] = array
+    return view
+
+
+def run_laid_out(graph, inputs, outputs, engine):
+    """Build ``graph`` for ``engine`` and execute it; ``outputs`` maps each output tensor to the
+    NaN-filled array it writes, whose strides it takes. Returns the outputs as float64."""
+    for tensor, array in outputs.items():
+        tensor.set_output(True).set_stride([stride // array.itemsize for stride in array.strides])
+    build(graph, engine)
+    graph.execute({**inputs, **outputs}, np.empty(graph.get_workspace_size(), np.uint8))
+    return [array.astype(np.float64) for array in outputs.values()]
+
+
+def poisoned(dims, layout, crop=False):
+    return laid_out(np.full(dims, np.nan, np.float32), LAYOUTS[layout], crop)
+
+
+def assert_written_inside_only(array):
+    """Every element of the view ``array`` is written and no other element of its buffer."""
+    assert np.isnan(array.base).sum() == array.base.size - array.size
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_pointwise_dags_writing_outputs_of_random_memory_orders(seed):
+    g, inputs, outputs = random_dag(seed)
+    rng = np.random.default_rng(seed + 100)
+    arrays = {
+        tensor: laid_out(np.full(tensor.get_dim(), np.nan, np.float32), rng.permutation(len(tensor.get_dim())))
+        for tensor, _ in outputs
+    }
+    results = run_laid_out(g, inputs, arrays, "fused")
+    for (tensor, expected), actual in zip(outputs, results):
+        assert relative_error(actual, expected.numpy().reshape(actual.shape)) < TOLERANCE, tensor.get_name()
+    assert "FusedKernel" in steps(g) and "NodeCall" not in steps(g)
+
+
+@pytest.mark.parametrize("crop", [False, True], ids=["dense", "sub_region"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_pointwise_dag_in_a_permuted_layout_matches_the_reference_engine(layout, crop):
+    rng = np.random.default_rng(44)
+    dims = (2, 6, 3, 5)
+    x, z = laid_out(random(rng, dims), LAYOUTS[layout], crop), random(rng, dims)  # z is NCHW in every case
+    s1, b1, s2, b2 = (random(rng, (1, 6, 1, 1)) for _ in range(4))
+    results = {}
+    for engine in ENGINES:
+        g = cpu_graph(f"tail_{engine}")
+        xt, zt, s1t, b1t, s2t, b2t = graph_inputs(g, x=x, z=z, s1=s1, b1=b1, s2=s2, b2=b2)
+        y = g.relu(g.add(g.add(g.mul(xt, s1t), b1t), g.add(g.mul(zt, s2t), b2t)))
+        out = poisoned(dims, layout, crop)
+        (results[engine],) = run_laid_out(g, {xt: x, zt: z, s1t: s1, b1t: b1, s2t: s2, b2t: b2}, {y: out}, engine)
+        if crop:
+            assert_written_inside_only(out)
+    expected = torch.relu(t64(x) * t64(s1) + t64(b1) + (t64(z) * t64(s2) + t64(b2))).numpy()
+    assert relative_error(results["reference"], expected) < TOLERANCE
+    assert relative_error(results["fused"], results["reference"]) < TOLERANCE
+
+
+@pytest.mark.parametrize("crop", [False, True], ids=["dense", "sub_region"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_genstats_in_a_permuted_layout_matches_the_reference_engine(layout, crop):
+    rng = np.random.default_rng(45)
+    dims = (3, 5, 4, 6)
+    x, s, b = laid_out(random(rng, dims), LAYOUTS[layout], crop), random(rng, (1, 5, 1, 1)), random(rng, (1, 5, 1, 1))
+    results = {}
+    for engine in ENGINES:
+        g = cpu_graph(f"stats_{engine}")
+        xt, st, bt = graph_inputs(g, x=x, s=s, b=b)
+        activated = g.relu(g.bias(g.scale(xt, st), bt))
+        total, squares = g.genstats(activated)
+        per_channel = (1, 5, 1, 1)
+        outputs = {activated: poisoned(dims, layout, crop)} | {
+            t: poisoned(per_channel, "nchw") for t in (total, squares)
+        }
+        results[engine] = run_laid_out(g, {xt: x, st: s, bt: b}, outputs, engine)
+        if crop:
+            assert_written_inside_only(outputs[activated])
+    v = torch.relu(t64(x) * t64(s) + t64(b))
+    expected = (v, v.sum((0, 2, 3), keepdim=True), (v * v).sum((0, 2, 3), keepdim=True))
+    for name, fused, reference, exact in zip(("activated", "sum", "squares"), *results.values(), expected):
+        assert relative_error(reference, exact.numpy()) < TOLERANCE, name
+        assert relative_error(fused, reference) < TOLERANCE, name
+
+
+def test_a_channels_last_kernel_reads_its_dense_tensors_at_the_flat_index():
+    g = cpu_graph("nhwc")
+    x = g.tensor([2, 8, 3, 5], name="x").set_stride(CHANNELS_LAST)
+    y = g.mul(x, g.tensor([1, 8, 1, 1], name="s"), name="scaled")
+    y.set_output(True).set_stride(CHANNELS_LAST).set_name("y")
+    build(g, "fused")
+    source = g.plan.source()
+    assert "BLOCK elements per program over dims [0, 2, 3, 1] (the last dim fastest)" in source
+    assert "    i1 = index % 8\n" in source  # the channel: the innermost dim, stride 1
+    assert "    x = tl.load(x_ptr + index, mask=mask).to(tl.float32)\n" in source
+    assert "    s = tl.load(s_ptr + i1, mask=mask).to(tl.float32)\n" in source
+    assert "    tl.store(y_ptr + index, y.to(tl.float32), mask=mask)\n" in source
+
+
+def genstats_source(strides):
+    """The generated source of genstats over x (2, 8, 3, 5) of ``strides``."""
+    g = cpu_graph("stats")
+    total, squares = g.genstats(g.tensor([2, 8, 3, 5], name="x").set_stride(strides))
+    total.set_output(True)
+    squares.set_output(True)
+    return build(g, "fused").plan.source()
+
+
+def test_channels_last_genstats_keeps_the_contiguous_channels_and_loops_in_memory_order():
+    source = genstats_source(CHANNELS_LAST)
+    assert "kept dims [1] by program, reduced dims [0, 2, 3] in a loop" in source
+    assert "    k1 = keep\n" in source  # a program's channels lie side by side in memory
+    assert "x = tl.load(x_ptr + (r0[None, :] * 120 + k1[:, None] + r2[None, :] * 40 + r3[None, :] * 8)" in source
+
+
+def test_genstats_loops_over_the_reduced_dims_in_their_memory_order():
+    source = genstats_source([40, 1, 80, 8])  # memory order H, N, W, C
+    assert "reduced dims [2, 0, 3] in a loop" in source
+    assert "        r2 = red // 10\n        r0 = red // 5 % 2\n        r3 = red % 5\n" in source
 
 
 # ---- convolution and matmul epilogues ----------------------------------------------------------------

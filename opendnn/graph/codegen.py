@@ -1,12 +1,15 @@
 """The source of one Triton kernel for a fusion region, built as text and meant to be read.
 
-The kernel walks the region's iteration space. A pointwise region gives each program BLOCK
-consecutive elements of the space (row-major); a region ending in a reduction or genstats gives
-each program BLOCK_KEEP elements of the kept dims and loops over the reduced ones BLOCK_REDUCE at a
-time, the innermost reduced dim fastest. Every tensor is addressed through its own strides, known
-when the plan is built and written into the source as numbers (a broadcast dim has no term), so
-any layout and any broadcast costs nothing at run time. Values are computed in the compute type
-and converted to each output's type when stored; intermediates stay in registers.
+The kernel walks the region's iteration space in the memory order of its dominant tensor (the
+first it stores, else the largest it reads), that tensor's stride-1 dim fastest, so neighbouring
+lanes touch neighbouring addresses whatever the layout (NCHW, channels-last, any permutation). A
+pointwise region gives each program BLOCK consecutive elements of the space in that order; a region
+ending in a reduction or genstats gives each program BLOCK_KEEP elements of the kept dims and loops
+over the reduced ones BLOCK_REDUCE at a time, each in that order. Every tensor is addressed through
+its own strides, known when the plan is built and written into the source as numbers (a broadcast
+dim has no term; a tensor packed in the walk order reads at the flat index), so any layout and any
+broadcast costs nothing at run time. Values are computed in the compute type and converted to each
+output's type when stored; intermediates stay in registers.
 
 The activations come from the library's shared Triton forms (``activation``,
 ``activation_derivative``), the same code the pointwise kernels and the convolution and matmul
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from opendnn import PointwiseMode
-from opendnn.core.descriptors import TensorDescriptor, packed_strides
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, Status
 from opendnn.graph.fusion import Region
@@ -193,13 +196,27 @@ class _Writer:
         self.compute = "tl.float64" if double else "tl.float32"
         self.wide = max([math.prod(self.space), *(t.desc.extent for t in tensors)]) > WIDE
         self.names = _identifiers(tensors)
+        self.order = self._walk_order()
+        # the (dim, stride) pairs of a tensor packed in the walk order, which reads at the flat index
+        packed = strides_for_order(self.space, tuple(self.order))  # size-1 dims have no stride to match
+        self.packed_in_walk_order = sorted((d, packed[d]) for d in self.order)
         if self.results:
             out_dims = graph.tensors[self.results[0]].desc.dims
-            self.kept = [d for d, size in enumerate(self.space) if size > 1 and out_dims[d] == size]
-            self.reduced = [d for d, size in enumerate(self.space) if size > 1 and out_dims[d] == 1]
+            self.kept = [d for d in self.order if out_dims[d] == self.space[d]]
+            self.reduced = [d for d in self.order if out_dims[d] == 1]
         else:
-            self.kept = [d for d, size in enumerate(self.space) if size > 1]
-            self.reduced = []
+            self.kept, self.reduced = self.order, []
+
+    def _walk_order(self) -> list[int]:
+        """The space's dims of size above 1, outermost first, in the memory order of the region's
+        dominant tensor (the first it stores, else the largest it reads): its largest stride outermost,
+        its stride-1 dim innermost. Equal strides, and the dims the tensor broadcasts along (size 1 or
+        stride 0; each stays in its place), keep their logical order."""
+        dominant = self.stores[0] if self.stores else max(self.reads, key=lambda u: self.graph.tensors[u].desc.numel)
+        strides = {d: stride for d, stride in self._strided_dims(self.graph.tensors[dominant].desc) if stride > 0}
+        dims = [d for d, size in enumerate(self.space) if size > 1]
+        by_stride = iter(sorted(strides, key=lambda d: -strides[d]))  # a stable sort
+        return [next(by_stride) if d in strides else d for d in dims]
 
     # ---- the whole source -----------------------------------------------------------------------------
 
@@ -248,12 +265,13 @@ class _Writer:
         walk = (
             f"kept dims {self.kept} by program, reduced dims {self.reduced} in a loop"
             if self.reducing
-            else "BLOCK elements per program"
+            else f"BLOCK elements per program over dims {self.order}"
         )
         return [
             f'"""Fused kernel of graph \'{graph.name}\': {nodes}.',
             "",
-            f"Iteration space {shape} ({math.prod(self.space)} elements), {walk}; compute in {self.compute}.",
+            f"Iteration space {shape} ({math.prod(self.space)} elements), {walk} (the last dim fastest);",
+            f"compute in {self.compute}.",
             f"Reads {reads}.",
             f"Writes {writes}.",
             f"Memory traffic: {moved} bytes, each tensor read or written once.",
@@ -341,7 +359,7 @@ class _Writer:
     # ---- pieces ---------------------------------------------------------------------------------------
 
     def _unravel(self, flat: str, dims: list[int], prefix: str) -> list[str]:
-        """``{prefix}{d} = ...``: the index along each of ``dims`` of the row-major ``flat`` index."""
+        """``{prefix}{d} = ...``: the index along each of ``dims`` (outermost first) of the ``flat`` index."""
         lines = []
         for position, d in enumerate(dims):
             inner = math.prod(self.space[e] for e in dims[position + 1 :])
@@ -362,7 +380,7 @@ class _Writer:
 
     def _offsets(self, desc: TensorDescriptor, index: Callable[[int], str]) -> str:
         """The element offset of ``desc`` at the current indices: one term per dim it does not broadcast."""
-        if not self.reducing and desc.dims == self.space and desc.strides == packed_strides(self.space):
+        if not self.reducing and self._strided_dims(desc) == self.packed_in_walk_order:
             return "index"
         return " + ".join(_term(index(d), stride) for d, stride in self._strided_dims(desc))
 
