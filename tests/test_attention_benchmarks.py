@@ -65,6 +65,6 @@ def test_candidate_tiles_start_with_the_table_and_stay_within_the_sequences():
     k = TensorDescriptor("bfloat16", (1, 2, 40, 128))
     problem = attention_problem(AttentionDescriptor(), q, k, k, q)
     tiles = triton_backend.candidate_tiles(problem)
-    assert tiles[0] == triton_backend.tile_for(problem) == triton_backend.Tile(128, 64, 8, 2)
+    assert tiles[0] == triton_backend.tile_for(problem) == triton_backend.Tile(128, 64, 4, 2)
     assert len(set(tiles)) == len(tiles) and all(tile.block_n <= 64 for tile in tiles[1:])
     assert {tile.block_m for tile in tiles} == {64, 128}
