@@ -12,7 +12,7 @@ HEAD_DIMS = (64, 128, 256)
 KERNELS = ("attention_forward_kernel", "attention_delta_kernel", "attention_dkdv_kernel", "attention_dq_kernel")
 H200_SHARED_BYTES = 227 * 1024  # the most shared memory one block may take on an H200
 # bytes a thread spills, at most, in the planned tiles that spill (4 warps at head dim 128); the others spill none
-SPILLED_BYTES = {("attention_forward_kernel", 128): 204, ("attention_dkdv_kernel", 128): 16}
+SPILLED_BYTES = {("attention_forward_kernel", 128): 212, ("attention_dkdv_kernel", 128): 8}
 
 
 def test_planned_tiles_spill_no_more_than_measured_nor_overflow_shared_memory():

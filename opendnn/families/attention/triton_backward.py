@@ -41,6 +41,7 @@ from opendnn.families.attention.triton_tiles import (
     head_slope,
     key_range,
     load_tile,
+    log2_score_scalars,
     query_range,
     sequence_lengths,
     store_tile,
@@ -111,12 +112,12 @@ def row_statistics(
     COMPUTE: tl.constexpr,
     MASK_ROWS: tl.constexpr = True,
 ):
-    """(lse, delta) of the rows: lse +inf where a row has no key (-inf saved) or is past its limit
-    (MASK_ROWS: some may be), so that exp(s - lse) is 0 there."""
+    """(lse, delta) of the rows, lse in log2 units as tile_scores' scores: +inf where a row has no
+    key (-inf saved) or is past its limit (MASK_ROWS: some may be), so that exp2(s - lse) is 0 there."""
     inside = below(rows, limit_q, MASK_ROWS)
     offsets = head_base(b, h, stats_strides, start_q) + rows.to(tl.int64) * stats_strides[2]
     lse = tl.load(stats_ptr + offsets, mask=inside, other=float("inf")).to(COMPUTE)
-    lse = tl.where(lse == float("-inf"), float("inf"), lse)
+    lse = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
     delta = tl.load(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, mask=inside, other=0.0)
     return lse, delta
 
@@ -237,7 +238,7 @@ def tile_gradients(
         PRECISION,
         COMPUTE,
     )
-    p = tl.exp2((s - lse[:, None]) * LOG2E)
+    p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=COMPUTE)
     dropped = p
     if DROPOUT:
@@ -336,8 +337,7 @@ def attention_dkdv_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     columns = start_n + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
@@ -392,7 +392,7 @@ def attention_dkdv_kernel(
                 shift,
                 left,
                 right,
-                scale,
+                score_scale,
                 softcap,
                 slope,
                 dropout_p,
@@ -420,7 +420,7 @@ def attention_dkdv_kernel(
     dk = tl.where(inside, dk, 0.0)
     dv = tl.where(inside, dv, 0.0)
     dk_base = head_base(b, kv_head, dk_strides, start_kv)
-    store_tile(dk_ptr, dk_base, columns, dims, dk_strides, limit_kv, head_dim, dk * scale)
+    store_tile(dk_ptr, dk_base, columns, dims, dk_strides, limit_kv, head_dim, dk * compute_scalar(scale, COMPUTE))
     dv_base = head_base(b, kv_head, dv_strides, start_kv)
     store_tile(dv_ptr, dv_base, columns, value_dims, dv_strides, limit_kv, value_dim, dv)
 
@@ -504,8 +504,7 @@ def attention_dq_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
@@ -555,7 +554,7 @@ def attention_dq_kernel(
                 shift,
                 left,
                 right,
-                scale,
+                score_scale,
                 softcap,
                 slope,
                 dropout_p,
@@ -577,7 +576,7 @@ def attention_dq_kernel(
             dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
     dq = tl.where((rows < len_q)[:, None], dq, 0.0)  # queries past len_q see no key: the interior does not mask them
     dq_base = head_base(b, h, dq_strides, start_q)
-    store_tile(dq_ptr, dq_base, rows, dims, dq_strides, limit_q, head_dim, dq * scale)
+    store_tile(dq_ptr, dq_base, rows, dims, dq_strides, limit_q, head_dim, dq * compute_scalar(scale, COMPUTE))
 
 
 @triton.jit
@@ -650,8 +649,7 @@ def attention_dbias_kernel(
     tile_n = tl.program_id(0) % tiles_n
     bias_b = tl.program_id(1) // dbias_dims[1]
     bias_h = tl.program_id(1) % dbias_dims[1]
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
@@ -728,7 +726,7 @@ def attention_dbias_kernel(
                         shift,
                         left,
                         right,
-                        scale,
+                        score_scale,
                         softcap,
                         slope,
                         dropout_p,

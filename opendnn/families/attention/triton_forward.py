@@ -10,11 +10,12 @@ the query heads of a group and the query blocks of a head read the same keys, mo
 Past a few hundred keys a row the products dominate: the kernel is bound by the tensor cores
 (bfloat16: about 670-790 TFLOP/s on an H200), not by memory.
 
-Per key block: s = tile_scores(q, k) (scale, softcap, bias, ALiBi, masks), m' = max(m, rowmax(s)),
-p = exp(s - m'), l = l * exp(m - m') + rowsum(p), acc = acc * exp(m - m') + (p * dropout) v. At the
-end a sink's logit joins l (m and acc rescaled to it), o = acc / l and lse = m + log(l); a row with
-no key (l = 0) gives o = 0 and lse = -inf. A row's max of -inf is shifted by 0 instead, so that
--inf - -inf never forms. Accumulation in float32
+Per key block: s = tile_scores(q, k) (scale, softcap, bias, ALiBi, masks) in log2 units (the natural
+scores times log2(e), folded into the scale, so that each exponential is one exp2 of a difference),
+m' = max(m, rowmax(s)), p = exp2(s - m'), l = l * exp2(m - m') + rowsum(p), acc = acc * exp2(m - m')
++ (p * dropout) v. At the end a sink's logit joins l (m and acc rescaled to it), o = acc / l and
+lse = m / log2(e) + log(l), in natural units; a row with no key (l = 0) gives o = 0 and lse = -inf.
+A row's max of -inf is shifted by 0 instead, so that -inf - -inf never forms. Accumulation in float32
 (float64 for DOUBLE); p is rounded to the data dtype before its product with v, as FlashAttention does.
 
 The key blocks run in two loops of one body: first the interior's (key_range: the blocks inside the
@@ -43,6 +44,7 @@ from opendnn.families.attention.triton_tiles import (
     key_range,
     load_rows,
     load_tile,
+    log2_score_scalars,
     paged_rows,
     sequence_lengths,
     store_tile,
@@ -135,8 +137,7 @@ def attention_forward_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -197,8 +198,8 @@ def attention_forward_kernel(
             )
             m_new = tl.maximum(m, tl.max(s, 1))
             shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
-            rescale = tl.exp2((m - shift_m) * LOG2E)
-            p = tl.exp2((s - shift_m[:, None]) * LOG2E)
+            rescale = tl.exp2(m - shift_m)
+            p = tl.exp2(s - shift_m[:, None])
             total = total * rescale + tl.sum(p, 1)
             if DROPOUT:
                 kept = dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, dropout_p)
@@ -228,11 +229,11 @@ def attention_forward_kernel(
     m = tl.where(padding, float("-inf"), m)
     total = tl.where(padding, 0.0, total)
     if SINKS:  # the sink's logit joins the denominator
-        sink = tl.load(sinks_ptr + h.to(tl.int64) * sinks_stride).to(COMPUTE)
+        sink = tl.load(sinks_ptr + h.to(tl.int64) * sinks_stride).to(COMPUTE) * LOG2E
         m_new = tl.maximum(m, sink)
         shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
-        rescale = tl.exp2((m - shift_m) * LOG2E)
-        total = total * rescale + tl.exp2((sink - shift_m) * LOG2E)
+        rescale = tl.exp2(m - shift_m)
+        total = total * rescale + tl.exp2(sink - shift_m)
         acc = acc * rescale[:, None]
         m = m_new
     empty = total == 0.0
@@ -241,6 +242,6 @@ def attention_forward_kernel(
     o_base = head_base(b, h, o_strides, start_q)
     store_tile(o_ptr, o_base, rows, value_dims, o_strides, limit_q, value_dim, o)
     if STORE_STATS:
-        lse = tl.where(empty, float("-inf"), m + tl.log(total))
+        lse = tl.where(empty, float("-inf"), m / LOG2E + tl.log(total))  # natural units
         offsets = head_base(b, h, stats_strides, start_q) + rows.to(tl.int64) * stats_strides[2]
         tl.store(stats_ptr + offsets, lse.to(stats_ptr.dtype.element_ty), mask=rows < limit_q)

@@ -209,6 +209,19 @@ def compute_scalar(value, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def log2_score_scalars(scale, softcap, SOFTCAP: tl.constexpr, COMPUTE: tl.constexpr):
+    """(multiplier, cap) in the COMPUTE dtype for tile_scores, whose scores are in log2 units (the
+    natural ones times LOG2E, so that exp(s - m) is exp2 of a difference): q k^T times scale *
+    LOG2E; with SOFTCAP, tanh's argument q k^T times scale / softcap and the cap softcap * LOG2E."""
+    scale = compute_scalar(scale, COMPUTE)
+    softcap = compute_scalar(softcap, COMPUTE)
+    if SOFTCAP:
+        return scale / softcap, softcap * LOG2E
+    else:
+        return scale * LOG2E, softcap
+
+
+@triton.jit
 def tanh_of(x):
     """tanh(x) = 1 - 2 / (exp(2x) + 1): exact at both ends (exp overflowing to inf gives 1)."""
     return 1.0 - 2.0 / (tl.exp2(x * (2.0 * LOG2E)) + 1.0)
@@ -244,23 +257,24 @@ def tile_scores(
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
-    """(s, t): the tile's scores, -inf where the key takes no part, and tanh of the capped scores
-    (the softcap's derivative needs it; s itself without a softcap). ``scale`` and ``softcap`` are
-    in the COMPUTE dtype; BIAS_ADD: the bias is added to the scores, BIAS_MASK: it is a boolean mask;
-    ALIBI: ``slope`` times the key's distance to the diagonal is subtracted. EDGE: some (query,
-    key) pair of the tile may lie outside the lengths or the band; else the tile is in its range's
-    interior and its scores are not masked (but for a boolean mask's own)."""
+    """(s, t): the tile's scores in log2 units (the natural ones times LOG2E), -inf where the key
+    takes no part, and tanh of the capped scores (the softcap's derivative needs it; s itself without
+    a softcap). ``scale`` and ``softcap`` are log2_score_scalars'; BIAS_ADD: the bias is added to the
+    scores, BIAS_MASK: it is a boolean mask; ALIBI: ``slope`` (log2 units, head_slope's) times the
+    key's distance to the diagonal is subtracted. EDGE: some (query, key) pair of the tile may lie
+    outside the lengths or the band; else the tile is in its range's interior and its scores are not
+    masked (but for a boolean mask's own)."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=COMPUTE) * scale
     t = s
     if SOFTCAP:
-        t = tanh_of(s / softcap)
+        t = tanh_of(s)
         s = softcap * t
     if BIAS_ADD or BIAS_MASK:  # broadcast dims have stride 0
         bias_base = head_base(b, h, bias_strides, 0)
         # masked in the interior too, whose padding queries or keys may lie past Sq or Skv
         bias = load_tile(bias_ptr, bias_base, rows, columns, bias_strides, seq_q, seq_kv, 0)
         if BIAS_ADD:
-            s += bias.to(COMPUTE)
+            s += bias.to(COMPUTE) * LOG2E
         else:
             s = tl.where(bias != 0, s, float("-inf"))
     diagonal = rows + shift
@@ -278,11 +292,11 @@ def tile_scores(
 
 @triton.jit
 def head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI: tl.constexpr, COMPUTE: tl.constexpr):
-    """The ALiBi slope of batch b and query head h in COMPUTE (0 without ALiBi); a batch stride of 0
-    for slopes of one per head."""
+    """The ALiBi slope of batch b and query head h in COMPUTE and log2 units (times LOG2E; 0 without
+    ALiBi); a batch stride of 0 for slopes of one per head."""
     slope = tl.zeros((), COMPUTE)
     if ALIBI:
-        slope = tl.load(alibi_slopes_ptr + b.to(tl.int64) * alibi_strides[0] + h * alibi_strides[1]).to(COMPUTE)
+        slope = tl.load(alibi_slopes_ptr + b.to(tl.int64) * alibi_strides[0] + h * alibi_strides[1]).to(COMPUTE) * LOG2E
     return slope
 
 
