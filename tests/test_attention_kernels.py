@@ -77,6 +77,22 @@ CASES = {
         lengths=([23, 11], [30, 20]),
         params=AttentionDescriptor(causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT),
     ),
+    # block edges on both sides of the band and of the sequences' ends, around blocks inside every mask
+    "causal_top_left_more_queries_than_keys": dict(
+        shapes=(1, 2, 2, 50, 35, 16, 16), params=AttentionDescriptor(causal=True)
+    ),
+    "causal_bottom_right_window_more_queries_lengths": dict(
+        shapes=(2, 4, 2, 45, 30, 16, 8),
+        lengths=([45, 38], [30, 26]),
+        params=AttentionDescriptor(causal=True, alignment=DiagonalAlignment.BOTTOM_RIGHT, window=(20, None)),
+    ),
+    "window_wider_than_a_block_more_keys": dict(
+        shapes=(1, 2, 1, 70, 77, 32, 32), params=AttentionDescriptor(window=(40, 5), scale=0.2)
+    ),
+    "left_window_only_bottom_right_keys_no_query_sees": dict(
+        shapes=(1, 2, 1, 21, 70, 16, 16),
+        params=AttentionDescriptor(window=(12, None), alignment=DiagonalAlignment.BOTTOM_RIGHT),
+    ),
 }
 
 
@@ -88,7 +104,7 @@ def run_case(name, dtype, backend="triton"):
     q = torch.randn(batch, seq_q, heads_q, dim, generator=generator).to(dtype).transpose(1, 2)  # BSHD
     kv = torch.randn(batch, seq_kv, 2, heads_kv, max(dim, value_dim), generator=generator).to(dtype)  # packed K, V
     k, v = kv[:, :, 0, :, :dim].transpose(1, 2), kv[:, :, 1, :, :value_dim].transpose(1, 2)
-    bias = torch.randn(case["bias"], generator=generator).to(dtype)
+    bias = torch.randn(case["bias"], generator=generator).to(dtype) if "bias" in case else None
     if case.get("boolean"):
         bias = bias > -0.8
     lengths = [None if lens is None else torch.tensor(lens) for lens in case.get("lengths", (None, None))]
@@ -100,7 +116,7 @@ def run_case(name, dtype, backend="triton"):
         (batch, heads_q, seq_q), float("nan"), dtype=torch.float64 if dtype == torch.float64 else torch.float32
     )
     handle = od.create("cpu", backend=backend)
-    optional = dict(bias_desc=descriptor(bias), bias=bias)
+    optional = {} if bias is None else dict(bias_desc=descriptor(bias), bias=bias)
     for side, lens in zip(("q", "kv"), lengths):
         if lens is not None:
             optional.update({f"seq_lens_{side}_desc": descriptor(lens), f"seq_lens_{side}": lens})
@@ -124,7 +140,7 @@ def run_case(name, dtype, backend="triton"):
     )
     do = torch.randn(o.shape, generator=generator).to(dtype)
     grads = [poisoned_view(t.shape, dtype) for t in (q, k, v)]
-    dbias = None if bias.dtype == torch.bool else torch.full_like(bias, float("nan"))
+    dbias = None if bias is None or bias.dtype == torch.bool else torch.full_like(bias, float("nan"))
     if dbias is not None:
         optional.update(dbias_desc=descriptor(dbias), dbias=dbias)
     dsinks = None if sinks is None else torch.full_like(sinks, float("nan"))
@@ -149,7 +165,7 @@ def run_case(name, dtype, backend="triton"):
         **optional,
     )
     arrays = [t.double().numpy() for t in (q, k, v)]
-    bias_array = bias.numpy() if bias.dtype == torch.bool else bias.double().numpy()
+    bias_array = None if bias is None else bias.numpy() if bias.dtype == torch.bool else bias.double().numpy()
     lens_arrays = [None if lens is None else lens.numpy() for lens in lengths]
     per_head = [None if t is None else t.double().numpy() for t in (slopes, sinks)]
     expected_o, expected_stats = reference_forward(params, *arrays, bias_array, *lens_arrays, *per_head)

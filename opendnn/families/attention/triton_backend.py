@@ -239,6 +239,8 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         SINKS=problem.sinks is not None,
         DROPOUT=dropout > 0,
         STORE_STATS=problem.stats is not None,
+        HEAD_DIM_PADDED=head_dim != plan.block_d,
+        VALUE_DIM_PADDED=problem.v.dims[3] != plan.block_dv,
         PRECISION="tf32" if problem.allow_tf32 else "ieee",
         COMPUTE=tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32,
         BATCH_SUMMED=summed[0],

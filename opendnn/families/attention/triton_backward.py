@@ -4,11 +4,14 @@ that sums its terms in a fixed order, and a workspace linear in the sequence len
 1. ``attention_delta_kernel``: delta = rowsum(dO * O) per query row (B * Hq * Sq numbers, float32;
    float64 for DOUBLE), the workspace.
 2. ``attention_dkdv_kernel``: one program per (BLOCK_N keys, batch, key/value head) holds k and v
-   and loops over the query heads of its group and the query blocks its masks leave, recomputing
+   and loops over the (query head, query block) pairs of its group that its masks leave, recomputing
    p = exp(s - lse) from the saved stats: dV += (p * dropout)^T dO, dP = (dO v^T) * dropout,
    dS = p * (dP - delta), dK += dS'^T q (dS' through the softcap).
 3. ``attention_dq_kernel``: one program per (BLOCK_M queries, batch, query head) loops over the key
    blocks: dQ += dS' k.
+
+Both split their loop as the forward does: the interior's blocks (query_range, key_range), with no
+mask, then the edge blocks; the padding past the program's own length is zeroed after the loop.
 4. ``attention_dbias_kernel`` (only when dbias is asked for): one program per tile of the bias's
    own dims sums dS over the dims the bias broadcasts (batch, heads, queries or keys).
 5. ``attention_dsinks_kernel`` (only with sinks): one program per query head sums
@@ -30,12 +33,15 @@ import triton.language as tl
 
 from opendnn.families.attention.triton_tiles import (
     LOG2E,
+    below,
+    block_loop,
     compute_scalar,
     dropout_kept,
     head_base,
     head_slope,
     key_range,
     load_tile,
+    log2_score_scalars,
     query_range,
     sequence_lengths,
     store_tile,
@@ -84,23 +90,35 @@ def attention_delta_kernel(
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     value_dims = tl.arange(0, BLOCK_DV)
     o_base = head_base(b, h, o_strides, start_q)
-    o = load_tile(o_ptr, o_base, rows, value_dims, (o_strides[2], o_strides[3]), limit_q, value_dim, 0.0)
+    o = load_tile(o_ptr, o_base, rows, value_dims, o_strides, limit_q, value_dim, 0.0)
     do_base = head_base(b, h, do_strides, start_q)
-    do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), limit_q, value_dim, 0.0)
+    do = load_tile(do_ptr, do_base, rows, value_dims, do_strides, limit_q, value_dim, 0.0)
     delta = tl.sum(o.to(COMPUTE) * do.to(COMPUTE), 1)
     tl.store(delta_ptr + tl.program_id(1).to(tl.int64) * seq_q + rows, delta, mask=rows < limit_q)
 
 
 @triton.jit
 def row_statistics(
-    stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE: tl.constexpr
+    stats_ptr,
+    delta_ptr,
+    b,
+    h,
+    rows,
+    stats_strides,
+    start_q,
+    limit_q,
+    heads_q,
+    seq_q,
+    COMPUTE: tl.constexpr,
+    MASK_ROWS: tl.constexpr = True,
 ):
-    """(lse, delta) of the rows: lse +inf where a row has no key (-inf saved) or is past its limit,
-    so that exp(s - lse) is 0 there."""
+    """(lse, delta) of the rows, lse in log2 units as tile_scores' scores: +inf where a row has no
+    key (-inf saved) or is past its limit (MASK_ROWS: some may be), so that exp2(s - lse) is 0 there."""
+    inside = below(rows, limit_q, MASK_ROWS)
     offsets = head_base(b, h, stats_strides, start_q) + rows.to(tl.int64) * stats_strides[2]
-    lse = tl.load(stats_ptr + offsets, mask=rows < limit_q, other=float("inf")).to(COMPUTE)
-    lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    delta = tl.load(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, mask=rows < limit_q, other=0.0)
+    lse = tl.load(stats_ptr + offsets, mask=inside, other=float("inf")).to(COMPUTE)
+    lse = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+    delta = tl.load(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, mask=inside, other=0.0)
     return lse, delta
 
 
@@ -185,11 +203,12 @@ def tile_gradients(
     SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
+    EDGE: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
     """(p * dropout, dS, t) of a tile: the weights that multiplied v, the scores' gradient
-    p * (dP - delta), and tanh of the capped scores (see tile_scores)."""
+    p * (dP - delta), and tanh of the capped scores (see tile_scores, which EDGE is passed to)."""
     s, t = tile_scores(
         q,
         k,
@@ -215,10 +234,11 @@ def tile_gradients(
         BIAS_MASK,
         SOFTCAP,
         ALIBI,
+        EDGE,
         PRECISION,
         COMPUTE,
     )
-    p = tl.exp2((s - lse[:, None]) * LOG2E)
+    p = tl.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=COMPUTE)
     dropped = p
     if DROPOUT:
@@ -290,6 +310,8 @@ def attention_dkdv_kernel(
     SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    VALUE_DIM_PADDED: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
     # the tile
@@ -315,30 +337,39 @@ def attention_dkdv_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     columns = start_n + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
     k_base = head_base(b, kv_head, k_strides, start_kv)
-    k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), limit_kv, head_dim, 0.0)
+    k = load_tile(k_ptr, k_base, columns, dims, k_strides, limit_kv, head_dim, 0.0)
     v_base = head_base(b, kv_head, v_strides, start_kv)
-    v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), limit_kv, value_dim, 0.0)
+    v = load_tile(v_ptr, v_base, columns, value_dims, v_strides, limit_kv, value_dim, 0.0)
     dk = tl.zeros((BLOCK_N, BLOCK_D), COMPUTE)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), COMPUTE)
-    lo, hi = query_range(start_n, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
-    for member in range(group):
-        h = kv_head * group + member
-        slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
-        q_base = head_base(b, h, q_strides, start_q)
-        do_base = head_base(b, h, do_strides, start_q)
-        for start_m in range(lo, hi, BLOCK_M):
+    # the (query head, query block) pairs of the group, head by head in one loop (its pipeline fills
+    # once, not once a head): the interior's query blocks first, whose scores need no mask, then the
+    # edge blocks around it, unpipelined (a second prologue beside dK and dV spills registers)
+    lo, hi, inner_lo, inner_hi = query_range(
+        start_n, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N
+    )
+    for EDGE in tl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        h = kv_head * group
+        step = first
+        for _ in tl.range(0, group * tl.cdiv(stop - first, BLOCK_M), num_stages=1 if EDGE else None):
+            slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
+            q_base = head_base(b, h, q_strides, start_q)
+            do_base = head_base(b, h, do_strides, start_q)
+            start_m = step + tl.where(step < inner_lo, 0, gap)
             rows = start_m + tl.arange(0, BLOCK_M)
-            q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), limit_q, head_dim, 0.0)
-            do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), limit_q, value_dim, 0.0)
+            q = load_tile(q_ptr, q_base, rows, dims, q_strides, limit_q, head_dim, 0.0, EDGE, HEAD_DIM_PADDED)
+            do = load_tile(
+                do_ptr, do_base, rows, value_dims, do_strides, limit_q, value_dim, 0.0, EDGE, VALUE_DIM_PADDED
+            )
             lse, delta = row_statistics(
-                stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE
+                stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE, EDGE
             )
             dropped, ds, t = tile_gradients(
                 q,
@@ -361,7 +392,7 @@ def attention_dkdv_kernel(
                 shift,
                 left,
                 right,
-                scale,
+                score_scale,
                 softcap,
                 slope,
                 dropout_p,
@@ -375,16 +406,23 @@ def attention_dkdv_kernel(
                 SOFTCAP,
                 ALIBI,
                 DROPOUT,
+                EDGE,
                 PRECISION,
                 COMPUTE,
             )
             dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION, out_dtype=COMPUTE)
             ds = through_softcap(ds, t, SOFTCAP)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION, out_dtype=COMPUTE)
+            step += BLOCK_M
+            h = tl.where(step < stop, h, h + 1)  # past the head's last block: the next head's first
+            step = tl.where(step < stop, step, first)
+    inside = (columns < len_kv)[:, None]  # keys past len_kv take no part: the interior does not mask them
+    dk = tl.where(inside, dk, 0.0)
+    dv = tl.where(inside, dv, 0.0)
     dk_base = head_base(b, kv_head, dk_strides, start_kv)
-    store_tile(dk_ptr, dk_base, columns, dims, (dk_strides[2], dk_strides[3]), limit_kv, head_dim, dk * scale)
+    store_tile(dk_ptr, dk_base, columns, dims, dk_strides, limit_kv, head_dim, dk * compute_scalar(scale, COMPUTE))
     dv_base = head_base(b, kv_head, dv_strides, start_kv)
-    store_tile(dv_ptr, dv_base, columns, value_dims, (dv_strides[2], dv_strides[3]), limit_kv, value_dim, dv)
+    store_tile(dv_ptr, dv_base, columns, value_dims, dv_strides, limit_kv, value_dim, dv)
 
 
 @triton.jit
@@ -439,6 +477,8 @@ def attention_dq_kernel(
     SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    VALUE_DIM_PADDED: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
     # the tile
@@ -464,70 +504,79 @@ def attention_dq_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
     q_base = head_base(b, h, q_strides, start_q)
-    q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), limit_q, head_dim, 0.0)
+    q = load_tile(q_ptr, q_base, rows, dims, q_strides, limit_q, head_dim, 0.0)
     do_base = head_base(b, h, do_strides, start_q)
-    do = load_tile(do_ptr, do_base, rows, value_dims, (do_strides[2], do_strides[3]), limit_q, value_dim, 0.0)
+    do = load_tile(do_ptr, do_base, rows, value_dims, do_strides, limit_q, value_dim, 0.0)
     lse, delta = row_statistics(
         stats_ptr, delta_ptr, b, h, rows, stats_strides, start_q, limit_q, heads_q, seq_q, COMPUTE
     )
     k_base = head_base(b, kv_head, k_strides, start_kv)
     v_base = head_base(b, kv_head, v_strides, start_kv)
     dq = tl.zeros((BLOCK_M, BLOCK_D), COMPUTE)
-    lo, hi = key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        columns = start_n + tl.arange(0, BLOCK_N)
-        k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), limit_kv, head_dim, 0.0)
-        v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), limit_kv, value_dim, 0.0)
-        _, ds, t = tile_gradients(
-            q,
-            k,
-            v,
-            do,
-            lse,
-            delta,
-            rows,
-            columns,
-            b,
-            h,
-            bias_ptr,
-            bias_strides,
-            heads_q,
-            seq_q,
-            seq_kv,
-            len_q,
-            len_kv,
-            shift,
-            left,
-            right,
-            scale,
-            softcap,
-            slope,
-            dropout_p,
-            dropout_scale,
-            seed,
-            offset,
-            HAS_LEFT,
-            HAS_RIGHT,
-            BIAS_ADD,
-            BIAS_MASK,
-            SOFTCAP,
-            ALIBI,
-            DROPOUT,
-            PRECISION,
-            COMPUTE,
-        )
-        ds = through_softcap(ds, t, SOFTCAP)
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
+    # the interior's key blocks first, whose scores need no mask, then the edge blocks around it
+    lo, hi, inner_lo, inner_hi = key_range(
+        start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N
+    )
+    for EDGE in tl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for step in range(first, stop, BLOCK_N):
+            start_n = step + tl.where(step < inner_lo, 0, gap)
+            columns = start_n + tl.arange(0, BLOCK_N)
+            k = load_tile(k_ptr, k_base, columns, dims, k_strides, limit_kv, head_dim, 0.0, EDGE, HEAD_DIM_PADDED)
+            v = load_tile(
+                v_ptr, v_base, columns, value_dims, v_strides, limit_kv, value_dim, 0.0, EDGE, VALUE_DIM_PADDED
+            )
+            _, ds, t = tile_gradients(
+                q,
+                k,
+                v,
+                do,
+                lse,
+                delta,
+                rows,
+                columns,
+                b,
+                h,
+                bias_ptr,
+                bias_strides,
+                heads_q,
+                seq_q,
+                seq_kv,
+                len_q,
+                len_kv,
+                shift,
+                left,
+                right,
+                score_scale,
+                softcap,
+                slope,
+                dropout_p,
+                dropout_scale,
+                seed,
+                offset,
+                HAS_LEFT,
+                HAS_RIGHT,
+                BIAS_ADD,
+                BIAS_MASK,
+                SOFTCAP,
+                ALIBI,
+                DROPOUT,
+                EDGE,
+                PRECISION,
+                COMPUTE,
+            )
+            ds = through_softcap(ds, t, SOFTCAP)
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
+    dq = tl.where((rows < len_q)[:, None], dq, 0.0)  # queries past len_q see no key: the interior does not mask them
     dq_base = head_base(b, h, dq_strides, start_q)
-    store_tile(dq_ptr, dq_base, rows, dims, (dq_strides[2], dq_strides[3]), limit_q, head_dim, dq * scale)
+    store_tile(dq_ptr, dq_base, rows, dims, dq_strides, limit_q, head_dim, dq * compute_scalar(scale, COMPUTE))
 
 
 @triton.jit
@@ -600,8 +649,7 @@ def attention_dbias_kernel(
     tile_n = tl.program_id(0) % tiles_n
     bias_b = tl.program_id(1) // dbias_dims[1]
     bias_h = tl.program_id(1) % dbias_dims[1]
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
@@ -635,18 +683,9 @@ def attention_dbias_kernel(
             slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
             for start_m in range(m_start, m_stop, BLOCK_M):
                 rows = start_m + tl.arange(0, BLOCK_M)
-                q = load_tile(
-                    q_ptr, head_base(b, h, q_strides, 0), rows, dims, (q_strides[2], q_strides[3]), seq_q, head_dim, 0.0
-                )
+                q = load_tile(q_ptr, head_base(b, h, q_strides, 0), rows, dims, q_strides, seq_q, head_dim, 0.0)
                 do = load_tile(
-                    do_ptr,
-                    head_base(b, h, do_strides, 0),
-                    rows,
-                    value_dims,
-                    (do_strides[2], do_strides[3]),
-                    seq_q,
-                    value_dim,
-                    0.0,
+                    do_ptr, head_base(b, h, do_strides, 0), rows, value_dims, do_strides, seq_q, value_dim, 0.0
                 )
                 lse, delta = row_statistics(
                     stats_ptr, delta_ptr, b, h, rows, stats_strides, 0, seq_q, heads_q, seq_q, COMPUTE
@@ -654,21 +693,14 @@ def attention_dbias_kernel(
                 for start_n in range(n_start, n_stop, BLOCK_N):
                     columns = start_n + tl.arange(0, BLOCK_N)
                     k = load_tile(
-                        k_ptr,
-                        head_base(b, kv_head, k_strides, 0),
-                        columns,
-                        dims,
-                        (k_strides[2], k_strides[3]),
-                        seq_kv,
-                        head_dim,
-                        0.0,
+                        k_ptr, head_base(b, kv_head, k_strides, 0), columns, dims, k_strides, seq_kv, head_dim, 0.0
                     )
                     v = load_tile(
                         v_ptr,
                         head_base(b, kv_head, v_strides, 0),
                         columns,
                         value_dims,
-                        (v_strides[2], v_strides[3]),
+                        v_strides,
                         seq_kv,
                         value_dim,
                         0.0,
@@ -694,7 +726,7 @@ def attention_dbias_kernel(
                         shift,
                         left,
                         right,
-                        scale,
+                        score_scale,
                         softcap,
                         slope,
                         dropout_p,
@@ -708,6 +740,7 @@ def attention_dbias_kernel(
                         SOFTCAP,
                         ALIBI,
                         DROPOUT,
+                        True,
                         PRECISION,
                         COMPUTE,
                     )
@@ -721,4 +754,4 @@ def attention_dbias_kernel(
         acc = tl.sum(acc, 1, keep_dims=True)
         columns = tl.arange(0, 1)
     base = bias_b.to(tl.int64) * dbias_strides[0] + bias_h.to(tl.int64) * dbias_strides[1]
-    store_tile(dbias_ptr, base, rows, columns, (dbias_strides[2], dbias_strides[3]), dbias_dims[2], dbias_dims[3], acc)
+    store_tile(dbias_ptr, base, rows, columns, dbias_strides, dbias_dims[2], dbias_dims[3], acc)

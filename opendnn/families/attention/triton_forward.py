@@ -10,12 +10,17 @@ the query heads of a group and the query blocks of a head read the same keys, mo
 Past a few hundred keys a row the products dominate: the kernel is bound by the tensor cores
 (bfloat16: about 670-790 TFLOP/s on an H200), not by memory.
 
-Per key block: s = tile_scores(q, k) (scale, softcap, bias, ALiBi, masks), m' = max(m, rowmax(s)),
-p = exp(s - m'), l = l * exp(m - m') + rowsum(p), acc = acc * exp(m - m') + (p * dropout) v. At the
-end a sink's logit joins l (m and acc rescaled to it), o = acc / l and lse = m + log(l); a row with
-no key (l = 0) gives o = 0 and lse = -inf. A row's max of -inf is shifted by 0 instead, so that
--inf - -inf never forms. Accumulation in float32
+Per key block: s = tile_scores(q, k) (scale, softcap, bias, ALiBi, masks) in log2 units (the natural
+scores times log2(e), folded into the scale, so that each exponential is one exp2 of a difference),
+m' = max(m, rowmax(s)), p = exp2(s - m'), l = l * exp2(m - m') + rowsum(p), acc = acc * exp2(m - m')
++ (p * dropout) v. At the end a sink's logit joins l (m and acc rescaled to it), o = acc / l and
+lse = m / log2(e) + log(l), in natural units; a row with no key (l = 0) gives o = 0 and lse = -inf.
+A row's max of -inf is shifted by 0 instead, so that -inf - -inf never forms. Accumulation in float32
 (float64 for DOUBLE); p is rounded to the data dtype before its product with v, as FlashAttention does.
+
+The key blocks run in two loops of one body: first the interior's (key_range: the blocks inside the
+band and the lengths for every query of the block), whose loads and scores carry no mask, then the
+edge blocks with the whole pipeline. Padding queries past len_q are reset after the loops.
 
 Ragged sequences (RAGGED) start at their offsets and grid over the longest one (max_seqlen_q): the
 programs of a shorter sequence's missing query blocks exit at once. Paged K/V (PAGED) gathers each
@@ -30,6 +35,8 @@ import triton.language as tl
 
 from opendnn.families.attention.triton_tiles import (
     LOG2E,
+    below,
+    block_loop,
     compute_scalar,
     dropout_kept,
     head_base,
@@ -37,6 +44,7 @@ from opendnn.families.attention.triton_tiles import (
     key_range,
     load_rows,
     load_tile,
+    log2_score_scalars,
     paged_rows,
     sequence_lengths,
     store_tile,
@@ -102,6 +110,8 @@ def attention_forward_kernel(
     SINKS: tl.constexpr,
     DROPOUT: tl.constexpr,
     STORE_STATS: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    VALUE_DIM_PADDED: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
     # the tile
@@ -127,88 +137,111 @@ def attention_forward_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    scale = compute_scalar(scale, COMPUTE)
-    softcap = compute_scalar(softcap, COMPUTE)
+    scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
     q_base = head_base(b, h, q_strides, start_q)
-    q = load_tile(q_ptr, q_base, rows, dims, (q_strides[2], q_strides[3]), limit_q, head_dim, 0.0)
+    q = load_tile(q_ptr, q_base, rows, dims, q_strides, limit_q, head_dim, 0.0)
     k_base = head_base(b, kv_head, k_strides, start_kv)
     v_base = head_base(b, kv_head, v_strides, start_kv)
     m = tl.full((BLOCK_M,), float("-inf"), COMPUTE)
     total = tl.zeros((BLOCK_M,), COMPUTE)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), COMPUTE)
-    lo, hi = key_range(start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        columns = start_n + tl.arange(0, BLOCK_N)
-        if PAGED:  # keys past len_kv read nothing: a cache's unused rows may hold anything
-            k_rows = paged_rows(
-                block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, k_strides
+    # the interior's key blocks first, whose scores need no mask, then the edge blocks around it
+    lo, hi, inner_lo, inner_hi = key_range(
+        start_m, len_q, len_kv, shift, left, right, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N
+    )
+    for EDGE in tl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for step in range(first, stop, BLOCK_N):
+            start_n = step + tl.where(step < inner_lo, 0, gap)
+            columns = start_n + tl.arange(0, BLOCK_N)
+            if PAGED:  # keys past len_kv read nothing: a cache's unused rows may hold anything
+                k_rows = paged_rows(
+                    block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, k_strides
+                )
+                k = load_rows(
+                    k_ptr, k_rows, dims, k_strides[3], below(columns, len_kv, EDGE), head_dim, 0.0, HEAD_DIM_PADDED
+                )
+            else:
+                k = load_tile(k_ptr, k_base, columns, dims, k_strides, limit_kv, head_dim, 0.0, EDGE, HEAD_DIM_PADDED)
+            s, _ = tile_scores(
+                q,
+                k,
+                rows,
+                columns,
+                b,
+                h,
+                bias_ptr,
+                bias_strides,
+                seq_q,
+                seq_kv,
+                len_q,
+                len_kv,
+                shift,
+                left,
+                right,
+                scale,
+                softcap,
+                slope,
+                HAS_LEFT,
+                HAS_RIGHT,
+                BIAS_ADD,
+                BIAS_MASK,
+                SOFTCAP,
+                ALIBI,
+                EDGE,
+                PRECISION,
+                COMPUTE,
             )
-            k = load_rows(k_ptr, k_rows, dims, k_strides[3], columns < len_kv, head_dim, 0.0)
-        else:
-            k = load_tile(k_ptr, k_base, columns, dims, (k_strides[2], k_strides[3]), limit_kv, head_dim, 0.0)
-        s, _ = tile_scores(
-            q,
-            k,
-            rows,
-            columns,
-            b,
-            h,
-            bias_ptr,
-            bias_strides,
-            seq_q,
-            seq_kv,
-            len_q,
-            len_kv,
-            shift,
-            left,
-            right,
-            scale,
-            softcap,
-            slope,
-            HAS_LEFT,
-            HAS_RIGHT,
-            BIAS_ADD,
-            BIAS_MASK,
-            SOFTCAP,
-            ALIBI,
-            PRECISION,
-            COMPUTE,
-        )
-        m_new = tl.maximum(m, tl.max(s, 1))
-        shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
-        rescale = tl.exp2((m - shift_m) * LOG2E)
-        p = tl.exp2((s - shift_m[:, None]) * LOG2E)
-        total = total * rescale + tl.sum(p, 1)
-        if DROPOUT:
-            kept = dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, dropout_p)
-            p = tl.where(kept, p * compute_scalar(dropout_scale, COMPUTE), 0.0)
-        if PAGED:
-            v_rows = paged_rows(
-                block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, v_strides
-            )
-            v = load_rows(v_ptr, v_rows, value_dims, v_strides[3], columns < len_kv, value_dim, 0.0)
-        else:
-            v = load_tile(v_ptr, v_base, columns, value_dims, (v_strides[2], v_strides[3]), limit_kv, value_dim, 0.0)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=COMPUTE)
-        m = m_new
+            m_new = tl.maximum(m, tl.max(s, 1))
+            shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
+            rescale = tl.exp2(m - shift_m)
+            p = tl.exp2(s - shift_m[:, None])
+            total = total * rescale + tl.sum(p, 1)
+            if DROPOUT:
+                kept = dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, dropout_p)
+                p = tl.where(kept, p * compute_scalar(dropout_scale, COMPUTE), 0.0)
+            if PAGED:
+                v_rows = paged_rows(
+                    block_table_ptr, block_table_strides, b, kv_head, columns, len_kv, block_size, v_strides
+                )
+                v = load_rows(
+                    v_ptr,
+                    v_rows,
+                    value_dims,
+                    v_strides[3],
+                    below(columns, len_kv, EDGE),
+                    value_dim,
+                    0.0,
+                    VALUE_DIM_PADDED,
+                )
+            else:
+                v = load_tile(
+                    v_ptr, v_base, columns, value_dims, v_strides, limit_kv, value_dim, 0.0, EDGE, VALUE_DIM_PADDED
+                )
+            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=COMPUTE)
+            m = m_new
+    # queries past len_q see no key (o = 0): the interior's blocks do not mask them
+    padding = rows >= len_q
+    m = tl.where(padding, float("-inf"), m)
+    total = tl.where(padding, 0.0, total)
     if SINKS:  # the sink's logit joins the denominator
-        sink = tl.load(sinks_ptr + h.to(tl.int64) * sinks_stride).to(COMPUTE)
+        sink = tl.load(sinks_ptr + h.to(tl.int64) * sinks_stride).to(COMPUTE) * LOG2E
         m_new = tl.maximum(m, sink)
         shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
-        rescale = tl.exp2((m - shift_m) * LOG2E)
-        total = total * rescale + tl.exp2((sink - shift_m) * LOG2E)
+        rescale = tl.exp2(m - shift_m)
+        total = total * rescale + tl.exp2(sink - shift_m)
         acc = acc * rescale[:, None]
         m = m_new
     empty = total == 0.0
     total = tl.where(empty, 1.0, total)
-    o = acc / total[:, None]
+    o = tl.where(padding[:, None], 0.0, acc / total[:, None])
     o_base = head_base(b, h, o_strides, start_q)
-    store_tile(o_ptr, o_base, rows, value_dims, (o_strides[2], o_strides[3]), limit_q, value_dim, o)
+    store_tile(o_ptr, o_base, rows, value_dims, o_strides, limit_q, value_dim, o)
     if STORE_STATS:
-        lse = tl.where(empty, float("-inf"), m + tl.log(total))
+        lse = tl.where(empty, float("-inf"), m / LOG2E + tl.log(total))  # natural units
         offsets = head_base(b, h, stats_strides, start_q) + rows.to(tl.int64) * stats_strides[2]
         tl.store(stats_ptr + offsets, lse.to(stats_ptr.dtype.element_ty), mask=rows < limit_q)

@@ -23,20 +23,45 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
 
 @triton.jit
-def load_rows(ptr, row_offsets, columns, column_stride, row_mask, column_limit, other):
+def below(indices, limit, MASKED: tl.constexpr):
+    """``indices < limit``; all True where the caller knows it holds (not MASKED): a load under an
+    all-True mask compiles to an unmasked load."""
+    if MASKED:
+        return indices < limit
+    else:
+        return tl.full(indices.shape, True, tl.int1)
+
+
+@triton.jit
+def load_rows(
+    ptr, row_offsets, columns, column_stride, row_mask, column_limit, other, MASK_COLUMNS: tl.constexpr = True
+):
     """Elements [rows, columns] at ``row_offsets[r] + columns * column_stride``; ``other`` where
-    ``row_mask`` is False or a column is past its limit."""
+    ``row_mask`` is False or a column is past its limit (MASK_COLUMNS: some may be)."""
     offsets = row_offsets[:, None] + columns[None, :] * column_stride
-    mask = row_mask[:, None] & (columns < column_limit)[None, :]
+    mask = row_mask[:, None] & below(columns, column_limit, MASK_COLUMNS)[None, :]
     return tl.load(ptr + offsets, mask=mask, other=other)
 
 
 @triton.jit
-def load_tile(ptr, base, rows, columns, strides, row_limit, column_limit, other):
-    """Elements [rows, columns] of the 2-D slice at ``base`` (offsets rows * strides[0] + columns *
-    strides[1]); ``other`` where a row or column is past its limit."""
+def load_tile(
+    ptr,
+    base,
+    rows,
+    columns,
+    strides,
+    row_limit,
+    column_limit,
+    other,
+    MASK_ROWS: tl.constexpr = True,
+    MASK_COLUMNS: tl.constexpr = True,
+):
+    """Elements [rows, columns] of the (S, D) slice at ``base`` of a (B, H, S, D) tensor of ``strides``
+    (offsets rows * strides[2] + columns * strides[3]); ``other`` where a row or column is past its
+    limit (MASK_ROWS, MASK_COLUMNS: some may be)."""
+    row_offsets = base + rows.to(tl.int64) * strides[2]
     return load_rows(
-        ptr, base + rows.to(tl.int64) * strides[0], columns, strides[1], rows < row_limit, column_limit, other
+        ptr, row_offsets, columns, strides[3], below(rows, row_limit, MASK_ROWS), column_limit, other, MASK_COLUMNS
     )
 
 
@@ -52,7 +77,9 @@ def paged_rows(block_table_ptr, block_table_strides, b, kv_head, columns, len_kv
 
 @triton.jit
 def store_tile(ptr, base, rows, columns, strides, row_limit, column_limit, values):
-    offsets = base + rows.to(tl.int64)[:, None] * strides[0] + columns[None, :] * strides[1]
+    """``values`` into elements [rows, columns] of the (S, D) slice at ``base`` (see load_tile), those
+    of rows and columns within their limits."""
+    offsets = base + rows.to(tl.int64)[:, None] * strides[2] + columns[None, :] * strides[3]
     mask = (rows < row_limit)[:, None] & (columns < column_limit)[None, :]
     tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=mask)
 
@@ -122,15 +149,26 @@ def key_range(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """[lo, hi): the keys that queries start_m .. start_m + BLOCK_M - 1 may see, lo a multiple of BLOCK_N."""
+    """(lo, hi, inner_lo, inner_hi) of queries start_m .. start_m + BLOCK_M - 1: [lo, hi) the keys
+    they may see, lo a multiple of BLOCK_N, empty where every query is past len_q; [inner_lo,
+    inner_hi) the interior, the whole key blocks inside len_kv and inside the band of every one of
+    the queries, whose scores need no mask: multiples of BLOCK_N, or both hi where there is none.
+    The edge blocks are the rest, [lo, inner_lo) and [inner_hi, hi). Queries past len_q (the last
+    block's padding) do not bound the interior: a kernel discards or zeroes their results."""
     lo = 0
     hi = len_kv
-    if HAS_LEFT:
-        lo = tl.maximum(start_m + shift - left, 0)
-    if HAS_RIGHT:
+    inner_lo = 0
+    inner_hi = len_kv // BLOCK_N * BLOCK_N
+    if HAS_LEFT:  # the first query's first key; the last query's first key
+        lo = tl.maximum(start_m + shift - left, 0) // BLOCK_N * BLOCK_N
+        inner_lo = tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + shift - left, 0), BLOCK_N) * BLOCK_N
+    if HAS_RIGHT:  # past the last query's last key; past the first query's last key
         hi = tl.minimum(hi, start_m + BLOCK_M + shift + right)
-    hi = tl.where(start_m >= len_q, 0, hi)  # padding rows only: nothing
-    return lo // BLOCK_N * BLOCK_N, hi
+        inner_hi = tl.minimum(inner_hi, tl.maximum(start_m + shift + right + 1, 0) // BLOCK_N * BLOCK_N)
+    hi = tl.where(start_m >= len_q, lo, tl.maximum(hi, lo))  # padding rows only, or the band past the keys: none
+    inner_lo = tl.minimum(inner_lo, hi)
+    inner_hi = tl.minimum(inner_hi, hi)
+    return lo, hi, inner_lo, tl.maximum(inner_hi, inner_lo)
 
 
 @triton.jit
@@ -146,15 +184,21 @@ def query_range(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """[lo, hi): the queries that see any of keys start_n .. start_n + BLOCK_N - 1, lo a multiple of BLOCK_M."""
-    lo = 0
-    hi = len_q
-    if HAS_RIGHT:
-        lo = tl.maximum(start_n - shift - right, 0)
-    if HAS_LEFT:
-        hi = tl.minimum(hi, start_n + BLOCK_N - shift + left)
-    hi = tl.where(start_n >= len_kv, 0, hi)  # padding keys only: nothing
-    return lo // BLOCK_M * BLOCK_M, hi
+    """(lo, hi, inner_lo, inner_hi) of keys start_n .. start_n + BLOCK_N - 1: key_range of the
+    transposed band (key j is seen by the queries i with j - shift - right <= i <= j - shift + left),
+    in queries and multiples of BLOCK_M; keys past len_kv do not bound the interior."""
+    return key_range(start_n, len_kv, len_q, -shift, right, left, HAS_RIGHT, HAS_LEFT, BLOCK_N, BLOCK_M)
+
+
+@triton.jit
+def block_loop(lo, hi, inner_lo, inner_hi, EDGE: tl.constexpr):
+    """(first, stop, gap) of a loop over a range's interior blocks [inner_lo, inner_hi) (gap 0) or
+    over its edge blocks (EDGE): steps [lo, hi - gap) with gap = inner_hi - inner_lo, step s standing
+    for the block at s + gap from inner_lo on, so that the loop jumps over the interior."""
+    if EDGE:
+        return lo, hi - (inner_hi - inner_lo), inner_hi - inner_lo
+    else:
+        return inner_lo, inner_hi, 0
 
 
 @triton.jit
@@ -162,6 +206,19 @@ def compute_scalar(value, COMPUTE: tl.constexpr):
     """A float argument in the COMPUTE dtype, as a 1-element tensor (Triton's interpreter rounds
     tl.cast of a float argument through float32; tl.full keeps its float64 digits)."""
     return tl.full((1,), value, COMPUTE)
+
+
+@triton.jit
+def log2_score_scalars(scale, softcap, SOFTCAP: tl.constexpr, COMPUTE: tl.constexpr):
+    """(multiplier, cap) in the COMPUTE dtype for tile_scores, whose scores are in log2 units (the
+    natural ones times LOG2E, so that exp(s - m) is exp2 of a difference): q k^T times scale *
+    LOG2E; with SOFTCAP, tanh's argument q k^T times scale / softcap and the cap softcap * LOG2E."""
+    scale = compute_scalar(scale, COMPUTE)
+    softcap = compute_scalar(softcap, COMPUTE)
+    if SOFTCAP:
+        return scale / softcap, softcap * LOG2E
+    else:
+        return scale * LOG2E, softcap
 
 
 @triton.jit
@@ -196,51 +253,50 @@ def tile_scores(
     BIAS_MASK: tl.constexpr,
     SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr,
+    EDGE: tl.constexpr,
     PRECISION: tl.constexpr,
     COMPUTE: tl.constexpr,
 ):
-    """(s, t): the tile's scores, -inf where the key takes no part, and tanh of the capped scores
-    (the softcap's derivative needs it; s itself without a softcap). ``scale`` and ``softcap`` are
-    in the COMPUTE dtype; BIAS_ADD: the bias is added to the scores, BIAS_MASK: it is a boolean mask;
-    ALIBI: ``slope`` times the key's distance to the diagonal is subtracted."""
+    """(s, t): the tile's scores in log2 units (the natural ones times LOG2E), -inf where the key
+    takes no part, and tanh of the capped scores (the softcap's derivative needs it; s itself without
+    a softcap). ``scale`` and ``softcap`` are log2_score_scalars'; BIAS_ADD: the bias is added to the
+    scores, BIAS_MASK: it is a boolean mask; ALIBI: ``slope`` (log2 units, head_slope's) times the
+    key's distance to the diagonal is subtracted. EDGE: some (query, key) pair of the tile may lie
+    outside the lengths or the band; else the tile is in its range's interior and its scores are not
+    masked (but for a boolean mask's own)."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=COMPUTE) * scale
     t = s
     if SOFTCAP:
-        t = tanh_of(s / softcap)
+        t = tanh_of(s)
         s = softcap * t
-    allowed = (rows < len_q)[:, None] & (columns < len_kv)[None, :]
-    diagonal = rows + shift
-    if HAS_LEFT:
-        allowed &= columns[None, :] >= (diagonal - left)[:, None]
-    if HAS_RIGHT:
-        allowed &= columns[None, :] <= (diagonal + right)[:, None]
     if BIAS_ADD or BIAS_MASK:  # broadcast dims have stride 0
-        bias = load_tile(
-            bias_ptr,
-            head_base(b, h, bias_strides, 0),
-            rows,
-            columns,
-            (bias_strides[2], bias_strides[3]),
-            seq_q,
-            seq_kv,
-            0,
-        )
+        bias_base = head_base(b, h, bias_strides, 0)
+        # masked in the interior too, whose padding queries or keys may lie past Sq or Skv
+        bias = load_tile(bias_ptr, bias_base, rows, columns, bias_strides, seq_q, seq_kv, 0)
         if BIAS_ADD:
-            s += bias.to(COMPUTE)
+            s += bias.to(COMPUTE) * LOG2E
         else:
-            allowed &= bias != 0
+            s = tl.where(bias != 0, s, float("-inf"))
+    diagonal = rows + shift
     if ALIBI:
         s -= slope * tl.abs(columns[None, :] - diagonal[:, None]).to(COMPUTE)
-    return tl.where(allowed, s, float("-inf")), t
+    if EDGE:
+        allowed = (rows < len_q)[:, None] & (columns < len_kv)[None, :]
+        if HAS_LEFT:
+            allowed &= columns[None, :] >= (diagonal - left)[:, None]
+        if HAS_RIGHT:
+            allowed &= columns[None, :] <= (diagonal + right)[:, None]
+        s = tl.where(allowed, s, float("-inf"))
+    return s, t
 
 
 @triton.jit
 def head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI: tl.constexpr, COMPUTE: tl.constexpr):
-    """The ALiBi slope of batch b and query head h in COMPUTE (0 without ALiBi); a batch stride of 0
-    for slopes of one per head."""
+    """The ALiBi slope of batch b and query head h in COMPUTE and log2 units (times LOG2E; 0 without
+    ALiBi); a batch stride of 0 for slopes of one per head."""
     slope = tl.zeros((), COMPUTE)
     if ALIBI:
-        slope = tl.load(alibi_slopes_ptr + b.to(tl.int64) * alibi_strides[0] + h * alibi_strides[1]).to(COMPUTE)
+        slope = tl.load(alibi_slopes_ptr + b.to(tl.int64) * alibi_strides[0] + h * alibi_strides[1]).to(COMPUTE) * LOG2E
     return slope
 
 
