@@ -335,6 +335,49 @@ def test_backward_data_depthwise_direct():
     )
 
 
+def direct_launch(problem: ConvolutionProblem):
+    """The direct kernel's launch in the problem's plan."""
+    plan = kernels.launch_plan(problem, True, kernels.choose(problem, tma_aligned=True))
+    names = ("conv_direct_kernel", "filter_direct_kernel")
+    (launch,) = [launch for launch in plan.launches if launch.kernel.__name__ in names]
+    return launch
+
+
+@pytest.mark.parametrize("direction", [FWD, DATA, FILTER])
+def test_direct_kernels_unroll_the_taps_of_a_3x3_depthwise_filter(direction):
+    problem = check(direction, DataType.FLOAT, (2, 4, 6, 7), 4, (3, 3), pre=(1, 1), groups=4, channels_last=True)
+    assert direct_launch(problem).options["UNROLLED"] == (1, 1, 3, 3)
+
+
+@pytest.mark.parametrize("direction", [FWD, DATA])
+def test_direct_kernel_loops_over_taps_and_channels_at_run_time_past_the_unroll_limit(direction):
+    """3-D, 2 x 3 x 2 taps x 3 reduced channels: 36 steps, past DIRECT_UNROLL_STEPS; strided, dilated,
+    flipped, asymmetric padding, beta."""
+    x_dims, groups = ((2, 3, 5, 6, 7), 1) if direction is FWD else ((2, 6, 5, 6, 7), 2)
+    problem = check(
+        direction,
+        DataType.FLOAT,
+        x_dims,
+        6,
+        (2, 3, 2),
+        pre=(1, 1, 0),
+        post=(0, 1, 1),
+        stride=(1, 2, 1),
+        dilation=(2, 1, 2),
+        groups=groups,
+        flip=True,
+        channels_last=direction is FWD,
+        beta=0.5,
+    )
+    assert direct_launch(problem).options["UNROLLED"] is None
+
+
+def test_direct_backward_filter_loops_over_taps_at_run_time_past_the_unroll_limit():
+    """A 3x3x3 depthwise filter: 27 columns, past DIRECT_UNROLL_STEPS, within DIRECT_FILTER_COLUMNS."""
+    problem = check(FILTER, DataType.FLOAT, (2, 4, 5, 6, 5), 4, (3, 3, 3), pre=(1, 1, 1), groups=4, beta=0.5)
+    assert direct_launch(problem).options["UNROLLED"] is None
+
+
 def test_backward_filter_split_slices_nhwc_half():
     problem = check(FILTER, DataType.HALF, (1, 16, 32, 32), 16, (1, 1), channels_last=True)
     assert kernels.filter_plan(problem).splits > 1

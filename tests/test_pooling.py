@@ -9,7 +9,13 @@ import torch.nn.functional as TF
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.families.pooling.problem import PoolingMode, reference_backward, reference_forward, reference_indices
+from opendnn.families.pooling.problem import (
+    PoolingMode,
+    pooling_problem,
+    reference_backward,
+    reference_forward,
+    reference_indices,
+)
 
 BACKENDS = ["numpy", "triton"]
 INCLUDE, EXCLUDE = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
@@ -213,7 +219,8 @@ def test_adaptive_pools_match_torch(backend, shape, output_size):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_global_pools_of_long_windows_and_numpy_inputs(backend):
-    """70 positions: over UNROLL_LIMIT, so the kernels' plain (not unrolled) loops run."""
+    """70 positions: the Triton kernels' plain loops with the window's sizes at run time (GLOBAL); the
+    forward's in four chunks of LOOP_CHUNK positions and a partly masked one."""
     handle = od.create("cpu", backend=backend)
     x = random((2, 3, 70), seed=12).numpy()
     y = F.global_avg_pool(x, handle=handle)
@@ -355,6 +362,64 @@ def test_triton_indices_of_nan_windows_follow_torch_and_the_reference(poisoned_o
     if propagate_nan:
         expected, expected_indices = TF.max_pool2d(x, *geometry, True, return_indices=True)
         assert torch.equal(indices, expected_indices) and torch.equal(y.isnan(), expected.isnan())
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("propagate_nan", [True, False])
+def test_triton_global_windows_match_the_reference_with_ties_nan_and_indices(
+    poisoned_outputs, propagate_nan, channels_last
+):
+    """Windows that are the whole input, 3 x 4 x 5 = 60 positions (the GLOBAL loops: chunks of
+    LOOP_CHUNK in the forward, the last partly past the window): max with ties and NaN, its indices and backward, and
+    the average's forward and backward."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 3, 4, 5), seed=30, dtype=torch.float32).round()  # many ties
+    x[0, 1, 2, 3, 1] = x[1, 0, 0, 0, 4] = x[1, 0, 2, 1, 0] = float("nan")
+    x = _laid_out(x, channels_last)
+    window, padding, values = (3, 4, 5), (0, 0, 0), x.double().numpy()
+    y, indices = F.max_pool(x, window, return_indices=True, propagate_nan=propagate_nan, handle=handle)
+    expected = reference_forward(PoolingMode.MAX, values, window, padding, window, propagate_nan)
+    np.testing.assert_array_equal(y.double().numpy(), expected)
+    np.testing.assert_array_equal(indices.numpy(), reference_indices(values, window, padding, window, propagate_nan))
+    dy = random(y.shape, seed=31, dtype=torch.float32)
+    dx = F.max_pool_backward(dy, x, y, window, handle=handle)
+    expected = reference_backward(
+        PoolingMode.MAX, values, y.double().numpy(), dy.double().numpy(), window, padding, window
+    )
+    np.testing.assert_allclose(dx.double().numpy(), expected, rtol=1e-6, atol=1e-6)
+    x = x.nan_to_num(0.5)
+    xt = x.clone().requires_grad_()
+    expected = TF.avg_pool3d(xt, window)
+    torch.testing.assert_close(F.avg_pool(x, window, handle=handle), expected.detach())
+    expected.backward(dy)
+    torch.testing.assert_close(F.avg_pool_backward(dy, x, window, handle=handle), xt.grad)
+
+
+def test_triton_global_windows_of_any_size_share_one_compiled_kernel():
+    """Global pools of other sizes, and an adaptive pool's cells (windows of 2 or 3 positions a dim), plan
+    the same kernels with the same constants: one compile serves them all. Pools that are not global keep
+    their window's shape as constants (unrolled up to UNROLL_LIMIT positions)."""
+    from opendnn.families.pooling import triton_backend
+
+    def launches(shape, window):
+        x = od.TensorDescriptor.from_format(od.TensorFormat.NHWC, "bfloat16", *shape)
+        nan = od.NanPropagation.NOT_PROPAGATE_NAN
+        pool = od.PoolingDescriptor(PoolingMode.MAX, nan, window, (0,) * len(window), window)
+        y = od.TensorDescriptor.from_format(
+            od.TensorFormat.NHWC, "bfloat16", *od.get_pooling_forward_output_dim(pool, x)
+        )
+        forward = triton_backend._forward_launches(pooling_problem(pool, x, y), False)
+        backward = triton_backend._backward_config(pooling_problem(pool, x, y, dy_desc=y, dx_desc=x), 512)
+        return [forward, *backward.launches]
+
+    planned = [launches((4, 32, *window), window) for window in ((7, 7, 7), (2, 3, 2), (3, 3, 2), (9, 1, 5))]
+    for kernels in zip(*planned):
+        assert all(launch.options == kernels[0].options for launch in kernels), [k.options for k in kernels]
+        assert kernels[0].options["GLOBAL"] and kernels[0].options["WINDOW"] is None
+    for window, unrolled in (((3, 3, 3), True), ((4, 4, 4), False)):  # 27 positions (and phases); 64
+        shaped = launches((4, 32, 8, 8, 8), window)
+        assert [launch.options["WINDOW"] for launch in shaped] == [(1, *window, 1)] * 3
+        assert [launch.options["UNROLL"] for launch in shaped] == [unrolled] * 3
 
 
 def test_triton_long_dilated_windows_run_the_plain_loops():

@@ -65,6 +65,7 @@ from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmu
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
     BACKWARD_FILTER,
+    DIRECT_UNROLL_STEPS,
     SUM_BLOCK,
     SUM_SPLITS,
     TABLE_BYTES_PER_TAP,
@@ -346,7 +347,14 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
                 direct.conv_direct_kernel,
                 grid,
                 args,
-                dict(BACKWARD=backward, BLOCK_M=64, BLOCK_N=block_n, num_warps=4, **flags),
+                dict(
+                    UNROLLED=(reduced, *geo.filt) if geo.taps * reduced <= DIRECT_UNROLL_STEPS else None,
+                    BACKWARD=backward,
+                    BLOCK_M=64,
+                    BLOCK_N=block_n,
+                    num_warps=4,
+                    **flags,
+                ),
             )
         ]
 
@@ -501,6 +509,7 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
                 grid,
                 (Slot("x"), Slot("y"), Slot("w"), partial, *common),
                 dict(
+                    UNROLLED=(cg, *geo.filt) if geo.taps * cg <= DIRECT_UNROLL_STEPS else None,
                     COLUMNS=triton.next_power_of_2(geo.taps * cg),
                     BLOCK_M=tile.block_m,
                     BLOCK_N=tile.block_n,

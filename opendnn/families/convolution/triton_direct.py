@@ -32,6 +32,55 @@ from opendnn.families.convolution.triton_gemm import (
 
 
 @triton.jit
+def direct_step(
+    acc,
+    j,
+    a_ptr,
+    w_ptr,
+    n,
+    o,
+    oc,
+    g,
+    row_valid,
+    col_valid,
+    a_strides,
+    a_sizes,
+    w_strides,
+    pads,
+    strides,
+    dilation,
+    RED,
+    OUTC,
+    T,
+    R,
+    S,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """``acc`` plus the products of reduction step j = (tap, c): reduced channel c of each column's
+    group at the tap. Tuples are per dim (d, h, w), with n first for A's and w's (k, c) for the filter's."""
+    tap = j // RED
+    c = j % RED
+    shift_d, shift_h, shift_w, w_tap = tap_shifts(
+        tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, *dilation, w_strides[2], w_strides[3], w_strides[4], FLIP, False
+    )
+    i_d, ok_d = direct_coordinate(o[0], shift_d, pads[0], strides[0], a_sizes[0], BACKWARD)
+    i_h, ok_h = direct_coordinate(o[1], shift_h, pads[1], strides[1], a_sizes[1], BACKWARD)
+    i_w, ok_w = direct_coordinate(o[2], shift_w, pads[2], strides[2], a_sizes[2], BACKWARD)
+    a_rows = n * a_strides[0] + i_d * a_strides[2] + i_h * a_strides[3] + i_w * a_strides[4]
+    mask = row_valid[:, None] & col_valid[None, :] & ok_d & ok_h & ok_w
+    a_channel = g * RED + c
+    a = tl.load(a_ptr + a_rows + (a_channel * a_strides[1])[None, :], mask=mask, other=0.0)
+    if BACKWARD:
+        w_offsets = a_channel * w_strides[0] + (oc - g * OUTC) * w_strides[1] + w_tap
+    else:
+        w_offsets = oc * w_strides[0] + c * w_strides[1] + w_tap
+    w = tl.load(w_ptr + w_offsets, mask=col_valid, other=0.0)
+    return acc + a.to(COMPUTE) * w.to(COMPUTE)[None, :]
+
+
+@triton.jit
 def conv_direct_kernel(
     a_ptr,
     w_ptr,
@@ -66,12 +115,12 @@ def conv_direct_kernel(
     AD,
     AH,
     AW,
-    RED: tl.constexpr,
+    RED,
     OUTC,
     CHANNELS,
-    T: tl.constexpr,
-    R: tl.constexpr,
-    S: tl.constexpr,
+    T,
+    R,
+    S,
     pad_d,
     pad_h,
     pad_w,
@@ -85,6 +134,7 @@ def conv_direct_kernel(
     beta: tl.float64,
     alpha2: tl.float64,
     coef: tl.float64,
+    UNROLLED: tl.constexpr,
     BACKWARD: tl.constexpr,
     FLIP: tl.constexpr,
     HAS_BETA: tl.constexpr,
@@ -97,8 +147,9 @@ def conv_direct_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """O[m, o] over all CHANNELS output channels o (group o // OUTC): forward W is w[o, c, tap],
-    backward data w[g*RED + c, o - g*OUTC, tap]. Taps and channels are unrolled (constexpr) so that
-    all their loads are in flight at once."""
+    backward data w[g*RED + c, o - g*OUTC, tap]. UNROLLED is (RED, T, R, S) again, as constants, for
+    few taps x channels: their loop unrolled, so that all their loads are in flight at once; None for
+    more: a runtime loop, one compiled kernel for any filter (DIRECT_UNROLL_STEPS)."""
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     oc = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n, _, _, _, o_d, o_h, o_w, row_valid = row_coordinates(m, OD, OH, OW, OD, OH, OW, 0, 0, 0, 1, 1, 1, False, M)
@@ -106,25 +157,26 @@ def conv_direct_kernel(
     g = oc // OUTC
     n = n.to(tl.int64)[:, None]
     o_d, o_h, o_w = o_d[:, None], o_h[:, None], o_w[:, None]
+    if UNROLLED is not None:  # the filter's sizes as constants
+        red: tl.constexpr = UNROLLED[0]
+        filt_d: tl.constexpr = UNROLLED[1]
+        filt_h: tl.constexpr = UNROLLED[2]
+        filt_w: tl.constexpr = UNROLLED[3]
+    else:
+        red, filt_d, filt_h, filt_w = RED, T, R, S
+    o = (o_d, o_h, o_w)
+    a_strides, a_sizes = (a_sn, a_sc, a_sd, a_sh, a_sw), (AD, AH, AW)
+    w_strides = (w_sk, w_sc, w_st, w_sr, w_ss)
+    pads, strides, dilation = (pad_d, pad_h, pad_w), (sd, sh, sw), (dil_d, dil_h, dil_w)
+    tile = (a_ptr, w_ptr, n, o, oc, g, row_valid, col_valid)
+    geometry = (a_strides, a_sizes, w_strides, pads, strides, dilation, red, OUTC, filt_d, filt_h, filt_w)
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
-    for tap in tl.static_range(T * R * S):
-        shift_d, shift_h, shift_w, w_tap = tap_shifts(
-            tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, w_st, w_sr, w_ss, FLIP, False
-        )
-        i_d, ok_d = direct_coordinate(o_d, shift_d, pad_d, sd, AD, BACKWARD)
-        i_h, ok_h = direct_coordinate(o_h, shift_h, pad_h, sh, AH, BACKWARD)
-        i_w, ok_w = direct_coordinate(o_w, shift_w, pad_w, sw, AW, BACKWARD)
-        a_rows = n * a_sn + i_d * a_sd + i_h * a_sh + i_w * a_sw
-        mask = row_valid[:, None] & col_valid[None, :] & ok_d & ok_h & ok_w
-        for c in tl.static_range(RED):
-            a_channel = g * RED + c
-            a = tl.load(a_ptr + a_rows + (a_channel * a_sc)[None, :], mask=mask, other=0.0)
-            if BACKWARD:
-                w_offsets = a_channel * w_sk + (oc - g * OUTC) * w_sc + w_tap
-            else:
-                w_offsets = oc * w_sk + c * w_sc + w_tap
-            w = tl.load(w_ptr + w_offsets, mask=col_valid, other=0.0)
-            acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
+    if UNROLLED is None:
+        for j in range(filt_d * filt_h * filt_w * red):
+            acc = direct_step(acc, j, *tile, *geometry, BACKWARD, FLIP, COMPUTE)
+    else:
+        for j in tl.static_range(filt_d * filt_h * filt_w * red):
+            acc = direct_step(acc, j, *tile, *geometry, BACKWARD, FLIP, COMPUTE)
     channels = oc[None, :]
     mask = row_valid[:, None] & col_valid[None, :]
     out_offsets = n * o_sn + channels * o_sc + o_d * o_sd + o_h * o_sh + o_w * o_sw
@@ -462,6 +514,45 @@ def filter_tma_kernel(
 
 
 @triton.jit
+def filter_direct_step(
+    acc,
+    j,
+    a,
+    column,
+    x_ptr,
+    n,
+    o,
+    x_group,
+    mask,
+    x_strides,
+    x_sizes,
+    pads,
+    strides,
+    dilation,
+    CG,
+    T,
+    R,
+    S,
+    COMPUTE: tl.constexpr,
+):
+    """``acc`` plus column j = (tap, c) of a tile's products: its dy (``a``, pixels x channels k) times
+    x at the tap, channel c of each k's group, summed over the tile's pixels. Tuples as ``direct_step``'s."""
+    tap = j // CG
+    c = j % CG
+    shift_d, shift_h, shift_w, _ = tap_shifts(
+        tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, *dilation, 0, 0, 0, False, False
+    )
+    i_d, ok_d = gather_coordinate(o[0], 0, shift_d, pads[0], strides[0], x_sizes[0], False)
+    i_h, ok_h = gather_coordinate(o[1], 0, shift_h, pads[1], strides[1], x_sizes[1], False)
+    i_w, ok_w = gather_coordinate(o[2], 0, shift_w, pads[2], strides[2], x_sizes[2], False)
+    x_rows = n * x_strides[0] + i_d * x_strides[2] + i_h * x_strides[3] + i_w * x_strides[4]
+    inside = mask & (ok_d & ok_h & ok_w)[:, None]
+    b = tl.load(x_ptr + x_rows[:, None] + ((x_group + c) * x_strides[1])[None, :], mask=inside, other=0.0)
+    total = tl.sum(a * b.to(COMPUTE), axis=0)
+    return tl.where(column == j, acc + total[None, :], acc)
+
+
+@triton.jit
 def filter_direct_kernel(
     x_ptr,
     dy_ptr,
@@ -491,10 +582,10 @@ def filter_direct_kernel(
     XW,
     K,
     KG,
-    CG: tl.constexpr,
-    T: tl.constexpr,
-    R: tl.constexpr,
-    S: tl.constexpr,
+    CG,
+    T,
+    R,
+    S,
     pad_d,
     pad_h,
     pad_w,
@@ -507,6 +598,7 @@ def filter_direct_kernel(
     slice_pixels,
     alpha: tl.float64,
     beta: tl.float64,
+    UNROLLED: tl.constexpr,
     FLIP: tl.constexpr,
     PARTIAL: tl.constexpr,
     HAS_BETA: tl.constexpr,
@@ -516,13 +608,23 @@ def filter_direct_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Program (channel block, split): dw[k, j] for BLOCK_N output channels k of all groups and
-    every column j = (tap, c) (taps * C/G <= COLUMNS, unrolled). Each BLOCK_M-pixel tile of dy is
-    loaded once and multiplied by x at every tap (neighbouring taps hit the same cache lines); the
-    products are summed across the tile's pixels in a fixed tree."""
+    every column j = (tap, c) (taps * C/G <= COLUMNS). Each BLOCK_M-pixel tile of dy is loaded once
+    and multiplied by x at every tap (neighbouring taps hit the same cache lines); the products are
+    summed across the tile's pixels in a fixed tree. UNROLLED: (CG, T, R, S) again, as constants,
+    where the columns' loop is unrolled; None: a runtime loop (as conv_direct_kernel's)."""
     split = tl.program_id(1)
     k = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if UNROLLED is not None:  # the filter's sizes as constants
+        cg: tl.constexpr = UNROLLED[0]
+        filt_d: tl.constexpr = UNROLLED[1]
+        filt_h: tl.constexpr = UNROLLED[2]
+        filt_w: tl.constexpr = UNROLLED[3]
+    else:
+        cg, filt_d, filt_h, filt_w = CG, T, R, S
+    x_strides, x_sizes = (x_sn, x_sc, x_sd, x_sh, x_sw), (XD, XH, XW)
+    pads, strides, dilation = (pad_d, pad_h, pad_w), (sd, sh, sw), (dil_d, dil_h, dil_w)
     k_valid = k < K
-    x_group = (k // KG) * CG
+    x_group = (k // KG) * cg
     column = tl.arange(0, COLUMNS)[:, None]
     lanes = tl.arange(0, BLOCK_M)
     acc = tl.zeros((COLUMNS, BLOCK_N), COMPUTE)
@@ -532,22 +634,17 @@ def filter_direct_kernel(
         p = p0 + lanes
         p_valid = p < end
         n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+        o = (o_d, o_h, o_w)
         dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
         mask = p_valid[:, None] & k_valid[None, :]
         a = tl.load(dy_ptr + dy_rows[:, None] + (k * dy_sc)[None, :], mask=mask, other=0.0).to(COMPUTE)
-        for tap in tl.static_range(T * R * S):
-            shift_d, shift_h, shift_w, _ = tap_shifts(
-                tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False
-            )
-            i_d, ok_d = gather_coordinate(o_d, 0, shift_d, pad_d, sd, XD, False)
-            i_h, ok_h = gather_coordinate(o_h, 0, shift_h, pad_h, sh, XH, False)
-            i_w, ok_w = gather_coordinate(o_w, 0, shift_w, pad_w, sw, XW, False)
-            x_rows = n * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw
-            inside = mask & (ok_d & ok_h & ok_w)[:, None]
-            for c in tl.static_range(CG):
-                b = tl.load(x_ptr + x_rows[:, None] + ((x_group + c) * x_sc)[None, :], mask=inside, other=0.0)
-                total = tl.sum(a * b.to(COMPUTE), axis=0)
-                acc = tl.where(column == tap * CG + c, acc + total[None, :], acc)
+        step_inputs = (a, column, x_ptr, n, o, x_group, mask, x_strides, x_sizes, pads, strides, dilation, cg)
+        if UNROLLED is None:
+            for j in range(filt_d * filt_h * filt_w * cg):
+                acc = filter_direct_step(acc, j, *step_inputs, filt_d, filt_h, filt_w, COMPUTE)
+        else:
+            for j in tl.static_range(filt_d * filt_h * filt_w * cg):
+                acc = filter_direct_step(acc, j, *step_inputs, filt_d, filt_h, filt_w, COMPUTE)
     store_filter(
         acc,
         k[None, :],
@@ -556,17 +653,17 @@ def filter_direct_kernel(
         dw_ptr,
         partial_ptr,
         K,
-        CG,
-        T * R * S,
-        T,
-        R,
-        S,
+        cg,
+        filt_d * filt_h * filt_w,
+        filt_d,
+        filt_h,
+        filt_w,
         w_sk,
         w_sc,
         w_st,
         w_sr,
         w_ss,
-        k_valid[None, :] & (column < T * R * S * CG),
+        k_valid[None, :] & (column < filt_d * filt_h * filt_w * cg),
         alpha,
         beta,
         PARTIAL,

@@ -22,23 +22,11 @@ from opendnn.families.convolution.problem import (
 )
 from opendnn.kernels.device import programs_to_fill
 
-PROGRAMS_PER_SM = 2  # split-K slices aim for two programs per SM (264 on an H200)
-DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
-DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
-DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
-DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
-WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
-TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
-MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
-ALIGN = 256  # bytes: the start of each workspace region
-SUM_BLOCK = 128  # filter elements per program of the pass that sums the slices
-SUM_SPLITS = 16  # slices it loads at a time
-
-
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 PROGRAMS_PER_SM = 2  # split-K slices aim for two programs per SM (264 on an H200)
 DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
+DIRECT_UNROLL_STEPS = 9  # most taps x reduced channels the direct kernel unrolls (more: a runtime loop)
 DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
 # ... its (pixels, channels, warps) per tile, programs and fewest pixel tiles per slice, by whether dy's
 # channels are contiguous. Measured on the H200 (docs/design/convolution.md): channels-last takes one

@@ -35,6 +35,11 @@ row would be most of the kernel's instructions and registers on sm_90). Offsets 
 scalar base per tile plus int32 per element (int64 only for tensors past 2**31 elements). The window
 loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
+Global windows (GLOBAL: each window the whole input along the dims it pools, one output there: global
+pools, and the cells of an adaptive pooling whose sizes do not divide) take the plain loops with the window's
+sizes at run time, so one compiled kernel serves every input size (the window-shaped constants are None).
+The forward's plain loop unrolls LOOP_CHUNK positions at a time (their loads in flight).
+
 Strips (forward, stride 2 along unit-stride input rows: NCHW): instead of one strided scalar load per
 window position and output, each window row is read as a contiguous strip of 2 x BLOCK_C input positions
 per tile row (16-byte vector loads: the launcher proves the rows aligned, ``_strip_alignment``, and the
@@ -63,6 +68,7 @@ padding 1 on 56 positions, 4 of 9 offsets test nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -82,7 +88,9 @@ from opendnn.families.pooling.triton_forward import pool_forward_kernel
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
 CANONICAL_DIMS = 5
-UNROLL_LIMIT = 64  # window positions (or phase x shift pairs) unrolled in full
+# window positions (or phase x shift pairs) unrolled in full: 5 x 5 and 3 x 3 x 3 windows. Compiling costs about
+# 0.1 s a position for sm_90 (at 64, a 4 x 4 x 4 max pool took 6.5 s forward, 7.2 s backward: docs/design/pooling.md)
+UNROLL_LIMIT = 27
 FORWARD_TILE = 512  # outputs of a forward program (H200, NHWC 3x3 max fwd: 512 beat 1024, 2048 and 4096)
 STRIP_TILE = 1024  # outputs of a forward program reading stride-2 windows as contiguous strips (NCHW)
 STRIP_WARPS = 4  # 8 outputs per thread (H200 sweep: 3x3 max bf16 33.0 us at 4 warps, 33.9 at 2, 42.2 at 8)
@@ -139,6 +147,20 @@ class CanonicalPooling:
         """Per dim, whether a window may reach past the input (padding, or ceil mode's last window): the
         kernels count windows' sizes only along those dims."""
         return tuple(p > 0 or h < w for p, h, w in zip(self.pads, self.overhang, self.window))
+
+    @property
+    def is_global(self) -> bool:
+        """Each window is the whole input along the dims it pools (one output there; every other dim has
+        window 1 and stride 1), without padding or dilation: the kernels' GLOBAL path, which takes the
+        window's sizes at run time (one compiled kernel for every input size)."""
+        return (
+            not any(self.pads)
+            and all(d == 1 for d in self.dilation)
+            and all(
+                (w == n and o == 1) or (w == 1 and s == 1)
+                for w, s, n, o in zip(self.window, self.stride, self.in_sizes, self.out_sizes)
+            )
+        )
 
 
 def _five(values: tuple[int, ...], lead: int, fill: int) -> tuple[int, ...]:
@@ -267,6 +289,8 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     "indices"; for "argmax", the window positions into the "argmax" slot (its strides over the five
     canonical dims in N, C, D, H, W numbering)."""
     plan = canonical(problem, problem.x.strides, cells=False)
+    if plan.is_global:  # one output along the pooled dims: their stride is never stepped
+        plan = dataclasses.replace(plan, stride=(1,) * CANONICAL_DIMS)
     lead = _lead(problem)
     x_strides = plan.permute(_five(problem.x.strides, lead, 0))
     y_strides = plan.permute(_five(problem.y.strides, lead, 0))
@@ -295,20 +319,22 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         problem.alpha,
         problem.beta,
     )
+    shaped = not plan.is_global  # the window's shape a constant of the kernel
     constants = dict(
-        WINDOW=plan.window,
+        WINDOW=plan.window if shaped else None,
         STRIDE=plan.stride,
         CLIPPED=plan.clipped,
         LOW=plan.low,
-        HIGH=plan.overhang,
-        LINEAR=plan.linear,
+        HIGH=plan.overhang if shaped else None,
+        LINEAR=plan.linear if shaped else None,
         DILATION=plan.dilation,
         PLANE=plan.permute(_plane_weights(problem)) if kind == "indices" else (0,) * CANONICAL_DIMS,
         KIND=kind,
         INCLUDE_PADDING=problem.mode.value == "avg_include",
         PROPAGATE_NAN=problem.propagate_nan,
         HAS_BETA=problem.beta != 0.0,
-        UNROLL=math.prod(plan.window) <= UNROLL_LIMIT,
+        UNROLL=shaped and math.prod(plan.window) <= UNROLL_LIMIT,
+        GLOBAL=not shaped,
         CARRY=carry,
         WIDE=_wide(plan, x_strides, y_strides, argmax_strides),
         COMPUTE=_compute(problem),
@@ -370,7 +396,8 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     gather_argmax_strides = plan.permute(argmax_strides)
     # the scratch is packed in the canonical order, as dy usually is (dims of one output position do not count)
     argmax_like_dy = all(a == d for a, d, n in zip(gather_argmax_strides, dy_strides, plan.out_sizes) if n > 1)
-    narrow = dx_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
+    shaped = not plan.is_global  # the window's shape a constant of the kernel (as the forward's)
+    narrow = dx_strides[4] * (plan.stride[4] if shaped else 1) == 1 and problem.x.dtype.itemsize < 4
     grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile, narrow)
     args = (
         Slot("dy"),
@@ -386,20 +413,22 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
         problem.alpha,
         problem.beta,
     )
+    high = tuple(n + p - (c - 1) * s for n, p, c, s in zip(plan.in_sizes, plan.pads, cells, plan.stride))
     constants = dict(
-        WINDOW=plan.window,
-        STRIDE=plan.stride,
+        WINDOW=plan.window if shaped else None,
+        STRIDE=plan.stride if shaped else None,
         CLIPPED=plan.clipped,
         LOW=plan.pads,
-        HIGH=tuple(n + p - (c - 1) * s for n, p, c, s in zip(plan.in_sizes, plan.pads, cells, plan.stride)),
+        HIGH=high if shaped else None,
         SHIFTS=shifts,
         LAST_SHIFT=tuple(1 + o - c for o, c in zip(plan.out_sizes, cells)),
-        LINEAR=plan.linear,
+        LINEAR=plan.linear if shaped else None,
         DILATION=plan.dilation,
         KIND="max" if problem.mode.is_max else "avg",
         INCLUDE_PADDING=problem.mode.value == "avg_include",
         HAS_BETA=problem.beta != 0.0,
-        UNROLL=math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
+        UNROLL=shaped and math.prod(plan.stride) * math.prod(shifts) <= UNROLL_LIMIT,
+        GLOBAL=not shaped,
         ARGMAX_LIKE_DY=argmax_like_dy,
         CARRY=carry,
         WIDE=_wide(plan, dy_strides, dx_strides, gather_argmax_strides),

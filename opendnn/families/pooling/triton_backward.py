@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from opendnn.families.pooling.triton_forward import (
+    global_window,
     outer_offset,
     program_tile,
     split_constant,
@@ -35,8 +36,8 @@ def window_values(
     pads,
     dy_strides,
     argmax_strides,
-    WINDOW: tl.constexpr,
-    STRIDE: tl.constexpr,
+    WINDOW,
+    STRIDE,
     CLIPPED: tl.constexpr,
     SHIFTS: tl.constexpr,
     LAST_SHIFT: tl.constexpr,
@@ -97,10 +98,10 @@ def window_share(
     positions,
     phase,
     q,
-    WINDOW: tl.constexpr,
-    STRIDE: tl.constexpr,
+    WINDOW,
+    STRIDE,
     SHIFTS: tl.constexpr,
-    LINEAR: tl.constexpr,
+    LINEAR,
     DILATION: tl.constexpr,
     KIND: tl.constexpr,
 ):
@@ -154,9 +155,9 @@ def store_phase(
     dx_strides,
     alpha,
     beta,
-    STRIDE: tl.constexpr,
+    STRIDE,
     LOW: tl.constexpr,
-    HIGH: tl.constexpr,
+    HIGH,
     HAS_BETA: tl.constexpr,
     WIDE: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -218,6 +219,7 @@ def pool_backward_kernel(
     INCLUDE_PADDING: tl.constexpr,
     HAS_BETA: tl.constexpr,
     UNROLL: tl.constexpr,
+    GLOBAL: tl.constexpr,
     ARGMAX_LIKE_DY: tl.constexpr,
     CARRY: tl.constexpr,
     WIDE: tl.constexpr,
@@ -227,13 +229,23 @@ def pool_backward_kernel(
 ):
     """Program: BLOCK_R rows x BLOCK_C columns of cells (held as BLOCK_C x BLOCK_R); writes dx at every
     input position of those cells. UNROLL: window by window (each window's dy and argmax loaded once,
-    one sum per phase, the stores last); else phase by phase, every window loaded per phase."""
+    one sum per phase, the stores last); else phase by phase, every window loaded per phase (from L1 after
+    the first). GLOBAL (a window is the whole input along the dims it pools, so a cell is one window;
+    WINDOW, STRIDE, HIGH and LINEAR None): the phases are its positions, counted at run time."""
     b0, b1, b2, o0, o1, o2, o3, o4 = program_tile(cell_sizes, BLOCK_R, BLOCK_C, CARRY)
     row_ok = o0 < cell_sizes[0]
     col_ok = o4 < cell_sizes[4]
     tile_ok = row_ok[None, :] & col_ok[:, None]
-    phases: tl.constexpr = STRIDE[0] * STRIDE[1] * STRIDE[2] * STRIDE[3] * STRIDE[4]
     shifts: tl.constexpr = SHIFTS[0] * SHIFTS[1] * SHIFTS[2] * SHIFTS[3] * SHIFTS[4]
+    if not GLOBAL:  # the window's shape as constants
+        window: tl.constexpr = WINDOW
+        stride: tl.constexpr = STRIDE
+        high: tl.constexpr = HIGH
+        linear: tl.constexpr = LINEAR
+        phases: tl.constexpr = STRIDE[0] * STRIDE[1] * STRIDE[2] * STRIDE[3] * STRIDE[4]
+    else:  # a cell is one window (its output): its positions are the phases, its end the input's
+        window, linear, phases = global_window(in_sizes, cell_sizes)
+        stride, high = window, window
     if UNROLL:
         totals = ()
         for _ in tl.static_range(phases):
@@ -324,8 +336,8 @@ def pool_backward_kernel(
                     pads,
                     dy_strides,
                     argmax_strides,
-                    WINDOW,
-                    STRIDE,
+                    window,
+                    stride,
                     CLIPPED,
                     SHIFTS,
                     LAST_SHIFT,
@@ -335,7 +347,7 @@ def pool_backward_kernel(
                     WIDE,
                     COMPUTE,
                 )
-                total += window_share(gradient, positions, phase, q, WINDOW, STRIDE, SHIFTS, LINEAR, DILATION, KIND)
+                total += window_share(gradient, positions, phase, q, window, stride, SHIFTS, linear, DILATION, KIND)
             store_phase(
                 total,
                 phase,
@@ -355,9 +367,9 @@ def pool_backward_kernel(
                 dx_strides,
                 alpha,
                 beta,
-                STRIDE,
+                stride,
                 LOW,
-                HIGH,
+                high,
                 HAS_BETA,
                 WIDE,
                 COMPUTE,

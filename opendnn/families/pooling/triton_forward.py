@@ -7,6 +7,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+LOOP_CHUNK = tl.constexpr(16)  # window positions the forward's plain loop unrolls at a time: loads in flight
+
 
 @triton.jit
 def advance(base, step, size, CARRY: tl.constexpr):
@@ -78,8 +80,8 @@ def row_offset(d0, d1, d2, p3, strides, WIDE: tl.constexpr):
 
 
 @triton.jit
-def split_constant(index, SIZES: tl.constexpr):
-    """Coordinates of ``index`` over five constexpr sizes (last fastest)."""
+def split_constant(index, SIZES):
+    """Coordinates of ``index`` over five sizes (last fastest): constants fold the divisions."""
     c4 = index % SIZES[4]
     index = index // SIZES[4]
     c3 = index % SIZES[3]
@@ -90,7 +92,29 @@ def split_constant(index, SIZES: tl.constexpr):
 
 
 @triton.jit
-def within(position, size, j, LOW: tl.constexpr, HIGH: tl.constexpr):
+def global_window(in_sizes, out_sizes):
+    """A GLOBAL window (the whole input along the dims it pools, one output there; ``out_sizes`` may be the
+    backward's cells): its size along each canonical dim (1 along the dims it does not pool), the weight of
+    each dim in its row-major positions, and its positions."""
+    window = (
+        in_sizes[0] - out_sizes[0] + 1,
+        in_sizes[1] - out_sizes[1] + 1,
+        in_sizes[2] - out_sizes[2] + 1,
+        in_sizes[3] - out_sizes[3] + 1,
+        in_sizes[4] - out_sizes[4] + 1,
+    )
+    linear = (
+        window[1] * window[2] * window[3] * window[4],
+        window[2] * window[3] * window[4],
+        window[3] * window[4],
+        window[4],
+        1,
+    )
+    return window, linear, window[0] * linear[0]
+
+
+@triton.jit
+def within(position, size, j, LOW, HIGH):
     """0 <= position < size for a position at window offset ``j``, testing only the ends that offset can
     pass: before the input when ``j < LOW`` (the padding), past its end when ``j >= HIGH`` (where the last
     window overhangs): a constant offset of the unrolled loop tests one end or none."""
@@ -98,7 +122,7 @@ def within(position, size, j, LOW: tl.constexpr, HIGH: tl.constexpr):
 
 
 @triton.jit
-def window_count(start, size, pad, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
+def window_count(start, size, pad, WINDOW, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
     """Positions a window starting at ``start`` counts along one dim: up to the end of the trailing
     padding (INCLUDE_PADDING) or inside the input only; the window where no window is CLIPPED."""
     if not CLIPPED:
@@ -111,9 +135,7 @@ def window_count(start, size, pad, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, 
 
 
 @triton.jit
-def window_counts(
-    s0, s1, s2, s3, s4, sizes, pads, WINDOW: tl.constexpr, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr
-):
+def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
     """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor."""
     rows = (
         window_count(s0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], INCLUDE_PADDING)
@@ -141,10 +163,10 @@ def window_step(
     found,
     total,
     y_value,
-    WINDOW: tl.constexpr,
+    WINDOW,
     LOW: tl.constexpr,
-    HIGH: tl.constexpr,
-    LINEAR: tl.constexpr,
+    HIGH,
+    LINEAR,
     DILATION: tl.constexpr,
     KIND: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
@@ -154,7 +176,8 @@ def window_step(
     the canonical window), or ``found``, the row-major position ``j`` in N, C, D, H, W order of an element
     equal to y (the positions come last to first: the first match is the last written). "indices" folds the
     max and, in ``found``, torch's index rule, positions first to last (N, C, D, H, W order): the first
-    input, then each larger element, and with PROPAGATE_NAN each NaN (the last NaN stays)."""
+    input, then each larger element, and with PROPAGATE_NAN each NaN (the last NaN stays). WINDOW, HIGH and
+    LINEAR are constants but for a GLOBAL window (the input's sizes at run time)."""
     if KIND == "argmax" or KIND == "indices":
         j0, j1, j2, j3, j4 = (
             j // LINEAR[0] % WINDOW[0],
@@ -178,7 +201,7 @@ def window_step(
     row_shift = i0 * x_strides[0] + i1 * x_strides[1] + i2 * x_strides[2] + i3 * x_strides[3]
     x_at = (x_tile + row_shift) + i4 * x_strides[4]
     if KIND == "max" or KIND == "indices":
-        steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+        steps = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
         if PROPAGATE_NAN:  # padding reads -inf; one max.NaN.f32 on sm_90
             x = tl.load(x_at, mask=ok, other=float("-inf")).to(COMPUTE)
             if KIND == "indices":
@@ -199,9 +222,7 @@ def window_step(
 
 
 @triton.jit
-def window_index(
-    found, s0, s1, s2, s3, s4, WINDOW: tl.constexpr, LINEAR: tl.constexpr, DILATION: tl.constexpr, PLANE: tl.constexpr
-):
+def window_index(found, s0, s1, s2, s3, s4, WINDOW, LINEAR, DILATION: tl.constexpr, PLANE: tl.constexpr):
     """int64 flat positions in x's spatial plane (PLANE: each dim's weight) of the window positions ``found``
     (row-major in N, C, D, H, W order) of the windows starting at ``s0 .. s4``; -1 where none was found."""
     rows = s0.to(tl.int64) * PLANE[0] + s1.to(tl.int64) * PLANE[1] + s2.to(tl.int64) * PLANE[2]
@@ -215,7 +236,7 @@ def window_index(
         + (position // LINEAR[3] % WINDOW[3]) * (DILATION[3] * PLANE[3])
         + (position // LINEAR[4] % WINDOW[4]) * (DILATION[4] * PLANE[4])
     )
-    steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+    steps = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
     return tl.where(found < steps, starts + offsets, -1)
 
 
@@ -393,6 +414,7 @@ def pool_forward_kernel(
     PROPAGATE_NAN: tl.constexpr,
     HAS_BETA: tl.constexpr,
     UNROLL: tl.constexpr,
+    GLOBAL: tl.constexpr,
     CARRY: tl.constexpr,
     WIDE: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -407,7 +429,9 @@ def pool_forward_kernel(
     write y = alpha * pool(x) + beta * y; "indices" writes max's y and, at ``argmax_ptr``, torch's int64
     index of each window's max: its flat position in x's spatial plane (PLANE: each dim's weight in it);
     "argmax" reads y and writes, per output, the row-major window position of the first element of x equal
-    to it (the window's size when none is). Window offsets step DILATION input positions."""
+    to it (the window's size when none is). Window offsets step DILATION input positions. GLOBAL: each
+    window is the whole input along the dims it pools (one output there; WINDOW, HIGH and LINEAR None):
+    its sizes are taken at run time, so one compiled kernel serves every input size."""
     b0, b1, b2, o0, o1, o2, o3, cols = program_tile(out_sizes, BLOCK_R, BLOCK_C, CARRY)
     row_ok = o0 < out_sizes[0]
     col_ok = cols < out_sizes[4]
@@ -449,10 +473,18 @@ def pool_forward_kernel(
     if KIND == "argmax":
         y_value = tl.load(y_at, mask=mask, other=0.0).to(COMPUTE)
     best = tl.full((BLOCK_C, BLOCK_R), float("-inf") if PROPAGATE_NAN else float("nan"), COMPUTE)
-    steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+    if not GLOBAL:  # the window's shape as constants
+        window: tl.constexpr = WINDOW
+        high: tl.constexpr = HIGH
+        linear: tl.constexpr = LINEAR
+        steps: tl.constexpr = WINDOW[0] * WINDOW[1] * WINDOW[2] * WINDOW[3] * WINDOW[4]
+        first: tl.constexpr = (steps - 1) * (KIND == "argmax")  # argmax: the window's positions last to first
+    else:  # no offset leaves the input: the window's end is the input's
+        window, linear, steps = global_window(in_sizes, out_sizes)
+        high = window
+        first = (steps - 1) * (KIND == "argmax")
     found = tl.full((BLOCK_C, BLOCK_R), steps, tl.int32)
     total = tl.zeros((BLOCK_C, BLOCK_R), COMPUTE)
-    first: tl.constexpr = (steps - 1) * (KIND == "argmax")  # argmax: the window's positions last to first
     step: tl.constexpr = 1 - 2 * (KIND == "argmax")
     if STRIP:
         best, total = strip_pool(
@@ -511,32 +543,33 @@ def pool_forward_kernel(
                 PROPAGATE_NAN,
                 COMPUTE,
             )
-    else:
-        for i in range(steps):
-            best, found, total = window_step(
-                first + step * i,
-                x_tile,
-                s0,
-                s1,
-                s2,
-                s3,
-                s4,
-                load_cols,
-                in_sizes,
-                x_strides,
-                best,
-                found,
-                total,
-                y_value,
-                WINDOW,
-                LOW,
-                HIGH,
-                LINEAR,
-                DILATION,
-                KIND,
-                PROPAGATE_NAN,
-                COMPUTE,
-            )
+    else:  # LOOP_CHUNK positions unrolled at a time (their loads in flight), the last chunk masked
+        for chunk in range(0, steps, LOOP_CHUNK):
+            for i in tl.static_range(LOOP_CHUNK):
+                best, found, total = window_step(
+                    first + step * (chunk + i),
+                    x_tile,
+                    s0,
+                    s1,
+                    s2,
+                    s3,
+                    s4,
+                    load_cols & (chunk + i < steps),
+                    in_sizes,
+                    x_strides,
+                    best,
+                    found,
+                    total,
+                    y_value,
+                    window,
+                    LOW,
+                    high,
+                    linear,
+                    DILATION,
+                    KIND,
+                    PROPAGATE_NAN,
+                    COMPUTE,
+                )
 
     if KIND == "argmax" or KIND == "indices":
         argmax_at = (
@@ -548,12 +581,12 @@ def pool_forward_kernel(
         tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
     else:
         if KIND == "indices":
-            tl.store(argmax_at, window_index(found, s0, s1, s2, s3, s4, WINDOW, LINEAR, DILATION, PLANE), mask=mask)
+            tl.store(argmax_at, window_index(found, s0, s1, s2, s3, s4, window, linear, DILATION, PLANE), mask=mask)
             best = tl.where(found < steps, best, float("nan"))  # a window of padding alone (dilated) holds no max
         if KIND == "max" or KIND == "indices":
             result = best
         else:
-            counts = window_counts(s0, s1, s2, s3, s4, in_sizes, pads, WINDOW, CLIPPED, INCLUDE_PADDING)
+            counts = window_counts(s0, s1, s2, s3, s4, in_sizes, pads, window, CLIPPED, INCLUDE_PADDING)
             result = total / counts.to(COMPUTE)
         result = result * tl.cast(alpha, COMPUTE)
         if HAS_BETA:
