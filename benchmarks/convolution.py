@@ -8,6 +8,9 @@ filters, TF32 on both sides (a TENSOR_OP descriptor; torch's cudnn.allow_tf32) a
 tolerance. The dtype cell reads ``<layout>_<dtype> ws=<workspace bytes>``. FLOPs: 2 * N * K * P *
 Q * (C / groups) * R * S per direction.
 
+Suite ``convolution_networks``: layers of other networks (``NETWORK_LAYERS``: VGG, U-Net, ResNeXt,
+ConvNeXt, EfficientNet, MobileNetV2, a 3-D layer, batch 1 and 256), the same three directions.
+
 Suite ``convolution_algorithms``: the forward of four layers with every other applicable algorithm
 (IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT), to weigh time against workspace.
 
@@ -41,17 +44,26 @@ TINY_SPATIAL = 9  # largest spatial size of the CPU smoke run
 
 @dataclass(frozen=True)
 class Layer:
+    """A square convolution layer: C -> K channels over size x size pixels (x depth frames when
+    ``depth``: a 3-D convolution with a filt x filt x filt filter), 'same' padding."""
+
     name: str
     c: int
     size: int  # H = W
     k: int
-    filt: int  # R = S
+    filt: int  # R = S (= T in 3-D)
     stride: int
     groups: int = 1
+    depth: int = 0  # D of a 3-D layer; 0: a 2-D layer
+    batch: int = 0  # images of the layer at the full size; 0: the size preset's batch
 
     @property
     def pad(self) -> int:
         return self.filt // 2
+
+    @property
+    def spatial_dims(self) -> int:
+        return 3 if self.depth else 2
 
 
 LAYERS = [
@@ -64,6 +76,24 @@ LAYERS = [
     Layer("r50_l3_1x1", 1024, 14, 256, 1, 1),
     Layer("r50_l4_3x3", 512, 7, 512, 3, 1),
     Layer("dw_3x3_c256", 256, 28, 256, 3, 1, groups=256),
+]
+# Layers of other networks, never tuned for: dense 3x3 layers of VGG-16 and a U-Net decoder, ResNeXt-50's
+# grouped 3x3 (32 groups), ConvNeXt-T's 7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's
+# strided depthwise 3x3, a 3-D 3x3x3 video layer, and one ResNet-50 layer at batch 1 and 256.
+NETWORK_LAYERS = [
+    Layer("vgg_3x3_c128_112", 128, 112, 128, 3, 1),
+    Layer("vgg_3x3_c512_28", 512, 28, 512, 3, 1),
+    Layer("unet_3x3_c128to64_128", 128, 128, 64, 3, 1, batch=16),
+    Layer("resnext_3x3_g32_c256_28", 256, 28, 256, 3, 1, groups=32),
+    Layer("resnext_3x3_g32_c1024_7", 1024, 7, 1024, 3, 1, groups=32),
+    Layer("convnext_dw7x7_c96_56", 96, 56, 96, 7, 1, groups=96),
+    Layer("convnext_dw7x7_c384_14", 384, 14, 384, 7, 1, groups=384),
+    Layer("effnet_dw5x5_c240_28", 240, 28, 240, 5, 1, groups=240),
+    Layer("effnet_dw5x5_c672_14", 672, 14, 672, 5, 1, groups=672),
+    Layer("mbv2_dw3x3s2_c144_56", 144, 56, 144, 3, 2, groups=144),
+    Layer("video_3x3x3_c64_16x56", 64, 56, 64, 3, 1, depth=16, batch=8),
+    Layer("r50_l3_3x3_batch1", 256, 14, 256, 3, 1, batch=1),
+    Layer("r50_l3_3x3_batch256", 256, 14, 256, 3, 1, batch=256),
 ]
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 DEFAULT_ALGORITHM = {
@@ -99,27 +129,33 @@ class Problem:
 
     @property
     def flops(self) -> int:
-        n, k, p, q = self.dy.shape
-        return 2 * n * k * p * q * (self.layer.c // self.layer.groups) * self.layer.filt**2
+        return 2 * self.dy.numel() * (self.layer.c // self.layer.groups) * self.layer.filt**self.layer.spatial_dims
 
 
 def layer_problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
-    """``layer`` at the context's batch in ``dtype``: NHWC with KRSC filters in 16 bits, NCHW in float32."""
-    n = BATCH[ctx.size]
+    """``layer`` at the context's batch in ``dtype``: channels-last (NHWC, NDHWC) with KRSC filters in
+    16 bits, NCHW in float32."""
+    n = layer.batch if layer.batch and ctx.size == "full" else BATCH[ctx.size]
     size = min(layer.size, TINY_SPATIAL) if ctx.size == "tiny" else layer.size
+    spatial = (min(layer.depth, TINY_SPATIAL) if ctx.size == "tiny" else layer.depth,) if layer.depth else ()
+    spatial += (size, size)
+    dims = layer.spatial_dims
     channels_last = dtype in (torch.bfloat16, torch.float16)
-    memory = torch.channels_last if channels_last else torch.contiguous_format
-    x = torch.randn(n, layer.c, size, size, dtype=dtype, device=ctx.device).contiguous(memory_format=memory)
-    w = torch.randn(layer.k, layer.c // layer.groups, layer.filt, layer.filt, dtype=dtype, device=ctx.device)
+    if not channels_last:
+        memory = torch.contiguous_format
+    else:
+        memory = torch.channels_last_3d if dims == 3 else torch.channels_last
+    x = torch.randn(n, layer.c, *spatial, dtype=dtype, device=ctx.device).contiguous(memory_format=memory)
+    w = torch.randn(layer.k, layer.c // layer.groups, *(layer.filt,) * dims, dtype=dtype, device=ctx.device)
     w = w.contiguous(memory_format=memory)
     fmt = opendnn.TensorFormat.NHWC if channels_last else opendnn.TensorFormat.NCHW
     w_desc = opendnn.FilterDescriptor(dtype, fmt, *w.shape)
     compute = opendnn.DataType.DOUBLE if dtype is torch.float64 else opendnn.DataType.FLOAT
     math = opendnn.MathType.TENSOR_OP if dtype is torch.float32 else opendnn.MathType.DEFAULT
     conv_desc = opendnn.ConvolutionDescriptor(
-        (layer.pad,) * 2,
-        (layer.stride,) * 2,
-        (1, 1),
+        (layer.pad,) * dims,
+        (layer.stride,) * dims,
+        (1,) * dims,
         opendnn.ConvolutionMode.CROSS_CORRELATION,
         compute,
         layer.groups,
@@ -142,11 +178,11 @@ def _torch_backward(p: Problem, mask: list[bool]) -> torch.Tensor:
         p.x,
         p.w,
         None,
-        [layer.stride] * 2,
-        [layer.pad] * 2,
-        [1, 1],
+        [layer.stride] * layer.spatial_dims,
+        [layer.pad] * layer.spatial_dims,
+        [1] * layer.spatial_dims,
         False,
-        [0, 0],
+        [0] * layer.spatial_dims,
         layer.groups,
         [mask[0], mask[1], False],
     )
@@ -165,8 +201,10 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
         def run_opendnn() -> None:
             opendnn.convolution_forward(h, 1.0, xd, p.x, wd, p.w, cd, algo, ws, 0.0, dyd, out)
 
+        conv = F.conv3d if layer.depth else F.conv2d
+
         def run_torch() -> torch.Tensor:
-            return F.conv2d(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
+            return conv(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
 
         moved = nbytes(p.x, p.w, out)
     elif direction == "bwd_data":
@@ -295,6 +333,11 @@ SUITES: dict[str, list[Case]] = {
     "convolution": [
         Case(f"{layer.name}_{direction}", "convolution", case(layer, direction))
         for layer in LAYERS
+        for direction in DIRECTIONS
+    ],
+    "convolution_networks": [
+        Case(f"{layer.name}_{direction}", "convolution_networks", case(layer, direction))
+        for layer in NETWORK_LAYERS
         for direction in DIRECTIONS
     ],
     "convolution_algorithms": [
