@@ -5,11 +5,13 @@ first it stores, else the largest it reads), that tensor's stride-1 dim fastest,
 lanes touch neighbouring addresses whatever the layout (NCHW, channels-last, any permutation). A
 pointwise region gives each program BLOCK consecutive elements of the space in that order; a region
 ending in a reduction or genstats gives each program BLOCK_KEEP elements of the kept dims and loops
-over the reduced ones BLOCK_REDUCE at a time, each in that order. Every tensor is addressed through
-its own strides, known when the plan is built and written into the source as numbers (a broadcast
-dim has no term; a tensor packed in the walk order reads at the flat index), so any layout and any
-broadcast costs nothing at run time. Values are computed in the compute type and converted to each
-output's type when stored; intermediates stay in registers.
+over the reduced ones BLOCK_REDUCE at a time, each in that order; when its kept elements give fewer
+programs than the GPU has multiprocessors, a second grid axis splits the reduced dims into slices
+whose partial results a second kernel combines in a fixed order (``reduction_split``). Every
+tensor is addressed through its own strides, known when the plan is built and written into the
+source as numbers (a broadcast dim has no term; a tensor packed in the walk order reads at the flat
+index), so any layout and any broadcast costs nothing at run time. Values are computed in the
+compute type and converted to each output's type when stored; intermediates stay in registers.
 
 The activations come from the library's shared Triton forms (``activation``,
 ``activation_derivative``), the same code the pointwise kernels and the convolution and matmul
