@@ -382,3 +382,18 @@ def test_depthwise_filter_gradient_ignores_an_inf_that_no_output_reads():
     expected = reference(problem, x=x, w=None, y=dy)
     assert np.isfinite(expected).all()
     np.testing.assert_allclose(bound["w"].view.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_small_product_runs_on_one_blas_thread_and_a_large_one_on_all():
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="the BLAS thread count needs threadpoolctl")
+    from opendnn.core.blas_threads import SINGLE_THREAD_MULTIPLY_ADDS, blas_limit
+
+    def blas_threads():
+        return [pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]
+
+    everywhere = blas_threads()
+    with blas_limit(SINGLE_THREAD_MULTIPLY_ADDS - 1):
+        assert blas_threads() == [1] * len(everywhere)
+    with blas_limit(SINGLE_THREAD_MULTIPLY_ADDS):
+        assert blas_threads() == everywhere
+    assert blas_threads() == everywhere
