@@ -273,7 +273,6 @@ def test_softmax_forward_and_backward_leave_their_inputs_unchanged():
         np.testing.assert_array_equal(got, want)
 
 
-
 # Softmax's forward without the max: rows of each kind, the path it takes, and the values against the
 # float64 reference (a row at -100 in float32 sums past the subnormals' bound; 100 overflows float32).
 UNSHIFTED_ROWS = [  # dtype, row offset, whether the max is skipped
@@ -320,6 +319,7 @@ def test_softmax_forward_keeps_the_max_for_nan_and_inf():
         y = F.softmax(x, -1)
         assert np.isnan(y[1]).all()
         np.testing.assert_allclose(y[[0, 2]], torch.softmax(torch.from_numpy(x[[0, 2]]), -1).numpy(), rtol=1e-6)
+
 
 # Convolution: the forward in chunks of samples (one sample alone, written by the matmul into y, or
 # several, the last chunk short), im2col from the phases of a strided last dim, and the depthwise
