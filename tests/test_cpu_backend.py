@@ -273,6 +273,54 @@ def test_softmax_forward_and_backward_leave_their_inputs_unchanged():
         np.testing.assert_array_equal(got, want)
 
 
+# Softmax's forward without the max: rows of each kind, the path it takes, and the values against the
+# float64 reference (a row at -100 in float32 sums past the subnormals' bound; 100 overflows float32).
+UNSHIFTED_ROWS = [  # dtype, row offset, whether the max is skipped
+    (np.float32, 0.0, True),
+    (np.float32, 60.0, True),
+    (np.float32, -60.0, True),
+    (np.float32, -100.0, False),
+    (np.float32, 100.0, False),
+    (np.float64, 600.0, True),
+    (np.float64, -700.0, False),
+]
+
+
+@pytest.mark.parametrize("dtype, offset, unshifted", UNSHIFTED_ROWS)
+def test_softmax_forward_skips_the_max_only_where_it_keeps_the_references_values(dtype, offset, unshifted):
+    from opendnn.families.softmax import numpy_backend as softmax_numpy
+    from opendnn.families.softmax.problem import SoftmaxAlgorithm, reference_forward
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((6, 4, 37)) * 4 + offset).astype(dtype)
+    x[0, 0, :5] = -np.inf  # exp(-inf) is 0 either way
+    x[1, 2, 3] -= 45  # an exp far below its row's others: subnormal or 0 in float32 at offset -60
+    expected = reference_forward(SoftmaxAlgorithm.ACCURATE, x.astype(np.float64), (1, 2))
+    out = np.full_like(x, np.nan)
+    assert softmax_numpy.forward_unshifted(SoftmaxAlgorithm.ACCURATE, x, (1, 2), out) is unshifted
+    tolerance = 1e-6 if dtype == np.float32 else 1e-13
+    if unshifted:
+        assert np.linalg.norm(out - expected) / np.linalg.norm(expected) < tolerance
+    region = np.full((6, 9, 80), np.nan, dtype)
+    region[:, 1:9:2, 3:77:2] = x  # a strided sub-region of a larger buffer, softmax along its first dim
+    got = F.softmax(region[:, 1:9:2, 3:77:2].transpose(2, 1, 0), 0).transpose(2, 1, 0)
+    expected = reference_forward(SoftmaxAlgorithm.ACCURATE, x.astype(np.float64), (2,))
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < tolerance
+
+
+def test_softmax_forward_keeps_the_max_for_nan_and_inf():
+    from opendnn.families.softmax import numpy_backend as softmax_numpy
+    from opendnn.families.softmax.problem import SoftmaxAlgorithm
+
+    for special in (np.nan, np.inf):  # a row holding either is NaN throughout
+        x = np.random.default_rng(6).standard_normal((3, 9)).astype(np.float32)
+        x[1, 4] = special
+        assert not softmax_numpy.forward_unshifted(SoftmaxAlgorithm.ACCURATE, x, (1,), np.empty_like(x))
+        y = F.softmax(x, -1)
+        assert np.isnan(y[1]).all()
+        np.testing.assert_allclose(y[[0, 2]], torch.softmax(torch.from_numpy(x[[0, 2]]), -1).numpy(), rtol=1e-6)
+
+
 # Convolution: the forward in chunks of samples (one sample alone, written by the matmul into y, or
 # several, the last chunk short), im2col from the phases of a strided last dim, and the depthwise
 # path (C/G == K/G == 1) in chunks of a few channels, the last one short.
@@ -382,3 +430,18 @@ def test_depthwise_filter_gradient_ignores_an_inf_that_no_output_reads():
     expected = reference(problem, x=x, w=None, y=dy)
     assert np.isfinite(expected).all()
     np.testing.assert_allclose(bound["w"].view.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_small_product_runs_on_one_blas_thread_and_a_large_one_on_all():
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="the BLAS thread count needs threadpoolctl")
+    from opendnn.core.blas_threads import SINGLE_THREAD_MULTIPLY_ADDS, blas_limit
+
+    def blas_threads():
+        return [pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]
+
+    everywhere = blas_threads()
+    with blas_limit(SINGLE_THREAD_MULTIPLY_ADDS - 1):
+        assert blas_threads() == [1] * len(everywhere)
+    with blas_limit(SINGLE_THREAD_MULTIPLY_ADDS):
+        assert blas_threads() == everywhere
+    assert blas_threads() == everywhere

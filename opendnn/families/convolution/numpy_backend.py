@@ -21,13 +21,13 @@ against; alpha, the fused forward epilogue and the beta blend are the reference'
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from typing import Any
 
 import numpy as np
 
 from opendnn.core.arrays import Bound
+from opendnn.core.blas_threads import blas_limit
 from opendnn.core.reference_io import output_array, read, write
 from opendnn.families.convolution.problem import (
     ConvolutionDirection,
@@ -39,9 +39,6 @@ from opendnn.families.convolution.problem import (
     blend_output,
 )
 
-# Below this many multiply-adds a product runs on one BLAS thread: waking, and then spinning, a
-# second thread for a small product costs more than it saves, and far more on a loaded machine.
-SINGLE_THREAD_MULTIPLY_ADDS = 1 << 25
 # The forward's column matrix per chunk of samples, in bytes: as many samples as fit, at least one.
 # Columns are allocated afresh on every call, and from 32 MB on glibc maps them anew each time, so
 # that the copy into them first faults in every page (conv1 of ResNet-50 at batch 8: 59 MB, 7.4 MB a
@@ -53,20 +50,9 @@ GEMM_COLUMN_BYTES = 1 << 24
 DEPTHWISE_ELEMENTS = 1 << 15
 
 
-@functools.cache  # threadpoolctl scans the loaded libraries once; None where it is not installed
-def _blas_threads() -> Any:
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    return ThreadpoolController()
-
-
 def _blas_limit(problem: ConvolutionProblem) -> contextlib.AbstractContextManager[Any]:
     """One BLAS thread for a small convolution (the same count of products in every direction)."""
-    multiply_adds = math.prod(problem.y.dims) * math.prod(problem.w.dims[1:])
-    controller = _blas_threads() if multiply_adds < SINGLE_THREAD_MULTIPLY_ADDS else None
-    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+    return blas_limit(math.prod(problem.y.dims) * math.prod(problem.w.dims[1:]))
 
 
 def supports(problem: ConvolutionProblem) -> str | None:
