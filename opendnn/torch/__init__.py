@@ -24,6 +24,8 @@ torch's own operators.
   attention) run on opendnn, for an
   unmodified model; ``functional_calls()``: the same for torch's Python functional calls in a
   ``with`` block, counting what it routed.
+- ``warmup(model, example_input)``: compiles the kernels of a model's step in parallel processes
+  before the step runs, into Triton's on-disk cache.
 
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
@@ -76,6 +78,7 @@ from opendnn.torch.modules import (
     Tanh,
 )
 from opendnn.torch.routing import functional_calls
+from opendnn.torch.ahead_of_time import WarmupReport, training_step, warmup
 
 __all__ = [
     "CONVERSIONS",
@@ -125,6 +128,7 @@ __all__ = [
     "Softmax",
     "Softplus",
     "Tanh",
+    "WarmupReport",
     "convert",
     "disable",
     "enable",
@@ -135,4 +139,6 @@ __all__ = [
     "modules",
     "normalization",
     "operators",
+    "training_step",
+    "warmup",
 ]
