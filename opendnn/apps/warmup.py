@@ -29,7 +29,7 @@ def input_shape(text: str) -> tuple[int, ...]:
     """An argparse type: sizes separated by x (``64x3x224x224``), each a positive integer."""
     parts = text.split("x")
     if not all(part.isdigit() and int(part) > 0 for part in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an input shape like 64x3x224x224: positive sizes joined by x")
+        raise argparse.ArgumentTypeError(f"{text!r} is not an input shape like 64x3x224x224: positive sizes and x")
     return tuple(int(part) for part in parts)
 
 
@@ -75,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        raise CommandError(
-            "warmup compiles the kernels for the current GPU and needs one: torch sees no CUDA device"
-        )
+        raise CommandError("warmup compiles the kernels for the current GPU and needs one: torch sees no CUDA device")
     import opendnn.torch
 
     factory = model_factory(args.model)

@@ -31,6 +31,7 @@ Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton ke
 """
 
 from opendnn.torch import attention, functions, modules, normalization, operators
+from opendnn.torch.ahead_of_time import WarmupReport, training_step, warmup
 from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
 from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
@@ -78,7 +79,6 @@ from opendnn.torch.modules import (
     Tanh,
 )
 from opendnn.torch.routing import functional_calls
-from opendnn.torch.ahead_of_time import WarmupReport, training_step, warmup
 
 __all__ = [
     "CONVERSIONS",
