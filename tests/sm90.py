@@ -12,6 +12,8 @@ import sys
 import tempfile
 from typing import Any
 
+from opendnn.kernels.warmup import specialize  # noqa: F401  (the tests' name for it)
+
 SKIP_STATUS = 77  # a script's exit status when this machine cannot run Triton's CUDA compiler
 
 
@@ -31,16 +33,6 @@ def target_or_exit(arch: int = 90) -> tuple[Any, Any]:
         print(f"Triton's CUDA compiler cannot run here: {error}")
         sys.exit(SKIP_STATUS)
     return target, backend
-
-
-def specialize(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backend: Any) -> tuple[Any, ...]:
-    """(options, signature, constexprs, attrs) of ``kernel[grid](*args, **kwargs)`` as Triton's
-    launcher derives them from the call's values."""
-    from triton.runtime.jit import create_function_from_signature
-
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, specialization, options = binder(*args, **kwargs)
-    return kernel._pack_args(backend, kwargs, bound, specialization, options)
 
 
 def compile_sm90(

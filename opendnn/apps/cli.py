@@ -1,4 +1,5 @@
-"""The ``opendnn`` command (also ``python -m opendnn``): ``demo``, ``check``, ``bench`` and ``info``.
+"""The ``opendnn`` command (also ``python -m opendnn``): ``demo``, ``check``, ``bench``, ``warmup`` and
+``info``.
 Its help, exit statuses included, is DESCRIPTION and each subcommand's."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import Counter
 from typing import NamedTuple
 
 import opendnn
-from opendnn.apps import bench, demo
+from opendnn.apps import bench, demo, warmup
 from opendnn.apps.command_line import (
     TRITON_PACKAGES,
     USAGE_ERROR,
@@ -81,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_arguments(
         add_command(commands, "bench", "check or time one problem given on the command line", bench.DESCRIPTION)
+    )
+
+    warmup.add_arguments(
+        add_command(
+            commands, "warmup", "compile a model's kernels ahead of its first step, in parallel", warmup.DESCRIPTION
+        )
     )
 
     info = add_command(

@@ -127,7 +127,7 @@ def _run(handle: Handle, operation: str, implementation: Any, problem: Any, tens
     launching = handle.launching()  # refuses a destroyed handle
     recorder = SCOPE.recorder
     if recorder is not None:  # a call being recorded (core/recording.py)
-        recorder.dispatched(handle)
+        recorder.dispatched(handle, operation, problem)
     if log.enabled(log.INFO):
         log.logger().info("%s backend=%s device=%s problem=%s", operation, handle.backend, handle.device, problem)
     with launching:

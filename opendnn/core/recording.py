@@ -7,8 +7,8 @@ to the recorder:
 
 - every ``Launch`` (kernels/launch.py) hands itself and its tensors to ``recorder.launched``, which
   runs it;
-- ``dispatch`` reports the handle each problem runs on (``recorder.dispatched``): an executable is
-  kept on that handle alone;
+- ``dispatch`` reports each problem it runs and the handle it runs on (``recorder.dispatched``): an
+  executable is kept on that handle alone, and a warmup collects the problems;
 - a host step that every replay must repeat (the scratch memory of kernels that build TMA
   descriptors on the device) reports itself (``recorder.repeated``).
 
@@ -29,8 +29,8 @@ class Recorder(Protocol):
     def launched(self, launch: Any, tensors: dict[str, Any]) -> None:
         """``launch`` is called with ``tensors``: the recorder runs it (``launch.launch(tensors)``)."""
 
-    def dispatched(self, handle: Any) -> None:
-        """A problem runs on ``handle``."""
+    def dispatched(self, handle: Any, operation: str, problem: Any) -> None:
+        """``problem`` of ``operation`` (``dispatch.OPERATIONS``) runs on ``handle``."""
 
     def repeated(self, step: Callable[[], None]) -> None:
         """``step`` (a call without arguments) ran before the launches and must run before each replay."""

@@ -115,7 +115,7 @@ class Launch:
     def launch(self, tensors: dict[str, Any]) -> None:
         """Run the kernel with the slots filled from ``tensors``."""
         if self.interpreted:  # every call runs through the interpreter: no key, nothing to keep
-            self.kernel[self.grid](*self._filled(tensors), **self.options)
+            self.kernel[self.grid](*self.filled(tensors), **self.options)
             return
         keyed = [tensors[name] for name in self.keyed]
         addresses = [t.data_ptr() for t in keyed]
@@ -134,9 +134,9 @@ class Launch:
             if self.cluster > 1:
                 if not DIRECT_LAUNCH:
                     raise InternalError(f"cluster launches need triton 3.6's launcher, not {triton.__version__}")
-                kernel = self.kernel.warmup(*self._filled(tensors), grid=self.grid, **self.options)
+                kernel = self.kernel.warmup(*self.filled(tensors), grid=self.grid, **self.options)
             else:
-                kernel = self.kernel[self.grid](*self._filled(tensors), **self.options)
+                kernel = self.kernel[self.grid](*self.filled(tensors), **self.options)
             if isinstance(kernel, CompiledKernel):  # only a compiled kernel is kept; Triton's own runs directly
                 direct = DIRECT_LAUNCH and type(kernel) is CompiledKernel
                 self.compiled[key] = _Direct.of(kernel, self.cluster) if direct else kernel
@@ -144,9 +144,10 @@ class Launch:
                 self.launch(tensors)
         else:  # a launch hook is registered (or another Triton): Triton's runner launches it
             kernel = kept.kernel if kept.__class__ is _Direct else kept
-            kernel[self.grid](*self._filled(tensors), *self.constexprs)
+            kernel[self.grid](*self.filled(tensors), *self.constexprs)
 
-    def _filled(self, tensors: dict[str, Any]) -> list[Any]:
+    def filled(self, tensors: dict[str, Any]) -> list[Any]:
+        """The kernel's leading arguments as ``launch`` passes them, the slots filled from ``tensors``."""
         args = list(self.passed)
         for index, name in self.slots:
             args[index] = tensors[name]

@@ -24,11 +24,14 @@ torch's own operators.
   attention) run on opendnn, for an
   unmodified model; ``functional_calls()``: the same for torch's Python functional calls in a
   ``with`` block, counting what it routed.
+- ``warmup(model, example_input)``: compiles the kernels of a model's step in parallel processes
+  before the step runs, into Triton's on-disk cache.
 
 Tensors on the CPU run on opendnn's NumPy backend, CUDA tensors on its Triton kernels.
 """
 
 from opendnn.torch import attention, functions, modules, normalization, operators
+from opendnn.torch.ahead_of_time import WarmupReport, training_step, warmup
 from opendnn.torch.aten import disable, enable, enabled, is_enabled
 from opendnn.torch.convert import CONVERSIONS, ConversionReport, convert
 from opendnn.torch.fuse import FusedConvolution, FusedLinear, fuse
@@ -125,6 +128,7 @@ __all__ = [
     "Softmax",
     "Softplus",
     "Tanh",
+    "WarmupReport",
     "convert",
     "disable",
     "enable",
@@ -135,4 +139,6 @@ __all__ = [
     "modules",
     "normalization",
     "operators",
+    "training_step",
+    "warmup",
 ]

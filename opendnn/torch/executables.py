@@ -145,7 +145,7 @@ class Recording(TorchDispatchMode):
         finally:
             self.launching = False
 
-    def dispatched(self, handle: Any) -> None:
+    def dispatched(self, handle: Any, operation: str, problem: Any) -> None:
         if not any(handle is seen for seen in self.handles):
             self.handles.append(handle)
 
