@@ -75,7 +75,7 @@ class LaunchCounter:
         self.launches += 1
         launch.launch(tensors)
 
-    def dispatched(self, handle: Any) -> None:
+    def dispatched(self, handle: Any, operation: str, problem: Any) -> None:
         pass
 
     def repeated(self, step: Callable[[], None]) -> None:

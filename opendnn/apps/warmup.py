@@ -41,7 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="MODULE:FUNCTION that makes the torch model when called without arguments (torchvision:resnet50)",
     )
     parser.add_argument("--input", type=input_shape, required=True, default=argparse.SUPPRESS, help="N x C x ...")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="of the model and its input")
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="the step's compute dtype: bfloat16 and float16 run it under torch.autocast, the model's "
+        "parameters and statistics staying float32, as mixed-precision training runs",
+    )
     parser.add_argument("--channels-last", action="store_true", help="model and input in channels-last order")
     parser.add_argument("--eval", action="store_true", help="an inference step (forward alone), not a training one")
     parser.add_argument("--jobs", type=positive_int, default=None, help="compiling processes (default: CPU cores)")
@@ -79,17 +85,18 @@ def run(args: argparse.Namespace) -> int:
     import opendnn.torch
 
     factory = model_factory(args.model)
-    dtype = getattr(torch, args.dtype)
+    autocast = None if args.dtype == "float32" else getattr(torch, args.dtype)
     layout = torch.channels_last if args.channels_last else torch.contiguous_format
-    torch_model = factory().to("cuda", dtype, memory_format=layout)
+    torch_model = factory().to("cuda", memory_format=layout)
     model = copy.deepcopy(torch_model)
     opendnn.torch.convert(model)
-    example_input = torch.randn(args.input, device="cuda", dtype=dtype).contiguous(memory_format=layout)
-    report = opendnn.torch.warmup(model, example_input, training=not args.eval, processes=args.jobs)
+    example_input = torch.randn(args.input, device="cuda").contiguous(memory_format=layout)
+    training = not args.eval
+    report = opendnn.torch.warmup(model, example_input, training=training, autocast=autocast, processes=args.jobs)
     print(f"{args.model} {'x'.join(map(str, args.input))} {args.dtype}: {report}")
     if args.step:
         for name, timed in (("opendnn", model), ("torch", torch_model)):
-            step = opendnn.torch.training_step(timed, example_input, training=not args.eval)
+            step = opendnn.torch.training_step(timed, example_input, training, autocast)
             seconds = [_seconds(step) for _ in range(2)]
             print(f"{name:8s} first step {seconds[0]:.2f} s, second {seconds[1] * 1e3:.1f} ms")
     return 0

@@ -60,14 +60,22 @@ def collect(step: Callable[[], Any]) -> Collector:
     return collector
 
 
-def training_step(model: torch.nn.Module, example_input: torch.Tensor, training: bool = True) -> Callable[[], None]:
+def training_step(
+    model: torch.nn.Module,
+    example_input: torch.Tensor,
+    training: bool = True,
+    autocast: torch.dtype | None = None,
+) -> Callable[[], None]:
     """A step of ``model`` on ``example_input``: the forward, and with ``training`` (the model in train
     mode) the backward to every parameter that needs a gradient (``torch.autograd.grad``: the
-    parameters' ``.grad`` are left alone); in eval mode without gradients otherwise."""
+    parameters' ``.grad`` are left alone); in eval mode without gradients otherwise. With
+    ``autocast`` (torch.bfloat16, torch.float16) the forward runs under ``torch.autocast`` of the
+    input's device type in that dtype, as mixed-precision training runs it."""
 
     def step() -> None:
         model.train(training)
-        with torch.set_grad_enabled(training):
+        cast = torch.autocast(example_input.device.type, autocast, enabled=autocast is not None)
+        with torch.set_grad_enabled(training), cast:
             output = model(example_input)
             outputs = [output] if isinstance(output, torch.Tensor) else [o for o in output if torch.is_tensor(o)]
             parameters = [p for p in model.parameters() if p.requires_grad]
@@ -82,11 +90,13 @@ def warmup(
     example_input: torch.Tensor | None = None,
     *,
     training: bool = True,
+    autocast: torch.dtype | None = None,
     processes: int | None = None,
 ) -> WarmupReport:
     """Compile, in ``processes`` processes (default: one per CPU core), the kernels that a step of
     ``model`` on ``example_input`` launches (``training_step``: forward and backward with
-    ``training``, forward alone in eval mode otherwise), into Triton's on-disk cache for the current
+    ``training``, forward alone in eval mode otherwise; under ``torch.autocast`` in the dtype
+    ``autocast`` names, if any), into Triton's on-disk cache for the current
     GPU. ``model`` may also be a function without arguments that calls opendnn (``example_input``
     None). The model's mode and buffers are as they were after the call.
 
@@ -101,20 +111,22 @@ def warmup(
                 f"example_input is on {example_input.device}: warmup compiles for the CUDA device "
                 "the model runs on; move the model and the input there"
             )
-        collected = _collect_model(model, example_input, training)
+        collected = _collect_model(model, example_input, training, autocast)
     else:
         collected = collect(model)
     target = current_target()
     return compile_all(distinct_compiles(collected.launches, target), target, processes)
 
 
-def _collect_model(model: torch.nn.Module, example_input: torch.Tensor, training: bool) -> Collector:
+def _collect_model(
+    model: torch.nn.Module, example_input: torch.Tensor, training: bool, autocast: torch.dtype | None
+) -> Collector:
     """``collect`` of the model's step, its train / eval mode and buffers (batch norm's running
     statistics and step count) restored afterwards."""
     mode = model.training
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
-        return collect(training_step(model, example_input, training))
+        return collect(training_step(model, example_input, training, autocast))
     finally:
         model.train(mode)
         with torch.no_grad():
