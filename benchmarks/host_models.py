@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import models
 import torch
 import torch.nn.functional as TF
 from torch import nn
@@ -205,28 +206,9 @@ def model_step(name: str, mode: str, x: torch.Tensor) -> Callable[[], Any]:
     model.train(not inference)
     if "fused" in mode:
         model = ot.fuse(model)
-    calls = ot.functional_calls()
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
-    if inference:
-
-        def forward() -> Any:
-            with torch.no_grad(), autocast, calls:
-                return model(x)
-
-        return forward
     labels = torch.arange(x.shape[0]) % CLASSES
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-
-    def train() -> Any:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast, calls:
-            logits = model(x)
-        loss = TF.cross_entropy(logits.float(), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
-
-    return train
+    step = models.inference_step if inference else models.training_step
+    return step(model, x, labels, ot.functional_calls())
 
 
 def report(name: str, mode: str, batch: int, size: int, count: int) -> None:
