@@ -18,7 +18,10 @@ training step's backward included (``enable()`` costs milliseconds to enter and 
 ``add`` is opendnn's ``functional.add`` called directly (converted models keep torch's ``+``); ``bn_fwd``
 and ``bn_bwd`` are ``functional.batch_norm``'s training forward and ``batch_norm_backward`` called
 directly on a bf16 8 x 64 x 16 x 16 input (float32 parameters, saved statistics given).
-``--profile OP`` prints a cProfile of one row.
+``--profile OP`` prints a cProfile of one row. ``--model NAME`` steps a whole converted model instead
+(``mobilenet_v2``, ``resnet50``; ``benchmarks/host_models.py``): per step its host time, the calls
+that replayed an executable, took the full path or were recorded, every Fallback with its reason,
+and the calls that would wait for the GPU.
 
 The module rows go to ``benchmarks/results/host_cpu.json`` (``--results``; ``''`` saves nothing) with
 the date, CPU and versions; ``benchmarks/run.py --report`` renders them in BENCHMARKS.md. Run it with
@@ -26,6 +29,7 @@ the date, CPU and versions; ``benchmarks/run.py --report`` renders them in BENCH
 (glibc otherwise maps and faults large allocations anew, and the training rows jump between two modes).
 
     PYTHONPATH=. python benchmarks/host_overhead.py [--repeats N] [--profile OP [--train]] [--results PATH]
+    PYTHONPATH=. python benchmarks/host_overhead.py --model mobilenet_v2 [--batch 2 --size 64 --steps 4]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 os.environ["OPENDNN_BACKEND"] = "triton"
 
+import host_models  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
@@ -161,6 +166,11 @@ def main() -> None:
     parser.add_argument("--train", action="store_true", help="profile the training step instead")
     parser.add_argument("--autocast", action="store_true", help="run every module under bf16 autocast")
     parser.add_argument("--results", default=str(RESULTS), help="the results file ('': none)")
+    parser.add_argument("--model", choices=sorted(host_models.BUILDERS), help="step this whole model instead")
+    parser.add_argument("--modes", default=",".join(host_models.MODES), help="--model's modes, comma-separated")
+    parser.add_argument("--batch", type=int, default=2, help="--model's batch")
+    parser.add_argument("--size", type=int, default=64, help="--model's image height and width")
+    parser.add_argument("--steps", type=int, default=4, help="--model's steps per mode (the first records)")
     args = parser.parse_args()
     InterpretedFunction.run = lambda self, *a, **k: None  # the host path only: kernels do nothing
     # one thread: tiny inputs gain nothing from torch's thread pool, whose synchronization on a shared
@@ -170,6 +180,10 @@ def main() -> None:
     # floats, autograd's accumulation of the gradients costs microcode assists (tens of us, varying
     # with the garbage): flushed to zero, every row pays for its host path alone
     torch.set_flush_denormal(True)
+    if args.model:
+        for mode in args.modes.split(","):
+            host_models.report(args.model, mode.strip(), args.batch, args.size, args.steps)
+        return
     torch.manual_seed(0)
     x = torch.randn(8, 64, 16, 16).contiguous(memory_format=torch.channels_last)
     rows: list[dict[str, object]] = []

@@ -247,9 +247,9 @@ def measure(
             "error": None,
             "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone],
         }
-        step = _inference if mode.startswith("inference") else _training_step
+        step = inference_step if mode.startswith("inference") else training_step
         if "fused" in mode and step not in fused_models:  # folded for inference; bn + add + relu for training
-            fused_models[step] = ot.fuse(ours.eval() if step is _inference else ours.train())
+            fused_models[step] = ot.fuse(ours.eval() if step is inference_step else ours.train())
         net = fused_models[step] if "fused" in mode else ours
         theirs = model
         if "compiled" in mode:
@@ -296,7 +296,7 @@ def _saved(row: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in saved.items() if value is not None}
 
 
-def _inference(
+def inference_step(
     model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor, context: AbstractContextManager[Any]
 ) -> Callable[[], torch.Tensor]:
     model.eval()
@@ -308,7 +308,7 @@ def _inference(
     return run
 
 
-def _training_step(
+def training_step(
     model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor, context: AbstractContextManager[Any]
 ) -> Callable[[], torch.Tensor]:
     model.train()
