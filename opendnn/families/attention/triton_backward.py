@@ -12,6 +12,9 @@ that sums its terms in a fixed order, and a workspace linear in the sequence len
 
 Both split their loop as the forward does: the interior's blocks (query_range, key_range), with no
 mask, then the edge blocks; the padding past the program's own length is zeroed after the loop.
+Each of kernels 1-3 takes its block from scheduled_block, as the forward: the heaviest first under
+a causal mask (the last query blocks for dQ, the first key blocks for dK/dV), and over the real
+blocks of ragged sequences.
 4. ``attention_dbias_kernel`` (only when dbias is asked for): one program per tile of the bias's
    own dims sums dS over the dims the bias broadcasts (batch, heads, queries or keys).
 5. ``attention_dsinks_kernel`` (only with sinks): one program per query head sums
