@@ -2,7 +2,12 @@
 lengths, diagonal shifts and bands, the loops of ``key_range`` (``query_range``) and ``block_loop``
 visit every key (query) block that holds a pair taking part, each once, none for a block wholly past
 its own length, and take as interior (no mask) exactly the whole blocks whose every pair lies in the
-band and inside the other side's length (the block's own padding past its length aside)."""
+band and inside the other side's length (the block's own padding past its length aside). The
+programs' blocks: ``scheduled_block`` gives every block of a dense or ragged grid to one rank, once
+(empty sequences, sequences of one row, lengths not multiples of the block), in reverse order within
+a sequence when asked, and the spare ranks of a ragged grid blocks past their sequence's end."""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,9 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
-from opendnn.families.attention.triton_tiles import block_loop, key_range, query_range
+from opendnn.families.attention import triton_backend
+from opendnn.families.attention.triton_tiles import block_loop, key_range, query_range, scheduled_block
 
 MAX_VISITS = tl.constexpr(16)  # more than any case's blocks
+MAX_SEQUENCES = tl.constexpr(8)  # at least any case's sequences: the offsets scheduled_block loads at once
 
 
 @triton.jit
@@ -107,3 +114,44 @@ def test_loops_visit_each_needed_block_once_and_the_interior_exactly(keys, band,
             assert count == 0, case
         else:
             assert interior == {first for first in blocks_of_other if unmasked[first].all()}, case
+
+
+@triton.jit
+def scheduled_blocks_kernel(
+    offsets_ptr, blocks_ptr, batch, seq_len, REVERSED: tl.constexpr, RAGGED: tl.constexpr, BLOCK: tl.constexpr
+):
+    """Program (rank, b): the (batch, first row) scheduled_block gives it, at blocks[b, rank]."""
+    rank = tl.program_id(0)
+    b, start = scheduled_block(
+        rank, tl.program_id(1), offsets_ptr, 1, batch, seq_len, REVERSED, RAGGED, BLOCK, MAX_SEQUENCES
+    )
+    slot = (tl.program_id(1) * tl.num_programs(0) + rank) * 2
+    tl.store(blocks_ptr + slot, b)
+    tl.store(blocks_ptr + slot + 1, start)
+
+
+@pytest.mark.parametrize("reversed_order", [False, True], ids=["launch_order", "reversed"])
+@pytest.mark.parametrize("block", [16, 32])
+@pytest.mark.parametrize(
+    "lengths", [[5, 37, 1, 0, 20], [0, 0, 64], [1], [32, 32, 33, 0, 1, 95, 16]], ids=["mixed", "empty", "one", "long"]
+)
+def test_scheduled_blocks_cover_each_block_once_heaviest_first(lengths, block, reversed_order):
+    batch, seq_len = len(lengths), max(lengths)
+    offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+    needed = {(b, start) for b, length in enumerate(lengths) for start in range(0, length, block)}
+    for ragged in (False, True):
+        problem = SimpleNamespace(batch=batch, ragged=ragged)
+        ranks, rows = triton_backend._block_grid(problem, 1, int(offsets[-1]), seq_len, block)
+        assert ranks <= (triton.cdiv(int(offsets[-1]), block) + batch if ragged else triton.cdiv(seq_len, block))
+        blocks = torch.full((rows, ranks, 2), -1, dtype=torch.int32)
+        scheduled_blocks_kernel[(ranks, rows)](offsets, blocks, batch, seq_len, reversed_order, ragged, block)
+        given = [tuple(pair) for pair in blocks.reshape(-1, 2).tolist()]
+        real = [(b, start) for b, start in given if start < lengths[b]]
+        if ragged:  # the ranks past the real blocks fall past their sequence's end
+            assert len(given) - len(real) <= batch and all(0 <= b < batch for b, _ in given)
+        else:  # every batch has the longest sequence's blocks; those past its own length are empty
+            assert sorted(given) == [(b, start) for b in range(batch) for start in range(0, seq_len, block)]
+        assert sorted(real) == sorted(needed)
+        for b in range(batch):  # within a sequence: last block first when reversed
+            starts = [start for owner, start in real if owner == b]
+            assert starts == sorted(starts, reverse=reversed_order)

@@ -3,8 +3,9 @@ float64, float32 and float16 with every mask, the bias and its gradient, softcap
 their gradient,
 dropout (its mask regenerated in the backward), GQA, padded head dims and any strides, with outputs
 poisoned with NaN inside larger buffers that must stay untouched; tiles of the planner and tiles
-of 16 x 16 (many blocks per row); a bitwise repeatable backward; and every kernel compiled for the
-H200 (sm_90) under the launcher's own arguments."""
+of 16 x 16 (many blocks per row); a bitwise repeatable backward; the heaviest-block-first order bitwise equal
+to the ranks' own; and every kernel compiled for the H200 (sm_90) under the launcher's own
+arguments."""
 
 import os
 import subprocess
@@ -14,9 +15,11 @@ import numpy as np
 import pytest
 import sm90
 import torch
+import triton
+import triton.language as tl  # noqa: F401 (a jit function's module must hold it)
 
 import opendnn as od
-from opendnn.families.attention import triton_backend
+from opendnn.families.attention import triton_backend, triton_backward, triton_forward
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.problem import (
     AttentionDescriptor,
@@ -25,6 +28,7 @@ from opendnn.families.attention.problem import (
     reference_backward,
     reference_forward,
 )
+from opendnn.families.attention.triton_tiles import scheduled_block
 
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
@@ -218,6 +222,33 @@ def test_backward_is_bitwise_repeatable():
     second, _ = run_case("window_softcap_boolean_mask", torch.float32)
     for a, b in zip(first[2:5], second[2:5]):
         assert torch.equal(a, b)
+
+
+@triton.jit
+def launch_order_block(rank, b, offsets_ptr, offsets_stride, batch, seq_len, REVERSED, RAGGED, BLOCK, BLOCK_B):
+    """scheduled_block with the blocks in the order of the ranks, never reversed (the constexprs pass through)."""
+    return scheduled_block(rank, b, offsets_ptr, offsets_stride, batch, seq_len, False, RAGGED, BLOCK, BLOCK_B)
+
+
+@pytest.mark.parametrize("tiles", ["tiles_16"], indirect=True)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "causal_top_left_more_queries_than_keys",
+        "causal_bottom_right_window_more_queries_lengths",
+        "left_window_only_bottom_right_keys_no_query_sees",
+        "gqa_bottom_right_bias_dropout_lengths",
+    ],
+)
+def test_heaviest_block_first_changes_no_bit(name, tiles, monkeypatch):
+    """Every program computes its block as in the ranks' own order: the outputs and gradients equal
+    bitwise those of the kernels with scheduled_block's reversal off."""
+    heaviest_first, _ = run_case(name, torch.float32)
+    for module in (triton_forward, triton_backward):
+        monkeypatch.setattr(module, "scheduled_block", launch_order_block)
+    in_rank_order, _ = run_case(name, torch.float32)
+    for ours, theirs in zip(heaviest_first, in_rank_order):
+        assert (ours is None and theirs is None) or torch.equal(ours, theirs)
 
 
 def test_lengths_outside_the_sequence_are_clamped():

@@ -144,6 +144,42 @@ def test_ragged_kernels_match_the_float64_reference(name, dtype, tiles):
         assert relative(extra_backward["dsinks"], expected.dsinks) < max(TOLERANCE[dtype], 1e-5)
 
 
+def padded(packed, cu, length):
+    """(tokens, heads, D) packed sequences as a (B, heads, length, D) batch, zeros past each one."""
+    dense = packed.new_zeros(len(cu) - 1, packed.shape[1], length, packed.shape[2])
+    for b in range(len(cu) - 1):
+        dense[b, :, : cu[b + 1] - cu[b]] = packed[cu[b] : cu[b + 1]].transpose(0, 1)
+    return dense
+
+
+@pytest.mark.parametrize("extra", [{}, dict(window=(7, None), dropout_p=0.2, seed=5)], ids=["causal", "window_dropout"])
+def test_ragged_calls_equal_the_dense_call_over_the_same_sequences_bitwise(extra, tiles):
+    """The ragged grid computes each sequence's blocks as the dense grid computes batch b padded to
+    the longest with per-batch lengths (causal bottom-right, float32): the same bits, forward and
+    backward, in every row of every sequence."""
+    rng = np.random.default_rng(8)
+    cu_q, cu_kv = offsets(LENS_Q), offsets(LENS_KV)
+    q, do = (torch.tensor(rng.standard_normal((int(cu_q[-1]), 4, 16)), dtype=torch.float32) for _ in range(2))
+    k, v = (torch.tensor(rng.standard_normal((int(cu_kv[-1]), 2, 16)), dtype=torch.float32) for _ in range(2))
+    common = dict(is_causal=True, handle=od.Handle(backend="triton"), **extra)
+    ragged = (torch.tensor(cu_q), torch.tensor(cu_kv), max(LENS_Q), max(LENS_KV))
+    out, stats = F.scaled_dot_product_attention_varlen(q, k, v, *ragged, return_stats=True, **common)
+    grads = F.scaled_dot_product_attention_varlen_backward(do, q, k, v, out, stats, *ragged, **common)
+    dense = [padded(x, cu, max(lens)) for x, cu, lens in ((q, cu_q, LENS_Q), (k, cu_kv, LENS_KV), (v, cu_kv, LENS_KV))]
+    dense_do = padded(do, cu_q, max(LENS_Q))
+    common |= dict(seq_lens_q=torch.tensor(LENS_Q), seq_lens_kv=torch.tensor(LENS_KV), alignment="bottom_right")
+    dense_out, dense_stats = F.scaled_dot_product_attention(*dense, enable_gqa=True, return_stats=True, **common)
+    dense_grads = F.scaled_dot_product_attention_backward(
+        dense_do, *dense, dense_out, dense_stats, enable_gqa=True, **common
+    )
+    for b, (length_q, length_kv) in enumerate(zip(LENS_Q, LENS_KV)):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_kv[b], cu_kv[b + 1])
+        assert torch.equal(out[rows], dense_out[b, :, :length_q].transpose(0, 1))
+        assert torch.equal(stats[:, rows], dense_stats[b, :, :length_q])
+        for ours, theirs, part, length in zip(grads, dense_grads, (rows, keys, keys), (length_q, length_kv, length_kv)):
+            assert torch.equal(ours[part], theirs[b, :, :length].transpose(0, 1))
+
+
 def test_ragged_reference_is_each_sequence_computed_alone():
     """Packed sequences give what each sequence gives as a batch of one (bottom-right causal)."""
     rng = np.random.default_rng(4)

@@ -591,7 +591,8 @@ def scaled_dot_product_attention_varlen(
         cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 or int64 offsets: 0 or more, never decreasing,
             the last one the total tokens. They are read on the host before any kernel runs (from a
             device: a synchronisation).
-        max_seqlen_q, max_seqlen_k: at least the longest sequence of each side: the kernels' grid.
+        max_seqlen_q, max_seqlen_k: at least the longest sequence of each side: the kernels plan their
+            tiles and the backward's workspace for it.
         alignment: BOTTOM_RIGHT by default, FlashAttention's causal for sequences of unequal lengths
             (the last query on the last key of its own sequence).
         alibi_slopes: (heads,) or (B, heads). Other arguments: as scaled_dot_product_attention.

@@ -138,9 +138,7 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     args.update({f"{slot}_ptr": None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)})
     if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
-    batch, heads_q, heads_kv = problem.batch, problem.q.dims[1], problem.k.dims[1]
-    seq_q, seq_kv = problem.seq_q, problem.seq_kv
-    query_blocks = (triton.cdiv(seq_q, plan.block_m), batch * heads_q)
+    query_blocks = _block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, plan.block_m)
     if not problem.backward:
         _launch(attention_forward_kernel, query_blocks, args, plan)
         return
@@ -150,14 +148,26 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     workspace = torch.empty(workspace_size(problem), dtype=torch.uint8, device=args["q_ptr"].device)
     args["delta_ptr"] = workspace.view(dtype)
     _launch(attention_delta_kernel, query_blocks, args, plan)
-    _launch(attention_dkdv_kernel, (triton.cdiv(seq_kv, plan.block_n), batch * heads_kv), args, plan)
+    key_blocks = _block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
+    _launch(attention_dkdv_kernel, key_blocks, args, plan)
     _launch(attention_dq_kernel, query_blocks, args, plan)
     if problem.dbias is not None:
         bias_batch, bias_heads, bias_queries, bias_keys = problem.dbias.dims
         tiles = triton.cdiv(bias_queries, plan.block_m) * triton.cdiv(bias_keys, plan.block_n)
         _launch(attention_dbias_kernel, (tiles, bias_batch * bias_heads), args, plan)
     if problem.dsinks is not None:
-        _launch(attention_dsinks_kernel, (heads_q, 1), args, plan)
+        _launch(attention_dsinks_kernel, (problem.q.dims[1], 1), args, plan)
+
+
+def _block_grid(problem: AttentionProblem, heads: int, rows: int, seq_len: int, block: int) -> tuple[int, int]:
+    """The grid of a kernel with a program per block of one side's rows (``block`` of them) and
+    head: (blocks of seq_len, batch * heads), or with ragged sequences (blocks, heads) over the
+    real blocks, which ``rows`` packed tokens in ``batch`` sequences bound by cdiv(rows, block) +
+    batch (each sequence's last block may be partial) without reading the offsets on the host."""
+    batch = problem.batch
+    if not problem.ragged:
+        return triton.cdiv(seq_len, block), batch * heads
+    return min(triton.cdiv(rows, block) + batch, batch * triton.cdiv(seq_len, block)), heads
 
 
 def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> None:
@@ -251,6 +261,7 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         BLOCK_N=plan.block_n,
         BLOCK_D=plan.block_d,
         BLOCK_DV=plan.block_dv,
+        BLOCK_B=triton.next_power_of_2(problem.batch) if ragged else 1,  # the offsets scheduled_block loads
     )
     return tuple(args.items())
 

@@ -12,6 +12,9 @@ that sums its terms in a fixed order, and a workspace linear in the sequence len
 
 Both split their loop as the forward does: the interior's blocks (query_range, key_range), with no
 mask, then the edge blocks; the padding past the program's own length is zeroed after the loop.
+Each of kernels 1-3 takes its block from scheduled_block, as the forward: the heaviest first under
+a causal mask (the last query blocks for dQ, the first key blocks for dK/dV), and over the real
+blocks of ragged sequences.
 4. ``attention_dbias_kernel`` (only when dbias is asked for): one program per tile of the bias's
    own dims sums dS over the dims the bias broadcasts (batch, heads, queries or keys).
 5. ``attention_dsinks_kernel`` (only with sinks): one program per query head sums
@@ -43,6 +46,7 @@ from opendnn.families.attention.triton_tiles import (
     load_tile,
     log2_score_scalars,
     query_range,
+    scheduled_block,
     sequence_lengths,
     store_tile,
     tile_scores,
@@ -59,6 +63,7 @@ def attention_delta_kernel(
     o_strides,
     do_strides,
     seq_lens_strides,
+    batch,
     heads_q,
     seq_q,
     seq_kv,
@@ -70,11 +75,16 @@ def attention_delta_kernel(
     COMPUTE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
-    """Program (m, b * Hq + h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] for BLOCK_M rows i
-    (of a ragged sequence: its own rows, at (b * Hq + h) * max_seqlen_q + i)."""
+    """Program (rank, b * Hq + h), ragged (rank, h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d]
+    for the BLOCK_M rows i of scheduled_block's block (of a ragged sequence: its own rows, at
+    (b * Hq + h) * max_seqlen_q + i)."""
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
+    b, start_m = scheduled_block(
+        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, seq_q, False, RAGGED, BLOCK_M, BLOCK_B
+    )
     _, _, _, start_q, _, limit_q, _ = sequence_lengths(
         b,
         seq_lens_q_ptr,
@@ -87,14 +97,14 @@ def attention_delta_kernel(
         RAGGED,
         BOTTOM_RIGHT,
     )
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = start_m + tl.arange(0, BLOCK_M)
     value_dims = tl.arange(0, BLOCK_DV)
     o_base = head_base(b, h, o_strides, start_q)
     o = load_tile(o_ptr, o_base, rows, value_dims, o_strides, limit_q, value_dim, 0.0)
     do_base = head_base(b, h, do_strides, start_q)
     do = load_tile(do_ptr, do_base, rows, value_dims, do_strides, limit_q, value_dim, 0.0)
     delta = tl.sum(o.to(COMPUTE) * do.to(COMPUTE), 1)
-    tl.store(delta_ptr + tl.program_id(1).to(tl.int64) * seq_q + rows, delta, mask=rows < limit_q)
+    tl.store(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, delta, mask=rows < limit_q)
 
 
 @triton.jit
@@ -283,6 +293,7 @@ def attention_dkdv_kernel(
     dk_strides,
     dv_strides,
     # sizes
+    batch,
     heads_q,
     group,
     seq_q,
@@ -319,12 +330,27 @@ def attention_dkdv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
-    """Program (n, b * Hkv + kv head): dK and dV of keys n * BLOCK_N .. + BLOCK_N - 1."""
+    """Program (rank, b * Hkv + kv head), ragged (rank, kv head): dK and dV of the BLOCK_N keys of
+    scheduled_block's block, the heaviest first: a key block is seen by the queries from it on under
+    a causal mask, so the first blocks are the heaviest, and the order is reversed only for a band
+    bounded on the left alone."""
     heads_kv = heads_q // group
-    b = tl.program_id(1) // heads_kv
+    b = tl.program_id(1) // heads_kv  # ragged: the grid's axis 1 is the heads, b comes from the offsets
     kv_head = tl.program_id(1) % heads_kv
-    start_n = tl.program_id(0) * BLOCK_N
+    b, start_n = scheduled_block(
+        tl.program_id(0),
+        b,
+        seq_lens_kv_ptr,
+        seq_lens_strides[1],
+        batch,
+        seq_kv,
+        HAS_LEFT and not HAS_RIGHT,
+        RAGGED,
+        BLOCK_N,
+        BLOCK_B,
+    )
     len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
         b,
         seq_lens_q_ptr,
@@ -450,6 +476,7 @@ def attention_dq_kernel(
     alibi_strides,
     dq_strides,
     # sizes
+    batch,
     heads_q,
     group,
     seq_q,
@@ -486,12 +513,16 @@ def attention_dq_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
-    """Program (m, b * Hq + h): dQ of queries m * BLOCK_M .. + BLOCK_M - 1."""
-    b = tl.program_id(1) // heads_q
+    """Program (rank, b * Hq + h), ragged (rank, h): dQ of the BLOCK_M queries of scheduled_block's
+    block, the heaviest first under a causal mask (as the forward)."""
+    b = tl.program_id(1) // heads_q  # ragged: the grid's axis 1 is the heads, b comes from the offsets
     h = tl.program_id(1) % heads_q
     kv_head = h // group
-    start_m = tl.program_id(0) * BLOCK_M
+    b, start_m = scheduled_block(
+        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, seq_q, HAS_RIGHT, RAGGED, BLOCK_M, BLOCK_B
+    )
     len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
         b,
         seq_lens_q_ptr,

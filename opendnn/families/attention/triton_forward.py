@@ -22,8 +22,11 @@ The key blocks run in two loops of one body: first the interior's (key_range: th
 band and the lengths for every query of the block), whose loads and scores carry no mask, then the
 edge blocks with the whole pipeline. Padding queries past len_q are reset after the loops.
 
-Ragged sequences (RAGGED) start at their offsets and grid over the longest one (max_seqlen_q): the
-programs of a shorter sequence's missing query blocks exit at once. Paged K/V (PAGED) gathers each
+Program order: under a band bounded on the right (causal), a query block sees more keys the later
+it lies, so its ranks run from the last block to the first (scheduled_block): the GPU starts the
+heaviest programs first and the launch ends on light ones. Ragged sequences (RAGGED) start at their
+offsets; the grid covers their real query blocks (the packed tokens' blocks plus one per sequence
+at most), each program finding its sequence and block from the offsets. Paged K/V (PAGED) gathers each
 key tile's rows through the block table, one table entry per key (cached in L1 across the tile),
 so a block size of at least 16 keeps the loads as wide as the dense ones.
 """
@@ -46,6 +49,7 @@ from opendnn.families.attention.triton_tiles import (
     load_tile,
     log2_score_scalars,
     paged_rows,
+    scheduled_block,
     sequence_lengths,
     store_tile,
     tile_scores,
@@ -79,6 +83,7 @@ def attention_forward_kernel(
     sinks_stride,
     block_table_strides,
     # sizes
+    batch,
     heads_q,
     group,
     seq_q,
@@ -119,11 +124,15 @@ def attention_forward_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
-    """Program (m, b * Hq + h): o and lse of queries m * BLOCK_M .. + BLOCK_M - 1 of batch b, head h."""
-    start_m = tl.program_id(0) * BLOCK_M
-    b = tl.program_id(1) // heads_q
+    """Program (rank, b * Hq + h), ragged (rank, h): o and lse of the BLOCK_M queries of batch b, head
+    h that scheduled_block gives the rank, the heaviest block first under a causal mask."""
+    b = tl.program_id(1) // heads_q  # ragged: the grid's axis 1 is the heads, b comes from the offsets
     h = tl.program_id(1) % heads_q
+    b, start_m = scheduled_block(
+        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, seq_q, HAS_RIGHT, RAGGED, BLOCK_M, BLOCK_B
+    )
     kv_head = h // group
     len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
         b,

@@ -92,6 +92,45 @@ def head_base(b, h, strides, start):
 
 
 @triton.jit
+def scheduled_block(
+    rank,
+    b,
+    offsets_ptr,
+    offsets_stride,
+    batch,
+    seq_len,
+    REVERSED: tl.constexpr,
+    RAGGED: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """(b, start): the batch and first row of the block that the program of ``rank`` on its grid's
+    block axis computes. Dense: block ``rank`` of cdiv(seq_len, BLOCK), batch b as given. RAGGED: the
+    ranks run over the real blocks of every sequence, sequence by sequence (cdiv(length, BLOCK) each,
+    from the (batch + 1) offsets at ``offsets_ptr``, BLOCK_B >= batch of them loaded at once): rank r
+    is in the sequence whose blocks' running count first passes r; the at most ``batch`` ranks past
+    the last sequence's blocks get a block past its end (an empty range: they store nothing).
+    REVERSED: a sequence's blocks run from its last to its first (the heaviest first where the
+    band grows along the axis); in every case each block is one rank's, once."""
+    blocks = tl.cdiv(seq_len, BLOCK)
+    index = rank
+    if RAGGED:
+        sequences = tl.arange(0, BLOCK_B)
+        inside = sequences < batch
+        starts = tl.load(offsets_ptr + sequences.to(tl.int64) * offsets_stride, mask=inside, other=0)
+        stops = tl.load(offsets_ptr + (sequences + 1).to(tl.int64) * offsets_stride, mask=inside, other=0)
+        counts = tl.cdiv(stops - starts, BLOCK).to(tl.int32)
+        ends = tl.cumsum(counts, 0)  # past each sequence's last block
+        b = tl.minimum(tl.sum((ends <= rank).to(tl.int32), 0), batch - 1)
+        own = sequences == b
+        blocks = tl.sum(tl.where(own, counts, 0), 0)
+        index = rank - tl.sum(tl.where(own, ends, 0), 0) + blocks
+    if REVERSED:
+        index = tl.where(index < blocks, blocks - 1 - index, index)
+    return b, index * BLOCK
+
+
+@triton.jit
 def sequence_lengths(
     b,
     seq_lens_q_ptr,
