@@ -98,6 +98,16 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "runs NHWC with KRSC filters, float32 NCHW with TF32 on both sides.",
         4,
     ),
+    "convolution_networks": (
+        "Convolution layers of other networks",
+        "Layers that no planner table was tuned on, at batch 64 unless the case names another: dense 3x3 "
+        "layers of VGG-16 and a U-Net decoder (batch 16), ResNeXt-50's grouped 3x3 (32 groups), ConvNeXt-T's "
+        "7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's strided depthwise 3x3, a 3-D 3x3x3 "
+        "layer over 16 frames (batch 8), and ResNet-50's layer-3 3x3 at batch 1 and 256; forward, backward "
+        "data and backward filter with the default algorithms against cuDNN (`cudnn.benchmark` on), layouts "
+        "as in the convolution table.",
+        4,
+    ),
     "convolution_fused": (
         "Fused convolution",
         "Inference of conv -> batch norm -> + residual -> relu as one opendnn "
