@@ -51,8 +51,10 @@ consumer 240 (a 64 x 256 accumulator is 128 of them).
 8, 16 or 32 KB); the epilogue's layout conversion takes up to 8 KB a consumer. Of sm_90's 227 KB a
 block, the stages that fit beside the epilogue (``stages``): 8 for BLOCK_N = 64, 6 for 128, 4 for 256.
 
-**Tiles.** BLOCK_N is 64, 128 or 256 output channels, the one whose tiles finish soonest on the
-GPU's SMs: fewest rounds of tiles times BLOCK_N, ties to the widest (``block_n``).
+**Tiles.** BLOCK_N is 64, 128 or 256 output channels, the one whose tiles the design expects to
+finish soonest on the GPU's SMs: fewest rounds of tiles times the rows a step loads (128 + BLOCK_N),
+ties to the widest (``block_n``). A narrow tile reloads the same boxes for more tiles; a wide one
+can leave SMs idle in the last round.
 
 **Arguments.** The kernel takes ``conv_tma_kernel``'s arguments (``triton_tma.tma_arguments``). The
 partitions take every scalar as an argument of its own, in tuples written out where
@@ -557,10 +559,14 @@ def stages(block_n: int) -> int:
 
 
 def block_n(boxes: int, outputs: int, sms: int) -> int:
-    """The output-channel tile whose tiles finish soonest: fewest rounds of ``sms`` tiles times its
-    width, ties to the widest; no wider than the channels need."""
+    """The output-channel tile whose tiles finish soonest, no wider than the channels need: fewest
+    rounds of ``sms`` tiles times the rows a tile's step loads (the 128-pixel box and BLOCK_N filter
+    rows, which its MMAs' time grows with too), ties to the widest."""
     widths = [width for width in (64, 128, 256) if width == 64 or width < 2 * outputs]
-    return min(widths, key=lambda width: (triton.cdiv(boxes * triton.cdiv(outputs, width), sms) * width, -width))
+    return min(
+        widths,
+        key=lambda width: (triton.cdiv(boxes * triton.cdiv(outputs, width), sms) * (TMA_BLOCK_M + width), -width),
+    )
 
 
 def warp_specialized_launch(problem: ConvolutionProblem) -> Launch:
