@@ -30,7 +30,8 @@ activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operand
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
 (and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
 cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
-forward keeps zero workspace.
+forward keeps zero workspace. On an sm_90 GPU the 16-bit forward and backward data of that route run
+on the persistent, warp-specialized Gluon engine of ``gluon_hopper`` (``Strategy.WARP_SPECIALIZED_TMA``).
 
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
