@@ -2,7 +2,7 @@
 dtype: the route the default algorithm takes, its error against float64, its workspace, and GPU
 time (CUDA-graph replay) beside cuDNN's (torch, cudnn.benchmark, TF32 allowed for float32).
 
-    PYTHONPATH=. python3 benchmarks/convolution_layers.py nchw_float32 [--out FILE.json]
+    PYTHONPATH=. python3 benchmarks/convolution_layers.py nchw_float32 [--layers NAME ...] [--out FILE.json]
 
 Prints one line per case, then the geometric mean and the minimum of cudnn / opendnn per direction.
 """
@@ -18,6 +18,7 @@ from convolution_kernels import DATA, FILTER, FWD, LAYERS, Case, bench_graph
 
 from opendnn.core.dtypes import DataType
 from opendnn.families.convolution import triton_backend as kernels
+from opendnn.kernels.device import has_wgmma
 
 DTYPES = {"float32": DataType.FLOAT, "bfloat16": DataType.BFLOAT16, "float16": DataType.HALF}
 
@@ -27,19 +28,22 @@ def route(case: Case) -> str:
         return "matmul"
     if kernels.tma_blocks(case.problem) is None:
         return "old"  # the cp.async GEMM or the direct kernels
+    if kernels.choose(case.problem, tma_aligned=True, hopper=has_wgmma(0)) is kernels.Strategy.WARP_SPECIALIZED_TMA:
+        return "gluon"
     return "tma+staged" if kernels.staged(case.problem) else "tma"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("layout_dtype", help="nchw_float32, nhwc_bfloat16, nhwc_float32, ...")
+    parser.add_argument("--layers", nargs="+", choices=LAYERS, default=list(LAYERS), help="the layers to run")
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
     layout, dtype = args.layout_dtype.split("_")
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     rows = []
-    for layer in LAYERS:
+    for layer in args.layers:
         for direction in (FWD, DATA, FILTER):
             case = Case(layer, direction, DTYPES[dtype], layout == "nhwc")
             error = case.error()

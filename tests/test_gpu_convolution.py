@@ -219,3 +219,108 @@ def test_nchw_1x1_backward_filter_as_per_image_products_on_gpu(dtype):
     got = ours()
     assert relative_error(got, want) < bound, (relative_error(got, want), bound)
     assert torch.equal(got, ours())
+
+
+# ---- the warp-specialized engine (convolution/gluon_hopper.py) --------------------------------------
+
+# (batch, C, H, W, K): ResNet-50's stride-1 3x3 layers, then sizes no box or tile divides
+ENGINE_SHAPES = [
+    (2, 64, 56, 56, 64),
+    (4, 128, 28, 28, 128),
+    (8, 256, 14, 14, 256),
+    (8, 512, 7, 7, 512),
+    (3, 192, 13, 21, 160),
+    (5, 64, 9, 30, 200),
+]
+
+
+def _sub_region(n, c, h, w, fill=None):
+    """An (N, C, H, W) channels-last bfloat16 view inside a NaN-filled buffer larger in every dim but
+    N, 16-byte aligned (what TMA reads), and the buffer; ``fill``: values for the view."""
+    buffer = torch.full((n, h + 2, w + 3, c + 8), math.nan, dtype=torch.bfloat16, device=DEVICE)
+    view = buffer[:, 1 : h + 1, 2 : w + 2, 8:].permute(0, 3, 1, 2)
+    if fill is not None:
+        view.copy_(fill)
+    return view, buffer
+
+
+def _untouched_outside(view, buffer):
+    """Every element of ``buffer`` outside ``view`` still NaN."""
+    inside = torch.zeros_like(buffer, dtype=torch.bool)
+    inside[:, 1 : view.shape[2] + 1, 2 : view.shape[3] + 2, 8:] = True
+    return bool(buffer[~inside].isnan().all())
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("n, c, h, w, k", ENGINE_SHAPES)
+def test_warp_specialized_engine_is_within_bfloat16_rounding_and_repeatable(n, c, h, w, k, direction, beta):
+    """Stride 1, pad 1, in strided sub-regions: the engine's result is float64's rounded to bfloat16
+    (1.25x its rounding, as the TMA kernel's test), bitwise equal over 4 runs, and nothing outside the
+    output is written. beta = 0: the output is NaN before each run; beta = 0.5: it holds a prior."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+    from opendnn.kernels.device import has_wgmma
+
+    handle = od.create(DEVICE)
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
+    x, _ = _sub_region(n, c, h, w, torch.randn(n, c, h, w))
+    dy, _ = _sub_region(n, k, h, w, torch.randn(n, k, h, w))
+    filt = (torch.randn(k, c, 3, 3) / math.sqrt(9 * c)).to(DEVICE, torch.bfloat16)
+    filt = filt.contiguous(memory_format=torch.channels_last)
+    forward = direction == "forward"
+    out, buffer = _sub_region(n, k if forward else c, h, w)
+    prior = torch.randn(out.shape, device=DEVICE).to(torch.bfloat16)
+    if forward:
+        want = TF.conv2d(x.double(), filt.double(), padding=1)
+    else:
+        want = torch.nn.grad.conv2d_input(x.shape, filt.double(), dy.double(), padding=1)
+    want = want + beta * prior.double()
+    xd, wd, dyd, outd = _descriptor(x), _descriptor(filt), _descriptor(dy), _descriptor(out)
+    problem = convolution_problem(
+        ConvolutionDirection.FORWARD if forward else ConvolutionDirection.BACKWARD_DATA,
+        conv_desc,
+        xd if forward else outd,
+        wd,
+        outd if forward else dyd,
+        beta=beta,
+    )
+    planned = kernels.choose(problem, tma_aligned=True, hopper=has_wgmma(0))
+    assert planned is kernels.Strategy.WARP_SPECIALIZED_TMA
+    runs = []
+    for _ in range(4):
+        out.copy_(prior if beta else torch.full_like(prior, math.nan))
+        if forward:
+            algo = od.ConvolutionFwdAlgo.IMPLICIT_GEMM
+            od.convolution_forward(handle, 1.0, xd, x, wd, filt, conv_desc, algo, None, beta, outd, out)
+        else:
+            algo = od.ConvolutionBwdDataAlgo.ALGO_0
+            od.convolution_backward_data(handle, 1.0, wd, filt, dyd, dy, conv_desc, algo, None, beta, outd, out)
+        runs.append(out.clone())
+    assert all(torch.equal(runs[0], run) for run in runs[1:])
+    rounding = relative_error(want.to(torch.bfloat16), want)
+    assert relative_error(runs[0], want) < 1.25 * rounding, (relative_error(runs[0], want), rounding)
+    assert _untouched_outside(out, buffer)
+
+
+@pytest.mark.parametrize("n, c, h, w, k", [ENGINE_SHAPES[0], ENGINE_SHAPES[4]])
+def test_warp_specialized_engine_fuses_bias_relu_and_residual(n, c, h, w, k):
+    """y = relu(0.75 * conv(x, w) + 0.5 * z + bias), written into a sub-region poisoned with NaN."""
+    handle = od.create(DEVICE)
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
+    x, _ = _sub_region(n, c, h, w, torch.randn(n, c, h, w))
+    z, _ = _sub_region(n, k, h, w, torch.randn(n, k, h, w))
+    y, buffer = _sub_region(n, k, h, w)
+    filt = (torch.randn(k, c, 3, 3) / math.sqrt(9 * c)).to(DEVICE, torch.bfloat16)
+    filt = filt.contiguous(memory_format=torch.channels_last)
+    bias = torch.randn(1, k, 1, 1, device=DEVICE).to(torch.bfloat16)
+    relu = od.ActivationDescriptor(od.ActivationMode.RELU)
+    xd, wd, yd, zd, bd = (_descriptor(t) for t in (x, filt, y, z, bias))
+    algo = od.ConvolutionFwdAlgo.IMPLICIT_GEMM
+    od.convolution_bias_activation_forward(
+        handle, 0.75, xd, x, wd, filt, conv_desc, algo, None, 0.5, zd, z, bd, bias, relu, yd, y
+    )
+    want = torch.relu(0.75 * TF.conv2d(x.double(), filt.double(), padding=1) + 0.5 * z.double() + bias.double())
+    rounding = relative_error(want.to(torch.bfloat16), want)
+    assert relative_error(y, want) < 1.25 * rounding, (relative_error(y, want), rounding)
+    assert _untouched_outside(y, buffer)

@@ -30,7 +30,8 @@ activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operand
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
 (and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
 cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
-forward keeps zero workspace.
+forward keeps zero workspace. On an sm_90 GPU the 16-bit forward and backward data of that route run
+on the persistent, warp-specialized Gluon engine of ``gluon_hopper`` (``Strategy.WARP_SPECIALIZED_TMA``).
 
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
@@ -55,6 +56,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
+from opendnn.families.convolution.gluon_hopper import warp_specialized_launch
 from opendnn.families.convolution.problem import (
     ConvolutionMethod,
     ConvolutionProblem,
@@ -92,7 +94,7 @@ from opendnn.families.convolution.triton_tma import (
     tma_filter_split,
     tma_launch,
 )
-from opendnn.kernels.device import tma_ready, use_descriptor_scratch
+from opendnn.kernels.device import has_wgmma, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
@@ -155,6 +157,7 @@ class Strategy(enum.Enum):
 
     MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1, channels-last pixels: matmul_form)"
     IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
+    WARP_SPECIALIZED_TMA = "the TMA route's 16-bit forward and backward data on the warp-specialized engine (sm_90)"
     TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
     IMPLICIT_GEMM = "implicit GEMM gathering its operand tiles in the mainloop (no workspace)"
@@ -162,15 +165,23 @@ class Strategy(enum.Enum):
     EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
 
 
+TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.TMA)  # the strategies whose kernels read by TMA
+
+
 @functools.lru_cache(maxsize=512)  # per problem, asked by every run (a Plan keeps the backend, not this)
-def choose(problem: ConvolutionProblem, tma_aligned: bool) -> Strategy:
+def choose(problem: ConvolutionProblem, tma_aligned: bool, hopper: bool = False) -> Strategy:
     """The strategy for ``problem``; ``tma_aligned``: the tensors TMA would read are aligned for it on
-    a GPU that has it (a property of the call's pointers, not of the problem)."""
+    a GPU that has it (a property of the call's pointers, not of the problem); ``hopper``: the kernels
+    are compiled for an sm_90 GPU (not interpreted), where the TMA route's 16-bit forward and backward
+    data take the warp-specialized engine (``gluon_hopper``; wgmma is sm_90's alone)."""
     if matmul_form(problem) is not None:
         return Strategy.MATRIX_PRODUCT
     if filter_matmul_form(problem) is not None:
         return Strategy.IMAGE_PRODUCTS
     if tma_aligned and tma_blocks(problem) is not None:
+        sixteen_bit = problem.x.dtype in (DataType.BFLOAT16, DataType.HALF)
+        if hopper and sixteen_bit and problem.direction is not BACKWARD_FILTER:
+            return Strategy.WARP_SPECIALIZED_TMA
         return Strategy.TMA
     geo = geometry(problem)
     if problem.direction is BACKWARD_FILTER:
@@ -210,7 +221,9 @@ def run(
     z: Bound | None = None,
     workspace: Bound | None = None,
 ) -> None:
-    strategy = choose(problem, tma_aligned=True)
+    interpreted = x.device == CPU
+    hopper = not interpreted and has_wgmma(torch_view(x).device.index)
+    strategy = choose(problem, tma_aligned=True, hopper=hopper)
     if strategy is Strategy.MATRIX_PRODUCT:
         form = matmul_form(problem)
         assert form is not None  # what choose read
@@ -224,11 +237,10 @@ def run(
             None if bias is None else matrix_bound(bias, form.bias),
         )
         return
-    interpreted = x.device == CPU
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
     first, second = (tensors[name] for name in TMA_READS[problem.direction])
-    if strategy is Strategy.TMA and not tma_ready(first, second, interpreted):
-        strategy = choose(problem, tma_aligned=False)
+    if strategy in TMA_STRATEGIES and not tma_ready(first, second, interpreted):
+        strategy = choose(problem, tma_aligned=False, hopper=hopper)
     plan = launch_plan(problem, interpreted, strategy)
     if plan.tma and not interpreted:
         use_descriptor_scratch()
@@ -284,11 +296,13 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
             launches.append(_sum_launch(problem, splits))
     elif strategy is Strategy.TMA:
         launches = [*staging_launches(problem), tma_launch(problem, dot)]
+    elif strategy is Strategy.WARP_SPECIALIZED_TMA:  # 16-bit: nothing staged
+        launches = [warp_specialized_launch(problem)]
     elif problem.direction is BACKWARD_FILTER:
         launches = _backward_filter(problem, dot, strategy)
     else:
         launches = _forward_or_backward_data(problem, dot, strategy)
-    return Plan(tuple(launches), tuple(regions), strategy is Strategy.TMA)
+    return Plan(tuple(launches), tuple(regions), strategy in TMA_STRATEGIES)
 
 
 def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: Strategy) -> list[Launch]:

@@ -182,6 +182,16 @@ def epilogue(
 
 
 @triton.jit
+def grouped_tile(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(tile row, tile column) of linear tile index ``tile``: GROUP_M tile rows are walked column by
+    column, so they share each column tile of the filter while it is hot in L2."""
+    band = tile // (GROUP_M * tiles_n)
+    band_rows = tl.minimum(tiles_m - band * GROUP_M, GROUP_M)
+    index = tile % (GROUP_M * tiles_n)
+    return band * GROUP_M + index % band_rows, index // band_rows
+
+
+@triton.jit
 def row_coordinates(m, UD, UH, UW, OD, OH, OW, qd, qh, qw, sd, sh, sw, BACKWARD: tl.constexpr, M):
     """Row m's (n, u_d, u_h, u_w), its output coordinates and whether it is a real pixel."""
     u_w = m % UW
@@ -295,14 +305,7 @@ def conv_gemm_kernel(
         r0_d, r0_h, r0_w, taps_d, taps_h, taps_w = 0, 0, 0, T, R, S
     total = taps_d * taps_h * taps_w * RED
 
-    # grouped ordering: GROUP_M row tiles share each column tile while it is hot in L2
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(OUTC, BLOCK_N)
-    band = pid // (GROUP_M * tiles_n)
-    band_rows = tl.minimum(tiles_m - band * GROUP_M, GROUP_M)
-    tile_m = band * GROUP_M + (pid % (GROUP_M * tiles_n)) % band_rows
-    tile_n = (pid % (GROUP_M * tiles_n)) // band_rows
+    tile_m, tile_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OUTC, BLOCK_N), GROUP_M)
 
     m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n, u_d, u_h, u_w, o_d, o_h, o_w, row_valid = row_coordinates(
@@ -503,14 +506,9 @@ def conv_tma_kernel(
     else:
         w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, filter_columns], [w_sk, 1], [BLOCK_N, BLOCK_K])
 
-    # grouped ordering: GROUP_M row tiles share each column tile while it is hot in L2
     tiles_m = tl.cdiv(N, IMAGES) * tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
-    tiles_n = tl.cdiv(OUTC, BLOCK_N)
-    pid = tl.program_id(0)
-    band = pid // (GROUP_M * tiles_n)
-    band_rows = tl.minimum(tiles_m - band * GROUP_M, GROUP_M)
-    tile_m = band * GROUP_M + (pid % (GROUP_M * tiles_n)) % band_rows
-    col0 = (pid % (GROUP_M * tiles_n)) // band_rows * BLOCK_N
+    tile_m, tile_n = grouped_tile(tl.program_id(0), tiles_m, tl.cdiv(OUTC, BLOCK_N), GROUP_M)
+    col0 = tile_n * BLOCK_N
     n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
 
     chunks = RED // BLOCK_K

@@ -170,7 +170,10 @@ def tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
     return programs, triton.cdiv(boxes, per_slice), per_slice
 
 
-def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
+def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[str, Any], int, int]:
+    """What the forward and backward-data TMA kernels (``conv_tma_kernel``, ``gluon_hopper``'s
+    ``conv_warp_specialized_kernel``) share: their arguments, their constexprs, how many pixel boxes
+    cover the output and how many output channels it has."""
     geo = geometry(problem)
     images, block_h, block_w = _planned_tma_blocks(problem)
     backward = problem.direction is BACKWARD_DATA
@@ -188,8 +191,6 @@ def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     a_sn, _, _, a_sh, a_sw = strides5(a_desc)
     o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
-    block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
-    tiles = pixel_boxes(geo.n, out_size, (images, block_h, block_w)) * triton.cdiv(outputs, block_n)
     args = (
         a,
         w,
@@ -222,27 +223,36 @@ def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
         problem.alpha2,
         problem.activation_coef,
     )
+    options = dict(
+        BACKWARD=backward,
+        FLIP=flip,
+        HAS_BETA=problem.beta != 0.0,
+        HAS_BIAS=problem.bias is not None,
+        HAS_Z=problem.z is not None,
+        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+        PROPAGATE_NAN=problem.propagate_nan,
+        IMAGES=images,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
+        BLOCK_K=_tma_block_k(problem),
+        GROUP_M=8,
+    )
+    return args, options, pixel_boxes(geo.n, out_size, (images, block_h, block_w)), outputs
+
+
+def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
+    args, options, boxes, outputs = tma_arguments(problem)
+    block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
     return Launch(
         gemm.conv_tma_kernel,
-        (tiles,),
+        (boxes * triton.cdiv(outputs, block_n),),
         args,
         dict(
-            BACKWARD=backward,
-            FLIP=flip,
-            HAS_BETA=problem.beta != 0.0,
-            HAS_BIAS=problem.bias is not None,
-            HAS_Z=problem.z is not None,
-            ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-            PROPAGATE_NAN=problem.propagate_nan,
+            **options,
             COMPUTE=accumulator_type(problem),
             DOT=dot,
             PRECISION=dot_precision(problem),
-            IMAGES=images,
-            BLOCK_H=block_h,
-            BLOCK_W=block_w,
             BLOCK_N=block_n,
-            BLOCK_K=_tma_block_k(problem),
-            GROUP_M=8,
             num_warps=TMA_WARPS,
             num_stages=TMA_STAGES,
         ),

@@ -1,0 +1,209 @@
+"""The warp-specialized Gluon convolution engine (``convolution/gluon_hopper.py``) without a GPU: which
+problems the planner gives it, and its kernel compiled for sm_90 on the CPU, its IR checked for the
+engine's parts. Run as a script, it prints one JSON line per compiled variant (the test runs it in a
+subprocess, with Triton's compiler instead of its interpreter). Its results on the H200 are checked
+by tests/test_gpu_convolution.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import sm90
+
+import opendnn as od
+from opendnn.families.convolution import gluon_hopper
+from opendnn.families.convolution import triton_backend as kernels
+from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionMode, convolution_problem
+from opendnn.families.pointwise.problem import PointwiseMode
+
+BF16, FP16, FP32 = od.DataType.BFLOAT16, od.DataType.HALF, od.DataType.FLOAT
+FWD, DATA, FILTER = ConvolutionDirection
+S = kernels.Strategy
+SHARED_MEMORY = 227 * 1024  # bytes a block may use on sm_90
+
+
+def packed(dtype, dims, channels_last=True):
+    """A descriptor of ``dims`` (N, C, H, W) packed channels-last (NHWC) or NCHW."""
+    n, c, h, w = dims
+    strides = (h * w * c, 1, w * c, c) if channels_last else (c * h * w, h * w, w, 1)
+    return od.TensorDescriptor(dtype, dims, strides)
+
+
+def problem(
+    direction=FWD,
+    dtype=BF16,
+    n=8,
+    c=64,
+    size=14,
+    k=64,
+    filt=3,
+    stride=1,
+    channels_last=True,
+    allow_tf32=False,
+    flip=False,
+    beta=0.0,
+    epilogue=None,
+):
+    """A 2-D convolution problem, padding filt // 2; ``epilogue``: (activation, coefficient, bias, z,
+    propagate NaN) of a forward."""
+    out = (size + 2 * (filt // 2) - filt) // stride + 1
+    x, w = packed(dtype, (n, c, size, size), channels_last), packed(dtype, (k, c, filt, filt), channels_last)
+    y = packed(dtype, (n, k, out, out), channels_last)
+    mode = ConvolutionMode.CONVOLUTION if flip else ConvolutionMode.CROSS_CORRELATION
+    conv = od.ConvolutionDescriptor((filt // 2,) * 2, (stride,) * 2, (1, 1), mode)
+    extra = {}
+    if epilogue is not None:
+        activation, coef, bias, z, propagate_nan = epilogue
+        extra = dict(
+            activation=activation,
+            activation_coef=coef,
+            bias_desc=od.TensorDescriptor(dtype, (1, k, 1, 1), (k, 1, 1, 1)) if bias else None,
+            z_desc=y if z else None,
+            alpha2=0.5 if z else 0.0,
+            propagate_nan=propagate_nan,
+        )
+    return convolution_problem(direction, conv, x, w, y, allow_tf32=allow_tf32, alpha=0.75, beta=beta, **extra)
+
+
+@pytest.mark.parametrize(
+    "case, arguments, aligned, hopper, expected",
+    [
+        ("bfloat16 forward", dict(), True, True, S.WARP_SPECIALIZED_TMA),
+        ("float16 backward data", dict(direction=DATA, dtype=FP16), True, True, S.WARP_SPECIALIZED_TMA),
+        ("true convolution, 192 channels", dict(c=192, k=192, flip=True), True, True, S.WARP_SPECIALIZED_TMA),
+        ("backward filter: filter_tma_kernel", dict(direction=FILTER), True, True, S.TMA),
+        ("TF32: 16-bit operands only", dict(dtype=FP32, allow_tf32=True), True, True, S.TMA),
+        ("not sm_90 (or interpreted)", dict(), True, False, S.TMA),
+        ("unaligned pointers: no TMA", dict(), False, True, S.IMPLICIT_GEMM),
+        ("NCHW: TMA cannot read pixel boxes", dict(channels_last=False), True, True, S.IMPLICIT_GEMM),
+        ("stride 2", dict(stride=2), True, True, S.IMPLICIT_GEMM),
+        ("96 channels: not whole 64-channel chunks", dict(c=96), True, True, S.IMPLICIT_GEMM),
+        ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
+    ],
+)
+def test_the_engine_takes_16_bit_stride_1_forward_and_backward_data_read_by_tma_on_sm90(
+    case, arguments, aligned, hopper, expected
+):
+    assert kernels.choose(problem(**arguments), tma_aligned=aligned, hopper=hopper) is expected
+
+
+def test_its_plan_is_one_persistent_launch_that_reads_by_tma():
+    plan = kernels.launch_plan(problem(n=64, c=256, k=256), False, S.WARP_SPECIALIZED_TMA)
+    (launch,) = plan.launches
+    assert plan.tma and not plan.regions  # descriptors built on the device; zero workspace
+    assert launch.kernel.__name__ == "conv_warp_specialized_kernel"
+    assert launch.grid[0] == 112  # 112 boxes x 1 tile of 256 channels: a program per tile (132 SMs)
+    assert (launch.options["IMAGES"] * launch.options["BLOCK_H"] * launch.options["BLOCK_W"]) == 128
+    assert launch.options["BLOCK_W"] >= 8
+
+
+@pytest.mark.parametrize(
+    "size, channels, expected",
+    [
+        (56, 64, 64),  # no wider than the channels
+        (28, 128, 128),
+        (14, 256, 256),  # 112 boxes: one round of 256-wide tiles, two of 128-wide ones (ties: the widest)
+        (7, 512, 128),  # under 33 boxes: one round of 128-wide tiles, and of 256-wide ones half the SMs idle
+    ],
+)
+def test_the_channel_tile_finishes_resnet50_layers_soonest(size, channels, expected):
+    launch = gluon_hopper.warp_specialized_launch(problem(n=64, c=channels, size=size, k=channels))
+    assert launch.options["BLOCK_N"] == expected
+
+
+def test_the_ring_takes_the_stages_that_fit_beside_the_epilogue():
+    assert [gluon_hopper.stages(width) for width in (64, 128, 256)] == [8, 6, 4]
+
+
+# ---- every epilogue variant compiled for sm_90 ----------------------------------------------------
+
+# name: problem arguments (batch 8 except where the channel tile needs more)
+VARIANTS = {
+    "plain_64_channels": dict(n=8, size=56),
+    "bias_relu_residual": dict(n=8, c=128, size=28, k=128, epilogue=(PointwiseMode.RELU_FWD, None, True, True, False)),
+    "beta_float16_256": dict(n=64, dtype=FP16, c=256, k=256, beta=0.5),
+    "clipped_relu_nan_flip": dict(
+        n=8, c=192, size=7, k=160, flip=True, epilogue=(PointwiseMode.CLIPPED_RELU_FWD, 6.0, True, False, True)
+    ),
+    "backward_data": dict(direction=DATA, n=8, c=128, size=28, k=256, beta=0.25),
+}
+CHECKED_FOR_SPILLS = ("plain_64_channels", "beta_float16_256")
+
+
+def variant_launch(name):
+    """The launch of variant ``name`` and tensors for its slots (one element each, of the slot's dtype:
+    only their dtypes and alignments specialize it)."""
+    import torch
+
+    arguments = VARIANTS[name]
+    launch = gluon_hopper.warp_specialized_launch(problem(**arguments))
+    dtype = arguments.get("dtype", BF16).to_torch()
+    return launch, {slot: torch.empty(8, dtype=dtype) for slot in ("x", "w", "y", "bias", "z")}
+
+
+def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel_reading_a_from_shared_memory():
+    completed = sm90.run_script(__file__, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
+    assert set(reports) == set(VARIANTS)
+    for name, report in reports.items():
+        assert report["kernel"] == "conv_warp_specialized_kernel", name
+        assert report["partitions"] == [4, 1], name  # beside the kernel's own 4 warps (the first consumer)
+        assert report["warps"] == 12, name
+        assert report["async_mma"] == 2 and report["synchronous_mma"] == 0, name  # one per consumer
+        assert report["waits"] == [0, 0, 1, 1], name  # one group in flight per step, none after the last
+        # A straight from the ring: a reshaped box, no operand loaded into registers
+        assert report["a_from_registers"] == 0 and report["shared_loads"] == 0, name
+        assert report["box_reshapes"] >= 2, name
+        assert report["tma_loads"] == 2 and report["box_rank"] == 4, name
+        assert (report["barrier_waits"], report["barrier_arrives"]) == (3, 4), name
+        assert {240, 24} <= set(report["registers"]), name  # setmaxnreg: consumers 240, producer 24
+        assert 192 * 1024 < report["shared"] <= SHARED_MEMORY, name  # a ring of 192 KB and the epilogue's
+    for name in CHECKED_FOR_SPILLS:
+        assert reports[name]["spilled"] == 0, name
+
+
+def main() -> None:
+    """Print, per variant, a JSON line: the kernel, its partitions' warps, total warps, asynchronous and
+    synchronous wgmma ops, the pendings of each wgmma wait, wgmma ops whose A is a register tensor,
+    shared memory loads into registers, reshapes of shared memory descriptors, TMA loads and the rank
+    of the activations' box, the mbarrier waits and arrivals, the setmaxnreg register counts, the
+    shared memory and (for CHECKED_FOR_SPILLS) ptxas's spilled bytes."""
+    from opendnn.kernels.launch import Slot
+
+    target, backend = sm90.target_or_exit()
+    for name in VARIANTS:
+        launch, tensors = variant_launch(name)
+        args = tuple(tensors[a.name] if isinstance(a, Slot) else a for a in launch.args)
+        specialized = sm90.specialize(launch.kernel, args, launch.options, backend)
+        compiled = sm90.compile_sm90(launch.kernel, *specialized[1:], specialized[0], target)
+        ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+        assert "cubin" in compiled.asm
+        box_ranks = re.findall(r"ttng\.async_tma_copy_global_to_local .*?\[([^\]]*)\]", ttgir)
+        report = dict(
+            name=name,
+            kernel=compiled.metadata.name,
+            partitions=[int(w) for w in re.findall(r"partition\d+\(.*\) num_warps\((\d+)\)", ttgir)],
+            warps=compiled.metadata.num_warps,
+            async_mma=len(re.findall(r"ttng\.warp_group_dot .*isAsync = true", ttgir)),
+            synchronous_mma=len(re.findall(r"ttng\.warp_group_dot (?!.*isAsync = true)", ttgir)),
+            waits=sorted(int(p) for p in re.findall(r"ttng\.warp_group_dot_wait .*pendings = (\d+)", ttgir)),
+            a_from_registers=len(re.findall(r"ttng\.warp_group_dot %\S+, .*: tensor<", ttgir)),
+            shared_loads=len(re.findall(r"ttg\.local_load ", ttgir)),
+            box_reshapes=len(re.findall(r"ttg\.memdesc_reshape ", ttgir)),
+            tma_loads=len(re.findall(r"ttng\.async_tma_copy_global_to_local ", ttgir)),
+            box_rank=max(len(coords.split(",")) for coords in box_ranks) if box_ranks else 0,
+            barrier_waits=len(re.findall(r"ttng\.wait_barrier ", ttgir)),
+            barrier_arrives=len(re.findall(r"ttng\.arrive_barrier ", ttgir)),
+            registers=sorted({int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
+            shared=compiled.metadata.shared,
+            spilled=sm90.ptxas_usage(ptx, 90)[1] if name in CHECKED_FOR_SPILLS else None,
+        )
+        print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
