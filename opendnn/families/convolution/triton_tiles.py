@@ -38,6 +38,7 @@ DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 # dy's channels are contiguous. A program's accumulator is taps x pixels x channels float32 (64 a
 # thread here); channels-last reads 64-byte channel rows, channels-first reads along pixels.
 DEPTHWISE_FILTER_TILES = {True: (32, 32, 8, 4, 8, 4), False: (64, 16, 8, 4, 8, 4)}
+DEPTHWISE_FILTER_MIN_TAPS = 10  # fewer taps (3 x 3): filter_direct_kernel, its tiles measured
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
@@ -189,7 +190,7 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     pixels = geo.output_pixels
     direct = uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
     block_taps = 0
-    if direct and cg == 1 and geo.taps > DIRECT_UNROLL_STEPS:
+    if direct and cg == 1 and geo.taps >= DEPTHWISE_FILTER_MIN_TAPS:
         block_m, block_n, block_taps, warps, per_sm, min_steps = DEPTHWISE_FILTER_TILES[problem.y.strides[1] == 1]
         block_n = next((b for b in (block_n, block_n // 2) if geo.k % b == 0), block_n)  # no idle channels
         tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
