@@ -373,9 +373,61 @@ def test_direct_kernel_loops_over_taps_and_channels_at_run_time_past_the_unroll_
 
 
 def test_direct_backward_filter_loops_over_taps_at_run_time_past_the_unroll_limit():
-    """A 3x3x3 depthwise filter: 27 columns, past DIRECT_UNROLL_STEPS, within DIRECT_FILTER_COLUMNS."""
-    problem = check(FILTER, DataType.FLOAT, (2, 4, 5, 6, 5), 4, (3, 3, 3), pre=(1, 1, 1), groups=4, beta=0.5)
+    """3x3 taps x 2 channels a group: 18 columns, past DIRECT_UNROLL_STEPS, within DIRECT_FILTER_COLUMNS."""
+    problem = check(FILTER, DataType.FLOAT, (2, 4, 5, 6), 4, (3, 3), pre=(1, 1), groups=2, beta=0.5)
     assert direct_launch(problem).options["UNROLLED"] is None
+
+
+def depthwise_filter_launch(problem):
+    plan = kernels.launch_plan(problem, True, kernels.choose(problem, tma_aligned=True))
+    (launch,) = [launch for launch in plan.launches if launch.kernel.__name__ == "filter_depthwise_kernel"]
+    return launch
+
+
+@pytest.mark.parametrize(
+    "dtype, x_dims, k, filt, options",
+    [
+        # 7x7 channels-last, channels not a multiple of the block, batch 3, beta
+        (DataType.BFLOAT16, (3, 20, 9, 10), 20, (7, 7), dict(pre=(3, 3), channels_last=True, beta=0.5)),
+        # 5x5 stride 2, dilation, asymmetric padding, true convolution, alpha; NCHW
+        (
+            DataType.FLOAT,
+            (3, 6, 11, 9),
+            6,
+            (5, 5),
+            dict(pre=(2, 1), post=(1, 2), stride=(2, 2), dilation=(1, 2), flip=True, alpha=2.0),
+        ),
+        # a channel multiplier of 2, half, channels-last, aligned buffers
+        (DataType.HALF, (2, 5, 8, 7), 10, (5, 3), dict(pre=(2, 1), channels_last=True, margin=16)),
+        # 3-D 3x3x3 (27 taps: four tap blocks of 8), stride 2
+        (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2), channels_last=True)),
+        # 1-D, float64, 11 taps
+        (DataType.DOUBLE, (2, 4, 29), 4, (11,), dict(pre=(5,), beta=-1.0)),
+    ],
+)
+def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt, options):
+    problem = check(FILTER, dtype, x_dims, k, filt, groups=x_dims[1], **options)
+    plan = kernels.filter_plan(problem)
+    assert plan.block_taps > 0 and kernels.choose(problem, tma_aligned=True) is kernels.Strategy.DIRECT
+    assert depthwise_filter_launch(problem).grid[1] == -(-math.prod(filt) // plan.block_taps)
+
+
+def test_depthwise_backward_filter_slices_are_summed_in_a_fixed_order():
+    """Many slices (the workspace's partials, then filter_sum_kernel): bitwise the same on every run."""
+    problem = check(FILTER, DataType.BFLOAT16, (5, 12, 16, 16), 12, (7, 7), pre=(3, 3), groups=12, channels_last=True)
+    assert kernels.filter_plan(problem).splits > 1
+    x_desc, x, _ = make(problem.x.dims, DataType.BFLOAT16, True, seed=1)
+    _, y, _ = make(problem.y.dims, DataType.BFLOAT16, True, seed=3)
+    size = kernels.workspace_size(problem)
+    results = []
+    for _ in range(2):
+        w_desc, w, _ = make(problem.w.dims, DataType.BFLOAT16, True, fill=False)
+        space = torch.full((size,), 255, dtype=torch.uint8)  # stale partials must not leak into the sum
+        workspace = Bound("workspace", TensorDescriptor(DataType.UINT8, (size,)), space, "cpu")
+        kernels.run(problem, x, w, y, None, None, workspace)
+        results.append(w.view.clone())
+    assert not results[0].isnan().any()
+    assert torch.equal(results[0].view(torch.int16), results[1].view(torch.int16))
 
 
 def test_backward_filter_split_slices_nhwc_half():

@@ -492,7 +492,7 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
     plan = filter_plan(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     partial = Slot("partial") if plan.splits > 1 else Slot("w")
-    common = (
+    tensor_args = (
         *strides5(problem.x),
         *strides5(problem.y),
         *strides5(problem.w),
@@ -501,22 +501,33 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
         *geo.x_size,
         geo.k,
         kg,
-        cg,
-        *geo.filt,
-        *geo.pad,
-        *geo.stride,
-        *geo.dilation,
-        plan.slice_pixels,
-        problem.alpha,
-        problem.beta,
     )
+    filter_args = (*geo.filt, *geo.pad, *geo.stride, *geo.dilation, plan.slice_pixels, problem.alpha, problem.beta)
+    common = (*tensor_args, cg, *filter_args)
     flags = dict(
         FLIP=problem.flip, PARTIAL=plan.splits > 1, HAS_BETA=problem.beta != 0.0, COMPUTE=accumulator_type(problem)
     )
     tile = plan.tile
     launches = []
-    if strategy is Strategy.DIRECT:
-        grid: tuple[int, ...] = (triton.cdiv(geo.k, tile.block_n), plan.splits)
+    if strategy is Strategy.DIRECT and plan.block_taps:
+        grid: tuple[int, ...] = (triton.cdiv(geo.k, tile.block_n), triton.cdiv(geo.taps, plan.block_taps), plan.splits)
+        args = (Slot("x"), Slot("y"), Slot("w"), partial, *tensor_args, *filter_args)  # C/G is 1
+        launches.append(
+            Launch(
+                direct.filter_depthwise_kernel,
+                grid,
+                args,
+                dict(
+                    BLOCK_TAPS=plan.block_taps,
+                    BLOCK_M=tile.block_m,
+                    BLOCK_N=tile.block_n,
+                    num_warps=tile.num_warps,
+                    **flags,
+                ),
+            )
+        )
+    elif strategy is Strategy.DIRECT:
+        grid = (triton.cdiv(geo.k, tile.block_n), plan.splits)
         launches.append(
             Launch(
                 direct.filter_direct_kernel,

@@ -674,6 +674,126 @@ def filter_direct_kernel(
 
 
 @triton.jit
+def filter_depthwise_kernel(
+    x_ptr,
+    dy_ptr,
+    dw_ptr,
+    partial_ptr,
+    x_sn,
+    x_sc,
+    x_sd,
+    x_sh,
+    x_sw,
+    dy_sn,
+    dy_sc,
+    dy_sd,
+    dy_sh,
+    dy_sw,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    PIXELS,
+    OD,
+    OH,
+    OW,
+    XD,
+    XH,
+    XW,
+    K,
+    KG,
+    T,
+    R,
+    S,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    slice_pixels,
+    alpha: tl.float64,
+    beta: tl.float64,
+    FLIP: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_TAPS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Backward filter of one reduced channel per group (depthwise, any channel multiplier KG):
+    dw[k, tap] = sum over pixels p of dy[p, k] * x[gather(p, tap), k // KG]. Program (channel
+    block, tap block, split): BLOCK_N output channels k x BLOCK_TAPS taps, over the pixels of the
+    split in tiles of BLOCK_M. Each dy tile is loaded once and multiplied by x at each of the
+    block's taps (neighbouring taps read the same lines: L1 hits); every product is added into
+    its own lane of a [taps, pixels, channels] accumulator, so the loop has no reduction across
+    threads: the pixels are summed once, after the loop. The filter's sizes are run-time values:
+    one compiled kernel for every filter."""
+    k = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tap = tl.program_id(1) * BLOCK_TAPS + tl.arange(0, BLOCK_TAPS)
+    split = tl.program_id(2)
+    taps = T * R * S
+    shift_d, shift_h, shift_w, _ = tap_shifts(
+        tap, x_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, dil_d, dil_h, dil_w, 0, 0, 0, False, False
+    )
+    shift_d, shift_h, shift_w = shift_d[:, None], shift_h[:, None], shift_w[:, None]
+    tap_valid = (tap < taps)[:, None]
+    k_valid = k < K
+    x_channels = ((k // KG) * x_sc)[None, None, :]
+    dy_channels = (k * dy_sc)[None, :]
+    lanes = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_TAPS, BLOCK_M, BLOCK_N), COMPUTE)
+    begin = split * slice_pixels
+    end = tl.minimum(begin + slice_pixels, PIXELS)
+    for p0 in range(begin, end, BLOCK_M):
+        p = p0 + lanes
+        p_valid = p < end
+        n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+        dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
+        dy_mask = p_valid[:, None] & k_valid[None, :]
+        dy = tl.load(dy_ptr + dy_rows[:, None] + dy_channels, mask=dy_mask, other=0.0).to(COMPUTE)
+        i_d, ok_d = gather_coordinate(o_d[None, :], 0, shift_d, pad_d, sd, XD, False)
+        i_h, ok_h = gather_coordinate(o_h[None, :], 0, shift_h, pad_h, sh, XH, False)
+        i_w, ok_w = gather_coordinate(o_w[None, :], 0, shift_w, pad_w, sw, XW, False)
+        x_rows = n[None, :] * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw
+        inside = tap_valid & p_valid[None, :] & ok_d & ok_h & ok_w
+        x_mask = inside[:, :, None] & k_valid[None, None, :]
+        x = tl.load(x_ptr + x_rows[:, :, None] + x_channels, mask=x_mask, other=0.0)
+        acc += x.to(COMPUTE) * dy[None, :, :]
+    store_filter(
+        tl.sum(acc, axis=1),
+        k[None, :],
+        tap[:, None],
+        split,
+        dw_ptr,
+        partial_ptr,
+        K,
+        1,
+        taps,
+        T,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        w_st,
+        w_sr,
+        w_ss,
+        tap_valid & k_valid[None, :],
+        alpha,
+        beta,
+        PARTIAL,
+        HAS_BETA,
+        FLIP,
+        COMPUTE,
+    )
+
+
+@triton.jit
 def filter_sum_kernel(
     dw_ptr,
     partial_ptr,

@@ -33,6 +33,12 @@ DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps i
 # warp per program (its pixel sums never leave the warp) and 4x the programs (latency hidden by
 # residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
 DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
+# Depthwise backward filter past DIRECT_UNROLL_STEPS taps (filter_depthwise_kernel): (pixels, most
+# channels, taps, warps) per program, programs per SM and fewest pixel tiles per slice, by whether
+# dy's channels are contiguous. A program's accumulator is taps x pixels x channels float32 (64 a
+# thread here); channels-last reads 64-byte channel rows, channels-first reads along pixels.
+DEPTHWISE_FILTER_TILES = {True: (32, 32, 8, 4, 8, 4), False: (64, 16, 8, 4, 8, 4)}
+DEPTHWISE_FILTER_MIN_TAPS = 10  # fewer taps (3 x 3): filter_direct_kernel, its tiles measured
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
@@ -166,10 +172,14 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
 
 @dataclass(frozen=True)
 class FilterPlan:
+    """Backward filter's tile and pixel slices; ``direct``: a direct kernel, ``block_taps``: taps a
+    program of filter_depthwise_kernel takes (0: another kernel)."""
+
     tile: Tile
     splits: int
     slice_pixels: int
     direct: bool
+    block_taps: int = 0
 
 
 def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
@@ -178,11 +188,18 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     geo = geometry(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     pixels = geo.output_pixels
-    if (
-        uses_direct(problem, kg, cg)
-        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
-        and geo.taps * cg <= DIRECT_FILTER_COLUMNS
-    ):
+    direct = uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
+    block_taps = 0
+    if direct and cg == 1 and geo.taps >= DEPTHWISE_FILTER_MIN_TAPS:
+        block_m, block_n, block_taps, warps, per_sm, min_steps = DEPTHWISE_FILTER_TILES[problem.y.strides[1] == 1]
+        block_n = next((b for b in (block_n, block_n // 2) if geo.k % b == 0), block_n)  # no idle channels
+        tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
+        block_taps = min(block_taps, triton.next_power_of_2(geo.taps))
+        target = programs_to_fill(per_sm)
+        programs = triton.cdiv(geo.k, tile.block_n) * triton.cdiv(geo.taps, block_taps)
+        step = tile.block_m
+        direct_kernel = True
+    elif direct and geo.taps * cg <= DIRECT_FILTER_COLUMNS:
         block_m, block_n, warps, target, min_steps = DIRECT_FILTER_TILES[problem.y.strides[1] == 1]
         tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
         programs = triton.cdiv(geo.k, tile.block_n)
@@ -200,7 +217,7 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         direct_kernel = False
     splits = max(1, min(triton.cdiv(target, programs), pixels // (step * min_steps)))
     slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), step) * step
-    return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel)
+    return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel, block_taps)
 
 
 def im2col_elements(problem: ConvolutionProblem) -> int:
