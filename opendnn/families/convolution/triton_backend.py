@@ -55,6 +55,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
+from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.problem import (
     ConvolutionMethod,
     ConvolutionProblem,
@@ -113,6 +114,7 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
             filter_plan(problem).splits,
             tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
             geo.n if filter_matmul_form(problem) else 1,
+            grouped_splits(problem),
         )
         if splits > 1:
             accumulator = 8 if accumulator_type(problem) == tl.float64 else 4
@@ -157,6 +159,7 @@ class Strategy(enum.Enum):
     IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
     TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
+    GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
     IMPLICIT_GEMM = "implicit GEMM gathering its operand tiles in the mainloop (no workspace)"
     PRECOMPUTED_GEMM = "implicit GEMM through a table of per-tap offsets in the workspace"
     EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
@@ -180,6 +183,8 @@ def choose(problem: ConvolutionProblem, tma_aligned: bool) -> Strategy:
         direct = uses_direct(problem, reduced // geo.groups, outputs // geo.groups)
     if direct:
         return Strategy.DIRECT
+    if grouped_tile(problem) is not None:
+        return Strategy.GROUPED
     method = method_of(problem.algo)
     if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
         return Strategy.PRECOMPUTED_GEMM
@@ -284,6 +289,12 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
             launches.append(_sum_launch(problem, splits))
     elif strategy is Strategy.TMA:
         launches = [*staging_launches(problem), tma_launch(problem, dot)]
+    elif strategy is Strategy.GROUPED:
+        tile = grouped_tile(problem)
+        assert tile is not None  # what choose read
+        launches = [grouped_launch(problem, dot, tile)]
+        if grouped_splits(problem) > 1:
+            launches.append(_sum_launch(problem, grouped_splits(problem)))
     elif problem.direction is BACKWARD_FILTER:
         launches = _backward_filter(problem, dot, strategy)
     else:
