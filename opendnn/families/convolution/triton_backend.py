@@ -55,13 +55,13 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
-from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.problem import (
     ConvolutionMethod,
     ConvolutionProblem,
     algorithm_refusal,
     method_of,
 )
+from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,

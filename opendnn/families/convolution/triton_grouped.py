@@ -62,7 +62,7 @@ MMA_MIN_WIDTH = 16  # narrowest side of a tensor-core operand
 
 
 @triton.jit
-def block_lanes(g0, G, PER_GROUP, GROUPS_PER_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
+def block_lanes(g0, G, PER_GROUP: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
     """The lanes of a block of groups starting at group g0: (group within the block, channel within
     its group, valid) per lane; lanes past the block's groups or the last group are not valid."""
     lanes = tl.arange(0, BLOCK)
@@ -110,8 +110,6 @@ def grouped_conv_kernel(
     AH,
     AW,
     G,
-    RED,
-    OUTC,
     T,
     R,
     S,
@@ -141,6 +139,8 @@ def grouped_conv_kernel(
     COMPUTE: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,
+    RED: tl.constexpr,
+    OUTC: tl.constexpr,
     GROUPS_PER_BLOCK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -203,9 +203,7 @@ def grouped_conv_kernel(
         i_d, ok_d = gather_coordinate(u_d, qd, shift_d, pad_d, sd, AD, BACKWARD)
         i_h, ok_h = gather_coordinate(u_h, qh, shift_h, pad_h, sh, AH, BACKWARD)
         i_w, ok_w = gather_coordinate(u_w, qw, shift_w, pad_w, sw, AW, BACKWARD)
-        a = tl.load(
-            a_ptr + a_rows + i_d * a_sd + i_h * a_sh + i_w * a_sw, mask=a_valid & ok_d & ok_h & ok_w, other=0.0
-        )
+        a = tl.load(a_ptr + a_rows + i_d * a_sd + i_h * a_sh + i_w * a_sw, mask=a_valid & ok_d & ok_h & ok_w, other=0.0)
         b = tl.load(w_ptr + w_block + w_tap, mask=diagonal, other=0.0)
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
@@ -267,8 +265,6 @@ def grouped_filter_kernel(
     XW,
     G,
     K,
-    KG,
-    CG,
     T,
     R,
     S,
@@ -290,6 +286,8 @@ def grouped_filter_kernel(
     COMPUTE: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,
+    KG: tl.constexpr,
+    CG: tl.constexpr,
     GROUPS_PER_BLOCK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -391,7 +389,8 @@ def grouped_tile(problem: ConvolutionProblem) -> GroupedTile | None:
     widest = max(channels_per_group(problem))
     if widest > GROUPED_MAX_CHANNELS:
         return None
-    return GroupedTile(max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // widest)), 128, 4, 3)
+    pixels = 128 if problem.x.dtype.itemsize <= 2 else 64  # 4- and 8-byte tiles: half as many registers a row
+    return GroupedTile(max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // widest)), pixels, 4, 3)
 
 
 def block_width(groups_per_block: int, per_group: int) -> int:
@@ -404,7 +403,9 @@ def grouped_filter_slices(problem: ConvolutionProblem, tile: GroupedTile) -> tup
     geo = geometry(problem)
     programs = geo.taps * triton.cdiv(geo.groups, tile.groups_per_block)
     pixels = geo.output_pixels
-    splits = max(1, min(triton.cdiv(programs_to_fill(PROGRAMS_PER_SM), programs), pixels // (tile.block_m * MIN_SLICE_STEPS)))
+    splits = max(
+        1, min(triton.cdiv(programs_to_fill(PROGRAMS_PER_SM), programs), pixels // (tile.block_m * MIN_SLICE_STEPS))
+    )
     slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), tile.block_m) * tile.block_m
     return triton.cdiv(pixels, slice_pixels), slice_pixels
 
@@ -452,8 +453,6 @@ def grouped_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
         *out_size,
         *a_size,
         geo.groups,
-        reduced,
-        outputs,
         *geo.filt,
         *geo.pad,
         *geo.stride,
@@ -476,6 +475,8 @@ def grouped_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
         COMPUTE=accumulator_type(problem),
         DOT=dot,
         PRECISION=dot_precision(problem),
+        RED=reduced,
+        OUTC=outputs,
         GROUPS_PER_BLOCK=tile.groups_per_block,
         BLOCK_M=tile.block_m,
         BLOCK_R=block_width(tile.groups_per_block, reduced),
@@ -503,8 +504,6 @@ def _filter_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
         *geo.x_size,
         geo.groups,
         geo.k,
-        kg,
-        cg,
         *geo.filt,
         *geo.pad,
         *geo.stride,
@@ -520,6 +519,8 @@ def _filter_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
         COMPUTE=accumulator_type(problem),
         DOT=dot,
         PRECISION=dot_precision(problem),
+        KG=kg,
+        CG=cg,
         GROUPS_PER_BLOCK=tile.groups_per_block,
         BLOCK_M=tile.block_m,
         BLOCK_K=block_width(tile.groups_per_block, kg),
