@@ -58,6 +58,9 @@ from opendnn.kernels.launch import Launch, Slot
 
 GROUPED_MAX_CHANNELS = 16  # most reduced or output channels a group this route takes (more: the GEMM)
 GROUPED_BLOCK_CHANNELS = 32  # channels a program's block of groups spans (the block's widest side)
+GROUPED_PIXELS = 128  # pixels a program (a reduction step of the backward filter); half for 4- and 8-byte types
+GROUPED_WARPS = 4
+GROUPED_STAGES = 3
 MMA_MIN_WIDTH = 16  # narrowest side of a tensor-core operand
 
 
@@ -389,8 +392,9 @@ def grouped_tile(problem: ConvolutionProblem) -> GroupedTile | None:
     widest = max(channels_per_group(problem))
     if widest > GROUPED_MAX_CHANNELS:
         return None
-    pixels = 128 if problem.x.dtype.itemsize <= 2 else 64  # 4- and 8-byte tiles: half as many registers a row
-    return GroupedTile(max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // widest)), pixels, 4, 3)
+    pixels = GROUPED_PIXELS if problem.x.dtype.itemsize <= 2 else GROUPED_PIXELS // 2  # registers: no spills
+    groups_per_block = max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // widest))
+    return GroupedTile(groups_per_block, pixels, GROUPED_WARPS, GROUPED_STAGES)
 
 
 def block_width(groups_per_block: int, per_group: int) -> int:
