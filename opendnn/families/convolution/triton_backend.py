@@ -10,7 +10,8 @@ in a canonical 3-D form: a 1-D or 2-D problem gains leading spatial dims of size
 Algorithms (``method_of(problem.algo)``, in ``problem.py``):
     IMPLICIT_GEMM          zero workspace; depthwise-like problems (few channels per group) take
                            the direct kernels, vectorized over all channels, instead of a GEMM
-                           whose tiles would be mostly padding
+                           whose tiles would be mostly padding; narrow groups (up to 16 channels
+                           a group) take ``triton_grouped``'s block-diagonal products
     IMPLICIT_PRECOMP_GEMM  the same GEMM reading the per-tap shifts and filter offsets from a
                            table of taps * 16 bytes in the workspace (forward, backward filter)
     GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
