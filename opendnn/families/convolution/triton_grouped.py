@@ -468,26 +468,16 @@ def grouped_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
         problem.activation_coef,
     )
     grid = (triton.cdiv(rows, tile.block_m), triton.cdiv(geo.groups, tile.groups_per_block), math.prod(phases))
-    options = dict(
-        BACKWARD=backward,
-        FLIP=problem.flip,
-        HAS_BETA=problem.beta != 0.0,
+    epilogue = dict(
         HAS_BIAS=problem.bias is not None,
         HAS_Z=problem.z is not None,
         ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
         PROPAGATE_NAN=problem.propagate_nan,
-        COMPUTE=accumulator_type(problem),
-        DOT=dot,
-        PRECISION=dot_precision(problem),
-        RED=reduced,
-        OUTC=outputs,
-        GROUPS_PER_BLOCK=tile.groups_per_block,
-        BLOCK_M=tile.block_m,
-        BLOCK_R=block_width(tile.groups_per_block, reduced),
-        BLOCK_O=block_width(tile.groups_per_block, outputs),
-        num_warps=tile.num_warps,
-        num_stages=tile.num_stages,
     )
+    widths = dict(
+        BLOCK_R=block_width(tile.groups_per_block, reduced), BLOCK_O=block_width(tile.groups_per_block, outputs)
+    )
+    options = _options(problem, dot, tile, BACKWARD=backward, RED=reduced, OUTC=outputs, **epilogue, **widths)
     return Launch(grouped_conv_kernel, grid, args, options)
 
 
@@ -516,21 +506,23 @@ def _filter_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
         problem.alpha,
         problem.beta,
     )
-    options = dict(
+    widths = dict(BLOCK_K=block_width(tile.groups_per_block, kg), BLOCK_C=block_width(tile.groups_per_block, cg))
+    options = _options(problem, dot, tile, PARTIAL=splits > 1, KG=kg, CG=cg, **widths)
+    grid = (geo.taps, triton.cdiv(geo.groups, tile.groups_per_block), splits)
+    return Launch(grouped_filter_kernel, grid, args, options)
+
+
+def _options(problem: ConvolutionProblem, dot: Any, tile: GroupedTile, **own: Any) -> dict[str, Any]:
+    """The constexprs and launch options both kernels take, with ``own``: those of one kernel."""
+    return dict(
+        own,
         FLIP=problem.flip,
-        PARTIAL=splits > 1,
         HAS_BETA=problem.beta != 0.0,
         COMPUTE=accumulator_type(problem),
         DOT=dot,
         PRECISION=dot_precision(problem),
-        KG=kg,
-        CG=cg,
         GROUPS_PER_BLOCK=tile.groups_per_block,
         BLOCK_M=tile.block_m,
-        BLOCK_K=block_width(tile.groups_per_block, kg),
-        BLOCK_C=block_width(tile.groups_per_block, cg),
         num_warps=tile.num_warps,
         num_stages=tile.num_stages,
     )
-    grid = (geo.taps, triton.cdiv(geo.groups, tile.groups_per_block), splits)
-    return Launch(grouped_filter_kernel, grid, args, options)
