@@ -10,7 +10,8 @@ in a canonical 3-D form: a 1-D or 2-D problem gains leading spatial dims of size
 Algorithms (``method_of(problem.algo)``, in ``problem.py``):
     IMPLICIT_GEMM          zero workspace; depthwise-like problems (few channels per group) take
                            the direct kernels, vectorized over all channels, instead of a GEMM
-                           whose tiles would be mostly padding
+                           whose tiles would be mostly padding; narrow groups (up to 16 channels
+                           a group) take ``triton_grouped``'s block-diagonal products
     IMPLICIT_PRECOMP_GEMM  the same GEMM reading the per-tap shifts and filter offsets from a
                            table of taps * 16 bytes in the workspace (forward, backward filter)
     GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
@@ -63,6 +64,7 @@ from opendnn.families.convolution.problem import (
     algorithm_refusal,
     method_of,
 )
+from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
@@ -115,6 +117,7 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
             filter_plan(problem).splits,
             tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
             geo.n if filter_matmul_form(problem) else 1,
+            grouped_splits(problem),
         )
         if splits > 1:
             accumulator = 8 if accumulator_type(problem) == tl.float64 else 4
@@ -160,6 +163,7 @@ class Strategy(enum.Enum):
     WARP_SPECIALIZED_TMA = "the TMA route's 16-bit forward and backward data on the warp-specialized engine (sm_90)"
     TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
+    GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
     IMPLICIT_GEMM = "implicit GEMM gathering its operand tiles in the mainloop (no workspace)"
     PRECOMPUTED_GEMM = "implicit GEMM through a table of per-tap offsets in the workspace"
     EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
@@ -191,6 +195,8 @@ def choose(problem: ConvolutionProblem, tma_aligned: bool, hopper: bool = False)
         direct = uses_direct(problem, reduced // geo.groups, outputs // geo.groups)
     if direct:
         return Strategy.DIRECT
+    if grouped_tile(problem) is not None:
+        return Strategy.GROUPED
     method = method_of(problem.algo)
     if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM:
         return Strategy.PRECOMPUTED_GEMM
@@ -298,6 +304,12 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         launches = [*staging_launches(problem), tma_launch(problem, dot)]
     elif strategy is Strategy.WARP_SPECIALIZED_TMA:  # 16-bit: nothing staged
         launches = [warp_specialized_launch(problem)]
+    elif strategy is Strategy.GROUPED:
+        tile = grouped_tile(problem)
+        assert tile is not None  # what choose read
+        launches = [grouped_launch(problem, dot, tile)]
+        if grouped_splits(problem) > 1:
+            launches.append(_sum_launch(problem, grouped_splits(problem)))
     elif problem.direction is BACKWARD_FILTER:
         launches = _backward_filter(problem, dot, strategy)
     else:
