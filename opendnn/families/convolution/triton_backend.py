@@ -54,6 +54,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.convolution import triton_depthwise as depthwise
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
 from opendnn.families.convolution.gluon_hopper import warp_specialized_launch
@@ -74,6 +75,7 @@ from opendnn.families.convolution.triton_tiles import (
     Geometry,
     accumulator_type,
     aligned,
+    depthwise_tile,
     dot_precision,
     dot_type,
     filter_plan,
@@ -329,11 +331,38 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     )
     geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
     pixels = geo.n * math.prod(out_size)
+    depthwise_block = depthwise_tile(problem) if strategy is Strategy.DIRECT else None
+
+    if depthwise_block is not None:  # one reduced channel a group, from DEPTHWISE_MIN_TAPS taps
+        block_h, block_w, block_c, warps = depthwise_block
+        args = (
+            a,
+            Slot("w"),
+            out,
+            Slot("bias"),
+            Slot("z"),
+            *strides5(a_desc),
+            w_sk,
+            *w_taps,
+            *strides5(out_desc),
+            *epilogue_args,
+            *out_size,
+            *a_size,
+            outputs * groups,
+            reduced,
+            outputs,
+            *geo.filt,
+            *geometry_args,
+            *scalars,
+        )
+        grid: tuple[int, ...] = depthwise.tile_grid(out_size, geo.n, outputs * groups, block_h, block_w, block_c)
+        options = dict(BACKWARD=backward, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=warps)
+        return [Launch(depthwise.conv_depthwise_kernel, grid, args, dict(**options, **flags))]
 
     if strategy is Strategy.DIRECT:
         channels = outputs * groups
         block_n = min(64, triton.next_power_of_2(channels))
-        grid: tuple[int, ...] = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
+        grid = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
         args = (
             a,
             Slot("w"),
