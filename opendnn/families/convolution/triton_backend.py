@@ -334,7 +334,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     depthwise_block = depthwise_tile(problem) if strategy is Strategy.DIRECT else None
 
     if depthwise_block is not None:  # one reduced channel a group, from DEPTHWISE_MIN_TAPS taps
-        block_h, block_w, block_c, warps = depthwise_block
+        block_p, block_c, warps = depthwise_block
         args = (
             a,
             Slot("w"),
@@ -346,6 +346,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
             *w_taps,
             *strides5(out_desc),
             *epilogue_args,
+            pixels,
             *out_size,
             *a_size,
             outputs * groups,
@@ -355,8 +356,8 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
             *geometry_args,
             *scalars,
         )
-        grid: tuple[int, ...] = depthwise.tile_grid(out_size, geo.n, outputs * groups, block_h, block_w, block_c)
-        options = dict(BACKWARD=backward, BLOCK_H=block_h, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=warps)
+        grid: tuple[int, ...] = (triton.cdiv(pixels, block_p), triton.cdiv(outputs * groups, block_c))
+        options = dict(BACKWARD=backward, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
         return [Launch(depthwise.conv_depthwise_kernel, grid, args, dict(**options, **flags))]
 
     if strategy is Strategy.DIRECT:

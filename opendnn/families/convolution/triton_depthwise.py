@@ -6,14 +6,16 @@ Backward data is the same sum over dy with the filter turned around: dx[n, c, i]
 channels k of group c and the taps with (i + pad - tap * dilation) divisible by the stride of
 dy[n, k, (i + pad - tap * dilation) / stride] * w[k, 0, tap].
 
-A program owns a tile of BLOCK_H x BLOCK_W output pixels of one image plane (one output depth) and
+A program owns BLOCK_P consecutive output pixels (runs of whole rows, flattened over n, d, h, w) and
 BLOCK_C output channels (contiguous in NHWC: 16-byte channel-vector loads). Per tap it loads the
 tile's input [pixels, channels] moved by the tap's shift and adds its products with the tap's
-filter column (BLOCK_C values): the tile's input halo, (BLOCK_H + R - 1) x (BLOCK_W + S - 1) pixels
-at stride 1, comes from global memory about once and stays in L1 while the taps walk it. Every
-pixel-dependent coordinate is computed once per program; a tap costs a row (or column) of
-coordinates, one mask and the loads. Float32 accumulation (float64 for float64), then the epilogue
-every convolution kernel shares (alpha, z, bias, activation, beta * out).
+filter column (BLOCK_C values, the same for every pixel): the tile's input halo, (rows + R - 1) x
+(W + S - 1) pixels at stride 1, comes from global memory about once and stays in L1 while the taps
+walk it. Every pixel's image address and coordinates are computed once per program; a tap costs a
+coordinate, a mask and the loads. Few channels a program (16) and many pixels keep the filter's
+loads (a strided column of the filter per tap: one sector per channel) a small share of the tile's.
+Float32 accumulation (float64 for float64), then the epilogue every convolution kernel shares
+(alpha, z, bias, activation, beta * out).
 
 Traffic: x (or dy) read once plus the halo's share, the output written once; 2 * taps * KG FLOPs per
 output element of the backward (2 * taps forward). The filter's sizes are run-time values: one
@@ -55,6 +57,7 @@ def conv_depthwise_kernel(
     z_sh,
     z_sw,
     bias_sc,
+    PIXELS,
     OD,
     OH,
     OW,
@@ -88,29 +91,25 @@ def conv_depthwise_kernel(
     ACTIVATION: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
     COMPUTE: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_W: tl.constexpr,
+    BLOCK_P: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """Program (tile of one image plane, channel block): out[n, oc, o_d, o_h, o_w] for BLOCK_C of the
-    CHANNELS output channels. Output channel oc of group oc // OUTC reads A's channels g * RED + m
-    (m < RED) with filter row k = oc (forward: RED is 1, OUTC the multiplier) or k = g * RED + m
-    (backward data: RED is the multiplier, OUTC 1)."""
-    tiles_w = tl.cdiv(OW, BLOCK_W)
-    tiles_h = tl.cdiv(OH, BLOCK_H)
-    tile = tl.program_id(0)
-    plane = tile // (tiles_w * tiles_h)
-    n = (plane // OD).to(tl.int64)
-    o_d = plane % OD
-    pixel = tl.arange(0, BLOCK_H * BLOCK_W)
-    o_h = tile // tiles_w % tiles_h * BLOCK_H + pixel // BLOCK_W
-    o_w = tile % tiles_w * BLOCK_W + pixel % BLOCK_W
-    pixel_valid = (o_h < OH) & (o_w < OW)
+    """Program (pixel block, channel block): out[n, oc, o_d, o_h, o_w] for BLOCK_P consecutive output
+    pixels (n, o_d, o_h, o_w flattened: runs of whole rows) and BLOCK_C of the CHANNELS output
+    channels. Output channel oc of group oc // OUTC reads A's channels g * RED + m (m < RED) with
+    filter row k = oc (forward: RED is 1, OUTC the multiplier) or k = g * RED + m (backward data: RED
+    is the multiplier, OUTC 1)."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pixel_valid = p < PIXELS
+    o_w = p % OW
+    o_h = p // OW % OH
+    o_d = p // (OW * OH) % OD
+    n = (p // (OW * OH * OD)).to(tl.int64)
     oc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     channel_valid = oc < CHANNELS
     group = oc // OUTC
-    a_image = a_ptr + n * a_sn
-    acc = tl.zeros((BLOCK_H * BLOCK_W, BLOCK_C), COMPUTE)
+    a_pixels = (a_ptr + n * a_sn)[:, None]  # each pixel's image: 64-bit once, 32-bit offsets per tap
+    acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
     for t in range(T):
         i_d, ok_d = direct_coordinate(o_d, t * dil_d, pad_d, sd, AD, BACKWARD)
         for r in range(R):
@@ -119,7 +118,7 @@ def conv_depthwise_kernel(
             row_valid = pixel_valid & ok_d & ok_h
             for s in range(S):
                 i_w, ok_w = direct_coordinate(o_w, s * dil_w, pad_w, sw, AW, BACKWARD)
-                a_rows = a_image + (row_offsets + i_w * a_sw)[:, None]
+                a_rows = a_pixels + (row_offsets + i_w * a_sw)[:, None]
                 mask = (row_valid & ok_w)[:, None] & channel_valid[None, :]
                 if FLIP:
                     w_tap = (T - 1 - t) * w_st + (R - 1 - r) * w_sr + (S - 1 - s) * w_ss
@@ -133,16 +132,16 @@ def conv_depthwise_kernel(
                     acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
     channels = oc[None, :]
     mask = pixel_valid[:, None] & channel_valid[None, :]
-    out_offsets = channels * o_sc + (o_d * o_sd + o_h * o_sh + o_w * o_sw)[:, None]
-    z_offsets = channels * z_sc + (o_d * z_sd + o_h * z_sh + o_w * z_sw)[:, None]
+    out_offsets = n[:, None] * o_sn + channels * o_sc + (o_d * o_sd + o_h * o_sh + o_w * o_sw)[:, None]
+    z_offsets = n[:, None] * z_sn + channels * z_sc + (o_d * z_sd + o_h * z_sh + o_w * z_sw)[:, None]
     epilogue(
         acc,
-        out_ptr + n * o_sn,
+        out_ptr,
         out_offsets,
         mask,
         bias_ptr,
         channels * bias_sc,
-        z_ptr + n * z_sn,
+        z_ptr,
         z_offsets,
         alpha,
         beta,
@@ -155,11 +154,3 @@ def conv_depthwise_kernel(
         PROPAGATE_NAN,
         COMPUTE,
     )
-
-
-def tile_grid(
-    out_size: tuple[int, ...], n: int, channels: int, block_h: int, block_w: int, block_c: int
-) -> tuple[int, int]:
-    """The kernel's grid: (tiles of BLOCK_H x BLOCK_W pixels over every image plane, channel blocks)."""
-    od, oh, ow = out_size
-    return n * od * triton.cdiv(oh, block_h) * triton.cdiv(ow, block_w), triton.cdiv(channels, block_c)

@@ -39,10 +39,11 @@ DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 # thread here); channels-last reads 64-byte channel rows, channels-first reads along pixels.
 DEPTHWISE_FILTER_TILES = {True: (32, 32, 8, 4, 8, 4), False: (64, 16, 8, 4, 8, 4)}
 DEPTHWISE_FILTER_MIN_TAPS = 10  # fewer taps (3 x 3): filter_direct_kernel, its tiles measured
-# Depthwise forward and backward data from DEPTHWISE_MIN_TAPS taps (conv_depthwise_kernel): output pixels
-# (rows, columns), most channels and warps per program, by whether the tensors' channels are contiguous.
-# Channels-last reads 16-byte channel vectors; channels-first reads along the tile's columns.
-DEPTHWISE_TILES = {True: (8, 8, 32, 4), False: (4, 32, 8, 4)}
+# Depthwise forward and backward data from DEPTHWISE_MIN_TAPS taps (conv_depthwise_kernel): output pixels,
+# most channels and warps per program, by whether the tensors' channels are contiguous. Channels-last: 16
+# channels (one 32-byte sector of bfloat16 a pixel) so that each warp's per-tap filter loads serve many
+# pixels; channels-first reads along the pixels.
+DEPTHWISE_TILES = {True: (256, 16, 4), False: (128, 16, 4)}
 DEPTHWISE_MIN_TAPS = 10  # fewer taps (3 x 3): conv_direct_kernel with its taps unrolled, its speed measured
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
@@ -172,21 +173,15 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
     return Tile(128, max(16, triton.next_power_of_2(columns)), block_k, 4, stages)
 
 
-def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int] | None:
-    """(rows, columns, channels, warps) of conv_depthwise_kernel's program for a depthwise (one reduced
-    channel a group) forward or backward data from DEPTHWISE_MIN_TAPS taps; None for other problems.
-    The tile keeps its pixel count but no more rows or columns than the output has (1-D: one row)."""
+def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
+    """(pixels, channels, warps) of conv_depthwise_kernel's program for a depthwise (one reduced channel
+    a group) forward or backward data from DEPTHWISE_MIN_TAPS taps; None for other problems."""
     geo = geometry(problem)
     if problem.direction is BACKWARD_FILTER or geo.c != geo.groups or geo.taps < DEPTHWISE_MIN_TAPS:
         return None
-    backward = problem.direction is BACKWARD_DATA
-    a_desc, (_, out_h, out_w), channels = (problem.y, geo.x_size, geo.c) if backward else (problem.x, geo.y_size, geo.k)
-    rows, columns, most_channels, warps = DEPTHWISE_TILES[a_desc.strides[1] == 1]
-    pixels = rows * columns
-    rows = min(rows, triton.next_power_of_2(out_h))
-    columns = min(pixels // rows, triton.next_power_of_2(out_w))
-    block_c = next((b for b in (most_channels, most_channels // 2) if channels % b == 0), most_channels)
-    return rows, columns, min(block_c, triton.next_power_of_2(channels)), warps
+    a_desc, channels = (problem.y, geo.c) if problem.direction is BACKWARD_DATA else (problem.x, geo.k)
+    pixels, most_channels, warps = DEPTHWISE_TILES[a_desc.strides[1] == 1]
+    return pixels, min(most_channels, triton.next_power_of_2(channels)), warps
 
 
 # ---- workspace -----------------------------------------------------------------------------------
