@@ -384,27 +384,27 @@ def depthwise_filter_launch(problem):
     return launch
 
 
-@pytest.mark.parametrize(
-    "dtype, x_dims, k, filt, options",
-    [
-        # 7x7 channels-last, channels not a multiple of the block, batch 3, beta
-        (DataType.BFLOAT16, (3, 20, 9, 10), 20, (7, 7), dict(pre=(3, 3), channels_last=True, beta=0.5)),
-        # 5x5 stride 2, dilation, asymmetric padding, true convolution, alpha; NCHW
-        (
-            DataType.FLOAT,
-            (3, 6, 11, 9),
-            6,
-            (5, 5),
-            dict(pre=(2, 1), post=(1, 2), stride=(2, 2), dilation=(1, 2), flip=True, alpha=2.0),
-        ),
-        # a channel multiplier of 2, half, channels-last, aligned buffers
-        (DataType.HALF, (2, 5, 8, 7), 10, (5, 3), dict(pre=(2, 1), channels_last=True, margin=16)),
-        # 3-D 3x3x3 (27 taps: four tap blocks of 8), stride 2
-        (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2), channels_last=True)),
-        # 1-D, float64, 11 taps
-        (DataType.DOUBLE, (2, 4, 29), 4, (11,), dict(pre=(5,), beta=-1.0)),
-    ],
-)
+DEPTHWISE_PAST_THE_UNROLL_LIMIT = [  # (dtype, x_dims, k, filt, options), one channel a group
+    # 7x7 channels-last, channels not a multiple of the block, pixels not a multiple of the tile, beta
+    (DataType.BFLOAT16, (3, 20, 9, 10), 20, (7, 7), dict(pre=(3, 3), channels_last=True, beta=0.5)),
+    # 5x5 stride 2, dilation, asymmetric padding, true convolution, alpha; NCHW
+    (
+        DataType.FLOAT,
+        (3, 6, 11, 9),
+        6,
+        (5, 5),
+        dict(pre=(2, 1), post=(1, 2), stride=(2, 2), dilation=(1, 2), flip=True, alpha=2.0),
+    ),
+    # a channel multiplier of 2, half, channels-last, aligned buffers, beta
+    (DataType.HALF, (2, 5, 8, 7), 10, (5, 3), dict(pre=(2, 1), channels_last=True, margin=16, beta=-1.0)),
+    # 3-D 3x3x3 (27 taps: four tap blocks of 8 in the backward filter), stride 2
+    (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2), channels_last=True)),
+    # 1-D, float64, 11 taps
+    (DataType.DOUBLE, (2, 4, 29), 4, (11,), dict(pre=(5,), beta=-1.0)),
+]
+
+
+@pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT)
 def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt, options):
     problem = check(FILTER, dtype, x_dims, k, filt, groups=x_dims[1], **options)
     plan = kernels.filter_plan(problem)
@@ -419,27 +419,7 @@ def depthwise_launch(problem):
 
 
 @pytest.mark.parametrize("direction", [FWD, DATA])
-@pytest.mark.parametrize(
-    "dtype, x_dims, k, filt, options",
-    [
-        # 7x7 channels-last, channels not a multiple of the block, pixels not a multiple of the tile, beta
-        (DataType.BFLOAT16, (3, 20, 9, 10), 20, (7, 7), dict(pre=(3, 3), channels_last=True, beta=0.5)),
-        # 5x5 stride 2, dilation, asymmetric padding, true convolution, alpha; NCHW
-        (
-            DataType.FLOAT,
-            (2, 6, 11, 9),
-            6,
-            (5, 5),
-            dict(pre=(2, 1), post=(1, 2), stride=(2, 2), dilation=(1, 2), flip=True, alpha=2.0),
-        ),
-        # a channel multiplier of 2, half, channels-last, aligned buffers, beta
-        (DataType.HALF, (2, 5, 8, 7), 10, (5, 3), dict(pre=(2, 1), channels_last=True, margin=16, beta=-1.0)),
-        # 3-D 3x3x3, stride 2
-        (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2), channels_last=True)),
-        # 1-D, float64, 11 taps
-        (DataType.DOUBLE, (2, 4, 29), 4, (11,), dict(pre=(5,), beta=0.5)),
-    ],
-)
+@pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT)
 def test_depthwise_forward_and_backward_data_past_the_unroll_limit(direction, dtype, x_dims, k, filt, options):
     problem = check(direction, dtype, x_dims, k, filt, groups=x_dims[1], **options)
     launch = depthwise_launch(problem)

@@ -43,6 +43,7 @@ def conv_depthwise_kernel(
     a_sh,
     a_sw,
     w_sk,
+    w_sc,
     w_st,
     w_sr,
     w_ss,
@@ -64,9 +65,9 @@ def conv_depthwise_kernel(
     AD,
     AH,
     AW,
-    CHANNELS,
     RED,
     OUTC,
+    CHANNELS,
     T,
     R,
     S,
@@ -98,7 +99,8 @@ def conv_depthwise_kernel(
     pixels (n, o_d, o_h, o_w flattened: runs of whole rows) and BLOCK_C of the CHANNELS output
     channels. Output channel oc of group oc // OUTC reads A's channels g * RED + m (m < RED) with
     filter row k = oc (forward: RED is 1, OUTC the multiplier) or k = g * RED + m (backward data: RED
-    is the multiplier, OUTC 1)."""
+    is the multiplier, OUTC 1). The arguments are conv_direct_kernel's; the filter's reduced channel is
+    always 0 (w_sc unused)."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     pixel_valid = p < PIXELS
     o_w = p % OW
