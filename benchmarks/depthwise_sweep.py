@@ -1,10 +1,13 @@
-"""Depthwise layers (batch 64) on the GPU: each direction as planned beside cuDNN, then the backward
-filter's candidate plans: ``filter_depthwise_kernel`` under each (pixels, channels, taps, warps) tile
-and programs per SM, and for 3 x 3 filters ``filter_direct_kernel`` as planned beside it. Each line
-gives the error against float64 and the GPU time (CUDA-graph replay); the last lines give the best
-plan per layer and layout as the entries of ``triton_tiles.DEPTHWISE_FILTER_TILES`` (channels-last:
-True, channels-first: False) and whether 3 x 3 filters should take the new kernel
-(``DEPTHWISE_FILTER_MIN_TAPS`` = 9 instead of 10). docs/design/convolution.md, "Depthwise".
+"""Depthwise layers (batch 64) on the GPU: each direction as planned beside cuDNN; then forward and
+backward data on ``conv_depthwise_kernel`` under each candidate (pixels, channels, warps) tile; then
+the backward filter's candidate plans: ``filter_depthwise_kernel`` under each (pixels, channels,
+taps, warps) tile and programs per SM. 3 x 3 filters run the candidates too, beside their planned
+kernels (``conv_direct_kernel``, ``filter_direct_kernel``). Each line gives the error against float64
+and the GPU time (CUDA-graph replay); the last lines give the best plan per layer, layout and
+direction as entries of ``triton_tiles.DEPTHWISE_TILES`` and ``DEPTHWISE_FILTER_TILES`` (channels-last:
+True, channels-first: False), whether 3 x 3 filters should take the new kernels (``DEPTHWISE_MIN_TAPS``,
+``DEPTHWISE_FILTER_MIN_TAPS`` = 9 instead of 10), and per layout the forward / backward data tile
+with the best geometric mean over the layers past 9 taps. docs/design/convolution.md, "Depthwise".
 
     PYTHONPATH=. python3 benchmarks/depthwise_sweep.py [--budget SECONDS]
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import time
 
 import torch
@@ -31,7 +35,11 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
     "dw3x3_c256_28": (256, 28, 256, 3, 1, 256),
 }
 LAYOUTS = ((DataType.BFLOAT16, True), (DataType.FLOAT, False))  # (dtype, channels last)
-TILES = {  # candidate (pixels, channels, taps, warps) per layout
+DATA_TILES = {  # conv_depthwise_kernel's candidate (pixels, channels, warps) per layout
+    True: [(256, 16, 4), (128, 16, 4), (512, 16, 8), (128, 32, 4), (256, 8, 4)],
+    False: [(128, 16, 4), (256, 8, 4), (64, 32, 4)],
+}
+TILES = {  # filter_depthwise_kernel's candidate (pixels, channels, taps, warps) per layout
     True: [(32, 32, 8, 4), (16, 32, 8, 2), (32, 64, 8, 4), (64, 32, 4, 4), (32, 32, 16, 4), (16, 64, 8, 4)],
     False: [(64, 16, 8, 4), (32, 32, 8, 4), (128, 16, 4, 4)],
 }
@@ -50,28 +58,61 @@ def timed(case: Case) -> tuple[float, float]:
     return error, bench_graph(case.run) * 1e3
 
 
+def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, best: dict, scores: dict) -> None:
+    """Each layer's forward and backward data under each candidate of DATA_TILES; ``cudnn``: cuDNN's
+    microseconds per (layer, layout, direction); ``scores``: per (layout, tile), the ratios of the
+    layers past 9 taps."""
+    chosen, min_taps = dict(tiles.DEPTHWISE_TILES), tiles.DEPTHWISE_MIN_TAPS
+    tiles.DEPTHWISE_MIN_TAPS = 9  # 3 x 3 filters take the new kernel too
+    for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
+        layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
+        for tile, direction in itertools.product(DATA_TILES[channels_last], (FWD, DATA)):
+            if time.time() - start > budget:
+                break
+            tiles.DEPTHWISE_TILES[channels_last] = tile
+            replan()
+            error, ours = timed(Case(shape, direction, dtype, channels_last))
+            ratio = cudnn[name, layout, direction] / ours
+            entry = f"DEPTHWISE_TILES[{channels_last}] = {tile}"
+            print(
+                f"{name:24s} {layout:14s} {direction.name:15s} candidate {entry} err={error:.1e} "
+                f"ours={ours:8.1f}us ratio={ratio:.3f}",
+                flush=True,
+            )
+            best[name, layout, direction] = max(best.get((name, layout, direction), (0.0, "")), (ratio, entry))
+            if shape[3] > 3:
+                scores.setdefault((layout, entry), []).append(ratio)
+    tiles.DEPTHWISE_TILES.update(chosen)
+    tiles.DEPTHWISE_MIN_TAPS = min_taps
+    replan()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--budget", type=float, default=150.0, help="seconds; later candidates are skipped")
+    parser.add_argument("--budget", type=float, default=200.0, help="seconds; later candidates are skipped")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     start = time.time()
     chosen, min_taps = dict(tiles.DEPTHWISE_FILTER_TILES), tiles.DEPTHWISE_FILTER_MIN_TAPS
-    best = {}
+    best, cudnn, scores = {}, {}, {}
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         for direction in (FWD, DATA, FILTER):  # as planned
             case = Case(shape, direction, dtype, channels_last)
-            cudnn = bench_graph(case.torch_call()) * 1e3
+            cudnn[name, layout, direction] = bench_graph(case.torch_call()) * 1e3
             error, ours = timed(case)
+            ratio = cudnn[name, layout, direction] / ours
             print(
                 f"{name:24s} {layout:14s} {direction.name:15s} planned err={error:.1e} ours={ours:8.1f}us "
-                f"cudnn={cudnn:8.1f}us ratio={cudnn / ours:.3f}",
+                f"cudnn={cudnn[name, layout, direction]:8.1f}us ratio={ratio:.3f}",
                 flush=True,
             )
-        filter_cudnn = cudnn  # the last direction's: the backward filter
-        if shape[3] == 3:
-            best[name, layout] = (filter_cudnn / ours, "filter_direct_kernel as planned")
+            if shape[3] == 3:
+                best[name, layout, direction] = (ratio, "3 x 3 kernel as planned")
+    sweep_forward_and_backward_data(start, args.budget, cudnn, best, scores)
+    for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
+        layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
+        filter_cudnn = cudnn[name, layout, FILTER]
         tiles.DEPTHWISE_FILTER_MIN_TAPS = 9  # 3 x 3 filters take the new kernel too
         for tile, per_sm in itertools.product(TILES[channels_last], PROGRAMS_PER_SM):
             if time.time() - start > args.budget:
@@ -86,13 +127,21 @@ def main() -> None:
                 f"ratio={filter_cudnn / ours:.3f}",
                 flush=True,
             )
-            best[name, layout] = max(best.get((name, layout), (0.0, "")), (filter_cudnn / ours, entry))
+            key = (name, layout, FILTER)
+            best[key] = max(best.get(key, (0.0, "")), (filter_cudnn / ours, entry))
         tiles.DEPTHWISE_FILTER_TILES.update(chosen)
         tiles.DEPTHWISE_FILTER_MIN_TAPS = min_taps
         replan()
-    print("best backward filter per layer (ratio = cuDNN time / opendnn time):")
-    for (name, layout), (ratio, entry) in best.items():
-        print(f"best {name:24s} {layout:14s} ratio={ratio:.3f} {entry}")
+    print("best per layer and direction (ratio = cuDNN time / opendnn time):")
+    for (name, layout, direction), (ratio, entry) in best.items():
+        print(f"best {name:24s} {layout:14s} {direction.name:15s} ratio={ratio:.3f} {entry}")
+    print("forward and backward data tiles by geometric mean over the layers past 9 taps:")
+    for (layout, entry), ratios in sorted(scores.items(), key=lambda item: -geomean(item[1])):
+        print(f"geomean {layout:14s} {geomean(ratios):.3f} over {len(ratios)} {entry}")
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 if __name__ == "__main__":

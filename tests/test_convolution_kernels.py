@@ -384,32 +384,107 @@ def depthwise_filter_launch(problem):
     return launch
 
 
-@pytest.mark.parametrize(
-    "dtype, x_dims, k, filt, options",
-    [
-        # 7x7 channels-last, channels not a multiple of the block, batch 3, beta
-        (DataType.BFLOAT16, (3, 20, 9, 10), 20, (7, 7), dict(pre=(3, 3), channels_last=True, beta=0.5)),
-        # 5x5 stride 2, dilation, asymmetric padding, true convolution, alpha; NCHW
-        (
-            DataType.FLOAT,
-            (3, 6, 11, 9),
-            6,
-            (5, 5),
-            dict(pre=(2, 1), post=(1, 2), stride=(2, 2), dilation=(1, 2), flip=True, alpha=2.0),
-        ),
-        # a channel multiplier of 2, half, channels-last, aligned buffers
-        (DataType.HALF, (2, 5, 8, 7), 10, (5, 3), dict(pre=(2, 1), channels_last=True, margin=16)),
-        # 3-D 3x3x3 (27 taps: four tap blocks of 8), stride 2
-        (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2), channels_last=True)),
-        # 1-D, float64, 11 taps
-        (DataType.DOUBLE, (2, 4, 29), 4, (11,), dict(pre=(5,), beta=-1.0)),
-    ],
-)
+DEPTHWISE_PAST_THE_UNROLL_LIMIT = [  # (dtype, x_dims, k, filt, options), one channel a group
+    # 7x7 channels-last, channels not a multiple of the block, pixels not a multiple of the tile, beta
+    (DataType.BFLOAT16, (3, 20, 9, 10), 20, (7, 7), dict(pre=(3, 3), channels_last=True, beta=0.5)),
+    # 5x5 stride 2, dilation, asymmetric padding, true convolution, alpha; NCHW
+    (
+        DataType.FLOAT,
+        (3, 6, 11, 9),
+        6,
+        (5, 5),
+        dict(pre=(2, 1), post=(1, 2), stride=(2, 2), dilation=(1, 2), flip=True, alpha=2.0),
+    ),
+    # a channel multiplier of 2, half, channels-last, aligned buffers, beta
+    (DataType.HALF, (2, 5, 8, 7), 10, (5, 3), dict(pre=(2, 1), channels_last=True, margin=16, beta=-1.0)),
+    # 3-D 3x3x3 (27 taps: four tap blocks of 8 in the backward filter), stride 2
+    (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2), channels_last=True)),
+    # 1-D, float64, 11 taps
+    (DataType.DOUBLE, (2, 4, 29), 4, (11,), dict(pre=(5,), beta=-1.0)),
+]
+
+
+@pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT)
 def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt, options):
     problem = check(FILTER, dtype, x_dims, k, filt, groups=x_dims[1], **options)
     plan = kernels.filter_plan(problem)
     assert plan.block_taps > 0 and kernels.choose(problem, tma_aligned=True) is kernels.Strategy.DIRECT
     assert depthwise_filter_launch(problem).grid[1] == -(-math.prod(filt) // plan.block_taps)
+
+
+def depthwise_launch(problem):
+    (launch,) = kernels.launch_plan(problem, True, kernels.choose(problem, tma_aligned=True)).launches
+    assert launch.kernel.__name__ == "conv_depthwise_kernel"
+    return launch
+
+
+@pytest.mark.parametrize("direction", [FWD, DATA])
+@pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT)
+def test_depthwise_forward_and_backward_data_past_the_unroll_limit(direction, dtype, x_dims, k, filt, options):
+    problem = check(direction, dtype, x_dims, k, filt, groups=x_dims[1], **options)
+    launch = depthwise_launch(problem)
+    channels = x_dims[1] if direction is DATA else k
+    assert launch.grid[1] == -(-channels // launch.options["BLOCK_C"])
+
+
+def test_depthwise_forward_epilogue_bias_residual_relu():
+    problem = check(
+        FWD,
+        DataType.BFLOAT16,
+        (2, 24, 7, 9),
+        24,
+        (7, 7),
+        pre=(3, 3),
+        groups=24,
+        bias=True,
+        z=True,
+        act=PointwiseMode.RELU_FWD,
+        alpha=1.5,
+        channels_last=True,
+    )
+    assert depthwise_launch(problem).options["HAS_BIAS"]
+
+
+@pytest.mark.parametrize("direction", [FWD, DATA])
+def test_depthwise_writes_a_strided_channel_slice_and_nothing_around_it(direction):
+    """The output is channels [4, 4 + 20) of a 32-channel NHWC buffer poisoned with NaN: the slice
+    matches torch in float64 and the other channels stay NaN."""
+    groups, spatial, filt, pad = 20, (9, 10), (5, 5), (2, 2)
+    out_dims = (3, groups, *spatial)
+    buffer = torch.full((3, *spatial, 32), float("nan"), dtype=torch.bfloat16)
+    out = buffer[..., 4 : 4 + groups].permute(0, 3, 1, 2)
+    out_desc = TensorDescriptor(DataType.BFLOAT16, out_dims, out.stride())
+    a_desc, a, _ = make(out_dims, DataType.BFLOAT16, True, seed=1)
+    w_desc, w, _ = make((groups, 1, *filt), DataType.BFLOAT16, True, seed=2)
+    x_desc, y_desc = (out_desc, a_desc) if direction is DATA else (a_desc, out_desc)
+    problem = ConvolutionProblem(
+        direction,
+        x_desc,
+        w_desc,
+        y_desc,
+        pad,
+        pad,
+        (1, 1),
+        (1, 1),
+        groups,
+        False,
+        DataType.FLOAT,
+        False,
+        ConvolutionFwdAlgo.IMPLICIT_GEMM if direction is FWD else ConvolutionBwdDataAlgo.ALGO_0,
+        1.0,
+        0.0,
+    )
+    depthwise_launch(problem)
+    out_bound = Bound("out", out_desc, out, "cpu")
+    x, y = (out_bound, a) if direction is DATA else (a, out_bound)
+    kernels.run(problem, x, w, y)
+    want = torch_forward(a.view.double(), w.view.double(), pad, pad, (1, 1), (1, 1), groups, False)
+    if direction is DATA:  # the same layer's backward data: the filter turned around, channels swapped
+        weight = w.view.double().flip([2, 3])
+        want = F.conv2d(a.view.double(), weight, padding=pad, groups=groups)
+    error = (torch.linalg.norm(out.double() - want) / torch.linalg.norm(want)).item()
+    assert error < TOLERANCE[DataType.BFLOAT16], error
+    assert buffer[..., :4].isnan().all() and buffer[..., 4 + groups :].isnan().all()
 
 
 def test_depthwise_backward_filter_slices_are_summed_in_a_fixed_order():

@@ -55,6 +55,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.convolution import triton_depthwise as depthwise
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
 from opendnn.families.convolution.gluon_hopper import warp_specialized_launch
@@ -76,6 +77,7 @@ from opendnn.families.convolution.triton_tiles import (
     Geometry,
     accumulator_type,
     aligned,
+    depthwise_tile,
     dot_precision,
     dot_type,
     filter_plan,
@@ -341,38 +343,44 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     )
     geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
     pixels = geo.n * math.prod(out_size)
+    channels = outputs * groups
+    direct_args = (
+        a,
+        Slot("w"),
+        out,
+        Slot("bias"),
+        Slot("z"),
+        *strides5(a_desc),
+        w_sk,
+        w_sc,
+        *w_taps,
+        *strides5(out_desc),
+        *epilogue_args,
+        pixels,
+        *out_size,
+        *a_size,
+        reduced,
+        outputs,
+        channels,
+        *geo.filt,
+        *geometry_args,
+        *scalars,
+    )
+    depthwise_block = depthwise_tile(problem) if strategy is Strategy.DIRECT else None
+    if depthwise_block is not None:  # one reduced channel a group, from DEPTHWISE_MIN_TAPS taps
+        block_p, block_c, warps = depthwise_block
+        grid: tuple[int, ...] = (triton.cdiv(pixels, block_p), triton.cdiv(channels, block_c))
+        options = dict(BACKWARD=backward, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
+        return [Launch(depthwise.conv_depthwise_kernel, grid, direct_args, dict(**options, **flags))]
 
     if strategy is Strategy.DIRECT:
-        channels = outputs * groups
         block_n = min(64, triton.next_power_of_2(channels))
-        grid: tuple[int, ...] = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
-        args = (
-            a,
-            Slot("w"),
-            out,
-            Slot("bias"),
-            Slot("z"),
-            *strides5(a_desc),
-            w_sk,
-            w_sc,
-            *w_taps,
-            *strides5(out_desc),
-            *epilogue_args,
-            pixels,
-            *out_size,
-            *a_size,
-            reduced,
-            outputs,
-            channels,
-            *geo.filt,
-            *geometry_args,
-            *scalars,
-        )
+        grid = (triton.cdiv(pixels, 64), triton.cdiv(channels, block_n))
         return [
             Launch(
                 direct.conv_direct_kernel,
                 grid,
-                args,
+                direct_args,
                 dict(
                     UNROLLED=(reduced, *geo.filt) if geo.taps * reduced <= DIRECT_UNROLL_STEPS else None,
                     BACKWARD=backward,

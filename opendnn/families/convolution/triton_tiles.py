@@ -39,6 +39,12 @@ DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 # thread here); channels-last reads 64-byte channel rows, channels-first reads along pixels.
 DEPTHWISE_FILTER_TILES = {True: (32, 32, 8, 4, 8, 4), False: (64, 16, 8, 4, 8, 4)}
 DEPTHWISE_FILTER_MIN_TAPS = 10  # fewer taps (3 x 3): filter_direct_kernel, its tiles measured
+# Depthwise forward and backward data from DEPTHWISE_MIN_TAPS taps (conv_depthwise_kernel): output pixels,
+# most channels and warps per program, by whether the tensors' channels are contiguous. Channels-last: 16
+# channels (one 32-byte sector of bfloat16 a pixel) so that each warp's per-tap filter loads serve many
+# pixels; channels-first reads along the pixels.
+DEPTHWISE_TILES = {True: (256, 16, 4), False: (128, 16, 4)}
+DEPTHWISE_MIN_TAPS = 10  # fewer taps (3 x 3): conv_direct_kernel with its taps unrolled, its speed measured
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
@@ -165,6 +171,17 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
             return Tile(256, 128, block_k, 8, stages)
         return Tile(128, 128, block_k, 8, stages)
     return Tile(128, max(16, triton.next_power_of_2(columns)), block_k, 4, stages)
+
+
+def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
+    """(pixels, channels, warps) of conv_depthwise_kernel's program for a depthwise (one reduced channel
+    a group) forward or backward data from DEPTHWISE_MIN_TAPS taps; None for other problems."""
+    geo = geometry(problem)
+    if problem.direction is BACKWARD_FILTER or geo.c != geo.groups or geo.taps < DEPTHWISE_MIN_TAPS:
+        return None
+    a_desc, channels = (problem.y, geo.c) if problem.direction is BACKWARD_DATA else (problem.x, geo.k)
+    pixels, most_channels, warps = DEPTHWISE_TILES[a_desc.strides[1] == 1]
+    return pixels, min(most_channels, triton.next_power_of_2(channels)), warps
 
 
 # ---- workspace -----------------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""Depthwise forward and backward data from ``DEPTHWISE_MIN_TAPS`` taps (5 x 5, 7 x 7, 3 x 3 x 3, long
+1-D filters): one reduced channel per group, any channel multiplier.
+
+Forward: y[n, k, o] = sum over taps of x[n, k // KG, o * stride - pad + tap * dilation] * w[k, 0, tap].
+Backward data is the same sum over dy with the filter turned around: dx[n, c, i] = sum over the KG
+channels k of group c and the taps with (i + pad - tap * dilation) divisible by the stride of
+dy[n, k, (i + pad - tap * dilation) / stride] * w[k, 0, tap].
+
+A program owns BLOCK_P consecutive output pixels (runs of whole rows, flattened over n, d, h, w) and
+BLOCK_C output channels (contiguous in NHWC: 16-byte channel-vector loads). Per tap it loads the
+tile's input [pixels, channels] moved by the tap's shift and adds its products with the tap's
+filter column (BLOCK_C values, the same for every pixel): the tile's input halo, (rows + R - 1) x
+(W + S - 1) pixels at stride 1, comes from global memory about once and stays in L1 while the taps
+walk it. Every pixel's image address and coordinates are computed once per program; a tap costs a
+coordinate, a mask and the loads. Few channels a program (16) and many pixels keep the filter's
+loads (a strided column of the filter per tap: one sector per channel) a small share of the tile's.
+Float32 accumulation (float64 for float64), then the epilogue every convolution kernel shares
+(alpha, z, bias, activation, beta * out).
+
+Traffic: x (or dy) read once plus the halo's share, the output written once; 2 * taps * KG FLOPs per
+output element of the backward (2 * taps forward). The filter's sizes are run-time values: one
+compiled kernel for every filter.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.families.convolution.triton_gemm import direct_coordinate, epilogue
+
+
+@triton.jit
+def conv_depthwise_kernel(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    bias_ptr,
+    z_ptr,
+    a_sn,
+    a_sc,
+    a_sd,
+    a_sh,
+    a_sw,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    o_sn,
+    o_sc,
+    o_sd,
+    o_sh,
+    o_sw,
+    z_sn,
+    z_sc,
+    z_sd,
+    z_sh,
+    z_sw,
+    bias_sc,
+    PIXELS,
+    OD,
+    OH,
+    OW,
+    AD,
+    AH,
+    AW,
+    RED,
+    OUTC,
+    CHANNELS,
+    T,
+    R,
+    S,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha2: tl.float64,
+    coef: tl.float64,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Program (pixel block, channel block): out[n, oc, o_d, o_h, o_w] for BLOCK_P consecutive output
+    pixels (n, o_d, o_h, o_w flattened: runs of whole rows) and BLOCK_C of the CHANNELS output
+    channels. Output channel oc of group oc // OUTC reads A's channels g * RED + m (m < RED) with
+    filter row k = oc (forward: RED is 1, OUTC the multiplier) or k = g * RED + m (backward data: RED
+    is the multiplier, OUTC 1). The arguments are conv_direct_kernel's; the filter's reduced channel is
+    always 0 (w_sc unused)."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pixel_valid = p < PIXELS
+    o_w = p % OW
+    o_h = p // OW % OH
+    o_d = p // (OW * OH) % OD
+    n = (p // (OW * OH * OD)).to(tl.int64)
+    oc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    channel_valid = oc < CHANNELS
+    group = oc // OUTC
+    a_pixels = (a_ptr + n * a_sn)[:, None]  # each pixel's image: 64-bit once, 32-bit offsets per tap
+    acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+    for t in range(T):
+        i_d, ok_d = direct_coordinate(o_d, t * dil_d, pad_d, sd, AD, BACKWARD)
+        for r in range(R):
+            i_h, ok_h = direct_coordinate(o_h, r * dil_h, pad_h, sh, AH, BACKWARD)
+            row_offsets = i_d * a_sd + i_h * a_sh
+            row_valid = pixel_valid & ok_d & ok_h
+            for s in range(S):
+                i_w, ok_w = direct_coordinate(o_w, s * dil_w, pad_w, sw, AW, BACKWARD)
+                a_rows = a_pixels + (row_offsets + i_w * a_sw)[:, None]
+                mask = (row_valid & ok_w)[:, None] & channel_valid[None, :]
+                if FLIP:
+                    w_tap = (T - 1 - t) * w_st + (R - 1 - r) * w_sr + (S - 1 - s) * w_ss
+                else:
+                    w_tap = t * w_st + r * w_sr + s * w_ss
+                for m in range(RED):
+                    a_channel = group * RED + m
+                    a = tl.load(a_rows + (a_channel * a_sc)[None, :], mask=mask, other=0.0)
+                    w_row = a_channel if BACKWARD else oc
+                    w = tl.load(w_ptr + w_row * w_sk + w_tap, mask=channel_valid, other=0.0)
+                    acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
+    channels = oc[None, :]
+    mask = pixel_valid[:, None] & channel_valid[None, :]
+    out_offsets = n[:, None] * o_sn + channels * o_sc + (o_d * o_sd + o_h * o_sh + o_w * o_sw)[:, None]
+    z_offsets = n[:, None] * z_sn + channels * z_sc + (o_d * z_sd + o_h * z_sh + o_w * z_sw)[:, None]
+    epilogue(
+        acc,
+        out_ptr,
+        out_offsets,
+        mask,
+        bias_ptr,
+        channels * bias_sc,
+        z_ptr,
+        z_offsets,
+        alpha,
+        beta,
+        alpha2,
+        coef,
+        HAS_BETA,
+        HAS_BIAS,
+        HAS_Z,
+        ACTIVATION,
+        PROPAGATE_NAN,
+        COMPUTE,
+    )
