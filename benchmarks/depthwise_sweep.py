@@ -5,8 +5,8 @@ taps, warps) tile and programs per SM. 3 x 3 filters run the candidates too, bes
 kernels (``conv_direct_kernel``, ``filter_direct_kernel``). Each line gives the error against float64
 and the GPU time (CUDA-graph replay); the last lines give the best plan per layer, layout and
 direction as entries of ``triton_tiles.DEPTHWISE_TILES`` and ``DEPTHWISE_FILTER_TILES`` (channels-last:
-True, channels-first: False), whether 3 x 3 filters should take the new kernels (``DEPTHWISE_MIN_TAPS``,
-``DEPTHWISE_FILTER_MIN_TAPS`` = 9 instead of 10), and per layout the forward / backward data tile
+True, channels-first: False), from how many taps each layout should take the new kernels (``DEPTHWISE_MIN_TAPS``,
+``DEPTHWISE_FILTER_MIN_TAPS``), and per layout the forward / backward data tile
 with the best geometric mean over the layers past 9 taps. docs/design/convolution.md, "Depthwise".
 
     PYTHONPATH=. python3 benchmarks/depthwise_sweep.py [--budget SECONDS]
@@ -63,7 +63,7 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
     microseconds per (layer, layout, direction); ``scores``: per (layout, tile), the ratios of the
     layers past 9 taps."""
     chosen, min_taps = dict(tiles.DEPTHWISE_TILES), tiles.DEPTHWISE_MIN_TAPS
-    tiles.DEPTHWISE_MIN_TAPS = 9  # 3 x 3 filters take the new kernel too
+    tiles.DEPTHWISE_MIN_TAPS = {True: 1, False: 1}  # every filter takes the new kernel
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         for tile, direction in itertools.product(DATA_TILES[channels_last], (FWD, DATA)):
@@ -113,7 +113,7 @@ def main() -> None:
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         filter_cudnn = cudnn[name, layout, FILTER]
-        tiles.DEPTHWISE_FILTER_MIN_TAPS = 9  # 3 x 3 filters take the new kernel too
+        tiles.DEPTHWISE_FILTER_MIN_TAPS = {True: 1, False: 1}  # every filter takes the new kernel
         for tile, per_sm in itertools.product(TILES[channels_last], PROGRAMS_PER_SM):
             if time.time() - start > args.budget:
                 break

@@ -56,7 +56,7 @@ from opendnn.families.convolution.triton_tiles import (
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
-GROUPED_MAX_CHANNELS = 16  # most reduced or output channels a group this route takes (more: the GEMM)
+GROUPED_MAX_CHANNELS = 32  # most reduced or output channels a group this route takes (more: the GEMM)
 GROUPED_BLOCK_CHANNELS = 32  # channels a program's block of groups spans (the block's widest side)
 GROUPED_PIXELS = 128  # pixels a program (a reduction step of the backward filter); half for 4- and 8-byte types
 GROUPED_WARPS = 4

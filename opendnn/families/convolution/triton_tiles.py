@@ -33,18 +33,23 @@ DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps i
 # warp per program (its pixel sums never leave the warp) and 4x the programs (latency hidden by
 # residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
 DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
-# Depthwise backward filter past DIRECT_UNROLL_STEPS taps (filter_depthwise_kernel): (pixels, most
-# channels, taps, warps) per program, programs per SM and fewest pixel tiles per slice, by whether
-# dy's channels are contiguous. A program's accumulator is taps x pixels x channels float32 (64 a
-# thread here); channels-last reads 64-byte channel rows, channels-first reads along pixels.
-DEPTHWISE_FILTER_TILES = {True: (32, 32, 8, 4, 8, 4), False: (64, 16, 8, 4, 8, 4)}
-DEPTHWISE_FILTER_MIN_TAPS = 10  # fewer taps (3 x 3): filter_direct_kernel, its tiles measured
-# Depthwise forward and backward data from DEPTHWISE_MIN_TAPS taps (conv_depthwise_kernel): output pixels,
-# most channels and warps per program, by whether the tensors' channels are contiguous. Channels-last: 16
-# channels (one 32-byte sector of bfloat16 a pixel) so that each warp's per-tap filter loads serve many
-# pixels; channels-first reads along the pixels.
-DEPTHWISE_TILES = {True: (256, 16, 4), False: (128, 16, 4)}
-DEPTHWISE_MIN_TAPS = 10  # fewer taps (3 x 3): conv_direct_kernel with its taps unrolled, its speed measured
+# Depthwise backward filter (filter_depthwise_kernel): (pixels, most channels, taps, warps) per program,
+# programs per SM and fewest pixel tiles per slice, by whether dy's channels are contiguous; the best of
+# benchmarks/depthwise_sweep.py on the H200 (docs/design/convolution.md). A program's accumulator is
+# taps x pixels x channels float32; channels-last reads 64-byte channel rows, channels-first along pixels.
+DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (32, 32, 8, 4, 8, 4)}
+# ... from this many taps, by the same key. Channels-last: only where filter_direct_kernel cannot keep the
+# taps in registers (DIRECT_FILTER_COLUMNS): on 5 x 5 layers it is faster (0.24-0.32 of cuDNN against
+# 0.18-0.26). Channels-first: past the 3 x 3 filter (1.8-2.7x cuDNN on 5 x 5 and 7 x 7 layers).
+DEPTHWISE_FILTER_MIN_TAPS = {True: DIRECT_FILTER_COLUMNS + 1, False: 10}
+# Depthwise forward and backward data (conv_depthwise_kernel): output pixels, most channels and warps per
+# program, by whether the tensors' channels are contiguous; the geometric-mean best of
+# benchmarks/depthwise_sweep.py over the 5 x 5 and 7 x 7 layers on the H200.
+DEPTHWISE_TILES = {True: (128, 32, 4), False: (256, 8, 4)}
+# ... from this many taps, by the same key. Channels-last 3 x 3 forward keeps conv_direct_kernel (0.68 of
+# cuDNN against the depthwise kernel's less); channels-first takes the depthwise kernel for every filter
+# (3 x 3: 2.1x cuDNN forward, 2.9-3.8x backward data, against 0.92 and 1.45-1.47 on conv_direct_kernel).
+DEPTHWISE_MIN_TAPS = {True: 10, False: 1}
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
@@ -177,10 +182,13 @@ def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(pixels, channels, warps) of conv_depthwise_kernel's program for a depthwise (one reduced channel
     a group) forward or backward data from DEPTHWISE_MIN_TAPS taps; None for other problems."""
     geo = geometry(problem)
-    if problem.direction is BACKWARD_FILTER or geo.c != geo.groups or geo.taps < DEPTHWISE_MIN_TAPS:
+    if problem.direction is BACKWARD_FILTER or geo.c != geo.groups:
         return None
     a_desc, channels = (problem.y, geo.c) if problem.direction is BACKWARD_DATA else (problem.x, geo.k)
-    pixels, most_channels, warps = DEPTHWISE_TILES[a_desc.strides[1] == 1]
+    channels_last = a_desc.strides[1] == 1
+    if geo.taps < DEPTHWISE_MIN_TAPS[channels_last]:
+        return None
+    pixels, most_channels, warps = DEPTHWISE_TILES[channels_last]
     return pixels, min(most_channels, triton.next_power_of_2(channels)), warps
 
 
@@ -207,8 +215,9 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     pixels = geo.output_pixels
     direct = uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
     block_taps = 0
-    if direct and cg == 1 and geo.taps >= DEPTHWISE_FILTER_MIN_TAPS:
-        block_m, block_n, block_taps, warps, per_sm, min_steps = DEPTHWISE_FILTER_TILES[problem.y.strides[1] == 1]
+    channels_last = problem.y.strides[1] == 1
+    if direct and cg == 1 and geo.taps >= DEPTHWISE_FILTER_MIN_TAPS[channels_last]:
+        block_m, block_n, block_taps, warps, per_sm, min_steps = DEPTHWISE_FILTER_TILES[channels_last]
         block_n = next((b for b in (block_n, block_n // 2) if geo.k % b == 0), block_n)  # no idle channels
         tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
         block_taps = min(block_taps, triton.next_power_of_2(geo.taps))
