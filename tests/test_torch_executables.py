@@ -151,6 +151,34 @@ def test_a_backward_keys_on_its_forwards_executable_and_the_gradients_signature(
     assert sorted(key[4] for key in followers) == sorted([(120, 30, 6, 1), (120, 1, 24, 4)])
 
 
+def test_a_backward_runs_on_the_handle_of_its_forward(handle, monkeypatch, full_calls):
+    """The backend variable changed between a forward and its backward leaves the backward on the
+    forward's handle (replayed); that handle's backend changed drops its executables, and the
+    backward takes the full path on the new backend."""
+    x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL).requires_grad_()
+    dy = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
+    for _ in range(2):  # forward and backward recorded, then replayed
+        x.grad = None
+        ot.functions.relu(x).backward(dy)
+    assert len(full_calls) == 2
+    y = ot.functions.relu(x)
+    monkeypatch.setenv("OPENDNN_BACKEND", "numpy")
+    x.grad = None
+    y.backward(dy)
+    assert len(full_calls) == 2 and len(handle.executables) == 2
+    assert torch.equal(x.grad, torch.where(x > 0, dy, 0.0))
+    monkeypatch.setenv("OPENDNN_BACKEND", "triton")
+    y = ot.functions.relu(x)
+    handle.backend = "numpy"
+    try:
+        x.grad = None
+        y.backward(dy)
+        assert len(full_calls) == 3 and not handle.executables
+    finally:
+        handle.backend = "triton"
+    assert torch.equal(x.grad, torch.where(x > 0, dy, 0.0))
+
+
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):
     x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
     with torch.no_grad():

@@ -344,33 +344,39 @@ class Operator:
             key = None
         if key is None:
             return kernel(*args), None
-        return _replayed(handle, key, kernel, args)
+        executable = handle.executables.get(key)
+        if executable is None:  # the signature's first call: recorded (kept: an Executable, a Fallback or nothing)
+            return record(handle, key, kernel, args), handle.executables.get(key)
+        return executable.replay(args), executable
 
     def after(self, source: Any, gradient: Any, args: tuple[Any, ...], part: int = 0) -> Any:
         """``self(*args)`` for a backward operator called in the backward of a plain call whose
         forward ran as ``source`` (``executed``'s second value, kept on the autograd context):
         every argument but ``gradient`` is fixed by the forward's signature (its tensors, what it
-        saved, its options), so the call keys on the kernel, ``source`` and the gradient's shape,
-        strides and dtype alone (and ``part``, where one backward calls the operator twice), without
-        the operator's schema key. A call that is not plain (a mode, compiled autograd, autocast,
-        a gradient through the backward, no source) is ``self(*args)``."""
+        saved, its options), so the call runs on the forward's handle (``source.handle``) and keys
+        on the kernel, ``source`` and the gradient's shape, strides and dtype alone (and ``part``,
+        where one backward calls the operator twice), without the operator's schema key or handle
+        rule. A call that is not plain (a mode, compiled autograd, autocast, a gradient through the
+        backward, no source) is ``self(*args)``."""
         # (the other tensors are the forward's, plain where it has a source, or views of them)
         if (
             source is None
             or gradient.__class__ not in _PLAIN_TYPES
+            or _INCLUDED_KEYS().raw_repr() & _PLAIN_INCLUDED
             or (self.autocast is not None and _any_autocast())
             or _is_compiling()
             or _profiler_enabled()
-            or _INCLUDED_KEYS().raw_repr() & _PLAIN_INCLUDED
             or (_grad_enabled() and _any_requires_grad(*args))
         ):
             return self(*args)
-        handle = self._handle(args)
-        kernel = self.eager_kernel
-        if handle.backend != "triton":
+        handle, kernel = source.handle, self.eager_kernel
+        if handle.backend != "triton":  # (changed since the forward: its executables were dropped)
             return kernel(*args)
         key = (kernel, source, part, gradient.shape, gradient.stride(), gradient.dtype)
-        return _replayed(handle, key, kernel, args)[0]
+        executable = handle.executables.get(key)
+        if executable is None:
+            return record(handle, key, kernel, args)
+        return executable.replay(args)
 
     def _handle(self, args: tuple[Any, ...]) -> Handle:
         """The handle a plain call runs on: the operator's rule, else the shared handle of the
@@ -383,15 +389,6 @@ class Operator:
 
     def __repr__(self) -> str:
         return f"<opendnn operator {NAMESPACE}::{self.name}>"
-
-
-def _replayed(handle: Handle, key: Any, kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
-    """``kernel(*args)`` through the handle's executable under ``key`` (recorded when it has none),
-    and that executable (None where the recorded call kept nothing)."""
-    executable = handle.executables.get(key)
-    if executable is None:
-        return record(handle, key, kernel, args), handle.executables.get(key)
-    return executable.replay(args), executable
 
 
 def signature_function(overload: torch._ops.OpOverload) -> Callable[..., tuple[Any, ...] | None]:
