@@ -179,6 +179,21 @@ def test_a_backward_runs_on_the_handle_of_its_forward(handle, monkeypatch, full_
     assert torch.equal(x.grad, torch.where(x > 0, dy, 0.0))
 
 
+def test_an_eager_node_runs_its_backward_directly_and_gives_torchs_gradients(handle):
+    """The engine calls a node's ``apply``: an eager node's is its Function's backward itself,
+    called as torch's would call it (the node, then the output's gradient)."""
+    x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL).requires_grad_()
+    w = torch.randn(6, 4, 3, 3, requires_grad=True)
+    dy = torch.randn(2, 6, 5, 6).contiguous(memory_format=CL)
+    y = operators.convolution(x, w, None, (1, 1), (1, 1), (1, 1), 1)
+    node = y.grad_fn
+    assert type(node).apply is operators.convolution.eager.backward
+    dx, dw, *rest = node.apply(dy)
+    expected = torch.autograd.grad(TF.conv2d(x.double(), w.double(), padding=1), (x, w), dy.double())
+    assert relative_error(dx, expected[0]) < 1e-5 and relative_error(dw, expected[1]) < 1e-5
+    assert rest == [None] * 5
+
+
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):
     x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
     with torch.no_grad():

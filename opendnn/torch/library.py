@@ -495,7 +495,7 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
     def eager_forward(ctx: Any, *args: Any) -> Any:
         output, source = executed(eager_kernel, args)
-        ctx.set_materialize_grads(False)
+        ctx.materialize_grads = False  # (what set_materialize_grads sets, without its frame)
         ctx.source = source
         setup_context(ctx, args, output)
         return output
@@ -517,6 +517,10 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     # tensors leaked from finished torch.func transforms (which the plain calls' kernels, with or
     # without a gradient, do not take): its C entry applies the Function, 1.5 us less a call
     operator.apply = _C_APPLY.__get__(None, operator.eager)
+    # the engine runs a node through its ``apply``, whose Python (BackwardCFunction's) looks up the
+    # Function's backward and whether it takes its gradients boxed on every call: the eager
+    # Function's nodes (a backward, unboxed) are the backward itself
+    operator.eager._backward_cls.apply = backward
     operator.transformable = type(
         name,
         (torch.autograd.Function,),
