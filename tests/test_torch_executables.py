@@ -194,6 +194,28 @@ def test_an_eager_node_runs_its_backward_directly_and_gives_torchs_gradients(han
     assert rest == [None] * 5
 
 
+class _Marked(torch.Tensor):
+    """A tensor subclass: opendnn's plain path must leave calls with one to the registered operator."""
+
+
+@pytest.mark.parametrize("position", [0, 2])  # a convolution's x (a Tensor) and bias (a Tensor?)
+def test_a_tensor_subclass_among_the_tensors_sends_the_call_to_the_registered_operator(position, handle, monkeypatch):
+    registered = []
+    operator = operators.convolution
+    overload = operator.overload
+    monkeypatch.setattr(operator, "overload", lambda *args: registered.append(args) or overload(*args))
+    x, w, bias = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL), torch.randn(6, 4, 3, 3), torch.randn(6)
+    args = [x, w, bias, [1, 1], [1, 1], [1, 1], 1]
+    with torch.no_grad():
+        plain = operator(*args)
+        assert not registered
+        args[position] = args[position].as_subclass(_Marked)
+        marked = operator(*args)
+    assert len(registered) == 1 and registered[0][position].__class__ is _Marked
+    expected = TF.conv2d(x.double(), w.double(), bias.double(), padding=1)
+    assert relative_error(plain, expected) < 1e-5 and relative_error(marked.as_subclass(torch.Tensor), expected) < 1e-5
+
+
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):
     x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
     with torch.no_grad():
