@@ -104,12 +104,15 @@ def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple
             ctx.save_for_backward(inputs[0], output)
         else:
             ctx.save_for_backward(inputs[0] if keeps_input else output)
-        ctx.options, ctx.count = inputs[1:], len(inputs)
+        ctx.options = inputs[1:]
+
+    # the options' gradients (every call passes all of the schema's arguments: none has a default)
+    none_for_options = (None,) * (len(op.overload._schema.arguments) - 1)
 
     def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
         dy = dense(dy, tensors[-1])
-        return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *(None,) * (ctx.count - 1))
+        return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *none_for_options)
 
     register_autograd(op, backward, setup_context)
 
