@@ -216,6 +216,32 @@ def test_a_tensor_subclass_among_the_tensors_sends_the_call_to_the_registered_op
     assert relative_error(plain, expected) < 1e-5 and relative_error(marked.as_subclass(torch.Tensor), expected) < 1e-5
 
 
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (lambda x: ot.functions.relu(x), TF.relu),
+        (lambda x: ot.functions.max_pool(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+        (lambda x: ot.functions.avg_pool(x, 3, 2, 1), lambda x: TF.avg_pool2d(x, 3, 2, 1)),
+        (lambda x: ot.functions.local_response_norm(x, 3), lambda x: TF.local_response_norm(x, 3)),
+    ],
+    ids=["relu", "max_pool", "avg_pool", "local_response_norm"],
+)
+def test_a_stride_0_gradient_reaches_the_backward_kernel_as_it_comes(ours, theirs, handle, monkeypatch, full_calls):
+    """``sum().backward()`` hands in a stride-0 expansion: the backward kernels whose dx follows x
+    read it without a copy, and x's gradient keeps x's channels-last order."""
+    monkeypatch.setattr(operators, "dense", lambda *args: pytest.fail("a copy of the gradient"))
+    x = torch.randn(2, 4, 6, 6).contiguous(memory_format=CL).requires_grad_()
+    expected = torch.autograd.grad(theirs(x.double()).sum(), x)[0]
+    counts = []
+    for _ in range(3):
+        x.grad = None
+        ours(x).sum().backward()
+        counts.append(len(full_calls))
+        assert relative_error(x.grad, expected) < 1e-6 and x.grad.stride() == x.stride()
+    assert counts[0] > 0 and counts[2] == counts[1] == counts[0]  # recorded, then replayed
+    assert any(0 in key[4] for key in handle.executables if isinstance(key[1], Executable))  # keyed as given
+
+
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):
     x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
     with torch.no_grad():

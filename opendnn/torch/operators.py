@@ -90,10 +90,14 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
     return gradient() if ctx.needs_input_grad[position] else None
 
 
-def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",)) -> None:
+def register_gradient_of_input(
+    op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",), dx_follows_dy: bool = False
+) -> None:
     """The gradient of an operator of one differentiable input (its first) and options (pooling
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
-    what the forward keeps ("input", "output")."""
+    what the forward keeps ("input", "output"). The backward kernels read dy with any strides (a
+    stride-0 expansion from ``sum().backward()`` as it comes, no copy) and lay dx out as x, except
+    where ``dx_follows_dy`` (softmax's: dy is then made ``dense`` in the forward's order first)."""
 
     keeps_input, keeps_output = "input" in saved, "output" in saved
     assert saved in (("input",), ("output",), ("input", "output")), saved
@@ -111,7 +115,8 @@ def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple
 
     def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
-        dy = dense(dy, tensors[-1])
+        if dx_follows_dy:
+            dy = dense(dy, tensors[-1])
         return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *none_for_options)
 
     register_autograd(op, backward, setup_context)
@@ -449,7 +454,7 @@ softmax_backward = define(
 )
 
 
-register_gradient_of_input(softmax, softmax_backward, saved=("output",))
+register_gradient_of_input(softmax, softmax_backward, saved=("output",), dx_follows_dy=True)
 
 
 # ---- pooling --------------------------------------------------------------------------------------------
