@@ -26,6 +26,7 @@ from opendnn.kernels import launch as launch_module
 from opendnn.kernels.launch import Launch, Slot
 from opendnn.torch import executables, normalization, operators
 from opendnn.torch.executables import Executable, Fallback, record
+from opendnn.torch.operators import dense
 
 CL = torch.channels_last
 
@@ -222,13 +223,12 @@ def test_a_tensor_subclass_among_the_tensors_sends_the_call_to_the_registered_op
         (lambda x: ot.functions.relu(x), TF.relu),
         (lambda x: ot.functions.max_pool(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
         (lambda x: ot.functions.avg_pool(x, 3, 2, 1), lambda x: TF.avg_pool2d(x, 3, 2, 1)),
-        (lambda x: ot.functions.local_response_norm(x, 3), lambda x: TF.local_response_norm(x, 3)),
     ],
-    ids=["relu", "max_pool", "avg_pool", "local_response_norm"],
+    ids=["relu", "max_pool", "avg_pool"],
 )
 def test_a_stride_0_gradient_reaches_the_backward_kernel_as_it_comes(ours, theirs, handle, monkeypatch, full_calls):
-    """``sum().backward()`` hands in a stride-0 expansion: the backward kernels whose dx follows x
-    read it without a copy, and x's gradient keeps x's channels-last order."""
+    """``sum().backward()`` hands in a stride-0 expansion: the activations' and pooling's backward
+    kernels read it without a copy, and x's gradient keeps x's channels-last order."""
     monkeypatch.setattr(operators, "dense", lambda *args: pytest.fail("a copy of the gradient"))
     x = torch.randn(2, 4, 6, 6).contiguous(memory_format=CL).requires_grad_()
     expected = torch.autograd.grad(theirs(x.double()).sum(), x)[0]
@@ -240,6 +240,26 @@ def test_a_stride_0_gradient_reaches_the_backward_kernel_as_it_comes(ours, their
         assert relative_error(x.grad, expected) < 1e-6 and x.grad.stride() == x.stride()
     assert counts[0] > 0 and counts[2] == counts[1] == counts[0]  # recorded, then replayed
     assert any(0 in key[4] for key in handle.executables if isinstance(key[1], Executable))  # keyed as given
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (lambda x: ot.functions.log_softmax(x, 1), lambda x: TF.log_softmax(x, 1)),
+        (lambda x: ot.functions.local_response_norm(x, 3), lambda x: TF.local_response_norm(x, 3)),
+    ],
+    ids=["log_softmax", "local_response_norm"],
+)
+def test_a_stride_0_gradient_is_made_dense_where_the_backward_kernel_needs_it(ours, theirs, handle, monkeypatch):
+    """Softmax's dx follows dy and local response norm's vector kernel reads dy's channels as
+    contiguous: their backward gets the gradient dense in x's channels-last order."""
+    copies = []
+    monkeypatch.setattr(operators, "dense", lambda *args: copies.append(args) or dense(*args))
+    x = torch.randn(2, 6, 5, 5).contiguous(memory_format=CL).requires_grad_()
+    expected = torch.autograd.grad(theirs(x.double()).sum(), x)[0]
+    ours(x).sum().backward()
+    assert len(copies) == 1 and 0 in copies[0][0].stride()
+    assert relative_error(x.grad, expected) < 1e-6 and x.grad.stride() == x.stride()
 
 
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):

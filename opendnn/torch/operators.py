@@ -91,13 +91,15 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
 
 
 def register_gradient_of_input(
-    op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",), dx_follows_dy: bool = False
+    op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",), dense_gradient: bool = False
 ) -> None:
     """The gradient of an operator of one differentiable input (its first) and options (pooling
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
-    what the forward keeps ("input", "output"). The backward kernels read dy with any strides (a
-    stride-0 expansion from ``sum().backward()`` as it comes, no copy) and lay dx out as x, except
-    where ``dx_follows_dy`` (softmax's: dy is then made ``dense`` in the forward's order first)."""
+    what the forward keeps ("input", "output"). The activations' and pooling's backward kernels
+    read dy through its strides and lay dx out as x: dy reaches them as it comes (a stride-0
+    expansion from ``sum().backward()`` too, no copy). ``dense_gradient``: dy is made ``dense`` in
+    the forward's order first (softmax's dx follows dy; local response norm's vector kernel reads
+    dy's channels as contiguous)."""
 
     keeps_input, keeps_output = "input" in saved, "output" in saved
     assert saved in (("input",), ("output",), ("input", "output")), saved
@@ -115,7 +117,7 @@ def register_gradient_of_input(
 
     def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
-        if dx_follows_dy:
+        if dense_gradient:
             dy = dense(dy, tensors[-1])
         return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *none_for_options)
 
@@ -454,7 +456,7 @@ softmax_backward = define(
 )
 
 
-register_gradient_of_input(softmax, softmax_backward, saved=("output",), dx_follows_dy=True)
+register_gradient_of_input(softmax, softmax_backward, saved=("output",), dense_gradient=True)
 
 
 # ---- pooling --------------------------------------------------------------------------------------------
