@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as TF
 
 import opendnn.functional as F
+import opendnn.torch as ot
 from opendnn.samples import relative_error
 
 pytestmark = pytest.mark.gpu
@@ -15,6 +16,30 @@ TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 def _close(actual, expected, dtype):
     return relative_error(actual, expected) < TOLERANCE[dtype]
+
+
+# opendnn.torch's call and torch's of the ops whose backward kernels read dy through its strides
+STRIDED_GRADIENT_CALLS = {
+    "max_pool": (lambda x: ot.functions.max_pool(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+    "avg_pool": (lambda x: ot.functions.avg_pool(x, 3, 2, 1), lambda x: TF.avg_pool2d(x, 3, 2, 1)),
+    "relu": (ot.functions.relu, TF.relu),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(STRIDED_GRADIENT_CALLS))
+def test_a_stride_0_gradient_reaches_the_backward_kernels_as_it_comes_on_gpu(name, dtype):
+    """``sum().backward()`` hands the backward a stride-0 expansion, which the pooling and relu
+    kernels read as it comes: torch's gradient, in x's channels-last order, recorded and replayed."""
+    ours, theirs = STRIDED_GRADIENT_CALLS[name]
+    x = torch.randn(16, 64, 56, 56, device=DEVICE, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    reference = x.double().requires_grad_()
+    theirs(reference).sum().backward()
+    x.requires_grad_()
+    for _ in range(3):
+        x.grad = None
+        ours(x).sum().backward()
+        assert _close(x.grad, reference.grad, dtype) and x.grad.stride() == x.stride()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

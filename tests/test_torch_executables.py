@@ -26,6 +26,7 @@ from opendnn.kernels import launch as launch_module
 from opendnn.kernels.launch import Launch, Slot
 from opendnn.torch import executables, normalization, operators
 from opendnn.torch.executables import Executable, Fallback, record
+from opendnn.torch.operators import dense
 
 CL = torch.channels_last
 
@@ -149,6 +150,116 @@ def test_a_backward_keys_on_its_forwards_executable_and_the_gradients_signature(
     assert counts[0] == 2 and counts[1] == 2 and counts[2] == 3, counts
     followers = [key for key in handle.executables if key[1] is sources[0]]
     assert sorted(key[4] for key in followers) == sorted([(120, 30, 6, 1), (120, 1, 24, 4)])
+
+
+def test_a_backward_runs_on_the_handle_of_its_forward(handle, monkeypatch, full_calls):
+    """The backend variable changed between a forward and its backward leaves the backward on the
+    forward's handle (replayed); that handle's backend changed drops its executables, and the
+    backward takes the full path on the new backend."""
+    x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL).requires_grad_()
+    dy = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL)
+    for _ in range(2):  # forward and backward recorded, then replayed
+        x.grad = None
+        ot.functions.relu(x).backward(dy)
+    assert len(full_calls) == 2
+    y = ot.functions.relu(x)
+    monkeypatch.setenv("OPENDNN_BACKEND", "numpy")
+    x.grad = None
+    y.backward(dy)
+    assert len(full_calls) == 2 and len(handle.executables) == 2
+    assert torch.equal(x.grad, torch.where(x > 0, dy, 0.0))
+    monkeypatch.setenv("OPENDNN_BACKEND", "triton")
+    y = ot.functions.relu(x)
+    handle.backend = "numpy"
+    try:
+        x.grad = None
+        y.backward(dy)
+        assert len(full_calls) == 3 and not handle.executables
+    finally:
+        handle.backend = "triton"
+    assert torch.equal(x.grad, torch.where(x > 0, dy, 0.0))
+
+
+def test_an_eager_node_runs_its_backward_directly_and_gives_torchs_gradients(handle):
+    """The engine calls a node's ``apply``: an eager node's is its Function's backward itself,
+    called as torch's would call it (the node, then the output's gradient)."""
+    x = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL).requires_grad_()
+    w = torch.randn(6, 4, 3, 3, requires_grad=True)
+    dy = torch.randn(2, 6, 5, 6).contiguous(memory_format=CL)
+    y = operators.convolution(x, w, None, (1, 1), (1, 1), (1, 1), 1)
+    node = y.grad_fn
+    assert type(node).apply is operators.convolution.eager.backward
+    dx, dw, *rest = node.apply(dy)
+    expected = torch.autograd.grad(TF.conv2d(x.double(), w.double(), padding=1), (x, w), dy.double())
+    assert relative_error(dx, expected[0]) < 1e-5 and relative_error(dw, expected[1]) < 1e-5
+    assert rest == [None] * 5
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass: opendnn's plain path must leave calls with one to the registered operator."""
+
+
+@pytest.mark.parametrize("position", [0, 2])  # a convolution's x (a Tensor) and bias (a Tensor?)
+def test_a_tensor_subclass_among_the_tensors_sends_the_call_to_the_registered_operator(position, handle, monkeypatch):
+    registered = []
+    operator = operators.convolution
+    overload = operator.overload
+    monkeypatch.setattr(operator, "overload", lambda *args: registered.append(args) or overload(*args))
+    x, w, bias = torch.randn(2, 4, 5, 6).contiguous(memory_format=CL), torch.randn(6, 4, 3, 3), torch.randn(6)
+    args = [x, w, bias, [1, 1], [1, 1], [1, 1], 1]
+    with torch.no_grad():
+        plain = operator(*args)
+        assert not registered
+        args[position] = args[position].as_subclass(_Marked)
+        marked = operator(*args)
+    assert len(registered) == 1 and registered[0][position].__class__ is _Marked
+    expected = TF.conv2d(x.double(), w.double(), bias.double(), padding=1)
+    assert relative_error(plain, expected) < 1e-5 and relative_error(marked.as_subclass(torch.Tensor), expected) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (lambda x: ot.functions.relu(x), TF.relu),
+        (lambda x: ot.functions.max_pool(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+        (lambda x: ot.functions.avg_pool(x, 3, 2, 1), lambda x: TF.avg_pool2d(x, 3, 2, 1)),
+    ],
+    ids=["relu", "max_pool", "avg_pool"],
+)
+def test_a_stride_0_gradient_reaches_the_backward_kernel_as_it_comes(ours, theirs, handle, monkeypatch, full_calls):
+    """``sum().backward()`` hands in a stride-0 expansion: the activations' and pooling's backward
+    kernels read it without a copy, and x's gradient keeps x's channels-last order."""
+    monkeypatch.setattr(operators, "dense", lambda *args: pytest.fail("a copy of the gradient"))
+    x = torch.randn(2, 4, 6, 6).contiguous(memory_format=CL).requires_grad_()
+    expected = torch.autograd.grad(theirs(x.double()).sum(), x)[0]
+    counts = []
+    for _ in range(3):
+        x.grad = None
+        ours(x).sum().backward()
+        counts.append(len(full_calls))
+        assert relative_error(x.grad, expected) < 1e-6 and x.grad.stride() == x.stride()
+    assert counts[0] > 0 and counts[2] == counts[1] == counts[0]  # recorded, then replayed
+    assert any(0 in key[4] for key in handle.executables if isinstance(key[1], Executable))  # keyed as given
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (lambda x: ot.functions.log_softmax(x, 1), lambda x: TF.log_softmax(x, 1)),
+        (lambda x: ot.functions.local_response_norm(x, 3), lambda x: TF.local_response_norm(x, 3)),
+    ],
+    ids=["log_softmax", "local_response_norm"],
+)
+def test_a_stride_0_gradient_is_made_dense_where_the_backward_kernel_needs_it(ours, theirs, handle, monkeypatch):
+    """Softmax's dx follows dy and local response norm's vector kernel reads dy's channels as
+    contiguous: their backward gets the gradient dense in x's channels-last order."""
+    copies = []
+    monkeypatch.setattr(operators, "dense", lambda *args: copies.append(args) or dense(*args))
+    x = torch.randn(2, 6, 5, 5).contiguous(memory_format=CL).requires_grad_()
+    expected = torch.autograd.grad(theirs(x.double()).sum(), x)[0]
+    ours(x).sum().backward()
+    assert len(copies) == 1 and 0 in copies[0][0].stride()
+    assert relative_error(x.grad, expected) < 1e-6 and x.grad.stride() == x.stride()
 
 
 def test_a_replay_in_inference_builds_no_problem_and_allocates_what_the_call_gave(handle, full_calls):

@@ -81,10 +81,10 @@ def record(handle: Handle, key: tuple[Any, ...], kernel: Callable[..., Any], arg
 
 
 class Fallback:
-    """A signature that takes the full path on every call, and why."""
+    """A signature that takes the full path on every call, and why (kept on ``handle``)."""
 
-    def __init__(self, kernel: Callable[..., Any], reason: str) -> None:
-        self.kernel, self.reason = kernel, reason
+    def __init__(self, handle: Handle, kernel: Callable[..., Any], reason: str) -> None:
+        self.handle, self.kernel, self.reason = handle, kernel, reason
 
     def replay(self, args: tuple[Any, ...]) -> Any:
         return self.kernel(*args)
@@ -160,11 +160,11 @@ class Recording(TorchDispatchMode):
         (keep nothing) for a call whose inputs share memory: which of them a launch's tensor came
         from is then unknown, and the signature's next call, whose inputs may lie apart, records."""
         if self.refusal is not None:
-            return Fallback(kernel, self.refusal)
+            return Fallback(handle, kernel, self.refusal)
         if not self.launches:
-            return Fallback(kernel, "the call launches nothing")
+            return Fallback(handle, kernel, "the call launches nothing")
         if self.handles != [handle]:
-            return Fallback(kernel, f"the call runs on {self.handles}, not on {handle}")
+            return Fallback(handle, kernel, f"the call runs on {self.handles}, not on {handle}")
         outputs = (output,) if isinstance(output, torch.Tensor) else tuple(output)
         try:
             sources = _Sources(args, outputs, self.allocated, self.made)
@@ -176,10 +176,10 @@ class Recording(TorchDispatchMode):
                 for launch, used in self.launches
             ]
         except _Unplaced as error:
-            return Fallback(kernel, str(error))
+            return Fallback(handle, kernel, str(error))
         device = sources.tensors[0].device
         if any(t.device != device for t in sources.tensors):
-            return Fallback(kernel, f"the call's tensors are on more devices than {device}")
+            return Fallback(handle, kernel, f"the call's tensors are on more devices than {device}")
         return Executable(handle, kernel, sources, results, isinstance(output, torch.Tensor), steps, self.repeats)
 
 

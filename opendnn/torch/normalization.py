@@ -192,7 +192,7 @@ local_response_norm_backward = define(
 )
 
 
-register_gradient_of_input(local_response_norm, local_response_norm_backward)
+register_gradient_of_input(local_response_norm, local_response_norm_backward, dense_gradient=True)
 
 
 # ---- batch norm -----------------------------------------------------------------------------------------

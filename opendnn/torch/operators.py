@@ -90,10 +90,16 @@ def _needed(ctx: Any, position: int, gradient: Callable[[], Any]) -> Any:
     return gradient() if ctx.needs_input_grad[position] else None
 
 
-def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",)) -> None:
+def register_gradient_of_input(
+    op: Operator, backward_op: Operator, saved: tuple[str, ...] = ("input",), dense_gradient: bool = False
+) -> None:
     """The gradient of an operator of one differentiable input (its first) and options (pooling
     windows, an activation's name): ``backward_op(dy, *saved, *options)``, where ``saved`` names
-    what the forward keeps ("input", "output")."""
+    what the forward keeps ("input", "output"). The activations' and pooling's backward kernels
+    read dy through its strides and lay dx out as x: dy reaches them as it comes (a stride-0
+    expansion from ``sum().backward()`` too, no copy). ``dense_gradient``: dy is made ``dense`` in
+    the forward's order first (softmax's dx follows dy; local response norm's vector kernel reads
+    dy's channels as contiguous)."""
 
     keeps_input, keeps_output = "input" in saved, "output" in saved
     assert saved in (("input",), ("output",), ("input", "output")), saved
@@ -104,12 +110,16 @@ def register_gradient_of_input(op: Operator, backward_op: Operator, saved: tuple
             ctx.save_for_backward(inputs[0], output)
         else:
             ctx.save_for_backward(inputs[0] if keeps_input else output)
-        ctx.options, ctx.count = inputs[1:], len(inputs)
+        ctx.options = inputs[1:]
+
+    # the options' gradients (every call passes all of the schema's arguments: none has a default)
+    none_for_options = (None,) * (len(op.overload._schema.arguments) - 1)
 
     def backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         tensors = ctx.saved_tensors
-        dy = dense(dy, tensors[-1])
-        return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *(None,) * (ctx.count - 1))
+        if dense_gradient:
+            dy = dense(dy, tensors[-1])
+        return (backward_op.after(ctx.source, dy, (dy, *tensors, *ctx.options)), *none_for_options)
 
     register_autograd(op, backward, setup_context)
 
@@ -446,7 +456,7 @@ softmax_backward = define(
 )
 
 
-register_gradient_of_input(softmax, softmax_backward, saved=("output",))
+register_gradient_of_input(softmax, softmax_backward, saved=("output",), dense_gradient=True)
 
 
 # ---- pooling --------------------------------------------------------------------------------------------
