@@ -20,6 +20,7 @@ from opendnn.families.convolution.problem import (
     ConvolutionFwdAlgo,
     ConvolutionProblem,
 )
+from opendnn.families.convolution.triton_tiles import DEPTHWISE_FILTER_MIN_TAPS
 from opendnn.families.pointwise.problem import PointwiseMode
 
 FWD, DATA, FILTER = ConvolutionDirection
@@ -404,11 +405,18 @@ DEPTHWISE_PAST_THE_UNROLL_LIMIT = [  # (dtype, x_dims, k, filt, options), one ch
 ]
 
 
+@pytest.mark.parametrize("channels_last", [True, False])
 @pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT)
-def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt, options):
+def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt, options, channels_last):
+    """Each case in both layouts: filter_depthwise_kernel from its layout's DEPTHWISE_FILTER_MIN_TAPS taps,
+    filter_direct_kernel below (channels-last 5 x 3 and 3 x 3 x 3), both against float64."""
+    options = dict(options, channels_last=channels_last)
     problem = check(FILTER, dtype, x_dims, k, filt, groups=x_dims[1], **options)
     plan = kernels.filter_plan(problem)
-    assert plan.block_taps > 0 and kernels.choose(problem, tma_aligned=True) is kernels.Strategy.DIRECT
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.DIRECT
+    if math.prod(filt) < DEPTHWISE_FILTER_MIN_TAPS[channels_last]:
+        assert plan.block_taps == 0
+        return
     assert depthwise_filter_launch(problem).grid[1] == -(-math.prod(filt) // plan.block_taps)
 
 

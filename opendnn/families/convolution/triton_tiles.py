@@ -34,10 +34,11 @@ DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps i
 # residency): ResNet-like depthwise 3x3 118 -> 65 us; channels-first keeps 4 warps (one warp: 3x slower).
 DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 # Depthwise backward filter (filter_depthwise_kernel): (pixels, most channels, taps, warps) per program,
-# programs per SM and fewest pixel tiles per slice, by whether dy's channels are contiguous; the best of
+# programs per SM and fewest pixel tiles per slice, by whether dy's channels are contiguous; from
 # benchmarks/depthwise_sweep.py on the H200 (docs/design/convolution.md). A program's accumulator is
 # taps x pixels x channels float32; channels-last reads 64-byte channel rows, channels-first along pixels.
-DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (32, 32, 8, 4, 8, 4)}
+# Channels-first keeps a tile within 192 registers (2.0x cuDNN); 32 x 32 x 8 was up to 15% faster at 252.
+DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (64, 16, 8, 4, 8, 4)}
 # ... from this many taps, by the same key. Channels-last: only where filter_direct_kernel cannot keep the
 # taps in registers (DIRECT_FILTER_COLUMNS): on 5 x 5 layers it is faster (0.24-0.32 of cuDNN against
 # 0.18-0.26). Channels-first: past the 3 x 3 filter (1.8-2.7x cuDNN on 5 x 5 and 7 x 7 layers).
