@@ -183,39 +183,3 @@ def cpu_graph(name="graph", **types):
 
 def t64(array):
     return torch.tensor(np.asarray(array, np.float64))
-
-
-# ---- tensors of any memory order, inside larger buffers -----------------------------------------------
-
-LAYOUTS = {"nchw": (0, 1, 2, 3), "channels_last": (0, 2, 3, 1), "hnwc": (2, 0, 3, 1)}  # memory order, outermost first
-
-
-def laid_out(array, order, crop=False):
-    """``array`` copied into memory of dim ``order`` (outermost first); with ``crop``, the region
-    [1, d + 1) along each dim of a NaN-filled buffer two larger along each."""
-    margin = 2 if crop else 0
-    buffer = np.full([array.shape[k] + margin for k in order], np.nan, array.dtype)
-    view = buffer.transpose(np.argsort(order))
-    if crop:
-        view = view[tuple(slice(1, d + 1) for d in array.shape)]
-    view[...] = array
-    return view
-
-
-def run_laid_out(graph, inputs, outputs, engine):
-    """Build ``graph`` for ``engine`` and execute it; ``outputs`` maps each output tensor to the
-    NaN-filled array it writes, whose strides it takes. Returns the outputs as float64."""
-    for tensor, array in outputs.items():
-        tensor.set_output(True).set_stride([stride // array.itemsize for stride in array.strides])
-    build(graph, engine)
-    graph.execute({**inputs, **outputs}, np.empty(graph.get_workspace_size(), np.uint8))
-    return [array.astype(np.float64) for array in outputs.values()]
-
-
-def poisoned(dims, layout, crop=False):
-    return laid_out(np.full(dims, np.nan, np.float32), LAYOUTS[layout], crop)
-
-
-def assert_written_inside_only(array):
-    """Every element of the view ``array`` is written and no other element of its buffer."""
-    assert np.isnan(array.base).sum() == array.base.size - array.size

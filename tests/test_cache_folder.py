@@ -54,7 +54,7 @@ def test_generated_kernels_go_to_the_cache_folder_unless_their_own_variable_name
     monkeypatch.setenv("OPENDNN_CACHE_DIR", str(tmp_path / "caches"))
     path = kernel_library.kernel_path(SOURCE)
     assert path.parent == tmp_path / "caches" / "graph_kernels" and path.name.startswith("fused_")
-    assert kernel_library.load_kernels(SOURCE).fused_kernel() == 7
+    assert kernel_library.load_kernel(SOURCE)() == 7
     assert path.read_text() == SOURCE
     monkeypatch.setenv("OPENDNN_GRAPH_KERNELS", str(tmp_path / "kernels"))
     assert kernel_library.kernel_path(SOURCE).parent == tmp_path / "kernels"

@@ -1,11 +1,10 @@
 """The generated kernels of the graph benchmark's shapes compiled for the H200 (sm_90) on the CPU, in
 bfloat16: a pointwise DAG over 64 x 256 x 56 x 56 and genstats over 64 x 256 x 14 x 14, NCHW and
-channels-last, and the prologue of ``bn_relu_conv_genstats`` (relu(x * scale + bias) over the
-channels-last 64 x 256 x 14 x 14 image). Walking the space in memory order, the pointwise kernel
-loads and stores its full-size tensors as 16-byte vectors in both layouts (walked in logical order,
-a channels-last load is one element, lanes C elements apart), and the genstats tile's fast axis is
-the contiguous one: the reduced axis for NCHW, the kept channels for channels-last. In a subprocess:
-triton must load without its interpreter (tests/sm90.py)."""
+channels-last. Walking the space in memory order, the pointwise kernel loads and stores its full-size
+tensors as 16-byte vectors in both layouts (walked in logical order, a channels-last load is one
+element, lanes C elements apart), and the genstats tile's fast axis is the contiguous one: the
+reduced axis for NCHW, the kept channels for channels-last. In a subprocess: triton must load
+without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ import opendnn.graph as og
 from opendnn.core.descriptors import strides_for_order
 
 DAG_DIMS, STATS_DIMS = (64, 256, 56, 56), (64, 256, 14, 14)
-H200_MULTIPROCESSORS = 132
 ORDERS = {"nchw": (0, 1, 2, 3), "nhwc": (0, 2, 3, 1)}  # memory order, outermost first
 
 
@@ -34,10 +32,6 @@ def test_generated_kernels_load_along_the_contiguous_dim(tmp_path, monkeypatch):
         assert dag["layout"] == {"sizePerThread": [8], "order": [0]}
         assert dag["loads"].get("ld.global.v4.b32") == loads and dag["stores"] == {"st.global.v4.b32": 1}
     assert "ld.global.b16" not in kernels["pointwise_dag_nhwc"]["loads"]
-    # the convolution's prologue: x, scale and bias each a 16-byte vector a thread, the output too
-    prologue = kernels["prologue_nhwc"]
-    assert prologue["layout"] == {"sizePerThread": [8], "order": [0]}
-    assert prologue["loads"] == {"ld.global.v4.b32": 3} and prologue["stores"] == {"st.global.v4.b32": 1}
     # [BLOCK_KEEP, BLOCK_REDUCE] = [4, 1024]: NCHW reads 2 pixels a lane (W = 14 bounds the run Triton
     # can prove), channels-last 4 channels a lane (8 bytes)
     assert kernels["genstats_nchw"]["layout"] == {"sizePerThread": [1, 2], "order": [1, 0]}
@@ -60,17 +54,6 @@ def pointwise_dag(layout: str) -> og.Graph:
     return g
 
 
-def prologue() -> og.Graph:
-    """``benchmarks/graph.py``'s prologue of the convolution: relu(x * scale + bias), x channels-last,
-    written in its layout."""
-    g = og.Graph(io_data_type=og.DataType.BFLOAT16, handle=od.Handle("cpu"), name="prologue_nhwc")
-    x = g.tensor(list(STATS_DIMS), name="x").set_stride(strides(STATS_DIMS, "nhwc"))
-    scale, bias = (g.tensor([1, STATS_DIMS[1], 1, 1], name=n) for n in ("scale", "bias"))
-    y = g.relu(g.bias(g.scale(x, scale), bias))
-    y.set_output(True).set_stride(strides(STATS_DIMS, "nhwc"))
-    return g
-
-
 def genstats(layout: str) -> og.Graph:
     """The per-channel sum and sum of squares of y."""
     g = og.Graph(io_data_type=og.DataType.BFLOAT16, handle=od.Handle("cpu"), name=f"genstats_{layout}")
@@ -88,19 +71,17 @@ def main() -> None:
 
     from opendnn.graph.codegen import generate
     from opendnn.graph.fusion import Region, partition
-    from opendnn.graph.kernel_library import LIBRARY, load_kernels
+    from opendnn.graph.kernel_library import LIBRARY, load_kernel
     from opendnn.graph.operation_graph import validate
 
     target, backend = sm90.target_or_exit(90)
     kernels = {}
-    for g in (pointwise_dag("nchw"), pointwise_dag("nhwc"), prologue(), genstats("nchw"), genstats("nhwc")):
+    for g in (pointwise_dag("nchw"), pointwise_dag("nhwc"), genstats("nchw"), genstats("nhwc")):
         graph = validate(g)
         (region,) = [part for part in partition(graph) if isinstance(part, Region)]
-        generated = generate(region, graph, LIBRARY, H200_MULTIPROCESSORS)
-        kernel = load_kernels(generated.source).fused_kernel
+        generated = generate(region, graph, LIBRARY)
+        kernel = load_kernel(generated.source)
         pointers = tuple(torch.empty(16, dtype=graph.tensors[uid].desc.dtype.to_torch()) for uid in generated.pointers)
-        if generated.split is not None:  # the partial results, after the other pointers
-            pointers += (torch.empty(16, dtype=torch.float32),)
         options = {**dict(generated.blocks), "num_warps": generated.num_warps}
         specialized = sm90.specialize(kernel, pointers, options, backend)
         compiled = sm90.compile_sm90(kernel, *specialized[1:], specialized[0], target)

@@ -5,13 +5,11 @@ first it stores, else the largest it reads), that tensor's stride-1 dim fastest,
 lanes touch neighbouring addresses whatever the layout (NCHW, channels-last, any permutation). A
 pointwise region gives each program BLOCK consecutive elements of the space in that order; a region
 ending in a reduction or genstats gives each program BLOCK_KEEP elements of the kept dims and loops
-over the reduced ones BLOCK_REDUCE at a time, each in that order; when its kept elements give fewer
-programs than the GPU has multiprocessors, a second grid axis splits the reduced dims into slices
-whose partial results a second kernel combines in a fixed order (``reduction_split``). Every
-tensor is addressed through its own strides, known when the plan is built and written into the
-source as numbers (a broadcast dim has no term; a tensor packed in the walk order reads at the flat
-index), so any layout and any broadcast costs nothing at run time. Values are computed in the
-compute type and converted to each output's type when stored; intermediates stay in registers.
+over the reduced ones BLOCK_REDUCE at a time, each in that order. Every tensor is addressed through
+its own strides, known when the plan is built and written into the source as numbers (a broadcast
+dim has no term; a tensor packed in the walk order reads at the flat index), so any layout and any
+broadcast costs nothing at run time. Values are computed in the compute type and converted to each
+output's type when stored; intermediates stay in registers.
 
 The activations come from the library's shared Triton forms (``activation``,
 ``activation_derivative``), the same code the pointwise kernels and the convolution and matmul
@@ -39,10 +37,6 @@ POINTWISE_BLOCK = 1024
 REDUCE_BLOCK = 1024  # at most this many reduced elements per loop iteration
 TILE = 4096  # at most this many elements (BLOCK_KEEP x BLOCK_REDUCE) per program of a reduction
 NUM_WARPS = 4
-# a reduction split over its reduced dims aims for this many programs on each multiprocessor: enough
-# loads in flight to stream from memory (4 programs of 4 warps, each loading a TILE at each loop step)
-PROGRAMS_PER_MULTIPROCESSOR = 4
-COMBINE_BLOCK = 1024  # kept elements per program of a split reduction's combining pass
 
 TRITON_TYPES = {
     DataType.FLOAT: "tl.float32",
@@ -145,74 +139,35 @@ RESERVED = {
     "minimum_with_nan",
     "maximum_with_nan",
     "float",
-    "split",
-    "slice_start",
-    "partials",
-    "combine_partials",
 }
-
-
-@dataclass(frozen=True)
-class Split:
-    """A reduction split over its reduced dims: ``count`` slices of ``slice_steps`` loop steps each
-    (the last may be shorter), each program reducing one slice of its kept elements into
-    ``partials`` (flat, in the compute type, in the workspace: per accumulator, ``count`` rows of
-    the kept elements); ``combine_partials``, the source's second kernel, combines each kept
-    element's partial results in slice order and writes ``results`` (``combine_grid`` programs of
-    ``combine_block`` kept elements)."""
-
-    count: int
-    slice_steps: int
-    partials: TensorDescriptor
-    results: tuple[int, ...]
-    combine_grid: int
-    combine_block: int
 
 
 @dataclass(frozen=True)
 class GeneratedKernel:
     """A kernel's source and how to launch it: pointer arguments (uids) then scalar arguments (uids)
-    in the kernel's order, the tensors it writes (the last pointers), the grid and the block sizes;
-    for a split reduction, the split (the kernel then takes the partial results' pointer after the
-    other pointers, and the results are written by the source's second kernel)."""
+    in the kernel's order, the tensors it writes (the last pointers), the grid and the block sizes."""
 
     source: str
     pointers: tuple[int, ...]
     scalars: tuple[int, ...]
     writes: tuple[int, ...]
-    grid: tuple[int, ...]
+    grid: int
     blocks: tuple[tuple[str, int], ...]
-    split: Split | None = None
     num_warps: int = NUM_WARPS
 
 
-def generate(region: Region, graph: OperationGraph, library: dict[str, str], multiprocessors: int) -> GeneratedKernel:
+def generate(region: Region, graph: OperationGraph, library: dict[str, str]) -> GeneratedKernel:
     """The kernel of ``region``. ``library`` maps ``math`` and ``activation`` to the modules of the
-    shared Triton pieces the source imports; ``multiprocessors`` is the GPU's count, which a
-    reduction whose kept elements give fewer programs splits its reduced dims to fill
-    (``reduction_split``).
+    shared Triton pieces the source imports.
 
     Raises:
         NotSupported: a tensor of a type the kernel cannot read or write (fp8), naming it.
     """
-    return _Writer(region, graph, library, multiprocessors).kernel()
-
-
-def reduction_split(keep_programs: int, reduce_steps: int, multiprocessors: int) -> tuple[int, int]:
-    """(slices, loop steps per slice) of the reduced dims for a reduction whose kept elements give
-    ``keep_programs`` programs, each looping ``reduce_steps`` times: none (1 slice) when they fill
-    the ``multiprocessors`` already; else enough slices for PROGRAMS_PER_MULTIPROCESSOR programs on
-    each, every slice at least one loop step (a program reduces at least BLOCK_REDUCE elements of
-    each of its kept elements) and all but the last of equal length."""
-    if keep_programs >= multiprocessors:
-        return 1, reduce_steps
-    wanted = -(-multiprocessors * PROGRAMS_PER_MULTIPROCESSOR // keep_programs)
-    slice_steps = -(-reduce_steps // min(wanted, reduce_steps))
-    return -(-reduce_steps // slice_steps), slice_steps
+    return _Writer(region, graph, library).kernel()
 
 
 class _Writer:
-    def __init__(self, region: Region, graph: OperationGraph, library: dict[str, str], multiprocessors: int) -> None:
+    def __init__(self, region: Region, graph: OperationGraph, library: dict[str, str]) -> None:
         self.region, self.graph, self.library = region, graph, library
         self.space = region.space
         produced = {uid for node in region.nodes for _, uid in node.outputs}
@@ -251,27 +206,6 @@ class _Writer:
             self.reduced = [d for d in self.order if out_dims[d] == 1]
         else:
             self.kept, self.reduced = self.order, []
-        self.keep_count = math.prod(self.space[d] for d in self.kept)
-        self.reduce_count = math.prod(self.space[d] for d in self.reduced)
-        self.split: Split | None = None
-        if not self.reducing:
-            block = min(_power_of_two(self.keep_count), POINTWISE_BLOCK)
-            self.blocks: tuple[tuple[str, int], ...] = (("BLOCK", block),)
-            self.grid: tuple[int, ...] = (-(-self.keep_count // block),)
-            return
-        block_reduce = min(_power_of_two(self.reduce_count), REDUCE_BLOCK)
-        block_keep = min(_power_of_two(self.keep_count), max(1, TILE // block_reduce))
-        self.blocks = (("BLOCK_KEEP", block_keep), ("BLOCK_REDUCE", block_reduce))
-        keep_programs = -(-self.keep_count // block_keep)
-        self.block_reduce = block_reduce
-        count, slice_steps = reduction_split(keep_programs, -(-self.reduce_count // block_reduce), multiprocessors)
-        self.grid = (keep_programs, count)
-        if count > 1:
-            dtype = DataType.DOUBLE if self.compute == "tl.float64" else DataType.FLOAT
-            partials = TensorDescriptor(dtype, (len(self.results) * count * self.keep_count,), (1,))
-            combine_block = min(_power_of_two(self.keep_count), COMBINE_BLOCK)
-            combine_grid = -(-self.keep_count // combine_block)
-            self.split = Split(count, slice_steps, partials, tuple(self.results), combine_grid, combine_block)
 
     def _walk_order(self) -> list[int]:
         """The space's dims of size above 1, outermost first, in the memory order of the region's
@@ -287,12 +221,22 @@ class _Writer:
     # ---- the whole source -----------------------------------------------------------------------------
 
     def kernel(self) -> GeneratedKernel:
-        by_pointer = [uid for uid in self.reads if not self.graph.tensors[uid].by_value]
-        pointers = by_pointer + self.stores + ([] if self.split else self.results)
+        pointers = [uid for uid in self.reads if not self.graph.tensors[uid].by_value] + self.stores + self.results
         scalars = [uid for uid in self.reads if self.graph.tensors[uid].by_value]
-        parameters = [f"{self.names[u]}_ptr" for u in pointers] + ["partials_ptr"] * (self.split is not None)
-        parameters += [f"{self.names[u]}_value: tl.float64" for u in scalars]
-        parameters += [f"{name}: tl.constexpr" for name, _ in self.blocks]
+        keep_count = math.prod(self.space[d] for d in self.kept)
+        if self.reducing:
+            reduce_count = math.prod(self.space[d] for d in self.reduced)
+            block_reduce = min(_power_of_two(reduce_count), REDUCE_BLOCK)
+            block_keep = min(_power_of_two(keep_count), max(1, TILE // block_reduce))
+            blocks: tuple[tuple[str, int], ...] = (("BLOCK_KEEP", block_keep), ("BLOCK_REDUCE", block_reduce))
+            grid = -(-keep_count // block_keep)
+        else:
+            block = min(_power_of_two(keep_count), POINTWISE_BLOCK)
+            blocks, grid = (("BLOCK", block),), -(-keep_count // block)
+        parameters = [f"{self.names[u]}_ptr" for u in pointers] + [
+            f"{self.names[u]}_value: tl.float64" for u in scalars
+        ]
+        parameters += [f"{name}: tl.constexpr" for name, _ in blocks]
         lines = [
             *self._header(),
             "",
@@ -303,11 +247,8 @@ class _Writer:
         ]
         body = _without_unused_indices(self._reduction_body() if self.reducing else self._pointwise_body())
         lines += ["    " + line if line else "" for line in body]
-        if self.split:
-            lines += ["", "", *self._combine_kernel()]
-        writes = tuple(self.stores + self.results)
         return GeneratedKernel(
-            "\n".join(lines) + "\n", tuple(pointers), tuple(scalars), writes, self.grid, self.blocks, self.split
+            "\n".join(lines) + "\n", tuple(pointers), tuple(scalars), tuple(self.stores + self.results), grid, blocks
         )
 
     def _header(self) -> list[str]:
@@ -326,11 +267,6 @@ class _Writer:
             if self.reducing
             else f"BLOCK elements per program over dims {self.order}"
         )
-        if self.split:
-            walk += (
-                f" split into {self.split.count} slices of {self.split.slice_steps} steps by program, whose "
-                "partial results combine_partials combines in slice order"
-            )
         return [
             f'"""Fused kernel of graph \'{graph.name}\': {nodes}.',
             "",
@@ -338,12 +274,7 @@ class _Writer:
             f"compute in {self.compute}.",
             f"Reads {reads}.",
             f"Writes {writes}.",
-            f"Memory traffic: {moved} bytes, each tensor read or written once"
-            + (
-                f", and {self.split.partials.size_in_bytes} bytes of partial results written and read."
-                if self.split
-                else "."
-            ),
+            f"Memory traffic: {moved} bytes, each tensor read or written once.",
             '"""',
             "",
             "import triton",
@@ -364,7 +295,8 @@ class _Writer:
 
     def _pointwise_body(self) -> list[str]:
         count = math.prod(self.space)
-        lines = [f"index = {self._program(0)} * BLOCK + tl.arange(0, BLOCK)", f"mask = index < {count}"]
+        program = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
+        lines = [f"index = {program} * BLOCK + tl.arange(0, BLOCK)", f"mask = index < {count}"]
         lines += self._unravel("index", self.kept, "i")
         lines += self._loads(self.reads, lambda d: f"i{d}", lambda dims: "mask")
         lines += self._nodes()
@@ -374,11 +306,10 @@ class _Writer:
         return lines
 
     def _reduction_body(self) -> list[str]:
-        keep_count, reduce_count, split = self.keep_count, self.reduce_count, self.split
-        lines = [
-            f"keep = {self._program(0)} * BLOCK_KEEP + tl.arange(0, BLOCK_KEEP)",
-            f"keep_mask = keep < {keep_count}",
-        ]
+        keep_count = math.prod(self.space[d] for d in self.kept)
+        reduce_count = math.prod(self.space[d] for d in self.reduced)
+        program = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
+        lines = [f"keep = {program} * BLOCK_KEEP + tl.arange(0, BLOCK_KEEP)", f"keep_mask = keep < {keep_count}"]
         lines += self._unravel("keep", self.kept, "k")
         accumulators = self._accumulators()
         lines += [
@@ -386,9 +317,8 @@ class _Writer:
             for acc, reduction, _, _ in accumulators
         ]
         start = "tl.arange(0, BLOCK_REDUCE).to(tl.int64)" if self.wide else "tl.arange(0, BLOCK_REDUCE)"
-        first = "" if split is None else "slice_start + "
         loop = [
-            f"red = {first}start + {start}",
+            f"red = start + {start}",
             f"red_mask = red < {reduce_count}",
             "mask = keep_mask[:, None] & red_mask[None, :]",
         ]
@@ -403,58 +333,16 @@ class _Writer:
         for acc, reduction, value, _ in accumulators:
             masked = f"tl.where(mask, {reduction.term.format(v=value)}, {reduction.initial})"
             loop.append(f"{acc} = {ACCUMULATE[reduction.combine].format(acc=acc, t=masked)}")
-        length = reduce_count
-        if split is not None:  # a fixed number of steps: the last slice's steps past the end load nothing
-            length = split.slice_steps * self.block_reduce
-            lines += [f"split = {self._program(1)}", f"slice_start = split * {length}"]
-        lines += [f"for start in range(0, {length}, BLOCK_REDUCE):", *("    " + line for line in loop)]
-        for position, (acc, reduction, _, uid) in enumerate(accumulators):
+        lines += [f"for start in range(0, {reduce_count}, BLOCK_REDUCE):", *("    " + line for line in loop)]
+        for acc, reduction, _, uid in accumulators:
             total = (
                 f"tl.sum({acc}, axis=1)" if reduction.combine == "sum" else f"tl.reduce({acc}, 1, {reduction.combine})"
             )
-            if split is None:
-                lines += self._result(uid, reduction, total)
-            else:
-                lines.append(f"tl.store(partials_ptr + {self._partials_offsets(position)}, {total}, mask=keep_mask)")
+            result = self.names[uid]
+            lines.append(f"{result} = {reduction.finish.format(r=total, count=f'{reduce_count}.0')}")
+            offsets = self._offsets(self.graph.tensors[uid].desc, lambda d: f"k{d}") or "0 * keep"
+            lines.append(self._store(uid, result, offsets, "keep_mask"))
         return lines
-
-    def _combine_kernel(self) -> list[str]:
-        """The second pass of a split reduction: each kept element's partial results combined in
-        slice order (a fixed order: the results are the same bits at every run), finished and stored."""
-        split = self.split
-        assert split is not None
-        parameters = ", ".join(["partials_ptr", *(f"{self.names[u]}_ptr" for u in self.results), "BLOCK: tl.constexpr"])
-        body = [f"keep = {self._program(0)} * BLOCK + tl.arange(0, BLOCK)", f"keep_mask = keep < {self.keep_count}"]
-        body += self._unravel("keep", self.kept, "k")
-        for position, (acc, reduction, _, uid) in enumerate(self._accumulators()):
-            partial = f"tl.load(partials_ptr + {self._partials_offsets(position)}, mask=keep_mask)"
-            body += [
-                f"{acc} = tl.full([BLOCK], {reduction.initial}, {self.compute})",
-                f"for split in range(0, {split.count}):",
-                f"    {acc} = {ACCUMULATE[reduction.combine].format(acc=acc, t=partial)}",
-                *self._result(uid, reduction, acc),
-            ]
-        body = _without_unused_indices(body)
-        return ["@triton.jit", f"def combine_partials({parameters}):", *("    " + line for line in body)]
-
-    def _partials_offsets(self, position: int) -> str:
-        """Where the kept elements' partial results of accumulator ``position`` over slice ``split``
-        lie: row (accumulator, slice) of the partials, a row per slice of each accumulator."""
-        assert self.split is not None
-        first = position * self.split.count * self.keep_count
-        return f"({first} + split * {self.keep_count} + keep)" if first else f"(split * {self.keep_count} + keep)"
-
-    def _result(self, uid: int, reduction: Reduction, total: str) -> list[str]:
-        """The lines that finish a reduction's total over the kept elements and store it."""
-        result = self.names[uid]
-        offsets = self._offsets(self.graph.tensors[uid].desc, lambda d: f"k{d}") or "0 * keep"
-        return [
-            f"{result} = {reduction.finish.format(r=total, count=f'{self.reduce_count}.0')}",
-            self._store(uid, result, offsets, "keep_mask"),
-        ]
-
-    def _program(self, axis: int) -> str:
-        return f"tl.program_id({axis}).to(tl.int64)" if self.wide else f"tl.program_id({axis})"
 
     def _accumulators(self) -> list[tuple[str, Reduction, str, int]]:
         """(accumulator, reduction, the value it accumulates, the output it finishes into) of the reducer."""

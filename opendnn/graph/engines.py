@@ -23,7 +23,6 @@ from opendnn.graph.calls import NodeCall
 from opendnn.graph.fusion import Epilogue, Region, partition
 from opendnn.graph.operation_graph import OperationGraph
 from opendnn.graph.plan import EpilogueCall, ExecutionPlan, FusedKernel, Step
-from opendnn.kernels.device import INTERPRETED_MULTIPROCESSORS, multiprocessors
 
 
 class HeurMode(enum.Enum):
@@ -66,7 +65,7 @@ def plan(engine: str, graph: OperationGraph, handle: Handle) -> ExecutionPlan:
 
         for part in partition(graph):
             if isinstance(part, Region):
-                steps.append(_fused(part, graph, LIBRARY, _multiprocessors(handle)))
+                steps.append(_fused(part, graph, LIBRARY))
             elif isinstance(part, Epilogue):
                 steps.append(EpilogueCall(part, graph, probe))
             else:
@@ -84,17 +83,9 @@ def plan(engine: str, graph: OperationGraph, handle: Handle) -> ExecutionPlan:
     return result
 
 
-def _multiprocessors(handle: Handle) -> int:
-    """The multiprocessors of the handle's GPU, which a generated reduction splits its work to fill
-    (Triton's interpreter on the CPU plans as for an H200)."""
-    if handle.device == CPU:
-        return INTERPRETED_MULTIPROCESSORS
-    return multiprocessors(int(handle.device.partition(":")[2] or 0))
-
-
-def _fused(region: Region, graph: OperationGraph, library: dict[str, str], count: int) -> FusedKernel:
+def _fused(region: Region, graph: OperationGraph, library: dict[str, str]) -> FusedKernel:
     try:
-        return FusedKernel(region, graph, library, count)
+        return FusedKernel(region, graph, library)
     except NotSupported as error:
         raise NotSupported(f"{region.nodes[-1].label}'s fused kernel: {error}", error.status) from None
 

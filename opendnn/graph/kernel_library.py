@@ -19,7 +19,7 @@ LIBRARY = {"math": triton_math.__name__, "activation": activation_forms.__name__
 CACHE_VARIABLE = "OPENDNN_GRAPH_KERNELS"
 CACHE_FOLDER_NAME = "graph_kernels"  # in opendnn's user cache folder, unless CACHE_VARIABLE names another
 
-__all__ = ["LIBRARY", "Launch", "Slot", "load_kernels"]
+__all__ = ["LIBRARY", "Launch", "Slot", "load_kernel"]
 
 
 def kernel_path(source: str) -> Path:
@@ -31,10 +31,9 @@ def kernel_path(source: str) -> Path:
     return directory / f"fused_{hashlib.sha256(source.encode()).hexdigest()[:24]}.py"
 
 
-def load_kernels(source: str) -> Any:
-    """The module of ``source`` (its ``fused_kernel``, and a split reduction's ``combine_partials``):
-    written to its cache file (Triton's JIT reads a kernel's source from its file) and loaded from
-    there."""
+def load_kernel(source: str) -> Any:
+    """The ``fused_kernel`` of ``source``: written to its cache file (Triton's JIT reads a kernel's
+    source from its file) and loaded from there."""
     path = kernel_path(source)
     if not path.exists() or path.read_text() != source:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,4 +45,4 @@ def load_kernels(source: str) -> Any:
         raise ImportError(f"cannot load the generated kernel {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return module.fused_kernel

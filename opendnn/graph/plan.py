@@ -25,7 +25,6 @@ from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import OperationGraph
 
 WORKSPACE_QUERY = "Graph.get_workspace_size()"
-PARTIALS = "partials"  # the launch slot of a split reduction's partial results
 
 
 class Step(Protocol):
@@ -135,72 +134,57 @@ class EpilogueCall:
 
 
 class FusedKernel:
-    """A region as one generated kernel (``compile`` loads it); a reduction split over its reduced
-    dims adds the second kernel that combines the partial results, which live in the scratch."""
+    """A region as one generated kernel (``compile`` loads it)."""
 
-    def __init__(self, region: Region, graph: OperationGraph, library: dict[str, str], multiprocessors: int) -> None:
+    def __init__(self, region: Region, graph: OperationGraph, library: dict[str, str]) -> None:
         self.region = region
-        self.generated: GeneratedKernel = generate(region, graph, library, multiprocessors)
-        split = self.generated.split
+        self.generated: GeneratedKernel = generate(region, graph, library)
         self.writes = self.generated.writes
         self.reads = tuple(u for u in (*self.generated.pointers, *self.generated.scalars) if u not in self.writes)
-        self.scratch_bytes = 0 if split is None else split.partials.size_in_bytes
+        self.scratch_bytes = 0
         self.saved = saved_bytes(region, graph)
-        self.names = tuple((f"t{uid}", uid) for uid in dict.fromkeys((*self.generated.pointers, *self.writes)))
+        self.names = tuple((f"t{uid}", uid) for uid in self.generated.pointers)
         self.constants = tuple(graph.tensors[uid].value for uid in self.generated.scalars)
         self.launch: Any = None
-        self.combine: Any = None
 
     def compile(self) -> None:
-        from opendnn.graph.kernel_library import Launch, Slot, load_kernels
+        from opendnn.graph.kernel_library import Launch, Slot, load_kernel
 
-        generated, split = self.generated, self.generated.split
-        kernels = load_kernels(generated.source)
+        kernel = load_kernel(self.generated.source)
         values = tuple(0.0 if v is None else v for v in self.constants)
-        pointers = tuple(Slot(f"t{uid}") for uid in generated.pointers) + (Slot(PARTIALS),) * (split is not None)
-        options = {"num_warps": generated.num_warps}
+        arguments = (*(Slot(name) for name, _ in self.names), *values)
         self.launch = Launch(
-            kernels.fused_kernel, generated.grid, (*pointers, *values), {**dict(generated.blocks), **options}
+            kernel,
+            (self.generated.grid,),
+            arguments,
+            {**dict(self.generated.blocks), "num_warps": self.generated.num_warps},
         )
-        if split is not None:
-            results = tuple(Slot(f"t{uid}") for uid in split.results)
-            self.combine = Launch(
-                kernels.combine_partials,
-                (split.combine_grid,),
-                (Slot(PARTIALS), *results),
-                {"BLOCK": split.combine_block, **options},
-            )
 
     def run(self, binding: Binding, handle: Handle) -> None:
         tensors = binding.launch_tensors.get(self)
         if tensors is None:
-            tensors = binding.launch_tensors[self] = self._tensors(binding, handle)
+            tensors = binding.launch_tensors[self] = self._tensors(binding.bounds, handle)
         launch = self.launch
         if None in self.constants:  # scalars given at execute time: this call's arguments
             given = binding.arrays
             values = [
                 v if v is not None else float(given[uid]) for v, uid in zip(self.constants, self.generated.scalars)
             ]
-            launch = dataclasses.replace(launch, args=(*launch.args[: -len(values)], *values), compiled=launch.compiled)
+            launch = dataclasses.replace(
+                launch, args=(*launch.args[: len(self.names)], *values), compiled=launch.compiled
+            )
         with handle.launching():
             launch(tensors)
-            if self.combine is not None:
-                self.combine(tensors)
 
-    def _tensors(self, binding: Binding, handle: Handle) -> dict[str, Any]:
-        """The launches' tensors by slot name, each checked to be on the handle's device; a split
-        reduction's partial results at the start of the scratch."""
+    def _tensors(self, bounds: Sequence[Bound | None], handle: Handle) -> dict[str, Any]:
+        """The launch's tensors by slot name, each checked to be on the handle's device."""
         tensors = {}
         for name, uid in self.names:
-            bound = binding.bounds[uid]
+            bound = bounds[uid]
             assert bound is not None
             if bound.device != handle.device:
                 handle.check_device(bound.name, bound.device)
             tensors[name] = torch_view(bound)
-        split = self.generated.split
-        if split is not None:
-            partials = typed_view(binding.scratch, 0, split.partials)
-            tensors[PARTIALS] = torch_view(Bound(PARTIALS, split.partials, partials, handle.device))
         return tensors
 
     def describe(self) -> str:
