@@ -3,7 +3,8 @@ forward and backward and a 3x3 convolution's forward, planned as for an H200
 (benchmarks/compile_times.py), compiled in two worker processes into an empty Triton cache; a second
 warmup finds every kernel cached; and Triton's JIT, asked to compile the same launches for sm_90
 (``JITFunction.warmup``, the launch path's own binder and cache lookup), finds each one in the cache
-instead of compiling it: the ahead-of-time key is the launch's. In a subprocess: triton must load
+instead of compiling it: the ahead-of-time key is the launch's; and a compile for the GPU the process
+runs on (a stand-in driver here) builds the kernel's launcher too. In a subprocess: triton must load
 without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ def test_the_pool_compiles_what_the_launches_find_in_the_cache():
     assert found["second"] == {"compiled": 0, "cached": found["distinct"], "processes": 2}
     assert found["jit_cache_hits"] == [True] * found["distinct"]  # the JIT keeps each kernel after its first
     assert found["cache_entries_added_by_jit"] == 0
+    # offline (no GPU driver) the pool builds no launcher; for the GPU it runs on, each kernel's own
+    assert found["launchers_built_offline"] == 0
+    assert found["launcher_built"] == [found["first_kernel"], found["first_signature"]]
 
 
 class _Sm90Driver:
@@ -33,6 +37,10 @@ class _Sm90Driver:
 
     def __init__(self, target):
         self.target = target
+        self.launchers = []  # (kernel name, signature) of each launcher asked for
+
+    def launcher_cls(self, src, metadata):
+        self.launchers.append([src.fn.__name__, dict(src.signature)])
 
     def get_current_device(self):
         return 0
@@ -54,7 +62,7 @@ def main() -> None:
     import triton
     from triton.runtime import driver
 
-    from opendnn.kernels.warmup import compile_all, distinct_compiles
+    from opendnn.kernels.warmup import compile_all, compile_one, distinct_compiles
 
     target, _ = sm90.target_or_exit()
     problems = [
@@ -72,7 +80,8 @@ def main() -> None:
     first, second = (compile_all(compiles, target, processes=2) for _ in range(2))
     cache = Path(os.environ["TRITON_CACHE_DIR"])
     entries = set(cache.iterdir())
-    driver.set_active(_Sm90Driver(target))
+    stand_in = _Sm90Driver(target)
+    driver.set_active(stand_in)
     hits: list[bool] = []  # per compile the JIT asks for: whether the cache held it
     triton.knobs.compilation.listener = lambda cache_hit, **_: hits.append(cache_hit)
     for kernel, args, options, grid in calls:
@@ -84,7 +93,11 @@ def main() -> None:
         "second": {"compiled": second.compiled, "cached": second.cached, "processes": second.processes},
         "jit_cache_hits": hits,
         "cache_entries_added_by_jit": len(set(cache.iterdir()) - entries),
+        "launchers_built_offline": len(stand_in.launchers),
     }
+    compile_one(compiles[0], target, True)
+    found["launcher_built"] = stand_in.launchers[0]
+    found["first_kernel"], found["first_signature"] = compiles[0].name, compiles[0].signature
     print(json.dumps(found))
 
 

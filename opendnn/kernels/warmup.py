@@ -95,13 +95,23 @@ def current_target() -> Any:
 
 def compile_all(compiles: list[KernelCompile], target: Any, processes: int | None = None) -> WarmupReport:
     """Compile each of ``compiles`` for ``target`` into Triton's on-disk cache, in ``processes``
-    worker processes (default: one per CPU core, at most one per kernel)."""
+    worker processes (default: one per CPU core, at most one per kernel); for the GPU this process
+    runs on, each kernel's launcher too (``compile_one``)."""
     workers = max(1, min(processes or os.cpu_count() or 1, len(compiles)))
+    launchers = _gpu_target() == target
     start = time.perf_counter()
     context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable; spawn starts clean
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_compiler_process) as pool:
-        hits = list(pool.map(compile_one, compiles, [target] * len(compiles)))
+        hits = list(pool.map(compile_one, compiles, [target] * len(compiles), [launchers] * len(compiles)))
     return WarmupReport(hits.count(False), hits.count(True), time.perf_counter() - start, workers)
+
+
+def _gpu_target() -> Any:
+    """The current GPU's target, or None where Triton has no active GPU driver (compiling offline)."""
+    try:
+        return current_target()
+    except RuntimeError:
+        return None
 
 
 def _compiler_process() -> None:
@@ -109,9 +119,12 @@ def _compiler_process() -> None:
     os.environ["TRITON_INTERPRET"] = "0"
 
 
-def compile_one(item: KernelCompile, target: Any) -> bool:
+def compile_one(item: KernelCompile, target: Any, launcher: bool) -> bool:
     """Compile ``item`` for ``target`` into Triton's cache, as the JIT compiles it; True when the
-    cache held it already."""
+    cache held it already. With ``launcher``, also build the C launcher the JIT's first launch of the
+    kernel builds: a module per distinct signature, compiled by the host's C compiler (about a
+    second each) and cached beside the kernels; it needs the GPU's driver, so only for the GPU this
+    process runs on."""
     import triton
     from triton.compiler import ASTSource
 
@@ -124,7 +137,11 @@ def compile_one(item: KernelCompile, target: Any) -> bool:
     triton.knobs.compilation.listener = lambda cache_hit, **_: hit.append(cache_hit)
     try:
         source = source_type(fn=kernel, signature=item.signature, constexprs=item.constexprs, attrs=item.attrs)
-        triton.compile(source, target=target, options=item.options.__dict__)
+        compiled = triton.compile(source, target=target, options=item.options.__dict__)
     finally:
         triton.knobs.compilation.listener = None
+    if launcher:
+        from triton.runtime import driver
+
+        driver.active.launcher_cls(compiled.src, compiled.metadata)
     return hit == [True]
