@@ -255,11 +255,65 @@ class _Planes:
         return expanded.reshape(taps.shape[0], -1)
 
 
-def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
+class _Shifts:
+    """Depthwise geometry where y has x's spatial dims at unit strides (``_same``): for every output
+    place o, tap r reads x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated
+    for the backward data, which reads dy at o - offset(r)): one flat shift over a C-ordered chunk of
+    whole planes. A tap's row of the stack is the chunk's run at that shift, with the places whose
+    input lies in the padding set to 0: along each dim with a nonzero offset, a slab of each plane at
+    one end. Every place of the run whose read crosses a plane's edge, or the chunk's, lies in one of
+    those slabs, so the stack holds the padded input exactly, with no junk and no padded copy."""
+
+    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int) -> None:
+        self.spatial = spatial = tuple(problem.x.dims[2:])
+        self.plane = math.prod(spatial)
+        strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
+        self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per tap: its shift, its zero slabs
+        for tap in np.ndindex(*problem.w.dims[2:]):
+            offsets = [sign * (r * d - p) for r, d, p in zip(tap, problem.dilation, problem.pre_padding)]
+            slabs = [
+                (slice(None),) * (1 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
+                for k, (o, n) in enumerate(zip(offsets, spatial))
+                if o
+            ]
+            self.rows.append((sum(o * s for o, s in zip(offsets, strides)), slabs))
+        self.stack = np.empty((len(self.rows), count * self.plane), dtype)
+
+    def taps(self, flat: np.ndarray, planes: int) -> np.ndarray:
+        """Every tap's run of the first ``planes`` planes of ``flat`` (1-D) in a row of the stack, as
+        (planes, T, plane): each plane a (T, plane) matrix that BLAS reads in place."""
+        used = planes * self.plane
+        for row, (shift, slabs) in zip(self.stack, self.rows):
+            run = row[:used]
+            start, stop = max(0, -shift), min(used, used - shift)
+            if start < stop:
+                run[start:stop] = flat[start + shift : stop + shift]
+            padding = run.reshape(planes, *self.spatial)
+            for slab in slabs:
+                padding[slab] = 0
+        return self.stack[:, :used].reshape(-1, planes, self.plane).transpose(1, 0, 2)
+
+
+def _same(problem: ConvolutionProblem) -> bool:
+    """Whether y has x's spatial dims at unit strides (a "same" convolution): each tap a flat shift."""
+    return all(s == 1 for s in problem.stride) and problem.y.dims[2:] == problem.x.dims[2:]
+
+
+def _blocks(problem: ConvolutionProblem, plane: int) -> list[slice]:
+    """The channels in chunks of ``DEPTHWISE_ELEMENTS`` elements of planes, at least one plane."""
     channels = problem.x.dims[1]
-    layout = _Planes(problem, 1, dtype)
-    count = max(1, min(channels, DEPTHWISE_ELEMENTS // layout.plane))
-    return _Planes(problem, count, dtype), [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
+    count = max(1, min(channels, DEPTHWISE_ELEMENTS // plane))
+    return [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
+
+
+def _shift_blocks(problem: ConvolutionProblem, dtype: np.dtype, sign: int) -> tuple[_Shifts, list[slice]]:
+    blocks = _blocks(problem, math.prod(problem.x.dims[2:]))
+    return _Shifts(problem, blocks[0].stop, dtype, sign), blocks
+
+
+def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
+    blocks = _blocks(problem, _Planes(problem, 1, dtype).plane)
+    return _Planes(problem, blocks[0].stop, dtype), blocks
 
 
 def _channel_taps(problem: ConvolutionProblem, w: np.ndarray) -> np.ndarray:
@@ -274,8 +328,16 @@ def depthwise_forward(
     of the padded planes copied into the rows of a stack, then one matmul batched over the chunk's
     channels, each channel's (1, T) weights times its (T, ext_plane) runs."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
-    planes, blocks = _channel_blocks(problem, x.dtype)
     taps = _channel_taps(problem, w)
+    if _same(problem):
+        shifts, channel_blocks = _shift_blocks(problem, x.dtype, 1)
+        for block in channel_blocks:
+            count = block.stop - block.start
+            for n in range(x.shape[0]):
+                y = out[n, block].reshape(count, 1, -1)  # y's own memory: out is C-ordered
+                np.matmul(taps[block], shifts.taps(x[n, block].reshape(-1), count), out=y)
+        return out
+    planes, blocks = _channel_blocks(problem, x.dtype)
     result = np.empty(planes.length, x.dtype)
     for block in blocks:
         count = block.stop - block.start
@@ -299,8 +361,16 @@ def depthwise_backward_data(
     out = np.empty(problem.x.dims, dy.dtype) if out is None else out
     if any(s != 1 for s in problem.stride) or not np.isfinite(w).all():
         return _depthwise_backward_data_by_taps(problem, dy, w, out)
-    planes, blocks = _channel_blocks(problem, dy.dtype)
     taps = _channel_taps(problem, w)
+    if _same(problem):
+        shifts, channel_blocks = _shift_blocks(problem, dy.dtype, -1)
+        for block in channel_blocks:
+            count = block.stop - block.start
+            for n in range(dy.shape[0]):
+                dx = out[n, block].reshape(count, 1, -1)  # dx's own memory: out is C-ordered
+                np.matmul(taps[block], shifts.taps(dy[n, block].reshape(-1), count), out=dx)
+        return out
+    planes, blocks = _channel_blocks(problem, dy.dtype)
     before = max(planes.offsets)
     shifted = np.zeros(before + planes.length, dy.dtype)  # dy's layout after ``before`` zeros
     gradient, result = shifted[before:], np.empty(planes.length, dy.dtype)
@@ -342,6 +412,15 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     batched over the chunk's channels ((1, ext_plane) @ (ext_plane, T) each). A junk place of a run
     holds x or padding that no output reads, and 0 times it is 0 unless it is infinite or NaN: where
     the sum comes out NaN, it is formed again with the stack's junk set to 0 (exact for any x)."""
+    if _same(problem):
+        shifts, blocks = _shift_blocks(problem, x.dtype, 1)
+        taps = np.zeros((problem.groups, 1, len(shifts.rows)), x.dtype)
+        for block in blocks:
+            count = block.stop - block.start
+            for n in range(x.shape[0]):
+                rows = shifts.taps(x[n, block].reshape(-1), count)
+                taps[block] += np.matmul(dy[n, block].reshape(count, 1, -1), rows.transpose(0, 2, 1))
+        return _filter_order(problem, taps.reshape(problem.w.dims))
     taps = _depthwise_filter_sums(problem, x, dy, clear_junk=False)
     if np.isnan(taps).any():
         taps = _depthwise_filter_sums(problem, x, dy, clear_junk=True)
