@@ -161,13 +161,15 @@ def test_small_convolutions_run_on_one_blas_thread_large_ones_on_all():
 
 # Depthwise convolutions (one input channel per group) in float32 against the float64 reference: y of
 # x's dims at unit strides (each tap a flat shift of x) and the padded planes' layout otherwise, with
-# one or two filters per channel (the second on the im2col path).
-DEPTHWISE = [  # x dims, filters per channel, filter, padding, stride, dilation
-    ((2, 6, 9, 10), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
-    ((2, 6, 9, 10), 2, (3, 3), (1, 1), (1, 1), (1, 1)),
-    ((2, 6, 9, 10), 1, (3, 3), (1, 1), (2, 2), (1, 1)),
-    ((2, 6, 9, 10), 1, (3, 3), (2, 2), (1, 1), (2, 2)),
-    ((2, 6, 9, 10), 2, (3, 2), (0, 1), (1, 2), (2, 1)),
+# one or two filters per channel (the second on the im2col path); and the forward of one group with y
+# of x's dims, whose columns are the same flat shifts.
+DEPTHWISE = [  # x dims, groups, filters per group, filter, padding, stride, dilation
+    ((2, 6, 9, 10), 6, 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 6, 9, 10), 6, 2, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 6, 9, 10), 6, 1, (3, 3), (1, 1), (2, 2), (1, 1)),
+    ((2, 6, 9, 10), 6, 1, (3, 3), (2, 2), (1, 1), (2, 2)),
+    ((2, 6, 9, 10), 6, 2, (3, 2), (0, 1), (1, 2), (2, 1)),
+    ((2, 6, 9, 10), 1, 5, (3, 3), (2, 1), (1, 1), (2, 1)),
 ]
 
 
@@ -190,10 +192,9 @@ def depthwise_tensor(dims, layout, region, seed):
 def test_depthwise_float32_matches_the_float64_reference(geometry, direction, layout, region, beta):
     """Inputs and output in the layout, the output a strided sub-region of a NaN buffer (or all of its
     own memory) poisoned with NaN where beta is 0; the buffer around the region stays NaN."""
-    x_dims, multiplier, filt, padding, stride, dilation = geometry
-    channels = x_dims[1]
-    conv_desc = od.ConvolutionDescriptor(padding, stride, dilation, group_count=channels)
-    w_dims = (multiplier * channels, 1, *filt)
+    x_dims, groups, filters, filt, padding, stride, dilation = geometry
+    conv_desc = od.ConvolutionDescriptor(padding, stride, dilation, group_count=groups)
+    w_dims = (filters * groups, x_dims[1] // groups, *filt)
     x, _ = depthwise_tensor(x_dims, layout, False, 1)
     w, _ = depthwise_tensor(w_dims, layout, False, 2)
     y_dims = od.get_convolution_forward_output_dim(

@@ -141,6 +141,8 @@ def gemm_forward(
     order straight from the matmul where the chunk is one sample, and through one copy otherwise."""
     n, k, *spatial = problem.y.dims
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
+    if problem.groups == 1 and _same(problem):
+        return _shifted_forward(problem, x, w, out)
     wg = _filter_matrix(problem, w)
     sample = math.prod(problem.w.dims[1:]) * math.prod(spatial) * x.itemsize  # one sample's columns
     chunk = max(1, min(n, GEMM_COLUMN_BYTES // sample))
@@ -152,6 +154,19 @@ def gemm_forward(
         else:
             yg = np.matmul(wg, _columns(problem, x[samples]))
             np.copyto(y, yg.reshape(*yg.shape[:2], y.shape[0], -1).transpose(2, 0, 1, 3))
+    return out
+
+
+def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, the columns as
+    ``_Shifts``' stack (T, C, out), each tap's rows copied from x's planes at one flat shift, and one
+    product with the filter as (K, T * C) straight into y's memory (``out`` C-ordered)."""
+    k, c = problem.w.dims[:2]
+    shifts = _Shifts(problem, c, x.dtype, 1)
+    taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1))
+    for n in range(x.shape[0]):
+        shifts.taps(x[n].reshape(-1), c)
+        np.matmul(taps_first.reshape(k, -1), shifts.stack.reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
     return out
 
 
