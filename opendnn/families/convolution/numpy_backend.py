@@ -10,9 +10,14 @@ matmul batched over the G groups, with ``wg`` the filter as ``(G, K/G, C/G * R*S
     BACKWARD_FILTER:  dw_g = (cols_g @ dy_g^T)^T              (K/G, C/G * R*S)
     BACKWARD_DATA:    dcols_g = wg^T @ dy_g, then each tap r adds its slice of dcols into dx_padded
 
+Where y has x's spatial dims at unit strides, every tap reads x at one flat shift of the output's
+place, so the columns are contiguous copies of x's own planes with the padding set to zero
+(``_Shifts``): the forward of one group takes them a sample at a time, with no padded copy of x.
+
 Depthwise convolutions (C/G == K/G == 1) skip the columns: per chunk of channels of one sample,
-every tap's run of the padded planes is copied into a row of a stack and one matmul batched over
-the channels forms each channel's (1, T) @ (T, plane) product (``_Planes``).
+every tap's run of the planes (``_Shifts``, or the padded planes of ``_Planes`` for other strides
+and paddings) is copied into a row of a stack and one matmul batched over the channels forms each
+channel's (1, T) @ (T, plane) product.
 
 The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
 against; alpha, the fused forward epilogue and the beta blend are the reference's own.
@@ -336,22 +341,32 @@ def _channel_taps(problem: ConvolutionProblem, w: np.ndarray) -> np.ndarray:
     return _filter_groups(w, problem).reshape(problem.groups, 1, -1)
 
 
+def _shifted_depthwise(
+    problem: ConvolutionProblem, source: np.ndarray, taps: np.ndarray, out: np.ndarray, sign: int
+) -> np.ndarray:
+    """The forward (x, ``sign`` 1) or the backward data (dy, ``sign`` -1) of a depthwise convolution
+    whose y has x's dims at unit strides: per chunk of channels of one sample, the taps' runs of the
+    source's planes (``_Shifts``) times each channel's (1, T) taps, straight into ``out``'s planes."""
+    shifts, blocks = _shift_blocks(problem, source.dtype, sign)
+    for block in blocks:
+        count = block.stop - block.start
+        for n in range(source.shape[0]):
+            planes = out[n, block].reshape(count, 1, -1)  # out's own memory: out is C-ordered
+            np.matmul(taps[block], shifts.taps(source[n, block].reshape(-1), count), out=planes)
+    return out
+
+
 def depthwise_forward(
     problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the taps' runs
-    of the padded planes copied into the rows of a stack, then one matmul batched over the chunk's
+    of the planes (``_shifted_depthwise`` where y has x's dims at unit strides, else the padded planes)
+    copied into the rows of a stack, then one matmul batched over the chunk's
     channels, each channel's (1, T) weights times its (T, ext_plane) runs."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
     taps = _channel_taps(problem, w)
     if _same(problem):
-        shifts, channel_blocks = _shift_blocks(problem, x.dtype, 1)
-        for block in channel_blocks:
-            count = block.stop - block.start
-            for n in range(x.shape[0]):
-                y = out[n, block].reshape(count, 1, -1)  # y's own memory: out is C-ordered
-                np.matmul(taps[block], shifts.taps(x[n, block].reshape(-1), count), out=y)
-        return out
+        return _shifted_depthwise(problem, x, taps, out, 1)
     planes, blocks = _channel_blocks(problem, x.dtype)
     result = np.empty(planes.length, x.dtype)
     for block in blocks:
@@ -367,7 +382,8 @@ def depthwise_forward(
 def depthwise_backward_data(
     problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """dx (N, C, *spatial) of a depthwise convolution. With unit strides and finite weights, per chunk
+    """dx (N, C, *spatial) of a depthwise convolution. With finite weights where y has x's dims at unit
+    strides, ``_shifted_depthwise`` over dy. With other unit strides and finite weights, per chunk
     of channels of one sample: dx_padded[q] = sum over taps t of w_t * dy[q - offset_t] (dy in the
     output layout, which is the padded planes' own, 0 on its junk and before its start), the shifted
     runs of dy copied into the stack and summed by one batched matmul as in the forward. Else each
@@ -378,13 +394,7 @@ def depthwise_backward_data(
         return _depthwise_backward_data_by_taps(problem, dy, w, out)
     taps = _channel_taps(problem, w)
     if _same(problem):
-        shifts, channel_blocks = _shift_blocks(problem, dy.dtype, -1)
-        for block in channel_blocks:
-            count = block.stop - block.start
-            for n in range(dy.shape[0]):
-                dx = out[n, block].reshape(count, 1, -1)  # dx's own memory: out is C-ordered
-                np.matmul(taps[block], shifts.taps(dy[n, block].reshape(-1), count), out=dx)
-        return out
+        return _shifted_depthwise(problem, dy, taps, out, -1)
     planes, blocks = _channel_blocks(problem, dy.dtype)
     before = max(planes.offsets)
     shifted = np.zeros(before + planes.length, dy.dtype)  # dy's layout after ``before`` zeros
@@ -426,7 +436,8 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     output layout (0 on its junk) times the stack of the taps' runs of the padded planes, one matmul
     batched over the chunk's channels ((1, ext_plane) @ (ext_plane, T) each). A junk place of a run
     holds x or padding that no output reads, and 0 times it is 0 unless it is infinite or NaN: where
-    the sum comes out NaN, it is formed again with the stack's junk set to 0 (exact for any x)."""
+    the sum comes out NaN, it is formed again with the stack's junk set to 0 (exact for any x). Where
+    y has x's dims at unit strides the stack is ``_Shifts``', which holds no junk."""
     if _same(problem):
         shifts, blocks = _shift_blocks(problem, x.dtype, 1)
         taps = np.zeros((problem.groups, 1, len(shifts.rows)), x.dtype)
