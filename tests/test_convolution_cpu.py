@@ -157,3 +157,61 @@ def test_small_convolutions_run_on_one_blas_thread_large_ones_on_all():
     large = convolution_problem(ConvolutionDirection.FORWARD, conv_desc, x_desc, w_desc, y_desc)
     with numpy_backend._blas_limit(large):
         assert blas_threads() == before
+
+
+# Depthwise convolutions (one input channel per group) in float32 against the float64 reference: y of
+# x's dims at unit strides (each tap a flat shift of x) and the padded planes' layout otherwise, with
+# one or two filters per channel (the second on the im2col path); and the forward of one group with y
+# of x's dims, whose columns are the same flat shifts.
+DEPTHWISE = [  # x dims, groups, filters per group, filter, padding, stride, dilation
+    ((2, 6, 9, 10), 6, 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 6, 9, 10), 6, 2, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 6, 9, 10), 6, 1, (3, 3), (1, 1), (2, 2), (1, 1)),
+    ((2, 6, 9, 10), 6, 1, (3, 3), (2, 2), (1, 1), (2, 2)),
+    ((2, 6, 9, 10), 6, 2, (3, 2), (0, 1), (1, 2), (2, 1)),
+    ((2, 6, 9, 10), 1, 5, (3, 3), (2, 1), (1, 1), (2, 1)),
+]
+
+
+def depthwise_tensor(dims, layout, region, seed):
+    """Random float32 values of ``dims`` (N, C, H, W) held channels-last for "nhwc", and inside a
+    larger NaN buffer (every dim 2 longer, offset 1) where ``region``: returns (tensor, buffer)."""
+    order = (0, 2, 3, 1) if layout == "nhwc" else (0, 1, 2, 3)
+    stored = tuple(dims[k] + 2 * region for k in order)
+    buffer = torch.full(stored, float("nan"))
+    inner = buffer[tuple(slice(1, -1) if region else slice(None) for _ in stored)]
+    inner.copy_(uniform(inner.shape, torch.float32, seed))
+    return inner.permute(*np.argsort(order)), buffer
+
+
+@pytest.mark.parametrize("beta", [0.0, -0.75])
+@pytest.mark.parametrize("region", [False, True], ids=["whole", "region"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("direction", DIRECTIONS, ids=lambda d: d.value)
+@pytest.mark.parametrize("geometry", DEPTHWISE, ids=str)
+def test_depthwise_float32_matches_the_float64_reference(geometry, direction, layout, region, beta):
+    """Inputs and output in the layout, the output a strided sub-region of a NaN buffer (or all of its
+    own memory) poisoned with NaN where beta is 0; the buffer around the region stays NaN."""
+    x_dims, groups, filters, filt, padding, stride, dilation = geometry
+    conv_desc = od.ConvolutionDescriptor(padding, stride, dilation, group_count=groups)
+    w_dims = (filters * groups, x_dims[1] // groups, *filt)
+    x, _ = depthwise_tensor(x_dims, layout, False, 1)
+    w, _ = depthwise_tensor(w_dims, layout, False, 2)
+    y_dims = od.get_convolution_forward_output_dim(
+        conv_desc, od.TensorDescriptor(torch.float32, x_dims), od.TensorDescriptor(torch.float32, w_dims)
+    )
+    y, _ = depthwise_tensor(y_dims, layout, False, 3)
+    tensors = {"x": x, "w": w, "y": y}
+    output = {"forward": "y", "backward_data": "x", "backward_filter": "w"}[direction.value]
+    tensors[output], buffer = depthwise_tensor(tensors[output].shape, layout, region, 4)
+    if beta == 0.0:
+        tensors[output].fill_(float("nan"))
+    prior = tensors[output].double().numpy().copy()
+    descs = {name: od.TensorDescriptor(torch.float32, tuple(t.shape), t.stride()) for name, t in tensors.items()}
+    problem = convolution_problem(direction, conv_desc, descs["x"], descs["w"], descs["y"], alpha=1.0, beta=beta)
+    as64 = {name: None if name == output else t.double().numpy() for name, t in tensors.items()}
+    expected = reference(problem, **as64) + (beta * prior if beta else 0.0)
+    bound = {name: Bound(name, descs[name], t, "cpu", name == output) for name, t in tensors.items()}
+    numpy_backend.run(problem, bound["x"], bound["w"], bound["y"])
+    np.testing.assert_allclose(tensors[output].double().numpy(), expected, rtol=1e-5, atol=1e-4)
+    assert np.isnan(buffer.numpy()).sum() == buffer.numel() - tensors[output].numel()

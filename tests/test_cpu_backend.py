@@ -331,6 +331,12 @@ CONVOLUTIONS = [  # x dims, filter dims, pre, post, stride, dilation, mode
     # unit strides: the depthwise backward data gathers shifted runs of dy
     ((5, 4, 7, 8), (3, 3), (1, 2), (1, 0), (1, 1), (1, 2), od.ConvolutionMode.CONVOLUTION),
     ((5, 4, 5, 6, 7), (2, 3, 2), (0, 1, 1), (1, 0, 2), (2, 1, 3), (1, 2, 1), od.ConvolutionMode.CONVOLUTION),
+    # y of x's dims at unit strides: the depthwise taps are flat shifts of x (dy), the padding zero slabs
+    ((5, 4, 11), (3,), (2,), (0,), (1,), (1,), od.ConvolutionMode.CROSS_CORRELATION),
+    ((5, 4, 7, 8), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), od.ConvolutionMode.CROSS_CORRELATION),
+    ((5, 4, 7, 8), (3, 3), (1, 3), (3, 1), (1, 1), (2, 2), od.ConvolutionMode.CONVOLUTION),
+    ((5, 4, 3, 4), (3, 3), (3, 3), (3, 3), (1, 1), (3, 3), od.ConvolutionMode.CROSS_CORRELATION),
+    ((5, 4, 5, 6, 7), (3, 1, 2), (1, 0, 1), (1, 0, 0), (1, 1, 1), (1, 1, 1), od.ConvolutionMode.CONVOLUTION),
     # filters wider than twice the last stride: im2col from that dim's phases
     ((5, 4, 8, 16), (2, 7), (1, 3), (1, 3), (1, 3), (1, 1), od.ConvolutionMode.CONVOLUTION),
     ((5, 4, 9, 17), (3, 5), (1, 2), (0, 2), (2, 2), (1, 2), od.ConvolutionMode.CROSS_CORRELATION),
@@ -403,8 +409,10 @@ def test_depthwise_convolution_in_chunks_of_channels_matches_the_reference(
 
     problem = convolution_case(geometry, 4, 4, ConvolutionDirection(direction), alpha, beta)
     plane = convolution_numpy._Planes(problem, 1, np.float64).plane
+    if convolution_numpy._same(problem):
+        plane = int(np.prod(problem.x.dims[2:]))
     monkeypatch.setattr(convolution_numpy, "DEPTHWISE_ELEMENTS", 3 * plane)
-    assert convolution_numpy._depthwise(problem) and len(convolution_numpy._channel_blocks(problem, np.float64)[1]) == 2
+    assert convolution_numpy._depthwise(problem) and len(convolution_numpy._blocks(problem, plane)) == 2
     check_convolution(problem)
     check_convolution(problem, special=True)
 

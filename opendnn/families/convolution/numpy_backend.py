@@ -10,9 +10,14 @@ matmul batched over the G groups, with ``wg`` the filter as ``(G, K/G, C/G * R*S
     BACKWARD_FILTER:  dw_g = (cols_g @ dy_g^T)^T              (K/G, C/G * R*S)
     BACKWARD_DATA:    dcols_g = wg^T @ dy_g, then each tap r adds its slice of dcols into dx_padded
 
+Where y has x's spatial dims at unit strides, every tap reads x at one flat shift of the output's
+place, so the columns are contiguous copies of x's own planes with the padding set to zero
+(``_Shifts``): the forward of one group takes them a sample at a time, with no padded copy of x.
+
 Depthwise convolutions (C/G == K/G == 1) skip the columns: per chunk of channels of one sample,
-every tap's run of the padded planes is copied into a row of a stack and one matmul batched over
-the channels forms each channel's (1, T) @ (T, plane) product (``_Planes``).
+every tap's run of the planes (``_Shifts``, or the padded planes of ``_Planes`` for other strides
+and paddings) is copied into a row of a stack and one matmul batched over the channels forms each
+channel's (1, T) @ (T, plane) product.
 
 The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
 against; alpha, the fused forward epilogue and the beta blend are the reference's own.
@@ -141,6 +146,8 @@ def gemm_forward(
     order straight from the matmul where the chunk is one sample, and through one copy otherwise."""
     n, k, *spatial = problem.y.dims
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
+    if problem.groups == 1 and _same(problem):
+        return _shifted_forward(problem, x, w, out)
     wg = _filter_matrix(problem, w)
     sample = math.prod(problem.w.dims[1:]) * math.prod(spatial) * x.itemsize  # one sample's columns
     chunk = max(1, min(n, GEMM_COLUMN_BYTES // sample))
@@ -152,6 +159,19 @@ def gemm_forward(
         else:
             yg = np.matmul(wg, _columns(problem, x[samples]))
             np.copyto(y, yg.reshape(*yg.shape[:2], y.shape[0], -1).transpose(2, 0, 1, 3))
+    return out
+
+
+def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, the columns as
+    ``_Shifts``' stack (T, C, out), each tap's rows copied from x's planes at one flat shift, and one
+    product with the filter as (K, T * C) straight into y's memory (``out`` C-ordered)."""
+    k, c = problem.w.dims[:2]
+    shifts = _Shifts(problem, c, x.dtype, 1)
+    taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1))
+    for n in range(x.shape[0]):
+        shifts.taps(x[n].reshape(-1), c)
+        np.matmul(taps_first.reshape(k, -1), shifts.stack.reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
     return out
 
 
@@ -255,11 +275,65 @@ class _Planes:
         return expanded.reshape(taps.shape[0], -1)
 
 
-def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
+class _Shifts:
+    """Depthwise geometry where y has x's spatial dims at unit strides (``_same``): for every output
+    place o, tap r reads x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated
+    for the backward data, which reads dy at o - offset(r)): one flat shift over a C-ordered chunk of
+    whole planes. A tap's row of the stack is the chunk's run at that shift, with the places whose
+    input lies in the padding set to 0: along each dim with a nonzero offset, a slab of each plane at
+    one end. Every place of the run whose read crosses a plane's edge, or the chunk's, lies in one of
+    those slabs, so the stack holds the padded input exactly, with no junk and no padded copy."""
+
+    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int) -> None:
+        self.spatial = spatial = tuple(problem.x.dims[2:])
+        self.plane = math.prod(spatial)
+        strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
+        self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per tap: its shift, its zero slabs
+        for tap in np.ndindex(*problem.w.dims[2:]):
+            offsets = [sign * (r * d - p) for r, d, p in zip(tap, problem.dilation, problem.pre_padding)]
+            slabs = [
+                (slice(None),) * (1 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
+                for k, (o, n) in enumerate(zip(offsets, spatial))
+                if o
+            ]
+            self.rows.append((sum(o * s for o, s in zip(offsets, strides)), slabs))
+        self.stack = np.empty((len(self.rows), count * self.plane), dtype)
+
+    def taps(self, flat: np.ndarray, planes: int) -> np.ndarray:
+        """Every tap's run of the first ``planes`` planes of ``flat`` (1-D) in a row of the stack, as
+        (planes, T, plane): each plane a (T, plane) matrix that BLAS reads in place."""
+        used = planes * self.plane
+        for row, (shift, slabs) in zip(self.stack, self.rows):
+            run = row[:used]
+            start, stop = max(0, -shift), min(used, used - shift)
+            if start < stop:
+                run[start:stop] = flat[start + shift : stop + shift]
+            padding = run.reshape(planes, *self.spatial)
+            for slab in slabs:
+                padding[slab] = 0
+        return self.stack[:, :used].reshape(-1, planes, self.plane).transpose(1, 0, 2)
+
+
+def _same(problem: ConvolutionProblem) -> bool:
+    """Whether y has x's spatial dims at unit strides (a "same" convolution): each tap a flat shift."""
+    return all(s == 1 for s in problem.stride) and problem.y.dims[2:] == problem.x.dims[2:]
+
+
+def _blocks(problem: ConvolutionProblem, plane: int) -> list[slice]:
+    """The channels in chunks of ``DEPTHWISE_ELEMENTS`` elements of planes, at least one plane."""
     channels = problem.x.dims[1]
-    layout = _Planes(problem, 1, dtype)
-    count = max(1, min(channels, DEPTHWISE_ELEMENTS // layout.plane))
-    return _Planes(problem, count, dtype), [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
+    count = max(1, min(channels, DEPTHWISE_ELEMENTS // plane))
+    return [slice(c, min(channels, c + count)) for c in range(0, channels, count)]
+
+
+def _shift_blocks(problem: ConvolutionProblem, dtype: np.dtype, sign: int) -> tuple[_Shifts, list[slice]]:
+    blocks = _blocks(problem, math.prod(problem.x.dims[2:]))
+    return _Shifts(problem, blocks[0].stop, dtype, sign), blocks
+
+
+def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
+    blocks = _blocks(problem, _Planes(problem, 1, dtype).plane)
+    return _Planes(problem, blocks[0].stop, dtype), blocks
 
 
 def _channel_taps(problem: ConvolutionProblem, w: np.ndarray) -> np.ndarray:
@@ -267,15 +341,33 @@ def _channel_taps(problem: ConvolutionProblem, w: np.ndarray) -> np.ndarray:
     return _filter_groups(w, problem).reshape(problem.groups, 1, -1)
 
 
+def _shifted_depthwise(
+    problem: ConvolutionProblem, source: np.ndarray, taps: np.ndarray, out: np.ndarray, sign: int
+) -> np.ndarray:
+    """The forward (x, ``sign`` 1) or the backward data (dy, ``sign`` -1) of a depthwise convolution
+    whose y has x's dims at unit strides: per chunk of channels of one sample, the taps' runs of the
+    source's planes (``_Shifts``) times each channel's (1, T) taps, straight into ``out``'s planes."""
+    shifts, blocks = _shift_blocks(problem, source.dtype, sign)
+    for block in blocks:
+        count = block.stop - block.start
+        for n in range(source.shape[0]):
+            planes = out[n, block].reshape(count, 1, -1)  # out's own memory: out is C-ordered
+            np.matmul(taps[block], shifts.taps(source[n, block].reshape(-1), count), out=planes)
+    return out
+
+
 def depthwise_forward(
     problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
     """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the taps' runs
-    of the padded planes copied into the rows of a stack, then one matmul batched over the chunk's
+    of the planes (``_shifted_depthwise`` where y has x's dims at unit strides, else the padded planes)
+    copied into the rows of a stack, then one matmul batched over the chunk's
     channels, each channel's (1, T) weights times its (T, ext_plane) runs."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
-    planes, blocks = _channel_blocks(problem, x.dtype)
     taps = _channel_taps(problem, w)
+    if _same(problem):
+        return _shifted_depthwise(problem, x, taps, out, 1)
+    planes, blocks = _channel_blocks(problem, x.dtype)
     result = np.empty(planes.length, x.dtype)
     for block in blocks:
         count = block.stop - block.start
@@ -290,7 +382,8 @@ def depthwise_forward(
 def depthwise_backward_data(
     problem: ConvolutionProblem, dy: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """dx (N, C, *spatial) of a depthwise convolution. With unit strides and finite weights, per chunk
+    """dx (N, C, *spatial) of a depthwise convolution. With finite weights where y has x's dims at unit
+    strides, ``_shifted_depthwise`` over dy. With other unit strides and finite weights, per chunk
     of channels of one sample: dx_padded[q] = sum over taps t of w_t * dy[q - offset_t] (dy in the
     output layout, which is the padded planes' own, 0 on its junk and before its start), the shifted
     runs of dy copied into the stack and summed by one batched matmul as in the forward. Else each
@@ -299,8 +392,10 @@ def depthwise_backward_data(
     out = np.empty(problem.x.dims, dy.dtype) if out is None else out
     if any(s != 1 for s in problem.stride) or not np.isfinite(w).all():
         return _depthwise_backward_data_by_taps(problem, dy, w, out)
-    planes, blocks = _channel_blocks(problem, dy.dtype)
     taps = _channel_taps(problem, w)
+    if _same(problem):
+        return _shifted_depthwise(problem, dy, taps, out, -1)
+    planes, blocks = _channel_blocks(problem, dy.dtype)
     before = max(planes.offsets)
     shifted = np.zeros(before + planes.length, dy.dtype)  # dy's layout after ``before`` zeros
     gradient, result = shifted[before:], np.empty(planes.length, dy.dtype)
@@ -341,7 +436,17 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     output layout (0 on its junk) times the stack of the taps' runs of the padded planes, one matmul
     batched over the chunk's channels ((1, ext_plane) @ (ext_plane, T) each). A junk place of a run
     holds x or padding that no output reads, and 0 times it is 0 unless it is infinite or NaN: where
-    the sum comes out NaN, it is formed again with the stack's junk set to 0 (exact for any x)."""
+    the sum comes out NaN, it is formed again with the stack's junk set to 0 (exact for any x). Where
+    y has x's dims at unit strides the stack is ``_Shifts``', which holds no junk."""
+    if _same(problem):
+        shifts, blocks = _shift_blocks(problem, x.dtype, 1)
+        taps = np.zeros((problem.groups, 1, len(shifts.rows)), x.dtype)
+        for block in blocks:
+            count = block.stop - block.start
+            for n in range(x.shape[0]):
+                rows = shifts.taps(x[n, block].reshape(-1), count)
+                taps[block] += np.matmul(dy[n, block].reshape(count, 1, -1), rows.transpose(0, 2, 1))
+        return _filter_order(problem, taps.reshape(problem.w.dims))
     taps = _depthwise_filter_sums(problem, x, dy, clear_junk=False)
     if np.isnan(taps).any():
         taps = _depthwise_filter_sums(problem, x, dy, clear_junk=True)
