@@ -218,6 +218,29 @@ def test_adaptive_pools_match_torch(backend, shape, output_size):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_adaptive_pools_called_again_match_torch_on_new_values(backend, channels_last):
+    """The second call of a signature runs its kept plan (uniform windows) or the full path again (not
+    uniform): each on new values matches torch's pools of the same values."""
+    handle = od.create("cpu", backend=backend)
+    for seed in (20, 21):
+        x = random((2, 3, 8, 6), seed=seed).float()
+        x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+        for output_size in (1, (4, 3), (3, 4)):
+            y = F.adaptive_avg_pool(x, output_size, handle=handle)
+            torch.testing.assert_close(y, TF.adaptive_avg_pool2d(x.double(), output_size).float())
+            dy = random(y.shape, seed=seed + 10).float()
+            expected = torch.ops.aten._adaptive_avg_pool2d_backward(dy.double(), x.double()).float()
+            torch.testing.assert_close(F.adaptive_avg_pool_backward(dy, x, handle=handle), expected)
+            y, indices = TF.adaptive_max_pool2d(x, output_size, return_indices=True)
+            torch.testing.assert_close(F.adaptive_max_pool(x, output_size, handle=handle), y)
+            expected = torch.ops.aten.adaptive_max_pool2d_backward(dy, x, indices)
+            torch.testing.assert_close(F.adaptive_max_pool_backward(dy, x, y, handle=handle), expected)
+        x_numpy = x.numpy()
+        np.testing.assert_allclose(F.global_avg_pool(x_numpy, handle=handle), x.double().mean((2, 3), True), 1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_global_pools_of_long_windows_and_numpy_inputs(backend):
     """70 positions: the Triton kernels' plain loops with the window's sizes at run time (GLOBAL); the
     forward's in four chunks of LOOP_CHUNK positions and a partly masked one."""

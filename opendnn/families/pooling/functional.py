@@ -288,13 +288,20 @@ def _cell_views(
 
 
 def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool, handle: Handle | None) -> Any:
+    key = signature("adaptive_pool", (x,), (mode, output_size, propagate_nan))  # kept where the windows are uniform
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            return _execute(handle, plan, key, (x,))
     xb = wrap("x", x)
     out, cells = _adaptive_cells(xb, output_size)
     sizes = xb.desc.dims[2:]
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
     if _uniform(sizes, out):
         window = tuple(n // o for n, o in zip(sizes, out))
-        return _forward(PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window), xb, x, False, handle)
+        return _forward(
+            PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window), xb, x, False, handle, key=key
+        )
     yb = empty_like(xb, dims=(*xb.desc.dims[:2], *out))
     handle = handle_for(xb, handle)
     for x_cell, y_cell, window in _cell_views(xb, yb, cells):  # one pooling per output cell
@@ -304,6 +311,11 @@ def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_na
 
 
 def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle: Handle | None) -> Any:
+    key = signature("adaptive_pool_backward", (x, dy, y), (mode,))  # kept where the windows are uniform
+    if key is not None:
+        handle, plan = lookup(handle, key)
+        if plan is not None:
+            return _execute(handle, plan, key, (x, dy) if y is None else (x, dy, y))
     xb, dyb = wrap("x", x), wrap("dy", dy)
     if dyb.desc.dims[:2] != xb.desc.dims[:2] or dyb.desc.ndim != xb.desc.ndim:  # dy's dims give the windows
         raise BadParam(
@@ -320,7 +332,7 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
     if _uniform(sizes, out):
         window = tuple(n // o for n, o in zip(sizes, out))
         pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
-        return _backward(pool, dy, x, y, False, handle)
+        return _backward(pool, dy, x, y, False, handle, key)
     dxb = empty_like(xb)
     handle = handle_for(xb, handle)
     set_tensor(handle, dxb.desc, dxb.view, 0.0)

@@ -15,6 +15,7 @@ pooling) reduces in one pass. The indices of ``return_indices`` are the referenc
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -41,15 +42,14 @@ def run(
     problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None, indices: Bound | None = None
 ) -> None:
     compute = problem.compute_dtype
-    geo = _geometry(x.desc.dims, problem.window, problem.padding, problem.stride, problem.ceil_mode, problem.dilation)
-    include_padding = problem.mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING
+    geo, counts = _windows(problem)
     if dx is None or dy is None:
         values = read(x, compute)
         if problem.mode.is_max:
             result = max_forward(values, geo, problem.propagate_nan)
         else:
             result = _reduce_windows(_padded(values, geo, 0.0), geo, np.add)
-            result /= geo.counts(include_padding).astype(result.dtype)  # small integers: exact
+            result /= counts
         write(y, result, problem.alpha, problem.beta)
         if indices is not None:
             options = (problem.propagate_nan, problem.ceil_mode, problem.dilation)
@@ -62,11 +62,24 @@ def run(
     if problem.mode.is_max:
         max_backward(inputs[0], inputs[1], gradient, geo, result)
     elif _whole_planes(geo):  # one window per plane: its share of dy broadcast over the plane
-        np.copyto(result, gradient / geo.counts(include_padding).astype(result.dtype))
+        np.copyto(result, gradient / counts)
     else:
-        average_backward(gradient, geo.counts(include_padding).astype(result.dtype), geo, result)
+        average_backward(gradient, counts, geo, result)
     if target is None:
         write(dx, result, problem.alpha, problem.beta)
+
+
+@functools.lru_cache(maxsize=256)  # per problem: forming them costs more than a small pool's passes
+def _windows(problem: PoolingProblem) -> tuple[_Geometry, np.ndarray]:
+    """The problem's windows and each window's count as the averages count it, in the compute dtype
+    (small integers: exact), read-only: the problem's calls share it."""
+    geo = _geometry(
+        problem.x.dims, problem.window, problem.padding, problem.stride, problem.ceil_mode, problem.dilation
+    )
+    counts = geo.counts(problem.mode is PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING)
+    counts = counts.astype(problem.compute_dtype.to_numpy())
+    counts.flags.writeable = False
+    return geo, counts
 
 
 def _taps(geo: _Geometry, k: int, j: int, ndim: int) -> tuple[slice, ...]:
