@@ -1,5 +1,5 @@
 """Building a graph: its tensors and the non-pointwise operations, named as cudnn-frontend's
-Python API names them (``conv_fprop``, ``matmul``, ``genstats``, ``batchnorm``, ...).
+Python API names them (``conv_fprop``, ``matmul``, ``genstats``, ``batchnorm``, ``sdpa``, ...).
 
 Every method adds one node (``batchnorm_inference`` adds the pointwise nodes it is made of) and
 returns its output tensors, virtual until ``set_output(True)``, with dims from the operation's

@@ -434,9 +434,9 @@ def attention_slots(node: NodeSpec, described: Callable[[str], Any]) -> dict[str
 
 
 def attention_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
-    """None: the attention calls allocate their workspace themselves. The workspace query checks
-    the call here, when an engine plans the node, so that what the backend refuses is the engine's
-    reason in ``check_support``."""
+    """0: the attention calls allocate their workspace themselves. The call's workspace query runs
+    here all the same, when an engine plans the node: it checks the call, so that what the backend
+    refuses is that engine's reason in ``check_support``."""
     slots = {
         slot: attention_slot_descriptor(slot, desc) for slot, desc in attention_slots(node, descs.__getitem__).items()
     }
