@@ -21,9 +21,11 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError
 from opendnn.core.handle import Handle
 from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
+from opendnn.families.attention.problem import attention_problem
 from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import (
+    GRAPH_NAMES,
     POINTWISE_ROLES,
     ROLE_OF_SLOT,
     attention_descriptor,
@@ -434,13 +436,14 @@ def attention_slots(node: NodeSpec, described: Callable[[str], Any]) -> dict[str
 
 
 def attention_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
-    """0: the attention calls allocate their workspace themselves. The call's workspace query runs
-    here all the same, when an engine plans the node: it checks the call, so that what the backend
-    refuses is that engine's reason in ``check_support``."""
+    """0: the attention calls allocate their workspace themselves. The node's problem and the call's
+    workspace query run here all the same, when an engine plans the node: what the family or the
+    backend refuses is that engine's reason in ``check_support``, naming the builder's parameters."""
     slots = {
         slot: attention_slot_descriptor(slot, desc) for slot, desc in attention_slots(node, descs.__getitem__).items()
     }
     params = attention_descriptor(dict(node.attributes))
+    attention_problem(params, **slots, names=GRAPH_NAMES)  # its refusals name the builder's parameters
     direction = FORWARD_SLOTS if node.op == "sdpa" else BACKWARD_SLOTS
     optional = {f"{slot}_desc": desc for slot, desc in slots.items() if slot not in direction}
     if node.op == "sdpa":
