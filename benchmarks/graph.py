@@ -20,6 +20,16 @@ Suite ``graph`` (bfloat16 on the H200: ``--dtypes bfloat16``):
                            kernels take less time than its host side, so the time is the host's, and ms for
                            1000 calls read as us a call.
 
+Suite ``graph_attention`` (bfloat16 on the H200; float32 on the CPU, whose interpreter multiplies
+bfloat16 products wrongly, docs/design/attention.md):
+    sdpa_gqa_causal_residual_fwd
+                           ``o = sdpa(q, k, v)`` then ``y = o + residual`` (the attention suite's
+                           gqa_hd128_4k: 64 query heads, 8 key/value heads of 128, BSHD memory, causal),
+                           the attention call and a generated kernel, against torch's SDPA and add.
+    sdpa_gqa_causal_bwd    ``sdpa_backward`` of the same attention from the forward's o and stats: dq, dk, dv
+                           flattened into one tensor on each side, against torch's autograd of its SDPA.
+    The dtype cell names the plan's engine (the attention family's launches are not counted).
+
 A plan's dtype cell adds its engine and the kernel launches of one execute (``fused launches=3``). Bytes:
 each input read once and each output written once. On the CPU the fused engine runs under
 ``TRITON_INTERPRET=1``; without it the plans are the reference engine's, and the dtype cell says so.
@@ -27,10 +37,12 @@ each input read once and each output written once. On the CPU the fused engine r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
+import attention
 import convolution
 import suites
 import torch
@@ -186,6 +198,81 @@ def bn_relu_conv_genstats(ctx: Context, dtype: torch.dtype) -> Bench:
     )
 
 
+# ---- attention ---------------------------------------------------------------------------------------
+
+
+def attention_inputs(ctx: Context, dtype: torch.dtype) -> tuple[attention.Inputs, tuple[int, ...], float]:
+    """q, k, v and do of the attention suite's gqa_hd128_4k (BSHD memory), its dims and 1 / sqrt(D)."""
+    batch, heads_q, heads_kv, seq, dim = attention.SHAPES["gqa_hd128_4k"][ctx.size]
+    inputs = attention.Inputs(
+        *(attention.bshd(ctx, dtype, batch, heads, seq, dim) for heads in (heads_q, heads_kv, heads_kv, heads_q))
+    )
+    return inputs, (batch, heads_q, heads_kv, seq, dim), 1.0 / math.sqrt(dim)
+
+
+def sdpa_residual(ctx: Context, dtype: torch.dtype) -> Bench:
+    """Reads q, k, v and the residual, writes y."""
+    inputs, shape, scale = attention_inputs(ctx, dtype)
+    q, k, v = inputs.q, inputs.k, inputs.v
+    residual, out = torch.randn_like(q), torch.empty_like(q)
+    g = og.Graph(io_data_type=dtype, handle=ctx.handle, name="sdpa_residual")
+    qt, kt, vt, rt = (g.tensor_like(a, name=n) for a, n in zip((q, k, v, residual), "q k v residual".split()))
+    o, _ = g.sdpa(qt, kt, vt, attn_scale=scale, is_inference=True, causal_mask=True)
+    y = g.add(o, rt)
+    y.set_output(True).set_stride(out.stride())
+    pack, ws = {qt: q, kt: k, vt: v, rt: residual, y: out}, workspace(build_plan(g), ctx.device)
+    label = f"{str(dtype).removeprefix('torch.')} {g.plan.engine}"
+    flops = attention.attention_flops(shape[1], shape[4], shape[0] * shape[3] ** 2, True, False)
+    return Bench(
+        lambda: g.execute(pack, ws),
+        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) + residual,
+        out,
+        nbytes(q, k, v, residual, out),
+        lambda: out.fill_(math.nan),
+        shape,
+        label,
+        flops,
+    )
+
+
+def sdpa_backward(ctx: Context, dtype: torch.dtype) -> Bench:
+    """Reads q, k, v, o, do (and the stats), writes dq, dk, dv."""
+    inputs, shape, scale = attention_inputs(ctx, dtype)
+    q, k, v, do = inputs.q, inputs.k, inputs.v, inputs.do
+    forward = og.Graph(io_data_type=dtype, handle=ctx.handle, name="sdpa_forward")
+    qt, kt, vt = (forward.tensor_like(a, name=n) for a, n in zip((q, k, v), "qkv"))
+    o_t, stats_t = forward.sdpa(qt, kt, vt, attn_scale=scale, causal_mask=True)
+    o, stats = torch.empty_like(q), torch.empty((*q.shape[:3], 1), device=ctx.device)
+    o_t.set_output(True).set_stride(o.stride())
+    stats_t.set_output(True)
+    build_plan(forward).execute({qt: q, kt: k, vt: v, o_t: o, stats_t: stats}, workspace(forward, ctx.device))
+    g = og.Graph(io_data_type=dtype, handle=ctx.handle, name="sdpa_backward")
+    arrays = (q, k, v, o, do, stats)
+    tensors = [g.tensor_like(a, name=n) for a, n in zip(arrays, "q k v o do stats".split())]
+    gradients = g.sdpa_backward(*tensors, attn_scale=scale, causal_mask=True)
+    outs = [torch.empty_like(a) for a in (q, k, v)]
+    for t, out in zip(gradients, outs):
+        t.set_output(True).set_stride(out.stride())
+    pack, ws = {**dict(zip(tensors, arrays)), **dict(zip(gradients, outs))}, workspace(build_plan(g), ctx.device)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    theirs = F.scaled_dot_product_attention(*leaves, is_causal=True, enable_gqa=True)
+
+    def run_opendnn() -> list[torch.Tensor]:
+        g.execute(pack, ws)
+        return outs
+
+    bench = attention._gradients(
+        run_opendnn,
+        theirs,
+        leaves,
+        do,
+        nbytes(q, k, v, o, do, stats, *outs),
+        shape,
+        attention.attention_flops(shape[1], shape[4], shape[0] * shape[3] ** 2, True, True),
+    )
+    return dataclasses.replace(bench, dtype_label=f"{str(dtype).removeprefix('torch.')} {g.plan.engine}")
+
+
 # ---- host time of execute ------------------------------------------------------------------------
 
 
@@ -236,4 +323,9 @@ GRAPH = [
     Case("execute_host", "graph", execute_host),
 ]
 
-SUITES: dict[str, list[Case]] = {"graph": GRAPH}
+GRAPH_ATTENTION = [
+    Case("sdpa_gqa_causal_residual_fwd", "graph_attention", sdpa_residual),
+    Case("sdpa_gqa_causal_bwd", "graph_attention", sdpa_backward),
+]
+
+SUITES: dict[str, list[Case]] = {"graph": GRAPH, "graph_attention": GRAPH_ATTENTION}

@@ -162,6 +162,14 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "The dtype cell names each plan's engine and its kernel launches per execute.",
         4,
     ),
+    "graph_attention": (
+        "Graph API attention",
+        "`sdpa` and `sdpa_backward` plans of `opendnn.graph` in bf16 on the attention suite's GQA 64/8 "
+        "heads of 128, 4k tokens, batch 4, causal, BSHD: the forward followed by a residual add against "
+        "torch's SDPA and add, the backward (dq, dk, dv) against torch's autograd of its SDPA. FLOPs as "
+        "the attention suite's.",
+        4,
+    ),
     "models": (
         "Whole models",
         "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "

@@ -1,5 +1,5 @@
 """Building a graph: its tensors and the non-pointwise operations, named as cudnn-frontend's
-Python API names them (``conv_fprop``, ``matmul``, ``genstats``, ``batchnorm``, ...).
+Python API names them (``conv_fprop``, ``matmul``, ``genstats``, ``batchnorm``, ``sdpa``, ...).
 
 Every method adds one node (``batchnorm_inference`` adds the pointwise nodes it is made of) and
 returns its output tensors, virtual until ``set_output(True)``, with dims from the operation's
@@ -20,7 +20,8 @@ import numpy as np
 from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.arrays import as_native, descriptor_of
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam
+from opendnn.core.errors import BadParam, NotSupported
+from opendnn.families.attention.problem import MAX_OFFSET, MAX_SEED
 from opendnn.families.pointwise.problem import resolved_coef
 from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label
 from opendnn.graph.pointwise_methods import PointwiseMethods
@@ -430,6 +431,89 @@ class OperationBuilder(PointwiseMethods):
         }
         return self._add("pooling", {"x": input}, attributes, name)["y"]
 
+    # ---- attention ------------------------------------------------------------------------------------
+
+    def sdpa(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_scale: float | None = None,
+        is_inference: bool = False,
+        causal_mask: bool = False,
+        causal_mask_bottom_right: bool = False,
+        sliding_window_length: int | None = None,
+        bias: Tensor | None = None,
+        use_padding_mask: bool = False,
+        seq_len_q: Tensor | None = None,
+        seq_len_kv: Tensor | None = None,
+        dropout: tuple[float, int, int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Scaled dot-product attention (cudnn-frontend's ``sdpa``): (o, stats), stats None when
+        ``is_inference``.
+
+        q (B, Hq, Sq, D), k (B, Hkv, Skv, D), v (B, Hkv, Skv, Dv) of any strides (BHSD, BSHD, packed
+        QKV); Hq a multiple of Hkv (grouped-query attention). o is (B, Hq, Sq, Dv) of q's type, stats
+        (B, Hq, Sq, 1) FLOAT, the rows' logsumexp. The scores are ``attn_scale * q . k`` (None: 1.0,
+        cudnn-frontend's default) plus ``bias`` (broadcast to (B, Hq, Sq, Skv); BOOLEAN: a mask,
+        True where the key takes part); ``causal_mask`` keeps key j <= query i, aligned at the top
+        left, ``causal_mask_bottom_right`` at the bottom right (the last query sees the last key);
+        ``sliding_window_length`` W keeps the keys after i - W; ``use_padding_mask`` masks queries
+        and keys past ``seq_len_q`` / ``seq_len_kv`` ((B, 1, 1, 1) INT32 or INT64; their rows give
+        o = 0); ``dropout`` is (probability, seed, offset) of the attention family's Philox mask.
+        What the family's kernels do not support is refused by ``check_support``.
+        """
+        attributes = _attention_attributes(
+            attn_scale, causal_mask, causal_mask_bottom_right, sliding_window_length, dropout
+        )
+        attributes["generate_stats"] = not bool(is_inference)
+        inputs = {"q": q, "k": k, "v": v, "bias": bias, **_padding(use_padding_mask, seq_len_q, seq_len_kv)}
+        out = self._add("sdpa", inputs, attributes, name)
+        return out["o"], out.get("stats")
+
+    def sdpa_backward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        dO: Tensor,
+        stats: Tensor,
+        attn_scale: float | None = None,
+        bias: Tensor | None = None,
+        compute_dbias: bool = False,
+        use_padding_mask: bool = False,
+        seq_len_q: Tensor | None = None,
+        seq_len_kv: Tensor | None = None,
+        causal_mask: bool = False,
+        causal_mask_bottom_right: bool = False,
+        sliding_window_length: int | None = None,
+        dropout: tuple[float, int, int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, ...]:
+        """The gradients of ``sdpa`` (cudnn-frontend's ``sdpa_backward``) from its o, its stats and
+        dO (dims of o): (dQ, dK, dV) of the dims and types of q, k and v, then dBias of the bias's
+        dims when ``compute_dbias`` (a float bias only). The parameters must be the forward's."""
+        attributes = _attention_attributes(
+            attn_scale, causal_mask, causal_mask_bottom_right, sliding_window_length, dropout
+        )
+        attributes["compute_dbias"] = bool(compute_dbias)
+        inputs = {
+            "q": q,
+            "k": k,
+            "v": v,
+            "o": o,
+            "do": dO,
+            "stats": stats,
+            "bias": bias,
+            **_padding(use_padding_mask, seq_len_q, seq_len_kv),
+        }
+        out = self._add("sdpa_backward", inputs, attributes, name)
+        return tuple(out[role] for role in ("dq", "dk", "dv", "dbias") if role in out)
+
 
 def _conv_attributes(
     spatial: int, padding: Sequence[int] | None, stride: Sequence[int] | None, dilation: Sequence[int] | None
@@ -455,3 +539,74 @@ def _enum_value(kind: type[enum.Enum], value: Any, parameter: str) -> Any:
         if value in (member.value, member.name) or str(value).upper() == member.name:
             return member.value
     raise BadParam(f"{parameter}={value!r} must be one of {[m.name for m in kind]}")
+
+
+def _attention_attributes(
+    attn_scale: Any,
+    causal_mask: bool,
+    causal_mask_bottom_right: bool,
+    sliding_window_length: Any,
+    dropout: Any,
+) -> dict[str, Any]:
+    """cudnn-frontend's SDPA parameters as the attention family's (``AttentionDescriptor``'s fields)."""
+    if isinstance(attn_scale, Tensor):
+        raise NotSupported(f"attn_scale=tensor '{attn_scale.name}' is not supported: give a number (None: 1.0)")
+    if attn_scale is not None and not (
+        isinstance(attn_scale, (int, float, np.number)) and math.isfinite(float(attn_scale))
+    ):
+        raise BadParam(f"attn_scale={attn_scale!r} must be a finite number or None")
+    if causal_mask and causal_mask_bottom_right:
+        raise BadParam(
+            "causal_mask=True and causal_mask_bottom_right=True: the causal diagonal is aligned at the "
+            "top left or at the bottom right, not both"
+        )
+    left = None
+    if sliding_window_length is not None:
+        if not (isinstance(sliding_window_length, (int, np.integer)) and sliding_window_length >= 1):
+            raise BadParam(f"sliding_window_length={sliding_window_length!r} must be an int of at least 1 or None")
+        left = int(sliding_window_length) - 1  # key j takes part when j > i - W
+    probability, seed, offset = _dropout(dropout)
+    return {
+        "scale": 1.0 if attn_scale is None else float(attn_scale),
+        "causal": bool(causal_mask or causal_mask_bottom_right),
+        "alignment": "bottom_right" if causal_mask_bottom_right else "top_left",
+        "window": (left, None),
+        "dropout_p": probability,
+        "seed": seed,
+        "offset": offset,
+    }
+
+
+def _dropout(dropout: Any) -> tuple[float, int, int]:
+    """(probability, seed, offset) of cudnn-frontend's Philox form; its (mask, scale) form and
+    tensors for the seed and offset are not supported."""
+    if dropout is None:
+        return 0.0, 0, 0
+    if isinstance(dropout, (tuple, list)) and any(isinstance(item, Tensor) for item in dropout):
+        raise NotSupported(
+            f"dropout={_described(dropout)} is not supported: give (probability, seed, offset) as numbers "
+            "(a mask tensor, or a seed or offset tensor, is not supported)"
+        )
+    if not (isinstance(dropout, (tuple, list)) and len(dropout) == 3):
+        raise BadParam(f"dropout={dropout!r} must be (probability, seed, offset) or None")
+    probability, seed, offset = dropout
+    if not (isinstance(probability, (int, float)) and 0.0 <= probability < 1.0):
+        raise BadParam(f"dropout probability={probability!r} must be at least 0 and below 1")
+    for what, value, limit in (("seed", seed, MAX_SEED), ("offset", offset, MAX_OFFSET)):
+        if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value <= limit):
+            raise BadParam(f"dropout {what}={value!r} must be an int from 0 to {limit}")
+    return float(probability), int(seed), int(offset)
+
+
+def _described(items: Sequence[Any]) -> str:
+    return "(" + ", ".join(f"tensor '{i.name}'" if isinstance(i, Tensor) else repr(i) for i in items) + ")"
+
+
+def _padding(use_padding_mask: bool, seq_len_q: Tensor | None, seq_len_kv: Tensor | None) -> dict[str, Tensor]:
+    """The sequence lengths, given together with ``use_padding_mask`` (cudnn-frontend's rule)."""
+    given = {role: t for role, t in (("seq_len_q", seq_len_q), ("seq_len_kv", seq_len_kv)) if t is not None}
+    if use_padding_mask and len(given) != 2:
+        raise BadParam("use_padding_mask=True needs both seq_len_q and seq_len_kv")
+    if given and not use_padding_mask:
+        raise BadParam(f"{' and '.join(given)} given with use_padding_mask=False: set it to True")
+    return given

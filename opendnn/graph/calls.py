@@ -20,9 +20,18 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_st
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError
 from opendnn.core.handle import Handle
+from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
+from opendnn.families.attention.problem import attention_problem
 from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
-from opendnn.graph.operations import POINTWISE_ROLES, compute_type
+from opendnn.graph.operations import (
+    GRAPH_NAMES,
+    POINTWISE_ROLES,
+    ROLE_OF_SLOT,
+    attention_descriptor,
+    attention_slot_descriptor,
+    compute_type,
+)
 
 RELU_MODES = (
     od.PointwiseMode.RELU_FWD,
@@ -409,6 +418,63 @@ def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -
     od.pooling_forward(handle, pool, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
 
 
+# ---- attention ----------------------------------------------------------------------------------------
+
+FORWARD_SLOTS = ("q", "k", "v", "o")
+BACKWARD_SLOTS = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
+
+
+def attention_slots(node: NodeSpec, described: Callable[[str], Any]) -> dict[str, Any]:
+    """``described(role)`` for each of the family's slots the node has, keyed by slot: the node's
+    descriptors (at plan time) or its bound arrays (at run time)."""
+    roles = {role for role, _ in (*node.inputs, *node.outputs)}
+    return {
+        slot: described(ROLE_OF_SLOT.get(slot, slot))
+        for slot in ATTENTION_SLOTS
+        if ROLE_OF_SLOT.get(slot, slot) in roles
+    }
+
+
+def attention_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    """0: the attention calls allocate their workspace themselves. The node's problem and the call's
+    workspace query run here all the same, when an engine plans the node: what the family or the
+    backend refuses is that engine's reason in ``check_support``, naming the builder's parameters."""
+    slots = {
+        slot: attention_slot_descriptor(slot, desc) for slot, desc in attention_slots(node, descs.__getitem__).items()
+    }
+    params = attention_descriptor(dict(node.attributes))
+    attention_problem(params, **slots, names=GRAPH_NAMES)  # its refusals name the builder's parameters
+    direction = FORWARD_SLOTS if node.op == "sdpa" else BACKWARD_SLOTS
+    optional = {f"{slot}_desc": desc for slot, desc in slots.items() if slot not in direction}
+    if node.op == "sdpa":
+        od.get_attention_forward_workspace_size(handle, params, *(slots[s] for s in direction), **optional)
+    else:
+        od.get_attention_backward_workspace_size(handle, params, *(slots[s] for s in direction), **optional)
+    return 0
+
+
+def run_attention(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    bounds = {slot: attention_bound(slot, bound) for slot, bound in attention_slots(node, tensor).items()}
+    params = attention_descriptor(dict(node.attributes))
+    direction = FORWARD_SLOTS if node.op == "sdpa" else BACKWARD_SLOTS
+    positional = [item for slot in direction for item in (bounds[slot].desc, bounds[slot].view)]
+    optional = {}
+    for slot, bound in bounds.items():
+        if slot not in direction:
+            optional[f"{slot}_desc"], optional[slot] = bound.desc, bound.view
+    call = od.attention_forward if node.op == "sdpa" else od.attention_backward
+    call(handle, params, *positional, **optional)
+
+
+def attention_bound(slot: str, bound: Bound) -> Bound:
+    """``bound`` as the attention family describes the slot (stats and sequence lengths lose their
+    trailing dims of 1), the same memory."""
+    desc = attention_slot_descriptor(slot, bound.desc)
+    if desc == bound.desc:
+        return bound
+    return Bound(bound.name, desc, strided_view(bound.view, desc), bound.device)
+
+
 Runner = Callable[[NodeSpec, Tensors, Handle, Any], None]
 Scratch = Callable[[NodeSpec, Mapping[str, TensorDescriptor], Handle], int]
 RUNNERS: dict[str, tuple[Runner, Scratch]] = {
@@ -429,6 +495,8 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "instancenorm_backward": (run_norm_backward, no_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),
+    "sdpa": (run_attention, attention_scratch),
+    "sdpa_backward": (run_attention, attention_scratch),
 }
 
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from opendnn import PointwiseMode
+from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, Status
+from opendnn.core.errors import BadParam, NotSupported, Status
+from opendnn.families.attention.problem import SLOTS, AttentionDescriptor, SlotNames, attention_problem
 
 Dims = tuple[int, ...]
 
@@ -458,6 +460,98 @@ def pooling_rule(
     return {"y": OutputSpec((*x.dims[:2], *out), None)}
 
 
+# ---- attention ----------------------------------------------------------------------------------------
+
+ATTENTION_PARAMETERS = ("scale", "causal", "alignment", "window", "dropout_p", "seed", "offset")
+ROLE_OF_SLOT = {"seq_lens_q": "seq_len_q", "seq_lens_kv": "seq_len_kv"}  # where a node's role differs
+# the attention family's slots as the builder's parameters name them
+GRAPH_NAMES = SlotNames(
+    (
+        ("params", "sdpa"),
+        ("max_seqlen_q", "max_seqlen_q"),
+        ("max_seqlen_kv", "max_seqlen_kv"),
+        *((slot, {"do": "dO", "dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dBias"}.get(slot, slot)) for slot in SLOTS),
+    )
+)
+
+
+# the tensors a graph gives in cudnn-frontend's 4-dim form: (dims the family keeps, the form)
+GRAPH_FORMS = {
+    "stats": (3, "(batch, heads, queries, 1)"),
+    "seq_len_q": (1, "(batch, 1, 1, 1)"),
+    "seq_len_kv": (1, "(batch, 1, 1, 1)"),
+}
+
+
+def attention_descriptor(attributes: Mapping[str, Any]) -> AttentionDescriptor:
+    """The attention family's parameters of an sdpa or sdpa_backward node."""
+    values = {key: attributes[key] for key in ATTENTION_PARAMETERS}
+    return AttentionDescriptor(**{**values, "window": tuple(values["window"])})
+
+
+def attention_slot_descriptor(slot: str, desc: TensorDescriptor) -> TensorDescriptor:
+    """A node's tensor as the attention family describes it: stats (B, H, S, 1) as (B, H, S), a
+    sequence length (B, 1, 1, 1) as (B,); the others as they are."""
+    form = GRAPH_FORMS.get(ROLE_OF_SLOT.get(slot, slot))
+    kept = desc.ndim if form is None else form[0]
+    return TensorDescriptor(desc.dtype, desc.dims[:kept], desc.strides[:kept])
+
+
+def _attention_check(
+    where: str, inputs: Mapping[str, Shape], outputs: Mapping[str, OutputSpec], attributes: Mapping[str, Any]
+) -> None:
+    """The attention family's shape and dtype rules over the node's tensors (packed), naming the
+    builder's parameters. What the family does not support is left to the call, which refuses it
+    when an engine plans the node (``check_support`` gives the reason)."""
+    for role, (kept, what) in GRAPH_FORMS.items():
+        shape = inputs.get(role)
+        if shape is not None and (len(shape.dims) != 4 or any(d != 1 for d in shape.dims[kept:])):
+            raise fail(where, f"{role} '{shape.name}' dims {list(shape.dims)} must be {what}")
+    shapes = {**{role: (s.dims, s.dtype) for role, s in inputs.items()}, **outputs}
+    descs = {}
+    for slot in SLOTS:
+        role = ROLE_OF_SLOT.get(slot, slot)
+        if role in shapes:
+            dims, dtype = shapes[role]
+            descs[slot] = attention_slot_descriptor(slot, TensorDescriptor(dtype, dims, packed_strides(dims)))
+    try:
+        attention_problem(attention_descriptor(attributes), **descs, names=GRAPH_NAMES)
+    except NotSupported:
+        pass
+    except BadParam as error:
+        raise BadParam(f"{where}: {error}", error.status) from None
+
+
+def sdpa_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    q, v = inputs["q"], inputs["v"]
+    for role, shape in (("q", q), ("k", inputs["k"]), ("v", v)):
+        if len(shape.dims) != 4:
+            raise fail(
+                where,
+                f"{role} '{shape.name}' dims {list(shape.dims)} must have 4 dims (batch, heads, sequence, head dim)",
+            )
+    outputs = {"o": OutputSpec((*q.dims[:3], v.dims[3]), q.dtype)}
+    if attributes["generate_stats"]:
+        outputs["stats"] = OutputSpec((*q.dims[:3], 1), compute_type(q.dtype))
+    _attention_check(where, inputs, outputs, attributes)
+    return outputs
+
+
+def sdpa_backward_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    outputs = {f"d{role}": OutputSpec(inputs[role].dims, inputs[role].dtype) for role in ("q", "k", "v")}
+    if attributes["compute_dbias"]:
+        bias = inputs.get("bias")
+        if bias is None:
+            raise BadParam(f"{where}: compute_dbias=True needs a bias")
+        outputs["dbias"] = OutputSpec(bias.dims, bias.dtype)
+    _attention_check(where, inputs, outputs, attributes)
+    return outputs
+
+
 OPERATIONS: dict[str, Operation] = {
     op.name: op
     for op in (
@@ -508,6 +602,20 @@ OPERATIONS: dict[str, Operation] = {
         ),
         Operation("softmax", ("x",), ("y",), softmax_rule),
         Operation("pooling", ("x",), ("y",), pooling_rule),
+        Operation(
+            "sdpa",
+            ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv"),
+            ("o", "stats"),
+            sdpa_rule,
+            optional=("bias", "seq_len_q", "seq_len_kv"),
+        ),
+        Operation(
+            "sdpa_backward",
+            ("q", "k", "v", "o", "do", "stats", "bias", "seq_len_q", "seq_len_kv"),
+            ("dq", "dk", "dv", "dbias"),
+            sdpa_backward_rule,
+            optional=("bias", "seq_len_q", "seq_len_kv"),
+        ),
     )
 }
 
