@@ -469,7 +469,13 @@ class OperationBuilder(PointwiseMethods):
             attn_scale, causal_mask, causal_mask_bottom_right, sliding_window_length, dropout
         )
         attributes["generate_stats"] = not bool(is_inference)
-        inputs = {"q": q, "k": k, "v": v, "bias": bias, **_padding(use_padding_mask, seq_len_q, seq_len_kv)}
+        inputs: dict[str, Operand | None] = {
+            "q": q,
+            "k": k,
+            "v": v,
+            "bias": bias,
+            **_padding(use_padding_mask, seq_len_q, seq_len_kv),
+        }
         out = self._add("sdpa", inputs, attributes, name)
         return out["o"], out.get("stats")
 
@@ -501,7 +507,7 @@ class OperationBuilder(PointwiseMethods):
             attn_scale, causal_mask, causal_mask_bottom_right, sliding_window_length, dropout
         )
         attributes["compute_dbias"] = bool(compute_dbias)
-        inputs = {
+        inputs: dict[str, Operand | None] = {
             "q": q,
             "k": k,
             "v": v,

@@ -445,11 +445,12 @@ def attention_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], han
     params = attention_descriptor(dict(node.attributes))
     attention_problem(params, **slots, names=GRAPH_NAMES)  # its refusals name the builder's parameters
     direction = FORWARD_SLOTS if node.op == "sdpa" else BACKWARD_SLOTS
-    optional = {f"{slot}_desc": desc for slot, desc in slots.items() if slot not in direction}
+    required: list[Any] = [slots[s] for s in direction]
+    optional: dict[str, Any] = {f"{slot}_desc": desc for slot, desc in slots.items() if slot not in direction}
     if node.op == "sdpa":
-        od.get_attention_forward_workspace_size(handle, params, *(slots[s] for s in direction), **optional)
+        od.get_attention_forward_workspace_size(handle, params, *required, **optional)
     else:
-        od.get_attention_backward_workspace_size(handle, params, *(slots[s] for s in direction), **optional)
+        od.get_attention_backward_workspace_size(handle, params, *required, **optional)
     return 0
 
 
@@ -457,8 +458,8 @@ def run_attention(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any)
     bounds = {slot: attention_bound(slot, bound) for slot, bound in attention_slots(node, tensor).items()}
     params = attention_descriptor(dict(node.attributes))
     direction = FORWARD_SLOTS if node.op == "sdpa" else BACKWARD_SLOTS
-    positional = [item for slot in direction for item in (bounds[slot].desc, bounds[slot].view)]
-    optional = {}
+    positional: list[Any] = [item for slot in direction for item in (bounds[slot].desc, bounds[slot].view)]
+    optional: dict[str, Any] = {}
     for slot, bound in bounds.items():
         if slot not in direction:
             optional[f"{slot}_desc"], optional[slot] = bound.desc, bound.view
