@@ -74,7 +74,7 @@ def problem(
         ("bfloat16 forward", dict(), True, True, S.WARP_SPECIALIZED_TMA),
         ("float16 backward data", dict(direction=DATA, dtype=FP16), True, True, S.WARP_SPECIALIZED_TMA),
         ("true convolution, 192 channels", dict(c=192, k=192, flip=True), True, True, S.WARP_SPECIALIZED_TMA),
-        ("backward filter: filter_tma_kernel", dict(direction=FILTER), True, True, S.TMA),
+        ("backward filter", dict(direction=FILTER), True, True, S.WARP_SPECIALIZED_TMA),
         ("TF32: 16-bit operands only", dict(dtype=FP32, allow_tf32=True), True, True, S.TMA),
         ("not sm_90 (or interpreted)", dict(), True, False, S.TMA),
         ("unaligned pointers: no TMA", dict(), False, True, S.IMPLICIT_GEMM),

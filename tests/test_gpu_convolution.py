@@ -325,3 +325,44 @@ def test_warp_specialized_engine_fuses_bias_relu_and_residual(n, c, h, w, k):
     rounding = relative_error(want.to(torch.bfloat16), want)
     assert relative_error(y, want) < 1.25 * rounding, (relative_error(y, want), rounding)
     assert _untouched_outside(y, buffer)
+
+
+@pytest.mark.parametrize("flip, beta", [(False, 0.0), (True, 0.5)])
+@pytest.mark.parametrize("n, c, h, w, k", ENGINE_SHAPES)
+def test_warp_specialized_backward_filter_is_within_bfloat16_rounding_and_repeatable(n, c, h, w, k, flip, beta):
+    """Stride 1, pad 1, x and dy in strided sub-regions, dw a KRSC view inside a NaN-filled buffer:
+    dw is float64's rounded to bfloat16 (1.25x its rounding), bitwise equal over 4 runs (the slices'
+    partials summed in order), and nothing outside dw is written. beta = 0.5: dw holds a prior."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+    from opendnn.kernels.device import has_wgmma
+
+    handle = od.create(DEVICE)
+    mode = od.ConvolutionMode.CONVOLUTION if flip else od.ConvolutionMode.CROSS_CORRELATION
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), mode)
+    x, _ = _sub_region(n, c, h, w, torch.randn(n, c, h, w))
+    dy, _ = _sub_region(n, k, h, w, torch.randn(n, k, h, w))
+    buffer = torch.full((k, 3, 3, c + 8), math.nan, dtype=torch.bfloat16, device=DEVICE)
+    dw = buffer[:, :, :, 8:].permute(0, 3, 1, 2)
+    prior = torch.randn(dw.shape, device=DEVICE).to(torch.bfloat16)
+    want = torch.nn.grad.conv2d_weight(x.double(), dw.shape, dy.double(), padding=1)
+    if flip:
+        want = want.flip(2, 3)
+    want = want + beta * prior.double()
+    xd, dwd, dyd = _descriptor(x), _descriptor(dw), _descriptor(dy)
+    problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, dwd, dyd, beta=beta)
+    assert kernels.choose(problem, tma_aligned=True, hopper=has_wgmma(0)) is kernels.Strategy.WARP_SPECIALIZED_TMA
+    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
+    size = od.get_convolution_backward_filter_workspace_size(handle, xd, dyd, conv_desc, dwd, algo)
+    workspace = torch.full((size,), 255, dtype=torch.uint8, device=DEVICE)  # partials start as NaN
+    runs = []
+    for _ in range(4):
+        dw.copy_(prior if beta else torch.full_like(prior, math.nan))
+        od.convolution_backward_filter(handle, 1.0, xd, x, dyd, dy, conv_desc, algo, workspace, beta, dwd, dw)
+        runs.append(dw.clone())
+    assert all(torch.equal(runs[0], run) for run in runs[1:])
+    rounding = relative_error(want.to(torch.bfloat16), want)
+    assert relative_error(runs[0], want) < 1.25 * rounding, (relative_error(runs[0], want), rounding)
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[:, :, :, 8:] = False
+    assert bool(buffer[outside].isnan().all())

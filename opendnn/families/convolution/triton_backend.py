@@ -31,8 +31,9 @@ activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operand
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
 (and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
 cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
-forward keeps zero workspace. On an sm_90 GPU the 16-bit forward and backward data of that route run
-on the persistent, warp-specialized Gluon engine of ``gluon_hopper`` (``Strategy.WARP_SPECIALIZED_TMA``).
+forward keeps zero workspace. On an sm_90 GPU the 16-bit problems of that route run on the
+persistent, warp-specialized Gluon engine: forward and backward data in ``gluon_hopper``, backward
+filter in ``gluon_filter`` (``Strategy.WARP_SPECIALIZED_TMA``).
 
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
@@ -58,6 +59,7 @@ from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_depthwise as depthwise
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
+from opendnn.families.convolution.gluon_filter import filter_split, filter_warp_specialized_launch
 from opendnn.families.convolution.gluon_hopper import warp_specialized_launch
 from opendnn.families.convolution.problem import (
     ConvolutionMethod,
@@ -118,6 +120,7 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
         splits = max(
             filter_plan(problem).splits,
             tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
+            filter_split(problem).partials if tma_blocks(problem) and itemsize_of(problem) == 2 else 1,
             geo.n if filter_matmul_form(problem) else 1,
             grouped_splits(problem),
         )
@@ -162,7 +165,7 @@ class Strategy(enum.Enum):
 
     MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1, channels-last pixels: matmul_form)"
     IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
-    WARP_SPECIALIZED_TMA = "the TMA route's 16-bit forward and backward data on the warp-specialized engine (sm_90)"
+    WARP_SPECIALIZED_TMA = "the TMA route's 16-bit problems on the warp-specialized engine (sm_90)"
     TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
     GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
@@ -178,15 +181,15 @@ TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.TMA)  # the strategies
 def choose(problem: ConvolutionProblem, tma_aligned: bool, hopper: bool = False) -> Strategy:
     """The strategy for ``problem``; ``tma_aligned``: the tensors TMA would read are aligned for it on
     a GPU that has it (a property of the call's pointers, not of the problem); ``hopper``: the kernels
-    are compiled for an sm_90 GPU (not interpreted), where the TMA route's 16-bit forward and backward
-    data take the warp-specialized engine (``gluon_hopper``; wgmma is sm_90's alone)."""
+    are compiled for an sm_90 GPU (not interpreted), where the TMA route's 16-bit problems take the
+    warp-specialized engine (``gluon_hopper``, ``gluon_filter``; wgmma is sm_90's alone)."""
     if matmul_form(problem) is not None:
         return Strategy.MATRIX_PRODUCT
     if filter_matmul_form(problem) is not None:
         return Strategy.IMAGE_PRODUCTS
     if tma_aligned and tma_blocks(problem) is not None:
         sixteen_bit = problem.x.dtype in (DataType.BFLOAT16, DataType.HALF)
-        if hopper and sixteen_bit and problem.direction is not BACKWARD_FILTER:
+        if hopper and sixteen_bit:
             return Strategy.WARP_SPECIALIZED_TMA
         return Strategy.TMA
     geo = geometry(problem)
@@ -304,6 +307,10 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
             launches.append(_sum_launch(problem, splits))
     elif strategy is Strategy.TMA:
         launches = [*staging_launches(problem), tma_launch(problem, dot)]
+    elif strategy is Strategy.WARP_SPECIALIZED_TMA and problem.direction is BACKWARD_FILTER:
+        launches = [filter_warp_specialized_launch(problem)]
+        if filter_split(problem).partials:
+            launches.append(_sum_launch(problem, filter_split(problem).partials))
     elif strategy is Strategy.WARP_SPECIALIZED_TMA:  # 16-bit: nothing staged
         launches = [warp_specialized_launch(problem)]
     elif strategy is Strategy.GROUPED:
