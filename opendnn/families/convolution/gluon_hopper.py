@@ -71,7 +71,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from opendnn.families.convolution.problem import ConvolutionProblem
-from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile
+from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box
 from opendnn.families.convolution.triton_tma import TMA_BLOCK_M, tma_arguments
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
@@ -104,6 +104,8 @@ def tma_producer(
     w_sk,
     pad_h,
     pad_w,
+    stride_h,
+    stride_w,
     dil_h,
     dil_w,
     total,
@@ -112,17 +114,23 @@ def tma_producer(
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Fill the ring: per (tap, chunk) of every tile of this program, the activations' box moved by
-    the tap's shift and the filter's box."""
+    """Fill the ring: per (tap, chunk) of every tile of this program, the activations' box of the
+    tap in their phase view and the filter's box."""
     STAGES: gl.constexpr = w_ring.shape[0]
     IMAGES: gl.constexpr = a_ring.shape[1]
     BLOCK_H: gl.constexpr = a_ring.shape[2]
-    BLOCK_W: gl.constexpr = a_ring.shape[3]
-    BLOCK_K: gl.constexpr = a_ring.shape[4]
+    BLOCK_W: gl.constexpr = a_ring.shape[4]
+    BLOCK_K: gl.constexpr = a_ring.shape[5]
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
     w_box: gl.constexpr = [w_ring.shape[1], w_ring.shape[2]]
-    a_box: gl.constexpr = [IMAGES, BLOCK_H, BLOCK_W, BLOCK_K]
-    a_desc = tma.make_tensor_descriptor(a_ptr, [N, AH, AW, RED], [a_sn, a_sh, a_sw, 1], a_box, a_ring.layout)
+    a_box: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]
+    a_desc = tma.make_tensor_descriptor(
+        a_ptr,
+        [N, AH // stride_h, stride_h, AW // stride_w, stride_w * RED],
+        [a_sn, stride_h * a_sh, a_sh, stride_w * a_sw, 1],
+        a_box,
+        a_ring.layout,
+    )
     if BACKWARD:  # dy's channels are the filter's rows: [K, R*S*C]
         w_desc = tma.make_tensor_descriptor(w_ptr, [RED, R * S * OUTC], [w_sk, 1], w_box, w_ring.layout)
     else:
@@ -151,7 +159,9 @@ def tma_producer(
             mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
             filled = ready.index(stage)
             mbarrier.expect(filled, a_desc.block_type.nbytes + w_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [n0, h0 + shift_h, w0 + shift_w, c0], filled, a_ring.index(stage))
+            box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, RED)
+            a_coordinates = [box[0], box[1], box[2], box[3], box[4]]
+            tma.async_copy_global_to_shared(a_desc, a_coordinates, filled, a_ring.index(stage))
             w_coordinates = [c0, w_tap * OUTC + col0] if BACKWARD else [col0, w_tap * RED + c0]
             tma.async_copy_global_to_shared(w_desc, w_coordinates, filled, w_ring.index(stage))
             step += 1
@@ -257,8 +267,8 @@ def mma_consumer(
     STAGES: gl.constexpr = w_ring.shape[0]
     IMAGES: gl.constexpr = a_ring.shape[1]
     BLOCK_H: gl.constexpr = a_ring.shape[2]
-    BLOCK_W: gl.constexpr = a_ring.shape[3]
-    BLOCK_K: gl.constexpr = a_ring.shape[4]
+    BLOCK_W: gl.constexpr = a_ring.shape[4]
+    BLOCK_K: gl.constexpr = a_ring.shape[5]
     BLOCK_M: gl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     HALF_M: gl.constexpr = BLOCK_M // 2
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
@@ -379,6 +389,8 @@ def conv_warp_specialized_kernel(
     bias_sc,
     pad_h,
     pad_w,
+    stride_h,
+    stride_w,
     dil_h,
     dil_w,
     alpha: tl.float64,
@@ -405,7 +417,7 @@ def conv_warp_specialized_kernel(
     boxes, the KRSC filter as the matrix [K, R*S*C], the output at any strides) on the warp-specialized
     engine."""
     dtype: gl.constexpr = a_ptr.dtype.element_ty
-    A_BOX: gl.constexpr = [IMAGES, BLOCK_H, BLOCK_W, BLOCK_K]
+    A_BOX: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]  # a box of the phase view
     W_BOX: gl.constexpr = [BLOCK_K, BLOCK_N] if BACKWARD else [BLOCK_N, BLOCK_K]
     A_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(A_BOX, dtype)  # 128-byte swizzle
     W_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(W_BOX, dtype)
@@ -529,6 +541,8 @@ def conv_warp_specialized_kernel(
                     w_sk,
                     pad_h,
                     pad_w,
+                    stride_h,
+                    stride_w,
                     dil_h,
                     dil_w,
                     total,
