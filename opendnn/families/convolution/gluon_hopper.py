@@ -1,12 +1,15 @@
-"""Stride-1 convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
+"""Convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
 
-The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward and backward
-data: ``2 * pixels * outputs * reduced * R * S`` FLOPs over the activations read once from HBM (then
-R * S times from L2, one box per tap), the filter and the output. The GEMM view is
-``conv_tma_kernel``'s: a tile's 128 rows are an IMAGES x BLOCK_H x BLOCK_W box of output pixels, its
-reduction runs over (tap, 64-channel chunk), and per step the A operand is the box of activations at
-the tile's origin moved by the tap's shift (TMA's zero fill of coordinates outside the tensor,
-negative ones included, is the padding), B the filter read as the matrix [K, R*S*C].
+The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward (stride 1, or
+strides x's phase view reads) and stride-1 backward data: ``2 * pixels * outputs * reduced * R * S``
+FLOPs over the activations read once from HBM (then R * S times from L2, one box per tap), the
+filter and the output. The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an
+IMAGES x BLOCK_H x BLOCK_W box of output pixels, its reduction runs over (tap, 64-channel chunk), and
+per step the A operand is the box of the activations' phase view [N, AH / stride_h, stride_h,
+AW / stride_w, stride_w * C] that holds the input pixels the tile's output pixels read for the tap
+(``triton_gemm.phase_view_box``; at stride 1, the box at the tile's origin moved by the tap's shift),
+TMA's zero fill of coordinates outside the view, negative ones included, being the padding; B is the
+filter read as the matrix [K, R*S*C].
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` (pixel boxes x output-channel tiles,
 in grouped order: ``triton_gemm.grouped_tile``). Each program is three partitions of warps that talk
@@ -14,8 +17,8 @@ only through shared memory and mbarriers:
 
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every step of
   every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
-  activations' 4-D box [IMAGES, BLOCK_H, BLOCK_W, 64] at (n0, h0 + shift_h, w0 + shift_w, c0) and the
-  filter's box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
+  activations' box [IMAGES, BLOCK_H, 1, BLOCK_W, 64] of the tap in the phase view and the filter's
+  box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
   [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored, taps turned around), both
   signalling the stage's ``ready`` barrier with their byte count. It builds both descriptors on the
   device at its start (the tensormap proxy's release and acquire in one thread).
@@ -31,13 +34,13 @@ only through shared memory and mbarriers:
   Meanwhile the producer already fills the ring with the next tile's steps.
 
 **The box as an MMA operand.** With the 128-byte swizzle, shared memory holds a box as rows of 64
-16-bit channels (128 bytes), one row per pixel in (image, row, column) order, and each row's 16-byte
-chunks permuted by the row's index modulo 8 within every 1024-byte group of 8 rows: the layout is a
-function of the flat row index alone, that of the [128, 64] operand wgmma reads. So
-``reshape([128, 64])`` of the shared memory descriptor is exact, and ``slice`` of 64 rows (8 KB, whole
-swizzle groups) is consumer h's half. Boxes stay at least 8 pixels wide (``TMA_MIN_W``), so a row of
-the box is whole swizzle groups as well. A never passes through registers: no ``local_load``, no
-layout conversion, no wgmma with an operand in registers.
+16-bit channels (128 bytes), one row per pixel in (image, row, phase, column) order (one phase a
+box), and each row's 16-byte chunks permuted by the row's index modulo 8 within every 1024-byte
+group of 8 rows: the layout is a function of the flat row index alone, that of the [128, 64]
+operand wgmma reads. So ``reshape([128, 64])`` of the shared memory descriptor is exact, and
+``slice`` of 64 rows (8 KB, whole swizzle groups) is consumer h's half. Boxes stay at least 8 pixels
+wide (``TMA_MIN_W``), so a row of the box is whole swizzle groups as well. A never passes through
+registers: no ``local_load``, no layout conversion, no wgmma with an operand in registers.
 
 **Ring and barriers.** As the matrix engine's (``matmul/gluon_hopper.py``): ``ready[s]`` counts the
 producer's ``expect`` plus the stage's bytes, ``empty[s]`` one arrival per consumer warpgroup once its
