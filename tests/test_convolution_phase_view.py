@@ -10,24 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import opendnn as od
 from opendnn.core.arrays import Bound
-from opendnn.core.descriptors import TensorDescriptor
-from opendnn.core.dtypes import DataType
 from opendnn.families.convolution import triton_backend as kernels
-from opendnn.families.convolution.problem import (
-    ConvolutionBwdDataAlgo,
-    ConvolutionBwdFilterAlgo,
-    ConvolutionDirection,
-    ConvolutionFwdAlgo,
-    ConvolutionProblem,
-)
+from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem
 from opendnn.kernels.device import tma_ready
 from opendnn.samples import relative_error
 
 FWD, DATA, FILTER = ConvolutionDirection
 S = kernels.Strategy
-BF16 = DataType.BFLOAT16
-ALGORITHMS = {FWD: ConvolutionFwdAlgo.IMPLICIT_GEMM, DATA: ConvolutionBwdDataAlgo.ALGO_0}
+BF16 = od.DataType.BFLOAT16
+ALGORITHMS = {FWD: od.ConvolutionFwdAlgo.IMPLICIT_GEMM, DATA: od.ConvolutionBwdDataAlgo.ALGO_0}
 
 
 def channels_last(n, c, h, w, rows=0, channels=0, seed=None):
@@ -41,7 +34,7 @@ def channels_last(n, c, h, w, rows=0, channels=0, seed=None):
 
 
 def bound(name, view):
-    return Bound(name, TensorDescriptor(BF16, tuple(view.shape), view.stride()), view, "cpu")
+    return Bound(name, od.TensorDescriptor(BF16, tuple(view.shape), view.stride()), view, "cpu")
 
 
 def run(
@@ -87,7 +80,7 @@ def run(
         dilation,
         groups=1,
         flip=False,
-        compute_type=DataType.FLOAT,
+        compute_type=od.DataType.FLOAT,
         allow_tf32=False,
         algo=ALGORITHMS[direction],
         beta=beta,
@@ -164,9 +157,9 @@ def filter_problem(stride):
         (1, 1),
         groups=1,
         flip=False,
-        compute_type=DataType.FLOAT,
+        compute_type=od.DataType.FLOAT,
         allow_tf32=False,
-        algo=ConvolutionBwdFilterAlgo.ALGO_0,
+        algo=od.ConvolutionBwdFilterAlgo.ALGO_0,
     )
 
 
