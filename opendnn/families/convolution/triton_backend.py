@@ -27,14 +27,12 @@ their pixels contiguously (NCHW) runs as one product per image, summed in order
 (``filter_matmul_form``).
 
 Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allowed, read their
-activations by TMA in boxes of pixels (``tma_blocks``), and so do such forwards at strides that
-divide x's height and width, through x's phase view (``triton_gemm.phase_view_box``). wgmma takes
-TF32 operands only with the reduced dim contiguous: TF32 backward data reads the filter repacked
-[C, R, S, K] in the workspace (and runs as a forward convolution over dy), and TF32 backward
-problems whose activations TMA cannot read where they are (NCHW) read channels-last copies in the
-workspace (``staged``). The forward keeps zero workspace. On an sm_90 GPU the 16-bit forward and
-backward data of that route run on the persistent, warp-specialized Gluon engine of ``gluon_hopper``
-(``Strategy.WARP_SPECIALIZED_TMA``).
+activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
+reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
+(and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
+cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
+forward keeps zero workspace. On an sm_90 GPU the 16-bit forward and backward data of that route run
+on the persistent, warp-specialized Gluon engine of ``gluon_hopper`` (``Strategy.WARP_SPECIALIZED_TMA``).
 
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
