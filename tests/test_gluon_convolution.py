@@ -79,12 +79,15 @@ def problem(
         ("not sm_90 (or interpreted)", dict(), True, False, S.TMA),
         ("unaligned pointers: no TMA", dict(), False, True, S.IMPLICIT_GEMM),
         ("NCHW: TMA cannot read pixel boxes", dict(channels_last=False), True, True, S.IMPLICIT_GEMM),
-        ("stride 2", dict(stride=2), True, True, S.IMPLICIT_GEMM),
+        ("stride 2: x's phase view", dict(stride=2), True, True, S.WARP_SPECIALIZED_TMA),
+        ("1x1 stride 2: x's phase view", dict(filt=1, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
+        ("stride 2, odd height: no phase view", dict(size=15, stride=2), True, True, S.IMPLICIT_GEMM),
+        ("stride 2 backward data", dict(direction=DATA, stride=2), True, True, S.IMPLICIT_GEMM),
         ("96 channels: not whole 64-channel chunks", dict(c=96), True, True, S.IMPLICIT_GEMM),
         ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
     ],
 )
-def test_the_engine_takes_16_bit_stride_1_forward_and_backward_data_read_by_tma_on_sm90(
+def test_the_engine_takes_16_bit_forward_and_stride_1_backward_data_read_by_tma_on_sm90(
     case, arguments, aligned, hopper, expected
 ):
     assert kernels.choose(problem(**arguments), tma_aligned=aligned, hopper=hopper) is expected
@@ -129,8 +132,10 @@ VARIANTS = {
         n=8, c=192, size=7, k=160, flip=True, epilogue=(PointwiseMode.CLIPPED_RELU_FWD, 6.0, True, False, True)
     ),
     "backward_data": dict(direction=DATA, n=8, c=128, size=28, k=256, beta=0.25),
+    "stride_2_3x3": dict(n=8, c=128, size=56, k=128, stride=2),  # ResNet-50's l2 3x3 stride 2
+    "stride_2_1x1": dict(n=8, c=256, size=56, k=512, filt=1, stride=2),  # its first downsample
 }
-CHECKED_FOR_SPILLS = ("plain_64_channels", "beta_float16_256")
+CHECKED_FOR_SPILLS = ("plain_64_channels", "beta_float16_256", "stride_2_3x3")
 
 
 def variant_launch(name):
@@ -158,7 +163,7 @@ def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel_read
         # A straight from the ring: a reshaped box, no operand loaded into registers
         assert report["a_from_registers"] == 0 and report["shared_loads"] == 0, name
         assert report["box_reshapes"] >= 2, name
-        assert report["tma_loads"] == 2 and report["box_rank"] == 4, name
+        assert report["tma_loads"] == 2 and report["box_rank"] == 5, name  # a box of x's phase view
         assert (report["barrier_waits"], report["barrier_arrives"]) == (3, 4), name
         assert {240, 24} <= set(report["registers"]), name  # setmaxnreg: consumers 240, producer 24
         assert 192 * 1024 < report["shared"] <= SHARED_MEMORY, name  # a ring of 192 KB and the epilogue's

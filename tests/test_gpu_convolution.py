@@ -252,6 +252,21 @@ def _untouched_outside(view, buffer):
     return bool(buffer[~inside].isnan().all())
 
 
+def _assert_repeatable_within_rounding(run_once, out, buffer, prior, want):
+    """``run_once`` (which writes ``out``, a view into ``buffer``) four times, ``out`` NaN before each
+    (or ``prior``): the runs bitwise equal, within 1.25x of ``want`` rounded to bfloat16 (the TMA
+    kernel's test), and nothing in ``buffer`` outside ``out`` written."""
+    runs = []
+    for _ in range(4):
+        out.copy_(torch.full_like(out, math.nan) if prior is None else prior)
+        run_once()
+        runs.append(out.clone())
+    assert all(torch.equal(runs[0], run) for run in runs[1:])
+    rounding = relative_error(want.to(torch.bfloat16), want)
+    assert relative_error(runs[0], want) < 1.25 * rounding, (relative_error(runs[0], want), rounding)
+    assert _untouched_outside(out, buffer)
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 @pytest.mark.parametrize("direction", ["forward", "backward_data"])
 @pytest.mark.parametrize("n, c, h, w, k", ENGINE_SHAPES)
@@ -288,20 +303,16 @@ def test_warp_specialized_engine_is_within_bfloat16_rounding_and_repeatable(n, c
     )
     planned = kernels.choose(problem, tma_aligned=True, hopper=has_wgmma(0))
     assert planned is kernels.Strategy.WARP_SPECIALIZED_TMA
-    runs = []
-    for _ in range(4):
-        out.copy_(prior if beta else torch.full_like(prior, math.nan))
+
+    def run_once():
         if forward:
             algo = od.ConvolutionFwdAlgo.IMPLICIT_GEMM
             od.convolution_forward(handle, 1.0, xd, x, wd, filt, conv_desc, algo, None, beta, outd, out)
         else:
             algo = od.ConvolutionBwdDataAlgo.ALGO_0
             od.convolution_backward_data(handle, 1.0, wd, filt, dyd, dy, conv_desc, algo, None, beta, outd, out)
-        runs.append(out.clone())
-    assert all(torch.equal(runs[0], run) for run in runs[1:])
-    rounding = relative_error(want.to(torch.bfloat16), want)
-    assert relative_error(runs[0], want) < 1.25 * rounding, (relative_error(runs[0], want), rounding)
-    assert _untouched_outside(out, buffer)
+
+    _assert_repeatable_within_rounding(run_once, out, buffer, prior if beta else None, want)
 
 
 @pytest.mark.parametrize("n, c, h, w, k", [ENGINE_SHAPES[0], ENGINE_SHAPES[4]])

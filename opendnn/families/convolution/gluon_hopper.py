@@ -1,12 +1,15 @@
-"""Stride-1 convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
+"""Convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
 
-The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward and backward
-data: ``2 * pixels * outputs * reduced * R * S`` FLOPs over the activations read once from HBM (then
-R * S times from L2, one box per tap), the filter and the output. The GEMM view is
-``conv_tma_kernel``'s: a tile's 128 rows are an IMAGES x BLOCK_H x BLOCK_W box of output pixels, its
-reduction runs over (tap, 64-channel chunk), and per step the A operand is the box of activations at
-the tile's origin moved by the tap's shift (TMA's zero fill of coordinates outside the tensor,
-negative ones included, is the padding), B the filter read as the matrix [K, R*S*C].
+The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward (stride 1, or
+strides x's phase view reads) and stride-1 backward data: ``2 * pixels * outputs * reduced * R * S``
+FLOPs over the activations read once from HBM (then R * S times from L2, one box per tap), the
+filter and the output. The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an
+IMAGES x BLOCK_H x BLOCK_W box of output pixels, its reduction runs over (tap, 64-channel chunk), and
+per step the A operand is the box of the activations' phase view [N, AH / stride_h, stride_h,
+AW / stride_w, stride_w * C] that holds the input pixels the tile's output pixels read for the tap
+(``triton_gemm.phase_view_box``; at stride 1, the box at the tile's origin moved by the tap's shift),
+TMA's zero fill of coordinates outside the view, negative ones included, being the padding; B is the
+filter read as the matrix [K, R*S*C].
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` (pixel boxes x output-channel tiles,
 in grouped order: ``triton_gemm.grouped_tile``). Each program is three partitions of warps that talk
@@ -14,8 +17,8 @@ only through shared memory and mbarriers:
 
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every step of
   every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
-  activations' 4-D box [IMAGES, BLOCK_H, BLOCK_W, 64] at (n0, h0 + shift_h, w0 + shift_w, c0) and the
-  filter's box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
+  activations' box [IMAGES, BLOCK_H, 1, BLOCK_W, 64] of the tap in the phase view and the filter's
+  box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
   [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored, taps turned around), both
   signalling the stage's ``ready`` barrier with their byte count. It builds both descriptors on the
   device at its start (the tensormap proxy's release and acquire in one thread).
@@ -31,13 +34,13 @@ only through shared memory and mbarriers:
   Meanwhile the producer already fills the ring with the next tile's steps.
 
 **The box as an MMA operand.** With the 128-byte swizzle, shared memory holds a box as rows of 64
-16-bit channels (128 bytes), one row per pixel in (image, row, column) order, and each row's 16-byte
-chunks permuted by the row's index modulo 8 within every 1024-byte group of 8 rows: the layout is a
-function of the flat row index alone, that of the [128, 64] operand wgmma reads. So
-``reshape([128, 64])`` of the shared memory descriptor is exact, and ``slice`` of 64 rows (8 KB, whole
-swizzle groups) is consumer h's half. Boxes stay at least 8 pixels wide (``TMA_MIN_W``), so a row of
-the box is whole swizzle groups as well. A never passes through registers: no ``local_load``, no
-layout conversion, no wgmma with an operand in registers.
+16-bit channels (128 bytes), one row per pixel in (image, row, phase, column) order (one phase a
+box), and each row's 16-byte chunks permuted by the row's index modulo 8 within every 1024-byte
+group of 8 rows: the layout is a function of the flat row index alone, that of the [128, 64]
+operand wgmma reads. So ``reshape([128, 64])`` of the shared memory descriptor is exact, and
+``slice`` of 64 rows (8 KB, whole swizzle groups) is consumer h's half. Boxes stay at least 8 pixels
+wide (``TMA_MIN_W``), so a row of the box is whole swizzle groups as well. A never passes through
+registers: no ``local_load``, no layout conversion, no wgmma with an operand in registers.
 
 **Ring and barriers.** As the matrix engine's (``matmul/gluon_hopper.py``): ``ready[s]`` counts the
 producer's ``expect`` plus the stage's bytes, ``empty[s]`` one arrival per consumer warpgroup once its
@@ -71,7 +74,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from opendnn.families.convolution.problem import ConvolutionProblem
-from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile
+from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box
 from opendnn.families.convolution.triton_tma import TMA_BLOCK_M, tma_arguments
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
@@ -104,6 +107,8 @@ def tma_producer(
     w_sk,
     pad_h,
     pad_w,
+    stride_h,
+    stride_w,
     dil_h,
     dil_w,
     total,
@@ -112,17 +117,23 @@ def tma_producer(
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Fill the ring: per (tap, chunk) of every tile of this program, the activations' box moved by
-    the tap's shift and the filter's box."""
+    """Fill the ring: per (tap, chunk) of every tile of this program, the activations' box of the
+    tap in their phase view and the filter's box."""
     STAGES: gl.constexpr = w_ring.shape[0]
     IMAGES: gl.constexpr = a_ring.shape[1]
     BLOCK_H: gl.constexpr = a_ring.shape[2]
-    BLOCK_W: gl.constexpr = a_ring.shape[3]
-    BLOCK_K: gl.constexpr = a_ring.shape[4]
+    BLOCK_W: gl.constexpr = a_ring.shape[4]
+    BLOCK_K: gl.constexpr = a_ring.shape[5]
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
     w_box: gl.constexpr = [w_ring.shape[1], w_ring.shape[2]]
-    a_box: gl.constexpr = [IMAGES, BLOCK_H, BLOCK_W, BLOCK_K]
-    a_desc = tma.make_tensor_descriptor(a_ptr, [N, AH, AW, RED], [a_sn, a_sh, a_sw, 1], a_box, a_ring.layout)
+    a_box: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]
+    a_desc = tma.make_tensor_descriptor(
+        a_ptr,
+        [N, AH // stride_h, stride_h, AW // stride_w, stride_w * RED],
+        [a_sn, stride_h * a_sh, a_sh, stride_w * a_sw, 1],
+        a_box,
+        a_ring.layout,
+    )
     if BACKWARD:  # dy's channels are the filter's rows: [K, R*S*C]
         w_desc = tma.make_tensor_descriptor(w_ptr, [RED, R * S * OUTC], [w_sk, 1], w_box, w_ring.layout)
     else:
@@ -151,7 +162,9 @@ def tma_producer(
             mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
             filled = ready.index(stage)
             mbarrier.expect(filled, a_desc.block_type.nbytes + w_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [n0, h0 + shift_h, w0 + shift_w, c0], filled, a_ring.index(stage))
+            box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, RED)
+            a_coordinates = [box[0], box[1], box[2], box[3], box[4]]
+            tma.async_copy_global_to_shared(a_desc, a_coordinates, filled, a_ring.index(stage))
             w_coordinates = [c0, w_tap * OUTC + col0] if BACKWARD else [col0, w_tap * RED + c0]
             tma.async_copy_global_to_shared(w_desc, w_coordinates, filled, w_ring.index(stage))
             step += 1
@@ -257,8 +270,8 @@ def mma_consumer(
     STAGES: gl.constexpr = w_ring.shape[0]
     IMAGES: gl.constexpr = a_ring.shape[1]
     BLOCK_H: gl.constexpr = a_ring.shape[2]
-    BLOCK_W: gl.constexpr = a_ring.shape[3]
-    BLOCK_K: gl.constexpr = a_ring.shape[4]
+    BLOCK_W: gl.constexpr = a_ring.shape[4]
+    BLOCK_K: gl.constexpr = a_ring.shape[5]
     BLOCK_M: gl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     HALF_M: gl.constexpr = BLOCK_M // 2
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
@@ -379,6 +392,8 @@ def conv_warp_specialized_kernel(
     bias_sc,
     pad_h,
     pad_w,
+    stride_h,
+    stride_w,
     dil_h,
     dil_w,
     alpha: tl.float64,
@@ -405,7 +420,7 @@ def conv_warp_specialized_kernel(
     boxes, the KRSC filter as the matrix [K, R*S*C], the output at any strides) on the warp-specialized
     engine."""
     dtype: gl.constexpr = a_ptr.dtype.element_ty
-    A_BOX: gl.constexpr = [IMAGES, BLOCK_H, BLOCK_W, BLOCK_K]
+    A_BOX: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]  # a box of the phase view
     W_BOX: gl.constexpr = [BLOCK_K, BLOCK_N] if BACKWARD else [BLOCK_N, BLOCK_K]
     A_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(A_BOX, dtype)  # 128-byte swizzle
     W_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(W_BOX, dtype)
@@ -529,6 +544,8 @@ def conv_warp_specialized_kernel(
                     w_sk,
                     pad_h,
                     pad_w,
+                    stride_h,
+                    stride_w,
                     dil_h,
                     dil_w,
                     total,

@@ -439,6 +439,19 @@ def box_origin(box, N, H, W, IMAGES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C):
+    """The coordinates in the phase view of a channels-last [N, H, W, C] tensor (dims [N, H / stride_h,
+    stride_h, W / stride_w, stride_w * C]) of the box whose output pixel (n0, h0, w0) reads input pixel
+    (stride_h * h0 + shift_h, stride_w * w0 + shift_w), channels c0..: x[n, s*i + a, s*j + b, c] is the
+    view's [n, i, a, j, b * C + c], so the rows i = h0 + floor(shift_h / stride_h) .. of phase a =
+    shift_h mod stride_h are the pixels output rows h0.. read, one stride apart."""
+    phase_h = (shift_h % stride_h + stride_h) % stride_h  # in [0, stride) whatever the sign of the shift
+    phase_w = (shift_w % stride_w + stride_w) % stride_w
+    # shift - phase is a multiple of the stride: its division is exact under truncation too
+    return n0, h0 + (shift_h - phase_h) // stride_h, phase_h, w0 + (shift_w - phase_w) // stride_w, phase_w * C + c0
+
+
+@triton.jit
 def conv_tma_kernel(
     a_ptr,
     w_ptr,
@@ -469,6 +482,8 @@ def conv_tma_kernel(
     bias_sc,
     pad_h,
     pad_w,
+    stride_h,
+    stride_w,
     dil_h,
     dil_w,
     alpha: tl.float64,
@@ -492,14 +507,20 @@ def conv_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """Stride-1, ungrouped 2-D forward (or backward data) over channels-last A and a KRSC filter,
-    read by TMA. A tile's rows are an IMAGES x BLOCK_H x BLOCK_W block of output pixels; for each
-    tap the A tile is the same block of A moved by the tap's shift, one 4-D box load (TMA fills
-    what falls outside A, the padding, with zeros). The filter is the matrix [K, R*S*C]: forward
-    its [BLOCK_N, BLOCK_K] box at (k, tap*C + c) is B transposed; backward data its
-    [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B."""
+    """Ungrouped 2-D forward (stride 1 or a stride dividing A's height and width, channels packed per
+    pixel) or stride-1 backward data over channels-last A and a KRSC filter, read by TMA. A tile's
+    rows are an IMAGES x BLOCK_H x BLOCK_W block of output pixels; for each tap the A tile is one
+    5-D box [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K] of A's phase view (``phase_view_box``; stride 1:
+    the block of A moved by the tap's shift), TMA filling what falls outside A, the padding, with
+    zeros. The filter is the matrix [K, R*S*C]: forward its [BLOCK_N, BLOCK_K] box at (k, tap*C + c)
+    is B transposed; backward data its [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B."""
     BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
-    a_desc = pixel_box_descriptor(a_ptr, N, AH, AW, RED, a_sn, a_sh, a_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_K)
+    a_desc = tl.make_tensor_descriptor(
+        a_ptr,
+        [N, AH // stride_h, stride_h, AW // stride_w, stride_w * RED],
+        [a_sn, stride_h * a_sh, a_sh, stride_w * a_sw, 1],
+        [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K],
+    )
     filter_columns = R * S * (OUTC if BACKWARD else RED)
     if BACKWARD:
         w_desc = tl.make_tensor_descriptor(w_ptr, [RED, filter_columns], [w_sk, 1], [BLOCK_K, BLOCK_N])
@@ -525,7 +546,8 @@ def conv_tma_kernel(
             shift_h = r * dil_h - pad_h
             shift_w = s * dil_w - pad_w
         w_tap = (R - 1 - r) * S + (S - 1 - s) if FLIP else tap
-        a = a_desc.load([n0, h0 + shift_h, w0 + shift_w, c0]).reshape(BLOCK_M, BLOCK_K)
+        box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, RED)
+        a = a_desc.load([box[0], box[1], box[2], box[3], box[4]]).reshape(BLOCK_M, BLOCK_K)
         if BACKWARD:
             b = w_desc.load([c0, w_tap * OUTC + col0])
         else:

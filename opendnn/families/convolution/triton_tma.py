@@ -1,4 +1,4 @@
-"""Stride-1 convolutions whose activations are read by TMA in boxes of pixels (Hopper): when they
+"""Convolutions whose activations are read by TMA in boxes of pixels (Hopper): when they
 apply (``tma_blocks``), the workspace copies they read instead of the caller's tensors (``staged``,
 the TF32 filter repacked for backward data), and their launches."""
 
@@ -38,7 +38,7 @@ from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
 from opendnn.kernels.device import TMA_ALIGNMENT, programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
-# ---- stride-1 convolutions read by TMA --------------------------------------------------------------
+# ---- convolutions read by TMA ---------------------------------------------------------------------
 
 TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
 TMA_BLOCK_BYTES = 128  # bytes of reduced channels per chunk: 64 16-bit or 32 float32 (TF32) channels
@@ -89,17 +89,18 @@ def _tma_block_k(problem: ConvolutionProblem) -> int:
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
-    apply: 2-D (or 1-D) stride-1 ungrouped 16-bit or TF32 problems, implicit GEMM, channels-last
-    activations with 16-byte aligned strides (TF32 backward stages others: ``staged``), and for
-    forward and backward data reduced channels a multiple of one 128-byte chunk and a KRSC filter
-    (read as the matrix [K, R*S*C]; TF32 backward data repacks any filter). The block is the power-of-two box
-    of 128 output pixels (input pixels for backward data), at least TMA_MIN_W wide, that pads
-    them least (ties: the widest)."""
+    apply: 2-D (or 1-D) ungrouped 16-bit or TF32 problems, implicit GEMM, stride 1 or a forward
+    that x's phase view can read (``_phase_view_fits``), channels-last activations with 16-byte
+    aligned strides (TF32 backward stages others: ``staged``), and for forward and backward data
+    reduced channels a multiple of one 128-byte chunk and a KRSC filter (read as the matrix
+    [K, R*S*C]; TF32 backward data repacks any filter). The block is the power-of-two box of 128
+    output pixels (input pixels for backward data), at least TMA_MIN_W wide, that pads them least
+    (ties: the widest)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
     if (
         geo.groups != 1
-        or geo.stride != (1, 1, 1)
+        or not _phase_view_fits(problem)
         or geo.x_size[0] != 1
         or geo.filt[0] != 1
         or not (problem.x.dtype.itemsize == 2 or tf32(problem))
@@ -116,8 +117,9 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     if reduced % _tma_block_k(problem):
         return None
     if problem.direction is not BACKWARD_FILTER and not packs_filter(problem):
-        w_sk, w_sc, *w_taps = strides5(problem.w)
-        if w_sc != 1 or w_taps[2] != geo.c or w_taps[1] != geo.filt[2] * geo.c or w_sk % 8:
+        w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
+        packed_taps = (geo.filt[2] == 1 or w_ss == geo.c) and (geo.filt[1] == 1 or w_sr == geo.filt[2] * geo.c)
+        if w_sc != 1 or not packed_taps or w_sk % 8:  # a size-1 dim's stride is any (torch's 1x1 channels-last)
             return None
     copied = sum(_activation(problem, name).numel for name in staged(problem))
     if copied + (problem.w.numel if packs_filter(problem) else 0) > im2col_elements(problem):
@@ -136,6 +138,25 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         return pixel_boxes(geo.n, pixels, box) * TMA_BLOCK_M, -box[2]
 
     return min(boxes, key=padded)
+
+
+def _phase_view_fits(problem: ConvolutionProblem) -> bool:
+    """Stride 1, or a forward whose x the kernels read through its phase view [N, H / stride_h,
+    stride_h, W / stride_w, stride_w * C] (``triton_gemm.phase_view_box``): H and W multiples of their
+    strides, so that a row or column past the view is one past x (with an odd H a row inside the view
+    could lie past x), and along a strided W the channels packed per pixel (pixel stride C), so that a
+    pixel's phases lie side by side in the view's last dim."""
+    geo = geometry(problem)
+    depth_stride, stride_h, stride_w = geo.stride
+    if (depth_stride, stride_h, stride_w) == (1, 1, 1):
+        return True
+    return (
+        problem.direction is FORWARD
+        and depth_stride == 1
+        and geo.x_size[1] % stride_h == 0
+        and geo.x_size[2] % stride_w == 0
+        and (stride_w == 1 or strides5(problem.x)[4] == geo.c)
+    )
 
 
 def _planned_tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int]:
@@ -217,6 +238,7 @@ def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[st
         z_sw,
         problem.bias.strides[1] if problem.bias is not None else 0,
         *pads,
+        *geo.stride[1:],
         *geo.dilation[1:],
         problem.alpha,
         problem.beta,

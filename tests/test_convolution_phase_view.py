@@ -1,0 +1,168 @@
+"""Strided forward convolutions read by TMA through x's phase view (``triton_gemm.phase_view_box``),
+through Triton's interpreter on tiny shapes against torch's float64 convolution on the CPU: the box
+arithmetic of every tap, and the problems the view cannot read taking another route."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import opendnn as od
+from opendnn.core.arrays import Bound
+from opendnn.families.convolution import triton_backend as kernels
+from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem
+from opendnn.kernels.device import tma_ready
+from opendnn.samples import relative_error
+
+FWD, DATA, FILTER = ConvolutionDirection
+S = kernels.Strategy
+BF16 = od.DataType.BFLOAT16
+ALGORITHMS = {FWD: od.ConvolutionFwdAlgo.IMPLICIT_GEMM, DATA: od.ConvolutionBwdDataAlgo.ALGO_0}
+
+
+def channels_last(n, c, h, w, rows=0, channels=0, seed=None):
+    """An (N, C, H, W) bfloat16 view, channels-last, inside a NaN-filled buffer ``rows`` rows taller
+    (the view starts one row in) and ``channels`` channels a pixel wider; ``seed``: random values."""
+    buffer = torch.full((n, h + rows, w, c + channels), math.nan, dtype=torch.bfloat16)
+    view = buffer[:, 1 if rows else 0 :, :, :c][:, :h].permute(0, 3, 1, 2)
+    if seed is not None:
+        view.copy_(torch.rand((n, c, h, w), generator=torch.Generator().manual_seed(seed)) * 2 - 1)
+    return view, buffer
+
+
+def bound(name, view):
+    return Bound(name, od.TensorDescriptor(BF16, tuple(view.shape), view.stride()), view, "cpu")
+
+
+def run(
+    direction=FWD,
+    n=2,
+    c=64,
+    size=(8, 8),
+    k=48,
+    filt=(3, 3),
+    pre=(1, 1),
+    post=None,
+    stride=(2, 2),
+    dilation=(1, 1),
+    x_rows=0,
+    x_channels=0,
+    y_rows=0,
+    y_channels=0,
+    beta=0.0,
+):
+    """The problem run through ``kernels.run`` (its output poisoned with NaN, or holding a prior for
+    beta), checked against torch in float64; returns the problem and the strategy the run took."""
+    post = post or pre
+    out = tuple(
+        (s + a + b - d * (f - 1) - 1) // t + 1 for s, a, b, d, f, t in zip(size, pre, post, dilation, filt, stride)
+    )
+    forward = direction is FWD
+    x, _ = channels_last(n, c, *size, x_rows, x_channels, seed=1 if forward else None)
+    y, y_buffer = channels_last(n, k, *out, y_rows, y_channels, seed=None if forward else 3)
+    w = (torch.rand((k, c, *filt), generator=torch.Generator().manual_seed(2)) * 2 - 1).to(torch.bfloat16)
+    w = w.contiguous(memory_format=torch.channels_last)
+    output = y if forward else x
+    prior = (torch.rand(output.shape, generator=torch.Generator().manual_seed(4)) * 2 - 1).to(torch.bfloat16)
+    output.copy_(prior if beta else torch.full_like(prior, math.nan))
+    xb, wb, yb = bound("x", x), bound("w", w), bound("y", y)
+    problem = ConvolutionProblem(
+        direction,
+        xb.desc,
+        wb.desc,
+        yb.desc,
+        pre,
+        post,
+        stride,
+        dilation,
+        groups=1,
+        flip=False,
+        compute_type=od.DataType.FLOAT,
+        allow_tf32=False,
+        algo=ALGORITHMS[direction],
+        beta=beta,
+    )
+    assert kernels.supports(problem) is None and kernels.workspace_size(problem) == 0
+    kernels.run(problem, xb, wb, yb)
+
+    padding = (pre[1], post[1], pre[0], post[0])
+    if forward:
+        want = F.conv2d(F.pad(x.double(), padding), w.double(), stride=stride, dilation=dilation)
+    else:
+        x64 = torch.zeros(x.shape, dtype=torch.float64, requires_grad=True)
+        y64 = F.conv2d(F.pad(x64, padding), w.double(), stride=stride, dilation=dilation)
+        (want,) = torch.autograd.grad(y64, x64, y.double())
+    want = want + beta * prior.double()
+    assert relative_error(output.double(), want) < 1e-2, relative_error(output.double(), want)
+    if forward and (y_rows or y_channels):  # nothing written outside the output
+        inside = torch.zeros_like(y_buffer, dtype=torch.bool)
+        inside[:, (1 if y_rows else 0) :, :, :k][:, : out[0]] = True
+        assert y_buffer[~inside].isnan().all()
+    strategy = kernels.choose(problem, tma_aligned=tma_ready(x if forward else y, w, interpreted=True))
+    return problem, strategy
+
+
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("3x3 pad 1, even output 4 x 4", dict()),
+        ("3x3 pad 1, odd output 5 x 3, two 64-channel chunks", dict(c=128, size=(10, 6), k=64)),
+        ("1x1 pad 0, odd output 3 x 3 (ResNet's downsample)", dict(c=128, size=(6, 6), k=80, filt=(1, 1), pre=(0, 0))),
+        ("dilation 2, pad 2", dict(size=(8, 12), pre=(2, 2), dilation=(2, 2))),
+        (
+            "strides 3 and 2, asymmetric padding, 2 x 3 filter",
+            dict(size=(9, 8), filt=(2, 3), pre=(2, 0), post=(0, 1), stride=(3, 2)),
+        ),
+        ("a row stride only: pixels need not be packed", dict(size=(8, 6), stride=(2, 1), x_channels=64)),
+        ("sub-regions: x rows, y rows and channels, beta", dict(x_rows=3, y_rows=2, y_channels=16, beta=0.5)),
+    ],
+)
+def test_strided_forward_reads_each_taps_box_from_the_phase_view(case, arguments):
+    problem, strategy = run(**arguments)
+    assert kernels.tma_blocks(problem) is not None
+    assert strategy is S.TMA  # what the run took: conv_tma_kernel reading the phase view
+
+
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("odd height: a view row could lie past x", dict(size=(7, 8))),
+        ("odd width", dict(size=(8, 9), stride=(1, 2))),
+        ("pixel stride 128 for 64 channels", dict(x_channels=64)),
+        ("backward data", dict(direction=DATA)),
+    ],
+)
+def test_strided_problems_the_view_cannot_read_take_the_cp_async_gemm(case, arguments):
+    problem, strategy = run(**arguments)
+    assert kernels.tma_blocks(problem) is None
+    assert strategy is S.IMPLICIT_GEMM
+
+
+def filter_problem(stride):
+    """A 3x3 pad 1 backward filter over channels-last 8 x 8 images at ``stride``."""
+    out = (8 - 1) // stride + 1
+    x, dy = bound("x", channels_last(2, 64, 8, 8)[0]), bound("y", channels_last(2, 64, out, out)[0])
+    w = bound("w", torch.empty((64, 64, 3, 3), dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last))
+    return ConvolutionProblem(
+        FILTER,
+        x.desc,
+        w.desc,
+        dy.desc,
+        (1, 1),
+        (1, 1),
+        (stride, stride),
+        (1, 1),
+        groups=1,
+        flip=False,
+        compute_type=od.DataType.FLOAT,
+        allow_tf32=False,
+        algo=od.ConvolutionBwdFilterAlgo.ALGO_0,
+    )
+
+
+def test_strided_backward_filter_is_not_read_by_tma():
+    assert kernels.tma_blocks(filter_problem(1)) is not None
+    assert kernels.tma_blocks(filter_problem(2)) is None
