@@ -19,7 +19,7 @@ from opendnn.families.convolution import triton_backend as kernels
 
 # name: (problem arguments, expected (chunks of 64 output channels, input channels of a tile, partial filters > 0))
 VARIANTS = {
-    "resnet50_l3_3x3": (dict(n=64, c=256, size=14, k=256), (2, 256, True)),
+    "resnet50_l3_3x3": (dict(n=64, c=256, size=14, k=256), (2, 128, True)),
     "resnet50_l4_3x3_flip_beta": (dict(n=64, c=512, size=7, k=512, flip=True, beta=0.5), (2, 256, False)),
     "64_channels_pixel_halves": (dict(n=8, c=64, size=56, k=64), (1, 64, True)),
     "float16_odd_sizes": (dict(n=3, dtype=FP16, c=192, size=13, k=192), (2, 64, False)),
