@@ -52,14 +52,14 @@ from opendnn.families.convolution.gluon_hopper import CONSUMER_REGISTERS, MAX_ST
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_direct import store_filter
 from opendnn.families.convolution.triton_gemm import box_origin
-from opendnn.families.convolution.triton_tiles import geometry, strides5
+from opendnn.families.convolution.triton_tiles import geometry
 from opendnn.families.convolution.triton_tma import (
     MIN_SLICE_BOXES,
-    _tma_read,
+    filter_arguments,
     pixel_boxes,
 )
 from opendnn.kernels.device import programs_to_fill
-from opendnn.kernels.launch import Launch, Slot
+from opendnn.kernels.launch import Launch
 
 CHUNK = gl.constexpr(64)  # 16-bit channels of a box: 128 bytes, one swizzle row
 
@@ -491,36 +491,10 @@ def filter_split(problem: ConvolutionProblem) -> FilterSplit:
 
 def filter_warp_specialized_launch(problem: ConvolutionProblem) -> Launch:
     """The launch of ``filter_warp_specialized_kernel``: one program per SM (fewer for fewer units)."""
-    geo = geometry(problem)
     split = filter_split(problem)
-    (x, x_desc), (dy, dy_desc) = _tma_read(problem, "x"), _tma_read(problem, "y")
-    x_sn, _, _, x_sh, x_sw = strides5(x_desc)
-    dy_sn, _, _, dy_sh, dy_sw = strides5(dy_desc)
-    w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
     programs = min(split.units, programs_to_fill(1))
     args = (
-        x,
-        dy,
-        Slot("w"),
-        Slot("partial") if split.partials else Slot("w"),
-        geo.n,
-        *geo.x_size[1:],
-        geo.c,
-        *geo.y_size[1:],
-        geo.k,
-        *geo.filt[1:],
-        x_sn,
-        x_sh,
-        x_sw,
-        dy_sn,
-        dy_sh,
-        dy_sw,
-        w_sk,
-        w_sc,
-        w_sr,
-        w_ss,
-        *geo.pad[1:],
-        *geo.dilation[1:],
+        *filter_arguments(problem, split.partials > 0),
         split.slices,
         split.slice_boxes,
         problem.alpha,

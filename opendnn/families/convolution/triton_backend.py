@@ -33,7 +33,8 @@ reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K
 cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
 forward keeps zero workspace. On an sm_90 GPU the 16-bit problems of that route run on the
 persistent, warp-specialized Gluon engine: forward and backward data in ``gluon_hopper``, backward
-filter in ``gluon_filter`` (``Strategy.WARP_SPECIALIZED_TMA``).
+filter in ``gluon_filter`` (``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
+x's height and width, read through x's phase view (``triton_gemm.phase_view_box``).
 
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16

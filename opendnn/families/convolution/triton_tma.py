@@ -199,10 +199,10 @@ def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[st
     images, block_h, block_w = _planned_tma_blocks(problem)
     backward = problem.direction is BACKWARD_DATA
     if backward:
-        (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "y"), Slot("x"), problem.x, geo.k, geo.c
+        (a, a_desc), out, out_desc, reduced, outputs = tma_read(problem, "y"), Slot("x"), problem.x, geo.k, geo.c
         a_size, out_size = geo.y_size, geo.x_size
     else:
-        (a, a_desc), out, out_desc, reduced, outputs = _tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
+        (a, a_desc), out, out_desc, reduced, outputs = tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
         a_size, out_size = geo.x_size, geo.y_size
     w, w_sk, flip = Slot("w"), strides5(problem.w)[0], problem.flip
     pads: tuple[int, ...] = geo.pad[1:]
@@ -281,7 +281,7 @@ def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
     )
 
 
-def _tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
+def tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
     """Where the TMA kernels read activation ``name``: the caller's tensor or its staged copy."""
     desc = _activation(problem, name)
     if name in staged(problem):  # packed in memory order N, spatial dims, C
@@ -297,7 +297,7 @@ def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDe
 def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     """The copies the TMA route reads instead of the caller's tensors: staged activations
     channels-last, and for TF32 backward data the filter [K, C, R, S] repacked as [C, R, S, K]."""
-    copies = [(name, _tma_read(problem, name)) for name in staged(problem)]
+    copies = [(name, tma_read(problem, name)) for name in staged(problem)]
     if packs_filter(problem):
         copies.append(("w", (Slot("w_packed"), _packed_in_order(problem.w, (1, *range(2, problem.w.ndim), 0)))))
     launches = []
@@ -311,22 +311,20 @@ def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     return launches
 
 
-def tma_filter_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
-    """The backward filter read by TMA: partial filters per slice of pixel boxes when it splits."""
+def filter_arguments(problem: ConvolutionProblem, partial: bool) -> tuple[Any, ...]:
+    """What the backward-filter TMA kernels (``filter_tma_kernel``, ``gluon_filter``'s
+    ``filter_warp_specialized_kernel``) take first: x and dy where TMA reads them, dw, the partial
+    filters (``partial``) or dw again, then the sizes, the strides, the padding and the dilation."""
     geo = geometry(problem)
-    images, block_h, block_w = _planned_tma_blocks(problem)
-    block_k, block_c = _tma_filter_tile(problem)
-    programs, splits, per_slice = tma_filter_split(problem)
-    (x, x_desc), (dy, dy_desc) = _tma_read(problem, "x"), _tma_read(problem, "y")
+    (x, x_desc), (dy, dy_desc) = tma_read(problem, "x"), tma_read(problem, "y")
     x_sn, _, _, x_sh, x_sw = strides5(x_desc)
     dy_sn, _, _, dy_sh, dy_sw = strides5(dy_desc)
     w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
-    stages = min(4, TMA_SHARED_BYTES // (TMA_BLOCK_M * (block_k + block_c) * itemsize_of(problem)))
-    args = (
+    return (
         x,
         dy,
         Slot("w"),
-        Slot("partial") if splits > 1 else Slot("w"),
+        Slot("partial") if partial else Slot("w"),
         geo.n,
         *geo.x_size[1:],
         geo.c,
@@ -345,10 +343,16 @@ def tma_filter_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
         w_ss,
         *geo.pad[1:],
         *geo.dilation[1:],
-        per_slice,
-        problem.alpha,
-        problem.beta,
     )
+
+
+def tma_filter_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
+    """The backward filter read by TMA: partial filters per slice of pixel boxes when it splits."""
+    images, block_h, block_w = _planned_tma_blocks(problem)
+    block_k, block_c = _tma_filter_tile(problem)
+    programs, splits, per_slice = tma_filter_split(problem)
+    stages = min(4, TMA_SHARED_BYTES // (TMA_BLOCK_M * (block_k + block_c) * itemsize_of(problem)))
+    args = (*filter_arguments(problem, splits > 1), per_slice, problem.alpha, problem.beta)
     return Launch(
         direct.filter_tma_kernel,
         (programs, splits),
