@@ -247,7 +247,9 @@ def convolution_backward_filter(
     """``dw = alpha * conv_backward_filter(x, dy) + beta * dw``.
 
     Args:
-        algo: a ConvolutionBwdFilterAlgo (ALGO_0, implicit GEMM, the default, needs no workspace).
+        algo: a ConvolutionBwdFilterAlgo (ALGO_0, implicit GEMM, the default). Its workspace holds
+            the float32 partial filters of a reduction split over pixels (summed in a fixed order):
+            ``get_convolution_backward_filter_workspace_size`` says how much.
 
     Raises:
         BadParam, NotSupported: as ``convolution_forward``.
