@@ -141,28 +141,69 @@ def test_strided_problems_the_view_cannot_read_take_the_cp_async_gemm(case, argu
     assert strategy is S.IMPLICIT_GEMM
 
 
-def filter_problem(stride):
-    """A 3x3 pad 1 backward filter over channels-last 8 x 8 images at ``stride``."""
-    out = (8 - 1) // stride + 1
-    x, dy = bound("x", channels_last(2, 64, 8, 8)[0]), bound("y", channels_last(2, 64, out, out)[0])
-    w = bound("w", torch.empty((64, 64, 3, 3), dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last))
-    return ConvolutionProblem(
+def run_filter(n=2, c=64, size=(8, 8), k=64, filt=(3, 3), pre=(1, 1), post=None, stride=(2, 2), x_rows=0, beta=0.0):
+    """A backward filter run through ``kernels.run`` with its workspace (dw poisoned with NaN, or
+    holding a prior for beta; the workspace's partial filters NaN too), checked against torch's
+    float64 gradient; returns the problem and the strategy the run took."""
+    post = post or pre
+    out = tuple((s + a + b - f) // t + 1 for s, a, b, f, t in zip(size, pre, post, filt, stride))
+    x, _ = channels_last(n, c, *size, x_rows, seed=1)
+    dy, _ = channels_last(n, k, *out, seed=3)
+    dw = torch.empty((k, c, *filt), dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    prior = (torch.rand(dw.shape, generator=torch.Generator().manual_seed(4)) * 2 - 1).to(torch.bfloat16)
+    dw.copy_(prior if beta else torch.full_like(prior, math.nan))
+    xb, wb, yb = bound("x", x), bound("w", dw), bound("y", dy)
+    problem = ConvolutionProblem(
         FILTER,
-        x.desc,
-        w.desc,
-        dy.desc,
-        (1, 1),
-        (1, 1),
-        (stride, stride),
+        xb.desc,
+        wb.desc,
+        yb.desc,
+        pre,
+        post,
+        stride,
         (1, 1),
         groups=1,
         flip=False,
         compute_type=od.DataType.FLOAT,
         allow_tf32=False,
         algo=od.ConvolutionBwdFilterAlgo.ALGO_0,
+        beta=beta,
     )
+    assert kernels.supports(problem) is None
+    size_bytes = kernels.workspace_size(problem)
+    workspace = None
+    if size_bytes:
+        space = torch.full((size_bytes,), 255, dtype=torch.uint8)
+        workspace = Bound("workspace", od.TensorDescriptor(od.DataType.UINT8, (size_bytes,)), space, "cpu")
+    kernels.run(problem, xb, wb, yb, None, None, workspace)
+
+    w64 = torch.zeros(dw.shape, dtype=torch.float64, requires_grad=True)
+    y64 = F.conv2d(F.pad(x.double(), (pre[1], post[1], pre[0], post[0])), w64, stride=stride)
+    (want,) = torch.autograd.grad(y64, w64, dy.double())
+    want = want + beta * prior.double()
+    assert relative_error(dw.double(), want) < 1e-2, relative_error(dw.double(), want)
+    return problem, kernels.choose(problem, tma_aligned=tma_ready(x, dy, interpreted=True))
 
 
-def test_strided_backward_filter_is_not_read_by_tma():
-    assert kernels.tma_blocks(filter_problem(1)) is not None
-    assert kernels.tma_blocks(filter_problem(2)) is None
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("3x3 pad 1, even output 4 x 4", dict()),
+        ("3x3 pad 1, odd output 5 x 3, 128 input channels", dict(c=128, size=(10, 6), k=64)),
+        ("1x1 pad 0 (ResNet's downsample), beta", dict(c=128, size=(6, 6), k=80, filt=(1, 1), pre=(0, 0), beta=0.5)),
+        (
+            "strides 3 and 2, asymmetric padding, 2 x 3 filter",
+            dict(size=(9, 8), filt=(2, 3), pre=(2, 0), post=(0, 1), stride=(3, 2)),
+        ),
+        ("x in a sub-region of taller images", dict(x_rows=3)),
+    ],
+)
+def test_strided_backward_filter_reads_each_taps_box_from_the_phase_view(case, arguments):
+    problem, strategy = run_filter(**arguments)
+    assert kernels.tma_blocks(problem) is not None
+    assert strategy is S.TMA  # what the run took: filter_tma_kernel reading the phase view
+
+
+def test_a_strided_backward_filter_over_an_odd_height_takes_the_cp_async_gemm():
+    problem, strategy = run_filter(size=(7, 8))
+    assert kernels.tma_blocks(problem) is None and strategy is S.IMPLICIT_GEMM

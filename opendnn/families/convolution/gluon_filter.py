@@ -51,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from opendnn.families.convolution.gluon_hopper import CONSUMER_REGISTERS, MAX_STAGES, PRODUCER_REGISTERS, SHARED_MEMORY
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_direct import store_filter
-from opendnn.families.convolution.triton_gemm import box_origin
+from opendnn.families.convolution.triton_gemm import box_origin, phase_view_box
 from opendnn.families.convolution.triton_tiles import geometry
 from opendnn.families.convolution.triton_tma import (
     MIN_SLICE_BOXES,
@@ -91,19 +91,27 @@ def filter_producer(
     pad_w,
     dil_h,
     dil_w,
+    stride_h,
+    stride_w,
     slices,
     slice_boxes,
     PROGRAMS: gl.constexpr,
 ):
-    """Fill the ring: per box of every unit of this program, dy's chunks at the box and x's at the box
-    moved by the tap's shift."""
+    """Fill the ring: per box of every unit of this program, dy's chunks at the box and x's box of the
+    pixels they meet at the tap, in x's phase view."""
     BOX: gl.constexpr = [dy_ring.shape[1], dy_ring.shape[2], dy_ring.shape[3], dy_ring.shape[4]]
-    X_BOX: gl.constexpr = [x_ring.shape[1], x_ring.shape[2], x_ring.shape[3], x_ring.shape[4]]
+    X_BOX: gl.constexpr = [x_ring.shape[1], x_ring.shape[2], 1, x_ring.shape[4], x_ring.shape[5]]
     dy_desc = tma.make_tensor_descriptor(dy_ptr, [N, OH, OW, K], [dy_sn, dy_sh, dy_sw, 1], BOX, dy_ring.layout)
-    x_desc = tma.make_tensor_descriptor(x_ptr, [N, XH, XW, C], [x_sn, x_sh, x_sw, 1], X_BOX, x_ring.layout)
+    x_desc = tma.make_tensor_descriptor(
+        x_ptr,
+        [N, XH // stride_h, stride_h, XW // stride_w, stride_w * C],
+        [x_sn, stride_h * x_sh, x_sh, stride_w * x_sw, 1],
+        X_BOX,
+        x_ring.layout,
+    )
     STAGES: gl.constexpr = ready.shape[0]
     K_CHUNKS: gl.constexpr = dy_ring.shape[0] // STAGES
-    BLOCK_C: gl.constexpr = x_ring.shape[4]
+    BLOCK_C: gl.constexpr = x_ring.shape[5]
     tiles_c = gl.cdiv(C, BLOCK_C)
     tiles = gl.cdiv(K, K_CHUNKS * CHUNK) * R * S * tiles_c
     boxes = gl.cdiv(N, BOX[0]) * gl.cdiv(OH, BOX[1]) * gl.cdiv(OW, BOX[2])
@@ -113,7 +121,7 @@ def filter_producer(
         c0 = tile % tiles_c * BLOCK_C
         tap = tile // tiles_c % (R * S)
         k0 = tile // (tiles_c * R * S) * (K_CHUNKS * CHUNK)
-        shift_h = tap // S * dil_h - pad_h  # x[p + shift] meets dy[p]
+        shift_h = tap // S * dil_h - pad_h  # x[stride * p + shift] meets dy[p]
         shift_w = tap % S * dil_w - pad_w
         begin = unit // tiles * slice_boxes
         for box in range(begin, gl.minimum(begin + slice_boxes, boxes)):
@@ -126,7 +134,8 @@ def filter_producer(
                 tma.async_copy_global_to_shared(
                     dy_desc, [n0, h0, w0, k0 + chunk * CHUNK], filled, dy_ring.index(stage * K_CHUNKS + chunk)
                 )
-            tma.async_copy_global_to_shared(x_desc, [n0, h0 + shift_h, w0 + shift_w, c0], filled, x_ring.index(stage))
+            x_box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C)
+            tma.async_copy_global_to_shared(x_desc, x_box, filled, x_ring.index(stage))
             step += 1
 
 
@@ -166,7 +175,7 @@ def filter_consumer(
     IMAGES: gl.constexpr = dy_ring.shape[1]
     BLOCK_H: gl.constexpr = dy_ring.shape[2]
     BLOCK_W: gl.constexpr = dy_ring.shape[3]
-    BLOCK_C: gl.constexpr = x_ring.shape[4]
+    BLOCK_C: gl.constexpr = x_ring.shape[5]
     PIXELS: gl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     # one chunk of output channels: both consumers own it, each reduces half of every box's pixels
     ROWS: gl.constexpr = PIXELS // 2 if K_CHUNKS == 1 else PIXELS
@@ -259,6 +268,8 @@ def filter_warp_specialized_kernel(
     pad_w,
     dil_h,
     dil_w,
+    stride_h,
+    stride_w,
     slices,
     slice_boxes,
     alpha: tl.float64,
@@ -278,7 +289,7 @@ def filter_warp_specialized_kernel(
     read in boxes, dw at any strides, or the units' partial filters) on the warp-specialized engine."""
     dtype: gl.constexpr = x_ptr.dtype.element_ty
     DY_BOX: gl.constexpr = [IMAGES, BLOCK_H, BLOCK_W, CHUNK]
-    X_BOX: gl.constexpr = [IMAGES, BLOCK_H, BLOCK_W, BLOCK_C]
+    X_BOX: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_C]  # a box of x's phase view
     dy_ring = gl.allocate_shared_memory(  # 128-byte swizzle
         dtype, [STAGES * K_CHUNKS] + DY_BOX, gl.NVMMASharedLayout.get_default_for(DY_BOX, dtype)
     )
@@ -381,6 +392,8 @@ def filter_warp_specialized_kernel(
                     pad_w,
                     dil_h,
                     dil_w,
+                    stride_h,
+                    stride_w,
                     slices,
                     slice_boxes,
                     PROGRAMS,

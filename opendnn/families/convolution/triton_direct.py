@@ -24,6 +24,7 @@ from opendnn.families.convolution.triton_gemm import (
     direct_coordinate,
     epilogue,
     gather_coordinate,
+    phase_view_box,
     pixel_box_descriptor,
     reduction_index,
     row_coordinates,
@@ -443,6 +444,8 @@ def filter_tma_kernel(
     pad_w,
     dil_h,
     dil_w,
+    stride_h,
+    stride_w,
     slice_boxes,
     alpha: tl.float64,
     beta: tl.float64,
@@ -458,13 +461,20 @@ def filter_tma_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Stride-1, ungrouped 2-D backward filter over channels-last x and dy, read by TMA. Program
-    (k tile x tap x c tile, split): dw[k, c, tap] = sum over output pixels p of dy[p, k] *
-    x[p + shift(tap), c], for the IMAGES x BLOCK_H x BLOCK_W boxes of output pixels of the split.
-    Box positions past dy (and x positions in the padding) are TMA's zero fill."""
+    """Ungrouped 2-D backward filter over channels-last x and dy, read by TMA (stride 1, or a stride
+    dividing x's height and width with its channels packed per pixel). Program (k tile x tap x c
+    tile, split): dw[k, c, tap] = sum over output pixels p of dy[p, k] * x[stride * p + shift(tap), c],
+    for the IMAGES x BLOCK_H x BLOCK_W boxes of output pixels of the split; x's box is one of its phase
+    view (``phase_view_box``; stride 1: dy's box moved by the tap's shift). Box positions past dy (and
+    x positions in the padding) are TMA's zero fill."""
     BLOCK_P: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     dy_desc = pixel_box_descriptor(dy_ptr, N, OH, OW, K, dy_sn, dy_sh, dy_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_M)
-    x_desc = pixel_box_descriptor(x_ptr, N, XH, XW, C, x_sn, x_sh, x_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_N)
+    x_desc = tl.make_tensor_descriptor(
+        x_ptr,
+        [N, XH // stride_h, stride_h, XW // stride_w, stride_w * C],
+        [x_sn, stride_h * x_sh, x_sh, stride_w * x_sw, 1],
+        [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_N],
+    )
     tiles_c = tl.cdiv(C, BLOCK_N)
     pid = tl.program_id(0)
     c0 = pid % tiles_c * BLOCK_N
@@ -480,7 +490,8 @@ def filter_tma_kernel(
     for box in range(begin, end):
         n0, h0, w0 = box_origin(box, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         a = dy_desc.load([n0, h0, w0, k0]).reshape(BLOCK_P, BLOCK_M)
-        b = x_desc.load([n0, h0 + shift_h, w0 + shift_w, c0]).reshape(BLOCK_P, BLOCK_N)
+        b = x_desc.load(phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C))
+        b = b.reshape(BLOCK_P, BLOCK_N)
         acc = tl.dot(a.T.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
     k = k0 + tl.arange(0, BLOCK_M)[:, None]

@@ -141,8 +141,9 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
 
 
 def _phase_view_fits(problem: ConvolutionProblem) -> bool:
-    """Stride 1, or a forward whose x the kernels read through its phase view [N, H / stride_h,
-    stride_h, W / stride_w, stride_w * C] (``triton_gemm.phase_view_box``): H and W multiples of their
+    """Stride 1, or a forward or backward filter whose x the kernels read through its phase view
+    [N, H / stride_h, stride_h, W / stride_w, stride_w * C] (``triton_gemm.phase_view_box``): H and W
+    multiples of their
     strides, so that a row or column past the view is one past x (with an odd H a row inside the view
     could lie past x), and along a strided W the channels packed per pixel (pixel stride C), so that a
     pixel's phases lie side by side in the view's last dim."""
@@ -151,7 +152,7 @@ def _phase_view_fits(problem: ConvolutionProblem) -> bool:
     if (depth_stride, stride_h, stride_w) == (1, 1, 1):
         return True
     return (
-        problem.direction is FORWARD
+        problem.direction in (FORWARD, BACKWARD_FILTER)
         and depth_stride == 1
         and geo.x_size[1] % stride_h == 0
         and geo.x_size[2] % stride_w == 0
@@ -314,7 +315,8 @@ def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
 def filter_arguments(problem: ConvolutionProblem, partial: bool) -> tuple[Any, ...]:
     """What the backward-filter TMA kernels (``filter_tma_kernel``, ``gluon_filter``'s
     ``filter_warp_specialized_kernel``) take first: x and dy where TMA reads them, dw, the partial
-    filters (``partial``) or dw again, then the sizes, the strides, the padding and the dilation."""
+    filters (``partial``) or dw again, then the sizes, the tensors' strides, the padding, the dilation
+    and the convolution's stride."""
     geo = geometry(problem)
     (x, x_desc), (dy, dy_desc) = tma_read(problem, "x"), tma_read(problem, "y")
     x_sn, _, _, x_sh, x_sw = strides5(x_desc)
@@ -343,6 +345,7 @@ def filter_arguments(problem: ConvolutionProblem, partial: bool) -> tuple[Any, .
         w_ss,
         *geo.pad[1:],
         *geo.dilation[1:],
+        *geo.stride[1:],
     )
 
 
