@@ -1,15 +1,19 @@
 """Convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
 
 The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward (stride 1, or
-strides x's phase view reads) and stride-1 backward data: ``2 * pixels * outputs * reduced * R * S``
-FLOPs over the activations read once from HBM (then R * S times from L2, one box per tap), the
-filter and the output. The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an
-IMAGES x BLOCK_H x BLOCK_W box of output pixels, its reduction runs over (tap, 64-channel chunk), and
-per step the A operand is the box of the activations' phase view [N, AH / stride_h, stride_h,
-AW / stride_w, stride_w * C] that holds the input pixels the tile's output pixels read for the tap
+strides x's phase view reads) and backward data: ``2 * pixels * outputs * reduced * taps`` FLOPs over
+the activations read once from HBM (then once a tap from L2, one box per tap), the filter and the
+output. A launch computes one output phase (``triton_tma.output_phases``): a forward's y, or the
+pixels of dx one stride apart that a backward data's phase sums from its own taps (stride 1: all of
+dx, every tap). The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an IMAGES x BLOCK_H x
+BLOCK_W box of the phase's output pixels, its reduction runs over (tap, 64-channel chunk) of the
+phase's taps (``triton_gemm.tap_step``), and per step the A operand is the box of the activations'
+phase view [N, AH / view_stride_h, view_stride_h, AW / view_stride_w, view_stride_w * C] (the
+forward's strides; 1 for dy) that holds the input pixels the tile's output pixels read for the tap
 (``triton_gemm.phase_view_box``; at stride 1, the box at the tile's origin moved by the tap's shift),
 TMA's zero fill of coordinates outside the view, negative ones included, being the padding; B is the
-filter read as the matrix [K, R*S*C].
+filter read as the matrix [K, R*S*C]. A phase without taps (a 1x1 stride-2 layer's odd rows or
+columns) runs no step: its consumers write alpha * 0 (+ beta * dx).
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` (pixel boxes x output-channel tiles,
 in grouped order: ``triton_gemm.grouped_tile``). Each program is three partitions of warps that talk
@@ -19,7 +23,7 @@ only through shared memory and mbarriers:
   every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
   activations' box [IMAGES, BLOCK_H, 1, BLOCK_W, 64] of the tap in the phase view and the filter's
   box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
-  [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored, taps turned around), both
+  [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored), both
   signalling the stage's ``ready`` barrier with their byte count. It builds both descriptors on the
   device at its start (the tensormap proxy's release and acquire in one thread).
 - **two consumers** (``mma_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread; the

@@ -272,9 +272,8 @@ def tma_arguments(
     a_sn, _, _, a_sh, a_sw = strides5(a_desc)
     o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
-    (taps_h, shift_h, shift_step_h, row, row_step), (taps_w, shift_w, shift_step_w, column, column_step) = (
-        tap_progression(problem, dim, coordinate) for dim, coordinate in zip((1, 2), phase)
-    )
+    # per dim (count, shift, shift step, filter index, index step), passed as rows' and columns' in turn
+    progressions = zip(*(tap_progression(problem, dim, coordinate) for dim, coordinate in zip((1, 2), phase)))
     args = (
         a,
         w,
@@ -302,16 +301,7 @@ def tma_arguments(
         z_sw,
         problem.bias.strides[1] if problem.bias is not None else 0,
         *view_strides,
-        taps_h,
-        taps_w,
-        shift_h,
-        shift_w,
-        shift_step_h,
-        shift_step_w,
-        row,
-        column,
-        row_step,
-        column_step,
+        *(value for pair in progressions for value in pair),
         problem.alpha,
         problem.beta,
         problem.alpha2,
