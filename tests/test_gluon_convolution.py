@@ -91,7 +91,6 @@ def problem(
         ),
         ("odd dx: phases of 8 and 7 rows", dict(direction=DATA, size=15, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
         ("1x1 stride 2 backward data", dict(direction=DATA, filt=1, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
-        ("stride 2 backward filter", dict(direction=FILTER, stride=2), True, True, S.IMPLICIT_GEMM),
         ("96 channels: not whole 64-channel chunks", dict(c=96), True, True, S.IMPLICIT_GEMM),
         ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
     ],
