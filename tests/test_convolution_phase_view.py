@@ -1,6 +1,7 @@
-"""Strided forward convolutions read by TMA through x's phase view (``triton_gemm.phase_view_box``),
-through Triton's interpreter on tiny shapes against torch's float64 convolution on the CPU: the box
-arithmetic of every tap, and the problems the view cannot read taking another route."""
+"""Strided convolutions read by TMA, through Triton's interpreter on tiny shapes against torch's float64
+convolution on the CPU: forwards through x's phase view (``triton_gemm.phase_view_box``), backward data
+as one launch per stride phase of dx (``triton_tma.output_phases``), the box arithmetic of every tap,
+and the problems the kernels cannot read taking another route."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 import opendnn as od
 from opendnn.core.arrays import Bound
 from opendnn.families.convolution import triton_backend as kernels
-from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem
+from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem, convolution_problem
 from opendnn.kernels.device import tma_ready
 from opendnn.samples import relative_error
 
@@ -132,7 +133,6 @@ def test_strided_forward_reads_each_taps_box_from_the_phase_view(case, arguments
         ("odd height: a view row could lie past x", dict(size=(7, 8))),
         ("odd width", dict(size=(8, 9), stride=(1, 2))),
         ("pixel stride 128 for 64 channels", dict(x_channels=64)),
-        ("backward data", dict(direction=DATA)),
     ],
 )
 def test_strided_problems_the_view_cannot_read_take_the_cp_async_gemm(case, arguments):
@@ -207,3 +207,105 @@ def test_strided_backward_filter_reads_each_taps_box_from_the_phase_view(case, a
 def test_a_strided_backward_filter_over_an_odd_height_takes_the_cp_async_gemm():
     problem, strategy = run_filter(size=(7, 8))
     assert kernels.tma_blocks(problem) is None and strategy is S.IMPLICIT_GEMM
+
+
+def backward_data(
+    c=48,
+    size=(8, 8),
+    k=64,
+    filt=(3, 3),
+    pre=(1, 1),
+    post=None,
+    stride=(2, 2),
+    dilation=(1, 1),
+    rows=0,
+    channels=0,
+    beta=0.0,
+    flip=False,
+    tf32=False,
+):
+    """dx by ``od.convolution_backward_data`` on the Triton backend (its interpreter here): dx an
+    (N, C, H, W) channels-last view inside a buffer ``rows`` rows taller and ``channels`` channels a
+    pixel wider, NaN outside it and NaN in it too unless beta holds a prior; checked against torch's
+    float64 gradient, and nothing outside dx written. ``tf32``: float32 tensors on a TENSOR_OP handle.
+    Returns the problem."""
+    dtype, torch_dtype = (od.DataType.FLOAT, torch.float32) if tf32 else (BF16, torch.bfloat16)
+    post = post or pre
+    n = 2
+    out = tuple(
+        (s + a + b - d * (f - 1) - 1) // t + 1 for s, a, b, d, f, t in zip(size, pre, post, dilation, filt, stride)
+    )
+    generator = torch.Generator().manual_seed(5)
+    buffer = torch.full((n, size[0] + rows, size[1], c + channels), math.nan, dtype=torch_dtype)
+    dx = buffer[:, rows:, :, :c].permute(0, 3, 1, 2)
+    prior = (torch.rand(dx.shape, generator=generator) * 2 - 1).to(torch_dtype)
+    if beta:
+        dx.copy_(prior)
+    dy = (torch.rand((n, k, *out), generator=generator) * 2 - 1).to(torch_dtype)
+    dy = dy.contiguous(memory_format=torch.channels_last)
+    w = (torch.rand((k, c, *filt), generator=generator) * 2 - 1).to(torch_dtype)
+    w = w.contiguous(memory_format=torch.channels_last)
+    mode = od.ConvolutionMode.CONVOLUTION if flip else od.ConvolutionMode.CROSS_CORRELATION
+    math_type = od.MathType.TENSOR_OP if tf32 else od.MathType.DEFAULT
+    conv = od.ConvolutionDescriptor(
+        pre, stride, dilation, mode, math_type=math_type, pre_padding=pre, post_padding=post
+    )
+    descriptors = {name: od.TensorDescriptor(dtype, tuple(t.shape), t.stride()) for name, t in zip("xwy", (dx, w, dy))}
+    handle = od.create("cpu", backend="triton", math_type=math_type)
+    algo = od.ConvolutionBwdDataAlgo.ALGO_0
+    xd, wd, yd = descriptors["x"], descriptors["w"], descriptors["y"]
+    workspace = torch.empty(
+        od.get_convolution_backward_data_workspace_size(handle, wd, yd, conv, xd, algo), dtype=torch.uint8
+    )
+    od.convolution_backward_data(handle, 1.0, wd, w, yd, dy, conv, algo, workspace, beta, xd, dx)
+
+    x64 = torch.zeros(dx.shape, dtype=torch.float64, requires_grad=True)
+    w64 = w.double().flip(-1, -2) if flip else w.double()
+    y64 = F.conv2d(F.pad(x64, (pre[1], post[1], pre[0], post[0])), w64, stride=stride, dilation=dilation)
+    (want,) = torch.autograd.grad(y64, x64, dy.double())
+    want = want + beta * prior.double()
+    tolerance = 1e-3 if tf32 else 1e-2
+    assert relative_error(dx.double(), want) < tolerance, relative_error(dx.double(), want)
+    inside = torch.zeros(buffer.shape, dtype=torch.bool)
+    inside[:, rows:, :, :c] = True
+    assert buffer[~inside].isnan().all()
+    return convolution_problem(DATA, conv, xd, wd, yd, allow_tf32=tf32, beta=beta)
+
+
+@pytest.mark.parametrize(
+    "case, arguments, phases",
+    [
+        ("3x3 pad 1, even dx 8 x 8", dict(), 4),
+        ("3x3 pad 1, odd dx 7 x 9: phases of 4 and 3 rows, 5 and 4 columns, two chunks", dict(size=(7, 9), k=128), 4),
+        (
+            "1x1 pad 0 (ResNet's downsample): three phases without taps write beta * dx",
+            dict(c=80, filt=(1, 1), pre=(0, 0), beta=0.5),
+            4,
+        ),
+        ("dilation 2, pad 2: the odd phases have no taps", dict(size=(9, 8), pre=(2, 2), dilation=(2, 2)), 4),
+        ("strides 2 and 1", dict(size=(7, 6), stride=(2, 1)), 2),
+        (
+            "strides 3 and 2, asymmetric padding, 2 x 3 filter",
+            dict(size=(10, 7), filt=(2, 3), pre=(2, 0), post=(0, 1), stride=(3, 2)),
+            6,
+        ),
+        ("a sub-region of dx: rows and channels, beta", dict(rows=3, channels=16, beta=0.25), 4),
+        ("true convolution", dict(size=(7, 8), flip=True), 4),
+        ("TF32: the repacked filter, taps walked from the last", dict(size=(7, 8), tf32=True, flip=True), 4),
+    ],
+)
+def test_strided_backward_data_runs_one_launch_per_output_phase_of_dx(case, arguments, phases):
+    problem = backward_data(**arguments)
+    assert kernels.choose(problem, tma_aligned=True) is S.TMA
+    launches = kernels.launch_plan(problem, True, S.TMA).launches
+    tma = [launch for launch in launches if launch.kernel.__name__ == "conv_tma_kernel"]
+    assert len(tma) == phases
+
+
+def test_each_phase_takes_the_box_of_its_own_output_size():
+    problem = backward_data(size=(3, 8), stride=(2, 1))  # phases of 2 x 8 and 1 x 8 pixels, 2 images
+    boxes = [
+        (launch.options["IMAGES"], launch.options["BLOCK_H"], launch.options["BLOCK_W"])
+        for launch in kernels.launch_plan(problem, True, S.TMA).launches
+    ]
+    assert boxes == [(2, 2, 32), (2, 1, 64)]  # each the widest that covers its phase in one box

@@ -82,12 +82,20 @@ def problem(
         ("stride 2: x's phase view", dict(stride=2), True, True, S.WARP_SPECIALIZED_TMA),
         ("1x1 stride 2: x's phase view", dict(filt=1, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
         ("stride 2, odd height: no phase view", dict(size=15, stride=2), True, True, S.IMPLICIT_GEMM),
-        ("stride 2 backward data", dict(direction=DATA, stride=2), True, True, S.IMPLICIT_GEMM),
+        (
+            "stride 2 backward data: a launch per phase",
+            dict(direction=DATA, stride=2),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        ("odd dx: phases of 8 and 7 rows", dict(direction=DATA, size=15, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
+        ("1x1 stride 2 backward data", dict(direction=DATA, filt=1, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
         ("96 channels: not whole 64-channel chunks", dict(c=96), True, True, S.IMPLICIT_GEMM),
         ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
     ],
 )
-def test_the_engine_takes_16_bit_forward_and_stride_1_backward_data_read_by_tma_on_sm90(
+def test_the_engine_takes_16_bit_forward_and_backward_data_read_by_tma_on_sm90(
     case, arguments, aligned, hopper, expected
 ):
     assert kernels.choose(problem(**arguments), tma_aligned=aligned, hopper=hopper) is expected
@@ -103,6 +111,15 @@ def test_its_plan_is_one_persistent_launch_that_reads_by_tma():
     assert launch.options["BLOCK_W"] >= 8
 
 
+def test_strided_backward_data_is_one_launch_per_phase_of_dx_with_its_taps():
+    plan = kernels.launch_plan(problem(DATA, n=64, c=128, size=56, k=128, stride=2), False, S.WARP_SPECIALIZED_TMA)
+    assert [launch.kernel.__name__ for launch in plan.launches] == ["conv_warp_specialized_kernel"] * 4
+    arguments = gluon_hopper.conv_warp_specialized_kernel.arg_names
+    for launch, (taps_h, taps_w) in zip(plan.launches, [(1, 1), (1, 2), (2, 1), (2, 2)]):  # pad 1: phase 1 sums r 0, 2
+        bound = dict(zip(arguments, launch.args))
+        assert (bound["taps_h"], bound["taps_w"], bound["OH"], bound["OW"]) == (taps_h, taps_w, 28, 28)
+
+
 @pytest.mark.parametrize(
     "size, channels, expected",
     [
@@ -113,7 +130,7 @@ def test_its_plan_is_one_persistent_launch_that_reads_by_tma():
     ],
 )
 def test_the_channel_tile_finishes_resnet50_layers_soonest(size, channels, expected):
-    launch = gluon_hopper.warp_specialized_launch(problem(n=64, c=channels, size=size, k=channels))
+    (launch,) = gluon_hopper.warp_specialized_launches(problem(n=64, c=channels, size=size, k=channels))
     assert launch.options["BLOCK_N"] == expected
 
 
@@ -134,17 +151,20 @@ VARIANTS = {
     "backward_data": dict(direction=DATA, n=8, c=128, size=28, k=256, beta=0.25),
     "stride_2_3x3": dict(n=8, c=128, size=56, k=128, stride=2),  # ResNet-50's l2 3x3 stride 2
     "stride_2_1x1": dict(n=8, c=256, size=56, k=512, filt=1, stride=2),  # its first downsample
+    # backward data of those two layers, the last phase of dx: taps r = 0, 2 per dim; none at 1x1
+    "backward_data_stride_2_3x3": dict(direction=DATA, n=8, c=128, size=56, k=128, stride=2),
+    "backward_data_stride_2_1x1": dict(direction=DATA, n=8, c=256, size=56, k=512, filt=1, stride=2),
 }
-CHECKED_FOR_SPILLS = ("plain_64_channels", "beta_float16_256", "stride_2_3x3")
+CHECKED_FOR_SPILLS = ("plain_64_channels", "beta_float16_256", "stride_2_3x3", "backward_data_stride_2_3x3")
 
 
 def variant_launch(name):
-    """The launch of variant ``name`` and tensors for its slots (one element each, of the slot's dtype:
-    only their dtypes and alignments specialize it)."""
+    """The launch of variant ``name`` (its last output phase) and tensors for its slots (one element
+    each, of the slot's dtype: only their dtypes and alignments specialize it)."""
     import torch
 
     arguments = VARIANTS[name]
-    launch = gluon_hopper.warp_specialized_launch(problem(**arguments))
+    launch = gluon_hopper.warp_specialized_launches(problem(**arguments))[-1]
     dtype = arguments.get("dtype", BF16).to_torch()
     return launch, {slot: torch.empty(8, dtype=dtype) for slot in ("x", "w", "y", "bias", "z")}
 

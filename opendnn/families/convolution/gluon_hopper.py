@@ -1,15 +1,19 @@
 """Convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
 
 The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward (stride 1, or
-strides x's phase view reads) and stride-1 backward data: ``2 * pixels * outputs * reduced * R * S``
-FLOPs over the activations read once from HBM (then R * S times from L2, one box per tap), the
-filter and the output. The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an
-IMAGES x BLOCK_H x BLOCK_W box of output pixels, its reduction runs over (tap, 64-channel chunk), and
-per step the A operand is the box of the activations' phase view [N, AH / stride_h, stride_h,
-AW / stride_w, stride_w * C] that holds the input pixels the tile's output pixels read for the tap
+strides x's phase view reads) and backward data: ``2 * pixels * outputs * reduced * taps`` FLOPs over
+the activations read once from HBM (then once a tap from L2, one box per tap), the filter and the
+output. A launch computes one output phase (``triton_tma.output_phases``): a forward's y, or the
+pixels of dx one stride apart that a backward data's phase sums from its own taps (stride 1: all of
+dx, every tap). The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an IMAGES x BLOCK_H x
+BLOCK_W box of the phase's output pixels, its reduction runs over (tap, 64-channel chunk) of the
+phase's taps (``triton_gemm.tap_step``), and per step the A operand is the box of the activations'
+phase view [N, AH / view_stride_h, view_stride_h, AW / view_stride_w, view_stride_w * C] (the
+forward's strides; 1 for dy) that holds the input pixels the tile's output pixels read for the tap
 (``triton_gemm.phase_view_box``; at stride 1, the box at the tile's origin moved by the tap's shift),
 TMA's zero fill of coordinates outside the view, negative ones included, being the padding; B is the
-filter read as the matrix [K, R*S*C].
+filter read as the matrix [K, R*S*C]. A phase without taps (a 1x1 stride-2 layer's odd rows or
+columns) runs no step: its consumers write alpha * 0 (+ beta * dx).
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` (pixel boxes x output-channel tiles,
 in grouped order: ``triton_gemm.grouped_tile``). Each program is three partitions of warps that talk
@@ -19,7 +23,7 @@ only through shared memory and mbarriers:
   every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
   activations' box [IMAGES, BLOCK_H, 1, BLOCK_W, 64] of the tap in the phase view and the filter's
   box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
-  [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored, taps turned around), both
+  [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored), both
   signalling the stage's ``ready`` barrier with their byte count. It builds both descriptors on the
   device at its start (the tensormap proxy's release and acquire in one thread).
 - **two consumers** (``mma_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread; the
@@ -74,8 +78,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from opendnn.families.convolution.problem import ConvolutionProblem
-from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box
-from opendnn.families.convolution.triton_tma import TMA_BLOCK_M, tma_arguments
+from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box, tap_step
+from opendnn.families.convolution.triton_tma import TMA_BLOCK_M, output_phases, tma_arguments
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
 
@@ -105,15 +109,20 @@ def tma_producer(
     a_sh,
     a_sw,
     w_sk,
-    pad_h,
-    pad_w,
-    stride_h,
-    stride_w,
-    dil_h,
-    dil_w,
+    view_stride_h,
+    view_stride_w,
+    taps_h,
+    taps_w,
+    shift_h,
+    shift_w,
+    shift_step_h,
+    shift_step_w,
+    filter_row,
+    filter_column,
+    filter_row_step,
+    filter_column_step,
     total,
     BACKWARD: gl.constexpr,
-    FLIP: gl.constexpr,
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
@@ -129,8 +138,8 @@ def tma_producer(
     a_box: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]
     a_desc = tma.make_tensor_descriptor(
         a_ptr,
-        [N, AH // stride_h, stride_h, AW // stride_w, stride_w * RED],
-        [a_sn, stride_h * a_sh, a_sh, stride_w * a_sw, 1],
+        [N, AH // view_stride_h, view_stride_h, AW // view_stride_w, view_stride_w * RED],
+        [a_sn, view_stride_h * a_sh, a_sh, view_stride_w * a_sw, 1],
         a_box,
         a_ring.layout,
     )
@@ -146,23 +155,27 @@ def tma_producer(
         tile_m, tile_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
         n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         col0 = tile_n * BLOCK_N
-        for j in range(R * S * chunks):
-            tap = j // chunks
-            c0 = j % chunks * BLOCK_K
-            r = tap // S
-            s = tap % S
-            if BACKWARD:  # dx[h] gathers dy[h + pad - r * dilation]
-                shift_h = pad_h - r * dil_h
-                shift_w = pad_w - s * dil_w
-            else:  # y[h] gathers x[h - pad + r * dilation]
-                shift_h = r * dil_h - pad_h
-                shift_w = s * dil_w - pad_w
-            w_tap = (R - 1 - r) * S + (S - 1 - s) if FLIP else tap
+        for j in range(taps_h * taps_w * chunks):
+            tap_h, tap_w, w_tap, c0 = tap_step(
+                j,
+                chunks,
+                taps_w,
+                S,
+                shift_h,
+                shift_w,
+                shift_step_h,
+                shift_step_w,
+                filter_row,
+                filter_column,
+                filter_row_step,
+                filter_column_step,
+                BLOCK_K,
+            )
             stage = step % STAGES
             mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
             filled = ready.index(stage)
             mbarrier.expect(filled, a_desc.block_type.nbytes + w_desc.block_type.nbytes)
-            box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, RED)
+            box = phase_view_box(n0, h0, w0, c0, tap_h, tap_w, view_stride_h, view_stride_w, RED)
             a_coordinates = [box[0], box[1], box[2], box[3], box[4]]
             tma.async_copy_global_to_shared(a_desc, a_coordinates, filled, a_ring.index(stage))
             w_coordinates = [c0, w_tap * OUTC + col0] if BACKWARD else [col0, w_tap * RED + c0]
@@ -240,12 +253,13 @@ def mma_consumer(
     OH,
     OW,
     OUTC,
-    R,
-    S,
+    taps_h,
+    taps_w,
     o_sn,
     o_sc,
     o_sh,
     o_sw,
+    o_base,
     z_sn,
     z_sc,
     z_sh,
@@ -280,7 +294,7 @@ def mma_consumer(
     )
     tiles_m = gl.cdiv(N, IMAGES) * gl.cdiv(OH, BLOCK_H) * gl.cdiv(OW, BLOCK_W)
     tiles_n = gl.cdiv(OUTC, BLOCK_N)
-    k_steps = R * S * (RED // BLOCK_K)
+    k_steps = taps_h * taps_w * (RED // BLOCK_K)  # none for a phase without taps: alpha * 0 (+ beta * out)
     rows = HALF * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, ACC_LAYOUT))
     step = 0
     for tile in range(gl.program_id(0), total, PROGRAMS):
@@ -306,7 +320,7 @@ def mma_consumer(
         o_h = h0 + rows // BLOCK_W % BLOCK_H
         o_w = w0 + rows % BLOCK_W
         pixel_valid = (n < N) & (o_h < OH) & (o_w < OW)
-        out_rows = n.to(gl.int64) * o_sn + o_h * o_sh + o_w * o_sw
+        out_rows = o_base + n.to(gl.int64) * o_sn + o_h * o_sh + o_w * o_sw
         z_rows = n.to(gl.int64) * z_sn + o_h * z_sh + o_w * z_sw
         col0 = tile_n * BLOCK_N
         if BLOCK_N > EPILOGUE_COLUMNS:  # two parts of 128 channels: half the registers of a conversion
@@ -385,23 +399,29 @@ def conv_warp_specialized_kernel(
     o_sc,
     o_sh,
     o_sw,
+    o_base,
     z_sn,
     z_sc,
     z_sh,
     z_sw,
     bias_sc,
-    pad_h,
-    pad_w,
-    stride_h,
-    stride_w,
-    dil_h,
-    dil_w,
+    view_stride_h,
+    view_stride_w,
+    taps_h,
+    taps_w,
+    shift_h,
+    shift_w,
+    shift_step_h,
+    shift_step_w,
+    filter_row,
+    filter_column,
+    filter_row_step,
+    filter_column_step,
     alpha: tl.float64,
     beta: tl.float64,
     alpha2: tl.float64,
     coef: tl.float64,
     BACKWARD: gl.constexpr,
-    FLIP: gl.constexpr,
     HAS_BETA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
     HAS_Z: gl.constexpr,
@@ -451,12 +471,13 @@ def conv_warp_specialized_kernel(
                     OH,
                     OW,
                     OUTC,
-                    R,
-                    S,
+                    taps_h,
+                    taps_w,
                     o_sn,
                     o_sc,
                     o_sh,
                     o_sw,
+                    o_base,
                     z_sn,
                     z_sc,
                     z_sh,
@@ -493,12 +514,13 @@ def conv_warp_specialized_kernel(
                     OH,
                     OW,
                     OUTC,
-                    R,
-                    S,
+                    taps_h,
+                    taps_w,
                     o_sn,
                     o_sc,
                     o_sh,
                     o_sw,
+                    o_base,
                     z_sn,
                     z_sc,
                     z_sh,
@@ -542,15 +564,20 @@ def conv_warp_specialized_kernel(
                     a_sh,
                     a_sw,
                     w_sk,
-                    pad_h,
-                    pad_w,
-                    stride_h,
-                    stride_w,
-                    dil_h,
-                    dil_w,
+                    view_stride_h,
+                    view_stride_w,
+                    taps_h,
+                    taps_w,
+                    shift_h,
+                    shift_w,
+                    shift_step_h,
+                    shift_step_w,
+                    filter_row,
+                    filter_column,
+                    filter_row_step,
+                    filter_column_step,
                     total,
                     BACKWARD,
-                    FLIP,
                     GROUP_M,
                     PROGRAMS,
                 ),
@@ -586,21 +613,20 @@ def block_n(boxes: int, outputs: int, sms: int) -> int:
     )
 
 
-def warp_specialized_launch(problem: ConvolutionProblem) -> Launch:
-    """The launch of ``conv_warp_specialized_kernel``: one program per SM (fewer for fewer tiles)."""
-    args, options, boxes, outputs = tma_arguments(problem)
+def warp_specialized_launches(problem: ConvolutionProblem) -> list[Launch]:
+    """The launches of ``conv_warp_specialized_kernel``, one per output phase (``output_phases``): one
+    program per SM (fewer for fewer tiles)."""
     sms = programs_to_fill(1)
-    width = block_n(boxes, outputs, sms)
-    programs = max(1, min(boxes * triton.cdiv(outputs, width), sms))
-    return Launch(
-        conv_warp_specialized_kernel,
-        (programs,),
-        args,
-        dict(
-            **options,
+    launches = []
+    for phase, size in output_phases(problem):
+        args, options, boxes, outputs = tma_arguments(problem, phase, size)
+        width = block_n(boxes, outputs, sms)
+        programs = max(1, min(boxes * triton.cdiv(outputs, width), sms))
+        options.update(
             BLOCK_N=width,
             STAGES=stages(width),
             PROGRAMS=programs,
             num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
-        ),
-    )
+        )
+        launches.append(Launch(conv_warp_specialized_kernel, (programs,), args, options))
+    return launches

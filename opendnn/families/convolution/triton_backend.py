@@ -34,7 +34,8 @@ cannot read where they are (NCHW) read channels-last copies in the workspace (``
 forward keeps zero workspace. On an sm_90 GPU the 16-bit problems of that route run on the
 persistent, warp-specialized Gluon engine: forward and backward data in ``gluon_hopper``, backward
 filter in ``gluon_filter`` (``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
-x's height and width, read through x's phase view (``triton_gemm.phase_view_box``).
+x's height and width, read through x's phase view (``triton_gemm.phase_view_box``), and strided
+backward data, one launch per stride phase of dx (``triton_tma.output_phases``).
 
 Tiles come from a small fixed table per shape class (no autotuning, see ``gemm_tile``): 256 x 128,
 128 x 128 or 128 x 64 output tiles, 64-deep reduction chunks for 16-bit types (32 for float32, 16
@@ -61,7 +62,7 @@ from opendnn.families.convolution import triton_depthwise as depthwise
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
 from opendnn.families.convolution.gluon_filter import filter_split, filter_warp_specialized_launch
-from opendnn.families.convolution.gluon_hopper import warp_specialized_launch
+from opendnn.families.convolution.gluon_hopper import warp_specialized_launches
 from opendnn.families.convolution.problem import (
     ConvolutionMethod,
     ConvolutionProblem,
@@ -99,7 +100,7 @@ from opendnn.families.convolution.triton_tma import (
     tma_blocks,
     tma_filter_launch,
     tma_filter_split,
-    tma_launch,
+    tma_launches,
 )
 from opendnn.kernels.device import has_wgmma, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
@@ -307,13 +308,13 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         if splits > 1:
             launches.append(_sum_launch(problem, splits))
     elif strategy is Strategy.TMA:
-        launches = [*staging_launches(problem), tma_launch(problem, dot)]
+        launches = [*staging_launches(problem), *tma_launches(problem, dot)]
     elif strategy is Strategy.WARP_SPECIALIZED_TMA and problem.direction is BACKWARD_FILTER:
         launches = [filter_warp_specialized_launch(problem)]
         if filter_split(problem).partials:
             launches.append(_sum_launch(problem, filter_split(problem).partials))
     elif strategy is Strategy.WARP_SPECIALIZED_TMA:  # 16-bit: nothing staged
-        launches = [warp_specialized_launch(problem)]
+        launches = warp_specialized_launches(problem)
     elif strategy is Strategy.GROUPED:
         tile = grouped_tile(problem)
         assert tile is not None  # what choose read

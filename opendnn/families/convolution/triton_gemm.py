@@ -452,6 +452,33 @@ def phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C):
 
 
 @triton.jit
+def tap_step(
+    j,
+    chunks,
+    taps_w,
+    S,
+    shift_h,
+    shift_w,
+    shift_step_h,
+    shift_step_w,
+    filter_row,
+    filter_column,
+    filter_row_step,
+    filter_column_step,
+    BLOCK_K: tl.constexpr,
+):
+    """Reduction step ``j`` of a TMA convolution, (tap, chunk of BLOCK_K channels) with the chunks
+    fastest: (the tap's shift in rows, in columns, its filter tap (r * S + s), the chunk's first
+    channel). Tap (k_h, k_w) of the taps_h x taps_w progressions is shifted by shift + k * shift_step
+    and reads the filter's row filter_row + k_h * filter_row_step (columns alike)."""
+    tap = j // chunks
+    k_h = tap // taps_w
+    k_w = tap % taps_w
+    w_tap = (filter_row + k_h * filter_row_step) * S + filter_column + k_w * filter_column_step
+    return shift_h + k_h * shift_step_h, shift_w + k_w * shift_step_w, w_tap, j % chunks * BLOCK_K
+
+
+@triton.jit
 def conv_tma_kernel(
     a_ptr,
     w_ptr,
@@ -475,23 +502,29 @@ def conv_tma_kernel(
     o_sc,
     o_sh,
     o_sw,
+    o_base,
     z_sn,
     z_sc,
     z_sh,
     z_sw,
     bias_sc,
-    pad_h,
-    pad_w,
-    stride_h,
-    stride_w,
-    dil_h,
-    dil_w,
+    view_stride_h,
+    view_stride_w,
+    taps_h,
+    taps_w,
+    shift_h,
+    shift_w,
+    shift_step_h,
+    shift_step_w,
+    filter_row,
+    filter_column,
+    filter_row_step,
+    filter_column_step,
     alpha: tl.float64,
     beta: tl.float64,
     alpha2: tl.float64,
     coef: tl.float64,
     BACKWARD: tl.constexpr,
-    FLIP: tl.constexpr,
     HAS_BETA: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_Z: tl.constexpr,
@@ -507,18 +540,23 @@ def conv_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """Ungrouped 2-D forward (stride 1 or a stride dividing A's height and width, channels packed per
-    pixel) or stride-1 backward data over channels-last A and a KRSC filter, read by TMA. A tile's
-    rows are an IMAGES x BLOCK_H x BLOCK_W block of output pixels; for each tap the A tile is one
-    5-D box [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K] of A's phase view (``phase_view_box``; stride 1:
-    the block of A moved by the tap's shift), TMA filling what falls outside A, the padding, with
-    zeros. The filter is the matrix [K, R*S*C]: forward its [BLOCK_N, BLOCK_K] box at (k, tap*C + c)
-    is B transposed; backward data its [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B."""
+    """One output phase of an ungrouped 2-D convolution over channels-last A and a KRSC filter, read
+    by TMA (``triton_tma.output_phases``: a forward is one phase; a backward data one per stride phase
+    of dx). The output is the OH x OW pixel grid at ``o_base`` and strides o_sh, o_sw (a backward
+    phase's rows and columns of dx, one stride apart); a tile's rows are an IMAGES x BLOCK_H x BLOCK_W
+    block of it. A is read through its phase view [N, AH / view_stride_h, view_stride_h, AW /
+    view_stride_w, view_stride_w * RED] (the forward's strides; 1 backward, where a phase gathers dy
+    at unit stride): per (tap, chunk) of the phase's taps_h x taps_w taps (``tap_step``) the A tile is
+    one 5-D box [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K] of it (``phase_view_box``; stride 1: the block
+    moved by the tap's shift), TMA filling what falls outside A, the padding, with zeros. A phase with
+    no taps writes alpha * 0 (+ beta * out). The filter is the matrix [K, R*S*C]: forward its
+    [BLOCK_N, BLOCK_K] box at (k, tap*C + c) is B transposed; backward data its [BLOCK_K, BLOCK_N] box
+    at (k, tap*C + c) is B."""
     BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     a_desc = tl.make_tensor_descriptor(
         a_ptr,
-        [N, AH // stride_h, stride_h, AW // stride_w, stride_w * RED],
-        [a_sn, stride_h * a_sh, a_sh, stride_w * a_sw, 1],
+        [N, AH // view_stride_h, view_stride_h, AW // view_stride_w, view_stride_w * RED],
+        [a_sn, view_stride_h * a_sh, a_sh, view_stride_w * a_sw, 1],
         [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K],
     )
     filter_columns = R * S * (OUTC if BACKWARD else RED)
@@ -534,19 +572,23 @@ def conv_tma_kernel(
 
     chunks = RED // BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
-    for j in range(0, R * S * chunks):
-        tap = j // chunks
-        c0 = j % chunks * BLOCK_K
-        r = tap // S
-        s = tap % S
-        if BACKWARD:  # dx[h] gathers dy[h + pad - r * dilation]
-            shift_h = pad_h - r * dil_h
-            shift_w = pad_w - s * dil_w
-        else:  # y[h] gathers x[h - pad + r * dilation]
-            shift_h = r * dil_h - pad_h
-            shift_w = s * dil_w - pad_w
-        w_tap = (R - 1 - r) * S + (S - 1 - s) if FLIP else tap
-        box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, RED)
+    for j in range(0, taps_h * taps_w * chunks):
+        tap_h, tap_w, w_tap, c0 = tap_step(
+            j,
+            chunks,
+            taps_w,
+            S,
+            shift_h,
+            shift_w,
+            shift_step_h,
+            shift_step_w,
+            filter_row,
+            filter_column,
+            filter_row_step,
+            filter_column_step,
+            BLOCK_K,
+        )
+        box = phase_view_box(n0, h0, w0, c0, tap_h, tap_w, view_stride_h, view_stride_w, RED)
         a = a_desc.load([box[0], box[1], box[2], box[3], box[4]]).reshape(BLOCK_M, BLOCK_K)
         if BACKWARD:
             b = w_desc.load([c0, w_tap * OUTC + col0])
@@ -561,7 +603,7 @@ def conv_tma_kernel(
     cols = col0 + tl.arange(0, BLOCK_N)
     mask = ((n < N) & (o_h < OH) & (o_w < OW))[:, None] & (cols < OUTC)[None, :]
     n, o_h, o_w, channels = n.to(tl.int64)[:, None], o_h[:, None], o_w[:, None], cols[None, :]
-    out_offsets = n * o_sn + channels * o_sc + o_h * o_sh + o_w * o_sw
+    out_offsets = o_base + n * o_sn + channels * o_sc + o_h * o_sh + o_w * o_sw
     z_offsets = n * z_sn + channels * z_sc + o_h * z_sh + o_w * z_sw
     epilogue(
         acc,

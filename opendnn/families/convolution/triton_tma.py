@@ -89,13 +89,14 @@ def _tma_block_k(problem: ConvolutionProblem) -> int:
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
-    apply: 2-D (or 1-D) ungrouped 16-bit or TF32 problems, implicit GEMM, stride 1 or a forward
-    that x's phase view can read (``_phase_view_fits``), channels-last activations with 16-byte
-    aligned strides (TF32 backward stages others: ``staged``), and for forward and backward data
-    reduced channels a multiple of one 128-byte chunk and a KRSC filter (read as the matrix
-    [K, R*S*C]; TF32 backward data repacks any filter). The block is the power-of-two box of 128
-    output pixels (input pixels for backward data), at least TMA_MIN_W wide, that pads them least
-    (ties: the widest)."""
+    apply: 2-D (or 1-D) ungrouped 16-bit or TF32 problems, implicit GEMM, stride 1, a forward or
+    backward filter that x's phase view can read or a backward data (``_phase_view_fits``),
+    channels-last activations with
+    16-byte aligned strides (TF32 backward stages others: ``staged``), and for forward and backward
+    data reduced channels a multiple of one 128-byte chunk and a KRSC filter (read as the matrix
+    [K, R*S*C]; TF32 backward data repacks any filter). The block is ``least_padded_box`` of the
+    output pixels (input pixels for backward data; a strided backward data's first output phase,
+    each phase's launch taking the box of its own size: ``output_phases``)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
     if (
@@ -111,7 +112,7 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     if problem.direction is BACKWARD_FILTER:
         pixels, reduced = geo.y_size, 0
     elif problem.direction is BACKWARD_DATA:
-        pixels, reduced = geo.x_size, geo.k
+        pixels, reduced = output_phases(problem)[0][1], geo.k
     else:
         pixels, reduced = geo.y_size, geo.c
     if reduced % _tma_block_k(problem):
@@ -131,26 +132,32 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
                 return None
         elif not _channels_last_aligned(desc):
             return None
+    return least_padded_box(geo.n, pixels)
+
+
+def least_padded_box(n: int, size: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The (IMAGES, BLOCK_H, BLOCK_W) box of powers of two, TMA_BLOCK_M pixels and at least TMA_MIN_W
+    wide, whose boxes cover n images of (d, h, w) = ``size`` (d = 1) with the least padding (ties: the
+    widest)."""
     sides = [2**k for k in range(TMA_BLOCK_M.bit_length())]
     boxes = [(TMA_BLOCK_M // (h * w), h, w) for h in sides for w in sides if h * w <= TMA_BLOCK_M and w >= TMA_MIN_W]
-
-    def padded(box: tuple[int, int, int]) -> tuple[int, int]:
-        return pixel_boxes(geo.n, pixels, box) * TMA_BLOCK_M, -box[2]
-
-    return min(boxes, key=padded)
+    return min(boxes, key=lambda box: (pixel_boxes(n, size, box), -box[2]))
 
 
 def _phase_view_fits(problem: ConvolutionProblem) -> bool:
-    """Stride 1, or a forward or backward filter whose x the kernels read through its phase view
-    [N, H / stride_h, stride_h, W / stride_w, stride_w * C] (``triton_gemm.phase_view_box``): H and W
-    multiples of their
-    strides, so that a row or column past the view is one past x (with an odd H a row inside the view
-    could lie past x), and along a strided W the channels packed per pixel (pixel stride C), so that a
-    pixel's phases lie side by side in the view's last dim."""
+    """Stride 1; a backward data, whose output phases (``output_phases``) each gather dy at unit stride
+    and store their pixels of dx at its strides; or a forward or backward filter whose x the kernels
+    read through its phase view [N, H / stride_h, stride_h, W / stride_w, stride_w * C]
+    (``triton_gemm.phase_view_box``): H and W multiples of their strides, so that a row or column past
+    the view is one past x (with an odd H a row inside the view could lie past x), and along a strided
+    W the channels packed per pixel (pixel stride C), so that a pixel's phases lie side by side in the
+    view's last dim."""
     geo = geometry(problem)
     depth_stride, stride_h, stride_w = geo.stride
     if (depth_stride, stride_h, stride_w) == (1, 1, 1):
         return True
+    if problem.direction is BACKWARD_DATA:
+        return depth_stride == 1
     return (
         problem.direction in (FORWARD, BACKWARD_FILTER)
         and depth_stride == 1
@@ -192,27 +199,81 @@ def tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
     return programs, triton.cdiv(boxes, per_slice), per_slice
 
 
-def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[str, Any], int, int]:
-    """What the forward and backward-data TMA kernels (``conv_tma_kernel``, ``gluon_hopper``'s
-    ``conv_warp_specialized_kernel``) share: their arguments, their constexprs, how many pixel boxes
-    cover the output and how many output channels it has."""
+def output_phases(problem: ConvolutionProblem) -> list[tuple[tuple[int, int], tuple[int, int, int]]]:
+    """The output phases the TMA kernels compute in a launch each, as ((row phase a, column phase b),
+    their pixel grid (1, rows, columns)): a forward's one phase is y; a backward data's are the
+    pixels (stride_h * i + a, stride_w * j + b) of dx, ceil((H - a) / stride_h) x ceil((W - b) /
+    stride_w) of them (stride 1: one phase, dx), each a stride-1 convolution of dy with the taps of
+    its phase (``tap_progression``); phases without pixels are left out."""
     geo = geometry(problem)
-    images, block_h, block_w = _planned_tma_blocks(problem)
+    if problem.direction is not BACKWARD_DATA:
+        return [((0, 0), geo.y_size)]
+    (_, height, width), (_, stride_h, stride_w) = geo.x_size, geo.stride
+    phases = [
+        ((a, b), (1, -(-(height - a) // stride_h), -(-(width - b) // stride_w)))
+        for a in range(stride_h)
+        for b in range(stride_w)
+    ]
+    return [(phase, size) for phase, size in phases if size[1] > 0 and size[2] > 0]
+
+
+def tap_progression(problem: ConvolutionProblem, dim: int, phase: int) -> tuple[int, int, int, int, int]:
+    """The taps along spatial dim ``dim`` (1: rows, 2: columns) that output phase ``phase`` sums, as
+    (count, the first's shift, shift step, the first's filter index, filter index step): tap k reads
+    A's phase view at the output coordinate moved by shift + k * shift step (``phase_view_box``) and
+    the filter at index first + k * step. Forward: every tap r, shift r * dilation - pad. Backward
+    data: the r with (phase + pad - r * dilation) divisible by the stride, r0 + k * stride /
+    gcd(stride, dilation), shift (phase + pad - r * dilation) / stride, walked from the last where
+    TF32 runs it as a forward over dy with the filter turned around (``packs_filter``). True
+    convolution reads the filter at R - 1 - r."""
+    geo = geometry(problem)
+    extent, pad, stride, dilation = geo.filt[dim], geo.pad[dim], geo.stride[dim], geo.dilation[dim]
+    forward = problem.direction is FORWARD
+    if forward:
+        taps = range(extent)
+    else:
+        step = stride // math.gcd(stride, dilation)
+        first = next((r for r in range(step) if (phase + pad - r * dilation) % stride == 0), extent)
+        taps = range(first, extent, step)
+        if packs_filter(problem):
+            taps = taps[::-1]
+    if not taps:
+        return 0, 0, 0, 0, 0
+
+    def shift(r: int) -> int:
+        return r * dilation - pad if forward else (phase + pad - r * dilation) // stride
+
+    def index(r: int) -> int:
+        return extent - 1 - r if problem.flip else r
+
+    r0, r1 = taps[0], taps[0] + taps.step
+    return len(taps), shift(r0), shift(r1) - shift(r0), index(r0), index(r1) - index(r0)
+
+
+def tma_arguments(
+    problem: ConvolutionProblem, phase: tuple[int, int], size: tuple[int, int, int]
+) -> tuple[tuple[Any, ...], dict[str, Any], int, int]:
+    """What the forward and backward-data TMA kernels (``conv_tma_kernel``, ``gluon_hopper``'s
+    ``conv_warp_specialized_kernel``) share for output phase ``phase`` of pixel grid ``size``
+    (``output_phases``): their arguments, their constexprs, how many pixel boxes cover the phase's
+    output and how many output channels it has."""
+    geo = geometry(problem)
+    images, block_h, block_w = least_padded_box(geo.n, size)
     backward = problem.direction is BACKWARD_DATA
-    if backward:
+    if backward:  # dy gathered at unit stride, dx's pixels of the phase written one stride apart
         (a, a_desc), out, out_desc, reduced, outputs = tma_read(problem, "y"), Slot("x"), problem.x, geo.k, geo.c
-        a_size, out_size = geo.y_size, geo.x_size
+        a_size, view_strides, out_strides = geo.y_size, (1, 1), geo.stride[1:]
     else:
         (a, a_desc), out, out_desc, reduced, outputs = tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
-        a_size, out_size = geo.x_size, geo.y_size
-    w, w_sk, flip = Slot("w"), strides5(problem.w)[0], problem.flip
-    pads: tuple[int, ...] = geo.pad[1:]
-    if packs_filter(problem):  # a forward convolution of dy with the filter [C, R, S, K], turned around
-        backward, w, w_sk, flip = False, Slot("w_packed"), geo.taps * geo.k, not problem.flip
-        pads = tuple((size - 1) * dilation - pad for size, dilation, pad in zip(geo.filt[1:], geo.dilation[1:], pads))
+        a_size, view_strides, out_strides = geo.x_size, geo.stride[1:], (1, 1)
+    w, w_sk = Slot("w"), strides5(problem.w)[0]
+    if packs_filter(problem):  # a forward convolution of dy with the filter [C, R, S, K]
+        backward, w, w_sk = False, Slot("w_packed"), geo.taps * geo.k
     a_sn, _, _, a_sh, a_sw = strides5(a_desc)
     o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
+    # per dim (count, shift, shift step, filter index, index step), passed as rows' and columns' in turn
+    progressions = zip(*(tap_progression(problem, dim, coordinate) for dim, coordinate in zip((1, 2), phase)))
     args = (
         a,
         w,
@@ -222,7 +283,7 @@ def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[st
         geo.n,
         *a_size[1:],
         reduced,
-        *out_size[1:],
+        *size[1:],
         outputs,
         *geo.filt[1:],
         a_sn,
@@ -231,16 +292,16 @@ def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[st
         w_sk,
         o_sn,
         o_sc,
-        o_sh,
-        o_sw,
+        out_strides[0] * o_sh,
+        out_strides[1] * o_sw,
+        phase[0] * o_sh + phase[1] * o_sw,
         z_sn,
         z_sc,
         z_sh,
         z_sw,
         problem.bias.strides[1] if problem.bias is not None else 0,
-        *pads,
-        *geo.stride[1:],
-        *geo.dilation[1:],
+        *view_strides,
+        *(value for pair in progressions for value in pair),
         problem.alpha,
         problem.beta,
         problem.alpha2,
@@ -248,7 +309,6 @@ def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[st
     )
     options = dict(
         BACKWARD=backward,
-        FLIP=flip,
         HAS_BETA=problem.beta != 0.0,
         HAS_BIAS=problem.bias is not None,
         HAS_Z=problem.z is not None,
@@ -260,26 +320,25 @@ def tma_arguments(problem: ConvolutionProblem) -> tuple[tuple[Any, ...], dict[st
         BLOCK_K=_tma_block_k(problem),
         GROUP_M=8,
     )
-    return args, options, pixel_boxes(geo.n, out_size, (images, block_h, block_w)), outputs
+    return args, options, pixel_boxes(geo.n, size, (images, block_h, block_w)), outputs
 
 
-def tma_launch(problem: ConvolutionProblem, dot: Any) -> Launch:
-    args, options, boxes, outputs = tma_arguments(problem)
-    block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
-    return Launch(
-        gemm.conv_tma_kernel,
-        (boxes * triton.cdiv(outputs, block_n),),
-        args,
-        dict(
-            **options,
+def tma_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
+    """``conv_tma_kernel``'s launches: one per output phase (``output_phases``)."""
+    launches = []
+    for phase, size in output_phases(problem):
+        args, options, boxes, outputs = tma_arguments(problem, phase, size)
+        block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
+        options.update(
             COMPUTE=accumulator_type(problem),
             DOT=dot,
             PRECISION=dot_precision(problem),
             BLOCK_N=block_n,
             num_warps=TMA_WARPS,
             num_stages=TMA_STAGES,
-        ),
-    )
+        )
+        launches.append(Launch(gemm.conv_tma_kernel, (boxes * triton.cdiv(outputs, block_n),), args, options))
+    return launches
 
 
 def tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
