@@ -350,7 +350,7 @@ def _batch_norm_training_backward_in_eager(
     )
 
 
-def _batch_norm_training_backward(dy: Tensor, x: Tensor, *args: Any) -> tuple[Tensor, ...]:
+def _batch_norm_training_backward(dy: Tensor, x: Tensor, *args: Any) -> tuple[Tensor | None, ...]:
     """The operator's kernel: the eager kernel's, dz empty without z."""
     dx, dz, dweight, dbias = _batch_norm_training_backward_in_eager(dy, x, *args)
     return dx, x.new_empty(0) if dz is None else dz, dweight, dbias
