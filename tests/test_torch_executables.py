@@ -295,6 +295,21 @@ def test_a_changed_stride_dtype_or_scalar_misses_and_the_signature_keeps_the_dev
     assert operators.activation.key(operators.activation.eager_kernel, x, "softplus", [float("nan")]) is None
 
 
+def test_a_tuple_argument_is_checked_once_and_a_bad_one_never_keys():
+    """A list argument's tuple whose items passed is kept and not tested again; a tuple of other
+    items (a NaN, a tensor) still leaves the call unkeyed, before and after."""
+    x, key = torch.randn(2, 4, 5, 6), operators.activation.key
+    kernel = operators.activation.eager_kernel
+    window = (1.5, 3.0)
+    checked = key(kernel, x, "softplus", window)
+    assert checked is not None and checked[-1] is window
+    assert key(kernel, x, "softplus", window) == checked == key(kernel, x, "softplus", [1.5, 3.0])
+    nan, tensor = (1.5, float("nan")), (1.5, torch.tensor(3.0))
+    for _ in range(2):
+        assert key(kernel, x, "softplus", nan) is None
+        assert key(kernel, x, "softplus", tensor) is None
+
+
 def test_a_changed_signature_records_its_own_executable(handle, full_calls):
     x = torch.randn(2, 4, 5, 6)
     calls = [
@@ -574,6 +589,30 @@ def test_a_plain_eager_batch_norm_updates_its_running_statistics_in_place(handle
     assert eager[4:] == (None, None)  # the eager call updated its arguments' statistics in place
     assert torch.equal(registered[4], eager_args[4]) and torch.equal(registered[5], eager_args[5])
     assert torch.equal(registered_args[4], mean) and torch.equal(registered_args[5], var)  # the operator's: copies
+
+
+def test_a_plain_eager_batch_norm_allocates_no_reserve_without_activation_and_no_dz_without_z(handle, full_calls):
+    """The eager kernels return None where the operators return an empty tensor, and the
+    executables allocate only what their launches use; the gradients stay torch's."""
+    torch.manual_seed(1)
+    x = torch.randn(4, 3, 5, 5).contiguous(memory_format=CL).requires_grad_()
+    w, b = (torch.rand(3) + 0.5).requires_grad_(), torch.randn(3).requires_grad_()
+    dy = torch.randn_like(x)
+    for _ in range(2):
+        y = ot.functions.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)
+        dx, dw, db = torch.autograd.grad(y, (x, w, b), dy)
+    eager = (x.detach(), None, w.detach(), b.detach(), None, None, 0.1, 1e-5, None, 0.0)
+    with torch.no_grad():
+        assert normalization.batch_norm_training(*eager)[3] is None
+        assert torch.ops.opendnn.batch_norm_training(*eager)[3].numel() == 0
+    forward, backward = handle.executables.values()
+    assert forward.allocations == backward.allocations == 4  # y, two statistics, workspace; dx, dw, db, workspace
+    reference = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    expected = torch.autograd.grad(
+        TF.batch_norm(reference[0], None, None, *reference[1:], True), reference, dy.double()
+    )
+    for got, want in zip((dx, dw, db), expected):
+        assert relative_error(got, want) < 1e-5
 
 
 # ---- the direct replay: a compiled kernel's C launcher, as on a GPU ------------------------------------

@@ -146,7 +146,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def relu(x: torch.Tensor) -> torch.Tensor:
     """max(x, 0); NaN stays NaN, and the gradient is torch's: 0 where x <= 0, else dy (dy where x is
     NaN; opendnn.functional's relu_backward, cuDNN's, gives 0 or NaN there)."""
-    return operators.activation(x, "relu", [])
+    return operators.activation(x, "relu", ())
 
 
 def hardtanh(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch.Tensor:
@@ -167,19 +167,19 @@ GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}  # torch's ``approximate`` ->
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     if approximate not in GELU_FORMS:
         raise as_torch_error(BadParam(f"approximate={approximate!r} must be 'none' or 'tanh'"))
-    return operators.activation(x, GELU_FORMS[approximate], [])
+    return operators.activation(x, GELU_FORMS[approximate], ())
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
-    return operators.activation(x, "silu", [1.0])
+    return operators.activation(x, "silu", (1.0,))
 
 
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
-    return operators.activation(x, "sigmoid", [])
+    return operators.activation(x, "sigmoid", ())
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
-    return operators.activation(x, "tanh", [])
+    return operators.activation(x, "tanh", ())
 
 
 def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:

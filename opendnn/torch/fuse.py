@@ -82,13 +82,13 @@ GELU_FORMS = {"none": "gelu", "tanh": "gelu_approx_tanh"}
 # a fused chain's activation as the activation operator names it, for a residual added after the
 # product (one that broadcasts or promotes): (name, its parameters given the chain's coefficient)
 ACTIVATION_OPERATORS = {
-    "relu": ("relu", lambda coef: []),
+    "relu": ("relu", lambda coef: ()),
     "clipped_relu": ("hardtanh", lambda coef: [0.0, coef]),
     "swish": ("silu", lambda coef: [coef]),
-    "sigmoid": ("sigmoid", lambda coef: []),
-    "tanh": ("tanh", lambda coef: []),
-    "gelu": ("gelu", lambda coef: []),
-    "gelu_approx_tanh": ("gelu_tanh", lambda coef: []),
+    "sigmoid": ("sigmoid", lambda coef: ()),
+    "tanh": ("tanh", lambda coef: ()),
+    "gelu": ("gelu", lambda coef: ()),
+    "gelu_approx_tanh": ("gelu_tanh", lambda coef: ()),
     "elu": ("elu", lambda coef: [coef]),
     "softplus": ("softplus", lambda coef: [coef]),
 }

@@ -78,7 +78,7 @@ def define(
     empty: Callable[..., Any] | None = None,
     differentiable: bool = True,
     handle: HandleRule | None = None,
-    eager: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
+    eager: tuple[Callable[..., Any], Callable[..., Any] | None] | None = None,
 ) -> Operator:
     """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
     fake ones (the same arguments; outputs of the right metadata, nothing computed).
@@ -94,15 +94,17 @@ def define(
         handle: the handle ``kernel`` runs a call on, when it passes one (default: the shared
             handle of the first argument's device): where the call's executable is kept.
         eager: (kernel, empty) of the plain eager calls (``Operator``), where they differ from
-            the registered operator's: batch norm's training forward updates the running
-            statistics in place and returns None for the operator's new ones.
+            the registered operator's (empty None: the default above): batch norm's training
+            forward updates the running statistics in place and returns None for the operator's
+            new ones; batch norm's kernels return None for the tensors a call leaves unused.
 
     Returns:
         The ``Operator``: what opendnn.torch calls (its ``overload`` is the registered operator).
     """
     name = schema.split("(", 1)[0]
     LIBRARY.define(schema)
-    device_kernel = _kernel(kernel, empty or _zeros(fake))
+    zeros = _zeros(fake)
+    device_kernel = _kernel(kernel, empty or zeros)
     for key in DEVICE_KEYS:
         LIBRARY.impl(name, device_kernel, key)
     qualified = f"{NAMESPACE}::{name}"
@@ -113,7 +115,7 @@ def define(
         for device_type in ("cpu", "cuda"):
             key = f"Autocast{device_type.upper()}"
             LIBRARY.impl(name, _autocast_kernel(op, device_type, key, autocast), key, with_keyset=True)
-    eager_kernel = device_kernel if eager is None else _kernel(*eager)
+    eager_kernel = device_kernel if eager is None else _kernel(eager[0], eager[1] or zeros)
     operator = Operator(op, device_kernel, autocast, handle, eager_kernel)
     if not differentiable:
         register_autograd(operator, _no_derivative(name), lambda ctx, inputs, output: None)
@@ -335,8 +337,12 @@ class Operator:
     def executed(self, kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
         """``execute``'s output, and what the handle keeps for the call's signature (its Executable
         or Fallback; None: nothing, the NumPy backend or an unkeyed call): the source a backward's
-        calls key on (``after``)."""
-        handle = self._handle(args)
+        calls key on (``after``). The handle: the operator's rule, else the shared handle of the
+        first tensor's device."""
+        first = args[0]
+        handle = self.handle_rule(*args) if self.handle_rule is not None else None
+        if handle is None:
+            handle = shared_handle(f"cuda:{first.get_device()}" if first.is_cuda else CPU)
         if handle.backend != "triton":
             return kernel(*args), None
         try:
@@ -379,15 +385,6 @@ class Operator:
             return record(handle, key, kernel, args)
         return executable.replay(args)
 
-    def _handle(self, args: tuple[Any, ...]) -> Handle:
-        """The handle a plain call runs on: the operator's rule, else the shared handle of the
-        first tensor's device."""
-        handle = self.handle_rule(*args) if self.handle_rule is not None else None
-        if handle is None:
-            first = args[0]
-            handle = shared_handle(f"cuda:{first.get_device()}" if first.is_cuda else CPU)
-        return handle
-
     def __repr__(self) -> str:
         return f"<opendnn operator {NAMESPACE}::{self.name}>"
 
@@ -397,8 +394,11 @@ def signature_function(overload: torch._ops.OpOverload) -> Callable[..., tuple[A
     for the operator's schema: per tensor its shape, strides, dtype and device, and every other
     argument (a list as the tuple of its items); None where an argument is not of its schema's type
     (nor a float NaN: no key would ever find it again), and the call takes the full path. A function
-    generated per schema: no loop and no test of a type the schema fixes."""
-    names: dict[str, Any] = {"items": _items}
+    generated per schema: no loop and no test of a type the schema fixes. A tuple whose items passed
+    once is kept (``checked``, by identity) and not tested again: opendnn.torch.functions passes the
+    same resolved tuples on every call."""
+    checked: dict[int, tuple[Any, ...]] = {}
+    names: dict[str, Any] = {"items": _items, "checked": checked}
     parameters, checks, parts = [], [], []
     for k, argument in enumerate(overload._schema.arguments):
         name, kind = f"a{k}", str(argument.type)
@@ -409,7 +409,12 @@ def signature_function(overload: torch._ops.OpOverload) -> Callable[..., tuple[A
         elif kind == "Optional[Tensor]":
             parts.append(f"None if {name} is None else ({tensor})")
         elif kind.startswith("List["):
-            checks += [f"{name} = items({name})", f"if {name} is None:", "    return None"]
+            checks += [
+                f"if checked.get(id({name})) is not {name}:",
+                f"    {name} = items({name}, checked)",
+                f"    if {name} is None:",
+                "        return None",
+            ]
             parts.append(name)
         else:
             scalar = kind.removeprefix("Optional[").removesuffix("]")
@@ -463,14 +468,23 @@ _SCALARS = {
 _NUMBERS = frozenset({int, float, bool})
 
 
-def _items(value: Any) -> tuple[Any, ...] | None:
-    """A list argument as the tuple of its items (numbers that equal themselves), else None."""
+_CHECKED_LIMIT = 256  # tuples a key function keeps as checked; past it they are all dropped
+
+
+def _items(value: Any, checked: dict[int, tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """A list argument as the tuple of its items (numbers that equal themselves), else None; a
+    tuple that passes is kept in ``checked`` under its id (kept alive there: the id stays its own)."""
     if value.__class__ not in (list, tuple, torch.Size):
         return None
     for item in value:
         if item.__class__ not in _NUMBERS or item != item:
             return None
-    return tuple(value)
+    if value.__class__ is not tuple:
+        return tuple(value)
+    if len(checked) >= _CHECKED_LIMIT:
+        checked.clear()
+    checked[id(value)] = value
+    return value
 
 
 SetupContext = Callable[[Any, tuple[Any, ...], Any], None]

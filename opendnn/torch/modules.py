@@ -167,16 +167,20 @@ class _BatchNorm(OpendnnModule):
 
     def _statistics(self) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
         """(running mean, running var, whether to normalize with the batch's statistics, the running
-        statistics' update factor) of this call, as torch's batch norm decides them; counts the batch."""
+        statistics' update factor) of this call, as torch's batch norm decides them; counts the batch.
+        Each buffer is read once (a buffer is found through ``Module.__getattr__``'s Python)."""
+        running_mean, running_var = self.running_mean, self.running_var
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        if self.training and self.track_running_stats:
+            batches = self.num_batches_tracked
+            if batches is not None:
+                batches.add_(1)
+                factor = 1.0 / float(batches) if self.momentum is None else self.momentum
+        use_batch_stats = self.training or (running_mean is None and running_var is None)
         keep_running = not self.training or self.track_running_stats
         return (
-            self.running_mean if keep_running else None,
-            self.running_var if keep_running else None,
+            running_mean if keep_running else None,
+            running_var if keep_running else None,
             use_batch_stats,
             factor,
         )

@@ -241,9 +241,11 @@ def _batch_norm_training(
     kernel (``options``: momentum, eps, activation, coef) on copies of the running statistics (the
     operator is functional; the caller copies them back)."""
     mean, var = (None if t is None else t.clone() for t in (running_mean, running_var))
-    outputs = _batch_norm_training_in_place(x, z, weight, bias, mean, var, *options)
+    y, saved_mean, saved_inv_std, reserve, _, _ = _batch_norm_training_in_place(x, z, weight, bias, mean, var, *options)
     none = x.new_empty(0, dtype=compute_dtype(x.dtype))
-    return (*outputs[:4], none if mean is None else mean, none if var is None else var)
+    if reserve is None:
+        reserve = x.new_empty(0, dtype=torch.uint8)
+    return y, saved_mean, saved_inv_std, reserve, none if mean is None else mean, none if var is None else var
 
 
 def _batch_norm_training_in_place(
@@ -259,7 +261,8 @@ def _batch_norm_training_in_place(
     coef: float,
 ) -> tuple[Any, ...]:
     """The eager kernel: (y, saved mean, saved inverse std, reserve, None, None), the running
-    statistics updated in place by the kernels (torch's batch norm updates its own in place)."""
+    statistics updated in place by the kernels (torch's batch norm updates its own in place), the
+    reserve None where the call keeps none (no activation: an allocation a call less)."""
     y, state = F.batch_norm_add_activation(
         x,
         z,
@@ -275,8 +278,7 @@ def _batch_norm_training_in_place(
         propagate_nan=True,  # torch's ReLU and Hardtanh keep NaN
         return_state=True,
     )
-    reserve = state.reserve if state.reserve is not None else x.new_empty(0, dtype=torch.uint8)
-    return y, state.saved_mean, state.saved_inv_std, reserve, None, None
+    return y, state.saved_mean, state.saved_inv_std, state.reserve, None, None
 
 
 def _batch_norm_training_fake(
@@ -329,28 +331,34 @@ batch_norm_training = define(
 )
 
 
-def _batch_norm_training_backward(
+def _batch_norm_training_backward_in_eager(
     dy: Tensor,
     x: Tensor,
     weight: Tensor | None,
     saved_mean: Tensor,
     saved_inv_std: Tensor,
-    reserve: Tensor,
+    reserve: Tensor | None,
     eps: float,
     activation: str | None,
     coef: float,
     has_z: bool,
-) -> tuple[Tensor, ...]:
-    state = F.BatchNormState(saved_mean, saved_inv_std, reserve if reserve.numel() else None)
-    dx, dz, dweight, dbias = F.batch_norm_add_activation_backward(  # (torch's relu and hardtanh gradient: dy at NaN)
+) -> tuple[Tensor | None, ...]:
+    """The eager kernel: (dx, dz, dweight, dbias), dz None without z (an allocation a call less)."""
+    state = F.BatchNormState(saved_mean, saved_inv_std, reserve if reserve is not None and reserve.numel() else None)
+    return F.batch_norm_add_activation_backward(  # (torch's relu and hardtanh gradient: dy at NaN)
         dy, x, weight, state, eps, activation=activation, coef=coef, torch_rule=True, has_z=has_z
     )
+
+
+def _batch_norm_training_backward(dy: Tensor, x: Tensor, *args: Any) -> tuple[Tensor | None, ...]:
+    """The operator's kernel: the eager kernel's, dz empty without z."""
+    dx, dz, dweight, dbias = _batch_norm_training_backward_in_eager(dy, x, *args)
     return dx, x.new_empty(0) if dz is None else dz, dweight, dbias
 
 
 batch_norm_training_backward = define(
     "batch_norm_training_backward(Tensor dy, Tensor x, Tensor? weight, Tensor saved_mean, Tensor saved_inv_std,"
-    " Tensor reserve, float eps, str? activation, float coef, bool has_z) -> (Tensor, Tensor, Tensor, Tensor)",
+    " Tensor? reserve, float eps, str? activation, float coef, bool has_z) -> (Tensor, Tensor, Tensor, Tensor)",
     _batch_norm_training_backward,
     lambda dy, x, weight, saved_mean, saved_inv_std, reserve, eps, activation, coef, has_z: (
         empty_in_order_of(x, x.shape),
@@ -359,6 +367,7 @@ batch_norm_training_backward = define(
         empty_packed(x, [x.shape[1]], compute_dtype(x.dtype)),
     ),
     differentiable=False,
+    eager=(_batch_norm_training_backward_in_eager, None),
 )
 
 
@@ -366,7 +375,7 @@ def _save_batch_norm_training(ctx: Any, inputs: tuple[Any, ...], output: Any) ->
     x, z, weight, _, _, _, _, eps, activation, coef = inputs
     y, saved_mean, saved_inv_std, reserve, mean, var = output
     if mean is None and var is None:  # (a plain eager call: the kernels updated the running statistics)
-        ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve)
+        ctx.mark_non_differentiable(saved_mean, saved_inv_std, *(() if reserve is None else (reserve,)))
     else:
         ctx.mark_non_differentiable(saved_mean, saved_inv_std, reserve, *(t for t in (mean, var) if t is not None))
     ctx.save_for_backward(x, weight, saved_mean, saved_inv_std, reserve)
