@@ -1,12 +1,13 @@
-"""Stride-1 backward filter on Hopper (sm_90): the warp-specialized engine of ``gluon_hopper``
-reducing over pixels.
+"""Backward filter on Hopper (sm_90): the warp-specialized engine of ``gluon_hopper`` reducing over
+pixels.
 
 The problems are the TMA route's backward filter (``triton_tma.tma_blocks``) in 16-bit types:
-``dw[k, c, tap] = sum over output pixels p of dy[p, k] * x[p + shift(tap), c]``, a GEMM with the
-output channels as rows, (tap, input channel) as columns and the N * P * Q output pixels as its
+``dw[k, c, tap] = sum over output pixels p of dy[p, k] * x[stride * p + shift(tap), c]``, a GEMM with
+the output channels as rows, (tap, input channel) as columns and the N * P * Q output pixels as its
 reduced dim. Both operands are activations read by TMA in boxes of IMAGES x BLOCK_H x BLOCK_W pixels
 (64 or 128): dy's box of 64 channels (128 bytes) at a tile's output pixels, x's box of BLOCK_C
-channels at the same pixels moved by the tap's shift (TMA's zero fill is the padding). In shared
+channels of the pixels those read at the tap, a box of x's phase view (``triton_gemm.phase_view_box``;
+stride 1: dy's box moved by the tap's shift), TMA's zero fill the padding. In shared
 memory a box is one row of channels a pixel with the 128-byte swizzle, the [pixels, channels] matrix
 wgmma reads (``gluon_hopper``, "The box as an MMA operand"): x's box is B as it stands ([pixels, c],
 channels contiguous) and dy's box, permuted, is A ([k, pixels], k contiguous: wgmma reads a 16-bit A
