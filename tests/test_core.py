@@ -1,5 +1,6 @@
 """Descriptors, dtypes, errors, handles, array interop and logging."""
 
+import math
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import torch
 import opendnn as od
 import opendnn.functional as F
 from opendnn.core.arrays import bf16_to_float32, bind, float32_to_bf16
+from opendnn.core.descriptors import strides_for_order
 
 
 def test_version_is_cudnn_style_int():
@@ -182,3 +184,20 @@ def test_log_level_3_logs_each_call_with_descriptors(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(tmp_path.parent))
     text = log.read_text()
     assert "pointwise backend=numpy device=cpu" in text and "IDENTITY" in text and "dims=(2, 2)" in text
+
+
+@pytest.mark.parametrize("dims", [(2, 3, 4, 5), (2, 1, 3, 3), (1, 3, 1, 2), (3, 1, 1, 1)])
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (0, 2, 3, 1), (3, 0, 1, 2), (1, 3, 0, 2)])
+@pytest.mark.parametrize("dtype", [od.DataType.FLOAT, od.DataType.DOUBLE, od.DataType.HALF])
+def test_allocate_gives_numpy_arrays_exactly_their_packed_descriptors_strides(dims, order, dtype):
+    # dims of 1 tie their strides with a neighbour's, where np.empty of the dims in memory order
+    # strides them otherwise than the descriptor
+    from opendnn.core.arrays import Bound, allocate
+
+    like = Bound("x", od.TensorDescriptor(dtype, (1,)), np.zeros(1, dtype.to_numpy()), "cpu")
+    desc = od.TensorDescriptor(dtype, dims, strides_for_order(dims, order))
+    out = allocate(like, desc, "y")
+    assert out.name == "y" and out.view.dtype == dtype.to_numpy() and out.view.shape == dims
+    assert tuple(s // dtype.itemsize for s in out.view.strides) == desc.strides
+    out.view[...] = np.arange(math.prod(dims)).reshape(dims)  # every element its own place
+    assert len(np.unique(out.view)) == math.prod(dims)

@@ -439,8 +439,11 @@ def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bo
     kind (NumPy or torch), bound under ``name`` (default: like's name)."""
     native: Any  # a NumPy array or a torch tensor, as like's
     if isinstance(like.view, np.ndarray):
-        buffer = np.empty(desc.extent, desc.dtype.to_numpy())  # its view: a constructor, not as_strided's machinery
-        native = np.ndarray(desc.dims, buffer.dtype, buffer, strides=tuple(s * buffer.itemsize for s in desc.strides))
+        memory_dims, back, strides = _numpy_layout(desc)
+        native = np.empty(memory_dims, desc.dtype.to_numpy()).transpose(back)
+        if native.strides != strides:  # a dim of 1 whose stride np.empty sets otherwise: the buffer's view
+            buffer = np.empty(desc.extent, native.dtype)  # (a constructor, not as_strided's machinery)
+            native = np.ndarray(desc.dims, native.dtype, buffer, strides=strides)
     else:
         import torch
 
@@ -448,6 +451,20 @@ def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bo
         # the result in place, which torch refuses for views that a custom Function returns
         native = torch.empty_strided(desc.dims, desc.strides, dtype=desc.dtype.to_torch(), device=like.view.device)
     return Bound(name or like.name, desc, native, like.device)
+
+
+@functools.lru_cache(maxsize=4096)  # per descriptor: every call allocates its outputs
+def _numpy_layout(desc: TensorDescriptor) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A packed descriptor's dims in memory order (outermost first), the transpose that takes an array
+    of those dims back to desc's order, and desc's strides in bytes: ``np.empty`` of the dims, so
+    transposed, is desc's array (0.3 us, against 0.6 for a flat buffer viewed with the strides)."""
+    order = _memory_order(desc.strides)
+    itemsize = desc.dtype.itemsize
+    return (
+        tuple(desc.dims[k] for k in order),
+        tuple(order.index(k) for k in range(len(order))),
+        tuple(s * itemsize for s in desc.strides),
+    )
 
 
 @functools.lru_cache(maxsize=1024)  # asked for each new output of the calls without plans, every call

@@ -65,7 +65,7 @@ def forward_unshifted(algo: SoftmaxAlgorithm, x: np.ndarray, axes: tuple[int, ..
     silence. Returns False, out left unspecified, where the test fails (then ``forward`` runs)."""
     if algo is not SoftmaxAlgorithm.ACCURATE or x.size == 0:
         return False
-    largest, smallest_sum = _unshifted_limits(x.dtype, math.prod(x.shape[a] for a in axes))
+    largest, smallest_sum = _unshifted_limits(x.dtype, x.shape, axes)
     if not np.maximum.reduce(x, axis=None) < largest:
         return False
     np.exp(x, out=out)
@@ -76,12 +76,13 @@ def forward_unshifted(algo: SoftmaxAlgorithm, x: np.ndarray, axes: tuple[int, ..
     return True
 
 
-@functools.lru_cache(maxsize=64)  # per dtype and row length: asked on every call
-def _unshifted_limits(dtype: np.dtype, length: int) -> tuple[float, float]:
-    """``forward_unshifted``'s bounds for rows of ``length`` elements: x below the first (so that
-    ``length`` exps of it sum to less than the dtype's largest value), the sums of exps at least the
-    second."""
+@functools.lru_cache(maxsize=256)  # per dtype, shape and axes: asked on every call
+def _unshifted_limits(dtype: np.dtype, shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[float, float]:
+    """``forward_unshifted``'s bounds for x of ``shape`` whose rows run along ``axes``: x below the
+    first (so that a row's exps sum to less than the dtype's largest value), the sums of exps at
+    least the second."""
     info = np.finfo(dtype)
+    length = math.prod(shape[a] for a in axes)
     return float(np.log(info.max)) - math.log(length), float(info.tiny / info.eps)
 
 
