@@ -203,7 +203,7 @@ def _convolution_launches(problem: ConvolutionProblem) -> tuple[str, list[Launch
     dtype = TORCH_DTYPES[problem.x.dtype]
     slots = {name: dtype for name in ("x", "w", "y", "bias", "z")}
     planned: list[Launch] = []
-    strategy = convolution.choose(problem, tma_aligned=True)
+    strategy = convolution.choose(problem, tma_aligned=True, hopper=True)  # sm_90: the warp-specialized engine
     form = {
         convolution.Strategy.MATRIX_PRODUCT: matmul_form(problem),
         convolution.Strategy.IMAGE_PRODUCTS: filter_matmul_form(problem),
