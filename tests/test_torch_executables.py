@@ -662,3 +662,24 @@ def test_a_direct_replay_passes_what_the_launch_passes(handle, monkeypatch):
     assert replayed[direct_launch.ARGUMENTS :] == (x.data_ptr() + 4, y.data_ptr(), 7, 128)
     kept = [value for value in executable.replay.__globals__.values() if isinstance(value, torch.Tensor)]
     assert kept == []  # the replay keeps no tensor of the recorded call
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_cumulative_batch_norm_keeps_one_signature_and_torchs_running_statistics(fused, handle, full_calls):
+    """momentum=None: the factor 1 / batches changes every step; the call keeps the signature of
+    momentum 0 (replayed after the first step) and the running statistics follow torch's."""
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(4, momentum=None), torch.nn.ReLU())
+    ours = copy.deepcopy(model)
+    ot.convert(ours)
+    if fused:
+        ours = ot.fuse(ours)
+    (norm,) = [module for module in ours.modules() if isinstance(module, torch.nn.BatchNorm2d)]
+    counts = []
+    for step in range(4):
+        x = torch.randn(3, 4, 5, 6, generator=torch.Generator().manual_seed(step)) * (step + 1) + step
+        assert relative_error(ours(x), model(x)) < 1e-5
+        assert relative_error(norm.running_mean, model[0].running_mean) < 1e-5
+        assert relative_error(norm.running_var, model[0].running_var) < 1e-5
+        counts.append(len(full_calls))
+    assert int(norm.num_batches_tracked) == 4
+    assert counts[0] > 0 and counts[3] == counts[2] == counts[1] == counts[0]  # recorded once, then replayed

@@ -345,10 +345,11 @@ def batch_norm(
     weight: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     training: bool = False,
-    momentum: float = 0.1,
+    momentum: float | torch.Tensor = 0.1,
     eps: float = 1e-5,
 ) -> torch.Tensor:
-    """torch.nn.functional.batch_norm through opendnn (eps at least 1e-5, cuDNN's minimum)."""
+    """torch.nn.functional.batch_norm through opendnn (eps at least 1e-5, cuDNN's minimum); momentum
+    as ``batch_norm_add_activation`` takes it."""
     if training:
         return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, momentum, eps, None)
     if running_mean is None or running_var is None:
@@ -363,7 +364,7 @@ def batch_norm_add_activation(
     running_var: torch.Tensor | None,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
-    momentum: float,
+    momentum: float | torch.Tensor,
     eps: float,
     activation: str | None,
     coef: float = 0.0,
@@ -371,7 +372,12 @@ def batch_norm_add_activation(
     """Training: ``act(batch_norm(x) + z)`` (z None: no add; activation "relu", "clipped_relu" or
     None), one opendnn call forward and one backward. The running statistics are updated in place,
     as torch's are: by the kernels in a plain eager call, else copied back from the registered
-    operator's functional results."""
+    operator's functional results. A momentum given as a tensor (a batch norm with ``momentum=None``:
+    1 / the batches counted, a new value each step) is applied after the call, from the batch's saved
+    statistics, so that the call's signature stays that of momentum 0 and nothing waits for the
+    device to read the count."""
+    if isinstance(momentum, torch.Tensor):
+        return _cumulative_batch_norm(x, z, running_mean, running_var, weight, bias, momentum, eps, activation, coef)
     y, _, _, _, mean, var = normalization.batch_norm_training(
         x, z, weight, bias, running_mean, running_var, momentum, eps, activation, coef
     )
@@ -379,4 +385,32 @@ def batch_norm_add_activation(
         running_mean.copy_(mean)
     if running_var is not None and var is not None:
         running_var.copy_(var)
+    return y
+
+
+def _cumulative_batch_norm(
+    x: torch.Tensor,
+    z: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    momentum: torch.Tensor,
+    eps: float,
+    activation: str | None,
+    coef: float,
+) -> torch.Tensor:
+    """``batch_norm_add_activation`` with the running statistics left out of the call (its signature
+    that of every step) and updated after it from the batch's saved statistics, by torch's rule."""
+    y, saved_mean, saved_inv_std, _, _, _ = normalization.batch_norm_training(
+        x, z, weight, bias, None, None, 0.0, eps, activation, coef
+    )
+    if running_mean is not None and running_var is not None and x.numel():  # (an empty batch changes nothing)
+        count = x.numel() // x.shape[1]  # values a channel: the batch variance's unbiased form, as torch's
+        batch_mean = saved_mean.reshape(running_mean.shape).to(running_mean.dtype)
+        biased = (saved_inv_std.reshape(running_var.shape).double().pow(-2) - eps).clamp_min(0.0)  # (NaN stays)
+        unbiased = biased * (count / max(count - 1, 1))
+        # torch's update, (1 - factor) * running + factor * batch: an infinite batch statistic stays one
+        running_mean.mul_(1 - momentum).add_(momentum * batch_mean)
+        running_var.mul_(1 - momentum).add_(momentum * unbiased.to(running_var.dtype))
     return y

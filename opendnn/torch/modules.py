@@ -165,17 +165,19 @@ class _BatchNorm(OpendnnModule):
             x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor, self.eps
         )
 
-    def _statistics(self) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
+    def _statistics(self) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float | torch.Tensor]:
         """(running mean, running var, whether to normalize with the batch's statistics, the running
         statistics' update factor) of this call, as torch's batch norm decides them; counts the batch.
-        Each buffer is read once (a buffer is found through ``Module.__getattr__``'s Python)."""
+        Each buffer is read once (a buffer is found through ``Module.__getattr__``'s Python). With
+        ``momentum=None`` (a cumulative average) the factor is 1 / the batches counted, a tensor on
+        the count's device (``functions.batch_norm_add_activation``)."""
         running_mean, running_var = self.running_mean, self.running_var
-        factor = 0.0 if self.momentum is None else self.momentum
+        factor: float | torch.Tensor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             batches = self.num_batches_tracked
             if batches is not None:
                 batches.add_(1)
-                factor = 1.0 / float(batches) if self.momentum is None else self.momentum
+                factor = batches.double().reciprocal() if self.momentum is None else self.momentum
         use_batch_stats = self.training or (running_mean is None and running_var is None)
         keep_running = not self.training or self.track_running_stats
         return (
