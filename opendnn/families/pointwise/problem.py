@@ -330,6 +330,8 @@ def reference(
         return _REFERENCE_UNARY[name](a)
     if mode is PointwiseMode.BINARY_SELECT:
         return np.where(c != 0, a, b)
+    if mode is PointwiseMode.RELU_FWD:  # the values of the general form below, in two passes
+        return (np.maximum if propagate_nan else np.fmax)(a, 0.0) + 0.0  # + 0.0: -0 becomes +0
     if name.endswith("_fwd"):
         result = _activation(name.removesuffix("_fwd"), a, coef)
         x = a
