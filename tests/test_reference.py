@@ -132,3 +132,15 @@ def test_softplus_and_sigmoid_stay_finite_and_accurate_at_extremes():
     sigmoid = reference(PointwiseMode.SIGMOID_FWD, [x])
     np.testing.assert_allclose(sigmoid[1], 1 / (1 + math.exp(40)), rtol=1e-14)
     assert sigmoid[0] == 0.0 and sigmoid[3] == 1.0
+
+
+@pytest.mark.parametrize("propagate_nan", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_forward_gives_the_general_forms_bits_with_nan_infinities_and_signed_zeros(propagate_nan, dtype):
+    x = np.random.default_rng(0).standard_normal(1000).astype(dtype)
+    x[:6] = [np.nan, -0.0, 0.0, np.inf, -np.inf, -np.nan]
+    general = np.where(np.isnan(x), x if propagate_nan else np.zeros_like(x), np.where(x > 0, x, 0.0))
+    fast = reference(PointwiseMode.RELU_FWD, [x], 0.0, propagate_nan)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    assert fast.dtype == dtype and np.array_equal(fast.view(bits), general.view(bits))
+    assert not np.signbit(fast[1])  # -0 in, +0 out
