@@ -376,36 +376,25 @@ def batch_norm_add_activation(
     1 / the batches counted, a new value each step) is applied after the call, from the batch's saved
     statistics, so that the call's signature stays that of momentum 0 and nothing waits for the
     device to read the count."""
-    if isinstance(momentum, torch.Tensor):
-        return _cumulative_batch_norm(x, z, running_mean, running_var, weight, bias, momentum, eps, activation, coef)
-    y, _, _, _, mean, var = normalization.batch_norm_training(
-        x, z, weight, bias, running_mean, running_var, momentum, eps, activation, coef
+    cumulative = isinstance(momentum, torch.Tensor)  # the running statistics are left out of the call
+    kept_mean, kept_var = (None, None) if cumulative else (running_mean, running_var)
+    y, saved_mean, saved_inv_std, _, mean, var = normalization.batch_norm_training(
+        x,
+        z,
+        weight,
+        bias,
+        kept_mean,
+        kept_var,
+        0.0 if isinstance(momentum, torch.Tensor) else momentum,
+        eps,
+        activation,
+        coef,
     )
     if running_mean is not None and mean is not None:
         running_mean.copy_(mean)
     if running_var is not None and var is not None:
         running_var.copy_(var)
-    return y
-
-
-def _cumulative_batch_norm(
-    x: torch.Tensor,
-    z: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    momentum: torch.Tensor,
-    eps: float,
-    activation: str | None,
-    coef: float,
-) -> torch.Tensor:
-    """``batch_norm_add_activation`` with the running statistics left out of the call (its signature
-    that of every step) and updated after it from the batch's saved statistics, by torch's rule."""
-    y, saved_mean, saved_inv_std, _, _, _ = normalization.batch_norm_training(
-        x, z, weight, bias, None, None, 0.0, eps, activation, coef
-    )
-    if running_mean is not None and running_var is not None and x.numel():  # (an empty batch changes nothing)
+    if cumulative and running_mean is not None and running_var is not None and x.numel():  # (empty: no change)
         count = x.numel() // x.shape[1]  # values a channel: the batch variance's unbiased form, as torch's
         batch_mean = saved_mean.reshape(running_mean.shape).to(running_mean.dtype)
         biased = (saved_inv_std.reshape(running_var.shape).double().pow(-2) - eps).clamp_min(0.0)  # (NaN stays)
