@@ -437,7 +437,13 @@ class FilterSplit:
     slices: int
     slice_boxes: int
     units: int
-    partials: int
+
+    @property
+    def partials(self) -> int:
+        """Partial filters the units leave: one a slice, two with one chunk of output channels (each
+        consumer's half of the pixels); 0 where a lone slice writes dw itself."""
+        partials = self.slices * (2 if self.k_chunks == 1 else 1)
+        return partials if partials > 1 else 0
 
 
 def filter_box(n: int, size: tuple[int, int], rows: int, multiple: int) -> tuple[int, int, int]:
@@ -462,10 +468,10 @@ def filter_box(n: int, size: tuple[int, int], rows: int, multiple: int) -> tuple
 
 def filter_candidates(problem: ConvolutionProblem) -> list[tuple[float, FilterSplit]]:
     """Every tile and slice count the engine could take for ``problem``, with its estimated time in
-    microseconds (module docstring, "Slices")."""
+    microseconds (module docstring, "The plan")."""
     geo = geometry(problem)
     k_chunks = 2 if geo.k > CHUNK.value else 1
-    halves = 2 if k_chunks == 1 else 1  # partial filters a unit leaves
+    halves = 2 if k_chunks == 1 else 1  # consumers sharing a box's pixels
     partial_bytes = geo.k * geo.c * geo.taps * 4
     reads_us = (problem.x.numel + problem.y.numel) * problem.x.dtype.itemsize / HBM_BYTES_PER_US
     sms = programs_to_fill(1)
@@ -488,11 +494,10 @@ def filter_candidates(problem: ConvolutionProblem) -> list[tuple[float, FilterSp
             {triton.cdiv(boxes, slices) for slices in range(1, boxes // MIN_SLICE_BOXES + 1)} | {boxes}
         ):
             slices = triton.cdiv(boxes, per_slice)
-            partials = slices * halves if slices * halves > 1 else 0
+            split = FilterSplit(box, k_chunks, block_c, stages, slices, per_slice, tiles * slices)
             estimate = max(triton.cdiv(tiles * slices, sms) * per_slice * step_us, reads_us)
-            if partials:
-                estimate += SUM_LAUNCH_US + 2 * partials * partial_bytes / PARTIAL_BYTES_PER_US
-            split = FilterSplit(box, k_chunks, block_c, stages, slices, per_slice, tiles * slices, partials)
+            if split.partials:
+                estimate += SUM_LAUNCH_US + 2 * split.partials * partial_bytes / PARTIAL_BYTES_PER_US
             candidates.append((estimate, split))
     return candidates
 

@@ -310,9 +310,10 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
     elif strategy is Strategy.TMA:
         launches = [*staging_launches(problem), *tma_launches(problem, dot)]
     elif strategy is Strategy.WARP_SPECIALIZED_TMA and problem.direction is BACKWARD_FILTER:
+        partials = filter_split(problem).partials
         launches = [filter_warp_specialized_launch(problem)]
-        if filter_split(problem).partials:
-            launches.append(_sum_launch(problem, filter_split(problem).partials))
+        if partials:
+            launches.append(_sum_launch(problem, partials))
     elif strategy is Strategy.WARP_SPECIALIZED_TMA:  # 16-bit: nothing staged
         launches = warp_specialized_launches(problem)
     elif strategy is Strategy.GROUPED:
