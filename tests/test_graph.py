@@ -357,6 +357,37 @@ def test_a_repeated_execute_reuses_its_binding_and_a_new_array_is_checked_again(
     assert relative_error(out.numpy(), np.maximum(xa.double().numpy() * 0.5 + ba.double().numpy(), 0)) < 1e-6
 
 
+@pytest.mark.parametrize("engine", ["fused", "per_node"])
+def test_a_repeated_execute_replays_its_calls_launches_and_a_new_binding_calls_again(engine, monkeypatch):
+    rng = np.random.default_rng(23)
+    g = og.Graph(handle=od.Handle("cpu"), name="conv_relu")
+    x, w = g.tensor([2, 3, 5, 5], name="x"), g.tensor([4, 3, 3, 3], name="w")
+    y = g.relu(g.conv_fprop(x, w, padding=[1, 1], name="conv"), name="relu")
+    y.set_output(True).set_name("y")
+    build(g, engine)
+    xa, wa = torch.from_numpy(random(rng, (2, 3, 5, 5))), torch.from_numpy(random(rng, (4, 3, 3, 3)))
+    out = torch.empty(2, 4, 5, 5)
+    pack, workspace = {x: xa, w: wa, y: out}, torch.empty(max(g.get_workspace_size(), 1), dtype=torch.uint8)
+
+    def expected():
+        return torch.relu(torch.nn.functional.conv2d(xa.double(), wa.double(), padding=1)).numpy()
+
+    g.execute(pack, workspace)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a replayed step called its cuDNN-shaped function")
+
+    for name in ("convolution_forward", "convolution_bias_activation_forward", "pointwise"):
+        monkeypatch.setattr(od, name, refuse)
+    for _ in range(2):  # new contents in the same arrays: the recorded launches compute the new results
+        xa.copy_(torch.from_numpy(random(rng, (2, 3, 5, 5))))
+        out.fill_(float("nan"))
+        g.execute(pack, workspace)
+        assert relative_error(out.numpy(), expected()) < 1e-6
+    with pytest.raises(AssertionError, match="a replayed step called its cuDNN-shaped function"):
+        g.execute({**pack, y: torch.empty(2, 4, 5, 5)}, workspace)  # a new array binds and calls again
+
+
 def test_drop_kept_binding_leaves_no_array_of_the_last_execute_alive():
     rng = np.random.default_rng(22)
     g, x, b, s, y = scale_bias_relu()

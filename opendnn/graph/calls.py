@@ -6,6 +6,13 @@ the call needs (a convolution's or reduction's workspace; the squares genstats s
 the tensors that one cuDNN descriptor describes together (batch norm's parameters and statistics,
 a normalization's scale and bias) have one layout. At run time it reads its tensors' ``Bound``
 views by uid and writes its outputs in place (``alpha = 1``, ``beta = 0``).
+
+A call's descriptors, checks and planning cost tens of microseconds of host time a run, where its
+launches cost a few. On a Triton handle the first run of a step for a binding is therefore recorded
+(``run_recorded``): its launches with their tensors, and the host steps each launch needs again (a
+TMA kernel's descriptor scratch). Later executes with the same binding (the same arrays, workspace
+and handle: the same memory) replay those launches and skip the call. A call that does anything
+else on the host (a copy, a fill, a tensor made from values) runs in full every time.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_st
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError
 from opendnn.core.handle import Handle
+from opendnn.core.recording import SCOPE, recording
 from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
 from opendnn.families.attention.problem import attention_problem
 from opendnn.graph.memory import Binding, aligned, typed_view
@@ -70,10 +78,47 @@ class NodeCall:
             return None if uid is None else bounds[uid]
 
         with naming(self.node):
-            self._run(self.node, tensor, handle, binding.scratch)
+            run_recorded(self, binding, handle, lambda: self._run(self.node, tensor, handle, binding.scratch))
 
     def describe(self) -> str:
         return f"{self.node.label} as its own call"
+
+
+class Replay:
+    """A step's recorded launches (with the tensors each took) and the host steps that precede them."""
+
+    def __init__(self, launches: list[tuple[Any, dict[str, Any]]], repeats: list[Callable[[], None]]) -> None:
+        self.launches, self.repeats = launches, repeats
+
+    def __call__(self, handle: Handle) -> None:
+        with handle.launching():
+            for step in self.repeats:
+                step()
+            for launch, tensors in self.launches:
+                launch.launch(tensors)
+
+
+FULL_PATH = "full path"  # a binding's mark on a step whose calls cannot be replayed
+
+
+def run_recorded(step: object, binding: Binding, handle: Handle, call: Callable[[], None]) -> None:
+    """``call`` (the step's cuDNN-shaped calls over ``binding``), replayed where it can be (module
+    docstring): the first run of ``step`` for ``binding`` on a Triton handle is recorded, unless
+    an outer recording is running (a recorded torch call that executes the plan keeps the launches
+    itself)."""
+    replay = binding.launch_tensors.get(step)
+    if replay.__class__ is Replay:
+        replay(handle)
+        return
+    if replay is not None or handle.backend != "triton" or SCOPE.recorder is not None:
+        call()
+        return
+    from opendnn.torch.executables import Recording
+
+    with Recording() as recorder, recording(recorder):
+        call()
+    replayable = recorder.refusal is None and not recorder.made and recorder.launches
+    binding.launch_tensors[step] = Replay(recorder.launches, recorder.repeats) if replayable else FULL_PATH
 
 
 @contextlib.contextmanager

@@ -33,7 +33,8 @@ class Binding:
     """A plan's tensors bound for an execute: ``bounds``, each tensor's Bound by uid (the caller's
     arrays, the crossing tensors carved out of the workspace, the scalars a call reads as tensors);
     ``arrays``, the caller's arrays and scalar values by uid (None for the others); the steps'
-    ``scratch``; the launch tensors each generated kernel makes from the bounds at its first run.
+    ``scratch``; per step what its first run learnt (a generated kernel's launch tensors, a call's
+    recorded launches).
     A call with the very same arrays, ``workspace`` and ``handle`` runs on it as it is."""
 
     __slots__ = ("handle", "workspace", "bounds", "arrays", "scratch", "launch_tensors")
@@ -42,4 +43,4 @@ class Binding:
         self, handle: Handle, workspace: Any, bounds: list[Bound | None], arrays: Sequence[Any], scratch: Any
     ) -> None:
         self.handle, self.workspace, self.bounds, self.arrays, self.scratch = handle, workspace, bounds, arrays, scratch
-        self.launch_tensors: dict[Any, dict[str, Any]] = {}
+        self.launch_tensors: dict[Any, Any] = {}

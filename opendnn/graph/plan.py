@@ -18,7 +18,15 @@ import opendnn as od
 from opendnn.core.arrays import Bound, bind, bind_bytes, device_of, strided_view, torch_view
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.handle import Handle
-from opendnn.graph.calls import CONV_ALGORITHMS, NodeCall, conv_descriptor, naming, optional_view, scalar_bound
+from opendnn.graph.calls import (
+    CONV_ALGORITHMS,
+    NodeCall,
+    conv_descriptor,
+    naming,
+    optional_view,
+    run_recorded,
+    scalar_bound,
+)
 from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
 from opendnn.graph.memory import Binding, aligned, typed_view
@@ -73,39 +81,45 @@ class EpilogueCall:
         residual = None if epilogue.residual is None else bounds[epilogue.residual]
         assert a is not None and b is not None and y is not None
         with naming(epilogue.anchor):
-            if epilogue.anchor.op == "conv_fprop":
-                od.convolution_bias_activation_forward(
-                    handle,
-                    epilogue.scale,
-                    a.desc,
-                    a.view,
-                    b.desc,
-                    b.view,
-                    self.conv,
-                    CONV_ALGORITHMS["conv_fprop"],
-                    scratch,
-                    1.0,
-                    self.residual,
-                    optional_view(residual),
-                    self.bias,
-                    optional_view(bias),
-                    self.activation,
-                    y.desc,
-                    y.view,
-                )
-            else:
-                od.matmul(
-                    handle,
-                    1.0,
-                    a.desc,
-                    a.view,
-                    b.desc,
-                    b.view,
-                    0.0,
-                    y.desc,
-                    y.view,
-                    self._matmul_epilogue(bias, residual, y.desc),
-                )
+            run_recorded(self, binding, handle, lambda: self._call(handle, a, b, y, bias, residual, scratch))
+
+    def _call(
+        self, handle: Handle, a: Bound, b: Bound, y: Bound, bias: Bound | None, residual: Bound | None, scratch: Any
+    ) -> None:
+        epilogue = self.epilogue
+        if epilogue.anchor.op == "conv_fprop":
+            od.convolution_bias_activation_forward(
+                handle,
+                epilogue.scale,
+                a.desc,
+                a.view,
+                b.desc,
+                b.view,
+                self.conv,
+                CONV_ALGORITHMS["conv_fprop"],
+                scratch,
+                1.0,
+                self.residual,
+                optional_view(residual),
+                self.bias,
+                optional_view(bias),
+                self.activation,
+                y.desc,
+                y.view,
+            )
+        else:
+            od.matmul(
+                handle,
+                1.0,
+                a.desc,
+                a.view,
+                b.desc,
+                b.view,
+                0.0,
+                y.desc,
+                y.view,
+                self._matmul_epilogue(bias, residual, y.desc),
+            )
 
     def _matmul_epilogue(self, bias: Bound | None, residual: Bound | None, c: TensorDescriptor) -> od.MatmulEpilogue:
         epilogue = self.epilogue
