@@ -101,6 +101,26 @@ def test_a_cnn_of_conv_batch_norm_residual_relu_matches_eager_forward_and_backwa
         assert f"({op})" in forward
 
 
+def test_under_bfloat16_autocast_each_result_keeps_torchs_dtype_and_the_regions_run_on_opendnn():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+    )
+    eager, backend = copy.deepcopy(model), OpendnnBackend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 4, 6, 6)
+    for _ in range(2):
+        model.zero_grad()
+        eager.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ours, theirs = training_step(compiled, x), training_step(eager, x)
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.dtype == b.dtype and not a.isnan().any()
+            assert relative_error(a.double(), b.double()) < 1e-2
+    assert ours[0].dtype == torch.bfloat16
+    assert backend.fallbacks == [] and backend.plans_executed == 4
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_an_mlp_with_gelu_matches_eager_forward_and_backward(dtype):
     backend = OpendnnBackend()

@@ -73,6 +73,7 @@ class Lowering:
         for node in module.graph.nodes:
             if node.op == "call_function":
                 self.values[node] = self._lower(node)
+                _follow_dtypes(self.values[node], node.meta.get("val"))
             elif node.op == "output":
                 self.outputs = self._outputs(node.args[0])
 
@@ -113,6 +114,17 @@ class Lowering:
             tensor.set_output(True).set_data_type(val.dtype)
             outputs.append((tensor, val.shape, val.dtype))
         return outputs
+
+
+def _follow_dtypes(value: Any, val: Any) -> None:
+    """Give the graph tensors of an FX node's results the dtypes torch computes them in (under autocast
+    a convolution's or a batch norm's bfloat16 output, beside float32 statistics): the graph's
+    intermediate type is float32, and a node's call takes its output in its input's type."""
+    if isinstance(value, og.Tensor) and isinstance(val, torch.Tensor):
+        value.set_data_type(val.dtype)
+    elif isinstance(value, (tuple, list)) and isinstance(val, (tuple, list)):
+        for tensor, result in zip(value, val):
+            _follow_dtypes(tensor, result)
 
 
 def _tensors(args: Sequence[Any]) -> list[torch.Tensor]:
