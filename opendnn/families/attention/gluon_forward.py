@@ -58,12 +58,19 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_init
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
 
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
+from opendnn.kernels.device import TMA_ALIGNMENT
 
 CONSUMER_REGISTERS = gl.constexpr(240)
 PRODUCER_REGISTERS = gl.constexpr(24)
@@ -72,7 +79,6 @@ BLOCK_N = {64: 128, 128: 128, 256: 64}  # head dim -> keys a block
 MAX_STAGES = 4
 SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
 BARRIER_BYTES = 1024  # the barriers and the descriptors being built, rounded up
-TMA_ALIGNMENT = 16  # bytes: what TMA asks of a base address and of every stride but the last
 
 
 @gluon.jit
@@ -239,7 +245,9 @@ def softmax_consumer(
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
             s = s * scale
             if EDGE:  # keys past Skv and, causal, past each row's diagonal take no part
-                columns = block_position(position, inner_lo, gap) + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+                columns = block_position(position, inner_lo, gap) + gl.arange(
+                    0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT)
+                )
                 allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
                 if CAUSAL:
                     allowed &= columns[None, :] <= (rows + shift)[:, None]
@@ -469,11 +477,20 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
         return f"{', '.join(present)} given"
     if params.softcap is not None or params.dropout_p > 0:
         return "a softcap or dropout"
+    if problem.stats is not None and problem.stats.dtype is not DataType.FLOAT:
+        return f"{problem.stats.dtype.name} stats (float32 only)"
     for name in ("q", "k", "v"):
         desc = getattr(problem, name)
-        if desc.strides[3] != 1 or any(s * desc.dtype.itemsize % TMA_ALIGNMENT for s in desc.strides[:3]):
-            return f"{name}'s strides {desc.strides} (a unit last stride, the others 16-byte aligned)"
+        strides = tma_strides(desc)
+        if desc.strides[3] != 1 or any(s == 0 or s * desc.dtype.itemsize % TMA_ALIGNMENT for s in strides):
+            return f"{name}'s strides {desc.strides} (a unit last stride, the others 16-byte aligned, not broadcast)"
     return None
+
+
+def tma_strides(desc: TensorDescriptor) -> tuple[int, ...]:
+    """The (B, H, S) strides of a TMA descriptor of ``desc``: a dim of size 1 reads its coordinate 0
+    alone, so any 16-byte aligned stride describes it (its own may be anything)."""
+    return tuple(stride if size > 1 else TMA_ALIGNMENT for size, stride in zip(desc.dims[:3], desc.strides[:3]))
 
 
 def tma_aligned(*tensors: Any) -> bool:
@@ -502,9 +519,9 @@ def launch_arguments(
         problem.group,
         seq_q,
         problem.seq_kv,
-        *problem.q.strides[:3],
-        *problem.k.strides[:3],
-        *problem.v.strides[:3],
+        *tma_strides(problem.q),
+        *tma_strides(problem.k),
+        *tma_strides(problem.v),
         *problem.o.strides,
         *stats_strides,
         problem.scale,
