@@ -172,34 +172,22 @@ def variant_launch(name):
 
 
 def main() -> None:
-    """Print, per variant, a JSON line: the kernel, its partitions' warps, total warps, asynchronous and
-    synchronous wgmma ops, those whose A is a register tensor, shared memory loads and stores of
-    register tensors, TMA loads, wgmma instructions in the PTX, the setmaxnreg counts, ptxas's
-    registers a thread and spilled bytes, and the shared memory."""
+    """Print, per variant, a JSON line: ``sm90.warp_specialized_figures``, the wgmma instructions in
+    the PTX, and ptxas's registers a thread and spilled bytes."""
     target, backend = sm90.target_or_exit()
     kernel = gluon_forward.attention_warp_specialized_kernel
     for name in VARIANTS:
         _, args, options = variant_launch(name)
         specialized = sm90.specialize(kernel, args, options, backend)
         compiled = sm90.compile_sm90(kernel, *specialized[1:], specialized[0], target)
-        ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+        ptx = compiled.asm["ptx"]
         registers, spilled = sm90.ptxas_usage(ptx, 90)
         report = dict(
             name=name,
-            kernel=compiled.metadata.name,
-            partitions=[int(w) for w in re.findall(r"partition\d+\(.*\) num_warps\((\d+)\)", ttgir)],
-            warps=compiled.metadata.num_warps,
-            async_mma=len(re.findall(r"ttng\.warp_group_dot .*isAsync = true", ttgir)),
-            synchronous_mma=len(re.findall(r"ttng\.warp_group_dot (?!.*isAsync = true)", ttgir)),
-            a_from_registers=len(re.findall(r"ttng\.warp_group_dot %\S+, .*: tensor<", ttgir)),
-            shared_loads=len(re.findall(r"ttg\.local_load ", ttgir)),
-            shared_stores=len(re.findall(r"ttg\.local_store ", ttgir)),
-            tma_loads=len(re.findall(r"ttng\.async_tma_copy_global_to_local ", ttgir)),
+            **sm90.warp_specialized_figures(compiled),
             wgmma_instructions=len(re.findall(r"wgmma\.mma_async", ptx)),
-            registers=sorted({int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
             launch_registers=registers,
             spilled=spilled,
-            shared=compiled.metadata.shared,
         )
         print(json.dumps(report), flush=True)
 
