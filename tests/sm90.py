@@ -84,3 +84,24 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
     spills = re.search(r"(\d+) bytes spill stores", report.stderr)
     assert report.returncode == 0 and registers and spills, report.stderr
     return int(registers.group(1)), int(spills.group(1))
+
+
+def warp_specialized_figures(compiled: Any) -> dict[str, Any]:
+    """What a compiled warp-specialized Gluon kernel is made of: its name, its partitions' warps and
+    total warps, asynchronous and synchronous wgmma ops, those whose A is a register tensor, shared
+    memory loads and stores of register tensors, TMA loads, the setmaxnreg register counts and the
+    shared memory bytes."""
+    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    return dict(
+        kernel=compiled.metadata.name,
+        partitions=[int(w) for w in re.findall(r"partition\d+\(.*\) num_warps\((\d+)\)", ttgir)],
+        warps=compiled.metadata.num_warps,
+        async_mma=len(re.findall(r"ttng\.warp_group_dot .*isAsync = true", ttgir)),
+        synchronous_mma=len(re.findall(r"ttng\.warp_group_dot (?!.*isAsync = true)", ttgir)),
+        a_from_registers=len(re.findall(r"ttng\.warp_group_dot %\S+, .*: tensor<", ttgir)),
+        shared_loads=len(re.findall(r"ttg\.local_load ", ttgir)),
+        shared_stores=len(re.findall(r"ttg\.local_store ", ttgir)),
+        tma_loads=len(re.findall(r"ttng\.async_tma_copy_global_to_local ", ttgir)),
+        registers=sorted({int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
+        shared=compiled.metadata.shared,
+    )

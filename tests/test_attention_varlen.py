@@ -71,8 +71,8 @@ CASES = {
 def tiles(request, monkeypatch):
     if request.param == "tiles_16":
 
-        def small(problem, choose=triton_backend.choose):
-            plan = choose(problem)
+        def small(problem, *where, choose=triton_backend.choose):
+            plan = choose(problem, *where)
             return type(plan)(plan.strategy, 16, 16, plan.block_d, plan.block_dv, plan.num_warps, plan.num_stages)
 
         monkeypatch.setattr(triton_backend, "choose", small)

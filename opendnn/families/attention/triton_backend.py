@@ -1,8 +1,15 @@
 """Attention on the Triton backend: the planner and the launches of the kernels in
-``triton_forward`` (FlashAttention-2 forward) and ``triton_backward`` (the deterministic backward),
-whose docstrings carry the FLOP and byte models.
+``triton_forward`` (FlashAttention-2 forward), ``gluon_forward`` (the warp-specialized forward on
+Hopper) and ``triton_backward`` (the deterministic backward), whose docstrings carry the FLOP and
+byte models.
 
-``choose(problem)`` names the strategy and picks the tile from the head dims and the dtype: the
+``choose(problem, tma_aligned, hopper)`` names the strategy: a forward compiled for an sm_90 GPU
+(``hopper``: wgmma is Hopper's alone; Triton's interpreter never is one) whose q, k and v base
+addresses are 16-byte aligned (``tma_aligned``) and whose problem is ``gluon_forward``'s
+(``out_of_scope``: 16-bit data, head dims 64, 128 or 256, no mask but causal, q, k and v strides
+readable by TMA) runs on the warp-specialized kernel (``warp_specialized_forward``); every other forward on the
+FlashAttention-2 kernel (``flash2_forward``), every backward on the deterministic one. For the ``tl``
+kernels it picks the tile from the head dims and the dtype: the
 tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padded to powers of two (at least 16,
 the smallest a tensor-core product takes; the padding is masked), the warps and pipeline stages.
 Tiles shrink with the head dim (the accumulators stay in registers) and with the element size
@@ -21,9 +28,10 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.core.arrays import torch_view
+from opendnn.core.arrays import CPU, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
+from opendnn.families.attention import gluon_forward
 from opendnn.families.attention.problem import AttentionProblem, AttentionTensors, DiagonalAlignment
 from opendnn.families.attention.triton_backward import (
     attention_dbias_kernel,
@@ -33,6 +41,7 @@ from opendnn.families.attention.triton_backward import (
     attention_dsinks_kernel,
 )
 from opendnn.families.attention.triton_forward import attention_forward_kernel
+from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
 
@@ -66,7 +75,7 @@ BACKWARD_GRID = ((32, 64), (32, 64, 128), (4, 8), (1, 2))
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    strategy: str  # "flash2_forward" or "flash2_deterministic_backward"
+    strategy: str  # "warp_specialized_forward", "flash2_forward" or "flash2_deterministic_backward"
     block_m: int
     block_n: int
     block_d: int
@@ -104,9 +113,16 @@ def candidate_tiles(problem: AttentionProblem) -> list[Tile]:
     return [chosen, *(tile for tile in grid if tile != chosen)]
 
 
-def choose(problem: AttentionProblem) -> AttentionPlan:
-    """The strategy and tile of ``problem``: ``tile_for``'s tile, never wider than the sequences
-    rounded up to a power of two."""
+def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = False) -> AttentionPlan:
+    """The strategy and tile of ``problem``; ``tma_aligned``: q, k and v have 16-byte aligned base
+    addresses (a property of the call's pointers, not of the problem); ``hopper``: the call is
+    compiled for an sm_90 GPU. The warp-specialized forward where both hold and ``gluon_forward``
+    takes the problem, with its own tile; otherwise ``tile_for``'s tile, never wider than the
+    sequences rounded up to a power of two."""
+    if tma_aligned and hopper and gluon_forward.out_of_scope(problem) is None:
+        head_dim = problem.q.dims[3]
+        block_n, stages = gluon_forward.BLOCK_N[head_dim], gluon_forward.stages(head_dim)
+        return AttentionPlan("warp_specialized_forward", gluon_forward.BLOCK_M, block_n, head_dim, head_dim, 4, stages)
     block_d, block_dv = head_blocks(problem)
     tile = tile_for(problem)
     block_m = min(tile.block_m, _padded(problem.seq_q))
@@ -133,9 +149,16 @@ def workspace_size(problem: AttentionProblem) -> int:
 
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
-    plan = choose(problem)
+    views = {slot: None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)}
+    compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
+    hopper = compiled and has_wgmma(views["q"].device.index)
+    plan = choose(problem, gluon_forward.tma_aligned(views["q"], views["k"], views["v"]), hopper)
+    if plan.strategy == "warp_specialized_forward":
+        use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
+        gluon_forward.launch(problem, views["q"], views["k"], views["v"], views["o"], views["stats"])
+        return
     args = dict(_arguments(problem, plan))
-    args.update({f"{slot}_ptr": None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)})
+    args.update({f"{slot}_ptr": view for slot, view in views.items()})
     if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
     query_blocks = _block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, plan.block_m)

@@ -1,0 +1,545 @@
+"""The attention forward on Hopper (sm_90): FlashAttention-3's warp-specialized design in Gluon.
+
+FLOPs and bytes are the FlashAttention-2 forward's (``triton_forward``): ``2 * pairs * (D + Dv)`` in the
+two products and one exp2 a pair, k and v read once a query block (mostly from L2), so the kernel is
+bound by the tensor cores. The aim is tensor cores that never wait: for loads (TMA, a ring of key and
+value blocks filled ahead by a warp of its own), for the softmax (two warpgroups take turns on the
+tensor cores while the other exponentiates), or for the previous block's P V product (issued
+asynchronously, waited for together with the next block's scores).
+
+One program per (query block of BLOCK_M = 128 rows, batch b, query head h); key/value head
+``h // group`` (GQA). Causal programs run from the last query block to the first
+(``triton_tiles.scheduled_block``), the heaviest first. Each program is three partitions of warps
+that talk only through shared memory and mbarriers:
+
+- **producer** (``key_value_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): builds the
+  TMA descriptors of q, k and v (4-D ``[B, H, S, D]`` at the tensors' strides, zero-filled past S) on
+  the device, copies the query block once as two 64-row boxes (``q_ready``), then per key block of
+  the program's range, in the consumers' order (``triton_tiles.key_range`` and ``block_loop``: the
+  interior's blocks, then the edge blocks), waits until a stage of the ring is empty and copies the
+  BLOCK_N x D key box (``k_ready``) and the BLOCK_N x Dv value box (``v_ready``) into it.
+- **two consumers** (``softmax_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread;
+  the first is the kernel's own 4 warps): consumer ``half`` owns query rows ``64 half .. 64 half +
+  63``. Per key block: S = Q K^T (``warpgroup_mma``, both operands in shared memory, K permuted),
+  issued asynchronously and waited for together with the previous block's P V; the previous stage is
+  released; the online softmax in float32 and log2 units (q k^T times scale * log2(e), so each
+  exponential is one exp2 of a difference; the edge blocks mask keys past Skv and, causal, past each
+  row's diagonal); O rescaled; P rounded to the data dtype and converted, in registers, to the A
+  operand of O += P V (``gl.DotOperandLayout``: wgmma's accumulator and A-operand layouts hold the
+  same rows in each thread, so no shared memory); P V issued asynchronously on the value box.
+  At the end: o = O / l stored masked at o's strides, and the rows' logsumexp (natural units,
+  float32; -inf for a row that no key takes part in, whose o is 0) when the problem asks for stats,
+  as the ``tl`` forward stores them.
+
+**Ring and barriers.** STAGES stages, each a key box and a value box. ``k_ready[s]`` and
+``v_ready[s]`` count one arrival (the producer's ``expect``) plus their box's bytes, so a consumer
+starts Q K^T without waiting for V; ``empty[s]`` counts two arrivals, one per consumer warpgroup, each
+issued once its P V product on the stage is complete. Block ``i`` of a program uses stage
+``i % STAGES`` in phase ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase flipped,
+which a fresh barrier passes.
+
+**Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
+gives each consumer 240: a 64 x BLOCK_N float32 score tile (BLOCK_N / 2 a thread), its 16-bit P (a
+quarter of that) and the 64 x Dv float32 O (Dv / 2).
+
+**Tiles.** BLOCK_N 128 at head dims 64 and 128, 64 at 256 (``BLOCK_N``); the stages that fit in the
+227 KB of shared memory beside the query block, at most MAX_STAGES (``stages``).
+
+**Arguments.** The partitions take every scalar as an argument of its own, written out where
+``warp_specialize`` is called (a tuple assigned in a Gluon kernel turns its constexprs into runtime
+values; see ``matmul/gluon_hopper.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
+from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
+from opendnn.kernels.device import TMA_ALIGNMENT
+
+CONSUMER_REGISTERS = gl.constexpr(240)
+PRODUCER_REGISTERS = gl.constexpr(24)
+BLOCK_M = 128  # query rows a program: 64 a consumer warpgroup
+BLOCK_N = {64: 128, 128: 128, 256: 64}  # head dim -> keys a block
+MAX_STAGES = 4
+SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
+BARRIER_BYTES = 1024  # the barriers and the descriptors being built, rounded up
+
+
+@gluon.jit
+def block_position(step, inner_lo, gap):
+    """The first key of the block that loop position ``step`` of ``block_loop`` stands for."""
+    return step + gl.where(step < inner_lo, 0, gap)
+
+
+@gluon.jit
+def key_value_producer(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    q_boxes,
+    k_ring,
+    v_ring,
+    q_ready,
+    k_ready,
+    v_ready,
+    empty,
+    batch,
+    heads_q,
+    heads_kv,
+    group,
+    seq_q,
+    seq_kv,
+    q_stride_b,
+    q_stride_h,
+    q_stride_s,
+    k_stride_b,
+    k_stride_h,
+    k_stride_s,
+    v_stride_b,
+    v_stride_h,
+    v_stride_s,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """Fill the query boxes once, then the ring with the program's key and value blocks."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    HEAD_DIM: gl.constexpr = q_boxes.shape[4]
+    VALUE_DIM: gl.constexpr = v_ring.shape[4]
+    q_desc = tma.make_tensor_descriptor(
+        q_ptr,
+        [batch, heads_q, seq_q, HEAD_DIM],
+        [q_stride_b, q_stride_h, q_stride_s, 1],
+        [1, 1, HALF_M, HEAD_DIM],
+        q_boxes.layout,
+    )
+    k_desc = tma.make_tensor_descriptor(
+        k_ptr,
+        [batch, heads_kv, seq_kv, HEAD_DIM],
+        [k_stride_b, k_stride_h, k_stride_s, 1],
+        [1, 1, BLOCK_N, HEAD_DIM],
+        k_ring.layout,
+    )
+    v_desc = tma.make_tensor_descriptor(
+        v_ptr,
+        [batch, heads_kv, seq_kv, VALUE_DIM],
+        [v_stride_b, v_stride_h, v_stride_s, 1],
+        [1, 1, BLOCK_N, VALUE_DIM],
+        v_ring.layout,
+    )
+    b = gl.program_id(1) // heads_q
+    h = gl.program_id(1) % heads_q
+    kv_head = h // group
+    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
+    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
+    for half in gl.static_range(2):
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + half * HALF_M, 0], q_ready, q_boxes.index(half))
+    shift = 0
+    if BOTTOM_RIGHT:  # the diagonal ends at the last query and key
+        shift = seq_kv - seq_q
+    lo, hi, inner_lo, inner_hi = key_range(start_m, seq_q, seq_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+    step = 0
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for position in range(first, stop, BLOCK_N):
+            start_n = block_position(position, inner_lo, gap)
+            stage = step % STAGES
+            mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
+            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, kv_head, start_n, 0], k_ready.index(stage), k_ring.index(stage))
+            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [b, kv_head, start_n, 0], v_ready.index(stage), v_ring.index(stage))
+            step += 1
+
+
+@gluon.jit
+def softmax_consumer(
+    q_ptr,
+    q_boxes,
+    k_ring,
+    v_ring,
+    q_ready,
+    k_ready,
+    v_ready,
+    empty,
+    o_ptr,
+    stats_ptr,
+    batch,
+    heads_q,
+    seq_q,
+    seq_kv,
+    o_stride_b,
+    o_stride_h,
+    o_stride_s,
+    o_stride_d,
+    stats_stride_b,
+    stats_stride_h,
+    stats_stride_s,
+    scale,
+    HALF: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    STORE_STATS: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """Rows ``HALF * BLOCK_M / 2`` on of the program's query block: the two products a key block with
+    the online softmax between them, then o and the stats."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    HEAD_DIM: gl.constexpr = q_boxes.shape[4]
+    VALUE_DIM: gl.constexpr = v_ring.shape[4]
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, VALUE_DIM, 16]
+    )
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    b = gl.program_id(1) // heads_q
+    h = gl.program_id(1) % heads_q
+    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
+    shift = 0
+    if BOTTOM_RIGHT:  # the diagonal ends at the last query and key
+        shift = seq_kv - seq_q
+    lo, hi, inner_lo, inner_hi = key_range(start_m, seq_q, seq_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+    rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=ROWS)
+    scale = scale * LOG2E  # scores in log2 units: each exponential is one exp2 of a difference
+    m = gl.full([HALF_M], float("-inf"), gl.float32, ROWS)
+    total = gl.zeros([HALF_M], gl.float32, ROWS)
+    o = warpgroup_mma_init(gl.zeros([HALF_M, VALUE_DIM], gl.float32, O_LAYOUT))
+    q = q_boxes.index(HALF)
+    q = q.reshape([HALF_M, HEAD_DIM])
+    mbarrier.wait(q_ready, 0)
+    step = 0
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for position in range(first, stop, BLOCK_N):
+            stage = step % STAGES
+            phase = step // STAGES & 1
+            mbarrier.wait(k_ready.index(stage), phase)
+            k = k_ring.index(stage)
+            k = k.reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
+            s, o = warpgroup_mma_wait(0, deps=(s, o))  # the previous block's P V is done too: release its stage
+            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+            s = s * scale
+            if EDGE:  # keys past Skv and, causal, past each row's diagonal take no part
+                columns = block_position(position, inner_lo, gap) + gl.arange(
+                    0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT)
+                )
+                allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
+                if CAUSAL:
+                    allowed &= columns[None, :] <= (rows + shift)[:, None]
+                s = gl.where(allowed, s, float("-inf"))
+            m_new = gl.maximum(m, gl.max(s, 1))
+            shift_m = gl.where(m_new == float("-inf"), 0.0, m_new)  # -inf - -inf never forms
+            rescale = gl.exp2(m - shift_m)
+            p = gl.exp2(s - shift_m[:, None])
+            total = total * rescale + gl.sum(p, 1)
+            o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
+            p = gl.convert_layout(p.to(q_boxes.dtype), P_LAYOUT)
+            mbarrier.wait(v_ready.index(stage), phase)
+            v = v_ring.index(stage)
+            o = warpgroup_mma(p, v.reshape([BLOCK_N, VALUE_DIM]), o, is_async=True)
+            m = m_new
+            step += 1
+    o = warpgroup_mma_wait(0, deps=(o,))
+    mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+    empty_row = total == 0.0  # no key takes part: o = 0, lse = -inf
+    o = o / gl.convert_layout(gl.where(empty_row, 1.0, total), O_ROWS)[:, None]
+    o_rows = gl.convert_layout(rows, O_ROWS)
+    dims = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
+    o_base = o_ptr + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
+    offsets = o_rows.to(gl.int64)[:, None] * o_stride_s + dims[None, :] * o_stride_d
+    gl.store(o_base + offsets, o.to(o_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+    if STORE_STATS:
+        lse = gl.where(empty_row, float("-inf"), m / LOG2E + gl.log(total))  # natural units
+        stats_base = stats_ptr + b.to(gl.int64) * stats_stride_b + h.to(gl.int64) * stats_stride_h
+        gl.store(stats_base + rows.to(gl.int64) * stats_stride_s, lse, mask=rows < seq_q)
+
+
+@gluon.jit
+def attention_warp_specialized_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    stats_ptr,
+    batch,
+    heads_q,
+    heads_kv,
+    group,
+    seq_q,
+    seq_kv,
+    q_stride_b,
+    q_stride_h,
+    q_stride_s,
+    k_stride_b,
+    k_stride_h,
+    k_stride_s,
+    v_stride_b,
+    v_stride_h,
+    v_stride_s,
+    o_stride_b,
+    o_stride_h,
+    o_stride_s,
+    o_stride_d,
+    stats_stride_b,
+    stats_stride_h,
+    stats_stride_s,
+    scale: tl.float32,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    STORE_STATS: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """o (and the stats) of one query block of batch b, query head h: program (rank, b * Hq + h).
+    Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    Q_BOX: gl.constexpr = [1, 1, HALF_M, HEAD_DIM]
+    KV_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    q_boxes = gl.allocate_shared_memory(dtype, [2] + Q_BOX, gl.NVMMASharedLayout.get_default_for(Q_BOX, dtype))
+    KV_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(KV_BOX, dtype)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    for stage in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(stage), count=1)
+        mbarrier.init(v_ready.index(stage), count=1)
+        mbarrier.init(empty.index(stage), count=2)  # one arrival per consumer warpgroup
+    # the consumers' argument tuples differ only in HALF (module docstring, "Arguments")
+    gl.warp_specialize(  # the first partition runs in the kernel's own 4 warps
+        [
+            (
+                softmax_consumer,
+                (
+                    q_ptr,
+                    q_boxes,
+                    k_ring,
+                    v_ring,
+                    q_ready,
+                    k_ready,
+                    v_ready,
+                    empty,
+                    o_ptr,
+                    stats_ptr,
+                    batch,
+                    heads_q,
+                    seq_q,
+                    seq_kv,
+                    o_stride_b,
+                    o_stride_h,
+                    o_stride_s,
+                    o_stride_d,
+                    stats_stride_b,
+                    stats_stride_h,
+                    stats_stride_s,
+                    scale,
+                    0,
+                    CAUSAL,
+                    BOTTOM_RIGHT,
+                    STORE_STATS,
+                    BLOCK_M,
+                    BLOCK_N,
+                ),
+            ),
+            (
+                softmax_consumer,
+                (
+                    q_ptr,
+                    q_boxes,
+                    k_ring,
+                    v_ring,
+                    q_ready,
+                    k_ready,
+                    v_ready,
+                    empty,
+                    o_ptr,
+                    stats_ptr,
+                    batch,
+                    heads_q,
+                    seq_q,
+                    seq_kv,
+                    o_stride_b,
+                    o_stride_h,
+                    o_stride_s,
+                    o_stride_d,
+                    stats_stride_b,
+                    stats_stride_h,
+                    stats_stride_s,
+                    scale,
+                    1,
+                    CAUSAL,
+                    BOTTOM_RIGHT,
+                    STORE_STATS,
+                    BLOCK_M,
+                    BLOCK_N,
+                ),
+            ),
+            (
+                key_value_producer,
+                (
+                    q_ptr,
+                    k_ptr,
+                    v_ptr,
+                    q_boxes,
+                    k_ring,
+                    v_ring,
+                    q_ready,
+                    k_ready,
+                    v_ready,
+                    empty,
+                    batch,
+                    heads_q,
+                    heads_kv,
+                    group,
+                    seq_q,
+                    seq_kv,
+                    q_stride_b,
+                    q_stride_h,
+                    q_stride_s,
+                    k_stride_b,
+                    k_stride_h,
+                    k_stride_s,
+                    v_stride_b,
+                    v_stride_h,
+                    v_stride_s,
+                    CAUSAL,
+                    BOTTOM_RIGHT,
+                    BLOCK_M,
+                    BLOCK_N,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGISTERS, PRODUCER_REGISTERS],
+    )
+
+
+# ---- launcher ------------------------------------------------------------------------------------
+
+
+def stages(head_dim: int) -> int:
+    """The ring's stages at ``head_dim`` (16-bit data): as many key and value boxes as fit beside the
+    query block in shared memory, at most MAX_STAGES."""
+    query_bytes = BLOCK_M * head_dim * 2
+    stage_bytes = 2 * BLOCK_N[head_dim] * head_dim * 2
+    return min(MAX_STAGES, (SHARED_MEMORY - BARRIER_BYTES - query_bytes) // stage_bytes)
+
+
+def out_of_scope(problem: AttentionProblem) -> str | None:
+    """Why ``problem`` is not this kernel's, or None: a 16-bit forward with equal head dims of 64, 128
+    or 256, no mask but causal (either alignment), no bias, ALiBi, softcap, dropout, sinks, lengths,
+    ragged or paged layouts, and q, k, v strides that a TMA descriptor reads (a unit head-dim stride,
+    every other one 16-byte aligned). The base addresses' alignment is the call's (``tma_aligned``)."""
+    params = problem.params
+    head_dim = problem.q.dims[3]
+    if problem.backward:
+        return "a backward"
+    if problem.q.dtype not in (DataType.BFLOAT16, DataType.HALF):
+        return f"{problem.q.dtype.name} data (16-bit only)"
+    if head_dim not in BLOCK_N or problem.v.dims[3] != head_dim:
+        return f"head dims {head_dim} and {problem.v.dims[3]} (equal, and 64, 128 or 256)"
+    if params.band not in ((None, None), (None, 0)):
+        return "a window (no mask or causal only)"
+    extras = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table")
+    present = [name for name in extras if getattr(problem, name) is not None]
+    if present:
+        return f"{', '.join(present)} given"
+    if params.softcap is not None or params.dropout_p > 0:
+        return "a softcap or dropout"
+    if problem.stats is not None and problem.stats.dtype is not DataType.FLOAT:
+        return f"{problem.stats.dtype.name} stats (float32 only)"
+    for name in ("q", "k", "v"):
+        desc = getattr(problem, name)
+        strides = tma_strides(desc)
+        if desc.strides[3] != 1 or any(s == 0 or s * desc.dtype.itemsize % TMA_ALIGNMENT for s in strides):
+            return f"{name}'s strides {desc.strides} (a unit last stride, the others 16-byte aligned, not broadcast)"
+    return None
+
+
+def tma_strides(desc: TensorDescriptor) -> tuple[int, ...]:
+    """The (B, H, S) strides of a TMA descriptor of ``desc``: a dim of size 1 reads its coordinate 0
+    alone, so any 16-byte aligned stride describes it (its own may be anything)."""
+    return tuple(stride if size > 1 else TMA_ALIGNMENT for size, stride in zip(desc.dims[:3], desc.strides[:3]))
+
+
+def tma_aligned(*tensors: Any) -> bool:
+    """The torch tensors' base addresses are 16-byte aligned, as TMA reads them."""
+    return all(t.data_ptr() % TMA_ALIGNMENT == 0 for t in tensors)
+
+
+def launch_arguments(
+    problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None
+) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """(grid, arguments, keyword arguments) of the kernel's launch on tensors q, k, v, o (and stats)
+    of ``problem`` (in scope)."""
+    head_dim = problem.q.dims[3]
+    batch, heads_q, seq_q = problem.batch, problem.q.dims[1], problem.seq_q
+    stats_strides = (0, 0, 0) if problem.stats is None else problem.stats.strides
+    grid = (triton.cdiv(seq_q, BLOCK_M), batch * heads_q)
+    args = (
+        q,
+        k,
+        v,
+        o,
+        o if stats is None else stats,
+        batch,
+        heads_q,
+        problem.k.dims[1],
+        problem.group,
+        seq_q,
+        problem.seq_kv,
+        *tma_strides(problem.q),
+        *tma_strides(problem.k),
+        *tma_strides(problem.v),
+        *problem.o.strides,
+        *stats_strides,
+        problem.scale,
+    )
+    options = dict(
+        CAUSAL=problem.params.band == (None, 0),
+        BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
+        STORE_STATS=stats is not None,
+        HEAD_DIM=head_dim,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N[head_dim],
+        STAGES=stages(head_dim),
+        num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
+    )
+    return grid, args, options
+
+
+def launch(problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None) -> None:
+    """The kernel launched on torch tensors q, k, v, o (and stats) of ``problem`` (in scope)."""
+    grid, args, options = launch_arguments(problem, q, k, v, o, stats)
+    attention_warp_specialized_kernel[grid](*args, **options)

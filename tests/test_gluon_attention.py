@@ -1,0 +1,281 @@
+"""The warp-specialized attention forward (``attention/gluon_forward.py``): which problems the planner
+gives it, its kernel compiled for sm_90 on the CPU with its IR and ptxas figures checked (run as a
+script, it prints one JSON line per compiled variant; the test runs it in a subprocess, with Triton's
+compiler instead of its interpreter), and on an H200 (``pytest -m gpu``) its results against the float64
+reference."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import sm90
+import torch
+
+import opendnn as od
+from opendnn.families.attention import gluon_forward, triton_backend
+from opendnn.families.attention.api import attention_forward
+from opendnn.families.attention.problem import AttentionDescriptor, attention_problem
+from opendnn.families.attention.reference import reference_forward
+
+SHARED_MEMORY = 227 * 1024  # bytes a block may use on sm_90
+WS = "warp_specialized_forward"
+
+
+def problem(dtype="bfloat16", head_dim=128, value_dim=None, heads=(8, 2), seq=(4096, 4096), stats=True, **fields):
+    """A packed (B, H, S, D) forward problem of batch 2; ``fields``: the AttentionDescriptor's."""
+    (heads_q, heads_kv), (seq_q, seq_kv) = heads, seq
+    value_dim = value_dim or head_dim
+    q = od.TensorDescriptor(dtype, (2, heads_q, seq_q, head_dim))
+    k = od.TensorDescriptor(dtype, (2, heads_kv, seq_kv, head_dim))
+    v = od.TensorDescriptor(dtype, (2, heads_kv, seq_kv, value_dim))
+    o = od.TensorDescriptor(dtype, (2, heads_q, seq_q, value_dim))
+    extra = dict(stats=od.TensorDescriptor("float32", (2, heads_q, seq_q))) if stats else {}
+    return attention_problem(AttentionDescriptor(**fields), q, k, v, o, **extra)
+
+
+def strided(dims, strides, dtype="bfloat16"):
+    return od.TensorDescriptor(dtype, dims, strides)
+
+
+# ---- the planner ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("bfloat16, head dim 128, causal", dict(causal=True)),
+        ("float16, head dim 64", dict(dtype="float16", head_dim=64)),
+        ("head dim 256, bottom-right causal", dict(head_dim=256, causal=True, alignment="bottom_right")),
+        ("odd lengths, no stats", dict(seq=(1000, 1537), stats=False)),
+        ("MQA", dict(heads=(8, 1))),
+    ],
+)
+def test_16_bit_forwards_without_extras_take_the_warp_specialized_kernel_on_sm90(case, arguments):
+    plan = triton_backend.choose(problem(**arguments), True, True)
+    head_dim = arguments.get("head_dim", 128)
+    assert (plan.strategy, plan.block_m, plan.block_n) == (WS, 128, gluon_forward.BLOCK_N[head_dim]), case
+    assert plan.num_stages == gluon_forward.stages(head_dim), case
+
+
+@pytest.mark.parametrize(
+    "case, arguments, reason",
+    [
+        ("float32", dict(dtype="float32"), "FLOAT data"),
+        ("head dim 96", dict(head_dim=96), "head dims 96 and 96"),
+        ("value head dim apart", dict(value_dim=64), "head dims 128 and 64"),
+        ("a window", dict(window=(64, 0)), "a window"),
+        ("a softcap", dict(softcap=30.0), "a softcap"),
+        ("dropout", dict(dropout_p=0.1), "dropout"),
+    ],
+)
+def test_other_forwards_stay_on_the_tl_kernel(case, arguments, reason):
+    assert reason in gluon_forward.out_of_scope(problem(**arguments)), case
+    assert triton_backend.choose(problem(**arguments), True, True).strategy == "flash2_forward", case
+
+
+def test_strides_tma_cannot_read_stay_on_the_tl_kernel():
+    dims = (2, 8, 4096, 128)
+    o = od.TensorDescriptor("bfloat16", dims)
+    bshd = strided(dims, (4096 * 8 * 128, 128, 8 * 128, 1))
+    packed_qkv = strided(dims, (4096 * 3 * 8 * 128, 128, 3 * 8 * 128, 1))  # (B, S, 3, H, D) memory
+    odd_rows = strided(dims, (4096 * 8 * 132, 132, 8 * 132, 1))  # 132: rows 16-byte aligned (264 bytes: not)
+    head_dim_strided = strided(dims, (4096 * 8 * 256, 256, 8 * 256, 2))
+    broadcast_batch = strided(dims, (0, 128, 8 * 128, 1))
+    for q, expected in ((bshd, WS), (packed_qkv, WS), (odd_rows, "flash2_forward")):
+        assert (
+            triton_backend.choose(attention_problem(AttentionDescriptor(), q, q, q, o), True, True).strategy == expected
+        )
+    for k in (head_dim_strided, broadcast_batch):
+        chosen = attention_problem(AttentionDescriptor(), bshd, k, k, o)
+        assert "k's strides" in gluon_forward.out_of_scope(chosen)
+        assert triton_backend.choose(chosen, True, True).strategy == "flash2_forward"
+
+
+def test_a_backward_an_unaligned_base_or_another_gpu_or_the_interpreter_never_takes_it():
+    forward = problem()
+    assert triton_backend.choose(forward, True, False).strategy == "flash2_forward"  # not sm_90, or interpreted
+    assert triton_backend.choose(forward, False, True).strategy == "flash2_forward"  # a base TMA cannot read
+    assert triton_backend.choose(forward).strategy == "flash2_forward"
+    dims = (2, 8, 256, 64)
+    q = od.TensorDescriptor("float16", dims)
+    stats = od.TensorDescriptor("float32", dims[:3])
+    backward = attention_problem(AttentionDescriptor(), q, q, q, q, stats=stats, do=q, dq=q, dk=q, dv=q)
+    assert gluon_forward.out_of_scope(backward) == "a backward"
+    assert triton_backend.choose(backward, True, True).strategy == "flash2_deterministic_backward"
+
+
+def test_the_interpreter_runs_an_in_scope_forward_on_the_tl_kernel(monkeypatch):
+    launched = []
+    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(args))
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=generator).half() for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    d = od.TensorDescriptor
+    handle = od.create("cpu", backend="triton")
+    args = (d(q.dtype, q.shape), q, d(k.dtype, k.shape), k, d(v.dtype, v.shape), v, d(o.dtype, o.shape), o)
+    attention_forward(handle, AttentionDescriptor(causal=True), *args)
+    assert not launched and bool(torch.isfinite(o).all())
+
+
+def test_the_ring_takes_the_stages_that_fit_beside_the_query_block():
+    assert [gluon_forward.stages(head_dim) for head_dim in (64, 128, 256)] == [4, 3, 2]
+
+
+# ---- every variant compiled for sm_90 ------------------------------------------------------------
+
+HEAD_DIMS = (64, 128, 256)
+# name: (dtype, head dim, causal, stats)
+VARIANTS = {
+    f"{dtype}_{head_dim}_{'causal' if causal else 'full'}{'_stats' if stats else ''}": (dtype, head_dim, causal, stats)
+    for dtype in ("bfloat16", "float16")
+    for head_dim in HEAD_DIMS
+    for causal in (False, True)
+    for stats in (False, True)
+}
+# (registers a consumer and the producer keep; the launch's registers a thread): setmaxnreg and ptxas
+REGISTERS = ([24, 240], 168)
+
+
+def test_every_variant_compiles_to_a_warp_specialized_kernel_with_p_from_registers_and_no_spills():
+    completed = sm90.run_script(__file__, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
+    assert set(reports) == set(VARIANTS)
+    for name, report in reports.items():
+        head_dim = VARIANTS[name][1]
+        assert report["kernel"] == "attention_warp_specialized_kernel", name
+        assert report["partitions"] == [4, 1] and report["warps"] == 12, name
+        # Q K^T and P V per consumer, in each of the two loops (interior, edge): all asynchronous
+        assert (report["async_mma"], report["synchronous_mma"]) == (8, 0), name
+        assert report["a_from_registers"] == 4, name  # P V alone: P stays in registers
+        assert report["shared_loads"] == 0 and report["shared_stores"] == 0, name  # P's conversion too
+        assert report["tma_loads"] == 6, name  # q's two halves; k and v in each of the two loops
+        # per consumer and loop: Q K^T's D / 16 k-steps and P V's BLOCK_N / 16, one wgmma each
+        block_n = gluon_forward.BLOCK_N[head_dim]
+        assert report["wgmma_instructions"] == 4 * (head_dim // 16 + block_n // 16), name
+        assert [r for r in report["registers"] if r in REGISTERS[0]] == REGISTERS[0], name
+        assert report["launch_registers"] == REGISTERS[1] and report["spilled"] == 0, name
+        assert report["shared"] <= SHARED_MEMORY, name
+
+
+def variant_launch(name):
+    """The kernel's (grid, arguments, options) of variant ``name`` on one-element tensors: only their
+    dtypes and alignments specialize it (GQA 8/2, 4096 queries and keys)."""
+    dtype, head_dim, causal, stats = VARIANTS[name]
+    chosen = problem(dtype, head_dim, stats=stats, causal=causal)
+    assert gluon_forward.out_of_scope(chosen) is None, name
+    tensor = torch.empty(8, dtype=getattr(torch, dtype))
+    return gluon_forward.launch_arguments(chosen, tensor, tensor, tensor, tensor, torch.empty(8) if stats else None)
+
+
+def main() -> None:
+    """Print, per variant, a JSON line: ``sm90.warp_specialized_figures``, the wgmma instructions in
+    the PTX, and ptxas's registers a thread and spilled bytes."""
+    target, backend = sm90.target_or_exit()
+    kernel = gluon_forward.attention_warp_specialized_kernel
+    for name in VARIANTS:
+        _, args, options = variant_launch(name)
+        specialized = sm90.specialize(kernel, args, options, backend)
+        compiled = sm90.compile_sm90(kernel, *specialized[1:], specialized[0], target)
+        ptx = compiled.asm["ptx"]
+        registers, spilled = sm90.ptxas_usage(ptx, 90)
+        report = dict(
+            name=name,
+            **sm90.warp_specialized_figures(compiled),
+            wgmma_instructions=len(re.findall(r"wgmma\.mma_async", ptx)),
+            launch_registers=registers,
+            spilled=spilled,
+        )
+        print(json.dumps(report), flush=True)
+
+
+# ---- on the GPU ----------------------------------------------------------------------------------
+
+DEVICE = "cuda:0"
+# name: (dtype, (B, Hq, Hkv, Sq, Skv, D), layout, descriptor fields)
+GPU_CASES = {
+    "gqa_causal_top_left_odd_lengths": ("bfloat16", (2, 8, 2, 1000, 1537, 128), "bshd", dict(causal=True)),
+    "gqa_causal_bottom_right": (
+        "bfloat16",
+        (2, 8, 2, 1000, 1537, 128),
+        "bhsd",
+        dict(causal=True, alignment="bottom_right"),
+    ),
+    "more_queries_than_keys_bottom_right": (
+        "float16",
+        (1, 4, 4, 1537, 1000, 64),
+        "bshd",
+        dict(causal=True, alignment="bottom_right"),
+    ),
+    "float16_head_dim_64_full": ("float16", (2, 8, 8, 1000, 1537, 64), "bhsd", dict()),
+    "head_dim_256_causal": ("bfloat16", (1, 4, 2, 1000, 1537, 256), "bshd", dict(causal=True, scale=0.05)),
+    "packed_qkv": ("bfloat16", (2, 4, 4, 1537, 1537, 128), "packed", dict(causal=True)),
+}
+
+
+def gpu_inputs(dtype, shapes, layout, generator):
+    """q, k, v on the GPU as (B, H, S, D) views of ``layout`` memory: BSHD, BHSD or one (B, S, 3, H, D)
+    buffer."""
+    batch, heads_q, heads_kv, seq_q, seq_kv, dim = shapes
+
+    def random(*size):
+        return torch.randn(*size, device=DEVICE, dtype=dtype, generator=generator)
+
+    if layout == "packed":
+        qkv = random(batch, seq_q, 3, heads_q, dim)
+        return [qkv[:, :, part].transpose(1, 2) for part in range(3)]
+    if layout == "bshd":
+        return [
+            random(batch, seq, heads, dim).transpose(1, 2)
+            for heads, seq in ((heads_q, seq_q), (heads_kv, seq_kv), (heads_kv, seq_kv))
+        ]
+    return [random(batch, heads, seq, dim) for heads, seq in ((heads_q, seq_q), (heads_kv, seq_kv), (heads_kv, seq_kv))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GPU_CASES))
+def test_the_warp_specialized_forward_matches_the_float64_reference_on_gpu(name, monkeypatch):
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
+    launched = []
+    launch = gluon_forward.launch
+    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
+    dtype_name, shapes, layout, fields = GPU_CASES[name]
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator(DEVICE).manual_seed(len(name))
+    q, k, v = gpu_inputs(dtype, shapes, layout, generator)
+    batch, heads_q, _, seq_q, _, dim = shapes
+    buffer = torch.full((batch, seq_q + 2, heads_q + 1, dim + 8), float("nan"), device=DEVICE, dtype=dtype)
+    o = buffer[:, 1 : seq_q + 1, 1:, 8:].transpose(1, 2)  # poisoned, inside a larger poisoned buffer
+    stats = torch.full((batch, heads_q, seq_q), float("nan"), device=DEVICE)
+    d = od.TensorDescriptor
+    params = AttentionDescriptor(**fields)
+    tensors = [(d(t.dtype, t.shape, t.stride()), t) for t in (q, k, v, o)]
+    handle = od.create(DEVICE)
+    attention_forward(
+        handle,
+        params,
+        *(item for pair in tensors for item in pair),
+        stats_desc=d(stats.dtype, stats.shape),
+        stats=stats,
+    )
+    torch.cuda.synchronize()
+    assert launched, name
+    expected_o, expected_stats = reference_forward(params, *(t.double().cpu().numpy() for t in (q, k, v)))
+    inside = torch.zeros(buffer.shape, dtype=torch.bool, device=DEVICE)
+    inside[:, 1 : seq_q + 1, 1:, 8:] = True
+    assert bool(buffer[~inside].isnan().all()) and bool(torch.isfinite(o).all()), name  # written inside only
+    error = np.linalg.norm(o.double().cpu().numpy() - expected_o) / np.linalg.norm(expected_o)
+    assert error < 1e-2, (name, error)
+    lse = stats.double().cpu().numpy()
+    finite = np.isfinite(expected_stats)
+    assert (np.isneginf(lse) == ~finite).all() and not np.isnan(lse).any(), name
+    lse_error = np.linalg.norm(lse[finite] - expected_stats[finite]) / np.linalg.norm(expected_stats[finite])
+    assert lse_error < 1e-3, (name, lse_error)
+
+
+if __name__ == "__main__":
+    main()
