@@ -124,22 +124,21 @@ def filter_depthwise_rows_kernel(
             for phase in range(STEP):
                 # the window before the first step: taps 0 .. WIDTH - SHIFT - 1 at o_w = phase
                 window = (zero,) * WIDTH
-                for tap in tl.static_range(WIDTH - SHIFT):
-                    i_w = phase * sw + tap * dil_w - pad_w
+                for first in tl.static_range(WIDTH - SHIFT):
+                    i_w = phase * sw + first * dil_w - pad_w
                     x = tl.load(x_rows + i_w * x_sw, mask=x_mask & (i_w >= 0) & (i_w < XW), other=0.0)
-                    window = replaced(window, tap % WIDTH, x.to(COMPUTE))
+                    window = replaced(window, first, x.to(COMPUTE))
                 for o_w0 in range(phase, OW, STEP * WIDTH):
                     for u in tl.static_range(WIDTH):
                         o_w = o_w0 + u * STEP
-                        for new in tl.static_range(SHIFT):  # taps WIDTH - SHIFT .. WIDTH - 1 enter
-                            tap: tl.constexpr = WIDTH - SHIFT + new
+                        for tap in tl.static_range(WIDTH - SHIFT, WIDTH):  # the taps that enter the window
                             i_w = o_w * sw + tap * dil_w - pad_w
                             x = tl.load(x_rows + i_w * x_sw, mask=x_mask & (i_w >= 0) & (i_w < XW), other=0.0)
                             window = replaced(window, (u * SHIFT + tap) % WIDTH, x.to(COMPUTE))
                         dy = tl.load(dy_rows + o_w * dy_sw, mask=dy_mask & (o_w < OW), other=0.0).to(COMPUTE)
                         for s in tl.static_range(WIDTH):
-                            index: tl.constexpr = j * WIDTH + s
-                            sums = replaced(sums, index, sums[index] + dy * window[(u * SHIFT + s) % WIDTH])
+                            products = sums[j * WIDTH + s] + dy * window[(u * SHIFT + s) % WIDTH]
+                            sums = replaced(sums, j * WIDTH + s, products)
     for j in tl.static_range(FILTER_ROWS):
         filter_row = first_filter_row + j
         for s in tl.static_range(WIDTH):
