@@ -84,3 +84,17 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
     spills = re.search(r"(\d+) bytes spill stores", report.stderr)
     assert report.returncode == 0 and registers and spills, report.stderr
     return int(registers.group(1)), int(spills.group(1))
+
+
+def sass(cubin: bytes) -> str:
+    """The SASS of a cubin (cuobjdump, shipped beside Triton's ptxas)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as file:
+            file.write(cubin)
+        cuobjdump = os.path.join(os.path.dirname(get_ptxas(90).path), "cuobjdump")
+        report = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    return report.stdout
