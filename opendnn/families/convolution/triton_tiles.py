@@ -39,14 +39,16 @@ DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 # taps x pixels x channels float32; channels-last reads 64-byte channel rows, channels-first along pixels.
 # Channels-first keeps a tile within 192 registers (2.0x cuDNN); 32 x 32 x 8 was up to 15% faster at 252.
 DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (64, 16, 8, 4, 8, 4)}
-# ... from this many taps, by the same key. Channels-last: only where filter_direct_kernel cannot keep the
-# taps in registers (DIRECT_FILTER_COLUMNS): on 5 x 5 layers it is faster (0.24-0.32 of cuDNN against
-# 0.18-0.26). Channels-first: past the 3 x 3 filter (1.8-2.7x cuDNN on 5 x 5 and 7 x 7 layers).
+# ... from this many taps, by the same key, for the filters DEPTHWISE_ROWS_TILES leaves. Channels-last: only
+# where filter_direct_kernel cannot keep the taps in registers (DIRECT_FILTER_COLUMNS): on 5 x 5 layers it
+# was faster (0.24-0.32 of cuDNN against 0.18-0.26). Channels-first: past the 3 x 3 filter (1.8-2.7x cuDNN
+# on 5 x 5 and 7 x 7 layers).
 DEPTHWISE_FILTER_MIN_TAPS = {True: DIRECT_FILTER_COLUMNS + 1, False: 10}
 # Channels-last depthwise backward filter of these filter widths (filter_depthwise_rows_kernel, before the
 # two above): (output rows, most channels, filter rows, warps) per program, programs per SM and fewest
 # row blocks per slice, by the width. A thread holds rows x channels / threads channels (2, 4, 8) and
-# filter rows x width per-tap sums of each (98, 100, 72 float32 registers).
+# filter rows x width per-tap sums of each (98, 100, 72 float32 registers). Not yet timed on the GPU:
+# benchmarks/depthwise_sweep.py --channels-last-filter times the candidates.
 DEPTHWISE_ROWS_TILES = {3: (32, 32, 3, 4, 4, 2), 5: (16, 32, 5, 4, 4, 2), 7: (8, 32, 7, 4, 4, 2)}
 # Depthwise forward and backward data (conv_depthwise_kernel): output pixels, most channels and warps per
 # program, by whether the tensors' channels are contiguous; the geometric-mean best of
