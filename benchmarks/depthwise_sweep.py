@@ -1,15 +1,18 @@
 """Depthwise layers (batch 64) on the GPU: each direction as planned beside cuDNN; then forward and
 backward data on ``conv_depthwise_kernel`` under each candidate (pixels, channels, warps) tile; then
-the backward filter's candidate plans: ``filter_depthwise_kernel`` under each (pixels, channels,
-taps, warps) tile and programs per SM. 3 x 3 filters run the candidates too, beside their planned
-kernels (``conv_direct_kernel``, ``filter_direct_kernel``). Each line gives the error against float64
-and the GPU time (CUDA-graph replay); the last lines give the best plan per layer, layout and
-direction as entries of ``triton_tiles.DEPTHWISE_TILES`` and ``DEPTHWISE_FILTER_TILES`` (channels-last:
-True, channels-first: False), from how many taps each layout should take the new kernels (``DEPTHWISE_MIN_TAPS``,
-``DEPTHWISE_FILTER_MIN_TAPS``), and per layout the forward / backward data tile
-with the best geometric mean over the layers past 9 taps. docs/design/convolution.md, "Depthwise".
+the channels-first backward filter's candidate plans: ``filter_depthwise_kernel`` under each (pixels,
+channels, taps, warps) tile and programs per SM; then the bfloat16 channels-last backward filter on
+``filter_depthwise_rows_kernel`` under each (output rows, channels, filter rows, warps) tile and
+programs per SM (``--channels-last-filter``: only that part). 3 x 3 filters run the candidates too,
+beside their planned kernels (``conv_direct_kernel``, ``filter_direct_kernel``). Each line gives the
+error against float64 and the GPU time (CUDA-graph replay); the last lines give the best plan per
+layer, layout and direction as entries of ``triton_tiles.DEPTHWISE_TILES``, ``DEPTHWISE_FILTER_TILES``
+(channels-last: True, channels-first: False) and ``DEPTHWISE_ROWS_TILES`` (by filter width), from how
+many taps each layout should take the new kernels (``DEPTHWISE_MIN_TAPS``, ``DEPTHWISE_FILTER_MIN_TAPS``),
+and per layout the forward / backward data tile with the best geometric mean over the layers past 9
+taps. docs/design/convolution.md, "Depthwise".
 
-    PYTHONPATH=. python3 benchmarks/depthwise_sweep.py [--budget SECONDS]
+    PYTHONPATH=. python3 benchmarks/depthwise_sweep.py [--budget SECONDS] [--channels-last-filter]
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
     "effnet_dw5x5_c672_14": (672, 14, 672, 5, 1, 672),
     "mbv2_dw3x3s2_c144_56": (144, 56, 144, 3, 2, 144),
     "dw3x3_c256_28": (256, 28, 256, 3, 1, 256),
+    "dw3x3_c128_56": (128, 56, 128, 3, 1, 128),
+    "dw3x3_c512_14": (512, 14, 512, 3, 1, 512),
+    "dw3x3_c960_7": (960, 7, 960, 3, 1, 960),
 }
 LAYOUTS = ((DataType.BFLOAT16, True), (DataType.FLOAT, False))  # (dtype, channels last)
 DATA_TILES = {  # conv_depthwise_kernel's candidate (pixels, channels, warps) per layout
@@ -45,6 +51,13 @@ TILES = {  # filter_depthwise_kernel's candidate (pixels, channels, taps, warps)
 }
 PROGRAMS_PER_SM = [4, 8, 16]
 MIN_TILES_PER_SLICE = 4
+ROWS_TILES = {  # filter_depthwise_rows_kernel's candidate (output rows, channels, filter rows, warps) per width
+    3: [(32, 32, 3, 4), (16, 32, 3, 4), (64, 32, 1, 8)],
+    5: [(16, 32, 5, 4), (8, 32, 5, 4), (32, 32, 1, 4)],
+    7: [(8, 32, 7, 4), (16, 16, 7, 4), (32, 32, 1, 4)],
+}
+ROWS_PROGRAMS_PER_SM = [2, 4, 8]
+MIN_ROW_BLOCKS_PER_SLICE = 2
 
 
 def replan() -> None:
@@ -87,12 +100,50 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
     replan()
 
 
+def sweep_channels_last_filter(start: float, budget: float) -> None:
+    """The bfloat16 channels-last backward filter of every layer: as planned beside cuDNN, then
+    ``filter_depthwise_rows_kernel`` under each candidate of ROWS_TILES and ROWS_PROGRAMS_PER_SM; the
+    best entry of ``DEPTHWISE_ROWS_TILES`` per layer."""
+    chosen, best = dict(tiles.DEPTHWISE_ROWS_TILES), {}
+    for name, shape in LAYERS.items():
+        case = Case(shape, FILTER, DataType.BFLOAT16, True)
+        cudnn = bench_graph(case.torch_call()) * 1e3
+        error, ours = timed(case)
+        print(
+            f"{name:24s} bf16 NHWC FILTER planned err={error:.1e} ours={ours:8.1f}us cudnn={cudnn:8.1f}us "
+            f"ratio={cudnn / ours:.3f}",
+            flush=True,
+        )
+        width = shape[3]
+        for tile, per_sm in itertools.product(ROWS_TILES[width], ROWS_PROGRAMS_PER_SM):
+            if time.time() - start > budget:
+                break
+            tiles.DEPTHWISE_ROWS_TILES[width] = (*tile, per_sm, MIN_ROW_BLOCKS_PER_SLICE)
+            replan()
+            error, ours = timed(Case(shape, FILTER, DataType.BFLOAT16, True))
+            entry = f"DEPTHWISE_ROWS_TILES[{width}] = {tiles.DEPTHWISE_ROWS_TILES[width]}"
+            print(f"{name:24s} bf16 NHWC FILTER candidate {entry} err={error:.1e} ours={ours:8.1f}us", flush=True)
+            best[name] = max(best.get(name, (0.0, "")), (cudnn / ours, entry))
+        tiles.DEPTHWISE_ROWS_TILES.update(chosen)
+        replan()
+    for name, (ratio, entry) in best.items():
+        print(f"best {name:24s} bf16 NHWC FILTER ratio={ratio:.3f} {entry}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget", type=float, default=200.0, help="seconds; later candidates are skipped")
+    parser.add_argument(
+        "--channels-last-filter",
+        action="store_true",
+        help="only the bfloat16 channels-last backward filter (filter_depthwise_rows_kernel's candidates)",
+    )
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     start = time.time()
+    if args.channels_last_filter:
+        sweep_channels_last_filter(start, args.budget)
+        return
     chosen, min_taps = dict(tiles.DEPTHWISE_FILTER_TILES), tiles.DEPTHWISE_FILTER_MIN_TAPS
     best, cudnn, scores = {}, {}, {}
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
@@ -111,6 +162,8 @@ def main() -> None:
                 best[name, layout, direction] = (ratio, "3 x 3 kernel as planned")
     sweep_forward_and_backward_data(start, args.budget, cudnn, best, scores)
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
+        if channels_last:  # filter_depthwise_rows_kernel's candidates: sweep_channels_last_filter
+            continue
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         filter_cudnn = cudnn[name, layout, FILTER]
         tiles.DEPTHWISE_FILTER_MIN_TAPS = {True: 1, False: 1}  # every filter takes the new kernel
@@ -132,6 +185,7 @@ def main() -> None:
         tiles.DEPTHWISE_FILTER_TILES.update(chosen)
         tiles.DEPTHWISE_FILTER_MIN_TAPS = min_taps
         replan()
+    sweep_channels_last_filter(start, args.budget)
     print("best per layer and direction (ratio = cuDNN time / opendnn time):")
     for (name, layout, direction), (ratio, entry) in best.items():
         print(f"best {name:24s} {layout:14s} {direction.name:15s} ratio={ratio:.3f} {entry}")

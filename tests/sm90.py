@@ -105,3 +105,17 @@ def warp_specialized_figures(compiled: Any) -> dict[str, Any]:
         registers=sorted({int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
         shared=compiled.metadata.shared,
     )
+
+
+def sass(cubin: bytes) -> str:
+    """The SASS of a cubin (cuobjdump, shipped beside Triton's ptxas)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as file:
+            file.write(cubin)
+        cuobjdump = os.path.join(os.path.dirname(get_ptxas(90).path), "cuobjdump")
+        report = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    return report.stdout

@@ -1,35 +1,61 @@
-"""The depthwise kernels past 9 taps compiled for the H200 (sm_90) on the CPU, as ConvNeXt's 7 x 7
-depthwise layer (batch 64, 96 channels, 56 x 56) plans them in NHWC bfloat16 and NCHW float32: the
-backward filter (``filter_depthwise_kernel``) and the forward and backward data
-(``conv_depthwise_kernel``). Each keeps its accumulator in registers (no spills, at most MAX_REGISTERS
-a thread, so that several programs share an SM) and compiles in seconds (the filter's sizes are
-run-time values: no unrolled taps); channels-last activations load 16-byte channel vectors. In a
-subprocess: triton must load without its interpreter (tests/sm90.py)."""
+"""The depthwise kernels compiled for the H200 (sm_90) on the CPU. As ConvNeXt's 7 x 7 depthwise layer
+(batch 64, 96 channels, 56 x 56) plans them: the NCHW float32 backward filter (``filter_depthwise_kernel``)
+and the forward and backward data (``conv_depthwise_kernel``) in NHWC bfloat16 and NCHW float32, each
+with its accumulator in registers (no spills, at most MAX_REGISTERS a thread, so that several programs
+share an SM), compiled in seconds (the filter's sizes are run-time values: no unrolled taps),
+channels-last activations in 16-byte channel vectors. And the NHWC bfloat16 backward filter
+(``filter_depthwise_rows_kernel``, one compile per filter width) of a 7 x 7, a 5 x 5 and a 3 x 3 layer,
+its walk along the output rows counted in the SASS. In a subprocess: triton must load without its
+interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import sm90
 
 MAX_REGISTERS = 192  # at 192, two programs of 4 warps share an SM
 MAX_SECONDS = 10
-LAYOUTS = ("bfloat16 channels_last", "float32 channels_first")
-KERNELS = (
-    ("filter_depthwise_kernel", "BACKWARD_FILTER"),
-    ("conv_depthwise_kernel", "FORWARD"),
-    ("conv_depthwise_kernel", "BACKWARD_DATA"),
-)
-ROWS = [f"{name} {direction} {layout}" for name, direction in KERNELS for layout in LAYOUTS]
+BFLOAT16_NHWC, FLOAT32_NCHW = "bfloat16 channels_last", "float32 channels_first"
+ROWS = [
+    f"filter_depthwise_kernel BACKWARD_FILTER {FLOAT32_NCHW}",  # NHWC: filter_depthwise_rows_kernel
+    *(
+        f"conv_depthwise_kernel {direction} {layout}"
+        for direction in ("FORWARD", "BACKWARD_DATA")
+        for layout in (BFLOAT16_NHWC, FLOAT32_NCHW)
+    ),
+]
+# filter_depthwise_rows_kernel, NHWC bfloat16, per filter width: the layer (C = K, H = W, stride) it is
+# compiled for and the channels a thread holds in the planned tile
+ROWS_LAYERS = {7: (96, 56, 1, 2), 5: (240, 28, 1, 4), 3: (256, 28, 1, 8)}
+ROWS_MAX_REGISTERS = 200  # 7 x 7: 98 per-tap sums and a window of 14 a thread; two programs an SM
+ROWS_MAX_SECONDS = 30  # 7 x 7 unrolls 7 filter rows x 7 steps x 7 taps
+ROWS_MIN_FMA_SHARE = 0.35  # FFMA among the walk's instructions (measured 0.36-0.40)
+
+
+def test_depthwise_rows_filter_walk_is_fmas_and_two_loads_a_step():
+    """The walk along an output row, WIDTH steps unrolled (the innermost loop of the SASS): WIDTH x WIDTH
+    x channels FFMAs, one dy and one x load a step, no spills."""
+    completed = sm90.run_script(__file__, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = [line.split() for line in completed.stdout.splitlines() if line.startswith("rows")]
+    assert [int(line[1]) for line in lines] == list(ROWS_LAYERS)
+    for line in lines:
+        width, registers, spills, seconds, instructions, fmas, loads = map(float, line[1:])
+        assert registers <= ROWS_MAX_REGISTERS and spills == 0, line
+        assert seconds < ROWS_MAX_SECONDS, line
+        assert fmas == width * width * ROWS_LAYERS[width][3] and loads == 2 * width, line
+        assert fmas / instructions >= ROWS_MIN_FMA_SHARE, line
 
 
 def test_depthwise_kernels_fit_the_register_file_and_compile_in_seconds():
     completed = sm90.run_script(__file__, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    lines = [line.split() for line in completed.stdout.splitlines()[-len(ROWS) :]]
+    lines = [line.split() for line in completed.stdout.splitlines() if not line.startswith("rows")]
     assert [" ".join(line[:4]) for line in lines] == ROWS
     for line in lines:
         registers, spills, seconds, vector_loads = int(line[4]), int(line[5]), float(line[6]), int(line[7])
@@ -46,21 +72,59 @@ def main() -> None:
     import compile_times  # benchmarks/ is a folder of scripts, not a package
 
     target, backend = sm90.target_or_exit()
-    for name, direction in KERNELS:
-        for layout in LAYOUTS:
-            dtype, order = layout.split()
-            problem = compile_times.conv(
-                compile_times.ConvolutionDirection[direction], dtype, order, 64, 96, 96, (56, 56), (7, 7), 1, 96
-            )
-            _, compiles = compile_times.distinct_compiles([problem], backend)
-            (item,) = [item for item in compiles if item.name == name]
-            with tempfile.TemporaryDirectory() as folder:
-                ptx = Path(folder) / "kernel.ptx"
-                seconds = compile_times.compile_sm90(item, target, ptx)  # nothing cached
-                text = ptx.read_text()
-                registers, spills = sm90.ptxas_usage(text, 90)
-            vector_loads = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", text))
-            print(name, direction, layout, registers, spills, f"{seconds:.2f}", vector_loads, flush=True)
+    for row in ROWS:
+        name, direction, dtype, order = row.split()
+        problem = compile_times.conv(
+            compile_times.ConvolutionDirection[direction], dtype, order, 64, 96, 96, (56, 56), (7, 7), 1, 96
+        )
+        _, compiles = compile_times.distinct_compiles([problem], backend)
+        (item,) = [item for item in compiles if item.name == name]
+        with tempfile.TemporaryDirectory() as folder:
+            ptx = Path(folder) / "kernel.ptx"
+            seconds = compile_times.compile_sm90(item, target, ptx)  # nothing cached
+            text = ptx.read_text()
+            registers, spills = sm90.ptxas_usage(text, 90)
+        vector_loads = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", text))
+        print(row, registers, spills, f"{seconds:.2f}", vector_loads, flush=True)
+    for width, (channels, size, stride, _) in ROWS_LAYERS.items():
+        problem = compile_times.conv(
+            compile_times.ConvolutionDirection.BACKWARD_FILTER,
+            "bfloat16",
+            "channels_last",
+            64,
+            channels,
+            channels,
+            (size, size),
+            (width, width),
+            stride,
+            channels,
+        )
+        _, compiles = compile_times.distinct_compiles([problem], backend)
+        (item,) = [item for item in compiles if item.name == "filter_depthwise_rows_kernel"]
+        options, signature, constexprs, attrs = item.specialized
+        with tempfile.TemporaryDirectory() as folder:
+            compile_times.triton.knobs.cache.dir = folder  # nothing cached
+            start = time.perf_counter()
+            compiled = sm90.compile_sm90(item.launch.kernel, signature, constexprs, attrs, options, target)
+            seconds = time.perf_counter() - start
+        registers, spills = sm90.ptxas_usage(compiled.asm["ptx"], 90)
+        walk = innermost_loop(sm90.sass(compiled.asm["cubin"]))
+        fmas = sum(op == "FFMA" for op in walk)
+        loads = sum(op.startswith("LDG") for op in walk)
+        print("rows", width, registers, spills, f"{seconds:.2f}", len(walk), fmas, loads, flush=True)
+
+
+def innermost_loop(sass: str) -> list[str]:
+    """The opcodes of the shortest loop (a branch back to an earlier address) that holds FFMAs."""
+    instructions = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)
+    addresses = [int(address, 16) for address, _, _ in instructions]
+    loops = []
+    for address, opcode, operands in instructions:
+        target = re.match(r"\s*0x([0-9a-f]+)", operands)
+        if opcode == "BRA" and target and int(target.group(1), 16) < int(address, 16):
+            first, last = int(target.group(1), 16), int(address, 16)
+            loops.append([op for at, (_, op, _) in zip(addresses, instructions) if first <= at <= last])
+    return min((loop for loop in loops if "FFMA" in loop), key=len)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from opendnn.families.convolution.problem import (
     ConvolutionFwdAlgo,
     ConvolutionProblem,
 )
-from opendnn.families.convolution.triton_tiles import DEPTHWISE_FILTER_MIN_TAPS
+from opendnn.families.convolution.triton_tiles import DEPTHWISE_FILTER_MIN_TAPS, DEPTHWISE_ROWS_TILES
 from opendnn.families.pointwise.problem import PointwiseMode
 
 FWD, DATA, FILTER = ConvolutionDirection
@@ -346,7 +346,11 @@ def direct_launch(problem: ConvolutionProblem):
 
 @pytest.mark.parametrize("direction", [FWD, DATA, FILTER])
 def test_direct_kernels_unroll_the_taps_of_a_3x3_depthwise_filter(direction):
-    problem = check(direction, DataType.FLOAT, (2, 4, 6, 7), 4, (3, 3), pre=(1, 1), groups=4, channels_last=True)
+    """Channels-first backward filter: channels-last takes filter_depthwise_rows_kernel."""
+    channels_last = direction is not FILTER
+    problem = check(
+        direction, DataType.FLOAT, (2, 4, 6, 7), 4, (3, 3), pre=(1, 1), groups=4, channels_last=channels_last
+    )
     assert direct_launch(problem).options["UNROLLED"] == (1, 1, 3, 3)
 
 
@@ -408,13 +412,17 @@ DEPTHWISE_PAST_THE_UNROLL_LIMIT = [  # (dtype, x_dims, k, filt, options), one ch
 @pytest.mark.parametrize("channels_last", [True, False])
 @pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT)
 def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt, options, channels_last):
-    """Each case in both layouts: filter_depthwise_kernel from its layout's DEPTHWISE_FILTER_MIN_TAPS taps,
-    filter_direct_kernel below (channels-last 5 x 3 and 3 x 3 x 3), both against float64."""
+    """Each case in both layouts: channels-last filters of a width in DEPTHWISE_ROWS_TILES in float32
+    sums take filter_depthwise_rows_kernel (tests/test_convolution_depthwise_filter.py); the others
+    filter_depthwise_kernel from their layout's DEPTHWISE_FILTER_MIN_TAPS taps, filter_direct_kernel
+    below, all against float64."""
     options = dict(options, channels_last=channels_last)
     problem = check(FILTER, dtype, x_dims, k, filt, groups=x_dims[1], **options)
     plan = kernels.filter_plan(problem)
     assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.DIRECT
-    if math.prod(filt) < DEPTHWISE_FILTER_MIN_TAPS[channels_last]:
+    rows_kernel = channels_last and filt[-1] in DEPTHWISE_ROWS_TILES and dtype is not DataType.DOUBLE
+    assert bool(plan.filter_rows) == rows_kernel
+    if rows_kernel or math.prod(filt) < DEPTHWISE_FILTER_MIN_TAPS[channels_last]:
         assert plan.block_taps == 0
         return
     assert depthwise_filter_launch(problem).grid[1] == -(-math.prod(filt) // plan.block_taps)
@@ -496,9 +504,10 @@ def test_depthwise_writes_a_strided_channel_slice_and_nothing_around_it(directio
 
 
 def test_depthwise_backward_filter_slices_are_summed_in_a_fixed_order():
-    """Many slices (the workspace's partials, then filter_sum_kernel): bitwise the same on every run."""
+    """Many slices (the workspace's partials, then filter_sum_kernel) of filter_depthwise_rows_kernel:
+    bitwise the same on every run."""
     problem = check(FILTER, DataType.BFLOAT16, (5, 12, 16, 16), 12, (7, 7), pre=(3, 3), groups=12, channels_last=True)
-    assert kernels.filter_plan(problem).splits > 1
+    assert kernels.filter_plan(problem).splits > 1 and kernels.filter_plan(problem).filter_rows
     x_desc, x, _ = make(problem.x.dims, DataType.BFLOAT16, True, seed=1)
     _, y, _ = make(problem.y.dims, DataType.BFLOAT16, True, seed=3)
     size = kernels.workspace_size(problem)

@@ -59,6 +59,7 @@ from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_depthwise as depthwise
+from opendnn.families.convolution import triton_depthwise_filter as depthwise_filter
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
 from opendnn.families.convolution.gluon_filter import filter_split, filter_warp_specialized_launch
@@ -78,6 +79,7 @@ from opendnn.families.convolution.triton_tiles import (
     SUM_BLOCK,
     SUM_SPLITS,
     TABLE_BYTES_PER_TAP,
+    FilterPlan,
     Geometry,
     accumulator_type,
     aligned,
@@ -539,7 +541,9 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
     )
     tile = plan.tile
     launches = []
-    if strategy is Strategy.DIRECT and plan.block_taps:
+    if strategy is Strategy.DIRECT and plan.filter_rows:
+        launches.append(_depthwise_rows_launch(problem, plan, partial, flags))
+    elif strategy is Strategy.DIRECT and plan.block_taps:
         grid: tuple[int, ...] = (triton.cdiv(geo.k, tile.block_n), triton.cdiv(geo.taps, plan.block_taps), plan.splits)
         args = (Slot("x"), Slot("y"), Slot("w"), partial, *tensor_args, *filter_args)  # C/G is 1
         launches.append(
@@ -605,6 +609,46 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
     if plan.splits > 1:
         launches.append(_sum_launch(problem, plan.splits))
     return launches
+
+
+def _depthwise_rows_launch(problem: ConvolutionProblem, plan: FilterPlan, partial: Slot, flags: dict) -> Launch:
+    """filter_depthwise_rows_kernel over (channel blocks, filter-row blocks, slices of output rows)."""
+    geo = geometry(problem)
+    tile, width = plan.tile, geo.filt[2]
+    common = math.gcd(geo.stride[2], geo.dilation[2])
+    filter_rows = geo.filt[0] * geo.filt[1]
+    grid = (triton.cdiv(geo.k, tile.block_n), triton.cdiv(filter_rows, plan.filter_rows), plan.splits)
+    args = (
+        Slot("x"),
+        Slot("y"),
+        Slot("w"),
+        partial,
+        *strides5(problem.x),
+        *strides5(problem.y),
+        *strides5(problem.w),
+        geo.n * geo.y_size[0] * geo.y_size[1],
+        *geo.y_size,
+        *geo.x_size,
+        geo.k,
+        geo.k // geo.groups,
+        *geo.filt[:2],
+        *geo.pad,
+        *geo.stride,
+        *geo.dilation,
+        geo.dilation[2] // common,
+        plan.slice_pixels // geo.y_size[2],
+        problem.alpha,
+        problem.beta,
+    )
+    options = dict(
+        WIDTH=width,
+        SHIFT=geo.stride[2] // common,
+        FILTER_ROWS=plan.filter_rows,
+        BLOCK_ROWS=tile.block_m,
+        BLOCK_N=tile.block_n,
+        num_warps=tile.num_warps,
+    )
+    return Launch(depthwise_filter.filter_depthwise_rows_kernel, grid, args, dict(**options, **flags))
 
 
 def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:

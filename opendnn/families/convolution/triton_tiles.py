@@ -39,10 +39,17 @@ DIRECT_FILTER_TILES = {True: (16, 64, 1, 1056, 2), False: (64, 64, 4, 264, 8)}
 # taps x pixels x channels float32; channels-last reads 64-byte channel rows, channels-first along pixels.
 # Channels-first keeps a tile within 192 registers (2.0x cuDNN); 32 x 32 x 8 was up to 15% faster at 252.
 DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (64, 16, 8, 4, 8, 4)}
-# ... from this many taps, by the same key. Channels-last: only where filter_direct_kernel cannot keep the
-# taps in registers (DIRECT_FILTER_COLUMNS): on 5 x 5 layers it is faster (0.24-0.32 of cuDNN against
-# 0.18-0.26). Channels-first: past the 3 x 3 filter (1.8-2.7x cuDNN on 5 x 5 and 7 x 7 layers).
+# ... from this many taps, by the same key, for the filters DEPTHWISE_ROWS_TILES leaves. Channels-last: only
+# where filter_direct_kernel cannot keep the taps in registers (DIRECT_FILTER_COLUMNS): on 5 x 5 layers it
+# was faster (0.24-0.32 of cuDNN against 0.18-0.26). Channels-first: past the 3 x 3 filter (1.8-2.7x cuDNN
+# on 5 x 5 and 7 x 7 layers).
 DEPTHWISE_FILTER_MIN_TAPS = {True: DIRECT_FILTER_COLUMNS + 1, False: 10}
+# Channels-last depthwise backward filter of these filter widths (filter_depthwise_rows_kernel, before the
+# two above): (output rows, most channels, filter rows, warps) per program, programs per SM and fewest
+# row blocks per slice, by the width. A thread holds rows x channels / threads channels (2, 4, 8) and
+# filter rows x width per-tap sums of each (98, 100, 72 float32 registers). Not yet timed on the GPU:
+# benchmarks/depthwise_sweep.py --channels-last-filter times the candidates.
+DEPTHWISE_ROWS_TILES = {3: (32, 32, 3, 4, 4, 2), 5: (16, 32, 5, 4, 4, 2), 7: (8, 32, 7, 4, 4, 2)}
 # Depthwise forward and backward data (conv_depthwise_kernel): output pixels, most channels and warps per
 # program, by whether the tensors' channels are contiguous; the geometric-mean best of
 # benchmarks/depthwise_sweep.py over the 5 x 5 and 7 x 7 layers on the H200.
@@ -199,13 +206,15 @@ def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
 @dataclass(frozen=True)
 class FilterPlan:
     """Backward filter's tile and pixel slices; ``direct``: a direct kernel, ``block_taps``: taps a
-    program of filter_depthwise_kernel takes (0: another kernel)."""
+    program of filter_depthwise_kernel takes, ``filter_rows``: filter rows a program of
+    filter_depthwise_rows_kernel takes, whose tile counts output rows (0: another kernel)."""
 
     tile: Tile
     splits: int
     slice_pixels: int
     direct: bool
     block_taps: int = 0
+    filter_rows: int = 0
 
 
 def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
@@ -215,9 +224,21 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     pixels = geo.output_pixels
     direct = uses_direct(problem, kg, cg) and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
-    block_taps = 0
+    block_taps = filter_rows = 0
     channels_last = problem.y.strides[1] == 1
-    if direct and cg == 1 and geo.taps >= DEPTHWISE_FILTER_MIN_TAPS[channels_last]:
+    float32_sums = accumulator_type(problem) == tl.float32
+    if direct and cg == 1 and channels_last and float32_sums and geo.filt[2] in DEPTHWISE_ROWS_TILES:
+        block_rows, block_n, filter_rows, warps, per_sm, min_steps = DEPTHWISE_ROWS_TILES[geo.filt[2]]
+        block_n = next((b for b in (block_n, block_n // 2) if geo.k % b == 0), block_n)  # no idle channels
+        block_n = min(block_n, triton.next_power_of_2(geo.k))
+        block_rows = block_rows * DEPTHWISE_ROWS_TILES[geo.filt[2]][1] // block_n  # as many sums a thread
+        tile = Tile(block_rows, block_n, 0, warps, 1)
+        filter_rows = min(filter_rows, geo.filt[0] * geo.filt[1])
+        target = programs_to_fill(per_sm)
+        programs = triton.cdiv(geo.k, block_n) * triton.cdiv(geo.filt[0] * geo.filt[1], filter_rows)
+        step = block_rows * geo.y_size[2]  # whole output rows
+        direct_kernel = True
+    elif direct and cg == 1 and geo.taps >= DEPTHWISE_FILTER_MIN_TAPS[channels_last]:
         block_m, block_n, block_taps, warps, per_sm, min_steps = DEPTHWISE_FILTER_TILES[channels_last]
         block_n = next((b for b in (block_n, block_n // 2) if geo.k % b == 0), block_n)  # no idle channels
         tile = Tile(block_m, min(block_n, triton.next_power_of_2(geo.k)), 0, warps, 1)
@@ -244,7 +265,7 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         direct_kernel = False
     splits = max(1, min(triton.cdiv(target, programs), pixels // (step * min_steps)))
     slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), step) * step
-    return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel, block_taps)
+    return FilterPlan(tile, triton.cdiv(pixels, slice_pixels), slice_pixels, direct_kernel, block_taps, filter_rows)
 
 
 def im2col_elements(problem: ConvolutionProblem) -> int:
