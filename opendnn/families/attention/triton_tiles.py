@@ -241,6 +241,24 @@ def block_loop(lo, hi, inner_lo, inner_hi, EDGE: tl.constexpr):
 
 
 @triton.jit
+def rounded_to_fp8(x, dtype: tl.constexpr, ON_GRID: tl.constexpr):
+    """float32 ``x`` as ``dtype``: rounded to nearest even and saturated at the largest finite value
+    where ``dtype`` is fp8 (the GPU's cvt.rn.satfinite), converted as it is otherwise. ON_GRID (on
+    Triton's interpreter, whose conversion to fp8 cuts the mantissa without carrying a round-up into
+    the exponent) first saturates and rounds in float32 to the fp8 type's mantissa (Veltkamp's
+    split: c = x * (2**(23 - mantissa bits) + 1), x = c - (c - x)), so that the conversion is exact."""
+    if ON_GRID and (dtype == tl.float8e4nv or dtype == tl.float8e5):
+        if dtype == tl.float8e4nv:
+            largest, split = 448.0, 1048577.0  # 2**20 + 1: 3 mantissa bits
+        else:
+            largest, split = 57344.0, 2097153.0  # 2**21 + 1: 2 mantissa bits
+        x = tl.minimum(tl.maximum(x, -largest), largest)
+        c = x * split
+        x = c - (c - x)
+    return x.to(dtype)
+
+
+@triton.jit
 def compute_scalar(value, COMPUTE: tl.constexpr):
     """A float argument in the COMPUTE dtype, as a 1-element tensor (Triton's interpreter rounds
     tl.cast of a float argument through float32; tl.full keeps its float64 digits)."""
