@@ -93,12 +93,12 @@ def _values(bound: Bound, dtype: np.dtype) -> np.ndarray:
     fp8 NumPy arrays hold the bit patterns)."""
     view: Any = bound.view
     if bound.desc.dtype.is_fp8:
-        return (fp8_to_float64(view, bound.desc.dtype) if isinstance(view, np.ndarray) else view.double().numpy()).astype(
-            dtype
-        )
+        return (
+            fp8_to_float64(view, bound.desc.dtype) if isinstance(view, np.ndarray) else view.double().numpy()
+        ).astype(dtype)
     if not isinstance(view, np.ndarray):
         return (view.float() if bound.desc.dtype is DataType.BFLOAT16 else view).numpy().astype(dtype)
-    return (bf16_to_float32(view) if bound.desc.dtype is DataType.BFLOAT16 else view).astype(dtype)
+    return (bf16_to_float32(view) if view.dtype == np.uint16 else view).astype(dtype)  # bfloat16 bits
 
 
 def _store(bound: Bound, result: np.ndarray) -> None:
@@ -110,7 +110,7 @@ def _store(bound: Bound, result: np.ndarray) -> None:
         view.copy_(torch.from_numpy(np.ascontiguousarray(result)))
     elif bound.desc.dtype.is_fp8:
         np.copyto(view, float_to_fp8(result, bound.desc.dtype))
-    elif bound.desc.dtype is DataType.BFLOAT16:
+    elif view.dtype == np.uint16:  # bfloat16 bits (without ml_dtypes)
         np.copyto(view, float32_to_bf16(result))
     else:
         np.copyto(view, result.astype(view.dtype))

@@ -591,7 +591,9 @@ def _check_fp8(name: SlotNames, params: AttentionDescriptor, descs: dict[str, Te
         desc = descs[slot]
         if desc is None:
             require(
-                slot in FP8_AMAX, f"{name[slot]}=None but {fp8} needs it (a per-tensor factor)", Status.BAD_PARAM_NULL_POINTER
+                slot in FP8_AMAX,
+                f"{name[slot]}=None but {fp8} needs it (a per-tensor factor)",
+                Status.BAD_PARAM_NULL_POINTER,
             )
             continue
         require(
