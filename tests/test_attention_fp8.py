@@ -82,8 +82,8 @@ def test_fp8_forward_matches_reference_with_the_same_quantization(backend, dtype
 
 @pytest.mark.parametrize("backend", ["numpy", "triton"])
 def test_fp8_forward_rounds_p_as_the_reference_does(backend):
-    """With scale_s 1/16, P / 16 takes few fp8 values (most are subnormal): the result follows the reference's rounding of P,
-    and is far from the unrounded softmax's."""
+    """With scale_s 1/16, P / 16 takes few fp8 values (most are subnormal): the result follows the
+    reference's rounding of P, and is far from the unrounded softmax's."""
     dtype, shape = torch.float8_e4m3fn, (1, 2, 2, 24, 40, 32, 32)
     factors = _factors(dtype, scale_s=0.0625)
     (o, _, _, _), expected, values, params = _forward(backend, dtype, torch.bfloat16, shape, {}, factors)
@@ -98,9 +98,18 @@ def test_functional_fp8_returns_out_stats_and_maxima():
     q = torch.from_numpy(rng.uniform(-3, 3, (2, 4, 20, 32))).to(torch.float8_e4m3fn)
     k = torch.from_numpy(rng.uniform(-3, 3, (2, 2, 24, 32))).to(torch.float8_e4m3fn)
     out, stats, amax_s, amax_o = scaled_dot_product_attention(
-        q, k, k, is_causal=True, enable_gqa=True, scale_s=448.0, descale_s=torch.tensor([1 / 448]),
-        out_dtype=torch.bfloat16, return_stats=True, return_amax=True, handle=od.Handle(backend="numpy"),
-    )  # fmt: skip
+        q,
+        k,
+        k,
+        is_causal=True,
+        enable_gqa=True,
+        scale_s=448.0,
+        descale_s=torch.tensor([1 / 448]),
+        out_dtype=torch.bfloat16,
+        return_stats=True,
+        return_amax=True,
+        handle=od.Handle(backend="numpy"),
+    )
     factors = Fp8Scales(1.0, 1.0, 1.0, 1 / 448, 448.0, 1.0)
     values = [x.double().numpy() for x in (q, k, k)]
     expected = reference_forward_fp8(
@@ -117,20 +126,22 @@ def _fp8_call(**changes):
     return dict(query=q, key=q, value=q) | changes
 
 
-@pytest.mark.parametrize(
-    "changes, error, message",
-    [
-        (dict(softcap=5.0), NotSupported, "attention parameters.softcap=5.0 with query.dtype=float8_e4m3fn is not supported"),
-        (dict(dropout_p=0.1), NotSupported, "attention parameters.dropout_p=0.1 with query.dtype=float8_e4m3fn"),
-        (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), NotSupported, "attn_mask with query.dtype=float8_e4m3fn is not supported"),
-        (dict(sinks=torch.zeros(2)), NotSupported, "sinks with query.dtype=float8_e4m3fn is not supported"),
-        (dict(alibi_slopes=torch.zeros(2)), NotSupported, "alibi_slopes with query.dtype=float8_e4m3fn"),
-        (dict(out_dtype=torch.float32), NotSupported, "out.dtype=float32 must be float8_e4m3fn, float8_e5m2, bfloat16, float16"),
-        (dict(descale_q=torch.ones(2)), BadParam, "descale_q.shape=[2] must hold one element"),
-        (dict(scale_o=torch.ones(1, dtype=torch.float16)), NotSupported, "scale_o.dtype=float16 must be float32"),
-        (dict(query=torch.zeros(1, 2, 8, 16), key=torch.zeros(1, 2, 8, 16), value=torch.zeros(1, 2, 8, 16), descale_v=2.0), BadParam, "descale_v is given but query.dtype=float32 is not"),
-    ],
-)  # fmt: skip
+FP8 = "query.dtype=float8_e4m3fn"
+FLOATS = dict(query=torch.zeros(1, 2, 8, 16), key=torch.zeros(1, 2, 8, 16), value=torch.zeros(1, 2, 8, 16))
+REFUSALS = [
+    (dict(softcap=5.0), NotSupported, f"attention parameters.softcap=5.0 with {FP8} is not supported"),
+    (dict(dropout_p=0.1), NotSupported, f"attention parameters.dropout_p=0.1 with {FP8}"),
+    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), NotSupported, f"attn_mask with {FP8} is not supported"),
+    (dict(sinks=torch.zeros(2)), NotSupported, f"sinks with {FP8} is not supported"),
+    (dict(alibi_slopes=torch.zeros(2)), NotSupported, f"alibi_slopes with {FP8}"),
+    (dict(out_dtype=torch.float32), NotSupported, "out.dtype=float32 must be float8_e4m3fn, float8_e5m2, bfloat16"),
+    (dict(descale_q=torch.ones(2)), BadParam, "descale_q.shape=[2] must hold one element"),
+    (dict(scale_o=torch.ones(1, dtype=torch.float16)), NotSupported, "scale_o.dtype=float16 must be float32"),
+    (dict(**FLOATS, descale_v=2.0), BadParam, "descale_v is given but query.dtype=float32 is not"),
+]
+
+
+@pytest.mark.parametrize("changes, error, message", REFUSALS)
 def test_fp8_refusals_name_the_parameter(changes, error, message):
     with pytest.raises(error) as raised:
         scaled_dot_product_attention(**_fp8_call(**changes))
