@@ -12,8 +12,10 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention.problem import FP8_SCALES, AttentionProblem, AttentionTensors
-from opendnn.families.attention.reference import (
+from opendnn.families.attention.problem import (
+    FP8_SCALES,
+    AttentionProblem,
+    AttentionTensors,
     Fp8Scales,
     gathered,
     ragged_reference,

@@ -31,15 +31,8 @@ from opendnn.families.attention.functional import (
     scaled_dot_product_attention_varlen,
     scaled_dot_product_attention_varlen_backward,
 )
-from opendnn.families.attention.problem import FP8_AMAX, FP8_SCALES
-from opendnn.families.attention.reference import (
-    Fp8Scales,
-    gathered,
-    ragged_reference,
-    reference_backward,
-    reference_forward,
-    reference_forward_fp8,
-)
+from opendnn.families.attention.problem import FP8_AMAX, FP8_SCALES, Fp8Scales, reference_forward_fp8
+from opendnn.families.attention.reference import gathered, ragged_reference, reference_backward, reference_forward
 
 # variant -> (the descriptor's fields, bias: None, "float" (1, Hq, Sq, Skv) or "mask" (B, 1, Sq, Skv), lengths)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
