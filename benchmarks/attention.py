@@ -11,7 +11,10 @@ key/value heads):
     mha_hd64    32 heads of 64 and ``mha_hd256`` 8 heads of 256, 4k (batch 4), forward, causal and not;
     varlen      16 heads of 128, 16,384 tokens in five sequences of 1k to 6k (the token count of
                 mha_hd128 at 4k), causal, forward and backward through the packed (cu_seqlens) call;
-                torch runs its SDPA sequence by sequence, having no packed form on a dense call.
+                torch runs its SDPA sequence by sequence, having no packed form on a dense call;
+    fp8         gqa_hd128 at 4k, causal and not, forward with q, k and v in float8_e4m3fn (P scaled by
+                448 before its rounding, o in bfloat16) beside torch's bfloat16 SDPA on the same
+                values (torch has no fp8 SDPA); the check allows the rounding of P to e4m3 (5%).
 Tensors are BSHD in memory, (B, H, S, D) views, as a model's projections leave them.
 
 FLOPs: ``4 * B * Hq * Sq * Skv * D`` forward (two products of 2 flops a multiply-add), halved
@@ -89,6 +92,35 @@ def dense(shape_name: str, causal: bool, backward: bool) -> Build:
         shape = (batch, heads_q, heads_kv, seq, dim)
         run = _backward if backward else _forward
         return run(inputs, options, flops, shape)
+
+    return build
+
+
+def dense_fp8(shape_name: str, causal: bool) -> Build:
+    """The fp8 forward (e4m3 q, k, v; P scaled to e4m3's largest value; o in bfloat16) beside torch's
+    bfloat16 forward on the same values."""
+
+    def build(ctx: Context, dtype: torch.dtype) -> Bench:
+        batch, heads_q, heads_kv, seq, dim = SHAPES[shape_name][ctx.size]
+        fp8 = torch.float8_e4m3fn
+        q, k, v = (bshd(ctx, dtype, batch, heads, seq, dim).to(fp8) for heads in (heads_q, heads_kv, heads_kv))
+        options = dict(is_causal=causal, enable_gqa=heads_q != heads_kv)
+        factors = dict(scale_s=448.0, descale_s=torch.tensor([1 / 448], device=q.device))
+        wide = [t.to(torch.bfloat16) for t in (q, k, v)]
+        output = torch.empty_like(wide[0])
+        return Bench(
+            lambda: output.copy_(
+                F.scaled_dot_product_attention(q, k, v, out_dtype=torch.bfloat16, **factors, **options)
+            ),
+            lambda: torch.nn.functional.scaled_dot_product_attention(*wide, **options),
+            output,
+            nbytes(q, k, v) + nbytes(output),
+            lambda: output.fill_(math.nan),
+            (batch, heads_q, heads_kv, seq, dim),
+            dtype_label="float8_e4m3fn",
+            flops=attention_flops(heads_q, dim, batch * seq * seq, causal, False),
+            tolerance=0.05,
+        )
 
     return build
 
@@ -221,6 +253,8 @@ ATTENTION = [
     *_dense_cases(),
     Case("attn_varlen_hd128_causal_fwd", "attention", varlen(False)),
     Case("attn_varlen_hd128_causal_bwd", "attention", varlen(True)),
+    Case("attn_gqa_hd128_fp8_4k_fwd", "attention", dense_fp8("gqa_hd128_4k", False)),
+    Case("attn_gqa_hd128_fp8_4k_causal_fwd", "attention", dense_fp8("gqa_hd128_4k", True)),
 ]
 
 SUITES: dict[str, list[Case]] = {"attention": ATTENTION}

@@ -22,7 +22,8 @@ def test_cpu_smoke_run_of_the_attention_suite_checks_every_row(tmp_path):
     assert run.main([*argv, "--out", str(tmp_path), "--results", ""]) == 0
     rows = json.loads((tmp_path / "attention.json").read_text())
     assert [row["case"] for row in rows] == [case.name for case in attention.ATTENTION]
-    assert all(row["check"] == "ok" and row["rel_err"] < 1e-5 for row in rows), rows
+    # the fp8 rows against torch's bfloat16 SDPA: the rounding of P to e4m3 (a few percent)
+    assert all(row["check"] == "ok" and row["rel_err"] < (0.05 if "fp8" in row["case"] else 1e-5) for row in rows), rows
     by_name = {row["case"]: row for row in rows}
     # 2 x 4 heads x 37 x 37 pairs x 16 dims x 4 flops; causal halves it, the backward counts 2.5 times
     flops = 4 * 2 * 4 * 37 * 37 * 16

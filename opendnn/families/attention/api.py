@@ -20,6 +20,12 @@ of its side: element offset = token offset * that tensor's dims[2] stride, cuDNN
 layouts. The offsets are read on the host before any kernel runs (a synchronisation from a device).
 Paged K/V (forward only, as cuDNN's paged attention): ``block_table`` (B, blocks per sequence),
 INT32, with k and v descriptors of the caches, (num blocks, Hkv, block size, D) of any strides.
+
+fp8 forward, as cuDNN's fp8 SDPA: q, k and v FP8_E4M3 or FP8_E5M2, o fp8, BFLOAT16 or HALF, and
+the per-tensor factors ``descale_q``, ``descale_k``, ``descale_v``, ``descale_s``, ``scale_s`` and
+``scale_o`` (one FLOAT element each, on the device: read by the kernel, never by the host);
+``amax_s`` and ``amax_o`` (one FLOAT element each) receive the largest softmax weight and the
+largest |o| before scale_o (see ``reference`` for the formulas).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from opendnn.core.handle import Handle, MathType
 from opendnn.families.attention.descriptor import AttentionDescriptor
 from opendnn.families.attention.problem import (
     API_NAMES,
+    FP8_AMAX,
+    FP8_SCALES,
     AttentionProblem,
     AttentionTensors,
     attention_problem,
@@ -44,8 +52,9 @@ from opendnn.families.attention.problem import (
 LAYOUT_OPTIONAL = ("ragged_offsets_q", "ragged_offsets_kv", "block_table")
 FORWARD_OPTIONAL = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", *LAYOUT_OPTIONAL)
 BACKWARD_OPTIONAL = (*FORWARD_OPTIONAL, "dbias", "dsinks")
+FP8_OPTIONAL = (*FP8_SCALES, *FP8_AMAX)
 BACKWARD_SLOTS = ("q", "k", "v", "o", "stats", "do", "dq", "dk", "dv")
-OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks")
+OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks", *FP8_AMAX)
 
 
 def attention_forward(
@@ -80,9 +89,26 @@ def attention_forward(
     max_seqlen_kv: int | None = None,
     block_table_desc: TensorDescriptor | None = None,
     block_table: Any = None,
+    descale_q_desc: TensorDescriptor | None = None,
+    descale_q: Any = None,
+    descale_k_desc: TensorDescriptor | None = None,
+    descale_k: Any = None,
+    descale_v_desc: TensorDescriptor | None = None,
+    descale_v: Any = None,
+    descale_s_desc: TensorDescriptor | None = None,
+    descale_s: Any = None,
+    scale_s_desc: TensorDescriptor | None = None,
+    scale_s: Any = None,
+    scale_o_desc: TensorDescriptor | None = None,
+    scale_o: Any = None,
+    amax_s_desc: TensorDescriptor | None = None,
+    amax_s: Any = None,
+    amax_o_desc: TensorDescriptor | None = None,
+    amax_o: Any = None,
 ) -> None:
     """``o = softmax(mask(softcap(scale * q k^T) + bias - alibi), sinks) v`` with dropout, and the rows'
-    logsumexp into ``stats`` when given (dims (B, Hq, Sq), FLOAT).
+    logsumexp into ``stats`` when given (dims (B, Hq, Sq), FLOAT). fp8 q, k and v take the
+    factors ``descale_q`` ... ``scale_o`` and fill ``amax_s`` and ``amax_o`` when given.
 
     Raises:
         BadParam: dims that disagree, a tensor past its buffer or on another device, an overlapping
@@ -90,9 +116,10 @@ def attention_forward(
             decrease, end elsewhere than the packed tokens or exceed a max_seqlen, a needed block
             number outside the caches.
         NotSupported: a non-float dtype, a head dim outside 8..256, ragged offsets with a bias,
-            sequence lengths or a block table.
+            sequence lengths or a block table; with fp8 data a bias, ALiBi, sinks, softcap,
+            dropout, ragged offsets or a block table.
     """
-    pairs = _pairs(locals(), ("q", "k", "v", "o", "stats", *FORWARD_OPTIONAL))
+    pairs = _pairs(locals(), ("q", "k", "v", "o", "stats", *FORWARD_OPTIONAL, *FP8_OPTIONAL))
     _run(handle, attn_desc, pairs, max_seqlen_q, max_seqlen_kv)
 
 
@@ -171,9 +198,8 @@ def get_attention_forward_workspace_size(
     Raises:
         BadParam, NotSupported: as attention_forward.
     """
-    descs = dict(
-        q=q_desc, k=k_desc, v=v_desc, o=o_desc, **_optional_descs(optional_descs, ("stats", *FORWARD_OPTIONAL))
-    )
+    optional = _optional_descs(optional_descs, ("stats", *FORWARD_OPTIONAL, *FP8_OPTIONAL))
+    descs = dict(q=q_desc, k=k_desc, v=v_desc, o=o_desc, **optional)
     return _workspace_size(handle, attn_desc, descs, max_seqlen_q, max_seqlen_kv)
 
 

@@ -36,6 +36,8 @@ from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, MathType
 from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
 from opendnn.families.attention.problem import (
+    FP8_AMAX,
+    FP8_SCALES,
     AttentionTensors,
     SlotNames,
     attention_problem,
@@ -64,6 +66,7 @@ CALLER_NAMES = (
     ("ragged_offsets_q", "cu_seqlens_q"),
     ("ragged_offsets_kv", "cu_seqlens_k"),
     ("block_table", "block_table"),
+    *((slot, slot) for slot in (*FP8_SCALES, *FP8_AMAX)),
     ("max_seqlen_q", "max_seqlen_q"),
     ("max_seqlen_kv", "max_seqlen_k"),
 )
@@ -122,6 +125,14 @@ def scaled_dot_product_attention(
     seed: int = 0,
     offset: int = 0,
     return_stats: bool = False,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
+    descale_s: Any = None,
+    scale_s: Any = None,
+    scale_o: Any = None,
+    out_dtype: Any = None,
+    return_amax: bool = False,
     handle: Handle | None = None,
 ) -> Any:
     """``softmax(query @ key^T * scale + attn_mask) @ value`` as torch.nn.functional.scaled_dot_product_attention.
@@ -140,9 +151,17 @@ def scaled_dot_product_attention(
         seed, offset: the dropout mask's Philox key and first counter.
         return_stats: also return the rows' logsumexp (..., heads, queries), float32 (float64 for
             float64 data): what the backward needs.
+        descale_q, descale_k, descale_v, descale_s, scale_s, scale_o: fp8 query, key and value
+            (float8_e4m3fn or float8_e5m2, cuDNN's fp8 SDPA forward): the per-tensor factors, each a
+            number or a one-element float32 array (None: 1); see
+            ``opendnn.families.attention.reference`` for the formula.
+        out_dtype: out's dtype (default: the query's); fp8 data may take bfloat16 or float16.
+        return_amax: also return amax_s (the largest softmax weight) and amax_o (the largest |out|
+            before scale_o), one-element float32 arrays, after the stats: fp8 data only.
 
     Returns:
-        out (..., heads, queries, value head dim), or (out, stats) with return_stats.
+        out (..., heads, queries, value head dim); (out, stats) with return_stats; (out, [stats,]
+        amax_s, amax_o) with return_amax.
 
     Raises:
         BadParam: dims that disagree, key/value heads fewer than query heads without enable_gqa,
@@ -155,11 +174,14 @@ def scaled_dot_product_attention(
     batch, heads, seq_q, _ = q.desc.dims
     value_dim = inputs.v.desc.dims[3]
     broadcast = inputs.query_shape != tuple(inputs.natives[0].shape)
-    out = _output(inputs, q, "out", q.desc.dtype, (batch, heads, seq_q, value_dim), packed=broadcast)
+    out_type = q.desc.dtype if out_dtype is None else DataType.of(out_dtype)
+    out = _output(inputs, q, "out", out_type, (batch, heads, seq_q, value_dim), packed=broadcast)
     stats = None
     if return_stats:
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
         stats = _output(inputs, q, "stats", stats_dtype, (batch, heads, seq_q), packed=True)
+    factors = dict(zip(FP8_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
+    fp8 = _fp8_arrays(q, factors, return_amax)
     tensors = AttentionTensors(
         inputs.q,
         inputs.k,
@@ -171,10 +193,31 @@ def scaled_dot_product_attention(
         inputs.seq_lens_kv,
         alibi_slopes=inputs.alibi_slopes,
         sinks=inputs.sinks,
+        **fp8,
     )
     _run(params, tensors, handle, inputs.names)
-    result = to_caller_kind(out.caller, query)
-    return (result, to_caller_kind(stats.caller, query)) if stats is not None else result
+    results = [out.caller, *([] if stats is None else [stats.caller])]
+    results += [fp8[slot].view for slot in FP8_AMAX if slot in fp8]
+    return tuple(to_caller_kind(view, query) for view in results) if len(results) > 1 else results[0]
+
+
+def _fp8_arrays(q: Bound, factors: dict[str, Any], amax: bool) -> dict[str, Bound]:
+    """The fp8 forward's slots: each factor given as an array bound as it is, as a number (None: 1,
+    when q is fp8) in a new one-element float32 array beside q; new amax arrays when asked."""
+    arrays: dict[str, Bound] = {}
+    for slot, value in factors.items():
+        if value is None and not q.desc.dtype.is_fp8:
+            continue
+        if value is None or isinstance(value, (int, float)):
+            new = empty_like(q, DataType.FLOAT, (1,))
+            new.view[...] = 1.0 if value is None else value
+            arrays[slot] = Bound(slot, new.desc, new.view, new.device)
+        else:
+            arrays[slot] = wrap(slot, value)
+    for slot in FP8_AMAX if amax else ():
+        new = empty_like(q, DataType.FLOAT, (1,))
+        arrays[slot] = Bound(slot, new.desc, new.view, new.device)
+    return arrays
 
 
 @caller_dtypes

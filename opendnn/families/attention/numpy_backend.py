@@ -1,7 +1,8 @@
 """Attention on the NumPy backend: the reference in the compute dtype (float32, or float64 for
 DOUBLE data). The backward recomputes the forward from q, k and v; it reads neither o nor stats.
 Ragged sequences run through ``ragged_reference`` (padded, then packed again); paged K/V is
-gathered from its cache into (B, Hkv, Skv, D) first."""
+gathered from its cache into (B, Hkv, Skv, D) first. fp8 data runs ``reference_forward_fp8`` in
+float64, its factors read on the host."""
 
 from __future__ import annotations
 
@@ -11,8 +12,18 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention.problem import AttentionProblem, AttentionTensors
-from opendnn.families.attention.reference import gathered, ragged_reference, reference_backward, reference_forward
+from opendnn.families.attention.problem import (
+    FP8_SCALES,
+    AttentionProblem,
+    AttentionTensors,
+    Fp8Scales,
+    gathered,
+    ragged_reference,
+    reference_backward,
+    reference_forward,
+    reference_forward_fp8,
+)
+from opendnn.families.matmul.problem import float_to_fp8, fp8_to_float64
 
 
 def supports(problem: AttentionProblem) -> str | None:
@@ -25,6 +36,9 @@ def workspace_size(problem: AttentionProblem) -> int:
 
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
+    if problem.fp8:
+        _run_fp8(problem, t)
+        return
     compute = problem.compute_dtype.to_numpy()
     q, k, v = (_values(bound, compute) for bound in (t.q, t.k, t.v))
     bias = None if t.bias is None else _values(t.bias, np.dtype(np.bool_) if problem.mask_bias else compute)
@@ -64,12 +78,29 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
             _store(bound, result)
 
 
+def _run_fp8(problem: AttentionProblem, t: AttentionTensors) -> None:
+    """The fp8 forward: o, the stats and the maxima given."""
+    float64 = np.dtype(np.float64)
+    q, k, v = (_values(bound, float64) for bound in (t.q, t.k, t.v))
+    scales = Fp8Scales(*(float(_values(getattr(t, slot), float64).item()) for slot in FP8_SCALES))
+    lens = [None if bound is None else _values(bound, np.dtype(np.int64)) for bound in (t.seq_lens_q, t.seq_lens_kv)]
+    result = reference_forward_fp8(problem.params, q, k, v, scales, problem.q.dtype, problem.o.dtype, *lens)
+    for bound, values in ((t.o, result.o), (t.stats, result.lse), (t.amax_s, result.amax_s), (t.amax_o, result.amax_o)):
+        if bound is not None:
+            _store(bound, np.asarray(values, np.float64))
+
+
 def _values(bound: Bound, dtype: np.dtype) -> np.ndarray:
-    """The bound array's values as a new NumPy array of ``dtype`` (a CPU tensor or a NumPy array)."""
+    """The bound array's values as a new NumPy array of ``dtype`` (a CPU tensor or a NumPy array;
+    fp8 NumPy arrays hold the bit patterns)."""
     view: Any = bound.view
+    if bound.desc.dtype.is_fp8:
+        return (
+            fp8_to_float64(view, bound.desc.dtype) if isinstance(view, np.ndarray) else view.double().numpy()
+        ).astype(dtype)
     if not isinstance(view, np.ndarray):
         return (view.float() if bound.desc.dtype is DataType.BFLOAT16 else view).numpy().astype(dtype)
-    return (bf16_to_float32(view) if bound.desc.dtype is DataType.BFLOAT16 else view).astype(dtype)
+    return (bf16_to_float32(view) if view.dtype == np.uint16 else view).astype(dtype)  # bfloat16 bits
 
 
 def _store(bound: Bound, result: np.ndarray) -> None:
@@ -79,7 +110,9 @@ def _store(bound: Bound, result: np.ndarray) -> None:
         import torch
 
         view.copy_(torch.from_numpy(np.ascontiguousarray(result)))
-    elif bound.desc.dtype is DataType.BFLOAT16:
+    elif bound.desc.dtype.is_fp8:
+        np.copyto(view, float_to_fp8(result, bound.desc.dtype))
+    elif view.dtype == np.uint16:  # bfloat16 bits (without ml_dtypes)
         np.copyto(view, float32_to_bf16(result))
     else:
         np.copyto(view, result.astype(view.dtype))

@@ -11,10 +11,17 @@ attention; Hkv = 1 is multi-query attention).
 Data in FLOAT, HALF, BFLOAT16 or DOUBLE (one dtype for q, k, v, o and their gradients); stats in
 FLOAT (DOUBLE allowed with DOUBLE data, whose backward needs the extra digits); seq lens INT32 or
 INT64; ALiBi slopes, sinks and their gradient in FLOAT or the data dtype.
+
+fp8 forward (cuDNN's fp8 SDPA): q, k and v in one of FP8_E4M3 and FP8_E5M2, o in an fp8 type,
+BFLOAT16 or HALF, and the per-tensor factors descale_q, descale_k, descale_v, descale_s, scale_s and
+scale_o (one FLOAT element each, all required); amax_s and amax_o (one FLOAT element each) are
+written when given. Its masks are the causal one, windows and sequence lengths; a bias, ALiBi,
+sinks, softcap, dropout, ragged or paged layouts and the backward are refused.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
@@ -35,6 +42,8 @@ from opendnn.families.attention.reference import (
     PHILOX_ROUNDS,
     UINT32,
     Extras,
+    Fp8Forward,
+    Fp8Scales,
     Gradients,
     allowed_keys,
     diagonal_offsets,
@@ -46,11 +55,16 @@ from opendnn.families.attention.reference import (
     ragged_reference,
     reference_backward,
     reference_forward,
+    reference_forward_fp8,
+    saturated_fp8,
 )
 
 __all__ = [
     # this module's own: the problem, its rules and the host checks
     "API_NAMES",
+    "FP8_AMAX",
+    "FP8_OUTPUT_TYPES",
+    "FP8_SCALES",
     "MAX_HEAD_DIM",
     "MIN_HEAD_DIM",
     "SLOTS",
@@ -74,6 +88,8 @@ __all__ = [
     "AttentionDescriptor",
     "DiagonalAlignment",
     "Extras",
+    "Fp8Forward",
+    "Fp8Scales",
     "Gradients",
     "allowed_keys",
     "diagonal_offsets",
@@ -85,10 +101,16 @@ __all__ = [
     "ragged_reference",
     "reference_backward",
     "reference_forward",
+    "reference_forward_fp8",
+    "saturated_fp8",
 ]
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 8, 256  # the head dims the kernels support
 STATS_DIMS = ("batch", "heads", "sequence")
+# the fp8 forward's per-tensor factors (inputs, in Fp8Scales' order) and maxima (outputs)
+FP8_SCALES = Fp8Scales._fields
+FP8_AMAX = ("amax_s", "amax_o")
+FP8_OUTPUT_TYPES = (DataType.FP8_E4M3, DataType.FP8_E5M2, DataType.BFLOAT16, DataType.HALF)
 T = TypeVar("T")
 
 
@@ -120,6 +142,14 @@ class AttentionProblem:
     ragged_offsets_q: TensorDescriptor | None = None
     ragged_offsets_kv: TensorDescriptor | None = None
     block_table: TensorDescriptor | None = None
+    descale_q: TensorDescriptor | None = None
+    descale_k: TensorDescriptor | None = None
+    descale_v: TensorDescriptor | None = None
+    descale_s: TensorDescriptor | None = None
+    scale_s: TensorDescriptor | None = None
+    scale_o: TensorDescriptor | None = None
+    amax_s: TensorDescriptor | None = None
+    amax_o: TensorDescriptor | None = None
     max_seqlen_q: int = 0  # with ragged offsets: the longest sequence the kernels plan for
     max_seqlen_kv: int = 0
     allow_tf32: bool = False
@@ -166,6 +196,11 @@ class AttentionProblem:
     def compute_dtype(self) -> DataType:
         return self.q.dtype.compute_type
 
+    @property
+    def fp8(self) -> bool:
+        """fp8 q, k and v with per-tensor factors (cuDNN's fp8 SDPA forward)."""
+        return self.q.dtype.is_fp8
+
 
 class AttentionTensors(NamedTuple):
     """The memory of one call, in the problem's slots (None where the call has none)."""
@@ -189,6 +224,14 @@ class AttentionTensors(NamedTuple):
     ragged_offsets_q: Bound | None = None
     ragged_offsets_kv: Bound | None = None
     block_table: Bound | None = None
+    descale_q: Bound | None = None
+    descale_k: Bound | None = None
+    descale_v: Bound | None = None
+    descale_s: Bound | None = None
+    scale_s: Bound | None = None
+    scale_o: Bound | None = None
+    amax_s: Bound | None = None
+    amax_o: Bound | None = None
 
 
 SLOTS = AttentionTensors._fields
@@ -271,6 +314,14 @@ def attention_problem(
     ragged_offsets_q: TensorDescriptor | None = None,
     ragged_offsets_kv: TensorDescriptor | None = None,
     block_table: TensorDescriptor | None = None,
+    descale_q: TensorDescriptor | None = None,
+    descale_k: TensorDescriptor | None = None,
+    descale_v: TensorDescriptor | None = None,
+    descale_s: TensorDescriptor | None = None,
+    scale_s: TensorDescriptor | None = None,
+    scale_o: TensorDescriptor | None = None,
+    amax_s: TensorDescriptor | None = None,
+    amax_o: TensorDescriptor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_kv: int | None = None,
     names: SlotNames = API_NAMES,
@@ -284,7 +335,8 @@ def attention_problem(
     ``max_seqlen_q`` / ``max_seqlen_kv`` (default: the totals) bound the sequences' lengths.
     Paged K/V (a forward): with ``block_table`` (B, max blocks), k and v are caches of dims
     (num blocks, Hkv, block size, D) and key j of batch b lives in block ``block_table[b, j // block
-    size]``, row ``j % block size``.
+    size]``, row ``j % block size``. fp8 q, k and v (a forward): the per-tensor factors
+    ``descale_q`` ... ``scale_o`` and the maxima ``amax_s`` / ``amax_o`` (see ``reference``).
 
     Args:
         names: how the caller names each slot and its dims in the messages.
@@ -293,10 +345,12 @@ def attention_problem(
         BadParam: naming the descriptor: not 4 dims, dims that disagree (batch, heads, sequence,
             head dim), query heads not a multiple of key/value heads, dtypes that differ, stats,
             bias, seq lens, ALiBi slopes, sinks, offsets, block table or gradients of the wrong
-            dims or dtype, a tensor the backward needs missing.
+            dims or dtype, a tensor the backward needs missing, an fp8 factor missing or not one
+            element, fp8 factors with data that is not fp8.
         NotSupported: a non-float dtype, a head dim outside 8..256, the gradient of a BOOLEAN mask,
             ragged offsets with a bias, sequence lengths or a block table, the backward through
-            paged K/V.
+            paged K/V; with fp8 data a bias, ALiBi, sinks, softcap, dropout, ragged offsets, a
+            block table, the backward, or o of another dtype than fp8, BFLOAT16 or HALF.
     """
     name = names
     if not isinstance(params, AttentionDescriptor):
@@ -321,6 +375,14 @@ def attention_problem(
         ragged_offsets_q=ragged_offsets_q,
         ragged_offsets_kv=ragged_offsets_kv,
         block_table=block_table,
+        descale_q=descale_q,
+        descale_k=descale_k,
+        descale_v=descale_v,
+        descale_s=descale_s,
+        scale_s=scale_s,
+        scale_o=scale_o,
+        amax_s=amax_s,
+        amax_o=amax_o,
     )
     backward = do is not None
     for slot in ("stats", "dq", "dk", "dv") if backward else ():
@@ -336,17 +398,20 @@ def attention_problem(
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     require(
-        q.dtype.is_floating,
-        f"{name['q']}.dtype={q.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
+        q.dtype.is_floating or q.dtype.is_fp8,
+        f"{name['q']}.dtype={q.dtype.name} must be FLOAT, DOUBLE, HALF, BFLOAT16, FP8_E4M3 or FP8_E5M2",
         Status.NOT_SUPPORTED_DATA_TYPE,
     )
     for slot, desc in data.items():
+        if slot == "o" and q.dtype.is_fp8:
+            continue  # _check_fp8's rule
         require(
             desc.dtype is q.dtype, f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}"
         )
     heads_q, head_dim = q.dims[1], q.dims[3]
     heads_kv, value_dim = k.dims[1], v.dims[3]
     layout = _check_layout(name, descs, max_seqlen_q, max_seqlen_kv)
+    _check_fp8(name, params, descs)
     batch, seq_kv = layout[0], layout[2]
     _check_dims(name, "k", k, [None if block_table is not None else ("q", 0), None, None, ("q", 3)], data)
     _check_dims(name, "v", v, [("k", 0), ("k", 1), ("k", 2), None], data)
@@ -492,6 +557,55 @@ def _check_layout(
         )
         lengths.append(int(value))
     return first.dims[0] - 1, lengths[0], lengths[1]
+
+
+def _check_fp8(name: SlotNames, params: AttentionDescriptor, descs: dict[str, TensorDescriptor | None]) -> None:
+    """The fp8 forward's rules: its factors and maxima (one FLOAT element each, the factors all
+    required), o's dtype, and the parameters and tensors it does not serve; no factor without fp8."""
+    q, o = descs["q"], descs["o"]
+    assert q is not None and o is not None
+    if not q.dtype.is_fp8:
+        for slot in (*FP8_SCALES, *FP8_AMAX):
+            require(
+                descs[slot] is None,
+                f"{name[slot]} is given but {name['q']}.dtype={q.dtype.name} is not FP8_E4M3 or FP8_E5M2",
+            )
+        return
+    fp8 = f"{name['q']}.dtype={q.dtype.name}"
+    if descs["do"] is not None:
+        raise NotSupported(f"{name['do']} is given: the backward of {fp8} is not supported (forward only)")
+    for slot in ("bias", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table"):
+        if descs[slot] is not None:
+            raise NotSupported(
+                f"{name[slot]} with {fp8} is not supported (the fp8 forward's masks: causal, window, sequence lengths)"
+            )
+    for field, value in (("softcap", params.softcap), ("dropout_p", params.dropout_p)):
+        if value:
+            raise NotSupported(f"{name['params']}.{field}={value!r} with {fp8} is not supported")
+    require(
+        o.dtype in FP8_OUTPUT_TYPES,
+        f"{name['o']}.dtype={o.dtype.name} must be {', '.join(t.name for t in FP8_OUTPUT_TYPES)} for {fp8}",
+        Status.NOT_SUPPORTED_DATA_TYPE,
+    )
+    for slot in (*FP8_SCALES, *FP8_AMAX):
+        desc = descs[slot]
+        if desc is None:
+            require(
+                slot in FP8_AMAX,
+                f"{name[slot]}=None but {fp8} needs it (a per-tensor factor)",
+                Status.BAD_PARAM_NULL_POINTER,
+            )
+            continue
+        require(
+            math.prod(desc.dims) == 1,
+            f"{name.whole(slot)}={list(desc.dims)} must hold one element (a per-tensor number)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+        require(
+            desc.dtype is DataType.FLOAT,
+            f"{name[slot]}.dtype={desc.dtype.name} must be FLOAT",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
 
 
 def _check_per_head(

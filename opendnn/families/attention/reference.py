@@ -49,6 +49,24 @@ Backward, from dO (dims of o) with ``d = keep / (1 - dropout_p)``:
 
 dK and dV sum over the query heads that share a key/value head. The ALiBi slopes have no gradient
 (they are constants in ALiBi).
+
+fp8 forward (cuDNN's fp8 SDPA): q, k and v are fp8 values with per-tensor float32 factors, and P is
+rounded to q's fp8 type before its product with v. With ``M`` each row's largest score in log2 units
+rounded up to a whole number (``M = ceil(max_j s[i, j] * log2(e))``):
+
+    s      = scale * descale_q * descale_k * q . k          (then the masks, as above)
+    e[j]   = exp2(s[j] * log2(e) - M),  l = sum_j e[j]      (P = e / l, lse = M * ln(2) + log(l))
+    o_raw  = (sum_j fp8(e[j] * scale_s) * v[j]) / l * descale_s * descale_v
+    amax_s = max over every row of max_j P[j]               (the softmax before scale_s)
+    amax_o = max |o_raw|                                    (before scale_o)
+    o      = o_raw * scale_o, rounded to o's dtype
+
+``fp8(x)`` rounds to nearest even and saturates at the type's largest finite value (the GPU's
+``cvt.rn.satfinite``), for P and for an fp8 o. P is rounded before its division by l, which a
+one-pass kernel does not know until its last key block; ``M`` a whole number makes the kernel's
+rescaling of earlier blocks (by powers of two) commute with that rounding, so the kernel rounds the
+same numbers as this definition. cuDNN's graph writes the rounding after the division: the two
+differ by one fp8 rounding of each weight, and agree exactly where the rounding is exact.
 """
 
 from __future__ import annotations
@@ -58,7 +76,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from opendnn.core.dtypes import DataType
 from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
+from opendnn.families.matmul.problem import float_to_fp8, fp8_table, fp8_to_float64
 
 # ---- the counter-based generator of the dropout mask ---------------------------------------------
 
@@ -152,6 +172,7 @@ class _Weights(NamedTuple):
     dropped: np.ndarray  # p * keep / (1 - dropout_p)
     kept: np.ndarray | None  # keep / (1 - dropout_p), with dropout
     lse: np.ndarray  # (B, Hq, Sq), -inf for rows with no key (and no sink)
+    top: np.ndarray  # (B, Hq, Sq, 1): each row's largest score (or sink), -inf for rows with none
     tanh: np.ndarray | None  # tanh(scale * q . k / softcap), when softcapped
     keys: np.ndarray  # k repeated to the query heads
     values: np.ndarray  # v repeated to the query heads
@@ -193,7 +214,7 @@ def _weights(params: AttentionDescriptor, q: np.ndarray, k: np.ndarray, v: np.nd
     kept = None
     if params.dropout_p > 0:
         kept = dropout_keep(params, (batch, heads_q, seq_q, seq_kv)) / (1.0 - params.dropout_p)
-    return _Weights(p, p if kept is None else p * kept, kept, lse, tanh, keys, values)
+    return _Weights(p, p if kept is None else p * kept, kept, lse, top, tanh, keys, values)
 
 
 def reference_forward(
@@ -211,6 +232,58 @@ def reference_forward(
     the scores or a boolean mask, of 4 dims that broadcast to (B, Hq, Sq, Skv)."""
     w = _weights(params, q, k, v, Extras(bias, seq_lens_q, seq_lens_kv, alibi_slopes, sinks))
     return w.dropped @ w.values, w.lse
+
+
+class Fp8Scales(NamedTuple):
+    """The per-tensor factors of an fp8 forward (cuDNN's fp8 SDPA inputs)."""
+
+    descale_q: float
+    descale_k: float
+    descale_v: float
+    descale_s: float
+    scale_s: float
+    scale_o: float
+
+
+class Fp8Forward(NamedTuple):
+    o: np.ndarray  # o_raw * scale_o, rounded to o's dtype when that is fp8
+    lse: np.ndarray
+    amax_s: float
+    amax_o: float
+
+
+def saturated_fp8(values: np.ndarray, dtype: DataType) -> np.ndarray:
+    """``values`` rounded to the fp8 ``dtype`` (to nearest even, saturating at its largest finite
+    value), as float64."""
+    positive = fp8_table(dtype)[:128]
+    largest = float(positive[np.isfinite(positive)].max())
+    return fp8_to_float64(float_to_fp8(np.clip(values, -largest, largest), dtype), dtype)
+
+
+def reference_forward_fp8(
+    params: AttentionDescriptor,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scales: Fp8Scales,
+    data_dtype: DataType,
+    out_dtype: DataType,
+    seq_lens_q: np.ndarray | None = None,
+    seq_lens_kv: np.ndarray | None = None,
+) -> Fp8Forward:
+    """The fp8 forward definition (the module's docstring) in float64: q, k and v are the fp8
+    values of ``data_dtype``, P is rounded to it, o to ``out_dtype`` when that is fp8."""
+    descaled = q * (scales.descale_q * scales.descale_k)
+    w = _weights(params, descaled, k, v, Extras(seq_lens_q=seq_lens_q, seq_lens_kv=seq_lens_kv))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        whole = np.where(w.top == -np.inf, 0.0, np.ceil(w.top / math.log(2.0)))  # M, log2 units
+        total = np.exp(w.lse[..., None] - whole * math.log(2.0))  # l; 0 for rows with no key
+        rounded = saturated_fp8(w.p * total * scales.scale_s, data_dtype)
+        o_raw = (rounded @ w.values) / np.where(total == 0, 1.0, total) * (scales.descale_s * scales.descale_v)
+    o = o_raw * scales.scale_o
+    if out_dtype.is_fp8:
+        o = saturated_fp8(o, out_dtype)
+    return Fp8Forward(o, w.lse, float(w.p.max(initial=0.0)), float(np.abs(o_raw).max(initial=0.0)))
 
 
 class Gradients(NamedTuple):

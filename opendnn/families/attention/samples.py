@@ -1,7 +1,8 @@
 """Samples of attention_forward and attention_backward: the masks (causal top-left and bottom-right,
 sliding window, sequence lengths, a boolean mask), a float bias and its gradient, softcap, dropout,
 GQA and MQA, padded head dims, every dtype and layout; packed (ragged) sequences forward and
-backward, and paged K/V forward.
+backward, and paged K/V forward; the fp8 forward (e4m3 and e5m2 data, bfloat16 or float16 o) with
+its per-tensor factors, its stats and its maxima amax_s and amax_o.
 
 A sample's shape is (B, Hq, Hkv, Sq, Skv, D, Dv); its output concatenates every output of the call
 (o and the stats forward; dq, dk, dv and dbias backward), each divided by the norm of its reference,
@@ -30,6 +31,7 @@ from opendnn.families.attention.functional import (
     scaled_dot_product_attention_varlen,
     scaled_dot_product_attention_varlen_backward,
 )
+from opendnn.families.attention.problem import FP8_AMAX, FP8_SCALES, Fp8Scales, reference_forward_fp8
 from opendnn.families.attention.reference import gathered, ragged_reference, reference_backward, reference_forward
 
 # variant -> (the descriptor's fields, bias: None, "float" (1, Hq, Sq, Skv) or "mask" (B, 1, Sq, Skv), lengths)
@@ -128,6 +130,53 @@ def run_attention_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[n
         values.get("seq_lens_kv"),
     )
     return _joined([checked(t, o, expected_o), (t.values(stats), expected_stats)])
+
+
+def fp8_factors(dtype: DataType) -> Fp8Scales:
+    """Per-tensor factors for fp8 samples, none of them 1: P scaled to the type's largest value
+    (448 for e4m3, 57344 for e5m2) and back."""
+    largest = 448.0 if dtype is DataType.FP8_E4M3 else 57344.0
+    return Fp8Scales(0.5, 0.75, 1.25, 1.0 / largest, largest, 2.0)
+
+
+def run_attention_forward_fp8(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    """The fp8 forward into o of sample.out_dtype: o, stats, amax_s and amax_o against the float64 reference."""
+    params, tensors, values = _operands(sample, t)
+    batch, heads_q, _, seq_q, _, _, value_dim = sample.shape
+    assert sample.out_dtype is not None
+    o = t.output((batch, heads_q, seq_q, value_dim), sample.out_dtype, sample.layout, None)
+    stats = t.output((batch, heads_q, seq_q), DataType.FLOAT, "packed", None)
+    factors = fp8_factors(sample.dtype)
+    scalars = {slot: t.array(np.array([value]), DataType.FLOAT) for slot, value in zip(FP8_SCALES, factors)}
+    scalars |= {slot: t.output((1,), DataType.FLOAT, "packed", None) for slot in FP8_AMAX}
+    pairs = [(descriptor(tensors[slot]), tensors[slot]) for slot in ("q", "k", "v")]
+    keywords = {
+        key: value
+        for slot, array in scalars.items()
+        for key, value in ((f"{slot}_desc", descriptor(array)), (slot, array))
+    }
+    attention_forward(
+        handle,
+        params,
+        *(item for pair in pairs for item in pair),
+        descriptor(o),
+        o,
+        stats_desc=descriptor(stats),
+        stats=stats,
+        **_optional(tensors),
+        **keywords,
+    )
+    lens = (values.get("seq_lens_q"), values.get("seq_lens_kv"))
+    inputs = (values["q"], values["k"], values["v"])
+    expected = reference_forward_fp8(params, *inputs, factors, sample.dtype, sample.out_dtype, *lens)
+    return _joined(
+        [
+            checked(t, o, expected.o),
+            (t.values(stats), expected.lse),
+            (t.values(scalars["amax_s"]), np.array([expected.amax_s])),
+            (t.values(scalars["amax_o"]), np.array([expected.amax_o])),
+        ]
+    )
 
 
 def run_attention_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
@@ -294,6 +343,15 @@ def samples(size: str = "small") -> Iterator[Sample]:
         yield Sample(op, "ragged/causal", DataType.FLOAT, second, layout="permuted", runner=runner)
     for dtype in (DataType.FLOAT, *half):
         yield Sample("attention_forward", "paged/causal", dtype, first, runner=run_paged_forward)
+    fp8 = (
+        ("plain", DataType.FP8_E4M3, DataType.BFLOAT16, "packed"),
+        ("causal", DataType.FP8_E5M2, DataType.HALF, "permuted"),
+        ("causal_bottom_right/lengths", DataType.FP8_E4M3, DataType.BFLOAT16, "subregion"),
+    )
+    for variant, dtype, out_dtype, layout in fp8:
+        yield Sample(
+            "attention_forward", variant, dtype, first, layout, out_dtype=out_dtype, runner=run_attention_forward_fp8
+        )
 
 
 def _dense_operands(**changes: Any) -> dict[str, Any]:

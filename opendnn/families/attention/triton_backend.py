@@ -27,6 +27,7 @@ from typing import Any
 
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from opendnn.core.arrays import CPU, torch_view
 from opendnn.core.descriptors import TensorDescriptor
@@ -58,6 +59,7 @@ class Tile:
 
 # (element bytes) -> ((widest padded head dim, tile), ...): the first row that fits
 FORWARD_TILES = {
+    1: ((64, Tile(64, 64, 4, 3)), (128, Tile(128, 64, 8, 2)), (256, Tile(64, 64, 8, 2))),
     2: ((64, Tile(64, 64, 4, 3)), (128, Tile(128, 64, 4, 2)), (256, Tile(128, 32, 8, 3))),
     4: ((64, Tile(64, 32, 4, 2)), (128, Tile(32, 32, 4, 2)), (256, Tile(32, 16, 4, 2))),
     8: ((64, Tile(32, 16, 4, 2)), (256, Tile(16, 16, 4, 2))),
@@ -163,6 +165,9 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
     query_blocks = _block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, plan.block_m)
     if not problem.backward:
+        for amax in (args["amax_s_ptr"], args["amax_o_ptr"]):
+            if amax is not None:  # the kernel's programs join it by atomic max of numbers >= 0
+                amax.zero_()
         _launch(attention_forward_kernel, query_blocks, args, plan)
         return
     import torch
@@ -272,6 +277,10 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         SINKS=problem.sinks is not None,
         DROPOUT=dropout > 0,
         STORE_STATS=problem.stats is not None,
+        FP8=problem.fp8,
+        STORE_AMAX_S=problem.amax_s is not None,
+        STORE_AMAX_O=problem.amax_o is not None,
+        FP8_ON_GRID=problem.fp8 and isinstance(attention_forward_kernel, InterpretedFunction),
         HEAD_DIM_PADDED=head_dim != plan.block_d,
         VALUE_DIM_PADDED=problem.v.dims[3] != plan.block_dv,
         PRECISION="tf32" if problem.allow_tf32 else "ieee",

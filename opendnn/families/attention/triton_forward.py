@@ -29,6 +29,14 @@ offsets; the grid covers their real query blocks (the packed tokens' blocks plus
 at most), each program finding its sequence and block from the offsets. Paged K/V (PAGED) gathers each
 key tile's rows through the block table, one table entry per key (cached in L1 across the tile),
 so a block size of at least 16 keeps the loads as wide as the dense ones.
+
+fp8 (FP8: cuDNN's fp8 SDPA forward): q, k and v are fp8 and both products take fp8 operands with
+float32 accumulation. q k^T's multiplier gains descale_q * descale_k; the running max is rounded up
+to a whole number (log2 units), so that every rescaling of acc and l is a power of two, exact on the
+fp8-rounded weights; p * scale_s is rounded to v's type before p v; at the end o = acc / l *
+descale_s * descale_v, its largest |o| and each row's largest weight (exp2(top - m) / l, top the
+row's own max) join amax_o and amax_s by an atomic max (float32 maxima of non-negative numbers, the
+same in every order), and o is multiplied by scale_o. Bytes: q, k and v take one byte an element.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from opendnn.families.attention.triton_tiles import (
     load_tile,
     log2_score_scalars,
     paged_rows,
+    rounded_to_fp8,
     scheduled_block,
     sequence_lengths,
     store_tile,
@@ -70,6 +79,14 @@ def attention_forward_kernel(
     alibi_slopes_ptr,
     sinks_ptr,
     block_table_ptr,
+    descale_q_ptr,
+    descale_k_ptr,
+    descale_v_ptr,
+    descale_s_ptr,
+    scale_s_ptr,
+    scale_o_ptr,
+    amax_s_ptr,
+    amax_o_ptr,
     # layout: the strides of each tensor, (B, H, S, D) order ((block, H, row, D) for paged K/V);
     # (B, H, S) for stats; (q, kv) for the lengths or ragged offsets
     q_strides,
@@ -115,6 +132,10 @@ def attention_forward_kernel(
     SINKS: tl.constexpr,
     DROPOUT: tl.constexpr,
     STORE_STATS: tl.constexpr,
+    FP8: tl.constexpr,
+    STORE_AMAX_S: tl.constexpr,
+    STORE_AMAX_O: tl.constexpr,
+    FP8_ON_GRID: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
     VALUE_DIM_PADDED: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -156,6 +177,10 @@ def attention_forward_kernel(
     k_base = head_base(b, kv_head, k_strides, start_kv)
     v_base = head_base(b, kv_head, v_strides, start_kv)
     m = tl.full((BLOCK_M,), float("-inf"), COMPUTE)
+    if FP8:  # the per-tensor factors, once a program; top: the rows' largest scores
+        scale = scale * tl.load(descale_q_ptr) * tl.load(descale_k_ptr)
+        scale_s = tl.load(scale_s_ptr)
+        top = tl.full((BLOCK_M,), float("-inf"), COMPUTE)
     total = tl.zeros((BLOCK_M,), COMPUTE)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), COMPUTE)
     # the interior's key blocks first, whose scores need no mask, then the edge blocks around it
@@ -205,7 +230,11 @@ def attention_forward_kernel(
                 PRECISION,
                 COMPUTE,
             )
-            m_new = tl.maximum(m, tl.max(s, 1))
+            if FP8:  # a whole number: rescaling the rounded weights by exp2(m - m_new) is exact
+                top = tl.maximum(top, tl.max(s, 1))
+                m_new = tl.ceil(top)
+            else:
+                m_new = tl.maximum(m, tl.max(s, 1))
             shift_m = tl.where(m_new == float("-inf"), 0.0, m_new)
             rescale = tl.exp2(m - shift_m)
             p = tl.exp2(s - shift_m[:, None])
@@ -231,6 +260,8 @@ def attention_forward_kernel(
                 v = load_tile(
                     v_ptr, v_base, columns, value_dims, v_strides, limit_kv, value_dim, 0.0, EDGE, VALUE_DIM_PADDED
                 )
+            if FP8:
+                p = rounded_to_fp8(p * scale_s, v.dtype, FP8_ON_GRID)
             acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=COMPUTE)
             m = m_new
     # queries past len_q see no key (o = 0): the interior's blocks do not mask them
@@ -248,6 +279,14 @@ def attention_forward_kernel(
     empty = total == 0.0
     total = tl.where(empty, 1.0, total)
     o = tl.where(padding[:, None], 0.0, acc / total[:, None])
+    if FP8:
+        o = o * (tl.load(descale_s_ptr) * tl.load(descale_v_ptr))
+        if STORE_AMAX_S:  # a row's largest weight exp2(top - m) / l; 0 for rows with no key
+            weight = tl.where(empty | padding, 0.0, tl.exp2(top - m) / total)
+            tl.atomic_max(amax_s_ptr, tl.max(weight, 0))
+        if STORE_AMAX_O:
+            tl.atomic_max(amax_o_ptr, tl.max(tl.max(tl.abs(o), 1), 0))
+        o = rounded_to_fp8(o * tl.load(scale_o_ptr), o_ptr.dtype.element_ty, FP8_ON_GRID)
     o_base = head_base(b, h, o_strides, start_q)
     store_tile(o_ptr, o_base, rows, value_dims, o_strides, limit_q, value_dim, o)
     if STORE_STATS:

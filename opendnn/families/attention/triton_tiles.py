@@ -241,6 +241,26 @@ def block_loop(lo, hi, inner_lo, inner_hi, EDGE: tl.constexpr):
 
 
 @triton.jit
+def rounded_to_fp8(x, dtype: tl.constexpr, ON_GRID: tl.constexpr):
+    """float32 ``x`` as ``dtype``: rounded to nearest even and saturated at the largest finite value
+    where ``dtype`` is fp8 (the GPU's cvt.rn.satfinite), converted as it is otherwise. ON_GRID (on
+    Triton's interpreter, whose conversion to fp8 cuts the mantissa without carrying a round-up into
+    the exponent, and cuts subnormals) first saturates and rounds in float32 to the fp8 type's values:
+    normal ones by Veltkamp's split (c = x * (2**(23 - mantissa bits) + 1), x = c - (c - x)),
+    subnormal ones to a multiple of the smallest, q, by adding and taking away 1.5 * 2**23 * q; the
+    conversion of the result is exact."""
+    if ON_GRID and (dtype == tl.float8e4nv or dtype == tl.float8e5):
+        if dtype == tl.float8e4nv:  # 3 mantissa bits, smallest normal 2**-6, smallest subnormal 2**-9
+            largest, split, normal, shifter = 448.0, 1048577.0, 0.015625, 24576.0
+        else:  # 2 mantissa bits, smallest normal 2**-14, smallest subnormal 2**-16
+            largest, split, normal, shifter = 57344.0, 2097153.0, 0.00006103515625, 192.0
+        x = tl.minimum(tl.maximum(x, -largest), largest)
+        c = x * split
+        x = tl.where(tl.abs(x) < normal, (x + shifter) - shifter, c - (c - x))
+    return x.to(dtype)
+
+
+@triton.jit
 def compute_scalar(value, COMPUTE: tl.constexpr):
     """A float argument in the COMPUTE dtype, as a 1-element tensor (Triton's interpreter rounds
     tl.cast of a float argument through float32; tl.full keeps its float64 digits)."""
