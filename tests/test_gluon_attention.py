@@ -47,7 +47,7 @@ def strided(dims, strides, dtype="bfloat16"):
     "case, arguments",
     [
         ("bfloat16, head dim 128, causal", dict(causal=True)),
-        ("float16, head dim 64", dict(dtype="float16", head_dim=64)),
+        ("float16", dict(dtype="float16")),
         ("head dim 256, bottom-right causal", dict(head_dim=256, causal=True, alignment="bottom_right")),
         ("odd lengths, no stats", dict(seq=(1000, 1537), stats=False)),
         ("MQA", dict(heads=(8, 1))),
@@ -74,6 +74,12 @@ def test_16_bit_forwards_without_extras_take_the_warp_specialized_kernel_on_sm90
 def test_other_forwards_stay_on_the_tl_kernel(case, arguments, reason):
     assert reason in gluon_forward.out_of_scope(problem(**arguments)), case
     assert triton_backend.choose(problem(**arguments), True, True).strategy == "flash2_forward", case
+
+
+def test_head_dim_64_which_the_kernel_serves_stays_on_the_faster_tl_kernel():
+    chosen = problem(head_dim=64)
+    assert gluon_forward.out_of_scope(chosen) is None
+    assert triton_backend.choose(chosen, True, True).strategy == "flash2_forward"
 
 
 def test_strides_tma_cannot_read_stay_on_the_tl_kernel():
@@ -243,6 +249,7 @@ def test_the_warp_specialized_forward_matches_the_float64_reference_on_gpu(name,
     launched = []
     launch = gluon_forward.launch
     monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
+    monkeypatch.setattr(triton_backend, "WARP_SPECIALIZED_HEAD_DIMS", tuple(gluon_forward.BLOCK_N))
     dtype_name, shapes, layout, fields = GPU_CASES[name]
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator(DEVICE).manual_seed(len(name))

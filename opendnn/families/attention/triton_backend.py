@@ -45,6 +45,9 @@ from opendnn.families.attention.triton_forward import attention_forward_kernel
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
+# the head dims the warp-specialized forward takes where it can: at 64 the FlashAttention-2 kernel runs
+# faster on the H200 (docs/design/attention.md, "Forward on Hopper: warp-specialized")
+WARP_SPECIALIZED_HEAD_DIMS = (128, 256)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,12 @@ def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = 
     compiled for an sm_90 GPU. The warp-specialized forward where both hold and ``gluon_forward``
     takes the problem, with its own tile; otherwise ``tile_for``'s tile, never wider than the
     sequences rounded up to a power of two."""
-    if tma_aligned and hopper and gluon_forward.out_of_scope(problem) is None:
+    if (
+        tma_aligned
+        and hopper
+        and problem.q.dims[3] in WARP_SPECIALIZED_HEAD_DIMS
+        and gluon_forward.out_of_scope(problem) is None
+    ):
         head_dim = problem.q.dims[3]
         block_n, stages = gluon_forward.BLOCK_N[head_dim], gluon_forward.stages(head_dim)
         return AttentionPlan("warp_specialized_forward", gluon_forward.BLOCK_M, block_n, head_dim, head_dim, 4, stages)
