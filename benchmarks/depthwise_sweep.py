@@ -103,8 +103,9 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
 def sweep_channels_last_filter(start: float, budget: float) -> None:
     """The bfloat16 channels-last backward filter of every layer: as planned beside cuDNN, then
     ``filter_depthwise_rows_kernel`` under each candidate of ROWS_TILES and ROWS_PROGRAMS_PER_SM; the
-    best entry of ``DEPTHWISE_ROWS_TILES`` per layer."""
-    chosen, best = dict(tiles.DEPTHWISE_ROWS_TILES), {}
+    best entry of ``DEPTHWISE_ROWS_TILES`` per layer, and per filter width the entries by their
+    geometric mean over that width's layers (the planner's table takes one entry a width)."""
+    chosen, best, scores = dict(tiles.DEPTHWISE_ROWS_TILES), {}, {}
     for name, shape in LAYERS.items():
         case = Case(shape, FILTER, DataType.BFLOAT16, True)
         cudnn = bench_graph(case.torch_call()) * 1e3
@@ -124,10 +125,13 @@ def sweep_channels_last_filter(start: float, budget: float) -> None:
             entry = f"DEPTHWISE_ROWS_TILES[{width}] = {tiles.DEPTHWISE_ROWS_TILES[width]}"
             print(f"{name:24s} bf16 NHWC FILTER candidate {entry} err={error:.1e} ours={ours:8.1f}us", flush=True)
             best[name] = max(best.get(name, (0.0, "")), (cudnn / ours, entry))
+            scores.setdefault(entry, []).append(cudnn / ours)
         tiles.DEPTHWISE_ROWS_TILES.update(chosen)
         replan()
     for name, (ratio, entry) in best.items():
         print(f"best {name:24s} bf16 NHWC FILTER ratio={ratio:.3f} {entry}")
+    for entry, ratios in sorted(scores.items(), key=lambda item: -geomean(item[1])):
+        print(f"geomean bf16 NHWC FILTER {geomean(ratios):.3f} over {len(ratios)} {entry}")
 
 
 def main() -> None:

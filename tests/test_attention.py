@@ -315,7 +315,7 @@ def call_forward(
         (
             lambda: call_forward(dtype="int32"),
             od.NotSupported,
-            r"q_desc.dtype=INT32 must be FLOAT, DOUBLE, HALF or BFLOAT16",
+            r"q_desc.dtype=INT32 must be FLOAT, DOUBLE, HALF, BFLOAT16, FP8_E4M3 or FP8_E5M2",
         ),
         (
             lambda: call_forward(stats_desc=od.TensorDescriptor("float64", (1, 2, 5)), stats=np.zeros(10)),

@@ -506,7 +506,7 @@ def test_depthwise_writes_a_strided_channel_slice_and_nothing_around_it(directio
 def test_depthwise_backward_filter_slices_are_summed_in_a_fixed_order():
     """Many slices (the workspace's partials, then filter_sum_kernel) of filter_depthwise_rows_kernel:
     bitwise the same on every run."""
-    problem = check(FILTER, DataType.BFLOAT16, (5, 12, 16, 16), 12, (7, 7), pre=(3, 3), groups=12, channels_last=True)
+    problem = check(FILTER, DataType.BFLOAT16, (24, 12, 16, 16), 12, (7, 7), pre=(3, 3), groups=12, channels_last=True)
     assert kernels.filter_plan(problem).splits > 1 and kernels.filter_plan(problem).filter_rows
     x_desc, x, _ = make(problem.x.dims, DataType.BFLOAT16, True, seed=1)
     _, y, _ = make(problem.y.dims, DataType.BFLOAT16, True, seed=3)

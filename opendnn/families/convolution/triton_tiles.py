@@ -46,10 +46,10 @@ DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (64, 16, 8, 4, 8, 
 DEPTHWISE_FILTER_MIN_TAPS = {True: DIRECT_FILTER_COLUMNS + 1, False: 10}
 # Channels-last depthwise backward filter of these filter widths (filter_depthwise_rows_kernel, before the
 # two above): (output rows, most channels, filter rows, warps) per program, programs per SM and fewest
-# row blocks per slice, by the width. A thread holds rows x channels / threads channels (2, 4, 8) and
-# filter rows x width per-tap sums of each (98, 100, 72 float32 registers). Not yet timed on the GPU:
-# benchmarks/depthwise_sweep.py --channels-last-filter times the candidates.
-DEPTHWISE_ROWS_TILES = {3: (32, 32, 3, 4, 4, 2), 5: (16, 32, 5, 4, 4, 2), 7: (8, 32, 7, 4, 4, 2)}
+# row blocks per slice, by the width: the best geometric mean per width of benchmarks/depthwise_sweep.py
+# --channels-last-filter over its layers (one filter row a program beat the whole filter's rows on every
+# width: fewer per-tap sums a thread, more programs).
+DEPTHWISE_ROWS_TILES = {3: (64, 32, 1, 8, 2, 2), 5: (32, 32, 1, 4, 8, 2), 7: (32, 32, 1, 4, 8, 2)}
 # Depthwise forward and backward data (conv_depthwise_kernel): output pixels, most channels and warps per
 # program, by whether the tensors' channels are contiguous; the geometric-mean best of
 # benchmarks/depthwise_sweep.py over the 5 x 5 and 7 x 7 layers on the H200.
