@@ -38,12 +38,30 @@ issued once its P V product on the stage is complete. Block ``i`` of a program u
 ``i % STAGES`` in phase ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase flipped,
 which a fresh barrier passes.
 
+**Schedules** (SCHEDULE, a constexpr; bit 0 the ping-pong turns, bit 1 the overlap):
+
+- INDEPENDENT (``independent_blocks``): per block, Q K^T issued and waited for together with the
+  previous block's P V, the softmax, P V issued; the two consumers run free of each other.
+- PING_PONG: the same, with the consumers taking turns on the tensor cores (FlashAttention-3's
+  inter-warpgroup schedule): a section is one consumer's products issued back to back (the previous
+  block's P V and this block's Q K^T); ``turn[h]`` lets consumer ``h`` start its section once the
+  other has issued its own, and the sections alternate, so one consumer's products run while the
+  other exponentiates. Both consumers walk the same blocks, so their sections pair up.
+- OVERLAP (``overlapped_blocks``; the intra-warpgroup overlap): the first block's scores and softmax
+  alone (masked wherever it lies), then per block Q K^T issued, the previous block's P V issued behind
+  it, S waited for alone (``warpgroup_mma_wait(1)``: wgmma groups complete in order), the softmax
+  while P V runs, then P V waited for, O rescaled and the stage released; the last block's P V after
+  the loops. P of the previous block stays live beside the new scores.
+- PING_PONG_OVERLAP: both; a section is one block's Q K^T and the previous block's P V.
+
 **Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
 gives each consumer 240: a 64 x BLOCK_N float32 score tile (BLOCK_N / 2 a thread), its 16-bit P (a
-quarter of that) and the 64 x Dv float32 O (Dv / 2).
+quarter of that; two of them live in the overlapped schedules) and the 64 x Dv float32 O (Dv / 2).
 
-**Tiles.** BLOCK_N 128 at head dims 64 and 128, 64 at 256 (``BLOCK_N``); the stages that fit in the
-227 KB of shared memory beside the query block, at most MAX_STAGES (``stages``).
+**Tiles.** ``Tile``: the schedule, BLOCK_N and the ring's stages, per head dim in TILES (the planner's
+one place, ``tile_for``); ``candidate_tiles`` lists the others a sweep times (every schedule, the
+widths of BLOCK_NS, the most stages that fit in the 227 KB of shared memory beside the query block,
+at most 4, and one fewer).
 
 **Arguments.** The partitions take every scalar as an argument of its own, written out where
 ``warp_specialize`` is called (a tuple assigned in a Gluon kernel turns its constexprs into runtime
@@ -708,11 +726,10 @@ def tma_aligned(*tensors: Any) -> bool:
 
 
 def launch_arguments(
-    problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None
+    problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None, tile: Tile
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, arguments, keyword arguments) of the kernel's launch on tensors q, k, v, o (and stats)
-    of ``problem`` (in scope), at ``tile_for``'s tile."""
-    tile = tile_for(problem.q.dims[3])
+    """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on tensors q, k, v, o
+    (and stats) of ``problem`` (in scope)."""
     batch, heads_q, seq_q = problem.batch, problem.q.dims[1], problem.seq_q
     stats_strides = (0, 0, 0) if problem.stats is None else problem.stats.strides
     grid = (triton.cdiv(seq_q, BLOCK_M), batch * heads_q)
@@ -750,6 +767,7 @@ def launch_arguments(
 
 
 def launch(problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None) -> None:
-    """The kernel launched on torch tensors q, k, v, o (and stats) of ``problem`` (in scope)."""
-    grid, args, options = launch_arguments(problem, q, k, v, o, stats)
+    """The kernel launched at ``tile_for``'s tile on torch tensors q, k, v, o (and stats) of ``problem``
+    (in scope)."""
+    grid, args, options = launch_arguments(problem, q, k, v, o, stats, tile_for(problem.q.dims[3]))
     attention_warp_specialized_kernel[grid](*args, **options)
