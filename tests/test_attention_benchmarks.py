@@ -11,10 +11,11 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import attention  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+import attention_schedules  # noqa: E402
 import attention_tiles  # noqa: E402
 import run  # noqa: E402
 
-from opendnn.families.attention import triton_backend  # noqa: E402
+from opendnn.families.attention import gluon_forward, triton_backend  # noqa: E402
 
 
 def test_cpu_smoke_run_of_the_attention_suite_checks_every_row(tmp_path):
@@ -69,3 +70,39 @@ def test_candidate_tiles_start_with_the_table_and_stay_within_the_sequences():
     assert tiles[0] == triton_backend.tile_for(problem) == triton_backend.Tile(128, 64, 4, 2)
     assert len(set(tiles)) == len(tiles) and all(tile.block_n <= 64 for tile in tiles[1:])
     assert {tile.block_m for tile in tiles} == {64, 128}
+
+
+def test_schedule_sweep_forces_its_tile_on_every_head_dim_and_gives_the_planner_back():
+    from opendnn import TensorDescriptor
+    from opendnn.families.attention.problem import AttentionDescriptor, attention_problem
+
+    q = TensorDescriptor("bfloat16", (1, 8, 4096, 64))
+    problem = attention_problem(AttentionDescriptor(), q, q, q, q)
+    tile = gluon_forward.Tile(gluon_forward.PING_PONG, 256, 3)
+    with attention_schedules.forced_tile(tile):
+        plan = triton_backend.choose(problem, True, True)
+        assert (plan.strategy, plan.block_n, plan.num_stages) == ("warp_specialized_forward", 256, 3)
+    assert triton_backend.choose(problem, True, True).strategy == "flash2_forward"  # head dim 64: tl again
+    assert gluon_forward.tile_for(64) == gluon_forward.TILES[64]
+
+
+def test_schedule_sweep_table_puts_each_tile_beside_torch_and_names_the_best():
+    def result(row, tile, ms, planned=False):
+        timed = dict(opendnn_ms=ms, ratio=2.0 / ms, check="ok") if ms else dict(check="WRONG", error="rel_err 1")
+        return dict(row=row, tile=tile, planned=planned, torch_ms=2.0, **timed)
+
+    results = [
+        result("gqa_hd128_4k", "ping-pong+overlap n128 s3", 2.5, planned=True),
+        result("gqa_hd128_4k", "independent n128 s3", 2.0),
+        result("mha_hd64_4k", "ping-pong+overlap n128 s3", None, planned=True),
+        result("mha_hd64_4k", "independent n128 s3", 4.0),
+    ]
+    lines = attention_schedules.table(results).splitlines()
+    assert lines[0] == "| tile | gqa_hd128_4k | mha_hd64_4k |"
+    assert lines[2] == "| torch SDPA | 2.000 ms | 2.000 ms |"
+    assert lines[3] == "| ping-pong+overlap n128 s3 | 2.500 ms (0.80) | WRONG |"
+    assert lines[4] == "| independent n128 s3 | 2.000 ms (1.00) | 4.000 ms (0.50) |"
+    assert lines[-2:] == [
+        "best gqa_hd128_4k: independent n128 s3: ratio 1.00",
+        "best mha_hd64_4k: independent n128 s3: ratio 0.50",
+    ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -55,9 +56,8 @@ def strided(dims, strides, dtype="bfloat16"):
 )
 def test_16_bit_forwards_without_extras_take_the_warp_specialized_kernel_on_sm90(case, arguments):
     plan = triton_backend.choose(problem(**arguments), True, True)
-    head_dim = arguments.get("head_dim", 128)
-    assert (plan.strategy, plan.block_m, plan.block_n) == (WS, 128, gluon_forward.BLOCK_N[head_dim]), case
-    assert plan.num_stages == gluon_forward.stages(head_dim), case
+    tile = gluon_forward.tile_for(arguments.get("head_dim", 128))
+    assert (plan.strategy, plan.block_m, plan.block_n, plan.num_stages) == (WS, 128, tile.block_n, tile.stages), case
 
 
 @pytest.mark.parametrize(
@@ -127,22 +127,49 @@ def test_the_interpreter_runs_an_in_scope_forward_on_the_tl_kernel(monkeypatch):
 
 
 def test_the_ring_takes_the_stages_that_fit_beside_the_query_block():
-    assert [gluon_forward.stages(head_dim) for head_dim in (64, 128, 256)] == [4, 3, 2]
+    most = [gluon_forward.most_stages(head_dim, block_n) for head_dim, block_n in ((64, 128), (128, 128), (256, 64))]
+    assert most == [6, 3, 2]
+    assert [gluon_forward.tile_for(head_dim).stages for head_dim in (64, 128, 256)] == [4, 3, 2]
+
+
+@pytest.mark.parametrize("head_dim", sorted(gluon_forward.TILES))
+def test_the_candidate_tiles_start_with_the_planned_one_and_fit(head_dim):
+    tiles = gluon_forward.candidate_tiles(head_dim)
+    assert tiles[0] == gluon_forward.tile_for(head_dim) and len(set(tiles)) == len(tiles)
+    assert {tile.schedule for tile in tiles} == set(gluon_forward.SCHEDULES)
+    assert {tile.block_n for tile in tiles} == set(gluon_forward.BLOCK_NS[head_dim])
+    assert all(2 <= tile.stages <= min(4, gluon_forward.most_stages(head_dim, tile.block_n)) for tile in tiles)
 
 
 # ---- every variant compiled for sm_90 ------------------------------------------------------------
 
-HEAD_DIMS = (64, 128, 256)
-# name: (dtype, head dim, causal, stats)
+# every schedule at every key block width, the ring at the most stages that fit (at most 4); name:
+# (dtype, head dim, causal, stats, tile): bfloat16, causal with stats and full without, and the planned
+# tile in float16
 VARIANTS = {
-    f"{dtype}_{head_dim}_{'causal' if causal else 'full'}{'_stats' if stats else ''}": (dtype, head_dim, causal, stats)
-    for dtype in ("bfloat16", "float16")
-    for head_dim in HEAD_DIMS
-    for causal in (False, True)
-    for stats in (False, True)
+    **{
+        f"bfloat16_{head_dim}_{'causal_stats' if causal else 'full'}_schedule{schedule}_n{block_n}": (
+            "bfloat16",
+            head_dim,
+            causal,
+            causal,
+            gluon_forward.Tile(schedule, block_n, min(4, gluon_forward.most_stages(head_dim, block_n))),
+        )
+        for head_dim, block_ns in gluon_forward.BLOCK_NS.items()
+        for block_n in block_ns
+        for schedule in gluon_forward.SCHEDULES
+        for causal in (False, True)
+    },
+    **{
+        f"float16_{head_dim}_full_stats": ("float16", head_dim, False, True, tile)
+        for head_dim, tile in gluon_forward.TILES.items()
+    },
 }
 # (registers a consumer and the producer keep; the launch's registers a thread): setmaxnreg and ptxas
 REGISTERS = ([24, 240], 168)
+# (head dim, block_n, schedule) -> the most bytes ptxas spills (measured, 280 to 512 with the variant):
+# the 64 x 256 score tile beside the previous block's P in the overlapped schedules
+SPILLS = {(64, 256, gluon_forward.OVERLAP): 512, (64, 256, gluon_forward.PING_PONG_OVERLAP): 512}
 
 
 def test_every_variant_compiles_to_a_warp_specialized_kernel_with_p_from_registers_and_no_spills():
@@ -151,30 +178,34 @@ def test_every_variant_compiles_to_a_warp_specialized_kernel_with_p_from_registe
     reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
     assert set(reports) == set(VARIANTS)
     for name, report in reports.items():
-        head_dim = VARIANTS[name][1]
+        _, head_dim, _, _, tile = VARIANTS[name]
+        overlapped = tile.schedule in (gluon_forward.OVERLAP, gluon_forward.PING_PONG_OVERLAP)
         assert report["kernel"] == "attention_warp_specialized_kernel", name
         assert report["partitions"] == [4, 1] and report["warps"] == 12, name
-        # Q K^T and P V per consumer, in each of the two loops (interior, edge): all asynchronous
-        assert (report["async_mma"], report["synchronous_mma"]) == (8, 0), name
-        assert report["a_from_registers"] == 4, name  # P V alone: P stays in registers
+        # per consumer: Q K^T and P V in each of the two loops (interior, edge), all asynchronous;
+        # overlapped, the first block's Q K^T and the last block's P V besides
+        products = 6 if overlapped else 4
+        assert (report["async_mma"], report["synchronous_mma"]) == (2 * products, 0), name
+        assert report["a_from_registers"] == products, name  # P V alone: P stays in registers
         assert report["shared_loads"] == 0 and report["shared_stores"] == 0, name  # P's conversion too
         assert report["tma_loads"] == 6, name  # q's two halves; k and v in each of the two loops
-        # per consumer and loop: Q K^T's D / 16 k-steps and P V's BLOCK_N / 16, one wgmma each
-        block_n = gluon_forward.BLOCK_N[head_dim]
-        assert report["wgmma_instructions"] == 4 * (head_dim // 16 + block_n // 16), name
+        # Q K^T's D / 16 k-steps and P V's BLOCK_N / 16, one wgmma each
+        assert report["wgmma_instructions"] == products * (head_dim // 16 + tile.block_n // 16), name
         assert [r for r in report["registers"] if r in REGISTERS[0]] == REGISTERS[0], name
-        assert report["launch_registers"] == REGISTERS[1] and report["spilled"] == 0, name
+        assert report["launch_registers"] == REGISTERS[1], name
+        assert report["spilled"] <= SPILLS.get((head_dim, tile.block_n, tile.schedule), 0), name
         assert report["shared"] <= SHARED_MEMORY, name
 
 
 def variant_launch(name):
     """The kernel's (grid, arguments, options) of variant ``name`` on one-element tensors: only their
     dtypes and alignments specialize it (GQA 8/2, 4096 queries and keys)."""
-    dtype, head_dim, causal, stats = VARIANTS[name]
+    dtype, head_dim, causal, stats, tile = VARIANTS[name]
     chosen = problem(dtype, head_dim, stats=stats, causal=causal)
     assert gluon_forward.out_of_scope(chosen) is None, name
     tensor = torch.empty(8, dtype=getattr(torch, dtype))
-    return gluon_forward.launch_arguments(chosen, tensor, tensor, tensor, tensor, torch.empty(8) if stats else None)
+    stats_tensor = torch.empty(8) if stats else None
+    return gluon_forward.launch_arguments(chosen, tensor, tensor, tensor, tensor, stats_tensor, tile)
 
 
 def main() -> None:
@@ -242,14 +273,17 @@ def gpu_inputs(dtype, shapes, layout, generator):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("schedule", gluon_forward.SCHEDULES)
 @pytest.mark.parametrize("name", list(GPU_CASES))
-def test_the_warp_specialized_forward_matches_the_float64_reference_on_gpu(name, monkeypatch):
+def test_the_warp_specialized_forward_matches_the_float64_reference_on_gpu(name, schedule, monkeypatch):
     if torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
+    planned = gluon_forward.tile_for
+    monkeypatch.setattr(gluon_forward, "tile_for", lambda head_dim: replace(planned(head_dim), schedule=schedule))
     launched = []
     launch = gluon_forward.launch
     monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
-    monkeypatch.setattr(triton_backend, "WARP_SPECIALIZED_HEAD_DIMS", tuple(gluon_forward.BLOCK_N))
+    monkeypatch.setattr(triton_backend, "WARP_SPECIALIZED_HEAD_DIMS", tuple(gluon_forward.TILES))
     dtype_name, shapes, layout, fields = GPU_CASES[name]
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator(DEVICE).manual_seed(len(name))

@@ -38,12 +38,30 @@ issued once its P V product on the stage is complete. Block ``i`` of a program u
 ``i % STAGES`` in phase ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase flipped,
 which a fresh barrier passes.
 
+**Schedules** (SCHEDULE, a constexpr; bit 0 the ping-pong turns, bit 1 the overlap):
+
+- INDEPENDENT (``independent_blocks``): per block, Q K^T issued and waited for together with the
+  previous block's P V, the softmax, P V issued; the two consumers run free of each other.
+- PING_PONG: the same, with the consumers taking turns on the tensor cores (FlashAttention-3's
+  inter-warpgroup schedule): a section is one consumer's products issued back to back (the previous
+  block's P V and this block's Q K^T); ``turn[h]`` lets consumer ``h`` start its section once the
+  other has issued its own, and the sections alternate, so one consumer's products run while the
+  other exponentiates. Both consumers walk the same blocks, so their sections pair up.
+- OVERLAP (``overlapped_blocks``; the intra-warpgroup overlap): the first block's scores and softmax
+  alone (masked wherever it lies), then per block Q K^T issued, the previous block's P V issued behind
+  it, S waited for alone (``warpgroup_mma_wait(1)``: wgmma groups complete in order), the softmax
+  while P V runs, then P V waited for, O rescaled and the stage released; the last block's P V after
+  the loops. P of the previous block stays live beside the new scores.
+- PING_PONG_OVERLAP: both; a section is one block's Q K^T and the previous block's P V.
+
 **Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
 gives each consumer 240: a 64 x BLOCK_N float32 score tile (BLOCK_N / 2 a thread), its 16-bit P (a
-quarter of that) and the 64 x Dv float32 O (Dv / 2).
+quarter of that; two of them live in the overlapped schedules) and the 64 x Dv float32 O (Dv / 2).
 
-**Tiles.** BLOCK_N 128 at head dims 64 and 128, 64 at 256 (``BLOCK_N``); the stages that fit in the
-227 KB of shared memory beside the query block, at most MAX_STAGES (``stages``).
+**Tiles.** ``Tile``: the schedule, BLOCK_N and the ring's stages, per head dim in TILES (the planner's
+one place, ``tile_for``); ``candidate_tiles`` lists the others a sweep times (every schedule, the
+widths of BLOCK_NS, the most stages that fit in the 227 KB of shared memory beside the query block,
+at most 4, and one fewer).
 
 **Arguments.** The partitions take every scalar as an argument of its own, written out where
 ``warp_specialize`` is called (a tuple assigned in a Gluon kernel turns its constexprs into runtime
@@ -52,6 +70,7 @@ values; see ``matmul/gluon_hopper.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import triton
@@ -75,10 +94,30 @@ from opendnn.kernels.device import TMA_ALIGNMENT
 CONSUMER_REGISTERS = gl.constexpr(240)
 PRODUCER_REGISTERS = gl.constexpr(24)
 BLOCK_M = 128  # query rows a program: 64 a consumer warpgroup
-BLOCK_N = {64: 128, 128: 128, 256: 64}  # head dim -> keys a block
-MAX_STAGES = 4
 SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
 BARRIER_BYTES = 1024  # the barriers and the descriptors being built, rounded up
+# the consumers' orders of products and softmax (SCHEDULE; module docstring, "Schedules"): bit 0 the
+# ping-pong turns, bit 1 the intra-warpgroup overlap
+INDEPENDENT, PING_PONG, OVERLAP, PING_PONG_OVERLAP = 0, 1, 2, 3
+SCHEDULES = (INDEPENDENT, PING_PONG, OVERLAP, PING_PONG_OVERLAP)
+BLOCK_NS = {64: (128, 256), 128: (64, 128), 256: (64,)}  # head dim -> the key block widths a tile may take
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A launch of the kernel: the consumers' schedule, keys a block, stages of the ring."""
+
+    schedule: int
+    block_n: int
+    stages: int
+
+
+# head dim -> the planned tile (the one place the planner's schedule and tile come from)
+TILES = {
+    64: Tile(PING_PONG_OVERLAP, 128, 4),
+    128: Tile(PING_PONG_OVERLAP, 128, 3),
+    256: Tile(PING_PONG_OVERLAP, 64, 2),
+}
 
 
 @gluon.jit
@@ -171,6 +210,192 @@ def key_value_producer(
 
 
 @gluon.jit
+def take_turn(turn, section, HALF: gl.constexpr, PING_PONG: gl.constexpr):
+    """Ping-pong: wait until the other consumer has issued its products of the section before
+    ``section`` (the first consumer's section 0 starts at once: a fresh barrier passes phase 1)."""
+    if PING_PONG:
+        mbarrier.wait(turn.index(HALF), (section + 1 - HALF) & 1)
+
+
+@gluon.jit
+def pass_turn(turn, HALF: gl.constexpr, PING_PONG: gl.constexpr):
+    """Ping-pong: this consumer's products of a section are issued; the other consumer's turn."""
+    if PING_PONG:
+        mbarrier.arrive(turn.index(1 - HALF))
+
+
+@gluon.jit
+def online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """(p in float32, the new row maxima, the new row sums, the factor that rescales O) of the score
+    tile ``s`` of the key block at ``start_n``, in log2 units; MASKED (an edge block): keys past Skv
+    and, causal, past each row's diagonal take no part."""
+    s = s * scale
+    if MASKED:
+        columns = start_n + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+        allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
+        if CAUSAL:
+            allowed &= columns[None, :] <= (rows + shift)[:, None]
+        s = gl.where(allowed, s, float("-inf"))
+    m_new = gl.maximum(m, gl.max(s, 1))
+    shift_m = gl.where(m_new == float("-inf"), 0.0, m_new)  # -inf - -inf never forms
+    rescale = gl.exp2(m - shift_m)
+    p = gl.exp2(s - shift_m[:, None])
+    return p, m_new, total * rescale + gl.sum(p, 1), rescale
+
+
+@gluon.jit
+def independent_blocks(
+    q,
+    k_ring,
+    v_ring,
+    k_ready,
+    v_ready,
+    empty,
+    turn,
+    m,
+    total,
+    o,
+    rows,
+    lo,
+    hi,
+    inner_lo,
+    inner_hi,
+    seq_q,
+    seq_kv,
+    shift,
+    scale,
+    HALF: gl.constexpr,
+    PING_PONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    S_LAYOUT: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
+    """Schedules INDEPENDENT and PING_PONG: per key block, S = Q K^T issued and waited for together
+    with the previous block's P V, the softmax, then P V issued. A ping-pong section is the previous
+    block's P V and this block's Q K^T."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    HALF_M: gl.constexpr = q.shape[0]
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    VALUE_DIM: gl.constexpr = v_ring.shape[4]
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    o = warpgroup_mma_init(o)  # waited for with each block's scores
+    take_turn(turn, 0, HALF, PING_PONG)
+    step = 0
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for position in range(first, stop, BLOCK_N):
+            stage = step % STAGES
+            phase = step // STAGES & 1
+            mbarrier.wait(k_ready.index(stage), phase)
+            k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
+            pass_turn(turn, HALF, PING_PONG)
+            s, o = warpgroup_mma_wait(0, deps=(s, o))  # the previous block's P V is done too: release its stage
+            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+            start_n = block_position(position, inner_lo, gap)
+            p, m, total, rescale = online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, EDGE, CAUSAL)
+            o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
+            p = gl.convert_layout(p.to(q.dtype), P_LAYOUT)
+            mbarrier.wait(v_ready.index(stage), phase)
+            take_turn(turn, step + 1, HALF, PING_PONG)
+            o = warpgroup_mma(p, v_ring.index(stage).reshape([BLOCK_N, VALUE_DIM]), o, is_async=True)
+            step += 1
+    pass_turn(turn, HALF, PING_PONG)
+    o = warpgroup_mma_wait(0, deps=(o,))
+    mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+    return m, total, o
+
+
+@gluon.jit
+def overlapped_blocks(
+    q,
+    k_ring,
+    v_ring,
+    k_ready,
+    v_ready,
+    empty,
+    turn,
+    m,
+    total,
+    o,
+    rows,
+    lo,
+    hi,
+    inner_lo,
+    inner_hi,
+    seq_q,
+    seq_kv,
+    shift,
+    scale,
+    HALF: gl.constexpr,
+    PING_PONG: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    S_LAYOUT: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
+    """Schedules OVERLAP and PING_PONG_OVERLAP (FlashAttention-3's intra-warpgroup overlap): the
+    first block's scores and softmax alone, then per key block S = Q K^T issued, the previous block's
+    P V issued behind it, S waited for alone, so that the softmax runs while P V is on the tensor
+    cores; O is rescaled once P V is done. A ping-pong section is one block's Q K^T and the previous
+    block's P V."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    HALF_M: gl.constexpr = q.shape[0]
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    VALUE_DIM: gl.constexpr = v_ring.shape[4]
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    interior = (inner_lo < inner_hi).to(gl.int32)  # the first block is the interior's first, else lo
+    p = gl.zeros([HALF_M, BLOCK_N], q.dtype, P_LAYOUT)
+    if hi > lo:  # the first block, masked wherever it lies
+        take_turn(turn, 0, HALF, PING_PONG)
+        mbarrier.wait(k_ready.index(0), 0)
+        k = k_ring.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
+        pass_turn(turn, HALF, PING_PONG)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        start_n = inner_lo * interior + lo * (1 - interior)
+        p, m, total, _ = online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, True, CAUSAL)
+        p = gl.convert_layout(p.to(q.dtype), P_LAYOUT)
+    step = 1
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        skip = BLOCK_N * (1 - interior) if EDGE else BLOCK_N * interior  # the first block, done
+        for position in range(first + skip, stop, BLOCK_N):
+            stage = step % STAGES
+            previous = (step + STAGES - 1) % STAGES
+            take_turn(turn, step, HALF, PING_PONG)
+            mbarrier.wait(k_ready.index(stage), step // STAGES & 1)
+            k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(previous), (step - 1) // STAGES & 1)
+            v = v_ring.index(previous).reshape([BLOCK_N, VALUE_DIM])
+            o = warpgroup_mma(p, v, o, is_async=True)
+            pass_turn(turn, HALF, PING_PONG)
+            s = warpgroup_mma_wait(1, deps=(s,))  # S alone: the previous block's P V may still run
+            start_n = block_position(position, inner_lo, gap)
+            p_next, m, total, rescale = online_softmax(
+                s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, EDGE, CAUSAL
+            )
+            o, p = warpgroup_mma_wait(0, deps=(o, p))
+            mbarrier.arrive(empty.index(previous))
+            o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
+            p = gl.convert_layout(p_next.to(q.dtype), P_LAYOUT)
+            step += 1
+    if hi > lo:  # the last block's P V
+        previous = (step + STAGES - 1) % STAGES
+        take_turn(turn, step, HALF, PING_PONG)
+        mbarrier.wait(v_ready.index(previous), (step - 1) // STAGES & 1)
+        o = warpgroup_mma(p, v_ring.index(previous).reshape([BLOCK_N, VALUE_DIM]), o, is_async=True)
+        pass_turn(turn, HALF, PING_PONG)
+        o, p = warpgroup_mma_wait(0, deps=(o, p))
+        mbarrier.arrive(empty.index(previous))
+    return m, total, o
+
+
+@gluon.jit
 def softmax_consumer(
     q_ptr,
     q_boxes,
@@ -180,6 +405,7 @@ def softmax_consumer(
     k_ready,
     v_ready,
     empty,
+    turn,
     o_ptr,
     stats_ptr,
     batch,
@@ -200,10 +426,10 @@ def softmax_consumer(
     STORE_STATS: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    SCHEDULE: gl.constexpr,
 ):
     """Rows ``HALF * BLOCK_M / 2`` on of the program's query block: the two products a key block with
-    the online softmax between them, then o and the stats."""
-    STAGES: gl.constexpr = k_ring.shape[0]
+    the online softmax between them, in SCHEDULE's order, then o and the stats."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
     VALUE_DIM: gl.constexpr = v_ring.shape[4]
@@ -213,9 +439,10 @@ def softmax_consumer(
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, VALUE_DIM, 16]
     )
-    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    PING_PONG_TURNS: gl.constexpr = SCHEDULE % 2 == 1  # PING_PONG, PING_PONG_OVERLAP (bit 0)
+    OVERLAPPED: gl.constexpr = SCHEDULE >= 2  # OVERLAP, PING_PONG_OVERLAP (bit 1)
     b = gl.program_id(1) // heads_q
     h = gl.program_id(1) % heads_q
     b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
@@ -227,45 +454,19 @@ def softmax_consumer(
     scale = scale * LOG2E  # scores in log2 units: each exponential is one exp2 of a difference
     m = gl.full([HALF_M], float("-inf"), gl.float32, ROWS)
     total = gl.zeros([HALF_M], gl.float32, ROWS)
-    o = warpgroup_mma_init(gl.zeros([HALF_M, VALUE_DIM], gl.float32, O_LAYOUT))
-    q = q_boxes.index(HALF)
-    q = q.reshape([HALF_M, HEAD_DIM])
+    o = gl.zeros([HALF_M, VALUE_DIM], gl.float32, O_LAYOUT)
+    q = q_boxes.index(HALF).reshape([HALF_M, HEAD_DIM])
     mbarrier.wait(q_ready, 0)
-    step = 0
-    for EDGE in gl.static_range(2):
-        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
-        for position in range(first, stop, BLOCK_N):
-            stage = step % STAGES
-            phase = step // STAGES & 1
-            mbarrier.wait(k_ready.index(stage), phase)
-            k = k_ring.index(stage)
-            k = k.reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
-            s, o = warpgroup_mma_wait(0, deps=(s, o))  # the previous block's P V is done too: release its stage
-            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
-            s = s * scale
-            if EDGE:  # keys past Skv and, causal, past each row's diagonal take no part
-                columns = block_position(position, inner_lo, gap) + gl.arange(
-                    0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT)
-                )
-                allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
-                if CAUSAL:
-                    allowed &= columns[None, :] <= (rows + shift)[:, None]
-                s = gl.where(allowed, s, float("-inf"))
-            m_new = gl.maximum(m, gl.max(s, 1))
-            shift_m = gl.where(m_new == float("-inf"), 0.0, m_new)  # -inf - -inf never forms
-            rescale = gl.exp2(m - shift_m)
-            p = gl.exp2(s - shift_m[:, None])
-            total = total * rescale + gl.sum(p, 1)
-            o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
-            p = gl.convert_layout(p.to(q_boxes.dtype), P_LAYOUT)
-            mbarrier.wait(v_ready.index(stage), phase)
-            v = v_ring.index(stage)
-            o = warpgroup_mma(p, v.reshape([BLOCK_N, VALUE_DIM]), o, is_async=True)
-            m = m_new
-            step += 1
-    o = warpgroup_mma_wait(0, deps=(o,))
-    mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+    if OVERLAPPED:
+        m, total, o = overlapped_blocks(
+            q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
+            seq_q, seq_kv, shift, scale, HALF, PING_PONG_TURNS, CAUSAL, BLOCK_N, S_LAYOUT, O_LAYOUT,
+        )  # fmt: skip
+    else:
+        m, total, o = independent_blocks(
+            q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
+            seq_q, seq_kv, shift, scale, HALF, PING_PONG_TURNS, CAUSAL, BLOCK_N, S_LAYOUT, O_LAYOUT,
+        )  # fmt: skip
     empty_row = total == 0.0  # no key takes part: o = 0, lse = -inf
     o = o / gl.convert_layout(gl.where(empty_row, 1.0, total), O_ROWS)[:, None]
     o_rows = gl.convert_layout(rows, O_ROWS)
@@ -316,6 +517,7 @@ def attention_warp_specialized_kernel(
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
+    SCHEDULE: gl.constexpr,
 ):
     """o (and the stats) of one query block of batch b, query head h: program (rank, b * Hq + h).
     Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride."""
@@ -331,7 +533,10 @@ def attention_warp_specialized_kernel(
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong: the consumers'
     mbarrier.init(q_ready, count=1)
+    for half in gl.static_range(2):
+        mbarrier.init(turn.index(half), count=1)
     for stage in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(stage), count=1)
         mbarrier.init(v_ready.index(stage), count=1)
@@ -350,6 +555,7 @@ def attention_warp_specialized_kernel(
                     k_ready,
                     v_ready,
                     empty,
+                    turn,
                     o_ptr,
                     stats_ptr,
                     batch,
@@ -370,6 +576,7 @@ def attention_warp_specialized_kernel(
                     STORE_STATS,
                     BLOCK_M,
                     BLOCK_N,
+                    SCHEDULE,
                 ),
             ),
             (
@@ -383,6 +590,7 @@ def attention_warp_specialized_kernel(
                     k_ready,
                     v_ready,
                     empty,
+                    turn,
                     o_ptr,
                     stats_ptr,
                     batch,
@@ -403,6 +611,7 @@ def attention_warp_specialized_kernel(
                     STORE_STATS,
                     BLOCK_M,
                     BLOCK_N,
+                    SCHEDULE,
                 ),
             ),
             (
@@ -448,12 +657,30 @@ def attention_warp_specialized_kernel(
 # ---- launcher ------------------------------------------------------------------------------------
 
 
-def stages(head_dim: int) -> int:
-    """The ring's stages at ``head_dim`` (16-bit data): as many key and value boxes as fit beside the
-    query block in shared memory, at most MAX_STAGES."""
+def most_stages(head_dim: int, block_n: int) -> int:
+    """The key and value boxes of ``block_n`` keys (16-bit data) that fit beside the query block in
+    shared memory at ``head_dim``."""
     query_bytes = BLOCK_M * head_dim * 2
-    stage_bytes = 2 * BLOCK_N[head_dim] * head_dim * 2
-    return min(MAX_STAGES, (SHARED_MEMORY - BARRIER_BYTES - query_bytes) // stage_bytes)
+    stage_bytes = 2 * block_n * head_dim * 2
+    return (SHARED_MEMORY - BARRIER_BYTES - query_bytes) // stage_bytes
+
+
+def tile_for(head_dim: int) -> Tile:
+    """The planned tile at ``head_dim`` (TILES)."""
+    return TILES[head_dim]
+
+
+def candidate_tiles(head_dim: int) -> list[Tile]:
+    """The planned tile at ``head_dim``, then every other schedule, key block width of BLOCK_NS and
+    ring: the most stages that fit (at most 4) and one fewer (at least 2)."""
+    grid = [
+        Tile(schedule, block_n, stages)
+        for schedule in SCHEDULES
+        for block_n in BLOCK_NS[head_dim]
+        for top in [min(4, most_stages(head_dim, block_n))]
+        for stages in range(max(2, top - 1), top + 1)
+    ]
+    return [tile_for(head_dim), *(tile for tile in grid if tile != tile_for(head_dim))]
 
 
 def out_of_scope(problem: AttentionProblem) -> str | None:
@@ -467,7 +694,7 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
         return "a backward"
     if problem.q.dtype not in (DataType.BFLOAT16, DataType.HALF):
         return f"{problem.q.dtype.name} data (16-bit only)"
-    if head_dim not in BLOCK_N or problem.v.dims[3] != head_dim:
+    if head_dim not in TILES or problem.v.dims[3] != head_dim:
         return f"head dims {head_dim} and {problem.v.dims[3]} (equal, and 64, 128 or 256)"
     if params.band not in ((None, None), (None, 0)):
         return "a window (no mask or causal only)"
@@ -499,11 +726,10 @@ def tma_aligned(*tensors: Any) -> bool:
 
 
 def launch_arguments(
-    problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None
+    problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None, tile: Tile
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, arguments, keyword arguments) of the kernel's launch on tensors q, k, v, o (and stats)
-    of ``problem`` (in scope)."""
-    head_dim = problem.q.dims[3]
+    """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on tensors q, k, v, o
+    (and stats) of ``problem`` (in scope)."""
     batch, heads_q, seq_q = problem.batch, problem.q.dims[1], problem.seq_q
     stats_strides = (0, 0, 0) if problem.stats is None else problem.stats.strides
     grid = (triton.cdiv(seq_q, BLOCK_M), batch * heads_q)
@@ -530,16 +756,18 @@ def launch_arguments(
         CAUSAL=problem.params.band == (None, 0),
         BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
         STORE_STATS=stats is not None,
-        HEAD_DIM=head_dim,
+        HEAD_DIM=problem.q.dims[3],
         BLOCK_M=BLOCK_M,
-        BLOCK_N=BLOCK_N[head_dim],
-        STAGES=stages(head_dim),
+        BLOCK_N=tile.block_n,
+        STAGES=tile.stages,
+        SCHEDULE=tile.schedule,
         num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
     )
     return grid, args, options
 
 
 def launch(problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None) -> None:
-    """The kernel launched on torch tensors q, k, v, o (and stats) of ``problem`` (in scope)."""
-    grid, args, options = launch_arguments(problem, q, k, v, o, stats)
+    """The kernel launched at ``tile_for``'s tile on torch tensors q, k, v, o (and stats) of ``problem``
+    (in scope)."""
+    grid, args, options = launch_arguments(problem, q, k, v, o, stats, tile_for(problem.q.dims[3]))
     attention_warp_specialized_kernel[grid](*args, **options)

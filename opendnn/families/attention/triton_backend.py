@@ -131,8 +131,10 @@ def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = 
         and gluon_forward.out_of_scope(problem) is None
     ):
         head_dim = problem.q.dims[3]
-        block_n, stages = gluon_forward.BLOCK_N[head_dim], gluon_forward.stages(head_dim)
-        return AttentionPlan("warp_specialized_forward", gluon_forward.BLOCK_M, block_n, head_dim, head_dim, 4, stages)
+        tile = gluon_forward.tile_for(head_dim)
+        return AttentionPlan(
+            "warp_specialized_forward", gluon_forward.BLOCK_M, tile.block_n, head_dim, head_dim, 4, tile.stages
+        )
     block_d, block_dv = head_blocks(problem)
     tile = tile_for(problem)
     block_m = min(tile.block_m, _padded(problem.seq_q))
