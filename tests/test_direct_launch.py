@@ -16,6 +16,7 @@ from triton.backends.nvidia.driver import CudaLauncher
 from triton.compiler import CompiledKernel
 from triton.runtime import _allocation, driver
 
+from opendnn.core.recording import recording
 from opendnn.kernels import launch as launch_module
 from opendnn.kernels.launch import Launch, Slot
 
@@ -129,6 +130,35 @@ def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
     (args,) = calls
     # the runner's launch metadata and hook chain
     assert args[LAUNCH_METADATA] is not None and args[LAUNCH_METADATA + 1] is knobs.runtime.launch_enter_hook
+
+
+def test_a_bound_launch_passes_what_the_direct_launch_passes_and_defers_to_hooks_and_recordings(fake_driver):
+    calls = []
+    kernel = _compiled(calls)
+    tensors = {"x": _Tensor(4096), "y": _Tensor(8200)}  # y not 16-byte aligned: its own specialization
+    launch = Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("y"), 7), {"BLOCK": 128, "num_warps": 4})
+    assert launch.bound(tensors) is None  # not compiled for these tensors yet
+    _launched(launch, tensors)
+    bound = launch.bound(tensors)
+    assert launch.bound({"x": _Tensor(4096), "y": _Tensor(8192)}) is None  # another alignment: not compiled
+    bound()
+    direct, ours = calls
+    assert ours == direct and ours[ARGUMENTS:] == (4096, 8200, 7, 128)
+    hook, seen = (lambda *args: None), []
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        bound()  # a hook: Triton's runner launches, with its metadata and hook chain
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert calls[-1][LAUNCH_METADATA] is not None
+
+    class Recorder:
+        def launched(self, launched, given):
+            seen.append((launched, given))
+
+    with recording(Recorder()):
+        bound()
+    assert seen == [(launch, tensors)] and len(calls) == 3  # the recorder launches it, not the bound call
 
 
 class _ClusterKernel(_Kernel):

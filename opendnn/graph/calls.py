@@ -18,6 +18,7 @@ else on the host (a copy, a fill, a tensor made from values) runs in full every 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -85,17 +86,19 @@ class NodeCall:
 
 
 class Replay:
-    """A step's recorded launches (with the tensors each took) and the host steps that precede them."""
+    """A step's recorded launches, each bound to the tensors it took (``Launch.bound``; under the
+    interpreter the launch with its tensors), and the host steps that precede them."""
 
     def __init__(self, launches: list[tuple[Any, dict[str, Any]]], repeats: list[Callable[[], None]]) -> None:
-        self.launches, self.repeats = launches, repeats
+        self.launches = [launch.bound(tensors) or functools.partial(launch, tensors) for launch, tensors in launches]
+        self.repeats = repeats
 
     def __call__(self, handle: Handle) -> None:
         with handle.launching():
             for step in self.repeats:
                 step()
-            for launch, tensors in self.launches:
-                launch.launch(tensors)
+            for launch in self.launches:
+                launch()
 
 
 FULL_PATH = "full path"  # a binding's mark on a step whose calls cannot be replayed

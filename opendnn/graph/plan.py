@@ -175,9 +175,12 @@ class FusedKernel:
         )
 
     def run(self, binding: Binding, handle: Handle) -> None:
-        tensors = binding.launch_tensors.get(self)
-        if tensors is None:
-            tensors = binding.launch_tensors[self] = self._tensors(binding.bounds, handle)
+        kept = binding.launch_tensors.get(self)  # the launch tensors, or the launch bound to them
+        if kept is not None and kept.__class__ is not dict:  # a BoundLaunch: every argument bound
+            with handle.launching():
+                kept()
+            return
+        tensors = kept if kept is not None else self._tensors(binding.bounds, handle)
         launch = self.launch
         if None in self.constants:  # scalars given at execute time: this call's arguments
             given = binding.arrays
@@ -189,6 +192,7 @@ class FusedKernel:
             )
         with handle.launching():
             launch(tensors)
+        binding.launch_tensors[self] = launch.bound(tensors) or tensors
 
     def _tensors(self, bounds: Sequence[Bound | None], handle: Handle) -> dict[str, Any]:
         """The launch's tensors by slot name, each checked to be on the handle's device."""

@@ -40,7 +40,9 @@ While a call is recorded (core/recording.py) a launch hands itself and its tenso
 recorder, which launches it. ``opendnn.torch``'s executables then replay it without the per-call
 work above: ``direct`` binds the kept compiled kernel's C launcher with every argument but the
 addresses (``DirectLaunch``), ``interpreted_call`` the interpreter's ``run`` with every argument
-but the tensors (``InterpretedLaunch``); docs/design/launch.md.
+but the tensors (``InterpretedLaunch``); docs/design/launch.md. A caller that launches on the same
+memory again and again (a graph plan's kept binding) binds the launch to its tensors once
+(``bound``: ``BoundLaunch``), addresses included.
 
 Float scalars (alpha, beta, epsilon, coefficients, scales) reach a kernel exactly: each goes to a
 parameter annotated ``tl.float64`` (a float for any other parameter is refused when the launch is
@@ -146,6 +148,25 @@ class Launch:
             kernel = kept.kernel if kept.__class__ is _Direct else kept
             kernel[self.grid](*self.filled(tensors), *self.constexprs)
 
+    def bound(self, tensors: dict[str, Any]) -> BoundLaunch | None:
+        """This launch with ``tensors`` fixed, for a caller that launches it again and again on the same
+        memory (a graph plan's kept binding): the direct call with every argument, addresses included,
+        bound once, so a call costs the stream's lookup and the C launcher. None under the interpreter,
+        before the kernel is compiled for ``tensors``, or where the launch cannot be direct."""
+        if self.interpreted or not DIRECT_LAUNCH:
+            return None
+        keyed = [tensors[name] for name in self.keyed]
+        addresses = [t.data_ptr() for t in keyed]
+        device = keyed[0].device.index
+        kept: Any = self.compiled.get((device, *[(a % 16 == 0, t.dtype) for a, t in zip(addresses, keyed)]))
+        if kept.__class__ is not _Direct:
+            return None
+        args = list(self.args)
+        for index, k in self.slot_keys:
+            args[index] = addresses[k]
+        grid = (self.grid[0] // self.cluster, self.grid[1], self.grid[2])
+        return BoundLaunch(self, tensors, kept.run, grid, kept.stream, device, (*kept.head, *args, *self.constexprs))
+
     def filled(self, tensors: dict[str, Any]) -> list[Any]:
         """The kernel's leading arguments as ``launch`` passes them, the slots filled from ``tensors``."""
         args = list(self.passed)
@@ -205,6 +226,28 @@ class _Direct:
             return _Direct(kernel, launcher, (function, *hooks), stream)
         flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None)  # no scratch
         return _Direct(kernel, launcher.launch, (function, *flags, *hooks), stream)
+
+
+@dataclass(frozen=True)
+class BoundLaunch:
+    """A launch bound to its tensors (``Launch.bound``): calling it runs ``run(*grid, stream, *rest)``,
+    what ``Launch.launch`` passes on its direct path for these tensors. While a call is recorded, or a
+    launch hook is registered (and the launch is not a cluster launch, which is always direct), it
+    calls the launch with the tensors instead, as ``Launch.__call__`` would."""
+
+    launch: Launch
+    tensors: dict[str, Any]
+    run: Any  # the launcher's C function (_Direct.run)
+    grid: tuple[int, int, int]
+    stream: Any  # device index -> the current stream's handle
+    device: int
+    rest: tuple[Any, ...]  # the head, the arguments (addresses in the slots) and the constexprs
+
+    def __call__(self) -> None:
+        if SCOPE.recorder is not None or (self.launch.cluster == 1 and hooked()):
+            self.launch(self.tensors)
+            return
+        self.run(*self.grid, self.stream(self.device), *self.rest)
 
 
 @dataclass(frozen=True)
