@@ -118,7 +118,8 @@ def test_sdpa_fp8_matches_the_family_reference(engine, case):
     build(g, engine)
     assert [step.describe() for step in g.plan.steps] == ["node 'sdpa_fp8_0' (sdpa_fp8) as its own call"]
     values = factors_of(dtype)
-    actual = execute(g, {q: arrays[0], k: arrays[1], v: arrays[2], **factor_arrays(factors, values), **padding}, outputs)
+    inputs = {q: arrays[0], k: arrays[1], v: arrays[2], **factor_arrays(factors, values), **padding}
+    actual = execute(g, inputs, outputs)
     expected = reference_forward_fp8(
         od.AttentionDescriptor(scale=0.3, **params),
         *(a.double().numpy() for a in arrays),

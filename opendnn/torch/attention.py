@@ -317,6 +317,7 @@ def scaled_dot_product_attention_fp8(
         ``opendnn.families.attention.reference`` gives the formula.
     """
     factors = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
-    options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], str(getattr(alignment, "value", alignment)))
+    alignment = str(getattr(alignment, "value", alignment))
+    options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], alignment)
     out, stats, amax_s, amax_o = scaled_dot_product_attention_fp8_op(query, key, value, *factors, *options, out_dtype)
     return out, stats, amax_s, amax_o
