@@ -87,11 +87,16 @@ def _outputs_like(query: Tensor, shape: Sequence[Any], dtype: torch.dtype | None
     return empty_in_order_of(query, shape, dtype) if query.ndim == 4 else empty_packed(query, shape, dtype)
 
 
-def _forward_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:
-    shape = broadcast_shapes(tuple(query.shape), tuple(key.shape), tuple(value.shape), bool(options[3]))
+def _out_fake(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool, dtype: torch.dtype) -> Tensor:
+    """The forward's out, of ``dtype``, as the call lays it out."""
+    shape = broadcast_shapes(tuple(query.shape), tuple(key.shape), tuple(value.shape), bool(enable_gqa))
     broadcast = list(shape[:-1]) != list(query.shape[:-1])  # a broadcast query's output is packed
-    out = empty_packed(query, shape) if broadcast else _outputs_like(query, shape)
-    return out, empty_packed(query, shape[:-1], compute_dtype(query.dtype))
+    return empty_packed(query, shape, dtype) if broadcast else _outputs_like(query, shape, dtype)
+
+
+def _forward_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:
+    out = _out_fake(query, key, value, options[3], query.dtype)
+    return out, empty_packed(query, out.shape[:-1], compute_dtype(query.dtype))
 
 
 def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:
@@ -238,26 +243,20 @@ FP8_OPTIONS = "bool is_causal, float? scale, bool enable_gqa, int? window_left, 
 
 
 def _fp8_forward_fake(query: Tensor, key: Tensor, value: Tensor, *rest: Any) -> Any:
-    *_, enable_gqa, _, _, _, out_dtype = rest
-    shape = broadcast_shapes(tuple(query.shape), tuple(key.shape), tuple(value.shape), bool(enable_gqa))
-    out_dtype = query.dtype if out_dtype is None else out_dtype
-    broadcast = list(shape[:-1]) != list(query.shape[:-1])  # a broadcast query's output is packed
-    out = empty_packed(query, shape, out_dtype) if broadcast else _outputs_like(query, shape, out_dtype)
+    enable_gqa, out_dtype = rest[8], rest[-1]
+    out = _out_fake(query, key, value, enable_gqa, query.dtype if out_dtype is None else out_dtype)
     amax = [empty_packed(query, (1,), torch.float32) for _ in range(2)]
-    return out, empty_packed(query, shape[:-1], torch.float32), *amax
+    return out, empty_packed(query, out.shape[:-1], torch.float32), *amax
 
 
 def _fp8_forward(query: Tensor, key: Tensor, value: Tensor, *rest: Any) -> Any:
     factors, (is_causal, scale, enable_gqa, window_left, window_right, alignment, out_dtype) = rest[:6], rest[6:]
+    options = (0.0, is_causal, scale, enable_gqa, None, None, window_left, window_right, alignment, None, 0)
     return F.scaled_dot_product_attention(
         query,
         key,
         value,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
-        window=(window_left, window_right),
-        alignment=alignment,
+        **_keywords(*options),
         **dict(zip(FP8_SCALES, factors)),
         out_dtype=out_dtype,
         return_stats=True,
