@@ -21,7 +21,7 @@ from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.arrays import as_native, descriptor_of
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported
-from opendnn.families.attention.problem import MAX_OFFSET, MAX_SEED
+from opendnn.families.attention.problem import FP8_SCALES, MAX_OFFSET, MAX_SEED
 from opendnn.families.pointwise.problem import resolved_coef
 from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label
 from opendnn.graph.pointwise_methods import PointwiseMethods
@@ -479,6 +479,59 @@ class OperationBuilder(PointwiseMethods):
         out = self._add("sdpa", inputs, attributes, name)
         return out["o"], out.get("stats")
 
+    def sdpa_fp8(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        descale_q: Tensor,
+        descale_k: Tensor,
+        descale_v: Tensor,
+        descale_s: Tensor,
+        scale_s: Tensor,
+        scale_o: Tensor,
+        is_inference: bool = False,
+        attn_scale: float | None = None,
+        use_causal_mask: bool = False,
+        use_causal_mask_bottom_right: bool = False,
+        sliding_window_length: int | None = None,
+        use_padding_mask: bool = False,
+        seq_len_q: Tensor | None = None,
+        seq_len_kv: Tensor | None = None,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """fp8 scaled dot-product attention (cudnn-frontend's ``sdpa_fp8``): (o, stats, amax_s,
+        amax_o), stats None when ``is_inference``.
+
+        q, k and v FP8_E4M3 or FP8_E5M2 (one type), of ``sdpa``'s dims and strides; the per-tensor
+        factors ``descale_q`` ... ``scale_o`` are FLOAT tensors of one element (read on the device at
+        each execute). o is (B, Hq, Sq, Dv) of its role's type (``io_data_type`` or
+        ``set_data_type``: FP8_E4M3, FP8_E5M2, BFLOAT16 or HALF), stats (B, Hq, Sq, 1) FLOAT;
+        amax_s and amax_o (1, 1, 1, 1) FLOAT receive the largest softmax weight and the largest |o|
+        before scale_o. The masks are ``sdpa``'s (``use_causal_mask`` is its ``causal_mask``); the
+        formula is in ``opendnn.families.attention.reference``.
+        """
+        attributes = _attention_attributes(
+            attn_scale,
+            use_causal_mask,
+            use_causal_mask_bottom_right,
+            sliding_window_length,
+            None,
+            ("use_causal_mask", "use_causal_mask_bottom_right"),
+        )
+        attributes["generate_stats"] = not bool(is_inference)
+        factors = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
+        inputs: dict[str, Operand | None] = {
+            "q": q,
+            "k": k,
+            "v": v,
+            **dict(zip(FP8_SCALES, factors)),
+            **_padding(use_padding_mask, seq_len_q, seq_len_kv),
+        }
+        out = self._add("sdpa_fp8", inputs, attributes, name)
+        return out["o"], out.get("stats"), out["amax_s"], out["amax_o"]
+
     def sdpa_backward(
         self,
         q: Tensor,
@@ -553,8 +606,10 @@ def _attention_attributes(
     causal_mask_bottom_right: bool,
     sliding_window_length: Any,
     dropout: Any,
+    causal_names: tuple[str, str] = ("causal_mask", "causal_mask_bottom_right"),
 ) -> dict[str, Any]:
-    """cudnn-frontend's SDPA parameters as the attention family's (``AttentionDescriptor``'s fields)."""
+    """cudnn-frontend's SDPA parameters as the attention family's (``AttentionDescriptor``'s fields);
+    ``causal_names``: the builder's names of the two causal flags."""
     if isinstance(attn_scale, Tensor):
         raise NotSupported(f"attn_scale=tensor '{attn_scale.name}' is not supported: give a number (None: 1.0)")
     if attn_scale is not None and not (
@@ -563,7 +618,7 @@ def _attention_attributes(
         raise BadParam(f"attn_scale={attn_scale!r} must be a finite number or None")
     if causal_mask and causal_mask_bottom_right:
         raise BadParam(
-            "causal_mask=True and causal_mask_bottom_right=True: the causal diagonal is aligned at the "
+            f"{causal_names[0]}=True and {causal_names[1]}=True: the causal diagonal is aligned at the "
             "top left or at the bottom right, not both"
         )
     left = None

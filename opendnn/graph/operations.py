@@ -18,7 +18,14 @@ from opendnn import PointwiseMode
 from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
-from opendnn.families.attention.problem import SLOTS, AttentionDescriptor, SlotNames, attention_problem
+from opendnn.families.attention.problem import (
+    FP8_AMAX,
+    FP8_SCALES,
+    SLOTS,
+    AttentionDescriptor,
+    SlotNames,
+    attention_problem,
+)
 
 Dims = tuple[int, ...]
 
@@ -484,7 +491,7 @@ GRAPH_FORMS = {
 
 
 def attention_descriptor(attributes: Mapping[str, Any]) -> AttentionDescriptor:
-    """The attention family's parameters of an sdpa or sdpa_backward node."""
+    """The attention family's parameters of an sdpa, sdpa_fp8 or sdpa_backward node."""
     values = {key: attributes[key] for key in ATTENTION_PARAMETERS}
     return AttentionDescriptor(**{**values, "window": tuple(values["window"])})
 
@@ -522,9 +529,10 @@ def _attention_check(
         raise BadParam(f"{where}: {error}", error.status) from None
 
 
-def sdpa_rule(
-    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+def _forward_outputs(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], o_dtype: DataType | None
 ) -> dict[str, OutputSpec]:
+    """o (B, Hq, Sq, Dv) and, unless inference, stats (B, Hq, Sq, 1) of a forward node."""
     q, v = inputs["q"], inputs["v"]
     for role, shape in (("q", q), ("k", inputs["k"]), ("v", v)):
         if len(shape.dims) != 4:
@@ -532,10 +540,28 @@ def sdpa_rule(
                 where,
                 f"{role} '{shape.name}' dims {list(shape.dims)} must have 4 dims (batch, heads, sequence, head dim)",
             )
-    outputs = {"o": OutputSpec((*q.dims[:3], v.dims[3]), q.dtype)}
+    outputs = {"o": OutputSpec((*q.dims[:3], v.dims[3]), o_dtype)}
     if attributes["generate_stats"]:
         outputs["stats"] = OutputSpec((*q.dims[:3], 1), compute_type(q.dtype))
+    return outputs
+
+
+def sdpa_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    outputs = _forward_outputs(where, inputs, attributes, inputs["q"].dtype)
     _attention_check(where, inputs, outputs, attributes)
+    return outputs
+
+
+def sdpa_fp8_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """o's type follows its role (fp8, BFLOAT16 or HALF, which the family checks when an engine plans
+    the node; the rule checks the rest with q's type in its place); amax_s and amax_o are FLOAT."""
+    outputs = _forward_outputs(where, inputs, attributes, None)
+    outputs |= {slot: OutputSpec((1, 1, 1, 1), DataType.FLOAT) for slot in FP8_AMAX}
+    _attention_check(where, inputs, {**outputs, "o": OutputSpec(outputs["o"].dims, inputs["q"].dtype)}, attributes)
     return outputs
 
 
@@ -608,6 +634,13 @@ OPERATIONS: dict[str, Operation] = {
             ("o", "stats"),
             sdpa_rule,
             optional=("bias", "seq_len_q", "seq_len_kv"),
+        ),
+        Operation(
+            "sdpa_fp8",
+            ("q", "k", "v", *FP8_SCALES, "seq_len_q", "seq_len_kv"),
+            ("o", "stats", *FP8_AMAX),
+            sdpa_fp8_rule,
+            optional=("seq_len_q", "seq_len_kv"),
         ),
         Operation(
             "sdpa_backward",

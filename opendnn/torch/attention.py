@@ -12,6 +12,14 @@ head dim) of any batch rank, or (sequence, head dim), as torch's SDPA takes them
 gradient); the dropout mask is regenerated from ``seed``. ``scaled_dot_product_attention`` below
 is the call with torch's signature that ``opendnn.torch.enable()`` routes
 ``F.scaled_dot_product_attention`` to.
+
+The fp8 forward (cuDNN's fp8 SDPA) is an operator of its own, without a gradient:
+
+    out, stats, amax_s, amax_o = torch.ops.opendnn.scaled_dot_product_attention_fp8(
+        query, key, value, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
+        is_causal, scale, enable_gqa, window_left, window_right, alignment, out_dtype)
+
+``scaled_dot_product_attention_fp8`` below calls it with the factors as keyword tensors.
 """
 
 from __future__ import annotations
@@ -22,9 +30,12 @@ from typing import Any
 import torch
 
 import opendnn.functional as F
+from opendnn.core.errors import NotSupported
 from opendnn.families.attention.descriptor import MAX_SEED
 from opendnn.families.attention.functional import broadcast_shapes
+from opendnn.families.attention.problem import FP8_SCALES
 from opendnn.torch.library import (
+    as_torch_error,
     compute_dtype,
     define,
     empty_in_order_of,
@@ -70,17 +81,22 @@ def _keywords(
     )
 
 
-def _outputs_like(query: Tensor, shape: Sequence[Any]) -> Tensor:
+def _outputs_like(query: Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> Tensor:
     """An output of ``shape`` laid out as opendnn.functional lays it: in query's memory order for
     4-dim inputs, packed for the other ranks."""
-    return empty_in_order_of(query, shape) if query.ndim == 4 else empty_packed(query, shape)
+    return empty_in_order_of(query, shape, dtype) if query.ndim == 4 else empty_packed(query, shape, dtype)
+
+
+def _out_fake(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool, dtype: torch.dtype) -> Tensor:
+    """The forward's out, of ``dtype``, as the call lays it out."""
+    shape = broadcast_shapes(tuple(query.shape), tuple(key.shape), tuple(value.shape), bool(enable_gqa))
+    broadcast = list(shape[:-1]) != list(query.shape[:-1])  # a broadcast query's output is packed
+    return empty_packed(query, shape, dtype) if broadcast else _outputs_like(query, shape, dtype)
 
 
 def _forward_fake(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:
-    shape = broadcast_shapes(tuple(query.shape), tuple(key.shape), tuple(value.shape), bool(options[3]))
-    broadcast = list(shape[:-1]) != list(query.shape[:-1])  # a broadcast query's output is packed
-    out = empty_packed(query, shape) if broadcast else _outputs_like(query, shape)
-    return out, empty_packed(query, shape[:-1], compute_dtype(query.dtype))
+    out = _out_fake(query, key, value, options[3], query.dtype)
+    return out, empty_packed(query, out.shape[:-1], compute_dtype(query.dtype))
 
 
 def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, *options: Any) -> Any:
@@ -219,3 +235,88 @@ def scaled_dot_product_attention(
         seed,
     )
     return out
+
+
+# ---- fp8 forward --------------------------------------------------------------------------------------
+
+FP8_OPTIONS = "bool is_causal, float? scale, bool enable_gqa, int? window_left, int? window_right, str alignment"
+
+
+def _fp8_forward_fake(query: Tensor, key: Tensor, value: Tensor, *rest: Any) -> Any:
+    enable_gqa, out_dtype = rest[8], rest[-1]
+    out = _out_fake(query, key, value, enable_gqa, query.dtype if out_dtype is None else out_dtype)
+    amax = [empty_packed(query, (1,), torch.float32) for _ in range(2)]
+    return out, empty_packed(query, out.shape[:-1], torch.float32), *amax
+
+
+def _fp8_forward(query: Tensor, key: Tensor, value: Tensor, *rest: Any) -> Any:
+    factors, (is_causal, scale, enable_gqa, window_left, window_right, alignment, out_dtype) = rest[:6], rest[6:]
+    options = (0.0, is_causal, scale, enable_gqa, None, None, window_left, window_right, alignment, None, 0)
+    return F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        **_keywords(*options),
+        **dict(zip(FP8_SCALES, factors)),
+        out_dtype=out_dtype,
+        return_stats=True,
+        return_amax=True,
+    )
+
+
+scaled_dot_product_attention_fp8_op = define(
+    "scaled_dot_product_attention_fp8(Tensor query, Tensor key, Tensor value, Tensor descale_q, Tensor descale_k,"
+    " Tensor descale_v, Tensor descale_s, Tensor scale_s, Tensor scale_o, "
+    + FP8_OPTIONS
+    + ", ScalarType? out_dtype) -> (Tensor, Tensor, Tensor, Tensor)",
+    _fp8_forward,
+    _fp8_forward_fake,
+)
+
+
+def _fp8_backward(ctx: Any, *grads: Any) -> Any:
+    raise as_torch_error(
+        NotSupported(
+            "opendnn::scaled_dot_product_attention_fp8 has no gradient: the fp8 attention is a forward "
+            "only (cuDNN's fp8 SDPA forward); run the backward in bfloat16 or float16"
+        )
+    )
+
+
+register_autograd(scaled_dot_product_attention_fp8_op, _fp8_backward, lambda ctx, inputs, output: None)
+
+
+def scaled_dot_product_attention_fp8(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    descale_q: Tensor,
+    descale_k: Tensor,
+    descale_v: Tensor,
+    descale_s: Tensor,
+    scale_s: Tensor,
+    scale_o: Tensor,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    window: tuple[int | None, int | None] = (None, None),
+    alignment: str = "top_left",
+    out_dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """cuDNN's fp8 SDPA forward on the ``opendnn::scaled_dot_product_attention_fp8`` operator: query,
+    key and value float8_e4m3fn or float8_e5m2 (torch's SDPA shapes), the per-tensor factors as
+    one-element float32 tensors on their device (read by the kernel, never by the host, so a CUDA
+    graph may capture the call while the factors change), out in ``out_dtype`` (default: query's;
+    fp8, bfloat16 or float16). Forward only: a gradient through it raises.
+
+    Returns:
+        (out, stats, amax_s, amax_o): stats the rows' logsumexp (float32), amax_s the largest softmax
+        weight and amax_o the largest |out| before scale_o (one-element float32 tensors);
+        ``opendnn.families.attention.reference`` gives the formula.
+    """
+    factors = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
+    alignment = str(getattr(alignment, "value", alignment))
+    options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], alignment)
+    out, stats, amax_s, amax_o = scaled_dot_product_attention_fp8_op(query, key, value, *factors, *options, out_dtype)
+    return out, stats, amax_s, amax_o
