@@ -149,8 +149,8 @@ def run_attention_forward_fp8(sample: Sample, t: Tensors, handle: Handle) -> tup
     factors = fp8_factors(sample.dtype)
     scalars = {slot: t.array(np.array([value]), DataType.FLOAT) for slot, value in zip(FP8_SCALES, factors)}
     scalars |= {slot: t.output((1,), DataType.FLOAT, "packed", None) for slot in FP8_AMAX}
-    pairs = [(descriptor(tensors[slot]), tensors[slot]) for slot in ("q", "k", "v")]
-    keywords = {
+    q, k, v = (tensors[slot] for slot in ("q", "k", "v"))
+    keywords: dict[str, Any] = {  # the factors' and maxima's descriptors and arrays, by parameter name
         key: value
         for slot, array in scalars.items()
         for key, value in ((f"{slot}_desc", descriptor(array)), (slot, array))
@@ -158,7 +158,12 @@ def run_attention_forward_fp8(sample: Sample, t: Tensors, handle: Handle) -> tup
     attention_forward(
         handle,
         params,
-        *(item for pair in pairs for item in pair),
+        descriptor(q),
+        q,
+        descriptor(k),
+        k,
+        descriptor(v),
+        v,
         descriptor(o),
         o,
         stats_desc=descriptor(stats),

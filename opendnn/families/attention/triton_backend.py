@@ -131,9 +131,15 @@ def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = 
         and gluon_forward.out_of_scope(problem) is None
     ):
         head_dim = problem.q.dims[3]
-        tile = gluon_forward.tile_for(head_dim)
+        warp_tile = gluon_forward.tile_for(head_dim)
         return AttentionPlan(
-            "warp_specialized_forward", gluon_forward.BLOCK_M, tile.block_n, head_dim, head_dim, 4, tile.stages
+            "warp_specialized_forward",
+            gluon_forward.BLOCK_M,
+            warp_tile.block_n,
+            head_dim,
+            head_dim,
+            4,
+            warp_tile.stages,
         )
     block_d, block_dv = head_blocks(problem)
     tile = tile_for(problem)
@@ -163,7 +169,7 @@ def workspace_size(problem: AttentionProblem) -> int:
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     views = {slot: None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)}
     compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
-    hopper = compiled and has_wgmma(views["q"].device.index)
+    hopper = compiled and has_wgmma(torch_view(t.q).device.index)
     plan = choose(problem, gluon_forward.tma_aligned(views["q"], views["k"], views["v"]), hopper)
     if plan.strategy == "warp_specialized_forward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
