@@ -50,13 +50,13 @@ def test_broadcast_key_and_value_reach_the_kernels_as_views(monkeypatch):
     from opendnn.families.attention import functional
 
     seen = {}
-    run = functional._run
+    run = functional.checked_dispatch
 
     def recording(params, tensors, handle, names, **sizes):
         seen.update(k=tensors.k, v=tensors.v)
         return run(params, tensors, handle, names, **sizes)
 
-    monkeypatch.setattr(functional, "_run", recording)
+    monkeypatch.setattr(functional, "checked_dispatch", recording)
     q, k, v = torch.randn(4, 3, 5, 8), torch.randn(3, 7, 8), torch.randn(3, 7, 8)
     F.scaled_dot_product_attention(q, k, v)
     for name, original in (("k", k), ("v", v)):

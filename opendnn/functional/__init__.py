@@ -11,9 +11,8 @@ Each family's functions live in ``opendnn/families/<family>/functional.py``; thi
 re-exports them by name.
 """
 
-from opendnn.families.attention.functional import (
-    scaled_dot_product_attention,
-    scaled_dot_product_attention_backward,
+from opendnn.families.attention.functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from opendnn.families.attention.functional_packed import (
     scaled_dot_product_attention_paged,
     scaled_dot_product_attention_varlen,
     scaled_dot_product_attention_varlen_backward,

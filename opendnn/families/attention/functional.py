@@ -11,12 +11,8 @@ added to the scores. A row with no key taking part gives 0, as torch's SDPA on t
 ``alibi_slopes`` and attention ``sinks``, the dropout ``seed`` and ``offset`` (the same seed gives
 the same mask, in the backward too), the saved statistics, and the handle.
 
-``scaled_dot_product_attention_varlen`` (and its backward) takes FlashAttention's packed form:
-(total tokens, heads, head dim) arrays with cumulative sequence offsets ``cu_seqlens_q`` /
-``cu_seqlens_k``; ``scaled_dot_product_attention_paged`` reads K and V from a paged cache
-(num blocks, block size, heads, head dim) through a block table, forward only. A separate
-function rather than a keyword of the dense call: its key and value are caches of another layout
-than the query's, with no dims in common with torch's signature.
+The packed forms (varlen, paged) are in ``functional_packed``; they share ``checked_dispatch`` and
+``descriptor_of_call`` with the dense call.
 """
 
 from __future__ import annotations
@@ -88,20 +84,6 @@ def _dense_names(leading: int) -> SlotNames:
 # -1: a 2-D (sequence, head dim) query, without heads; 2: two or more batch dims
 DENSE_NAMES = {leading: _dense_names(leading) for leading in (-1, 0, 1, 2)}
 NAMES = ("query", "key", "value")
-# the packed calls' arrays: (tokens, heads, head dim) as the problem's (1, heads, tokens, head dim),
-# stats (heads, tokens) as (1, heads, tokens)
-TOKENS_FIRST = (None, 1, 0, 2)
-VARLEN_NAMES = SlotNames(
-    CALLER_NAMES,
-    "shape",
-    (*((slot, TOKENS_FIRST) for slot in ("q", "k", "v", "o", "do", "dq", "dk", "dv")), ("stats", (None, 0, 1))),
-)
-# the paged call's caches: (blocks, block size, heads, head dim) as the problem's (blocks, heads, block size, head dim)
-PAGED_NAMES = SlotNames(
-    tuple((slot, {"k": "k_cache", "v": "v_cache"}.get(slot, name)) for slot, name in CALLER_NAMES),
-    "shape",
-    (("k", (0, 2, 1, 3)), ("v", (0, 2, 1, 3))),
-)
 
 
 @caller_dtypes
@@ -168,7 +150,7 @@ def scaled_dot_product_attention(
             a bad parameter (naming it).
         NotSupported: a non-float dtype, a head dim outside 8..256.
     """
-    params = _params(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
+    params = descriptor_of_call(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
     inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     q = inputs.q
     batch, heads, seq_q, _ = q.desc.dims
@@ -195,7 +177,7 @@ def scaled_dot_product_attention(
         sinks=inputs.sinks,
         **fp8,
     )
-    _run(params, tensors, handle, inputs.names)
+    checked_dispatch(params, tensors, handle, inputs.names)
     results = [out.caller, *([] if stats is None else [stats.caller])]
     results += [fp8[slot].view for slot in FP8_AMAX if slot in fp8]
     return tuple(to_caller_kind(view, query) for view in results) if len(results) > 1 else results[0]
@@ -260,7 +242,7 @@ def scaled_dot_product_attention_backward(
             without a float attn_mask.
         NotSupported: as scaled_dot_product_attention.
     """
-    params = _params(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
+    params = descriptor_of_call(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
     inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     if mask_grad and inputs.bias is None:
         raise BadParam("mask_grad=True needs a float attn_mask, got attn_mask=None", Status.BAD_PARAM_NULL_POINTER)
@@ -291,7 +273,7 @@ def scaled_dot_product_attention_backward(
         inputs.sinks,
         dsinks,
     )
-    _run(params, tensors, handle, inputs.names)
+    checked_dispatch(params, tensors, handle, inputs.names)
     results = [_gradient_of(name, grad.caller, native) for name, grad, native in zip(NAMES, grads, inputs.natives)]
     if dbias is not None:  # of the mask's own dims, summed over what it broadcast along
         results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
@@ -300,7 +282,7 @@ def scaled_dot_product_attention_backward(
     return tuple(to_caller_kind(view, query) for view in results)
 
 
-def _params(
+def descriptor_of_call(
     dropout_p: float,
     is_causal: bool,
     scale: float | None,
@@ -322,7 +304,7 @@ def _params(
     )
 
 
-class _Inputs(NamedTuple):
+class CallInputs(NamedTuple):
     q: Bound
     k: Bound
     v: Bound
@@ -357,7 +339,7 @@ def _inputs(
     alibi_slopes: Any,
     sinks: Any,
     enable_gqa: bool,
-) -> _Inputs:
+) -> CallInputs:
     """The input arrays as (batch, heads, sequence, head dim) bound in the problem's slots: the
     leading dims merged into the batch (a 2-D call's batch and heads 1), the mask and the slopes
     broadcast as torch broadcasts. Every array is checked as the caller gave it (its empty dims, its
@@ -394,7 +376,7 @@ def _inputs(
     ]
     names = DENSE_NAMES[-1 if headless else min(len(leading), 2)]
     own = tuple(natives.values())
-    return _Inputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names, own)
+    return CallInputs(q, k, v, bias, optional[0], optional[1], slopes, optional[2], leading, shape, names, own)
 
 
 def _check_leading(name: str, native: Any, kept: int, leading: tuple[int, ...], query_shape: tuple[int, ...]) -> None:
@@ -491,7 +473,7 @@ def _gradient_of(name: str, gradient: Any, native: Any) -> Any:
     return target
 
 
-def _forwards(inputs: _Inputs, name: str, array: Any) -> Bound:
+def _forwards(inputs: CallInputs, name: str, array: Any) -> Bound:
     """A backward's ``out``, ``grad_out`` or ``stats``, checked to have the shape the forward gives
     it (the caller's own, before its batch dims are merged), then bound with them merged."""
     native = as_native(array, name)
@@ -569,7 +551,7 @@ class _Output(NamedTuple):
 
 
 def _output(
-    inputs: _Inputs, like: Bound, name: str, dtype: DataType, dims: tuple[int, ...], packed: bool = False
+    inputs: CallInputs, like: Bound, name: str, dtype: DataType, dims: tuple[int, ...], packed: bool = False
 ) -> _Output:
     """A new output of the problem's ``dims`` (4, or 3 for stats) and its view in the caller's shape:
     laid out as ``like`` when the caller's arrays are 4-dim (``packed``: packed, as for stats), else packed."""
@@ -583,7 +565,7 @@ def _output(
     return _Output(Bound(name, bound.desc, bound.view, bound.device), caller)
 
 
-def _run(
+def checked_dispatch(
     params: AttentionDescriptor,
     tensors: AttentionTensors,
     handle: Handle | None,
@@ -599,265 +581,3 @@ def _run(
     problem = attention_problem(params, **descs, **sizes, names=names, allow_tf32=math)  # type: ignore[arg-type]
     check_layout_values(problem, tensors, names)
     dispatch(handle, "attention", problem, tensors)
-
-
-@caller_dtypes
-def scaled_dot_product_attention_varlen(
-    query: Any,
-    key: Any,
-    value: Any,
-    cu_seqlens_q: Any,
-    cu_seqlens_k: Any,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    *,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    window: tuple[int | None, int | None] | None = None,
-    alignment: DiagonalAlignment | str = DiagonalAlignment.BOTTOM_RIGHT,
-    softcap: float | None = None,
-    alibi_slopes: Any = None,
-    sinks: Any = None,
-    seed: int = 0,
-    offset: int = 0,
-    return_stats: bool = False,
-    handle: Handle | None = None,
-) -> Any:
-    """Attention over packed sequences of different lengths (FlashAttention's varlen form): sequence
-    b is rows ``cu_seqlens_q[b] .. cu_seqlens_q[b + 1]`` of query and out and rows ``cu_seqlens_k[b]
-    .. cu_seqlens_k[b + 1]`` of key and value, attending only within itself.
-
-    Args:
-        query: (total_q, heads, head dim); key: (total_k, key/value heads, head dim); value:
-            (total_k, key/value heads, value head dim). Query heads a multiple of key/value heads (GQA).
-        cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 or int64 offsets: 0 or more, never decreasing,
-            the last one the total tokens. They are read on the host before any kernel runs (from a
-            device: a synchronisation).
-        max_seqlen_q, max_seqlen_k: at least the longest sequence of each side: the kernels plan their
-            tiles and the backward's workspace for it.
-        alignment: BOTTOM_RIGHT by default, FlashAttention's causal for sequences of unequal lengths
-            (the last query on the last key of its own sequence).
-        alibi_slopes: (heads,) or (B, heads). Other arguments: as scaled_dot_product_attention.
-
-    Returns:
-        out (total_q, heads, value head dim), or (out, stats) with return_stats: stats the rows'
-        logsumexp, (heads, total_q), float32 (float64 for float64 data), what the backward needs.
-
-    Raises:
-        BadParam: dims that disagree; offsets that start below 0, decrease or end elsewhere than
-            the total tokens; a max_seqlen shorter than a sequence; offsets of another dtype.
-        NotSupported: as scaled_dot_product_attention.
-    """
-    params = _params(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
-    inputs = _packed_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
-    q = inputs.q
-    _, heads, total_q, _ = q.desc.dims
-    out = empty_like(q, q.desc.dtype, (1, heads, total_q, inputs.v.desc.dims[3]), (0, 2, 1, 3))
-    stats = None
-    if return_stats:
-        stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
-        stats = empty_like(q, stats_dtype, (1, heads, total_q), (0, 1, 2))
-    tensors = AttentionTensors(
-        q,
-        inputs.k,
-        inputs.v,
-        out,
-        stats,
-        alibi_slopes=inputs.alibi_slopes,
-        sinks=inputs.sinks,
-        ragged_offsets_q=inputs.seq_lens_q,
-        ragged_offsets_kv=inputs.seq_lens_kv,
-    )
-    _run(params, tensors, handle, VARLEN_NAMES, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_k)
-    result = to_caller_kind(_tokens_first(out.view), query)
-    return (result, to_caller_kind(stats.view[0], query)) if stats is not None else result
-
-
-@caller_dtypes
-def scaled_dot_product_attention_varlen_backward(
-    grad_out: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    out: Any,
-    stats: Any,
-    cu_seqlens_q: Any,
-    cu_seqlens_k: Any,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    *,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    window: tuple[int | None, int | None] | None = None,
-    alignment: DiagonalAlignment | str = DiagonalAlignment.BOTTOM_RIGHT,
-    softcap: float | None = None,
-    alibi_slopes: Any = None,
-    sinks: Any = None,
-    seed: int = 0,
-    offset: int = 0,
-    handle: Handle | None = None,
-) -> tuple[Any, ...]:
-    """The gradients of ``scaled_dot_product_attention_varlen`` from its ``out`` and ``stats``
-    (``return_stats=True``) and ``grad_out`` (total_q, heads, value head dim), under the forward's
-    own arguments.
-
-    Returns:
-        (grad_query, grad_key, grad_value), packed as their inputs; with sinks, last, the sinks' gradient.
-
-    Raises:
-        BadParam, NotSupported: as scaled_dot_product_attention_varlen; out, stats or grad_out of other dims.
-    """
-    params = _params(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
-    inputs = _packed_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
-    grads = [
-        empty_like(bound, bound.desc.dtype, bound.desc.dims, (0, 2, 1, 3)) for bound in (inputs.q, inputs.k, inputs.v)
-    ]
-    dsinks = None if inputs.sinks is None else empty_like(inputs.sinks)
-    tensors = AttentionTensors(
-        inputs.q,
-        inputs.k,
-        inputs.v,
-        wrap("out", _heads_first(_native("out", out, PACKED_OUT))),
-        wrap("stats", _native("stats", stats, PACKED_STATS)[None]),
-        do=wrap("grad_out", _heads_first(_native("grad_out", grad_out, PACKED_OUT))),
-        dq=grads[0],
-        dk=grads[1],
-        dv=grads[2],
-        alibi_slopes=inputs.alibi_slopes,
-        sinks=inputs.sinks,
-        dsinks=dsinks,
-        ragged_offsets_q=inputs.seq_lens_q,
-        ragged_offsets_kv=inputs.seq_lens_kv,
-    )
-    _run(params, tensors, handle, VARLEN_NAMES, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_k)
-    results = [_tokens_first(grad.view) for grad in grads]
-    if dsinks is not None:
-        results.append(dsinks.view)
-    return tuple(to_caller_kind(view, query) for view in results)
-
-
-@caller_dtypes
-def scaled_dot_product_attention_paged(
-    query: Any,
-    k_cache: Any,
-    v_cache: Any,
-    block_table: Any,
-    seq_lens_kv: Any = None,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    window: tuple[int | None, int | None] | None = None,
-    alignment: DiagonalAlignment | str = DiagonalAlignment.BOTTOM_RIGHT,
-    seq_lens_q: Any = None,
-    softcap: float | None = None,
-    alibi_slopes: Any = None,
-    sinks: Any = None,
-    return_stats: bool = False,
-    handle: Handle | None = None,
-) -> Any:
-    """The attention forward over a paged K/V cache (inference; vLLM's and FlashAttention's
-    ``block_table``): key j of batch b is row ``j % block_size`` of block ``block_table[b, j //
-    block_size]`` of the caches.
-
-    Args:
-        query: (B, heads, queries, head dim), as scaled_dot_product_attention's.
-        k_cache, v_cache: (num blocks, block size, key/value heads, head dim): query heads a
-            multiple of key/value heads (GQA).
-        block_table: (B, blocks per sequence) int32 block numbers; the entries past a sequence's
-            length are not read. Checked on the host before any kernel runs.
-        seq_lens_kv: (B,) keys of each sequence (default: every block of its row full).
-        alignment: BOTTOM_RIGHT by default: the queries are the last ones of their sequences.
-        Other arguments: as scaled_dot_product_attention.
-
-    Returns:
-        out (B, heads, queries, value head dim), or (out, stats) with return_stats.
-
-    Raises:
-        BadParam: dims that disagree, a needed block number outside the caches.
-        NotSupported: as scaled_dot_product_attention. There is no backward through paged K/V.
-    """
-    params = _params(0.0, is_causal, scale, window, alignment, softcap, 0, 0)
-    q = wrap("query", _native("query", query, ("batch", "heads", "queries", "head dim")))
-    caches = [
-        wrap(name, _heads_first(_native(name, array, ("num blocks", "block size", "heads", "head dim")), 1))
-        for name, array in (("k_cache", k_cache), ("v_cache", v_cache))
-    ]
-    batch, heads, seq_q, _ = q.desc.dims
-    out = empty_like(q, q.desc.dtype, (batch, heads, seq_q, caches[1].desc.dims[3]))
-    stats = None
-    if return_stats:
-        stats = empty_like(
-            q, DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT, (batch, heads, seq_q), (0, 1, 2)
-        )
-    optional = {
-        slot: None if array is None else wrap(name, array)
-        for slot, name, array in (
-            ("seq_lens_q", "seq_lens_q", seq_lens_q),
-            ("seq_lens_kv", "seq_lens_kv", seq_lens_kv),
-            ("alibi_slopes", "alibi_slopes", alibi_slopes),
-            ("sinks", "sinks", sinks),
-            ("block_table", "block_table", block_table),
-        )
-    }
-    tensors = AttentionTensors(q, caches[0], caches[1], out, stats, **optional)
-    _run(params, tensors, handle, PAGED_NAMES)
-    result = to_caller_kind(out.view, query)
-    return (result, to_caller_kind(stats.view, query)) if stats is not None else result
-
-
-# the dims of the packed calls' arrays, as their errors name them
-PACKED_INPUT = ("total tokens", "heads", "head dim")
-PACKED_OUT = ("total tokens", "heads", "value head dim")
-PACKED_STATS = ("heads", "total tokens")
-
-
-def _native(name: str, array: Any, dims: tuple[str, ...]) -> Any:
-    """The caller's ``array`` as its native array, refused unless it has one axis per entry of ``dims``,
-    and described as the caller holds it (an empty axis, a dtype opendnn has not, a negative stride are
-    named in the caller's axes, before the problem reads it in its own order)."""
-    native = as_native(array, name)
-    if native.ndim != len(dims):
-        raise BadParam(
-            f"{name}.ndim={native.ndim} must be {len(dims)} ({', '.join(dims)})", Status.BAD_PARAM_SHAPE_MISMATCH
-        )
-    descriptor_of(native, name)
-    return native
-
-
-def _heads_first(native: Any, tokens: int = 0) -> Any:
-    """A (tokens, heads, D) array as the (1, heads, tokens, D) view the problem takes; with
-    ``tokens=1``, a (blocks, rows, heads, D) cache as (blocks, heads, rows, D)."""
-    if tokens == 1:
-        return np.swapaxes(native, 1, 2) if isinstance(native, np.ndarray) else native.transpose(1, 2)
-    return np.swapaxes(native, 0, 1)[None] if isinstance(native, np.ndarray) else native.transpose(0, 1)[None]
-
-
-def _tokens_first(view: Any) -> Any:
-    """The inverse of ``_heads_first``: (1, heads, tokens, D) as (tokens, heads, D)."""
-    return np.swapaxes(view[0], 0, 1) if isinstance(view, np.ndarray) else view[0].transpose(0, 1)
-
-
-def _packed_inputs(
-    query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, alibi_slopes: Any, sinks: Any
-) -> _Inputs:
-    """The packed (tokens, heads, D) arrays as (1, heads, tokens, D) bound views, the offsets in the
-    lengths' places."""
-    bounds = {
-        name: wrap(name, _heads_first(_native(name, array, PACKED_INPUT)))
-        for name, array in (("query", query), ("key", key), ("value", value))
-    }
-    offsets_q, offsets_kv, slopes, sink_logits = (
-        None if array is None else wrap(name, array)
-        for name, array in (
-            ("cu_seqlens_q", cu_seqlens_q),
-            ("cu_seqlens_k", cu_seqlens_k),
-            ("alibi_slopes", alibi_slopes),
-            ("sinks", sinks),
-        )
-    )
-    q, k, v = bounds["query"], bounds["key"], bounds["value"]
-    own = tuple(as_native(array) for array in (query, key, value))
-    shape = tuple(own[0].shape)
-    return _Inputs(q, k, v, None, offsets_q, offsets_kv, slopes, sink_logits, (), shape, VARLEN_NAMES, own)

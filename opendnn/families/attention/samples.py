@@ -24,9 +24,8 @@ from opendnn.core.handle import Handle
 from opendnn.core.samples import ErrorSample, Sample, Tensors, checked, descriptor, values
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.descriptor import AttentionDescriptor
-from opendnn.families.attention.functional import (
-    scaled_dot_product_attention,
-    scaled_dot_product_attention_backward,
+from opendnn.families.attention.functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from opendnn.families.attention.functional_packed import (
     scaled_dot_product_attention_paged,
     scaled_dot_product_attention_varlen,
     scaled_dot_product_attention_varlen_backward,
