@@ -26,6 +26,7 @@ against; alpha, the fused forward epilogue and the beta blend are the reference'
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from typing import Any
 
@@ -163,15 +164,25 @@ def gemm_forward(
 
 
 def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, the columns as
-    ``_Shifts``' stack (T, C, out), each tap's rows copied from x's planes at one flat shift, and one
-    product with the filter as (K, T * C) straight into y's memory (``out`` C-ordered)."""
+    """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, x's planes into
+    ``_Shifts``' stack, then per first-dim tap r one product of the filter's taps of r as (K, T_rest * C)
+    with the stack's (T_rest * C, plane) matrix of r, the first straight into y's memory (``out``
+    C-ordered) and each other one added to it."""
     k, c = problem.w.dims[:2]
     shifts = _Shifts(problem, c, x.dtype, 1)
-    taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1))
+    inner = len(shifts.rows)
+    taps_first = _filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1)  # (K, T, C)
+    weights = [
+        np.ascontiguousarray(taps_first[:, r * inner : (r + 1) * inner]).reshape(k, -1)
+        for r in range(len(shifts.starts))
+    ]
+    term = np.empty((k, shifts.plane), x.dtype)
     for n in range(x.shape[0]):
-        shifts.taps(x[n].reshape(-1), c)
-        np.matmul(taps_first.reshape(k, -1), shifts.stack.reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
+        planes = out[n].reshape(k, -1)
+        matrices = [m.transpose(1, 0, 2).reshape(-1, shifts.plane) for m in shifts.taps(x[n].reshape(-1), c)]
+        np.matmul(weights[0], matrices[0], out=planes)
+        for weight, matrix in zip(weights[1:], matrices[1:]):
+            planes += np.matmul(weight, matrix, out=term)
     return out
 
 
@@ -278,40 +289,67 @@ class _Planes:
 class _Shifts:
     """Depthwise geometry where y has x's spatial dims at unit strides (``_same``): for every output
     place o, tap r reads x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated
-    for the backward data, which reads dy at o - offset(r)): one flat shift over a C-ordered chunk of
-    whole planes. A tap's row of the stack is the chunk's run at that shift, with the places whose
-    input lies in the padding set to 0: along each dim with a nonzero offset, a slab of each plane at
-    one end. Every place of the run whose read crosses a plane's edge, or the chunk's, lies in one of
-    those slabs, so the stack holds the padded input exactly, with no junk and no padded copy."""
+    for the backward data, which reads dy at o - offset(r)). The chunk's planes are laid out with zero
+    rows before and after along the first spatial dim (as many as its offsets reach), so that a tap's
+    offset along that dim is a start further into the buffer, no copy. Along the other dims a tap is
+    one flat shift: the stack holds a row per combination of the other dims' taps, the chunk's padded
+    planes at that shift, with the places whose input lies in the padding set to 0 (along each of
+    those dims with a nonzero offset, a slab of each row of the first dim at one end; every place whose
+    read crosses such a row's edge, or the chunk's, lies in one of those slabs). The taps sharing a
+    first-dim index r then form a (T_rest, plane) matrix of each plane, rows the stack's rows and
+    columns a contiguous run starting r's offset further: the stack holds the padded input exactly,
+    T_rest copies of it where every tap would take T."""
 
     def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int) -> None:
-        self.spatial = spatial = tuple(problem.x.dims[2:])
+        spatial, filt = tuple(problem.x.dims[2:]), tuple(problem.w.dims[2:])
+        offsets = [
+            [sign * (r * d - p) for r in range(size)] for size, d, p in zip(filt, problem.dilation, problem.pre_padding)
+        ]
+        before, after = max(0, -min(offsets[0])), max(0, max(offsets[0]))
+        rest = spatial[1:]
+        rest_size = math.prod(rest)
+        strides = [math.prod(rest[k + 1 :]) for k in range(len(rest))]
         self.plane = math.prod(spatial)
-        strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
-        self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per tap: its shift, its zero slabs
-        for tap in np.ndindex(*problem.w.dims[2:]):
-            offsets = [sign * (r * d - p) for r, d, p in zip(tap, problem.dilation, problem.pre_padding)]
+        self.padded_plane = (before + spatial[0] + after) * rest_size
+        self.padded_shape = (before + spatial[0] + after, *rest)
+        self.interior = (slice(None), slice(before, before + spatial[0]))
+        self.starts = [(before + o) * rest_size for o in offsets[0]]  # each first-dim tap's matrix
+        self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per other dims' tap: shift, zero slabs
+        for tap in itertools.product(*offsets[1:]):
             slabs = [
-                (slice(None),) * (1 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
-                for k, (o, n) in enumerate(zip(offsets, spatial))
+                (slice(None),) * (2 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
+                for k, (o, n) in enumerate(zip(tap, rest))
                 if o
             ]
-            self.rows.append((sum(o * s for o, s in zip(offsets, strides)), slabs))
-        self.stack = np.empty((len(self.rows), count * self.plane), dtype)
+            self.rows.append((sum(o * s for o, s in zip(tap, strides)), slabs))
+        # x goes into the row of no shift, or into a row of its own where no tap has one
+        self.base = next((i for i, (shift, slabs) in enumerate(self.rows) if not shift and not slabs), len(self.rows))
+        self.stack = np.zeros((max(self.base + 1, len(self.rows)), count * self.padded_plane), dtype)
 
-    def taps(self, flat: np.ndarray, planes: int) -> np.ndarray:
-        """Every tap's run of the first ``planes`` planes of ``flat`` (1-D) in a row of the stack, as
-        (planes, T, plane): each plane a (T, plane) matrix that BLAS reads in place."""
-        used = planes * self.plane
-        for row, (shift, slabs) in zip(self.stack, self.rows):
+    def taps(self, flat: np.ndarray, planes: int) -> list[np.ndarray]:
+        """The first ``planes`` planes of ``flat`` (1-D) into the stack; per first-dim tap, the
+        (planes, T_rest, plane) matrices of its taps, which BLAS reads in place."""
+        used = planes * self.padded_plane
+        base = self.stack[self.base, :used]
+        base.reshape(planes, *self.padded_shape)[self.interior] = flat.reshape(planes, -1, *self.padded_shape[1:])
+        for index, (row, (shift, slabs)) in enumerate(zip(self.stack, self.rows)):
+            if index == self.base:
+                continue
             run = row[:used]
             start, stop = max(0, -shift), min(used, used - shift)
             if start < stop:
-                run[start:stop] = flat[start + shift : stop + shift]
-            padding = run.reshape(planes, *self.spatial)
+                run[start:stop] = base[start + shift : stop + shift]
+            padding = run.reshape(planes, *self.padded_shape)
             for slab in slabs:
                 padding[slab] = 0
-        return self.stack[:, :used].reshape(-1, planes, self.plane).transpose(1, 0, 2)
+        item = self.stack.itemsize
+        strides = (self.padded_plane * item, self.stack.strides[0], item)
+        return [
+            np.lib.stride_tricks.as_strided(
+                self.stack[0, start:], (planes, len(self.rows), self.plane), strides, writeable=False
+            )
+            for start in self.starts
+        ]
 
 
 def _same(problem: ConvolutionProblem) -> bool:
@@ -345,14 +383,21 @@ def _shifted_depthwise(
     problem: ConvolutionProblem, source: np.ndarray, taps: np.ndarray, out: np.ndarray, sign: int
 ) -> np.ndarray:
     """The forward (x, ``sign`` 1) or the backward data (dy, ``sign`` -1) of a depthwise convolution
-    whose y has x's dims at unit strides: per chunk of channels of one sample, the taps' runs of the
-    source's planes (``_Shifts``) times each channel's (1, T) taps, straight into ``out``'s planes."""
+    whose y has x's dims at unit strides: per chunk of channels of one sample, the sum over the
+    first-dim taps of each channel's (1, T_rest) taps times its (T_rest, plane) matrix (``_Shifts``),
+    the first product straight into ``out``'s planes and each other one added to them."""
     shifts, blocks = _shift_blocks(problem, source.dtype, sign)
+    term = np.empty((blocks[0].stop, 1, shifts.plane), source.dtype)
+    inner = len(shifts.rows)
     for block in blocks:
         count = block.stop - block.start
+        weights = [taps[block, :, r * inner : (r + 1) * inner] for r in range(len(shifts.starts))]
         for n in range(source.shape[0]):
             planes = out[n, block].reshape(count, 1, -1)  # out's own memory: out is C-ordered
-            np.matmul(taps[block], shifts.taps(source[n, block].reshape(-1), count), out=planes)
+            matrices = shifts.taps(source[n, block].reshape(-1), count)
+            np.matmul(weights[0], matrices[0], out=planes)
+            for weight, matrix in zip(weights[1:], matrices[1:]):
+                planes += np.matmul(weight, matrix, out=term[:count])
     return out
 
 
@@ -440,12 +485,13 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     y has x's dims at unit strides the stack is ``_Shifts``', which holds no junk."""
     if _same(problem):
         shifts, blocks = _shift_blocks(problem, x.dtype, 1)
-        taps = np.zeros((problem.groups, 1, len(shifts.rows)), x.dtype)
+        taps = np.zeros((problem.groups, len(shifts.starts), len(shifts.rows)), x.dtype)
         for block in blocks:
             count = block.stop - block.start
             for n in range(x.shape[0]):
-                rows = shifts.taps(x[n, block].reshape(-1), count)
-                taps[block] += np.matmul(dy[n, block].reshape(count, 1, -1), rows.transpose(0, 2, 1))
+                gradient = dy[n, block].reshape(count, 1, -1)
+                for r, matrix in enumerate(shifts.taps(x[n, block].reshape(-1), count)):
+                    taps[block, r : r + 1] += np.matmul(gradient, matrix.transpose(0, 2, 1))
         return _filter_order(problem, taps.reshape(problem.w.dims))
     taps = _depthwise_filter_sums(problem, x, dy, clear_junk=False)
     if np.isnan(taps).any():
