@@ -325,6 +325,16 @@ class _Shifts:
         # x goes into the row of no shift, or into a row of its own where no tap has one
         self.base = next((i for i, (shift, slabs) in enumerate(self.rows) if not shift and not slabs), len(self.rows))
         self.stack = np.zeros((max(self.base + 1, len(self.rows)), count * self.padded_plane), dtype)
+        item = self.stack.itemsize
+        self.matrices = [  # per first-dim tap, each plane's (T_rest, plane) matrix of the stack
+            np.lib.stride_tricks.as_strided(
+                self.stack[0, start:],
+                (count, len(self.rows), self.plane),
+                (self.padded_plane * item, self.stack.strides[0], item),
+                writeable=False,
+            )
+            for start in self.starts
+        ]
 
     def taps(self, flat: np.ndarray, planes: int) -> list[np.ndarray]:
         """The first ``planes`` planes of ``flat`` (1-D) into the stack; per first-dim tap, the
@@ -342,14 +352,7 @@ class _Shifts:
             padding = run.reshape(planes, *self.padded_shape)
             for slab in slabs:
                 padding[slab] = 0
-        item = self.stack.itemsize
-        strides = (self.padded_plane * item, self.stack.strides[0], item)
-        return [
-            np.lib.stride_tricks.as_strided(
-                self.stack[0, start:], (planes, len(self.rows), self.plane), strides, writeable=False
-            )
-            for start in self.starts
-        ]
+        return [matrix[:planes] for matrix in self.matrices]
 
 
 def _same(problem: ConvolutionProblem) -> bool:
