@@ -164,25 +164,16 @@ def gemm_forward(
 
 
 def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, x's planes into
-    ``_Shifts``' stack, then per first-dim tap r one product of the filter's taps of r as (K, T_rest * C)
-    with the stack's (T_rest * C, plane) matrix of r, the first straight into y's memory (``out``
-    C-ordered) and each other one added to it."""
+    """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, the columns as
+    ``_Shifts``' stack with every tap a row (T, C, out), each tap's rows copied from x's planes at one
+    flat shift, and one product with the filter as (K, T * C) straight into y's memory (``out``
+    C-ordered): one product a sample, which a loaded machine's second BLAS thread delays once."""
     k, c = problem.w.dims[:2]
-    shifts = _Shifts(problem, c, x.dtype, 1)
-    inner = len(shifts.rows)
-    taps_first = _filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1)  # (K, T, C)
-    weights = [
-        np.ascontiguousarray(taps_first[:, r * inner : (r + 1) * inner]).reshape(k, -1)
-        for r in range(len(shifts.starts))
-    ]
-    term = np.empty((k, shifts.plane), x.dtype)
+    shifts = _Shifts(problem, c, x.dtype, 1, split=0)
+    taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1)).reshape(k, -1)
     for n in range(x.shape[0]):
-        planes = out[n].reshape(k, -1)
-        matrices = [m.transpose(1, 0, 2).reshape(-1, shifts.plane) for m in shifts.taps(x[n].reshape(-1), c)]
-        np.matmul(weights[0], matrices[0], out=planes)
-        for weight, matrix in zip(weights[1:], matrices[1:]):
-            planes += np.matmul(weight, matrix, out=term)
+        (columns,) = shifts.taps(x[n].reshape(-1), c)
+        np.matmul(taps_first, columns.transpose(1, 0, 2).reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
     return out
 
 
@@ -287,46 +278,46 @@ class _Planes:
 
 
 class _Shifts:
-    """Depthwise geometry where y has x's spatial dims at unit strides (``_same``): for every output
-    place o, tap r reads x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated
-    for the backward data, which reads dy at o - offset(r)). The chunk's planes are laid out with zero
-    rows before and after along the first spatial dim (as many as its offsets reach), so that a tap's
-    offset along that dim is a start further into the buffer, no copy. Along the other dims a tap is
-    one flat shift: the stack holds a row per combination of the other dims' taps, the chunk's padded
-    planes at that shift, with the places whose input lies in the padding set to 0 (along each of
-    those dims with a nonzero offset, a slab of each row of the first dim at one end; every place whose
-    read crosses such a row's edge, or the chunk's, lies in one of those slabs). The taps sharing a
-    first-dim index r then form a (T_rest, plane) matrix of each plane, rows the stack's rows and
-    columns a contiguous run starting r's offset further: the stack holds the padded input exactly,
-    T_rest copies of it where every tap would take T."""
+    """Where y has x's spatial dims at unit strides (``_same``): for every output place o, tap r reads
+    x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated for the depthwise
+    backward data, which reads dy at o - offset(r)). Along the first ``split`` spatial dims (none or
+    the first) the chunk's planes are laid out with zero rows before and after (as many as the
+    offsets reach), so that a tap's offset along them is a start further into the buffer, no copy.
+    Along the other dims a tap is one flat shift: the stack holds a row per combination of those
+    dims' taps, the chunk's padded planes at that shift, with the places whose input lies in the
+    padding set to 0 (along each such dim with a nonzero offset, a slab at one end; every place whose
+    read crosses a row's or a plane's edge, or the chunk's end, lies in one of those slabs). The taps
+    sharing their first ``split`` indices then form a (T_rest, plane) matrix of each plane, rows the
+    stack's rows and columns a contiguous run starting their offset further: the stack holds the
+    padded input exactly, T_rest copies of it where every tap would take T."""
 
-    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int) -> None:
+    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int, split: int) -> None:
         spatial, filt = tuple(problem.x.dims[2:]), tuple(problem.w.dims[2:])
         offsets = [
             [sign * (r * d - p) for r in range(size)] for size, d, p in zip(filt, problem.dilation, problem.pre_padding)
         ]
-        before, after = max(0, -min(offsets[0])), max(0, max(offsets[0]))
-        rest = spatial[1:]
-        rest_size = math.prod(rest)
-        strides = [math.prod(rest[k + 1 :]) for k in range(len(rest))]
+        leading = offsets[0] if split else [0]
+        before, after = max(0, -min(leading)), max(0, max(leading))
+        row = math.prod(spatial[1:])
+        strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
         self.plane = math.prod(spatial)
-        self.padded_plane = (before + spatial[0] + after) * rest_size
-        self.padded_shape = (before + spatial[0] + after, *rest)
+        self.padded_shape = (before + spatial[0] + after, *spatial[1:])
+        self.padded_plane = math.prod(self.padded_shape)
         self.interior = (slice(None), slice(before, before + spatial[0]))
-        self.starts = [(before + o) * rest_size for o in offsets[0]]  # each first-dim tap's matrix
+        self.starts = [(before + o) * row for o in leading]  # each leading tap's matrix
         self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per other dims' tap: shift, zero slabs
-        for tap in itertools.product(*offsets[1:]):
+        for tap in itertools.product(*offsets[split:]):
             slabs = [
-                (slice(None),) * (2 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
-                for k, (o, n) in enumerate(zip(tap, rest))
+                (slice(None),) * (1 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
+                for k, (o, n) in enumerate(zip(tap, spatial[split:]), start=split)
                 if o
             ]
-            self.rows.append((sum(o * s for o, s in zip(tap, strides)), slabs))
+            self.rows.append((sum(o * st for o, st in zip(tap, strides[split:])), slabs))
         # x goes into the row of no shift, or into a row of its own where no tap has one
         self.base = next((i for i, (shift, slabs) in enumerate(self.rows) if not shift and not slabs), len(self.rows))
         self.stack = np.zeros((max(self.base + 1, len(self.rows)), count * self.padded_plane), dtype)
         item = self.stack.itemsize
-        self.matrices = [  # per first-dim tap, each plane's (T_rest, plane) matrix of the stack
+        self.matrices = [  # per leading tap, each plane's (T_rest, plane) matrix of the stack
             np.lib.stride_tricks.as_strided(
                 self.stack[0, start:],
                 (count, len(self.rows), self.plane),
@@ -369,7 +360,7 @@ def _blocks(problem: ConvolutionProblem, plane: int) -> list[slice]:
 
 def _shift_blocks(problem: ConvolutionProblem, dtype: np.dtype, sign: int) -> tuple[_Shifts, list[slice]]:
     blocks = _blocks(problem, math.prod(problem.x.dims[2:]))
-    return _Shifts(problem, blocks[0].stop, dtype, sign), blocks
+    return _Shifts(problem, blocks[0].stop, dtype, sign, split=1), blocks
 
 
 def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
