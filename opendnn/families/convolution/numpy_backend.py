@@ -15,9 +15,12 @@ place, so the columns are contiguous copies of x's own planes with the padding s
 (``_Shifts``): the forward of one group takes them a sample at a time, with no padded copy of x.
 
 Depthwise convolutions (C/G == K/G == 1) skip the columns: per chunk of channels of one sample,
-every tap's run of the planes (``_Shifts``, or the padded planes of ``_Planes`` for other strides
-and paddings) is copied into a row of a stack and one matmul batched over the channels forms each
-channel's (1, T) @ (T, plane) product.
+the taps' runs of the planes are copied into the rows of a stack and matmuls batched over the
+channels form each channel's products. Where y has x's dims at unit strides (``_Shifts``), the
+planes carry zero rows before and after, so the first spatial dim's taps are offsets into the stack
+and it holds one row per combination of the other dims' taps: per first-dim tap, a (1, T_rest) @
+(T_rest, plane) product, summed. Otherwise every tap's run of the padded planes (``_Planes``) is a
+row, and one (1, T) @ (T, plane) product.
 
 The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
 against; alpha, the fused forward epilogue and the beta blend are the reference's own.
@@ -167,7 +170,8 @@ def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, 
     """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, the columns as
     ``_Shifts``' stack with every tap a row (T, C, out), each tap's rows copied from x's planes at one
     flat shift, and one product with the filter as (K, T * C) straight into y's memory (``out``
-    C-ordered): one product a sample, which a loaded machine's second BLAS thread delays once."""
+    C-ordered): one product a sample, since on a loaded machine each product waits for the second
+    BLAS thread."""
     k, c = problem.w.dims[:2]
     shifts = _Shifts(problem, c, x.dtype, 1, split=0)
     taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1)).reshape(k, -1)
@@ -328,8 +332,8 @@ class _Shifts:
         ]
 
     def taps(self, flat: np.ndarray, planes: int) -> list[np.ndarray]:
-        """The first ``planes`` planes of ``flat`` (1-D) into the stack; per first-dim tap, the
-        (planes, T_rest, plane) matrices of its taps, which BLAS reads in place."""
+        """The first ``planes`` planes of ``flat`` (1-D) into the stack; per leading tap (one where
+        ``split`` is 0), the (planes, T_rest, plane) matrices of its taps, which BLAS reads in place."""
         used = planes * self.padded_plane
         base = self.stack[self.base, :used]
         base.reshape(planes, *self.padded_shape)[self.interior] = flat.reshape(planes, -1, *self.padded_shape[1:])
@@ -398,10 +402,10 @@ def _shifted_depthwise(
 def depthwise_forward(
     problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the taps' runs
-    of the planes (``_shifted_depthwise`` where y has x's dims at unit strides, else the padded planes)
-    copied into the rows of a stack, then one matmul batched over the chunk's
-    channels, each channel's (1, T) weights times its (T, ext_plane) runs."""
+    """y (N, K, *out) of a depthwise convolution: ``_shifted_depthwise`` where y has x's dims at unit
+    strides; else per chunk of channels of one sample, the taps' runs of the padded planes copied
+    into the rows of a stack, then one matmul batched over the chunk's channels, each channel's
+    (1, T) weights times its (T, ext_plane) runs."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
     taps = _channel_taps(problem, w)
     if _same(problem):
