@@ -176,7 +176,7 @@ def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, 
     shifts = _Shifts(problem, c, x.dtype, 1, split=0)
     taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1)).reshape(k, -1)
     for n in range(x.shape[0]):
-        (columns,) = shifts.taps(x[n].reshape(-1), c)
+        columns = shifts.taps(x[n].reshape(-1), c)[:, 0]
         np.matmul(taps_first, columns.transpose(1, 0, 2).reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
     return out
 
@@ -321,19 +321,18 @@ class _Shifts:
         self.base = next((i for i, (shift, slabs) in enumerate(self.rows) if not shift and not slabs), len(self.rows))
         self.stack = np.zeros((max(self.base + 1, len(self.rows)), count * self.padded_plane), dtype)
         item = self.stack.itemsize
-        self.matrices = [  # per leading tap, each plane's (T_rest, plane) matrix of the stack
-            np.lib.stride_tricks.as_strided(
-                self.stack[0, start:],
-                (count, len(self.rows), self.plane),
-                (self.padded_plane * item, self.stack.strides[0], item),
-                writeable=False,
-            )
-            for start in self.starts
-        ]
+        step = self.starts[1] - self.starts[0] if len(self.starts) > 1 else 0  # the leading taps' offsets
+        self.matrices = np.lib.stride_tricks.as_strided(  # (count, leading taps, T_rest, plane)
+            self.stack[0, self.starts[0] :],
+            (count, len(self.starts), len(self.rows), self.plane),
+            (self.padded_plane * item, step * item, self.stack.strides[0], item),
+            writeable=False,
+        )
 
-    def taps(self, flat: np.ndarray, planes: int) -> list[np.ndarray]:
-        """The first ``planes`` planes of ``flat`` (1-D) into the stack; per leading tap (one where
-        ``split`` is 0), the (planes, T_rest, plane) matrices of its taps, which BLAS reads in place."""
+    def taps(self, flat: np.ndarray, planes: int) -> np.ndarray:
+        """The first ``planes`` planes of ``flat`` (1-D) into the stack, as (planes, leading taps,
+        T_rest, plane): per plane and leading tap (one where ``split`` is 0) the (T_rest, plane)
+        matrix of its taps, which BLAS reads in place."""
         used = planes * self.padded_plane
         base = self.stack[self.base, :used]
         base.reshape(planes, *self.padded_shape)[self.interior] = flat.reshape(planes, -1, *self.padded_shape[1:])
@@ -347,7 +346,7 @@ class _Shifts:
             padding = run.reshape(planes, *self.padded_shape)
             for slab in slabs:
                 padding[slab] = 0
-        return [matrix[:planes] for matrix in self.matrices]
+        return self.matrices[:planes]
 
 
 def _same(problem: ConvolutionProblem) -> bool:
@@ -393,9 +392,9 @@ def _shifted_depthwise(
         for n in range(source.shape[0]):
             planes = out[n, block].reshape(count, 1, -1)  # out's own memory: out is C-ordered
             matrices = shifts.taps(source[n, block].reshape(-1), count)
-            np.matmul(weights[0], matrices[0], out=planes)
-            for weight, matrix in zip(weights[1:], matrices[1:]):
-                planes += np.matmul(weight, matrix, out=term[:count])
+            np.matmul(weights[0], matrices[:, 0], out=planes)
+            for r in range(1, len(weights)):
+                planes += np.matmul(weights[r], matrices[:, r], out=term[:count])
     return out
 
 
@@ -487,9 +486,9 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
         for block in blocks:
             count = block.stop - block.start
             for n in range(x.shape[0]):
-                gradient = dy[n, block].reshape(count, 1, -1)
-                for r, matrix in enumerate(shifts.taps(x[n, block].reshape(-1), count)):
-                    taps[block, r : r + 1] += np.matmul(gradient, matrix.transpose(0, 2, 1))
+                gradient = dy[n, block].reshape(count, 1, 1, -1)
+                matrices = shifts.taps(x[n, block].reshape(-1), count)
+                taps[block] += np.matmul(gradient, matrices.transpose(0, 1, 3, 2)).reshape(count, *taps.shape[1:])
         return _filter_order(problem, taps.reshape(problem.w.dims))
     taps = _depthwise_filter_sums(problem, x, dy, clear_junk=False)
     if np.isnan(taps).any():
