@@ -15,9 +15,12 @@ place, so the columns are contiguous copies of x's own planes with the padding s
 (``_Shifts``): the forward of one group takes them a sample at a time, with no padded copy of x.
 
 Depthwise convolutions (C/G == K/G == 1) skip the columns: per chunk of channels of one sample,
-every tap's run of the planes (``_Shifts``, or the padded planes of ``_Planes`` for other strides
-and paddings) is copied into a row of a stack and one matmul batched over the channels forms each
-channel's (1, T) @ (T, plane) product.
+the taps' runs of the planes are copied into the rows of a stack and matmuls batched over the
+channels form each channel's products. Where y has x's dims at unit strides (``_Shifts``), the
+planes carry zero rows before and after, so the first spatial dim's taps are offsets into the stack
+and it holds one row per combination of the other dims' taps: per first-dim tap, a (1, T_rest) @
+(T_rest, plane) product, summed. Otherwise every tap's run of the padded planes (``_Planes``) is a
+row, and one (1, T) @ (T, plane) product.
 
 The float64 reference in problem.py (one einsum per filter tap) stays the oracle these are tested
 against; alpha, the fused forward epilogue and the beta blend are the reference's own.
@@ -26,6 +29,7 @@ against; alpha, the fused forward epilogue and the beta blend are the reference'
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from typing import Any
 
@@ -164,14 +168,16 @@ def gemm_forward(
 
 def _shifted_forward(problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``gemm_forward`` of one group where y has x's dims at unit strides: per sample, the columns as
-    ``_Shifts``' stack (T, C, out), each tap's rows copied from x's planes at one flat shift, and one
-    product with the filter as (K, T * C) straight into y's memory (``out`` C-ordered)."""
+    ``_Shifts``' stack with every tap a row (T, C, out), each tap's rows copied from x's planes at one
+    flat shift, and one product with the filter as (K, T * C) straight into y's memory (``out``
+    C-ordered): one product a sample, since on a loaded machine each product waits for the second
+    BLAS thread."""
     k, c = problem.w.dims[:2]
-    shifts = _Shifts(problem, c, x.dtype, 1)
-    taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1))
+    shifts = _Shifts(problem, c, x.dtype, 1, split=0)
+    taps_first = np.ascontiguousarray(_filter_groups(w, problem).reshape(k, c, -1).transpose(0, 2, 1)).reshape(k, -1)
     for n in range(x.shape[0]):
-        shifts.taps(x[n].reshape(-1), c)
-        np.matmul(taps_first.reshape(k, -1), shifts.stack.reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
+        columns = shifts.taps(x[n].reshape(-1), c)[:, 0]
+        np.matmul(taps_first, columns.transpose(1, 0, 2).reshape(-1, shifts.plane), out=out[n].reshape(k, -1))
     return out
 
 
@@ -276,42 +282,71 @@ class _Planes:
 
 
 class _Shifts:
-    """Depthwise geometry where y has x's spatial dims at unit strides (``_same``): for every output
-    place o, tap r reads x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated
-    for the backward data, which reads dy at o - offset(r)): one flat shift over a C-ordered chunk of
-    whole planes. A tap's row of the stack is the chunk's run at that shift, with the places whose
-    input lies in the padding set to 0: along each dim with a nonzero offset, a slab of each plane at
-    one end. Every place of the run whose read crosses a plane's edge, or the chunk's, lies in one of
-    those slabs, so the stack holds the padded input exactly, with no junk and no padded copy."""
+    """Where y has x's spatial dims at unit strides (``_same``): for every output place o, tap r reads
+    x at o + offset(r), ``offset_k = r_k * dilation_k - pre_padding_k`` (negated for the depthwise
+    backward data, which reads dy at o - offset(r)). Along the first ``split`` spatial dims (none or
+    the first) the chunk's planes are laid out with zero rows before and after (as many as the
+    offsets reach), so that a tap's offset along them is a start further into the buffer, no copy.
+    Along the other dims a tap is one flat shift: the stack holds a row per combination of those
+    dims' taps, the chunk's padded planes at that shift, with the places whose input lies in the
+    padding set to 0 (along each such dim with a nonzero offset, a slab at one end; every place whose
+    read crosses a row's or a plane's edge, or the chunk's end, lies in one of those slabs). The taps
+    sharing their first ``split`` indices then form a (T_rest, plane) matrix of each plane, rows the
+    stack's rows and columns a contiguous run starting their offset further: the stack holds the
+    padded input exactly, T_rest copies of it where every tap would take T."""
 
-    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int) -> None:
-        self.spatial = spatial = tuple(problem.x.dims[2:])
-        self.plane = math.prod(spatial)
+    def __init__(self, problem: ConvolutionProblem, count: int, dtype: np.dtype, sign: int, split: int) -> None:
+        spatial, filt = tuple(problem.x.dims[2:]), tuple(problem.w.dims[2:])
+        offsets = [
+            [sign * (r * d - p) for r in range(size)] for size, d, p in zip(filt, problem.dilation, problem.pre_padding)
+        ]
+        leading = offsets[0] if split else [0]
+        before, after = max(0, -min(leading)), max(0, max(leading))
+        row = math.prod(spatial[1:])
         strides = [math.prod(spatial[k + 1 :]) for k in range(len(spatial))]
-        self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per tap: its shift, its zero slabs
-        for tap in np.ndindex(*problem.w.dims[2:]):
-            offsets = [sign * (r * d - p) for r, d, p in zip(tap, problem.dilation, problem.pre_padding)]
+        self.plane = math.prod(spatial)
+        self.padded_shape = (before + spatial[0] + after, *spatial[1:])
+        self.padded_plane = math.prod(self.padded_shape)
+        self.interior = (slice(None), slice(before, before + spatial[0]))
+        self.starts = [(before + o) * row for o in leading]  # each leading tap's matrix
+        self.rows: list[tuple[int, list[tuple[slice, ...]]]] = []  # per other dims' tap: shift, zero slabs
+        for tap in itertools.product(*offsets[split:]):
             slabs = [
                 (slice(None),) * (1 + k) + (slice(max(0, n - o), n) if o > 0 else slice(0, min(n, -o)),)
-                for k, (o, n) in enumerate(zip(offsets, spatial))
+                for k, (o, n) in enumerate(zip(tap, spatial[split:]), start=split)
                 if o
             ]
-            self.rows.append((sum(o * s for o, s in zip(offsets, strides)), slabs))
-        self.stack = np.empty((len(self.rows), count * self.plane), dtype)
+            self.rows.append((sum(o * st for o, st in zip(tap, strides[split:])), slabs))
+        # x goes into the row of no shift, or into a row of its own where no tap has one
+        self.base = next((i for i, (shift, slabs) in enumerate(self.rows) if not shift and not slabs), len(self.rows))
+        self.stack = np.zeros((max(self.base + 1, len(self.rows)), count * self.padded_plane), dtype)
+        item = self.stack.itemsize
+        step = self.starts[1] - self.starts[0] if len(self.starts) > 1 else 0  # the leading taps' offsets
+        self.matrices = np.lib.stride_tricks.as_strided(  # (count, leading taps, T_rest, plane)
+            self.stack[0, self.starts[0] :],
+            (count, len(self.starts), len(self.rows), self.plane),
+            (self.padded_plane * item, step * item, self.stack.strides[0], item),
+            writeable=False,
+        )
 
     def taps(self, flat: np.ndarray, planes: int) -> np.ndarray:
-        """Every tap's run of the first ``planes`` planes of ``flat`` (1-D) in a row of the stack, as
-        (planes, T, plane): each plane a (T, plane) matrix that BLAS reads in place."""
-        used = planes * self.plane
-        for row, (shift, slabs) in zip(self.stack, self.rows):
+        """The first ``planes`` planes of ``flat`` (1-D) into the stack, as (planes, leading taps,
+        T_rest, plane): per plane and leading tap (one where ``split`` is 0) the (T_rest, plane)
+        matrix of its taps, which BLAS reads in place."""
+        used = planes * self.padded_plane
+        base = self.stack[self.base, :used]
+        base.reshape(planes, *self.padded_shape)[self.interior] = flat.reshape(planes, -1, *self.padded_shape[1:])
+        for index, (row, (shift, slabs)) in enumerate(zip(self.stack, self.rows)):
+            if index == self.base:
+                continue
             run = row[:used]
             start, stop = max(0, -shift), min(used, used - shift)
             if start < stop:
-                run[start:stop] = flat[start + shift : stop + shift]
-            padding = run.reshape(planes, *self.spatial)
+                run[start:stop] = base[start + shift : stop + shift]
+            padding = run.reshape(planes, *self.padded_shape)
             for slab in slabs:
                 padding[slab] = 0
-        return self.stack[:, :used].reshape(-1, planes, self.plane).transpose(1, 0, 2)
+        return self.matrices[:planes]
 
 
 def _same(problem: ConvolutionProblem) -> bool:
@@ -328,7 +363,7 @@ def _blocks(problem: ConvolutionProblem, plane: int) -> list[slice]:
 
 def _shift_blocks(problem: ConvolutionProblem, dtype: np.dtype, sign: int) -> tuple[_Shifts, list[slice]]:
     blocks = _blocks(problem, math.prod(problem.x.dims[2:]))
-    return _Shifts(problem, blocks[0].stop, dtype, sign), blocks
+    return _Shifts(problem, blocks[0].stop, dtype, sign, split=1), blocks
 
 
 def _channel_blocks(problem: ConvolutionProblem, dtype: np.dtype) -> tuple[_Planes, list[slice]]:
@@ -345,24 +380,31 @@ def _shifted_depthwise(
     problem: ConvolutionProblem, source: np.ndarray, taps: np.ndarray, out: np.ndarray, sign: int
 ) -> np.ndarray:
     """The forward (x, ``sign`` 1) or the backward data (dy, ``sign`` -1) of a depthwise convolution
-    whose y has x's dims at unit strides: per chunk of channels of one sample, the taps' runs of the
-    source's planes (``_Shifts``) times each channel's (1, T) taps, straight into ``out``'s planes."""
+    whose y has x's dims at unit strides: per chunk of channels of one sample, the sum over the
+    first-dim taps of each channel's (1, T_rest) taps times its (T_rest, plane) matrix (``_Shifts``),
+    the first product straight into ``out``'s planes and each other one added to them."""
     shifts, blocks = _shift_blocks(problem, source.dtype, sign)
+    term = np.empty((blocks[0].stop, 1, shifts.plane), source.dtype)
+    inner = len(shifts.rows)
     for block in blocks:
         count = block.stop - block.start
+        weights = [taps[block, :, r * inner : (r + 1) * inner] for r in range(len(shifts.starts))]
         for n in range(source.shape[0]):
             planes = out[n, block].reshape(count, 1, -1)  # out's own memory: out is C-ordered
-            np.matmul(taps[block], shifts.taps(source[n, block].reshape(-1), count), out=planes)
+            matrices = shifts.taps(source[n, block].reshape(-1), count)
+            np.matmul(weights[0], matrices[:, 0], out=planes)
+            for r in range(1, len(weights)):
+                planes += np.matmul(weights[r], matrices[:, r], out=term[:count])
     return out
 
 
 def depthwise_forward(
     problem: ConvolutionProblem, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """y (N, K, *out) of a depthwise convolution: per chunk of channels of one sample, the taps' runs
-    of the planes (``_shifted_depthwise`` where y has x's dims at unit strides, else the padded planes)
-    copied into the rows of a stack, then one matmul batched over the chunk's
-    channels, each channel's (1, T) weights times its (T, ext_plane) runs."""
+    """y (N, K, *out) of a depthwise convolution: ``_shifted_depthwise`` where y has x's dims at unit
+    strides; else per chunk of channels of one sample, the taps' runs of the padded planes copied
+    into the rows of a stack, then one matmul batched over the chunk's channels, each channel's
+    (1, T) weights times its (T, ext_plane) runs."""
     out = np.empty(problem.y.dims, x.dtype) if out is None else out
     taps = _channel_taps(problem, w)
     if _same(problem):
@@ -440,12 +482,13 @@ def depthwise_backward_filter(problem: ConvolutionProblem, x: np.ndarray, dy: np
     y has x's dims at unit strides the stack is ``_Shifts``', which holds no junk."""
     if _same(problem):
         shifts, blocks = _shift_blocks(problem, x.dtype, 1)
-        taps = np.zeros((problem.groups, 1, len(shifts.rows)), x.dtype)
+        taps = np.zeros((problem.groups, len(shifts.starts), len(shifts.rows)), x.dtype)
         for block in blocks:
             count = block.stop - block.start
             for n in range(x.shape[0]):
-                rows = shifts.taps(x[n, block].reshape(-1), count)
-                taps[block] += np.matmul(dy[n, block].reshape(count, 1, -1), rows.transpose(0, 2, 1))
+                gradient = dy[n, block].reshape(count, 1, 1, -1)
+                matrices = shifts.taps(x[n, block].reshape(-1), count)
+                taps[block] += np.matmul(gradient, matrices.transpose(0, 1, 3, 2)).reshape(count, *taps.shape[1:])
         return _filter_order(problem, taps.reshape(problem.w.dims))
     taps = _depthwise_filter_sums(problem, x, dy, clear_junk=False)
     if np.isnan(taps).any():
