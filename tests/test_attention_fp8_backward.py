@@ -13,8 +13,9 @@ import torch
 import opendnn as od
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.api import attention_backward
-from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES
+from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, attention_problem
 from opendnn.families.attention.reference import Fp8BackwardScales, reference_backward_fp8, reference_forward
+from opendnn.functional import scaled_dot_product_attention_backward
 
 LARGEST = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 CASES = [  # (data dtype, dO dtype, gradients' dtype, (B, Hq, Hkv, Sq, Skv, D, Dv), descriptor fields)
@@ -83,3 +84,66 @@ def test_fp8_backward_matches_reference_with_the_same_quantization(
         assert error <= (2e-3 if out_dtype in LARGEST else 1e-2), error
     for ours, theirs in zip(actual[3:], expected[3:]):
         assert ours == pytest.approx(theirs, rel=1e-5)
+
+
+def test_functional_fp8_backward_returns_gradients_and_maxima():
+    rng = np.random.default_rng(3)
+    q, k, v, o, do = (
+        torch.from_numpy(rng.uniform(-2.0, 2.0, (1, 2, 20, 16))).to(torch.float8_e4m3fn) for _ in range(5)
+    )
+    factors = _factors(torch.float8_e4m3fn, torch.float8_e4m3fn)
+    params = od.AttentionDescriptor(causal=True)
+    values = [x.double().numpy() for x in (q, k, v, o, do)]
+    descaled = values[0] * (factors.descale_q * factors.descale_k)
+    stats = torch.from_numpy(reference_forward(params, descaled, values[1], values[2])[1]).float()
+    keywords = dict(factors._asdict(), descale_q=torch.tensor([factors.descale_q]))  # an array and numbers
+    *gradients, amax_dq, amax_dk, amax_dv, amax_dp = scaled_dot_product_attention_backward(
+        do, q, k, v, o, stats, is_causal=True, grad_dtype=torch.bfloat16, return_amax=True, **keywords
+    )
+    fp8, bf16 = od.DataType.FP8_E4M3, od.DataType.BFLOAT16
+    expected = reference_backward_fp8(params, *values, factors, (fp8, fp8, bf16, bf16, bf16))
+    for ours, theirs in zip(gradients, expected[:3]):
+        assert ours.dtype == torch.bfloat16
+        assert np.linalg.norm(ours.double().numpy() - theirs) <= 1e-2 * np.linalg.norm(theirs)
+    for ours, theirs in zip((amax_dq, amax_dk, amax_dv, amax_dp), expected[3:]):
+        assert ours.item() == pytest.approx(theirs, rel=1e-6) and theirs > 0
+
+
+def _backward_call(**changes):
+    q = torch.zeros(1, 2, 8, 16).to(torch.float8_e4m3fn)
+    return dict(grad_out=q, query=q, key=q, value=q, out=q, stats=torch.zeros(1, 2, 8)) | changes
+
+
+FP8 = "query.dtype=float8_e4m3fn"
+REFUSALS = [
+    (dict(softcap=5.0), NotSupported, f"attention parameters.softcap=5.0 with {FP8} is not supported"),
+    (dict(dropout_p=0.1), NotSupported, f"attention parameters.dropout_p=0.1 with {FP8}"),
+    (dict(attn_mask=torch.ones(8, 8)), NotSupported, f"attn_mask with {FP8} is not supported"),
+    (dict(sinks=torch.zeros(2)), NotSupported, f"sinks with {FP8} is not supported"),
+    (dict(grad_dtype=torch.float32), NotSupported, "grad_query.dtype=float32 must be float8_e4m3fn, float8_e5m2"),
+    (dict(grad_out=torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)), NotSupported, "grad_out.dtype=bfloat16 must be"),
+    (dict(scale_dp=torch.ones(2)), BadParam, "scale_dp.shape=[2] must hold one element"),
+    (dict(descale_dp=torch.ones(1, dtype=torch.float16)), NotSupported, "descale_dp.dtype=float16 must be float32"),
+]
+
+
+@pytest.mark.parametrize("changes, error, message", REFUSALS)
+def test_fp8_backward_refusals_name_the_parameter(changes, error, message):
+    with pytest.raises(error) as raised:
+        scaled_dot_product_attention_backward(**_backward_call(**changes))
+    assert message in str(raised.value)
+
+
+def test_fp8_backward_takes_no_forward_factor_and_needs_its_own():
+    q = od.TensorDescriptor(od.DataType.FP8_E4M3, (1, 2, 8, 16))
+    stats = od.TensorDescriptor(od.DataType.FLOAT, (1, 2, 8))
+    one = od.TensorDescriptor(od.DataType.FLOAT, (1,))
+    factors = {f"{slot}_desc": one for slot in FP8_BACKWARD_SCALES}
+    handle, params = od.Handle(backend="numpy"), od.AttentionDescriptor()
+    assert od.get_attention_backward_workspace_size(handle, params, q, q, q, q, q, stats, q, q, q, **factors) == 0
+    slots = {slot: one for slot in FP8_BACKWARD_SCALES} | dict(stats=stats, do=q, dq=q, dk=q, dv=q, scale_o=one)
+    with pytest.raises(BadParam, match=r"scale_o_desc is given but the fp8 backward does not take it"):
+        attention_problem(params, q, q, q, q, **slots)
+    del factors["scale_dv_desc"]
+    with pytest.raises(BadParam, match=r"scale_dv_desc=None but the backward of q_desc.dtype=FP8_E4M3 needs it"):
+        od.get_attention_backward_workspace_size(handle, params, q, q, q, q, q, stats, q, q, q, **factors)
