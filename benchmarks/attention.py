@@ -14,7 +14,10 @@ key/value heads):
                 torch runs its SDPA sequence by sequence, having no packed form on a dense call;
     fp8         gqa_hd128 at 4k, causal and not, forward with q, k and v in float8_e4m3fn (P scaled by
                 448 before its rounding, o in bfloat16) beside torch's bfloat16 SDPA on the same
-                values (torch has no fp8 SDPA); the check allows the rounding of P to e4m3 (5%).
+                values (torch has no fp8 SDPA); the check allows the rounding of P to e4m3 (5%); and
+                the non-causal backward (q, k, v, o and dO in e4m3, P scaled by 448 and dS by 64
+                before their rounding, gradients in bfloat16) beside torch's bfloat16 SDPA backward
+                on the same values, the check allowing the rounding of P and dS to e4m3 (10%).
 Tensors are BSHD in memory, (B, H, S, D) views, as a model's projections leave them.
 
 FLOPs: ``4 * B * Hq * Sq * Skv * D`` forward (two products of 2 flops a multiply-add), halved
@@ -125,6 +128,37 @@ def dense_fp8(shape_name: str, causal: bool) -> Build:
     return build
 
 
+def dense_fp8_backward(shape_name: str) -> Build:
+    """The fp8 backward (e4m3 q, k, v, o and dO; P scaled by 448 and dS by 64 before their rounding;
+    bfloat16 gradients) beside torch's bfloat16 backward on the same values."""
+
+    def build(ctx: Context, dtype: torch.dtype) -> Bench:
+        batch, heads_q, heads_kv, seq, dim = SHAPES[shape_name][ctx.size]
+        fp8 = torch.float8_e4m3fn
+        q, k, v = (bshd(ctx, dtype, batch, heads, seq, dim).to(fp8) for heads in (heads_q, heads_kv, heads_kv))
+        do = bshd(ctx, dtype, batch, heads_q, seq, dim).to(fp8)
+        options = dict(enable_gqa=heads_q != heads_kv)
+        forward = dict(scale_s=448.0, descale_s=1 / 448)
+        out, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True, **forward, **options)
+        factors = dict(forward, scale_dp=64.0, descale_dp=1 / 64)
+        leaves = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+        theirs = torch.nn.functional.scaled_dot_product_attention(*leaves, **options)
+        return _gradients(
+            lambda: F.scaled_dot_product_attention_backward(
+                do, q, k, v, out, stats, grad_dtype=torch.bfloat16, **factors, **options
+            ),
+            theirs,
+            leaves,
+            do.to(torch.bfloat16),
+            nbytes(q, k, v, out, do) + nbytes(*leaves),
+            (batch, heads_q, heads_kv, seq, dim),
+            attention_flops(heads_q, dim, batch * seq * seq, False, True),
+            tolerance=0.1,
+        )
+
+    return build
+
+
 def _forward(inputs: Inputs, options: dict, flops: int, shape: tuple[int, ...]) -> Bench:
     q, k, v = inputs.q, inputs.k, inputs.v
     output = torch.empty_like(q)
@@ -164,6 +198,7 @@ def _gradients(
     moved: int,
     shape: tuple[int, ...],
     flops: int,
+    tolerance: float | None = None,
 ) -> Bench:
     """A backward's Bench: opendnn's dq, dk, dv (the first three of ``ours()``) and torch's autograd
     ones of ``theirs`` with respect to ``leaves``, each side flattened into one tensor."""
@@ -176,7 +211,8 @@ def _gradients(
         grads = torch.autograd.grad(theirs, leaves, grad_theirs, retain_graph=True)
         return torch.cat([g.reshape(-1) for g in grads])
 
-    return Bench(run_opendnn, run_torch, output, moved, lambda: output.fill_(math.nan), shape, flops=flops)
+    checks = {} if tolerance is None else dict(dtype_label="float8_e4m3fn", tolerance=tolerance)
+    return Bench(run_opendnn, run_torch, output, moved, lambda: output.fill_(math.nan), shape, flops=flops, **checks)
 
 
 def varlen(backward: bool) -> Build:
@@ -255,6 +291,7 @@ ATTENTION = [
     Case("attn_varlen_hd128_causal_bwd", "attention", varlen(True)),
     Case("attn_gqa_hd128_fp8_4k_fwd", "attention", dense_fp8("gqa_hd128_4k", False)),
     Case("attn_gqa_hd128_fp8_4k_causal_fwd", "attention", dense_fp8("gqa_hd128_4k", True)),
+    Case("attn_gqa_hd128_fp8_4k_bwd", "attention", dense_fp8_backward("gqa_hd128_4k")),
 ]
 
 SUITES: dict[str, list[Case]] = {"attention": ATTENTION}

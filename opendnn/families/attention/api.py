@@ -25,7 +25,13 @@ fp8 forward, as cuDNN's fp8 SDPA: q, k and v FP8_E4M3 or FP8_E5M2, o fp8, BFLOAT
 the per-tensor factors ``descale_q``, ``descale_k``, ``descale_v``, ``descale_s``, ``scale_s`` and
 ``scale_o`` (one FLOAT element each, on the device: read by the kernel, never by the host);
 ``amax_s`` and ``amax_o`` (one FLOAT element each) receive the largest softmax weight and the
-largest |o| before scale_o (see ``reference`` for the formulas).
+largest |o| before scale_o (see ``reference`` for the formulas). fp8 backward, as cuDNN's fp8 SDPA
+backward: the forward's q, k, v, o and stats, do FP8_E4M3 or FP8_E5M2, dq, dk and dv fp8, BFLOAT16
+or HALF, the factors ``descale_q``, ``descale_k``, ``descale_v``, ``descale_o``, ``descale_do``,
+``descale_s``, ``descale_dp``, ``scale_s``, ``scale_dq``, ``scale_dk``, ``scale_dv`` and
+``scale_dp`` (on the device, as the forward's); ``amax_dq``, ``amax_dk``, ``amax_dv`` and
+``amax_dp`` receive the largest |dQ|, |dK|, |dV| before their scales and the largest |dS| before
+scale_dp.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from opendnn.families.attention.descriptor import AttentionDescriptor
 from opendnn.families.attention.problem import (
     API_NAMES,
     FP8_AMAX,
+    FP8_BACKWARD_AMAX,
+    FP8_BACKWARD_SCALES,
     FP8_SCALES,
     AttentionProblem,
     AttentionTensors,
@@ -53,8 +61,9 @@ LAYOUT_OPTIONAL = ("ragged_offsets_q", "ragged_offsets_kv", "block_table")
 FORWARD_OPTIONAL = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", *LAYOUT_OPTIONAL)
 BACKWARD_OPTIONAL = (*FORWARD_OPTIONAL, "dbias", "dsinks")
 FP8_OPTIONAL = (*FP8_SCALES, *FP8_AMAX)
+FP8_BACKWARD_OPTIONAL = (*FP8_BACKWARD_SCALES, *FP8_BACKWARD_AMAX)
 BACKWARD_SLOTS = ("q", "k", "v", "o", "stats", "do", "dq", "dk", "dv")
-OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks", *FP8_AMAX)
+OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks", *FP8_AMAX, *FP8_BACKWARD_AMAX)
 
 
 def attention_forward(
@@ -167,18 +176,52 @@ def attention_backward(
     max_seqlen_kv: int | None = None,
     block_table_desc: TensorDescriptor | None = None,
     block_table: Any = None,
+    descale_q_desc: TensorDescriptor | None = None,
+    descale_q: Any = None,
+    descale_k_desc: TensorDescriptor | None = None,
+    descale_k: Any = None,
+    descale_v_desc: TensorDescriptor | None = None,
+    descale_v: Any = None,
+    descale_o_desc: TensorDescriptor | None = None,
+    descale_o: Any = None,
+    descale_do_desc: TensorDescriptor | None = None,
+    descale_do: Any = None,
+    descale_s_desc: TensorDescriptor | None = None,
+    descale_s: Any = None,
+    descale_dp_desc: TensorDescriptor | None = None,
+    descale_dp: Any = None,
+    scale_s_desc: TensorDescriptor | None = None,
+    scale_s: Any = None,
+    scale_dq_desc: TensorDescriptor | None = None,
+    scale_dq: Any = None,
+    scale_dk_desc: TensorDescriptor | None = None,
+    scale_dk: Any = None,
+    scale_dv_desc: TensorDescriptor | None = None,
+    scale_dv: Any = None,
+    scale_dp_desc: TensorDescriptor | None = None,
+    scale_dp: Any = None,
+    amax_dq_desc: TensorDescriptor | None = None,
+    amax_dq: Any = None,
+    amax_dk_desc: TensorDescriptor | None = None,
+    amax_dk: Any = None,
+    amax_dv_desc: TensorDescriptor | None = None,
+    amax_dv: Any = None,
+    amax_dp_desc: TensorDescriptor | None = None,
+    amax_dp: Any = None,
 ) -> None:
     """dq, dk, dv (and dbias, of the bias's dims, and dsinks, when given) from the forward's o and
     stats and the gradient do, with the forward's own attn_desc (the dropout mask is regenerated
-    from its seed).
+    from its seed). fp8 q, k and v take the factors ``descale_q`` ... ``scale_dp`` and fill
+    ``amax_dq`` ... ``amax_dp`` when given.
 
     Raises:
         BadParam: as attention_forward; stats, dq, dk or dv missing; dbias without a float bias;
-            dsinks without sinks.
+            dsinks without sinks; an fp8 backward's factor missing or not one FLOAT element.
         NotSupported: as attention_forward; dbias of a BOOLEAN mask; a block table (no backward
-            through paged K/V).
+            through paged K/V); dO not fp8, or dq, dk, dv not fp8, BFLOAT16 or HALF, with fp8 data.
     """
-    _run(handle, attn_desc, _pairs(locals(), (*BACKWARD_SLOTS, *BACKWARD_OPTIONAL)), max_seqlen_q, max_seqlen_kv)
+    slots = (*BACKWARD_SLOTS, *BACKWARD_OPTIONAL, *FP8_BACKWARD_OPTIONAL)
+    _run(handle, attn_desc, _pairs(locals(), slots), max_seqlen_q, max_seqlen_kv)
 
 
 def get_attention_forward_workspace_size(
@@ -235,7 +278,7 @@ def get_attention_backward_workspace_size(
         dq=dq_desc,
         dk=dk_desc,
         dv=dv_desc,
-        **_optional_descs(optional_descs, BACKWARD_OPTIONAL),
+        **_optional_descs(optional_descs, (*BACKWARD_OPTIONAL, *FP8_BACKWARD_OPTIONAL)),
     )
     return _workspace_size(handle, attn_desc, descs, max_seqlen_q, max_seqlen_kv)
 

@@ -33,6 +33,8 @@ from opendnn.core.handle import Handle, MathType
 from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
 from opendnn.families.attention.problem import (
     FP8_AMAX,
+    FP8_BACKWARD_AMAX,
+    FP8_BACKWARD_SCALES,
     FP8_SCALES,
     AttentionTensors,
     SlotNames,
@@ -62,7 +64,7 @@ CALLER_NAMES = (
     ("ragged_offsets_q", "cu_seqlens_q"),
     ("ragged_offsets_kv", "cu_seqlens_k"),
     ("block_table", "block_table"),
-    *((slot, slot) for slot in (*FP8_SCALES, *FP8_AMAX)),
+    *((slot, slot) for slot in dict.fromkeys((*FP8_SCALES, *FP8_AMAX, *FP8_BACKWARD_SCALES, *FP8_BACKWARD_AMAX))),
     ("max_seqlen_q", "max_seqlen_q"),
     ("max_seqlen_kv", "max_seqlen_k"),
 )
@@ -163,7 +165,7 @@ def scaled_dot_product_attention(
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
         stats = _output(inputs, q, "stats", stats_dtype, (batch, heads, seq_q), packed=True)
     factors = dict(zip(FP8_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
-    fp8 = _fp8_arrays(q, factors, return_amax)
+    fp8 = _fp8_arrays(q, factors, FP8_AMAX if return_amax else ())
     tensors = AttentionTensors(
         inputs.q,
         inputs.k,
@@ -183,9 +185,9 @@ def scaled_dot_product_attention(
     return tuple(to_caller_kind(view, query) for view in results) if len(results) > 1 else results[0]
 
 
-def _fp8_arrays(q: Bound, factors: dict[str, Any], amax: bool) -> dict[str, Bound]:
-    """The fp8 forward's slots: each factor given as an array bound as it is, as a number (None: 1,
-    when q is fp8) in a new one-element float32 array beside q; new amax arrays when asked."""
+def _fp8_arrays(q: Bound, factors: dict[str, Any], amax: tuple[str, ...]) -> dict[str, Bound]:
+    """An fp8 call's slots: each factor given as an array bound as it is, as a number (None: 1,
+    when q is fp8) in a new one-element float32 array beside q; new arrays for the ``amax`` slots."""
     arrays: dict[str, Bound] = {}
     for slot, value in factors.items():
         if value is None and not q.desc.dtype.is_fp8:
@@ -196,7 +198,7 @@ def _fp8_arrays(q: Bound, factors: dict[str, Any], amax: bool) -> dict[str, Boun
             arrays[slot] = Bound(slot, new.desc, new.view, new.device)
         else:
             arrays[slot] = wrap(slot, value)
-    for slot in FP8_AMAX if amax else ():
+    for slot in amax:
         new = empty_like(q, DataType.FLOAT, (1,))
         arrays[slot] = Bound(slot, new.desc, new.view, new.device)
     return arrays
@@ -226,6 +228,20 @@ def scaled_dot_product_attention_backward(
     seed: int = 0,
     offset: int = 0,
     mask_grad: bool = False,
+    descale_q: Any = None,
+    descale_k: Any = None,
+    descale_v: Any = None,
+    descale_o: Any = None,
+    descale_do: Any = None,
+    descale_s: Any = None,
+    descale_dp: Any = None,
+    scale_s: Any = None,
+    scale_dq: Any = None,
+    scale_dk: Any = None,
+    scale_dv: Any = None,
+    scale_dp: Any = None,
+    grad_dtype: Any = None,
+    return_amax: bool = False,
     handle: Handle | None = None,
 ) -> tuple[Any, ...]:
     """The gradients of ``scaled_dot_product_attention`` with respect to query, key and value, from
@@ -235,7 +251,15 @@ def scaled_dot_product_attention_backward(
     Returns:
         (grad_query, grad_key, grad_value), each of its input's dims; with mask_grad, also the
         gradient of a float attn_mask, of the mask's own dims; with sinks, last, the gradient of
-        the sinks. ALiBi slopes are constants: no gradient.
+        the sinks. ALiBi slopes are constants: no gradient. With return_amax, last, amax_dq,
+        amax_dk, amax_dv and amax_dp.
+
+    fp8 query, key and value (cuDNN's fp8 SDPA backward; grad_out float8_e4m3fn or float8_e5m2):
+    ``descale_q`` ... ``scale_dp`` are the per-tensor factors, each a one-element float32 array
+    (read on the device) or a number (None: 1); ``grad_dtype`` the gradients' dtype (default: the
+    query's; fp8 data may take bfloat16 or float16); ``return_amax`` also returns the largest |dQ|,
+    |dK|, |dV| before their scales and the largest |dS| before scale_dp (one-element float32
+    arrays).
 
     Raises:
         BadParam: as scaled_dot_product_attention; out, stats or grad_out of other dims; mask_grad
@@ -250,9 +274,19 @@ def scaled_dot_product_attention_backward(
         raise NotSupported("mask_grad=True needs a float attn_mask: attn_mask.dtype=bool is a mask and has no gradient")
     # a broadcast input's gradient: packed, then summed back to the input's own shape (_gradient_of)
     grads = [
-        _output(inputs, bound, f"grad_{bound.name}", bound.desc.dtype, bound.desc.dims, packed=0 in bound.desc.strides)
+        _output(
+            inputs,
+            bound,
+            f"grad_{bound.name}",
+            bound.desc.dtype if grad_dtype is None else DataType.of(grad_dtype),
+            bound.desc.dims,
+            packed=0 in bound.desc.strides,
+        )
         for bound in (inputs.q, inputs.k, inputs.v)
     ]
+    scales = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp, scale_s)
+    scales += (scale_dq, scale_dk, scale_dv, scale_dp)
+    fp8 = _fp8_arrays(inputs.q, dict(zip(FP8_BACKWARD_SCALES, scales)), FP8_BACKWARD_AMAX if return_amax else ())
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
     dsinks = None if inputs.sinks is None else empty_like(inputs.sinks)
     tensors = AttentionTensors(
@@ -272,6 +306,7 @@ def scaled_dot_product_attention_backward(
         inputs.alibi_slopes,
         inputs.sinks,
         dsinks,
+        **fp8,
     )
     checked_dispatch(params, tensors, handle, inputs.names)
     results = [_gradient_of(name, grad.caller, native) for name, grad, native in zip(NAMES, grads, inputs.natives)]
@@ -279,6 +314,7 @@ def scaled_dot_product_attention_backward(
         results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
     if dsinks is not None:
         results.append(dsinks.view)
+    results += [fp8[slot].view for slot in FP8_BACKWARD_AMAX if slot in fp8]
     return tuple(to_caller_kind(view, query) for view in results)
 
 

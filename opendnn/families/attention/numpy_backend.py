@@ -1,8 +1,8 @@
 """Attention on the NumPy backend: the reference in the compute dtype (float32, or float64 for
 DOUBLE data). The backward recomputes the forward from q, k and v; it reads neither o nor stats.
 Ragged sequences run through ``ragged_reference`` (padded, then packed again); paged K/V is
-gathered from its cache into (B, Hkv, Skv, D) first. fp8 data runs ``reference_forward_fp8`` in
-float64, its factors read on the host."""
+gathered from its cache into (B, Hkv, Skv, D) first. fp8 data runs ``reference_forward_fp8`` or
+``reference_backward_fp8`` in float64, its factors read on the host."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ import numpy as np
 from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
 from opendnn.core.dtypes import DataType
 from opendnn.families.attention.problem import (
+    FP8_BACKWARD_SCALES,
     FP8_SCALES,
     AttentionProblem,
     AttentionTensors,
+    Fp8BackwardScales,
     Fp8Scales,
     gathered,
     ragged_reference,
     reference_backward,
+    reference_backward_fp8,
     reference_forward,
     reference_forward_fp8,
 )
@@ -37,7 +40,7 @@ def workspace_size(problem: AttentionProblem) -> int:
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     if problem.fp8:
-        _run_fp8(problem, t)
+        (_run_fp8_backward if problem.backward else _run_fp8)(problem, t)
         return
     compute = problem.compute_dtype.to_numpy()
     q, k, v = (_values(bound, compute) for bound in (t.q, t.k, t.v))
@@ -86,6 +89,21 @@ def _run_fp8(problem: AttentionProblem, t: AttentionTensors) -> None:
     lens = [None if bound is None else _values(bound, np.dtype(np.int64)) for bound in (t.seq_lens_q, t.seq_lens_kv)]
     result = reference_forward_fp8(problem.params, q, k, v, scales, problem.q.dtype, problem.o.dtype, *lens)
     for bound, values in ((t.o, result.o), (t.stats, result.lse), (t.amax_s, result.amax_s), (t.amax_o, result.amax_o)):
+        if bound is not None:
+            _store(bound, np.asarray(values, np.float64))
+
+
+def _run_fp8_backward(problem: AttentionProblem, t: AttentionTensors) -> None:
+    """The fp8 backward: dq, dk, dv and the maxima given."""
+    float64 = np.dtype(np.float64)
+    assert t.do is not None and t.dq is not None and t.dk is not None and t.dv is not None
+    q, k, v, o, do = (_values(bound, float64) for bound in (t.q, t.k, t.v, t.o, t.do))
+    scales = Fp8BackwardScales(*(float(_values(getattr(t, slot), float64).item()) for slot in FP8_BACKWARD_SCALES))
+    lens = [None if bound is None else _values(bound, np.dtype(np.int64)) for bound in (t.seq_lens_q, t.seq_lens_kv)]
+    dtypes = (problem.q.dtype, t.do.desc.dtype, t.dq.desc.dtype, t.dk.desc.dtype, t.dv.desc.dtype)
+    result = reference_backward_fp8(problem.params, q, k, v, o, do, scales, dtypes, *lens)
+    outputs = (t.dq, t.dk, t.dv, t.amax_dq, t.amax_dk, t.amax_dv, t.amax_dp)
+    for bound, values in zip(outputs, result):
         if bound is not None:
             _store(bound, np.asarray(values, np.float64))
 

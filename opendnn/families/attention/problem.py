@@ -15,8 +15,12 @@ INT64; ALiBi slopes, sinks and their gradient in FLOAT or the data dtype.
 fp8 forward (cuDNN's fp8 SDPA): q, k and v in one of FP8_E4M3 and FP8_E5M2, o in an fp8 type,
 BFLOAT16 or HALF, and the per-tensor factors descale_q, descale_k, descale_v, descale_s, scale_s and
 scale_o (one FLOAT element each, all required); amax_s and amax_o (one FLOAT element each) are
-written when given. Its masks are the causal one, windows and sequence lengths; a bias, ALiBi,
-sinks, softcap, dropout, ragged or paged layouts and the backward are refused.
+written when given. fp8 backward (cuDNN's fp8 SDPA backward): o as the forward's, dO in an fp8
+type, dq, dk and dv in an fp8 type, BFLOAT16 or HALF, the factors descale_q, descale_k, descale_v,
+descale_o, descale_do, descale_s, descale_dp, scale_s, scale_dq, scale_dk, scale_dv and scale_dp
+(all required), and the maxima amax_dq, amax_dk, amax_dv and amax_dp when given. The masks of both
+directions are the causal one, windows and sequence lengths; a bias, ALiBi, sinks, softcap,
+dropout, ragged or paged layouts are refused.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from opendnn.families.attention.reference import (
     PHILOX_ROUNDS,
     UINT32,
     Extras,
+    Fp8Backward,
+    Fp8BackwardScales,
     Fp8Forward,
     Fp8Scales,
     Gradients,
@@ -54,6 +60,7 @@ from opendnn.families.attention.reference import (
     philox_uniform,
     ragged_reference,
     reference_backward,
+    reference_backward_fp8,
     reference_forward,
     reference_forward_fp8,
     saturated_fp8,
@@ -63,6 +70,8 @@ __all__ = [
     # this module's own: the problem, its rules and the host checks
     "API_NAMES",
     "FP8_AMAX",
+    "FP8_BACKWARD_AMAX",
+    "FP8_BACKWARD_SCALES",
     "FP8_OUTPUT_TYPES",
     "FP8_SCALES",
     "MAX_HEAD_DIM",
@@ -88,6 +97,8 @@ __all__ = [
     "AttentionDescriptor",
     "DiagonalAlignment",
     "Extras",
+    "Fp8Backward",
+    "Fp8BackwardScales",
     "Fp8Forward",
     "Fp8Scales",
     "Gradients",
@@ -100,6 +111,7 @@ __all__ = [
     "philox_uniform",
     "ragged_reference",
     "reference_backward",
+    "reference_backward_fp8",
     "reference_forward",
     "reference_forward_fp8",
     "saturated_fp8",
@@ -110,6 +122,9 @@ STATS_DIMS = ("batch", "heads", "sequence")
 # the fp8 forward's per-tensor factors (inputs, in Fp8Scales' order) and maxima (outputs)
 FP8_SCALES = Fp8Scales._fields
 FP8_AMAX = ("amax_s", "amax_o")
+# the fp8 backward's (in Fp8BackwardScales' order)
+FP8_BACKWARD_SCALES = Fp8BackwardScales._fields
+FP8_BACKWARD_AMAX = ("amax_dq", "amax_dk", "amax_dv", "amax_dp")
 FP8_OUTPUT_TYPES = (DataType.FP8_E4M3, DataType.FP8_E5M2, DataType.BFLOAT16, DataType.HALF)
 T = TypeVar("T")
 
@@ -150,6 +165,17 @@ class AttentionProblem:
     scale_o: TensorDescriptor | None = None
     amax_s: TensorDescriptor | None = None
     amax_o: TensorDescriptor | None = None
+    descale_o: TensorDescriptor | None = None
+    descale_do: TensorDescriptor | None = None
+    descale_dp: TensorDescriptor | None = None
+    scale_dq: TensorDescriptor | None = None
+    scale_dk: TensorDescriptor | None = None
+    scale_dv: TensorDescriptor | None = None
+    scale_dp: TensorDescriptor | None = None
+    amax_dq: TensorDescriptor | None = None
+    amax_dk: TensorDescriptor | None = None
+    amax_dv: TensorDescriptor | None = None
+    amax_dp: TensorDescriptor | None = None
     max_seqlen_q: int = 0  # with ragged offsets: the longest sequence the kernels plan for
     max_seqlen_kv: int = 0
     allow_tf32: bool = False
@@ -232,6 +258,17 @@ class AttentionTensors(NamedTuple):
     scale_o: Bound | None = None
     amax_s: Bound | None = None
     amax_o: Bound | None = None
+    descale_o: Bound | None = None
+    descale_do: Bound | None = None
+    descale_dp: Bound | None = None
+    scale_dq: Bound | None = None
+    scale_dk: Bound | None = None
+    scale_dv: Bound | None = None
+    scale_dp: Bound | None = None
+    amax_dq: Bound | None = None
+    amax_dk: Bound | None = None
+    amax_dv: Bound | None = None
+    amax_dp: Bound | None = None
 
 
 SLOTS = AttentionTensors._fields
@@ -322,6 +359,17 @@ def attention_problem(
     scale_o: TensorDescriptor | None = None,
     amax_s: TensorDescriptor | None = None,
     amax_o: TensorDescriptor | None = None,
+    descale_o: TensorDescriptor | None = None,
+    descale_do: TensorDescriptor | None = None,
+    descale_dp: TensorDescriptor | None = None,
+    scale_dq: TensorDescriptor | None = None,
+    scale_dk: TensorDescriptor | None = None,
+    scale_dv: TensorDescriptor | None = None,
+    scale_dp: TensorDescriptor | None = None,
+    amax_dq: TensorDescriptor | None = None,
+    amax_dk: TensorDescriptor | None = None,
+    amax_dv: TensorDescriptor | None = None,
+    amax_dp: TensorDescriptor | None = None,
     max_seqlen_q: int | None = None,
     max_seqlen_kv: int | None = None,
     names: SlotNames = API_NAMES,
@@ -335,8 +383,9 @@ def attention_problem(
     ``max_seqlen_q`` / ``max_seqlen_kv`` (default: the totals) bound the sequences' lengths.
     Paged K/V (a forward): with ``block_table`` (B, max blocks), k and v are caches of dims
     (num blocks, Hkv, block size, D) and key j of batch b lives in block ``block_table[b, j // block
-    size]``, row ``j % block size``. fp8 q, k and v (a forward): the per-tensor factors
-    ``descale_q`` ... ``scale_o`` and the maxima ``amax_s`` / ``amax_o`` (see ``reference``).
+    size]``, row ``j % block size``. fp8 q, k and v: the per-tensor factors ``descale_q`` ...
+    ``scale_o`` and the maxima ``amax_s`` / ``amax_o`` forward, ``descale_q`` ... ``scale_dp``
+    and ``amax_dq`` ... ``amax_dp`` backward (see ``reference``).
 
     Args:
         names: how the caller names each slot and its dims in the messages.
@@ -350,7 +399,8 @@ def attention_problem(
         NotSupported: a non-float dtype, a head dim outside 8..256, the gradient of a BOOLEAN mask,
             ragged offsets with a bias, sequence lengths or a block table, the backward through
             paged K/V; with fp8 data a bias, ALiBi, sinks, softcap, dropout, ragged offsets, a
-            block table, the backward, or o of another dtype than fp8, BFLOAT16 or HALF.
+            block table, o, dq, dk or dv of another dtype than fp8, BFLOAT16 or HALF, or dO
+            not fp8.
     """
     name = names
     if not isinstance(params, AttentionDescriptor):
@@ -383,6 +433,17 @@ def attention_problem(
         scale_o=scale_o,
         amax_s=amax_s,
         amax_o=amax_o,
+        descale_o=descale_o,
+        descale_do=descale_do,
+        descale_dp=descale_dp,
+        scale_dq=scale_dq,
+        scale_dk=scale_dk,
+        scale_dv=scale_dv,
+        scale_dp=scale_dp,
+        amax_dq=amax_dq,
+        amax_dk=amax_dk,
+        amax_dv=amax_dv,
+        amax_dp=amax_dp,
     )
     backward = do is not None
     for slot in ("stats", "dq", "dk", "dv") if backward else ():
@@ -403,7 +464,7 @@ def attention_problem(
         Status.NOT_SUPPORTED_DATA_TYPE,
     )
     for slot, desc in data.items():
-        if slot == "o" and q.dtype.is_fp8:
+        if slot in ("o", "do", "dq", "dk", "dv") and q.dtype.is_fp8:
             continue  # _check_fp8's rule
         require(
             desc.dtype is q.dtype, f"{name[slot]}.dtype={desc.dtype.name} must equal {name['q']}.dtype={q.dtype.name}"
@@ -560,39 +621,56 @@ def _check_layout(
 
 
 def _check_fp8(name: SlotNames, params: AttentionDescriptor, descs: dict[str, TensorDescriptor | None]) -> None:
-    """The fp8 forward's rules: its factors and maxima (one FLOAT element each, the factors all
-    required), o's dtype, and the parameters and tensors it does not serve; no factor without fp8."""
+    """The fp8 rules: the direction's factors (one FLOAT element each, all required) and maxima (one
+    FLOAT element each, optional), no factor of the other direction, the dtypes of o, dO and the
+    gradients, and the parameters and tensors fp8 does not serve; no factor without fp8."""
     q, o = descs["q"], descs["o"]
     assert q is not None and o is not None
+    every = dict.fromkeys((*FP8_SCALES, *FP8_AMAX, *FP8_BACKWARD_SCALES, *FP8_BACKWARD_AMAX))
     if not q.dtype.is_fp8:
-        for slot in (*FP8_SCALES, *FP8_AMAX):
+        for slot in every:
             require(
                 descs[slot] is None,
                 f"{name[slot]} is given but {name['q']}.dtype={q.dtype.name} is not FP8_E4M3 or FP8_E5M2",
             )
         return
     fp8 = f"{name['q']}.dtype={q.dtype.name}"
-    if descs["do"] is not None:
-        raise NotSupported(f"{name['do']} is given: the backward of {fp8} is not supported (forward only)")
-    for slot in ("bias", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table"):
+    backward = descs["do"] is not None
+    for slot in ("bias", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table", "dbias", "dsinks"):
         if descs[slot] is not None:
             raise NotSupported(
-                f"{name[slot]} with {fp8} is not supported (the fp8 forward's masks: causal, window, sequence lengths)"
+                f"{name[slot]} with {fp8} is not supported (fp8 attention's masks: causal, window, sequence lengths)"
             )
     for field, value in (("softcap", params.softcap), ("dropout_p", params.dropout_p)):
         if value:
             raise NotSupported(f"{name['params']}.{field}={value!r} with {fp8} is not supported")
-    require(
-        o.dtype in FP8_OUTPUT_TYPES,
-        f"{name['o']}.dtype={o.dtype.name} must be {', '.join(t.name for t in FP8_OUTPUT_TYPES)} for {fp8}",
-        Status.NOT_SUPPORTED_DATA_TYPE,
-    )
-    for slot in (*FP8_SCALES, *FP8_AMAX):
+    for slot in ("o", "dq", "dk", "dv") if backward else ("o",):
         desc = descs[slot]
+        assert desc is not None
+        require(
+            desc.dtype in FP8_OUTPUT_TYPES,
+            f"{name[slot]}.dtype={desc.dtype.name} must be {', '.join(t.name for t in FP8_OUTPUT_TYPES)} for {fp8}",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    if backward:
+        do = descs["do"]
+        assert do is not None
+        require(
+            do.dtype.is_fp8,
+            f"{name['do']}.dtype={do.dtype.name} must be FP8_E4M3 or FP8_E5M2 for {fp8}",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    scales, maxima = (FP8_BACKWARD_SCALES, FP8_BACKWARD_AMAX) if backward else (FP8_SCALES, FP8_AMAX)
+    direction = "backward" if backward else "forward"
+    for slot in every:
+        desc = descs[slot]
+        if slot not in scales and slot not in maxima:
+            require(desc is None, f"{name[slot]} is given but the fp8 {direction} does not take it")
+            continue
         if desc is None:
             require(
-                slot in FP8_AMAX,
-                f"{name[slot]}=None but {fp8} needs it (a per-tensor factor)",
+                slot in maxima,
+                f"{name[slot]}=None but the {direction} of {fp8} needs it (a per-tensor factor)",
                 Status.BAD_PARAM_NULL_POINTER,
             )
             continue

@@ -67,6 +67,18 @@ one-pass kernel does not know until its last key block; ``M`` a whole number mak
 rescaling of earlier blocks (by powers of two) commute with that rounding, so the kernel rounds the
 same numbers as this definition. cuDNN's graph writes the rounding after the division: the two
 differ by one fp8 rounding of each weight, and agree exactly where the rounding is exact.
+
+fp8 backward (cuDNN's fp8 SDPA backward): q, k, v, o and dO are fp8 values (o may be BFLOAT16 or
+HALF, dO of either fp8 type), stats the forward's lse, and P = exp(s - lse) with s as above (the softmax of s). P and
+dS are rounded where cuDNN's graph rounds them, P to q's type and dS to dO's:
+
+    delta  = sum_d dO * o * descale_dO * descale_o                  (per query row)
+    dV_raw = (sum_i fp8(P * scale_s)[i] * dO[i]) * descale_s * descale_dO
+    dP     = (dO . v) * descale_dO * descale_v
+    dS     = scale * P * (dP - delta)                 amax_dP = max |dS|
+    dQ_raw = (sum_j fp8(dS * scale_dP)[j] * k[j]) * descale_dP * descale_k
+    dK_raw = (sum_i fp8(dS * scale_dP)[i] * q[i]) * descale_dP * descale_q
+    dX     = dX_raw * scale_dX, rounded to dX's dtype  amax_dX = max |dX_raw|   (X: Q, K, V)
 """
 
 from __future__ import annotations
@@ -284,6 +296,76 @@ def reference_forward_fp8(
     if out_dtype.is_fp8:
         o = saturated_fp8(o, out_dtype)
     return Fp8Forward(o, w.lse, float(w.p.max(initial=0.0)), float(np.abs(o_raw).max(initial=0.0)))
+
+
+class Fp8BackwardScales(NamedTuple):
+    """The per-tensor factors of an fp8 backward (cuDNN's fp8 SDPA backward inputs)."""
+
+    descale_q: float
+    descale_k: float
+    descale_v: float
+    descale_o: float
+    descale_do: float
+    descale_s: float
+    descale_dp: float
+    scale_s: float
+    scale_dq: float
+    scale_dk: float
+    scale_dv: float
+    scale_dp: float
+
+
+class Fp8Backward(NamedTuple):
+    dq: np.ndarray  # dQ_raw * scale_dQ, rounded to dq's dtype when that is fp8; dk, dv the same
+    dk: np.ndarray
+    dv: np.ndarray
+    amax_dq: float
+    amax_dk: float
+    amax_dv: float
+    amax_dp: float
+
+
+def reference_backward_fp8(
+    params: AttentionDescriptor,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    o: np.ndarray,
+    do: np.ndarray,
+    scales: Fp8BackwardScales,
+    dtypes: tuple[DataType, DataType, DataType, DataType, DataType],
+    seq_lens_q: np.ndarray | None = None,
+    seq_lens_kv: np.ndarray | None = None,
+) -> Fp8Backward:
+    """The fp8 backward definition (the module's docstring) in float64 from the fp8 values of q, k,
+    v, o and dO (the forward recomputed, as ``reference_backward``); ``dtypes``: those of (q, dO,
+    dq, dk, dv)."""
+    data_dtype, grad_dtype, *out_dtypes = dtypes
+    batch, heads_kv, seq_kv = k.shape[:3]
+    group = q.shape[1] // heads_kv
+    descaled = q * (scales.descale_q * scales.descale_k)
+    w = _weights(params, descaled, k, v, Extras(seq_lens_q=seq_lens_q, seq_lens_kv=seq_lens_kv))
+    p = w.p
+    delta = (do * o).sum(axis=-1, keepdims=True) * (scales.descale_do * scales.descale_o)
+    dp = (do @ w.values.swapaxes(-1, -2)) * (scales.descale_do * scales.descale_v)
+    ds = params.resolved_scale(q.shape[3]) * p * (dp - delta)
+    rounded_p = saturated_fp8(p * scales.scale_s, data_dtype)
+    rounded_ds = saturated_fp8(ds * scales.scale_dp, grad_dtype)
+
+    def per_kv_head(x: np.ndarray) -> np.ndarray:
+        return x.reshape(batch, heads_kv, group, seq_kv, -1).sum(axis=2)
+
+    raw = (
+        (rounded_ds @ w.keys) * (scales.descale_dp * scales.descale_k),
+        per_kv_head(rounded_ds.swapaxes(-1, -2) @ q) * (scales.descale_dp * scales.descale_q),
+        per_kv_head(rounded_p.swapaxes(-1, -2) @ do) * (scales.descale_s * scales.descale_do),
+    )
+    scaled = []
+    for gradient, factor, dtype in zip(raw, (scales.scale_dq, scales.scale_dk, scales.scale_dv), out_dtypes):
+        gradient = gradient * factor
+        scaled.append(saturated_fp8(gradient, dtype) if dtype.is_fp8 else gradient)
+    maxima = [float(np.abs(x).max(initial=0.0)) for x in (*raw, ds)]
+    return Fp8Backward(*scaled, *maxima)
 
 
 class Gradients(NamedTuple):

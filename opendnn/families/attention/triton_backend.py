@@ -33,14 +33,20 @@ from opendnn.core.arrays import CPU, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.families.attention import gluon_forward
-from opendnn.families.attention.problem import AttentionProblem, AttentionTensors, DiagonalAlignment
+from opendnn.families.attention.problem import (
+    FP8_AMAX,
+    FP8_BACKWARD_AMAX,
+    AttentionProblem,
+    AttentionTensors,
+    DiagonalAlignment,
+)
 from opendnn.families.attention.triton_backward import (
-    attention_dbias_kernel,
     attention_delta_kernel,
     attention_dkdv_kernel,
     attention_dq_kernel,
     attention_dsinks_kernel,
 )
+from opendnn.families.attention.triton_dbias import attention_dbias_kernel
 from opendnn.families.attention.triton_forward import attention_forward_kernel
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 
@@ -68,6 +74,7 @@ FORWARD_TILES = {
     8: ((64, Tile(32, 16, 4, 2)), (256, Tile(16, 16, 4, 2))),
 }
 BACKWARD_TILES = {
+    1: ((64, Tile(64, 64, 8, 2)), (128, Tile(64, 64, 4, 2)), (256, Tile(32, 32, 8, 2))),
     2: ((64, Tile(64, 64, 8, 2)), (128, Tile(64, 64, 4, 2)), (256, Tile(32, 32, 8, 2))),
     4: ((64, Tile(32, 32, 4, 2)), (128, Tile(32, 16, 4, 2)), (256, Tile(16, 16, 4, 2))),
     8: ((256, Tile(16, 16, 4, 2)),),
@@ -180,10 +187,10 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
     query_blocks = _block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, plan.block_m)
+    for amax in (args[f"{slot}_ptr"] for slot in (*FP8_AMAX, *FP8_BACKWARD_AMAX)):
+        if amax is not None:  # the kernels' programs join it by atomic max of numbers >= 0
+            amax.zero_()
     if not problem.backward:
-        for amax in (args["amax_s_ptr"], args["amax_o_ptr"]):
-            if amax is not None:  # the kernel's programs join it by atomic max of numbers >= 0
-                amax.zero_()
         _launch(attention_forward_kernel, query_blocks, args, plan)
         return
     import torch
@@ -296,6 +303,10 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         FP8=problem.fp8,
         STORE_AMAX_S=problem.amax_s is not None,
         STORE_AMAX_O=problem.amax_o is not None,
+        STORE_AMAX_DQ=problem.amax_dq is not None,
+        STORE_AMAX_DK=problem.amax_dk is not None,
+        STORE_AMAX_DV=problem.amax_dv is not None,
+        STORE_AMAX_DP=problem.amax_dp is not None,
         FP8_ON_GRID=problem.fp8 and isinstance(attention_forward_kernel, InterpretedFunction),
         HEAD_DIM_PADDED=head_dim != plan.block_d,
         VALUE_DIM_PADDED=problem.v.dims[3] != plan.block_dv,

@@ -15,8 +15,7 @@ mask, then the edge blocks; the padding past the program's own length is zeroed 
 Each of kernels 1-3 takes its block from scheduled_block, as the forward: the heaviest first under
 a causal mask (the last query blocks for dQ, the first key blocks for dK/dV), and over the real
 blocks of ragged sequences.
-4. ``attention_dbias_kernel`` (only when dbias is asked for): one program per tile of the bias's
-   own dims sums dS over the dims the bias broadcasts (batch, heads, queries or keys).
+4. ``attention_dbias_kernel`` (``triton_dbias``, only when dbias is asked for).
 5. ``attention_dsinks_kernel`` (only with sinks): one program per query head sums
    -exp(sink - lse) * delta over the batches and rows: dSinks reads B * Sq * 2 numbers a head.
 
@@ -46,6 +45,7 @@ from opendnn.families.attention.triton_tiles import (
     load_tile,
     log2_score_scalars,
     query_range,
+    rounded_to_fp8,
     scheduled_block,
     sequence_lengths,
     store_tile,
@@ -60,6 +60,8 @@ def attention_delta_kernel(
     delta_ptr,
     seq_lens_q_ptr,
     seq_lens_kv_ptr,
+    descale_o_ptr,
+    descale_v_ptr,
     o_strides,
     do_strides,
     seq_lens_strides,
@@ -72,6 +74,7 @@ def attention_delta_kernel(
     HAS_LENS_KV: tl.constexpr,
     RAGGED: tl.constexpr,
     BOTTOM_RIGHT: tl.constexpr,
+    FP8: tl.constexpr,
     COMPUTE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_DV: tl.constexpr,
@@ -79,7 +82,9 @@ def attention_delta_kernel(
 ):
     """Program (rank, b * Hq + h), ragged (rank, h): delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d]
     for the BLOCK_M rows i of scheduled_block's block (of a ragged sequence: its own rows, at
-    (b * Hq + h) * max_seqlen_q + i)."""
+    (b * Hq + h) * max_seqlen_q + i). FP8: delta * descale_o / descale_v, in the units of the fp8
+    products dO v^T before their factors descale_dO * descale_v (so dS = p * (dO v^T - delta) times
+    those factors)."""
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
     b, start_m = scheduled_block(
@@ -104,6 +109,8 @@ def attention_delta_kernel(
     do_base = head_base(b, h, do_strides, start_q)
     do = load_tile(do_ptr, do_base, rows, value_dims, do_strides, limit_q, value_dim, 0.0)
     delta = tl.sum(o.to(COMPUTE) * do.to(COMPUTE), 1)
+    if FP8:
+        delta = delta * (tl.load(descale_o_ptr) / tl.load(descale_v_ptr))
     tl.store(delta_ptr + (b.to(tl.int64) * heads_q + h) * seq_q + rows, delta, mask=rows < limit_q)
 
 
@@ -267,6 +274,16 @@ def through_softcap(ds, t, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
+def scaled_fp8_gradient(gradient, descale, scale_ptr, amax_ptr, STORE_AMAX: tl.constexpr, dtype, ON_GRID: tl.constexpr):
+    """An fp8 backward's gradient from its accumulated fp8 products: times ``descale`` (its largest
+    |value| joins amax by an atomic max when STORE_AMAX), then times the scale, rounded to ``dtype``."""
+    gradient = gradient * descale
+    if STORE_AMAX:
+        tl.atomic_max(amax_ptr, tl.max(tl.max(tl.abs(gradient), 1), 0))
+    return rounded_to_fp8(gradient * tl.load(scale_ptr), dtype, ON_GRID)
+
+
+@triton.jit
 def attention_dkdv_kernel(
     # memory
     q_ptr,
@@ -281,6 +298,20 @@ def attention_dkdv_kernel(
     alibi_slopes_ptr,
     dk_ptr,
     dv_ptr,
+    # fp8: the per-tensor factors and maxima
+    descale_q_ptr,
+    descale_k_ptr,
+    descale_v_ptr,
+    descale_do_ptr,
+    descale_s_ptr,
+    descale_dp_ptr,
+    scale_s_ptr,
+    scale_dk_ptr,
+    scale_dv_ptr,
+    scale_dp_ptr,
+    amax_dk_ptr,
+    amax_dv_ptr,
+    amax_dp_ptr,
     # layout (as the forward's)
     q_strides,
     k_strides,
@@ -321,6 +352,11 @@ def attention_dkdv_kernel(
     SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
+    FP8: tl.constexpr,
+    STORE_AMAX_DK: tl.constexpr,
+    STORE_AMAX_DV: tl.constexpr,
+    STORE_AMAX_DP: tl.constexpr,
+    FP8_ON_GRID: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
     VALUE_DIM_PADDED: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -335,7 +371,8 @@ def attention_dkdv_kernel(
     """Program (rank, b * Hkv + kv head), ragged (rank, kv head): dK and dV of the BLOCK_N keys of
     scheduled_block's block, the heaviest first: a key block is seen by the queries from it on under
     a causal mask, so the first blocks are the heaviest, and the order is reversed only for a band
-    bounded on the left alone."""
+    bounded on the left alone. FP8: p * scale_s rounded to q's type before its product with dO, dS
+    * scale_dP to dO's type before its product with q, amax_dP joined from the block's dS."""
     heads_kv = heads_q // group
     b = tl.program_id(1) // heads_kv  # ragged: the grid's axis 1 is the heads, b comes from the offsets
     kv_head = tl.program_id(1) % heads_kv
@@ -365,6 +402,12 @@ def attention_dkdv_kernel(
     )
     score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
+    if FP8:  # the per-tensor factors, once a program; largest_ds: each key's largest |dS|
+        score_scale = score_scale * (tl.load(descale_q_ptr) * tl.load(descale_k_ptr))
+        ds_scale = compute_scalar(scale, COMPUTE) * (tl.load(descale_do_ptr) * tl.load(descale_v_ptr))
+        scale_s = tl.load(scale_s_ptr)
+        scale_dp = tl.load(scale_dp_ptr)
+        largest_ds = tl.zeros((BLOCK_N,), COMPUTE)
     columns = start_n + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     value_dims = tl.arange(0, BLOCK_DV)
@@ -436,17 +479,44 @@ def attention_dkdv_kernel(
                 PRECISION,
                 COMPUTE,
             )
-            dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION, out_dtype=COMPUTE)
-            ds = through_softcap(ds, t, SOFTCAP)
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION, out_dtype=COMPUTE)
+            if FP8:
+                ds = ds * ds_scale
+                largest_ds = tl.maximum(largest_ds, tl.max(tl.abs(ds), 0))
+                p = rounded_to_fp8(dropped * scale_s, q.dtype, FP8_ON_GRID)
+                dv += tl.dot(tl.trans(p), do, out_dtype=COMPUTE)
+                ds = rounded_to_fp8(ds * scale_dp, do.dtype, FP8_ON_GRID)
+                dk += tl.dot(tl.trans(ds), q, out_dtype=COMPUTE)
+            else:
+                dv += tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision=PRECISION, out_dtype=COMPUTE)
+                ds = through_softcap(ds, t, SOFTCAP)
+                dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION, out_dtype=COMPUTE)
             step += BLOCK_M
             h = tl.where(step < stop, h, h + 1)  # past the head's last block: the next head's first
             step = tl.where(step < stop, step, first)
     inside = (columns < len_kv)[:, None]  # keys past len_kv take no part: the interior does not mask them
     dk = tl.where(inside, dk, 0.0)
     dv = tl.where(inside, dv, 0.0)
+    if FP8:
+        if STORE_AMAX_DP:
+            tl.atomic_max(amax_dp_ptr, tl.max(tl.where(columns < len_kv, largest_ds, 0.0), 0))
+        descale_dp = tl.load(descale_dp_ptr)
+        dk = scaled_fp8_gradient(
+            dk,
+            descale_dp * tl.load(descale_q_ptr),
+            scale_dk_ptr,
+            amax_dk_ptr,
+            STORE_AMAX_DK,
+            dk_ptr.dtype.element_ty,
+            FP8_ON_GRID,
+        )
+        descale_v = tl.load(descale_s_ptr) * tl.load(descale_do_ptr)
+        dv = scaled_fp8_gradient(
+            dv, descale_v, scale_dv_ptr, amax_dv_ptr, STORE_AMAX_DV, dv_ptr.dtype.element_ty, FP8_ON_GRID
+        )
+    else:
+        dk = dk * compute_scalar(scale, COMPUTE)
     dk_base = head_base(b, kv_head, dk_strides, start_kv)
-    store_tile(dk_ptr, dk_base, columns, dims, dk_strides, limit_kv, head_dim, dk * compute_scalar(scale, COMPUTE))
+    store_tile(dk_ptr, dk_base, columns, dims, dk_strides, limit_kv, head_dim, dk)
     dv_base = head_base(b, kv_head, dv_strides, start_kv)
     store_tile(dv_ptr, dv_base, columns, value_dims, dv_strides, limit_kv, value_dim, dv)
 
@@ -465,6 +535,15 @@ def attention_dq_kernel(
     seq_lens_kv_ptr,
     alibi_slopes_ptr,
     dq_ptr,
+    # fp8: the per-tensor factors and maximum
+    descale_q_ptr,
+    descale_k_ptr,
+    descale_v_ptr,
+    descale_do_ptr,
+    descale_dp_ptr,
+    scale_dq_ptr,
+    scale_dp_ptr,
+    amax_dq_ptr,
     # layout (as the forward's)
     q_strides,
     k_strides,
@@ -504,6 +583,9 @@ def attention_dq_kernel(
     SOFTCAP: tl.constexpr,
     ALIBI: tl.constexpr,
     DROPOUT: tl.constexpr,
+    FP8: tl.constexpr,
+    STORE_AMAX_DQ: tl.constexpr,
+    FP8_ON_GRID: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
     VALUE_DIM_PADDED: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -516,7 +598,8 @@ def attention_dq_kernel(
     BLOCK_B: tl.constexpr,
 ):
     """Program (rank, b * Hq + h), ragged (rank, h): dQ of the BLOCK_M queries of scheduled_block's
-    block, the heaviest first under a causal mask (as the forward)."""
+    block, the heaviest first under a causal mask (as the forward). FP8: dS * scale_dP rounded to dO's
+    type before its product with k, as the dK/dV kernel rounds it."""
     b = tl.program_id(1) // heads_q  # ragged: the grid's axis 1 is the heads, b comes from the offsets
     h = tl.program_id(1) % heads_q
     kv_head = h // group
@@ -537,6 +620,10 @@ def attention_dq_kernel(
     )
     score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
     dropout_scale = compute_scalar(dropout_scale, COMPUTE)
+    if FP8:  # the per-tensor factors, once a program
+        score_scale = score_scale * (tl.load(descale_q_ptr) * tl.load(descale_k_ptr))
+        ds_scale = compute_scalar(scale, COMPUTE) * (tl.load(descale_do_ptr) * tl.load(descale_v_ptr))
+        scale_dp = tl.load(scale_dp_ptr)
     slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -603,186 +690,18 @@ def attention_dq_kernel(
                 PRECISION,
                 COMPUTE,
             )
-            ds = through_softcap(ds, t, SOFTCAP)
-            dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
+            if FP8:
+                dq += tl.dot(rounded_to_fp8(ds * ds_scale * scale_dp, do.dtype, FP8_ON_GRID), k, out_dtype=COMPUTE)
+            else:
+                ds = through_softcap(ds, t, SOFTCAP)
+                dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=COMPUTE)
     dq = tl.where((rows < len_q)[:, None], dq, 0.0)  # queries past len_q see no key: the interior does not mask them
-    dq_base = head_base(b, h, dq_strides, start_q)
-    store_tile(dq_ptr, dq_base, rows, dims, dq_strides, limit_q, head_dim, dq * compute_scalar(scale, COMPUTE))
-
-
-@triton.jit
-def attention_dbias_kernel(
-    # memory
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    do_ptr,
-    stats_ptr,
-    delta_ptr,
-    bias_ptr,
-    seq_lens_q_ptr,
-    seq_lens_kv_ptr,
-    alibi_slopes_ptr,
-    dbias_ptr,
-    # layout (as the forward's); dbias_dims: the bias's own dims
-    q_strides,
-    k_strides,
-    v_strides,
-    do_strides,
-    stats_strides,
-    bias_strides,
-    seq_lens_strides,
-    alibi_strides,
-    dbias_strides,
-    dbias_dims,
-    # sizes
-    batch,
-    heads_q,
-    group,
-    seq_q,
-    seq_kv,
-    head_dim,
-    value_dim,
-    # parameters
-    scale: tl.float64,
-    softcap: tl.float64,
-    left,
-    right,
-    dropout_p,
-    dropout_scale: tl.float64,
-    seed,
-    offset,
-    # the variant; *_SUMMED: the bias broadcasts along that dim, whose terms this program sums
-    HAS_LEFT: tl.constexpr,
-    HAS_RIGHT: tl.constexpr,
-    BOTTOM_RIGHT: tl.constexpr,
-    HAS_LENS_Q: tl.constexpr,
-    HAS_LENS_KV: tl.constexpr,
-    SOFTCAP: tl.constexpr,
-    ALIBI: tl.constexpr,
-    DROPOUT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    BATCH_SUMMED: tl.constexpr,
-    HEADS_SUMMED: tl.constexpr,
-    QUERIES_SUMMED: tl.constexpr,
-    KEYS_SUMMED: tl.constexpr,
-    # the tile
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-):
-    """Program (tile, bias batch * bias heads + bias head): dBias of one BLOCK_M x BLOCK_N tile of the
-    bias's (queries, keys) dims (a whole summed dim counts as one row or column)."""
-    tiles_n = tl.cdiv(dbias_dims[3], BLOCK_N)
-    tile_m = tl.program_id(0) // tiles_n
-    tile_n = tl.program_id(0) % tiles_n
-    bias_b = tl.program_id(1) // dbias_dims[1]
-    bias_h = tl.program_id(1) % dbias_dims[1]
-    score_scale, softcap = log2_score_scalars(scale, softcap, SOFTCAP, COMPUTE)
-    dropout_scale = compute_scalar(dropout_scale, COMPUTE)
-    dims = tl.arange(0, BLOCK_D)
-    value_dims = tl.arange(0, BLOCK_DV)
-    m_start, m_stop = tile_m * BLOCK_M, tile_m * BLOCK_M + BLOCK_M
-    if QUERIES_SUMMED:
-        m_start, m_stop = 0, seq_q
-    n_start, n_stop = tile_n * BLOCK_N, tile_n * BLOCK_N + BLOCK_N
-    if KEYS_SUMMED:
-        n_start, n_stop = 0, seq_kv
-    batch_count = batch if BATCH_SUMMED else 1
-    head_count = heads_q if HEADS_SUMMED else 1
-    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
-    for batch_step in range(batch_count):
-        b = bias_b + batch_step
-        # never ragged (a bias and ragged offsets exclude each other): the starts are 0, the limits Sq and Skv
-        len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
-            b,
-            seq_lens_q_ptr,
-            seq_lens_kv_ptr,
-            seq_lens_strides,
-            seq_q,
-            seq_kv,
-            HAS_LENS_Q,
-            HAS_LENS_KV,
-            False,
-            BOTTOM_RIGHT,
+    if FP8:
+        descale_dq = tl.load(descale_dp_ptr) * tl.load(descale_k_ptr)
+        dq = scaled_fp8_gradient(
+            dq, descale_dq, scale_dq_ptr, amax_dq_ptr, STORE_AMAX_DQ, dq_ptr.dtype.element_ty, FP8_ON_GRID
         )
-        for head_step in range(head_count):
-            h = bias_h + head_step
-            kv_head = h // group
-            slope = head_slope(alibi_slopes_ptr, b, h, alibi_strides, ALIBI, COMPUTE)
-            for start_m in range(m_start, m_stop, BLOCK_M):
-                rows = start_m + tl.arange(0, BLOCK_M)
-                q = load_tile(q_ptr, head_base(b, h, q_strides, 0), rows, dims, q_strides, seq_q, head_dim, 0.0)
-                do = load_tile(
-                    do_ptr, head_base(b, h, do_strides, 0), rows, value_dims, do_strides, seq_q, value_dim, 0.0
-                )
-                lse, delta = row_statistics(
-                    stats_ptr, delta_ptr, b, h, rows, stats_strides, 0, seq_q, heads_q, seq_q, COMPUTE
-                )
-                for start_n in range(n_start, n_stop, BLOCK_N):
-                    columns = start_n + tl.arange(0, BLOCK_N)
-                    k = load_tile(
-                        k_ptr, head_base(b, kv_head, k_strides, 0), columns, dims, k_strides, seq_kv, head_dim, 0.0
-                    )
-                    v = load_tile(
-                        v_ptr,
-                        head_base(b, kv_head, v_strides, 0),
-                        columns,
-                        value_dims,
-                        v_strides,
-                        seq_kv,
-                        value_dim,
-                        0.0,
-                    )
-                    _, ds, _ = tile_gradients(
-                        q,
-                        k,
-                        v,
-                        do,
-                        lse,
-                        delta,
-                        rows,
-                        columns,
-                        b,
-                        h,
-                        bias_ptr,
-                        bias_strides,
-                        heads_q,
-                        seq_q,
-                        seq_kv,
-                        len_q,
-                        len_kv,
-                        shift,
-                        left,
-                        right,
-                        score_scale,
-                        softcap,
-                        slope,
-                        dropout_p,
-                        dropout_scale,
-                        seed,
-                        offset,
-                        HAS_LEFT,
-                        HAS_RIGHT,
-                        True,
-                        False,
-                        SOFTCAP,
-                        ALIBI,
-                        DROPOUT,
-                        True,
-                        PRECISION,
-                        COMPUTE,
-                    )
-                    acc += ds
-    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if QUERIES_SUMMED:
-        acc = tl.sum(acc, 0, keep_dims=True)
-        rows = tl.arange(0, 1)
-    columns = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    if KEYS_SUMMED:
-        acc = tl.sum(acc, 1, keep_dims=True)
-        columns = tl.arange(0, 1)
-    base = bias_b.to(tl.int64) * dbias_strides[0] + bias_h.to(tl.int64) * dbias_strides[1]
-    store_tile(dbias_ptr, base, rows, columns, dbias_strides, dbias_dims[2], dbias_dims[3], acc)
+    else:
+        dq = dq * compute_scalar(scale, COMPUTE)
+    dq_base = head_base(b, h, dq_strides, start_q)
+    store_tile(dq_ptr, dq_base, rows, dims, dq_strides, limit_q, head_dim, dq)
