@@ -284,8 +284,8 @@ def scaled_dot_product_attention_backward(
         )
         for bound in (inputs.q, inputs.k, inputs.v)
     ]
-    scales = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp, scale_s)
-    scales += (scale_dq, scale_dk, scale_dv, scale_dp)
+    scales: tuple[Any, ...] = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp)
+    scales += (scale_s, scale_dq, scale_dk, scale_dv, scale_dp)
     fp8 = _fp8_arrays(inputs.q, dict(zip(FP8_BACKWARD_SCALES, scales)), FP8_BACKWARD_AMAX if return_amax else ())
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
     dsinks = None if inputs.sinks is None else empty_like(inputs.sinks)

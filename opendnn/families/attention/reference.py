@@ -360,12 +360,12 @@ def reference_backward_fp8(
         per_kv_head(rounded_ds.swapaxes(-1, -2) @ q) * (scales.descale_dp * scales.descale_q),
         per_kv_head(rounded_p.swapaxes(-1, -2) @ do) * (scales.descale_s * scales.descale_do),
     )
-    scaled = []
-    for gradient, factor, dtype in zip(raw, (scales.scale_dq, scales.scale_dk, scales.scale_dv), out_dtypes):
-        gradient = gradient * factor
-        scaled.append(saturated_fp8(gradient, dtype) if dtype.is_fp8 else gradient)
-    maxima = [float(np.abs(x).max(initial=0.0)) for x in (*raw, ds)]
-    return Fp8Backward(*scaled, *maxima)
+    dq, dk, dv = (
+        saturated_fp8(gradient * factor, dtype) if dtype.is_fp8 else gradient * factor
+        for gradient, factor, dtype in zip(raw, (scales.scale_dq, scales.scale_dk, scales.scale_dv), out_dtypes)
+    )
+    amax_dq, amax_dk, amax_dv, amax_dp = (float(np.abs(x).max(initial=0.0)) for x in (*raw, ds))
+    return Fp8Backward(dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp)
 
 
 class Gradients(NamedTuple):
