@@ -21,7 +21,7 @@ from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.arrays import as_native, descriptor_of
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported
-from opendnn.families.attention.problem import FP8_SCALES, MAX_OFFSET, MAX_SEED
+from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
 from opendnn.families.pointwise.problem import resolved_coef
 from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label
 from opendnn.graph.pointwise_methods import PointwiseMethods
@@ -572,6 +572,82 @@ class OperationBuilder(PointwiseMethods):
         }
         out = self._add("sdpa_backward", inputs, attributes, name)
         return tuple(out[role] for role in ("dq", "dk", "dv", "dbias") if role in out)
+
+    def sdpa_fp8_backward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        dO: Tensor,
+        stats: Tensor,
+        descale_q: Tensor,
+        descale_k: Tensor,
+        descale_v: Tensor,
+        descale_o: Tensor,
+        descale_dO: Tensor,
+        descale_s: Tensor,
+        descale_dP: Tensor,
+        scale_s: Tensor,
+        scale_dQ: Tensor,
+        scale_dK: Tensor,
+        scale_dV: Tensor,
+        scale_dP: Tensor,
+        attn_scale: float | None = None,
+        use_padding_mask: bool = False,
+        seq_len_q: Tensor | None = None,
+        seq_len_kv: Tensor | None = None,
+        use_causal_mask: bool = False,
+        use_causal_mask_bottom_right: bool = False,
+        sliding_window_length: int | None = None,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, ...]:
+        """The gradients of ``sdpa_fp8`` (cudnn-frontend's ``sdpa_fp8_backward``): (dQ, dK, dV,
+        amax_dQ, amax_dK, amax_dV, amax_dP).
+
+        q, k, v, o and stats are the forward's (o fp8, BFLOAT16 or HALF), dO FP8_E4M3 or FP8_E5M2 of
+        o's dims; the per-tensor factors ``descale_q`` ... ``scale_dP`` are FLOAT tensors of one
+        element (read on the device at each execute). dQ, dK and dV have the dims of q, k and v and
+        their role's type (``io_data_type`` or ``set_data_type``: FP8_E4M3, FP8_E5M2, BFLOAT16 or
+        HALF); amax_dQ, amax_dK, amax_dV (1, 1, 1, 1) FLOAT receive the largest |gradient| before
+        its scale, amax_dP the largest |dS|. The parameters must be the forward's; the formula is in
+        ``opendnn.families.attention.reference``.
+        """
+        attributes = _attention_attributes(
+            attn_scale,
+            use_causal_mask,
+            use_causal_mask_bottom_right,
+            sliding_window_length,
+            None,
+            ("use_causal_mask", "use_causal_mask_bottom_right"),
+        )
+        factors = (
+            descale_q,
+            descale_k,
+            descale_v,
+            descale_o,
+            descale_dO,
+            descale_s,
+            descale_dP,
+            scale_s,
+            scale_dQ,
+            scale_dK,
+            scale_dV,
+            scale_dP,
+        )
+        inputs: dict[str, Operand | None] = {
+            "q": q,
+            "k": k,
+            "v": v,
+            "o": o,
+            "do": dO,
+            "stats": stats,
+            **dict(zip(FP8_BACKWARD_SCALES, factors)),
+            **_padding(use_padding_mask, seq_len_q, seq_len_kv),
+        }
+        out = self._add("sdpa_fp8_backward", inputs, attributes, name)
+        return tuple(out[role] for role in ("dq", "dk", "dv", *FP8_BACKWARD_AMAX))
 
 
 def _conv_attributes(

@@ -470,6 +470,7 @@ def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -
 
 FORWARD_SLOTS = ("q", "k", "v", "o")
 BACKWARD_SLOTS = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv")
+BACKWARD_OPS = ("sdpa_backward", "sdpa_fp8_backward")
 
 
 def attention_slots(node: NodeSpec, described: Callable[[str], Any]) -> dict[str, Any]:
@@ -492,10 +493,10 @@ def attention_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], han
     }
     params = attention_descriptor(dict(node.attributes))
     attention_problem(params, **slots, names=GRAPH_NAMES)  # its refusals name the builder's parameters
-    direction = BACKWARD_SLOTS if node.op == "sdpa_backward" else FORWARD_SLOTS
+    direction = BACKWARD_SLOTS if node.op in BACKWARD_OPS else FORWARD_SLOTS
     required: list[Any] = [slots[s] for s in direction]
     optional: dict[str, Any] = {f"{slot}_desc": desc for slot, desc in slots.items() if slot not in direction}
-    if node.op == "sdpa_backward":
+    if node.op in BACKWARD_OPS:
         od.get_attention_backward_workspace_size(handle, params, *required, **optional)
     else:
         od.get_attention_forward_workspace_size(handle, params, *required, **optional)
@@ -505,13 +506,13 @@ def attention_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], han
 def run_attention(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     bounds = {slot: attention_bound(slot, bound) for slot, bound in attention_slots(node, tensor).items()}
     params = attention_descriptor(dict(node.attributes))
-    direction = BACKWARD_SLOTS if node.op == "sdpa_backward" else FORWARD_SLOTS
+    direction = BACKWARD_SLOTS if node.op in BACKWARD_OPS else FORWARD_SLOTS
     positional: list[Any] = [item for slot in direction for item in (bounds[slot].desc, bounds[slot].view)]
     optional: dict[str, Any] = {}
     for slot, bound in bounds.items():
         if slot not in direction:
             optional[f"{slot}_desc"], optional[slot] = bound.desc, bound.view
-    call = od.attention_backward if node.op == "sdpa_backward" else od.attention_forward
+    call = od.attention_backward if node.op in BACKWARD_OPS else od.attention_forward
     call(handle, params, *positional, **optional)
 
 
@@ -547,6 +548,7 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "sdpa": (run_attention, attention_scratch),
     "sdpa_fp8": (run_attention, attention_scratch),
     "sdpa_backward": (run_attention, attention_scratch),
+    "sdpa_fp8_backward": (run_attention, attention_scratch),
 }
 
 

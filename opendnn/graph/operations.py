@@ -20,6 +20,8 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.families.attention.problem import (
     FP8_AMAX,
+    FP8_BACKWARD_AMAX,
+    FP8_BACKWARD_SCALES,
     FP8_SCALES,
     SLOTS,
     AttentionDescriptor,
@@ -471,13 +473,23 @@ def pooling_rule(
 
 ATTENTION_PARAMETERS = ("scale", "causal", "alignment", "window", "dropout_p", "seed", "offset")
 ROLE_OF_SLOT = {"seq_lens_q": "seq_len_q", "seq_lens_kv": "seq_len_kv"}  # where a node's role differs
+# cudnn-frontend's spelling of a gradient in the builder's parameters (dO, descale_dO, amax_dQ, ...)
+GRADIENT_NAMES = {"do": "dO", "dq": "dQ", "dk": "dK", "dv": "dV", "dp": "dP", "dbias": "dBias"}
+
+
+def graph_name(slot: str) -> str:
+    """The builder's parameter of the attention family's slot: its last word spelled as cudnn-frontend does."""
+    prefix, separator, last = slot.rpartition("_")
+    return f"{prefix}{separator}{GRADIENT_NAMES.get(last, last)}"
+
+
 # the attention family's slots as the builder's parameters name them
 GRAPH_NAMES = SlotNames(
     (
         ("params", "sdpa"),
         ("max_seqlen_q", "max_seqlen_q"),
         ("max_seqlen_kv", "max_seqlen_kv"),
-        *((slot, {"do": "dO", "dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dBias"}.get(slot, slot)) for slot in SLOTS),
+        *((slot, graph_name(slot)) for slot in SLOTS),
     )
 )
 
@@ -491,7 +503,7 @@ GRAPH_FORMS = {
 
 
 def attention_descriptor(attributes: Mapping[str, Any]) -> AttentionDescriptor:
-    """The attention family's parameters of an sdpa, sdpa_fp8 or sdpa_backward node."""
+    """The attention family's parameters of an sdpa, sdpa_fp8, sdpa_backward or sdpa_fp8_backward node."""
     values = {key: attributes[key] for key in ATTENTION_PARAMETERS}
     return AttentionDescriptor(**{**values, "window": tuple(values["window"])})
 
@@ -578,6 +590,19 @@ def sdpa_backward_rule(
     return outputs
 
 
+def sdpa_fp8_backward_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """dq, dk and dv of q, k and v's dims, their types following their roles (as ``sdpa_fp8``'s o:
+    the rule checks the rest with q's type in their place); the four maxima FLOAT."""
+    gradients = {f"d{role}": inputs[role].dims for role in ("q", "k", "v")}
+    _attention_check(
+        where, inputs, {slot: OutputSpec(dims, inputs["q"].dtype) for slot, dims in gradients.items()}, attributes
+    )
+    outputs = {slot: OutputSpec(dims, None) for slot, dims in gradients.items()}
+    return outputs | {slot: OutputSpec((1, 1, 1, 1), DataType.FLOAT) for slot in FP8_BACKWARD_AMAX}
+
+
 OPERATIONS: dict[str, Operation] = {
     op.name: op
     for op in (
@@ -648,6 +673,13 @@ OPERATIONS: dict[str, Operation] = {
             ("dq", "dk", "dv", "dbias"),
             sdpa_backward_rule,
             optional=("bias", "seq_len_q", "seq_len_kv"),
+        ),
+        Operation(
+            "sdpa_fp8_backward",
+            ("q", "k", "v", "o", "do", "stats", *FP8_BACKWARD_SCALES, "seq_len_q", "seq_len_kv"),
+            ("dq", "dk", "dv", *FP8_BACKWARD_AMAX),
+            sdpa_fp8_backward_rule,
+            optional=("seq_len_q", "seq_len_kv"),
         ),
     )
 }
