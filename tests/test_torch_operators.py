@@ -62,6 +62,8 @@ def samples():
     q8, kv8 = (torch.randn(*t.shape).to(torch.float8_e4m3fn) for t in (q, kv))
     factors = tuple(torch.rand(1) + 0.5 for _ in range(6))
     fp8_options = (True, 0.3, True, None, None, "top_left", torch.bfloat16)
+    out8, do8 = (torch.randn(2, 4, 6, 8).to(torch.float8_e4m3fn) for _ in range(2))
+    backward_factors = tuple(torch.rand(1) + 0.5 for _ in range(12))
     return [
         ("convolution", (x4_cl, w, _randn(6, grad=True), [2, 1], [1, 1], [1, 1], 2)),
         ("convolution_transpose", (x4, _randn(4, 3, 3, 3, grad=True), None, [2, 2], [1, 1], [1, 0], 1, [1, 1])),
@@ -141,6 +143,10 @@ def samples():
             ),
         ),
         ("scaled_dot_product_attention_fp8", (q8, kv8, kv8, *factors, *fp8_options)),
+        (
+            "scaled_dot_product_attention_fp8_backward",
+            (do8, q8, kv8, kv8, out8, torch.randn(2, 4, 6), *backward_factors, *fp8_options),
+        ),
     ]
 
 

@@ -13,13 +13,20 @@ gradient); the dropout mask is regenerated from ``seed``. ``scaled_dot_product_a
 is the call with torch's signature that ``opendnn.torch.enable()`` routes
 ``F.scaled_dot_product_attention`` to.
 
-The fp8 forward (cuDNN's fp8 SDPA) is an operator of its own, without a gradient:
+The fp8 forward (cuDNN's fp8 SDPA) is an operator of its own, without a gradient (an fp8 training
+step needs scales the caller manages), and its backward another, called with the twelve factors:
 
     out, stats, amax_s, amax_o = torch.ops.opendnn.scaled_dot_product_attention_fp8(
         query, key, value, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
         is_causal, scale, enable_gqa, window_left, window_right, alignment, out_dtype)
+    grad_query, grad_key, grad_value, amax_dq, amax_dk, amax_dv, amax_dp = (
+        torch.ops.opendnn.scaled_dot_product_attention_fp8_backward(
+            grad_out, query, key, value, out, stats, descale_q, descale_k, descale_v, descale_o,
+            descale_do, descale_s, descale_dp, scale_s, scale_dq, scale_dk, scale_dv, scale_dp,
+            is_causal, scale, enable_gqa, window_left, window_right, alignment, grad_dtype))
 
-``scaled_dot_product_attention_fp8`` below calls it with the factors as keyword tensors.
+``scaled_dot_product_attention_fp8`` and ``scaled_dot_product_attention_fp8_backward`` below call
+them with the factors as keyword tensors.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import opendnn.functional as F
 from opendnn.core.errors import NotSupported
 from opendnn.families.attention.descriptor import MAX_SEED
 from opendnn.families.attention.functional import broadcast_shapes
-from opendnn.families.attention.problem import FP8_SCALES
+from opendnn.families.attention.problem import FP8_BACKWARD_SCALES, FP8_SCALES
 from opendnn.torch.library import (
     as_torch_error,
     compute_dtype,
@@ -277,8 +284,10 @@ scaled_dot_product_attention_fp8_op = define(
 def _fp8_backward(ctx: Any, *grads: Any) -> Any:
     raise as_torch_error(
         NotSupported(
-            "opendnn::scaled_dot_product_attention_fp8 has no gradient: the fp8 attention is a forward "
-            "only (cuDNN's fp8 SDPA forward); run the backward in bfloat16 or float16"
+            "opendnn::scaled_dot_product_attention_fp8 has no gradient: an fp8 training step needs "
+            "scales the caller manages (dO quantized with its own scale, the backward's twelve factors); "
+            "call opendnn::scaled_dot_product_attention_fp8_backward with them, or run the attention in "
+            "bfloat16 or float16"
         )
     )
 
@@ -308,7 +317,8 @@ def scaled_dot_product_attention_fp8(
     key and value float8_e4m3fn or float8_e5m2 (torch's SDPA shapes), the per-tensor factors as
     one-element float32 tensors on their device (read by the kernel, never by the host, so a CUDA
     graph may capture the call while the factors change), out in ``out_dtype`` (default: query's;
-    fp8, bfloat16 or float16). Forward only: a gradient through it raises.
+    fp8, bfloat16 or float16). A gradient through it raises: the backward is
+    ``scaled_dot_product_attention_fp8_backward``, with the caller's factors.
 
     Returns:
         (out, stats, amax_s, amax_o): stats the rows' logsumexp (float32), amax_s the largest softmax
@@ -320,3 +330,106 @@ def scaled_dot_product_attention_fp8(
     options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], alignment)
     out, stats, amax_s, amax_o = scaled_dot_product_attention_fp8_op(query, key, value, *factors, *options, out_dtype)
     return out, stats, amax_s, amax_o
+
+
+# ---- fp8 backward -------------------------------------------------------------------------------------
+
+
+def _fp8_backward_fake(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, *rest: Any) -> Any:
+    grad_dtype = rest[-1] or query.dtype
+    grads = [_outputs_like(t, t.shape, grad_dtype) for t in (query, key, value)]
+    return *grads, *(empty_packed(query, (1,), torch.float32) for _ in range(4))
+
+
+def _fp8_backward_call(
+    grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor, stats: Tensor, *rest: Any
+) -> Any:
+    factors, (is_causal, scale, enable_gqa, window_left, window_right, alignment, grad_dtype) = rest[:12], rest[12:]
+    options = (0.0, is_causal, scale, enable_gqa, None, None, window_left, window_right, alignment, None, 0)
+    return F.scaled_dot_product_attention_backward(
+        grad_out,
+        query,
+        key,
+        value,
+        out,
+        stats,
+        **_keywords(*options),
+        **dict(zip(FP8_BACKWARD_SCALES, factors)),
+        grad_dtype=grad_dtype,
+        return_amax=True,
+    )
+
+
+scaled_dot_product_attention_fp8_backward_op = define(
+    "scaled_dot_product_attention_fp8_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value,"
+    " Tensor out, Tensor stats, Tensor descale_q, Tensor descale_k, Tensor descale_v, Tensor descale_o,"
+    " Tensor descale_do, Tensor descale_s, Tensor descale_dp, Tensor scale_s, Tensor scale_dq,"
+    " Tensor scale_dk, Tensor scale_dv, Tensor scale_dp, "
+    + FP8_OPTIONS
+    + ", ScalarType? grad_dtype) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    _fp8_backward_call,
+    _fp8_backward_fake,
+    differentiable=False,
+)
+
+
+def scaled_dot_product_attention_fp8_backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    out: Tensor,
+    stats: Tensor,
+    *,
+    descale_q: Tensor,
+    descale_k: Tensor,
+    descale_v: Tensor,
+    descale_o: Tensor,
+    descale_do: Tensor,
+    descale_s: Tensor,
+    descale_dp: Tensor,
+    scale_s: Tensor,
+    scale_dq: Tensor,
+    scale_dk: Tensor,
+    scale_dv: Tensor,
+    scale_dp: Tensor,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    window: tuple[int | None, int | None] = (None, None),
+    alignment: str = "top_left",
+    grad_dtype: torch.dtype | None = None,
+) -> tuple[Tensor, ...]:
+    """cuDNN's fp8 SDPA backward on the ``opendnn::scaled_dot_product_attention_fp8_backward``
+    operator: the forward's query, key, value, out and stats (``scaled_dot_product_attention_fp8``'s,
+    under its own options), grad_out float8_e4m3fn or float8_e5m2 (quantized by the caller, whose
+    scale ``descale_do`` undoes), the twelve per-tensor factors as one-element float32 tensors on
+    their device (read by the kernels, never by the host), the gradients in ``grad_dtype`` (default:
+    query's; fp8, bfloat16 or float16).
+
+    Returns:
+        (grad_query, grad_key, grad_value, amax_dq, amax_dk, amax_dv, amax_dp): the gradients of
+        their input's shapes, then the largest |dQ|, |dK|, |dV| before their scales and the largest
+        |dS| before scale_dp (one-element float32 tensors); ``opendnn.families.attention.reference``
+        gives the formula.
+    """
+    factors = (
+        descale_q,
+        descale_k,
+        descale_v,
+        descale_o,
+        descale_do,
+        descale_s,
+        descale_dp,
+        scale_s,
+        scale_dq,
+        scale_dk,
+        scale_dv,
+        scale_dp,
+    )
+    alignment = str(getattr(alignment, "value", alignment))
+    options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], alignment)
+    grads = scaled_dot_product_attention_fp8_backward_op(
+        grad_out, query, key, value, out, stats, *factors, *options, grad_dtype
+    )
+    return tuple(grads)
