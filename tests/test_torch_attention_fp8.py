@@ -129,38 +129,11 @@ def test_a_gradient_through_the_fp8_operator_is_refused_naming_fp8():
 # ---- the backward -------------------------------------------------------------------------------------
 
 LARGEST = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
-# (data dtype, grad_out dtype, gradients' dtype, query shape, key shape, value shape, keywords, parameters)
+# each case: the forward's case (the data, shapes and options), grad_out's dtype, the gradients' dtype
 BACKWARD_CASES = {
-    "e4m3_gqa_causal": (
-        torch.float8_e4m3fn,
-        torch.float8_e4m3fn,
-        None,
-        (2, 4, 9, 16),
-        (2, 2, 13, 16),
-        (2, 2, 13, 32),
-        dict(is_causal=True, enable_gqa=True, scale=0.3),
-        dict(causal=True, scale=0.3),
-    ),
-    "e4m3_e5m2_grad_bottom_right_window_bfloat16": (
-        torch.float8_e4m3fn,
-        torch.float8_e5m2,
-        torch.bfloat16,
-        (1, 3, 11, 16),
-        (1, 3, 7, 16),
-        (1, 3, 7, 16),
-        dict(is_causal=True, alignment="bottom_right", window=(3, None)),
-        dict(causal=True, alignment="bottom_right", window=(3, None)),
-    ),
-    "e5m2_3d_float16": (
-        torch.float8_e5m2,
-        torch.float8_e5m2,
-        torch.float16,
-        (3, 10, 16),
-        (3, 12, 16),
-        (3, 12, 16),
-        {},
-        {},
-    ),
+    "e4m3_gqa_causal": ("e4m3_gqa_causal", torch.float8_e4m3fn, None),
+    "e5m2_bottom_right_window_bfloat16": ("e5m2_bottom_right_window_bfloat16", torch.float8_e5m2, torch.bfloat16),
+    "e4m3_3d_e5m2_grad_float16": ("e4m3_3d_bfloat16", torch.float8_e5m2, torch.float16),
 }
 
 
@@ -173,7 +146,8 @@ def backward_factors(dtype, grad_dtype):
 
 def backward_arguments(case):
     """(grad_out, query, key, value, out, stats), the factors and the reference's result of ``case``."""
-    dtype, grad_dtype, out_dtype, q_shape, k_shape, v_shape, _, params = BACKWARD_CASES[case]
+    forward, grad_dtype, out_dtype = BACKWARD_CASES[case]
+    dtype, _, q_shape, k_shape, v_shape, _, params = CASES[forward]
     q, k, v = fp8(dtype, q_shape, 4), fp8(dtype, k_shape, 5), fp8(dtype, v_shape, 6)
     out_shape = (*q_shape[:-1], v_shape[-1])
     out, grad_out = fp8(dtype, out_shape, 7), fp8(grad_dtype, out_shape, 8)
@@ -189,7 +163,8 @@ def backward_arguments(case):
 
 @pytest.mark.parametrize("case", BACKWARD_CASES)
 def test_backward_operator_matches_the_reference_with_the_same_quantization(case):
-    _, _, out_dtype, _, _, _, keywords, _ = BACKWARD_CASES[case]
+    forward, _, out_dtype = BACKWARD_CASES[case]
+    keywords = CASES[forward][5]
     tensors, factors, expected = backward_arguments(case)
     factor_keywords = {slot: torch.tensor([value]) for slot, value in zip(Fp8BackwardScales._fields, factors)}
     *gradients, amax_dq, amax_dk, amax_dv, amax_dp = scaled_dot_product_attention_fp8_backward(

@@ -512,13 +512,8 @@ class OperationBuilder(PointwiseMethods):
         before scale_o. The masks are ``sdpa``'s (``use_causal_mask`` is its ``causal_mask``); the
         formula is in ``opendnn.families.attention.reference``.
         """
-        attributes = _attention_attributes(
-            attn_scale,
-            use_causal_mask,
-            use_causal_mask_bottom_right,
-            sliding_window_length,
-            None,
-            ("use_causal_mask", "use_causal_mask_bottom_right"),
+        attributes = _fp8_attention_attributes(
+            attn_scale, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length
         )
         attributes["generate_stats"] = not bool(is_inference)
         factors = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
@@ -614,28 +609,11 @@ class OperationBuilder(PointwiseMethods):
         its scale, amax_dP the largest |dS|. The parameters must be the forward's; the formula is in
         ``opendnn.families.attention.reference``.
         """
-        attributes = _attention_attributes(
-            attn_scale,
-            use_causal_mask,
-            use_causal_mask_bottom_right,
-            sliding_window_length,
-            None,
-            ("use_causal_mask", "use_causal_mask_bottom_right"),
+        attributes = _fp8_attention_attributes(
+            attn_scale, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length
         )
-        factors = (
-            descale_q,
-            descale_k,
-            descale_v,
-            descale_o,
-            descale_dO,
-            descale_s,
-            descale_dP,
-            scale_s,
-            scale_dQ,
-            scale_dK,
-            scale_dV,
-            scale_dP,
-        )
+        descales = (descale_q, descale_k, descale_v, descale_o, descale_dO, descale_s, descale_dP)
+        scales = (scale_s, scale_dQ, scale_dK, scale_dV, scale_dP)
         inputs: dict[str, Operand | None] = {
             "q": q,
             "k": k,
@@ -643,7 +621,7 @@ class OperationBuilder(PointwiseMethods):
             "o": o,
             "do": dO,
             "stats": stats,
-            **dict(zip(FP8_BACKWARD_SCALES, factors)),
+            **dict(zip(FP8_BACKWARD_SCALES, (*descales, *scales))),
             **_padding(use_padding_mask, seq_len_q, seq_len_kv),
         }
         out = self._add("sdpa_fp8_backward", inputs, attributes, name)
@@ -737,6 +715,16 @@ def _dropout(dropout: Any) -> tuple[float, int, int]:
 
 def _described(items: Sequence[Any]) -> str:
     return "(" + ", ".join(f"tensor '{i.name}'" if isinstance(i, Tensor) else repr(i) for i in items) + ")"
+
+
+def _fp8_attention_attributes(
+    attn_scale: Any, use_causal_mask: bool, use_causal_mask_bottom_right: bool, sliding_window_length: Any
+) -> dict[str, Any]:
+    """The family's parameters of an fp8 node: no dropout, the causal flags under their fp8 names."""
+    causal_names = ("use_causal_mask", "use_causal_mask_bottom_right")
+    return _attention_attributes(
+        attn_scale, use_causal_mask, use_causal_mask_bottom_right, sliding_window_length, None, causal_names
+    )
 
 
 def _padding(use_padding_mask: bool, seq_len_q: Tensor | None, seq_len_kv: Tensor | None) -> dict[str, Tensor]:

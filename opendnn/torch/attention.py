@@ -249,6 +249,13 @@ def scaled_dot_product_attention(
 FP8_OPTIONS = "bool is_causal, float? scale, bool enable_gqa, int? window_left, int? window_right, str alignment"
 
 
+def _fp8_options(
+    is_causal: bool, scale: float | None, enable_gqa: bool, window: tuple[int | None, int | None], alignment: Any
+) -> tuple[Any, ...]:
+    """The fp8 operators' options (FP8_OPTIONS) from their calls' keywords."""
+    return bool(is_causal), scale, bool(enable_gqa), window[0], window[1], str(getattr(alignment, "value", alignment))
+
+
 def _fp8_forward_fake(query: Tensor, key: Tensor, value: Tensor, *rest: Any) -> Any:
     enable_gqa, out_dtype = rest[8], rest[-1]
     out = _out_fake(query, key, value, enable_gqa, query.dtype if out_dtype is None else out_dtype)
@@ -326,8 +333,7 @@ def scaled_dot_product_attention_fp8(
         ``opendnn.families.attention.reference`` gives the formula.
     """
     factors = (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)
-    alignment = str(getattr(alignment, "value", alignment))
-    options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], alignment)
+    options = _fp8_options(is_causal, scale, enable_gqa, window, alignment)
     out, stats, amax_s, amax_o = scaled_dot_product_attention_fp8_op(query, key, value, *factors, *options, out_dtype)
     return out, stats, amax_s, amax_o
 
@@ -413,23 +419,10 @@ def scaled_dot_product_attention_fp8_backward(
         |dS| before scale_dp (one-element float32 tensors); ``opendnn.families.attention.reference``
         gives the formula.
     """
-    factors = (
-        descale_q,
-        descale_k,
-        descale_v,
-        descale_o,
-        descale_do,
-        descale_s,
-        descale_dp,
-        scale_s,
-        scale_dq,
-        scale_dk,
-        scale_dv,
-        scale_dp,
-    )
-    alignment = str(getattr(alignment, "value", alignment))
-    options = (bool(is_causal), scale, bool(enable_gqa), window[0], window[1], alignment)
+    descales = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp)
+    scales = (scale_s, scale_dq, scale_dk, scale_dv, scale_dp)
+    options = _fp8_options(is_causal, scale, enable_gqa, window, alignment)
     grads = scaled_dot_product_attention_fp8_backward_op(
-        grad_out, query, key, value, out, stats, *factors, *options, grad_dtype
+        grad_out, query, key, value, out, stats, *descales, *scales, *options, grad_dtype
     )
     return tuple(grads)
