@@ -201,7 +201,7 @@ def test_check_with_numpy_alone_skips_the_samples_needing_torch_and_counts_them(
     result = opendnn_command("check", "--filter", "float8_e4m3fn", blocked=("torch", "triton"))
     assert "Traceback" not in result.stderr
     assert result.stdout.strip() == (
-        "0 of 0 samples pass on cpu (numpy); 2 skipped: they need torch, not installed here (pip install torch)"
+        "0 of 0 samples pass on cpu (numpy); 4 skipped: they need torch, not installed here (pip install torch)"
     )
     assert result.stderr.strip() == "opendnn check: error: no sample ran: install what the skipped samples need"
     assert result.returncode == 1
