@@ -174,9 +174,9 @@ def workspace_size(problem: AttentionProblem) -> int:
 
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
-    views = {slot: None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)}
+    views: dict[str, Any] = {slot: None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)}
     compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
-    hopper = compiled and has_wgmma(torch_view(t.q).device.index)
+    hopper = compiled and has_wgmma(views["q"].device.index)
     plan = choose(problem, gluon_forward.tma_aligned(views["q"], views["k"], views["v"]), hopper)
     if plan.strategy == "warp_specialized_forward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
