@@ -21,7 +21,11 @@ channels_last inputs and weights, batch 64 at 224x224 by default:
   ``torch.compile(mode="reduce-overhead")`` (inductor, and CUDA graphs on a GPU: the converted model's
   ``opendnn::`` operators in inductor's graphs against torch's own operators compiled by inductor),
   each step marking a new CUDA-graph iteration (``torch.compiler.cudagraph_mark_step_begin``); on the
-  CPU, reduce-overhead simply compiles (``--modes`` picks modes).
+  CPU, reduce-overhead simply compiles (``--modes`` picks modes);
+- with ``--backend``, both steps of torch's own (unconverted) model under
+  ``torch.compile(backend="opendnn", options={"cudagraphs": True})`` (``opendnn.torch.compile_backend``:
+  the FX graphs' supported regions as opendnn graph plans, CUDA graphs where the shapes are static)
+  against the same model under ``torch.compile(mode="reduce-overhead")`` (inductor with CUDA graphs).
 
 torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
 through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
@@ -115,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also time both models under torch.compile(mode='reduce-overhead'): inference and training",
     )
     parser.add_argument(
+        "--backend",
+        action="store_true",
+        help="also time torch's model under torch.compile(backend='opendnn') with CUDA graphs against "
+        "torch.compile(mode='reduce-overhead'): inference and training",
+    )
+    parser.add_argument(
         "--modes",
         default="",
         help="only these modes, comma-separated (e.g. 'inference,inference (fused, graph)'); default all",
@@ -168,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             args.fused,
             [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()],
             args.compiled,
+            args.backend,
         ):
             print(_progress_line(row), flush=True)
             rows.append(row)
@@ -200,16 +211,20 @@ def measure(
     fused: bool = False,
     only: list[str] | None = None,
     compiled: bool = False,
+    backend: bool = False,
 ) -> list[dict[str, Any]]:
     """The inference and training rows of one model: torch's, then the converted copy's (and with
     ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
     side captured in a CUDA graph and timed by replaying it; with ``fused``, inference and
     training of the converted copy passed through ``opendnn.torch.fuse`` against torch's unfused model, eager and,
     with ``graph``, captured; with ``compiled``, both steps of each side's model under
-    ``torch.compile(mode="reduce-overhead")``); ``only``: these modes alone)."""
+    ``torch.compile(mode="reduce-overhead")``; with ``backend``, both steps of a copy of torch's model
+    under the opendnn compile backend against torch's model under reduce-overhead); ``only``: these
+    modes alone)."""
     torch.manual_seed(0)
     model = build().to(device, memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
+    lowered = copy.deepcopy(model)  # torch's model for the opendnn compile backend, before any step changes it
     report = ot.convert(ours)
     fused_models: dict[Callable[..., Any], torch.nn.Module] = {}  # ot.fuse(ours) per step kind, made when first used
     calls = ot.functional_calls()
@@ -227,6 +242,7 @@ def measure(
         else []
     )
     modes += ["inference (compiled)", "training (compiled)"] if compiled else []
+    modes += ["inference (opendnn backend)", "training (opendnn backend)"] if backend else []
     # every inference row first: a training row steps each side's optimizer as many times as its timer
     # calls it, after which the two models hold different parameters and their outputs no longer compare
     modes.sort(key=lambda mode: mode.startswith("training"))
@@ -252,16 +268,23 @@ def measure(
             fused_models[step] = ot.fuse(ours.eval() if step is inference_step else ours.train())
         net = fused_models[step] if "fused" in mode else ours
         theirs = model
+        context: AbstractContextManager[Any] = calls
         if "compiled" in mode:
             net, theirs = (compiled_models.setdefault(id(m), _compiled(m)) for m in (net, model))
-        torch_step, our_step = step(theirs, x, labels, nullcontext()), step(net, x, labels, calls)
-        if "compiled" in mode:
+        if "backend" in mode:
+            net, theirs = (
+                compiled_models.setdefault(id(lowered), _lowered(lowered)),
+                compiled_models.setdefault(id(model), _compiled(model)),
+            )
+            context = nullcontext()
+        torch_step, our_step = step(theirs, x, labels, nullcontext()), step(net, x, labels, context)
+        if "compiled" in mode or "backend" in mode:
             torch_step, our_step = _new_iteration(torch_step), _new_iteration(our_step)
         try:
             if mode.endswith("graph)"):
                 torch_step, our_step = capture(torch_step)[0].replay, capture(our_step)[0].replay
             row["torch_ms"] = timer(torch_step)
-            if mode in ("inference", "inference (fused)", "inference (compiled)"):
+            if mode in ("inference", "inference (fused)", "inference (compiled)", "inference (opendnn backend)"):
                 # (cloned: a CUDA-graph replay of reduce-overhead may overwrite a previous step's output)
                 row["rel_err"] = relative_error(our_step().clone(), torch_step().clone())
             row["opendnn_ms"] = timer(our_step)
@@ -329,6 +352,13 @@ def training_step(
 def _compiled(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` under ``torch.compile(mode="reduce-overhead")``: the same parameters, compiled when first called."""
     return torch.compile(model, mode="reduce-overhead")  # type: ignore[return-value]
+
+
+def _lowered(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` under the opendnn compile backend with CUDA graphs, compiled when first called."""
+    from opendnn.torch.compile_backend import OpendnnBackend
+
+    return torch.compile(model, backend=OpendnnBackend(), options={"cudagraphs": True})  # type: ignore[return-value]
 
 
 def _new_iteration(step: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
@@ -410,7 +440,9 @@ def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
         f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
         "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
         "and replayed, both sides (the GPU's time without the host's); (compiled): each side's model under "
-        "torch.compile(mode=\"reduce-overhead\"); check: the inference logits' relative norm error against torch's.",
+        'torch.compile(mode="reduce-overhead"); (opendnn backend): torch\'s model under '
+        'torch.compile(backend="opendnn") with CUDA graphs against reduce-overhead; check: the inference '
+        "logits' relative norm error against torch's.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

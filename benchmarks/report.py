@@ -177,7 +177,9 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
         "(fused): `opendnn.torch.fuse` of the converted model against torch's plain one; (graph): each "
         "side's step captured in a CUDA graph and replayed (the GPU's time without the host's); (compiled): "
-        'each side under `torch.compile(mode="reduce-overhead")`. Training is one SGD step.',
+        'each side under `torch.compile(mode="reduce-overhead")`; (opendnn backend): torch\'s model under '
+        '`torch.compile(backend="opendnn")` with CUDA graphs against `torch.compile(mode="reduce-overhead")`. '
+        "Training is one SGD step.",
         2,
     ),
     "eager": (
