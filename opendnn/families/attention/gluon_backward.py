@@ -67,7 +67,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
-    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
@@ -286,10 +285,8 @@ def gradient_consumer(
     scale_log2 = scale * LOG2E  # scores in log2 units, as the stats after row_statistics
     k = k_boxes.index(HALF).reshape([HALF_N, HEAD_DIM])
     v = v_boxes.index(HALF).reshape([HALF_N, VALUE_DIM])
-    dk = warpgroup_mma_init(gl.zeros([HALF_N, HEAD_DIM], gl.float32, ACC_LAYOUT))
-    dv = warpgroup_mma_init(gl.zeros([HALF_N, VALUE_DIM], gl.float32, ACC_LAYOUT))
-    p = gl.zeros([HALF_N, BLOCK_M], dtype, OPERAND_LAYOUT)  # the A operands in flight: kept until done
-    ds = gl.zeros([HALF_N, BLOCK_M], dtype, OPERAND_LAYOUT)
+    dk = gl.zeros([HALF_N, HEAD_DIM], gl.float32, ACC_LAYOUT)
+    dv = gl.zeros([HALF_N, VALUE_DIM], gl.float32, ACC_LAYOUT)
     mbarrier.wait(kv_ready, 0)
     step = 0
     for EDGE in gl.static_range(2):
@@ -312,9 +309,7 @@ def gradient_consumer(
                 st = warpgroup_mma(k, q.permute((1, 0)), zeros, use_acc=False, is_async=True)
                 mbarrier.wait(do_ready.index(stage), phase)
                 dpt = warpgroup_mma(v, do.permute((1, 0)), zeros, use_acc=False, is_async=True)
-                # in order: the previous block's dV and dK, S^T, dP^T; all but dP^T are done
-                st, dv, dk, p, ds = warpgroup_mma_wait(1, deps=(st, dv, dk, p, ds))
-                mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+                st = warpgroup_mma_wait(1, deps=(st,))  # S^T done, dP^T may still run
                 st = st * scale_log2
                 if EDGE:
                     allowed = (keys < seq_kv)[:, None] & (rows < seq_q)[None, :]
@@ -322,13 +317,14 @@ def gradient_consumer(
                         allowed &= keys[:, None] <= (rows + shift)[None, :]
                     st = gl.where(allowed, st, float("-inf"))
                 pt = gl.exp2(st - lse[None, :])
+                dpt = warpgroup_mma_wait(0, deps=(dpt,))
+                ds = gl.convert_layout((pt * (dpt - delta[None, :])).to(dtype), OPERAND_LAYOUT)
                 p = gl.convert_layout(pt.to(dtype), OPERAND_LAYOUT)
                 dv = warpgroup_mma(p, do, dv, is_async=True)
-                dpt = warpgroup_mma_wait(1, deps=(dpt,))  # dP^T done, dV may still run
-                ds = gl.convert_layout((pt * (dpt - delta[None, :])).to(dtype), OPERAND_LAYOUT)
                 dk = warpgroup_mma(ds, q, dk, is_async=True)
+                dv, dk, p, ds = warpgroup_mma_wait(0, deps=(dv, dk, p, ds))
+                mbarrier.arrive(empty.index(stage))
                 step += 1
-    dv, dk, p, ds = warpgroup_mma_wait(0, deps=(dv, dk, p, ds))
     dk = dk * scale
     acc_keys = start_n + HALF * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, ACC_LAYOUT))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ACC_LAYOUT))
