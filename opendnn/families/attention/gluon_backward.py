@@ -6,7 +6,8 @@ key) pair, ``2 * pairs * (2 * D + 2 * Dv)``, 2.5 of the backward's 3.5 forwards 
 stats and delta read once a key block that sees them (mostly from L2), k and v once, dK and dV written
 once. The products dominate past a few hundred queries a key, so the aim is tensor cores that never
 wait: for loads (TMA, a ring of query blocks filled ahead by a warp of its own) or for the
-exponentials between the products (each product issued asynchronously, waited for one step later).
+exponentials between the products (two consumer warpgroups, each issuing its products asynchronously,
+fill the tensor cores while the other computes).
 
 One program per (key block of BLOCK_N = 128 keys, batch b, key/value head); it walks the (query
 head, query block) pairs of its group in the ``tl`` kernel's order: the interior's query blocks
@@ -24,15 +25,15 @@ memory and mbarriers:
 - **two consumers** (``gradient_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a
   thread; the first is the kernel's own 4 warps): consumer ``half`` owns keys ``64 half .. 64 half +
   63`` of the block and their float32 dK and dV (64 x D each). Per query block, with the keys as
-  rows (so that P^T and dS^T come out of an accumulator in the layout of wgmma's A operand): S^T =
-  K Q^T and dP^T = V dO^T issued asynchronously (both operands in shared memory, Q and dO permuted);
-  the rows' logsumexp and delta loaded meanwhile (plain loads, the delta workspace is the ``tl``
-  delta kernel's); S^T waited for together with the previous block's dV and dK products, whose stage
-  is then released; P^T = exp2(S^T scale log2(e) - lse log2(e)) in float32 (the edge blocks mask
-  queries past Sq, keys past Skv and, causal, keys past a query's diagonal); dV += P^T dO issued with
-  P^T rounded to the data dtype and converted in registers to the A operand; dP^T waited for; dS^T =
-  P^T (dP^T - delta); dK += dS^T Q issued the same way. After the last block: dK times the softmax
-  scale, both cast and stored at dk's and dv's strides, keys past Skv not stored.
+  rows (so that P^T and dS^T come out of an accumulator in the layout of wgmma's A operand): the
+  rows' logsumexp and delta loaded (plain loads; the delta workspace is the ``tl`` delta kernel's);
+  S^T = K Q^T and dP^T = V dO^T issued asynchronously (both operands in shared memory, Q and dO
+  permuted); S^T waited for alone; P^T = exp2(S^T scale log2(e) - lse log2(e)) in float32 (the edge
+  blocks mask queries past Sq, keys past Skv and, causal, keys past a query's diagonal); dP^T waited
+  for; dS^T = P^T (dP^T - delta); P^T and dS^T rounded to the data dtype and converted in registers
+  to the A operand; dV += P^T dO and dK += dS^T Q issued together and waited for, then the stage
+  released. After the last block: dK times the softmax scale, both cast and stored at dk's and
+  dv's strides, keys past Skv not stored.
 
 Numerics are the ``tl`` kernel's: scores and the logsumexp in log2 units, the same float32 products
 and the same roundings of P and dS to the data dtype before their products.
@@ -40,15 +41,16 @@ and the same roundings of P and dS to the data dtype before their products.
 **Ring and barriers.** STAGES stages, each a query box and a dO box. ``q_ready[s]`` and
 ``do_ready[s]`` count one arrival (the producer's ``expect``) plus their box's bytes, so S^T starts
 before dO lands; ``empty[s]`` counts two arrivals, one per consumer warpgroup, issued once its dV and
-dK products on the stage are complete. Block ``i`` of a program uses stage ``i % STAGES`` in phase
-``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase flipped, which a fresh barrier
-passes.
+dK products on the stage are complete (waited for within the block: carried in flight into the next
+block's S^T, ptxas serializes every wgmma; docs/design/attention.md). Block ``i`` of a program uses
+stage ``i % STAGES`` in phase ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase
+flipped, which a fresh barrier passes.
 
 **Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
 gives each consumer 240: dK and dV (D / 2 float32 each a thread), S^T and dP^T (BLOCK_M / 2 each),
 P^T and dS^T in 16 bits (BLOCK_M / 4 each), and the block's lse and delta. At head dim 128 with
-BLOCK_M 64 that is 224; a BLOCK_M of 128 (64 more) or head dim 256 (dK and dV alone take 256) does
-not fit, so head dim 256 stays on the ``tl`` kernel.
+BLOCK_M 64 the four float32 tiles take 192; a BLOCK_M of 128 (64 more) or head dim 256 (dK and dV
+alone take 256) does not fit, so head dim 256 stays on the ``tl`` kernel.
 
 **Arguments.** The partitions take every scalar as an argument of its own, written out where
 ``warp_specialize`` is called (as in ``gluon_forward``).
@@ -107,6 +109,16 @@ def program_blocks(
 
 
 @gluon.jit
+def head_descriptor(ptr, batch, heads, seq, stride_b, stride_h, stride_s, boxes):
+    """The TMA descriptor of a (B, H, S, D) tensor at ``ptr`` (a unit head-dim stride) whose box is
+    one of ``boxes``, the shared memory it is copied into: zero-filled past S."""
+    BOX: gl.constexpr = [1, 1, boxes.shape[3], boxes.shape[4]]
+    return tma.make_tensor_descriptor(
+        ptr, [batch, heads, seq, boxes.shape[4]], [stride_b, stride_h, stride_s, 1], BOX, boxes.layout
+    )
+
+
+@gluon.jit
 def query_block_producer(
     q_ptr,
     k_ptr,
@@ -146,36 +158,10 @@ def query_block_producer(
     """Fill the key and value boxes once, then the ring with the program's query and dO blocks."""
     STAGES: gl.constexpr = q_ring.shape[0]
     HALF_N: gl.constexpr = BLOCK_N // 2
-    HEAD_DIM: gl.constexpr = q_ring.shape[4]
-    VALUE_DIM: gl.constexpr = do_ring.shape[4]
-    q_desc = tma.make_tensor_descriptor(
-        q_ptr,
-        [batch, heads_q, seq_q, HEAD_DIM],
-        [q_stride_b, q_stride_h, q_stride_s, 1],
-        [1, 1, BLOCK_M, HEAD_DIM],
-        q_ring.layout,
-    )
-    do_desc = tma.make_tensor_descriptor(
-        do_ptr,
-        [batch, heads_q, seq_q, VALUE_DIM],
-        [do_stride_b, do_stride_h, do_stride_s, 1],
-        [1, 1, BLOCK_M, VALUE_DIM],
-        do_ring.layout,
-    )
-    k_desc = tma.make_tensor_descriptor(
-        k_ptr,
-        [batch, heads_kv, seq_kv, HEAD_DIM],
-        [k_stride_b, k_stride_h, k_stride_s, 1],
-        [1, 1, HALF_N, HEAD_DIM],
-        k_boxes.layout,
-    )
-    v_desc = tma.make_tensor_descriptor(
-        v_ptr,
-        [batch, heads_kv, seq_kv, VALUE_DIM],
-        [v_stride_b, v_stride_h, v_stride_s, 1],
-        [1, 1, HALF_N, VALUE_DIM],
-        v_boxes.layout,
-    )
+    q_desc = head_descriptor(q_ptr, batch, heads_q, seq_q, q_stride_b, q_stride_h, q_stride_s, q_ring)
+    do_desc = head_descriptor(do_ptr, batch, heads_q, seq_q, do_stride_b, do_stride_h, do_stride_s, do_ring)
+    k_desc = head_descriptor(k_ptr, batch, heads_kv, seq_kv, k_stride_b, k_stride_h, k_stride_s, k_boxes)
+    v_desc = head_descriptor(v_ptr, batch, heads_kv, seq_kv, v_stride_b, v_stride_h, v_stride_s, v_boxes)
     b, kv_head, start_n, lo, hi, inner_lo, inner_hi, _ = program_blocks(
         heads_kv, seq_q, seq_kv, CAUSAL, BOTTOM_RIGHT, BLOCK_M, BLOCK_N
     )
