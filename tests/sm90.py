@@ -65,9 +65,9 @@ def run_script(path: str, timeout: int) -> subprocess.CompletedProcess[str]:
     return completed
 
 
-def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
-    """(registers a thread, bytes spilled) that ptxas reports compiling ``ptx`` for sm_``arch``
-    (sm_90a on Hopper, where wgmma and setmaxnreg need the arch-specific target)."""
+def ptxas_report(ptx: str, arch: int) -> str:
+    """What ``ptxas -v`` says compiling ``ptx`` for sm_``arch`` (sm_90a on Hopper, where wgmma and
+    setmaxnreg need the arch-specific target)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     with tempfile.TemporaryDirectory() as folder:
@@ -80,10 +80,23 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
             capture_output=True,
             text=True,
         )
-    registers = re.search(r"Used (\d+) registers", report.stderr)
-    spills = re.search(r"(\d+) bytes spill stores", report.stderr)
-    assert report.returncode == 0 and registers and spills, report.stderr
+    assert report.returncode == 0, report.stderr
+    return report.stderr
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers a thread, bytes spilled) that ptxas reports compiling ``ptx`` for sm_``arch``."""
+    report = ptxas_report(ptx, arch)
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    assert registers and spills, report
     return int(registers.group(1)), int(spills.group(1))
+
+
+def wgmma_serialized(ptx: str, arch: int) -> bool:
+    """ptxas serializes the wgmma instructions of ``ptx`` (waits for each before issuing the next), as
+    its "Potential Performance Loss" notes say."""
+    return "wgmma.mma_async instructions are serialized" in ptxas_report(ptx, arch)
 
 
 def warp_specialized_figures(compiled: Any) -> dict[str, Any]:

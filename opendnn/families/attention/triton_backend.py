@@ -8,7 +8,11 @@ byte models.
 addresses are 16-byte aligned (``tma_aligned``) and whose problem is ``gluon_forward``'s
 (``out_of_scope``: 16-bit data, head dims 64, 128 or 256, no mask but causal, q, k and v strides
 readable by TMA) runs on the warp-specialized kernel (``warp_specialized_forward``); every other forward on the
-FlashAttention-2 kernel (``flash2_forward``), every backward on the deterministic one. For the ``tl``
+FlashAttention-2 kernel (``flash2_forward``). A backward under the same two conditions whose problem is
+``gluon_backward``'s (``out_of_scope``: the forward's scope at head dims 64 and 128, dO readable by TMA
+too) computes dK and dV on the warp-specialized kernel and delta and dQ on the ``tl`` kernels
+(``warp_specialized_backward``); every other backward runs on the deterministic ``tl`` kernels alone
+(``flash2_deterministic_backward``). For the ``tl``
 kernels it picks the tile from the head dims and the dtype: the
 tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padded to powers of two (at least 16,
 the smallest a tensor-core product takes; the padding is masked), the warps and pipeline stages.
@@ -32,7 +36,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from opendnn.core.arrays import CPU, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention import gluon_forward
+from opendnn.families.attention import gluon_backward, gluon_forward
 from opendnn.families.attention.problem import (
     FP8_AMAX,
     FP8_BACKWARD_AMAX,
@@ -87,7 +91,9 @@ BACKWARD_GRID = ((32, 64), (32, 64, 128), (4, 8), (1, 2))
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    strategy: str  # "warp_specialized_forward", "flash2_forward" or "flash2_deterministic_backward"
+    # "warp_specialized_forward", "flash2_forward", "warp_specialized_backward" (dK and dV on the Gluon
+    # kernel, delta and dQ on the tl kernels at this tile) or "flash2_deterministic_backward"
+    strategy: str
     block_m: int
     block_n: int
     block_d: int
@@ -126,14 +132,15 @@ def candidate_tiles(problem: AttentionProblem) -> list[Tile]:
 
 
 def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = False) -> AttentionPlan:
-    """The strategy and tile of ``problem``; ``tma_aligned``: q, k and v have 16-byte aligned base
-    addresses (a property of the call's pointers, not of the problem); ``hopper``: the call is
-    compiled for an sm_90 GPU. The warp-specialized forward where both hold and ``gluon_forward``
-    takes the problem, with its own tile; otherwise ``tile_for``'s tile, never wider than the
-    sequences rounded up to a power of two."""
+    """The strategy and tile of ``problem``; ``tma_aligned``: the tensors TMA reads (q, k and v; dO
+    too in a backward) have 16-byte aligned base addresses (a property of the call's pointers, not of
+    the problem); ``hopper``: the call is compiled for an sm_90 GPU. Where both hold, the
+    warp-specialized forward, with its own tile, where ``gluon_forward`` takes the problem, and the
+    warp-specialized dK/dV where ``gluon_backward`` does; otherwise, and for the ``tl`` kernels
+    beside it, ``tile_for``'s tile, never wider than the sequences rounded up to a power of two."""
+    warp_specialized = tma_aligned and hopper  # the Gluon kernels' one condition beside their scope
     if (
-        tma_aligned
-        and hopper
+        warp_specialized
         and problem.q.dims[3] in WARP_SPECIALIZED_HEAD_DIMS
         and gluon_forward.out_of_scope(problem) is None
     ):
@@ -152,7 +159,10 @@ def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = 
     tile = tile_for(problem)
     block_m = min(tile.block_m, _padded(problem.seq_q))
     block_n = min(tile.block_n, _padded(problem.seq_kv))
-    strategy = "flash2_deterministic_backward" if problem.backward else "flash2_forward"
+    strategy = "flash2_forward"
+    if problem.backward:
+        in_scope = warp_specialized and gluon_backward.out_of_scope(problem) is None
+        strategy = "warp_specialized_backward" if in_scope else "flash2_deterministic_backward"
     return AttentionPlan(strategy, block_m, block_n, block_d, block_dv, tile.num_warps, tile.num_stages)
 
 
@@ -177,7 +187,8 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     views: dict[str, Any] = {slot: None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)}
     compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
     hopper = compiled and has_wgmma(views["q"].device.index)
-    plan = choose(problem, gluon_forward.tma_aligned(views["q"], views["k"], views["v"]), hopper)
+    read_by_tma = [views[slot] for slot in ("q", "k", "v", "do") if views[slot] is not None]
+    plan = choose(problem, gluon_forward.tma_aligned(*read_by_tma), hopper)
     if plan.strategy == "warp_specialized_forward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
         gluon_forward.launch(problem, views["q"], views["k"], views["v"], views["o"], views["stats"])
@@ -200,7 +211,12 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     args["delta_ptr"] = workspace.view(dtype)
     _launch(attention_delta_kernel, query_blocks, args, plan)
     key_blocks = _block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
-    _launch(attention_dkdv_kernel, key_blocks, args, plan)
+    if plan.strategy == "warp_specialized_backward":
+        use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
+        tensors = (views[slot] for slot in ("q", "k", "v", "do", "stats"))
+        gluon_backward.launch(problem, *tensors, args["delta_ptr"], views["dk"], views["dv"])
+    else:
+        _launch(attention_dkdv_kernel, key_blocks, args, plan)
     _launch(attention_dq_kernel, query_blocks, args, plan)
     if problem.dbias is not None:
         bias_batch, bias_heads, bias_queries, bias_keys = problem.dbias.dims

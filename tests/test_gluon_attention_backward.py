@@ -1,0 +1,179 @@
+"""The warp-specialized dK/dV of the attention backward (``attention/gluon_backward.py``): which
+backwards the planner gives it, and its kernel compiled for sm_90 on the CPU with its IR and ptxas
+figures checked (run as a script, it prints one JSON line per compiled variant; the test runs it in a
+subprocess, with Triton's compiler instead of its interpreter). Its results on an H200 are checked in
+``test_gpu_attention_backward.py``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import sm90
+import torch
+
+import opendnn as od
+from opendnn.families.attention import gluon_backward, triton_backend
+from opendnn.families.attention.api import attention_backward
+from opendnn.families.attention.problem import AttentionDescriptor, attention_problem
+
+SHARED_MEMORY = 227 * 1024  # bytes a block may use on sm_90
+WS = "warp_specialized_backward"
+TL = "flash2_deterministic_backward"
+
+
+def problem(dtype="bfloat16", head_dim=128, heads=(8, 2), seq=(4096, 4096), do=None, **fields):
+    """A packed (B, H, S, D) backward problem of batch 2; ``do``: dO's descriptor (q's by default);
+    ``fields``: the AttentionDescriptor's."""
+    (heads_q, heads_kv), (seq_q, seq_kv) = heads, seq
+    q = od.TensorDescriptor(dtype, (2, heads_q, seq_q, head_dim))
+    k = od.TensorDescriptor(dtype, (2, heads_kv, seq_kv, head_dim))
+    stats = od.TensorDescriptor("float32", (2, heads_q, seq_q))
+    return attention_problem(AttentionDescriptor(**fields), q, k, k, q, stats=stats, do=do or q, dq=q, dk=k, dv=k)
+
+
+# ---- the planner ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("bfloat16, head dim 128, causal", dict(causal=True)),
+        ("float16, head dim 64", dict(dtype="float16", head_dim=64)),
+        ("bottom-right causal, odd lengths", dict(causal=True, alignment="bottom_right", seq=(1000, 1537))),
+        ("MQA", dict(heads=(8, 1))),
+    ],
+)
+def test_16_bit_backwards_without_extras_take_the_warp_specialized_dkdv_on_sm90(case, arguments):
+    chosen = problem(**arguments)
+    assert gluon_backward.out_of_scope(chosen) is None, case
+    plan = triton_backend.choose(chosen, True, True)
+    tl_plan = triton_backend.choose(chosen)  # delta and dQ keep the tl kernels' tile
+    assert (plan.strategy, tl_plan.strategy) == (WS, TL), case
+    assert (plan.block_m, plan.block_n, plan.num_warps) == (tl_plan.block_m, tl_plan.block_n, tl_plan.num_warps)
+
+
+@pytest.mark.parametrize(
+    "case, arguments, reason",
+    [
+        ("float32", dict(dtype="float32"), "FLOAT data"),
+        ("head dim 256", dict(head_dim=256), "head dim 256 (64 or 128)"),
+        ("head dim 96", dict(head_dim=96), "head dims 96 and 96"),
+        ("a window", dict(window=(64, 0)), "a window"),
+        ("a softcap", dict(softcap=30.0), "a softcap"),
+        ("dropout", dict(dropout_p=0.1), "dropout"),
+    ],
+)
+def test_other_backwards_stay_on_the_tl_kernels(case, arguments, reason):
+    assert reason in gluon_backward.out_of_scope(problem(**arguments)), case
+    assert triton_backend.choose(problem(**arguments), True, True).strategy == TL, case
+
+
+def test_a_do_that_tma_cannot_read_keeps_the_backward_on_the_tl_kernels():
+    dims = (2, 8, 4096, 128)
+    bshd = od.TensorDescriptor("bfloat16", dims, (4096 * 8 * 128, 128, 8 * 128, 1))
+    odd_rows = od.TensorDescriptor("bfloat16", dims, (4096 * 8 * 132, 132, 8 * 132, 1))  # 264-byte rows
+    assert triton_backend.choose(problem(do=bshd), True, True).strategy == WS
+    assert "do's strides" in gluon_backward.out_of_scope(problem(do=odd_rows))
+    assert triton_backend.choose(problem(do=odd_rows), True, True).strategy == TL
+
+
+def test_a_forward_an_unaligned_base_another_gpu_or_the_interpreter_never_takes_it():
+    backward = problem()
+    assert gluon_backward.out_of_scope(backward) is None
+    assert triton_backend.choose(backward, True, False).strategy == TL  # not sm_90, or interpreted
+    assert triton_backend.choose(backward, False, True).strategy == TL  # a base TMA cannot read
+    assert triton_backend.choose(backward).strategy == TL
+    forward = attention_problem(AttentionDescriptor(), backward.q, backward.k, backward.v, backward.o)
+    assert gluon_backward.out_of_scope(forward) == "a forward"
+
+
+def test_the_interpreter_runs_an_in_scope_backward_on_the_tl_kernels(monkeypatch):
+    launched = []
+    monkeypatch.setattr(gluon_backward, "launch", lambda *args: launched.append(args))
+    generator = torch.Generator().manual_seed(1)
+    q, k, v, o, do = (torch.randn(1, 2, 64, 64, generator=generator).half() for _ in range(5))
+    stats = torch.randn(1, 2, 64, generator=generator)
+    dq, dk, dv = (torch.full_like(q, float("nan")) for _ in range(3))
+    d = od.TensorDescriptor
+    handle = od.create("cpu", backend="triton")
+    pairs = [(d(t.dtype, t.shape), t) for t in (q, k, v, o, do, stats, dq, dk, dv)]
+    attention_backward(handle, AttentionDescriptor(causal=True), *(item for pair in pairs for item in pair))
+    assert not launched and all(bool(torch.isfinite(t).all()) for t in (dq, dk, dv))
+
+
+# ---- every variant compiled for sm_90 ------------------------------------------------------------
+
+# name: (dtype, head dim, causal); GQA 8/2, 4096 queries and keys
+VARIANTS = {
+    f"{dtype}_{head_dim}_{'causal' if causal else 'full'}": (dtype, head_dim, causal)
+    for dtype in ("bfloat16", "float16")
+    for head_dim in gluon_backward.HEAD_DIMS
+    for causal in (False, True)
+}
+# (registers a consumer and the producer keep; the launch's registers a thread): setmaxnreg and ptxas
+REGISTERS = ([24, 240], 168)
+# head dim -> the most bytes ptxas spills (measured: 368, causal 500, at head dim 128; none at 64):
+# loop-invariant scalars around the head loop, with dK, dV, S^T and dP^T taking 192 registers a thread
+SPILLS = {64: 0, 128: 500}
+
+
+def test_every_variant_compiles_to_a_warp_specialized_kernel_with_operands_from_registers():
+    completed = sm90.run_script(__file__, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
+    assert set(reports) == set(VARIANTS)
+    for name, report in reports.items():
+        _, head_dim, _ = VARIANTS[name]
+        assert report["kernel"] == "attention_dkdv_warp_specialized_kernel", name
+        assert report["partitions"] == [4, 1] and report["warps"] == 12, name
+        # per consumer: S^T, dP^T, dV and dK in each of the two loops (interior, edge), all asynchronous
+        assert (report["async_mma"], report["synchronous_mma"]) == (2 * 8, 0), name
+        assert report["a_from_registers"] == 2 * 4, name  # dV's P^T and dK's dS^T
+        assert report["shared_loads"] == 0 and report["shared_stores"] == 0, name  # their conversions too
+        assert report["tma_loads"] == 8, name  # k's and v's two halves; q and dO in each of the two loops
+        # S^T's and dP^T's D / 16 k-steps, dV's and dK's BLOCK_M / 16, per consumer and loop
+        assert report["wgmma_instructions"] == 2 * 2 * (2 * head_dim // 16 + 2 * gluon_backward.BLOCK_M // 16), name
+        assert not report["serialized"], name  # ptxas keeps the products asynchronous
+        assert [r for r in report["registers"] if r in REGISTERS[0]] == REGISTERS[0], name
+        assert report["launch_registers"] == REGISTERS[1], name
+        assert report["spilled"] <= SPILLS[head_dim], name
+        assert report["shared"] <= SHARED_MEMORY, name
+
+
+def variant_launch(name):
+    """The kernel's (grid, arguments, options) of variant ``name`` on one-element tensors: only their
+    dtypes and alignments specialize it."""
+    dtype, head_dim, causal = VARIANTS[name]
+    chosen = problem(dtype, head_dim, causal=causal)
+    assert gluon_backward.out_of_scope(chosen) is None, name
+    tensor = torch.empty(8, dtype=getattr(torch, dtype))
+    floats = torch.empty(8)
+    return gluon_backward.launch_arguments(chosen, tensor, tensor, tensor, tensor, floats, floats, tensor, tensor)
+
+
+def main() -> None:
+    """Print, per variant, a JSON line: ``sm90.warp_specialized_figures``, the wgmma instructions in
+    the PTX, ptxas's registers a thread and spilled bytes, and whether ptxas serialized the wgmmas."""
+    target, backend = sm90.target_or_exit()
+    kernel = gluon_backward.attention_dkdv_warp_specialized_kernel
+    for name in VARIANTS:
+        _, args, options = variant_launch(name)
+        specialized = sm90.specialize(kernel, args, options, backend)
+        compiled = sm90.compile_sm90(kernel, *specialized[1:], specialized[0], target)
+        ptx = compiled.asm["ptx"]
+        registers, spilled = sm90.ptxas_usage(ptx, 90)
+        report = dict(
+            name=name,
+            **sm90.warp_specialized_figures(compiled),
+            wgmma_instructions=len(re.findall(r"wgmma\.mma_async", ptx)),
+            launch_registers=registers,
+            spilled=spilled,
+            serialized=sm90.wgmma_serialized(ptx, 90),
+        )
+        print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
