@@ -79,7 +79,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box, tap_step
-from opendnn.families.convolution.triton_tma import TMA_BLOCK_M, output_phases, tma_arguments
+from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, TMA_BLOCK_M, output_phases, tma_arguments
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
 
@@ -289,8 +289,9 @@ def mma_consumer(
     BLOCK_M: gl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     HALF_M: gl.constexpr = BLOCK_M // 2
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
+    INSTR_K: gl.constexpr = 256 // a_ring.dtype.primitive_bitwidth  # 32 bytes: 16 16-bit or 8 TF32 elements
     ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, INSTR_K]
     )
     tiles_m = gl.cdiv(N, IMAGES) * gl.cdiv(OH, BLOCK_H) * gl.cdiv(OW, BLOCK_W)
     tiles_n = gl.cdiv(OUTC, BLOCK_N)
@@ -307,7 +308,7 @@ def mma_consumer(
             w = w_ring.index(stage)
             if not BACKWARD:  # the filter's [BLOCK_N, 64] box is B transposed
                 w = w.permute((1, 0))
-            acc = warpgroup_mma(a, w, acc, is_async=True)
+            acc = warpgroup_mma(a, w, acc, is_async=True)  # float32 as TF32 (the default input precision)
             acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's MMA is done: release its stage
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_step > 0)
             step += 1
@@ -593,12 +594,12 @@ def conv_warp_specialized_kernel(
 SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
 EPILOGUE_SHARED_MEMORY = 2 * 8 * 1024  # the two consumers' layout conversions
 MAX_STAGES = 8  # more than a 3x3 layer of 64 channels has steps (9) buys nothing
-BLOCK_K = 64  # 16-bit channels of a chunk: 128 bytes, one swizzle row
 
 
 def stages(block_n: int) -> int:
-    """The ring's stages that fit in shared memory beside the epilogue: 8, 6, 4 for BLOCK_N 64, 128, 256."""
-    stage_bytes = (TMA_BLOCK_M + block_n) * BLOCK_K * 2
+    """The ring's stages that fit in shared memory beside the epilogue: 8, 6, 4 for BLOCK_N 64, 128, 256
+    (a stage holds one 128-byte chunk of channels a row: 64 16-bit or 32 float32 channels)."""
+    stage_bytes = (TMA_BLOCK_M + block_n) * TMA_BLOCK_BYTES
     return min(MAX_STAGES, (SHARED_MEMORY - EPILOGUE_SHARED_MEMORY) // stage_bytes)
 
 
