@@ -156,6 +156,19 @@ def test_its_plan_is_one_persistent_launch_that_reads_by_tma():
     assert launch.options["BLOCK_W"] >= 8
 
 
+@pytest.mark.parametrize("channels_last, staged", [(True, []), (False, ["y_staged"])])
+def test_tf32_backward_data_on_the_engine_reads_the_rounded_copies_as_a_forward_over_dy(channels_last, staged):
+    prob = problem(DATA, FP32, n=64, c=256, k=256, channels_last=channels_last, allow_tf32=True)
+    plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
+    *copies, engine = plan.launches
+    assert [launch.kernel.__name__ for launch in copies] == ["tf32_staging_kernel"] * (len(staged) + 1)
+    assert [copy.args[0].name for copy in copies] == [*staged, "w_packed"]
+    assert engine.kernel.__name__ == "conv_warp_specialized_kernel"
+    assert engine.args[:2] == (kernels.Slot(staged[0] if staged else "y"), kernels.Slot("w_packed"))
+    assert not engine.options["BACKWARD"] and engine.options["BLOCK_K"] == 32  # 128-byte chunks of float32
+    assert [region[0] for region in plan.regions] == [*staged, "w_packed"]
+
+
 def test_strided_backward_data_is_one_launch_per_phase_of_dx_with_its_taps():
     plan = kernels.launch_plan(problem(DATA, n=64, c=128, size=56, k=128, stride=2), False, S.WARP_SPECIALIZED_TMA)
     assert [launch.kernel.__name__ for launch in plan.launches] == ["conv_warp_specialized_kernel"] * 4
