@@ -30,10 +30,11 @@ Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allow
 activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
 (and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
-cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
-forward keeps zero workspace. On an sm_90 GPU the 16-bit problems of that route run on the
-persistent, warp-specialized Gluon engine: forward and backward data in ``gluon_hopper``, backward
-filter in ``gluon_filter`` (``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
+cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``); both
+copies hold the float32 values rounded to TF32 to nearest. The forward keeps zero workspace. On an
+sm_90 GPU the problems of that route run on the persistent, warp-specialized Gluon engine: forward
+and backward data in ``gluon_hopper`` (16-bit and TF32), backward filter in ``gluon_filter`` (16-bit;
+``engine_reads_boxes``, ``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
 x's height and width, read through x's phase view (``triton_gemm.phase_view_box``), and strided
 backward data, one launch per stride phase of dx (``triton_tma.output_phases``).
 
