@@ -31,6 +31,7 @@ TORCH = {
     DataType.DOUBLE: torch.float64,
 }
 TOLERANCE = {DataType.FLOAT: 1e-5, DataType.HALF: 1e-2, DataType.BFLOAT16: 1e-2, DataType.DOUBLE: 1e-10}
+TF32_TOLERANCE = 1e-3  # float32 where TF32 is allowed: the TMA route's staged copies hold TF32 values
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
@@ -171,7 +172,8 @@ def check(
         want = want + beta * prior
     got = out.view.double()
     error = (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item()
-    assert error < TOLERANCE[dtype], (problem.algo, error)
+    tolerance = TF32_TOLERANCE if allow_tf32 and dtype is DataType.FLOAT else TOLERANCE[dtype]
+    assert error < tolerance, (problem.algo, error)
     return problem
 
 

@@ -75,7 +75,52 @@ def problem(
         ("float16 backward data", dict(direction=DATA, dtype=FP16), True, True, S.WARP_SPECIALIZED_TMA),
         ("true convolution, 192 channels", dict(c=192, k=192, flip=True), True, True, S.WARP_SPECIALIZED_TMA),
         ("backward filter", dict(direction=FILTER), True, True, S.WARP_SPECIALIZED_TMA),
-        ("TF32: 16-bit operands only", dict(dtype=FP32, allow_tf32=True), True, True, S.TMA),
+        ("TF32 forward", dict(dtype=FP32, allow_tf32=True), True, True, S.WARP_SPECIALIZED_TMA),
+        (
+            "TF32 backward data: the repacked filter",
+            dict(direction=DATA, dtype=FP32, allow_tf32=True),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        (
+            "TF32 NCHW backward data: dy staged channels-last",
+            dict(direction=DATA, dtype=FP32, allow_tf32=True, channels_last=False),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        (
+            "TF32 stride 2: x's phase view",
+            dict(dtype=FP32, allow_tf32=True, stride=2),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        (
+            "TF32 stride 2 backward data",
+            dict(direction=DATA, dtype=FP32, allow_tf32=True, stride=2),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        (
+            "TF32 backward filter: pixels reduced, not K-major",
+            dict(direction=FILTER, dtype=FP32, allow_tf32=True),
+            True,
+            True,
+            S.TMA,
+        ),
+        (
+            "TF32 NCHW forward: zero workspace, no copy",
+            dict(dtype=FP32, allow_tf32=True, channels_last=False),
+            True,
+            True,
+            S.IMPLICIT_GEMM,
+        ),
+        ("TF32 interpreted", dict(dtype=FP32, allow_tf32=True), True, False, S.TMA),
+        ("float32 without TF32", dict(dtype=FP32), True, True, S.IMPLICIT_GEMM),
+        ("float32 backward data without TF32", dict(direction=DATA, dtype=FP32), True, True, S.IMPLICIT_GEMM),
         ("not sm_90 (or interpreted)", dict(), True, False, S.TMA),
         ("unaligned pointers: no TMA", dict(), False, True, S.IMPLICIT_GEMM),
         ("NCHW: TMA cannot read pixel boxes", dict(channels_last=False), True, True, S.IMPLICIT_GEMM),
@@ -95,7 +140,7 @@ def problem(
         ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
     ],
 )
-def test_the_engine_takes_16_bit_forward_and_backward_data_read_by_tma_on_sm90(
+def test_the_engine_takes_the_tma_route_on_sm90_but_the_tf32_backward_filter(
     case, arguments, aligned, hopper, expected
 ):
     assert kernels.choose(problem(**arguments), tma_aligned=aligned, hopper=hopper) is expected
@@ -109,6 +154,19 @@ def test_its_plan_is_one_persistent_launch_that_reads_by_tma():
     assert launch.grid[0] == 112  # 112 boxes x 1 tile of 256 channels: a program per tile (132 SMs)
     assert (launch.options["IMAGES"] * launch.options["BLOCK_H"] * launch.options["BLOCK_W"]) == 128
     assert launch.options["BLOCK_W"] >= 8
+
+
+@pytest.mark.parametrize("channels_last, staged", [(True, []), (False, ["y_staged"])])
+def test_tf32_backward_data_on_the_engine_reads_the_rounded_copies_as_a_forward_over_dy(channels_last, staged):
+    prob = problem(DATA, FP32, n=64, c=256, k=256, channels_last=channels_last, allow_tf32=True)
+    plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
+    *copies, engine = plan.launches
+    assert [launch.kernel.__name__ for launch in copies] == ["tf32_staging_kernel"] * (len(staged) + 1)
+    assert [copy.args[0].name for copy in copies] == [*staged, "w_packed"]
+    assert engine.kernel.__name__ == "conv_warp_specialized_kernel"
+    assert engine.args[:2] == (kernels.Slot(staged[0] if staged else "y"), kernels.Slot("w_packed"))
+    assert not engine.options["BACKWARD"] and engine.options["BLOCK_K"] == 32  # 128-byte chunks of float32
+    assert [region[0] for region in plan.regions] == [*staged, "w_packed"]
 
 
 def test_strided_backward_data_is_one_launch_per_phase_of_dx_with_its_taps():
@@ -141,6 +199,7 @@ def test_the_ring_takes_the_stages_that_fit_beside_the_epilogue():
 # ---- every epilogue variant compiled for sm_90 ----------------------------------------------------
 
 # name: problem arguments (batch 8 except where the channel tile needs more)
+TF32 = dict(dtype=FP32, allow_tf32=True)
 VARIANTS = {
     "plain_64_channels": dict(n=8, size=56),
     "bias_relu_residual": dict(n=8, c=128, size=28, k=128, epilogue=(PointwiseMode.RELU_FWD, None, True, True, False)),
@@ -154,8 +213,26 @@ VARIANTS = {
     # backward data of those two layers, the last phase of dx: taps r = 0, 2 per dim; none at 1x1
     "backward_data_stride_2_3x3": dict(direction=DATA, n=8, c=128, size=56, k=128, stride=2),
     "backward_data_stride_2_1x1": dict(direction=DATA, n=8, c=256, size=56, k=512, filt=1, stride=2),
+    # float32 as TF32: 32-channel chunks, each tile width, the repacked filter, NCHW dy staged
+    "tf32_64_channels": dict(n=8, size=56, **TF32),
+    "tf32_bias_relu_residual_128": dict(
+        n=64, c=128, size=28, k=128, epilogue=(PointwiseMode.RELU_FWD, None, True, True, False), **TF32
+    ),
+    "tf32_beta_256": dict(n=64, c=256, k=256, beta=0.5, **TF32),
+    "tf32_backward_data": dict(direction=DATA, n=8, c=128, size=28, k=256, beta=0.25, **TF32),
+    "tf32_backward_data_nchw": dict(direction=DATA, n=8, c=128, size=28, k=128, channels_last=False, **TF32),
+    "tf32_stride_2_3x3": dict(n=8, c=128, size=56, k=128, stride=2, **TF32),
+    "tf32_stride_2_1x1": dict(n=8, c=256, size=56, k=512, filt=1, stride=2, **TF32),
+    "tf32_backward_data_stride_2_3x3": dict(direction=DATA, n=8, c=128, size=56, k=128, stride=2, **TF32),
 }
-CHECKED_FOR_SPILLS = ("plain_64_channels", "beta_float16_256", "stride_2_3x3", "backward_data_stride_2_3x3")
+TF32_VARIANTS = tuple(name for name in VARIANTS if name.startswith("tf32"))
+CHECKED_FOR_SPILLS = (
+    "plain_64_channels",
+    "beta_float16_256",
+    "stride_2_3x3",
+    "backward_data_stride_2_3x3",
+    *TF32_VARIANTS,
+)
 
 
 def variant_launch(name):
@@ -166,7 +243,8 @@ def variant_launch(name):
     arguments = VARIANTS[name]
     launch = gluon_hopper.warp_specialized_launches(problem(**arguments))[-1]
     dtype = arguments.get("dtype", BF16).to_torch()
-    return launch, {slot: torch.empty(8, dtype=dtype) for slot in ("x", "w", "y", "bias", "z")}
+    slots = ("x", "w", "y", "bias", "z", "y_staged", "w_packed")  # the staged copies TF32 backward data reads
+    return launch, {slot: torch.empty(8, dtype=dtype) for slot in slots}
 
 
 def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel_reading_a_from_shared_memory():
@@ -187,6 +265,15 @@ def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel_read
         assert (report["barrier_waits"], report["barrier_arrives"]) == (3, 4), name
         assert {240, 24} <= set(report["registers"]), name  # setmaxnreg: consumers 240, producer 24
         assert 192 * 1024 < report["shared"] <= SHARED_MEMORY, name  # a ring of 192 KB and the epilogue's
+        # wgmma.mma_async.sync.aligned.m64n<BLOCK_N>k<depth>.f32.<A>.<B>: TF32 operands 8 deep, 16-bit ones 16
+        operands = {instruction.split(".", 1)[1] for instruction in report["mma_instructions"]}
+        depths = {
+            re.search(r"k(\d+)$", instruction.split(".", 1)[0]).group(1) for instruction in report["mma_instructions"]
+        }
+        if name in TF32_VARIANTS:
+            assert (operands, depths) == ({"f32.tf32.tf32"}, {"8"}), name
+        else:
+            assert depths == {"16"} and not any("tf32" in kind for kind in operands), name
     for name in CHECKED_FOR_SPILLS:
         assert reports[name]["spilled"] == 0, name
 
@@ -196,7 +283,7 @@ def main() -> None:
     synchronous wgmma ops, the pendings of each wgmma wait, wgmma ops whose A is a register tensor,
     shared memory loads into registers, reshapes of shared memory descriptors, TMA loads and the rank
     of the activations' box, the mbarrier waits and arrivals, the setmaxnreg register counts, the
-    shared memory and (for CHECKED_FOR_SPILLS) ptxas's spilled bytes."""
+    shared memory, the wgmma instructions of the PTX and (for CHECKED_FOR_SPILLS) ptxas's spilled bytes."""
     from opendnn.kernels.launch import Slot
 
     target, backend = sm90.target_or_exit()
@@ -225,6 +312,7 @@ def main() -> None:
             barrier_arrives=len(re.findall(r"ttng\.arrive_barrier ", ttgir)),
             registers=sorted({int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}),
             shared=compiled.metadata.shared,
+            mma_instructions=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\S+)", ptx))),
             spilled=sm90.ptxas_usage(ptx, 90)[1] if name in CHECKED_FOR_SPILLS else None,
         )
         print(json.dumps(report), flush=True)

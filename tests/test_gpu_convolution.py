@@ -148,9 +148,11 @@ def test_channels_last_3x3_bfloat16_is_within_its_own_rounding_of_float64(size, 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 def test_tf32_3x3_is_as_close_to_float64_as_cudnn_tf32(size, channels, layout, direction):
     """Stride-1 float32 on a TENSOR_OP handle (TMA with TF32 where it applies; NCHW backward reads
-    channels-last copies): within 3x of cuDNN's own TF32 error against float64, and repeatable. The
-    tensor cores truncate the float32 bits Triton gives them to TF32 where cuDNN rounds to nearest:
-    2.6x cuDNN's error on the H200 (7.7e-4 against 2.9e-4, every layer); a wrong or racing box is 10x."""
+    channels-last copies), against float64, and repeatable. The tensor cores truncate the float32 bits
+    they are given to TF32 where cuDNN rounds to nearest: 2.6x cuDNN's error on the H200 (7.7e-4
+    against 2.9e-4, every layer), so operands read as the caller holds them are held to 3x. NCHW
+    backward problems read copies of both operands rounded to nearest as they are staged, as cuDNN
+    rounds: 1.5x. A wrong or racing box is 10x."""
     handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
     x, dy = (torch.randn(32, channels, size, size, device=DEVICE).contiguous(memory_format=layout) for _ in range(2))
     w = (torch.randn(channels, channels, 3, 3, device=DEVICE) / math.sqrt(9 * channels)).contiguous(
@@ -191,7 +193,8 @@ def test_tf32_3x3_is_as_close_to_float64_as_cudnn_tf32(size, channels, layout, d
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     got = ours()
-    assert relative_error(got, want) < 3 * cudnn_error, (relative_error(got, want), cudnn_error)
+    bound = 1.5 if layout is torch.contiguous_format and direction != "forward" else 3
+    assert relative_error(got, want) < bound * cudnn_error, (relative_error(got, want), cudnn_error)
     assert torch.equal(got, ours())
 
 

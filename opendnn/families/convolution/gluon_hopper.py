@@ -1,19 +1,20 @@
 """Convolutions on Hopper (sm_90): a persistent, warp-specialized implicit-GEMM engine in Gluon.
 
-The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types, forward (stride 1, or
-strides x's phase view reads) and backward data: ``2 * pixels * outputs * reduced * taps`` FLOPs over
-the activations read once from HBM (then once a tap from L2, one box per tap), the filter and the
-output. A launch computes one output phase (``triton_tma.output_phases``): a forward's y, or the
-pixels of dx one stride apart that a backward data's phase sums from its own taps (stride 1: all of
-dx, every tap). The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are an IMAGES x BLOCK_H x
-BLOCK_W box of the phase's output pixels, its reduction runs over (tap, 64-channel chunk) of the
-phase's taps (``triton_gemm.tap_step``), and per step the A operand is the box of the activations'
-phase view [N, AH / view_stride_h, view_stride_h, AW / view_stride_w, view_stride_w * C] (the
-forward's strides; 1 for dy) that holds the input pixels the tile's output pixels read for the tap
-(``triton_gemm.phase_view_box``; at stride 1, the box at the tile's origin moved by the tap's shift),
-TMA's zero fill of coordinates outside the view, negative ones included, being the padding; B is the
-filter read as the matrix [K, R*S*C]. A phase without taps (a 1x1 stride-2 layer's odd rows or
-columns) runs no step: its consumers write alpha * 0 (+ beta * dx).
+The problems are the TMA route's (``triton_tma.tma_blocks``) in 16-bit types and in float32 as TF32,
+forward (stride 1, or strides x's phase view reads) and backward data: ``2 * pixels * outputs *
+reduced * taps`` FLOPs over the activations read once from HBM (then once a tap from L2, one box per
+tap), the filter and the output. A launch computes one output phase (``triton_tma.output_phases``):
+a forward's y, or the pixels of dx one stride apart that a backward data's phase sums from its own
+taps (stride 1: all of dx, every tap). The GEMM view is ``conv_tma_kernel``'s: a tile's 128 rows are
+an IMAGES x BLOCK_H x BLOCK_W box of the phase's output pixels, its reduction runs over (tap,
+128-byte chunk of channels) of the phase's taps (``triton_gemm.tap_step``), and per step the A
+operand is the box of the activations' phase view [N, AH / view_stride_h, view_stride_h, AW /
+view_stride_w, view_stride_w * C] (the forward's strides; 1 for dy) that holds the input pixels the
+tile's output pixels read for the tap (``triton_gemm.phase_view_box``; at stride 1, the box at the
+tile's origin moved by the tap's shift), TMA's zero fill of coordinates outside the view, negative
+ones included, being the padding; B is the filter read as the matrix [K, R*S*C]. A phase without
+taps (a 1x1 stride-2 layer's odd rows or columns) runs no step: its consumers write alpha * 0 (+
+beta * dx).
 
 One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` (pixel boxes x output-channel tiles,
 in grouped order: ``triton_gemm.grouped_tile``). Each program is three partitions of warps that talk
@@ -38,10 +39,10 @@ only through shared memory and mbarriers:
   Meanwhile the producer already fills the ring with the next tile's steps.
 
 **The box as an MMA operand.** With the 128-byte swizzle, shared memory holds a box as rows of 64
-16-bit channels (128 bytes), one row per pixel in (image, row, phase, column) order (one phase a
+16-bit or 32 float32 channels (128 bytes, BLOCK_K), one row per pixel in (image, row, phase, column) order (one phase a
 box), and each row's 16-byte chunks permuted by the row's index modulo 8 within every 1024-byte
-group of 8 rows: the layout is a function of the flat row index alone, that of the [128, 64]
-operand wgmma reads. So ``reshape([128, 64])`` of the shared memory descriptor is exact, and
+group of 8 rows: the layout is a function of the flat row index alone, that of the [128, BLOCK_K]
+operand wgmma reads. So ``reshape([128, BLOCK_K])`` of the shared memory descriptor is exact, and
 ``slice`` of 64 rows (8 KB, whole swizzle groups) is consumer h's half. Boxes stay at least 8 pixels
 wide (``TMA_MIN_W``), so a row of the box is whole swizzle groups as well. A never passes through
 registers: no ``local_load``, no layout conversion, no wgmma with an operand in registers.
@@ -54,9 +55,19 @@ MMAs on the stage are complete; step ``i`` of a partition uses stage ``i % STAGE
 **Registers.** 12 warps; ``setmaxnreg`` leaves the producer 24 registers a thread and gives each
 consumer 240 (a 64 x 256 accumulator is 128 of them).
 
-**Shared memory.** A stage is the box (128 x 64 x 2 = 16 KB) and the filter's tile (BLOCK_N x 64 x 2:
-8, 16 or 32 KB); the epilogue's layout conversion takes up to 8 KB a consumer. Of sm_90's 227 KB a
-block, the stages that fit beside the epilogue (``stages``): 8 for BLOCK_N = 64, 6 for 128, 4 for 256.
+**Shared memory.** A stage is the box (128 rows of 128 bytes: 16 KB) and the filter's tile (BLOCK_N
+rows of 128 bytes: 8, 16 or 32 KB); the epilogue's layout conversion takes up to 8 KB a consumer. Of
+sm_90's 227 KB a block, the stages that fit beside the epilogue (``stages``): 8 for BLOCK_N = 64, 6
+for 128, 4 for 256, in either type.
+
+**TF32.** wgmma takes TF32 operands only K-major (the reduced dim contiguous in shared memory) and 8
+deep an instruction (16 for 16-bit types: 32 bytes either way, ``INSTR_K``). The box is K-major as it
+lands (channels contiguous), and so is the filter's [BLOCK_N, 32] box, read B transposed: the
+forward's KRSC filter, or backward data's filter repacked [C, R, S, K] in the workspace, over which
+backward data runs as a forward (``triton_tma.packs_filter``; BACKWARD is then False). A stage holds
+half the channels of a 16-bit one, so a tile takes twice the steps of half the MMAs each. The tensor
+cores truncate the float32 bits to TF32; the copies the route stages are rounded to nearest on the
+way (``triton_tma.tf32_staging_kernel``).
 
 **Tiles.** BLOCK_N is 64, 128 or 256 output channels, the one whose tiles the design expects to
 finish soonest on the GPU's SMs: fewest rounds of tiles times the rows a step loads (128 + BLOCK_N),
@@ -79,7 +90,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box, tap_step
-from opendnn.families.convolution.triton_tma import TMA_BLOCK_M, output_phases, tma_arguments
+from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, TMA_BLOCK_M, output_phases, tma_arguments
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
 
@@ -289,8 +300,9 @@ def mma_consumer(
     BLOCK_M: gl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     HALF_M: gl.constexpr = BLOCK_M // 2
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
+    INSTR_K: gl.constexpr = 256 // a_ring.dtype.primitive_bitwidth  # 32 bytes: 16 16-bit or 8 TF32 elements
     ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, INSTR_K]
     )
     tiles_m = gl.cdiv(N, IMAGES) * gl.cdiv(OH, BLOCK_H) * gl.cdiv(OW, BLOCK_W)
     tiles_n = gl.cdiv(OUTC, BLOCK_N)
@@ -307,7 +319,7 @@ def mma_consumer(
             w = w_ring.index(stage)
             if not BACKWARD:  # the filter's [BLOCK_N, 64] box is B transposed
                 w = w.permute((1, 0))
-            acc = warpgroup_mma(a, w, acc, is_async=True)
+            acc = warpgroup_mma(a, w, acc, is_async=True)  # float32 as TF32 (the default input precision)
             acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's MMA is done: release its stage
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_step > 0)
             step += 1
@@ -593,12 +605,12 @@ def conv_warp_specialized_kernel(
 SHARED_MEMORY = 227 * 1024  # what one block may use on sm_90
 EPILOGUE_SHARED_MEMORY = 2 * 8 * 1024  # the two consumers' layout conversions
 MAX_STAGES = 8  # more than a 3x3 layer of 64 channels has steps (9) buys nothing
-BLOCK_K = 64  # 16-bit channels of a chunk: 128 bytes, one swizzle row
 
 
 def stages(block_n: int) -> int:
-    """The ring's stages that fit in shared memory beside the epilogue: 8, 6, 4 for BLOCK_N 64, 128, 256."""
-    stage_bytes = (TMA_BLOCK_M + block_n) * BLOCK_K * 2
+    """The ring's stages that fit in shared memory beside the epilogue: 8, 6, 4 for BLOCK_N 64, 128, 256
+    (a stage holds one 128-byte chunk of channels a row: 64 16-bit or 32 float32 channels)."""
+    stage_bytes = (TMA_BLOCK_M + block_n) * TMA_BLOCK_BYTES
     return min(MAX_STAGES, (SHARED_MEMORY - EPILOGUE_SHARED_MEMORY) // stage_bytes)
 
 

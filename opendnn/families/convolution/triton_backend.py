@@ -30,10 +30,11 @@ Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allow
 activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
 (and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
-cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). The
-forward keeps zero workspace. On an sm_90 GPU the 16-bit problems of that route run on the
-persistent, warp-specialized Gluon engine: forward and backward data in ``gluon_hopper``, backward
-filter in ``gluon_filter`` (``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
+cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``); both
+copies hold the float32 values rounded to TF32 to nearest. The forward keeps zero workspace. On an
+sm_90 GPU the problems of that route run on the persistent, warp-specialized Gluon engine: forward
+and backward data in ``gluon_hopper`` (16-bit and TF32), backward filter in ``gluon_filter`` (16-bit;
+``engine_reads_boxes``, ``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
 x's height and width, read through x's phase view (``triton_gemm.phase_view_box``), and strided
 backward data, one launch per stride phase of dx (``triton_tma.output_phases``).
 
@@ -92,6 +93,7 @@ from opendnn.families.convolution.triton_tiles import (
     im2col_elements,
     itemsize_of,
     strides5,
+    tf32,
     uses_direct,
 )
 from opendnn.families.convolution.triton_tma import (
@@ -169,7 +171,7 @@ class Strategy(enum.Enum):
 
     MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1, channels-last pixels: matmul_form)"
     IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
-    WARP_SPECIALIZED_TMA = "the TMA route's 16-bit problems on the warp-specialized engine (sm_90)"
+    WARP_SPECIALIZED_TMA = "the TMA route's problems wgmma reads from shared memory, on the warp-specialized engine"
     TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
     GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
@@ -181,19 +183,30 @@ class Strategy(enum.Enum):
 TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.TMA)  # the strategies whose kernels read by TMA
 
 
+def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
+    """Whether the warp-specialized engine takes a problem of the TMA route (``tma_blocks``): wgmma
+    reads its boxes from shared memory as TMA lands them. 16-bit operands in every direction (wgmma
+    reads them in either major order); float32 as TF32 (the route takes float32 only where the math
+    mode allows TF32) in forward and backward data, whose boxes hold the reduced channels contiguous,
+    the K-major order wgmma needs for TF32 operands. A backward filter reduces over pixels, the outer
+    dim of its channels-last boxes, so its TF32 operands are not K-major: it keeps ``filter_tma_kernel``,
+    which transposes B through registers."""
+    return problem.x.dtype.itemsize == 2 or (tf32(problem) and problem.direction is not BACKWARD_FILTER)
+
+
 @functools.lru_cache(maxsize=512)  # per problem, asked by every run (a Plan keeps the backend, not this)
 def choose(problem: ConvolutionProblem, tma_aligned: bool, hopper: bool = False) -> Strategy:
     """The strategy for ``problem``; ``tma_aligned``: the tensors TMA would read are aligned for it on
     a GPU that has it (a property of the call's pointers, not of the problem); ``hopper``: the kernels
-    are compiled for an sm_90 GPU (not interpreted), where the TMA route's 16-bit problems take the
-    warp-specialized engine (``gluon_hopper``, ``gluon_filter``; wgmma is sm_90's alone)."""
+    are compiled for an sm_90 GPU (not interpreted), where the TMA route's problems whose operand boxes
+    wgmma reads from shared memory as they land take the warp-specialized engine (``gluon_hopper``,
+    ``gluon_filter``; wgmma is sm_90's alone): ``engine_reads_boxes``."""
     if matmul_form(problem) is not None:
         return Strategy.MATRIX_PRODUCT
     if filter_matmul_form(problem) is not None:
         return Strategy.IMAGE_PRODUCTS
     if tma_aligned and tma_blocks(problem) is not None:
-        sixteen_bit = problem.x.dtype in (DataType.BFLOAT16, DataType.HALF)
-        if hopper and sixteen_bit:
+        if hopper and engine_reads_boxes(problem):
             return Strategy.WARP_SPECIALIZED_TMA
         return Strategy.TMA
     geo = geometry(problem)
@@ -316,8 +329,8 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         launches = [filter_warp_specialized_launch(problem)]
         if partials:
             launches.append(_sum_launch(problem, partials))
-    elif strategy is Strategy.WARP_SPECIALIZED_TMA:  # 16-bit: nothing staged
-        launches = warp_specialized_launches(problem)
+    elif strategy is Strategy.WARP_SPECIALIZED_TMA:
+        launches = [*staging_launches(problem), *warp_specialized_launches(problem)]
     elif strategy is Strategy.GROUPED:
         tile = grouped_tile(problem)
         assert tile is not None  # what choose read

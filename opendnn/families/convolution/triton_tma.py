@@ -9,9 +9,9 @@ import math
 from typing import Any
 
 import triton
+import triton.language as tl
 
 from opendnn.core.descriptors import TensorDescriptor, strides_for_order
-from opendnn.core.dispatch import backend_module
 from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
@@ -34,9 +34,10 @@ from opendnn.families.convolution.triton_tiles import (
     strides5,
     tf32,
 )
-from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
 from opendnn.kernels.device import TMA_ALIGNMENT, programs_to_fill
+from opendnn.kernels.indexing import dim_offsets
 from opendnn.kernels.launch import Launch, Slot
+from opendnn.kernels.layout import OUTER_DIMS, tile_layout
 
 # ---- convolutions read by TMA ---------------------------------------------------------------------
 
@@ -354,20 +355,82 @@ def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDe
     return TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, order))
 
 
+TF32_DROPPED_BITS = 13  # float32's 23 mantissa bits less TF32's 10
+TF32_HALF_UNIT = tl.constexpr(1 << (TF32_DROPPED_BITS - 1))  # half of the last kept bit's unit
+TF32_DROPPED = tl.constexpr(TF32_DROPPED_BITS)
+STAGING_OUTER_DIMS = tl.constexpr(OUTER_DIMS)
+STAGING_TILE = 64  # A and B extent of a staging copy's tile (a transpose's: loads along A, stores along B)
+STAGING_WARPS = 8
+
+
+@triton.jit
+def tf32_staging_kernel(
+    target_ptr,
+    source_ptr,
+    sizes,
+    size_a,
+    size_b,
+    target_strides,
+    source_strides,
+    target_stride_a,
+    source_stride_a,
+    target_stride_b,
+    source_stride_b,
+    BLOCK: tl.constexpr,
+):
+    """target = source rounded to TF32, to nearest with ties away from zero (``cvt.rna.tf32.f32``): the
+    float32 bits plus half of the last kept bit's unit, the 13 dropped bits cleared (a carry into the
+    exponent is the next binade, or infinity past the largest finite value; NaN stays NaN). One
+    BLOCK x BLOCK tile of dims A x B of the canonical layout (``kernels.layout``) a program; ``sizes``
+    and the strides are tuples over its outer dims."""
+    pid = tl.program_id(0)
+    tiles_b = tl.cdiv(size_b, BLOCK)
+    tiles_a = tl.cdiv(size_a, BLOCK)
+    b_index = pid % tiles_b * BLOCK + tl.arange(0, BLOCK)
+    a_index = (pid // tiles_b % tiles_a * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+    outer = (pid // tiles_b // tiles_a).to(tl.int64)
+    mask = (a_index < size_a)[:, None] & (b_index < size_b)[None, :]
+    source = dim_offsets(outer, STAGING_OUTER_DIMS, sizes, source_strides)
+    value = tl.load(
+        source_ptr + source + a_index[:, None] * source_stride_a + b_index[None, :] * source_stride_b, mask=mask
+    )
+    bits = value.to(tl.uint32, bitcast=True) + TF32_HALF_UNIT
+    rounded = (bits >> TF32_DROPPED << TF32_DROPPED).to(tl.float32, bitcast=True)
+    target = dim_offsets(outer, STAGING_OUTER_DIMS, sizes, target_strides)
+    tl.store(
+        target_ptr + target + a_index[:, None] * target_stride_a + b_index[None, :] * target_stride_b,
+        tl.where(value == value, rounded, value),
+        mask=mask,
+    )
+
+
 def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
-    """The copies the TMA route reads instead of the caller's tensors: staged activations
+    """The copies the TMA route reads instead of the caller's tensors, float32 rounded to TF32 on the
+    way (``tf32_staging_kernel``; the route stages only TF32 problems): staged activations
     channels-last, and for TF32 backward data the filter [K, C, R, S] repacked as [C, R, S, K]."""
     copies = [(name, tma_read(problem, name)) for name in staged(problem)]
     if packs_filter(problem):
         copies.append(("w", (Slot("w_packed"), _packed_in_order(problem.w, (1, *range(2, problem.w.ndim), 0)))))
     launches = []
-    pointwise = backend_module("pointwise", "triton")  # another family's backend: from the operation table
     for source, (target, target_desc) in copies:
         source_desc = problem.w if source == "w" else _activation(problem, source)
-        copy = pointwise.pointwise_launch(PointwiseProblem(PointwiseMode.IDENTITY, (source_desc,), target_desc))
-        names = {"out": target.name, "in0": source, "in1": target.name, "in2": target.name}
-        args = tuple(Slot(names[a.name]) if isinstance(a, Slot) else a for a in copy.args)
-        launches.append(Launch(copy.kernel, copy.grid, args, copy.options))
+        tiled = tile_layout(target_desc.dims, [target_desc, source_desc])
+        (target_strides, source_strides) = tiled.strides
+        grid = (triton.cdiv(tiled.sizes[-2], STAGING_TILE) * triton.cdiv(tiled.sizes[-1], STAGING_TILE) * tiled.outer,)
+        args = (
+            target,
+            Slot(source),
+            tiled.sizes[:-2],
+            tiled.sizes[-2],
+            tiled.sizes[-1],
+            target_strides[:-2],
+            source_strides[:-2],
+            target_strides[-2],
+            source_strides[-2],
+            target_strides[-1],
+            source_strides[-1],
+        )
+        launches.append(Launch(tf32_staging_kernel, grid, args, dict(BLOCK=STAGING_TILE, num_warps=STAGING_WARPS)))
     return launches
 
 
