@@ -3,8 +3,11 @@ dtype: the route the default algorithm takes, its error against float64, its wor
 time (CUDA-graph replay) beside cuDNN's (torch, cudnn.benchmark, TF32 allowed for float32).
 
     PYTHONPATH=. python3 benchmarks/convolution_layers.py nchw_float32 [--layers NAME ...] [--out FILE.json]
+        [--results benchmarks/results/h200.json]
 
-Prints one line per case, then the geometric mean and the minimum of cudnn / opendnn per direction.
+Prints one line per case, then the geometric mean and the minimum of cudnn / opendnn per direction;
+with ``--results``, saves the rows in the results file's convolution suite (``report.py``), where they
+replace the rows of the same layer, direction and layout.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import json
 import math
 
+import report
 import torch
 from convolution_kernels import DATA, FILTER, FWD, LAYERS, Case, bench_graph
 
@@ -21,6 +25,26 @@ from opendnn.families.convolution import triton_backend as kernels
 from opendnn.kernels.device import has_wgmma
 
 DTYPES = {"float32": DataType.FLOAT, "bfloat16": DataType.BFLOAT16, "float16": DataType.HALF}
+DIRECTIONS = {FWD.name: "fwd", DATA.name: "bwd_data", FILTER.name: "bwd_filter"}  # the case names' suffixes
+TIMING = "GPU time: each side's call replayed from a CUDA graph (`do_bench_cudagraph`), without the host."
+
+
+def saved_rows(layout_dtype: str, rows: list[dict]) -> list[dict]:
+    """``rows`` as the results file's convolution suite keeps them."""
+    saved = []
+    for row in rows:
+        channels, size = LAYERS[row["layer"]][:2]
+        saved.append(
+            dict(
+                case=f"{row['layer']}_{DIRECTIONS[row['direction']]}",
+                dtype=layout_dtype,
+                shape=f"64x{channels}x{size}x{size}",
+                opendnn_ms=row["ms"],
+                torch_ms=row["cudnn_ms"],
+                ratio=row["ratio"],
+            )
+        )
+    return saved
 
 
 def route(case: Case) -> str:
@@ -38,6 +62,7 @@ def main() -> None:
     parser.add_argument("layout_dtype", help="nchw_float32, nhwc_bfloat16, nhwc_float32, ...")
     parser.add_argument("--layers", nargs="+", choices=LAYERS, default=list(LAYERS), help="the layers to run")
     parser.add_argument("--out", help="write the rows as JSON here")
+    parser.add_argument("--results", help="save the rows in this results file (e.g. benchmarks/results/h200.json)")
     args = parser.parse_args()
     layout, dtype = args.layout_dtype.split("_")
     torch.backends.cudnn.benchmark = True
@@ -69,6 +94,10 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as file:
             json.dump(rows, file, indent=1)
+    if args.results:
+        command = f"benchmarks/convolution_layers.py {args.layout_dtype}"
+        run = report.gpu_run(torch.cuda.get_device_name(), command, TIMING)
+        report.save_run(args.results, run, {"convolution": saved_rows(args.layout_dtype, rows)})
     for direction in (FWD, DATA, FILTER):
         ratios = [row["ratio"] for row in rows if row["direction"] == direction.name]
         print(

@@ -94,8 +94,9 @@ SUITES: dict[str, tuple[str, str, int]] = {
     "convolution": (
         "Convolution",
         "The ResNet-50 layers and a depthwise layer at batch 64, forward, backward data "
-        "and backward filter with the default algorithms, against cuDNN (`cudnn.benchmark` on). bfloat16 "
-        "runs NHWC with KRSC filters, float32 NCHW with TF32 on both sides.",
+        "and backward filter with the default algorithms, against cuDNN (`cudnn.benchmark` on). The dtype "
+        "cell names the layout: NHWC activations take KRSC filters, NCHW ones KCRS; float32 runs with TF32 "
+        "on both sides.",
         4,
     ),
     "convolution_networks": (
