@@ -336,14 +336,7 @@ def attention_warp_specialized_kernel(
     v_ptr,
     o_ptr,
     stats_ptr,
-    descale_q_ptr,
-    descale_k_ptr,
-    descale_v_ptr,
-    descale_s_ptr,
-    scale_s_ptr,
-    scale_o_ptr,
-    amax_s_ptr,
-    amax_o_ptr,
+    fp8_factors,
     batch,
     heads_q,
     heads_kv,
@@ -381,8 +374,8 @@ def attention_warp_specialized_kernel(
 ):
     """o (and the stats) of one query block of batch b, query head h: program (rank, b * Hq + h).
     Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride. FP8: q, k and
-    v in e4m3, v_ptr and its strides v^T's ((B, H, D, S), the keys contiguous), the per-tensor factors
-    and maxima of triton_forward's fp8."""
+    v in e4m3, v_ptr and its strides v^T's ((B, H, D, S), the keys contiguous), ``fp8_factors`` the
+    pointers to triton_forward's fp8 factors and maxima (softmax_consumer's order)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     Q_BOX: gl.constexpr = [1, 1, HALF_M, HEAD_DIM]
@@ -404,9 +397,6 @@ def attention_warp_specialized_kernel(
         mbarrier.init(k_ready.index(stage), count=1)
         mbarrier.init(v_ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=2)  # one arrival per consumer warpgroup
-    fp8_factors = (
-        descale_q_ptr, descale_k_ptr, descale_v_ptr, descale_s_ptr, scale_s_ptr, scale_o_ptr, amax_s_ptr, amax_o_ptr
-    )  # fmt: skip
     # the consumers' argument tuples differ only in HALF (module docstring, "Arguments")
     gl.warp_specialize(  # the first partition runs in the kernel's own 4 warps
         [
@@ -621,7 +611,7 @@ def launch_arguments(
         tensors["v"],
         o,
         o if tensors["stats"] is None else tensors["stats"],
-        *factors,  # o where absent: never read
+        tuple(factors),  # fp8_factors: o where absent, never read
         batch,
         heads_q,
         problem.k.dims[1],
