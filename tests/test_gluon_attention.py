@@ -6,6 +6,7 @@ reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import replace
@@ -18,7 +19,13 @@ import torch
 import opendnn as od
 from opendnn.families.attention import gluon_forward, triton_backend
 from opendnn.families.attention.api import attention_forward
-from opendnn.families.attention.problem import FP8_AMAX, FP8_SCALES, AttentionDescriptor, attention_problem
+from opendnn.families.attention.problem import (
+    FP8_AMAX,
+    FP8_BACKWARD_SCALES,
+    FP8_SCALES,
+    AttentionDescriptor,
+    attention_problem,
+)
 from opendnn.families.attention.reference import reference_forward, reference_forward_fp8
 from opendnn.families.attention.samples import fp8_factors
 from opendnn.families.attention.triton_transpose import transposed_values
@@ -186,6 +193,16 @@ def test_other_fp8_forwards_stay_on_the_tl_kernel(case, arguments, reason):
     chosen = problem(**{"dtype": E4M3, **arguments})
     assert gluon_forward.out_of_scope(chosen) == reason, case
     assert triton_backend.choose(chosen, True, True).strategy == "flash2_forward", case
+
+
+def test_an_fp8_backward_asked_about_its_forward_is_not_the_forward_kernels():
+    q = od.TensorDescriptor(E4M3, (2, 8, 4096, 128))
+    one, stats = od.TensorDescriptor("float32", (1,)), od.TensorDescriptor("float32", (2, 8, 4096))
+    factors = dict.fromkeys(FP8_BACKWARD_SCALES, one)
+    backward = attention_problem(AttentionDescriptor(), q, q, q, q, stats=stats, do=q, dq=q, dk=q, dv=q, **factors)
+    forward_of_it = dataclasses.replace(backward, do=None, dq=None, dk=None, dv=None)
+    backward_only = [name for name in FP8_BACKWARD_SCALES if name not in FP8_SCALES]
+    assert backward_only and gluon_forward.out_of_scope(forward_of_it) == f"{', '.join(backward_only)} given"
 
 
 def test_v_transposed_for_the_e4m3_kernel_holds_v_exactly_in_rows_of_16_byte_multiples(monkeypatch):

@@ -99,7 +99,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.families.attention.gluon_key_blocks import block_position, independent_blocks, overlapped_blocks
-from opendnn.families.attention.problem import FP8_AMAX, FP8_SCALES, AttentionProblem, DiagonalAlignment
+from opendnn.families.attention.problem import (
+    FP8_AMAX,
+    FP8_BACKWARD_SCALES,
+    FP8_SCALES,
+    AttentionProblem,
+    DiagonalAlignment,
+)
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
 from opendnn.families.attention.triton_transpose import transposed_values
 from opendnn.kernels.device import TMA_ALIGNMENT
@@ -552,7 +558,8 @@ def candidate_tiles(element_bytes: int, head_dim: int) -> list[Tile]:
 def out_of_scope(problem: AttentionProblem) -> str | None:
     """Why ``problem`` is not this kernel's, or None: a 16-bit or e4m3 forward with equal head dims of
     TILES (64, 128 or 256; e4m3: 64 or 128), no mask but causal (either alignment), no bias, ALiBi,
-    softcap, dropout, sinks, lengths, ragged or paged layouts, and q, k, v strides that a TMA
+    softcap, dropout, sinks, lengths, ragged or paged layouts, the fp8 backward's factors (a backward
+    asked about its forward), and q, k, v strides that a TMA
     descriptor reads (a unit head-dim stride, every other one 16-byte aligned). The base addresses'
     alignment is the call's (``tma_aligned``)."""
     params = problem.params
@@ -567,6 +574,8 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
     if params.band not in ((None, None), (None, 0)):
         return "a window (no mask or causal only)"
     extras = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table")
+    # and the fp8 backward's own factors: a backward whose do a caller took away to ask about its forward
+    extras += tuple(name for name in FP8_BACKWARD_SCALES if name not in FP8_SCALES)
     present = [name for name in extras if getattr(problem, name) is not None]
     if present:
         return f"{', '.join(present)} given"
