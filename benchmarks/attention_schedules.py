@@ -9,7 +9,7 @@ Usage (on the GPU machine, from the repository root)::
     PYTHONPATH=. python3 benchmarks/attention_schedules.py --filter mha_hd64 --rep 50
 
 The sweep replaces ``gluon_forward.tile_for`` (the planner's one tile decision for this kernel) for
-each call, and routes every head dim of ``gluon_forward.TILES`` to the kernel (the planner keeps head
+each call, and routes every (element bytes, head dim) of ``gluon_forward.TILES`` to the kernel (the planner keeps head
 dim 64 on the FlashAttention-2 kernel). With ``--jobs`` above 1 the kernels are first compiled in that
 many worker processes (Triton's on-disk cache keeps them), so the timing process loads them
 compiled. A tile whose result is off by 1e-2 or more (relative, bfloat16) is a row saying so; once
@@ -68,17 +68,17 @@ def forced_tile(tile: Tile) -> Iterator[list[int]]:
     planner routes it there; yields the list its launches append to."""
     planned_tile, planned_dims, launch = (
         gluon_forward.tile_for,
-        triton_backend.WARP_SPECIALIZED_HEAD_DIMS,
+        triton_backend.WARP_SPECIALIZED_TILES,
         gluon_forward.launch,
     )
     launched: list[int] = []
-    gluon_forward.tile_for = lambda head_dim: tile
-    triton_backend.WARP_SPECIALIZED_HEAD_DIMS = tuple(gluon_forward.TILES)
+    gluon_forward.tile_for = lambda element_bytes, head_dim: tile
+    triton_backend.WARP_SPECIALIZED_TILES = tuple(gluon_forward.TILES)
     gluon_forward.launch = lambda *args: launched.append(1) or launch(*args)
     try:
         yield launched
     finally:
-        gluon_forward.tile_for, triton_backend.WARP_SPECIALIZED_HEAD_DIMS = planned_tile, planned_dims
+        gluon_forward.tile_for, triton_backend.WARP_SPECIALIZED_TILES = planned_tile, planned_dims
         gluon_forward.launch = launch
 
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(opendnn.create(device), device, "full")
     timer = run._cuda_timer(args.warmup, args.rep)
     print(run.environment(ctx), flush=True)
-    plans = [(row, gluon_forward.candidate_tiles(ROWS[row])) for row in rows(args.filter)]
+    plans = [(row, gluon_forward.candidate_tiles(2, ROWS[row])) for row in rows(args.filter)]
     if args.jobs > 1:
         precompile(plans, device, args.jobs)
     results = []

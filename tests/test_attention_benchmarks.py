@@ -83,7 +83,7 @@ def test_schedule_sweep_forces_its_tile_on_every_head_dim_and_gives_the_planner_
         plan = triton_backend.choose(problem, True, True)
         assert (plan.strategy, plan.block_n, plan.num_stages) == ("warp_specialized_forward", 256, 3)
     assert triton_backend.choose(problem, True, True).strategy == "flash2_forward"  # head dim 64: tl again
-    assert gluon_forward.tile_for(64) == gluon_forward.TILES[64]
+    assert gluon_forward.tile_for(2, 64) == gluon_forward.TILES[2, 64]
 
 
 def test_schedule_sweep_table_puts_each_tile_beside_torch_and_names_the_best():

@@ -73,7 +73,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from opendnn.families.attention import gluon_forward
-from opendnn.families.attention.gluon_forward import block_position, tma_strides
+from opendnn.families.attention.gluon_forward import tma_strides
+from opendnn.families.attention.gluon_key_blocks import block_position
 from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, query_range
 from opendnn.kernels.device import TMA_ALIGNMENT
@@ -521,8 +522,8 @@ def attention_dkdv_warp_specialized_kernel(
 
 
 def out_of_scope(problem: AttentionProblem) -> str | None:
-    """Why ``problem`` is not this kernel's, or None: a backward whose forward ``gluon_forward`` takes
-    (16-bit data, equal head dims, no mask but causal, no extras, TMA-readable q, k and v), at head
+    """Why ``problem`` is not this kernel's, or None: a backward of 16-bit data whose forward
+    ``gluon_forward`` takes (equal head dims, no mask but causal, no extras, TMA-readable q, k and v), at head
     dim 64 or 128 (HEAD_DIMS: at 256 dK and dV do not fit in a consumer's registers), whose dO a TMA
     descriptor reads too. dq, dk and dv may have any strides (dK and dV are masked stores; dQ is the
     ``tl`` kernel's)."""
@@ -531,6 +532,8 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
     forward = gluon_forward.out_of_scope(dataclasses.replace(problem, do=None, dq=None, dk=None, dv=None))
     if forward is not None:
         return forward
+    if problem.q.dtype.itemsize != 2:
+        return f"{problem.q.dtype.name} data (16-bit only)"
     if problem.q.dims[3] not in HEAD_DIMS:
         return f"head dim {problem.q.dims[3]} (64 or 128)"
     do = problem.do

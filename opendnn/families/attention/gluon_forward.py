@@ -54,14 +54,28 @@ which a fresh barrier passes.
   the loops. P of the previous block stays live beside the new scores.
 - PING_PONG_OVERLAP: both; a section is one block's Q K^T and the previous block's P V.
 
+**fp8** (FP8: e4m3 q, k and v, cuDNN's fp8 SDPA as ``triton_forward`` defines it): wgmma takes 8-bit
+operands K-major only. Q K^T reads both boxes as loaded (the head dim contiguous); for P V the launch
+first makes v^T, a (B, Hkv, Dv, S) copy with the keys contiguous (``triton_transpose``), and the
+producer copies its Dv x BLOCK_N boxes, which the consumers permute into the K-major B operand. The
+scores' multiplier gains descale_q * descale_k; the exponentials subtract the running maxima rounded
+up to whole numbers (``online_softmax``), P times scale_s is rounded to e4m3 in registers (A
+operand, 4 bytes of consecutive keys a thread: ``k_width`` 4); at the end o = O / l * descale_s *
+descale_v, whose largest |o| and each row's largest weight join amax_o and amax_s (``gl.atomic_max``)
+before o is multiplied by scale_o and stored in o's dtype. The stats take the rounded maxima, as
+the ``tl`` kernel's do.
+
 **Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
 gives each consumer 240: a 64 x BLOCK_N float32 score tile (BLOCK_N / 2 a thread), its 16-bit P (a
-quarter of that; two of them live in the overlapped schedules) and the 64 x Dv float32 O (Dv / 2).
+quarter of that, fp8 an eighth; two of them live in the overlapped schedules) and the 64 x Dv float32
+O (Dv / 2).
 
-**Tiles.** ``Tile``: the schedule, BLOCK_N and the ring's stages, per head dim in TILES (the planner's
-one place, ``tile_for``); ``candidate_tiles`` lists the others a sweep times (every schedule, the
+**Tiles.** ``Tile``: the schedule, BLOCK_N and the ring's stages, per element size and head dim in
+TILES (the planner's one place, ``tile_for``); ``candidate_tiles`` lists the others a sweep times (every schedule, the
 widths of BLOCK_NS, the most stages that fit in the 227 KB of shared memory beside the query block,
 at most 4, and one fewer).
+
+The consumers' loops over the key blocks are in ``gluon_key_blocks``.
 
 **Arguments.** The partitions take every scalar as an argument of its own, written out where
 ``warp_specialize`` is called (a tuple assigned in a Gluon kernel turns its constexprs into runtime
@@ -80,15 +94,20 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
-    warpgroup_mma,
-    warpgroup_mma_init,
-    warpgroup_mma_wait,
 )
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
+from opendnn.families.attention.gluon_key_blocks import block_position, independent_blocks, overlapped_blocks
+from opendnn.families.attention.problem import (
+    FP8_AMAX,
+    FP8_BACKWARD_SCALES,
+    FP8_SCALES,
+    AttentionProblem,
+    DiagonalAlignment,
+)
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
+from opendnn.families.attention.triton_transpose import transposed_values
 from opendnn.kernels.device import TMA_ALIGNMENT
 
 CONSUMER_REGISTERS = gl.constexpr(240)
@@ -112,21 +131,18 @@ class Tile:
     stages: int
 
 
-# head dim -> the planned tile (the one place the planner's schedule and tile come from): at 128 the
-# fastest of benchmarks/attention_schedules.py on the H200; at 64 and 256 the sweep has not timed them
-# yet: 64 is the overlapped tile the sweep routes there, 256 keeps the independent tile that measured
-# 0.61-0.67 of torch's SDPA
+# (element bytes, head dim) -> the planned tile (the one place the planner's schedule and tile come
+# from). 16-bit: at 128 the fastest of benchmarks/attention_schedules.py on the H200; at 64 and 256 the
+# sweep has not timed them yet: 64 is the overlapped tile the sweep routes there, 256 keeps the
+# independent tile that measured 0.61-0.67 of torch's SDPA. e4m3 (not yet swept): the 16-bit tile's
+# schedule and key block, the ring at 4 stages, which half the bytes a stage leave room for
 TILES = {
-    64: Tile(PING_PONG_OVERLAP, 128, 4),
-    128: Tile(PING_PONG_OVERLAP, 128, 3),
-    256: Tile(INDEPENDENT, 64, 2),
+    (2, 64): Tile(PING_PONG_OVERLAP, 128, 4),
+    (2, 128): Tile(PING_PONG_OVERLAP, 128, 3),
+    (2, 256): Tile(INDEPENDENT, 64, 2),
+    (1, 64): Tile(PING_PONG_OVERLAP, 128, 4),
+    (1, 128): Tile(PING_PONG_OVERLAP, 128, 4),
 }
-
-
-@gluon.jit
-def block_position(step, inner_lo, gap):
-    """The first key of the block that loop position ``step`` of ``block_loop`` stands for."""
-    return step + gl.where(step < inner_lo, 0, gap)
 
 
 @gluon.jit
@@ -160,12 +176,13 @@ def key_value_producer(
     BOTTOM_RIGHT: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    FP8: gl.constexpr,
 ):
-    """Fill the query boxes once, then the ring with the program's key and value blocks."""
+    """Fill the query boxes once, then the ring with the program's key and value blocks (with FP8,
+    blocks of v^T: its (B, H, D) strides, the keys contiguous)."""
     STAGES: gl.constexpr = k_ring.shape[0]
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
-    VALUE_DIM: gl.constexpr = v_ring.shape[4]
     q_desc = tma.make_tensor_descriptor(
         q_ptr,
         [batch, heads_q, seq_q, HEAD_DIM],
@@ -180,12 +197,11 @@ def key_value_producer(
         [1, 1, BLOCK_N, HEAD_DIM],
         k_ring.layout,
     )
+    V_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM] if not FP8 else [1, 1, HEAD_DIM, BLOCK_N]
+    v_rows = seq_kv if not FP8 else HEAD_DIM  # equal head dims (out_of_scope)
+    v_columns = HEAD_DIM if not FP8 else seq_kv
     v_desc = tma.make_tensor_descriptor(
-        v_ptr,
-        [batch, heads_kv, seq_kv, VALUE_DIM],
-        [v_stride_b, v_stride_h, v_stride_s, 1],
-        [1, 1, BLOCK_N, VALUE_DIM],
-        v_ring.layout,
+        v_ptr, [batch, heads_kv, v_rows, v_columns], [v_stride_b, v_stride_h, v_stride_s, 1], V_BOX, v_ring.layout
     )
     b = gl.program_id(1) // heads_q
     h = gl.program_id(1) % heads_q
@@ -208,194 +224,9 @@ def key_value_producer(
             mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [b, kv_head, start_n, 0], k_ready.index(stage), k_ring.index(stage))
             mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, kv_head, start_n, 0], v_ready.index(stage), v_ring.index(stage))
+            v_start = [b, kv_head, start_n, 0] if not FP8 else [b, kv_head, 0, start_n]
+            tma.async_copy_global_to_shared(v_desc, v_start, v_ready.index(stage), v_ring.index(stage))
             step += 1
-
-
-@gluon.jit
-def take_turn(turn, section, HALF: gl.constexpr, PING_PONG: gl.constexpr):
-    """Ping-pong: wait until the other consumer has issued its products of the section before
-    ``section`` (the first consumer's section 0 starts at once: a fresh barrier passes phase 1)."""
-    if PING_PONG:
-        mbarrier.wait(turn.index(HALF), (section + 1 - HALF) & 1)
-
-
-@gluon.jit
-def pass_turn(turn, HALF: gl.constexpr, PING_PONG: gl.constexpr):
-    """Ping-pong: this consumer's products of a section are issued; the other consumer's turn."""
-    if PING_PONG:
-        mbarrier.arrive(turn.index(1 - HALF))
-
-
-@gluon.jit
-def online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """(p in float32, the new row maxima, the new row sums, the factor that rescales O) of the score
-    tile ``s`` of the key block at ``start_n``, in log2 units; MASKED (an edge block): keys past Skv
-    and, causal, past each row's diagonal take no part."""
-    s = s * scale
-    if MASKED:
-        columns = start_n + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
-        allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
-        if CAUSAL:
-            allowed &= columns[None, :] <= (rows + shift)[:, None]
-        s = gl.where(allowed, s, float("-inf"))
-    m_new = gl.maximum(m, gl.max(s, 1))
-    shift_m = gl.where(m_new == float("-inf"), 0.0, m_new)  # -inf - -inf never forms
-    rescale = gl.exp2(m - shift_m)
-    p = gl.exp2(s - shift_m[:, None])
-    return p, m_new, total * rescale + gl.sum(p, 1), rescale
-
-
-@gluon.jit
-def independent_blocks(
-    q,
-    k_ring,
-    v_ring,
-    k_ready,
-    v_ready,
-    empty,
-    turn,
-    m,
-    total,
-    o,
-    rows,
-    lo,
-    hi,
-    inner_lo,
-    inner_hi,
-    seq_q,
-    seq_kv,
-    shift,
-    scale,
-    HALF: gl.constexpr,
-    PING_PONG: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    S_LAYOUT: gl.constexpr,
-    O_LAYOUT: gl.constexpr,
-):
-    """Schedules INDEPENDENT and PING_PONG: per key block, S = Q K^T issued and waited for together
-    with the previous block's P V, the softmax, then P V issued. A ping-pong section is the previous
-    block's P V and this block's Q K^T."""
-    STAGES: gl.constexpr = k_ring.shape[0]
-    HALF_M: gl.constexpr = q.shape[0]
-    HEAD_DIM: gl.constexpr = q.shape[1]
-    VALUE_DIM: gl.constexpr = v_ring.shape[4]
-    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
-    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
-    o = warpgroup_mma_init(o)  # waited for with each block's scores
-    take_turn(turn, 0, HALF, PING_PONG)
-    step = 0
-    for EDGE in gl.static_range(2):
-        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
-        for position in range(first, stop, BLOCK_N):
-            stage = step % STAGES
-            phase = step // STAGES & 1
-            mbarrier.wait(k_ready.index(stage), phase)
-            k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
-            pass_turn(turn, HALF, PING_PONG)
-            s, o = warpgroup_mma_wait(0, deps=(s, o))  # the previous block's P V is done too: release its stage
-            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
-            start_n = block_position(position, inner_lo, gap)
-            p, m, total, rescale = online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, EDGE, CAUSAL)
-            o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
-            p = gl.convert_layout(p.to(q.dtype), P_LAYOUT)
-            mbarrier.wait(v_ready.index(stage), phase)
-            take_turn(turn, step + 1, HALF, PING_PONG)
-            o = warpgroup_mma(p, v_ring.index(stage).reshape([BLOCK_N, VALUE_DIM]), o, is_async=True)
-            step += 1
-    pass_turn(turn, HALF, PING_PONG)
-    o = warpgroup_mma_wait(0, deps=(o,))
-    mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
-    return m, total, o
-
-
-@gluon.jit
-def overlapped_blocks(
-    q,
-    k_ring,
-    v_ring,
-    k_ready,
-    v_ready,
-    empty,
-    turn,
-    m,
-    total,
-    o,
-    rows,
-    lo,
-    hi,
-    inner_lo,
-    inner_hi,
-    seq_q,
-    seq_kv,
-    shift,
-    scale,
-    HALF: gl.constexpr,
-    PING_PONG: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    S_LAYOUT: gl.constexpr,
-    O_LAYOUT: gl.constexpr,
-):
-    """Schedules OVERLAP and PING_PONG_OVERLAP (FlashAttention-3's intra-warpgroup overlap): the
-    first block's scores and softmax alone, then per key block S = Q K^T issued, the previous block's
-    P V issued behind it, S waited for alone, so that the softmax runs while P V is on the tensor
-    cores; O is rescaled once P V is done. A ping-pong section is one block's Q K^T and the previous
-    block's P V."""
-    STAGES: gl.constexpr = k_ring.shape[0]
-    HALF_M: gl.constexpr = q.shape[0]
-    HEAD_DIM: gl.constexpr = q.shape[1]
-    VALUE_DIM: gl.constexpr = v_ring.shape[4]
-    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
-    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
-    interior = (inner_lo < inner_hi).to(gl.int32)  # the first block is the interior's first, else lo
-    p = gl.zeros([HALF_M, BLOCK_N], q.dtype, P_LAYOUT)
-    if hi > lo:  # the first block, masked wherever it lies
-        take_turn(turn, 0, HALF, PING_PONG)
-        mbarrier.wait(k_ready.index(0), 0)
-        k = k_ring.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
-        pass_turn(turn, HALF, PING_PONG)
-        s = warpgroup_mma_wait(0, deps=(s,))
-        start_n = inner_lo * interior + lo * (1 - interior)
-        p, m, total, _ = online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, True, CAUSAL)
-        p = gl.convert_layout(p.to(q.dtype), P_LAYOUT)
-    step = 1
-    for EDGE in gl.static_range(2):
-        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
-        skip = BLOCK_N * (1 - interior) if EDGE else BLOCK_N * interior  # the first block, done
-        for position in range(first + skip, stop, BLOCK_N):
-            stage = step % STAGES
-            previous = (step + STAGES - 1) % STAGES
-            take_turn(turn, step, HALF, PING_PONG)
-            mbarrier.wait(k_ready.index(stage), step // STAGES & 1)
-            k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(previous), (step - 1) // STAGES & 1)
-            v = v_ring.index(previous).reshape([BLOCK_N, VALUE_DIM])
-            o = warpgroup_mma(p, v, o, is_async=True)
-            pass_turn(turn, HALF, PING_PONG)
-            s = warpgroup_mma_wait(1, deps=(s,))  # S alone: the previous block's P V may still run
-            start_n = block_position(position, inner_lo, gap)
-            p_next, m, total, rescale = online_softmax(
-                s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, EDGE, CAUSAL
-            )
-            o, p = warpgroup_mma_wait(0, deps=(o, p))
-            mbarrier.arrive(empty.index(previous))
-            o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
-            p = gl.convert_layout(p_next.to(q.dtype), P_LAYOUT)
-            step += 1
-    if hi > lo:  # the last block's P V
-        previous = (step + STAGES - 1) % STAGES
-        take_turn(turn, step, HALF, PING_PONG)
-        mbarrier.wait(v_ready.index(previous), (step - 1) // STAGES & 1)
-        o = warpgroup_mma(p, v_ring.index(previous).reshape([BLOCK_N, VALUE_DIM]), o, is_async=True)
-        pass_turn(turn, HALF, PING_PONG)
-        o, p = warpgroup_mma_wait(0, deps=(o, p))
-        mbarrier.arrive(empty.index(previous))
-    return m, total, o
 
 
 @gluon.jit
@@ -423,24 +254,30 @@ def softmax_consumer(
     stats_stride_h,
     stats_stride_s,
     scale,
+    fp8_factors,
     HALF: gl.constexpr,
     CAUSAL: gl.constexpr,
     BOTTOM_RIGHT: gl.constexpr,
     STORE_STATS: gl.constexpr,
+    FP8: gl.constexpr,
+    STORE_AMAX_S: gl.constexpr,
+    STORE_AMAX_O: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     SCHEDULE: gl.constexpr,
 ):
     """Rows ``HALF * BLOCK_M / 2`` on of the program's query block: the two products a key block with
-    the online softmax between them, in SCHEDULE's order, then o and the stats."""
+    the online softmax between them, in SCHEDULE's order, then o and the stats. ``fp8_factors``: the
+    pointers to descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, amax_s and amax_o."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
-    VALUE_DIM: gl.constexpr = v_ring.shape[4]
+    VALUE_DIM: gl.constexpr = HEAD_DIM  # equal head dims (out_of_scope)
+    K_STEP: gl.constexpr = 256 // q_boxes.dtype.primitive_bitwidth  # a wgmma's k: 32 bytes
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, K_STEP]
     )
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, VALUE_DIM, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, VALUE_DIM, K_STEP]
     )
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
@@ -455,6 +292,10 @@ def softmax_consumer(
     lo, hi, inner_lo, inner_hi = key_range(start_m, seq_q, seq_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
     rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=ROWS)
     scale = scale * LOG2E  # scores in log2 units: each exponential is one exp2 of a difference
+    scale_s = 1.0
+    if FP8:  # the per-tensor factors, loaded on the device; m: the rows' largest scores, not rounded
+        scale = scale * gl.load(fp8_factors[0]) * gl.load(fp8_factors[1])
+        scale_s = gl.load(fp8_factors[4])
     m = gl.full([HALF_M], float("-inf"), gl.float32, ROWS)
     total = gl.zeros([HALF_M], gl.float32, ROWS)
     o = gl.zeros([HALF_M, VALUE_DIM], gl.float32, O_LAYOUT)
@@ -463,16 +304,27 @@ def softmax_consumer(
     if OVERLAPPED:
         m, total, o = overlapped_blocks(
             q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
-            seq_q, seq_kv, shift, scale, HALF, PING_PONG_TURNS, CAUSAL, BLOCK_N, S_LAYOUT, O_LAYOUT,
+            seq_q, seq_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
         )  # fmt: skip
     else:
         m, total, o = independent_blocks(
             q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
-            seq_q, seq_kv, shift, scale, HALF, PING_PONG_TURNS, CAUSAL, BLOCK_N, S_LAYOUT, O_LAYOUT,
+            seq_q, seq_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
         )  # fmt: skip
     empty_row = total == 0.0  # no key takes part: o = 0, lse = -inf
     o = o / gl.convert_layout(gl.where(empty_row, 1.0, total), O_ROWS)[:, None]
     o_rows = gl.convert_layout(rows, O_ROWS)
+    if FP8:
+        top = m
+        m = gl.ceil(top)  # the exponentials' shift
+        o = o * (gl.load(fp8_factors[2]) * gl.load(fp8_factors[3]))
+        if STORE_AMAX_S:  # a row's largest weight exp2(top - m) / l; 0 for rows past Sq or with no key
+            weight = gl.where(empty_row | (rows >= seq_q), 0.0, gl.exp2(top - m) / total)
+            gl.atomic_max(fp8_factors[6], gl.max(weight, 0))
+        if STORE_AMAX_O:  # rows past Sq (TMA's zero queries) take no part
+            magnitude = gl.where((o_rows < seq_q)[:, None], gl.abs(o), 0.0)
+            gl.atomic_max(fp8_factors[7], gl.max(gl.max(magnitude, 1), 0))
+        o = o * gl.load(fp8_factors[5])
     dims = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
     o_base = o_ptr + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
     offsets = o_rows.to(gl.int64)[:, None] * o_stride_s + dims[None, :] * o_stride_d
@@ -490,6 +342,7 @@ def attention_warp_specialized_kernel(
     v_ptr,
     o_ptr,
     stats_ptr,
+    fp8_factors,
     batch,
     heads_q,
     heads_kv,
@@ -516,6 +369,9 @@ def attention_warp_specialized_kernel(
     CAUSAL: gl.constexpr,
     BOTTOM_RIGHT: gl.constexpr,
     STORE_STATS: gl.constexpr,
+    FP8: gl.constexpr,
+    STORE_AMAX_S: gl.constexpr,
+    STORE_AMAX_O: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
@@ -523,15 +379,18 @@ def attention_warp_specialized_kernel(
     SCHEDULE: gl.constexpr,
 ):
     """o (and the stats) of one query block of batch b, query head h: program (rank, b * Hq + h).
-    Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride."""
+    Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride. FP8: q, k and
+    v in e4m3, v_ptr and its strides v^T's ((B, H, D, S), the keys contiguous), ``fp8_factors`` the
+    pointers to triton_forward's fp8 factors and maxima (softmax_consumer's order)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     Q_BOX: gl.constexpr = [1, 1, HALF_M, HEAD_DIM]
     KV_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     q_boxes = gl.allocate_shared_memory(dtype, [2] + Q_BOX, gl.NVMMASharedLayout.get_default_for(Q_BOX, dtype))
     KV_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(KV_BOX, dtype)
+    V_BOX: gl.constexpr = KV_BOX if not FP8 else [1, 1, HEAD_DIM, BLOCK_N]  # v^T's: K-major for 8-bit wgmma
     k_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
-    v_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES] + V_BOX, gl.NVMMASharedLayout.get_default_for(V_BOX, dtype))
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -573,10 +432,14 @@ def attention_warp_specialized_kernel(
                     stats_stride_h,
                     stats_stride_s,
                     scale,
+                    fp8_factors,
                     0,
                     CAUSAL,
                     BOTTOM_RIGHT,
                     STORE_STATS,
+                    FP8,
+                    STORE_AMAX_S,
+                    STORE_AMAX_O,
                     BLOCK_M,
                     BLOCK_N,
                     SCHEDULE,
@@ -608,10 +471,14 @@ def attention_warp_specialized_kernel(
                     stats_stride_h,
                     stats_stride_s,
                     scale,
+                    fp8_factors,
                     1,
                     CAUSAL,
                     BOTTOM_RIGHT,
                     STORE_STATS,
+                    FP8,
+                    STORE_AMAX_S,
+                    STORE_AMAX_O,
                     BLOCK_M,
                     BLOCK_N,
                     SCHEDULE,
@@ -649,6 +516,7 @@ def attention_warp_specialized_kernel(
                     BOTTOM_RIGHT,
                     BLOCK_M,
                     BLOCK_N,
+                    FP8,
                 ),
             ),
         ],
@@ -660,48 +528,54 @@ def attention_warp_specialized_kernel(
 # ---- launcher ------------------------------------------------------------------------------------
 
 
-def most_stages(head_dim: int, block_n: int) -> int:
-    """The key and value boxes of ``block_n`` keys (16-bit data) that fit beside the query block in
-    shared memory at ``head_dim``."""
-    query_bytes = BLOCK_M * head_dim * 2
-    stage_bytes = 2 * block_n * head_dim * 2
+def most_stages(element_bytes: int, head_dim: int, block_n: int) -> int:
+    """The key and value boxes of ``block_n`` keys that fit beside the query block in shared memory at
+    ``head_dim`` and ``element_bytes`` a number."""
+    query_bytes = BLOCK_M * head_dim * element_bytes
+    stage_bytes = 2 * block_n * head_dim * element_bytes
     return (SHARED_MEMORY - BARRIER_BYTES - query_bytes) // stage_bytes
 
 
-def tile_for(head_dim: int) -> Tile:
-    """The planned tile at ``head_dim`` (TILES)."""
-    return TILES[head_dim]
+def tile_for(element_bytes: int, head_dim: int) -> Tile:
+    """The planned tile of data of ``element_bytes`` a number at ``head_dim`` (TILES)."""
+    return TILES[element_bytes, head_dim]
 
 
-def candidate_tiles(head_dim: int) -> list[Tile]:
-    """The planned tile at ``head_dim``, then every other schedule, key block width of BLOCK_NS and
-    ring: the most stages that fit (at most 4) and one fewer (at least 2)."""
+def candidate_tiles(element_bytes: int, head_dim: int) -> list[Tile]:
+    """The planned tile, then every other schedule, key block width of BLOCK_NS and ring: the most
+    stages that fit (at most 4) and one fewer (at least 2)."""
+    planned = tile_for(element_bytes, head_dim)
     grid = [
         Tile(schedule, block_n, stages)
         for schedule in SCHEDULES
         for block_n in BLOCK_NS[head_dim]
-        for top in [min(4, most_stages(head_dim, block_n))]
+        for top in [min(4, most_stages(element_bytes, head_dim, block_n))]
         for stages in range(max(2, top - 1), top + 1)
     ]
-    return [tile_for(head_dim), *(tile for tile in grid if tile != tile_for(head_dim))]
+    return [planned, *(tile for tile in grid if tile != planned)]
 
 
 def out_of_scope(problem: AttentionProblem) -> str | None:
-    """Why ``problem`` is not this kernel's, or None: a 16-bit forward with equal head dims of 64, 128
-    or 256, no mask but causal (either alignment), no bias, ALiBi, softcap, dropout, sinks, lengths,
-    ragged or paged layouts, and q, k, v strides that a TMA descriptor reads (a unit head-dim stride,
-    every other one 16-byte aligned). The base addresses' alignment is the call's (``tma_aligned``)."""
+    """Why ``problem`` is not this kernel's, or None: a 16-bit or e4m3 forward with equal head dims of
+    TILES (64, 128 or 256; e4m3: 64 or 128), no mask but causal (either alignment), no bias, ALiBi,
+    softcap, dropout, sinks, lengths, ragged or paged layouts, the fp8 backward's factors (a backward
+    asked about its forward), and q, k, v strides that a TMA
+    descriptor reads (a unit head-dim stride, every other one 16-byte aligned). The base addresses'
+    alignment is the call's (``tma_aligned``)."""
     params = problem.params
-    head_dim = problem.q.dims[3]
+    dtype, head_dim = problem.q.dtype, problem.q.dims[3]
     if problem.backward:
         return "a backward"
-    if problem.q.dtype not in (DataType.BFLOAT16, DataType.HALF):
-        return f"{problem.q.dtype.name} data (16-bit only)"
-    if head_dim not in TILES or problem.v.dims[3] != head_dim:
-        return f"head dims {head_dim} and {problem.v.dims[3]} (equal, and 64, 128 or 256)"
+    if dtype not in (DataType.BFLOAT16, DataType.HALF, DataType.FP8_E4M3):
+        return f"{dtype.name} data (16-bit or e4m3 only)"
+    if (dtype.itemsize, head_dim) not in TILES or problem.v.dims[3] != head_dim:
+        dims = [d for size, d in TILES if size == dtype.itemsize]
+        return f"head dims {head_dim} and {problem.v.dims[3]} (equal, and one of {dims} for {dtype.name})"
     if params.band not in ((None, None), (None, 0)):
         return "a window (no mask or causal only)"
     extras = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table")
+    # and the fp8 backward's own factors: a backward whose do a caller took away to ask about its forward
+    extras += tuple(name for name in FP8_BACKWARD_SCALES if name not in FP8_SCALES)
     present = [name for name in extras if getattr(problem, name) is not None]
     if present:
         return f"{', '.join(present)} given"
@@ -729,19 +603,24 @@ def tma_aligned(*tensors: Any) -> bool:
 
 
 def launch_arguments(
-    problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None, tile: Tile
+    problem: AttentionProblem, tensors: dict[str, Any], tile: Tile
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on tensors q, k, v, o
-    (and stats) of ``problem`` (in scope)."""
+    """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on ``problem``'s (in
+    scope) torch tensors by slot (q, k, v, o, stats and the fp8 factors and maxima, None where
+    absent); with fp8 data, ``tensors["v"]`` is v^T (``transposed_values``)."""
     batch, heads_q, seq_q = problem.batch, problem.q.dims[1], problem.seq_q
+    o = tensors["o"]
     stats_strides = (0, 0, 0) if problem.stats is None else problem.stats.strides
+    v_strides = tensors["v"].stride()[:3] if problem.fp8 else tma_strides(problem.v)
+    factors = [o if tensors.get(slot) is None else tensors[slot] for slot in (*FP8_SCALES, *FP8_AMAX)]
     grid = (triton.cdiv(seq_q, BLOCK_M), batch * heads_q)
     args = (
-        q,
-        k,
-        v,
+        tensors["q"],
+        tensors["k"],
+        tensors["v"],
         o,
-        o if stats is None else stats,
+        o if tensors["stats"] is None else tensors["stats"],
+        tuple(factors),  # fp8_factors: o where absent, never read
         batch,
         heads_q,
         problem.k.dims[1],
@@ -750,7 +629,7 @@ def launch_arguments(
         problem.seq_kv,
         *tma_strides(problem.q),
         *tma_strides(problem.k),
-        *tma_strides(problem.v),
+        *v_strides,
         *problem.o.strides,
         *stats_strides,
         problem.scale,
@@ -758,7 +637,10 @@ def launch_arguments(
     options = dict(
         CAUSAL=problem.params.band == (None, 0),
         BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
-        STORE_STATS=stats is not None,
+        STORE_STATS=tensors["stats"] is not None,
+        FP8=problem.fp8,
+        STORE_AMAX_S=problem.amax_s is not None,
+        STORE_AMAX_O=problem.amax_o is not None,
         HEAD_DIM=problem.q.dims[3],
         BLOCK_M=BLOCK_M,
         BLOCK_N=tile.block_n,
@@ -769,8 +651,11 @@ def launch_arguments(
     return grid, args, options
 
 
-def launch(problem: AttentionProblem, q: Any, k: Any, v: Any, o: Any, stats: Any | None) -> None:
-    """The kernel launched at ``tile_for``'s tile on torch tensors q, k, v, o (and stats) of ``problem``
-    (in scope)."""
-    grid, args, options = launch_arguments(problem, q, k, v, o, stats, tile_for(problem.q.dims[3]))
+def launch(problem: AttentionProblem, tensors: dict[str, Any]) -> None:
+    """The kernel launched at ``tile_for``'s tile on ``problem``'s (in scope) torch tensors by slot;
+    with fp8 data, on v^T made first (``transposed_values``)."""
+    if problem.fp8:
+        tensors = {**tensors, "v": transposed_values(problem.v, tensors["v"])}
+    tile = tile_for(problem.q.dtype.itemsize, problem.q.dims[3])
+    grid, args, options = launch_arguments(problem, tensors, tile)
     attention_warp_specialized_kernel[grid](*args, **options)

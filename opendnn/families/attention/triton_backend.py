@@ -3,14 +3,15 @@
 Hopper) and ``triton_backward`` (the deterministic backward), whose docstrings carry the FLOP and
 byte models.
 
-``choose(problem, tma_aligned, hopper)`` names the strategy: a forward compiled for an sm_90 GPU
-(``hopper``: wgmma is Hopper's alone; Triton's interpreter never is one) whose q, k and v base
-addresses are 16-byte aligned (``tma_aligned``) and whose problem is ``gluon_forward``'s
-(``out_of_scope``: 16-bit data, head dims 64, 128 or 256, no mask but causal, q, k and v strides
-readable by TMA) runs on the warp-specialized kernel (``warp_specialized_forward``); every other forward on the
-FlashAttention-2 kernel (``flash2_forward``). A backward under the same two conditions whose problem is
-``gluon_backward``'s (``out_of_scope``: the forward's scope at head dims 64 and 128, dO readable by TMA
-too) computes dK and dV on the warp-specialized kernel and delta and dQ on the ``tl`` kernels
+``choose(problem, tma_aligned, hopper)`` names the strategy: a forward that ``warp_specialized``
+takes (compiled for an sm_90 GPU, ``hopper``: wgmma is Hopper's alone, Triton's interpreter never is
+one; q, k and v base addresses 16-byte aligned, ``tma_aligned``; a problem of ``gluon_forward``'s
+scope, ``out_of_scope``: 16-bit or e4m3 data, no mask but causal, q, k and v strides readable by TMA;
+its element size and head dim in WARP_SPECIALIZED_TILES) runs on the warp-specialized kernel
+(``warp_specialized_forward``); every other forward on the FlashAttention-2 kernel
+(``flash2_forward``). A backward under the same two conditions (dO aligned too) whose problem is
+``gluon_backward``'s (``out_of_scope``: the 16-bit forward's scope at head dims 64 and 128, dO readable
+by TMA too) computes dK and dV on the warp-specialized kernel and delta and dQ on the ``tl`` kernels
 (``warp_specialized_backward``); every other backward runs on the deterministic ``tl`` kernels alone
 (``flash2_deterministic_backward``). For the ``tl``
 kernels it picks the tile from the head dims and the dtype: the
@@ -55,9 +56,11 @@ from opendnn.families.attention.triton_forward import attention_forward_kernel
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
-# the head dims the warp-specialized forward takes where it can: at 64 the FlashAttention-2 kernel runs
-# faster on the H200 (docs/design/attention.md, "Forward on Hopper: warp-specialized")
-WARP_SPECIALIZED_HEAD_DIMS = (128, 256)
+# (element bytes, head dim) of the forwards the warp-specialized kernel takes where it can (a key of
+# gluon_forward.TILES): 16-bit head dim 64 stays on the FlashAttention-2 kernel, faster there on the
+# H200; every e4m3 head dim of the kernel goes to it, whose wgmma takes fp8 operands from shared memory
+# without the tl kernel's rearrangement of v (docs/design/attention.md, "Forward on Hopper" and "fp8")
+WARP_SPECIALIZED_TILES = ((2, 128), (2, 256), (1, 64), (1, 128))
 
 
 @dataclass(frozen=True)
@@ -131,21 +134,28 @@ def candidate_tiles(problem: AttentionProblem) -> list[Tile]:
     return [chosen, *(tile for tile in grid if tile != chosen)]
 
 
-def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = False) -> AttentionPlan:
-    """The strategy and tile of ``problem``; ``tma_aligned``: the tensors TMA reads (q, k and v; dO
-    too in a backward) have 16-byte aligned base addresses (a property of the call's pointers, not of
-    the problem); ``hopper``: the call is compiled for an sm_90 GPU. Where both hold, the
-    warp-specialized forward, with its own tile, where ``gluon_forward`` takes the problem, and the
-    warp-specialized dK/dV where ``gluon_backward`` does; otherwise, and for the ``tl`` kernels
-    beside it, ``tile_for``'s tile, never wider than the sequences rounded up to a power of two."""
-    warp_specialized = tma_aligned and hopper  # the Gluon kernels' one condition beside their scope
-    if (
-        warp_specialized
-        and problem.q.dims[3] in WARP_SPECIALIZED_HEAD_DIMS
+def warp_specialized(problem: AttentionProblem, tma_aligned: bool, hopper: bool) -> bool:
+    """The warp-specialized forward runs ``problem``: the call is compiled for an sm_90 GPU
+    (``hopper``), q, k and v have 16-byte aligned base addresses (``tma_aligned``, a property of the
+    call's pointers, not of the problem), ``gluon_forward`` takes the problem and its element size and
+    head dim are in WARP_SPECIALIZED_TILES."""
+    return (
+        tma_aligned
+        and hopper
         and gluon_forward.out_of_scope(problem) is None
-    ):
+        and (problem.q.dtype.itemsize, problem.q.dims[3]) in WARP_SPECIALIZED_TILES
+    )
+
+
+def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = False) -> AttentionPlan:
+    """The strategy and tile of ``problem`` (``warp_specialized``'s arguments; in a backward
+    ``tma_aligned`` covers dO too): the warp-specialized forward with its own tile where
+    ``warp_specialized`` holds, the warp-specialized dK/dV where ``gluon_backward`` takes the problem
+    on the same two conditions; otherwise, and for the ``tl`` kernels beside it, ``tile_for``'s tile,
+    never wider than the sequences rounded up to a power of two."""
+    if warp_specialized(problem, tma_aligned, hopper):
         head_dim = problem.q.dims[3]
-        warp_tile = gluon_forward.tile_for(head_dim)
+        warp_tile = gluon_forward.tile_for(problem.q.dtype.itemsize, head_dim)
         return AttentionPlan(
             "warp_specialized_forward",
             gluon_forward.BLOCK_M,
@@ -161,7 +171,7 @@ def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = 
     block_n = min(tile.block_n, _padded(problem.seq_kv))
     strategy = "flash2_forward"
     if problem.backward:
-        in_scope = warp_specialized and gluon_backward.out_of_scope(problem) is None
+        in_scope = tma_aligned and hopper and gluon_backward.out_of_scope(problem) is None
         strategy = "warp_specialized_backward" if in_scope else "flash2_deterministic_backward"
     return AttentionPlan(strategy, block_m, block_n, block_d, block_dv, tile.num_warps, tile.num_stages)
 
@@ -189,18 +199,18 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     hopper = compiled and has_wgmma(views["q"].device.index)
     read_by_tma = [views[slot] for slot in ("q", "k", "v", "do") if views[slot] is not None]
     plan = choose(problem, gluon_forward.tma_aligned(*read_by_tma), hopper)
+    for amax in (views[slot] for slot in (*FP8_AMAX, *FP8_BACKWARD_AMAX)):
+        if amax is not None:  # the kernels' programs join it by atomic max of numbers >= 0
+            amax.zero_()
     if plan.strategy == "warp_specialized_forward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
-        gluon_forward.launch(problem, views["q"], views["k"], views["v"], views["o"], views["stats"])
+        gluon_forward.launch(problem, views)
         return
     args = dict(_arguments(problem, plan))
     args.update({f"{slot}_ptr": view for slot, view in views.items()})
     if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
     query_blocks = _block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, plan.block_m)
-    for amax in (args[f"{slot}_ptr"] for slot in (*FP8_AMAX, *FP8_BACKWARD_AMAX)):
-        if amax is not None:  # the kernels' programs join it by atomic max of numbers >= 0
-            amax.zero_()
     if not problem.backward:
         _launch(attention_forward_kernel, query_blocks, args, plan)
         return
