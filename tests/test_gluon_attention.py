@@ -438,8 +438,10 @@ E4M3_GPU_CASES = {
 def test_the_e4m3_forward_on_the_warp_specialized_kernel_matches_the_float64_reference_on_gpu(name, monkeypatch):
     """test_attention_fp8's checks on the GPU: o (poisoned, inside a larger buffer), the stats and both
     maxima against the reference of the same quantization steps. Hopper's fp8 products add with fewer
-    bits than float32 (core/samples.py), so a few more e4m3 outputs round the other way than on the
-    interpreter, and the stats and maxima differ in their fourth digit at most."""
+    bits than float32 (core/samples.py), so more e4m3 outputs round the other way than on the
+    interpreter: on the H200 these cases' e4m3 outputs land 1.1-1.3e-2 from the reference with 5-6% of
+    them one step off, the stats within 1.5e-3, for the FlashAttention-2 kernel and this one alike
+    (the bounds below hold both with a margin; a wrong block or mask gives errors of order 1)."""
     if torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
     launched = []
@@ -473,12 +475,12 @@ def test_the_e4m3_forward_on_the_warp_specialized_kernel_matches_the_float64_ref
     inside[:, 1 : seq_q + 1, 1:, 16:] = True
     assert bool(buffer[~inside].float().isnan().all()) and bool(o.float().isfinite().all()), name
     ours = o.double().cpu().numpy()
-    assert np.linalg.norm(ours - expected.o) / np.linalg.norm(expected.o) <= 1e-2, name
+    assert np.linalg.norm(ours - expected.o) / np.linalg.norm(expected.o) <= 2e-2, name
     if out_dtype == torch.float8_e4m3fn:
-        assert np.mean(ours != expected.o) <= 0.02, name
+        assert np.mean(ours != expected.o) <= 0.08, name
     lse = stats.double().cpu().numpy()
     finite = np.isfinite(expected.lse)
-    assert np.array_equal(np.isfinite(lse), finite) and np.allclose(lse[finite], expected.lse[finite], atol=1e-3), name
+    assert np.array_equal(np.isfinite(lse), finite) and np.allclose(lse[finite], expected.lse[finite], atol=2e-3), name
     assert scalars["amax_s"].item() == pytest.approx(expected.amax_s, rel=1e-3), name
     assert scalars["amax_o"].item() == pytest.approx(expected.amax_o, rel=5e-3), name
 
