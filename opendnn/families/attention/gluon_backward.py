@@ -537,6 +537,7 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
     if problem.q.dims[3] not in HEAD_DIMS:
         return f"head dim {problem.q.dims[3]} (64 or 128)"
     do = problem.do
+    assert do is not None  # a backward's
     if do.strides[3] != 1 or any(s == 0 or s * do.dtype.itemsize % TMA_ALIGNMENT for s in tma_strides(do)):
         return f"do's strides {do.strides} (a unit last stride, the others 16-byte aligned, not broadcast)"
     return None
@@ -547,6 +548,8 @@ def launch_arguments(
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
     """(grid, arguments, keyword arguments) of the kernel's launch on tensors of ``problem`` (in
     scope); ``delta`` the ``tl`` delta kernel's workspace."""
+    do_desc, stats_desc, dk_desc, dv_desc = problem.do, problem.stats, problem.dk, problem.dv
+    assert do_desc is not None and stats_desc is not None and dk_desc is not None and dv_desc is not None
     heads_kv = problem.k.dims[1]
     grid = (triton.cdiv(problem.seq_kv, BLOCK_N), problem.batch * heads_kv)
     args = (
@@ -567,10 +570,10 @@ def launch_arguments(
         *tma_strides(problem.q),
         *tma_strides(problem.k),
         *tma_strides(problem.v),
-        *tma_strides(problem.do),
-        *problem.stats.strides,
-        *problem.dk.strides,
-        *problem.dv.strides,
+        *tma_strides(do_desc),
+        *stats_desc.strides,
+        *dk_desc.strides,
+        *dv_desc.strides,
         problem.scale,
     )
     options = dict(

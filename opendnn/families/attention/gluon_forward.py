@@ -573,7 +573,15 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
         return f"head dims {head_dim} and {problem.v.dims[3]} (equal, and one of {dims} for {dtype.name})"
     if params.band not in ((None, None), (None, 0)):
         return "a window (no mask or causal only)"
-    extras = ("bias", "seq_lens_q", "seq_lens_kv", "alibi_slopes", "sinks", "ragged_offsets_q", "block_table")
+    extras: tuple[str, ...] = (
+        "bias",
+        "seq_lens_q",
+        "seq_lens_kv",
+        "alibi_slopes",
+        "sinks",
+        "ragged_offsets_q",
+        "block_table",
+    )
     # and the fp8 backward's own factors: a backward whose do a caller took away to ask about its forward
     extras += tuple(name for name in FP8_BACKWARD_SCALES if name not in FP8_SCALES)
     present = [name for name in extras if getattr(problem, name) is not None]

@@ -223,8 +223,8 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     key_blocks = _block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
     if plan.strategy == "warp_specialized_backward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
-        tensors = (views[slot] for slot in ("q", "k", "v", "do", "stats"))
-        gluon_backward.launch(problem, *tensors, args["delta_ptr"], views["dk"], views["dv"])
+        q, k, v, do, stats, dk, dv = (views[slot] for slot in ("q", "k", "v", "do", "stats", "dk", "dv"))
+        gluon_backward.launch(problem, q, k, v, do, stats, args["delta_ptr"], dk, dv)
     else:
         _launch(attention_dkdv_kernel, key_blocks, args, plan)
     _launch(attention_dq_kernel, query_blocks, args, plan)
