@@ -19,6 +19,9 @@ For each case (see ``suites.py`` and the modules in ``SUITE_MODULES``) and dtype
 2. Speed: on CUDA, ``triton.testing.do_bench(fn, warmup, rep, return_mode="median")`` for each of
    opendnn and torch (CUDA events around each call, L2 flushed between calls; opendnn's time includes
    its Python dispatch, as a caller pays it). On the CPU, the median of ``time.perf_counter`` runs.
+   The two sides alternate over ``--rounds`` rounds (torch, opendnn, torch, ...) and each keeps the
+   median of its rounds, so that a clock that drifts (a GPU warming up to its power cap) weighs on
+   both alike.
 3. GB/s counts the fewest bytes the op must move: each input read once plus the output written once
    (an in-place output counts as read and written). The same byte count serves opendnn and torch.
    ``ratio = torch_ms / opendnn_ms``: above 1, opendnn is faster.
@@ -86,7 +89,17 @@ COLUMNS = [
     "ratio",
     "check",
 ]
-TIMING = "Per call: medians of `triton.testing.do_bench` (CUDA events, L2 flushed), host included."
+
+
+def timing(rounds: int) -> str:
+    """How a run's rows were timed, as the report prints it."""
+    alternation = f"; torch and opendnn alternate over {rounds} rounds, each side the median of its rounds"
+    return (
+        "Per call: medians of `triton.testing.do_bench` (CUDA events, L2 flushed), host included"
+        + (alternation if rounds > 1 else "")
+        + "."
+    )
+
 
 Timer = Callable[[Callable[[], Any]], float]
 
@@ -105,6 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--filter", default="", help="run only cases whose name contains this text")
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms (default 25)")
     parser.add_argument("--rep", type=float, default=100.0, help="do_bench timed repetitions, ms (default 100)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of the two sides' timings, alternating (default 3)"
+    )
     parser.add_argument(
         "--results",
         default=str(report.RESULTS),
@@ -150,14 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[str, list[dict[str, Any]]] = {}  # suite -> its rows as the results file keeps them
     for case in cases:
         for dtype in dtypes:
-            row = measure(case, ctx, dtype, timer)
+            row = measure(case, ctx, dtype, timer, args.rounds)
             print(_progress_line(row), flush=True)
             rows.append(row)
             measured.setdefault(case.suite, []).append({key: value for key, value in row.items() if value is not None})
 
     if results is not None:
         command = " ".join(["benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)])
-        report.save_run(results, report.gpu_run(torch.cuda.get_device_name(device), command, TIMING), measured)
+        run = report.gpu_run(torch.cuda.get_device_name(device), command, timing(args.rounds))
+        report.save_run(results, run, measured)
         print(f"saved the rows in {results}")
     markdown = _markdown(args.suite, environment(ctx), rows)
     out = Path(args.out)
@@ -169,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(row["check"] == "ok" for row in rows) else 1
 
 
-def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer) -> dict[str, Any]:
-    """Build, check, then time one case in one dtype; every failure becomes part of the row."""
+def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer, rounds: int = 1) -> dict[str, Any]:
+    """Build, check, then time one case in one dtype, torch and opendnn alternating over ``rounds``
+    rounds (each side the median of its rounds); every failure becomes part of the row."""
     row: dict[str, Any] = {
         "case": case.name,
         "dtype": _dtype_name(dtype),
@@ -195,11 +213,13 @@ def measure(case: Case, ctx: Context, dtype: torch.dtype, timer: Timer) -> dict[
     row["dtype"] = bench.dtype_label or row["dtype"]
     row["check"], row["rel_err"], row["error"] = check(bench)
     try:
-        row["torch_ms"] = timer(bench.torch)
+        sides = [bench.torch, bench.opendnn] if row["check"] != "error" else [bench.torch]
+        times = [[timer(side) for side in sides] for _ in range(rounds)]
+        row["torch_ms"] = statistics.median(t[0] for t in times)
         row["torch_gbps"] = _gbps(bench.nbytes, row["torch_ms"])
         row["torch_tflops"] = _tflops(bench.flops, row["torch_ms"])
         if row["check"] != "error":
-            row["opendnn_ms"] = timer(bench.opendnn)
+            row["opendnn_ms"] = statistics.median(t[1] for t in times)
             row["gbps"] = _gbps(bench.nbytes, row["opendnn_ms"])
             row["tflops"] = _tflops(bench.flops, row["opendnn_ms"])
             row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
