@@ -38,16 +38,26 @@ def run(graph, inputs, outputs, engine="reference", poison=np.nan):
     device = graph.handle.device
     if device != "cpu":  # the same run on the graph's device, as torch tensors (of dense inputs' strides)
         inputs = {t: torch.from_numpy(array).to(device) for t, array in inputs.items()}
-        arrays = {
-            t: torch.full(t.get_dim(), poison, dtype=t.get_data_type().to_torch(), device=device) for t in outputs
-        }
+        arrays = {t: torch.from_numpy(poisoned(t, poison)).to(device) for t in outputs}
+        arrays = {t: a.as_strided(t.get_dim(), t.get_stride()) for t, a in arrays.items()}  # .to keeps no order
         workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device=device)
         graph.execute({**inputs, **arrays}, workspace)
         return [arrays[t].cpu().double().numpy() for t in outputs]
-    arrays = {t: np.full(t.get_dim(), poison, t.get_data_type().to_numpy()) for t in outputs}
+    arrays = {t: poisoned(t, poison) for t in outputs}
     workspace = np.empty(graph.get_workspace_size(), np.uint8)
     graph.execute({**inputs, **arrays}, workspace)
     return [arrays[t].astype(np.float64) for t in outputs]
+
+
+def poisoned(tensor, poison):
+    """A NumPy array of ``tensor``'s dims, dtype and strides (packed in the memory order the graph
+    gives it: an operation's output takes its input's), filled with ``poison``."""
+    strides = tensor.get_stride()
+    order = sorted(range(len(strides)), key=lambda k: -strides[k])
+    array = np.full([tensor.get_dim()[k] for k in order], poison, tensor.get_data_type().to_numpy())
+    array = array.transpose(np.argsort(order))
+    assert [s // array.itemsize for s in array.strides] == strides or array.size == 1, "a packed layout"
+    return array
 
 
 def relative_error(actual, expected):

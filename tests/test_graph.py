@@ -38,13 +38,28 @@ def test_tensor_accessors_and_the_data_types_each_role_takes():
         [1, 2, 6],
         og.DataType.HALF,
     )
-    y = g.exp(x, name="e")
-    assert y.get_is_virtual() and y.get_data_type() is og.DataType.FLOAT and y.get_stride() == [12, 4, 1]
+    y = g.exp(x, name="e")  # an output takes its input's memory order (x's innermost dim is its first)
+    assert y.get_is_virtual() and y.get_data_type() is og.DataType.FLOAT and y.get_stride() == [1, 2, 6]
+    assert g.exp(g.tensor([2, 3, 4])).get_stride() == [12, 4, 1]  # a row-major input, a row-major output
     assert y.set_output(True) is y and not y.get_is_virtual() and y.get_data_type() is og.DataType.HALF
     assert y.set_data_type("float32").get_data_type() is og.DataType.FLOAT
     array = np.zeros((5, 6), np.float64)[:, ::2]
     like = g.tensor_like(array, name="like")
     assert (like.get_dim(), like.get_stride(), like.get_data_type()) == ([5, 3], [6, 2], og.DataType.DOUBLE)
+
+
+def test_activations_take_their_inputs_memory_order_and_other_outputs_are_row_major():
+    g = cpu_graph()
+    image = g.tensor([2, 4, 5, 6], stride=[120, 1, 24, 4], name="image")  # channels-last
+    weight = g.tensor([8, 4, 3, 3], stride=[36, 1, 12, 4], name="weight")
+    y = g.conv_fprop(image, weight, padding=[1, 1], stride=[1, 1], dilation=[1, 1])
+    relu = g.relu(g.add(y, g.tensor([1, 8, 1, 1], name="bias")))
+    total, squares = g.genstats(relu)
+    assert y.get_stride() == relu.get_stride() == [240, 1, 48, 8]
+    assert total.get_stride() == squares.get_stride() == [8, 1, 1, 1]
+    rows = g.matmul(g.tensor([3, 5], stride=[1, 3], name="a"), g.tensor([5, 4], name="b"))
+    assert rows.get_stride() == [4, 1]  # a product's result row-major, whatever its operands' order
+    assert relu.set_stride([240, 30, 6, 1]).get_stride() == [240, 30, 6, 1]  # a set layout wins
 
 
 def test_pointwise_outputs_broadcast_as_numpy():

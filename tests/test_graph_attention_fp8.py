@@ -73,8 +73,14 @@ def factor_arrays(factors, values):
 
 
 def execute(g, inputs, outputs):
-    """Execute the built ``g`` with ``outputs`` poisoned with NaN; their values in float64."""
-    arrays = {t: torch.full(t.get_dim(), float("nan")).to(t.get_data_type().to_torch()) for t in outputs}
+    """Execute the built ``g`` with ``outputs`` (in the strides the graph gives them: o takes q's
+    memory order) poisoned with NaN; their values in float64."""
+    arrays = {
+        t: torch.empty_strided(t.get_dim(), t.get_stride(), dtype=t.get_data_type().to_torch()).copy_(
+            torch.full(t.get_dim(), float("nan"))
+        )
+        for t in outputs
+    }
     g.execute({**inputs, **arrays}, np.empty(g.get_workspace_size(), np.uint8))
     return [arrays[t].double().numpy() for t in outputs]
 

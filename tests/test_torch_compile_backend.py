@@ -121,6 +121,27 @@ def test_under_bfloat16_autocast_each_result_keeps_torchs_dtype_and_the_regions_
     assert backend.fallbacks == [] and backend.plans_executed == 4
 
 
+def test_a_channels_last_model_keeps_its_activations_channels_last():
+    """The regions' outputs and their graph tensors take torch's memory order (the FX values'
+    strides): a channels-last convolution's output is channels-last inside the plan and out of it,
+    not packed in its dims' order."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 1)
+    ).eval()
+    model = model.to(memory_format=torch.channels_last)
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ours, theirs = compiled(x), model(x)
+    assert backend.fallbacks == [] and len(backend.plans) == 1
+    assert ours.stride() == theirs.stride() == (288, 1, 48, 8)
+    assert relative_error(ours, theirs) < TOLERANCE[torch.float32]
+    activations = [t for t in backend.plans[0].graph.tensors if t.desc.dims == (2, 8, 6, 6)]
+    assert len(activations) >= 3 and all(t.desc.strides == (288, 1, 48, 8) for t in activations)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_an_mlp_with_gelu_matches_eager_forward_and_backward(dtype):
     backend = OpendnnBackend()

@@ -150,6 +150,8 @@ class OperationBuilder(PointwiseMethods):
         outputs = {}
         for role, spec in specs.items():
             outputs[role] = self._new_tensor(f"{name}::{role}", spec.dims, None, spec.dtype, virtual=True)
+            followed = [tensors[r] for r in OPERATIONS[op].memory_order.get(role, ()) if r in tensors]
+            outputs[role].order_like = _largest_of_rank(followed, len(spec.dims))
         self._nodes.append(Node(name, op, tensors, outputs, attributes))
         self._changed()
         return outputs
@@ -735,3 +737,10 @@ def _padding(use_padding_mask: bool, seq_len_q: Tensor | None, seq_len_kv: Tenso
     if given and not use_padding_mask:
         raise BadParam(f"{' and '.join(given)} given with use_padding_mask=False: set it to True")
     return given
+
+
+def _largest_of_rank(inputs: Sequence[Tensor], rank: int) -> Tensor | None:
+    """The input of ``rank`` dims with the most elements (the first of equals), or None: the tensor
+    whose memory order an operation's output takes."""
+    candidates = [t for t in inputs if len(t.dims) == rank and not t.pass_by_value]
+    return max(candidates, key=lambda t: t.numel, default=None)

@@ -11,7 +11,7 @@ finished graph; every error names the node and the tensor.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from opendnn import PointwiseMode
@@ -50,13 +50,17 @@ class OutputSpec(NamedTuple):
 
 @dataclass(frozen=True)
 class Operation:
-    """An operation kind: its input roles (``optional`` may be absent), output roles and rule."""
+    """An operation kind: its input roles (``optional`` may be absent), output roles and rule;
+    ``memory_order``: the outputs whose strides, when not set, follow an input's memory order (the
+    largest of the listed inputs of the output's rank, as cudnn-frontend infers them: a channels-last
+    image gives a channels-last output); every other output is packed row-major."""
 
     name: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     rule: Callable[[str, Mapping[str, Shape], Mapping[str, Any], Mapping[str, Dims]], dict[str, OutputSpec]]
     optional: tuple[str, ...] = ()
+    memory_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def label(node_name: str, op: str) -> str:
@@ -606,11 +610,18 @@ def sdpa_fp8_backward_rule(
 OPERATIONS: dict[str, Operation] = {
     op.name: op
     for op in (
-        Operation("pointwise", POINTWISE_ROLES, ("y",), pointwise_rule, optional=("b", "c")),
+        Operation(
+            "pointwise",
+            POINTWISE_ROLES,
+            ("y",),
+            pointwise_rule,
+            optional=("b", "c"),
+            memory_order={"y": POINTWISE_ROLES},
+        ),
         Operation("reduction", ("x",), ("y",), reduction_rule),
         Operation("genstats", ("x",), ("sum", "sum_of_squares"), genstats_rule),
-        Operation("conv_fprop", ("image", "weight"), ("y",), conv_fprop_rule),
-        Operation("conv_dgrad", ("loss", "filter"), ("dx",), conv_dgrad_rule),
+        Operation("conv_fprop", ("image", "weight"), ("y",), conv_fprop_rule, memory_order={"y": ("image",)}),
+        Operation("conv_dgrad", ("loss", "filter"), ("dx",), conv_dgrad_rule, memory_order={"dx": ("loss",)}),
         Operation("conv_wgrad", ("image", "loss"), ("dw",), conv_wgrad_rule),
         Operation("matmul", ("a", "b"), ("c",), matmul_rule),
         Operation(
@@ -619,12 +630,14 @@ OPERATIONS: dict[str, Operation] = {
             ("y", "mean", "inv_variance", "next_running_mean", "next_running_var"),
             norm_forward_rule("batchnorm"),
             optional=("in_running_mean", "in_running_var"),
+            memory_order={"y": ("x",)},
         ),
         Operation(
             "batchnorm_backward",
             ("grad", "x", "scale", "mean", "inv_variance"),
             ("dx", "dscale", "dbias"),
             norm_backward_rule("batchnorm_backward"),
+            memory_order={"dx": ("x",)},
         ),
         Operation("layernorm", ("x", "scale", "bias"), ("y", "mean", "inv_variance"), norm_forward_rule("layernorm")),
         Operation(
@@ -651,8 +664,8 @@ OPERATIONS: dict[str, Operation] = {
             ("dx", "dscale", "dbias"),
             norm_backward_rule("instancenorm_backward"),
         ),
-        Operation("softmax", ("x",), ("y",), softmax_rule),
-        Operation("pooling", ("x",), ("y",), pooling_rule),
+        Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
+        Operation("pooling", ("x",), ("y",), pooling_rule, memory_order={"y": ("x",)}),
         Operation(
             "sdpa",
             ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv"),

@@ -3,7 +3,10 @@ execute time, virtual tensors that live between operations, and scalars passed b
 
 A tensor's data type, when not set, follows its role: the graph's ``io_data_type`` for a tensor
 the caller binds (an input, or an operation's output marked with ``set_output(True)``), the
-graph's ``intermediate_data_type`` for a virtual one. Strides, when not set, are packed row-major.
+graph's ``intermediate_data_type`` for a virtual one. Strides, when not set, are packed: the
+activations an operation computes (``Operation.memory_order``) in the memory order of its input
+(cudnn-frontend's inference: a channels-last image gives channels-last outputs), every other tensor
+row-major.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from opendnn.core.descriptors import TensorDescriptor, packed_strides
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
 
@@ -48,6 +51,7 @@ class Tensor:
         self._virtual = virtual
         self._value = None if value is None else float(value)
         self.pass_by_value = pass_by_value
+        self.order_like: Tensor | None = None  # an operation's output: the input whose memory order it takes
 
     # ---- the cudnn-frontend accessors --------------------------------------------------------------
 
@@ -110,7 +114,20 @@ class Tensor:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        return packed_strides(self._dims) if self._strides is None else self._strides
+        if self._strides is not None:
+            return self._strides
+        return strides_for_order(self._dims, self._memory_order())
+
+    def _memory_order(self) -> tuple[int, ...]:
+        """The dims, outermost first, of the first tensor up the chain of ``order_like`` whose strides
+        are set (dims of equal strides in their order); row-major where the chain reaches none."""
+        tensor = self
+        while tensor._strides is None and tensor.order_like is not None:
+            tensor = tensor.order_like
+        if tensor._strides is None:
+            return tuple(range(len(self._dims)))
+        strides = tensor._strides
+        return tuple(sorted(range(len(strides)), key=lambda k: -strides[k]))
 
     @property
     def data_type(self) -> DataType:

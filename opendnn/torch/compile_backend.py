@@ -73,7 +73,7 @@ class Lowering:
         for node in module.graph.nodes:
             if node.op == "call_function":
                 self.values[node] = self._lower(node)
-                _follow_dtypes(self.values[node], node.meta.get("val"))
+                _follow_torch(self.values[node], node.meta.get("val"))
             elif node.op == "output":
                 self.outputs = self._outputs(node.args[0])
 
@@ -104,7 +104,7 @@ class Lowering:
             return self.values[source][index]
         return LOWERINGS[node.target].lower(self, node, *node.args, **node.kwargs)
 
-    def _outputs(self, returned: Any) -> list[tuple[og.Tensor, torch.Size, torch.dtype]]:
+    def _outputs(self, returned: Any) -> list[tuple[og.Tensor, torch.Size, tuple[int, ...], torch.dtype]]:
         nodes = returned if isinstance(returned, (tuple, list)) else [returned]
         outputs = []
         for node in nodes:
@@ -112,19 +112,34 @@ class Lowering:
             if not isinstance(tensor, og.Tensor) or tensor.numel != val.numel():
                 raise Refused(f"output {node.name} has no graph tensor of its size")
             tensor.set_output(True).set_data_type(val.dtype)
-            outputs.append((tensor, val.shape, val.dtype))
+            outputs.append((tensor, val.shape, val.stride(), val.dtype))
         return outputs
 
 
-def _follow_dtypes(value: Any, val: Any) -> None:
-    """Give the graph tensors of an FX node's results the dtypes torch computes them in (under autocast
-    a convolution's or a batch norm's bfloat16 output, beside float32 statistics): the graph's
-    intermediate type is float32, and a node's call takes its output in its input's type."""
+def _follow_torch(value: Any, val: Any) -> None:
+    """Give the graph tensors of an FX node's results the dtypes and the memory order torch computes
+    them in: under autocast a convolution's or a batch norm's bfloat16 output, beside float32
+    statistics (the graph's intermediate type is float32, and a node's call takes its output in its
+    input's type); a channels-last model's activations channels-last (a graph tensor without strides
+    is packed in its dims' order, which would turn every activation of such a model NCHW)."""
     if isinstance(value, og.Tensor) and isinstance(val, torch.Tensor):
         value.set_data_type(val.dtype)
+        if tuple(value.get_dim()) == tuple(val.shape) and _dense(val):
+            value.set_stride(val.stride())
     elif isinstance(value, (tuple, list)) and isinstance(val, (tuple, list)):
         for tensor, result in zip(value, val):
-            _follow_dtypes(tensor, result)
+            _follow_torch(tensor, result)
+
+
+def _dense(val: torch.Tensor) -> bool:
+    """``val``'s elements fill its memory without a gap or an overlap (a permutation of a packed layout)."""
+    order = sorted((stride, size) for size, stride in zip(val.shape, val.stride()) if size != 1)
+    expected = 1
+    for stride, size in order:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _tensors(args: Sequence[Any]) -> list[torch.Tensor]:
@@ -419,7 +434,7 @@ class Built:
             (tensor, index, None if dims == tuple(lowering.args[index].shape) else dims)
             for (index, dims), tensor in lowering.inputs.items()
         ]
-        self.outputs = [(tensor, shape, dtype, tuple(tensor.get_dim())) for tensor, shape, dtype in lowering.outputs]
+        self.outputs = [(*output, tuple(output[0].get_dim())) for output in lowering.outputs]
         self.workspace_size = graph.get_workspace_size()
         self.workspace: torch.Tensor | None = None
 
@@ -429,9 +444,9 @@ class Built:
             tensor: args[index] if dims is None else args[index].reshape(dims) for tensor, index, dims in self.inputs
         }
         results = []
-        for tensor, shape, dtype, dims in self.outputs:
-            if tensor not in pack:
-                pack[tensor] = torch.empty(shape, dtype=dtype, device=device).view(dims)
+        for tensor, shape, strides, dtype, dims in self.outputs:
+            if tensor not in pack:  # in torch's memory order, the graph tensor's (_follow_torch)
+                pack[tensor] = torch.empty_strided(shape, strides, dtype=dtype, device=device).view(dims)
             results.append(pack[tensor].view(shape))
         if self.workspace is None and self.workspace_size:
             self.workspace = (
