@@ -1,0 +1,499 @@
+"""The attention backward's dQ on Hopper (sm_90): the forward's warp-specialized anatomy
+(``gluon_forward``) in Gluon, deterministic (no atomics: each dQ row summed by one program, its key
+blocks in one fixed order).
+
+FLOPs and bytes are those of the ``tl`` dQ kernel (``triton_backward``): three products a (query,
+key) pair, ``2 * pairs * (2 * D + Dv)``, one of the backward's 3.5 forwards of work; q, dO, the
+stats and delta read once, k and v once a query block that sees them (mostly from L2), dQ written
+once. As in the forward, the products dominate past a few hundred keys a query, so the aim is tensor
+cores that never wait: for loads (TMA, a ring of key and value blocks filled ahead by a warp of its
+own) or for the exponentials between the products (two consumer warpgroups, each issuing its
+products asynchronously, fill the tensor cores while the other computes).
+
+One program per (query block of BLOCK_M = 128 rows, batch b, query head h), key/value head
+``h // group`` (GQA): the forward's grid, order (``scheduled_block``: under a causal mask the last
+query blocks, the heaviest, first) and key ranges (``key_range`` and ``block_loop``: the interior's
+key blocks unmasked, then the edge blocks masked). Three partitions of warps talk only through
+shared memory and mbarriers:
+
+- **producer** (``key_value_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): builds the
+  TMA descriptors of q, k, v and dO (4-D ``[B, H, S, D]`` at the tensors' strides, zero-filled past
+  S) on the device, copies the query block and its dO once as two 64-row boxes each
+  (``rows_ready``), then per key block, in the consumers' order, waits until a stage of the ring is
+  empty and copies the BLOCK_N x D key box (``k_ready``) and the BLOCK_N x Dv value box
+  (``v_ready``) into it.
+- **two consumers** (``gradient_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a
+  thread; the first is the kernel's own 4 warps): consumer ``half`` owns query rows ``64 half .. 64
+  half + 63`` and their float32 dQ (64 x D), with the rows' logsumexp and delta loaded once (plain
+  loads; the delta workspace is the ``tl`` delta kernel's). Per key block: S = Q K^T and dP = dO V^T
+  issued asynchronously (both operands in shared memory, K and V permuted); S waited for alone;
+  P = exp2(S scale log2(e) - lse log2(e)) in float32 (the edge blocks mask keys past Skv and, causal,
+  keys past a query's diagonal); dP waited for; dS = P (dP - delta), rounded to the data dtype and
+  converted in registers to the A operand; dQ += dS K (K's box as loaded) issued and waited for, then
+  the stage released. After the last block: dQ times the softmax scale, cast and stored at dq's
+  strides, rows past Sq not stored (TMA's zero rows and their +inf logsumexp make them 0 before).
+
+Numerics are the ``tl`` kernel's: scores and the logsumexp in log2 units, the same stats and delta,
+float32 products and dS rounded to the data dtype before its product with k.
+
+**Ring and barriers.** STAGES stages, each a key box and a value box. ``k_ready[s]`` and
+``v_ready[s]`` count one arrival (the producer's ``expect``) plus their box's bytes, so S starts
+before V lands; ``empty[s]`` counts two arrivals, one per consumer warpgroup, issued once its dQ
+product on the stage is complete. Block ``i`` of a program uses stage ``i % STAGES`` in phase
+``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase flipped, which a fresh barrier
+passes.
+
+**Schedule.** Each block's three products are waited for within the block: S alone, then dP, then
+dQ's. The forward's overlap (the previous block's dS K issued behind this block's S and dP and
+waited for after the softmax) keeps the previous dS live beside S and dP; compiled for sm_90 it
+spills where this order does not (docs/design/attention.md, "Backward on Hopper").
+
+**Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
+gives each consumer 240: dQ (D / 2 float32 a thread), S and dP (BLOCK_N / 2 each), dS in 16 bits
+(BLOCK_N / 4), and the rows' lse and delta.
+
+**Arguments.** The partitions take every scalar as an argument of its own, written out where
+``warp_specialize`` is called (as in ``gluon_forward``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from opendnn.families.attention.gluon_backward import head_descriptor, row_statistics
+from opendnn.families.attention.gluon_forward import tma_strides
+from opendnn.families.attention.gluon_key_blocks import block_position
+from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
+from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
+
+CONSUMER_REGISTERS = gl.constexpr(240)
+PRODUCER_REGISTERS = gl.constexpr(24)
+BLOCK_M = 128  # query rows a program: 64 a consumer warpgroup
+BLOCK_N = 64  # keys a step: S and dP are 64 x 64 float32 a consumer
+STAGES = 4  # key and value boxes in the ring: 128 KB of shared memory beside q and dO at head dim 128
+
+
+@gluon.jit
+def program_rows(
+    q_ptr,
+    batch,
+    heads_q,
+    seq_q,
+    seq_kv,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """(b, h, first query, lo, hi, inner_lo, inner_hi, shift) of the program: its query block
+    (``scheduled_block``, as the forward's) and the key blocks it sees (``key_range``)."""
+    b = gl.program_id(1) // heads_q
+    h = gl.program_id(1) % heads_q
+    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
+    shift = 0
+    if BOTTOM_RIGHT:  # the diagonal ends at the last query and key
+        shift = seq_kv - seq_q
+    lo, hi, inner_lo, inner_hi = key_range(start_m, seq_q, seq_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+    return b, h, start_m, lo, hi, inner_lo, inner_hi, shift
+
+
+@gluon.jit
+def key_value_producer(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    q_boxes,
+    do_boxes,
+    k_ring,
+    v_ring,
+    rows_ready,
+    k_ready,
+    v_ready,
+    empty,
+    batch,
+    heads_q,
+    heads_kv,
+    group,
+    seq_q,
+    seq_kv,
+    q_stride_b,
+    q_stride_h,
+    q_stride_s,
+    k_stride_b,
+    k_stride_h,
+    k_stride_s,
+    v_stride_b,
+    v_stride_h,
+    v_stride_s,
+    do_stride_b,
+    do_stride_h,
+    do_stride_s,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """Fill the query and dO boxes once, then the ring with the program's key and value blocks."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    q_desc = head_descriptor(q_ptr, batch, heads_q, seq_q, q_stride_b, q_stride_h, q_stride_s, q_boxes)
+    do_desc = head_descriptor(do_ptr, batch, heads_q, seq_q, do_stride_b, do_stride_h, do_stride_s, do_boxes)
+    k_desc = head_descriptor(k_ptr, batch, heads_kv, seq_kv, k_stride_b, k_stride_h, k_stride_s, k_ring)
+    v_desc = head_descriptor(v_ptr, batch, heads_kv, seq_kv, v_stride_b, v_stride_h, v_stride_s, v_ring)
+    b, h, start_m, lo, hi, inner_lo, inner_hi, _ = program_rows(
+        q_ptr, batch, heads_q, seq_q, seq_kv, CAUSAL, BOTTOM_RIGHT, BLOCK_M, BLOCK_N
+    )
+    kv_head = h // group
+    mbarrier.expect(rows_ready, 2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
+    for half in gl.static_range(2):
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + half * HALF_M, 0], rows_ready, q_boxes.index(half))
+        tma.async_copy_global_to_shared(do_desc, [b, h, start_m + half * HALF_M, 0], rows_ready, do_boxes.index(half))
+    step = 0
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for position in range(first, stop, BLOCK_N):
+            start_n = block_position(position, inner_lo, gap)
+            stage = step % STAGES
+            mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
+            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, kv_head, start_n, 0], k_ready.index(stage), k_ring.index(stage))
+            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [b, kv_head, start_n, 0], v_ready.index(stage), v_ring.index(stage))
+            step += 1
+
+
+@gluon.jit
+def gradient_consumer(
+    q_ptr,
+    q_boxes,
+    do_boxes,
+    k_ring,
+    v_ring,
+    rows_ready,
+    k_ready,
+    v_ready,
+    empty,
+    stats_ptr,
+    delta_ptr,
+    dq_ptr,
+    batch,
+    heads_q,
+    seq_q,
+    seq_kv,
+    stats_stride_b,
+    stats_stride_h,
+    stats_stride_s,
+    dq_stride_b,
+    dq_stride_h,
+    dq_stride_s,
+    dq_stride_d,
+    scale,
+    HALF: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    """dQ of rows ``HALF * BLOCK_M / 2`` on of the program's query block: per key block the three
+    products with P and dS between them, then the store."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    HEAD_DIM: gl.constexpr = q_boxes.shape[4]
+    VALUE_DIM: gl.constexpr = do_boxes.shape[4]
+    dtype: gl.constexpr = q_boxes.dtype
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    DS_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=DQ_LAYOUT, k_width=2)
+    b, h, start_m, lo, hi, inner_lo, inner_hi, shift = program_rows(
+        q_ptr, batch, heads_q, seq_q, seq_kv, CAUSAL, BOTTOM_RIGHT, BLOCK_M, BLOCK_N
+    )
+    rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, S_LAYOUT))
+    lse, delta = row_statistics(
+        stats_ptr, delta_ptr, b, h, rows, heads_q, seq_q, stats_stride_b, stats_stride_h, stats_stride_s, True
+    )
+    scale_log2 = scale * LOG2E  # scores in log2 units, as the stats after row_statistics
+    q = q_boxes.index(HALF).reshape([HALF_M, HEAD_DIM])
+    do = do_boxes.index(HALF).reshape([HALF_M, VALUE_DIM])
+    dq = gl.zeros([HALF_M, HEAD_DIM], gl.float32, DQ_LAYOUT)
+    zeros = gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT)
+    mbarrier.wait(rows_ready, 0)
+    step = 0
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for position in range(first, stop, BLOCK_N):
+            stage = step % STAGES
+            phase = step // STAGES & 1
+            k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM])
+            v = v_ring.index(stage).reshape([BLOCK_N, VALUE_DIM])
+            mbarrier.wait(k_ready.index(stage), phase)
+            s = warpgroup_mma(q, k.permute((1, 0)), zeros, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(stage), phase)
+            dp = warpgroup_mma(do, v.permute((1, 0)), zeros, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(1, deps=(s,))  # S done, dP may still run
+            s = s * scale_log2
+            if EDGE:
+                keys = block_position(position, inner_lo, gap) + gl.arange(
+                    0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT)
+                )
+                allowed = (keys < seq_kv)[None, :] & (rows < seq_q)[:, None]
+                if CAUSAL:
+                    allowed &= keys[None, :] <= (rows + shift)[:, None]
+                s = gl.where(allowed, s, float("-inf"))
+            p = gl.exp2(s - lse[:, None])
+            dp = warpgroup_mma_wait(0, deps=(dp,))
+            ds = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), DS_LAYOUT)
+            dq = warpgroup_mma(ds, k, dq, is_async=True)
+            dq, ds = warpgroup_mma_wait(0, deps=(dq, ds))
+            mbarrier.arrive(empty.index(stage))
+            step += 1
+    dq = dq * scale
+    dq_rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, DQ_LAYOUT))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, DQ_LAYOUT))
+    dq_base = dq_ptr + b.to(gl.int64) * dq_stride_b + h.to(gl.int64) * dq_stride_h
+    offsets = dq_rows.to(gl.int64)[:, None] * dq_stride_s + dims[None, :] * dq_stride_d
+    gl.store(dq_base + offsets, dq.to(dq_ptr.dtype.element_ty), mask=(dq_rows < seq_q)[:, None])
+
+
+@gluon.jit
+def attention_dq_warp_specialized_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    stats_ptr,
+    delta_ptr,
+    dq_ptr,
+    batch,
+    heads_q,
+    heads_kv,
+    group,
+    seq_q,
+    seq_kv,
+    q_stride_b,
+    q_stride_h,
+    q_stride_s,
+    k_stride_b,
+    k_stride_h,
+    k_stride_s,
+    v_stride_b,
+    v_stride_h,
+    v_stride_s,
+    do_stride_b,
+    do_stride_h,
+    do_stride_s,
+    stats_stride_b,
+    stats_stride_h,
+    stats_stride_s,
+    dq_stride_b,
+    dq_stride_h,
+    dq_stride_s,
+    dq_stride_d,
+    scale: tl.float32,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """dQ of one query block of batch b, query head h: program (rank, b * Hq + h). Strides are in
+    elements, (B, H, S, D) order; q, k, v and dO have a unit head-dim stride; delta is the ``tl``
+    delta kernel's workspace, (b * Hq + h) * Sq + i."""
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    ROWS_BOX: gl.constexpr = [1, 1, BLOCK_M // 2, HEAD_DIM]
+    KV_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
+    ROWS_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(ROWS_BOX, dtype)
+    KV_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(KV_BOX, dtype)
+    q_boxes = gl.allocate_shared_memory(dtype, [2] + ROWS_BOX, ROWS_LAYOUT)
+    do_boxes = gl.allocate_shared_memory(dtype, [2] + ROWS_BOX, ROWS_LAYOUT)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
+    rows_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(rows_ready, count=1)
+    for stage in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(stage), count=1)
+        mbarrier.init(v_ready.index(stage), count=1)
+        mbarrier.init(empty.index(stage), count=2)  # one arrival per consumer warpgroup
+    # the consumers' argument tuples differ only in HALF (module docstring, "Arguments")
+    gl.warp_specialize(  # the first partition runs in the kernel's own 4 warps
+        [
+            (
+                gradient_consumer,
+                (
+                    q_ptr,
+                    q_boxes,
+                    do_boxes,
+                    k_ring,
+                    v_ring,
+                    rows_ready,
+                    k_ready,
+                    v_ready,
+                    empty,
+                    stats_ptr,
+                    delta_ptr,
+                    dq_ptr,
+                    batch,
+                    heads_q,
+                    seq_q,
+                    seq_kv,
+                    stats_stride_b,
+                    stats_stride_h,
+                    stats_stride_s,
+                    dq_stride_b,
+                    dq_stride_h,
+                    dq_stride_s,
+                    dq_stride_d,
+                    scale,
+                    0,
+                    CAUSAL,
+                    BOTTOM_RIGHT,
+                    BLOCK_M,
+                    BLOCK_N,
+                ),
+            ),
+            (
+                gradient_consumer,
+                (
+                    q_ptr,
+                    q_boxes,
+                    do_boxes,
+                    k_ring,
+                    v_ring,
+                    rows_ready,
+                    k_ready,
+                    v_ready,
+                    empty,
+                    stats_ptr,
+                    delta_ptr,
+                    dq_ptr,
+                    batch,
+                    heads_q,
+                    seq_q,
+                    seq_kv,
+                    stats_stride_b,
+                    stats_stride_h,
+                    stats_stride_s,
+                    dq_stride_b,
+                    dq_stride_h,
+                    dq_stride_s,
+                    dq_stride_d,
+                    scale,
+                    1,
+                    CAUSAL,
+                    BOTTOM_RIGHT,
+                    BLOCK_M,
+                    BLOCK_N,
+                ),
+            ),
+            (
+                key_value_producer,
+                (
+                    q_ptr,
+                    k_ptr,
+                    v_ptr,
+                    do_ptr,
+                    q_boxes,
+                    do_boxes,
+                    k_ring,
+                    v_ring,
+                    rows_ready,
+                    k_ready,
+                    v_ready,
+                    empty,
+                    batch,
+                    heads_q,
+                    heads_kv,
+                    group,
+                    seq_q,
+                    seq_kv,
+                    q_stride_b,
+                    q_stride_h,
+                    q_stride_s,
+                    k_stride_b,
+                    k_stride_h,
+                    k_stride_s,
+                    v_stride_b,
+                    v_stride_h,
+                    v_stride_s,
+                    do_stride_b,
+                    do_stride_h,
+                    do_stride_s,
+                    CAUSAL,
+                    BOTTOM_RIGHT,
+                    BLOCK_M,
+                    BLOCK_N,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGISTERS, PRODUCER_REGISTERS],
+    )
+
+
+# ---- launcher ------------------------------------------------------------------------------------
+
+
+def launch_arguments(
+    problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, stats: Any, delta: Any, dq: Any
+) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """(grid, arguments, keyword arguments) of the kernel's launch on tensors of ``problem`` (in
+    ``gluon_backward.out_of_scope``'s scope); ``delta`` the ``tl`` delta kernel's workspace."""
+    heads_q = problem.q.dims[1]
+    grid = (triton.cdiv(problem.seq_q, BLOCK_M), problem.batch * heads_q)
+    args = (
+        q,
+        k,
+        v,
+        do,
+        stats,
+        delta,
+        dq,
+        problem.batch,
+        heads_q,
+        problem.k.dims[1],
+        problem.group,
+        problem.seq_q,
+        problem.seq_kv,
+        *tma_strides(problem.q),
+        *tma_strides(problem.k),
+        *tma_strides(problem.v),
+        *tma_strides(problem.do),
+        *problem.stats.strides,
+        *problem.dq.strides,
+        problem.scale,
+    )
+    options = dict(
+        CAUSAL=problem.params.band == (None, 0),
+        BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
+        HEAD_DIM=problem.q.dims[3],
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        STAGES=STAGES,
+        num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
+    )
+    return grid, args, options
+
+
+def launch(problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, stats: Any, delta: Any, dq: Any) -> None:
+    """The kernel launched on torch tensors of ``problem`` (in scope): dQ."""
+    grid, args, options = launch_arguments(problem, q, k, v, do, stats, delta, dq)
+    attention_dq_warp_specialized_kernel[grid](*args, **options)
