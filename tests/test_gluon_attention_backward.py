@@ -1,8 +1,9 @@
 """The warp-specialized dK/dV of the attention backward (``attention/gluon_backward.py``): which
-backwards the planner gives it, and its kernel compiled for sm_90 on the CPU with its IR and ptxas
-figures checked (run as a script, it prints one JSON line per compiled variant; the test runs it in a
-subprocess, with Triton's compiler instead of its interpreter). Its results on an H200 are checked in
-``test_gpu_attention_backward.py``."""
+backwards the planner gives it and the warp-specialized dQ (``gluon_backward_dq``, compiled in
+``test_gluon_attention_backward_dq.py``), and its kernel compiled for sm_90 on the CPU with its IR and
+ptxas figures checked (run as a script, it prints one JSON line per compiled variant; the test runs it
+in a subprocess, with Triton's compiler instead of its interpreter). The results of both on an H200
+are checked in ``test_gpu_attention_backward.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sm90
 import torch
 
 import opendnn as od
-from opendnn.families.attention import gluon_backward, triton_backend
+from opendnn.families.attention import gluon_backward, gluon_backward_dq, triton_backend
 from opendnn.families.attention.api import attention_backward
 from opendnn.families.attention.problem import AttentionDescriptor, attention_problem
 
@@ -45,11 +46,11 @@ def problem(dtype="bfloat16", head_dim=128, heads=(8, 2), seq=(4096, 4096), do=N
         ("MQA", dict(heads=(8, 1))),
     ],
 )
-def test_16_bit_backwards_without_extras_take_the_warp_specialized_dkdv_on_sm90(case, arguments):
+def test_16_bit_backwards_without_extras_take_the_warp_specialized_dkdv_and_dq_on_sm90(case, arguments):
     chosen = problem(**arguments)
     assert gluon_backward.out_of_scope(chosen) is None, case
     plan = triton_backend.choose(chosen, True, True)
-    tl_plan = triton_backend.choose(chosen)  # delta and dQ keep the tl kernels' tile
+    tl_plan = triton_backend.choose(chosen)  # delta keeps the tl kernel's tile
     assert (plan.strategy, tl_plan.strategy) == (WS, TL), case
     assert (plan.block_m, plan.block_n, plan.num_warps) == (tl_plan.block_m, tl_plan.block_n, tl_plan.num_warps)
 
@@ -91,7 +92,8 @@ def test_a_forward_an_unaligned_base_another_gpu_or_the_interpreter_never_takes_
 
 def test_the_interpreter_runs_an_in_scope_backward_on_the_tl_kernels(monkeypatch):
     launched = []
-    monkeypatch.setattr(gluon_backward, "launch", lambda *args: launched.append(args))
+    for module in (gluon_backward, gluon_backward_dq):
+        monkeypatch.setattr(module, "launch", lambda *args: launched.append(args))
     generator = torch.Generator().manual_seed(1)
     q, k, v, o, do = (torch.randn(1, 2, 64, 64, generator=generator).half() for _ in range(5))
     stats = torch.randn(1, 2, 64, generator=generator)
@@ -101,6 +103,23 @@ def test_the_interpreter_runs_an_in_scope_backward_on_the_tl_kernels(monkeypatch
     pairs = [(d(t.dtype, t.shape), t) for t in (q, k, v, o, do, stats, dq, dk, dv)]
     attention_backward(handle, AttentionDescriptor(causal=True), *(item for pair in pairs for item in pair))
     assert not launched and all(bool(torch.isfinite(t).all()) for t in (dq, dk, dv))
+
+
+def test_the_warp_specialized_backward_runs_delta_on_tl_then_dkdv_and_dq_on_gluon(monkeypatch):
+    launched = []
+    monkeypatch.setattr(gluon_backward, "launch", lambda *args: launched.append("gluon dK/dV"))
+    monkeypatch.setattr(gluon_backward_dq, "launch", lambda *args: launched.append("gluon dQ"))
+    monkeypatch.setattr(triton_backend, "_launch", lambda kernel, *args: launched.append(kernel))
+    choose = triton_backend.choose  # as on an sm_90 GPU with aligned tensors
+    monkeypatch.setattr(triton_backend, "choose", lambda chosen, aligned, hopper: choose(chosen, True, True))
+    generator = torch.Generator().manual_seed(2)
+    q, k, v, o, do = (torch.randn(1, 2, 64, 64, generator=generator).half() for _ in range(5))
+    stats = torch.randn(1, 2, 64, generator=generator)
+    d = od.TensorDescriptor
+    pairs = [(d(t.dtype, t.shape), t) for t in (q, k, v, o, do, stats, *(torch.empty_like(q) for _ in range(3)))]
+    handle = od.create("cpu", backend="triton")
+    attention_backward(handle, AttentionDescriptor(causal=True), *(item for pair in pairs for item in pair))
+    assert launched == [triton_backend.attention_delta_kernel, "gluon dK/dV", "gluon dQ"]
 
 
 # ---- every variant compiled for sm_90 ------------------------------------------------------------

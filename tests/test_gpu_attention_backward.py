@@ -1,14 +1,14 @@
-"""The attention backward with dK and dV on the warp-specialized Gluon kernel (``gluon_backward``) on an
-H200 (``pytest -m gpu``): dq, dk and dv against the float64 reference, random inputs, outputs poisoned
-inside larger poisoned buffers; causal in both alignments, odd lengths, GQA and MQA, BSHD and BHSD
-strides, bfloat16 and float16, head dims 64 and 128."""
+"""The attention backward with dK, dV and dQ on the warp-specialized Gluon kernels (``gluon_backward``,
+``gluon_backward_dq``) on an H200 (``pytest -m gpu``): dq, dk and dv against the float64 reference,
+random inputs, outputs poisoned inside larger poisoned buffers; causal in both alignments, odd
+lengths, GQA and MQA, BSHD and BHSD strides, bfloat16 and float16, head dims 64 and 128."""
 
 import numpy as np
 import pytest
 import torch
 
 import opendnn as od
-from opendnn.families.attention import gluon_backward
+from opendnn.families.attention import gluon_backward, gluon_backward_dq
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.problem import AttentionDescriptor
 from opendnn.families.attention.reference import reference_backward
@@ -42,12 +42,17 @@ def poisoned_view(batch, heads, seq, dim, dtype):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_warp_specialized_dkdv_matches_the_float64_reference_on_gpu(name, monkeypatch):
+def test_the_warp_specialized_dkdv_and_dq_match_the_float64_reference_on_gpu(name, monkeypatch):
     if torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("the warp-specialized backward runs on sm_90 (Hopper) alone")
     launched = []
-    launch = gluon_backward.launch
-    monkeypatch.setattr(gluon_backward, "launch", lambda *args: launched.append(1) or launch(*args))
+    for module in (gluon_backward, gluon_backward_dq):
+
+        def recorded(*args, module=module, launch=module.launch):
+            launched.append(module.__name__)
+            launch(*args)
+
+        monkeypatch.setattr(module, "launch", recorded)
     dtype_name, (batch, heads_q, heads_kv, seq_q, seq_kv, dim), layout, fields = CASES[name]
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator(DEVICE).manual_seed(len(name))
@@ -67,7 +72,7 @@ def test_the_warp_specialized_dkdv_matches_the_float64_reference_on_gpu(name, mo
     dq, dk, dv = (view for view, _, _ in gradients)
     attention_backward(handle, params, *pairs(q, k, v, o, do, stats, dq, dk, dv))
     torch.cuda.synchronize()
-    assert launched, name
+    assert launched == [gluon_backward.__name__, gluon_backward_dq.__name__], name
     expected = reference_backward(params, *(t.double().cpu().numpy() for t in (q, k, v, do)))
     for slot, (view, buffer, inside) in zip(("dq", "dk", "dv"), gradients):
         assert bool(buffer[~inside].isnan().all()) and bool(torch.isfinite(view).all()), (name, slot)

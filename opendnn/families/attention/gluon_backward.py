@@ -522,11 +522,11 @@ def attention_dkdv_warp_specialized_kernel(
 
 
 def out_of_scope(problem: AttentionProblem) -> str | None:
-    """Why ``problem`` is not this kernel's, or None: a backward of 16-bit data whose forward
-    ``gluon_forward`` takes (equal head dims, no mask but causal, no extras, TMA-readable q, k and v), at head
-    dim 64 or 128 (HEAD_DIMS: at 256 dK and dV do not fit in a consumer's registers), whose dO a TMA
-    descriptor reads too. dq, dk and dv may have any strides (dK and dV are masked stores; dQ is the
-    ``tl`` kernel's)."""
+    """Why ``problem`` is not this kernel's nor ``gluon_backward_dq``'s (one scope for both), or None: a
+    backward of 16-bit data whose forward ``gluon_forward`` takes (equal head dims, no mask but causal,
+    no extras, TMA-readable q, k and v), at head dim 64 or 128 (HEAD_DIMS: at 256 dK and dV do not fit
+    in a consumer's registers), whose dO a TMA descriptor reads too. dq, dk and dv may have any
+    strides (masked stores)."""
     if not problem.backward:
         return "a forward"
     forward = gluon_forward.out_of_scope(dataclasses.replace(problem, do=None, dq=None, dk=None, dv=None))

@@ -26,12 +26,15 @@ shared memory and mbarriers:
   thread; the first is the kernel's own 4 warps): consumer ``half`` owns query rows ``64 half .. 64
   half + 63`` and their float32 dQ (64 x D), with the rows' logsumexp and delta loaded once (plain
   loads; the delta workspace is the ``tl`` delta kernel's). Per key block: S = Q K^T and dP = dO V^T
-  issued asynchronously (both operands in shared memory, K and V permuted); S waited for alone;
-  P = exp2(S scale log2(e) - lse log2(e)) in float32 (the edge blocks mask keys past Skv and, causal,
-  keys past a query's diagonal); dP waited for; dS = P (dP - delta), rounded to the data dtype and
-  converted in registers to the A operand; dQ += dS K (K's box as loaded) issued and waited for, then
-  the stage released. After the last block: dQ times the softmax scale, cast and stored at dq's
-  strides, rows past Sq not stored (TMA's zero rows and their +inf logsumexp make them 0 before).
+  issued asynchronously (``issue_products``: both operands in shared memory, K and V permuted), the
+  previous block's dQ += dS K issued behind them (K's box as loaded, dS the A operand in registers);
+  S waited for alone; P = exp2(S scale log2(e) - lse log2(e)) in float32 (``score_gradient``; the
+  edge blocks mask keys past Skv and, causal, keys past a query's diagonal); dP waited for; dS = P
+  (dP - delta), rounded to the data dtype and converted in registers to the A operand; the previous
+  dS K waited for and its stage released. The first block's dS is computed alone (masked wherever it
+  lies), the last block's dS K after the loops. After it: dQ times the softmax scale, cast and
+  stored at dq's strides, rows past Sq not stored (TMA's zero rows and their +inf logsumexp make
+  them 0 before).
 
 Numerics are the ``tl`` kernel's: scores and the logsumexp in log2 units, the same stats and delta,
 float32 products and dS rounded to the data dtype before its product with k.
@@ -43,14 +46,18 @@ product on the stage is complete. Block ``i`` of a program uses stage ``i % STAG
 ``(i // STAGES) & 1``; the producer waits on ``empty`` with the phase flipped, which a fresh barrier
 passes.
 
-**Schedule.** Each block's three products are waited for within the block: S alone, then dP, then
-dQ's. The forward's overlap (the previous block's dS K issued behind this block's S and dP and
-waited for after the softmax) keeps the previous dS live beside S and dP; compiled for sm_90 it
-spills where this order does not (docs/design/attention.md, "Backward on Hopper").
+**Schedule.** The forward's intra-warpgroup overlap (``gluon_key_blocks.overlapped_blocks``): the
+exponentials and dS of one block run while the previous block's dS K is on the tensor cores; every
+product is waited for within the block that issues it (a product carried in flight past the loop's
+end makes ptxas serialize every wgmma, as in ``gluon_backward``). Compiled for sm_90 it spills
+nothing at BLOCK_N 64, as the order without the overlap (each block's dS K issued and waited for
+after its own dS) does not either; at BLOCK_N 128 the overlap spills and serializes the wgmmas,
+and the order without it spills too under a causal mask (docs/design/attention.md, "Backward on
+Hopper").
 
 **Registers.** 12 warps, 168 registers a thread at launch; ``setmaxnreg`` leaves the producer 24 and
-gives each consumer 240: dQ (D / 2 float32 a thread), S and dP (BLOCK_N / 2 each), dS in 16 bits
-(BLOCK_N / 4), and the rows' lse and delta.
+gives each consumer 240: dQ (D / 2 float32 a thread), S and dP (BLOCK_N / 2 each), two dS in 16
+bits (the previous block's and this one's, BLOCK_N / 4 each), and the rows' lse and delta.
 
 **Arguments.** The partitions take every scalar as an argument of its own, written out where
 ``warp_specialize`` is called (as in ``gluon_forward``).
@@ -175,6 +182,62 @@ def key_value_producer(
 
 
 @gluon.jit
+def issue_products(q, do, k_ring, v_ring, k_ready, v_ready, step, zeros):
+    """S = Q K^T and dP = dO V^T of the key block of loop step ``step`` issued asynchronously, each
+    once its box has landed (K and V permuted)."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    stage = step % STAGES
+    phase = step // STAGES & 1
+    mbarrier.wait(k_ready.index(stage), phase)
+    s = warpgroup_mma(q, key_operand(k_ring, stage).permute((1, 0)), zeros, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(stage), phase)
+    v = v_ring.index(stage).reshape([v_ring.shape[3], v_ring.shape[4]])
+    dp = warpgroup_mma(do, v.permute((1, 0)), zeros, use_acc=False, is_async=True)
+    return s, dp
+
+
+@gluon.jit
+def key_operand(k_ring, stage):
+    """The [BLOCK_N, D] B operand of dS K in ``stage``: the key box as loaded."""
+    return k_ring.index(stage).reshape([k_ring.shape[3], k_ring.shape[4]])
+
+
+@gluon.jit
+def score_gradient(
+    s,
+    dp,
+    lse,
+    delta,
+    rows,
+    start_n,
+    seq_q,
+    seq_kv,
+    shift,
+    scale_log2,
+    dtype: gl.constexpr,
+    PENDING: gl.constexpr,
+    MASKED: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    DS_LAYOUT: gl.constexpr,
+):
+    """dS = P (dP - delta) of the key block at ``start_n``, rounded to the data dtype as the A operand
+    of dS K: S waited for (PENDING products issued after dP may still run), P = exp2(S scale_log2 -
+    lse), dP waited for. MASKED (an edge block): keys past Skv, queries past Sq and, causal, keys
+    past a query's diagonal take no part."""
+    s = warpgroup_mma_wait(PENDING + 1, deps=(s,))  # dP may still run
+    s = s * scale_log2
+    if MASKED:
+        keys = start_n + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+        allowed = (keys < seq_kv)[None, :] & (rows < seq_q)[:, None]
+        if CAUSAL:
+            allowed &= keys[None, :] <= (rows + shift)[:, None]
+        s = gl.where(allowed, s, float("-inf"))
+    p = gl.exp2(s - lse[:, None])
+    dp = warpgroup_mma_wait(PENDING, deps=(dp,))
+    return gl.convert_layout((p * (dp - delta[:, None])).to(dtype), DS_LAYOUT)
+
+
+@gluon.jit
 def gradient_consumer(
     q_ptr,
     q_boxes,
@@ -206,8 +269,8 @@ def gradient_consumer(
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
 ):
-    """dQ of rows ``HALF * BLOCK_M / 2`` on of the program's query block: per key block the three
-    products with P and dS between them, then the store."""
+    """dQ of rows ``HALF * BLOCK_M / 2`` on of the program's query block: per key block S and dP, the
+    previous block's dS K behind them, this block's dS; then the store."""
     STAGES: gl.constexpr = k_ring.shape[0]
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
@@ -233,35 +296,35 @@ def gradient_consumer(
     dq = gl.zeros([HALF_M, HEAD_DIM], gl.float32, DQ_LAYOUT)
     zeros = gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT)
     mbarrier.wait(rows_ready, 0)
-    step = 0
+    interior = (inner_lo < inner_hi).to(gl.int32)  # the first block is the interior's first, else lo
+    ds = gl.zeros([HALF_M, BLOCK_N], dtype, DS_LAYOUT)
+    if hi > lo:  # the first block's dS alone, masked wherever it lies
+        s, dp = issue_products(q, do, k_ring, v_ring, k_ready, v_ready, 0, zeros)
+        start_n = inner_lo * interior + lo * (1 - interior)
+        ds = score_gradient(
+            s, dp, lse, delta, rows, start_n, seq_q, seq_kv, shift, scale_log2, dtype, 0, True, CAUSAL, DS_LAYOUT
+        )
+    step = 1
     for EDGE in gl.static_range(2):
         first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
-        for position in range(first, stop, BLOCK_N):
-            stage = step % STAGES
-            phase = step // STAGES & 1
-            k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM])
-            v = v_ring.index(stage).reshape([BLOCK_N, VALUE_DIM])
-            mbarrier.wait(k_ready.index(stage), phase)
-            s = warpgroup_mma(q, k.permute((1, 0)), zeros, use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(stage), phase)
-            dp = warpgroup_mma(do, v.permute((1, 0)), zeros, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(1, deps=(s,))  # S done, dP may still run
-            s = s * scale_log2
-            if EDGE:
-                keys = block_position(position, inner_lo, gap) + gl.arange(
-                    0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT)
-                )
-                allowed = (keys < seq_kv)[None, :] & (rows < seq_q)[:, None]
-                if CAUSAL:
-                    allowed &= keys[None, :] <= (rows + shift)[:, None]
-                s = gl.where(allowed, s, float("-inf"))
-            p = gl.exp2(s - lse[:, None])
-            dp = warpgroup_mma_wait(0, deps=(dp,))
-            ds = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), DS_LAYOUT)
-            dq = warpgroup_mma(ds, k, dq, is_async=True)
+        skip = BLOCK_N * (1 - interior) if EDGE else BLOCK_N * interior  # the first block, done
+        for position in range(first + skip, stop, BLOCK_N):
+            s, dp = issue_products(q, do, k_ring, v_ring, k_ready, v_ready, step, zeros)
+            previous = (step + STAGES - 1) % STAGES
+            dq = warpgroup_mma(ds, key_operand(k_ring, previous), dq, is_async=True)  # the previous block's
+            ds_next = score_gradient(
+                s, dp, lse, delta, rows, block_position(position, inner_lo, gap), seq_q, seq_kv, shift, scale_log2,
+                dtype, 1, EDGE, CAUSAL, DS_LAYOUT,
+            )  # fmt: skip
             dq, ds = warpgroup_mma_wait(0, deps=(dq, ds))
-            mbarrier.arrive(empty.index(stage))
+            mbarrier.arrive(empty.index(previous))
+            ds = ds_next
             step += 1
+    if hi > lo:  # the last block's dS K
+        previous = (step + STAGES - 1) % STAGES
+        dq = warpgroup_mma(ds, key_operand(k_ring, previous), dq, is_async=True)
+        dq, ds = warpgroup_mma_wait(0, deps=(dq, ds))
+        mbarrier.arrive(empty.index(previous))
     dq = dq * scale
     dq_rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, DQ_LAYOUT))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, DQ_LAYOUT))

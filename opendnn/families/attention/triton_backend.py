@@ -11,9 +11,9 @@ its element size and head dim in WARP_SPECIALIZED_TILES) runs on the warp-specia
 (``warp_specialized_forward``); every other forward on the FlashAttention-2 kernel
 (``flash2_forward``). A backward under the same two conditions (dO aligned too) whose problem is
 ``gluon_backward``'s (``out_of_scope``: the 16-bit forward's scope at head dims 64 and 128, dO readable
-by TMA too) computes dK and dV on the warp-specialized kernel and delta and dQ on the ``tl`` kernels
-(``warp_specialized_backward``); every other backward runs on the deterministic ``tl`` kernels alone
-(``flash2_deterministic_backward``). For the ``tl``
+by TMA too) computes delta on the ``tl`` kernel, then dK and dV (``gluon_backward``) and dQ
+(``gluon_backward_dq``) on the warp-specialized kernels (``warp_specialized_backward``); every other
+backward runs on the deterministic ``tl`` kernels alone (``flash2_deterministic_backward``). For the ``tl``
 kernels it picks the tile from the head dims and the dtype: the
 tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padded to powers of two (at least 16,
 the smallest a tensor-core product takes; the padding is masked), the warps and pipeline stages.
@@ -37,7 +37,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from opendnn.core.arrays import CPU, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention import gluon_backward, gluon_forward
+from opendnn.families.attention import gluon_backward, gluon_backward_dq, gluon_forward
 from opendnn.families.attention.problem import (
     FP8_AMAX,
     FP8_BACKWARD_AMAX,
@@ -94,8 +94,8 @@ BACKWARD_GRID = ((32, 64), (32, 64, 128), (4, 8), (1, 2))
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    # "warp_specialized_forward", "flash2_forward", "warp_specialized_backward" (dK and dV on the Gluon
-    # kernel, delta and dQ on the tl kernels at this tile) or "flash2_deterministic_backward"
+    # "warp_specialized_forward", "flash2_forward", "warp_specialized_backward" (dK, dV and dQ on the
+    # Gluon kernels, delta on the tl kernel at this tile) or "flash2_deterministic_backward"
     strategy: str
     block_m: int
     block_n: int
@@ -150,9 +150,10 @@ def warp_specialized(problem: AttentionProblem, tma_aligned: bool, hopper: bool)
 def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = False) -> AttentionPlan:
     """The strategy and tile of ``problem`` (``warp_specialized``'s arguments; in a backward
     ``tma_aligned`` covers dO too): the warp-specialized forward with its own tile where
-    ``warp_specialized`` holds, the warp-specialized dK/dV where ``gluon_backward`` takes the problem
-    on the same two conditions; otherwise, and for the ``tl`` kernels beside it, ``tile_for``'s tile,
-    never wider than the sequences rounded up to a power of two."""
+    ``warp_specialized`` holds, the warp-specialized dK/dV and dQ where ``gluon_backward`` takes the
+    problem on the same two conditions (one predicate for both kernels); otherwise, and for the ``tl``
+    kernels beside it, ``tile_for``'s tile, never wider than the sequences rounded up to a power of
+    two."""
     if warp_specialized(problem, tma_aligned, hopper):
         head_dim = problem.q.dims[3]
         warp_tile = gluon_forward.tile_for(problem.q.dtype.itemsize, head_dim)
@@ -223,11 +224,12 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     key_blocks = _block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
     if plan.strategy == "warp_specialized_backward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
-        q, k, v, do, stats, dk, dv = (views[slot] for slot in ("q", "k", "v", "do", "stats", "dk", "dv"))
+        q, k, v, do, stats, dq, dk, dv = (views[slot] for slot in ("q", "k", "v", "do", "stats", "dq", "dk", "dv"))
         gluon_backward.launch(problem, q, k, v, do, stats, args["delta_ptr"], dk, dv)
+        gluon_backward_dq.launch(problem, q, k, v, do, stats, args["delta_ptr"], dq)
     else:
         _launch(attention_dkdv_kernel, key_blocks, args, plan)
-    _launch(attention_dq_kernel, query_blocks, args, plan)
+        _launch(attention_dq_kernel, query_blocks, args, plan)
     if problem.dbias is not None:
         bias_batch, bias_heads, bias_queries, bias_keys = problem.dbias.dims
         tiles = triton.cdiv(bias_queries, plan.block_m) * triton.cdiv(bias_keys, plan.block_n)
