@@ -132,3 +132,22 @@ def sass(cubin: bytes) -> str:
         report = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     return report.stdout
+
+
+def warp_specialized_report(
+    kernel: Any, args: tuple[Any, ...], options: dict[str, Any], target: Any, backend: Any
+) -> dict[str, Any]:
+    """A warp-specialized Gluon kernel launched with ``args`` and ``options`` compiled for ``target``:
+    ``warp_specialized_figures``, the wgmma instructions in the PTX, ptxas's registers a thread
+    (``launch_registers``) and spilled bytes, and whether ptxas serialized the wgmmas."""
+    specialized = specialize(kernel, args, options, backend)
+    compiled = compile_sm90(kernel, *specialized[1:], specialized[0], target)
+    ptx = compiled.asm["ptx"]
+    registers, spilled = ptxas_usage(ptx, 90)
+    return dict(
+        **warp_specialized_figures(compiled),
+        wgmma_instructions=len(re.findall(r"wgmma\.mma_async", ptx)),
+        launch_registers=registers,
+        spilled=spilled,
+        serialized=wgmma_serialized(ptx, 90),
+    )

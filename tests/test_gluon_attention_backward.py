@@ -1,14 +1,12 @@
-"""The warp-specialized dK/dV of the attention backward (``attention/gluon_backward.py``): which
-backwards the planner gives it and the warp-specialized dQ (``gluon_backward_dq``, compiled in
-``test_gluon_attention_backward_dq.py``), and its kernel compiled for sm_90 on the CPU with its IR and
-ptxas figures checked (run as a script, it prints one JSON line per compiled variant; the test runs it
-in a subprocess, with Triton's compiler instead of its interpreter). The results of both on an H200
-are checked in ``test_gpu_attention_backward.py``."""
+"""The warp-specialized dK/dV and dQ of the attention backward (``attention/gluon_backward.py``,
+``gluon_backward_dq.py``): which backwards the planner gives them, and their kernels compiled for sm_90
+on the CPU with their IR and ptxas figures checked (run as a script, it prints one JSON line per
+compiled variant; the test runs it in a subprocess, with Triton's compiler instead of its
+interpreter). Their results on an H200 are checked in ``test_gpu_attention_backward.py``."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import sm90
@@ -124,18 +122,34 @@ def test_the_warp_specialized_backward_runs_delta_on_tl_then_dkdv_and_dq_on_gluo
 
 # ---- every variant compiled for sm_90 ------------------------------------------------------------
 
-# name: (dtype, head dim, causal); GQA 8/2, 4096 queries and keys
+# name: (kernel, dtype, head dim, causal); GQA 8/2, 4096 queries and keys
 VARIANTS = {
-    f"{dtype}_{head_dim}_{'causal' if causal else 'full'}": (dtype, head_dim, causal)
+    f"{kernel}_{dtype}_{head_dim}_{'causal' if causal else 'full'}": (kernel, dtype, head_dim, causal)
+    for kernel in ("dkdv", "dq")
     for dtype in ("bfloat16", "float16")
     for head_dim in gluon_backward.HEAD_DIMS
     for causal in (False, True)
 }
 # (registers a consumer and the producer keep; the launch's registers a thread): setmaxnreg and ptxas
 REGISTERS = ([24, 240], 168)
-# head dim -> the most bytes ptxas spills (measured: 368, causal 500, at head dim 128; none at 64):
-# loop-invariant scalars around the head loop, with dK, dV, S^T and dP^T taking 192 registers a thread
-SPILLS = {64: 0, 128: 500}
+# kernel -> head dim -> the most bytes ptxas spills. dK/dV, measured: 368, causal 500, at head dim 128
+# (loop-invariant scalars around the head loop, with dK, dV, S^T and dP^T taking 192 registers a
+# thread), none at 64. dQ: none (BLOCK_N 64: dQ, S, dP and two dS take 160 at head dim 128)
+SPILLS = {"dkdv": {64: 0, 128: 500}, "dq": {64: 0, 128: 0}}
+# dQ's shared bytes, head dim -> measured: the query and dO blocks and the ring of 4 key and value stages
+DQ_SHARED = {64: 98_752, 128: 197_056}
+
+
+def products(kernel, head_dim):
+    """(asynchronous products, those with A from registers, wgmma instructions) of both consumers.
+    dK/dV, per consumer: S^T, dP^T, dV and dK (dV's P^T and dK's dS^T from registers) in each of the
+    two loops (interior, edge); S^T's and dP^T's D / 16 k-steps, dV's and dK's BLOCK_M / 16. dQ, per
+    consumer: the first block's S and dP, then S, dP and the previous block's dS K (dS from
+    registers) in each of the two loops, the last block's dS K; S's and dP's D / 16 k-steps three
+    times, dS K's BLOCK_N / 16 three times."""
+    if kernel == "dkdv":
+        return 2 * 8, 2 * 4, 2 * 2 * (2 * head_dim // 16 + 2 * gluon_backward.BLOCK_M // 16)
+    return 2 * 9, 2 * 3, 2 * 3 * (2 * head_dim // 16 + gluon_backward_dq.BLOCK_N // 16)
 
 
 def test_every_variant_compiles_to_a_warp_specialized_kernel_with_operands_from_registers():
@@ -144,54 +158,48 @@ def test_every_variant_compiles_to_a_warp_specialized_kernel_with_operands_from_
     reports = {report["name"]: report for report in map(json.loads, completed.stdout.splitlines())}
     assert set(reports) == set(VARIANTS)
     for name, report in reports.items():
-        _, head_dim, _ = VARIANTS[name]
-        assert report["kernel"] == "attention_dkdv_warp_specialized_kernel", name
+        kernel, _, head_dim, _ = VARIANTS[name]
+        assert report["kernel"] == f"attention_{kernel}_warp_specialized_kernel", name
         assert report["partitions"] == [4, 1] and report["warps"] == 12, name
-        # per consumer: S^T, dP^T, dV and dK in each of the two loops (interior, edge), all asynchronous
-        assert (report["async_mma"], report["synchronous_mma"]) == (2 * 8, 0), name
-        assert report["a_from_registers"] == 2 * 4, name  # dV's P^T and dK's dS^T
-        assert report["shared_loads"] == 0 and report["shared_stores"] == 0, name  # their conversions too
-        assert report["tma_loads"] == 8, name  # k's and v's two halves; q and dO in each of the two loops
-        # S^T's and dP^T's D / 16 k-steps, dV's and dK's BLOCK_M / 16, per consumer and loop
-        assert report["wgmma_instructions"] == 2 * 2 * (2 * head_dim // 16 + 2 * gluon_backward.BLOCK_M // 16), name
+        async_mma, a_from_registers, wgmma_instructions = products(kernel, head_dim)
+        assert (report["async_mma"], report["synchronous_mma"]) == (async_mma, 0), name
+        assert report["a_from_registers"] == a_from_registers, name
+        assert report["shared_loads"] == 0 and report["shared_stores"] == 0, name  # the A operands' conversions
+        # dK/dV: k's and v's two halves, q and dO in each of the two loops; dQ: q's and dO's two
+        # halves, k and v in each of the two loops
+        assert report["tma_loads"] == 8, name
+        assert report["wgmma_instructions"] == wgmma_instructions, name
         assert not report["serialized"], name  # ptxas keeps the products asynchronous
         assert [r for r in report["registers"] if r in REGISTERS[0]] == REGISTERS[0], name
         assert report["launch_registers"] == REGISTERS[1], name
-        assert report["spilled"] <= SPILLS[head_dim], name
+        assert report["spilled"] <= SPILLS[kernel][head_dim], name
         assert report["shared"] <= SHARED_MEMORY, name
+        if kernel == "dq":
+            assert report["shared"] == DQ_SHARED[head_dim], name
 
 
 def variant_launch(name):
-    """The kernel's (grid, arguments, options) of variant ``name`` on one-element tensors: only their
-    dtypes and alignments specialize it."""
-    dtype, head_dim, causal = VARIANTS[name]
+    """(the kernel, its (grid, arguments, options)) of variant ``name`` on one-element tensors: only
+    their dtypes and alignments specialize it."""
+    kernel, dtype, head_dim, causal = VARIANTS[name]
     chosen = problem(dtype, head_dim, causal=causal)
     assert gluon_backward.out_of_scope(chosen) is None, name
     tensor = torch.empty(8, dtype=getattr(torch, dtype))
     floats = torch.empty(8)
-    return gluon_backward.launch_arguments(chosen, tensor, tensor, tensor, tensor, floats, floats, tensor, tensor)
+    if kernel == "dkdv":
+        launch = gluon_backward.launch_arguments(chosen, tensor, tensor, tensor, tensor, floats, floats, tensor, tensor)
+        return gluon_backward.attention_dkdv_warp_specialized_kernel, launch
+    launch = gluon_backward_dq.launch_arguments(chosen, tensor, tensor, tensor, tensor, floats, floats, tensor)
+    return gluon_backward_dq.attention_dq_warp_specialized_kernel, launch
 
 
 def main() -> None:
-    """Print, per variant, a JSON line: ``sm90.warp_specialized_figures``, the wgmma instructions in
-    the PTX, ptxas's registers a thread and spilled bytes, and whether ptxas serialized the wgmmas."""
+    """Print, per variant, a JSON line: its name and ``sm90.warp_specialized_report``."""
     target, backend = sm90.target_or_exit()
-    kernel = gluon_backward.attention_dkdv_warp_specialized_kernel
     for name in VARIANTS:
-        _, args, options = variant_launch(name)
-        specialized = sm90.specialize(kernel, args, options, backend)
-        compiled = sm90.compile_sm90(kernel, *specialized[1:], specialized[0], target)
-        ptx = compiled.asm["ptx"]
-        registers, spilled = sm90.ptxas_usage(ptx, 90)
-        report = dict(
-            name=name,
-            **sm90.warp_specialized_figures(compiled),
-            wgmma_instructions=len(re.findall(r"wgmma\.mma_async", ptx)),
-            launch_registers=registers,
-            spilled=spilled,
-            serialized=sm90.wgmma_serialized(ptx, 90),
-        )
-        print(json.dumps(report), flush=True)
+        kernel, (_, args, options) = variant_launch(name)
+        report = sm90.warp_specialized_report(kernel, args, options, target, backend)
+        print(json.dumps(dict(name=name, **report)), flush=True)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from opendnn.families.attention.gluon_backward import head_descriptor, row_statistics
 from opendnn.families.attention.gluon_forward import tma_strides
-from opendnn.families.attention.gluon_key_blocks import block_position
+from opendnn.families.attention.gluon_key_blocks import block_position, masked_scores
 from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
 
@@ -182,6 +182,12 @@ def key_value_producer(
 
 
 @gluon.jit
+def key_operand(k_ring, stage):
+    """The [BLOCK_N, D] B operand of dS K in ``stage``: the key box as loaded."""
+    return k_ring.index(stage).reshape([k_ring.shape[3], k_ring.shape[4]])
+
+
+@gluon.jit
 def issue_products(q, do, k_ring, v_ring, k_ready, v_ready, step, zeros):
     """S = Q K^T and dP = dO V^T of the key block of loop step ``step`` issued asynchronously, each
     once its box has landed (K and V permuted)."""
@@ -194,12 +200,6 @@ def issue_products(q, do, k_ring, v_ring, k_ready, v_ready, step, zeros):
     v = v_ring.index(stage).reshape([v_ring.shape[3], v_ring.shape[4]])
     dp = warpgroup_mma(do, v.permute((1, 0)), zeros, use_acc=False, is_async=True)
     return s, dp
-
-
-@gluon.jit
-def key_operand(k_ring, stage):
-    """The [BLOCK_N, D] B operand of dS K in ``stage``: the key box as loaded."""
-    return k_ring.index(stage).reshape([k_ring.shape[3], k_ring.shape[4]])
 
 
 @gluon.jit
@@ -227,11 +227,7 @@ def score_gradient(
     s = warpgroup_mma_wait(PENDING + 1, deps=(s,))  # dP may still run
     s = s * scale_log2
     if MASKED:
-        keys = start_n + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
-        allowed = (keys < seq_kv)[None, :] & (rows < seq_q)[:, None]
-        if CAUSAL:
-            allowed &= keys[None, :] <= (rows + shift)[:, None]
-        s = gl.where(allowed, s, float("-inf"))
+        s = masked_scores(s, rows, start_n, seq_q, seq_kv, shift, CAUSAL)
     p = gl.exp2(s - lse[:, None])
     dp = warpgroup_mma_wait(PENDING, deps=(dp,))
     return gl.convert_layout((p * (dp - delta[:, None])).to(dtype), DS_LAYOUT)

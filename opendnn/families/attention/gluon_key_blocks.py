@@ -42,6 +42,17 @@ def pass_turn(turn, HALF: gl.constexpr, PING_PONG: gl.constexpr):
 
 
 @gluon.jit
+def masked_scores(s, rows, start_n, seq_q, seq_kv, shift, CAUSAL: gl.constexpr):
+    """The score tile ``s`` of query rows ``rows`` by the key block at ``start_n``, -inf where a
+    pair takes no part: keys past Skv, queries past Sq and, causal, keys past a query's diagonal."""
+    columns = start_n + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+    allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
+    if CAUSAL:
+        allowed &= columns[None, :] <= (rows + shift)[:, None]
+    return gl.where(allowed, s, float("-inf"))
+
+
+@gluon.jit
 def online_softmax(
     s,
     m,
@@ -62,11 +73,7 @@ def online_softmax(
     rounded up to whole numbers, so that every rescaling is a power of two (triton_forward's fp8)."""
     s = s * scale
     if MASKED:
-        columns = start_n + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
-        allowed = (columns < seq_kv)[None, :] & (rows < seq_q)[:, None]
-        if CAUSAL:
-            allowed &= columns[None, :] <= (rows + shift)[:, None]
-        s = gl.where(allowed, s, float("-inf"))
+        s = masked_scores(s, rows, start_n, seq_q, seq_kv, shift, CAUSAL)
     m_new = gl.maximum(m, gl.max(s, 1))
     m_old = m
     if FP8:
