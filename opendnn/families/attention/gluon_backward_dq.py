@@ -516,6 +516,8 @@ def launch_arguments(
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
     """(grid, arguments, keyword arguments) of the kernel's launch on tensors of ``problem`` (in
     ``gluon_backward.out_of_scope``'s scope); ``delta`` the ``tl`` delta kernel's workspace."""
+    do_desc, stats_desc, dq_desc = problem.do, problem.stats, problem.dq
+    assert do_desc is not None and stats_desc is not None and dq_desc is not None
     heads_q = problem.q.dims[1]
     grid = (triton.cdiv(problem.seq_q, BLOCK_M), problem.batch * heads_q)
     args = (
@@ -535,9 +537,9 @@ def launch_arguments(
         *tma_strides(problem.q),
         *tma_strides(problem.k),
         *tma_strides(problem.v),
-        *tma_strides(problem.do),
-        *problem.stats.strides,
-        *problem.dq.strides,
+        *tma_strides(do_desc),
+        *stats_desc.strides,
+        *dq_desc.strides,
         problem.scale,
     )
     options = dict(
