@@ -2,8 +2,8 @@
 dtype: the route the default algorithm takes, its error against float64, its workspace, and GPU
 time (CUDA-graph replay) beside cuDNN's (torch, cudnn.benchmark, TF32 allowed for float32).
 
-    PYTHONPATH=. python3 benchmarks/convolution_layers.py nchw_float32 [--layers NAME ...] [--out FILE.json]
-        [--results benchmarks/results/h200.json]
+    PYTHONPATH=. python3 benchmarks/convolution_layers.py nchw_float32 [--layers NAME ...]
+        [--directions fwd bwd_data bwd_filter] [--out FILE.json] [--results benchmarks/results/h200.json]
 
 Prints one line per case, then the geometric mean and the minimum of cudnn / opendnn per direction;
 with ``--results``, saves the rows in the results file's convolution suite (``report.py``), where they
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 import report
 import torch
@@ -50,6 +51,8 @@ def saved_rows(layout_dtype: str, rows: list[dict]) -> list[dict]:
 def route(case: Case) -> str:
     if kernels.matmul_form(case.problem) is not None or kernels.filter_matmul_form(case.problem) is not None:
         return "matmul"
+    if kernels.choose(case.problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER:
+        return "raster"
     if kernels.tma_blocks(case.problem) is None:
         return "old"  # the cp.async GEMM or the direct kernels
     if kernels.choose(case.problem, tma_aligned=True, hopper=has_wgmma(0)) is kernels.Strategy.WARP_SPECIALIZED_TMA:
@@ -61,6 +64,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("layout_dtype", help="nchw_float32, nhwc_bfloat16, nhwc_float32, ...")
     parser.add_argument("--layers", nargs="+", choices=LAYERS, default=list(LAYERS), help="the layers to run")
+    parser.add_argument(
+        "--directions",
+        nargs="+",
+        choices=list(DIRECTIONS.values()),
+        default=list(DIRECTIONS.values()),
+        help="only these",
+    )
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--results", help="save the rows in this results file (e.g. benchmarks/results/h200.json)")
     args = parser.parse_args()
@@ -69,7 +79,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     rows = []
     for layer in args.layers:
-        for direction in (FWD, DATA, FILTER):
+        for direction in (d for d in (FWD, DATA, FILTER) if DIRECTIONS[d.name] in args.directions):
             case = Case(layer, direction, DTYPES[dtype], layout == "nhwc")
             error = case.error()
             ours, theirs = bench_graph(case.run), bench_graph(case.torch_call())
@@ -95,11 +105,13 @@ def main() -> None:
         with open(args.out, "w") as file:
             json.dump(rows, file, indent=1)
     if args.results:
-        command = f"benchmarks/convolution_layers.py {args.layout_dtype}"
+        command = " ".join(["benchmarks/convolution_layers.py", *sys.argv[1:]])
         run = report.gpu_run(torch.cuda.get_device_name(), command, TIMING)
         report.save_run(args.results, run, {"convolution": saved_rows(args.layout_dtype, rows)})
     for direction in (FWD, DATA, FILTER):
         ratios = [row["ratio"] for row in rows if row["direction"] == direction.name]
+        if not ratios:
+            continue
         print(
             f"{layout} {dtype} {direction.name:15s} geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}"
             f" min {min(ratios):.3f}"

@@ -105,8 +105,15 @@ def problem(
             S.WARP_SPECIALIZED_TMA,
         ),
         (
-            "TF32 backward filter: pixels reduced, not K-major",
+            "TF32 backward filter: pixels reduced, K-major in the rasters",
             dict(direction=FILTER, dtype=FP32, allow_tf32=True),
+            True,
+            True,
+            S.RASTER_FILTER,
+        ),
+        (
+            "TF32 backward filter over 32 channels: the TMA route's",
+            dict(direction=FILTER, dtype=FP32, allow_tf32=True, c=32, k=32),
             True,
             True,
             S.TMA,
@@ -140,7 +147,7 @@ def problem(
         ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
     ],
 )
-def test_the_engine_takes_the_tma_route_on_sm90_but_the_tf32_backward_filter(
+def test_the_engine_takes_the_tma_route_on_sm90_the_tf32_backward_filter_the_rasters(
     case, arguments, aligned, hopper, expected
 ):
     assert kernels.choose(problem(**arguments), tma_aligned=aligned, hopper=hopper) is expected

@@ -157,3 +157,65 @@ def test_tf32_engine_stride_2_phases_are_as_close_to_float64_as_cudnn(direction,
     """ResNet-50's l2 3x3 stride-2 layer at batch 4: the forward through x's phase view (packed
     channels-last x: its pixels C apart), backward data one launch per phase of dx."""
     _check_engine(direction, 4, 128, 56, 56, 128, 2, 0.5, layout, bound)
+
+
+def _tf32_nearest(t):
+    """float32 ``t`` (finite) rounded to TF32, to nearest with ties away from zero, as cuDNN rounds."""
+    return ((t.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize("layout", [_nchw, _sub_region])
+@pytest.mark.parametrize(
+    "n, c, h, w, k, stride",
+    [
+        (2, 64, 56, 56, 64, 1),
+        (8, 256, 14, 14, 256, 1),
+        (16, 512, 7, 7, 512, 1),
+        (3, 96, 13, 21, 160, 1),
+        (4, 128, 56, 56, 128, 2),
+    ],
+)
+def test_tf32_backward_filter_over_rounded_rasters_is_the_product_of_rounded_operands(
+    n, c, h, w, k, stride, layout, beta
+):
+    """The raster route (``convolution/triton_raster.py``): x and dy copied pixel-major and rounded to
+    TF32 to nearest, then one product a tap over runs of pixels. 3 runs with dw and the workspace
+    poisoned before each: bitwise equal, the float64 product of the TF32-rounded operands to float32's
+    precision (what the tensor cores compute from them), TF32's distance from the exact float64 one,
+    nothing written outside dw's window of its buffer."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    conv_desc = od.ConvolutionDescriptor((1, 1), (stride, stride), (1, 1))
+    out_h, out_w = (h - 1) // stride + 1, (w - 1) // stride + 1
+    generator = torch.Generator().manual_seed(n * c + k)
+    x, _ = layout(n, c, h, w, torch.randn(n, c, h, w, generator=generator))
+    dy, _ = layout(n, k, out_h, out_w, torch.randn(n, k, out_h, out_w, generator=generator))
+    buffer = torch.full((k + 3, c, 3, 3), math.nan, device=DEVICE)
+    dw = buffer[2 : k + 2]
+    prior = torch.randn(dw.shape, generator=generator).to(DEVICE)
+
+    def product(a, gradient):
+        return ALPHA * torch.nn.grad.conv2d_weight(a, (k, c, 3, 3), gradient, stride=stride, padding=1) + beta * prior
+
+    exact = product(x.double(), dy.double())
+    of_rounded = product(_tf32_nearest(x).double(), _tf32_nearest(dy).double())
+    xd, yd, wd = _descriptor(x), _descriptor(dy), _descriptor(dw)
+    problem = convolution_problem(
+        ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, wd, yd, allow_tf32=True, alpha=ALPHA, beta=beta
+    )
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
+    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
+    size = od.get_convolution_backward_filter_workspace_size(handle, xd, yd, conv_desc, wd, algo)
+    runs = []
+    for _ in range(3):
+        dw.copy_(prior if beta else torch.full_like(prior, math.nan))
+        workspace = torch.full((size,), 255, dtype=torch.uint8, device=DEVICE)  # every float32 NaN
+        od.convolution_backward_filter(handle, ALPHA, xd, x, yd, dy, conv_desc, algo, workspace, beta, wd, dw)
+        runs.append(dw.clone())
+    assert all(torch.equal(runs[0], run) for run in runs[1:])
+    assert relative_error(runs[0], of_rounded) < 2e-5, relative_error(runs[0], of_rounded)  # float32 sums
+    assert relative_error(runs[0], exact) < 6e-4, relative_error(runs[0], exact)  # TF32: 2**-11 an operand
+    assert bool(buffer[:2].isnan().all()) and bool(buffer[k + 2 :].isnan().all())

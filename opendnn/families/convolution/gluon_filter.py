@@ -51,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from opendnn.families.convolution.gluon_hopper import CONSUMER_REGISTERS, MAX_STAGES, PRODUCER_REGISTERS, SHARED_MEMORY
 from opendnn.families.convolution.problem import ConvolutionProblem
-from opendnn.families.convolution.triton_direct import store_filter
+from opendnn.families.convolution.triton_direct import store_tap_filter
 from opendnn.families.convolution.triton_gemm import box_origin, phase_view_box
 from opendnn.families.convolution.triton_tiles import geometry
 from opendnn.families.convolution.triton_tma import (
@@ -212,25 +212,22 @@ def filter_consumer(
         c = tile % tiles_c * BLOCK_C + c_offsets
         tap = tile // tiles_c % (R * S)
         k = (tile // (tiles_c * R * S) * K_CHUNKS + K_CHUNK) * CHUNK + k_offsets
-        store_filter(
+        store_tap_filter(
             acc,
             k[:, None],
-            tap * C + c[None, :],
+            c[None, :],
+            tap,
             unit // tiles * 2 + HALF if K_CHUNKS == 1 else unit // tiles,  # the partial filter's index
             dw_ptr,
             partial_ptr,
             K,
             C,
-            R * S,
-            1,
             R,
             S,
             w_sk,
             w_sc,
-            0,
             w_sr,
             w_ss,
-            (k < K)[:, None] & (c < C)[None, :],
             alpha,
             beta,
             PARTIAL,

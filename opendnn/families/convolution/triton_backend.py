@@ -73,6 +73,7 @@ from opendnn.families.convolution.problem import (
 )
 from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
+from opendnn.families.convolution.triton_raster import raster_elements, raster_launches, raster_plan
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
     BACKWARD_FILTER,
@@ -115,8 +116,10 @@ REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  #
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by the algorithm and workspace queries
 def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     """Bytes of each of REGIONS: offset table, column matrix, backward-filter partial sums, and the
-    TMA route's channels-last copies of x and y and its repacked filter."""
+    TMA route's channels-last copies of x and y and its repacked filter (the raster route's rasters
+    of x and dy where it applies: ``triton_raster``)."""
     geo = geometry(problem)
+    raster = raster_plan(problem)
     method = method_of(problem.algo)
     table = aligned(geo.taps * TABLE_BYTES_PER_TAP) if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM else 0
     columns = partials = 0
@@ -125,14 +128,18 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     if problem.direction is BACKWARD_FILTER:  # enough for the TMA kernel's slices and the others'
         splits = max(
             filter_plan(problem).splits,
-            tma_filter_split(problem)[1] if tma_blocks(problem) else 1,
+            tma_filter_split(problem)[1] if tma_blocks(problem) and raster is None else 1,
             filter_split(problem).partials if tma_blocks(problem) and itemsize_of(problem) == 2 else 1,
             geo.n if filter_matmul_form(problem) else 1,
             grouped_splits(problem),
+            raster.partials if raster else 1,
         )
         if splits > 1:
             accumulator = 8 if accumulator_type(problem) == tl.float64 else 4
             partials = aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
+    if raster is not None:  # the TMA route's copies are not made where the rasters are
+        x_raster, y_raster = raster_elements(problem, raster)
+        return table, columns, partials, aligned(x_raster * 4), aligned(y_raster * 4), 0
     copies = [
         aligned(desc.numel * itemsize_of(problem)) if tma_blocks(problem) and used else 0
         for desc, used in (
@@ -172,6 +179,7 @@ class Strategy(enum.Enum):
     MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1, channels-last pixels: matmul_form)"
     IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
     WARP_SPECIALIZED_TMA = "the TMA route's problems wgmma reads from shared memory, on the warp-specialized engine"
+    RASTER_FILTER = "TF32 backward filter over pixel-major copies of x and dy read by TMA (triton_raster)"
     TMA = "implicit GEMM reading activations by TMA in boxes of pixels (tma_blocks; Hopper)"
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
     GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
@@ -180,7 +188,7 @@ class Strategy(enum.Enum):
     EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
 
 
-TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.TMA)  # the strategies whose kernels read by TMA
+TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.RASTER_FILTER, Strategy.TMA)  # kernels reading by TMA
 
 
 def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
@@ -189,8 +197,9 @@ def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
     reads them in either major order); float32 as TF32 (the route takes float32 only where the math
     mode allows TF32) in forward and backward data, whose boxes hold the reduced channels contiguous,
     the K-major order wgmma needs for TF32 operands. A backward filter reduces over pixels, the outer
-    dim of its channels-last boxes, so its TF32 operands are not K-major: it keeps ``filter_tma_kernel``,
-    which transposes B through registers."""
+    dim of its channels-last boxes, so its TF32 operands are not K-major: it takes the raster route
+    (``triton_raster``) where that applies, else ``filter_tma_kernel``, which transposes B through
+    registers."""
     return problem.x.dtype.itemsize == 2 or (tf32(problem) and problem.direction is not BACKWARD_FILTER)
 
 
@@ -205,6 +214,8 @@ def choose(problem: ConvolutionProblem, tma_aligned: bool, hopper: bool = False)
         return Strategy.MATRIX_PRODUCT
     if filter_matmul_form(problem) is not None:
         return Strategy.IMAGE_PRODUCTS
+    if tma_aligned and raster_plan(problem) is not None:
+        return Strategy.RASTER_FILTER
     if tma_aligned and tma_blocks(problem) is not None:
         if hopper and engine_reads_boxes(problem):
             return Strategy.WARP_SPECIALIZED_TMA
@@ -267,6 +278,8 @@ def run(
         return
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
     first, second = (tensors[name] for name in TMA_READS[problem.direction])
+    if strategy is Strategy.RASTER_FILTER and workspace is not None:  # TMA reads only its copies
+        first = second = torch_view(workspace)
     if strategy in TMA_STRATEGIES and not tma_ready(first, second, interpreted):
         strategy = choose(problem, tma_aligned=False, hopper=hopper)
     plan = launch_plan(problem, interpreted, strategy)
@@ -317,6 +330,12 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
             start += size
     if strategy is Strategy.IMAGE_PRODUCTS:  # run() has computed the per-image partials
         launches = [_sum_launch(problem, geometry(problem).n)]
+    elif strategy is Strategy.RASTER_FILTER:
+        launches = raster_launches(problem)
+        raster = raster_plan(problem)
+        assert raster is not None  # what choose read
+        if raster.partials:
+            launches.append(_sum_launch(problem, raster.partials))
     elif strategy is Strategy.TMA and problem.direction is BACKWARD_FILTER:
         launches = [*staging_launches(problem), tma_filter_launch(problem, dot)]
         splits = tma_filter_split(problem)[1]

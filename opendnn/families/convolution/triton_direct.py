@@ -263,6 +263,60 @@ def store_filter(
 
 
 @triton.jit
+def store_tap_filter(
+    value,
+    k,
+    c,
+    tap,
+    split,
+    dw_ptr,
+    partial_ptr,
+    K,
+    C,
+    R,
+    S,
+    w_sk,
+    w_sc,
+    w_sr,
+    w_ss,
+    alpha,
+    beta,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    FLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """``store_filter`` of a 2-D ungrouped problem's tile at one tap: output channels ``k`` (a column)
+    by input channels ``c`` (a row), those past K and C left out."""
+    store_filter(
+        value,
+        k,
+        tap * C + c,
+        split,
+        dw_ptr,
+        partial_ptr,
+        K,
+        C,
+        R * S,
+        1,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        0,
+        w_sr,
+        w_ss,
+        (k < K) & (c < C),
+        alpha,
+        beta,
+        PARTIAL,
+        HAS_BETA,
+        FLIP,
+        COMPUTE,
+    )
+
+
+@triton.jit
 def pixel_coordinates(p, OD, OH, OW):
     o_w = p % OW
     o_h = (p // OW) % OH
@@ -496,25 +550,22 @@ def filter_tma_kernel(
 
     k = k0 + tl.arange(0, BLOCK_M)[:, None]
     c = c0 + tl.arange(0, BLOCK_N)[None, :]
-    store_filter(
+    store_tap_filter(
         acc,
         k,
-        tap * C + c,
+        c,
+        tap,
         split,
         dw_ptr,
         partial_ptr,
         K,
         C,
-        R * S,
-        1,
         R,
         S,
         w_sk,
         w_sc,
-        0,
         w_sr,
         w_ss,
-        (k < K) & (c < C),
         alpha,
         beta,
         PARTIAL,

@@ -364,6 +364,16 @@ STAGING_WARPS = 8
 
 
 @triton.jit
+def round_to_tf32(value):
+    """float32 ``value`` rounded to TF32, to nearest with ties away from zero (``cvt.rna.tf32.f32``):
+    the bits plus half of the last kept bit's unit, the 13 dropped bits cleared (a carry into the
+    exponent is the next binade, or infinity past the largest finite value; NaN stays NaN)."""
+    bits = value.to(tl.uint32, bitcast=True) + TF32_HALF_UNIT
+    rounded = (bits >> TF32_DROPPED << TF32_DROPPED).to(tl.float32, bitcast=True)
+    return tl.where(value == value, rounded, value)
+
+
+@triton.jit
 def tf32_staging_kernel(
     target_ptr,
     source_ptr,
@@ -378,11 +388,9 @@ def tf32_staging_kernel(
     source_stride_b,
     BLOCK: tl.constexpr,
 ):
-    """target = source rounded to TF32, to nearest with ties away from zero (``cvt.rna.tf32.f32``): the
-    float32 bits plus half of the last kept bit's unit, the 13 dropped bits cleared (a carry into the
-    exponent is the next binade, or infinity past the largest finite value; NaN stays NaN). One
-    BLOCK x BLOCK tile of dims A x B of the canonical layout (``kernels.layout``) a program; ``sizes``
-    and the strides are tuples over its outer dims."""
+    """target = source rounded to TF32 (``round_to_tf32``). One BLOCK x BLOCK tile of dims A x B of
+    the canonical layout (``kernels.layout``) a program; ``sizes`` and the strides are tuples over its
+    outer dims."""
     pid = tl.program_id(0)
     tiles_b = tl.cdiv(size_b, BLOCK)
     tiles_a = tl.cdiv(size_a, BLOCK)
@@ -394,12 +402,10 @@ def tf32_staging_kernel(
     value = tl.load(
         source_ptr + source + a_index[:, None] * source_stride_a + b_index[None, :] * source_stride_b, mask=mask
     )
-    bits = value.to(tl.uint32, bitcast=True) + TF32_HALF_UNIT
-    rounded = (bits >> TF32_DROPPED << TF32_DROPPED).to(tl.float32, bitcast=True)
     target = dim_offsets(outer, STAGING_OUTER_DIMS, sizes, target_strides)
     tl.store(
         target_ptr + target + a_index[:, None] * target_stride_a + b_index[None, :] * target_stride_b,
-        tl.where(value == value, rounded, value),
+        round_to_tf32(value),
         mask=mask,
     )
 

@@ -1,0 +1,411 @@
+"""The TF32 backward filter over pixel-major rasters of x and dy, read by TMA.
+
+wgmma takes TF32 operands only K-major, the reduced dim contiguous in shared memory. A backward
+filter reduces over pixels, and channels-last boxes hold the pixels outermost (NCHW planes hold them
+innermost, but their rows are not 16-byte multiples where TMA would box them, and a tap's shift
+wraps across rows). So this route copies x and dy, rounded to TF32 to nearest (``round_to_tf32``),
+into rasters whose pixels are innermost and whose rows share one pitch:
+
+- dy's raster: per image and output channel, the OH rows of output pixels, ``pitch`` pixels a row:
+  the OW real ones, then zeros;
+- x's raster: per image, input channel and phase of the stride that a tap reads (``_phases``), the
+  pixels of x at that phase, ``rows`` rows at the same pitch, zero where the padding is.
+
+Output pixel q = oh * pitch + ow meets tap (r, s) in x's raster of phase
+((r * dil_h) % stride_h, (s * dil_w) % stride_w) at q + shift, shift = (r * dil_h // stride_h) *
+pitch + s * dil_w // stride_w: one offset a tap. So every tap's product is a GEMM over contiguous
+runs of pixels,
+
+    dw[k, c, tap] = sum over n, q of dy_raster[n, k, q] * x_raster[n, c, phase(tap), q + shift(tap)],
+
+whose boxes of RASTER_PIXELS pixels (128 bytes) land K-major for both operands. The zero columns of
+dy's raster meet x's pixels past a row's end (the wrap) and add nothing; boxes past an image's plane
+are TMA's zero fill.
+
+**Tiles and slices.** A program computes a BLOCK_K x BLOCK_C tile of one tap over one slice of the
+(image, pixel box) steps; slices leave float32 partial filters that ``filter_sum_kernel`` adds in
+slice order (bitwise repeatable), a lone slice writes dw itself. The plan (``raster_plan``) takes the
+tile and slice count whose estimated time is least: the rounds of programs over the SMs (as many
+together on an SM as its shared memory and registers hold) times a slice's steps times the SM's time
+for a step of each program it holds (their MMAs, their loads, or one step's latency, whichever is
+longest), plus the partials' round trip and the sum kernel.
+
+**Memory.** The rasters hold about x and dy (more by the pitch's padding columns); the route applies
+where they take no more than an explicit GEMM's column matrix, the bound every default algorithm
+keeps (3x3 and larger filters; not 1x1 layers, whose columns are x itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import triton
+import triton.language as tl
+
+from opendnn.families.convolution.gluon_filter import PARTIAL_BYTES_PER_US, SM_LOAD_BYTES_PER_US, SUM_LAUNCH_US
+from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
+from opendnn.families.convolution.triton_direct import store_tap_filter
+from opendnn.families.convolution.triton_tiles import BACKWARD_FILTER, geometry, im2col_elements, strides5, tf32
+from opendnn.families.convolution.triton_tma import round_to_tf32
+from opendnn.kernels.device import programs_to_fill
+from opendnn.kernels.launch import Launch, Slot
+
+RASTER_PIXELS = 32  # pixels a box: 128 bytes of float32, one swizzle row
+PLANE_MULTIPLE = 4  # a plane's pixels a multiple of 16 bytes: TMA's stride alignment
+MIN_CHANNELS = 64  # fewer input or output channels leave a step's loads far longer than its MMAs
+STAGES = 3  # a stage's loads in flight while the MMAs work through another (4 fit fewer programs an SM)
+MIN_SLICE_STEPS = 8  # steps a slice takes at least: fewer leave the pipeline's fill uncovered
+# What a program of this kernel sustains on an H200 SM, fitted to ResNet-50's 3x3 layers (NHWC, batch
+# 64; docs/design/convolution.md, "TF32 backward filter over rasters"): the MMAs of a step at 1.2 TF32
+# TFLOP/s an SM (tl.dot's wgmma behind pointer-loaded x tiles; half the tensor cores' peak), and at
+# least 0.9 us a step however small, the latency of its loads, which programs sharing an SM overlap.
+SM_TF32_FLOPS_PER_US = 1.2e6
+STEP_LATENCY_US = 0.9
+SM_SHARED_BYTES = 228 * 1024
+SM_REGISTERS = 65536
+REGISTERS_BESIDE_ACCUMULATOR = 64  # a thread's pointers, masks and pipeline state (ptxas: 96 at 64 x 64)
+STAGING_PIXELS, STAGING_CHANNELS, STAGING_WARPS = 128, 32, 4
+
+
+@dataclasses.dataclass(frozen=True)
+class RasterPlan:
+    """The rasters' geometry (pixels a row, x's rows, pixels a plane of each, x's phases) and how
+    the product runs: the tile, the slices and the steps each takes, the tiles."""
+
+    pitch: int
+    x_rows: int
+    x_plane: int
+    dy_plane: int
+    phases: tuple[int, int]
+    block_k: int
+    block_c: int
+    slices: int
+    slice_steps: int
+    tiles: int
+
+    @property
+    def partials(self) -> int:
+        """Partial filters the slices leave: 0 where a lone slice writes dw itself."""
+        return self.slices if self.slices > 1 else 0
+
+
+def _plane(pixels: int) -> int:
+    return -(-pixels // PLANE_MULTIPLE) * PLANE_MULTIPLE
+
+
+def _phases(taps: int, dilation: int, stride: int) -> int:
+    """Phases of the stride along one dim that its taps read: tap t reads phase (t * dilation) %
+    stride, which repeats every stride / gcd(dilation, stride) taps, so tap t reads x's raster of
+    phase index t % phases, the phase ((t % phases) * dilation) % stride."""
+    return min(taps, stride // math.gcd(dilation, stride))
+
+
+def raster_elements(problem: ConvolutionProblem, plan: RasterPlan) -> tuple[int, int]:
+    """Elements of x's raster and of dy's."""
+    geo = geometry(problem)
+    return geo.n * geo.c * math.prod(plan.phases) * plan.x_plane, geo.n * geo.k * plan.dy_plane
+
+
+def _candidates(
+    problem: ConvolutionProblem, shape: tuple[int, int, int, int, tuple[int, int]]
+) -> list[tuple[float, RasterPlan]]:
+    """Every tile and slice count for ``problem`` with rasters of ``shape`` (pitch, x rows, planes,
+    phases), each with its estimated time in microseconds (module docstring)."""
+    geo = geometry(problem)
+    pitch, x_rows, x_plane, dy_plane, phases = shape
+    steps = geo.n * triton.cdiv(dy_plane, RASTER_PIXELS)
+    sms = programs_to_fill(1)
+    partial_bytes = geo.k * geo.c * geo.taps * 4
+    block_k = 128 if geo.k > 64 else 64  # 64-row tiles ran 1.3-1.4x slower wherever 128 fit
+    candidates = []
+    for block_c in (64, 128, 256):
+        if block_c > 64 and block_c >= 2 * geo.c:
+            continue  # no wider than the channels need
+        warps = _warps(block_k, block_c)
+        stage_bytes = (block_k + block_c) * RASTER_PIXELS * 4
+        registers = 32 * warps * (block_k * block_c // (32 * warps) + REGISTERS_BESIDE_ACCUMULATOR)
+        per_sm = min(SM_SHARED_BYTES // (STAGES * stage_bytes), SM_REGISTERS // registers)
+        tiles = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
+        for slices in range(1, max(1, min(sms, steps // MIN_SLICE_STEPS)) + 1):
+            slice_steps = triton.cdiv(steps, slices)
+            if triton.cdiv(steps, slice_steps) != slices:
+                continue  # the same slices as a smaller count
+            plan = RasterPlan(pitch, x_rows, x_plane, dy_plane, phases, block_k, block_c, slices, slice_steps, tiles)
+            programs = tiles * slices
+            resident = min(per_sm, triton.cdiv(programs, sms))  # programs an SM runs together
+            step_us = max(  # the SM's time for a step of each resident program
+                resident * 2 * block_k * block_c * RASTER_PIXELS / SM_TF32_FLOPS_PER_US,
+                resident * stage_bytes / SM_LOAD_BYTES_PER_US,
+                STEP_LATENCY_US,
+            )
+            estimate = triton.cdiv(programs, sms * resident) * slice_steps * step_us
+            if plan.partials:
+                estimate += SUM_LAUNCH_US + 2 * plan.partials * partial_bytes / PARTIAL_BYTES_PER_US
+            candidates.append((estimate, plan))
+    return candidates
+
+
+def _warps(block_k: int, block_c: int) -> int:
+    """Two warpgroups for tiles of 128 x 128 and more (a 128 x 256 tile's accumulator needs their
+    registers: with one it ran 2.6x slower), one below."""
+    return 8 if block_k * block_c >= 128 * 128 else 4
+
+
+@functools.lru_cache(maxsize=256)  # per problem: asked by choose, the workspace and the launches
+def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
+    """How this route runs ``problem``, or None where it does not apply: a TF32 backward filter,
+    2-D (or 1-D), ungrouped, implicit GEMM, at least MIN_CHANNELS input and output channels, whose
+    rasters fit in an explicit GEMM's column matrix. The least estimated time wins (ties: fewer
+    partial filters, then the wider tile)."""
+    geo = geometry(problem)
+    implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
+    if (
+        problem.direction is not BACKWARD_FILTER
+        or not tf32(problem)
+        or not implicit
+        or geo.groups != 1
+        or geo.x_size[0] != 1
+        or geo.filt[0] != 1
+        or min(geo.c, geo.k) < MIN_CHANNELS
+    ):
+        return None
+    _, oh, ow = geo.y_size
+    _, r, s = geo.filt
+    _, stride_h, stride_w = geo.stride
+    _, dil_h, dil_w = geo.dilation
+    pitch = ow + (s - 1) * dil_w // stride_w
+    x_rows = oh + (r - 1) * dil_h // stride_h
+    phases = (_phases(r, dil_h, stride_h), _phases(s, dil_w, stride_w))
+    shape = (pitch, x_rows, _plane(x_rows * pitch), _plane(oh * pitch), phases)
+    x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * shape[2], geo.n * geo.k * shape[3]
+    if x_elements + dy_elements > im2col_elements(problem):
+        return None
+    return min(_candidates(problem, shape), key=lambda c: (round(c[0], 1), c[1].partials, -c[1].block_c))[1]
+
+
+@triton.jit
+def raster_staging_kernel(
+    target_ptr,
+    source_ptr,
+    C,
+    H,
+    W,
+    rows,
+    pitch,
+    plane,
+    s_n,
+    s_c,
+    s_h,
+    s_w,
+    stride_h,
+    stride_w,
+    dil_h,
+    dil_w,
+    phases_h,
+    phases_w,
+    pad_h,
+    pad_w,
+    BLOCK_C: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+):
+    """target[n, c, phase, q] = source[n, c, stride_h * i + ph - pad_h, stride_w * j + pw - pad_w]
+    rounded to TF32 for q = i * pitch + j < rows * pitch, zero where that is outside the source and
+    for the rest of the plane; phase (a, b) of phases_h x phases_w is the stride's phase
+    (ph, pw) = ((a * dil_h) % stride_h, (b * dil_w) % stride_w) (``_phases``). Program (box of
+    BLOCK_Q pixels of the plane, block of BLOCK_C channels, image x phase)."""
+    phases = phases_h * phases_w
+    phase = tl.program_id(2) % phases
+    n = (tl.program_id(2) // phases).to(tl.int64)
+    q = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    row = q // pitch * stride_h + phase // phases_w * dil_h % stride_h - pad_h
+    col = q % pitch * stride_w + phase % phases_w * dil_w % stride_w - pad_w
+    inside = (q < rows * pitch) & (row >= 0) & (row < H) & (col >= 0) & (col < W)
+    value = tl.load(
+        source_ptr + n * s_n + c[:, None].to(tl.int64) * s_c + (row * s_h + col * s_w)[None, :],
+        mask=(c < C)[:, None] & inside[None, :],
+        other=0.0,
+    )
+    target = ((n * C + c[:, None]) * phases + phase) * plane + q[None, :]
+    tl.store(target_ptr + target, round_to_tf32(value), mask=(c < C)[:, None] & (q < plane)[None, :])
+
+
+@triton.jit
+def filter_raster_kernel(
+    x_ptr,
+    dy_ptr,
+    dw_ptr,
+    partial_ptr,
+    N,
+    C,
+    K,
+    R,
+    S,
+    phases_h,
+    phases_w,
+    pitch,
+    x_plane,
+    dy_plane,
+    stride_h,
+    stride_w,
+    dil_h,
+    dil_w,
+    w_sk,
+    w_sc,
+    w_sr,
+    w_ss,
+    slice_steps,
+    alpha: tl.float64,
+    beta: tl.float64,
+    FLIP: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
+    """Program (k tile x tap x c tile, slice): dw[k, c, tap] = sum over the slice's steps (image n,
+    box of BLOCK_P pixels at q) of dy_raster[n, k, q..] * x_raster[n, c, phase, q + shift..], both
+    K-major (module docstring). dy's box is read by TMA; x's is loaded through pointers, since a tap's
+    shift puts its start anywhere in a row and TMA wants a box's innermost start 16-byte aligned."""
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, [N, K, dy_plane], [K * dy_plane, dy_plane, 1], [1, BLOCK_K, BLOCK_P])
+    tiles_c = tl.cdiv(C, BLOCK_C)
+    pid = tl.program_id(0)
+    c0 = pid % tiles_c * BLOCK_C
+    tap = pid // tiles_c % (R * S)
+    k0 = pid // (tiles_c * R * S) * BLOCK_K
+    row = tap // S * dil_h
+    col = tap % S * dil_w
+    phase = tap // S % phases_h * phases_w + tap % S % phases_w
+    shift = row // stride_h * pitch + col // stride_w
+    image_steps = tl.cdiv(dy_plane, BLOCK_P)
+    split = tl.program_id(1)
+    begin = split * slice_steps
+    end = tl.minimum(begin + slice_steps, N * image_steps)
+
+    c_index = c0 + tl.arange(0, BLOCK_C)
+    phases = phases_h * phases_w
+    x_rows = x_ptr + (c_index[:, None] * phases + phase).to(tl.int64) * x_plane
+    acc = tl.zeros((BLOCK_K, BLOCK_C), tl.float32)
+    for step in range(begin, end):
+        n = step // image_steps
+        q = step % image_steps * BLOCK_P
+        a = dy_desc.load([n, k0, q]).reshape(BLOCK_K, BLOCK_P)
+        pixels = q + shift + tl.arange(0, BLOCK_P)
+        b = tl.load(
+            x_rows + n.to(tl.int64) * C * phases * x_plane + pixels[None, :],
+            mask=(c_index < C)[:, None] & (pixels < x_plane)[None, :],
+            other=0.0,
+        )
+        acc = tl.dot(a, b.T, acc, input_precision="tf32")
+
+    k = k0 + tl.arange(0, BLOCK_K)[:, None]
+    c = c0 + tl.arange(0, BLOCK_C)[None, :]
+    store_tap_filter(
+        acc,
+        k,
+        c,
+        tap,
+        split,
+        dw_ptr,
+        partial_ptr,
+        K,
+        C,
+        R,
+        S,
+        w_sk,
+        w_sc,
+        w_sr,
+        w_ss,
+        alpha,
+        beta,
+        PARTIAL,
+        HAS_BETA,
+        FLIP,
+        tl.float32,
+    )
+
+
+def raster_launches(problem: ConvolutionProblem) -> list[Launch]:
+    """The two staging copies (x's raster into the workspace's ``x_staged``, dy's into ``y_staged``)
+    and the product; the caller adds the partial filters' sum where the plan leaves them."""
+    plan = raster_plan(problem)
+    assert plan is not None  # what choose read
+    geo = geometry(problem)
+    copies = (
+        (
+            "x",
+            "x_staged",
+            geo.c,
+            geo.x_size[1:],
+            plan.x_rows,
+            plan.x_plane,
+            geo.stride[1:],
+            geo.dilation[1:],
+            plan.phases,
+            geo.pad[1:],
+        ),
+        ("y", "y_staged", geo.k, geo.y_size[1:], geo.y_size[1], plan.dy_plane, (1, 1), (1, 1), (1, 1), (0, 0)),
+    )
+    launches = []
+    for source, target, channels, (height, width), rows, plane, stride, dilation, phases, pad in copies:
+        s_n, s_c, _, s_h, s_w = strides5(problem.x if source == "x" else problem.y)
+        grid = (triton.cdiv(plane, STAGING_PIXELS), triton.cdiv(channels, STAGING_CHANNELS), geo.n * math.prod(phases))
+        copy_args = (
+            Slot(target),
+            Slot(source),
+            channels,
+            height,
+            width,
+            rows,
+            plan.pitch,
+            plane,
+            s_n,
+            s_c,
+            s_h,
+            s_w,
+            *stride,
+            *dilation,
+            *phases,
+            *pad,
+        )
+        options = dict(BLOCK_C=STAGING_CHANNELS, BLOCK_Q=STAGING_PIXELS, num_warps=STAGING_WARPS)
+        launches.append(Launch(raster_staging_kernel, grid, copy_args, options))
+    w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
+    args = (
+        Slot("x_staged"),
+        Slot("y_staged"),
+        Slot("w"),
+        Slot("partial") if plan.partials else Slot("w"),
+        geo.n,
+        geo.c,
+        geo.k,
+        *geo.filt[1:],
+        *plan.phases,
+        plan.pitch,
+        plan.x_plane,
+        plan.dy_plane,
+        *geo.stride[1:],
+        *geo.dilation[1:],
+        w_sk,
+        w_sc,
+        w_sr,
+        w_ss,
+        plan.slice_steps,
+        problem.alpha,
+        problem.beta,
+    )
+    options = dict(
+        FLIP=problem.flip,
+        PARTIAL=bool(plan.partials),
+        HAS_BETA=problem.beta != 0.0,
+        BLOCK_K=plan.block_k,
+        BLOCK_C=plan.block_c,
+        BLOCK_P=RASTER_PIXELS,
+        num_warps=_warps(plan.block_k, plan.block_c),
+        num_stages=STAGES,
+    )
+    launches.append(Launch(filter_raster_kernel, (plan.tiles, plan.slices), args, options))
+    return launches

@@ -1,0 +1,195 @@
+"""The TF32 backward filter over pixel-major rasters (``triton_raster``) through Triton's interpreter:
+the rasters hold x and dy rounded to TF32 with zeros where the padding and the pitch are, and the
+filter they give matches torch's float64 gradient to TF32's precision in any layout, sub-region,
+stride, dilation, padding, mode and beta."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_convolution_tf32_staging import tf32_nearest
+from test_gluon_convolution import problem as gluon_problem
+
+import opendnn as od
+from opendnn.core.arrays import Bound
+from opendnn.families.convolution import triton_backend as kernels
+from opendnn.families.convolution import triton_raster as raster
+from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem
+from opendnn.kernels.device import programs_to_fill
+from opendnn.samples import relative_error
+
+FILTER = ConvolutionDirection.BACKWARD_FILTER
+FP32 = od.DataType.FLOAT
+TF32_ERROR = 2e-3  # operands rounded to TF32 (2**-11 relative), float32 sums
+
+
+def activation(n, c, size, channels_last, margin, seed):
+    """An (N, C, H, W) float32 view with random values inside a NaN buffer ``margin`` rows taller and
+    channels wider (the view starts one row and one channel in): a sub-region of a larger tensor."""
+    h, w = size
+    if channels_last:
+        buffer = torch.full((n, h + margin, w, c + margin), math.nan)
+        view = buffer[:, margin:, :, margin:].permute(0, 3, 1, 2)
+    else:
+        buffer = torch.full((n, c + margin, h + margin, w), math.nan)
+        view = buffer[:, margin:, margin:]
+    view.copy_(torch.rand((n, c, h, w), generator=torch.Generator().manual_seed(seed)) * 2 - 1)
+    return view
+
+
+def bound(name, view):
+    return Bound(name, od.TensorDescriptor(FP32, tuple(view.shape), view.stride()), view, "cpu")
+
+
+def filter_problem(
+    n=2,
+    c=64,
+    size=(6, 7),
+    k=64,
+    filt=(3, 3),
+    pre=(1, 1),
+    post=None,
+    stride=(1, 1),
+    dilation=(1, 1),
+    channels_last=False,
+    margin=0,
+    flip=False,
+    beta=0.0,
+):
+    """(problem, x, dy, dw): a TF32 backward filter and its tensors, dw NaN (or random for beta)."""
+    post = post or pre
+    out = tuple(
+        (s + a + b - d * (f - 1) - 1) // t + 1 for s, a, b, d, f, t in zip(size, pre, post, dilation, filt, stride)
+    )
+    x = activation(n, c, size, channels_last, margin, seed=1)
+    dy = activation(n, k, out, channels_last, margin, seed=3)
+    dw = torch.empty((k, c, *filt))
+    if channels_last:
+        dw = dw.contiguous(memory_format=torch.channels_last)
+    dw.copy_(torch.rand(dw.shape, generator=torch.Generator().manual_seed(4)) * 2 - 1 if beta else math.nan)
+    mode = od.ConvolutionMode.CONVOLUTION if flip else od.ConvolutionMode.CROSS_CORRELATION
+    problem = ConvolutionProblem(
+        FILTER,
+        bound("x", x).desc,
+        bound("w", dw).desc,
+        bound("y", dy).desc,
+        pre,
+        post,
+        stride,
+        dilation,
+        groups=1,
+        flip=mode is od.ConvolutionMode.CONVOLUTION,
+        compute_type=FP32,
+        allow_tf32=True,
+        algo=od.ConvolutionBwdFilterAlgo.ALGO_0,
+        alpha=0.75,
+        beta=beta,
+    )
+    return problem, x, dy, dw
+
+
+def poisoned_workspace(problem):
+    size = kernels.workspace_size(problem)
+    space = torch.full((size,), 255, dtype=torch.uint8)  # every float32 in it NaN
+    return Bound("workspace", od.TensorDescriptor(od.DataType.UINT8, (size,)), space, "cpu")
+
+
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("NCHW 3x3 pad 1", dict()),
+        ("NHWC 3x3 pad 1, true convolution, beta", dict(channels_last=True, flip=True, beta=0.5)),
+        ("sub-regions of x and dy, NCHW", dict(margin=2)),
+        ("sub-regions, NHWC, 128 input channels", dict(channels_last=True, margin=1, c=128, k=80)),
+        ("stride 2, odd output", dict(size=(9, 7), stride=(2, 2), channels_last=True)),
+        ("strides 3 and 2, asymmetric padding", dict(size=(12, 12), pre=(2, 0), post=(0, 1), stride=(3, 2))),
+        ("a 2 x 3 filter", dict(size=(9, 8), filt=(2, 3), pre=(1, 0), post=(0, 1), channels_last=True)),
+        ("dilation 2, pad 2", dict(size=(8, 10), pre=(2, 2), dilation=(2, 2), channels_last=True)),
+        ("dilation 2 and stride 2 (taps of one phase)", dict(size=(9, 9), pre=(2, 2), dilation=(2, 2), stride=(2, 2))),
+        ("a 1-D convolution", dict(size=(1, 12), filt=(1, 5), pre=(0, 2))),
+        ("slices summed in order", dict(n=4, size=(16, 16))),
+    ],
+)
+def test_the_raster_backward_filter_matches_float64_to_tf32_precision(case, arguments):
+    problem, x, dy, dw = filter_problem(**arguments)
+    prior = dw.clone()
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER  # TMA reads its copies
+    plan = raster.raster_plan(problem)
+    if case == "slices summed in order":
+        assert plan.partials > 1
+    kernels.run(problem, bound("x", x), bound("w", dw), bound("y", dy), None, None, poisoned_workspace(problem))
+
+    w64 = torch.zeros(dw.shape, dtype=torch.float64, requires_grad=True)
+    pad = (problem.pre_padding[1], problem.post_padding[1], problem.pre_padding[0], problem.post_padding[0])
+    weight = w64.flip(-2, -1) if problem.flip else w64
+    y64 = F.conv2d(F.pad(x.double(), pad), weight, stride=problem.stride, dilation=problem.dilation)
+    (gradient,) = torch.autograd.grad(y64, w64, dy.double())
+    want = 0.75 * gradient + problem.beta * prior.double().nan_to_num()
+    assert relative_error(dw.double(), want) < TF32_ERROR, relative_error(dw.double(), want)
+
+
+def numpy_raster(source, rows, pitch, plane, stride, pad, phases):
+    """The raster of ``source`` (N, C, H, W) as the module docstring lays it out (dilation 1: a phase
+    index is the phase), in float64."""
+    n, c, h, w = source.shape
+    target = np.zeros((n, c, phases[0] * phases[1], plane))
+    for phase in range(phases[0] * phases[1]):
+        for i in range(rows):
+            for j in range(pitch):
+                row = stride[0] * i + phase // phases[1] - pad[0]
+                col = stride[1] * j + phase % phases[1] - pad[1]
+                if 0 <= row < h and 0 <= col < w:
+                    target[:, :, phase, i * pitch + j] = source[:, :, row, col]
+    return target
+
+
+def test_the_rasters_hold_x_and_dy_rounded_to_tf32_with_zeros_at_the_padding_and_the_pitch():
+    problem, x, dy, _ = filter_problem(size=(9, 7), stride=(2, 2), pre=(1, 2), post=(1, 0), channels_last=True)
+    plan = raster.raster_plan(problem)
+    staging = raster.raster_launches(problem)[:2]
+    assert [launch.kernel.__name__ for launch in staging] == ["raster_staging_kernel"] * 2
+    x_elements, dy_elements = raster.raster_elements(problem, plan)
+    tensors = {
+        "x": x,
+        "y": dy,
+        "x_staged": torch.full((x_elements,), math.nan),
+        "y_staged": torch.full((dy_elements,), math.nan),
+    }
+    for launch in staging:
+        launch(tensors)
+    rounded = {name: torch.from_numpy(tf32_nearest(t.contiguous().numpy())) for name, t in (("x", x), ("y", dy))}
+    want_x = numpy_raster(rounded["x"].numpy(), plan.x_rows, plan.pitch, plan.x_plane, (2, 2), (1, 2), plan.phases)
+    want_dy = numpy_raster(rounded["y"].numpy(), dy.shape[2], plan.pitch, plan.dy_plane, (1, 1), (0, 0), (1, 1))
+    assert plan.pitch == dy.shape[3] + 1 and plan.phases == (2, 2) and plan.x_plane % raster.PLANE_MULTIPLE == 0
+    np.testing.assert_array_equal(tensors["x_staged"].numpy(), want_x.ravel().astype(np.float32))
+    np.testing.assert_array_equal(tensors["y_staged"].numpy(), want_dy.ravel().astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "case, arguments, channels_last",
+    [
+        ("fewer than 64 input channels", dict(c=32), False),
+        ("a 1x1 filter: the rasters would outgrow its columns (x itself)", dict(filt=(1, 1), pre=(0, 0)), False),
+        ("float32 without TF32", dict(), None),
+    ],
+)
+def test_the_route_leaves_problems_it_does_not_serve_to_the_others(case, arguments, channels_last):
+    problem, *_ = filter_problem(**arguments)
+    if channels_last is None:
+        problem = dataclasses.replace(problem, allow_tf32=False)
+    assert raster.raster_plan(problem) is None
+    assert kernels.choose(problem, tma_aligned=True) is not kernels.Strategy.RASTER_FILTER
+
+
+@pytest.mark.parametrize("channels, size", [(64, 56), (128, 28), (256, 14), (512, 7)])
+def test_resnet50_3x3_layers_take_the_route_and_split_their_pixels_where_tiles_are_fewer_than_sms(channels, size):
+    problem = gluon_problem(direction=FILTER, dtype=FP32, allow_tf32=True, n=64, c=channels, size=size, k=channels)
+    plan = raster.raster_plan(problem)
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
+    if plan.tiles < programs_to_fill(1):
+        assert plan.slices >= 2 and plan.tiles * plan.slices >= 100
