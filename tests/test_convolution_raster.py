@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import triton.language as tl
 from test_convolution_tf32_staging import tf32_nearest
 from test_gluon_convolution import problem as gluon_problem
 
@@ -151,7 +152,7 @@ def numpy_raster(source, rows, pitch, plane, stride, pad, phases):
 def test_the_rasters_hold_x_and_dy_rounded_to_tf32_with_zeros_at_the_padding_and_the_pitch():
     problem, x, dy, _ = filter_problem(size=(9, 7), stride=(2, 2), pre=(1, 2), post=(1, 0), channels_last=True)
     plan = raster.raster_plan(problem)
-    staging = raster.raster_launches(problem)[:2]
+    staging = raster.raster_launches(problem, tl.float32)[:2]
     assert [launch.kernel.__name__ for launch in staging] == ["raster_staging_kernel"] * 2
     x_elements, dy_elements = raster.raster_elements(problem, plan)
     tensors = {
@@ -163,9 +164,9 @@ def test_the_rasters_hold_x_and_dy_rounded_to_tf32_with_zeros_at_the_padding_and
     for launch in staging:
         launch(tensors)
     rounded = {name: torch.from_numpy(tf32_nearest(t.contiguous().numpy())) for name, t in (("x", x), ("y", dy))}
-    want_x = numpy_raster(rounded["x"].numpy(), plan.x_rows, plan.pitch, plan.x_plane, (2, 2), (1, 2), plan.phases)
+    want_x = numpy_raster(rounded["x"].numpy(), plan.rows, plan.pitch, plan.x_plane, (2, 2), (1, 2), plan.phases[1:])
     want_dy = numpy_raster(rounded["y"].numpy(), dy.shape[2], plan.pitch, plan.dy_plane, (1, 1), (0, 0), (1, 1))
-    assert plan.pitch == dy.shape[3] + 1 and plan.phases == (2, 2) and plan.x_plane % raster.PLANE_MULTIPLE == 0
+    assert plan.pitch == dy.shape[3] + 1 and plan.phases == (1, 2, 2) and plan.x_plane * 4 % raster.PLANE_BYTES == 0
     np.testing.assert_array_equal(tensors["x_staged"].numpy(), want_x.ravel().astype(np.float32))
     np.testing.assert_array_equal(tensors["y_staged"].numpy(), want_dy.ravel().astype(np.float32))
 
@@ -193,3 +194,53 @@ def test_resnet50_3x3_layers_take_the_route_and_split_their_pixels_where_tiles_a
     assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
     if plan.tiles < programs_to_fill(1):
         assert plan.slices >= 2 and plan.tiles * plan.slices >= 100
+
+
+@pytest.mark.parametrize(
+    "case, dtype, channels_last, stride, dilation, bound",
+    [
+        ("3-D float32 as TF32, NCDHW", FP32, False, (1, 1, 1), (1, 1, 1), TF32_ERROR),
+        (
+            "3-D float32 as TF32, channels-last, stride 2 in depth, dilation 2",
+            FP32,
+            True,
+            (2, 1, 1),
+            (1, 2, 1),
+            TF32_ERROR,
+        ),
+        ("3-D bfloat16 (no TMA boxes in 3-D), channels-last", od.DataType.BFLOAT16, True, (1, 1, 1), (1, 1, 1), 1e-2),
+    ],
+)
+def test_3d_backward_filters_take_rasters_with_depth_slices(case, dtype, channels_last, stride, dilation, bound):
+    n, c, k, size = 2, 64, 64, (5, 6, 7)
+    pad = (1, 1, 1)
+    out = tuple((s + 2 * p - d * 2 - 1) // t + 1 for s, p, d, t in zip(size, pad, dilation, stride))
+    generator = torch.Generator().manual_seed(5)
+    torch_dtype = torch.float32 if dtype is FP32 else torch.bfloat16
+    memory_format = torch.channels_last_3d if channels_last else torch.contiguous_format
+    x = (torch.rand((n, c, *size), generator=generator) * 2 - 1).to(torch_dtype).contiguous(memory_format=memory_format)
+    dy = (torch.rand((n, k, *out), generator=generator) * 2 - 1).to(torch_dtype).contiguous(memory_format=memory_format)
+    dw = torch.full((k, c, 3, 3, 3), math.nan, dtype=torch_dtype).contiguous(memory_format=memory_format)
+
+    def described(name, t):
+        return Bound(name, od.TensorDescriptor(dtype, tuple(t.shape), t.stride()), t, "cpu")
+
+    xb, wb, yb = described("x", x), described("w", dw), described("y", dy)
+    problem = ConvolutionProblem(
+        FILTER, xb.desc, wb.desc, yb.desc, pad, pad, stride, dilation, groups=1, flip=False,
+        compute_type=FP32, allow_tf32=True, algo=od.ConvolutionBwdFilterAlgo.ALGO_0,
+    )  # fmt: skip
+    plan = raster.raster_plan(problem)
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
+    assert plan.x_depth == out[0] + 2 * dilation[0] // stride[0] and plan.phases[0] == min(3, stride[0])
+    kernels.run(problem, xb, wb, yb, None, None, poisoned_workspace(problem))
+
+    w64 = torch.zeros(dw.shape, dtype=torch.float64, requires_grad=True)
+    y64 = F.conv3d(x.double(), w64, stride=stride, padding=pad, dilation=dilation)
+    (want,) = torch.autograd.grad(y64, w64, dy.double())
+    assert relative_error(dw.double(), want) < bound, relative_error(dw.double(), want)
+
+
+def test_16_bit_problems_the_tma_route_boxes_keep_it():
+    problem = gluon_problem(direction=FILTER, dtype=od.DataType.BFLOAT16, n=8, c=64, size=14, k=64)
+    assert kernels.tma_blocks(problem) is not None and raster.raster_plan(problem) is None

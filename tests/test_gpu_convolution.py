@@ -413,3 +413,36 @@ def test_warp_specialized_backward_filter_reads_strided_x_through_its_phase_view
     assert all(torch.equal(runs[0], run) for run in runs[1:])
     rounding = relative_error(want.to(torch.bfloat16), want)
     assert relative_error(runs[0], want) < 1.25 * rounding, (relative_error(runs[0], want), rounding)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last_3d])
+def test_3d_backward_filter_over_rasters_matches_float64_and_repeats_bitwise(dtype, memory_format):
+    """A video layer's 3x3x3 backward filter (batch 2, 64 channels, 8 frames of 28 x 28) on the raster
+    route (``convolution/triton_raster.py``; float32 as TF32): 3 runs with dw and the workspace
+    poisoned before each, bitwise equal, within the dtype's product error of float64."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    conv_desc = od.ConvolutionDescriptor((1, 1, 1), (1, 1, 1), (1, 1, 1))
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 64, 8, 28, 28, generator=generator).to(DEVICE, dtype).contiguous(memory_format=memory_format)
+    dy = torch.randn(2, 64, 8, 28, 28, generator=generator).to(DEVICE, dtype).contiguous(memory_format=memory_format)
+    dw = torch.empty(64, 64, 3, 3, 3, device=DEVICE, dtype=dtype).contiguous(memory_format=memory_format)
+    kind = od.DataType.FLOAT if dtype == torch.float32 else od.DataType.BFLOAT16
+    descriptors = [od.TensorDescriptor(kind, tuple(t.shape), t.stride()) for t in (x, dy, dw)]
+    xd, yd, wd = descriptors
+    problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, wd, yd, allow_tf32=True)
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
+    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
+    size = od.get_convolution_backward_filter_workspace_size(handle, xd, yd, conv_desc, wd, algo)
+    runs = []
+    for _ in range(3):
+        dw.fill_(math.nan)
+        workspace = torch.full((size,), 255, dtype=torch.uint8, device=DEVICE)
+        od.convolution_backward_filter(handle, 1.0, xd, x, yd, dy, conv_desc, algo, workspace, 0.0, wd, dw)
+        runs.append(dw.clone())
+    assert all(torch.equal(runs[0], run) for run in runs[1:])
+    want = torch.nn.grad.conv3d_weight(x.double(), dw.shape, dy.double(), padding=1)
+    assert relative_error(runs[0].double(), want) < (6e-4 if dtype == torch.float32 else 1e-2)

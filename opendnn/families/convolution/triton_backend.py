@@ -139,7 +139,14 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
             partials = aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
     if raster is not None:  # the TMA route's copies are not made where the rasters are
         x_raster, y_raster = raster_elements(problem, raster)
-        return table, columns, partials, aligned(x_raster * 4), aligned(y_raster * 4), 0
+        return (
+            table,
+            columns,
+            partials,
+            aligned(x_raster * itemsize_of(problem)),
+            aligned(y_raster * itemsize_of(problem)),
+            0,
+        )
     copies = [
         aligned(desc.numel * itemsize_of(problem)) if tma_blocks(problem) and used else 0
         for desc, used in (
@@ -331,7 +338,7 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
     if strategy is Strategy.IMAGE_PRODUCTS:  # run() has computed the per-image partials
         launches = [_sum_launch(problem, geometry(problem).n)]
     elif strategy is Strategy.RASTER_FILTER:
-        launches = raster_launches(problem)
+        launches = raster_launches(problem, dot)
         raster = raster_plan(problem)
         assert raster is not None  # what choose read
         if raster.partials:

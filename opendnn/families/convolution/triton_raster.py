@@ -1,26 +1,27 @@
-"""The TF32 backward filter over pixel-major rasters of x and dy, read by TMA.
+"""The backward filter over pixel-major rasters of x and dy: TF32, and 16-bit problems the TMA route
+cannot box (3-D ones, strides its phase view cannot read).
 
 wgmma takes TF32 operands only K-major, the reduced dim contiguous in shared memory. A backward
 filter reduces over pixels, and channels-last boxes hold the pixels outermost (NCHW planes hold them
 innermost, but their rows are not 16-byte multiples where TMA would box them, and a tap's shift
-wraps across rows). So this route copies x and dy, rounded to TF32 to nearest (``round_to_tf32``),
-into rasters whose pixels are innermost and whose rows share one pitch:
+wraps across rows). So this route copies x and dy (float32 rounded to TF32 to nearest,
+``round_to_tf32``) into rasters whose pixels are innermost and whose rows share one pitch:
 
-- dy's raster: per image and output channel, the OH rows of output pixels, ``pitch`` pixels a row:
-  the OW real ones, then zeros;
+- dy's raster: per image and output channel, its depth slices of ``rows`` rows of ``pitch`` pixels:
+  the OH x OW output pixels, zeros past OW and OH (the last slice ends at row OH);
 - x's raster: per image, input channel and phase of the stride that a tap reads (``_phases``), the
-  pixels of x at that phase, ``rows`` rows at the same pitch, zero where the padding is.
+  pixels of x at that phase, depth slices of the same rows and pitch, zero where the padding is.
 
-Output pixel q = oh * pitch + ow meets tap (r, s) in x's raster of phase
-((r * dil_h) % stride_h, (s * dil_w) % stride_w) at q + shift, shift = (r * dil_h // stride_h) *
-pitch + s * dil_w // stride_w: one offset a tap. So every tap's product is a GEMM over contiguous
-runs of pixels,
+Output pixel q = (od * rows + oh) * pitch + ow meets tap (t, r, s) in x's raster of phase
+((t * dil_d) % stride_d, (r * dil_h) % stride_h, (s * dil_w) % stride_w) at q + shift, shift =
+((t * dil_d // stride_d) * rows + r * dil_h // stride_h) * pitch + s * dil_w // stride_w: one offset a
+tap. So every tap's product is a GEMM over contiguous runs of pixels,
 
     dw[k, c, tap] = sum over n, q of dy_raster[n, k, q] * x_raster[n, c, phase(tap), q + shift(tap)],
 
-whose boxes of RASTER_PIXELS pixels (128 bytes) land K-major for both operands. The zero columns of
-dy's raster meet x's pixels past a row's end (the wrap) and add nothing; boxes past an image's plane
-are TMA's zero fill.
+whose boxes of 128 bytes of pixels land K-major for both operands. The zero columns and rows of dy's
+raster meet x's pixels past a row's or a slice's end (the wrap) and add nothing; boxes past an
+image's plane are TMA's zero fill.
 
 **Tiles and slices.** A program computes a BLOCK_K x BLOCK_C tile of one tap over one slice of the
 (image, pixel box) steps; slices leave float32 partial filters that ``filter_sum_kernel`` adds in
@@ -40,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -47,20 +49,30 @@ import triton.language as tl
 from opendnn.families.convolution.gluon_filter import PARTIAL_BYTES_PER_US, SM_LOAD_BYTES_PER_US, SUM_LAUNCH_US
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import store_tap_filter
-from opendnn.families.convolution.triton_tiles import BACKWARD_FILTER, geometry, im2col_elements, strides5, tf32
-from opendnn.families.convolution.triton_tma import round_to_tf32
+from opendnn.families.convolution.triton_tiles import (
+    BACKWARD_FILTER,
+    Geometry,
+    dot_precision,
+    geometry,
+    im2col_elements,
+    itemsize_of,
+    strides5,
+    tf32,
+)
+from opendnn.families.convolution.triton_tma import round_to_tf32, tma_blocks
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
-RASTER_PIXELS = 32  # pixels a box: 128 bytes of float32, one swizzle row
-PLANE_MULTIPLE = 4  # a plane's pixels a multiple of 16 bytes: TMA's stride alignment
+BOX_BYTES = 128  # bytes of pixels a box: one swizzle row (32 float32 pixels, 64 16-bit ones)
+PLANE_BYTES = 16  # a plane a multiple of 16 bytes: TMA's stride alignment
 MIN_CHANNELS = 64  # fewer input or output channels leave a step's loads far longer than its MMAs
 STAGES = 3  # a stage's loads in flight while the MMAs work through another (4 fit fewer programs an SM)
 MIN_SLICE_STEPS = 8  # steps a slice takes at least: fewer leave the pipeline's fill uncovered
 # What a program of this kernel sustains on an H200 SM, fitted to ResNet-50's 3x3 layers (NHWC, batch
 # 64; docs/design/convolution.md, "TF32 backward filter over rasters"): the MMAs of a step at 1.2 TF32
-# TFLOP/s an SM (tl.dot's wgmma behind pointer-loaded x tiles; half the tensor cores' peak), and at
-# least 0.9 us a step however small, the latency of its loads, which programs sharing an SM overlap.
+# TFLOP/s an SM (tl.dot's wgmma behind pointer-loaded x tiles; half the tensor cores' peak; 16-bit
+# operands twice that, the tensor cores' ratio), and at least 0.9 us a step however small, the latency
+# of its loads, which programs sharing an SM overlap.
 SM_TF32_FLOPS_PER_US = 1.2e6
 STEP_LATENCY_US = 0.9
 SM_SHARED_BYTES = 228 * 1024
@@ -70,15 +82,23 @@ STAGING_PIXELS, STAGING_CHANNELS, STAGING_WARPS = 128, 32, 4
 
 
 @dataclasses.dataclass(frozen=True)
-class RasterPlan:
-    """The rasters' geometry (pixels a row, x's rows, pixels a plane of each, x's phases) and how
-    the product runs: the tile, the slices and the steps each takes, the tiles."""
+class RasterShape:
+    """The rasters' geometry: pixels a row, rows a depth slice, x's depth slices, pixels a plane of
+    each, x's phases per dim (depth, height, width)."""
 
     pitch: int
-    x_rows: int
+    rows: int
+    x_depth: int
     x_plane: int
     dy_plane: int
-    phases: tuple[int, int]
+    phases: tuple[int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class RasterPlan(RasterShape):
+    """The rasters' geometry and how the product runs: the tile, the slices and the steps each takes,
+    the tiles."""
+
     block_k: int
     block_c: int
     slices: int
@@ -91,8 +111,9 @@ class RasterPlan:
         return self.slices if self.slices > 1 else 0
 
 
-def _plane(pixels: int) -> int:
-    return -(-pixels // PLANE_MULTIPLE) * PLANE_MULTIPLE
+def _plane(pixels: int, itemsize: int) -> int:
+    multiple = PLANE_BYTES // itemsize
+    return -(-pixels // multiple) * multiple
 
 
 def _phases(taps: int, dilation: int, stride: int) -> int:
@@ -108,23 +129,23 @@ def raster_elements(problem: ConvolutionProblem, plan: RasterPlan) -> tuple[int,
     return geo.n * geo.c * math.prod(plan.phases) * plan.x_plane, geo.n * geo.k * plan.dy_plane
 
 
-def _candidates(
-    problem: ConvolutionProblem, shape: tuple[int, int, int, int, tuple[int, int]]
-) -> list[tuple[float, RasterPlan]]:
-    """Every tile and slice count for ``problem`` with rasters of ``shape`` (pitch, x rows, planes,
-    phases), each with its estimated time in microseconds (module docstring)."""
+def _candidates(problem: ConvolutionProblem, shape: RasterShape) -> list[tuple[float, RasterPlan]]:
+    """Every tile and slice count for ``problem`` with rasters of ``shape``, each with its estimated
+    time in microseconds (module docstring)."""
     geo = geometry(problem)
-    pitch, x_rows, x_plane, dy_plane, phases = shape
-    steps = geo.n * triton.cdiv(dy_plane, RASTER_PIXELS)
+    itemsize = itemsize_of(problem)
+    box = BOX_BYTES // itemsize
+    steps = geo.n * triton.cdiv(shape.dy_plane, box)
     sms = programs_to_fill(1)
     partial_bytes = geo.k * geo.c * geo.taps * 4
+    flops_per_us = SM_TF32_FLOPS_PER_US * 4 // itemsize
     block_k = 128 if geo.k > 64 else 64  # 64-row tiles ran 1.3-1.4x slower wherever 128 fit
     candidates = []
     for block_c in (64, 128, 256):
         if block_c > 64 and block_c >= 2 * geo.c:
             continue  # no wider than the channels need
         warps = _warps(block_k, block_c)
-        stage_bytes = (block_k + block_c) * RASTER_PIXELS * 4
+        stage_bytes = (block_k + block_c) * BOX_BYTES
         registers = 32 * warps * (block_k * block_c // (32 * warps) + REGISTERS_BESIDE_ACCUMULATOR)
         per_sm = min(SM_SHARED_BYTES // (STAGES * stage_bytes), SM_REGISTERS // registers)
         tiles = triton.cdiv(geo.k, block_k) * geo.taps * triton.cdiv(geo.c, block_c)
@@ -132,11 +153,13 @@ def _candidates(
             slice_steps = triton.cdiv(steps, slices)
             if triton.cdiv(steps, slice_steps) != slices:
                 continue  # the same slices as a smaller count
-            plan = RasterPlan(pitch, x_rows, x_plane, dy_plane, phases, block_k, block_c, slices, slice_steps, tiles)
+            plan = RasterPlan(
+                **vars(shape), block_k=block_k, block_c=block_c, slices=slices, slice_steps=slice_steps, tiles=tiles
+            )
             programs = tiles * slices
             resident = min(per_sm, triton.cdiv(programs, sms))  # programs an SM runs together
             step_us = max(  # the SM's time for a step of each resident program
-                resident * 2 * block_k * block_c * RASTER_PIXELS / SM_TF32_FLOPS_PER_US,
+                resident * 2 * block_k * block_c * box / flops_per_us,
                 resident * stage_bytes / SM_LOAD_BYTES_PER_US,
                 STEP_LATENCY_US,
             )
@@ -155,34 +178,41 @@ def _warps(block_k: int, block_c: int) -> int:
 
 @functools.lru_cache(maxsize=256)  # per problem: asked by choose, the workspace and the launches
 def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
-    """How this route runs ``problem``, or None where it does not apply: a TF32 backward filter,
-    2-D (or 1-D), ungrouped, implicit GEMM, at least MIN_CHANNELS input and output channels, whose
-    rasters fit in an explicit GEMM's column matrix. The least estimated time wins (ties: fewer
-    partial filters, then the wider tile)."""
+    """How this route runs ``problem``, or None where it does not apply: a backward filter, ungrouped,
+    implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or in a 16-bit
+    type that the TMA route does not take (``tma_blocks``), whose rasters fit in an explicit GEMM's
+    column matrix. The least estimated time wins (ties: fewer partial filters, then the wider tile)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
+    sixteen_bit = itemsize_of(problem) == 2 and tma_blocks(problem) is None
     if (
         problem.direction is not BACKWARD_FILTER
-        or not tf32(problem)
+        or not (tf32(problem) or sixteen_bit)
         or not implicit
         or geo.groups != 1
-        or geo.x_size[0] != 1
-        or geo.filt[0] != 1
         or min(geo.c, geo.k) < MIN_CHANNELS
     ):
         return None
-    _, oh, ow = geo.y_size
-    _, r, s = geo.filt
-    _, stride_h, stride_w = geo.stride
-    _, dil_h, dil_w = geo.dilation
-    pitch = ow + (s - 1) * dil_w // stride_w
-    x_rows = oh + (r - 1) * dil_h // stride_h
-    phases = (_phases(r, dil_h, stride_h), _phases(s, dil_w, stride_w))
-    shape = (pitch, x_rows, _plane(x_rows * pitch), _plane(oh * pitch), phases)
-    x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * shape[2], geo.n * geo.k * shape[3]
+    od, oh, ow = geo.y_size
+    reach = [(taps - 1) * dilation // stride for taps, dilation, stride in zip(geo.filt, geo.dilation, geo.stride)]
+    pitch, rows, x_depth = ow + reach[2], oh + reach[1], od + reach[0]
+    phases = (
+        _phases(geo.filt[0], geo.dilation[0], geo.stride[0]),
+        _phases(geo.filt[1], geo.dilation[1], geo.stride[1]),
+        _phases(geo.filt[2], geo.dilation[2], geo.stride[2]),
+    )
+    itemsize = itemsize_of(problem)
+    x_plane, dy_plane = _plane(x_depth * rows * pitch, itemsize), _plane(dy_pixels(geo, rows, pitch), itemsize)
+    x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * x_plane, geo.n * geo.k * dy_plane
     if x_elements + dy_elements > im2col_elements(problem):
         return None
+    shape = RasterShape(pitch, rows, x_depth, x_plane, dy_plane, phases)
     return min(_candidates(problem, shape), key=lambda c: (round(c[0], 1), c[1].partials, -c[1].block_c))[1]
+
+
+def dy_pixels(geo: Geometry, rows: int, pitch: int) -> int:
+    """Pixels of dy's raster before its plane's padding: OD slices of ``rows`` rows, the last OH rows."""
+    return ((geo.y_size[0] - 1) * rows + geo.y_size[1]) * pitch
 
 
 @triton.jit
@@ -190,46 +220,47 @@ def raster_staging_kernel(
     target_ptr,
     source_ptr,
     C,
-    H,
-    W,
+    size,
+    source_strides,
     rows,
     pitch,
+    pixels,
     plane,
-    s_n,
-    s_c,
-    s_h,
-    s_w,
-    stride_h,
-    stride_w,
-    dil_h,
-    dil_w,
-    phases_h,
-    phases_w,
-    pad_h,
-    pad_w,
+    stride,
+    dilation,
+    phases,
+    pad,
+    ROUND: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_Q: tl.constexpr,
 ):
-    """target[n, c, phase, q] = source[n, c, stride_h * i + ph - pad_h, stride_w * j + pw - pad_w]
-    rounded to TF32 for q = i * pitch + j < rows * pitch, zero where that is outside the source and
-    for the rest of the plane; phase (a, b) of phases_h x phases_w is the stride's phase
-    (ph, pw) = ((a * dil_h) % stride_h, (b * dil_w) % stride_w) (``_phases``). Program (box of
-    BLOCK_Q pixels of the plane, block of BLOCK_C channels, image x phase)."""
-    phases = phases_h * phases_w
-    phase = tl.program_id(2) % phases
-    n = (tl.program_id(2) // phases).to(tl.int64)
+    """target[n, c, phase, q] = source[n, c, stride * (z, i, j) + phase's offsets - pad] for q = (z *
+    rows + i) * pitch + j < ``pixels`` (rounded to TF32 where ROUND), zero where that is outside the
+    source and for the rest of the plane. The tuples run over (depth, height, width): ``size`` the
+    source's, ``source_strides`` its strides; phase (a, b, e) of ``phases`` has the offsets ((a *
+    dilation) % stride, ...) (``_phases``). Program (box of BLOCK_Q pixels of the plane, block of
+    BLOCK_C channels, image x phase)."""
+    count = phases[0] * phases[1] * phases[2]
+    phase = tl.program_id(2) % count
+    n = (tl.program_id(2) // count).to(tl.int64)
     q = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    row = q // pitch * stride_h + phase // phases_w * dil_h % stride_h - pad_h
-    col = q % pitch * stride_w + phase % phases_w * dil_w % stride_w - pad_w
-    inside = (q < rows * pitch) & (row >= 0) & (row < H) & (col >= 0) & (col < W)
+    line = q // pitch  # two divisions a pixel (l1 NCHW's backward filter: 262 us, 284 with four)
+    depth = line // rows
+    z = depth * stride[0] + phase // (phases[1] * phases[2]) * dilation[0] % stride[0] - pad[0]
+    row = (line - depth * rows) * stride[1] + phase // phases[2] % phases[1] * dilation[1] % stride[1] - pad[1]
+    col = (q - line * pitch) * stride[2] + phase % phases[2] * dilation[2] % stride[2] - pad[2]
+    inside = (q < pixels) & (z >= 0) & (z < size[0]) & (row >= 0) & (row < size[1]) & (col >= 0) & (col < size[2])
+    offsets = z * source_strides[0] + row * source_strides[1] + col * source_strides[2]
     value = tl.load(
-        source_ptr + n * s_n + c[:, None].to(tl.int64) * s_c + (row * s_h + col * s_w)[None, :],
+        source_ptr + n * source_strides[3] + c[:, None].to(tl.int64) * source_strides[4] + offsets[None, :],
         mask=(c < C)[:, None] & inside[None, :],
         other=0.0,
     )
-    target = ((n * C + c[:, None]) * phases + phase) * plane + q[None, :]
-    tl.store(target_ptr + target, round_to_tf32(value), mask=(c < C)[:, None] & (q < plane)[None, :])
+    if ROUND:
+        value = round_to_tf32(value)
+    target = ((n * C + c[:, None]) * count + phase) * plane + q[None, :]
+    tl.store(target_ptr + target, value, mask=(c < C)[:, None] & (q < plane)[None, :])
 
 
 @triton.jit
@@ -241,53 +272,52 @@ def filter_raster_kernel(
     N,
     C,
     K,
-    R,
-    S,
-    phases_h,
-    phases_w,
+    filt,
+    phases,
+    stride,
+    dilation,
+    rows,
     pitch,
     x_plane,
     dy_plane,
-    stride_h,
-    stride_w,
-    dil_h,
-    dil_w,
-    w_sk,
-    w_sc,
-    w_sr,
-    w_ss,
+    w_strides,
     slice_steps,
     alpha: tl.float64,
     beta: tl.float64,
     FLIP: tl.constexpr,
     PARTIAL: tl.constexpr,
     HAS_BETA: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_P: tl.constexpr,
 ):
     """Program (k tile x tap x c tile, slice): dw[k, c, tap] = sum over the slice's steps (image n,
     box of BLOCK_P pixels at q) of dy_raster[n, k, q..] * x_raster[n, c, phase, q + shift..], both
-    K-major (module docstring). dy's box is read by TMA; x's is loaded through pointers, since a tap's
-    shift puts its start anywhere in a row and TMA wants a box's innermost start 16-byte aligned."""
+    K-major (module docstring); ``filt``, ``phases``, ``stride`` and ``dilation`` run over (depth,
+    height, width), ``w_strides`` over dw's (k, c, depth, height, width). dy's box is read by TMA;
+    x's through pointers, since a tap's shift puts its start anywhere in a row and TMA wants a box's
+    innermost start 16-byte aligned."""
     dy_desc = tl.make_tensor_descriptor(dy_ptr, [N, K, dy_plane], [K * dy_plane, dy_plane, 1], [1, BLOCK_K, BLOCK_P])
+    T, R, S = filt
     tiles_c = tl.cdiv(C, BLOCK_C)
     pid = tl.program_id(0)
     c0 = pid % tiles_c * BLOCK_C
-    tap = pid // tiles_c % (R * S)
-    k0 = pid // (tiles_c * R * S) * BLOCK_K
-    row = tap // S * dil_h
-    col = tap % S * dil_w
-    phase = tap // S % phases_h * phases_w + tap % S % phases_w
-    shift = row // stride_h * pitch + col // stride_w
+    tap = pid // tiles_c % (T * R * S)
+    k0 = pid // (tiles_c * T * R * S) * BLOCK_K
+    t, r, s = tap // (R * S), tap // S % R, tap % S
+    phase = (t % phases[0] * phases[1] + r % phases[1]) * phases[2] + s % phases[2]
+    reach_d, reach_h, reach_w = t * dilation[0] // stride[0], r * dilation[1] // stride[1], s * dilation[2] // stride[2]
+    shift = (reach_d * rows + reach_h) * pitch + reach_w
     image_steps = tl.cdiv(dy_plane, BLOCK_P)
     split = tl.program_id(1)
     begin = split * slice_steps
     end = tl.minimum(begin + slice_steps, N * image_steps)
 
     c_index = c0 + tl.arange(0, BLOCK_C)
-    phases = phases_h * phases_w
-    x_rows = x_ptr + (c_index[:, None] * phases + phase).to(tl.int64) * x_plane
+    count = phases[0] * phases[1] * phases[2]
+    x_rows = x_ptr + (c_index[:, None] * count + phase).to(tl.int64) * x_plane
     acc = tl.zeros((BLOCK_K, BLOCK_C), tl.float32)
     for step in range(begin, end):
         n = step // image_steps
@@ -295,11 +325,11 @@ def filter_raster_kernel(
         a = dy_desc.load([n, k0, q]).reshape(BLOCK_K, BLOCK_P)
         pixels = q + shift + tl.arange(0, BLOCK_P)
         b = tl.load(
-            x_rows + n.to(tl.int64) * C * phases * x_plane + pixels[None, :],
+            x_rows + n.to(tl.int64) * C * count * x_plane + pixels[None, :],
             mask=(c_index < C)[:, None] & (pixels < x_plane)[None, :],
             other=0.0,
         )
-        acc = tl.dot(a, b.T, acc, input_precision="tf32")
+        acc = tl.dot(a.to(DOT), b.T.to(DOT), acc, input_precision=PRECISION)
 
     k = k0 + tl.arange(0, BLOCK_K)[:, None]
     c = c0 + tl.arange(0, BLOCK_C)[None, :]
@@ -313,12 +343,14 @@ def filter_raster_kernel(
         partial_ptr,
         K,
         C,
+        T,
         R,
         S,
-        w_sk,
-        w_sc,
-        w_sr,
-        w_ss,
+        w_strides[0],
+        w_strides[1],
+        w_strides[2],
+        w_strides[3],
+        w_strides[4],
         alpha,
         beta,
         PARTIAL,
@@ -328,52 +360,53 @@ def filter_raster_kernel(
     )
 
 
-def raster_launches(problem: ConvolutionProblem) -> list[Launch]:
+def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     """The two staging copies (x's raster into the workspace's ``x_staged``, dy's into ``y_staged``)
-    and the product; the caller adds the partial filters' sum where the plan leaves them."""
+    and the product, its operands as ``dot`` (``dot_type``: float32 under the interpreter, which has no
+    16-bit products); the caller adds the partial filters' sum where the plan leaves them."""
     plan = raster_plan(problem)
     assert plan is not None  # what choose read
     geo = geometry(problem)
+    x_pixels = plan.x_depth * plan.rows * plan.pitch
+    ones = (1, 1, 1)
     copies = (
+        ("x", "x_staged", geo.c, geo.x_size, x_pixels, plan.x_plane, geo.stride, geo.dilation, plan.phases, geo.pad),
         (
-            "x",
-            "x_staged",
-            geo.c,
-            geo.x_size[1:],
-            plan.x_rows,
-            plan.x_plane,
-            geo.stride[1:],
-            geo.dilation[1:],
-            plan.phases,
-            geo.pad[1:],
+            "y",
+            "y_staged",
+            geo.k,
+            geo.y_size,
+            dy_pixels(geo, plan.rows, plan.pitch),
+            plan.dy_plane,
+            ones,
+            ones,
+            ones,
+            (0, 0, 0),
         ),
-        ("y", "y_staged", geo.k, geo.y_size[1:], geo.y_size[1], plan.dy_plane, (1, 1), (1, 1), (1, 1), (0, 0)),
     )
     launches = []
-    for source, target, channels, (height, width), rows, plane, stride, dilation, phases, pad in copies:
-        s_n, s_c, _, s_h, s_w = strides5(problem.x if source == "x" else problem.y)
+    for source, target, channels, size, pixels, plane, stride, dilation, phases, pad in copies:
+        s_n, s_c, s_d, s_h, s_w = strides5(problem.x if source == "x" else problem.y)
         grid = (triton.cdiv(plane, STAGING_PIXELS), triton.cdiv(channels, STAGING_CHANNELS), geo.n * math.prod(phases))
         copy_args = (
             Slot(target),
             Slot(source),
             channels,
-            height,
-            width,
-            rows,
+            size,
+            (s_d, s_h, s_w, s_n, s_c),
+            plan.rows,
             plan.pitch,
+            pixels,
             plane,
-            s_n,
-            s_c,
-            s_h,
-            s_w,
-            *stride,
-            *dilation,
-            *phases,
-            *pad,
+            stride,
+            dilation,
+            phases,
+            pad,
         )
-        options = dict(BLOCK_C=STAGING_CHANNELS, BLOCK_Q=STAGING_PIXELS, num_warps=STAGING_WARPS)
-        launches.append(Launch(raster_staging_kernel, grid, copy_args, options))
-    w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
+        copy_options = dict(
+            ROUND=tf32(problem), BLOCK_C=STAGING_CHANNELS, BLOCK_Q=STAGING_PIXELS, num_warps=STAGING_WARPS
+        )
+        launches.append(Launch(raster_staging_kernel, grid, copy_args, copy_options))
     args = (
         Slot("x_staged"),
         Slot("y_staged"),
@@ -382,28 +415,28 @@ def raster_launches(problem: ConvolutionProblem) -> list[Launch]:
         geo.n,
         geo.c,
         geo.k,
-        *geo.filt[1:],
-        *plan.phases,
+        geo.filt,
+        plan.phases,
+        geo.stride,
+        geo.dilation,
+        plan.rows,
         plan.pitch,
         plan.x_plane,
         plan.dy_plane,
-        *geo.stride[1:],
-        *geo.dilation[1:],
-        w_sk,
-        w_sc,
-        w_sr,
-        w_ss,
+        strides5(problem.w),
         plan.slice_steps,
         problem.alpha,
         problem.beta,
     )
-    options = dict(
+    options: dict[str, Any] = dict(
         FLIP=problem.flip,
         PARTIAL=bool(plan.partials),
         HAS_BETA=problem.beta != 0.0,
+        DOT=dot,
+        PRECISION=dot_precision(problem),
         BLOCK_K=plan.block_k,
         BLOCK_C=plan.block_c,
-        BLOCK_P=RASTER_PIXELS,
+        BLOCK_P=BOX_BYTES // itemsize_of(problem),
         num_warps=_warps(plan.block_k, plan.block_c),
         num_stages=STAGES,
     )
