@@ -241,6 +241,28 @@ def test_3d_backward_filters_take_rasters_with_depth_slices(case, dtype, channel
     assert relative_error(dw.double(), want) < bound, relative_error(dw.double(), want)
 
 
-def test_16_bit_problems_the_tma_route_boxes_keep_it():
-    problem = gluon_problem(direction=FILTER, dtype=od.DataType.BFLOAT16, n=8, c=64, size=14, k=64)
-    assert kernels.tma_blocks(problem) is not None and raster.raster_plan(problem) is None
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_2d_16_bit_problems_keep_their_routes(channels_last):
+    """The TMA route's boxes (channels-last) or the cp.async kernels (NCHW): not rasters."""
+    problem = gluon_problem(
+        direction=FILTER, dtype=od.DataType.BFLOAT16, n=8, c=64, size=14, k=64, channels_last=channels_last
+    )
+    assert (kernels.tma_blocks(problem) is not None) == channels_last and raster.raster_plan(problem) is None
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_an_infinite_x_at_the_edges_reaches_only_the_taps_that_read_it(channels_last):
+    """x infinite in its last column and first row: taps that never read those pixels stay finite, as
+    in float64 (dy's zero padding meeting them must add nothing, not 0 * inf = NaN)."""
+    problem, x, dy, dw = filter_problem(channels_last=channels_last, size=(6, 7))
+    x[0, :, :, -1] = math.inf
+    x[1, :, 0, :] = -math.inf
+    kernels.run(problem, bound("x", x), bound("w", dw), bound("y", dy), None, None, poisoned_workspace(problem))
+    w64 = torch.zeros(dw.shape, dtype=torch.float64, requires_grad=True)
+    y64 = F.conv2d(x.double(), w64, padding=1)
+    (want,) = torch.autograd.grad(y64, w64, dy.double())
+    want = 0.75 * want
+    assert torch.equal(dw.isfinite(), want.isfinite())
+    assert torch.equal(dw.isnan(), want.isnan())
+    finite = want.isfinite()
+    assert relative_error(dw.double()[finite], want[finite]) < TF32_ERROR

@@ -1,5 +1,5 @@
-"""The backward filter over pixel-major rasters of x and dy: TF32, and 16-bit problems the TMA route
-cannot box (3-D ones, strides its phase view cannot read).
+"""The backward filter over pixel-major rasters of x and dy: TF32, and 16-bit 3-D problems (the TMA
+route boxes 2-D ones only).
 
 wgmma takes TF32 operands only K-major, the reduced dim contiguous in shared memory. A backward
 filter reduces over pixels, and channels-last boxes hold the pixels outermost (NCHW planes hold them
@@ -20,8 +20,8 @@ tap. So every tap's product is a GEMM over contiguous runs of pixels,
     dw[k, c, tap] = sum over n, q of dy_raster[n, k, q] * x_raster[n, c, phase(tap), q + shift(tap)],
 
 whose boxes of 128 bytes of pixels land K-major for both operands. The zero columns and rows of dy's
-raster meet x's pixels past a row's or a slice's end (the wrap) and add nothing; boxes past an
-image's plane are TMA's zero fill.
+raster meet x's pixels past a row's or a slice's end (the wrap), which the kernel loads as zeros, so
+they add nothing even where x is infinite; boxes past an image's plane are TMA's zero fill.
 
 **Tiles and slices.** A program computes a BLOCK_K x BLOCK_C tile of one tap over one slice of the
 (image, pixel box) steps; slices leave float32 partial filters that ``filter_sum_kernel`` adds in
@@ -59,7 +59,7 @@ from opendnn.families.convolution.triton_tiles import (
     strides5,
     tf32,
 )
-from opendnn.families.convolution.triton_tma import round_to_tf32, tma_blocks
+from opendnn.families.convolution.triton_tma import round_to_tf32
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
@@ -179,15 +179,16 @@ def _warps(block_k: int, block_c: int) -> int:
 @functools.lru_cache(maxsize=256)  # per problem: asked by choose, the workspace and the launches
 def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
     """How this route runs ``problem``, or None where it does not apply: a backward filter, ungrouped,
-    implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or in a 16-bit
-    type that the TMA route does not take (``tma_blocks``), whose rasters fit in an explicit GEMM's
-    column matrix. The least estimated time wins (ties: fewer partial filters, then the wider tile)."""
+    implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or 3-D in a
+    16-bit type (2-D 16-bit problems keep the TMA route or the cp.async kernels, which this route was
+    not measured against), whose rasters fit in an explicit GEMM's column matrix. The least estimated
+    time wins (ties: fewer partial filters, then the wider tile)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
-    sixteen_bit = itemsize_of(problem) == 2 and tma_blocks(problem) is None
+    sixteen_bit_3d = itemsize_of(problem) == 2 and (geo.x_size[0] > 1 or geo.filt[0] > 1)
     if (
         problem.direction is not BACKWARD_FILTER
-        or not (tf32(problem) or sixteen_bit)
+        or not (tf32(problem) or sixteen_bit_3d)
         or not implicit
         or geo.groups != 1
         or min(geo.c, geo.k) < MIN_CHANNELS
@@ -206,6 +207,8 @@ def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
     x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * x_plane, geo.n * geo.k * dy_plane
     if x_elements + dy_elements > im2col_elements(problem):
         return None
+    if max(geo.c * math.prod(phases) * x_plane, geo.k * dy_plane) >= 2**31:
+        return None  # the kernels index within one image's raster in int32
     shape = RasterShape(pitch, rows, x_depth, x_plane, dy_plane, phases)
     return min(_candidates(problem, shape), key=lambda c: (round(c[0], 1), c[1].partials, -c[1].block_c))[1]
 
@@ -276,6 +279,7 @@ def filter_raster_kernel(
     phases,
     stride,
     dilation,
+    dy_size,
     rows,
     pitch,
     x_plane,
@@ -295,10 +299,11 @@ def filter_raster_kernel(
 ):
     """Program (k tile x tap x c tile, slice): dw[k, c, tap] = sum over the slice's steps (image n,
     box of BLOCK_P pixels at q) of dy_raster[n, k, q..] * x_raster[n, c, phase, q + shift..], both
-    K-major (module docstring); ``filt``, ``phases``, ``stride`` and ``dilation`` run over (depth,
-    height, width), ``w_strides`` over dw's (k, c, depth, height, width). dy's box is read by TMA;
-    x's through pointers, since a tap's shift puts its start anywhere in a row and TMA wants a box's
-    innermost start 16-byte aligned."""
+    K-major (module docstring); ``filt``, ``phases``, ``stride``, ``dilation`` and ``dy_size`` run over
+    (depth, height, width), ``w_strides`` over dw's (k, c, depth, height, width). dy's box is read by
+    TMA; x's through pointers, since a tap's shift puts its start anywhere in a row and TMA wants a
+    box's innermost start 16-byte aligned. x's pixels that meet dy's padding (past OW, OH or the last
+    slice) load as zeros: dy's zeros there would make an infinite x NaN, not nothing."""
     dy_desc = tl.make_tensor_descriptor(dy_ptr, [N, K, dy_plane], [K * dy_plane, dy_plane, 1], [1, BLOCK_K, BLOCK_P])
     T, R, S = filt
     tiles_c = tl.cdiv(C, BLOCK_C)
@@ -311,6 +316,7 @@ def filter_raster_kernel(
     reach_d, reach_h, reach_w = t * dilation[0] // stride[0], r * dilation[1] // stride[1], s * dilation[2] // stride[2]
     shift = (reach_d * rows + reach_h) * pitch + reach_w
     image_steps = tl.cdiv(dy_plane, BLOCK_P)
+    dy_end = ((dy_size[0] - 1) * rows + dy_size[1]) * pitch  # dy's real pixels end here
     split = tl.program_id(1)
     begin = split * slice_steps
     end = tl.minimum(begin + slice_steps, N * image_steps)
@@ -323,10 +329,12 @@ def filter_raster_kernel(
         n = step // image_steps
         q = step % image_steps * BLOCK_P
         a = dy_desc.load([n, k0, q]).reshape(BLOCK_K, BLOCK_P)
-        pixels = q + shift + tl.arange(0, BLOCK_P)
+        output = q + tl.arange(0, BLOCK_P)  # dy's pixels of the box
+        line = output // pitch
+        real = (output < dy_end) & (output - line * pitch < dy_size[2]) & (line % rows < dy_size[1])
         b = tl.load(
-            x_rows + n.to(tl.int64) * C * count * x_plane + pixels[None, :],
-            mask=(c_index < C)[:, None] & (pixels < x_plane)[None, :],
+            x_rows + n.to(tl.int64) * C * count * x_plane + (output + shift)[None, :],
+            mask=(c_index < C)[:, None] & real[None, :],
             other=0.0,
         )
         acc = tl.dot(a.to(DOT), b.T.to(DOT), acc, input_precision=PRECISION)
@@ -419,6 +427,7 @@ def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
         plan.phases,
         geo.stride,
         geo.dilation,
+        geo.y_size,
         plan.rows,
         plan.pitch,
         plan.x_plane,
