@@ -242,12 +242,12 @@ def test_3d_backward_filters_take_rasters_with_depth_slices(case, dtype, channel
 
 
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_2d_16_bit_problems_keep_their_routes(channels_last):
-    """The TMA route's boxes (channels-last) or the cp.async kernels (NCHW): not rasters."""
+def test_2d_16_bit_problems_take_rasters_only_where_the_tma_route_cannot_box_them(channels_last):
     problem = gluon_problem(
         direction=FILTER, dtype=od.DataType.BFLOAT16, n=8, c=64, size=14, k=64, channels_last=channels_last
     )
-    assert (kernels.tma_blocks(problem) is not None) == channels_last and raster.raster_plan(problem) is None
+    assert (kernels.tma_blocks(problem) is not None) == channels_last
+    assert (raster.raster_plan(problem) is None) == channels_last
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

@@ -1,5 +1,5 @@
-"""The backward filter over pixel-major rasters of x and dy: TF32, and 16-bit 3-D problems (the TMA
-route boxes 2-D ones only).
+"""The backward filter over pixel-major rasters of x and dy: TF32, and 16-bit problems the TMA route
+cannot box (NCHW, 3-D).
 
 wgmma takes TF32 operands only K-major, the reduced dim contiguous in shared memory. A backward
 filter reduces over pixels, and channels-last boxes hold the pixels outermost (NCHW planes hold them
@@ -59,7 +59,7 @@ from opendnn.families.convolution.triton_tiles import (
     strides5,
     tf32,
 )
-from opendnn.families.convolution.triton_tma import round_to_tf32
+from opendnn.families.convolution.triton_tma import round_to_tf32, tma_blocks
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
@@ -179,16 +179,16 @@ def _warps(block_k: int, block_c: int) -> int:
 @functools.lru_cache(maxsize=256)  # per problem: asked by choose, the workspace and the launches
 def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
     """How this route runs ``problem``, or None where it does not apply: a backward filter, ungrouped,
-    implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or 3-D in a
-    16-bit type (2-D 16-bit problems keep the TMA route or the cp.async kernels, which this route was
-    not measured against), whose rasters fit in an explicit GEMM's column matrix. The least estimated
+    implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or in a 16-bit
+    type where the TMA route cannot box it (``tma_blocks``: NCHW, 3-D; the cp.async kernels they took
+    ran 1.8-5.1x slower), whose rasters fit in an explicit GEMM's column matrix. The least estimated
     time wins (ties: fewer partial filters, then the wider tile)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
-    sixteen_bit_3d = itemsize_of(problem) == 2 and (geo.x_size[0] > 1 or geo.filt[0] > 1)
+    sixteen_bit = itemsize_of(problem) == 2 and tma_blocks(problem) is None
     if (
         problem.direction is not BACKWARD_FILTER
-        or not (tf32(problem) or sixteen_bit_3d)
+        or not (tf32(problem) or sixteen_bit)
         or not implicit
         or geo.groups != 1
         or min(geo.c, geo.k) < MIN_CHANNELS
