@@ -137,25 +137,18 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
         if splits > 1:
             accumulator = 8 if accumulator_type(problem) == tl.float64 else 4
             partials = aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
-    if raster is not None:  # the TMA route's copies are not made where the rasters are
-        x_raster, y_raster = raster_elements(problem, raster)
-        return (
-            table,
-            columns,
-            partials,
-            aligned(x_raster * itemsize_of(problem)),
-            aligned(y_raster * itemsize_of(problem)),
-            0,
-        )
-    copies = [
-        aligned(desc.numel * itemsize_of(problem)) if tma_blocks(problem) and used else 0
-        for desc, used in (
-            (problem.x, "x" in staged(problem)),
-            (problem.y, "y" in staged(problem)),
-            (problem.w, packs_filter(problem)),
-        )
-    ]
-    return table, columns, partials, *copies
+    if raster is not None:  # the rasters, in the places of the TMA route's copies, which are not made
+        copies = [*raster_elements(problem, raster), 0]
+    else:
+        copies = [
+            desc.numel if tma_blocks(problem) and used else 0
+            for desc, used in (
+                (problem.x, "x" in staged(problem)),
+                (problem.y, "y" in staged(problem)),
+                (problem.w, packs_filter(problem)),
+            )
+        ]
+    return table, columns, partials, *(aligned(elements * itemsize_of(problem)) for elements in copies)
 
 
 def workspace_size(problem: ConvolutionProblem) -> int:

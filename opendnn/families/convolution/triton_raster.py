@@ -51,7 +51,6 @@ from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionP
 from opendnn.families.convolution.triton_direct import store_tap_filter
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_FILTER,
-    Geometry,
     dot_precision,
     geometry,
     im2col_elements,
@@ -83,15 +82,21 @@ STAGING_PIXELS, STAGING_CHANNELS, STAGING_WARPS = 128, 32, 4
 
 @dataclasses.dataclass(frozen=True)
 class RasterShape:
-    """The rasters' geometry: pixels a row, rows a depth slice, x's depth slices, pixels a plane of
-    each, x's phases per dim (depth, height, width)."""
+    """The rasters' geometry: pixels a row, rows a depth slice, x's depth slices, dy's pixels (OD
+    slices, the last OH rows), pixels a plane of each (padded to TMA's alignment), x's phases per dim
+    (depth, height, width)."""
 
     pitch: int
     rows: int
     x_depth: int
+    dy_pixels: int
     x_plane: int
     dy_plane: int
     phases: tuple[int, int, int]
+
+    @property
+    def x_pixels(self) -> int:
+        return self.x_depth * self.rows * self.pitch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,19 +208,15 @@ def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
         _phases(geo.filt[2], geo.dilation[2], geo.stride[2]),
     )
     itemsize = itemsize_of(problem)
-    x_plane, dy_plane = _plane(x_depth * rows * pitch, itemsize), _plane(dy_pixels(geo, rows, pitch), itemsize)
+    dy_pixels = ((od - 1) * rows + oh) * pitch
+    x_plane, dy_plane = _plane(x_depth * rows * pitch, itemsize), _plane(dy_pixels, itemsize)
     x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * x_plane, geo.n * geo.k * dy_plane
     if x_elements + dy_elements > im2col_elements(problem):
         return None
     if max(geo.c * math.prod(phases) * x_plane, geo.k * dy_plane) >= 2**31:
         return None  # the kernels index within one image's raster in int32
-    shape = RasterShape(pitch, rows, x_depth, x_plane, dy_plane, phases)
+    shape = RasterShape(pitch, rows, x_depth, dy_pixels, x_plane, dy_plane, phases)
     return min(_candidates(problem, shape), key=lambda c: (round(c[0], 1), c[1].partials, -c[1].block_c))[1]
-
-
-def dy_pixels(geo: Geometry, rows: int, pitch: int) -> int:
-    """Pixels of dy's raster before its plane's padding: OD slices of ``rows`` rows, the last OH rows."""
-    return ((geo.y_size[0] - 1) * rows + geo.y_size[1]) * pitch
 
 
 @triton.jit
@@ -375,22 +376,21 @@ def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     plan = raster_plan(problem)
     assert plan is not None  # what choose read
     geo = geometry(problem)
-    x_pixels = plan.x_depth * plan.rows * plan.pitch
     ones = (1, 1, 1)
     copies = (
-        ("x", "x_staged", geo.c, geo.x_size, x_pixels, plan.x_plane, geo.stride, geo.dilation, plan.phases, geo.pad),
         (
-            "y",
-            "y_staged",
-            geo.k,
-            geo.y_size,
-            dy_pixels(geo, plan.rows, plan.pitch),
-            plan.dy_plane,
-            ones,
-            ones,
-            ones,
-            (0, 0, 0),
+            "x",
+            "x_staged",
+            geo.c,
+            geo.x_size,
+            plan.x_pixels,
+            plan.x_plane,
+            geo.stride,
+            geo.dilation,
+            plan.phases,
+            geo.pad,
         ),
+        ("y", "y_staged", geo.k, geo.y_size, plan.dy_pixels, plan.dy_plane, ones, ones, ones, (0, 0, 0)),
     )
     launches = []
     for source, target, channels, size, pixels, plane, stride, dilation, phases, pad in copies:
