@@ -382,6 +382,21 @@ def test_warp_specialized_backward_filter_is_within_bfloat16_rounding_and_repeat
     assert bool(buffer[outside].isnan().all())
 
 
+def _backward_filter_runs(handle, conv_desc, xd, x, dyd, dy, dwd, dw, count):
+    """dw by ``od.convolution_backward_filter`` (alpha 1, beta 0) ``count`` times, dw and the workspace's
+    partial filters NaN before each: each run's dw."""
+    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
+    size = od.get_convolution_backward_filter_workspace_size(handle, xd, dyd, conv_desc, dwd, algo)
+    workspace = torch.empty((max(size, 1),), dtype=torch.uint8, device=DEVICE)
+    runs = []
+    for _ in range(count):
+        dw.fill_(math.nan)
+        workspace.fill_(255)
+        od.convolution_backward_filter(handle, 1.0, xd, x, dyd, dy, conv_desc, algo, workspace, 0.0, dwd, dw)
+        runs.append(dw.clone())
+    return runs
+
+
 @pytest.mark.parametrize("filt, pad", [(3, 1), (1, 0)])
 def test_warp_specialized_backward_filter_reads_strided_x_through_its_phase_view(filt, pad):
     """ResNet-50's stride-2 3x3 and 1x1 layers at batch 4: dw within 1.25x bfloat16's rounding of
@@ -402,17 +417,74 @@ def test_warp_specialized_backward_filter_reads_strided_x_through_its_phase_view
     xd, dwd, dyd = _descriptor(x), _descriptor(dw), _descriptor(dy)
     problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, dwd, dyd)
     assert kernels.choose(problem, tma_aligned=True, hopper=has_wgmma(0)) is kernels.Strategy.WARP_SPECIALIZED_TMA
-    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
-    size = od.get_convolution_backward_filter_workspace_size(handle, xd, dyd, conv_desc, dwd, algo)
-    workspace = torch.full((max(size, 1),), 255, dtype=torch.uint8, device=DEVICE)
-    runs = []
-    for _ in range(3):
-        dw.fill_(math.nan)
-        od.convolution_backward_filter(handle, 1.0, xd, x, dyd, dy, conv_desc, algo, workspace, 0.0, dwd, dw)
-        runs.append(dw.clone())
+    runs = _backward_filter_runs(handle, conv_desc, xd, x, dyd, dy, dwd, dw, 3)
     assert all(torch.equal(runs[0], run) for run in runs[1:])
     rounding = relative_error(want.to(torch.bfloat16), want)
     assert relative_error(runs[0], want) < 1.25 * rounding, (relative_error(runs[0], want), rounding)
+
+
+# (batch, C, H, W, K, pre padding, post padding, stride, dilation): layers whose pixel boxes run past OH
+# and OW; the 7 x 7 one gives the engine 576 units of one box, 4-5 a program, so a program rewrites
+# x's descriptor while the ring still holds the previous unit's loads; in the last, the taps of filter
+# rows 0 and 2 read only padding
+EDGE_LAYERS = [
+    (2, 64, 6, 7, 64, (1, 1), (1, 1), (1, 1), (1, 1)),
+    (4, 128, 12, 14, 128, (1, 1), (1, 1), (2, 2), (1, 1)),
+    (2, 1024, 7, 7, 1024, (1, 1), (1, 1), (1, 1), (1, 1)),
+    (2, 64, 2, 8, 64, (3, 1), (3, 1), (1, 1), (3, 1)),
+]
+
+
+@pytest.mark.parametrize("kernel", ["filter_warp_specialized_kernel", "filter_tma_kernel"])
+@pytest.mark.parametrize("n, c, h, w, k, pre, post, stride, dilation", EDGE_LAYERS)
+def test_boxed_backward_filters_keep_an_infinite_x_to_the_taps_that_read_it(
+    monkeypatch, n, c, h, w, k, pre, post, stride, dilation, kernel
+):
+    """x infinite in image 0's last column and image 1's last row: dw finite wherever float64's is
+    (dy's zero fill past OH and OW never meets a real x pixel: no 0 * inf), within 1.25x bfloat16's
+    rounding there, NaN and inf where float64 has them, zeros for taps that read only padding, and
+    bitwise equal over 3 runs with dw and the partials NaN before each. filter_tma_kernel runs where
+    the engine would (the backend told the GPU has no wgmma)."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import (
+        ConvolutionDirection,
+        convolution_problem,
+        reference_backward_filter,
+    )
+    from opendnn.kernels.launch import Launch
+
+    if kernel == "filter_tma_kernel":
+        monkeypatch.setattr(kernels, "has_wgmma", lambda device: False)
+    launched, launch = [], Launch.launch
+
+    def recorded(self, tensors):
+        launched.append(self.kernel.__name__)
+        launch(self, tensors)
+
+    monkeypatch.setattr(Launch, "launch", recorded)
+    handle = od.create(DEVICE)
+    conv_desc = od.ConvolutionDescriptor(pre, stride, dilation, pre_padding=pre, post_padding=post)
+    generator = torch.Generator().manual_seed(5)
+    out = [(s + a + b - d * 2 - 1) // t + 1 for s, a, b, d, t in zip((h, w), pre, post, dilation, stride)]
+    x = torch.randn(n, c, h, w, generator=generator).to(DEVICE, torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    x[0, :, :, -1] = math.inf
+    x[1, :, -1, :] = -math.inf
+    dy = torch.randn(n, k, *out, generator=generator).to(DEVICE, torch.bfloat16)
+    dy = dy.contiguous(memory_format=torch.channels_last)
+    dw = torch.empty(k, c, 3, 3, device=DEVICE, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    xd, dwd, dyd = _descriptor(x), _descriptor(dw), _descriptor(dy)
+    problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, dwd, dyd)
+    want = torch.from_numpy(reference_backward_filter(problem, x.double().cpu().numpy(), dy.double().cpu().numpy()))
+    assert want.isfinite().any() and (want == 0).any() == (pre[0] == 3)  # zeros: the taps of padding alone
+    runs = _backward_filter_runs(handle, conv_desc, xd, x, dyd, dy, dwd, dw, 3)
+    assert kernel in launched, launched
+    assert all(torch.equal(runs[0].view(torch.int16), run.view(torch.int16)) for run in runs[1:])  # NaN too
+    got = runs[0].double().cpu()
+    rounding = relative_error(want.to(torch.bfloat16), want)
+    # inf unless dw is finite wherever float64 is and has float64's NaN and inf
+    assert relative_error(got, want) < 1.25 * rounding, (relative_error(got, want), rounding)
+    assert (got[want == 0] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -52,7 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from opendnn.families.convolution.gluon_hopper import CONSUMER_REGISTERS, MAX_STAGES, PRODUCER_REGISTERS, SHARED_MEMORY
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_direct import store_tap_filter
-from opendnn.families.convolution.triton_gemm import box_origin, phase_view_box
+from opendnn.families.convolution.triton_gemm import box_origin, phase_view_box, tap_view_window
 from opendnn.families.convolution.triton_tiles import geometry
 from opendnn.families.convolution.triton_tma import (
     MIN_SLICE_BOXES,
@@ -99,17 +99,11 @@ def filter_producer(
     PROGRAMS: gl.constexpr,
 ):
     """Fill the ring: per box of every unit of this program, dy's chunks at the box and x's box of the
-    pixels they meet at the tap, in x's phase view."""
+    pixels they meet at the tap, in x's phase view, through a descriptor of the unit's tap's window of
+    it (``tap_view_window``: TMA's zero fill wherever dy's pixel is past dy or x's is padding)."""
     BOX: gl.constexpr = [dy_ring.shape[1], dy_ring.shape[2], dy_ring.shape[3], dy_ring.shape[4]]
     X_BOX: gl.constexpr = [x_ring.shape[1], x_ring.shape[2], 1, x_ring.shape[4], x_ring.shape[5]]
     dy_desc = tma.make_tensor_descriptor(dy_ptr, [N, OH, OW, K], [dy_sn, dy_sh, dy_sw, 1], BOX, dy_ring.layout)
-    x_desc = tma.make_tensor_descriptor(
-        x_ptr,
-        [N, XH // stride_h, stride_h, XW // stride_w, stride_w * C],
-        [x_sn, stride_h * x_sh, x_sh, stride_w * x_sw, 1],
-        X_BOX,
-        x_ring.layout,
-    )
     STAGES: gl.constexpr = ready.shape[0]
     K_CHUNKS: gl.constexpr = dy_ring.shape[0] // STAGES
     BLOCK_C: gl.constexpr = x_ring.shape[5]
@@ -124,6 +118,20 @@ def filter_producer(
         k0 = tile // (tiles_c * R * S) * (K_CHUNKS * CHUNK)
         shift_h = tap // S * dil_h - pad_h  # x[stride * p + shift] meets dy[p]
         shift_w = tap % S * dil_w - pad_w
+        offset, rows, columns, origin_h, origin_w = tap_view_window(
+            shift_h, shift_w, stride_h, stride_w, XH, XW, OH, OW, x_sh, x_sw
+        )
+        # the descriptor is rewritten in place: the previous unit's loads land first (each stage's last)
+        for back in gl.static_range(STAGES):
+            last = step - 1 - back
+            mbarrier.wait(ready.index((last + STAGES) % STAGES), last // STAGES & 1, pred=last >= 0)
+        x_desc = tma.make_tensor_descriptor(
+            x_ptr + offset,
+            [N, rows, stride_h, columns, stride_w * C],
+            [x_sn, stride_h * x_sh, x_sh, stride_w * x_sw, 1],
+            X_BOX,
+            x_ring.layout,
+        )
         begin = unit // tiles * slice_boxes
         for box in range(begin, gl.minimum(begin + slice_boxes, boxes)):
             n0, h0, w0 = box_origin(box, N, OH, OW, BOX[0], BOX[1], BOX[2])
@@ -135,7 +143,7 @@ def filter_producer(
                 tma.async_copy_global_to_shared(
                     dy_desc, [n0, h0, w0, k0 + chunk * CHUNK], filled, dy_ring.index(stage * K_CHUNKS + chunk)
                 )
-            x_box = phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C)
+            x_box = phase_view_box(n0, h0 - origin_h, w0 - origin_w, c0, shift_h, shift_w, stride_h, stride_w, C)
             tma.async_copy_global_to_shared(x_desc, x_box, filled, x_ring.index(stage))
             step += 1
 

@@ -29,6 +29,7 @@ from opendnn.families.convolution.triton_gemm import (
     reduction_index,
     row_coordinates,
     tap_shifts,
+    tap_view_window,
 )
 
 
@@ -521,16 +522,10 @@ def filter_tma_kernel(
     dividing x's height and width with its channels packed per pixel). Program (k tile x tap x c
     tile, split): dw[k, c, tap] = sum over output pixels p of dy[p, k] * x[stride * p + shift(tap), c],
     for the IMAGES x BLOCK_H x BLOCK_W boxes of output pixels of the split; x's box is one of its phase
-    view (``phase_view_box``; stride 1: dy's box moved by the tap's shift). Box positions past dy (and
-    x positions in the padding) are TMA's zero fill."""
+    view (``phase_view_box``; stride 1: dy's box moved by the tap's shift) through a descriptor of the
+    tap's window of it (``tap_view_window``): box positions past dy, and x positions in the padding or
+    meeting dy's positions past dy, are TMA's zero fill."""
     BLOCK_P: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
-    dy_desc = pixel_box_descriptor(dy_ptr, N, OH, OW, K, dy_sn, dy_sh, dy_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_M)
-    x_desc = tl.make_tensor_descriptor(
-        x_ptr,
-        [N, XH // stride_h, stride_h, XW // stride_w, stride_w * C],
-        [x_sn, stride_h * x_sh, x_sh, stride_w * x_sw, 1],
-        [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_N],
-    )
     tiles_c = tl.cdiv(C, BLOCK_N)
     pid = tl.program_id(0)
     c0 = pid % tiles_c * BLOCK_N
@@ -538,6 +533,16 @@ def filter_tma_kernel(
     k0 = pid // (tiles_c * R * S) * BLOCK_M
     shift_h = tap // S * dil_h - pad_h
     shift_w = tap % S * dil_w - pad_w
+    dy_desc = pixel_box_descriptor(dy_ptr, N, OH, OW, K, dy_sn, dy_sh, dy_sw, IMAGES, BLOCK_H, BLOCK_W, BLOCK_M)
+    offset, rows, columns, origin_h, origin_w = tap_view_window(
+        shift_h, shift_w, stride_h, stride_w, XH, XW, OH, OW, x_sh, x_sw
+    )
+    x_desc = tl.make_tensor_descriptor(
+        x_ptr + offset,
+        [N, rows, stride_h, columns, stride_w * C],
+        [x_sn, stride_h * x_sh, x_sh, stride_w * x_sw, 1],
+        [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_N],
+    )
     split = tl.program_id(1)
     begin = split * slice_boxes
     end = tl.minimum(begin + slice_boxes, tl.cdiv(N, IMAGES) * tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W))
@@ -546,7 +551,7 @@ def filter_tma_kernel(
     for box in range(begin, end):
         n0, h0, w0 = box_origin(box, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         a = dy_desc.load([n0, h0, w0, k0]).reshape(BLOCK_P, BLOCK_M)
-        b = x_desc.load(phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C))
+        b = x_desc.load(phase_view_box(n0, h0 - origin_h, w0 - origin_w, c0, shift_h, shift_w, stride_h, stride_w, C))
         b = b.reshape(BLOCK_P, BLOCK_N)
         acc = tl.dot(a.T.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 

@@ -452,6 +452,36 @@ def phase_view_box(n0, h0, w0, c0, shift_h, shift_w, stride_h, stride_w, C):
 
 
 @triton.jit
+def tap_window(first, view, outputs):
+    """Where a tap's reads along one dim of x's phase view can meet a pixel of dy: output index u reads
+    view index u + first, and the indices [lo, hi) = [max(0, first), min(view, outputs + first)) are
+    inside both x (0 <= index < view) and dy (u < outputs). Returns (lo, hi - lo, lo): the descriptor's
+    first index, its extent and the view index its coordinate 0 stands for. An empty range (the tap
+    reads only padding) gives one index at 0 and coordinate 0 standing for first - 1: every box
+    coordinate, u + 1, lies past that extent, so the box is all zero fill."""
+    lo = tl.maximum(first, 0)
+    hi = tl.minimum(view, outputs + first)
+    empty = hi <= lo
+    return tl.where(empty, 0, lo), tl.where(empty, 1, hi - lo), tl.where(empty, first - 1, lo)
+
+
+@triton.jit
+def tap_view_window(shift_h, shift_w, stride_h, stride_w, XH, XW, OH, OW, x_sh, x_sw):
+    """The rows and columns of x's phase view (``phase_view_box``) that a backward filter's tap of
+    shift (shift_h, shift_w) multiplies with dy pixels inside OH x OW (``tap_window`` per dim). A
+    descriptor of the view starting there and only that large reads zeros wherever dy's box is past
+    dy or x's pixel is padding: dy's zero fill never meets a real x (0 * inf would be NaN). Returns
+    (the offset of its first pixel from x's, in elements; its rows; its columns; the view row and
+    column its coordinates count from: the box of output pixel (h0, w0) is phase_view_box at
+    (h0 - origin_h, w0 - origin_w)). The offset is whole rows and pixels of x: 16-byte aligned
+    wherever x's row and pixel strides are."""
+    _, first_h, _, first_w, _ = phase_view_box(0, 0, 0, 0, shift_h, shift_w, stride_h, stride_w, 0)
+    base_h, rows, origin_h = tap_window(first_h, XH // stride_h, OH)
+    base_w, columns, origin_w = tap_window(first_w, XW // stride_w, OW)
+    return base_h * stride_h * x_sh + base_w * stride_w * x_sw, rows, columns, origin_h, origin_w
+
+
+@triton.jit
 def tap_step(
     j,
     chunks,
