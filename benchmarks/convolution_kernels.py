@@ -73,6 +73,17 @@ def descriptor(dims, dtype, channels_last):
     return TensorDescriptor(dtype, tuple(dims), tuple(strides))
 
 
+def default_problem(problem):
+    """``problem`` with the algorithm opendnn's calls that name none take (``algorithms.default_algorithm``
+    on a handle without a workspace limit): the first the backend prefers (an NCHW TF32 forward's
+    IMPLICIT_PRECOMP_GEMM, which stages x and the filter), else the direction's default."""
+    for algo in type(problem.algo):
+        candidate = dataclasses.replace(problem, algo=algo)
+        if kernels.supports(candidate) is None and kernels.preferred(candidate):
+            return candidate
+    return problem
+
+
 def tensor(desc, fill=True):
     t = torch.empty(desc.extent, dtype=TORCH[desc.dtype], device="cuda").as_strided(desc.dims, desc.strides)
     return t.normal_() if fill else t.fill_(float("nan"))
@@ -103,6 +114,8 @@ class Case:
             True,
             algo or DEFAULT[direction],
         )
+        if algo is None:
+            self.problem = default_problem(self.problem)
         self.flops = 2 * n * p * p * k * (c // g) * r * r
         self.x = tensor(self.x_desc, direction is not DATA)
         self.w = tensor(self.w_desc, direction is not FILTER).mul_(1 / math.sqrt(c // g * r * r))

@@ -45,3 +45,21 @@ def strict_float32():
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.fixture
+def planned_convolutions(monkeypatch):
+    """What each run of the Triton convolution backend planned, in order: (algorithm, strategy, the
+    names of its launches' kernels)."""
+    from opendnn.families.convolution import triton_backend as kernels
+
+    taken = []
+    launch_plan = kernels.launch_plan
+
+    def recording(problem, interpreted, strategy):
+        plan = launch_plan(problem, interpreted, strategy)
+        taken.append((problem.algo, strategy, [launch.kernel.__name__ for launch in plan.launches]))
+        return plan
+
+    monkeypatch.setattr(kernels, "launch_plan", recording)
+    return taken

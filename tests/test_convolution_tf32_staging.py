@@ -1,14 +1,19 @@
 """The TMA route's staged copies of a TF32 problem (``triton_tma.staging_launches``) through Triton's
 interpreter: each holds the caller's float32 values rounded to TF32 to nearest, ties away from zero
-(what ``cvt.rna.tf32.f32`` and cuDNN's TF32 give), laid out as the TMA kernels read them."""
+(what ``cvt.rna.tf32.f32`` and cuDNN's TF32 give), laid out as the TMA kernels read them: NCHW
+backward data's dy and repacked filter, an NCHW forward's x and KRSC filter (IMPLICIT_PRECOMP_GEMM)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from test_gluon_convolution import DATA, FP32, S, problem
 
+import opendnn as od
 from opendnn.families.convolution import triton_backend as kernels
+
+PRECOMP = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
 
 SPECIAL = [
     1.0 + 2.0**-11,  # half a TF32 unit above 1: a tie, away from zero
@@ -46,26 +51,37 @@ def test_the_oracle_rounds_ties_away_from_zero_and_past_the_largest_to_infinity(
     assert got.tolist() == [1 + unit, -(1 + unit), 1.0, 1 + 2 * unit, float("inf")]
 
 
-def test_nchw_tf32_backward_data_stages_dy_channels_last_and_the_filter_crsk_rounded_to_tf32():
-    prob = problem(direction=DATA, dtype=FP32, allow_tf32=True, channels_last=False, n=2, c=32, size=6, k=64)
-    assert kernels.staged(prob) == ("y",) and kernels.packs_filter(prob)
+@pytest.mark.parametrize(
+    "case, arguments, activation, orders",
+    [  # orders: the activation's dims and the filter's, in their copies' memory order
+        ("NCHW backward data: dy NHWK, the filter CRSK", dict(direction=DATA), "y", ((0, 2, 3, 1), (1, 2, 3, 0))),
+        ("NCHW forward, IMPLICIT_PRECOMP_GEMM: x NHWC, the filter KRSC", dict(algo=PRECOMP), "x", ((0, 2, 3, 1),) * 2),
+    ],
+)
+def test_nchw_tf32_staging_copies_the_activation_and_the_filter_rounded_to_tf32(case, arguments, activation, orders):
+    prob = problem(dtype=FP32, allow_tf32=True, channels_last=False, n=2, c=32, size=6, k=64, **arguments)
+    assert kernels.staged(prob) == (activation,) and kernels.packs_filter(prob)
     plan = kernels.launch_plan(prob, True, S.TMA)
     staging = [launch for launch in plan.launches if launch.kernel.__name__ == "tf32_staging_kernel"]
-    assert len(staging) == 2
+    assert [launch.args[0].name for launch in staging] == [f"{activation}_staged", "w_packed"]
     generator = torch.Generator().manual_seed(7)
-    dy = torch.randn(2, 64, 6, 6, generator=generator)
-    dy.view(-1)[: len(SPECIAL)] = torch.tensor(SPECIAL)
+    source = torch.randn(2, 64 if activation == "y" else 32, 6, 6, generator=generator)  # dy has K channels
+    source.view(-1)[: len(SPECIAL)] = torch.tensor(SPECIAL)
     w = torch.randn(64, 32, 3, 3, generator=generator)
     w.view(-1)[-len(SPECIAL) :] = torch.tensor(SPECIAL)
     tensors = {
-        "y": dy,
+        activation: source,
         "w": w,
-        "y_staged": torch.full((dy.numel(),), float("nan")),
+        f"{activation}_staged": torch.full((source.numel(),), float("nan")),
         "w_packed": torch.full((w.numel(),), float("nan")),
     }
     for launch in staging:
         launch(tensors)
-    want_dy = tf32_nearest(dy.permute(0, 2, 3, 1).contiguous().numpy().ravel())  # N, H, W, K
-    want_w = tf32_nearest(w.permute(1, 2, 3, 0).contiguous().numpy().ravel())  # C, R, S, K
-    for got, want in ((tensors["y_staged"].numpy(), want_dy), (tensors["w_packed"].numpy(), want_w)):
-        np.testing.assert_array_equal(got, want)  # NaN where the input's NaN went, nowhere else
+    for got, original, order in zip((tensors[f"{activation}_staged"], tensors["w_packed"]), (source, w), orders):
+        want = tf32_nearest(original.permute(*order).contiguous().numpy().ravel())
+        np.testing.assert_array_equal(got.numpy(), want)  # NaN where the input's NaN went, nowhere else
+
+
+def test_a_forward_under_implicit_gemm_stages_nothing():
+    prob = problem(dtype=FP32, allow_tf32=True, channels_last=False, n=2, c=32, size=6, k=64)
+    assert kernels.staged(prob) == () and not kernels.packs_filter(prob) and kernels.tma_blocks(prob) is None

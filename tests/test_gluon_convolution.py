@@ -21,6 +21,7 @@ from opendnn.families.pointwise.problem import PointwiseMode
 
 BF16, FP16, FP32 = od.DataType.BFLOAT16, od.DataType.HALF, od.DataType.FLOAT
 FWD, DATA, FILTER = ConvolutionDirection
+PRECOMP = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
 S = kernels.Strategy
 SHARED_MEMORY = 227 * 1024  # bytes a block may use on sm_90
 
@@ -46,9 +47,10 @@ def problem(
     flip=False,
     beta=0.0,
     epilogue=None,
+    algo=None,
 ):
     """A 2-D convolution problem, padding filt // 2; ``epilogue``: (activation, coefficient, bias, z,
-    propagate NaN) of a forward."""
+    propagate NaN) of a forward; ``algo``: None for the direction's default."""
     out = (size + 2 * (filt // 2) - filt) // stride + 1
     x, w = packed(dtype, (n, c, size, size), channels_last), packed(dtype, (k, c, filt, filt), channels_last)
     y = packed(dtype, (n, k, out, out), channels_last)
@@ -65,7 +67,9 @@ def problem(
             alpha2=0.5 if z else 0.0,
             propagate_nan=propagate_nan,
         )
-    return convolution_problem(direction, conv, x, w, y, allow_tf32=allow_tf32, alpha=0.75, beta=beta, **extra)
+    return convolution_problem(
+        direction, conv, x, w, y, algo=algo, allow_tf32=allow_tf32, alpha=0.75, beta=beta, **extra
+    )
 
 
 @pytest.mark.parametrize(
@@ -119,11 +123,39 @@ def problem(
             S.TMA,
         ),
         (
-            "TF32 NCHW forward: zero workspace, no copy",
+            "TF32 NCHW forward under IMPLICIT_GEMM: zero workspace, no copy",
             dict(dtype=FP32, allow_tf32=True, channels_last=False),
             True,
             True,
             S.IMPLICIT_GEMM,
+        ),
+        (
+            "TF32 NCHW forward under IMPLICIT_PRECOMP_GEMM: x and the filter staged",
+            dict(dtype=FP32, allow_tf32=True, channels_last=False, algo=PRECOMP),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        (
+            "TF32 NCHW stride 2 forward under IMPLICIT_PRECOMP_GEMM: the copy's phase view",
+            dict(dtype=FP32, allow_tf32=True, channels_last=False, stride=2, size=28, algo=PRECOMP),
+            True,
+            True,
+            S.WARP_SPECIALIZED_TMA,
+        ),
+        (
+            "TF32 NCHW 1x1 forward under IMPLICIT_PRECOMP_GEMM: x's copy would be the columns",
+            dict(dtype=FP32, allow_tf32=True, channels_last=False, filt=1, algo=PRECOMP),
+            True,
+            True,
+            S.PRECOMPUTED_GEMM,
+        ),
+        (
+            "bfloat16 NCHW forward under IMPLICIT_PRECOMP_GEMM: only TF32 stages",
+            dict(channels_last=False, algo=PRECOMP),
+            True,
+            True,
+            S.PRECOMPUTED_GEMM,
         ),
         ("TF32 interpreted", dict(dtype=FP32, allow_tf32=True), True, False, S.TMA),
         ("float32 without TF32", dict(dtype=FP32), True, True, S.IMPLICIT_GEMM),
@@ -176,6 +208,20 @@ def test_tf32_backward_data_on_the_engine_reads_the_rounded_copies_as_a_forward_
     assert [region[0] for region in plan.regions] == [*staged, "w_packed"]
 
 
+def test_tf32_nchw_forward_under_precomp_runs_the_engine_on_x_and_the_filter_staged():
+    prob = problem(FWD, FP32, n=64, c=256, k=256, channels_last=False, allow_tf32=True, algo=PRECOMP)
+    plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
+    *copies, engine = plan.launches
+    assert [copy.args[0].name for copy in copies] == ["x_staged", "w_packed"]
+    assert {launch.kernel.__name__ for launch in copies} == {"tf32_staging_kernel"}
+    assert engine.kernel.__name__ == "conv_warp_specialized_kernel"
+    assert engine.args[:3] == (kernels.Slot("x_staged"), kernels.Slot("w_packed"), kernels.Slot("y"))
+    bound = dict(zip(gluon_hopper.conv_warp_specialized_kernel.arg_names, engine.args))
+    assert (bound["a_sh"], bound["a_sw"], bound["w_sk"]) == (14 * 256, 256, 9 * 256)  # NHWC copy, KRSC copy
+    assert (bound["o_sc"], bound["o_sh"], bound["o_sw"]) == (14 * 14, 14, 1)  # y written NCHW
+    assert [region[0] for region in plan.regions] == ["table", "x_staged", "w_packed"]
+
+
 def test_strided_backward_data_is_one_launch_per_phase_of_dx_with_its_taps():
     plan = kernels.launch_plan(problem(DATA, n=64, c=128, size=56, k=128, stride=2), False, S.WARP_SPECIALIZED_TMA)
     assert [launch.kernel.__name__ for launch in plan.launches] == ["conv_warp_specialized_kernel"] * 4
@@ -207,6 +253,7 @@ def test_the_ring_takes_the_stages_that_fit_beside_the_epilogue():
 
 # name: problem arguments (batch 8 except where the channel tile needs more)
 TF32 = dict(dtype=FP32, allow_tf32=True)
+NCHW_STAGED = dict(channels_last=False, algo=PRECOMP, **TF32)
 VARIANTS = {
     "plain_64_channels": dict(n=8, size=56),
     "bias_relu_residual": dict(n=8, c=128, size=28, k=128, epilogue=(PointwiseMode.RELU_FWD, None, True, True, False)),
@@ -231,6 +278,11 @@ VARIANTS = {
     "tf32_stride_2_3x3": dict(n=8, c=128, size=56, k=128, stride=2, **TF32),
     "tf32_stride_2_1x1": dict(n=8, c=256, size=56, k=512, filt=1, stride=2, **TF32),
     "tf32_backward_data_stride_2_3x3": dict(direction=DATA, n=8, c=128, size=56, k=128, stride=2, **TF32),
+    # an NCHW forward under IMPLICIT_PRECOMP_GEMM: the staged copies read, y stored NCHW
+    "tf32_nchw_forward_staged_bias_relu_residual": dict(
+        n=8, c=128, size=28, k=128, epilogue=(PointwiseMode.RELU_FWD, None, True, True, False), **NCHW_STAGED
+    ),
+    "tf32_nchw_forward_staged_stride_2_beta": dict(n=8, c=128, size=56, k=128, stride=2, beta=0.5, **NCHW_STAGED),
 }
 TF32_VARIANTS = tuple(name for name in VARIANTS if name.startswith("tf32"))
 CHECKED_FOR_SPILLS = (
@@ -250,7 +302,7 @@ def variant_launch(name):
     arguments = VARIANTS[name]
     launch = gluon_hopper.warp_specialized_launches(problem(**arguments))[-1]
     dtype = arguments.get("dtype", BF16).to_torch()
-    slots = ("x", "w", "y", "bias", "z", "y_staged", "w_packed")  # the staged copies TF32 backward data reads
+    slots = ("x", "w", "y", "bias", "z", "x_staged", "y_staged", "w_packed")  # and the staged copies TF32 reads
     return launch, {slot: torch.empty(8, dtype=dtype) for slot in slots}
 
 

@@ -16,12 +16,17 @@ IMPLICIT_PRECOMP_GEMM, GEMM (im2col); an algorithm that does not apply, whose wo
 handle's ``workspace_limit``, or that is not deterministic on a deterministic handle gets status
 NOT_SUPPORTED and its reason. A backend module that has non-deterministic algorithms says so with
 ``deterministic(problem) -> bool``; without one, every algorithm of that backend is deterministic
-(the case of both backends: no kernel uses atomics).
+(the case of both backends: no kernel uses atomics). A backend module that runs an algorithm on a
+route the ones ranked before it cannot take says so with ``preferred(problem) -> bool`` (the Triton
+backend: an IMPLICIT_PRECOMP_GEMM forward reading TF32 copies staged in its workspace): Get ranks
+those first, and a Pythonic call that names no algorithm takes the first the handle admits
+(``default_algorithm``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import importlib.metadata
@@ -173,12 +178,33 @@ def _rank(problem: ConvolutionProblem) -> int:
     return _HEURISTIC_ORDER.index(method) if method in _HEURISTIC_ORDER else len(_HEURISTIC_ORDER)
 
 
+def _preference(handle: Handle) -> Callable[[ConvolutionProblem], bool]:
+    """The handle's backend's ``preferred`` (none preferred where it has none)."""
+    backend = load_backend("convolution", handle.backend, handle.device)
+    return getattr(backend, "preferred", lambda problem: False)  # type: ignore[no-any-return]
+
+
 def _ranked(
     handle: Handle, problems: list[ConvolutionProblem], requested_count: int | None
 ) -> list[ConvolutionAlgorithmPerf]:
-    records = [_record(handle, p) for p in sorted(problems, key=_rank)]
+    preferred = _preference(handle)
+    records = [_record(handle, p) for p in sorted(problems, key=lambda p: (not preferred(p), _rank(p)))]
     records.sort(key=lambda r: r.status is not Status.SUCCESS)  # stable: heuristic order within each
     return records[:requested_count]
+
+
+def default_algorithm(handle: Handle, problem: ConvolutionProblem) -> ConvolutionProblem:
+    """``problem``, built with its direction's default algorithm (IMPLICIT_GEMM, ALGO_0), with the
+    algorithm a call that names none takes on ``handle``: the first algorithm the backend prefers
+    (``preferred``: its route is one the default cannot take) that the handle admits (workspace limit,
+    determinism), else the default. On the Triton backend a TF32 forward over NCHW x (or a KCRS
+    filter) thus takes IMPLICIT_PRECOMP_GEMM, whose workspace holds the copies the TMA route reads."""
+    preferred = _preference(handle)
+    for algo in ALGORITHMS[problem.direction]:
+        candidate = dataclasses.replace(problem, algo=algo)
+        if algo is not problem.algo and preferred(candidate) and _record(handle, candidate).status is Status.SUCCESS:
+            return candidate
+    return problem
 
 
 # ---- Find: measurement ---------------------------------------------------------------------------

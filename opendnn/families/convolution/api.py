@@ -167,7 +167,8 @@ def convolution_forward(
     """``y = alpha * conv(x, w) + beta * y``.
 
     Args:
-        algo: a ConvolutionFwdAlgo (IMPLICIT_GEMM, the default choice, needs no workspace).
+        algo: a ConvolutionFwdAlgo (IMPLICIT_GEMM, the default choice, needs no workspace;
+            ``get_convolution_forward_algorithm`` ranks first the one to take).
         workspace: a contiguous, 16-byte aligned array of at least
             ``get_convolution_forward_workspace_size`` bytes; None when that is 0.
 

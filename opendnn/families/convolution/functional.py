@@ -2,7 +2,10 @@
 backward functions, with torch.nn.functional's arguments.
 
 Each output has the memory order of the function's main input (NHWC in, NHWC out). ``algo`` picks
-a cuDNN algorithm (default: implicit GEMM, no workspace); any workspace it needs is allocated here.
+a cuDNN algorithm (default: implicit GEMM, no workspace for the forward, or the one the backend
+prefers, ``algorithms.default_algorithm``: on the Triton backend a TF32 forward over NCHW x takes
+IMPLICIT_PRECOMP_GEMM and reads channels-last copies in its workspace); any workspace it needs is
+allocated here.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
 from opendnn.core.plans import Plan, keep, lookup, signature
+from opendnn.families.convolution.algorithms import default_algorithm
 from opendnn.families.convolution.api import math_allows_tf32, workspace_size
 from opendnn.families.convolution.problem import (
     ConvolutionDescriptor,
@@ -172,6 +176,8 @@ def _forward(
             alpha2,
             propagate_nan,
         )
+        if algo is None:  # the default, or the algorithm the handle's backend prefers for the problem
+            problem = default_algorithm(handle, problem)
     except OpenDnnError as error:
         raise _NAMES.renamed(error) from None
     y = allocate(xb, y_desc)

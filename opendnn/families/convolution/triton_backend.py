@@ -8,12 +8,14 @@ launches once (``launch_plan``) and launches them. Problems reach the kernels
 in a canonical 3-D form: a 1-D or 2-D problem gains leading spatial dims of size 1.
 
 Algorithms (``method_of(problem.algo)``, in ``problem.py``):
-    IMPLICIT_GEMM          zero workspace; depthwise-like problems (few channels per group) take
+    IMPLICIT_GEMM          no workspace in the forward (TF32 backward problems' staged copies:
+                           below); depthwise-like problems (few channels per group) take
                            the direct kernels, vectorized over all channels, instead of a GEMM
                            whose tiles would be mostly padding; narrow groups (up to 16 channels
                            a group) take ``triton_grouped``'s block-diagonal products
     IMPLICIT_PRECOMP_GEMM  the same GEMM reading the per-tap shifts and filter offsets from a
-                           table of taps * 16 bytes in the workspace (forward, backward filter)
+                           table of taps * 16 bytes in the workspace (forward, backward filter);
+                           a TF32 forward's staged copies of x and the filter (below)
     GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
                            strided positions (backward data) in the workspace, then a matrix product
     DIRECT                 the direct kernel (forward)
@@ -30,9 +32,13 @@ Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allow
 activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
 (and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
-cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``); both
-copies hold the float32 values rounded to TF32 to nearest. The forward keeps zero workspace. On an
-sm_90 GPU the problems of that route run on the persistent, warp-specialized Gluon engine: forward
+cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). A TF32
+forward does the same under IMPLICIT_PRECOMP_GEMM only (``stages_forward``: x channels-last, the
+filter KRSC where it is not, writing y at its own strides); under IMPLICIT_GEMM it keeps zero
+workspace. The copies hold the float32 values rounded to TF32 to nearest and take less memory than
+an explicit GEMM's columns. Calls that name no algorithm take IMPLICIT_PRECOMP_GEMM where it stages
+(``preferred``, read by ``algorithms.default_algorithm``). On an sm_90 GPU the problems of that
+route run on the persistent, warp-specialized Gluon engine: forward
 and backward data in ``gluon_hopper`` (16-bit and TF32), backward filter in ``gluon_filter`` (16-bit;
 ``engine_reads_boxes``, ``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
 x's height and width, read through x's phase view (``triton_gemm.phase_view_box``), and strided
@@ -101,6 +107,7 @@ from opendnn.families.convolution.triton_tma import (
     TMA_READS,
     packs_filter,
     staged,
+    stages_forward,
     staging_launches,
     tma_blocks,
     tma_filter_launch,
@@ -191,6 +198,21 @@ class Strategy(enum.Enum):
 TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.RASTER_FILTER, Strategy.TMA)  # kernels reading by TMA
 
 
+def copied_operands(problem: ConvolutionProblem) -> tuple[str, ...]:
+    """The operands ("x", "y", "w") the TMA route reads as copies in the workspace (``staged``,
+    ``packs_filter``), not where the caller holds them."""
+    return (*staged(problem), *(("w",) if packs_filter(problem) else ()))
+
+
+def preferred(problem: ConvolutionProblem) -> bool:
+    """Whether ``problem``'s algorithm takes a route here that the algorithms the heuristics rank
+    before it cannot (``algorithms``: Get ranks it first; a call that names no algorithm takes it):
+    an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (TF32, x NCHW or
+    the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
+    make (it reads NCHW x by the cp.async GEMM)."""
+    return stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem))
+
+
 def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
     """Whether the warp-specialized engine takes a problem of the TMA route (``tma_blocks``): wgmma
     reads its boxes from shared memory as TMA lands them. 16-bit operands in every direction (wgmma
@@ -277,9 +299,12 @@ def run(
         )
         return
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
-    first, second = (tensors[name] for name in TMA_READS[problem.direction])
-    if strategy is Strategy.RASTER_FILTER and workspace is not None:  # TMA reads only its copies
-        first = second = torch_view(workspace)
+    # TMA reads the copies it reads in the workspace (the raster route reads nothing else)
+    copied = ("x", "y", "w") if strategy is Strategy.RASTER_FILTER else copied_operands(problem)
+    first, second = (
+        torch_view(workspace) if workspace is not None and name in copied else tensors[name]
+        for name in TMA_READS[problem.direction]
+    )
     if strategy in TMA_STRATEGIES and not tma_ready(first, second, interpreted):
         strategy = choose(problem, tma_aligned=False, hopper=hopper)
     plan = launch_plan(problem, interpreted, strategy)

@@ -1,6 +1,6 @@
 """Convolutions whose activations are read by TMA in boxes of pixels (Hopper): when they
 apply (``tma_blocks``), the workspace copies they read instead of the caller's tensors (``staged``,
-the TF32 filter repacked for backward data), and their launches."""
+the TF32 filter repacked: ``packs_filter``), and their launches."""
 
 from __future__ import annotations
 
@@ -66,11 +66,22 @@ def _activation(problem: ConvolutionProblem, name: str) -> TensorDescriptor:
     return problem.x if name == "x" else problem.y
 
 
+def stages_forward(problem: ConvolutionProblem) -> bool:
+    """A TF32 forward may read copies in the workspace: under IMPLICIT_PRECOMP_GEMM, whose workspace
+    holds them. IMPLICIT_GEMM keeps zero workspace (cuDNN's has none) and reads x and w where they are."""
+    return (
+        problem.direction is FORWARD
+        and tf32(problem)
+        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
+    )
+
+
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
-    """The activations ("x", "y") the TMA route copies channels-last into the workspace first: a
-    TF32 backward problem's operands that TMA cannot read where they are (NCHW, say)."""
-    if problem.direction is FORWARD or not tf32(problem):
+    """The activations ("x", "y") the TMA route copies channels-last into the workspace first: the
+    operands that TMA cannot read where they are (NCHW, say) of a TF32 backward problem, or of a TF32
+    forward that may stage (``stages_forward``)."""
+    if not tf32(problem) or (problem.direction is FORWARD and not stages_forward(problem)):
         return ()
     return tuple(
         name for name in ACTIVATION_READS[problem.direction] if not _channels_last_aligned(_activation(problem, name))
@@ -78,9 +89,30 @@ def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
 
 
 def packs_filter(problem: ConvolutionProblem) -> bool:
-    """TF32 backward data reads the filter repacked as [C, R, S, K] (wgmma takes TF32 operands only
-    with the reduced dim contiguous) and runs as a forward convolution over dy."""
-    return problem.direction is BACKWARD_DATA and tf32(problem)
+    """The TMA route reads a copy of the filter (``packed_filter``): TF32 backward data reads it
+    repacked as [C, R, S, K] (wgmma takes TF32 operands only with the reduced dim contiguous) and runs
+    as a forward convolution over dy; a forward that may stage (``stages_forward``) reads it as KRSC
+    where the filter cannot be read as the matrix [K, R*S*C] (an NCHW caller's KCRS filter)."""
+    if problem.direction is BACKWARD_DATA:
+        return tf32(problem)
+    return stages_forward(problem) and not _filter_matrix_readable(problem)
+
+
+def packed_filter(problem: ConvolutionProblem) -> TensorDescriptor:
+    """The filter's copy in the workspace (``packs_filter``), packed [C, R, S, K] for backward data
+    and [K, R, S, C] for the forward."""
+    spatial = tuple(range(2, problem.w.ndim))
+    order = (1, *spatial, 0) if problem.direction is BACKWARD_DATA else (0, *spatial, 1)
+    return _packed_in_order(problem.w, order)
+
+
+def _filter_matrix_readable(problem: ConvolutionProblem) -> bool:
+    """TMA can read the caller's filter as the matrix [K, R*S*C]: KRSC with its taps packed and a K
+    stride a multiple of 8 elements (a size-1 dim's stride is any: torch's 1x1 channels-last)."""
+    geo = geometry(problem)
+    w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
+    packed_taps = (geo.filt[2] == 1 or w_ss == geo.c) and (geo.filt[1] == 1 or w_sr == geo.filt[2] * geo.c)
+    return w_sc == 1 and packed_taps and w_sk % 8 == 0
 
 
 def _tma_block_k(problem: ConvolutionProblem) -> int:
@@ -92,10 +124,11 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
     apply: 2-D (or 1-D) ungrouped 16-bit or TF32 problems, implicit GEMM, stride 1, a forward or
     backward filter that x's phase view can read or a backward data (``_phase_view_fits``),
-    channels-last activations with
-    16-byte aligned strides (TF32 backward stages others: ``staged``), and for forward and backward
+    channels-last activations with 16-byte aligned strides (TF32 backward problems, and TF32
+    forwards under IMPLICIT_PRECOMP_GEMM, stage others: ``staged``), and for forward and backward
     data reduced channels a multiple of one 128-byte chunk and a KRSC filter (read as the matrix
-    [K, R*S*C]; TF32 backward data repacks any filter). The block is ``least_padded_box`` of the
+    [K, R*S*C]; TF32 backward data, and those forwards, copy any other: ``packs_filter``); the
+    copies smaller than an explicit GEMM's columns. The block is ``least_padded_box`` of the
     output pixels (input pixels for backward data; a strided backward data's first output phase,
     each phase's launch taking the box of its own size: ``output_phases``)."""
     geo = geometry(problem)
@@ -118,14 +151,11 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         pixels, reduced = geo.y_size, geo.c
     if reduced % _tma_block_k(problem):
         return None
-    if problem.direction is not BACKWARD_FILTER and not packs_filter(problem):
-        w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
-        packed_taps = (geo.filt[2] == 1 or w_ss == geo.c) and (geo.filt[1] == 1 or w_sr == geo.filt[2] * geo.c)
-        if w_sc != 1 or not packed_taps or w_sk % 8:  # a size-1 dim's stride is any (torch's 1x1 channels-last)
-            return None
+    if problem.direction is not BACKWARD_FILTER and not packs_filter(problem) and not _filter_matrix_readable(problem):
+        return None
     copied = sum(_activation(problem, name).numel for name in staged(problem))
-    if copied + (problem.w.numel if packs_filter(problem) else 0) > im2col_elements(problem):
-        return None  # the copies would take more memory than an explicit GEMM's columns (1x1 layers)
+    if copied + (problem.w.numel if packs_filter(problem) else 0) >= im2col_elements(problem):
+        return None  # the copies would take an explicit GEMM's columns' memory or more (1x1 layers: x is them)
     for name in ACTIVATION_READS[problem.direction]:
         desc = _activation(problem, name)
         if name in staged(problem):  # its packed channels-last copy must be aligned
@@ -152,19 +182,20 @@ def _phase_view_fits(problem: ConvolutionProblem) -> bool:
     (``triton_gemm.phase_view_box``): H and W multiples of their strides, so that a row or column past
     the view is one past x (with an odd H a row inside the view could lie past x), and along a strided
     W the channels packed per pixel (pixel stride C), so that a pixel's phases lie side by side in the
-    view's last dim."""
+    view's last dim (a forward's staged copy of x has them packed)."""
     geo = geometry(problem)
     depth_stride, stride_h, stride_w = geo.stride
     if (depth_stride, stride_h, stride_w) == (1, 1, 1):
         return True
     if problem.direction is BACKWARD_DATA:
         return depth_stride == 1
+    x_read = tma_read(problem, "x")[1] if stages_forward(problem) else problem.x
     return (
         problem.direction in (FORWARD, BACKWARD_FILTER)
         and depth_stride == 1
         and geo.x_size[1] % stride_h == 0
         and geo.x_size[2] % stride_w == 0
-        and (stride_w == 1 or strides5(problem.x)[4] == geo.c)
+        and (stride_w == 1 or strides5(x_read)[4] == geo.c)
     )
 
 
@@ -268,8 +299,8 @@ def tma_arguments(
         (a, a_desc), out, out_desc, reduced, outputs = tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
         a_size, view_strides, out_strides = geo.x_size, geo.stride[1:], (1, 1)
     w, w_sk = Slot("w"), strides5(problem.w)[0]
-    if packs_filter(problem):  # a forward convolution of dy with the filter [C, R, S, K]
-        backward, w, w_sk = False, Slot("w_packed"), geo.taps * geo.k
+    if packs_filter(problem):  # backward data: a forward convolution of dy with the filter [C, R, S, K]
+        backward, w, w_sk = False, Slot("w_packed"), geo.taps * reduced  # forward: the filter [K, R, S, C]
     a_sn, _, _, a_sh, a_sw = strides5(a_desc)
     o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
     z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
@@ -413,10 +444,11 @@ def tf32_staging_kernel(
 def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     """The copies the TMA route reads instead of the caller's tensors, float32 rounded to TF32 on the
     way (``tf32_staging_kernel``; the route stages only TF32 problems): staged activations
-    channels-last, and for TF32 backward data the filter [K, C, R, S] repacked as [C, R, S, K]."""
+    channels-last, and the filter where the route reads a copy (``packed_filter``: [C, R, S, K] for
+    backward data, KRSC for a forward)."""
     copies = [(name, tma_read(problem, name)) for name in staged(problem)]
     if packs_filter(problem):
-        copies.append(("w", (Slot("w_packed"), _packed_in_order(problem.w, (1, *range(2, problem.w.ndim), 0)))))
+        copies.append(("w", (Slot("w_packed"), packed_filter(problem))))
     launches = []
     for source, (target, target_desc) in copies:
         source_desc = problem.w if source == "w" else _activation(problem, source)
