@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from opendnn.families.attention import triton_backend
+from opendnn.families.attention import triton_tiles
 from opendnn.families.attention.triton_tiles import block_loop, key_range, query_range, scheduled_block
 
 MAX_VISITS = tl.constexpr(16)  # more than any case's blocks
@@ -141,7 +141,7 @@ def test_scheduled_blocks_cover_each_block_once_heaviest_first(lengths, block, r
     needed = {(b, start) for b, length in enumerate(lengths) for start in range(0, length, block)}
     for ragged in (False, True):
         problem = SimpleNamespace(batch=batch, ragged=ragged)
-        ranks, rows = triton_backend._block_grid(problem, 1, int(offsets[-1]), seq_len, block)
+        ranks, rows = triton_tiles.block_grid(problem, 1, int(offsets[-1]), seq_len, block)
         assert ranks <= (triton.cdiv(int(offsets[-1]), block) + batch if ragged else triton.cdiv(seq_len, block))
         blocks = torch.full((rows, ranks, 2), -1, dtype=torch.int32)
         scheduled_blocks_kernel[(ranks, rows)](offsets, blocks, batch, seq_len, reversed_order, ragged, block)

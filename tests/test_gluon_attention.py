@@ -26,7 +26,7 @@ from opendnn.families.attention.problem import (
     AttentionDescriptor,
     attention_problem,
 )
-from opendnn.families.attention.reference import reference_forward, reference_forward_fp8
+from opendnn.families.attention.reference import ragged_reference, reference_forward, reference_forward_fp8
 from opendnn.families.attention.samples import fp8_factors
 from opendnn.families.attention.triton_transpose import transposed_values
 
@@ -35,10 +35,19 @@ WS = "warp_specialized_forward"
 
 
 def problem(
-    dtype="bfloat16", head_dim=128, value_dim=None, heads=(8, 2), seq=(4096, 4096), stats=True, out=None, **fields
+    dtype="bfloat16",
+    head_dim=128,
+    value_dim=None,
+    heads=(8, 2),
+    seq=(4096, 4096),
+    stats=True,
+    out=None,
+    lengths=False,
+    **fields,
 ):
-    """A packed (B, H, S, D) forward problem of batch 2, o in ``out`` (the data's dtype by default);
-    fp8 data takes every factor and maximum; ``fields``: the AttentionDescriptor's."""
+    """A packed (B, H, S, D) forward problem of batch 2, o in ``out`` (the data's dtype by default),
+    with per-batch sequence lengths of both sides where ``lengths``; fp8 data takes every factor and
+    maximum; ``fields``: the AttentionDescriptor's."""
     (heads_q, heads_kv), (seq_q, seq_kv) = heads, seq
     value_dim = value_dim or head_dim
     q = od.TensorDescriptor(dtype, (2, heads_q, seq_q, head_dim))
@@ -48,7 +57,23 @@ def problem(
     extra = dict(stats=od.TensorDescriptor("float32", (2, heads_q, seq_q))) if stats else {}
     if q.dtype.is_fp8:
         extra |= {slot: od.TensorDescriptor("float32", (1,)) for slot in (*FP8_SCALES, *FP8_AMAX)}
+    if lengths:
+        extra |= {slot: od.TensorDescriptor("int32", (2,)) for slot in ("seq_lens_q", "seq_lens_kv")}
     return attention_problem(AttentionDescriptor(**fields), q, k, v, o, **extra)
+
+
+def ragged_problem(causal, stats=True):
+    """A bf16 forward over 3 packed sequences of at most 3000 tokens (5000 in all), GQA 8/2, BSHD
+    memory, head dim 128; causal ones bottom-right, as FlashAttention's varlen call aligns them."""
+    d = od.TensorDescriptor
+    packed = [d("bfloat16", (1, heads, 5000, 128), (0, 128, heads * 128, 1)) for heads in (8, 2, 2, 8)]
+    extra = dict(stats=d("float32", (1, 8, 5000))) if stats else {}
+    offsets = d("int32", (4,))
+    params = AttentionDescriptor(causal=causal, alignment="bottom_right")
+    return attention_problem(
+        params, *packed, ragged_offsets_q=offsets, ragged_offsets_kv=offsets, max_seqlen_q=3000, max_seqlen_kv=3000,
+        **extra,
+    )  # fmt: skip
 
 
 def strided(dims, strides, dtype="bfloat16"):
@@ -72,6 +97,14 @@ def test_16_bit_forwards_without_extras_take_the_warp_specialized_kernel_on_sm90
     plan = triton_backend.choose(problem(**arguments), True, True)
     tile = gluon_forward.tile_for(2, arguments.get("head_dim", 128))
     assert (plan.strategy, plan.block_m, plan.block_n, plan.num_stages) == (WS, 128, tile.block_n, tile.stages), case
+
+
+@pytest.mark.parametrize("form", ["lengths", "ragged"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sequences_of_their_own_lengths_take_the_warp_specialized_kernel_on_sm90(form, causal):
+    chosen = problem(causal=causal, lengths=True) if form == "lengths" else ragged_problem(causal)
+    plan = triton_backend.choose(chosen, True, True)
+    assert (plan.strategy, plan.block_n) == (WS, gluon_forward.tile_for(2, 128).block_n)
 
 
 @pytest.mark.parametrize(
@@ -248,6 +281,20 @@ VARIANTS = {
         for causal, out in ((False, "bfloat16"), (True, E4M3))
     },
 }
+# the variants over sequences of their own lengths: name -> per-batch lengths or ragged offsets
+SEQUENCES = {
+    f"bfloat16_128_{'causal_stats' if causal else 'full'}_{form}": form
+    for form in ("lengths", "ragged")
+    for causal in (False, True)
+}
+VARIANTS |= {
+    name: ("bfloat16", "bfloat16", 128, "causal" in name, "causal" in name,
+           gluon_forward.tile_for(2, 128))
+    for name in SEQUENCES
+}  # fmt: skip
+# a ragged consumer keeps one number in local memory, stored in its prologue and read back once there
+# and once at its stores, outside the loops (sm_90 SASS: 8-12 bytes measured)
+RAGGED_SPILLS = 16
 # (registers a consumer and the producer keep; the launch's registers a thread): setmaxnreg and ptxas
 REGISTERS = ([24, 240], 168)
 # (dtype, head dim, block_n, schedule) -> the most bytes ptxas spills (measured, 280 to 512 with the
@@ -283,7 +330,8 @@ def test_every_variant_compiles_to_a_warp_specialized_kernel_with_p_from_registe
         assert report["e4m3_wgmma_instructions"] == (report["wgmma_instructions"] if dtype == E4M3 else 0), name
         assert [r for r in report["registers"] if r in REGISTERS[0]] == REGISTERS[0], name
         assert report["launch_registers"] == REGISTERS[1], name
-        assert report["spilled"] <= SPILLS.get((dtype, head_dim, tile.block_n, tile.schedule), 0), name
+        allowed = RAGGED_SPILLS if SEQUENCES.get(name) == "ragged" else 0
+        assert report["spilled"] <= SPILLS.get((dtype, head_dim, tile.block_n, tile.schedule), allowed), name
         assert report["shared"] <= SHARED_MEMORY, name
 
 
@@ -292,9 +340,16 @@ def variant_launch(name):
     and alignments specialize it, and v^T's strides with e4m3 data (GQA 8/2, 4096 queries and keys)."""
     dtype, out, head_dim, causal, stats, tile = VARIANTS[name]
     chosen = problem(dtype, head_dim, stats=stats, out=out, causal=causal)
+    form = SEQUENCES.get(name)
+    if form == "lengths":
+        chosen = problem(dtype, head_dim, stats=stats, out=out, causal=causal, lengths=True)
+    if form == "ragged":
+        chosen = ragged_problem(causal, stats)
     assert gluon_forward.out_of_scope(chosen) is None, name
     tensor = torch.empty(8, dtype=getattr(torch, dtype))
     tensors = dict(q=tensor, k=tensor, v=tensor, o=torch.empty(8, dtype=getattr(torch, out)), stats=None)
+    for slot in ("seq_lens_q", "seq_lens_kv", "ragged_offsets_q", "ragged_offsets_kv"):
+        tensors[slot] = torch.empty(8, dtype=torch.int32) if getattr(chosen, slot) is not None else None
     if stats:
         tensors["stats"] = torch.empty(8)
     if dtype == E4M3:
@@ -368,17 +423,25 @@ def gpu_inputs(dtype, shapes, layout, generator):
     return [random(batch, heads, seq, dim) for heads, seq in ((heads_q, seq_q), (heads_kv, seq_kv), (heads_kv, seq_kv))]
 
 
+def warp_specialized_launches(monkeypatch, schedule=None):
+    """The list that gets an entry per launch of the warp-specialized forward, which this test's calls
+    take at ``schedule`` (the planned one where None); skips the test off sm_90."""
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
+    if schedule is not None:
+        planned = gluon_forward.tile_for
+        monkeypatch.setattr(gluon_forward, "tile_for", lambda *key: replace(planned(*key), schedule=schedule))
+    launched = []
+    launch = gluon_forward.launch
+    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
+    return launched
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", gluon_forward.SCHEDULES)
 @pytest.mark.parametrize("name", list(GPU_CASES))
 def test_the_warp_specialized_forward_matches_the_float64_reference_on_gpu(name, schedule, monkeypatch):
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
-    planned = gluon_forward.tile_for
-    monkeypatch.setattr(gluon_forward, "tile_for", lambda *key: replace(planned(*key), schedule=schedule))
-    launched = []
-    launch = gluon_forward.launch
-    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
+    launched = warp_specialized_launches(monkeypatch, schedule)
     monkeypatch.setattr(triton_backend, "WARP_SPECIALIZED_TILES", tuple(gluon_forward.TILES))
     dtype_name, shapes, layout, fields = GPU_CASES[name]
     dtype = getattr(torch, dtype_name)
@@ -414,6 +477,127 @@ def test_the_warp_specialized_forward_matches_the_float64_reference_on_gpu(name,
     assert lse_error < 1e-3, (name, lse_error)
 
 
+# name: (dtype, (Hq, Hkv, D), query lengths, key lengths, descriptor fields): packed sequences with
+# an empty one, one of a single token and lengths that are not multiples of the blocks
+RAGGED_GPU_CASES = {
+    "gqa_causal_bottom_right": (
+        "bfloat16",
+        (8, 2, 128),
+        (1000, 1, 0, 257, 3000),
+        (1537, 64, 5, 257, 3001),
+        dict(causal=True, alignment="bottom_right"),
+    ),
+    "float16_head_dim_64_full": ("float16", (4, 4, 64), (700, 129, 1), (513, 1000, 77), dict()),
+}
+
+
+def sequence_views(total, heads, dim, dtype, generator):
+    """A random (1, heads, total, D) view of packed (total, heads, D) tokens."""
+    packed = torch.randn(total, heads, dim, device=DEVICE, dtype=dtype, generator=generator)
+    return packed.transpose(0, 1).unsqueeze(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", gluon_forward.SCHEDULES)
+@pytest.mark.parametrize("name", list(RAGGED_GPU_CASES))
+def test_ragged_sequences_on_the_warp_specialized_forward_match_the_float64_reference_on_gpu(
+    name, schedule, monkeypatch
+):
+    """Packed sequences: each read from its offsets, keys past a sequence's end are TMA's zeros (an
+    infinite value in the next sequence's first key, which only that sequence reads, leaves every
+    other sequence finite), o and the stats written inside the sequences' rows alone."""
+    launched = warp_specialized_launches(monkeypatch, schedule)
+    dtype_name, (heads_q, heads_kv, dim), lens_q, lens_kv, fields = RAGGED_GPU_CASES[name]
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator(DEVICE).manual_seed(len(name))
+    cu_q, cu_kv = (np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32) for lengths in (lens_q, lens_kv))
+    total_q, total_kv = int(cu_q[-1]), int(cu_kv[-1])
+    q = sequence_views(total_q, heads_q, dim, dtype, generator)
+    k, v = (sequence_views(total_kv, heads_kv, dim, dtype, generator) for _ in range(2))
+    v[:, :, int(cu_kv[-2])] = float("inf")  # the last sequence's first key, which all its queries see
+    buffer = torch.full((total_q + 2, heads_q + 1, dim + 8), float("nan"), device=DEVICE, dtype=dtype)
+    o = buffer[1 : total_q + 1, 1:, 8:].transpose(0, 1).unsqueeze(0)  # poisoned, inside a poisoned buffer
+    stats = torch.full((1, heads_q, total_q), float("nan"), device=DEVICE)
+    d = od.TensorDescriptor
+    params = AttentionDescriptor(**fields)
+    offsets = {slot: torch.tensor(cu, device=DEVICE) for slot, cu in (("q", cu_q), ("kv", cu_kv))}
+    attention_forward(
+        od.create(DEVICE),
+        params,
+        *(item for t in (q, k, v, o) for item in (d(t.dtype, t.shape, t.stride()), t)),
+        stats_desc=d(stats.dtype, stats.shape),
+        stats=stats,
+        **{f"ragged_offsets_{side}{suffix}": value for side, t in offsets.items()
+           for suffix, value in (("_desc", d(t.dtype, t.shape)), ("", t))},
+        max_seqlen_q=max(lens_q),
+        max_seqlen_kv=max(lens_kv),
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    assert launched, name
+    expected_o, expected_stats = ragged_reference(
+        params, *(t.double().cpu().numpy() for t in (q, k, v)), cu_q, cu_kv, max(lens_q), max(lens_kv)
+    )
+    inside = torch.zeros(buffer.shape, dtype=torch.bool, device=DEVICE)
+    inside[1 : total_q + 1, 1:, 8:] = True
+    assert bool(buffer[~inside].isnan().all()), name  # written inside only
+    ours = o.double().cpu().numpy()
+    finite = np.isfinite(expected_o)
+    assert finite[..., : int(cu_q[-2]), :].all(), name  # the sequences before the infinite key
+    assert (np.isfinite(ours) == finite).all(), name
+    error = np.linalg.norm(ours[finite] - expected_o[finite]) / np.linalg.norm(expected_o[finite])
+    assert error < 1e-2, (name, error)
+    lse = stats.double().cpu().numpy()
+    assert np.allclose(lse, expected_stats, rtol=1e-3, atol=1e-3, equal_nan=False), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sequence_lengths_on_the_warp_specialized_forward_match_the_float64_reference_on_gpu(causal, monkeypatch):
+    """Per-batch lengths (a padded batch): keys past a length read as zeros even where the padding
+    holds infinities, queries past it get o = 0 and a stats entry of -inf, every row is written."""
+    launched = warp_specialized_launches(monkeypatch)
+    shapes = (3, 8, 2, 1000, 1537, 128)
+    generator = torch.Generator(DEVICE).manual_seed(7)
+    q, k, v = gpu_inputs(torch.bfloat16, shapes, "bshd", generator)
+    lens_q, lens_kv = [1000, 300, 0], [1537, 700, 64]
+    for b, length in enumerate(lens_kv):
+        v[b, :, length:] = float("inf")  # padding that no pair reads
+    batch, heads_q, _, seq_q, _, dim = shapes
+    o = torch.full((batch, heads_q, seq_q, dim), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    stats = torch.full((batch, heads_q, seq_q), float("nan"), device=DEVICE)
+    d = od.TensorDescriptor
+    params = AttentionDescriptor(causal=causal)
+    lengths = {slot: torch.tensor(values, device=DEVICE, dtype=torch.int32)
+               for slot, values in (("seq_lens_q", lens_q), ("seq_lens_kv", lens_kv))}  # fmt: skip
+    attention_forward(
+        od.create(DEVICE),
+        params,
+        *(item for t in (q, k, v, o) for item in (d(t.dtype, t.shape, t.stride()), t)),
+        stats_desc=d(stats.dtype, stats.shape),
+        stats=stats,
+        **{
+            key: value
+            for slot, t in lengths.items()
+            for key, value in ((f"{slot}_desc", d(t.dtype, t.shape)), (slot, t))
+        },
+    )
+    torch.cuda.synchronize()
+    assert launched
+    expected_o, expected_stats = reference_forward(
+        params,
+        *(t.double().cpu().numpy() for t in (q, k, v)),
+        seq_lens_q=np.array(lens_q),
+        seq_lens_kv=np.array(lens_kv),
+    )
+    ours = o.double().cpu().numpy()
+    assert np.isfinite(ours).all()
+    assert np.linalg.norm(ours - expected_o) / np.linalg.norm(expected_o) < 1e-2
+    lse = stats.double().cpu().numpy()
+    assert np.array_equal(np.isneginf(lse), np.isneginf(expected_stats)) and not np.isnan(lse).any()
+    finite = np.isfinite(expected_stats)
+    assert np.allclose(lse[finite], expected_stats[finite], rtol=1e-3, atol=1e-3)
+
+
 # name: ((B, Hq, Hkv, Sq, Skv, D), layout, o's dtype, descriptor fields)
 E4M3_GPU_CASES = {
     "gqa_causal_top_left_odd_lengths_to_bfloat16": ((2, 8, 2, 1000, 1537, 128), "bshd", "bfloat16", dict(causal=True)),
@@ -442,11 +626,7 @@ def test_the_e4m3_forward_on_the_warp_specialized_kernel_matches_the_float64_ref
     interpreter: on the H200 these cases' e4m3 outputs land 1.1-1.3e-2 from the reference with 5-6% of
     them one step off, the stats within 1.5e-3, for the FlashAttention-2 kernel and this one alike
     (the bounds below hold both with a margin; a wrong block or mask gives errors of order 1)."""
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
-    launched = []
-    launch = gluon_forward.launch
-    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
+    launched = warp_specialized_launches(monkeypatch)
     shapes, layout, out_name, fields = E4M3_GPU_CASES[name]
     generator = torch.Generator(DEVICE).manual_seed(len(name))
     q, k, v = (2 * t for t in gpu_inputs(torch.float32, shapes, layout, generator))

@@ -31,6 +31,16 @@ that talk only through shared memory and mbarriers:
   float32; -inf for a row that no key takes part in, whose o is 0) when the problem asks for stats,
   as the ``tl`` forward stores them.
 
+**Lengths and ragged sequences** (HAS_LENS_Q, HAS_LENS_KV, RAGGED; ``triton_tiles.sequence_lengths``
+gives each program its sequence's lengths, first tokens and diagonal). The key and value descriptors
+start at the sequence's first key and end at its last (``len_kv`` keys), so TMA's zero fill stands
+for every key past it: an edge block's masked scores meet zeros in v, never the next sequence's
+values or a padding's. The query descriptor spans the whole tensor, the boxes at the sequence's rows:
+a query row past ``len_q`` only reaches its own scores, and its o is set to 0 (stats -inf) as the
+``tl`` kernel's padding rows are; ragged rows past the sequence are not stored. A ragged grid runs
+over the real query blocks (``triton_tiles.query_block_grid``), each program finding its sequence
+from the offsets (``ragged_rank``) in its partition's own warps.
+
 **Ring and barriers.** STAGES stages, each a key box and a value box. ``k_ready[s]`` and
 ``v_ready[s]`` count one arrival (the producer's ``expect``) plus their box's bytes, so a consumer
 starts Q K^T without waiting for V; ``empty[s]`` counts two arrivals, one per consumer warpgroup, each
@@ -106,7 +116,17 @@ from opendnn.families.attention.problem import (
     AttentionProblem,
     DiagonalAlignment,
 )
-from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
+from opendnn.families.attention.triton_tiles import (
+    LOG2E,
+    block_loop,
+    head_base,
+    in_order,
+    key_range,
+    query_block_grid,
+    ragged_rank,
+    scheduled_block,
+    sequence_lengths,
+)
 from opendnn.families.attention.triton_transpose import transposed_values
 from opendnn.kernels.device import TMA_ALIGNMENT
 
@@ -146,6 +166,42 @@ TILES = {
 
 
 @gluon.jit
+def program_block(
+    lens_q_ptr,
+    lens_kv_ptr,
+    lens_stride_q,
+    lens_stride_kv,
+    batch,
+    heads_q,
+    seq_q,
+    seq_kv,
+    CAUSAL: gl.constexpr,
+    BOTTOM_RIGHT: gl.constexpr,
+    HAS_LENS_Q: gl.constexpr,
+    HAS_LENS_KV: gl.constexpr,
+    RAGGED: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_B: gl.constexpr,
+):
+    """(b, h, start_m, len_q, len_kv, shift, start_q, start_kv, limit_q) of this program: its
+    sequence b, query head h and first query (``scheduled_block``; ragged, program (rank, h)), then
+    ``sequence_lengths`` of b."""
+    b = gl.program_id(1) // heads_q
+    h = gl.program_id(1) % heads_q
+    if RAGGED:  # the offsets in the partition's own warps (a Gluon tensor takes an explicit layout)
+        sequences = gl.arange(0, BLOCK_B, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+        b, index, blocks = ragged_rank(gl.program_id(0), sequences, lens_q_ptr, lens_stride_q, batch, BLOCK_M)
+        start_m = in_order(index, blocks, CAUSAL) * BLOCK_M
+    else:
+        b, start_m = scheduled_block(gl.program_id(0), b, lens_q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
+    len_q, len_kv, shift, start_q, start_kv, limit_q, _ = sequence_lengths(
+        b, lens_q_ptr, lens_kv_ptr, (lens_stride_q, lens_stride_kv), seq_q, seq_kv,
+        HAS_LENS_Q, HAS_LENS_KV, RAGGED, BOTTOM_RIGHT,
+    )  # fmt: skip
+    return b, h, start_m, len_q, len_kv, shift, start_q, start_kv, limit_q
+
+
+@gluon.jit
 def key_value_producer(
     q_ptr,
     k_ptr,
@@ -157,12 +213,17 @@ def key_value_producer(
     k_ready,
     v_ready,
     empty,
+    lens_q_ptr,
+    lens_kv_ptr,
+    lens_stride_q,
+    lens_stride_kv,
     batch,
     heads_q,
     heads_kv,
     group,
     seq_q,
     seq_kv,
+    q_rows,
     q_stride_b,
     q_stride_h,
     q_stride_s,
@@ -174,46 +235,61 @@ def key_value_producer(
     v_stride_s,
     CAUSAL: gl.constexpr,
     BOTTOM_RIGHT: gl.constexpr,
+    HAS_LENS_Q: gl.constexpr,
+    HAS_LENS_KV: gl.constexpr,
+    RAGGED: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    BLOCK_B: gl.constexpr,
     FP8: gl.constexpr,
 ):
     """Fill the query boxes once, then the ring with the program's key and value blocks (with FP8,
-    blocks of v^T: its (B, H, D) strides, the keys contiguous)."""
+    blocks of v^T: its (B, H, D) strides, the keys contiguous). The key and value descriptors end at
+    the sequence's keys, so that TMA's zero fill stands for every key past them (module docstring,
+    "Lengths and ragged sequences")."""
     STAGES: gl.constexpr = k_ring.shape[0]
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
+    b, h, start_m, len_q, len_kv, shift, start_q, start_kv, _ = program_block(
+        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, batch, heads_q, seq_q, seq_kv,
+        CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
+    )  # fmt: skip
+    kv_head = h // group
+    tensor_b = b
+    tensor_batch = batch
+    if RAGGED:  # one packed batch: a sequence is its rows from its first token on
+        tensor_b = 0
+        tensor_batch = 1
     q_desc = tma.make_tensor_descriptor(
         q_ptr,
-        [batch, heads_q, seq_q, HEAD_DIM],
+        [tensor_batch, heads_q, q_rows, HEAD_DIM],
         [q_stride_b, q_stride_h, q_stride_s, 1],
         [1, 1, HALF_M, HEAD_DIM],
         q_boxes.layout,
     )
+    keys = gl.maximum(len_kv, 1)  # a descriptor's dims are positive; no block is read where there is no key
     k_desc = tma.make_tensor_descriptor(
-        k_ptr,
-        [batch, heads_kv, seq_kv, HEAD_DIM],
+        k_ptr + start_kv.to(gl.int64) * k_stride_s,
+        [tensor_batch, heads_kv, keys, HEAD_DIM],
         [k_stride_b, k_stride_h, k_stride_s, 1],
         [1, 1, BLOCK_N, HEAD_DIM],
         k_ring.layout,
     )
     V_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM] if not FP8 else [1, 1, HEAD_DIM, BLOCK_N]
-    v_rows = seq_kv if not FP8 else HEAD_DIM  # equal head dims (out_of_scope)
-    v_columns = HEAD_DIM if not FP8 else seq_kv
+    v_rows = keys if not FP8 else HEAD_DIM  # equal head dims (out_of_scope)
+    v_columns = HEAD_DIM if not FP8 else keys
     v_desc = tma.make_tensor_descriptor(
-        v_ptr, [batch, heads_kv, v_rows, v_columns], [v_stride_b, v_stride_h, v_stride_s, 1], V_BOX, v_ring.layout
+        v_ptr + start_kv.to(gl.int64) * v_stride_s,
+        [tensor_batch, heads_kv, v_rows, v_columns],
+        [v_stride_b, v_stride_h, v_stride_s, 1],
+        V_BOX,
+        v_ring.layout,
     )
-    b = gl.program_id(1) // heads_q
-    h = gl.program_id(1) % heads_q
-    kv_head = h // group
-    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
     mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
     for half in gl.static_range(2):
-        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + half * HALF_M, 0], q_ready, q_boxes.index(half))
-    shift = 0
-    if BOTTOM_RIGHT:  # the diagonal ends at the last query and key
-        shift = seq_kv - seq_q
-    lo, hi, inner_lo, inner_hi = key_range(start_m, seq_q, seq_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+        q_box = [tensor_b, h, start_q + start_m + half * HALF_M, 0]
+        tma.async_copy_global_to_shared(q_desc, q_box, q_ready, q_boxes.index(half))
+    lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
     step = 0
     for EDGE in gl.static_range(2):
         first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
@@ -222,9 +298,10 @@ def key_value_producer(
             stage = step % STAGES
             mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
             mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, kv_head, start_n, 0], k_ready.index(stage), k_ring.index(stage))
+            k_box = [tensor_b, kv_head, start_n, 0]
+            tma.async_copy_global_to_shared(k_desc, k_box, k_ready.index(stage), k_ring.index(stage))
             mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            v_start = [b, kv_head, start_n, 0] if not FP8 else [b, kv_head, 0, start_n]
+            v_start = [tensor_b, kv_head, start_n, 0] if not FP8 else [tensor_b, kv_head, 0, start_n]
             tma.async_copy_global_to_shared(v_desc, v_start, v_ready.index(stage), v_ring.index(stage))
             step += 1
 
@@ -242,6 +319,10 @@ def softmax_consumer(
     turn,
     o_ptr,
     stats_ptr,
+    lens_q_ptr,
+    lens_kv_ptr,
+    lens_stride_q,
+    lens_stride_kv,
     batch,
     heads_q,
     seq_q,
@@ -258,6 +339,10 @@ def softmax_consumer(
     HALF: gl.constexpr,
     CAUSAL: gl.constexpr,
     BOTTOM_RIGHT: gl.constexpr,
+    HAS_LENS_Q: gl.constexpr,
+    HAS_LENS_KV: gl.constexpr,
+    RAGGED: gl.constexpr,
+    BLOCK_B: gl.constexpr,
     STORE_STATS: gl.constexpr,
     FP8: gl.constexpr,
     STORE_AMAX_S: gl.constexpr,
@@ -283,13 +368,11 @@ def softmax_consumer(
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     PING_PONG_TURNS: gl.constexpr = SCHEDULE % 2 == 1  # PING_PONG, PING_PONG_OVERLAP (bit 0)
     OVERLAPPED: gl.constexpr = SCHEDULE >= 2  # OVERLAP, PING_PONG_OVERLAP (bit 1)
-    b = gl.program_id(1) // heads_q
-    h = gl.program_id(1) % heads_q
-    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
-    shift = 0
-    if BOTTOM_RIGHT:  # the diagonal ends at the last query and key
-        shift = seq_kv - seq_q
-    lo, hi, inner_lo, inner_hi = key_range(start_m, seq_q, seq_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+    b, h, start_m, len_q, len_kv, shift, start_q, _, limit_q = program_block(
+        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, batch, heads_q, seq_q, seq_kv,
+        CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
+    )  # fmt: skip
+    lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
     rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=ROWS)
     scale = scale * LOG2E  # scores in log2 units: each exponential is one exp2 of a difference
     scale_s = 1.0
@@ -304,35 +387,36 @@ def softmax_consumer(
     if OVERLAPPED:
         m, total, o = overlapped_blocks(
             q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
-            seq_q, seq_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
+            len_q, len_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
         )  # fmt: skip
     else:
         m, total, o = independent_blocks(
             q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
-            seq_q, seq_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
+            len_q, len_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
         )  # fmt: skip
-    empty_row = total == 0.0  # no key takes part: o = 0, lse = -inf
-    o = o / gl.convert_layout(gl.where(empty_row, 1.0, total), O_ROWS)[:, None]
+    # no key takes part, or a query past len_q (the interior's blocks do not mask them): o = 0, lse = -inf
+    empty_row = (total == 0.0) | (rows >= len_q)
+    o = gl.where(gl.convert_layout(empty_row, O_ROWS)[:, None], 0.0, o / gl.convert_layout(total, O_ROWS)[:, None])
     o_rows = gl.convert_layout(rows, O_ROWS)
     if FP8:
         top = m
         m = gl.ceil(top)  # the exponentials' shift
         o = o * (gl.load(fp8_factors[2]) * gl.load(fp8_factors[3]))
         if STORE_AMAX_S:  # a row's largest weight exp2(top - m) / l; 0 for rows past Sq or with no key
-            weight = gl.where(empty_row | (rows >= seq_q), 0.0, gl.exp2(top - m) / total)
+            weight = gl.where(empty_row, 0.0, gl.exp2(top - m) / total)
             gl.atomic_max(fp8_factors[6], gl.max(weight, 0))
         if STORE_AMAX_O:  # rows past Sq (TMA's zero queries) take no part
-            magnitude = gl.where((o_rows < seq_q)[:, None], gl.abs(o), 0.0)
+            magnitude = gl.where((o_rows < len_q)[:, None], gl.abs(o), 0.0)
             gl.atomic_max(fp8_factors[7], gl.max(gl.max(magnitude, 1), 0))
         o = o * gl.load(fp8_factors[5])
     dims = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
-    o_base = o_ptr + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
+    o_base = o_ptr + head_base(b, h, (o_stride_b, o_stride_h, o_stride_s), start_q)
     offsets = o_rows.to(gl.int64)[:, None] * o_stride_s + dims[None, :] * o_stride_d
-    gl.store(o_base + offsets, o.to(o_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+    gl.store(o_base + offsets, o.to(o_ptr.dtype.element_ty), mask=(o_rows < limit_q)[:, None])
     if STORE_STATS:
         lse = gl.where(empty_row, float("-inf"), m / LOG2E + gl.log(total))  # natural units
-        stats_base = stats_ptr + b.to(gl.int64) * stats_stride_b + h.to(gl.int64) * stats_stride_h
-        gl.store(stats_base + rows.to(gl.int64) * stats_stride_s, lse, mask=rows < seq_q)
+        stats_base = stats_ptr + head_base(b, h, (stats_stride_b, stats_stride_h, stats_stride_s), start_q)
+        gl.store(stats_base + rows.to(gl.int64) * stats_stride_s, lse, mask=rows < limit_q)
 
 
 @gluon.jit
@@ -343,12 +427,17 @@ def attention_warp_specialized_kernel(
     o_ptr,
     stats_ptr,
     fp8_factors,
+    lens_q_ptr,
+    lens_kv_ptr,
+    lens_stride_q,
+    lens_stride_kv,
     batch,
     heads_q,
     heads_kv,
     group,
     seq_q,
     seq_kv,
+    q_rows,
     q_stride_b,
     q_stride_h,
     q_stride_s,
@@ -368,6 +457,9 @@ def attention_warp_specialized_kernel(
     scale: tl.float32,
     CAUSAL: gl.constexpr,
     BOTTOM_RIGHT: gl.constexpr,
+    HAS_LENS_Q: gl.constexpr,
+    HAS_LENS_KV: gl.constexpr,
+    RAGGED: gl.constexpr,
     STORE_STATS: gl.constexpr,
     FP8: gl.constexpr,
     STORE_AMAX_S: gl.constexpr,
@@ -375,6 +467,7 @@ def attention_warp_specialized_kernel(
     HEAD_DIM: gl.constexpr,
     BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    BLOCK_B: gl.constexpr,
     STAGES: gl.constexpr,
     SCHEDULE: gl.constexpr,
 ):
@@ -420,6 +513,10 @@ def attention_warp_specialized_kernel(
                     turn,
                     o_ptr,
                     stats_ptr,
+                    lens_q_ptr,
+                    lens_kv_ptr,
+                    lens_stride_q,
+                    lens_stride_kv,
                     batch,
                     heads_q,
                     seq_q,
@@ -436,6 +533,10 @@ def attention_warp_specialized_kernel(
                     0,
                     CAUSAL,
                     BOTTOM_RIGHT,
+                    HAS_LENS_Q,
+                    HAS_LENS_KV,
+                    RAGGED,
+                    BLOCK_B,
                     STORE_STATS,
                     FP8,
                     STORE_AMAX_S,
@@ -459,6 +560,10 @@ def attention_warp_specialized_kernel(
                     turn,
                     o_ptr,
                     stats_ptr,
+                    lens_q_ptr,
+                    lens_kv_ptr,
+                    lens_stride_q,
+                    lens_stride_kv,
                     batch,
                     heads_q,
                     seq_q,
@@ -475,6 +580,10 @@ def attention_warp_specialized_kernel(
                     1,
                     CAUSAL,
                     BOTTOM_RIGHT,
+                    HAS_LENS_Q,
+                    HAS_LENS_KV,
+                    RAGGED,
+                    BLOCK_B,
                     STORE_STATS,
                     FP8,
                     STORE_AMAX_S,
@@ -497,12 +606,17 @@ def attention_warp_specialized_kernel(
                     k_ready,
                     v_ready,
                     empty,
+                    lens_q_ptr,
+                    lens_kv_ptr,
+                    lens_stride_q,
+                    lens_stride_kv,
                     batch,
                     heads_q,
                     heads_kv,
                     group,
                     seq_q,
                     seq_kv,
+                    q_rows,
                     q_stride_b,
                     q_stride_h,
                     q_stride_s,
@@ -514,8 +628,12 @@ def attention_warp_specialized_kernel(
                     v_stride_s,
                     CAUSAL,
                     BOTTOM_RIGHT,
+                    HAS_LENS_Q,
+                    HAS_LENS_KV,
+                    RAGGED,
                     BLOCK_M,
                     BLOCK_N,
+                    BLOCK_B,
                     FP8,
                 ),
             ),
@@ -557,9 +675,9 @@ def candidate_tiles(element_bytes: int, head_dim: int) -> list[Tile]:
 
 def out_of_scope(problem: AttentionProblem) -> str | None:
     """Why ``problem`` is not this kernel's, or None: a 16-bit or e4m3 forward with equal head dims of
-    TILES (64, 128 or 256; e4m3: 64 or 128), no mask but causal (either alignment), no bias, ALiBi,
-    softcap, dropout, sinks, lengths, ragged or paged layouts, the fp8 backward's factors (a backward
-    asked about its forward), and q, k, v strides that a TMA
+    TILES (64, 128 or 256; e4m3: 64 or 128), no mask but causal (either alignment) and sequence
+    lengths or ragged offsets, no bias, ALiBi, softcap, dropout, sinks or paged layout, the fp8
+    backward's factors (a backward asked about its forward), and q, k, v strides that a TMA
     descriptor reads (a unit head-dim stride, every other one 16-byte aligned). The base addresses'
     alignment is the call's (``tma_aligned``)."""
     params = problem.params
@@ -573,15 +691,7 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
         return f"head dims {head_dim} and {problem.v.dims[3]} (equal, and one of {dims} for {dtype.name})"
     if params.band not in ((None, None), (None, 0)):
         return "a window (no mask or causal only)"
-    extras: tuple[str, ...] = (
-        "bias",
-        "seq_lens_q",
-        "seq_lens_kv",
-        "alibi_slopes",
-        "sinks",
-        "ragged_offsets_q",
-        "block_table",
-    )
+    extras: tuple[str, ...] = ("bias", "alibi_slopes", "sinks", "block_table")
     # and the fp8 backward's own factors: a backward whose do a caller took away to ask about its forward
     extras += tuple(name for name in FP8_BACKWARD_SCALES if name not in FP8_SCALES)
     present = [name for name in extras if getattr(problem, name) is not None]
@@ -614,14 +724,20 @@ def launch_arguments(
     problem: AttentionProblem, tensors: dict[str, Any], tile: Tile
 ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
     """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on ``problem``'s (in
-    scope) torch tensors by slot (q, k, v, o, stats and the fp8 factors and maxima, None where
-    absent); with fp8 data, ``tensors["v"]`` is v^T (``transposed_values``)."""
-    batch, heads_q, seq_q = problem.batch, problem.q.dims[1], problem.seq_q
+    scope) torch tensors by slot (q, k, v, o, stats, the sequence lengths or ragged offsets, and the
+    fp8 factors and maxima; None where absent); with fp8 data, ``tensors["v"]`` is v^T
+    (``transposed_values``)."""
+    batch, heads_q = problem.batch, problem.q.dims[1]
     o = tensors["o"]
+    ragged = problem.ragged  # the packed batch's stride is never read: a sequence starts at its offset
+    lens = ("ragged_offsets_q", "ragged_offsets_kv") if ragged else ("seq_lens_q", "seq_lens_kv")
+    lens_strides = tuple(0 if getattr(problem, slot) is None else getattr(problem, slot).strides[0] for slot in lens)
+    o_strides = (0, *problem.o.strides[1:]) if ragged else problem.o.strides
     stats_strides = (0, 0, 0) if problem.stats is None else problem.stats.strides
+    if ragged:
+        stats_strides = (0, *stats_strides[1:])
     v_strides = tensors["v"].stride()[:3] if problem.fp8 else tma_strides(problem.v)
     factors = [o if tensors.get(slot) is None else tensors[slot] for slot in (*FP8_SCALES, *FP8_AMAX)]
-    grid = (triton.cdiv(seq_q, BLOCK_M), batch * heads_q)
     args = (
         tensors["q"],
         tensors["k"],
@@ -629,22 +745,28 @@ def launch_arguments(
         o,
         o if tensors["stats"] is None else tensors["stats"],
         tuple(factors),  # fp8_factors: o where absent, never read
+        *(o if tensors.get(slot) is None else tensors[slot] for slot in lens),  # o where absent, never read
+        *lens_strides,
         batch,
         heads_q,
         problem.k.dims[1],
         problem.group,
-        seq_q,
+        problem.seq_q,
         problem.seq_kv,
+        problem.q.dims[2],
         *tma_strides(problem.q),
         *tma_strides(problem.k),
         *v_strides,
-        *problem.o.strides,
+        *o_strides,
         *stats_strides,
         problem.scale,
     )
     options = dict(
         CAUSAL=problem.params.band == (None, 0),
         BOTTOM_RIGHT=problem.params.alignment is DiagonalAlignment.BOTTOM_RIGHT,
+        HAS_LENS_Q=problem.seq_lens_q is not None,
+        HAS_LENS_KV=problem.seq_lens_kv is not None,
+        RAGGED=ragged,
         STORE_STATS=tensors["stats"] is not None,
         FP8=problem.fp8,
         STORE_AMAX_S=problem.amax_s is not None,
@@ -652,11 +774,12 @@ def launch_arguments(
         HEAD_DIM=problem.q.dims[3],
         BLOCK_M=BLOCK_M,
         BLOCK_N=tile.block_n,
+        BLOCK_B=triton.next_power_of_2(batch) if ragged else 1,  # the offsets scheduled_block loads
         STAGES=tile.stages,
         SCHEDULE=tile.schedule,
         num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
     )
-    return grid, args, options
+    return query_block_grid(problem, BLOCK_M), args, options
 
 
 def launch(problem: AttentionProblem, tensors: dict[str, Any]) -> None:

@@ -53,6 +53,7 @@ from opendnn.families.attention.triton_backward import (
 )
 from opendnn.families.attention.triton_dbias import attention_dbias_kernel
 from opendnn.families.attention.triton_forward import attention_forward_kernel
+from opendnn.families.attention.triton_tiles import block_grid, query_block_grid
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
@@ -211,7 +212,7 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     args.update({f"{slot}_ptr": view for slot, view in views.items()})
     if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
-    query_blocks = _block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, plan.block_m)
+    query_blocks = query_block_grid(problem, plan.block_m)
     if not problem.backward:
         _launch(attention_forward_kernel, query_blocks, args, plan)
         return
@@ -221,7 +222,7 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     workspace = torch.empty(workspace_size(problem), dtype=torch.uint8, device=args["q_ptr"].device)
     args["delta_ptr"] = workspace.view(dtype)
     _launch(attention_delta_kernel, query_blocks, args, plan)
-    key_blocks = _block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
+    key_blocks = block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
     if plan.strategy == "warp_specialized_backward":
         use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
         q, k, v, do, stats, dq, dk, dv = (views[slot] for slot in ("q", "k", "v", "do", "stats", "dq", "dk", "dv"))
@@ -236,17 +237,6 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
         _launch(attention_dbias_kernel, (tiles, bias_batch * bias_heads), args, plan)
     if problem.dsinks is not None:
         _launch(attention_dsinks_kernel, (problem.q.dims[1], 1), args, plan)
-
-
-def _block_grid(problem: AttentionProblem, heads: int, rows: int, seq_len: int, block: int) -> tuple[int, int]:
-    """The grid of a kernel with a program per block of one side's rows (``block`` of them) and
-    head: (blocks of seq_len, batch * heads), or with ragged sequences (blocks, heads) over the
-    real blocks, which ``rows`` packed tokens in ``batch`` sequences bound by cdiv(rows, block) +
-    batch (each sequence's last block may be partial) without reading the offsets on the host."""
-    batch = problem.batch
-    if not problem.ragged:
-        return triton.cdiv(seq_len, block), batch * heads
-    return min(triton.cdiv(rows, block) + batch, batch * triton.cdiv(seq_len, block)), heads
 
 
 def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> None:

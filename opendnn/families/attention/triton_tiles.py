@@ -16,8 +16,13 @@ are -inf; the softmax turns them into 0.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import triton
 import triton.language as tl
+
+if TYPE_CHECKING:
+    from opendnn.families.attention.problem import AttentionProblem
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 
@@ -105,29 +110,43 @@ def scheduled_block(
     BLOCK_B: tl.constexpr,
 ):
     """(b, start): the batch and first row of the block that the program of ``rank`` on its grid's
-    block axis computes. Dense: block ``rank`` of cdiv(seq_len, BLOCK), batch b as given. RAGGED: the
-    ranks run over the real blocks of every sequence, sequence by sequence (cdiv(length, BLOCK) each,
-    from the (batch + 1) offsets at ``offsets_ptr``, BLOCK_B >= batch of them loaded at once): rank r
-    is in the sequence whose blocks' running count first passes r; the at most ``batch`` ranks past
-    the last sequence's blocks get a block past its end (an empty range: they store nothing).
-    REVERSED: a sequence's blocks run from its last to its first (the heaviest first where the
-    band grows along the axis); in every case each block is one rank's, once."""
+    block axis computes. Dense: block ``rank`` of cdiv(seq_len, BLOCK), batch b as given. RAGGED:
+    ``ragged_rank`` over the (batch + 1) offsets at ``offsets_ptr``, BLOCK_B >= batch of them loaded
+    at once. REVERSED: ``in_order``."""
     blocks = tl.cdiv(seq_len, BLOCK)
     index = rank
     if RAGGED:
-        sequences = tl.arange(0, BLOCK_B)
-        inside = sequences < batch
-        starts = tl.load(offsets_ptr + sequences.to(tl.int64) * offsets_stride, mask=inside, other=0)
-        stops = tl.load(offsets_ptr + (sequences + 1).to(tl.int64) * offsets_stride, mask=inside, other=0)
-        counts = tl.cdiv(stops - starts, BLOCK).to(tl.int32)
-        ends = tl.cumsum(counts, 0)  # past each sequence's last block
-        b = tl.minimum(tl.sum((ends <= rank).to(tl.int32), 0), batch - 1)
-        own = sequences == b
-        blocks = tl.sum(tl.where(own, counts, 0), 0)
-        index = rank - tl.sum(tl.where(own, ends, 0), 0) + blocks
+        b, index, blocks = ragged_rank(rank, tl.arange(0, BLOCK_B), offsets_ptr, offsets_stride, batch, BLOCK)
+    return b, in_order(index, blocks, REVERSED) * BLOCK
+
+
+@triton.jit
+def ragged_rank(rank, sequences, offsets_ptr, offsets_stride, batch, BLOCK: tl.constexpr):
+    """(b, index, blocks) of ``rank`` on a ragged grid: the ranks run over the real blocks of every
+    sequence, sequence by sequence (cdiv(length, BLOCK) each, from the (batch + 1) offsets at
+    ``offsets_ptr``; ``sequences``: 0, 1, .. at least batch of them, in the caller's layout), so rank
+    r is block ``index`` of the ``blocks`` of sequence b, the one whose blocks' running count first
+    passes r; the at most ``batch`` ranks past the last sequence's blocks get a block past its end
+    (an empty range: they store nothing)."""
+    inside = sequences < batch
+    starts = tl.load(offsets_ptr + sequences.to(tl.int64) * offsets_stride, mask=inside, other=0)
+    stops = tl.load(offsets_ptr + (sequences + 1).to(tl.int64) * offsets_stride, mask=inside, other=0)
+    counts = tl.cdiv(stops - starts, BLOCK).to(tl.int32)
+    ends = tl.cumsum(counts, 0)  # past each sequence's last block
+    b = tl.minimum(tl.sum((ends <= rank).to(tl.int32), 0), batch - 1)
+    own = sequences == b
+    blocks = tl.sum(tl.where(own, counts, 0), 0)
+    return b, rank - tl.sum(tl.where(own, ends, 0), 0) + blocks, blocks
+
+
+@triton.jit
+def in_order(index, blocks, REVERSED: tl.constexpr):
+    """Block ``index`` of a sequence's ``blocks`` in launch order, or REVERSED from its last to its
+    first (the heaviest first where the band grows along the axis); indices past the blocks stay.
+    Either way each block is one rank's, once."""
     if REVERSED:
         index = tl.where(index < blocks, blocks - 1 - index, index)
-    return b, index * BLOCK
+    return index
 
 
 @triton.jit
@@ -365,3 +384,19 @@ def dropout_kept(seed, offset, b, h, rows, columns, heads_q, seq_q, seq_kv, drop
     base = offset + (b.to(tl.int64) * heads_q + h) * seq_q * seq_kv
     counters = base + rows.to(tl.int64)[:, None] * seq_kv + columns[None, :]
     return tl.rand(seed, counters) >= dropout_p
+
+
+def block_grid(problem: AttentionProblem, heads: int, rows: int, seq_len: int, block: int) -> tuple[int, int]:
+    """The grid of a kernel with a program per block of one side's rows (``block`` of them) and
+    head: (blocks of seq_len, batch * heads), or with ragged sequences (blocks, heads) over the
+    real blocks, which ``rows`` packed tokens in ``batch`` sequences bound by cdiv(rows, block) +
+    batch (each sequence's last block may be partial) without reading the offsets on the host."""
+    batch = problem.batch
+    if not problem.ragged:
+        return triton.cdiv(seq_len, block), batch * heads
+    return min(triton.cdiv(rows, block) + batch, batch * triton.cdiv(seq_len, block)), heads
+
+
+def query_block_grid(problem: AttentionProblem, block: int) -> tuple[int, int]:
+    """``block_grid`` of the query side: a program per ``block`` queries of a query head."""
+    return block_grid(problem, problem.q.dims[1], problem.q.dims[2], problem.seq_q, block)
