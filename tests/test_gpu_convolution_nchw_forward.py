@@ -10,12 +10,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
+from tf32 import cudnn_tf32, tf32_nearest
 
 import opendnn as od
 import opendnn.functional as F
 from opendnn.samples import relative_error
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
 PRECOMP, IMPLICIT = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, od.ConvolutionFwdAlgo.IMPLICIT_GEMM
 ROUNDED_PRODUCT = 2e-5  # float32 sums of the rounded operands' products, against their float64 sums
@@ -35,18 +36,8 @@ def _descriptor(t):
     return od.TensorDescriptor(od.DataType.FLOAT, tuple(t.shape), t.stride())
 
 
-def _tf32_nearest(t):
-    """float32 ``t`` (finite) rounded to TF32, to nearest with ties away from zero, as cuDNN rounds."""
-    return ((t.contiguous().view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
-
-
 def _cudnn_tf32(x, w, stride):
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        return TF.conv2d(x, w, stride=stride, padding=1)
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    return cudnn_tf32(lambda *inputs: TF.conv2d(*inputs, stride=stride, padding=1), x, w)
 
 
 def _layer(name):
@@ -87,7 +78,7 @@ def test_the_staged_nchw_forward_is_the_product_of_rounded_operands_and_as_close
     assert planned_convolutions[0] == (PRECOMP, strategy, ["tf32_staging_kernel", "tf32_staging_kernel", engine])
 
     stride = conv.stride
-    rounded = TF.conv2d(_tf32_nearest(x).double(), _tf32_nearest(w).double(), stride=stride, padding=1)
+    rounded = TF.conv2d(tf32_nearest(x).double(), tf32_nearest(w).double(), stride=stride, padding=1)
     error = relative_error(runs[0], ALPHA * rounded + beta * prior.double())
     assert error < ROUNDED_PRODUCT, error
     exact = TF.conv2d(x.double(), w.double(), stride=stride, padding=1)

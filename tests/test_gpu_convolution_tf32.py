@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
+from tf32 import cudnn_tf32, tf32_nearest
 
 import opendnn as od
 from opendnn.samples import relative_error
@@ -56,16 +57,6 @@ def _channels_last(n, c, h, w, fill=None):
     return tensor, tensor
 
 
-def _cudnn_tf32(compute, *inputs):
-    """``compute`` of float32 ``inputs`` by torch with cuDNN's TF32 allowed."""
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        return compute(*inputs)
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
-
-
 def _check_engine(direction, n, c, h, w, k, stride, beta, layout, bound):
     """One call on a TENSOR_OP handle, planned on the engine, run 3 times with the output poisoned (NaN,
     or a prior for beta) before each: bitwise equal runs, the error against float64 under ``bound``
@@ -98,7 +89,7 @@ def _check_engine(direction, n, c, h, w, k, stride, beta, layout, bound):
 
     prior = torch.randn(out.shape, generator=generator).to(DEVICE)
     want = ALPHA * compute(source.double(), filt.double()) + beta * prior.double()
-    cudnn_error = relative_error(_cudnn_tf32(compute, source, filt), compute(source.double(), filt.double()))
+    cudnn_error = relative_error(cudnn_tf32(compute, source, filt), compute(source.double(), filt.double()))
     sd, wd, outd = _descriptor(source), _descriptor(filt), _descriptor(out)
     xd, yd = (sd, outd) if forward else (outd, sd)
     fwd, data = ConvolutionDirection.FORWARD, ConvolutionDirection.BACKWARD_DATA
@@ -159,11 +150,6 @@ def test_tf32_engine_stride_2_phases_are_as_close_to_float64_as_cudnn(direction,
     _check_engine(direction, 4, 128, 56, 56, 128, 2, 0.5, layout, bound)
 
 
-def _tf32_nearest(t):
-    """float32 ``t`` (finite) rounded to TF32, to nearest with ties away from zero, as cuDNN rounds."""
-    return ((t.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
-
-
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 @pytest.mark.parametrize("layout", [_nchw, _sub_region])
 @pytest.mark.parametrize(
@@ -201,7 +187,7 @@ def test_tf32_backward_filter_over_rounded_rasters_is_the_product_of_rounded_ope
         return ALPHA * torch.nn.grad.conv2d_weight(a, (k, c, 3, 3), gradient, stride=stride, padding=1) + beta * prior
 
     exact = product(x.double(), dy.double())
-    of_rounded = product(_tf32_nearest(x).double(), _tf32_nearest(dy).double())
+    of_rounded = product(tf32_nearest(x).double(), tf32_nearest(dy).double())
     xd, yd, wd = _descriptor(x), _descriptor(dy), _descriptor(dw)
     problem = convolution_problem(
         ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, wd, yd, allow_tf32=True, alpha=ALPHA, beta=beta
