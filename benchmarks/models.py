@@ -1,16 +1,22 @@
-"""Whole torchvision models: torch/cuDNN against the same model converted to opendnn, same process.
+"""Whole models: torch against the same model with its layers (or its attention) on opendnn, same process.
 
 Usage (on the GPU machine, from the repository root; torchvision: benchmarks/README.md)::
 
     PYTHONPATH=. python3 benchmarks/models.py --out results
+    PYTHONPATH=. python3 benchmarks/models.py --models gpt2_small --out results
     PYTHONPATH=. python benchmarks/models.py --device cpu --batch 2 --size 64 --out /tmp/models  # smoke
+    PYTHONPATH=. python benchmarks/models.py --models gpt2_small --device cpu --batch 2 --sequence 16 \
+        --layers 1 --out /tmp/models  # smoke
 
-For ResNet-50 and MobileNetV2 (``weights=None``, seeded initialisation), bf16 autocast,
-channels_last inputs and weights, batch 64 at 224x224 by default:
+The image models, torchvision's ResNet-50 and MobileNetV2 (the default ``--models``; ``weights=None``,
+seeded initialisation): channels_last inputs and weights, batch 64 at 224x224 by default. The language
+model, ``gpt2_small`` (``benchmarks/gpt2.py``: GPT-2 small in plain torch, seeded initialisation, causal
+``F.scaled_dot_product_attention``): batch 8 of 1024 random tokens by default (``--sequence``; ``--layers``
+blocks, 12 by default). Both with bf16 autocast:
 
 - inference: one batch's eval-mode forward under ``torch.no_grad``;
 - training: one SGD step (momentum 0.9): zero the gradients, forward, cross-entropy on random
-  labels (torch's loss on both sides), backward, update.
+  labels, for the language model each token's next one (torch's loss on both sides), backward, update.
 - with ``--graph``, both again, each side's step captured in a CUDA graph and timed by replaying
   it: the GPU's time alone, without the Python that launches the kernels (``--profile`` writes where
   an eager step's time goes);
@@ -27,19 +33,26 @@ channels_last inputs and weights, batch 64 at 224x224 by default:
   the FX graphs' supported regions as opendnn graph plans, CUDA graphs where the shapes are static)
   against the same model under ``torch.compile(mode="reduce-overhead")`` (inductor with CUDA graphs).
 
-torch's model runs as it is (``torch.backends.cudnn.benchmark`` on); opendnn's is a deep copy passed
-through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's forward calls
-``F.adaptive_avg_pool2d`` itself). Each is called a few times first (Triton compilation, cuDNN's
-algorithm search), then timed: on CUDA the median of ``triton.testing.do_bench`` (L2 flushed between
-calls; opendnn's time includes its Python dispatch), on the CPU the median of ``time.perf_counter``
-runs (a smoke run, not a figure). ``ratio = torch ms / opendnn ms``: above 1, opendnn is faster.
-The inference row also gives the logits' relative norm error against torch's (bf16: expect ~1e-2).
-Anchor: torch's time for the same step in a separate measurement on one H200 (torch 2.11, cuDNN 9.19).
+torch's model runs as it is (``torch.backends.cudnn.benchmark`` on). For an image model, opendnn's is a
+deep copy passed through ``opendnn.torch.convert`` and run inside ``functional_calls()`` (MobileNetV2's
+forward calls ``F.adaptive_avg_pool2d`` itself). For the language model it is a deep copy whose attention
+alone is routed to opendnn: its attention blocks call ``opendnn.torch.attention.scaled_dot_product_attention``
+(the call ``opendnn.torch.enable()`` routes ``F.scaled_dot_product_attention`` to; ``enable()`` itself would
+route the linear layers, layer norms and GELU too) in place of torch's SDPA, and every other operation is
+torch's on both sides; ``--fused`` and ``--backend``, which put the whole model on opendnn, skip it.
+Each side is called a few times first (Triton compilation, cuDNN's algorithm search), then timed: on CUDA
+the median of ``triton.testing.do_bench`` (L2 flushed between calls; opendnn's time includes its Python
+dispatch), on the CPU the median of ``time.perf_counter`` runs (a smoke run, not a figure).
+``ratio = torch ms / opendnn ms``: above 1, opendnn is faster. Throughput: images per second, tokens per
+second for the language model. The check is the logits' relative norm error against torch's (bf16: expect
+~1e-2): each inference row's, and for the ``training`` row one eval-mode forward of each side before the
+first step. Anchor: torch's time for the same step in a separate measurement on one H200 (torch 2.11,
+cuDNN 9.19).
 
 Writes ``<out>/models.json`` (a list of rows) and ``<out>/models.md`` and prints the Markdown table; a CUDA
 run also saves its rows in the results file (``--results``, default ``benchmarks/results/h200.json``), where
 they replace the rows of the same model and mode (``report.py``).
-Exits with status 1 when a row raised, 2 when torchvision is absent.
+Exits with status 1 when a row raised, 2 when an image model is asked for and torchvision is absent.
 """
 
 from __future__ import annotations
@@ -47,6 +60,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
 import json
 import re
 import statistics
@@ -54,18 +68,21 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gpt2
 import report
 import torch
 import torch.nn.functional as TF
 
 import opendnn.torch as ot
-from opendnn.samples import relative_error
 from opendnn.torch.graphs import capture
 
-MODELS = ("resnet50", "mobilenet_v2")
+IMAGE_MODELS = ("resnet50", "mobilenet_v2")  # torchvision's (any of its builders' names is taken)
+LANGUAGE_MODELS = ("gpt2_small",)  # benchmarks/gpt2.py
+DEFAULT_BATCH = {"images": 64, "tokens": 8}
 # torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (a separate measurement)
 ANCHOR_MS = {
     ("resnet50", "inference"): 8.51,
@@ -81,10 +98,12 @@ TIMING = (
 COLUMNS = [
     "model",
     "mode",
+    "batch",
+    "shape",
     "torch ms",
     "opendnn ms",
-    "torch img/s",
-    "opendnn img/s",
+    "torch throughput",
+    "opendnn throughput",
     "ratio",
     "anchor torch ms",
     "check",
@@ -94,11 +113,25 @@ Timer = Callable[[Callable[[], Any]], float]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Time torchvision models on torch/cuDNN and converted to opendnn.")
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
+    parser = argparse.ArgumentParser(description="Time whole models on torch and with their layers on opendnn.")
+    parser.add_argument(
+        "--models",
+        default=",".join(IMAGE_MODELS),
+        help=f"comma-separated: torchvision builders' names, {', '.join(LANGUAGE_MODELS)} "
+        f"(default {','.join(IMAGE_MODELS)})",
+    )
     parser.add_argument("--device", default="cuda:0", help="cuda:N (default cuda:0) or cpu")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help=f"images or sequences per step (default {DEFAULT_BATCH['images']} images, "
+        f"{DEFAULT_BATCH['tokens']} sequences)",
+    )
     parser.add_argument("--size", type=int, default=224, help="image height and width (default 224)")
+    parser.add_argument(
+        "--sequence", type=int, default=gpt2.POSITIONS, help=f"tokens per sequence (default {gpt2.POSITIONS})"
+    )
+    parser.add_argument("--layers", type=int, default=12, help="the language model's blocks (default 12)")
     parser.add_argument("--out", default="results", help="directory for models.json and models.md")
     parser.add_argument("--warmup", type=float, default=200.0, help="do_bench warm-up, ms (default 200)")
     parser.add_argument("--rep", type=float, default=1000.0, help="do_bench timed repetitions, ms (default 1000)")
@@ -145,14 +178,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        import torchvision.models as builders
-    except ImportError as error:
-        print(
-            f"benchmarks/models.py needs torchvision ({error}); benchmarks/README.md says which version to install",
-            file=sys.stderr,
-        )
-        return 2
+    names = args.models.split(",")
+    builders = None
+    if any(name not in LANGUAGE_MODELS for name in names):
+        try:
+            import torchvision.models as builders
+        except ImportError as error:
+            print(
+                f"benchmarks/models.py needs torchvision for its image models ({error}); benchmarks/README.md "
+                "says which version to install",
+                file=sys.stderr,
+            )
+            return 2
     device = torch.device(args.device)
     results = Path(args.results) if args.results and device.type == "cuda" else None
     if results is not None and results.exists():  # before the measuring: does the file hold this GPU?
@@ -160,25 +197,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cudnn.benchmark = True
     timer = _cuda_timer(args.warmup, args.rep) if device.type == "cuda" else _cpu_timer()
     rows = []
-    for name in args.models.split(","):
-
-        def build(name: str = name) -> torch.nn.Module:
-            return getattr(builders, name)(weights=None)
-
+    for name in names:
         profile_to = Path(args.out) if args.profile and device.type == "cuda" else None
+        whole_model = name not in LANGUAGE_MODELS  # --fused and --backend put every layer on opendnn
         for row in measure(
             name,
-            build,
-            device,
-            args.batch,
-            args.size,
+            _subject(name, args, device, builders),
             timer,
             profile_to,
             args.graph and device.type == "cuda",
-            args.fused,
+            args.fused and whole_model,
             [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()],
             args.compiled,
-            args.backend,
+            args.backend and whole_model,
         ):
             print(_progress_line(row), flush=True)
             rows.append(row)
@@ -190,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             {"models": [_saved(row) for row in rows]},
         )
         print(f"saved the rows in {results}")
-    markdown = _markdown(_environment(device, args), rows, device.type == "cpu")
+    markdown = _markdown(_environment(device), rows, device.type == "cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "models.json").write_text(json.dumps(rows, indent=2) + "\n")
@@ -199,12 +230,63 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(row["error"] is None for row in rows) else 1
 
 
+def _subject(name: str, args: argparse.Namespace, device: torch.device, builders: Any) -> Subject:
+    """The model ``name`` on both sides at the command line's batch and shape (``builders``: torchvision's)."""
+    if name in LANGUAGE_MODELS:
+        build = functools.partial(gpt2.GPT2, args.layers, positions=max(gpt2.POSITIONS, args.sequence))
+        return tokens(build, device, args.batch or DEFAULT_BATCH["tokens"], args.sequence)
+    build = functools.partial(getattr(builders, name), weights=None)
+    return images(build, device, args.batch or DEFAULT_BATCH["images"], args.size)
+
+
+@dataclass
+class Subject:
+    """One model on both sides: torch's model, the copy that runs on opendnn, and one step's data."""
+
+    model: torch.nn.Module  # torch's, as it is
+    ours: torch.nn.Module  # the copy that runs on opendnn
+    context: AbstractContextManager[Any]  # what the copy's steps run inside
+    x: torch.Tensor  # one step's input
+    labels: torch.Tensor  # its cross-entropy targets: a class per image, or each token's next token
+    batch: int
+    shape: str  # one item's: "224x224", "1024 tokens, 12 blocks"
+    items: int  # what one step processes: images or tokens
+    unit: str  # the throughput's: "img/s" or "tok/s"
+    left_to_torch: list[str]  # what the copy leaves to torch, and why
+
+
+def images(build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int) -> Subject:
+    """An image model (seeded initialisation, channels_last) and its copy converted by ``opendnn.torch.convert``,
+    run inside ``functional_calls()``; a batch of random images and labels."""
+    torch.manual_seed(0)
+    model = build().to(device, memory_format=torch.channels_last)
+    ours = copy.deepcopy(model)
+    conversion = ot.convert(ours)
+    x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, CLASSES, (batch,), device=device)
+    left = [f"{n}: {kind} ({why})" for n, kind, why in conversion.left_alone]
+    return Subject(model, ours, ot.functional_calls(), x, labels, batch, f"{size}x{size}", batch, "img/s", left)
+
+
+def tokens(build: Callable[[], torch.nn.Module], device: torch.device, batch: int, sequence: int) -> Subject:
+    """A language model (``gpt2.GPT2``, seeded initialisation) and its copy whose attention alone runs on
+    opendnn (``opendnn.torch.attention.scaled_dot_product_attention``); a batch of random token sequences,
+    each token's target the next."""
+    torch.manual_seed(0)
+    model = build().to(device)
+    ours = copy.deepcopy(model)
+    blocks = gpt2.route_attention(ours, ot.attention.scaled_dot_product_attention)
+    vocabulary = model.get_submodule("token_embedding").num_embeddings
+    text = torch.randint(0, vocabulary, (batch, sequence + 1), device=device)
+    x, labels = text[:, :-1].contiguous(), text[:, 1:].contiguous()
+    left = ["every operation but the attention (embeddings, linear layers, layer norms, GELU)"]
+    shape = f"{sequence} tokens, {blocks} block{'s' if blocks != 1 else ''}"
+    return Subject(model, ours, nullcontext(), x, labels, batch, shape, batch * sequence, "tok/s", left)
+
+
 def measure(
     name: str,
-    build: Callable[[], torch.nn.Module],
-    device: torch.device,
-    batch: int,
-    size: int,
+    subject: Subject,
     timer: Timer,
     profile_to: Path | None = None,
     graph: bool = False,
@@ -213,7 +295,7 @@ def measure(
     compiled: bool = False,
     backend: bool = False,
 ) -> list[dict[str, Any]]:
-    """The inference and training rows of one model: torch's, then the converted copy's (and with
+    """The inference and training rows of one model: torch's, then the copy's that runs on opendnn (and with
     ``profile_to``, a profile of each opendnn step; with ``graph``, the same two steps again, each
     side captured in a CUDA graph and timed by replaying it; with ``fused``, inference and
     training of the converted copy passed through ``opendnn.torch.fuse`` against torch's unfused model, eager and,
@@ -221,15 +303,10 @@ def measure(
     ``torch.compile(mode="reduce-overhead")``; with ``backend``, both steps of a copy of torch's model
     under the opendnn compile backend against torch's model under reduce-overhead); ``only``: these
     modes alone)."""
-    torch.manual_seed(0)
-    model = build().to(device, memory_format=torch.channels_last)
-    ours = copy.deepcopy(model)
-    lowered = copy.deepcopy(model)  # torch's model for the opendnn compile backend, before any step changes it
-    report = ot.convert(ours)
+    model, ours, calls, x, labels = subject.model, subject.ours, subject.context, subject.x, subject.labels
+    # torch's model for the opendnn compile backend, before any step changes it
+    lowered = copy.deepcopy(model) if backend else None
     fused_models: dict[Callable[..., Any], torch.nn.Module] = {}  # ot.fuse(ours) per step kind, made when first used
-    calls = ot.functional_calls()
-    x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
-    labels = torch.randint(0, CLASSES, (batch,), device=device)
     rows = []
     modes = ["inference", "training", *(("inference (graph)", "training (graph)") if graph else ())]
     modes += (
@@ -251,17 +328,18 @@ def measure(
         row: dict[str, Any] = {
             "model": name,
             "mode": mode,
-            "batch": batch,
-            "size": size,
+            "batch": subject.batch,
+            "shape": subject.shape,
+            "unit": subject.unit,
             "torch_ms": None,
             "opendnn_ms": None,
-            "torch_img_s": None,
-            "opendnn_img_s": None,
+            "torch_items_s": None,
+            "opendnn_items_s": None,
             "ratio": None,
             "anchor_torch_ms": ANCHOR_MS.get((name, mode)),
             "rel_err": None,
             "error": None,
-            "left_to_torch": [f"{n}: {kind} ({why})" for n, kind, why in report.left_alone],
+            "left_to_torch": subject.left_to_torch,
         }
         step = inference_step if mode.startswith("inference") else training_step
         if "fused" in mode and step not in fused_models:  # folded for inference; bn + add + relu for training
@@ -271,16 +349,20 @@ def measure(
         context: AbstractContextManager[Any] = calls
         if "compiled" in mode:
             net, theirs = (compiled_models.setdefault(id(m), _compiled(m)) for m in (net, model))
-        if "backend" in mode:
+        if lowered is not None and "backend" in mode:
             net, theirs = (
                 compiled_models.setdefault(id(lowered), _lowered(lowered)),
                 compiled_models.setdefault(id(model), _compiled(model)),
             )
             context = nullcontext()
-        torch_step, our_step = step(theirs, x, labels, nullcontext()), step(net, x, labels, context)
-        if "compiled" in mode or "backend" in mode:
-            torch_step, our_step = _new_iteration(torch_step), _new_iteration(our_step)
         try:
+            if mode == "training":  # one forward of each side's parameters as they are before the first step
+                row["rel_err"] = relative_error(
+                    inference_step(net, x, labels, context)(), inference_step(theirs, x, labels, nullcontext())()
+                )
+            torch_step, our_step = step(theirs, x, labels, nullcontext()), step(net, x, labels, context)
+            if "compiled" in mode or "backend" in mode:
+                torch_step, our_step = _new_iteration(torch_step), _new_iteration(our_step)
             if mode.endswith("graph)"):
                 torch_step, our_step = capture(torch_step)[0].replay, capture(our_step)[0].replay
             row["torch_ms"] = timer(torch_step)
@@ -292,14 +374,23 @@ def measure(
                 _profile(our_step, profile_to / f"profile_{name}_{mode}.txt")
         except Exception as error:  # a refused problem or a failed kernel is a result, not a crash
             row["error"] = f"{type(error).__name__}: {error}"
-        row["routed"] = dict(calls.routed)
+        row["routed"] = dict(getattr(calls, "routed", {}))  # functional_calls' count of what it routed
         for side in ("torch", "opendnn"):
             if row[f"{side}_ms"] is not None:
-                row[f"{side}_img_s"] = batch / (row[f"{side}_ms"] * 1e-3)
+                row[f"{side}_items_s"] = subject.items / (row[f"{side}_ms"] * 1e-3)
         if row["opendnn_ms"] is not None:
             row["ratio"] = row["torch_ms"] / row["opendnn_ms"]
         rows.append(row)
     return rows
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """||actual - expected|| / ||expected|| in float32 on the tensors' device (a language model's logits,
+    8 x 1024 x 50257, are too large for a float64 copy on the host); inf when ``actual`` is not finite."""
+    actual, expected = actual.float(), expected.float()
+    if not bool(torch.isfinite(actual).all()):
+        return float("inf")
+    return float(torch.linalg.vector_norm(actual - expected) / torch.linalg.vector_norm(expected))
 
 
 def _saved(row: dict[str, Any]) -> dict[str, Any]:
@@ -308,7 +399,7 @@ def _saved(row: dict[str, Any]) -> dict[str, Any]:
         "model": row["model"],
         "mode": row["mode"],
         "batch": row["batch"],
-        "shape": f"{row['size']}x{row['size']}",
+        "shape": row["shape"],
         "torch_ms": row["torch_ms"],
         "opendnn_ms": row["opendnn_ms"],
         "ratio": row["ratio"],
@@ -341,7 +432,8 @@ def training_step(
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False), context:
             logits = model(x)
-        loss = TF.cross_entropy(logits.float(), labels)
+        # (batch, classes) against (batch,), or (batch, sequence, vocabulary) against (batch, sequence)
+        loss = TF.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
         loss.backward()
         optimizer.step()
         return loss
@@ -414,16 +506,19 @@ def _cpu_timer(runs: int = 3) -> Timer:
     return timer
 
 
-def _environment(device: torch.device, args: argparse.Namespace) -> str:
-    import torchvision
-
+def _environment(device: torch.device) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     version = report.versions()
+    try:
+        import torchvision
+
+        vision = f", torchvision {torchvision.__version__}"
+    except ImportError:  # (a run of the language model alone needs none)
+        vision = ""
     return (
-        f"{date}, {name}; torch {version['torch']}, torchvision {torchvision.__version__}, Triton "
-        f"{version['triton']}, cuDNN {version['cudnn']}, opendnn {version['opendnn']}; "
-        f"batch {args.batch} at {args.size}x{args.size}, bf16 autocast, channels_last."
+        f"{date}, {name}; torch {version['torch']}{vision}, Triton {version['triton']}, cuDNN {version['cudnn']}, "
+        f"opendnn {version['opendnn']}; bf16 autocast, image models channels_last."
     )
 
 
@@ -434,15 +529,18 @@ def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
         else "medians of `triton.testing.do_bench` (L2 flushed)"
     )
     lines = [
-        "# Whole models: torch/cuDNN against opendnn (converted)",
+        "# Whole models: torch against opendnn",
         "",
         environment,
-        f"Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); training = one SGD "
-        "step (forward, cross-entropy, backward, update); (graph): the same step captured in a CUDA graph "
-        "and replayed, both sides (the GPU's time without the host's); (compiled): each side's model under "
-        'torch.compile(mode="reduce-overhead"); (opendnn backend): torch\'s model under '
-        'torch.compile(backend="opendnn") with CUDA graphs against reduce-overhead; check: the inference '
-        "logits' relative norm error against torch's.",
+        "Image models: converted to opendnn against torch/cuDNN; gpt2_small: its attention routed to opendnn "
+        "(`opendnn.torch.attention.scaled_dot_product_attention`) against torch's SDPA, every other operation "
+        f"torch's on both sides. Times are {timing}; ratio = torch ms / opendnn ms (above 1: opendnn faster); "
+        "training = one SGD step (forward, cross-entropy, backward, update); (graph): the same step captured in "
+        "a CUDA graph and replayed, both sides (the GPU's time without the host's); (compiled): each side's "
+        'model under torch.compile(mode="reduce-overhead"); (opendnn backend): torch\'s model under '
+        'torch.compile(backend="opendnn") with CUDA graphs against reduce-overhead; throughput: images or '
+        "tokens per second; check: the logits' relative norm error against torch's (training: one forward "
+        "before the first step).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -456,10 +554,12 @@ def _markdown(environment: str, rows: list[dict[str, Any]], cpu: bool) -> str:
         cells = [
             row["model"],
             row["mode"],
+            str(row["batch"]),
+            row["shape"],
             _number(row["torch_ms"], ".2f"),
             _number(row["opendnn_ms"], ".2f"),
-            _number(row["torch_img_s"], ",.0f"),
-            _number(row["opendnn_img_s"], ",.0f"),
+            _number(row["torch_items_s"], ",.0f", f" {row['unit']}"),
+            _number(row["opendnn_items_s"], ",.0f", f" {row['unit']}"),
             _number(row["ratio"], ".2f"),
             _number(row["anchor_torch_ms"], ".2f"),
             check,
@@ -476,8 +576,8 @@ def _progress_line(row: dict[str, Any]) -> str:
     )
 
 
-def _number(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _number(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else format(value, spec) + unit
 
 
 if __name__ == "__main__":

@@ -176,6 +176,9 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "Whole models",
         "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "
         "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
+        "gpt2_small (GPT-2 small in plain torch, `benchmarks/gpt2.py`), bf16 autocast: its attention "
+        "routed to opendnn (`opendnn.torch.attention.scaled_dot_product_attention`) against torch's SDPA, "
+        "every other operation torch's on both sides; "
         "(fused): `opendnn.torch.fuse` of the converted model against torch's plain one; (graph): each "
         "side's step captured in a CUDA graph and replayed (the GPU's time without the host's); (compiled): "
         'each side under `torch.compile(mode="reduce-overhead")`; (opendnn backend): torch\'s model under '

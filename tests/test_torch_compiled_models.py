@@ -54,7 +54,8 @@ def test_the_compiled_modes_time_each_sides_compiled_model_without_recompiling(f
         return 1.0
 
     modes = ["inference (compiled)", "training (compiled)"]
-    rows = models.measure("tiny", Tiny, torch.device("cpu"), 2, 8, timer, compiled=True, only=modes)
+    subject = models.images(Tiny, torch.device("cpu"), 2, 8)
+    rows = models.measure("tiny", subject, timer, compiled=True, only=modes)
     assert [row["mode"] for row in rows] == modes
     assert all(row["error"] is None and row["ratio"] == 1.0 for row in rows), [row["error"] for row in rows]
     assert rows[0]["rel_err"] < 2e-2  # bf16 autocast on both sides
