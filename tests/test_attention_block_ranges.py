@@ -118,12 +118,12 @@ def test_loops_visit_each_needed_block_once_and_the_interior_exactly(keys, band,
 
 @triton.jit
 def scheduled_blocks_kernel(
-    offsets_ptr, blocks_ptr, batch, seq_len, REVERSED: tl.constexpr, RAGGED: tl.constexpr, BLOCK: tl.constexpr
+    offsets_ptr, blocks_ptr, batch, rows, seq_len, REVERSED: tl.constexpr, RAGGED: tl.constexpr, BLOCK: tl.constexpr
 ):
     """Program (rank, b): the (batch, first row) scheduled_block gives it, at blocks[b, rank]."""
     rank = tl.program_id(0)
     b, start = scheduled_block(
-        rank, tl.program_id(1), offsets_ptr, 1, batch, seq_len, REVERSED, RAGGED, BLOCK, MAX_SEQUENCES
+        rank, tl.program_id(1), offsets_ptr, 1, batch, rows, seq_len, REVERSED, RAGGED, BLOCK, MAX_SEQUENCES
     )
     slot = (tl.program_id(1) * tl.num_programs(0) + rank) * 2
     tl.store(blocks_ptr + slot, b)
@@ -144,7 +144,9 @@ def test_scheduled_blocks_cover_each_block_once_heaviest_first(lengths, block, r
         ranks, rows = triton_tiles.block_grid(problem, 1, int(offsets[-1]), seq_len, block)
         assert ranks <= (triton.cdiv(int(offsets[-1]), block) + batch if ragged else triton.cdiv(seq_len, block))
         blocks = torch.full((rows, ranks, 2), -1, dtype=torch.int32)
-        scheduled_blocks_kernel[(ranks, rows)](offsets, blocks, batch, seq_len, reversed_order, ragged, block)
+        scheduled_blocks_kernel[(ranks, rows)](
+            offsets, blocks, batch, int(offsets[-1]), seq_len, reversed_order, ragged, block
+        )
         given = [tuple(pair) for pair in blocks.reshape(-1, 2).tolist()]
         real = [(b, start) for b, start in given if start < lengths[b]]
         if ragged:  # the ranks past the real blocks fall past their sequence's end

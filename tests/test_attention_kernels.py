@@ -225,9 +225,9 @@ def test_backward_is_bitwise_repeatable():
 
 
 @triton.jit
-def launch_order_block(rank, b, offsets_ptr, offsets_stride, batch, seq_len, REVERSED, RAGGED, BLOCK, BLOCK_B):
+def launch_order_block(rank, b, offsets_ptr, offsets_stride, batch, rows, seq_len, REVERSED, RAGGED, BLOCK, BLOCK_B):
     """scheduled_block with the blocks in the order of the ranks, never reversed (the constexprs pass through)."""
-    return scheduled_block(rank, b, offsets_ptr, offsets_stride, batch, seq_len, False, RAGGED, BLOCK, BLOCK_B)
+    return scheduled_block(rank, b, offsets_ptr, offsets_stride, batch, rows, seq_len, False, RAGGED, BLOCK, BLOCK_B)
 
 
 @pytest.mark.parametrize("tiles", ["tiles_16"], indirect=True)

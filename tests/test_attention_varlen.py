@@ -14,6 +14,7 @@ import torch
 import opendnn as od
 import opendnn.functional as F
 from opendnn.core.errors import BadParam, NotSupported
+from opendnn.families.attention import problem as problem_module
 from opendnn.families.attention import triton_backend
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.problem import (
@@ -178,6 +179,60 @@ def test_ragged_calls_equal_the_dense_call_over_the_same_sequences_bitwise(extra
         assert torch.equal(stats[:, rows], dense_stats[b, :, :length_q])
         for ours, theirs, part, length in zip(grads, dense_grads, (rows, keys, keys), (length_q, length_kv, length_kv)):
             assert torch.equal(ours[part], theirs[b, :, :length].transpose(0, 1))
+
+
+def unchecked_ragged_call(monkeypatch, cu_q, cu_kv, max_seqlen):
+    """Forward and backward of causal GQA attention (float32, interpreter) over 6 queries and 5 keys
+    packed with offsets ``cu_q`` and ``cu_kv`` that the host does not check, as offsets on a device
+    are not: o, the stats, dq, dk and dv, each NaN before the call inside a larger NaN buffer, and
+    the buffers."""
+    monkeypatch.setattr(problem_module, "on_host", lambda bound: False)
+    rng = np.random.default_rng(6)
+    q, do = (torch.tensor(rng.standard_normal((6, 2, 16)), dtype=torch.float32) for _ in range(2))
+    k, v = (torch.tensor(rng.standard_normal((5, 1, 16)), dtype=torch.float32) for _ in range(2))
+    o, o_buffer = poisoned(6, 2, 16, torch.float32)
+    stats_buffer = torch.full((2, 3, 8), float("nan"))
+    stats = stats_buffer[:1, 1:, 1:7]
+    grads = [poisoned(*tensor.shape, torch.float32) for tensor in (q, k, v)]
+    layout = {}
+    for slot, values in (("ragged_offsets_q", cu_q), ("ragged_offsets_kv", cu_kv)):
+        layout[slot] = torch.tensor(values, dtype=torch.int32)
+        layout[f"{slot}_desc"] = descriptor(layout[slot])
+    sizes = dict(max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen)
+    handle, params = od.Handle(backend="triton"), AttentionDescriptor(causal=True, alignment="bottom_right")
+    inputs = [item for x in (q, k, v) for item in (descriptor(heads_first(x)), heads_first(x))]
+    output = (descriptor(heads_first(o)), heads_first(o))
+    attention_forward(handle, params, *inputs, *output, stats_desc=descriptor(stats), stats=stats, **layout, **sizes)
+    attention_backward(
+        handle, params, *inputs, *output, descriptor(heads_first(do)), heads_first(do), descriptor(stats), stats,
+        *(item for grad, _ in grads for item in (descriptor(heads_first(grad)), heads_first(grad))), **layout, **sizes,
+    )  # fmt: skip
+    return [o, stats, *(grad for grad, _ in grads)], [o_buffer, stats_buffer, *(buffer for _, buffer in grads)]
+
+
+def outside_untouched(view, buffer):
+    """Every element of the contiguous ``buffer`` outside ``view`` (a view of it) is still NaN."""
+    marked = buffer.clone()
+    marked.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(0.0)
+    return int(marked.isnan().sum()) == buffer.numel() - view.numel()
+
+
+def test_unchecked_offsets_past_the_packed_tokens_are_clamped_into_them(monkeypatch):
+    """Offsets from a device reach the kernels unchecked: each sequence is clamped into the packed
+    tokens, so (-3, 4, 99) over 6 queries and (-1, 2, 70) over 5 keys give the bits of (0, 4, 6) and
+    (0, 2, 5), where every element is written, and nothing outside the tensors is written."""
+    clamped, clamped_buffers = unchecked_ragged_call(monkeypatch, [-3, 4, 99], [-1, 2, 70], 4)
+    valid, _ = unchecked_ragged_call(monkeypatch, [0, 4, 6], [0, 2, 5], 4)
+    for ours, expected, buffer in zip(clamped, valid, clamped_buffers):
+        assert outside_untouched(ours, buffer)
+        assert not expected.isnan().any() and torch.equal(ours, expected)
+
+
+def test_unchecked_offsets_that_decrease_or_outrun_max_seqlen_write_only_inside_the_tensors(monkeypatch):
+    """Decreasing offsets and sequences longer than max_seqlen (3) give wrong rows, but every program
+    reads and writes inside the tensors."""
+    outputs, buffers = unchecked_ragged_call(monkeypatch, [0, 5, 2, 6], [0, 4, 1, 5], 3)
+    assert all(outside_untouched(view, buffer) for view, buffer in zip(outputs, buffers))
 
 
 def test_ragged_reference_is_each_sequence_computed_alone():

@@ -6,6 +6,7 @@ interpreter). Their results on an H200 are checked in ``test_gpu_attention_backw
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -67,6 +68,22 @@ def test_16_bit_backwards_without_extras_take_the_warp_specialized_dkdv_and_dq_o
 def test_other_backwards_stay_on_the_tl_kernels(case, arguments, reason):
     assert reason in gluon_backward.out_of_scope(problem(**arguments)), case
     assert triton_backend.choose(problem(**arguments), True, True).strategy == TL, case
+
+
+def test_ragged_and_length_limited_backwards_stay_on_the_tl_kernels():
+    """The warp-specialized forward takes ragged offsets and per-batch lengths; its backward does not
+    read them, so those backwards keep the tl kernels, which do."""
+    d = od.TensorDescriptor
+    q, k = (d("bfloat16", (1, heads, 5000, 128), (0, 128, heads * 128, 1)) for heads in (8, 2))
+    stats, offsets = d("float32", (1, 8, 5000)), d("int32", (4,))
+    ragged = attention_problem(
+        AttentionDescriptor(causal=True, alignment="bottom_right"), q, k, k, q, stats=stats, do=q, dq=q, dk=k, dv=k,
+        ragged_offsets_q=offsets, ragged_offsets_kv=offsets, max_seqlen_q=3000, max_seqlen_kv=3000,
+    )  # fmt: skip
+    lengths = dataclasses.replace(problem(causal=True), seq_lens_q=d("int32", (2,)), seq_lens_kv=d("int32", (2,)))
+    for case in (ragged, lengths):
+        assert gluon_backward.out_of_scope(case) == "ragged offsets or per-batch sequence lengths"
+        assert triton_backend.choose(case, True, True).strategy == TL
 
 
 def test_a_do_that_tma_cannot_read_keeps_the_backward_on_the_tl_kernels():

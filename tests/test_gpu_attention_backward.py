@@ -1,7 +1,8 @@
 """The attention backward with dK, dV and dQ on the warp-specialized Gluon kernels (``gluon_backward``,
 ``gluon_backward_dq``) on an H200 (``pytest -m gpu``): dq, dk and dv against the float64 reference,
 random inputs, outputs poisoned inside larger poisoned buffers; causal in both alignments, odd
-lengths, GQA and MQA, BSHD and BHSD strides, bfloat16 and float16, head dims 64 and 128."""
+lengths, GQA and MQA, BSHD and BHSD strides, bfloat16 and float16, head dims 64 and 128; and a ragged
+backward, which stays on the tl kernels."""
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import opendnn as od
 from opendnn.families.attention import gluon_backward, gluon_backward_dq
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.problem import AttentionDescriptor
-from opendnn.families.attention.reference import reference_backward
+from opendnn.families.attention.reference import ragged_reference, reference_backward
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
@@ -41,6 +42,11 @@ def poisoned_view(batch, heads, seq, dim, dtype):
     return buffer[:, 1 : seq + 1, 1:, 8:].transpose(1, 2), buffer, inside
 
 
+def pairs(*tensors):
+    """(descriptor, tensor) of each tensor, flattened."""
+    return [item for t in tensors for item in (od.TensorDescriptor(t.dtype, t.shape, t.stride()), t)]
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_warp_specialized_dkdv_and_dq_match_the_float64_reference_on_gpu(name, monkeypatch):
     if torch.cuda.get_device_capability(0) != (9, 0):
@@ -62,10 +68,6 @@ def test_the_warp_specialized_dkdv_and_dq_match_the_float64_reference_on_gpu(nam
     stats = torch.empty(batch, heads_q, seq_q, device=DEVICE)
     params = AttentionDescriptor(**fields)
     handle = od.create(DEVICE)
-
-    def pairs(*tensors):
-        return [item for t in tensors for item in (od.TensorDescriptor(t.dtype, t.shape, t.stride()), t)]
-
     attention_forward(handle, params, *pairs(q, k, v, o), stats_desc=pairs(stats)[0], stats=stats)
     sides = ((heads_q, seq_q), (heads_kv, seq_kv), (heads_kv, seq_kv))
     gradients = [poisoned_view(batch, heads, seq, dim, dtype) for heads, seq in sides]
@@ -79,3 +81,34 @@ def test_the_warp_specialized_dkdv_and_dq_match_the_float64_reference_on_gpu(nam
         reference = getattr(expected, slot)
         error = np.linalg.norm(view.double().cpu().numpy() - reference) / np.linalg.norm(reference)
         assert error < 1e-2, (name, slot, error)
+
+
+def test_a_ragged_backward_behind_the_warp_specialized_forward_matches_the_float64_reference_on_gpu():
+    """bf16 packed sequences, causal bottom-right, GQA: the forward runs warp-specialized, the
+    backward on the tl kernels (the warp-specialized one does not read offsets); dq, dk and dv
+    poisoned inside larger buffers, against the float64 reference of each sequence."""
+    lens_q, lens_kv, heads_q, heads_kv, dim = [700, 1, 1537, 0, 300], [900, 64, 1500, 20, 300], 8, 2, 128
+    cu_q, cu_kv = (np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32) for lengths in (lens_q, lens_kv))
+    total_q, total_kv = int(cu_q[-1]), int(cu_kv[-1])
+    generator = torch.Generator(DEVICE).manual_seed(11)
+    q, do = (random_view(1, heads_q, total_q, dim, "bshd", torch.bfloat16, generator) for _ in range(2))
+    k, v = (random_view(1, heads_kv, total_kv, dim, "bshd", torch.bfloat16, generator) for _ in range(2))
+    o = torch.empty_like(q)
+    stats = torch.empty(1, heads_q, total_q, device=DEVICE)
+    params = AttentionDescriptor(**BOTTOM_RIGHT)
+    layout = dict(max_seqlen_q=max(lens_q), max_seqlen_kv=max(lens_kv))
+    for side, cu in (("q", cu_q), ("kv", cu_kv)):
+        offsets = torch.tensor(cu, device=DEVICE)
+        layout |= {f"ragged_offsets_{side}": offsets, f"ragged_offsets_{side}_desc": pairs(offsets)[0]}
+    handle = od.create(DEVICE)
+    attention_forward(handle, params, *pairs(q, k, v, o), stats_desc=pairs(stats)[0], stats=stats, **layout)
+    sides = ((heads_q, total_q), (heads_kv, total_kv), (heads_kv, total_kv))
+    gradients = [poisoned_view(1, heads, seq, dim, torch.bfloat16) for heads, seq in sides]
+    attention_backward(handle, params, *pairs(q, k, v, o, do, stats, *(view for view, _, _ in gradients)), **layout)
+    torch.cuda.synchronize()
+    arrays = (t.double().cpu().numpy() for t in (q, k, v))
+    expected = ragged_reference(params, *arrays, cu_q, cu_kv, max(lens_q), max(lens_kv), do.double().cpu().numpy())
+    for slot, (view, buffer, inside), reference in zip(("dq", "dk", "dv"), gradients, expected[:3]):
+        assert bool(buffer[~inside].isnan().all()) and bool(torch.isfinite(view).all()), slot
+        error = np.linalg.norm(view.double().cpu().numpy() - reference) / np.linalg.norm(reference)
+        assert error < 1e-2, (slot, error)

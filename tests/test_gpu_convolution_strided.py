@@ -60,8 +60,8 @@ def test_warp_specialized_engine_reads_stride_2_layers_through_the_phase_view(n,
 
 @pytest.mark.parametrize("n, c, h, w, k, r", STRIDED_SHAPES[:2])
 def test_tf32_stride_2_forward_reads_the_phase_view_as_close_to_float64_as_cudnn_tf32(n, c, h, w, k, r):
-    """Float32 on a TENSOR_OP handle, channels-last: conv_tma_kernel reads x's phase view with TF32
-    products, within 3x cuDNN's own TF32 error against float64 (as the stride-1 layers), repeatable."""
+    """Float32 on a TENSOR_OP handle, channels-last: the warp-specialized engine reads x's phase view
+    with TF32 products, within 3x cuDNN's own TF32 error against float64 (as the stride-1 layers), repeatable."""
     from opendnn.families.convolution import triton_backend as kernels
     from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
 
@@ -74,7 +74,7 @@ def test_tf32_stride_2_forward_reads_the_phase_view_as_close_to_float64_as_cudnn
     problem = convolution_problem(
         ConvolutionDirection.FORWARD, conv_desc, _descriptor(x), _descriptor(filt), _descriptor(y), allow_tf32=True
     )
-    assert kernels.choose(problem, tma_aligned=True, hopper=True) is kernels.Strategy.TMA
+    assert kernels.choose(problem, tma_aligned=True, hopper=True) is kernels.Strategy.WARP_SPECIALIZED_TMA
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = True
     try:

@@ -17,7 +17,9 @@ Hq, D) buffer is strides (0, D, Hq * D, 1)), k, v, dk and dv likewise (1, Hkv, t
 ``max_seqlen_q`` / ``max_seqlen_kv`` bound the sequences (default: the totals). Unlike cuDNN's
 per-tensor offsets in elements, an offset counts tokens (rows of dims[2]) and serves every tensor
 of its side: element offset = token offset * that tensor's dims[2] stride, cuDNN's value for packed
-layouts. The offsets are read on the host before any kernel runs (a synchronisation from a device).
+layouts. Offsets on the host are checked before any kernel runs; offsets on a device are not read by
+the host (no synchronisation): the kernels clamp each sequence into the packed tokens, so offsets
+that break the rules give wrong rows, never a read or write outside the tensors.
 Paged K/V (forward only, as cuDNN's paged attention): ``block_table`` (B, blocks per sequence),
 INT32, with k and v descriptors of the caches, (num blocks, Hkv, block size, D) of any strides.
 

@@ -71,8 +71,10 @@ def scaled_dot_product_attention_varlen(
         query: (total_q, heads, head dim); key: (total_k, key/value heads, head dim); value:
             (total_k, key/value heads, value head dim). Query heads a multiple of key/value heads (GQA).
         cu_seqlens_q, cu_seqlens_k: (B + 1,) int32 or int64 offsets: 0 or more, never decreasing,
-            the last one the total tokens. They are read on the host before any kernel runs (from a
-            device: a synchronisation).
+            the last one the total tokens. Checked before any kernel runs where they are on the
+            host; on a device they are not read by the host (no synchronisation), and the kernels
+            clamp each sequence into the total tokens: wrong ones give wrong rows, never a read or
+            write outside the tensors.
         max_seqlen_q, max_seqlen_k: at least the longest sequence of each side: the kernels plan their
             tiles and the backward's workspace for it.
         alignment: BOTTOM_RIGHT by default, FlashAttention's causal for sequences of unequal lengths
@@ -84,8 +86,9 @@ def scaled_dot_product_attention_varlen(
         logsumexp, (heads, total_q), float32 (float64 for float64 data), what the backward needs.
 
     Raises:
-        BadParam: dims that disagree; offsets that start below 0, decrease or end elsewhere than
-            the total tokens; a max_seqlen shorter than a sequence; offsets of another dtype.
+        BadParam: dims that disagree; offsets of another dtype; offsets on the host that start
+            below 0, decrease or end elsewhere than the total tokens, or a max_seqlen shorter than
+            one of their sequences.
         NotSupported: as scaled_dot_product_attention.
     """
     params = descriptor_of_call(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)

@@ -525,13 +525,16 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
     """Why ``problem`` is not this kernel's nor ``gluon_backward_dq``'s (one scope for both), or None: a
     backward of 16-bit data whose forward ``gluon_forward`` takes (equal head dims, no mask but causal,
     no extras, TMA-readable q, k and v), at head dim 64 or 128 (HEAD_DIMS: at 256 dK and dV do not fit
-    in a consumer's registers), whose dO a TMA descriptor reads too. dq, dk and dv may have any
-    strides (masked stores)."""
+    in a consumer's registers), whose dO a TMA descriptor reads too, over sequences of the problem's
+    own lengths (ragged offsets and per-batch lengths, which the forward takes, stay on the ``tl``
+    kernels). dq, dk and dv may have any strides (masked stores)."""
     if not problem.backward:
         return "a forward"
     forward = gluon_forward.out_of_scope(dataclasses.replace(problem, do=None, dq=None, dk=None, dv=None))
     if forward is not None:
         return forward
+    if problem.ragged or problem.seq_lens_q is not None or problem.seq_lens_kv is not None:
+        return "ragged offsets or per-batch sequence lengths"
     if problem.q.dtype.itemsize != 2:
         return f"{problem.q.dtype.name} data (16-bit only)"
     if problem.q.dims[3] not in HEAD_DIMS:

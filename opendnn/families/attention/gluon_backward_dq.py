@@ -107,7 +107,7 @@ def program_rows(
     (``scheduled_block``, as the forward's) and the key blocks it sees (``key_range``)."""
     b = gl.program_id(1) // heads_q
     h = gl.program_id(1) % heads_q
-    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
+    b, start_m = scheduled_block(gl.program_id(0), b, q_ptr, 0, batch, seq_q, seq_q, CAUSAL, False, BLOCK_M, 1)
     shift = 0
     if BOTTOM_RIGHT:  # the diagonal ends at the last query and key
         shift = seq_kv - seq_q

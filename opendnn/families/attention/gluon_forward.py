@@ -39,7 +39,9 @@ values or a padding's. The query descriptor spans the whole tensor, the boxes at
 a query row past ``len_q`` only reaches its own scores, and its o is set to 0 (stats -inf) as the
 ``tl`` kernel's padding rows are; ragged rows past the sequence are not stored. A ragged grid runs
 over the real query blocks (``triton_tiles.query_block_grid``), each program finding its sequence
-from the offsets (``ragged_rank``) in its partition's own warps.
+from the offsets (``ragged_rank``) in its partition's own warps. A sequence's rows are clamped into
+the packed tokens (``triton_tiles.packed_sequence``): offsets on a device are not checked on the host,
+and wrong ones give wrong rows, never a box or a store outside the tensors.
 
 **Ring and barriers.** STAGES stages, each a key box and a value box. ``k_ready[s]`` and
 ``v_ready[s]`` count one arrival (the producer's ``expect``) plus their box's bytes, so a consumer
@@ -171,6 +173,7 @@ def program_block(
     lens_kv_ptr,
     lens_stride_q,
     lens_stride_kv,
+    packed_rows,
     batch,
     heads_q,
     seq_q,
@@ -190,12 +193,14 @@ def program_block(
     h = gl.program_id(1) % heads_q
     if RAGGED:  # the offsets in the partition's own warps (a Gluon tensor takes an explicit layout)
         sequences = gl.arange(0, BLOCK_B, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-        b, index, blocks = ragged_rank(gl.program_id(0), sequences, lens_q_ptr, lens_stride_q, batch, BLOCK_M)
+        b, index, blocks = ragged_rank(
+            gl.program_id(0), sequences, lens_q_ptr, lens_stride_q, batch, packed_rows[0], seq_q, BLOCK_M
+        )
         start_m = in_order(index, blocks, CAUSAL) * BLOCK_M
     else:
-        b, start_m = scheduled_block(gl.program_id(0), b, lens_q_ptr, 0, batch, seq_q, CAUSAL, False, BLOCK_M, 1)
+        b, start_m = scheduled_block(gl.program_id(0), b, lens_q_ptr, 0, batch, seq_q, seq_q, CAUSAL, False, BLOCK_M, 1)
     len_q, len_kv, shift, start_q, start_kv, limit_q, _ = sequence_lengths(
-        b, lens_q_ptr, lens_kv_ptr, (lens_stride_q, lens_stride_kv), seq_q, seq_kv,
+        b, lens_q_ptr, lens_kv_ptr, (lens_stride_q, lens_stride_kv), packed_rows, seq_q, seq_kv,
         HAS_LENS_Q, HAS_LENS_KV, RAGGED, BOTTOM_RIGHT,
     )  # fmt: skip
     return b, h, start_m, len_q, len_kv, shift, start_q, start_kv, limit_q
@@ -223,7 +228,7 @@ def key_value_producer(
     group,
     seq_q,
     seq_kv,
-    q_rows,
+    packed_rows,
     q_stride_b,
     q_stride_h,
     q_stride_s,
@@ -251,7 +256,7 @@ def key_value_producer(
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
     b, h, start_m, len_q, len_kv, shift, start_q, start_kv, _ = program_block(
-        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, batch, heads_q, seq_q, seq_kv,
+        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, packed_rows, batch, heads_q, seq_q, seq_kv,
         CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
     )  # fmt: skip
     kv_head = h // group
@@ -262,7 +267,7 @@ def key_value_producer(
         tensor_batch = 1
     q_desc = tma.make_tensor_descriptor(
         q_ptr,
-        [tensor_batch, heads_q, q_rows, HEAD_DIM],
+        [tensor_batch, heads_q, packed_rows[0], HEAD_DIM],
         [q_stride_b, q_stride_h, q_stride_s, 1],
         [1, 1, HALF_M, HEAD_DIM],
         q_boxes.layout,
@@ -323,6 +328,7 @@ def softmax_consumer(
     lens_kv_ptr,
     lens_stride_q,
     lens_stride_kv,
+    packed_rows,
     batch,
     heads_q,
     seq_q,
@@ -369,7 +375,7 @@ def softmax_consumer(
     PING_PONG_TURNS: gl.constexpr = SCHEDULE % 2 == 1  # PING_PONG, PING_PONG_OVERLAP (bit 0)
     OVERLAPPED: gl.constexpr = SCHEDULE >= 2  # OVERLAP, PING_PONG_OVERLAP (bit 1)
     b, h, start_m, len_q, len_kv, shift, start_q, _, limit_q = program_block(
-        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, batch, heads_q, seq_q, seq_kv,
+        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, packed_rows, batch, heads_q, seq_q, seq_kv,
         CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
     )  # fmt: skip
     lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
@@ -437,7 +443,7 @@ def attention_warp_specialized_kernel(
     group,
     seq_q,
     seq_kv,
-    q_rows,
+    packed_rows,
     q_stride_b,
     q_stride_h,
     q_stride_s,
@@ -517,6 +523,7 @@ def attention_warp_specialized_kernel(
                     lens_kv_ptr,
                     lens_stride_q,
                     lens_stride_kv,
+                    packed_rows,
                     batch,
                     heads_q,
                     seq_q,
@@ -564,6 +571,7 @@ def attention_warp_specialized_kernel(
                     lens_kv_ptr,
                     lens_stride_q,
                     lens_stride_kv,
+                    packed_rows,
                     batch,
                     heads_q,
                     seq_q,
@@ -616,7 +624,7 @@ def attention_warp_specialized_kernel(
                     group,
                     seq_q,
                     seq_kv,
-                    q_rows,
+                    packed_rows,
                     q_stride_b,
                     q_stride_h,
                     q_stride_s,
@@ -753,7 +761,7 @@ def launch_arguments(
         problem.group,
         problem.seq_q,
         problem.seq_kv,
-        problem.q.dims[2],
+        (problem.q.dims[2], problem.k.dims[2]),  # packed_rows: ragged, the tokens of every sequence
         *tma_strides(problem.q),
         *tma_strides(problem.k),
         *v_strides,

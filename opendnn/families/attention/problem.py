@@ -794,10 +794,18 @@ def host_values(bound: Bound) -> np.ndarray:
     return np.asarray(view, np.int64)
 
 
+def on_host(bound: Bound) -> bool:
+    """Whether a bound array's values are on the host (a NumPy array or a CPU tensor)."""
+    return isinstance(bound.view, np.ndarray) or bound.view.device.type == "cpu"
+
+
 def check_layout_values(problem: AttentionProblem, t: AttentionTensors, names: SlotNames) -> None:
     """Refuse ragged offsets and block tables whose values would read or write outside the tensors,
     before any kernel runs: offsets that start below 0, decrease, end elsewhere than the packed
     tokens or hold a sequence longer than its max_seqlen; a needed block number outside the cache.
+    Offsets on a device are not read here (that would wait for the device): the kernels clamp each
+    sequence into the packed tokens (``triton_tiles.packed_sequence``), so wrong ones give wrong
+    rows, never a read or write outside the tensors.
 
     Raises:
         BadParam: naming the offsets or the block table (as the caller's array is named), the place
@@ -809,6 +817,8 @@ def check_layout_values(problem: AttentionProblem, t: AttentionTensors, names: S
             (t.ragged_offsets_kv, "k", problem.k.dims[2], "max_seqlen_kv", problem.max_seqlen_kv),
         )
         for bound, tensor, total, max_slot, longest in sides:
+            if not on_host(bound):
+                continue
             total_text = f"{names.dim(tensor, 2)}={total}"
             _check_offsets(bound.name, host_values(bound), total_text, total, names[max_slot], longest)
     if t.block_table is not None:

@@ -291,6 +291,7 @@ def _arguments(problem: AttentionProblem, plan: AttentionPlan) -> tuple[tuple[st
         batch=problem.batch,
         heads_q=heads_q,
         group=problem.group,
+        packed_rows=(problem.q.dims[2], problem.k.dims[2]),  # ragged: the tokens of every sequence
         seq_q=problem.seq_q,
         seq_kv=problem.seq_kv,
         head_dim=head_dim,

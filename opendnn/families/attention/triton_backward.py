@@ -44,6 +44,7 @@ from opendnn.families.attention.triton_tiles import (
     key_range,
     load_tile,
     log2_score_scalars,
+    packed_sequence,
     query_range,
     rounded_to_fp8,
     scheduled_block,
@@ -67,6 +68,7 @@ def attention_delta_kernel(
     seq_lens_strides,
     batch,
     heads_q,
+    packed_rows,
     seq_q,
     seq_kv,
     value_dim,
@@ -88,13 +90,15 @@ def attention_delta_kernel(
     b = tl.program_id(1) // heads_q
     h = tl.program_id(1) % heads_q
     b, start_m = scheduled_block(
-        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, seq_q, False, RAGGED, BLOCK_M, BLOCK_B
-    )
+        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, packed_rows[0], seq_q,
+        False, RAGGED, BLOCK_M, BLOCK_B,
+    )  # fmt: skip
     _, _, _, start_q, _, limit_q, _ = sequence_lengths(
         b,
         seq_lens_q_ptr,
         seq_lens_kv_ptr,
         seq_lens_strides,
+        packed_rows,
         seq_q,
         seq_kv,
         HAS_LENS_Q,
@@ -152,6 +156,7 @@ def attention_dsinks_kernel(
     seq_lens_strides,
     batch,
     heads_q,
+    packed_rows,
     seq_q,
     RAGGED: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -164,14 +169,13 @@ def attention_dsinks_kernel(
     acc = tl.zeros((BLOCK_M,), COMPUTE)
     for start in range(0, batch * seq_q, BLOCK_M):  # the (batch, row) pairs of head h, BLOCK_M at a time
         pairs = start + tl.arange(0, BLOCK_M).to(tl.int64)
-        b = pairs // seq_q
+        b = tl.minimum(pairs // seq_q, batch - 1)
         rows = pairs % seq_q
         inside = pairs < batch * seq_q
         start = tl.zeros_like(rows)
         if RAGGED:
-            start = tl.load(seq_lens_q_ptr + b * seq_lens_strides[0], mask=inside, other=0).to(tl.int64)
-            stop = tl.load(seq_lens_q_ptr + (b + 1) * seq_lens_strides[0], mask=inside, other=0).to(tl.int64)
-            inside &= rows < stop - start
+            start, length = packed_sequence(seq_lens_q_ptr, b, seq_lens_strides[0], packed_rows[0], seq_q)
+            inside &= rows < length
         lse = tl.load(
             stats_ptr + b * stats_strides[0] + h * stats_strides[1] + (start + rows) * stats_strides[2],
             mask=inside,
@@ -327,6 +331,7 @@ def attention_dkdv_kernel(
     batch,
     heads_q,
     group,
+    packed_rows,
     seq_q,
     seq_kv,
     head_dim,
@@ -382,6 +387,7 @@ def attention_dkdv_kernel(
         seq_lens_kv_ptr,
         seq_lens_strides[1],
         batch,
+        packed_rows[1],
         seq_kv,
         HAS_LEFT and not HAS_RIGHT,
         RAGGED,
@@ -393,6 +399,7 @@ def attention_dkdv_kernel(
         seq_lens_q_ptr,
         seq_lens_kv_ptr,
         seq_lens_strides,
+        packed_rows,
         seq_q,
         seq_kv,
         HAS_LENS_Q,
@@ -558,6 +565,7 @@ def attention_dq_kernel(
     batch,
     heads_q,
     group,
+    packed_rows,
     seq_q,
     seq_kv,
     head_dim,
@@ -604,13 +612,15 @@ def attention_dq_kernel(
     h = tl.program_id(1) % heads_q
     kv_head = h // group
     b, start_m = scheduled_block(
-        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, seq_q, HAS_RIGHT, RAGGED, BLOCK_M, BLOCK_B
-    )
+        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, packed_rows[0], seq_q,
+        HAS_RIGHT, RAGGED, BLOCK_M, BLOCK_B,
+    )  # fmt: skip
     len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
         b,
         seq_lens_q_ptr,
         seq_lens_kv_ptr,
         seq_lens_strides,
+        packed_rows,
         seq_q,
         seq_kv,
         HAS_LENS_Q,

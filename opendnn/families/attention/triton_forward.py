@@ -103,6 +103,7 @@ def attention_forward_kernel(
     batch,
     heads_q,
     group,
+    packed_rows,
     seq_q,
     seq_kv,
     head_dim,
@@ -152,14 +153,16 @@ def attention_forward_kernel(
     b = tl.program_id(1) // heads_q  # ragged: the grid's axis 1 is the heads, b comes from the offsets
     h = tl.program_id(1) % heads_q
     b, start_m = scheduled_block(
-        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, seq_q, HAS_RIGHT, RAGGED, BLOCK_M, BLOCK_B
-    )
+        tl.program_id(0), b, seq_lens_q_ptr, seq_lens_strides[0], batch, packed_rows[0], seq_q,
+        HAS_RIGHT, RAGGED, BLOCK_M, BLOCK_B,
+    )  # fmt: skip
     kv_head = h // group
     len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv = sequence_lengths(
         b,
         seq_lens_q_ptr,
         seq_lens_kv_ptr,
         seq_lens_strides,
+        packed_rows,
         seq_q,
         seq_kv,
         HAS_LENS_Q,

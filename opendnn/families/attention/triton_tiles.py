@@ -103,6 +103,7 @@ def scheduled_block(
     offsets_ptr,
     offsets_stride,
     batch,
+    rows,
     seq_len,
     REVERSED: tl.constexpr,
     RAGGED: tl.constexpr,
@@ -111,27 +112,28 @@ def scheduled_block(
 ):
     """(b, start): the batch and first row of the block that the program of ``rank`` on its grid's
     block axis computes. Dense: block ``rank`` of cdiv(seq_len, BLOCK), batch b as given. RAGGED:
-    ``ragged_rank`` over the (batch + 1) offsets at ``offsets_ptr``, BLOCK_B >= batch of them loaded
-    at once. REVERSED: ``in_order``."""
+    ``ragged_rank`` over the (batch + 1) offsets at ``offsets_ptr`` of sequences packed in ``rows``
+    rows, BLOCK_B >= batch of them loaded at once. REVERSED: ``in_order``."""
     blocks = tl.cdiv(seq_len, BLOCK)
     index = rank
     if RAGGED:
-        b, index, blocks = ragged_rank(rank, tl.arange(0, BLOCK_B), offsets_ptr, offsets_stride, batch, BLOCK)
+        sequences = tl.arange(0, BLOCK_B)
+        b, index, blocks = ragged_rank(rank, sequences, offsets_ptr, offsets_stride, batch, rows, seq_len, BLOCK)
     return b, in_order(index, blocks, REVERSED) * BLOCK
 
 
 @triton.jit
-def ragged_rank(rank, sequences, offsets_ptr, offsets_stride, batch, BLOCK: tl.constexpr):
+def ragged_rank(rank, sequences, offsets_ptr, offsets_stride, batch, rows, longest, BLOCK: tl.constexpr):
     """(b, index, blocks) of ``rank`` on a ragged grid: the ranks run over the real blocks of every
-    sequence, sequence by sequence (cdiv(length, BLOCK) each, from the (batch + 1) offsets at
-    ``offsets_ptr``; ``sequences``: 0, 1, .. at least batch of them, in the caller's layout), so rank
-    r is block ``index`` of the ``blocks`` of sequence b, the one whose blocks' running count first
-    passes r; the at most ``batch`` ranks past the last sequence's blocks get a block past its end
-    (an empty range: they store nothing)."""
+    sequence, sequence by sequence (cdiv(length, BLOCK) each, the lengths ``packed_sequence`` gives
+    from the (batch + 1) offsets at ``offsets_ptr``, ``rows`` and ``longest``; ``sequences``: 0, 1,
+    .. at least batch of them, in the caller's layout), so rank r is block ``index`` of the
+    ``blocks`` of sequence b, the one whose blocks' running count first passes r; the at most
+    ``batch`` ranks past the last sequence's blocks get a block past its end (an empty range: they
+    store nothing)."""
     inside = sequences < batch
-    starts = tl.load(offsets_ptr + sequences.to(tl.int64) * offsets_stride, mask=inside, other=0)
-    stops = tl.load(offsets_ptr + (sequences + 1).to(tl.int64) * offsets_stride, mask=inside, other=0)
-    counts = tl.cdiv(stops - starts, BLOCK).to(tl.int32)
+    _, lengths = packed_sequence(offsets_ptr, tl.minimum(sequences, batch - 1), offsets_stride, rows, longest)
+    counts = tl.where(inside, tl.cdiv(lengths, BLOCK), 0)
     ends = tl.cumsum(counts, 0)  # past each sequence's last block
     b = tl.minimum(tl.sum((ends <= rank).to(tl.int32), 0), batch - 1)
     own = sequences == b
@@ -150,11 +152,24 @@ def in_order(index, blocks, REVERSED: tl.constexpr):
 
 
 @triton.jit
+def packed_sequence(offsets_ptr, b, offsets_stride, rows, longest):
+    """(start, length) of sequence b of ragged offsets, clamped into the ``rows`` packed rows and to
+    the ``longest`` (max_seqlen) of them: offsets that break their rules (offsets on a device are
+    not checked on the host) give wrong rows, never a read or write outside the tensors."""
+    start = tl.load(offsets_ptr + b.to(tl.int64) * offsets_stride).to(tl.int64)
+    stop = tl.load(offsets_ptr + (b + 1).to(tl.int64) * offsets_stride).to(tl.int64)
+    start = tl.minimum(tl.maximum(start, 0), rows)
+    stop = tl.minimum(tl.maximum(stop, start), rows)
+    return start.to(tl.int32), tl.minimum(stop - start, longest).to(tl.int32)
+
+
+@triton.jit
 def sequence_lengths(
     b,
     seq_lens_q_ptr,
     seq_lens_kv_ptr,
     seq_lens_strides,
+    packed_rows,
     seq_q,
     seq_kv,
     HAS_LENS_Q: tl.constexpr,
@@ -163,20 +178,16 @@ def sequence_lengths(
     BOTTOM_RIGHT: tl.constexpr,
 ):
     """(len_q, len_kv, shift, start_q, start_kv, limit_q, limit_kv) of batch b: the lengths clamped
-    to 0..Sq and 0..Skv, the diagonal's shift, the first row of the sequence in its tensors (RAGGED;
-    else 0), and the rows its loads and stores stop at (the lengths with RAGGED, else Sq and Skv:
-    padding rows are written too)."""
+    to 0..Sq and 0..Skv, the diagonal's shift, the first row of the sequence in its tensors (RAGGED:
+    ``packed_sequence`` in the (q, kv) ``packed_rows``; else 0), and the rows its loads and stores
+    stop at (the lengths with RAGGED, else Sq and Skv: padding rows are written too)."""
     len_q = seq_q
     len_kv = seq_kv
     start_q = 0
     start_kv = 0
     if RAGGED:
-        start_q = tl.load(seq_lens_q_ptr + b.to(tl.int64) * seq_lens_strides[0]).to(tl.int32)
-        stop = tl.load(seq_lens_q_ptr + (b + 1).to(tl.int64) * seq_lens_strides[0]).to(tl.int32)
-        len_q = tl.minimum(tl.maximum(stop - start_q, 0), seq_q)
-        start_kv = tl.load(seq_lens_kv_ptr + b.to(tl.int64) * seq_lens_strides[1]).to(tl.int32)
-        stop = tl.load(seq_lens_kv_ptr + (b + 1).to(tl.int64) * seq_lens_strides[1]).to(tl.int32)
-        len_kv = tl.minimum(tl.maximum(stop - start_kv, 0), seq_kv)
+        start_q, len_q = packed_sequence(seq_lens_q_ptr, b, seq_lens_strides[0], packed_rows[0], seq_q)
+        start_kv, len_kv = packed_sequence(seq_lens_kv_ptr, b, seq_lens_strides[1], packed_rows[1], seq_kv)
     if HAS_LENS_Q:
         length = tl.load(seq_lens_q_ptr + b.to(tl.int64) * seq_lens_strides[0])
         len_q = tl.minimum(tl.maximum(length, 0), seq_q).to(tl.int32)
