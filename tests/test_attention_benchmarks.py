@@ -77,12 +77,12 @@ def test_schedule_sweep_forces_its_tile_on_every_head_dim_and_gives_the_planner_
     from opendnn.families.attention.problem import AttentionDescriptor, attention_problem
 
     q = TensorDescriptor("bfloat16", (1, 8, 4096, 64))
-    problem = attention_problem(AttentionDescriptor(), q, q, q, q)
+    problem = attention_problem(AttentionDescriptor(causal=True), q, q, q, q)
     tile = gluon_forward.Tile(gluon_forward.PING_PONG, 256, 3)
     with attention_schedules.forced_tile(tile):
         plan = triton_backend.choose(problem, True, True)
         assert (plan.strategy, plan.block_n, plan.num_stages) == ("warp_specialized_forward", 256, 3)
-    assert triton_backend.choose(problem, True, True).strategy == "flash2_forward"  # head dim 64: tl again
+    assert triton_backend.choose(problem, True, True).strategy == "flash2_forward"  # causal head dim 64: tl again
     assert gluon_forward.tile_for(2, 64) == gluon_forward.TILES[2, 64]
 
 

@@ -123,10 +123,12 @@ def test_other_forwards_stay_on_the_tl_kernel(case, arguments, reason):
     assert triton_backend.choose(problem(**arguments), True, True).strategy == "flash2_forward", case
 
 
-def test_head_dim_64_which_the_kernel_serves_stays_on_the_faster_tl_kernel():
-    chosen = problem(head_dim=64)
-    assert gluon_forward.out_of_scope(chosen) is None
-    assert triton_backend.choose(chosen, True, True).strategy == "flash2_forward"
+def test_16_bit_head_dim_64_takes_the_kernel_unmasked_and_the_faster_tl_kernel_causal():
+    for dtype in ("bfloat16", "float16"):
+        full, causal = problem(dtype, head_dim=64), problem(dtype, head_dim=64, causal=True)
+        assert gluon_forward.out_of_scope(full) is None and gluon_forward.out_of_scope(causal) is None
+        assert triton_backend.choose(full, True, True).strategy == WS
+        assert triton_backend.choose(causal, True, True).strategy == "flash2_forward"
 
 
 def test_strides_tma_cannot_read_stay_on_the_tl_kernel():

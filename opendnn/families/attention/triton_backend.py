@@ -7,15 +7,15 @@ byte models.
 takes (compiled for an sm_90 GPU, ``hopper``: wgmma is Hopper's alone, Triton's interpreter never is
 one; q, k and v base addresses 16-byte aligned, ``tma_aligned``; a problem of ``gluon_forward``'s
 scope, ``out_of_scope``: 16-bit or e4m3 data, no mask but causal, q, k and v strides readable by TMA;
-its element size and head dim in WARP_SPECIALIZED_TILES) runs on the warp-specialized kernel
-(``warp_specialized_forward``); every other forward on the FlashAttention-2 kernel
-(``flash2_forward``). A backward under the same two conditions (dO aligned too) whose problem is
-``gluon_backward``'s (``out_of_scope``: the 16-bit forward's scope at head dims 64 and 128, dO readable
-by TMA too) computes delta on the ``tl`` kernel, then dK and dV (``gluon_backward``) and dQ
-(``gluon_backward_dq``) on the warp-specialized kernels (``warp_specialized_backward``); every other
-backward runs on the deterministic ``tl`` kernels alone (``flash2_deterministic_backward``). For the ``tl``
-kernels it picks the tile from the head dims and the dtype: the
-tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padded to powers of two (at least 16,
+its element size and head dim in WARP_SPECIALIZED_TILES, or unmasked in
+UNMASKED_WARP_SPECIALIZED_TILES) runs on the warp-specialized kernel (``warp_specialized_forward``);
+every other forward on the FlashAttention-2 kernel (``flash2_forward``). A backward under the same
+two conditions (dO aligned too) whose problem is ``gluon_backward``'s (``out_of_scope``: the 16-bit
+forward's scope at head dims 64 and 128, dO readable by TMA too) computes delta on the ``tl`` kernel,
+then dK and dV (``gluon_backward``) and dQ (``gluon_backward_dq``) on the warp-specialized kernels
+(``warp_specialized_backward``); every other backward runs on the deterministic ``tl`` kernels alone
+(``flash2_deterministic_backward``). For the ``tl`` kernels it picks the tile from the head dims and
+the dtype: the tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padded to powers of two (at least 16,
 the smallest a tensor-core product takes; the padding is masked), the warps and pipeline stages.
 Tiles shrink with the head dim (the accumulators stay in registers) and with the element size
 (float32 products run on FMA units without TF32, float64 ones always), and never exceed the
@@ -58,10 +58,12 @@ from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
 # (element bytes, head dim) of the forwards the warp-specialized kernel takes where it can (a key of
-# gluon_forward.TILES): 16-bit head dim 64 stays on the FlashAttention-2 kernel, faster there on the
-# H200; every e4m3 head dim of the kernel goes to it, whose wgmma takes fp8 operands from shared memory
-# without the tl kernel's rearrangement of v (docs/design/attention.md, "Forward on Hopper" and "fp8")
+# gluon_forward.TILES); every e4m3 head dim of the kernel goes to it, whose wgmma takes fp8 operands
+# from shared memory without the tl kernel's rearrangement of v; 16-bit head dim 64 only without a
+# mask: causal, the FlashAttention-2 kernel is faster there on the H200 (docs/design/attention.md,
+# "Forward on Hopper" and "fp8")
 WARP_SPECIALIZED_TILES = ((2, 128), (2, 256), (1, 64), (1, 128))
+UNMASKED_WARP_SPECIALIZED_TILES = ((2, 64),)
 
 
 @dataclass(frozen=True)
@@ -139,12 +141,14 @@ def warp_specialized(problem: AttentionProblem, tma_aligned: bool, hopper: bool)
     """The warp-specialized forward runs ``problem``: the call is compiled for an sm_90 GPU
     (``hopper``), q, k and v have 16-byte aligned base addresses (``tma_aligned``, a property of the
     call's pointers, not of the problem), ``gluon_forward`` takes the problem and its element size and
-    head dim are in WARP_SPECIALIZED_TILES."""
+    head dim are in WARP_SPECIALIZED_TILES, or in UNMASKED_WARP_SPECIALIZED_TILES without a mask."""
+    tile = (problem.q.dtype.itemsize, problem.q.dims[3])
+    unmasked = problem.params.band == (None, None)
     return (
         tma_aligned
         and hopper
         and gluon_forward.out_of_scope(problem) is None
-        and (problem.q.dtype.itemsize, problem.q.dims[3]) in WARP_SPECIALIZED_TILES
+        and (tile in WARP_SPECIALIZED_TILES or (unmasked and tile in UNMASKED_WARP_SPECIALIZED_TILES))
     )
 
 
