@@ -59,6 +59,7 @@ alone take 256) does not fit, so head dim 256 stays on the ``tl`` kernel.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import triton
@@ -521,6 +522,7 @@ def attention_dkdv_warp_specialized_kernel(
 # ---- launcher ------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)  # per problem, asked by every call
 def out_of_scope(problem: AttentionProblem) -> str | None:
     """Why ``problem`` is not this kernel's nor ``gluon_backward_dq``'s (one scope for both), or None: a
     backward of 16-bit data whose forward ``gluon_forward`` takes (equal head dims, no mask but causal,

@@ -96,6 +96,7 @@ values; see ``matmul/gluon_hopper.py``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -681,6 +682,7 @@ def candidate_tiles(element_bytes: int, head_dim: int) -> list[Tile]:
     return [planned, *(tile for tile in grid if tile != planned)]
 
 
+@functools.lru_cache(maxsize=256)  # per problem, asked by every call
 def out_of_scope(problem: AttentionProblem) -> str | None:
     """Why ``problem`` is not this kernel's, or None: a 16-bit or e4m3 forward with equal head dims of
     TILES (64, 128 or 256; e4m3: 64 or 128), no mask but causal (either alignment) and sequence
