@@ -167,12 +167,12 @@ def attention_dsinks_kernel(
     h = tl.program_id(0).to(tl.int64)
     sink = tl.load(sinks_ptr + h * sinks_stride).to(COMPUTE)
     acc = tl.zeros((BLOCK_M,), COMPUTE)
-    for start in range(0, batch * seq_q, BLOCK_M):  # the (batch, row) pairs of head h, BLOCK_M at a time
-        pairs = start + tl.arange(0, BLOCK_M).to(tl.int64)
+    for first in range(0, batch * seq_q, BLOCK_M):  # the (batch, row) pairs of head h, BLOCK_M at a time
+        pairs = first + tl.arange(0, BLOCK_M).to(tl.int64)
         b = tl.minimum(pairs // seq_q, batch - 1)
         rows = pairs % seq_q
         inside = pairs < batch * seq_q
-        start = tl.zeros_like(rows)
+        start = tl.zeros_like(rows)  # the sequence's first row in the stats
         if RAGGED:
             start, length = packed_sequence(seq_lens_q_ptr, b, seq_lens_strides[0], packed_rows[0], seq_q)
             inside &= rows < length
