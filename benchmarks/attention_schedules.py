@@ -9,10 +9,12 @@ Usage (on the GPU machine, from the repository root)::
     PYTHONPATH=. python3 benchmarks/attention_schedules.py --filter mha_hd64 --rep 50
 
 The sweep replaces ``gluon_forward.tile_for`` (the planner's one tile decision for this kernel) for
-each call, and routes every (element bytes, head dim) of ``gluon_forward.TILES`` to the kernel (the planner keeps head
-dim 64 on the FlashAttention-2 kernel). With ``--jobs`` above 1 the kernels are first compiled in that
-many worker processes (Triton's on-disk cache keeps them), so the timing process loads them
-compiled. A tile whose result is off by 1e-2 or more (relative, bfloat16) is a row saying so; once
+each call, and routes every (element bytes, head dim) of ``gluon_forward.TILES`` to the kernel (the planner keeps
+causal head dim 64 on the FlashAttention-2 kernel). The fp8 rows (e4m3 q, k and v) time against torch's
+bfloat16 SDPA on the same values, as the suite's fp8 rows do. With ``--jobs`` above 1 the kernels are
+first compiled in that many worker processes (Triton's on-disk cache keeps them), so the timing process
+loads them compiled. A tile whose result fails the suite's check (1e-2 relative in bfloat16; the fp8
+rows allow the rounding of P to e4m3) is a row saying so; once
 ``--budget`` seconds have passed the remaining tiles are not timed. Prints a line per tile, then one
 table (row x tile: ms and ratio = torch ms / opendnn ms) and the best tile per row; writes
 ``<out>/attention_schedules.json``.
@@ -40,12 +42,14 @@ import opendnn
 from opendnn.families.attention import gluon_forward, triton_backend
 from opendnn.families.attention.gluon_forward import Tile
 
-ROWS = {  # row: head dim
-    "gqa_hd128_4k": 128,
-    "gqa_hd128_4k_causal": 128,
-    "gqa_hd128_16k": 128,
-    "mha_hd64_4k": 64,
-    "mha_hd256_4k": 256,
+ROWS = {  # row: (head dim, bytes an element of q, k and v)
+    "gqa_hd128_4k": (128, 2),
+    "gqa_hd128_4k_causal": (128, 2),
+    "gqa_hd128_16k": (128, 2),
+    "mha_hd64_4k": (64, 2),
+    "mha_hd256_4k": (256, 2),
+    "gqa_hd128_fp8_4k": (128, 1),
+    "gqa_hd128_fp8_4k_causal": (128, 1),
 }
 SCHEDULE_NAMES = ("independent", "ping-pong", "overlap", "ping-pong+overlap")
 
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(opendnn.create(device), device, "full")
     timer = run._cuda_timer(args.warmup, args.rep)
     print(run.environment(ctx), flush=True)
-    plans = [(row, gluon_forward.candidate_tiles(2, ROWS[row])) for row in rows(args.filter)]
+    plans = [(row, gluon_forward.candidate_tiles(ROWS[row][1], ROWS[row][0])) for row in rows(args.filter)]
     if args.jobs > 1:
         precompile(plans, device, args.jobs)
     results = []

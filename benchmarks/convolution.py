@@ -2,8 +2,9 @@
 process; and the workspace each algorithm needs against an im2col buffer.
 
 Suite ``convolution``: the ResNet-50 layers and the depthwise layer of ``LAYERS`` at batch 64,
-forward, backward data and backward filter with the default algorithms (IMPLICIT_GEMM, ALGO_0,
-ALGO_0). bfloat16 and float16 run NHWC activations with KRSC filters; float32 runs NCHW with KCRS
+forward, backward data and backward filter with the algorithm a call that names none takes (the
+heuristics' first: IMPLICIT_GEMM, ALGO_0, ALGO_0, unless the backend prefers another, which the
+dtype cell then names). bfloat16 and float16 run NHWC activations with KRSC filters; float32 runs NCHW with KCRS
 filters, TF32 on both sides (a TENSOR_OP descriptor; torch's cudnn.allow_tf32) and a 2e-3
 tolerance. The dtype cell reads ``<layout>_<dtype> ws=<workspace bytes>``. FLOPs: 2 * N * K * P *
 Q * (C / groups) * R * S per direction.
@@ -251,9 +252,22 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
     )
 
 
+def heuristics_choice(ctx: Context, p: Problem, direction: str) -> enum.Enum:
+    """The algorithm the heuristics rank first for ``p`` (what a call that names none takes)."""
+    h, cd, wd, xd, dyd = ctx.handle, p.conv_desc, p.w_desc, desc_of(p.x), desc_of(p.dy)
+    if direction == "fwd":
+        ranked = opendnn.get_convolution_forward_algorithm(h, xd, wd, cd, dyd)
+    elif direction == "bwd_data":
+        ranked = opendnn.get_convolution_backward_data_algorithm(h, wd, dyd, cd, xd)
+    else:
+        ranked = opendnn.get_convolution_backward_filter_algorithm(h, xd, dyd, cd, wd)
+    return ranked[0].algo
+
+
 def case(layer: Layer, direction: str, algo: enum.Enum | None = None) -> Callable[[Context, torch.dtype], Bench]:
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
-        return _bench(ctx, layer_problem(ctx, layer, dtype), direction, algo or DEFAULT_ALGORITHM[direction])
+        p = layer_problem(ctx, layer, dtype)
+        return _bench(ctx, p, direction, algo or heuristics_choice(ctx, p, direction))
 
     return build
 

@@ -1,5 +1,6 @@
 """Depthwise layers (batch 64) on the GPU: each direction as planned beside cuDNN; then forward and
-backward data on ``conv_depthwise_kernel`` under each candidate (pixels, channels, warps) tile; then
+backward data on ``conv_depthwise_kernel`` with the filter packed in the workspace (the route of the
+algorithms calls take by default) under each candidate (pixels, channels, warps, unrolled width) tile; then
 the channels-first backward filter's candidate plans: ``filter_depthwise_kernel`` under each (pixels,
 channels, taps, warps) tile and programs per SM; then the bfloat16 channels-last backward filter on
 ``filter_depthwise_rows_kernel`` under each (output rows, channels, filter rows, warps) tile and
@@ -41,9 +42,9 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
     "dw3x3_c960_7": (960, 7, 960, 3, 1, 960),
 }
 LAYOUTS = ((DataType.BFLOAT16, True), (DataType.FLOAT, False))  # (dtype, channels last)
-DATA_TILES = {  # conv_depthwise_kernel's candidate (pixels, channels, warps) per layout
-    True: [(256, 16, 4), (128, 16, 4), (512, 16, 8), (128, 32, 4), (256, 8, 4)],
-    False: [(128, 16, 4), (256, 8, 4), (64, 32, 4)],
+DATA_TILES = {  # conv_depthwise_kernel's candidate (pixels, channels, warps, unrolled width) per layout, filter packed
+    True: [(64, 32, 4, True), (128, 32, 4, True), (64, 32, 2, True), (64, 64, 4, True), (64, 32, 4, False)],
+    False: [(256, 8, 4, False), (128, 16, 4, False), (128, 16, 4, True), (64, 32, 4, False)],
 }
 TILES = {  # filter_depthwise_kernel's candidate (pixels, channels, taps, warps) per layout
     True: [(32, 32, 8, 4), (16, 32, 8, 2), (32, 64, 8, 4), (64, 32, 4, 4), (32, 32, 16, 4), (16, 64, 8, 4)],
@@ -75,18 +76,17 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
     """Each layer's forward and backward data under each candidate of DATA_TILES; ``cudnn``: cuDNN's
     microseconds per (layer, layout, direction); ``scores``: per (layout, tile), the ratios of the
     layers past 9 taps."""
-    chosen, min_taps = dict(tiles.DEPTHWISE_TILES), tiles.DEPTHWISE_MIN_TAPS
-    tiles.DEPTHWISE_MIN_TAPS = {True: 1, False: 1}  # every filter takes the new kernel
+    chosen = dict(tiles.DEPTHWISE_TILES)
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         for tile, direction in itertools.product(DATA_TILES[channels_last], (FWD, DATA)):
             if time.time() - start > budget:
                 break
-            tiles.DEPTHWISE_TILES[channels_last] = tile
+            tiles.DEPTHWISE_TILES[channels_last, True] = tile
             replan()
             error, ours = timed(Case(shape, direction, dtype, channels_last))
             ratio = cudnn[name, layout, direction] / ours
-            entry = f"DEPTHWISE_TILES[{channels_last}] = {tile}"
+            entry = f"DEPTHWISE_TILES[{channels_last}, True] = {tile}"
             print(
                 f"{name:24s} {layout:14s} {direction.name:15s} candidate {entry} err={error:.1e} "
                 f"ours={ours:8.1f}us ratio={ratio:.3f}",
@@ -96,7 +96,6 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
             if shape[3] > 3:
                 scores.setdefault((layout, entry), []).append(ratio)
     tiles.DEPTHWISE_TILES.update(chosen)
-    tiles.DEPTHWISE_MIN_TAPS = min_taps
     replan()
 
 

@@ -94,9 +94,9 @@ SUITES: dict[str, tuple[str, str, int]] = {
     "convolution": (
         "Convolution",
         "The ResNet-50 layers and a depthwise layer at batch 64, forward, backward data "
-        "and backward filter with the default algorithms, against cuDNN (`cudnn.benchmark` on). The dtype "
-        "cell names the layout: NHWC activations take KRSC filters, NCHW ones KCRS; float32 runs with TF32 "
-        "on both sides.",
+        "and backward filter with the algorithms calls that name none take, against cuDNN (`cudnn.benchmark` "
+        "on). The dtype cell names the layout: NHWC activations take KRSC filters, NCHW ones KCRS; float32 "
+        "runs with TF32 on both sides.",
         4,
     ),
     "convolution_networks": (
@@ -105,8 +105,8 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "layers of VGG-16 and a U-Net decoder (batch 16), ResNeXt-50's grouped 3x3 (32 groups), ConvNeXt-T's "
         "7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's strided depthwise 3x3, a 3-D 3x3x3 "
         "layer over 16 frames (batch 8), and ResNet-50's layer-3 3x3 at batch 1 and 256; forward, backward "
-        "data and backward filter with the default algorithms against cuDNN (`cudnn.benchmark` on), layouts "
-        "as in the convolution table.",
+        "data and backward filter with the algorithms calls that name none take (the dtype cell names one other "
+        "than IMPLICIT_GEMM and ALGO_0) against cuDNN (`cudnn.benchmark` on), layouts as in the convolution table.",
         4,
     ),
     "convolution_fused": (

@@ -1,15 +1,18 @@
 """The depthwise kernels compiled for the H200 (sm_90) on the CPU. As ConvNeXt's 7 x 7 depthwise layer
 (batch 64, 96 channels, 56 x 56) plans them: the NCHW float32 backward filter (``filter_depthwise_kernel``)
-and the forward and backward data (``conv_depthwise_kernel``) in NHWC bfloat16 and NCHW float32, each
-with its accumulator in registers (no spills, at most MAX_REGISTERS a thread, so that several programs
-share an SM), compiled in seconds (the filter's sizes are run-time values: no unrolled taps),
-channels-last activations in 16-byte channel vectors. And the NHWC bfloat16 backward filter
+and the forward and backward data (``conv_depthwise_kernel``) in NHWC bfloat16 and NCHW float32, with
+the filter read in place (IMPLICIT_GEMM, ALGO_0) and packed tap-major in the workspace
+(IMPLICIT_PRECOMP_GEMM, ALGO_1), each with its accumulator in registers (no spills, at most
+MAX_REGISTERS a thread, so that several programs share an SM), compiled in seconds (at most the
+filter's width unrolled), channels-last activations in 16-byte channel vectors, and a channels-last
+packed filter's column in one 16-byte load a thread and tap. And the NHWC bfloat16 backward filter
 (``filter_depthwise_rows_kernel``, one compile per filter width) of a 7 x 7, a 5 x 5 and a 3 x 3 layer,
 its walk along the output rows counted in the SASS. In a subprocess: triton must load without its
 interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import tempfile
@@ -18,17 +21,23 @@ from pathlib import Path
 
 import sm90
 
+from opendnn.families.convolution.problem import ConvolutionBwdDataAlgo, ConvolutionFwdAlgo
+from opendnn.families.convolution.triton_tiles import DEPTHWISE_TILES
+
 MAX_REGISTERS = 192  # at 192, two programs of 4 warps share an SM
 MAX_SECONDS = 10
 BFLOAT16_NHWC, FLOAT32_NCHW = "bfloat16 channels_last", "float32 channels_first"
 ROWS = [
-    f"filter_depthwise_kernel BACKWARD_FILTER {FLOAT32_NCHW}",  # NHWC: filter_depthwise_rows_kernel
+    f"filter_depthwise_kernel BACKWARD_FILTER {FLOAT32_NCHW} in_place",  # NHWC: filter_depthwise_rows_kernel
     *(
-        f"conv_depthwise_kernel {direction} {layout}"
+        f"conv_depthwise_kernel {direction} {layout} {filt}"
         for direction in ("FORWARD", "BACKWARD_DATA")
         for layout in (BFLOAT16_NHWC, FLOAT32_NCHW)
+        for filt in ("in_place", "packed")
     ),
 ]
+PACKED_ALGORITHM = {"FORWARD": ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, "BACKWARD_DATA": ConvolutionBwdDataAlgo.ALGO_1}
+FILTER_TAPS = 7  # the width of the filter compiled: a channels-last packed filter's row is unrolled
 # filter_depthwise_rows_kernel, NHWC bfloat16, per filter width: the layer (C = K, H = W, stride) it is
 # compiled for and the channels a thread holds in the planned tile
 ROWS_LAYERS = {7: (96, 56, 1, 8), 5: (240, 28, 1, 8), 3: (256, 28, 1, 8)}
@@ -54,13 +63,18 @@ def test_depthwise_kernels_fit_the_register_file_and_compile_in_seconds():
     completed = sm90.run_script(__file__, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = [line.split() for line in completed.stdout.splitlines() if not line.startswith("rows")]
-    assert [" ".join(line[:4]) for line in lines] == ROWS
+    assert [" ".join(line[:5]) for line in lines] == ROWS
     for line in lines:
-        registers, spills, seconds, vector_loads = int(line[4]), int(line[5]), float(line[6]), int(line[7])
+        registers, spills, seconds, vector_loads = int(line[5]), int(line[6]), float(line[7]), int(line[8])
         assert registers <= MAX_REGISTERS and spills == 0, line
         assert seconds < MAX_SECONDS, line
-        if line[0] == "conv_depthwise_kernel" and line[3] == "channels_last":
+        if line[0] == "conv_depthwise_kernel" and line[3] == "channels_last" and line[4] == "in_place":
             assert vector_loads > 0, line
+        if line[0] == "conv_depthwise_kernel" and line[3] == "channels_last" and line[4] == "packed":
+            # the unrolled filter row: per tap the filter column's vector and the tile's input vectors
+            pixels, channels, warps, _ = DEPTHWISE_TILES[True, True]
+            input_vectors = pixels * channels // (warps * 32 * 8)  # 8 bfloat16 a 16-byte vector
+            assert vector_loads == FILTER_TAPS * (1 + input_vectors), line
 
 
 def main() -> None:
@@ -71,10 +85,12 @@ def main() -> None:
 
     target, backend = sm90.target_or_exit()
     for row in ROWS:
-        name, direction, dtype, order = row.split()
+        name, direction, dtype, order, filt = row.split()
         problem = compile_times.conv(
             compile_times.ConvolutionDirection[direction], dtype, order, 64, 96, 96, (56, 56), (7, 7), 1, 96
         )
+        if filt == "packed":
+            problem = dataclasses.replace(problem, algo=PACKED_ALGORITHM[direction])
         _, compiles = compile_times.distinct_compiles([problem], backend)
         (item,) = [item for item in compiles if item.name == name]
         with tempfile.TemporaryDirectory() as folder:

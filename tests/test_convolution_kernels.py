@@ -20,7 +20,13 @@ from opendnn.families.convolution.problem import (
     ConvolutionFwdAlgo,
     ConvolutionProblem,
 )
-from opendnn.families.convolution.triton_tiles import DEPTHWISE_FILTER_MIN_TAPS, DEPTHWISE_ROWS_TILES
+from opendnn.families.convolution.triton_tiles import (
+    DEPTHWISE_FILTER_MIN_TAPS,
+    DEPTHWISE_MAX_UNROLLED_WIDTH,
+    DEPTHWISE_ROWS_TILES,
+    aligned,
+    depthwise_packed_filter,
+)
 from opendnn.families.pointwise.problem import PointwiseMode
 
 FWD, DATA, FILTER = ConvolutionDirection
@@ -443,6 +449,45 @@ def test_depthwise_forward_and_backward_data_past_the_unroll_limit(direction, dt
     launch = depthwise_launch(problem)
     channels = x_dims[1] if direction is DATA else k
     assert launch.grid[1] == -(-channels // launch.options["BLOCK_C"])
+
+
+DEPTHWISE_PACKED = [  # beside those: a channels-last 3 x 3 stride 2, and a channels-last width past
+    # DEPTHWISE_MAX_UNROLLED_WIDTH
+    (DataType.BFLOAT16, (2, 12, 9, 8), 12, (3, 3), dict(pre=(1, 1), stride=(2, 2), channels_last=True)),
+    (DataType.HALF, (2, 6, 31), 6, (11,), dict(pre=(4,), post=(6,), channels_last=True, beta=0.5)),
+]
+
+
+@pytest.mark.parametrize(
+    "direction, algo",
+    [
+        (FWD, ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM),
+        (FWD, ConvolutionFwdAlgo.GEMM),
+        (DATA, ConvolutionBwdDataAlgo.ALGO_1),
+    ],
+)
+@pytest.mark.parametrize("dtype, x_dims, k, filt, options", DEPTHWISE_PAST_THE_UNROLL_LIMIT + DEPTHWISE_PACKED)
+def test_depthwise_under_a_workspace_reads_the_filter_packed_tap_major(
+    direction, algo, dtype, x_dims, k, filt, options
+):
+    """Under the algorithms with a workspace the depthwise kernel reads a copy of the filter packed
+    [taps, K] there (the workspace holds that copy alone) and the call prefers them, channels-first or
+    in 16 bits; channels-last float32 and float64 keep their earlier routes. Against float64."""
+    problem = check(direction, dtype, x_dims, k, filt, groups=x_dims[1], algo=algo, **options)
+    plan = kernels.launch_plan(problem, True, kernels.choose(problem, tma_aligned=True))
+    names = [launch.kernel.__name__ for launch in plan.launches]
+    packed = not options.get("channels_last") or dtype.itemsize == 2
+    assert kernels.preferred(problem) is packed
+    if not packed:
+        assert "staging_kernel" not in names and "conv_depthwise_kernel" not in names
+        return
+    assert names == ["staging_kernel", "conv_depthwise_kernel"]
+    assert not plan.launches[0].options["ROUND_TO_TF32"]
+    assert kernels.workspace_size(problem) == aligned(math.prod((k, *filt)) * dtype.itemsize)
+    packed = depthwise_packed_filter(problem)
+    assert packed.strides[0] == 1 and packed.strides[-1] == k
+    width = plan.launches[1].options["UNROLLED_WIDTH"]
+    assert width == (filt[-1] if options.get("channels_last") and filt[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH else None)
 
 
 def test_depthwise_forward_epilogue_bias_residual_relu():

@@ -24,7 +24,7 @@ FP32 = od.DataType.FLOAT
 PRECOMP, IMPLICIT = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, od.ConvolutionFwdAlgo.IMPLICIT_GEMM
 S = kernels.Strategy
 FLOAT32_SUMS = 1e-5  # exact products of the operands read, float32 sums
-STAGED = ["tf32_staging_kernel", "tf32_staging_kernel", "conv_tma_kernel"]  # x's copy, the filter's, the GEMM
+STAGED = ["staging_kernel", "staging_kernel", "conv_tma_kernel"]  # x's copy, the filter's, the GEMM
 
 
 def tf32_handle(**options):

@@ -62,7 +62,7 @@ def test_nchw_tf32_staging_copies_the_activation_and_the_filter_rounded_to_tf32(
     prob = problem(dtype=FP32, allow_tf32=True, channels_last=False, n=2, c=32, size=6, k=64, **arguments)
     assert kernels.staged(prob) == (activation,) and kernels.packs_filter(prob)
     plan = kernels.launch_plan(prob, True, S.TMA)
-    staging = [launch for launch in plan.launches if launch.kernel.__name__ == "tf32_staging_kernel"]
+    staging = [launch for launch in plan.launches if launch.kernel.__name__ == "staging_kernel"]
     assert [launch.args[0].name for launch in staging] == [f"{activation}_staged", "w_packed"]
     generator = torch.Generator().manual_seed(7)
     source = torch.randn(2, 64 if activation == "y" else 32, 6, 6, generator=generator)  # dy has K channels

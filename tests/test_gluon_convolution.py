@@ -200,7 +200,7 @@ def test_tf32_backward_data_on_the_engine_reads_the_rounded_copies_as_a_forward_
     prob = problem(DATA, FP32, n=64, c=256, k=256, channels_last=channels_last, allow_tf32=True)
     plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
     *copies, engine = plan.launches
-    assert [launch.kernel.__name__ for launch in copies] == ["tf32_staging_kernel"] * (len(staged) + 1)
+    assert [launch.kernel.__name__ for launch in copies] == ["staging_kernel"] * (len(staged) + 1)
     assert [copy.args[0].name for copy in copies] == [*staged, "w_packed"]
     assert engine.kernel.__name__ == "conv_warp_specialized_kernel"
     assert engine.args[:2] == (kernels.Slot(staged[0] if staged else "y"), kernels.Slot("w_packed"))
@@ -213,7 +213,7 @@ def test_tf32_nchw_forward_under_precomp_runs_the_engine_on_x_and_the_filter_sta
     plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
     *copies, engine = plan.launches
     assert [copy.args[0].name for copy in copies] == ["x_staged", "w_packed"]
-    assert {launch.kernel.__name__ for launch in copies} == {"tf32_staging_kernel"}
+    assert {launch.kernel.__name__ for launch in copies} == {"staging_kernel"}
     assert engine.kernel.__name__ == "conv_warp_specialized_kernel"
     assert engine.args[:3] == (kernels.Slot("x_staged"), kernels.Slot("w_packed"), kernels.Slot("y"))
     bound = dict(zip(gluon_hopper.conv_warp_specialized_kernel.arg_names, engine.args))

@@ -75,7 +75,7 @@ def test_the_staged_nchw_forward_is_the_product_of_rounded_operands_and_as_close
 
     engine = "conv_warp_specialized_kernel" if has_wgmma(0) else "conv_tma_kernel"
     strategy = Strategy.WARP_SPECIALIZED_TMA if has_wgmma(0) else Strategy.TMA
-    assert planned_convolutions[0] == (PRECOMP, strategy, ["tf32_staging_kernel", "tf32_staging_kernel", engine])
+    assert planned_convolutions[0] == (PRECOMP, strategy, ["staging_kernel", "staging_kernel", engine])
 
     stride = conv.stride
     rounded = TF.conv2d(tf32_nearest(x).double(), tf32_nearest(w).double(), stride=stride, padding=1)
@@ -96,7 +96,7 @@ def test_a_call_naming_no_algorithm_takes_the_staged_route(name, planned_convolu
     x, w, prior, conv = _layer(name)
     got = F.conv(x, w, stride=conv.stride, padding=1, handle=handle)
     assert [(algo, kernels[:2]) for algo, _, kernels in planned_convolutions] == [
-        (PRECOMP, ["tf32_staging_kernel", "tf32_staging_kernel"])
+        (PRECOMP, ["staging_kernel", "staging_kernel"])
     ]
     y = torch.full_like(prior, math.nan)
     xd, wd, yd = _descriptor(x), _descriptor(w), _descriptor(y)

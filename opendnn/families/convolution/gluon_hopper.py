@@ -67,7 +67,7 @@ forward's KRSC filter, or backward data's filter repacked [C, R, S, K] in the wo
 backward data runs as a forward (``triton_tma.packs_filter``; BACKWARD is then False). A stage holds
 half the channels of a 16-bit one, so a tile takes twice the steps of half the MMAs each. The tensor
 cores truncate the float32 bits to TF32; the copies the route stages are rounded to nearest on the
-way (``triton_tma.tf32_staging_kernel``).
+way (``triton_tma.staging_kernel``).
 
 **Tiles.** BLOCK_N is 64, 128 or 256 output channels, the one whose tiles the design expects to
 finish soonest on the GPU's SMs: fewest rounds of tiles times the rows a step loads (128 + BLOCK_N),

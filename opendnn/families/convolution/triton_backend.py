@@ -15,7 +15,9 @@ Algorithms (``method_of(problem.algo)``, in ``problem.py``):
                            a group) take ``triton_grouped``'s block-diagonal products
     IMPLICIT_PRECOMP_GEMM  the same GEMM reading the per-tap shifts and filter offsets from a
                            table of taps * 16 bytes in the workspace (forward, backward filter);
-                           a TF32 forward's staged copies of x and the filter (below)
+                           a TF32 forward's staged copies of x and the filter (below); depthwise
+                           problems: the depthwise kernel over the filter packed tap-major in the
+                           workspace (``packs_depthwise_filter``), as under GEMM
     GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
                            strided positions (backward data) in the workspace, then a matrix product
     DIRECT                 the direct kernel (forward)
@@ -91,6 +93,8 @@ from opendnn.families.convolution.triton_tiles import (
     Geometry,
     accumulator_type,
     aligned,
+    channels_per_group,
+    depthwise_packed_filter,
     depthwise_tile,
     dot_precision,
     dot_type,
@@ -99,12 +103,14 @@ from opendnn.families.convolution.triton_tiles import (
     geometry,
     im2col_elements,
     itemsize_of,
+    packs_depthwise_filter,
     strides5,
     tf32,
     uses_direct,
 )
 from opendnn.families.convolution.triton_tma import (
     TMA_READS,
+    copy_launch,
     packs_filter,
     staged,
     stages_forward,
@@ -125,6 +131,8 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     """Bytes of each of REGIONS: offset table, column matrix, backward-filter partial sums, and the
     TMA route's channels-last copies of x and y and its repacked filter (the raster route's rasters
     of x and dy where it applies: ``triton_raster``)."""
+    if packs_depthwise_filter(problem):  # the filter's copy, nothing else
+        return 0, 0, 0, 0, 0, aligned(problem.w.numel * itemsize_of(problem))
     geo = geometry(problem)
     raster = raster_plan(problem)
     method = method_of(problem.algo)
@@ -209,7 +217,10 @@ def preferred(problem: ConvolutionProblem) -> bool:
     before it cannot (``algorithms``: Get ranks it first; a call that names no algorithm takes it):
     an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (TF32, x NCHW or
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
-    make (it reads NCHW x by the cp.async GEMM)."""
+    make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
+    packed tap-major in the workspace (``packs_depthwise_filter``)."""
+    if packs_depthwise_filter(problem):
+        return True
     return stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem))
 
 
@@ -242,12 +253,10 @@ def choose(problem: ConvolutionProblem, tma_aligned: bool, hopper: bool = False)
         if hopper and engine_reads_boxes(problem):
             return Strategy.WARP_SPECIALIZED_TMA
         return Strategy.TMA
-    geo = geometry(problem)
     if problem.direction is BACKWARD_FILTER:
         direct = filter_plan(problem).direct
     else:
-        reduced, outputs = (geo.k, geo.c) if problem.direction is BACKWARD_DATA else (geo.c, geo.k)
-        direct = uses_direct(problem, reduced // geo.groups, outputs // geo.groups)
+        direct = uses_direct(problem, *channels_per_group(problem))
     if direct:
         return Strategy.DIRECT
     if grouped_tile(problem) is not None:
@@ -398,7 +407,9 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     else:
         a, out, a_desc, out_desc = Slot("x"), Slot("y"), problem.x, problem.y
         reduced, outputs, a_size, out_size = geo.c // groups, geo.k // groups, geo.x_size, geo.y_size
-    w_sk, w_sc, *w_taps = strides5(problem.w)
+    packed = packs_depthwise_filter(problem)
+    w, w_desc = (Slot("w_packed"), depthwise_packed_filter(problem)) if packed else (Slot("w"), problem.w)
+    w_sk, w_sc, *w_taps = strides5(w_desc)
     epilogue_args = (*strides5(problem.z), problem.bias.strides[1] if problem.bias is not None else 0)
     scalars = (problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
     flags = dict(
@@ -415,7 +426,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     channels = outputs * groups
     direct_args = (
         a,
-        Slot("w"),
+        w,
         out,
         Slot("bias"),
         Slot("z"),
@@ -437,10 +448,13 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     )
     depthwise_block = depthwise_tile(problem) if strategy is Strategy.DIRECT else None
     if depthwise_block is not None:  # one reduced channel a group, from DEPTHWISE_MIN_TAPS taps
-        block_p, block_c, warps = depthwise_block
+        block_p, block_c, warps, unrolled_width = depthwise_block
         grid: tuple[int, ...] = (triton.cdiv(pixels, block_p), triton.cdiv(channels, block_c))
-        options = dict(BACKWARD=backward, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
-        return [Launch(depthwise.conv_depthwise_kernel, grid, direct_args, dict(**options, **flags))]
+        options = dict(
+            BACKWARD=backward, UNROLLED_WIDTH=unrolled_width, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps
+        )
+        launch = Launch(depthwise.conv_depthwise_kernel, grid, direct_args, dict(**options, **flags))
+        return [copy_launch(w, w_desc, "w", problem.w, False), launch] if packed else [launch]
 
     if strategy is Strategy.DIRECT:
         block_n = min(64, triton.next_power_of_2(channels))

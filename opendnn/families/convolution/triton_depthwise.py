@@ -1,5 +1,6 @@
 """Depthwise forward and backward data from ``DEPTHWISE_MIN_TAPS`` taps (5 x 5, 7 x 7, 3 x 3 x 3, long
-1-D filters): one reduced channel per group, any channel multiplier.
+1-D filters), or any filter read packed from the workspace: one reduced channel per group, any channel
+multiplier.
 
 Forward: y[n, k, o] = sum over taps of x[n, k // KG, o * stride - pad + tap * dilation] * w[k, 0, tap].
 Backward data is the same sum over dy with the filter turned around: dx[n, c, i] = sum over the KG
@@ -13,13 +14,14 @@ filter column (BLOCK_C values, the same for every pixel): the tile's input halo,
 (W + S - 1) pixels at stride 1, comes from global memory about once and stays in L1 while the taps
 walk it. Every pixel's image address and coordinates are computed once per program; a tap costs a
 coordinate, a mask and the loads. Few channels a program (16) and many pixels keep the filter's
-loads (a strided column of the filter per tap: one sector per channel) a small share of the tile's.
-Float32 accumulation (float64 for float64), then the epilogue every convolution kernel shares
-(alpha, z, bias, activation, beta * out).
+loads (a strided column of the filter per tap: one sector per channel) a small share of the tile's;
+read from the workspace packed tap-major (``triton_tiles.packs_depthwise_filter``), a tap's filter
+column is one vector load a thread. Float32 accumulation (float64 for float64), then the epilogue
+every convolution kernel shares (alpha, z, bias, activation, beta * out).
 
 Traffic: x (or dy) read once plus the halo's share, the output written once; 2 * taps * KG FLOPs per
-output element of the backward (2 * taps forward). The filter's sizes are run-time values: one
-compiled kernel for every filter.
+output element of the backward (2 * taps forward). The filter's sizes are run-time values, but for
+UNROLLED_WIDTH: the filter's width as a constant, its taps unrolled (one compiled kernel per width).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def conv_depthwise_kernel(
     ACTIVATION: tl.constexpr,
     PROPAGATE_NAN: tl.constexpr,
     COMPUTE: tl.constexpr,
+    UNROLLED_WIDTH: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
@@ -111,27 +114,24 @@ def conv_depthwise_kernel(
     channel_valid = oc < CHANNELS
     group = oc // OUTC
     a_pixels = (a_ptr + n * a_sn)[:, None]  # each pixel's image: 64-bit once, 32-bit offsets per tap
+    columns = (o_w, dil_w, pad_w, sw, AW, a_sw, S, w_ss)
+    channel_args = (oc, channel_valid, group, RED, a_sc, w_sk)
     acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
     for t in range(T):
         i_d, ok_d = direct_coordinate(o_d, t * dil_d, pad_d, sd, AD, BACKWARD)
         for r in range(R):
             i_h, ok_h = direct_coordinate(o_h, r * dil_h, pad_h, sh, AH, BACKWARD)
-            row_offsets = i_d * a_sd + i_h * a_sh
-            row_valid = pixel_valid & ok_d & ok_h
-            for s in range(S):
-                i_w, ok_w = direct_coordinate(o_w, s * dil_w, pad_w, sw, AW, BACKWARD)
-                a_rows = a_pixels + (row_offsets + i_w * a_sw)[:, None]
-                mask = (row_valid & ok_w)[:, None] & channel_valid[None, :]
-                if FLIP:
-                    w_tap = (T - 1 - t) * w_st + (R - 1 - r) * w_sr + (S - 1 - s) * w_ss
-                else:
-                    w_tap = t * w_st + r * w_sr + s * w_ss
-                for m in range(RED):
-                    a_channel = group * RED + m
-                    a = tl.load(a_rows + (a_channel * a_sc)[None, :], mask=mask, other=0.0)
-                    w_row = a_channel if BACKWARD else oc
-                    w = tl.load(w_ptr + w_row * w_sk + w_tap, mask=channel_valid, other=0.0)
-                    acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
+            if FLIP:
+                w_row_taps = (T - 1 - t) * w_st + (R - 1 - r) * w_sr
+            else:
+                w_row_taps = t * w_st + r * w_sr
+            row = (a_pixels, i_d * a_sd + i_h * a_sh, pixel_valid & ok_d & ok_h, w_ptr, w_row_taps)
+            if UNROLLED_WIDTH is None:
+                for s in range(S):
+                    acc = depthwise_tap(acc, s, *row, *columns, *channel_args, BACKWARD, FLIP, COMPUTE)
+            else:
+                for s in tl.static_range(UNROLLED_WIDTH):
+                    acc = depthwise_tap(acc, s, *row, *columns, *channel_args, BACKWARD, FLIP, COMPUTE)
     channels = oc[None, :]
     mask = pixel_valid[:, None] & channel_valid[None, :]
     out_offsets = n[:, None] * o_sn + channels * o_sc + (o_d * o_sd + o_h * o_sh + o_w * o_sw)[:, None]
@@ -156,3 +156,47 @@ def conv_depthwise_kernel(
         PROPAGATE_NAN,
         COMPUTE,
     )
+
+
+@triton.jit
+def depthwise_tap(
+    acc,
+    s,
+    a_pixels,
+    row_offsets,
+    row_valid,
+    w_ptr,
+    w_row_taps,
+    o_w,
+    dil_w,
+    pad_w,
+    sw,
+    AW,
+    a_sw,
+    S,
+    w_ss,
+    oc,
+    channel_valid,
+    group,
+    RED,
+    a_sc,
+    w_sk,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    """acc plus the products of filter column ``s`` of one filter row (``row_offsets``: each pixel's
+    offset to that row of A from its image ``a_pixels``; ``w_row_taps``: the offset of the row's first
+    tap in the filter): the tile's input moved by the tap's shift times the tap's filter column, for
+    each of the RED reduced channels."""
+    i_w, ok_w = direct_coordinate(o_w, s * dil_w, pad_w, sw, AW, BACKWARD)
+    a_rows = a_pixels + (row_offsets + i_w * a_sw)[:, None]
+    mask = (row_valid & ok_w)[:, None] & channel_valid[None, :]
+    w_tap = w_row_taps + ((S - 1 - s) if FLIP else s) * w_ss
+    for m in range(RED):
+        a_channel = group * RED + m
+        a = tl.load(a_rows + (a_channel * a_sc)[None, :], mask=mask, other=0.0)
+        w_row = a_channel if BACKWARD else oc
+        w = tl.load(w_ptr + w_row * w_sk + w_tap, mask=channel_valid, other=0.0)
+        acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
+    return acc

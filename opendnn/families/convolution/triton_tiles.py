@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from opendnn.core.arrays import CPU
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.families.convolution.problem import (
     ConvolutionDirection,
@@ -51,13 +51,31 @@ DEPTHWISE_FILTER_MIN_TAPS = {True: DIRECT_FILTER_COLUMNS + 1, False: 10}
 # width: fewer per-tap sums a thread, more programs).
 DEPTHWISE_ROWS_TILES = {3: (64, 32, 1, 8, 2, 2), 5: (32, 32, 1, 4, 8, 2), 7: (32, 32, 1, 4, 8, 2)}
 # Depthwise forward and backward data (conv_depthwise_kernel): output pixels, most channels and warps per
-# program, by whether the tensors' channels are contiguous; the geometric-mean best of
-# benchmarks/depthwise_sweep.py over the 5 x 5 and 7 x 7 layers on the H200.
-DEPTHWISE_TILES = {True: (128, 32, 4), False: (256, 8, 4)}
-# ... from this many taps, by the same key. Channels-last 3 x 3 forward keeps conv_direct_kernel (0.68 of
-# cuDNN against the depthwise kernel's less); channels-first takes the depthwise kernel for every filter
-# (3 x 3: 2.1x cuDNN forward, 2.9-3.8x backward data, against 0.92 and 1.45-1.47 on conv_direct_kernel).
+# program, and whether the filter's width is unrolled, by whether the tensors' channels are contiguous
+# and whether the filter is read packed tap-major from the workspace (packs_depthwise_filter); the
+# geometric-mean best of benchmarks/depthwise_sweep.py over the 5 x 5 and 7 x 7 layers on the H200. An
+# unrolled width puts a filter row's loads in flight at once; it pays where a tap's filter column is
+# one vector load (channels-last, packed: 0.98 of cuDNN against 0.93 with the width a runtime loop) and
+# costs where it is a load per channel (0.84 against 0.89 in place) or the tile's loads run along the
+# pixels (channels-first, packed: 1.92 against 2.17).
+DEPTHWISE_TILES = {
+    (True, True): (64, 32, 4, True),
+    (True, False): (128, 32, 4, False),
+    (False, True): (256, 8, 4, False),
+    (False, False): (256, 8, 4, False),
+}
+# Widest filter whose width DEPTHWISE_TILES unrolls (the widest measured; wider filters loop at run time).
+DEPTHWISE_MAX_UNROLLED_WIDTH = 7
+# ... from this many taps, by whether the channels are contiguous, where the filter is read in place.
+# Channels-last 3 x 3 keeps conv_direct_kernel there (0.68 of cuDNN forward, as the depthwise kernel);
+# channels-first takes the depthwise kernel for every filter (3 x 3: 2.1x cuDNN forward, 2.9-3.8x
+# backward data, against 0.92 and 1.45-1.47 on conv_direct_kernel). A packed filter takes it from 1 tap
+# (channels-last 3 x 3: 0.75-0.81 of cuDNN forward and 0.80-1.21 backward data, against 0.66-0.85 and
+# 0.69-1.00 on conv_direct_kernel).
 DEPTHWISE_MIN_TAPS = {True: 10, False: 1}
+# Algorithms with a workspace under which conv_depthwise_kernel reads the filter packed tap-major there
+# (packs_depthwise_filter); IMPLICIT_GEMM reads the caller's filter, with no workspace.
+PACKED_FILTER_METHODS = (ConvolutionMethod.IMPLICIT_PRECOMP_GEMM, ConvolutionMethod.GEMM)
 WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 x 128)
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
@@ -122,10 +140,56 @@ def strides5(desc: TensorDescriptor | None) -> tuple[int, ...]:
 
 
 def uses_direct(problem: ConvolutionProblem, reduced: int, outputs: int) -> bool:
+    """Whether a problem of ``reduced`` and ``outputs`` channels per group takes the direct kernels:
+    under DIRECT always; under IMPLICIT_GEMM with few channels per group; under the algorithms of
+    PACKED_FILTER_METHODS where conv_depthwise_kernel reads the filter packed
+    (``packs_depthwise_filter``)."""
     method = method_of(problem.algo)
     if method is ConvolutionMethod.DIRECT:
         return True
+    if method in PACKED_FILTER_METHODS:
+        return packs_depthwise_filter(problem)
     return method is ConvolutionMethod.IMPLICIT_GEMM and reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
+
+
+def channels_per_group(problem: ConvolutionProblem) -> tuple[int, int]:
+    """(reduced, output) channels per group of a forward or backward data."""
+    geo = geometry(problem)
+    reduced, outputs = (geo.k, geo.c) if problem.direction is BACKWARD_DATA else (geo.c, geo.k)
+    return reduced // geo.groups, outputs // geo.groups
+
+
+def depthwise_channels_last(problem: ConvolutionProblem) -> bool | None:
+    """Whether a depthwise (one reduced channel a group) forward or backward data reads channels-last
+    activations; None for other problems."""
+    geo = geometry(problem)
+    if problem.direction is BACKWARD_FILTER or geo.c != geo.groups:
+        return None
+    return (problem.y if problem.direction is BACKWARD_DATA else problem.x).strides[1] == 1
+
+
+def packs_depthwise_filter(problem: ConvolutionProblem) -> bool:
+    """Whether conv_depthwise_kernel reads the filter packed tap-major in the workspace
+    (``depthwise_packed_filter``): a depthwise problem with few channels per group (as IMPLICIT_GEMM's
+    direct kernels) under an algorithm of PACKED_FILTER_METHODS, in the layouts measured faster that
+    way: channels-first (float32: 1.8-3.0x cuDNN against 1.5-2.4x in place) and channels-last in 16
+    bits (bfloat16: 0.66-1.74 against 0.62-1.52). Channels-last float32 keeps the caller's filter and
+    its routes: its 3 x 3 layer ran 0.58 forward and 0.62 backward data packed, against 0.75 and 0.84
+    on conv_direct_kernel."""
+    channels_last = depthwise_channels_last(problem)
+    if method_of(problem.algo) not in PACKED_FILTER_METHODS or channels_last is None:
+        return False
+    reduced, outputs = channels_per_group(problem)
+    few = reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
+    return few and (not channels_last or problem.x.dtype.itemsize == 2)
+
+
+def depthwise_packed_filter(problem: ConvolutionProblem) -> TensorDescriptor:
+    """The depthwise filter's copy in the workspace: [taps, K], so that a tap's filter column, the
+    same for every pixel of a program, is contiguous (one vector load a thread, where the caller's
+    KRSC or KCRS filter puts a tap's values a filter apart: one load a channel)."""
+    w = problem.w
+    return TensorDescriptor(w.dtype, w.dims, strides_for_order(w.dims, (*range(2, w.ndim), 1, 0)))
 
 
 def accumulator_type(problem: ConvolutionProblem) -> Any:
@@ -186,18 +250,21 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
     return Tile(128, max(16, triton.next_power_of_2(columns)), block_k, 4, stages)
 
 
-def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
-    """(pixels, channels, warps) of conv_depthwise_kernel's program for a depthwise (one reduced channel
-    a group) forward or backward data from DEPTHWISE_MIN_TAPS taps; None for other problems."""
+def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int | None] | None:
+    """(pixels, channels, warps, unrolled width or None) of conv_depthwise_kernel's program for a
+    depthwise (one reduced channel a group) forward or backward data: with its filter packed
+    (``packs_depthwise_filter``), else from DEPTHWISE_MIN_TAPS taps; None for other problems."""
+    channels_last = depthwise_channels_last(problem)
+    if channels_last is None:
+        return None
     geo = geometry(problem)
-    if problem.direction is BACKWARD_FILTER or geo.c != geo.groups:
+    packed = packs_depthwise_filter(problem)
+    if not packed and geo.taps < DEPTHWISE_MIN_TAPS[channels_last]:
         return None
-    a_desc, channels = (problem.y, geo.c) if problem.direction is BACKWARD_DATA else (problem.x, geo.k)
-    channels_last = a_desc.strides[1] == 1
-    if geo.taps < DEPTHWISE_MIN_TAPS[channels_last]:
-        return None
-    pixels, most_channels, warps = DEPTHWISE_TILES[channels_last]
-    return pixels, min(most_channels, triton.next_power_of_2(channels)), warps
+    pixels, most_channels, warps, unrolled = DEPTHWISE_TILES[channels_last, packed]
+    channels = geo.c if problem.direction is BACKWARD_DATA else geo.k
+    width = geo.filt[2] if unrolled and geo.filt[2] <= DEPTHWISE_MAX_UNROLLED_WIDTH else None
+    return pixels, min(most_channels, triton.next_power_of_2(channels)), warps, width
 
 
 # ---- workspace -----------------------------------------------------------------------------------

@@ -405,7 +405,7 @@ def round_to_tf32(value):
 
 
 @triton.jit
-def tf32_staging_kernel(
+def staging_kernel(
     target_ptr,
     source_ptr,
     sizes,
@@ -417,11 +417,12 @@ def tf32_staging_kernel(
     source_stride_a,
     target_stride_b,
     source_stride_b,
+    ROUND_TO_TF32: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """target = source rounded to TF32 (``round_to_tf32``). One BLOCK x BLOCK tile of dims A x B of
-    the canonical layout (``kernels.layout``) a program; ``sizes`` and the strides are tuples over its
-    outer dims."""
+    """target = source, rounded to TF32 (``round_to_tf32``) where ROUND_TO_TF32. One BLOCK x BLOCK
+    tile of dims A x B of the canonical layout (``kernels.layout``) a program; ``sizes`` and the
+    strides are tuples over its outer dims."""
     pid = tl.program_id(0)
     tiles_b = tl.cdiv(size_b, BLOCK)
     tiles_a = tl.cdiv(size_a, BLOCK)
@@ -436,40 +437,47 @@ def tf32_staging_kernel(
     target = dim_offsets(outer, STAGING_OUTER_DIMS, sizes, target_strides)
     tl.store(
         target_ptr + target + a_index[:, None] * target_stride_a + b_index[None, :] * target_stride_b,
-        round_to_tf32(value),
+        round_to_tf32(value) if ROUND_TO_TF32 else value,
         mask=mask,
     )
 
 
 def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     """The copies the TMA route reads instead of the caller's tensors, float32 rounded to TF32 on the
-    way (``tf32_staging_kernel``; the route stages only TF32 problems): staged activations
-    channels-last, and the filter where the route reads a copy (``packed_filter``: [C, R, S, K] for
-    backward data, KRSC for a forward)."""
+    way (the route stages only TF32 problems): staged activations channels-last, and the filter where
+    the route reads a copy (``packed_filter``: [C, R, S, K] for backward data, KRSC for a forward)."""
     copies = [(name, tma_read(problem, name)) for name in staged(problem)]
     if packs_filter(problem):
         copies.append(("w", (Slot("w_packed"), packed_filter(problem))))
-    launches = []
-    for source, (target, target_desc) in copies:
-        source_desc = problem.w if source == "w" else _activation(problem, source)
-        tiled = tile_layout(target_desc.dims, [target_desc, source_desc])
-        (target_strides, source_strides) = tiled.strides
-        grid = (triton.cdiv(tiled.sizes[-2], STAGING_TILE) * triton.cdiv(tiled.sizes[-1], STAGING_TILE) * tiled.outer,)
-        args = (
-            target,
-            Slot(source),
-            tiled.sizes[:-2],
-            tiled.sizes[-2],
-            tiled.sizes[-1],
-            target_strides[:-2],
-            source_strides[:-2],
-            target_strides[-2],
-            source_strides[-2],
-            target_strides[-1],
-            source_strides[-1],
-        )
-        launches.append(Launch(tf32_staging_kernel, grid, args, dict(BLOCK=STAGING_TILE, num_warps=STAGING_WARPS)))
-    return launches
+    return [
+        copy_launch(target, target_desc, source, problem.w if source == "w" else _activation(problem, source), True)
+        for source, (target, target_desc) in copies
+    ]
+
+
+def copy_launch(
+    target: Slot, target_desc: TensorDescriptor, source: str, source_desc: TensorDescriptor, round_to_tf32: bool
+) -> Launch:
+    """``staging_kernel`` copying the caller's tensor ``source`` into ``target`` (a workspace region)
+    at ``target_desc``'s strides, rounded to TF32 on the way where ``round_to_tf32``."""
+    tiled = tile_layout(target_desc.dims, [target_desc, source_desc])
+    (target_strides, source_strides) = tiled.strides
+    grid = (triton.cdiv(tiled.sizes[-2], STAGING_TILE) * triton.cdiv(tiled.sizes[-1], STAGING_TILE) * tiled.outer,)
+    args = (
+        target,
+        Slot(source),
+        tiled.sizes[:-2],
+        tiled.sizes[-2],
+        tiled.sizes[-1],
+        target_strides[:-2],
+        source_strides[:-2],
+        target_strides[-2],
+        source_strides[-2],
+        target_strides[-1],
+        source_strides[-1],
+    )
+    options = dict(ROUND_TO_TF32=round_to_tf32, BLOCK=STAGING_TILE, num_warps=STAGING_WARPS)
+    return Launch(staging_kernel, grid, args, options)
 
 
 def filter_arguments(problem: ConvolutionProblem, partial: bool) -> tuple[Any, ...]:
