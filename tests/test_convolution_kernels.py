@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import opendnn as od
+import opendnn.functional as functional
 from opendnn.core.arrays import Bound
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
@@ -28,6 +30,7 @@ from opendnn.families.convolution.triton_tiles import (
     depthwise_packed_filter,
 )
 from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.samples import relative_error
 
 FWD, DATA, FILTER = ConvolutionDirection
 TORCH = {
@@ -488,6 +491,36 @@ def test_depthwise_under_a_workspace_reads_the_filter_packed_tap_major(
     assert packed.strides[0] == 1 and packed.strides[-1] == k
     width = plan.launches[1].options["UNROLLED_WIDTH"]
     assert width == (filt[-1] if options.get("channels_last") and filt[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH else None)
+
+
+def test_functional_depthwise_calls_take_the_packed_filter_unless_the_workspace_is_refused(planned_convolutions):
+    """conv and conv_backward_data naming no algorithm take the algorithms that read the filter packed
+    (Get ranks them first); a handle admitting no workspace keeps the caller's filter. Against float64."""
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 12, 9, 10, generator=generator).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(12, 1, 5, 5, generator=generator).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(2, 12, 9, 10, generator=generator).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    packed = ["staging_kernel", "conv_depthwise_kernel"]
+    handle = od.create("cpu", backend="triton")
+    y = functional.conv(x, w, padding=2, groups=12, handle=handle)
+    dx = functional.conv_backward_data(dy, w, x.shape, padding=2, groups=12, handle=handle)
+    assert planned_convolutions == [
+        (ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, S.DIRECT, packed),
+        (ConvolutionBwdDataAlgo.ALGO_1, S.DIRECT, packed),
+    ]
+    want_y = F.conv2d(x.double(), w.double(), padding=2, groups=12)
+    want_dx = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), padding=2, groups=12)
+    assert relative_error(y.double(), want_y) < TOLERANCE[BF16]
+    assert relative_error(dx.double(), want_dx) < TOLERANCE[BF16]
+    planned_convolutions.clear()
+    no_workspace = od.create("cpu", backend="triton", workspace_limit=0)
+    functional.conv(x, w, padding=2, groups=12, handle=no_workspace)
+    functional.conv_backward_data(dy, w, x.shape, padding=2, groups=12, handle=no_workspace)
+    in_place = ["conv_depthwise_kernel"]
+    assert planned_convolutions == [
+        (ConvolutionFwdAlgo.IMPLICIT_GEMM, S.DIRECT, in_place),
+        (ConvolutionBwdDataAlgo.ALGO_0, S.DIRECT, in_place),
+    ]
 
 
 def test_depthwise_forward_epilogue_bias_residual_relu():

@@ -4,8 +4,9 @@ backward functions, with torch.nn.functional's arguments.
 Each output has the memory order of the function's main input (NHWC in, NHWC out). ``algo`` picks
 a cuDNN algorithm (default: implicit GEMM, no workspace for the forward, or the one the backend
 prefers, ``algorithms.default_algorithm``: on the Triton backend a TF32 forward over NCHW x takes
-IMPLICIT_PRECOMP_GEMM and reads channels-last copies in its workspace); any workspace it needs is
-allocated here.
+IMPLICIT_PRECOMP_GEMM and reads channels-last copies in its workspace, and a depthwise forward or
+backward data the algorithm that reads its filter packed in the workspace); any workspace it needs
+is allocated here.
 """
 
 from __future__ import annotations
@@ -280,7 +281,8 @@ def conv_input(
         weight: the filter (K, C/groups, *filt).
         grad_output: the gradient of the loss with respect to ``conv``'s output (N, K, *out).
         stride, padding, dilation, groups: the forward's.
-        algo: a cuDNN backward-data algorithm (default: implicit GEMM, no workspace).
+        algo: a cuDNN backward-data algorithm (default: implicit GEMM, no workspace, or the one the
+            backend prefers, as ``conv``'s).
         handle: the handle to run on (default: one for the input's device, on the framework's current stream).
 
     Returns:
@@ -506,6 +508,8 @@ def _backward_data(
         dx_desc, problem = _backward_data_plan(
             dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo, handle.math_type
         )
+        if algo is None:  # the default, or the algorithm the handle's backend prefers for the problem
+            problem = default_algorithm(handle, problem)
     except OpenDnnError as error:
         raise names.renamed(error) from None
     dx = allocate(dyb, dx_desc)
