@@ -308,14 +308,14 @@ def run(
         )
         return
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
-    # TMA reads the copies it reads in the workspace (the raster route reads nothing else)
-    copied = ("x", "y", "w") if strategy is Strategy.RASTER_FILTER else copied_operands(problem)
-    first, second = (
-        torch_view(workspace) if workspace is not None and name in copied else tensors[name]
-        for name in TMA_READS[problem.direction]
-    )
-    if strategy in TMA_STRATEGIES and not tma_ready(first, second, interpreted):
-        strategy = choose(problem, tma_aligned=False, hopper=hopper)
+    if strategy in TMA_STRATEGIES:  # TMA reads the copies it reads in the workspace (the raster route nothing else)
+        copied = ("x", "y", "w") if strategy is Strategy.RASTER_FILTER else copied_operands(problem)
+        first, second = (
+            torch_view(workspace) if workspace is not None and name in copied else tensors[name]
+            for name in TMA_READS[problem.direction]
+        )
+        if not tma_ready(first, second, interpreted):
+            strategy = choose(problem, tma_aligned=False, hopper=hopper)
     plan = launch_plan(problem, interpreted, strategy)
     if plan.tma and not interpreted:
         use_descriptor_scratch()
@@ -327,7 +327,7 @@ def run(
             raise InternalError(
                 f"convolution needs {needed} bytes of workspace, got {0 if workspace is None else workspace.desc.numel}"
             )
-        space = torch_view(workspace).reshape(-1)
+        space = torch_view(workspace)  # bytes, one dim
         for name, start, end, dtype in plan.regions:
             tensors[name] = space[start:end].view(dtype)
     if strategy is Strategy.IMAGE_PRODUCTS:  # the per-image partial filters, then the launches add them
