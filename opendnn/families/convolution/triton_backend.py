@@ -219,9 +219,9 @@ def preferred(problem: ConvolutionProblem) -> bool:
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
     packed tap-major in the workspace (``packs_depthwise_filter``)."""
-    if packs_depthwise_filter(problem):
-        return True
-    return stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem))
+    return packs_depthwise_filter(problem) or (
+        stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem))
+    )
 
 
 def engine_reads_boxes(problem: ConvolutionProblem) -> bool:

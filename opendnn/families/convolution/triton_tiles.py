@@ -141,15 +141,16 @@ def strides5(desc: TensorDescriptor | None) -> tuple[int, ...]:
 
 def uses_direct(problem: ConvolutionProblem, reduced: int, outputs: int) -> bool:
     """Whether a problem of ``reduced`` and ``outputs`` channels per group takes the direct kernels:
-    under DIRECT always; under IMPLICIT_GEMM with few channels per group; under the algorithms of
+    under DIRECT always; with few channels per group under IMPLICIT_GEMM, and under the algorithms of
     PACKED_FILTER_METHODS where conv_depthwise_kernel reads the filter packed
     (``packs_depthwise_filter``)."""
     method = method_of(problem.algo)
     if method is ConvolutionMethod.DIRECT:
         return True
+    few = reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
     if method in PACKED_FILTER_METHODS:
-        return packs_depthwise_filter(problem)
-    return method is ConvolutionMethod.IMPLICIT_GEMM and reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
+        return few and packed_filter_layout(problem)
+    return few and method is ConvolutionMethod.IMPLICIT_GEMM
 
 
 def channels_per_group(problem: ConvolutionProblem) -> tuple[int, int]:
@@ -168,20 +169,22 @@ def depthwise_channels_last(problem: ConvolutionProblem) -> bool | None:
     return (problem.y if problem.direction is BACKWARD_DATA else problem.x).strides[1] == 1
 
 
+def packed_filter_layout(problem: ConvolutionProblem) -> bool:
+    """Whether ``problem`` is a depthwise one in a layout measured faster with its filter packed:
+    channels-first (float32: 1.8-3.0x cuDNN against 1.5-2.4x in place) and channels-last in 16 bits
+    (bfloat16: 0.66-1.74 against 0.62-1.52). Channels-last float32 keeps the caller's filter and its
+    routes: its 3 x 3 layer ran 0.58 forward and 0.62 backward data packed, against 0.75 and 0.84 on
+    conv_direct_kernel."""
+    channels_last = depthwise_channels_last(problem)
+    return channels_last is not None and (not channels_last or problem.x.dtype.itemsize == 2)
+
+
 def packs_depthwise_filter(problem: ConvolutionProblem) -> bool:
     """Whether conv_depthwise_kernel reads the filter packed tap-major in the workspace
-    (``depthwise_packed_filter``): a depthwise problem with few channels per group (as IMPLICIT_GEMM's
-    direct kernels) under an algorithm of PACKED_FILTER_METHODS, in the layouts measured faster that
-    way: channels-first (float32: 1.8-3.0x cuDNN against 1.5-2.4x in place) and channels-last in 16
-    bits (bfloat16: 0.66-1.74 against 0.62-1.52). Channels-last float32 keeps the caller's filter and
-    its routes: its 3 x 3 layer ran 0.58 forward and 0.62 backward data packed, against 0.75 and 0.84
-    on conv_direct_kernel."""
-    channels_last = depthwise_channels_last(problem)
-    if method_of(problem.algo) not in PACKED_FILTER_METHODS or channels_last is None:
-        return False
-    reduced, outputs = channels_per_group(problem)
-    few = reduced <= DIRECT_MAX_REDUCED and outputs <= DIRECT_MAX_OUTPUTS
-    return few and (not channels_last or problem.x.dtype.itemsize == 2)
+    (``depthwise_packed_filter``): a depthwise problem of a ``packed_filter_layout`` with few channels
+    per group (as IMPLICIT_GEMM's direct kernels) under an algorithm of PACKED_FILTER_METHODS."""
+    packed_method = method_of(problem.algo) in PACKED_FILTER_METHODS
+    return packed_method and uses_direct(problem, *channels_per_group(problem))
 
 
 def depthwise_packed_filter(problem: ConvolutionProblem) -> TensorDescriptor:
