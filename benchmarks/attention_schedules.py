@@ -69,21 +69,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @contextlib.contextmanager
 def forced_tile(tile: Tile) -> Iterator[list[int]]:
     """Every attention forward made inside runs the warp-specialized kernel at ``tile`` where the
-    planner routes it there; yields the list its launches append to."""
-    planned_tile, planned_dims, launch = (
+    planner routes it there; yields the list each call planned on it appends to."""
+    planned_tile, planned_dims, choose = (
         gluon_forward.tile_for,
         triton_backend.WARP_SPECIALIZED_TILES,
-        gluon_forward.launch,
+        triton_backend.choose,
     )
     launched: list[int] = []
+
+    def chosen(*args: Any) -> Any:
+        plan = choose(*args)
+        if plan.warp_tile == tile:
+            launched.append(1)
+        return plan
+
     gluon_forward.tile_for = lambda element_bytes, head_dim: tile
     triton_backend.WARP_SPECIALIZED_TILES = tuple(gluon_forward.TILES)
-    gluon_forward.launch = lambda *args: launched.append(1) or launch(*args)
+    triton_backend.choose = chosen
     try:
         yield launched
     finally:
         gluon_forward.tile_for, triton_backend.WARP_SPECIALIZED_TILES = planned_tile, planned_dims
-        gluon_forward.launch = launch
+        triton_backend.choose = choose
 
 
 def rows(name_filter: str) -> list[str]:

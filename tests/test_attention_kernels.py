@@ -348,6 +348,7 @@ class LaunchRecorder:
 
     def __init__(self, kernel, launches):
         self.kernel, self.launches, self.arg_names = kernel, launches, kernel.arg_names
+        self.fn = kernel.fn  # Launch reads its parameters' annotations
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launches.append((self.kernel, args, kwargs))

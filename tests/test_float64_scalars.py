@@ -201,10 +201,21 @@ def test_a_launch_passes_a_float64_parameter_its_exact_value():
     assert torch.equal(y, x * ALPHA)
 
 
-def test_a_float_for_a_parameter_not_annotated_float64_is_refused():
+@triton.jit
+def _float32_kernel(x_ptr, alpha: tl.float32, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), tl.zeros([BLOCK], tl.float32) + alpha)
+
+
+def test_a_float32_parameter_takes_the_float_rounded_to_float32():
+    x = torch.full((16,), float("nan"), dtype=torch.float32)
+    Launch(_float32_kernel, (1,), (Slot("x"), ALPHA), {"BLOCK": 16})({"x": x})
+    assert torch.equal(x, torch.full((16,), ALPHA, dtype=torch.float32))
+
+
+def test_a_float_for_an_unannotated_parameter_is_refused():
     with pytest.raises(
         InternalError,
         match=r"_unannotated_kernel: the float alpha=0\.1 needs a parameter annotated "
-        r"tl\.float64 \(Triton compiles a Python float as a float32\)",
+        r"tl\.float64 or tl\.float32 \(Triton compiles an unannotated float as a float32\)",
     ):
         Launch(_unannotated_kernel, (1,), (Slot("x"), BETA), {"BLOCK": 16})

@@ -28,7 +28,7 @@ from opendnn.families.attention.problem import (
 )
 from opendnn.families.attention.reference import ragged_reference, reference_forward, reference_forward_fp8
 from opendnn.families.attention.samples import fp8_factors
-from opendnn.families.attention.triton_transpose import transposed_values
+from opendnn.families.attention.triton_transpose import VALUES_TRANSPOSED, transposed_strides, transposed_values
 
 SHARED_MEMORY = 227 * 1024  # bytes a block may use on sm_90
 WS = "warp_specialized_forward"
@@ -164,7 +164,7 @@ def test_a_backward_an_unaligned_base_or_another_gpu_or_the_interpreter_never_ta
 
 def test_the_interpreter_runs_an_in_scope_forward_on_the_tl_kernel(monkeypatch):
     launched = []
-    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(args))
+    monkeypatch.setattr(gluon_forward, "launches", lambda *args: launched.append(args))
     generator = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 64, 64, generator=generator).half() for _ in range(3))
     o = torch.full_like(q, float("nan"))
@@ -240,13 +240,15 @@ def test_an_fp8_backward_asked_about_its_forward_is_not_the_forward_kernels():
     assert backward_only and gluon_forward.out_of_scope(forward_of_it) == f"{', '.join(backward_only)} given"
 
 
-def test_v_transposed_for_the_e4m3_kernel_holds_v_exactly_in_rows_of_16_byte_multiples(monkeypatch):
+def test_v_transposed_for_the_e4m3_kernel_holds_v_exactly_in_rows_of_16_byte_multiples():
     generator = torch.Generator().manual_seed(3)
     v = (4 * torch.randn(2, 37, 3, 64, generator=generator)).to(torch.float8_e4m3fn).transpose(1, 2)  # BSHD
-    poisoned = lambda size, dtype, device: torch.full(size, float("nan"), dtype=dtype, device=device)  # noqa: E731
-    monkeypatch.setattr(torch, "empty", poisoned)
-    out = transposed_values(od.TensorDescriptor(E4M3, tuple(v.shape), v.stride()), v)
-    assert out.shape == (2, 3, 64, 48) and out.dtype == v.dtype
+    desc = od.TensorDescriptor(E4M3, tuple(v.shape), v.stride())
+    launch, scratch = transposed_values(desc)
+    assert (scratch.name, scratch.numel, scratch.dtype) == (VALUES_TRANSPOSED, 2 * 3 * 64 * 48, v.dtype)
+    poisoned = torch.full((scratch.numel,), 0x7F, dtype=torch.uint8).view(v.dtype)  # e4m3's NaN
+    launch({"v": v, VALUES_TRANSPOSED: poisoned})
+    out = poisoned.as_strided((2, 3, 64, 48), (*transposed_strides(desc), 1))
     assert torch.equal(out[..., :37].view(torch.uint8), v.transpose(2, 3).view(torch.uint8))
     assert bool(out[..., 37:].view(torch.uint8).eq(0x7F).all())  # padding: never written, never read
 
@@ -337,7 +339,7 @@ def test_every_variant_compiles_to_a_warp_specialized_kernel_with_p_from_registe
 
 def variant_launch(name):
     """The kernel's (grid, arguments, options) of variant ``name`` on small tensors: only their dtypes
-    and alignments specialize it, and v^T's strides with e4m3 data (GQA 8/2, 4096 queries and keys)."""
+    and alignments specialize it (GQA 8/2, 4096 queries and keys)."""
     dtype, out, head_dim, causal, stats, tile = VARIANTS[name]
     chosen = problem(dtype, head_dim, stats=stats, out=out, causal=causal)
     form = SEQUENCES.get(name)
@@ -354,8 +356,9 @@ def variant_launch(name):
         tensors["stats"] = torch.empty(8)
     if dtype == E4M3:
         tensors |= {slot: torch.empty(1) for slot in (*FP8_SCALES, *FP8_AMAX)}
-        tensors["v"] = torch.empty(2, 2, head_dim, 4096, dtype=tensor.dtype)  # v^T
-    return gluon_forward.launch_arguments(chosen, tensors, tile)
+        tensors[VALUES_TRANSPOSED] = torch.empty(8, dtype=tensor.dtype)
+    launch = gluon_forward.launches(chosen, tile).launches[-1]
+    return launch.grid, launch.filled(tensors), launch.options
 
 
 def main() -> None:
@@ -424,16 +427,23 @@ def gpu_inputs(dtype, shapes, layout, generator):
 
 
 def warp_specialized_launches(monkeypatch, schedule=None):
-    """The list that gets an entry per launch of the warp-specialized forward, which this test's calls
-    take at ``schedule`` (the planned one where None); skips the test off sm_90."""
+    """The list that gets an entry per call planned on the warp-specialized forward, which this test's
+    calls take at ``schedule`` (the planned one where None); skips the test off sm_90."""
     if torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("the warp-specialized forward runs on sm_90 (Hopper) alone")
     if schedule is not None:
         planned = gluon_forward.tile_for
         monkeypatch.setattr(gluon_forward, "tile_for", lambda *key: replace(planned(*key), schedule=schedule))
     launched = []
-    launch = gluon_forward.launch
-    monkeypatch.setattr(gluon_forward, "launch", lambda *args: launched.append(1) or launch(*args))
+    choose = triton_backend.choose
+
+    def recorded(*args):
+        plan = choose(*args)
+        if plan.strategy == "warp_specialized_forward":
+            launched.append(1)
+        return plan
+
+    monkeypatch.setattr(triton_backend, "choose", recorded)
     return launched
 
 

@@ -17,6 +17,7 @@ import opendnn as od
 from opendnn.families.attention import gluon_backward, gluon_backward_dq, triton_backend
 from opendnn.families.attention.api import attention_backward
 from opendnn.families.attention.problem import AttentionDescriptor, attention_problem
+from opendnn.kernels.launch import Launches
 
 SHARED_MEMORY = 227 * 1024  # bytes a block may use on sm_90
 WS = "warp_specialized_backward"
@@ -121,10 +122,8 @@ def test_the_interpreter_runs_an_in_scope_backward_on_the_tl_kernels(monkeypatch
 
 
 def test_the_warp_specialized_backward_runs_delta_on_tl_then_dkdv_and_dq_on_gluon(monkeypatch):
-    launched = []
-    monkeypatch.setattr(gluon_backward, "launch", lambda *args: launched.append("gluon dK/dV"))
-    monkeypatch.setattr(gluon_backward_dq, "launch", lambda *args: launched.append("gluon dQ"))
-    monkeypatch.setattr(triton_backend, "_launch", lambda kernel, *args: launched.append(kernel))
+    ran = []
+    monkeypatch.setattr(Launches, "__call__", lambda self, tensors: ran.append((self, sorted(tensors))))
     choose = triton_backend.choose  # as on an sm_90 GPU with aligned tensors
     monkeypatch.setattr(triton_backend, "choose", lambda chosen, aligned, hopper: choose(chosen, True, True))
     generator = torch.Generator().manual_seed(2)
@@ -134,7 +133,14 @@ def test_the_warp_specialized_backward_runs_delta_on_tl_then_dkdv_and_dq_on_gluo
     pairs = [(d(t.dtype, t.shape), t) for t in (q, k, v, o, do, stats, *(torch.empty_like(q) for _ in range(3)))]
     handle = od.create("cpu", backend="triton")
     attention_backward(handle, AttentionDescriptor(causal=True), *(item for pair in pairs for item in pair))
-    assert launched == [triton_backend.attention_delta_kernel, "gluon dK/dV", "gluon dQ"]
+    [(launches, slots)] = ran
+    assert [launch.kernel for launch in launches.launches] == [
+        triton_backend.attention_delta_kernel,
+        gluon_backward.attention_dkdv_warp_specialized_kernel,
+        gluon_backward_dq.attention_dq_warp_specialized_kernel,
+    ]
+    assert [scratch.name for scratch in launches.scratch] == ["delta"]
+    assert slots == ["dk", "do", "dq", "dv", "k", "o", "q", "stats", "v"]
 
 
 # ---- every variant compiled for sm_90 ------------------------------------------------------------
@@ -203,11 +209,9 @@ def variant_launch(name):
     assert gluon_backward.out_of_scope(chosen) is None, name
     tensor = torch.empty(8, dtype=getattr(torch, dtype))
     floats = torch.empty(8)
-    if kernel == "dkdv":
-        launch = gluon_backward.launch_arguments(chosen, tensor, tensor, tensor, tensor, floats, floats, tensor, tensor)
-        return gluon_backward.attention_dkdv_warp_specialized_kernel, launch
-    launch = gluon_backward_dq.launch_arguments(chosen, tensor, tensor, tensor, tensor, floats, floats, tensor)
-    return gluon_backward_dq.attention_dq_warp_specialized_kernel, launch
+    tensors = {**dict.fromkeys(("q", "k", "v", "do", "dq", "dk", "dv"), tensor), "stats": floats, "delta": floats}
+    launch = (gluon_backward if kernel == "dkdv" else gluon_backward_dq).launch(chosen)
+    return launch.kernel, (launch.grid, launch.filled(tensors), launch.options)
 
 
 def main() -> None:

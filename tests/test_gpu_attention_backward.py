@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import opendnn as od
-from opendnn.families.attention import gluon_backward, gluon_backward_dq
+from opendnn.families.attention import triton_backend
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.problem import AttentionDescriptor
 from opendnn.families.attention.reference import ragged_reference, reference_backward
@@ -51,14 +51,9 @@ def pairs(*tensors):
 def test_the_warp_specialized_dkdv_and_dq_match_the_float64_reference_on_gpu(name, monkeypatch):
     if torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("the warp-specialized backward runs on sm_90 (Hopper) alone")
-    launched = []
-    for module in (gluon_backward, gluon_backward_dq):
-
-        def recorded(*args, module=module, launch=module.launch):
-            launched.append(module.__name__)
-            launch(*args)
-
-        monkeypatch.setattr(module, "launch", recorded)
+    chosen = []
+    choose = triton_backend.choose
+    monkeypatch.setattr(triton_backend, "choose", lambda *args: chosen.append(choose(*args)) or chosen[-1])
     dtype_name, (batch, heads_q, heads_kv, seq_q, seq_kv, dim), layout, fields = CASES[name]
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator(DEVICE).manual_seed(len(name))
@@ -74,7 +69,7 @@ def test_the_warp_specialized_dkdv_and_dq_match_the_float64_reference_on_gpu(nam
     dq, dk, dv = (view for view, _, _ in gradients)
     attention_backward(handle, params, *pairs(q, k, v, o, do, stats, dq, dk, dv))
     torch.cuda.synchronize()
-    assert launched == [gluon_backward.__name__, gluon_backward_dq.__name__], name
+    assert chosen[-1].strategy == "warp_specialized_backward", name  # dK/dV and dQ on the Gluon kernels
     expected = reference_backward(params, *(t.double().cpu().numpy() for t in (q, k, v, do)))
     for slot, (view, buffer, inside) in zip(("dq", "dk", "dv"), gradients):
         assert bool(buffer[~inside].isnan().all()) and bool(torch.isfinite(view).all()), (name, slot)

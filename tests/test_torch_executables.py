@@ -394,6 +394,39 @@ def test_inputs_sharing_memory_are_not_recorded_and_a_replay_reads_each_input(ha
     assert len(full_calls) == 2 and len(handle.executables) == 1
 
 
+def test_inputs_in_one_storage_that_hold_each_tensor_apart_are_recorded_and_replayed(handle, full_calls):
+    base = torch.randn(6, 8)
+    with torch.no_grad():
+        assert torch.equal(operators.add(base[:3], base[3:]), base[:3] + base[3:])  # one storage, apart: kept
+        assert len(handle.executables) == 1
+        x, y = torch.randn(3, 8), torch.randn(3, 8)
+        assert torch.equal(operators.add(x, y), x + y)  # replayed, each operand from its own argument
+        assert torch.equal(operators.add(base[3:], base[:3]), base[3:] + base[:3])
+    assert len(full_calls) == 1
+
+
+def test_packed_attention_inputs_are_replayed_forward_and_backward(handle, full_calls):
+    """q, k and v as interleaved views of one (B, S, 3, H, D) projection (GPT-2's): each launch's
+    tensor lies within one of them alone, so the calls are kept and replayed."""
+    results = []
+    for seed in (1, 2):
+        generator = torch.Generator().manual_seed(seed)
+        qkv = torch.randn(2, 48, 3, 2, 16, generator=generator, dtype=torch.float64).requires_grad_()
+        dy = torch.randn(2, 2, 48, 16, generator=generator, dtype=torch.float64)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        y = ot.attention.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y.backward(dy)
+        reference = qkv.detach().clone().requires_grad_()
+        rq, rk, rv = reference.permute(2, 0, 3, 1, 4).unbind(0)
+        expected = TF.scaled_dot_product_attention(rq, rk, rv, is_causal=True)
+        expected.backward(dy)
+        results.append((relative_error(y, expected), relative_error(qkv.grad, reference.grad)))
+    assert all(error < 1e-12 for pair in results for error in pair), results
+    kept = list(handle.executables.values())
+    assert len(kept) == 2 and all(isinstance(e, Executable) for e in kept)
+    assert len(full_calls) == 2  # the first forward and backward; the second pair replayed
+
+
 def test_an_input_at_another_alignment_takes_the_full_path(handle, full_calls):
     base = torch.randn(1 + 2 * 4 * 5 * 6)
     x, shifted = base[:-1].view(2, 4, 5, 6), base[1:].view(2, 4, 5, 6)  # 4 bytes apart

@@ -45,9 +45,11 @@ memory again and again (a graph plan's kept binding) binds the launch to its ten
 (``bound``: ``BoundLaunch``), addresses included.
 
 Float scalars (alpha, beta, epsilon, coefficients, scales) reach a kernel exactly: each goes to a
-parameter annotated ``tl.float64`` (a float for any other parameter is refused when the launch is
-planned: Triton compiles an unannotated Python float as a float32), which a compiled kernel takes
-as a double (``.param .f64``) and rounds only where it computes in float32. Triton's interpreter
+parameter annotated ``tl.float64``, which a compiled kernel takes as a double (``.param .f64``) and
+rounds only where it computes in float32, or to one annotated ``tl.float32`` where the kernel says
+it computes with the float32 (the warp-specialized kernels, whose arithmetic is float32 throughout).
+A float for an unannotated parameter is refused when the launch is planned: Triton would silently
+compile it as a float32. Triton's interpreter
 hands the kernel the Python float itself and makes a float32 constant of it wherever the kernel
 assigns or casts it (``tl.cast(alpha, COMPUTE)``): half a float32 ulp, up to 6e-8 relative, lost
 from float64 work. So under the interpreter a launch passes each float as the float64 scalar
@@ -278,31 +280,38 @@ class InterpretedLaunch:
 
 
 def _exact_floats(kernel: Any, args: tuple[Any, ...], interpreted: bool) -> tuple[Any, ...]:
-    """``args`` with each float as the kernel takes it exactly (module docstring): refused unless its
-    parameter is annotated ``tl.float64``; under the interpreter, the float64 scalar tensor."""
+    """``args`` with each float as the kernel takes it (module docstring): refused unless its parameter
+    is annotated ``tl.float64`` or ``tl.float32``; under the interpreter, a float64 one as the float64
+    scalar tensor."""
     floats = [index for index, value in enumerate(args) if isinstance(value, float)]
     if not floats:
         return args
-    float64 = _float64_parameters(kernel.fn)
+    float64, float32 = _float_parameters(kernel.fn)
     for index in floats:
-        if index not in float64:
+        if index not in float64 | float32:
             raise InternalError(
                 f"{kernel.fn.__name__}: the float {kernel.arg_names[index]}={args[index]!r} needs a "
-                "parameter annotated tl.float64 (Triton compiles a Python float as a float32)"
+                "parameter annotated tl.float64 or tl.float32 (Triton compiles an unannotated float as a "
+                "float32)"
             )
     if not interpreted:
         return args
     return tuple(
-        tl.tensor(interpreter_builder.get_fp64(value), tl.float64) if index in floats else value
+        tl.tensor(interpreter_builder.get_fp64(value), tl.float64) if index in float64 else value
         for index, value in enumerate(args)
     )
 
 
 @memoized  # a launch replanned per call (the graph engine's execute-time scalars) asks again: 70 us each
-def _float64_parameters(function: Any) -> frozenset[int]:
-    """The positions of ``function``'s parameters annotated ``tl.float64``."""
-    parameters = inspect.signature(function).parameters.values()
-    return frozenset(k for k, p in enumerate(parameters) if p.annotation in ("tl.float64", tl.float64))
+def _float_parameters(function: Any) -> tuple[frozenset[int], frozenset[int]]:
+    """The positions of ``function``'s parameters annotated ``tl.float64``, and of those annotated
+    ``tl.float32``."""
+    parameters = list(inspect.signature(function).parameters.values())
+
+    def annotated(name: str) -> frozenset[int]:
+        return frozenset(k for k, p in enumerate(parameters) if p.annotation in (f"tl.{name}", getattr(tl, name)))
+
+    return annotated("float64"), annotated("float32")
 
 
 def hooked() -> bool:

@@ -157,8 +157,10 @@ class Recording(TorchDispatchMode):
         self, handle: Handle, kernel: Callable[..., Any], args: tuple[Any, ...], output: Any
     ) -> Executable | Fallback | None:
         """The recorded call as an Executable, or the Fallback saying why it cannot be one; None
-        (keep nothing) for a call whose inputs share memory: which of them a launch's tensor came
-        from is then unknown, and the signature's next call, whose inputs may lie apart, records."""
+        (keep nothing) for a call one of whose tensors lies within more than one input (inputs that
+        share memory, as the same tensor passed twice): which of them it came from is then unknown,
+        and the signature's next call, whose inputs may lie apart, records. Inputs that share a
+        storage without that ambiguity (q, k and v as views of one projection) are kept."""
         if self.refusal is not None:
             return Fallback(handle, kernel, self.refusal)
         if not self.launches:
@@ -168,13 +170,13 @@ class Recording(TorchDispatchMode):
         outputs = (output,) if isinstance(output, torch.Tensor) else tuple(output)
         try:
             sources = _Sources(args, outputs, self.allocated, self.made)
-            if sources.overlapping:
-                return None
             results = tuple(sources.place(t) if isinstance(t, torch.Tensor) else None for t in outputs)
             steps = [
                 (launch, {name: sources.place(t, shaped=False) for name, t in used.items()})
                 for launch, used in self.launches
             ]
+        except _Ambiguous:
+            return None
         except _Unplaced as error:
             return Fallback(handle, kernel, str(error))
         device = sources.tensors[0].device
@@ -185,6 +187,10 @@ class Recording(TorchDispatchMode):
 
 class _Unplaced(Exception):
     """A tensor of the call is neither in an input nor in memory the call allocated."""
+
+
+class _Ambiguous(Exception):
+    """A tensor of the call lies within more than one of its inputs."""
 
 
 # a tensor's place: (source index, None) for the source itself, else (source index, (byte offset,
@@ -212,11 +218,6 @@ class _Sources:
             if isinstance(arg, torch.Tensor) and arg.numel():
                 self.inputs.append(position)
                 self._add(arg)
-        self.overlapping = any(
-            held == other and first < end and other_first < last
-            for k, (held, first, last) in enumerate(self.spans)
-            for other, other_first, end in self.spans[k + 1 :]
-        )
         for output in outputs:  # (an empty output gets its own: every empty tensor's storage is at 0)
             if isinstance(output, torch.Tensor) and (not output.numel() or self._find(output) is None):
                 self._allocate(output, returned=True)
@@ -250,21 +251,26 @@ class _Sources:
             self._add(torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage))
 
     def _find(self, tensor: torch.Tensor) -> int | None:
+        """The source ``tensor`` lies within (an empty one: the source it is), or None; _Ambiguous
+        where it lies within several."""
+        if not tensor.numel():
+            return next((index for index, source in enumerate(self.tensors) if source is tensor), None)
         storage, start = _storage(tensor), tensor.data_ptr()
         end = start + _extent(tensor)
-        for index, (held, first, last) in enumerate(self.spans):
-            if held == storage and first <= start and end <= last:
-                return index
-        return None
+        found = [
+            index
+            for index, (held, first, last) in enumerate(self.spans)
+            if held == storage and first <= start and end <= last
+        ]
+        if len(found) > 1:
+            raise _Ambiguous
+        return found[0] if found else None
 
     def place(self, tensor: torch.Tensor, shaped: bool = True) -> Place:
         """Where ``tensor`` lies: its source, and the view into it unless it is the source itself,
         or, not ``shaped``, unless it starts where the source does with the source's dtype (a kernel
         takes a tensor as its address and dtype: Triton keys a compiled kernel and passes nothing
         else, and its interpreter hands the kernel the address within a copy of the whole storage)."""
-        for index, source in enumerate(self.tensors):
-            if source is tensor:
-                return index, None
         found = self._find(tensor)
         if found is None:
             self._allocate(tensor)

@@ -79,6 +79,7 @@ from opendnn.families.attention.gluon_key_blocks import block_position
 from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, query_range
 from opendnn.kernels.device import TMA_ALIGNMENT
+from opendnn.kernels.launch import Launch, Slot
 
 CONSUMER_REGISTERS = gl.constexpr(240)
 PRODUCER_REGISTERS = gl.constexpr(24)
@@ -548,24 +549,21 @@ def out_of_scope(problem: AttentionProblem) -> str | None:
     return None
 
 
-def launch_arguments(
-    problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, stats: Any, delta: Any, dk: Any, dv: Any
-) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, arguments, keyword arguments) of the kernel's launch on tensors of ``problem`` (in
-    scope); ``delta`` the ``tl`` delta kernel's workspace."""
+# the tensors both backward kernels read, in their parameters' order ("delta": the tl delta kernel's workspace)
+READ_SLOTS = tuple(Slot(name) for name in ("q", "k", "v", "do", "stats", "delta"))
+
+
+def launch_arguments(problem: AttentionProblem) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """(grid, arguments, keyword arguments) of the kernel's launch on ``problem`` (in scope), its
+    tensors Slots named by the problem's slots, and "delta" the ``tl`` delta kernel's workspace."""
     do_desc, stats_desc, dk_desc, dv_desc = problem.do, problem.stats, problem.dk, problem.dv
     assert do_desc is not None and stats_desc is not None and dk_desc is not None and dv_desc is not None
     heads_kv = problem.k.dims[1]
     grid = (triton.cdiv(problem.seq_kv, BLOCK_N), problem.batch * heads_kv)
     args = (
-        q,
-        k,
-        v,
-        do,
-        stats,
-        delta,
-        dk,
-        dv,
+        *READ_SLOTS,
+        Slot("dk"),
+        Slot("dv"),
         problem.batch,
         problem.q.dims[1],
         heads_kv,
@@ -593,9 +591,7 @@ def launch_arguments(
     return grid, args, options
 
 
-def launch(
-    problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, stats: Any, delta: Any, dk: Any, dv: Any
-) -> None:
-    """The kernel launched on torch tensors of ``problem`` (in scope): dK and dV."""
-    grid, args, options = launch_arguments(problem, q, k, v, do, stats, delta, dk, dv)
-    attention_dkdv_warp_specialized_kernel[grid](*args, **options)
+def launch(problem: AttentionProblem) -> Launch:
+    """The kernel's launch on ``problem`` (in scope): dK and dV."""
+    grid, args, options = launch_arguments(problem)
+    return Launch(attention_dkdv_warp_specialized_kernel, grid, args, options)

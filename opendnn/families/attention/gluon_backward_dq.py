@@ -78,11 +78,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from opendnn.families.attention.gluon_backward import head_descriptor, row_statistics
+from opendnn.families.attention.gluon_backward import READ_SLOTS, head_descriptor, row_statistics
 from opendnn.families.attention.gluon_forward import tma_strides
 from opendnn.families.attention.gluon_key_blocks import block_position, masked_scores
 from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
+from opendnn.kernels.launch import Launch, Slot
 
 CONSUMER_REGISTERS = gl.constexpr(240)
 PRODUCER_REGISTERS = gl.constexpr(24)
@@ -511,23 +512,16 @@ def attention_dq_warp_specialized_kernel(
 # ---- launcher ------------------------------------------------------------------------------------
 
 
-def launch_arguments(
-    problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, stats: Any, delta: Any, dq: Any
-) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, arguments, keyword arguments) of the kernel's launch on tensors of ``problem`` (in
-    ``gluon_backward.out_of_scope``'s scope); ``delta`` the ``tl`` delta kernel's workspace."""
+def launch_arguments(problem: AttentionProblem) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """(grid, arguments, keyword arguments) of the kernel's launch on ``problem`` (in scope), its
+    tensors Slots named by the problem's slots, and "delta" the ``tl`` delta kernel's workspace."""
     do_desc, stats_desc, dq_desc = problem.do, problem.stats, problem.dq
     assert do_desc is not None and stats_desc is not None and dq_desc is not None
     heads_q = problem.q.dims[1]
     grid = (triton.cdiv(problem.seq_q, BLOCK_M), problem.batch * heads_q)
     args = (
-        q,
-        k,
-        v,
-        do,
-        stats,
-        delta,
-        dq,
+        *READ_SLOTS,
+        Slot("dq"),
         problem.batch,
         heads_q,
         problem.k.dims[1],
@@ -554,7 +548,7 @@ def launch_arguments(
     return grid, args, options
 
 
-def launch(problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, stats: Any, delta: Any, dq: Any) -> None:
-    """The kernel launched on torch tensors of ``problem`` (in scope): dQ."""
-    grid, args, options = launch_arguments(problem, q, k, v, do, stats, delta, dq)
-    attention_dq_warp_specialized_kernel[grid](*args, **options)
+def launch(problem: AttentionProblem) -> Launch:
+    """The kernel's launch on ``problem`` (in scope): dQ."""
+    grid, args, options = launch_arguments(problem)
+    return Launch(attention_dq_warp_specialized_kernel, grid, args, options)

@@ -130,8 +130,9 @@ from opendnn.families.attention.triton_tiles import (
     scheduled_block,
     sequence_lengths,
 )
-from opendnn.families.attention.triton_transpose import transposed_values
+from opendnn.families.attention.triton_transpose import VALUES_TRANSPOSED, transposed_strides, transposed_values
 from opendnn.kernels.device import TMA_ALIGNMENT
+from opendnn.kernels.launch import Launch, Launches, Slot
 
 CONSUMER_REGISTERS = gl.constexpr(240)
 PRODUCER_REGISTERS = gl.constexpr(24)
@@ -435,7 +436,14 @@ def attention_warp_specialized_kernel(
     v_ptr,
     o_ptr,
     stats_ptr,
-    fp8_factors,
+    descale_q_ptr,
+    descale_k_ptr,
+    descale_v_ptr,
+    descale_s_ptr,
+    scale_s_ptr,
+    scale_o_ptr,
+    amax_s_ptr,
+    amax_o_ptr,
     lens_q_ptr,
     lens_kv_ptr,
     lens_stride_q,
@@ -482,10 +490,20 @@ def attention_warp_specialized_kernel(
 ):
     """o (and the stats) of one query block of batch b, query head h: program (rank, b * Hq + h).
     Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride. FP8: q, k and
-    v in e4m3, v_ptr and its strides v^T's ((B, H, D, S), the keys contiguous), ``fp8_factors`` the
-    pointers to triton_forward's fp8 factors and maxima (softmax_consumer's order)."""
+    v in e4m3, v_ptr and its strides v^T's ((B, H, D, S), the keys contiguous), and the fp8 factors' and
+    maxima's pointers (o's where the problem has none: never read)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_ptr.dtype.element_ty
+    fp8_factors = (
+        descale_q_ptr,
+        descale_k_ptr,
+        descale_v_ptr,
+        descale_s_ptr,
+        scale_s_ptr,
+        scale_o_ptr,
+        amax_s_ptr,
+        amax_o_ptr,
+    )  # softmax_consumer's order
     Q_BOX: gl.constexpr = [1, 1, HALF_M, HEAD_DIM]
     KV_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM]
     q_boxes = gl.allocate_shared_memory(dtype, [2] + Q_BOX, gl.NVMMASharedLayout.get_default_for(Q_BOX, dtype))
@@ -732,15 +750,17 @@ def tma_aligned(*tensors: Any) -> bool:
     return all(t.data_ptr() % TMA_ALIGNMENT == 0 for t in tensors)
 
 
-def launch_arguments(
-    problem: AttentionProblem, tensors: dict[str, Any], tile: Tile
-) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
-    """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on ``problem``'s (in
-    scope) torch tensors by slot (q, k, v, o, stats, the sequence lengths or ragged offsets, and the
-    fp8 factors and maxima; None where absent); with fp8 data, ``tensors["v"]`` is v^T
-    (``transposed_values``)."""
+def launch_arguments(problem: AttentionProblem, tile: Tile) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+    """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on ``problem`` (in
+    scope), its tensors Slots named by the problem's slots (q, k, v, o, stats, the sequence lengths
+    or ragged offsets, the fp8 factors and maxima; o's where the problem has none, never read); with
+    fp8 data, v is v^T in the scratch VALUES_TRANSPOSED (``transposed_values``)."""
     batch, heads_q = problem.batch, problem.q.dims[1]
-    o = tensors["o"]
+    o = Slot("o")
+
+    def given(slot: str) -> Slot:
+        return o if getattr(problem, slot) is None else Slot(slot)
+
     ragged = problem.ragged  # the packed batch's stride is never read: a sequence starts at its offset
     lens = ("ragged_offsets_q", "ragged_offsets_kv") if ragged else ("seq_lens_q", "seq_lens_kv")
     lens_strides = tuple(0 if getattr(problem, slot) is None else getattr(problem, slot).strides[0] for slot in lens)
@@ -748,16 +768,17 @@ def launch_arguments(
     stats_strides = (0, 0, 0) if problem.stats is None else problem.stats.strides
     if ragged:
         stats_strides = (0, *stats_strides[1:])
-    v_strides = tensors["v"].stride()[:3] if problem.fp8 else tma_strides(problem.v)
-    factors = [o if tensors.get(slot) is None else tensors[slot] for slot in (*FP8_SCALES, *FP8_AMAX)]
+    v, v_strides = (
+        (Slot(VALUES_TRANSPOSED), transposed_strides(problem.v)) if problem.fp8 else (Slot("v"), tma_strides(problem.v))
+    )
     args = (
-        tensors["q"],
-        tensors["k"],
-        tensors["v"],
+        Slot("q"),
+        Slot("k"),
+        v,
         o,
-        o if tensors["stats"] is None else tensors["stats"],
-        tuple(factors),  # fp8_factors: o where absent, never read
-        *(o if tensors.get(slot) is None else tensors[slot] for slot in lens),  # o where absent, never read
+        given("stats"),
+        *(given(slot) for slot in (*FP8_SCALES, *FP8_AMAX)),
+        *(given(slot) for slot in lens),
         *lens_strides,
         batch,
         heads_q,
@@ -779,7 +800,7 @@ def launch_arguments(
         HAS_LENS_Q=problem.seq_lens_q is not None,
         HAS_LENS_KV=problem.seq_lens_kv is not None,
         RAGGED=ragged,
-        STORE_STATS=tensors["stats"] is not None,
+        STORE_STATS=problem.stats is not None,
         FP8=problem.fp8,
         STORE_AMAX_S=problem.amax_s is not None,
         STORE_AMAX_O=problem.amax_o is not None,
@@ -794,11 +815,12 @@ def launch_arguments(
     return query_block_grid(problem, BLOCK_M), args, options
 
 
-def launch(problem: AttentionProblem, tensors: dict[str, Any]) -> None:
-    """The kernel launched at ``tile_for``'s tile on ``problem``'s (in scope) torch tensors by slot;
-    with fp8 data, on v^T made first (``transposed_values``)."""
-    if problem.fp8:
-        tensors = {**tensors, "v": transposed_values(problem.v, tensors["v"])}
-    tile = tile_for(problem.q.dtype.itemsize, problem.q.dims[3])
-    grid, args, options = launch_arguments(problem, tensors, tile)
-    attention_warp_specialized_kernel[grid](*args, **options)
+def launches(problem: AttentionProblem, tile: Tile) -> Launches:
+    """The kernel's launch at ``tile`` on ``problem`` (in scope); with fp8 data, after the launch
+    making v^T (``transposed_values``) in a scratch array of the call."""
+    grid, args, options = launch_arguments(problem, tile)
+    forward = Launch(attention_warp_specialized_kernel, grid, args, options)
+    if not problem.fp8:
+        return Launches((forward,))
+    transpose, values_transposed = transposed_values(problem.v)
+    return Launches((transpose, forward), (values_transposed,))

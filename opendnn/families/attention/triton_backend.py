@@ -27,6 +27,8 @@ current stream.
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,7 @@ from opendnn.families.attention import gluon_backward, gluon_backward_dq, gluon_
 from opendnn.families.attention.problem import (
     FP8_AMAX,
     FP8_BACKWARD_AMAX,
+    SLOTS,
     AttentionProblem,
     AttentionTensors,
     DiagonalAlignment,
@@ -55,6 +58,7 @@ from opendnn.families.attention.triton_dbias import attention_dbias_kernel
 from opendnn.families.attention.triton_forward import attention_forward_kernel
 from opendnn.families.attention.triton_tiles import block_grid, query_block_grid
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
 MIN_BLOCK = 16  # the smallest dim of a tensor-core product
 # (element bytes, head dim) of the forwards the warp-specialized kernel takes where it can (a key of
@@ -106,6 +110,7 @@ class AttentionPlan:
     block_dv: int
     num_warps: int
     num_stages: int
+    warp_tile: gluon_forward.Tile | None = None  # the warp-specialized forward's; None for the other strategies
 
 
 def head_blocks(problem: AttentionProblem) -> tuple[int, int]:
@@ -170,6 +175,7 @@ def choose(problem: AttentionProblem, tma_aligned: bool = False, hopper: bool = 
             head_dim,
             4,
             warp_tile.stages,
+            warp_tile,
         )
     block_d, block_dv = head_blocks(problem)
     tile = tile_for(problem)
@@ -200,54 +206,74 @@ def workspace_size(problem: AttentionProblem) -> int:
 
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
-    views: dict[str, Any] = {slot: None if bound is None else torch_view(bound) for slot, bound in zip(t._fields, t)}
+    views = {slot: torch_view(bound) for slot, bound in zip(t._fields, t) if bound is not None}
     compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
     hopper = compiled and has_wgmma(views["q"].device.index)
-    read_by_tma = [views[slot] for slot in ("q", "k", "v", "do") if views[slot] is not None]
+    read_by_tma = [views[slot] for slot in ("q", "k", "v", "do") if slot in views]
     plan = choose(problem, gluon_forward.tma_aligned(*read_by_tma), hopper)
-    for amax in (views[slot] for slot in (*FP8_AMAX, *FP8_BACKWARD_AMAX)):
-        if amax is not None:  # the kernels' programs join it by atomic max of numbers >= 0
-            amax.zero_()
-    if plan.strategy == "warp_specialized_forward":
-        use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
-        gluon_forward.launch(problem, views)
-        return
+    for slot in (*FP8_AMAX, *FP8_BACKWARD_AMAX):
+        if slot in views:  # the kernels' programs join it by atomic max of numbers >= 0
+            views[slot].zero_()
+    if plan.strategy.startswith("warp_specialized"):
+        use_descriptor_scratch()  # the Gluon kernels build their TMA descriptors on the device
+    planned_launches(problem, plan)(views)
+
+
+@functools.lru_cache(maxsize=256)  # per (problem, plan), asked by every call: the Launches keep their compiled kernels
+def planned_launches(problem: AttentionProblem, plan: AttentionPlan) -> Launches:
+    """The launches of ``plan`` on ``problem``, their tensors Slots named by the problem's slots
+    (AttentionTensors' fields) and the backward's "delta" scratch (``workspace_size``)."""
+    if plan.warp_tile is not None:
+        return gluon_forward.launches(problem, plan.warp_tile)
     args = dict(_arguments(problem, plan))
-    args.update({f"{slot}_ptr": view for slot, view in views.items()})
+    args.update({f"{slot}_ptr": None if getattr(problem, slot) is None else Slot(slot) for slot in SLOTS})
     if problem.ragged:  # the kernels read a ragged side's offsets where they read its lengths
         args["seq_lens_q_ptr"], args["seq_lens_kv_ptr"] = args["ragged_offsets_q_ptr"], args["ragged_offsets_kv_ptr"]
     query_blocks = query_block_grid(problem, plan.block_m)
     if not problem.backward:
-        _launch(attention_forward_kernel, query_blocks, args, plan)
-        return
+        return Launches((_launch(attention_forward_kernel, query_blocks, args, plan),))
     import torch
 
-    dtype = torch.float64 if problem.compute_dtype is DataType.DOUBLE else torch.float32
-    workspace = torch.empty(workspace_size(problem), dtype=torch.uint8, device=args["q_ptr"].device)
-    args["delta_ptr"] = workspace.view(dtype)
-    _launch(attention_delta_kernel, query_blocks, args, plan)
-    key_blocks = block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
+    double = problem.compute_dtype is DataType.DOUBLE
+    delta = Scratch(
+        "delta", workspace_size(problem) // problem.compute_dtype.itemsize, torch.float64 if double else torch.float32
+    )
+    args["delta_ptr"] = Slot("delta")
+    launches = [_launch(attention_delta_kernel, query_blocks, args, plan)]
     if plan.strategy == "warp_specialized_backward":
-        use_descriptor_scratch()  # the kernel builds its TMA descriptors on the device
-        q, k, v, do, stats, dq, dk, dv = (views[slot] for slot in ("q", "k", "v", "do", "stats", "dq", "dk", "dv"))
-        gluon_backward.launch(problem, q, k, v, do, stats, args["delta_ptr"], dk, dv)
-        gluon_backward_dq.launch(problem, q, k, v, do, stats, args["delta_ptr"], dq)
+        launches += [gluon_backward.launch(problem), gluon_backward_dq.launch(problem)]
     else:
-        _launch(attention_dkdv_kernel, key_blocks, args, plan)
-        _launch(attention_dq_kernel, query_blocks, args, plan)
+        key_blocks = block_grid(problem, problem.k.dims[1], problem.k.dims[2], problem.seq_kv, plan.block_n)
+        launches += [
+            _launch(attention_dkdv_kernel, key_blocks, args, plan),
+            _launch(attention_dq_kernel, query_blocks, args, plan),
+        ]
     if problem.dbias is not None:
         bias_batch, bias_heads, bias_queries, bias_keys = problem.dbias.dims
         tiles = triton.cdiv(bias_queries, plan.block_m) * triton.cdiv(bias_keys, plan.block_n)
-        _launch(attention_dbias_kernel, (tiles, bias_batch * bias_heads), args, plan)
+        launches.append(_launch(attention_dbias_kernel, (tiles, bias_batch * bias_heads), args, plan))
     if problem.dsinks is not None:
-        _launch(attention_dsinks_kernel, (problem.q.dims[1], 1), args, plan)
+        launches.append(_launch(attention_dsinks_kernel, (problem.q.dims[1], 1), args, plan))
+    return Launches(tuple(launches), (delta,))
 
 
-def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> None:
-    """``kernel[grid]`` with the arguments it names."""
-    kernel[grid](
-        **{name: args[name] for name in kernel.arg_names}, num_warps=plan.num_warps, num_stages=plan.num_stages
+def _launch(kernel: Any, grid: tuple[int, int], args: dict[str, Any], plan: AttentionPlan) -> Launch:
+    """The launch of ``kernel`` on ``grid`` with the arguments it names, its constexprs as options."""
+    leading = _leading_parameters(kernel.fn)
+    options = {name: args[name] for name in kernel.arg_names[len(leading) :]}
+    return Launch(
+        kernel,
+        grid,
+        tuple(args[name] for name in leading),
+        {**options, "num_warps": plan.num_warps, "num_stages": plan.num_stages},
     )
+
+
+@functools.cache
+def _leading_parameters(function: Any) -> tuple[str, ...]:
+    """The names of ``function``'s parameters before its constexprs (which all come last)."""
+    parameters = inspect.signature(function).parameters.values()
+    return tuple(p.name for p in itertools.takewhile(lambda p: "constexpr" not in str(p.annotation), parameters))
 
 
 @functools.lru_cache(maxsize=256)

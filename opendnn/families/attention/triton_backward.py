@@ -341,7 +341,7 @@ def attention_dkdv_kernel(
     softcap: tl.float64,
     left,
     right,
-    dropout_p,
+    dropout_p: tl.float32,  # compared with float32 uniforms
     dropout_scale: tl.float64,
     seed,
     offset,
@@ -575,7 +575,7 @@ def attention_dq_kernel(
     softcap: tl.float64,
     left,
     right,
-    dropout_p,
+    dropout_p: tl.float32,  # compared with float32 uniforms
     dropout_scale: tl.float64,
     seed,
     offset,

@@ -59,7 +59,7 @@ def attention_dbias_kernel(
     softcap: tl.float64,
     left,
     right,
-    dropout_p,
+    dropout_p: tl.float32,  # compared with float32 uniforms
     dropout_scale: tl.float64,
     seed,
     offset,

@@ -1,6 +1,6 @@
 """v^T for the warp-specialized fp8 forward (``gluon_forward``): wgmma takes 8-bit operands K-major
 only, and P V reduces along the keys, so the kernel reads v as a (B, Hkv, Dv, S) copy whose keys are
-contiguous, made once a call by ``transposed_values_kernel``.
+contiguous, made once a call by ``transposed_values_kernel`` into a scratch array of the call.
 
 Bytes: v read and written once, 2 * B * Hkv * Skv * Dv (one byte an element), against the forward's
 4 * B * Hq * Sq * Skv * D FLOPs: 2 * Hq * Sq / Hkv FLOPs a byte (at 4k tokens and GQA 64/8 about
@@ -13,15 +13,15 @@ never read.
 
 from __future__ import annotations
 
-from typing import Any
-
 import triton
 import triton.language as tl
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.kernels.device import TMA_ALIGNMENT
+from opendnn.kernels.launch import Launch, Scratch, Slot
 
 BLOCK_S = 64  # keys a program
+VALUES_TRANSPOSED = "values_transposed"  # the scratch holding v^T, as the forward's launches name it
 
 
 @triton.jit
@@ -57,16 +57,23 @@ def transposed_values_kernel(
     )
 
 
-def transposed_values(desc: TensorDescriptor, v: Any) -> Any:
-    """A (B, Hkv, Dv, S) torch tensor holding v^T of the (B, Hkv, S, Dv) tensor ``v`` of ``desc``, its
-    rows of S padded to 16-byte multiples."""
+def transposed_values(desc: TensorDescriptor) -> tuple[Launch, Scratch]:
+    """The launch writing v^T of the (B, Hkv, S, Dv) tensor ``v`` of ``desc`` (slot "v") into the
+    (B, Hkv, Dv, S) scratch VALUES_TRANSPOSED at ``transposed_strides``, and that scratch."""
     import torch
 
     batch, heads, seq_kv, value_dim = desc.dims
-    padded = triton.cdiv(seq_kv, TMA_ALIGNMENT // desc.dtype.itemsize) * (TMA_ALIGNMENT // desc.dtype.itemsize)
-    out = torch.empty((batch, heads, value_dim, padded), dtype=v.dtype, device=v.device)
+    strides = transposed_strides(desc)
     grid = (triton.cdiv(seq_kv, BLOCK_S), batch * heads)
-    transposed_values_kernel[grid](
-        v, out, heads, seq_kv, *desc.strides, *out.stride()[:3], VALUE_DIM=value_dim, BLOCK_S=BLOCK_S
-    )
-    return out
+    args = (Slot("v"), Slot(VALUES_TRANSPOSED), heads, seq_kv, *desc.strides, *strides)
+    launch = Launch(transposed_values_kernel, grid, args, dict(VALUE_DIM=value_dim, BLOCK_S=BLOCK_S))
+    return launch, Scratch(VALUES_TRANSPOSED, batch * strides[0], getattr(torch, desc.dtype.value))
+
+
+def transposed_strides(desc: TensorDescriptor) -> tuple[int, int, int]:
+    """The (B, H, D) strides of v^T's copy of ``desc``'s v (unit key stride), its rows of S keys
+    padded to 16-byte multiples."""
+    _, heads, seq_kv, value_dim = desc.dims
+    keys = TMA_ALIGNMENT // desc.dtype.itemsize  # a 16-byte row's
+    padded = triton.cdiv(seq_kv, keys) * keys
+    return (heads * value_dim * padded, value_dim * padded, padded)
