@@ -9,6 +9,8 @@ key/value heads):
                 forward and backward (dq, dk, dv);
     mha_hd128   16/16 heads of 128, the same sequences, masks and directions;
     mha_hd64    32 heads of 64 and ``mha_hd256`` 8 heads of 256, 4k (batch 4), forward, causal and not;
+                and GPT-2 small's attention, 12 heads of 64, 8 sequences of 1k, causal, forward and
+                backward;
     varlen      16 heads of 128, 16,384 tokens in five sequences of 1k to 6k (the token count of
                 mha_hd128 at 4k), causal, forward and backward through the packed (cu_seqlens) call;
                 torch runs its SDPA sequence by sequence, having no packed form on a dense call;
@@ -49,6 +51,8 @@ SHAPES: dict[str, dict[str, tuple[int, int, int, int, int]]] = {
     "mha_hd128_16k": {"full": (1, 16, 16, 16384, 128), "quick": (1, 16, 16, 2048, 128), "tiny": (1, 3, 3, 70, 16)},
     "mha_hd64_4k": {"full": (4, 32, 32, 4096, 64), "quick": (1, 32, 32, 1024, 64), "tiny": (2, 3, 3, 37, 8)},
     "mha_hd256_4k": {"full": (4, 8, 8, 4096, 256), "quick": (1, 8, 8, 1024, 256), "tiny": (2, 3, 3, 37, 32)},
+    # GPT-2 small's attention: 8 sequences of 1,024 tokens, 12 heads of 64
+    "mha_hd64_1k": {"full": (8, 12, 12, 1024, 64), "quick": (2, 12, 12, 512, 64), "tiny": (2, 3, 3, 37, 8)},
 }
 # the varlen rows: (heads, head dim, sequence lengths)
 VARLEN: dict[str, tuple[int, int, tuple[int, ...]]] = {
@@ -282,6 +286,9 @@ def _dense_cases() -> list[Case]:
         for causal in (False, True):
             name = f"attn_mha_hd{dim}_4k{'_causal' if causal else ''}_fwd"
             cases.append(Case(name, "attention", dense(f"mha_hd{dim}_4k", causal, False)))
+    for backward in (False, True):  # GPT-2's causal attention
+        name = f"attn_mha_hd64_1k_causal_{'bwd' if backward else 'fwd'}"
+        cases.append(Case(name, "attention", dense("mha_hd64_1k", True, backward)))
     return cases
 
 
