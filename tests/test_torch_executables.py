@@ -427,6 +427,15 @@ def test_packed_attention_inputs_are_replayed_forward_and_backward(handle, full_
     assert len(full_calls) == 2  # the first forward and backward; the second pair replayed
 
 
+def test_attention_with_dropout_keeps_no_executable(handle, full_calls):
+    """Each call draws its own seed: its signature never repeats, so none is recorded."""
+    q, k, v = (torch.randn(1, 2, 16, 8, dtype=torch.float64) for _ in range(3))
+    with torch.no_grad():
+        first, second = (ot.attention.scaled_dot_product_attention(q, k, v, dropout_p=0.5) for _ in range(2))
+    assert not handle.executables and len(full_calls) == 2
+    assert not torch.equal(first, second)  # two masks
+
+
 def test_an_input_at_another_alignment_takes_the_full_path(handle, full_calls):
     base = torch.randn(1 + 2 * 4 * 5 * 6)
     x, shifted = base[:-1].view(2, 4, 5, 6), base[1:].view(2, 4, 5, 6)  # 4 bytes apart

@@ -110,6 +110,12 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None
     return F.scaled_dot_product_attention(query, key, value, attn_mask, return_stats=True, **_keywords(*options))
 
 
+def _without_dropout(position: int) -> Any:
+    """An operator's ``repeatable`` rule: its dropout probability, at ``position``, is 0 (a call with
+    dropout takes a seed drawn for it, so its signature never repeats)."""
+    return lambda *args: args[position] == 0.0
+
+
 scaled_dot_product_attention_op = define(
     "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "
     + OPTIONS
@@ -117,6 +123,7 @@ scaled_dot_product_attention_op = define(
     _forward,
     _forward_fake,
     autocast=lower_precision,
+    repeatable=_without_dropout(4),
 )
 
 
@@ -163,6 +170,7 @@ scaled_dot_product_attention_backward_op = define(
     _backward,
     _backward_fake,
     differentiable=False,
+    repeatable=_without_dropout(7),
 )
 
 _MASK, _SINKS = 3, 9  # the positions of attn_mask and sinks among the operator's inputs

@@ -79,6 +79,7 @@ def define(
     differentiable: bool = True,
     handle: HandleRule | None = None,
     eager: tuple[Callable[..., Any], Callable[..., Any] | None] | None = None,
+    repeatable: Callable[..., bool] | None = None,
 ) -> Operator:
     """Declare ``opendnn::<schema>`` with ``kernel`` for CPU and CUDA tensors and ``fake`` for
     fake ones (the same arguments; outputs of the right metadata, nothing computed).
@@ -93,6 +94,9 @@ def define(
             ``register_autograd`` call gives the operator its gradient.
         handle: the handle ``kernel`` runs a call on, when it passes one (default: the shared
             handle of the first argument's device): where the call's executable is kept.
+        repeatable: whether a plain call's signature is worth recording (default: always);
+            False where it almost never repeats (attention with dropout: a seed drawn per call),
+            so that recording it is wasted work and its executable would crowd the handle's.
         eager: (kernel, empty) of the plain eager calls (``Operator``), where they differ from
             the registered operator's (empty None: the default above): batch norm's training
             forward updates the running statistics in place and returns None for the operator's
@@ -116,7 +120,7 @@ def define(
             key = f"Autocast{device_type.upper()}"
             LIBRARY.impl(name, _autocast_kernel(op, device_type, key, autocast), key, with_keyset=True)
     eager_kernel = device_kernel if eager is None else _kernel(eager[0], eager[1] or zeros)
-    operator = Operator(op, device_kernel, autocast, handle, eager_kernel)
+    operator = Operator(op, device_kernel, autocast, handle, eager_kernel, repeatable)
     if not differentiable:
         register_autograd(operator, _no_derivative(name), lambda ctx, inputs, output: None)
     return operator
@@ -283,8 +287,10 @@ class Operator:
         autocast: AutocastRule | None,
         handle: HandleRule | None = None,
         eager_kernel: Callable[..., Any] | None = None,
+        repeatable: Callable[..., bool] | None = None,
     ):
         self.overload = overload
+        self.repeatable = repeatable
         self.name: str = overload._opname
         self.device_kernel = device_kernel
         self.eager_kernel = eager_kernel or device_kernel
@@ -336,7 +342,7 @@ class Operator:
 
     def executed(self, kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
         """``execute``'s output, and what the handle keeps for the call's signature (its Executable
-        or Fallback; None: nothing, the NumPy backend or an unkeyed call): the source a backward's
+        or Fallback; None: nothing, the NumPy backend, an unkeyed or unrepeatable call): the source a backward's
         calls key on (``after``). The handle: the operator's rule, else the shared handle of the
         first tensor's device."""
         first = args[0]
@@ -349,7 +355,7 @@ class Operator:
             key = self.key(kernel, *args)
         except TypeError:  # not the schema's number of arguments: the kernel says so
             key = None
-        if key is None:
+        if key is None or (self.repeatable is not None and not self.repeatable(*args)):
             return kernel(*args), None
         executable = handle.executables.get(key)
         if executable is None:  # the signature's first call: recorded (kept: an Executable, a Fallback or nothing)
