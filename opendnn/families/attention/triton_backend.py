@@ -19,9 +19,14 @@ the dtype: the tile of queries (BLOCK_M) and keys (BLOCK_N), the head dims padde
 the smallest a tensor-core product takes; the padding is masked), the warps and pipeline stages.
 Tiles shrink with the head dim (the accumulators stay in registers) and with the element size
 (float32 products run on FMA units without TF32, float64 ones always), and never exceed the
-sequence lengths rounded up to a power of two. The backward allocates one workspace, delta, of
-B * Hq * Sq numbers in the compute dtype (``workspace_size``), on the tensors' device and the
-current stream.
+sequence lengths rounded up to a power of two.
+
+``planned_launches(problem, plan)`` makes the plan's launches once per (problem, plan): each a
+``kernels.launch.Launch`` whose tensors are Slots named by the problem's slots, so a call fills them
+and calls the kernels compiled for it, and ``opendnn.torch`` records and replays them. The backward
+takes one scratch array a call, delta, of B * Hq * Sq numbers in the compute dtype
+(``workspace_size``); the fp8 forward another, v^T (``triton_transpose``); both on the tensors'
+device and the current stream.
 """
 
 from __future__ import annotations
