@@ -148,6 +148,22 @@ def test_fp8_refusals_name_the_parameter(changes, error, message):
     assert message in str(raised.value)
 
 
+def test_an_fp8_forward_reports_the_values_copy_the_warp_specialized_kernel_takes():
+    """v^T of (2, 3, 37, 64) e4m3 values, rows of 37 keys padded to 48: 2 * 3 * 64 * 48 bytes; the
+    same forward in bfloat16 takes none, and the NumPy backend none."""
+    q = od.TensorDescriptor(od.DataType.FP8_E4M3, (2, 3, 37, 64))
+    out = od.TensorDescriptor(od.DataType.BFLOAT16, (2, 3, 37, 64))
+    one = od.TensorDescriptor(od.DataType.FLOAT, (1,))
+    factors = {f"{slot}_desc": one for slot in FP8_SCALES}
+    params = od.AttentionDescriptor()
+    triton_handle = od.create("cpu", backend="triton")
+    assert get_attention_forward_workspace_size(triton_handle, params, q, q, q, out, **factors) == 2 * 3 * 64 * 48
+    wide = od.TensorDescriptor(od.DataType.BFLOAT16, (2, 3, 37, 64))
+    assert get_attention_forward_workspace_size(triton_handle, params, wide, wide, wide, out) == 0
+    numpy_handle = od.create("cpu", backend="numpy")
+    assert get_attention_forward_workspace_size(numpy_handle, params, q, q, q, out, **factors) == 0
+
+
 def test_fp8_api_requires_every_factor_of_its_direction():
     q = od.TensorDescriptor(od.DataType.FP8_E4M3, (1, 2, 8, 16))
     one = od.TensorDescriptor(od.DataType.FLOAT, (1,))

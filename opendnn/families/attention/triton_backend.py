@@ -62,6 +62,7 @@ from opendnn.families.attention.triton_backward import (
 from opendnn.families.attention.triton_dbias import attention_dbias_kernel
 from opendnn.families.attention.triton_forward import attention_forward_kernel
 from opendnn.families.attention.triton_tiles import block_grid, query_block_grid
+from opendnn.families.attention.triton_transpose import transposed_strides
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
@@ -204,11 +205,15 @@ def supports(problem: AttentionProblem) -> str | None:
 
 
 def workspace_size(problem: AttentionProblem) -> int:
-    """Bytes of workspace ``run`` allocates for ``problem``: none forward; the backward's
-    delta, one number per query row in the compute dtype (float32; float64 for DOUBLE)."""
-    if not problem.backward:
-        return 0
-    return problem.batch * problem.q.dims[1] * problem.seq_q * problem.compute_dtype.itemsize
+    """Bytes of workspace ``run`` allocates for ``problem``, at most: the backward's delta, one number
+    per query row in the compute dtype (float32; float64 for DOUBLE); an fp8 forward of the
+    warp-specialized kernel's scope, v^T's copy (``triton_transpose``; taken where the call runs on
+    that kernel, on Hopper with aligned tensors); none for any other forward."""
+    if problem.backward:
+        return problem.batch * problem.q.dims[1] * problem.seq_q * problem.compute_dtype.itemsize
+    if problem.fp8 and gluon_forward.out_of_scope(problem) is None:
+        return problem.v.dims[0] * transposed_strides(problem.v)[0] * problem.v.dtype.itemsize
+    return 0
 
 
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
