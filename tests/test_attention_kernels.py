@@ -29,6 +29,7 @@ from opendnn.families.attention.problem import (
     reference_forward,
 )
 from opendnn.families.attention.triton_tiles import scheduled_block
+from opendnn.kernels.launch import Slot
 
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
@@ -215,6 +216,31 @@ def test_float16_kernels_match_the_float64_reference():
     their uint16 bit patterns.)"""
     actual, expected = run_case("gqa_bottom_right_bias_dropout_lengths", torch.float16)
     check(actual, expected, TOLERANCE[torch.float16])
+
+
+def test_a_problem_plans_its_launches_once_with_a_slot_for_each_tensor_it_has():
+    q = od.TensorDescriptor("bfloat16", (2, 4, 40, 64))
+    k = od.TensorDescriptor("bfloat16", (2, 2, 50, 64))
+    stats = od.TensorDescriptor("float32", (2, 4, 40))
+    forward = attention_problem(AttentionDescriptor(causal=True), q, k, k, q, stats=stats)
+    backward = attention_problem(AttentionDescriptor(causal=True), q, k, k, q, stats=stats, do=q, dq=q, dk=k, dv=k)
+    plans = [(problem, triton_backend.choose(problem)) for problem in (forward, backward)]
+    launches = [triton_backend.planned_launches(*pair) for pair in plans]
+    assert all(triton_backend.planned_launches(*pair) is first for pair, first in zip(plans, launches))  # cached
+    (forward_launch,) = launches[0].launches
+    args = dict(zip(forward_launch.kernel.arg_names, forward_launch.args))
+    assert (args["q_ptr"], args["stats_ptr"]) == (Slot("q"), Slot("stats"))
+    assert args["bias_ptr"] is None and args["sinks_ptr"] is None  # absent: a constant, as the kernel specializes it
+    assert not launches[0].scratch
+    kernels = [launch.kernel for launch in launches[1].launches]
+    assert kernels == [
+        triton_backend.attention_delta_kernel,
+        triton_backend.attention_dkdv_kernel,
+        triton_backend.attention_dq_kernel,
+    ]
+    (delta,) = launches[1].scratch
+    assert (delta.name, delta.numel, delta.dtype) == ("delta", 2 * 4 * 40, torch.float32)
+    assert triton_backend.workspace_size(backward) == 2 * 4 * 40 * 4
 
 
 def test_backward_is_bitwise_repeatable():
