@@ -62,7 +62,7 @@ from opendnn.families.attention.triton_backward import (
 from opendnn.families.attention.triton_dbias import attention_dbias_kernel
 from opendnn.families.attention.triton_forward import attention_forward_kernel
 from opendnn.families.attention.triton_tiles import block_grid, query_block_grid
-from opendnn.families.attention.triton_transpose import transposed_strides
+from opendnn.families.attention.triton_transpose import transposed_elements
 from opendnn.kernels.device import has_wgmma, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
@@ -212,7 +212,7 @@ def workspace_size(problem: AttentionProblem) -> int:
     if problem.backward:
         return problem.batch * problem.q.dims[1] * problem.seq_q * problem.compute_dtype.itemsize
     if problem.fp8 and gluon_forward.out_of_scope(problem) is None:
-        return problem.v.dims[0] * transposed_strides(problem.v)[0] * problem.v.dtype.itemsize
+        return transposed_elements(problem.v) * problem.v.dtype.itemsize
     return 0
 
 

@@ -67,7 +67,7 @@ def transposed_values(desc: TensorDescriptor) -> tuple[Launch, Scratch]:
     grid = (triton.cdiv(seq_kv, BLOCK_S), batch * heads)
     args = (Slot("v"), Slot(VALUES_TRANSPOSED), heads, seq_kv, *desc.strides, *strides)
     launch = Launch(transposed_values_kernel, grid, args, dict(VALUE_DIM=value_dim, BLOCK_S=BLOCK_S))
-    return launch, Scratch(VALUES_TRANSPOSED, batch * strides[0], getattr(torch, desc.dtype.value))
+    return launch, Scratch(VALUES_TRANSPOSED, transposed_elements(desc), getattr(torch, desc.dtype.value))
 
 
 def transposed_strides(desc: TensorDescriptor) -> tuple[int, int, int]:
@@ -77,3 +77,8 @@ def transposed_strides(desc: TensorDescriptor) -> tuple[int, int, int]:
     keys = TMA_ALIGNMENT // desc.dtype.itemsize  # a 16-byte row's
     padded = triton.cdiv(seq_kv, keys) * keys
     return (heads * value_dim * padded, value_dim * padded, padded)
+
+
+def transposed_elements(desc: TensorDescriptor) -> int:
+    """Elements of v^T's copy of ``desc``'s v, padding included."""
+    return desc.dims[0] * transposed_strides(desc)[0]
