@@ -356,13 +356,13 @@ def direct_launch(problem: ConvolutionProblem):
 
 
 @pytest.mark.parametrize("direction", [FWD, DATA, FILTER])
-def test_direct_kernels_unroll_the_taps_of_a_3x3_depthwise_filter(direction):
-    """Channels-first backward filter: channels-last takes filter_depthwise_rows_kernel."""
+def test_direct_kernels_unroll_the_taps_of_a_9_tap_depthwise_filter(direction):
+    """Channels-last forward and backward data of a 1 x 9 filter (past the widths conv_depthwise_rows_kernel
+    takes) and a channels-first 3 x 3 backward filter (channels-last takes filter_depthwise_rows_kernel)."""
     channels_last = direction is not FILTER
-    problem = check(
-        direction, DataType.FLOAT, (2, 4, 6, 7), 4, (3, 3), pre=(1, 1), groups=4, channels_last=channels_last
-    )
-    assert direct_launch(problem).options["UNROLLED"] == (1, 1, 3, 3)
+    filt, pre = ((3, 3), (1, 1)) if direction is FILTER else ((1, 9), (0, 4))
+    problem = check(direction, DataType.FLOAT, (2, 4, 6, 11), 4, filt, pre=pre, groups=4, channels_last=channels_last)
+    assert direct_launch(problem).options["UNROLLED"] == (1, 1, *filt)
 
 
 @pytest.mark.parametrize("direction", [FWD, DATA])
@@ -439,9 +439,19 @@ def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt,
     assert depthwise_filter_launch(problem).grid[1] == -(-math.prod(filt) // plan.block_taps)
 
 
+def depthwise_kernel_name(problem):
+    """The forward / backward data kernel a depthwise problem should take: channels-last filters up to
+    DEPTHWISE_MAX_UNROLLED_WIDTH wide, backward data at stride 1 along the width, walk runs of output
+    pixels (conv_depthwise_rows_kernel); the others conv_depthwise_kernel."""
+    channels_last = (problem.y if problem.direction is DATA else problem.x).strides[1] == 1
+    width_stride = problem.stride[-1] if problem.direction is DATA else 1
+    walks = channels_last and problem.w.dims[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH and width_stride == 1
+    return "conv_depthwise_rows_kernel" if walks else "conv_depthwise_kernel"
+
+
 def depthwise_launch(problem):
-    (launch,) = kernels.launch_plan(problem, True, kernels.choose(problem, tma_aligned=True)).launches
-    assert launch.kernel.__name__ == "conv_depthwise_kernel"
+    *_, launch = kernels.launch_plan(problem, True, kernels.choose(problem, tma_aligned=True)).launches
+    assert launch.kernel.__name__ == depthwise_kernel_name(problem)
     return launch
 
 
@@ -484,13 +494,14 @@ def test_depthwise_under_a_workspace_reads_the_filter_packed_tap_major(
     if not packed:
         assert "staging_kernel" not in names and "conv_depthwise_kernel" not in names
         return
-    assert names == ["staging_kernel", "conv_depthwise_kernel"]
+    assert names == ["staging_kernel", depthwise_kernel_name(problem)]
     assert not plan.launches[0].options["ROUND_TO_TF32"]
     assert kernels.workspace_size(problem) == aligned(math.prod((k, *filt)) * dtype.itemsize)
     packed = depthwise_packed_filter(problem)
     assert packed.strides[0] == 1 and packed.strides[-1] == k
-    width = plan.launches[1].options["UNROLLED_WIDTH"]
-    assert width == (filt[-1] if options.get("channels_last") and filt[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH else None)
+    if names[1] == "conv_depthwise_kernel":
+        unrolled = options.get("channels_last") and filt[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH
+        assert plan.launches[1].options["UNROLLED_WIDTH"] == (filt[-1] if unrolled else None)
 
 
 def test_functional_depthwise_calls_take_the_packed_filter_unless_the_workspace_is_refused(planned_convolutions):
@@ -500,7 +511,7 @@ def test_functional_depthwise_calls_take_the_packed_filter_unless_the_workspace_
     x = torch.randn(2, 12, 9, 10, generator=generator).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
     w = torch.randn(12, 1, 5, 5, generator=generator).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
     dy = torch.randn(2, 12, 9, 10, generator=generator).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
-    packed = ["staging_kernel", "conv_depthwise_kernel"]
+    packed = ["staging_kernel", "conv_depthwise_rows_kernel"]
     handle = od.create("cpu", backend="triton")
     y = functional.conv(x, w, padding=2, groups=12, handle=handle)
     dx = functional.conv_backward_data(dy, w, x.shape, padding=2, groups=12, handle=handle)
@@ -516,11 +527,49 @@ def test_functional_depthwise_calls_take_the_packed_filter_unless_the_workspace_
     no_workspace = od.create("cpu", backend="triton", workspace_limit=0)
     functional.conv(x, w, padding=2, groups=12, handle=no_workspace)
     functional.conv_backward_data(dy, w, x.shape, padding=2, groups=12, handle=no_workspace)
-    in_place = ["conv_depthwise_kernel"]
+    in_place = ["conv_depthwise_rows_kernel"]
     assert planned_convolutions == [
         (ConvolutionFwdAlgo.IMPLICIT_GEMM, S.DIRECT, in_place),
         (ConvolutionBwdDataAlgo.ALGO_0, S.DIRECT, in_place),
     ]
+
+
+DEPTHWISE_RUNS = [  # (direction, dtype, x_dims, k, filt, options), one channel a group, channels-last
+    # 53 pixels a row, a 3-wide filter: 14 runs of 4, the last of 1; padding, beta
+    (FWD, DataType.BFLOAT16, (1, 12, 3, 53), 12, (3, 3), dict(pre=(1, 1), beta=0.5)),
+    # 14 pixels a row, a 5-wide filter: one run; a channel multiplier of 3, true convolution, a margin
+    (FWD, DataType.HALF, (2, 4, 5, 14), 12, (5, 5), dict(pre=(2, 1), post=(2, 3), flip=True, margin=16)),
+    # stride 2 and 3 along the width (columns between the taps never loaded), asymmetric padding; 17
+    # pixels a row: runs of 9 and 8
+    (FWD, DataType.FLOAT, (2, 5, 7, 37), 5, (3, 5), dict(pre=(1, 0), post=(0, 1), stride=(1, 2))),
+    (FWD, DataType.BFLOAT16, (1, 9, 6, 29), 9, (2, 7), dict(pre=(1, 3), stride=(2, 3), alpha=-2.0)),
+    # dilation along both dims, float64
+    (FWD, DataType.DOUBLE, (2, 3, 9, 20), 3, (3, 4), dict(pre=(2, 2), dilation=(2, 3))),
+    # 3-D, 1 x 1 filter (a run of one tap)
+    (FWD, DataType.BFLOAT16, (2, 6, 3, 4, 11), 6, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 1))),
+    (FWD, DataType.BFLOAT16, (2, 6, 5, 9), 6, (1, 1), dict(beta=-1.0)),
+    # backward data: stride 2 along the height only, dilated width, a channel multiplier of 2, beta
+    (DATA, DataType.BFLOAT16, (2, 5, 9, 23), 10, (3, 5), dict(pre=(1, 4), stride=(2, 1), dilation=(1, 2), beta=0.5)),
+    (DATA, DataType.FLOAT, (1, 7, 6, 11), 7, (7, 7), dict(pre=(3, 3), flip=True)),
+    (DATA, DataType.HALF, (1, 4, 3, 4, 9), 4, (3, 3, 3), dict(pre=(1, 1, 1), post=(0, 1, 2))),
+]
+
+
+@pytest.mark.parametrize("direction, dtype, x_dims, k, filt, options", DEPTHWISE_RUNS)
+def test_depthwise_runs_along_the_rows(direction, dtype, x_dims, k, filt, options):
+    """conv_depthwise_rows_kernel against float64, over the filter packed in the workspace in 16 bits
+    (the algorithms calls that name none take) and in place in 32 and 64 bits (from 10 taps): runs as
+    long as DEPTHWISE_LONGEST_RUN allows (4 pixels up to 3 taps wide, else 16), equal within one pixel,
+    the output a row's runs cover exactly (x and y poisoned around the tensors)."""
+    packed = ConvolutionBwdDataAlgo.ALGO_1 if direction is DATA else ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+    algo = packed if dtype.itemsize == 2 else None
+    problem = check(direction, dtype, x_dims, k, filt, groups=x_dims[1], channels_last=True, algo=algo, **options)
+    launch = depthwise_launch(problem)
+    width = (problem.x if direction is DATA else problem.y).dims[-1]
+    longest = 4 if filt[-1] <= 3 else 16
+    run = launch.options["RUN"]
+    runs_per_row = -(-width // run)
+    assert run <= longest and runs_per_row == -(-width // longest) and (runs_per_row - 1) * run < width
 
 
 def test_depthwise_forward_epilogue_bias_residual_relu():

@@ -143,6 +143,55 @@ def test_channels_last_3x3_bfloat16_is_within_its_own_rounding_of_float64(size, 
     assert relative_error(got, want) < 1.25 * rounding, (relative_error(got, want), rounding)
 
 
+DEPTHWISE_LAYERS = [  # (channels, size, filter, stride, padding): ConvNeXt, EfficientNet, MobileNetV2, odd sizes
+    (96, 56, 7, 1, 3),
+    (240, 28, 5, 1, 2),
+    (144, 56, 3, 2, 1),
+    (40, 23, 3, 1, 1),
+    (24, 19, 5, 3, 1),
+]
+
+
+@pytest.mark.parametrize("channels, size, filt, stride, pad", DEPTHWISE_LAYERS)
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+def test_channels_last_depthwise_bfloat16_is_within_its_own_rounding_of_float64(
+    channels, size, filt, stride, pad, packed, direction
+):
+    """The depthwise kernels (runs of output pixels along the rows where they apply) with the filter
+    packed in the workspace (IMPLICIT_PRECOMP_GEMM, ALGO_1: the algorithms calls that name none take)
+    and read in place (IMPLICIT_GEMM, ALGO_0): float32 sums leave only the output's rounding, written
+    over NaN."""
+
+    def channels_last(t):
+        return t.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+
+    handle = od.create(DEVICE)
+    x = channels_last(torch.randn(8, channels, size, size, device=DEVICE))
+    w = channels_last(torch.randn(channels, 1, filt, filt, device=DEVICE) / filt)
+    want_y = TF.conv2d(x.double(), w.double(), stride=stride, padding=pad, groups=channels)
+    dy = channels_last(torch.randn_like(want_y))
+    conv_desc = od.ConvolutionDescriptor((pad, pad), (stride, stride), (1, 1), group_count=channels)
+    xd, wd, yd = _descriptor(x), _descriptor(w), _descriptor(dy)
+    if direction == "forward":
+        algo = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM if packed else od.ConvolutionFwdAlgo.IMPLICIT_GEMM
+        size = od.get_convolution_forward_workspace_size(handle, xd, wd, conv_desc, yd, algo)
+        got, want = torch.full_like(dy, float("nan")), want_y
+    else:
+        algo = od.ConvolutionBwdDataAlgo.ALGO_1 if packed else od.ConvolutionBwdDataAlgo.ALGO_0
+        size = od.get_convolution_backward_data_workspace_size(handle, wd, yd, conv_desc, xd, algo)
+        got = torch.full_like(x, float("nan"))
+        want = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), stride=stride, padding=pad, groups=channels)
+    assert (size > 0) is packed
+    workspace = torch.empty(size, dtype=torch.uint8, device=DEVICE) if size else None
+    if direction == "forward":
+        od.convolution_forward(handle, 1.0, xd, x, wd, w, conv_desc, algo, workspace, 0.0, yd, got)
+    else:
+        od.convolution_backward_data(handle, 1.0, wd, w, yd, dy, conv_desc, algo, workspace, 0.0, xd, got)
+    rounding = relative_error(want.to(torch.bfloat16), want)
+    assert relative_error(got, want) < 1.25 * rounding, (relative_error(got, want), rounding)
+
+
 @pytest.mark.parametrize("size, channels", [(14, 256), (7, 512), (56, 64)])
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])

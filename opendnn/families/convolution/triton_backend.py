@@ -95,6 +95,7 @@ from opendnn.families.convolution.triton_tiles import (
     aligned,
     channels_per_group,
     depthwise_packed_filter,
+    depthwise_run_tile,
     depthwise_tile,
     dot_precision,
     dot_type,
@@ -424,13 +425,9 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
     pixels = geo.n * math.prod(out_size)
     channels = outputs * groups
+    tensors = (a, w, out, Slot("bias"), Slot("z"), *strides5(a_desc))
     direct_args = (
-        a,
-        w,
-        out,
-        Slot("bias"),
-        Slot("z"),
-        *strides5(a_desc),
+        *tensors,
         w_sk,
         w_sc,
         *w_taps,
@@ -446,6 +443,43 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
         *geometry_args,
         *scalars,
     )
+    run_tile = depthwise_run_tile(problem) if strategy is Strategy.DIRECT else None
+    if run_tile is not None:  # channels-last depthwise: runs of output pixels along the rows
+        runs, block_c, warps, run = run_tile
+        runs_per_row = -(-out_size[-1] // run)
+        all_runs = geo.n * math.prod(out_size[:-1]) * runs_per_row
+        rows_args = (
+            *tensors,
+            w_sk,
+            *w_taps,
+            *strides5(out_desc),
+            *epilogue_args,
+            all_runs,
+            runs_per_row,
+            *out_size,
+            *a_size,
+            reduced,
+            outputs,
+            channels,
+            *geo.filt[:2],
+            *geo.pad,
+            *geo.stride[:2],
+            *geo.dilation[:2],
+            *scalars,
+        )
+        grid = (triton.cdiv(all_runs, runs), triton.cdiv(channels, block_c))
+        options = dict(
+            BACKWARD=backward,
+            WIDTH=geo.filt[2],
+            STRIDE_W=geo.stride[2],
+            DILATION_W=geo.dilation[2],
+            RUN=run,
+            BLOCK_P=runs,
+            BLOCK_C=block_c,
+            num_warps=warps,
+        )
+        launch = Launch(depthwise.conv_depthwise_rows_kernel, grid, rows_args, dict(**options, **flags))
+        return [copy_launch(w, w_desc, "w", problem.w, False), launch] if packed else [launch]
     depthwise_block = depthwise_tile(problem) if strategy is Strategy.DIRECT else None
     if depthwise_block is not None:  # one reduced channel a group, from DEPTHWISE_MIN_TAPS taps
         block_p, block_c, warps, unrolled_width = depthwise_block

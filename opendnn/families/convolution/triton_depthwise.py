@@ -29,6 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from opendnn.families.convolution.triton_depthwise_filter import replaced
 from opendnn.families.convolution.triton_gemm import direct_coordinate, epilogue
 
 
@@ -200,3 +201,178 @@ def depthwise_tap(
         w = tl.load(w_ptr + w_row * w_sk + w_tap, mask=channel_valid, other=0.0)
         acc += a.to(COMPUTE) * w.to(COMPUTE)[None, :]
     return acc
+
+
+@triton.jit
+def conv_depthwise_rows_kernel(
+    a_ptr,
+    w_ptr,
+    out_ptr,
+    bias_ptr,
+    z_ptr,
+    a_sn,
+    a_sc,
+    a_sd,
+    a_sh,
+    a_sw,
+    w_sk,
+    w_st,
+    w_sr,
+    w_ss,
+    o_sn,
+    o_sc,
+    o_sd,
+    o_sh,
+    o_sw,
+    z_sn,
+    z_sc,
+    z_sd,
+    z_sh,
+    z_sw,
+    bias_sc,
+    RUNS,
+    RUNS_PER_ROW,
+    OD,
+    OH,
+    OW,
+    AD,
+    AH,
+    AW,
+    RED,
+    OUTC,
+    CHANNELS,
+    T,
+    R,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    dil_d,
+    dil_h,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha2: tl.float64,
+    coef: tl.float64,
+    BACKWARD: tl.constexpr,
+    FLIP: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    WIDTH: tl.constexpr,
+    STRIDE_W: tl.constexpr,
+    DILATION_W: tl.constexpr,
+    RUN: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Program (run block, channel block): out[n, oc, o_d, o_h, o_w0 : o_w0 + RUN] for BLOCK_P runs of
+    RUN output pixels along a row (n, o_d, o_h and the run flattened, RUNS_PER_ROW runs a row) and
+    BLOCK_C of the CHANNELS output channels. Channels and groups as conv_depthwise_kernel's; backward
+    data only at stride 1 along the width (STRIDE_W 1): its window is the forward one over the filter's
+    row turned around."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    run_valid = p < RUNS
+    o_w0 = p % RUNS_PER_ROW * RUN
+    o_h = p // RUNS_PER_ROW % OH
+    o_d = p // (RUNS_PER_ROW * OH) % OD
+    n = (p // (RUNS_PER_ROW * OH * OD)).to(tl.int64)
+    oc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    channel_valid = oc < CHANNELS
+    group = oc // OUTC
+    if BACKWARD:  # input column of output o_w and tap s: o_w + pad - s * dilation
+        first_column = o_w0 + pad_w - (WIDTH - 1) * DILATION_W
+    else:  # o_w * stride - pad + s * dilation
+        first_column = o_w0 * STRIDE_W - pad_w
+    a_pixels = a_ptr + n * a_sn  # each run's image: 64-bit once, 32-bit offsets per filter row
+    zero = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+    sums = (zero,) * RUN
+    for t in range(T):
+        i_d, ok_d = direct_coordinate(o_d, t * dil_d, pad_d, sd, AD, BACKWARD)
+        for r in range(R):
+            i_h, ok_h = direct_coordinate(o_h, r * dil_h, pad_h, sh, AH, BACKWARD)
+            if FLIP:
+                w_row_taps = (T - 1 - t) * w_st + (R - 1 - r) * w_sr
+            else:
+                w_row_taps = t * w_st + r * w_sr
+            row_start = a_pixels + i_d * a_sd + i_h * a_sh + first_column * a_sw
+            row_valid = run_valid & ok_d & ok_h
+            for m in range(RED):
+                a_channel = group * RED + m
+                a_rows = row_start[:, None] + (a_channel * a_sc)[None, :]
+                w_row = w_ptr + (a_channel if BACKWARD else oc) * w_sk + w_row_taps
+                taps = window_taps(w_row, w_ss, channel_valid, BACKWARD, FLIP, COMPUTE, WIDTH)
+                sums = walk_window(
+                    sums, a_rows, first_column, row_valid, AW, a_sw, channel_valid, taps, STRIDE_W, DILATION_W, RUN
+                )
+    channels = oc[None, :]
+    for i in tl.static_range(RUN):
+        o_w = o_w0 + i
+        mask = (run_valid & (o_w < OW))[:, None] & channel_valid[None, :]
+        out_offsets = n[:, None] * o_sn + channels * o_sc + (o_d * o_sd + o_h * o_sh + o_w * o_sw)[:, None]
+        z_offsets = n[:, None] * z_sn + channels * z_sc + (o_d * z_sd + o_h * z_sh + o_w * z_sw)[:, None]
+        epilogue(
+            sums[i],
+            out_ptr,
+            out_offsets,
+            mask,
+            bias_ptr,
+            channels * bias_sc,
+            z_ptr,
+            z_offsets,
+            alpha,
+            beta,
+            alpha2,
+            coef,
+            HAS_BETA,
+            HAS_BIAS,
+            HAS_Z,
+            ACTIVATION,
+            PROPAGATE_NAN,
+            COMPUTE,
+        )
+
+
+@triton.jit
+def window_taps(
+    w_row, w_ss, channel_valid, BACKWARD: tl.constexpr, FLIP: tl.constexpr, COMPUTE: tl.constexpr, WIDTH: tl.constexpr
+):
+    """A filter row's WIDTH filter columns (each BLOCK_C values, converted once) in the window's order:
+    the forward multiplies the window's column q by tap q, the backward by tap WIDTH - 1 - q; FLIP
+    turns the row around once more."""
+    taps = ()
+    for q in tl.static_range(WIDTH):
+        s = WIDTH - 1 - q if BACKWARD != FLIP else q
+        taps = taps + (tl.load(w_row + s * w_ss, mask=channel_valid, other=0.0).to(COMPUTE)[None, :],)
+    return taps
+
+
+@triton.jit
+def walk_window(
+    sums,
+    a_rows,
+    first_column,
+    row_valid,
+    AW,
+    a_sw,
+    channel_valid,
+    taps,
+    STRIDE_W: tl.constexpr,
+    DILATION_W: tl.constexpr,
+    RUN: tl.constexpr,
+):
+    """``sums`` (RUN tiles, one per output pixel of the run) plus one filter row's products: the run's
+    window of input columns is loaded once, column j = first_column + j converted to the taps' type once, and
+    added times tap q into the sum of every output i that reads it (j = i * STRIDE_W + q * DILATION_W).
+    Columns no output reads are never used, so never loaded."""
+    for j in tl.static_range((RUN - 1) * STRIDE_W + (len(taps) - 1) * DILATION_W + 1):
+        column = first_column + j
+        mask = (row_valid & (column >= 0) & (column < AW))[:, None] & channel_valid[None, :]
+        a = tl.load(a_rows + j * a_sw, mask=mask, other=0.0).to(taps[0].dtype)
+        for i in tl.static_range(RUN):  # output i reads column j through tap (j - i * STRIDE_W) / DILATION_W
+            if j >= i * STRIDE_W and (j - i * STRIDE_W) % DILATION_W == 0 and j - i * STRIDE_W < len(taps) * DILATION_W:
+                sums = replaced(sums, i, sums[i] + a * taps[(j - i * STRIDE_W) // DILATION_W])
+    return sums

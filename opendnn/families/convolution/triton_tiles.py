@@ -67,12 +67,22 @@ DEPTHWISE_TILES = {
 # Widest filter whose width DEPTHWISE_TILES unrolls (the widest measured; wider filters loop at run time).
 DEPTHWISE_MAX_UNROLLED_WIDTH = 7
 # ... from this many taps, by whether the channels are contiguous, where the filter is read in place.
-# Channels-last 3 x 3 keeps conv_direct_kernel there (0.68 of cuDNN forward, as the depthwise kernel);
-# channels-first takes the depthwise kernel for every filter (3 x 3: 2.1x cuDNN forward, 2.9-3.8x
-# backward data, against 0.92 and 1.45-1.47 on conv_direct_kernel). A packed filter takes it from 1 tap
-# (channels-last 3 x 3: 0.75-0.81 of cuDNN forward and 0.80-1.21 backward data, against 0.66-0.85 and
-# 0.69-1.00 on conv_direct_kernel).
+# Channels-last problems the rows kernel leaves (backward data strided along the width, wider filters)
+# keep conv_direct_kernel below 10 taps (MobileNetV2's 3 x 3 stride-2 backward data: 134 us against 139
+# on this kernel); channels-first takes the depthwise kernel for every filter (3 x 3: 2.1x cuDNN
+# forward, 2.9-3.8x backward data, against 0.92 and 1.45-1.47 on conv_direct_kernel). A packed filter
+# takes it from 1 tap.
 DEPTHWISE_MIN_TAPS = {True: 10, False: 1}
+# Channels-last depthwise forward and backward data at stride 1 along the width, filters up to
+# DEPTHWISE_MAX_UNROLLED_WIDTH wide, the filter packed or in place, before the kernels above and below:
+# conv_depthwise_rows_kernel's (runs, most channels, warps) per program. A run of output pixels along a
+# row loads its window of input columns once a filter row, where conv_depthwise_kernel loads a column
+# per tap. The longest run by the filter's width: 4 pixels up to 3 taps wide, 16 past that (a 3 x 3
+# layer of 128 channels at 56 x 56: 48 us at runs of 4, 55 at 8, 50 at 14; ConvNeXt's 7 x 7: 87 us at
+# 14, 109 at 8). The best geometric mean of the candidates over the depthwise layers of
+# benchmarks/depthwise_sweep.py (docs/design/convolution.md).
+DEPTHWISE_RUN_TILE = (32, 32, 4)
+DEPTHWISE_LONGEST_RUN = ((3, 4), (DEPTHWISE_MAX_UNROLLED_WIDTH, 16))  # (widest filter, longest run)
 # Algorithms with a workspace under which conv_depthwise_kernel reads the filter packed tap-major there
 # (packs_depthwise_filter); IMPLICIT_GEMM reads the caller's filter, with no workspace.
 PACKED_FILTER_METHODS = (ConvolutionMethod.IMPLICIT_PRECOMP_GEMM, ConvolutionMethod.GEMM)
@@ -268,6 +278,24 @@ def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int | No
     channels = geo.c if problem.direction is BACKWARD_DATA else geo.k
     width = geo.filt[2] if unrolled and geo.filt[2] <= DEPTHWISE_MAX_UNROLLED_WIDTH else None
     return pixels, min(most_channels, triton.next_power_of_2(channels)), warps, width
+
+
+def depthwise_run_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int] | None:
+    """(runs, channels, warps, run length) of conv_depthwise_rows_kernel's program for a channels-last
+    depthwise problem the direct kernels take, where the rows kernel applies (DEPTHWISE_RUN_TILE); None
+    elsewhere. A row's runs are as long as DEPTHWISE_LONGEST_RUN allows and equal within one pixel,
+    the last one shortest (runs of at most 16: 56 pixels in 4 runs of 14; at most 4: 7 in 2 of 4)."""
+    if not depthwise_channels_last(problem):
+        return None
+    geo = geometry(problem)
+    stride_w = geo.stride[-1]
+    if geo.filt[-1] > DEPTHWISE_MAX_UNROLLED_WIDTH or (problem.direction is BACKWARD_DATA and stride_w != 1):
+        return None
+    runs, most_channels, warps = DEPTHWISE_RUN_TILE
+    longest = next(run for widest, run in DEPTHWISE_LONGEST_RUN if geo.filt[-1] <= widest)
+    width = (geo.x_size if problem.direction is BACKWARD_DATA else geo.y_size)[-1]
+    channels = geo.c if problem.direction is BACKWARD_DATA else geo.k
+    return runs, min(most_channels, triton.next_power_of_2(channels)), warps, -(-width // -(-width // longest))
 
 
 # ---- workspace -----------------------------------------------------------------------------------
