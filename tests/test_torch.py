@@ -500,7 +500,8 @@ def test_importing_opendnn_does_not_import_opendnn_torch():
 
 def test_outputs_can_be_updated_in_place_like_torchs():
     """ResNet's ``out += identity`` after a batch norm: opendnn's Functions return tensors, never
-    views (autograd forbids in-place updates of a view a custom Function returned)."""
+    views (autograd forbids in-place updates of a view a custom Function returned); EfficientNet's
+    in-place dropout after its adaptive average pooling: that backward keeps no output to invalidate."""
     import opendnn.torch as ot
 
     x = torch.randn(2, 4, 6, 6, dtype=torch.float64, requires_grad=True)
@@ -510,6 +511,7 @@ def test_outputs_can_be_updated_in_place_like_torchs():
         ot.ReLU(),
         ot.GELU(),
         ot.AvgPool2d(2),
+        ot.AdaptiveAvgPool2d(2),
         ot.LayerNorm(6).double(),
     ]
     for layer in layers:

@@ -588,8 +588,8 @@ adaptive_pool = define(
     autocast=_pooling_autocast,
 )
 
-adaptive_pool_backward = define(  # (the output size is dy's)
-    "adaptive_pool_backward(Tensor dy, Tensor x, Tensor y, int[] output_size, bool is_max) -> Tensor",
+adaptive_pool_backward = define(  # (the output size is dy's; y, the forward's output, only for max pooling)
+    "adaptive_pool_backward(Tensor dy, Tensor x, Tensor? y, int[] output_size, bool is_max) -> Tensor",
     lambda dy, x, y, output_size, is_max: (
         F.adaptive_max_pool_backward(dy, x, y) if is_max else F.adaptive_avg_pool_backward(dy, x)
     ),
@@ -618,7 +618,28 @@ def _indexed_backward(ctx: Any, dy: Tensor | None, _: Any) -> tuple[Any, ...]:
 
 register_autograd(max_pool_with_indices, _indexed_backward, _save_indexed)
 register_gradient_of_input(avg_pool, avg_pool_backward)
-register_gradient_of_input(adaptive_pool, adaptive_pool_backward, saved=("input", "output"))
+
+
+def _save_adaptive(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    """x, and y where max pooling's backward finds the windows' largest elements again: the average's
+    backward reads no y, so an in-place op on it (EfficientNet's dropout after its pooling) leaves
+    the gradient valid, as torch's."""
+    x, _, is_max = inputs
+    if is_max:
+        ctx.save_for_backward(x, output)
+    else:
+        ctx.save_for_backward(x)
+    ctx.options = inputs[1:]
+
+
+def _adaptive_backward(ctx: Any, dy: Tensor | None) -> tuple[Any, ...]:
+    x, *kept = ctx.saved_tensors
+    y = kept[0] if kept else None
+    dx = None if dy is None else adaptive_pool_backward.after(ctx.source, dy, (dy, x, y, *ctx.options))
+    return (dx, None, None)
+
+
+register_autograd(adaptive_pool, _adaptive_backward, _save_adaptive)
 
 
 # ---- fused inference chains (opendnn.torch.fuse) -------------------------------------------------------
