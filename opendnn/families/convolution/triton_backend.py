@@ -467,8 +467,8 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
             *geo.dilation[:2],
             *scalars,
         )
-        grid = (triton.cdiv(all_runs, runs), triton.cdiv(channels, block_c))
-        options = dict(
+        run_grid = (triton.cdiv(all_runs, runs), triton.cdiv(channels, block_c))
+        run_options = dict(
             BACKWARD=backward,
             WIDTH=geo.filt[2],
             STRIDE_W=geo.stride[2],
@@ -478,7 +478,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
             BLOCK_C=block_c,
             num_warps=warps,
         )
-        launch = Launch(depthwise.conv_depthwise_rows_kernel, grid, rows_args, dict(**options, **flags))
+        launch = Launch(depthwise.conv_depthwise_rows_kernel, run_grid, rows_args, dict(**run_options, **flags))
         return [copy_launch(w, w_desc, "w", problem.w, False), launch] if packed else [launch]
     depthwise_block = depthwise_tile(problem) if strategy is Strategy.DIRECT else None
     if depthwise_block is not None:  # one reduced channel a group, from DEPTHWISE_MIN_TAPS taps

@@ -346,7 +346,8 @@ def window_taps(
     taps = ()
     for q in tl.static_range(WIDTH):
         s = WIDTH - 1 - q if BACKWARD != FLIP else q
-        taps = taps + (tl.load(w_row + s * w_ss, mask=channel_valid, other=0.0).to(COMPUTE)[None, :],)
+        tap = tl.load(w_row + s * w_ss, mask=channel_valid, other=0.0).to(COMPUTE)[None, :]
+        taps = taps + (tap,)  # type: ignore[assignment]
     return taps
 
 
