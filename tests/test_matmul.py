@@ -2,6 +2,8 @@
 shape and dtype rules' messages, batch dims no stride merges, and the Pythonic API (matmul,
 linear) on both backends (Triton through its interpreter)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -219,6 +221,73 @@ def test_linear_matches_torch_and_reads_the_weight_transposed(backend):
     got = F.linear(x, weight, bias, handle=od.create("cpu", backend=backend))
     assert got.shape == (3, 4, 6)
     assert relative_error(got, TF.linear(x.double(), weight.double(), bias.double())) < 1e-6
+
+
+def test_a_batch_that_b_lacks_folds_into_the_rows_of_one_product():
+    """A linear layer over (N, H, W, C): the batch becomes rows of one product where A's, C's and the
+    residual's rows lie one stride apart across it; a batch of sliced rows, or a bias per row, keep
+    the batched product. Against float64, C poisoned."""
+    from opendnn.families.matmul import triton_backend as kernels
+
+    def planned(a, b, c, **epilogue):
+        problem = matmul_problem(desc(a), desc(b), desc(c), **epilogue)
+        plan = kernels.launch_plan(
+            problem, problem.a, problem.b, problem.c, problem.bias, problem.residual, False, True, 4
+        )
+        ((launch, _),) = plan.launches
+        names = launch.kernel.arg_names
+        return tuple(launch.args[names.index(name)] for name in ("M", "N", "K", "batch_count"))
+
+    handle = od.create("cpu", backend="triton")
+    x, weight, residual = torch.randn(2, 3, 5, 10), torch.randn(10, 6), torch.randn(2, 3, 5, 6)
+    c = torch.full((2, 3, 5, 6), float("nan"))
+    assert planned(x, weight, c, residual_desc=desc(residual)) == (30, 6, 10, 1)
+    got = F.matmul(x, weight, residual=residual, handle=handle)
+    assert relative_error(got, x.double() @ weight.double() + residual.double()) < 1e-6
+    sliced = torch.randn(2, 3, 6, 10)[:, :, :5]
+    assert planned(sliced, weight, c) == (5, 6, 10, 6)
+    assert relative_error(F.matmul(sliced, weight, handle=handle), sliced.double() @ weight.double()) < 1e-6
+    row_bias = torch.randn(5)
+    assert planned(x, weight, c, bias_desc=desc(row_bias), bias_axis="row") == (5, 6, 10, 6)
+    got = F.matmul(x, weight, row_bias, bias_axis="row", handle=handle)
+    assert relative_error(got, x.double() @ weight.double() + row_bias.double()[:, None]) < 1e-6
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_a_long_k_over_few_tiles_is_split_and_summed_in_a_fixed_order(beta):
+    """A linear layer's weight gradient (few tiles of C, K every token): slices of K into float32
+    partials, added in slice order with the epilogue (bias, gelu, residual, alpha, beta * C): bitwise
+    the same on every run, against float64. Under the interpreter (4 programs) a 32 x 32 tile."""
+    from opendnn.families.matmul import triton_backend as kernels
+
+    a, b = torch.randn(20, 1000), torch.randn(1000, 24)
+    bias, residual, prior = torch.randn(24), torch.randn(20, 24), torch.randn(20, 24)
+    problem = matmul_problem(
+        desc(a),
+        desc(b),
+        desc(prior),
+        alpha=2.0,
+        beta=beta,
+        bias_desc=desc(bias),
+        activation=PointwiseMode.GELU_FWD,
+        residual_desc=desc(residual),
+    )
+    plan = kernels.launch_plan(problem, problem.a, problem.b, problem.c, problem.bias, problem.residual, False, True, 4)
+    ((launches, _),) = plan.launches
+    products, sums = launches.launches
+    assert (products.options["SPLITS"], sums.kernel.__name__) == (4, "split_sum_kernel")
+    assert launches.scratch[0].numel == 4 * 20 * 24
+    handle = od.create("cpu", backend="triton")
+    epilogue = MatmulEpilogue(desc(bias), bias, activation=PointwiseMode.GELU_FWD)
+    epilogue = dataclasses.replace(epilogue, residual_desc=desc(residual), residual=residual)
+    results = []
+    for _ in range(2):
+        c = prior.clone()
+        matmul(handle, 2.0, desc(a), a, desc(b), b, beta, desc(c), c, epilogue=epilogue)
+        results.append(c)
+    want = 2.0 * (TF.gelu(a.double() @ b.double() + bias.double()) + residual.double()) + beta * prior.double()
+    assert torch.equal(results[0], results[1])
+    assert relative_error(results[0], want) < 1e-6
 
 
 def test_functional_errors_name_both_shapes():

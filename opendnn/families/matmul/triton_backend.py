@@ -70,7 +70,7 @@ from opendnn.families.matmul.triton_tiles import (
 from opendnn.families.pointwise.problem import PointwiseMode, PointwiseProblem
 from opendnn.kernels.activation import FAST_DTYPES
 from opendnn.kernels.device import TMA_ALIGNMENT, has_wgmma, multiprocessors, tma_ready, use_descriptor_scratch
-from opendnn.kernels.launch import Launch, Slot
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
 
 @triton.jit
@@ -117,9 +117,11 @@ def matmul_kernel(
     c_ptr,
     bias_ptr,
     residual_ptr,
+    partial_ptr,
     M,
     N,
     K,
+    k_per_split,
     batch_count,
     batch_inner,
     a_batch_outer,
@@ -167,11 +169,15 @@ def matmul_kernel(
     IMPRECISE: tl.constexpr,
     FAST: tl.constexpr,
     A_IN_REGISTERS: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
+    """C's tiles, each the product over K, or with SPLITS > 1 over one of SPLITS slices of
+    ``k_per_split`` (a multiple of BLOCK_K) of K: then a tile's float32 partial sum goes to
+    ``partial_ptr`` ([SPLITS, M, N], one batch), which ``split_sum_kernel`` adds up and finishes."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    total = batch_count * tiles_m * tiles_n
+    tiles_per_split = batch_count * tiles_m * tiles_n
+    total = tiles_per_split * SPLITS
     a_desc = a_ptr
     b_desc = b_ptr
     if TMA:  # stored order: a transposed operand's rows are K
@@ -185,7 +191,8 @@ def matmul_kernel(
             b_desc = operand_descriptor(b_ptr, b_tma_batches, b_tma_batch_stride, K, N, b_stride_k, BLOCK_K, BLOCK_N)
 
     for tile in tl.range(tl.program_id(0), total, PROGRAMS, flatten=TMA):
-        batch, tile_m, tile_n = tile_coordinates(tile, tiles_m, tiles_n, GROUP_M)
+        split = tile // tiles_per_split
+        batch, tile_m, tile_n = tile_coordinates(tile % tiles_per_split, tiles_m, tiles_n, GROUP_M)
         m0 = tile_m * BLOCK_M
         n0 = tile_n * BLOCK_N
         a_base = a_ptr + batch_offset(batch, batch_inner, a_batch_outer, a_batch_inner)
@@ -193,8 +200,9 @@ def matmul_kernel(
         a_batch = batch % a_tma_batches  # TMA: the batch is one stride (a_tma_batches is 1 when broadcast)
         b_batch = batch % b_tma_batches
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-        for kt in range(k_tiles):
-            k0 = kt * BLOCK_K
+        k_first = split * k_per_split
+        for kt in range(tl.cdiv(tl.minimum(K - k_first, k_per_split), BLOCK_K)):
+            k0 = k_first + kt * BLOCK_K
             if A_TRANSPOSED:
                 a = load_tile(a_desc, a_base, a_batch, k0, m0, K, M, a_stride_k, a_stride_m, BLOCK_K, BLOCK_M, TMA).T
             else:
@@ -211,10 +219,13 @@ def matmul_kernel(
             # fp8: partial sums promoted to full fp32 every IMPRECISE products (None: never)
             acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC, max_num_imprecise_acc=IMPRECISE)
 
-        batch, tile_m, tile_n = tile_coordinates(tile, tiles_m, tiles_n, GROUP_M)  # recomputed: fewer live registers
+        # recomputed: fewer live registers
+        batch, tile_m, tile_n = tile_coordinates(tile % tiles_per_split, tiles_m, tiles_n, GROUP_M)
         c_base = c_ptr + batch_offset(batch, batch_inner, c_batch_outer, c_batch_inner)
         r_base = residual_ptr + batch_offset(batch, batch_inner, r_batch_outer, r_batch_inner)
-        if SPLIT_EPILOGUE:  # two BLOCK_M x BLOCK_N/2 halves: half the registers and staging memory at once
+        if SPLITS > 1:
+            store_partial(acc, partial_ptr, split, tile_m * BLOCK_M, tile_n * BLOCK_N, M, N, BLOCK_M, BLOCK_N)
+        elif SPLIT_EPILOGUE:  # two BLOCK_M x BLOCK_N/2 halves: half the registers and staging memory at once
             left, right = tl.split(acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1))
             finish_tile(
                 left,
@@ -303,6 +314,85 @@ def matmul_kernel(
             )
 
 
+@triton.jit
+def store_partial(acc, partial_ptr, split, row0, col0, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One slice's partial sum of the tile at (row0, col0) into its [M, N] plane of the partials."""
+    rows = row0 + tl.arange(0, BLOCK_M)
+    cols = col0 + tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    plane = partial_ptr + split.to(tl.int64) * M * N
+    tl.store(plane + rows[:, None].to(tl.int64) * N + cols[None, :], acc, mask=mask)
+
+
+@triton.jit
+def split_sum_kernel(
+    partial_ptr,
+    c_ptr,
+    bias_ptr,
+    residual_ptr,
+    M,
+    N,
+    c_stride_m,
+    c_stride_n,
+    r_stride_m,
+    r_stride_n,
+    bias_stride,
+    alpha: tl.float64,
+    beta: tl.float64,
+    scale: tl.float64,
+    coef: tl.float64,
+    HAS_BIAS: tl.constexpr,
+    BIAS_PER_ROW: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    ACC: tl.constexpr,
+    FAST: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Program (tile row, tile column) of C: the SPLITS partial sums of matmul_kernel's slices of K
+    added in slice order (the same sum on every run), then the epilogue and C's store."""
+    row0 = tl.program_id(0) * BLOCK_M
+    col0 = tl.program_id(1) * BLOCK_N
+    rows = row0 + tl.arange(0, BLOCK_M)
+    cols = col0 + tl.arange(0, BLOCK_N)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    offsets = rows[:, None].to(tl.int64) * N + cols[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for split in tl.static_range(SPLITS):
+        acc += tl.load(partial_ptr + split * M * N + offsets, mask=mask, other=0.0)
+    finish_tile(
+        acc,
+        tl.arange(0, BLOCK_M),
+        tl.arange(0, BLOCK_N),
+        row0,
+        col0,
+        M,
+        N,
+        c_ptr,
+        c_stride_m,
+        c_stride_n,
+        residual_ptr,
+        r_stride_m,
+        r_stride_n,
+        bias_ptr,
+        bias_stride,
+        alpha,
+        beta,
+        scale,
+        coef,
+        HAS_BIAS,
+        BIAS_PER_ROW,
+        ACTIVATION,
+        HAS_RESIDUAL,
+        HAS_BETA,
+        ACC,
+        FAST,
+    )
+
+
 # ---- launcher ------------------------------------------------------------------------------------
 
 
@@ -334,6 +424,8 @@ STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 produc
 # 16.5 of 256), and 128 x 128, half the area (rounds half as long)
 RATED_16_BIT_TILES = ((WIDE_16_BIT_TILES, 1.0), (TileConfig(256, 128, 64, 8, 8, 3), 0.9), (SMALL_TILES, 0.89))
 TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
+MIN_SPLIT_STEPS = 8  # fewest steps of BLOCK_K a slice of a split K takes (k_splits)
+SPLIT_SUM_BLOCK = 64  # rows and columns of C a program of split_sum_kernel adds up
 MAX_PROGRAMS_INTERPRETED = 4
 
 
@@ -354,7 +446,7 @@ class Plan:
     c, residual) of the batch it computes: one launch unless more than two batch dims stay
     unmerged (rare; the outer ones loop on the host)."""
 
-    launches: tuple[tuple[Launch, tuple[int, ...]], ...]  # (the element offsets into a, b, c, residual)
+    launches: tuple[tuple[Launch | Launches, tuple[int, ...]], ...]  # (the element offsets into a, b, c, residual)
     tma: bool
     engine: Engine
 
@@ -418,6 +510,7 @@ def launch_plan(
     16-byte aligned on a GPU with TMA (then it is used where their layouts allow); ``fast``: the
     epilogue's activation may use the GPU's approximate instructions (a 16-bit C); ``hopper``: the
     GPU is an sm_90 (``choose_engine``)."""
+    problem, a, b, c, residual = folded(problem, a, b, c, residual)
     batch_dims, strides = merged_batch(problem, a, b, c, residual)
     outer, inner = batch_dims[:-2], batch_dims[-2:]
     inner_strides = [None if s is None else s[-2:] for s in strides]
@@ -439,7 +532,7 @@ def launch_plan(
     engine = choose_engine(problem, a_tma is not None, hopper, interpreted, sms)
     if engine is Engine.GLUON_HOPPER and a_tma is not None and b_tma is not None:
         tma_batches, transposed = (a_tma, b_tma), (a_transposed, b_transposed)
-        launch = gluon_launch(
+        launch: Launch | Launches = gluon_launch(
             problem, a, b, c, bias, residual, inner, inner_strides, tma_batches, transposed, sms, fast
         )
     else:
@@ -460,6 +553,41 @@ def takes_wide_tiles(problem: MatmulProblem, sms: int) -> bool:
     """The 16-bit product fills the GPU with 128 x 256 tiles and finishes soonest with them, as the
     ``tl.dot`` kernel plans it (``tile_config``; a ragged N that wastes a round of them takes 256 x 128)."""
     return tile_config(problem, problem.a.dtype, False, sms) == WIDE_16_BIT_TILES
+
+
+def folded(
+    problem: MatmulProblem,
+    a: TensorDescriptor,
+    b: TensorDescriptor,
+    c: TensorDescriptor,
+    residual: TensorDescriptor | None,
+) -> tuple[MatmulProblem, TensorDescriptor, TensorDescriptor, TensorDescriptor, TensorDescriptor | None]:
+    """A batch that B does not have (a linear layer over (N, L, C) or (N, H, W, C) inputs) folded into
+    M, as torch.matmul folds it: one product of batch x M rows where A, C and the residual lay their
+    rows one stride apart across the batch and any bias follows the columns; the operands otherwise.
+    Batched, each batch is its own column of tiles of M rows (56 rows of a 128-row tile at a 56 x 56
+    image's rows) and B is read again per batch."""
+    batch = math.prod(problem.batch)
+    if batch == 1 or (problem.bias is not None and problem.bias_axis is BiasAxis.ROW):
+        return problem, a, b, c, residual
+    sizes, strides = merged_batch(problem, a, b, c, residual)
+    if len(sizes) > 2 or sizes[0] > 1 or any(strides[1] or ()):  # one batch stride, none for B
+        return problem, a, b, c, residual
+    rows = batch * problem.m
+
+    def as_rows(desc: TensorDescriptor | None, batch_strides: list[int] | None) -> TensorDescriptor | None:
+        """The operand as one matrix of ``rows`` rows where its batch stride is M rows."""
+        if desc is None or batch_strides is None or batch_strides[1] != problem.m * desc.strides[-2]:
+            return None
+        return TensorDescriptor(desc.dtype, (rows, desc.dims[-1]), desc.strides[-2:])
+
+    a_rows, c_rows = as_rows(a, strides[0]), as_rows(c, strides[2])
+    r_rows = as_rows(residual, strides[3])
+    if a_rows is None or c_rows is None or (residual is not None and r_rows is None):
+        return problem, a, b, c, residual
+    b_matrix = TensorDescriptor(b.dtype, b.dims[-2:], b.strides[-2:])
+    rows_problem = dataclasses.replace(problem, a=a_rows, b=b_matrix, c=c_rows, residual=r_rows, batch=(), m=rows)
+    return rows_problem, a_rows, b_matrix, c_rows, r_rows
 
 
 def merged_batch(
@@ -510,22 +638,27 @@ def _launch(
     interpreted: bool,
     sms: int,
     fast: bool,
-) -> Launch:
-    """The kernel launch over two batch dims (TMA when ``a_tma`` and ``b_tma`` are given)."""
+) -> Launch | Launches:
+    """The kernel launch over two batch dims (TMA when ``a_tma`` and ``b_tma`` are given); with K split
+    (``k_splits``), that launch into the partial sums and the one that adds them up."""
     (sa_m, sa_k), (sb_k, sb_n) = a.strides[-2:], b.strides[-2:]
     config = tile_config(problem, a.dtype, interpreted, sms)
-    tiles = batch_dims[0] * batch_dims[1] * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
-    programs = persistent_programs(tiles, sms)
+    batch = batch_dims[0] * batch_dims[1]
+    splits, k_per_split = k_splits(problem, config, batch, sms)
+    tiles = batch * -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+    programs = persistent_programs(tiles * splits, sms)
     args = (
         Slot("a"),
         Slot("b"),
         Slot("c"),
         Slot("bias"),
         Slot("residual"),
+        Slot("partial" if splits > 1 else "c"),
         problem.m,
         problem.n,
         problem.k,
-        batch_dims[0] * batch_dims[1],
+        k_per_split,
+        batch,
         batch_dims[1],
         *strides[0],
         sa_m,
@@ -541,7 +674,8 @@ def _launch(
         problem.scale,
         problem.coef,
     )
-    return Launch(
+    epilogue = epilogue_options(problem, bias is not None, residual is not None, fast)
+    products = Launch(
         matmul_kernel,
         (programs,),
         args,
@@ -549,7 +683,7 @@ def _launch(
             TMA=a_tma is not None,
             A_TRANSPOSED=sa_k != 1 and sa_m == 1,
             B_TRANSPOSED=sb_n != 1 and sb_k == 1,
-            **epilogue_options(problem, bias is not None, residual is not None, fast),
+            **epilogue,
             PRECISION="tf32" if problem.allow_tf32 and a.dtype is DataType.FLOAT else "ieee",
             BLOCK_M=config.block_m,
             BLOCK_N=config.block_n,
@@ -560,10 +694,49 @@ def _launch(
             IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
             UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
             A_IN_REGISTERS=problem.allow_tf32 and a.dtype is DataType.FLOAT and sa_k != 1,
+            SPLITS=splits,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
         ),
     )
+    if splits == 1:
+        return products
+    block = SPLIT_SUM_BLOCK
+    sums = Launch(
+        split_sum_kernel,
+        (-(-problem.m // block), -(-problem.n // block)),
+        (
+            Slot("partial"),
+            Slot("c"),
+            Slot("bias"),
+            Slot("residual"),
+            problem.m,
+            problem.n,
+            *c.strides[-2:],
+            *(residual.strides[-2:] if residual is not None else (0, 0)),
+            0 if bias is None else bias.strides[0],
+            problem.alpha,
+            problem.beta,
+            problem.scale,
+            problem.coef,
+        ),
+        dict(**epilogue, SPLITS=splits, BLOCK_M=block, BLOCK_N=block, num_warps=4),
+    )
+    accumulator = torch.float64 if epilogue["ACC"] == tl.float64 else torch.float32
+    return Launches((products, sums), (Scratch("partial", splits * problem.m * problem.n, accumulator),))
+
+
+def k_splits(problem: MatmulProblem, config: TileConfig, batch: int, sms: int) -> tuple[int, int]:
+    """(slices, K elements per slice, a multiple of BLOCK_K) of a product of one batch whose tiles fill
+    at most half the GPU over a long K (a linear layer's weight gradient, which reduces over every
+    token): about a tile per SM, each slice at least MIN_SPLIT_STEPS steps of BLOCK_K; (1, K) else."""
+    tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
+    steps = -(-problem.k // config.block_k)
+    splits = min(sms // tiles, steps // MIN_SPLIT_STEPS) if batch == 1 else 1
+    if splits < 2:
+        return 1, problem.k
+    per_split = -(-steps // splits)
+    return -(-steps // per_split), per_split * config.block_k
 
 
 def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
