@@ -1,17 +1,20 @@
 """Depthwise layers (batch 64) on the GPU: each direction as planned beside cuDNN; then forward and
-backward data on ``conv_depthwise_kernel`` with the filter packed in the workspace (the route of the
-algorithms calls take by default) under each candidate (pixels, channels, warps, unrolled width) tile; then
+backward data with the filter packed in the workspace (the route of the algorithms calls take by
+default): channels-last on ``conv_depthwise_rows_kernel`` under each candidate (runs, channels, warps)
+tile and longest run (``RUN_CANDIDATES``), channels-first on ``conv_depthwise_kernel`` under each
+candidate (pixels, channels, warps, unrolled width) tile; then
 the channels-first backward filter's candidate plans: ``filter_depthwise_kernel`` under each (pixels,
 channels, taps, warps) tile and programs per SM; then the bfloat16 channels-last backward filter on
 ``filter_depthwise_rows_kernel`` under each (output rows, channels, filter rows, warps) tile and
 programs per SM (``--channels-last-filter``: only that part). 3 x 3 filters run the candidates too,
 beside their planned kernels (``conv_direct_kernel``, ``filter_direct_kernel``). Each line gives the
 error against float64 and the GPU time (CUDA-graph replay); the last lines give the best plan per
-layer, layout and direction as entries of ``triton_tiles.DEPTHWISE_TILES``, ``DEPTHWISE_FILTER_TILES``
-(channels-last: True, channels-first: False) and ``DEPTHWISE_ROWS_TILES`` (by filter width), from how
-many taps each layout should take the new kernels (``DEPTHWISE_MIN_TAPS``, ``DEPTHWISE_FILTER_MIN_TAPS``),
-and per layout the forward / backward data tile with the best geometric mean over the layers past 9
-taps. docs/design/convolution.md, "Depthwise".
+layer, layout and direction as entries of ``triton_tiles.DEPTHWISE_TILES``, ``DEPTHWISE_RUN_TILE``,
+``DEPTHWISE_FILTER_TILES`` (channels-last: True, channels-first: False) and ``DEPTHWISE_ROWS_TILES`` (by
+filter width), from how many taps each layout should take the new kernels (``DEPTHWISE_MIN_TAPS``,
+``DEPTHWISE_FILTER_MIN_TAPS``), the channels-first forward / backward data tile with the best geometric
+mean over the layers past 9 taps, and the rows kernel's candidates by their geometric mean over all the
+layers and per filter width (``DEPTHWISE_LONGEST_RUN``). docs/design/convolution.md, "Depthwise".
 
     PYTHONPATH=. python3 benchmarks/depthwise_sweep.py [--budget SECONDS] [--channels-last-filter]
 """
@@ -42,10 +45,18 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
     "dw3x3_c960_7": (960, 7, 960, 3, 1, 960),
 }
 LAYOUTS = ((DataType.BFLOAT16, True), (DataType.FLOAT, False))  # (dtype, channels last)
-DATA_TILES = {  # conv_depthwise_kernel's candidate (pixels, channels, warps, unrolled width) per layout, filter packed
-    True: [(64, 32, 4, True), (128, 32, 4, True), (64, 32, 2, True), (64, 64, 4, True), (64, 32, 4, False)],
-    False: [(256, 8, 4, False), (128, 16, 4, False), (128, 16, 4, True), (64, 32, 4, False)],
-}
+# conv_depthwise_kernel's candidate (pixels, channels, warps, unrolled width), channels-first, filter packed
+DATA_TILES = [(256, 8, 4, False), (128, 16, 4, False), (128, 16, 4, True), (64, 32, 4, False)]
+RUN_CANDIDATES = [  # conv_depthwise_rows_kernel's candidate ((runs, channels, warps), longest run), channels-last
+    ((32, 32, 4), 4),
+    ((32, 32, 4), 8),
+    ((32, 32, 4), 16),
+    ((16, 32, 2), 8),
+    ((32, 16, 4), 8),
+    ((64, 16, 4), 8),
+    ((64, 32, 4), 4),
+    ((16, 16, 2), 8),
+]
 TILES = {  # filter_depthwise_kernel's candidate (pixels, channels, taps, warps) per layout
     True: [(32, 32, 8, 4), (16, 32, 8, 2), (32, 64, 8, 4), (64, 32, 4, 4), (32, 32, 16, 4), (16, 64, 8, 4)],
     False: [(64, 16, 8, 4), (32, 32, 8, 4), (128, 16, 4, 4)],
@@ -73,29 +84,42 @@ def timed(case: Case) -> tuple[float, float]:
 
 
 def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, best: dict, scores: dict) -> None:
-    """Each layer's forward and backward data under each candidate of DATA_TILES; ``cudnn``: cuDNN's
-    microseconds per (layer, layout, direction); ``scores``: per (layout, tile), the ratios of the
-    layers past 9 taps."""
-    chosen = dict(tiles.DEPTHWISE_TILES)
+    """Each layer's forward and backward data: channels-first under each candidate of DATA_TILES,
+    channels-last under each of RUN_CANDIDATES (the rows kernel's problems: backward data at stride 1
+    only); ``cudnn``: cuDNN's microseconds per (layer, layout, direction); ``scores``: per (layout,
+    entry), the ratios of the layers past 9 taps (channels-first) or of every layer, and per (layout,
+    filter width, entry) those of the width's layers (channels-last)."""
+    chosen = dict(tiles.DEPTHWISE_TILES), tiles.DEPTHWISE_RUN_TILE, tiles.DEPTHWISE_LONGEST_RUN
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
-        for tile, direction in itertools.product(DATA_TILES[channels_last], (FWD, DATA)):
-            if time.time() - start > budget:
-                break
-            tiles.DEPTHWISE_TILES[channels_last, True] = tile
+        candidates = RUN_CANDIDATES if channels_last else DATA_TILES
+        for candidate, direction in itertools.product(candidates, (FWD, DATA)):
+            if time.time() - start > budget or (channels_last and direction is DATA and shape[4] > 1):
+                continue
+            if channels_last:
+                tile, longest = candidate
+                tiles.DEPTHWISE_RUN_TILE = tile
+                tiles.DEPTHWISE_LONGEST_RUN = ((tiles.DEPTHWISE_MAX_UNROLLED_WIDTH, longest),)
+                entry = f"DEPTHWISE_RUN_TILE = {tile}, longest run {longest}"
+            else:
+                tiles.DEPTHWISE_TILES[False, True] = candidate
+                entry = f"DEPTHWISE_TILES[False, True] = {candidate}"
             replan()
             error, ours = timed(Case(shape, direction, dtype, channels_last))
             ratio = cudnn[name, layout, direction] / ours
-            entry = f"DEPTHWISE_TILES[{channels_last}, True] = {tile}"
             print(
                 f"{name:24s} {layout:14s} {direction.name:15s} candidate {entry} err={error:.1e} "
                 f"ours={ours:8.1f}us ratio={ratio:.3f}",
                 flush=True,
             )
             best[name, layout, direction] = max(best.get((name, layout, direction), (0.0, "")), (ratio, entry))
-            if shape[3] > 3:
+            if channels_last:
                 scores.setdefault((layout, entry), []).append(ratio)
-    tiles.DEPTHWISE_TILES.update(chosen)
+                scores.setdefault((f"{layout} {shape[3]} wide", entry), []).append(ratio)
+            elif shape[3] > 3:
+                scores.setdefault((layout, entry), []).append(ratio)
+    tiles.DEPTHWISE_TILES.update(chosen[0])
+    tiles.DEPTHWISE_RUN_TILE, tiles.DEPTHWISE_LONGEST_RUN = chosen[1:]
     replan()
 
 
@@ -192,7 +216,7 @@ def main() -> None:
     print("best per layer and direction (ratio = cuDNN time / opendnn time):")
     for (name, layout, direction), (ratio, entry) in best.items():
         print(f"best {name:24s} {layout:14s} {direction.name:15s} ratio={ratio:.3f} {entry}")
-    print("forward and backward data tiles by geometric mean over the layers past 9 taps:")
+    print("forward and backward data candidates by geometric mean (channels-first: over the layers past 9 taps):")
     for (layout, entry), ratios in sorted(scores.items(), key=lambda item: -geomean(item[1])):
         print(f"geomean {layout:14s} {geomean(ratios):.3f} over {len(ratios)} {entry}")
 
