@@ -275,8 +275,8 @@ def test_a_long_k_over_few_tiles_is_split_and_summed_in_a_fixed_order(beta):
     plan = kernels.launch_plan(problem, problem.a, problem.b, problem.c, problem.bias, problem.residual, False, True, 4)
     ((launches, _),) = plan.launches
     products, sums = launches.launches
-    assert (products.options["SPLITS"], sums.kernel.__name__) == (4, "split_sum_kernel")
-    assert launches.scratch[0].numel == 4 * 20 * 24
+    assert (products.options["SPLITS"], sums.kernel.__name__) == (3, "split_sum_kernel")  # 63 steps of 16
+    assert launches.scratch[0].numel == 3 * 20 * 24
     handle = od.create("cpu", backend="triton")
     epilogue = MatmulEpilogue(desc(bias), bias, activation=PointwiseMode.GELU_FWD)
     epilogue = dataclasses.replace(epilogue, residual_desc=desc(residual), residual=residual)

@@ -424,7 +424,7 @@ STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 produc
 # 16.5 of 256), and 128 x 128, half the area (rounds half as long)
 RATED_16_BIT_TILES = ((WIDE_16_BIT_TILES, 1.0), (TileConfig(256, 128, 64, 8, 8, 3), 0.9), (SMALL_TILES, 0.89))
 TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
-MIN_SPLIT_STEPS = 8  # fewest steps of BLOCK_K a slice of a split K takes (k_splits)
+MIN_SPLIT_STEPS = 16  # fewest steps of BLOCK_K a slice of a split K takes (k_splits)
 SPLIT_SUM_BLOCK = 64  # rows and columns of C a program of split_sum_kernel adds up
 MAX_PROGRAMS_INTERPRETED = 4
 
