@@ -175,7 +175,8 @@ SUITES: dict[str, tuple[str, str, int]] = {
     ),
     "models": (
         "Whole models",
-        "torchvision's ResNet-50 and MobileNetV2 at batch 64, 224 x 224, bf16 autocast, "
+        "torchvision's ResNet-50, MobileNetV2, EfficientNet-B0 and ConvNeXt-tiny at batch 64, 224 x 224, "
+        "bf16 autocast, "
         "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
         "gpt2_small (GPT-2 small in plain torch, `benchmarks/gpt2.py`), bf16 autocast: its attention "
         "routed to opendnn (`opendnn.torch.attention.scaled_dot_product_attention`) against torch's SDPA, "
