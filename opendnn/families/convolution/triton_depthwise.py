@@ -22,6 +22,15 @@ every convolution kernel shares (alpha, z, bias, activation, beta * out).
 Traffic: x (or dy) read once plus the halo's share, the output written once; 2 * taps * KG FLOPs per
 output element of the backward (2 * taps forward). The filter's sizes are run-time values, but for
 UNROLLED_WIDTH: the filter's width as a constant, its taps unrolled (one compiled kernel per width).
+
+``conv_depthwise_rows_kernel`` takes the channels-last problems with filters up to 7 taps wide (the
+forward at any stride and dilation, backward data at stride 1 along the width): a program owns BLOCK_P
+runs of RUN consecutive output pixels of a row x BLOCK_C channels and, per filter row, loads the run's
+window of input columns once, (RUN - 1) * stride + (WIDTH - 1) * dilation + 1 of them, each converted
+once and added times its tap into the sum of every output of the run that reads it: 1.4 loads an
+output pixel a filter row for a run of 14 and a 7-wide filter, where the kernel above loads 7. The
+width, stride and dilation along it are constants (one compiled kernel per width, stride and run), so
+each (output, tap) pair is resolved when the kernel compiles. docs/design/convolution.md, "Depthwise".
 """
 
 from __future__ import annotations
