@@ -520,3 +520,36 @@ def test_outputs_can_be_updated_in_place_like_torchs():
         out.sum().backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()
         x.grad = None
+
+
+def test_linear_over_many_tokens_trains_like_torch_with_its_weight_gradient_split_along_k(monkeypatch):
+    """A linear layer over (2, 300, 8) on the Triton kernels: its forward and data gradient one product
+    of 600 rows, its weight gradient (K = 600 tokens, one tile) split along K into partials added in a
+    fixed order. Three steps, the later ones replayed, against torch in float64."""
+    from opendnn.families.matmul import triton_backend as kernels
+
+    monkeypatch.setenv("OPENDNN_BACKEND", "triton")
+    planned = []
+    launch_plan = kernels.launch_plan
+
+    def recording(*args, **options):
+        plan = launch_plan(*args, **options)
+        planned.append(tuple(type(launch).__name__ for launch, _ in plan.launches))
+        return plan
+
+    monkeypatch.setattr(kernels, "launch_plan", recording)
+    torch.manual_seed(0)
+    theirs = torch.nn.Linear(8, 8).double()
+    ours = ot.Linear(8, 8).double()
+    ours.load_state_dict(theirs.state_dict())
+    for _ in range(3):
+        x = torch.randn(2, 300, 8, dtype=torch.float64)
+        mine, reference = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ours(mine).square().sum().backward()
+        theirs(reference).square().sum().backward()
+        assert_close(mine.grad, reference.grad)
+        assert_close(ours.weight.grad, theirs.weight.grad)
+        assert_close(ours.bias.grad, theirs.bias.grad)
+        ours.zero_grad()
+        theirs.zero_grad()
+    assert ("Launches",) in planned  # the weight gradient: products into partials, then their sum
