@@ -1,14 +1,16 @@
 """Benchmark cases of pooling against torch (cuDNN / ATen pooling kernels), same inputs, same process.
 
-Suite ``pooling``: ResNet-50's stem max pool (3x3, stride 2, padding 1) and an average pool
-(2x2, stride 2) on a 64 x 256 x 56 x 56 activation, stored NCHW and NHWC, forward and backward.
+Suite ``pooling``: ResNet-50's stem max pool (3x3, stride 2, padding 1), an average pool (2x2,
+stride 2) and a global average pool (torch's ``adaptive_avg_pool2d(x, 1)``, as in squeeze-and-excitation
+blocks and classifier heads) on a 64 x 256 x 56 x 56 activation, stored NCHW and NHWC, forward and
+backward.
 
 Bytes counted (the same for both sides): forward reads x and writes y; max backward reads x, y and
 dy and writes dx (cuDNN's contract: the argmax is recomputed, no index tensor); average backward
 reads dy and writes dx. torch's max backward is timed as
 ``aten.max_pool2d_with_indices_backward`` with the indices computed once outside the timed call
 (torch reads its int64 indices instead of x and y, so the comparison favours torch); torch's average
-backward is ``aten.avg_pool2d_backward``.
+backward is ``aten.avg_pool2d_backward``, its global average's ``aten._adaptive_avg_pool2d_backward``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ aten = torch.ops.aten
 SHAPES = {"full": (64, 256, 56, 56), "quick": (8, 256, 56, 56), "tiny": (2, 6, 9, 11)}
 MAX_3X3 = ("max", 3, 2, 1)  # kind, window, stride, padding
 AVG_2X2 = ("avg", 2, 2, 0)
+GLOBAL_AVG = ("global", 0, 0, 0)  # the window is the input's spatial size
 
 
 def _input(ctx: Context, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
@@ -33,14 +36,18 @@ def _input(ctx: Context, dtype: torch.dtype, channels_last: bool) -> torch.Tenso
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
-def _descriptor(kind: str, window: int, stride: int, padding: int) -> PoolingDescriptor:
+def _descriptor(x: torch.Tensor, kind: str, window: int, stride: int, padding: int) -> PoolingDescriptor:
     mode = PoolingMode.MAX if kind == "max" else PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING
-    return PoolingDescriptor(mode, NanPropagation.PROPAGATE_NAN, (window,) * 2, (padding,) * 2, (stride,) * 2)
+    windows = tuple(x.shape[2:]) if kind == "global" else (window,) * 2
+    strides = windows if kind == "global" else (stride,) * 2
+    return PoolingDescriptor(mode, NanPropagation.PROPAGATE_NAN, windows, (padding,) * 2, strides)
 
 
 def _torch_forward(kind: str, window: int, stride: int, padding: int) -> Callable[[torch.Tensor], torch.Tensor]:
     if kind == "max":
         return lambda x: F.max_pool2d(x, window, stride, padding)
+    if kind == "global":
+        return lambda x: F.adaptive_avg_pool2d(x, 1)
     return lambda x: F.avg_pool2d(x, window, stride, padding)
 
 
@@ -51,7 +58,7 @@ def forward(geometry: tuple[str, int, int, int], channels_last: bool) -> Callabl
         x = _input(ctx, dtype, channels_last)
         torch_pool = _torch_forward(*geometry)
         y = torch.empty_like(torch_pool(x))
-        pool, x_desc, y_desc = _descriptor(*geometry), desc_of(x), desc_of(y)
+        pool, x_desc, y_desc = _descriptor(x, *geometry), desc_of(x), desc_of(y)
         return out_of_place(
             lambda: opendnn.pooling_forward(ctx.handle, pool, 1.0, x_desc, x, 0.0, y_desc, y),
             lambda: torch_pool(x),
@@ -72,10 +79,10 @@ def backward(geometry: tuple[str, int, int, int], channels_last: bool) -> Callab
         if kind == "max":
             y, indices = F.max_pool2d(x, window, stride, padding, return_indices=True)
         else:
-            y = F.avg_pool2d(x, window, stride, padding)
+            y = _torch_forward(*geometry)(x)
         dy = torch.randn_like(y)
         dx = torch.empty_like(x)
-        pool = _descriptor(*geometry)
+        pool = _descriptor(x, *geometry)
         descs = [desc_of(t) for t in (y, dy, x, dx)]
 
         def run_opendnn() -> None:
@@ -89,6 +96,12 @@ def backward(geometry: tuple[str, int, int, int], channels_last: bool) -> Callab
                 )
 
             moved = nbytes(x, y, dy, dx)
+        elif kind == "global":
+
+            def run_torch() -> torch.Tensor:
+                return aten._adaptive_avg_pool2d_backward(dy, x)
+
+            moved = nbytes(dy, dx)
         else:
 
             def run_torch() -> torch.Tensor:
@@ -102,7 +115,7 @@ def backward(geometry: tuple[str, int, int, int], channels_last: bool) -> Callab
 
 POOLING = [
     Case(f"{name}_{layout}_{direction}", "pooling", build(geometry, layout == "nhwc"))
-    for name, geometry in (("maxpool3s2", MAX_3X3), ("avgpool2s2", AVG_2X2))
+    for name, geometry in (("maxpool3s2", MAX_3X3), ("avgpool2s2", AVG_2X2), ("globalavg", GLOBAL_AVG))
     for layout in ("nchw", "nhwc")
     for direction, build in (("fwd", forward), ("bwd", backward))
 ]

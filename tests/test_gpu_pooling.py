@@ -30,10 +30,12 @@ STRIDED_GRADIENT_CALLS = {
 @pytest.mark.parametrize("name", sorted(STRIDED_GRADIENT_CALLS))
 def test_a_stride_0_gradient_reaches_the_backward_kernels_as_it_comes_on_gpu(name, dtype):
     """``sum().backward()`` hands the backward a stride-0 expansion, which the pooling and relu
-    kernels read as it comes: torch's gradient, in x's channels-last order, recorded and replayed."""
+    kernels read as it comes: torch's gradient, in x's channels-last order, recorded and replayed. The
+    float64 reference runs NCHW (torch 2.11's CUDA avg_pool2d backward on channels-last float64 ignores
+    the padding)."""
     ours, theirs = STRIDED_GRADIENT_CALLS[name]
     x = torch.randn(16, 64, 56, 56, device=DEVICE, dtype=dtype).contiguous(memory_format=torch.channels_last)
-    reference = x.double().requires_grad_()
+    reference = x.double().contiguous().requires_grad_()
     theirs(reference).sum().backward()
     x.requires_grad_()
     for _ in range(3):

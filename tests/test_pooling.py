@@ -445,6 +445,49 @@ def test_triton_global_windows_of_any_size_share_one_compiled_kernel():
         assert [launch.options["UNROLL"] for launch in shaped] == [unrolled] * 3
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_triton_global_pools_reduce_and_broadcast_with_alpha_and_beta(channels_last):
+    """Global windows through the cuDNN-shaped calls: the forward average and max are reductions of the pooled
+    dims, split across programs (few outputs of thousands of positions: the rows kernel for NCHW, the columns
+    kernel for NHWC), the average's backward a broadcast; on NaN-poisoned outputs with beta 0, then blended
+    with beta, against the float64 reference."""
+    from opendnn.families.pooling import triton_backend
+    from opendnn.families.reduce.triton_backend import reduce_plan
+
+    handle = od.create("cpu", backend="triton")
+    shape = (1, 16, 48, 47) if channels_last else (1, 2, 96, 97)
+    x = _laid_out(random(shape, seed=40), channels_last)
+    window, zeros, pooled = shape[2:], (0, 0), (*shape[:2], 1, 1)
+    values, dy = x.numpy(), random(pooled, seed=41)
+    for mode in (PoolingMode.MAX, INCLUDE, EXCLUDE):
+        pool = od.PoolingDescriptor(mode, od.NanPropagation.PROPAGATE_NAN, window, zeros, window)
+        expected = reference_forward(mode, values, window, zeros, window)
+        y = torch.full(pooled, float("nan"), dtype=torch.float64)
+        assert (
+            reduce_plan(triton_backend._global_reduction(pooling_problem(pool, descriptor(x), descriptor(y)))).splits
+            > 1
+        )
+        od.pooling_forward(handle, pool, 2.0, descriptor(x), x, 0.0, descriptor(y), y)
+        np.testing.assert_allclose(y.numpy(), 2.0 * expected, rtol=1e-12, atol=1e-15)
+        prior = random(y.shape, seed=42)
+        y = prior.clone()
+        od.pooling_forward(handle, pool, 2.0, descriptor(x), x, 0.5, descriptor(y), y)
+        np.testing.assert_allclose(y.numpy(), 2.0 * expected + 0.5 * prior.numpy(), rtol=1e-12, atol=1e-15)
+        if mode is PoolingMode.MAX:
+            continue
+        dx = torch.full_like(x, float("nan"))
+        od.pooling_backward(
+            handle, pool, 3.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, 0.0, descriptor(dx), dx
+        )
+        gradient = reference_backward(mode, values, y.numpy(), dy.numpy(), window, zeros, window)
+        np.testing.assert_allclose(dx.numpy(), 3.0 * gradient, rtol=1e-13)
+        od.pooling_backward(
+            handle, pool, 3.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, -1.0, descriptor(dx), dx
+        )
+        np.testing.assert_allclose(dx.numpy(), 3.0 * gradient - 3.0 * gradient, atol=1e-15)
+        assert dx.stride() == x.stride()
+
+
 def test_triton_long_dilated_windows_run_the_plain_loops():
     """72 window positions (over UNROLL_LIMIT: the forward's and the argmax pass's plain loops, and a
     gather of 2 phases x 41 windows) with dilation, through the cuDNN-shaped calls on NaN-poisoned outputs."""

@@ -35,10 +35,15 @@ row would be most of the kernel's instructions and registers on sm_90). Offsets 
 scalar base per tile plus int32 per element (int64 only for tensors past 2**31 elements). The window
 loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
-Global windows (GLOBAL: each window the whole input along the dims it pools, one output there: global
-pools, and the cells of an adaptive pooling whose sizes do not divide) take the plain loops with the window's
-sizes at run time, so one compiled kernel serves every input size (the window-shaped constants are None).
-The forward's plain loop unrolls LOOP_CHUNK positions at a time (their loads in flight).
+Global windows (each window the whole input along the dims it pools, one output there: global pools,
+and the cells of an adaptive pooling whose sizes do not divide) have few outputs and long windows: a tile
+of outputs walking its windows would leave the GPU idle (64 x 32 x 112 x 112 NHWC: two programs of 1,024
+outputs, each walking 12,544 positions). The forward average and max are the reduce family's reduction
+of the pooled dims instead, split across the GPU with a fixed-order sum of the slices, and the average's
+backward is a broadcast, ``dx = alpha * dy / count + beta * dx`` (the pointwise family's kernel), each at
+copy speed. The max's argmax pass, its gather and the forward with indices keep the pooling kernels' plain
+loops (GLOBAL) with the window's sizes at run time, so one compiled kernel serves every input size (the
+window-shaped constants are None); the forward's plain loop unrolls LOOP_CHUNK positions at a time.
 
 Strips (forward, stride 2 along unit-stride input rows: NCHW): instead of one strided scalar load per
 window position and output, each window row is read as a contiguous strip of 2 x BLOCK_C input positions
@@ -81,10 +86,14 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
+from opendnn.families.pointwise import triton_backend as pointwise_backend
+from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
 from opendnn.families.pooling.numpy_backend import _windows_holding_input
 from opendnn.families.pooling.problem import PoolingProblem, _geometry
 from opendnn.families.pooling.triton_backward import pool_backward_kernel
 from opendnn.families.pooling.triton_forward import pool_forward_kernel
+from opendnn.families.reduce import triton_backend as reduce_backend
+from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorOp
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
 CANONICAL_DIMS = 5
@@ -250,12 +259,47 @@ def run(
 ) -> None:
     tensors = {"x": torch_view(x), "y": torch_view(y)}
     if dx is None or dy is None:
+        reduction = _global_reduction(problem) if indices is None else None
+        if reduction is not None:
+            fast = reduce_backend.FAST_PICKS and tensors["x"].is_cuda
+            reduce_backend.scratch_launches(reduction, fast)({"a": tensors["x"], "c": tensors["y"]})
+            return
         if indices is not None:
             tensors["indices"] = torch_view(indices)
         _forward_launches(problem, indices is not None)(tensors)
+    elif not problem.mode.is_max and _is_global(problem):  # dx = alpha * dy / count + beta * dx, broadcast
+        count = math.prod(problem.window)
+        spread = pointwise_problem(PointwiseMode.IDENTITY, [dy], dx, alpha=problem.alpha / count, beta=problem.beta)
+        pointwise_backend.run(spread, [dy], dx)
     else:
         tensors["dy"], tensors["dx"] = torch_view(dy), torch_view(dx)
         _backward_config(problem, BACKWARD_TILE)(tensors)
+
+
+@functools.lru_cache(maxsize=256)  # per problem, asked by every backward run
+def _is_global(problem: PoolingProblem) -> bool:
+    return canonical(problem, problem.x.strides, cells=False).is_global
+
+
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run
+def _global_reduction(problem: PoolingProblem) -> ReduceProblem | None:
+    """A forward average or max over global windows as the reduction of the dims it pools (the reduce
+    family's kernels, split across the GPU when the outputs are few); None for other windows."""
+    if not _is_global(problem):
+        return None
+    op = ReduceTensorOp.MAX if problem.mode.is_max else ReduceTensorOp.AVG
+    pooled = tuple(2 + k for k, (w, n) in enumerate(zip(problem.window, problem.x.dims[2:])) if w == n > 1)
+    return ReduceProblem(
+        op,
+        problem.x,
+        problem.y,
+        None,
+        pooled,
+        problem.alpha,
+        problem.beta,
+        problem.propagate_nan,
+        problem.compute_dtype,
+    )
 
 
 @functools.lru_cache(maxsize=256)  # per problem, asked by every run (a Plan keeps the backend, not this)

@@ -44,7 +44,7 @@ from opendnn.core.errors import InternalError
 from opendnn.families.reduce.problem import ReduceProblem
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.indexing import dim_offsets, merged_dims
-from opendnn.kernels.launch import Launch, Launches, Slot
+from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
 TILE_ELEMENTS = 4096  # elements per tile: 16 per thread at 8 warps
 ROW_BLOCK = 1024  # most elements of a row a rows tile covers (H200, 32768 x 4096 bf16 ADD: 3.71 TB/s, 3.54 at 2048)
@@ -671,6 +671,21 @@ def reduce_launches(problem: ReduceProblem, indexed: bool, fast: bool = False) -
             ),
         )
     )
+
+
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run of a caller's plan
+def scratch_launches(problem: ReduceProblem, fast: bool = False) -> Launches:
+    """``reduce_launches`` without indices for a caller that holds no workspace (a global pooling): the
+    partial results of a split go to a per-call scratch."""
+    launches = reduce_launches(problem, False, fast)
+    plan = reduce_plan(problem)
+    if plan.splits == 1:
+        return launches
+    import torch
+
+    double = problem.compute_dtype is DataType.DOUBLE
+    partial = Scratch("partial", plan.splits * plan.kept_total, torch.float64 if double else torch.float32)
+    return Launches(launches.launches, (partial,))
 
 
 def _programs(plan: ReducePlan) -> int:
