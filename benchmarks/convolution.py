@@ -79,8 +79,9 @@ LAYERS = [
     Layer("dw_3x3_c256", 256, 28, 256, 3, 1, groups=256),
 ]
 # Layers of other networks, never tuned for: dense 3x3 layers of VGG-16 and a U-Net decoder, ResNeXt-50's
-# grouped 3x3 (32 groups), ConvNeXt-T's 7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's
-# strided depthwise 3x3, a 3-D 3x3x3 video layer, and one ResNet-50 layer at batch 1 and 256.
+# grouped 3x3 (32 groups), ConvNeXt-T's 7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's and
+# EfficientNet-B0's strided depthwise 3x3 and 5x5, a 3-D 3x3x3 video layer, and one ResNet-50 layer at
+# batch 1 and 256.
 NETWORK_LAYERS = [
     Layer("vgg_3x3_c128_112", 128, 112, 128, 3, 1),
     Layer("vgg_3x3_c512_28", 512, 28, 512, 3, 1),
@@ -92,6 +93,7 @@ NETWORK_LAYERS = [
     Layer("effnet_dw5x5_c240_28", 240, 28, 240, 5, 1, groups=240),
     Layer("effnet_dw5x5_c672_14", 672, 14, 672, 5, 1, groups=672),
     Layer("mbv2_dw3x3s2_c144_56", 144, 56, 144, 3, 2, groups=144),
+    Layer("effnet_dw5x5s2_c144_56", 144, 56, 144, 5, 2, groups=144),
     Layer("video_3x3x3_c64_16x56", 64, 56, 64, 3, 1, depth=16, batch=8),
     Layer("r50_l3_3x3_batch1", 256, 14, 256, 3, 1, batch=1),
     Layer("r50_l3_3x3_batch256", 256, 14, 256, 3, 1, batch=256),

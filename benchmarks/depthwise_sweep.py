@@ -39,6 +39,7 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
     "effnet_dw5x5_c240_28": (240, 28, 240, 5, 1, 240),
     "effnet_dw5x5_c672_14": (672, 14, 672, 5, 1, 672),
     "mbv2_dw3x3s2_c144_56": (144, 56, 144, 3, 2, 144),
+    "effnet_dw5x5s2_c144_56": (144, 56, 144, 5, 2, 144),
     "dw3x3_c256_28": (256, 28, 256, 3, 1, 256),
     "dw3x3_c128_56": (128, 56, 128, 3, 1, 128),
     "dw3x3_c512_14": (512, 14, 512, 3, 1, 512),
@@ -85,16 +86,16 @@ def timed(case: Case) -> tuple[float, float]:
 
 def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, best: dict, scores: dict) -> None:
     """Each layer's forward and backward data: channels-first under each candidate of DATA_TILES,
-    channels-last under each of RUN_CANDIDATES (the rows kernel's problems: backward data at stride 1
-    only); ``cudnn``: cuDNN's microseconds per (layer, layout, direction); ``scores``: per (layout,
-    entry), the ratios of the layers past 9 taps (channels-first) or of every layer, and per (layout,
-    filter width, entry) those of the width's layers (channels-last)."""
+    channels-last under each of RUN_CANDIDATES (the rows kernel's problems); ``cudnn``: cuDNN's
+    microseconds per (layer, layout, direction); ``scores``: per (layout, entry), the ratios of the
+    layers past 9 taps (channels-first) or of every layer, and per (layout, filter width, entry) those
+    of the width's layers (channels-last)."""
     chosen = dict(tiles.DEPTHWISE_TILES), tiles.DEPTHWISE_RUN_TILE, tiles.DEPTHWISE_LONGEST_RUN
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         candidates = RUN_CANDIDATES if channels_last else DATA_TILES
         for candidate, direction in itertools.product(candidates, (FWD, DATA)):
-            if time.time() - start > budget or (channels_last and direction is DATA and shape[4] > 1):
+            if time.time() - start > budget:
                 continue
             if channels_last:
                 tile, longest = candidate

@@ -441,11 +441,10 @@ def test_depthwise_backward_filter_past_the_unroll_limit(dtype, x_dims, k, filt,
 
 def depthwise_kernel_name(problem):
     """The forward / backward data kernel a depthwise problem should take: channels-last filters up to
-    DEPTHWISE_MAX_UNROLLED_WIDTH wide, backward data at stride 1 along the width, walk runs of output
-    pixels (conv_depthwise_rows_kernel); the others conv_depthwise_kernel."""
+    DEPTHWISE_MAX_UNROLLED_WIDTH wide walk runs of output pixels (conv_depthwise_rows_kernel); the
+    others conv_depthwise_kernel."""
     channels_last = (problem.y if problem.direction is DATA else problem.x).strides[1] == 1
-    width_stride = problem.stride[-1] if problem.direction is DATA else 1
-    walks = channels_last and problem.w.dims[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH and width_stride == 1
+    walks = channels_last and problem.w.dims[-1] <= DEPTHWISE_MAX_UNROLLED_WIDTH
     return "conv_depthwise_rows_kernel" if walks else "conv_depthwise_kernel"
 
 
@@ -552,6 +551,12 @@ DEPTHWISE_RUNS = [  # (direction, dtype, x_dims, k, filt, options), one channel 
     (DATA, DataType.BFLOAT16, (2, 5, 9, 23), 10, (3, 5), dict(pre=(1, 4), stride=(2, 1), dilation=(1, 2), beta=0.5)),
     (DATA, DataType.FLOAT, (1, 7, 6, 11), 7, (7, 7), dict(pre=(3, 3), flip=True)),
     (DATA, DataType.HALF, (1, 4, 3, 4, 9), 4, (3, 3, 3), dict(pre=(1, 1, 1), post=(0, 1, 2))),
+    # backward data strided along the width: each output takes the taps of its phase. Stride 2 over 23
+    # columns (runs of 4); stride 3 with dilation 2 (phase 2 of 3; runs of 15, a multiple of 3); stride 2
+    # with a channel multiplier of 2 and true convolution (one run of 14)
+    (DATA, DataType.BFLOAT16, (2, 6, 9, 23), 6, (3, 3), dict(pre=(1, 1), stride=(2, 2))),
+    (DATA, DataType.FLOAT, (1, 5, 7, 29), 5, (5, 5), dict(pre=(2, 1), stride=(1, 3), dilation=(1, 2), beta=0.5)),
+    (DATA, DataType.HALF, (1, 4, 8, 14), 8, (5, 5), dict(pre=(2, 2), stride=(2, 2), flip=True)),
 ]
 
 
@@ -560,16 +565,18 @@ def test_depthwise_runs_along_the_rows(direction, dtype, x_dims, k, filt, option
     """conv_depthwise_rows_kernel against float64, over the filter packed in the workspace in 16 bits
     (the algorithms calls that name none take) and in place in 32 and 64 bits (from 10 taps): runs as
     long as DEPTHWISE_LONGEST_RUN allows (4 pixels up to 3 taps wide, else 16), equal within one pixel,
-    the output a row's runs cover exactly (x and y poisoned around the tensors)."""
+    a strided backward's rounded up to a multiple of the stride, the output a row's runs cover exactly (x
+    and y poisoned around the tensors)."""
     packed = ConvolutionBwdDataAlgo.ALGO_1 if direction is DATA else ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
     algo = packed if dtype.itemsize == 2 else None
     problem = check(direction, dtype, x_dims, k, filt, groups=x_dims[1], channels_last=True, algo=algo, **options)
     launch = depthwise_launch(problem)
     width = (problem.x if direction is DATA else problem.y).dims[-1]
     longest = 4 if filt[-1] <= 3 else 16
+    step = problem.stride[-1] if direction is DATA else 1
+    equal = -(-width // -(-width // longest))
     run = launch.options["RUN"]
-    runs_per_row = -(-width // run)
-    assert run <= longest and runs_per_row == -(-width // longest) and (runs_per_row - 1) * run < width
+    assert run == -(-equal // step) * step and (-(-width // run) - 1) * run < width
 
 
 def test_depthwise_forward_epilogue_bias_residual_relu():

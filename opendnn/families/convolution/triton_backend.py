@@ -473,6 +473,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
             WIDTH=geo.filt[2],
             STRIDE_W=geo.stride[2],
             DILATION_W=geo.dilation[2],
+            PHASE=(geo.pad[2] - (geo.filt[2] - 1) * geo.dilation[2]) % geo.stride[2] if backward else 0,
             RUN=run,
             BLOCK_P=runs,
             BLOCK_C=block_c,

@@ -24,7 +24,7 @@ output element of the backward (2 * taps forward). The filter's sizes are run-ti
 UNROLLED_WIDTH: the filter's width as a constant, its taps unrolled (one compiled kernel per width).
 
 ``conv_depthwise_rows_kernel`` takes the channels-last problems with filters up to 7 taps wide (the
-forward at any stride and dilation, backward data at stride 1 along the width): a program owns BLOCK_P
+forward and backward data at any stride and dilation): a program owns BLOCK_P
 runs of RUN consecutive output pixels of a row x BLOCK_C channels and, per filter row, loads the run's
 window of input columns once, (RUN - 1) * stride + (WIDTH - 1) * dilation + 1 of them, each converted
 once and added times its tap into the sum of every output of the run that reads it: 1.4 loads an
@@ -274,15 +274,17 @@ def conv_depthwise_rows_kernel(
     WIDTH: tl.constexpr,
     STRIDE_W: tl.constexpr,
     DILATION_W: tl.constexpr,
+    PHASE: tl.constexpr,
     RUN: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
     """Program (run block, channel block): out[n, oc, o_d, o_h, o_w0 : o_w0 + RUN] for BLOCK_P runs of
     RUN output pixels along a row (n, o_d, o_h and the run flattened, RUNS_PER_ROW runs a row) and
-    BLOCK_C of the CHANNELS output channels. Channels and groups as conv_depthwise_kernel's; backward
-    data only at stride 1 along the width (STRIDE_W 1): its window is the forward one over the filter's
-    row turned around."""
+    BLOCK_C of the CHANNELS output channels. Channels and groups as conv_depthwise_kernel's. Backward
+    data walks dy with the filter's row turned around: output i of a run reads dy column j through tap q
+    where ``j * STRIDE_W = i + PHASE + q * DILATION_W`` (a run starts at a multiple of the stride; PHASE is
+    ``(pad - (WIDTH - 1) * dilation) mod stride``), so a strided layer's outputs take only their own taps."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     run_valid = p < RUNS
     o_w0 = p % RUNS_PER_ROW * RUN
@@ -292,8 +294,8 @@ def conv_depthwise_rows_kernel(
     oc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     channel_valid = oc < CHANNELS
     group = oc // OUTC
-    if BACKWARD:  # input column of output o_w and tap s: o_w + pad - s * dilation
-        first_column = o_w0 + pad_w - (WIDTH - 1) * DILATION_W
+    if BACKWARD:  # dy column of output o_w and tap s: (o_w + pad - s * dilation) / stride, where it divides
+        first_column = (o_w0 + pad_w - (WIDTH - 1) * DILATION_W - PHASE) // STRIDE_W  # exact: o_w0 % stride == 0
     else:  # o_w * stride - pad + s * dilation
         first_column = o_w0 * STRIDE_W - pad_w
     a_pixels = a_ptr + n * a_sn  # each run's image: 64-bit once, 32-bit offsets per filter row
@@ -315,7 +317,19 @@ def conv_depthwise_rows_kernel(
                 w_row = w_ptr + (a_channel if BACKWARD else oc) * w_sk + w_row_taps
                 taps = window_taps(w_row, w_ss, channel_valid, BACKWARD, FLIP, COMPUTE, WIDTH)
                 sums = walk_window(
-                    sums, a_rows, first_column, row_valid, AW, a_sw, channel_valid, taps, STRIDE_W, DILATION_W, RUN
+                    sums,
+                    a_rows,
+                    first_column,
+                    row_valid,
+                    AW,
+                    a_sw,
+                    channel_valid,
+                    taps,
+                    STRIDE_W if BACKWARD else 1,
+                    1 if BACKWARD else STRIDE_W,
+                    PHASE,
+                    DILATION_W,
+                    RUN,
                 )
     channels = oc[None, :]
     for i in tl.static_range(RUN):
@@ -370,19 +384,26 @@ def walk_window(
     a_sw,
     channel_valid,
     taps,
-    STRIDE_W: tl.constexpr,
+    COLUMN_STEP: tl.constexpr,
+    OUTPUT_STEP: tl.constexpr,
+    PHASE: tl.constexpr,
     DILATION_W: tl.constexpr,
     RUN: tl.constexpr,
 ):
     """``sums`` (RUN tiles, one per output pixel of the run) plus one filter row's products: the run's
     window of input columns is loaded once, column j = first_column + j converted to the taps' type once, and
-    added times tap q into the sum of every output i that reads it (j = i * STRIDE_W + q * DILATION_W).
+    added times tap q into the sum of every output i that reads it: ``j * COLUMN_STEP = i * OUTPUT_STEP +
+    PHASE + q * DILATION_W`` (the forward's stride steps the outputs, a strided backward's the columns).
     Columns no output reads are never used, so never loaded."""
-    for j in tl.static_range((RUN - 1) * STRIDE_W + (len(taps) - 1) * DILATION_W + 1):
+    for j in tl.static_range(((RUN - 1) * OUTPUT_STEP + PHASE + (len(taps) - 1) * DILATION_W) // COLUMN_STEP + 1):
         column = first_column + j
         mask = (row_valid & (column >= 0) & (column < AW))[:, None] & channel_valid[None, :]
         a = tl.load(a_rows + j * a_sw, mask=mask, other=0.0).to(taps[0].dtype)
-        for i in tl.static_range(RUN):  # output i reads column j through tap (j - i * STRIDE_W) / DILATION_W
-            if j >= i * STRIDE_W and (j - i * STRIDE_W) % DILATION_W == 0 and j - i * STRIDE_W < len(taps) * DILATION_W:
-                sums = replaced(sums, i, sums[i] + a * taps[(j - i * STRIDE_W) // DILATION_W])
+        for i in tl.static_range(RUN):  # output i reads column j through tap (j * COLUMN_STEP - i * ...) / DILATION_W
+            if (
+                j * COLUMN_STEP >= i * OUTPUT_STEP + PHASE
+                and (j * COLUMN_STEP - i * OUTPUT_STEP - PHASE) % DILATION_W == 0
+                and j * COLUMN_STEP - i * OUTPUT_STEP - PHASE < len(taps) * DILATION_W
+            ):
+                sums = replaced(sums, i, sums[i] + a * taps[(j * COLUMN_STEP - i * OUTPUT_STEP - PHASE) // DILATION_W])
     return sums

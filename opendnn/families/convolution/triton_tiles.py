@@ -73,7 +73,7 @@ DEPTHWISE_MAX_UNROLLED_WIDTH = 7
 # forward, 2.9-3.8x backward data, against 0.92 and 1.45-1.47 on conv_direct_kernel). A packed filter
 # takes it from 1 tap.
 DEPTHWISE_MIN_TAPS = {True: 10, False: 1}
-# Channels-last depthwise forward and backward data at stride 1 along the width, filters up to
+# Channels-last depthwise forward and backward data, filters up to
 # DEPTHWISE_MAX_UNROLLED_WIDTH wide, the filter packed or in place, before the kernels above and below:
 # conv_depthwise_rows_kernel's (runs, most channels, warps) per program. A run of output pixels along a
 # row loads its window of input columns once a filter row, where conv_depthwise_kernel loads a column
@@ -284,18 +284,21 @@ def depthwise_run_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int]
     """(runs, channels, warps, run length) of conv_depthwise_rows_kernel's program for a channels-last
     depthwise problem the direct kernels take, where the rows kernel applies (DEPTHWISE_RUN_TILE); None
     elsewhere. A row's runs are as long as DEPTHWISE_LONGEST_RUN allows and equal within one pixel,
-    the last one shortest (runs of at most 16: 56 pixels in 4 runs of 14; at most 4: 7 in 2 of 4)."""
+    the last one shortest (runs of at most 16: 56 pixels in 4 runs of 14; at most 4: 7 in 2 of 4); a
+    strided backward's run is a multiple of the stride (its outputs then take the same taps run after run)."""
     if not depthwise_channels_last(problem):
         return None
     geo = geometry(problem)
-    stride_w = geo.stride[-1]
-    if geo.filt[-1] > DEPTHWISE_MAX_UNROLLED_WIDTH or (problem.direction is BACKWARD_DATA and stride_w != 1):
+    if geo.filt[-1] > DEPTHWISE_MAX_UNROLLED_WIDTH:
         return None
     runs, most_channels, warps = DEPTHWISE_RUN_TILE
     longest = next(run for widest, run in DEPTHWISE_LONGEST_RUN if geo.filt[-1] <= widest)
-    width = (geo.x_size if problem.direction is BACKWARD_DATA else geo.y_size)[-1]
-    channels = geo.c if problem.direction is BACKWARD_DATA else geo.k
-    return runs, min(most_channels, triton.next_power_of_2(channels)), warps, -(-width // -(-width // longest))
+    backward = problem.direction is BACKWARD_DATA
+    width = (geo.x_size if backward else geo.y_size)[-1]
+    run = -(-width // -(-width // longest))
+    step = geo.stride[-1] if backward else 1  # a backward run starts at a multiple of the stride
+    channels = geo.c if backward else geo.k
+    return runs, min(most_channels, triton.next_power_of_2(channels)), warps, -(-run // step) * step
 
 
 # ---- workspace -----------------------------------------------------------------------------------
