@@ -103,10 +103,11 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "Convolution layers of other networks",
         "Layers that no planner table was tuned on, at batch 64 unless the case names another: dense 3x3 "
         "layers of VGG-16 and a U-Net decoder (batch 16), ResNeXt-50's grouped 3x3 (32 groups), ConvNeXt-T's "
-        "7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's strided depthwise 3x3, a 3-D 3x3x3 "
-        "layer over 16 frames (batch 8), and ResNet-50's layer-3 3x3 at batch 1 and 256; forward, backward "
-        "data and backward filter with the algorithms calls that name none take (the dtype cell names one other "
-        "than IMPLICIT_GEMM and ALGO_0) against cuDNN (`cudnn.benchmark` on), layouts as in the convolution table.",
+        "7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's and EfficientNet-B0's strided depthwise "
+        "3x3 and 5x5, a 3-D 3x3x3 layer over 16 frames (batch 8), and ResNet-50's layer-3 3x3 at batch 1 and "
+        "256; forward, backward data and backward filter with the algorithms calls that name none take (the "
+        "dtype cell names one other than IMPLICIT_GEMM and ALGO_0) against cuDNN (`cudnn.benchmark` on), "
+        "layouts as in the convolution table.",
         4,
     ),
     "convolution_fused": (
@@ -118,8 +119,9 @@ SUITES: dict[str, tuple[str, str, int]] = {
     ),
     "pooling": (
         "Pooling",
-        "ResNet-50's 3x3 stride-2 max pool and a 2x2 stride-2 average pool on 64 x 256 x 56 x 56, "
-        "NCHW and NHWC, forward and backward.",
+        "ResNet-50's 3x3 stride-2 max pool, a 2x2 stride-2 average pool and a global average pool (torch's "
+        "`adaptive_avg_pool2d(x, 1)`, as squeeze-and-excitation blocks and classifier heads pool) on 64 x 256 "
+        "x 56 x 56, NCHW and NHWC, forward and backward.",
         4,
     ),
     "batch_norm": (
