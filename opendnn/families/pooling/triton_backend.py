@@ -84,15 +84,14 @@ import triton.language as tl
 
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import strides_for_order
+from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
-from opendnn.families.pointwise import triton_backend as pointwise_backend
 from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
 from opendnn.families.pooling.numpy_backend import _windows_holding_input
 from opendnn.families.pooling.problem import PoolingProblem, _geometry
 from opendnn.families.pooling.triton_backward import pool_backward_kernel
 from opendnn.families.pooling.triton_forward import pool_forward_kernel
-from opendnn.families.reduce import triton_backend as reduce_backend
 from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorOp
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
@@ -260,9 +259,10 @@ def run(
     tensors = {"x": torch_view(x), "y": torch_view(y)}
     if dx is None or dy is None:
         reduction = _global_reduction(problem) if indices is None else None
-        if reduction is not None:
-            fast = reduce_backend.FAST_PICKS and tensors["x"].is_cuda
-            reduce_backend.scratch_launches(reduction, fast)({"a": tensors["x"], "c": tensors["y"]})
+        if reduction is not None:  # another family's backend: through the operation table
+            reduce = backend_module("reduce", "triton")
+            fast = reduce.FAST_PICKS and tensors["x"].is_cuda
+            reduce.scratch_launches(reduction, fast)({"a": tensors["x"], "c": tensors["y"]})
             return
         if indices is not None:
             tensors["indices"] = torch_view(indices)
@@ -270,7 +270,7 @@ def run(
     elif not problem.mode.is_max and _is_global(problem):  # dx = alpha * dy / count + beta * dx, broadcast
         count = math.prod(problem.window)
         spread = pointwise_problem(PointwiseMode.IDENTITY, [dy], dx, alpha=problem.alpha / count, beta=problem.beta)
-        pointwise_backend.run(spread, [dy], dx)
+        backend_module("pointwise", "triton").run(spread, [dy], dx)
     else:
         tensors["dy"], tensors["dx"] = torch_view(dy), torch_view(dx)
         _backward_config(problem, BACKWARD_TILE)(tensors)
