@@ -2,6 +2,7 @@
 against torch's own modules on the CPU (opendnn's NumPy backend)."""
 
 import copy
+import pickle
 import subprocess
 import sys
 
@@ -394,7 +395,8 @@ def test_convert_keeps_objects_parameters_and_training_state():
 
 def test_convert_reports_what_it_left_to_torch_and_why():
     class Custom(torch.nn.Linear):
-        pass
+        def forward(self, x):
+            return super().forward(x) * 2
 
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding_mode="reflect"),
@@ -416,6 +418,35 @@ def test_convert_reports_what_it_left_to_torch_and_why():
     assert reasons["5"] == "no opendnn equivalent" and "subclass" in reasons["6"]
     assert "track_running_stats" in reasons["8"] and "7" not in reasons
     assert "padding_mode='reflect'" in str(report)
+
+
+class Conv3DSimple(torch.nn.Conv3d):
+    """As torchvision's video models define it: a constructor and a static helper of its own."""
+
+    def __init__(self, in_planes, out_planes, stride=1):
+        super().__init__(in_planes, out_planes, (3, 3, 3), stride, 1, bias=False)
+
+    @staticmethod
+    def get_downsample_stride(stride):
+        return stride, stride, stride
+
+
+def test_a_subclass_that_overrides_nothing_converts_and_keeps_its_type_helpers_and_pickling():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Conv3DSimple(3, 4), torch.nn.BatchNorm3d(4), Conv3DSimple(4, 2, stride=2))
+    model = model.double()
+    ours = copy.deepcopy(model)
+    report = ot.convert(ours)
+    assert report.converted == [("0", "Conv3DSimple"), ("1", "BatchNorm3d"), ("2", "Conv3DSimple")]
+    assert report.left_alone == []
+    conv = ours[0]
+    assert isinstance(conv, Conv3DSimple) and isinstance(conv, ot.Conv3d) and type(conv) is type(ours[2])
+    assert conv.get_downsample_stride(2) == (2, 2, 2)
+    x = torch.randn(2, 3, 4, 6, 6, dtype=torch.float64)
+    assert_close(ours(x), model(x), torch.float64)
+    restored = pickle.loads(pickle.dumps(ours))
+    assert type(restored[0]) is type(conv) and type(copy.deepcopy(ours)[2]) is type(conv)
+    assert_close(restored(x), model(x), torch.float64)
 
 
 def test_module_constructor_refuses_options_opendnn_does_not_cover():

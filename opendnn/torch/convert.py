@@ -2,9 +2,12 @@
 
 Each module whose exact type has an opendnn equivalent (``CONVERSIONS``) and whose options opendnn
 covers gets that equivalent's class: the object stays the same, so its parameters, buffers, hooks,
-train/eval state and every reference to it (an optimizer's, a parent's) are kept. Subclasses of
-torch's modules are left alone (their own forward may do something else), as are modules with
-no opendnn equivalent; the report says which and why. Calls a module makes in its own forward
+train/eval state and every reference to it (an optimizer's, a parent's) are kept. A subclass of a
+supported module that changes none of its methods (a constructor of its own, helpers of its own:
+torchvision's ``Conv3DSimple``) gets a class that puts opendnn's in front of the subclass, so the
+module keeps its type and its helpers. Subclasses that override a method are left alone (their own
+forward may do something else), as are modules with no opendnn equivalent; the report says which
+and why. Calls a module makes in its own forward
 (``torch.matmul``, ``F.softmax``) are not modules and stay torch's: ``opendnn.torch.functions``
 has their opendnn versions, and ``functional_calls()`` or ``enable()`` route them.
 """
@@ -12,6 +15,7 @@ has their opendnn versions, and ``functional_calls()`` or ``enable()`` route the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -98,7 +102,7 @@ def convert(model: torch.nn.Module) -> ConversionReport:
     report = ConversionReport()
     for name, module in model.named_modules():
         kind = type(module).__name__
-        target = CONVERSIONS.get(type(module))
+        target = CONVERSIONS.get(type(module)) or _subclass_target(type(module))
         if target is not None:
             reason = target.unsupported(module)
             if reason is None:
@@ -111,6 +115,52 @@ def convert(model: torch.nn.Module) -> ConversionReport:
             if reason is not None:
                 report.left_alone.append((name, kind, reason))
     return report
+
+
+# What a subclass may define and still take opendnn's methods: its constructor and the class's own records.
+SUBCLASS_OWN = frozenset(
+    {"__init__", "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__"}
+    | {"__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__"}
+)
+
+
+# one class per subclass, shared by its modules (and found again when one is unpickled)
+_SUBCLASS_TARGETS: dict[type[torch.nn.Module], type[modules.OpendnnModule] | None] = {}
+
+
+def _subclass_target(kind: type[torch.nn.Module]) -> type[modules.OpendnnModule] | None:
+    """For a subclass of a supported torch module that overrides none of that module's attributes (it may
+    add its own): a class with opendnn's equivalent first and the subclass after it, so methods come from
+    opendnn's class and the subclass's own helpers and type stay. None for any other class."""
+    if kind not in _SUBCLASS_TARGETS:
+        _SUBCLASS_TARGETS[kind] = _converted_class(kind)
+    return _SUBCLASS_TARGETS[kind]
+
+
+def _converted_class(kind: type[torch.nn.Module]) -> type[modules.OpendnnModule] | None:
+    base = next((klass for klass in kind.__mro__[1:] if klass in CONVERSIONS), None)
+    if base is None:
+        return None
+    between = kind.__mro__[: kind.__mro__.index(base)]
+    if any(name not in SUBCLASS_OWN and hasattr(base, name) for klass in between for name in vars(klass)):
+        return None
+    target = CONVERSIONS[base]
+    namespace = {"__module__": kind.__module__, "__qualname__": kind.__qualname__, "__reduce_ex__": _reduce_converted}
+    converted: type[modules.OpendnnModule] = type(kind.__name__, (target, kind), namespace)
+    return converted
+
+
+def _reduce_converted(module: torch.nn.Module, protocol: int) -> tuple[Any, ...]:
+    """Pickling (and deepcopy) of a converted subclass's module: its torch subclass, found by name, and its
+    state; ``_restore_converted`` builds the converted class again from that subclass."""
+    subclass = next(klass for klass in type(module).__mro__[1:] if not issubclass(klass, modules.OpendnnModule))
+    return _restore_converted, (subclass,), module.__dict__
+
+
+def _restore_converted(subclass: type[torch.nn.Module]) -> torch.nn.Module:
+    target = _subclass_target(subclass)
+    assert target is not None  # the subclass converted when it was pickled
+    return target.__new__(target)
 
 
 # Modules whose own forward reaches opendnn through a routed functional call instead of a module swap.
@@ -128,7 +178,7 @@ def _no_equivalent(module: torch.nn.Module) -> str | None:
     if type(module) in ROUTED_CALLS:
         return ROUTED_CALLS[type(module)]
     if any(isinstance(module, torch_type) for torch_type in CONVERSIONS):
-        return "a subclass of a supported torch module: its own forward may differ, so it runs as written"
+        return "a subclass of a supported torch module that overrides its methods: it runs as written"
     has_children = next(module.children(), None) is not None
     if not has_children:
         return "no opendnn equivalent"
