@@ -90,7 +90,12 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
     microseconds per (layer, layout, direction); ``scores``: per (layout, entry), the ratios of the
     layers past 9 taps (channels-first) or of every layer, and per (layout, filter width, entry) those
     of the width's layers (channels-last)."""
-    chosen = dict(tiles.DEPTHWISE_TILES), tiles.DEPTHWISE_RUN_TILE, tiles.DEPTHWISE_LONGEST_RUN
+    chosen = (
+        dict(tiles.DEPTHWISE_TILES),
+        tiles.DEPTHWISE_RUN_TILE,
+        tiles.DEPTHWISE_LONGEST_RUN,
+        tiles.DEPTHWISE_LONGEST_STRIDED_RUN,
+    )
     for (name, shape), (dtype, channels_last) in itertools.product(LAYERS.items(), LAYOUTS):
         layout = f"{dtype.name} {'NHWC' if channels_last else 'NCHW'}"
         candidates = RUN_CANDIDATES if channels_last else DATA_TILES
@@ -101,6 +106,7 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
                 tile, longest = candidate
                 tiles.DEPTHWISE_RUN_TILE = tile
                 tiles.DEPTHWISE_LONGEST_RUN = ((tiles.DEPTHWISE_MAX_UNROLLED_WIDTH, longest),)
+                tiles.DEPTHWISE_LONGEST_STRIDED_RUN = tiles.DEPTHWISE_LONGEST_RUN
                 entry = f"DEPTHWISE_RUN_TILE = {tile}, longest run {longest}"
             else:
                 tiles.DEPTHWISE_TILES[False, True] = candidate
@@ -120,7 +126,7 @@ def sweep_forward_and_backward_data(start: float, budget: float, cudnn: dict, be
             elif shape[3] > 3:
                 scores.setdefault((layout, entry), []).append(ratio)
     tiles.DEPTHWISE_TILES.update(chosen[0])
-    tiles.DEPTHWISE_RUN_TILE, tiles.DEPTHWISE_LONGEST_RUN = chosen[1:]
+    tiles.DEPTHWISE_RUN_TILE, tiles.DEPTHWISE_LONGEST_RUN, tiles.DEPTHWISE_LONGEST_STRIDED_RUN = chosen[1:]
     replan()
 
 

@@ -539,7 +539,7 @@ DEPTHWISE_RUNS = [  # (direction, dtype, x_dims, k, filt, options), one channel 
     # 14 pixels a row, a 5-wide filter: one run; a channel multiplier of 3, true convolution, a margin
     (FWD, DataType.HALF, (2, 4, 5, 14), 12, (5, 5), dict(pre=(2, 1), post=(2, 3), flip=True, margin=16)),
     # stride 2 and 3 along the width (columns between the taps never loaded), asymmetric padding; 17
-    # pixels a row: runs of 9 and 8
+    # pixels a row: runs of 6 and 5 (at most 8 past 3 taps when strided)
     (FWD, DataType.FLOAT, (2, 5, 7, 37), 5, (3, 5), dict(pre=(1, 0), post=(0, 1), stride=(1, 2))),
     (FWD, DataType.BFLOAT16, (1, 9, 6, 29), 9, (2, 7), dict(pre=(1, 3), stride=(2, 3), alpha=-2.0)),
     # dilation along both dims, float64
@@ -564,7 +564,8 @@ DEPTHWISE_RUNS = [  # (direction, dtype, x_dims, k, filt, options), one channel 
 def test_depthwise_runs_along_the_rows(direction, dtype, x_dims, k, filt, options):
     """conv_depthwise_rows_kernel against float64, over the filter packed in the workspace in 16 bits
     (the algorithms calls that name none take) and in place in 32 and 64 bits (from 10 taps): runs as
-    long as DEPTHWISE_LONGEST_RUN allows (4 pixels up to 3 taps wide, else 16), equal within one pixel,
+    long as DEPTHWISE_LONGEST_RUN allows (4 pixels up to 3 taps wide, else 16; 8 for a forward strided
+    along the width), equal within one pixel,
     a strided backward's rounded up to a multiple of the stride, the output a row's runs cover exactly (x
     and y poisoned around the tensors)."""
     packed = ConvolutionBwdDataAlgo.ALGO_1 if direction is DATA else ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
@@ -572,7 +573,7 @@ def test_depthwise_runs_along_the_rows(direction, dtype, x_dims, k, filt, option
     problem = check(direction, dtype, x_dims, k, filt, groups=x_dims[1], channels_last=True, algo=algo, **options)
     launch = depthwise_launch(problem)
     width = (problem.x if direction is DATA else problem.y).dims[-1]
-    longest = 4 if filt[-1] <= 3 else 16
+    longest = 4 if filt[-1] <= 3 else 8 if direction is FWD and problem.stride[-1] > 1 else 16
     step = problem.stride[-1] if direction is DATA else 1
     equal = -(-width // -(-width // longest))
     run = launch.options["RUN"]

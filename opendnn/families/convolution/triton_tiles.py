@@ -83,6 +83,10 @@ DEPTHWISE_MIN_TAPS = {True: 10, False: 1}
 # benchmarks/depthwise_sweep.py (docs/design/convolution.md).
 DEPTHWISE_RUN_TILE = (32, 32, 4)
 DEPTHWISE_LONGEST_RUN = ((3, 4), (DEPTHWISE_MAX_UNROLLED_WIDTH, 16))  # (widest filter, longest run)
+# Forwards strided along the width: a run's window spans stride times the columns, and past 3 taps the
+# longest run halves (EfficientNet's 5 x 5 stride-2 layer of 144 channels: 0.83 of cuDNN at runs of 14, 1.06
+# at 7). 3 taps keep 4: runs of 7-8 gave 0.82-1.09 against 0.81-1.03 over three stride-2 layers.
+DEPTHWISE_LONGEST_STRIDED_RUN = ((3, 4), (DEPTHWISE_MAX_UNROLLED_WIDTH, 8))
 # Algorithms with a workspace under which conv_depthwise_kernel reads the filter packed tap-major there
 # (packs_depthwise_filter); IMPLICIT_GEMM reads the caller's filter, with no workspace.
 PACKED_FILTER_METHODS = (ConvolutionMethod.IMPLICIT_PRECOMP_GEMM, ConvolutionMethod.GEMM)
@@ -283,7 +287,8 @@ def depthwise_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int | No
 def depthwise_run_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int] | None:
     """(runs, channels, warps, run length) of conv_depthwise_rows_kernel's program for a channels-last
     depthwise problem the direct kernels take, where the rows kernel applies (DEPTHWISE_RUN_TILE); None
-    elsewhere. A row's runs are as long as DEPTHWISE_LONGEST_RUN allows and equal within one pixel,
+    elsewhere. A row's runs are as long as DEPTHWISE_LONGEST_RUN (DEPTHWISE_LONGEST_STRIDED_RUN for a
+    forward strided along the width) allows and equal within one pixel,
     the last one shortest (runs of at most 16: 56 pixels in 4 runs of 14; at most 4: 7 in 2 of 4); a
     strided backward's run is a multiple of the stride (its outputs then take the same taps run after run)."""
     if not depthwise_channels_last(problem):
@@ -292,8 +297,9 @@ def depthwise_run_tile(problem: ConvolutionProblem) -> tuple[int, int, int, int]
     if geo.filt[-1] > DEPTHWISE_MAX_UNROLLED_WIDTH:
         return None
     runs, most_channels, warps = DEPTHWISE_RUN_TILE
-    longest = next(run for widest, run in DEPTHWISE_LONGEST_RUN if geo.filt[-1] <= widest)
     backward = problem.direction is BACKWARD_DATA
+    table = DEPTHWISE_LONGEST_STRIDED_RUN if geo.stride[-1] > 1 and not backward else DEPTHWISE_LONGEST_RUN
+    longest = next(run for widest, run in table if geo.filt[-1] <= widest)
     width = (geo.x_size if backward else geo.y_size)[-1]
     run = -(-width // -(-width // longest))
     step = geo.stride[-1] if backward else 1  # a backward run starts at a multiple of the stride
