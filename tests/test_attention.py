@@ -96,6 +96,36 @@ def test_functional_matches_torch_forward_and_gradients(name, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_plain_calls_called_again_take_their_plan_and_match_torch_on_new_values(backend):
+    """A plain call (4-dim query, key and value, no mask, lengths or dropout) keeps a plan on the handle; a
+    call of the same signature runs it on new values (outputs new each call, the stats too) and matches
+    torch; a call whose key and value broadcast along the batch (bound as stride-0 views), or with a mask,
+    keeps none."""
+    handle = od.create("cpu", backend=backend)
+    options = dict(is_causal=True, scale=0.4, window=(3, None))
+    for seed in (1, 2):
+        q, k, v = randn(2, 4, 6, 8, seed=seed), randn(2, 2, 5, 8, seed=seed + 10), randn(2, 2, 5, 8, seed=seed + 20)
+        o, stats = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, return_stats=True, handle=handle, **options)
+        mask = torch.ones(6, 5, dtype=torch.bool).tril().logical_and(torch.ones(6, 5, dtype=torch.bool).triu(-3))
+        expected = torch_functional.scaled_dot_product_attention(
+            q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), mask, scale=0.4
+        )
+        assert relative_error(o, expected) < 1e-12
+        scores = (q @ k.repeat_interleave(2, 1).transpose(-1, -2)) * 0.4
+        assert relative_error(stats, scores.masked_fill(~mask, -torch.inf).logsumexp(-1)) < 1e-12
+    assert len(handle.plans) == 1
+    first = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, handle=handle, **options)
+    again = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, handle=handle, **options)
+    assert torch.equal(first, again) and first.data_ptr() != again.data_ptr() and len(handle.plans) == 2
+    unbatched = randn(2, 5, 8, seed=30)
+    broadcast = F.scaled_dot_product_attention(q, unbatched, unbatched, enable_gqa=True, handle=handle)
+    expected = torch_functional.scaled_dot_product_attention(q, *[unbatched.repeat_interleave(2, 0)] * 2)
+    assert relative_error(broadcast, expected) < 1e-12
+    F.scaled_dot_product_attention(q, k, v, randn(6, 5, seed=31), enable_gqa=True, handle=handle)
+    assert len(handle.plans) == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_functional_empty_rows_give_zero_output_zero_gradient_and_minus_inf_stats(backend):
     q, k, v = randn(2, 2, 6, 8, seed=1), randn(2, 2, 5, 8, seed=2), randn(2, 2, 5, 8, seed=3)
     lens_q, lens_kv = torch.tensor([4, 6], dtype=torch.int32), torch.tensor([5, 0], dtype=torch.int32)

@@ -22,20 +22,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from opendnn.core.arrays import Bound, as_native, descriptor_of, empty_like, wrap
+from opendnn.core.arrays import Bound, allocate, as_native, descriptor_of, empty_like, keyed_bound, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
-from opendnn.core.dispatch import dispatch
+from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, MathType
+from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.attention.descriptor import AttentionDescriptor, DiagonalAlignment
 from opendnn.families.attention.problem import (
     FP8_AMAX,
     FP8_BACKWARD_AMAX,
     FP8_BACKWARD_SCALES,
     FP8_SCALES,
+    AttentionProblem,
     AttentionTensors,
     SlotNames,
     attention_problem,
@@ -152,6 +154,15 @@ def scaled_dot_product_attention(
             a bad parameter (naming it).
         NotSupported: a non-float dtype, a head dim outside 8..256.
     """
+    factors = dict(zip(FP8_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
+    extras = (attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, out_dtype, *factors.values())
+    plain = dropout_p == 0 and not return_amax and all(extra is None for extra in extras)
+    options = (is_causal, scale, enable_gqa, window, alignment, softcap, return_stats)
+    call_key = signature("scaled_dot_product_attention", (query, key, value), options) if plain else None
+    if call_key is not None:
+        planned = _planned(call_key, handle, (query, key, value))
+        if planned is not None:
+            return planned
     params = descriptor_of_call(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
     inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     q = inputs.q
@@ -164,7 +175,6 @@ def scaled_dot_product_attention(
     if return_stats:
         stats_dtype = DataType.DOUBLE if q.desc.dtype is DataType.DOUBLE else DataType.FLOAT
         stats = _output(inputs, q, "stats", stats_dtype, (batch, heads, seq_q), packed=True)
-    factors = dict(zip(FP8_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
     fp8 = _fp8_arrays(q, factors, FP8_AMAX if return_amax else ())
     tensors = AttentionTensors(
         inputs.q,
@@ -179,10 +189,34 @@ def scaled_dot_product_attention(
         sinks=inputs.sinks,
         **fp8,
     )
-    checked_dispatch(params, tensors, handle, inputs.names)
+    handle, problem, implementation = checked_dispatch(params, tensors, handle, inputs.names)
+    own_arrays = all(b.desc.dims == tuple(n.shape) for b, n in zip((q, inputs.k, inputs.v), inputs.natives))
+    if own_arrays and len(inputs.query_shape) == 4:  # the outputs are the caller's (a plain call's plan holds)
+        outputs = (out.bound.desc,) if stats is None else (out.bound.desc, stats.bound.desc)
+        keep(
+            handle,
+            call_key,
+            Plan("attention", problem, outputs, implementation, (q.desc, inputs.k.desc, inputs.v.desc)),
+        )
     results = [out.caller, *([] if stats is None else [stats.caller])]
     results += [fp8[slot].view for slot in FP8_AMAX if slot in fp8]
     return tuple(to_caller_kind(view, query) for view in results) if len(results) > 1 else results[0]
+
+
+def _planned(call_key: tuple[Any, ...], handle: Handle | None, arrays: tuple[Any, Any, Any]) -> Any:
+    """The result of a plain call (4-dim query, key and value, no mask, lengths, dropout or fp8) whose
+    signature has a plan, None on its first call: the arrays bound to the plan's descriptors, out (and
+    the stats) new, launched without the checks the first call made."""
+    handle, plan = lookup(handle, call_key)
+    if plan is None:
+        return None
+    device = call_key[1][-1]
+    q, k, v = (keyed_bound(name, desc, array, device) for name, desc, array in zip(NAMES, plan.extra, arrays))
+    outputs = [allocate(q, desc, name) for name, desc in zip(("out", "stats"), plan.outputs)]
+    execute(handle, plan, AttentionTensors(q, k, v, *outputs))
+    if len(outputs) == 1:
+        return to_caller_kind(outputs[0].view, arrays[0])
+    return tuple(to_caller_kind(bound.view, arrays[0]) for bound in outputs)
 
 
 def _fp8_arrays(q: Bound, factors: dict[str, Any], amax: tuple[str, ...]) -> dict[str, Bound]:
@@ -607,13 +641,13 @@ def checked_dispatch(
     handle: Handle | None,
     names: SlotNames,
     **sizes: int | None,
-) -> None:
+) -> tuple[Handle, AttentionProblem, Any]:
     """Check the call under the functional ``names`` (the values of ragged offsets and block tables
     too) and dispatch it on ``handle`` (default: the query's device's); ``sizes``: max_seqlen_q and
-    max_seqlen_kv of ragged calls."""
+    max_seqlen_kv of ragged calls. Returns the handle, the problem and the backend that ran it."""
     handle = handle_for(tensors.q, handle)
     descs = {slot: bound.desc for slot, bound in zip(tensors._fields, tensors) if bound is not None}
     math = handle.math_type is MathType.TENSOR_OP
     problem = attention_problem(params, **descs, **sizes, names=names, allow_tf32=math)  # type: ignore[arg-type]
     check_layout_values(problem, tensors, names)
-    dispatch(handle, "attention", problem, tensors)
+    return handle, problem, dispatch(handle, "attention", problem, tensors)
