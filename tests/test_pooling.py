@@ -198,9 +198,18 @@ def test_max_and_avg_pool_match_torch_nhwc_ceil_mode(backend, dtype):
         ((2, 3, 8, 6), (4, 3)),  # divisible
         ((2, 3, 7, 6), (3, 4)),
         ((1, 2, 3, 2), (4, 3)),
+        ((2, 3, 8, 15), (7, 7)),  # one more than a multiple: windows of 2 at steps of 1, of 3 at steps of 2
+        ((2, 2, 1, 10), (3, 5)),  # larger (one cell repeated) beside divisible
     ],
 )  # not, larger
-def test_adaptive_pools_match_torch(backend, shape, output_size):
+def test_adaptive_pools_match_torch(backend, shape, output_size, monkeypatch):
+    """Against torch, forward and backward. Cells of one size at one step (sizes that divide, or one more
+    than a multiple of the output) run as that pooling: one dispatch a call; the others one per cell."""
+    from opendnn.families.pooling import functional
+
+    dispatched = []
+    run = functional.dispatch
+    monkeypatch.setattr(functional, "dispatch", lambda *args: dispatched.append(args[2]) or run(*args))
     handle = od.create("cpu", backend=backend)
     x = random(shape, seed=10)
     for ours, ours_backward, theirs in (
@@ -215,13 +224,16 @@ def test_adaptive_pools_match_torch(backend, shape, output_size):
         expected.backward(dy)
         args = (dy, x, y) if ours is F.adaptive_max_pool else (dy, x)
         torch.testing.assert_close(ours_backward(*args, handle=handle), xt.grad)
+    sizes, outputs = shape[2:], (output_size,) * 2 if isinstance(output_size, int) else output_size
+    regular = all(n % o in (0, 1) and n >= o for n, o in zip(sizes, outputs))
+    assert (len(dispatched) == 4) is regular, [(p.window, p.stride) for p in dispatched]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_adaptive_pools_called_again_match_torch_on_new_values(backend, channels_last):
-    """The second call of a signature runs its kept plan (uniform windows) or the full path again (not
-    uniform): each on new values matches torch's pools of the same values."""
+    """The second call of a signature runs its kept plan (cells of one size at one step) or the full path
+    again (cells walked one by one): each on new values matches torch's pools of the same values."""
     handle = od.create("cpu", backend=backend)
     for seed in (20, 21):
         x = random((2, 3, 8, 6), seed=seed).float()

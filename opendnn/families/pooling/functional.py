@@ -272,8 +272,21 @@ def _adaptive_cells(x: Bound, output_size: Size) -> tuple[tuple[int, ...], list[
     return out, [_cells(n, o) for n, o in zip(x.desc.dims[2:], out)]
 
 
-def _uniform(sizes: tuple[int, ...], out: tuple[int, ...]) -> bool:
-    return all(n % o == 0 for n, o in zip(sizes, out))
+def _regular(cells: list[list[tuple[int, int]]]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(window, stride) per dim when every dim's cells are one size at one step of at least 1 (then the
+    adaptive pooling is that pooling, without padding), else None. Sizes that divide give window = stride =
+    size / output; a size one more than a multiple of the output, q * out + 1, gives windows of q + 1 at
+    steps of q (8 -> 7: windows of 2 at steps of 1). An output larger than the input repeats cells (steps of
+    0): not a pooling."""
+    windows, strides = [], []
+    for spans in cells:
+        sizes = {end - start for start, end in spans}
+        steps = {b[0] - a[0] for a, b in zip(spans, spans[1:])} or sizes  # one cell: its step is its size
+        if len(sizes) > 1 or len(steps) > 1 or 0 in steps:
+            return None
+        windows.append(min(sizes))
+        strides.append(min(steps))
+    return tuple(windows), tuple(strides)
 
 
 def _cell_views(
@@ -288,19 +301,19 @@ def _cell_views(
 
 
 def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool, handle: Handle | None) -> Any:
-    key = signature("adaptive_pool", (x,), (mode, output_size, propagate_nan))  # kept where the windows are uniform
+    key = signature("adaptive_pool", (x,), (mode, output_size, propagate_nan))  # kept where the windows are regular
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:
             return _execute(handle, plan, key, (x,))
     xb = wrap("x", x)
     out, cells = _adaptive_cells(xb, output_size)
-    sizes = xb.desc.dims[2:]
     nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
-    if _uniform(sizes, out):
-        window = tuple(n // o for n, o in zip(sizes, out))
+    regular = _regular(cells)
+    if regular is not None:
+        window, stride = regular
         return _forward(
-            PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window), xb, x, False, handle, key=key
+            PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), stride), xb, x, False, handle, key=key
         )
     yb = empty_like(xb, dims=(*xb.desc.dims[:2], *out))
     handle = handle_for(xb, handle)
@@ -311,7 +324,7 @@ def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_na
 
 
 def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle: Handle | None) -> Any:
-    key = signature("adaptive_pool_backward", (x, dy, y), (mode,))  # kept where the windows are uniform
+    key = signature("adaptive_pool_backward", (x, dy, y), (mode,))  # kept where the windows are regular
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:
@@ -328,10 +341,10 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
             f"y.shape={list(yb.desc.dims)} must equal dy.shape={list(dyb.desc.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH
         )
     out, cells = _adaptive_cells(xb, dyb.desc.dims[2:])
-    sizes = xb.desc.dims[2:]
-    if _uniform(sizes, out):
-        window = tuple(n // o for n, o in zip(sizes, out))
-        pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
+    regular = _regular(cells)
+    if regular is not None:
+        window, stride = regular
+        pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), stride)
         return _backward(pool, dy, x, y, False, handle, key)
     dxb = empty_like(xb)
     handle = handle_for(xb, handle)
