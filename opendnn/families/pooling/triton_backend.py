@@ -36,7 +36,7 @@ scalar base per tile plus int32 per element (int64 only for tensors past 2**31 e
 loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
 Global windows (each window the whole input along the dims it pools, one output there: global pools,
-and the cells of an adaptive pooling whose sizes do not divide) have few outputs and long windows: a tile
+and the cells of an adaptive pooling walked cell by cell) have few outputs and long windows: a tile
 of outputs walking its windows would leave the GPU idle (64 x 32 x 112 x 112 NHWC: two programs of 1,024
 outputs, each walking 12,544 positions). The forward average and max are the reduce family's reduction
 of the pooled dims instead, split across the GPU with a fixed-order sum of the slices, and the average's
