@@ -1,7 +1,7 @@
 """The channels-last depthwise backward filter (``filter_depthwise_rows_kernel``) through the
 interpreter, against torch's autograd in float64: filter widths 3, 5 and 7, odd sizes, stride 2,
-dilation, a channel multiplier, 3-D, beta (its slices summed in a fixed order:
-``test_depthwise_backward_filter_slices_are_summed_in_a_fixed_order``)."""
+dilation, the next group's loads in flight or not, a channel multiplier, 3-D, beta (its slices
+summed in a fixed order: ``test_depthwise_backward_filter_slices_are_summed_in_a_fixed_order``)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ CASES = [  # (dtype, x_dims, k, filt, options), one reduced channel a group, cha
     (DataType.FLOAT, (2, 3, 5, 6, 5), 3, (3, 3, 3), dict(pre=(1, 1, 1), stride=(2, 1, 2))),
     # 7x7 on a 3-wide image: the window walks past the row's end
     (DataType.BFLOAT16, (2, 8, 5, 3), 8, (7, 7), dict(pre=(3, 3))),
+    # 7x7 stride 2: 21 x columns and dy a group, too many to hold the next group's in flight
+    (DataType.FLOAT, (2, 4, 9, 12), 4, (7, 7), dict(pre=(3, 3), stride=(2, 2))),
 ]
 
 
@@ -49,6 +51,7 @@ def test_depthwise_rows_backward_filter_matches_float64(dtype, x_dims, k, filt, 
     assert launch.options["WIDTH"] == filt[-1]
     stride, dilation = options.get("stride", (1,) * len(filt))[-1], options.get("dilation", (1,) * len(filt))[-1]
     assert launch.options["SHIFT"] == {(1, 1): 1, (2, 2): 1, (2, 1): 2, (1, 2): 1}[stride, dilation]
+    assert launch.options["AHEAD"] == ((filt[-1], launch.options["SHIFT"]) != (7, 2))
 
 
 def test_depthwise_rows_takes_widths_of_its_table_only():

@@ -7,8 +7,8 @@ with its accumulator in registers (no spills, at most MAX_REGISTERS a thread, so
 share an SM; the rows kernel's run of sums takes more: ROWS_KERNEL_REGISTERS), compiled in seconds (at
 most the filter's width unrolled), channels-last activations in 16-byte channel vectors, the run's
 window of input columns loaded once a filter row, and a channels-last packed filter's column in one
-16-byte load a thread and tap. And the NHWC bfloat16 backward filter
-(``filter_depthwise_rows_kernel``, one compile per filter width) of a 7 x 7, a 5 x 5 and a 3 x 3 layer,
+16-byte load a thread and tap. And the NHWC backward filter (``filter_depthwise_rows_kernel``, one
+compile per filter width) of a 7 x 7, a 5 x 5 and a 3 x 3 layer in bfloat16 and two in float32,
 its walk along the output rows counted in the SASS. In a subprocess: triton must load without its
 interpreter (tests/sm90.py)."""
 
@@ -48,24 +48,33 @@ ROWS = [
 ]
 PACKED_ALGORITHM = {"FORWARD": ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, "BACKWARD_DATA": ConvolutionBwdDataAlgo.ALGO_1}
 FILTER_TAPS = 7  # the width of the filter compiled: a channels-last packed filter's row is unrolled
-# filter_depthwise_rows_kernel, NHWC bfloat16, per filter width: the layer (C = K, H = W, stride) it is
-# compiled for and the channels a thread holds in the planned tile
-ROWS_LAYERS = {7: (96, 56, 1, 8), 5: (240, 28, 1, 8), 3: (256, 28, 1, 8)}
-ROWS_MIN_FMA_SHARE = 0.35  # FFMA among the walk's instructions (measured 0.36-0.52)
+# filter_depthwise_rows_kernel, NHWC, per filter width and dtype: the layer (C = K, H = W, stride) it is
+# compiled for and the channels a thread holds in the planned tile (16 bytes of them)
+ROWS_LAYERS = {
+    (7, "bfloat16"): (96, 56, 1, 8),
+    (5, "bfloat16"): (240, 28, 1, 8),
+    (3, "bfloat16"): (256, 28, 1, 8),
+    (7, "float32"): (96, 56, 1, 4),
+    (5, "float32"): (144, 56, 2, 4),
+}
+ROWS_MIN_FMA_SHARE = 0.3  # FFMA among the walk's instructions (measured 0.30-0.50)
 
 
 def test_depthwise_rows_filter_walk_is_fmas_and_two_loads_a_step():
     """The walk along an output row, WIDTH steps unrolled (the innermost loop of the SASS): WIDTH x WIDTH
-    x channels FFMAs, one dy and one x load a step, no spills."""
+    x channels FFMAs, one dy and `stride` x loads a step (the next steps' loads, in flight across the
+    loop's back edge), no spills."""
     completed = sm90.run_script(__file__, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = [line.split() for line in completed.stdout.splitlines() if line.startswith("rows")]
-    assert [int(line[1]) for line in lines] == list(ROWS_LAYERS)
+    assert [(int(line[1]), line[2]) for line in lines] == list(ROWS_LAYERS)
     for line in lines:
-        width, registers, spills, seconds, instructions, fmas, loads = map(float, line[1:])
-        assert registers <= MAX_REGISTERS and spills == 0, line
+        width, dtype = int(line[1]), line[2]
+        registers, spills, seconds, instructions, fmas, loads = map(float, line[3:])
+        assert registers <= ROWS_KERNEL_REGISTERS and spills == 0, line
         assert seconds < MAX_SECONDS, line
-        assert fmas == width * width * ROWS_LAYERS[width][3] and loads == 2 * width, line
+        stride = ROWS_LAYERS[width, dtype][2]
+        assert fmas == width * width * ROWS_LAYERS[width, dtype][3] and loads == (1 + stride) * width, line
         assert fmas / instructions >= ROWS_MIN_FMA_SHARE, line
 
 
@@ -109,10 +118,10 @@ def main() -> None:
             registers, spills = sm90.ptxas_usage(text, 90)
         vector_loads = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", text))
         print(row, registers, spills, f"{seconds:.2f}", vector_loads, flush=True)
-    for width, (channels, size, stride, _) in ROWS_LAYERS.items():
+    for (width, dtype), (channels, size, stride, _) in ROWS_LAYERS.items():
         problem = compile_times.conv(
             compile_times.ConvolutionDirection.BACKWARD_FILTER,
-            "bfloat16",
+            dtype,
             "channels_last",
             64,
             channels,
@@ -134,7 +143,7 @@ def main() -> None:
         walk = innermost_loop(sm90.sass(compiled.asm["cubin"]))
         fmas = sum(op == "FFMA" for op in walk)
         loads = sum(op.startswith("LDG") for op in walk)
-        print("rows", width, registers, spills, f"{seconds:.2f}", len(walk), fmas, loads, flush=True)
+        print("rows", width, dtype, registers, spills, f"{seconds:.2f}", len(walk), fmas, loads, flush=True)
 
 
 def innermost_loop(sass: str) -> list[str]:

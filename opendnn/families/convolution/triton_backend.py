@@ -85,6 +85,7 @@ from opendnn.families.convolution.triton_raster import raster_elements, raster_l
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
     BACKWARD_FILTER,
+    DEPTHWISE_AHEAD_BYTES,
     DIRECT_UNROLL_STEPS,
     SUM_BLOCK,
     SUM_SPLITS,
@@ -746,9 +747,13 @@ def _depthwise_rows_launch(problem: ConvolutionProblem, plan: FilterPlan, partia
         problem.alpha,
         problem.beta,
     )
+    shift = geo.stride[2] // common
+    channels = tile.block_m * tile.block_n // (tile.num_warps * 32)  # a thread's channels
+    ahead_bytes = width * (shift + 1) * channels * max(problem.x.dtype.itemsize, problem.y.dtype.itemsize)
     options = dict(
         WIDTH=width,
-        SHIFT=geo.stride[2] // common,
+        SHIFT=shift,
+        AHEAD=ahead_bytes <= DEPTHWISE_AHEAD_BYTES,
         FILTER_ROWS=plan.filter_rows,
         BLOCK_ROWS=tile.block_m,
         BLOCK_N=tile.block_n,

@@ -20,6 +20,11 @@ o_w = phase, phase + STEP, ... (STEP = dil_w / gcd(sw, dil_w)) for each phase be
 the window by SHIFT = sw / gcd(sw, dil_w) taps a step (SHIFT new loads a step; SHIFT is a constant of
 the kernel: 1 at stride 1, 2 at stride 2).
 
+The walk waits on its loads (few warps a scheduler, a memory round trip a group of WIDTH steps). With
+``AHEAD`` a group's loads (``group_loads``) go out before the previous group's FMAs, so one round trip
+hides behind a group's work; they stay in their own dtype in registers until used (WIDTH * (SHIFT + 1)
+vectors a thread), which the planner allows where it does not spill.
+
 Traffic: x and dy read about once from DRAM per filter-row block, dy re-read from L1 per filter row;
 2 * taps FLOPs per dy element, FILTER_ROWS x WIDTH FMAs per loaded dy vector element.
 """
@@ -36,6 +41,24 @@ from opendnn.families.convolution.triton_direct import store_filter
 def replaced(values, index: tl.constexpr, value):
     """``values`` with element ``index`` set to ``value``."""
     return values[:index] + (value,) + values[index + 1 :]
+
+
+@triton.jit
+def group_loads(x_rows, dy_rows, x_mask, dy_mask, o_w0, walk, WIDTH: tl.constexpr, SHIFT: tl.constexpr):
+    """The loads of the WIDTH steps from o_w = o_w0 (masked past the row's end), in the tensors' own
+    dtypes: the SHIFT x columns that enter the window a step (WIDTH * SHIFT, step-major) and the steps'
+    dy (WIDTH). ``walk``: (x_sw, dy_sw, OW, XW, sw, dil_w, pad_w, STEP)."""
+    x_sw, dy_sw, OW, XW, sw, dil_w, pad_w, STEP = walk
+    xs = (tl.zeros_like(x_mask).to(x_rows.dtype.element_ty),) * (WIDTH * SHIFT)
+    dys = (tl.zeros_like(dy_mask).to(dy_rows.dtype.element_ty),) * WIDTH
+    for u in tl.static_range(WIDTH):
+        o_w = o_w0 + u * STEP
+        for tap in tl.static_range(SHIFT):
+            i_w = o_w * sw + (WIDTH - SHIFT + tap) * dil_w - pad_w
+            x = tl.load(x_rows + i_w * x_sw, mask=x_mask & (i_w >= 0) & (i_w < XW), other=0.0)
+            xs = replaced(xs, u * SHIFT + tap, x)
+        dys = replaced(dys, u, tl.load(dy_rows + o_w * dy_sw, mask=dy_mask & (o_w < OW), other=0.0))
+    return xs, dys
 
 
 @triton.jit
@@ -89,6 +112,7 @@ def filter_depthwise_rows_kernel(
     COMPUTE: tl.constexpr,
     WIDTH: tl.constexpr,
     SHIFT: tl.constexpr,
+    AHEAD: tl.constexpr,
     FILTER_ROWS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -128,14 +152,20 @@ def filter_depthwise_rows_kernel(
                     i_w = phase * sw + first * dil_w - pad_w
                     x = tl.load(x_rows + i_w * x_sw, mask=x_mask & (i_w >= 0) & (i_w < XW), other=0.0)
                     window = replaced(window, first, x.to(COMPUTE))
+                walk = (x_sw, dy_sw, OW, XW, sw, dil_w, pad_w, STEP)
+                if AHEAD:
+                    ahead = group_loads(x_rows, dy_rows, x_mask, dy_mask, phase, walk, WIDTH, SHIFT)
                 for o_w0 in range(phase, OW, STEP * WIDTH):
+                    if AHEAD:  # this group's loads came in during the last group's FMAs; the next group's go out
+                        xs, dys = ahead
+                        ahead = group_loads(x_rows, dy_rows, x_mask, dy_mask, o_w0 + STEP * WIDTH, walk, WIDTH, SHIFT)
+                    else:
+                        xs, dys = group_loads(x_rows, dy_rows, x_mask, dy_mask, o_w0, walk, WIDTH, SHIFT)
                     for u in tl.static_range(WIDTH):
-                        o_w = o_w0 + u * STEP
-                        for tap in tl.static_range(WIDTH - SHIFT, WIDTH):  # the taps that enter the window
-                            i_w = o_w * sw + tap * dil_w - pad_w
-                            x = tl.load(x_rows + i_w * x_sw, mask=x_mask & (i_w >= 0) & (i_w < XW), other=0.0)
-                            window = replaced(window, (u * SHIFT + tap) % WIDTH, x.to(COMPUTE))
-                        dy = tl.load(dy_rows + o_w * dy_sw, mask=dy_mask & (o_w < OW), other=0.0).to(COMPUTE)
+                        for tap in tl.static_range(SHIFT):  # the taps that enter the window
+                            entering = xs[u * SHIFT + tap].to(COMPUTE)
+                            window = replaced(window, (u * SHIFT + WIDTH - SHIFT + tap) % WIDTH, entering)
+                        dy = dys[u].to(COMPUTE)
                         for s in tl.static_range(WIDTH):
                             products = sums[j * WIDTH + s] + dy * window[(u * SHIFT + s) % WIDTH]
                             sums = replaced(sums, j * WIDTH + s, products)

@@ -45,11 +45,19 @@ DEPTHWISE_FILTER_TILES = {True: (64, 32, 4, 4, 16, 4), False: (64, 16, 8, 4, 8, 
 # on 5 x 5 and 7 x 7 layers).
 DEPTHWISE_FILTER_MIN_TAPS = {True: DIRECT_FILTER_COLUMNS + 1, False: 10}
 # Channels-last depthwise backward filter of these filter widths (filter_depthwise_rows_kernel, before the
-# two above): (output rows, most channels, filter rows, warps) per program, programs per SM and fewest
-# row blocks per slice, by the width: the best geometric mean per width of benchmarks/depthwise_sweep.py
-# --channels-last-filter over its layers (one filter row a program beat the whole filter's rows on every
-# width: fewer per-tap sums a thread, more programs).
-DEPTHWISE_ROWS_TILES = {3: (64, 32, 1, 8, 2, 2), 5: (32, 32, 1, 4, 8, 2), 7: (32, 32, 1, 4, 8, 2)}
+# two above): (output rows in 16 bits, most channels, filter rows, warps) per program, programs per SM and
+# fewest row blocks per slice, by the width: the best geometric mean per width of
+# benchmarks/depthwise_sweep.py --channels-last-filter over its layers (one filter row a program beat the
+# whole filter's rows on every width: fewer per-tap sums a thread, more programs); with the next group's
+# loads in flight (below), 3 x 3 filters take 4 warps at 4 programs an SM (geometric mean 1.05 of cuDNN
+# over five 3 x 3 layers in bfloat16, against 1.00 at 8 warps and 2).
+DEPTHWISE_ROWS_TILES = {3: (32, 32, 1, 4, 4, 2), 5: (32, 32, 1, 4, 8, 2), 7: (32, 32, 1, 4, 8, 2)}
+# ... whose walk issues a group's loads (WIDTH steps) before the previous group's FMAs, where those loads
+# take at most this many bytes of registers a thread: the walk waits on its loads, and with the next
+# group in flight it waits half as often (3 x 3 layers of 128-256 channels 0.45-0.52 -> 0.88-1.14 of
+# cuDNN), but past 320 bytes (8 float32 channels a thread: 7 x 7 at 448, 5 x 5 at stride 2 at 480) the
+# kernel spills (1.7-17x slower).
+DEPTHWISE_AHEAD_BYTES = 320
 # Depthwise forward and backward data (conv_depthwise_kernel): output pixels, most channels and warps per
 # program, and whether the filter's width is unrolled, by whether the tensors' channels are contiguous
 # and whether the filter is read packed tap-major from the workspace (packs_depthwise_filter); the
@@ -338,7 +346,8 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         block_rows, block_n, filter_rows, warps, per_sm, min_steps = DEPTHWISE_ROWS_TILES[geo.filt[2]]
         block_n = next((b for b in (block_n, block_n // 2) if geo.k % b == 0), block_n)  # no idle channels
         block_n = min(block_n, triton.next_power_of_2(geo.k))
-        block_rows = block_rows * DEPTHWISE_ROWS_TILES[geo.filt[2]][1] // block_n  # as many sums a thread
+        # as many sums a thread, 16 bytes of channels (the tiles' 8 in 16 bits, 4 in float32)
+        block_rows = block_rows * DEPTHWISE_ROWS_TILES[geo.filt[2]][1] // block_n * 2 // itemsize_of(problem)
         tile = Tile(block_rows, block_n, 0, warps, 1)
         filter_rows = min(filter_rows, geo.filt[0] * geo.filt[1])
         target = programs_to_fill(per_sm)
