@@ -6,7 +6,8 @@ dispatch, the plan and the launch arguments. The calls are a ResNet-50 layer's: 
 of its first stage (64 -> 64 channels, 56 x 56) in its three directions, a 1x1 forward (64 -> 256), the
 stem's 3x3 max pooling, a batch norm training forward and a relu, on bf16 channels-last CPU tensors
 of batch 8, each call with the same descriptors and arrays every time (as a network's step makes it);
-and the Pythonic attention forward of GPT-2 small's shape (8 x 12 heads x 1,024 x 64, causal, bf16).
+and the Pythonic attention forward and backward of GPT-2 small's shape (8 x 12 heads x 1,024 x 64,
+causal, bf16).
 Each row is the best of ``--rounds`` averages over ``--repeats`` calls, in the thread's CPU time.
 ``--profile NAME`` prints a cProfile of one row.
 
@@ -64,7 +65,8 @@ def calls(handle: od.Handle) -> dict[str, Callable[[], None]]:
         handle, x_desc, y_desc, conv, w_desc, bwd_filter.ALGO_0
     )
     workspace = torch.empty(filter_bytes, dtype=torch.uint8) if filter_bytes else None
-    q, k, v = (torch.randn(8, 12, 1024, 64).bfloat16() for _ in range(3))
+    q, k, v, out, grad_out = (torch.randn(8, 12, 1024, 64).bfloat16() for _ in range(5))
+    stats = torch.randn(8, 12, 1024)
     return {
         "conv_fwd_3x3": lambda: od.convolution_forward(
             handle, 1.0, x_desc, x, w_desc, w, conv, fwd.IMPLICIT_GEMM, None, 0.0, y_desc, y
@@ -100,6 +102,9 @@ def calls(handle: od.Handle) -> dict[str, Callable[[], None]]:
         ),  # fmt: skip
         "relu_fwd": lambda: od.activation_forward(handle, relu, 1.0, x_desc, x, 0.0, y_desc, y),
         "sdpa_fwd_functional": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, handle=handle),
+        "sdpa_bwd_functional": lambda: F.scaled_dot_product_attention_backward(
+            grad_out, q, k, v, out, stats, is_causal=True, handle=handle
+        ),
     }
 
 

@@ -32,6 +32,7 @@ def test_every_timed_call_launches_its_kernels(monkeypatch):
         "bn_fwd_training",
         "relu_fwd",
         "sdpa_fwd_functional",
+        "sdpa_bwd_functional",
     }
     assert all(count >= 1 for count in counts.values()), counts
     assert counts["bn_fwd_training"] == 3, counts  # batch norm's training forward is three launches

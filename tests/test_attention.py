@@ -10,10 +10,12 @@ import torch.nn.functional as torch_functional
 
 import opendnn as od
 import opendnn.functional as F
+from opendnn.families.attention import functional
 from opendnn.families.attention.api import attention_backward, attention_forward
 from opendnn.families.attention.problem import (
     AttentionDescriptor,
     DiagonalAlignment,
+    attention_problem,
     reference_backward,
     reference_forward,
 )
@@ -123,6 +125,82 @@ def test_functional_plain_calls_called_again_take_their_plan_and_match_torch_on_
     assert relative_error(broadcast, expected) < 1e-12
     F.scaled_dot_product_attention(q, k, v, randn(6, 5, seed=31), enable_gqa=True, handle=handle)
     assert len(handle.plans) == 2
+
+
+@pytest.fixture
+def problems_built(monkeypatch):
+    """The problems the Pythonic calls build (a call that takes its plan builds none), every output and
+    gradient they allocate poisoned with NaN."""
+    built = []
+
+    def counted(*args, **kwargs):
+        built.append(attention_problem(*args, **kwargs))
+        return built[-1]
+
+    def poisoned(allocate):
+        def allocated(*args, **kwargs):
+            bound = allocate(*args, **kwargs)
+            bound.view[...] = float("nan")
+            return bound
+
+        return allocated
+
+    monkeypatch.setattr(functional, "attention_problem", counted)
+    monkeypatch.setattr(functional, "allocate", poisoned(functional.allocate))
+    monkeypatch.setattr(functional, "empty_like", poisoned(functional.empty_like))
+    return built
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_plain_backward_called_again_takes_its_plan_and_gives_the_same_gradients(backend, problems_built):
+    """A plain backward (4-dim arrays, no mask, lengths, dropout or fp8) keeps a plan on the handle, GQA key and
+    value (fewer heads) too; a call of the same signature builds no problem and gives the first call's gradients
+    bit for bit in new arrays, on new values torch's; a call of other strides, dtype or causality gets a plan of
+    its own; one whose key and value broadcast along the batch (stride-0 views, their gradients summed back) or
+    whose arrays are fp8 (factors made per call) keeps none; mask_grad without a mask still raises."""
+    handle = od.create("cpu", backend=backend)
+    options = dict(is_causal=True, scale=0.4, enable_gqa=True)
+
+    def backward(q, k, v, seed, **changed):
+        o, stats = F.scaled_dot_product_attention(q, k, v, return_stats=True, handle=handle, **options | changed)
+        do = randn(*o.shape, dtype=q.dtype, seed=seed)
+        grads = F.scaled_dot_product_attention_backward(do, q, k, v, o, stats, handle=handle, **options | changed)
+        return grads, torch_gradients(q, k, v, do, **options | changed)[1:]
+
+    q, k, v = randn(1, 2, 6, 8, seed=1), randn(1, 1, 5, 8, seed=2), randn(1, 1, 5, 8, seed=3)
+    first, expected = backward(q, k, v, seed=4)
+    again, _ = backward(q, k, v, seed=4)
+    assert len(problems_built) == 2 and len(handle.plans) == 2  # the forward's and the backward's
+    for ours, theirs, planned in zip(first, expected, again):
+        assert relative_error(ours, theirs) < 1e-11
+        assert torch.equal(planned, ours) and planned.stride() == ours.stride()
+        assert planned.data_ptr() != ours.data_ptr()
+    q, k, v = randn(1, 2, 6, 8, seed=5), randn(1, 1, 5, 8, seed=6), randn(1, 1, 5, 8, seed=7)
+    grads, expected = backward(q, k, v, seed=8)
+    assert len(problems_built) == 2 and all(relative_error(g, e) < 1e-11 for g, e in zip(grads, expected))
+    bshd = randn(1, 6, 2, 8, seed=9).transpose(1, 2)
+    other_signatures = [
+        ((bshd, k, v), {}, 1e-11),
+        ((q.float(), k.float(), v.float()), {}, 1e-5),
+        ((q, k, v), dict(is_causal=False), 1e-11),
+    ]
+    for count, (arrays, changed, tolerance) in enumerate(other_signatures, 1):
+        grads, expected = backward(*arrays, seed=10, **changed)
+        assert len(handle.plans) == 2 + 2 * count  # the backward's, and the forward's of the same signature
+        assert all(relative_error(g, e) < tolerance for g, e in zip(grads, expected))
+        assert grads[0].stride() == arrays[0].stride()
+    plans = len(handle.plans)
+    one_batch = randn(1, 1, 5, 8, seed=11)
+    grads, expected = backward(randn(2, 2, 6, 8, seed=12), one_batch, one_batch, seed=13)
+    assert grads[1].shape == (1, 1, 5, 8) and relative_error(grads[1], expected[1]) < 1e-11
+    q8, k8, v8, do8 = (randn(1, 2, 4, 16, seed=seed).to(torch.float8_e4m3fn) for seed in (14, 15, 16, 17))
+    first, again = (F.scaled_dot_product_attention(q8, k8, v8, return_stats=True, handle=handle) for _ in range(2))
+    assert torch.equal(first[0].float(), again[0].float())
+    F.scaled_dot_product_attention_backward(do8, q8, k8, v8, *again, handle=handle)
+    assert len(handle.plans) == plans
+    do, stats = randn(1, 2, 6, 8, seed=18), randn(1, 2, 6, seed=19)  # the planned signature's arrays, but mask_grad
+    with pytest.raises(od.BadParam, match=r"mask_grad=True needs a float attn_mask, got attn_mask=None"):
+        F.scaled_dot_product_attention_backward(do, q, k, v, do, stats, mask_grad=True, handle=handle, **options)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -88,6 +88,19 @@ def _dense_names(leading: int) -> SlotNames:
 # -1: a 2-D (sequence, head dim) query, without heads; 2: two or more batch dims
 DENSE_NAMES = {leading: _dense_names(leading) for leading in (-1, 0, 1, 2)}
 NAMES = ("query", "key", "value")
+SLOT_NAMES = dict(CALLER_NAMES)
+
+
+class PlanSlots(NamedTuple):
+    """The slots a plain call's plan binds to the caller's arrays (in its signature's order, the
+    query first) and the slots of the outputs it allocates (a call may leave the last ones out)."""
+
+    given: tuple[str, ...]
+    new: tuple[str, ...]
+
+
+FORWARD_SLOTS = PlanSlots(("q", "k", "v"), ("o", "stats"))
+BACKWARD_SLOTS = PlanSlots(("q", "k", "v", "o", "stats", "do"), ("dq", "dk", "dv"))
 
 
 @caller_dtypes
@@ -156,13 +169,12 @@ def scaled_dot_product_attention(
     """
     factors = dict(zip(FP8_SCALES, (descale_q, descale_k, descale_v, descale_s, scale_s, scale_o)))
     extras = (attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, out_dtype, *factors.values())
-    plain = dropout_p == 0 and not return_amax and all(extra is None for extra in extras)
     options = (is_causal, scale, enable_gqa, window, alignment, softcap, return_stats)
-    call_key = signature("scaled_dot_product_attention", (query, key, value), options) if plain else None
-    if call_key is not None:
-        planned = _planned(call_key, handle, (query, key, value))
-        if planned is not None:
-            return planned
+    arrays = (query, key, value)
+    call_key = _plain_signature("scaled_dot_product_attention", arrays, options, extras, (dropout_p, return_amax))
+    planned = None if call_key is None else _planned(call_key, handle, arrays, FORWARD_SLOTS)
+    if planned is not None:
+        return planned if return_stats else planned[0]
     params = descriptor_of_call(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
     inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     q = inputs.q
@@ -190,33 +202,60 @@ def scaled_dot_product_attention(
         **fp8,
     )
     handle, problem, implementation = checked_dispatch(params, tensors, handle, inputs.names)
-    own_arrays = all(b.desc.dims == tuple(n.shape) for b, n in zip((q, inputs.k, inputs.v), inputs.natives))
-    if own_arrays and len(inputs.query_shape) == 4:  # the outputs are the caller's (a plain call's plan holds)
-        outputs = (out.bound.desc,) if stats is None else (out.bound.desc, stats.bound.desc)
-        keep(
-            handle,
-            call_key,
-            Plan("attention", problem, outputs, implementation, (q.desc, inputs.k.desc, inputs.v.desc)),
-        )
+    _keep_plan(handle, call_key, problem, implementation, inputs, tensors, FORWARD_SLOTS)
     results = [out.caller, *([] if stats is None else [stats.caller])]
     results += [fp8[slot].view for slot in FP8_AMAX if slot in fp8]
     return tuple(to_caller_kind(view, query) for view in results) if len(results) > 1 else results[0]
 
 
-def _planned(call_key: tuple[Any, ...], handle: Handle | None, arrays: tuple[Any, Any, Any]) -> Any:
-    """The result of a plain call (4-dim query, key and value, no mask, lengths, dropout or fp8) whose
-    signature has a plan, None on its first call: the arrays bound to the plan's descriptors, out (and
-    the stats) new, launched without the checks the first call made."""
+def _plain_signature(
+    call: str, arrays: tuple[Any, ...], options: tuple[Any, ...], extras: tuple[Any, ...], flags: tuple[Any, ...]
+) -> tuple[Any, ...] | None:
+    """The signature of a plain call of ``arrays`` and ``options``: one whose ``extras`` (a mask,
+    sequence lengths, ALiBi slopes, sinks, an output dtype, fp8 factors) are all None and whose
+    ``flags`` (dropout_p, mask_grad, return_amax) are all 0 or False; None for any other call, which
+    takes the full path every time."""
+    if any(flags) or any(extra is not None for extra in extras):
+        return None
+    return signature(call, arrays, options)
+
+
+def _planned(
+    call_key: tuple[Any, ...], handle: Handle | None, arrays: tuple[Any, ...], slots: PlanSlots
+) -> tuple[Any, ...] | None:
+    """The results of a plain call whose signature has a plan (a tuple), None on its first call:
+    ``arrays`` bound to the plan's descriptors in the ``slots.given``, the outputs new, launched
+    without the checks the first call made."""
     handle, plan = lookup(handle, call_key)
     if plan is None:
         return None
     device = call_key[1][-1]
-    q, k, v = (keyed_bound(name, desc, array, device) for name, desc, array in zip(NAMES, plan.extra, arrays))
-    outputs = [allocate(q, desc, name) for name, desc in zip(("out", "stats"), plan.outputs)]
-    execute(handle, plan, AttentionTensors(q, k, v, *outputs))
-    if len(outputs) == 1:
-        return to_caller_kind(outputs[0].view, arrays[0])
-    return tuple(to_caller_kind(bound.view, arrays[0]) for bound in outputs)
+    given = zip(slots.given, plan.extra, arrays)
+    bounds = {slot: keyed_bound(SLOT_NAMES[slot], desc, array, device) for slot, desc, array in given}
+    q = bounds["q"]
+    outputs = {slot: allocate(q, desc, SLOT_NAMES[slot]) for slot, desc in zip(slots.new, plan.outputs)}
+    execute(handle, plan, AttentionTensors(**bounds, **outputs))
+    return tuple(to_caller_kind(output.view, arrays[0]) for output in outputs.values())
+
+
+def _keep_plan(
+    handle: Handle,
+    call_key: tuple[Any, ...] | None,
+    problem: AttentionProblem,
+    implementation: Any,
+    inputs: CallInputs,
+    tensors: AttentionTensors,
+    slots: PlanSlots,
+) -> None:
+    """Keep the plan of a plain call (``call_key`` not None) that a later call of its signature runs
+    as it is: query, key and value 4-dim and bound as given, so the outputs are the caller's as the
+    kernels write them (a call of another rank reshapes them; a broadcast input's gradient is summed
+    back to its shape), and not fp8 (its factors are arrays made per call)."""
+    if call_key is None or len(inputs.query_shape) != 4 or not inputs.as_given or inputs.q.desc.dtype.is_fp8:
+        return
+    given = tuple(getattr(tensors, slot).desc for slot in slots.given)
+    outputs = tuple(bound.desc for bound in (getattr(tensors, slot) for slot in slots.new) if bound is not None)
+    keep(handle, call_key, Plan("attention", problem, outputs, implementation, given))
 
 
 def _fp8_arrays(q: Bound, factors: dict[str, Any], amax: tuple[str, ...]) -> dict[str, Bound]:
@@ -300,6 +339,16 @@ def scaled_dot_product_attention_backward(
             without a float attn_mask.
         NotSupported: as scaled_dot_product_attention.
     """
+    scales: tuple[Any, ...] = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp)
+    scales += (scale_s, scale_dq, scale_dk, scale_dv, scale_dp)
+    extras = (attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, grad_dtype, *scales)
+    options = (is_causal, scale, enable_gqa, window, alignment, softcap)
+    arrays = (query, key, value, out, stats, grad_out)
+    flags = (dropout_p, mask_grad, return_amax)
+    call_key = _plain_signature("scaled_dot_product_attention_backward", arrays, options, extras, flags)
+    planned = None if call_key is None else _planned(call_key, handle, arrays, BACKWARD_SLOTS)
+    if planned is not None:
+        return planned
     params = descriptor_of_call(dropout_p, is_causal, scale, window, alignment, softcap, seed, offset)
     inputs = _inputs(query, key, value, attn_mask, seq_lens_q, seq_lens_kv, alibi_slopes, sinks, enable_gqa)
     if mask_grad and inputs.bias is None:
@@ -318,8 +367,6 @@ def scaled_dot_product_attention_backward(
         )
         for bound in (inputs.q, inputs.k, inputs.v)
     ]
-    scales: tuple[Any, ...] = (descale_q, descale_k, descale_v, descale_o, descale_do, descale_s, descale_dp)
-    scales += (scale_s, scale_dq, scale_dk, scale_dv, scale_dp)
     fp8 = _fp8_arrays(inputs.q, dict(zip(FP8_BACKWARD_SCALES, scales)), FP8_BACKWARD_AMAX if return_amax else ())
     dbias = empty_like(inputs.bias) if mask_grad and inputs.bias is not None else None
     dsinks = None if inputs.sinks is None else empty_like(inputs.sinks)
@@ -342,7 +389,8 @@ def scaled_dot_product_attention_backward(
         dsinks,
         **fp8,
     )
-    checked_dispatch(params, tensors, handle, inputs.names)
+    handle, problem, implementation = checked_dispatch(params, tensors, handle, inputs.names)
+    _keep_plan(handle, call_key, problem, implementation, inputs, tensors, BACKWARD_SLOTS)
     results = [_gradient_of(name, grad.caller, native) for name, grad, native in zip(NAMES, grads, inputs.natives)]
     if dbias is not None:  # of the mask's own dims, summed over what it broadcast along
         results.append(_unbroadcast(dbias.view, as_native(attn_mask).shape, inputs.leading))
@@ -387,6 +435,12 @@ class CallInputs(NamedTuple):
     query_shape: tuple[int, ...]  # query's shape broadcast with key's and value's batch dims
     names: SlotNames  # how the errors name each slot and dim
     natives: tuple[Any, ...]  # query, key and value as the caller gave them (NumPy arrays or torch tensors)
+
+    @property
+    def as_given(self) -> bool:
+        """Query, key and value bound in the caller's own shapes: none broadcast to the others."""
+        given = zip((self.q, self.k, self.v), self.natives)
+        return all(bound.desc.dims == tuple(native.shape) for bound, native in given)
 
     @property
     def headless(self) -> bool:
