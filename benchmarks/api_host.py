@@ -6,6 +6,8 @@ dispatch, the plan and the launch arguments. The calls are a ResNet-50 layer's: 
 of its first stage (64 -> 64 channels, 56 x 56) in its three directions, a 1x1 forward (64 -> 256), the
 stem's 3x3 max pooling, a batch norm training forward and a relu, on bf16 channels-last CPU tensors
 of batch 8, each call with the same descriptors and arrays every time (as a network's step makes it);
+VGG's 7 x 7 adaptive average pooling over a 320-pixel image's 10 x 10 map (512 channels: cells of 2 and 3
+positions at steps of 1 and 2, one launch), forward and backward;
 and the Pythonic attention forward and backward of GPT-2 small's shape (8 x 12 heads x 1,024 x 64,
 causal, bf16).
 Each row is the best of ``--rounds`` averages over ``--repeats`` calls, in the thread's CPU time.
@@ -67,6 +69,8 @@ def calls(handle: od.Handle) -> dict[str, Callable[[], None]]:
     workspace = torch.empty(filter_bytes, dtype=torch.uint8) if filter_bytes else None
     q, k, v, out, grad_out = (torch.randn(8, 12, 1024, 64).bfloat16() for _ in range(5))
     stats = torch.randn(8, 12, 1024)
+    _, vgg = tensor(BATCH, 512, 10, 10)
+    _, vgg_dy = tensor(BATCH, 512, 7, 7)
     return {
         "conv_fwd_3x3": lambda: od.convolution_forward(
             handle, 1.0, x_desc, x, w_desc, w, conv, fwd.IMPLICIT_GEMM, None, 0.0, y_desc, y
@@ -101,6 +105,8 @@ def calls(handle: od.Handle) -> dict[str, Callable[[], None]]:
             save_inv,
         ),  # fmt: skip
         "relu_fwd": lambda: od.activation_forward(handle, relu, 1.0, x_desc, x, 0.0, y_desc, y),
+        "adaptive_avg_fwd_10to7": lambda: F.adaptive_avg_pool(vgg, (7, 7), handle=handle),
+        "adaptive_avg_bwd_10to7": lambda: F.adaptive_avg_pool_backward(vgg_dy, vgg, handle=handle),
         "sdpa_fwd_functional": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, handle=handle),
         "sdpa_bwd_functional": lambda: F.scaled_dot_product_attention_backward(
             grad_out, q, k, v, out, stats, is_causal=True, handle=handle

@@ -31,8 +31,12 @@ def test_every_timed_call_launches_its_kernels(monkeypatch):
         "max_pool_fwd",
         "bn_fwd_training",
         "relu_fwd",
+        "adaptive_avg_fwd_10to7",
+        "adaptive_avg_bwd_10to7",
         "sdpa_fwd_functional",
         "sdpa_bwd_functional",
     }
     assert all(count >= 1 for count in counts.values()), counts
     assert counts["bn_fwd_training"] == 3, counts  # batch norm's training forward is three launches
+    # cells of 2 and 3 positions (10 -> 7): one pooling launch each way, not one per output cell
+    assert counts["adaptive_avg_fwd_10to7"] == counts["adaptive_avg_bwd_10to7"] == 1, counts

@@ -78,6 +78,50 @@ def test_adaptive_pools_match_torch_on_gpu(output_size):
     torch.testing.assert_close(F.adaptive_avg_pool(x, output_size), TF.adaptive_avg_pool2d(x, output_size))
 
 
+@pytest.mark.parametrize("dtype, channels_last", [(torch.float32, False), (torch.bfloat16, True)])
+@pytest.mark.parametrize(
+    "shape, output_size",
+    [((8, 512, 10, 10), (7, 7)), ((8, 64, 13, 12), (5, 12)), ((4, 32, 9, 6, 7), (5, 3, 4)), ((8, 16, 5, 3), (7, 7))],
+)
+def test_adaptive_pools_of_varying_cells_match_torch_on_gpu(shape, output_size, dtype, channels_last):
+    """Cells of more than one size or step (VGG's 10 x 10 -> 7 x 7, beside a dim of one cell a position, 3-D,
+    outputs larger than the input) as one pooling: forward and backward against torch's, max exactly."""
+    x = torch.randn(shape, device=DEVICE, dtype=dtype).round()  # ties
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if x.ndim == 4 else torch.channels_last_3d)
+    spatial = len(shape) - 2
+    for ours, backward, theirs in (
+        (F.adaptive_max_pool, F.adaptive_max_pool_backward, getattr(TF, f"adaptive_max_pool{spatial}d")),
+        (F.adaptive_avg_pool, F.adaptive_avg_pool_backward, getattr(TF, f"adaptive_avg_pool{spatial}d")),
+    ):
+        is_max = ours is F.adaptive_max_pool
+        xt = (x if is_max else x.double()).detach().requires_grad_()
+        expected = theirs(xt, output_size)
+        y = ours(x, output_size)
+        assert torch.equal(y, expected.detach()) if is_max else _close(y, expected.detach(), dtype)
+        dy = torch.randn_like(y)
+        expected.backward(dy.to(expected.dtype))
+        dx = backward(dy, x, y) if is_max else backward(dy, x)
+        assert dx.stride() == x.stride() and _close(dx, xt.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype, channels_last", [(torch.float32, False), (torch.bfloat16, True)])
+def test_global_max_pool_backward_in_slices_matches_the_first_tie_on_gpu(dtype, channels_last):
+    """Few outputs (2 x 32) of 112 x 112 positions: the argmax pass in slices of the window and the gather in
+    runs of the phases, over a second grid axis; with ties, dy goes to the first position equal to y,
+    bitwise repeatably."""
+    x = torch.randn(2, 32, 112, 112, device=DEVICE).round().to(dtype)  # ties
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = F.adaptive_max_pool(x, 1)
+    dy = torch.randn_like(y)
+    first = (x.flatten(2) == y.flatten(2)).int().argmax(2, keepdim=True)  # the first position equal to y
+    expected = torch.zeros_like(x).flatten(2).scatter_(2, first, dy.flatten(2)).view_as(x)
+    dx = F.adaptive_max_pool_backward(dy, x, y)
+    assert torch.equal(dx, expected) and dx.stride() == x.stride()
+    assert torch.equal(F.max_pool_backward(dy, x, y, (112, 112)), dx)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("dtype, channels_last", [(torch.float32, False), (torch.bfloat16, True)])
 def test_max_pool_backward_is_bitwise_repeatable_on_gpu(stride, dtype, channels_last):

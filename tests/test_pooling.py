@@ -2,6 +2,8 @@
 mode) and against finite differences; NaN and tie rules; the Pythonic API on both backends (Triton
 through its interpreter) against torch; error messages."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,8 @@ import opendnn.functional as F
 from opendnn.families.pooling.problem import (
     PoolingMode,
     pooling_problem,
+    reference_adaptive_backward,
+    reference_adaptive_forward,
     reference_backward,
     reference_forward,
     reference_indices,
@@ -203,8 +207,9 @@ def test_max_and_avg_pool_match_torch_nhwc_ceil_mode(backend, dtype):
     ],
 )  # not, larger
 def test_adaptive_pools_match_torch(backend, shape, output_size, monkeypatch):
-    """Against torch, forward and backward. Cells of one size at one step (sizes that divide, or one more
-    than a multiple of the output) run as that pooling: one dispatch a call; the others one per cell."""
+    """Against torch, forward and backward, one dispatch a call. Cells of one size at one step (sizes that
+    divide, or one more than a multiple of the output) run as that pooling; the others as one pooling whose
+    windows are the cells (``adaptive`` along the dims whose cells vary)."""
     from opendnn.families.pooling import functional
 
     dispatched = []
@@ -225,8 +230,9 @@ def test_adaptive_pools_match_torch(backend, shape, output_size, monkeypatch):
         args = (dy, x, y) if ours is F.adaptive_max_pool else (dy, x)
         torch.testing.assert_close(ours_backward(*args, handle=handle), xt.grad)
     sizes, outputs = shape[2:], (output_size,) * 2 if isinstance(output_size, int) else output_size
-    regular = all(n % o in (0, 1) and n >= o for n, o in zip(sizes, outputs))
-    assert (len(dispatched) == 4) is regular, [(p.window, p.stride) for p in dispatched]
+    irregular = tuple(not (n % o in (0, 1) and n >= o) for n, o in zip(sizes, outputs))
+    assert len(dispatched) == 4, [(p.window, p.stride) for p in dispatched]
+    assert all(p.adaptive == (irregular if any(irregular) else ()) for p in dispatched), dispatched
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -250,6 +256,202 @@ def test_adaptive_pools_called_again_match_torch_on_new_values(backend, channels
             torch.testing.assert_close(F.adaptive_max_pool_backward(dy, x, y, handle=handle), expected)
         x_numpy = x.numpy()
         np.testing.assert_allclose(F.global_avg_pool(x_numpy, handle=handle), x.double().mean((2, 3), True), 1e-6)
+
+
+TORCH_ADAPTIVE = {
+    (mode, spatial): getattr(TF, f"adaptive_{name}_pool{spatial}d")
+    for mode, name in ((PoolingMode.MAX, "max"), (INCLUDE, "avg"))
+    for spatial in (1, 2, 3)
+}
+# (x shape, output size): cells of more than one size or step along some dims, beside dims whose cells are
+# one size at one step (13 -> 5 beside 8 -> 4); outputs larger than the input (cells repeating: 5 -> 7)
+ADAPTIVE = [
+    ((2, 3, 10, 10), (7, 7)),  # VGG's pool over a 320-pixel image
+    ((2, 3, 13, 8), (5, 4)),
+    ((2, 3, 12, 13), (12, 5)),  # one cell a position along H (window 1, stride 1) beside 13 -> 5
+    ((1, 2, 9, 6, 7), (5, 3, 4)),
+    ((2, 3, 5), (7,)),
+    ((2, 2, 3, 13), (7, 5)),
+    ((2, 3, 1, 4), (3, 3)),  # one position into three outputs, 4 -> 3
+]
+
+
+@pytest.mark.parametrize("mode", [PoolingMode.MAX, INCLUDE])
+@pytest.mark.parametrize("shape, output_size", ADAPTIVE)
+def test_reference_adaptive_pools_match_torch(shape, output_size, mode):
+    x = random(shape, seed=50).requires_grad_()
+    expected = TORCH_ADAPTIVE[mode, len(shape) - 2](x, output_size)
+    dy = random(expected.shape, seed=51)
+    expected.backward(dy)
+    y = reference_adaptive_forward(mode, x.detach().numpy(), output_size)
+    np.testing.assert_allclose(y, expected.detach().numpy(), rtol=1e-13, atol=1e-13)
+    dx = reference_adaptive_backward(mode, x.detach().numpy(), y, dy.numpy())
+    np.testing.assert_allclose(dx, x.grad.numpy(), rtol=1e-13, atol=1e-13)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The problems dispatched by the functional calls, and the Triton kernels they launched (by name)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from opendnn.families.pooling import functional
+
+    problems, kernels = [], []
+    dispatch, run = functional.dispatch, InterpretedFunction.run
+    monkeypatch.setattr(functional, "dispatch", lambda *args: problems.append(args[2]) or dispatch(*args))
+
+    def launched(self, *args, **kwargs):
+        kernels.append(self.fn.__name__)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", launched)
+    return problems, kernels
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape, output_size", ADAPTIVE)
+def test_adaptive_cells_of_varying_size_run_as_one_pooling(
+    counted, poisoned_outputs, backend, shape, output_size, channels_last
+):
+    """Cells of more than one size or step: one dispatch a call, one launch forward (the Triton backend's),
+    the argmax pass and the gather backward (max) or the gather alone (average), no fill; the forward and the
+    backward against the float64 reference on integer-valued inputs (ties: dy goes to the cell's first
+    position equal to y). The second call of a signature runs its kept plan."""
+    problems, kernels = counted
+    handle = od.create("cpu", backend=backend)
+    for seed in (52, 53):
+        x = _laid_out(random(shape, seed=seed, dtype=torch.float32).mul(2).round(), channels_last)
+        values = x.double().numpy()
+        for mode in (PoolingMode.MAX, INCLUDE):
+            is_max = mode is PoolingMode.MAX
+            del problems[:], kernels[:]
+            y = (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, output_size, handle=handle)
+            assert y.stride() == _laid_out(torch.empty(y.shape), channels_last).stride()  # x's memory order
+            np.testing.assert_allclose(y.double().numpy(), reference_adaptive_forward(mode, values, output_size), 1e-6)
+            dy = random(y.shape, seed=seed + 10, dtype=torch.float32)
+            if is_max:
+                dx = F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+            else:
+                dx = F.adaptive_avg_pool_backward(dy, x, handle=handle)
+            expected = reference_adaptive_backward(mode, values, y.double().numpy(), dy.double().numpy())
+            np.testing.assert_allclose(dx.double().numpy(), expected, rtol=1e-6, atol=1e-6)
+            assert dx.stride() == x.stride()
+            assert len(problems) == (2 if seed == 52 else 0), problems  # then the kept plans
+            if seed == 52:
+                assert all(p.adaptive and any(p.adaptive) for p in problems), problems
+            if backend == "triton":
+                backward = ["pool_forward_kernel", "pool_backward_kernel"] if is_max else ["pool_backward_kernel"]
+                assert kernels == ["pool_forward_kernel", *backward], kernels
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("propagate_nan", [True, False])
+def test_adaptive_max_pool_of_varying_cells_with_nan(backend, propagate_nan, channels_last):
+    """NaN in cells that overlap: with propagation a cell holding one is NaN, without it NaNs are skipped and
+    only a cell of NaNs is NaN; the backward sends dy to the cell's first position equal to y, NaN matching
+    NaN."""
+    handle = od.create("cpu", backend=backend)
+    x = random((2, 3, 10, 13), seed=54, dtype=torch.float32).round()
+    x[random(x.shape, seed=55) > 0.6] = float("nan")
+    x[0, 0, :3, :4] = float("nan")  # whole cells of NaN
+    x = _laid_out(x, channels_last)
+    values = x.double().numpy()
+    y = F.adaptive_max_pool(x, (7, 5), propagate_nan=propagate_nan, handle=handle)
+    expected = reference_adaptive_forward(PoolingMode.MAX, values, (7, 5), propagate_nan)
+    assert np.isnan(expected).any() and not np.isnan(expected).all()
+    np.testing.assert_array_equal(y.double().numpy(), expected)
+    if propagate_nan:
+        assert torch.equal(y.isnan(), TF.adaptive_max_pool2d(x, (7, 5)).isnan())
+    dy = random(y.shape, seed=56, dtype=torch.float32)
+    dx = F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+    expected = reference_adaptive_backward(PoolingMode.MAX, values, y.double().numpy(), dy.double().numpy())
+    np.testing.assert_allclose(dx.double().numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_adaptive_pools_of_varying_cells_in_bf16_and_float64(backend, dtype):
+    """3-D (9 -> 5 and 7 -> 4 beside 6 -> 3), channels-last: bf16 within its rounding, float64 to 1e-13."""
+    handle = od.create("cpu", backend=backend)
+    x = _laid_out(random((2, 4, 9, 6, 7), seed=57, dtype=dtype), True)
+    values, out = x.double().numpy(), (5, 3, 4)
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-13
+    for mode in (PoolingMode.MAX, INCLUDE):
+        is_max = mode is PoolingMode.MAX
+        y = (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, out, handle=handle)
+        assert y.dtype == dtype
+        expected = reference_adaptive_forward(mode, values, out)
+        assert np.linalg.norm(y.double().numpy() - expected) <= tolerance * np.linalg.norm(expected)
+        dy = random(y.shape, seed=58, dtype=dtype)
+        dx = (
+            F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+            if is_max
+            else F.adaptive_avg_pool_backward(dy, x, handle=handle)
+        )
+        expected = reference_adaptive_backward(mode, values, y.double().numpy(), dy.double().numpy())
+        assert np.linalg.norm(dx.double().numpy() - expected) <= tolerance * np.linalg.norm(expected)
+
+
+@pytest.mark.parametrize("mode, channels_last", [(PoolingMode.MAX, False), (INCLUDE, True), (PoolingMode.MAX, True)])
+def test_triton_adaptive_cells_in_small_tiles_and_plain_loops(monkeypatch, mode, channels_last):
+    """Tiny tiles (rows wrapping across dims, int64 offsets forced) over adaptive cells, and cells past
+    UNROLL_LIMIT: 30 -> 7 (windows of up to 6 x 6 = 36 positions: the forward's and the argmax pass's plain
+    loops) and 3 -> 20 (a position in up to 8 x 8 = 64 cells: the gather's plain loop)."""
+    from opendnn.families.pooling import triton_backend as kernels
+
+    handle = od.create("cpu", backend="triton")
+    for shape, out, tiny in (
+        ((2, 3, 30, 29), (7, 7), False),
+        ((1, 2, 3, 3), (20, 20), False),
+        ((2, 3, 10, 11), (7, 4), True),
+    ):
+        if tiny:
+            monkeypatch.setattr(kernels, "FORWARD_TILE", 16)
+            monkeypatch.setattr(kernels, "ARGMAX_TILE", 16)
+            monkeypatch.setattr(kernels, "BACKWARD_TILE", 8)
+            monkeypatch.setattr(kernels, "_wide", lambda *strides: True)
+        kernels._forward_config.cache_clear()
+        kernels._backward_config.cache_clear()
+        x = _laid_out(random(shape, seed=59).round(), channels_last)
+        values = x.numpy()
+        is_max = mode is PoolingMode.MAX
+        y = (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, out, handle=handle)
+        np.testing.assert_allclose(y.numpy(), reference_adaptive_forward(mode, values, out), rtol=1e-13, atol=1e-13)
+        dy = random(y.shape, seed=60)
+        dx = (
+            F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+            if is_max
+            else F.adaptive_avg_pool_backward(dy, x, handle=handle)
+        )
+        expected = reference_adaptive_backward(mode, values, y.numpy(), dy.numpy())
+        np.testing.assert_allclose(dx.numpy(), expected, rtol=1e-13, atol=1e-13)
+    kernels._forward_config.cache_clear()
+    kernels._backward_config.cache_clear()
+
+
+def test_triton_adaptive_launches_read_the_cells_as_constants_of_the_launch():
+    """10 x 10 -> 7 x 7 NHWC bf16: one kernel of each kind over every cell, its windows (3 x 3: the largest
+    cell) and the outputs holding a position (2 x 2) bounded by constants; HIGH is the smallest cell (2: offsets
+    below it test nothing)."""
+    from opendnn.families.pooling import triton_backend
+    from opendnn.families.pooling.problem import adaptive_pooling_problem
+
+    x = od.TensorDescriptor.from_format(od.TensorFormat.NHWC, "bfloat16", 8, 512, 10, 10)
+    y = od.TensorDescriptor.from_format(od.TensorFormat.NHWC, "bfloat16", 8, 512, 7, 7)
+    forward = triton_backend._forward_launches(adaptive_pooling_problem(PoolingMode.MAX, True, x, y), False)
+    problem = adaptive_pooling_problem(PoolingMode.MAX, False, x, y, dy_desc=y, dx_desc=x)
+    assert problem.adaptive == (True, True) and problem.window == (3, 3) and problem.stride == (1, 1)
+    argmax, gather = triton_backend._backward_config(problem, triton_backend.BACKWARD_TILE).launches
+    for launch in (forward, argmax, gather):  # canonical (N, D, H, W, C)
+        assert launch.options["ADAPTIVE"] == (False, False, True, True, False)
+        assert launch.options["WINDOW"] == (1, 1, 3, 3, 1) and launch.options["UNROLL"]
+    assert forward.options["HIGH"] == (1, 1, 2, 2, 1) and not forward.options["STRIP"]
+    assert gather.options["SHIFTS"] == (1, 1, 2, 2, 1) and gather.options["STRIDE"] == (1,) * 5
+    assert adaptive_pooling_problem(PoolingMode.MAX, False, x, y) is adaptive_pooling_problem(
+        PoolingMode.MAX, False, x, y
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -430,9 +632,49 @@ def test_triton_global_windows_match_the_reference_with_ties_nan_and_indices(
     torch.testing.assert_close(F.avg_pool_backward(dy, x, window, handle=handle), xt.grad)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape, spread", [((2, 3, 3, 4, 5), 8), ((2, 3, 30, 31), 128), ((2, 5, 70), 32)])
+def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, spread, channels_last):
+    """A global max's backward over few outputs spreads over a second grid axis: the argmax pass cuts the window
+    into slices, each its first match, and the gather takes the least of them and writes a run of the phases.
+    Ties and NaN (propagated or not) against the reference: 60 positions in 4 slices of 16 (the last partial,
+    SPREAD_POSITIONS forced to 8), 930 in 7 of 144, 70 in 2 of 48."""
+    from opendnn.families.pooling import triton_backend as kernels
+
+    monkeypatch.setattr(kernels, "SPREAD_POSITIONS", spread)
+    kernels._forward_config.cache_clear()
+    kernels._backward_config.cache_clear()
+    handle = od.create("cpu", backend="triton")
+    x = random(shape, seed=61, dtype=torch.float32).round()  # many ties
+    x.view(-1)[::37] = float("nan")
+    x = _laid_out(x, channels_last)
+    window, padding, values = shape[2:], (0,) * (len(shape) - 2), x.double().numpy()
+    pool = od.PoolingDescriptor(PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, window, padding, window)
+    y_desc = od.TensorDescriptor(x.dtype, (*shape[:2], *(1,) * len(window)), None)
+    planned = kernels._backward_config(
+        pooling_problem(pool, descriptor(x), y_desc, dy_desc=y_desc, dx_desc=descriptor(x)), kernels.BACKWARD_TILE
+    )
+    slices, steps = planned.launches[0].grid[1], math.prod(window)
+    span = math.ceil(math.ceil(steps / slices) / 16) * 16  # the argmax pass's slices: whole LOOP_CHUNKs
+    assert slices > 1 and planned.launches[1].grid[1] == slices and (slices - 1) * span < steps <= slices * span
+    assert planned.scratch[0].numel == slices * shape[0] * shape[1]
+    for propagate_nan in (True, False):
+        y = F.max_pool(x, window, propagate_nan=propagate_nan, handle=handle)
+        dy = random(y.shape, seed=62, dtype=torch.float32)
+        dx = F.max_pool_backward(dy, x, y, window, handle=handle)
+        expected = reference_backward(
+            PoolingMode.MAX, values, y.double().numpy(), dy.double().numpy(), window, padding, window
+        )
+        np.testing.assert_array_equal(dx.double().numpy(), expected)
+        dx = F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+        np.testing.assert_array_equal(dx.double().numpy(), expected)
+    kernels._forward_config.cache_clear()
+    kernels._backward_config.cache_clear()
+
+
 def test_triton_global_windows_of_any_size_share_one_compiled_kernel():
-    """Global pools of other sizes, and an adaptive pool's cells (windows of 2 or 3 positions a dim), plan
-    the same kernels with the same constants: one compile serves them all. Pools that are not global keep
+    """Global pools of other sizes (windows of 2 or 3 positions a dim too), plan the same kernels with the
+    same constants: one compile serves them all. Pools that are not global keep
     their window's shape as constants (unrolled up to UNROLL_LIMIT positions)."""
     from opendnn.families.pooling import triton_backend
 

@@ -9,8 +9,7 @@ backward function returns dx from the forward's inputs (and output, for max) and
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opendnn.core.arrays import Bound, allocate, empty_like, keyed_bound, wrap
@@ -23,8 +22,15 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError, Status, require
 from opendnn.core.handle import Handle
 from opendnn.core.plans import Plan, keep, lookup, signature
-from opendnn.families.pointwise.tensor_ops_api import set_tensor
-from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, pooled_dims, pooling_problem
+from opendnn.families.pooling.problem import (
+    PoolingDescriptor,
+    PoolingMode,
+    adaptive_cells,
+    adaptive_pooling_problem,
+    pooled_dims,
+    pooling_problem,
+    regular_cells,
+)
 
 Size = int | Sequence[int]
 
@@ -260,16 +266,11 @@ def avg_pool_backward(
 # adaptive and global windows ---------------------------------------------------------------------
 
 
-def _cells(size: int, out: int) -> list[tuple[int, int]]:
-    """torch's adaptive windows: output o pools [floor(o * size / out), ceil((o + 1) * size / out))."""
-    return [(o * size // out, -(-(o + 1) * size // out)) for o in range(out)]
-
-
 def _adaptive_cells(x: Bound, output_size: Size) -> tuple[tuple[int, ...], list[list[tuple[int, int]]]]:
     out = check_ints("output_size", output_size, _spatial(x))
     for k, o in enumerate(out):
         require(o >= 1, f"output_size[{k}]={o} must be at least 1")
-    return out, [_cells(n, o) for n, o in zip(x.desc.dims[2:], out)]
+    return out, [adaptive_cells(n, o) for n, o in zip(x.desc.dims[2:], out)]
 
 
 def _regular(cells: list[list[tuple[int, int]]]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -277,31 +278,19 @@ def _regular(cells: list[list[tuple[int, int]]]) -> tuple[tuple[int, ...], tuple
     adaptive pooling is that pooling, without padding), else None. Sizes that divide give window = stride =
     size / output; a size one more than a multiple of the output, q * out + 1, gives windows of q + 1 at
     steps of q (8 -> 7: windows of 2 at steps of 1). An output larger than the input repeats cells (steps of
-    0): not a pooling."""
+    0): not a pooling (the adaptive problem's, ``adaptive_pooling_problem``)."""
     windows, strides = [], []
     for spans in cells:
-        sizes = {end - start for start, end in spans}
-        steps = {b[0] - a[0] for a, b in zip(spans, spans[1:])} or sizes  # one cell: its step is its size
-        if len(sizes) > 1 or len(steps) > 1 or 0 in steps:
+        regular = regular_cells(spans)
+        if regular is None:
             return None
-        windows.append(min(sizes))
-        strides.append(min(steps))
+        windows.append(regular[0])
+        strides.append(regular[1])
     return tuple(windows), tuple(strides)
 
 
-def _cell_views(
-    x: Bound, y: Bound, cells: list[list[tuple[int, int]]]
-) -> Iterator[tuple[Bound, Bound, tuple[int, ...]]]:
-    """For each output cell: the input's window (a sub-region view), the output's element, the window."""
-    for index in itertools.product(*(range(len(c)) for c in cells)):
-        spans = [cells[k][o] for k, o in enumerate(index)]
-        x_view = x.view[(slice(None), slice(None), *(slice(a, b) for a, b in spans))]
-        y_view = y.view[(slice(None), slice(None), *(slice(o, o + 1) for o in index))]
-        yield wrap("x", x_view), wrap("y", y_view), tuple(b - a for a, b in spans)
-
-
 def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool, handle: Handle | None) -> Any:
-    key = signature("adaptive_pool", (x,), (mode, output_size, propagate_nan))  # kept where the windows are regular
+    key = signature("adaptive_pool", (x,), (mode, output_size, propagate_nan))
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:
@@ -315,16 +304,20 @@ def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_na
         return _forward(
             PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), stride), xb, x, False, handle, key=key
         )
+    # cells of varying size or step: one pooling whose windows are the cells (the kernels compute each one's)
     yb = empty_like(xb, dims=(*xb.desc.dims[:2], *out))
+    try:
+        problem = adaptive_pooling_problem(mode, propagate_nan, xb.desc, yb.desc)
+    except OpenDnnError as error:
+        raise _NAMES.renamed(error) from None
     handle = handle_for(xb, handle)
-    for x_cell, y_cell, window in _cell_views(xb, yb, cells):  # one pooling per output cell
-        pool = PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), window)
-        dispatch(handle, "pooling", pooling_problem(pool, x_cell.desc, y_cell.desc), x_cell, y_cell, None, None)
+    implementation = dispatch(handle, "pooling", problem, xb, yb, None, None)
+    keep(handle, key, Plan("pooling", problem, (yb.desc,), implementation, (xb.desc,)))
     return to_caller_kind(yb.view, x)
 
 
 def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle: Handle | None) -> Any:
-    key = signature("adaptive_pool_backward", (x, dy, y), (mode,))  # kept where the windows are regular
+    key = signature("adaptive_pool_backward", (x, dy, y), (mode,))
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:
@@ -346,16 +339,15 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
         window, stride = regular
         pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), stride)
         return _backward(pool, dy, x, y, False, handle, key)
-    dxb = empty_like(xb)
+    dxb = empty_like(xb)  # every element written once: the gather sums the cells holding it
+    try:
+        problem = adaptive_pooling_problem(mode, False, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc)
+    except OpenDnnError as error:
+        raise (_NAMES if y is not None else _AVERAGE_BACKWARD_NAMES).renamed(error) from None
     handle = handle_for(xb, handle)
-    set_tensor(handle, dxb.desc, dxb.view, 0.0)
-    # Windows overlap here: each cell's gradient is added into dx (beta = 1), cell after cell.
-    for (x_cell, y_cell, window), (dx_cell, dy_cell, _) in zip(
-        _cell_views(xb, yb, cells), _cell_views(dxb, dyb, cells)
-    ):
-        pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
-        problem = pooling_problem(pool, x_cell.desc, y_cell.desc, dy_desc=dy_cell.desc, dx_desc=dx_cell.desc, beta=1.0)
-        dispatch(handle, "pooling", problem, x_cell, y_cell, dy_cell, dx_cell)
+    implementation = dispatch(handle, "pooling", problem, xb, yb, dyb, dxb)
+    descs = (xb.desc, dyb.desc) if y is None else (xb.desc, dyb.desc, yb.desc)
+    keep(handle, key, Plan("pooling", problem, (dxb.desc,), implementation, descs))
     return to_caller_kind(dxb.view, x)
 
 

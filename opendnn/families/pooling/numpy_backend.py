@@ -11,6 +11,13 @@ dim at a time; max backward splits the chunk's padded planes by the stride into 
 window position is compared with y in one contiguous pass, finds each window's first position
 (row-major) holding y and adds dy there with one ``np.add.at``. A plane that is one window (global
 pooling) reduces in one pass. The indices of ``return_indices`` are the reference's.
+
+Adaptive windows (cells of varying size or step, ``PoolingProblem.adaptive``) take every output's cell from
+its bounds (``_cell_table``: per dim, each output's positions, the largest cell wide, and which of them lie
+in its cell): the forward reduces one spatial dim at a time over those positions gathered, the backward
+walks the positions of the largest window (row-major) over every output at once, finds each cell's first
+position equal to y (max) and adds dy there, or adds dy over the cell's size (averages), with ``np.add.at``
+(cells overlap, and repeat where the output is larger than the input).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +36,7 @@ from opendnn.families.pooling.problem import (
     PoolingProblem,
     _Geometry,
     _geometry,
+    adaptive_cells,
     reference_indices,
 )
 
@@ -42,6 +51,9 @@ def run(
     problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None, indices: Bound | None = None
 ) -> None:
     compute = problem.compute_dtype
+    if problem.adaptive:
+        _adaptive_run(problem, x, y, dy, dx)
+        return
     geo, counts = _windows(problem)
     if dx is None or dy is None:
         values = read(x, compute)
@@ -320,3 +332,73 @@ def average_backward(dy: np.ndarray, counts: np.ndarray, geo: _Geometry, dx: np.
                 spread[_taps(geo, k, j, spread.ndim)] += result
             result = spread
         dxs[start : start + n] = result[(slice(None), slice(None), *inside)]
+
+
+@functools.lru_cache(maxsize=256)  # per (input size, output size) of a dim
+def _cell_table(size: int, out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An adaptive dim's cells: per output (rows) and position of the largest cell (columns), the input
+    position (a cell's last one past its end, a valid address), whether it lies in the cell, and each cell's
+    size; read-only."""
+    spans = np.array(adaptive_cells(size, out)).reshape(out, 2)
+    sizes = spans[:, 1] - spans[:, 0]
+    offsets = np.arange(int(sizes.max()))
+    positions = np.minimum(spans[:, :1] + offsets, spans[:, 1:] - 1)
+    inside = offsets < sizes[:, None]
+    for table in (positions, inside, sizes):
+        table.flags.writeable = False
+    return positions, inside, sizes
+
+
+def _along(values: np.ndarray, k: int, ndim: int) -> np.ndarray:
+    """A per-output (or per (output, position)) table of spatial dim ``k`` shaped to broadcast there."""
+    return values.reshape((1,) * (2 + k) + values.shape + (1,) * (ndim - 3 - k))
+
+
+def _adaptive_run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None) -> None:
+    compute = problem.compute_dtype
+    values = read(x, compute)
+    sizes, outs = problem.x.dims[2:], problem.y.dims[2:]
+    tables = [_cell_table(n, o) for n, o in zip(sizes, outs)]
+    counts = np.ones((1, 1) + (1,) * len(outs), compute.to_numpy())
+    for k, (_, _, cell_sizes) in enumerate(tables):
+        counts = counts * _along(cell_sizes, k, values.ndim)
+    if dx is None or dy is None:
+        combine: np.ufunc = np.add
+        fill = 0.0
+        if problem.mode.is_max:
+            fill, combine = (-np.inf, np.maximum) if problem.propagate_nan else (np.nan, np.fmax)
+        result = values
+        for k, (positions, inside, _) in enumerate(tables):  # one spatial dim at a time: (.., out, window, ..)
+            gathered = np.take(result, positions, axis=2 + k)
+            if not inside.all():  # (a max may read a cell's last position again; a sum may not)
+                gathered = np.where(_along(inside, k, gathered.ndim - 1), gathered, fill)
+            result = combine.reduce(gathered, axis=3 + k)
+        if not problem.mode.is_max:
+            result = result / counts
+        write(y, result, problem.alpha, problem.beta)
+        return
+    gradient = read(dy, compute)
+    result = np.zeros(values.shape, compute.to_numpy())
+    found = np.zeros(gradient.shape, bool)
+    if problem.mode.is_max:
+        y_values = read(y, compute)
+        y_nan = np.isnan(y_values)
+    else:
+        share = gradient / counts
+    window = [range(positions.shape[1]) for positions, _, _ in tables]
+    for j in itertools.product(*window):  # row-major over the largest window: each cell's positions in order
+        index: tuple[np.ndarray, ...] = ()
+        inside = np.ones((1,) * len(outs), bool)
+        for k, ((positions, cell, _), jk) in enumerate(zip(tables, j)):
+            shape = tuple(-1 if m == k else 1 for m in range(len(outs)))
+            index += (positions[:, jk].reshape(shape),)
+            inside = inside & cell[:, jk].reshape(shape)
+        where: tuple[Any, ...] = (slice(None), slice(None), *index)
+        if problem.mode.is_max:
+            v = values[where]
+            first = inside & ~found & ((v == y_values) | (np.isnan(v) & y_nan))
+            found |= first
+            np.add.at(result, where, np.where(first, gradient, 0.0))
+        else:
+            np.add.at(result, where, np.where(inside, share, 0.0))
+    write(dx, result, problem.alpha, problem.beta)

@@ -28,6 +28,12 @@ argmax is recomputed from x and y, ties go to the first position, and a ``y`` th
 in its window passes no gradient. Both max modes are deterministic here. For the averages the
 derivative is ``1 / count``.
 
+Adaptive windows (``adaptive_pooling_problem``, torch's adaptive pools): y's dims are the output's, and
+along each spatial dim output ``o`` pools the cell ``[floor(o * in / out), ceil((o + 1) * in / out))``
+(``adaptive_cells``). A dim whose cells are one size at one step is that window and stride; along the
+others (``PoolingProblem.adaptive``) the cells' sizes vary and may repeat (an output larger than the
+input), and each output's cell is computed from the formula. Averages divide by the cell's size.
+
 Indices (the Pythonic max_pool's ``return_indices``, torch's): per output, int64, the flat index
 into the input's spatial plane (``sum of position_k * prod(in[k+1:])``) of the window's largest
 element, the first of equal ones; with PROPAGATE_NAN the last NaN of a window holding one, as torch's.
@@ -209,6 +215,9 @@ class PoolingProblem:
     ceil_mode: bool = False
     dilation: tuple[int, ...] = ()  # () for all 1
     indices: TensorDescriptor | None = None  # forward only: int64, y's dims (return_indices)
+    # per spatial dim, whether its windows are torch's adaptive cells of varying size or step (window: the
+    # largest cell; stride 1, padding 0); () for none (adaptive_pooling_problem)
+    adaptive: tuple[bool, ...] = ()
 
     @property
     def backward(self) -> bool:
@@ -244,6 +253,23 @@ def pooling_problem(
             not x's, dtypes that differ or are not floating, non-finite alpha or beta.
     """
     out_dims = pooled_dims(pool_desc, x_desc, ceil_mode)
+    return _checked(pool_desc, out_dims, x_desc, y_desc, dy_desc, dx_desc, alpha, beta, ceil_mode, indices_desc)
+
+
+def _checked(
+    pool_desc: PoolingDescriptor,
+    out_dims: tuple[int, ...],
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor,
+    dy_desc: TensorDescriptor | None,
+    dx_desc: TensorDescriptor | None,
+    alpha: float,
+    beta: float,
+    ceil_mode: bool,
+    indices_desc: TensorDescriptor | None,
+    adaptive: tuple[bool, ...] = (),
+) -> PoolingProblem:
+    """The problem of a pooling whose output dims are ``out_dims``, its tensors' rules checked."""
     tensors = {"x_desc": x_desc, "y_desc": y_desc, "dy_desc": dy_desc, "dx_desc": dx_desc}
     for name, desc in tensors.items():
         if desc is None:
@@ -295,7 +321,78 @@ def pooling_problem(
         bool(ceil_mode),
         pool_desc.dilation if dilated else (),
         indices_desc,
+        adaptive if any(adaptive) else (),
     )
+
+
+def adaptive_cells(size: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive windows along one dim: output o pools [floor(o * size / out), ceil((o + 1) * size / out))."""
+    return [(o * size // out, -(-(o + 1) * size // out)) for o in range(out)]
+
+
+def regular_cells(spans: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
+    """(window, stride) when the cells ``spans`` (start, end) are one size at one step of at least 1, else
+    None. An output larger than the input repeats cells (steps of 0): not regular."""
+    sizes = {end - start for start, end in spans}
+    steps = {b[0] - a[0] for a, b in zip(spans, spans[1:])} or sizes  # one cell: its step is its size
+    if len(sizes) > 1 or len(steps) > 1 or 0 in steps:
+        return None
+    return min(sizes), min(steps)
+
+
+@memoized  # the functional calls build it on the first call of a signature, the plan keeps it
+def adaptive_pooling_problem(
+    mode: PoolingMode,
+    propagate_nan: bool,
+    x_desc: TensorDescriptor,
+    y_desc: TensorDescriptor,
+    *,
+    dy_desc: TensorDescriptor | None = None,
+    dx_desc: TensorDescriptor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> PoolingProblem:
+    """Adaptive pooling (torch's ``adaptive_{max,avg}_pool``) forward (dy_desc, dx_desc None) or backward:
+    the output dims are y_desc's, and output o pools ``adaptive_cells`` along each spatial dim. A dim whose
+    cells are one size at one step (``regular_cells``) is that window and stride without padding; the
+    others are ``adaptive`` (window: the largest cell, stride 1). Every cell holds an input position, so
+    the averages' counts (the cell's size) include padding or not alike.
+
+    Raises:
+        BadParam: x's rank not 3 to 5, y's rank not x's, y's batch or channels not x's, an output size
+            below 1, and the rules of ``pooling_problem`` (dtypes, dy's dims y's, dx's x's).
+    """
+    require(isinstance(x_desc, TensorDescriptor), f"x_desc={x_desc!r} must be a TensorDescriptor")
+    require(isinstance(y_desc, TensorDescriptor), f"y_desc={y_desc!r} must be a TensorDescriptor")
+    spatial = x_desc.ndim - 2
+    require(
+        1 <= spatial <= MAX_SPATIAL_DIMS,
+        f"x_desc.ndim={x_desc.ndim} must be 3, 4 or 5: (N, C, *spatial) with 1 to {MAX_SPATIAL_DIMS} spatial dims",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    require(
+        y_desc.ndim == x_desc.ndim,
+        f"y_desc.ndim={y_desc.ndim} must equal x_desc.ndim={x_desc.ndim}",
+        Status.BAD_PARAM_SHAPE_MISMATCH,
+    )
+    for k in range(2):
+        require(
+            y_desc.dims[k] == x_desc.dims[k],
+            f"y_desc.dims[{k}]={y_desc.dims[k]} must equal {x_desc.dims[k]}, x_desc.dims",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    windows, strides, adaptive = [], [], []
+    for k, (size, out) in enumerate(zip(x_desc.dims[2:], y_desc.dims[2:])):
+        require(out >= 1, f"y_desc.dims[{k + 2}]={out} must be at least 1", Status.BAD_PARAM_SHAPE_MISMATCH)
+        require(size >= 1, f"x_desc.dims[{k + 2}]={size} must be at least 1", Status.BAD_PARAM_SHAPE_MISMATCH)
+        spans = adaptive_cells(size, out)
+        regular = regular_cells(spans)
+        windows.append(regular[0] if regular else max(end - start for start, end in spans))
+        strides.append(regular[1] if regular else 1)
+        adaptive.append(regular is None)
+    nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
+    pool = PoolingDescriptor(mode, nan_opt, windows, (0,) * spatial, strides)
+    return _checked(pool, y_desc.dims, x_desc, y_desc, dy_desc, dx_desc, alpha, beta, False, None, tuple(adaptive))
 
 
 # the float64 reference ---------------------------------------------------------------------------
@@ -458,3 +555,44 @@ def reference_indices(
         best = np.where(take, v, best)
         indices = np.where(take, flat, indices)
     return np.where(indices < 0, first, indices)
+
+
+def _adaptive_windows(
+    shape: tuple[int, ...], out: Sequence[int]
+) -> Iterator[tuple[tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]]:
+    """Per output cell (row-major): the input's slices of its window, the output's of its element, and the
+    window's sizes."""
+    cells = [adaptive_cells(n, o) for n, o in zip(shape[2:], out)]
+    for index in itertools.product(*(range(o) for o in out)):
+        spans = [cells[k][o] for k, o in enumerate(index)]
+        yield (
+            (slice(None), slice(None), *(slice(a, b) for a, b in spans)),
+            (slice(None), slice(None), *(slice(o, o + 1) for o in index)),
+            tuple(b - a for a, b in spans),
+        )
+
+
+def reference_adaptive_forward(
+    mode: PoolingMode, x: np.ndarray, out: Sequence[int], propagate_nan: bool = False
+) -> np.ndarray:
+    """y (dims N, C, *out) of torch's adaptive pooling of x, cell by cell: each cell ``adaptive_cells`` pooled
+    as one window (max with the NaN rules of ``reference_forward``, or the mean over the cell's size)."""
+    mode = PoolingMode(mode)
+    y = np.empty(x.shape[:2] + tuple(out), x.dtype)
+    zeros = (0,) * len(out)
+    for x_cell, y_cell, window in _adaptive_windows(x.shape, out):
+        y[y_cell] = reference_forward(mode, x[x_cell], window, zeros, window, propagate_nan)
+    return y
+
+
+def reference_adaptive_backward(mode: PoolingMode, x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx of torch's adaptive pooling (the output dims are y's), cell by cell: each cell's gradient
+    (``reference_backward`` of its window: its dy at the first position of the cell equal to y, or dy over
+    the cell's size) added into dx."""
+    mode = PoolingMode(mode)
+    dx = np.zeros(x.shape, x.dtype)
+    out = y.shape[2:]
+    zeros = (0,) * len(out)
+    for x_cell, y_cell, window in _adaptive_windows(x.shape, out):
+        dx[x_cell] += reference_backward(mode, x[x_cell], y[y_cell], dy[y_cell], window, zeros, window)
+    return dx

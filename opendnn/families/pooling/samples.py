@@ -1,11 +1,13 @@
 """Samples of pooling forward and backward: every mode, 1-D, 2-D and 3-D windows (overlapping, a
 window larger than the input, a stride larger than the window, dilated max windows), NaN inputs under
 both NaN options, ties (integer-valued inputs), packed / permuted (channels innermost) / sub-region
-layouts, alpha/beta, every float dtype, and max_pool's indices (``max_pool_indices``: y and torch's
-int64 indices through the Pythonic call).
+layouts, alpha/beta, every float dtype, max_pool's indices (``max_pool_indices``: y and torch's
+int64 indices through the Pythonic call), and adaptive pooling whose cells are not one size at one step
+(``adaptive_pool_forward`` / ``_backward``, through the Pythonic calls: 10 -> 7, 13 -> 5 beside a dim that
+divides, 3-D, an output larger than the input).
 
-The variant names the geometry: ``MAX/k3x3-s2x2-p1x1`` (``-d2x2`` for dilation), with ``+nan``
-(PROPAGATE_NAN) or ``+ties`` appended.
+The variant names the geometry: ``MAX/k3x3-s2x2-p1x1`` (``-d2x2`` for dilation), or ``MAX/a10x10-7x7`` for an
+adaptive pooling of 10 x 10 into 7 x 7, with ``+nan`` (PROPAGATE_NAN) or ``+ties`` appended.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from opendnn.families.pooling.api import pooling_backward, pooling_forward
 from opendnn.families.pooling.problem import (
     PoolingDescriptor,
     PoolingMode,
+    reference_adaptive_backward,
+    reference_adaptive_forward,
     reference_backward,
     reference_forward,
     reference_indices,
@@ -49,6 +53,14 @@ GEOMETRIES: dict[str, tuple[tuple[tuple[int, ...], ...], dict[str, tuple[int, ..
         ((2, 3, 2), (1, 2, 1), (1, 1, 0), (3, 2, 2)),
         {"small": (2, 3, 5, 7, 6), "large": (4, 32, 12, 20, 24)},
     ),
+}
+# adaptive geometry -> ({size: x shape}, output size): cells of more than one size or step along some dims
+ADAPTIVE: dict[str, tuple[dict[str, tuple[int, ...]], tuple[int, ...]]] = {
+    "a10x10-7x7": ({"small": (2, 3, 10, 10), "large": (8, 512, 10, 10)}, (7, 7)),  # VGG's pool, 320 pixels
+    "a13x8-5x4": ({"small": (2, 3, 13, 8), "large": (8, 64, 13, 8)}, (5, 4)),  # beside a dim that divides
+    "a9x6x7-5x3x4": ({"small": (2, 3, 9, 6, 7), "large": (4, 32, 9, 6, 7)}, (5, 3, 4)),
+    "a5-7": ({"small": (2, 3, 5), "large": (16, 64, 5)}, (7,)),  # cells repeat: output larger than input
+    "a3x13-7x5": ({"small": (2, 3, 3, 13), "large": (8, 64, 3, 13)}, (7, 5)),
 }
 MAIN = "k3x3-s2x2-p1x1"
 DILATED = [name for name, (geometry, _) in GEOMETRIES.items() if len(geometry) == 4]  # max pooling's only
@@ -133,6 +145,37 @@ def run_max_pool_indices(sample: Sample, t: Tensors, handle: Handle) -> tuple[np
     )
 
 
+def _adaptive(sample: Sample, t: Tensors) -> tuple[PoolingMode, tuple[int, ...], bool, Any]:
+    """An adaptive sample's mode, output size, NaN option and input."""
+    mode_name, _, rest = sample.variant.partition("/")
+    geometry, *flags = rest.split("+")
+    return PoolingMode[mode_name], ADAPTIVE[geometry][1], "nan" in flags, _input(sample, t, "ties" in flags)
+
+
+def run_adaptive_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    mode, out, propagate, x = _adaptive(sample, t)
+    if mode.is_max:
+        y = F.adaptive_max_pool(x, out, propagate_nan=propagate, handle=handle)
+    else:
+        y = F.adaptive_avg_pool(x, out, handle=handle)
+    return t.values(y), reference_adaptive_forward(mode, t.values(x), out, propagate)
+
+
+def run_adaptive_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
+    """y is the forward's output rounded to the dtype; dx's reference finds the first match of y in each
+    cell of the same x."""
+    mode, out, propagate, x = _adaptive(sample, t)
+    x64 = t.values(x)
+    y = t.input((*sample.shape[:2], *out), sample.dtype, "packed")
+    t.fill(y, reference_adaptive_forward(mode, x64, out, propagate))
+    dy = t.input(y.shape, sample.dtype, sample.layout)
+    if mode.is_max:
+        dx = F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+    else:
+        dx = F.adaptive_avg_pool_backward(dy, x, handle=handle)
+    return t.values(dx), reference_adaptive_backward(mode, x64, t.values(y), t.values(dy))
+
+
 def _geometry(pool: PoolingDescriptor) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """The (window, padding, stride) arguments of the references."""
     return pool.window, pool.padding, pool.stride
@@ -178,6 +221,28 @@ def samples(size: str = "small") -> Iterator[Sample]:
             nan_inputs=nan,
             runner=run_max_pool_indices,
         )
+
+    for variant, dtype, layout, nan in (  # mode / geometry + flags, dtype, layout, NaN inputs
+        ("MAX/a10x10-7x7", DataType.FLOAT, "packed", False),
+        ("MAX/a10x10-7x7+ties", DataType.FLOAT, "permuted", False),
+        ("MAX/a10x10-7x7", DataType.FLOAT, "permuted", True),
+        ("MAX/a10x10-7x7+nan", DataType.FLOAT, "packed", True),
+        ("AVERAGE_COUNT_INCLUDE_PADDING/a10x10-7x7", DataType.FLOAT, "permuted", False),
+        ("MAX/a13x8-5x4+ties", DataType.BFLOAT16, "permuted", False),
+        ("AVERAGE_COUNT_INCLUDE_PADDING/a13x8-5x4", DataType.BFLOAT16, "packed", False),
+        ("MAX/a9x6x7-5x3x4+ties", DataType.DOUBLE, "permuted", False),
+        ("AVERAGE_COUNT_INCLUDE_PADDING/a9x6x7-5x3x4", DataType.FLOAT, "subregion", False),
+        ("MAX/a5-7+ties", DataType.FLOAT, "permuted", False),
+        ("AVERAGE_COUNT_INCLUDE_PADDING/a5-7", DataType.DOUBLE, "packed", False),
+        ("MAX/a3x13-7x5+nan", DataType.BFLOAT16, "subregion", True),
+        ("AVERAGE_COUNT_INCLUDE_PADDING/a3x13-7x5", DataType.HALF, "permuted", False),
+    ):
+        shape = ADAPTIVE[variant.partition("/")[2].split("+")[0]][0][size]
+        for op, runner in (
+            ("adaptive_pool_forward", run_adaptive_forward),
+            ("adaptive_pool_backward", run_adaptive_backward),
+        ):
+            yield Sample(op, variant, dtype, shape, layout, nan_inputs=nan, runner=runner)
 
 
 def error_samples() -> list[ErrorSample]:

@@ -35,15 +35,27 @@ row would be most of the kernel's instructions and registers on sm_90). Offsets 
 scalar base per tile plus int32 per element (int64 only for tensors past 2**31 elements). The window
 loop is unrolled over the constexpr window (a plain loop for windows over UNROLL_LIMIT positions).
 
-Global windows (each window the whole input along the dims it pools, one output there: global pools,
-and the cells of an adaptive pooling walked cell by cell) have few outputs and long windows: a tile
+Global windows (each window the whole input along the dims it pools, one output there: global pools)
+have few outputs and long windows: a tile
 of outputs walking its windows would leave the GPU idle (64 x 32 x 112 x 112 NHWC: two programs of 1,024
 outputs, each walking 12,544 positions). The forward average and max are the reduce family's reduction
 of the pooled dims instead, split across the GPU with a fixed-order sum of the slices, and the average's
 backward is a broadcast, ``dx = alpha * dy / count + beta * dx`` (the pointwise family's kernel), each at
 copy speed. The max's argmax pass, its gather and the forward with indices keep the pooling kernels' plain
 loops (GLOBAL) with the window's sizes at run time, so one compiled kernel serves every input size (the
-window-shaped constants are None); the forward's plain loop unrolls LOOP_CHUNK positions at a time.
+window-shaped constants are None); the forward's plain loop unrolls LOOP_CHUNK positions at a time. The
+max's backward spreads over a second grid axis (``_spread``): the argmax pass in slices of the window, each
+its first match into a slice of the scratch, and the gather (each cell's dy and the least of the slices'
+positions loaded once) in runs of the phases.
+
+Adaptive windows (torch's adaptive cells along the dims whose cells are not one size at one step,
+``PoolingProblem.adaptive``; ADAPTIVE per canonical dim): output o's window is [floor(o in / out),
+ceil((o + 1) in / out)), computed per row or column of the tile; WINDOW is the largest cell, and offsets
+from the smallest cell's size on (HIGH) are tested against the cell's end. In the gather a cell of an
+adaptive dim is one input position (stride 1), and its windows are the SHIFTS outputs from the first
+holding it (at most ceil(out / in) + 1); its offset in each window is taken off that window's argmax
+position, so the phases' constant offsets match as on a fixed window. With ADAPTIVE all false the
+kernels compile as without it (the adaptive code sits in constexpr branches, without inlined helpers).
 
 Strips (forward, stride 2 along unit-stride input rows: NCHW): instead of one strided scalar load per
 window position and output, each window row is read as a contiguous strip of 2 x BLOCK_C input positions
@@ -79,6 +91,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import triton
 import triton.language as tl
 
@@ -89,9 +102,9 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.pointwise.problem import PointwiseMode, pointwise_problem
 from opendnn.families.pooling.numpy_backend import _windows_holding_input
-from opendnn.families.pooling.problem import PoolingProblem, _geometry
+from opendnn.families.pooling.problem import PoolingProblem, _geometry, adaptive_cells
 from opendnn.families.pooling.triton_backward import pool_backward_kernel
-from opendnn.families.pooling.triton_forward import pool_forward_kernel
+from opendnn.families.pooling.triton_forward import LOOP_CHUNK, pool_forward_kernel
 from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorOp
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
@@ -108,6 +121,10 @@ BACKWARD_TILE = 512  # cells of a backward program: each writes prod(stride) ele
 MAX_INNER_BLOCK = 256
 NARROW_SCALE = 2  # tiles of dtypes under 4 bytes with contiguous columns: this many times the elements
 INT32_LIMIT = 2**31 - 1
+# a GLOBAL max backward spread over a second grid axis: about this many programs (H200: 132 SMs), slices of the
+# window (or runs of its phases) of at least this many positions
+SPREAD_PROGRAMS = 1024
+SPREAD_POSITIONS = 128
 
 
 # launcher ----------------------------------------------------------------------------------------
@@ -125,6 +142,7 @@ class CanonicalPooling:
     out_sizes: tuple[int, ...]
     linear: tuple[int, ...]  # weight of each dim's window offset in the row-major window position
     dilation: tuple[int, ...]  # input positions between a window's neighbouring offsets
+    adaptive: tuple[bool, ...] = (False,) * CANONICAL_DIMS  # torch's adaptive cells (window: the largest)
 
     def permute(self, values: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(values[d] for d in self.order)
@@ -132,11 +150,12 @@ class CanonicalPooling:
     @property
     def overhang(self) -> tuple[int, ...]:
         """Per dim, the first window offset at which the last window passes the input's end (the window's
-        size when none does); the offsets under the padding (``low``) can fall before its start."""
+        size when none does); the offsets under the padding (``low``) can fall before its start. Along an
+        adaptive dim, the first offset past a cell's end: its smallest cell's size."""
         return tuple(
-            min(-(-(n + p - (o - 1) * s) // d), w)
-            for w, s, p, n, o, d in zip(
-                self.window, self.stride, self.pads, self.in_sizes, self.out_sizes, self.dilation
+            _smallest_cell(n, o) if a else min(-(-(n + p - (o - 1) * s) // d), w)
+            for w, s, p, n, o, d, a in zip(
+                self.window, self.stride, self.pads, self.in_sizes, self.out_sizes, self.dilation, self.adaptive
             )
         )
 
@@ -153,8 +172,10 @@ class CanonicalPooling:
     @property
     def clipped(self) -> tuple[bool, ...]:
         """Per dim, whether a window may reach past the input (padding, or ceil mode's last window): the
-        kernels count windows' sizes only along those dims."""
-        return tuple(p > 0 or h < w for p, h, w in zip(self.pads, self.overhang, self.window))
+        kernels count windows' sizes only along those dims (an adaptive dim's counts are its cells')."""
+        return tuple(
+            not a and (p > 0 or h < w) for p, h, w, a in zip(self.pads, self.overhang, self.window, self.adaptive)
+        )
 
     @property
     def is_global(self) -> bool:
@@ -163,12 +184,25 @@ class CanonicalPooling:
         window's sizes at run time (one compiled kernel for every input size)."""
         return (
             not any(self.pads)
+            and not any(self.adaptive)
             and all(d == 1 for d in self.dilation)
             and all(
                 (w == n and o == 1) or (w == 1 and s == 1)
                 for w, s, n, o in zip(self.window, self.stride, self.in_sizes, self.out_sizes)
             )
         )
+
+
+def _smallest_cell(size: int, out: int) -> int:
+    """The fewest positions of an adaptive cell (``adaptive_cells``) along a dim of ``size`` into ``out``."""
+    return min(end - start for start, end in adaptive_cells(size, out))
+
+
+def _most_holders(size: int, out: int) -> int:
+    """The most adaptive cells holding one input position along a dim of ``size`` into ``out``: position i
+    lies in outputs ``floor(i * out / size)`` to ``ceil((i + 1) * out / size) - 1``."""
+    i = np.arange(size, dtype=np.int64)
+    return int((-(-(i + 1) * out // size) - i * out // size).max())
 
 
 def _five(values: tuple[int, ...], lead: int, fill: int) -> tuple[int, ...]:
@@ -185,6 +219,7 @@ def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bo
     stride = (1, 1, *(1,) * lead, *problem.stride)
     pads = (0, 0, *(0,) * lead, *problem.padding)
     dilation = (1, 1, *(1,) * lead, *(problem.dilation or (1,) * len(problem.window)))
+    adaptive = (False, False, *(False,) * lead, *(problem.adaptive or (False,) * len(problem.window)))
     in_sizes = _five(problem.x.dims, lead, 1)
     out_sizes = _five(problem.y.dims, lead, 1)
     walked = _cell_sizes(in_sizes, stride, pads) if cells else out_sizes
@@ -203,7 +238,15 @@ def canonical(problem: PoolingProblem, inner_strides: tuple[int, ...], cells: bo
         return tuple(values[d] for d in order)
 
     return CanonicalPooling(
-        order, pick(window), pick(stride), pick(pads), pick(in_sizes), pick(out_sizes), pick(linear), pick(dilation)
+        order,
+        pick(window),
+        pick(stride),
+        pick(pads),
+        pick(in_sizes),
+        pick(out_sizes),
+        pick(linear),
+        pick(dilation),
+        tuple(adaptive[d] for d in order),
     )
 
 
@@ -250,6 +293,10 @@ def _argmax_dtype(positions: int) -> Any:
 
 
 def supports(problem: PoolingProblem) -> str | None:
+    for k, (adaptive, size, out) in enumerate(zip(problem.adaptive, problem.x.dims[2:], problem.y.dims[2:])):
+        # the kernels' int32 products o * size and (i + 1) * out (o up to twice the outputs in a tile's last block)
+        if adaptive and 2 * (size + 1) * (out + 1) > INT32_LIMIT:
+            return f"adaptive cells of spatial dim {k}: {size} positions into {out} outputs pass 32-bit products"
     return None
 
 
@@ -313,10 +360,12 @@ def _forward_launches(problem: PoolingProblem, with_indices: bool) -> Launch | L
         return _forward_config(problem, "indices", (0,) * CANONICAL_DIMS, FORWARD_TILE)
     import torch
 
+    if not problem.dilation or not problem.propagate_nan:
+        return _forward_config(problem, "max", (0,) * CANONICAL_DIMS, FORWARD_TILE)
     geometry = _geometry(
         problem.x.dims, problem.window, problem.padding, problem.stride, problem.ceil_mode, problem.dilation
     )
-    if not problem.dilation or not problem.propagate_nan or _windows_holding_input(geometry).all():
+    if _windows_holding_input(geometry).all():
         return _forward_config(problem, "max", (0,) * CANONICAL_DIMS, FORWARD_TILE)
     dims = _five(problem.y.dims, _lead(problem), 1)
     launch = _forward_config(problem, "indices", strides_for_order(dims, tuple(range(CANONICAL_DIMS))), FORWARD_TILE)
@@ -328,10 +377,13 @@ def _lead(problem: PoolingProblem) -> int:
 
 
 @functools.lru_cache(maxsize=256)  # per problem, not per call: the forward's launch and the backward's argmax
-def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...], tile: int) -> Launch:
+def _forward_config(
+    problem: PoolingProblem, kind: str, argmax_strides: tuple[int, ...], tile: int, splits: int = 1
+) -> Launch:
     """The forward launch (planned once per problem): y for "max"/"avg"; y and the "indices" slot for
     "indices"; for "argmax", the window positions into the "argmax" slot (its strides over the five
-    canonical dims in N, C, D, H, W numbering)."""
+    canonical dims in N, C, D, H, W numbering), for a GLOBAL window in ``splits`` slices of it (grid axis 1),
+    each its first match, one after another in the slot."""
     plan = canonical(problem, problem.x.strides, cells=False)
     if plan.is_global:  # one output along the pooled dims: their stride is never stepped
         plan = dataclasses.replace(plan, stride=(1,) * CANONICAL_DIMS)
@@ -344,7 +396,8 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
     if kind == "argmax" and x_strides[4] * plan.stride[4] != 1:
         tile //= 2  # scalar loads: registers per output (133 against 54 on sm_90 for NCHW 3x3 at 1024)
     narrow = x_strides[4] * plan.stride[4] == 1 and problem.x.dtype.itemsize < 4
-    strip = _strip_alignment(plan, x_strides, problem.x.dtype.itemsize) if kind in ("max", "avg") else 0
+    strips = kind in ("max", "avg") and not any(plan.adaptive)
+    strip = _strip_alignment(plan, x_strides, problem.x.dtype.itemsize) if strips else 0
     grid, block_r, block_c, carry = _launch_shape(
         plan.out_sizes, x_strides[4] == 1, STRIP_TILE if strip else tile, narrow
     )
@@ -368,6 +421,7 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         WINDOW=plan.window if shaped else None,
         STRIDE=plan.stride,
         CLIPPED=plan.clipped,
+        ADAPTIVE=plan.adaptive,
         LOW=plan.low,
         HIGH=plan.overhang if shaped else None,
         LINEAR=plan.linear if shaped else None,
@@ -390,7 +444,7 @@ def _forward_config(problem: PoolingProblem, kind: str, argmax_strides: tuple[in
         BLOCK_C=block_c,
         num_warps=STRIP_WARPS if strip else 4,
     )
-    return Launch(pool_forward_kernel, grid, args, constants)
+    return Launch(pool_forward_kernel, (*grid, splits), args, constants)
 
 
 def _plane_weights(problem: PoolingProblem) -> tuple[int, ...]:
@@ -436,13 +490,17 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     cells = _cell_sizes(plan.in_sizes, plan.stride, plan.pads)
     dy_strides = plan.permute(_five(problem.dy.strides, lead, 0))
     dx_strides = plan.permute(_five(problem.dx.strides, lead, 0))
-    shifts = tuple(-(-e // s) for e, s in zip(plan.extent, plan.stride))
+    shifts = tuple(
+        _most_holders(n, o) if a else -(-e // s)
+        for e, s, n, o, a in zip(plan.extent, plan.stride, plan.in_sizes, plan.out_sizes, plan.adaptive)
+    )
     gather_argmax_strides = plan.permute(argmax_strides)
     # the scratch is packed in the canonical order, as dy usually is (dims of one output position do not count)
     argmax_like_dy = all(a == d for a, d, n in zip(gather_argmax_strides, dy_strides, plan.out_sizes) if n > 1)
     shaped = not plan.is_global  # the window's shape a constant of the kernel (as the forward's)
     narrow = dx_strides[4] * (plan.stride[4] if shaped else 1) == 1 and problem.x.dtype.itemsize < 4
     grid, block_r, block_c, carry = _launch_shape(cells, dx_strides[4] == 1, tile, narrow)
+
     args = (
         Slot("dy"),
         Slot("argmax" if problem.mode.is_max else "dy"),
@@ -462,6 +520,7 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
         WINDOW=plan.window if shaped else None,
         STRIDE=plan.stride if shaped else None,
         CLIPPED=plan.clipped,
+        ADAPTIVE=plan.adaptive,
         LOW=plan.pads,
         HIGH=high if shaped else None,
         SHIFTS=shifts,
@@ -481,11 +540,24 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
         BLOCK_C=block_c,
         num_warps=4,
     )
-    gather = Launch(pool_backward_kernel, grid, args, constants)
     if not problem.mode.is_max:
-        return Launches((gather,))
-    argmax = _forward_config(problem, "argmax", argmax_strides, ARGMAX_TILE)
-    return Launches((argmax, gather), (Scratch("argmax", math.prod(dims), _argmax_dtype(math.prod(problem.window))),))
+        return Launches((Launch(pool_backward_kernel, grid, args, constants),))
+    # a GLOBAL max's few long windows: the argmax pass in slices of the window and the gather's phases in as
+    # many runs, over a second grid axis (else one program a tile of outputs walks their windows whole)
+    splits = 1 if shaped else _spread(grid[0], math.prod(plan.window))
+    argmax = _forward_config(problem, "argmax", argmax_strides, ARGMAX_TILE, splits)
+    gather = Launch(pool_backward_kernel, (*grid, splits), args, constants)
+    scratch = Scratch("argmax", splits * math.prod(dims), _argmax_dtype(math.prod(problem.window)))
+    return Launches((argmax, gather), (scratch,))
+
+
+def _spread(programs: int, positions: int) -> int:
+    """Slices of a GLOBAL window (and runs of its phases) for ``programs`` programs walking it whole: enough
+    for about SPREAD_PROGRAMS programs in all, each slice at least SPREAD_POSITIONS positions; 1 where the
+    programs are enough already. (The count is the kernels' grid axis 1, not a constant of theirs.)"""
+    want = max(1, min(-(-SPREAD_PROGRAMS // programs), positions // SPREAD_POSITIONS))
+    span = triton.cdiv(triton.cdiv(positions, want), LOOP_CHUNK.value) * LOOP_CHUNK.value  # the argmax pass's
+    return triton.cdiv(positions, span)  # slices of whole LOOP_CHUNKs, none empty
 
 
 def _compute(problem: PoolingProblem) -> Any:

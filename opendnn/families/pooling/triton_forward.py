@@ -122,10 +122,48 @@ def within(position, size, j, LOW, HIGH):
 
 
 @triton.jit
-def window_count(start, size, pad, WINDOW, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
+def cell_start(o, size, out, STRIDE, pad, ADAPTIVE: tl.constexpr):
+    """The first input position of window ``o`` along one dim: ``o * stride - pad``, or for an ADAPTIVE dim
+    (torch's adaptive cells, ``size`` positions into ``out`` outputs) ``floor(o * size / out)``."""
+    if ADAPTIVE:
+        start = o * size // out
+    else:
+        start = o * STRIDE - pad
+    return start
+
+
+@triton.jit
+def cell_end(o, size, out, ADAPTIVE: tl.constexpr):
+    """Where window ``o`` stops reading along one dim: for an ADAPTIVE dim its cell's end, ``ceil((o + 1) *
+    size / out)``; else the input's end (``size``), which only padded windows reach past."""
+    if ADAPTIVE:
+        end = ((o + 1) * size + out - 1) // out
+    else:
+        end = size
+    return end
+
+
+@triton.jit
+def cell_shift(o, b, start, base, STRIDE, ADAPTIVE: tl.constexpr):
+    """Input positions from the tile's first window (``b``, starting at ``base``) to window ``o`` (starting at
+    ``start``) along one dim: ``(o - b) * stride``, a difference of starts for an ADAPTIVE dim."""
+    if ADAPTIVE:
+        shift = start - base
+    else:
+        shift = (o - b) * STRIDE
+    return shift
+
+
+@triton.jit
+def window_count(
+    start, end, size, pad, WINDOW, CLIPPED: tl.constexpr, ADAPTIVE: tl.constexpr, INCLUDE_PADDING: tl.constexpr
+):
     """Positions a window starting at ``start`` counts along one dim: up to the end of the trailing
-    padding (INCLUDE_PADDING) or inside the input only; the window where no window is CLIPPED."""
-    if not CLIPPED:
+    padding (INCLUDE_PADDING) or inside the input only; the window where no window is CLIPPED; an
+    ADAPTIVE dim's cell, ``end - start`` (no padding)."""
+    if ADAPTIVE:
+        count = end - start
+    elif not CLIPPED:
         count = start * 0 + WINDOW
     elif INCLUDE_PADDING:
         count = tl.minimum(start + WINDOW, size + pad) - start
@@ -135,15 +173,34 @@ def window_count(start, size, pad, WINDOW, CLIPPED: tl.constexpr, INCLUDE_PADDIN
 
 
 @triton.jit
-def window_counts(s0, s1, s2, s3, s4, sizes, pads, WINDOW, CLIPPED: tl.constexpr, INCLUDE_PADDING: tl.constexpr):
-    """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor."""
+def window_counts(
+    s0,
+    s1,
+    s2,
+    s3,
+    s4,
+    e0,
+    e1,
+    e2,
+    e3,
+    e4,
+    sizes,
+    pads,
+    WINDOW,
+    CLIPPED: tl.constexpr,
+    ADAPTIVE: tl.constexpr,
+    INCLUDE_PADDING: tl.constexpr,
+):
+    """The (columns, rows) tile of window counts: a scalar (dims 0-2) x a per-row x a per-column factor
+    (``e0 .. e4``: the cells' ends, read along ADAPTIVE dims only)."""
     rows = (
-        window_count(s0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], INCLUDE_PADDING)
-        * window_count(s1, sizes[1], pads[1], WINDOW[1], CLIPPED[1], INCLUDE_PADDING)
-        * window_count(s2, sizes[2], pads[2], WINDOW[2], CLIPPED[2], INCLUDE_PADDING)
-        * window_count(s3, sizes[3], pads[3], WINDOW[3], CLIPPED[3], INCLUDE_PADDING)
+        window_count(s0, e0, sizes[0], pads[0], WINDOW[0], CLIPPED[0], ADAPTIVE[0], INCLUDE_PADDING)
+        * window_count(s1, e1, sizes[1], pads[1], WINDOW[1], CLIPPED[1], ADAPTIVE[1], INCLUDE_PADDING)
+        * window_count(s2, e2, sizes[2], pads[2], WINDOW[2], CLIPPED[2], ADAPTIVE[2], INCLUDE_PADDING)
+        * window_count(s3, e3, sizes[3], pads[3], WINDOW[3], CLIPPED[3], ADAPTIVE[3], INCLUDE_PADDING)
     )
-    counts = rows[None, :] * window_count(s4, sizes[4], pads[4], WINDOW[4], CLIPPED[4], INCLUDE_PADDING)[:, None]
+    column = window_count(s4, e4, sizes[4], pads[4], WINDOW[4], CLIPPED[4], ADAPTIVE[4], INCLUDE_PADDING)
+    counts = rows[None, :] * column[:, None]
     return tl.maximum(counts, 1)  # windows outside the tile's range may count 0; real ones never do
 
 
@@ -156,8 +213,12 @@ def window_step(
     s2,
     s3,
     s4,
+    e0,
+    e1,
+    e2,
+    e3,
+    e4,
     load_cols,
-    in_sizes,
     x_strides,
     best,
     found,
@@ -177,7 +238,9 @@ def window_step(
     equal to y (the positions come last to first: the first match is the last written). "indices" folds the
     max and, in ``found``, torch's index rule, positions first to last (N, C, D, H, W order): the first
     input, then each larger element, and with PROPAGATE_NAN each NaN (the last NaN stays). WINDOW, HIGH and
-    LINEAR are constants but for a GLOBAL window (the input's sizes at run time)."""
+    LINEAR are constants but for a GLOBAL window (the input's sizes at run time). ``e0 .. e4``: where each
+    window stops reading, the input's end or an adaptive cell's (HIGH then its smallest cell: offsets below it
+    test nothing)."""
     if KIND == "argmax" or KIND == "indices":
         j0, j1, j2, j3, j4 = (
             j // LINEAR[0] % WINDOW[0],
@@ -191,12 +254,12 @@ def window_step(
     # input positions of the offsets (dilated windows step DILATION positions per offset)
     i0, i1, i2, i3, i4 = j0 * DILATION[0], j1 * DILATION[1], j2 * DILATION[2], j3 * DILATION[3], j4 * DILATION[4]
     ok_row = (
-        within(s3 + i3, in_sizes[3], j3, LOW[3], HIGH[3])
-        & within(s0 + i0, in_sizes[0], j0, LOW[0], HIGH[0])
-        & within(s1 + i1, in_sizes[1], j1, LOW[1], HIGH[1])
-        & within(s2 + i2, in_sizes[2], j2, LOW[2], HIGH[2])
+        within(s3 + i3, e3, j3, LOW[3], HIGH[3])
+        & within(s0 + i0, e0, j0, LOW[0], HIGH[0])
+        & within(s1 + i1, e1, j1, LOW[1], HIGH[1])
+        & within(s2 + i2, e2, j2, LOW[2], HIGH[2])
     )
-    ok = ok_row[None, :] & (load_cols & within(s4 + i4, in_sizes[4], j4, LOW[4], HIGH[4]))[:, None]
+    ok = ok_row[None, :] & (load_cols & within(s4 + i4, e4, j4, LOW[4], HIGH[4]))[:, None]
     # the shift along dims 0-3 is shared by a window row; a unit stride along dim 4 folds into the load's offset
     row_shift = i0 * x_strides[0] + i1 * x_strides[1] + i2 * x_strides[2] + i3 * x_strides[3]
     x_at = (x_tile + row_shift) + i4 * x_strides[4]
@@ -404,6 +467,7 @@ def pool_forward_kernel(
     WINDOW: tl.constexpr,
     STRIDE: tl.constexpr,
     CLIPPED: tl.constexpr,
+    ADAPTIVE: tl.constexpr,
     LOW: tl.constexpr,
     HIGH: tl.constexpr,
     LINEAR: tl.constexpr,
@@ -431,7 +495,11 @@ def pool_forward_kernel(
     "argmax" reads y and writes, per output, the row-major window position of the first element of x equal
     to it (the window's size when none is). Window offsets step DILATION input positions. GLOBAL: each
     window is the whole input along the dims it pools (one output there; WINDOW, HIGH and LINEAR None):
-    its sizes are taken at run time, so one compiled kernel serves every input size."""
+    its sizes are taken at run time, so one compiled kernel serves every input size; a GLOBAL "argmax" cuts
+    the window into as many slices of whole LOOP_CHUNKs as grid axis 1 has programs, each program writing its
+    slice's first match (or the window's size) at slice ``program_id(1)`` of the scratch. ADAPTIVE dims (torch's
+    adaptive cells of varying size or step; stride 1, no padding, WINDOW the largest cell) compute each
+    window's start and end from the cells' formula and mask the offsets past its end."""
     b0, b1, b2, o0, o1, o2, o3, cols = program_tile(out_sizes, BLOCK_R, BLOCK_C, CARRY)
     row_ok = o0 < out_sizes[0]
     col_ok = cols < out_sizes[4]
@@ -448,16 +516,46 @@ def pool_forward_kernel(
     else:
         x4 = cols
         load_cols = col_ok
-    s0 = x0 * STRIDE[0] - pads[0]
-    s1 = o1 * STRIDE[1] - pads[1]
-    s2 = o2 * STRIDE[2] - pads[2]
-    s3 = o3 * STRIDE[3] - pads[3]
-    s4 = x4 * STRIDE[4] - pads[4]
-    x_tile = (
-        x_ptr
-        + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2], x_strides)
-        + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides, WIDE)
-    )
+    if ADAPTIVE[0] or ADAPTIVE[1] or ADAPTIVE[2] or ADAPTIVE[3] or ADAPTIVE[4]:  # (else: no helper calls)
+        s0 = cell_start(x0, in_sizes[0], out_sizes[0], STRIDE[0], pads[0], ADAPTIVE[0])
+        s1 = cell_start(o1, in_sizes[1], out_sizes[1], STRIDE[1], pads[1], ADAPTIVE[1])
+        s2 = cell_start(o2, in_sizes[2], out_sizes[2], STRIDE[2], pads[2], ADAPTIVE[2])
+        s3 = cell_start(o3, in_sizes[3], out_sizes[3], STRIDE[3], pads[3], ADAPTIVE[3])
+        s4 = cell_start(x4, in_sizes[4], out_sizes[4], STRIDE[4], pads[4], ADAPTIVE[4])
+        # where each window stops reading: an adaptive cell's end, or the input's
+        e0 = cell_end(x0, in_sizes[0], out_sizes[0], ADAPTIVE[0])
+        e1 = cell_end(o1, in_sizes[1], out_sizes[1], ADAPTIVE[1])
+        e2 = cell_end(o2, in_sizes[2], out_sizes[2], ADAPTIVE[2])
+        e3 = cell_end(o3, in_sizes[3], out_sizes[3], ADAPTIVE[3])
+        e4 = cell_end(x4, in_sizes[4], out_sizes[4], ADAPTIVE[4])
+        base0 = cell_start(b0, in_sizes[0], out_sizes[0], STRIDE[0], pads[0], ADAPTIVE[0])
+        base1 = cell_start(b1, in_sizes[1], out_sizes[1], STRIDE[1], pads[1], ADAPTIVE[1])
+        base2 = cell_start(b2, in_sizes[2], out_sizes[2], STRIDE[2], pads[2], ADAPTIVE[2])
+        x_tile = (
+            x_ptr
+            + outer_offset(base0, base1, base2, x_strides)
+            + tile_offset(
+                cell_shift(x0, b0, s0, base0, STRIDE[0], ADAPTIVE[0]),
+                cell_shift(o1, b1, s1, base1, STRIDE[1], ADAPTIVE[1]),
+                cell_shift(o2, b2, s2, base2, STRIDE[2], ADAPTIVE[2]),
+                s3,
+                s4,
+                x_strides,
+                WIDE,
+            )
+        )
+    else:  # (inlined helpers, even empty ones, add debug labels that moved ptxas's register allocation)
+        s0 = x0 * STRIDE[0] - pads[0]
+        s1 = o1 * STRIDE[1] - pads[1]
+        s2 = o2 * STRIDE[2] - pads[2]
+        s3 = o3 * STRIDE[3] - pads[3]
+        s4 = x4 * STRIDE[4] - pads[4]
+        e0, e1, e2, e3, e4 = in_sizes[0], in_sizes[1], in_sizes[2], in_sizes[3], in_sizes[4]
+        x_tile = (
+            x_ptr
+            + outer_offset(b0 * STRIDE[0] - pads[0], b1 * STRIDE[1] - pads[1], b2 * STRIDE[2] - pads[2], x_strides)
+            + tile_offset((x0 - b0) * STRIDE[0], (o1 - b1) * STRIDE[1], (o2 - b2) * STRIDE[2], s3, s4, x_strides, WIDE)
+        )
     # (the sum written out here: a hint on a helper's result is lost when the helper is inlined)
     y_offsets = (
         row_offset(o0 - b0, o1 - b1, o2 - b2, o3, y_strides, WIDE)[None, :]
@@ -527,8 +625,12 @@ def pool_forward_kernel(
                 s2,
                 s3,
                 s4,
+                e0,
+                e1,
+                e2,
+                e3,
+                e4,
                 load_cols,
-                in_sizes,
                 x_strides,
                 best,
                 found,
@@ -543,6 +645,40 @@ def pool_forward_kernel(
                 PROPAGATE_NAN,
                 COMPUTE,
             )
+    elif GLOBAL and KIND == "argmax":  # this program's slice of the window (grid axis 1), last to first
+        span = tl.cdiv(tl.cdiv(steps, tl.num_programs(1)), LOOP_CHUNK) * LOOP_CHUNK
+        start = tl.program_id(1) * span
+        count = tl.minimum(steps - start, span)  # none past the window's end
+        for chunk in range(0, count, LOOP_CHUNK):
+            for i in tl.static_range(LOOP_CHUNK):
+                best, found, total = window_step(
+                    start + count - 1 - (chunk + i),
+                    x_tile,
+                    s0,
+                    s1,
+                    s2,
+                    s3,
+                    s4,
+                    e0,
+                    e1,
+                    e2,
+                    e3,
+                    e4,
+                    load_cols & (chunk + i < count),
+                    x_strides,
+                    best,
+                    found,
+                    total,
+                    y_value,
+                    window,
+                    LOW,
+                    high,
+                    linear,
+                    DILATION,
+                    KIND,
+                    PROPAGATE_NAN,
+                    COMPUTE,
+                )
     else:  # LOOP_CHUNK positions unrolled at a time (their loads in flight), the last chunk masked
         for chunk in range(0, steps, LOOP_CHUNK):
             for i in tl.static_range(LOOP_CHUNK):
@@ -554,8 +690,12 @@ def pool_forward_kernel(
                     s2,
                     s3,
                     s4,
+                    e0,
+                    e1,
+                    e2,
+                    e3,
+                    e4,
                     load_cols & (chunk + i < steps),
-                    in_sizes,
                     x_strides,
                     best,
                     found,
@@ -578,6 +718,8 @@ def pool_forward_kernel(
             + tile_offset(o0 - b0, o1 - b1, o2 - b2, o3, cols, argmax_strides, WIDE)
         )
     if KIND == "argmax":
+        if GLOBAL:  # the scratch holds a slice after another, each of y's size
+            argmax_at += tl.program_id(1) * (out_sizes[0] * out_sizes[1] * out_sizes[2] * out_sizes[3] * out_sizes[4])
         tl.store(argmax_at, found.to(argmax_ptr.dtype.element_ty), mask=mask)
     else:
         if KIND == "indices":
@@ -586,7 +728,9 @@ def pool_forward_kernel(
         if KIND == "max" or KIND == "indices":
             result = best
         else:
-            counts = window_counts(s0, s1, s2, s3, s4, in_sizes, pads, window, CLIPPED, INCLUDE_PADDING)
+            counts = window_counts(
+                s0, s1, s2, s3, s4, e0, e1, e2, e3, e4, in_sizes, pads, window, CLIPPED, ADAPTIVE, INCLUDE_PADDING
+            )
             result = total / counts.to(COMPUTE)
         result = result * tl.cast(alpha, COMPUTE)
         if HAS_BETA:
