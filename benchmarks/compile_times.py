@@ -53,7 +53,12 @@ from opendnn.families.convolution.problem import (  # noqa: E402
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form  # noqa: E402
 from opendnn.families.matmul import triton_backend as matmul  # noqa: E402
 from opendnn.families.pooling import triton_backend as pooling  # noqa: E402
-from opendnn.families.pooling.problem import PoolingProblem, pooled_dims, pooling_problem  # noqa: E402
+from opendnn.families.pooling.problem import (  # noqa: E402
+    PoolingProblem,
+    adaptive_pooling_problem,
+    pooled_dims,
+    pooling_problem,
+)
 from opendnn.kernels.launch import Launch, Launches, Slot  # noqa: E402
 
 H200_MULTIPROCESSORS = 132
@@ -120,28 +125,19 @@ def adaptive(
     out: tuple[int, ...],
     backward: bool,
 ) -> list[PoolingProblem]:
-    """What an adaptive pooling whose sizes do not divide runs (functional.adaptive_*_pool): one pooling
-    per output cell over torch's window [o * size // out, ceil((o + 1) * size / out)), on views."""
+    """What an adaptive pooling runs (functional.adaptive_*_pool): one pooling whose windows are torch's
+    cells [o * size // out, ceil((o + 1) * size / out)) along the dims where they differ."""
     x = od.TensorDescriptor.from_format(_format(layout), dtype, n, c, *spatial)
     y = od.TensorDescriptor.from_format(_format(layout), dtype, n, c, *out)
-    spans = [[(o * size // k, -(-(o + 1) * size // k)) for o in range(k)] for size, k in zip(spatial, out)]
-    problems = []
-    for cell in itertools.product(*spans):
-        window = tuple(end - start for start, end in cell)
-        x_cell = od.TensorDescriptor(dtype, (n, c, *window), x.strides)
-        y_cell = od.TensorDescriptor(dtype, (n, c, *(1,) * len(out)), y.strides)
-        pool = od.PoolingDescriptor(mode, od.NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), window)
-        if backward:
-            problems.append(pooling_problem(pool, x_cell, y_cell, dy_desc=y_cell, dx_desc=x_cell, beta=1.0))
-        else:
-            problems.append(pooling_problem(pool, x_cell, y_cell))
-    return problems
+    if backward:
+        return [adaptive_pooling_problem(mode, False, x, y, dy_desc=y, dx_desc=x)]
+    return [adaptive_pooling_problem(mode, False, x, y)]
 
 
 @dataclass(frozen=True)
 class Row:
     name: str
-    problems: Callable[[], list[Problem]]  # what the call runs (an adaptive pooling: one per output cell)
+    problems: Callable[[], list[Problem]]  # what the call runs
 
 
 def rows() -> list[Row]:

@@ -1,7 +1,7 @@
 """The first calls that compiled longest, compiled for the H200 (sm_90) on the CPU with nothing cached
 (benchmarks/compile_times.py; the table is in docs/design/convolution.md, Cold start): a 3-D convolution
 with a 5 x 5 x 5 filter over 4 channels, each direction (its direct kernel unrolled 500 taps x channels:
-minutes), and a 3-D adaptive max pooling's backward (a kernel pair per window shape of its cells). Each
+minutes), and a 3-D adaptive max pooling's backward (its argmax pass and gather over cells of two sizes). Each
 call's kernels must compile in under BOUND_SECONDS on this CPU. In a subprocess: triton must load
 without its interpreter (tests/sm90.py)."""
 
