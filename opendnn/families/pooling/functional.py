@@ -25,11 +25,9 @@ from opendnn.core.plans import Plan, keep, lookup, signature
 from opendnn.families.pooling.problem import (
     PoolingDescriptor,
     PoolingMode,
-    adaptive_cells,
     adaptive_pooling_problem,
     pooled_dims,
     pooling_problem,
-    regular_cells,
 )
 
 Size = int | Sequence[int]
@@ -266,46 +264,23 @@ def avg_pool_backward(
 # adaptive and global windows ---------------------------------------------------------------------
 
 
-def _adaptive_cells(x: Bound, output_size: Size) -> tuple[tuple[int, ...], list[list[tuple[int, int]]]]:
+def _output_size(x: Bound, output_size: Size) -> tuple[int, ...]:
     out = check_ints("output_size", output_size, _spatial(x))
     for k, o in enumerate(out):
         require(o >= 1, f"output_size[{k}]={o} must be at least 1")
-    return out, [adaptive_cells(n, o) for n, o in zip(x.desc.dims[2:], out)]
-
-
-def _regular(cells: list[list[tuple[int, int]]]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(window, stride) per dim when every dim's cells are one size at one step of at least 1 (then the
-    adaptive pooling is that pooling, without padding), else None. Sizes that divide give window = stride =
-    size / output; a size one more than a multiple of the output, q * out + 1, gives windows of q + 1 at
-    steps of q (8 -> 7: windows of 2 at steps of 1). An output larger than the input repeats cells (steps of
-    0): not a pooling (the adaptive problem's, ``adaptive_pooling_problem``)."""
-    windows, strides = [], []
-    for spans in cells:
-        regular = regular_cells(spans)
-        if regular is None:
-            return None
-        windows.append(regular[0])
-        strides.append(regular[1])
-    return tuple(windows), tuple(strides)
+    return out
 
 
 def _adaptive_forward(mode: PoolingMode, x: Any, output_size: Size, propagate_nan: bool, handle: Handle | None) -> Any:
+    """One pooling whose windows are torch's cells (``adaptive_pooling_problem``: a plain window and stride
+    along the dims whose cells are one size at one step, the cells computed in the kernels elsewhere)."""
     key = signature("adaptive_pool", (x,), (mode, output_size, propagate_nan))
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:
             return _execute(handle, plan, key, (x,))
     xb = wrap("x", x)
-    out, cells = _adaptive_cells(xb, output_size)
-    nan_opt = NanPropagation.PROPAGATE_NAN if propagate_nan else NanPropagation.NOT_PROPAGATE_NAN
-    regular = _regular(cells)
-    if regular is not None:
-        window, stride = regular
-        return _forward(
-            PoolingDescriptor(mode, nan_opt, window, (0,) * len(out), stride), xb, x, False, handle, key=key
-        )
-    # cells of varying size or step: one pooling whose windows are the cells (the kernels compute each one's)
-    yb = empty_like(xb, dims=(*xb.desc.dims[:2], *out))
+    yb = empty_like(xb, dims=(*xb.desc.dims[:2], *_output_size(xb, output_size)))
     try:
         problem = adaptive_pooling_problem(mode, propagate_nan, xb.desc, yb.desc)
     except OpenDnnError as error:
@@ -333,12 +308,7 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
         raise BadParam(
             f"y.shape={list(yb.desc.dims)} must equal dy.shape={list(dyb.desc.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH
         )
-    out, cells = _adaptive_cells(xb, dyb.desc.dims[2:])
-    regular = _regular(cells)
-    if regular is not None:
-        window, stride = regular
-        pool = PoolingDescriptor(mode, NanPropagation.NOT_PROPAGATE_NAN, window, (0,) * len(out), stride)
-        return _backward(pool, dy, x, y, False, handle, key)
+    _output_size(xb, dyb.desc.dims[2:])
     dxb = empty_like(xb)  # every element written once: the gather sums the cells holding it
     try:
         problem = adaptive_pooling_problem(mode, False, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc)
