@@ -645,42 +645,14 @@ def pool_forward_kernel(
                 PROPAGATE_NAN,
                 COMPUTE,
             )
-    elif GLOBAL and KIND == "argmax":  # this program's slice of the window (grid axis 1), last to first
-        span = tl.cdiv(tl.cdiv(steps, tl.num_programs(1)), LOOP_CHUNK) * LOOP_CHUNK
-        start = tl.program_id(1) * span
-        count = tl.minimum(steps - start, span)  # none past the window's end
-        for chunk in range(0, count, LOOP_CHUNK):
-            for i in tl.static_range(LOOP_CHUNK):
-                best, found, total = window_step(
-                    start + count - 1 - (chunk + i),
-                    x_tile,
-                    s0,
-                    s1,
-                    s2,
-                    s3,
-                    s4,
-                    e0,
-                    e1,
-                    e2,
-                    e3,
-                    e4,
-                    load_cols & (chunk + i < count),
-                    x_strides,
-                    best,
-                    found,
-                    total,
-                    y_value,
-                    window,
-                    LOW,
-                    high,
-                    linear,
-                    DILATION,
-                    KIND,
-                    PROPAGATE_NAN,
-                    COMPUTE,
-                )
     else:  # LOOP_CHUNK positions unrolled at a time (their loads in flight), the last chunk masked
-        for chunk in range(0, steps, LOOP_CHUNK):
+        walked = steps
+        if GLOBAL and KIND == "argmax":  # this program's slice of the window (grid axis 1), last to first
+            span = tl.cdiv(tl.cdiv(steps, tl.num_programs(1)), LOOP_CHUNK) * LOOP_CHUNK
+            start = tl.program_id(1) * span
+            walked = tl.minimum(steps - start, span)  # none past the window's end
+            first = start + walked - 1
+        for chunk in range(0, walked, LOOP_CHUNK):
             for i in tl.static_range(LOOP_CHUNK):
                 best, found, total = window_step(
                     first + step * (chunk + i),
@@ -695,7 +667,7 @@ def pool_forward_kernel(
                     e2,
                     e3,
                     e4,
-                    load_cols & (chunk + i < steps),
+                    load_cols & (chunk + i < walked),
                     x_strides,
                     best,
                     found,
