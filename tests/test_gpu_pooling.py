@@ -105,12 +105,21 @@ def test_adaptive_pools_of_varying_cells_match_torch_on_gpu(shape, output_size, 
         assert dx.stride() == x.stride() and _close(dx, xt.grad, dtype)
 
 
-@pytest.mark.parametrize("dtype, channels_last", [(torch.float32, False), (torch.bfloat16, True)])
-def test_global_max_pool_backward_in_slices_matches_the_first_tie_on_gpu(dtype, channels_last):
-    """Few outputs (2 x 32) of 112 x 112 positions: the argmax pass in slices of the window and the gather in
-    runs of the phases, over a second grid axis; with ties, dy goes to the first position equal to y,
-    bitwise repeatably."""
-    x = torch.randn(2, 32, 112, 112, device=DEVICE).round().to(dtype)  # ties
+@pytest.mark.parametrize(
+    "shape, dtype, channels_last",
+    [
+        ((2, 32, 112, 112), torch.float32, False),
+        ((2, 32, 112, 112), torch.bfloat16, False),
+        ((64, 256, 7, 7), torch.float32, False),
+        ((2, 32, 112, 112), torch.bfloat16, True),
+    ],
+)
+def test_global_max_pool_backward_matches_the_first_tie_on_gpu(shape, dtype, channels_last):
+    """NCHW: the line kernels (cells by runs of their positions), few outputs (2 x 32) of 112 x 112 positions in
+    runs over a second grid axis, many of 7 x 7 (scalar loads: rows of 49 positions are not 16-byte aligned);
+    channels-last: the argmax pass in slices of the window and the gather in runs of the phases. With ties, dy
+    goes to the first position equal to y."""
+    x = torch.randn(shape, device=DEVICE).round().to(dtype)  # ties
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     y = F.adaptive_max_pool(x, 1)
@@ -119,7 +128,7 @@ def test_global_max_pool_backward_in_slices_matches_the_first_tie_on_gpu(dtype, 
     expected = torch.zeros_like(x).flatten(2).scatter_(2, first, dy.flatten(2)).view_as(x)
     dx = F.adaptive_max_pool_backward(dy, x, y)
     assert torch.equal(dx, expected) and dx.stride() == x.stride()
-    assert torch.equal(F.max_pool_backward(dy, x, y, (112, 112)), dx)
+    assert torch.equal(F.max_pool_backward(dy, x, y, shape[2:]), dx)
 
 
 @pytest.mark.parametrize("stride", [1, 2])

@@ -632,13 +632,13 @@ def test_triton_global_windows_match_the_reference_with_ties_nan_and_indices(
     torch.testing.assert_close(F.avg_pool_backward(dy, x, window, handle=handle), xt.grad)
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("shape, spread", [((2, 3, 3, 4, 5), 8), ((2, 3, 30, 31), 128), ((2, 5, 70), 32)])
-def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, spread, channels_last):
-    """A global max's backward over few outputs spreads over a second grid axis: the argmax pass cuts the window
-    into slices, each its first match, and the gather takes the least of them and writes a run of the phases.
-    Ties and NaN (propagated or not) against the reference: 60 positions in 4 slices of 16 (the last partial,
-    SPREAD_POSITIONS forced to 8), 930 in 7 of 144, 70 in 2 of 48."""
+def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, spread):
+    """A channels-last global max's backward (positions the channels apart: the tiled kernels) over few outputs
+    spreads over a second grid axis: the argmax pass cuts the window into slices, each its first match, and the
+    gather takes the least of them and writes a run of the phases. Ties and NaN (propagated or not) against the
+    reference: 60 positions in 4 slices of 16 (the last partial, SPREAD_POSITIONS forced to 8), 930 in 7 of 144,
+    70 in 2 of 48."""
     from opendnn.families.pooling import triton_backend as kernels
 
     monkeypatch.setattr(kernels, "SPREAD_POSITIONS", spread)
@@ -647,7 +647,7 @@ def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, 
     handle = od.create("cpu", backend="triton")
     x = random(shape, seed=61, dtype=torch.float32).round()  # many ties
     x.view(-1)[::37] = float("nan")
-    x = _laid_out(x, channels_last)
+    x = _laid_out(x, True)
     window, padding, values = shape[2:], (0,) * (len(shape) - 2), x.double().numpy()
     pool = od.PoolingDescriptor(PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, window, padding, window)
     y_desc = od.TensorDescriptor(x.dtype, (*shape[:2], *(1,) * len(window)), None)
@@ -656,6 +656,7 @@ def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, 
     )
     slices, steps = planned.launches[0].grid[1], math.prod(window)
     span = math.ceil(math.ceil(steps / slices) / 16) * 16  # the argmax pass's slices: whole LOOP_CHUNKs
+    assert planned.launches[1].kernel is kernels.pool_backward_kernel
     assert slices > 1 and planned.launches[1].grid[1] == slices and (slices - 1) * span < steps <= slices * span
     assert planned.scratch[0].numel == slices * shape[0] * shape[1]
     for propagate_nan in (True, False):
@@ -670,6 +671,143 @@ def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, 
         np.testing.assert_array_equal(dx.double().numpy(), expected)
     kernels._forward_config.cache_clear()
     kernels._backward_config.cache_clear()
+
+
+# (x shape, window): global windows whose positions are one unit-stride run in NCHW / NCDHW x and dx: every
+# spatial dim pooled, W alone (H's windows one position), H and W of a 3-D input
+LINE_WINDOWS = [
+    ((2, 3, 30, 31), (30, 31)),
+    ((2, 5, 70), (70,)),
+    ((2, 3, 3, 4, 5), (3, 4, 5)),
+    ((2, 3, 5, 70), (1, 70)),
+    ((2, 3, 4, 5, 6), (1, 5, 6)),
+]
+
+
+def _backward_plan(x, y, dx, window, nan=od.NanPropagation.NOT_PROPAGATE_NAN):
+    """The Triton backend's plan of a max pool's backward over ``window`` (stride: the window) on descriptors."""
+    from opendnn.families.pooling import triton_backend
+
+    pool = od.PoolingDescriptor(PoolingMode.MAX, nan, window, (0,) * len(window), window)
+    problem = pooling_problem(pool, x, y, dy_desc=y, dx_desc=dx)
+    return triton_backend._backward_config(problem, triton_backend.BACKWARD_TILE)
+
+
+@pytest.mark.parametrize("shape, window", LINE_WINDOWS)
+def test_triton_global_max_backward_in_lines_matches_the_reference(monkeypatch, poisoned_outputs, shape, window):
+    """NCHW-like global windows: the argmax pass and the gather over blocks of cells (not a multiple of the
+    block's) by runs of their positions, here lines of 8 positions and runs of 16 (SPREAD_POSITIONS 8), the
+    window's last run ending in a partial line. Ties, NaN and windows of NaN alone, with and without NaN
+    propagation, on NaN-poisoned dx: equal to the reference."""
+    from opendnn.families.pooling import triton_backend as kernels
+    from opendnn.families.pooling import triton_global
+
+    monkeypatch.setattr(kernels, "SPREAD_POSITIONS", 8)
+    monkeypatch.setattr(kernels, "GLOBAL_LINE_BYTES", 32)
+    kernels._backward_config.cache_clear()
+    handle = od.create("cpu", backend="triton")
+    x = random(shape, seed=63, dtype=torch.float32).round()  # many ties
+    x.view(-1)[::29] = float("nan")
+    x[0, 1] = float("nan")  # windows of NaN alone
+    y_desc = od.TensorDescriptor(x.dtype, (*shape[:2], *(n // w for n, w in zip(shape[2:], window))), None)
+    planned = _backward_plan(descriptor(x), y_desc, descriptor(x), window)
+    argmax, gather = planned.launches
+    assert argmax.kernel is triton_global.global_argmax_kernel and gather.kernel is triton_global.global_gather_kernel
+    runs, positions = argmax.grid[1], math.prod(window)
+    assert gather.grid == argmax.grid and runs == math.ceil(positions / 16) and positions % 8 > 0
+    assert planned.scratch[0].numel == runs * math.prod(y_desc.dims)
+    padding, values = (0,) * len(window), x.double().numpy()
+    for propagate_nan in (True, False):
+        y = F.max_pool(x, window, propagate_nan=propagate_nan, handle=handle)
+        assert y.isnan().any()
+        dy = random(y.shape, seed=64, dtype=torch.float32)
+        dx = F.max_pool_backward(dy, x, y, window, handle=handle)
+        expected = reference_backward(
+            PoolingMode.MAX, values, y.double().numpy(), dy.double().numpy(), window, padding, window
+        )
+        np.testing.assert_array_equal(dx.double().numpy(), expected)
+    kernels._backward_config.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_triton_global_max_backward_in_lines_in_every_dtype(poisoned_outputs, dtype):
+    """930 positions a window in the default lines (bf16 / fp16 256 positions, float64 64: whole lines, then a
+    partial one), ties and NaN: dx equal to the reference on the dtype's values."""
+    handle = od.create("cpu", backend="triton")
+    x = random((2, 3, 30, 31), seed=65, dtype=dtype).mul(2).round()
+    x.view(-1)[::41] = float("nan")
+    values = x.double().numpy()
+    for propagate_nan in (True, False):
+        y = F.adaptive_max_pool(x, 1, propagate_nan=propagate_nan, handle=handle)
+        dy = random(y.shape, seed=66, dtype=dtype)
+        dx = F.adaptive_max_pool_backward(dy, x, y, handle=handle)
+        assert dx.dtype == dtype and dx.stride() == x.stride()
+        expected = reference_backward(
+            PoolingMode.MAX, values, y.double().numpy(), dy.double().numpy(), (30, 31), (0, 0), (30, 31)
+        )
+        np.testing.assert_array_equal(dx.double().numpy(), expected)
+
+
+def test_triton_global_max_backward_in_lines_of_sub_regions_blends_with_alpha_and_beta():
+    """Sub-regions whose windows' positions are still unit-stride runs: x every other batch of a slice of channels
+    of a larger NCHW buffer (its cells' dims, N and C, do not merge: a division per cell), dx a slice of another,
+    y channels-last and dy broadcast along N (stride 0), through the cuDNN-shaped calls: dx = 1.5 * the
+    reference - 0.5 * dx, the rest of dx's buffer untouched."""
+    from opendnn.families.pooling import triton_global
+
+    handle = od.create("cpu", backend="triton")
+    x = random((4, 7, 9, 10), seed=67).round()[::2, 2:5]  # (2, 3, 9, 10), ties
+    x[1, 2, 4, 5] = float("nan")
+    window, zeros = (9, 10), (0, 0)
+    pool = od.PoolingDescriptor(PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, window, zeros, window)
+    y = torch.full((2, 3, 1, 1), float("nan"), dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    od.pooling_forward(handle, pool, 1.0, descriptor(x), x, 0.0, descriptor(y), y)
+    dy = random((1, 3, 1, 1), seed=68).expand(2, 3, 1, 1)
+    buffer = random((3, 5, 9, 10), seed=69)
+    prior = buffer.clone()
+    dx = buffer[1:3, 1:4]
+    argmax = _backward_plan(descriptor(x), descriptor(y), descriptor(dx), window).launches[0]
+    assert argmax.kernel is triton_global.global_argmax_kernel and argmax.args[5] == (1, 1, 1, 2, 3)
+    od.pooling_backward(
+        handle, pool, 1.5, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, -0.5, descriptor(dx), dx
+    )
+    gradient = reference_backward(PoolingMode.MAX, x.numpy(), y.numpy(), dy.numpy(), window, zeros, window)
+    np.testing.assert_allclose(dx.numpy(), 1.5 * gradient - 0.5 * prior[1:3, 1:4].numpy(), rtol=1e-15, atol=1e-15)
+    assert (gradient != 0).sum() == 6
+    buffer[1:3, 1:4] = prior[1:3, 1:4]
+    assert torch.equal(buffer, prior)
+
+
+def test_triton_global_max_backward_plans_lines_only_where_positions_are_unit_stride():
+    """The line kernels for NCHW / NCDHW global windows (and W alone), the same constants for every size (one
+    compiled kernel); the tiled kernels where the positions are not one unit-stride run in x and in dx, in
+    window order: channels-last x, an x whose H is its innermost dim, a channels-last dx."""
+    from opendnn.families.pooling import triton_backend, triton_global
+
+    def planned(x_format, dx_format, dims, window, transposed=False):
+        x = od.TensorDescriptor.from_format(x_format, "bfloat16", *dims)
+        if transposed:  # H innermost, then W
+            x = od.TensorDescriptor("bfloat16", dims, (dims[1] * dims[2] * dims[3], dims[2] * dims[3], 1, dims[2]))
+        dx = od.TensorDescriptor.from_format(dx_format, "bfloat16", *dims)
+        out = tuple(n // w for n, w in zip(dims[2:], window))
+        y = od.TensorDescriptor.from_format(od.TensorFormat.NCHW, "bfloat16", *dims[:2], *out)
+        return _backward_plan(x, y, dx, window).launches
+
+    nchw, nhwc = od.TensorFormat.NCHW, od.TensorFormat.NHWC
+    line_kernels = [triton_global.global_argmax_kernel, triton_global.global_gather_kernel]
+    tiled_kernels = [triton_backend.pool_forward_kernel, triton_backend.pool_backward_kernel]
+    lines = [planned(nchw, nchw, dims, dims[2:]) for dims in ((64, 256, 56, 56), (2, 3, 7, 9), (8, 16, 3, 112, 112))]
+    lines.append(planned(nchw, nchw, (2, 3, 5, 70), (1, 70)))
+    assert all([launch.kernel for launch in launches] == line_kernels for launches in lines)
+    for kernels in zip(*lines):
+        assert all(launch.options == kernels[0].options for launch in kernels), [k.options for k in kernels]
+    for tiled in (
+        planned(nhwc, nhwc, (2, 3, 7, 9), (7, 9)),
+        planned(nchw, nchw, (2, 3, 7, 9), (7, 9), transposed=True),
+        planned(nchw, nhwc, (2, 3, 7, 9), (7, 9)),
+        planned(nchw, nchw, (2, 3, 5, 70), (5, 1)),
+    ):
+        assert [launch.kernel for launch in tiled] == tiled_kernels
 
 
 def test_triton_global_windows_of_any_size_share_one_compiled_kernel():

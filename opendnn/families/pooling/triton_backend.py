@@ -46,7 +46,10 @@ loops (GLOBAL) with the window's sizes at run time, so one compiled kernel serve
 window-shaped constants are None); the forward's plain loop unrolls LOOP_CHUNK positions at a time. The
 max's backward spreads over a second grid axis (``_spread``): the argmax pass in slices of the window, each
 its first match into a slice of the scratch, and the gather (each cell's dy and the least of the slices'
-positions loaded once) in runs of the phases.
+positions loaded once) in runs of the phases. Where the window's positions are one unit-stride run in x and
+dx (NCHW, NCDHW: ``_positions_in_lines``) the max's backward takes ``triton_global``'s kernels instead: their
+tiles are cells by lines of positions, so loads of x and stores of dx are whole 16-byte vectors, where the
+tiled kernels' lanes run along the cells, each a plane apart.
 
 Adaptive windows (torch's adaptive cells along the dims whose cells are not one size at one step,
 ``PoolingProblem.adaptive``; ADAPTIVE per canonical dim): output o's window is [floor(o in / out),
@@ -96,7 +99,7 @@ import triton
 import triton.language as tl
 
 from opendnn.core.arrays import Bound, torch_view
-from opendnn.core.descriptors import strides_for_order
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
@@ -105,6 +108,7 @@ from opendnn.families.pooling.numpy_backend import _windows_holding_input
 from opendnn.families.pooling.problem import PoolingProblem, _geometry, adaptive_cells
 from opendnn.families.pooling.triton_backward import pool_backward_kernel
 from opendnn.families.pooling.triton_forward import LOOP_CHUNK, pool_forward_kernel
+from opendnn.families.pooling.triton_global import global_argmax_kernel, global_gather_kernel
 from opendnn.families.reduce.problem import ReduceProblem, ReduceTensorOp
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
 
@@ -125,6 +129,10 @@ INT32_LIMIT = 2**31 - 1
 # window (or runs of its phases) of at least this many positions
 SPREAD_PROGRAMS = 1024
 SPREAD_POSITIONS = 128
+# a GLOBAL max backward whose window positions are one unit-stride run in x and dx (NCHW): a program's tile
+GLOBAL_CELLS = 8  # cells (windows), 2 a warp
+GLOBAL_LINE_BYTES = 512  # a cell's positions a loop step: a warp's 32 lanes x 16-byte vectors
+GLOBAL_WARPS = 4
 
 
 # launcher ----------------------------------------------------------------------------------------
@@ -335,13 +343,12 @@ def _global_reduction(problem: PoolingProblem) -> ReduceProblem | None:
     if not _is_global(problem):
         return None
     op = ReduceTensorOp.MAX if problem.mode.is_max else ReduceTensorOp.AVG
-    pooled = tuple(2 + k for k, (w, n) in enumerate(zip(problem.window, problem.x.dims[2:])) if w == n > 1)
     return ReduceProblem(
         op,
         problem.x,
         problem.y,
         None,
-        pooled,
+        _pooled_dims(problem),
         problem.alpha,
         problem.beta,
         problem.propagate_nan,
@@ -370,6 +377,11 @@ def _forward_launches(problem: PoolingProblem, with_indices: bool) -> Launch | L
     dims = _five(problem.y.dims, _lead(problem), 1)
     launch = _forward_config(problem, "indices", strides_for_order(dims, tuple(range(CANONICAL_DIMS))), FORWARD_TILE)
     return Launches((launch,), (Scratch("indices", math.prod(dims), torch.int64),))
+
+
+def _pooled_dims(problem: PoolingProblem) -> tuple[int, ...]:
+    """The dims of x (N, C, *spatial numbering) that a global window pools: those of more than one position."""
+    return tuple(2 + k for k, (w, n) in enumerate(zip(problem.window, problem.x.dims[2:])) if w == n > 1)
 
 
 def _lead(problem: PoolingProblem) -> int:
@@ -483,6 +495,8 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     scratch (packed, in the gather's canonical order), then the gather."""
     if problem.dy is None or problem.dx is None:
         raise InternalError("pooling backward planned without dy and dx")
+    if problem.mode.is_max and _is_global(problem) and _positions_in_lines(problem, problem.dx):
+        return _global_max_backward(problem, problem.dy, problem.dx)
     plan = canonical(problem, problem.dx.strides, cells=True)
     lead = _lead(problem)
     dims = _five(problem.y.dims, lead, 1)
@@ -544,20 +558,80 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
         return Launches((Launch(pool_backward_kernel, grid, args, constants),))
     # a GLOBAL max's few long windows: the argmax pass in slices of the window and the gather's phases in as
     # many runs, over a second grid axis (else one program a tile of outputs walks their windows whole)
-    splits = 1 if shaped else _spread(grid[0], math.prod(plan.window))
+    splits = 1 if shaped else _spread(grid[0], math.prod(plan.window), LOOP_CHUNK.value)
     argmax = _forward_config(problem, "argmax", argmax_strides, ARGMAX_TILE, splits)
     gather = Launch(pool_backward_kernel, (*grid, splits), args, constants)
     scratch = Scratch("argmax", splits * math.prod(dims), _argmax_dtype(math.prod(problem.window)))
     return Launches((argmax, gather), (scratch,))
 
 
-def _spread(programs: int, positions: int) -> int:
+def _spread(programs: int, positions: int, grain: int) -> int:
     """Slices of a GLOBAL window (and runs of its phases) for ``programs`` programs walking it whole: enough
     for about SPREAD_PROGRAMS programs in all, each slice at least SPREAD_POSITIONS positions; 1 where the
     programs are enough already. (The count is the kernels' grid axis 1, not a constant of theirs.)"""
     want = max(1, min(-(-SPREAD_PROGRAMS // programs), positions // SPREAD_POSITIONS))
-    span = triton.cdiv(triton.cdiv(positions, want), LOOP_CHUNK.value) * LOOP_CHUNK.value  # the argmax pass's
-    return triton.cdiv(positions, span)  # slices of whole LOOP_CHUNKs, none empty
+    span = triton.cdiv(triton.cdiv(positions, want), grain) * grain  # as the kernels cut the window
+    return triton.cdiv(positions, span)  # slices of whole grains of positions, none empty
+
+
+def _positions_in_lines(problem: PoolingProblem, dx: TensorDescriptor) -> bool:
+    """Whether a global window's positions, row-major over the dims it pools, are one run of unit stride in x
+    and in dx (NCHW, NCDHW): each window's elements are then its positions past its first (``triton_global``)."""
+    pooled = _pooled_dims(problem)
+
+    def unit_stride_run(strides: tuple[int, ...]) -> bool:
+        step = 1
+        for d in reversed(pooled):
+            if strides[d] != step:
+                return False
+            step *= problem.x.dims[d]
+        return True
+
+    return unit_stride_run(problem.x.strides) and unit_stride_run(dx.strides)
+
+
+def _global_max_backward(problem: PoolingProblem, dy: TensorDescriptor, dx: TensorDescriptor) -> Launches:
+    """The backward of a GLOBAL max whose positions lie in lines (``_positions_in_lines``, ``triton_global``): the
+    argmax pass, then the gather, each over blocks of GLOBAL_CELLS cells by runs of the window (grid axis 1, as
+    many as ``_spread`` gives); the cells are y's elements, over y's dims merged where they step alike in x, y,
+    dy and dx (``_cell_dims``: a contiguous NCHW's cells are one dim, no division)."""
+    sizes, strides = _cell_dims(problem.y.dims, (problem.x, problem.y, dy, dx))
+    x_strides, y_strides, dy_strides, dx_strides = strides
+    cells, positions = math.prod(problem.y.dims), math.prod(problem.window)
+    assert cells <= INT32_LIMIT and positions <= INT32_LIMIT, f"{cells} cells of {positions} positions"
+    block_positions = GLOBAL_LINE_BYTES // problem.x.dtype.itemsize
+    cell_blocks = triton.cdiv(cells, GLOBAL_CELLS)
+    grid = (cell_blocks, _spread(cell_blocks, positions, block_positions))
+    tile = dict(BLOCK_CELLS=GLOBAL_CELLS, BLOCK_POSITIONS=block_positions, num_warps=GLOBAL_WARPS)
+    argmax_args = (Slot("x"), Slot("y"), Slot("argmax"), cells, positions, sizes, x_strides, y_strides)
+    gather_args = (Slot("dy"), Slot("argmax"), Slot("dx"), cells, positions, sizes, dy_strides, dx_strides)
+    gather_constants = dict(HAS_BETA=problem.beta != 0.0, COMPUTE=_compute(problem), **tile)
+    return Launches(
+        (
+            Launch(global_argmax_kernel, grid, argmax_args, tile),
+            Launch(global_gather_kernel, grid, (*gather_args, problem.alpha, problem.beta), gather_constants),
+        ),
+        (Scratch("argmax", grid[1] * cells, _argmax_dtype(positions)),),
+    )
+
+
+def _cell_dims(
+    dims: tuple[int, ...], tensors: tuple[TensorDescriptor, ...]
+) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Five dims whose row-major indices number the elements of a tensor of ``dims`` (y's: the cells), and each
+    of ``tensors``' strides over them: the dims of more than one element, neighbours merged where an outer one
+    steps its inner one's size times its stride in every tensor, then padded in front with dims of one element."""
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for d, size in enumerate(dims):
+        if size == 1:
+            continue
+        strides = tuple(t.strides[d] for t in tensors)
+        if merged and all(outer == size * inner for outer, inner in zip(merged[-1][1], strides)):
+            merged[-1] = (merged[-1][0] * size, strides)
+        else:
+            merged.append((size, strides))
+    merged = [(1, (0,) * len(tensors))] * (CANONICAL_DIMS - len(merged)) + merged
+    return tuple(size for size, _ in merged), tuple(zip(*(strides for _, strides in merged)))
 
 
 def _compute(problem: PoolingProblem) -> Any:
