@@ -30,7 +30,7 @@ from torch import nn
 import opendnn.torch as ot
 from opendnn.core import dispatch
 from opendnn.torch import library
-from opendnn.torch.executables import Fallback
+from opendnn.torch.executables import Executable, Fallback
 
 CLASSES = 10
 MODES = ("inference", "training", "inference (fused)", "training (fused)")
@@ -150,6 +150,8 @@ WAITING_METHODS = ("item", "cpu", "numpy", "tolist", "__bool__", "__float__", "_
 class Counts:
     """What the opendnn calls of a stretch of code did (``with counts.counting():``)."""
 
+    active: Counts | None = None  # the Counts whose stretch of code runs (executables' replays count there)
+
     def __init__(self) -> None:
         self.full = 0  # problems through dispatch: the full path
         self.replays = 0  # calls that replayed an executable
@@ -159,24 +161,34 @@ class Counts:
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:
-        saved = [(dispatch, "_run"), (library, "_replayed"), (torch.cuda, "synchronize")]
-        saved += [(torch.Tensor, name) for name in WAITING_METHODS]
+        saved = [(dispatch, "_run"), (library, "record"), (Fallback, "replay"), (Executable, "__init__")]
+        saved += [(torch.cuda, "synchronize")] + [(torch.Tensor, name) for name in WAITING_METHODS]
         originals = [(owner, name, getattr(owner, name)) for owner, name in saved]
-        run, replayed, synchronize = (original for _, _, original in originals[:3])
+        run, record, fallback, made, synchronize = (original for _, _, original in originals[:5])
+        Counts.active = self
 
         def counted_run(*args: Any) -> Any:
             self.full += 1
             return run(*args)
 
-        def counted_replay(handle: Any, key: Any, kernel: Any, args: Any) -> Any:
-            kept = handle.executables.get(key)
-            if kept is None:
-                self.recordings += 1
-            elif isinstance(kept, Fallback):
-                self.fallbacks[kept.reason] += 1
-            else:
-                self.replays += 1
-            return replayed(handle, key, kernel, args)
+        def counted_record(*args: Any) -> Any:
+            self.recordings += 1
+            return record(*args)
+
+        def counted_fallback(kept: Fallback, args: tuple[Any, ...]) -> Any:
+            self.fallbacks[kept.reason] += 1
+            return fallback(kept, args)
+
+        def counted_executable(executable: Executable, *args: Any) -> None:  # its replays count in the active Counts
+            made(executable, *args)
+            replay = executable.replay
+
+            def counted_replay(args: tuple[Any, ...]) -> Any:
+                if Counts.active is not None:
+                    Counts.active.replays += 1
+                return replay(args)
+
+            executable.replay = counted_replay
 
         def waiting(name: str, method: Any) -> Any:
             def wait(*args: Any, **kwargs: Any) -> Any:
@@ -186,13 +198,16 @@ class Counts:
             return wait
 
         dispatch._run = counted_run
-        library._replayed = counted_replay
+        library.record = counted_record
+        Fallback.replay = counted_fallback
+        Executable.__init__ = counted_executable
         torch.cuda.synchronize = waiting("torch.cuda.synchronize", synchronize)
-        for owner, name, original in originals[3:]:
+        for owner, name, original in originals[5:]:
             setattr(owner, name, waiting(f"Tensor.{name}", original))
         try:
             yield
         finally:
+            Counts.active = None
             for owner, name, original in originals:
                 setattr(owner, name, original)
 
