@@ -119,9 +119,11 @@ SUITES: dict[str, tuple[str, str, int]] = {
     ),
     "pooling": (
         "Pooling",
-        "ResNet-50's 3x3 stride-2 max pool, a 2x2 stride-2 average pool and a global average pool (torch's "
-        "`adaptive_avg_pool2d(x, 1)`, as squeeze-and-excitation blocks and classifier heads pool) on 64 x 256 "
-        "x 56 x 56, NCHW and NHWC, forward and backward.",
+        "ResNet-50's 3x3 stride-2 max pool, a 2x2 stride-2 average pool, a global average pool (torch's "
+        "`adaptive_avg_pool2d(x, 1)`, as squeeze-and-excitation blocks and classifier heads pool) and a global "
+        "max pool (`adaptive_max_pool2d(x, 1)`) on 64 x 256 x 56 x 56, NCHW and NHWC, forward and backward. "
+        "torch's max pools compute their indices in the forward and read them in the backward; opendnn's "
+        "backward keeps cuDNN's contract (it reads x and y, no indices), so the backward rows favour torch.",
         4,
     ),
     "batch_norm": (
