@@ -47,7 +47,6 @@ from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
     BACKWARD_FILTER,
     MIN_SLICE_STEPS,
-    PROGRAMS_PER_SM,
     accumulator_type,
     dot_precision,
     geometry,
@@ -60,6 +59,8 @@ GROUPED_MAX_CHANNELS = 32  # most reduced or output channels a group this route 
 GROUPED_BLOCK_CHANNELS = 32  # channels a program's block of groups spans (the block's widest side)
 GROUPED_PIXELS = 128  # pixels a program (a reduction step of the backward filter); half for 4- and 8-byte types
 GROUPED_WARPS = 4
+# backward filter slices aim for this many programs an SM: its loop waits on its loads (H200 sweep, 2 to 32)
+GROUPED_FILTER_PROGRAMS_PER_SM = 8
 GROUPED_STAGES = 3
 MMA_MIN_WIDTH = 16  # narrowest side of a tensor-core operand
 
@@ -403,12 +404,17 @@ def block_width(groups_per_block: int, per_group: int) -> int:
 
 def grouped_filter_slices(problem: ConvolutionProblem, tile: GroupedTile) -> tuple[int, int]:
     """(slices, pixels a slice) of the backward filter's pixel reduction: programs (taps x blocks x
-    slices) to fill the GPU twice over, each slice at least MIN_SLICE_STEPS steps of BLOCK_M pixels."""
+    slices) to fill the GPU GROUPED_FILTER_PROGRAMS_PER_SM times over, each slice at least MIN_SLICE_STEPS
+    steps of BLOCK_M pixels."""
     geo = geometry(problem)
     programs = geo.taps * triton.cdiv(geo.groups, tile.groups_per_block)
     pixels = geo.output_pixels
     splits = max(
-        1, min(triton.cdiv(programs_to_fill(PROGRAMS_PER_SM), programs), pixels // (tile.block_m * MIN_SLICE_STEPS))
+        1,
+        min(
+            triton.cdiv(programs_to_fill(GROUPED_FILTER_PROGRAMS_PER_SM), programs),
+            pixels // (tile.block_m * MIN_SLICE_STEPS),
+        ),
     )
     slice_pixels = triton.cdiv(triton.cdiv(pixels, splits), tile.block_m) * tile.block_m
     return triton.cdiv(pixels, slice_pixels), slice_pixels
