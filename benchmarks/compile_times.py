@@ -173,6 +173,8 @@ def rows() -> list[Row]:
         "avgpool2d_global7x7_nhwc_bf16": (AVG, "bfloat16", "channels_last", 32, 2048, (7, 7), (7, 7), 7, 0),
         "avgpool2d_global7x7_nchw_fp32": (AVG, "float32", "channels_first", 32, 2048, (7, 7), (7, 7), 7, 0),
         "maxpool2d_5x5s1_nchw_fp32": (MAX, "float32", "channels_first", 32, 64, (56, 56), (5, 5), 1, 2),
+        "maxpool2d_global_nhwc_bf16": (MAX, "bfloat16", "channels_last", 4, 64, (112, 112), (112, 112), 112, 0),
+        "maxpool2d_global_nchw_fp32": (MAX, "float32", "channels_first", 4, 64, (112, 112), (112, 112), 112, 0),
     }
     for (name, arguments), (tag, backward) in itertools.product(poolings.items(), (("fwd", False), ("bwd", True))):
         found.append(Row(f"{name}_{tag}", lambda a=arguments, b=backward: [pool(*a, b)]))

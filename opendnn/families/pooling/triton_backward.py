@@ -15,6 +15,7 @@ from opendnn.families.pooling.triton_forward import (
     split_constant,
     tile_offset,
     window_counts,
+    window_run,
     within,
 )
 
@@ -574,9 +575,8 @@ def pool_backward_kernel(
             True,
             tl.num_programs(1),
         )
-        span = tl.cdiv(phases, tl.num_programs(1))
-        start = tl.program_id(1) * span
-        for phase in range(start, tl.minimum(phases, start + span)):
+        start, end = window_run(phases, 1)
+        for phase in range(start, end):
             store_phase(
                 window_share(gradient, positions, phase, 0, window, stride, SHIFTS, linear, DILATION, ADAPTIVE, KIND),
                 phase,

@@ -114,6 +114,15 @@ def global_window(in_sizes, out_sizes):
 
 
 @triton.jit
+def window_run(positions, BLOCK_POSITIONS: tl.constexpr):
+    """The first and the end of this program's run of a GLOBAL window's ``positions`` (or phases): the window cut
+    into as many runs of whole BLOCK_POSITIONS as grid axis 1 has programs (the planner makes none empty)."""
+    span = tl.cdiv(tl.cdiv(positions, tl.num_programs(1)), BLOCK_POSITIONS) * BLOCK_POSITIONS
+    start = tl.program_id(1) * span
+    return start, tl.minimum(positions, start + span)
+
+
+@triton.jit
 def within(position, size, j, LOW, HIGH):
     """0 <= position < size for a position at window offset ``j``, testing only the ends that offset can
     pass: before the input when ``j < LOW`` (the padding), past its end when ``j >= HIGH`` (where the last
@@ -648,10 +657,9 @@ def pool_forward_kernel(
     else:  # LOOP_CHUNK positions unrolled at a time (their loads in flight), the last chunk masked
         walked = steps
         if GLOBAL and KIND == "argmax":  # this program's slice of the window (grid axis 1), last to first
-            span = tl.cdiv(tl.cdiv(steps, tl.num_programs(1)), LOOP_CHUNK) * LOOP_CHUNK
-            start = tl.program_id(1) * span
-            walked = tl.minimum(steps - start, span)  # none past the window's end
-            first = start + walked - 1
+            start, end = window_run(steps, LOOP_CHUNK)
+            walked = end - start
+            first = end - 1
         for chunk in range(0, walked, LOOP_CHUNK):
             for i in tl.static_range(LOOP_CHUNK):
                 best, found, total = window_step(

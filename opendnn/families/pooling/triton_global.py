@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from opendnn.families.pooling.triton_forward import split_constant
+from opendnn.families.pooling.triton_forward import split_constant, window_run
 
 
 @triton.jit
@@ -41,15 +41,6 @@ def program_cells(cells, BLOCK_CELLS: tl.constexpr):
     addresses: only the stores are masked)."""
     cell = tl.program_id(0) * BLOCK_CELLS + tl.arange(0, BLOCK_CELLS)
     return tl.minimum(cell, cells - 1), cell < cells
-
-
-@triton.jit
-def window_run(positions, BLOCK_POSITIONS: tl.constexpr):
-    """The first and the end of this program's run of window positions: the window cut into as many runs of whole
-    BLOCK_POSITIONS as grid axis 1 has programs (the planner makes none empty)."""
-    span = tl.cdiv(tl.cdiv(positions, tl.num_programs(1)), BLOCK_POSITIONS) * BLOCK_POSITIONS
-    start = tl.program_id(1) * span
-    return start, tl.minimum(positions, start + span)
 
 
 @triton.jit
