@@ -96,6 +96,8 @@ def filter_problem(
 
 def poisoned_workspace(problem):
     size = kernels.workspace_size(problem)
+    if size == 0:
+        return None
     space = torch.full((size,), 255, dtype=torch.uint8)  # every float32 in it NaN
     return Bound("workspace", od.TensorDescriptor(od.DataType.UINT8, (size,)), space, "cpu")
 
@@ -175,16 +177,71 @@ def test_the_rasters_hold_x_and_dy_rounded_to_tf32_with_zeros_at_the_padding_and
     "case, arguments, channels_last",
     [
         ("fewer than 64 input channels", dict(c=32), False),
-        ("a 1x1 filter: the rasters would outgrow its columns (x itself)", dict(filt=(1, 1), pre=(0, 0)), False),
+        ("a 1x1 filter over NHWC: its rasters would outgrow its columns", dict(filt=(1, 1), pre=(0, 0)), True),
+        ("a 1x1 filter over NCHW, padded: x is not its own raster", dict(filt=(1, 1), pre=(1, 1)), False),
+        ("a 1x1 filter over NCHW, stride 2: x is no raster", dict(filt=(1, 1), pre=(0, 0), stride=(2, 2)), False),
         ("float32 without TF32", dict(), None),
     ],
 )
 def test_the_route_leaves_problems_it_does_not_serve_to_the_others(case, arguments, channels_last):
-    problem, *_ = filter_problem(**arguments)
+    problem, *_ = filter_problem(**arguments, channels_last=bool(channels_last))
     if channels_last is None:
         problem = dataclasses.replace(problem, allow_tf32=False)
     assert raster.raster_plan(problem) is None
     assert kernels.choose(problem, tma_aligned=True) is not kernels.Strategy.RASTER_FILTER
+
+
+@pytest.mark.parametrize(
+    "case, arguments",
+    [
+        ("NCHW", dict(size=(4, 8))),
+        ("sub-regions of x and dy (channel and row margins), beta", dict(size=(4, 8), margin=2, beta=0.5)),
+        ("slices summed in order", dict(n=24, size=(4, 8))),
+        ("128 input channels, 80 output channels", dict(size=(4, 4), c=128, k=80)),
+        ("sub-regions, dy's channels 60 bytes apart: read through pointers", dict(size=(3, 3), margin=2, beta=0.5)),
+    ],
+)
+def test_1x1_nchw_backward_filters_read_x_and_dy_in_place(case, arguments):
+    """x and dy are their own rasters: no copy, no workspace but the partial filters; dy by TMA
+    where its strides are multiples of 16 bytes, else through pointers. The interpreter's products
+    are float32's, so the result sits within float32 sums of the float64 product."""
+    problem, x, dy, dw = filter_problem(filt=(1, 1), pre=(0, 0), **arguments)
+    prior = dw.clone()
+    plan = raster.raster_plan(problem)
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
+    assert plan.in_place and raster.raster_elements(problem, plan) == (0, 0)
+    assert plan.dy_tma == ("pointers" not in case)
+    launches = raster.raster_launches(problem, tl.float32)
+    assert [launch.kernel.__name__ for launch in launches] == ["filter_raster_kernel"]
+    if case == "slices summed in order":
+        assert plan.partials > 1
+    kernels.run(problem, bound("x", x), bound("w", dw), bound("y", dy), None, None, poisoned_workspace(problem))
+
+    gradient = torch.einsum("nkhw,nchw->kc", dy.double(), x.double())[:, :, None, None]
+    want = 0.75 * gradient + problem.beta * prior.double().nan_to_num()
+    assert relative_error(dw.double(), want) < 2e-6, relative_error(dw.double(), want)
+
+
+def test_1x1x1_ncdhw_bfloat16_backward_filters_read_x_and_dy_in_place():
+    n, c, k, size = 2, 64, 72, (2, 3, 8)
+    generator = torch.Generator().manual_seed(6)
+    x = (torch.rand((n, c, *size), generator=generator) * 2 - 1).to(torch.bfloat16)
+    dy = (torch.rand((n, k, *size), generator=generator) * 2 - 1).to(torch.bfloat16)
+    dw = torch.full((k, c, 1, 1, 1), math.nan, dtype=torch.bfloat16)
+
+    def described(name, t):
+        return Bound(name, od.TensorDescriptor(od.DataType.BFLOAT16, tuple(t.shape), t.stride()), t, "cpu")
+
+    xb, wb, yb = described("x", x), described("w", dw), described("y", dy)
+    problem = ConvolutionProblem(
+        FILTER, xb.desc, wb.desc, yb.desc, (0, 0, 0), (0, 0, 0), (1, 1, 1), (1, 1, 1), groups=1, flip=False,
+        compute_type=FP32, allow_tf32=True, algo=od.ConvolutionBwdFilterAlgo.ALGO_0,
+    )  # fmt: skip
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
+    assert raster.raster_plan(problem).in_place
+    kernels.run(problem, xb, wb, yb, None, None, poisoned_workspace(problem))
+    want = torch.einsum("nkdhw,ncdhw->kc", dy.double(), x.double())[:, :, None, None, None]
+    assert relative_error(dw.double(), want) < 1e-2, relative_error(dw.double(), want)
 
 
 @pytest.mark.parametrize("channels, size", [(64, 56), (128, 28), (256, 14), (512, 7)])

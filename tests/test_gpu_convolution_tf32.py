@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
-from tf32 import cudnn_tf32, tf32_nearest
+from tf32 import cudnn_tf32, tf32_nearest, tf32_truncated
 
 import opendnn as od
 from opendnn.samples import relative_error
@@ -166,42 +166,86 @@ def test_tf32_backward_filter_over_rounded_rasters_is_the_product_of_rounded_ope
     n, c, h, w, k, stride, layout, beta
 ):
     """The raster route (``convolution/triton_raster.py``): x and dy copied pixel-major and rounded to
-    TF32 to nearest, then one product a tap over runs of pixels. 3 runs with dw and the workspace
-    poisoned before each: bitwise equal, the float64 product of the TF32-rounded operands to float32's
-    precision (what the tensor cores compute from them), TF32's distance from the exact float64 one,
-    nothing written outside dw's window of its buffer."""
-    from opendnn.families.convolution import triton_backend as kernels
-    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
-
-    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
-    conv_desc = od.ConvolutionDescriptor((1, 1), (stride, stride), (1, 1))
-    out_h, out_w = (h - 1) // stride + 1, (w - 1) // stride + 1
-    generator = torch.Generator().manual_seed(n * c + k)
-    x, _ = layout(n, c, h, w, torch.randn(n, c, h, w, generator=generator))
-    dy, _ = layout(n, k, out_h, out_w, torch.randn(n, k, out_h, out_w, generator=generator))
-    buffer = torch.full((k + 3, c, 3, 3), math.nan, device=DEVICE)
-    dw = buffer[2 : k + 2]
-    prior = torch.randn(dw.shape, generator=generator).to(DEVICE)
+    TF32 to nearest, then one product a tap over runs of pixels (``_raster_backward_filter``): the
+    float64 product of the TF32-rounded operands to float32's precision (what the tensor cores
+    compute from them), TF32's distance from the exact float64 one."""
+    dw, x, dy, prior, _ = _raster_backward_filter(n, c, h, w, k, 3, stride, layout, beta)
 
     def product(a, gradient):
         return ALPHA * torch.nn.grad.conv2d_weight(a, (k, c, 3, 3), gradient, stride=stride, padding=1) + beta * prior
 
-    exact = product(x.double(), dy.double())
     of_rounded = product(tf32_nearest(x).double(), tf32_nearest(dy).double())
+    assert relative_error(dw, of_rounded) < 2e-5, relative_error(dw, of_rounded)  # float32 sums
+    exact = product(x.double(), dy.double())
+    assert relative_error(dw, exact) < 6e-4, relative_error(dw, exact)  # TF32: 2**-11 an operand
+
+
+def _raster_backward_filter(n, c, h, w, k, size, stride, layout, beta):
+    """dw of a TF32 backward filter of size x size taps (padding size // 2) over x and dy in
+    ``layout``, which must take the raster route: 3 runs with dw and the workspace poisoned before
+    each, asserted bitwise equal and to leave dw's buffer untouched outside dw; (dw, x, dy, the prior
+    dw that beta scales, the problem)."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    pad = size // 2
+    conv_desc = od.ConvolutionDescriptor((pad, pad), (stride, stride), (1, 1))
+    out_h, out_w = (h + 2 * pad - size) // stride + 1, (w + 2 * pad - size) // stride + 1
+    generator = torch.Generator().manual_seed(n * c + k)
+    x, _ = layout(n, c, h, w, torch.randn(n, c, h, w, generator=generator))
+    dy, _ = layout(n, k, out_h, out_w, torch.randn(n, k, out_h, out_w, generator=generator))
+    buffer = torch.full((k + 3, c, size, size), math.nan, device=DEVICE)
+    dw = buffer[2 : k + 2]
+    prior = torch.randn(dw.shape, generator=generator).to(DEVICE)
     xd, yd, wd = _descriptor(x), _descriptor(dy), _descriptor(dw)
     problem = convolution_problem(
         ConvolutionDirection.BACKWARD_FILTER, conv_desc, xd, wd, yd, allow_tf32=True, alpha=ALPHA, beta=beta
     )
     assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.RASTER_FILTER
     algo = od.ConvolutionBwdFilterAlgo.ALGO_0
-    size = od.get_convolution_backward_filter_workspace_size(handle, xd, yd, conv_desc, wd, algo)
+    space = od.get_convolution_backward_filter_workspace_size(handle, xd, yd, conv_desc, wd, algo)
     runs = []
     for _ in range(3):
         dw.copy_(prior if beta else torch.full_like(prior, math.nan))
-        workspace = torch.full((size,), 255, dtype=torch.uint8, device=DEVICE)  # every float32 NaN
+        workspace = torch.full((max(space, 1),), 255, dtype=torch.uint8, device=DEVICE)  # every float32 NaN
         od.convolution_backward_filter(handle, ALPHA, xd, x, yd, dy, conv_desc, algo, workspace, beta, wd, dw)
         runs.append(dw.clone())
     assert all(torch.equal(runs[0], run) for run in runs[1:])
-    assert relative_error(runs[0], of_rounded) < 2e-5, relative_error(runs[0], of_rounded)  # float32 sums
-    assert relative_error(runs[0], exact) < 6e-4, relative_error(runs[0], exact)  # TF32: 2**-11 an operand
     assert bool(buffer[:2].isnan().all()) and bool(buffer[k + 2 :].isnan().all())
+    return runs[0], x, dy, prior, problem
+
+
+def _channel_margin(n, c, h, w, fill=None):
+    """An NCHW float32 view of the channels 4 onward of a NaN-filled buffer 4 channels wider: each
+    image's pixels contiguous, channels H x W apart, images (C + 4) x H x W apart."""
+    buffer = torch.full((n, c + 4, h, w), math.nan, device=DEVICE)
+    view = buffer[:, 4:]
+    if fill is not None:
+        view.copy_(fill)
+    return view, buffer
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize("layout", [_nchw, _channel_margin])
+@pytest.mark.parametrize(
+    "n, c, h, w, k", [(8, 1024, 14, 14, 256), (3, 96, 9, 12, 160), (2, 64, 28, 28, 2048), (4, 512, 7, 7, 2048)]
+)
+def test_tf32_1x1_backward_filter_reads_nchw_in_place(n, c, h, w, k, layout, beta):
+    """A 1x1 stride-1 backward filter whose images hold their pixels contiguous takes the raster
+    route with x and dy read where they lie (dy by TMA, or through pointers where its 7 x 7 planes
+    are not 16-byte multiples), truncated to TF32 by the tensor cores (``_raster_backward_filter``):
+    the float64 product of the truncated operands to float32's precision."""
+    from opendnn.families.convolution import triton_raster as raster
+
+    dw, x, dy, prior, problem = _raster_backward_filter(n, c, h, w, k, 1, 1, layout, beta)
+    plan = raster.raster_plan(problem)
+    assert plan.in_place and plan.dy_tma == (h * w % 4 == 0)
+
+    def product(a, gradient):
+        return ALPHA * torch.einsum("nkhw,nchw->kc", gradient, a)[:, :, None, None] + beta * prior
+
+    of_truncated = product(tf32_truncated(x).double(), tf32_truncated(dy).double())
+    assert relative_error(dw, of_truncated) < 2e-5, relative_error(dw, of_truncated)  # float32 sums
+    exact = product(x.double(), dy.double())
+    assert relative_error(dw, exact) < 1.2e-3, relative_error(dw, exact)  # TF32: 2**-10 an operand

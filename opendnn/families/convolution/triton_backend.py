@@ -81,7 +81,7 @@ from opendnn.families.convolution.problem import (
 )
 from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
-from opendnn.families.convolution.triton_raster import raster_elements, raster_launches, raster_plan
+from opendnn.families.convolution.triton_raster import raster_elements, raster_launches, raster_plan, staged_operands
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
     BACKWARD_FILTER,
@@ -310,8 +310,8 @@ def run(
         )
         return
     tensors = {"x": torch_view(x), "w": torch_view(w), "y": torch_view(y)}
-    if strategy in TMA_STRATEGIES:  # TMA reads the copies it reads in the workspace (the raster route nothing else)
-        copied = ("x", "y", "w") if strategy is Strategy.RASTER_FILTER else copied_operands(problem)
+    if strategy in TMA_STRATEGIES:  # TMA reads the copies it reads in the workspace
+        copied = staged_operands(problem) if strategy is Strategy.RASTER_FILTER else copied_operands(problem)
         first, second = (
             torch_view(workspace) if workspace is not None and name in copied else tensors[name]
             for name in TMA_READS[problem.direction]

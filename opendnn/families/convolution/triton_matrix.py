@@ -88,7 +88,7 @@ def filter_matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
         or not (dtype.itemsize == 2 or tf32(problem))
     ):
         return None
-    if any(pixel_stride(TensorDescriptor(dtype, (1, *d.dims[1:]), d.strides)) != 1 for d in (problem.x, problem.y)):
+    if not (pixels_contiguous(problem.x) and pixels_contiguous(problem.y)):
         return None
     (x_sn, x_sc), (dy_sn, dy_sk) = problem.x.strides[:2], problem.y.strides[:2]
     return matmul_problem(
@@ -110,6 +110,11 @@ def pixel_stride(desc: TensorDescriptor) -> int | None:
         if outer != inner * size:
             return None
     return stride
+
+
+def pixels_contiguous(desc: TensorDescriptor) -> bool:
+    """Whether each image (sample) of ``desc`` holds its pixels contiguous, one element apart."""
+    return pixel_stride(TensorDescriptor(desc.dtype, (1, *desc.dims[1:]), desc.strides)) == 1
 
 
 def matrix_bound(bound: Bound, desc: TensorDescriptor | None) -> Bound:

@@ -34,6 +34,15 @@ longest), plus the partials' round trip and the sum kernel.
 **Memory.** The rasters hold about x and dy (more by the pitch's padding columns); the route applies
 where they take no more than an explicit GEMM's column matrix, the bound every default algorithm
 keeps (3x3 and larger filters; not 1x1 layers, whose columns are x itself).
+
+**In place.** A 1x1 filter at stride 1 without padding over tensors whose images hold their pixels
+contiguous (NCHW, NCDHW) needs no copy: x and dy are their own rasters (the pitch a row, no phase,
+output pixel q meets x's pixel q), so the kernel reads them where they lie, at their own image and
+channel strides, and takes no workspace but its partial filters (``reads_in_place``). dy's box comes
+by TMA where its strides are multiples of 16 bytes, else through pointers (a 7 x 7 float32 plane is
+196 bytes). Its TF32 operands are truncated by the tensor cores, as on every route that reads
+float32 where it lies: rounding them in registers takes them off the path from TMA to the tensor
+cores (the ResNet-50 1024 -> 256 1x1 layer at 14 x 14, batch 64: 329 us rounded, 73 truncated).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import triton.language as tl
 from opendnn.families.convolution.gluon_filter import PARTIAL_BYTES_PER_US, SM_LOAD_BYTES_PER_US, SUM_LAUNCH_US
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import store_tap_filter
+from opendnn.families.convolution.triton_matrix import pixels_contiguous
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_FILTER,
     dot_precision,
@@ -84,7 +94,9 @@ STAGING_PIXELS, STAGING_CHANNELS, STAGING_WARPS = 128, 32, 4
 class RasterShape:
     """The rasters' geometry: pixels a row, rows a depth slice, x's depth slices, dy's pixels (OD
     slices, the last OH rows), pixels a plane of each (padded to TMA's alignment), x's phases per dim
-    (depth, height, width)."""
+    (depth, height, width); ``in_place``: x and dy are their own rasters (``reads_in_place``), whose
+    planes are the images' pixels; ``dy_tma``: dy's boxes come by TMA (its strides are multiples of
+    16 bytes), else through pointers."""
 
     pitch: int
     rows: int
@@ -93,6 +105,8 @@ class RasterShape:
     x_plane: int
     dy_plane: int
     phases: tuple[int, int, int]
+    in_place: bool
+    dy_tma: bool
 
     @property
     def x_pixels(self) -> int:
@@ -129,9 +143,32 @@ def _phases(taps: int, dilation: int, stride: int) -> int:
 
 
 def raster_elements(problem: ConvolutionProblem, plan: RasterPlan) -> tuple[int, int]:
-    """Elements of x's raster and of dy's."""
+    """Elements of x's raster and of dy's in the workspace (none where they are read in place)."""
+    if plan.in_place:
+        return 0, 0
     geo = geometry(problem)
     return geo.n * geo.c * math.prod(plan.phases) * plan.x_plane, geo.n * geo.k * plan.dy_plane
+
+
+def reads_in_place(problem: ConvolutionProblem) -> bool:
+    """Whether x and dy are their own rasters (module docstring, "In place"): one tap at stride 1
+    without padding, each image's pixels contiguous in both."""
+    geo = geometry(problem)
+    return (
+        geo.taps == 1
+        and all(s == 1 for s in geo.stride)
+        and not any(problem.pre_padding)
+        and not any(problem.post_padding)
+        and pixels_contiguous(problem.x)
+        and pixels_contiguous(problem.y)
+    )
+
+
+def staged_operands(problem: ConvolutionProblem) -> tuple[str, ...]:
+    """The operands ("x", "y") whose rasters are copies in the workspace, where TMA reads them."""
+    plan = raster_plan(problem)
+    assert plan is not None  # the route's problems only
+    return () if plan.in_place else ("x", "y")
 
 
 def _candidates(problem: ConvolutionProblem, shape: RasterShape) -> list[tuple[float, RasterPlan]]:
@@ -186,8 +223,8 @@ def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
     """How this route runs ``problem``, or None where it does not apply: a backward filter, ungrouped,
     implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or in a 16-bit
     type where the TMA route cannot box it (``tma_blocks``: NCHW, 3-D; the cp.async kernels they took
-    ran 1.8-5.1x slower), whose rasters fit in an explicit GEMM's column matrix. The least estimated
-    time wins (ties: fewer partial filters, then the wider tile)."""
+    ran 1.8-5.1x slower), whose rasters are read in place or fit in an explicit GEMM's column matrix.
+    The least estimated time wins (ties: fewer partial filters, then the wider tile)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
     sixteen_bit = itemsize_of(problem) == 2 and tma_blocks(problem) is None
@@ -209,13 +246,18 @@ def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
     )
     itemsize = itemsize_of(problem)
     dy_pixels = ((od - 1) * rows + oh) * pitch
-    x_plane, dy_plane = _plane(x_depth * rows * pitch, itemsize), _plane(dy_pixels, itemsize)
-    x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * x_plane, geo.n * geo.k * dy_plane
-    if x_elements + dy_elements > im2col_elements(problem):
-        return None
+    in_place = reads_in_place(problem)
+    if in_place:  # the images' own planes
+        x_plane = dy_plane = dy_pixels
+    else:
+        x_plane, dy_plane = _plane(x_depth * rows * pitch, itemsize), _plane(dy_pixels, itemsize)
+        x_elements, dy_elements = geo.n * geo.c * math.prod(phases) * x_plane, geo.n * geo.k * dy_plane
+        if x_elements + dy_elements > im2col_elements(problem):
+            return None
     if max(geo.c * math.prod(phases) * x_plane, geo.k * dy_plane) >= 2**31:
         return None  # the kernels index within one image's raster in int32
-    shape = RasterShape(pitch, rows, x_depth, dy_pixels, x_plane, dy_plane, phases)
+    dy_tma = not in_place or all(s > 0 and s * itemsize % PLANE_BYTES == 0 for s in problem.y.strides[:2])
+    shape = RasterShape(pitch, rows, x_depth, dy_pixels, x_plane, dy_plane, phases, in_place, dy_tma)
     return min(_candidates(problem, shape), key=lambda c: (round(c[0], 1), c[1].partials, -c[1].block_c))[1]
 
 
@@ -285,6 +327,8 @@ def filter_raster_kernel(
     pitch,
     x_plane,
     dy_plane,
+    x_strides,
+    dy_strides,
     w_strides,
     slice_steps,
     alpha: tl.float64,
@@ -292,6 +336,7 @@ def filter_raster_kernel(
     FLIP: tl.constexpr,
     PARTIAL: tl.constexpr,
     HAS_BETA: tl.constexpr,
+    DY_TMA: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -301,11 +346,16 @@ def filter_raster_kernel(
     """Program (k tile x tap x c tile, slice): dw[k, c, tap] = sum over the slice's steps (image n,
     box of BLOCK_P pixels at q) of dy_raster[n, k, q..] * x_raster[n, c, phase, q + shift..], both
     K-major (module docstring); ``filt``, ``phases``, ``stride``, ``dilation`` and ``dy_size`` run over
-    (depth, height, width), ``w_strides`` over dw's (k, c, depth, height, width). dy's box is read by
-    TMA; x's through pointers, since a tap's shift puts its start anywhere in a row and TMA wants a
-    box's innermost start 16-byte aligned. x's pixels that meet dy's padding (past OW, OH or the last
-    slice) load as zeros: dy's zeros there would make an infinite x NaN, not nothing."""
-    dy_desc = tl.make_tensor_descriptor(dy_ptr, [N, K, dy_plane], [K * dy_plane, dy_plane, 1], [1, BLOCK_K, BLOCK_P])
+    (depth, height, width), ``x_strides`` and ``dy_strides`` over the rasters' (image, channel),
+    ``w_strides`` over dw's (k, c, depth, height, width). dy's box is read by TMA where DY_TMA (its
+    strides are multiples of 16 bytes), else through pointers; x's through pointers, since a tap's
+    shift puts its start anywhere in a row and TMA wants a box's innermost start 16-byte aligned.
+    x's pixels that meet dy's padding (past OW, OH or the last slice) load as zeros: dy's zeros
+    there would make an infinite x NaN, not nothing."""
+    if DY_TMA:
+        dy_desc = tl.make_tensor_descriptor(
+            dy_ptr, [N, K, dy_plane], [dy_strides[0], dy_strides[1], 1], [1, BLOCK_K, BLOCK_P]
+        )
     T, R, S = filt
     tiles_c = tl.cdiv(C, BLOCK_C)
     pid = tl.program_id(0)
@@ -323,18 +373,26 @@ def filter_raster_kernel(
     end = tl.minimum(begin + slice_steps, N * image_steps)
 
     c_index = c0 + tl.arange(0, BLOCK_C)
-    count = phases[0] * phases[1] * phases[2]
-    x_rows = x_ptr + (c_index[:, None] * count + phase).to(tl.int64) * x_plane
+    k_index = k0 + tl.arange(0, BLOCK_K)
+    x_rows = x_ptr + c_index[:, None].to(tl.int64) * x_strides[1] + phase * x_plane
+    dy_rows = dy_ptr + k_index[:, None].to(tl.int64) * dy_strides[1]
     acc = tl.zeros((BLOCK_K, BLOCK_C), tl.float32)
     for step in range(begin, end):
         n = step // image_steps
         q = step % image_steps * BLOCK_P
-        a = dy_desc.load([n, k0, q]).reshape(BLOCK_K, BLOCK_P)
         output = q + tl.arange(0, BLOCK_P)  # dy's pixels of the box
+        if DY_TMA:
+            a = dy_desc.load([n, k0, q]).reshape(BLOCK_K, BLOCK_P)
+        else:
+            a = tl.load(
+                dy_rows + n.to(tl.int64) * dy_strides[0] + output[None, :],
+                mask=(k_index < K)[:, None] & (output < dy_plane)[None, :],
+                other=0.0,
+            )
         line = output // pitch
         real = (output < dy_end) & (output - line * pitch < dy_size[2]) & (line % rows < dy_size[1])
         b = tl.load(
-            x_rows + n.to(tl.int64) * C * count * x_plane + (output + shift)[None, :],
+            x_rows + n.to(tl.int64) * x_strides[0] + (output + shift)[None, :],
             mask=(c_index < C)[:, None] & real[None, :],
             other=0.0,
         )
@@ -370,12 +428,18 @@ def filter_raster_kernel(
 
 
 def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
-    """The two staging copies (x's raster into the workspace's ``x_staged``, dy's into ``y_staged``)
-    and the product, its operands as ``dot`` (``dot_type``: float32 under the interpreter, which has no
-    16-bit products); the caller adds the partial filters' sum where the plan leaves them."""
+    """The two staging copies (x's raster into the workspace's ``x_staged``, dy's into ``y_staged``;
+    none where the rasters are read in place) and the product, its operands as ``dot`` (``dot_type``:
+    float32 under the interpreter, which has no 16-bit products); the caller adds the partial
+    filters' sum where the plan leaves them."""
     plan = raster_plan(problem)
     assert plan is not None  # what choose read
     geo = geometry(problem)
+    if plan.in_place:
+        (x_sn, x_sc), (dy_sn, dy_sk) = problem.x.strides[:2], problem.y.strides[:2]
+        return [_product_launch(problem, plan, dot, ("x", "y"), ((x_sn, x_sc), (dy_sn, dy_sk)))]
+    count = math.prod(plan.phases)
+    raster_strides = ((geo.c * count * plan.x_plane, count * plan.x_plane), (geo.k * plan.dy_plane, plan.dy_plane))
     ones = (1, 1, 1)
     copies = (
         (
@@ -415,9 +479,23 @@ def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
             ROUND=tf32(problem), BLOCK_C=STAGING_CHANNELS, BLOCK_Q=STAGING_PIXELS, num_warps=STAGING_WARPS
         )
         launches.append(Launch(raster_staging_kernel, grid, copy_args, copy_options))
+    launches.append(_product_launch(problem, plan, dot, ("x_staged", "y_staged"), raster_strides))
+    return launches
+
+
+def _product_launch(
+    problem: ConvolutionProblem,
+    plan: RasterPlan,
+    dot: Any,
+    rasters: tuple[str, str],
+    strides: tuple[tuple[int, int], tuple[int, int]],
+) -> Launch:
+    """``filter_raster_kernel`` over the rasters in the slots ``rasters`` (x's, dy's), whose (image,
+    channel) strides are ``strides``."""
+    geo = geometry(problem)
     args = (
-        Slot("x_staged"),
-        Slot("y_staged"),
+        Slot(rasters[0]),
+        Slot(rasters[1]),
         Slot("w"),
         Slot("partial") if plan.partials else Slot("w"),
         geo.n,
@@ -432,6 +510,7 @@ def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
         plan.pitch,
         plan.x_plane,
         plan.dy_plane,
+        *strides,
         strides5(problem.w),
         plan.slice_steps,
         problem.alpha,
@@ -441,6 +520,7 @@ def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
         FLIP=problem.flip,
         PARTIAL=bool(plan.partials),
         HAS_BETA=problem.beta != 0.0,
+        DY_TMA=plan.dy_tma,
         DOT=dot,
         PRECISION=dot_precision(problem),
         BLOCK_K=plan.block_k,
@@ -449,5 +529,4 @@ def raster_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
         num_warps=_warps(plan.block_k, plan.block_c),
         num_stages=STAGES,
     )
-    launches.append(Launch(filter_raster_kernel, (plan.tiles, plan.slices), args, options))
-    return launches
+    return Launch(filter_raster_kernel, (plan.tiles, plan.slices), args, options)
