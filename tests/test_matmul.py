@@ -337,7 +337,11 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch)
         (4224, 4224, 64, (), (128, 256, 64)),  # 561 tiles both ways; 128 x 128: 1089, 9 rounds of half the time
         (16384, 11008, 64, (), (128, 256, 64)),  # 5504 tiles both ways
         (1024, 4224, 64, (2,), (256, 128, 64)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
-        (128, 4096, 64, (), (128, 128, 64)),  # too few big tiles to fill the GPU
+        (128, 4096, 64, (), (128, 128, 64)),  # one round of the smallest tile
+        (200704, 64, 64, (), (256, 64, 64)),  # 64 columns: the wider tiles would compute half zeros
+        (200704, 96, 384, (), (256, 128, 64)),  # 784 tiles of 256 x 128, 6 rounds
+        (12544, 256, 1024, (), (128, 256, 64)),  # 98 tiles in one round, where 128 x 128 takes two
+        (3136, 512, 2048, (), (128, 128, 64)),  # 100 tiles of 128 x 128 in one round
         (128, 128, 128, (512,), (128, 128, 128)),  # short K: the whole of K in one step
         (128, 128, 129, (512,), (128, 128, 64)),
     ],

@@ -408,21 +408,23 @@ class TileConfig:
 
 INTERPRETER_CONFIG = TileConfig(32, 32, 16, 2, 4, 1)
 WIDE_16_BIT_TILES = TileConfig(128, 256, 64, 8, 8, 3)
-BIG_TILES = {  # by input dtype, for problems with enough 128 x 256 tiles to fill the GPU
-    DataType.BFLOAT16: WIDE_16_BIT_TILES,
-    DataType.HALF: WIDE_16_BIT_TILES,
-    DataType.FLOAT: TileConfig(128, 256, 32, 8, 8, 3),
-}
+TF32_TILES = TileConfig(128, 256, 32, 8, 8, 3)  # for TF32 products with enough of them to fill the GPU
 FAST_FP8_TILES = TileConfig(128, 256, 128, 8, 8, 3)
 PRECISE_FP8_TILES = TileConfig(256, 128, 128, 8, 8, 3)  # a second accumulator for promotion: 256 x 128 fits
 SMALL_TILES = TileConfig(128, 128, 64, 8, 8, 4)  # few or small tiles: more programs
 SHORT_K_TILES = TileConfig(128, 128, 128, 8, 8, 2)  # 16-bit, 64 < K <= 128: one step a tile, the next tile's in flight
 FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
 STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
-# 16-bit products that fill the GPU choose among these tiles, each with its FLOP rate against the first
-# (H200, bf16 8192^3): 256 x 128, the same area split the other way (N = 4224 is 33 columns of 128 but
-# 16.5 of 256), and 128 x 128, half the area (rounds half as long)
-RATED_16_BIT_TILES = ((WIDE_16_BIT_TILES, 1.0), (TileConfig(256, 128, 64, 8, 8, 3), 0.9), (SMALL_TILES, 0.89))
+# 16-bit products choose among these tiles, each with its FLOP rate against the first (H200, bf16
+# 8192^3; 256 x 64 on ResNet-50's 1x1 layers): 256 x 128, the same area split the other way (N = 4224 is
+# 33 columns of 128 but 16.5 of 256), 128 x 128, half the area (rounds half as long), and 256 x 64 for
+# products of 64 columns or fewer, which the others fill by half at most
+RATED_16_BIT_TILES = (
+    (WIDE_16_BIT_TILES, 1.0),
+    (TileConfig(256, 128, 64, 8, 8, 3), 0.9),
+    (SMALL_TILES, 0.89),
+    (TileConfig(256, 64, 64, 8, 8, 3), 0.65),
+)
 TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
 MIN_SPLIT_STEPS = 16  # fewest steps of BLOCK_K a slice of a split K takes (k_splits)
 SPLIT_SUM_BLOCK = 64  # rows and columns of C a program of split_sum_kernel adds up
@@ -550,8 +552,8 @@ def choose_engine(problem: MatmulProblem, tma: bool, hopper: bool, interpreted: 
 
 
 def takes_wide_tiles(problem: MatmulProblem, sms: int) -> bool:
-    """The 16-bit product fills the GPU with 128 x 256 tiles and finishes soonest with them, as the
-    ``tl.dot`` kernel plans it (``tile_config``; a ragged N that wastes a round of them takes 256 x 128)."""
+    """The 16-bit product finishes soonest with 128 x 256 tiles, as the ``tl.dot`` kernel plans it
+    (``tile_config``; a ragged N that wastes a round of them takes 256 x 128)."""
     return tile_config(problem, problem.a.dtype, False, sms) == WIDE_16_BIT_TILES
 
 
@@ -740,26 +742,25 @@ def k_splits(problem: MatmulProblem, config: TileConfig, batch: int, sms: int) -
 
 
 def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
-    """Fixed tiles per shape class (no autotuning): big tiles when they alone fill the GPU; a 16-bit
-    product then takes the tile of ``RATED_16_BIT_TILES`` it finishes soonest with."""
+    """Fixed tiles per shape class (no autotuning): a 16-bit product takes the tile of
+    ``RATED_16_BIT_TILES`` it finishes soonest with (128 x 128 x 128 for that of 128 x 128 where K
+    fits one step of it); others big tiles where they alone fill the GPU."""
     if interpreted:
         return INTERPRETER_CONFIG
     if dtype is DataType.DOUBLE or (dtype is DataType.FLOAT and not problem.allow_tf32):
         return STRICT_FP32_TILES
+    batch = max(1, math.prod(problem.batch))
+    if dtype in (DataType.BFLOAT16, DataType.HALF):
+        tile = min(RATED_16_BIT_TILES, key=lambda rated: _estimated_time(problem, batch, sms, *rated))[0]
+        short_k = SMALL_TILES.block_k < problem.k <= SHORT_K_TILES.block_k
+        return SHORT_K_TILES if tile == SMALL_TILES and short_k else tile
     if dtype.is_fp8:
         big = FAST_FP8_TILES if problem.fast_fp8_accumulation else PRECISE_FP8_TILES
     else:
-        big = BIG_TILES[dtype]
-    batch = max(1, math.prod(problem.batch))
-    sixteen_bit = dtype in (DataType.BFLOAT16, DataType.HALF)
+        big = TF32_TILES
     if problem.m // big.block_m * (problem.n // big.block_n) * batch < sms:
-        if dtype is DataType.FLOAT:
-            return FP32_SMALL_TILES
-        short_k = SMALL_TILES.block_k < problem.k <= SHORT_K_TILES.block_k
-        return SHORT_K_TILES if sixteen_bit and short_k else SMALL_TILES
-    if not sixteen_bit:
-        return big
-    return min(RATED_16_BIT_TILES, key=lambda rated: _estimated_time(problem, batch, sms, *rated))[0]
+        return FP32_SMALL_TILES if dtype is DataType.FLOAT else SMALL_TILES
+    return big
 
 
 def _estimated_time(problem: MatmulProblem, batch: int, sms: int, tile: TileConfig, rate: float) -> float:
