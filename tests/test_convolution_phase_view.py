@@ -15,6 +15,7 @@ import opendnn as od
 from opendnn.core.arrays import Bound
 from opendnn.families.convolution import triton_backend as kernels
 from opendnn.families.convolution.problem import ConvolutionDirection, ConvolutionProblem, convolution_problem
+from opendnn.families.convolution.triton_backend import REGIONS
 from opendnn.kernels.device import tma_ready
 from opendnn.samples import relative_error
 
@@ -223,12 +224,13 @@ def backward_data(
     beta=0.0,
     flip=False,
     tf32=False,
+    channels_first=False,
 ):
-    """dx by ``od.convolution_backward_data`` on the Triton backend (its interpreter here): dx an
-    (N, C, H, W) channels-last view inside a buffer ``rows`` rows taller and ``channels`` channels a
-    pixel wider, NaN outside it and NaN in it too unless beta holds a prior; checked against torch's
-    float64 gradient, and nothing outside dx written. ``tf32``: float32 tensors on a TENSOR_OP handle.
-    Returns the problem."""
+    """dx by ``od.convolution_backward_data`` on the Triton backend (its interpreter here), the
+    workspace poisoned: dx an (N, C, H, W) channels-last view (``channels_first``: NCHW, dy too)
+    inside a buffer ``rows`` rows taller and ``channels`` channels wider, NaN outside it and NaN in it
+    too unless beta holds a prior; checked against torch's float64 gradient, and nothing outside dx
+    written. ``tf32``: float32 tensors on a TENSOR_OP handle. Returns the problem."""
     dtype, torch_dtype = (od.DataType.FLOAT, torch.float32) if tf32 else (BF16, torch.bfloat16)
     post = post or pre
     n = 2
@@ -236,15 +238,19 @@ def backward_data(
         (s + a + b - d * (f - 1) - 1) // t + 1 for s, a, b, d, f, t in zip(size, pre, post, dilation, filt, stride)
     )
     generator = torch.Generator().manual_seed(5)
-    buffer = torch.full((n, size[0] + rows, size[1], c + channels), math.nan, dtype=torch_dtype)
-    dx = buffer[:, rows:, :, :c].permute(0, 3, 1, 2)
+    if channels_first:
+        buffer = torch.full((n, c + channels, size[0] + rows, size[1]), math.nan, dtype=torch_dtype)
+        dx = buffer[:, :c, rows:]
+    else:
+        buffer = torch.full((n, size[0] + rows, size[1], c + channels), math.nan, dtype=torch_dtype)
+        dx = buffer[:, rows:, :, :c].permute(0, 3, 1, 2)
     prior = (torch.rand(dx.shape, generator=generator) * 2 - 1).to(torch_dtype)
     if beta:
         dx.copy_(prior)
     dy = (torch.rand((n, k, *out), generator=generator) * 2 - 1).to(torch_dtype)
-    dy = dy.contiguous(memory_format=torch.channels_last)
     w = (torch.rand((k, c, *filt), generator=generator) * 2 - 1).to(torch_dtype)
-    w = w.contiguous(memory_format=torch.channels_last)
+    if not channels_first:
+        dy, w = dy.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
     mode = od.ConvolutionMode.CONVOLUTION if flip else od.ConvolutionMode.CROSS_CORRELATION
     math_type = od.MathType.TENSOR_OP if tf32 else od.MathType.DEFAULT
     conv = od.ConvolutionDescriptor(
@@ -254,8 +260,8 @@ def backward_data(
     handle = od.create("cpu", backend="triton", math_type=math_type)
     algo = od.ConvolutionBwdDataAlgo.ALGO_0
     xd, wd, yd = descriptors["x"], descriptors["w"], descriptors["y"]
-    workspace = torch.empty(
-        od.get_convolution_backward_data_workspace_size(handle, wd, yd, conv, xd, algo), dtype=torch.uint8
+    workspace = torch.full(  # every float32 and bfloat16 in it NaN
+        (od.get_convolution_backward_data_workspace_size(handle, wd, yd, conv, xd, algo),), 255, dtype=torch.uint8
     )
     od.convolution_backward_data(handle, 1.0, wd, w, yd, dy, conv, algo, workspace, beta, xd, dx)
 
@@ -267,7 +273,10 @@ def backward_data(
     tolerance = 1e-3 if tf32 else 1e-2
     assert relative_error(dx.double(), want) < tolerance, relative_error(dx.double(), want)
     inside = torch.zeros(buffer.shape, dtype=torch.bool)
-    inside[:, rows:, :, :c] = True
+    if channels_first:
+        inside[:, :c, rows:] = True
+    else:
+        inside[:, rows:, :, :c] = True
     assert buffer[~inside].isnan().all()
     return convolution_problem(DATA, conv, xd, wd, yd, allow_tf32=tf32, beta=beta)
 
@@ -300,6 +309,37 @@ def test_strided_backward_data_runs_one_launch_per_output_phase_of_dx(case, argu
     launches = kernels.launch_plan(problem, True, S.TMA).launches
     tma = [launch for launch in launches if launch.kernel.__name__ == "conv_tma_kernel"]
     assert len(tma) == phases
+
+
+@pytest.mark.parametrize(
+    "case, arguments, row_phases",
+    [
+        ("3x3 pad 1, even dx 8 x 8", dict(), 2),
+        ("odd dx 7 x 9: row phases of 4 and 3 rows, two chunks", dict(size=(7, 9), k=128), 2),
+        ("1x1 pad 0 (ResNet's downsample): phases without taps write zeros", dict(c=80, filt=(1, 1), pre=(0, 0)), 2),
+        (
+            "strides 3 and 2, asymmetric padding, 2 x 3 filter",
+            dict(size=(10, 7), filt=(2, 3), pre=(2, 0), post=(0, 1), stride=(3, 2)),
+            3,
+        ),
+        ("strides 1 and 2: one row phase of two column phases", dict(size=(7, 8), stride=(1, 2)), 1),
+        ("a sub-region of dx: rows and channels, true convolution", dict(rows=3, channels=16, flip=True), 2),
+    ],
+)
+def test_nchw_tf32_strided_backward_data_writes_row_phases_channels_last_then_copies_them(case, arguments, row_phases):
+    problem = backward_data(tf32=True, channels_first=True, **arguments)
+    assert kernels.choose(problem, tma_aligned=True) is S.TMA and kernels.stages_output(problem)
+    launches = kernels.launch_plan(problem, True, S.TMA).launches
+    names = [launch.args[0].name if launch.kernel.__name__ == "staging_kernel" else "phase" for launch in launches]
+    copies_back = [index for index, name in enumerate(names) if name == "x"]
+    assert len(copies_back) == row_phases and copies_back[-1] == len(names) - 1  # each after its row phase's launches
+    workspace = kernels._workspace_regions(problem)[REGIONS.index("x_staged")]
+    assert workspace == kernels.aligned(kernels.staged_rows(problem, 0).numel * 4)
+
+
+def test_nchw_tf32_strided_backward_data_with_beta_writes_dx_where_it_lies():
+    problem = backward_data(tf32=True, channels_first=True, rows=1, beta=0.5)
+    assert not kernels.stages_output(problem) and kernels._workspace_regions(problem)[REGIONS.index("x_staged")] == 0
 
 
 def test_each_phase_takes_the_box_of_its_own_output_size():

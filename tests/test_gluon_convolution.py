@@ -208,6 +208,18 @@ def test_tf32_backward_data_on_the_engine_reads_the_rounded_copies_as_a_forward_
     assert [region[0] for region in plan.regions] == [*staged, "w_packed"]
 
 
+def test_tf32_nchw_strided_backward_data_on_the_engine_stages_each_row_phase_of_dx():
+    """ResNet-50's 3x3 stride-2 layer, NCHW: a row phase's two launches write its rows of dx
+    channels-last in the workspace, then a copy moves them into dx; the workspace holds one row
+    phase's rows (28 of dx's 56), not dx."""
+    prob = problem(DATA, FP32, n=64, c=128, size=56, k=128, stride=2, channels_last=False, allow_tf32=True)
+    plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
+    written = [launch.args[0 if launch.kernel.__name__ == "staging_kernel" else 2].name for launch in plan.launches]
+    assert written == ["y_staged", "w_packed", "x_staged", "x_staged", "x", "x_staged", "x_staged", "x"]
+    regions = {name: end - start for name, start, end, _ in plan.regions}
+    assert regions["x_staged"] == 64 * 128 * 28 * 56 * 4
+
+
 def test_tf32_nchw_forward_under_precomp_runs_the_engine_on_x_and_the_filter_staged():
     prob = problem(FWD, FP32, n=64, c=256, k=256, channels_last=False, allow_tf32=True, algo=PRECOMP)
     plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)

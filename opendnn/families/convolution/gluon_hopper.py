@@ -90,7 +90,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box, tap_step
-from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, TMA_BLOCK_M, output_phases, tma_arguments
+from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, TMA_BLOCK_M, phase_launches, tma_arguments
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
 
@@ -626,11 +626,11 @@ def block_n(boxes: int, outputs: int, sms: int) -> int:
 
 
 def warp_specialized_launches(problem: ConvolutionProblem) -> list[Launch]:
-    """The launches of ``conv_warp_specialized_kernel``, one per output phase (``output_phases``): one
+    """The launches of ``conv_warp_specialized_kernel``, one per output phase (``phase_launches``): one
     program per SM (fewer for fewer tiles)."""
     sms = programs_to_fill(1)
-    launches = []
-    for phase, size in output_phases(problem):
+
+    def launch(phase: tuple[int, int], size: tuple[int, int, int]) -> Launch:
         args, options, boxes, outputs = tma_arguments(problem, phase, size)
         width = block_n(boxes, outputs, sms)
         programs = max(1, min(boxes * triton.cdiv(outputs, width), sms))
@@ -640,5 +640,6 @@ def warp_specialized_launches(problem: ConvolutionProblem) -> list[Launch]:
             PROGRAMS=programs,
             num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
         )
-        launches.append(Launch(conv_warp_specialized_kernel, (programs,), args, options))
-    return launches
+        return Launch(conv_warp_specialized_kernel, (programs,), args, options)
+
+    return phase_launches(problem, launch)

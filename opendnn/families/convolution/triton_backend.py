@@ -115,7 +115,9 @@ from opendnn.families.convolution.triton_tma import (
     copy_launch,
     packs_filter,
     staged,
+    staged_rows,
     stages_forward,
+    stages_output,
     staging_launches,
     tma_blocks,
     tma_filter_launch,
@@ -131,8 +133,9 @@ REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  #
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by the algorithm and workspace queries
 def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     """Bytes of each of REGIONS: offset table, column matrix, backward-filter partial sums, and the
-    TMA route's channels-last copies of x and y and its repacked filter (the raster route's rasters
-    of x and dy where it applies: ``triton_raster``)."""
+    TMA route's channels-last copies of x and y (a backward data's x: dx's rows it stages,
+    ``stages_output``) and its repacked filter (the raster route's rasters of x and dy where it
+    applies: ``triton_raster``)."""
     if packs_depthwise_filter(problem):  # the filter's copy, nothing else
         return 0, 0, 0, 0, 0, aligned(problem.w.numel * itemsize_of(problem))
     geo = geometry(problem)
@@ -165,6 +168,8 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
                 (problem.w, packs_filter(problem)),
             )
         ]
+        if tma_blocks(problem) and stages_output(problem):  # dx's rows of a row phase, written there first
+            copies[0] = staged_rows(problem, 0).numel
     return table, columns, partials, *(aligned(elements * itemsize_of(problem)) for elements in copies)
 
 

@@ -1,11 +1,13 @@
 """Convolutions whose activations are read by TMA in boxes of pixels (Hopper): when they
 apply (``tma_blocks``), the workspace copies they read instead of the caller's tensors (``staged``,
-the TF32 filter repacked: ``packs_filter``), and their launches."""
+the TF32 filter repacked: ``packs_filter``), the rows of dx they write channels-last first
+(``stages_output``), and their launches."""
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import triton
@@ -288,7 +290,8 @@ def tma_arguments(
     """What the forward and backward-data TMA kernels (``conv_tma_kernel``, ``gluon_hopper``'s
     ``conv_warp_specialized_kernel``) share for output phase ``phase`` of pixel grid ``size``
     (``output_phases``): their arguments, their constexprs, how many pixel boxes cover the phase's
-    output and how many output channels it has."""
+    output and how many output channels it has. Where dx's rows are staged (``stages_output``), the
+    phase writes the workspace's rows of its row phase, its columns one stride apart."""
     geo = geometry(problem)
     images, block_h, block_w = least_padded_box(geo.n, size)
     backward = problem.direction is BACKWARD_DATA
@@ -298,6 +301,9 @@ def tma_arguments(
     else:
         (a, a_desc), out, out_desc, reduced, outputs = tma_read(problem, "x"), Slot("y"), problem.y, geo.c, geo.k
         a_size, view_strides, out_strides = geo.x_size, geo.stride[1:], (1, 1)
+    first_row = phase[0]  # of the output's pixels of the phase
+    if stages_output(problem):  # the row phase's rows in the workspace, each a row of dx
+        out, out_desc, out_strides, first_row = Slot("x_staged"), staged_rows(problem, phase[0]), (1, geo.stride[2]), 0
     w, w_sk = Slot("w"), strides5(problem.w)[0]
     if packs_filter(problem):  # backward data: a forward convolution of dy with the filter [C, R, S, K]
         backward, w, w_sk = False, Slot("w_packed"), geo.taps * reduced  # forward: the filter [K, R, S, C]
@@ -326,7 +332,7 @@ def tma_arguments(
         o_sc,
         out_strides[0] * o_sh,
         out_strides[1] * o_sw,
-        phase[0] * o_sh + phase[1] * o_sw,
+        first_row * o_sh + phase[1] * o_sw,
         z_sn,
         z_sc,
         z_sh,
@@ -356,9 +362,9 @@ def tma_arguments(
 
 
 def tma_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
-    """``conv_tma_kernel``'s launches: one per output phase (``output_phases``)."""
-    launches = []
-    for phase, size in output_phases(problem):
+    """``conv_tma_kernel``'s launches: one per output phase (``phase_launches``)."""
+
+    def launch(phase: tuple[int, int], size: tuple[int, int, int]) -> Launch:
         args, options, boxes, outputs = tma_arguments(problem, phase, size)
         block_n = 128 if outputs > 64 else max(16, triton.next_power_of_2(outputs))
         options.update(
@@ -369,8 +375,58 @@ def tma_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
             num_warps=TMA_WARPS,
             num_stages=TMA_STAGES,
         )
-        launches.append(Launch(gemm.conv_tma_kernel, (boxes * triton.cdiv(outputs, block_n),), args, options))
+        return Launch(gemm.conv_tma_kernel, (boxes * triton.cdiv(outputs, block_n),), args, options)
+
+    return phase_launches(problem, launch)
+
+
+def phase_launches(
+    problem: ConvolutionProblem, launch: Callable[[tuple[int, int], tuple[int, int, int]], Launch]
+) -> list[Launch]:
+    """``launch(phase, size)`` for every output phase (``output_phases``); where dx's rows are staged
+    (``stages_output``), a row phase's launches fill the workspace's rows and a copy moves them into
+    dx before the next row phase's."""
+    if not stages_output(problem):
+        return [launch(phase, size) for phase, size in output_phases(problem)]
+    launches: list[Launch] = []
+    stride_h, (n_stride, c_stride, _, h_stride, w_stride) = geometry(problem).stride[1], strides5(problem.x)
+    for row_phase in range(stride_h):
+        phases = [(phase, size) for phase, size in output_phases(problem) if phase[0] == row_phase]
+        if not phases:
+            continue
+        launches += [launch(phase, size) for phase, size in phases]
+        rows = staged_rows(problem, row_phase)
+        dx_rows = TensorDescriptor(
+            problem.x.dtype, rows.dims, (n_stride, c_stride, stride_h * h_stride, w_stride)
+        )  # dx's rows of the row phase, from its row row_phase on
+        launches.append(copy_launch(Slot("x"), dx_rows, "x_staged", rows, False, row_phase * h_stride))
     return launches
+
+
+def stages_output(problem: ConvolutionProblem) -> bool:
+    """A strided TF32 backward data whose dx holds its channels apart (NCHW) writes each row phase's
+    rows channels-last into the workspace (``staged_rows``), then copies them into dx: written where
+    they lie, a phase's pixels a stride apart fill part of each 32-byte sector, and the next phase's
+    launch fills the rest after the first has left L2 (ResNet-50's 3x3 stride-2 layer, NCHW float32:
+    docs/design/convolution.md, "Strided backward data into NCHW"). The rows of one row phase take the
+    workspace, not all of dx; beta * dx would need dx's prior values there too, so beta keeps dx."""
+    geo = geometry(problem)
+    return (
+        problem.direction is BACKWARD_DATA
+        and tf32(problem)
+        and problem.beta == 0.0
+        and strides5(problem.x)[1] != 1
+        and geo.stride[1] * geo.stride[2] > 1
+    )
+
+
+def staged_rows(problem: ConvolutionProblem, row_phase: int) -> TensorDescriptor:
+    """The workspace's copy of dx's rows of ``row_phase`` (rows row_phase, row_phase + stride_h, ...),
+    packed channels-last: row phase 0 has the most of them, the region's size."""
+    geo = geometry(problem)
+    (_, height, width), stride_h = geo.x_size, geo.stride[1]
+    dims = (geo.n, geo.c, -(-(height - row_phase) // stride_h), width)
+    return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, 2, 3, 1)))
 
 
 def tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
@@ -408,6 +464,7 @@ def round_to_tf32(value):
 def staging_kernel(
     target_ptr,
     source_ptr,
+    target_offset,
     sizes,
     size_a,
     size_b,
@@ -420,9 +477,9 @@ def staging_kernel(
     ROUND_TO_TF32: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """target = source, rounded to TF32 (``round_to_tf32``) where ROUND_TO_TF32. One BLOCK x BLOCK
-    tile of dims A x B of the canonical layout (``kernels.layout``) a program; ``sizes`` and the
-    strides are tuples over its outer dims."""
+    """target = source, rounded to TF32 (``round_to_tf32``) where ROUND_TO_TF32, target's elements
+    from ``target_offset`` on. One BLOCK x BLOCK tile of dims A x B of the canonical layout
+    (``kernels.layout``) a program; ``sizes`` and the strides are tuples over its outer dims."""
     pid = tl.program_id(0)
     tiles_b = tl.cdiv(size_b, BLOCK)
     tiles_a = tl.cdiv(size_a, BLOCK)
@@ -434,7 +491,7 @@ def staging_kernel(
     value = tl.load(
         source_ptr + source + a_index[:, None] * source_stride_a + b_index[None, :] * source_stride_b, mask=mask
     )
-    target = dim_offsets(outer, STAGING_OUTER_DIMS, sizes, target_strides)
+    target = target_offset + dim_offsets(outer, STAGING_OUTER_DIMS, sizes, target_strides)
     tl.store(
         target_ptr + target + a_index[:, None] * target_stride_a + b_index[None, :] * target_stride_b,
         round_to_tf32(value) if ROUND_TO_TF32 else value,
@@ -456,16 +513,22 @@ def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
 
 
 def copy_launch(
-    target: Slot, target_desc: TensorDescriptor, source: str, source_desc: TensorDescriptor, round_to_tf32: bool
+    target: Slot,
+    target_desc: TensorDescriptor,
+    source: str,
+    source_desc: TensorDescriptor,
+    round_to_tf32: bool,
+    target_offset: int = 0,
 ) -> Launch:
-    """``staging_kernel`` copying the caller's tensor ``source`` into ``target`` (a workspace region)
-    at ``target_desc``'s strides, rounded to TF32 on the way where ``round_to_tf32``."""
+    """``staging_kernel`` copying the tensor in slot ``source`` into ``target`` at ``target_desc``'s
+    strides from element ``target_offset`` on, rounded to TF32 on the way where ``round_to_tf32``."""
     tiled = tile_layout(target_desc.dims, [target_desc, source_desc])
     (target_strides, source_strides) = tiled.strides
     grid = (triton.cdiv(tiled.sizes[-2], STAGING_TILE) * triton.cdiv(tiled.sizes[-1], STAGING_TILE) * tiled.outer,)
     args = (
         target,
         Slot(source),
+        target_offset,
         tiled.sizes[:-2],
         tiled.sizes[-2],
         tiled.sizes[-1],
