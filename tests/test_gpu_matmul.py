@@ -42,6 +42,22 @@ def test_tf32_only_when_the_handle_allows_it():
     assert strict < 1e-5 and 1e-5 < tf32 < 1e-3
 
 
+@pytest.mark.parametrize(
+    "m, k, n, batch, a_m_major, b_n_major",
+    [(256, 64, 3136, (64,), False, True), (256, 256, 4096, (), False, True), (3136, 96, 64, (8,), True, False)],
+    ids=["2-D A, batched N-major B", "N-major B", "batched M-major A"],
+)
+def test_tf32_operands_in_either_order_are_within_tf32_of_float64(m, k, n, batch, a_m_major, b_n_major):
+    """TF32 products with an N-major B or an M-major A, at sizes that once took A through registers
+    and came out wrong: within TF32's error of float64 (operands truncated to 2**-10, float32 sums)."""
+    a = torch.randn(*batch, k, m, device=DEVICE).mT if a_m_major else torch.randn(*batch, m, k, device=DEVICE)
+    b = torch.randn(k, n, device=DEVICE) if b_n_major else torch.randn(n, k, device=DEVICE).T
+    if batch and b_n_major:  # the batch on B, A 2-D
+        a, b = a[0], torch.randn(*batch, k, n, device=DEVICE)
+    got = F.matmul(a, b, handle=od.create(DEVICE, math_type=od.MathType.TENSOR_OP))
+    assert relative_error(got, a.double() @ b.double()) < 1e-3
+
+
 @pytest.mark.parametrize("b_type", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_fp8_with_scales_matches_scaled_mm(b_type):
     a = torch.randn(4096, 2048, device=DEVICE).to(torch.float8_e4m3fn)

@@ -26,9 +26,7 @@ Operands come in one of two ways (the constexpr ``TMA``):
   runs the TMA path: it emulates descriptors).
 
 TF32 (float32 where the handle allows it): wgmma reads TF32 tiles from shared memory only K-major,
-and A from registers in any order (``A_IN_REGISTERS``); ``_tf32_operands`` decides per problem
-between a K-major copy (compute-bound problems) and the register path (memory-bound ones, an N-major
-B then runs as C^T = B^T A^T).
+so ``_tf32_operands`` copies an operand that is not.
 
 The epilogue is constexpr flags over the fp32 (fp64) accumulator: scale (fp8 dequantisation),
 bias per row or per column, any forward activation (``kernels.activation``; its approximate
@@ -168,7 +166,6 @@ def matmul_kernel(
     UPCAST: tl.constexpr,
     IMPRECISE: tl.constexpr,
     FAST: tl.constexpr,
-    A_IN_REGISTERS: tl.constexpr,
     SPLITS: tl.constexpr,
 ):
     """C's tiles, each the product over K, or with SPLITS > 1 over one of SPLITS slices of
@@ -211,8 +208,6 @@ def matmul_kernel(
                 b = load_tile(b_desc, b_base, b_batch, n0, k0, N, K, b_stride_n, b_stride_k, BLOCK_N, BLOCK_K, TMA).T
             else:
                 b = load_tile(b_desc, b_base, b_batch, k0, n0, K, N, b_stride_k, b_stride_n, BLOCK_K, BLOCK_N, TMA)
-            if A_IN_REGISTERS:  # arithmetic, not a load: Triton then feeds wgmma's A from registers,
-                a = a + 0.0  # where TF32 may come in either order (from shared memory: K-major only)
             if UPCAST:  # the interpreter's dot misreads bfloat16 and fp8 (stored as integer bits)
                 a = a.to(ACC)
                 b = b.to(ACC)
@@ -425,7 +420,6 @@ RATED_16_BIT_TILES = (
     (SMALL_TILES, 0.89),
     (TileConfig(256, 64, 64, 8, 8, 3), 0.65),
 )
-TF32_RIDGE = 100  # FLOP per byte moved where TF32 products turn compute-bound (~400 TFLOP/s over ~4 TB/s)
 MIN_SPLIT_STEPS = 16  # fewest steps of BLOCK_K a slice of a split K takes (k_splits)
 SPLIT_SUM_BLOCK = 64  # rows and columns of C a program of split_sum_kernel adds up
 MAX_PROGRAMS_INTERPRETED = 4
@@ -695,7 +689,6 @@ def _launch(
             SPLIT_EPILOGUE=config.block_m * config.block_n >= 32768,
             IMPRECISE=config.block_k if a.dtype.is_fp8 and not problem.fast_fp8_accumulation else None,
             UPCAST=interpreted and (a.dtype is DataType.BFLOAT16 or a.dtype.is_fp8),
-            A_IN_REGISTERS=problem.allow_tf32 and a.dtype is DataType.FLOAT and sa_k != 1,
             SPLITS=splits,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
@@ -796,28 +789,11 @@ def _tma_batch(
 def _tf32_operands(
     problem: MatmulProblem, a: Bound, b: Bound, c: Bound, residual: Bound | None
 ) -> tuple[MatmulProblem, Bound, Bound, Bound, Bound | None]:
-    """The operands in an order TF32 wgmma reads: from shared memory only K-major; A may also come
-    through registers in any order, which measured 20-30% slower at 4096^2 and 8192^2 but costs no pass.
-    A compute-bound problem (at or above ``TF32_RIDGE``) copies what is not K-major; a memory-bound
-    one copies nothing where it can: an N-major B with a K-major A runs as C^T = B^T A^T (B^T, the
-    new A, comes through registers; A^T is K-major), and an A that is not K-major stays in registers."""
+    """The operands in the order TF32 wgmma reads them from shared memory, K-major: an operand that
+    is not is copied so (one pass of the pointwise copy). A from registers takes either order but
+    measured wrong on the H200 (docs/design/matmul.md, "TF32")."""
     a_k_major, b_k_major = a.desc.strides[-1] == 1, b.desc.strides[-2] == 1
-    if a_k_major and b_k_major:
-        return problem, a, b, c, residual
-    moved = a.desc.numel + b.desc.numel + c.desc.numel
-    if problem.flops >= TF32_RIDGE * moved * a.desc.dtype.itemsize:
-        return problem, a if a_k_major else _k_major(a, -1), b if b_k_major else _k_major(b, -2), c, residual
-    if b_k_major:
-        return problem, a, b, c, residual
-    if not a_k_major:
-        return problem, a, _k_major(b, -2), c, residual
-    return (
-        transposed_problem(problem),
-        _transposed(b, "a"),
-        _transposed(a, "b"),
-        _transposed(c, "c"),
-        None if residual is None else _transposed(residual, "residual"),
-    )
+    return problem, a if a_k_major else _k_major(a, -1), b if b_k_major else _k_major(b, -2), c, residual
 
 
 def _k_major(operand: Bound, k_axis: int) -> Bound:
@@ -831,34 +807,6 @@ def _k_major(operand: Bound, k_axis: int) -> Bound:
     pointwise = backend_module("pointwise", "triton")  # another family's backend: through the operation table
     pointwise.run(PointwiseProblem(PointwiseMode.IDENTITY, (operand.desc,), target.desc), [operand], target)
     return target
-
-
-def _transposed(operand: Bound, name: str) -> Bound:
-    """The operand with its last two dims swapped (a view: no copy), bound as ``name``."""
-    return Bound(name, _swapped(operand.desc), torch_view(operand).mT, operand.device)
-
-
-@functools.lru_cache(maxsize=256)  # per operand descriptor, asked by every run of a transposed product
-def _swapped(desc: TensorDescriptor) -> TensorDescriptor:
-    dims, strides = list(desc.dims), list(desc.strides)
-    dims[-2:], strides[-2:] = dims[:-3:-1], strides[:-3:-1]
-    return TensorDescriptor(desc.dtype, tuple(dims), tuple(strides))
-
-
-@functools.lru_cache(maxsize=256)  # per problem, asked by every run of a transposed product
-def transposed_problem(problem: MatmulProblem) -> MatmulProblem:
-    """The problem of C^T = B^T A^T: operands swapped and transposed, M and N swapped, the bias
-    along the other axis."""
-    return dataclasses.replace(
-        problem,
-        a=_swapped(problem.b),
-        b=_swapped(problem.a),
-        c=_swapped(problem.c),
-        m=problem.n,
-        n=problem.m,
-        residual=None if problem.residual is None else _swapped(problem.residual),
-        bias_axis=BiasAxis.COLUMN if problem.bias_axis is BiasAxis.ROW else BiasAxis.ROW,
-    )
 
 
 def _moved(views: dict[str, Any], offsets: tuple[int, ...]) -> dict[str, Any]:
