@@ -247,6 +247,38 @@ def test_tf32_3x3_is_as_close_to_float64_as_cudnn_tf32(size, channels, layout, d
     assert torch.equal(got, ours())
 
 
+@pytest.mark.parametrize("c, size, k", [(64, 56, 64), (1024, 14, 256), (512, 7, 2048)])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+def test_tf32_1x1_is_within_tf32_of_float64(c, size, k, layout, direction):
+    """ResNet-50's 1x1 layers at batch 8 in float32 on a TENSOR_OP handle, each direction and layout
+    on its route (matrix products, per-image products, rasters read in place, TMA boxes): within
+    TF32's error of float64 (operands truncated or rounded to TF32, float32 sums) and repeatable."""
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    x = torch.randn(8, c, size, size, device=DEVICE).contiguous(memory_format=layout)
+    dy = torch.randn(8, k, size, size, device=DEVICE).contiguous(memory_format=layout)
+    w = (torch.randn(k, c, 1, 1, device=DEVICE) / math.sqrt(c)).contiguous(memory_format=layout)
+    if direction == "forward":
+        want = TF.conv2d(x.double(), w.double())
+
+        def ours():
+            return F.conv(x, w, handle=handle)
+    elif direction == "backward_data":
+        want = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double())
+
+        def ours():
+            return F.conv_backward_data(dy, w, x.shape, handle=handle)
+    else:
+        want = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double())
+
+        def ours():
+            return F.conv_backward_filter(x, dy, w.shape, handle=handle)
+
+    got = ours()
+    assert relative_error(got, want) < 1e-3, relative_error(got, want)
+    assert torch.equal(got, ours())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_nchw_1x1_backward_filter_as_per_image_products_on_gpu(dtype):
     """NCHW 1x1 backward filter as N products dy[n] @ x[n]^T summed in order: bfloat16 within its own
