@@ -159,17 +159,14 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
             partials = aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
     if raster is not None:  # the rasters, in the places of the TMA route's copies, which are not made
         copies = [*raster_elements(problem, raster), 0]
+    elif tma_blocks(problem) is None:
+        copies = [0, 0, 0]
     else:
         copies = [
-            desc.numel if tma_blocks(problem) and used else 0
-            for desc, used in (
-                (problem.x, "x" in staged(problem)),
-                (problem.y, "y" in staged(problem)),
-                (problem.w, packs_filter(problem)),
-            )
+            staged_rows(problem, 0).numel if stages_output(problem) else problem.x.numel * ("x" in staged(problem)),
+            problem.y.numel * ("y" in staged(problem)),
+            problem.w.numel * packs_filter(problem),
         ]
-        if tma_blocks(problem) and stages_output(problem):  # dx's rows of a row phase, written there first
-            copies[0] = staged_rows(problem, 0).numel
     return table, columns, partials, *(aligned(elements * itemsize_of(problem)) for elements in copies)
 
 

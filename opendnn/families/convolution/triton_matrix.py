@@ -27,12 +27,9 @@ def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     geo = geometry(problem)
     if (
         problem.direction is BACKWARD_FILTER
-        or geo.taps != 1
+        or not pixelwise(problem)
         or geo.groups != 1
         or method_of(problem.algo) is ConvolutionMethod.DIRECT
-        or any(problem.pre_padding)
-        or any(problem.post_padding)
-        or any(s != 1 for s in problem.stride)
         or problem.z is not None
         or problem.activation is not None
         or (problem.bias is not None and problem.alpha != 1.0)
@@ -77,14 +74,11 @@ def filter_matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     dtype = problem.x.dtype
     if (
         problem.direction is not BACKWARD_FILTER
-        or geo.taps != 1
+        or not pixelwise(problem)
         or geo.groups != 1
         or geo.k > pixels
         or geo.n == 1
         or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM
-        or any(problem.pre_padding)
-        or any(problem.post_padding)
-        or any(s != 1 for s in problem.stride)
         or not (dtype.itemsize == 2 or tf32(problem))
     ):
         return None
@@ -110,6 +104,16 @@ def pixel_stride(desc: TensorDescriptor) -> int | None:
         if outer != inner * size:
             return None
     return stride
+
+
+def pixelwise(problem: ConvolutionProblem) -> bool:
+    """One tap at stride 1 without padding: output pixel q meets input pixel q alone."""
+    return (
+        geometry(problem).taps == 1
+        and all(s == 1 for s in problem.stride)
+        and not any(problem.pre_padding)
+        and not any(problem.post_padding)
+    )
 
 
 def pixels_contiguous(desc: TensorDescriptor) -> bool:

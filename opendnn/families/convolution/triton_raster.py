@@ -58,7 +58,7 @@ import triton.language as tl
 from opendnn.families.convolution.gluon_filter import PARTIAL_BYTES_PER_US, SM_LOAD_BYTES_PER_US, SUM_LAUNCH_US
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import store_tap_filter
-from opendnn.families.convolution.triton_matrix import pixels_contiguous
+from opendnn.families.convolution.triton_matrix import pixels_contiguous, pixelwise
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_FILTER,
     dot_precision,
@@ -153,15 +153,7 @@ def raster_elements(problem: ConvolutionProblem, plan: RasterPlan) -> tuple[int,
 def reads_in_place(problem: ConvolutionProblem) -> bool:
     """Whether x and dy are their own rasters (module docstring, "In place"): one tap at stride 1
     without padding, each image's pixels contiguous in both."""
-    geo = geometry(problem)
-    return (
-        geo.taps == 1
-        and all(s == 1 for s in geo.stride)
-        and not any(problem.pre_padding)
-        and not any(problem.post_padding)
-        and pixels_contiguous(problem.x)
-        and pixels_contiguous(problem.y)
-    )
+    return pixelwise(problem) and pixels_contiguous(problem.x) and pixels_contiguous(problem.y)
 
 
 def staged_operands(problem: ConvolutionProblem) -> tuple[str, ...]:

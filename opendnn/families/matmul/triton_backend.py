@@ -452,7 +452,7 @@ def run(
 ) -> None:
     interpreted = c.device == CPU  # Triton on the CPU is its interpreter (dispatch has checked)
     if problem.allow_tf32 and a.desc.dtype is DataType.FLOAT:
-        problem, a, b, c, residual = _tf32_operands(problem, a, b, c, residual)
+        a, b = _tf32_operands(a, b)
     views = {
         name: torch_view(bound)
         for name, bound in (("a", a), ("b", b), ("c", c), ("bias", bias), ("residual", residual))
@@ -786,14 +786,12 @@ def _tma_batch(
     return batches, max(stride, TMA_ALIGNMENT // itemsize)
 
 
-def _tf32_operands(
-    problem: MatmulProblem, a: Bound, b: Bound, c: Bound, residual: Bound | None
-) -> tuple[MatmulProblem, Bound, Bound, Bound, Bound | None]:
-    """The operands in the order TF32 wgmma reads them from shared memory, K-major: an operand that
-    is not is copied so (one pass of the pointwise copy). A from registers takes either order but
-    measured wrong on the H200 (docs/design/matmul.md, "TF32")."""
+def _tf32_operands(a: Bound, b: Bound) -> tuple[Bound, Bound]:
+    """A and B in the order TF32 wgmma reads them from shared memory, K-major: an operand that is not
+    is copied so (one pass of the pointwise copy). A from registers takes either order but measured
+    wrong on the H200 (docs/design/matmul.md, "TF32")."""
     a_k_major, b_k_major = a.desc.strides[-1] == 1, b.desc.strides[-2] == 1
-    return problem, a if a_k_major else _k_major(a, -1), b if b_k_major else _k_major(b, -2), c, residual
+    return a if a_k_major else _k_major(a, -1), b if b_k_major else _k_major(b, -2)
 
 
 def _k_major(operand: Bound, k_axis: int) -> Bound:
