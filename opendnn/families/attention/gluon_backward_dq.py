@@ -80,7 +80,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from opendnn.families.attention.gluon_backward import READ_SLOTS, head_descriptor, row_statistics
 from opendnn.families.attention.gluon_forward import tma_strides
-from opendnn.families.attention.gluon_key_blocks import block_position, masked_scores
+from opendnn.families.attention.gluon_key_blocks import block_position, fill_ring, masked_scores
 from opendnn.families.attention.problem import AttentionProblem, DiagonalAlignment
 from opendnn.families.attention.triton_tiles import LOG2E, block_loop, key_range, scheduled_block
 from opendnn.kernels.launch import Launch, Slot
@@ -154,7 +154,6 @@ def key_value_producer(
     BLOCK_N: gl.constexpr,
 ):
     """Fill the query and dO boxes once, then the ring with the program's key and value blocks."""
-    STAGES: gl.constexpr = k_ring.shape[0]
     HALF_M: gl.constexpr = BLOCK_M // 2
     q_desc = head_descriptor(q_ptr, batch, heads_q, seq_q, q_stride_b, q_stride_h, q_stride_s, q_boxes)
     do_desc = head_descriptor(do_ptr, batch, heads_q, seq_q, do_stride_b, do_stride_h, do_stride_s, do_boxes)
@@ -168,18 +167,24 @@ def key_value_producer(
     for half in gl.static_range(2):
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + half * HALF_M, 0], rows_ready, q_boxes.index(half))
         tma.async_copy_global_to_shared(do_desc, [b, h, start_m + half * HALF_M, 0], rows_ready, do_boxes.index(half))
-    step = 0
-    for EDGE in gl.static_range(2):
-        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
-        for position in range(first, stop, BLOCK_N):
-            start_n = block_position(position, inner_lo, gap)
-            stage = step % STAGES
-            mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
-            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, kv_head, start_n, 0], k_ready.index(stage), k_ring.index(stage))
-            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, kv_head, start_n, 0], v_ready.index(stage), v_ring.index(stage))
-            step += 1
+    first_step = gl.to_tensor(0)  # a count the walk adds to
+    fill_ring(
+        k_desc,
+        v_desc,
+        k_ring,
+        v_ring,
+        k_ready,
+        v_ready,
+        empty,
+        b,
+        kv_head,
+        lo,
+        hi,
+        inner_lo,
+        inner_hi,
+        first_step,
+        False,
+    )
 
 
 @gluon.jit

@@ -7,15 +7,27 @@ value blocks filled ahead by a warp of its own), for the softmax (two warpgroups
 tensor cores while the other exponentiates), or for the previous block's P V product (issued
 asynchronously, waited for together with the next block's scores).
 
-One program per (query block of BLOCK_M = 128 rows, batch b, query head h); key/value head
-``h // group`` (GQA). Causal programs run from the last query block to the first
-(``triton_tiles.scheduled_block``), the heaviest first. Each program is three partitions of warps
-that talk only through shared memory and mbarriers:
+A query block is BLOCK_M = 128 rows of one batch b and query head h; key/value head ``h // group``
+(GQA). The blocks are numbered block-major over the query-block grid (``query_block_grid``), causal
+ones from the last query block to the first (``triton_tiles.scheduled_block``), the heaviest first.
+
+**Persistence.** A program per multiprocessor walks the blocks ``program_id``, ``program_id +
+programs``, .. so that a block's loads, and the ring's fill, run under the previous block's products
+and its store: launching a program per block cost about 8 us a block on the H200 (GQA 64/8, head dim
+128: 4.04 ms at 4k keys, 32 key blocks a query block, against 14.58 ms at 16k, 128 blocks), where
+torch's SDPA pays none. The ring's count of blocks and the ping-pong turns run on across the
+program's blocks; the query boxes are refilled once both consumers have waited for their block's
+last Q K^T (``q_empty``, one arrival per consumer), while they finish its last P V and store o.
+With per-batch key lengths or ragged offsets the key and value descriptors end at each sequence's
+keys, and a descriptor built on the device is not rewritten while copies that read it may be in
+flight: there the grid keeps a program per block.
+
+Each program is three partitions of warps that talk only through shared memory and mbarriers:
 
 - **producer** (``key_value_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): builds the
   TMA descriptors of q, k and v (4-D ``[B, H, S, D]`` at the tensors' strides, zero-filled past S) on
-  the device, copies the query block once as two 64-row boxes (``q_ready``), then per key block of
-  the program's range, in the consumers' order (``triton_tiles.key_range`` and ``block_loop``: the
+  the device, and per query block copies its queries as two 64-row boxes (``q_ready``), then per key
+  block of the query block's range, in the consumers' order (``triton_tiles.key_range`` and ``block_loop``: the
   interior's blocks, then the edge blocks), waits until a stage of the ring is empty and copies the
   BLOCK_N x D key box (``k_ready``) and the BLOCK_N x Dv value box (``v_ready``) into it.
 - **two consumers** (``softmax_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread;
@@ -111,7 +123,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.attention.gluon_key_blocks import block_position, independent_blocks, overlapped_blocks
+from opendnn.families.attention.gluon_key_blocks import fill_ring, independent_blocks, overlapped_blocks
 from opendnn.families.attention.problem import (
     FP8_AMAX,
     FP8_BACKWARD_SCALES,
@@ -121,7 +133,6 @@ from opendnn.families.attention.problem import (
 )
 from opendnn.families.attention.triton_tiles import (
     LOG2E,
-    block_loop,
     head_base,
     in_order,
     key_range,
@@ -131,7 +142,7 @@ from opendnn.families.attention.triton_tiles import (
     sequence_lengths,
 )
 from opendnn.families.attention.triton_transpose import VALUES_TRANSPOSED, transposed_strides, transposed_values
-from opendnn.kernels.device import TMA_ALIGNMENT
+from opendnn.kernels.device import TMA_ALIGNMENT, programs_to_fill
 from opendnn.kernels.launch import Launch, Launches, Slot
 
 CONSUMER_REGISTERS = gl.constexpr(240)
@@ -173,6 +184,8 @@ TILES = {
 
 @gluon.jit
 def program_block(
+    tile,
+    rows,
     lens_q_ptr,
     lens_kv_ptr,
     lens_stride_q,
@@ -190,24 +203,66 @@ def program_block(
     BLOCK_M: gl.constexpr,
     BLOCK_B: gl.constexpr,
 ):
-    """(b, h, start_m, len_q, len_kv, shift, start_q, start_kv, limit_q) of this program: its
-    sequence b, query head h and first query (``scheduled_block``; ragged, program (rank, h)), then
-    ``sequence_lengths`` of b."""
-    b = gl.program_id(1) // heads_q
-    h = gl.program_id(1) % heads_q
+    """(b, h, start_m, len_q, len_kv, shift, start_q, start_kv, limit_q) of query block ``tile``: its
+    rank ``tile // rows`` on the grid's block axis and its row ``tile % rows`` (b * Hq + h; ragged, h)
+    give its sequence b, query head h and first query (``scheduled_block``; ragged, ``ragged_rank``),
+    then ``sequence_lengths`` of b."""
+    rank = tile // rows
+    b = tile % rows // heads_q
+    h = tile % rows % heads_q
     if RAGGED:  # the offsets in the partition's own warps (a Gluon tensor takes an explicit layout)
         sequences = gl.arange(0, BLOCK_B, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
         b, index, blocks = ragged_rank(
-            gl.program_id(0), sequences, lens_q_ptr, lens_stride_q, batch, packed_rows[0], seq_q, BLOCK_M
+            rank, sequences, lens_q_ptr, lens_stride_q, batch, packed_rows[0], seq_q, BLOCK_M
         )
         start_m = in_order(index, blocks, CAUSAL) * BLOCK_M
     else:
-        b, start_m = scheduled_block(gl.program_id(0), b, lens_q_ptr, 0, batch, seq_q, seq_q, CAUSAL, False, BLOCK_M, 1)
+        b, start_m = scheduled_block(rank, b, lens_q_ptr, 0, batch, seq_q, seq_q, CAUSAL, False, BLOCK_M, 1)
     len_q, len_kv, shift, start_q, start_kv, limit_q, _ = sequence_lengths(
         b, lens_q_ptr, lens_kv_ptr, (lens_stride_q, lens_stride_kv), packed_rows, seq_q, seq_kv,
         HAS_LENS_Q, HAS_LENS_KV, RAGGED, BOTTOM_RIGHT,
     )  # fmt: skip
     return b, h, start_m, len_q, len_kv, shift, start_q, start_kv, limit_q
+
+
+@gluon.jit
+def key_value_descriptors(
+    k_ptr,
+    v_ptr,
+    start_kv,
+    len_kv,
+    tensor_batch,
+    heads_kv,
+    k_strides,
+    v_strides,
+    k_ring,
+    v_ring,
+    FP8: gl.constexpr,
+):
+    """The TMA descriptors of the key and value boxes (``k_ring``'s and ``v_ring``'s) of a sequence
+    whose ``len_kv`` keys start at key ``start_kv``: they end at its last key, so that TMA's zero fill
+    stands for every key past it (with FP8, v^T's boxes: its (B, H, D) strides, the keys contiguous)."""
+    BLOCK_N: gl.constexpr = k_ring.shape[3]
+    HEAD_DIM: gl.constexpr = k_ring.shape[4]
+    keys = gl.maximum(len_kv, 1)  # a descriptor's dims are positive; no block is read where there is no key
+    k_desc = tma.make_tensor_descriptor(
+        k_ptr + gl.to_tensor(start_kv).to(gl.int64) * k_strides[2],
+        [tensor_batch, heads_kv, keys, HEAD_DIM],
+        [k_strides[0], k_strides[1], k_strides[2], 1],
+        [1, 1, BLOCK_N, HEAD_DIM],
+        k_ring.layout,
+    )
+    V_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM] if not FP8 else [1, 1, HEAD_DIM, BLOCK_N]
+    v_rows = keys if not FP8 else HEAD_DIM  # equal head dims (out_of_scope)
+    v_columns = HEAD_DIM if not FP8 else keys
+    v_desc = tma.make_tensor_descriptor(
+        v_ptr + gl.to_tensor(start_kv).to(gl.int64) * v_strides[2],
+        [tensor_batch, heads_kv, v_rows, v_columns],
+        [v_strides[0], v_strides[1], v_strides[2], 1],
+        V_BOX,
+        v_ring.layout,
+    )
+    return k_desc, v_desc
 
 
 @gluon.jit
@@ -219,9 +274,12 @@ def key_value_producer(
     k_ring,
     v_ring,
     q_ready,
+    q_empty,
     k_ready,
     v_ready,
     empty,
+    tiles,
+    rows,
     lens_q_ptr,
     lens_kv_ptr,
     lens_stride_q,
@@ -252,22 +310,14 @@ def key_value_producer(
     BLOCK_B: gl.constexpr,
     FP8: gl.constexpr,
 ):
-    """Fill the query boxes once, then the ring with the program's key and value blocks (with FP8,
-    blocks of v^T: its (B, H, D) strides, the keys contiguous). The key and value descriptors end at
-    the sequence's keys, so that TMA's zero fill stands for every key past them (module docstring,
-    "Lengths and ragged sequences")."""
-    STAGES: gl.constexpr = k_ring.shape[0]
+    """Per query block of the program: the query boxes once the consumers' products of the previous
+    block no longer read them, then the ring with the block's key and value blocks (module
+    docstring, "Persistence" and "Lengths and ragged sequences")."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
-    b, h, start_m, len_q, len_kv, shift, start_q, start_kv, _ = program_block(
-        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, packed_rows, batch, heads_q, seq_q, seq_kv,
-        CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
-    )  # fmt: skip
-    kv_head = h // group
-    tensor_b = b
+    SEQUENCE_KEYS: gl.constexpr = HAS_LENS_KV or RAGGED  # descriptors per sequence: one block a program
     tensor_batch = batch
     if RAGGED:  # one packed batch: a sequence is its rows from its first token on
-        tensor_b = 0
         tensor_batch = 1
     q_desc = tma.make_tensor_descriptor(
         q_ptr,
@@ -276,43 +326,39 @@ def key_value_producer(
         [1, 1, HALF_M, HEAD_DIM],
         q_boxes.layout,
     )
-    keys = gl.maximum(len_kv, 1)  # a descriptor's dims are positive; no block is read where there is no key
-    k_desc = tma.make_tensor_descriptor(
-        k_ptr + start_kv.to(gl.int64) * k_stride_s,
-        [tensor_batch, heads_kv, keys, HEAD_DIM],
-        [k_stride_b, k_stride_h, k_stride_s, 1],
-        [1, 1, BLOCK_N, HEAD_DIM],
-        k_ring.layout,
-    )
-    V_BOX: gl.constexpr = [1, 1, BLOCK_N, HEAD_DIM] if not FP8 else [1, 1, HEAD_DIM, BLOCK_N]
-    v_rows = keys if not FP8 else HEAD_DIM  # equal head dims (out_of_scope)
-    v_columns = HEAD_DIM if not FP8 else keys
-    v_desc = tma.make_tensor_descriptor(
-        v_ptr + start_kv.to(gl.int64) * v_stride_s,
-        [tensor_batch, heads_kv, v_rows, v_columns],
-        [v_stride_b, v_stride_h, v_stride_s, 1],
-        V_BOX,
-        v_ring.layout,
-    )
-    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
-    for half in gl.static_range(2):
-        q_box = [tensor_b, h, start_q + start_m + half * HALF_M, 0]
-        tma.async_copy_global_to_shared(q_desc, q_box, q_ready, q_boxes.index(half))
-    lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+    k_strides = (k_stride_b, k_stride_h, k_stride_s)
+    v_strides = (v_stride_b, v_stride_h, v_stride_s)
+    if not SEQUENCE_KEYS:
+        every_k, every_v = key_value_descriptors(
+            k_ptr, v_ptr, 0, seq_kv, tensor_batch, heads_kv, k_strides, v_strides, k_ring, v_ring, FP8
+        )
     step = 0
-    for EDGE in gl.static_range(2):
-        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
-        for position in range(first, stop, BLOCK_N):
-            start_n = block_position(position, inner_lo, gap)
-            stage = step % STAGES
-            mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)
-            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-            k_box = [tensor_b, kv_head, start_n, 0]
-            tma.async_copy_global_to_shared(k_desc, k_box, k_ready.index(stage), k_ring.index(stage))
-            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-            v_start = [tensor_b, kv_head, start_n, 0] if not FP8 else [tensor_b, kv_head, 0, start_n]
-            tma.async_copy_global_to_shared(v_desc, v_start, v_ready.index(stage), v_ring.index(stage))
-            step += 1
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        b, h, start_m, len_q, len_kv, shift, start_q, start_kv, _ = program_block(
+            tile, rows, lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, packed_rows, batch, heads_q,
+            seq_q, seq_kv, CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
+        )  # fmt: skip
+        if SEQUENCE_KEYS:
+            k_desc, v_desc = key_value_descriptors(
+                k_ptr, v_ptr, start_kv, len_kv, tensor_batch, heads_kv, k_strides, v_strides, k_ring, v_ring, FP8
+            )
+        else:
+            k_desc, v_desc = every_k, every_v
+        tensor_b = b
+        if RAGGED:
+            tensor_b = 0
+        kv_head = h // group
+        iteration = (tile - gl.program_id(0)) // gl.num_programs(0)
+        mbarrier.wait(q_empty, iteration & 1 ^ 1)  # a fresh barrier passes phase 1
+        mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
+        for half in gl.static_range(2):
+            q_box = [tensor_b, h, start_q + start_m + half * HALF_M, 0]
+            tma.async_copy_global_to_shared(q_desc, q_box, q_ready, q_boxes.index(half))
+        lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+        step = fill_ring(
+            k_desc, v_desc, k_ring, v_ring, k_ready, v_ready, empty, tensor_b, kv_head, lo, hi, inner_lo, inner_hi,
+            step, FP8,
+        )  # fmt: skip
 
 
 @gluon.jit
@@ -322,12 +368,15 @@ def softmax_consumer(
     k_ring,
     v_ring,
     q_ready,
+    q_empty,
     k_ready,
     v_ready,
     empty,
     turn,
     o_ptr,
     stats_ptr,
+    tiles,
+    rows,
     lens_q_ptr,
     lens_kv_ptr,
     lens_stride_q,
@@ -361,9 +410,10 @@ def softmax_consumer(
     BLOCK_N: gl.constexpr,
     SCHEDULE: gl.constexpr,
 ):
-    """Rows ``HALF * BLOCK_M / 2`` on of the program's query block: the two products a key block with
-    the online softmax between them, in SCHEDULE's order, then o and the stats. ``fp8_factors``: the
-    pointers to descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, amax_s and amax_o."""
+    """Rows ``HALF * BLOCK_M / 2`` on of each of the program's query blocks: the two products a key
+    block with the online softmax between them, in SCHEDULE's order, then o and the stats.
+    ``fp8_factors``: the pointers to descale_q, descale_k, descale_v, descale_s, scale_s, scale_o,
+    amax_s and amax_o."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     HEAD_DIM: gl.constexpr = q_boxes.shape[4]
     VALUE_DIM: gl.constexpr = HEAD_DIM  # equal head dims (out_of_scope)
@@ -378,55 +428,60 @@ def softmax_consumer(
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     PING_PONG_TURNS: gl.constexpr = SCHEDULE % 2 == 1  # PING_PONG, PING_PONG_OVERLAP (bit 0)
     OVERLAPPED: gl.constexpr = SCHEDULE >= 2  # OVERLAP, PING_PONG_OVERLAP (bit 1)
-    b, h, start_m, len_q, len_kv, shift, start_q, _, limit_q = program_block(
-        lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, packed_rows, batch, heads_q, seq_q, seq_kv,
-        CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
-    )  # fmt: skip
-    lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
-    rows = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=ROWS)
     scale = scale * LOG2E  # scores in log2 units: each exponential is one exp2 of a difference
     scale_s = 1.0
     if FP8:  # the per-tensor factors, loaded on the device; m: the rows' largest scores, not rounded
         scale = scale * gl.load(fp8_factors[0]) * gl.load(fp8_factors[1])
         scale_s = gl.load(fp8_factors[4])
-    m = gl.full([HALF_M], float("-inf"), gl.float32, ROWS)
-    total = gl.zeros([HALF_M], gl.float32, ROWS)
-    o = gl.zeros([HALF_M, VALUE_DIM], gl.float32, O_LAYOUT)
     q = q_boxes.index(HALF).reshape([HALF_M, HEAD_DIM])
-    mbarrier.wait(q_ready, 0)
-    if OVERLAPPED:
-        m, total, o = overlapped_blocks(
-            q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
-            len_q, len_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
+    step = 0  # the ring's blocks taken
+    section = 0  # the ping-pong sections taken
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        b, h, start_m, len_q, len_kv, shift, start_q, _, limit_q = program_block(
+            tile, rows, lens_q_ptr, lens_kv_ptr, lens_stride_q, lens_stride_kv, packed_rows, batch, heads_q,
+            seq_q, seq_kv, CAUSAL, BOTTOM_RIGHT, HAS_LENS_Q, HAS_LENS_KV, RAGGED, BLOCK_M, BLOCK_B,
         )  # fmt: skip
-    else:
-        m, total, o = independent_blocks(
-            q, k_ring, v_ring, k_ready, v_ready, empty, turn, m, total, o, rows, lo, hi, inner_lo, inner_hi,
-            len_q, len_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8, BLOCK_N, S_LAYOUT, O_LAYOUT,
-        )  # fmt: skip
-    # no key takes part, or a query past len_q (the interior's blocks do not mask them): o = 0, lse = -inf
-    empty_row = (total == 0.0) | (rows >= len_q)
-    o = gl.where(gl.convert_layout(empty_row, O_ROWS)[:, None], 0.0, o / gl.convert_layout(total, O_ROWS)[:, None])
-    o_rows = gl.convert_layout(rows, O_ROWS)
-    if FP8:
-        top = m
-        m = gl.ceil(top)  # the exponentials' shift
-        o = o * (gl.load(fp8_factors[2]) * gl.load(fp8_factors[3]))
-        if STORE_AMAX_S:  # a row's largest weight exp2(top - m) / l; 0 for rows past Sq or with no key
-            weight = gl.where(empty_row, 0.0, gl.exp2(top - m) / total)
-            gl.atomic_max(fp8_factors[6], gl.max(weight, 0))
-        if STORE_AMAX_O:  # rows past Sq (TMA's zero queries) take no part
-            magnitude = gl.where((o_rows < len_q)[:, None], gl.abs(o), 0.0)
-            gl.atomic_max(fp8_factors[7], gl.max(gl.max(magnitude, 1), 0))
-        o = o * gl.load(fp8_factors[5])
-    dims = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
-    o_base = o_ptr + head_base(b, h, (o_stride_b, o_stride_h, o_stride_s), start_q)
-    offsets = o_rows.to(gl.int64)[:, None] * o_stride_s + dims[None, :] * o_stride_d
-    gl.store(o_base + offsets, o.to(o_ptr.dtype.element_ty), mask=(o_rows < limit_q)[:, None])
-    if STORE_STATS:
-        lse = gl.where(empty_row, float("-inf"), m / LOG2E + gl.log(total))  # natural units
-        stats_base = stats_ptr + head_base(b, h, (stats_stride_b, stats_stride_h, stats_stride_s), start_q)
-        gl.store(stats_base + rows.to(gl.int64) * stats_stride_s, lse, mask=rows < limit_q)
+        lo, hi, inner_lo, inner_hi = key_range(start_m, len_q, len_kv, shift, 0, 0, False, CAUSAL, BLOCK_M, BLOCK_N)
+        queries = start_m + HALF * HALF_M + gl.arange(0, HALF_M, layout=ROWS)
+        m = gl.full([HALF_M], float("-inf"), gl.float32, ROWS)
+        total = gl.zeros([HALF_M], gl.float32, ROWS)
+        o = gl.zeros([HALF_M, VALUE_DIM], gl.float32, O_LAYOUT)
+        mbarrier.wait(q_ready, (tile - gl.program_id(0)) // gl.num_programs(0) & 1)
+        if OVERLAPPED:
+            m, total, o, step, section = overlapped_blocks(
+                q, k_ring, v_ring, k_ready, v_ready, empty, q_empty, turn, m, total, o, step, section, queries, lo,
+                hi, inner_lo, inner_hi, len_q, len_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8,
+                BLOCK_N, S_LAYOUT, O_LAYOUT,
+            )  # fmt: skip
+        else:
+            m, total, o, step, section = independent_blocks(
+                q, k_ring, v_ring, k_ready, v_ready, empty, q_empty, turn, m, total, o, step, section, queries, lo,
+                hi, inner_lo, inner_hi, len_q, len_kv, shift, scale, scale_s, HALF, PING_PONG_TURNS, CAUSAL, FP8,
+                BLOCK_N, S_LAYOUT, O_LAYOUT,
+            )  # fmt: skip
+        # no key takes part, or a query past len_q (the interior's blocks do not mask them): o = 0, lse = -inf
+        empty_row = (total == 0.0) | (queries >= len_q)
+        o = gl.where(gl.convert_layout(empty_row, O_ROWS)[:, None], 0.0, o / gl.convert_layout(total, O_ROWS)[:, None])
+        o_rows = gl.convert_layout(queries, O_ROWS)
+        if FP8:
+            top = m
+            m = gl.ceil(top)  # the exponentials' shift
+            o = o * (gl.load(fp8_factors[2]) * gl.load(fp8_factors[3]))
+            if STORE_AMAX_S:  # a row's largest weight exp2(top - m) / l; 0 for rows past Sq or with no key
+                weight = gl.where(empty_row, 0.0, gl.exp2(top - m) / total)
+                gl.atomic_max(fp8_factors[6], gl.max(weight, 0))
+            if STORE_AMAX_O:  # rows past Sq (TMA's zero queries) take no part
+                magnitude = gl.where((o_rows < len_q)[:, None], gl.abs(o), 0.0)
+                gl.atomic_max(fp8_factors[7], gl.max(gl.max(magnitude, 1), 0))
+            o = o * gl.load(fp8_factors[5])
+        dims = gl.arange(0, VALUE_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
+        o_base = o_ptr + head_base(b, h, (o_stride_b, o_stride_h, o_stride_s), start_q)
+        offsets = o_rows.to(gl.int64)[:, None] * o_stride_s + dims[None, :] * o_stride_d
+        gl.store(o_base + offsets, o.to(o_ptr.dtype.element_ty), mask=(o_rows < limit_q)[:, None])
+        if STORE_STATS:
+            lse = gl.where(empty_row, float("-inf"), m / LOG2E + gl.log(total))  # natural units
+            stats_base = stats_ptr + head_base(b, h, (stats_stride_b, stats_stride_h, stats_stride_s), start_q)
+            gl.store(stats_base + queries.to(gl.int64) * stats_stride_s, lse, mask=queries < limit_q)
 
 
 @gluon.jit
@@ -444,6 +499,8 @@ def attention_warp_specialized_kernel(
     scale_o_ptr,
     amax_s_ptr,
     amax_o_ptr,
+    tiles,
+    rows,
     lens_q_ptr,
     lens_kv_ptr,
     lens_stride_q,
@@ -488,7 +545,8 @@ def attention_warp_specialized_kernel(
     STAGES: gl.constexpr,
     SCHEDULE: gl.constexpr,
 ):
-    """o (and the stats) of one query block of batch b, query head h: program (rank, b * Hq + h).
+    """o (and the stats) of query blocks ``tile`` = program_id, program_id + programs, .. below
+    ``tiles``: block (tile // rows) of row tile % rows (b * Hq + h; ragged, h) of the query-block grid.
     Strides are in elements, (B, H, S, D) order; q, k and v have a unit head-dim stride. FP8: q, k and
     v in e4m3, v_ptr and its strides v^T's ((B, H, D, S), the keys contiguous), and the fp8 factors' and
     maxima's pointers (o's where the problem has none: never read)."""
@@ -512,11 +570,13 @@ def attention_warp_specialized_kernel(
     k_ring = gl.allocate_shared_memory(dtype, [STAGES] + KV_BOX, KV_LAYOUT)
     v_ring = gl.allocate_shared_memory(dtype, [STAGES] + V_BOX, gl.NVMMASharedLayout.get_default_for(V_BOX, dtype))
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # ping-pong: the consumers'
     mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=2)  # one arrival per consumer warpgroup
     for half in gl.static_range(2):
         mbarrier.init(turn.index(half), count=1)
     for stage in gl.static_range(STAGES):
@@ -534,12 +594,15 @@ def attention_warp_specialized_kernel(
                     k_ring,
                     v_ring,
                     q_ready,
+                    q_empty,
                     k_ready,
                     v_ready,
                     empty,
                     turn,
                     o_ptr,
                     stats_ptr,
+                    tiles,
+                    rows,
                     lens_q_ptr,
                     lens_kv_ptr,
                     lens_stride_q,
@@ -582,12 +645,15 @@ def attention_warp_specialized_kernel(
                     k_ring,
                     v_ring,
                     q_ready,
+                    q_empty,
                     k_ready,
                     v_ready,
                     empty,
                     turn,
                     o_ptr,
                     stats_ptr,
+                    tiles,
+                    rows,
                     lens_q_ptr,
                     lens_kv_ptr,
                     lens_stride_q,
@@ -632,9 +698,12 @@ def attention_warp_specialized_kernel(
                     k_ring,
                     v_ring,
                     q_ready,
+                    q_empty,
                     k_ready,
                     v_ready,
                     empty,
+                    tiles,
+                    rows,
                     lens_q_ptr,
                     lens_kv_ptr,
                     lens_stride_q,
@@ -750,7 +819,7 @@ def tma_aligned(*tensors: Any) -> bool:
     return all(t.data_ptr() % TMA_ALIGNMENT == 0 for t in tensors)
 
 
-def launch_arguments(problem: AttentionProblem, tile: Tile) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+def launch_arguments(problem: AttentionProblem, tile: Tile) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
     """(grid, arguments, keyword arguments) of the kernel's launch at ``tile`` on ``problem`` (in
     scope), its tensors Slots named by the problem's slots (q, k, v, o, stats, the sequence lengths
     or ragged offsets, the fp8 factors and maxima; o's where the problem has none, never read); with
@@ -762,6 +831,10 @@ def launch_arguments(problem: AttentionProblem, tile: Tile) -> tuple[tuple[int, 
         return o if getattr(problem, slot) is None else Slot(slot)
 
     ragged = problem.ragged  # the packed batch's stride is never read: a sequence starts at its offset
+    blocks, rows = query_block_grid(problem, BLOCK_M)
+    # persistent, a program per multiprocessor, where the key and value descriptors serve every block;
+    # with sequence lengths of the keys or ragged offsets they end at each sequence's keys: a program a block
+    programs = blocks * rows if ragged or problem.seq_lens_kv is not None else min(blocks * rows, programs_to_fill(1))
     lens = ("ragged_offsets_q", "ragged_offsets_kv") if ragged else ("seq_lens_q", "seq_lens_kv")
     lens_strides = tuple(0 if getattr(problem, slot) is None else getattr(problem, slot).strides[0] for slot in lens)
     o_strides = (0, *problem.o.strides[1:]) if ragged else problem.o.strides
@@ -778,6 +851,8 @@ def launch_arguments(problem: AttentionProblem, tile: Tile) -> tuple[tuple[int, 
         o,
         given("stats"),
         *(given(slot) for slot in (*FP8_SCALES, *FP8_AMAX)),
+        blocks * rows,
+        rows,
         *(given(slot) for slot in lens),
         *lens_strides,
         batch,
@@ -812,7 +887,7 @@ def launch_arguments(problem: AttentionProblem, tile: Tile) -> tuple[tuple[int, 
         SCHEDULE=tile.schedule,
         num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
     )
-    return query_block_grid(problem, BLOCK_M), args, options
+    return (programs,), args, options
 
 
 def launches(problem: AttentionProblem, tile: Tile) -> Launches:

@@ -12,6 +12,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_init,
     warpgroup_mma_wait,
@@ -24,6 +25,45 @@ from opendnn.families.attention.triton_tiles import block_loop
 def block_position(step, inner_lo, gap):
     """The first key of the block that loop position ``step`` of ``block_loop`` stands for."""
     return step + gl.where(step < inner_lo, 0, gap)
+
+
+@gluon.jit
+def fill_ring(
+    k_desc,
+    v_desc,
+    k_ring,
+    v_ring,
+    k_ready,
+    v_ready,
+    empty,
+    b,
+    kv_head,
+    lo,
+    hi,
+    inner_lo,
+    inner_hi,
+    step,
+    VALUES_TRANSPOSED: gl.constexpr,
+):
+    """A producer's walk over one query block's key blocks in the consumers' order (``block_loop``:
+    the interior's, then the edge's): per block, once its stage of the ring is empty, the key box and
+    the value box (VALUES_TRANSPOSED: v^T's, the keys contiguous) copied into it. ``step``: the ring's
+    blocks filled before; returns the count after."""
+    STAGES: gl.constexpr = k_ring.shape[0]
+    BLOCK_N: gl.constexpr = k_ring.shape[3]
+    for EDGE in gl.static_range(2):
+        first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
+        for position in range(first, stop, BLOCK_N):
+            start_n = block_position(position, inner_lo, gap)
+            stage = step % STAGES
+            mbarrier.wait(empty.index(stage), (step // STAGES & 1) ^ 1)  # a fresh barrier passes phase 1
+            mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, kv_head, start_n, 0], k_ready.index(stage), k_ring.index(stage))
+            mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+            v_box = [b, kv_head, start_n, 0] if not VALUES_TRANSPOSED else [b, kv_head, 0, start_n]
+            tma.async_copy_global_to_shared(v_desc, v_box, v_ready.index(stage), v_ring.index(stage))
+            step += 1
+    return step
 
 
 @gluon.jit
@@ -126,10 +166,13 @@ def independent_blocks(
     k_ready,
     v_ready,
     empty,
+    q_empty,
     turn,
     m,
     total,
     o,
+    step,
+    section,
     rows,
     lo,
     hi,
@@ -150,7 +193,9 @@ def independent_blocks(
 ):
     """Schedules INDEPENDENT and PING_PONG: per key block, S = Q K^T issued and waited for together
     with the previous block's P V, the softmax, then P V issued. A ping-pong section is the previous
-    block's P V and this block's Q K^T."""
+    block's P V and this block's Q K^T. ``step`` and ``section``: the ring's blocks and the ping-pong
+    sections the consumer's earlier query blocks took; returns (m, total, o, step, section) after
+    this query block's."""
     STAGES: gl.constexpr = k_ring.shape[0]
     HALF_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
@@ -160,8 +205,8 @@ def independent_blocks(
     )
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     o = warpgroup_mma_init(o)  # waited for with each block's scores
-    take_turn(turn, 0, HALF, PING_PONG)
-    step = 0
+    take_turn(turn, section, HALF, PING_PONG)
+    first_step = step
     for EDGE in gl.static_range(2):
         first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
         for position in range(first, stop, BLOCK_N):
@@ -172,7 +217,7 @@ def independent_blocks(
             s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
             pass_turn(turn, HALF, PING_PONG)
             s, o = warpgroup_mma_wait(0, deps=(s, o))  # the previous block's P V is done too: release its stage
-            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
+            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > first_step)
             start_n = block_position(position, inner_lo, gap)
             p, m, total, rescale = online_softmax(
                 s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, EDGE, CAUSAL, FP8
@@ -180,13 +225,15 @@ def independent_blocks(
             o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
             p = weights_operand(p, scale_s, q.dtype, P_LAYOUT, FP8)
             mbarrier.wait(v_ready.index(stage), phase)
-            take_turn(turn, step + 1, HALF, PING_PONG)
+            section += 1
+            take_turn(turn, section, HALF, PING_PONG)
             o = warpgroup_mma(p, value_operand(v_ring, stage, FP8), o, is_async=True)
             step += 1
+    mbarrier.arrive(q_empty)  # every Q K^T is complete: the query boxes may take the next block's
     pass_turn(turn, HALF, PING_PONG)
     o = warpgroup_mma_wait(0, deps=(o,))
-    mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > 0)
-    return m, total, o
+    mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=step > first_step)
+    return m, total, o, step, section + 1
 
 
 @gluon.jit
@@ -197,10 +244,13 @@ def overlapped_blocks(
     k_ready,
     v_ready,
     empty,
+    q_empty,
     turn,
     m,
     total,
     o,
+    step,
+    section,
     rows,
     lo,
     hi,
@@ -223,7 +273,9 @@ def overlapped_blocks(
     first block's scores and softmax alone, then per key block S = Q K^T issued, the previous block's
     P V issued behind it, S waited for alone, so that the softmax runs while P V is on the tensor
     cores; O is rescaled once P V is done. A ping-pong section is one block's Q K^T and the previous
-    block's P V."""
+    block's P V. ``step`` and ``section``: the ring's blocks and the ping-pong sections the
+    consumer's earlier query blocks took; returns (m, total, o, step, section) after this query
+    block's."""
     STAGES: gl.constexpr = k_ring.shape[0]
     HALF_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
@@ -233,29 +285,30 @@ def overlapped_blocks(
     )
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     interior = (inner_lo < inner_hi).to(gl.int32)  # the first block is the interior's first, else lo
+    started = (hi > lo).to(gl.int32)
     p = gl.zeros([HALF_M, BLOCK_N], q.dtype, P_LAYOUT)
     if hi > lo:  # the first block, masked wherever it lies
-        take_turn(turn, 0, HALF, PING_PONG)
-        mbarrier.wait(k_ready.index(0), 0)
-        k = k_ring.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        take_turn(turn, section, HALF, PING_PONG)
+        mbarrier.wait(k_ready.index(step % STAGES), step // STAGES & 1)
+        k = k_ring.index(step % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
         pass_turn(turn, HALF, PING_PONG)
         s = warpgroup_mma_wait(0, deps=(s,))
         start_n = inner_lo * interior + lo * (1 - interior)
         p, m, total, _ = online_softmax(s, m, total, start_n, rows, seq_q, seq_kv, shift, scale, True, CAUSAL, FP8)
         p = weights_operand(p, scale_s, q.dtype, P_LAYOUT, FP8)
-    step = 1
+    current = step + started  # the ring's block after the first
     for EDGE in gl.static_range(2):
         first, stop, gap = block_loop(lo, hi, inner_lo, inner_hi, EDGE)
         skip = BLOCK_N * (1 - interior) if EDGE else BLOCK_N * interior  # the first block, done
         for position in range(first + skip, stop, BLOCK_N):
-            stage = step % STAGES
-            previous = (step + STAGES - 1) % STAGES
-            take_turn(turn, step, HALF, PING_PONG)
-            mbarrier.wait(k_ready.index(stage), step // STAGES & 1)
+            stage = current % STAGES
+            previous = (current + STAGES - 1) % STAGES
+            take_turn(turn, section + current - step, HALF, PING_PONG)
+            mbarrier.wait(k_ready.index(stage), current // STAGES & 1)
             k = k_ring.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s = warpgroup_mma(q, k, gl.zeros([HALF_M, BLOCK_N], gl.float32, S_LAYOUT), use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(previous), (step - 1) // STAGES & 1)
+            mbarrier.wait(v_ready.index(previous), (current - 1) // STAGES & 1)
             o = warpgroup_mma(p, value_operand(v_ring, previous, FP8), o, is_async=True)
             pass_turn(turn, HALF, PING_PONG)
             s = warpgroup_mma_wait(1, deps=(s,))  # S alone: the previous block's P V may still run
@@ -267,13 +320,14 @@ def overlapped_blocks(
             mbarrier.arrive(empty.index(previous))
             o = o * gl.convert_layout(rescale, O_ROWS)[:, None]
             p = weights_operand(p_next, scale_s, q.dtype, P_LAYOUT, FP8)
-            step += 1
+            current += 1
+    mbarrier.arrive(q_empty)  # every Q K^T is complete: the query boxes may take the next block's
     if hi > lo:  # the last block's P V
-        previous = (step + STAGES - 1) % STAGES
-        take_turn(turn, step, HALF, PING_PONG)
-        mbarrier.wait(v_ready.index(previous), (step - 1) // STAGES & 1)
+        previous = (current + STAGES - 1) % STAGES
+        take_turn(turn, section + current - step, HALF, PING_PONG)
+        mbarrier.wait(v_ready.index(previous), (current - 1) // STAGES & 1)
         o = warpgroup_mma(p, value_operand(v_ring, previous, FP8), o, is_async=True)
         pass_turn(turn, HALF, PING_PONG)
         o, p = products_done(o, p, FP8)
         mbarrier.arrive(empty.index(previous))
-    return m, total, o
+    return m, total, o, current, section + current - step + started
