@@ -114,6 +114,30 @@ def gather_coordinate(u, q, shift, pad, stride, size, BACKWARD: tl.constexpr):
 
 
 @triton.jit
+def gather_origin(u, pad, stride, BACKWARD: tl.constexpr):
+    """The part of ``gather_coordinate`` that depends on the output coordinate ``u`` alone (a row's):
+    u * stride - pad forward, u backward; ``gather_step`` adds the tap's."""
+    if BACKWARD:
+        return u
+    return u * stride - pad
+
+
+@triton.jit
+def gather_step(q, shift, pad, stride, BACKWARD: tl.constexpr):
+    """The part of ``gather_coordinate`` that depends on the tap alone: its dilated shift forward,
+    (q + pad - shift) / stride backward (the phase's taps divide exactly)."""
+    if BACKWARD:
+        return (q + pad - shift) // stride
+    return shift
+
+
+@triton.jit
+def inside(i, size):
+    """0 <= i < size, in one unsigned comparison (a negative i wraps past every size)."""
+    return i.to(tl.uint32, bitcast=True) < tl.cast(size, tl.uint32)
+
+
+@triton.jit
 def direct_coordinate(o, shift, pad, stride, size, BACKWARD: tl.constexpr):
     """(coordinate in A, valid) for output coordinate ``o``: backward, where (o + pad - shift)
     divides by the stride."""
@@ -313,11 +337,21 @@ def conv_gemm_kernel(
     )
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_valid = cols < OUTC
-    a_rows = n.to(tl.int64)[:, None] * a_sn + (g * RED).to(tl.int64) * a_sc
+    # A's coordinate in each dim is a row's origin plus a tap's step: a row's offset and a chunk's
+    # offsets are summed once an element, with the bounds (lanes straddling taps: conv1's 3 channels)
+    origin_d = gather_origin(u_d, pad_d, sd, BACKWARD)[:, None]
+    origin_h = gather_origin(u_h, pad_h, sh, BACKWARD)[:, None]
+    origin_w = gather_origin(u_w, pad_w, sw, BACKWARD)[:, None]
+    a_rows = (
+        n.to(tl.int64)[:, None] * a_sn
+        + (g * RED).to(tl.int64) * a_sc
+        + origin_d.to(tl.int64) * a_sd
+        + origin_h.to(tl.int64) * a_sh
+        + origin_w.to(tl.int64) * a_sw
+    )
     if SOURCE == "im2col":
         a_rows = (g * M + m).to(tl.int64)[:, None] * total
     w_cols = g.to(tl.int64) * w_group + cols[None, :] * w_s_out
-    u_d, u_h, u_w = u_d[:, None], u_h[:, None], u_w[:, None]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for j0 in range(0, total, BLOCK_K):
@@ -349,12 +383,13 @@ def conv_gemm_kernel(
                 FLIP,
                 SOURCE == "precomp",
             )
-            i_d, ok_d = gather_coordinate(u_d, qd, shift_d, pad_d, sd, AD, BACKWARD)
-            i_h, ok_h = gather_coordinate(u_h, qh, shift_h, pad_h, sh, AH, BACKWARD)
-            i_w, ok_w = gather_coordinate(u_w, qw, shift_w, pad_w, sw, AW, BACKWARD)
-            a_mask = row_valid[:, None] & j_valid & ok_d & ok_h & ok_w
-            a_offsets = a_rows + i_d * a_sd + i_h * a_sh + i_w * a_sw + c * a_sc
-            a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
+            step_in_d = gather_step(qd, shift_d, pad_d, sd, BACKWARD)
+            step_in_h = gather_step(qh, shift_h, pad_h, sh, BACKWARD)
+            step_in_w = gather_step(qw, shift_w, pad_w, sw, BACKWARD)
+            i_d, i_h, i_w = origin_d + step_in_d, origin_h + step_in_h, origin_w + step_in_w
+            a_mask = row_valid[:, None] & j_valid & inside(i_d, AD) & inside(i_h, AH) & inside(i_w, AW)
+            chunk_offsets = step_in_d * a_sd + step_in_h * a_sh + step_in_w * a_sw + c * a_sc
+            a = tl.load(a_ptr + (a_rows + chunk_offsets), mask=a_mask, other=0.0)
         tap_b, c_b, j_valid_b = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 0)
         _, _, _, w_tap = tap_shifts(
             tap_b,
