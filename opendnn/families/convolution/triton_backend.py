@@ -128,6 +128,9 @@ from opendnn.kernels.device import has_wgmma, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
+# channels a pixel of the padded copy of x that a forward with fewer reduced channels reads
+# (``pads_channels``): a tap's channels are one 8-byte (16-bit) or 16-byte (float32) load
+PIXEL_CHANNELS = 4
 
 
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by the algorithm and workspace queries
@@ -141,7 +144,8 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     geo = geometry(problem)
     raster = raster_plan(problem)
     method = method_of(problem.algo)
-    table = aligned(geo.taps * TABLE_BYTES_PER_TAP) if method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM else 0
+    precomputed = method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM and not pads_channels(problem)
+    table = aligned(geo.taps * TABLE_BYTES_PER_TAP) if precomputed else 0
     columns = partials = 0
     if method is ConvolutionMethod.GEMM:
         columns = aligned(im2col_elements(problem) * itemsize_of(problem))
@@ -159,6 +163,8 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
             partials = aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
     if raster is not None:  # the rasters, in the places of the TMA route's copies, which are not made
         copies = [*raster_elements(problem, raster), 0]
+    elif pads_channels(problem):
+        copies = [padded_x(problem).numel, 0, 0]
     elif tma_blocks(problem) is None:
         copies = [0, 0, 0]
     else:
@@ -203,7 +209,7 @@ class Strategy(enum.Enum):
     DIRECT = "the direct kernels, vectorized over all channels (few channels per group)"
     GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
     IMPLICIT_GEMM = "implicit GEMM gathering its operand tiles in the mainloop (no workspace)"
-    PRECOMPUTED_GEMM = "implicit GEMM through a table of per-tap offsets in the workspace"
+    PRECOMPUTED_GEMM = "implicit GEMM through the workspace: a table of per-tap offsets, or x padded (pads_channels)"
     EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
 
 
@@ -222,10 +228,43 @@ def preferred(problem: ConvolutionProblem) -> bool:
     an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (TF32, x NCHW or
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
-    packed tap-major in the workspace (``packs_depthwise_filter``)."""
-    return packs_depthwise_filter(problem) or (
-        stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem))
+    packed tap-major in the workspace (``packs_depthwise_filter``); a forward with few input channels
+    reading x padded in the workspace (``pads_channels``)."""
+    return (
+        packs_depthwise_filter(problem)
+        or pads_channels(problem)
+        or (stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem)))
     )
+
+
+def pads_channels(problem: ConvolutionProblem) -> bool:
+    """Whether ``problem`` reads a copy of x padded to PIXEL_CHANNELS channels a pixel
+    (``padded_x``): an ungrouped IMPLICIT_PRECOMP_GEMM forward in 16 bits or float32 with fewer input
+    channels (an image's first layer: RGB, gray), which neither TMA nor the direct kernels take.
+    Gathered where it lies, each of its taps' channels is a scalar load with bounds of its own: conv1
+    (3 channels, 7 x 7 taps) issues an instruction every 3.45 cycles a warp and moves 118 GB/s."""
+    return (
+        problem.direction not in (BACKWARD_DATA, BACKWARD_FILTER)
+        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
+        and problem.groups == 1
+        and problem.x.dims[1] < PIXEL_CHANNELS
+        and problem.x.dtype in (DataType.BFLOAT16, DataType.HALF, DataType.FLOAT)
+        and tma_blocks(problem) is None
+        and not uses_direct(problem, *channels_per_group(problem))
+    )
+
+
+def padded_x(problem: ConvolutionProblem) -> TensorDescriptor:
+    """The channels-last copy of x with PIXEL_CHANNELS channels a pixel (``pads_channels``)."""
+    n, _, *spatial = problem.x.dims
+    strides = [0] * len(problem.x.dims)
+    step = PIXEL_CHANNELS
+    strides[1] = 1
+    for dim in reversed(range(2, len(spatial) + 2)):
+        strides[dim] = step
+        step *= problem.x.dims[dim]
+    strides[0] = step
+    return TensorDescriptor(problem.x.dtype, (n, PIXEL_CHANNELS, *spatial), tuple(strides))
 
 
 def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
@@ -516,7 +555,11 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     launches = []
     table = out
     source = "implicit"
-    if strategy is Strategy.PRECOMPUTED_GEMM:
+    pixel_channels = 0
+    if strategy is Strategy.PRECOMPUTED_GEMM and pads_channels(problem):  # taps computed: their lanes' loads vectorize
+        launches.append(_pad_launch(problem, geo))
+        a, a_desc, pixel_channels = Slot("x_staged"), padded_x(problem), PIXEL_CHANNELS
+    elif strategy is Strategy.PRECOMPUTED_GEMM:
         launches.append(_table_launch(geo, strides5(problem.w)[2:], problem.flip))
         table, source = Slot("table"), "precomp"
     elif strategy is Strategy.EXPLICIT_GEMM:
@@ -531,7 +574,8 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     else:
         phases, steps, units = (1, 1, 1), (1, 1, 1), out_size
     rows = geo.n * math.prod(units)
-    tile = gemm_tile(problem, rows, outputs, reduced, geo.taps * reduced, groups * math.prod(phases))
+    lanes = pixel_channels or reduced  # reduced channels a tap, as the reduction walks them
+    tile = gemm_tile(problem, rows, outputs, lanes, geo.taps * lanes, groups * math.prod(phases))
     grid = (gemm.grid_tiles(rows, outputs, tile.block_m, tile.block_n), groups, math.prod(phases))
     w_s_red, w_s_out = (w_sk, w_sc) if backward else (w_sc, w_sk)
     w_group = (reduced if backward else outputs) * w_sk
@@ -568,7 +612,8 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
             dict(
                 BACKWARD=backward_rows,
                 SOURCE=source,
-                EVEN_RED=reduced % tile.block_k == 0,
+                PIXEL_CHANNELS=pixel_channels,
+                EVEN_RED=lanes % tile.block_k == 0,
                 DOT=dot,
                 PRECISION=dot_precision(problem),
                 BLOCK_M=tile.block_m,
@@ -591,6 +636,18 @@ def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> 
         (triton.cdiv(geo.taps, block),),
         (Slot("table"), *geo.filt, *geo.dilation, *w_tap_strides),
         dict(FLIP=flip, BLOCK=block, num_warps=4),
+    )
+
+
+def _pad_launch(problem: ConvolutionProblem, geo: Geometry) -> Launch:
+    """``pad_channels_kernel`` writing x's padded copy (``padded_x``) into the workspace."""
+    pixels = geo.n * math.prod(geo.x_size)
+    block = 256
+    return Launch(
+        gemm.pad_channels_kernel,
+        (triton.cdiv(pixels, block),),
+        (Slot("x"), Slot("x_staged"), *strides5(problem.x), pixels, *geo.x_size, geo.c),
+        dict(PIXEL_CHANNELS=PIXEL_CHANNELS, BLOCK=block, num_warps=4),
     )
 
 

@@ -299,6 +299,7 @@ def conv_gemm_kernel(
     BACKWARD: tl.constexpr,
     FLIP: tl.constexpr,
     SOURCE: tl.constexpr,
+    PIXEL_CHANNELS: tl.constexpr,
     EVEN_RED: tl.constexpr,
     HAS_BETA: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -315,7 +316,10 @@ def conv_gemm_kernel(
 ):
     """Program (tile, g, phase): a BLOCK_M x BLOCK_N tile of O for group g. SOURCE is "implicit"
     (taps computed), "precomp" (taps read from the offset table at table_ptr) or "im2col" (A is the
-    G x M x (taps * RED) matrix at a_ptr, already gathered)."""
+    G x M x (taps * RED) matrix at a_ptr, already gathered). PIXEL_CHANNELS (0: none): A is a
+    channels-last copy holding that many channels a pixel, the first RED real and the rest zeros
+    (``pad_channels_kernel``); the reduction runs over all of them with the channel and pixel strides
+    as constants, so that a tap's channels load as one vector."""
     g = tl.program_id(1)
     phase = tl.program_id(2)
     qw = phase % sw
@@ -327,7 +331,12 @@ def conv_gemm_kernel(
         r0_w, taps_w = tap_progression(qw, pad_w, sw, dil_w, S, step_w)
     else:
         r0_d, r0_h, r0_w, taps_d, taps_h, taps_w = 0, 0, 0, T, R, S
-    total = taps_d * taps_h * taps_w * RED
+    lanes = RED  # reduced channels a tap, as the reduction walks them
+    pixel_stride = a_sw
+    if PIXEL_CHANNELS > 0:
+        lanes = PIXEL_CHANNELS
+        pixel_stride = PIXEL_CHANNELS
+    total = taps_d * taps_h * taps_w * lanes
 
     tile_m, tile_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(OUTC, BLOCK_N), GROUP_M)
 
@@ -347,7 +356,7 @@ def conv_gemm_kernel(
         + (g * RED).to(tl.int64) * a_sc
         + origin_d.to(tl.int64) * a_sd
         + origin_h.to(tl.int64) * a_sh
-        + origin_w.to(tl.int64) * a_sw
+        + origin_w.to(tl.int64) * pixel_stride
     )
     if SOURCE == "im2col":
         a_rows = (g * M + m).to(tl.int64)[:, None] * total
@@ -355,7 +364,7 @@ def conv_gemm_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for j0 in range(0, total, BLOCK_K):
-        tap, c, j_valid = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 1)
+        tap, c, j_valid = reduction_index(j0, lanes, total, BLOCK_K, EVEN_RED, 1)
         if SOURCE == "im2col":
             a_mask = row_valid[:, None] & j_valid
             a = tl.load(a_ptr + a_rows + (j0 + tl.arange(0, BLOCK_K))[None, :], mask=a_mask, other=0.0)
@@ -388,9 +397,9 @@ def conv_gemm_kernel(
             step_in_w = gather_step(qw, shift_w, pad_w, sw, BACKWARD)
             i_d, i_h, i_w = origin_d + step_in_d, origin_h + step_in_h, origin_w + step_in_w
             a_mask = row_valid[:, None] & j_valid & inside(i_d, AD) & inside(i_h, AH) & inside(i_w, AW)
-            chunk_offsets = step_in_d * a_sd + step_in_h * a_sh + step_in_w * a_sw + c * a_sc
+            chunk_offsets = step_in_d * a_sd + step_in_h * a_sh + step_in_w * pixel_stride + c * a_sc
             a = tl.load(a_ptr + (a_rows + chunk_offsets), mask=a_mask, other=0.0)
-        tap_b, c_b, j_valid_b = reduction_index(j0, RED, total, BLOCK_K, EVEN_RED, 0)
+        tap_b, c_b, j_valid_b = reduction_index(j0, lanes, total, BLOCK_K, EVEN_RED, 0)
         _, _, _, w_tap = tap_shifts(
             tap_b,
             table_ptr,
@@ -414,7 +423,10 @@ def conv_gemm_kernel(
             FLIP,
             SOURCE == "precomp",
         )
-        b = tl.load(w_ptr + (w_cols + c_b * w_s_red + w_tap), mask=j_valid_b & col_valid[None, :], other=0.0)
+        b_mask = j_valid_b & col_valid[None, :]
+        if PIXEL_CHANNELS > 0:  # the copy's padding channels have no filter
+            b_mask &= c_b < RED
+        b = tl.load(w_ptr + (w_cols + c_b * w_s_red + w_tap), mask=b_mask, other=0.0)
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
     mask = row_valid[:, None] & col_valid[None, :]
@@ -690,6 +702,37 @@ def conv_tma_kernel(
         PROPAGATE_NAN,
         COMPUTE,
     )
+
+
+@triton.jit
+def pad_channels_kernel(
+    x_ptr,
+    out_ptr,
+    x_sn,
+    x_sc,
+    x_sd,
+    x_sh,
+    x_sw,
+    pixels,
+    D,
+    H,
+    W,
+    C,
+    PIXEL_CHANNELS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """x (N, C, D, H, W at its strides) copied channels-last with PIXEL_CHANNELS channels a pixel,
+    zeros past its C: the A operand ``conv_gemm_kernel`` reads a tap of as one vector."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    w = p % W
+    h = (p // W) % H
+    d = (p // (W * H)) % D
+    n = p // (W * H * D)
+    c = tl.arange(0, PIXEL_CHANNELS)
+    pixel = n.to(tl.int64) * x_sn + d.to(tl.int64) * x_sd + h.to(tl.int64) * x_sh + w.to(tl.int64) * x_sw
+    inside = (p < pixels)[:, None]
+    value = tl.load(x_ptr + (pixel[:, None] + c[None, :] * x_sc), mask=inside & (c < C)[None, :], other=0.0)
+    tl.store(out_ptr + (p.to(tl.int64)[:, None] * PIXEL_CHANNELS + c[None, :]), value, mask=inside)
 
 
 @triton.jit

@@ -1,0 +1,97 @@
+"""Forwards with fewer input channels than a vector (an image's first layer) through Triton's
+interpreter: under IMPLICIT_PRECOMP_GEMM (what a call that names no algorithm takes for them) x is
+copied channels-last into the workspace with PIXEL_CHANNELS channels a pixel, zeros past its own
+(``pad_channels_kernel``), and ``conv_gemm_kernel`` reduces over every channel of the copy, its taps
+computed (no offset table), the filter's missing channels masked to zero. Results are held to the
+float64 convolution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import opendnn as od
+import opendnn.functional as F
+from opendnn.families.convolution import triton_backend as kernels
+from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+from opendnn.samples import relative_error
+
+PRECOMP, IMPLICIT = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, od.ConvolutionFwdAlgo.IMPLICIT_GEMM
+S = kernels.Strategy
+PADDED = ["pad_channels_kernel", "conv_gemm_kernel"]  # the taps computed: no table
+BOUNDS = {torch.float32: 1e-5, torch.bfloat16: 1e-2}  # float32 sums; bf16 y rounded once
+
+
+def handle():
+    return od.create("cpu", backend="triton")
+
+
+def random(shape, seed, dtype):
+    return (torch.rand(shape, generator=torch.Generator().manual_seed(seed)) * 2 - 1).to(dtype)
+
+
+def reference(x, w, stride, padding):
+    conv = {1: TF.conv1d, 2: TF.conv2d, 3: TF.conv3d}[x.ndim - 2]
+    return conv(x.double(), w.double(), stride=stride, padding=padding)
+
+
+@pytest.mark.parametrize(
+    "channels, size, filt, stride, channels_last, dtype",
+    [
+        (3, (11, 9), 7, 2, True, torch.bfloat16),  # conv1's shape, small
+        (3, (11, 9), 7, 2, False, torch.float32),
+        (1, (10, 7), 3, 1, False, torch.bfloat16),  # gray
+        (2, (5, 6, 7), 3, 1, False, torch.float32),  # 3-D
+        (3, (23,), 5, 2, False, torch.float32),  # 1-D
+    ],
+)
+def test_a_forward_with_few_channels_reads_a_padded_copy_and_matches_float64(
+    planned_convolutions, channels, size, filt, stride, channels_last, dtype
+):
+    x = random((2, channels, *size), 1, dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = random((16, channels, *(filt,) * len(size)), 2, dtype)
+    got = F.conv(x, w, stride=stride, padding=filt // 2, handle=handle())
+    assert planned_convolutions == [(PRECOMP, S.PRECOMPUTED_GEMM, PADDED)]
+    assert relative_error(got.double(), reference(x, w, stride, filt // 2)) < BOUNDS[dtype]
+
+
+def test_the_copy_holds_x_channels_last_with_zeros_past_its_channels():
+    x = random((2, 3, 5, 4), 3, torch.float32)
+    desc = od.TensorDescriptor(od.DataType.FLOAT, tuple(x.shape), x.stride())
+    w = od.TensorDescriptor(od.DataType.FLOAT, (8, 3, 3, 3), (27, 9, 3, 1))
+    y = od.TensorDescriptor(od.DataType.FLOAT, (2, 8, 5, 4), (160, 20, 4, 1))
+    conv = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1))
+    problem = _problem(desc, w, y, conv)
+    assert kernels.pads_channels(problem)
+    padded = kernels.padded_x(problem)
+    assert padded.dims == (2, kernels.PIXEL_CHANNELS, 5, 4) and padded.strides == (80, 1, 16, 4)
+    plan = kernels.launch_plan(problem, True, S.PRECOMPUTED_GEMM)
+    (pad,) = [launch for launch in plan.launches if launch.kernel.__name__ == "pad_channels_kernel"]
+    tensors = {"x": x, "x_staged": torch.full((padded.numel,), float("nan"))}
+    pad(tensors)
+    copy = tensors["x_staged"].view(2, 5, 4, kernels.PIXEL_CHANNELS)
+    assert torch.equal(copy[..., :3], x.permute(0, 2, 3, 1))
+    assert torch.equal(copy[..., 3:], torch.zeros(2, 5, 4, 1))
+
+
+def _problem(x, w, y, conv):
+    return convolution_problem(ConvolutionDirection.FORWARD, conv, x, w, y, algo=PRECOMP)
+
+
+def test_the_workspace_holds_the_copy_and_a_short_one_is_refused():
+    x = torch.zeros(2, 3, 9, 9)
+    w = torch.zeros(8, 3, 7, 7)
+    descs = [od.TensorDescriptor(od.DataType.FLOAT, tuple(t.shape), t.stride()) for t in (x, w)]
+    conv = od.ConvolutionDescriptor((3, 3), (2, 2), (1, 1))
+    y_desc = od.TensorDescriptor(od.DataType.FLOAT, (2, 8, 5, 5), (200, 25, 5, 1))
+    size = od.get_convolution_forward_workspace_size(handle(), descs[0], descs[1], conv, y_desc, PRECOMP)
+    copy = 2 * 9 * 9 * kernels.PIXEL_CHANNELS * 4  # float32, no offset table
+    assert size == -(-copy // 256) * 256
+    assert od.get_convolution_forward_workspace_size(handle(), descs[0], descs[1], conv, y_desc, IMPLICIT) == 0
+    y = torch.full((2, 8, 5, 5), float("nan"))
+    short = torch.zeros(size - 1, dtype=torch.uint8)
+    with pytest.raises(od.BadParam, match=f"workspace holds {size - 1} bytes but .* needs {size} bytes"):
+        od.convolution_forward(handle(), 1.0, descs[0], x, descs[1], w, conv, PRECOMP, short, 0.0, y_desc, y)
