@@ -600,3 +600,34 @@ def test_3d_backward_filter_over_rasters_matches_float64_and_repeats_bitwise(dty
     assert all(torch.equal(runs[0], run) for run in runs[1:])
     want = torch.nn.grad.conv3d_weight(x.double(), dw.shape, dy.double(), padding=1)
     assert relative_error(runs[0].double(), want) < (6e-4 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "channels, size, filt, stride, dtype, layout, math_type, bound",
+    [  # conv1's shape at batch 4 (bf16; TF32 in both layouts; strict float32), a gray 3x3, a video stem
+        (3, (224, 224), (7, 7), 2, torch.bfloat16, torch.channels_last, od.MathType.DEFAULT, 1e-2),
+        (3, (224, 224), (7, 7), 2, torch.float32, torch.channels_last, od.MathType.TENSOR_OP, 2e-3),
+        (3, (224, 224), (7, 7), 2, torch.float32, torch.contiguous_format, od.MathType.TENSOR_OP, 2e-3),
+        (3, (224, 224), (7, 7), 2, torch.float32, torch.contiguous_format, od.MathType.DEFAULT, 1e-5),
+        (1, (63, 65), (3, 3), 1, torch.bfloat16, torch.contiguous_format, od.MathType.DEFAULT, 1e-2),
+        (3, (8, 56, 56), (3, 7, 7), 2, torch.bfloat16, torch.contiguous_format, od.MathType.DEFAULT, 1e-2),
+    ],
+)
+def test_a_forward_with_few_channels_reads_x_padded_and_matches_float64_on_gpu(
+    planned_convolutions, channels, size, filt, stride, dtype, layout, math_type, bound
+):
+    """A call naming no algorithm over fewer than four input channels takes IMPLICIT_PRECOMP_GEMM's
+    padded copy of x (``pads_channels``) and lands within its precision's error of float64: bf16 y
+    rounded once, TF32 operands, or float32 sums; repeatable bit for bit."""
+    handle = od.create(DEVICE, math_type=math_type)
+    x = torch.randn(4, channels, *size, device=DEVICE, dtype=dtype)
+    if layout is torch.channels_last:
+        x = x.contiguous(memory_format=layout)
+    w = torch.randn(64, channels, *filt, device=DEVICE, dtype=dtype) / math.sqrt(channels * math.prod(filt))
+    padding = tuple(f // 2 for f in filt)
+    conv = {2: TF.conv2d, 3: TF.conv3d}[len(size)]
+    want = conv(x.double(), w.double(), stride=stride, padding=padding)
+    got = F.conv(x, w, stride=stride, padding=padding, handle=handle)
+    assert [kernels for _, _, kernels in planned_convolutions] == [["pad_channels_kernel", "conv_gemm_kernel"]]
+    assert relative_error(got.double(), want) < bound, relative_error(got.double(), want)
+    assert torch.equal(got, F.conv(x, w, stride=stride, padding=padding, handle=handle))
