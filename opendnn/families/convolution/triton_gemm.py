@@ -106,10 +106,7 @@ def tap_shifts(
 def gather_coordinate(u, q, shift, pad, stride, size, BACKWARD: tl.constexpr):
     """(coordinate in A, valid) for output coordinate ``u`` and a dilated tap shift. Backward, the
     output coordinate is u * stride + q and the phase's taps make (q + pad - shift) divide exactly."""
-    if BACKWARD:
-        a = u + (q + pad - shift) // stride
-    else:
-        a = u * stride - pad + shift
+    a = gather_origin(u, pad, stride, BACKWARD) + gather_step(q, shift, pad, stride, BACKWARD)
     return a, (a >= 0) & (a < size)
 
 
