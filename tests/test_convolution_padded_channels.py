@@ -95,3 +95,11 @@ def test_the_workspace_holds_the_copy_and_a_short_one_is_refused():
     short = torch.zeros(size - 1, dtype=torch.uint8)
     with pytest.raises(od.BadParam, match=f"workspace holds {size - 1} bytes but .* needs {size} bytes"):
         od.convolution_forward(handle(), 1.0, descs[0], x, descs[1], w, conv, PRECOMP, short, 0.0, y_desc, y)
+
+
+def test_a_one_tap_filter_keeps_the_gather_in_place(planned_convolutions):
+    x = random((2, 3, 6, 5), 1, torch.float32)
+    w = random((16, 3, 1, 1), 2, torch.float32)
+    got = F.conv(x, w, handle=handle())
+    assert planned_convolutions == [(IMPLICIT, S.IMPLICIT_GEMM, ["conv_gemm_kernel"])]
+    assert relative_error(got.double(), reference(x, w, 1, 0)) < BOUNDS[torch.float32]

@@ -242,12 +242,14 @@ def pads_channels(problem: ConvolutionProblem) -> bool:
     (``padded_x``): an ungrouped IMPLICIT_PRECOMP_GEMM forward in 16 bits or float32 with fewer input
     channels (an image's first layer: RGB, gray), which neither TMA nor the direct kernels take.
     Gathered where it lies, each of its taps' channels is a scalar load with bounds of its own: conv1
-    (3 channels, 7 x 7 taps) issues an instruction every 3.45 cycles a warp and moves 118 GB/s."""
+    (3 channels, 7 x 7 taps) issues an instruction every 3.45 cycles a warp and moves 118 GB/s. A
+    1 x 1 filter keeps the gather in place: each pixel of x is read once, as the copy would read it."""
     return (
         problem.direction not in (BACKWARD_DATA, BACKWARD_FILTER)
         and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
         and problem.groups == 1
         and problem.x.dims[1] < PIXEL_CHANNELS
+        and math.prod(problem.w.dims[2:]) > 1
         and problem.x.dtype in (DataType.BFLOAT16, DataType.HALF, DataType.FLOAT)
         and tma_blocks(problem) is None
         and not uses_direct(problem, *channels_per_group(problem))
