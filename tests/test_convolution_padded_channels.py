@@ -103,3 +103,63 @@ def test_a_one_tap_filter_keeps_the_gather_in_place(planned_convolutions):
     got = F.conv(x, w, handle=handle())
     assert planned_convolutions == [(IMPLICIT, S.IMPLICIT_GEMM, ["conv_gemm_kernel"])]
     assert relative_error(got.double(), reference(x, w, 1, 0)) < BOUNDS[torch.float32]
+
+
+def _descriptor(t):
+    dtype = {torch.float32: od.DataType.FLOAT, torch.float16: od.DataType.HALF}[t.dtype]
+    return od.TensorDescriptor(dtype, tuple(t.shape), t.stride())
+
+
+@pytest.mark.parametrize(
+    "case, dtype, stride, dilation, flip, beta",
+    [
+        ("true convolution, dilation 2, beta", torch.float32, (1, 1), (2, 2), True, 0.5),
+        ("stride 3 by 2, float16", torch.float16, (3, 2), (1, 1), False, 0.0),
+    ],
+)
+def test_a_sub_region_of_x_through_the_padded_copy_into_a_sub_region_of_y(
+    planned_convolutions, case, dtype, stride, dilation, flip, beta
+):
+    """x a strided window of a larger buffer, y one inside a NaN buffer, the workspace all NaN bytes: the
+    copy reads x at its strides, y is written at its own and nowhere else."""
+    big = random((3, 5, 17, 19), 4, dtype)
+    x = big[1:, 1:4, 2:15, 3:18]  # 2 x 3 x 13 x 15, every stride its own
+    w = random((8, 3, 3, 3), 5, dtype)
+    pad = (2, 1)
+    out = [(s + 2 * p - d * 2 - 1) // st + 1 for s, p, d, st in zip(x.shape[2:], pad, dilation, stride)]
+    buffer = torch.full((2, 10, out[0] + 2, out[1] + 2), float("nan"), dtype=dtype)
+    y = buffer[:, 1:9, 1:-1, 1:-1]
+    prior = random(y.shape, 6, dtype)
+    if beta:
+        y.copy_(prior)
+    mode = od.ConvolutionMode.CONVOLUTION if flip else od.ConvolutionMode.CROSS_CORRELATION
+    conv = od.ConvolutionDescriptor(pad, stride, dilation, mode)
+    descs = (_descriptor(x), _descriptor(w), conv, _descriptor(y))
+    size = od.get_convolution_forward_workspace_size(handle(), *descs, PRECOMP)
+    workspace = torch.full((size,), 255, dtype=torch.uint8)  # every number in it NaN
+    od.convolution_forward(handle(), 0.75, descs[0], x, descs[1], w, conv, PRECOMP, workspace, beta, descs[3], y)
+    assert planned_convolutions == [(PRECOMP, S.PRECOMPUTED_GEMM, PADDED)]
+    weight = w.double().flip([2, 3]) if flip else w.double()
+    want = 0.75 * TF.conv2d(x.double(), weight, stride=stride, padding=pad, dilation=dilation) + beta * prior.double()
+    assert relative_error(y.double(), want) < (1e-5 if dtype == torch.float32 else 1e-3)
+    inside = torch.zeros_like(buffer, dtype=torch.bool)
+    inside[:, 1:9, 1:-1, 1:-1] = True
+    assert buffer[~inside].isnan().all()  # nothing written outside y
+
+
+def test_the_fused_epilogue_runs_on_the_padded_copy(planned_convolutions):
+    x = random((2, 3, 9, 8), 7, torch.float32)
+    w = random((16, 3, 5, 5), 8, torch.float32)
+    y = torch.full((2, 16, 9, 8), float("nan"))
+    bias, z = random((1, 16, 1, 1), 9, torch.float32), random(y.shape, 10, torch.float32)
+    conv = od.ConvolutionDescriptor((2, 2), (1, 1), (1, 1))
+    descs = (_descriptor(x), _descriptor(w), conv, _descriptor(y))
+    workspace = torch.empty(od.get_convolution_forward_workspace_size(handle(), *descs, PRECOMP), dtype=torch.uint8)
+    relu = od.ActivationDescriptor(od.ActivationMode.RELU)
+    od.convolution_bias_activation_forward(
+        handle(), 0.75, descs[0], x, descs[1], w, conv, PRECOMP, workspace, 0.5, descs[3], z, _descriptor(bias), bias,
+        relu, descs[3], y,
+    )  # fmt: skip
+    assert planned_convolutions == [(PRECOMP, S.PRECOMPUTED_GEMM, PADDED)]
+    want = (0.75 * reference(x, w, 1, 2) + 0.5 * z.double() + bias.double()).clamp(min=0)
+    assert relative_error(y.double(), want) < BOUNDS[torch.float32]
