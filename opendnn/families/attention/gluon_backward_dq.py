@@ -169,22 +169,9 @@ def key_value_producer(
         tma.async_copy_global_to_shared(do_desc, [b, h, start_m + half * HALF_M, 0], rows_ready, do_boxes.index(half))
     first_step = gl.to_tensor(0)  # a count the walk adds to
     fill_ring(
-        k_desc,
-        v_desc,
-        k_ring,
-        v_ring,
-        k_ready,
-        v_ready,
-        empty,
-        b,
-        kv_head,
-        lo,
-        hi,
-        inner_lo,
-        inner_hi,
-        first_step,
-        False,
-    )
+        k_desc, v_desc, k_ring, v_ring, k_ready, v_ready, empty, b, kv_head, lo, hi, inner_lo, inner_hi,
+        first_step, False,
+    )  # fmt: skip
 
 
 @gluon.jit

@@ -27,9 +27,10 @@ Each program is three partitions of warps that talk only through shared memory a
 - **producer** (``key_value_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): builds the
   TMA descriptors of q, k and v (4-D ``[B, H, S, D]`` at the tensors' strides, zero-filled past S) on
   the device, and per query block copies its queries as two 64-row boxes (``q_ready``), then per key
-  block of the query block's range, in the consumers' order (``triton_tiles.key_range`` and ``block_loop``: the
-  interior's blocks, then the edge blocks), waits until a stage of the ring is empty and copies the
-  BLOCK_N x D key box (``k_ready``) and the BLOCK_N x Dv value box (``v_ready``) into it.
+  block of its range, in the consumers' order (``triton_tiles.key_range`` and ``block_loop``: the
+  interior's blocks, then the edge blocks; ``gluon_key_blocks.fill_ring``), waits until a stage of
+  the ring is empty and copies the BLOCK_N x D key box (``k_ready``) and the BLOCK_N x Dv value box
+  (``v_ready``) into it.
 - **two consumers** (``softmax_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread;
   the first is the kernel's own 4 warps): consumer ``half`` owns query rows ``64 half .. 64 half +
   63``. Per key block: S = Q K^T (``warpgroup_mma``, both operands in shared memory, K permuted),

@@ -63,7 +63,7 @@ import triton
 import triton.language as tl
 
 from opendnn.core.arrays import CPU, Bound, torch_view
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
@@ -259,14 +259,8 @@ def pads_channels(problem: ConvolutionProblem) -> bool:
 def padded_x(problem: ConvolutionProblem) -> TensorDescriptor:
     """The channels-last copy of x with PIXEL_CHANNELS channels a pixel (``pads_channels``)."""
     n, _, *spatial = problem.x.dims
-    strides = [0] * len(problem.x.dims)
-    step = PIXEL_CHANNELS
-    strides[1] = 1
-    for dim in reversed(range(2, len(spatial) + 2)):
-        strides[dim] = step
-        step *= problem.x.dims[dim]
-    strides[0] = step
-    return TensorDescriptor(problem.x.dtype, (n, PIXEL_CHANNELS, *spatial), tuple(strides))
+    dims = (n, PIXEL_CHANNELS, *spatial)
+    return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, *range(2, len(dims)), 1)))
 
 
 def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
