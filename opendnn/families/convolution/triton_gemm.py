@@ -348,9 +348,12 @@ def conv_gemm_kernel(
     origin_d = gather_origin(u_d, pad_d, sd, BACKWARD)[:, None]
     origin_h = gather_origin(u_h, pad_h, sh, BACKWARD)[:, None]
     origin_w = gather_origin(u_w, pad_w, sw, BACKWARD)[:, None]
+    group_offset = (g * RED).to(tl.int64) * a_sc
+    if PIXEL_CHANNELS > 0:  # a padded copy holds one group: a constant 0 keeps a tap's lanes one vector
+        group_offset = 0
     a_rows = (
         n.to(tl.int64)[:, None] * a_sn
-        + (g * RED).to(tl.int64) * a_sc
+        + group_offset
         + origin_d.to(tl.int64) * a_sd
         + origin_h.to(tl.int64) * a_sh
         + origin_w.to(tl.int64) * pixel_stride
