@@ -20,7 +20,7 @@ from opendnn.samples import relative_error
 PRECOMP, IMPLICIT = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, od.ConvolutionFwdAlgo.IMPLICIT_GEMM
 S = kernels.Strategy
 PADDED = ["pad_channels_kernel", "conv_gemm_kernel"]  # the taps computed: no table
-BOUNDS = {torch.float32: 1e-5, torch.bfloat16: 1e-2}  # float32 sums; bf16 y rounded once
+BOUNDS = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}  # float32 sums; y rounded once
 
 
 def handle():
@@ -163,3 +163,76 @@ def test_the_fused_epilogue_runs_on_the_padded_copy(planned_convolutions):
     assert planned_convolutions == [(PRECOMP, S.PRECOMPUTED_GEMM, PADDED)]
     want = (0.75 * reference(x, w, 1, 2) + 0.5 * z.double() + bias.double()).clamp(min=0)
     assert relative_error(y.double(), want) < BOUNDS[torch.float32]
+
+
+FILTER_PADDED = ["pad_channels_kernel", "filter_gemm_kernel"]  # then the slices summed, where there are several
+ALGO_0, ALGO_3 = od.ConvolutionBwdFilterAlgo.ALGO_0, od.ConvolutionBwdFilterAlgo.ALGO_3
+WEIGHT_GRADIENT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
+
+
+@pytest.mark.parametrize(
+    "channels, size, filt, stride, channels_last, dtype",
+    [
+        (3, (12, 10), 7, 2, True, torch.bfloat16),  # conv1's shape, small
+        (3, (12, 10), 7, 2, False, torch.float16),
+        (1, (10, 7), 3, 1, True, torch.bfloat16),  # gray
+        (2, (5, 6, 7), 3, 1, False, torch.bfloat16),  # 3-D
+    ],
+)
+def test_a_16_bit_backward_filter_with_few_channels_reads_a_padded_copy_and_matches_float64(
+    planned_convolutions, channels, size, filt, stride, channels_last, dtype
+):
+    """A call that names no algorithm takes ALGO_3, whose GEMM walks the copy's 4 channels a tap and
+    stores only x's own: dw holds the float64 gradient, its padding channels nowhere."""
+    x = random((2, channels, *size), 1, dtype)
+    w_shape = (16, channels, *(filt,) * len(size))
+    y_shape = (2, 16, *((s + 2 * (filt // 2) - filt) // stride + 1 for s in size))
+    dy = random(y_shape, 2, dtype)
+    if channels_last:
+        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+    got = F.conv_backward_filter(x, dy, w_shape, stride=stride, padding=filt // 2, handle=handle())
+    assert [(algo, strategy) for algo, strategy, _ in planned_convolutions] == [(ALGO_3, S.PRECOMPUTED_GEMM)]
+    assert planned_convolutions[0][2][:2] == FILTER_PADDED
+    want = WEIGHT_GRADIENT[len(size)](x.double(), w_shape, dy.double(), stride, filt // 2)
+    assert got.shape == w_shape
+    assert relative_error(got.double(), want) < BOUNDS[dtype]
+
+
+def test_a_backward_filter_through_the_padded_copy_into_a_sub_region_with_beta(planned_convolutions):
+    """dw a window of a NaN buffer, alpha and beta blended, true convolution, dilation 2, a NaN
+    workspace: every tap lands flipped at dw's strides and nothing is written outside it."""
+    x = random((3, 4, 15, 13), 11, torch.float16)[1:, :3]  # 2 x 3 x 15 x 13, a channel window
+    dy = random((2, 8, 16, 12), 12, torch.float16)[:, :, 1:, 1:]  # 2 x 8 x 15 x 11
+    pad, stride, dilation = (2, 1), (1, 1), (2, 2)
+    buffer = torch.full((10, 5, 5, 5), float("nan"), dtype=torch.float16)
+    dw = buffer[1:9, 1:4, 1:4, 1:4]  # 8 x 3 x 3 x 3 of strides (125, 25, 5, 1)
+    prior = random(dw.shape, 13, torch.float16)
+    dw.copy_(prior)
+    conv = od.ConvolutionDescriptor(pad, stride, dilation, od.ConvolutionMode.CONVOLUTION)
+    descs = (_descriptor(x), _descriptor(dy), conv, _descriptor(dw))
+    size = od.get_convolution_backward_filter_workspace_size(handle(), *descs, ALGO_3)
+    assert size >= 2 * 15 * 13 * kernels.PIXEL_CHANNELS * 2  # the copy
+    workspace = torch.full((size,), 255, dtype=torch.uint8)
+    od.convolution_backward_filter(
+        handle(), 0.75, descs[0], x, descs[1], dy, conv, ALGO_3, workspace, 0.5, descs[3], dw
+    )
+    assert planned_convolutions[0][2][:2] == FILTER_PADDED
+    gradient = WEIGHT_GRADIENT[2](x.double(), dw.shape, dy.double(), stride, pad, dilation)
+    want = 0.75 * gradient.flip([2, 3]) + 0.5 * prior.double()
+    assert relative_error(dw.double(), want) < BOUNDS[torch.float16]
+    inside = torch.zeros_like(buffer, dtype=torch.bool)
+    inside[1:9, 1:4, 1:4, 1:4] = True
+    assert buffer[~inside].isnan().all()  # nothing written outside dw
+
+
+def test_a_float32_backward_filter_keeps_the_gather_in_place(planned_convolutions):
+    """TF32 operands reduce over pixels, which wgmma reads contiguous: the copy's vectors would land
+    4 bytes at a time, so float32 takes no copy, under the default algorithm or ALGO_3."""
+    x, dy = random((2, 3, 12, 10), 1, torch.float32), random((2, 16, 6, 5), 2, torch.float32)
+    want = WEIGHT_GRADIENT[2](x.double(), (16, 3, 7, 7), dy.double(), 2, 3)
+    for algo in (None, ALGO_3):
+        got = F.conv_backward_filter(x, dy, (16, 3, 7, 7), stride=2, padding=3, algo=algo, handle=handle())
+        assert relative_error(got.double(), want) < BOUNDS[torch.float32]
+    taken = [(algo, strategy) for algo, strategy, _ in planned_convolutions]
+    assert taken == [(ALGO_0, S.IMPLICIT_GEMM), (ALGO_3, S.PRECOMPUTED_GEMM)]
+    assert "pad_channels_kernel" not in planned_convolutions[1][2]

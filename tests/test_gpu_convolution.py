@@ -631,3 +631,35 @@ def test_a_forward_with_few_channels_reads_x_padded_and_matches_float64_on_gpu(
     assert [kernels for _, _, kernels in planned_convolutions] == [["pad_channels_kernel", "conv_gemm_kernel"]]
     assert relative_error(got.double(), want) < bound, relative_error(got.double(), want)
     assert torch.equal(got, F.conv(x, w, stride=stride, padding=padding, handle=handle))
+
+
+@pytest.mark.parametrize(
+    "channels, size, filt, stride, dtype, layout, bound",
+    [  # conv1's shape at batch 4 (bf16 NHWC, fp16 NCHW), a gray 3x3, a video stem
+        (3, (224, 224), (7, 7), 2, torch.bfloat16, torch.channels_last, 1e-2),
+        (3, (224, 224), (7, 7), 2, torch.float16, torch.contiguous_format, 1e-3),
+        (1, (63, 65), (3, 3), 1, torch.bfloat16, torch.channels_last, 1e-2),
+        (3, (8, 56, 56), (3, 7, 7), 2, torch.bfloat16, torch.contiguous_format, 1e-2),
+    ],
+)
+def test_a_backward_filter_with_few_channels_reads_x_padded_and_matches_float64_on_gpu(
+    planned_convolutions, channels, size, filt, stride, dtype, layout, bound
+):
+    """A 16-bit backward filter naming no algorithm over fewer than four input channels takes ALGO_3's
+    padded copy of x (``pads_channels``), its slices summed in order: within its precision's error of
+    float64 and repeatable bit for bit."""
+    handle = od.create(DEVICE)
+    x = torch.randn(4, channels, *size, device=DEVICE, dtype=dtype)
+    padding = tuple(f // 2 for f in filt)
+    out = [(s + 2 * p - f) // stride + 1 for s, p, f in zip(size, padding, filt)]
+    dy = torch.randn(4, 64, *out, device=DEVICE, dtype=dtype)
+    if layout is torch.channels_last:
+        x, dy = x.contiguous(memory_format=layout), dy.contiguous(memory_format=layout)
+    w_shape = (64, channels, *filt)
+    weight_gradient = {2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}[len(size)]
+    want = weight_gradient(x.double(), w_shape, dy.double(), stride, padding)
+    got = F.conv_backward_filter(x, dy, w_shape, stride=stride, padding=padding, handle=handle)
+    assert [kernels[:2] for _, _, kernels in planned_convolutions] == [["pad_channels_kernel", "filter_gemm_kernel"]]
+    assert relative_error(got.double(), want) < bound, relative_error(got.double(), want)
+    again = F.conv_backward_filter(x, dy, w_shape, stride=stride, padding=padding, handle=handle)
+    assert torch.equal(got, again)

@@ -4,9 +4,10 @@ backward functions, with torch.nn.functional's arguments.
 Each output has the memory order of the function's main input (NHWC in, NHWC out). ``algo`` picks
 a cuDNN algorithm (default: implicit GEMM, no workspace for the forward, or the one the backend
 prefers, ``algorithms.default_algorithm``: on the Triton backend a TF32 forward over NCHW x takes
-IMPLICIT_PRECOMP_GEMM and reads channels-last copies in its workspace, and a depthwise forward or
-backward data the algorithm that reads its filter packed in the workspace); any workspace it needs
-is allocated here.
+IMPLICIT_PRECOMP_GEMM and reads channels-last copies in its workspace, a depthwise forward or
+backward data the algorithm that reads its filter packed in the workspace, and a forward or backward
+filter over fewer than 4 input channels the one that reads x padded in the workspace); any workspace
+it needs is allocated here.
 """
 
 from __future__ import annotations
@@ -418,6 +419,8 @@ def _filter_gradient(
             algo,
             handle.math_type,
         )
+        if algo is None:  # the default, or the algorithm the handle's backend prefers for the problem
+            problem = default_algorithm(handle, problem)
     except OpenDnnError as error:
         raise names.renamed(error) from None
     dw = allocate(xb, dw_desc)

@@ -63,7 +63,7 @@ import triton
 import triton.language as tl
 
 from opendnn.core.arrays import CPU, Bound, torch_view
-from opendnn.core.descriptors import TensorDescriptor, strides_for_order
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dispatch import backend_module
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
@@ -87,6 +87,7 @@ from opendnn.families.convolution.triton_tiles import (
     BACKWARD_FILTER,
     DEPTHWISE_AHEAD_BYTES,
     DIRECT_UNROLL_STEPS,
+    PIXEL_CHANNELS,
     SUM_BLOCK,
     SUM_SPLITS,
     TABLE_BYTES_PER_TAP,
@@ -106,6 +107,8 @@ from opendnn.families.convolution.triton_tiles import (
     im2col_elements,
     itemsize_of,
     packs_depthwise_filter,
+    padded_x,
+    pads_channels,
     strides5,
     tf32,
     uses_direct,
@@ -128,9 +131,6 @@ from opendnn.kernels.device import has_wgmma, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
-# channels a pixel of the padded copy of x that a forward with fewer reduced channels reads
-# (``pads_channels``): a tap's channels are one 8-byte (16-bit) or 16-byte (float32) load
-PIXEL_CHANNELS = 4
 
 
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by the algorithm and workspace queries
@@ -228,39 +228,13 @@ def preferred(problem: ConvolutionProblem) -> bool:
     an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (TF32, x NCHW or
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
-    packed tap-major in the workspace (``packs_depthwise_filter``); a forward with few input channels
-    reading x padded in the workspace (``pads_channels``)."""
+    packed tap-major in the workspace (``packs_depthwise_filter``); a forward or backward filter with
+    few input channels reading x padded in the workspace (``pads_channels``)."""
     return (
         packs_depthwise_filter(problem)
         or pads_channels(problem)
         or (stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem)))
     )
-
-
-def pads_channels(problem: ConvolutionProblem) -> bool:
-    """Whether ``problem`` reads a copy of x padded to PIXEL_CHANNELS channels a pixel
-    (``padded_x``): an ungrouped IMPLICIT_PRECOMP_GEMM forward in 16 bits or float32 with fewer input
-    channels (an image's first layer: RGB, gray), which neither TMA nor the direct kernels take.
-    Gathered where it lies, each of its taps' channels is a scalar load with bounds of its own: conv1
-    (3 channels, 7 x 7 taps) issues an instruction every 3.45 cycles a warp and moves 118 GB/s. A
-    1 x 1 filter keeps the gather in place: each pixel of x is read once, as the copy would read it."""
-    return (
-        problem.direction not in (BACKWARD_DATA, BACKWARD_FILTER)
-        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
-        and problem.groups == 1
-        and problem.x.dims[1] < PIXEL_CHANNELS
-        and math.prod(problem.w.dims[2:]) > 1
-        and problem.x.dtype in (DataType.BFLOAT16, DataType.HALF, DataType.FLOAT)
-        and tma_blocks(problem) is None
-        and not uses_direct(problem, *channels_per_group(problem))
-    )
-
-
-def padded_x(problem: ConvolutionProblem) -> TensorDescriptor:
-    """The channels-last copy of x with PIXEL_CHANNELS channels a pixel (``pads_channels``)."""
-    n, _, *spatial = problem.x.dims
-    dims = (n, PIXEL_CHANNELS, *spatial)
-    return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, *range(2, len(dims)), 1)))
 
 
 def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
@@ -686,16 +660,8 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
     plan = filter_plan(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
     partial = Slot("partial") if plan.splits > 1 else Slot("w")
-    tensor_args = (
-        *strides5(problem.x),
-        *strides5(problem.y),
-        *strides5(problem.w),
-        geo.output_pixels,
-        *geo.y_size,
-        *geo.x_size,
-        geo.k,
-        kg,
-    )
+    beside_x = (*strides5(problem.y), *strides5(problem.w), geo.output_pixels, *geo.y_size, *geo.x_size, geo.k, kg)
+    tensor_args = (*strides5(problem.x), *beside_x)
     filter_args = (*geo.filt, *geo.pad, *geo.stride, *geo.dilation, plan.slice_pixels, problem.alpha, problem.beta)
     common = (*tensor_args, cg, *filter_args)
     flags = dict(
@@ -740,15 +706,21 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
             )
         )
     else:
-        table, source, gathered = Slot("w"), "implicit", Slot("x")
-        if strategy is Strategy.PRECOMPUTED_GEMM:
+        table, source, gathered, x_strides, pixel_channels = Slot("w"), "implicit", Slot("x"), strides5(problem.x), 0
+        if strategy is Strategy.PRECOMPUTED_GEMM and pads_channels(
+            problem
+        ):  # taps computed: their lanes' loads vectorize
+            launches.append(_pad_launch(problem, geo))
+            gathered, x_strides, pixel_channels = Slot("x_staged"), strides5(padded_x(problem)), PIXEL_CHANNELS
+        elif strategy is Strategy.PRECOMPUTED_GEMM:
             launches.append(_table_launch(geo, strides5(problem.w)[2:], False))
             table, source = Slot("table"), "precomp"
         elif strategy is Strategy.EXPLICIT_GEMM:
             launches.append(_im2col_launch(Slot("x"), problem.x, geo, geo.x_size, geo.y_size, cg, False))
             gathered, source = Slot("columns"), "im2col"
-        grid = (triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n), geo.groups, plan.splits)
-        args = (gathered, Slot("y"), Slot("w"), partial, table, *common)
+        lanes = pixel_channels or cg  # the columns a tap
+        grid = (triton.cdiv(kg, tile.block_m) * triton.cdiv(lanes * geo.taps, tile.block_n), geo.groups, plan.splits)
+        args = (gathered, Slot("y"), Slot("w"), partial, table, *x_strides, *beside_x, cg, *filter_args)
         launches.append(
             Launch(
                 direct.filter_gemm_kernel,
@@ -756,7 +728,8 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
                 args,
                 dict(
                     SOURCE=source,
-                    EVEN_CG=cg % tile.block_n == 0,
+                    PIXEL_CHANNELS=pixel_channels,
+                    EVEN_CG=lanes % tile.block_n == 0,
                     DOT=dot,
                     PRECISION=dot_precision(problem),
                     BLOCK_M=tile.block_m,

@@ -376,6 +376,7 @@ def filter_gemm_kernel(
     beta: tl.float64,
     FLIP: tl.constexpr,
     SOURCE: tl.constexpr,
+    PIXEL_CHANNELS: tl.constexpr,
     EVEN_CG: tl.constexpr,
     PARTIAL: tl.constexpr,
     HAS_BETA: tl.constexpr,
@@ -388,14 +389,24 @@ def filter_gemm_kernel(
 ):
     """Program (tile, g, split): dw rows k (BLOCK_M of K/G) x columns j = (tap, c) (BLOCK_N of
     taps * C/G), summed over pixels [split * slice_pixels, (split + 1) * slice_pixels). SOURCE as
-    conv_gemm_kernel's: "im2col" reads x already gathered (G x PIXELS x (taps * C/G) at x_ptr)."""
+    conv_gemm_kernel's: "im2col" reads x already gathered (G x PIXELS x (taps * C/G) at x_ptr).
+    PIXEL_CHANNELS (0: none) as conv_gemm_kernel's: x is a channels-last copy of one group with that
+    many channels a pixel, the columns walk them all (a tap's channels one vector) and the padding
+    channels' sums are not stored."""
     g = tl.program_id(1)
     split = tl.program_id(2)
     taps = T * R * S
-    tiles_n = tl.cdiv(taps * CG, BLOCK_N)
+    columns = CG  # columns a tap
+    pixel_stride = x_sw
+    group_offset = g * CG * x_sc
+    if PIXEL_CHANNELS > 0:  # constants: a tap's lanes are one aligned vector
+        columns = PIXEL_CHANNELS
+        pixel_stride = PIXEL_CHANNELS
+        group_offset = 0
+    tiles_n = tl.cdiv(taps * columns, BLOCK_N)
     k = tl.program_id(0) // tiles_n * BLOCK_M + tl.arange(0, BLOCK_M)
     j0 = tl.program_id(0) % tiles_n * BLOCK_N
-    tap, c, j_valid = reduction_index(j0, CG, taps * CG, BLOCK_N, EVEN_CG, 1)
+    tap, c, j_valid = reduction_index(j0, columns, taps * columns, BLOCK_N, EVEN_CG, 1)
     shift_d, shift_h, shift_w, _ = tap_shifts(
         tap,
         table_ptr,
@@ -421,7 +432,7 @@ def filter_gemm_kernel(
     )
     k_valid = k < KG
     dy_cols = (g * KG + k)[:, None] * dy_sc
-    x_cols = (g * CG + c) * x_sc
+    x_cols = group_offset + c * x_sc
     lanes = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     begin = split * slice_pixels
@@ -440,10 +451,14 @@ def filter_gemm_kernel(
             i_h, ok_h = gather_coordinate(o_h[:, None], 0, shift_h, pad_h, sh, XH, False)
             i_w, ok_w = gather_coordinate(o_w[:, None], 0, shift_w, pad_w, sw, XW, False)
             b_mask = p_valid[:, None] & j_valid & ok_d & ok_h & ok_w
-            b_offsets = n[:, None] * x_sn + i_d * x_sd + i_h * x_sh + i_w * x_sw + x_cols
+            b_offsets = n[:, None] * x_sn + i_d * x_sd + i_h * x_sh + i_w * pixel_stride + x_cols
             b = tl.load(x_ptr + b_offsets, mask=b_mask, other=0.0)
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
     j = j0 + tl.arange(0, BLOCK_N)[None, :]
+    stored = k_valid[:, None] & (j < taps * columns)
+    if PIXEL_CHANNELS > 0:  # the copy's columns to dw's: its padding channels dropped
+        stored &= j % PIXEL_CHANNELS < CG
+        j = j // PIXEL_CHANNELS * CG + j % PIXEL_CHANNELS
     store_filter(
         acc,
         (g * KG + k)[:, None],
@@ -462,7 +477,7 @@ def filter_gemm_kernel(
         w_st,
         w_sr,
         w_ss,
-        k_valid[:, None] & (j < taps * CG),
+        stored,
         alpha,
         beta,
         PARTIAL,

@@ -26,6 +26,9 @@ FORWARD, BACKWARD_DATA, BACKWARD_FILTER = ConvolutionDirection
 PROGRAMS_PER_SM = 2  # split-K slices aim for two programs per SM (264 on an H200)
 DIRECT_MAX_REDUCED = 4  # IMPLICIT_GEMM takes the direct kernels up to this many reduced channels per group
 DIRECT_MAX_OUTPUTS = 8  # ... and this many output channels per group
+# channels a pixel of the padded copy of x that a forward or a 16-bit backward filter with fewer input
+# channels reads (``pads_channels``): a tap's channels are one 8-byte (16-bit) or 16-byte (float32) load
+PIXEL_CHANNELS = 4
 DIRECT_UNROLL_STEPS = 9  # most taps x reduced channels the direct kernel unrolls (more: a runtime loop)
 DIRECT_FILTER_COLUMNS = 32  # most taps x C/G the direct backward filter keeps in registers
 # ... its (pixels, channels, warps) per tile, programs and fewest pixel tiles per slice, by whether dy's
@@ -173,6 +176,36 @@ def uses_direct(problem: ConvolutionProblem, reduced: int, outputs: int) -> bool
     if method in PACKED_FILTER_METHODS:
         return few and packed_filter_layout(problem)
     return few and method is ConvolutionMethod.IMPLICIT_GEMM
+
+
+def pads_channels(problem: ConvolutionProblem) -> bool:
+    """Whether ``problem`` reads a copy of x padded to PIXEL_CHANNELS channels a pixel
+    (``padded_x``): an ungrouped IMPLICIT_PRECOMP_GEMM forward in 16 bits or float32, or backward
+    filter in 16 bits, with fewer input channels (an image's first layer: RGB, gray), which the
+    direct kernels do not take and TMA cannot (a pixel of fewer than 4 channels is no 16-byte row).
+    Gathered where it lies, each of its taps' channels is a scalar load with bounds of its own:
+    conv1's forward (3 channels, 7 x 7 taps) issues an instruction every 3.45 cycles a warp and moves
+    118 GB/s. A float32 backward filter keeps the gather in place: its TF32 operands reduce over
+    pixels, which wgmma needs contiguous in shared memory, so the copy's vectors land there 4 bytes at
+    a time, transposed, and the copy only adds its traffic (conv1 on the H200: 688 -> 942 us NHWC,
+    551 -> 597 NCHW). So does a 1 x 1 filter: each pixel of x is read once, as the copy would read it."""
+    forward = problem.direction is FORWARD
+    return (
+        (forward or problem.direction is BACKWARD_FILTER and problem.x.dtype.itemsize == 2)
+        and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
+        and problem.groups == 1
+        and problem.x.dims[1] < PIXEL_CHANNELS
+        and math.prod(problem.w.dims[2:]) > 1
+        and problem.x.dtype in (DataType.BFLOAT16, DataType.HALF, DataType.FLOAT)
+        and not (forward and uses_direct(problem, *channels_per_group(problem)))
+    )
+
+
+def padded_x(problem: ConvolutionProblem) -> TensorDescriptor:
+    """The channels-last copy of x with PIXEL_CHANNELS channels a pixel (``pads_channels``)."""
+    n, _, *spatial = problem.x.dims
+    dims = (n, PIXEL_CHANNELS, *spatial)
+    return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, *range(2, len(dims)), 1)))
 
 
 def channels_per_group(problem: ConvolutionProblem) -> tuple[int, int]:
@@ -375,16 +408,17 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         step = tile.block_m
         direct_kernel = True
     else:
+        lanes = PIXEL_CHANNELS if pads_channels(problem) else cg  # the columns a tap, as the GEMM walks them
         target = programs_to_fill(PROGRAMS_PER_SM)
-        tile = gemm_tile(problem, kg, cg * geo.taps, cg, pixels, geo.groups * target)
+        tile = gemm_tile(problem, kg, lanes * geo.taps, lanes, pixels, geo.groups * target)
         block_m = max(16, min(tile.block_m, triton.next_power_of_2(kg)))
-        block_n = next((b for b in (128, 64, 32, 16) if cg % b == 0), tile.block_n)  # one tap per tile
+        block_n = next((b for b in (128, 64, 32, 16) if lanes % b == 0), tile.block_n)  # one tap per tile
         block_n = min(block_n, tile.block_n)
         # the reduction runs over pixels: its chunk is the dtype's, not one shortened for a forward's lanes
         # straddling taps (conv1's 3 channels, bf16 on the H200: 557 -> 339 us at 64 pixels a chunk against 32)
         block_k = tile.block_k if accumulator_type(problem) == tl.float64 else reduction_chunk(problem)
         tile = Tile(block_m, block_n, block_k, 8 if block_m * block_n >= 128 * 128 else 4, tile.num_stages)
-        programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(cg * geo.taps, tile.block_n) * geo.groups
+        programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(lanes * geo.taps, tile.block_n) * geo.groups
         step, min_steps = tile.block_k, MIN_SLICE_STEPS
         direct_kernel = False
     splits = max(1, min(triton.cdiv(target, programs), pixels // (step * min_steps)))
