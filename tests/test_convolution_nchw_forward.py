@@ -215,3 +215,35 @@ def test_the_workspace_query_reports_one_activation_and_the_filter(name):
     assert od.get_convolution_forward_workspace_size(handle, x, w, conv, y, PRECOMP) == staged
     assert od.get_convolution_forward_workspace_size(handle, x, w, conv, y, od.ConvolutionFwdAlgo.GEMM) == columns
     assert od.get_convolution_forward_workspace_size(handle, x, w, conv, y, IMPLICIT) == 0
+
+
+@pytest.mark.parametrize(
+    "case, channels_last, k, filt, tile",
+    [
+        ("NCHW, 256 output channels: fewer, wider rows of them", False, 256, 1, (128, 256, 8)),
+        ("NCHW, 160 output channels", False, 160, 1, (128, 256, 8)),
+        ("NCHW, 64 output channels: the narrow tile", False, 64, 1, (128, 64, 4)),
+        ("NCHW 3x3: taps keep the table's tile", False, 256, 3, (256, 128, 8)),
+        ("channels-last: the table's tile", True, 256, 1, (256, 128, 8)),
+    ],
+)
+def test_a_tf32_one_tap_forward_over_nchw_x_takes_wide_tiles_of_128_rows(case, channels_last, k, filt, tile):
+    """x read along its pixels goes to the tensor cores transposed: 128 rows and up to 256 columns."""
+    x, w, y, _, _, _ = layer(c=64, size=(56, 56), k=k, filt=filt, pad=filt // 2, stride=1)
+    if channels_last:
+        x, w, y = (t.contiguous(memory_format=torch.channels_last) for t in (x, w, y))
+    conv = od.ConvolutionDescriptor((filt // 2,) * 2, (1, 1), (1, 1))
+    descs = (descriptor(x), descriptor(w), descriptor(y))
+    problem = convolution_problem(ConvolutionDirection.FORWARD, conv, *descs, algo=IMPLICIT, allow_tf32=True)
+    rows = 64 * 56 * 56
+    chosen = kernels.gemm_tile(problem, rows, k, 64, 64 * filt * filt, 1)
+    assert (chosen.block_m, chosen.block_n, chosen.num_warps) == tile
+
+
+def test_a_tf32_one_tap_forward_over_nchw_x_in_wide_tiles_matches_float64(planned_convolutions):
+    """256 output channels over NCHW x under IMPLICIT_GEMM: one 128 x 256 tile of rows, the caller's
+    tensors read where they lie (the interpreter's products exact)."""
+    x, w, _, _, _, _ = layer(c=32, size=(9, 7), k=256, filt=1, pad=0, stride=1)
+    got = F.conv(x, w, algo=IMPLICIT, handle=tf32_handle())
+    assert planned_convolutions == [(IMPLICIT, S.IMPLICIT_GEMM, ["conv_gemm_kernel"])]
+    assert relative_error(got.double(), TF.conv2d(x.double(), w.double())) < FLOAT32_SUMS
