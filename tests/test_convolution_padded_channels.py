@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as TF
+from test_convolution_tf32_staging import tf32_nearest
 
 import opendnn as od
 import opendnn.functional as F
@@ -236,3 +237,27 @@ def test_a_float32_backward_filter_keeps_the_gather_in_place(planned_convolution
     taken = [(algo, strategy) for algo, strategy, _ in planned_convolutions]
     assert taken == [(ALGO_0, S.IMPLICIT_GEMM), (ALGO_3, S.PRECOMPUTED_GEMM)]
     assert "pad_channels_kernel" not in planned_convolutions[1][2]
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_a_tf32_forward_reads_x_and_the_filter_rounded_to_nearest(planned_convolutions, channels_last):
+    """Under TF32 both copies hold the operands rounded to TF32 to nearest (the tensor cores would
+    truncate what they read in place): the interpreter's exact products land on the float64
+    convolution of the rounded operands, not of the caller's."""
+    x, w = random((2, 3, 12, 10), 1, torch.float32), random((16, 3, 7, 7), 2, torch.float32)
+    if channels_last:
+        x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
+    handle = od.create("cpu", backend="triton", math_type=od.MathType.TENSOR_OP)
+    got = F.conv(x, w, stride=2, padding=3, handle=handle)
+    assert planned_convolutions == [
+        (PRECOMP, S.PRECOMPUTED_GEMM, ["pad_channels_kernel", "staging_kernel", "conv_gemm_kernel"])
+    ]
+    x_read, w_read = (torch.from_numpy(tf32_nearest(t.contiguous().numpy())) for t in (x, w))
+    want = reference(x_read, w_read, 2, 3)
+    assert relative_error(got.double(), want) < BOUNDS[torch.float32]
+    assert relative_error(got.double(), reference(x, w, 2, 3)) > 10 * BOUNDS[torch.float32]  # the rounding is seen
+    descs = [od.TensorDescriptor(od.DataType.FLOAT, tuple(t.shape), t.stride()) for t in (x, w, got)]
+    conv = od.ConvolutionDescriptor((3, 3), (2, 2), (1, 1))
+    size = od.get_convolution_forward_workspace_size(handle, descs[0], descs[1], conv, descs[2], PRECOMP)
+    copies = [2 * 12 * 10 * kernels.PIXEL_CHANNELS * 4, 16 * 3 * 7 * 7 * 4]  # x's and the filter's, float32
+    assert size == sum(-(-copy // 256) * 256 for copy in copies)

@@ -109,6 +109,7 @@ from opendnn.families.convolution.triton_tiles import (
     packs_depthwise_filter,
     padded_x,
     pads_channels,
+    rounded_filter,
     strides5,
     tf32,
     uses_direct,
@@ -164,7 +165,7 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     if raster is not None:  # the rasters, in the places of the TMA route's copies, which are not made
         copies = [*raster_elements(problem, raster), 0]
     elif pads_channels(problem):
-        copies = [padded_x(problem).numel, 0, 0]
+        copies = [padded_x(problem).numel, 0, problem.w.numel if rounded_filter(problem) else 0]
     elif tma_blocks(problem) is None:
         copies = [0, 0, 0]
     else:
@@ -422,6 +423,9 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
         reduced, outputs, a_size, out_size = geo.c // groups, geo.k // groups, geo.x_size, geo.y_size
     packed = packs_depthwise_filter(problem)
     w, w_desc = (Slot("w_packed"), depthwise_packed_filter(problem)) if packed else (Slot("w"), problem.w)
+    rounded = rounded_filter(problem)
+    if rounded is not None:
+        w, w_desc = Slot("w_packed"), rounded
     w_sk, w_sc, *w_taps = strides5(w_desc)
     epilogue_args = (*strides5(problem.z), problem.bias.strides[1] if problem.bias is not None else 0)
     scalars = (problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
@@ -528,6 +532,8 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     pixel_channels = 0
     if strategy is Strategy.PRECOMPUTED_GEMM and pads_channels(problem):  # taps computed: their lanes' loads vectorize
         launches.append(_pad_launch(problem, geo))
+        if rounded is not None:
+            launches.append(copy_launch(w, w_desc, "w", problem.w, True))
         a, a_desc, pixel_channels = Slot("x_staged"), padded_x(problem), PIXEL_CHANNELS
     elif strategy is Strategy.PRECOMPUTED_GEMM:
         launches.append(_table_launch(geo, strides5(problem.w)[2:], problem.flip))
@@ -551,7 +557,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     w_group = (reduced if backward else outputs) * w_sk
     args = (
         a,
-        Slot("w"),
+        w,
         out,
         Slot("bias"),
         Slot("z"),
@@ -610,14 +616,15 @@ def _table_launch(geo: Geometry, w_tap_strides: tuple[int, ...], flip: bool) -> 
 
 
 def _pad_launch(problem: ConvolutionProblem, geo: Geometry) -> Launch:
-    """``pad_channels_kernel`` writing x's padded copy (``padded_x``) into the workspace."""
+    """``pad_channels_kernel`` writing x's padded copy (``padded_x``) into the workspace, rounded to TF32
+    for a TF32 product."""
     pixels = geo.n * math.prod(geo.x_size)
     block = 256
     return Launch(
         gemm.pad_channels_kernel,
         (triton.cdiv(pixels, block),),
         (Slot("x"), Slot("x_staged"), *strides5(problem.x), pixels, *geo.x_size, geo.c),
-        dict(PIXEL_CHANNELS=PIXEL_CHANNELS, BLOCK=block, num_warps=4),
+        dict(PIXEL_CHANNELS=PIXEL_CHANNELS, ROUND_TO_TF32=tf32(problem), BLOCK=block, num_warps=4),
     )
 
 

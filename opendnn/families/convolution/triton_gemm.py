@@ -35,6 +35,10 @@ import triton.language as tl
 
 from opendnn.kernels.activation import activation
 
+TF32_DROPPED_BITS = 13  # float32's 23 mantissa bits less TF32's 10
+TF32_HALF_UNIT = tl.constexpr(1 << (TF32_DROPPED_BITS - 1))  # half of the last kept bit's unit
+TF32_DROPPED = tl.constexpr(TF32_DROPPED_BITS)
+
 
 @triton.jit
 def reduction_index(j0, RED, total, BLOCK_K: tl.constexpr, EVEN_RED: tl.constexpr, AXIS: tl.constexpr):
@@ -705,6 +709,16 @@ def conv_tma_kernel(
 
 
 @triton.jit
+def round_to_tf32(value):
+    """float32 ``value`` rounded to TF32, to nearest with ties away from zero (``cvt.rna.tf32.f32``):
+    the bits plus half of the last kept bit's unit, the 13 dropped bits cleared (a carry into the
+    exponent is the next binade, or infinity past the largest finite value; NaN stays NaN)."""
+    bits = value.to(tl.uint32, bitcast=True) + TF32_HALF_UNIT
+    rounded = (bits >> TF32_DROPPED << TF32_DROPPED).to(tl.float32, bitcast=True)
+    return tl.where(value == value, rounded, value)
+
+
+@triton.jit
 def pad_channels_kernel(
     x_ptr,
     out_ptr,
@@ -719,10 +733,12 @@ def pad_channels_kernel(
     W,
     C,
     PIXEL_CHANNELS: tl.constexpr,
+    ROUND_TO_TF32: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """x (N, C, D, H, W at its strides) copied channels-last with PIXEL_CHANNELS channels a pixel,
-    zeros past its C: the A operand ``conv_gemm_kernel`` reads a tap of as one vector."""
+    zeros past its C, rounded to TF32 where ROUND_TO_TF32: the A operand ``conv_gemm_kernel`` reads a
+    tap of as one vector."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     w = p % W
     h = (p // W) % H
@@ -732,6 +748,8 @@ def pad_channels_kernel(
     pixel = n.to(tl.int64) * x_sn + d.to(tl.int64) * x_sd + h.to(tl.int64) * x_sh + w.to(tl.int64) * x_sw
     inside = (p < pixels)[:, None]
     value = tl.load(x_ptr + (pixel[:, None] + c[None, :] * x_sc), mask=inside & (c < C)[None, :], other=0.0)
+    if ROUND_TO_TF32:
+        value = round_to_tf32(value)
     tl.store(out_ptr + (p.to(tl.int64)[:, None] * PIXEL_CHANNELS + c[None, :]), value, mask=inside)
 
 

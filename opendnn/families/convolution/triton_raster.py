@@ -58,6 +58,7 @@ import triton.language as tl
 from opendnn.families.convolution.gluon_filter import PARTIAL_BYTES_PER_US, SM_LOAD_BYTES_PER_US, SUM_LAUNCH_US
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import store_tap_filter
+from opendnn.families.convolution.triton_gemm import round_to_tf32
 from opendnn.families.convolution.triton_matrix import pixels_contiguous, pixelwise
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_FILTER,
@@ -68,7 +69,7 @@ from opendnn.families.convolution.triton_tiles import (
     strides5,
     tf32,
 )
-from opendnn.families.convolution.triton_tma import round_to_tf32, tma_blocks
+from opendnn.families.convolution.triton_tma import tma_blocks
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 

@@ -208,6 +208,16 @@ def padded_x(problem: ConvolutionProblem) -> TensorDescriptor:
     return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, *range(2, len(dims)), 1)))
 
 
+def rounded_filter(problem: ConvolutionProblem) -> TensorDescriptor | None:
+    """The filter's copy (KCRS, packed) that a TF32 forward over the padded copy reads, both copies
+    rounded to TF32 to nearest as the TMA route's staged operands are (the tensor cores truncate what
+    they read in place); None for other problems."""
+    if not (pads_channels(problem) and tf32(problem)):
+        return None
+    w = problem.w
+    return TensorDescriptor(w.dtype, w.dims, strides_for_order(w.dims, tuple(range(w.ndim))))
+
+
 def channels_per_group(problem: ConvolutionProblem) -> tuple[int, int]:
     """(reduced, output) channels per group of a forward or backward data."""
     geo = geometry(problem)

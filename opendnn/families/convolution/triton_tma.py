@@ -442,22 +442,9 @@ def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDe
     return TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, order))
 
 
-TF32_DROPPED_BITS = 13  # float32's 23 mantissa bits less TF32's 10
-TF32_HALF_UNIT = tl.constexpr(1 << (TF32_DROPPED_BITS - 1))  # half of the last kept bit's unit
-TF32_DROPPED = tl.constexpr(TF32_DROPPED_BITS)
 STAGING_OUTER_DIMS = tl.constexpr(OUTER_DIMS)
 STAGING_TILE = 64  # A and B extent of a staging copy's tile (a transpose's: loads along A, stores along B)
 STAGING_WARPS = 8
-
-
-@triton.jit
-def round_to_tf32(value):
-    """float32 ``value`` rounded to TF32, to nearest with ties away from zero (``cvt.rna.tf32.f32``):
-    the bits plus half of the last kept bit's unit, the 13 dropped bits cleared (a carry into the
-    exponent is the next binade, or infinity past the largest finite value; NaN stays NaN)."""
-    bits = value.to(tl.uint32, bitcast=True) + TF32_HALF_UNIT
-    rounded = (bits >> TF32_DROPPED << TF32_DROPPED).to(tl.float32, bitcast=True)
-    return tl.where(value == value, rounded, value)
 
 
 @triton.jit
@@ -477,7 +464,7 @@ def staging_kernel(
     ROUND_TO_TF32: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """target = source, rounded to TF32 (``round_to_tf32``) where ROUND_TO_TF32, target's elements
+    """target = source, rounded to TF32 (``triton_gemm.round_to_tf32``) where ROUND_TO_TF32, target's elements
     from ``target_offset`` on. One BLOCK x BLOCK tile of dims A x B of the canonical layout
     (``kernels.layout``) a program; ``sizes`` and the strides are tuples over its outer dims."""
     pid = tl.program_id(0)
@@ -494,7 +481,7 @@ def staging_kernel(
     target = target_offset + dim_offsets(outer, STAGING_OUTER_DIMS, sizes, target_strides)
     tl.store(
         target_ptr + target + a_index[:, None] * target_stride_a + b_index[None, :] * target_stride_b,
-        round_to_tf32(value) if ROUND_TO_TF32 else value,
+        gemm.round_to_tf32(value) if ROUND_TO_TF32 else value,
         mask=mask,
     )
 
