@@ -277,6 +277,56 @@ def test_pooling(engine, mode):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", ["MAXPOOL", og.ResampleMode.AVGPOOL_INCLUDE_PADDING, "avgpool_exclude_padding"])
+def test_resample_computes_cudnn_frontends_pooling_modes(engine, mode):
+    rng = np.random.default_rng(15)
+    x = random(rng, (2, 3, 6, 7))
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    y, index = g.resample(xt, mode, window=[3, 2], stride=[2, 2], pre_padding=[1, 1], post_padding=[1, 1])
+    assert index is None and y.dims == (2, 3, 3, 4)
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    if mode == "MAXPOOL":
+        expected = TF.max_pool2d(t64(x), (3, 2), 2, 1)
+    else:
+        include = mode is og.ResampleMode.AVGPOOL_INCLUDE_PADDING
+        expected = TF.avg_pool2d(t64(x), (3, 2), 2, 1, count_include_pad=include)
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            dict(resampling_mode="BILINEAR"),
+            r"resampling_mode=BILINEAR is not implemented: resample computes \['MAXPOOL'",
+        ),
+        (dict(resampling_mode="nearest"), "resampling_mode=NEAREST is not implemented"),
+        (
+            dict(padding_mode=og.PaddingMode.ZERO_PAD),
+            "padding_mode=ZERO_PAD with MAXPOOL: MAXPOOL computes with NEG_INF_PAD",
+        ),
+        (
+            dict(resampling_mode="AVGPOOL_INCLUDE_PADDING", padding_mode="EDGE_VAL_PAD"),
+            "padding_mode=EDGE_VAL_PAD with",
+        ),
+        (
+            dict(padding_mode="reflect"),
+            r"padding_mode='reflect' must be one of \['ZERO_PAD', 'NEG_INF_PAD', 'EDGE_VAL_PAD'\]",
+        ),
+        (dict(pre_padding=[1, 0], post_padding=[0, 1]), r"pre_padding=\[1, 0\] must equal post_padding=\[0, 1\]"),
+        (dict(generate_index=True), "generate_index=True: no index tensor is made"),
+    ],
+)
+def test_resample_refuses_what_it_does_not_compute_by_name(arguments, message):
+    g = cpu_graph()
+    xt = g.tensor(dim=[2, 3, 6, 6], name="x")
+    with pytest.raises(od.BadParam, match=message):
+        g.resample(xt, **{"window": [2, 2], **arguments})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_cast_and_comparisons_store_the_types_asked_for(engine):
     rng = np.random.default_rng(14)
     x = random(rng, (4, 5))

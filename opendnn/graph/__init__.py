@@ -20,7 +20,7 @@ kernels), build the plans once and execute them many times with a variant pack o
 
 from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.dtypes import DataType
-from opendnn.graph.builder import NormForwardPhase
+from opendnn.graph.builder import NormForwardPhase, PaddingMode, ResampleMode
 from opendnn.graph.engines import BuildPlanPolicy, HeurMode
 from opendnn.graph.graph import Graph
 from opendnn.graph.plan import ExecutionPlan
@@ -33,8 +33,10 @@ __all__ = [
     "Graph",
     "HeurMode",
     "NormForwardPhase",
+    "PaddingMode",
     "PointwiseMode",
     "PoolingMode",
     "ReduceTensorOp",
+    "ResampleMode",
     "Tensor",
 ]

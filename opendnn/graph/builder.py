@@ -38,6 +38,33 @@ class NormForwardPhase(enum.Enum):
     INFERENCE = "inference"
 
 
+class ResampleMode(enum.Enum):
+    """cudnn-frontend's resampling modes; the pooling ones name a PoolingMode (the value)."""
+
+    MAXPOOL = PoolingMode.MAX.value
+    AVGPOOL_INCLUDE_PADDING = PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING.value
+    AVGPOOL_EXCLUDE_PADDING = PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING.value
+    BILINEAR = "bilinear"
+    NEAREST = "nearest"
+
+
+class PaddingMode(enum.Enum):
+    """What cudnn-frontend's resampling reads past the edges: zeros, minus infinity, the edge's values."""
+
+    ZERO_PAD = "zero"
+    NEG_INF_PAD = "neg_inf"
+    EDGE_VAL_PAD = "edge"
+
+
+# the padding each pooling mode computes with: max pooling skips it (as minus infinity), the averages
+# count zeros there (INCLUDE) or count only the window's pixels inside the input (EXCLUDE)
+POOLING_PADDING = {
+    ResampleMode.MAXPOOL: PaddingMode.NEG_INF_PAD,
+    ResampleMode.AVGPOOL_INCLUDE_PADDING: PaddingMode.ZERO_PAD,
+    ResampleMode.AVGPOOL_EXCLUDE_PADDING: PaddingMode.ZERO_PAD,
+}
+
+
 @dataclass(eq=False)
 class Node:
     """One operation of a graph: its kind, its tensors by role and its attributes (JSON values)."""
@@ -433,6 +460,47 @@ class OperationBuilder(PointwiseMethods):
         }
         return self._add("pooling", {"x": input}, attributes, name)["y"]
 
+    def resample(
+        self,
+        input: Tensor,
+        resampling_mode: ResampleMode | str = ResampleMode.MAXPOOL,
+        padding_mode: PaddingMode | str | None = None,
+        window: Sequence[int] = (2, 2),
+        stride: Sequence[int] | None = None,
+        pre_padding: Sequence[int] | None = None,
+        post_padding: Sequence[int] | None = None,
+        generate_index: bool = False,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, None]:
+        """cudnn-frontend's resampling forward, (y, index): its pooling modes, computed as ``pooling``.
+        ``padding_mode`` defaults to the one the mode computes with (NEG_INF_PAD for MAXPOOL, ZERO_PAD
+        for the averages); no index tensor is made (the max pooling backward finds each window's
+        maximum in x again), so index is None.
+
+        Raises:
+            BadParam: BILINEAR or NEAREST (interpolation is not implemented), a padding mode other
+                than the mode's, pre_padding unequal to post_padding, or generate_index.
+        """
+        mode = ResampleMode[_enum_name(ResampleMode, resampling_mode, "resampling_mode")]
+        if mode not in POOLING_PADDING:
+            raise BadParam(
+                f"resampling_mode={mode.name} is not implemented: resample computes "
+                f"{[pooling.name for pooling in POOLING_PADDING]}"
+            )
+        padding = POOLING_PADDING[mode]
+        if padding_mode is not None:
+            asked = PaddingMode[_enum_name(PaddingMode, padding_mode, "padding_mode")]
+            if asked is not padding:
+                raise BadParam(f"padding_mode={asked.name} with {mode.name}: {mode.name} computes with {padding.name}")
+        pre = pre_padding if pre_padding is not None else (0,) * len(window)
+        post = post_padding if post_padding is not None else pre
+        if tuple(pre) != tuple(post):
+            raise BadParam(f"pre_padding={list(pre)} must equal post_padding={list(post)} (the padding is symmetric)")
+        if generate_index:
+            raise BadParam("generate_index=True: no index tensor is made (the backward finds the maxima in x again)")
+        return self.pooling(input, mode.value, window, stride, pre, name=name), None
+
     # ---- attention ------------------------------------------------------------------------------------
 
     def sdpa(
@@ -644,6 +712,12 @@ def _normalized_ndim(scale: Tensor) -> int:
     dims = scale.dims if isinstance(scale, Tensor) else (1,)
     leading = next((k for k, d in enumerate(dims) if d != 1), len(dims) - 1)
     return len(dims) - leading
+
+
+def _enum_name(kind: type[enum.Enum], value: Any, parameter: str) -> str:
+    """The name of the enum member given as the member, its value or its name."""
+    value = _enum_value(kind, value, parameter)
+    return next(member.name for member in kind if member.value == value)
 
 
 def _enum_value(kind: type[enum.Enum], value: Any, parameter: str) -> Any:
