@@ -663,3 +663,32 @@ def test_a_backward_filter_with_few_channels_reads_x_padded_and_matches_float64_
     assert relative_error(got.double(), want) < bound, relative_error(got.double(), want)
     again = F.conv_backward_filter(x, dy, w_shape, stride=stride, padding=padding, handle=handle)
     assert torch.equal(got, again)
+
+
+@pytest.mark.parametrize(
+    "dtype, layout, math_type, bound",
+    [
+        (torch.bfloat16, torch.channels_last, od.MathType.DEFAULT, 1e-2),
+        (torch.float32, torch.contiguous_format, od.MathType.TENSOR_OP, 2e-3),
+        (torch.float32, torch.contiguous_format, od.MathType.DEFAULT, 1e-5),
+    ],
+)
+def test_gemms_backward_data_of_conv1_gathers_the_products_and_matches_float64_on_gpu(
+    planned_convolutions, dtype, layout, math_type, bound
+):
+    """ResNet-50's conv1 at batch 4 under ALGO_1: the product's float sums in the workspace, gathered
+    into dx in tap order (``triton_col2im``): within its precision's error of float64, bit for bit
+    repeatable."""
+    handle = od.create(DEVICE, math_type=math_type)
+    w = (torch.randn(64, 3, 7, 7, device=DEVICE) / math.sqrt(147)).to(dtype).contiguous(memory_format=layout)
+    dy = torch.randn(4, 64, 112, 112, device=DEVICE, dtype=dtype).contiguous(memory_format=layout)
+    algo = od.ConvolutionBwdDataAlgo.ALGO_1
+
+    def gradient():
+        return F.conv_backward_data(dy, w, (4, 3, 224, 224), stride=2, padding=3, algo=algo, handle=handle)
+
+    got = gradient()
+    assert [kernels for _, _, kernels in planned_convolutions] == [["col2im_product_kernel", "col2im_gather_kernel"]]
+    want = torch.nn.grad.conv2d_input((4, 3, 224, 224), w.double(), dy.double(), 2, 3)
+    assert relative_error(got.double(), want) < bound, relative_error(got.double(), want)
+    assert torch.equal(got, gradient())

@@ -19,7 +19,9 @@ Algorithms (``method_of(problem.algo)``, in ``problem.py``):
                            problems: the depthwise kernel over the filter packed tap-major in the
                            workspace (``packs_depthwise_filter``), as under GEMM
     GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
-                           strided positions (backward data) in the workspace, then a matrix product
+                           strided positions (backward data) in the workspace, then a matrix product;
+                           a backward data over few input channels multiplies dy by the filter into
+                           the workspace and gathers the products into dx (``triton_col2im``)
     DIRECT                 the direct kernel (forward)
 Backward filter splits its pixel reduction into slices through the workspace when its tiles are
 too few to fill the GPU; slices are summed in a fixed order (deterministic, no atomics).
@@ -79,6 +81,7 @@ from opendnn.families.convolution.problem import (
     algorithm_refusal,
     method_of,
 )
+from opendnn.families.convolution.triton_col2im import col2im_elements, col2im_launches, gathers_products
 from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
 from opendnn.families.convolution.triton_raster import raster_elements, raster_launches, raster_plan, staged_operands
@@ -148,7 +151,9 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     precomputed = method is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM and not pads_channels(problem)
     table = aligned(geo.taps * TABLE_BYTES_PER_TAP) if precomputed else 0
     columns = partials = 0
-    if method is ConvolutionMethod.GEMM:
+    if gathers_products(problem):  # the product's float sums, which the gather adds up
+        partials = aligned(col2im_elements(problem) * (8 if accumulator_type(problem) == tl.float64 else 4))
+    elif method is ConvolutionMethod.GEMM:
         columns = aligned(im2col_elements(problem) * itemsize_of(problem))
     if problem.direction is BACKWARD_FILTER:  # enough for the TMA kernel's slices and the others'
         splits = max(
@@ -211,7 +216,7 @@ class Strategy(enum.Enum):
     GROUPED = "blocks of narrow groups, one block-diagonal product per tap (triton_grouped)"
     IMPLICIT_GEMM = "implicit GEMM gathering its operand tiles in the mainloop (no workspace)"
     PRECOMPUTED_GEMM = "implicit GEMM through the workspace: a table of per-tap offsets, or x padded (pads_channels)"
-    EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM"
+    EXPLICIT_GEMM = "im2col (or dy's column matrix) in the workspace, then a GEMM; or the product, then a gather"
 
 
 TMA_STRATEGIES = (Strategy.WARP_SPECIALIZED_TMA, Strategy.RASTER_FILTER, Strategy.TMA)  # kernels reading by TMA
@@ -406,6 +411,8 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
             launches.append(_sum_launch(problem, grouped_splits(problem)))
     elif problem.direction is BACKWARD_FILTER:
         launches = _backward_filter(problem, dot, strategy)
+    elif strategy is Strategy.EXPLICIT_GEMM and gathers_products(problem):
+        launches = col2im_launches(problem, dot)
     else:
         launches = _forward_or_backward_data(problem, dot, strategy)
     return Plan(tuple(launches), tuple(regions), strategy in TMA_STRATEGIES)

@@ -1,0 +1,212 @@
+"""Backward data as a product then a gather: GEMM's route for problems with few input channels.
+
+The column route of GEMM's backward data (``triton_gemm.im2col_kernel`` over dy) holds, for every
+pixel of dx, every tap's dy channels: input pixels x taps x K elements, 20 GB for ResNet-50's conv1
+at batch 64 (3 input channels, 64 output channels, 7 x 7 taps). Taken the other way round, each pixel
+of dy meets every tap once:
+
+    Z[g, tap, p, c] = sum over k of dy[p, g * K/G + k] * w[g * K/G + k, c, tap]    (one product)
+    dx[q, g * C/G + c] = sum over the taps that reach q of Z[g, tap, p(q, tap), c]  (one gather)
+
+Z holds output pixels x taps x C elements (118 M for conv1, float32 sums, 472 MB): the smaller
+matrix where the input channels are fewer than the output channels times the stride's area
+(``gathers_products``). dy is read once, by the product; Z is written once and read once, by the
+gather, which sums each pixel's taps in tap order (bitwise repeatable, no atomics) and blends alpha
+and beta as every backward data does. Z is tap-major, so that neighbouring pixels of dx read
+neighbouring rows of a tap's plane.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
+from opendnn.families.convolution.triton_direct import pixel_coordinates
+from opendnn.families.convolution.triton_gemm import epilogue, tap_shifts
+from opendnn.families.convolution.triton_matrix import matmul_form
+from opendnn.families.convolution.triton_tiles import (
+    BACKWARD_DATA,
+    accumulator_type,
+    channels_per_group,
+    dot_precision,
+    geometry,
+    im2col_elements,
+    strides5,
+    uses_direct,
+)
+from opendnn.kernels.launch import Launch, Slot
+
+PRODUCT_TILE = (64, 64, 32, 4)  # rows (pixels of dy), columns (taps x C/G), reduction (K/G), warps
+GATHER_PIXELS = 64
+
+
+def col2im_elements(problem: ConvolutionProblem) -> int:
+    """Elements of Z, the product's matrix: output pixels x taps x C."""
+    geo = geometry(problem)
+    return geo.output_pixels * geo.taps * geo.c
+
+
+def gathers_products(problem: ConvolutionProblem) -> bool:
+    """Whether GEMM's backward data takes this route: Z smaller than dy's column matrix, where neither
+    the matrix product of a 1x1 layer nor the direct kernels of a depthwise one take the problem."""
+    return (
+        problem.direction is BACKWARD_DATA
+        and method_of(problem.algo) is ConvolutionMethod.GEMM
+        and col2im_elements(problem) < im2col_elements(problem)
+        and matmul_form(problem) is None
+        and not uses_direct(problem, *channels_per_group(problem))
+    )
+
+
+@triton.jit
+def col2im_product_kernel(
+    dy_ptr,
+    w_ptr,
+    z_ptr,
+    dy_sn,
+    dy_sc,
+    dy_sd,
+    dy_sh,
+    dy_sw,
+    w_sk,
+    w_sc,
+    w_st,
+    w_sr,
+    w_ss,
+    PIXELS,
+    OD,
+    OH,
+    OW,
+    KG,
+    CG,
+    T,
+    R,
+    S,
+    FLIP: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """Program (tile, g): Z[g] rows p (BLOCK_M pixels of dy) x columns j = (tap, c) (BLOCK_N of
+    taps * C/G), the sum over K/G, stored as float sums at z_ptr tap-major (G x taps x PIXELS x C/G:
+    the gather's neighbouring pixels read one tap's neighbouring rows)."""
+    g = tl.program_id(1)
+    columns = T * R * S * CG
+    tiles_n = tl.cdiv(columns, BLOCK_N)
+    p = tl.program_id(0) // tiles_n * BLOCK_M + tl.arange(0, BLOCK_M)
+    j = tl.program_id(0) % tiles_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    p_valid, j_valid = p < PIXELS, j < columns
+    n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+    dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
+    tap = tl.where(j_valid, j // CG, 0)
+    _, _, _, w_tap = tap_shifts(tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, 0, 0, 0, w_st, w_sr, w_ss, FLIP, False)
+    w_cols = (j % CG) * w_sc + w_tap
+    lanes = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
+    for k0 in range(0, KG, BLOCK_K):
+        k = g * KG + k0 + lanes
+        k_valid = k0 + lanes < KG
+        a = tl.load(
+            dy_ptr + (dy_rows[:, None] + k[None, :] * dy_sc), mask=p_valid[:, None] & k_valid[None, :], other=0.0
+        )
+        b = tl.load(w_ptr + (k[:, None] * w_sk + w_cols[None, :]), mask=k_valid[:, None] & j_valid[None, :], other=0.0)
+        acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
+    z_planes = ((g * T * R * S + tap).to(tl.int64) * PIXELS)[None, :]
+    z_offsets = (z_planes + p[:, None]) * CG + (j % CG)[None, :]
+    tl.store(z_ptr + z_offsets, acc, mask=p_valid[:, None] & j_valid[None, :])
+
+
+@triton.jit
+def col2im_gather_kernel(
+    z_ptr,
+    dx_ptr,
+    dx_sn,
+    dx_sc,
+    dx_sd,
+    dx_sh,
+    dx_sw,
+    PIXELS,
+    OUT_PIXELS,
+    XD,
+    XH,
+    XW,
+    OD,
+    OH,
+    OW,
+    C,
+    CG,
+    T,
+    R,
+    S,
+    pad_d,
+    pad_h,
+    pad_w,
+    sd,
+    sh,
+    sw,
+    dil_d,
+    dil_h,
+    dil_w,
+    alpha: tl.float64,
+    beta: tl.float64,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Program (pixel tile, channel tile): dx for BLOCK_P of its PIXELS x BLOCK_C channels, each the
+    sum in tap order of the Z entries of the dy pixels its taps reach (where the stride divides)."""
+    q = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    channel = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    q_valid, c_valid = q < PIXELS, channel < C
+    n, i_d, i_h, i_w = pixel_coordinates(q, XD, XH, XW)
+    group_taps = (channel // CG).to(tl.int64)[None, :] * (T * R * S)  # the first plane of the channel's group
+    z_channel = channel[None, :] % CG
+    acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+    for tap in range(0, T * R * S):
+        u_d = i_d + pad_d - tap // (R * S) * dil_d
+        u_h = i_h + pad_h - (tap // S) % R * dil_h
+        u_w = i_w + pad_w - tap % S * dil_w
+        o_d, o_h, o_w = u_d // sd, u_h // sh, u_w // sw
+        reach = (u_d >= 0) & (u_h >= 0) & (u_w >= 0) & (u_d % sd == 0) & (u_h % sh == 0) & (u_w % sw == 0)
+        reach &= (o_d < OD) & (o_h < OH) & (o_w < OW) & q_valid
+        pixel = ((n * OD + o_d) * OH + o_h) * OW + o_w
+        offsets = ((group_taps + tap) * OUT_PIXELS + pixel[:, None]) * CG + z_channel
+        acc += tl.load(z_ptr + offsets, mask=reach[:, None] & c_valid[None, :], other=0.0).to(COMPUTE)
+    dx_pixel = n * dx_sn + i_d.to(tl.int64) * dx_sd + i_h.to(tl.int64) * dx_sh + i_w.to(tl.int64) * dx_sw
+    offsets = dx_pixel[:, None] + channel[None, :].to(tl.int64) * dx_sc
+    mask = q_valid[:, None] & c_valid[None, :]
+    epilogue(
+        acc, dx_ptr, offsets, mask, dx_ptr, offsets, dx_ptr, offsets, alpha, beta, 0.0, 0.0, HAS_BETA, False, False,
+        "", False, COMPUTE,
+    )  # fmt: skip
+
+
+def col2im_launches(problem: ConvolutionProblem, dot: object) -> list[Launch]:
+    """The product into the workspace's ``partial`` region (Z, float sums), then the gather into dx."""
+    geo = geometry(problem)
+    kg, cg = geo.k // geo.groups, geo.c // geo.groups
+    block_m, block_n, block_k, warps = PRODUCT_TILE
+    compute = accumulator_type(problem)
+    product = Launch(
+        col2im_product_kernel,
+        (triton.cdiv(geo.output_pixels, block_m) * triton.cdiv(geo.taps * cg, block_n), geo.groups),
+        (Slot("y"), Slot("w"), Slot("partial"), *strides5(problem.y), *strides5(problem.w), geo.output_pixels,
+         *geo.y_size, kg, cg, *geo.filt),
+        dict(FLIP=problem.flip, COMPUTE=compute, DOT=dot, PRECISION=dot_precision(problem), BLOCK_M=block_m,
+             BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps),
+    )  # fmt: skip
+    block_c = min(32, triton.next_power_of_2(geo.c))
+    gather = Launch(
+        col2im_gather_kernel,
+        (triton.cdiv(geo.input_pixels, GATHER_PIXELS), triton.cdiv(geo.c, block_c)),
+        (Slot("partial"), Slot("x"), *strides5(problem.x), geo.input_pixels, geo.output_pixels, *geo.x_size,
+         *geo.y_size, geo.c, cg,
+         *geo.filt, *geo.pad, *geo.stride, *geo.dilation, problem.alpha, problem.beta),
+        dict(HAS_BETA=problem.beta != 0.0, COMPUTE=compute, BLOCK_P=GATHER_PIXELS, BLOCK_C=block_c, num_warps=4),
+    )  # fmt: skip
+    return [product, gather]
