@@ -13,17 +13,27 @@ matrix where the input channels are fewer than the output channels times the str
 (``gathers_products``). dy is read once, by the product; Z is written once and read once, by the
 gather, which sums each pixel's taps in tap order (bitwise repeatable, no atomics) and blends alpha
 and beta as every backward data does. Z is tap-major, so that neighbouring pixels of dx read
-neighbouring rows of a tap's plane.
+neighbouring rows of a tap's plane; a gather program holds pixels of one phase of the stride and walks
+only that phase's taps.
 """
 
 from __future__ import annotations
+
+import math
 
 import triton
 import triton.language as tl
 
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import pixel_coordinates
-from opendnn.families.convolution.triton_gemm import epilogue, tap_shifts
+from opendnn.families.convolution.triton_gemm import (
+    epilogue,
+    gather_step,
+    inside,
+    row_coordinates,
+    tap_progression,
+    tap_shifts,
+)
 from opendnn.families.convolution.triton_matrix import matmul_form
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
@@ -129,8 +139,11 @@ def col2im_gather_kernel(
     dx_sd,
     dx_sh,
     dx_sw,
-    PIXELS,
+    ROWS,
     OUT_PIXELS,
+    UD,
+    UH,
+    UW,
     XD,
     XH,
     XW,
@@ -151,6 +164,9 @@ def col2im_gather_kernel(
     dil_d,
     dil_h,
     dil_w,
+    step_d,
+    step_h,
+    step_w,
     alpha: tl.float64,
     beta: tl.float64,
     HAS_BETA: tl.constexpr,
@@ -158,28 +174,39 @@ def col2im_gather_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """Program (pixel tile, channel tile): dx for BLOCK_P of its PIXELS x BLOCK_C channels, each the
-    sum in tap order of the Z entries of the dy pixels its taps reach (where the stride divides)."""
-    q = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    """Program (row tile, channel tile, phase): dx for BLOCK_P pixels of one phase of the stride (the
+    pixels u * stride + phase, ``row_coordinates``) x BLOCK_C channels, each the sum of the Z entries
+    of the phase's taps (``tap_progression``: those that reach a pixel of dy), in tap order."""
+    phase = tl.program_id(2)
+    qw = phase % sw
+    qh = (phase // sw) % sh
+    qd = phase // (sw * sh)
+    r0_d, taps_d = tap_progression(qd, pad_d, sd, dil_d, T, step_d)
+    r0_h, taps_h = tap_progression(qh, pad_h, sh, dil_h, R, step_h)
+    r0_w, taps_w = tap_progression(qw, pad_w, sw, dil_w, S, step_w)
+    m = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n, u_d, u_h, u_w, i_d, i_h, i_w, valid = row_coordinates(
+        m, UD, UH, UW, XD, XH, XW, qd, qh, qw, sd, sh, sw, True, ROWS
+    )
     channel = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    q_valid, c_valid = q < PIXELS, channel < C
-    n, i_d, i_h, i_w = pixel_coordinates(q, XD, XH, XW)
+    c_valid = channel < C
     group_taps = (channel // CG).to(tl.int64)[None, :] * (T * R * S)  # the first plane of the channel's group
     z_channel = channel[None, :] % CG
     acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-    for tap in range(0, T * R * S):
-        u_d = i_d + pad_d - tap // (R * S) * dil_d
-        u_h = i_h + pad_h - (tap // S) % R * dil_h
-        u_w = i_w + pad_w - tap % S * dil_w
-        o_d, o_h, o_w = u_d // sd, u_h // sh, u_w // sw
-        reach = (u_d >= 0) & (u_h >= 0) & (u_w >= 0) & (u_d % sd == 0) & (u_h % sh == 0) & (u_w % sw == 0)
-        reach &= (o_d < OD) & (o_h < OH) & (o_w < OW) & q_valid
+    for i in range(0, taps_d * taps_h * taps_w):
+        t = r0_d + i // (taps_h * taps_w) * step_d
+        r = r0_h + (i // taps_w) % taps_h * step_h
+        s = r0_w + i % taps_w * step_w
+        o_d = u_d + gather_step(qd, t * dil_d, pad_d, sd, True)
+        o_h = u_h + gather_step(qh, r * dil_h, pad_h, sh, True)
+        o_w = u_w + gather_step(qw, s * dil_w, pad_w, sw, True)
+        reach = valid & inside(o_d, OD) & inside(o_h, OH) & inside(o_w, OW)
         pixel = ((n * OD + o_d) * OH + o_h) * OW + o_w
-        offsets = ((group_taps + tap) * OUT_PIXELS + pixel[:, None]) * CG + z_channel
+        offsets = ((group_taps + (t * R + r) * S + s) * OUT_PIXELS + pixel[:, None]) * CG + z_channel
         acc += tl.load(z_ptr + offsets, mask=reach[:, None] & c_valid[None, :], other=0.0).to(COMPUTE)
     dx_pixel = n * dx_sn + i_d.to(tl.int64) * dx_sd + i_h.to(tl.int64) * dx_sh + i_w.to(tl.int64) * dx_sw
     offsets = dx_pixel[:, None] + channel[None, :].to(tl.int64) * dx_sc
-    mask = q_valid[:, None] & c_valid[None, :]
+    mask = valid[:, None] & c_valid[None, :]
     epilogue(
         acc, dx_ptr, offsets, mask, dx_ptr, offsets, dx_ptr, offsets, alpha, beta, 0.0, 0.0, HAS_BETA, False, False,
         "", False, COMPUTE,
@@ -201,12 +228,15 @@ def col2im_launches(problem: ConvolutionProblem, dot: object) -> list[Launch]:
              BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps),
     )  # fmt: skip
     block_c = min(32, triton.next_power_of_2(geo.c))
+    steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dilation))  # a phase's taps step by these
+    units = tuple(-(-x // s) for x, s in zip(geo.x_size, geo.stride))  # pixels of dx a phase, per dim
+    rows = geo.n * math.prod(units)
     gather = Launch(
         col2im_gather_kernel,
-        (triton.cdiv(geo.input_pixels, GATHER_PIXELS), triton.cdiv(geo.c, block_c)),
-        (Slot("partial"), Slot("x"), *strides5(problem.x), geo.input_pixels, geo.output_pixels, *geo.x_size,
-         *geo.y_size, geo.c, cg,
-         *geo.filt, *geo.pad, *geo.stride, *geo.dilation, problem.alpha, problem.beta),
+        (triton.cdiv(rows, GATHER_PIXELS), triton.cdiv(geo.c, block_c), math.prod(geo.stride)),
+        (Slot("partial"), Slot("x"), *strides5(problem.x), rows, geo.output_pixels, *units, *geo.x_size,
+         *geo.y_size, geo.c, cg, *geo.filt, *geo.pad, *geo.stride, *geo.dilation, *steps, problem.alpha,
+         problem.beta),
         dict(HAS_BETA=problem.beta != 0.0, COMPUTE=compute, BLOCK_P=GATHER_PIXELS, BLOCK_C=block_c, num_warps=4),
     )  # fmt: skip
     return [product, gather]
