@@ -113,6 +113,7 @@ from opendnn.families.convolution.triton_tiles import (
     padded_x,
     pads_channels,
     rounded_filter,
+    stride_phases,
     strides5,
     tf32,
     uses_direct,
@@ -552,8 +553,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     backward_rows = backward and source != "im2col"
     if backward_rows:
         phases = geo.stride
-        steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dilation))
-        units = tuple(-(-o // s) for o, s in zip(out_size, geo.stride))
+        steps, units = stride_phases(geo)
     else:
         phases, steps, units = (1, 1, 1), (1, 1, 1), out_size
     rows = geo.n * math.prod(units)
@@ -721,9 +721,7 @@ def _backward_filter(problem: ConvolutionProblem, dot: Any, strategy: Strategy) 
         )
     else:
         table, source, gathered, x_strides, pixel_channels = Slot("w"), "implicit", Slot("x"), strides5(problem.x), 0
-        if strategy is Strategy.PRECOMPUTED_GEMM and pads_channels(
-            problem
-        ):  # taps computed: their lanes' loads vectorize
+        if strategy is Strategy.PRECOMPUTED_GEMM and pads_channels(problem):  # taps computed: loads vectorize
             launches.append(_pad_launch(problem, geo))
             gathered, x_strides, pixel_channels = Slot("x_staged"), strides5(padded_x(problem)), PIXEL_CHANNELS
         elif strategy is Strategy.PRECOMPUTED_GEMM:

@@ -20,6 +20,7 @@ only that phase's taps.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -42,6 +43,7 @@ from opendnn.families.convolution.triton_tiles import (
     dot_precision,
     geometry,
     im2col_elements,
+    stride_phases,
     strides5,
     uses_direct,
 )
@@ -213,7 +215,7 @@ def col2im_gather_kernel(
     )  # fmt: skip
 
 
-def col2im_launches(problem: ConvolutionProblem, dot: object) -> list[Launch]:
+def col2im_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     """The product into the workspace's ``partial`` region (Z, float sums), then the gather into dx."""
     geo = geometry(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
@@ -228,8 +230,7 @@ def col2im_launches(problem: ConvolutionProblem, dot: object) -> list[Launch]:
              BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps),
     )  # fmt: skip
     block_c = min(32, triton.next_power_of_2(geo.c))
-    steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dilation))  # a phase's taps step by these
-    units = tuple(-(-x // s) for x, s in zip(geo.x_size, geo.stride))  # pixels of dx a phase, per dim
+    steps, units = stride_phases(geo)
     rows = geo.n * math.prod(units)
     gather = Launch(
         col2im_gather_kernel,

@@ -137,6 +137,14 @@ class Geometry:
         return self.n * math.prod(self.x_size)
 
 
+def stride_phases(geo: Geometry) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A backward data walked by the stride's phases of dx (pixels u * stride + phase): per dim, the
+    step between the taps of a phase (``triton_gemm.tap_progression``) and dx's pixels a phase."""
+    steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dilation))
+    units = tuple(-(-x // s) for x, s in zip(geo.x_size, geo.stride))
+    return steps, units  # type: ignore[return-value]
+
+
 def three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
     return tuple((fill,) * (3 - len(values)) + tuple(values))  # type: ignore[return-value]
 
