@@ -38,6 +38,7 @@ def descriptor(t):
     [
         ("conv1's shape, small", 3, (12, 10), 7, 2, 1, 1, True, torch.bfloat16),
         ("conv1's shape, NCHW float32", 3, (12, 10), 7, 2, 1, 1, False, torch.float32),
+        ("NCHW, a sample of whole product tiles", 3, (32, 32), 7, 2, 1, 1, False, torch.float32),
         ("dilation 2", 2, (9, 11), 3, 1, 2, 1, False, torch.float16),
         ("two groups", 4, (8, 7), 3, 2, 1, 2, True, torch.float32),
         ("3-D", 3, (5, 6, 7), 3, 2, 1, 1, False, torch.float32),
@@ -93,4 +94,22 @@ def test_more_input_than_output_channels_keep_dys_column_matrix(planned_convolut
     got = F.conv_backward_data(dy, w, (2, 16, 5, 5), padding=1, algo=ALGO_1, handle=handle())
     assert planned_convolutions == [(ALGO_1, S.EXPLICIT_GEMM, ["im2col_kernel", "conv_gemm_kernel"])]
     want = torch.nn.grad.conv2d_input((2, 16, 5, 5), w.double(), dy.double(), 1, 1)
+    assert relative_error(got.double(), want) < BOUNDS[torch.float32]
+
+
+def test_an_image_layers_backward_data_naming_no_algorithm_gathers_the_products(planned_convolutions):
+    """A backward data into an image's three channels that names no algorithm takes ALGO_1's product
+    and gather (the implicit GEMM would spend its MMA columns on padding); a handle admitting no
+    workspace keeps the implicit GEMM. Both against float64."""
+    w = random((16, 3, 7, 7), 7).contiguous(memory_format=torch.channels_last)
+    dy = random((2, 16, 6, 5), 8).contiguous(memory_format=torch.channels_last)
+    x_shape = (2, 3, 12, 10)
+    want = torch.nn.grad.conv2d_input(x_shape, w.double(), dy.double(), 2, 3)
+    got = F.conv_backward_data(dy, w, x_shape, stride=2, padding=3, handle=handle())
+    assert planned_convolutions == [(ALGO_1, S.EXPLICIT_GEMM, GATHERED)]
+    assert relative_error(got.double(), want) < BOUNDS[torch.float32]
+    planned_convolutions.clear()
+    no_workspace = od.create("cpu", backend="triton", workspace_limit=0)
+    got = F.conv_backward_data(dy, w, x_shape, stride=2, padding=3, handle=no_workspace)
+    assert [algo for algo, _, _ in planned_convolutions] == [od.ConvolutionBwdDataAlgo.ALGO_0]
     assert relative_error(got.double(), want) < BOUNDS[torch.float32]

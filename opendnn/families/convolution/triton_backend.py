@@ -236,10 +236,14 @@ def preferred(problem: ConvolutionProblem) -> bool:
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
     packed tap-major in the workspace (``packs_depthwise_filter``); a forward or backward filter with
-    few input channels reading x padded in the workspace (``pads_channels``)."""
+    few input channels reading x padded in the workspace (``pads_channels``); an ungrouped GEMM
+    backward data into fewer than PIXEL_CHANNELS channels (an image's first layer), which gathers dy's
+    products from the workspace (``gathers_products``) where the implicit GEMM would spend its MMA
+    columns on padding."""
     return (
         packs_depthwise_filter(problem)
         or pads_channels(problem)
+        or (gathers_products(problem) and problem.groups == 1 and problem.x.dims[1] < PIXEL_CHANNELS)
         or (stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem)))
     )
 

@@ -5,16 +5,17 @@ pixel of dx, every tap's dy channels: input pixels x taps x K elements, 20 GB fo
 at batch 64 (3 input channels, 64 output channels, 7 x 7 taps). Taken the other way round, each pixel
 of dy meets every tap once:
 
-    Z[g, tap, p, c] = sum over k of dy[p, g * K/G + k] * w[g * K/G + k, c, tap]    (one product)
-    dx[q, g * C/G + c] = sum over the taps that reach q of Z[g, tap, p(q, tap), c]  (one gather)
+    Z[g, tap, c, p] = sum over k of dy[p, g * K/G + k] * w[g * K/G + k, c, tap]    (one product)
+    dx[q, g * C/G + c] = sum over the taps that reach q of Z[g, tap, c, p(q, tap)]  (one gather)
 
 Z holds output pixels x taps x C elements (118 M for conv1, float32 sums, 472 MB): the smaller
 matrix where the input channels are fewer than the output channels times the stride's area
-(``gathers_products``). dy is read once, by the product; Z is written once and read once, by the
-gather, which sums each pixel's taps in tap order (bitwise repeatable, no atomics) and blends alpha
-and beta as every backward data does. Z is tap-major, so that neighbouring pixels of dx read
-neighbouring rows of a tap's plane; a gather program holds pixels of one phase of the stride and walks
-only that phase's taps.
+(``gathers_products``). The product reads dy once a tile of Z's columns; Z is written once and read
+once, by the gather, which sums each pixel's taps in tap order (bitwise repeatable, no atomics) and
+blends alpha and beta as every backward data does. Z is stored column-major (a column (tap, c)
+holds its pixels contiguously): the product's stores run along pixels, and neighbouring pixels of dx
+read neighbouring pixels of a column; a gather program holds pixels of one phase of the stride and
+walks only that phase's taps.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from opendnn.families.convolution.triton_gemm import (
     epilogue,
     gather_step,
     inside,
+    round_to_tf32,
     row_coordinates,
     tap_progression,
     tap_shifts,
@@ -49,14 +51,22 @@ from opendnn.families.convolution.triton_tiles import (
 )
 from opendnn.kernels.launch import Launch, Slot
 
-PRODUCT_TILE = (64, 64, 32, 4)  # rows (pixels of dy), columns (taps x C/G), reduction (K/G), warps
-GATHER_PIXELS = 64
+PRODUCT_TILE = (64, 64, 64, 4, 1)  # rows (pixels of dy), columns (taps x C/G), reduction (K/G), warps, stages
+GATHER_ELEMENTS = 2048  # pixels x channels of a gather program
 
 
 def col2im_elements(problem: ConvolutionProblem) -> int:
     """Elements of Z, the product's matrix: output pixels x taps x C."""
     geo = geometry(problem)
     return geo.output_pixels * geo.taps * geo.c
+
+
+def packs_pixels(problem: ConvolutionProblem, rows: int) -> bool:
+    """Whether dy's pixels of a sample lie contiguous with its channels apart (NCHW) and a sample holds
+    whole tiles of ``rows`` pixels: the product then reads a tile's rows as one run."""
+    spatial = problem.y.dims[2:]
+    packed = all(stride == math.prod(spatial[i + 1 :]) for i, stride in enumerate(problem.y.strides[2:]))
+    return packed and problem.y.strides[1] != 1 and math.prod(spatial) % rows == 0
 
 
 def gathers_products(problem: ConvolutionProblem) -> bool:
@@ -96,6 +106,7 @@ def col2im_product_kernel(
     R,
     S,
     FLIP: tl.constexpr,
+    PACKED_PIXELS: tl.constexpr,
     COMPUTE: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -104,16 +115,25 @@ def col2im_product_kernel(
     BLOCK_K: tl.constexpr,
 ):
     """Program (tile, g): Z[g] rows p (BLOCK_M pixels of dy) x columns j = (tap, c) (BLOCK_N of
-    taps * C/G), the sum over K/G, stored as float sums at z_ptr tap-major (G x taps x PIXELS x C/G:
-    the gather's neighbouring pixels read one tap's neighbouring rows)."""
+    taps * C/G), the sum over K/G, stored as float sums at z_ptr column-major (G x taps x C/G x PIXELS:
+    a column's pixels contiguous, for the product's stores and the gather's loads alike). Where
+    PACKED_PIXELS (``packs_pixels``), a tile's pixels lie in one sample, contiguous in dy. TF32
+    operands are rounded to nearest on the way to the tensor cores."""
     g = tl.program_id(1)
     columns = T * R * S * CG
     tiles_n = tl.cdiv(columns, BLOCK_N)
-    p = tl.program_id(0) // tiles_n * BLOCK_M + tl.arange(0, BLOCK_M)
+    first = tl.program_id(0) // tiles_n * BLOCK_M
+    p = first + tl.arange(0, BLOCK_M)
     j = tl.program_id(0) % tiles_n * BLOCK_N + tl.arange(0, BLOCK_N)
     p_valid, j_valid = p < PIXELS, j < columns
-    n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
-    dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
+    if PACKED_PIXELS:
+        sample = OD * OH * OW
+        dy_rows = (
+            (first // sample).to(tl.int64) * dy_sn + tl.multiple_of(first % sample, BLOCK_M) + tl.arange(0, BLOCK_M)
+        )
+    else:
+        n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+        dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
     tap = tl.where(j_valid, j // CG, 0)
     _, _, _, w_tap = tap_shifts(tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, 0, 0, 0, w_st, w_sr, w_ss, FLIP, False)
     w_cols = (j % CG) * w_sc + w_tap
@@ -126,9 +146,10 @@ def col2im_product_kernel(
             dy_ptr + (dy_rows[:, None] + k[None, :] * dy_sc), mask=p_valid[:, None] & k_valid[None, :], other=0.0
         )
         b = tl.load(w_ptr + (k[:, None] * w_sk + w_cols[None, :]), mask=k_valid[:, None] & j_valid[None, :], other=0.0)
+        if PRECISION == "tf32":  # to nearest, where the tensor cores would truncate
+            a, b = round_to_tf32(a), round_to_tf32(b)
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
-    z_planes = ((g * T * R * S + tap).to(tl.int64) * PIXELS)[None, :]
-    z_offsets = (z_planes + p[:, None]) * CG + (j % CG)[None, :]
+    z_offsets = ((g * columns + j).to(tl.int64) * PIXELS)[None, :] + p[:, None]
     tl.store(z_ptr + z_offsets, acc, mask=p_valid[:, None] & j_valid[None, :])
 
 
@@ -192,7 +213,7 @@ def col2im_gather_kernel(
     )
     channel = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_valid = channel < C
-    group_taps = (channel // CG).to(tl.int64)[None, :] * (T * R * S)  # the first plane of the channel's group
+    group_taps = (channel // CG).to(tl.int64)[None, :] * (T * R * S)  # the first tap of the channel's group
     z_channel = channel[None, :] % CG
     acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
     for i in range(0, taps_d * taps_h * taps_w):
@@ -204,7 +225,7 @@ def col2im_gather_kernel(
         o_w = u_w + gather_step(qw, s * dil_w, pad_w, sw, True)
         reach = valid & inside(o_d, OD) & inside(o_h, OH) & inside(o_w, OW)
         pixel = ((n * OD + o_d) * OH + o_h) * OW + o_w
-        offsets = ((group_taps + (t * R + r) * S + s) * OUT_PIXELS + pixel[:, None]) * CG + z_channel
+        offsets = ((group_taps + (t * R + r) * S + s) * CG + z_channel) * OUT_PIXELS + pixel[:, None]
         acc += tl.load(z_ptr + offsets, mask=reach[:, None] & c_valid[None, :], other=0.0).to(COMPUTE)
     dx_pixel = n * dx_sn + i_d.to(tl.int64) * dx_sd + i_h.to(tl.int64) * dx_sh + i_w.to(tl.int64) * dx_sw
     offsets = dx_pixel[:, None] + channel[None, :].to(tl.int64) * dx_sc
@@ -219,25 +240,27 @@ def col2im_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
     """The product into the workspace's ``partial`` region (Z, float sums), then the gather into dx."""
     geo = geometry(problem)
     kg, cg = geo.k // geo.groups, geo.c // geo.groups
-    block_m, block_n, block_k, warps = PRODUCT_TILE
+    block_m, block_n, block_k, warps, stages = PRODUCT_TILE
     compute = accumulator_type(problem)
     product = Launch(
         col2im_product_kernel,
         (triton.cdiv(geo.output_pixels, block_m) * triton.cdiv(geo.taps * cg, block_n), geo.groups),
         (Slot("y"), Slot("w"), Slot("partial"), *strides5(problem.y), *strides5(problem.w), geo.output_pixels,
          *geo.y_size, kg, cg, *geo.filt),
-        dict(FLIP=problem.flip, COMPUTE=compute, DOT=dot, PRECISION=dot_precision(problem), BLOCK_M=block_m,
-             BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps),
+        dict(FLIP=problem.flip, PACKED_PIXELS=packs_pixels(problem, block_m), COMPUTE=compute, DOT=dot,
+             PRECISION=dot_precision(problem), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+             num_stages=stages),
     )  # fmt: skip
     block_c = min(32, triton.next_power_of_2(geo.c))
+    block_p = GATHER_ELEMENTS // block_c
     steps, units = stride_phases(geo)
     rows = geo.n * math.prod(units)
     gather = Launch(
         col2im_gather_kernel,
-        (triton.cdiv(rows, GATHER_PIXELS), triton.cdiv(geo.c, block_c), math.prod(geo.stride)),
+        (triton.cdiv(rows, block_p), triton.cdiv(geo.c, block_c), math.prod(geo.stride)),
         (Slot("partial"), Slot("x"), *strides5(problem.x), rows, geo.output_pixels, *units, *geo.x_size,
          *geo.y_size, geo.c, cg, *geo.filt, *geo.pad, *geo.stride, *geo.dilation, *steps, problem.alpha,
          problem.beta),
-        dict(HAS_BETA=problem.beta != 0.0, COMPUTE=compute, BLOCK_P=GATHER_PIXELS, BLOCK_C=block_c, num_warps=4),
+        dict(HAS_BETA=problem.beta != 0.0, COMPUTE=compute, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4),
     )  # fmt: skip
     return [product, gather]
