@@ -217,27 +217,47 @@ def test_the_workspace_query_reports_one_activation_and_the_filter(name):
     assert od.get_convolution_forward_workspace_size(handle, x, w, conv, y, IMPLICIT) == 0
 
 
+FWD, DATA = ConvolutionDirection.FORWARD, ConvolutionDirection.BACKWARD_DATA
+
+
 @pytest.mark.parametrize(
-    "case, channels_last, k, filt, tile",
+    "case, direction, channels_last, c, k, filt, tile",
     [
-        ("NCHW, 256 output channels: fewer, wider rows of them", False, 256, 1, (128, 256, 8)),
-        ("NCHW, 160 output channels", False, 160, 1, (128, 256, 8)),
-        ("NCHW, 64 output channels: the narrow tile", False, 64, 1, (128, 64, 4)),
-        ("NCHW 3x3: taps keep the table's tile", False, 256, 3, (256, 128, 8)),
-        ("channels-last: the table's tile", True, 256, 1, (256, 128, 8)),
+        ("NCHW, 256 output channels: fewer, wider rows of them", FWD, False, 64, 256, 1, (128, 256, 8)),
+        ("NCHW, 160 output channels", FWD, False, 64, 160, 1, (128, 256, 8)),
+        ("NCHW, 64 output channels: mma.sync's tile", FWD, False, 64, 64, 1, (64, 64, 2)),
+        ("NCHW 3x3: taps keep the table's tile", FWD, False, 64, 256, 3, (256, 128, 8)),
+        ("channels-last: the table's tile", FWD, True, 64, 256, 1, (256, 128, 8)),
+        ("NCHW backward data into 64 channels", DATA, False, 64, 256, 1, (64, 64, 2)),
+        ("NCHW backward data into 1024 channels", DATA, False, 1024, 256, 1, (64, 128, 2)),
+        ("channels-last backward data: the table's tile", DATA, True, 64, 256, 1, (128, 64, 4)),
     ],
 )
-def test_a_tf32_one_tap_forward_over_nchw_x_takes_wide_tiles_of_128_rows(case, channels_last, k, filt, tile):
-    """x read along its pixels goes to the tensor cores transposed: 128 rows and up to 256 columns."""
-    x, w, y, _, _, _ = layer(c=64, size=(56, 56), k=k, filt=filt, pad=filt // 2, stride=1)
+def test_a_tf32_one_tap_gemm_reading_nchw_pixels_takes_its_tile(case, direction, channels_last, c, k, filt, tile):
+    """A (x forward, dy backward) read along its pixels is no operand wgmma takes as it lies: forwards
+    of more than 64 output channels take 128 rows and up to 256 columns on 8 warps, the others 64
+    rows and up to 128 columns on 2 warps (mma.sync from registers)."""
+    x, w, y, _, _, _ = layer(n=1, c=c, size=(56, 56), k=k, filt=filt, pad=filt // 2, stride=1)
     if channels_last:
         x, w, y = (t.contiguous(memory_format=torch.channels_last) for t in (x, w, y))
     conv = od.ConvolutionDescriptor((filt // 2,) * 2, (1, 1), (1, 1))
     descs = (descriptor(x), descriptor(w), descriptor(y))
-    problem = convolution_problem(ConvolutionDirection.FORWARD, conv, *descs, algo=IMPLICIT, allow_tf32=True)
-    rows = 64 * 56 * 56
-    chosen = kernels.gemm_tile(problem, rows, k, 64, 64 * filt * filt, 1)
+    algo = IMPLICIT if direction is FWD else od.ConvolutionBwdDataAlgo.ALGO_0
+    problem = convolution_problem(direction, conv, *descs, algo=algo, allow_tf32=True)
+    columns, reduced = (k, c) if direction is FWD else (c, k)
+    chosen = kernels.gemm_tile(problem, 64 * 56 * 56, columns, reduced, reduced * filt * filt, 1)
     assert (chosen.block_m, chosen.block_n, chosen.num_warps) == tile
+
+
+def test_a_tf32_one_tap_backward_data_over_nchw_dy_on_two_warps_matches_float64(planned_convolutions):
+    """A 1x1 backward data over NCHW dy under ALGO_0: 64-row tiles on 2 warps, the caller's tensors
+    read where they lie (the interpreter's products exact)."""
+    _, w, y, _, _, _ = layer(c=24, size=(9, 7), k=40, filt=1, pad=0, stride=1)
+    dy = random(y.shape, 4)
+    got = F.conv_backward_data(dy, w, (2, 24, 9, 7), algo=od.ConvolutionBwdDataAlgo.ALGO_0, handle=tf32_handle())
+    assert planned_convolutions == [(od.ConvolutionBwdDataAlgo.ALGO_0, S.IMPLICIT_GEMM, ["conv_gemm_kernel"])]
+    want = torch.nn.grad.conv2d_input((2, 24, 9, 7), w.double(), dy.double())
+    assert relative_error(got.double(), want) < FLOAT32_SUMS
 
 
 def test_a_tf32_one_tap_forward_over_nchw_x_in_wide_tiles_matches_float64(planned_convolutions):

@@ -307,13 +307,15 @@ class Tile:
 
 
 def reads_pixels_along(problem: ConvolutionProblem) -> bool:
-    """Whether ``problem`` is a TF32 forward whose x the GEMM reads where it lies with its pixels, not its
-    channels, contiguous (NCHW): wgmma takes TF32 operands only with the reduced channels contiguous."""
+    """Whether ``problem`` is a TF32 forward or backward data whose A operand (x, or dy) the GEMM reads
+    where it lies with its pixels, not its channels, contiguous (NCHW): wgmma takes TF32 operands only
+    with the reduced channels contiguous."""
+    a = {FORWARD: problem.x, BACKWARD_DATA: problem.y}.get(problem.direction)
     return (
-        problem.direction is FORWARD
+        a is not None
         and tf32(problem)
-        and problem.x.strides[1] != 1
-        and math.prod(problem.x.dims[2:]) > 1
+        and a.strides[1] != 1
+        and math.prod(a.dims[2:]) > 1
         and not pads_channels(problem)
     )
 
@@ -328,11 +330,13 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
     ``depth`` = taps x ``reduced`` channels. Measured on the H200 (ResNet-50, NHWC bf16): 256 x 128 x 64 with 8 warps
     and 3 stages wherever it still makes ~100 programs, 128 x 128 below that, 128 x 64 x 64 with 4
     warps and 3 stages for 64 output channels, 256 x 64 x 32 for lanes straddling taps (conv1). A TF32
-    one-tap forward reading x along its pixels (NCHW; ``reads_pixels_along``) takes 128 rows and up to
-    256 columns, 8 warps: its A tile goes to the tensor cores transposed, and fewer, wider rows of
-    output channels a tile read it fewer times (ResNet-50's 1x1 layers of 256 output channels, batch
-    64: 64 -> 256 at 56 x 56 130 -> 115 us, 1024 -> 256 at 14 x 14 61 -> 44 us; at 64 output channels
-    the 128 x 64 tile stays, 45 us, against 55 at 128 x 128)."""
+    one-tap GEMM reading A along its pixels (NCHW; ``reads_pixels_along``) has an operand wgmma cannot
+    take from shared memory as it lies: a forward of more than 64 output channels takes 128 rows and
+    up to 256 columns, 8 warps (fewer, wider rows of output channels a tile read x fewer times), the
+    others 64 rows and up to 128 columns on 2 warps, which run mma.sync from registers; a backward
+    data's filter, read as [K, C], is not K-major either (ResNet-50's 1x1 layers, batch 64: forwards
+    64 -> 256 at 56 x 56 130 -> 115 us, 1024 -> 256 at 14 x 14 61 -> 44 us, 64 -> 64 45 -> 40 us;
+    backward data 62 -> 40, 143 -> 92, 110 -> 76-83 us)."""
     if accumulator_type(problem) == tl.float64:
         return Tile(64, 32, 16, 4, 2)
     block_k = reduction_chunk(problem)
@@ -341,8 +345,10 @@ def gemm_tile(problem: ConvolutionProblem, rows: int, columns: int, reduced: int
         if block_k == 32 and reduced % 32:
             return Tile(256, max(16, min(64, triton.next_power_of_2(columns))), 32, 8, 3)
     stages = 2 if depth <= block_k else 3  # a single chunk (1x1, 64 channels): less shared memory
-    if columns >= 128 and depth == reduced and reads_pixels_along(problem):
-        return Tile(128, min(256, triton.next_power_of_2(columns)), block_k, 8, stages)
+    if depth == reduced and reads_pixels_along(problem):
+        if columns >= 128 and problem.direction is FORWARD:
+            return Tile(128, min(256, triton.next_power_of_2(columns)), block_k, 8, stages)
+        return Tile(64, max(16, min(128, triton.next_power_of_2(columns))), block_k, 2, 3)
     if columns >= 128:
         if triton.cdiv(rows, 256) * triton.cdiv(columns, 128) * gemms >= WIDE_TILE_PROGRAMS:
             return Tile(256, 128, block_k, 8, stages)
