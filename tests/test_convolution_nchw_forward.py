@@ -3,7 +3,8 @@ call that names no algorithm takes for them) the TMA route copies x channels-las
 KRSC into the workspace, both rounded to TF32 to nearest, runs ``conv_tma_kernel`` on the copies and
 writes y at the caller's strides; IMPLICIT_GEMM keeps zero workspace and reads the caller's tensors.
 The interpreter's products are exact float32 ones, so a result is held to the float64 convolution of
-the operands the route read: rounded ones for the staged route, the caller's for IMPLICIT_GEMM."""
+the operands the route read: rounded ones for the staged route, the caller's for IMPLICIT_GEMM. The
+tiles of TF32 one-tap GEMMs whose operands wgmma cannot take as they lie are chosen here too."""
 
 from __future__ import annotations
 
@@ -257,6 +258,23 @@ def test_a_tf32_one_tap_backward_data_over_nchw_dy_on_two_warps_matches_float64(
     got = F.conv_backward_data(dy, w, (2, 24, 9, 7), algo=od.ConvolutionBwdDataAlgo.ALGO_0, handle=tf32_handle())
     assert planned_convolutions == [(od.ConvolutionBwdDataAlgo.ALGO_0, S.IMPLICIT_GEMM, ["conv_gemm_kernel"])]
     want = torch.nn.grad.conv2d_input((2, 24, 9, 7), w.double(), dy.double())
+    assert relative_error(got.double(), want) < FLOAT32_SUMS
+
+
+def test_a_tf32_one_tap_backward_filter_over_channels_last_tensors_runs_two_warp_tiles(planned_convolutions):
+    """A 1x1 backward filter over channels-last x and dy reduces over pixels, strided in both: the
+    GEMM on 2-warp tiles (mma.sync), not the TMA route; its slices summed in order, against float64."""
+    x = random((2, 32, 9, 7), 5).contiguous(memory_format=torch.channels_last)
+    dy = random((2, 48, 9, 7), 6).contiguous(memory_format=torch.channels_last)
+    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
+    got = F.conv_backward_filter(x, dy, (48, 32, 1, 1), algo=algo, handle=tf32_handle())
+    (taken, strategy, names), *rest = planned_convolutions
+    assert (taken, strategy, names[0], rest) == (algo, S.IMPLICIT_GEMM, "filter_gemm_kernel", [])
+    conv = od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))
+    descs = (descriptor(x), descriptor(dy.new_empty(48, 32, 1, 1)), descriptor(dy))
+    problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv, *descs, algo=algo, allow_tf32=True)
+    assert kernels.filter_plan(problem).tile.num_warps == 2
+    want = torch.nn.grad.conv2d_weight(x.double(), (48, 32, 1, 1), dy.double())
     assert relative_error(got.double(), want) < FLOAT32_SUMS
 
 

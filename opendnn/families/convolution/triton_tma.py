@@ -33,6 +33,7 @@ from opendnn.families.convolution.triton_tiles import (
     geometry,
     im2col_elements,
     itemsize_of,
+    reduces_strided_pixels,
     strides5,
     tf32,
 )
@@ -143,6 +144,7 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         or not (problem.x.dtype.itemsize == 2 or tf32(problem))
         or matmul_form(problem) is not None
         or not implicit
+        or (geo.taps == 1 and reduces_strided_pixels(problem))  # mma.sync's GEMM runs those faster
     ):
         return None
     if problem.direction is BACKWARD_FILTER:
