@@ -349,6 +349,23 @@ def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, k, batch, 
     assert (config.block_m, config.block_n, config.block_k) == tile
 
 
+@pytest.mark.parametrize(
+    "m, n, k, tile, per_sm",
+    [
+        (200704, 64, 64, (128, 64, 32), 3),  # 64 columns move bytes: three narrow programs an SM
+        (200704, 40, 256, (128, 64, 32), 3),
+        (16384, 4096, 4096, (128, 256, 32), 1),  # wide products keep the big tile, one program an SM
+    ],
+)
+def test_tf32_products_of_few_columns_take_narrow_tiles_three_an_sm(m, n, k, tile, per_sm):
+    from opendnn.families.matmul import triton_backend as triton_matmul
+
+    a, b, c = (od.TensorDescriptor(od.DataType.FLOAT, dims, None) for dims in ((m, k), (k, n), (m, n)))
+    problem = matmul_problem(a, b, c, allow_tf32=True)
+    config = triton_matmul.tile_config(problem, od.DataType.FLOAT, False, 132)
+    assert (config.block_m, config.block_n, config.block_k, config.per_sm) == (*tile, per_sm)
+
+
 def test_tf32_product_with_an_n_major_b_writes_a_column_major_c_window():
     """An N-major B under TF32 (copied K-major) with beta * C read from, and C written to, a
     column-major window of a NaN buffer."""
