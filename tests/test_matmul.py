@@ -331,7 +331,7 @@ def test_epilogue_writes_only_inside_c_when_c_is_a_sub_region(tile, monkeypatch)
         (16384, 11008, 64, (), (128, 256, 64)),  # 5504 tiles both ways
         (1024, 4224, 64, (2,), (256, 128, 64)),  # the batch counts: 2 x 136 tiles, 3 rounds; 2 x 132, 2 rounds
         (128, 4096, 64, (), (128, 128, 64)),  # one round of the smallest tile
-        (200704, 64, 64, (), (256, 64, 64)),  # 64 columns: the wider tiles would compute half zeros
+        (200704, 64, 64, (), (128, 64, 64)),  # 64 columns move bytes: three narrow programs an SM
         (200704, 96, 384, (), (256, 128, 64)),  # 784 tiles of 256 x 128, 6 rounds
         (12544, 256, 1024, (), (128, 256, 64)),  # 98 tiles in one round, where 128 x 128 takes two
         (3136, 512, 2048, (), (128, 128, 64)),  # 100 tiles of 128 x 128 in one round
@@ -364,6 +364,8 @@ def test_tf32_products_of_few_columns_take_narrow_tiles_three_an_sm(m, n, k, til
     problem = matmul_problem(a, b, c, allow_tf32=True)
     config = triton_matmul.tile_config(problem, od.DataType.FLOAT, False, 132)
     assert (config.block_m, config.block_n, config.block_k, config.per_sm) == (*tile, per_sm)
+    strict = triton_matmul.tile_config(matmul_problem(a, b, c), od.DataType.FLOAT, False, 132)
+    assert strict == triton_matmul.STRICT_FP32_TILES  # IEEE float32 stays on the FMA tile
 
 
 def test_tf32_product_with_an_n_major_b_writes_a_column_major_c_window():

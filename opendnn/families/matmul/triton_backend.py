@@ -410,20 +410,18 @@ PRECISE_FP8_TILES = TileConfig(256, 128, 128, 8, 8, 3)  # a second accumulator f
 SMALL_TILES = TileConfig(128, 128, 64, 8, 8, 4)  # few or small tiles: more programs
 SHORT_K_TILES = TileConfig(128, 128, 128, 8, 8, 2)  # 16-bit, 64 < K <= 128: one step a tile, the next tile's in flight
 FP32_SMALL_TILES = TileConfig(128, 128, 32, 8, 8, 4)
-# TF32 products of at most 64 columns (ResNet-50's 1x1 layers into 64 channels) move bytes, not
-# FLOPs: three 4-warp programs an SM keep loads in flight where one 8-warp program drains between
-# its tiles (H200, 200704 x 64 x 64: 48 -> 33 us; x 256: 91 -> 70 us)
-NARROW_TF32_TILES = TileConfig(128, 64, 32, 8, 4, 3, per_sm=3)
+# Products of at most 64 columns (ResNet-50's 1x1 layers into 64 channels) move bytes, not FLOPs:
+# three 4-warp programs an SM keep loads in flight where one 8-warp program drains between its
+# tiles (H200, 200704 x 64 x 64: bf16 22 -> 17 us, TF32 48 -> 33 us); 128 bytes of K a step
+NARROW_TILES = {2: TileConfig(128, 64, 64, 8, 4, 3, per_sm=3), 4: TileConfig(128, 64, 32, 8, 4, 3, per_sm=3)}
 STRICT_FP32_TILES = TileConfig(64, 64, 32, 8, 4, 3)  # IEEE fp32 and fp64 products run on FMA units
-# 16-bit products choose among these tiles, each with its FLOP rate against the first (H200, bf16
-# 8192^3; 256 x 64 on ResNet-50's 1x1 layers): 256 x 128, the same area split the other way (N = 4224 is
-# 33 columns of 128 but 16.5 of 256), 128 x 128, half the area (rounds half as long), and 256 x 64 for
-# products of 64 columns or fewer, which the others fill by half at most
+# 16-bit products of more columns choose among these tiles, each with its FLOP rate against the first
+# (H200, bf16 8192^3): 256 x 128, the same area split the other way (N = 4224 is 33 columns of 128
+# but 16.5 of 256), and 128 x 128, half the area (rounds half as long)
 RATED_16_BIT_TILES = (
     (WIDE_16_BIT_TILES, 1.0),
     (TileConfig(256, 128, 64, 8, 8, 3), 0.9),
     (SMALL_TILES, 0.89),
-    (TileConfig(256, 64, 64, 8, 8, 3), 0.65),
 )
 MIN_SPLIT_STEPS = 16  # fewest steps of BLOCK_K a slice of a split K takes (k_splits)
 SPLIT_SUM_BLOCK = 64  # rows and columns of C a program of split_sum_kernel adds up
@@ -740,14 +738,16 @@ def k_splits(problem: MatmulProblem, config: TileConfig, batch: int, sms: int) -
 
 
 def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms: int) -> TileConfig:
-    """Fixed tiles per shape class (no autotuning): a 16-bit product takes the tile of
+    """Fixed tiles per shape class (no autotuning): a 16-bit or TF32 product of at most 64 columns
+    takes ``NARROW_TILES``, three programs an SM; a wider 16-bit product the tile of
     ``RATED_16_BIT_TILES`` it finishes soonest with (128 x 128 x 128 for that of 128 x 128 where K
-    fits one step of it); TF32 products of at most 64 columns three narrow programs an SM; others big
-    tiles where they alone fill the GPU."""
+    fits one step of it); others big tiles where they alone fill the GPU."""
     if interpreted:
         return INTERPRETER_CONFIG
     if dtype is DataType.DOUBLE or (dtype is DataType.FLOAT and not problem.allow_tf32):
         return STRICT_FP32_TILES
+    if problem.n <= 64 and not dtype.is_fp8:
+        return NARROW_TILES[dtype.itemsize]
     batch = max(1, math.prod(problem.batch))
     if dtype in (DataType.BFLOAT16, DataType.HALF):
         tile = min(RATED_16_BIT_TILES, key=lambda rated: _estimated_time(problem, batch, sms, *rated))[0]
@@ -755,8 +755,6 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
         return SHORT_K_TILES if tile == SMALL_TILES and short_k else tile
     if dtype.is_fp8:
         big = FAST_FP8_TILES if problem.fast_fp8_accumulation else PRECISE_FP8_TILES
-    elif problem.n <= NARROW_TF32_TILES.block_n:
-        return NARROW_TF32_TILES
     else:
         big = TF32_TILES
     if problem.m // big.block_m * (problem.n // big.block_n) * batch < sms:
