@@ -61,14 +61,6 @@ def col2im_elements(problem: ConvolutionProblem) -> int:
     return geo.output_pixels * geo.taps * geo.c
 
 
-def packs_pixels(problem: ConvolutionProblem, rows: int) -> bool:
-    """Whether dy's pixels of a sample lie contiguous with its channels apart (NCHW) and a sample holds
-    whole tiles of ``rows`` pixels: the product then reads a tile's rows as one run."""
-    spatial = problem.y.dims[2:]
-    packed = all(stride == math.prod(spatial[i + 1 :]) for i, stride in enumerate(problem.y.strides[2:]))
-    return packed and problem.y.strides[1] != 1 and math.prod(spatial) % rows == 0
-
-
 def gathers_products(problem: ConvolutionProblem) -> bool:
     """Whether GEMM's backward data takes this route: Z smaller than dy's column matrix, where neither
     the matrix product of a 1x1 layer nor the direct kernels of a depthwise one take the problem."""
@@ -106,7 +98,6 @@ def col2im_product_kernel(
     R,
     S,
     FLIP: tl.constexpr,
-    PACKED_PIXELS: tl.constexpr,
     COMPUTE: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -116,24 +107,16 @@ def col2im_product_kernel(
 ):
     """Program (tile, g): Z[g] rows p (BLOCK_M pixels of dy) x columns j = (tap, c) (BLOCK_N of
     taps * C/G), the sum over K/G, stored as float sums at z_ptr column-major (G x taps x C/G x PIXELS:
-    a column's pixels contiguous, for the product's stores and the gather's loads alike). Where
-    PACKED_PIXELS (``packs_pixels``), a tile's pixels lie in one sample, contiguous in dy. TF32
+    a column's pixels contiguous, for the product's stores and the gather's loads alike). TF32
     operands are rounded to nearest on the way to the tensor cores."""
     g = tl.program_id(1)
     columns = T * R * S * CG
     tiles_n = tl.cdiv(columns, BLOCK_N)
-    first = tl.program_id(0) // tiles_n * BLOCK_M
-    p = first + tl.arange(0, BLOCK_M)
+    p = tl.program_id(0) // tiles_n * BLOCK_M + tl.arange(0, BLOCK_M)
     j = tl.program_id(0) % tiles_n * BLOCK_N + tl.arange(0, BLOCK_N)
     p_valid, j_valid = p < PIXELS, j < columns
-    if PACKED_PIXELS:
-        sample = OD * OH * OW
-        dy_rows = (
-            (first // sample).to(tl.int64) * dy_sn + tl.multiple_of(first % sample, BLOCK_M) + tl.arange(0, BLOCK_M)
-        )
-    else:
-        n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
-        dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
+    n, o_d, o_h, o_w = pixel_coordinates(p, OD, OH, OW)
+    dy_rows = n * dy_sn + o_d * dy_sd + o_h * dy_sh + o_w * dy_sw
     tap = tl.where(j_valid, j // CG, 0)
     _, _, _, w_tap = tap_shifts(tap, w_ptr, 0, 0, 0, 1, 1, 1, R, S, T, R, S, 0, 0, 0, w_st, w_sr, w_ss, FLIP, False)
     w_cols = (j % CG) * w_sc + w_tap
@@ -247,7 +230,7 @@ def col2im_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
         (triton.cdiv(geo.output_pixels, block_m) * triton.cdiv(geo.taps * cg, block_n), geo.groups),
         (Slot("y"), Slot("w"), Slot("partial"), *strides5(problem.y), *strides5(problem.w), geo.output_pixels,
          *geo.y_size, kg, cg, *geo.filt),
-        dict(FLIP=problem.flip, PACKED_PIXELS=packs_pixels(problem, block_m), COMPUTE=compute, DOT=dot,
+        dict(FLIP=problem.flip, COMPUTE=compute, DOT=dot,
              PRECISION=dot_precision(problem), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
              num_stages=stages),
     )  # fmt: skip
