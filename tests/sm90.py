@@ -65,6 +65,14 @@ def run_script(path: str, timeout: int) -> subprocess.CompletedProcess[str]:
     return completed
 
 
+def script_rows(path: str, timeout: int) -> list[list[str]]:
+    """The lines the test script ``path`` prints, split at whitespace (``run_script``), once it has
+    exited with 0."""
+    completed = run_script(path, timeout)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return [line.split() for line in completed.stdout.splitlines()]
+
+
 def ptxas_report(ptx: str, arch: int) -> str:
     """What ``ptxas -v`` says compiling ``ptx`` for sm_``arch`` (sm_90a on Hopper, where wgmma and
     setmaxnreg need the arch-specific target)."""

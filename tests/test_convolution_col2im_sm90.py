@@ -22,9 +22,7 @@ CASES = [("bfloat16", "channels_last"), ("float32", "channels_first"), ("float32
 
 
 def test_the_products_columns_are_stored_and_dy_read_in_16_byte_vectors():
-    completed = sm90.run_script(__file__, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    rows = [line.split() for line in completed.stdout.splitlines()]
+    rows = sm90.script_rows(__file__, timeout=300)
     assert [tuple(row[:2]) for row in rows] == CASES
     for dtype, layout, vector_stores, scalar_stores, vector_loads in rows:
         assert int(vector_stores) > 0 and int(scalar_stores) == 0, (dtype, layout)

@@ -30,9 +30,7 @@ CASES = [("FORWARD", "bfloat16"), ("FORWARD", "float32"), ("BACKWARD_FILTER", "b
 
 
 def test_the_padded_copy_is_gathered_in_vectors_by_cp_async():
-    completed = sm90.run_script(__file__, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    rows = [line.split() for line in completed.stdout.splitlines()]
+    rows = sm90.script_rows(__file__, timeout=300)
     assert [tuple(row[:2]) for row in rows] == CASES
     for direction, dtype, vectors in rows:
         assert int(vectors) > 0, (direction, dtype)
