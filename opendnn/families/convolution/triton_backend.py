@@ -109,6 +109,7 @@ from opendnn.families.convolution.triton_tiles import (
     geometry,
     im2col_elements,
     itemsize_of,
+    over_image_channels,
     packs_depthwise_filter,
     padded_x,
     pads_channels,
@@ -236,14 +237,13 @@ def preferred(problem: ConvolutionProblem) -> bool:
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
     packed tap-major in the workspace (``packs_depthwise_filter``); a forward or backward filter with
-    few input channels reading x padded in the workspace (``pads_channels``); an ungrouped GEMM
-    backward data into fewer than PIXEL_CHANNELS channels (an image's first layer), which gathers dy's
-    products from the workspace (``gathers_products``) where the implicit GEMM would spend its MMA
-    columns on padding."""
+    few input channels reading x padded in the workspace (``pads_channels``); a GEMM backward data
+    into an image's channels (``over_image_channels``), which gathers dy's products from the
+    workspace (``gathers_products``) where the implicit GEMM would spend its MMA columns on padding."""
     return (
         packs_depthwise_filter(problem)
         or pads_channels(problem)
-        or (gathers_products(problem) and problem.groups == 1 and problem.x.dims[1] < PIXEL_CHANNELS)
+        or (gathers_products(problem) and over_image_channels(problem))
         or (stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem)))
     )
 

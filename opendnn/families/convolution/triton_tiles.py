@@ -186,6 +186,12 @@ def uses_direct(problem: ConvolutionProblem, reduced: int, outputs: int) -> bool
     return few and method is ConvolutionMethod.IMPLICIT_GEMM
 
 
+def over_image_channels(problem: ConvolutionProblem) -> bool:
+    """Whether ``problem`` is ungrouped over fewer than PIXEL_CHANNELS input channels: an image's
+    first layer (RGB, gray), whose channels fill neither a 16-byte row nor an MMA's columns."""
+    return problem.groups == 1 and problem.x.dims[1] < PIXEL_CHANNELS
+
+
 def pads_channels(problem: ConvolutionProblem) -> bool:
     """Whether ``problem`` reads a copy of x padded to PIXEL_CHANNELS channels a pixel
     (``padded_x``): an ungrouped IMPLICIT_PRECOMP_GEMM forward in 16 bits or float32, or backward
@@ -201,8 +207,7 @@ def pads_channels(problem: ConvolutionProblem) -> bool:
     return (
         (forward or problem.direction is BACKWARD_FILTER and problem.x.dtype.itemsize == 2)
         and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
-        and problem.groups == 1
-        and problem.x.dims[1] < PIXEL_CHANNELS
+        and over_image_channels(problem)
         and math.prod(problem.w.dims[2:]) > 1
         and problem.x.dtype in (DataType.BFLOAT16, DataType.HALF, DataType.FLOAT)
         and not (forward and uses_direct(problem, *channels_per_group(problem)))

@@ -746,8 +746,9 @@ def tile_config(problem: MatmulProblem, dtype: DataType, interpreted: bool, sms:
         return INTERPRETER_CONFIG
     if dtype is DataType.DOUBLE or (dtype is DataType.FLOAT and not problem.allow_tf32):
         return STRICT_FP32_TILES
-    if problem.n <= 64 and not dtype.is_fp8:
-        return NARROW_TILES[dtype.itemsize]
+    narrow = None if dtype.is_fp8 else NARROW_TILES[dtype.itemsize]
+    if narrow is not None and problem.n <= narrow.block_n:
+        return narrow
     batch = max(1, math.prod(problem.batch))
     if dtype in (DataType.BFLOAT16, DataType.HALF):
         tile = min(RATED_16_BIT_TILES, key=lambda rated: _estimated_time(problem, batch, sms, *rated))[0]
