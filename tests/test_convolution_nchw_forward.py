@@ -278,6 +278,27 @@ def test_a_tf32_one_tap_backward_filter_over_channels_last_tensors_runs_two_warp
     assert relative_error(got.double(), want) < FLOAT32_SUMS
 
 
+def test_two_warp_filter_tiles_take_twice_the_slices_and_small_filters_sum_in_narrow_blocks():
+    """ResNet-50's NHWC TF32 1x1 backward filters (planned, not run): 2-warp programs aim for four an
+    SM (as many warps as two of 4), and the pass adding the slices takes narrower blocks for fewer
+    filter elements, so that every SM sums (132 SMs stand for the device off the GPU)."""
+    algo = od.ConvolutionBwdFilterAlgo.ALGO_0
+    conv = od.ConvolutionDescriptor((0, 0), (1, 1), (1, 1))
+    rows = []
+    for c, size, k in ((1024, 14, 256), (64, 56, 64)):
+        x = torch.empty(64, c, size, size).contiguous(memory_format=torch.channels_last)
+        dy = torch.empty(64, k, size, size).contiguous(memory_format=torch.channels_last)
+        descs = (descriptor(x), descriptor(dy.new_empty(k, c, 1, 1)), descriptor(dy))
+        problem = convolution_problem(ConvolutionDirection.BACKWARD_FILTER, conv, *descs, algo=algo, allow_tf32=True)
+        plan = kernels.filter_plan(problem)
+        total = kernels._sum_launch(problem, plan.splits)
+        tiles = math.ceil(k / plan.tile.block_m) * math.ceil(c / plan.tile.block_n)
+        rows.append((plan.tile.num_warps, tiles, plan.splits, total.grid[0], total.options["SPLIT_BLOCK"]))
+    # 32 tiles x 17 slices >= 4 x 132 programs; 256 x 1024 elements in 2,048 blocks of 128
+    # one tile x 523 slices (at least 8 steps of 32 pixels each); 64 x 64 elements in 128 blocks of 32
+    assert rows == [(2, 32, 17, 2048, 16), (2, 1, 523, 128, 64)]
+
+
 def test_a_tf32_one_tap_forward_over_nchw_x_in_wide_tiles_matches_float64(planned_convolutions):
     """256 output channels over NCHW x under IMPLICIT_GEMM: one 128 x 256 tile of rows, the caller's
     tensors read where they lie (the interpreter's products exact)."""

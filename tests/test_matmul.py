@@ -354,10 +354,11 @@ def test_16_bit_products_take_the_tile_they_finish_soonest_with(m, n, k, batch, 
     [
         (200704, 64, 64, (128, 64, 32), 3),  # 64 columns move bytes: three narrow programs an SM
         (200704, 40, 256, (128, 64, 32), 3),
+        (64, 64, 3136, (128, 128, 32), 1),  # rows too few to fill a narrow tile: the small tile
         (16384, 4096, 4096, (128, 256, 32), 1),  # wide products keep the big tile, one program an SM
     ],
 )
-def test_tf32_products_of_few_columns_take_narrow_tiles_three_an_sm(m, n, k, tile, per_sm):
+def test_tf32_products_of_few_columns_take_narrow_tiles_where_rows_fill_them(m, n, k, tile, per_sm):
     from opendnn.families.matmul import triton_backend as triton_matmul
 
     a, b, c = (od.TensorDescriptor(od.DataType.FLOAT, dims, None) for dims in ((m, k), (k, n), (m, n)))

@@ -92,7 +92,8 @@ from opendnn.families.convolution.triton_tiles import (
     DIRECT_UNROLL_STEPS,
     PIXEL_CHANNELS,
     SUM_BLOCK,
-    SUM_SPLITS,
+    SUM_MIN_BLOCK,
+    SUM_TILE,
     TABLE_BYTES_PER_TAP,
     FilterPlan,
     Geometry,
@@ -133,7 +134,7 @@ from opendnn.families.convolution.triton_tma import (
     tma_filter_split,
     tma_launches,
 )
-from opendnn.kernels.device import has_wgmma, tma_ready, use_descriptor_scratch
+from opendnn.kernels.device import has_wgmma, programs_to_fill, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
@@ -810,7 +811,12 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
     """dw = alpha * (the sum of the slices' partials) + beta * dw."""
     geo = geometry(problem)
     cg = geo.c // geo.groups
-    grid = (triton.cdiv(geo.k * cg * geo.taps, SUM_BLOCK),)
+    elements = geo.k * cg * geo.taps
+    # a small filter is summed in narrower blocks, so that every SM sums and each has more slices'
+    # loads in flight (the slices of a one-tile GEMM are many)
+    per_sm = max(1, elements // programs_to_fill(1))
+    block = min(SUM_BLOCK, max(SUM_MIN_BLOCK, 1 << (per_sm.bit_length() - 1)))
+    grid = (triton.cdiv(elements, block),)
     args = (Slot("w"), Slot("partial"), *strides5(problem.w), geo.k, cg, *geo.filt, splits, problem.alpha, problem.beta)
     return Launch(
         direct.filter_sum_kernel,
@@ -820,8 +826,8 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
             FLIP=problem.flip,
             HAS_BETA=problem.beta != 0.0,
             COMPUTE=accumulator_type(problem),
-            BLOCK=SUM_BLOCK,
-            SPLIT_BLOCK=min(SUM_SPLITS, triton.next_power_of_2(splits)),
+            BLOCK=block,
+            SPLIT_BLOCK=min(SUM_TILE // block, triton.next_power_of_2(splits)),
             num_warps=4,
         ),
     )

@@ -105,8 +105,9 @@ WIDE_TILE_PROGRAMS = 96  # fewest 256 x 128 tiles worth taking them (fewer: 128 
 TABLE_BYTES_PER_TAP = 16  # four int32: shift d, h, w and the filter offset
 MIN_SLICE_STEPS = 8  # reduction steps each backward-filter slice runs at least
 ALIGN = 256  # bytes: the start of each workspace region
-SUM_BLOCK = 128  # filter elements per program of the pass that sums the slices
-SUM_SPLITS = 16  # slices it loads at a time
+SUM_BLOCK = 128  # filter elements per program of the pass that sums the slices, at most
+SUM_MIN_BLOCK = 32  # ... and at least (128 bytes of float32 partials)
+SUM_TILE = 2048  # partials a program of it loads at a time (slices x elements)
 
 
 @dataclass(frozen=True)
@@ -479,6 +480,7 @@ def filter_plan(problem: ConvolutionProblem) -> FilterPlan:
         tile = Tile(block_m, block_n, block_k, 8 if block_m * block_n >= 128 * 128 else 4, tile.num_stages)
         if lanes % 16 == 0 and reduces_strided_pixels(problem):  # mma.sync's tile
             tile = Tile(min(128, block_m), min(64, block_n), block_k, 2, 3)
+            target = programs_to_fill(2 * PROGRAMS_PER_SM)  # 2-warp programs: twice as many hold as many warps
         programs = triton.cdiv(kg, tile.block_m) * triton.cdiv(lanes * geo.taps, tile.block_n) * geo.groups
         step, min_steps = tile.block_k, MIN_SLICE_STEPS
         direct_kernel = False
