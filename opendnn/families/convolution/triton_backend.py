@@ -814,8 +814,8 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
     elements = geo.k * cg * geo.taps
     # a small filter is summed in narrower blocks, so that every SM sums and each has more slices'
     # loads in flight (the slices of a one-tile GEMM are many)
-    per_sm = max(1, elements // programs_to_fill(1))
-    block = min(SUM_BLOCK, max(SUM_MIN_BLOCK, 1 << (per_sm.bit_length() - 1)))
+    elements_per_sm = max(1, elements // programs_to_fill(1))
+    block = min(SUM_BLOCK, max(SUM_MIN_BLOCK, 1 << (elements_per_sm.bit_length() - 1)))
     grid = (triton.cdiv(elements, block),)
     args = (Slot("w"), Slot("partial"), *strides5(problem.w), geo.k, cg, *geo.filt, splits, problem.alpha, problem.beta)
     return Launch(
