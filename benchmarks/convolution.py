@@ -277,9 +277,10 @@ def case(layer: Layer, direction: str, algo: enum.Enum | None = None) -> Callabl
 def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
     """Inference of conv -> batch norm (eval) -> + residual -> relu: opendnn's one call with the batch
     norm folded into the filter and bias (what ``opendnn.torch.fuse`` makes of it; the fold is done
-    once, before timing) against torch's four ops. The norm's scale is a power of two (variance 1 -
-    eps, gamma 2^k), so the folded filter is exact in every dtype and the check compares like with
-    like."""
+    once, before timing) against torch's four ops. The call takes the forward algorithm the
+    heuristics rank first, with its workspace, as ``opendnn.torch`` does. The norm's scale is a power
+    of two (variance 1 - eps, gamma 2^k), so the folded filter is exact in every dtype and the check
+    compares like with like."""
 
     def build(ctx: Context, dtype: torch.dtype) -> Bench:
         p = layer_problem(ctx, layer, dtype)
@@ -293,6 +294,9 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
         z, out = torch.randn_like(p.dy), torch.empty_like(p.dy)
         xd, yd, h = desc_of(p.x), desc_of(out), ctx.handle
         relu = opendnn.ActivationDescriptor(opendnn.ActivationMode.RELU)
+        algo = heuristics_choice(ctx, p, "fwd")
+        size = opendnn.get_convolution_forward_workspace_size(h, xd, p.w_desc, p.conv_desc, yd, algo)
+        ws = _workspace(ctx, size)
 
         def run_opendnn() -> None:
             opendnn.convolution_bias_activation_forward(
@@ -303,8 +307,8 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
                 p.w_desc,
                 weight,
                 p.conv_desc,
-                DEFAULT_ALGORITHM["fwd"],
-                None,
+                algo,
+                ws,
                 1.0,
                 yd,
                 z,
@@ -328,7 +332,7 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
             nbytes(p.x, p.w, z, out),
             lambda: out.fill_(float("nan")),
             tuple(p.x.shape),
-            f"{p.label} conv+bn+add+relu",
+            f"{p.label}{'' if algo is DEFAULT_ALGORITHM['fwd'] else ' ' + algo.name} conv+bn+add+relu",
             p.flops,
             TF32_TOLERANCE if dtype is torch.float32 else None,
         )

@@ -114,7 +114,8 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "Fused convolution",
         "Inference of conv -> batch norm -> + residual -> relu as one opendnn "
         "call (the norm folded into the filter) against torch's four ops, ResNet-50 layers at "
-        "batch 64.",
+        "batch 64; the call takes the forward algorithm the heuristics rank first, as calls that name none "
+        "do (the dtype cell names one other than IMPLICIT_GEMM).",
         4,
     ),
     "pooling": (
