@@ -240,7 +240,6 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
         with cudnn_settings(tf32):
             return run_torch()
 
-    algo_note = "" if algo is DEFAULT_ALGORITHM[direction] else f" {algo.name}"
     return Bench(
         run_opendnn,
         torch_call,
@@ -248,10 +247,15 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
         moved,
         lambda: out.fill_(float("nan")),
         tuple(p.x.shape),
-        f"{p.label}{algo_note} ws={size}",
+        f"{p.label}{algorithm_note(direction, algo)} ws={size}",
         p.flops,
         TF32_TOLERANCE if tf32 else None,
     )
+
+
+def algorithm_note(direction: str, algo: enum.Enum) -> str:
+    """What a row's dtype cell says of its algorithm: its name where it is not the direction's default."""
+    return "" if algo is DEFAULT_ALGORITHM[direction] else f" {algo.name}"
 
 
 def heuristics_choice(ctx: Context, p: Problem, direction: str) -> enum.Enum:
@@ -332,7 +336,7 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
             nbytes(p.x, p.w, z, out),
             lambda: out.fill_(float("nan")),
             tuple(p.x.shape),
-            f"{p.label}{'' if algo is DEFAULT_ALGORITHM['fwd'] else ' ' + algo.name} conv+bn+add+relu",
+            f"{p.label}{algorithm_note('fwd', algo)} conv+bn+add+relu",
             p.flops,
             TF32_TOLERANCE if dtype is torch.float32 else None,
         )
