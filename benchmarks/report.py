@@ -127,6 +127,13 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "backward keeps cuDNN's contract (it reads x and y, no indices), so the backward rows favour torch.",
         4,
     ),
+    "resample": (
+        "Resampling",
+        "The 2x upsampling of a U-Net or FPN decoder (`nn.Upsample(scale_factor=2)`), bilinear and nearest, "
+        "and a bilinear 2x downsampling, on 64 x 256 x 56 x 56, NCHW and NHWC, forward and backward, against "
+        "torch's upsample kernels (whose backward adds atomically; opendnn's gathers in a fixed order).",
+        4,
+    ),
     "batch_norm": (
         "Batch normalization",
         "Training forward and backward on 64 x 256 x 56 x 56, and batch norm + "

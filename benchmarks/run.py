@@ -65,6 +65,7 @@ SUITE_MODULES = (
     "matmul",
     "convolution",
     "pooling",
+    "resample",
     "batch_norm",
     "normalization",
     "softmax",

@@ -94,6 +94,8 @@ from opendnn.families.pooling.api import pooling_backward, pooling_forward
 from opendnn.families.pooling.problem import PoolingDescriptor, PoolingMode, get_pooling_forward_output_dim
 from opendnn.families.reduce.api import get_reduction_indices_size, get_reduction_workspace_size, reduce_tensor
 from opendnn.families.reduce.problem import ReduceTensorDescriptor, ReduceTensorIndices, ReduceTensorOp
+from opendnn.families.resample.api import resample_backward, resample_forward
+from opendnn.families.resample.problem import InterpolationMode, ResampleDescriptor
 from opendnn.families.softmax.api import softmax_backward, softmax_forward
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxMode
 
@@ -122,6 +124,7 @@ __all__ = [
     "FilterDescriptor",
     "Handle",
     "InternalError",
+    "InterpolationMode",
     "LRNDescriptor",
     "LRNMode",
     "MathType",
@@ -139,6 +142,7 @@ __all__ = [
     "ReduceTensorDescriptor",
     "ReduceTensorIndices",
     "ReduceTensorOp",
+    "ResampleDescriptor",
     "SoftmaxAlgorithm",
     "SoftmaxMode",
     "Status",
@@ -192,6 +196,8 @@ __all__ = [
     "reduce_tensor",
     "scale_tensor",
     "set_tensor",
+    "resample_backward",
+    "resample_forward",
     "softmax_backward",
     "softmax_forward",
     "transform_tensor",

@@ -295,14 +295,52 @@ def test_resample_computes_cudnn_frontends_pooling_modes(engine, mode):
     assert relative_error(out, expected.numpy()) < TOLERANCE
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    "mode, shape, stride, dims, torch_mode",
+    [
+        ("BILINEAR", (2, 3, 5, 6), [0.5, 1 / 3], (10, 18), "bilinear"),
+        (og.ResampleMode.NEAREST, (2, 3, 7, 6), [2, 0.75], (3, 8), "nearest"),
+        ("bilinear", (1, 2, 3, 4, 5), [0.5, 2, 1], (6, 2, 5), "trilinear"),
+    ],
+)
+def test_resample_interpolates_as_torch_with_the_inverse_scale_factor(engine, mode, shape, stride, dims, torch_mode):
+    """stride = 1 / torch's scale_factor; the output floor(in / stride), 1/3 counted as a third."""
+    rng = np.random.default_rng(16)
+    x = random(rng, shape)
+    g = cpu_graph()
+    xt = g.tensor_like(x, name="x")
+    y, index = g.resample(xt, mode, stride=stride)
+    assert index is None and y.dims == (*shape[:2], *dims)
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    factors = [1 / s for s in stride]
+    expected = TF.interpolate(t64(x), scale_factor=factors, mode=torch_mode)
+    assert expected.shape == y.dims
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [
+        (dict(resampling_mode="BILINEAR"), r"window=\[2, 2\] with BILINEAR: interpolation reads no window"),
+        (dict(resampling_mode="nearest", window=None), "NEAREST needs stride: input pixels per output pixel"),
         (
-            dict(resampling_mode="BILINEAR"),
-            r"resampling_mode=BILINEAR is not implemented: resample computes \['MAXPOOL'",
+            dict(resampling_mode="nearest", window=None, stride=[0.5, 0]),
+            r"stride\[1\]=0 must be positive",
         ),
-        (dict(resampling_mode="nearest"), "resampling_mode=NEAREST is not implemented"),
+        (
+            dict(resampling_mode="BILINEAR", window=None, stride=[0.5, 0.5], pre_padding=[1, 1]),
+            r"pre_padding=\[1, 1\] with BILINEAR: interpolation takes no padding",
+        ),
+        (
+            dict(resampling_mode="BILINEAR", window=None, stride=[0.5, 0.5], padding_mode="ZERO_PAD"),
+            "padding_mode=ZERO_PAD with BILINEAR: BILINEAR computes with EDGE_VAL_PAD",
+        ),
+        (
+            dict(resampling_mode="BILINEAR", window=None, stride=[8, 8]),
+            r"stride\[0\]=8.0 leaves no output pixel of input 'x' dim 6",
+        ),
         (
             dict(padding_mode=og.PaddingMode.ZERO_PAD),
             "padding_mode=ZERO_PAD with MAXPOOL: MAXPOOL computes with NEG_INF_PAD",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, Status, require
+from opendnn.core.errors import BadParam, NotSupported, Status, require
 
 MAX_DIMS = 8
 
@@ -149,6 +149,22 @@ def check_broadcastable(name_a: str, a: TensorDescriptor, name_c: str, c: Tensor
             da in (1, dc),
             f"{name_a}.dims[{k}]={da} must equal {name_c}.dims[{k}]={dc} or 1",
             Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+
+
+def check_float_tensor(name: str, desc: Any) -> None:
+    """``desc`` is a TensorDescriptor of a floating-point dtype (the messages are formatted only on
+    failure: a passing call formats nothing).
+
+    Raises:
+        BadParam: naming ``name``: not a TensorDescriptor.
+        NotSupported: naming ``name``: an integer, boolean or fp8 dtype.
+    """
+    if not isinstance(desc, TensorDescriptor):
+        raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
+    if not desc.dtype.is_floating:
+        raise NotSupported(
+            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16", Status.NOT_SUPPORTED_DATA_TYPE
         )
 
 

@@ -54,6 +54,7 @@ OPERATIONS = {
         Operation("matmul"),
         Operation("convolution", in_place=("z",)),
         Operation("attention"),
+        Operation("resample"),
     )
 }
 

@@ -118,6 +118,7 @@ from opendnn.families.pooling.functional import (
     max_pool,
     max_pool_backward,
 )
+from opendnn.families.resample.functional import interpolate, interpolate_backward
 from opendnn.families.softmax.functional import (
     log_softmax,
     log_softmax_backward,
@@ -175,6 +176,8 @@ __all__ = [
     "gt",
     "instance_norm",
     "instance_norm_backward",
+    "interpolate",
+    "interpolate_backward",
     "layer_norm",
     "layer_norm_backward",
     "le",

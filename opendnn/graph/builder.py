@@ -23,7 +23,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
 from opendnn.families.pointwise.problem import resolved_coef
-from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label
+from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label, step_fraction
 from opendnn.graph.pointwise_methods import PointwiseMethods
 from opendnn.graph.tensor import Tensor
 
@@ -465,41 +465,73 @@ class OperationBuilder(PointwiseMethods):
         input: Tensor,
         resampling_mode: ResampleMode | str = ResampleMode.MAXPOOL,
         padding_mode: PaddingMode | str | None = None,
-        window: Sequence[int] = (2, 2),
-        stride: Sequence[int] | None = None,
+        window: Sequence[int] | None = None,
+        stride: Sequence[float] | None = None,
         pre_padding: Sequence[int] | None = None,
         post_padding: Sequence[int] | None = None,
         generate_index: bool = False,
         *,
         name: str | None = None,
     ) -> tuple[Tensor, None]:
-        """cudnn-frontend's resampling forward, (y, index): its pooling modes, computed as ``pooling``.
+        """cudnn-frontend's resampling forward, (y, index).
+
+        The pooling modes are computed as ``pooling`` (window default 2 per spatial dim);
         ``padding_mode`` defaults to the one the mode computes with (NEG_INF_PAD for MAXPOOL, ZERO_PAD
         for the averages); no index tensor is made (the max pooling backward finds each window's
         maximum in x again), so index is None.
 
+        BILINEAR (linear along each of 1 to 3 spatial dims) and NEAREST interpolate: ``stride`` is the
+        input pixels per output pixel along each spatial dim (numbers or fractions: 0.5 doubles the
+        size), the output ``floor(in / stride)`` pixels, read at half-pixel centres from the edge
+        pixels' values (EDGE_VAL_PAD): torch's ``interpolate`` with ``scale_factor = 1 / stride``.
+
         Raises:
-            BadParam: BILINEAR or NEAREST (interpolation is not implemented), a padding mode other
-                than the mode's, pre_padding unequal to post_padding, or generate_index.
+            BadParam: a padding mode other than the mode's, pre_padding unequal to post_padding,
+                generate_index; for the interpolating modes a window, padding, or a missing or
+                non-positive stride.
         """
         mode = ResampleMode[_enum_name(ResampleMode, resampling_mode, "resampling_mode")]
-        if mode not in POOLING_PADDING:
-            raise BadParam(
-                f"resampling_mode={mode.name} is not implemented: resample computes "
-                f"{[pooling.name for pooling in POOLING_PADDING]}"
-            )
-        padding = POOLING_PADDING[mode]
+        padding = POOLING_PADDING.get(mode, PaddingMode.EDGE_VAL_PAD)
         if padding_mode is not None:
             asked = PaddingMode[_enum_name(PaddingMode, padding_mode, "padding_mode")]
             if asked is not padding:
                 raise BadParam(f"padding_mode={asked.name} with {mode.name}: {mode.name} computes with {padding.name}")
+        if generate_index:
+            raise BadParam("generate_index=True: no index tensor is made (the backward finds the maxima in x again)")
+        if mode not in POOLING_PADDING:
+            return self._interpolation(input, mode, window, stride, pre_padding, post_padding, name), None
+        window = (2, 2) if window is None else window
         pre = pre_padding if pre_padding is not None else (0,) * len(window)
         post = post_padding if post_padding is not None else pre
         if tuple(pre) != tuple(post):
             raise BadParam(f"pre_padding={list(pre)} must equal post_padding={list(post)} (the padding is symmetric)")
-        if generate_index:
-            raise BadParam("generate_index=True: no index tensor is made (the backward finds the maxima in x again)")
-        return self.pooling(input, mode.value, window, stride, pre, name=name), None
+        steps = None if stride is None else [int(s) for s in stride]
+        return self.pooling(input, mode.value, window, steps, pre, name=name), None
+
+    def _interpolation(
+        self,
+        input: Tensor,
+        mode: ResampleMode,
+        window: Sequence[int] | None,
+        stride: Sequence[float] | None,
+        pre_padding: Sequence[int] | None,
+        post_padding: Sequence[int] | None,
+        name: str | None,
+    ) -> Tensor:
+        """``resample``'s BILINEAR and NEAREST node."""
+        if window is not None:
+            raise BadParam(f"window={list(window)} with {mode.name}: interpolation reads no window, give stride only")
+        for role, padding in (("pre_padding", pre_padding), ("post_padding", post_padding)):
+            if padding is not None and any(padding):
+                raise BadParam(f"{role}={list(padding)} with {mode.name}: interpolation takes no padding")
+        if stride is None:
+            raise BadParam(f"{mode.name} needs stride: input pixels per output pixel (0.5 doubles the size)")
+        steps = [step_fraction(s) for s in stride]
+        for k, step in enumerate(steps):
+            if step <= 0:
+                raise BadParam(f"stride[{k}]={stride[k]} must be positive (input pixels per output pixel)")
+        attributes = {"mode": mode.value, "stride": tuple(float(step) for step in steps)}
+        return self._add("resample", {"x": input}, attributes, name)["y"]
 
     # ---- attention ------------------------------------------------------------------------------------
 

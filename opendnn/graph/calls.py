@@ -466,6 +466,13 @@ def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -
     od.pooling_forward(handle, pool, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
 
 
+def run_resample(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y = tensor("x"), tensor("y")
+    mode = od.InterpolationMode.LINEAR if node.attribute("mode") == "bilinear" else od.InterpolationMode.NEAREST
+    resample = od.ResampleDescriptor(mode, scales=node.attribute("stride"))
+    od.resample_forward(handle, resample, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+
+
 # ---- attention ----------------------------------------------------------------------------------------
 
 FORWARD_SLOTS = ("q", "k", "v", "o")
@@ -545,6 +552,7 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "instancenorm_backward": (run_norm_backward, no_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),
+    "resample": (run_resample, no_scratch),
     "sdpa": (run_attention, attention_scratch),
     "sdpa_fp8": (run_attention, attention_scratch),
     "sdpa_backward": (run_attention, attention_scratch),

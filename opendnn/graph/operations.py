@@ -10,8 +10,10 @@ finished graph; every error names the node and the tensor.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from opendnn import PointwiseMode
@@ -473,6 +475,32 @@ def pooling_rule(
     return {"y": OutputSpec((*x.dims[:2], *out), None)}
 
 
+def resample_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """Interpolation (``Graph.resample``'s BILINEAR and NEAREST): ``floor(in / stride)`` pixels per spatial dim."""
+    x = inputs["x"]
+    require_float(where, "input", x)
+    stride = attributes["stride"]
+    if not 1 <= len(stride) <= 3 or len(x.dims) != len(stride) + 2:
+        raise fail(
+            where,
+            f"input '{x.name}' dims {list(x.dims)} must have {len(stride) + 2} dims (N, C and one per stride "
+            f"{list(stride)}), 1 to 3 spatial",
+        )
+    out = [math.floor(size / step_fraction(step)) for size, step in zip(x.dims[2:], stride)]
+    for k, size in enumerate(out):
+        if size < 1:
+            raise fail(where, f"stride[{k}]={stride[k]} leaves no output pixel of input '{x.name}' dim {x.dims[2 + k]}")
+    return {"y": OutputSpec((*x.dims[:2], *out), None)}
+
+
+def step_fraction(step: Any) -> Fraction:
+    """An interpolation's stride as the fraction it names: a float rounded to the nearest fraction of
+    denominator at most 2^20 (1/3 and 0.1 stay a third and a tenth, so that ``in / stride`` is exact)."""
+    return Fraction(step).limit_denominator(1 << 20)
+
+
 # ---- attention ----------------------------------------------------------------------------------------
 
 ATTENTION_PARAMETERS = ("scale", "causal", "alignment", "window", "dropout_p", "seed", "offset")
@@ -666,6 +694,7 @@ OPERATIONS: dict[str, Operation] = {
         ),
         Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
         Operation("pooling", ("x",), ("y",), pooling_rule, memory_order={"y": ("x",)}),
+        Operation("resample", ("x",), ("y",), resample_rule, memory_order={"y": ("x",)}),
         Operation(
             "sdpa",
             ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv"),

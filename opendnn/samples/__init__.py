@@ -21,9 +21,22 @@ from opendnn.families.normalization import samples as normalization
 from opendnn.families.pointwise import samples as pointwise
 from opendnn.families.pooling import samples as pooling
 from opendnn.families.reduce import samples as reduce
+from opendnn.families.resample import samples as resample
 from opendnn.families.softmax import samples as softmax
 
-FAMILIES = (pointwise, reduce, convolution, matmul, softmax, batch_norm, pooling, normalization, lrn, attention)
+FAMILIES = (
+    pointwise,
+    reduce,
+    convolution,
+    matmul,
+    softmax,
+    batch_norm,
+    pooling,
+    normalization,
+    lrn,
+    attention,
+    resample,
+)
 
 
 def samples(size: str = "small") -> Iterator[Sample]:

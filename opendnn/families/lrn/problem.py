@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor, check_finite, check_int, check_same_dims
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_float_tensor, check_int, check_same_dims
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status, require
 
@@ -151,13 +151,7 @@ def lrn_problem(
     if not isinstance(mode, (LRNMode, DivNormMode)):
         raise BadParam(f"mode={mode!r} must be an LRNMode or a DivNormMode")
     for name, desc in {"x_desc": x_desc, "y_desc": y_desc, **(others or {})}.items():
-        if not isinstance(desc, TensorDescriptor):
-            raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
-        require(
-            desc.dtype.is_floating,
-            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE,
-        )
+        check_float_tensor(name, desc)
         if desc is not x_desc:
             check_same_dims(name, desc, "x_desc", x_desc)
         if name != "y_desc":

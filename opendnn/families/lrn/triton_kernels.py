@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from opendnn.kernels import math as tm
+from opendnn.kernels.blend import blend_store
 from opendnn.kernels.indexing import flat_offsets
 
 
@@ -53,14 +54,6 @@ def pixel_mask(p, pixels, EVEN_P: tl.constexpr):
     else:
         mask = p < pixels
     return mask
-
-
-@triton.jit
-def blend_store(ptr, offsets, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
-    out = value * alpha
-    if HAS_BETA:
-        out += beta * tl.load(ptr + offsets, mask=mask, other=0.0).to(value.dtype)
-    tl.store(ptr + offsets, out.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -39,7 +39,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor, check_finite, check_int, check_member, check_same_dims
+from opendnn.core.descriptors import (
+    TensorDescriptor,
+    check_finite,
+    check_float_tensor,
+    check_int,
+    check_member,
+    check_same_dims,
+)
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status, require
 
@@ -178,13 +185,7 @@ def norm_problem(
     for name, desc in tensors.items():
         if desc is None:
             continue
-        if not isinstance(desc, TensorDescriptor):
-            raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
-        require(
-            desc.dtype.is_floating,
-            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE,
-        )
+        check_float_tensor(name, desc)
     check_same_dims("y_desc", y_desc, "x_desc", x_desc)
     if dy_desc is not None:
         check_same_dims("dy_desc", dy_desc, "x_desc", x_desc)

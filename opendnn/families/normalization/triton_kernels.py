@@ -6,6 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from opendnn.kernels.blend import blend_store
 from opendnn.kernels.indexing import dim_offsets, flat_offsets
 
 
@@ -106,16 +107,6 @@ def streamed_statistics(
 
 
 @triton.jit
-def blend_store(ptr, row_offsets, col_offsets, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
-    """out = alpha * value + beta * out (out unread when beta == 0)."""
-    pointers = ptr + (row_offsets[:, None] + col_offsets[None, :])
-    out = value * alpha
-    if HAS_BETA:
-        out += beta * tl.load(pointers, mask=mask, other=0.0).to(value.dtype)
-    tl.store(pointers, out.to(ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def norm_forward_kernel(
     x_ptr,
     y_ptr,
@@ -180,8 +171,7 @@ def norm_forward_kernel(
         y = (x - mean[:, None]) * rstd[:, None] * scale + bias
         blend_store(
             y_ptr,
-            y_rows,
-            flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT),
+            y_rows[:, None] + flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT)[None, :],
             mask,
             y,
             tl.cast(alpha, COMPUTE),
@@ -225,8 +215,7 @@ def norm_forward_kernel(
             y = (x - mean[:, None]) * rstd[:, None] * scale + bias
             blend_store(
                 y_ptr,
-                y_rows,
-                flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT),
+                y_rows[:, None] + flat_offsets(cols, COL_DIMS, col_sizes, col_y, COL_UNIT)[None, :],
                 mask,
                 y,
                 tl.cast(alpha, COMPUTE),
@@ -379,7 +368,15 @@ def norm_backward_kernel(
             mean = tl.load(mean_ptr + stats_rows, mask=row_mask, other=0.0).to(COMPUTE)
         if SINGLE:
             dx, xhat = row_gradient(x, dy, mask, mean, rstd, scale, row_size, eps, RMS, HAS_MEAN, HAS_RSTD)
-            blend_store(dx_ptr, dx_rows, dx_cols, mask, dx, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+            blend_store(
+                dx_ptr,
+                dx_rows[:, None] + dx_cols[None, :],
+                mask,
+                dx,
+                tl.cast(alpha, COMPUTE),
+                tl.cast(beta, COMPUTE),
+                HAS_BETA,
+            )
             dscale += tl.sum(dy * xhat, axis=0)
             dbias += tl.sum(dy, axis=0)
         else:
@@ -490,8 +487,7 @@ def streamed_row_gradient(
             inner -= average[:, None]
         blend_store(
             dx_ptr,
-            dx_rows,
-            flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT),
+            dx_rows[:, None] + flat_offsets(cols, COL_DIMS, col_sizes, col_dx, COL_UNIT)[None, :],
             mask,
             rstd[:, None] * inner,
             tl.cast(alpha, COMPUTE),

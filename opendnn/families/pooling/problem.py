@@ -54,6 +54,7 @@ from opendnn.core.descriptors import (
     NanPropagation,
     TensorDescriptor,
     check_finite,
+    check_float_tensor,
     check_ints,
     check_member,
     check_same_dims,
@@ -274,12 +275,7 @@ def _checked(
     for name, desc in tensors.items():
         if desc is None:
             continue
-        require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
-        require(
-            desc.dtype.is_floating,
-            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE,
-        )
+        check_float_tensor(name, desc)
         require(
             desc.dtype is x_desc.dtype,
             f"{name}.dtype={desc.dtype.name} must equal x_desc.dtype={x_desc.dtype.name}",

@@ -27,7 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_dtype, check_finite, check_member
+from opendnn.core.descriptors import (
+    NanPropagation,
+    TensorDescriptor,
+    check_dtype,
+    check_finite,
+    check_float_tensor,
+    check_member,
+)
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 
@@ -142,12 +149,7 @@ def reduce_problem(
         isinstance(reduce_desc, ReduceTensorDescriptor), f"reduce_desc={reduce_desc!r} must be a ReduceTensorDescriptor"
     )
     for name, desc in (("a_desc", a_desc), ("c_desc", c_desc)):
-        require(isinstance(desc, TensorDescriptor), f"{name}={desc!r} must be a TensorDescriptor")
-        require(
-            desc.dtype.is_floating,
-            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE,
-        )
+        check_float_tensor(name, desc)
     require(
         c_desc.ndim == a_desc.ndim,
         f"c_desc.ndim={c_desc.ndim} must equal a_desc.ndim={a_desc.ndim}",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opendnn.core.descriptors import TensorDescriptor, check_finite, check_member
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_float_tensor, check_member
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status, require
 
@@ -90,16 +90,9 @@ def softmax_problem(
         BadParam: an algorithm that is not a SoftmaxAlgorithm, dims that differ between the
             operands, a non-float dtype, an axis out of range, non-finite alpha or beta.
     """
-    # The checks that format a repr raise by hand: a passing call (the common case) formats nothing.
     algo = check_member("algo", SoftmaxAlgorithm, algo)
     for name, desc in zip(names, descs):
-        if not isinstance(desc, TensorDescriptor):
-            raise BadParam(f"{name}={desc!r} must be a TensorDescriptor")
-        require(
-            desc.dtype.is_floating,
-            f"{name}.dtype={desc.dtype.name} must be FLOAT, DOUBLE, HALF or BFLOAT16",
-            Status.NOT_SUPPORTED_DATA_TYPE,
-        )
+        check_float_tensor(name, desc)
     first, dims = names[0], descs[0].dims
     for name, desc in zip(names[1:], descs[1:]):
         if desc.dims != dims:

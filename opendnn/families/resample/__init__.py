@@ -1,0 +1,1 @@
+"""Resampling by interpolation: nearest and (bi/tri)linear, forward and backward."""

@@ -1,0 +1,229 @@
+"""Resampling by interpolation (cudnn-frontend's resample with its NEAREST and BILINEAR modes, torch's
+``interpolate``): one operation, its rules and its NumPy reference.
+
+x has dims (N, C, *spatial) with 1 to 3 spatial dims, y (N, C, *out), each in any memory order.
+Along each spatial dim, output ``o`` reads the input at a source coordinate ``src(o)`` computed from
+the dim's scale ``s`` (input pixels per output pixel):
+
+    NEAREST         src = floor(o * s)                    one tap, i0 = min(src, in - 1)
+    NEAREST_EXACT   src = floor((o + 0.5) * s)            one tap, i0 = min(src, in - 1)
+    LINEAR          src = max((o + 0.5) * s - 0.5, 0)     (align_corners: src = o * s)
+                    two taps, i0 = min(trunc(src), in - 1), i1 = min(i0 + 1, in - 1),
+                    weights 1 - l and l with l = src - i0
+
+and y is the product of the dims' weights summed over their taps (LINEAR over 2 dims is bilinear,
+over 3 trilinear). The scales and coordinates are computed in the compute dtype (float32, float64
+for float64 tensors) exactly as written, so that the taps a kernel picks are the reference's: the
+scale is ``in / out`` (align_corners: ``(in - 1) / (out - 1)``, 0 for one output) unless the caller
+gives one, rounded to the compute dtype. These are torch's rules for ``nearest``, ``nearest-exact``
+and ``linear`` / ``bilinear`` / ``trilinear``.
+
+Backward, from dy of y's dims: ``dx[i] = sum over outputs o reading i of dy[o] * weight(o, i)``. It is
+computed as a gather over the outputs that can read each input (no atomics, the same sum order on
+every run).
+
+Results blend as ``out = alpha * result + beta * out`` (out unread when beta == 0).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_float_tensor, check_member
+from opendnn.core.dtypes import DataType
+from opendnn.core.errors import BadParam, Status, require
+
+MAX_SPATIAL_DIMS = 3
+
+
+class InterpolationMode(enum.Enum):
+    """How an output pixel reads the input; the value is the name the kernels switch on."""
+
+    NEAREST = "nearest"
+    NEAREST_EXACT = "nearest_exact"
+    LINEAR = "linear"
+
+    @property
+    def taps(self) -> int:
+        """Input pixels an output pixel reads along one dim."""
+        return 2 if self is InterpolationMode.LINEAR else 1
+
+
+@dataclass(frozen=True)
+class ResampleDescriptor:
+    """How a resampling reads its input: the mode, whether LINEAR aligns the corner pixels' centres
+    (``align_corners``) and the scales, input pixels per output pixel along each spatial dim (None:
+    the sizes' ratio, in / out; 0.5 for a 2x upsampling). Checked against the tensors by each call."""
+
+    mode: InterpolationMode
+    align_corners: bool = False
+    scales: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ResampleProblem:
+    """A validated resampling, forward or backward: descriptors and parameters, no memory.
+
+    ``tensors`` are (x, y) forward and (dy, dx) backward; ``scales`` one per spatial dim, already
+    rounded to the compute dtype.
+    """
+
+    mode: InterpolationMode
+    align_corners: bool
+    scales: tuple[float, ...]
+    tensors: tuple[TensorDescriptor, TensorDescriptor]
+    backward: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+    compute_dtype: DataType = DataType.FLOAT
+
+    @property
+    def input_dims(self) -> tuple[int, ...]:
+        """x's dims (dx's in a backward)."""
+        return self.tensors[1 if self.backward else 0].dims
+
+    @property
+    def output_dims(self) -> tuple[int, ...]:
+        """y's dims (dy's in a backward)."""
+        return self.tensors[0 if self.backward else 1].dims
+
+
+def resample_problem(
+    mode: InterpolationMode,
+    names: Sequence[str],
+    descs: Sequence[TensorDescriptor],
+    *,
+    scales: Sequence[float] | None = None,
+    align_corners: bool = False,
+    backward: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> ResampleProblem:
+    """The rules every resampling call shares.
+
+    Args:
+        names: the descriptors' parameter names, for the error messages ("x_desc", "y_desc").
+        descs: (x, y) forward, (dy, dx) backward.
+        scales: input pixels per output pixel along each spatial dim (None: in / out, torch's rule
+            without a scale factor); not with ``align_corners``, which fixes them.
+
+    Raises:
+        BadParam: a mode that is not an InterpolationMode, N or C that differ between the tensors,
+            spatial ranks that differ or lie outside 1..3, scales of the wrong count, not finite or not
+            positive, scales or a mode other than LINEAR with align_corners, non-finite alpha or beta.
+        NotSupported: a non-float dtype.
+    """
+    mode = check_member("mode", InterpolationMode, mode)
+    for name, desc in zip(names, descs):
+        check_float_tensor(name, desc)
+    (first, second), (a, b) = names, descs
+    spatial = a.ndim - 2
+    require(
+        1 <= spatial <= MAX_SPATIAL_DIMS,
+        f"{first}.dims={list(a.dims)} must be (N, C, *spatial) with 1 to {MAX_SPATIAL_DIMS} spatial dims",
+    )
+    if b.ndim != a.ndim or b.dims[:2] != a.dims[:2]:
+        raise BadParam(
+            f"{second}.dims={list(b.dims)} must be (N, C, *spatial) with {first}.dims={list(a.dims)}'s N, C "
+            f"and {spatial} spatial dims",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
+    align_corners = bool(align_corners)
+    if align_corners and mode is not InterpolationMode.LINEAR:
+        raise BadParam(f"align_corners=True with mode {mode.name}: only LINEAR aligns corners")
+    x, y = (b, a) if backward else (a, b)
+    compute = DataType.DOUBLE if any(desc.dtype is DataType.DOUBLE for desc in descs) else DataType.FLOAT
+    if scales is None:
+        scales = source_scales(x.dims[2:], y.dims[2:], align_corners, compute)
+    else:
+        if align_corners:
+            raise BadParam(f"scales={list(scales)} with align_corners=True: aligned corners fix the scales")
+        scales = tuple(check_finite(f"scales[{k}]", s) for k, s in enumerate(scales))
+        require(len(scales) == spatial, f"scales={list(scales)} must hold one scale per spatial dim ({spatial})")
+        for k, s in enumerate(scales):
+            require(s > 0, f"scales[{k}]={s} must be positive (input pixels per output pixel)")
+        scales = tuple(float(compute.to_numpy().type(s)) for s in scales)
+    alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
+    return ResampleProblem(mode, align_corners, scales, (a, b), backward, alpha, beta, compute)
+
+
+def source_scales(
+    in_sizes: Sequence[int], out_sizes: Sequence[int], align_corners: bool, compute: DataType
+) -> tuple[float, ...]:
+    """Input pixels per output pixel along each dim, divided in the compute dtype as torch divides:
+    in / out, or (in - 1) / (out - 1) with aligned corners (0 for a single output)."""
+    real = compute.to_numpy().type
+    if align_corners:
+        return tuple(float(real(n - 1) / real(o - 1)) if o > 1 else 0.0 for n, o in zip(in_sizes, out_sizes))
+    return tuple(float(real(n) / real(o)) for n, o in zip(in_sizes, out_sizes))
+
+
+def source_taps(
+    mode: InterpolationMode, align_corners: bool, scale: float, in_size: int, out_size: int, compute: DataType
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output along one dim: its taps i0 and i1 and the weight l of i1 (that of i0 is 1 - l),
+    computed in the compute dtype as the kernels compute them."""
+    real = compute.to_numpy().type
+    o, s = np.arange(out_size, dtype=real), real(scale)
+    if mode is InterpolationMode.LINEAR:
+        source = s * o if align_corners else np.maximum(s * (o + real(0.5)) - real(0.5), real(0))
+    elif mode is InterpolationMode.NEAREST:
+        source = np.floor(o * s)
+    else:
+        source = np.floor((o + real(0.5)) * s)
+    i0 = np.minimum(source.astype(np.int64), in_size - 1)
+    i1 = np.minimum(i0 + 1, in_size - 1)
+    weight = source - i0.astype(real) if mode is InterpolationMode.LINEAR else np.zeros(out_size, real)
+    return i0, i1, weight
+
+
+def interpolation_matrix(
+    mode: InterpolationMode, align_corners: bool, scale: float, in_size: int, out_size: int, compute: DataType
+) -> np.ndarray:
+    """The (out, in) matrix of one dim's weights, in the compute dtype: y = A x along that dim."""
+    i0, i1, weight = source_taps(mode, align_corners, scale, in_size, out_size, compute)
+    real = compute.to_numpy().type
+    matrix = np.zeros((out_size, in_size), real)
+    rows = np.arange(out_size)
+    np.add.at(matrix, (rows, i0), real(1) - weight)
+    np.add.at(matrix, (rows, i1), weight)
+    return matrix
+
+
+def resampled(
+    mode: InterpolationMode,
+    align_corners: bool,
+    scales: Sequence[float],
+    values: np.ndarray,
+    sizes: Sequence[int],
+    compute: DataType,
+    backward: bool = False,
+) -> np.ndarray:
+    """The forward (``sizes``: y's spatial dims) or the backward (``values`` dy, ``sizes``: x's) in
+    ``values``' dtype: each spatial dim contracted with its interpolation matrix (the backward with
+    its transpose), one dim at a time."""
+    out = values
+    for k, (scale, size) in enumerate(zip(scales, sizes)):
+        axis = 2 + k
+        in_size, out_size = (size, out.shape[axis]) if backward else (out.shape[axis], size)
+        matrix = interpolation_matrix(mode, align_corners, scale, in_size, out_size, compute).astype(values.dtype)
+        out = np.moveaxis(np.tensordot(out, matrix if backward else matrix.T, axes=([axis], [0])), -1, axis)
+    return out
+
+
+def reference(problem: ResampleProblem, values: np.ndarray) -> np.ndarray:
+    """The problem's result in float64 from its input's values (x, or dy for a backward)."""
+    sizes = problem.input_dims[2:] if problem.backward else problem.output_dims[2:]
+    return resampled(
+        problem.mode,
+        problem.align_corners,
+        problem.scales,
+        values.astype(np.float64),
+        sizes,
+        problem.compute_dtype,
+        problem.backward,
+    )

@@ -1,0 +1,300 @@
+"""Resampling by interpolation on Triton: one gather kernel per direction.
+
+Memory model (forward, E_in and E_out elements of b bytes): y is written once (E_out b) and each
+output reads its 1 (nearest) to 8 (trilinear) taps, which neighbouring outputs share in cache, so
+the traffic is about (E_in + E_out) b: memory bound, a few dozen instructions per output. The
+backward reads dy once and writes dx once, the same (E_in + E_out) b.
+
+Both kernels tile their output (y forward, dx backward) as [rows, columns], the columns running
+along the output's innermost dim in memory (channels for channels-last tensors, the width for
+channels-first ones), so that a warp's stores and, along that dim, its loads are contiguous. A
+row's coordinates (sample, channel, spatial) come from one division and modulo per dim, shared by
+the row's columns.
+
+``resample_forward_kernel``: per output, the taps along each spatial dim (``problem.source_taps``'s
+formula, in the compute dtype) and their product of weights; 1 load per output for the nearest
+modes, 2, 4 or 8 for linear over 1, 2 or 3 dims (a dim whose input is one pixel wide takes one tap).
+
+``resample_backward_kernel``: a gather, deterministic: per dx element and spatial dim, the outputs
+that can read it lie in a window of ``reach`` outputs starting near ``(i - 1) / s``; each is mapped
+forward again with the forward's formula and adds ``dy * weight`` where one of its taps is the
+element. The window is wider than the outputs that read an input by a few (one rounding of the
+start, a tap on either side): about ceil(2.5 / s) + 3 outputs per dim, masked loads where the
+weight is zero. For a 2x upsampling that is 8 per dim, 64 candidates for 16 (bilinear) or 4
+(nearest) reads of dy per element.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from opendnn.core.arrays import Bound, torch_view
+from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.dtypes import DataType
+from opendnn.families.resample.problem import ResampleProblem
+from opendnn.kernels.blend import blend_store
+from opendnn.kernels.launch import Launch, Launches, Slot
+
+ELEMENTS = 1024  # outputs per program: 8 per thread of 4 warps
+COLUMNS = 64  # the widest tile along the innermost dim
+
+
+@triton.jit
+def _coordinate(rows, columns, divisor, size, IS_INNER: tl.constexpr):
+    """A dim's coordinate over the [rows, columns] tile: the columns' own along the innermost dim,
+    else the rows' (a [rows, 1] tensor)."""
+    if IS_INNER:
+        coordinate = columns[None, :]
+    else:
+        coordinate = ((rows // divisor) % size)[:, None]
+    return coordinate
+
+
+@triton.jit
+def _tile(
+    sizes,
+    divisors,
+    rows,
+    columns,
+    INNER: tl.constexpr,
+    INDEX: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """The program's [BLOCK_R, BLOCK_C] tile of the output over dims (N, C, D, H, W): its mask and
+    the five coordinates."""
+    row = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(INDEX)
+    column = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(INDEX)
+    mask = (row < rows)[:, None] & (column < columns)[None, :]
+    n = _coordinate(row, column, divisors[0], sizes[0], INNER == 0)
+    c = _coordinate(row, column, divisors[1], sizes[1], INNER == 1)
+    d = _coordinate(row, column, divisors[2], sizes[2], INNER == 2)
+    h = _coordinate(row, column, divisors[3], sizes[3], INNER == 3)
+    w = _coordinate(row, column, divisors[4], sizes[4], INNER == 4)
+    return mask, n, c, d, h, w
+
+
+@triton.jit
+def _taps(o, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr):
+    """Output ``o``'s taps i0, i1 along one dim and i1's weight (problem.source_taps)."""
+    position = o.to(COMPUTE)
+    if MODE == "linear":
+        if ALIGN:
+            source = scale * position
+        else:
+            source = tl.maximum(scale * (position + 0.5) - 0.5, 0.0)
+    elif MODE == "nearest":
+        source = tl.floor(position * scale)
+    else:
+        source = tl.floor((position + 0.5) * scale)
+    i0 = tl.minimum(source.to(INDEX), in_size - 1)
+    i1 = tl.minimum(i0 + 1, in_size - 1)
+    return i0, i1, source - i0.to(COMPUTE)
+
+
+@triton.jit
+def _tap(t: tl.constexpr, TAPS: tl.constexpr, i0, i1, weight):
+    """Tap ``t`` of a dim taking TAPS taps: its index and weight."""
+    if TAPS == 1:
+        index, factor = i0, 1.0
+    elif t == 0:
+        index, factor = i0, 1.0 - weight
+    else:
+        index, factor = i1, weight
+    return index, factor
+
+
+@triton.jit
+def _read_weight(
+    o, i, out_size, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr
+):
+    """The weight with which output ``o`` reads input ``i`` along one dim (0 where it does not, or
+    where o lies past the output)."""
+    i0, i1, weight = _taps(o, scale, in_size, MODE, ALIGN, COMPUTE, INDEX)
+    if MODE == "linear":
+        factor = tl.where(i0 == i, 1.0 - weight, 0.0) + tl.where(i1 == i, weight, 0.0)
+    else:
+        factor = tl.where(i0 == i, 1.0, 0.0).to(COMPUTE)
+    return tl.where(o < out_size, factor, 0.0)
+
+
+@triton.jit
+def resample_forward_kernel(
+    x_ptr,
+    y_ptr,
+    x_strides,
+    y_strides,
+    in_sizes,
+    sizes,
+    divisors,
+    rows,
+    columns,
+    scale_d: tl.float64,
+    scale_h: tl.float64,
+    scale_w: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    INNER: tl.constexpr,
+    TAPS_D: tl.constexpr,
+    TAPS_H: tl.constexpr,
+    TAPS_W: tl.constexpr,
+    MODE: tl.constexpr,
+    ALIGN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    INDEX: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """y over dims (N, C, D, H, W) (sizes; absent spatial dims of size 1), x over (N, C, in_sizes)."""
+    mask, n, c, od, oh, ow = _tile(sizes, divisors, rows, columns, INNER, INDEX, BLOCK_R, BLOCK_C)
+    d0, d1, weight_d = _taps(od, tl.cast(scale_d, COMPUTE), in_sizes[0], MODE, ALIGN, COMPUTE, INDEX)
+    h0, h1, weight_h = _taps(oh, tl.cast(scale_h, COMPUTE), in_sizes[1], MODE, ALIGN, COMPUTE, INDEX)
+    w0, w1, weight_w = _taps(ow, tl.cast(scale_w, COMPUTE), in_sizes[2], MODE, ALIGN, COMPUTE, INDEX)
+    plane = x_ptr + n * x_strides[0] + c * x_strides[1]
+    acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
+    for td in tl.static_range(TAPS_D):
+        i_d, f_d = _tap(td, TAPS_D, d0, d1, weight_d)
+        for th in tl.static_range(TAPS_H):
+            i_h, f_h = _tap(th, TAPS_H, h0, h1, weight_h)
+            for tw in tl.static_range(TAPS_W):
+                i_w, f_w = _tap(tw, TAPS_W, w0, w1, weight_w)
+                offsets = i_d * x_strides[2] + i_h * x_strides[3] + i_w * x_strides[4]
+                acc += tl.load(plane + offsets, mask=mask).to(COMPUTE) * (f_d * f_h * f_w)
+    y = n * y_strides[0] + c * y_strides[1] + od * y_strides[2] + oh * y_strides[3] + ow * y_strides[4]
+    blend_store(y_ptr, y, mask, acc, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+
+
+@triton.jit
+def resample_backward_kernel(
+    dy_ptr,
+    dx_ptr,
+    dy_strides,
+    dx_strides,
+    out_sizes,
+    sizes,
+    divisors,
+    rows,
+    columns,
+    reach,
+    scale_d: tl.float64,
+    scale_h: tl.float64,
+    scale_w: tl.float64,
+    step_d: tl.float64,
+    step_h: tl.float64,
+    step_w: tl.float64,
+    alpha: tl.float64,
+    beta: tl.float64,
+    INNER: tl.constexpr,
+    MODE: tl.constexpr,
+    ALIGN: tl.constexpr,
+    HAS_BETA: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    INDEX: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """dx over dims (N, C, D, H, W) (sizes), dy over (N, C, out_sizes); per spatial dim, the outputs
+    ``first .. first + reach - 1`` with ``first = max(floor((i - 1) * step) - 1, 0)`` (step = 1 / s,
+    0 where s is 0) are the candidates that may read input i."""
+    mask, n, c, i_d, i_h, i_w = _tile(sizes, divisors, rows, columns, INNER, INDEX, BLOCK_R, BLOCK_C)
+    s_d, s_h, s_w = tl.cast(scale_d, COMPUTE), tl.cast(scale_h, COMPUTE), tl.cast(scale_w, COMPUTE)
+    first_d = tl.maximum(tl.floor((i_d - 1).to(COMPUTE) * tl.cast(step_d, COMPUTE)).to(INDEX) - 1, 0)
+    first_h = tl.maximum(tl.floor((i_h - 1).to(COMPUTE) * tl.cast(step_h, COMPUTE)).to(INDEX) - 1, 0)
+    first_w = tl.maximum(tl.floor((i_w - 1).to(COMPUTE) * tl.cast(step_w, COMPUTE)).to(INDEX) - 1, 0)
+    plane = dy_ptr + n * dy_strides[0] + c * dy_strides[1]
+    acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
+    for k_d in range(reach[0]):
+        o_d = first_d + k_d
+        f_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, ALIGN, COMPUTE, INDEX)
+        for k_h in range(reach[1]):
+            o_h = first_h + k_h
+            f_h = f_d * _read_weight(o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, ALIGN, COMPUTE, INDEX)
+            for k_w in range(reach[2]):
+                o_w = first_w + k_w
+                factor = f_h * _read_weight(o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, ALIGN, COMPUTE, INDEX)
+                offsets = o_d * dy_strides[2] + o_h * dy_strides[3] + o_w * dy_strides[4]
+                read = mask & (factor != 0.0)
+                acc += tl.load(plane + offsets, mask=read, other=0.0).to(COMPUTE) * factor
+    dx = n * dx_strides[0] + c * dx_strides[1] + i_d * dx_strides[2] + i_h * dx_strides[3] + i_w * dx_strides[4]
+    blend_store(dx_ptr, dx, mask, acc, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
+
+
+# the planner -----------------------------------------------------------------------------------------
+
+
+def supports(problem: ResampleProblem) -> str | None:
+    return None
+
+
+def run(problem: ResampleProblem, source: Bound, out: Bound) -> None:
+    """Forward: x -> y; backward: dy -> dx."""
+    tensors = {"source": torch_view(source), "out": torch_view(out)}
+    device = tensors["source"].device
+    resample_launches(problem, (device.index or 0) if device.type == "cuda" else None)(tensors)
+
+
+def _five(desc: TensorDescriptor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """dims and strides as (N, C, D, H, W): absent leading spatial dims of size 1."""
+    missing = 5 - desc.ndim
+    dims = (*desc.dims[:2], *(1,) * missing, *desc.dims[2:])
+    strides = (*desc.strides[:2], *(0,) * missing, *desc.strides[2:])
+    return dims, strides
+
+
+def _tiling(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, tuple[int, ...], int]:
+    """The innermost dim in memory (the tile's columns; the last of equal strides), each dim's
+    divisor in the row index (the rows run over the other dims, outermost first) and the row count."""
+    candidates = [k for k in range(5) if dims[k] > 1] or [4]
+    inner = min(reversed(candidates), key=lambda k: abs(strides[k]))
+    outer = sorted((k for k in range(5) if k != inner), key=lambda k: (-abs(strides[k]), k))
+    divisors = [1] * 5
+    for position, k in enumerate(outer):
+        divisors[k] = math.prod(dims[j] for j in outer[position + 1 :])
+    return inner, tuple(divisors), math.prod(dims[k] for k in outer)
+
+
+def _extent(dims: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    return 1 + sum((d - 1) * abs(s) for d, s in zip(dims, strides))
+
+
+@functools.lru_cache(maxsize=256)  # per problem and device, asked by every run
+def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
+    """The one launch computing ``problem`` on CUDA device ``device`` (None: the interpreter)."""
+    source, out = problem.tensors
+    source_dims, source_strides = _five(source)
+    dims, strides = _five(out)
+    inner, divisors, rows = _tiling(dims, strides)
+    block_c = min(triton.next_power_of_2(dims[inner]), COLUMNS)
+    block_r = ELEMENTS // block_c
+    grid = (triton.cdiv(rows, block_r), triton.cdiv(dims[inner], block_c))
+    scales = (1.0,) * (3 - len(problem.scales)) + problem.scales
+    wide = max(_extent(source_dims, source_strides), _extent(dims, strides), rows * dims[inner]) >= 2**31
+    compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
+    flags: dict[str, Any] = dict(
+        INNER=inner,
+        MODE=problem.mode.value,
+        ALIGN=problem.align_corners,
+        HAS_BETA=problem.beta != 0.0,
+        COMPUTE=compute,
+        INDEX=tl.int64 if wide else tl.int32,
+        BLOCK_R=block_r,
+        BLOCK_C=block_c,
+        num_warps=4,
+    )
+    head = (Slot("source"), Slot("out"), source_strides, strides)
+    if not problem.backward:
+        taps = [problem.mode.taps if size > 1 else 1 for size in source_dims[2:]]
+        flags.update(TAPS_D=taps[0], TAPS_H=taps[1], TAPS_W=taps[2])
+        arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], *scales)
+        return Launches((Launch(resample_forward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
+    steps = tuple(1.0 / s if s > 0 else 0.0 for s in scales)
+    # a scale of 0 (aligned corners from one pixel, or to one) sends every output to input 0
+    reach = tuple(min(math.ceil(2.5 * step) + 3, size) if step else size for step, size in zip(steps, source_dims[2:]))
+    arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], reach, *scales, *steps)
+    return Launches((Launch(resample_backward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
