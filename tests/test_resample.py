@@ -212,3 +212,23 @@ def test_cudnn_shaped_calls_name_the_bad_parameter(call, error, message):
 def test_interpolate_refuses_antialiasing_by_name():
     with pytest.raises(od.NotSupported, match="antialias=True is not implemented"):
         F.interpolate(random((1, 1, 4, 4), dtype=torch.float32), scale_factor=0.5, mode="bilinear", antialias=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["nearest", "linear"])
+def test_nan_and_infinities_reach_the_outputs_torchs_reach(backend, name):
+    """A NaN or an infinity reaches every output that takes it as a tap, a tap of weight 0 included
+    (0 * inf and 0 * NaN are NaN), forward and backward, as in torch."""
+    x = random((2, 3, 6, 7), dtype=torch.float32)
+    x[0, 1, 2, 3], x[1, 2, 5, 0], x[1, 0, 0, 6] = float("nan"), float("inf"), -float("inf")
+    mode = torch_mode(name, 4)
+    for size in [(12, 14), (4, 9)]:
+        y, dy, _ = torch_forward_backward(x, 5, name, size, None, None)
+        dy[0, 0, 1, 1], dy[1, 1, -1, -1] = float("nan"), float("inf")
+        x_grad = x.detach().clone().requires_grad_()
+        TF.interpolate(x_grad, size=size, mode=mode).backward(dy)
+        handle = od.Handle(backend=backend)
+        ours = F.interpolate(x, size, mode=mode, handle=handle)
+        ours_dx = F.interpolate_backward(dy, x, size, mode=mode, handle=handle)
+        torch.testing.assert_close(ours, y, rtol=2e-6, atol=2e-6, equal_nan=True)
+        torch.testing.assert_close(ours_dx, x_grad.grad, rtol=1e-5, atol=1e-5, equal_nan=True)

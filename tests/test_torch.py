@@ -146,6 +146,21 @@ FUNCTIONS = {
         lambda x: TF.adaptive_max_pool2d(x, (4, 3)),
         [(2, 3, 7, 6)],
     ),
+    "interpolate_bilinear": (
+        lambda x: OF.interpolate(x, scale_factor=(1.5, 2.0), mode="bilinear"),
+        lambda x: TF.interpolate(x, scale_factor=(1.5, 2.0), mode="bilinear"),
+        [(2, 3, 7, 6)],
+    ),
+    "interpolate_trilinear_aligned": (
+        lambda x: OF.interpolate(x, (3, 7, 5), mode="trilinear", align_corners=True),
+        lambda x: TF.interpolate(x, (3, 7, 5), mode="trilinear", align_corners=True),
+        [(1, 2, 4, 4, 5)],
+    ),
+    "interpolate_nearest_exact1d": (
+        lambda x: OF.interpolate(x, 13, mode="nearest-exact"),
+        lambda x: TF.interpolate(x, 13, mode="nearest-exact"),
+        [(2, 3, 9)],
+    ),
     "softmax": (lambda x: OF.softmax(x, 1), lambda x: TF.softmax(x, 1), [(2, 5, 3)]),
     "log_softmax": (lambda x: OF.log_softmax(x, -1), lambda x: TF.log_softmax(x, -1), [(2, 5, 3)]),
 }

@@ -59,6 +59,9 @@ MODULES = {
     "AdaptiveMaxPool1d": (lambda: nn.AdaptiveMaxPool1d(3), (2, 3, 8), True),
     "AdaptiveMaxPool2d": (lambda: nn.AdaptiveMaxPool2d((4, 3)), (2, 3, 7, 6), True),
     "AdaptiveMaxPool3d": (lambda: nn.AdaptiveMaxPool3d(2), (1, 2, 4, 5, 3), True),
+    "Upsample": (lambda: nn.Upsample(scale_factor=2, mode="bilinear"), (2, 3, 5, 6), False),
+    "UpsamplingNearest2d": (lambda: nn.UpsamplingNearest2d(size=(7, 9)), (2, 3, 5, 6), False),
+    "UpsamplingBilinear2d": (lambda: nn.UpsamplingBilinear2d(scale_factor=1.5), (2, 3, 5, 6), False),
     "Softmax": (lambda: nn.Softmax(dim=1), (2, 5, 3), True),
     "LogSoftmax": (lambda: nn.LogSoftmax(dim=-1), (2, 5, 3), True),
 }

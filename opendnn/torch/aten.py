@@ -256,6 +256,22 @@ def _scaled_dot_product_attention(
     return attention.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
+def _upsample(mode: str) -> Route:
+    """aten's ``upsample_*.vec`` in ``mode`` (F.interpolate's calls): the output size or the scale
+    factors, which also set the coordinates' scales; both only where they agree."""
+
+    def upsample(input: torch.Tensor, output_size: Sequence[int] | None, *options: Any) -> torch.Tensor:
+        *aligned, scale_factors = options
+        _floating(input)
+        if output_size is not None and scale_factors is not None:
+            sizes = [math.floor(n * f) for n, f in zip(input.shape[2:], scale_factors)]
+            require(sizes == list(output_size), "output_size and scale_factors that disagree")
+            output_size = None
+        return functions.interpolate(input, output_size, scale_factors, mode, aligned[0] if aligned else None)
+
+    return upsample
+
+
 # aten overload: how opendnn computes it (NotSupported: torch's implementation computes it)
 ROUTES: dict[str, Route] = {
     "linear": _linear,
@@ -277,6 +293,9 @@ ROUTES: dict[str, Route] = {
     "elu": _elementwise(_elu),
     "softplus": _elementwise(functions.softplus),
     "scaled_dot_product_attention": _scaled_dot_product_attention,
+    "upsample_linear1d.vec": _upsample("linear"),
+    "upsample_bilinear2d.vec": _upsample("bilinear"),
+    "upsample_trilinear3d.vec": _upsample("trilinear"),
     "avg_pool1d": _avg_pool(1),
     "avg_pool2d": _avg_pool(2),
     "avg_pool3d": _avg_pool(3),
@@ -292,6 +311,8 @@ ROUTES: dict[str, Route] = {
             ("max_pool", "", lambda spatial: _max_pool(spatial, False)),
             ("max_pool", "_with_indices", lambda spatial: _max_pool(spatial, True)),
             ("adaptive_avg_pool", "", _adaptive_avg_pool),
+            ("upsample_nearest", ".vec", lambda spatial: _upsample("nearest")),
+            ("_upsample_nearest_exact", ".vec", lambda spatial: _upsample("nearest-exact")),
         )
     },
 }

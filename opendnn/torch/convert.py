@@ -62,6 +62,9 @@ CONVERSIONS: dict[type[torch.nn.Module], type[modules.OpendnnModule]] = {
     torch.nn.AdaptiveMaxPool3d: modules.AdaptiveMaxPool3d,
     torch.nn.Softmax: modules.Softmax,
     torch.nn.LogSoftmax: modules.LogSoftmax,
+    torch.nn.Upsample: modules.Upsample,
+    torch.nn.UpsamplingNearest2d: modules.UpsamplingNearest2d,
+    torch.nn.UpsamplingBilinear2d: modules.UpsamplingBilinear2d,
 }
 
 # Modules that do no arithmetic opendnn has a primitive for: they stay torch's and need no mention.

@@ -12,6 +12,7 @@ error that is also torch's RuntimeError, as the operators' errors are.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -322,6 +323,39 @@ def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool 
     sizes = (output_size,) * len(spatial) if isinstance(output_size, int) or output_size is None else output_size
     resolved = [int(n if o is None else o) for o, n in zip(sizes, spatial)]
     return operators.adaptive_pool(x, resolved, is_max)
+
+
+# ---- resampling ------------------------------------------------------------------------------------------
+
+
+INTERPOLATION_MODES = frozenset({"nearest", "nearest-exact", "linear", "bilinear", "trilinear"})
+
+
+def interpolate(
+    x: torch.Tensor,
+    size: IntOrTuple | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+) -> torch.Tensor:
+    """torch.nn.functional.interpolate in its nearest, nearest-exact and (bi/tri)linear modes,
+    without antialiasing; the output size resolved here (``floor(in * scale_factor)``), the factor
+    kept where it sets the coordinates' scales (not with ``recompute_scale_factor`` or aligned corners)."""
+    spatial = x.shape[2:]
+    if (size is None) == (scale_factor is None):
+        raise BadParam("give exactly one of size and scale_factor")
+    if scale_factor is None:
+        sizes = (size,) * len(spatial) if isinstance(size, int) else tuple(size or ())
+        factors: list[float] = []
+    else:
+        factors = [
+            float(f) for f in (scale_factor if isinstance(scale_factor, Sequence) else [scale_factor] * len(spatial))
+        ]
+        sizes = tuple(math.floor(n * f) for n, f in zip(spatial, factors))
+        if recompute_scale_factor or align_corners:
+            factors = []
+    return operators.interpolate(x, [int(s) for s in sizes], factors, mode, bool(align_corners))
 
 
 # ---- softmax --------------------------------------------------------------------------------------------

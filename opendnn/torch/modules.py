@@ -420,3 +420,29 @@ class Softmax(OpendnnModule, torch.nn.Softmax):
 class LogSoftmax(OpendnnModule, torch.nn.LogSoftmax):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return functions.log_softmax(x, _softmax_dim(self.dim, x.ndim))
+
+
+# ---- resampling -------------------------------------------------------------------------------------
+
+
+class Upsample(OpendnnModule, torch.nn.Upsample):
+    """torch.nn.Upsample (and its UpsamplingNearest2d and UpsamplingBilinear2d forms) on opendnn's
+    interpolation: the nearest, nearest-exact and (bi/tri)linear modes."""
+
+    def unsupported(self) -> str | None:
+        if self.mode not in functions.INTERPOLATION_MODES:
+            return f"mode={self.mode!r} (opendnn interpolates {sorted(functions.INTERPOLATION_MODES)})"
+        return None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return functions.interpolate(
+            x, self.size, self.scale_factor, self.mode, self.align_corners, self.recompute_scale_factor
+        )
+
+
+class UpsamplingNearest2d(Upsample, torch.nn.UpsamplingNearest2d):
+    pass
+
+
+class UpsamplingBilinear2d(Upsample, torch.nn.UpsamplingBilinear2d):
+    pass

@@ -642,6 +642,39 @@ def _adaptive_backward(ctx: Any, dy: Tensor | None) -> tuple[Any, ...]:
 register_autograd(adaptive_pool, _adaptive_backward, _save_adaptive)
 
 
+# ---- resampling -----------------------------------------------------------------------------------------
+
+
+def _interpolated(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """The functional call ``kernel(*tensors, size or scale_factor, mode, align_corners)`` of an
+    operator taking both (``scale_factor`` empty where the call gave a size): the factor, where
+    given, also sets the coordinates' scales, as torch's."""
+
+    def call(*arguments: Any) -> Any:
+        *tensors, size, scale_factor, mode, align_corners = arguments
+        geometry = {"scale_factor": tuple(scale_factor)} if scale_factor else {"size": tuple(size)}
+        aligned = {"align_corners": align_corners} if "linear" in mode else {}
+        return kernel(*tensors, mode=mode, **geometry, **aligned)
+
+    return call
+
+
+interpolate = define(
+    "interpolate(Tensor x, int[] size, float[] scale_factor, str mode, bool align_corners) -> Tensor",
+    _interpolated(F.interpolate),
+    lambda x, size, scale_factor, mode, align_corners: empty_in_order_of(x, [*x.shape[:2], *size]),
+)
+
+interpolate_backward = define(  # (x gives dx's shape, dtype and memory order; its values are not read)
+    "interpolate_backward(Tensor dy, Tensor x, int[] size, float[] scale_factor, str mode, bool align_corners)"
+    " -> Tensor",
+    _interpolated(F.interpolate_backward),
+    lambda dy, x, size, scale_factor, mode, align_corners: empty_in_order_of(x, x.shape),
+    differentiable=False,
+)
+
+register_gradient_of_input(interpolate, interpolate_backward)
+
 # ---- fused inference chains (opendnn.torch.fuse) -------------------------------------------------------
 
 convolution_bias_activation = define(

@@ -170,6 +170,21 @@ def _adaptive_pool(spatial: int, is_max: bool) -> Callable[..., torch.Tensor]:
     return adaptive_pool
 
 
+def _interpolate(
+    input: torch.Tensor,
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> torch.Tensor:
+    require(mode in functions.INTERPOLATION_MODES, f"mode={mode!r}")
+    require(not antialias, "antialias=True")
+    require(3 <= input.ndim <= 5, f"input of {input.ndim} dims (opendnn takes N, C and 1 to 3 spatial dims)")
+    return functions.interpolate(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
+
+
 def _local_response_norm(
     input: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
 ) -> torch.Tensor:
@@ -211,6 +226,7 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
         F.batch_norm: _batch_norm,
         F.instance_norm: _instance_norm,
         F.local_response_norm: _local_response_norm,
+        F.interpolate: _interpolate,
     }
     for spatial in (1, 2, 3):
         routes[getattr(F, f"conv{spatial}d")] = _conv(spatial)

@@ -181,19 +181,6 @@ def source_taps(
     return i0, i1, weight
 
 
-def interpolation_matrix(
-    mode: InterpolationMode, align_corners: bool, scale: float, in_size: int, out_size: int, compute: DataType
-) -> np.ndarray:
-    """The (out, in) matrix of one dim's weights, in the compute dtype: y = A x along that dim."""
-    i0, i1, weight = source_taps(mode, align_corners, scale, in_size, out_size, compute)
-    real = compute.to_numpy().type
-    matrix = np.zeros((out_size, in_size), real)
-    rows = np.arange(out_size)
-    np.add.at(matrix, (rows, i0), real(1) - weight)
-    np.add.at(matrix, (rows, i1), weight)
-    return matrix
-
-
 def resampled(
     mode: InterpolationMode,
     align_corners: bool,
@@ -204,14 +191,26 @@ def resampled(
     backward: bool = False,
 ) -> np.ndarray:
     """The forward (``sizes``: y's spatial dims) or the backward (``values`` dy, ``sizes``: x's) in
-    ``values``' dtype: each spatial dim contracted with its interpolation matrix (the backward with
-    its transpose), one dim at a time."""
+    ``values``' dtype, one spatial dim at a time: the forward gathers each output's taps, the backward
+    adds each output's gradient into its taps. Every tap counts, a weight of 0 too (as in torch, a NaN
+    or an infinity read with weight 0 gives NaN)."""
     out = values
     for k, (scale, size) in enumerate(zip(scales, sizes)):
         axis = 2 + k
         in_size, out_size = (size, out.shape[axis]) if backward else (out.shape[axis], size)
-        matrix = interpolation_matrix(mode, align_corners, scale, in_size, out_size, compute).astype(values.dtype)
-        out = np.moveaxis(np.tensordot(out, matrix if backward else matrix.T, axes=([axis], [0])), -1, axis)
+        i0, i1, weight = source_taps(mode, align_corners, scale, in_size, out_size, compute)
+        taps = [(i0, 1 - weight)] + ([(i1, weight)] if mode.taps == 2 else [])
+        along = [1] * (out.ndim - 1 - axis)  # the weights broadcast along the dims after ``axis``
+        if backward:
+            moved = np.moveaxis(out, axis, 0)
+            result = np.zeros((in_size, *moved.shape[1:]), values.dtype)
+            for index, factor in taps:
+                np.add.at(result, index, moved * factor.astype(values.dtype).reshape(-1, *[1] * (moved.ndim - 1)))
+            out = np.moveaxis(result, 0, axis)
+        else:
+            out = sum(
+                np.take(out, index, axis) * factor.astype(values.dtype).reshape(-1, *along) for index, factor in taps
+            )
     return out
 
 

@@ -1,7 +1,7 @@
 """Samples of resample_forward and resample_backward: every mode over 1, 2 and 3 spatial dims, up- and
 downsampling by integer and non-integer ratios, given scales (torch's scale factors), aligned
-corners, an input one pixel wide, packed / permuted (channels innermost) / sub-region layouts, alpha/beta
-and every float dtype; and ``interpolate`` / ``interpolate_backward`` through the Pythonic calls.
+corners, an input one pixel wide, NaN inputs, packed / permuted (channels innermost) / sub-region
+layouts, alpha/beta and every float dtype; and ``interpolate`` / ``interpolate_backward`` through the Pythonic calls.
 
 The variant names the mode and the geometry: ``LINEAR/2x`` (``+align`` for aligned corners).
 """
@@ -74,7 +74,7 @@ def _expected(
 
 def run_resample_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     desc, out = _parse(sample)
-    x = t.input(sample.shape, sample.dtype, sample.layout)
+    x = t.input(sample.shape, sample.dtype, sample.layout, nan=sample.nan_inputs)
     y_shape = (*sample.shape[:2], *out)
     y, expected = blend(sample, t, y_shape, _expected(desc, x, y_shape, t, backward=False))
     resample_forward(handle, desc, sample.alpha, descriptor(x), x, sample.beta, descriptor(y), y)
@@ -83,7 +83,7 @@ def run_resample_forward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np
 
 def run_resample_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     desc, out = _parse(sample)
-    dy = t.input((*sample.shape[:2], *out), sample.dtype, sample.layout)
+    dy = t.input((*sample.shape[:2], *out), sample.dtype, sample.layout, nan=sample.nan_inputs)
     dx, expected = blend(sample, t, sample.shape, _expected(desc, dy, sample.shape, t, backward=True))
     resample_backward(handle, desc, sample.alpha, descriptor(dy), dy, sample.beta, descriptor(dx), dx)
     return checked(t, dx, expected)
@@ -121,6 +121,8 @@ def samples(size: str = "small") -> Iterator[Sample]:
                 if (dtype, layout) != (DataType.FLOAT, "packed"):
                     yield Sample(op, variant, dtype, shape, layout=layout, runner=runner)
             yield Sample(op, variant, DataType.FLOAT, shape, layout="subregion", alpha=0.5, beta=-1.5, runner=runner)
+        if geometry in ("x1.7", "7x5-3x11"):
+            yield Sample(op, variant, DataType.FLOAT, shape, nan_inputs=True, runner=runner)
         if mode is InterpolationMode.LINEAR and geometry in (MAIN, "7x5-3x11", "3d"):
             yield Sample(op, f"{variant}+align", DataType.FLOAT, shape, layout="permuted", runner=runner)
     for mode, geometry in itertools.product(InterpolationMode, ("2x", "x1.7", "7x5-3x11")):

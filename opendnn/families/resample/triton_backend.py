@@ -18,10 +18,11 @@ modes, 2, 4 or 8 for linear over 1, 2 or 3 dims (a dim whose input is one pixel 
 ``resample_backward_kernel``: a gather, deterministic: per dx element and spatial dim, the outputs
 that can read it lie in a window of ``reach`` outputs starting near ``(i - 1) / s``; each is mapped
 forward again with the forward's formula and adds ``dy * weight`` where one of its taps is the
-element. The window is wider than the outputs that read an input by a few (one rounding of the
-start, a tap on either side): about ceil(2.5 / s) + 3 outputs per dim, masked loads where the
-weight is zero. For a 2x upsampling that is 8 per dim, 64 candidates for 16 (bilinear) or 4
-(nearest) reads of dy per element.
+element (a tap of weight 0 too, as torch's backward adds it: a NaN dy gives NaN there). The window is
+wider than the outputs that read an input by a few (one rounding of the start, a tap on either side):
+about ceil(2.5 / s) + 3 outputs per dim, the loads masked where the output does not read the
+element. For a 2x upsampling that is 8 per dim, 64 candidates for 16 (bilinear) or 4 (nearest) reads
+of dy per element.
 """
 
 from __future__ import annotations
@@ -113,14 +114,16 @@ def _tap(t: tl.constexpr, TAPS: tl.constexpr, i0, i1, weight):
 def _read_weight(
     o, i, out_size, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr
 ):
-    """The weight with which output ``o`` reads input ``i`` along one dim (0 where it does not, or
-    where o lies past the output)."""
+    """Whether output ``o`` (one within the output) has input ``i`` among its taps along one dim, and
+    the weight it reads it with (a tap of weight 0 counts: dy * 0 is NaN for a NaN dy, as torch's)."""
     i0, i1, weight = _taps(o, scale, in_size, MODE, ALIGN, COMPUTE, INDEX)
     if MODE == "linear":
         factor = tl.where(i0 == i, 1.0 - weight, 0.0) + tl.where(i1 == i, weight, 0.0)
+        reads = (i0 == i) | (i1 == i)
     else:
         factor = tl.where(i0 == i, 1.0, 0.0).to(COMPUTE)
-    return tl.where(o < out_size, factor, 0.0)
+        reads = i0 == i
+    return reads & (o < out_size), factor
 
 
 @triton.jit
@@ -211,16 +214,16 @@ def resample_backward_kernel(
     acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
     for k_d in range(reach[0]):
         o_d = first_d + k_d
-        f_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, ALIGN, COMPUTE, INDEX)
+        reads_d, f_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, ALIGN, COMPUTE, INDEX)
         for k_h in range(reach[1]):
             o_h = first_h + k_h
-            f_h = f_d * _read_weight(o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, ALIGN, COMPUTE, INDEX)
+            reads_h, f_h = _read_weight(o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, ALIGN, COMPUTE, INDEX)
             for k_w in range(reach[2]):
                 o_w = first_w + k_w
-                factor = f_h * _read_weight(o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, ALIGN, COMPUTE, INDEX)
+                reads_w, f_w = _read_weight(o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, ALIGN, COMPUTE, INDEX)
                 offsets = o_d * dy_strides[2] + o_h * dy_strides[3] + o_w * dy_strides[4]
-                read = mask & (factor != 0.0)
-                acc += tl.load(plane + offsets, mask=read, other=0.0).to(COMPUTE) * factor
+                read = mask & reads_d & reads_h & reads_w
+                acc += tl.load(plane + offsets, mask=read, other=0.0).to(COMPUTE) * (f_d * f_h * f_w)
     dx = n * dx_strides[0] + c * dx_strides[1] + i_d * dx_strides[2] + i_h * dx_strides[3] + i_w * dx_strides[4]
     blend_store(dx_ptr, dx, mask, acc, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
 
