@@ -7,9 +7,12 @@ Usage (on the GPU machine, from the repository root; torchvision: benchmarks/REA
     PYTHONPATH=. python benchmarks/models.py --device cpu --batch 2 --size 64 --out /tmp/models  # smoke
     PYTHONPATH=. python benchmarks/models.py --models gpt2_small --device cpu --batch 2 --sequence 16 \
         --layers 1 --out /tmp/models  # smoke
+    PYTHONPATH=. python benchmarks/models.py --models unet --device cpu --batch 2 --size 32 --out /tmp/models
 
 The image models, torchvision's ResNet-50 and MobileNetV2 (the default ``--models``; ``weights=None``,
-seeded initialisation): channels_last inputs and weights, batch 64 at 224x224 by default. The language
+seeded initialisation): channels_last inputs and weights, batch 64 at 224x224 by default. The segmentation
+model, ``unet`` (``benchmarks/unet.py``: a U-Net in plain torch, its decoder upsampling with
+``nn.Upsample``), the same way at batch 16 by default, a class per pixel. The language
 model, ``gpt2_small`` (``benchmarks/gpt2.py``: GPT-2 small in plain torch, seeded initialisation, causal
 ``F.scaled_dot_product_attention``): batch 8 of 1024 random tokens by default (``--sequence``; ``--layers``
 blocks, 12 by default). Both with bf16 autocast:
@@ -76,13 +79,15 @@ import gpt2
 import report
 import torch
 import torch.nn.functional as TF
+import unet
 
 import opendnn.torch as ot
 from opendnn.torch.graphs import capture
 
 IMAGE_MODELS = ("resnet50", "mobilenet_v2")  # torchvision's (any of its builders' names is taken)
+SEGMENTATION_MODELS = ("unet",)  # benchmarks/unet.py
 LANGUAGE_MODELS = ("gpt2_small",)  # benchmarks/gpt2.py
-DEFAULT_BATCH = {"images": 64, "tokens": 8}
+DEFAULT_BATCH = {"images": 64, "pixels": 16, "tokens": 8}
 # torch 2.11 + cuDNN 9.19 on one H200, batch 64, bf16 autocast, channels_last (a separate measurement)
 ANCHOR_MS = {
     ("resnet50", "inference"): 8.51,
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     names = args.models.split(",")
     builders = None
-    if any(name not in LANGUAGE_MODELS for name in names):
+    if any(name not in (*LANGUAGE_MODELS, *SEGMENTATION_MODELS) for name in names):
         try:
             import torchvision.models as builders
         except ImportError as error:
@@ -235,6 +240,8 @@ def _subject(name: str, args: argparse.Namespace, device: torch.device, builders
     if name in LANGUAGE_MODELS:
         build = functools.partial(gpt2.GPT2, args.layers, positions=max(gpt2.POSITIONS, args.sequence))
         return tokens(build, device, args.batch or DEFAULT_BATCH["tokens"], args.sequence)
+    if name in SEGMENTATION_MODELS:
+        return images(unet.UNet, device, args.batch or DEFAULT_BATCH["pixels"], args.size, per_pixel=True)
     build = functools.partial(getattr(builders, name), weights=None)
     return images(build, device, args.batch or DEFAULT_BATCH["images"], args.size)
 
@@ -255,15 +262,22 @@ class Subject:
     left_to_torch: list[str]  # what the copy leaves to torch, and why
 
 
-def images(build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int) -> Subject:
+def images(
+    build: Callable[[], torch.nn.Module], device: torch.device, batch: int, size: int, per_pixel: bool = False
+) -> Subject:
     """An image model (seeded initialisation, channels_last) and its copy converted by ``opendnn.torch.convert``,
-    run inside ``functional_calls()``; a batch of random images and labels."""
+    run inside ``functional_calls()``; a batch of random images and labels: one per image, or, for a
+    segmentation model (``per_pixel``, ``unet.CLASSES`` classes), one per pixel."""
     torch.manual_seed(0)
     model = build().to(device, memory_format=torch.channels_last)
     ours = copy.deepcopy(model)
     conversion = ot.convert(ours)
     x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
-    labels = torch.randint(0, CLASSES, (batch,), device=device)
+    labels = (
+        torch.randint(0, unet.CLASSES, (batch, size, size), device=device)
+        if per_pixel
+        else torch.randint(0, CLASSES, (batch,), device=device)
+    )
     left = [f"{n}: {kind} ({why})" for n, kind, why in conversion.left_alone]
     return Subject(model, ours, ot.functional_calls(), x, labels, batch, f"{size}x{size}", batch, "img/s", left)
 
@@ -432,7 +446,8 @@ def training_step(
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False), context:
             logits = model(x)
-        # (batch, classes) against (batch,), or (batch, sequence, vocabulary) against (batch, sequence)
+        # (batch, classes) against (batch,), (batch, H, W, classes) against (batch, H, W), or (batch,
+        # sequence, vocabulary) against (batch, sequence)
         loss = TF.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
         loss.backward()
         optimizer.step()

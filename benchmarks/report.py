@@ -190,6 +190,8 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "torchvision's ResNet-50, MobileNetV2, EfficientNet-B0 and ConvNeXt-tiny at batch 64, 224 x 224, "
         "bf16 autocast, "
         "channels_last: the same model converted to opendnn (`opendnn.torch.convert`) against torch/cuDNN; "
+        "unet (a U-Net in plain torch, `benchmarks/unet.py`, bilinear upsampling in its decoder, a class per "
+        "pixel) the same way at the batch its row names; "
         "gpt2_small (GPT-2 small in plain torch, `benchmarks/gpt2.py`), bf16 autocast: its attention "
         "routed to opendnn (`opendnn.torch.attention.scaled_dot_product_attention`) against torch's SDPA, "
         "every other operation torch's on both sides; "
