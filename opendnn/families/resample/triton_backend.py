@@ -43,6 +43,7 @@ from opendnn.kernels.launch import Launch, Launches, Slot
 
 ELEMENTS = 1024  # outputs per program: 8 per thread of 4 warps
 COLUMNS = 64  # the widest tile along the innermost dim
+GRID_Y = tl.constexpr(65535)  # CUDA's limit on a grid's y and z
 
 
 @triton.jit
@@ -68,9 +69,11 @@ def _tile(
     BLOCK_C: tl.constexpr,
 ):
     """The program's [BLOCK_R, BLOCK_C] tile of the output over dims (N, C, D, H, W): its mask and
-    the five coordinates."""
-    row = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(INDEX)
-    column = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)).to(INDEX)
+    the five coordinates. Row blocks run along the grid's x, column blocks along its y and z (y holds
+    at most 65535)."""
+    row = tl.program_id(0).to(INDEX) * BLOCK_R + tl.arange(0, BLOCK_R)
+    column_block = tl.program_id(1) + tl.program_id(2) * GRID_Y
+    column = column_block.to(INDEX) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (row < rows)[:, None] & (column < columns)[None, :]
     n = _coordinate(row, column, divisors[0], sizes[0], INNER == 0)
     c = _coordinate(row, column, divisors[1], sizes[1], INNER == 1)
@@ -275,7 +278,8 @@ def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
     inner, divisors, rows = _tiling(dims, strides)
     block_c = min(triton.next_power_of_2(dims[inner]), COLUMNS)
     block_r = ELEMENTS // block_c
-    grid = (triton.cdiv(rows, block_r), triton.cdiv(dims[inner], block_c))
+    column_blocks = triton.cdiv(dims[inner], block_c)
+    grid = (triton.cdiv(rows, block_r), min(column_blocks, GRID_Y.value), triton.cdiv(column_blocks, GRID_Y.value))
     scales = (1.0,) * (3 - len(problem.scales)) + problem.scales
     wide = max(_extent(source_dims, source_strides), _extent(dims, strides), rows * dims[inner]) >= 2**31
     compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
