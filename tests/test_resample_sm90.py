@@ -1,5 +1,5 @@
-"""The resampling kernels compiled for the H200 (sm_90) on the CPU: forward and backward, nearest and
-(bi/tri)linear, channels-first and channels-last, 16-bit, float32 and float64, each without spills. In
+"""The resampling kernels compiled for the H200 (sm_90) on the CPU: forward and backward, nearest,
+(bi/tri)linear and bicubic, channels-first and channels-last, 16-bit, float32 and float64, each without spills. In
 a subprocess: triton must load without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ CASES = [
     ("NEAREST", "float32", (64, 256, 56, 56), (64, 256, 112, 112), False, True),
     ("LINEAR", "float32", (8, 32, 12, 20, 24), (8, 32, 24, 40, 48), False, True),
     ("NEAREST_EXACT", "float64", (16, 64, 999), (16, 64, 400), False, True),
+    ("CUBIC", "bfloat16", (16, 64, 56, 56), (16, 64, 97, 40), True, False),
+    ("CUBIC", "bfloat16", (16, 64, 56, 56), (16, 64, 97, 40), True, True),
 ]
 
 

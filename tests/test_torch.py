@@ -156,6 +156,16 @@ FUNCTIONS = {
         lambda x: TF.interpolate(x, (3, 7, 5), mode="trilinear", align_corners=True),
         [(1, 2, 4, 4, 5)],
     ),
+    "interpolate_bicubic_aligned": (
+        lambda x: OF.interpolate(x, (9, 4), mode="bicubic", align_corners=True),
+        lambda x: TF.interpolate(x, (9, 4), mode="bicubic", align_corners=True),
+        [(2, 3, 7, 6)],
+    ),
+    "interpolate_area": (
+        lambda x: OF.interpolate(x, (3, 4), mode="area"),
+        lambda x: TF.interpolate(x, (3, 4), mode="area"),
+        [(2, 3, 7, 6)],
+    ),
     "interpolate_nearest_exact1d": (
         lambda x: OF.interpolate(x, 13, mode="nearest-exact"),
         lambda x: TF.interpolate(x, 13, mode="nearest-exact"),

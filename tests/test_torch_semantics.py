@@ -62,6 +62,7 @@ MODULES = {
     "Upsample": (lambda: nn.Upsample(scale_factor=2, mode="bilinear"), (2, 3, 5, 6), False),
     "UpsamplingNearest2d": (lambda: nn.UpsamplingNearest2d(size=(7, 9)), (2, 3, 5, 6), False),
     "UpsamplingBilinear2d": (lambda: nn.UpsamplingBilinear2d(scale_factor=1.5), (2, 3, 5, 6), False),
+    "Upsample_bicubic": (lambda: nn.Upsample(size=(9, 4), mode="bicubic"), (2, 3, 5, 6), False),
     "Softmax": (lambda: nn.Softmax(dim=1), (2, 5, 3), True),
     "LogSoftmax": (lambda: nn.LogSoftmax(dim=-1), (2, 5, 3), True),
 }

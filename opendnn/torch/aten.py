@@ -296,6 +296,7 @@ ROUTES: dict[str, Route] = {
     "upsample_linear1d.vec": _upsample("linear"),
     "upsample_bilinear2d.vec": _upsample("bilinear"),
     "upsample_trilinear3d.vec": _upsample("trilinear"),
+    "upsample_bicubic2d.vec": _upsample("bicubic"),
     "avg_pool1d": _avg_pool(1),
     "avg_pool2d": _avg_pool(2),
     "avg_pool3d": _avg_pool(3),

@@ -328,7 +328,7 @@ def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool 
 # ---- resampling ------------------------------------------------------------------------------------------
 
 
-INTERPOLATION_MODES = frozenset({"nearest", "nearest-exact", "linear", "bilinear", "trilinear"})
+INTERPOLATION_MODES = frozenset({"nearest", "nearest-exact", "linear", "bilinear", "trilinear", "bicubic", "area"})
 
 
 def interpolate(
@@ -339,8 +339,8 @@ def interpolate(
     align_corners: bool | None = None,
     recompute_scale_factor: bool | None = None,
 ) -> torch.Tensor:
-    """torch.nn.functional.interpolate in its nearest, nearest-exact and (bi/tri)linear modes,
-    without antialiasing; the output size resolved here (``floor(in * scale_factor)``), the factor
+    """torch.nn.functional.interpolate in its nearest, nearest-exact, (bi/tri)linear, bicubic and area
+    modes, without antialiasing; the output size resolved here (``floor(in * scale_factor)``), the factor
     kept where it sets the coordinates' scales (not with ``recompute_scale_factor`` or aligned corners)."""
     spatial = x.shape[2:]
     if (size is None) == (scale_factor is None):

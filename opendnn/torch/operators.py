@@ -645,6 +645,9 @@ register_autograd(adaptive_pool, _adaptive_backward, _save_adaptive)
 # ---- resampling -----------------------------------------------------------------------------------------
 
 
+ALIGNING_MODES = frozenset({"linear", "bilinear", "trilinear", "bicubic"})  # the modes taking align_corners
+
+
 def _interpolated(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """The functional call ``kernel(*tensors, size or scale_factor, mode, align_corners)`` of an
     operator taking both (``scale_factor`` empty where the call gave a size): the factor, where
@@ -653,7 +656,7 @@ def _interpolated(kernel: Callable[..., Any]) -> Callable[..., Any]:
     def call(*arguments: Any) -> Any:
         *tensors, size, scale_factor, mode, align_corners = arguments
         geometry = {"scale_factor": tuple(scale_factor)} if scale_factor else {"size": tuple(size)}
-        aligned = {"align_corners": align_corners} if "linear" in mode else {}
+        aligned = {"align_corners": align_corners} if mode in ALIGNING_MODES else {}
         return kernel(*tensors, mode=mode, **geometry, **aligned)
 
     return call

@@ -1,5 +1,6 @@
 """The Pythonic resampling functions: ``interpolate`` with torch's signature and rules (nearest,
-nearest-exact, linear, bilinear, trilinear) and its backward, of arrays with any strides (outputs keep
+nearest-exact, linear, bilinear, trilinear, bicubic, and area as the pooling family's adaptive
+average) and its backward, of arrays with any strides (outputs keep
 the input's memory order).
 
 The output size is ``size``, or ``floor(in * scale_factor)`` per spatial dim. The coordinates use the
@@ -23,18 +24,22 @@ from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.errors import BadParam, NotSupported, Status, require
 from opendnn.core.handle import Handle
 from opendnn.core.plans import Plan, keep, lookup, signature
+from opendnn.families.pooling import functional as pooling
 from opendnn.families.resample.problem import InterpolationMode, resample_problem
 
 Size = int | Sequence[int]
 Factor = float | Sequence[float]
 
-# torch's mode names -> (the mode, the input rank it needs or None for any of 3 to 5)
-MODES: dict[str, tuple[InterpolationMode, int | None]] = {
+# torch's mode names -> (the mode, the input rank it needs or None for any of 3 to 5); "area" is the
+# pooling family's adaptive average (torch's too)
+MODES: dict[str, tuple[InterpolationMode | None, int | None]] = {
     "nearest": (InterpolationMode.NEAREST, None),
     "nearest-exact": (InterpolationMode.NEAREST_EXACT, None),
     "linear": (InterpolationMode.LINEAR, 3),
     "bilinear": (InterpolationMode.LINEAR, 4),
     "trilinear": (InterpolationMode.LINEAR, 5),
+    "bicubic": (InterpolationMode.CUBIC, 4),
+    "area": (None, None),
 }
 
 
@@ -45,21 +50,20 @@ def _geometry(
     mode: str,
     align_corners: bool | None,
     recompute_scale_factor: bool | None,
-) -> tuple[InterpolationMode, bool, tuple[int, ...], tuple[float, ...] | None]:
-    """torch's argument rules: the mode, align_corners, the output's spatial size and the scales the
-    coordinates use (None: in / out)."""
+) -> tuple[InterpolationMode | None, bool, tuple[int, ...], tuple[float, ...] | None]:
+    """torch's argument rules: the mode (None: area), align_corners, the output's spatial size and the
+    scales the coordinates use (None: in / out)."""
     ndim = x.desc.ndim
     if mode not in MODES:
-        refused = "is not implemented" if mode in ("bicubic", "area") else "is not a mode"
-        raise (NotSupported if mode in ("bicubic", "area") else BadParam)(
-            f"mode={mode!r} {refused}: interpolate computes {sorted(MODES)}"
-        )
+        raise BadParam(f"mode={mode!r} is not a mode: interpolate computes {sorted(MODES)}")
     kind, rank = MODES[mode]
     require(3 <= ndim <= 5, f"input.ndim={ndim} must be 3, 4 or 5: (N, C, *spatial) with 1 to 3 spatial dims")
     if rank is not None and ndim != rank:
         raise BadParam(f"mode={mode!r} needs an input of {rank} dims, not input.ndim={ndim}")
-    if align_corners is not None and kind is not InterpolationMode.LINEAR:
-        raise BadParam(f"align_corners={align_corners} with mode={mode!r}: only the linear modes align corners")
+    if align_corners is not None and (kind is None or kind.taps == 1):
+        raise BadParam(
+            f"align_corners={align_corners} with mode={mode!r}: only the linear modes and bicubic align corners"
+        )
     spatial, in_sizes = ndim - 2, x.desc.dims[2:]
     if (size is None) == (scale_factor is None):
         raise BadParam("give exactly one of size and scale_factor")
@@ -95,9 +99,9 @@ def interpolate(
     """``input`` (N, C, *spatial) resampled to ``size`` or by ``scale_factor`` (as torch.nn.functional.interpolate).
 
     Raises:
-        BadParam: both or neither of size and scale_factor, an unknown mode, a linear mode of the wrong
-            rank, align_corners with a nearest mode, an output size below 1.
-        NotSupported: mode 'bicubic' or 'area', antialias=True, a non-float dtype.
+        BadParam: both or neither of size and scale_factor, an unknown mode, a linear or the bicubic
+            mode at the wrong rank, align_corners with a nearest mode or area, an output size below 1.
+        NotSupported: antialias=True, a non-float dtype.
     """
     return _resample(input, None, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias, handle)
 
@@ -149,6 +153,10 @@ def _resample(
         raise NotSupported("antialias=True is not implemented: interpolate computes without antialiasing")
     xb = wrap("input", x)
     kind, aligned, out_size, scales = _geometry(xb, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    if kind is None:  # area: the mean over torch's adaptive windows
+        if dy is None:
+            return pooling.adaptive_avg_pool(x, out_size, handle=handle)
+        return pooling.adaptive_avg_pool_backward(dy, x, handle=handle)
     if backward:
         source = wrap("grad_output", dy)
         expected = (*xb.desc.dims[:2], *out_size)

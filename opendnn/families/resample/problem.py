@@ -10,13 +10,18 @@ the dim's scale ``s`` (input pixels per output pixel):
     LINEAR          src = max((o + 0.5) * s - 0.5, 0)     (align_corners: src = o * s)
                     two taps, i0 = min(trunc(src), in - 1), i1 = min(i0 + 1, in - 1),
                     weights 1 - l and l with l = src - i0
+    CUBIC           src = (o + 0.5) * s - 0.5             (align_corners: src = o * s)
+                    four taps, b - 1 .. b + 2 with b = floor(src), each clamped to 0 .. in - 1,
+                    weights W(1 + t), W(t), W(1 - t), W(2 - t) with t = src - b and Keys' cubic
+                    convolution kernel W of a = -0.75: W(x) = ((a + 2) x - (a + 3)) x^2 + 1 for
+                    x <= 1, ((a x - 5a) x + 8a) x - 4a for 1 < x < 2
 
 and y is the product of the dims' weights summed over their taps (LINEAR over 2 dims is bilinear,
-over 3 trilinear). The scales and coordinates are computed in the compute dtype (float32, float64
-for float64 tensors) exactly as written, so that the taps a kernel picks are the reference's: the
-scale is ``in / out`` (align_corners: ``(in - 1) / (out - 1)``, 0 for one output) unless the caller
-gives one, rounded to the compute dtype. These are torch's rules for ``nearest``, ``nearest-exact``
-and ``linear`` / ``bilinear`` / ``trilinear``.
+over 3 trilinear; CUBIC over 2 is bicubic). The scales and coordinates are computed in the compute
+dtype (float32, float64 for float64 tensors) exactly as written, so that the taps a kernel picks are
+the reference's: the scale is ``in / out`` (align_corners: ``(in - 1) / (out - 1)``, 0 for one
+output) unless the caller gives one, rounded to the compute dtype. These are torch's rules for
+``nearest``, ``nearest-exact``, ``linear`` / ``bilinear`` / ``trilinear`` and ``bicubic``.
 
 Backward, from dy of y's dims: ``dx[i] = sum over outputs o reading i of dy[o] * weight(o, i)``. It is
 computed as a gather over the outputs that can read each input (no atomics, the same sum order on
@@ -46,16 +51,25 @@ class InterpolationMode(enum.Enum):
     NEAREST = "nearest"
     NEAREST_EXACT = "nearest_exact"
     LINEAR = "linear"
+    CUBIC = "cubic"
 
     @property
     def taps(self) -> int:
         """Input pixels an output pixel reads along one dim."""
-        return 2 if self is InterpolationMode.LINEAR else 1
+        return {InterpolationMode.LINEAR: 2, InterpolationMode.CUBIC: 4}.get(self, 1)
+
+    @property
+    def behind(self) -> int:
+        """How far its first tap lies behind the source coordinate's floor."""
+        return 1 if self is InterpolationMode.CUBIC else 0
+
+
+CUBIC_A = -0.75  # torch's (and OpenCV's) coefficient of the cubic convolution kernel
 
 
 @dataclass(frozen=True)
 class ResampleDescriptor:
-    """How a resampling reads its input: the mode, whether LINEAR aligns the corner pixels' centres
+    """How a resampling reads its input: the mode, whether LINEAR or CUBIC aligns the corner pixels' centres
     (``align_corners``) and the scales, input pixels per output pixel along each spatial dim (None:
     the sizes' ratio, in / out; 0.5 for a 2x upsampling). Checked against the tensors by each call."""
 
@@ -133,8 +147,8 @@ def resample_problem(
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
     align_corners = bool(align_corners)
-    if align_corners and mode is not InterpolationMode.LINEAR:
-        raise BadParam(f"align_corners=True with mode {mode.name}: only LINEAR aligns corners")
+    if align_corners and mode.taps == 1:
+        raise BadParam(f"align_corners=True with mode {mode.name}: only LINEAR and CUBIC align corners")
     x, y = (b, a) if backward else (a, b)
     compute = DataType.DOUBLE if any(desc.dtype is DataType.DOUBLE for desc in descs) else DataType.FLOAT
     if scales is None:
@@ -164,21 +178,41 @@ def source_scales(
 
 def source_taps(
     mode: InterpolationMode, align_corners: bool, scale: float, in_size: int, out_size: int, compute: DataType
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per output along one dim: its taps i0 and i1 and the weight l of i1 (that of i0 is 1 - l),
-    computed in the compute dtype as the kernels compute them."""
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per output along one dim, its taps as (input index, weight) arrays, one pair per tap, computed
+    in the compute dtype as the kernels compute them."""
     real = compute.to_numpy().type
     o, s = np.arange(out_size, dtype=real), real(scale)
+    if mode is InterpolationMode.NEAREST:
+        return [(np.minimum(np.floor(o * s).astype(np.int64), in_size - 1), np.ones(out_size, real))]
+    if mode is InterpolationMode.NEAREST_EXACT:
+        return [(np.minimum(np.floor((o + real(0.5)) * s).astype(np.int64), in_size - 1), np.ones(out_size, real))]
+    source = s * o if align_corners else s * (o + real(0.5)) - real(0.5)
     if mode is InterpolationMode.LINEAR:
-        source = s * o if align_corners else np.maximum(s * (o + real(0.5)) - real(0.5), real(0))
-    elif mode is InterpolationMode.NEAREST:
-        source = np.floor(o * s)
-    else:
-        source = np.floor((o + real(0.5)) * s)
-    i0 = np.minimum(source.astype(np.int64), in_size - 1)
-    i1 = np.minimum(i0 + 1, in_size - 1)
-    weight = source - i0.astype(real) if mode is InterpolationMode.LINEAR else np.zeros(out_size, real)
-    return i0, i1, weight
+        source = np.maximum(source, real(0))
+        i0 = np.minimum(source.astype(np.int64), in_size - 1)
+        weight = source - i0.astype(real)
+        return [(i0, real(1) - weight), (np.minimum(i0 + 1, in_size - 1), weight)]
+    base = np.floor(source)
+    t = source - base
+    return [
+        (np.clip(base.astype(np.int64) - 1 + k, 0, in_size - 1), factor)
+        for k, factor in enumerate(cubic_weights(t, real))
+    ]
+
+
+def cubic_weights(t: np.ndarray, real: type) -> tuple[np.ndarray, ...]:
+    """The four taps' weights of a fraction ``t`` (Keys' kernel at 1 + t, t, 1 - t and 2 - t), as torch
+    evaluates them."""
+    a, one = real(CUBIC_A), real(1)
+
+    def near(x: np.ndarray) -> np.ndarray:  # |x| <= 1
+        return ((a + real(2)) * x - (a + real(3))) * x * x + one
+
+    def far(x: np.ndarray) -> np.ndarray:  # 1 < |x| < 2
+        return ((a * x - real(5) * a) * x + real(8) * a) * x - real(4) * a
+
+    return far(t + one), near(t), near(one - t), far(one - t + one)
 
 
 def resampled(
@@ -198,8 +232,7 @@ def resampled(
     for k, (scale, size) in enumerate(zip(scales, sizes)):
         axis = 2 + k
         in_size, out_size = (size, out.shape[axis]) if backward else (out.shape[axis], size)
-        i0, i1, weight = source_taps(mode, align_corners, scale, in_size, out_size, compute)
-        taps = [(i0, 1 - weight)] + ([(i1, weight)] if mode.taps == 2 else [])
+        taps = source_taps(mode, align_corners, scale, in_size, out_size, compute)
         along = [1] * (out.ndim - 1 - axis)  # the weights broadcast along the dims after ``axis``
         if backward:
             moved = np.moveaxis(out, axis, 0)

@@ -1,4 +1,4 @@
-"""Samples of resample_forward and resample_backward: every mode over 1, 2 and 3 spatial dims, up- and
+"""Samples of resample_forward and resample_backward: every mode (cubic too) over 1, 2 and 3 spatial dims, up- and
 downsampling by integer and non-integer ratios, given scales (torch's scale factors), aligned
 corners, an input one pixel wide, NaN inputs, packed / permuted (channels innermost) / sub-region
 layouts, alpha/beta and every float dtype; and ``interpolate`` / ``interpolate_backward`` through the Pythonic calls.
@@ -92,12 +92,12 @@ def run_resample_backward(sample: Sample, t: Tensors, handle: Handle) -> tuple[n
 def run_interpolate(sample: Sample, t: Tensors, handle: Handle) -> tuple[np.ndarray, np.ndarray]:
     """torch's scale-factor form of the Pythonic call, forward and backward, checked together."""
     desc, out = _parse(sample)
-    mode = {InterpolationMode.NEAREST: "nearest", InterpolationMode.NEAREST_EXACT: "nearest-exact"}.get(
-        desc.mode, ("linear", "bilinear", "trilinear")[len(sample.shape) - 3]
-    )
+    names = {InterpolationMode.NEAREST: "nearest", InterpolationMode.NEAREST_EXACT: "nearest-exact"}
+    names[InterpolationMode.CUBIC] = "bicubic"
+    mode = names.get(desc.mode, ("linear", "bilinear", "trilinear")[len(sample.shape) - 3])
     factors = None if desc.scales is None else tuple(1 / s for s in desc.scales)
     geometry = {"size": out} if factors is None else {"scale_factor": factors}
-    aligned = {"align_corners": desc.align_corners} if desc.mode is InterpolationMode.LINEAR else {}
+    aligned = {"align_corners": desc.align_corners} if desc.mode.taps > 1 else {}
     x = t.input(sample.shape, sample.dtype, sample.layout)
     y = F.interpolate(x, mode=mode, handle=handle, **geometry, **aligned)
     dy = t.input(tuple(y.shape), sample.dtype, sample.layout)
@@ -123,7 +123,7 @@ def samples(size: str = "small") -> Iterator[Sample]:
             yield Sample(op, variant, DataType.FLOAT, shape, layout="subregion", alpha=0.5, beta=-1.5, runner=runner)
         if geometry in ("x1.7", "7x5-3x11"):
             yield Sample(op, variant, DataType.FLOAT, shape, nan_inputs=True, runner=runner)
-        if mode is InterpolationMode.LINEAR and geometry in (MAIN, "7x5-3x11", "3d"):
+        if mode.taps > 1 and geometry in (MAIN, "7x5-3x11", "3d"):
             yield Sample(op, f"{variant}+align", DataType.FLOAT, shape, layout="permuted", runner=runner)
     for mode, geometry in itertools.product(InterpolationMode, ("2x", "x1.7", "7x5-3x11")):
         shape = GEOMETRIES[geometry][2][size]
@@ -143,11 +143,18 @@ def error_samples() -> list[ErrorSample]:
             "give exactly one of size and scale_factor",
         ),
         ErrorSample(
-            "bicubic",
+            "unknown mode",
             F.interpolate,
-            lambda: {"input": values(1, 2, 4, 4), "scale_factor": 2.0, "mode": "bicubic"},
+            lambda: {"input": values(1, 2, 4, 4), "scale_factor": 2.0, "mode": "cubic"},
+            BadParam,
+            "mode='cubic' is not a mode: interpolate computes ['area', 'bicubic', 'bilinear', 'linear',",
+        ),
+        ErrorSample(
+            "antialiasing",
+            F.interpolate,
+            lambda: {"input": values(1, 2, 4, 4), "scale_factor": 0.5, "mode": "bilinear", "antialias": True},
             NotSupported,
-            "mode='bicubic' is not implemented",
+            "antialias=True is not implemented",
         ),
         ErrorSample(
             "aligned nearest",

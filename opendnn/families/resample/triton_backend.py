@@ -1,7 +1,7 @@
 """Resampling by interpolation on Triton: one gather kernel per direction.
 
 Memory model (forward, E_in and E_out elements of b bytes): y is written once (E_out b) and each
-output reads its 1 (nearest) to 8 (trilinear) taps, which neighbouring outputs share in cache, so
+output reads its 1 (nearest) to 16 (bicubic) taps, which neighbouring outputs share in cache, so
 the traffic is about (E_in + E_out) b: memory bound, a few dozen instructions per output. The
 backward reads dy once and writes dx once, the same (E_in + E_out) b.
 
@@ -13,16 +13,17 @@ the row's columns.
 
 ``resample_forward_kernel``: per output, the taps along each spatial dim (``problem.source_taps``'s
 formula, in the compute dtype) and their product of weights; 1 load per output for the nearest
-modes, 2, 4 or 8 for linear over 1, 2 or 3 dims (a dim whose input is one pixel wide takes one tap).
+modes, 2, 4 or 8 for linear over 1, 2 or 3 dims, 16 for bicubic (a dim whose input is one pixel
+wide takes one tap).
 
 ``resample_backward_kernel``: a gather, deterministic: per dx element and spatial dim, the outputs
-that can read it lie in a window of ``reach`` outputs starting near ``(i - 1) / s``; each is mapped
+that can read it lie in a window of ``reach`` outputs starting near ``(i - AHEAD) / s``; each is mapped
 forward again with the forward's formula and adds ``dy * weight`` where one of its taps is the
 element (a tap of weight 0 too, as torch's backward adds it: a NaN dy gives NaN there). The window is
 wider than the outputs that read an input by a few (one rounding of the start, a tap on either side):
-about ceil(2.5 / s) + 3 outputs per dim, the loads masked where the output does not read the
-element. For a 2x upsampling that is 8 per dim, 64 candidates for 16 (bilinear) or 4 (nearest) reads
-of dy per element.
+about ceil((taps + 0.5) / s) + 3 outputs per dim, the loads masked where the output does not read
+the element. For a 2x upsampling that is 8 per dim (12 cubic): 64 candidates for 16 (bilinear) or 4
+(nearest) reads of dy per element, 144 for bicubic's 64.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ import triton.language as tl
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.resample.problem import ResampleProblem
+from opendnn.families.resample.problem import CUBIC_A, ResampleProblem
 from opendnn.kernels.blend import blend_store
 from opendnn.kernels.launch import Launch, Launches, Slot
 
 ELEMENTS = 1024  # outputs per program: 8 per thread of 4 warps
 COLUMNS = 64  # the widest tile along the innermost dim
-GRID_Y = tl.constexpr(65535)  # CUDA's limit on a grid's y and z
+GRID_Y = tl.constexpr(65535)
+KEYS_A = tl.constexpr(CUBIC_A)  # CUDA's limit on a grid's y and z
 
 
 @triton.jit
@@ -84,48 +86,88 @@ def _tile(
 
 
 @triton.jit
-def _taps(o, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr):
-    """Output ``o``'s taps i0, i1 along one dim and i1's weight (problem.source_taps)."""
+def _source(o, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr):
+    """Output ``o``'s source along one dim (problem.source_taps): the base index its taps start from
+    (behind it by ``mode.behind``) and the source's fraction past it."""
     position = o.to(COMPUTE)
-    if MODE == "linear":
+    if MODE == "nearest":
+        base, fraction = tl.minimum(tl.floor(position * scale).to(INDEX), in_size - 1), 0.0
+    elif MODE == "nearest_exact":
+        base, fraction = tl.minimum(tl.floor((position + 0.5) * scale).to(INDEX), in_size - 1), 0.0
+    else:
         if ALIGN:
             source = scale * position
         else:
-            source = tl.maximum(scale * (position + 0.5) - 0.5, 0.0)
-    elif MODE == "nearest":
-        source = tl.floor(position * scale)
-    else:
-        source = tl.floor((position + 0.5) * scale)
-    i0 = tl.minimum(source.to(INDEX), in_size - 1)
-    i1 = tl.minimum(i0 + 1, in_size - 1)
-    return i0, i1, source - i0.to(COMPUTE)
+            source = scale * (position + 0.5) - 0.5
+        if MODE == "linear":
+            source = tl.maximum(source, 0.0)
+            base = tl.minimum(source.to(INDEX), in_size - 1)
+            fraction = source - base.to(COMPUTE)
+        else:
+            whole = tl.floor(source)
+            base, fraction = whole.to(INDEX), source - whole
+    return base, fraction
 
 
 @triton.jit
-def _tap(t: tl.constexpr, TAPS: tl.constexpr, i0, i1, weight):
-    """Tap ``t`` of a dim taking TAPS taps: its index and weight."""
+def _near(x):
+    """Keys' cubic convolution kernel for |x| <= 1 (problem.cubic_weights)."""
+    return ((KEYS_A + 2.0) * x - (KEYS_A + 3.0)) * x * x + 1.0
+
+
+@triton.jit
+def _far(x):
+    """Keys' cubic convolution kernel for 1 < |x| < 2 (problem.cubic_weights)."""
+    return ((KEYS_A * x - 5.0 * KEYS_A) * x + 8.0 * KEYS_A) * x - 4.0 * KEYS_A
+
+
+@triton.jit
+def _tap(t: tl.constexpr, TAPS: tl.constexpr, MODE: tl.constexpr, base, fraction, in_size):
+    """Tap ``t`` of a dim read through TAPS taps: its index and weight (one tap: a nearest mode, or an
+    input one pixel wide)."""
     if TAPS == 1:
-        index, factor = i0, 1.0
-    elif t == 0:
-        index, factor = i0, 1.0 - weight
+        index, weight = tl.minimum(tl.maximum(base, 0), in_size - 1), 1.0
+    elif MODE == "linear":
+        if t == 0:
+            index, weight = base, 1.0 - fraction
+        else:
+            index, weight = tl.minimum(base + 1, in_size - 1), fraction
     else:
-        index, factor = i1, weight
-    return index, factor
+        index = tl.minimum(tl.maximum(base + (t - 1), 0), in_size - 1)
+        if t == 0:
+            weight = _far(fraction + 1.0)
+        elif t == 1:
+            weight = _near(fraction)
+        elif t == 2:
+            weight = _near(1.0 - fraction)
+        else:
+            weight = _far(2.0 - fraction)
+    return index, weight
 
 
 @triton.jit
 def _read_weight(
-    o, i, out_size, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr
+    o,
+    i,
+    out_size,
+    scale,
+    in_size,
+    MODE: tl.constexpr,
+    TAPS: tl.constexpr,
+    ALIGN: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    INDEX: tl.constexpr,
 ):
     """Whether output ``o`` (one within the output) has input ``i`` among its taps along one dim, and
-    the weight it reads it with (a tap of weight 0 counts: dy * 0 is NaN for a NaN dy, as torch's)."""
-    i0, i1, weight = _taps(o, scale, in_size, MODE, ALIGN, COMPUTE, INDEX)
-    if MODE == "linear":
-        factor = tl.where(i0 == i, 1.0 - weight, 0.0) + tl.where(i1 == i, weight, 0.0)
-        reads = (i0 == i) | (i1 == i)
-    else:
-        factor = tl.where(i0 == i, 1.0, 0.0).to(COMPUTE)
-        reads = i0 == i
+    the weight it reads it with, summed over its taps that fall on i (a tap of weight 0 counts: dy * 0
+    is NaN for a NaN dy, as torch's)."""
+    base, fraction = _source(o, scale, in_size, MODE, ALIGN, COMPUTE, INDEX)
+    reads = o < 0  # all false, of o's shape
+    factor = tl.zeros(o.shape, COMPUTE)
+    for t in tl.static_range(TAPS):
+        index, weight = _tap(t, TAPS, MODE, base, fraction, in_size)
+        reads = reads | (index == i)
+        factor += tl.where(index == i, weight, 0.0)
     return reads & (o < out_size), factor
 
 
@@ -159,17 +201,17 @@ def resample_forward_kernel(
 ):
     """y over dims (N, C, D, H, W) (sizes; absent spatial dims of size 1), x over (N, C, in_sizes)."""
     mask, n, c, od, oh, ow = _tile(sizes, divisors, rows, columns, INNER, INDEX, BLOCK_R, BLOCK_C)
-    d0, d1, weight_d = _taps(od, tl.cast(scale_d, COMPUTE), in_sizes[0], MODE, ALIGN, COMPUTE, INDEX)
-    h0, h1, weight_h = _taps(oh, tl.cast(scale_h, COMPUTE), in_sizes[1], MODE, ALIGN, COMPUTE, INDEX)
-    w0, w1, weight_w = _taps(ow, tl.cast(scale_w, COMPUTE), in_sizes[2], MODE, ALIGN, COMPUTE, INDEX)
+    base_d, fraction_d = _source(od, tl.cast(scale_d, COMPUTE), in_sizes[0], MODE, ALIGN, COMPUTE, INDEX)
+    base_h, fraction_h = _source(oh, tl.cast(scale_h, COMPUTE), in_sizes[1], MODE, ALIGN, COMPUTE, INDEX)
+    base_w, fraction_w = _source(ow, tl.cast(scale_w, COMPUTE), in_sizes[2], MODE, ALIGN, COMPUTE, INDEX)
     plane = x_ptr + n * x_strides[0] + c * x_strides[1]
     acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
     for td in tl.static_range(TAPS_D):
-        i_d, f_d = _tap(td, TAPS_D, d0, d1, weight_d)
+        i_d, f_d = _tap(td, TAPS_D, MODE, base_d, fraction_d, in_sizes[0])
         for th in tl.static_range(TAPS_H):
-            i_h, f_h = _tap(th, TAPS_H, h0, h1, weight_h)
+            i_h, f_h = _tap(th, TAPS_H, MODE, base_h, fraction_h, in_sizes[1])
             for tw in tl.static_range(TAPS_W):
-                i_w, f_w = _tap(tw, TAPS_W, w0, w1, weight_w)
+                i_w, f_w = _tap(tw, TAPS_W, MODE, base_w, fraction_w, in_sizes[2])
                 offsets = i_d * x_strides[2] + i_h * x_strides[3] + i_w * x_strides[4]
                 acc += tl.load(plane + offsets, mask=mask).to(COMPUTE) * (f_d * f_h * f_w)
     y = n * y_strides[0] + c * y_strides[1] + od * y_strides[2] + oh * y_strides[3] + ow * y_strides[4]
@@ -198,6 +240,8 @@ def resample_backward_kernel(
     beta: tl.float64,
     INNER: tl.constexpr,
     MODE: tl.constexpr,
+    TAPS: tl.constexpr,
+    AHEAD: tl.constexpr,
     ALIGN: tl.constexpr,
     HAS_BETA: tl.constexpr,
     COMPUTE: tl.constexpr,
@@ -206,24 +250,25 @@ def resample_backward_kernel(
     BLOCK_C: tl.constexpr,
 ):
     """dx over dims (N, C, D, H, W) (sizes), dy over (N, C, out_sizes); per spatial dim, the outputs
-    ``first .. first + reach - 1`` with ``first = max(floor((i - 1) * step) - 1, 0)`` (step = 1 / s,
-    0 where s is 0) are the candidates that may read input i."""
+    ``first .. first + reach - 1`` with ``first = max(floor((i - AHEAD) * step) - 1, 0)`` (AHEAD: how
+    far an output's last tap lies past its base; step = 1 / s, 0 where s is 0) are the candidates that
+    may read input i."""
     mask, n, c, i_d, i_h, i_w = _tile(sizes, divisors, rows, columns, INNER, INDEX, BLOCK_R, BLOCK_C)
     s_d, s_h, s_w = tl.cast(scale_d, COMPUTE), tl.cast(scale_h, COMPUTE), tl.cast(scale_w, COMPUTE)
-    first_d = tl.maximum(tl.floor((i_d - 1).to(COMPUTE) * tl.cast(step_d, COMPUTE)).to(INDEX) - 1, 0)
-    first_h = tl.maximum(tl.floor((i_h - 1).to(COMPUTE) * tl.cast(step_h, COMPUTE)).to(INDEX) - 1, 0)
-    first_w = tl.maximum(tl.floor((i_w - 1).to(COMPUTE) * tl.cast(step_w, COMPUTE)).to(INDEX) - 1, 0)
+    first_d = tl.maximum(tl.floor((i_d - AHEAD).to(COMPUTE) * tl.cast(step_d, COMPUTE)).to(INDEX) - 1, 0)
+    first_h = tl.maximum(tl.floor((i_h - AHEAD).to(COMPUTE) * tl.cast(step_h, COMPUTE)).to(INDEX) - 1, 0)
+    first_w = tl.maximum(tl.floor((i_w - AHEAD).to(COMPUTE) * tl.cast(step_w, COMPUTE)).to(INDEX) - 1, 0)
     plane = dy_ptr + n * dy_strides[0] + c * dy_strides[1]
     acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
     for k_d in range(reach[0]):
         o_d = first_d + k_d
-        reads_d, f_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, ALIGN, COMPUTE, INDEX)
+        reads_d, f_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, TAPS, ALIGN, COMPUTE, INDEX)
         for k_h in range(reach[1]):
             o_h = first_h + k_h
-            reads_h, f_h = _read_weight(o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, ALIGN, COMPUTE, INDEX)
+            reads_h, f_h = _read_weight(o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, TAPS, ALIGN, COMPUTE, INDEX)
             for k_w in range(reach[2]):
                 o_w = first_w + k_w
-                reads_w, f_w = _read_weight(o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, ALIGN, COMPUTE, INDEX)
+                reads_w, f_w = _read_weight(o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, TAPS, ALIGN, COMPUTE, INDEX)
                 offsets = o_d * dy_strides[2] + o_h * dy_strides[3] + o_w * dy_strides[4]
                 read = mask & reads_d & reads_h & reads_w
                 acc += tl.load(plane + offsets, mask=read, other=0.0).to(COMPUTE) * (f_d * f_h * f_w)
@@ -295,13 +340,18 @@ def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
         num_warps=4,
     )
     head = (Slot("source"), Slot("out"), source_strides, strides)
+    taps = problem.mode.taps
     if not problem.backward:
-        taps = [problem.mode.taps if size > 1 else 1 for size in source_dims[2:]]
-        flags.update(TAPS_D=taps[0], TAPS_H=taps[1], TAPS_W=taps[2])
+        per_dim = [taps if size > 1 else 1 for size in source_dims[2:]]
+        flags.update(TAPS_D=per_dim[0], TAPS_H=per_dim[1], TAPS_W=per_dim[2])
         arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], *scales)
         return Launches((Launch(resample_forward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
     steps = tuple(1.0 / s if s > 0 else 0.0 for s in scales)
-    # a scale of 0 (aligned corners from one pixel, or to one) sends every output to input 0
-    reach = tuple(min(math.ceil(2.5 * step) + 3, size) if step else size for step, size in zip(steps, source_dims[2:]))
+    # the outputs whose sources lie within the taps' span of an input, and a few for the rounding; a scale
+    # of 0 (aligned corners from one pixel, or to one) sends every output to input 0
+    reach = tuple(
+        min(math.ceil((taps + 0.5) * step) + 3, size) if step else size for step, size in zip(steps, source_dims[2:])
+    )
+    flags.update(TAPS=taps, AHEAD=taps - 1 - problem.mode.behind)
     arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], reach, *scales, *steps)
     return Launches((Launch(resample_backward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
