@@ -329,6 +329,35 @@ def test_functional_norms_match_torch(backend):
     _close(numpy_y, TF.layer_norm(x, (5,)))
 
 
+def _strided(*shape):
+    """Random values of ``shape`` in every third element of a larger buffer (a view, strides 3 apart
+    along its last dim)."""
+    return torch.randn(3 * int(np.prod(shape)))[::3].reshape(shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_weights_and_biases_are_read_through_their_strides(backend):
+    """A weight or bias that is a strided view (a slice of a larger parameter, a (1, C) view of a
+    sub-region) is read element by element as it lies, forward and backward."""
+    handle = od.create("cpu", backend=backend)
+    x, dy = torch.randn(3, 6, 4, 5), torch.randn(3, 6, 4, 5)
+    w, b = _strided(4, 5), _strided(4, 5)
+    assert w.reshape(-1).stride() == (3,)  # flattened, still a view of every third element
+    _close(F.layer_norm(x, (4, 5), w, b, handle=handle), TF.layer_norm(x, (4, 5), w, b))
+    row = torch.randn(1, 15)[:, ::3]  # a (1, 5) view whose size-1 dim hides the stride of 3
+    x_row = x.reshape(3, 6, 4, 1, 5)
+    _close(F.layer_norm(x_row, (1, 5), row, row, handle=handle), TF.layer_norm(x_row, (1, 5), row, row))
+    _close(F.rms_norm(x, (5,), w[0], handle=handle), TF.rms_norm(x, (5,), w[0]))
+    wc, bc = _strided(6), _strided(6)
+    _close(F.group_norm(x, 2, wc, bc, handle=handle), TF.group_norm(x, 2, wc, bc))
+    _close(F.instance_norm(x, wc, bc, handle=handle), TF.instance_norm(x, weight=wc, bias=bc))
+    xt, wt = x.clone().requires_grad_(), w.clone().requires_grad_()
+    TF.layer_norm(xt, (4, 5), wt).backward(dy)
+    dx, dw, _ = F.layer_norm_backward(dy, x, (4, 5), w, handle=handle)
+    _close(dx, xt.grad)
+    _close(dw, wt.grad)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_functional_norm_backwards_match_torch_autograd(backend):
     handle = od.create("cpu", backend=backend)

@@ -175,7 +175,9 @@ def run(
     tensors.update((name, torch_view(bound)) for name, bound in bounds.items() if bound is not None)
     for name in ("scale",) if problem.backward else ("scale", "bias"):
         if name in tensors:
-            tensors[name] = tensors[name].reshape(-1)  # packed vectors in logical order (views when they are)
+            # packed vectors in logical order: the kernels index them by column (a view where one is
+            # packed, a copy where the caller's strides are not: a strided weight, a (1, C) view's)
+            tensors[name] = tensors[name].reshape(-1).contiguous()
     device = tensors["x"].device
     descs = (b.desc if b is not None else None for b in (inv_std, dscale, bias if problem.backward else None))
     norm_launches(problem, *descs, tuple(sorted(tensors)), (device.index or 0) if device.type == "cuda" else None)(
