@@ -52,6 +52,7 @@ from opendnn.families.attention.problem import (
     FP8_BACKWARD_AMAX,
     FP8_BACKWARD_SCALES,
     FP8_SCALES,
+    OUTPUTS,
     AttentionProblem,
     AttentionTensors,
     attention_problem,
@@ -65,7 +66,6 @@ BACKWARD_OPTIONAL = (*FORWARD_OPTIONAL, "dbias", "dsinks")
 FP8_OPTIONAL = (*FP8_SCALES, *FP8_AMAX)
 FP8_BACKWARD_OPTIONAL = (*FP8_BACKWARD_SCALES, *FP8_BACKWARD_AMAX)
 BACKWARD_SLOTS = ("q", "k", "v", "o", "stats", "do", "dq", "dk", "dv")
-OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks", *FP8_AMAX, *FP8_BACKWARD_AMAX)
 
 
 def attention_forward(

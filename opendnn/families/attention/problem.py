@@ -272,6 +272,7 @@ class AttentionTensors(NamedTuple):
 
 
 SLOTS = AttentionTensors._fields
+OUTPUTS = ("o", "stats", "dq", "dk", "dv", "dbias", "dsinks", *FP8_AMAX, *FP8_BACKWARD_AMAX)  # the slots a call writes
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,7 @@ its per-tensor factors, its stats and its maxima amax_s and amax_o.
 A sample's shape is (B, Hq, Hkv, Sq, Skv, D, Dv); its output concatenates every output of the call
 (o and the stats forward; dq, dk, dv and dbias backward), each divided by the norm of its reference,
 so that each counts alike in the relative error. The backward runs from the reference forward's o
-(rounded to the dtype) and stats. bfloat16 samples are "large" only: Triton 3.6's interpreter
-multiplies bfloat16 tl.dot operands as their bit patterns.
+(rounded to the dtype) and stats.
 """
 
 from __future__ import annotations
@@ -327,10 +326,10 @@ SHAPES = {
 
 
 def samples(size: str = "small") -> Iterator[Sample]:
-    """Every variant x direction on the first shape in float32, and in float16 (and bfloat16 at
-    "large"); at "small" the layouts and float64 on a few, the second shape on every variant."""
+    """Every variant x direction on the first shape in float32, float16 and bfloat16; at "small" the
+    layouts and float64 on a few, the second shape on every variant."""
     first, second = SHAPES[size]
-    half = (DataType.HALF, DataType.BFLOAT16) if size == "large" else (DataType.HALF,)
+    half = (DataType.HALF, DataType.BFLOAT16)
     runners = (("attention_forward", run_attention_forward), ("attention_backward", run_attention_backward))
     for op, runner in runners:
         for variant in VARIANTS:

@@ -31,6 +31,7 @@ device and the current stream.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -48,6 +49,7 @@ from opendnn.families.attention import gluon_backward, gluon_backward_dq, gluon_
 from opendnn.families.attention.problem import (
     FP8_AMAX,
     FP8_BACKWARD_AMAX,
+    OUTPUTS,
     SLOTS,
     AttentionProblem,
     AttentionTensors,
@@ -219,6 +221,9 @@ def workspace_size(problem: AttentionProblem) -> int:
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     views = {slot: torch_view(bound) for slot, bound in zip(t._fields, t) if bound is not None}
     compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
+    if not compiled and problem.q.dtype is DataType.BFLOAT16:
+        interpreted_in_float32(problem, views)
+        return
     hopper = compiled and has_wgmma(views["q"].device.index)
     read_by_tma = [views[slot] for slot in ("q", "k", "v", "do") if slot in views]
     plan = choose(problem, gluon_forward.tma_aligned(*read_by_tma), hopper)
@@ -228,6 +233,20 @@ def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     if plan.strategy.startswith("warp_specialized"):
         use_descriptor_scratch()  # the Gluon kernels build their TMA descriptors on the device
     planned_launches(problem, plan)(views)
+
+
+def interpreted_in_float32(problem: AttentionProblem, views: dict[str, Any]) -> None:
+    """``problem`` on float32 copies of its bfloat16 tensors, the outputs rounded back: Triton 3.6's
+    interpreter multiplies bfloat16 tl.dot operands as their bit patterns (the kernels then compute
+    in float32 what a GPU computes from bfloat16 operands, P and dS unrounded)."""
+    bfloat16 = (slot for slot in views if getattr(problem, slot).dtype is DataType.BFLOAT16)
+    copies = {slot: views[slot].float() for slot in bfloat16}
+    descs = {slot: TensorDescriptor(DataType.FLOAT, copy.shape, copy.stride()) for slot, copy in copies.items()}
+    widened = dataclasses.replace(problem, **descs)
+    planned_launches(widened, choose(widened, False, False))({**views, **copies})
+    for slot in OUTPUTS:
+        if slot in copies:
+            views[slot].copy_(copies[slot])
 
 
 @functools.lru_cache(maxsize=256)  # per (problem, plan), asked by every call: the Launches keep their compiled kernels
