@@ -241,7 +241,9 @@ def interpreted_in_float32(problem: AttentionProblem, views: dict[str, Any]) -> 
     in float32 what a GPU computes from bfloat16 operands, P and dS unrounded)."""
     bfloat16 = (slot for slot in views if getattr(problem, slot).dtype is DataType.BFLOAT16)
     copies = {slot: views[slot].float() for slot in bfloat16}
-    descs = {slot: TensorDescriptor(DataType.FLOAT, copy.shape, copy.stride()) for slot, copy in copies.items()}
+    descs: dict[str, Any] = {
+        slot: TensorDescriptor(DataType.FLOAT, copy.shape, copy.stride()) for slot, copy in copies.items()
+    }
     widened = dataclasses.replace(problem, **descs)
     planned_launches(widened, choose(widened, False, False))({**views, **copies})
     for slot in OUTPUTS:
