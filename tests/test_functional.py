@@ -177,3 +177,15 @@ def test_inputs_that_require_grad_are_read_detached(handle):
     torch.testing.assert_close(
         F.layer_norm(x, 4, weight=w[0], handle=handle), TF.layer_norm(x, (4,), weight=w[0]).detach()
     )
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_float64_into_bfloat16_rounds_as_torch(backend):
+    """A float64 result stored as bfloat16 goes through float32, as torch's conversion does (Triton's
+    interpreter garbles the direct one). The interpreter truncates float32 to bfloat16 (a GPU rounds to
+    nearest), so the Triton backend on the CPU is within one bfloat16 step of torch's."""
+    x = torch.randn(5, 1, 2, dtype=torch.float64)
+    out = F.transform(x, (1, 2, 0), dtype=torch.bfloat16, handle=od.Handle(backend=backend))
+    assert out.dtype == torch.bfloat16
+    step = 2.0**-7 * x.abs()
+    assert ((out.double() - x.to(torch.bfloat16).double()).abs() <= step).all()

@@ -1,7 +1,17 @@
-"""cuDNN's output blending in a kernel: ``out = alpha * value + beta * out``, out unread when beta is 0."""
+"""Storing a kernel's result: cuDNN's output blending ``out = alpha * value + beta * out`` (out unread
+when beta is 0) and the conversion to the output's dtype."""
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def narrowed(value, dtype: tl.constexpr):
+    """``value`` as ``dtype``; a float64 becomes a bfloat16 through float32, as torch converts it (and
+    Triton 3.6's interpreter garbles the direct conversion)."""
+    if value.dtype == tl.float64 and dtype == tl.bfloat16:
+        value = value.to(tl.float32)
+    return value.to(dtype)
 
 
 @triton.jit
@@ -11,4 +21,4 @@ def blend_store(ptr, offsets, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
     out = value * alpha
     if HAS_BETA:
         out += beta * tl.load(ptr + offsets, mask=mask, other=0.0).to(value.dtype)
-    tl.store(ptr + offsets, out.to(ptr.dtype.element_ty), mask=mask)
+    tl.store(ptr + offsets, narrowed(out, ptr.dtype.element_ty), mask=mask)

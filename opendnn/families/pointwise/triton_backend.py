@@ -25,6 +25,7 @@ from opendnn.families.pointwise.problem import PointwiseProblem
 from opendnn.kernels import layout
 from opendnn.kernels import math as tm
 from opendnn.kernels.activation import FAST_DTYPES, activation, activation_derivative, torch_gradient
+from opendnn.kernels.blend import narrowed
 from opendnn.kernels.launch import Launch, Slot
 
 OUTER_DIMS = tl.constexpr(layout.OUTER_DIMS)
@@ -241,7 +242,7 @@ def pointwise_kernel(
         y += tl.cast(beta, COMPUTE) * tl.load(out_ptr + out_offsets, mask=mask).to(COMPUTE)
     if out_ptr.dtype.element_ty == tl.int1:
         y = y != 0
-    tl.store(out_ptr + out_offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + out_offsets, narrowed(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def supports(problem: PointwiseProblem) -> str | None:
