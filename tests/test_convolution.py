@@ -425,6 +425,22 @@ def test_functional_conv_transpose_matches_torch(backend):
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_conv_transpose_output_padding_past_the_stride(backend):
+    """torch takes an output_padding below the stride or the dilation: at or past the stride (a dilation
+    above it), the extra outputs are the ones the padding crops, uncropped; past padding + stride - 1
+    no input reaches the last ones, refused by name."""
+    handle = od.create("cpu", backend=backend)
+    x = random((2, 4, 5, 6), 40)
+    for stride, padding, dilation, extra in ((1, 1, 2, 1), (2, 1, 3, 2), (1, 2, 3, 2)):
+        w = random((4, 3, 3, 2), 41)
+        expected = TF.conv_transpose2d(x, w, None, stride, padding, extra, 1, dilation)
+        actual = F.conv_transpose(x, w, None, stride, padding, extra, 1, dilation, handle=handle)
+        torch.testing.assert_close(actual, expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(od.NotSupported, match=r"output_padding\[0\]=1 with padding\[0\]=0 and stride\[0\]=1"):
+        F.conv_transpose(x, random((4, 3, 2, 2), 42), None, 1, 0, 1, 1, 2, handle=handle)
+
+
 def test_functional_conv_1d_3d_same_padding_and_numpy_arrays():
     x1, w1 = random((2, 3, 9), 27), random((5, 3, 4), 28)
     torch.testing.assert_close(

@@ -33,7 +33,7 @@ from opendnn.core.default_handle import handle_for
 from opendnn.core.descriptors import TensorDescriptor, check_int, check_ints
 from opendnn.core.dispatch import dispatch, execute, load_backend
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, OpenDnnError, Status, require
+from opendnn.core.errors import BadParam, NotSupported, OpenDnnError, Status, require
 from opendnn.core.handle import Handle, MathType
 from opendnn.core.memo import memoized
 from opendnn.core.plans import Plan, keep, lookup, signature
@@ -231,10 +231,36 @@ def conv_transpose(
     )
     dims = (dyb.desc.dims[0], wb.desc.dims[1] * groups, *out)
     biasb = _per_channel(wrap("bias", bias), dyb.desc.ndim, dims[1]) if bias is not None else None
-    dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle, _TRANSPOSE_NAMES)
+    post = _transpose_post_padding(pads, strides, extras)
+    dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle, _TRANSPOSE_NAMES, post=post)
     if biasb is not None:
         add_tensor(handle_for(dx, handle), 1.0, biasb.desc, biasb.view, 1.0, dx.desc, dx.view)
     return to_caller_kind(dx.view, x)
+
+
+def _transpose_post_padding(
+    pads: tuple[int, ...], strides: tuple[int, ...], extras: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The trailing padding of the forward convolution whose backward data is a transposed convolution
+    with these output paddings: its own padding where the stride's rounding absorbs the extra outputs
+    (output_padding below the stride), else less by the extra (an output_padding up to the dilation,
+    past the stride: the outputs that the symmetric padding would crop, uncropped).
+
+    Raises:
+        NotSupported: an output_padding past padding + stride - 1, whose last outputs no input reaches.
+    """
+    post = []
+    for k, (p, s, e) in enumerate(zip(pads, strides, extras)):
+        if e <= s - 1:
+            post.append(p)
+            continue
+        if e > p + s - 1:
+            raise NotSupported(
+                f"output_padding[{k}]={e} with padding[{k}]={p} and stride[{k}]={s}: outputs past every input's "
+                f"reach (output_padding above padding + stride - 1 = {p + s - 1}) are not implemented"
+            )
+        post.append(max(p - e, 0))
+    return tuple(post)
 
 
 @caller_dtypes
@@ -505,11 +531,13 @@ def _backward_data(
     handle: Handle | None,
     names: CallerNames,
     key: tuple[Any, ...] | None = None,
+    post: tuple[int, ...] | None = None,
 ) -> Bound:
+    """dx of ``dims`` from dy; ``post``: the trailing padding where it differs from ``padding``."""
     handle = handle_for(dyb, handle)
     try:
         dx_desc, problem = _backward_data_plan(
-            dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo, handle.math_type
+            dyb.desc, wb.desc, dims, stride, padding, dilation, groups, algo, handle.math_type, post
         )
         if algo is None:  # the default, or the algorithm the handle's backend prefers for the problem
             problem = default_algorithm(handle, problem)
@@ -622,12 +650,13 @@ def _backward_data_plan(
     groups: int,
     algo: enum.Enum | None,
     math_type: MathType,
+    post: tuple[int, ...] | None = None,
 ) -> tuple[TensorDescriptor, ConvolutionProblem]:
     spatial = dy.ndim - 2
     strides, pads = check_ints("stride", stride, spatial), check_ints("padding", padding, spatial)
     dilations = check_ints("dilation", dilation, spatial)
     dx = packed_like(dy, dy.dtype, dims)
-    conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dy), groups)
+    conv_desc = _backward_data_descriptor(pads, strides, dilations, _compute_type(dy), groups, post)
     return dx, convolution_problem(
         ConvolutionDirection.BACKWARD_DATA,
         conv_desc,
@@ -692,9 +721,20 @@ def _descriptor(
 
 
 def _backward_data_descriptor(
-    pads: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...], compute_type: DataType, groups: int
+    pads: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    compute_type: DataType,
+    groups: int,
+    post: tuple[int, ...] | None = None,
 ) -> ConvolutionDescriptor:
-    return ConvolutionDescriptor(pads, strides, dilations, ConvolutionMode.CROSS_CORRELATION, compute_type, groups)
+    """Symmetric ``pads``, or ``pads`` before and ``post`` after."""
+    mode = ConvolutionMode.CROSS_CORRELATION
+    if post is None or post == pads:
+        return ConvolutionDescriptor(pads, strides, dilations, mode, compute_type, groups)
+    return ConvolutionDescriptor(
+        pads, strides, dilations, mode, compute_type, groups, pre_padding=pads, post_padding=post
+    )
 
 
 def _compute_type(desc: TensorDescriptor) -> DataType:
