@@ -221,7 +221,7 @@ def workspace_size(problem: AttentionProblem) -> int:
 def run(problem: AttentionProblem, t: AttentionTensors) -> None:
     views = {slot: torch_view(bound) for slot, bound in zip(t._fields, t) if bound is not None}
     compiled = t.q.device != CPU  # Triton on the CPU is its interpreter
-    if not compiled and problem.q.dtype is DataType.BFLOAT16:
+    if problem.q.dtype is DataType.BFLOAT16 and isinstance(attention_forward_kernel, InterpretedFunction):
         interpreted_in_float32(problem, views)
         return
     hopper = compiled and has_wgmma(views["q"].device.index)
