@@ -546,6 +546,15 @@ def test_autocast_runs_products_in_bfloat16_like_torch():
     assert relative_error(y, y_torch) < 2e-2
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 7), (2, 4, 5, 6), (2, 4, 3, 5, 6)])
+def test_local_response_norm_under_cpu_autocast_keeps_torchs_dtype(shape):
+    """torch's composition comes out in float32 under CPU autocast (its 3-D average pooling) but keeps a
+    bfloat16 input's dtype over one spatial dim (its 2-D pooling): opendnn's operator gives the same."""
+    x = torch.randn(shape).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert ot.functions.local_response_norm(x, 3).dtype == TF.local_response_norm(x, 3).dtype
+
+
 def test_importing_opendnn_does_not_import_opendnn_torch():
     code = "import sys, opendnn; print('opendnn.torch' in sys.modules, 'torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [

@@ -56,9 +56,11 @@ def float32_on_cuda(device_type: str, args: tuple[Any, ...]) -> torch.dtype | No
     return torch.float32 if device_type == "cuda" else None
 
 
-def float32_everywhere(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
-    """Local response norm: float32 on every device (torch's composes it of ops autocast runs in float32)."""
-    return torch.float32
+def local_response_norm_autocast(device_type: str, args: tuple[Any, ...]) -> torch.dtype | None:
+    """Local response norm in float32, as torch's composition comes out under autocast (its pow runs in
+    float32 on CUDA, its 3-D average pooling on the CPU), except on the CPU over one spatial dim (its
+    2-D average pooling and pow keep their dtype there)."""
+    return None if device_type == "cpu" and args[0].ndim == 3 else torch.float32
 
 
 def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:

@@ -29,8 +29,8 @@ from opendnn.torch.library import (
     define,
     empty_in_order_of,
     empty_packed,
-    float32_everywhere,
     float32_on_cuda,
+    local_response_norm_autocast,
     register_autograd,
 )
 from opendnn.torch.operators import dense, given, register_gradient_of_input, scalar
@@ -181,7 +181,7 @@ local_response_norm = define(
     "local_response_norm(Tensor x, int size, float alpha, float beta, float k) -> Tensor",
     lambda x, size, alpha, beta, k: F.local_response_norm(x, size, alpha, beta, k),
     lambda x, size, alpha, beta, k: empty_in_order_of(x, x.shape),
-    autocast=float32_everywhere,
+    autocast=local_response_norm_autocast,
 )
 
 local_response_norm_backward = define(
