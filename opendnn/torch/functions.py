@@ -20,6 +20,7 @@ import torch
 
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.memo import memoized
+from opendnn.families.resample import functional as resample
 from opendnn.torch import normalization, operators
 from opendnn.torch.library import as_torch_error
 
@@ -328,7 +329,7 @@ def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool 
 # ---- resampling ------------------------------------------------------------------------------------------
 
 
-INTERPOLATION_MODES = frozenset({"nearest", "nearest-exact", "linear", "bilinear", "trilinear", "bicubic", "area"})
+INTERPOLATION_MODES = frozenset(resample.MODES)  # torch's mode names opendnn computes
 
 
 def interpolate(
