@@ -14,9 +14,4 @@ def supports(problem: ResampleProblem) -> str | None:
 
 def run(problem: ResampleProblem, source: Bound, out: Bound) -> None:
     """Forward: x -> y; backward: dy -> dx."""
-    sizes = (problem.input_dims if problem.backward else problem.output_dims)[2:]
-    values = read(source, problem.compute_dtype)
-    result = resampled(
-        problem.mode, problem.align_corners, problem.scales, values, sizes, problem.compute_dtype, problem.backward
-    )
-    write(out, result, problem.alpha, problem.beta)
+    write(out, resampled(problem, read(source, problem.compute_dtype)), problem.alpha, problem.beta)

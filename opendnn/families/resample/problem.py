@@ -95,16 +95,6 @@ class ResampleProblem:
     beta: float = 0.0
     compute_dtype: DataType = DataType.FLOAT
 
-    @property
-    def input_dims(self) -> tuple[int, ...]:
-        """x's dims (dx's in a backward)."""
-        return self.tensors[1 if self.backward else 0].dims
-
-    @property
-    def output_dims(self) -> tuple[int, ...]:
-        """y's dims (dy's in a backward)."""
-        return self.tensors[0 if self.backward else 1].dims
-
 
 def resample_problem(
     mode: InterpolationMode,
@@ -215,47 +205,28 @@ def cubic_weights(t: np.ndarray, real: type) -> tuple[np.ndarray, ...]:
     return far(t + one), near(t), near(one - t), far(one - t + one)
 
 
-def resampled(
-    mode: InterpolationMode,
-    align_corners: bool,
-    scales: Sequence[float],
-    values: np.ndarray,
-    sizes: Sequence[int],
-    compute: DataType,
-    backward: bool = False,
-) -> np.ndarray:
-    """The forward (``sizes``: y's spatial dims) or the backward (``values`` dy, ``sizes``: x's) in
-    ``values``' dtype, one spatial dim at a time: the forward gathers each output's taps, the backward
-    adds each output's gradient into its taps. Every tap counts, a weight of 0 too (as in torch, a NaN
-    or an infinity read with weight 0 gives NaN)."""
+def resampled(problem: ResampleProblem, values: np.ndarray) -> np.ndarray:
+    """The problem's result from its input's values (x, or dy for a backward) in ``values``' dtype, one
+    spatial dim at a time: the forward gathers each output's taps, the backward adds each output's
+    gradient into its taps. Every tap counts, a weight of 0 too (as in torch, a NaN or an infinity read
+    with weight 0 gives NaN)."""
     out = values
-    for k, (scale, size) in enumerate(zip(scales, sizes)):
+    for k, (scale, size) in enumerate(zip(problem.scales, problem.tensors[1].dims[2:])):
         axis = 2 + k
-        in_size, out_size = (size, out.shape[axis]) if backward else (out.shape[axis], size)
-        taps = source_taps(mode, align_corners, scale, in_size, out_size, compute)
-        along = [1] * (out.ndim - 1 - axis)  # the weights broadcast along the dims after ``axis``
-        if backward:
-            moved = np.moveaxis(out, axis, 0)
+        in_size, out_size = (size, out.shape[axis]) if problem.backward else (out.shape[axis], size)
+        taps = source_taps(problem.mode, problem.align_corners, scale, in_size, out_size, problem.compute_dtype)
+        moved = np.moveaxis(out, axis, 0)  # the dim resampled first: a tap's weights broadcast along the rest
+        weights = [(index, factor.astype(values.dtype).reshape(-1, *[1] * (moved.ndim - 1))) for index, factor in taps]
+        if problem.backward:
             result = np.zeros((in_size, *moved.shape[1:]), values.dtype)
-            for index, factor in taps:
-                np.add.at(result, index, moved * factor.astype(values.dtype).reshape(-1, *[1] * (moved.ndim - 1)))
-            out = np.moveaxis(result, 0, axis)
+            for index, factor in weights:
+                np.add.at(result, index, moved * factor)
         else:
-            out = sum(
-                np.take(out, index, axis) * factor.astype(values.dtype).reshape(-1, *along) for index, factor in taps
-            )
+            result = sum(moved[index] * factor for index, factor in weights)
+        out = np.moveaxis(result, 0, axis)
     return out
 
 
 def reference(problem: ResampleProblem, values: np.ndarray) -> np.ndarray:
     """The problem's result in float64 from its input's values (x, or dy for a backward)."""
-    sizes = problem.input_dims[2:] if problem.backward else problem.output_dims[2:]
-    return resampled(
-        problem.mode,
-        problem.align_corners,
-        problem.scales,
-        values.astype(np.float64),
-        sizes,
-        problem.compute_dtype,
-        problem.backward,
-    )
+    return resampled(problem, values.astype(np.float64))

@@ -310,10 +310,6 @@ def _tiling(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, tuple
     return inner, tuple(divisors), math.prod(dims[k] for k in outer)
 
 
-def _extent(dims: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    return 1 + sum((d - 1) * abs(s) for d, s in zip(dims, strides))
-
-
 @functools.lru_cache(maxsize=256)  # per problem and device, asked by every run
 def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
     """The one launch computing ``problem`` on CUDA device ``device`` (None: the interpreter)."""
@@ -326,7 +322,7 @@ def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
     column_blocks = triton.cdiv(dims[inner], block_c)
     grid = (triton.cdiv(rows, block_r), min(column_blocks, GRID_Y.value), triton.cdiv(column_blocks, GRID_Y.value))
     scales = (1.0,) * (3 - len(problem.scales)) + problem.scales
-    wide = max(_extent(source_dims, source_strides), _extent(dims, strides), rows * dims[inner]) >= 2**31
+    wide = max(source.extent, out.extent, out.numel) >= 2**31
     compute = tl.float64 if problem.compute_dtype is DataType.DOUBLE else tl.float32
     flags: dict[str, Any] = dict(
         INNER=inner,
