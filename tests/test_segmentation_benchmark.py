@@ -11,21 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import models  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
 import unet  # noqa: E402
+from test_language_model_benchmark import _profiling_timer  # noqa: E402
 
 SMALL = functools.partial(unet.UNet, (8, 16, 32))  # three levels, the 21 classes
-
-
-def _profiling_timer(profiles: list[set[str]]):
-    """A timer that runs the step once, then once profiled (the operators it ran), and says 1 ms."""
-
-    def timer(step):
-        step()
-        with torch.profiler.profile() as profiler:
-            step()
-        profiles.append({event.name for event in profiler.events()})
-        return 1.0
-
-    return timer
 
 
 def test_the_unet_rows_run_every_layer_on_opendnn_with_a_class_per_pixel():
