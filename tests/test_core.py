@@ -75,6 +75,13 @@ def test_descriptor_from_format_nhwc_and_3d():
         ((2, 0), None, "dims[1]=0 must be at least 1"),
         ((2, 3), (3,), "len(strides)=1 must equal len(dims)=2"),
         ((2, 3), (3, -1), "strides[1]=-1 must be at least 0"),
+        (
+            (2**31, 2**30, 2),
+            None,
+            "dims=[2147483648, 1073741824, 2] with strides=[2147483648, 2, 1] reach 4611686018427387904 elements of "
+            "FLOAT: more than the 9223372036854775807 bytes a buffer can hold",
+        ),
+        ((2, 3), (2**61, 1), "reach 2305843009213693955 elements of FLOAT"),
     ],
 )
 def test_descriptor_refuses_bad_values(dims, strides, message):

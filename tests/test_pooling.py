@@ -194,6 +194,45 @@ def test_max_and_avg_pool_match_torch_nhwc_ceil_mode(backend, dtype):
         assert ((dx.double() - xt.grad).norm() / xt.grad.norm()).item() < tolerance
 
 
+# (x shape, window, stride, padding, dilation): in ceil mode torch takes a window longer than the padded
+# input where the rounded-up count gives one output; the window reads what it reaches of the input
+CEIL_WINDOWS_PAST_THE_INPUT = [
+    ((2, 3, 3), (3,), (3,), (0,), (2,)),  # the plane's one window, dilated: positions 0 and 2
+    ((2, 3, 4, 3), (5, 1), (3, 1), (0, 0), (1, 1)),
+    ((2, 3, 4, 3), (5, 3), (3, 2), (0, 1), (1, 1)),  # beside a padded dim
+    ((1, 2, 3, 4, 5), (3, 2, 1), (3, 3, 2), (0, 1, 0), (2, 3, 1)),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("geometry", CEIL_WINDOWS_PAST_THE_INPUT, ids=str)
+def test_a_ceil_mode_window_longer_than_the_padded_input_pools_as_torchs(backend, geometry):
+    shape, window, stride, padding, dilation = geometry
+    handle = od.create("cpu", backend=backend)
+    x = random(shape, seed=10)
+    spatial = x.ndim - 2
+    xt = x.clone().requires_grad_()
+    expected = TORCH_MAX[spatial](xt, window, stride, padding, dilation, ceil_mode=True)
+    dy = random(expected.shape, seed=11)
+    expected.backward(dy)
+    y = F.max_pool(x, window, stride, padding, dilation, ceil_mode=True, handle=handle)
+    assert torch.equal(y, expected.detach())
+    dx = F.max_pool_backward(dy, x, y, window, stride, padding, dilation, ceil_mode=True, handle=handle)
+    torch.testing.assert_close(dx, xt.grad, rtol=1e-12, atol=1e-12)
+    if dilation != (1,) * spatial:
+        return
+    for include in (True, False):
+        xt = x.clone().requires_grad_()
+        expected = TORCH_AVG[spatial](xt, window, stride, padding, ceil_mode=True, count_include_pad=include)
+        expected.backward(dy)
+        y = F.avg_pool(x, window, stride, padding, ceil_mode=True, count_include_pad=include, handle=handle)
+        torch.testing.assert_close(y, expected.detach(), rtol=1e-12, atol=1e-12)
+        dx = F.avg_pool_backward(
+            dy, x, window, stride, padding, ceil_mode=True, count_include_pad=include, handle=handle
+        )
+        torch.testing.assert_close(dx, xt.grad, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "shape, output_size",

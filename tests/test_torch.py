@@ -70,6 +70,11 @@ FUNCTIONS = {
         lambda x, w: TF.conv_transpose3d(x, w, None, 1, 1),
         [(1, 2, 3, 4, 3), (2, 3, 3, 3, 3)],
     ),
+    "conv_transpose2d_output_padding_past_the_stride": (  # below the dilation: x's gradient has fewer positions
+        lambda x, w, b: OF.conv_transpose(x, w, b, (1, 2), (2, 1), (2, 1), 1, (3, 1)),
+        lambda x, w, b: TF.conv_transpose2d(x, w, b, (1, 2), (2, 1), (2, 1), 1, (3, 1)),
+        [(2, 3, 5, 4), (3, 2, 3, 3), (2,)],
+    ),
     "linear": (OF.linear, TF.linear, [(2, 5, 4), (3, 4), (3,)]),
     "matmul_broadcast": (OF.matmul, torch.matmul, [(2, 3, 5, 4), (3, 4, 6)]),
     "matmul_transposed": (lambda a, b: OF.matmul(a, b.mT), lambda a, b: a @ b.mT, [(2, 5, 4), (2, 6, 4)]),
@@ -190,6 +195,46 @@ def test_function_matches_torch_forward_and_backward(name):
     assert_close(y, y_reference)
     for t, t_reference in zip(mine, reference):
         assert_close(t.grad, t_reference.grad)
+
+
+# (input shape, interpolate's options): every mode, by size and by scale factor
+INTERPOLATIONS = [
+    ((2, 3, 5, 4), {"size": (9, 7), "mode": "nearest"}),
+    ((2, 3, 5, 4), {"scale_factor": 2.0, "mode": "nearest-exact"}),
+    ((2, 3, 5, 4), {"scale_factor": 2.0, "mode": "bilinear", "align_corners": False}),
+    ((2, 3, 5, 4), {"size": (9, 7), "mode": "bilinear", "align_corners": True}),
+    ((2, 3, 5, 4), {"scale_factor": (1.5, 2.0), "mode": "bicubic"}),
+    ((1, 2, 3, 4, 5), {"size": (5, 6, 4), "mode": "trilinear", "align_corners": True}),
+    ((2, 3, 7, 6), {"size": (3, 4), "mode": "area"}),
+    ((2, 3, 8, 6), {"scale_factor": 0.5, "mode": "area"}),
+]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels_last"])
+@pytest.mark.parametrize("shape, options", INTERPOLATIONS, ids=[str(options) for _, options in INTERPOLATIONS])
+def test_interpolate_keeps_no_tensor_of_the_inputs_size_and_its_gradient_is_torchs_in_the_inputs_order(
+    shape, options, channels_last, backend, monkeypatch
+):
+    """The gradient needs the input's shape and memory order alone, as torch's upsample backward: a
+    training step does not keep the input alive until the backward."""
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    torch.manual_seed(0)
+    x = _randn(*shape)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if x.ndim == 4 else torch.channels_last_3d)
+    mine, reference = x.clone().requires_grad_(), x.clone().requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = OF.interpolate(mine, **options)
+    assert [t.shape for t in saved if t.numel() >= x.numel()] == []
+    y_reference = TF.interpolate(reference, **options)
+    dy = torch.randn_like(y_reference)
+    y.backward(dy)
+    y_reference.backward(dy)
+    torch.testing.assert_close(y, y_reference)
+    torch.testing.assert_close(mine.grad, reference.grad)
+    assert mine.grad.stride() == x.stride()
 
 
 def test_batch_norm_in_eval_mode_has_frozen_statistics_gradients():
@@ -434,10 +479,12 @@ def test_convert_reports_what_it_left_to_torch_and_why():
         torch.nn.Dropout(),
         torch.nn.InstanceNorm2d(3, track_running_stats=True),
         torch.nn.Conv2d(3, 4, 3),
+        torch.nn.ConvTranspose1d(3, 3, 2, dilation=2, output_padding=1),
     )
     report = ot.convert(model)
     reasons = {name: reason for name, _, reason in report.left_alone}
     assert report.converted == [("4", "Softplus"), ("9", "Conv2d")]
+    assert "output_padding[0]=1 with padding[0]=0 and stride[0]=1" in reasons["10"]
     assert "padding_mode='reflect'" in reasons["0"] and "asymmetrically" in reasons["1"]
     assert "return_indices" in reasons["2"] and "even" in reasons["3"]
     assert reasons["5"] == "no opendnn equivalent" and "subclass" in reasons["6"]

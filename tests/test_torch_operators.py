@@ -92,7 +92,12 @@ def samples():
         ("adaptive_pool_backward", (_randn(2, 4, 4, 3), x_plain, y_adaptive, [4, 3], True)),
         ("interpolate", (x4_cl, [9, 7], [], "bilinear", True)),
         ("interpolate", (x4, [12, 10], [2.0, 2.0], "nearest", False)),
-        ("interpolate_backward", (_randn(2, 4, 12, 10), x_plain, [12, 10], [2.0, 2.0], "bilinear", False)),
+        (
+            "interpolate_backward",
+            (_randn(2, 4, 12, 10), [2, 4, 6, 5], [0, 1, 2, 3], [12, 10], [2.0, 2.0], "bilinear", False),
+        ),
+        ("interpolate_backward", (_randn(2, 4, 9, 7), [2, 4, 6, 5], [0, 2, 3, 1], [9, 7], [], "bicubic", True)),
+        ("interpolate_backward", (_randn(2, 4, 4, 3), [2, 4, 6, 5], [0, 2, 3, 1], [4, 3], [], "area", False)),
         ("layer_norm", (x4, [6, 5], _randn(6, 5, grad=True), _randn(6, 5, grad=True), 1e-5)),
         ("layer_norm_backward", (_randn(2, 4, 6, 5), x_plain, [6, 5], None, mean, rstd, 1e-5)),
         ("rms_norm", (x4, [5], _randn(5, grad=True), None)),

@@ -337,7 +337,7 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
 
 def bytes_descriptor(count: int) -> TensorDescriptor:
     """The descriptor of ``count`` contiguous bytes (a workspace or reserve space)."""
-    return _packed_descriptor(DataType.UINT8, (count,), (0,))
+    return packed_descriptor(DataType.UINT8, (count,), (0,))
 
 
 def scratch_bytes(like: Bound, count: int, name: str = "workspace") -> Bound | None:
@@ -425,13 +425,13 @@ def empty_like(
     (memory order of the dims, outermost first; default bound's own order)."""
     dtype = dtype or bound.desc.dtype
     dims = dims or bound.desc.dims
-    desc = packed_like(bound.desc, dtype, dims) if order is None else _packed_descriptor(dtype, dims, order)
+    desc = packed_like(bound.desc, dtype, dims) if order is None else packed_descriptor(dtype, dims, order)
     return allocate(bound, desc)
 
 
 def packed_like(desc: TensorDescriptor, dtype: DataType, dims: tuple[int, ...]) -> TensorDescriptor:
     """The packed descriptor of ``dims`` in ``dtype`` laid out in ``desc``'s memory order."""
-    return _packed_descriptor(dtype, dims, _memory_order(desc.strides[: len(dims)]))
+    return packed_descriptor(dtype, dims, _memory_order(desc.strides[: len(dims)]))
 
 
 def allocate(like: Bound, desc: TensorDescriptor, name: str | None = None) -> Bound:
@@ -474,7 +474,8 @@ def _memory_order(strides: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=4096)  # the new outputs of the calls without plans, of shapes that repeat
-def _packed_descriptor(dtype: DataType, dims: tuple[int, ...], order: tuple[int, ...]) -> TensorDescriptor:
+def packed_descriptor(dtype: DataType, dims: tuple[int, ...], order: tuple[int, ...]) -> TensorDescriptor:
+    """The packed descriptor of ``dims`` laid out in ``order`` (the dims in memory order, outermost first)."""
     return TensorDescriptor(dtype, dims, strides_for_order(dims, order))
 
 

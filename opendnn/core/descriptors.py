@@ -13,6 +13,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status, require
 
 MAX_DIMS = 8
+MAX_BYTES = 2**63 - 1  # a buffer's size in bytes is a signed 64-bit integer (torch's, CUDA's)
 
 
 class TensorFormat(enum.Enum):
@@ -49,7 +50,9 @@ class TensorDescriptor:
     dtype: DataType
     dims: tuple[int, ...]
     strides: tuple[int, ...]
-    _hash: int = field(init=False, repr=False, compare=False)  # set once, in __init__
+    # set once, in __init__: the elements of buffer the view reaches (its largest offset plus one), the hash
+    extent: int = field(init=False, repr=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __init__(self, dtype: Any, dims: Any, strides: Any = None) -> None:
         dims = check_ints("dims", dims)
@@ -60,7 +63,15 @@ class TensorDescriptor:
         require(len(strides) == len(dims), f"len(strides)={len(strides)} must equal len(dims)={len(dims)}")
         for k, s in enumerate(strides):
             require(s >= 0, f"strides[{k}]={s} must be at least 0")
-        object.__setattr__(self, "dtype", check_dtype("dtype", dtype))
+        dtype = check_dtype("dtype", dtype)
+        extent = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+        if extent * dtype.itemsize > MAX_BYTES:
+            raise BadParam(
+                f"dims={list(dims)} with strides={list(strides)} reach {extent} elements of {dtype.name}: "
+                f"more than the {MAX_BYTES} bytes a buffer can hold"
+            )
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "extent", extent)
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "_hash", hash((self.dtype, dims, strides)))
@@ -84,11 +95,6 @@ class TensorDescriptor:
     @property
     def numel(self) -> int:
         return math.prod(self.dims)
-
-    @functools.cached_property  # a frozen value: computed once per descriptor
-    def extent(self) -> int:
-        """Elements of buffer the view reaches: its largest offset plus one."""
-        return 1 + sum((d - 1) * s for d, s in zip(self.dims, self.strides))
 
     @functools.cached_property  # a frozen value: computed once per descriptor (asked for every output of every call)
     def size_in_bytes(self) -> int:

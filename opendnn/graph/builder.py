@@ -19,6 +19,7 @@ import numpy as np
 
 from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.arrays import as_native, descriptor_of
+from opendnn.core.descriptors import check_finite
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
@@ -526,6 +527,8 @@ class OperationBuilder(PointwiseMethods):
                 raise BadParam(f"{role}={list(padding)} with {mode.name}: interpolation takes no padding")
         if stride is None:
             raise BadParam(f"{mode.name} needs stride: input pixels per output pixel (0.5 doubles the size)")
+        for k, value in enumerate(stride):
+            check_finite(f"stride[{k}]", value)  # (a real number: a float, an int or a Fraction)
         steps = [step_fraction(s) for s in stride]
         for k, step in enumerate(steps):
             if step <= 0:

@@ -30,6 +30,7 @@ import torch
 
 from opendnn.core.arrays import CPU
 from opendnn.core.default_handle import shared_handle
+from opendnn.core.descriptors import strides_for_order
 from opendnn.core.errors import NotSupported, OpenDnnError
 from opendnn.core.handle import Handle
 from opendnn.torch.executables import record
@@ -596,17 +597,25 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 # ---- fake outputs -------------------------------------------------------------------------------------
 
 
+def memory_order(tensor: torch.Tensor) -> list[int]:
+    """``tensor``'s dims in memory order, outermost first: the largest stride first, ties in dim order."""
+    strides = tensor.stride()
+    return sorted(range(tensor.ndim), key=lambda k: -strides[k])
+
+
+def empty_in_order(
+    shape: Sequence[Any], order: Sequence[int], like: torch.Tensor, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """A new packed tensor of ``shape`` with its dims laid out in ``order`` (outermost first), on
+    ``like``'s device (``like``'s dtype by default)."""
+    strides = strides_for_order(tuple(shape), tuple(order))
+    return torch.empty_strided(tuple(shape), strides, dtype=dtype or like.dtype, device=like.device)
+
+
 def empty_in_order_of(like: torch.Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A new tensor of ``shape`` with its dims laid out in ``like``'s memory order (outermost: the
-    largest stride; ties in dim order), as opendnn lays out the outputs that follow an input."""
-    like_strides = like.stride()
-    order = sorted(range(like.ndim), key=lambda k: -like_strides[k])
-    strides = [0] * len(shape)
-    step = 1
-    for k in reversed(order):
-        strides[k] = step
-        step = step * shape[k]
-    return torch.empty_strided(tuple(shape), tuple(strides), dtype=dtype or like.dtype, device=like.device)
+    """A new tensor of ``shape`` with its dims laid out in ``like``'s memory order (``memory_order``),
+    as opendnn lays out the outputs that follow an input."""
+    return empty_in_order(shape, memory_order(like), like, dtype)
 
 
 def empty_packed(like: torch.Tensor, shape: Sequence[Any], dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from opendnn.core.errors import NotSupported
+from opendnn.families.convolution.functional import transpose_post_padding
 from opendnn.torch import functions
 from opendnn.torch.library import as_torch_error
 
@@ -107,7 +108,15 @@ class _ConvolutionTranspose(OpendnnModule):
     padding: Any  # (a transposed convolution takes no string padding)
     dilation: tuple[int, ...]
     groups: int
+    output_padding: tuple[int, ...]
     _output_padding: Any
+
+    def unsupported(self) -> str | None:
+        try:
+            transpose_post_padding(self.padding, self.stride, self.output_padding)
+        except NotSupported as error:
+            return str(error)
+        return None
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         def run(batch: torch.Tensor) -> torch.Tensor:

@@ -25,16 +25,20 @@ import torch
 
 import opendnn.functional as F
 from opendnn import BadParam, MathType
+from opendnn.core.arrays import packed_descriptor
 from opendnn.core.default_handle import shared_handle
+from opendnn.core.dtypes import DataType
 from opendnn.families.pooling.problem import output_size
 from opendnn.torch.library import (
     Operator,
     as_torch_error,
     define,
+    empty_in_order,
     empty_in_order_of,
     empty_packed,
     float32_on_cuda,
     lower_precision,
+    memory_order,
     register_autograd,
 )
 
@@ -267,13 +271,38 @@ def _save_transposed(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _transposed_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     """A transposed convolution's dx is a convolution of dy, its dweight a backward filter with
-    the roles of x and dy swapped."""
+    the roles of x and dy swapped.
+
+    An output_padding past the stride (below the dilation) leaves the convolution of dy more
+    outputs than x has: x's gradient is their first ones (a window's start does not depend on the
+    trailing padding), and the backward filter reads x followed by zeros up to their count."""
     x, weight = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.geometry
     dy = dense(dy)
+    reach = [
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, s, p, d in zip(dy.shape[2:], weight.shape[2:], stride, padding, dilation)
+    ]
+    surplus = [r - n for r, n in zip(reach, x.shape[2:])]
+    dx = _needed(ctx, 0, lambda: convolution(dy, weight, None, stride, padding, dilation, groups))
+    if dx is not None and any(surplus):
+        dx = dx[(..., *(slice(0, n) for n in x.shape[2:]))]
+    zeros = [count for extra in reversed(surplus) for count in (0, extra)]  # torch.nn.functional.pad's order
     return (
-        _needed(ctx, 0, lambda: convolution(dy, weight, None, stride, padding, dilation, groups)),
-        _needed(ctx, 1, lambda: convolution_backward_filter(dy, x, weight.shape, stride, padding, dilation, groups)),
+        dx,
+        _needed(
+            ctx,
+            1,
+            lambda: convolution_backward_filter(
+                dy,
+                torch.nn.functional.pad(x, zeros) if any(surplus) else x,
+                weight.shape,
+                stride,
+                padding,
+                dilation,
+                groups,
+            ),
+        ),
         convolution_backward_bias(dy) if ctx.has_bias and ctx.needs_input_grad[2] else None,
         None,
         None,
@@ -668,15 +697,40 @@ interpolate = define(
     lambda x, size, scale_factor, mode, align_corners: empty_in_order_of(x, [*x.shape[:2], *size]),
 )
 
-interpolate_backward = define(  # (x gives dx's shape, dtype and memory order; its values are not read)
-    "interpolate_backward(Tensor dy, Tensor x, int[] size, float[] scale_factor, str mode, bool align_corners)"
-    " -> Tensor",
-    _interpolated(F.interpolate_backward),
-    lambda dy, x, size, scale_factor, mode, align_corners: empty_in_order_of(x, x.shape),
+_functional_backward = _interpolated(F.interpolate_backward)
+
+
+def _interpolation_gradient(dy: Tensor, x_shape: Sequence[int], x_order: Sequence[int], *options: Any) -> Tensor:
+    """dx of an input of ``x_shape`` laid out in ``x_order`` (its dims, outermost first), in dy's
+    dtype: the input's descriptor stands for it (its values are never read)."""
+    x_desc = packed_descriptor(DataType.of(dy.dtype), tuple(x_shape), tuple(x_order))
+    return _functional_backward(dy, x_desc, *options)
+
+
+# the backward takes the input's shape and memory order, as torch's upsample backward takes its size:
+# the forward keeps no tensor of the input's size alive
+interpolate_backward = define(
+    "interpolate_backward(Tensor dy, SymInt[] x_shape, int[] x_order, int[] size, float[] scale_factor, str mode,"
+    " bool align_corners) -> Tensor",
+    _interpolation_gradient,
+    lambda dy, x_shape, x_order, *options: empty_in_order(x_shape, x_order, dy),
     differentiable=False,
 )
 
-register_gradient_of_input(interpolate, interpolate_backward)
+
+def _save_interpolated(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    """The input's shape and memory order, not the input: its gradient reads no value of it."""
+    x = inputs[0]
+    ctx.x_shape, ctx.x_order, ctx.options = x.shape, memory_order(x), inputs[1:]
+
+
+def _interpolated_backward(ctx: Any, dy: Tensor | None) -> tuple[Any, ...]:
+    arguments = (dy, ctx.x_shape, ctx.x_order, *ctx.options)
+    dx = None if dy is None else interpolate_backward.after(ctx.source, dy, arguments)
+    return (dx, None, None, None, None)
+
+
+register_autograd(interpolate, _interpolated_backward, _save_interpolated)
 
 # ---- fused inference chains (opendnn.torch.fuse) -------------------------------------------------------
 

@@ -231,16 +231,14 @@ def conv_transpose(
     )
     dims = (dyb.desc.dims[0], wb.desc.dims[1] * groups, *out)
     biasb = _per_channel(wrap("bias", bias), dyb.desc.ndim, dims[1]) if bias is not None else None
-    post = _transpose_post_padding(pads, strides, extras)
+    post = transpose_post_padding(pads, strides, extras)
     dx = _backward_data(dyb, wb, dims, strides, pads, dilations, groups, algo, handle, _TRANSPOSE_NAMES, post=post)
     if biasb is not None:
         add_tensor(handle_for(dx, handle), 1.0, biasb.desc, biasb.view, 1.0, dx.desc, dx.view)
     return to_caller_kind(dx.view, x)
 
 
-def _transpose_post_padding(
-    pads: tuple[int, ...], strides: tuple[int, ...], extras: tuple[int, ...]
-) -> tuple[int, ...]:
+def transpose_post_padding(pads: tuple[int, ...], strides: tuple[int, ...], extras: tuple[int, ...]) -> tuple[int, ...]:
     """The trailing padding of the forward convolution whose backward data is a transposed convolution
     with these output paddings: its own padding where the stride's rounding absorbs the extra outputs
     (output_padding below the stride), else less by the extra (an output_padding up to the dilation,

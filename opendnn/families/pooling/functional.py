@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from opendnn.core.arrays import Bound, allocate, empty_like, keyed_bound, wrap
+from opendnn.core.arrays import Bound, allocate, empty_like, keyed_bound, packed_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import CallerNames, caller_dtypes
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import NanPropagation, check_ints
+from opendnn.core.descriptors import NanPropagation, TensorDescriptor, check_ints
 from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, OpenDnnError, Status, require
@@ -297,7 +297,9 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
         handle, plan = lookup(handle, key)
         if plan is not None:
             return _execute(handle, plan, key, (x, dy) if y is None else (x, dy, y))
-    xb, dyb = wrap("x", x), wrap("dy", dy)
+    dyb = wrap("dy", dy)
+    described = y is None and isinstance(x, TensorDescriptor)  # (the average reads no x: dx stands for it)
+    xb = allocate(dyb, packed_like(x, x.dtype, x.dims), "x") if described else wrap("x", x)
     if dyb.desc.dims[:2] != xb.desc.dims[:2] or dyb.desc.ndim != xb.desc.ndim:  # dy's dims give the windows
         raise BadParam(
             f"dy.shape={list(dyb.desc.dims)} must be (N, C, *output_size) for x.shape={list(xb.desc.dims)}",
@@ -309,7 +311,7 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
             f"y.shape={list(yb.desc.dims)} must equal dy.shape={list(dyb.desc.dims)}", Status.BAD_PARAM_SHAPE_MISMATCH
         )
     _output_size(xb, dyb.desc.dims[2:])
-    dxb = empty_like(xb)  # every element written once: the gather sums the cells holding it
+    dxb = xb if described else empty_like(xb)  # every element written once: the gather sums the cells holding it
     try:
         problem = adaptive_pooling_problem(mode, False, xb.desc, yb.desc, dy_desc=dyb.desc, dx_desc=dxb.desc)
     except OpenDnnError as error:
@@ -318,7 +320,7 @@ def _adaptive_backward(mode: PoolingMode, dy: Any, x: Any, y: Any | None, handle
     implementation = dispatch(handle, "pooling", problem, xb, yb, dyb, dxb)
     descs = (xb.desc, dyb.desc) if y is None else (xb.desc, dyb.desc, yb.desc)
     keep(handle, key, Plan("pooling", problem, (dxb.desc,), implementation, descs))
-    return to_caller_kind(dxb.view, x)
+    return to_caller_kind(dxb.view, dy if described else x)
 
 
 @caller_dtypes
@@ -329,7 +331,8 @@ def adaptive_avg_pool(x: Any, output_size: Size, *, handle: Handle | None = None
 
 @caller_dtypes
 def adaptive_avg_pool_backward(dy: Any, x: Any, *, handle: Handle | None = None) -> Any:
-    """dx of adaptive_avg_pool (the output size is dy's)."""
+    """dx of adaptive_avg_pool (the output size is dy's), of x's dims, dtype and memory order. x's values
+    are never read, so ``x`` may also be its ``TensorDescriptor`` (dx then of dy's kind and device)."""
     return _adaptive_backward(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, dy, x, None, handle)
 
 

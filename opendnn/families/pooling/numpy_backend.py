@@ -108,8 +108,11 @@ def _padded(x: np.ndarray, geo: _Geometry, fill: float) -> np.ndarray:
 
 
 def _whole_planes(geo: _Geometry) -> bool:
-    """Whether each plane is one window, unpadded (global pooling)."""
-    return all(o == 1 and p == 0 and w == n for o, p, w, n in zip(geo.out, geo.padding, geo.window, geo.size))
+    """Whether each plane is one window, unpadded and undilated (global pooling)."""
+    return all(
+        o == 1 and p == 0 and w == n and (d == 1 or n == 1)
+        for o, p, w, n, d in zip(geo.out, geo.padding, geo.window, geo.size, geo.dilation)
+    )
 
 
 def _reduce_windows(padded: np.ndarray, geo: _Geometry, combine: np.ufunc) -> np.ndarray:
@@ -356,18 +359,17 @@ def _along(values: np.ndarray, k: int, ndim: int) -> np.ndarray:
 
 def _adaptive_run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None, dx: Bound | None) -> None:
     compute = problem.compute_dtype
-    values = read(x, compute)
     sizes, outs = problem.x.dims[2:], problem.y.dims[2:]
     tables = [_cell_table(n, o) for n, o in zip(sizes, outs)]
     counts = np.ones((1, 1) + (1,) * len(outs), compute.to_numpy())
     for k, (_, _, cell_sizes) in enumerate(tables):
-        counts = counts * _along(cell_sizes, k, values.ndim)
+        counts = counts * _along(cell_sizes, k, problem.x.ndim)
     if dx is None or dy is None:
         combine: np.ufunc = np.add
         fill = 0.0
         if problem.mode.is_max:
             fill, combine = (-np.inf, np.maximum) if problem.propagate_nan else (np.nan, np.fmax)
-        result = values
+        result = read(x, compute)
         for k, (positions, inside, _) in enumerate(tables):  # one spatial dim at a time: (.., out, window, ..)
             gathered = np.take(result, positions, axis=2 + k)
             if not inside.all():  # (a max may read a cell's last position again; a sum may not)
@@ -378,12 +380,12 @@ def _adaptive_run(problem: PoolingProblem, x: Bound, y: Bound, dy: Bound | None,
         write(y, result, problem.alpha, problem.beta)
         return
     gradient = read(dy, compute)
-    result = np.zeros(values.shape, compute.to_numpy())
+    result = np.zeros(problem.x.dims, compute.to_numpy())
     found = np.zeros(gradient.shape, bool)
     if problem.mode.is_max:
-        y_values = read(y, compute)
+        values, y_values = read(x, compute), read(y, compute)
         y_nan = np.isnan(y_values)
-    else:
+    else:  # (the average reads no x)
         share = gradient / counts
     window = [range(positions.shape[1]) for positions, _, _ in tables]
     for j in itertools.product(*window):  # row-major over the largest window: each cell's positions in order

@@ -152,13 +152,15 @@ class PoolingDescriptor:
 def output_size(size: int, window: int, padding: int, stride: int, ceil_mode: bool = False, dilation: int = 1) -> int:
     """Windows along one dim: ``(size + 2 * padding - extent) // stride + 1`` with ``extent =
     dilation * (window - 1) + 1`` (rounded up in ceil mode, less a last window that would start in
-    the trailing padding); 0 when none fits."""
+    the trailing padding); 0 when none fits. In ceil mode, as in torch, a window longer than the
+    padded input still gives one output (the window clipped to the input and its padding) where the
+    rounded-up count reaches 1."""
     span = size + 2 * padding - (dilation * (window - 1) + 1)
-    if span < 0:
-        return 0
     if not ceil_mode:
-        return span // stride + 1
+        return span // stride + 1 if span >= 0 else 0
     count = -(-span // stride) + 1
+    if count < 1:
+        return 0
     return count - 1 if (count - 1) * stride >= size + padding else count
 
 
@@ -186,10 +188,11 @@ def pooled_dims(pool_desc: PoolingDescriptor, x_desc: TensorDescriptor, ceil_mod
     geometry = zip(x_desc.dims[2:], pool_desc.window, pool_desc.padding, pool_desc.stride, pool_desc.dilation)
     for k, (size, w, p, s, d) in enumerate(geometry):
         require(
-            size + 2 * p >= d * (w - 1) + 1,
+            output_size(size, w, p, s, ceil_mode, d) >= 1,
             f"window[{k}]={w}"
             + (f" dilated by {d}" if d > 1 else "")
-            + f" must fit in x_desc.dims[{k + 2}]={size} + 2 * padding[{k}]={p}",
+            + f" must fit in x_desc.dims[{k + 2}]={size} + 2 * padding[{k}]={p}"
+            + (f" with the last window rounded up (ceil_mode) at stride[{k}]={s}" if ceil_mode else ""),
             Status.BAD_PARAM_SHAPE_MISMATCH,
         )
         out.append(output_size(size, w, p, s, ceil_mode, d))

@@ -15,11 +15,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from opendnn.core.arrays import Bound, allocate, empty_like, keyed_bound, wrap
+from opendnn.core.arrays import allocate, empty_like, keyed_bound, packed_like, wrap
 from opendnn.core.caller_arrays import to_caller_kind
 from opendnn.core.caller_names import caller_dtypes
 from opendnn.core.default_handle import handle_for
-from opendnn.core.descriptors import check_finite, check_ints
+from opendnn.core.descriptors import TensorDescriptor, check_finite, check_ints
 from opendnn.core.dispatch import dispatch, execute
 from opendnn.core.errors import BadParam, NotSupported, Status, require
 from opendnn.core.handle import Handle
@@ -44,7 +44,7 @@ MODES: dict[str, tuple[InterpolationMode | None, int | None]] = {
 
 
 def _geometry(
-    x: Bound,
+    x_desc: TensorDescriptor,
     size: Size | None,
     scale_factor: Factor | None,
     mode: str,
@@ -53,8 +53,8 @@ def _geometry(
 ) -> tuple[InterpolationMode | None, bool, tuple[int, ...], tuple[float, ...] | None]:
     """torch's argument rules: the mode (None: area), align_corners, the output's spatial size and the
     scales the coordinates use (None: in / out)."""
-    ndim = x.desc.ndim
-    if mode not in MODES:
+    ndim = x_desc.ndim
+    if not isinstance(mode, str) or mode not in MODES:
         raise BadParam(f"mode={mode!r} is not a mode: interpolate computes {sorted(MODES)}")
     kind, rank = MODES[mode]
     require(3 <= ndim <= 5, f"input.ndim={ndim} must be 3, 4 or 5: (N, C, *spatial) with 1 to 3 spatial dims")
@@ -64,7 +64,7 @@ def _geometry(
         raise BadParam(
             f"align_corners={align_corners} with mode={mode!r}: only the linear modes and bicubic align corners"
         )
-    spatial, in_sizes = ndim - 2, x.desc.dims[2:]
+    spatial, in_sizes = ndim - 2, x_desc.dims[2:]
     if (size is None) == (scale_factor is None):
         raise BadParam("give exactly one of size and scale_factor")
     if size is not None:
@@ -119,12 +119,14 @@ def interpolate_backward(
     handle: Handle | None = None,
 ) -> Any:
     """The gradient of ``interpolate(input, size, scale_factor, mode, ...)`` from ``grad_output``: a new
-    array of ``input``'s kind, shape, dtype and memory order (its values are not read).
+    array of grad_output's kind and device with ``input``'s shape, dtype and memory order. Its values
+    are never read, so ``input`` may also be its ``TensorDescriptor`` (dims, strides and dtype alone).
 
     Raises:
         BadParam: ``grad_output`` not of the forward's output shape, or a rule of ``interpolate``.
     """
-    return _resample(input, grad_output, size, scale_factor, mode, align_corners, recompute_scale_factor, False, handle)
+    arguments = (size, scale_factor, mode, align_corners, recompute_scale_factor, False, handle)
+    return _resample(input, grad_output, *arguments, backward=True)
 
 
 def _resample(
@@ -137,37 +139,47 @@ def _resample(
     recompute_scale_factor: bool | None,
     antialias: bool,
     handle: Handle | None,
+    backward: bool = False,
 ) -> Any:
+    """The forward of the input ``x`` (an array), or (``backward``) the gradient of ``x`` from ``dy``:
+    ``x`` an array, or its TensorDescriptor, as the backward reads no value of it."""
     scalars = (size, scale_factor, mode, align_corners, recompute_scale_factor)
-    backward = dy is not None
-    key = signature("interpolate_backward" if backward else "interpolate", (x, dy), scalars)
+    described = backward and isinstance(x, TensorDescriptor)
+    if described:  # keyed by its values, as an array by its array_key
+        key = signature("interpolate_backward", (dy,), (*scalars, x.dtype, x.dims, x.strides))
+    else:
+        key = signature("interpolate_backward" if backward else "interpolate", (x, dy), scalars)
+    caller = dy if backward else x  # the array the call reads, whose kind and device its output takes
     if key is not None:
         handle, plan = lookup(handle, key)
         if plan is not None:
             device = key[1][-1]
-            source = keyed_bound("grad_output" if backward else "input", plan.extra, dy if backward else x, device)
+            source = keyed_bound("grad_output" if backward else "input", plan.extra, caller, device)
             out = allocate(source, plan.outputs[0])
             execute(handle, plan, source, out)
-            return to_caller_kind(out.view, x)
+            return to_caller_kind(out.view, caller)
     if antialias:
         raise NotSupported("antialias=True is not implemented: interpolate computes without antialiasing")
-    xb = wrap("input", x)
-    kind, aligned, out_size, scales = _geometry(xb, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    source = wrap("grad_output" if backward else "input", caller)
+    if described:
+        x_desc = x
+    else:
+        x_desc = wrap("input", x).desc if backward else source.desc
+    kind, aligned, out_size, scales = _geometry(x_desc, size, scale_factor, mode, align_corners, recompute_scale_factor)
+    expected = (*x_desc.dims[:2], *out_size)
+    if backward and source.desc.dims != expected:
+        raise BadParam(
+            f"grad_output.shape={list(source.desc.dims)} must be the forward's output shape {list(expected)}",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
     if kind is None:  # area: the mean over torch's adaptive windows
-        if dy is None:
+        if not backward:
             return pooling.adaptive_avg_pool(x, out_size, handle=handle)
         return pooling.adaptive_avg_pool_backward(dy, x, handle=handle)
     if backward:
-        source = wrap("grad_output", dy)
-        expected = (*xb.desc.dims[:2], *out_size)
-        if source.desc.dims != expected:
-            raise BadParam(
-                f"grad_output.shape={list(source.desc.dims)} must be the forward's output shape {list(expected)}",
-                Status.BAD_PARAM_SHAPE_MISMATCH,
-            )
-        out = empty_like(xb)
+        out = allocate(source, packed_like(x_desc, x_desc.dtype, x_desc.dims))
     else:
-        source, out = xb, empty_like(xb, dims=(*xb.desc.dims[:2], *out_size))
+        out = empty_like(source, dims=expected)
     problem = resample_problem(
         kind,
         ("grad_output", "input") if backward else ("input", "output"),
@@ -176,7 +188,7 @@ def _resample(
         align_corners=aligned,
         backward=backward,
     )
-    handle = handle_for(xb, handle)
+    handle = handle_for(source, handle)
     implementation = dispatch(handle, "resample", problem, source, out)
     keep(handle, key, Plan("resample", problem, (out.desc,), implementation, source.desc))
-    return to_caller_kind(out.view, x)
+    return to_caller_kind(out.view, caller)

@@ -9,7 +9,8 @@ the dim's scale ``s`` (input pixels per output pixel):
     NEAREST_EXACT   src = floor((o + 0.5) * s)            one tap, i0 = min(src, in - 1)
     LINEAR          src = max((o + 0.5) * s - 0.5, 0)     (align_corners: src = o * s)
                     two taps, i0 = min(trunc(src), in - 1), i1 = min(i0 + 1, in - 1),
-                    weights 1 - l and l with l = src - i0
+                    weights 1 - l and l with l = src - i0; a dim whose output size is its
+                    input's is copied: i0 = i1 = o, weights 1 and 0, whatever the scale
     CUBIC           src = (o + 0.5) * s - 0.5             (align_corners: src = o * s)
                     four taps, b - 1 .. b + 2 with b = floor(src), each clamped to 0 .. in - 1,
                     weights W(1 + t), W(t), W(1 - t), W(2 - t) with t = src - b and Keys' cubic
@@ -20,8 +21,9 @@ and y is the product of the dims' weights summed over their taps (LINEAR over 2 
 over 3 trilinear; CUBIC over 2 is bicubic). The scales and coordinates are computed in the compute
 dtype (float32, float64 for float64 tensors) exactly as written, so that the taps a kernel picks are
 the reference's: the scale is ``in / out`` (align_corners: ``(in - 1) / (out - 1)``, 0 for one
-output) unless the caller gives one, rounded to the compute dtype. These are torch's rules for
-``nearest``, ``nearest-exact``, ``linear`` / ``bilinear`` / ``trilinear`` and ``bicubic``.
+output) unless the caller gives one, rounded to the compute dtype (1 for a LINEAR dim that is copied).
+These are torch's rules (its CPU kernels') for ``nearest``, ``nearest-exact``, ``linear`` /
+``bilinear`` / ``trilinear`` and ``bicubic``.
 
 Backward, from dy of y's dims: ``dx[i] = sum over outputs o reading i of dy[o] * weight(o, i)``. It is
 computed as a gather over the outputs that can read each input (no atomics, the same sum order on
@@ -117,8 +119,9 @@ def resample_problem(
 
     Raises:
         BadParam: a mode that is not an InterpolationMode, N or C that differ between the tensors,
-            spatial ranks that differ or lie outside 1..3, scales of the wrong count, not finite or not
-            positive, scales or a mode other than LINEAR with align_corners, non-finite alpha or beta.
+            spatial ranks that differ or lie outside 1..3, scales of the wrong count, not finite, not
+            positive or outside the compute dtype's normal range, scales or a mode other than LINEAR
+            with align_corners, non-finite alpha or beta.
         NotSupported: a non-float dtype.
     """
     mode = check_member("mode", InterpolationMode, mode)
@@ -148,9 +151,14 @@ def resample_problem(
             raise BadParam(f"scales={list(scales)} with align_corners=True: aligned corners fix the scales")
         scales = tuple(check_finite(f"scales[{k}]", s) for k, s in enumerate(scales))
         require(len(scales) == spatial, f"scales={list(scales)} must hold one scale per spatial dim ({spatial})")
+        real = compute.to_numpy()
+        tiny, huge = float(np.finfo(real).tiny), float(np.finfo(real).max)  # (s and the backward's 1 / s finite)
         for k, s in enumerate(scales):
             require(s > 0, f"scales[{k}]={s} must be positive (input pixels per output pixel)")
-        scales = tuple(float(compute.to_numpy().type(s)) for s in scales)
+            require(tiny <= s <= huge, f"scales[{k}]={s} must lie in [{tiny}, {huge}], {compute.name}'s normal range")
+        scales = tuple(float(real.type(s)) for s in scales)
+    if mode is InterpolationMode.LINEAR:  # a dim of unchanged size is copied, whatever its scale
+        scales = tuple(1.0 if n == o else s for s, n, o in zip(scales, x.dims[2:], y.dims[2:]))
     alpha, beta = check_finite("alpha", alpha), check_finite("beta", beta)
     return ResampleProblem(mode, align_corners, scales, (a, b), backward, alpha, beta, compute)
 
@@ -167,26 +175,43 @@ def source_scales(
 
 
 def source_taps(
-    mode: InterpolationMode, align_corners: bool, scale: float, in_size: int, out_size: int, compute: DataType
+    mode: InterpolationMode,
+    align_corners: bool,
+    scale: float,
+    in_size: int,
+    out_size: int,
+    compute: DataType,
+    fused: bool = False,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per output along one dim, its taps as (input index, weight) arrays, one pair per tap, computed
-    in the compute dtype as the kernels compute them."""
+    in the compute dtype as the kernels compute them; ``fused``: the half-pixel source ``s * (o + 0.5)
+    - 0.5`` rounded once, as a GPU's fused multiply-add computes it (Triton contracts it on GPUs),
+    where the reference rounds the product and the difference apart (the two differ by a unit in the
+    last place, which moves a tap where the source lies that close to an integer)."""
     real = compute.to_numpy().type
     o, s = np.arange(out_size, dtype=real), real(scale)
+    last = real(in_size - 1)  # (sources clamped before they become integers: a large scale's overflow)
     if mode is InterpolationMode.NEAREST:
-        return [(np.minimum(np.floor(o * s).astype(np.int64), in_size - 1), np.ones(out_size, real))]
+        return [(np.minimum(np.floor(o * s), last).astype(np.int64), np.ones(out_size, real))]
     if mode is InterpolationMode.NEAREST_EXACT:
-        return [(np.minimum(np.floor((o + real(0.5)) * s).astype(np.int64), in_size - 1), np.ones(out_size, real))]
-    source = s * o if align_corners else s * (o + real(0.5)) - real(0.5)
+        return [(np.minimum(np.floor((o + real(0.5)) * s), last).astype(np.int64), np.ones(out_size, real))]
+    if align_corners:
+        source = s * o
+    elif fused:  # (the product exact in the wider type, the difference rounded once)
+        wide = np.float64 if real is np.float32 else np.longdouble
+        source = (wide(s) * (o + real(0.5)).astype(wide) - wide(0.5)).astype(real)
+    else:
+        source = s * (o + real(0.5)) - real(0.5)
     if mode is InterpolationMode.LINEAR:
         source = np.maximum(source, real(0))
-        i0 = np.minimum(source.astype(np.int64), in_size - 1)
-        weight = source - i0.astype(real)
-        return [(i0, real(1) - weight), (np.minimum(i0 + 1, in_size - 1), weight)]
+        i0 = np.minimum(source, last).astype(np.int64)
+        weight = np.minimum(source - i0.astype(real), real(1))  # (torch's clamp: a source past the last pixel)
+        i1 = i0 if in_size == out_size else np.minimum(i0 + 1, in_size - 1)  # (a copied dim: scale 1, weight 0)
+        return [(i0, real(1) - weight), (i1, weight)]
     base = np.floor(source)
     t = source - base
     return [
-        (np.clip(base.astype(np.int64) - 1 + k, 0, in_size - 1), factor)
+        (np.clip(np.minimum(base, last + 1).astype(np.int64) - 1 + k, 0, in_size - 1), factor)
         for k, factor in enumerate(cubic_weights(t, real))
     ]
 

@@ -14,16 +14,16 @@ the row's columns.
 ``resample_forward_kernel``: per output, the taps along each spatial dim (``problem.source_taps``'s
 formula, in the compute dtype) and their product of weights; 1 load per output for the nearest
 modes, 2, 4 or 8 for linear over 1, 2 or 3 dims, 16 for bicubic (a dim whose input is one pixel
-wide takes one tap).
+wide too, its taps on that pixel).
 
 ``resample_backward_kernel``: a gather, deterministic: per dx element and spatial dim, the outputs
-that can read it lie in a window of ``reach`` outputs starting near ``(i - AHEAD) / s``; each is mapped
-forward again with the forward's formula and adds ``dy * weight`` where one of its taps is the
-element (a tap of weight 0 too, as torch's backward adds it: a NaN dy gives NaN there). The window is
-wider than the outputs that read an input by a few (one rounding of the start, a tap on either side):
-about ceil((taps + 0.5) / s) + 3 outputs per dim, the loads masked where the output does not read
-the element. For a 2x upsampling that is 8 per dim (12 cubic): 64 candidates for 16 (bilinear) or 4
-(nearest) reads of dy per element, 144 for bicubic's 64.
+that can read it lie in a window of ``reach`` outputs starting at ``floor((i - AHEAD) / s) + lead``;
+each is mapped forward again with the forward's formula and adds ``dy * weight`` where one of its
+taps is the element (a tap of weight 0 too, as torch's backward adds it: a NaN dy gives NaN there),
+the loads masked where the output does not read it. The planner computes ``lead`` and ``reach`` per
+dim from the forward's taps, in the kernel's arithmetic (``_candidates``): the least window that
+holds every output reading every input. For a 2x upsampling that is 2 outputs per dim for the nearest
+modes and 4 for linear (4 and 16 candidates per element in 2-D, each a read of dy).
 """
 
 from __future__ import annotations
@@ -32,17 +32,21 @@ import functools
 import math
 from typing import Any
 
+import numpy as np
 import triton
 import triton.language as tl
 
 from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
-from opendnn.families.resample.problem import CUBIC_A, ResampleProblem
+from opendnn.families.resample.problem import CUBIC_A, ResampleProblem, source_taps
 from opendnn.kernels.blend import blend_store
 from opendnn.kernels.launch import Launch, Launches, Slot
 
-ELEMENTS = 1024  # outputs per program: 8 per thread of 4 warps
+# outputs per program: 8 per thread of the forward's 4 warps, 4 per thread of the backward's 8 (its
+# gather keeps each element's window position, weights and flags live: 72 registers and a spill at 8
+# per thread over 3 spatial dims on sm_90, 48 at 4)
+ELEMENTS = 1024
 COLUMNS = 64  # the widest tile along the innermost dim
 GRID_Y = tl.constexpr(65535)
 KEYS_A = tl.constexpr(CUBIC_A)  # CUDA's limit on a grid's y and z
@@ -90,10 +94,11 @@ def _source(o, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE:
     """Output ``o``'s source along one dim (problem.source_taps): the base index its taps start from
     (behind it by ``mode.behind``) and the source's fraction past it."""
     position = o.to(COMPUTE)
+    last = tl.cast(in_size - 1, COMPUTE)  # (sources clamped before they become integers: a large scale's overflow)
     if MODE == "nearest":
-        base, fraction = tl.minimum(tl.floor(position * scale).to(INDEX), in_size - 1), 0.0
+        base, fraction = tl.minimum(tl.floor(position * scale), last).to(INDEX), 0.0
     elif MODE == "nearest_exact":
-        base, fraction = tl.minimum(tl.floor((position + 0.5) * scale).to(INDEX), in_size - 1), 0.0
+        base, fraction = tl.minimum(tl.floor((position + 0.5) * scale), last).to(INDEX), 0.0
     else:
         if ALIGN:
             source = scale * position
@@ -101,11 +106,11 @@ def _source(o, scale, in_size, MODE: tl.constexpr, ALIGN: tl.constexpr, COMPUTE:
             source = scale * (position + 0.5) - 0.5
         if MODE == "linear":
             source = tl.maximum(source, 0.0)
-            base = tl.minimum(source.to(INDEX), in_size - 1)
-            fraction = source - base.to(COMPUTE)
+            base = tl.minimum(source, last).to(INDEX)
+            fraction = tl.minimum(source - base.to(COMPUTE), 1.0)  # (torch's clamp: a source past the last pixel)
         else:
             whole = tl.floor(source)
-            base, fraction = whole.to(INDEX), source - whole
+            base, fraction = tl.minimum(whole, last + 1.0).to(INDEX), source - whole
     return base, fraction
 
 
@@ -122,16 +127,17 @@ def _far(x):
 
 
 @triton.jit
-def _tap(t: tl.constexpr, TAPS: tl.constexpr, MODE: tl.constexpr, base, fraction, in_size):
-    """Tap ``t`` of a dim read through TAPS taps: its index and weight (one tap: a nearest mode, or an
-    input one pixel wide)."""
+def _tap(t: tl.constexpr, TAPS: tl.constexpr, MODE: tl.constexpr, base, fraction, in_size, out_size):
+    """Tap ``t`` of a dim read through TAPS taps: its index and weight (one tap: a nearest mode, or a
+    spatial dim the tensors lack)."""
     if TAPS == 1:
         index, weight = tl.minimum(tl.maximum(base, 0), in_size - 1), 1.0
     elif MODE == "linear":
         if t == 0:
             index, weight = base, 1.0 - fraction
-        else:
-            index, weight = tl.minimum(base + 1, in_size - 1), fraction
+        else:  # a dim of unchanged size is copied (its scale 1): both taps on the output's own index
+            index = tl.where(out_size == in_size, base, tl.minimum(base + 1, in_size - 1))
+            weight = fraction
     else:
         index = tl.minimum(tl.maximum(base + (t - 1), 0), in_size - 1)
         if t == 0:
@@ -158,17 +164,31 @@ def _read_weight(
     COMPUTE: tl.constexpr,
     INDEX: tl.constexpr,
 ):
-    """Whether output ``o`` (one within the output) has input ``i`` among its taps along one dim, and
-    the weight it reads it with, summed over its taps that fall on i (a tap of weight 0 counts: dy * 0
-    is NaN for a NaN dy, as torch's)."""
+    """Whether output ``o`` (one within the output) has input ``i`` among its taps along one dim, the
+    weight it reads it with, summed over its taps that fall on i, and whether those taps' products with
+    an infinite dy sum to NaN, as torch adds them one by one: a tap of weight 0 (dy * 0; a NaN dy is NaN
+    anyway) or taps of both signs (inf - inf)."""
     base, fraction = _source(o, scale, in_size, MODE, ALIGN, COMPUTE, INDEX)
     reads = o < 0  # all false, of o's shape
+    positive, negative, zero = reads, reads, reads
     factor = tl.zeros(o.shape, COMPUTE)
     for t in tl.static_range(TAPS):
-        index, weight = _tap(t, TAPS, MODE, base, fraction, in_size)
-        reads = reads | (index == i)
-        factor += tl.where(index == i, weight, 0.0)
-    return reads & (o < out_size), factor
+        index, weight = _tap(t, TAPS, MODE, base, fraction, in_size, out_size)
+        on = index == i
+        reads = reads | on
+        factor += tl.where(on, weight, 0.0)
+        positive = positive | (on & (weight > 0.0))
+        negative = negative | (on & (weight < 0.0))
+        zero = zero | (on & (weight == 0.0))
+    return reads & (o < out_size), factor, zero | (positive & negative)
+
+
+@triton.jit
+def _first(i, step, lead, out_size, AHEAD: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr):
+    """The first output that may read input ``i`` along one dim: max(floor((i - AHEAD) * step) + lead, 0),
+    the product clamped to the output before it becomes an integer (``_candidates`` mirrors it)."""
+    start = tl.minimum(tl.floor((i - AHEAD).to(COMPUTE) * step), tl.cast(out_size, COMPUTE))
+    return tl.maximum(start.to(INDEX) + lead, 0)
 
 
 @triton.jit
@@ -207,11 +227,11 @@ def resample_forward_kernel(
     plane = x_ptr + n * x_strides[0] + c * x_strides[1]
     acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
     for td in tl.static_range(TAPS_D):
-        i_d, f_d = _tap(td, TAPS_D, MODE, base_d, fraction_d, in_sizes[0])
+        i_d, f_d = _tap(td, TAPS_D, MODE, base_d, fraction_d, in_sizes[0], sizes[2])
         for th in tl.static_range(TAPS_H):
-            i_h, f_h = _tap(th, TAPS_H, MODE, base_h, fraction_h, in_sizes[1])
+            i_h, f_h = _tap(th, TAPS_H, MODE, base_h, fraction_h, in_sizes[1], sizes[3])
             for tw in tl.static_range(TAPS_W):
-                i_w, f_w = _tap(tw, TAPS_W, MODE, base_w, fraction_w, in_sizes[2])
+                i_w, f_w = _tap(tw, TAPS_W, MODE, base_w, fraction_w, in_sizes[2], sizes[4])
                 offsets = i_d * x_strides[2] + i_h * x_strides[3] + i_w * x_strides[4]
                 acc += tl.load(plane + offsets, mask=mask).to(COMPUTE) * (f_d * f_h * f_w)
     y = n * y_strides[0] + c * y_strides[1] + od * y_strides[2] + oh * y_strides[3] + ow * y_strides[4]
@@ -229,6 +249,7 @@ def resample_backward_kernel(
     divisors,
     rows,
     columns,
+    leads,
     reach,
     scale_d: tl.float64,
     scale_h: tl.float64,
@@ -240,7 +261,9 @@ def resample_backward_kernel(
     beta: tl.float64,
     INNER: tl.constexpr,
     MODE: tl.constexpr,
-    TAPS: tl.constexpr,
+    TAPS_D: tl.constexpr,
+    TAPS_H: tl.constexpr,
+    TAPS_W: tl.constexpr,
     AHEAD: tl.constexpr,
     ALIGN: tl.constexpr,
     HAS_BETA: tl.constexpr,
@@ -250,28 +273,34 @@ def resample_backward_kernel(
     BLOCK_C: tl.constexpr,
 ):
     """dx over dims (N, C, D, H, W) (sizes), dy over (N, C, out_sizes); per spatial dim, the outputs
-    ``first .. first + reach - 1`` with ``first = max(floor((i - AHEAD) * step) - 1, 0)`` (AHEAD: how
+    ``first .. first + reach - 1`` with ``first = max(floor((i - AHEAD) * step) + lead, 0)`` (AHEAD: how
     far an output's last tap lies past its base; step = 1 / s, 0 where s is 0) are the candidates that
     may read input i."""
     mask, n, c, i_d, i_h, i_w = _tile(sizes, divisors, rows, columns, INNER, INDEX, BLOCK_R, BLOCK_C)
     s_d, s_h, s_w = tl.cast(scale_d, COMPUTE), tl.cast(scale_h, COMPUTE), tl.cast(scale_w, COMPUTE)
-    first_d = tl.maximum(tl.floor((i_d - AHEAD).to(COMPUTE) * tl.cast(step_d, COMPUTE)).to(INDEX) - 1, 0)
-    first_h = tl.maximum(tl.floor((i_h - AHEAD).to(COMPUTE) * tl.cast(step_h, COMPUTE)).to(INDEX) - 1, 0)
-    first_w = tl.maximum(tl.floor((i_w - AHEAD).to(COMPUTE) * tl.cast(step_w, COMPUTE)).to(INDEX) - 1, 0)
+    first_d = _first(i_d, tl.cast(step_d, COMPUTE), leads[0], out_sizes[0], AHEAD, COMPUTE, INDEX)
+    first_h = _first(i_h, tl.cast(step_h, COMPUTE), leads[1], out_sizes[1], AHEAD, COMPUTE, INDEX)
+    first_w = _first(i_w, tl.cast(step_w, COMPUTE), leads[2], out_sizes[2], AHEAD, COMPUTE, INDEX)
     plane = dy_ptr + n * dy_strides[0] + c * dy_strides[1]
     acc = tl.zeros([BLOCK_R, BLOCK_C], COMPUTE)
     for k_d in range(reach[0]):
         o_d = first_d + k_d
-        reads_d, f_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, TAPS, ALIGN, COMPUTE, INDEX)
+        reads_d, f_d, nan_d = _read_weight(o_d, i_d, out_sizes[0], s_d, sizes[2], MODE, TAPS_D, ALIGN, COMPUTE, INDEX)
         for k_h in range(reach[1]):
             o_h = first_h + k_h
-            reads_h, f_h = _read_weight(o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, TAPS, ALIGN, COMPUTE, INDEX)
+            reads_h, f_h, nan_h = _read_weight(
+                o_h, i_h, out_sizes[1], s_h, sizes[3], MODE, TAPS_H, ALIGN, COMPUTE, INDEX
+            )
+            reads_dh, f_dh, nan_dh = mask & reads_d & reads_h, f_d * f_h, nan_d | nan_h
             for k_w in range(reach[2]):
                 o_w = first_w + k_w
-                reads_w, f_w = _read_weight(o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, TAPS, ALIGN, COMPUTE, INDEX)
+                reads_w, f_w, nan_w = _read_weight(
+                    o_w, i_w, out_sizes[2], s_w, sizes[4], MODE, TAPS_W, ALIGN, COMPUTE, INDEX
+                )
                 offsets = o_d * dy_strides[2] + o_h * dy_strides[3] + o_w * dy_strides[4]
-                read = mask & reads_d & reads_h & reads_w
-                acc += tl.load(plane + offsets, mask=read, other=0.0).to(COMPUTE) * (f_d * f_h * f_w)
+                gradient = tl.load(plane + offsets, mask=reads_dh & reads_w, other=0.0).to(COMPUTE)
+                # dy * 0 where torch's sum of the taps' products is NaN for an infinite dy
+                acc += gradient * (f_dh * f_w) + tl.where(nan_dh | nan_w, gradient * 0.0, 0.0)
     dx = n * dx_strides[0] + c * dx_strides[1] + i_d * dx_strides[2] + i_h * dx_strides[3] + i_w * dx_strides[4]
     blend_store(dx_ptr, dx, mask, acc, tl.cast(alpha, COMPUTE), tl.cast(beta, COMPUTE), HAS_BETA)
 
@@ -310,6 +339,30 @@ def _tiling(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, tuple
     return inner, tuple(divisors), math.prod(dims[k] for k in outer)
 
 
+def _candidates(problem: ResampleProblem, k: int, step: float, ahead: int) -> tuple[int, int]:
+    """The backward's (lead, reach) along spatial dim ``k``: the least window, starting at
+    ``floor((i - ahead) * step) + lead`` (``_first``), that holds every output reading input i, for
+    every i. Computed in the kernel's arithmetic on the forward's taps (``source_taps``), its source
+    rounded once (a GPU's) and twice (Triton's interpreter), for the step rounded to the compute dtype
+    and, where that is float64, to float32 too (the interpreter passes float64 scalars as float32)."""
+    in_size, out_size = problem.tensors[1].dims[2 + k], problem.tensors[0].dims[2 + k]
+    compute = problem.compute_dtype
+    first_read, last_read = np.full(in_size, out_size), np.full(in_size, -1)
+    for fused in (False, True):
+        taps = source_taps(problem.mode, problem.align_corners, problem.scales[k], in_size, out_size, compute, fused)
+        for index, _ in taps:
+            np.minimum.at(first_read, index, np.arange(out_size))
+            np.maximum.at(last_read, index, np.arange(out_size))
+    read = last_read >= 0  # (an input no output reads, downsampling by nearest, needs no window)
+    real = compute.to_numpy().type
+    starts = [  # each read input's window start before the lead, for each rounding of the step
+        np.minimum(np.floor((np.arange(in_size) - ahead).astype(real) * rounded), real(out_size)).astype(np.int64)[read]
+        for rounded in {real(step), real(np.float32(step))}
+    ]
+    lead = min(int(np.min(first_read[read] - start)) for start in starts)
+    return lead, max(int(np.max(last_read[read] - np.maximum(start + lead, 0))) for start in starts) + 1
+
+
 @functools.lru_cache(maxsize=256)  # per problem and device, asked by every run
 def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
     """The one launch computing ``problem`` on CUDA device ``device`` (None: the interpreter)."""
@@ -333,21 +386,22 @@ def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
         INDEX=tl.int64 if wide else tl.int32,
         BLOCK_R=block_r,
         BLOCK_C=block_c,
-        num_warps=4,
+        num_warps=8 if problem.backward else 4,
     )
     head = (Slot("source"), Slot("out"), source_strides, strides)
     taps = problem.mode.taps
+    # every tap of a spatial dim, one pixel wide too (its taps' weights of 0 or of both signs make an
+    # infinity NaN, as in torch); one for the dims the tensors lack
+    per_dim = [1] * (5 - source.ndim) + [taps] * (source.ndim - 2)
+    flags.update(TAPS_D=per_dim[0], TAPS_H=per_dim[1], TAPS_W=per_dim[2])
     if not problem.backward:
-        per_dim = [taps if size > 1 else 1 for size in source_dims[2:]]
-        flags.update(TAPS_D=per_dim[0], TAPS_H=per_dim[1], TAPS_W=per_dim[2])
         arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], *scales)
         return Launches((Launch(resample_forward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
-    steps = tuple(1.0 / s if s > 0 else 0.0 for s in scales)
-    # the outputs whose sources lie within the taps' span of an input, and a few for the rounding; a scale
-    # of 0 (aligned corners from one pixel, or to one) sends every output to input 0
-    reach = tuple(
-        min(math.ceil((taps + 0.5) * step) + 3, size) if step else size for step, size in zip(steps, source_dims[2:])
-    )
-    flags.update(TAPS=taps, AHEAD=taps - 1 - problem.mode.behind)
-    arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], reach, *scales, *steps)
+    steps = tuple(1.0 / s if s > 0 else 0.0 for s in scales)  # (a scale of 0 sends every output to input 0)
+    ahead = taps - 1 - problem.mode.behind
+    padded = 5 - source.ndim
+    windows = [(0, 1)] * padded + [_candidates(problem, k, steps[padded + k], ahead) for k in range(source.ndim - 2)]
+    leads, reach = (tuple(column) for column in zip(*windows))
+    flags.update(AHEAD=ahead)
+    arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], leads, reach, *scales, *steps)
     return Launches((Launch(resample_backward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
