@@ -3,6 +3,7 @@ against torch's own modules on the CPU (opendnn's NumPy backend)."""
 
 import copy
 import pickle
+import re
 import subprocess
 import sys
 
@@ -262,6 +263,90 @@ def test_gradients_come_from_opendnn_functions_not_torch_autograd():
         names.add(type(node).__name__)
         stack += [child for child, _ in node.next_functions if child is not None]
     assert names == {"SoftmaxBackward", "ActivationBackward", "LinearBackward", "AccumulateGrad"}
+
+
+# ---- torch.autograd's checks on tiny float64 inputs -----------------------------------------------------
+
+# name: (the opendnn call, its inputs' shapes): every family, small enough for finite differences
+TINY = {
+    "conv2d": (lambda x, w, b: OF.conv(x, w, b, 2, 1), [(2, 3, 5, 4), (4, 3, 3, 3), (4,)]),
+    "conv1d_grouped": (lambda x, w: OF.conv(x, w, None, 1, 1, 1, 2), [(2, 4, 5), (4, 2, 3)]),
+    "conv3d_depthwise": (lambda x, w, b: OF.conv(x, w, b, 1, 1, 1, 2), [(1, 2, 3, 3, 3), (2, 1, 2, 2, 2), (2,)]),
+    "conv_transpose2d": (lambda x, w, b: OF.conv_transpose(x, w, b, 2, 1, 1, 2), [(2, 4, 3, 3), (4, 2, 3, 3), (4,)]),
+    "linear": (OF.linear, [(2, 3, 5), (4, 5), (4,)]),
+    "matmul_broadcast": (OF.matmul, [(2, 1, 3, 4), (3, 4, 2)]),
+    "max_pool2d_ceil": (lambda x: OF.max_pool(x, 3, 2, 1, ceil_mode=True), [(2, 2, 6, 5)]),
+    "max_pool1d_with_indices": (lambda x: OF.max_pool_with_indices(x, 2, 1, 1, 2)[0], [(2, 2, 7)]),
+    "avg_pool3d_ceil": (lambda x: OF.avg_pool(x, 2, 1, 0, True), [(1, 2, 3, 4, 3)]),
+    "adaptive_max_pool2d": (lambda x: OF.adaptive_pool(x, (3, 2), True), [(2, 2, 7, 5)]),
+    "interpolate_bicubic": (lambda x: OF.interpolate(x, scale_factor=1.5, mode="bicubic"), [(1, 2, 3, 4)]),
+    "softmax": (lambda x: OF.softmax(x, 1), [(2, 4, 3)]),
+    "log_softmax": (lambda x: OF.log_softmax(x, -1), [(2, 3, 4)]),
+    "gelu": (OF.gelu, [(3, 5)]),
+    "elu": (lambda x: OF.elu(x, 0.7), [(3, 5)]),
+    "batch_norm_training": (lambda x, w, b: OF.batch_norm(x, None, None, w, b, True), [(3, 2, 2, 3), (2,), (2,)]),
+    "batch_norm_eval": (
+        lambda x, w, b: OF.batch_norm(
+            x, torch.full((2,), 0.1, dtype=torch.float64), torch.ones(2, dtype=torch.float64), w, b
+        ),
+        [(3, 2, 4), (2,), (2,)],
+    ),
+    "layer_norm": (lambda x, w, b: OF.layer_norm(x, (3, 4), w, b), [(2, 3, 4), (3, 4), (3, 4)]),
+    "rms_norm": (lambda x, w: OF.rms_norm(x, (4,), w, 1e-5), [(2, 3, 4), (4,)]),
+    "group_norm": (lambda x, w, b: OF.group_norm(x, 2, w, b), [(2, 4, 3), (4,), (4,)]),
+    "instance_norm": (lambda x, w, b: OF.instance_norm(x, w, b), [(2, 3, 2, 3), (3,), (3,)]),
+    "local_response_norm": (lambda x: OF.local_response_norm(x, 3, 0.1, 0.75, 1.0), [(2, 5, 2, 3)]),
+    "attention": (ot.attention.scaled_dot_product_attention, [(1, 2, 3, 8), (1, 2, 5, 8), (1, 2, 5, 8)]),
+}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_gradcheck_passes_with_every_input_and_with_each_alone(name):
+    """Finite differences against the gradients, and torch's check that a backward given no output
+    gradient (None, as a node downstream may pass) gives none or zeros."""
+    call, shapes = TINY[name]
+    torch.manual_seed(0)
+    inputs = [_randn(*shape) for shape in shapes]
+    masks = [[True] * len(inputs)] + (
+        [[k == j for j in range(len(inputs))] for k in range(len(inputs))] if len(inputs) > 1 else []
+    )
+    for mask in masks:
+        assert torch.autograd.gradcheck(call, [t.clone().requires_grad_(m) for t, m in zip(inputs, mask)])
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_a_second_derivative_is_torchs_or_refused_naming_the_backward_operator(name):
+    """gradgradcheck either passes or stops at an opendnn backward operator, which has no gradient:
+    never a second derivative silently zero or detached."""
+    call, shapes = TINY[name]
+    torch.manual_seed(0)
+    inputs = [_randn(*shape).requires_grad_() for shape in shapes]
+    try:
+        torch.autograd.gradgradcheck(call, inputs)
+    except NotSupported as refusal:
+        assert isinstance(refusal, RuntimeError)
+        assert re.fullmatch(r"opendnn::\w+_backward\w* has no gradient: .*", str(refusal))
+
+
+def test_a_backward_given_no_output_gradient_gives_no_input_gradient():
+    """A downstream node that passes None (here a Function whose backward gives none): torch's
+    operators give their inputs none; so do opendnn's, rather than failing on the None."""
+
+    class Cut(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, y, other):
+            return other.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, grad
+
+    x, w = _randn(2, 3, 4, 4).requires_grad_(), _randn(4, 3, 3, 3).requires_grad_()
+    other = _randn(2).requires_grad_()
+    for call in (lambda: OF.conv(x, w), lambda: OF.relu(x), lambda: OF.layer_norm(x, (4,))):
+        Cut.apply(call(), other).sum().backward()
+        assert x.grad is None and w.grad is None and torch.equal(other.grad, torch.ones(2, dtype=torch.float64))
+        other.grad = None
 
 
 # ---- converted models against torch's ------------------------------------------------------------------

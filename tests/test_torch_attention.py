@@ -56,6 +56,21 @@ def test_operator_matches_torch_forward_and_gradients(name):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
+def test_a_gradient_penalty_through_attention_is_refused_naming_the_backward_operator():
+    """The first derivatives taken with create_graph=True are part of the graph (they need the
+    query's), so a second backward reaches the backward operator, which refuses: never gradients
+    silently cut from the graph. The statistics need no gradient, as torch's log-sum-exp."""
+    q, k, v = randn(1, 2, 3, 8, seed=1), randn(1, 2, 5, 8, seed=2), randn(1, 2, 5, 8, seed=3)
+    out, stats = ops.scaled_dot_product_attention(
+        q, k, v, None, 0.0, False, None, False, None, None, None, None, "top_left", None, 0
+    )
+    assert out.requires_grad and not stats.requires_grad
+    dq, dk = torch.autograd.grad(out.square().sum(), (q, k), create_graph=True)
+    assert dq.requires_grad and dk.requires_grad
+    with pytest.raises(RuntimeError, match=r"^opendnn::scaled_dot_product_attention_backward has no gradient"):
+        (dq.square().sum() + dk.square().sum()).backward()
+
+
 def test_opcheck_passes_on_2d_query_key_and_value():
     q, k, v, mask = randn(5, 16, seed=1), randn(7, 16, seed=2), randn(7, 8, seed=3), randn(5, 7, seed=4)
     options = (0.0, False, 0.5, False, None, None, None, None, "top_left", None, 0)

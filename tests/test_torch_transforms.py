@@ -118,6 +118,21 @@ def test_export_gives_a_program_of_opendnn_operators_that_runs(name, training):
         assert_close(program.module()(x), model(x))
 
 
+def test_an_exported_cumulative_batch_norm_updates_its_statistics_as_torchs():
+    """A batch norm of ``momentum=None`` (the running statistics a cumulative average) in training
+    mode: the exported program's outputs and buffers after two steps are torch's module's."""
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, momentum=None)).double()
+    program = torch.export.export(converted(copy.deepcopy(theirs)), (torch.zeros(2, 3, 5, 5, dtype=torch.float64),))
+    assert "opendnn::batch_norm_training" in opendnn_operators(program.graph)
+    exported = program.module()
+    for _ in range(2):
+        x = torch.randn(2, 3, 5, 5, dtype=torch.float64)
+        torch.testing.assert_close(exported(x), theirs(x), rtol=1e-10, atol=1e-12)
+    for key, buffer in theirs.named_buffers():
+        torch.testing.assert_close(exported.get_buffer(key), buffer, rtol=1e-10, atol=1e-12, msg=key)
+
+
 @pytest.mark.parametrize("name", ["converted_cnn", "converted_transformer"])
 def test_func_grad_and_vmap_of_grad_match_torchs_model(name):
     """Gradients of the parameters, and per-sample gradients of the input (vmap of grad), in eval

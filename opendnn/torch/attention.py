@@ -179,14 +179,12 @@ _MASK, _SINKS = 3, 9  # the positions of attn_mask and sinks among the operator'
 def _save(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     query, key, value, attn_mask, *options = inputs
     out, stats = output
+    ctx.mark_non_differentiable(stats)  # (the softmax's log-sum-exp, as torch's attention's: no gradient)
     ctx.save_for_backward(query, key, value, out, stats, attn_mask, options[4], options[5])
     ctx.options = options
 
 
-def _attention_backward(ctx: Any, grad_out: Tensor | None, grad_stats: Tensor | None) -> tuple[Any, ...]:
-    nothing = (None,) * (4 + len(ctx.options))
-    if grad_out is None:
-        return nothing
+def _attention_backward(ctx: Any, grad_out: Tensor, _: Any) -> tuple[Any, ...]:
     query, key, value, out, stats, attn_mask, alibi_slopes, sinks = ctx.saved_tensors
     options = list(ctx.options)
     options[4], options[5] = alibi_slopes, sinks
@@ -195,7 +193,7 @@ def _attention_backward(ctx: Any, grad_out: Tensor | None, grad_stats: Tensor | 
         dense(grad_out, out), query, key, value, out, stats, attn_mask, *options, mask_grad
     )
     results: list[Any] = [*(g if ctx.needs_input_grad[k] else None for k, g in enumerate(grads[:3]))]
-    results += [None] * (len(nothing) - 3)
+    results += [None] * (1 + len(ctx.options))
     if mask_grad:
         results[_MASK] = grads[3]
     if sinks is not None and ctx.needs_input_grad[_SINKS]:

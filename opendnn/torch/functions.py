@@ -425,10 +425,11 @@ def batch_norm_add_activation(
         activation,
         coef,
     )
-    if running_mean is not None and mean is not None:
-        running_mean.copy_(mean)
-    if running_var is not None and var is not None:
-        running_var.copy_(var)
+    # (None: the eager kernel updated them in place; a statistic left out of the call comes back empty)
+    if kept_mean is not None and mean is not None:
+        kept_mean.copy_(mean)
+    if kept_var is not None and var is not None:
+        kept_var.copy_(var)
     if cumulative and running_mean is not None and running_var is not None and x.numel():  # (empty: no change)
         count = x.numel() // x.shape[1]  # values a channel: the batch variance's unbiased form, as torch's
         batch_mean = saved_mean.reshape(running_mean.shape).to(running_mean.dtype)

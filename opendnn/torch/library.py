@@ -506,6 +506,9 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
     The contract is torch.library's: ``setup_context(ctx, inputs, output)`` saves what the
     backward needs, ``backward(ctx, *output_grads)`` returns one gradient (or None) per input.
+    ``backward`` runs where some output's gradient is defined: where none is (torch passes None
+    for an output nothing flowed back to, as the contexts ask), no input gets a gradient, as from
+    torch's own operators.
     torch.library's own registration (torch 2.13) wraps them in an autograd.Function without a
     ``setup_context`` staticmethod, which torch.func's transforms refuse. This one makes two
     autograd.Functions named after the operator (``opendnn::convolution`` -> ``ConvolutionBackward``
@@ -526,11 +529,23 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     execute, executed, overload = operator.execute, operator.executed, operator.overload
     device_kernel, eager_kernel = operator.device_kernel, operator.eager_kernel
 
+    # an autograd.Function records the tensors of a tuple output, never those of a list (a Tensor[] result)
+    returns_list = [str(result.type) for result in overload._schema.returns] == ["List[Tensor]"]
+
     def compute(*args: Any) -> Any:
-        return execute(device_kernel, args) if plain(args) else overload(*args)
+        output = execute(device_kernel, args) if plain(args) else overload(*args)
+        return tuple(output) if returns_list else output
 
     # a stated signature spares Function.apply's inspect.signature parse of the forward each call
     compute.__signature__ = _ANY_ARGUMENTS  # type: ignore[attr-defined]
+
+    nothing = (None,) * len(overload._schema.arguments)
+
+    def gradients(ctx: Any, *grads: Any) -> Any:
+        for grad in grads:  # (a loop: a generator costs a frame per call)
+            if grad is not None:
+                return backward(ctx, *grads)
+        return nothing
 
     def keep(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         ctx.set_materialize_grads(False)
@@ -544,13 +559,15 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
     def eager_forward(ctx: Any, *args: Any) -> Any:
         output, source = executed(eager_kernel, args)
+        if returns_list:
+            output = tuple(output)
         ctx.materialize_grads = False  # (what set_materialize_grads sets, without its frame)
         ctx.source = source
         setup_context(ctx, args, output)
         return output
 
     name = "".join(part.capitalize() for part in operator.name.split("_"))
-    members = {"backward": staticmethod(backward), "__module__": __name__}
+    members = {"backward": staticmethod(gradients), "__module__": __name__}
     function: Any = type(
         name,
         (torch.autograd.Function,),
@@ -569,7 +586,7 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     # the engine runs a node through its ``apply``, whose Python (BackwardCFunction's) looks up the
     # Function's backward and whether it takes its gradients boxed on every call: the eager
     # Function's nodes (a backward, unboxed) are the backward itself
-    operator.eager._backward_cls.apply = backward
+    operator.eager._backward_cls.apply = gradients
     operator.transformable = type(
         name,
         (torch.autograd.Function,),

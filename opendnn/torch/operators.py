@@ -639,9 +639,9 @@ def _save_indexed(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.options = inputs[1:]
 
 
-def _indexed_backward(ctx: Any, dy: Tensor | None, _: Any) -> tuple[Any, ...]:
+def _indexed_backward(ctx: Any, dy: Tensor, _: Any) -> tuple[Any, ...]:
     x, indices = ctx.saved_tensors
-    dx = None if dy is None else max_pool_indices_backward(dense(dy, indices), x, indices, *ctx.options)
+    dx = max_pool_indices_backward(dense(dy, indices), x, indices, *ctx.options)
     return (dx, *(None,) * len(ctx.options))
 
 
@@ -661,11 +661,10 @@ def _save_adaptive(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.options = inputs[1:]
 
 
-def _adaptive_backward(ctx: Any, dy: Tensor | None) -> tuple[Any, ...]:
+def _adaptive_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     x, *kept = ctx.saved_tensors
     y = kept[0] if kept else None
-    dx = None if dy is None else adaptive_pool_backward.after(ctx.source, dy, (dy, x, y, *ctx.options))
-    return (dx, None, None)
+    return (adaptive_pool_backward.after(ctx.source, dy, (dy, x, y, *ctx.options)), None, None)
 
 
 register_autograd(adaptive_pool, _adaptive_backward, _save_adaptive)
@@ -724,10 +723,9 @@ def _save_interpolated(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.x_shape, ctx.x_order, ctx.options = x.shape, memory_order(x), inputs[1:]
 
 
-def _interpolated_backward(ctx: Any, dy: Tensor | None) -> tuple[Any, ...]:
+def _interpolated_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     arguments = (dy, ctx.x_shape, ctx.x_order, *ctx.options)
-    dx = None if dy is None else interpolate_backward.after(ctx.source, dy, arguments)
-    return (dx, None, None, None, None)
+    return (interpolate_backward.after(ctx.source, dy, arguments), None, None, None, None)
 
 
 register_autograd(interpolate, _interpolated_backward, _save_interpolated)
