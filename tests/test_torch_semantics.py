@@ -188,6 +188,22 @@ def test_an_unbatched_input_gives_torchs_result(name):
     assert_same(x_ours.grad, x_theirs.grad)
 
 
+@pytest.mark.parametrize("name", ["RMSNorm", "LayerNorm", "GroupNorm", "InstanceNorm1d"])
+def test_an_input_made_in_inference_mode_trains_a_norms_parameters(name):
+    """An inference tensor outside inference mode, the parameters needing gradients: the output and
+    the parameters' gradients are torch's (torch's RMS norm takes it; its other norms refuse to save
+    it, so theirs run on a normal copy)."""
+    theirs, ours = pair(name, training=True)
+    with torch.inference_mode():
+        x = 3 * torch.randn(MODULES[name][1], dtype=torch.float64)
+    y_ours, y_theirs = ours(x), theirs(x if name == "RMSNorm" else x.clone())
+    assert_same(y_ours, y_theirs)
+    dy = torch.randn_like(y_theirs)
+    y_ours.backward(dy)
+    y_theirs.backward(dy)
+    assert_same_parameter_gradients(ours, theirs)
+
+
 ERRORS = {  # name: (the torch module, an input it refuses)
     "Conv2d_channels": (lambda: nn.Conv2d(4, 6, 3), (2, 3, 7, 5)),
     "Conv2d_too_small": (lambda: nn.Conv2d(3, 6, 5), (2, 3, 4, 4)),

@@ -158,7 +158,10 @@ def _register_norm_gradient(op: Operator, backward_op: Operator, weight_at: int)
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         _, *statistics = output
         ctx.mark_non_differentiable(*statistics)
-        ctx.save_for_backward(inputs[0], inputs[weight_at], *statistics)
+        x = inputs[0]
+        # an inference tensor cannot be saved: its copy is, for the weight's gradient (x needs none),
+        # as torch's RMS norm, a composition of operations, saves none of x
+        ctx.save_for_backward(x.clone() if x.is_inference() else x, inputs[weight_at], *statistics)
         ctx.configuration, ctx.eps, ctx.count = inputs[1:weight_at], inputs[-1], len(inputs)
 
     def backward(ctx: Any, dy: Tensor, *_: Any) -> tuple[Any, ...]:
