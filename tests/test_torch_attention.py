@@ -71,6 +71,21 @@ def test_a_gradient_penalty_through_attention_is_refused_naming_the_backward_ope
         (dq.square().sum() + dk.square().sum()).backward()
 
 
+def test_batched_output_gradients_give_each_ones_gradients():
+    """``torch.autograd.grad(..., is_grads_batched=True)`` (several output gradients at once, as
+    ``torch.autograd.functional.jacobian(vectorize=True)`` passes them) through the backward operator."""
+    q, k, v = randn(1, 2, 3, 8, seed=1), randn(1, 2, 5, 8, seed=2), randn(1, 2, 5, 8, seed=3)
+    sinks = randn(2, seed=4)
+    dos = randn(3, 1, 2, 3, 8, grad=False, seed=5)
+    ours = torch.autograd.grad(
+        scaled_dot_product_attention(q, k, v, sinks=sinks), (q, k, v, sinks), dos, is_grads_batched=True
+    )
+    for sample, do in enumerate(dos):
+        each = torch.autograd.grad(scaled_dot_product_attention(q, k, v, sinks=sinks), (q, k, v, sinks), do)
+        for got, want in zip(ours, each, strict=True):
+            torch.testing.assert_close(got[sample], want, rtol=1e-10, atol=1e-12)
+
+
 def test_opcheck_passes_on_2d_query_key_and_value():
     q, k, v, mask = randn(5, 16, seed=1), randn(7, 16, seed=2), randn(7, 8, seed=3), randn(5, 7, seed=4)
     options = (0.0, False, 0.5, False, None, None, None, None, "top_left", None, 0)
@@ -103,9 +118,10 @@ def test_backward_operator_gives_the_mask_and_sinks_gradients_only_when_asked():
     options = (0.0, False, None, False, None, None, None, None, "top_left", None, 0)
     out, stats = ops.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), mask.detach(), *options)
     args = (torch.ones_like(out), q.detach(), k.detach(), v.detach(), out, stats, mask.detach(), *options)
-    assert len(ops.scaled_dot_product_attention_backward(*args, False)) == 3
+    without = ops.scaled_dot_product_attention_backward(*args, False)
+    assert [g.shape for g in without[3:]] == [(0,), (0,)]  # no mask gradient, no sinks
     grads = ops.scaled_dot_product_attention_backward(*args, True)
-    assert len(grads) == 4 and grads[3].shape == mask.shape and torch.isfinite(grads[3]).all()
+    assert grads[3].shape == mask.shape and torch.isfinite(grads[3]).all() and grads[4].shape == (0,)
 
 
 class Attention(torch.nn.Module):

@@ -136,15 +136,13 @@ def _backward_fake(
     stats: Tensor,
     attn_mask: Tensor | None,
     *options: Any,
-) -> list[Tensor]:
+) -> tuple[Tensor, ...]:
     *rest, mask_grad = options
     sinks = rest[5]
     grads = [_outputs_like(t, t.shape) for t in (query, key, value)]
-    if mask_grad and attn_mask is not None:
-        grads.append(empty_packed(attn_mask, attn_mask.shape))
-    if sinks is not None:
-        grads.append(empty_packed(sinks, sinks.shape))
-    return grads
+    for wanted, tensor in ((mask_grad and attn_mask is not None, attn_mask), (sinks is not None, sinks)):
+        grads.append(empty_packed(tensor, tensor.shape) if wanted else empty_packed(query, [0]))
+    return tuple(grads)
 
 
 def _backward(
@@ -156,17 +154,24 @@ def _backward(
     stats: Tensor,
     attn_mask: Tensor | None,
     *options: Any,
-) -> list[Tensor]:
+) -> tuple[Tensor, ...]:
     *rest, mask_grad = options
-    grads = F.scaled_dot_product_attention_backward(
+    dq, dk, dv, *extra = F.scaled_dot_product_attention_backward(
         grad_out, query, key, value, out, stats, attn_mask, mask_grad=mask_grad, **_keywords(*rest)
     )
-    return [g.contiguous() if k >= 3 else g for k, g in enumerate(grads)]  # the mask's and sinks' packed
+    mask_and_sinks = [
+        extra.pop(0).contiguous() if wanted else query.new_empty(0)  # (the mask's and sinks' packed)
+        for wanted in (mask_grad and attn_mask is not None, rest[5] is not None)
+    ]
+    return dq, dk, dv, *mask_and_sinks
 
 
+# dq, dk, dv, the mask's gradient (empty unless mask_grad) and the sinks' (empty without sinks): a
+# fixed number of outputs, which autograd and torch's batching of backward passes take, where they
+# take no list
 scaled_dot_product_attention_backward_op = define(
     "scaled_dot_product_attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out,"
-    " Tensor stats, Tensor? attn_mask, " + OPTIONS + ", bool mask_grad) -> Tensor[]",
+    " Tensor stats, Tensor? attn_mask, " + OPTIONS + ", bool mask_grad) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     _backward,
     _backward_fake,
     differentiable=False,
@@ -197,7 +202,7 @@ def _attention_backward(ctx: Any, grad_out: Tensor, _: Any) -> tuple[Any, ...]:
     if mask_grad:
         results[_MASK] = grads[3]
     if sinks is not None and ctx.needs_input_grad[_SINKS]:
-        results[_SINKS] = grads[-1]
+        results[_SINKS] = grads[4]
     return tuple(results)
 
 

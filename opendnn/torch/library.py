@@ -529,12 +529,8 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     execute, executed, overload = operator.execute, operator.executed, operator.overload
     device_kernel, eager_kernel = operator.device_kernel, operator.eager_kernel
 
-    # an autograd.Function records the tensors of a tuple output, never those of a list (a Tensor[] result)
-    returns_list = [str(result.type) for result in overload._schema.returns] == ["List[Tensor]"]
-
     def compute(*args: Any) -> Any:
-        output = execute(device_kernel, args) if plain(args) else overload(*args)
-        return tuple(output) if returns_list else output
+        return execute(device_kernel, args) if plain(args) else overload(*args)
 
     # a stated signature spares Function.apply's inspect.signature parse of the forward each call
     compute.__signature__ = _ANY_ARGUMENTS  # type: ignore[attr-defined]
@@ -559,8 +555,6 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
     def eager_forward(ctx: Any, *args: Any) -> Any:
         output, source = executed(eager_kernel, args)
-        if returns_list:
-            output = tuple(output)
         ctx.materialize_grads = False  # (what set_materialize_grads sets, without its frame)
         ctx.source = source
         setup_context(ctx, args, output)
