@@ -328,6 +328,22 @@ def test_a_second_derivative_is_torchs_or_refused_naming_the_backward_operator(n
         assert re.fullmatch(r"opendnn::\w+_backward\w* has no gradient: .*", str(refusal))
 
 
+@pytest.mark.parametrize("name", ["conv2d", "linear", "max_pool2d_ceil", "gelu", "layer_norm", "attention"])
+def test_a_forward_mode_derivative_is_refused_naming_the_operator(name):
+    """torch.func.jvp and torch.autograd.forward_ad: the gradients are reverse-mode only, and a
+    kernel given a dual tensor would compute on its primal and drop the tangent without a word."""
+    call, shapes = TINY[name]
+    torch.manual_seed(0)
+    inputs = [_randn(*shape) for shape in shapes]
+    tangents = [torch.randn_like(t) for t in inputs]
+    refusal = r"^opendnn::\w+ has no forward-mode derivative"
+    with pytest.raises(NotImplementedError, match=refusal) as error:
+        torch.func.jvp(call, tuple(inputs), tuple(tangents))
+    assert isinstance(error.value, NotSupported)
+    with torch.autograd.forward_ad.dual_level(), pytest.raises(NotSupported, match=refusal):
+        call(torch.autograd.forward_ad.make_dual(inputs[0], tangents[0]), *inputs[1:])
+
+
 def test_a_backward_given_no_output_gradient_gives_no_input_gradient():
     """A downstream node that passes None (here a Function whose backward gives none): torch's
     operators give their inputs none; so do opendnn's, rather than failing on the None."""

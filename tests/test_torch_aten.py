@@ -193,3 +193,26 @@ def test_a_refused_call_that_needs_a_gradient_says_why():
             TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5),
             TF.avg_pool2d(x.detach(), 3, 2, ceil_mode=True, divisor_override=5),
         )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [torch.relu, lambda x: TF.max_pool2d(x, 2), lambda x: TF.gelu(x, approximate="tanh")],
+    ids=["relu", "max_pool2d", "gelu"],
+)
+def test_a_forward_mode_derivative_of_a_routed_call_is_refused_naming_the_operator(call):
+    """torch.func.jvp through a routed operator torch computes with a kernel of its own: opendnn's
+    gradients are reverse-mode only, and torch's kernel below autograd would drop the tangent."""
+    x, tangent = torch.randn(1, 2, 4, 4, dtype=torch.float64), torch.randn(1, 2, 4, 4, dtype=torch.float64)
+    with ot.enabled(), pytest.raises(NotImplementedError, match=r"^opendnn::\w+ has no forward-mode derivative"):
+        torch.func.jvp(call, (x,), (tangent,))
+
+
+def test_a_forward_mode_derivative_of_a_decomposed_call_is_torchs():
+    x, weight = torch.randn(1, 2, 5, 5, dtype=torch.float64), torch.randn(3, 2, 3, 3, dtype=torch.float64)
+    tangents = (torch.randn_like(x), torch.randn_like(weight))
+    expected = torch.func.jvp(TF.conv2d, (x, weight), tangents)
+    with ot.enabled():
+        got = torch.func.jvp(TF.conv2d, (x, weight), tangents)
+    for ours, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)

@@ -30,7 +30,7 @@ import torch
 
 from opendnn.core.errors import NotSupported
 from opendnn.torch import attention, functions
-from opendnn.torch.library import compute_dtype
+from opendnn.torch.library import carries_tangent, compute_dtype
 from opendnn.torch.routing import all_float, require
 
 Route = Callable[..., torch.Tensor]
@@ -338,6 +338,8 @@ def _kernel(overload: torch._ops.OpOverload, route: Route) -> Callable[..., Any]
                 return overload.decompose(*args, **kwargs)
             if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
                 raise  # (no route refuses a call that needs a gradient: _avg_pool's corner aside)
+            if carries_tangent(args):
+                raise  # (below autograd, torch's kernel would drop the tangent)
             return overload.redispatch(keyset & below_autograd, *args, **kwargs)  # torch's kernel, no gradient
 
     return kernel

@@ -245,6 +245,7 @@ _profiler_enabled = torch.autograd._profiler_enabled
 _any_requires_grad = torch._C._any_requires_grad
 _grad_enabled = torch.is_grad_enabled
 _any_autocast = torch._C._is_any_autocast_enabled  # on some device type (one read, then the call's own)
+_forward_ad = torch.autograd.forward_ad  # (its _current_level: -1 outside forward-mode AD's dual levels)
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _DEVICE_KEYS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
 
@@ -314,6 +315,8 @@ class Operator:
             return self._transformed(args) if included.has(_TRANSFORMED) else self.overload(*args)
         if not self.plain_tensors(args):
             return self.overload(*args)
+        if _forward_ad._current_level >= 0:
+            refuse_tangents(self.name, args)
         if self.autocast is not None and _any_autocast():
             args = self._autocast(args)
         if _grad_enabled() and _any_requires_grad(*args):
@@ -323,6 +326,8 @@ class Operator:
     def _transformed(self, args: tuple[Any, ...]) -> Any:
         """A call under a torch.func transform: the Function functorch's layers take, where an
         input needs a gradient."""
+        if _forward_ad._current_level >= 0:
+            refuse_tangents(self.name, args)
         if self.autocast is not None:
             args = self._autocast(args)
         if _grad_enabled() and _any_requires_grad(*args):
@@ -396,6 +401,30 @@ class Operator:
 
     def __repr__(self) -> str:
         return f"<opendnn operator {NAMESPACE}::{self.name}>"
+
+
+def carries_tangent(args: tuple[Any, ...]) -> bool:
+    """Whether a tensor among ``args`` carries a forward-mode tangent (torch.func.jvp,
+    torch.autograd.forward_ad)."""
+    if _forward_ad._current_level < 0:
+        return False
+    for arg in args:
+        if isinstance(arg, _TENSOR) and _forward_ad.unpack_dual(arg).tangent is not None:
+            return True
+    return False
+
+
+def refuse_tangents(name: str, args: tuple[Any, ...]) -> None:
+    """Raise where ``args`` carry a forward-mode tangent: the operators' gradients are reverse-mode
+    only, and their kernels would drop the tangent without a word."""
+    if carries_tangent(args):
+        raise as_torch_error(
+            NotSupported(
+                f"opendnn::{name} has no forward-mode derivative (torch.func.jvp, torch.autograd.forward_ad):"
+                " its gradients are reverse-mode only"
+            ),
+            NotImplementedError,
+        )
 
 
 def signature_function(overload: torch._ops.OpOverload) -> Callable[..., tuple[Any, ...] | None]:
@@ -594,6 +623,8 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
     )
 
     def kernel(keyset: Any, *args: Any) -> Any:
+        if _forward_ad._current_level >= 0:
+            refuse_tangents(operator.name, args)
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             return function.apply(*args)
         rest = keyset & _AFTER_AUTOGRAD
