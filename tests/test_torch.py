@@ -365,6 +365,26 @@ def test_a_backward_given_no_output_gradient_gives_no_input_gradient():
         other.grad = None
 
 
+@pytest.mark.parametrize(
+    "ours, theirs, shapes",
+    [
+        (OF.linear, TF.linear, [(2, 3, 5), (0, 5), (0,)]),
+        (OF.linear, TF.linear, [(2, 5), (0, 5)]),
+        (OF.matmul, torch.matmul, [(2, 3, 5), (2, 5, 0)]),
+    ],
+    ids=["linear_bias", "linear", "matmul"],
+)
+def test_a_product_with_no_output_features_gives_torchs_empty_result_and_gradients(ours, theirs, shapes):
+    mine = [_randn(*shape).requires_grad_() for shape in shapes]
+    reference = [t.detach().clone().requires_grad_() for t in mine]
+    y, y_reference = ours(*mine), theirs(*reference)
+    assert y.shape == y_reference.shape
+    y.sum().backward()
+    y_reference.sum().backward()
+    for t, t_reference in zip(mine, reference, strict=True):
+        assert torch.equal(t.grad, t_reference.grad)
+
+
 # ---- converted models against torch's ------------------------------------------------------------------
 
 

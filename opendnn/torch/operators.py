@@ -323,18 +323,39 @@ def _broadcast_product_shape(a: Tensor, b: Tensor) -> list[Any]:
     return [*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]]
 
 
+def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return empty_packed(x, [*x.shape[:-1], weight.shape[0]])
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    if weight.shape[0] == 0:  # no output features: torch's empty result (opendnn's descriptors have no empty dims)
+        return _linear_fake(x, weight, bias)
+    return F.linear(x, weight, bias, handle=_product_handle(x, "matmul"))
+
+
 linear = define(
     "linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor",
-    lambda x, weight, bias: F.linear(x, weight, bias, handle=_product_handle(x, "matmul")),
-    lambda x, weight, bias: empty_packed(x, [*x.shape[:-1], weight.shape[0]]),
+    _linear,
+    _linear_fake,
     autocast=lower_precision,
     handle=_matmul_handle,
 )
 
+
+def _matmul_fake(a: Tensor, b: Tensor) -> Tensor:
+    return empty_packed(a, _broadcast_product_shape(a, b))
+
+
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    if b.shape[-1] == 0:  # no output columns: torch's empty result
+        return _matmul_fake(a, b)
+    return F.matmul(a, b, handle=_product_handle(a, "matmul"))
+
+
 matmul = define(
     "matmul(Tensor a, Tensor b) -> Tensor",
-    lambda a, b: F.matmul(a, b, handle=_product_handle(a, "matmul")),
-    lambda a, b: empty_packed(a, _broadcast_product_shape(a, b)),
+    _matmul,
+    _matmul_fake,
     autocast=lower_precision,
     handle=_matmul_handle,
 )
@@ -364,7 +385,7 @@ def _linear_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     source, needed = ctx.source, ctx.needs_input_grad
     dy = dense(dy)
     # (the rows of dy and x: the tensors themselves where they are rows already, a view costing 1 us)
-    rows, x_rows = (dy, x) if dy.ndim == 2 else (dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1]))
+    rows, x_rows = (dy, x) if dy.ndim == 2 else (dy.flatten(0, -2), x.flatten(0, -2))
     return (
         matmul.after(source, dy, (dy, weight)) if needed[0] else None,
         matmul.after(source, dy, (rows.mT, x_rows), part=1) if needed[1] else None,
