@@ -425,7 +425,8 @@ def batch_norm_add_activation(
         activation,
         coef,
     )
-    # (None: the eager kernel updated them in place; a statistic left out of the call comes back empty)
+    # the statistics passed come back updated (None: the eager kernel updated them in place); one left
+    # out of the call (cumulative: updated below) comes back empty
     if kept_mean is not None and mean is not None:
         kept_mean.copy_(mean)
     if kept_var is not None and var is not None:
