@@ -139,10 +139,11 @@ def _backward_fake(
 ) -> tuple[Tensor, ...]:
     *rest, mask_grad = options
     sinks = rest[5]
-    grads = [_outputs_like(t, t.shape) for t in (query, key, value)]
-    for wanted, tensor in ((mask_grad and attn_mask is not None, attn_mask), (sinks is not None, sinks)):
-        grads.append(empty_packed(tensor, tensor.shape) if wanted else empty_packed(query, [0]))
-    return tuple(grads)
+    mask = attn_mask if mask_grad else None
+    return (
+        *(_outputs_like(t, t.shape) for t in (query, key, value)),
+        *(empty_packed(query, [0]) if t is None else empty_packed(t, t.shape) for t in (mask, sinks)),
+    )
 
 
 def _backward(
