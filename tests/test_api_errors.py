@@ -12,6 +12,7 @@ import opendnn.functional as F
 H = od.create("cpu")
 D = od.TensorDescriptor("float32", (2, 3))
 D4 = od.TensorDescriptor("float32", (2, 4))
+DD = od.TensorDescriptor("float64", (2, 3))
 RELU = od.ActivationDescriptor(od.ActivationMode.RELU)
 
 
@@ -56,6 +57,13 @@ ERROR_SAMPLES = [
         "op_tensor compute type",
         lambda y: od.OpTensorDescriptor(od.OpTensorOp.ADD, od.DataType.HALF),
         "compute_type=HALF must be FLOAT or DOUBLE",
+    ),
+    (
+        "op_tensor float arithmetic of double tensors",
+        lambda y: od.op_tensor(
+            H, od.OpTensorDescriptor(od.OpTensorOp.MUL), 1.0, DD, ones(dtype=np.float64), 1.0, D, ones(), 0.0, D, y
+        ),
+        "op_desc.compute_type=FLOAT must be DOUBLE for DOUBLE tensors (a_desc.dtype=DOUBLE)",
     ),
     (
         "arity",

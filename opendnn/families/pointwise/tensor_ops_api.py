@@ -41,7 +41,8 @@ class OpTensorOp(enum.Enum):
 
 @dataclass(frozen=True)
 class OpTensorDescriptor:
-    """Which op_tensor operation, computed in ``compute_type`` (FLOAT or DOUBLE)."""
+    """Which op_tensor operation, computed in ``compute_type`` (FLOAT or DOUBLE; DOUBLE tensors need
+    DOUBLE, as cuDNN's)."""
 
     op: OpTensorOp
     compute_type: DataType = DataType.FLOAT
@@ -126,13 +127,25 @@ def op_tensor(
     c: Any,
 ) -> None:
     """``c = op(alpha1 * a, alpha2 * b) + beta * c``; a has c's dims, b broadcasts to them.
-    SQRT and NOT read a only (b is still checked)."""
+    SQRT and NOT read a only (b is still checked).
+
+    Raises:
+        BadParam: a's dims not c's, b's not broadcasting to them, a DOUBLE tensor with
+            ``op_desc.compute_type`` FLOAT (float32 arithmetic would round its values), ...
+    """
     require(isinstance(op_desc, OpTensorDescriptor), f"op_desc={op_desc!r} must be an OpTensorDescriptor")
     scales = check_finite("alpha1", alpha1), check_finite("alpha2", alpha2)
     ab, bb = bind("a", a_desc, a), bind("b", b_desc, b)
     cb = bind("c", c_desc, c, output=True)
     check_same_dims("a_desc", a_desc, "c_desc", c_desc)
     check_broadcastable("b_desc", b_desc, "c_desc", c_desc)
+    if op_desc.compute_type is not DataType.DOUBLE:
+        for name, desc in (("a_desc", a_desc), ("b_desc", b_desc), ("c_desc", c_desc)):
+            require(
+                desc.dtype is not DataType.DOUBLE,
+                f"op_desc.compute_type={op_desc.compute_type.name} must be DOUBLE for DOUBLE tensors "
+                f"({name}.dtype=DOUBLE)",
+            )
     mode = op_desc.op.value
     _run(
         handle,
