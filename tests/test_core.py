@@ -10,7 +10,7 @@ import torch
 
 import opendnn as od
 import opendnn.functional as F
-from opendnn.core.arrays import bf16_to_float32, bind, float32_to_bf16
+from opendnn.core.arrays import bf16_to_float32, bind, bind_bytes, float32_to_bf16
 from opendnn.core.descriptors import strides_for_order
 
 
@@ -113,6 +113,27 @@ def test_bind_refuses_dtype_mismatch_and_overlapping_outputs():
         bind("x", od.TensorDescriptor("float32", (4,)), np.zeros(4))
     with pytest.raises(od.BadParam, match="has overlapping elements"):
         bind("y", od.TensorDescriptor("float32", (4, 4), (1, 1)), np.ones(16, np.float32), output=True)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_read_only_numpy_outputs_and_workspaces_are_refused_unwritten(backend):
+    handle = od.create("cpu", backend=backend)
+    desc = od.TensorDescriptor("float32", (2, 3))
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    frozen = bytes(np.full(6, np.nan, np.float32).tobytes())
+    y = np.frombuffer(frozen, np.float32)  # a view of an immutable bytes object
+    calls = {
+        "y": lambda: od.activation_forward(handle, od.ActivationDescriptor("relu"), 1.0, desc, x, 0.0, desc, y),
+        "c": lambda: od.add_tensor(handle, 1.0, desc, x, 0.0, desc, y),
+    }
+    for name, call in calls.items():
+        with pytest.raises(od.BadParam, match=f"^{name} is a read-only NumPy array"):
+            call()
+    assert frozen == np.full(6, np.nan, np.float32).tobytes()
+    workspace = np.zeros(64, np.uint8)
+    workspace.flags.writeable = False
+    with pytest.raises(od.BadParam, match="workspace is a read-only NumPy array"):
+        bind_bytes("workspace", workspace, 64, "the size query")
 
 
 def test_handle_options_and_lifecycle():

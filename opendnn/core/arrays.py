@@ -153,11 +153,11 @@ class Bound:
 
 def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool = False) -> Bound:
     """Bind ``desc`` to ``array``'s memory, refusing a wrong dtype, an output whose elements overlap
-    each other or an extent past the buffer. ``array`` may be a Bound (opendnn's own layers hand
-    theirs on): bound to an equal descriptor already, its view was checked then and is taken as it
-    is; else its view is bound like any array. A tensor that requires grad is bound detached (the
-    calls compute without autograd, as cuDNN's). Whether an output overlaps another tensor of the
-    call is ``check_overlaps``'s question, asked by the dispatch.
+    each other or that is a read-only NumPy array, or an extent past the buffer. ``array`` may be a
+    Bound (opendnn's own layers hand theirs on): bound to an equal descriptor already, its view was
+    checked then and is taken as it is; else its view is bound like any array. A tensor that
+    requires grad is bound detached (the calls compute without autograd, as cuDNN's). Whether an
+    output overlaps another tensor of the call is ``check_overlaps``'s question, asked by the dispatch.
 
     Raises:
         BadParam: naming ``name`` and the rule it broke.
@@ -178,6 +178,8 @@ def bind(name: str, desc: TensorDescriptor | None, array: Any, *, output: bool =
     actual = dtype_of(native)
     if actual is not desc.dtype:
         raise BadParam(f"{name}.dtype={actual.value} must equal {name}_desc.dtype={desc.dtype.value}")
+    if output and isinstance(native, np.ndarray) and not native.flags.writeable:
+        raise BadParam(f"{name} is a read-only NumPy array (flags.writeable is False) and the call writes it")
     if torch_tensor and native.shape == desc.dims and native.stride() == desc.strides:
         # the tensor is its own view: it fits its buffer, and it needs no re-striding
         if output and not desc.is_non_overlapping:
@@ -303,7 +305,7 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
     against the ``needed`` size that ``query`` gives; None when nothing is needed.
 
     Raises:
-        BadParam: the array missing, not contiguous, too small or misaligned, naming both sizes.
+        BadParam: the array missing, not contiguous, read-only, too small or misaligned, naming both sizes.
     """
     if needed == 0:
         return None
@@ -317,6 +319,8 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
         nbytes = native.numel() * native.element_size()
     if not contiguous:  # (the messages are formatted only on failure: this runs for every call)
         raise BadParam(f"{name} of shape {tuple(native.shape)} must be contiguous")
+    if isinstance(native, np.ndarray) and not native.flags.writeable:
+        raise BadParam(f"{name} is a read-only NumPy array (flags.writeable is False): scratch memory must be writable")
     if nbytes < needed:
         raise BadParam(
             f"{name} holds {nbytes} bytes but {query} needs {needed} bytes", Status.BAD_PARAM_SIZE_INSUFFICIENT
