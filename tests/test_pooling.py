@@ -712,6 +712,33 @@ def test_triton_global_max_backward_in_slices_of_the_window(monkeypatch, shape, 
     kernels._backward_config.cache_clear()
 
 
+@pytest.mark.parametrize("stride", [(1, 1, 1), (2, 1, 3), (3, 5, 4)], ids=["unit", "inside", "past"])
+@pytest.mark.parametrize("x_order, dx_order", [((0, 2, 3, 4, 1), (0, 1, 2, 3, 4)), ((1, 2, 3, 4, 0), (0, 2, 3, 4, 1))])
+def test_triton_global_max_backward_of_any_stride_writes_only_dx(stride, x_order, dx_order):
+    """A cuDNN-shaped global max (one output along the pooled dims) may give any stride: the backward's gather
+    (x or dx not NCDHW: the tiled kernels) takes the window as one cell whatever it is. dx is a view inside a
+    larger buffer; nothing outside it changes, and beta blends its old values."""
+    handle = od.create("cpu", backend="triton")
+    shape, window = (2, 3, 2, 3, 4), (2, 3, 4)
+    x = random(shape, seed=64, dtype=torch.float32).permute(*x_order).contiguous().permute(*np.argsort(x_order))
+    pool = od.PoolingDescriptor(PoolingMode.MAX, od.NanPropagation.NOT_PROPAGATE_NAN, window, (0, 0, 0), stride)
+    y = TF.max_pool3d(x, window)
+    dy = random(y.shape, seed=65, dtype=torch.float32)
+    packed = torch.empty([shape[k] + 1 for k in dx_order]).permute(*np.argsort(dx_order))
+    buffer = random(packed.numel() + 10, seed=66, dtype=torch.float32)
+    dx = buffer[5:].as_strided(shape, packed.stride())
+    before, old = buffer.clone(), dx.clone()
+    od.pooling_backward(
+        handle, pool, 2.0, descriptor(y), y, descriptor(dy), dy, descriptor(x), x, -0.5, descriptor(dx), dx
+    )
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[5:].as_strided(shape, packed.stride()).fill_(False)
+    assert torch.equal(buffer[outside], before[outside])
+    xt = x.double().requires_grad_()
+    TF.max_pool3d(xt, window).backward(dy.double())
+    torch.testing.assert_close(dx.double(), 2.0 * xt.grad - 0.5 * old.double())
+
+
 # (x shape, window): global windows whose positions are one unit-stride run in NCHW / NCDHW x and dx: every
 # spatial dim pooled, W alone (H's windows one position), H and W of a 3-D input
 LINE_WINDOWS = [

@@ -498,6 +498,9 @@ def _backward_config(problem: PoolingProblem, tile: int) -> Launches:
     if problem.mode.is_max and _is_global(problem) and _positions_in_lines(problem, problem.dx):
         return _global_max_backward(problem, problem.dy, problem.dx)
     plan = canonical(problem, problem.dx.strides, cells=True)
+    if plan.is_global:  # one cell along the pooled dims, the whole window, whatever the descriptor's stride
+        plan = canonical(problem, problem.dx.strides, cells=False)
+        plan = dataclasses.replace(plan, stride=plan.window)
     lead = _lead(problem)
     dims = _five(problem.y.dims, lead, 1)
     argmax_strides = strides_for_order(dims, plan.order) if problem.mode.is_max else (0,) * CANONICAL_DIMS
