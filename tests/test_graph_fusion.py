@@ -471,6 +471,61 @@ def test_every_reduction_mode_in_a_fused_kernel(mode):
     assert relative_error(out, expected) < TOLERANCE
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_double_region_stores_bfloat16_outputs_through_float32(engine):
+    rng = np.random.default_rng(41)
+    x = random(rng, (3, 5), np.float64)
+    g = cpu_graph("double_to_bf16", io_data_type=og.DataType.DOUBLE, compute_data_type=og.DataType.DOUBLE)
+    xt = g.tensor_like(x, name="x")
+    y = g.tanh(g.scale(xt, 1.5))
+    total = g.reduction(y, "add", [3, 1])
+    for tensor in (y, total):
+        tensor.set_output(True).set_data_type(og.DataType.BFLOAT16)
+    out, out_total = run(g, {xt: x}, [y, total], engine)
+    expected = torch.tanh(t64(x) * 1.5)
+    assert relative_error(out, expected.numpy()) < 1e-2
+    assert relative_error(out_total, expected.sum(1, keepdim=True).numpy()) < 1e-2
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_region_of_one_element_ending_in_a_reduction_stores_its_intermediates(engine):
+    x, z = np.array([0.75], np.float32), np.array([-1.5], np.float32)
+    g = cpu_graph("one_element")
+    xt, zt = graph_inputs(g, x=x, z=z)
+    erf = g.erf(xt)
+    erf.set_output(True)  # stored inside the reduction's loop, at the one element's offset
+    y = g.reduction(g.add(erf, zt), "max", [1])
+    y.set_output(True)
+    out_erf, out = run(g, {xt: x, zt: z}, [erf, y], engine)
+    assert relative_error(out_erf, torch.erf(t64(x)).numpy()) < TOLERANCE
+    assert relative_error(out, (torch.erf(t64(x)) + t64(z)).numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", ["logical_and", "logical_or", "pow"])
+def test_a_binary_mode_between_a_block_and_a_scalar_operand(engine, mode):
+    rng = np.random.default_rng(42)
+    x = np.abs(random(rng, (4, 3))) * np.array([0, 1, 1], np.float32)  # a column of zeros
+    e = np.array([2.0], np.float32)  # broadcast over the whole space: one load, not a block
+    g = cpu_graph(f"scalar_{mode}")
+    xt, et = graph_inputs(g, x=x, e=e)
+    outputs = [getattr(g, mode)(xt, et), getattr(g, mode)(0.5, xt), getattr(g, mode)(xt, 0.0)]
+    for tensor in outputs:
+        tensor.set_output(True)
+    results = run(g, {xt: x, et: e}, outputs, engine)
+    xs = t64(x)
+    function = {
+        "logical_and": lambda a, b: ((a != 0) & (b != 0)).double(),
+        "logical_or": lambda a, b: ((a != 0) | (b != 0)).double(),
+        "pow": torch.pow,
+    }[mode]
+    expected = [function(xs, t64(e)), function(torch.tensor(0.5, dtype=torch.float64), xs), function(xs, 0.0 * xs)]
+    for actual, want in zip(results, expected):
+        assert relative_error(actual, want.expand(actual.shape).numpy()) < TOLERANCE
+
+
 # ---- NaN, infinities and signed zeros: what the reference engine computes -------------------------------
 
 ACTIVATIONS = [mode for mode in od.PointwiseMode if mode.value.endswith("_fwd")]

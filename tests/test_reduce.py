@@ -252,6 +252,16 @@ def test_alpha_and_beta_blend_with_prior_output(op, dtype, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", [ReduceTensorOp.ADD, ReduceTensorOp.NORM2], ids=["ADD", "NORM2"])
+def test_a_double_input_reduces_into_a_bfloat16_output(op, backend):
+    a = random_input((3, 8, 5), torch.float64, seed=16)
+    c = torch.full((3, 1, 5), math.nan, dtype=torch.bfloat16)
+    run(backend, op, a, c)
+    values, _ = expected(op, a, (3, 1, 5), alpha=1.0, beta=0.0, c_before=c, propagate_nan=False)
+    assert relative_error(c.double().numpy(), values) <= TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_beta_zero_never_reads_poisoned_output(backend):
     a = random_input((6, 300), seed=15)
     c = torch.full((6, 1), math.nan)

@@ -80,8 +80,10 @@ EXPRESSIONS = {
     "cmp_ge": "tl.where({a} >= {b}, 1.0, 0.0)",
     "cmp_lt": "tl.where({a} < {b}, 1.0, 0.0)",
     "cmp_le": "tl.where({a} <= {b}, 1.0, 0.0)",
-    "logical_and": "tl.where(({a} != 0) & ({b} != 0), 1.0, 0.0)",
-    "logical_or": "tl.where(({a} != 0) | ({b} != 0), 1.0, 0.0)",
+    # nested selects, not & and | of the comparisons: an operand may be a scalar, whose comparison
+    # Triton's interpreter cannot combine bitwise with a tensor's
+    "logical_and": "tl.where({a} != 0, tl.where({b} != 0, 1.0, 0.0), 0.0)",
+    "logical_or": "tl.where({a} != 0, 1.0, tl.where({b} != 0, 1.0, 0.0))",
     "logical_not": "tl.where({a} == 0, 1.0, 0.0)",
     "binary_select": "tl.where({c} != 0, {a}, {b})",
 }
@@ -282,6 +284,7 @@ class _Writer:
             "",
             f"import {self.library['math']} as tm",
             f"from {self.library['activation']} import activation, activation_derivative",
+            f"from {self.library['blend']} import narrowed",
         ]
 
     def _combine_functions(self) -> list[str]:
@@ -328,7 +331,8 @@ class _Writer:
         loop += self._loads([uid for uid in self.reads if self._varies(uid)], self._tile_index, self._tile_mask)
         loop += self._nodes()
         for uid in self.stores:
-            offsets = self._offsets(self.graph.tensors[uid].desc, self._tile_index)
+            tile = "0 * (keep[:, None] + red[None, :])"  # one element stored by every lane of the tile
+            offsets = self._offsets(self.graph.tensors[uid].desc, self._tile_index) or tile
             loop.append(self._store(uid, self.names[uid], offsets, "mask"))
         for acc, reduction, value, _ in accumulators:
             masked = f"tl.where(mask, {reduction.term.format(v=value)}, {reduction.initial})"
@@ -425,7 +429,12 @@ class _Writer:
 
     def _store(self, uid: int, value: str, offsets: str, mask: str) -> str:
         dtype = self.graph.tensors[uid].desc.dtype
-        converted = f"({value} != 0)" if dtype is DataType.BOOLEAN else f"{value}.to({TRITON_TYPES[dtype]})"
+        if dtype is DataType.BOOLEAN:
+            converted = f"({value} != 0)"
+        elif dtype is DataType.BFLOAT16 and self.compute == "tl.float64":
+            converted = f"narrowed({value}, tl.bfloat16)"  # through float32, as the library's stores convert it
+        else:
+            converted = f"{value}.to({TRITON_TYPES[dtype]})"
         return f"tl.store({self.names[uid]}_ptr + {_grouped(offsets)}, {converted}, mask={mask})"
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 from opendnn.core.cache_folder import user_cache_folder
 from opendnn.kernels import activation as activation_forms
+from opendnn.kernels import blend
 from opendnn.kernels import math as triton_math
 from opendnn.kernels.launch import Launch, Slot
 
-LIBRARY = {"math": triton_math.__name__, "activation": activation_forms.__name__}
+LIBRARY = {"math": triton_math.__name__, "activation": activation_forms.__name__, "blend": blend.__name__}
 CACHE_VARIABLE = "OPENDNN_GRAPH_KERNELS"
 CACHE_FOLDER_NAME = "graph_kernels"  # in opendnn's user cache folder, unless CACHE_VARIABLE names another
 

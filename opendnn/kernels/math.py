@@ -127,15 +127,20 @@ def fmod(a, b):
 def pow(a, b):
     """a ** b as C's pow: a base with its sign bit set (-0 and -inf too) gives a result of its sign
     for an odd integer exponent; a finite negative base with a fractional exponent gives NaN; 1 for
-    b = 0, for a = 1 and for a = -1 with an infinite exponent, whatever the other operand."""
+    b = 0, for a = 1 and for a = -1 with an infinite exponent, whatever the other operand.
+
+    The conditions on a and those on b combine through nested selects, never & or |: either operand
+    may be a scalar, whose comparison Triton's interpreter cannot combine bitwise with a block's."""
     magnitude = tl.exp(b * tl.log(tl.abs(a)))
     is_integer = tl.floor(b) == b
     is_odd = is_integer & (tl.abs(b % 2.0) == 1.0)
     sign_bit = (a < 0) | ((a == 0) & (1.0 / a < 0))
-    result = tl.where(sign_bit & is_odd, magnitude * -1.0, magnitude)  # not -magnitude: 0 - (+0) is +0
-    result = tl.where((a < 0) & (a > float("-inf")) & ~is_integer, float("nan"), result)
-    one = (b == 0) | (a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf")))
-    return tl.where(one, 1.0, result)
+    signed = tl.where(sign_bit, magnitude * -1.0, magnitude)  # not -magnitude: 0 - (+0) is +0
+    result = tl.where(is_odd, signed, magnitude)
+    finite_negative = (a < 0) & (a > float("-inf"))
+    result = tl.where(is_integer, result, tl.where(finite_negative, float("nan"), result))
+    result = tl.where(a == -1.0, tl.where(tl.abs(b) == float("inf"), 1.0, result), result)
+    return tl.where(b == 0, 1.0, tl.where(a == 1.0, 1.0, result))
 
 
 @triton.jit

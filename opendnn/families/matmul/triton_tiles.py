@@ -18,6 +18,7 @@ from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.families.matmul.problem import BiasAxis, MatmulProblem
 from opendnn.kernels.activation import activation
+from opendnn.kernels.blend import narrowed
 
 
 @triton.jit
@@ -93,7 +94,7 @@ def finish_tile(
     c_offsets = local_rows[:, None] * c_stride_m + local_cols[None, :] * c_stride_n
     if HAS_BETA:  # with beta == 0, C is never read: it may hold NaN
         acc += tl.cast(beta, ACC) * tl.load(c_tile + c_offsets, mask=mask).to(ACC)
-    tl.store(c_tile + c_offsets, acc.to(c_base.dtype.element_ty), mask=mask)
+    tl.store(c_tile + c_offsets, narrowed(acc, c_base.dtype.element_ty), mask=mask)
 
 
 def persistent_programs(tiles: int, sms: int) -> int:

@@ -42,6 +42,7 @@ from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.reduce.problem import ReduceProblem
+from opendnn.kernels.blend import narrowed
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.indexing import dim_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
@@ -231,7 +232,7 @@ def store_result(
     y = value * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         y += tl.cast(beta, COMPUTE) * tl.load(c_ptr + c_offsets, mask=mask).to(COMPUTE)
-    tl.store(c_ptr + c_offsets, y.to(c_ptr.dtype.element_ty), mask=mask)
+    tl.store(c_ptr + c_offsets, narrowed(y, c_ptr.dtype.element_ty), mask=mask)
     if INDEXED:
         tl.store(index_ptr + index_offsets, index.to(index_ptr.dtype.element_ty), mask=mask)
 

@@ -44,6 +44,7 @@ from opendnn.core.arrays import Bound, torch_view
 from opendnn.core.descriptors import MAX_DIMS
 from opendnn.core.dtypes import DataType
 from opendnn.families.softmax.problem import SoftmaxAlgorithm, SoftmaxProblem
+from opendnn.kernels.blend import narrowed
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.indexing import dim_offsets, merged_dims
 from opendnn.kernels.launch import Launch, Launches, Scratch, Slot
@@ -191,7 +192,7 @@ def store_blended(o_ptr, offsets, mask, out, alpha, beta, HAS_BETA: tl.constexpr
     out = out * tl.cast(alpha, COMPUTE)
     if HAS_BETA:
         out += tl.cast(beta, COMPUTE) * tl.load(o_ptr + offsets, mask=mask).to(COMPUTE)
-    tl.store(o_ptr + offsets, out.to(o_ptr.dtype.element_ty), mask=mask)
+    tl.store(o_ptr + offsets, narrowed(out, o_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
