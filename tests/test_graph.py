@@ -156,6 +156,30 @@ def test_validate_refuses_a_conv_output_of_another_type_than_its_image():
         g.validate()
 
 
+def test_validate_infers_an_operations_output_type_again_from_its_inputs_types():
+    g = cpu_graph(io_data_type=og.DataType.DOUBLE)
+    x = g.tensor([2, 3, 4], name="x")
+    y = g.exp(x, name="e")  # a FLOAT intermediate, then bound: a DOUBLE output
+    total, squares = g.genstats(y)
+    reduced = g.reduction(y, "add", [1, 3, 1])
+    for tensor in (total, squares, reduced):
+        assert tensor.get_data_type() is og.DataType.FLOAT
+    for tensor in (y, total, squares, reduced):
+        tensor.set_output(True)
+    g.validate()
+    for tensor in (total, squares, reduced):
+        assert tensor.get_data_type() is og.DataType.DOUBLE
+    y.set_output(False)  # a FLOAT intermediate again
+    g.validate()
+    assert (total.get_data_type(), reduced.get_data_type()) == (og.DataType.FLOAT, og.DataType.DOUBLE)
+    total.set_data_type(og.DataType.HALF)  # a type set by the caller is checked, not inferred
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'genstats_1' \(genstats\): output sum 'genstats_1::sum' data type HALF must be FLOAT",
+    ):
+        g.validate()
+
+
 def test_validate_refuses_dangling_nodes_and_inputs_and_a_graph_without_output():
     g = cpu_graph("dangling")
     x = g.tensor([2], name="x")
@@ -319,7 +343,7 @@ def test_the_variant_pack_takes_tensors_or_names_and_scalars_by_name(engine):
     build(g, engine)
     xa, ba = random(rng, (2, 3, 4)), random(rng, (1, 3, 1))
     workspace = np.empty(g.get_workspace_size(), np.uint8)
-    for value, pack_x in ((0.5, {x: xa}), (-2.0, {"x": xa})):
+    for value, pack_x in ((0.5, {x: xa}), (-2.0, {"x": xa}), (np.float32(1.5), {x: xa})):  # any real number
         out = np.full((2, 3, 4), np.nan, np.float32)
         g.execute({**pack_x, "b": ba, "s": value, y: out}, workspace)
         assert relative_error(out, np.maximum(xa.astype(np.float64) * value + ba, 0)) < 1e-6
@@ -341,6 +365,31 @@ def test_execute_names_a_missing_or_unknown_tensor_and_a_bad_scalar():
         g.execute({x: xa, b: ba, s: 1.0, y: out, "z": out}, None)
     with pytest.raises(od.BadParam, match=r"x.dtype=float64 must equal x_desc.dtype=float32"):
         g.execute({x: xa.astype(np.float64), b: ba, s: 1.0, y: out}, None)
+
+
+@pytest.mark.parametrize("engine", ["reference", "fused"])
+def test_execute_refuses_an_array_of_other_dims_or_strides_than_its_tensors(engine):
+    rng = np.random.default_rng(24)
+    g, x, b, s, y = scale_bias_relu()
+    build(g, engine)
+    workspace = np.empty(g.get_workspace_size(), np.uint8)
+    xa, ba = random(rng, (2, 3, 4)), random(rng, (1, 3, 1))
+    transposed = np.ascontiguousarray(xa.transpose(0, 2, 1)).transpose(0, 2, 1)  # x's values, strides [12, 1, 3]
+    with pytest.raises(
+        od.BadParam,
+        match=r"variant_pack\['x'\] has dims \[2, 3, 4\] and strides \[12, 1, 3\], but tensor 'x' of node "
+        r"'mul_0' \(pointwise\) has dims \[2, 3, 4\] and strides \[12, 4, 1\]: give a view of those",
+    ):
+        g.execute({x: transposed, b: ba, s: 0.5, y: np.empty((2, 3, 4), np.float32)}, workspace)
+    with pytest.raises(
+        od.BadParam,
+        match=r"variant_pack\['y'\] has dims \[24\] and strides \[1\], but tensor 'y' of node 'relu' "
+        r"\(pointwise\) has dims \[2, 3, 4\]",
+    ):
+        g.execute({x: xa, b: ba, s: 0.5, y: np.empty(24, np.float32)}, workspace)
+    out = np.full((2, 3, 4), np.nan, np.float32)
+    g.execute({x: transposed.copy(), b: ba, s: 0.5, y: out}, workspace)  # the same values in the tensor's layout
+    assert relative_error(out, np.maximum(xa.astype(np.float64) * 0.5 + ba, 0)) < 1e-6
 
 
 @pytest.mark.parametrize("engine", ["reference", "fused"])

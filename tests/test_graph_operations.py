@@ -260,6 +260,54 @@ def test_softmax_along_any_axis(engine, axis, log):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_softmax_and_matmul_of_double_inputs_write_bfloat16_outputs(engine):
+    rng = np.random.default_rng(17)
+    x, w = random(rng, (3, 5), np.float64), random(rng, (5, 4), np.float64)
+    g = cpu_graph(io_data_type=og.DataType.DOUBLE)
+    xt, wt = graph_inputs(g, x=x, w=w)
+    probabilities, product = g.softmax(xt, axis=1), g.matmul(xt, wt)
+    for tensor in (probabilities, product):
+        tensor.set_output(True).set_data_type(og.DataType.BFLOAT16)
+    out_probabilities, out_product = run(g, {xt: x, wt: w}, [probabilities, product], engine)
+    assert relative_error(out_probabilities, TF.softmax(t64(x), dim=1).numpy()) < 1e-2
+    assert relative_error(out_product, (t64(x) @ t64(w)).numpy()) < 1e-2
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pooling_and_batchnorm_write_their_outputs_in_their_inputs_type(engine):
+    rng = np.random.default_rng(18)
+    x, scale, bias = random(rng, (2, 3, 4, 4)), random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
+    g = cpu_graph(io_data_type=og.DataType.BFLOAT16)  # a bound tensor's type, unless its operation fixes it
+    xt, st, bt = (g.tensor_like(a, name=n) for a, n in ((x, "x"), (scale, "scale"), (bias, "bias")))
+    pooled = g.pooling(g.tanh(xt), "max", window=[2, 2], name="pool")  # tanh's output is a FLOAT intermediate
+    normalized, *_ = g.batchnorm(g.tanh(xt), st, bt, name="bn")
+    for tensor in (pooled, normalized):
+        tensor.set_output(True)
+    out_pooled, out_normalized = run(g, {xt: x, st: scale, bt: bias}, [pooled, normalized], engine)
+    assert pooled.get_data_type() is normalized.get_data_type() is og.DataType.FLOAT
+    activated = torch.tanh(t64(x))
+    assert relative_error(out_pooled, TF.max_pool2d(activated, 2).numpy()) < TOLERANCE
+    expected = TF.batch_norm(activated, None, None, t64(scale).flatten(), t64(bias).flatten(), training=True)
+    assert relative_error(out_normalized, expected.numpy()) < 1e-4
+    pooled.set_data_type(og.DataType.BFLOAT16)
+    with pytest.raises(
+        od.BadParam, match=r"node 'pool' \(pooling\): output y 'pool::y' data type BFLOAT16 must be FLOAT"
+    ):
+        g.validate()
+
+
+def test_batchnorm_backward_names_a_gradient_of_another_type_than_its_input():
+    g = cpu_graph()
+    x, dy = g.tensor([2, 3, 2], name="x"), g.tensor([2, 3, 2], data_type=og.DataType.HALF, name="dy")
+    scale, mean, inv = (g.tensor([1, 3, 1], name=n) for n in ("scale", "mean", "inv"))
+    with pytest.raises(
+        od.BadParam,
+        match=r"node 'bn_bwd' \(batchnorm_backward\): grad 'dy' data type HALF must equal input 'x' data type FLOAT",
+    ):
+        g.batchnorm_backward(dy, x, scale, mean, inv, name="bn_bwd")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("mode", ["max", "avg_include"])
 def test_pooling(engine, mode):
     rng = np.random.default_rng(13)

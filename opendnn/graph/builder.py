@@ -177,7 +177,8 @@ class OperationBuilder(PointwiseMethods):
         specs = apply_rule(name, op, shapes, attributes, given or {})
         outputs = {}
         for role, spec in specs.items():
-            outputs[role] = self._new_tensor(f"{name}::{role}", spec.dims, None, spec.dtype, virtual=True)
+            outputs[role] = self._new_tensor(f"{name}::{role}", spec.dims, None, None, virtual=True)
+            outputs[role].inferred_data_type = spec.dtype
             followed = [tensors[r] for r in OPERATIONS[op].memory_order.get(role, ()) if r in tensors]
             outputs[role].order_like = _largest_of_rank(followed, len(spec.dims))
         self._nodes.append(Node(name, op, tensors, outputs, attributes))

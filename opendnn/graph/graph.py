@@ -18,6 +18,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from opendnn.core.arrays import CPU
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
@@ -33,6 +35,7 @@ from opendnn.graph.plan import ExecutionPlan
 from opendnn.graph.tensor import Tensor
 
 PLAN_CACHE_LIMIT = 256  # graph plans kept in a handle's algorithm cache
+NUMBERS = (int, float, np.integer, np.floating)  # a scalar's value in the variant pack, as the builder takes it
 
 
 class Graph(OperationBuilder):
@@ -190,7 +193,7 @@ class Graph(OperationBuilder):
                 array = variant_pack.get(name)
                 if array is None:
                     raise BadParam(f"variant_pack has no entry for tensor '{name}' (by the Tensor or its name)")
-            if by_value and not isinstance(array, (int, float)):
+            if by_value and not isinstance(array, NUMBERS):
                 raise BadParam(
                     f"variant_pack['{name}']={array!r} must be a number: '{name}' is a scalar passed by value"
                 )
@@ -358,7 +361,7 @@ def _cache_key(graph: OperationGraph, engine: str) -> tuple[str, str, str]:
 
 def _address(array: Any) -> Any:
     """A scalar's value; a tensor's data pointer; the identity of another object."""
-    if isinstance(array, (int, float)):
+    if isinstance(array, NUMBERS):
         return array
     data_ptr = getattr(array, "data_ptr", None)
     return data_ptr() if callable(data_ptr) else id(array)

@@ -226,6 +226,7 @@ def _check_rule(node: Node) -> None:
                 f"{node.label}: output {role} '{tensor.name}' dims {list(tensor.dims)} must be {list(spec.dims)}",
                 Status.BAD_PARAM_SHAPE_MISMATCH,
             )
+        tensor.inferred_data_type = spec.dtype  # the inputs' types may have changed since the node was added
         if spec.dtype is not None and tensor.data_type is not spec.dtype:
             raise BadParam(
                 f"{node.label}: output {role} '{tensor.name}' data type {tensor.data_type.name} must be "

@@ -392,6 +392,12 @@ def _norm_checks(where: str, op: str, inputs: Mapping[str, Shape], attributes: M
         elif role == "grad":
             require_dims(where, role, shape, x.dims, f"the dims of input '{x.name}'")
             require_float(where, role, shape)
+            if op == "batchnorm_backward" and shape.dtype is not x.dtype:  # one type for x, dy and dx
+                raise BadParam(
+                    f"{where}: grad '{shape.name}' data type {shape.dtype.name} must equal input '{x.name}' "
+                    f"data type {x.dtype.name}",
+                    Status.BAD_PARAM,
+                )
     if op.startswith("batchnorm") and inputs["scale"].dtype is not compute_type(x.dtype):
         raise BadParam(
             f"{where}: scale '{inputs['scale'].name}' data type {inputs['scale'].dtype.name} must be "
@@ -407,7 +413,8 @@ def norm_forward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
     ) -> dict[str, OutputSpec]:
         x = _norm_checks(where, op, inputs, attributes)
         stats = OutputSpec(norm_stats_dims(op, x.dims, attributes.get("normalized_ndim", 1)), compute_type(x.dtype))
-        outputs = {"y": OutputSpec(x.dims)}
+        # batch norm's call writes y in x's type; the other normalizations write any float type
+        outputs = {"y": OutputSpec(x.dims, x.dtype if op == "batchnorm" else None)}
         training = attributes.get("phase", "training") == "training"
         roles = [r for r in OPERATIONS[op].outputs if r != "y"]
         if op == "batchnorm" and "in_running_mean" not in inputs:
@@ -426,7 +433,8 @@ def norm_backward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
         x = _norm_checks(where, op, inputs, attributes)
         params = norm_param_dims(op, x.dims, attributes.get("normalized_ndim", 1))
         param_type = compute_type(x.dtype) if op.startswith("batchnorm") else None
-        outputs = {"dx": OutputSpec(x.dims), "dscale": OutputSpec(params, param_type)}
+        outputs = {"dx": OutputSpec(x.dims, x.dtype if op == "batchnorm_backward" else None)}
+        outputs["dscale"] = OutputSpec(params, param_type)
         if attributes.get("has_dbias", True):
             outputs["dbias"] = OutputSpec(params, param_type)
         return outputs
@@ -472,7 +480,7 @@ def pooling_rule(
         out.append((size + 2 * pad - window) // stride + 1)
         if out[-1] < 1:
             raise fail(where, f"window[{k}]={window} must fit input '{x.name}' dim {size} with padding {pad}")
-    return {"y": OutputSpec((*x.dims[:2], *out), None)}
+    return {"y": OutputSpec((*x.dims[:2], *out), x.dtype)}  # the call writes y in x's type
 
 
 def resample_rule(

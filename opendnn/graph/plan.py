@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import opendnn as od
-from opendnn.core.arrays import Bound, bind, bind_bytes, device_of, strided_view, torch_view
+from opendnn.core.arrays import Bound, as_native, bind, bind_bytes, descriptor_of, device_of, strided_view, torch_view
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
+from opendnn.core.errors import BadParam, Status
 from opendnn.core.handle import Handle
 from opendnn.graph.calls import (
     CONV_ALGORITHMS,
@@ -288,6 +289,7 @@ class ExecutionPlan:
             ):  # bind's checks, cut to what a torch tensor needs
                 bounds[uid] = Bound(name, desc, array, device_of(array))
             else:
+                self._check_layout(uid, name, desc, array)
                 bounds[uid] = bind(name, desc, array, output=written)
         like = bounds[self.bound[0][0]]  # a graph has an output, so the pack has a tensor
         assert like is not None
@@ -300,6 +302,21 @@ class ExecutionPlan:
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
         return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
+
+    def _check_layout(self, uid: int, name: str, desc: TensorDescriptor, array: Any) -> None:
+        """Refuse an array whose dims or strides (of the dims above 1) are not its tensor's: its
+        memory would be read or written in the tensor's layout, not in its own."""
+        own = descriptor_of(as_native(array, name), name)
+        if own.dims == desc.dims and all(a == b for d, a, b in zip(desc.dims, own.strides, desc.strides) if d > 1):
+            return
+        position = self.graph.producer.get(uid, next(iter(self.graph.consumers[uid]), None))
+        node = "" if position is None else f" of {self.graph.nodes[position].label}"
+        raise BadParam(
+            f"variant_pack['{name}'] has dims {list(own.dims)} and strides {list(own.strides)}, but tensor "
+            f"'{name}'{node} has dims {list(desc.dims)} and strides {list(desc.strides)}: give a view of "
+            "those (or set the tensor's strides with set_stride)",
+            Status.BAD_PARAM_SHAPE_MISMATCH,
+        )
 
     def _torch_kinds(self) -> tuple[Any, tuple[Any, ...]]:
         """(torch.Tensor, the torch dtype of each bound tensor) on the Triton backend, which runs on

@@ -1,7 +1,8 @@
 """The tensors of an operation graph: graph inputs and outputs the caller binds to memory at
 execute time, virtual tensors that live between operations, and scalars passed by value.
 
-A tensor's data type, when not set, follows its role: the graph's ``io_data_type`` for a tensor
+A tensor's data type, when not set, is the one its operation fixes (statistics are FLOAT, a
+convolution's output has its image's type), else follows its role: the graph's ``io_data_type`` for a tensor
 the caller binds (an input, or an operation's output marked with ``set_output(True)``), the
 graph's ``intermediate_data_type`` for a virtual one. Strides, when not set, are packed: the
 activations an operation computes (``Operation.memory_order``) in the memory order of its input
@@ -52,6 +53,9 @@ class Tensor:
         self._value = None if value is None else float(value)
         self.pass_by_value = pass_by_value
         self.order_like: Tensor | None = None  # an operation's output: the input whose memory order it takes
+        # an operation's output: the type its rule fixes (statistics FLOAT, a convolution's its image's),
+        # inferred again by validate as the inputs' types change; None where the role decides
+        self.inferred_data_type: DataType | None = None
 
     # ---- the cudnn-frontend accessors --------------------------------------------------------------
 
@@ -133,13 +137,15 @@ class Tensor:
     def data_type(self) -> DataType:
         if self._data_type is not None:
             return self._data_type
+        if self.inferred_data_type is not None:
+            return self.inferred_data_type
         if self.pass_by_value:
             return self._graph.compute_data_type
         return self._graph.intermediate_data_type if self._virtual else self._graph.io_data_type
 
     @property
     def explicit_data_type(self) -> DataType | None:
-        """The data type set on the tensor, or None when it follows its role."""
+        """The data type set on the tensor, or None when its operation or its role decides it."""
         return self._data_type
 
     @property
