@@ -296,6 +296,26 @@ def test_pooling_and_batchnorm_write_their_outputs_in_their_inputs_type(engine):
         g.validate()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_norms_parameter_gradients_take_its_scales_type(engine):
+    rng = np.random.default_rng(19)
+    x, dy = random(rng, (2, 3, 4)).astype(np.float16), random(rng, (2, 3, 4)).astype(np.float16)
+    scale, bias = random(rng, (1, 1, 4)), random(rng, (1, 1, 4))
+    g = cpu_graph(io_data_type=og.DataType.HALF)  # x and dy HALF, the parameters FLOAT
+    xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
+    _, mean, inv = g.layernorm(xt, st, bt, epsilon=1e-5)
+    outputs = g.layernorm_backward(dyt, xt, st, mean, inv)
+    for t in (*outputs, mean, inv):
+        t.set_output(True)
+    dx, dscale, dbias, *_ = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [*outputs, mean, inv], engine)
+    assert [t.get_data_type() for t in outputs] == [og.DataType.HALF, og.DataType.FLOAT, og.DataType.FLOAT]
+    (xg, sg, bg), y = _autograd(lambda a, s, b: TF.layer_norm(a, (4,), s.flatten(), b.flatten(), 1e-5), x, scale, bias)
+    y.backward(t64(dy))
+    assert relative_error(dx, xg.grad.numpy()) < 1e-2
+    assert relative_error(dscale, sg.grad.numpy()) < 1e-4
+    assert relative_error(dbias, bg.grad.numpy()) < 1e-4
+
+
 def test_batchnorm_backward_names_a_gradient_of_another_type_than_its_input():
     g = cpu_graph()
     x, dy = g.tensor([2, 3, 2], name="x"), g.tensor([2, 3, 2], data_type=og.DataType.HALF, name="dy")

@@ -432,7 +432,7 @@ def norm_backward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
     ) -> dict[str, OutputSpec]:
         x = _norm_checks(where, op, inputs, attributes)
         params = norm_param_dims(op, x.dims, attributes.get("normalized_ndim", 1))
-        param_type = compute_type(x.dtype) if op.startswith("batchnorm") else None
+        param_type = inputs["scale"].dtype  # one descriptor describes scale and its gradients
         outputs = {"dx": OutputSpec(x.dims, x.dtype if op == "batchnorm_backward" else None)}
         outputs["dscale"] = OutputSpec(params, param_type)
         if attributes.get("has_dbias", True):
