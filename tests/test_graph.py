@@ -538,6 +538,39 @@ def test_deserialize_refuses_other_data():
         og.Graph.deserialize(json.dumps(data), handle=od.Handle("cpu"))
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda nodes: nodes[0]["inputs"].update(z=0), r"node 'mul_0' \(pointwise\): input role 'z' is not one of"),
+        (
+            lambda nodes: nodes[2]["inputs"].update(b=0),
+            r"node 'relu' \(pointwise\): mode relu_fwd takes inputs \['a'\]",
+        ),
+        (
+            lambda nodes: nodes[0]["attributes"].update(mode="fma"),
+            r"node 'mul_0' \(pointwise\): mode='fma' must be one",
+        ),
+        (
+            lambda nodes: nodes[2]["attributes"].update(coef="6"),
+            r"node 'relu' \(pointwise\): coef='6' must be a number",
+        ),
+        (
+            lambda nodes: nodes[3]["attributes"].update(mode="median"),
+            r"node 'red' \(reduction\): mode='median' must be",
+        ),
+        (lambda nodes: nodes[0].update(attributes=[]), r"data is not a graph serialized by Graph.serialize"),
+    ],
+)
+def test_deserialize_names_a_node_of_unknown_roles_or_attributes(change, message):
+    g, *_, y = scale_bias_relu()
+    g.reduction(y, "add", [1, 3, 1], name="red").set_output(True)
+    g.build_operation_graph()
+    data = json.loads(g.serialize())
+    change(data["nodes"])
+    with pytest.raises(od.BadParam, match=message):
+        og.Graph.deserialize(json.dumps(data), handle=od.Handle("cpu"))
+
+
 def test_an_operation_with_a_scalar_passed_by_value_where_it_needs_a_tensor():
     g = cpu_graph()
     s = g.scalar(2.0, name="two")

@@ -323,7 +323,7 @@ class Graph(OperationBuilder):
                 content["name"],
             )
             graph._restore(content["tensors"], content["nodes"])
-        except (ValueError, KeyError, TypeError, IndexError) as error:
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
             raise BadParam(f"data is not a graph serialized by Graph.serialize ({FORMAT}): {error}") from None
         graph.build_operation_graph()
         if content.get("plans"):

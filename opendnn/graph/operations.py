@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from opendnn import PointwiseMode
+from opendnn import PointwiseMode, ReduceTensorOp
 from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
@@ -127,15 +127,32 @@ RELATIONAL = frozenset(
 POINTWISE_ROLES = ("a", "b", "c")
 
 
+def enum_attribute(where: str, kind: Any, attributes: Mapping[str, Any], key: str) -> Any:
+    """The member of enum ``kind`` an attribute names (a deserialized graph may name none)."""
+    try:
+        return kind(attributes.get(key))
+    except ValueError:
+        raise BadParam(f"{where}: {key}={attributes.get(key)!r} must be one of {[m.value for m in kind]}") from None
+
+
 def pointwise_rule(
     where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
 ) -> dict[str, OutputSpec]:
+    mode = enum_attribute(where, PointwiseMode, attributes, "mode")
+    if sorted(inputs) != list(POINTWISE_ROLES[: mode.arity]):
+        raise BadParam(
+            f"{where}: mode {mode.value} takes inputs {list(POINTWISE_ROLES[: mode.arity])}, not {sorted(inputs)}"
+        )
+    coef = attributes.get("coef", 0.0)
+    if not isinstance(coef, (int, float)) or isinstance(coef, bool):
+        raise BadParam(f"{where}: coef={coef!r} must be a number")
     return {"y": OutputSpec(broadcast(where, list(inputs.items())))}
 
 
 def reduction_rule(
     where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
 ) -> dict[str, OutputSpec]:
+    enum_attribute(where, ReduceTensorOp, attributes, "mode")
     x = inputs["x"]
     require_float(where, "input", x)
     dims = given["y"]
@@ -739,6 +756,9 @@ def apply_rule(
     node_name: str, op: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
 ) -> dict[str, OutputSpec]:
     """The outputs of a node: its operation's rule, with errors naming the node."""
+    unknown = [role for role in inputs if role not in OPERATIONS[op].inputs]
+    if unknown:  # a deserialized graph may name any role
+        raise BadParam(f"{label(node_name, op)}: input role '{unknown[0]}' is not one of {list(OPERATIONS[op].inputs)}")
     for role, shape in inputs.items():
         if shape.by_value and op != "pointwise":
             raise BadParam(
