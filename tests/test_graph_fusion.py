@@ -488,6 +488,19 @@ def test_a_double_region_stores_bfloat16_outputs_through_float32(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_what_reads_a_comparison_computes_in_double_precision(engine):
+    rng = np.random.default_rng(43)
+    x = random(rng, (4, 5), np.float64)
+    g = cpu_graph("double_compare", io_data_type=og.DataType.DOUBLE, intermediate_data_type=og.DataType.DOUBLE)
+    xt = g.tensor_like(x, name="x")
+    y = g.softplus(g.logical_or(g.cmp_gt(xt, 0.25), g.cmp_lt(xt, -1.0)))
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    selected = ((t64(x) > 0.25) | (t64(x) < -1.0)).double()
+    assert relative_error(out, TF.softplus(selected).numpy()) < 1e-13
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_region_of_one_element_ending_in_a_reduction_stores_its_intermediates(engine):
     x, z = np.array([0.75], np.float32), np.array([-1.5], np.float32)
     g = cpu_graph("one_element")

@@ -30,7 +30,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, Status
 from opendnn.graph.fusion import Region
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph, TensorSpec
-from opendnn.graph.operations import POINTWISE_ROLES
+from opendnn.graph.operations import POINTWISE_ROLES, RELATIONAL
 
 WIDE = 2**31 - 1  # above this many elements (or offsets), index arithmetic runs in int64
 POINTWISE_BLOCK = 1024
@@ -424,7 +424,11 @@ class _Writer:
                 continue
             operands = {role: self.names[uid] for role, uid in node.inputs}
             output = self.names[node.outputs[0][1]]
-            lines.append(f"{output} = {pointwise_expression(node, operands)}  # {node.name}")
+            expression = pointwise_expression(node, operands)
+            if self.compute == "tl.float64" and PointwiseMode(node.attribute("mode")) in RELATIONAL:
+                # its 1.0 and 0.0 are float32 constants: what reads it computes in float64 too
+                expression += ".to(tl.float64)"
+            lines.append(f"{output} = {expression}  # {node.name}")
         return lines
 
     def _store(self, uid: int, value: str, offsets: str, mask: str) -> str:
