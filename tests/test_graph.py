@@ -383,13 +383,18 @@ def test_execute_refuses_an_array_of_other_dims_or_strides_than_its_tensors(engi
         g.execute({x: transposed, b: ba, s: 0.5, y: np.empty((2, 3, 4), np.float32)}, workspace)
     with pytest.raises(
         od.BadParam,
-        match=r"variant_pack\['y'\] has dims \[24\] and strides \[1\], but tensor 'y' of node 'relu' "
+        match=r"variant_pack\['y'\] has dims \[4, 6\] and strides \[6, 1\], but tensor 'y' of node 'relu' "
         r"\(pointwise\) has dims \[2, 3, 4\]",
     ):
-        g.execute({x: xa, b: ba, s: 0.5, y: np.empty(24, np.float32)}, workspace)
+        g.execute({x: xa, b: ba, s: 0.5, y: np.empty((4, 6), np.float32)}, workspace)
     out = np.full((2, 3, 4), np.nan, np.float32)
     g.execute({x: transposed.copy(), b: ba, s: 0.5, y: out}, workspace)  # the same values in the tensor's layout
-    assert relative_error(out, np.maximum(xa.astype(np.float64) * 0.5 + ba, 0)) < 1e-6
+    expected = np.maximum(xa.astype(np.float64) * 0.5 + ba, 0)
+    assert relative_error(out, expected) < 1e-6
+    memory = np.full(30, np.nan, np.float32)  # one dim: memory the tensor's layout reads, as a pointer
+    g.execute({x: xa.reshape(-1), b: ba, s: 0.5, y: memory}, workspace)
+    assert relative_error(memory[:24].reshape(2, 3, 4), expected) < 1e-6
+    assert np.isnan(memory[24:]).all()
 
 
 @pytest.mark.parametrize("engine", ["reference", "fused"])

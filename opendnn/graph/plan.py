@@ -304,9 +304,13 @@ class ExecutionPlan:
         return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
 
     def _check_layout(self, uid: int, name: str, desc: TensorDescriptor, array: Any) -> None:
-        """Refuse an array whose dims or strides (of the dims above 1) are not its tensor's: its
-        memory would be read or written in the tensor's layout, not in its own."""
+        """Refuse an array of several dims whose dims or strides (of the dims above 1) are not its
+        tensor's: its memory would be read or written in the tensor's layout, not in its own. A
+        one-dimensional dense array is memory, as a pointer in cudnn-frontend's pack: the tensor's
+        dims and strides lay it out (``bind`` checks it holds them)."""
         own = descriptor_of(as_native(array, name), name)
+        if own.ndim == 1 and own.strides[0] == 1:
+            return
         if own.dims == desc.dims and all(a == b for d, a, b in zip(desc.dims, own.strides, desc.strides) if d > 1):
             return
         position = self.graph.producer.get(uid, next(iter(self.graph.consumers[uid]), None))
