@@ -214,16 +214,67 @@ def test_relus_gradient_at_a_nan_input_is_torchs(options):
         torch.testing.assert_close(ours, theirs, equal_nan=True)
 
 
-@pytest.mark.parametrize("options", [{"track_running_stats": False}, {"affine": False}])
-def test_a_batch_norm_the_lowering_does_not_take_stays_on_torch(options):
+def test_a_batch_norm_without_an_affine_transform_stays_on_torch_in_training():
     def make():
-        return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, **options), nn.ReLU(), nn.Tanh())
+        return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, affine=False), nn.ReLU(), nn.Tanh())
 
     backend = OpendnnBackend()
     compare(make, (2, 3, 6, 6), torch.float64, backend)
     assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
-    forward = backend.plans[0].describe()  # the backward's batch norm takes its saved statistics: it may lower
+    forward = backend.plans[0].describe()
     assert "batchnorm" not in forward and "relu" in forward
+
+
+def test_a_batch_norm_that_tracks_no_running_statistics_lowers_in_training():
+    def make():
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, track_running_stats=False), nn.ReLU(), nn.Conv2d(4, 4, 1)
+        )
+
+    backend = OpendnnBackend()
+    compare(make, (2, 3, 6, 6), torch.float64, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) > 0
+    forward, backward = backend.plans[0].describe(), backend.plans[1].describe()
+    assert "(batchnorm)" in forward and "(batchnorm_backward)" in backward
+
+
+class FrozenBatchNorm(nn.Module):
+    """A network trained with one batch norm in eval mode (its statistics frozen, as when fine-tuning),
+    the statistics drawn away from 0 and 1; ``affine=False`` leaves it without weight and bias."""
+
+    def __init__(self, affine=True):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(4, affine=affine).eval()
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(4)
+        self.bn1.running_mean.uniform_(-1.0, 1.0)
+        self.bn1.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.tanh(self.bn2(self.conv2(y)) + y)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_batch_norm_in_eval_mode_inside_a_training_graph_lowers_forward_and_backward(affine, dtype):
+    """The inference batch norm's saved statistics have no element (torch's), and its backward is
+    pointwise in x: dx = dy weight / sqrt(var + eps), dweight = sum(dy xhat), dbias = sum(dy)."""
+    backend = OpendnnBackend()
+    compare(lambda: FrozenBatchNorm(affine), (2, 3, 7, 7), dtype, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) == 4
+    forward, backward = backend.plans[0].describe(), backend.plans[1].describe()
+    assert "batchnorm_inference" in forward and "(batchnorm)" in forward
+    assert backward.count("(batchnorm_backward)") == 1 and "rsqrt" in backward
+    assert ("(reduction)" in backward) == affine  # dweight and dbias
+
+
+def test_a_model_in_eval_mode_computes_gradients_through_its_batch_norms():
+    backend = OpendnnBackend()
+    compare(lambda: ConvBlock().eval(), (2, 4, 6, 6), torch.float64, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) == 4
+    assert "batchnorm_backward" not in backend.plans[1].describe()
 
 
 def test_the_fusion_engine_runs_the_regions_when_the_options_ask_for_it():

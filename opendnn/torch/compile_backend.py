@@ -59,6 +59,14 @@ class Refused(Exception):
     """A region the lowering cannot express as an opendnn graph (it then runs on torch)."""
 
 
+class Empty:
+    """A result of no element (the saved statistics of a batch norm that normalizes with its running
+    ones): a region allocates it for the caller and computes nothing."""
+
+
+EMPTY = Empty()
+
+
 class Lowering:
     """One region's FX graph as an opendnn graph, built for one signature of its inputs."""
 
@@ -104,11 +112,14 @@ class Lowering:
             return self.values[source][index]
         return LOWERINGS[node.target].lower(self, node, *node.args, **node.kwargs)
 
-    def _outputs(self, returned: Any) -> list[tuple[og.Tensor, torch.Size, tuple[int, ...], torch.dtype]]:
+    def _outputs(self, returned: Any) -> list[tuple[og.Tensor | None, torch.Size, tuple[int, ...], torch.dtype]]:
         nodes = returned if isinstance(returned, (tuple, list)) else [returned]
         outputs = []
         for node in nodes:
             tensor, val = self.values[node], node.meta["val"]
+            if tensor is EMPTY:
+                outputs.append((None, val.shape, val.stride(), val.dtype))
+                continue
             if not isinstance(tensor, og.Tensor) or tensor.numel != val.numel():
                 raise Refused(f"output {node.name} has no graph tensor of its size")
             tensor.set_output(True).set_data_type(val.dtype)
@@ -290,28 +301,38 @@ def _batch_norm_training(
     momentum: float,
     eps: float,
 ) -> Any:
+    """(y, saved mean, saved inverse deviation, next running mean, next running variance), the last
+    two None without running statistics (a module that tracks none)."""
     rank = len(x.meta["val"].shape)
     y, saved_mean, inv, next_mean, next_var = low.graph.batchnorm(
         low.tensor(x),
         _channel(low, w, rank),
         _channel(low, b, rank),
-        _channel(low, mean, rank),
-        _channel(low, var, rank),
+        None if mean is None else _channel(low, mean, rank),
+        None if var is None else _channel(low, var, rank),
         epsilon=eps,
         momentum=momentum,
     )
     return (y, saved_mean, inv, next_mean, next_var)
 
 
+def _batch_norm_without_statistics(
+    low: Lowering, node: torch.fx.Node, x: Any, w: Any, b: Any, training: bool, momentum: float, eps: float
+) -> Any:
+    return _batch_norm_training(low, node, x, w, b, None, None, training, momentum, eps)[:3]
+
+
 def _batch_norm_inference(
     low: Lowering, node: torch.fx.Node, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float, eps: float
 ) -> Any:
+    """(y, and the two saved statistics, which torch gives no element: the backward of a batch norm
+    of frozen statistics reads the running ones). A missing weight scales by 1, a missing bias adds 0."""
     g, rank = low.graph, len(x.meta["val"].shape)
     inv = g.rsqrt(g.add(_channel(low, var, rank), eps))
-    y = g.batchnorm_inference(
-        low.tensor(x), _channel(low, mean, rank), inv, _channel(low, w, rank), _channel(low, b, rank)
-    )
-    return (y, None, None)
+    scale = 1.0 if w is None else _channel(low, w, rank)
+    shift = 0.0 if b is None else _channel(low, b, rank)
+    y = g.batchnorm_inference(low.tensor(x), _channel(low, mean, rank), inv, scale, shift)
+    return (y, EMPTY, EMPTY)
 
 
 def _batch_norm_backward(
@@ -329,9 +350,31 @@ def _batch_norm_backward(
     mask: Sequence[bool],
 ) -> Any:
     rank = len(x.meta["val"].shape)
+    if not training:
+        return _frozen_batch_norm_backward(low, grad, x, w, running_mean, running_var, eps, mask)
     dx, dw, db = low.graph.batchnorm_backward(
         low.tensor(grad), low.tensor(x), _channel(low, w, rank), _channel(low, mean, rank), _channel(low, invstd, rank)
     )
+    return (dx, dw, db)
+
+
+def _frozen_batch_norm_backward(
+    low: Lowering, grad: Any, x: Any, w: Any, running_mean: Any, running_var: Any, eps: float, mask: Sequence[bool]
+) -> Any:
+    """The backward of a batch norm that normalized with its running statistics (a module in eval
+    mode inside a training graph): pointwise in x, with inv = 1 / sqrt(running_var + eps),
+    dx = dy * weight * inv, dweight = sum(dy * (x - running_mean) * inv), dbias = sum(dy)."""
+    g, dy, rank = low.graph, low.tensor(grad), len(x.meta["val"].shape)
+    inv = g.rsqrt(g.add(_channel(low, running_var, rank), eps))
+    per_channel = _summed(x, [0, *range(2, rank)])
+    dx = dw = db = None
+    if mask[0]:
+        dx = g.mul(dy, inv if w is None else g.mul(inv, _channel(low, w, rank)))
+    if mask[1]:
+        centered = g.sub(low.tensor(x), _channel(low, running_mean, rank))
+        dw = g.mul(g.reduction(g.mul(dy, centered), "ADD", per_channel), inv)
+    if mask[2]:
+        db = g.reduction(dy, "ADD", per_channel)
     return (dx, dw, db)
 
 
@@ -405,12 +448,17 @@ LOWERINGS: dict[Any, Op] = {
         _batch_norm_training,
         lambda x, w, b, mean, var, training, *rest: training and all(map(_is_tensor, (w, b, mean, var))),
     ),
+    aten._native_batch_norm_legit.no_stats: Op(
+        _batch_norm_without_statistics, lambda x, w, b, training, *rest: training and _is_tensor(w) and _is_tensor(b)
+    ),
     aten._native_batch_norm_legit_no_training.default: Op(
-        _batch_norm_inference, lambda x, w, b, mean, var, *rest: all(map(_is_tensor, (w, b, mean, var)))
+        _batch_norm_inference, lambda x, w, b, mean, var, *rest: _is_tensor(mean) and _is_tensor(var)
     ),
     aten.native_batch_norm_backward.default: Op(
         _batch_norm_backward,
-        lambda grad, x, w, rm, rv, mean, invstd, training, *rest: training and _is_tensor(w),
+        lambda grad, x, w, rm, rv, mean, invstd, training, *rest: (
+            _is_tensor(w) if training else _is_tensor(rm) and _is_tensor(rv)
+        ),
     ),
 }
 
@@ -434,7 +482,9 @@ class Built:
             (tensor, index, None if dims == tuple(lowering.args[index].shape) else dims)
             for (index, dims), tensor in lowering.inputs.items()
         ]
-        self.outputs = [(*output, tuple(output[0].get_dim())) for output in lowering.outputs]
+        self.outputs = [
+            (*output, output[1] if output[0] is None else tuple(output[0].get_dim())) for output in lowering.outputs
+        ]
         self.workspace_size = graph.get_workspace_size()
         self.workspace: torch.Tensor | None = None
 
@@ -445,6 +495,9 @@ class Built:
         }
         results = []
         for tensor, shape, strides, dtype, dims in self.outputs:
+            if tensor is None:  # no element: nothing to compute
+                results.append(torch.empty_strided(shape, strides, dtype=dtype, device=device))
+                continue
             if tensor not in pack:  # in torch's memory order, the graph tensor's (_follow_torch)
                 pack[tensor] = torch.empty_strided(shape, strides, dtype=dtype, device=device).view(dims)
             results.append(pack[tensor].view(shape))
