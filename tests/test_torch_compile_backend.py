@@ -309,15 +309,38 @@ def test_a_graph_with_nothing_to_fuse_runs_on_torch():
 
 
 def test_a_region_opendnn_refuses_runs_its_graph_on_torch_and_says_why():
-    def row_sums_doubled(x):  # sum's (5,) result is (5, 1) in the graph, so mul cannot read it there
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, eps=1e-6), nn.ReLU()).double()
+    eager, backend = copy.deepcopy(model), OpendnnBackend()
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    with torch.no_grad():  # a training batch norm, whose epsilon is below cuDNN's least
+        ours = torch.compile(model, backend=backend)(x)
+        assert relative_error(ours, eager(x)) < TOLERANCE[torch.float64]
+    assert backend.plans_executed == 0 and len(backend.regions) == 1
+    assert len(backend.fallbacks) == 1 and backend.fallbacks[0].startswith("graph0.fused_0: ")
+    assert "epsilon=1e-06 must be finite and at least 1e-05" in backend.fallbacks[0]
+
+
+def test_a_sum_that_drops_its_dims_ends_its_region_and_what_reads_it_runs_on_torch():
+    def row_sums_doubled(x):  # sum's (5,) result is (5, 1) in the graph, which has no reshape
         return torch.relu(x).sum(1) * 2.0
 
     backend = OpendnnBackend()
     x = torch.randn(5, 7, dtype=torch.float64)
     ours = torch.compile(row_sums_doubled, backend=backend)(x)
-    assert relative_error(ours, row_sums_doubled(x)) < TOLERANCE[torch.float64]
-    assert backend.plans_executed == 0 and len(backend.regions) == 1
-    assert backend.fallbacks == ["graph0.fused_0: sum_1 is read inside the region as [5], the graph computes [5, 1]"]
+    assert ours.shape == (5,) and relative_error(ours, row_sums_doubled(x)) < TOLERANCE[torch.float64]
+    assert backend.fallbacks == [] and backend.plans_executed == len(backend.regions) == 1
+    assert "(reduction)" in backend.plans[0].describe() and "mul" not in backend.plans[0].describe()
+
+
+def test_scalar_tensors_lower_as_tensors_of_one_element():
+    def losses(x, y):  # the sums run on torch, the arithmetic of their 0-dim results on opendnn
+        return torch.tanh(x.sum() * 0.5 + y.square().sum()) - torch.exp(x.sum() / y.sum())
+
+    backend = OpendnnBackend()
+    x, y = torch.randn(4, 3, dtype=torch.float64), torch.rand(6, dtype=torch.float64) + 0.5
+    ours = torch.compile(losses, backend=backend)(x, y)
+    assert ours.shape == () and relative_error(ours, losses(x, y)) < TOLERANCE[torch.float64]
+    assert backend.fallbacks == [] and backend.plans_executed == len(backend.regions) == 1
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -86,18 +86,19 @@ class Lowering:
                 self.outputs = self._outputs(node.args[0])
 
     def tensor(self, value: Any, dims: Sequence[int] | None = None) -> Any:
-        """The graph tensor of an FX value (a region input viewed as ``dims`` when given), or a number."""
+        """The graph tensor of an FX value (a region input viewed as ``dims`` when given), or a number.
+        A value of no dims (a scalar tensor) is the graph's tensor of dims [1]: it broadcasts alike."""
         if not isinstance(value, torch.fx.Node):
             return value
         if value.op == "placeholder":
             array = self.args[self.position[value]]
-            shape = tuple(array.shape) if dims is None else tuple(dims)
+            shape = (tuple(array.shape) if dims is None else tuple(dims)) or (1,)
             key = (self.position[value], shape)
             if key not in self.inputs:
                 self.inputs[key] = self.graph.tensor_like(array.reshape(shape), name=f"{value.name}_{len(self.inputs)}")
             return self.inputs[key]
         tensor = self.values[value]
-        shape = tuple(value.meta["val"].shape) if dims is None else tuple(dims)
+        shape = (tuple(value.meta["val"].shape) if dims is None else tuple(dims)) or (1,)
         if not isinstance(tensor, og.Tensor) or tuple(tensor.get_dim()) != shape:
             computed = tensor.get_dim() if isinstance(tensor, og.Tensor) else "several outputs"
             raise Refused(f"{value.name} is read inside the region as {list(shape)}, the graph computes {computed}")
@@ -168,7 +169,10 @@ class Op:
 
     def accepts(self, node: torch.fx.Node) -> bool:
         """Whether ``node`` lowers: every tensor it reads and writes floating point, of static shape
-        (a graph is built for fixed dims), and the operator's own rule holds."""
+        (a graph is built for fixed dims), none a sum that drops its dims (``_drops_dims``), and the
+        operator's own rule holds."""
+        if any(_drops_dims(source) for source in node.all_input_nodes):
+            return False
         vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
         for val in vals:
             for tensor in val if isinstance(val, (tuple, list)) else [val]:
@@ -179,6 +183,13 @@ class Op:
                 if not all(isinstance(d, int) for d in (*tensor.shape, *tensor.stride())):
                     return False
         return self._accepts(*node.args, **node.kwargs)
+
+
+def _drops_dims(node: torch.fx.Node) -> bool:
+    """A sum without keepdim: the graph's reduction keeps the summed dims as 1s and the graph has no
+    reshape, so what reads it stays on torch, and the sum ends its region (an output is bound in
+    torch's dims)."""
+    return node.target is aten.sum.dim_IntList and node.meta["val"].dim() != node.args[0].meta["val"].dim()
 
 
 def _pointwise(method: str) -> Op:
