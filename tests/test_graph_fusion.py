@@ -622,6 +622,38 @@ def test_regions_a_path_through_another_step_connects_do_not_merge():
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_regions_a_path_through_a_third_region_connects_do_not_merge(engine):
+    """An inference batch norm's backward: dx's region reads scale, whose region also computes dw
+    from the reduction over the gate, and the gate's region feeds that reduction. Merging the gate's
+    region with dx's would make two kernels that each wait on the other."""
+    rng = np.random.default_rng(44)
+    arrays = {"dy": random(rng, (2, 4, 3, 3)), "x": random(rng, (2, 4, 3, 3)), "w": random(rng, (1, 4, 1, 1))}
+    arrays["v"] = np.abs(random(rng, (1, 4, 1, 1))) + 0.5
+    g = cpu_graph("frozen_batch_norm_backward")
+    dy, x, w, v = graph_inputs(g, **arrays)
+    gate = g.relu(dy, name="gate")
+    inv = g.rsqrt(v, name="inv")
+    dx = g.mul(gate, g.mul(inv, w, name="scale"), name="dx")
+    dw = g.mul(g.reduction(g.mul(gate, x), "add", [1, 4, 1, 1], name="dot"), inv, name="dw")
+    db = g.reduction(gate, "add", [1, 4, 1, 1], name="db")
+    for t in (dx, dw, db):
+        t.set_output(True)
+    results = run(g, dict(zip((dy, x, w, v), arrays.values())), [dx, dw, db], engine)
+    relu_dy, inv_v = torch.relu(t64(arrays["dy"])), torch.rsqrt(t64(arrays["v"]))
+    expected = [
+        relu_dy * inv_v * t64(arrays["w"]),
+        (relu_dy * t64(arrays["x"])).sum((0, 2, 3), keepdim=True) * inv_v,
+        relu_dy.sum((0, 2, 3), keepdim=True),
+    ]
+    for actual, exact in zip(results, expected, strict=True):
+        assert relative_error(actual, exact.numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["FusedKernel"] * 3
+        kernels = [{node.name for node in step.region.nodes} for step in g.plan.steps]
+        assert not any({"gate", "dx"} <= kernel for kernel in kernels)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_node_that_reads_a_reduction_result_is_not_in_its_kernel(engine):
     rng = np.random.default_rng(43)
     x = random(rng, (4, 5))

@@ -282,11 +282,13 @@ def grow_regions(graph: OperationGraph, claimed: set[int]) -> list[Region]:
 def _merge_apart(regions: list[Region], graph: OperationGraph) -> None:
     """Merge the regions left of one space that may merge (``_mergeable``): outputs that share no
     node still share one kernel, its launch and its reads of common inputs."""
+    position = {id(node): k for k, node in enumerate(graph.nodes)}
     merged = True
     while merged:
         merged = False
+        region_of = {position[id(node)]: r for r in regions for node in r.nodes}
         for first in regions:
-            partner = next((r for r in regions if r is not first and _mergeable([first, r], graph)), None)
+            partner = next((r for r in regions if r is not first and _mergeable([first, r], graph, region_of)), None)
             if partner is not None:
                 first.nodes += partner.nodes
                 regions.remove(partner)
@@ -311,7 +313,7 @@ def _consumers_region(
     if not output.virtual and output.desc.dims != target.space:
         return None  # a graph output smaller than the space would be stored once per broadcast element
     if len(distinct) > 1:
-        if not _mergeable(distinct, graph, node):
+        if not _mergeable(distinct, graph, region_of, node):
             return None
         for region in distinct[1:]:
             target.nodes += region.nodes
@@ -322,14 +324,17 @@ def _consumers_region(
     return target
 
 
-def _mergeable(regions: list[Region], graph: OperationGraph, joining: NodeSpec | None = None) -> bool:
+def _mergeable(
+    regions: list[Region], graph: OperationGraph, region_of: dict[int, Region], joining: NodeSpec | None = None
+) -> bool:
     """Whether ``regions`` (with the node ``joining`` them) may be one kernel: one space, at most one
-    reducing, no node reading its result, no path through another step from one to another."""
+    reducing, no node reading its result, no path through another step from one to another
+    (``region_of``: the region of each node position grouped so far)."""
     if any(r.space != regions[0].space for r in regions) or sum(r.reducer is not None for r in regions) > 1:
         return False
     position = {id(node): k for k, node in enumerate(graph.nodes)}
     members = {position[id(node)] for r in regions for node in r.nodes}
-    return not _reads_the_reduction(regions, joining) and not _path_outside(members, graph)
+    return not _reads_the_reduction(regions, joining) and not _path_outside(members, graph, region_of)
 
 
 def _reads_the_reduction(regions: list[Region], joining: NodeSpec | None) -> bool:
@@ -343,9 +348,16 @@ def _reads_the_reduction(regions: list[Region], joining: NodeSpec | None) -> boo
     return any(uid in results for n in nodes for _, uid in n.inputs)
 
 
-def _path_outside(members: set[int], graph: OperationGraph) -> bool:
+def _path_outside(members: set[int], graph: OperationGraph, region_of: dict[int, Region]) -> bool:
     """Whether a path leaves the nodes at positions ``members`` and comes back to them: merged into
-    one step, they would then wait on a step that waits on them."""
+    one step, they would then wait on a step that waits on them. The path runs through steps, not
+    only nodes: a region already grouped (``region_of``) is one kernel, which writes its outputs
+    after it has read all its inputs, so a path entering it at one node leaves it at every other."""
+    position = {id(node): k for k, node in enumerate(graph.nodes)}
+
+    def step(k: int) -> set[int]:
+        region = region_of.get(k)
+        return {k} if region is None else {position[id(node)] for node in region.nodes}
 
     def consumers(k: int) -> set[int]:
         return {c for _, uid in graph.nodes[k].outputs for c in graph.consumers[uid]}
@@ -353,9 +365,9 @@ def _path_outside(members: set[int], graph: OperationGraph) -> bool:
     frontier = {c for k in members for c in consumers(k)} - members
     seen: set[int] = set()
     while frontier:
-        k = frontier.pop()
-        seen.add(k)
-        reached = consumers(k)
+        entered = step(frontier.pop()) - seen
+        seen |= entered
+        reached = {c for k in entered for c in consumers(k)}
         if reached & members:
             return True
         frontier |= reached - seen
