@@ -305,10 +305,18 @@ class OperationBuilder(PointwiseMethods):
         return out["y"], out["mean"], out["inv_variance"], out.get("next_running_mean"), out.get("next_running_var")
 
     def batchnorm_inference(
-        self, input: Tensor, mean: Tensor, inv_variance: Tensor, scale: Tensor, bias: Tensor, *, name: str | None = None
+        self,
+        input: Tensor,
+        mean: Tensor,
+        inv_variance: Tensor,
+        scale: Operand,
+        bias: Operand,
+        *,
+        name: str | None = None,
     ) -> Tensor:
         """``(input - mean) * inv_variance * scale + bias``: four pointwise nodes, which the fusion
-        engine fuses with their neighbours."""
+        engine fuses with their neighbours (scale and bias per channel, or numbers: 1 and 0 for a
+        normalization without an affine transform)."""
         base = f"batchnorm_inference_{len(self._nodes)}" if name is None else str(name)
         centered = self.sub(input, mean, name=f"{base}.center")
         normalized = self.mul(centered, inv_variance, name=f"{base}.normalize")

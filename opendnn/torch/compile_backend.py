@@ -115,7 +115,7 @@ class Lowering:
 
     def _outputs(self, returned: Any) -> list[tuple[og.Tensor | None, torch.Size, tuple[int, ...], torch.dtype]]:
         nodes = returned if isinstance(returned, (tuple, list)) else [returned]
-        outputs = []
+        outputs: list[tuple[og.Tensor | None, torch.Size, tuple[int, ...], torch.dtype]] = []
         for node in nodes:
             tensor, val = self.values[node], node.meta["val"]
             if tensor is EMPTY:
@@ -189,7 +189,10 @@ def _drops_dims(node: torch.fx.Node) -> bool:
     """A sum without keepdim: the graph's reduction keeps the summed dims as 1s and the graph has no
     reshape, so what reads it stays on torch, and the sum ends its region (an output is bound in
     torch's dims)."""
-    return node.target is aten.sum.dim_IntList and node.meta["val"].dim() != node.args[0].meta["val"].dim()
+    if node.target is not aten.sum.dim_IntList:
+        return False
+    source = node.args[0]
+    return isinstance(source, torch.fx.Node) and node.meta["val"].dim() != source.meta["val"].dim()
 
 
 def _pointwise(method: str) -> Op:
