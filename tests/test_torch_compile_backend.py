@@ -270,6 +270,14 @@ def test_a_batch_norm_in_eval_mode_inside_a_training_graph_lowers_forward_and_ba
     assert ("(reduction)" in backward) == affine  # dweight and dbias
 
 
+def test_a_batch_norm_in_eval_mode_inside_a_training_graph_runs_on_the_fusion_engine():
+    """Its backward's regions (dx, and dweight after its reduction) plan without waiting on each other."""
+    backend = OpendnnBackend()
+    compare(FrozenBatchNorm, (2, 3, 7, 7), torch.float32, backend, options={"heur_mode": "a"})
+    assert {plan.engine for plan in backend.plans} == {"fused"} and backend.fallbacks == []
+    assert backend.plans_executed == 2 * len(backend.regions) == 4
+
+
 def test_a_model_in_eval_mode_computes_gradients_through_its_batch_norms():
     backend = OpendnnBackend()
     compare(lambda: ConvBlock().eval(), (2, 4, 6, 6), torch.float64, backend)
