@@ -176,7 +176,7 @@ def training_call(handle, mode=SPATIAL, param_dims=(1, 3, 1, 1), epsilon=EPS, sc
             dict(param_dims=(1, 4, 1, 1)),
             r"bn_scale_bias_mean_var_desc.dims=\[1, 4, 1, 1\] must equal \[1, 3, 1, 1\] for mode=SPATIAL",
         ),
-        (dict(epsilon=1e-6), r"epsilon=1e-06 must be at least 1e-05"),
+        (dict(epsilon=-1e-6), r"epsilon=-1e-06 must be at least 0.0"),
         (dict(scale_elements=2), r"bn_scale_desc reaches 3 elements but bn_scale holds 2"),
         (
             dict(ops=od.BatchNormOps.BN_ADD_ACTIVATION, act=od.ActivationDescriptor(od.ActivationMode.RELU)),

@@ -388,7 +388,7 @@ FORWARD_ERRORS = {
         lambda a, o: a.update(running_var=torch.ones(1, C)),
         r"running_var.shape=\(1, 4\) must be \(4,\)",
     ),
-    "eps below 1e-5": (lambda a, o: o.update(eps=1e-6), r"eps=1e-06 must be at least 1e-05"),
+    "negative eps": (lambda a, o: o.update(eps=-1e-6), r"eps=-1e-06 must be at least 0.0"),
     "momentum above 1": (lambda a, o: o.update(momentum=1.5), r"momentum=1.5 must be between 0 and 1"),
     "activation tanh": (
         lambda a, o: o.update(activation="tanh"),

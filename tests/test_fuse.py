@@ -245,10 +245,10 @@ def test_training_fusion_leaves_shared_batch_norms_and_unsupported_options_alone
     class Shared(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.norm, self.tiny_eps = torch.nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3, eps=1e-6)
+            self.norm, self.negative_eps = torch.nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3, eps=-1e-6)
 
         def forward(self, x):
-            return torch.relu(self.norm(x)) + torch.relu(self.norm(-x)) + torch.relu(self.tiny_eps(x))
+            return torch.relu(self.norm(x)) + torch.relu(self.norm(-x)) + torch.relu(self.negative_eps(x))
 
     fused = ot.fuse(Shared().train())
     assert [type(m).__name__ for m in fused.modules()][1:] == ["BatchNorm2d", "BatchNorm2d"]

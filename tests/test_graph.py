@@ -108,8 +108,8 @@ def test_shape_errors_of_convolution_and_matmul_name_node_and_tensors():
 def test_parameter_errors_name_the_value_and_rule():
     g = cpu_graph()
     x = g.tensor([2, 3, 4, 4], name="x")
-    with pytest.raises(od.BadParam, match=r"epsilon=1e-06 must be finite and at least 1e-05"):
-        g.batchnorm(x, g.tensor([1, 3, 1, 1]), g.tensor([1, 3, 1, 1]), epsilon=1e-6)
+    with pytest.raises(od.BadParam, match=r"epsilon=-1e-06 must be finite and at least 0.0"):
+        g.batchnorm(x, g.tensor([1, 3, 1, 1]), g.tensor([1, 3, 1, 1]), epsilon=-1e-6)
     with pytest.raises(
         od.BadParam,
         match=r"node 'r' \(reduction\): output dims \[2, 3\] must have the 4 dims of input "

@@ -537,6 +537,23 @@ def test_batch_norm_running_statistics_follow_torch_in_train_and_eval(momentum):
     assert torch.equal(ours.running_mean, before) and int(ours.num_batches_tracked) == 3
 
 
+@pytest.mark.parametrize("eps", [1e-6, 1e-9])
+def test_batch_norm_of_an_epsilon_below_1e_5_converts_and_matches_torch(eps):
+    theirs = torch.nn.BatchNorm2d(3, eps=eps).double()
+    ours = copy.deepcopy(theirs)
+    assert ot.convert(ours).converted == [("", "BatchNorm2d")]
+    values = _randn(4, 3, 2, 5)
+    values[:, 1] = 5 + 1e-5 * values[:, 1]  # a channel of a variance 1e-5 would dwarf
+    x, x_ours = values.clone().requires_grad_(), values.clone().requires_grad_()
+    gradient = _randn(4, 3, 2, 5)
+    for model, inputs in ((theirs, x), (ours, x_ours)):
+        model(inputs).backward(gradient)
+    assert_close(ours(x_ours), theirs(x))
+    assert_close(x_ours.grad, x.grad)
+    assert_close(ours.weight.grad, theirs.weight.grad)
+    assert_close(ours.running_var, theirs.running_var)
+
+
 def test_batch_norm_without_running_statistics_uses_batch_statistics_in_eval():
     theirs = torch.nn.BatchNorm2d(3, track_running_stats=False).double().eval()
     ours = copy.deepcopy(theirs)

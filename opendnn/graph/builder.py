@@ -23,13 +23,13 @@ from opendnn.core.descriptors import check_finite
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
+from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.families.pointwise.problem import resolved_coef
 from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label, step_fraction
 from opendnn.graph.pointwise_methods import PointwiseMethods
 from opendnn.graph.tensor import Tensor
 
 Operand = Tensor | float | int
-BN_MIN_EPSILON = 1e-5  # cuDNN's CUDNN_BN_MIN_EPSILON, which opendnn's batch norm also requires
 
 
 class NormForwardPhase(enum.Enum):

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from opendnn.core.errors import NotSupported
+from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.torch import attention, functions
 from opendnn.torch.library import carries_tangent, compute_dtype
 from opendnn.torch.routing import all_float, require
@@ -159,7 +160,7 @@ def _batch_norm(
     cudnn_enabled: bool,
 ) -> torch.Tensor:
     _floating(input, weight, bias)
-    require(eps >= 1e-5, f"eps={eps} below 1e-5")
+    require(eps >= BN_MIN_EPSILON, f"eps={eps} below {BN_MIN_EPSILON}")
     require(input.ndim >= 2, f"input of {input.ndim} dims")
     running = [t for t in (running_mean, running_var) if t is not None]
     require(training or len(running) == 2, "no running statistics in evaluation")

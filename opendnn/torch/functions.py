@@ -383,7 +383,7 @@ def batch_norm(
     momentum: float | torch.Tensor = 0.1,
     eps: float = 1e-5,
 ) -> torch.Tensor:
-    """torch.nn.functional.batch_norm through opendnn (eps at least 1e-5, cuDNN's minimum); momentum
+    """torch.nn.functional.batch_norm through opendnn (eps at least 0, cuDNN's minimum); momentum
     as ``batch_norm_add_activation`` takes it."""
     if training:
         return batch_norm_add_activation(x, None, running_mean, running_var, weight, bias, momentum, eps, None)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from opendnn.core.errors import NotSupported
+from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.families.convolution.functional import transpose_post_padding
 from opendnn.torch import functions
 from opendnn.torch.library import as_torch_error
@@ -163,8 +164,8 @@ class _BatchNorm(OpendnnModule):
     _check_input_dim: Any
 
     def unsupported(self) -> str | None:
-        if self.eps < 1e-5:
-            return f"eps={self.eps} is below 1e-5 (cuDNN's minimum)"
+        if not self.eps >= BN_MIN_EPSILON:
+            return f"eps={self.eps} is below {BN_MIN_EPSILON} (cuDNN's minimum)"
         return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from opendnn.core.errors import NotSupported
+from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.torch import functions
 
 _is_compiling = torch.compiler.is_compiling
@@ -106,7 +107,7 @@ def _batch_norm(
     momentum: float = 0.1,
     eps: float = 1e-5,
 ) -> torch.Tensor:
-    require(eps >= 1e-5, f"eps={eps} below 1e-5")
+    require(eps >= BN_MIN_EPSILON, f"eps={eps} below {BN_MIN_EPSILON}")
     return functions.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 

@@ -46,7 +46,7 @@ from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.memo import cached_hash, memoized
 
-BN_MIN_EPSILON = 1e-5  # cuDNN's CUDNN_BN_MIN_EPSILON
+BN_MIN_EPSILON = 0.0  # cuDNN's CUDNN_BN_MIN_EPSILON (older cuDNN asked 1e-5)
 ACTIVATIONS = ("relu", "clipped_relu", "identity")  # the activations the Ex forms fuse
 NAN_RULED = ("relu", "clipped_relu")  # those whose NaN rule propagate_nan (and torch_rule) set
 

@@ -320,11 +320,11 @@ def error_samples() -> list[ErrorSample]:
             "momentum=2.0 must be between 0 and 1",
         ),
         ErrorSample(
-            "eps below cuDNN's minimum",
+            "a negative eps",
             F.batch_norm,
-            lambda: {"x": values(4, 3, 2), **statistics(), "eps": 0.0},
+            lambda: {"x": values(4, 3, 2), **statistics(), "eps": -0.001},
             BadParam,
-            "eps=0.0 must be at least 1e-05",
+            "eps=-0.001 must be at least 0.0",
         ),
         ErrorSample(
             "an activation the fused forms lack",
