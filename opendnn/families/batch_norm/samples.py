@@ -31,7 +31,7 @@ from opendnn.families.batch_norm.api import (
 )
 from opendnn.families.pointwise.activation_api import ActivationDescriptor, ActivationMode
 
-EPSILON = 2.0**-16  # above cuDNN's minimum 1e-5 and exact in float32 (the interpreter's scalars)
+EPSILON = 2.0**-16  # exact in float32 (the interpreter's scalars)
 FACTOR = 0.25  # exponential average factor, exact in float32
 CEILING = 1.5  # clipped relu's ceiling
 
