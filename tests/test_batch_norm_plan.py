@@ -378,7 +378,7 @@ FORWARD_ERRORS = {
     "bias not an array": (lambda a, o: a.update(bias=[0.0] * C), r"bias of type list is not a NumPy array"),
     "running_mean float64": (
         lambda a, o: a.update(running_mean=a["running_mean"].double()),
-        r"running_mean.dtype=float64 must be float32 \(updated in place\)",
+        r"running_mean.dtype=float64 must be float32 \(running statistics are used in place\)",
     ),
     "running_var strided": (
         lambda a, o: a.update(running_var=torch.ones(2 * C)[::2]),

@@ -22,6 +22,7 @@ from opendnn.families.convolution.problem import (
 )
 from opendnn.families.convolution.samples import GEOMETRIES
 from opendnn.families.pointwise.problem import PointwiseMode
+from opendnn.samples import relative_error
 
 SMALL = GEOMETRIES["small"]
 TORCH_CONV = {1: TF.conv1d, 2: TF.conv2d, 3: TF.conv3d}
@@ -350,6 +351,18 @@ def test_backward_bias_refuses_a_wrong_length():
 def test_algorithm_of_another_direction_is_refused():
     with pytest.raises(od.BadParam, match="must be a ConvolutionFwdAlgo for forward"):
         problem_of(SMALL["2d"], algo=od.ConvolutionBwdDataAlgo.ALGO_0)
+    with pytest.raises(od.BadParam, match="algo=9 must be a ConvolutionFwdAlgo for forward"):
+        problem_of(SMALL["2d"], algo=9)
+
+
+def test_an_algorithm_given_as_cudnns_integer_value_is_its_member():
+    assert problem_of(SMALL["2d"], algo=1) == problem_of(SMALL["2d"], algo=od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM)
+    x, w = random((2, 3, 6, 5), 5), random((4, 3, 3, 3), 6)
+    y = torch.full((2, 4, 6, 5), float("nan"), dtype=torch.float64)
+    conv_desc = od.ConvolutionDescriptor((1, 1), (1, 1), (1, 1), compute_type=od.DataType.DOUBLE)
+    args = (od.create("cpu"), 1.0, descriptor(x), x, descriptor(w), w, conv_desc, 0, None, 0.0, descriptor(y), y)
+    od.convolution_forward(*args)  # 0: IMPLICIT_GEMM
+    assert relative_error(y, TF.conv2d(x, w, padding=1)) < 1e-12
 
 
 # ---- the cuDNN-shaped API details ----------------------------------------------------------------

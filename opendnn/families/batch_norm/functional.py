@@ -523,11 +523,14 @@ class _Parameters:
         native = as_native(array, name)
         # the messages are formatted only on failure: this runs for every new signature
         if dtype_of(native) is not self.dtype:
-            raise BadParam(f"{name}.dtype={dtype_of(native).value} must be {self.dtype.value} (updated in place)")
+            raise BadParam(
+                f"{name}.dtype={dtype_of(native).value} must be {self.dtype.value}"
+                " (running statistics are used in place)"
+            )
         if tuple(native.shape) != (self.channels,):
             raise BadParam(f"{name}.shape={tuple(native.shape)} must be ({self.channels},)")
         if not _is_contiguous(native):
-            raise BadParam(f"{name} must be contiguous (it is updated in place)")
+            raise BadParam(f"{name} must be contiguous (running statistics are used in place)")
         return self._view(native)
 
     def _view(self, native: Any) -> _Source:

@@ -489,6 +489,8 @@ def convolution_problem(
     alpha, beta, alpha2 = check_finite("alpha", alpha), check_finite("beta", beta), check_finite("alpha2", alpha2)
     algo = DEFAULT_ALGORITHM[direction] if algo is None else algo
     family = ALGORITHMS[direction]
+    if type(algo) is int and algo in family._value2member_map_:  # a cuDNN enum's value, as C passes it
+        algo = family(algo)
     require(isinstance(algo, family), f"algo={algo!r} must be a {family.__name__} for {direction.value}")
     epilogue = bias_desc is not None or z_desc is not None or activation is not None
     if epilogue:
