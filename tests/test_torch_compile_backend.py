@@ -341,6 +341,27 @@ def test_a_sum_that_drops_its_dims_ends_its_region_and_what_reads_it_runs_on_tor
     assert "(reduction)" in backend.plans[0].describe() and "mul" not in backend.plans[0].describe()
 
 
+class SqueezeExcite(nn.Module):
+    """x * sigmoid(conv(relu(conv(mean of x over its pixels)))): the mean keeps its dims."""
+
+    def __init__(self):
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+
+    def forward(self, x):
+        scale = self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True))))
+        return x * torch.sigmoid(scale)
+
+
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_a_mean_over_pixels_lowers_as_the_graphs_average(options):
+    backend = OpendnnBackend()
+    compare(SqueezeExcite, (2, 8, 5, 6), torch.float32, backend, options=options)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions)
+    assert [name for name in backend.regions if name.startswith("graph0.")] == ["graph0.fused_0"]
+    assert "reduction" in backend.plans[0].describe()  # the whole forward, its mean included
+
+
 def test_scalar_tensors_lower_as_tensors_of_one_element():
     def losses(x, y):  # the sums run on torch, the arithmetic of their 0-dim results on opendnn
         return torch.tanh(x.sum() * 0.5 + y.square().sum()) - torch.exp(x.sum() / y.sum())

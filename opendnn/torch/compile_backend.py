@@ -3,7 +3,7 @@ region opendnn's graph API can run replaced by a call of a built ``opendnn.graph
 
 aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
 nodes of ``LOWERINGS`` (convolution and its backward, matmuls, the pointwise operations and their
-backward forms, sums, layer norm, batch norm in training and inference and their backward forms)
+backward forms, sums and means, layer norm, batch norm in training and inference and their backward forms)
 are grouped by torch's capability partitioner into regions: connected, and never depending on
 themselves through a node left outside. Each region of two nodes or more becomes one
 ``OpendnnRegion``: on its first call for a signature of its inputs (shapes, strides, dtypes,
@@ -186,10 +186,10 @@ class Op:
 
 
 def _drops_dims(node: torch.fx.Node) -> bool:
-    """A sum without keepdim: the graph's reduction keeps the summed dims as 1s and the graph has no
-    reshape, so what reads it stays on torch, and the sum ends its region (an output is bound in
-    torch's dims)."""
-    if node.target is not aten.sum.dim_IntList:
+    """A sum or mean without keepdim: the graph's reduction keeps the reduced dims as 1s and the graph
+    has no reshape, so what reads it stays on torch, and the reduction ends its region (an output is
+    bound in torch's dims)."""
+    if node.target not in REDUCTIONS:
         return False
     source = node.args[0]
     return isinstance(source, torch.fx.Node) and node.meta["val"].dim() != source.meta["val"].dim()
@@ -252,8 +252,16 @@ def _summed(node: Any, dims: Sequence[int]) -> list[int]:
     return [1 if k in reduced else size for k, size in enumerate(shape)]
 
 
-def _sum(low: Lowering, node: torch.fx.Node, x: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
-    return low.graph.reduction(low.tensor(x), "ADD", _summed(x, dims))
+def _reduction(mode: str) -> Op:
+    """A sum or mean over dims (``aten.sum.dim_IntList``, ``aten.mean.dim``): the graph's reduction."""
+
+    def lower(low: Lowering, node: torch.fx.Node, x: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
+        return low.graph.reduction(low.tensor(x), mode, _summed(x, dims))
+
+    return Op(lower, lambda x, dims, keepdim=False, dtype=None: bool(dims) and dtype is None)
+
+
+REDUCTIONS = {aten.sum.dim_IntList: _reduction("ADD"), aten.mean.dim: _reduction("AVG")}
 
 
 def _softmax(low: Lowering, node: torch.fx.Node, x: Any, dim: int, half_to_float: bool, log: bool = False) -> Any:
@@ -453,7 +461,7 @@ LOWERINGS: dict[Any, Op] = {
     ),
     aten._softmax_backward_data.default: Op(_softmax_backward, _same_dtype),
     aten._log_softmax_backward_data.default: Op(_log_softmax_backward, _same_dtype),
-    aten.sum.dim_IntList: Op(_sum, lambda x, dims, keepdim=False, dtype=None: bool(dims) and dtype is None),
+    **REDUCTIONS,
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
         _layer_norm_backward, lambda grad, x, normalized, mean, rstd, w, b, mask: _is_tensor(w) and _is_tensor(b)
