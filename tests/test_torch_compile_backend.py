@@ -341,6 +341,32 @@ def test_a_sum_that_drops_its_dims_ends_its_region_and_what_reads_it_runs_on_tor
     assert "(reduction)" in backend.plans[0].describe() and "mul" not in backend.plans[0].describe()
 
 
+class Decoder(nn.Module):
+    """Transposed convolutions of a U-Net's decoder: strided, padded with an output_padding, grouped."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(6, 4, 2, stride=2)
+        self.grouped = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False)
+
+    def forward(self, x):
+        return self.grouped(torch.relu(self.up(x)))
+
+
+@pytest.mark.parametrize(
+    "dtype, options",
+    [(torch.float64, None), (torch.float32, None), (torch.float32, {"heur_mode": "a"})],
+    ids=["reference-float64", "reference-float32", "fused-float32"],
+)
+def test_transposed_convolutions_lower_as_the_backward_data_of_a_convolution(dtype, options):
+    backend = OpendnnBackend()
+    compare(Decoder, (2, 6, 3, 4), dtype, backend, options=options)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) == 4
+    forward, backward = backend.plans[0].describe(), backend.plans[1].describe()
+    assert forward.count("(conv_dgrad)") == 2 and "conv_fprop" not in forward
+    assert "(conv_fprop)" in backward and backward.count("(conv_wgrad)") == 2
+
+
 class SqueezeExcite(nn.Module):
     """x * sigmoid(conv(relu(conv(mean of x over its pixels)))): the mean keeps its dims."""
 

@@ -2,9 +2,9 @@
 region opendnn's graph API can run replaced by a call of a built ``opendnn.graph`` plan.
 
 aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
-nodes of ``LOWERINGS`` (convolution and its backward, matmuls, the pointwise operations and their
-backward forms, sums and means, layer norm, batch norm in training and inference and their backward forms)
-are grouped by torch's capability partitioner into regions: connected, and never depending on
+nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
+operations and their backward forms, sums and means, layer norm, batch norm in training and
+inference and their backward forms) are grouped by torch's capability partitioner into regions: connected, and never depending on
 themselves through a node left outside. Each region of two nodes or more becomes one
 ``OpendnnRegion``: on its first call for a signature of its inputs (shapes, strides, dtypes,
 device) it lowers the region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's
@@ -205,9 +205,25 @@ def _channel(low: Lowering, value: Any, rank: int) -> Any:
 
 
 def _convolution(
-    low: Lowering, node: torch.fx.Node, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any, *rest: Any
+    low: Lowering,
+    node: torch.fx.Node,
+    x: Any,
+    w: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: Any,
+    *rest: Any,
 ) -> Any:
-    y = low.graph.conv_fprop(low.tensor(x), low.tensor(w), padding=padding, stride=stride, dilation=dilation)
+    """A convolution, or a transposed one: the backward data of the convolution whose output x is
+    (its output_padding in the dims torch gives y)."""
+    geometry = {"padding": padding, "stride": stride, "dilation": dilation}
+    if transposed:
+        y = low.graph.conv_dgrad(low.tensor(x), low.tensor(w), **geometry)
+        y.set_dim(list(node.meta["val"].shape))
+    else:
+        y = low.graph.conv_fprop(low.tensor(x), low.tensor(w), **geometry)
     return y if bias is None else low.graph.bias(y, _channel(low, bias, len(y.get_dim())))
 
 
@@ -226,13 +242,20 @@ def _convolution_backward(
     groups: Any,
     mask: Sequence[bool],
 ) -> Any:
+    """The gradients of a convolution, or of a transposed one: the convolution whose image is the
+    transposed one's output (dy), read forward for dx, its filter's gradient with x as its gradient."""
     g, dy, rank = low.graph, low.tensor(grad), len(grad.meta["val"].shape)
+    geometry = {"padding": padding, "stride": stride, "dilation": dilation}
     dx = dw = db = None
     if mask[0]:
-        dx = g.conv_dgrad(dy, low.tensor(w), padding=padding, stride=stride, dilation=dilation)
+        if transposed:
+            dx = g.conv_fprop(dy, low.tensor(w), **geometry)
+        else:
+            dx = g.conv_dgrad(dy, low.tensor(w), **geometry)
         dx.set_dim(list(x.meta["val"].shape))
     if mask[1]:
-        dw = g.conv_wgrad(low.tensor(x), dy, padding=padding, stride=stride, dilation=dilation)
+        image, gradient = (dy, low.tensor(x)) if transposed else (low.tensor(x), dy)
+        dw = g.conv_wgrad(image, gradient, **geometry)
         dw.set_dim(list(w.meta["val"].shape))
     if mask[2]:
         db = g.reduction(dy, "ADD", [1, dy.get_dim()[1], *([1] * (rank - 2))])
@@ -430,13 +453,8 @@ def _binary(a: Any, b: Any, alpha: Any = 1) -> bool:
 
 
 LOWERINGS: dict[Any, Op] = {
-    aten.convolution.default: Op(
-        _convolution, lambda x, w, bias, stride, padding, dilation, transposed, out_pad, groups: not transposed
-    ),
-    aten.convolution_backward.default: Op(
-        _convolution_backward,
-        lambda grad, x, w, sizes, stride, padding, dilation, transposed, *rest: not transposed,
-    ),
+    aten.convolution.default: Op(_convolution),
+    aten.convolution_backward.default: Op(_convolution_backward),
     aten.mm.default: _pointwise("matmul"),
     aten.bmm.default: _pointwise("matmul"),
     aten.addmm.default: Op(_addmm, lambda bias, a, b, beta=1, alpha=1: beta == 1 and alpha == 1),
