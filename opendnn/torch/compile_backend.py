@@ -4,8 +4,8 @@ region opendnn's graph API can run replaced by a call of a built ``opendnn.graph
 aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
 nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
 operations and their backward forms, sums and means, layer norm, batch norm in training and
-inference and their backward forms) are grouped by torch's capability partitioner into regions: connected, and never depending on
-themselves through a node left outside. Each region of two nodes or more becomes one
+inference and their backward forms) are grouped by torch's capability partitioner into regions:
+connected, and never depending on themselves through a node left outside. Each region of two nodes or more becomes one
 ``OpendnnRegion``: on its first call for a signature of its inputs (shapes, strides, dtypes,
 device) it lowers the region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's
 generated kernels, convolution and matmul epilogues) and keeps it; each call then allocates the
