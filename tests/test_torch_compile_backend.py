@@ -367,6 +367,51 @@ def test_transposed_convolutions_lower_as_the_backward_data_of_a_convolution(dty
     assert "(conv_fprop)" in backward and backward.count("(conv_wgrad)") == 2
 
 
+# torch's CPU hardsigmoid backward multiplies by float32's 1/6 in float64 too (3e-8 from 1/6)
+TORCHS_ONE_SIXTH = {torch.float32: TOLERANCE[torch.float32], torch.float64: 1e-7}
+
+
+class MobileBlock(nn.Module):
+    """The activations of MobileNetV2 and V3 and EfficientNet: relu6, hardswish, hardsigmoid, silu."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand, self.project = nn.Conv2d(4, 8, 1), nn.Conv2d(8, 4, 1)
+        self.relu6, self.hardswish = nn.ReLU6(inplace=True), nn.Hardswish()
+        self.hardsigmoid, self.silu = nn.Hardsigmoid(), nn.SiLU()
+
+    def forward(self, x):
+        y = self.hardswish(self.relu6(self.expand(x)) * 2.0 - 4.0)
+        return self.silu(self.project(y * self.hardsigmoid(y)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mobile_activations_lower_forward_and_backward(dtype):
+    backend = OpendnnBackend()
+    compare(MobileBlock, (2, 4, 5, 5), dtype, backend, tolerance=TORCHS_ONE_SIXTH[dtype])
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) == 4
+
+
+@pytest.mark.parametrize("activation", [TF.relu6, TF.hardswish, TF.hardsigmoid, TF.silu, TF.hardtanh])
+def test_mobile_activations_follow_torch_at_their_kinks_and_at_nan(activation):
+    """The backward formulas' boundaries (x = -3, -1, 0, 1, 3, 6) as torch's kernels take them; NaN
+    forward (torch's backward at a NaN x depends on where its vectorized loop puts the element)."""
+    x = torch.tensor([-4.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 6.0, 7.0], dtype=torch.float64)
+    x = x.repeat(2, 1).requires_grad_()
+    gradient = torch.linspace(-2.0, 3.0, x.numel(), dtype=torch.float64).view_as(x)
+    backend = OpendnnBackend()
+    compiled = torch.compile(lambda t: activation(t * 1.0), backend=backend)
+    ours = compiled(x)
+    (ours_grad,) = torch.autograd.grad(ours, x, gradient)
+    theirs = activation(x * 1.0)
+    (theirs_grad,) = torch.autograd.grad(theirs, x, gradient)
+    torch.testing.assert_close(ours, theirs, rtol=1e-15, atol=0.0)
+    torch.testing.assert_close(ours_grad, theirs_grad, rtol=TORCHS_ONE_SIXTH[torch.float64], atol=0.0)
+    assert backend.fallbacks == [] and backend.plans_executed == 2
+    with torch.no_grad():
+        assert compiled(torch.full((2, 10), math.nan, dtype=torch.float64)).isnan().all()
+
+
 class SqueezeExcite(nn.Module):
     """x * sigmoid(conv(relu(conv(mean of x over its pixels)))): the mean keeps its dims."""
 

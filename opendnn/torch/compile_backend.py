@@ -439,6 +439,39 @@ def _threshold_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, t
     return g.binary_select(0.0, low.tensor(grad), g.cmp_le(low.tensor(x), threshold))
 
 
+def _hardtanh(low: Lowering, node: torch.fx.Node, x: Any, low_value: float = -1.0, high_value: float = 1.0) -> Any:
+    """``min(max(x, low), high)``: NaN stays NaN (relu6 is hardtanh from 0 to 6)."""
+    return low.graph.max(low.graph.min(low.tensor(x), high_value), low_value)
+
+
+def _hardtanh_backward(
+    low: Lowering, node: torch.fx.Node, grad: Any, x: Any, low_value: float, high_value: float
+) -> Any:
+    """torch's formula, ``x <= low or x >= high ? 0 : grad`` (grad where x is NaN)."""
+    g, xt = low.graph, low.tensor(x)
+    return g.binary_select(0.0, low.tensor(grad), g.logical_or(g.cmp_le(xt, low_value), g.cmp_ge(xt, high_value)))
+
+
+def _relu6_of_shifted(low: Lowering, x: Any) -> Any:
+    """``min(max(x + 3, 0), 6)``, what hardsigmoid and hardswish divide by 6."""
+    g = low.graph
+    return g.min(g.max(g.add(low.tensor(x), 3.0), 0.0), 6.0)
+
+
+def _hardsigmoid_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any) -> Any:
+    """torch's formula, ``-3 < x < 3 ? grad / 6 : 0`` (0 where x is NaN)."""
+    g, xt = low.graph, low.tensor(x)
+    inside = g.logical_and(g.cmp_gt(xt, -3.0), g.cmp_lt(xt, 3.0))
+    return g.binary_select(g.div(low.tensor(grad), 6.0), 0.0, inside)
+
+
+def _hardswish_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any) -> Any:
+    """torch's formula: 0 up to -3, ``grad * (x / 3 + 0.5)`` below 3, grad from 3 (and where x is NaN)."""
+    g, xt, gradient = low.graph, low.tensor(x), low.tensor(grad)
+    ramp = g.mul(gradient, g.add(g.div(xt, 3.0), 0.5))
+    return g.binary_select(0.0, g.binary_select(ramp, gradient, g.cmp_lt(xt, 3.0)), g.cmp_le(xt, -3.0))
+
+
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.fx.Node)
 
@@ -469,6 +502,18 @@ LOWERINGS: dict[Any, Op] = {
     aten.relu.default: _pointwise("relu"),
     aten.sigmoid.default: _pointwise("sigmoid"),
     aten.tanh.default: _pointwise("tanh"),
+    aten.silu.default: Op(lambda low, node, x: low.graph.swish(low.tensor(x), 1.0)),
+    aten.silu_backward.default: Op(
+        lambda low, node, grad, x: low.graph.swish_backward(low.tensor(grad), low.tensor(x), 1.0)
+    ),
+    aten.hardtanh.default: Op(_hardtanh),
+    aten.hardtanh_backward.default: Op(_hardtanh_backward),
+    aten.hardsigmoid.default: Op(lambda low, node, x: low.graph.div(_relu6_of_shifted(low, x), 6.0)),
+    aten.hardsigmoid_backward.default: Op(_hardsigmoid_backward),
+    aten.hardswish.default: Op(
+        lambda low, node, x: low.graph.div(low.graph.mul(low.tensor(x), _relu6_of_shifted(low, x)), 6.0)
+    ),
+    aten.hardswish_backward.default: Op(_hardswish_backward),
     aten.gelu.default: Op(_gelu),
     aten.gelu_backward.default: Op(_gelu_backward),
     aten.threshold_backward.default: Op(_threshold_backward),
