@@ -493,7 +493,7 @@ def _batch_norm_calls() -> list[Call]:
     parameters = {
         "weight": (TEXT, data(3)),
         "bias": (TEXT, data(5)),
-        "eps": (*EPS, ZERO, 1e-6),
+        "eps": EPS,
         "running_mean": (TEXT, data(3), data(4, dtype=np.float64)),
         "running_var": (TEXT, data(3), data(4, dtype=np.float64)),
     }
@@ -535,7 +535,7 @@ def _batch_norm_calls() -> list[Call]:
             {
                 "dy": (TEXT, data(2, 4, 5)),
                 "weight": (TEXT, data(3)),
-                "eps": (*EPS, ZERO),
+                "eps": EPS,
                 "saved_mean": (TEXT, data(3)),
             },
         ),
@@ -547,7 +547,7 @@ def _batch_norm_calls() -> list[Call]:
                 "dy": (TEXT, data(2, 4, 5)),
                 "weight": (TEXT, data(3)),
                 "state": (TEXT,),
-                "eps": (*EPS, ZERO),
+                "eps": EPS,
                 "activation": (TEXT, ENUM, "sigmoid"),
             },
         ),
@@ -1075,7 +1075,7 @@ def _cudnn_calls() -> list[Call]:
                 "mode": (TEXT, ENUM),
                 "alpha": SCALAR,
                 "exponential_average_factor": (*SCALAR, 2.0),
-                "epsilon": (*SCALAR, ZERO),
+                "epsilon": (*SCALAR, NEGATIVE),
                 "bn_scale_bias_mean_var_desc": (TEXT, od.TensorDescriptor("float32", (4,))),
             },
         ),
