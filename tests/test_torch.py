@@ -630,6 +630,25 @@ def test_convert_reports_what_it_left_to_torch_and_why():
     assert "padding_mode='reflect'" in str(report)
 
 
+def test_convert_does_not_report_an_empty_sequential():
+    class Branches(torch.nn.Module):  # as torchvision's ShuffleNet unit of stride 1: one branch passes through
+        def __init__(self):
+            super().__init__()
+            self.branch1 = torch.nn.Sequential()
+            self.branch2 = torch.nn.Sequential(torch.nn.Conv2d(2, 2, 1), torch.nn.ReLU())
+
+        def forward(self, x):
+            return torch.cat((self.branch1(x), self.branch2(x)), 1)
+
+    model = Branches().double()
+    ours = copy.deepcopy(model)
+    report = ot.convert(ours)
+    assert report.left_alone == []
+    assert report.converted == [("branch2.0", "Conv2d"), ("branch2.1", "ReLU")]
+    x = torch.randn(2, 2, 3, 3, dtype=torch.float64)
+    assert_close(ours(x), model(x), torch.float64)
+
+
 class Conv3DSimple(torch.nn.Conv3d):
     """As torchvision's video models define it: a constructor and a static helper of its own."""
 

@@ -182,11 +182,13 @@ def _no_equivalent(module: torch.nn.Module) -> str | None:
         return ROUTED_CALLS[type(module)]
     if any(isinstance(module, torch_type) for torch_type in CONVERSIONS):
         return "a subclass of a supported torch module that overrides its methods: it runs as written"
+    # a container's computation is its children's; an empty Sequential (a branch that passes its input
+    # through, as in torchvision's ShuffleNet) has none
+    if isinstance(module, torch.nn.Sequential) or type(module).forward is torch.nn.Module.forward:
+        return None
     has_children = next(module.children(), None) is not None
     if not has_children:
         return "no opendnn equivalent"
-    if type(module).forward is torch.nn.Module.forward or isinstance(module, torch.nn.Sequential):
-        return None
     if any(True for _ in module.parameters(recurse=False)):
         return "its own forward uses its own parameters through torch calls"
     return None
