@@ -104,13 +104,12 @@ def nodes_of(part: Part) -> list[NodeSpec]:
 def _in_dependency_order(parts: list[Part], graph: OperationGraph) -> list[Part]:
     """``parts`` topologically sorted by the tensors they pass (Kahn's algorithm; among the ready
     ones, the one whose first node comes first)."""
-    position = {id(node): k for k, node in enumerate(graph.nodes)}
     writer = {uid: k for k, part in enumerate(parts) for node in nodes_of(part) for _, uid in node.outputs}
     needs = [
         {writer[uid] for node in nodes_of(part) for _, uid in node.inputs if writer.get(uid, k) != k}
         for k, part in enumerate(parts)
     ]
-    first = [min(position[id(node)] for node in nodes_of(part)) for part in parts]
+    first = [min(graph.position[id(node)] for node in nodes_of(part)) for part in parts]
     order: list[int] = []
     while len(order) < len(parts):
         ready = min((k for k in range(len(parts)) if k not in order and needs[k] <= set(order)), key=lambda k: first[k])
@@ -273,20 +272,18 @@ def grow_regions(graph: OperationGraph, claimed: set[int]) -> list[Region]:
         target.nodes.append(node)
         region_of[position] = target
     _merge_apart(regions, graph)
-    order = {id(node): k for k, node in enumerate(graph.nodes)}
     for region in regions:
-        region.nodes.sort(key=lambda node: order[id(node)])
+        region.nodes.sort(key=lambda node: graph.position[id(node)])
     return regions
 
 
 def _merge_apart(regions: list[Region], graph: OperationGraph) -> None:
     """Merge the regions left of one space that may merge (``_mergeable``): outputs that share no
     node still share one kernel, its launch and its reads of common inputs."""
-    position = {id(node): k for k, node in enumerate(graph.nodes)}
     merged = True
     while merged:
         merged = False
-        region_of = {position[id(node)]: r for r in regions for node in r.nodes}
+        region_of = {graph.position[id(node)]: r for r in regions for node in r.nodes}
         for first in regions:
             partner = next((r for r in regions if r is not first and _mergeable([first, r], graph, region_of)), None)
             if partner is not None:
@@ -332,8 +329,7 @@ def _mergeable(
     (``region_of``: the region of each node position grouped so far)."""
     if any(r.space != regions[0].space for r in regions) or sum(r.reducer is not None for r in regions) > 1:
         return False
-    position = {id(node): k for k, node in enumerate(graph.nodes)}
-    members = {position[id(node)] for r in regions for node in r.nodes}
+    members = {graph.position[id(node)] for r in regions for node in r.nodes}
     return not _reads_the_reduction(regions, joining) and not _path_outside(members, graph, region_of)
 
 
@@ -353,11 +349,10 @@ def _path_outside(members: set[int], graph: OperationGraph, region_of: dict[int,
     one step, they would then wait on a step that waits on them. The path runs through steps, not
     only nodes: a region already grouped (``region_of``) is one kernel, which writes its outputs
     after it has read all its inputs, so a path entering it at one node leaves it at every other."""
-    position = {id(node): k for k, node in enumerate(graph.nodes)}
 
     def step(k: int) -> set[int]:
         region = region_of.get(k)
-        return {k} if region is None else {position[id(node)] for node in region.nodes}
+        return {k} if region is None else {graph.position[id(node)] for node in region.nodes}
 
     def consumers(k: int) -> set[int]:
         return {c for _, uid in graph.nodes[k].outputs for c in graph.consumers[uid]}

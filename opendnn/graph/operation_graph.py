@@ -81,6 +81,7 @@ class OperationGraph:
     nodes: tuple[NodeSpec, ...]
     consumers: dict[int, tuple[int, ...]] = field(init=False, compare=False)  # uid -> node positions
     producer: dict[int, int] = field(init=False, compare=False)  # uid -> node position
+    position: dict[int, int] = field(init=False, compare=False)  # id(node) -> node position
 
     def __post_init__(self) -> None:
         consumers: dict[int, list[int]] = {t.uid: [] for t in self.tensors}
@@ -93,6 +94,7 @@ class OperationGraph:
                 producer[uid] = position
         object.__setattr__(self, "consumers", {uid: tuple(c) for uid, c in consumers.items()})
         object.__setattr__(self, "producer", producer)
+        object.__setattr__(self, "position", {id(node): k for k, node in enumerate(self.nodes)})
 
     def to_json(self) -> dict[str, Any]:
         return {
