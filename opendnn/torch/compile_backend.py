@@ -5,11 +5,11 @@ aot_autograd hands the backend the forward and the backward graph in ATen operat
 nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
 operations and their backward forms, sums and means, layer norm, batch norm in training and
 inference and their backward forms) are grouped by torch's capability partitioner into regions:
-connected, and never depending on themselves through a node left outside. Each region of two nodes or more becomes one
-``OpendnnRegion``: on its first call for a signature of its inputs (shapes, strides, dtypes,
-device) it lowers the region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's
-generated kernels, convolution and matmul epilogues) and keeps it; each call then allocates the
-outputs and executes the plan. Everything else runs as the FX graph, eagerly, on torch.
+connected, and never depending on themselves through a node left outside. Each region of two nodes
+or more becomes one ``OpendnnRegion``: on its first call for a signature of its inputs (shapes,
+strides, dtypes, device) it lowers the region to an ``opendnn.graph.Graph``, builds the plan (the
+fusion engine's generated kernels, convolution and matmul epilogues) and keeps it; each call then
+allocates the outputs and executes the plan. Everything else runs as the FX graph, eagerly, on torch.
 
 Tensors on the CPU run on the reference engine (the NumPy backend) and CUDA tensors on the fusion
 engine's, unless ``options={"heur_mode": ...}`` names the heuristics. A region whose lowering opendnn
@@ -439,17 +439,15 @@ def _threshold_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, t
     return g.binary_select(0.0, low.tensor(grad), g.cmp_le(low.tensor(x), threshold))
 
 
-def _hardtanh(low: Lowering, node: torch.fx.Node, x: Any, low_value: float = -1.0, high_value: float = 1.0) -> Any:
-    """``min(max(x, low), high)``: NaN stays NaN (relu6 is hardtanh from 0 to 6)."""
-    return low.graph.max(low.graph.min(low.tensor(x), high_value), low_value)
+def _hardtanh(low: Lowering, node: torch.fx.Node, x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Any:
+    """``min(max(x, min_val), max_val)``: NaN stays NaN (relu6 is hardtanh from 0 to 6)."""
+    return low.graph.max(low.graph.min(low.tensor(x), max_val), min_val)
 
 
-def _hardtanh_backward(
-    low: Lowering, node: torch.fx.Node, grad: Any, x: Any, low_value: float, high_value: float
-) -> Any:
-    """torch's formula, ``x <= low or x >= high ? 0 : grad`` (grad where x is NaN)."""
+def _hardtanh_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, min_val: float, max_val: float) -> Any:
+    """torch's formula, ``x <= min_val or x >= max_val ? 0 : grad`` (grad where x is NaN)."""
     g, xt = low.graph, low.tensor(x)
-    return g.binary_select(0.0, low.tensor(grad), g.logical_or(g.cmp_le(xt, low_value), g.cmp_ge(xt, high_value)))
+    return g.binary_select(0.0, low.tensor(grad), g.logical_or(g.cmp_le(xt, min_val), g.cmp_ge(xt, max_val)))
 
 
 def _relu6_of_shifted(low: Lowering, x: Any) -> Any:
