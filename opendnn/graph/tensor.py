@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from opendnn.core.arrays import memory_order
 from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
@@ -130,8 +131,7 @@ class Tensor:
             tensor = tensor.order_like
         if tensor._strides is None:
             return tuple(range(len(self._dims)))
-        strides = tensor._strides
-        return tuple(sorted(range(len(strides)), key=lambda k: -strides[k]))
+        return memory_order(tensor._strides)
 
     @property
     def data_type(self) -> DataType:

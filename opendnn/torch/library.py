@@ -640,7 +640,8 @@ def register_autograd(operator: Operator, backward: Callable[..., Any], setup_co
 
 
 def memory_order(tensor: torch.Tensor) -> list[int]:
-    """``tensor``'s dims in memory order, outermost first: the largest stride first, ties in dim order."""
+    """``tensor``'s dims in memory order, outermost first: the largest stride first, ties in dim order
+    (``core.arrays.memory_order``'s rule, uncached: a traced tensor's strides are symbolic, unhashable)."""
     strides = tensor.stride()
     return sorted(range(tensor.ndim), key=lambda k: -strides[k])
 
