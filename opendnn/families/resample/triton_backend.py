@@ -355,7 +355,7 @@ def _candidates(problem: ResampleProblem, k: int, step: float, ahead: int) -> tu
             np.maximum.at(last_read, index, np.arange(out_size))
     read = last_read >= 0  # (an input no output reads, downsampling by nearest, needs no window)
     real = compute.to_numpy().type
-    starts = [  # each read input's window start before the lead, for each rounding of the step
+    starts = [  # per rounding of the step, the window start floor((i - ahead) * step) of each input read
         np.minimum(np.floor((np.arange(in_size) - ahead).astype(real) * rounded), real(out_size)).astype(np.int64)[read]
         for rounded in {real(step), real(np.float32(step))}
     ]
@@ -389,17 +389,16 @@ def resample_launches(problem: ResampleProblem, device: int | None) -> Launches:
         num_warps=8 if problem.backward else 4,
     )
     head = (Slot("source"), Slot("out"), source_strides, strides)
-    taps = problem.mode.taps
+    taps, padded = problem.mode.taps, 5 - source.ndim  # (padded: the spatial dims the tensors lack)
     # every tap of a spatial dim, one pixel wide too (its taps' weights of 0 or of both signs make an
     # infinity NaN, as in torch); one for the dims the tensors lack
-    per_dim = [1] * (5 - source.ndim) + [taps] * (source.ndim - 2)
+    per_dim = [1] * padded + [taps] * (source.ndim - 2)
     flags.update(TAPS_D=per_dim[0], TAPS_H=per_dim[1], TAPS_W=per_dim[2])
     if not problem.backward:
         arguments = (*head, source_dims[2:], dims, divisors, rows, dims[inner], *scales)
         return Launches((Launch(resample_forward_kernel, grid, (*arguments, problem.alpha, problem.beta), flags),))
     steps = tuple(1.0 / s if s > 0 else 0.0 for s in scales)  # (a scale of 0 sends every output to input 0)
     ahead = taps - 1 - problem.mode.behind
-    padded = 5 - source.ndim
     windows = [(0, 1)] * padded + [_candidates(problem, k, steps[padded + k], ahead) for k in range(source.ndim - 2)]
     leads, reach = (tuple(column) for column in zip(*windows))
     flags.update(AHEAD=ahead)
