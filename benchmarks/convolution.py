@@ -46,7 +46,7 @@ TINY_SPATIAL = 9  # largest spatial size of the CPU smoke run
 @dataclass(frozen=True)
 class Layer:
     """A square convolution layer: C -> K channels over size x size pixels (x depth frames when
-    ``depth``: a 3-D convolution with a filt x filt x filt filter), 'same' padding."""
+    ``depth``: a 3-D convolution with a filt x filt x filt filter), 'same' padding at its dilation."""
 
     name: str
     c: int
@@ -57,10 +57,11 @@ class Layer:
     groups: int = 1
     depth: int = 0  # D of a 3-D layer; 0: a 2-D layer
     batch: int = 0  # images of the layer at the full size; 0: the size preset's batch
+    dilation: int = 1
 
     @property
     def pad(self) -> int:
-        return self.filt // 2
+        return self.dilation * (self.filt // 2)
 
     @property
     def spatial_dims(self) -> int:
@@ -80,8 +81,10 @@ LAYERS = [
 ]
 # Layers of other networks, never tuned for: dense 3x3 layers of VGG-16 and a U-Net decoder, ResNeXt-50's
 # grouped 3x3 (32 groups), ConvNeXt-T's 7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's and
-# EfficientNet-B0's strided depthwise 3x3 and 5x5, a 3-D 3x3x3 video layer, and one ResNet-50 layer at
-# batch 1 and 256.
+# EfficientNet-B0's strided depthwise 3x3 and 5x5, a 3-D 3x3x3 video layer, one ResNet-50 layer at batch 1
+# and 256; channel counts that are not multiples of 64 (GoogLeNet's 3x3 over 96 channels, DenseNet-121's
+# 3x3 to 32, SqueezeNet's 3x3 over 16, a detector's strided 3x3 over 32), RegNetY's groups of 56 channels,
+# and DeepLabV3's dilated 3x3 (dilation 2).
 NETWORK_LAYERS = [
     Layer("vgg_3x3_c128_112", 128, 112, 128, 3, 1),
     Layer("vgg_3x3_c512_28", 512, 28, 512, 3, 1),
@@ -97,6 +100,12 @@ NETWORK_LAYERS = [
     Layer("video_3x3x3_c64_16x56", 64, 56, 64, 3, 1, depth=16, batch=8),
     Layer("r50_l3_3x3_batch1", 256, 14, 256, 3, 1, batch=1),
     Layer("r50_l3_3x3_batch256", 256, 14, 256, 3, 1, batch=256),
+    Layer("googlenet_3x3_c96to128_28", 96, 28, 128, 3, 1),
+    Layer("densenet_3x3_c128to32_28", 128, 28, 32, 3, 1),
+    Layer("squeezenet_3x3_c16to64_56", 16, 56, 64, 3, 1),
+    Layer("detector_3x3s2_c32to64_320", 32, 320, 64, 3, 2, batch=16),
+    Layer("regnety_3x3_g4_c224_28", 224, 28, 224, 3, 1, groups=4),
+    Layer("deeplab_3x3_dil2_c256_33", 256, 33, 256, 3, 1, dilation=2, batch=16),
 ]
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 DEFAULT_ALGORITHM = {
@@ -158,7 +167,7 @@ def layer_problem(ctx: Context, layer: Layer, dtype: torch.dtype) -> Problem:
     conv_desc = opendnn.ConvolutionDescriptor(
         (layer.pad,) * dims,
         (layer.stride,) * dims,
-        (1,) * dims,
+        (layer.dilation,) * dims,
         opendnn.ConvolutionMode.CROSS_CORRELATION,
         compute,
         layer.groups,
@@ -183,7 +192,7 @@ def _torch_backward(p: Problem, mask: list[bool]) -> torch.Tensor:
         None,
         [layer.stride] * layer.spatial_dims,
         [layer.pad] * layer.spatial_dims,
-        [1] * layer.spatial_dims,
+        [layer.dilation] * layer.spatial_dims,
         False,
         [0] * layer.spatial_dims,
         layer.groups,
@@ -207,7 +216,7 @@ def _bench(ctx: Context, p: Problem, direction: str, algo: enum.Enum) -> Bench:
         conv = F.conv3d if layer.depth else F.conv2d
 
         def run_torch() -> torch.Tensor:
-            return conv(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
+            return conv(p.x, p.w, None, layer.stride, layer.pad, layer.dilation, layer.groups)
 
         moved = nbytes(p.x, p.w, out)
     elif direction == "bwd_data":
@@ -325,7 +334,7 @@ def fused_case(layer: Layer) -> Callable[[Context, torch.dtype], Bench]:
 
         def run_torch() -> torch.Tensor:
             with cudnn_settings(dtype is torch.float32):
-                y = F.conv2d(p.x, p.w, None, layer.stride, layer.pad, 1, layer.groups)
+                y = F.conv2d(p.x, p.w, None, layer.stride, layer.pad, layer.dilation, layer.groups)
                 y = F.batch_norm(y, mean.to(dtype), var.to(dtype), gamma.to(dtype), beta.to(dtype), False, 0.0, eps)
                 return torch.relu(y + z)
 
@@ -404,7 +413,9 @@ def memory_table(handle: opendnn.Handle, dtype: str = "bfloat16", batch: int = 6
     for layer in LAYERS:
         x = opendnn.TensorDescriptor.from_format(fmt, dtype, batch, layer.c, layer.size, layer.size)
         w = opendnn.FilterDescriptor(dtype, fmt, layer.k, layer.c // layer.groups, layer.filt, layer.filt)
-        conv = opendnn.ConvolutionDescriptor((layer.pad,) * 2, (layer.stride,) * 2, (1, 1), group_count=layer.groups)
+        conv = opendnn.ConvolutionDescriptor(
+            (layer.pad,) * 2, (layer.stride,) * 2, (layer.dilation,) * 2, group_count=layer.groups
+        )
         y = opendnn.TensorDescriptor.from_format(fmt, dtype, *opendnn.get_convolution_forward_output_dim(conv, x, w))
         im2col = y.dims[0] * y.dims[2] * y.dims[3] * layer.c * layer.filt**2 * x.dtype.itemsize
         for direction, (algos, query) in queries.items():
