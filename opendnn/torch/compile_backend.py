@@ -4,12 +4,14 @@ region opendnn's graph API can run replaced by a call of a built ``opendnn.graph
 aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
 nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
 operations and their backward forms, sums and means, layer norm, batch norm in training and
-inference and their backward forms) are grouped by torch's capability partitioner into regions:
+inference and their backward forms, scaled dot-product attention and its backward as torch picks it
+on the CPU and on CUDA: ``ATTENTION``) are grouped by torch's capability partitioner into regions:
 connected, and never depending on themselves through a node left outside. Each region of two nodes
-or more becomes one ``OpendnnRegion``: on its first call for a signature of its inputs (shapes,
-strides, dtypes, device) it lowers the region to an ``opendnn.graph.Graph``, builds the plan (the
-fusion engine's generated kernels, convolution and matmul epilogues) and keeps it; each call then
-allocates the outputs and executes the plan. Everything else runs as the FX graph, eagerly, on torch.
+or more, or of an attention operator alone, becomes one ``OpendnnRegion``: on its first call for
+a signature of its inputs (shapes, strides, dtypes, device) it lowers the region to an
+``opendnn.graph.Graph``, builds the plan (the fusion engine's generated kernels, convolution and
+matmul epilogues) and keeps it; each call then allocates the outputs and executes the plan.
+Everything else runs as the FX graph, eagerly, on torch.
 
 Tensors on the CPU run on the reference engine (the NumPy backend) and CUDA tensors on the fusion
 engine's, unless ``options={"heur_mode": ...}`` names the heuristics. A region whose lowering opendnn
@@ -29,6 +31,7 @@ Without the option every graph runs eagerly.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +46,7 @@ from torch._dynamo.backends.cudagraphs import (
 )
 from torch._inductor.cudagraph_utils import BoxedDeviceIndex, get_placeholder_info, log_cudagraph_skip_and_bump_counter
 from torch._inductor.utils import BoxedBool, count_tangents, num_fw_fixed_arguments
+from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -60,8 +64,9 @@ class Refused(Exception):
 
 
 class Empty:
-    """A result of no element (the saved statistics of a batch norm that normalizes with its running
-    ones): a region allocates it for the caller and computes nothing."""
+    """A result no one reads: of no element (the saved statistics of a batch norm that normalizes with
+    its running ones), or the Philox seed and offset of attention without dropout. A region allocates
+    it for the caller and computes nothing."""
 
 
 EMPTY = Empty()
@@ -483,6 +488,374 @@ def _binary(a: Any, b: Any, alpha: Any = 1) -> bool:
     )
 
 
+# ---- attention -------------------------------------------------------------------------------------------
+
+
+class Attention(Op):
+    """An attention operator's lowering. Besides its floating-point tensors (query, key, value, out,
+    logsumexp, gradients, a float mask) such an operator carries integer ones (the Philox seed and
+    offset, which nothing reads without dropout) and sizes, so ``accepts`` asks of its floating-point
+    tensors only that they be of static shape and of a type the graph takes, and leaves the rest to
+    the operator's rule (``_attention_rule`` and the operator's own)."""
+
+    def accepts(self, node: torch.fx.Node) -> bool:
+        vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        for val in vals:
+            for value in val if isinstance(val, (tuple, list)) else [val]:
+                if isinstance(value, torch.SymInt):
+                    return False
+                if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                    continue
+                if value.dtype not in FLOATS or not all(isinstance(d, int) for d in (*value.shape, *value.stride())):
+                    return False
+        return self._accepts(*node.args, **node.kwargs)
+
+
+def _attention_rule(q: Any, k: Any, v: Any, dropout_p: float, mask: Any = None) -> bool:
+    """What every attention lowering needs: no dropout (torch's mask comes from its own generator, and
+    its Philox seed and offset are outputs opendnn's would not reproduce), query, key and value of
+    4 dims and one floating type, the query heads a multiple of the key's (grouped-query attention),
+    and a mask, if any, of the query's type and of 2 to 4 dims (torch turns a boolean mask into a
+    float one before the operator)."""
+    query, key, value = (t.meta["val"] for t in (q, k, v))
+    if dropout_p != 0 or any(t.dim() != 4 or t.dtype != query.dtype for t in (query, key, value)):
+        return False
+    if query.dtype not in FLOATS or query.shape[1] % key.shape[1] != 0:
+        return False
+    return mask is None or (mask.meta["val"].dtype == query.dtype and 2 <= mask.meta["val"].dim() <= 4)
+
+
+def _attention_scale(q: Any, scale: float | None) -> float:
+    """torch's scale: the one given, else 1 / sqrt(head dim) (where the graph's default is 1)."""
+    return 1.0 / math.sqrt(q.meta["val"].shape[-1]) if scale is None else float(scale)
+
+
+def _attention_bias(low: Lowering, mask: Any) -> Any:
+    """A mask of 2 to 4 dims as the graph's bias of (B, H, Sq, Skv), its missing leading dims 1."""
+    if mask is None:
+        return None
+    shape = list(mask.meta["val"].shape)
+    return low.tensor(mask, [1] * (4 - len(shape)) + shape)
+
+
+def _stats_dims(q: Any) -> list[int]:
+    """The graph's statistics of a query (B, H, Sq, D): (B, H, Sq, 1)."""
+    return [*q.meta["val"].shape[:3], 1]
+
+
+def _as_logsumexp(stats: Any, logsumexp: torch.Tensor) -> Any:
+    """The graph's statistics (B, H, Sq, 1) in torch's logsumexp memory: the CPU kernel's (B, H, Sq)
+    is laid out (B, Sq, H), cuDNN's is (B, H, Sq, 1); an unwritten logsumexp (no element) is EMPTY."""
+    if logsumexp.numel() == 0:
+        return EMPTY
+    return stats.set_stride([*logsumexp.stride(), 1][:4])
+
+
+def _sdpa_forward(
+    low: Lowering, node: torch.fx.Node, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: Any
+) -> tuple[Any, Any]:
+    """(out, the rows' logsumexp (B, H, Sq, 1), None when torch's logsumexp has no element). Both
+    are torch's: the natural log of the sum of exp of the scaled, masked scores (the graph's stats)."""
+    logsumexp = node.meta["val"][1]
+    return low.graph.sdpa(
+        low.tensor(q),
+        low.tensor(k),
+        low.tensor(v),
+        attn_scale=_attention_scale(q, scale),
+        is_inference=logsumexp.numel() == 0,
+        causal_mask=is_causal,
+        bias=_attention_bias(low, mask),
+    )
+
+
+def _sdpa_backward(
+    low: Lowering,
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    logsumexp: Any,
+    mask: Any,
+    is_causal: bool,
+    scale: Any,
+    mask_grad: bool = False,
+) -> tuple[Any, ...]:
+    """(dq, dk, dv), then the mask's gradient when ``mask_grad``, from torch's logsumexp viewed as
+    the graph's (B, H, Sq, 1) statistics (the rules refuse a padded one)."""
+    return low.graph.sdpa_backward(
+        low.tensor(q),
+        low.tensor(k),
+        low.tensor(v),
+        low.tensor(out),
+        low.tensor(grad),
+        low.tensor(logsumexp, _stats_dims(q)),
+        attn_scale=_attention_scale(q, scale),
+        bias=_attention_bias(low, mask),
+        compute_dbias=mask_grad,
+        causal_mask=is_causal,
+    )
+
+
+def _cpu_attention(
+    low: Lowering,
+    node: torch.fx.Node,
+    q: Any,
+    k: Any,
+    v: Any,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Any = None,
+    scale: float | None = None,
+) -> Any:
+    """(out, logsumexp) of torch's CPU kernel, whose logsumexp is 0 for a row no key takes part in
+    (a float mask of -inf across it) where the graph's is -inf: so converted (the graph's scalars are
+    finite: -inf is what lies below the type's lowest number), torch's own backward reads it as it
+    reads its own."""
+    out, stats = _sdpa_forward(low, node, q, k, v, attn_mask, is_causal, scale)
+    g, val = low.graph, node.meta["val"][1]
+    logsumexp = g.binary_select(0.0, stats, g.cmp_lt(stats, torch.finfo(val.dtype).min))
+    return (out, _as_logsumexp(logsumexp, val))
+
+
+def _cpu_attention_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    logsumexp: Any,
+    dropout_p: float,
+    is_causal: bool,
+    *,
+    attn_mask: Any = None,
+    scale: float | None = None,
+) -> Any:
+    """(dq, dk, dv); a row of logsumexp 0 that no key takes part in gives no gradient, as its -inf."""
+    return _sdpa_backward(low, grad, q, k, v, out, logsumexp, attn_mask, is_causal, scale)
+
+
+def _flash_attention(
+    low: Lowering,
+    node: torch.fx.Node,
+    q: Any,
+    k: Any,
+    v: Any,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    return_debug_mask: bool = False,
+    *,
+    scale: float | None = None,
+) -> Any:
+    """FlashAttention's nine results: out, logsumexp (B, H, Sq), no sequence offsets, the sizes, and
+    the Philox state and debug mask, which the region allocates without computing them (nothing
+    reads them without dropout)."""
+    out, stats = _sdpa_forward(low, node, q, k, v, None, is_causal, scale)
+    val = node.meta["val"]
+    return (out, _as_logsumexp(stats, val[1]), None, None, val[4], val[5], EMPTY, EMPTY, EMPTY)
+
+
+def _flash_attention_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    logsumexp: Any,
+    cum_seq_q: Any,
+    cum_seq_k: Any,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    philox_seed: Any,
+    philox_offset: Any,
+    *,
+    scale: float | None = None,
+) -> Any:
+    return _sdpa_backward(low, grad, q, k, v, out, logsumexp, None, is_causal, scale)
+
+
+def _flash_rule(
+    q: Any, k: Any, v: Any, dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, **kw: Any
+) -> bool:
+    """No debug mask; causal only for as many queries as keys: FlashAttention aligns its causal mask
+    at the bottom right, torch's (the graph's ``causal_mask``) at the top left, which agree there."""
+    square = q.meta["val"].shape[2] == k.meta["val"].shape[2]
+    return _attention_rule(q, k, v, dropout_p) and (square or not is_causal) and not return_debug_mask
+
+
+def _efficient_attention(
+    low: Lowering,
+    node: torch.fx.Node,
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_bias: Any,
+    compute_log_sumexp: bool,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> Any:
+    """The memory-efficient kernel's out, logsumexp (B, H, Sq; no element without compute_log_sumexp)
+    and the Philox seed and offset, allocated and not computed."""
+    out, stats = _sdpa_forward(low, node, q, k, v, attn_bias, is_causal, scale)
+    return (out, _as_logsumexp(stats, node.meta["val"][1]), EMPTY, EMPTY)
+
+
+def _efficient_attention_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_bias: Any,
+    out: Any,
+    logsumexp: Any,
+    philox_seed: Any,
+    philox_offset: Any,
+    dropout_p: float,
+    grad_input_mask: Sequence[bool],
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> Any:
+    """(dq, dk, dv, the bias's gradient or None): that gradient in torch's memory, whose rows are
+    padded to a multiple of 16 elements."""
+    mask_grad = attn_bias is not None and grad_input_mask[3]
+    grads = _sdpa_backward(low, grad, q, k, v, out, logsumexp, attn_bias, is_causal, scale, mask_grad)
+    if not mask_grad:
+        return (*grads, None)
+    dq, dk, dv, dbias = grads
+    return (dq, dk, dv, dbias.set_stride(node.meta["val"][3].stride()))
+
+
+def _unpadded(q: Any, compute_log_sumexp: bool) -> bool:
+    """The memory-efficient kernel's logsumexp has as many entries per row as queries: it pads its
+    rows to a multiple of 32 (with +inf), which the graph's statistics do not hold, so the other query
+    counts stay on torch."""
+    return not compute_log_sumexp or q.meta["val"].shape[2] % 32 == 0
+
+
+def _cudnn_attention(
+    low: Lowering,
+    node: torch.fx.Node,
+    q: Any,
+    k: Any,
+    v: Any,
+    attn_bias: Any,
+    compute_log_sumexp: bool,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    return_debug_mask: bool = False,
+    *,
+    scale: float | None = None,
+) -> Any:
+    """cuDNN's nine results: out, logsumexp (B, H, Sq, 1: the graph's statistics as they are), no
+    sequence offsets, the sizes, the Philox seed and offset (allocated, not computed), no debug mask."""
+    out, stats = _sdpa_forward(low, node, q, k, v, attn_bias, is_causal, scale)
+    val = node.meta["val"]
+    return (out, _as_logsumexp(stats, val[1]), None, None, val[4], val[5], EMPTY, EMPTY, None)
+
+
+def _cudnn_attention_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    logsumexp: Any,
+    philox_seed: Any,
+    philox_offset: Any,
+    attn_bias: Any,
+    cum_seq_q: Any,
+    cum_seq_k: Any,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    *,
+    scale: float | None = None,
+) -> Any:
+    return _sdpa_backward(low, grad, q, k, v, out, logsumexp, attn_bias, is_causal, scale)
+
+
+def _efficient_backward_rule(
+    grad: Any, q: Any, k: Any, v: Any, attn_bias: Any, out: Any, logsumexp: Any, *rest: Any, **kw: Any
+) -> bool:
+    """``_attention_rule`` (dropout_p is the tenth argument) and a logsumexp not padded (``_unpadded``)."""
+    unpadded = logsumexp.meta["val"].shape[-1] == q.meta["val"].shape[2]
+    return _attention_rule(q, k, v, rest[2], attn_bias) and unpadded
+
+
+def _cudnn_backward_rule(
+    grad: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    logsumexp: Any,
+    seed: Any,
+    offset: Any,
+    attn_bias: Any,
+    *rest: Any,
+    **kw: Any,
+) -> bool:
+    """``_attention_rule`` (dropout_p is the fourteenth argument) and no sequence offsets (nested tensors)."""
+    return rest[0] is None and _attention_rule(q, k, v, rest[4], attn_bias)
+
+
+# the attention operators torch picks on the CPU and on CUDA, forward and backward
+ATTENTION: dict[Any, Op] = {
+    aten._scaled_dot_product_flash_attention_for_cpu.default: Attention(
+        _cpu_attention,
+        lambda q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None: _attention_rule(
+            q, k, v, dropout_p, attn_mask
+        ),
+    ),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: Attention(
+        _cpu_attention_backward,
+        lambda grad, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None, scale=None: _attention_rule(
+            q, k, v, dropout_p, attn_mask
+        ),
+    ),
+    aten._scaled_dot_product_flash_attention.default: Attention(_flash_attention, _flash_rule),
+    aten._scaled_dot_product_flash_attention_backward.default: Attention(
+        _flash_attention_backward,
+        lambda grad, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, *rest, **kw: (
+            cum_seq_q is None and _flash_rule(q, k, v, dropout_p, is_causal)
+        ),
+    ),
+    aten._scaled_dot_product_efficient_attention.default: Attention(
+        _efficient_attention,
+        lambda q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, *rest, **kw: (
+            _attention_rule(q, k, v, dropout_p, attn_bias) and _unpadded(q, compute_log_sumexp)
+        ),
+    ),
+    aten._scaled_dot_product_efficient_attention_backward.default: Attention(
+        _efficient_attention_backward, _efficient_backward_rule
+    ),
+    aten._scaled_dot_product_cudnn_attention.default: Attention(
+        _cudnn_attention,
+        lambda q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, debug=False, **kw: (
+            _attention_rule(q, k, v, dropout_p, attn_bias) and not debug
+        ),
+    ),
+    aten._scaled_dot_product_cudnn_attention_backward.default: Attention(
+        _cudnn_attention_backward, _cudnn_backward_rule
+    ),
+}
+
+
 LOWERINGS: dict[Any, Op] = {
     aten.convolution.default: Op(_convolution),
     aten.convolution_backward.default: Op(_convolution_backward),
@@ -522,6 +895,7 @@ LOWERINGS: dict[Any, Op] = {
     ),
     aten._softmax_backward_data.default: Op(_softmax_backward, _same_dtype),
     aten._log_softmax_backward_data.default: Op(_log_softmax_backward, _same_dtype),
+    **ATTENTION,
     **REDUCTIONS,
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
@@ -793,9 +1167,16 @@ class OpendnnBackend:
     def compile_graph(
         self, module: torch.fx.GraphModule, example_inputs: Sequence[Any], heur_mode: og.HeurMode | None = None
     ) -> Callable[..., Any]:
-        """``module`` with each region of two supported nodes or more run as an opendnn plan, built
-        with ``heur_mode`` (None: the reference engine on the CPU, the fusion engine on CUDA)."""
-        partitioner = CapabilityBasedPartitioner(module, Supported(), allows_single_node_partition=False)
+        """``module`` with each region of two supported nodes or more, or of an attention operator
+        alone (one kernel of its own, which views and transposes around it leave alone in a
+        transformer), run as an opendnn plan, built with ``heur_mode`` (None: the reference engine
+        on the CPU, the fusion engine on CUDA)."""
+        partitioner = CapabilityBasedPartitioner(
+            module,
+            Supported(),
+            allows_single_node_partition=False,
+            allowed_single_node_partition_ops=[_get_qualified_name(target) for target in ATTENTION],
+        )
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for node in fused.graph.nodes:
             if node.op == "call_module" and node.target.startswith("fused_"):
