@@ -461,14 +461,25 @@ class OperationBuilder(PointwiseMethods):
     ) -> Tensor:
         """Max or average pooling of (N, C, spatial...) over ``window`` (stride default: the window,
         padding default 0); average modes count or skip the padding, as PoolingMode says."""
-        window = tuple(int(w) for w in window)
-        attributes = {
-            "mode": _enum_value(PoolingMode, mode, "mode"),
-            "window": window,
-            "stride": window if stride is None else tuple(int(s) for s in stride),
-            "padding": (0,) * len(window) if padding is None else tuple(int(p) for p in padding),
-        }
+        attributes = _pooling_attributes(mode, window, stride, padding)
         return self._add("pooling", {"x": input}, attributes, name)["y"]
+
+    def pooling_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        mode: PoolingMode | str = PoolingMode.MAX,
+        window: Sequence[int] = (2, 2),
+        stride: Sequence[int] | None = None,
+        padding: Sequence[int] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        """dx of ``pooling(input, mode, window, stride, padding)`` from its loss ``grad`` (the pooled
+        dims): the max modes find each window's maximum in ``input`` again and give its grad to the
+        window's first position holding it (NaN matching NaN), the averages spread it over the count."""
+        attributes = _pooling_attributes(mode, window, stride, padding)
+        return self._add("pooling_backward", {"dy": grad, "x": input}, attributes, name)["dx"]
 
     def resample(
         self,
@@ -500,50 +511,49 @@ class OperationBuilder(PointwiseMethods):
                 generate_index; for the interpolating modes a window, padding, or a missing or
                 non-positive stride.
         """
-        mode = ResampleMode[_enum_name(ResampleMode, resampling_mode, "resampling_mode")]
-        padding = POOLING_PADDING.get(mode, PaddingMode.EDGE_VAL_PAD)
-        if padding_mode is not None:
-            asked = PaddingMode[_enum_name(PaddingMode, padding_mode, "padding_mode")]
-            if asked is not padding:
-                raise BadParam(f"padding_mode={asked.name} with {mode.name}: {mode.name} computes with {padding.name}")
+        mode = _resampling_mode(resampling_mode, padding_mode)
         if generate_index:
             raise BadParam("generate_index=True: no index tensor is made (the backward finds the maxima in x again)")
         if mode not in POOLING_PADDING:
-            return self._interpolation(input, mode, window, stride, pre_padding, post_padding, name), None
-        window = (2, 2) if window is None else window
-        pre = pre_padding if pre_padding is not None else (0,) * len(window)
-        post = post_padding if post_padding is not None else pre
-        if tuple(pre) != tuple(post):
-            raise BadParam(f"pre_padding={list(pre)} must equal post_padding={list(post)} (the padding is symmetric)")
-        steps = None if stride is None else [int(s) for s in stride]
-        return self.pooling(input, mode.value, window, steps, pre, name=name), None
+            attributes = _interpolation_attributes(mode, window, stride, pre_padding, post_padding)
+            return self._add("resample", {"x": input}, attributes, name)["y"], None
+        arguments = _pooling_arguments(mode, window, stride, pre_padding, post_padding)
+        return self.pooling(input, *arguments, name=name), None
 
-    def _interpolation(
+    def resample_backward(
         self,
-        input: Tensor,
-        mode: ResampleMode,
-        window: Sequence[int] | None,
-        stride: Sequence[float] | None,
-        pre_padding: Sequence[int] | None,
-        post_padding: Sequence[int] | None,
-        name: str | None,
+        grad: Tensor,
+        input: Tensor | None = None,
+        resampling_mode: ResampleMode | str = ResampleMode.MAXPOOL,
+        padding_mode: PaddingMode | str | None = None,
+        window: Sequence[int] | None = None,
+        stride: Sequence[float] | None = None,
+        pre_padding: Sequence[int] | None = None,
+        post_padding: Sequence[int] | None = None,
+        *,
+        name: str | None = None,
     ) -> Tensor:
-        """``resample``'s BILINEAR and NEAREST node."""
-        if window is not None:
-            raise BadParam(f"window={list(window)} with {mode.name}: interpolation reads no window, give stride only")
-        for role, padding in (("pre_padding", pre_padding), ("post_padding", post_padding)):
-            if padding is not None and any(padding):
-                raise BadParam(f"{role}={list(padding)} with {mode.name}: interpolation takes no padding")
-        if stride is None:
-            raise BadParam(f"{mode.name} needs stride: input pixels per output pixel (0.5 doubles the size)")
-        for k, value in enumerate(stride):
-            check_finite(f"stride[{k}]", value)  # (a real number: a float, an int or a Fraction)
-        steps = [step_fraction(s) for s in stride]
-        for k, step in enumerate(steps):
-            if step <= 0:
-                raise BadParam(f"stride[{k}]={stride[k]} must be positive (input pixels per output pixel)")
-        attributes = {"mode": mode.value, "stride": tuple(float(step) for step in steps)}
-        return self._add("resample", {"x": input}, attributes, name)["y"]
+        """dx of ``resample`` with the same parameters, from its loss ``grad`` (cuDNN's resampling
+        backward operation, which takes no index: the max mode finds the maxima in x again).
+
+        The pooling modes are ``pooling_backward`` and need the forward's ``input``. The
+        interpolating modes read grad alone: each input pixel gathers the gradients of the outputs
+        that read it, times their weights; dx's dims are the smallest input the stride resamples
+        onto grad's (``ceil(out * stride)``), ``set_dim`` picks another of those (a stride above 1).
+
+        Raises:
+            BadParam: as ``resample``; a pooling mode without ``input``, an interpolating one with it.
+        """
+        mode = _resampling_mode(resampling_mode, padding_mode)
+        if mode not in POOLING_PADDING:
+            if input is not None:
+                raise BadParam(f"input with {mode.name}: the interpolation's backward reads grad alone (input=None)")
+            attributes = _interpolation_attributes(mode, window, stride, pre_padding, post_padding)
+            return self._add("resample_backward", {"dy": grad}, attributes, name)["dx"]
+        if input is None:
+            raise BadParam(f"{mode.name} needs input: the forward's x (the pooled windows, and the maxima)")
+        arguments = _pooling_arguments(mode, window, stride, pre_padding, post_padding)
+        return self.pooling_backward(grad, input, *arguments, name=name)
 
     # ---- attention ------------------------------------------------------------------------------------
 
@@ -749,6 +759,71 @@ def _conv_attributes(
         return (default,) * max(spatial, 1) if given is None else tuple(int(v) for v in given)
 
     return {"padding": values(padding, 0), "stride": values(stride, 1), "dilation": values(dilation, 1)}
+
+
+def _pooling_attributes(
+    mode: Any, window: Sequence[int], stride: Sequence[int] | None, padding: Sequence[int] | None
+) -> dict[str, Any]:
+    """A pooling's attributes: stride default the window, padding default 0."""
+    window = tuple(int(w) for w in window)
+    return {
+        "mode": _enum_value(PoolingMode, mode, "mode"),
+        "window": window,
+        "stride": window if stride is None else tuple(int(s) for s in stride),
+        "padding": (0,) * len(window) if padding is None else tuple(int(p) for p in padding),
+    }
+
+
+def _resampling_mode(resampling_mode: Any, padding_mode: Any) -> ResampleMode:
+    """The resampling mode, checking that ``padding_mode`` (None: the mode's own) is the one it computes with."""
+    mode = ResampleMode[_enum_name(ResampleMode, resampling_mode, "resampling_mode")]
+    padding = POOLING_PADDING.get(mode, PaddingMode.EDGE_VAL_PAD)
+    if padding_mode is not None:
+        asked = PaddingMode[_enum_name(PaddingMode, padding_mode, "padding_mode")]
+        if asked is not padding:
+            raise BadParam(f"padding_mode={asked.name} with {mode.name}: {mode.name} computes with {padding.name}")
+    return mode
+
+
+def _pooling_arguments(
+    mode: ResampleMode,
+    window: Sequence[int] | None,
+    stride: Sequence[float] | None,
+    pre_padding: Sequence[int] | None,
+    post_padding: Sequence[int] | None,
+) -> tuple[str, Sequence[int], list[int] | None, Sequence[int]]:
+    """A pooling mode's resampling parameters as ``pooling``'s (mode, window, stride, padding): window
+    default 2 per spatial dim, the padding symmetric."""
+    window = (2, 2) if window is None else window
+    pre = pre_padding if pre_padding is not None else (0,) * len(window)
+    post = post_padding if post_padding is not None else pre
+    if tuple(pre) != tuple(post):
+        raise BadParam(f"pre_padding={list(pre)} must equal post_padding={list(post)} (the padding is symmetric)")
+    return mode.value, window, None if stride is None else [int(s) for s in stride], pre
+
+
+def _interpolation_attributes(
+    mode: ResampleMode,
+    window: Sequence[int] | None,
+    stride: Sequence[float] | None,
+    pre_padding: Sequence[int] | None,
+    post_padding: Sequence[int] | None,
+) -> dict[str, Any]:
+    """The attributes of a BILINEAR or NEAREST resampling (forward or backward): its mode and stride."""
+    if window is not None:
+        raise BadParam(f"window={list(window)} with {mode.name}: interpolation reads no window, give stride only")
+    for role, padding in (("pre_padding", pre_padding), ("post_padding", post_padding)):
+        if padding is not None and any(padding):
+            raise BadParam(f"{role}={list(padding)} with {mode.name}: interpolation takes no padding")
+    if stride is None:
+        raise BadParam(f"{mode.name} needs stride: input pixels per output pixel (0.5 doubles the size)")
+    for k, value in enumerate(stride):
+        check_finite(f"stride[{k}]", value)  # (a real number: a float, an int or a Fraction)
+    steps = [step_fraction(s) for s in stride]
+    for k, step in enumerate(steps):
+        if step <= 0:
+            raise BadParam(f"stride[{k}]={stride[k]} must be positive (input pixels per output pixel)")
+    return {"mode": mode.value, "stride": tuple(float(step) for step in steps)}
 
 
 def _normalized_ndim(scale: Tensor) -> int:

@@ -454,23 +454,60 @@ def run_softmax(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -
     )
 
 
-def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
-    x, y = tensor("x"), tensor("y")
-    pool = od.PoolingDescriptor(
+def pooling_descriptor(node: NodeSpec) -> od.PoolingDescriptor:
+    return od.PoolingDescriptor(
         od.PoolingMode(node.attribute("mode")),
         NanPropagation.PROPAGATE_NAN,
         node.attribute("window"),
         node.attribute("padding"),
         node.attribute("stride"),
     )
-    od.pooling_forward(handle, pool, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+
+
+def run_pooling(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    x, y = tensor("x"), tensor("y")
+    od.pooling_forward(handle, pooling_descriptor(node), 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+
+
+def maxima_descriptor(node: NodeSpec, dy: TensorDescriptor) -> TensorDescriptor | None:
+    """Where a max pooling's backward keeps the windows' maxima it finds in x again (the pooled dims,
+    packed, in scratch); None for the averages, whose backward reads no y."""
+    if not od.PoolingMode(node.attribute("mode")).is_max:
+        return None
+    return TensorDescriptor(dy.dtype, dy.dims, packed_strides(dy.dims))
+
+
+def pooling_backward_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    maxima = maxima_descriptor(node, descs["dy"])
+    return 0 if maxima is None else maxima.size_in_bytes
+
+
+def run_pooling_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    """The max modes pool x again into scratch, then give each window's dy to its first position
+    equal to that maximum; the averages' call reads no y, so dy (of y's dims and type) stands in."""
+    dy, x, dx = tensor("dy"), tensor("x"), tensor("dx")
+    pool = pooling_descriptor(node)
+    y_desc, y = dy.desc, dy.view
+    maxima = maxima_descriptor(node, dy.desc)
+    if maxima is not None:
+        y_desc, y = maxima, typed_view(scratch, 0, maxima)
+        od.pooling_forward(handle, pool, 1.0, x.desc, x.view, 0.0, y_desc, y)
+    od.pooling_backward(handle, pool, 1.0, y_desc, y, dy.desc, dy.view, x.desc, x.view, 0.0, dx.desc, dx.view)
+
+
+def resample_descriptor(node: NodeSpec) -> od.ResampleDescriptor:
+    mode = od.InterpolationMode.LINEAR if node.attribute("mode") == "bilinear" else od.InterpolationMode.NEAREST
+    return od.ResampleDescriptor(mode, scales=node.attribute("stride"))
 
 
 def run_resample(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, y = tensor("x"), tensor("y")
-    mode = od.InterpolationMode.LINEAR if node.attribute("mode") == "bilinear" else od.InterpolationMode.NEAREST
-    resample = od.ResampleDescriptor(mode, scales=node.attribute("stride"))
-    od.resample_forward(handle, resample, 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+    od.resample_forward(handle, resample_descriptor(node), 1.0, x.desc, x.view, 0.0, y.desc, y.view)
+
+
+def run_resample_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    dy, dx = tensor("dy"), tensor("dx")
+    od.resample_backward(handle, resample_descriptor(node), 1.0, dy.desc, dy.view, 0.0, dx.desc, dx.view)
 
 
 # ---- attention ----------------------------------------------------------------------------------------
@@ -553,6 +590,8 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),
     "resample": (run_resample, no_scratch),
+    "pooling_backward": (run_pooling_backward, pooling_backward_scratch),
+    "resample_backward": (run_resample_backward, no_scratch),
     "sdpa": (run_attention, attention_scratch),
     "sdpa_fp8": (run_attention, attention_scratch),
     "sdpa_backward": (run_attention, attention_scratch),

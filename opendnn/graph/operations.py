@@ -476,6 +476,11 @@ def pooling_rule(
     where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
 ) -> dict[str, OutputSpec]:
     x = inputs["x"]
+    return {"y": OutputSpec(pooled(where, x, attributes), x.dtype)}  # the call writes y in x's type
+
+
+def pooled(where: str, x: Shape, attributes: Mapping[str, Any]) -> Dims:
+    """The dims a pooling of input ``x`` gives: (N, C, ``(size + 2 * padding - window) // stride + 1``...)."""
     require_float(where, "input", x)
     spatial = len(attributes["window"])
     if len(x.dims) != spatial + 2:
@@ -497,7 +502,21 @@ def pooling_rule(
         out.append((size + 2 * pad - window) // stride + 1)
         if out[-1] < 1:
             raise fail(where, f"window[{k}]={window} must fit input '{x.name}' dim {size} with padding {pad}")
-    return {"y": OutputSpec((*x.dims[:2], *out), x.dtype)}  # the call writes y in x's type
+    return (*x.dims[:2], *out)
+
+
+def pooling_backward_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """dx of x's dims and type from the loss ``grad`` (dy), which has the pooled dims and x's type."""
+    dy, x = inputs["dy"], inputs["x"]
+    require_dims(where, "grad", dy, pooled(where, x, attributes), f"the pooling of input '{x.name}' {list(x.dims)}")
+    if dy.dtype is not x.dtype:
+        raise BadParam(
+            f"{where}: grad '{dy.name}' data type {dy.dtype.name} must equal input '{x.name}' data type {x.dtype.name}",
+            Status.BAD_PARAM,
+        )
+    return {"dx": OutputSpec(x.dims, x.dtype)}  # the call writes dx in x's type
 
 
 def resample_rule(
@@ -518,6 +537,36 @@ def resample_rule(
         if size < 1:
             raise fail(where, f"stride[{k}]={stride[k]} leaves no output pixel of input '{x.name}' dim {x.dims[2 + k]}")
     return {"y": OutputSpec((*x.dims[:2], *out), None)}
+
+
+def resample_backward_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """dx of an interpolation from its loss ``grad`` (dy): the input dims whose forward gives dy's
+    dims. Where several do (a stride above 1), the smallest, ``ceil(out * stride)``, is inferred."""
+    dy = inputs["dy"]
+    require_float(where, "grad", dy)
+    stride = attributes["stride"]
+    if not 1 <= len(stride) <= 3 or len(dy.dims) != len(stride) + 2:
+        raise fail(
+            where,
+            f"grad '{dy.name}' dims {list(dy.dims)} must have {len(stride) + 2} dims (N, C and one per stride "
+            f"{list(stride)}), 1 to 3 spatial",
+        )
+    steps = [step_fraction(step) for step in stride]
+    inferred = (*dy.dims[:2], *(math.ceil(out * step) for out, step in zip(dy.dims[2:], steps)))
+    dims = given.get("dx", inferred)
+    if (
+        len(dims) != len(dy.dims)
+        or tuple(dims[:2]) != dy.dims[:2]
+        or any(math.floor(size / step) != out for size, step, out in zip(dims[2:], steps, dy.dims[2:]))
+    ):
+        raise fail(
+            where,
+            f"output dims {list(dims)} must be an input that stride {list(stride)} resamples onto grad "
+            f"'{dy.name}' {list(dy.dims)} (floor(input / stride) pixels; e.g. {list(inferred)})",
+        )
+    return {"dx": OutputSpec(tuple(dims), None)}
 
 
 def step_fraction(step: Any) -> Fraction:
@@ -720,6 +769,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
         Operation("pooling", ("x",), ("y",), pooling_rule, memory_order={"y": ("x",)}),
         Operation("resample", ("x",), ("y",), resample_rule, memory_order={"y": ("x",)}),
+        Operation("pooling_backward", ("dy", "x"), ("dx",), pooling_backward_rule, memory_order={"dx": ("x",)}),
+        Operation("resample_backward", ("dy",), ("dx",), resample_backward_rule, memory_order={"dx": ("dy",)}),
         Operation(
             "sdpa",
             ("q", "k", "v", "bias", "seq_len_q", "seq_len_kv"),
