@@ -573,3 +573,126 @@ def test_on_cuda_a_resnet_block_replays_from_cuda_graphs_with_no_python(training
     assert backend.fallbacks == [] and len(backend.regions) > 0
     assert 0 < counts[0][0] < counts[1][0] and 0 < counts[0][1] < counts[1][1]  # warm-up, then recording
     assert counts[1] == counts[2] == counts[3] == counts[4]  # replays: nothing from Python
+
+
+# ---- pooling ------------------------------------------------------------------------------------------
+
+
+def pooled(pool):
+    """relu -> pool -> tanh: the pooling between two lowered nodes, so that it joins their region."""
+    return lambda: nn.Sequential(nn.ReLU(), pool(), nn.Tanh())
+
+
+def pooling_ops(backend):
+    """The pooling nodes of every plan built, by operation."""
+    described = " ".join(plan.describe() for plan in backend.plans)
+    return {op for op in ("(pooling)", "(pooling_backward)") if op in described}
+
+
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (pooled(lambda: nn.AvgPool2d(3, 2, 1)), (2, 3, 7, 8)),
+        (pooled(lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False)), (2, 3, 7, 8)),
+        (pooled(lambda: nn.AvgPool2d((2, 3), (1, 2))), (1, 2, 5, 7)),
+        (pooled(lambda: nn.AvgPool2d(2, divisor_override=4)), (1, 2, 6, 6)),
+        (pooled(lambda: nn.AvgPool2d(3, 2, ceil_mode=True)), (1, 2, 7, 9)),  # ceil adds no window
+        (pooled(lambda: nn.AvgPool3d((2, 2, 3), 2, (1, 0, 1))), (1, 2, 4, 5, 6)),
+        (pooled(lambda: nn.AdaptiveAvgPool2d((3, 2))), (2, 3, 6, 8)),
+    ],
+)
+def test_average_pools_lower_forward_and_backward(make, shape, options):
+    backend = OpendnnBackend()
+    compare(make, shape, torch.float64, backend, options=options)
+    assert backend.fallbacks == [] and len(backend.regions) == 2
+    assert backend.plans_executed == 4
+    assert pooling_ops(backend) == {"(pooling)", "(pooling_backward)"}
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (pooled(lambda: nn.AvgPool2d(3, 2, ceil_mode=True)), (1, 2, 8, 8)),  # a last window past the input
+        (pooled(lambda: nn.AvgPool2d(2, 2, 1, divisor_override=3)), (1, 2, 6, 6)),
+        (pooled(lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False, divisor_override=9)), (1, 2, 6, 6)),
+        (pooled(lambda: nn.AdaptiveAvgPool2d((4, 3))), (1, 2, 6, 6)),  # cells of two sizes
+        (pooled(lambda: nn.MaxPool2d(2, dilation=2)), (1, 2, 6, 6)),
+        (pooled(lambda: nn.MaxPool2d(3, 2, ceil_mode=True)), (1, 2, 8, 8)),
+        (pooled(lambda: nn.MaxPool2d(3, 2, 1)), (2, 3, 7, 8)),  # training: the indices go to the backward
+    ],
+)
+def test_pools_the_graph_does_not_compute_exactly_stay_on_torch(make, shape):
+    backend = OpendnnBackend()
+    compare(make, shape, torch.float64, backend)
+    assert backend.fallbacks == [] and pooling_ops(backend) == set()
+
+
+class Stem(nn.Module):
+    """A ResNet stem: conv, batch norm, relu, max pool, then a 1x1 conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.head = nn.Conv2d(3, 4, 3, 2, 1, bias=False), nn.BatchNorm2d(4), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return self.head(TF.max_pool2d(torch.relu(self.bn(self.conv(x))), 3, 2, 1))
+
+
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_a_resnet_stem_in_eval_lowers_its_max_pool_into_one_region(options):
+    torch.manual_seed(3)
+    model = Stem().double().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    backend = OpendnnBackend()
+    x = torch.randn(2, 3, 13, 12, dtype=torch.float64)
+    x[0, 1, 4:6, 4:6] = math.nan  # windows holding NaN pool to NaN, as torch's
+    with torch.no_grad():
+        ours = torch.compile(model, backend=backend, options=options)(x)
+        theirs = model(x)
+    assert torch.equal(ours.isnan(), theirs.isnan()) and ours.isnan().any()
+    assert relative_error(ours.nan_to_num(), theirs.nan_to_num()) < TOLERANCE[torch.float64]
+    assert backend.fallbacks == [] and backend.regions == ["graph0.fused_0"] and backend.plans_executed == 1
+    described = backend.plans[0].describe()
+    assert "(conv_fprop)" in described and "(pooling)" in described
+
+
+def test_max_pool_in_training_keeps_torchs_gradient_for_windows_of_ties_and_nan():
+    """The forward's indices and the backward stay on torch: a window of several NaN sends its gradient
+    to the last, which the graph's pooling backward (the first) would not."""
+    model = nn.Sequential(nn.ReLU(), nn.MaxPool2d(2), nn.Tanh()).double()
+    x = torch.tensor([[[[1.0, 1.0, math.nan, 2.0], [0.5, 1.0, 3.0, math.nan]]]], dtype=torch.float64)
+    backend = OpendnnBackend()
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch.compile(model, backend=backend)(xa).sum().backward()
+    model(xb).sum().backward()
+    assert torch.equal(xa.grad.nan_to_num(), xb.grad.nan_to_num()) and xb.grad[0, 0, 1, 3] != 0
+    assert pooling_ops(backend) == set()
+
+
+class UNetLike(nn.Module):
+    """An encoder level (conv, relu, average pool), a bottleneck and a decoder level (upsampling, a
+    skip connection added, conv)."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+        self.down, self.bottleneck = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.up = nn.Conv2d(4, 2, 3, padding=1)
+
+    def forward(self, x):
+        skip = torch.relu(self.down(x))
+        deep = torch.relu(self.bottleneck(TF.avg_pool2d(skip, 2)))
+        upsampled = TF.interpolate(deep, scale_factor=2, mode=self.mode)
+        return self.up(upsampled + skip)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_a_unet_like_model_trains_with_its_pools_lowered_and_its_upsampling_on_torch(mode):
+    """aot_autograd hands over upsampling decomposed into index arithmetic (``_unsafe_index``), which
+    stays on torch between the regions."""
+    backend = OpendnnBackend()
+    compare(lambda: UNetLike(mode), (2, 2, 8, 6), torch.float64, backend)
+    assert backend.fallbacks == [] and pooling_ops(backend) == {"(pooling)", "(pooling_backward)"}

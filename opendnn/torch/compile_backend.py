@@ -4,13 +4,15 @@ region opendnn's graph API can run replaced by a call of a built ``opendnn.graph
 aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
 nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
 operations and their backward forms, sums and means, layer norm, batch norm in training and
-inference and their backward forms, scaled dot-product attention and its backward as torch picks it
-on the CPU and on CUDA: ``ATTENTION``) are grouped by torch's capability partitioner into regions:
-connected, and never depending on themselves through a node left outside. Each region of two nodes
-or more, or of an attention operator alone, becomes one ``OpendnnRegion``: on its first call for
-a signature of its inputs (shapes, strides, dtypes, device) it lowers the region to an
-``opendnn.graph.Graph``, builds the plan (the fusion engine's generated kernels, convolution and
-matmul epilogues) and keeps it; each call then allocates the outputs and executes the plan.
+inference and their backward forms, average pools and evenly divided adaptive average pools and
+their backward forms, max pooling whose indices nothing reads, scaled dot-product attention and its
+backward as torch picks it on the CPU and on CUDA: ``ATTENTION``) are grouped by torch's capability
+partitioner into regions: connected, and never depending on themselves through a node left outside.
+Each region of two nodes or more, or of an attention operator alone, becomes one ``OpendnnRegion``:
+on its first call for a signature of its inputs (shapes, strides, dtypes, device) it lowers the
+region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's generated kernels,
+convolution and matmul epilogues) and keeps it; each call then allocates the outputs and executes
+the plan.
 Everything else runs as the FX graph, eagerly, on torch.
 
 Tensors on the CPU run on the reference engine (the NumPy backend) and CUDA tensors on the fusion
@@ -178,7 +180,7 @@ class Op:
         operator's own rule holds."""
         if any(_drops_dims(source) for source in node.all_input_nodes):
             return False
-        vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        vals = [self.results(node)] + [a.meta.get("val") for a in node.all_input_nodes]
         for val in vals:
             for tensor in val if isinstance(val, (tuple, list)) else [val]:
                 if tensor is None:
@@ -188,6 +190,10 @@ class Op:
                 if not all(isinstance(d, int) for d in (*tensor.shape, *tensor.stride())):
                     return False
         return self._accepts(*node.args, **node.kwargs)
+
+    def results(self, node: torch.fx.Node) -> Any:
+        """The results of ``node`` that its lowering computes: all of them."""
+        return node.meta.get("val")
 
 
 def _drops_dims(node: torch.fx.Node) -> bool:
@@ -473,6 +479,168 @@ def _hardswish_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any) -
     g, xt, gradient = low.graph, low.tensor(x), low.tensor(grad)
     ramp = g.mul(gradient, g.add(g.div(xt, 3.0), 0.5))
     return g.binary_select(0.0, g.binary_select(ramp, gradient, g.cmp_lt(xt, 3.0)), g.cmp_le(xt, -3.0))
+
+
+# ---- pooling ------------------------------------------------------------------------------------------
+
+
+def _windows(x: Any, kernel: Sequence[int], stride: Sequence[int], padding: Any) -> dict[str, list[int]]:
+    """torch's pooling arguments as the graph's, one value per spatial dim of x (torch repeats a
+    single value; an empty stride is the kernel)."""
+    rank = len(x.meta["val"].shape) - 2
+
+    def per_dim(values: Any) -> list[int]:
+        values = [values] if isinstance(values, int) else list(values)
+        return values * rank if len(values) == 1 else values
+
+    window = per_dim(kernel)
+    return {"window": window, "stride": per_dim(stride) if stride else window, "padding": per_dim(padding)}
+
+
+def _floor_windows(x: Any, geometry: dict[str, list[int]], ceil_mode: bool) -> bool:
+    """Whether the windows are those the graph's pooling computes: torch's ceil_mode only where it adds
+    no window (then every window, and each average's divisor, is the floor mode's). torch's ceil mode
+    rounds the count up, less a last window that would start in the trailing padding."""
+    for size, window, stride, pad in zip(x.meta["val"].shape[2:], *geometry.values()):
+        span = size + 2 * pad - window
+        rounded_up = -(-span // stride) + 1
+        if rounded_up - 1 >= 0 and (rounded_up - 1) * stride >= size + pad:
+            rounded_up -= 1
+        if ceil_mode and rounded_up != span // stride + 1:
+            return False
+    return True
+
+
+def _average_mode(count_include_pad: bool) -> str:
+    return "avg_include" if count_include_pad else "avg_exclude"
+
+
+def _avg_pool(
+    low: Lowering,
+    node: torch.fx.Node,
+    x: Any,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Any = None,
+) -> Any:
+    return low.graph.pooling(low.tensor(x), _average_mode(count_include_pad), **_windows(x, kernel, stride, padding))
+
+
+def _avg_pool_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    x: Any,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Any,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Any,
+) -> Any:
+    geometry = _windows(x, kernel, stride, padding)
+    mode = _average_mode(count_include_pad)
+    return low.graph.pooling_backward(low.tensor(grad), low.tensor(x), mode, **geometry)
+
+
+def _exact_average(
+    x: Any,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Any = None,
+) -> bool:
+    """An average pool the graph's computes: its windows (``_floor_windows``), and a divisor_override
+    only where it is the count already (the window's size, every window full or counted so)."""
+    geometry = _windows(x, kernel, stride, padding)
+    if divisor_override is not None:
+        full = count_include_pad or not any(geometry["padding"])
+        if not full or divisor_override != math.prod(geometry["window"]):
+            return False
+    return _floor_windows(x, geometry, ceil_mode)
+
+
+def _exact_average_backward(grad: Any, x: Any, *arguments: Any) -> bool:
+    return _exact_average(x, *arguments)
+
+
+def _cells(x: Any, output_size: Sequence[int]) -> dict[str, list[int]] | None:
+    """An adaptive pool's cells as one window and stride, where the output divides the input evenly
+    (every cell then has one size and step); None where it does not."""
+    sizes = x.meta["val"].shape[2:]
+    if len(output_size) != len(sizes) or any(size % out for size, out in zip(sizes, output_size)):
+        return None
+    window = [size // out for size, out in zip(sizes, output_size)]
+    return {"window": window, "stride": window, "padding": [0] * len(window)}
+
+
+def _adaptive_avg_pool(low: Lowering, node: torch.fx.Node, x: Any, output_size: Sequence[int]) -> Any:
+    return low.graph.pooling(low.tensor(x), "avg_include", **(_cells(x, output_size) or {}))
+
+
+def _adaptive_avg_pool_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any) -> Any:
+    cells = _cells(x, grad.meta["val"].shape[2:]) or {}
+    return low.graph.pooling_backward(low.tensor(grad), low.tensor(x), "avg_include", **cells)
+
+
+def _max_pool(
+    low: Lowering,
+    node: torch.fx.Node,
+    x: Any,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
+    """(y, None): the indices are never made (``MaxValues`` lowers only a node whose indices nothing reads)."""
+    return (low.graph.pooling(low.tensor(x), "max", **_windows(x, kernel, stride, padding)), None)
+
+
+def _exact_max(
+    x: Any,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> bool:
+    """Undilated windows (the graph's pooling has no dilation), ceil_mode only where it adds none."""
+    dilations = [dilation] if isinstance(dilation, int) else list(dilation)
+    return all(d == 1 for d in dilations) and _floor_windows(x, _windows(x, kernel, stride, padding), ceil_mode)
+
+
+class MaxValues(Op):
+    """``max_pool2d_with_indices`` whose indices nothing reads (an inference graph): its values lower.
+    Indices read elsewhere (saved for the backward in training) would have to be torch's, which the
+    graph's pooling does not make, so such a node stays on torch. Its backward,
+    ``max_pool2d_with_indices_backward``, stays on torch too: the graph's recomputes the maxima from x
+    and gives a window holding several NaN its gradient at the first, where torch's index is the last."""
+
+    def accepts(self, node: torch.fx.Node) -> bool:
+        reads_indices = any(user.target is not operator.getitem or user.args[1] != 0 for user in node.users)
+        return not reads_indices and super().accepts(node)
+
+    def results(self, node: torch.fx.Node) -> Any:
+        return node.meta.get("val")[0]
+
+
+POOLINGS = {
+    aten.avg_pool2d.default: Op(_avg_pool, _exact_average),
+    aten.avg_pool3d.default: Op(_avg_pool, _exact_average),
+    aten.avg_pool2d_backward.default: Op(_avg_pool_backward, _exact_average_backward),
+    aten.avg_pool3d_backward.default: Op(_avg_pool_backward, _exact_average_backward),
+    aten._adaptive_avg_pool2d.default: Op(_adaptive_avg_pool, lambda x, size: _cells(x, size) is not None),
+    aten._adaptive_avg_pool2d_backward.default: Op(
+        _adaptive_avg_pool_backward, lambda grad, x: _cells(x, grad.meta["val"].shape[2:]) is not None
+    ),
+    aten.max_pool2d_with_indices.default: MaxValues(_max_pool, _exact_max),
+}
 
 
 def _is_tensor(value: Any) -> bool:
@@ -897,6 +1065,7 @@ LOWERINGS: dict[Any, Op] = {
     aten._log_softmax_backward_data.default: Op(_log_softmax_backward, _same_dtype),
     **ATTENTION,
     **REDUCTIONS,
+    **POOLINGS,
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
         _layer_norm_backward, lambda grad, x, normalized, mean, rstd, w, b, mask: _is_tensor(w) and _is_tensor(b)
