@@ -25,7 +25,7 @@ from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
 from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.families.pointwise.problem import resolved_coef
-from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label, step_fraction
+from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, channel_dims, label, step_fraction
 from opendnn.graph.pointwise_methods import PointwiseMethods
 from opendnn.graph.tensor import Tensor
 
@@ -440,6 +440,123 @@ class OperationBuilder(PointwiseMethods):
         if op != "instancenorm":
             attributes["normalized_ndim"] = _normalized_ndim(scale)
         return self._add(op, {"x": input, "scale": scale, "bias": bias}, attributes, name)
+
+    # ---- batch norm in steps: finalize the statistics, the weight gradients; views ---------------------
+
+    def bn_finalize(
+        self,
+        sum: Tensor,
+        sq_sum: Tensor,
+        scale: Tensor,
+        bias: Tensor,
+        epsilon: Operand,
+        accum_count: Operand,
+        prev_running_mean: Tensor | None = None,
+        prev_running_var: Tensor | None = None,
+        momentum: Operand | None = None,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Batch norm's statistics from per-channel sums (cudnn-frontend's ``bn_finalize``): (eq_scale,
+        eq_bias, mean, inv_variance, next_running_mean, next_running_var), the last two None without
+        running statistics.
+
+        With M = ``accum_count`` (the elements summed per channel, e.g. N * H * W of ``genstats``'s
+        input): ``mean = sum / M``, ``var = sq_sum / M - mean^2`` (biased), ``inv_variance =
+        1 / sqrt(var + epsilon)``, ``eq_scale = scale * inv_variance``, ``eq_bias = bias - mean *
+        eq_scale``, so that ``x * eq_scale + eq_bias`` is x batch-normalized; ``next_running_* =
+        prev + momentum * (batch - prev)`` with the unbiased variance ``var * M / (M - 1)``, as
+        torch's BatchNorm and cuDNN keep it. ``epsilon``, ``accum_count`` and ``momentum`` are
+        numbers or scalars (``scalar(name=...)``: given at execute time); the per-channel tensors
+        share sum's dims. The pointwise nodes it adds fuse with their neighbours; as every node's,
+        each output is read by a node or marked with ``set_output(True)``.
+
+        Raises:
+            BadParam: per-channel tensors of other dims, running statistics without momentum (or
+                the reverse), a number out of its range.
+        """
+        base = f"bn_finalize_{len(self._nodes)}" if name is None else str(name)
+        where = label(base, "bn_finalize")
+        running = {"prev_running_mean": prev_running_mean, "prev_running_var": prev_running_var}
+        if (prev_running_mean is None) != (prev_running_var is None) or (prev_running_mean is None) != (
+            momentum is None
+        ):
+            raise BadParam(f"{where}: prev_running_mean, prev_running_var and momentum must be given together")
+        for role, tensor in (("sum", sum), ("sq_sum", sq_sum)):
+            if not isinstance(tensor, Tensor):
+                raise BadParam(f"{where}: {role}={tensor!r} must be a Tensor of this graph")
+        per_channel = {"sq_sum": sq_sum, "scale": scale, "bias": bias, **running}
+        _require_same_dims(where, "sum", sum, per_channel)
+        if isinstance(epsilon, (int, float)) and not (epsilon >= BN_MIN_EPSILON and math.isfinite(epsilon)):
+            raise BadParam(f"{where}: epsilon={epsilon} must be finite and at least {BN_MIN_EPSILON}")
+        least = 1 if momentum is None else 2  # the unbiased variance divides by accum_count - 1
+        if isinstance(accum_count, (int, float)) and not (accum_count >= least and math.isfinite(accum_count)):
+            raise BadParam(f"{where}: accum_count={accum_count} must be finite and at least {least}")
+        if isinstance(momentum, (int, float)) and not 0.0 <= momentum <= 1.0:
+            raise BadParam(f"{where}: momentum={momentum} must be in [0, 1]")
+        mean = self.div(sum, accum_count, name=f"{base}.mean")
+        mean_of_squares = self.div(sq_sum, accum_count, name=f"{base}.mean_of_squares")
+        variance = self.sub(mean_of_squares, self.mul(mean, mean, name=f"{base}.square_of_mean"), name=f"{base}.var")
+        inv_variance = self.rsqrt(self.add(variance, epsilon, name=f"{base}.var_epsilon"), name=f"{base}.inv_var")
+        eq_scale = self.mul(scale, inv_variance, name=f"{base}.eq_scale")
+        eq_bias = self.sub(bias, self.mul(mean, eq_scale, name=f"{base}.mean_eq_scale"), name=f"{base}.eq_bias")
+        if prev_running_mean is None or prev_running_var is None or momentum is None:
+            return eq_scale, eq_bias, mean, inv_variance, None, None
+        less_one = accum_count - 1 if isinstance(accum_count, (int, float)) else self.sub(accum_count, 1.0)
+        var_count = self.mul(variance, accum_count, name=f"{base}.var_count")
+        unbiased = self.div(var_count, less_one, name=f"{base}.unbiased")
+        next_running = []
+        for role, batch in (("mean", mean), ("var", unbiased)):
+            previous = running[f"prev_running_{role}"]
+            change = self.sub(batch, previous, name=f"{base}.{role}_change")
+            step = self.mul(change, momentum, name=f"{base}.{role}_step")
+            next_running.append(self.add(previous, step, name=f"{base}.next_running_{role}"))
+        return eq_scale, eq_bias, mean, inv_variance, next_running[0], next_running[1]
+
+    def dbn_weight(
+        self, dy: Tensor, x: Tensor, mean: Tensor, inv_variance: Tensor, scale: Tensor, *, name: str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Batch norm backward's weight gradients (cudnn-frontend's ``dbn_weight``): (dscale, dbias,
+        eq_scale_dy, eq_scale_x, eq_bias), each (1, C, 1, ...).
+
+        From the forward's saved ``mean`` and ``inv_variance`` over the M = N * spatial elements of
+        each channel of x (N, C, ...): ``dbias = sum(dy)``, ``dscale = sum(dy * (x - mean)) *
+        inv_variance``, and the factors that give the input gradient in one pointwise pass,
+        ``dx = eq_scale_dy * dy + eq_scale_x * x + eq_bias``: ``eq_scale_dy = scale * inv_variance``,
+        ``eq_scale_x = -eq_scale_dy * inv_variance * dscale / M``, ``eq_bias = -eq_scale_dy * dbias
+        / M - eq_scale_x * mean``. Two reductions and pointwise nodes, which fuse with their
+        neighbours.
+
+        Raises:
+            BadParam: dy not of x's dims, mean, inv_variance or scale not (1, C, 1, ...).
+        """
+        base = f"dbn_weight_{len(self._nodes)}" if name is None else str(name)
+        where = label(base, "dbn_weight")
+        for role, tensor in (("dy", dy), ("x", x), ("mean", mean), ("inv_variance", inv_variance), ("scale", scale)):
+            if not isinstance(tensor, Tensor):
+                raise BadParam(f"{where}: {role}={tensor!r} must be a Tensor of this graph")
+        if len(x.dims) < 2:
+            raise BadParam(f"{where}: x '{x.name}' dims {list(x.dims)} must have at least 2 dims (N, C, ...)")
+        _require_same_dims(where, "x", x, {"dy": dy})
+        per_channel = channel_dims(x.dims)
+        for role, tensor in (("mean", mean), ("inv_variance", inv_variance), ("scale", scale)):
+            if tensor.dims != per_channel:
+                raise BadParam(
+                    f"{where}: {role} '{tensor.name}' dims {list(tensor.dims)} must be {list(per_channel)} "
+                    f"(one per channel of x '{x.name}' {list(x.dims)})"
+                )
+        count = math.prod(x.dims) // x.dims[1]
+        dbias = self.reduction(dy, ReduceTensorOp.ADD, per_channel, name=f"{base}.dbias")
+        centered = self.sub(x, mean, name=f"{base}.center")
+        products = self.mul(dy, centered, name=f"{base}.dy_center")
+        summed = self.reduction(products, ReduceTensorOp.ADD, per_channel, name=f"{base}.sum_dy_center")
+        dscale = self.mul(summed, inv_variance, name=f"{base}.dscale")
+        eq_scale_dy = self.mul(scale, inv_variance, name=f"{base}.eq_scale_dy")
+        scaled = self.mul(self.mul(eq_scale_dy, inv_variance, name=f"{base}.scale_var"), dscale, name=f"{base}.x_term")
+        eq_scale_x = self.div(scaled, -count, name=f"{base}.eq_scale_x")
+        bias_term = self.div(self.mul(eq_scale_dy, dbias, name=f"{base}.dy_term"), -count, name=f"{base}.bias_term")
+        eq_bias = self.sub(bias_term, self.mul(eq_scale_x, mean, name=f"{base}.mean_term"), name=f"{base}.eq_bias")
+        return dscale, dbias, eq_scale_dy, eq_scale_x, eq_bias
 
     # ---- softmax and pooling --------------------------------------------------------------------------
 
@@ -937,3 +1054,13 @@ def _largest_of_rank(inputs: Sequence[Tensor], rank: int) -> Tensor | None:
     whose memory order an operation's output takes."""
     candidates = [t for t in inputs if len(t.dims) == rank and not t.pass_by_value]
     return max(candidates, key=lambda t: t.numel, default=None)
+
+
+def _require_same_dims(where: str, role: str, first: Tensor, others: dict[str, Tensor | None]) -> None:
+    """Each tensor of ``others`` has the dims of ``first`` (named ``role``); numbers and None pass."""
+    for other_role, tensor in others.items():
+        if isinstance(tensor, Tensor) and tensor.dims != first.dims:
+            raise BadParam(
+                f"{where}: {other_role} '{tensor.name}' dims {list(tensor.dims)} must be {role} "
+                f"'{first.name}' dims {list(first.dims)}"
+            )
