@@ -2,6 +2,8 @@
 graph API: on the reference engine (NumPy), the per-node and fused engines (Triton, through its
 interpreter), against torch in float64, through a serialized graph, and their refusals."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -229,3 +231,124 @@ def test_a_serialized_bn_finalize_and_dbn_weight_graph_runs_as_the_original():
     again.execute({"x": x, "dy": dy, "scale": scale, "bias": bias, **names}, workspace)
     for out, want in zip(arrays, original):
         assert np.array_equal(out, want)
+
+
+# ---- slice --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_slices_of_a_packed_qkv_feed_pointwise_nodes_as_views(engine):
+    rng = np.random.default_rng(6)
+    qkv = random(rng, (2, 5, 12))
+    g = cpu_graph()
+    (packed,) = graph_inputs(g, qkv=qkv)
+    q = g.slice(packed, [slice(None), slice(None), slice(0, 4)])
+    k = g.slice(packed, [slice(None), slice(1, 5, 2), slice(4, 8)])
+    v = g.slice(packed, [slice(None), slice(None, None, 2), slice(8, None)])  # dims past the last taken whole
+    assert (q.get_dim(), q.get_stride()) == ([2, 5, 4], [60, 12, 1])
+    assert (k.get_dim(), k.get_stride()) == ([2, 2, 4], [60, 24, 1])
+    assert (v.get_dim(), v.get_stride()) == ([2, 3, 4], [60, 24, 1])
+    y = g.mul(q, 3.0)
+    z = g.add(g.add(g.slice(q, [slice(0, 2), slice(1, 3)]), g.slice(v, [slice(None), slice(0, 2)])), k)
+    for t in (y, z):
+        t.set_output(True)
+    out_y, out_z = run(g, {packed: qkv}, [y, z], engine)
+    q64 = qkv.astype(np.float64)
+    assert relative_error(out_y, 3 * q64[:, :, 0:4]) < TOLERANCE
+    assert relative_error(out_z, q64[:, 1:3, 0:4] + q64[:, 0:4:2, 8:12] + q64[:, 1:5:2, 4:8]) < TOLERANCE
+    assert "node 'slice_0' (slice) as a view of its input's memory (no launch)" in g.plan.describe()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_channel_range_of_a_computed_tensor_feeds_a_convolution(engine):
+    """The sliced tensor is virtual: it lives in the workspace, and the slice is a view of it there."""
+    rng = np.random.default_rng(7)
+    x, w = random(rng, (2, 6, 4, 4)), random(rng, (3, 2, 3, 3))
+    g = cpu_graph()
+    xt, wt = graph_inputs(g, x=x, w=w)
+    activated = g.relu(g.mul(xt, 0.5))
+    channels = g.slice(activated, [slice(None), slice(1, 5, 2)])
+    assert channels.get_dim() == [2, 2, 4, 4] and channels.get_stride() == [96, 32, 4, 1]
+    y = g.conv_fprop(channels, wt, padding=[1, 1])
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w}, [y], engine)
+    relu = torch.relu(t64(x) * 0.5)
+    expected = TF.conv2d(relu[:, 1:5:2], t64(w), padding=1).numpy()
+    assert relative_error(out, expected) < TOLERANCE
+    assert g.get_workspace_size() > 0  # relu's output crosses to the convolution's step through the slice
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_operation_after_a_slice_of_a_channels_last_image_keeps_its_memory_order(engine):
+    rng = np.random.default_rng(8)
+    x = random(rng, (2, 4, 3, 3)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)  # NHWC memory
+    g = cpu_graph()
+    (xt,) = graph_inputs(g, x=x)
+    part = g.slice(xt, [slice(None), slice(0, 3), slice(1, 3)])
+    assert part.get_stride() == [36, 1, 12, 4]
+    y = g.sigmoid(part)
+    y.set_output(True)
+    assert y.get_stride() == [18, 1, 9, 3]  # channels-last, packed
+    (out,) = run(g, {xt: x}, [y], engine)
+    assert relative_error(out, torch.sigmoid(t64(x)[:, 0:3, 1:3]).numpy()) < TOLERANCE
+
+
+def test_a_serialized_slice_runs_as_the_original():
+    rng = np.random.default_rng(9)
+    x = random(rng, (4, 6))
+    g = cpu_graph()
+    (xt,) = graph_inputs(g, x=x)
+    y = g.neg(g.slice(xt, [slice(1, 4), slice(0, 6, 3)]))
+    y.set_output(True)
+    (original,) = run(g, {xt: x}, [y])
+    again = og.Graph.deserialize(g.serialize(), handle=od.Handle("cpu"))
+    out = np.full((3, 2), np.nan, np.float32)
+    again.execute({"x": x, y.name: out}, None)
+    assert np.array_equal(out, original) and np.array_equal(out, -x[1:4, 0:6:3])
+
+
+@pytest.mark.parametrize(
+    ("slices", "message"),
+    [
+        ([slice(0, 2)] * 3, r"node 'slice_\d+' \(slice\): 3 slices for input 'x' of dims \[4, 6\]"),
+        ([1], r"slices\[0\]=1 must be a slice"),
+        ([slice(None), slice(None, None, -1)], r"slices\[1\]=slice\(None, None, -1\) has step -1: a view walks"),
+        ([slice(None, None, 0)], r"slices\[0\]=slice\(None, None, 0\): slice step cannot be zero"),
+        ([slice(3, 3)], r"slices\[0\]=slice\(3, 3, None\) selects no element of dim 0 \(size 4\)"),
+        ([slice("a", 2)], r"slices\[0\]=slice\('a', 2, None\): "),
+    ],
+)
+def test_slice_refuses_by_name(slices, message):
+    g = cpu_graph()
+    with pytest.raises(od.BadParam, match=message):
+        g.slice(g.tensor([4, 6], name="x"), slices)
+
+
+def test_a_slice_is_a_view_so_validate_refuses_it_as_a_graph_output_or_with_other_strides():
+    g = cpu_graph()
+    part = g.slice(g.tensor([4, 6], name="x"), [slice(0, 2)])
+    part.set_output(True)
+    with pytest.raises(
+        od.BadParam, match=r"node 'slice_0' \(slice\): output y 'slice_0::y' is a view of input 'x' and cannot be"
+    ):
+        g.validate()
+    part.set_output(False).set_stride([1, 2])
+    g.identity(part).set_output(True)
+    with pytest.raises(
+        od.BadParam,
+        match=r"output y 'slice_0::y' strides \[1, 2\] must be \[6, 1\], input 'x' strides \[6, 1\] times the steps",
+    ):
+        g.validate()
+
+
+def test_a_deserialized_slice_out_of_its_input_is_refused_by_name():
+    g = cpu_graph()
+    g.identity(g.slice(g.tensor([4, 6], name="x"), [slice(1, 3)])).set_output(True)
+    g.validate()
+    g.build_operation_graph()
+    data = json.loads(g.serialize())
+    data["nodes"][0]["attributes"]["stop"] = [5, 6]
+    with pytest.raises(
+        od.BadParam, match=r"slices\[0\] from 1 to 5 must select elements of input 'x' dim 0 \(size 4\)"
+    ):
+        og.Graph.deserialize(json.dumps(data), handle=od.Handle("cpu"))

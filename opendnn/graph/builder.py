@@ -9,6 +9,7 @@ passed by value; ``scalar(name=...)`` declares one whose value comes by name at 
 
 from __future__ import annotations
 
+import builtins
 import enum
 import math
 from collections.abc import Sequence
@@ -25,7 +26,15 @@ from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
 from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.families.pointwise.problem import resolved_coef
-from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, channel_dims, label, step_fraction
+from opendnn.graph.operations import (
+    OPERATIONS,
+    SLICE_KEYS,
+    Shape,
+    apply_rule,
+    channel_dims,
+    label,
+    step_fraction,
+)
 from opendnn.graph.pointwise_methods import PointwiseMethods
 from opendnn.graph.tensor import Tensor
 
@@ -506,8 +515,7 @@ class OperationBuilder(PointwiseMethods):
         var_count = self.mul(variance, accum_count, name=f"{base}.var_count")
         unbiased = self.div(var_count, less_one, name=f"{base}.unbiased")
         next_running = []
-        for role, batch in (("mean", mean), ("var", unbiased)):
-            previous = running[f"prev_running_{role}"]
+        for role, batch, previous in (("mean", mean, prev_running_mean), ("var", unbiased, prev_running_var)):
             change = self.sub(batch, previous, name=f"{base}.{role}_change")
             step = self.mul(change, momentum, name=f"{base}.{role}_step")
             next_running.append(self.add(previous, step, name=f"{base}.next_running_{role}"))
@@ -557,6 +565,42 @@ class OperationBuilder(PointwiseMethods):
         bias_term = self.div(self.mul(eq_scale_dy, dbias, name=f"{base}.dy_term"), -count, name=f"{base}.bias_term")
         eq_bias = self.sub(bias_term, self.mul(eq_scale_x, mean, name=f"{base}.mean_term"), name=f"{base}.eq_bias")
         return dscale, dbias, eq_scale_dy, eq_scale_x, eq_bias
+
+    def slice(self, input: Tensor, slices: Sequence[builtins.slice] = (), *, name: str | None = None) -> Tensor:
+        """A sub-region of ``input`` (cudnn-frontend's ``slice``): one Python slice per dim, as in
+        indexing (``slice(0, 2)``, ``slice(1, None, 2)``; dims past the last slice are taken whole).
+        The output is a view of the input's memory, its strides the input's times the steps, so a
+        packed QKV or a channel range feeds other operations with no copy; it is a virtual tensor
+        (mark a copy, ``identity``, as a graph output).
+
+        Raises:
+            BadParam: more slices than dims, an item that is not a slice, a step below 1, a slice
+                that selects no element.
+        """
+        base = f"slice_{len(self._nodes)}" if name is None else str(name)
+        where = label(base, "slice")
+        if not isinstance(input, Tensor):
+            raise BadParam(f"{where}: input={input!r} must be a Tensor of this graph")
+        if len(slices) > len(input.dims):
+            raise BadParam(f"{where}: {len(slices)} slices for input '{input.name}' of dims {list(input.dims)}")
+        bounds = []
+        for k, size in enumerate(input.dims):
+            item = slices[k] if k < len(slices) else slice(None)
+            if not isinstance(item, slice):
+                raise BadParam(f"{where}: slices[{k}]={item!r} must be a slice")
+            try:
+                start, stop, step = item.indices(size)
+            except (TypeError, ValueError) as error:
+                raise BadParam(f"{where}: slices[{k}]={item!r}: {error}") from None
+            if step < 1:
+                raise BadParam(f"{where}: slices[{k}]={item!r} has step {step}: a view walks its input forward")
+            if len(range(start, stop, step)) == 0:
+                raise BadParam(f"{where}: slices[{k}]={item!r} selects no element of dim {k} (size {size})")
+            bounds.append((start, stop, step))
+        attributes = dict(zip(SLICE_KEYS, (tuple(values) for values in zip(*bounds))))
+        output = self._add("slice", {"x": input}, attributes, base)["y"]
+        output.view_of = (input, attributes["step"])
+        return output
 
     # ---- softmax and pooling --------------------------------------------------------------------------
 

@@ -82,6 +82,8 @@ class NodeCall:
             run_recorded(self, binding, handle, lambda: self._run(self.node, tensor, handle, binding.scratch))
 
     def describe(self) -> str:
+        if self._run is run_view:
+            return f"{self.node.label} as a view of its input's memory (no launch)"
         return f"{self.node.label} as its own call"
 
 
@@ -424,6 +426,13 @@ def run_norm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: 
     )
 
 
+# ---- views ---------------------------------------------------------------------------------------------
+
+
+def run_view(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    """A slice launches nothing: the plan binds its output as a view of its input's memory."""
+
+
 # ---- softmax and pooling ------------------------------------------------------------------------------
 
 
@@ -587,6 +596,7 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "layernorm_backward": (run_norm_backward, no_scratch),
     "rmsnorm_backward": (run_norm_backward, no_scratch),
     "instancenorm_backward": (run_norm_backward, no_scratch),
+    "slice": (run_view, no_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),
     "resample": (run_resample, no_scratch),

@@ -3,7 +3,8 @@ topological order, with the key its plans are cached under and its JSON form.
 
 ``validate`` checks what the builder cannot check once and for all: names are unique, there is no
 cycle (a deserialized graph may hold one), every operation's rule still holds after the caller's
-``set_dim`` / ``set_data_type`` changes, nothing dangles (an input no node reads, a node none of
+``set_dim`` / ``set_data_type`` changes, a slice's output is a view of its input (virtual, of
+its input's strides times the steps), nothing dangles (an input no node reads, a node none of
 whose outputs is read or asked for), and the graph has an output. Errors name the node and
 the tensor.
 """
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status
-from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label
+from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label, view_strides
 
 if TYPE_CHECKING:
     from opendnn.graph.builder import Node, OperationBuilder
@@ -144,6 +145,7 @@ def validate(graph: OperationBuilder) -> OperationGraph:
     order = _topological_order(graph._nodes)
     for node in order:
         _check_rule(node)
+    _check_views(graph)
     _check_dangling(graph)
     for tensor in _produced(graph):
         if not tensor.is_virtual and not tensor.descriptor().is_non_overlapping:
@@ -237,6 +239,26 @@ def _check_rule(node: Node) -> None:
             )
         if tensor.pass_by_value:
             raise BadParam(f"{node.label}: output {role} '{tensor.name}' cannot be a scalar passed by value")
+
+
+def _check_views(graph: OperationBuilder) -> None:
+    """A slice's output is a view of its input's memory: virtual, of the input's strides times the steps."""
+    for node in graph._nodes:
+        if node.op != "slice":
+            continue
+        x, y = node.inputs["x"], node.outputs["y"]
+        if not y.is_virtual:
+            raise BadParam(
+                f"{node.label}: output y '{y.name}' is a view of input '{x.name}' and cannot be a graph "
+                "output: mark a copy of it (identity) instead"
+            )
+        strides = view_strides(x.strides, node.attributes["step"])
+        if y.strides != strides:
+            raise BadParam(
+                f"{node.label}: output y '{y.name}' strides {list(y.strides)} must be {list(strides)}, input "
+                f"'{x.name}' strides {list(x.strides)} times the steps (a view of its memory)",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
 
 
 def _produced(graph: OperationBuilder) -> set[Any]:

@@ -459,6 +459,48 @@ def norm_backward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
     return rule
 
 
+# ---- views ---------------------------------------------------------------------------------------------
+
+SLICE_KEYS = ("start", "stop", "step")  # a slice node's attributes: one value per dim of its input
+
+
+def slice_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """A sub-region of the input, ``start`` to ``stop`` (excluded) by ``step`` along each dim:
+    ``ceil((stop - start) / step)`` elements, of the input's type (the output is a view of its memory)."""
+    x = inputs["x"]
+    bounds = [tuple(attributes.get(key, ())) for key in SLICE_KEYS]
+    if any(len(values) != len(x.dims) for values in bounds):
+        raise BadParam(
+            f"{where}: start, stop and step {[list(values) for values in bounds]} must each have one value "
+            f"per dim of input '{x.name}' {list(x.dims)}"
+        )
+    dims = []
+    for k, (size, start, stop, step) in enumerate(zip(x.dims, *bounds)):
+        if not (isinstance(step, int) and step >= 1 and isinstance(start, int) and isinstance(stop, int)):
+            raise BadParam(
+                f"{where}: slices[{k}] start={start!r}, stop={stop!r}, step={step!r} must be ints, step >= 1"
+            )
+        if not 0 <= start < stop <= size:
+            raise fail(
+                where,
+                f"slices[{k}] from {start} to {stop} must select elements of input '{x.name}' dim {k} (size {size})",
+            )
+        dims.append(-(-(stop - start) // step))
+    return {"y": OutputSpec(tuple(dims), x.dtype)}
+
+
+def slice_index(attributes: Mapping[str, Any]) -> tuple[slice, ...]:
+    """A slice node's sub-region as Python slices (a NumPy or torch view of its input's view)."""
+    return tuple(slice(*bounds) for bounds in zip(*(attributes[key] for key in SLICE_KEYS)))
+
+
+def view_strides(strides: Dims, steps: Dims) -> Dims:
+    """A slice's strides: its input's, each times the step along its dim."""
+    return tuple(stride * step for stride, step in zip(strides, steps))
+
+
 # ---- softmax and pooling ------------------------------------------------------------------------------
 
 
@@ -766,6 +808,7 @@ OPERATIONS: dict[str, Operation] = {
             ("dx", "dscale", "dbias"),
             norm_backward_rule("instancenorm_backward"),
         ),
+        Operation("slice", ("x",), ("y",), slice_rule),
         Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
         Operation("pooling", ("x",), ("y",), pooling_rule, memory_order={"y": ("x",)}),
         Operation("resample", ("x",), ("y",), resample_rule, memory_order={"y": ("x",)}),

@@ -32,6 +32,7 @@ from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
 from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import OperationGraph
+from opendnn.graph.operations import slice_index
 
 WORKSPACE_QUERY = "Graph.get_workspace_size()"
 
@@ -214,13 +215,23 @@ class FusedKernel:
 class ExecutionPlan:
     """An engine's steps for an operation graph and the workspace they need.
 
-    Workspace layout: each virtual tensor that two steps exchange (aligned), then the scratch the
-    steps share, as large as the largest step's.
+    Workspace layout: each virtual tensor that two steps exchange (aligned; a slice's output is a
+    view of its input, not a region of its own), then the scratch the steps share, as large as the
+    largest step's.
     """
 
     def __init__(self, engine: str, graph: OperationGraph, steps: Sequence[Step], backend: str) -> None:
         self.engine, self.graph, self.steps, self.backend = engine, graph, tuple(steps), backend
-        exchanged = sorted({uid for step in steps for uid in (*step.reads, *step.writes) if graph.tensors[uid].virtual})
+        # a slice's output is a view of its input's memory, bound with it (in topological order)
+        self.views = tuple(
+            (node.outputs[0][1], node.inputs[0][1], slice_index(dict(node.attributes)))
+            for node in graph.nodes
+            if node.op == "slice"
+        )
+        viewed = {uid for uid, _, _ in self.views}
+        exchanged = sorted(
+            {uid for step in steps for uid in (*step.reads, *step.writes) if graph.tensors[uid].virtual} - viewed
+        )
         self.intermediates: list[tuple[int, TensorDescriptor, int]] = []
         offset = 0
         for uid in exchanged:
@@ -299,6 +310,11 @@ class ExecutionPlan:
                 bounds[uid] = Bound(
                     self.graph.tensors[uid].name, desc, typed_view(work.view, offset, desc), work.device
                 )
+        for uid, source, index in self.views:
+            base = bounds[source]
+            assert base is not None
+            tensor = self.graph.tensors[uid]
+            bounds[uid] = Bound(tensor.name, tensor.desc, base.view[index], base.device)
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
         return bounds, arrays, None if work is None else work.view[self.scratch_offset :]

@@ -6,8 +6,8 @@ convolution's output has its image's type), else follows its role: the graph's `
 the caller binds (an input, or an operation's output marked with ``set_output(True)``), the
 graph's ``intermediate_data_type`` for a virtual one. Strides, when not set, are packed: the
 activations an operation computes (``Operation.memory_order``) in the memory order of its input
-(cudnn-frontend's inference: a channels-last image gives channels-last outputs), every other tensor
-row-major.
+(cudnn-frontend's inference: a channels-last image gives channels-last outputs), a slice's output
+its input's strides times the steps (a view of its memory), every other tensor row-major.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from opendnn.core.arrays import memory_order
 from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam
+from opendnn.graph.operations import view_strides
 
 if TYPE_CHECKING:
     from opendnn.graph.builder import OperationBuilder
@@ -54,6 +55,8 @@ class Tensor:
         self._value = None if value is None else float(value)
         self.pass_by_value = pass_by_value
         self.order_like: Tensor | None = None  # an operation's output: the input whose memory order it takes
+        # a slice's output: its input and the steps; a view of the input's memory, of its strides times the steps
+        self.view_of: tuple[Tensor, tuple[int, ...]] | None = None
         # an operation's output: the type its rule fixes (statistics FLOAT, a convolution's its image's),
         # inferred again by validate as the inputs' types change; None where the role decides
         self.inferred_data_type: DataType | None = None
@@ -121,17 +124,19 @@ class Tensor:
     def strides(self) -> tuple[int, ...]:
         if self._strides is not None:
             return self._strides
+        if self.view_of is not None:
+            return view_strides(self.view_of[0].strides, self.view_of[1])
         return strides_for_order(self._dims, self._memory_order())
 
     def _memory_order(self) -> tuple[int, ...]:
         """The dims, outermost first, of the first tensor up the chain of ``order_like`` whose strides
-        are set (dims of equal strides in their order); row-major where the chain reaches none."""
+        are set or a view's (dims of equal strides in their order); row-major where the chain reaches none."""
         tensor = self
-        while tensor._strides is None and tensor.order_like is not None:
+        while tensor._strides is None and tensor.view_of is None and tensor.order_like is not None:
             tensor = tensor.order_like
-        if tensor._strides is None:
+        if tensor._strides is None and tensor.view_of is None:
             return tuple(range(len(self._dims)))
-        return memory_order(tensor._strides)
+        return memory_order(tensor.strides)
 
     @property
     def data_type(self) -> DataType:
