@@ -1,9 +1,9 @@
 """Building a graph: its tensors and the non-pointwise operations, named as cudnn-frontend's
 Python API names them (``conv_fprop``, ``matmul``, ``genstats``, ``batchnorm``, ``sdpa``, ...).
 
-Every method adds one node (``batchnorm_inference`` adds the pointwise nodes it is made of) and
-returns its output tensors, virtual until ``set_output(True)``, with dims from the operation's
-rule (``opendnn.graph.operations``). A Python number where a tensor is expected becomes a scalar
+Every method adds one node (``batchnorm_inference``, ``bn_finalize`` and ``dbn_weight`` add the
+pointwise and reduction nodes they are made of) and returns its output tensors, virtual until
+``set_output(True)``, with dims from the operation's rule (``opendnn.graph.operations``). A Python number where a tensor is expected becomes a scalar
 passed by value; ``scalar(name=...)`` declares one whose value comes by name at execute time.
 """
 
