@@ -3,8 +3,9 @@ Python API names them (``conv_fprop``, ``matmul``, ``genstats``, ``batchnorm``, 
 
 Every method adds one node (``batchnorm_inference``, ``bn_finalize`` and ``dbn_weight`` add the
 pointwise and reduction nodes they are made of) and returns its output tensors, virtual until
-``set_output(True)``, with dims from the operation's rule (``opendnn.graph.operations``). A Python number where a tensor is expected becomes a scalar
-passed by value; ``scalar(name=...)`` declares one whose value comes by name at execute time.
+``set_output(True)``, with dims from the operation's rule (``opendnn.graph.operations``). A Python
+number where a tensor is expected becomes a scalar passed by value; ``scalar(name=...)`` declares one
+whose value comes by name at execute time.
 """
 
 from __future__ import annotations
