@@ -185,18 +185,20 @@ def test_batchnorm_backward_from_the_saved_statistics(engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_layernorm_and_its_backward(engine):
+    """The backward reads the forward's saved statistics: its node has no epsilon of its own (an
+    epsilon other than the default shows it)."""
     rng = np.random.default_rng(9)
     x, dy = random(rng, (2, 3, 8)), random(rng, (2, 3, 8))
     scale, bias = random(rng, (1, 1, 8)), random(rng, (1, 1, 8))
     g = cpu_graph()
     xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
-    y, mean, inv = g.layernorm(xt, st, bt, epsilon=1e-5)
+    y, mean, inv = g.layernorm(xt, st, bt, epsilon=0.25)
     dx, dscale, dbias = g.layernorm_backward(dyt, xt, st, mean, inv)
     for t in (y, dx, dscale, dbias):
         t.set_output(True)
     outs = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [y, dx, dscale, dbias], engine)
     (xg, sg, bg), expected = _autograd(
-        lambda a, s, b: TF.layer_norm(a, (8,), s.flatten(), b.flatten(), 1e-5), x, scale, bias
+        lambda a, s, b: TF.layer_norm(a, (8,), s.flatten(), b.flatten(), 0.25), x, scale, bias
     )
     expected.backward(t64(dy))
     for actual, want in zip(outs, (expected.detach(), xg.grad, sg.grad, bg.grad)):
@@ -211,15 +213,16 @@ def test_rmsnorm_inference_and_the_backward_of_its_training_form(engine):
     xt, dyt, st = graph_inputs(g, x=x, dy=dy, scale=scale)
     (y_inference, none) = g.rmsnorm(xt, st, epsilon=1e-5, norm_forward_phase=og.NormForwardPhase.INFERENCE)
     assert none is None
-    _, inv_rms = g.rmsnorm(xt, st, epsilon=1e-5)
+    _, inv_rms = g.rmsnorm(xt, st, epsilon=0.25)
     dx, dscale, dbias = g.rmsnorm_backward(dyt, xt, st, inv_rms)
     assert dbias is None
     for t in (y_inference, dx, dscale):
         t.set_output(True)
     y, dx_out, dscale_out = run(g, {xt: x, dyt: dy, st: scale}, [y_inference, dx, dscale], engine)
-    (xg, sg), expected = _autograd(lambda a, s: TF.rms_norm(a, (8,), s.flatten(), 1e-5), x, scale)
-    expected.backward(t64(dy))
-    assert relative_error(y, expected.detach().numpy()) < 1e-4
+    _, inference = _autograd(lambda a, s: TF.rms_norm(a, (8,), s.flatten(), 1e-5), x, scale)
+    (xg, sg), training = _autograd(lambda a, s: TF.rms_norm(a, (8,), s.flatten(), 0.25), x, scale)
+    training.backward(t64(dy))  # the backward reads the training form's saved statistics (epsilon 0.25)
+    assert relative_error(y, inference.detach().numpy()) < 1e-4
     assert relative_error(dx_out, xg.grad.numpy()) < 1e-4
     assert relative_error(dscale_out, sg.grad.numpy().reshape(1, 8)) < 1e-4
 
@@ -231,14 +234,14 @@ def test_instancenorm_and_its_backward(engine):
     scale, bias = random(rng, (1, 3, 1, 1)), random(rng, (1, 3, 1, 1))
     g = cpu_graph()
     xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
-    y, mean, inv = g.instancenorm(xt, st, bt)
+    y, mean, inv = g.instancenorm(xt, st, bt, epsilon=0.25)
     assert mean.get_dim() == [2, 3, 1, 1]
     dx, dscale, dbias = g.instancenorm_backward(dyt, xt, st, mean, inv)
     for t in (y, dx, dscale, dbias):
         t.set_output(True)
     outs = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [y, dx, dscale, dbias], engine)
     (xg, sg, bg), expected = _autograd(
-        lambda a, s, b: TF.instance_norm(a, weight=s.flatten(), bias=b.flatten(), eps=1e-5), x, scale, bias
+        lambda a, s, b: TF.instance_norm(a, weight=s.flatten(), bias=b.flatten(), eps=0.25), x, scale, bias
     )
     expected.backward(t64(dy))
     for actual, want in zip(outs, (expected.detach(), xg.grad, sg.grad, bg.grad)):

@@ -384,6 +384,27 @@ def test_functional_norm_backwards_match_torch_autograd(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_norm_backwards_read_the_saved_statistics_not_the_descriptors_epsilon(backend):
+    """A backward given the forward's mean and rstd uses them, as cuDNN does: a forward at epsilon 0.5
+    and a backward whose descriptor keeps the default 1e-5 give torch's gradients at 0.5."""
+    handle = od.create("cpu", backend=backend)
+    x, dy = torch.randn(3, 6, 4, 5, dtype=torch.float64), torch.randn(3, 6, 4, 5, dtype=torch.float64)
+    w, b = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    cases = (
+        (lambda a, s: TF.layer_norm(a, (5,), s, b, 0.5), F.layer_norm, F.layer_norm_backward, ((5,), w, b, 0.5)),
+        (lambda a, s: TF.rms_norm(a, (5,), s, 0.5), F.rms_norm, F.rms_norm_backward, ((5,), w, 0.5)),
+    )
+    for torch_norm, forward, backward, arguments in cases:
+        xt, wt = x.clone().requires_grad_(), w.clone().requires_grad_()
+        torch_norm(xt, wt).backward(dy)
+        outputs = forward(x, *arguments, return_stats=True, handle=handle)
+        stats = dict(zip(("mean", "rstd"), outputs[1:])) if len(outputs) == 3 else {"rstd": outputs[1]}
+        dx, dw = backward(dy, x, (5,), w, **stats, handle=handle)[:2]
+        _close(dx, xt.grad, 1e-12)
+        _close(dw, wt.grad, 1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_functional_lrn_and_divisive_norm(backend):
     handle = od.create("cpu", backend=backend)
     x, dy = torch.randn(2, 7, 3, 4), torch.randn(2, 7, 3, 4)

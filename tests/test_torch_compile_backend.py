@@ -162,6 +162,19 @@ def test_a_transformer_block_matches_eager_forward_and_backward(dtype):
         assert f"({op})" in described
 
 
+@pytest.mark.parametrize("eps", [1e-6, 0.25])
+def test_a_layer_norm_of_any_epsilon_lowers_forward_and_backward(eps):
+    """Its backward reads the statistics the forward saved: the ATen backward carries no epsilon."""
+    backend = OpendnnBackend()
+    compare(
+        lambda: nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16, eps=eps), nn.Linear(16, 4)),
+        (4, 16),
+        torch.float64,
+        backend,
+    )
+    assert backend.fallbacks == [] and "(layernorm_backward)" in "\n".join(plan.describe() for plan in backend.plans)
+
+
 class SoftmaxHeads(nn.Module):
     """A linear layer read through a log softmax along its features and a softmax along the batch."""
 

@@ -28,7 +28,8 @@ def run(
     dscale: Bound | None = None,
 ) -> None:
     """Forward: y, and mean / inv_std when bound. Backward: dx into ``y``, dscale and dbias (into
-    ``bias``) when bound; mean and inv_std are not needed (recomputed exactly)."""
+    ``bias``) when bound, from the saved mean / inv_std where bound (else recomputed from x), as the
+    Triton backend does."""
     compute = problem.compute_dtype
     xs = read(x, compute)
     scales = read(scale, compute) if scale is not None else None
@@ -45,7 +46,15 @@ def run(
         return
     assert dy is not None
     dx, dscales, dbiases = backward_reference(
-        problem.mode, xs, read(dy, compute), scales, problem.epsilon, problem.normalized_ndim, problem.groups
+        problem.mode,
+        xs,
+        read(dy, compute),
+        scales,
+        problem.epsilon,
+        problem.normalized_ndim,
+        problem.groups,
+        saved_mean=None if mean is None else read(mean, compute).reshape(-1),
+        saved_inv_std=None if inv_std is None else read(inv_std, compute).reshape(-1),
     )
     write(y, dx, problem.alpha, problem.beta)
     if dscale is not None:

@@ -293,11 +293,19 @@ def backward_reference(
     normalized_ndim: int = 1,
     groups: int = 0,
     param_shape: tuple[int, ...] | None = None,
+    *,
+    saved_mean: np.ndarray | None = None,
+    saved_inv_std: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dx, dscale, dbias): dx of x's shape; dscale and dbias of ``param_shape`` (default: the
-    parameters' dims, ``param_dims``). Statistics are recomputed from x."""
+    parameters' dims, ``param_dims``). The statistics are the forward's saved ones where given, as
+    (rows,) arrays (cuDNN's: the backward then reads no epsilon), else recomputed from x."""
     mode = NormMode(mode)
     _, mean, inv_std = forward_reference(mode, x, None, None, epsilon, normalized_ndim, groups)
+    if saved_mean is not None and mode is not NormMode.RMS_NORM:
+        mean = saved_mean
+    if saved_inv_std is not None:
+        inv_std = saved_inv_std
     rows = _rows(x, groups, normalized_ndim)
     xhat = (rows - mean[:, None]) * inv_std[:, None]
     g = _rows(dy * _per_element(scale, x.shape, 1.0), groups, normalized_ndim)
