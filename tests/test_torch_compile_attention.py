@@ -145,6 +145,18 @@ def test_a_compiled_gpt_block_matches_eager_float64_with_its_attention_lowered(d
     assert describes(backend, "sdpa") and describes(backend, "sdpa_backward")
 
 
+def test_a_compiled_gpt_block_in_inference_lowers_its_attention_without_statistics():
+    """Under no_grad nothing reads the CPU operator's logsumexp: the plan computes none."""
+    torch.manual_seed(0)
+    model = GptBlock().double().eval()
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    with torch.no_grad():
+        assert relative_error(compiled(x), model(x)) < TOLERANCE[torch.float64]
+    assert backend.fallbacks == [] and describes(backend, "sdpa")
+
+
 # ---- FX graphs of one attention operator, built by hand ---------------------------------------------
 
 

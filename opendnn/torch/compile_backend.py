@@ -713,8 +713,9 @@ def _stats_dims(q: Any) -> list[int]:
 
 def _as_logsumexp(stats: Any, logsumexp: torch.Tensor) -> Any:
     """The graph's statistics (B, H, Sq, 1) in torch's logsumexp memory: the CPU kernel's (B, H, Sq)
-    is laid out (B, Sq, H), cuDNN's is (B, H, Sq, 1); an unwritten logsumexp (no element) is EMPTY."""
-    if logsumexp.numel() == 0:
+    is laid out (B, Sq, H), cuDNN's is (B, H, Sq, 1); a logsumexp unwritten (no element) or read by
+    no node (no statistics: None) is EMPTY."""
+    if stats is None:
         return EMPTY
     return stats.set_stride([*logsumexp.stride(), 1][:4])
 
@@ -722,15 +723,18 @@ def _as_logsumexp(stats: Any, logsumexp: torch.Tensor) -> Any:
 def _sdpa_forward(
     low: Lowering, node: torch.fx.Node, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: Any
 ) -> tuple[Any, Any]:
-    """(out, the rows' logsumexp (B, H, Sq, 1), None when torch's logsumexp has no element). Both
-    are torch's: the natural log of the sum of exp of the scaled, masked scores (the graph's stats)."""
-    logsumexp = node.meta["val"][1]
+    """(out, the rows' logsumexp (B, H, Sq, 1), None when torch's logsumexp has no element or no node
+    reads it). Both are torch's: the natural log of the sum of exp of the scaled, masked scores (the
+    graph's stats)."""
+    saves = node.meta["val"][1].numel() > 0 and any(
+        user.target is operator.getitem and user.args[1] == 1 for user in node.users
+    )
     return low.graph.sdpa(
         low.tensor(q),
         low.tensor(k),
         low.tensor(v),
         attn_scale=_attention_scale(q, scale),
-        is_inference=logsumexp.numel() == 0,
+        is_inference=not saves,
         causal_mask=is_causal,
         bias=_attention_bias(low, mask),
     )
@@ -782,6 +786,8 @@ def _cpu_attention(
     finite: -inf is what lies below the type's lowest number), torch's own backward reads it as it
     reads its own."""
     out, stats = _sdpa_forward(low, node, q, k, v, attn_mask, is_causal, scale)
+    if stats is None:
+        return (out, EMPTY)
     g, val = low.graph, node.meta["val"][1]
     logsumexp = g.binary_select(0.0, stats, g.cmp_lt(stats, torch.finfo(val.dtype).min))
     return (out, _as_logsumexp(logsumexp, val))
