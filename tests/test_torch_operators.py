@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import opendnn.torch  # noqa: F401 (registers the operators)
-from opendnn.core.errors import BadParam
+from opendnn.core.errors import BadParam, NotSupported
 
 ops = torch.ops.opendnn
 CL = torch.channels_last
@@ -71,7 +71,9 @@ def samples():
         ("convolution_backward_filter", (x_plain, dy, [6, 2, 3, 3], [2, 1], [1, 1], [1, 1], 2)),
         ("convolution_backward_bias", (dy,)),
         ("linear", (_randn(3, 2, 5, grad=True), _randn(4, 5, grad=True), _randn(4, grad=True))),
+        ("linear_backward_bias", (_randn(6, 4, 1),)),
         ("matmul", (_randn(2, 3, 5, grad=True), _randn(5, 4, grad=True))),
+        ("matmul_backward_sum", (_randn(6, 4, 1),)),
         ("activation", (x4_cl, "hardtanh", [-0.5, 0.8])),
         ("activation", (x4, "gelu_tanh", [])),
         ("activation_backward", (_randn(2, 4, 6, 5), x_plain, "elu", [0.7])),
@@ -211,3 +213,31 @@ def test_a_second_derivative_raises_instead_of_giving_a_wrong_zero():
     (gradient,) = torch.autograd.grad(ops.activation(x, "gelu", []).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="opendnn::activation_backward has no gradient"):
         torch.autograd.grad(gradient.sum(), x)
+
+
+def test_a_second_derivative_through_a_product_reduction_names_the_product():
+    """A linear layer's bias gradient and a broadcast operand's gradient of matmul are sums of the
+    output gradient: a second derivative through them is refused naming the product called, while
+    the first derivatives match torch's in float64."""
+    torch.manual_seed(0)
+    x, weight, bias = (
+        torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in ((2, 3, 5), (4, 5), (4,))
+    )
+    layer = torch.nn.Linear(5, 4, dtype=torch.float64)
+    with torch.no_grad():
+        layer.weight.copy_(weight), layer.bias.copy_(bias)
+    model = torch.nn.Sequential(layer)
+    opendnn.torch.convert(model)
+    converted = model[0]
+    assert type(converted).__module__ == "opendnn.torch.modules"
+    gradients = torch.autograd.grad(converted(x).square().sum(), (x, converted.bias), create_graph=True)
+    expected = torch.autograd.grad(torch.nn.functional.linear(x, weight, bias).square().sum(), (x, bias))
+    for gradient, reference in zip(gradients, expected):
+        torch.testing.assert_close(gradient, reference, rtol=1e-12, atol=1e-12)
+    with pytest.raises(NotSupported, match=r"^opendnn::linear_backward_bias has no gradient"):
+        torch.autograd.grad(gradients[1].sum(), x)
+    a, b = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True), torch.randn(4, 5, dtype=torch.float64)
+    (gradient,) = torch.autograd.grad(ops.matmul(a, b.requires_grad_()).square().sum(), b, create_graph=True)
+    torch.testing.assert_close(gradient, torch.autograd.grad((a @ b).square().sum(), b)[0], rtol=1e-12, atol=1e-12)
+    with pytest.raises(NotSupported, match=r"^opendnn::matmul_backward_sum has no gradient"):
+        torch.autograd.grad(gradient.sum(), a)

@@ -361,8 +361,29 @@ matmul = define(
 )
 
 
-def sum_to(t: Tensor, shape: Sequence[Any]) -> Tensor:
-    """``t`` summed over the dims that broadcasting expanded from ``shape`` (opendnn's reduction)."""
+def _column_sums_fake(dy: Tensor) -> Tensor:
+    return empty_packed(dy, [dy.shape[1]])
+
+
+# The products' reductions of a gradient, as (rows, columns, 1) -> (columns,): one operator per
+# product, so that a second derivative through one is refused naming the product the caller called
+linear_backward_bias = define(
+    "linear_backward_bias(Tensor dy) -> Tensor",
+    lambda dy: F.conv_backward_bias(dy),
+    _column_sums_fake,
+    differentiable=False,
+)
+matmul_backward_sum = define(
+    "matmul_backward_sum(Tensor dy) -> Tensor",
+    lambda dy: F.conv_backward_bias(dy),
+    _column_sums_fake,
+    differentiable=False,
+)
+
+
+def sum_to(t: Tensor, shape: Sequence[Any], reduction: Operator) -> Tensor:
+    """``t`` summed over the dims that broadcasting expanded from ``shape`` by ``reduction``
+    (``linear_backward_bias`` or ``matmul_backward_sum``)."""
     target = (1,) * (t.ndim - len(shape)) + tuple(shape)
     summed = [k for k in range(t.ndim) if target[k] == 1 and t.shape[k] != 1]
     if not summed:
@@ -371,7 +392,7 @@ def sum_to(t: Tensor, shape: Sequence[Any]) -> Tensor:
     moved = t.permute(*summed, *kept).reshape(
         math.prod(t.shape[k] for k in summed), math.prod(t.shape[k] for k in kept), 1
     )
-    return convolution_backward_bias(moved).reshape(shape)
+    return reduction(moved).reshape(shape)
 
 
 def _save_linear(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -389,7 +410,7 @@ def _linear_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     return (
         matmul.after(source, dy, (dy, weight)) if needed[0] else None,
         matmul.after(source, dy, (rows.mT, x_rows), part=1) if needed[1] else None,
-        sum_to(rows, (dy.shape[-1],)) if ctx.has_bias and ctx.needs_input_grad[2] else None,
+        sum_to(rows, (dy.shape[-1],), linear_backward_bias) if ctx.has_bias and ctx.needs_input_grad[2] else None,
     )
 
 
@@ -401,8 +422,8 @@ def _matmul_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
     a, b = ctx.saved_tensors
     dy = dense(dy)
     return (
-        _needed(ctx, 0, lambda: sum_to(matmul(dy, b.mT), a.shape)),
-        _needed(ctx, 1, lambda: sum_to(matmul(a.mT, dy), b.shape)),
+        _needed(ctx, 0, lambda: sum_to(matmul(dy, b.mT), a.shape, matmul_backward_sum)),
+        _needed(ctx, 1, lambda: sum_to(matmul(a.mT, dy), b.shape, matmul_backward_sum)),
     )
 
 
