@@ -678,6 +678,53 @@ def test_a_subclass_that_overrides_nothing_converts_and_keeps_its_type_helpers_a
     assert_close(restored(x), model(x), torch.float64)
 
 
+class TimmGELU(torch.nn.Module):
+    """As timm's layers.activations defines GELU: F.gelu, with a dummy inplace argument."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+
+    def forward(self, input):
+        return torch.nn.functional.gelu(input)
+
+
+class TimmGELUTanh(TimmGELU):
+    def forward(self, input):
+        return torch.nn.functional.gelu(input, approximate="tanh")
+
+
+TimmGELU.__module__ = TimmGELUTanh.__module__ = "timm.layers.activations"
+TimmGELU.__name__ = TimmGELU.__qualname__ = "GELU"
+TimmGELUTanh.__name__ = TimmGELUTanh.__qualname__ = "GELUTanh"
+
+
+def test_timms_gelu_modules_convert_keeping_their_type():
+    """timm's GELU modules are F.gelu (ConvNeXt's activation): they convert, not reported as having
+    no opendnn equivalent; a subclass that may compute something else stays torch's."""
+
+    class Scaled(TimmGELU):
+        def forward(self, input):
+            return 2 * super().forward(input)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(TimmGELU(), TimmGELUTanh(inplace=True), Scaled())
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    expected = model(x)
+    report = ot.convert(model)
+    assert report.converted == [("0", "GELU"), ("1", "GELUTanh")]
+    assert report.left_alone == [("2", "Scaled", "no opendnn equivalent")]
+    assert isinstance(model[0], TimmGELU) and isinstance(model[1], TimmGELUTanh) and isinstance(model[1], ot.GELU)
+    assert (model[0].approximate, model[1].approximate) == ("none", "tanh")
+    x.requires_grad_()
+    assert_close(model(x), expected, torch.float64)
+    (gradient,) = torch.autograd.grad((model[0](x) + model[1](x)).sum(), x)
+    reference = torch.nn.functional.gelu(x) + torch.nn.functional.gelu(x, approximate="tanh")
+    assert_close(gradient, torch.autograd.grad(reference.sum(), x)[0], torch.float64)
+    copied = copy.deepcopy(model)
+    assert type(copied[1]) is type(model[1])
+    assert_close(copied(x), expected, torch.float64)
+
+
 def test_module_constructor_refuses_options_opendnn_does_not_cover():
     with pytest.raises(NotSupported, match="padding_mode='circular'"):
         ot.Conv2d(3, 4, 3, padding_mode="circular")

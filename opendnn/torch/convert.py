@@ -5,11 +5,12 @@ covers gets that equivalent's class: the object stays the same, so its parameter
 train/eval state and every reference to it (an optimizer's, a parent's) are kept. A subclass of a
 supported module that changes none of its methods (a constructor of its own, helpers of its own:
 torchvision's ``Conv3DSimple``) gets a class that puts opendnn's in front of the subclass, so the
-module keeps its type and its helpers. Subclasses that override a method are left alone (their own
-forward may do something else), as are modules with no opendnn equivalent; the report says which
-and why. Calls a module makes in its own forward
-(``torch.matmul``, ``F.softmax``) are not modules and stay torch's: ``opendnn.torch.functions``
-has their opendnn versions, and ``functional_calls()`` or ``enable()`` route them.
+module keeps its type and its helpers; so does a class of another library whose forward is exactly a
+supported torch module's (``FOREIGN_CONVERSIONS``: timm's GELU). Subclasses that override a method
+are left alone (their own forward may do something else), as are modules with no opendnn equivalent;
+the report says which and why. Calls a module makes in its own forward (``torch.matmul``,
+``F.softmax``) are not modules and stay torch's: ``opendnn.torch.functions`` has their opendnn
+versions, and ``functional_calls()`` or ``enable()`` route them.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ CONVERSIONS: dict[type[torch.nn.Module], type[modules.OpendnnModule]] = {
     torch.nn.Upsample: modules.Upsample,
     torch.nn.UpsamplingNearest2d: modules.UpsamplingNearest2d,
     torch.nn.UpsamplingBilinear2d: modules.UpsamplingBilinear2d,
+}
+
+# Classes of other libraries whose forward is exactly a supported torch module's, found by module and
+# name (nothing imports those libraries): the torch module, and the attributes that fix its options.
+# timm's GELU modules (what its create_act_layer("gelu") builds: ConvNeXt's MLPs) are F.gelu.
+FOREIGN_CONVERSIONS: dict[tuple[str, str], tuple[type[torch.nn.Module], dict[str, Any]]] = {
+    ("timm.layers.activations", "GELU"): (torch.nn.GELU, {"approximate": "none"}),
+    ("timm.layers.activations", "GELUTanh"): (torch.nn.GELU, {"approximate": "tanh"}),
 }
 
 # Modules that do no arithmetic opendnn has a primitive for: they stay torch's and need no mention.
@@ -133,31 +142,39 @@ _SUBCLASS_TARGETS: dict[type[torch.nn.Module], type[modules.OpendnnModule] | Non
 
 def _subclass_target(kind: type[torch.nn.Module]) -> type[modules.OpendnnModule] | None:
     """For a subclass of a supported torch module that overrides none of that module's attributes (it may
-    add its own): a class with opendnn's equivalent first and the subclass after it, so methods come from
-    opendnn's class and the subclass's own helpers and type stay. None for any other class."""
+    add its own), or a class of ``FOREIGN_CONVERSIONS``: a class with opendnn's equivalent first and
+    ``kind`` after it, so methods come from opendnn's class and ``kind``'s own helpers and type stay.
+    None for any other class."""
     if kind not in _SUBCLASS_TARGETS:
         _SUBCLASS_TARGETS[kind] = _converted_class(kind)
     return _SUBCLASS_TARGETS[kind]
 
 
 def _converted_class(kind: type[torch.nn.Module]) -> type[modules.OpendnnModule] | None:
-    base = next((klass for klass in kind.__mro__[1:] if klass in CONVERSIONS), None)
+    base, options = FOREIGN_CONVERSIONS.get((kind.__module__, kind.__qualname__), (None, {}))
     if base is None:
-        return None
-    between = kind.__mro__[: kind.__mro__.index(base)]
-    if any(name not in SUBCLASS_OWN and hasattr(base, name) for klass in between for name in vars(klass)):
-        return None
+        base = next((klass for klass in kind.__mro__[1:] if klass in CONVERSIONS), None)
+        if base is None:
+            return None
+        between = kind.__mro__[: kind.__mro__.index(base)]
+        if any(name not in SUBCLASS_OWN and hasattr(base, name) for klass in between for name in vars(klass)):
+            return None
     target = CONVERSIONS[base]
-    namespace = {"__module__": kind.__module__, "__qualname__": kind.__qualname__, "__reduce_ex__": _reduce_converted}
+    namespace = {
+        **options,
+        "__module__": kind.__module__,
+        "__qualname__": kind.__qualname__,
+        "__reduce_ex__": _reduce_converted,
+    }
     converted: type[modules.OpendnnModule] = type(kind.__name__, (target, kind), namespace)
     return converted
 
 
 def _reduce_converted(module: torch.nn.Module, protocol: int) -> tuple[Any, ...]:
-    """Pickling (and deepcopy) of a converted subclass's module: its torch subclass, found by name, and its
-    state; ``_restore_converted`` builds the converted class again from that subclass."""
-    subclass = next(klass for klass in type(module).__mro__[1:] if not issubclass(klass, modules.OpendnnModule))
-    return _restore_converted, (subclass,), module.__dict__
+    """Pickling (and deepcopy) of a converted subclass's module: the class it was converted from (the
+    second base of its class), found by name, and its state; ``_restore_converted`` builds the converted
+    class again from that class."""
+    return _restore_converted, (type(module).__bases__[1],), module.__dict__
 
 
 def _restore_converted(subclass: type[torch.nn.Module]) -> torch.nn.Module:
