@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run  # noqa: F401
+from graph_helpers import build, cpu_graph, kernel_cache, random, relative_error, run, t64  # noqa: F401
 
 import opendnn as od
 import opendnn.graph as og
@@ -317,20 +317,20 @@ def test_the_fused_engine_refuses_tensors_its_kernels_cannot_read():
     assert reasons["per_node"] is None
 
 
-def test_tensors_one_descriptor_describes_must_share_a_layout():
+def test_tensors_one_descriptor_describes_may_have_any_layout():
+    """A normalization's scale and bias of different strides each reach the call packed."""
+    rng = np.random.default_rng(21)
+    xa, sa = random(rng, (3, 8)), random(rng, (1, 8))
+    ba = np.full((1, 16), np.nan, np.float32)
+    ba[:, ::2] = random(rng, (1, 8))
     g = cpu_graph()
     x, s = g.tensor([3, 8], name="x"), g.tensor([1, 8], name="s")
     b = g.tensor([1, 8], stride=[16, 2], name="b")
     y, _, _ = g.layernorm(x, s, b, norm_forward_phase="inference", name="norm")
     y.set_output(True)
-    g.build_operation_graph()
-    g.create_execution_plans([og.HeurMode.FALLBACK])
-    with pytest.raises(
-        od.BadParam,
-        match=r"node 'norm' \(layernorm\): bias 'b' FLOAT\[1, 8\]:\[16, 2\] must have the "
-        r"layout of scale FLOAT\[1, 8\]:\[8, 1\]: one descriptor describes both",
-    ):
-        g.check_support()
+    (out,) = run(g, {x: xa, s: sa, b: ba[:, ::2]}, [y])
+    expected = torch.nn.functional.layer_norm(t64(xa), (8,), t64(sa).flatten(), t64(ba[:, ::2]).flatten(), 1e-5)
+    assert relative_error(out, expected.numpy()) < 1e-5
 
 
 # ---- execute ------------------------------------------------------------------------------------------

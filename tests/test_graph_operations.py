@@ -8,6 +8,7 @@ import torch.nn.functional as TF
 from graph_helpers import (  # noqa: F401
     QUIET_NUMPY,
     assert_same_special_values,
+    build,
     cpu_graph,
     graph_inputs,
     kernel_cache,
@@ -181,6 +182,51 @@ def test_batchnorm_backward_from_the_saved_statistics(engine):
     assert relative_error(dx, xg.grad.numpy()) < 1e-4
     assert relative_error(dscale, sg.grad.numpy()) < TOLERANCE
     assert relative_error(dbias, dy.astype(np.float64).sum((0, 2, 3), keepdims=True)) < TOLERANCE
+
+
+def _channel_strided(array, step):
+    """``array`` (1, C, 1, 1) as a view of every ``step``-th float of a larger buffer (NaN between)."""
+    buffer = np.full(array.size * step, np.nan, array.dtype)
+    buffer[::step] = array.ravel()
+    return np.lib.stride_tricks.as_strided(buffer, array.shape, tuple(step * s for s in array.strides))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batchnorm_takes_parameters_and_statistics_of_any_strides(engine):
+    """Scale, bias and running statistics of different strides (views of larger buffers), and
+    gradients written to strided outputs: each reaches the call through a packed copy."""
+    rng = np.random.default_rng(11)
+    x, dy = random(rng, (4, 3, 2, 2)), random(rng, (4, 3, 2, 2))
+    scale, bias = _channel_strided(random(rng, (1, 3, 1, 1)), 2), _channel_strided(random(rng, (1, 3, 1, 1)), 3)
+    mean, var = random(rng, (1, 3, 1, 1)), _channel_strided(np.abs(random(rng, (1, 3, 1, 1))) + 0.5, 4)
+    g = cpu_graph()
+    xt, dyt, st, bt, mt, vt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias, mean=mean, var=var)
+    y, saved_mean, saved_inv, next_mean, next_var = g.batchnorm(xt, st, bt, mt, vt, epsilon=1e-5, momentum=0.25)
+    dx, dscale, dbias = g.batchnorm_backward(dyt, xt, st, saved_mean, saved_inv)
+    for t in (y, next_mean, next_var, dx, dscale, dbias):
+        t.set_output(True)
+    dscale.set_stride([6, 2, 2, 2])
+    next_var.set_stride([9, 3, 3, 3])
+    build(g, engine)
+    arrays = {t: np.full(t.get_dim(), np.nan, np.float32) for t in (y, next_mean, dx, dbias)}
+    arrays[dscale], arrays[next_var] = (_channel_strided(np.full((1, 3, 1, 1), np.nan, np.float32), k) for k in (2, 3))
+    workspace = np.empty(g.get_workspace_size(), np.uint8)
+    g.execute({xt: x, dyt: dy, st: scale, bt: bias, mt: mean, vt: var, **arrays}, workspace)
+    outputs = [arrays[t] for t in (y, next_mean, next_var, dx, dscale, dbias)]
+    running_mean, running_var = t64(mean).flatten(), t64(var).flatten()
+    (xg, sg, bg), expected = _autograd(
+        lambda a, s, b: TF.batch_norm(
+            a, running_mean, running_var, s.flatten(), b.flatten(), training=True, momentum=0.25, eps=1e-5
+        ),
+        x,
+        scale,
+        bias,
+    )
+    expected.backward(t64(dy))
+    references = [expected.detach(), running_mean.reshape(1, 3, 1, 1), running_var.reshape(1, 3, 1, 1)]
+    references += [xg.grad, sg.grad, bg.grad]
+    for out, reference in zip(outputs, references):
+        assert relative_error(out, reference.numpy()) < 1e-4
 
 
 @pytest.mark.parametrize("engine", ENGINES)

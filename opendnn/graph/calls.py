@@ -2,10 +2,12 @@
 way on the NumPy backend, the other engines run the nodes they do not fuse this way on Triton.
 
 A ``NodeCall`` is a step of a plan. Made at plan time, it asks the backend for the scratch bytes
-the call needs (a convolution's or reduction's workspace; the squares genstats sums) and checks
-the tensors that one cuDNN descriptor describes together (batch norm's parameters and statistics,
-a normalization's scale and bias) have one layout. At run time it reads its tensors' ``Bound``
-views by uid and writes its outputs in place (``alpha = 1``, ``beta = 0``).
+the call needs (a convolution's or reduction's workspace; the squares genstats sums). The tensors
+that one cuDNN descriptor describes together (batch norm's parameters and statistics, a
+normalization's scale and bias) reach the call in one layout, packed: a graph tensor of other
+strides is staged in a packed copy in scratch, copied in before the call (an input) or out after
+it (an output). At run time it reads its tensors' ``Bound`` views by uid and writes its outputs in
+place (``alpha = 1``, ``beta = 0``).
 
 A call's descriptors, checks and planning cost tens of microseconds of host time a run, where its
 launches cost a few. On a Triton handle the first run of a step for a binding is therefore recorded
@@ -26,7 +28,7 @@ import opendnn as od
 from opendnn.core.arrays import Bound, constant_like, strided_view
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import BadParam, OpenDnnError
+from opendnn.core.errors import OpenDnnError
 from opendnn.core.handle import Handle
 from opendnn.core.recording import SCOPE, recording
 from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
@@ -67,9 +69,11 @@ class NodeCall:
         self.writes = tuple(uid for _, uid in node.outputs)
         self.descs = {role: graph.tensors[uid].desc for role, uid in self.roles.items()}
         self._run, scratch = RUNNERS[node.op]
+        self.staged = _staged_roles(node, self.descs)
+        self.staging_bytes = sum(aligned(desc.size_in_bytes) for _, desc in self.staged.values())
         with naming(node):
-            _check_shared_layouts(node, self.descs, graph)
-            self.scratch_bytes = scratch(node, self.descs, handle)
+            call_descs = {**self.descs, **{role: desc for role, (_, desc) in self.staged.items()}}
+            self.scratch_bytes = self.staging_bytes + scratch(node, call_descs, handle)
 
     def run(self, binding: Binding, handle: Handle) -> None:
         bounds = binding.bounds
@@ -78,8 +82,34 @@ class NodeCall:
             uid = self.roles.get(role)
             return None if uid is None else bounds[uid]
 
+        call = (
+            self._staged_call(binding, handle, tensor)
+            if self.staged
+            else lambda: self._run(self.node, tensor, handle, binding.scratch)
+        )
         with naming(self.node):
-            run_recorded(self, binding, handle, lambda: self._run(self.node, tensor, handle, binding.scratch))
+            run_recorded(self, binding, handle, call)
+
+    def _staged_call(self, binding: Binding, handle: Handle, tensor: Tensors) -> Callable[[], None]:
+        """The call with its staged roles read from and written to their packed copies in scratch."""
+
+        def call() -> None:
+            scratch = binding.scratch
+            copies = {
+                role: Bound(role, desc, typed_view(scratch, offset, desc), tensor(role).device)
+                for role, (offset, desc) in self.staged.items()
+            }
+            for role, _ in self.node.inputs:
+                if role in copies:
+                    source, copy = tensor(role), copies[role]
+                    od.transform_tensor(handle, 1.0, source.desc, source.view, 0.0, copy.desc, copy.view)
+            self._run(self.node, lambda role: copies.get(role) or tensor(role), handle, scratch[self.staging_bytes :])
+            for role, _ in self.node.outputs:
+                if role in copies:
+                    target, copy = tensor(role), copies[role]
+                    od.transform_tensor(handle, 1.0, copy.desc, copy.view, 0.0, target.desc, target.view)
+
+        return call
 
     def describe(self) -> str:
         if self._run is run_view:
@@ -135,9 +165,10 @@ def naming(node: NodeSpec) -> Iterator[None]:
         raise type(error)(f"{node.label}: {error}", error.status) from None
 
 
-def _check_shared_layouts(node: NodeSpec, descs: Mapping[str, TensorDescriptor], graph: OperationGraph) -> None:
-    """The tensors one cuDNN descriptor describes must share a layout (dims, type, strides of the
-    dims above 1)."""
+def _staged_roles(node: NodeSpec, descs: Mapping[str, TensorDescriptor]) -> dict[str, tuple[int, TensorDescriptor]]:
+    """The node's tensors that one cuDNN descriptor describes together and that are not packed in
+    their group's type (the first present role's): per role, its packed copy's scratch offset and
+    descriptor. Only the strides of dims above 1 tell layouts apart."""
     groups: tuple[tuple[str, ...], ...] = ()
     if node.op.startswith("batchnorm"):
         groups = (
@@ -156,16 +187,18 @@ def _check_shared_layouts(node: NodeSpec, descs: Mapping[str, TensorDescriptor],
         )
     elif node.op in NORM_MODES or node.op.removesuffix("_backward") in NORM_MODES:
         groups = (("scale", "bias", "dscale", "dbias"), ("mean", "inv_variance"))
+    staged, offset = {}, 0
     for group in groups:
         present = [role for role in group if role in descs]
-        first = present[0] if present else ""
-        for role in present[1:]:
-            if _layout(descs[role]) != _layout(descs[first]):
-                raise BadParam(
-                    f"{role} '{graph.tensors[node.input(role) or node.output(role) or 0].name}' "
-                    f"{descs[role]} must have the layout of {first} {descs[first]}: one descriptor "
-                    "describes both"
-                )
+        if not present:
+            continue
+        first = descs[present[0]]
+        packed = TensorDescriptor(first.dtype, first.dims, packed_strides(first.dims))
+        for role in present:
+            if _layout(descs[role]) != _layout(packed):
+                staged[role] = offset, packed
+                offset += aligned(packed.size_in_bytes)
+    return staged
 
 
 def _layout(desc: TensorDescriptor) -> tuple[Any, ...]:
