@@ -367,6 +367,34 @@ def test_execute_names_a_missing_or_unknown_tensor_and_a_bad_scalar():
         g.execute({x: xa.astype(np.float64), b: ba, s: 1.0, y: out}, None)
 
 
+@pytest.mark.parametrize("engine", ["reference", "per_node", "fused"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("given", ["build", "execute"])
+def test_a_scalar_may_be_nan_or_infinite_given_at_build_or_at_execute(engine, value, given):
+    """A scalar is an operand, as a one-element tensor's value: a convolution's scale (which a finite
+    build-time value folds into the convolution's alpha) and a max's bound of NaN or an infinity give
+    NumPy's values, whenever the scalar is given."""
+    rng = np.random.default_rng(25)
+    xa, wa = random(rng, (2, 3, 4, 4)), random(rng, (4, 3, 3, 3))
+    g = cpu_graph()
+    x, w = g.tensor_like(xa, name="x"), g.tensor_like(wa, name="w")
+    scale, bound = (g.scalar(value if given == "build" else None, name=name) for name in ("scale", "bound"))
+    scaled = g.mul(g.conv_fprop(x, w, padding=[1, 1]), scale).set_output(True)
+    clamped = g.max(x, bound).set_output(True)
+    at_execute = {"scale": value, "bound": value} if given == "execute" else {}
+    out_scaled, out_clamped = run(g, {x: xa, w: wa, **at_execute}, [scaled, clamped], engine, poison=7.0)
+    expected_scaled = torch.nn.functional.conv2d(t64(xa), t64(wa), padding=1).numpy() * value
+    expected_clamped = np.maximum(xa.astype(np.float64), value)  # (NaN propagates)
+    np.testing.assert_allclose(out_scaled, expected_scaled, rtol=1e-5)
+    np.testing.assert_allclose(out_clamped, expected_clamped, rtol=1e-6)
+
+
+def test_a_scalar_that_is_no_number_is_refused_naming_it():
+    g = cpu_graph()
+    with pytest.raises(od.BadParam, match=r"^scalar 's': value='2' must be a number$"):
+        g.scalar("2", name="s")
+
+
 @pytest.mark.parametrize("engine", ["reference", "fused"])
 def test_execute_refuses_an_array_of_other_dims_or_strides_than_its_tensors(engine):
     rng = np.random.default_rng(24)

@@ -40,6 +40,7 @@ from opendnn.graph.pointwise_methods import PointwiseMethods
 from opendnn.graph.tensor import Tensor
 
 Operand = Tensor | float | int
+NUMBERS = (int, float, np.integer, np.floating)  # a scalar's value, at build time and in the variant pack
 
 
 class NormForwardPhase(enum.Enum):
@@ -129,9 +130,11 @@ class OperationBuilder(PointwiseMethods):
 
     def scalar(self, value: float | None = None, *, data_type: Any = None, name: str | None = None) -> Tensor:
         """A scalar passed by value: ``value`` at build time, or None to give it by name (or by the
-        tensor) in the variant pack at every execute. ``data_type`` None is the compute data type."""
-        if value is not None and not math.isfinite(float(value)):
-            raise BadParam(f"scalar '{name}': value={value} must be finite")
+        tensor) in the variant pack at every execute. ``data_type`` None is the compute data type.
+        The value is an operand, as a one-element tensor's would be: NaN and the infinities are
+        values like any other (a mask's -inf, a clamp's open bound), at build time and at execute."""
+        if value is not None and not isinstance(value, NUMBERS):
+            raise BadParam(f"scalar '{name}': value={value!r} must be a number")
         return self._new_tensor(name, (1,), None, data_type, virtual=False, value=value, pass_by_value=True)
 
     def _new_tensor(

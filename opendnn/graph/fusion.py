@@ -13,8 +13,8 @@ The rule, in two passes over the nodes in topological order:
    the node fills the next free slot of the anchor's epilogue. The slots come in stages, each
    stage's slots in any order, stages in order: convolution ``scale | bias, residual | activation``
    (``act(alpha * conv + z + bias)``), matmul ``scale | bias | activation | residual``
-   (``act(alpha * (A @ B) + bias) + residual``). A scale is a multiply by a scalar given at build
-   time; a bias an add of a per-channel (convolution) or per-column / per-row (matmul) tensor; a
+   (``act(alpha * (A @ B) + bias) + residual``). A scale is a multiply by a finite scalar given at
+   build time; a bias an add of a per-channel (convolution) or per-column / per-row (matmul) tensor; a
    residual an add of a tensor of the output's dims; an activation any forward activation, less
    relu and clipped relu for a matmul (its epilogue turns NaN into 0, the graph keeps NaN).
 2. Regions, from the last node back. A reduction or genstats starts a region over its input's
@@ -35,6 +35,7 @@ epilogue) is a step of its own, run by its cuDNN-shaped call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -186,7 +187,10 @@ def _mode(node: NodeSpec) -> PointwiseMode:
 
 def match_scale(epilogue: Epilogue, node: NodeSpec, current: int, graph: OperationGraph) -> bool:
     other = graph.tensors[_other_operand(node, current)]
+    # (the call's alpha is finite: a NaN or infinite scale stays a multiply in a generated kernel)
     if _mode(node) is not PointwiseMode.MUL or not other.by_value or other.value is None:
+        return False
+    if not math.isfinite(other.value):
         return False
     epilogue.scale = other.value
     return True

@@ -18,14 +18,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
-
 from opendnn.core.arrays import CPU
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported, Status
 from opendnn.core.handle import Handle, create
 from opendnn.graph import engines
-from opendnn.graph.builder import Node, OperationBuilder
+from opendnn.graph.builder import NUMBERS, Node, OperationBuilder
 from opendnn.graph.capture import capture_cuda_graph
 from opendnn.graph.engines import BuildPlanPolicy, HeurMode
 from opendnn.graph.memory import Binding
@@ -35,7 +33,6 @@ from opendnn.graph.plan import ExecutionPlan
 from opendnn.graph.tensor import Tensor
 
 PLAN_CACHE_LIMIT = 256  # graph plans kept in a handle's algorithm cache
-NUMBERS = (int, float, np.integer, np.floating)  # a scalar's value in the variant pack, as the builder takes it
 
 
 class Graph(OperationBuilder):
