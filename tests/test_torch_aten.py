@@ -215,3 +215,26 @@ def test_a_forward_mode_derivative_of_a_decomposed_call_is_torchs():
         got = torch.func.jvp(TF.conv2d, (x, weight), tangents)
     for ours, theirs in zip(got, expected, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("route", ["enable", "functional_calls", "convert"])
+def test_adaptive_pooling_and_area_interpolation_to_no_position_give_torchs_empty_results(route):
+    """An output size of 0 (a scale factor below one over the size, in area mode) gives torch's
+    empty result and a zero gradient, not an error."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 1, 6, dtype=torch.float64, requires_grad=True)
+    calls = [lambda t: TF.interpolate(t, scale_factor=0.5, mode="area"), lambda t: TF.adaptive_avg_pool2d(t, (0, 2))]
+    if route == "functional_calls":  # (enable() leaves adaptive max pooling to torch, whose gradient refuses it)
+        calls.append(lambda t: TF.adaptive_max_pool2d(t, (2, 0)))
+    if route == "convert":
+        model = nn.Sequential(nn.AdaptiveAvgPool2d((0, 2)), nn.AdaptiveMaxPool2d((1, 0)))
+        ot.convert(model)
+        calls = list(model)
+    contexts = {"enable": ot.enabled, "functional_calls": ot.functional_calls, "convert": torch.enable_grad}
+    for call in calls:
+        expected = call(x)
+        with contexts[route]():
+            y = call(x)
+        assert y.shape == expected.shape and expected.numel() == 0
+        (gradient,) = torch.autograd.grad(y.sum(), x)
+        assert torch.equal(gradient, torch.zeros_like(x))

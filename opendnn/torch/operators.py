@@ -652,10 +652,21 @@ avg_pool_backward = define(
     differentiable=False,
 )
 
+
+def _adaptive_pool_fake(x: Tensor, output_size: Sequence[int], is_max: bool) -> Tensor:
+    return empty_in_order_of(x, [*x.shape[:2], *output_size])
+
+
+def _adaptive_pool(x: Tensor, output_size: Sequence[int], is_max: bool) -> Tensor:
+    if 0 in output_size:  # no output positions: torch's empty result (opendnn's descriptors have no empty dims)
+        return _adaptive_pool_fake(x, output_size, is_max)
+    return (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, tuple(output_size))
+
+
 adaptive_pool = define(
     "adaptive_pool(Tensor x, int[] output_size, bool is_max) -> Tensor",
-    lambda x, output_size, is_max: (F.adaptive_max_pool if is_max else F.adaptive_avg_pool)(x, tuple(output_size)),
-    lambda x, output_size, is_max: empty_in_order_of(x, [*x.shape[:2], *output_size]),
+    _adaptive_pool,
+    _adaptive_pool_fake,
     autocast=_pooling_autocast,
 )
 
@@ -732,10 +743,23 @@ def _interpolated(kernel: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _interpolate_fake(x: Tensor, size: Sequence[int], *options: Any) -> Tensor:
+    return empty_in_order_of(x, [*x.shape[:2], *size])
+
+
+def _interpolate(
+    x: Tensor, size: Sequence[int], scale_factor: Sequence[float], mode: str, align_corners: bool
+) -> Tensor:
+    if mode == "area" and 0 in size:  # adaptive average pooling to no position: torch's empty result
+        return _interpolate_fake(x, size)
+    return _functional_forward(x, size, scale_factor, mode, align_corners)
+
+
+_functional_forward = _interpolated(F.interpolate)
 interpolate = define(
     "interpolate(Tensor x, int[] size, float[] scale_factor, str mode, bool align_corners) -> Tensor",
-    _interpolated(F.interpolate),
-    lambda x, size, scale_factor, mode, align_corners: empty_in_order_of(x, [*x.shape[:2], *size]),
+    _interpolate,
+    _interpolate_fake,
 )
 
 _functional_backward = _interpolated(F.interpolate_backward)
