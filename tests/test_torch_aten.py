@@ -9,7 +9,6 @@ import torch.nn.functional as TF
 from test_torch import SmallCNN
 
 import opendnn.torch as ot
-from opendnn.core.errors import NotSupported
 
 nn = torch.nn
 
@@ -183,15 +182,28 @@ def test_disable_gives_torch_its_kernels_back_and_enabled_restores_the_state_it_
     assert not ot.is_enabled() and "ConvolutionBackward0" in grad_nodes(TF.conv2d(x, weight))
 
 
-def test_a_refused_call_that_needs_a_gradient_says_why():
-    x = torch.randn(1, 2, 7, 7, requires_grad=True)
-    with ot.enabled(), pytest.raises(NotSupported, match="divisor_override with ceil_mode"):
-        TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5)
-    with ot.enabled(), torch.no_grad():  # no gradient needed: torch's kernel computes it
-        assert torch.equal(
-            TF.avg_pool2d(x, 3, 2, ceil_mode=True, divisor_override=5),
-            TF.avg_pool2d(x.detach(), 3, 2, ceil_mode=True, divisor_override=5),
-        )
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize(
+    "geometry",
+    [((3, 2, 0), (2, 7, 7)), ((3, 2, 1), (3, 8, 6)), ((2, 3, (1, 0)), (2, 5, 7)), ((2, (2, 1, 3), 1), (2, 5, 4, 6))],
+    ids=["2d", "2d_padded", "2d_asymmetric", "3d"],
+)
+def test_divisor_override_with_ceil_mode_is_torchs(geometry, count_include_pad):
+    """A window that ceil_mode lets run past the padded input sums fewer positions: its sum over
+    divisor_override, forward and backward, as torch's."""
+    (kernel, stride, padding), shape = geometry
+    torch.manual_seed(0)
+    x = torch.randn(2, *shape, dtype=torch.float64, requires_grad=True)
+    pool = TF.avg_pool2d if len(shape) == 3 else TF.avg_pool3d
+    options = (kernel, stride, padding, True, count_include_pad, 5)
+    expected = pool(x, *options)
+    dy = torch.randn_like(expected)
+    with ot.enabled():
+        y = pool(x, *options)
+        assert "AvgPoolBackward" in grad_nodes(y)
+        (gradient,) = torch.autograd.grad(y, x, dy)
+    torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gradient, torch.autograd.grad(expected, x, dy)[0], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(

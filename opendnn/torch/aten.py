@@ -202,13 +202,32 @@ def _avg_pool(spatial: int) -> Route:
         if divisor_override is None:
             options = (kernel_size, stride, padding, ceil_mode, count_include_pad)
             return _batched(input, spatial, functions.avg_pool, *options)
-        # every window holds the kernel's count of elements, padding included, unless ceil_mode clips one
-        require(not ceil_mode, "divisor_override with ceil_mode")
-        window = math.prod((kernel_size,) * spatial if isinstance(kernel_size, int) else kernel_size)
-        mean = _batched(input, spatial, functions.avg_pool, kernel_size, stride, padding, False, True)
-        return mean * (window / divisor_override)
+        # a window's sum is its mean over its positions inside the padded input times their count
+        mean = _batched(input, spatial, functions.avg_pool, kernel_size, stride, padding, ceil_mode, True)
+        counts = _window_counts(input.shape[-spatial:], mean.shape[-spatial:], kernel_size, stride, padding)
+        return mean * (counts.to(mean.device, mean.dtype) / divisor_override)
 
     return avg_pool
+
+
+def _window_counts(
+    sizes: Sequence[int], pooled: Sequence[int], kernel_size: Any, stride: Any, padding: Any
+) -> torch.Tensor:
+    """Per output position (a tensor of the ``pooled`` sizes), the count of its window's positions
+    inside the padded input: the kernel's, less where ceil_mode lets a last window run past it."""
+    spatial = len(sizes)
+
+    def per_dim(value: Any, default: list[int]) -> list[int]:
+        values = [value] if isinstance(value, int) else list(value or ())
+        return default if not values else values * spatial if len(values) == 1 else values
+
+    kernel = per_dim(kernel_size, [])
+    steps, pads = per_dim(stride, kernel), per_dim(padding, [0] * spatial)
+    counts = torch.ones(())
+    for n, out, k, s, p in zip(sizes, pooled, kernel, steps, pads):
+        starts = torch.arange(out) * s - p
+        counts = counts.unsqueeze(-1) * (torch.clamp(starts + k, max=n + p) - starts)
+    return counts
 
 
 def _adaptive_avg_pool(spatial: int) -> Route:
@@ -338,7 +357,7 @@ def _kernel(overload: torch._ops.OpOverload, route: Route) -> Callable[..., Any]
             if composite:  # torch's decomposition, whose operators are dispatched (and routed) in turn
                 return overload.decompose(*args, **kwargs)
             if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-                raise  # (no route refuses a call that needs a gradient: _avg_pool's corner aside)
+                raise  # (no route refuses a call that needs a gradient)
             if carries_tangent(args):
                 raise  # (below autograd, torch's kernel would drop the tangent)
             return overload.redispatch(keyset & below_autograd, *args, **kwargs)  # torch's kernel, no gradient
