@@ -869,3 +869,35 @@ def test_linear_over_many_tokens_trains_like_torch_with_its_weight_gradient_spli
         ours.zero_grad()
         theirs.zero_grad()
     assert ("Launches",) in planned  # the weight gradient: products into partials, then their sum
+
+
+@pytest.mark.parametrize(
+    "shape, wider_shape, make, call",
+    [
+        ((2, 3, 1), (2, 3, 2), lambda: torch.nn.InstanceNorm1d(3, affine=True), lambda x: TF.instance_norm(x)),
+        ((3, 1), (3, 2), lambda: torch.nn.InstanceNorm1d(3), lambda x: TF.instance_norm(x.unsqueeze(0))),
+        ((1, 3), (1, 3, 2), lambda: torch.nn.GroupNorm(3, 3), lambda x: TF.group_norm(x, 3)),
+        ((1, 4, 1, 1), (1, 4, 1, 2), lambda: torch.nn.GroupNorm(4, 4), lambda x: TF.group_norm(x, 4)),
+    ],
+    ids=["instance", "instance_unbatched", "group", "group_spatial"],
+)
+def test_a_norm_over_one_value_per_set_is_refused_as_torch_refuses_it(shape, wider_shape, make, call):
+    """torch's group and instance norm refuse one value per set (a ValueError before they compute):
+    routed calls leave it to torch, converted modules refuse it too; one more value computes."""
+    x = torch.randn(shape, dtype=torch.float64)
+    with pytest.raises(ValueError, match="Expected more than 1"):
+        call(x)
+    with ot.functional_calls() as calls, pytest.raises(ValueError, match="Expected more than 1"):
+        call(x)
+    assert not calls.routed
+    module = torch.nn.Sequential(make().double())
+    ot.convert(module)
+    with pytest.raises(BadParam, match=r"x.shape=\(.*\) gives one value per (instance|group): more than 1 is needed"):
+        module(x)
+    wider = torch.randn(wider_shape, dtype=torch.float64)
+    expected = make().double()(wider)
+    assert_close(module(wider), expected, torch.float64)
+    expected = call(wider)
+    with ot.functional_calls() as calls:
+        assert_close(call(wider), expected, torch.float64)
+    assert sum(calls.routed.values()) == 1

@@ -230,6 +230,14 @@ def instance_norm(
     return normalization.instance_norm(x, weight, bias, eps)[0]
 
 
+def values_per_set(x: torch.Tensor, num_groups: int | None) -> int:
+    """What torch.nn.functional's group norm (``num_groups``) and instance norm (None) count as the
+    values normalized together before they run, and refuse when it is 1 (its ValueError "Expected
+    more than 1 value per channel"): group norm's count takes the batch in, as torch's does."""
+    spatial = math.prod(x.shape[2:])
+    return spatial if num_groups is None else x.shape[0] * x.shape[1] // num_groups * spatial
+
+
 def local_response_norm(
     x: torch.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
 ) -> torch.Tensor:

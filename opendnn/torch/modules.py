@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from opendnn.core.errors import NotSupported
+from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.families.convolution.functional import transpose_post_padding
 from opendnn.torch import functions
@@ -220,8 +220,18 @@ class RMSNorm(OpendnnModule, torch.nn.RMSNorm):
         return functions.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
+def _require_several_values(x: torch.Tensor, batched: torch.Tensor, num_groups: int | None) -> None:
+    """Refuse, as torch's module does (ValueError), a normalization of one value per set of
+    ``batched`` (x with its batch dim)."""
+    if functions.values_per_set(batched, num_groups) == 1:
+        each = "instance" if num_groups is None else "group"
+        refusal = BadParam(f"x.shape={tuple(x.shape)} gives one value per {each}: more than 1 is needed")
+        raise as_torch_error(refusal, ValueError)
+
+
 class GroupNorm(OpendnnModule, torch.nn.GroupNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _require_several_values(x, x, self.num_groups)
         return functions.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
 
@@ -240,6 +250,7 @@ class _InstanceNorm(OpendnnModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         spatial = self._get_no_batch_dim() - 1
+        _require_several_values(x, x.unsqueeze(0) if x.ndim == spatial + 1 else x, None)
         return functions.batch_of_one(x, spatial, functions.instance_norm, self.weight, self.bias, self.eps)
 
 

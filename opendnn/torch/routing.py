@@ -122,7 +122,15 @@ def _instance_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     require(use_input_stats and running_mean is None and running_var is None, "running statistics")
+    require(functions.values_per_set(input, None) > 1, "one value per instance (torch's call refuses it)")
     return functions.instance_norm(input, weight, bias, eps)
+
+
+def _group_norm(
+    input: torch.Tensor, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5
+) -> torch.Tensor:
+    require(functions.values_per_set(input, num_groups) > 1, "one value per group (torch's call refuses it)")
+    return functions.group_norm(input, num_groups, weight, bias, eps)
 
 
 def _max_pool(spatial: int, with_indices: bool) -> Callable[..., Any]:
@@ -223,7 +231,7 @@ def _routes() -> dict[Callable[..., Any], Callable[..., torch.Tensor]]:
         torch.Tensor.log_softmax: log_softmax,
         F.layer_norm: functions.layer_norm,
         F.rms_norm: functions.rms_norm,
-        F.group_norm: functions.group_norm,
+        F.group_norm: _group_norm,
         F.batch_norm: _batch_norm,
         F.instance_norm: _instance_norm,
         F.local_response_norm: _local_response_norm,
