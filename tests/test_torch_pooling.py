@@ -194,6 +194,26 @@ def test_a_padding_over_half_the_kernel_is_refused_as_torch_refuses_it(with_indi
         pool(x, 3, 1, 2)
 
 
+@pytest.mark.parametrize("route", ["enable", "functional_calls", "convert"])
+def test_an_average_pooling_padded_over_half_its_kernel_is_refused_as_torch_refuses_it(route):
+    x = torch.randn(1, 2, 7, 8, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="pad should be"):
+        TF.avg_pool2d(x, 3, 1, (1, 2))
+    converted = nn.Sequential(nn.AvgPool2d(3, 1, (1, 2)))
+    ot.convert(converted)
+    calls = {
+        "enable": lambda: ot.enabled(),
+        "functional_calls": lambda: ot.functional_calls(),
+        "convert": lambda: torch.no_grad(),
+    }
+    call = converted if route == "convert" else lambda t: TF.avg_pool2d(t, 3, 1, (1, 2))
+    with (
+        calls[route](),
+        pytest.raises(RuntimeError, match=r"padding\[1\]=2 must be at most half of kernel_size\[1\]=3"),
+    ):
+        call(x)
+
+
 @pytest.mark.parametrize("return_indices", [False, True], ids=["values", "indices"])
 def test_an_empty_batch_gives_torchs_empty_results(return_indices):
     theirs, ours = pair(nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=return_indices))

@@ -255,10 +255,19 @@ def local_response_norm(
 def _window(
     spatial: int, kernel_size: IntOrTuple, stride: IntOrTuple | None, padding: IntOrTuple
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(kernel, stride, padding), one int per spatial dim; the stride defaults (None or []) to the kernel."""
+    """(kernel, stride, padding), one int per spatial dim; the stride defaults (None or []) to the kernel.
+
+    Raises:
+        BadParam (also torch's RuntimeError): a padding over half the kernel size, which torch's max and
+            average pooling refuse (dilated or not).
+    """
     kernel = _per_dim("kernel_size", kernel_size, spatial)
     steps = kernel if stride is None or stride == [] or stride == () else _per_dim("stride", stride, spatial)
-    return kernel, steps, _per_dim("padding", padding, spatial)
+    pads = _per_dim("padding", padding, spatial)
+    for k, (size, pad) in enumerate(zip(kernel, pads)):
+        if pad > size // 2:
+            raise as_torch_error(BadParam(f"padding[{k}]={pad} must be at most half of kernel_size[{k}]={size}"))
+    return kernel, steps, pads
 
 
 @_resolved_once
@@ -269,16 +278,8 @@ def max_pool_window(
     padding: IntOrTuple = 0,
     dilation: IntOrTuple = 1,
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(kernel, stride, padding, dilation) of a max pooling, one int per spatial dim.
-
-    Raises:
-        BadParam (also torch's RuntimeError): a padding over half the kernel size, which torch refuses
-            (dilated or not).
-    """
+    """(kernel, stride, padding, dilation) of a max pooling, one int per spatial dim (``_window``'s rules)."""
     kernel, steps, pads = _window(spatial, kernel_size, stride, padding)
-    for k, (size, pad) in enumerate(zip(kernel, pads)):
-        if pad > size // 2:
-            raise as_torch_error(BadParam(f"padding[{k}]={pad} must be at most half of kernel_size[{k}]={size}"))
     return kernel, steps, pads, _per_dim("dilation", dilation, spatial)
 
 
@@ -322,7 +323,11 @@ def avg_pool(
     ceil_mode: bool = False,
     count_include_pad: bool = True,
 ) -> torch.Tensor:
-    """torch.nn.functional.avg_pool{1,2,3}d without divisor_override."""
+    """torch.nn.functional.avg_pool{1,2,3}d without divisor_override.
+
+    Raises:
+        BadParam (also torch's RuntimeError): a padding over half the kernel size, which torch refuses.
+    """
     return operators.avg_pool(x, *_window(x.ndim - 2, kernel_size, stride, padding), ceil_mode, count_include_pad)
 
 
