@@ -901,3 +901,34 @@ def test_a_norm_over_one_value_per_set_is_refused_as_torch_refuses_it(shape, wid
     with ot.functional_calls() as calls:
         assert_close(call(wider), expected, torch.float64)
     assert sum(calls.routed.values()) == 1
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        ({"scale_factor": float("inf"), "mode": "bilinear"}, BadParam, r"scale_factor\[0\]=inf must be finite"),
+        ({"scale_factor": (2.0, float("nan")), "mode": "nearest"}, BadParam, r"scale_factor\[1\]=nan must be finite"),
+        (
+            {"size": 3, "mode": "nearest", "align_corners": False},
+            ValueError,
+            r"align_corners=False with mode='nearest': only the linear modes and bicubic align corners",
+        ),
+        (
+            {"size": 3, "mode": "area", "align_corners": True},
+            ValueError,
+            r"align_corners=True with mode='area': only the linear modes and bicubic align corners",
+        ),
+    ],
+    ids=["infinite_scale", "nan_scale", "nearest_aligned", "area_aligned"],
+)
+def test_interpolate_refuses_what_torch_refuses_naming_the_argument(options, error, message):
+    """A scale factor that is not finite (Python's int() of it would raise an untyped error) and
+    align_corners beside a mode without corners (torch's ValueError; the call ignored it)."""
+    x = torch.randn(1, 2, 4, 4, dtype=torch.float64)
+    with pytest.raises((RuntimeError, ValueError)):
+        TF.interpolate(x, **options)
+    with pytest.raises(error, match=message) as refusal:
+        OF.interpolate(x, **options)
+    assert isinstance(refusal.value, BadParam) and isinstance(refusal.value, (RuntimeError, ValueError))
+    with ot.functional_calls(), pytest.raises(error, match=message):
+        TF.interpolate(x, **options)

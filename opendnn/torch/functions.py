@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from opendnn.core.descriptors import check_finite
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.core.memo import memoized
 from opendnn.families.resample import functional as resample
@@ -355,17 +356,26 @@ def interpolate(
 ) -> torch.Tensor:
     """torch.nn.functional.interpolate in its nearest, nearest-exact, (bi/tri)linear, bicubic and area
     modes, without antialiasing; the output size resolved here (``floor(in * scale_factor)``), the factor
-    kept where it sets the coordinates' scales (not with ``recompute_scale_factor`` or aligned corners)."""
+    kept where it sets the coordinates' scales (not with ``recompute_scale_factor`` or aligned corners).
+
+    Raises:
+        BadParam (also torch's ValueError): align_corners given with a mode that has no corners to align
+            (nearest, nearest-exact, area), as torch refuses it.
+    """
     spatial = x.shape[2:]
     if (size is None) == (scale_factor is None):
         raise BadParam("give exactly one of size and scale_factor")
+    if align_corners is not None and mode not in operators.ALIGNING_MODES:
+        refusal = BadParam(
+            f"align_corners={align_corners} with mode={mode!r}: only the linear modes and bicubic align corners"
+        )
+        raise as_torch_error(refusal, ValueError)
     if scale_factor is None:
         sizes = (size,) * len(spatial) if isinstance(size, int) else tuple(size or ())
         factors: list[float] = []
     else:
-        factors = [
-            float(f) for f in (scale_factor if isinstance(scale_factor, Sequence) else [scale_factor] * len(spatial))
-        ]
+        given = scale_factor if isinstance(scale_factor, Sequence) else [scale_factor] * len(spatial)
+        factors = [check_finite(f"scale_factor[{k}]", f) for k, f in enumerate(given)]
         sizes = tuple(math.floor(n * f) for n, f in zip(spatial, factors))
         if recompute_scale_factor or align_corners:
             factors = []
