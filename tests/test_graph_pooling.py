@@ -207,6 +207,12 @@ def test_pooling_and_resample_backward_survive_serialization():
             od.BadParam,
             r"node 'r' \(resample_backward\): grad 'dy' dims \[2, 3, 3, 3\] must have 3 dims",
         ),
+        (  # 1.5 times the size: 2 input pixels give 3 output pixels, 3 give 4, none gives 5
+            lambda g, x, dy: g.resample_backward(g.tensor([2, 3, 3, 5], name="d"), None, "BILINEAR", stride=[1, 2 / 3]),
+            od.BadParam,
+            r"grad 'd' dims \[2, 3, 3, 5\]: no input resamples onto 5 pixels along spatial dim 1 at stride "
+            r"0.666.* \(3 pixels give 4, 4 give 6\)",
+        ),
         (
             lambda g, x, dy: g.resample_backward(dy, x, "AVGPOOL_INCLUDE_PADDING", padding_mode="EDGE_VAL_PAD"),
             od.BadParam,

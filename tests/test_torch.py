@@ -909,6 +909,11 @@ def test_a_norm_over_one_value_per_set_is_refused_as_torch_refuses_it(shape, wid
         ({"scale_factor": float("inf"), "mode": "bilinear"}, BadParam, r"scale_factor\[0\]=inf must be finite"),
         ({"scale_factor": (2.0, float("nan")), "mode": "nearest"}, BadParam, r"scale_factor\[1\]=nan must be finite"),
         (
+            {"scale_factor": 1e30, "mode": "bilinear"},
+            BadParam,
+            r"scale_factor\[0\]=1e\+30 gives 4000000000000000079538499354624 output positions, past int64",
+        ),
+        (
             {"size": 3, "mode": "nearest", "align_corners": False},
             ValueError,
             r"align_corners=False with mode='nearest': only the linear modes and bicubic align corners",
@@ -919,7 +924,7 @@ def test_a_norm_over_one_value_per_set_is_refused_as_torch_refuses_it(shape, wid
             r"align_corners=True with mode='area': only the linear modes and bicubic align corners",
         ),
     ],
-    ids=["infinite_scale", "nan_scale", "nearest_aligned", "area_aligned"],
+    ids=["infinite_scale", "nan_scale", "huge_scale", "nearest_aligned", "area_aligned"],
 )
 def test_interpolate_refuses_what_torch_refuses_naming_the_argument(options, error, message):
     """A scale factor that is not finite (Python's int() of it would raise an untyped error) and

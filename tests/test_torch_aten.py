@@ -9,6 +9,8 @@ import torch.nn.functional as TF
 from test_torch import SmallCNN
 
 import opendnn.torch as ot
+from opendnn import BadParam
+from opendnn.torch import functions
 
 nn = torch.nn
 
@@ -250,3 +252,21 @@ def test_adaptive_pooling_and_area_interpolation_to_no_position_give_torchs_empt
         assert y.shape == expected.shape and expected.numel() == 0
         (gradient,) = torch.autograd.grad(y.sum(), x)
         assert torch.equal(gradient, torch.zeros_like(x))
+
+
+def test_an_adaptive_output_size_of_none_keeps_torchs_rule():
+    """None keeps an input size only as an element of a 2-D or 3-D output size: routed calls give the
+    rest to torch (its TypeError), opendnn's call refuses it by name, convert leaves the module."""
+    x1, x2 = torch.randn(2, 3, 5, dtype=torch.float64), torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    with ot.functional_calls():
+        torch.testing.assert_close(TF.adaptive_avg_pool2d(x2, (None, 2)), TF.adaptive_avg_pool2d(x2, (4, 2)))
+        for call, x, size in ((TF.adaptive_max_pool1d, x1, [None]), (TF.adaptive_avg_pool2d, x2, None)):
+            with pytest.raises(TypeError):
+                call(x, size)
+    with pytest.raises(BadParam, match=r"output_size=\[None\]: None keeps an input size only as an element of a 2-D"):
+        functions.adaptive_pool(x1, [None])
+    model = nn.Sequential(nn.AdaptiveAvgPool1d([None]))
+    report = ot.convert(model)
+    assert [reason for _, _, reason in report.left_alone] == [
+        "output_size=[None]: None keeps an input size only as an element of a 2-D or 3-D output size"
+    ]

@@ -596,7 +596,16 @@ def resample_backward_rule(
             f"{list(stride)}), 1 to 3 spatial",
         )
     steps = [step_fraction(step) for step in stride]
-    inferred = (*dy.dims[:2], *(math.ceil(out * step) for out, step in zip(dy.dims[2:], steps)))
+    smallest = [math.ceil(out * step) for out, step in zip(dy.dims[2:], steps)]
+    for k, (size, step, out) in enumerate(zip(smallest, steps, dy.dims[2:])):
+        if math.floor(size / step) != out:  # floor(in / stride) jumps over out
+            raise fail(
+                where,
+                f"grad '{dy.name}' dims {list(dy.dims)}: no input resamples onto {out} pixels along spatial dim "
+                f"{k} at stride {stride[k]} ({size - 1} pixels give {math.floor((size - 1) / step)}, {size} give "
+                f"{math.floor(size / step)})",
+            )
+    inferred = (*dy.dims[:2], *smallest)
     dims = given.get("dx", inferred)
     if (
         len(dims) != len(dy.dims)

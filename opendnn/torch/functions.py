@@ -332,10 +332,25 @@ def avg_pool(
     return operators.avg_pool(x, *_window(x.ndim - 2, kernel_size, stride, padding), ceil_mode, count_include_pad)
 
 
-def adaptive_pool(x: torch.Tensor, output_size: IntOrTuple | None, is_max: bool = False) -> torch.Tensor:
-    """torch.nn.functional.adaptive_{avg,max}_pool{1,2,3}d (an output size of None keeps the input's)."""
+def adaptive_output_refusal(output_size: Any, spatial: int) -> str | None:
+    """Why torch refuses ``output_size`` for ``spatial`` dims: None keeps an input size only as an
+    element of a 2-D or 3-D output size. None where it takes it."""
+    if output_size is None or (spatial == 1 and not isinstance(output_size, int) and None in output_size):
+        return f"output_size={output_size!r}: None keeps an input size only as an element of a 2-D or 3-D output size"
+    return None
+
+
+def adaptive_pool(x: torch.Tensor, output_size: int | Sequence[int | None], is_max: bool = False) -> torch.Tensor:
+    """torch.nn.functional.adaptive_{avg,max}_pool{1,2,3}d (an element None keeps the input's size).
+
+    Raises:
+        BadParam: an output size torch refuses (``adaptive_output_refusal``).
+    """
     spatial = x.shape[2:]
-    sizes = (output_size,) * len(spatial) if isinstance(output_size, int) or output_size is None else output_size
+    refusal = adaptive_output_refusal(output_size, len(spatial))
+    if refusal is not None:
+        raise BadParam(refusal)
+    sizes = (output_size,) * len(spatial) if isinstance(output_size, int) else output_size
     resolved = [int(n if o is None else o) for o, n in zip(sizes, spatial)]
     return operators.adaptive_pool(x, resolved, is_max)
 
@@ -360,7 +375,8 @@ def interpolate(
 
     Raises:
         BadParam (also torch's ValueError): align_corners given with a mode that has no corners to align
-            (nearest, nearest-exact, area), as torch refuses it.
+            (nearest, nearest-exact, area), as torch refuses it; a scale factor not finite, or giving a
+            size past int64.
     """
     spatial = x.shape[2:]
     if (size is None) == (scale_factor is None):
@@ -377,6 +393,9 @@ def interpolate(
         given = scale_factor if isinstance(scale_factor, Sequence) else [scale_factor] * len(spatial)
         factors = [check_finite(f"scale_factor[{k}]", f) for k, f in enumerate(given)]
         sizes = tuple(math.floor(n * f) for n, f in zip(spatial, factors))
+        for k, (f, s) in enumerate(zip(factors, sizes)):
+            if s >= 2**63:
+                raise BadParam(f"scale_factor[{k}]={f} gives {s} output positions, past int64 (torch's limit)")
         if recompute_scale_factor or align_corners:
             factors = []
     return operators.interpolate(x, [int(s) for s in sizes], factors, mode, bool(align_corners))

@@ -396,7 +396,8 @@ class _AdaptivePool(OpendnnModule):
     def unsupported(self) -> str | None:
         if getattr(self, "return_indices", False):
             return "return_indices=True (opendnn's adaptive max pooling keeps no index tensor)"
-        return None
+        one_dim = isinstance(self, (torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveMaxPool1d))  # (a torch module)
+        return functions.adaptive_output_refusal(self.output_size, 1 if one_dim else 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return functions.batch_of_one(x, self.spatial, functions.adaptive_pool, self.output_size, self.is_max)

@@ -174,6 +174,8 @@ def _adaptive_pool(spatial: int, is_max: bool) -> Callable[..., torch.Tensor]:
     def adaptive_pool(input: torch.Tensor, output_size: Any, return_indices: bool = False) -> torch.Tensor:
         _batched(input, spatial)
         require(not return_indices, "return_indices=True")
+        refusal = functions.adaptive_output_refusal(output_size, spatial)
+        require(refusal is None, str(refusal))  # torch's own call then raises torch's error
         return functions.adaptive_pool(input, output_size, is_max)
 
     return adaptive_pool
