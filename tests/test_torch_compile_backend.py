@@ -102,10 +102,13 @@ def test_a_cnn_of_conv_batch_norm_residual_relu_matches_eager_forward_and_backwa
         assert f"({op})" in forward
 
 
-def test_under_bfloat16_autocast_each_result_keeps_torchs_dtype_and_the_regions_run_on_opendnn():
+@pytest.mark.parametrize("norm", [nn.Identity, nn.BatchNorm2d], ids=["no_norm", "batch_norm"])
+def test_under_bfloat16_autocast_each_result_keeps_torchs_dtype_and_the_regions_run_on_opendnn(norm):
+    """A batch norm's saved statistics under autocast are bfloat16 in torch's CPU graph: the region
+    casts the graph's float32 ones down, and its backward casts them up."""
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+        nn.Conv2d(4, 8, 3, padding=1, bias=False), norm(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
     )
     eager, backend = copy.deepcopy(model), OpendnnBackend()
     compiled = torch.compile(model, backend=backend)

@@ -59,6 +59,7 @@ from opendnn.kernels.device import kept_buffer
 
 aten = torch.ops.aten
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+HALF_TYPES = (torch.float16, torch.bfloat16)
 
 
 class Refused(Exception):
@@ -369,6 +370,8 @@ def _batch_norm_training(
         epsilon=eps,
         momentum=momentum,
     )
+    if node.meta["val"][1].dtype in HALF_TYPES:  # saved in x's type (torch's CPU rule): a cast of the graph's float32
+        saved_mean, inv = low.graph.identity(saved_mean), low.graph.identity(inv)
     return (y, saved_mean, inv, next_mean, next_var)
 
 
@@ -409,9 +412,20 @@ def _batch_norm_backward(
     if not training:
         return _frozen_batch_norm_backward(low, grad, x, w, running_mean, running_var, eps, mask)
     dx, dw, db = low.graph.batchnorm_backward(
-        low.tensor(grad), low.tensor(x), _channel(low, w, rank), _channel(low, mean, rank), _channel(low, invstd, rank)
+        low.tensor(grad),
+        low.tensor(x),
+        _channel(low, w, rank),
+        _saved_statistic(low, mean, rank),
+        _saved_statistic(low, invstd, rank),
     )
     return (dx, dw, db)
+
+
+def _saved_statistic(low: Lowering, value: Any, rank: int) -> Any:
+    """A batch norm's saved statistic as (1, C, 1, ...) in float32, what the graph's backward reads:
+    torch's CPU kernels save a half-type x's statistics in x's type, cast up here."""
+    channel = _channel(low, value, rank)
+    return low.graph.identity(channel) if value.meta["val"].dtype in HALF_TYPES else channel
 
 
 def _frozen_batch_norm_backward(
