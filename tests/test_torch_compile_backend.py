@@ -408,8 +408,40 @@ def test_mobile_activations_lower_forward_and_backward(dtype):
     assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) == 4
 
 
-@pytest.mark.parametrize("activation", [TF.relu6, TF.hardswish, TF.hardsigmoid, TF.silu, TF.hardtanh])
-def test_mobile_activations_follow_torch_at_their_kinks_and_at_nan(activation):
+@pytest.mark.parametrize(
+    "activation",
+    [
+        TF.relu6,
+        TF.hardswish,
+        TF.hardsigmoid,
+        TF.silu,
+        TF.hardtanh,
+        torch.sigmoid,
+        torch.tanh,
+        TF.leaky_relu,
+        lambda t: TF.leaky_relu(t, 0.2, inplace=True),
+        lambda t: torch.clamp(t, -1.0, 3.0),
+        lambda t: torch.clamp(t, min=0.5),
+        lambda t: torch.clamp(t, max=-0.5),
+        lambda t: torch.clamp(t, 3.0, 1.0),  # crossed bounds: the upper wins
+    ],
+    ids=[
+        "relu6",
+        "hardswish",
+        "hardsigmoid",
+        "silu",
+        "hardtanh",
+        "sigmoid",
+        "tanh",
+        "leaky_relu",
+        "leaky_relu_in_place",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "clamp_crossed",
+    ],
+)
+def test_activations_follow_torch_at_their_kinks_and_at_nan(activation):
     """The backward formulas' boundaries (x = -3, -1, 0, 1, 3, 6) as torch's kernels take them; NaN
     forward (torch's backward at a NaN x depends on where its vectorized loop puts the element)."""
     x = torch.tensor([-4.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 6.0, 7.0], dtype=torch.float64)
@@ -426,6 +458,46 @@ def test_mobile_activations_follow_torch_at_their_kinks_and_at_nan(activation):
     assert backend.fallbacks == [] and backend.plans_executed == 2
     with torch.no_grad():
         assert compiled(torch.full((2, 10), math.nan, dtype=torch.float64)).isnan().all()
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_the_scalar_overloads_of_the_arithmetic_lower(op):
+    """``aten.div.Scalar`` and its kin (what torch's decompositions emit: a mean's backward divides by
+    the count) join the region of what they read."""
+    call = getattr(torch.ops.aten, op).Scalar
+    backend = OpendnnBackend()
+    compiled = torch.compile(lambda t: call(torch.relu(t), 3.0), backend=backend)
+    x = torch.randn(3, 5, dtype=torch.float64)
+    torch.testing.assert_close(compiled(x), call(torch.relu(x), 3.0), rtol=1e-15, atol=0.0)
+    assert backend.fallbacks == [] and backend.plans_executed == 1
+
+
+def masked(t, u):
+    """Comparisons (to numbers and tensors), logical operators and selects, a boolean result among the
+    outputs."""
+    a, b = t * 2.0, u + 1.0
+    inside = torch.logical_and(a >= -1.0, torch.logical_not(a > 2.0))
+    either = torch.logical_or(a == b, a != a)  # (a != a: NaN)
+    picked = torch.where(inside, a, b) + torch.where(a < b, 0.5, a) * torch.where(b <= 1.0, a, -2.0)
+    return picked, either
+
+
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_comparisons_logical_operators_and_selects_lower_with_their_booleans(options):
+    backend = OpendnnBackend()
+    compiled = torch.compile(masked, backend=backend, options=options)
+    values = torch.tensor([-3.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, math.inf, -math.inf, math.nan], dtype=torch.float64)
+    t = values.repeat(10, 1).T.contiguous().requires_grad_()
+    u = values.repeat(10, 1).requires_grad_()  # every pair of the special values
+    ours, theirs = compiled(t, u), masked(t, u)
+    assert ours[1].dtype == torch.bool and torch.equal(ours[1], theirs[1])
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-15, atol=0.0, equal_nan=True)
+    gradient = torch.randn_like(theirs[0])
+    ours_grads = torch.autograd.grad(ours[0], (t, u), gradient)
+    theirs_grads = torch.autograd.grad(theirs[0], (t, u), gradient)
+    for a, b in zip(ours_grads, theirs_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-15, atol=0.0, equal_nan=True)
+    assert backend.fallbacks == [] and backend.plans_executed == 2
 
 
 class SqueezeExcite(nn.Module):

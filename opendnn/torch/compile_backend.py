@@ -107,6 +107,10 @@ class Lowering:
             return self.inputs[key]
         tensor = self.values[value]
         shape = (tuple(value.meta["val"].shape) if dims is None else tuple(dims)) or (1,)
+        if isinstance(tensor, og.Tensor) and _with_leading_ones(shape, tuple(tensor.get_dim())):
+            # read with leading dims of 1 (a mask of (Sq, Skv) as attention's 4-D bias): the graph
+            # broadcasts it so through a multiply by a one of those dims, exact for every value
+            return self.graph.mul(tensor, self.graph.scalar(1.0).set_dim([1] * len(shape)))
         if not isinstance(tensor, og.Tensor) or tuple(tensor.get_dim()) != shape:
             computed = tensor.get_dim() if isinstance(tensor, og.Tensor) else "several outputs"
             raise Refused(f"{value.name} is read inside the region as {list(shape)}, the graph computes {computed}")
@@ -134,6 +138,12 @@ class Lowering:
             tensor.set_output(True).set_data_type(val.dtype)
             outputs.append((tensor, val.shape, val.stride(), val.dtype))
         return outputs
+
+
+def _with_leading_ones(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    """``shape`` is ``dims`` with dims of 1 in front."""
+    extra = len(shape) - len(dims)
+    return extra > 0 and shape[extra:] == dims and all(d == 1 for d in shape[:extra])
 
 
 def _follow_torch(value: Any, val: Any) -> None:
@@ -172,13 +182,15 @@ def _tensors(args: Sequence[Any]) -> list[torch.Tensor]:
 class Op:
     """An ATen operator's lowering: ``accepts(node)`` (asked by the partitioner) and ``lower``."""
 
+    types: tuple[torch.dtype, ...] = FLOATS  # what the tensors it reads and writes may hold
+
     def __init__(self, lower: Callable[..., Any], accepts: Callable[..., bool] = lambda *args, **kwargs: True) -> None:
         self.lower, self._accepts = lower, accepts
 
     def accepts(self, node: torch.fx.Node) -> bool:
-        """Whether ``node`` lowers: every tensor it reads and writes floating point, of static shape
-        (a graph is built for fixed dims), none a sum that drops its dims (``_drops_dims``), and the
-        operator's own rule holds."""
+        """Whether ``node`` lowers: every tensor it reads and writes of ``types`` (floating point), of
+        static shape (a graph is built for fixed dims), none a sum that drops its dims (``_drops_dims``),
+        and the operator's own rule holds."""
         if any(_drops_dims(source) for source in node.all_input_nodes):
             return False
         vals = [self.results(node)] + [a.meta.get("val") for a in node.all_input_nodes]
@@ -186,7 +198,7 @@ class Op:
             for tensor in val if isinstance(val, (tuple, list)) else [val]:
                 if tensor is None:
                     continue
-                if not isinstance(tensor, torch.Tensor) or tensor.dtype not in FLOATS:
+                if not isinstance(tensor, torch.Tensor) or tensor.dtype not in self.types:
                     return False
                 if not all(isinstance(d, int) for d in (*tensor.shape, *tensor.stride())):
                     return False
@@ -462,6 +474,95 @@ def _threshold_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any, t
     relu's NaN-keeping output), where the graph's relu_backward gives NaN (cuDNN's propagated NaN)."""
     g = low.graph
     return g.binary_select(0.0, low.tensor(grad), g.cmp_le(low.tensor(x), threshold))
+
+
+class Logical(Op):
+    """A comparison, a logical operator, a select: booleans (the graph's BOOLEAN tensors) beside
+    floating-point tensors."""
+
+    types = (*FLOATS, torch.bool)
+
+
+def _compared(a: Any, b: Any) -> bool:
+    """A comparison of floating-point operands (a tensor and a tensor or number)."""
+    return _binary(a, b) and all(not _is_tensor(v) or v.meta["val"].dtype in FLOATS for v in (a, b))
+
+
+def _comparisons() -> dict[Any, Op]:
+    """torch's comparisons, tensor to tensor or to a number, as the graph's (a BOOLEAN result)."""
+    methods = {"eq": "cmp_eq", "ne": "cmp_neq", "gt": "cmp_gt", "ge": "cmp_ge", "lt": "cmp_lt", "le": "cmp_le"}
+    return {
+        getattr(getattr(aten, name), overload): Logical(
+            lambda low, node, a, b, method=method: getattr(low.graph, method)(low.tensor(a), low.tensor(b)), _compared
+        )
+        for name, method in methods.items()
+        for overload in ("Tensor", "Scalar")
+    }
+
+
+def _where(low: Lowering, node: torch.fx.Node, condition: Any, a: Any, b: Any) -> Any:
+    """``condition ? a : b``."""
+    return low.graph.binary_select(low.tensor(a), low.tensor(b), low.tensor(condition))
+
+
+def _selects(condition: Any, a: Any, b: Any) -> bool:
+    """A boolean condition choosing between floating-point tensors or numbers."""
+    values = (a, b)
+    return (
+        _is_tensor(condition)
+        and condition.meta["val"].dtype == torch.bool
+        and all(not _is_tensor(v) or v.meta["val"].dtype in FLOATS for v in values)
+    )
+
+
+def _logical(method: str) -> Op:
+    """torch's logical operators of boolean tensors."""
+    return Logical(
+        lambda low, node, *args: getattr(low.graph, method)(*(low.tensor(a) for a in args)),
+        lambda *args: all(_is_tensor(a) and a.meta["val"].dtype == torch.bool for a in args),
+    )
+
+
+def _scalar_tensor(low: Lowering, node: torch.fx.Node, value: float, **options: Any) -> Any:
+    """A tensor of no dims holding ``value`` (what torch's decompositions select against): a graph
+    scalar passed by value, dims [1]."""
+    return low.graph.scalar(value)
+
+
+def _clamp(low: Lowering, node: torch.fx.Node, x: Any, min: float | None = None, max: float | None = None) -> Any:
+    """torch's ``min(max(x, min), max)`` (the upper bound wins where they cross), NaN kept; a bound of
+    None is none."""
+    g, value = low.graph, low.tensor(x)
+    value = value if min is None else g.max(value, min)
+    return value if max is None else g.min(value, max)
+
+
+def _leaky_relu(low: Lowering, node: torch.fx.Node, x: Any, negative_slope: float = 0.01) -> Any:
+    """torch's ``x > 0 ? x : x * negative_slope`` (NaN times the slope: NaN)."""
+    g, value = low.graph, low.tensor(x)
+    return g.binary_select(value, g.mul(value, negative_slope), g.cmp_gt(value, 0.0))
+
+
+def _leaky_relu_backward(
+    low: Lowering, node: torch.fx.Node, grad: Any, x: Any, negative_slope: float, self_is_result: bool
+) -> Any:
+    """torch's ``x > 0 ? grad : grad * negative_slope`` (the slope where x is NaN); x may be the
+    result (in place), of x's sign for a positive slope (the rule refuses others)."""
+    g, gradient = low.graph, low.tensor(grad)
+    return g.binary_select(gradient, g.mul(gradient, negative_slope), g.cmp_gt(low.tensor(x), 0.0))
+
+
+def _sigmoid_backward(low: Lowering, node: torch.fx.Node, grad: Any, y: Any) -> Any:
+    """torch's formula from the output, ``grad * (1 - y) * y``, in its order (the graph's sigmoid
+    backward reads the input, as cuDNN's does)."""
+    g, out = low.graph, low.tensor(y)
+    return g.mul(g.mul(low.tensor(grad), g.sub(1.0, out)), out)
+
+
+def _tanh_backward(low: Lowering, node: torch.fx.Node, grad: Any, y: Any) -> Any:
+    """torch's formula from the output, ``grad * (1 - y * y)`` (the graph's reads the input)."""
+    g, out = low.graph, low.tensor(y)
+    return g.mul(low.tensor(grad), g.sub(1.0, g.mul(out, out)))
 
 
 def _hardtanh(low: Lowering, node: torch.fx.Node, x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Any:
@@ -1054,6 +1155,10 @@ LOWERINGS: dict[Any, Op] = {
     aten.sub.Tensor: Op(lambda low, node, a, b, alpha=1: low.graph.sub(low.tensor(a), low.tensor(b)), _binary),
     aten.mul.Tensor: Op(lambda low, node, a, b: low.graph.mul(low.tensor(a), low.tensor(b)), _binary),
     aten.div.Tensor: Op(lambda low, node, a, b: low.graph.div(low.tensor(a), low.tensor(b)), _binary),
+    aten.add.Scalar: Op(lambda low, node, a, b, alpha=1: low.graph.add(low.tensor(a), b), _binary),
+    aten.sub.Scalar: Op(lambda low, node, a, b, alpha=1: low.graph.sub(low.tensor(a), b), _binary),
+    aten.mul.Scalar: Op(lambda low, node, a, b: low.graph.mul(low.tensor(a), b), _binary),
+    aten.div.Scalar: Op(lambda low, node, a, b: low.graph.div(low.tensor(a), b), _binary),
     aten.neg.default: _pointwise("neg"),
     aten.exp.default: _pointwise("exp"),
     aten.sqrt.default: _pointwise("sqrt"),
@@ -1061,6 +1166,23 @@ LOWERINGS: dict[Any, Op] = {
     aten.relu.default: _pointwise("relu"),
     aten.sigmoid.default: _pointwise("sigmoid"),
     aten.tanh.default: _pointwise("tanh"),
+    aten.sigmoid_backward.default: Op(_sigmoid_backward),
+    aten.tanh_backward.default: Op(_tanh_backward),
+    aten.clamp.default: Op(
+        _clamp, lambda x, min=None, max=None: all(v is None or isinstance(v, float | int) for v in (min, max))
+    ),
+    aten.leaky_relu.default: Op(_leaky_relu),
+    **_comparisons(),
+    aten.where.self: Logical(_where, _selects),
+    aten.logical_and.default: _logical("logical_and"),
+    aten.logical_or.default: _logical("logical_or"),
+    aten.logical_not.default: _logical("logical_not"),
+    aten.scalar_tensor.default: Op(
+        _scalar_tensor, lambda value, **options: isinstance(value, float | int) and not isinstance(value, bool)
+    ),
+    aten.leaky_relu_backward.default: Op(
+        _leaky_relu_backward, lambda grad, x, slope, self_is_result: slope > 0 or not self_is_result
+    ),
     aten.silu.default: Op(lambda low, node, x: low.graph.swish(low.tensor(x), 1.0)),
     aten.silu_backward.default: Op(
         lambda low, node, grad, x: low.graph.swish_backward(low.tensor(grad), low.tensor(x), 1.0)
