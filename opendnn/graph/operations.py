@@ -11,7 +11,7 @@ finished graph; every error names the node and the tensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -561,19 +561,24 @@ def pooling_backward_rule(
     return {"dx": OutputSpec(x.dims, x.dtype)}  # the call writes dx in x's type
 
 
+def _check_resampled(where: str, role: str, tensor: Shape, stride: Sequence[Any]) -> None:
+    """An interpolation's image or loss: floating point, (N, C) and one spatial dim per stride, 1 to 3."""
+    require_float(where, role, tensor)
+    if not 1 <= len(stride) <= 3 or len(tensor.dims) != len(stride) + 2:
+        raise fail(
+            where,
+            f"{role} '{tensor.name}' dims {list(tensor.dims)} must have {len(stride) + 2} dims (N, C and one per "
+            f"stride {list(stride)}), 1 to 3 spatial",
+        )
+
+
 def resample_rule(
     where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
 ) -> dict[str, OutputSpec]:
     """Interpolation (``Graph.resample``'s BILINEAR and NEAREST): ``floor(in / stride)`` pixels per spatial dim."""
     x = inputs["x"]
-    require_float(where, "input", x)
     stride = attributes["stride"]
-    if not 1 <= len(stride) <= 3 or len(x.dims) != len(stride) + 2:
-        raise fail(
-            where,
-            f"input '{x.name}' dims {list(x.dims)} must have {len(stride) + 2} dims (N, C and one per stride "
-            f"{list(stride)}), 1 to 3 spatial",
-        )
+    _check_resampled(where, "input", x, stride)
     out = [math.floor(size / step_fraction(step)) for size, step in zip(x.dims[2:], stride)]
     for k, size in enumerate(out):
         if size < 1:
@@ -587,14 +592,8 @@ def resample_backward_rule(
     """dx of an interpolation from its loss ``grad`` (dy): the input dims whose forward gives dy's
     dims. Where several do (a stride above 1), the smallest, ``ceil(out * stride)``, is inferred."""
     dy = inputs["dy"]
-    require_float(where, "grad", dy)
     stride = attributes["stride"]
-    if not 1 <= len(stride) <= 3 or len(dy.dims) != len(stride) + 2:
-        raise fail(
-            where,
-            f"grad '{dy.name}' dims {list(dy.dims)} must have {len(stride) + 2} dims (N, C and one per stride "
-            f"{list(stride)}), 1 to 3 spatial",
-        )
+    _check_resampled(where, "grad", dy, stride)
     steps = [step_fraction(step) for step in stride]
     smallest = [math.ceil(out * step) for out, step in zip(dy.dims[2:], steps)]
     for k, (size, step, out) in enumerate(zip(smallest, steps, dy.dims[2:])):
