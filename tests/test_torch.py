@@ -725,6 +725,19 @@ def test_timms_gelu_modules_convert_keeping_their_type():
     assert_close(copied(x), expected, torch.float64)
 
 
+def test_converting_timms_gelu_twice_changes_nothing():
+    """A converted class of another library's has that class's module and name: converting again
+    leaves it as it is (no class built in front of the converted one)."""
+    model = torch.nn.Sequential(TimmGELU(), TimmGELUTanh(), torch.nn.ReLU())
+    first = ot.convert(model)
+    kinds = [type(m) for m in model]
+    second = ot.convert(model)
+    assert second.converted == [] and second.left_alone == [] and [type(m) for m in model] == kinds
+    assert len(first.converted) == 3
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    assert_close(model[0](x), torch.nn.functional.gelu(x), torch.float64)
+
+
 def test_module_constructor_refuses_options_opendnn_does_not_cover():
     with pytest.raises(NotSupported, match="padding_mode='circular'"):
         ot.Conv2d(3, 4, 3, padding_mode="circular")

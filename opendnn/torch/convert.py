@@ -113,6 +113,8 @@ def convert(model: torch.nn.Module) -> ConversionReport:
     """
     report = ConversionReport()
     for name, module in model.named_modules():
+        if isinstance(module, modules.OpendnnModule):
+            continue  # opendnn's already (a converted class of another library's has that class's name)
         kind = type(module).__name__
         target = CONVERSIONS.get(type(module)) or _subclass_target(type(module))
         if target is not None:
@@ -122,7 +124,7 @@ def convert(model: torch.nn.Module) -> ConversionReport:
                 report.converted.append((name, kind))
             else:
                 report.left_alone.append((name, kind, reason))
-        elif not isinstance(module, (modules.OpendnnModule, *PASS_THROUGH)):
+        elif not isinstance(module, PASS_THROUGH):
             reason = _no_equivalent(module)
             if reason is not None:
                 report.left_alone.append((name, kind, reason))
