@@ -5,8 +5,9 @@ covers gets that equivalent's class: the object stays the same, so its parameter
 train/eval state and every reference to it (an optimizer's, a parent's) are kept. A subclass of a
 supported module that changes none of its methods (a constructor of its own, helpers of its own:
 torchvision's ``Conv3DSimple``) gets a class that puts opendnn's in front of the subclass, so the
-module keeps its type and its helpers; so does a class of another library whose forward is exactly a
-supported torch module's (``FOREIGN_CONVERSIONS``: timm's GELU). Subclasses that override a method
+module keeps its type and its helpers; so does a class of another library whose forward opendnn
+computes exactly (``FOREIGN_CONVERSIONS``: timm's GELU, Linear, BatchNormAct2d, LayerNorm2d, ...), with
+opendnn's class for it in front. Subclasses that override a method
 are left alone (their own forward may do something else), as are modules with no opendnn equivalent;
 the report says which and why. Calls a module makes in its own forward (``torch.matmul``,
 ``F.softmax``) are not modules and stay torch's: ``opendnn.torch.functions`` has their opendnn
@@ -68,12 +69,23 @@ CONVERSIONS: dict[type[torch.nn.Module], type[modules.OpendnnModule]] = {
     torch.nn.UpsamplingBilinear2d: modules.UpsamplingBilinear2d,
 }
 
-# Classes of other libraries whose forward is exactly a supported torch module's, found by module and
-# name (nothing imports those libraries): the torch module, and the attributes that fix its options.
-# timm's GELU modules (what its create_act_layer("gelu") builds: ConvNeXt's MLPs) are F.gelu.
-FOREIGN_CONVERSIONS: dict[tuple[str, str], tuple[type[torch.nn.Module], dict[str, Any]]] = {
-    ("timm.layers.activations", "GELU"): (torch.nn.GELU, {"approximate": "none"}),
-    ("timm.layers.activations", "GELUTanh"): (torch.nn.GELU, {"approximate": "tanh"}),
+# Classes of other libraries, found by module and name (nothing imports those libraries): the opendnn
+# class put in front of each, and the class attributes that fix its options. timm's GELU modules (what
+# its create_act_layer("gelu") builds: ConvNeXt's MLPs) and Linear (a Linear that casts its weight only
+# under torch.jit.script) are torch's; its norms are torch's unless built with its fast-norm flag
+# (refused), its BatchNormAct2d (EfficientNet, RegNet) a batch norm before its own drop and act
+# modules, its LayerNorm2d (ConvNeXt's stem and downsampling) a layer norm over an image's channels,
+# GroupNorm1 (PoolFormer) a group norm of one group, FastAdaptiveAvgPool a global average pooling.
+FOREIGN_CONVERSIONS: dict[tuple[str, str], tuple[type[modules.OpendnnModule], dict[str, Any]]] = {
+    ("timm.layers.activations", "GELU"): (modules.GELU, {"approximate": "none"}),
+    ("timm.layers.activations", "GELUTanh"): (modules.GELU, {"approximate": "tanh"}),
+    ("timm.layers.linear", "Linear"): (modules.Linear, {}),
+    ("timm.layers.norm_act", "BatchNormAct2d"): (modules.TimmBatchNormAct2d, {}),
+    ("timm.layers.norm", "LayerNorm"): (modules.TimmLayerNorm, {}),
+    ("timm.layers.norm", "LayerNorm2d"): (modules.TimmLayerNorm2d, {}),
+    ("timm.layers.norm", "GroupNorm"): (modules.TimmGroupNorm, {}),
+    ("timm.layers.norm", "GroupNorm1"): (modules.TimmGroupNorm, {}),
+    ("timm.layers.adaptive_avgmax_pool", "FastAdaptiveAvgPool"): (modules.TimmFastAdaptiveAvgPool, {}),
 }
 
 # Modules that do no arithmetic opendnn has a primitive for: they stay torch's and need no mention.
@@ -153,15 +165,15 @@ def _subclass_target(kind: type[torch.nn.Module]) -> type[modules.OpendnnModule]
 
 
 def _converted_class(kind: type[torch.nn.Module]) -> type[modules.OpendnnModule] | None:
-    base, options = FOREIGN_CONVERSIONS.get((kind.__module__, kind.__qualname__), (None, {}))
-    if base is None:
+    target, options = FOREIGN_CONVERSIONS.get((kind.__module__, kind.__qualname__), (None, {}))
+    if target is None:
         base = next((klass for klass in kind.__mro__[1:] if klass in CONVERSIONS), None)
         if base is None:
             return None
         between = kind.__mro__[: kind.__mro__.index(base)]
         if any(name not in SUBCLASS_OWN and hasattr(base, name) for klass in between for name in vars(klass)):
             return None
-    target = CONVERSIONS[base]
+        target = CONVERSIONS[base]
     namespace = {
         **options,
         "__module__": kind.__module__,

@@ -468,3 +468,94 @@ class UpsamplingNearest2d(Upsample, torch.nn.UpsamplingNearest2d):
 
 class UpsamplingBilinear2d(Upsample, torch.nn.UpsamplingBilinear2d):
     pass
+
+
+# ---- timm's layers ----------------------------------------------------------------------------------
+# Put in front of timm's classes by ``opendnn.torch.convert`` (its FOREIGN_CONVERSIONS finds them by
+# module and name): each reads the attributes timm's constructor sets, and is no module on its own.
+
+# the activation modules a training batch norm applies in its own call (its Ex form), as (name, coef)
+BATCH_NORM_ACTIVATIONS: dict[type[torch.nn.Module], tuple[str, float]] = {
+    torch.nn.ReLU: ("relu", 0.0),
+    ReLU: ("relu", 0.0),
+    torch.nn.ReLU6: ("clipped_relu", 6.0),
+    ReLU6: ("clipped_relu", 6.0),
+}
+
+
+class TimmBatchNormAct2d(BatchNorm2d):
+    """timm's BatchNormAct2d: ``act(drop(batch_norm(x)))``, its ``drop`` and ``act`` the modules it
+    holds (which ``convert`` converts, or reports, on their own). Normalizing with the batch's
+    statistics, a ReLU or ReLU6 after an Identity drop runs in the batch norm's call, forward and
+    backward (cuDNN's BN_ACTIVATION)."""
+
+    drop: torch.nn.Module
+    act: torch.nn.Module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(x)
+        running_mean, running_var, use_batch_stats, factor = self._statistics()
+        act = self.act
+        fused = BATCH_NORM_ACTIVATIONS.get(type(act)) if use_batch_stats else None
+        drop = self.drop
+        if fused is not None and type(drop) is torch.nn.Identity:
+            return functions.batch_norm_add_activation(
+                x, None, running_mean, running_var, self.weight, self.bias, factor, self.eps, *fused
+            )
+        y = functions.batch_norm(
+            x, running_mean, running_var, self.weight, self.bias, use_batch_stats, factor, self.eps
+        )
+        return act(drop(y))
+
+
+class _TimmNorm(OpendnnModule):
+    """timm's norms compute torch's norm unless timm's fast-norm flag was set when they were built
+    (``timm.layers.set_fast_norm``): then they normalize in the autocast dtype, or with apex's kernels."""
+
+    def unsupported(self) -> str | None:
+        if getattr(self, "_fast_norm", False):
+            return "_fast_norm=True (timm's fast norm computes in the autocast dtype or with apex's kernels)"
+        return None
+
+
+class TimmLayerNorm(_TimmNorm, LayerNorm):
+    pass
+
+
+class TimmGroupNorm(_TimmNorm, GroupNorm):
+    pass
+
+
+class TimmLayerNorm2d(_TimmNorm, torch.nn.LayerNorm):
+    """timm's LayerNorm2d: a layer norm over the channels of an (N, C, H, W) image, normalizing its
+    (N, H, W, C) view as the trailing dim: no copy, the output in x's memory order (timm's comes out
+    channels-last from torch's layer norm, whatever x's order)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = functions.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return y.permute(0, 3, 1, 2)
+
+
+class TimmFastAdaptiveAvgPool(OpendnnModule):
+    """timm's FastAdaptiveAvgPool: the mean over the spatial dims ``dim`` of its input format (NCHW,
+    NHWC, NCL, NLC), kept as dims of size 1 or, with ``flatten``, dropped: opendnn's adaptive average
+    pooling to size 1 of the (N, C, spatial...) view of x."""
+
+    flatten: bool
+    dim: tuple[int, ...]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spatial = self.dim
+        if x.ndim != len(spatial) + 2:
+            raise as_torch_error(
+                BadParam(
+                    f"x.shape={tuple(x.shape)} must have {len(spatial) + 2} dims: a batch, channels and the "
+                    f"spatial dims {spatial} the input format names"
+                )
+            )
+        channel = next(d for d in range(1, x.ndim) if d not in spatial)
+        order = (0, channel, *spatial)
+        pooled = functions.adaptive_pool(x.permute(order), 1)
+        if self.flatten:
+            return pooled.reshape(pooled.shape[:2])
+        return pooled.permute(tuple(order.index(d) for d in range(x.ndim)))
