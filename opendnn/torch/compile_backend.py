@@ -36,7 +36,7 @@ import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -599,7 +599,15 @@ def _hardswish_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any) -
 # ---- pooling ------------------------------------------------------------------------------------------
 
 
-def _windows(x: Any, kernel: Sequence[int], stride: Sequence[int], padding: Any) -> dict[str, list[int]]:
+class Windows(NamedTuple):
+    """A pooling's geometry as the graph's ``pooling`` takes it, one value per spatial dim."""
+
+    window: list[int]
+    stride: list[int]
+    padding: list[int]
+
+
+def _windows(x: Any, kernel: Sequence[int], stride: Sequence[int], padding: Any) -> Windows:
     """torch's pooling arguments as the graph's, one value per spatial dim of x (torch repeats a
     single value; an empty stride is the kernel)."""
     rank = len(x.meta["val"].shape) - 2
@@ -609,14 +617,14 @@ def _windows(x: Any, kernel: Sequence[int], stride: Sequence[int], padding: Any)
         return values * rank if len(values) == 1 else values
 
     window = per_dim(kernel)
-    return {"window": window, "stride": per_dim(stride) if stride else window, "padding": per_dim(padding)}
+    return Windows(window, per_dim(stride) if stride else window, per_dim(padding))
 
 
-def _floor_windows(x: Any, geometry: dict[str, list[int]], ceil_mode: bool) -> bool:
+def _floor_windows(x: Any, geometry: Windows, ceil_mode: bool) -> bool:
     """Whether the windows are those the graph's pooling computes: torch's ceil_mode only where it adds
     no window (then every window, and each average's divisor, is the floor mode's). torch's ceil mode
     rounds the count up, less a last window that would start in the trailing padding."""
-    for size, window, stride, pad in zip(x.meta["val"].shape[2:], *geometry.values()):
+    for size, window, stride, pad in zip(x.meta["val"].shape[2:], *geometry):
         span = size + 2 * pad - window
         rounded_up = -(-span // stride) + 1
         if rounded_up - 1 >= 0 and (rounded_up - 1) * stride >= size + pad:
@@ -641,7 +649,7 @@ def _avg_pool(
     count_include_pad: bool = True,
     divisor_override: Any = None,
 ) -> Any:
-    return low.graph.pooling(low.tensor(x), _average_mode(count_include_pad), **_windows(x, kernel, stride, padding))
+    return low.graph.pooling(low.tensor(x), _average_mode(count_include_pad), *_windows(x, kernel, stride, padding))
 
 
 def _avg_pool_backward(
@@ -658,7 +666,7 @@ def _avg_pool_backward(
 ) -> Any:
     geometry = _windows(x, kernel, stride, padding)
     mode = _average_mode(count_include_pad)
-    return low.graph.pooling_backward(low.tensor(grad), low.tensor(x), mode, **geometry)
+    return low.graph.pooling_backward(low.tensor(grad), low.tensor(x), mode, *geometry)
 
 
 def _exact_average(
@@ -674,8 +682,8 @@ def _exact_average(
     only where it is the count already (the window's size, every window full or counted so)."""
     geometry = _windows(x, kernel, stride, padding)
     if divisor_override is not None:
-        full = count_include_pad or not any(geometry["padding"])
-        if not full or divisor_override != math.prod(geometry["window"]):
+        full = count_include_pad or not any(geometry.padding)
+        if not full or divisor_override != math.prod(geometry.window):
             return False
     return _floor_windows(x, geometry, ceil_mode)
 
@@ -684,23 +692,26 @@ def _exact_average_backward(grad: Any, x: Any, *arguments: Any) -> bool:
     return _exact_average(x, *arguments)
 
 
-def _cells(x: Any, output_size: Sequence[int]) -> dict[str, list[int]] | None:
+def _cells(x: Any, output_size: Sequence[int]) -> Windows | None:
     """An adaptive pool's cells as one window and stride, where the output divides the input evenly
     (every cell then has one size and step); None where it does not."""
     sizes = x.meta["val"].shape[2:]
     if len(output_size) != len(sizes) or any(size % out for size, out in zip(sizes, output_size)):
         return None
     window = [size // out for size, out in zip(sizes, output_size)]
-    return {"window": window, "stride": window, "padding": [0] * len(window)}
+    return Windows(window, window, [0] * len(window))
 
 
 def _adaptive_avg_pool(low: Lowering, node: torch.fx.Node, x: Any, output_size: Sequence[int]) -> Any:
-    return low.graph.pooling(low.tensor(x), "avg_include", **(_cells(x, output_size) or {}))
+    cells = _cells(x, output_size)
+    assert cells is not None  # the rule takes only cells that divide the input evenly
+    return low.graph.pooling(low.tensor(x), "avg_include", *cells)
 
 
 def _adaptive_avg_pool_backward(low: Lowering, node: torch.fx.Node, grad: Any, x: Any) -> Any:
-    cells = _cells(x, grad.meta["val"].shape[2:]) or {}
-    return low.graph.pooling_backward(low.tensor(grad), low.tensor(x), "avg_include", **cells)
+    cells = _cells(x, grad.meta["val"].shape[2:])
+    assert cells is not None  # the rule takes only cells that divide the input evenly
+    return low.graph.pooling_backward(low.tensor(grad), low.tensor(x), "avg_include", *cells)
 
 
 def _max_pool(
@@ -714,7 +725,7 @@ def _max_pool(
     ceil_mode: bool = False,
 ) -> Any:
     """(y, None): the indices are never made (``MaxValues`` lowers only a node whose indices nothing reads)."""
-    return (low.graph.pooling(low.tensor(x), "max", **_windows(x, kernel, stride, padding)), None)
+    return (low.graph.pooling(low.tensor(x), "max", *_windows(x, kernel, stride, padding)), None)
 
 
 def _exact_max(
@@ -742,7 +753,7 @@ class MaxValues(Op):
         return not reads_indices and super().accepts(node)
 
     def results(self, node: torch.fx.Node) -> Any:
-        return node.meta.get("val")[0]
+        return node.meta["val"][0]
 
 
 POOLINGS = {
