@@ -5,6 +5,7 @@ exception type with opendnn's message, empty batches."""
 
 import pytest
 import torch
+import torch.nn.functional as TF
 
 import opendnn.torch  # noqa: F401 (registers the operators)
 from opendnn.core.errors import BadParam, NotSupported
@@ -206,6 +207,20 @@ def test_an_empty_batch_gives_empty_outputs_and_zero_parameter_gradients():
     y.sum().backward()
     assert x.grad.shape == x.shape and torch.equal(weight.grad, torch.zeros_like(weight))
     assert torch.equal(bias.grad, torch.zeros_like(bias))
+
+
+def test_an_empty_sum_gives_the_bias_and_an_empty_spatial_dim_is_refused():
+    """No input feature or channel: each output is an empty sum plus the bias (it was 0, the bias
+    dropped); a convolution over an empty spatial dim is refused as torch refuses it."""
+    x, weight, bias = torch.randn(2, 0, dtype=torch.float64), torch.randn(3, 0, dtype=torch.float64), torch.randn(3)
+    bias = bias.double()
+    torch.testing.assert_close(ops.linear(x, weight, bias), TF.linear(x, weight, bias), rtol=0, atol=0)
+    assert torch.equal(ops.linear(x, weight, None), torch.zeros(2, 3, dtype=torch.float64))
+    images, filters = torch.randn(2, 0, 4, 4, dtype=torch.float64), torch.randn(3, 0, 3, 3, dtype=torch.float64)
+    y = ops.convolution(images, filters, bias, [1, 1], [1, 1], [1, 1], 1)
+    assert torch.equal(y, bias.view(1, 3, 1, 1).expand(2, 3, 4, 4))
+    with pytest.raises(RuntimeError, match=r"x.shape=\[2, 3, 0, 5\]: an empty batch or channel dim is taken"):
+        ops.convolution(torch.randn(2, 3, 0, 5), torch.randn(4, 3, 3, 3), None, [1, 1], [2, 2], [1, 1], 1)
 
 
 def test_a_second_derivative_raises_instead_of_giving_a_wrong_zero():

@@ -157,6 +157,36 @@ def _transposed_shape(
     return [x.shape[0], weight.shape[1] * groups, *spatial]
 
 
+def _bias_of_an_empty_sum(fake: Callable[..., Tensor], convolution: bool) -> Callable[..., Tensor]:
+    """What a product (x, weight, bias, options...) gives for an x of no element, as torch: nothing
+    for no sample, the bias (else 0) for no input channel or feature (an empty sum); a convolution's
+    empty spatial dim torch refuses."""
+
+    def empty(x: Tensor, weight: Tensor, bias: Tensor | None, *options: Any) -> Tensor:
+        if convolution and 0 in x.shape[2:] and 0 not in x.shape[:2]:
+            refusal = BadParam(
+                f"x.shape={list(x.shape)}: an empty batch or channel dim is taken, an empty spatial dim not"
+            )
+            raise as_torch_error(refusal)
+        y = fake(x, weight, bias, *options).zero_()
+        if bias is None:
+            return y
+        return y.add_(bias.view(-1, *[1] * (y.ndim - 2)) if convolution else bias)
+
+    return empty
+
+
+def _convolution_fake(
+    x: Tensor, weight: Tensor, bias: Tensor | None, stride: Sequence[int], padding: Sequence[int], *options: Any
+) -> Tensor:
+    dilation, _ = options
+    return empty_in_order_of(x, convolution_shape(x, weight, stride, padding, dilation))
+
+
+def _transposed_fake(x: Tensor, weight: Tensor, bias: Tensor | None, *options: Any) -> Tensor:
+    return empty_in_order_of(x, _transposed_shape(x, weight, *options))
+
+
 convolution = define(
     "convolution(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups)"
     " -> Tensor",
@@ -170,11 +200,10 @@ convolution = define(
         groups,
         handle=_product_handle(x, "convolution"),
     ),
-    lambda x, weight, bias, stride, padding, dilation, groups: empty_in_order_of(
-        x, convolution_shape(x, weight, stride, padding, dilation)
-    ),
+    _convolution_fake,
     autocast=lower_precision,
     handle=_convolution_handle,
+    empty=_bias_of_an_empty_sum(_convolution_fake, convolution=True),
 )
 
 convolution_transpose = define(
@@ -191,11 +220,10 @@ convolution_transpose = define(
         tuple(dilation),
         handle=_product_handle(x, "convolution"),
     ),
-    lambda x, weight, bias, stride, padding, output_padding, groups, dilation: empty_in_order_of(
-        x, _transposed_shape(x, weight, stride, padding, output_padding, groups, dilation)
-    ),
+    _transposed_fake,
     autocast=lower_precision,
     handle=_convolution_handle,
+    empty=_bias_of_an_empty_sum(_transposed_fake, convolution=True),
 )
 
 convolution_backward_data = define(
@@ -339,6 +367,7 @@ linear = define(
     _linear_fake,
     autocast=lower_precision,
     handle=_matmul_handle,
+    empty=_bias_of_an_empty_sum(_linear_fake, convolution=False),
 )
 
 
