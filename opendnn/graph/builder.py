@@ -391,6 +391,24 @@ class OperationBuilder(PointwiseMethods):
         out = self._norm("instancenorm", input, scale, bias, epsilon, norm_forward_phase, name)
         return out["y"], out.get("mean"), out.get("inv_variance")
 
+    def groupnorm(
+        self,
+        input: Tensor,
+        scale: Tensor | None,
+        bias: Tensor | None,
+        groups: int,
+        epsilon: float = 1e-5,
+        norm_forward_phase: NormForwardPhase | str = NormForwardPhase.TRAINING,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Group norm of (N, C, spatial...), the C channels split into ``groups`` equal groups, each
+        (sample, group) normalized over its channels and spatial elements; scale and bias per channel
+        (1, C, 1, ...), either None for none (1 and 0): (y, mean, inv_variance), the statistics
+        (N, groups, 1, ...) and None in INFERENCE. An opendnn operation beyond cudnn-frontend's set."""
+        out = self._norm("groupnorm", input, scale, bias, epsilon, norm_forward_phase, name, groups)
+        return out["y"], out.get("mean"), out.get("inv_variance")
+
     def layernorm_backward(
         self, grad: Tensor, input: Tensor, scale: Tensor, mean: Tensor, inv_variance: Tensor, *, name: str | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -434,6 +452,27 @@ class OperationBuilder(PointwiseMethods):
         )
         return out["dx"], out["dscale"], out["dbias"]
 
+    def groupnorm_backward(
+        self,
+        grad: Tensor,
+        input: Tensor,
+        scale: Tensor | None,
+        mean: Tensor,
+        inv_variance: Tensor,
+        groups: int,
+        *,
+        name: str | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """(dx, dscale, dbias) of groupnorm of the same ``groups``, from its saved statistics; dscale
+        and dbias None without scale (a group norm without parameters)."""
+        out = self._add(
+            "groupnorm_backward",
+            {"grad": grad, "x": input, "scale": scale, "mean": mean, "inv_variance": inv_variance},
+            {"groups": _groups(groups)},
+            name,
+        )
+        return out["dx"], out.get("dscale"), out.get("dbias")
+
     def _norm(
         self,
         op: str,
@@ -443,6 +482,7 @@ class OperationBuilder(PointwiseMethods):
         epsilon: float,
         phase: NormForwardPhase | str,
         name: str | None,
+        groups: int | None = None,
     ) -> dict[str, Tensor]:
         if not (epsilon >= 0 and math.isfinite(epsilon)):
             raise BadParam(f"epsilon={epsilon} must be finite and at least 0")
@@ -450,7 +490,9 @@ class OperationBuilder(PointwiseMethods):
             "epsilon": float(epsilon),
             "phase": _enum_value(NormForwardPhase, phase, "norm_forward_phase"),
         }
-        if op != "instancenorm":
+        if op == "groupnorm":
+            attributes["groups"] = _groups(groups)
+        elif op != "instancenorm":
             attributes["normalized_ndim"] = _normalized_ndim(scale)
         return self._add(op, {"x": input, "scale": scale, "bias": bias}, attributes, name)
 
@@ -996,6 +1038,11 @@ def _normalized_ndim(scale: Tensor) -> int:
     dims = scale.dims if isinstance(scale, Tensor) else (1,)
     leading = next((k for k, d in enumerate(dims) if d != 1), len(dims) - 1)
     return len(dims) - leading
+
+
+def _groups(groups: Any) -> Any:
+    """A group count as a plain int (a NumPy integer too); anything else is left for the rule to refuse."""
+    return int(groups) if isinstance(groups, np.integer) else groups
 
 
 def _enum_name(kind: type[enum.Enum], value: Any, parameter: str) -> str:

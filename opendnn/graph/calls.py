@@ -54,6 +54,7 @@ NORM_MODES = {
     "layernorm": od.NormMode.LAYER_NORM,
     "rmsnorm": od.NormMode.RMS_NORM,
     "instancenorm": od.NormMode.INSTANCE_NORM,
+    "groupnorm": od.NormMode.GROUP_NORM,
 }
 BN_BACKWARD_EPSILON = 1e-5  # read only when the saved statistics are absent: the graph always gives them
 Tensors = Callable[[str], Any]  # role -> Bound (None for an absent optional input)
@@ -399,7 +400,10 @@ def run_batchnorm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scra
 def norm_descriptor(node: NodeSpec) -> od.NormDescriptor:
     mode = NORM_MODES[node.op.removesuffix("_backward")]
     return od.NormDescriptor(
-        mode, node.attribute("epsilon", 1e-5), normalized_ndim=node.attribute("normalized_ndim", 1)
+        mode,
+        node.attribute("epsilon", 1e-5),
+        normalized_ndim=node.attribute("normalized_ndim", 1),
+        groups=node.attribute("groups", 1),
     )
 
 
@@ -410,9 +414,21 @@ def optional_view(bound: Bound | None) -> Any:
 def run_norm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, y, scale, bias = tensor("x"), tensor("y"), tensor("scale"), tensor("bias")
     desc = norm_descriptor(node)
+    params = scale if scale is not None else bias  # one descriptor describes both (a group norm may have neither)
+    params_desc = None if params is None else params.desc
     if node.attribute("phase") == "inference":
         od.normalization_forward_inference(
-            handle, desc, 1.0, x.desc, x.view, scale.desc, scale.view, optional_view(bias), 0.0, y.desc, y.view
+            handle,
+            desc,
+            1.0,
+            x.desc,
+            x.view,
+            params_desc,
+            optional_view(scale),
+            optional_view(bias),
+            0.0,
+            y.desc,
+            y.view,
         )
         return
     inv_std = tensor("inv_variance")
@@ -422,8 +438,8 @@ def run_norm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> N
         1.0,
         x.desc,
         x.view,
-        scale.desc,
-        scale.view,
+        params_desc,
+        optional_view(scale),
         optional_view(bias),
         0.0,
         y.desc,
@@ -447,9 +463,9 @@ def run_norm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: 
         x.view,
         dy.desc,
         dy.view,
-        scale.desc,
-        scale.view,
-        tensor("dscale").view,
+        None if scale is None else scale.desc,
+        optional_view(scale),
+        optional_view(tensor("dscale")),
         optional_view(tensor("dbias")),
         inv_std.desc,
         optional_view(tensor("mean")),
@@ -629,6 +645,8 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "layernorm_backward": (run_norm_backward, no_scratch),
     "rmsnorm_backward": (run_norm_backward, no_scratch),
     "instancenorm_backward": (run_norm_backward, no_scratch),
+    "groupnorm": (run_norm, no_scratch),
+    "groupnorm_backward": (run_norm_backward, no_scratch),
     "slice": (run_view, no_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),

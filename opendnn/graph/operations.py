@@ -362,20 +362,22 @@ def matmul_rule(
 
 
 def norm_param_dims(op: str, x: Dims, normalized_ndim: int) -> Dims:
-    """Dims of scale and bias: per channel (batch norm, instance norm) or over the normalized dims."""
-    if op.startswith(("batchnorm", "instancenorm")):
+    """Dims of scale and bias: per channel (batch, instance and group norm) or over the normalized dims."""
+    if op.startswith(("batchnorm", "instancenorm", "groupnorm")):
         return channel_dims(x)
     lead = len(x) - normalized_ndim
     return tuple(1 if k < lead else d for k, d in enumerate(x))
 
 
-def norm_stats_dims(op: str, x: Dims, normalized_ndim: int) -> Dims:
+def norm_stats_dims(op: str, x: Dims, attributes: Mapping[str, Any]) -> Dims:
     """Dims of the saved statistics (mean, inverse standard deviation): one per normalized set."""
     if op.startswith("batchnorm"):
         return channel_dims(x)
     if op.startswith("instancenorm"):
         return (x[0], x[1], *(1,) * (len(x) - 2))
-    lead = len(x) - normalized_ndim
+    if op.startswith("groupnorm"):
+        return (x[0], attributes["groups"], *(1,) * (len(x) - 2))
+    lead = len(x) - attributes.get("normalized_ndim", 1)
     return tuple(d if k < lead else 1 for k, d in enumerate(x))
 
 
@@ -386,9 +388,11 @@ def _norm_checks(where: str, op: str, inputs: Mapping[str, Shape], attributes: M
     minimum = 3 if op.startswith("instancenorm") else 2
     if len(x.dims) < minimum:
         raise fail(where, f"input '{x.name}' dims {list(x.dims)} must have at least {minimum} dims")
+    if op.startswith("groupnorm"):
+        _group_checks(where, x, attributes)
     ndim = attributes.get("normalized_ndim", 1)
     params = norm_param_dims(op, x.dims, ndim)
-    stats = norm_stats_dims(op, x.dims, ndim)
+    stats = norm_stats_dims(op, x.dims, attributes)
     for role, shape in inputs.items():
         if role in ("scale", "bias"):
             require_dims(
@@ -424,12 +428,24 @@ def _norm_checks(where: str, op: str, inputs: Mapping[str, Shape], attributes: M
     return x
 
 
+def _group_checks(where: str, x: Shape, attributes: Mapping[str, Any]) -> None:
+    """A group norm's groups: an int of at least 1 that divides the channels."""
+    groups = attributes.get("groups")
+    if not (isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1):
+        raise BadParam(f"{where}: groups={groups!r} must be an int of at least 1")
+    if x.dims[1] % groups:
+        raise fail(
+            where,
+            f"input '{x.name}' channels {x.dims[1]} (dims[1] of {list(x.dims)}) must be a multiple of groups={groups}",
+        )
+
+
 def norm_forward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
     def rule(
         where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
     ) -> dict[str, OutputSpec]:
         x = _norm_checks(where, op, inputs, attributes)
-        stats = OutputSpec(norm_stats_dims(op, x.dims, attributes.get("normalized_ndim", 1)), compute_type(x.dtype))
+        stats = OutputSpec(norm_stats_dims(op, x.dims, attributes), compute_type(x.dtype))
         # batch norm's call writes y in x's type; the other normalizations write any float type
         outputs = {"y": OutputSpec(x.dims, x.dtype if op == "batchnorm" else None)}
         training = attributes.get("phase", "training") == "training"
@@ -448,9 +464,11 @@ def norm_backward_rule(op: str) -> Callable[..., dict[str, OutputSpec]]:
         where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
     ) -> dict[str, OutputSpec]:
         x = _norm_checks(where, op, inputs, attributes)
+        outputs = {"dx": OutputSpec(x.dims, x.dtype if op == "batchnorm_backward" else None)}
+        if "scale" not in inputs:  # a group norm without parameters has no parameter gradients
+            return outputs
         params = norm_param_dims(op, x.dims, attributes.get("normalized_ndim", 1))
         param_type = inputs["scale"].dtype  # one descriptor describes scale and its gradients
-        outputs = {"dx": OutputSpec(x.dims, x.dtype if op == "batchnorm_backward" else None)}
         outputs["dscale"] = OutputSpec(params, param_type)
         if attributes.get("has_dbias", True):
             outputs["dbias"] = OutputSpec(params, param_type)
@@ -815,6 +833,20 @@ OPERATIONS: dict[str, Operation] = {
             ("grad", "x", "scale", "mean", "inv_variance"),
             ("dx", "dscale", "dbias"),
             norm_backward_rule("instancenorm_backward"),
+        ),
+        Operation(
+            "groupnorm",
+            ("x", "scale", "bias"),
+            ("y", "mean", "inv_variance"),
+            norm_forward_rule("groupnorm"),
+            optional=("scale", "bias"),
+        ),
+        Operation(
+            "groupnorm_backward",
+            ("grad", "x", "scale", "mean", "inv_variance"),
+            ("dx", "dscale", "dbias"),
+            norm_backward_rule("groupnorm_backward"),
+            optional=("scale",),
         ),
         Operation("slice", ("x",), ("y",), slice_rule),
         Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
