@@ -17,7 +17,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import opendnn.torch  # noqa: F401  (the "opendnn" backend itself is found through its entry point)
 from opendnn.samples import relative_error
-from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend, cuda_graph_refusal
+from opendnn.torch.compile_backend import LOWERINGS, OpendnnBackend, aten, cuda_graph_refusal
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 
@@ -784,3 +784,85 @@ def test_a_unet_like_model_trains_with_its_pools_lowered_and_its_upsampling_on_t
     backend = OpendnnBackend()
     compare(lambda: UNetLike(mode), (2, 2, 8, 6), torch.float64, backend)
     assert backend.fallbacks == [] and pooling_ops(backend) == {"(pooling)", "(pooling_backward)"}
+
+
+class DiffusionBlock(nn.Module):
+    """A diffusion U-Net's residual block: (GroupNorm -> SiLU -> conv) twice, plus the input; the
+    norms' parameters drawn away from 1 and 0 (``affine=False``: none)."""
+
+    def __init__(self, channels=4, groups=2, affine=True):
+        super().__init__()
+        self.norm1, self.norm2 = (nn.GroupNorm(groups, channels, affine=affine) for _ in range(2))
+        self.conv1, self.conv2 = (nn.Conv2d(channels, channels, 3, padding=1) for _ in range(2))
+        for norm in (self.norm1, self.norm2) if affine else ():
+            nn.init.uniform_(norm.weight, 0.5, 1.5)
+            nn.init.uniform_(norm.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        h = self.conv1(TF.silu(self.norm1(x)))
+        return x + self.conv2(TF.silu(self.norm2(h)))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_a_diffusion_block_lowers_its_group_norms_forward_and_backward(affine):
+    """torch's (N, G) statistics are the graph's (N, G, 1, 1), bound and read in place."""
+    backend = OpendnnBackend()
+    compare(lambda: DiffusionBlock(affine=affine), (2, 4, 5, 5), torch.float64, backend)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions) == 4
+    forward, backward = backend.plans[0].describe(), backend.plans[1].describe()
+    assert forward.count("(groupnorm)") == 2 and backward.count("(groupnorm_backward)") == 2
+
+
+def test_a_diffusion_block_in_eval_lowers_into_one_region():
+    torch.manual_seed(0)
+    model, backend = DiffusionBlock(channels=6, groups=3).double().eval(), OpendnnBackend()
+    x = torch.randn(2, 6, 4, 3, dtype=torch.float64)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend=backend)
+        for _ in range(2):
+            assert relative_error(compiled(x), model(x)) < TOLERANCE[torch.float64]
+    assert backend.fallbacks == [] and len(backend.regions) == 1 and backend.plans_executed == 2
+    assert backend.plans[0].describe().count("(groupnorm)") == 2
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["autocast", "bfloat16_model"])
+def test_group_norms_of_bfloat16_keep_torchs_dtypes(autocast):
+    """Under autocast, and in a bfloat16 model (whose group norms torch's CPU kernels save the
+    statistics of in bfloat16: the region casts the graph's float32 ones down, the backward up).
+    Each result is as close to the float64 model's as torch's own (bfloat16 rounds a parameter's
+    gradient summed over the batch by a few percent)."""
+    torch.manual_seed(0)
+    model = DiffusionBlock() if autocast else DiffusionBlock().to(torch.bfloat16)
+    eager, exact, backend = copy.deepcopy(model), copy.deepcopy(model).double(), OpendnnBackend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float32 if autocast else torch.bfloat16)
+    reference = training_step(exact, x.double())
+    for _ in range(2):
+        model.zero_grad()
+        eager.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            ours, theirs = training_step(compiled, x), training_step(eager, x)
+        for a, b, want in zip(ours, theirs, reference, strict=True):
+            assert a.dtype == b.dtype and not a.isnan().any()
+            assert relative_error(a.double(), want) < max(2 * relative_error(b.double(), want), 1e-2)
+    assert backend.fallbacks == [] and backend.plans_executed == 2 * len(backend.regions)
+    described = "\n".join(plan.describe() for plan in backend.plans)
+    assert described.count("(groupnorm)") == described.count("(groupnorm_backward)") == 2
+
+
+def test_a_group_norm_backward_lowers_only_what_the_graph_computes():
+    """The graph's parameter gradients need the weight: a bias gradient without one stays on torch
+    (traced on fake tensors: torch's own CPU kernel fails on that call)."""
+
+    def backward_node(mask, weight):
+        def backward(grad, x, mean, rstd, w):
+            return aten.native_group_norm_backward(grad, x, mean, rstd, w if weight else None, 2, 4, 9, 2, mask)
+
+        x, stats = torch.randn(2, 4, 3, 3), torch.randn(2, 2)
+        traced = make_fx(backward, tracing_mode="fake")(x, x, stats, stats, torch.randn(4))
+        return next(n for n in traced.graph.nodes if n.target is aten.native_group_norm_backward.default)
+
+    lowering = LOWERINGS[aten.native_group_norm_backward.default]
+    assert lowering.accepts(backward_node([True, True, True], weight=True))
+    assert lowering.accepts(backward_node([True, False, False], weight=False))
+    assert not lowering.accepts(backward_node([True, False, True], weight=False))

@@ -460,6 +460,73 @@ def _frozen_batch_norm_backward(
     return (dx, dw, db)
 
 
+def _group_norm(
+    low: Lowering, node: torch.fx.Node, x: Any, w: Any, b: Any, n: int, c: int, hxw: int, group: int, eps: float
+) -> Any:
+    """(y, mean, rstd): the graph's statistics are (N, G, 1, ...), bound where torch's (N, G) are
+    (the same elements); saved in a half type (torch's CPU rule for a half-type x and weight), a
+    cast of the graph's float32."""
+    rank = len(x.meta["val"].shape)
+    y, mean, inv = low.graph.groupnorm(
+        low.tensor(x),
+        None if w is None else _channel(low, w, rank),
+        None if b is None else _channel(low, b, rank),
+        group,
+        epsilon=eps,
+    )
+    if node.meta["val"][1].dtype in HALF_TYPES:
+        mean, inv = low.graph.identity(mean), low.graph.identity(inv)
+    return (y, mean, inv)
+
+
+def _group_norm_backward(
+    low: Lowering,
+    node: torch.fx.Node,
+    grad: Any,
+    x: Any,
+    mean: Any,
+    rstd: Any,
+    w: Any,
+    n: int,
+    c: int,
+    hxw: int,
+    group: int,
+    mask: Sequence[bool],
+) -> Any:
+    """(dx, dweight, dbias) from the saved (N, G) statistics, read as the graph's (N, G, 1, ...) in
+    float32; without a weight, no parameter gradients (``_exact_group_norm_backward``)."""
+    rank = len(x.meta["val"].shape)
+    dx, dw, db = low.graph.groupnorm_backward(
+        low.tensor(grad),
+        low.tensor(x),
+        None if w is None else _channel(low, w, rank),
+        _group_statistic(low, mean, x, group),
+        _group_statistic(low, rstd, x, group),
+        group,
+    )
+    return (dx, dw, db)
+
+
+def _group_statistic(low: Lowering, value: Any, x: Any, group: int) -> Any:
+    """A group norm's saved (N, G) statistic as (N, G, 1, ...) in float32 (cast up from a half type)."""
+    shape = x.meta["val"].shape
+    stat = low.tensor(value, [shape[0], group, *([1] * (len(shape) - 2))])
+    return low.graph.identity(stat) if value.meta["val"].dtype in HALF_TYPES else stat
+
+
+def _exact_group_norm(x: Any, w: Any, b: Any, n: int, c: int, hxw: int, group: int, eps: float) -> bool:
+    """x of two dims or more whose (N, C, spatial...) are the operator's N, C and HxW."""
+    shape = x.meta["val"].shape
+    return len(shape) >= 2 and (shape[0], shape[1], math.prod(shape[2:])) == (n, c, hxw)
+
+
+def _exact_group_norm_backward(
+    grad: Any, x: Any, mean: Any, rstd: Any, w: Any, n: int, c: int, hxw: int, group: int, mask: Sequence[bool]
+) -> bool:
+    """As the forward; a bias gradient needs the weight (the graph's parameter gradients come together)."""
+    return _exact_group_norm(x, w, None, n, c, hxw, group, 0.0) and (_is_tensor(w) or not any(mask[1:]))
+
+
 def _gelu(low: Lowering, node: torch.fx.Node, x: Any, approximate: str = "none") -> Any:
     return (low.graph.gelu_approx_tanh if approximate == "tanh" else low.graph.gelu)(low.tensor(x))
 
@@ -1223,6 +1290,8 @@ LOWERINGS: dict[Any, Op] = {
     aten.native_layer_norm_backward.default: Op(
         _layer_norm_backward, lambda grad, x, normalized, mean, rstd, w, b, mask: _is_tensor(w) and _is_tensor(b)
     ),
+    aten.native_group_norm.default: Op(_group_norm, _exact_group_norm),
+    aten.native_group_norm_backward.default: Op(_group_norm_backward, _exact_group_norm_backward),
     aten._native_batch_norm_legit_functional.default: Op(
         _batch_norm_training,
         lambda x, w, b, mean, var, training, *rest: training and all(map(_is_tensor, (w, b, mean, var))),
