@@ -3,8 +3,9 @@ region opendnn's graph API can run replaced by a call of a built ``opendnn.graph
 
 aot_autograd hands the backend the forward and the backward graph in ATen operators. In each, the
 nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
-operations and their backward forms, sums and means, layer norm, batch norm in training and
-inference and their backward forms, average pools and evenly divided adaptive average pools and
+operations and their backward forms, sums and means, layer norm, group norm (a diffusion block's
+GroupNorm -> SiLU -> conv) and its backward, batch norm in training and inference and their backward
+forms, average pools and evenly divided adaptive average pools and
 their backward forms, max pooling whose indices nothing reads, scaled dot-product attention and its
 backward as torch picks it on the CPU and on CUDA: ``ATTENTION``) are grouped by torch's capability
 partitioner into regions: connected, and never depending on themselves through a node left outside.
