@@ -477,7 +477,7 @@ class OperationBuilder(PointwiseMethods):
         self,
         op: str,
         input: Tensor,
-        scale: Tensor,
+        scale: Tensor | None,
         bias: Tensor | None,
         epsilon: float,
         phase: NormForwardPhase | str,
@@ -1033,7 +1033,7 @@ def _interpolation_attributes(
     return {"mode": mode.value, "stride": tuple(float(step) for step in steps)}
 
 
-def _normalized_ndim(scale: Tensor) -> int:
+def _normalized_ndim(scale: Tensor | None) -> int:
     """How many trailing dims layer and RMS norm normalize: those from scale's first dim that is not 1."""
     dims = scale.dims if isinstance(scale, Tensor) else (1,)
     leading = next((k for k, d in enumerate(dims) if d != 1), len(dims) - 1)

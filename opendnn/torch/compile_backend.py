@@ -475,6 +475,7 @@ def _group_norm(
         group,
         epsilon=eps,
     )
+    assert mean is not None and inv is not None  # a training forward writes its statistics
     if node.meta["val"][1].dtype in HALF_TYPES:
         mean, inv = low.graph.identity(mean), low.graph.identity(inv)
     return (y, mean, inv)
