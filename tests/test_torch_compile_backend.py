@@ -813,6 +813,13 @@ def test_a_diffusion_block_lowers_its_group_norms_forward_and_backward(affine):
     assert forward.count("(groupnorm)") == 2 and backward.count("(groupnorm_backward)") == 2
 
 
+def test_a_diffusion_block_without_affine_parameters_runs_on_the_fusion_engine():
+    backend = OpendnnBackend()
+    compare(lambda: DiffusionBlock(affine=False), (1, 4, 3, 3), torch.float32, backend, options={"heur_mode": "a"})
+    assert {plan.engine for plan in backend.plans} == {"fused"} and backend.fallbacks == []
+    assert "(groupnorm_backward)" in backend.plans[1].describe()
+
+
 def test_a_diffusion_block_in_eval_lowers_into_one_region():
     torch.manual_seed(0)
     model, backend = DiffusionBlock(channels=6, groups=3).double().eval(), OpendnnBackend()
