@@ -28,6 +28,7 @@ from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_S
 from opendnn.families.batch_norm.problem import BN_MIN_EPSILON
 from opendnn.families.pointwise.problem import resolved_coef
 from opendnn.graph.operations import (
+    CONCATENATED,
     OPERATIONS,
     SLICE_KEYS,
     Shape,
@@ -647,6 +648,45 @@ class OperationBuilder(PointwiseMethods):
         output = self._add("slice", {"x": input}, attributes, base)["y"]
         output.view_of = (input, attributes["step"])
         return output
+
+    # ---- concatenation --------------------------------------------------------------------------------
+
+    def concatenate(
+        self, inputs: Sequence[Tensor], axis: int, in_place_index: int | None = None, *, name: str | None = None
+    ) -> Tensor:
+        """``inputs`` joined along ``axis`` (cudnn-frontend's ``concatenate``; a negative axis counts
+        from the last dim): dims equal but along the axis, one data type, and the output of that
+        type, its dims the inputs' with the axis summed, packed in the first input's memory order.
+        Each input is copied into its sub-region of the output, one step of its own on every engine.
+        ``in_place_index`` names the input that, in cuDNN, already lives in its sub-region of the
+        output's memory, so that cuDNN copies the others only; here it is copied too, which gives
+        the same values whether or not its memory is the output's (a copy of an element onto itself
+        leaves it as it is).
+
+        Raises:
+            BadParam: no input, an input that is not a tensor of this graph, an axis that is not a dim
+                of the first input, inputs whose dims differ but along the axis or whose types differ,
+                an ``in_place_index`` that names no input.
+        """
+        base = f"concatenate_{len(self._nodes)}" if name is None else str(name)
+        where = label(base, "concatenate")
+        if isinstance(inputs, Tensor) or not isinstance(inputs, Sequence) or not inputs:
+            raise BadParam(f"{where}: inputs={inputs!r} must be a non-empty sequence of Tensors of this graph")
+        for k, tensor in enumerate(inputs):
+            if not isinstance(tensor, Tensor) or tensor._graph is not self:
+                raise BadParam(f"{where}: inputs[{k}]={tensor!r} must be a Tensor of this graph")
+        rank = len(inputs[0].dims)
+        if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) or not -rank <= axis < rank:
+            first = inputs[0]
+            raise BadParam(f"{where}: axis={axis!r} must be a dim of inputs[0] '{first.name}' {list(first.dims)}")
+        if in_place_index is not None and not isinstance(in_place_index, (int, np.integer)):
+            raise BadParam(f"{where}: in_place_index={in_place_index!r} must be None or an int")
+        attributes = {
+            "axis": int(axis) % rank,
+            "in_place_index": None if in_place_index is None else int(in_place_index),
+        }
+        roles: dict[str, Operand | None] = {f"{CONCATENATED}{k}": tensor for k, tensor in enumerate(inputs)}
+        return self._add("concatenate", roles, attributes, base)["y"]
 
     # ---- softmax and pooling --------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from opendnn.graph.operations import (
     attention_descriptor,
     attention_slot_descriptor,
     compute_type,
+    concatenated,
 )
 
 RELU_MODES = (
@@ -482,6 +483,21 @@ def run_view(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> N
     """A slice launches nothing: the plan binds its output as a view of its input's memory."""
 
 
+# ---- concatenation -------------------------------------------------------------------------------------
+
+
+def run_concatenate(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
+    """Each input copied into its sub-region of y along the axis (a view of y's memory, of y's
+    strides), one transform per input: any layout on either side, NumPy's copy on the NumPy backend."""
+    y, axis, start = tensor("y"), node.attribute("axis"), 0
+    for x in concatenated({role: tensor(role) for role, _ in node.inputs}):
+        size = x.desc.dims[axis]
+        region = TensorDescriptor(y.desc.dtype, x.desc.dims, y.desc.strides)
+        view = y.view[(slice(None),) * axis + (slice(start, start + size),)]
+        od.transform_tensor(handle, 1.0, x.desc, x.view, 0.0, region, view)
+        start += size
+
+
 # ---- softmax and pooling ------------------------------------------------------------------------------
 
 
@@ -648,6 +664,7 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "groupnorm": (run_norm, no_scratch),
     "groupnorm_backward": (run_norm_backward, no_scratch),
     "slice": (run_view, no_scratch),
+    "concatenate": (run_concatenate, no_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),
     "resample": (run_resample, no_scratch),

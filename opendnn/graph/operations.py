@@ -63,6 +63,14 @@ class Operation:
     rule: Callable[[str, Mapping[str, Shape], Mapping[str, Any], Mapping[str, Dims]], dict[str, OutputSpec]]
     optional: tuple[str, ...] = ()
     memory_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    numbered: str | None = None  # the inputs of an operation of any number of them: x0, x1, ... in order
+
+    def takes(self, role: str) -> bool:
+        """Whether ``role`` names one of the operation's inputs."""
+        if self.numbered is not None and role.startswith(self.numbered):
+            index = role[len(self.numbered) :]
+            return index.isdigit() and role == f"{self.numbered}{int(index)}"
+        return role in self.inputs
 
 
 def label(node_name: str, op: str) -> str:
@@ -519,6 +527,57 @@ def view_strides(strides: Dims, steps: Dims) -> Dims:
     return tuple(stride * step for stride, step in zip(strides, steps))
 
 
+# ---- concatenation -------------------------------------------------------------------------------------
+
+CONCATENATED = "x"  # a concatenate node's inputs are x0, x1, ..., in the order they are joined
+
+
+def concatenated(inputs: Mapping[str, Any]) -> list[Any]:
+    """A concatenate node's inputs (shapes, tensors or uids by role) in the order they are joined: by
+    the number of their role, whatever the order of the mapping (a serialized graph sorts its roles)."""
+    return [inputs[role] for role in sorted(inputs, key=lambda role: int(role[len(CONCATENATED) :]))]
+
+
+def concatenate_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """The inputs joined along ``axis``: their dims with that dim summed, every other dim equal, of
+    their one type (the output is a copy of their values). ``in_place_index``, when given, names
+    one of the inputs."""
+    roles = concatenated({role: role for role in inputs})
+    if roles != [f"{CONCATENATED}{k}" for k in range(len(roles))]:
+        raise BadParam(f"{where}: inputs {roles} must be x0 to x{len(roles) - 1}, one for each tensor joined")
+    shapes = [inputs[role] for role in roles]
+    if not shapes:
+        raise BadParam(f"{where}: inputs is empty: concatenate joins one tensor or more")
+    first, axis, in_place = shapes[0], attributes.get("axis"), attributes.get("in_place_index")
+    if not isinstance(axis, int) or isinstance(axis, bool) or not 0 <= axis < len(first.dims):
+        raise BadParam(f"{where}: axis={axis!r} must be a dim of input '{first.name}' {list(first.dims)}")
+    if in_place is not None and (
+        not isinstance(in_place, int) or isinstance(in_place, bool) or not 0 <= in_place < len(shapes)
+    ):
+        raise BadParam(
+            f"{where}: in_place_index={in_place!r} must be None or the index of one of the {len(shapes)} inputs"
+        )
+    for k, shape in enumerate(shapes):
+        if shape.dtype is not first.dtype:
+            raise BadParam(
+                f"{where}: inputs[{k}] '{shape.name}' data type {shape.dtype.name} must be inputs[0] "
+                f"'{first.name}''s {first.dtype.name} (one type is joined)",
+                Status.BAD_PARAM,
+            )
+        others = [d for j, d in enumerate(shape.dims) if j != axis]
+        if len(shape.dims) != len(first.dims) or others != [d for j, d in enumerate(first.dims) if j != axis]:
+            raise fail(
+                where,
+                f"inputs[{k}] '{shape.name}' dims {list(shape.dims)} must equal inputs[0] '{first.name}' dims "
+                f"{list(first.dims)} but along axis {axis}",
+            )
+    dims = list(first.dims)
+    dims[axis] = sum(shape.dims[axis] for shape in shapes)
+    return {"y": OutputSpec(tuple(dims), first.dtype)}
+
+
 # ---- softmax and pooling ------------------------------------------------------------------------------
 
 
@@ -849,6 +908,7 @@ OPERATIONS: dict[str, Operation] = {
             optional=("scale",),
         ),
         Operation("slice", ("x",), ("y",), slice_rule),
+        Operation("concatenate", (), ("y",), concatenate_rule, memory_order={"y": ("x0",)}, numbered=CONCATENATED),
         Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
         Operation("pooling", ("x",), ("y",), pooling_rule, memory_order={"y": ("x",)}),
         Operation("resample", ("x",), ("y",), resample_rule, memory_order={"y": ("x",)}),
@@ -890,9 +950,12 @@ def apply_rule(
     node_name: str, op: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
 ) -> dict[str, OutputSpec]:
     """The outputs of a node: its operation's rule, with errors naming the node."""
-    unknown = [role for role in inputs if role not in OPERATIONS[op].inputs]
+    operation = OPERATIONS[op]
+    unknown = [role for role in inputs if not operation.takes(role)]
     if unknown:  # a deserialized graph may name any role
-        raise BadParam(f"{label(node_name, op)}: input role '{unknown[0]}' is not one of {list(OPERATIONS[op].inputs)}")
+        numbered = operation.numbered
+        roles = list(operation.inputs) if numbered is None else f"{numbered}0, {numbered}1, ..."
+        raise BadParam(f"{label(node_name, op)}: input role '{unknown[0]}' is not one of {roles}")
     for role, shape in inputs.items():
         if shape.by_value and op != "pointwise":
             raise BadParam(
