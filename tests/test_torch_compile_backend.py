@@ -873,3 +873,86 @@ def test_a_group_norm_backward_lowers_only_what_the_graph_computes():
     assert lowering.accepts(backward_node([True, True, True], weight=True))
     assert lowering.accepts(backward_node([True, False, False], weight=False))
     assert not lowering.accepts(backward_node([True, False, True], weight=False))
+
+
+# ---- concatenation and slices -------------------------------------------------------------------------
+
+
+class DenseBlock(nn.Module):
+    """DenseNet's block: each layer (conv -> batch norm -> relu) adds its features to its input's
+    channels (torch.cat), twice."""
+
+    def __init__(self, channels=3, growth=2):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(channels + k * growth, growth, 3, padding=1, bias=False) for k in (0, 1))
+        self.norms = nn.ModuleList(nn.BatchNorm2d(growth) for _ in (0, 1))
+
+    def forward(self, x):
+        for conv, norm in zip(self.convs, self.norms):
+            x = torch.cat([x, torch.relu(norm(conv(x)))], 1)
+        return x
+
+
+def described(backend):
+    return [plan.describe() for plan in backend.plans]
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_a_densenet_block_keeps_its_concatenations_inside_its_regions(training):
+    """The forward's torch.cat and the backward's slices of its gradient lower: one region a graph."""
+    backend = OpendnnBackend()
+    compare(lambda: DenseBlock().train(training), (2, 3, 4, 4), torch.float64, backend)
+    assert backend.fallbacks == [] and backend.graphs == 2 and len(backend.regions) == 2
+    forward, backward = described(backend)
+    assert forward.count("(concatenate) as its own call") == 2
+    assert backward.count("(slice) as a view of its input's memory") == 4
+
+
+def test_a_densenet_block_runs_on_the_fusion_engine():
+    backend = OpendnnBackend()
+    compare(DenseBlock, (2, 3, 4, 4), torch.float32, backend, options={"heur_mode": "a"})
+    assert {plan.engine for plan in backend.plans} == {"fused"} and backend.fallbacks == []
+    assert "(concatenate) as its own call" in described(backend)[0]
+
+
+def test_cat_skips_empty_tensors_and_takes_a_negative_dim_as_torch_does():
+    def joined(x, y, empty, none_wide):
+        return torch.relu(torch.cat([empty, x, none_wide, y], -2)) * 2.0
+
+    backend = OpendnnBackend()
+    args = (torch.randn(2, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64))
+    args += (torch.empty(0, dtype=torch.float64), torch.empty(0, 3, dtype=torch.float64))
+    ours = torch.compile(joined, backend=backend)(*args)
+    assert torch.equal(ours, joined(*args))
+    assert backend.fallbacks == [] and backend.plans_executed == 1
+    assert "(concatenate)" in described(backend)[0]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "lowers"),
+    [
+        ([torch.randn(2, 3), torch.randn(2, 3, dtype=torch.float64)], False),  # torch promotes x to float64
+        ([torch.randn(0, 3), torch.randn(0, 2)], False),  # a result of no element is no graph tensor
+        ([torch.randn(2, 3), torch.randn(2, 2)], True),
+    ],
+    ids=["promoted", "no_element", "lowered"],
+)
+def test_a_cat_of_mixed_types_or_of_no_element_stays_on_torch(inputs, lowers):
+    traced = make_fx(lambda x, y: torch.cat([x, y], 1), tracing_mode="fake")(*inputs)
+    (cat,) = [node for node in traced.graph.nodes if node.target is torch.ops.aten.cat.default]
+    assert LOWERINGS[torch.ops.aten.cat.default].accepts(cat) is lowers
+
+
+def test_a_slice_read_outside_its_region_is_copied_out_and_one_the_graph_returns_stays_a_view():
+    def sliced(x):
+        z = torch.relu(x) * 2.0
+        return torch.cumsum(z[:, 1:4:2], 0), z[1:3]
+
+    backend = OpendnnBackend()
+    x = torch.randn(4, 5, dtype=torch.float64)
+    summed, rows = torch.compile(sliced, backend=backend)(x)
+    expected = sliced(x)
+    assert torch.equal(summed, expected[0]) and torch.equal(rows, expected[1])
+    assert backend.fallbacks == [] and backend.plans_executed == 1
+    (forward,) = described(backend)
+    assert forward.count("(slice)") == 1 and "identity" in forward

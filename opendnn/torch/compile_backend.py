@@ -5,10 +5,11 @@ aot_autograd hands the backend the forward and the backward graph in ATen operat
 nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, the pointwise
 operations and their backward forms, sums and means, layer norm, group norm (a diffusion block's
 GroupNorm -> SiLU -> conv) and its backward, batch norm in training and inference and their backward
-forms, average pools and evenly divided adaptive average pools and
-their backward forms, max pooling whose indices nothing reads, scaled dot-product attention and its
-backward as torch picks it on the CPU and on CUDA: ``ATTENTION``) are grouped by torch's capability
-partitioner into regions: connected, and never depending on themselves through a node left outside.
+forms, average pools and evenly divided adaptive average pools and their backward forms, max pooling
+whose indices nothing reads, concatenations and the slices of their backward: ``CONCATENATION``,
+scaled dot-product attention and its backward as torch picks it on the CPU and on CUDA:
+``ATTENTION``) are grouped by torch's capability partitioner into regions: connected, and never
+depending on themselves through a node left outside.
 Each region of two nodes or more, or of an attention operator alone, becomes one ``OpendnnRegion``:
 on its first call for a signature of its inputs (shapes, strides, dtypes, device) it lowers the
 region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's generated kernels,
@@ -1225,6 +1226,59 @@ ATTENTION: dict[Any, Op] = {
 }
 
 
+# ---- concatenation and slices ------------------------------------------------------------------------
+
+
+def _concatenate(low: Lowering, node: torch.fx.Node, tensors: Sequence[Any], dim: int = 0) -> Any:
+    """torch.cat as the graph's concatenate, of the tensors that hold elements: torch skips an empty
+    one-dimensional tensor whatever the others' dims, and an empty one of their rank adds nothing."""
+    rank = node.meta["val"].dim()
+    joined = [low.tensor(t) for t in tensors if t.meta["val"].numel() > 0]
+    return low.graph.concatenate(joined, dim % rank)
+
+
+def _concatenates(tensors: Sequence[Any], dim: int = 0) -> bool:
+    """A concatenation of tensors of one type (torch promotes mixed ones) into a result that holds
+    elements (the graph's tensors hold at least one)."""
+    if not all(_is_tensor(t) for t in tensors):
+        return False
+    vals = [t.meta["val"] for t in tensors]
+    return len({v.dtype for v in vals}) == 1 and any(v.numel() > 0 for v in vals)
+
+
+class Slice(Op):
+    """``aten.slice.Tensor`` as the graph's slice, a view of its input's memory (the backward of
+    torch.cat is slices of its gradient). A slice that is a result of the whole FX graph stays on
+    torch, which returns it as a view of its input; one that leaves its region for another node is
+    copied out (``identity``) in torch's strides, since a graph output is never a view."""
+
+    def accepts(self, node: torch.fx.Node) -> bool:
+        val = node.meta.get("val")
+        returned = any(user.op == "output" for user in node.users)
+        return isinstance(val, torch.Tensor) and val.numel() > 0 and not returned and super().accepts(node)
+
+
+def _slice(
+    low: Lowering, node: torch.fx.Node, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Any:
+    rank = node.meta["val"].dim()
+    view = low.graph.slice(low.tensor(x), [slice(None)] * (dim % rank) + [slice(start, end, step)])
+    if not any(user.op == "output" for user in node.users):
+        return view
+    return low.graph.identity(view).set_stride(list(node.meta["val"].stride()))
+
+
+CONCATENATION: dict[Any, Op] = {
+    aten.cat.default: Op(_concatenate, _concatenates),
+    aten.slice.Tensor: Slice(
+        _slice,
+        lambda x, dim=0, start=None, end=None, step=1: (
+            all(v is None or isinstance(v, int) for v in (start, end, step)) and step >= 1
+        ),
+    ),
+}
+
+
 LOWERINGS: dict[Any, Op] = {
     aten.convolution.default: Op(_convolution),
     aten.convolution_backward.default: Op(_convolution_backward),
@@ -1287,6 +1341,7 @@ LOWERINGS: dict[Any, Op] = {
     aten._log_softmax_backward_data.default: Op(_log_softmax_backward, _same_dtype),
     **ATTENTION,
     **REDUCTIONS,
+    **CONCATENATION,
     **POOLINGS,
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
