@@ -179,6 +179,37 @@ def test_a_serialized_concatenation_of_eleven_inputs_joins_them_in_order(engine)
     np.testing.assert_array_equal(out, np.concatenate(arrays, 1))
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_concatenate_copies_integers_and_booleans_exactly(engine):
+    a = np.array([[16777217, -2147483647, 123456789]], np.int32)  # past float32's exact integers
+    b = np.array([[2147483647, -7, 0]], np.int32)
+    g = cpu_graph()
+    at, bt = graph_inputs(g, a=a, b=b)
+    y = g.concatenate([at, bt], 0)
+    y.set_output(True)
+    flags = np.array([[True, False]])
+    ft = g.tensor_like(flags, name="flags")
+    z = g.concatenate([ft, ft], 1)
+    z.set_output(True)
+    out, joined = np.zeros((2, 3), np.int32), np.zeros((1, 4), np.bool_)
+    execute(g, engine, {at: a, bt: b, ft: flags, y: out, z: joined})
+    np.testing.assert_array_equal(out, np.concatenate([a, b]))
+    np.testing.assert_array_equal(joined, [[True, False, True, False]])
+
+
+def test_an_int64_concatenation_is_refused_by_every_engine_with_the_reason():
+    g = cpu_graph()
+    a = g.tensor([2, 3], data_type=og.DataType.INT64, name="a")
+    g.concatenate([a, a], 0, name="cat").set_output(True)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([og.HeurMode.A])
+    with pytest.raises(od.NotSupported, match=r"no engine supports it") as error:
+        g.check_support()
+    reason = "node 'cat' (concatenate): output y is INT64, which its copies (transform_tensor, in float64) keep"
+    assert str(error.value).count(reason) == 3
+
+
 def test_check_support_plans_a_concatenation_on_every_engine_and_refuses_past_the_workspace_limit():
     g = og.Graph(handle=od.Handle("cpu", workspace_limit=64))
     a, b = g.tensor([4, 8], name="a"), g.tensor([4, 8], name="b")

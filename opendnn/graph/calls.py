@@ -28,7 +28,7 @@ import opendnn as od
 from opendnn.core.arrays import Bound, constant_like, strided_view
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
-from opendnn.core.errors import OpenDnnError
+from opendnn.core.errors import NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle
 from opendnn.core.recording import SCOPE, recording
 from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
@@ -486,6 +486,19 @@ def run_view(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> N
 # ---- concatenation -------------------------------------------------------------------------------------
 
 
+def concatenate_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
+    """0: the copies need no scratch. An INT64 join is refused here, by every engine: the transform
+    computes in float64, which holds integers exactly only up to 2**53, and a join moves values as
+    they are."""
+    y = descs["y"]
+    if y.dtype is DataType.INT64:
+        raise NotSupported(
+            "output y is INT64, which its copies (transform_tensor, in float64) keep exact only up to 2**53",
+            Status.NOT_SUPPORTED_DATA_TYPE,
+        )
+    return 0
+
+
 def run_concatenate(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     """Each input copied into its sub-region of y along the axis (a view of y's memory, of y's
     strides), one transform per input: any layout on either side, NumPy's copy on the NumPy backend."""
@@ -664,7 +677,7 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "groupnorm": (run_norm, no_scratch),
     "groupnorm_backward": (run_norm_backward, no_scratch),
     "slice": (run_view, no_scratch),
-    "concatenate": (run_concatenate, no_scratch),
+    "concatenate": (run_concatenate, concatenate_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),
     "resample": (run_resample, no_scratch),
