@@ -453,3 +453,13 @@ def test_a_small_product_runs_on_one_blas_thread_and_a_large_one_on_all():
     with blas_limit(SINGLE_THREAD_MULTIPLY_ADDS):
         assert blas_threads() == everywhere
     assert blas_threads() == everywhere
+
+
+def test_an_fp8_tensor_outside_matmul_is_refused_by_name_on_the_numpy_backend():
+    """Only the matrix product's reference decodes fp8 bits: another call refuses an fp8 tensor
+    (it raised torch's TypeError from inside NumPy's conversion)."""
+    handle = od.Handle("cpu", backend="numpy")
+    desc = od.TensorDescriptor(od.DataType.FP8_E4M3, (3,))
+    x, y = torch.ones(3).to(torch.float8_e4m3fn), torch.zeros(3).to(torch.float8_e4m3fn)
+    with pytest.raises(od.NotSupported, match=r"^x of FP8_E4M3 on the NumPy backend: only matmul reads fp8"):
+        od.transform_tensor(handle, 1.0, desc, x, 0.0, desc, y)

@@ -8,10 +8,17 @@ import numpy as np
 
 from opendnn.core.arrays import Bound, bf16_to_float32, float32_to_bf16
 from opendnn.core.dtypes import DataType
+from opendnn.core.errors import NotSupported
 
 
 def numpy_view(bound: Bound) -> np.ndarray:
-    """The bound view as a NumPy array sharing memory (bfloat16 as uint16 bits)."""
+    """The bound view as a NumPy array sharing memory (bfloat16 as uint16 bits).
+
+    Raises:
+        NotSupported: an fp8 tensor, which only the matrix product's reference reads (its own way).
+    """
+    if bound.desc.dtype.is_fp8:
+        raise NotSupported(f"{bound.name} of {bound.desc.dtype.name} on the NumPy backend: only matmul reads fp8")
     view: Any = bound.view
     if isinstance(view, np.ndarray):
         return view.view(np.uint16) if bound.desc.dtype is DataType.BFLOAT16 else view
