@@ -359,6 +359,24 @@ def test_matmul_row_bias_activation_then_residual(engine):
         assert steps(g) == ["EpilogueCall"] and "(bias, activation, residual)" in g.plan.describe()
 
 
+@pytest.mark.parametrize("anchor", ["conv_fprop", "matmul"])
+def test_the_sum_of_two_anchors_joins_the_first_ones_epilogue_as_its_residual(anchor):
+    rng = np.random.default_rng(37)
+    convolving = anchor == "conv_fprop"
+    x = random(rng, (1, 2, 4, 4) if convolving else (3, 4))
+    w, v = (random(rng, (3, 2, 3, 3) if convolving else (4, 5)) for _ in range(2))
+    g = cpu_graph("two_anchors")
+    xt, wt, vt = graph_inputs(g, x=x, w=w, v=v)
+    product = (lambda f: g.conv_fprop(xt, f, padding=[1, 1])) if convolving else (lambda f: g.matmul(xt, f))
+    y = g.relu(g.add(product(wt), product(vt)))
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, vt: v}, [y], "fused")
+    reference = (lambda f: TF.conv2d(t64(x), t64(f), padding=1)) if convolving else (lambda f: t64(x) @ t64(f))
+    assert relative_error(out, torch.relu(reference(w) + reference(v)).numpy()) < TOLERANCE
+    assert steps(g)[0] == "NodeCall" and steps(g)[1] == "EpilogueCall"
+    assert f"{anchor}_0' ({anchor}) with add_2" in g.plan.describe()
+
+
 def test_an_epilogue_stops_where_the_chain_stops_fitting_its_slots():
     g = cpu_graph("partial")
     a, b = g.tensor([3, 4], name="a"), g.tensor([4, 5], name="b")

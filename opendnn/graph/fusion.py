@@ -9,8 +9,9 @@ space costs arithmetic, not memory traffic, so the rule fuses whenever the rule 
 The rule, in two passes over the nodes in topological order:
 
 1. Epilogues. A ``conv_fprop`` or ``matmul`` (the anchor) takes the pointwise chain after it into
-   its fused epilogue while each link's input is virtual with that node as its only consumer and
-   the node fills the next free slot of the anchor's epilogue. The slots come in stages, each
+   its fused epilogue while each link's input is virtual with that node as its only consumer, the
+   node is in no earlier anchor's epilogue (the sum of two convolutions joins the first one's, as
+   its residual) and the node fills the next free slot of the anchor's epilogue. The slots come in stages, each
    stage's slots in any order, stages in order: convolution ``scale | bias, residual | activation``
    (``act(alpha * conv + z + bias)``), matmul ``scale | bias | activation | residual``
    (``act(alpha * (A @ B) + bias) + residual``). A scale is a multiply by a finite scalar given at
@@ -83,10 +84,13 @@ Part = Region | Epilogue | NodeSpec
 
 def partition(graph: OperationGraph) -> list[Part]:
     """The graph's steps in an order that runs every producer before its consumers."""
-    epilogues = [
-        e for e in (grow_epilogue(node, graph) for node in graph.nodes if node.op in EPILOGUE_STAGES) if e is not None
-    ]
-    claimed = {id(n) for e in epilogues for n in (e.anchor, *e.chain)}
+    epilogues: list[Epilogue] = []
+    claimed: set[int] = set()
+    for node in graph.nodes:
+        epilogue = grow_epilogue(node, graph, claimed) if node.op in EPILOGUE_STAGES else None
+        if epilogue is not None:
+            epilogues.append(epilogue)
+            claimed |= {id(n) for n in (epilogue.anchor, *epilogue.chain)}
     regions = grow_regions(graph, claimed)
     in_region = {id(n) for r in regions for n in r.nodes}
     parts: list[Part] = [*epilogues, *regions]
@@ -123,8 +127,9 @@ def _in_dependency_order(parts: list[Part], graph: OperationGraph) -> list[Part]
 Matcher = Callable[[Epilogue, NodeSpec, int, OperationGraph], bool]
 
 
-def grow_epilogue(anchor: NodeSpec, graph: OperationGraph) -> Epilogue | None:
-    """The anchor's epilogue (None when no node joins it)."""
+def grow_epilogue(anchor: NodeSpec, graph: OperationGraph, claimed: set[int]) -> Epilogue | None:
+    """The anchor's epilogue (None when no node joins it); a node of ``claimed`` (by id), already in
+    another anchor's epilogue, ends the chain."""
     epilogue = Epilogue(anchor)
     stages = EPILOGUE_STAGES[anchor.op]
     stage, current = 0, anchor.outputs[0][1]
@@ -134,7 +139,7 @@ def grow_epilogue(anchor: NodeSpec, graph: OperationGraph) -> Epilogue | None:
             break
         node = graph.nodes[consumers[0]]
         operands = [uid for _, uid in node.inputs]
-        if node.op != "pointwise" or operands.count(current) != 1:
+        if node.op != "pointwise" or operands.count(current) != 1 or id(node) in claimed:
             break
         slot = next(
             (
