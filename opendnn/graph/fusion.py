@@ -11,9 +11,9 @@ The rule, in two passes over the nodes in topological order:
 1. Epilogues. A ``conv_fprop`` or ``matmul`` (the anchor) takes the pointwise chain after it into
    its fused epilogue while each link's input is virtual with that node as its only consumer, the
    node is in no earlier anchor's epilogue (the sum of two convolutions joins the first one's, as
-   its residual) and the node fills the next free slot of the anchor's epilogue. The slots come in stages, each
-   stage's slots in any order, stages in order: convolution ``scale | bias, residual | activation``
-   (``act(alpha * conv + z + bias)``), matmul ``scale | bias | activation | residual``
+   its residual) and the node fills the next free slot of the anchor's epilogue. The slots come in
+   stages, each stage's slots in any order, stages in order: convolution ``scale | bias, residual |
+   activation`` (``act(alpha * conv + z + bias)``), matmul ``scale | bias | activation | residual``
    (``act(alpha * (A @ B) + bias) + residual``). A scale is a multiply by a finite scalar given at
    build time; a bias an add of a per-channel (convolution) or per-column / per-row (matmul) tensor; a
    residual an add of a tensor of the output's dims; an activation any forward activation, less
