@@ -363,8 +363,30 @@ def test_execute_names_a_missing_or_unknown_tensor_and_a_bad_scalar():
         g.execute({x: xa, b: ba, s: "two", y: out}, None)
     with pytest.raises(od.BadParam, match=r"variant_pack holds 'z', which is no input or output of graph 'sbr'"):
         g.execute({x: xa, b: ba, s: 1.0, y: out, "z": out}, None)
-    with pytest.raises(od.BadParam, match=r"x.dtype=float64 must equal x_desc.dtype=float32"):
+    with pytest.raises(
+        od.BadParam,
+        match=r"^variant_pack\['x'\] has data type DOUBLE, but tensor 'x' of node 'mul_0' \(pointwise\) is FLOAT$",
+    ):
         g.execute({x: xa.astype(np.float64), b: ba, s: 1.0, y: out}, None)
+
+
+@pytest.mark.parametrize("engine", ["reference", "fused"])
+def test_execute_names_the_pack_entry_its_tensor_and_node_for_a_bad_array(engine):
+    g, x, b, s, y = scale_bias_relu()
+    build(g, engine)
+    xa, ba, out = np.ones((2, 3, 4), np.float32), np.ones((1, 3, 1), np.float32), np.ones((2, 3, 4), np.float32)
+    tensor_x = r"tensor 'x' of node 'mul_0' \(pointwise\)"
+    for pack, message in (
+        (
+            {y: out.astype(np.float16)},
+            r"^variant_pack\['y'\] has data type HALF, but tensor 'y' of node 'relu' \(pointwise\) is FLOAT$",
+        ),
+        ({x: torch.ones(2, 3, 4, dtype=torch.int32)}, rf"^variant_pack\['x'\] has data type INT32, but {tensor_x} is"),
+        ({x: np.ones(23, np.float32)}, rf"^variant_pack\['x'\] for {tensor_x}: x_desc reaches 24 elements but x holds"),
+        ({x: xa.tolist()}, r"^variant_pack\['x'\] of type list is not a NumPy array"),
+    ):
+        with pytest.raises(od.BadParam, match=message):
+            g.execute({x: xa, b: ba, s: 1.0, y: out} | pack, None)
 
 
 @pytest.mark.parametrize("engine", ["reference", "per_node", "fused"])
@@ -442,7 +464,7 @@ def test_a_repeated_execute_reuses_its_binding_and_a_new_array_is_checked_again(
         g.execute(pack, workspace)
         assert g._kept[0] is kept
         assert relative_error(out.numpy(), np.maximum(xa.double().numpy() * 0.5 + ba.double().numpy(), 0)) < 1e-6
-    with pytest.raises(od.BadParam, match=r"x.dtype=float64 must equal x_desc.dtype=float32"):
+    with pytest.raises(od.BadParam, match=r"variant_pack\['x'\] has data type DOUBLE, but tensor 'x' of node"):
         g.execute({**pack, x: xa.double()}, workspace)
     g.execute({**pack, s: -2.0}, workspace)  # a new scalar value binds again
     assert g._kept[0] is not kept

@@ -300,8 +300,7 @@ class ExecutionPlan:
             ):  # bind's checks, cut to what a torch tensor needs
                 bounds[uid] = Bound(name, desc, array, device_of(array))
             else:
-                self._check_layout(uid, name, desc, array)
-                bounds[uid] = bind(name, desc, array, output=written)
+                bounds[uid] = self._bind_array(uid, name, desc, array, written)
         like = bounds[self.bound[0][0]]  # a graph has an output, so the pack has a tensor
         assert like is not None
         work = bind_bytes("workspace", workspace, self.workspace_size, WORKSPACE_QUERY)
@@ -319,24 +318,34 @@ class ExecutionPlan:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
         return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
 
-    def _check_layout(self, uid: int, name: str, desc: TensorDescriptor, array: Any) -> None:
-        """Refuse an array of several dims whose dims or strides (of the dims above 1) are not its
-        tensor's: its memory would be read or written in the tensor's layout, not in its own. A
-        one-dimensional dense array is memory, as a pointer in cudnn-frontend's pack: the tensor's
-        dims and strides lay it out (``bind`` checks it holds them)."""
-        own = descriptor_of(as_native(array, name), name)
-        if own.ndim == 1 and own.strides[0] == 1:
-            return
-        if own.dims == desc.dims and all(a == b for d, a, b in zip(desc.dims, own.strides, desc.strides) if d > 1):
-            return
+    def _bind_array(self, uid: int, name: str, desc: TensorDescriptor, array: Any, written: bool) -> Bound:
+        """``bind``, with the checks and messages of a variant pack: an array of another data type,
+        or of several dims whose dims or strides (of the dims above 1) are not its tensor's, is
+        refused naming the pack's key, the tensor and its node (its memory would be read or written
+        in the tensor's layout, not in its own). A one-dimensional dense array is memory, as a
+        pointer in cudnn-frontend's pack: the tensor's dims and strides lay it out, and ``bind``
+        checks it holds them."""
+        key = f"variant_pack['{name}']"
+        own = descriptor_of(as_native(array, key), key)
         position = self.graph.producer.get(uid, next(iter(self.graph.consumers[uid]), None))
-        node = "" if position is None else f" of {self.graph.nodes[position].label}"
-        raise BadParam(
-            f"variant_pack['{name}'] has dims {list(own.dims)} and strides {list(own.strides)}, but tensor "
-            f"'{name}'{node} has dims {list(desc.dims)} and strides {list(desc.strides)}: give a view of "
-            "those (or set the tensor's strides with set_stride)",
-            Status.BAD_PARAM_SHAPE_MISMATCH,
+        tensor = f"tensor '{name}'" + ("" if position is None else f" of {self.graph.nodes[position].label}")
+        if own.dtype is not desc.dtype:
+            raise BadParam(f"{key} has data type {own.dtype.name}, but {tensor} is {desc.dtype.name}")
+        dense_memory = own.ndim == 1 and own.strides[0] == 1
+        matches = own.dims == desc.dims and all(
+            a == b for d, a, b in zip(desc.dims, own.strides, desc.strides) if d > 1
         )
+        if not (dense_memory or matches):
+            raise BadParam(
+                f"{key} has dims {list(own.dims)} and strides {list(own.strides)}, but {tensor} has dims "
+                f"{list(desc.dims)} and strides {list(desc.strides)}: give a view of those (or set the "
+                "tensor's strides with set_stride)",
+                Status.BAD_PARAM_SHAPE_MISMATCH,
+            )
+        try:
+            return bind(name, desc, array, output=written)
+        except BadParam as error:
+            raise BadParam(f"{key} for {tensor}: {error}", error.status) from None
 
     def _torch_kinds(self) -> tuple[Any, tuple[Any, ...]]:
         """(torch.Tensor, the torch dtype of each bound tensor) on the Triton backend, which runs on
