@@ -417,6 +417,17 @@ def test_a_scalar_that_is_no_number_is_refused_naming_it():
         g.scalar("2", name="s")
 
 
+def test_a_data_type_that_is_no_type_is_refused_naming_the_tensor_or_the_graphs_parameter():
+    g = cpu_graph()
+    with pytest.raises(od.BadParam, match=r"^tensor 'x': data_type='fp8' is not one of \['float32', "):
+        g.tensor([2, 3], data_type="fp8", name="x")
+    y = g.relu(g.tensor([2, 3], name="x"), name="r")
+    with pytest.raises(od.BadParam, match=r"^tensor 'r::y': data_type='half16' is not one of \['float32', "):
+        y.set_data_type("half16")
+    with pytest.raises(od.BadParam, match=r"^intermediate_data_type='int4' is not one of \['float32', "):
+        og.Graph(intermediate_data_type="int4", handle=od.Handle("cpu"))
+
+
 @pytest.mark.parametrize("engine", ["reference", "fused"])
 def test_execute_refuses_an_array_of_other_dims_or_strides_than_its_tensors(engine):
     rng = np.random.default_rng(24)

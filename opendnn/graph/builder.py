@@ -38,7 +38,7 @@ from opendnn.graph.operations import (
     step_fraction,
 )
 from opendnn.graph.pointwise_methods import PointwiseMethods
-from opendnn.graph.tensor import Tensor
+from opendnn.graph.tensor import Tensor, data_type_of
 
 Operand = Tensor | float | int
 NUMBERS = (int, float, np.integer, np.floating)  # a scalar's value, at build time and in the variant pack
@@ -103,11 +103,11 @@ class OperationBuilder(PointwiseMethods):
         intermediate_data_type: Any = DataType.FLOAT,
         name: str = "graph",
     ) -> None:
-        self.io_data_type = DataType.of(io_data_type)
-        self.compute_data_type = DataType.of(compute_data_type)
+        self.io_data_type = data_type_of("io_data_type", io_data_type)
+        self.compute_data_type = data_type_of("compute_data_type", compute_data_type)
         if self.compute_data_type not in (DataType.FLOAT, DataType.DOUBLE):
             raise BadParam(f"compute_data_type={self.compute_data_type.name} must be FLOAT or DOUBLE")
-        self.intermediate_data_type = DataType.of(intermediate_data_type)
+        self.intermediate_data_type = data_type_of("intermediate_data_type", intermediate_data_type)
         self.name = str(name)
         self._tensors: list[Tensor] = []
         self._nodes: list[Node] = []

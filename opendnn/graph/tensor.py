@@ -50,7 +50,7 @@ class Tensor:
         self._name = name
         self._dims = _dims("dim", dims, name)
         self._strides = None if strides is None else _strides(strides, self._dims, name)
-        self._data_type = None if data_type is None else DataType.of(data_type)
+        self._data_type = None if data_type is None else data_type_of(f"tensor '{name}': data_type", data_type)
         self._virtual = virtual
         self._value = None if value is None else float(value)
         self.pass_by_value = pass_by_value
@@ -72,7 +72,7 @@ class Tensor:
 
     def set_data_type(self, data_type: Any) -> Tensor:
         self._graph._changed()
-        self._data_type = DataType.of(data_type)
+        self._data_type = data_type_of(f"tensor '{self._name}': data_type", data_type)
         return self
 
     def set_name(self, name: str) -> Tensor:
@@ -173,6 +173,15 @@ class Tensor:
     def __repr__(self) -> str:
         role = "by value" if self.pass_by_value else "virtual" if self._virtual else "io"
         return f"Tensor('{self._name}', dims={list(self._dims)}, {self.data_type.name}, {role})"
+
+
+def data_type_of(what: str, data_type: Any) -> DataType:
+    """The DataType ``data_type`` names (a DataType, its value, a NumPy or torch dtype), or BadParam
+    naming ``what`` (the tensor and parameter, or the graph's parameter)."""
+    try:
+        return DataType.of(data_type)
+    except BadParam:
+        raise BadParam(f"{what}={data_type!r} is not one of {[m.value for m in DataType]}") from None
 
 
 def _dims(what: str, dims: Sequence[int], name: str) -> tuple[int, ...]:
