@@ -293,6 +293,25 @@ def test_an_operation_after_a_slice_of_a_channels_last_image_keeps_its_memory_or
     assert relative_error(out, torch.sigmoid(t64(x)[:, 0:3, 1:3]).numpy()) < TOLERANCE
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("computed", [False, True])
+def test_slices_of_one_tensor_starting_at_one_element_feed_one_node(engine, computed):
+    """Two views of one input (or of a computed tensor, in the workspace) from the same first element
+    with different extents, read by one node."""
+    rng = np.random.default_rng(10)
+    x = random(rng, (4, 5))
+    g = cpu_graph()
+    (xt,) = graph_inputs(g, x=x)
+    source = g.relu(g.mul(xt, 0.5)) if computed else xt
+    a = g.slice(source, [slice(2, 3), slice(2, 3)])
+    b = g.slice(source, [slice(2, 4), slice(2, 5)])
+    y = g.add(a, b)
+    y.set_output(True)
+    (out,) = run(g, {xt: x}, [y], engine)
+    source64 = torch.relu(t64(x) * 0.5) if computed else t64(x)
+    assert relative_error(out, (source64[2:3, 2:3] + source64[2:4, 2:5]).numpy()) < TOLERANCE
+
+
 def test_a_serialized_slice_runs_as_the_original():
     rng = np.random.default_rng(9)
     x = random(rng, (4, 6))

@@ -313,7 +313,11 @@ class ExecutionPlan:
             base = bounds[source]
             assert base is not None
             tensor = self.graph.tensors[uid]
-            bounds[uid] = Bound(tensor.name, tensor.desc, base.view[index], base.device)
+            # on the Triton engines a view of a NumPy array is a view of its input's torch tensor: the views
+            # of one input then share its storage, which Triton's interpreter copies to the host and back
+            # once per address (two storages of one address and unequal sizes fail its copy back)
+            source_view = base.view if self.backend == "numpy" else torch_view(base)
+            bounds[uid] = Bound(tensor.name, tensor.desc, source_view[index], base.device)
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
         return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
