@@ -365,6 +365,29 @@ def test_a_norms_parameter_gradients_take_its_scales_type(engine):
     assert relative_error(dbias, bg.grad.numpy()) < 1e-4
 
 
+@pytest.mark.parametrize("engine", [*ENGINES, "fused"])
+def test_a_double_norms_bfloat16_parameter_gradients(engine):
+    """x DOUBLE, scale BFLOAT16: the float64 sums are stored as bfloat16 through float32."""
+    rng = np.random.default_rng(20)
+    x, dy = random(rng, (2, 3, 4, 2), np.float64), random(rng, (2, 3, 4, 2), np.float64)
+    scale, bias = (random(rng, (1, 3, 1, 1)).astype(og.DataType.BFLOAT16.to_numpy()) for _ in range(2))
+    g = cpu_graph(io_data_type=og.DataType.DOUBLE)
+    xt, dyt, st, bt = graph_inputs(g, x=x, dy=dy, scale=scale, bias=bias)
+    _, mean, inv = g.instancenorm(xt, st, bt, epsilon=1e-5)
+    outputs = g.instancenorm_backward(dyt, xt, st, mean, inv)
+    for t in (*outputs, mean, inv):
+        t.set_output(True)
+    dx, dscale, dbias, *_ = run(g, {xt: x, dyt: dy, st: scale, bt: bias}, [*outputs, mean, inv], engine)
+    assert [t.get_data_type() for t in outputs[1:]] == [og.DataType.BFLOAT16] * 2
+    (xg, sg, bg), y = _autograd(
+        lambda a, s, b: TF.instance_norm(a, weight=s.flatten(), bias=b.flatten(), eps=1e-5), x, scale, bias
+    )
+    y.backward(t64(dy))
+    assert relative_error(dx, xg.grad.numpy()) < 1e-10
+    assert relative_error(dscale, sg.grad.numpy().reshape(dscale.shape)) < 1e-2
+    assert relative_error(dbias, bg.grad.numpy().reshape(dbias.shape)) < 1e-2
+
+
 def test_batchnorm_backward_names_a_gradient_of_another_type_than_its_input():
     g = cpu_graph()
     x, dy = g.tensor([2, 3, 2], name="x"), g.tensor([2, 3, 2], data_type=og.DataType.HALF, name="dy")

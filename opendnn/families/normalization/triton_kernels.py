@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from opendnn.kernels.blend import blend_store
+from opendnn.kernels.blend import blend_store, narrowed
 from opendnn.kernels.indexing import dim_offsets, flat_offsets
 
 
@@ -560,4 +560,4 @@ def blend_vector(pointers, mask, value, alpha, beta, HAS_BETA: tl.constexpr):
     out = value * tl.cast(alpha, value.dtype)
     if HAS_BETA:
         out += tl.cast(beta, value.dtype) * tl.load(pointers, mask=mask, other=0.0).to(value.dtype)
-    tl.store(pointers, out.to(pointers.dtype.element_ty), mask=mask)
+    tl.store(pointers, narrowed(out, pointers.dtype.element_ty), mask=mask)
