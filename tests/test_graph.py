@@ -424,6 +424,10 @@ def test_a_data_type_that_is_no_type_is_refused_naming_the_tensor_or_the_graphs_
     y = g.relu(g.tensor([2, 3], name="x"), name="r")
     with pytest.raises(od.BadParam, match=r"^tensor 'r::y': data_type='half16' is not one of \['float32', "):
         y.set_data_type("half16")
+    with pytest.raises(od.BadParam, match=r"^tensor 'r::y': data_type=None is not one of \['float32', "):
+        y.set_data_type(None)  # NumPy's dtype of None is float64
+    with pytest.raises(od.BadParam, match=r"^io_data_type=None is not one of \['float32', "):
+        og.Graph(io_data_type=None, handle=od.Handle("cpu"))
     with pytest.raises(od.BadParam, match=r"^intermediate_data_type='int4' is not one of \['float32', "):
         og.Graph(intermediate_data_type="int4", handle=od.Handle("cpu"))
 

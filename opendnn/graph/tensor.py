@@ -177,11 +177,14 @@ class Tensor:
 
 def data_type_of(what: str, data_type: Any) -> DataType:
     """The DataType ``data_type`` names (a DataType, its value, a NumPy or torch dtype), or BadParam
-    naming ``what`` (the tensor and parameter, or the graph's parameter)."""
+    naming ``what`` (the tensor and parameter, or the graph's parameter). None names no type (NumPy
+    would read it as float64)."""
     try:
-        return DataType.of(data_type)
+        if data_type is not None:
+            return DataType.of(data_type)
     except BadParam:
-        raise BadParam(f"{what}={data_type!r} is not one of {[m.value for m in DataType]}") from None
+        pass
+    raise BadParam(f"{what}={data_type!r} is not one of {[m.value for m in DataType]}")
 
 
 def _dims(what: str, dims: Sequence[int], name: str) -> tuple[int, ...]:
