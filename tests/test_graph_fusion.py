@@ -723,3 +723,25 @@ def test_the_generated_source_is_python_that_names_each_node():
     assert "    shift_y = x - shift_b  # shift\n" in source
     assert '    y = activation("softplus", shift_y, 2.0)  # smooth\n' in source
     assert "i0 =" not in source and "i1 =" not in source  # packed tensors of the space's dims read at index
+
+
+@pytest.mark.parametrize("narrow", ["float16"])
+def test_a_value_read_inside_a_kernel_is_the_one_its_tensor_holds(narrow):
+    """A node's output of a narrower type than the kernel computes in, read by another node of the
+    kernel, is rounded to that type first: the engines that store it between nodes read it so.
+    (Not bfloat16 here: Triton 3.6's interpreter truncates float32 to bfloat16, where GPUs round.)"""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (4, 8)).astype(np.float32)
+    results = {}
+    for engine in ("reference", "fused"):
+        g = cpu_graph()
+        (xt,) = graph_inputs(g, x=x)
+        scaled = g.mul(xt, 1.0001)
+        scaled.set_output(True).set_data_type(narrow)
+        difference = g.sub(scaled, xt)
+        difference.set_output(True)
+        results[engine] = run(g, {xt: x}, [scaled, difference], engine)
+    expected = (torch.from_numpy(x) * 1.0001).to(getattr(torch, narrow)).float() - torch.from_numpy(x)
+    for engine, (_, out) in results.items():
+        assert np.array_equal(out, expected.numpy()), engine
+    assert "one generated kernel for mul_0, sub_1" in g.plan.describe()

@@ -38,6 +38,11 @@ REDUCE_BLOCK = 1024  # at most this many reduced elements per loop iteration
 TILE = 4096  # at most this many elements (BLOCK_KEEP x BLOCK_REDUCE) per program of a reduction
 NUM_WARPS = 4
 
+# the floating types narrower than a kernel's compute type, which a value computed in it rounds to
+NARROWER = {
+    "tl.float32": (DataType.HALF, DataType.BFLOAT16),
+    "tl.float64": (DataType.FLOAT, DataType.HALF, DataType.BFLOAT16),
+}
 TRITON_TYPES = {
     DataType.FLOAT: "tl.float32",
     DataType.DOUBLE: "tl.float64",
@@ -428,6 +433,11 @@ class _Writer:
             if self.compute == "tl.float64" and PointwiseMode(node.attribute("mode")) in RELATIONAL:
                 # its 1.0 and 0.0 are float32 constants: what reads it computes in float64 too
                 expression += ".to(tl.float64)"
+            tensor = self.graph.tensors[node.outputs[0][1]]
+            if not tensor.virtual and tensor.desc.dtype in NARROWER[self.compute]:
+                # a graph output of a narrower type: what reads it reads the value the caller gets (a
+                # virtual tensor keeps the compute type's value in the kernel, as a fused kernel may)
+                expression = f"narrowed({expression}, {TRITON_TYPES[tensor.desc.dtype]}).to({self.compute})"
             lines.append(f"{output} = {expression}  # {node.name}")
         return lines
 
