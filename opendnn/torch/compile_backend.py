@@ -1306,6 +1306,9 @@ LOWERINGS: dict[Any, Op] = {
         _clamp, lambda x, min=None, max=None: all(v is None or isinstance(v, float | int) for v in (min, max))
     ),
     aten.leaky_relu.default: Op(_leaky_relu),
+    aten.leaky_relu_backward.default: Op(
+        _leaky_relu_backward, lambda grad, x, slope, self_is_result: slope > 0 or not self_is_result
+    ),
     **_comparisons(),
     aten.where.self: Logical(_where, _selects),
     aten.logical_and.default: _logical("logical_and"),
@@ -1313,9 +1316,6 @@ LOWERINGS: dict[Any, Op] = {
     aten.logical_not.default: _logical("logical_not"),
     aten.scalar_tensor.default: Op(
         _scalar_tensor, lambda value, **options: isinstance(value, float | int) and not isinstance(value, bool)
-    ),
-    aten.leaky_relu_backward.default: Op(
-        _leaky_relu_backward, lambda grad, x, slope, self_is_result: slope > 0 or not self_is_result
     ),
     aten.silu.default: Op(lambda low, node, x: low.graph.swish(low.tensor(x), 1.0)),
     aten.silu_backward.default: Op(
