@@ -956,3 +956,20 @@ def test_a_slice_read_outside_its_region_is_copied_out_and_one_the_graph_returns
     assert backend.fallbacks == [] and backend.plans_executed == 1
     (forward,) = described(backend)
     assert forward.count("(slice)") == 1 and "identity" in forward
+
+
+def test_a_slice_of_a_channels_last_batch_of_one_lowers_forward_and_backward():
+    """torch's strides along a dim of 1 are its own (a batch of one channels-last: N's stride is C*H*W,
+    not C): a view's strides match its input's times the steps only where a dim holds more than one."""
+
+    def rotated(x):
+        return torch.cat([x[..., 1:], x[..., :1]], dim=-1) * 2.0
+
+    backend = OpendnnBackend()
+    x = torch.randn(1, 3, 1, 2, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out, expected = torch.compile(rotated, backend=backend)(ours), rotated(theirs)
+    grad = torch.randn_like(expected)
+    assert torch.equal(out, expected)
+    assert torch.equal(torch.autograd.grad(out, ours, grad)[0], torch.autograd.grad(expected, theirs, grad)[0])
+    assert backend.fallbacks == []
