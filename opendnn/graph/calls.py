@@ -414,41 +414,25 @@ def optional_view(bound: Bound | None) -> Any:
 
 def run_norm(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, y, scale, bias = tensor("x"), tensor("y"), tensor("scale"), tensor("bias")
-    desc = norm_descriptor(node)
     params = scale if scale is not None else bias  # one descriptor describes both (a group norm may have neither)
-    params_desc = None if params is None else params.desc
-    if node.attribute("phase") == "inference":
-        od.normalization_forward_inference(
-            handle,
-            desc,
-            1.0,
-            x.desc,
-            x.view,
-            params_desc,
-            optional_view(scale),
-            optional_view(bias),
-            0.0,
-            y.desc,
-            y.view,
-        )
-        return
-    inv_std = tensor("inv_variance")
-    od.normalization_forward_training(
+    common = (
         handle,
-        desc,
+        norm_descriptor(node),
         1.0,
         x.desc,
         x.view,
-        params_desc,
+        None if params is None else params.desc,
         optional_view(scale),
         optional_view(bias),
         0.0,
         y.desc,
         y.view,
-        inv_std.desc,
-        optional_view(tensor("mean")),
-        inv_std.view,
     )
+    if node.attribute("phase") == "inference":
+        od.normalization_forward_inference(*common)
+        return
+    inv_std = tensor("inv_variance")
+    od.normalization_forward_training(*common, inv_std.desc, optional_view(tensor("mean")), inv_std.view)
 
 
 def run_norm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:

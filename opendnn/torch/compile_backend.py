@@ -57,6 +57,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 import opendnn as od
 import opendnn.graph as og
 from opendnn.core.errors import OpenDnnError
+from opendnn.families.pooling.problem import output_size
 from opendnn.kernels.device import kept_buffer
 
 aten = torch.ops.aten
@@ -692,16 +693,11 @@ def _windows(x: Any, kernel: Sequence[int], stride: Sequence[int], padding: Any)
 
 def _floor_windows(x: Any, geometry: Windows, ceil_mode: bool) -> bool:
     """Whether the windows are those the graph's pooling computes: torch's ceil_mode only where it adds
-    no window (then every window, and each average's divisor, is the floor mode's). torch's ceil mode
-    rounds the count up, less a last window that would start in the trailing padding."""
-    for size, window, stride, pad in zip(x.meta["val"].shape[2:], *geometry):
-        span = size + 2 * pad - window
-        rounded_up = -(-span // stride) + 1
-        if rounded_up - 1 >= 0 and (rounded_up - 1) * stride >= size + pad:
-            rounded_up -= 1
-        if ceil_mode and rounded_up != span // stride + 1:
-            return False
-    return True
+    no window (then every window, and each average's divisor, is the floor mode's)."""
+    return not ceil_mode or all(
+        output_size(size, window, pad, stride, True) == output_size(size, window, pad, stride)
+        for size, window, stride, pad in zip(x.meta["val"].shape[2:], *geometry)
+    )
 
 
 def _average_mode(count_include_pad: bool) -> str:
