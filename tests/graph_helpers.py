@@ -182,6 +182,18 @@ def random(rng, shape, dtype=np.float32):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def strided(rng, values, padded):
+    """``values`` in a random memory order, inside a larger buffer (a sub-region, the rest NaN) when
+    ``padded``: the array a caller binds, of the same values."""
+    order = rng.permutation(values.ndim)
+    margin = [int(rng.integers(0, 2)) if padded else 0 for _ in range(values.ndim)]
+    buffer = np.full([values.shape[k] + 2 * margin[k] for k in order], np.nan, values.dtype)
+    inside = buffer[tuple(slice(margin[k], margin[k] + values.shape[k]) for k in order)]
+    view = inside.transpose(np.argsort(order))
+    view[...] = values
+    return view
+
+
 def graph_inputs(graph, **arrays):
     """A graph input per array, named by its keyword, with the array's dims, strides and type."""
     return [graph.tensor_like(array, name=name) for name, array in arrays.items()]

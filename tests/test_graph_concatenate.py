@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from graph_helpers import ENGINE_MODES, cpu_graph, graph_inputs, kernel_cache, random, t64  # noqa: F401
+from graph_helpers import ENGINE_MODES, cpu_graph, graph_inputs, kernel_cache, random, strided, t64  # noqa: F401
 
 import opendnn as od
 import opendnn.graph as og
@@ -17,18 +17,6 @@ import opendnn.graph as og
 ENGINES = ["reference", "per_node", "fused"]
 
 pytestmark = pytest.mark.usefixtures("kernel_cache")  # generated kernels in each test's own folder
-
-
-def strided(rng, values, padded):
-    """``values`` in a random memory order, inside a larger buffer (a sub-region, the rest NaN) when
-    ``padded``: the array a caller binds, of the same values."""
-    order = rng.permutation(values.ndim)
-    margin = [int(rng.integers(0, 2)) if padded else 0 for _ in range(values.ndim)]
-    buffer = np.full([values.shape[k] + 2 * margin[k] for k in order], np.nan, values.dtype)
-    inside = buffer[tuple(slice(margin[k], margin[k] + values.shape[k]) for k in order)]
-    view = inside.transpose(np.argsort(order))
-    view[...] = values
-    return view
 
 
 def element_strides(array):

@@ -143,6 +143,26 @@ def test_a_compiled_gpt_block_matches_eager_float64_with_its_attention_lowered(d
             assert ours.grad.dtype == dtype and relative_error(ours.grad, theirs.grad) < TOLERANCE[dtype]
     assert backend.fallbacks == []
     assert describes(backend, "sdpa") and describes(backend, "sdpa_backward")
+    # the forward and the backward are a region each: the linear layers' and the heads' views lower
+    assert len(backend.regions) == 2 and describes(backend, "reshape")
+
+
+def test_a_compiled_gpt_block_on_the_fusion_engine_is_one_region_a_graph():
+    torch.manual_seed(0)
+    model = GptBlock()
+    wide = copy.deepcopy(model).double()
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend, options={"heur_mode": "a"})
+    x = torch.randn(2, 8, 16)
+    out = compiled(x)
+    out.square().sum().backward()
+    expected = wide(x.double())
+    expected.square().sum().backward()
+    assert relative_error(out, expected) < 1e-5
+    for ours, theirs in zip(model.parameters(), wide.parameters(), strict=True):
+        assert relative_error(ours.grad, theirs.grad) < 1e-4
+    assert backend.fallbacks == [] and len(backend.regions) == 2
+    assert {plan.engine for plan in backend.plans} == {"fused"}
 
 
 def test_a_compiled_gpt_block_in_inference_lowers_its_attention_without_statistics():

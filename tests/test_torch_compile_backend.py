@@ -345,16 +345,17 @@ def test_a_region_opendnn_refuses_runs_its_graph_on_torch_and_says_why():
     assert "epsilon=inf must be finite and at least 0.0" in backend.fallbacks[0]
 
 
-def test_a_sum_that_drops_its_dims_ends_its_region_and_what_reads_it_runs_on_torch():
-    def row_sums_doubled(x):  # sum's (5,) result is (5, 1) in the graph, which has no reshape
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_a_sum_that_drops_its_dims_is_read_by_the_next_node_through_a_view_of_its_result(options):
+    def row_sums_doubled(x):  # sum's (5,) result is (5, 1) in the graph: the mul reads a reshape of it
         return torch.relu(x).sum(1) * 2.0
 
     backend = OpendnnBackend()
     x = torch.randn(5, 7, dtype=torch.float64)
-    ours = torch.compile(row_sums_doubled, backend=backend)(x)
+    ours = torch.compile(row_sums_doubled, backend=backend, options=options)(x)
     assert ours.shape == (5,) and relative_error(ours, row_sums_doubled(x)) < TOLERANCE[torch.float64]
     assert backend.fallbacks == [] and backend.plans_executed == len(backend.regions) == 1
-    assert "(reduction)" in backend.plans[0].describe() and "mul" not in backend.plans[0].describe()
+    assert "(reshape) as a view of its input's memory" in backend.plans[0].describe()
 
 
 class Decoder(nn.Module):
@@ -899,13 +900,15 @@ def described(backend):
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_a_densenet_block_keeps_its_concatenations_inside_its_regions(training):
-    """The forward's torch.cat and the backward's slices of its gradient lower: one region a graph."""
+    """The forward's torch.cat and the backward's slices of its gradient lower: one region a graph. The
+    slices the backward's nodes read are the graph's views; the two it returns, torch's views of the
+    region's output."""
     backend = OpendnnBackend()
     compare(lambda: DenseBlock().train(training), (2, 3, 4, 4), torch.float64, backend)
     assert backend.fallbacks == [] and backend.graphs == 2 and len(backend.regions) == 2
     forward, backward = described(backend)
     assert forward.count("(concatenate) as its own call") == 2
-    assert backward.count("(slice) as a view of its input's memory") == 4
+    assert backward.count("(slice) as a view of its input's memory") == 2
 
 
 def test_a_densenet_block_runs_on_the_fusion_engine():
@@ -943,7 +946,7 @@ def test_a_cat_of_mixed_types_or_of_no_element_stays_on_torch(inputs, lowers):
     assert LOWERINGS[torch.ops.aten.cat.default].accepts(cat) is lowers
 
 
-def test_a_slice_read_outside_its_region_is_copied_out_and_one_the_graph_returns_stays_a_view():
+def test_slices_read_outside_their_region_or_returned_are_torchs_views_of_its_output():
     def sliced(x):
         z = torch.relu(x) * 2.0
         return torch.cumsum(z[:, 1:4:2], 0), z[1:3]
@@ -952,10 +955,48 @@ def test_a_slice_read_outside_its_region_is_copied_out_and_one_the_graph_returns
     x = torch.randn(4, 5, dtype=torch.float64)
     summed, rows = torch.compile(sliced, backend=backend)(x)
     expected = sliced(x)
-    assert torch.equal(summed, expected[0]) and torch.equal(rows, expected[1])
+    assert torch.equal(summed, expected[0]) and torch.equal(rows, expected[1]) and rows._is_view()
     assert backend.fallbacks == [] and backend.plans_executed == 1
     (forward,) = described(backend)
-    assert forward.count("(slice)") == 1 and "identity" in forward
+    assert "(slice)" not in forward and "identity" not in forward
+
+
+def packed_attention_scores(x, w):
+    """A timm attention's head: one matmul for q, k and v, reshaped and permuted into heads, unbound."""
+    qkv = (x @ w).reshape(2, 3, 3, 2, 2).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv.unbind(0)
+    return (q * k).sum(-1) + v.mean(-1)
+
+
+VIEWING = {  # (function, its inputs' shapes): views of inputs and of computed tensors, in one region
+    "linear over three dims": (lambda x, w: (torch.relu(x) @ w.t()).view(2, 3, 5) + 1.0, [(6, 4), (5, 4)]),
+    "packed qkv unbound": (packed_attention_scores, [(2, 3, 4), (4, 12)]),
+    "selects": (lambda x, w: torch.tanh(x)[:, 1] * torch.tanh(x).select(0, -1) + w, [(3, 3), (3,)]),
+    "expand": (lambda x, w: torch.exp(x).unsqueeze(1).expand(-1, 4, -1) * w, [(2, 3), (2, 4, 3)]),
+    "split of an input": (
+        lambda x, w: torch.relu(x.split([2, 3], 1)[0]).sum(1) * x.split([2, 3], 1)[1].mean(1) + w,
+        [(4, 5), (4,)],
+    ),
+    "a view returned and read": (lambda x, w: ((x * w).view(-1), (x * w).view(-1).sum() + 1.0), [(2, 3), (2, 3)]),
+}
+
+
+@pytest.mark.parametrize("case", list(VIEWING))
+def test_views_of_inputs_and_of_computed_tensors_lower_inside_one_region(case):
+    function, shapes = VIEWING[case]
+    torch.manual_seed(0)
+    inputs = [torch.randn(shape, dtype=torch.float64, requires_grad=True) for shape in shapes]
+    backend = OpendnnBackend()
+    ours = torch.compile(function, backend=backend)(*inputs)
+    ours = ours if isinstance(ours, tuple) else (ours,)
+    grads = torch.autograd.grad([o.sum() for o in ours], inputs)
+    theirs = function(*inputs)
+    theirs = theirs if isinstance(theirs, tuple) else (theirs,)
+    expected_grads = torch.autograd.grad([t.sum() for t in theirs], inputs)
+    for a, b in zip((*ours, *grads), (*theirs, *expected_grads), strict=True):
+        assert a.shape == b.shape and relative_error(a, b) < TOLERANCE[torch.float64]
+    assert backend.fallbacks == [] and backend.graphs == 2
+    assert len([name for name in backend.regions if name.startswith("graph0.")]) == 1  # the forward: one region
 
 
 def test_a_slice_of_a_channels_last_batch_of_one_lowers_forward_and_backward():

@@ -21,7 +21,7 @@ import numpy as np
 
 from opendnn import PointwiseMode, PoolingMode, ReduceTensorOp
 from opendnn.core.arrays import as_native, descriptor_of
-from opendnn.core.descriptors import check_finite
+from opendnn.core.descriptors import check_finite, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, NotSupported
 from opendnn.families.attention.problem import FP8_BACKWARD_AMAX, FP8_BACKWARD_SCALES, FP8_SCALES, MAX_OFFSET, MAX_SEED
@@ -38,7 +38,7 @@ from opendnn.graph.operations import (
     step_fraction,
 )
 from opendnn.graph.pointwise_methods import PointwiseMethods
-from opendnn.graph.tensor import Tensor, data_type_of
+from opendnn.graph.tensor import Tensor, checked_dims, checked_strides, data_type_of
 
 Operand = Tensor | float | int
 NUMBERS = (int, float, np.integer, np.floating)  # a scalar's value, at build time and in the variant pack
@@ -648,6 +648,29 @@ class OperationBuilder(PointwiseMethods):
         output = self._add("slice", {"x": input}, attributes, base)["y"]
         output.view_of = (input, attributes["step"])
         return output
+
+    def reshape(
+        self, input: Tensor, dims: Sequence[int], strides: Sequence[int] | None = None, *, name: str | None = None
+    ) -> Tensor:
+        """``input``'s memory read as a tensor of ``dims`` and ``strides`` (cudnn-frontend's
+        ``reshape``), counted from its first element; strides default to packed row-major, so that a
+        row-major input reshapes as NumPy's ``reshape``. A view, with no copy: dims merged or split,
+        permuted strides (a transpose), strides of 0 (a broadcast). Every element must lie on one of
+        the input's, each dim stepping along the input's dims (validate checks; the input must not
+        overlap itself). The output is virtual and takes the input's type (mark a copy,
+        ``identity``, as a graph output).
+
+        Raises:
+            BadParam: an input that is not a tensor of this graph, dims that are not ints of 1 or
+                more, strides that are not ints of 0 or more, one per dim.
+        """
+        base = f"reshape_{len(self._nodes)}" if name is None else str(name)
+        if not isinstance(input, Tensor):
+            raise BadParam(f"{label(base, 'reshape')}: input={input!r} must be a Tensor of this graph")
+        shape = checked_dims("dims", dims, f"{base}::y")
+        layout = packed_strides(shape) if strides is None else checked_strides(strides, shape, f"{base}::y")
+        output = self._add("reshape", {"x": input}, {}, base, {"y": shape})["y"]
+        return output.set_stride(layout)
 
     # ---- concatenation --------------------------------------------------------------------------------
 

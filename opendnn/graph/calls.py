@@ -464,7 +464,7 @@ def run_norm_backward(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: 
 
 
 def run_view(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
-    """A slice launches nothing: the plan binds its output as a view of its input's memory."""
+    """A slice or a reshape launches nothing: the plan binds its output as a view of its input's memory."""
 
 
 # ---- concatenation -------------------------------------------------------------------------------------
@@ -661,6 +661,7 @@ RUNNERS: dict[str, tuple[Runner, Scratch]] = {
     "groupnorm": (run_norm, no_scratch),
     "groupnorm_backward": (run_norm_backward, no_scratch),
     "slice": (run_view, no_scratch),
+    "reshape": (run_view, no_scratch),
     "concatenate": (run_concatenate, concatenate_scratch),
     "softmax": (run_softmax, no_scratch),
     "pooling": (run_pooling, no_scratch),

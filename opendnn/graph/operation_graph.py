@@ -3,8 +3,8 @@ topological order, with the key its plans are cached under and its JSON form.
 
 ``validate`` checks what the builder cannot check once and for all: names are unique, there is no
 cycle (a deserialized graph may hold one), every operation's rule still holds after the caller's
-``set_dim`` / ``set_data_type`` changes, a slice's output is a view of its input (virtual, of
-its input's strides times the steps), nothing dangles (an input no node reads, a node none of
+``set_dim`` / ``set_data_type`` changes, a slice's or a reshape's output is a view of its input
+(virtual, addressing the input's elements), nothing dangles (an input no node reads, a node none of
 whose outputs is read or asked for), and the graph has an output. Errors name the node and
 the tensor.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from opendnn.core.descriptors import TensorDescriptor
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import BadParam, Status
-from opendnn.graph.operations import OPERATIONS, Shape, apply_rule, label, view_strides
+from opendnn.graph.operations import OPERATIONS, Shape, addresses_within, apply_rule, label, view_strides
 
 if TYPE_CHECKING:
     from opendnn.graph.builder import Node, OperationBuilder
@@ -242,11 +242,12 @@ def _check_rule(node: Node) -> None:
 
 
 def _check_views(graph: OperationBuilder) -> None:
-    """A slice's output is a view of its input's memory: virtual, of the input's strides times the steps
-    along each dim of more than one element (a dim of 1 addresses nothing, whatever its stride: torch's
-    views keep their own there)."""
+    """A slice's or a reshape's output is a view of its input's memory, and virtual. A slice's strides
+    are its input's times the steps along each dim of more than one element (a dim of 1 addresses
+    nothing, whatever its stride: torch's views keep their own there); a reshape's, set on its output,
+    must address elements of its input (``addresses_within``)."""
     for node in graph._nodes:
-        if node.op != "slice":
+        if node.op not in ("slice", "reshape"):
             continue
         x, y = node.inputs["x"], node.outputs["y"]
         if not y.is_virtual:
@@ -254,6 +255,15 @@ def _check_views(graph: OperationBuilder) -> None:
                 f"{node.label}: output y '{y.name}' is a view of input '{x.name}' and cannot be a graph "
                 "output: mark a copy of it (identity) instead"
             )
+        if node.op == "reshape":
+            if not addresses_within(y.dims, y.strides, x.dims, x.strides):
+                raise BadParam(
+                    f"{node.label}: output y '{y.name}' dims {list(y.dims)} strides {list(y.strides)} must "
+                    f"address elements of input '{x.name}' (dims {list(x.dims)}, strides {list(x.strides)}), "
+                    "whose memory it views, each dim stepping along the input's dims",
+                    Status.BAD_PARAM_SHAPE_MISMATCH,
+                )
+            continue
         strides = view_strides(x.strides, node.attributes["step"])
         if any(a != b for a, b, size in zip(y.strides, strides, y.dims) if size != 1):
             raise BadParam(

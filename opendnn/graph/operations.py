@@ -517,6 +517,41 @@ def slice_rule(
     return {"y": OutputSpec(tuple(dims), x.dtype)}
 
 
+def reshape_rule(
+    where: str, inputs: Mapping[str, Shape], attributes: Mapping[str, Any], given: Mapping[str, Dims]
+) -> dict[str, OutputSpec]:
+    """The input's memory read in the dims and strides set on the output, of the input's type (a view:
+    validate checks that it addresses the input's elements, ``addresses_within``)."""
+    return {"y": OutputSpec(given["y"], inputs["x"].dtype)}
+
+
+def addresses_within(dims: Dims, strides: Dims, source_dims: Dims, source_strides: Dims) -> bool:
+    """Whether every element of ``dims`` and ``strides`` lies on an element of the source's, both
+    counted from the source's first element. The source's dims that address more than one element
+    are merged into runs where one continues another; the source must not overlap itself (a run
+    starting inside another), and each dim of the view that steps (more than one element, a nonzero
+    stride) must step along one run by a whole multiple of its stride, the steps along a run summing
+    to less than its length. That holds for every view torch takes (split or merged dims, permuted
+    dims, broadcast dims of stride 0), of any source that does not overlap itself."""
+    runs: list[list[int]] = []  # [stride, length] of each run, innermost first
+    for stride, size in sorted((s, d) for d, s in zip(source_dims, source_strides) if d > 1 and s > 0):
+        if runs and stride == runs[-1][0] * runs[-1][1]:
+            runs[-1][1] *= size
+        elif runs and stride < runs[-1][0] * runs[-1][1]:
+            return False
+        else:
+            runs.append([stride, size])
+    reach = [0] * len(runs)
+    for size, stride in zip(dims, strides):
+        if size == 1 or stride == 0:
+            continue
+        run = next((k for k, (step, length) in enumerate(runs) if stride % step == 0 and stride < step * length), None)
+        if run is None:
+            return False
+        reach[run] += (size - 1) * (stride // runs[run][0])
+    return all(steps < length for steps, (_, length) in zip(reach, runs))
+
+
 def slice_index(attributes: Mapping[str, Any]) -> tuple[slice, ...]:
     """A slice node's sub-region as Python slices (a NumPy or torch view of its input's view)."""
     return tuple(slice(*bounds) for bounds in zip(*(attributes[key] for key in SLICE_KEYS)))
@@ -908,6 +943,7 @@ OPERATIONS: dict[str, Operation] = {
             optional=("scale",),
         ),
         Operation("slice", ("x",), ("y",), slice_rule),
+        Operation("reshape", ("x",), ("y",), reshape_rule),
         Operation("concatenate", (), ("y",), concatenate_rule, memory_order={"y": ("x0",)}, numbered=CONCATENATED),
         Operation("softmax", ("x",), ("y",), softmax_rule, memory_order={"y": ("x",)}),
         Operation("pooling", ("x",), ("y",), pooling_rule, memory_order={"y": ("x",)}),

@@ -10,8 +10,9 @@ one plan serves every graph with the same key (a graph rebuilt or deserialized).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import opendnn as od
@@ -31,7 +32,7 @@ from opendnn.graph.calls import (
 from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
 from opendnn.graph.memory import Binding, aligned, typed_view
-from opendnn.graph.operation_graph import OperationGraph
+from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import slice_index
 
 WORKSPACE_QUERY = "Graph.get_workspace_size()"
@@ -215,18 +216,17 @@ class FusedKernel:
 class ExecutionPlan:
     """An engine's steps for an operation graph and the workspace they need.
 
-    Workspace layout: each virtual tensor that two steps exchange (aligned; a slice's output is a
-    view of its input, not a region of its own), then the scratch the steps share, as large as the
+    Workspace layout: each virtual tensor that two steps exchange (aligned; a slice's or a reshape's
+    output is a view of its input, not a region of its own), then the scratch the steps share, as large as the
     largest step's.
     """
 
     def __init__(self, engine: str, graph: OperationGraph, steps: Sequence[Step], backend: str) -> None:
         self.engine, self.graph, self.steps, self.backend = engine, graph, tuple(steps), backend
-        # a slice's output is a view of its input's memory, bound with it (in topological order)
+        # a slice's or a reshape's output is a view of its input's memory, bound with it (in topological
+        # order): (its uid, its input's, the view of the input's array)
         self.views = tuple(
-            (node.outputs[0][1], node.inputs[0][1], slice_index(dict(node.attributes)))
-            for node in graph.nodes
-            if node.op == "slice"
+            (node.outputs[0][1], node.inputs[0][1], _view(node, graph)) for node in graph.nodes if node.op in VIEWS
         )
         viewed = {uid for uid, _, _ in self.views}
         exchanged = sorted(
@@ -309,7 +309,7 @@ class ExecutionPlan:
                 bounds[uid] = Bound(
                     self.graph.tensors[uid].name, desc, typed_view(work.view, offset, desc), work.device
                 )
-        for uid, source, index in self.views:
+        for uid, source, view in self.views:
             base = bounds[source]
             assert base is not None
             tensor = self.graph.tensors[uid]
@@ -317,7 +317,7 @@ class ExecutionPlan:
             # of one input then share its storage, which Triton's interpreter copies to the host and back
             # once per address (two storages of one address and unequal sizes fail its copy back)
             source_view = base.view if self.backend == "numpy" else torch_view(base)
-            bounds[uid] = Bound(tensor.name, tensor.desc, source_view[index], base.device)
+            bounds[uid] = Bound(tensor.name, tensor.desc, view(source_view), base.device)
         for uid, dtype, value in self.scalars:
             bounds[uid] = scalar_bound(arrays[uid] if value is None else value, dtype, like)
         return bounds, arrays, None if work is None else work.view[self.scratch_offset :]
@@ -398,3 +398,14 @@ class ExecutionPlan:
 
 
 __all__ = ["EpilogueCall", "ExecutionPlan", "FusedKernel", "NodeCall", "Step"]
+
+
+VIEWS = ("slice", "reshape")  # the operations whose output is a view of their input's memory
+
+
+def _view(node: NodeSpec, graph: OperationGraph) -> Callable[[Any], Any]:
+    """How a view node's output is taken from its input's array: a slice indexes it, a reshape reads
+    its memory in the output's dims and strides."""
+    if node.op == "slice":
+        return operator.itemgetter(slice_index(dict(node.attributes)))
+    return functools.partial(strided_view, desc=graph.tensors[node.outputs[0][1]].desc)

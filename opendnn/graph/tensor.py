@@ -48,8 +48,8 @@ class Tensor:
         self._graph = graph
         self.uid = len(graph._tensors)  # the tensor's position in its graph: serialized plans refer to it
         self._name = name
-        self._dims = _dims("dim", dims, name)
-        self._strides = None if strides is None else _strides(strides, self._dims, name)
+        self._dims = checked_dims("dim", dims, name)
+        self._strides = None if strides is None else checked_strides(strides, self._dims, name)
         self._data_type = None if data_type is None else data_type_of(f"tensor '{name}': data_type", data_type)
         self._virtual = virtual
         self._value = None if value is None else float(value)
@@ -84,7 +84,7 @@ class Tensor:
         """Set the dims (an operation's output: where its dims are not unique, as a strided
         ``conv_dgrad``); ``validate`` checks them against the operation's rule."""
         self._graph._changed()
-        self._dims = _dims("dim", dims, self._name)
+        self._dims = checked_dims("dim", dims, self._name)
         if self._strides is not None and len(self._strides) != len(self._dims):
             self._strides = None
         return self
@@ -92,7 +92,7 @@ class Tensor:
     def set_stride(self, strides: Sequence[int]) -> Tensor:
         """Set the strides in elements: any layout, e.g. channels-last for an operation's output."""
         self._graph._changed()
-        self._strides = _strides(strides, self._dims, self._name)
+        self._strides = checked_strides(strides, self._dims, self._name)
         return self
 
     def get_name(self) -> str:
@@ -187,7 +187,7 @@ def data_type_of(what: str, data_type: Any) -> DataType:
     raise BadParam(f"{what}={data_type!r} is not one of {[m.value for m in DataType]}")
 
 
-def _dims(what: str, dims: Sequence[int], name: str) -> tuple[int, ...]:
+def checked_dims(what: str, dims: Sequence[int], name: str) -> tuple[int, ...]:
     try:
         values = tuple(int(d) for d in dims)
     except (TypeError, ValueError):
@@ -197,7 +197,7 @@ def _dims(what: str, dims: Sequence[int], name: str) -> tuple[int, ...]:
     return values
 
 
-def _strides(strides: Sequence[int], dims: tuple[int, ...], name: str) -> tuple[int, ...]:
+def checked_strides(strides: Sequence[int], dims: tuple[int, ...], name: str) -> tuple[int, ...]:
     try:
         values = tuple(int(s) for s in strides)
     except (TypeError, ValueError):

@@ -6,10 +6,11 @@ nodes of ``LOWERINGS`` (convolution, transposed too, and its backward, matmuls, 
 operations and their backward forms, sums and means, layer norm, group norm (a diffusion block's
 GroupNorm -> SiLU -> conv) and its backward, batch norm in training and inference and their backward
 forms, average pools and evenly divided adaptive average pools and their backward forms, max pooling
-whose indices nothing reads, concatenations and the slices of their backward: ``CONCATENATION``,
-scaled dot-product attention and its backward as torch picks it on the CPU and on CUDA:
-``ATTENTION``) are grouped by torch's capability partitioner into regions: connected, and never
-depending on themselves through a node left outside.
+whose indices nothing reads, concatenations: ``CONCATENATION``, torch's views (a view of a region
+input is torch's, a view of a computed tensor the graph's slice or reshape, a view returned torch's
+view of the graph output it views): ``VIEWS``, scaled dot-product attention and its backward as
+torch picks it on the CPU and on CUDA: ``ATTENTION``) are grouped by torch's capability partitioner
+into regions: connected, and never depending on themselves through a node left outside.
 Each region of two nodes or more, or of an attention operator alone, becomes one ``OpendnnRegion``:
 on its first call for a signature of its inputs (shapes, strides, dtypes, device) it lowers the
 region to an ``opendnn.graph.Graph``, builds the plan (the fusion engine's generated kernels,
@@ -19,8 +20,8 @@ Everything else runs as the FX graph, eagerly, on torch.
 
 Tensors on the CPU run on the reference engine (the NumPy backend) and CUDA tensors on the fusion
 engine's, unless ``options={"heur_mode": ...}`` names the heuristics. A region whose lowering opendnn
-refuses (a shape it cannot take, a value reshaped inside the region) runs its FX graph on torch, and
-says why in ``OpendnnBackend.fallbacks``.
+refuses (a shape it cannot take, a value read in dims the graph cannot view it in) runs its FX graph
+on torch, and says why in ``OpendnnBackend.fallbacks``.
 
 With ``options={"cudagraphs": True}``, an FX graph whose inputs are all CUDA tensors of static shapes
 runs as a CUDA graph, composed as
@@ -78,6 +79,51 @@ class Empty:
 EMPTY = Empty()
 
 
+class InputView(NamedTuple):
+    """A region input as the region reads it: the region's ``argument`` through torch's views
+    ``steps`` (each an operator and its arguments after the tensor), taken by torch at every call."""
+
+    argument: int
+    steps: Steps = ()
+
+    def of(self, args: Sequence[Any]) -> Any:
+        return _replayed(args[self.argument], self.steps)
+
+
+Steps = tuple[tuple[Any, tuple[Any, ...]], ...]  # torch's views in a row: each an operator and its arguments
+
+
+def _replayed(tensor: torch.Tensor, steps: Steps) -> Any:
+    for op, op_args in steps:
+        tensor = op(tensor, *op_args)
+    return tensor
+
+
+class LazyView(NamedTuple):
+    """A view of a computed tensor: ``make`` adds it to the graph (a slice, a reshape) from the graph
+    tensor of ``source`` when a node of the region reads it, so a view that is only a result of the
+    region adds nothing; ``root`` is the FX node of the computed tensor it views, ``steps`` torch's
+    views that take it from that node's result."""
+
+    source: torch.fx.Node
+    make: Callable[[og.Tensor], og.Tensor]
+    root: torch.fx.Node
+    steps: Steps
+
+
+class Result(NamedTuple):
+    """A region's result: torch's views ``steps`` of a graph output ``tensor`` allocated as torch
+    computes it (``shape``, ``strides``, ``dtype``); of nothing computed when ``tensor`` is None (a
+    result of no element, or ``input``, a view of a region input)."""
+
+    tensor: og.Tensor | None
+    shape: torch.Size
+    strides: tuple[int, ...]
+    dtype: torch.dtype
+    steps: Steps = ()
+    input: InputView | None = None
+
+
 class Lowering:
     """One region's FX graph as an opendnn graph, built for one signature of its inputs."""
 
@@ -85,8 +131,10 @@ class Lowering:
         wide = og.DataType.DOUBLE if any(a.dtype == torch.float64 for a in _tensors(args)) else og.DataType.FLOAT
         self.graph = og.Graph(compute_data_type=wide, intermediate_data_type=wide, handle=handle, name=name)
         self.args = args
-        self.inputs: dict[tuple[int, tuple[int, ...]], og.Tensor] = {}  # (argument, dims) -> graph tensor
+        self.inputs: dict[tuple[InputView, tuple[int, ...]], og.Tensor] = {}  # (view, dims) -> graph tensor
         self.values: dict[torch.fx.Node, Any] = {}
+        self.made: dict[torch.fx.Node, og.Tensor] = {}  # the LazyViews added to the graph
+        self.reshaped: dict[tuple[og.Tensor, tuple[int, ...]], og.Tensor] = {}
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         self.position = {node: k for k, node in enumerate(placeholders)}
         for node in module.graph.nodes:
@@ -96,28 +144,45 @@ class Lowering:
             elif node.op == "output":
                 self.outputs = self._outputs(node.args[0])
 
+    def source(self, value: torch.fx.Node) -> Any:
+        """What an FX value is in the graph: a graph tensor (or several, or EMPTY), an InputView or a
+        LazyView."""
+        return InputView(self.position[value]) if value.op == "placeholder" else self.values[value]
+
     def tensor(self, value: Any, dims: Sequence[int] | None = None) -> Any:
-        """The graph tensor of an FX value (a region input viewed as ``dims`` when given), or a number.
-        A value of no dims (a scalar tensor) is the graph's tensor of dims [1]: it broadcasts alike."""
+        """The graph tensor of an FX value (read as ``dims`` when given: a region input reshaped by
+        torch, a computed tensor viewed with dims of 1 added or dropped), or a number. A value of no
+        dims (a scalar tensor) is the graph's tensor of dims [1]: it broadcasts alike."""
         if not isinstance(value, torch.fx.Node):
             return value
-        if value.op == "placeholder":
-            array = self.args[self.position[value]]
+        source = self.source(value)
+        if isinstance(source, InputView):
+            array = source.of(self.args)
             shape = (tuple(array.shape) if dims is None else tuple(dims)) or (1,)
-            key = (self.position[value], shape)
+            key = (source, shape)
             if key not in self.inputs:
                 self.inputs[key] = self.graph.tensor_like(array.reshape(shape), name=f"{value.name}_{len(self.inputs)}")
             return self.inputs[key]
-        tensor = self.values[value]
+        if isinstance(source, LazyView):
+            if value not in self.made:
+                self.made[value] = source.make(self.tensor(source.source))
+            source = self.made[value]
         shape = (tuple(value.meta["val"].shape) if dims is None else tuple(dims)) or (1,)
-        if isinstance(tensor, og.Tensor) and _with_leading_ones(shape, tuple(tensor.get_dim())):
-            # read with leading dims of 1 (a mask of (Sq, Skv) as attention's 4-D bias): the graph
-            # broadcasts it so through a multiply by a one of those dims, exact for every value
-            return self.graph.mul(tensor, self.graph.scalar(1.0).set_dim([1] * len(shape)))
-        if not isinstance(tensor, og.Tensor) or tuple(tensor.get_dim()) != shape:
-            computed = tensor.get_dim() if isinstance(tensor, og.Tensor) else "several outputs"
+        if isinstance(source, og.Tensor) and tuple(source.get_dim()) != shape and _ones_apart(shape, source):
+            return self._squeezed(source, shape)
+        if not isinstance(source, og.Tensor) or tuple(source.get_dim()) != shape:
+            computed = source.get_dim() if isinstance(source, og.Tensor) else "several outputs"
             raise Refused(f"{value.name} is read inside the region as {list(shape)}, the graph computes {computed}")
-        return tensor
+        return source
+
+    def _squeezed(self, tensor: og.Tensor, shape: tuple[int, ...]) -> og.Tensor:
+        """``tensor`` viewed as ``shape``, its dims with dims of 1 added or dropped (a sum without
+        keepdim read by the next node, a mask of (Sq, Skv) read as attention's 4-D bias)."""
+        key = (tensor, shape)
+        if key not in self.reshaped:
+            steps = iter(s for d, s in zip(tensor.get_dim(), tensor.get_stride()) if d != 1)
+            self.reshaped[key] = self.graph.reshape(tensor, shape, [next(steps) if d != 1 else 1 for d in shape])
+        return self.reshaped[key]
 
     def _lower(self, node: torch.fx.Node) -> Any:
         if node.target is operator.getitem:
@@ -128,25 +193,33 @@ class Lowering:
             return self.values[source][index]
         return LOWERINGS[node.target].lower(self, node, *node.args, **node.kwargs)
 
-    def _outputs(self, returned: Any) -> list[tuple[og.Tensor | None, torch.Size, tuple[int, ...], torch.dtype]]:
+    def _outputs(self, returned: Any) -> list[Result]:
+        """The region's results. A graph output is never a view: a view's result is torch's view of
+        the output of the tensor it views."""
         nodes = returned if isinstance(returned, (tuple, list)) else [returned]
-        outputs: list[tuple[og.Tensor | None, torch.Size, tuple[int, ...], torch.dtype]] = []
+        outputs: list[Result] = []
         for node in nodes:
             tensor, val = self.values[node], node.meta["val"]
-            if tensor is EMPTY:
-                outputs.append((None, val.shape, val.stride(), val.dtype))
+            steps: Steps = ()
+            if isinstance(tensor, InputView):
+                outputs.append(Result(None, val.shape, val.stride(), val.dtype, input=tensor))
                 continue
+            if tensor is EMPTY:
+                outputs.append(Result(None, val.shape, val.stride(), val.dtype))
+                continue
+            if isinstance(tensor, LazyView):
+                node, steps = tensor.root, tensor.steps
+                tensor, val = self.values[node], node.meta["val"]
             if not isinstance(tensor, og.Tensor) or tensor.numel != val.numel():
                 raise Refused(f"output {node.name} has no graph tensor of its size")
             tensor.set_output(True).set_data_type(val.dtype)
-            outputs.append((tensor, val.shape, val.stride(), val.dtype))
+            outputs.append(Result(tensor, val.shape, val.stride(), val.dtype, steps))
         return outputs
 
 
-def _with_leading_ones(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
-    """``shape`` is ``dims`` with dims of 1 in front."""
-    extra = len(shape) - len(dims)
-    return extra > 0 and shape[extra:] == dims and all(d == 1 for d in shape[:extra])
+def _ones_apart(shape: tuple[int, ...], tensor: og.Tensor) -> bool:
+    """``shape`` holds ``tensor``'s dims in order, but for dims of 1."""
+    return [d for d in shape if d != 1] == [d for d in tensor.get_dim() if d != 1]
 
 
 def _follow_torch(value: Any, val: Any) -> None:
@@ -192,10 +265,7 @@ class Op:
 
     def accepts(self, node: torch.fx.Node) -> bool:
         """Whether ``node`` lowers: every tensor it reads and writes of ``types`` (floating point), of
-        static shape (a graph is built for fixed dims), none a sum that drops its dims (``_drops_dims``),
-        and the operator's own rule holds."""
-        if any(_drops_dims(source) for source in node.all_input_nodes):
-            return False
+        static shape (a graph is built for fixed dims), and the operator's own rule holds."""
         vals = [self.results(node)] + [a.meta.get("val") for a in node.all_input_nodes]
         for val in vals:
             for tensor in val if isinstance(val, (tuple, list)) else [val]:
@@ -210,16 +280,6 @@ class Op:
     def results(self, node: torch.fx.Node) -> Any:
         """The results of ``node`` that its lowering computes: all of them."""
         return node.meta.get("val")
-
-
-def _drops_dims(node: torch.fx.Node) -> bool:
-    """A sum or mean without keepdim: the graph's reduction keeps the reduced dims as 1s and the graph
-    has no reshape, so what reads it stays on torch, and the reduction ends its region (an output is
-    bound in torch's dims)."""
-    if node.target not in REDUCTIONS:
-        return False
-    source = node.args[0]
-    return isinstance(source, torch.fx.Node) and node.meta["val"].dim() != source.meta["val"].dim()
 
 
 def _pointwise(method: str) -> Op:
@@ -1233,6 +1293,14 @@ def _concatenate(low: Lowering, node: torch.fx.Node, tensors: Sequence[Any], dim
     return low.graph.concatenate(joined, dim % rank)
 
 
+def _stack(low: Lowering, node: torch.fx.Node, tensors: Sequence[Any], dim: int = 0) -> Any:
+    """torch.stack as the graph's concatenate of each tensor viewed with a dim of 1 at ``dim``."""
+    rank = node.meta["val"].dim()
+    shape = list(tensors[0].meta["val"].shape)
+    wide = [*shape[: dim % rank], 1, *shape[dim % rank :]]
+    return low.graph.concatenate([low.tensor(t, wide) for t in tensors], dim % rank)
+
+
 def _concatenates(tensors: Sequence[Any], dim: int = 0) -> bool:
     """A concatenation of tensors of one type (torch promotes mixed ones) into a result that holds
     elements (the graph's tensors hold at least one)."""
@@ -1242,36 +1310,153 @@ def _concatenates(tensors: Sequence[Any], dim: int = 0) -> bool:
     return len({v.dtype for v in vals}) == 1 and any(v.numel() > 0 for v in vals)
 
 
-class Slice(Op):
-    """``aten.slice.Tensor`` as the graph's slice, a view of its input's memory (the backward of
-    torch.cat is slices of its gradient). A slice that is a result of the whole FX graph stays on
-    torch, which returns it as a view of its input; one that leaves its region for another node is
-    copied out (``identity``) in torch's strides, since a graph output is never a view."""
+class View(Op):
+    """An operator whose result views its input's memory: torch's views (``VIEWS``), the slices of
+    torch.cat's backward. A view of a region input is torch's view of the argument, taken at every
+    call (``InputView``); a view of a computed tensor is the graph's slice or reshape, which copies
+    nothing; a view that is a result of the region is torch's view of the graph output it views
+    (``Lowering._outputs``)."""
+
+    types = (*FLOATS, torch.bool)
 
     def accepts(self, node: torch.fx.Node) -> bool:
         val = node.meta.get("val")
-        returned = any(user.op == "output" for user in node.users)
-        return isinstance(val, torch.Tensor) and val.numel() > 0 and not returned and super().accepts(node)
+        results = val if isinstance(val, (tuple, list)) else [val]
+        return (
+            all(isinstance(r, torch.Tensor) and r.numel() > 0 for r in results)
+            and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))
+            and super().accepts(node)
+        )
+
+
+def _view(low: Lowering, node: torch.fx.Node, x: Any, *args: Any) -> Any:
+    """torch's view of a region input, or the graph's reshape of a computed tensor in the strides torch
+    gives the view of a tensor of its strides."""
+    step = (node.target, _frozen(args))
+    source = low.source(x)
+    if isinstance(source, InputView):
+        return InputView(source.argument, (*source.steps, step))
+
+    def make(tensor: og.Tensor) -> og.Tensor:
+        val = x.meta["val"]
+        like = torch.empty_strided(val.shape, tensor.get_stride() if val.dim() else (), device="meta")
+        view: Any = node.target
+        probe = view(like, *args)
+        if probe.storage_offset():
+            raise Refused(f"{node.name} views {x.name} from element {probe.storage_offset()}")
+        return low.graph.reshape(tensor, list(probe.shape) or [1], list(probe.stride()) or [1])
+
+    return _lazy(low, x, make, (step,))
+
+
+def _lazy(low: Lowering, x: torch.fx.Node, make: Callable[[og.Tensor], og.Tensor], steps: Steps) -> LazyView:
+    """The LazyView ``make`` takes of ``x``'s graph tensor, torch's ``steps`` after ``x``'s own."""
+    source = low.source(x)
+    root, before = (source.root, source.steps) if isinstance(source, LazyView) else (x, ())
+    return LazyView(x, make, root, (*before, *steps))
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with its lists as tuples (an InputView's steps are a key)."""
+    return tuple(map(_frozen, value)) if isinstance(value, (list, tuple)) else value
+
+
+def _split(low: Lowering, node: torch.fx.Node, x: Any, sizes: Any, dim: int = 0) -> Any:
+    """``aten.split.Tensor`` / ``split_with_sizes``: slices of ``x`` along ``dim``, one per result."""
+    pieces = node.meta["val"]
+    source = low.source(x)
+    if isinstance(source, InputView):
+        step = (node.target, _frozen((sizes, dim)))
+        return [InputView(source.argument, (*source.steps, step, (operator.getitem, (k,)))) for k in range(len(pieces))]
+    rank, start, views = len(pieces[0].shape), 0, []
+    for piece in pieces:
+        size = piece.shape[dim % rank]
+        views.append(_sliced(low, x, dim % rank, start, start + size))
+        start += size
+    return views
 
 
 def _slice(
     low: Lowering, node: torch.fx.Node, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
 ) -> Any:
-    rank = node.meta["val"].dim()
-    view = low.graph.slice(low.tensor(x), [slice(None)] * (dim % rank) + [slice(start, end, step)])
-    if not any(user.op == "output" for user in node.users):
-        return view
-    return low.graph.identity(view).set_stride(list(node.meta["val"].stride()))
+    source = low.source(x)
+    if isinstance(source, InputView):
+        return InputView(source.argument, (*source.steps, (node.target, (dim, start, end, step))))
+    return _sliced(low, x, dim % node.meta["val"].dim(), start, end, step)
 
 
-CONCATENATION: dict[Any, Op] = {
-    aten.cat.default: Op(_concatenate, _concatenates),
-    aten.slice.Tensor: Slice(
+def _sliced(low: Lowering, x: Any, dim: int, start: Any, end: Any, step: int = 1) -> LazyView:
+    def make(tensor: og.Tensor) -> og.Tensor:
+        return low.graph.slice(tensor, [slice(None)] * dim + [slice(start, end, step)])
+
+    return _lazy(low, x, make, ((aten.slice.Tensor, (dim, start, end, step)),))
+
+
+def _select(low: Lowering, node: torch.fx.Node, x: Any, dim: int, index: int) -> Any:
+    """``aten.select.int``: the element ``index`` of ``x`` along ``dim``, the dim dropped."""
+    return _selected(low, x, dim, index, ((node.target, (dim, index)),))
+
+
+def _unbind(low: Lowering, node: torch.fx.Node, x: Any, dim: int = 0) -> Any:
+    """``aten.unbind.int``: each element of ``x`` along ``dim`` (a packed QKV's q, k and v)."""
+    count = x.meta["val"].shape[dim]
+    return [_selected(low, x, dim, k, ((node.target, (dim,)), (operator.getitem, (k,)))) for k in range(count)]
+
+
+def _selected(low: Lowering, x: Any, dim: int, index: int, steps: Steps) -> Any:
+    """The element ``index`` of ``x`` along ``dim``, the dim dropped, which torch's ``steps`` take: a
+    slice of one element, then a reshape without its dim."""
+    source = low.source(x)
+    if isinstance(source, InputView):
+        return InputView(source.argument, (*source.steps, *steps))
+    shape = x.meta["val"].shape
+    dim %= len(shape)
+    index %= shape[dim]
+
+    def make(tensor: og.Tensor) -> og.Tensor:
+        piece = low.graph.slice(tensor, [slice(None)] * dim + [slice(index, index + 1)])
+        dims = [d for k, d in enumerate(piece.get_dim()) if k != dim] or [1]
+        strides = [s for k, s in enumerate(piece.get_stride()) if k != dim] or [1]
+        return low.graph.reshape(piece, dims, strides)
+
+    return _lazy(low, x, make, steps)
+
+
+VIEWS: dict[Any, Op] = {
+    **{
+        op: View(_view)
+        for op in (
+            aten.view.default,
+            aten._unsafe_view.default,
+            aten.reshape.default,
+            aten.permute.default,
+            aten.transpose.int,
+            aten.t.default,
+            aten.unsqueeze.default,
+            aten.squeeze.dim,
+            aten.squeeze.dims,
+            aten.squeeze.default,
+            aten.expand.default,
+            aten.alias.default,
+            aten.detach.default,
+        )
+    },
+    aten.split.Tensor: View(_split),
+    aten.select.int: View(_select),
+    aten.unbind.int: View(_unbind),
+    aten.split_with_sizes.default: View(_split),
+    aten.slice.Tensor: View(
         _slice,
         lambda x, dim=0, start=None, end=None, step=1: (
             all(v is None or isinstance(v, int) for v in (start, end, step)) and step >= 1
         ),
     ),
+}
+
+
+CONCATENATION: dict[Any, Op] = {
+    aten.cat.default: Op(_concatenate, _concatenates),
+    aten.stack.default: Op(_stack, _concatenates),
 }
 
 
@@ -1338,6 +1523,8 @@ LOWERINGS: dict[Any, Op] = {
     **ATTENTION,
     **REDUCTIONS,
     **CONCATENATION,
+    **VIEWS,
+    aten.clone.default: Op(lambda low, node, x, memory_format=None: low.graph.identity(low.tensor(x))),
     **POOLINGS,
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
@@ -1378,30 +1565,33 @@ class Built:
         graph.create_execution_plans([heur_mode])
         graph.check_support()
         graph.build_plans()
-        # (graph tensor, argument, the dims it is viewed as or None for its own)
+        # (graph tensor, the argument's view, the dims it is reshaped to or None for its own)
         self.inputs = [
-            (tensor, index, None if dims == tuple(lowering.args[index].shape) else dims)
-            for (index, dims), tensor in lowering.inputs.items()
+            (tensor, view, None if dims == tuple(view.of(lowering.args).shape) else dims)
+            for (view, dims), tensor in lowering.inputs.items()
         ]
-        self.outputs = [
-            (*output, output[1] if output[0] is None else tuple(output[0].get_dim())) for output in lowering.outputs
-        ]
+        self.outputs = lowering.outputs
         self.workspace_size = graph.get_workspace_size()
         self.workspace: torch.Tensor | None = None
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
         device = _tensors(args)[0].device
         pack: dict[og.Tensor | str, Any] = {
-            tensor: args[index] if dims is None else args[index].reshape(dims) for tensor, index, dims in self.inputs
+            tensor: view.of(args) if dims is None else view.of(args).reshape(dims) for tensor, view, dims in self.inputs
         }
         results = []
-        for tensor, shape, strides, dtype, dims in self.outputs:
+        for result in self.outputs:
+            if result.input is not None:  # a view of an input
+                results.append(result.input.of(args))
+                continue
+            tensor, shape, strides = result.tensor, result.shape, result.strides
             if tensor is None:  # no element: nothing to compute
-                results.append(torch.empty_strided(shape, strides, dtype=dtype, device=device))
+                results.append(torch.empty_strided(shape, strides, dtype=result.dtype, device=device))
                 continue
             if tensor not in pack:  # in torch's memory order, the graph tensor's (_follow_torch)
-                pack[tensor] = torch.empty_strided(shape, strides, dtype=dtype, device=device).view(dims)
-            results.append(pack[tensor].view(shape))
+                allocated = torch.empty_strided(shape, strides, dtype=result.dtype, device=device)
+                pack[tensor] = allocated.view(tensor.get_dim())
+            results.append(_replayed(pack[tensor].view(shape), result.steps))
         if self.workspace is None and self.workspace_size:
             self.workspace = (
                 kept_buffer(self.workspace_size, device.index)
@@ -1446,6 +1636,14 @@ class OpendnnRegion(torch.nn.Module):
             return None
         self.backend.plans.append(built.graph.plan)
         return built
+
+
+def _computes(module: torch.fx.GraphModule) -> bool:
+    """Whether a region computes enough for a plan: two operators or more besides its views, or an
+    attention operator (a lone operator between views stays on torch, as a lone node does)."""
+    calls = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    computed = [target for target in calls if target not in VIEWS and target is not operator.getitem]
+    return len(computed) > 1 or any(target in ATTENTION for target in computed)
 
 
 def _returned(module: torch.fx.GraphModule) -> Any:
@@ -1611,9 +1809,9 @@ class OpendnnBackend:
     def compile_graph(
         self, module: torch.fx.GraphModule, example_inputs: Sequence[Any], heur_mode: og.HeurMode | None = None
     ) -> Callable[..., Any]:
-        """``module`` with each region of two supported nodes or more, or of an attention operator
-        alone (one kernel of its own, which views and transposes around it leave alone in a
-        transformer), run as an opendnn plan, built with ``heur_mode`` (None: the reference engine
+        """``module`` with each region of two supported operators or more besides its views, or of an
+        attention operator (one kernel of its own, between operators left to torch), run as an
+        opendnn plan, built with ``heur_mode`` (None: the reference engine
         on the CPU, the fusion engine on CUDA)."""
         partitioner = CapabilityBasedPartitioner(
             module,
@@ -1623,7 +1821,7 @@ class OpendnnBackend:
         )
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for node in fused.graph.nodes:
-            if node.op == "call_module" and node.target.startswith("fused_"):
+            if node.op == "call_module" and node.target.startswith("fused_") and _computes(getattr(fused, node.target)):
                 name = f"graph{self.graphs}.{node.target}"
                 setattr(fused, node.target, OpendnnRegion(getattr(fused, node.target), self, name, heur_mode))
                 self.regions.append(name)
