@@ -189,3 +189,29 @@ def test_float64_into_bfloat16_rounds_as_torch(backend):
     assert out.dtype == torch.bfloat16
     step = 2.0**-7 * x.abs()
     assert ((out.double() - x.to(torch.bfloat16).double()).abs() <= step).all()
+
+
+def test_numpy_inputs_that_are_views_of_one_buffer_read_it_as_it_is(handle):
+    """Inputs viewing one buffer (a shifted slice, every other element, a transpose, the same first
+    element with other extents) on either backend: the Triton kernels read NumPy memory as torch
+    tensors, one per buffer."""
+    rng = np.random.default_rng(7)
+    x, square, memory = (rng.standard_normal(size).astype(np.float32) for size in (32, (6, 6), 200))
+
+    def t(array):
+        return torch.from_numpy(np.asarray(array, np.float64))
+
+    np.testing.assert_allclose(F.add(x[:16], x[::2], handle=handle), t(x[:16]) + t(x[::2]), rtol=1e-6)
+    np.testing.assert_allclose(F.mul(x[8:24], x[:16], handle=handle), t(x[8:24]) * t(x[:16]), rtol=1e-6)
+    np.testing.assert_allclose(
+        F.matmul(square[:4], square.T[:, ::2], handle=handle), t(square[:4]) @ t(square.T[:, ::2]), rtol=1e-5
+    )
+    image, weight, bias = memory[:32].reshape(1, 2, 4, 4), memory[:54].reshape(3, 2, 3, 3), memory[::3][:3]
+    residual = memory[::2][:48].reshape(1, 3, 4, 4)
+    result = F.conv_bias_activation(image, weight, bias, residual, "relu", padding=1, handle=handle)
+    expected = torch.relu(TF.conv2d(t(image), t(weight), t(bias), padding=1) + t(residual))
+    np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
+    out = np.full(16, np.nan, np.float32)  # the cuDNN-shaped call: two descriptors over one array
+    dense, strided = od.TensorDescriptor("float32", (16,)), od.TensorDescriptor("float32", (16,), (2,))
+    od.op_tensor(handle, od.OpTensorDescriptor(od.OpTensorOp.MUL), 1.0, dense, x, 1.0, strided, x, 0.0, dense, out)
+    np.testing.assert_allclose(out, t(x[:16]) * t(x[::2]), rtol=1e-6)

@@ -462,6 +462,79 @@ def test_execute_refuses_an_array_of_other_dims_or_strides_than_its_tensors(engi
     assert np.isnan(memory[24:]).all()
 
 
+def views_of_one_buffer(rng, case):
+    """Two float32 arrays of one shape that are views of one buffer: overlapping slices, an array and
+    its every other element, a matrix and its transpose."""
+    if case == "slices":
+        base = random(rng, 80)
+        return base[:40].reshape(5, 8), base[16:56].reshape(5, 8)
+    if case == "strided":
+        base = random(rng, 80)
+        return base[:40].reshape(5, 8), base[::2].reshape(5, 8)
+    square = random(rng, (8, 8))
+    return square[:5], square.T[:5]
+
+
+@pytest.mark.parametrize("engine", ["reference", "per_node", "fused"])
+@pytest.mark.parametrize("case", ["slices", "strided", "transposed"])
+def test_inputs_that_are_views_of_one_numpy_buffer_give_the_references_results(engine, case):
+    rng = np.random.default_rng(26)
+    a, b = views_of_one_buffer(rng, case)
+    g = cpu_graph()
+    at, bt = g.tensor_like(a, name="a"), g.tensor_like(b, name="b")
+    product = g.mul(at, bt)
+    outputs = [g.add(product, at).set_output(True), g.reduction(product, "add", [5, 1]).set_output(True)]
+    total, row_sums = run(g, {at: a, bt: b}, outputs, engine)
+    expected = t64(a) * t64(b)
+    assert relative_error(total, (expected + t64(a)).numpy()) < 1e-6
+    assert relative_error(row_sums, expected.sum(1, keepdim=True).numpy()) < 1e-6
+
+
+@pytest.mark.parametrize("engine", ["reference", "per_node", "fused"])
+def test_a_convolution_epilogue_reads_image_filter_bias_and_residual_from_one_numpy_buffer(engine):
+    rng = np.random.default_rng(27)
+    memory = random(rng, 200)
+    x, w = memory[:50].reshape(1, 2, 5, 5), memory[:54].reshape(3, 2, 3, 3)  # from the same first element
+    b, z = memory[::7][:3].reshape(1, 3, 1, 1), memory[5:80].reshape(1, 3, 5, 5)
+    g = cpu_graph()
+    xt, wt, bt, zt = (g.tensor_like(array, name=name) for name, array in zip("xwbz", (x, w, b, z)))
+    y = g.relu(g.add(g.bias(g.conv_fprop(xt, wt, padding=[1, 1]), bt), zt)).set_output(True)
+    (out,) = run(g, {xt: x, wt: w, bt: b, zt: z}, [y], engine)
+    expected = torch.relu(torch.nn.functional.conv2d(t64(x), t64(w), padding=1) + t64(b) + t64(z))
+    assert relative_error(out, expected.numpy()) < 1e-6
+
+
+@pytest.mark.parametrize("engine", ["reference", "per_node", "fused"])
+def test_an_output_sharing_memory_with_an_input_or_another_output_is_refused_naming_both(engine):
+    """Whatever the overlap, the very same elements too: the engines would read and write them in
+    different orders (an output over an input read by a later node changes what that node reads on
+    one engine and not on another)."""
+    rng = np.random.default_rng(28)
+    g = cpu_graph()
+    x = g.tensor([8], name="x")
+    y = g.exp(x, name="e").set_output(True).set_name("y")
+    z = g.add(y, x, name="sum").set_output(True).set_name("z")
+    build(g, engine)
+    workspace = np.empty(g.get_workspace_size(), np.uint8)
+    memory = random(rng, 24)
+    an_output, an_input = r"\(an output\)", r"\(an input\)"
+    for pack, message in (
+        ({x: memory[:8], y: memory[4:12], z: memory[16:]}, rf"\['y'\] {an_output} and variant_pack\['x'\] {an_input}"),
+        ({x: memory[:8], y: memory[:8], z: memory[16:]}, rf"\['y'\] {an_output} and variant_pack\['x'\] {an_input}"),
+        (
+            {x: memory[:8], y: memory[8:16], z: memory[12:20]},
+            rf"\['y'\] {an_output} and variant_pack\['z'\] {an_output}",
+        ),
+        ({x: memory[:8], y: memory[16:], z: memory[4:12]}, rf"\['z'\] {an_output} and variant_pack\['x'\] {an_input}"),
+    ):
+        with pytest.raises(od.BadParam, match=rf"^variant_pack{message} share memory: a graph's output needs memory"):
+            g.execute(pack, workspace)
+    out = np.full(16, np.nan, np.float32)  # outputs side by side in one buffer share no element: they pass
+    g.execute({x: memory[:8], y: out[:8], z: out[8:]}, workspace)
+    x64 = memory[:8].astype(np.float64)
+    assert relative_error(out[:8], np.exp(x64)) < 1e-6 and relative_error(out[8:], np.exp(x64) + x64) < 1e-6
+
+
 @pytest.mark.parametrize("engine", ["reference", "fused"])
 def test_a_repeated_execute_reuses_its_binding_and_a_new_array_is_checked_again(engine):
     rng = np.random.default_rng(21)

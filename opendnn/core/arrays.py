@@ -122,14 +122,25 @@ def _descriptor_of(native_dtype: Any, dims: tuple[int, ...], strides: tuple[int,
 def buffer_elements(native: Any) -> int:
     """Elements addressable from the array's first element to the end of the memory it views."""
     if isinstance(native, np.ndarray):
-        owner = native
-        while isinstance(owner.base, np.ndarray):
-            owner = owner.base
+        owner = memory_owner(native)
         if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
             return descriptor_of(native).extent
         end = owner.__array_interface__["data"][0] + owner.nbytes
         return (end - native.__array_interface__["data"][0]) // native.itemsize
     return native.untyped_storage().nbytes() // native.element_size() - native.storage_offset()
+
+
+def memory_owner(native: np.ndarray) -> np.ndarray:
+    """The NumPy array at the end of ``native``'s chain of bases: the array whose memory it views
+    (through the array-interface holder between an ``as_strided`` view and its array)."""
+    owner = native
+    while True:
+        base = owner.base
+        if not isinstance(base, np.ndarray) and hasattr(base, "__array_interface__"):
+            base = getattr(base, "base", None)
+        if not isinstance(base, np.ndarray):
+            return owner
+        owner = base
 
 
 @dataclass(frozen=True, init=False)
@@ -252,6 +263,20 @@ def _check_pair(out: Bound, other: Bound, in_place: bool | tuple[str, ...]) -> N
         )
 
 
+def share_memory(a: Bound, b: Bound) -> bool:
+    """Whether two tensors share a byte: NumPy's bounds test of two NumPy arrays, or their address
+    intervals, first (apart: no), then ``_shares_memory``."""
+    a_view, b_view = a.view, b.view
+    if a_view.__class__ is np.ndarray and b_view.__class__ is np.ndarray:
+        if not np.may_share_memory(a_view, b_view):
+            return False
+    else:
+        a_start, b_start = _address(a_view), _address(b_view)
+        if not (b_start < a_start + a.desc.size_in_bytes and a_start < b_start + b.desc.size_in_bytes):
+            return False
+    return _shares_memory(a, b)
+
+
 def _address(native: Any) -> int:
     if isinstance(native, np.ndarray):
         address: int = native.__array_interface__["data"][0]
@@ -365,16 +390,35 @@ def allocate_bytes(like: Bound, count: int) -> Any:
 
 def torch_view(bound: Bound) -> Any:
     """The bound view as a torch tensor sharing its memory (a NumPy array is wrapped, bfloat16 bits
-    reinterpreted): what the Triton kernels take, also on the CPU through the interpreter."""
-    view = bound.view
-    if isinstance(view, np.ndarray):
-        import torch
+    reinterpreted): what the Triton kernels take, also on the CPU through the interpreter.
 
-        if bound.desc.dtype is DataType.BFLOAT16:  # uint16 bits or ml_dtypes' bfloat16: torch reads the bits
-            view = torch.from_numpy(view.view(np.uint16)).view(torch.bfloat16)
-        else:
-            view = torch.from_numpy(view)
-    return view
+    A NumPy array becomes a view of a tensor over all of its owner's memory (``memory_owner``), so the
+    views of one buffer are views of one storage, as torch's own are: Triton's interpreter copies each
+    storage to the host and back once per address, and a storage of one view's extent cannot hold
+    another view of the same address that reaches further (``x[:4]`` and ``x[::2]``)."""
+    view = bound.view
+    if not isinstance(view, np.ndarray):
+        return view
+    import torch
+
+    bits = bound.desc.dtype is DataType.BFLOAT16  # uint16 bits or ml_dtypes' bfloat16: torch reads the bits
+    memory, offset = _owner_memory(view, np.dtype(np.uint16) if bits else view.dtype)
+    tensor = torch.from_numpy(memory)
+    if offset is not None:
+        tensor = tensor.as_strided(view.shape, [s // memory.itemsize for s in view.strides], offset)
+    return tensor.view(torch.bfloat16) if bits else tensor
+
+
+def _owner_memory(view: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, int | None]:
+    """``view``'s owner's memory as a flat array of ``dtype`` (from its first byte at ``view``'s
+    alignment) and the offset of ``view``'s first element in it; ``view`` itself (seen as
+    ``dtype``) and None where the owner is not one dense block."""
+    owner = memory_owner(view)
+    if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+        return view.view(dtype), None
+    start = _address(view) - _address(owner)
+    flat = owner.reshape(-1, order="A").view(np.uint8)[start % dtype.itemsize :]
+    return flat[: flat.size - flat.size % dtype.itemsize].view(dtype), start // dtype.itemsize
 
 
 def strided_view(native: Any, desc: TensorDescriptor) -> Any:

@@ -31,7 +31,7 @@ from opendnn.graph.calls import (
 )
 from opendnn.graph.codegen import GeneratedKernel, generate
 from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
-from opendnn.graph.memory import Binding, aligned, typed_view
+from opendnn.graph.memory import Binding, aligned, check_outputs_apart, in_place_inputs, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import slice_index
 
@@ -245,6 +245,7 @@ class ExecutionPlan:
             for t in graph.tensors
             if t.bound_by_caller and not t.by_value
         )
+        self.in_place = in_place_inputs(graph)
         called = {uid for step in steps if isinstance(step, NodeCall) for uid in step.reads}
         # scalars a call reads as one-element tensors (a generated kernel takes them as arguments)
         self.scalars = tuple((t.uid, t.desc.dtype, t.value) for t in graph.tensors if t.by_value and t.uid in called)
@@ -301,6 +302,7 @@ class ExecutionPlan:
                 bounds[uid] = Bound(name, desc, array, device_of(array))
             else:
                 bounds[uid] = self._bind_array(uid, name, desc, array, written)
+        check_outputs_apart(bounds, self.bound, self.in_place)
         like = bounds[self.bound[0][0]]  # a graph has an output, so the pack has a tensor
         assert like is not None
         work = bind_bytes("workspace", workspace, self.workspace_size, WORKSPACE_QUERY)
