@@ -6,6 +6,7 @@ import pickle
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -383,6 +384,50 @@ def test_a_product_with_no_output_features_gives_torchs_empty_result_and_gradien
     y_reference.sum().backward()
     for t, t_reference in zip(mine, reference, strict=True):
         assert torch.equal(t.grad, t_reference.grad)
+
+
+NO_INPUT_CHANNEL = {  # (call, x's shape, weight's shape): three output channels each
+    "conv1d": (lambda x, w, b: OF.conv(x, w, b, 2, 0), (2, 0, 7), (3, 0, 3)),
+    "conv2d": (lambda x, w, b: OF.conv(x, w, b, 1, 1), (2, 0, 5, 5), (3, 0, 3, 3)),
+    "conv3d": (lambda x, w, b: OF.conv(x, w, b, 1, 1), (1, 0, 3, 4, 3), (3, 0, 3, 3, 3)),
+    "conv_transpose2d": (lambda x, w, b: OF.conv_transpose(x, w, b, 2, 1), (2, 0, 4, 4), (0, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+@pytest.mark.parametrize("name", NO_INPUT_CHANNEL)
+def test_a_convolution_of_no_input_channel_has_empty_input_and_weight_gradients(name, backend, monkeypatch):
+    """Each output is the empty sum plus the bias, so the bias's gradient is dy's sum; x and the
+    weight get gradients of their shapes, of no element. (torch's CPU convolution returns an
+    output of no channel instead, and a zero bias gradient: docs/differences.md.)"""
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    call, x_shape, w_shape = NO_INPUT_CHANNEL[name]
+    x, w, b = (_randn(*shape).requires_grad_() for shape in (x_shape, w_shape, (3,)))
+    y = call(x, w, b)
+    bias = b.detach().view(1, 3, *[1] * (y.ndim - 2))
+    assert torch.equal(y, bias.expand(y.shape))
+    dy = _randn(*y.shape)
+    y.backward(dy)
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+    torch.testing.assert_close(b.grad, dy.sum([0, *range(2, dy.ndim)]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_a_converted_conv2d_of_no_input_channel_trains(backend, monkeypatch):
+    monkeypatch.setenv("OPENDNN_BACKEND", backend)
+    with warnings.catch_warnings():  # torch's initialization of the empty weight warns it does nothing
+        warnings.simplefilter("ignore", UserWarning)
+        module = torch.nn.Conv2d(0, 3, 3, padding=1).double()
+    ot.convert(module)
+    x = _randn(2, 0, 5, 5).requires_grad_()
+    for _ in range(2):  # the second call replays what the first recorded
+        y = module(x)
+        assert torch.equal(y, module.bias.detach().view(1, 3, 1, 1).expand(2, 3, 5, 5))
+        dy = _randn(*y.shape)
+        y.backward(dy)
+        assert x.grad.shape == x.shape and module.weight.grad.shape == module.weight.shape
+        torch.testing.assert_close(module.bias.grad, dy.sum((0, 2, 3)), rtol=1e-12, atol=1e-12)
+        module.zero_grad()
 
 
 # ---- converted models against torch's ------------------------------------------------------------------

@@ -226,10 +226,15 @@ convolution_transpose = define(
     empty=_bias_of_an_empty_sum(_transposed_fake, convolution=True),
 )
 
-convolution_backward_data = define(
-    "convolution_backward_data(Tensor dy, Tensor weight, SymInt[] x_shape, int[] stride, int[] padding,"
-    " int[] dilation, int groups) -> Tensor",
-    lambda dy, weight, x_shape, stride, padding, dilation, groups: F.conv_backward_data(
+
+def _backward_data(
+    dy: Tensor, weight: Tensor, x_shape: Sequence[int], stride: Any, padding: Any, dilation: Any, groups: int
+) -> Tensor:
+    """dx through opendnn, computed where it has elements: an x of no channel (whose dy is the bias
+    alone, of elements) has a dx of none, which opendnn's descriptors cannot describe."""
+    if 0 in x_shape:
+        return empty_in_order_of(dy, x_shape)
+    return F.conv_backward_data(
         dy,
         weight,
         tuple(x_shape),
@@ -238,16 +243,17 @@ convolution_backward_data = define(
         tuple(dilation),
         groups,
         handle=_product_handle(dy, "convolution"),
-    ),
-    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape),
-    differentiable=False,
-    handle=_convolution_handle,
-)
+    )
 
-convolution_backward_filter = define(
-    "convolution_backward_filter(Tensor x, Tensor dy, SymInt[] weight_shape, int[] stride, int[] padding,"
-    " int[] dilation, int groups) -> Tensor",
-    lambda x, dy, weight_shape, stride, padding, dilation, groups: F.conv_backward_filter(
+
+def _backward_filter(
+    x: Tensor, dy: Tensor, weight_shape: Sequence[int], stride: Any, padding: Any, dilation: Any, groups: int
+) -> Tensor:
+    """dweight through opendnn, computed where it has elements: a weight of no input channel has
+    none (a transposed convolution's x of no channel is its backward filter's dy)."""
+    if 0 in weight_shape:
+        return empty_in_order_of(x, weight_shape)
+    return F.conv_backward_filter(
         x,
         dy,
         tuple(weight_shape),
@@ -256,7 +262,22 @@ convolution_backward_filter = define(
         tuple(dilation),
         groups,
         handle=_product_handle(x, "convolution"),
-    ),
+    )
+
+
+convolution_backward_data = define(
+    "convolution_backward_data(Tensor dy, Tensor weight, SymInt[] x_shape, int[] stride, int[] padding,"
+    " int[] dilation, int groups) -> Tensor",
+    _backward_data,
+    lambda dy, weight, x_shape, stride, padding, dilation, groups: empty_in_order_of(dy, x_shape),
+    differentiable=False,
+    handle=_convolution_handle,
+)
+
+convolution_backward_filter = define(
+    "convolution_backward_filter(Tensor x, Tensor dy, SymInt[] weight_shape, int[] stride, int[] padding,"
+    " int[] dilation, int groups) -> Tensor",
+    _backward_filter,
     lambda x, dy, weight_shape, stride, padding, dilation, groups: empty_in_order_of(x, weight_shape),
     differentiable=False,
     handle=_convolution_handle,
@@ -312,7 +333,12 @@ def _transposed_backward(ctx: Any, dy: Tensor) -> tuple[Any, ...]:
         for n, k, s, p, d in zip(dy.shape[2:], weight.shape[2:], stride, padding, dilation)
     ]
     surplus = [r - n for r, n in zip(reach, x.shape[2:])]
-    dx = _needed(ctx, 0, lambda: convolution(dy, weight, None, stride, padding, dilation, groups))
+    convolved = x.shape[1] > 0  # an x of no channel has a dx of none: no weight's output channel convolves dy
+    dx = _needed(
+        ctx,
+        0,
+        lambda: convolution(dy, weight, None, stride, padding, dilation, groups) if convolved else x.new_empty(x.shape),
+    )
     if dx is not None and any(surplus):
         dx = dx[(..., *(slice(0, n) for n in x.shape[2:]))]
     zeros = [count for extra in reversed(surplus) for count in (0, extra)]  # torch.nn.functional.pad's order
