@@ -165,6 +165,27 @@ def test_a_compiled_gpt_block_on_the_fusion_engine_is_one_region_a_graph():
     assert {plan.engine for plan in backend.plans} == {"fused"}
 
 
+def test_a_compiled_gpt_block_under_autocast_is_one_region_a_graph_as_close_to_float64_as_eager():
+    """bfloat16 autocast on the CPU: its casts lower as the graph's conversions, so they split nothing."""
+    torch.manual_seed(0)
+    model = GptBlock(width=32)
+    eager, wide = copy.deepcopy(model), copy.deepcopy(model).double()
+    backend = OpendnnBackend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 8, 32)
+    with torch.autocast("cpu", torch.bfloat16):
+        ours, theirs = compiled(x), eager(x)
+    ours.float().square().sum().backward()
+    theirs.float().square().sum().backward()
+    expected = wide(x.double())
+    expected.square().sum().backward()
+    assert ours.dtype == theirs.dtype == torch.float32
+    assert relative_error(ours, expected) < 2 * relative_error(theirs, expected) + 1e-3
+    for mine, eagers, exact in zip(model.parameters(), eager.parameters(), wide.parameters(), strict=True):
+        assert relative_error(mine.grad, exact.grad) < 2 * relative_error(eagers.grad, exact.grad) + 1e-3
+    assert backend.fallbacks == [] and len(backend.regions) == 2
+
+
 def test_a_compiled_gpt_block_in_inference_lowers_its_attention_without_statistics():
     """Under no_grad nothing reads the CPU operator's logsumexp: the plan computes none."""
     torch.manual_seed(0)

@@ -999,6 +999,31 @@ def test_views_of_inputs_and_of_computed_tensors_lower_inside_one_region(case):
     assert len([name for name in backend.regions if name.startswith("graph0.")]) == 1  # the forward: one region
 
 
+def test_autocasts_conversions_lower_as_the_graphs_and_round_as_torch():
+    def rounded(x):  # float32 -> bfloat16 -> float32, torch's round to nearest even both ways
+        return (x.to(torch.bfloat16) * 2).to(torch.float32) + 1
+
+    backend = OpendnnBackend()
+    x = torch.randn(64, 33) * 1e3
+    assert torch.equal(torch.compile(rounded, backend=backend)(x), rounded(x))
+    assert backend.fallbacks == [] and len(backend.regions) == 1
+
+
+@pytest.mark.parametrize(
+    "convert, lowers",
+    [
+        (lambda x: x.to(torch.float16), True),
+        (lambda x: x.to(torch.float16, memory_format=torch.channels_last), False),  # a copy in another layout
+        (lambda x: x.to(torch.int32), False),  # the graph converts floating types
+    ],
+    ids=["type", "layout", "integer"],
+)
+def test_a_conversion_lowers_when_it_changes_the_floating_type_alone(convert, lowers):
+    traced = make_fx(convert, tracing_mode="fake")(torch.randn(2, 3, 4, 5))
+    (copy_node,) = [node for node in traced.graph.nodes if node.target is torch.ops.aten._to_copy.default]
+    assert LOWERINGS[torch.ops.aten._to_copy.default].accepts(copy_node) is lowers
+
+
 def test_a_slice_of_a_channels_last_batch_of_one_lowers_forward_and_backward():
     """torch's strides along a dim of 1 are its own (a batch of one channels-last: N's stride is C*H*W,
     not C): a view's strides match its input's times the steps only where a dim holds more than one."""

@@ -1293,6 +1293,23 @@ def _concatenate(low: Lowering, node: torch.fx.Node, tensors: Sequence[Any], dim
     return low.graph.concatenate(joined, dim % rank)
 
 
+def _converts(
+    x: Any,
+    *,
+    dtype: Any = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+    non_blocking: bool = False,
+    memory_format: Any = None,
+) -> bool:
+    """``aten._to_copy`` that converts the type alone (autocast's casts), on x's device: the graph's
+    identity into a tensor of the new type (``_follow_torch`` gives it the type)."""
+    same_device = device is None or torch.device(device) == x.meta["val"].device
+    kept = layout in (None, torch.strided) and memory_format in (None, torch.preserve_format) and not pin_memory
+    return dtype is not None and same_device and kept
+
+
 def _stack(low: Lowering, node: torch.fx.Node, tensors: Sequence[Any], dim: int = 0) -> Any:
     """torch.stack as the graph's concatenate of each tensor viewed with a dim of 1 at ``dim``."""
     rank = node.meta["val"].dim()
@@ -1525,6 +1542,7 @@ LOWERINGS: dict[Any, Op] = {
     **CONCATENATION,
     **VIEWS,
     aten.clone.default: Op(lambda low, node, x, memory_format=None: low.graph.identity(low.tensor(x))),
+    aten._to_copy.default: Op(lambda low, node, x, **kwargs: low.graph.identity(low.tensor(x)), _converts),
     **POOLINGS,
     aten.native_layer_norm.default: Op(_layer_norm, lambda x, normalized, w, b, eps: _is_tensor(w) and _is_tensor(b)),
     aten.native_layer_norm_backward.default: Op(
