@@ -104,10 +104,12 @@ SUITES: dict[str, tuple[str, str, int]] = {
         "Layers that no planner table was tuned on, at batch 64 unless the case names another: dense 3x3 "
         "layers of VGG-16 and a U-Net decoder (batch 16), ResNeXt-50's grouped 3x3 (32 groups), ConvNeXt-T's "
         "7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's and EfficientNet-B0's strided depthwise "
-        "3x3 and 5x5, a 3-D 3x3x3 layer over 16 frames (batch 8), and ResNet-50's layer-3 3x3 at batch 1 and "
-        "256; forward, backward data and backward filter with the algorithms calls that name none take (the "
-        "dtype cell names one other than IMPLICIT_GEMM and ALGO_0) against cuDNN (`cudnn.benchmark` on), "
-        "layouts as in the convolution table.",
+        "3x3 and 5x5, a 3-D 3x3x3 layer over 16 frames (batch 8), ResNet-50's layer-3 3x3 at batch 1 and 256, "
+        "channel counts that are not multiples of 64 (GoogLeNet, DenseNet-121, SqueezeNet, a detector's strided "
+        "3x3 over 32 channels at batch 16), RegNetY's 3x3 in groups of 56 channels, and DeepLabV3's 3x3 at "
+        "dilation 2 (batch 16); forward, backward data and backward filter with the algorithms calls that "
+        "name none take (the dtype cell names one other than IMPLICIT_GEMM and ALGO_0) against cuDNN "
+        "(`cudnn.benchmark` on), layouts as in the convolution table.",
         4,
     ),
     "convolution_fused": (
