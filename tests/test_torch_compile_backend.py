@@ -1024,6 +1024,32 @@ def test_a_conversion_lowers_when_it_changes_the_floating_type_alone(convert, lo
     assert LOWERINGS[torch.ops.aten._to_copy.default].accepts(copy_node) is lowers
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("make", [lambda: nn.LayerNorm(6), lambda: nn.GroupNorm(2, 4), lambda: nn.BatchNorm2d(4)])
+def test_norms_of_a_bfloat16_module_lower_with_torchs_bfloat16_statistics_and_parameters(make, grad):
+    """A module cast to bfloat16: torch's CPU norms save their statistics in bfloat16, and batch norm
+    keeps bfloat16 running statistics and parameter gradients. The graph's norms read and write
+    float32: casts up and down, each added only where the region reads or returns it (inference reads
+    no statistics)."""
+    torch.manual_seed(0)
+    norm = make().bfloat16()  # in training mode: batch norm normalizes with the batch's statistics
+    wide = copy.deepcopy(norm).double()
+    x = torch.randn(2, 4, 3, 6, dtype=torch.bfloat16, requires_grad=grad)
+    backend = OpendnnBackend()
+    with torch.set_grad_enabled(grad):
+        ours = torch.compile(lambda x: torch.relu(norm(x)) * 2.0, backend=backend)(x)
+    x64 = x.detach().double().requires_grad_(grad)
+    expected = torch.relu(wide(x64)) * 2.0
+    assert ours.dtype == torch.bfloat16 and relative_error(ours, expected) < 1e-2
+    if grad:
+        dy = torch.randn_like(ours)
+        ours.backward(dy)
+        expected.backward(dy.double())
+        assert relative_error(x.grad, x64.grad) < 2e-2
+        assert relative_error(norm.weight.grad, wide.weight.grad) < 2e-2 and norm.weight.grad.dtype == torch.bfloat16
+    assert backend.fallbacks == []
+
+
 def test_a_slice_of_a_channels_last_batch_of_one_lowers_forward_and_backward():
     """torch's strides along a dim of 1 are its own (a batch of one channels-last: N's stride is C*H*W,
     not C): a view's strides match its input's times the steps only where a dim holds more than one."""

@@ -111,6 +111,13 @@ class LazyView(NamedTuple):
     steps: Steps
 
 
+class Deferred(NamedTuple):
+    """A graph tensor ``make`` adds when a node of the region reads it or the region returns it, and
+    not otherwise (a cast of saved statistics that nothing reads would dangle)."""
+
+    make: Callable[[], og.Tensor]
+
+
 class Result(NamedTuple):
     """A region's result: torch's views ``steps`` of a graph output ``tensor`` allocated as torch
     computes it (``shape``, ``strides``, ``dtype``); of nothing computed when ``tensor`` is None (a
@@ -133,7 +140,7 @@ class Lowering:
         self.args = args
         self.inputs: dict[tuple[InputView, tuple[int, ...]], og.Tensor] = {}  # (view, dims) -> graph tensor
         self.values: dict[torch.fx.Node, Any] = {}
-        self.made: dict[torch.fx.Node, og.Tensor] = {}  # the LazyViews added to the graph
+        self.made: dict[torch.fx.Node, og.Tensor] = {}  # the LazyViews and Deferreds added to the graph
         self.reshaped: dict[tuple[og.Tensor, tuple[int, ...]], og.Tensor] = {}
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         self.position = {node: k for k, node in enumerate(placeholders)}
@@ -163,10 +170,8 @@ class Lowering:
             if key not in self.inputs:
                 self.inputs[key] = self.graph.tensor_like(array.reshape(shape), name=f"{value.name}_{len(self.inputs)}")
             return self.inputs[key]
-        if isinstance(source, LazyView):
-            if value not in self.made:
-                self.made[value] = source.make(self.tensor(source.source))
-            source = self.made[value]
+        if isinstance(source, (LazyView, Deferred)):
+            source = self._made(value, source)
         shape = (tuple(value.meta["val"].shape) if dims is None else tuple(dims)) or (1,)
         if isinstance(source, og.Tensor) and tuple(source.get_dim()) != shape and _ones_apart(shape, source):
             return self._squeezed(source, shape)
@@ -174,6 +179,16 @@ class Lowering:
             computed = source.get_dim() if isinstance(source, og.Tensor) else "several outputs"
             raise Refused(f"{value.name} is read inside the region as {list(shape)}, the graph computes {computed}")
         return source
+
+    def _made(self, value: torch.fx.Node, source: LazyView | Deferred) -> og.Tensor:
+        """The graph tensor of a LazyView or a Deferred, added to the graph at its first use."""
+        if value not in self.made:
+            if isinstance(source, Deferred):
+                self.made[value] = source.make()
+                _follow_torch(self.made[value], value.meta["val"])
+            else:
+                self.made[value] = source.make(self.tensor(source.source))
+        return self.made[value]
 
     def _squeezed(self, tensor: og.Tensor, shape: tuple[int, ...]) -> og.Tensor:
         """``tensor`` viewed as ``shape``, its dims with dims of 1 added or dropped (a sum without
@@ -210,6 +225,8 @@ class Lowering:
             if isinstance(tensor, LazyView):
                 node, steps = tensor.root, tensor.steps
                 tensor, val = self.values[node], node.meta["val"]
+            if isinstance(tensor, Deferred):
+                tensor = self._made(node, tensor)
             if not isinstance(tensor, og.Tensor) or tensor.numel != val.numel():
                 raise Refused(f"output {node.name} has no graph tensor of its size")
             tensor.set_output(True).set_data_type(val.dtype)
@@ -395,11 +412,22 @@ def _same_dtype(grad: Any, y: Any, dim: int, input_dtype: Any) -> bool:
     return grad.meta["val"].dtype == input_dtype
 
 
+def _saved_statistics(low: Lowering, node: torch.fx.Node, *statistics: Any) -> tuple[Any, ...]:
+    """A normalization's saved statistics as torch keeps them: in x's half type where torch's CPU
+    kernels save them so (a half-type x and weight, as under autocast), a cast of the graph's float32
+    ones, added only where the region reads or returns it (inference reads none)."""
+    if node.meta["val"][1].dtype not in HALF_TYPES:
+        return statistics
+    return tuple(Deferred(functools.partial(low.graph.identity, value)) for value in statistics)
+
+
 def _layer_norm(
     low: Lowering, node: torch.fx.Node, x: Any, normalized: Sequence[int], w: Any, b: Any, eps: float
 ) -> Any:
+    """(y, mean, rstd), the statistics as torch saves them (``_saved_statistics``)."""
     dims = [1] * (len(x.meta["val"].shape) - len(normalized)) + list(normalized)
-    return low.graph.layernorm(low.tensor(x), low.tensor(w, dims), low.tensor(b, dims), epsilon=eps)
+    y, mean, inv = low.graph.layernorm(low.tensor(x), low.tensor(w, dims), low.tensor(b, dims), epsilon=eps)
+    return (y, *_saved_statistics(low, node, mean, inv))
 
 
 def _layer_norm_backward(
@@ -415,9 +443,10 @@ def _layer_norm_backward(
     mask: Sequence[bool],
 ) -> Any:
     dims = [1] * (len(x.meta["val"].shape) - len(normalized)) + list(normalized)
-    dx, dw, db = low.graph.layernorm_backward(
-        low.tensor(grad), low.tensor(x), low.tensor(w, dims), low.tensor(mean), low.tensor(rstd)
-    )
+    statistics = [low.tensor(value) for value in (mean, rstd)]
+    if mean.meta["val"].dtype in HALF_TYPES:  # read in float32
+        statistics = [low.graph.identity(value) for value in statistics]
+    dx, dw, db = low.graph.layernorm_backward(low.tensor(grad), low.tensor(x), low.tensor(w, dims), *statistics)
     return (dx, dw, db)
 
 
@@ -434,20 +463,23 @@ def _batch_norm_training(
     eps: float,
 ) -> Any:
     """(y, saved mean, saved inverse deviation, next running mean, next running variance), the last
-    two None without running statistics (a module that tracks none)."""
+    two None without running statistics (a module that tracks none). Parameters and running
+    statistics of a half type (a module cast to bfloat16) are read as float32 and the next running
+    statistics cast back."""
     rank = len(x.meta["val"].shape)
     y, saved_mean, inv, next_mean, next_var = low.graph.batchnorm(
         low.tensor(x),
-        _channel(low, w, rank),
-        _channel(low, b, rank),
-        None if mean is None else _channel(low, mean, rank),
-        None if var is None else _channel(low, var, rank),
+        _float_channel(low, w, rank),
+        _float_channel(low, b, rank),
+        None if mean is None else _float_channel(low, mean, rank),
+        None if var is None else _float_channel(low, var, rank),
         epsilon=eps,
         momentum=momentum,
     )
-    if node.meta["val"][1].dtype in HALF_TYPES:  # saved in x's type (torch's CPU rule): a cast of the graph's float32
-        saved_mean, inv = low.graph.identity(saved_mean), low.graph.identity(inv)
-    return (y, saved_mean, inv, next_mean, next_var)
+    following: tuple[Any, ...] = (next_mean, next_var)
+    if mean is not None and mean.meta["val"].dtype in HALF_TYPES:
+        following = tuple(Deferred(functools.partial(low.graph.identity, value)) for value in following)
+    return (y, *_saved_statistics(low, node, saved_mean, inv), *following)
 
 
 def _batch_norm_without_statistics(
@@ -489,16 +521,19 @@ def _batch_norm_backward(
     dx, dw, db = low.graph.batchnorm_backward(
         low.tensor(grad),
         low.tensor(x),
-        _channel(low, w, rank),
-        _saved_statistic(low, mean, rank),
-        _saved_statistic(low, invstd, rank),
+        _float_channel(low, w, rank),
+        _float_channel(low, mean, rank),
+        _float_channel(low, invstd, rank),
     )
+    if w.meta["val"].dtype in HALF_TYPES:  # the parameters' gradients in their type: casts of the graph's float32
+        return (dx, *(Deferred(functools.partial(low.graph.identity, value)) for value in (dw, db)))
     return (dx, dw, db)
 
 
-def _saved_statistic(low: Lowering, value: Any, rank: int) -> Any:
-    """A batch norm's saved statistic as (1, C, 1, ...) in float32, what the graph's backward reads:
-    torch's CPU kernels save a half-type x's statistics in x's type, cast up here."""
+def _float_channel(low: Lowering, value: Any, rank: int) -> Any:
+    """A batch norm's per-channel tensor as (1, C, 1, ...) in float32, what the graph's batch norms
+    read: one of a half type (statistics torch's CPU kernels save in a half-type x's type, the
+    parameters and running statistics of a module cast to bfloat16) is cast up here."""
     channel = _channel(low, value, rank)
     return low.graph.identity(channel) if value.meta["val"].dtype in HALF_TYPES else channel
 
@@ -538,9 +573,7 @@ def _group_norm(
         epsilon=eps,
     )
     assert mean is not None and inv is not None  # a training forward writes its statistics
-    if node.meta["val"][1].dtype in HALF_TYPES:
-        mean, inv = low.graph.identity(mean), low.graph.identity(inv)
-    return (y, mean, inv)
+    return (y, *_saved_statistics(low, node, mean, inv))
 
 
 def _group_norm_backward(
