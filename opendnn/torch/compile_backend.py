@@ -79,6 +79,15 @@ class Empty:
 EMPTY = Empty()
 
 
+Steps = tuple[tuple[Any, tuple[Any, ...]], ...]  # torch's views in a row: each an operator and its arguments
+
+
+def _replayed(tensor: torch.Tensor, steps: Steps) -> Any:
+    for op, op_args in steps:
+        tensor = op(tensor, *op_args)
+    return tensor
+
+
 class InputView(NamedTuple):
     """A region input as the region reads it: the region's ``argument`` through torch's views
     ``steps`` (each an operator and its arguments after the tensor), taken by torch at every call."""
@@ -88,15 +97,6 @@ class InputView(NamedTuple):
 
     def of(self, args: Sequence[Any]) -> Any:
         return _replayed(args[self.argument], self.steps)
-
-
-Steps = tuple[tuple[Any, tuple[Any, ...]], ...]  # torch's views in a row: each an operator and its arguments
-
-
-def _replayed(tensor: torch.Tensor, steps: Steps) -> Any:
-    for op, op_args in steps:
-        tensor = op(tensor, *op_args)
-    return tensor
 
 
 class LazyView(NamedTuple):
@@ -152,8 +152,8 @@ class Lowering:
                 self.outputs = self._outputs(node.args[0])
 
     def source(self, value: torch.fx.Node) -> Any:
-        """What an FX value is in the graph: a graph tensor (or several, or EMPTY), an InputView or a
-        LazyView."""
+        """What an FX value is in the graph: a graph tensor (or several, or EMPTY), an InputView, a
+        LazyView or a Deferred."""
         return InputView(self.position[value]) if value.op == "placeholder" else self.values[value]
 
     def tensor(self, value: Any, dims: Sequence[int] | None = None) -> Any:
