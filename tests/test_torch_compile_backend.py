@@ -178,6 +178,16 @@ def test_a_layer_norm_of_any_epsilon_lowers_forward_and_backward(eps):
     assert backend.fallbacks == [] and "(layernorm_backward)" in "\n".join(plan.describe() for plan in backend.plans)
 
 
+@pytest.mark.parametrize("options", [None, {"heur_mode": "a"}], ids=["reference", "fused"])
+def test_a_layer_norm_of_one_vector_lowers_forward_and_backward(options):
+    """An input of one dim (an unbatched vector, its statistics of dims (1,)) is the graph's row of (1, N)."""
+    backend = OpendnnBackend()
+    model = lambda: nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.Tanh())  # noqa: E731
+    compare(model, (6,), torch.float64, backend, options)
+    assert backend.fallbacks == [] and backend.plans_executed == 4  # the forward and backward, twice
+    assert "(layernorm_backward)" in "\n".join(plan.describe() for plan in backend.plans)
+
+
 class SoftmaxHeads(nn.Module):
     """A linear layer read through a log softmax along its features and a softmax along the batch."""
 

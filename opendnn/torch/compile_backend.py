@@ -421,12 +421,20 @@ def _saved_statistics(low: Lowering, node: torch.fx.Node, *statistics: Any) -> t
     return tuple(Deferred(functools.partial(low.graph.identity, value)) for value in statistics)
 
 
+def _rows(x: Any) -> list[int]:
+    """A layer norm's x as the graph reads it: its dims, with a leading 1 where it has one dim (the
+    graph's norms take two dims or more)."""
+    shape = list(x.meta["val"].shape)
+    return [1] * (2 - len(shape)) + shape
+
+
 def _layer_norm(
     low: Lowering, node: torch.fx.Node, x: Any, normalized: Sequence[int], w: Any, b: Any, eps: float
 ) -> Any:
     """(y, mean, rstd), the statistics as torch saves them (``_saved_statistics``)."""
-    dims = [1] * (len(x.meta["val"].shape) - len(normalized)) + list(normalized)
-    y, mean, inv = low.graph.layernorm(low.tensor(x), low.tensor(w, dims), low.tensor(b, dims), epsilon=eps)
+    rows = _rows(x)
+    dims = [1] * (len(rows) - len(normalized)) + list(normalized)
+    y, mean, inv = low.graph.layernorm(low.tensor(x, rows), low.tensor(w, dims), low.tensor(b, dims), epsilon=eps)
     return (y, *_saved_statistics(low, node, mean, inv))
 
 
@@ -442,11 +450,15 @@ def _layer_norm_backward(
     b: Any,
     mask: Sequence[bool],
 ) -> Any:
-    dims = [1] * (len(x.meta["val"].shape) - len(normalized)) + list(normalized)
-    statistics = [low.tensor(value) for value in (mean, rstd)]
+    rows = _rows(x)
+    dims = [1] * (len(rows) - len(normalized)) + list(normalized)
+    per_row = rows[: len(rows) - len(normalized)] + [1] * len(normalized)
+    statistics = [low.tensor(value, per_row) for value in (mean, rstd)]
     if mean.meta["val"].dtype in HALF_TYPES:  # read in float32
         statistics = [low.graph.identity(value) for value in statistics]
-    dx, dw, db = low.graph.layernorm_backward(low.tensor(grad), low.tensor(x), low.tensor(w, dims), *statistics)
+    dx, dw, db = low.graph.layernorm_backward(
+        low.tensor(grad, rows), low.tensor(x, rows), low.tensor(w, dims), *statistics
+    )
     return (dx, dw, db)
 
 
