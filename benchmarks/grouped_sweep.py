@@ -25,6 +25,8 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
     "regnet_16_56": (128, 56, 128, 3, 1, 8),
     "regnet_16_28": (256, 28, 256, 3, 1, 16),
     "regnet_8_56": (128, 56, 128, 3, 1, 16),
+    "regnety_56_28": (224, 28, 224, 3, 1, 4),  # RegNetY's 56 a group
+    "wide_64_28": (256, 28, 256, 3, 1, 4),  # 64 a group: the route's widest
 }
 BLOCK_CHANNELS = (16, 32, 64)
 PIXELS_WARPS = ((128, 4), (256, 8))

@@ -1,5 +1,5 @@
 """The narrow-group route (triton_grouped) through Triton's interpreter against float64 torch: groups of
-2, 8 and 16 channels (2 only where the other side is too wide for the direct kernels), in != out
+2, 8, 16 and 40-56 channels (2 only where the other side is too wide for the direct kernels), in != out
 channels a group, 1x1 / 3x3 / 5x5 filters, stride 1 and 2, NHWC and NCHW, sizes that are no multiple
 of the tiles, poisoned outputs, beta, the fused epilogue, and a bitwise repeatable backward filter."""
 
@@ -37,6 +37,8 @@ CASES = {  # name: (dtype, x_dims, k, filter, options); groups of c / groups in,
     ),
     "16_in_2_out_1x1_s2": (F32, (2, 64, 5, 7), 8, (1, 1), dict(stride=(2, 2), groups=4, channels_last=True)),
     "12_in_6_out_3x3_dilated_float64": (F64, (1, 36, 6, 7), 18, (3, 3), dict(pre=(2, 2), dilation=(2, 2), groups=3)),
+    "56_per_group_3x3_nhwc_bf16": (BF16, (2, 112, 5, 6), 112, (3, 3), dict(pre=(1, 1), groups=2, channels_last=True)),
+    "40_in_48_out_3x3_s2_nchw": (F32, (2, 80, 7, 5), 96, (3, 3), dict(pre=(1, 1), stride=(2, 2), groups=2)),
 }
 
 
@@ -57,6 +59,9 @@ def test_grouped_forward_fuses_bias_residual_and_activation():
 def test_wider_groups_direct_groups_and_other_algorithms_keep_their_routes():
     wide = GROUPED_MAX_CHANNELS * 2
     assert kernels.choose(check(FWD, F32, (1, 2 * wide, 3, 3), 2 * wide, (1, 1), groups=2), True) is not GROUPED
+    # 64 bfloat16 channels a group are whole 128-byte chunks on both sides: the implicit GEMM's tiles
+    whole = check(FWD, BF16, (1, 128, 3, 3), 128, (1, 1), groups=2, channels_last=True)
+    assert kernels.choose(whole, True) is not GROUPED
     assert (
         kernels.choose(check(FWD, F32, (1, 8, 3, 3), 8, (3, 3), pre=(1, 1), groups=4), True) is kernels.Strategy.DIRECT
     )

@@ -17,6 +17,8 @@ LAYERS = (  # name: (dtype, layout, channels in, channels out, groups, size, fil
     ("resnext_8", ("bfloat16", "channels_last", 256, 256, 32, 28, 3, 1)),
     ("regnet_16_s2", ("bfloat16", "channels_last", 128, 128, 8, 56, 3, 2)),
     ("in8_out16_fp32_nchw", ("float32", "channels_first", 64, 128, 8, 14, 5, 1)),
+    ("regnety_56", ("bfloat16", "channels_last", 224, 224, 4, 28, 3, 1)),
+    ("regnety_56_fp32_nchw", ("float32", "channels_first", 224, 224, 4, 28, 3, 1)),
 )
 
 

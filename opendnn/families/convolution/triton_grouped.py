@@ -20,9 +20,11 @@ element (1.85 GFLOP); the dense block of GROUPS_PER_BLOCK groups does that many 
 channels a group in a 32-channel block: 7.4 GFLOP, ~15 us at half the bf16 tensor-core rate). The
 same work on CUDA cores (72 fused multiply-adds an output, no waste) is 1.85 GFLOP at the ~67 TFLOP/s
 of float32 FMA: ~28 us at peak. The tensor cores with the waste are expected to win from 4 up to 16
-channels a group; at 32 a group a block is one group and the product is the implicit GEMM's
-(``conv_gemm_kernel``), which therefore keeps it (GROUPED_MAX_CHANNELS). ``benchmarks/grouped_sweep.py``
-times the candidate tiles against cuDNN.
+channels a group. Measured, the route also beat the implicit GEMM at 32 a group, and up to 64 a group
+(one group a block) wherever a group's channels are not whole 128-byte chunks, which the GEMM's tiles
+would run masked (RegNetY's 56: 0.10-0.18 of cuDNN on the GEMM, 1.01-1.41 here); groups of whole
+chunks keep the GEMM (GROUPED_BLOCK_CHANNELS, GROUPED_MAX_CHANNELS; docs/design/convolution.md).
+``benchmarks/grouped_sweep.py`` times the candidate tiles against cuDNN.
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ from opendnn.families.convolution.triton_tiles import (
     geometry,
     strides5,
 )
+from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
-GROUPED_MAX_CHANNELS = 32  # most reduced or output channels a group this route takes (more: the GEMM)
-GROUPED_BLOCK_CHANNELS = 32  # channels a program's block of groups spans (the block's widest side)
+GROUPED_MAX_CHANNELS = 64  # most channels a group this route takes where they are not whole 128-byte chunks
+GROUPED_BLOCK_CHANNELS = 32  # channels a program's block of groups spans (the block's widest side); every
+# group of at most this many channels takes the route
 GROUPED_PIXELS = 128  # pixels a program (a reduction step of the backward filter); half for 4- and 8-byte types
 GROUPED_WARPS = 4
 # backward filter slices aim for this many programs an SM: its loop waits on its loads (H200 sweep, 2 to 32)
@@ -387,11 +391,15 @@ def channels_per_group(problem: ConvolutionProblem) -> tuple[int, int]:
 
 def grouped_tile(problem: ConvolutionProblem) -> GroupedTile | None:
     """The tile of this route, or None where it does not apply: grouped problems under IMPLICIT_GEMM
-    with at most GROUPED_MAX_CHANNELS channels a group on either side."""
+    with at most GROUPED_BLOCK_CHANNELS channels a group on either side, or at most
+    GROUPED_MAX_CHANNELS where a group's channels on some side are not whole 128-byte chunks (the
+    implicit GEMM's tiles run unmasked only on whole chunks: 64 16-bit channels a group are its)."""
     if problem.groups == 1 or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM:
         return None
-    widest = max(channels_per_group(problem))
-    if widest > GROUPED_MAX_CHANNELS:
+    per_group = channels_per_group(problem)
+    widest = max(per_group)
+    whole_chunks = all(channels * problem.x.dtype.itemsize % TMA_BLOCK_BYTES == 0 for channels in per_group)
+    if widest > GROUPED_MAX_CHANNELS or (widest > GROUPED_BLOCK_CHANNELS and whole_chunks):
         return None
     pixels = GROUPED_PIXELS if problem.x.dtype.itemsize <= 2 else GROUPED_PIXELS // 2  # registers: no spills
     groups_per_block = max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // widest))
