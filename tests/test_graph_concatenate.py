@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from graph_helpers import ENGINE_MODES, cpu_graph, graph_inputs, kernel_cache, random, strided, t64  # noqa: F401
+from graph_helpers import build, cpu_graph, graph_inputs, kernel_cache, random, strided, t64  # noqa: F401
 
 import opendnn as od
 import opendnn.graph as og
@@ -25,12 +25,7 @@ def element_strides(array):
 
 def execute(g, engine, pack):
     """Build ``g`` for ``engine`` (validate to build_plans) and execute it on ``pack``."""
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([ENGINE_MODES[engine]])
-    g.check_support()
-    g.build_plans()
-    assert g.plan.engine == engine
+    build(g, engine)
     g.execute(pack, np.empty(g.get_workspace_size(), np.uint8))
 
 

@@ -303,9 +303,14 @@ def _pointwise(method: str) -> Op:
     return Op(lambda low, node, *args: getattr(low.graph, method)(*(low.tensor(a) for a in args)))
 
 
+def _channel_dims(value: Any, rank: int) -> list[int]:
+    """A per-channel tensor (C,)'s dims as (1, C, 1, ...) of ``rank`` dims."""
+    return [1, value.meta["val"].shape[0], *([1] * (rank - 2))]
+
+
 def _channel(low: Lowering, value: Any, rank: int) -> Any:
     """A per-channel tensor (C,) viewed as (1, C, 1, ...) of ``rank`` dims."""
-    return low.tensor(value, [1, value.meta["val"].shape[0], *([1] * (rank - 2))])
+    return low.tensor(value, _channel_dims(value, rank))
 
 
 def _convolution(
@@ -412,13 +417,27 @@ def _same_dtype(grad: Any, y: Any, dim: int, input_dtype: Any) -> bool:
     return grad.meta["val"].dtype == input_dtype
 
 
+def _float32(low: Lowering, value: Any, dims: Sequence[int] | None = None) -> Any:
+    """The graph tensor of an FX value (read as ``dims``) in float32, what the graph's norms read: one
+    of a half type (statistics torch's CPU kernels save in a half-type x's type, the parameters and
+    running statistics of a module cast to bfloat16) is cast up."""
+    tensor = low.tensor(value, dims)
+    return low.graph.identity(tensor) if value.meta["val"].dtype in HALF_TYPES else tensor
+
+
+def _as_torchs(low: Lowering, half: bool, *values: Any) -> tuple[Any, ...]:
+    """A norm's float32 results as torch gives them: where torch keeps them in a ``half`` type, each a
+    cast of the graph's float32 one, added only where the region reads or returns it (inference reads
+    no statistics)."""
+    if not half:
+        return values
+    return tuple(Deferred(functools.partial(low.graph.identity, value)) for value in values)
+
+
 def _saved_statistics(low: Lowering, node: torch.fx.Node, *statistics: Any) -> tuple[Any, ...]:
     """A normalization's saved statistics as torch keeps them: in x's half type where torch's CPU
-    kernels save them so (a half-type x and weight, as under autocast), a cast of the graph's float32
-    ones, added only where the region reads or returns it (inference reads none)."""
-    if node.meta["val"][1].dtype not in HALF_TYPES:
-        return statistics
-    return tuple(Deferred(functools.partial(low.graph.identity, value)) for value in statistics)
+    kernels save them so (a half-type x and weight, as under autocast)."""
+    return _as_torchs(low, node.meta["val"][1].dtype in HALF_TYPES, *statistics)
 
 
 def _rows(x: Any) -> list[int]:
@@ -453,11 +472,12 @@ def _layer_norm_backward(
     rows = _rows(x)
     dims = [1] * (len(rows) - len(normalized)) + list(normalized)
     per_row = rows[: len(rows) - len(normalized)] + [1] * len(normalized)
-    statistics = [low.tensor(value, per_row) for value in (mean, rstd)]
-    if mean.meta["val"].dtype in HALF_TYPES:  # read in float32
-        statistics = [low.graph.identity(value) for value in statistics]
     dx, dw, db = low.graph.layernorm_backward(
-        low.tensor(grad, rows), low.tensor(x, rows), low.tensor(w, dims), *statistics
+        low.tensor(grad, rows),
+        low.tensor(x, rows),
+        low.tensor(w, dims),
+        _float32(low, mean, per_row),
+        _float32(low, rstd, per_row),
     )
     return (dx, dw, db)
 
@@ -488,9 +508,7 @@ def _batch_norm_training(
         epsilon=eps,
         momentum=momentum,
     )
-    following: tuple[Any, ...] = (next_mean, next_var)
-    if mean is not None and mean.meta["val"].dtype in HALF_TYPES:
-        following = tuple(Deferred(functools.partial(low.graph.identity, value)) for value in following)
+    following = _as_torchs(low, mean is not None and mean.meta["val"].dtype in HALF_TYPES, next_mean, next_var)
     return (y, *_saved_statistics(low, node, saved_mean, inv), *following)
 
 
@@ -537,17 +555,12 @@ def _batch_norm_backward(
         _float_channel(low, mean, rank),
         _float_channel(low, invstd, rank),
     )
-    if w.meta["val"].dtype in HALF_TYPES:  # the parameters' gradients in their type: casts of the graph's float32
-        return (dx, *(Deferred(functools.partial(low.graph.identity, value)) for value in (dw, db)))
-    return (dx, dw, db)
+    return (dx, *_as_torchs(low, w.meta["val"].dtype in HALF_TYPES, dw, db))  # the parameters' gradients
 
 
 def _float_channel(low: Lowering, value: Any, rank: int) -> Any:
-    """A batch norm's per-channel tensor as (1, C, 1, ...) in float32, what the graph's batch norms
-    read: one of a half type (statistics torch's CPU kernels save in a half-type x's type, the
-    parameters and running statistics of a module cast to bfloat16) is cast up here."""
-    channel = _channel(low, value, rank)
-    return low.graph.identity(channel) if value.meta["val"].dtype in HALF_TYPES else channel
+    """A batch norm's per-channel tensor as (1, C, 1, ...) in float32 (``_float32``)."""
+    return _float32(low, value, _channel_dims(value, rank))
 
 
 def _frozen_batch_norm_backward(
@@ -619,8 +632,7 @@ def _group_norm_backward(
 def _group_statistic(low: Lowering, value: Any, x: Any, group: int) -> Any:
     """A group norm's saved (N, G) statistic as (N, G, 1, ...) in float32 (cast up from a half type)."""
     shape = x.meta["val"].shape
-    stat = low.tensor(value, [shape[0], group, *([1] * (len(shape) - 2))])
-    return low.graph.identity(stat) if value.meta["val"].dtype in HALF_TYPES else stat
+    return _float32(low, value, [shape[0], group, *([1] * (len(shape) - 2))])
 
 
 def _exact_group_norm(x: Any, w: Any, b: Any, n: int, c: int, hxw: int, group: int, eps: float) -> bool:
@@ -1394,10 +1406,6 @@ class View(Op):
 def _view(low: Lowering, node: torch.fx.Node, x: Any, *args: Any) -> Any:
     """torch's view of a region input, or the graph's reshape of a computed tensor in the strides torch
     gives the view of a tensor of its strides."""
-    step = (node.target, _frozen(args))
-    source = low.source(x)
-    if isinstance(source, InputView):
-        return InputView(source.argument, (*source.steps, step))
 
     def make(tensor: og.Tensor) -> og.Tensor:
         val = x.meta["val"]
@@ -1408,12 +1416,15 @@ def _view(low: Lowering, node: torch.fx.Node, x: Any, *args: Any) -> Any:
             raise Refused(f"{node.name} views {x.name} from element {probe.storage_offset()}")
         return low.graph.reshape(tensor, list(probe.shape) or [1], list(probe.stride()) or [1])
 
-    return _lazy(low, x, make, (step,))
+    return _viewed(low, x, make, ((node.target, _frozen(args)),))
 
 
-def _lazy(low: Lowering, x: torch.fx.Node, make: Callable[[og.Tensor], og.Tensor], steps: Steps) -> LazyView:
-    """The LazyView ``make`` takes of ``x``'s graph tensor, torch's ``steps`` after ``x``'s own."""
+def _viewed(low: Lowering, x: torch.fx.Node, make: Callable[[og.Tensor], og.Tensor], steps: Steps) -> Any:
+    """``x`` viewed by torch's ``steps``: of a region input, torch's own view (an InputView); of a
+    computed tensor, the LazyView whose ``make`` adds the graph's view of its graph tensor."""
     source = low.source(x)
+    if isinstance(source, InputView):
+        return InputView(source.argument, (*source.steps, *steps))
     root, before = (source.root, source.steps) if isinstance(source, LazyView) else (x, ())
     return LazyView(x, make, root, (*before, *steps))
 
@@ -1426,32 +1437,25 @@ def _frozen(value: Any) -> Any:
 def _split(low: Lowering, node: torch.fx.Node, x: Any, sizes: Any, dim: int = 0) -> Any:
     """``aten.split.Tensor`` / ``split_with_sizes``: slices of ``x`` along ``dim``, one per result."""
     pieces = node.meta["val"]
-    source = low.source(x)
-    if isinstance(source, InputView):
-        step = (node.target, _frozen((sizes, dim)))
-        return [InputView(source.argument, (*source.steps, step, (operator.getitem, (k,)))) for k in range(len(pieces))]
-    rank, start, views = len(pieces[0].shape), 0, []
-    for piece in pieces:
-        size = piece.shape[dim % rank]
-        views.append(_sliced(low, x, dim % rank, start, start + size))
-        start += size
+    dim %= len(pieces[0].shape)
+    split, start, views = (node.target, _frozen((sizes, dim))), 0, []
+    for k, piece in enumerate(pieces):
+        end = start + piece.shape[dim]
+        views.append(_viewed(low, x, _slicing(low, dim, start, end), (split, (operator.getitem, (k,)))))
+        start = end
     return views
 
 
 def _slice(
     low: Lowering, node: torch.fx.Node, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
 ) -> Any:
-    source = low.source(x)
-    if isinstance(source, InputView):
-        return InputView(source.argument, (*source.steps, (node.target, (dim, start, end, step))))
-    return _sliced(low, x, dim % node.meta["val"].dim(), start, end, step)
+    dim %= node.meta["val"].dim()
+    return _viewed(low, x, _slicing(low, dim, start, end, step), ((node.target, (dim, start, end, step)),))
 
 
-def _sliced(low: Lowering, x: Any, dim: int, start: Any, end: Any, step: int = 1) -> LazyView:
-    def make(tensor: og.Tensor) -> og.Tensor:
-        return low.graph.slice(tensor, [slice(None)] * dim + [slice(start, end, step)])
-
-    return _lazy(low, x, make, ((aten.slice.Tensor, (dim, start, end, step)),))
+def _slicing(low: Lowering, dim: int, start: Any, end: Any, step: int = 1) -> Callable[[og.Tensor], og.Tensor]:
+    """The graph's slice of a tensor along ``dim``."""
+    return lambda tensor: low.graph.slice(tensor, [slice(None)] * dim + [slice(start, end, step)])
 
 
 def _select(low: Lowering, node: torch.fx.Node, x: Any, dim: int, index: int) -> Any:
@@ -1468,20 +1472,17 @@ def _unbind(low: Lowering, node: torch.fx.Node, x: Any, dim: int = 0) -> Any:
 def _selected(low: Lowering, x: Any, dim: int, index: int, steps: Steps) -> Any:
     """The element ``index`` of ``x`` along ``dim``, the dim dropped, which torch's ``steps`` take: a
     slice of one element, then a reshape without its dim."""
-    source = low.source(x)
-    if isinstance(source, InputView):
-        return InputView(source.argument, (*source.steps, *steps))
     shape = x.meta["val"].shape
     dim %= len(shape)
     index %= shape[dim]
 
     def make(tensor: og.Tensor) -> og.Tensor:
-        piece = low.graph.slice(tensor, [slice(None)] * dim + [slice(index, index + 1)])
+        piece = _slicing(low, dim, index, index + 1)(tensor)
         dims = [d for k, d in enumerate(piece.get_dim()) if k != dim] or [1]
         strides = [s for k, s in enumerate(piece.get_stride()) if k != dim] or [1]
         return low.graph.reshape(piece, dims, strides)
 
-    return _lazy(low, x, make, steps)
+    return _viewed(low, x, make, steps)
 
 
 VIEWS: dict[Any, Op] = {
