@@ -42,7 +42,8 @@ forward calls ``F.adaptive_avg_pool2d`` itself). For the language model it is a 
 alone is routed to opendnn: its attention blocks call ``opendnn.torch.attention.scaled_dot_product_attention``
 (the call ``opendnn.torch.enable()`` routes ``F.scaled_dot_product_attention`` to; ``enable()`` itself would
 route the linear layers, layer norms and GELU too) in place of torch's SDPA, and every other operation is
-torch's on both sides; ``--fused`` and ``--backend``, which put the whole model on opendnn, skip it.
+torch's on both sides; ``--fused``, which converts every layer, skips it (``--backend`` compiles torch's
+model as it is, so it runs every model).
 Each side is called a few times first (Triton compilation, cuDNN's algorithm search), then timed: on CUDA
 the median of ``triton.testing.do_bench`` (L2 flushed between calls; opendnn's time includes its Python
 dispatch), on the CPU the median of ``time.perf_counter`` runs (a smoke run, not a figure).
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         profile_to = Path(args.out) if args.profile and device.type == "cuda" else None
-        whole_model = name not in LANGUAGE_MODELS  # --fused and --backend put every layer on opendnn
+        whole_model = name not in LANGUAGE_MODELS  # --fused converts every layer (the compile backend lowers any)
         for row in measure(
             name,
             _subject(name, args, device, builders),
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             args.fused and whole_model,
             [m.strip() for m in re.split(r",(?![^(]*\))", args.modes) if m.strip()],
             args.compiled,
-            args.backend and whole_model,
+            args.backend,
         ):
             print(_progress_line(row), flush=True)
             rows.append(row)

@@ -28,6 +28,7 @@ from graph_helpers import (  # noqa: F401
 
 import opendnn as od
 import opendnn.graph as og
+from opendnn.graph.fusion import relabeled
 
 ENGINES = ["fused", "reference"]
 TOLERANCE = 1e-5
@@ -385,6 +386,145 @@ def test_an_epilogue_stops_where_the_chain_stops_fitting_its_slots():
     build(g, "fused")
     assert steps(g) == ["EpilogueCall", "FusedKernel"]
     assert "tanh_1 in its fused epilogue (activation)" in g.plan.describe()
+
+
+# ---- epilogues through a reshape ----------------------------------------------------------------------
+
+
+def linear_layer(g, x, w, bias, dims):
+    """A linear layer as the compile backend lowers one over (B, L, K): the product of (B * L, K) rows
+    and its bias, read back as ``dims``."""
+    return g.reshape(g.add(g.matmul(x, w), bias), dims)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_matmul_epilogue_reads_through_a_reshape_of_its_rows(engine):
+    rng = np.random.default_rng(61)
+    x, w, bias, skip = random(rng, (6, 4)), random(rng, (4, 5)), random(rng, (5,)), random(rng, (2, 3, 5))
+    g = cpu_graph("linear_gelu_residual")
+    xt, wt, biast, skipt = graph_inputs(g, x=x, w=w, bias=bias, skip=skip)
+    y = g.add(g.gelu(linear_layer(g, xt, wt, biast, [2, 3, 5])), skipt)
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, biast: bias, skipt: skip}, [y], engine)
+    expected = TF.gelu((t64(x) @ t64(w) + t64(bias)).reshape(2, 3, 5)) + t64(skip)
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+    if engine == "fused":
+        assert steps(g) == ["EpilogueCall"]
+        assert "(bias, reshape, activation, residual)" in g.plan.describe()
+
+
+def spread_rows(values):
+    """``values`` (B, L, N) in a NaN-filled buffer of rows of N + 3 elements, at [1, N + 1) of each
+    row: B and L still merge into one strided run of rows."""
+    buffer = np.full((*values.shape[:-1], values.shape[-1] + 3), np.nan, values.dtype)
+    view = buffer[..., 1 : values.shape[-1] + 1]
+    view[...] = values
+    return view
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["dense", "spread_rows"])
+def test_an_epilogue_past_a_reshape_writes_and_reads_strided_rows_in_place(spread):
+    """The output and the residual (B, L, N) whose B and L merge into one run of rows: the call
+    writes every element of the output's view and nothing else of its buffer."""
+    rng = np.random.default_rng(62)
+    x, w, bias, values = random(rng, (6, 4)), random(rng, (4, 5)), random(rng, (5,)), random(rng, (2, 3, 5))
+    laid = spread_rows if spread else np.ascontiguousarray
+    skip, out = laid(values), laid(np.full((2, 3, 5), np.nan, np.float32))
+    g = cpu_graph("strided_rows")
+    xt, wt, biast = graph_inputs(g, x=x, w=w, bias=bias)
+    skipt = g.tensor([2, 3, 5], [s // 4 for s in skip.strides], name="skip")
+    y = g.add(linear_layer(g, xt, wt, biast, [2, 3, 5]), skipt)
+    (result,) = run_laid_out(g, {xt: x, wt: w, biast: bias, skipt: skip}, {y: out}, "fused")
+    expected = (t64(x) @ t64(w) + t64(bias)).reshape(2, 3, 5) + t64(values)
+    assert relative_error(result, expected.numpy()) < TOLERANCE
+    assert steps(g) == ["EpilogueCall"]
+    if spread:
+        assert_written_inside_only(out)
+
+
+def test_a_residual_whose_rows_do_not_merge_is_added_by_a_kernel_after_the_epilogue():
+    """A residual (B, L, N) stored L-major has no view in the product's (B * L, N) rows."""
+    rng = np.random.default_rng(63)
+    x, w, bias = random(rng, (6, 4)), random(rng, (4, 5)), random(rng, (5,))
+    skip = laid_out(random(rng, (2, 3, 5)), (1, 0, 2))
+    g = cpu_graph("unmerged_residual")
+    xt, wt, biast = graph_inputs(g, x=x, w=w, bias=bias)
+    skipt = g.tensor([2, 3, 5], [s // 4 for s in skip.strides], name="skip")
+    y = g.add(g.tanh(linear_layer(g, xt, wt, biast, [2, 3, 5])), skipt)
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, biast: bias, skipt: skip}, [y], "fused")
+    expected = torch.tanh((t64(x) @ t64(w) + t64(bias)).reshape(2, 3, 5)) + t64(skip)
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+    assert steps(g) == ["EpilogueCall", "FusedKernel"]
+    assert "(bias, reshape, activation)" in g.plan.describe()
+
+
+@pytest.mark.parametrize(
+    "dims, reads_through",
+    [((6, 5), True), ((2, 3, 5), True), ((1, 6, 1, 5), True), ((6, 5, 1), False), ((3, 10), False)],
+    ids=["same", "split_rows", "ones_added", "last_dim_moved", "rows_and_columns_merged"],
+)
+def test_an_epilogue_reads_through_a_reshape_that_splits_or_merges_rows_only(dims, reads_through):
+    """A reshape keeping the product's last dim relabels rows; one that moves it changes which
+    elements a column bias or an activation after it meets, and ends the epilogue."""
+    rng = np.random.default_rng(64)
+    x, w, bias = random(rng, (6, 4)), random(rng, (4, 5)), random(rng, (5,))
+    g = cpu_graph("reshapes")
+    xt, wt, biast = graph_inputs(g, x=x, w=w, bias=bias)
+    y = g.sigmoid(linear_layer(g, xt, wt, biast, list(dims)))
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, biast: bias}, [y], "fused")
+    expected = torch.sigmoid((t64(x) @ t64(w) + t64(bias)).reshape(dims))
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+    assert steps(g) == (["EpilogueCall"] if reads_through else ["EpilogueCall", "NodeCall", "FusedKernel"])
+
+
+def test_a_row_bias_past_a_reshape_is_not_the_products_row_bias():
+    """(1, L, 1) after (B * L, N) -> (B, L, N) adds per l, not per product row: a generated kernel."""
+    rng = np.random.default_rng(65)
+    x, w, per_position = random(rng, (6, 4)), random(rng, (4, 5)), random(rng, (1, 3, 1))
+    g = cpu_graph("row_bias_past_reshape")
+    xt, wt, pt = graph_inputs(g, x=x, w=w, p=per_position)
+    y = g.add(g.reshape(g.matmul(xt, wt), [2, 3, 5]), pt)
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, pt: per_position}, [y], "fused")
+    expected = (t64(x) @ t64(w)).reshape(2, 3, 5) + t64(per_position)
+    assert relative_error(out, expected.numpy()) < TOLERANCE
+    assert "EpilogueCall" not in steps(g)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_relabeled_views_a_layout_in_new_dims_exactly_where_torch_view_does(seed):
+    """``relabeled`` against torch's ``view`` (which refuses where no strided view exists), over
+    random dims, memory orders, spread dims and regroupings of the same elements."""
+    rng = np.random.default_rng(seed)
+    dims = tuple(int(d) for d in rng.choice([1, 2, 3, 4, 6], size=int(rng.integers(1, 5))))
+    array = torch.from_numpy(strided_array(rng, dims))
+    factors = [p for d in dims for p in _prime_factors(d)]
+    rng.shuffle(factors)
+    cuts = sorted(rng.choice(len(factors) + 1, size=int(rng.integers(0, 3)), replace=True)) if factors else []
+    groups = np.split(np.array(factors, dtype=np.int64), cuts)
+    target = tuple(int(np.prod(group)) for group in groups) if factors else (1,)
+    desc = od.TensorDescriptor(od.DataType.FLOAT, dims, array.stride())
+    view = relabeled(desc, target)
+    try:
+        expected = array.view(target)
+    except RuntimeError:
+        assert view is None, (dims, array.stride(), target)
+        return
+    assert view is not None, (dims, array.stride(), target)
+    assert view.dims == target
+    assert torch.equal(array.as_strided(target, view.strides), expected)
+
+
+def _prime_factors(n):
+    factors, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors
 
 
 # ---- normalizations and the fused tail ----------------------------------------------------------------

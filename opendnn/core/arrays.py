@@ -429,6 +429,13 @@ def strided_view(native: Any, desc: TensorDescriptor) -> Any:
     return native.as_strided(desc.dims, desc.strides, native.storage_offset())
 
 
+def redescribed(bound: Bound, desc: TensorDescriptor) -> Bound:
+    """``bound``'s memory read as ``desc`` (dims and strides from its first element)."""
+    if desc == bound.desc:
+        return bound
+    return Bound(bound.name, desc, strided_view(bound.view, desc), bound.device)
+
+
 def array_key(array: Any) -> tuple[Any, ...] | None:
     """What a call's plan assumes of a caller's array: kind, dtype, shape, strides and device (the
     last); None for an array of another kind (a DLPack one)."""

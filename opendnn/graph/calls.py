@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import opendnn as od
-from opendnn.core.arrays import Bound, constant_like, strided_view
+from opendnn.core.arrays import Bound, constant_like, redescribed
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_strides
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, OpenDnnError, Status
@@ -216,8 +216,9 @@ def ranked(bound: Bound, ndim: int) -> Bound:
     if bound.desc.ndim == ndim:
         return bound
     extra = ndim - bound.desc.ndim
-    desc = TensorDescriptor(bound.desc.dtype, (1,) * extra + bound.desc.dims, (0,) * extra + bound.desc.strides)
-    return Bound(bound.name, desc, strided_view(bound.view, desc), bound.device)
+    return redescribed(
+        bound, TensorDescriptor(bound.desc.dtype, (1,) * extra + bound.desc.dims, (0,) * extra + bound.desc.strides)
+    )
 
 
 # ---- pointwise, reduction, genstats -------------------------------------------------------------------
@@ -634,10 +635,7 @@ def run_attention(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any)
 def attention_bound(slot: str, bound: Bound) -> Bound:
     """``bound`` as the attention family describes the slot (stats and sequence lengths lose their
     trailing dims of 1), the same memory."""
-    desc = attention_slot_descriptor(slot, bound.desc)
-    if desc == bound.desc:
-        return bound
-    return Bound(bound.name, desc, strided_view(bound.view, desc), bound.device)
+    return redescribed(bound, attention_slot_descriptor(slot, bound.desc))
 
 
 Runner = Callable[[NodeSpec, Tensors, Handle, Any], None]

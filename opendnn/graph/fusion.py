@@ -17,7 +17,11 @@ The rule, in two passes over the nodes in topological order:
    (``act(alpha * (A @ B) + bias) + residual``). A scale is a multiply by a finite scalar given at
    build time; a bias an add of a per-channel (convolution) or per-column / per-row (matmul) tensor; a
    residual an add of a tensor of the output's dims; an activation any forward activation, less
-   relu and clipped relu for a matmul (its epilogue turns NaN into 0, the graph keeps NaN).
+   relu and clipped relu for a matmul (its epilogue turns NaN into 0, the graph keeps NaN). A
+   matmul's chain also passes through a ``reshape`` that relabels the product's rows (split or
+   merged, the last dim kept, every element where row-major order puts it: a linear layer's
+   ``(B * L, N)`` read as ``(B, L, N)``); after it, the call reads the residual and writes the
+   output through their views in the product's dims, so each must have one (``relabeled``).
 2. Regions, from the last node back. A reduction or genstats starts a region over its input's
    space; a pointwise node joins the region of its consumers when every consumer of its output is
    in that one region, and starts a region of its own otherwise. When its consumers lie in several
@@ -41,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opendnn import PointwiseMode
+from opendnn.core.descriptors import TensorDescriptor, packed_strides
 from opendnn.graph.calls import RELU_MODES
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import Dims, channel_dims
@@ -69,14 +74,22 @@ class Epilogue:
     chain: list[NodeSpec] = field(default_factory=list)
     scale: float = 1.0
     bias: int | None = None  # uid
+    bias_axis: str = "column"  # a matmul's: "column" (N values along the last dim) or "row" (M values)
     residual: int | None = None  # uid
     activation: tuple[PointwiseMode, float] | None = None
-    filled: list[str] = field(default_factory=list)  # the slots taken, in chain order
+    filled: list[str] = field(default_factory=list)  # the slots taken (or "reshape"), in chain order
 
     @property
     def output(self) -> int:
         last = self.chain[-1] if self.chain else self.anchor
         return last.outputs[0][1]
+
+    def in_anchor_dims(self, desc: TensorDescriptor, graph: OperationGraph) -> TensorDescriptor:
+        """``desc`` (the chain's output or residual, in the dims after its reshapes) viewed in the
+        anchor's output dims, the view the fused call reads or writes."""
+        view = relabeled(desc, graph.tensors[self.anchor.outputs[0][1]].desc.dims)
+        assert view is not None  # the chain only grows (and is trimmed) where it exists
+        return view
 
 
 Part = Region | Epilogue | NodeSpec
@@ -138,6 +151,11 @@ def grow_epilogue(anchor: NodeSpec, graph: OperationGraph, claimed: set[int]) ->
         if not graph.tensors[current].virtual or len(consumers) != 1:
             break
         node = graph.nodes[consumers[0]]
+        if node.op == "reshape" and epilogue.anchor.op == "matmul" and _relabels_rows(node, epilogue, graph):
+            epilogue.filled.append("reshape")
+            epilogue.chain.append(node)
+            current = node.outputs[0][1]
+            continue
         operands = [uid for _, uid in node.inputs]
         if node.op != "pointwise" or operands.count(current) != 1 or id(node) in claimed:
             break
@@ -161,15 +179,64 @@ def grow_epilogue(anchor: NodeSpec, graph: OperationGraph, claimed: set[int]) ->
 
 
 def _trim(epilogue: Epilogue, graph: OperationGraph) -> None:
-    """Drop links from the end until the output has a type the fused call writes: a convolution's
-    output has its input's type, a matmul's any float type."""
+    """Drop links from the end until the output has a type the fused call writes (a convolution's
+    output has its input's type, a matmul's any float type) and, past a reshape, a view in the
+    product's dims; a reshape is not the last link (its output would be the product itself)."""
     image_type = graph.tensors[epilogue.anchor.inputs[0][1]].desc.dtype
+    product_dims = graph.tensors[epilogue.anchor.outputs[0][1]].desc.dims
     while epilogue.chain:
-        dtype = graph.tensors[epilogue.output].desc.dtype
-        if (dtype is image_type) if epilogue.anchor.op == "conv_fprop" else dtype.is_floating:
+        desc = graph.tensors[epilogue.output].desc
+        writable = (desc.dtype is image_type) if epilogue.anchor.op == "conv_fprop" else desc.dtype.is_floating
+        if writable and epilogue.filled[-1] != "reshape" and relabeled(desc, product_dims) is not None:
             break
         epilogue.chain.pop()
         _unfill(epilogue, epilogue.filled.pop())
+
+
+def _relabels_rows(node: NodeSpec, epilogue: Epilogue, graph: OperationGraph) -> bool:
+    """Whether a reshape after a matmul's chain reads the product's elements where row-major order
+    puts them, with the product's last dim kept: the same memory, its rows split or merged."""
+    source, result = (graph.tensors[uid].desc for uid in (node.inputs[0][1], node.outputs[0][1]))
+    product_dims = graph.tensors[epilogue.anchor.outputs[0][1]].desc.dims
+    view = relabeled(source, result.dims)
+    return (
+        result.dims[-1:] == product_dims[-1:]
+        and view is not None
+        and all(a == b for d, a, b in zip(result.dims, view.strides, result.strides) if d > 1)
+    )
+
+
+def relabeled(desc: TensorDescriptor, dims: Dims) -> TensorDescriptor | None:
+    """The view of ``desc``'s memory in ``dims`` that holds its elements in row-major order (NumPy's
+    ``reshape`` without a copy), or None where its strides allow none: each run of ``desc``'s dims
+    that one dim of ``dims`` merges (or that one of its dims splits into) must be one strided run."""
+    if math.prod(dims) != math.prod(desc.dims):
+        return None
+    if desc.dims == dims:
+        return desc
+    if math.prod(dims) == 0:
+        return TensorDescriptor(desc.dtype, tuple(dims), packed_strides(tuple(dims)))
+    # ``desc``'s dims grouped into strided runs (dims of 1 dropped), innermost run first
+    runs: list[tuple[int, int]] = []  # (elements, stride of the run's innermost dim)
+    for extent, stride in reversed([(d, s) for d, s in zip(desc.dims, desc.strides) if d != 1]):
+        if runs and stride == runs[-1][0] * runs[-1][1]:
+            runs[-1] = (runs[-1][0] * extent, runs[-1][1])
+        else:
+            runs.append((extent, stride))
+    strides = [0] * len(dims)
+    run, inside = 0, 1  # the run the next dim lies in, the elements of it below that dim
+    for k in reversed(range(len(dims))):
+        if dims[k] == 1 or not runs:
+            strides[k] = 1
+            continue
+        elements, stride = runs[run]
+        strides[k] = stride * inside
+        inside *= dims[k]
+        if inside == elements:
+            run, inside = run + 1, 1
+        elif elements % inside:
+            return None  # the dim straddles two runs
+    return TensorDescriptor(desc.dtype, tuple(dims), tuple(strides))
 
 
 def _unfill(epilogue: Epilogue, slot: str) -> None:
@@ -177,7 +244,7 @@ def _unfill(epilogue: Epilogue, slot: str) -> None:
         epilogue.scale = 1.0
     elif slot == "activation":
         epilogue.activation = None
-    else:
+    elif slot != "reshape":
         setattr(epilogue, slot, None)
 
 
@@ -206,12 +273,15 @@ def match_bias(epilogue: Epilogue, node: NodeSpec, current: int, graph: Operatio
     if _mode(node) is not PointwiseMode.ADD or other.by_value or not other.desc.dtype.is_floating:
         return False
     dims = graph.tensors[current].desc.dims
+    axis: str | None = "column"
     if epilogue.anchor.op == "conv_fprop":
         fits = other.desc.dims == channel_dims(dims)
     else:
-        fits = bias_axis(other.desc.dims, dims) is not None
+        axis = bias_axis(other.desc.dims, dims)
+        # past a reshape the rows are relabelled: a column bias alone keeps its meaning
+        fits = axis == "column" or (axis == "row" and "reshape" not in epilogue.filled)
     if fits:
-        epilogue.bias = other.uid
+        epilogue.bias, epilogue.bias_axis = other.uid, axis or "column"
     return fits
 
 
@@ -235,6 +305,7 @@ def match_residual(epilogue: Epilogue, node: NodeSpec, current: int, graph: Oper
         and not other.by_value
         and other.desc.dtype.is_floating
         and other.desc.dims == graph.tensors[current].desc.dims
+        and relabeled(other.desc, graph.tensors[epilogue.anchor.outputs[0][1]].desc.dims) is not None
     )
     if fits:
         epilogue.residual = other.uid

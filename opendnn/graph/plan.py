@@ -16,7 +16,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import opendnn as od
-from opendnn.core.arrays import Bound, as_native, bind, bind_bytes, descriptor_of, device_of, strided_view, torch_view
+from opendnn.core.arrays import (
+    Bound,
+    as_native,
+    bind,
+    bind_bytes,
+    descriptor_of,
+    device_of,
+    redescribed,
+    strided_view,
+    torch_view,
+)
 from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.errors import BadParam, Status
 from opendnn.core.handle import Handle
@@ -30,7 +40,7 @@ from opendnn.graph.calls import (
     scalar_bound,
 )
 from opendnn.graph.codegen import GeneratedKernel, generate
-from opendnn.graph.fusion import Epilogue, Region, bias_axis, saved_bytes
+from opendnn.graph.fusion import Epilogue, Region, saved_bytes
 from opendnn.graph.memory import Binding, aligned, check_outputs_apart, in_place_inputs, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import slice_index
@@ -60,9 +70,13 @@ class EpilogueCall:
         self.writes: tuple[int, ...] = (epilogue.output,)
         self.saved = saved_bytes(epilogue, graph)
         descs = {role: graph.tensors[uid].desc for role, uid in anchor.inputs}
-        output = graph.tensors[epilogue.output].desc
+        # the output and the residual as the call sees them: in the anchor's dims, past any reshape
+        output = epilogue.in_anchor_dims(graph.tensors[epilogue.output].desc, graph)
+        self.output = output
         self.bias = None if epilogue.bias is None else graph.tensors[epilogue.bias].desc
-        self.residual = None if epilogue.residual is None else graph.tensors[epilogue.residual].desc
+        self.residual = (
+            None if epilogue.residual is None else epilogue.in_anchor_dims(graph.tensors[epilogue.residual].desc, graph)
+        )
         self.scratch_bytes = 0
         self.activation = None
         if anchor.op == "conv_fprop":
@@ -83,6 +97,10 @@ class EpilogueCall:
         bias = None if epilogue.bias is None else bounds[epilogue.bias]
         residual = None if epilogue.residual is None else bounds[epilogue.residual]
         assert a is not None and b is not None and y is not None
+        # the output and the residual in the anchor's dims (past a reshape, views of the caller's)
+        y = redescribed(y, self.output)
+        if residual is not None and self.residual is not None:
+            residual = redescribed(residual, self.residual)
         with naming(epilogue.anchor):
             run_recorded(self, binding, handle, lambda: self._call(handle, a, b, y, bias, residual, scratch))
 
@@ -121,22 +139,21 @@ class EpilogueCall:
                 0.0,
                 y.desc,
                 y.view,
-                self._matmul_epilogue(bias, residual, y.desc),
+                self._matmul_epilogue(bias, residual),
             )
 
-    def _matmul_epilogue(self, bias: Bound | None, residual: Bound | None, c: TensorDescriptor) -> od.MatmulEpilogue:
+    def _matmul_epilogue(self, bias: Bound | None, residual: Bound | None) -> od.MatmulEpilogue:
         epilogue = self.epilogue
-        bias_desc = bias_view = axis = None
+        bias_desc = bias_view = None
         if bias is not None:
-            axis = bias_axis(bias.desc.dims, c.dims)
-            along = -1 if axis == "column" else -2
+            along = -1 if epilogue.bias_axis == "column" else -2
             bias_desc = TensorDescriptor(bias.desc.dtype, (bias.desc.dims[along],), (bias.desc.strides[along],))
             bias_view = strided_view(bias.view, bias_desc)
         mode, coef = epilogue.activation if epilogue.activation is not None else (None, 0.0)
         return od.MatmulEpilogue(
             bias_desc=bias_desc,
             bias=bias_view,
-            bias_axis=od.BiasAxis(axis or "column"),
+            bias_axis=od.BiasAxis(epilogue.bias_axis),
             activation=mode,
             coef=coef,
             residual_desc=self.residual,
@@ -225,8 +242,12 @@ class ExecutionPlan:
         self.engine, self.graph, self.steps, self.backend = engine, graph, tuple(steps), backend
         # a slice's or a reshape's output is a view of its input's memory, bound with it (in topological
         # order): (its uid, its input's, the view of the input's array)
+        # (a reshape inside a matmul's epilogue is the call's view of its output, bound by the call)
+        inside = {id(node) for step in steps if isinstance(step, EpilogueCall) for node in step.epilogue.chain}
         self.views = tuple(
-            (node.outputs[0][1], node.inputs[0][1], _view(node, graph)) for node in graph.nodes if node.op in VIEWS
+            (node.outputs[0][1], node.inputs[0][1], _view(node, graph))
+            for node in graph.nodes
+            if node.op in VIEWS and id(node) not in inside
         )
         viewed = {uid for uid, _, _ in self.views}
         exchanged = sorted(
