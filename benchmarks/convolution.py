@@ -81,8 +81,8 @@ LAYERS = [
 ]
 # Layers of other networks, never tuned for: dense 3x3 layers of VGG-16 and a U-Net decoder, ResNeXt-50's
 # grouped 3x3 (32 groups), ConvNeXt-T's 7x7 and EfficientNet-B0's 5x5 depthwise layers, MobileNetV2's and
-# EfficientNet-B0's strided depthwise 3x3 and 5x5, a 3-D 3x3x3 video layer, one ResNet-50 layer at batch 1
-# and 256; channel counts that are not multiples of 64 (GoogLeNet's 3x3 over 96 channels, DenseNet-121's
+# EfficientNet-B0's strided depthwise 3x3 and 5x5, a 3-D 3x3x3 video layer, ResNet-50's 3x3 layers at batch 1
+# and one at 256; channel counts that are not multiples of 64 (GoogLeNet's 3x3 over 96 channels, DenseNet-121's
 # 3x3 to 32, SqueezeNet's 3x3 over 16, a detector's strided 3x3 over 32), RegNetY's groups of 56 channels,
 # and DeepLabV3's dilated 3x3 (dilation 2).
 NETWORK_LAYERS = [
@@ -98,7 +98,9 @@ NETWORK_LAYERS = [
     Layer("mbv2_dw3x3s2_c144_56", 144, 56, 144, 3, 2, groups=144),
     Layer("effnet_dw5x5s2_c144_56", 144, 56, 144, 5, 2, groups=144),
     Layer("video_3x3x3_c64_16x56", 64, 56, 64, 3, 1, depth=16, batch=8),
+    Layer("r50_l1_3x3_batch1", 64, 56, 64, 3, 1, batch=1),
     Layer("r50_l3_3x3_batch1", 256, 14, 256, 3, 1, batch=1),
+    Layer("r50_l4_3x3_batch1", 512, 7, 512, 3, 1, batch=1),
     Layer("r50_l3_3x3_batch256", 256, 14, 256, 3, 1, batch=256),
     Layer("googlenet_3x3_c96to128_28", 96, 28, 128, 3, 1),
     Layer("densenet_3x3_c128to32_28", 128, 28, 32, 3, 1),

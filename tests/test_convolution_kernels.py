@@ -3,6 +3,7 @@ convolution and autograd in float64 on the CPU (an oracle independent of opendnn
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -792,6 +793,58 @@ def test_tma_backward_data_dilation_flip_beta():
         margin=16,
     )
     assert _read_by_tma(problem)
+
+
+def _kernel_names(problem):
+    strategy = kernels.choose(problem, tma_aligned=True)
+    return [launch.kernel.fn.__name__ for launch in kernels.launch_plan(problem, True, strategy).launches]
+
+
+@pytest.mark.parametrize(
+    "epilogue",
+    [dict(), dict(alpha=0.5, beta=0.25, bias=True, z=True, act=PointwiseMode.RELU_FWD)],
+    ids=["plain", "alpha_beta_bias_z_relu"],
+)
+def test_a_forward_of_few_tiles_slices_its_reduction_and_sums_the_slices_in_the_epilogue(epilogue):
+    """One 64-pixel box and one tile of channels over 27 (tap, chunk) steps: slices of 5, 5, 5, 5, 5
+    and 2 steps write float32 partial sums, which the sum kernel adds and finishes."""
+    precomputed = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+    problem = check(
+        FWD, DataType.BFLOAT16, (1, 192, 6, 7), 48, (3, 3), pre=(1, 1), algo=precomputed, channels_last=True,
+        margin=16, **epilogue,
+    )  # fmt: skip
+    assert _read_by_tma(problem)
+    assert kernels.reduction_slices(problem) == (6, 5)
+    assert _kernel_names(problem) == ["conv_tma_kernel", "slice_sum_kernel"]
+    assert kernels.workspace_size(problem) >= 6 * 6 * 7 * 48 * 4
+
+
+def test_a_sliced_tf32_forward_over_nchw_reads_its_staged_copies():
+    precomputed = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+    problem = check(FWD, DataType.FLOAT, (1, 128, 12, 12), 40, (3, 3), pre=(1, 1), algo=precomputed, allow_tf32=True)
+    assert kernels.reduction_slices(problem)[0] > 1
+    assert _kernel_names(problem)[-2:] == ["conv_tma_kernel", "slice_sum_kernel"]
+
+
+def test_the_zero_workspace_forward_and_forwards_of_many_tiles_or_few_steps_are_not_sliced():
+    shape = dict(dtype=DataType.BFLOAT16, x_dims=(1, 192, 6, 7), k=48, filt=(3, 3), pre=(1, 1), channels_last=True)
+    problem = check(FWD, **shape, margin=16)  # IMPLICIT_GEMM: no workspace for partial sums
+    assert kernels.reduction_slices(problem)[0] == 1 and kernels.workspace_size(problem) == 0
+    assert _kernel_names(problem) == ["conv_tma_kernel"]
+    many = dataclasses.replace(problem, algo=ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM)
+    assert kernels.reduction_slices(many)[0] > 1
+    few = dataclasses.replace(
+        many,
+        x=TensorDescriptor(DataType.BFLOAT16, (1, 64, 6, 7), many.x.strides),
+        w=TensorDescriptor(DataType.BFLOAT16, (48, 64, 3, 3), many.w.strides),
+    )
+    assert kernels.reduction_slices(few) == (1, 9)  # 9 steps: the sum would cost what the slices save
+    wide = dataclasses.replace(
+        many,
+        x=TensorDescriptor(DataType.BFLOAT16, (512, 128, 6, 7), many.x.strides),
+        y=TensorDescriptor(DataType.BFLOAT16, (512, 48, 6, 7), many.y.strides),
+    )  # fmt: skip
+    assert kernels.reduction_slices(wide)[0] == 1  # 512 boxes: the tiles fill the GPU
 
 
 @pytest.mark.parametrize("splits", [False, True])

@@ -26,6 +26,7 @@ PRECOMP, IMPLICIT = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, od.ConvolutionF
 S = kernels.Strategy
 FLOAT32_SUMS = 1e-5  # exact products of the operands read, float32 sums
 STAGED = ["staging_kernel", "staging_kernel", "conv_tma_kernel"]  # x's copy, the filter's, the GEMM
+SLICE_SUM = ["slice_sum_kernel"]  # after a forward of few tiles and many steps (``reduction_slices``)
 
 
 def tf32_handle(**options):
@@ -95,11 +96,16 @@ def test_the_staged_forward_reads_x_and_the_filter_rounded_and_writes_y_at_its_s
     descs = (descriptor(x), descriptor(w), conv, descriptor(y))
     size = od.get_convolution_forward_workspace_size(handle, *descs, PRECOMP)
     table = aligned(math.prod(w.shape[2:]) * 16)  # 16 bytes a tap
-    assert size == table + aligned(x.numel() * 4) + aligned(w.numel() * 4)
+    problem = convolution_problem(
+        ConvolutionDirection.FORWARD, conv, *descs[:2], descs[3], algo=PRECOMP, allow_tf32=True
+    )
+    slices = kernels.reduction_slices(problem)[0]  # the 5x5 filter's 25 steps: slices
+    partials = aligned(slices * y.numel() * 4) if slices > 1 else 0
+    assert size == table + partials + aligned(x.numel() * 4) + aligned(w.numel() * 4)
     workspace = torch.full((size,), 255, dtype=torch.uint8)  # every float32 in it NaN
     od.convolution_forward(handle, 0.75, descs[0], x, descs[1], w, conv, PRECOMP, workspace, beta, descs[3], y)
 
-    assert planned_convolutions == [(PRECOMP, S.TMA, STAGED)]
+    assert planned_convolutions == [(PRECOMP, S.TMA, STAGED + (SLICE_SUM if slices > 1 else []))]
     stride, padding = conv.stride, conv.pad
     want = 0.75 * reference(rounded(x), rounded(w), stride, padding, flip) + beta * prior.double()
     assert relative_error(y.double(), want) < FLOAT32_SUMS, relative_error(y.double(), want)

@@ -257,6 +257,22 @@ def test_the_channel_tile_finishes_resnet50_layers_soonest(size, channels, expec
     assert launch.options["BLOCK_N"] == expected
 
 
+def test_a_batch_1_layer_slices_its_reduction_over_the_sms_and_sums_the_slices_after():
+    """ResNet-50's 14 x 14 3x3 layer at batch 1: 2 boxes of pixels x 4 tiles of 64 channels, 36 steps
+    each; under IMPLICIT_PRECOMP_GEMM 9 slices of 4 steps (partial sums in the workspace), a program
+    per unit."""
+    prob = problem(n=1, c=256, size=14, k=256, algo=PRECOMP)
+    plan = kernels.launch_plan(prob, False, S.WARP_SPECIALIZED_TMA)
+    engine, finish = plan.launches
+    assert (engine.kernel.__name__, finish.kernel.fn.__name__) == ("conv_warp_specialized_kernel", "slice_sum_kernel")
+    bound = dict(zip(gluon_hopper.conv_warp_specialized_kernel.arg_names, engine.args))
+    assert bound["out_ptr"] == kernels.Slot("partial") and bound["slice_steps"] == 4
+    assert bound["slice_elements"] == 14 * 14 * 256 and not engine.options["HAS_BETA"]
+    assert engine.grid[0] == engine.options["PROGRAMS"] == 2 * 4 * 9
+    assert [region[0] for region in plan.regions] == ["table", "partial"]
+    assert kernels.preferred(prob) and not kernels.preferred(problem(n=1, c=256, size=14, k=256))
+
+
 def test_the_ring_takes_the_stages_that_fit_beside_the_epilogue():
     assert [gluon_hopper.stages(width) for width in (64, 128, 256)] == [8, 6, 4]
 
@@ -295,6 +311,9 @@ VARIANTS = {
         n=8, c=128, size=28, k=128, epilogue=(PointwiseMode.RELU_FWD, None, True, True, False), **NCHW_STAGED
     ),
     "tf32_nchw_forward_staged_stride_2_beta": dict(n=8, c=128, size=56, k=128, stride=2, beta=0.5, **NCHW_STAGED),
+    # batch 1 under IMPLICIT_PRECOMP_GEMM: slices of the reduction, partial sums stored as they are
+    "sliced_batch_1": dict(n=1, c=256, size=14, k=256, algo=PRECOMP),
+    "tf32_sliced_batch_1_nchw": dict(n=1, c=256, size=14, k=256, **NCHW_STAGED),
 }
 TF32_VARIANTS = tuple(name for name in VARIANTS if name.startswith("tf32"))
 CHECKED_FOR_SPILLS = (
@@ -315,7 +334,7 @@ def variant_launch(name):
     launch = gluon_hopper.warp_specialized_launches(problem(**arguments))[-1]
     dtype = arguments.get("dtype", BF16).to_torch()
     slots = ("x", "w", "y", "bias", "z", "x_staged", "y_staged", "w_packed")  # and the staged copies TF32 reads
-    return launch, {slot: torch.empty(8, dtype=dtype) for slot in slots}
+    return launch, {**{slot: torch.empty(8, dtype=dtype) for slot in slots}, "partial": torch.empty(8)}
 
 
 def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel_reading_a_from_shared_memory():

@@ -695,3 +695,25 @@ def test_gemms_backward_data_of_conv1_gathers_the_products_and_matches_float64_o
     want = torch.nn.grad.conv2d_input((4, 3, 224, 224), w.double(), dy.double(), 2, 3)
     assert relative_error(got.double(), want) < bound, relative_error(got.double(), want)
     assert torch.equal(got, gradient())
+
+
+@pytest.mark.parametrize(
+    "dtype, layout, tolerance",
+    [(torch.bfloat16, torch.channels_last, 1e-2), (torch.float32, torch.contiguous_format, 1e-3)],
+)
+@pytest.mark.parametrize("n, c, size", [(1, 256, 14), (1, 512, 7), (2, 128, 28)])
+def test_a_forward_of_few_tiles_sliced_over_the_sms_matches_torch_and_repeats_bitwise(
+    n, c, size, dtype, layout, tolerance
+):
+    """Batch-1 layers on the TMA route split their reduction into slices (``reduction_slices``); the
+    slices' partial sums add in a fixed order, so two calls agree to the bit; bias and relu in the
+    epilogue that finishes them."""
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    x = torch.randn(n, c, size, size, device=DEVICE, dtype=dtype).contiguous(memory_format=layout)
+    w = (torch.randn(c, c, 3, 3, device=DEVICE, dtype=dtype) / math.sqrt(9 * c)).contiguous(memory_format=layout)
+    bias = torch.randn(c, device=DEVICE, dtype=dtype)
+    expected = TF.conv2d(x.double(), w.double(), bias.double(), padding=1).relu()
+    first = F.conv_bias_activation(x, w, bias, activation="relu", padding=1, handle=handle)
+    second = F.conv_bias_activation(x, w, bias, activation="relu", padding=1, handle=handle)
+    assert relative_error(first, expected) < tolerance
+    assert torch.equal(first, second)

@@ -16,8 +16,11 @@ ones included, being the padding; B is the filter read as the matrix [K, R*S*C].
 taps (a 1x1 stride-2 layer's odd rows or columns) runs no step: its consumers write alpha * 0 (+
 beta * dx).
 
-One program per SM walks the tiles ``pid, pid + PROGRAMS, ...`` (pixel boxes x output-channel tiles,
-in grouped order: ``triton_gemm.grouped_tile``). Each program is three partitions of warps that talk
+One program per SM walks the units ``pid, pid + PROGRAMS, ...``: a unit is a tile (pixel boxes x
+output-channel tiles, in grouped order: ``triton_gemm.grouped_tile``) and one slice of its steps, the
+slice count 1 unless a forward's few tiles split their reduction (``triton_tma.reduction_slices``:
+each slice then stores its float32 partial sums, ``slice_elements`` apart, and
+``triton_gemm.slice_sum_kernel`` finishes them). Each program is three partitions of warps that talk
 only through shared memory and mbarriers:
 
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every step of
@@ -90,7 +93,13 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box, tap_step
-from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, TMA_BLOCK_M, phase_launches, tma_arguments
+from opendnn.families.convolution.triton_tma import (
+    TMA_BLOCK_BYTES,
+    TMA_BLOCK_M,
+    phase_launches,
+    reduction_slices,
+    tma_arguments,
+)
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch
 
@@ -133,12 +142,13 @@ def tma_producer(
     filter_row_step,
     filter_column_step,
     total,
+    slice_steps,
     BACKWARD: gl.constexpr,
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Fill the ring: per (tap, chunk) of every tile of this program, the activations' box of the
-    tap in their phase view and the filter's box."""
+    """Fill the ring: per (tap, chunk) step of every unit of this program (a tile and a slice of
+    its steps), the activations' box of the tap in their phase view and the filter's box."""
     STAGES: gl.constexpr = w_ring.shape[0]
     IMAGES: gl.constexpr = a_ring.shape[1]
     BLOCK_H: gl.constexpr = a_ring.shape[2]
@@ -161,12 +171,14 @@ def tma_producer(
     tiles_m = gl.cdiv(N, IMAGES) * gl.cdiv(OH, BLOCK_H) * gl.cdiv(OW, BLOCK_W)
     tiles_n = gl.cdiv(OUTC, BLOCK_N)
     chunks = RED // BLOCK_K
+    steps = taps_h * taps_w * chunks
     step = 0
-    for tile in range(gl.program_id(0), total, PROGRAMS):
-        tile_m, tile_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
+    for unit in range(gl.program_id(0), total * gl.maximum(1, gl.cdiv(steps, slice_steps)), PROGRAMS):
+        tile_m, tile_n = grouped_tile(unit % total, tiles_m, tiles_n, GROUP_M)
         n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         col0 = tile_n * BLOCK_N
-        for j in range(taps_h * taps_w * chunks):
+        first = unit // total * slice_steps
+        for j in range(first, gl.minimum(first + slice_steps, steps)):
             tap_h, tap_w, w_tap, c0 = tap_step(
                 j,
                 chunks,
@@ -281,6 +293,8 @@ def mma_consumer(
     alpha2,
     coef,
     total,
+    slice_steps,
+    slice_elements,
     HALF: gl.constexpr,
     BACKWARD: gl.constexpr,
     HAS_BETA: gl.constexpr,
@@ -291,7 +305,8 @@ def mma_consumer(
     GROUP_M: gl.constexpr,
     PROGRAMS: gl.constexpr,
 ):
-    """Rows ``HALF * 64`` on of every tile of this program: the MMAs, then the epilogue."""
+    """Rows ``HALF * 64`` on of every unit of this program (a tile and a slice of its steps): the
+    MMAs, then the epilogue (a slice's partial sums: the plain store of one slice of them)."""
     STAGES: gl.constexpr = w_ring.shape[0]
     IMAGES: gl.constexpr = a_ring.shape[1]
     BLOCK_H: gl.constexpr = a_ring.shape[2]
@@ -309,9 +324,11 @@ def mma_consumer(
     k_steps = taps_h * taps_w * (RED // BLOCK_K)  # none for a phase without taps: alpha * 0 (+ beta * out)
     rows = HALF * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, ACC_LAYOUT))
     step = 0
-    for tile in range(gl.program_id(0), total, PROGRAMS):
+    for unit in range(gl.program_id(0), total * gl.maximum(1, gl.cdiv(k_steps, slice_steps)), PROGRAMS):
+        first = unit // total * slice_steps
+        unit_steps = gl.minimum(first + slice_steps, k_steps) - first
         acc = gl.zeros((HALF_M, BLOCK_N), dtype=gl.float32, layout=ACC_LAYOUT)
-        for k_step in range(k_steps):
+        for k_step in range(unit_steps):
             stage = step % STAGES
             mbarrier.wait(ready.index(stage), step // STAGES & 1)
             # the box as the [128, 64] operand (module docstring): this consumer's 64 rows of it
@@ -324,15 +341,16 @@ def mma_consumer(
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_step > 0)
             step += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_steps > 0)
+        mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=unit_steps > 0)
 
-        tile_m, tile_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
+        tile_m, tile_n = grouped_tile(unit % total, tiles_m, tiles_n, GROUP_M)
         n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
         n = n0 + rows // (BLOCK_H * BLOCK_W)
         o_h = h0 + rows // BLOCK_W % BLOCK_H
         o_w = w0 + rows % BLOCK_W
         pixel_valid = (n < N) & (o_h < OH) & (o_w < OW)
-        out_rows = o_base + n.to(gl.int64) * o_sn + o_h * o_sh + o_w * o_sw
+        out_rows = o_base + (unit // total).to(gl.int64) * slice_elements + n.to(gl.int64) * o_sn
+        out_rows += o_h * o_sh + o_w * o_sw
         z_rows = n.to(gl.int64) * z_sn + o_h * z_sh + o_w * z_sw
         col0 = tile_n * BLOCK_N
         if BLOCK_N > EPILOGUE_COLUMNS:  # two parts of 128 channels: half the registers of a conversion
@@ -429,6 +447,8 @@ def conv_warp_specialized_kernel(
     filter_column,
     filter_row_step,
     filter_column_step,
+    slice_steps,
+    slice_elements,
     alpha: tl.float64,
     beta: tl.float64,
     alpha2: tl.float64,
@@ -500,6 +520,8 @@ def conv_warp_specialized_kernel(
                     alpha2,
                     coef,
                     total,
+                    slice_steps,
+                    slice_elements,
                     0,
                     BACKWARD,
                     HAS_BETA,
@@ -543,6 +565,8 @@ def conv_warp_specialized_kernel(
                     alpha2,
                     coef,
                     total,
+                    slice_steps,
+                    slice_elements,
                     1,
                     BACKWARD,
                     HAS_BETA,
@@ -589,6 +613,7 @@ def conv_warp_specialized_kernel(
                     filter_row_step,
                     filter_column_step,
                     total,
+                    slice_steps,
                     BACKWARD,
                     GROUP_M,
                     PROGRAMS,
@@ -633,7 +658,7 @@ def warp_specialized_launches(problem: ConvolutionProblem) -> list[Launch]:
     def launch(phase: tuple[int, int], size: tuple[int, int, int]) -> Launch:
         args, options, boxes, outputs = tma_arguments(problem, phase, size)
         width = block_n(boxes, outputs, sms)
-        programs = max(1, min(boxes * triton.cdiv(outputs, width), sms))
+        programs = max(1, min(boxes * triton.cdiv(outputs, width) * reduction_slices(problem)[0], sms))
         options.update(
             BLOCK_N=width,
             STAGES=stages(width),

@@ -91,9 +91,6 @@ from opendnn.families.convolution.triton_tiles import (
     DEPTHWISE_AHEAD_BYTES,
     DIRECT_UNROLL_STEPS,
     PIXEL_CHANNELS,
-    SUM_BLOCK,
-    SUM_MIN_BLOCK,
-    SUM_TILE,
     TABLE_BYTES_PER_TAP,
     FilterPlan,
     Geometry,
@@ -117,6 +114,7 @@ from opendnn.families.convolution.triton_tiles import (
     rounded_filter,
     stride_phases,
     strides5,
+    sum_blocks,
     tf32,
     uses_direct,
 )
@@ -124,6 +122,9 @@ from opendnn.families.convolution.triton_tma import (
     TMA_READS,
     copy_launch,
     packs_filter,
+    partial_output,
+    reduction_slices,
+    slice_sum_launch,
     staged,
     staged_rows,
     stages_forward,
@@ -134,7 +135,7 @@ from opendnn.families.convolution.triton_tma import (
     tma_filter_split,
     tma_launches,
 )
-from opendnn.kernels.device import has_wgmma, programs_to_fill, tma_ready, use_descriptor_scratch
+from opendnn.kernels.device import has_wgmma, tma_ready, use_descriptor_scratch
 from opendnn.kernels.launch import Launch, Slot
 
 REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  # the workspace, in order
@@ -142,10 +143,10 @@ REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  #
 
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by the algorithm and workspace queries
 def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
-    """Bytes of each of REGIONS: offset table, column matrix, backward-filter partial sums, and the
-    TMA route's channels-last copies of x and y (a backward data's x: dx's rows it stages,
-    ``stages_output``) and its repacked filter (the raster route's rasters of x and dy where it
-    applies: ``triton_raster``)."""
+    """Bytes of each of REGIONS: offset table, column matrix, the partial sums of a backward filter's
+    or a sliced forward's slices (``reduction_slices``), and the TMA route's channels-last copies of
+    x and y (a backward data's x: dx's rows it stages, ``stages_output``) and its repacked filter (the
+    raster route's rasters of x and dy where it applies: ``triton_raster``)."""
     if packs_depthwise_filter(problem):  # the filter's copy, nothing else
         return 0, 0, 0, 0, 0, aligned(problem.w.numel * itemsize_of(problem))
     geo = geometry(problem)
@@ -170,6 +171,9 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
         if splits > 1:
             accumulator = 8 if accumulator_type(problem) == tl.float64 else 4
             partials = aligned(splits * geo.k * (geo.c // geo.groups) * geo.taps * accumulator)
+    slices = reduction_slices(problem)[0]
+    if slices > 1:  # a sliced forward's float32 partial sums
+        partials = aligned(slices * partial_output(problem).numel * 4)
     if raster is not None:  # the rasters, in the places of the TMA route's copies, which are not made
         copies = [*raster_elements(problem, raster), 0]
     elif pads_channels(problem):
@@ -240,9 +244,12 @@ def preferred(problem: ConvolutionProblem) -> bool:
     packed tap-major in the workspace (``packs_depthwise_filter``); a forward or backward filter with
     few input channels reading x padded in the workspace (``pads_channels``); a GEMM backward data
     into an image's channels (``over_image_channels``), which gathers dy's products from the
-    workspace (``gathers_products``) where the implicit GEMM would spend its MMA columns on padding."""
+    workspace (``gathers_products``) where the implicit GEMM would spend its MMA columns on padding;
+    a forward of the TMA route whose few tiles would leave most SMs idle, which splits its reduction
+    into slices whose partial sums the workspace holds (``reduction_slices``)."""
     return (
-        packs_depthwise_filter(problem)
+        reduction_slices(problem)[0] > 1
+        or packs_depthwise_filter(problem)
         or pads_channels(problem)
         or (gathers_products(problem) and over_image_channels(problem))
         or (stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem)))
@@ -401,14 +408,14 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         if splits > 1:
             launches.append(_sum_launch(problem, splits))
     elif strategy is Strategy.TMA:
-        launches = [*staging_launches(problem), *tma_launches(problem, dot)]
+        launches = [*staging_launches(problem), *tma_launches(problem, dot), *_slice_sum(problem)]
     elif strategy is Strategy.WARP_SPECIALIZED_TMA and problem.direction is BACKWARD_FILTER:
         partials = filter_split(problem).partials
         launches = [filter_warp_specialized_launch(problem)]
         if partials:
             launches.append(_sum_launch(problem, partials))
     elif strategy is Strategy.WARP_SPECIALIZED_TMA:
-        launches = [*staging_launches(problem), *warp_specialized_launches(problem)]
+        launches = [*staging_launches(problem), *warp_specialized_launches(problem), *_slice_sum(problem)]
     elif strategy is Strategy.GROUPED:
         tile = grouped_tile(problem)
         assert tile is not None  # what choose read
@@ -422,6 +429,11 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
     else:
         launches = _forward_or_backward_data(problem, dot, strategy)
     return Plan(tuple(launches), tuple(regions), strategy in TMA_STRATEGIES)
+
+
+def _slice_sum(problem: ConvolutionProblem) -> list[Launch]:
+    """The launch that finishes a sliced forward of the TMA route (``reduction_slices``), or none."""
+    return [slice_sum_launch(problem)] if reduction_slices(problem)[0] > 1 else []
 
 
 def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: Strategy) -> list[Launch]:
@@ -812,10 +824,7 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
     geo = geometry(problem)
     cg = geo.c // geo.groups
     elements = geo.k * cg * geo.taps
-    # a small filter is summed in narrower blocks, so that every SM sums and each has more slices'
-    # loads in flight (the slices of a one-tile GEMM are many)
-    elements_per_sm = max(1, elements // programs_to_fill(1))
-    block = min(SUM_BLOCK, max(SUM_MIN_BLOCK, 1 << (elements_per_sm.bit_length() - 1)))
+    block, split_block = sum_blocks(elements, splits)
     grid = (triton.cdiv(elements, block),)
     args = (Slot("w"), Slot("partial"), *strides5(problem.w), geo.k, cg, *geo.filt, splits, problem.alpha, problem.beta)
     return Launch(
@@ -827,7 +836,7 @@ def _sum_launch(problem: ConvolutionProblem, splits: int) -> Launch:
             HAS_BETA=problem.beta != 0.0,
             COMPUTE=accumulator_type(problem),
             BLOCK=block,
-            SPLIT_BLOCK=min(SUM_TILE // block, triton.next_power_of_2(splits)),
+            SPLIT_BLOCK=split_block,
             num_warps=4,
         ),
     )

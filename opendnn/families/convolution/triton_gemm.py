@@ -601,6 +601,8 @@ def conv_tma_kernel(
     filter_column,
     filter_row_step,
     filter_column_step,
+    slice_steps,
+    slice_elements,
     alpha: tl.float64,
     beta: tl.float64,
     alpha2: tl.float64,
@@ -632,7 +634,10 @@ def conv_tma_kernel(
     moved by the tap's shift), TMA filling what falls outside A, the padding, with zeros. A phase with
     no taps writes alpha * 0 (+ beta * out). The filter is the matrix [K, R*S*C]: forward its
     [BLOCK_N, BLOCK_K] box at (k, tap*C + c) is B transposed; backward data its [BLOCK_K, BLOCK_N] box
-    at (k, tap*C + c) is B."""
+    at (k, tap*C + c) is B. Program (tile, slice) reduces steps ``slice * slice_steps ..`` of the
+    (tap, chunk) steps and writes them ``slice * slice_elements`` past ``o_base``: a sliced forward
+    (``triton_tma.reduction_slices``) writes its slices' float32 partial sums, which
+    ``slice_sum_kernel`` finishes; one slice of every step is the whole convolution."""
     BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     a_desc = tl.make_tensor_descriptor(
         a_ptr,
@@ -652,8 +657,9 @@ def conv_tma_kernel(
     n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
 
     chunks = RED // BLOCK_K
+    first_step = tl.program_id(1) * slice_steps
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
-    for j in range(0, taps_h * taps_w * chunks):
+    for j in range(first_step, tl.minimum(first_step + slice_steps, taps_h * taps_w * chunks)):
         tap_h, tap_w, w_tap, c0 = tap_step(
             j,
             chunks,
@@ -684,7 +690,8 @@ def conv_tma_kernel(
     cols = col0 + tl.arange(0, BLOCK_N)
     mask = ((n < N) & (o_h < OH) & (o_w < OW))[:, None] & (cols < OUTC)[None, :]
     n, o_h, o_w, channels = n.to(tl.int64)[:, None], o_h[:, None], o_w[:, None], cols[None, :]
-    out_offsets = o_base + n * o_sn + channels * o_sc + o_h * o_sh + o_w * o_sw
+    out_offsets = o_base + tl.program_id(1).to(tl.int64) * slice_elements + n * o_sn + channels * o_sc
+    out_offsets += o_h * o_sh + o_w * o_sw
     z_offsets = n * z_sn + channels * z_sc + o_h * z_sh + o_w * z_sw
     epilogue(
         acc,
@@ -705,6 +712,78 @@ def conv_tma_kernel(
         ACTIVATION,
         PROPAGATE_NAN,
         COMPUTE,
+    )
+
+
+@triton.jit
+def slice_sum_kernel(
+    partial_ptr,
+    out_ptr,
+    bias_ptr,
+    z_ptr,
+    elements,
+    OH,
+    OW,
+    OUTC,
+    o_sn,
+    o_sc,
+    o_sh,
+    o_sw,
+    z_sn,
+    z_sc,
+    z_sh,
+    z_sw,
+    bias_sc,
+    slices,
+    alpha: tl.float64,
+    beta: tl.float64,
+    alpha2: tl.float64,
+    coef: tl.float64,
+    HAS_BETA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PROPAGATE_NAN: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """The output of a sliced forward: per element (pixel, channel) of the slices' float32 partial
+    sums ([slices, N * OH * OW * OUTC] packed, channels innermost), their sum, then the convolution's
+    epilogue, stored at the output's strides. SPLIT_BLOCK slices are loaded at a time (independent
+    loads in flight) and summed across slices once at the end, in a fixed tree: the result is bitwise
+    repeatable."""
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < elements
+    lanes = tl.arange(0, SPLIT_BLOCK)
+    total = tl.zeros((SPLIT_BLOCK, BLOCK), tl.float32)
+    for s0 in range(0, slices, SPLIT_BLOCK):
+        split = s0 + lanes
+        offsets = split.to(tl.int64)[:, None] * elements + e[None, :]
+        total += tl.load(partial_ptr + offsets, mask=(split < slices)[:, None] & mask[None, :], other=0.0)
+    c = e % OUTC
+    p = e // OUTC
+    o_w = p % OW
+    o_h = p // OW % OH
+    n = (p // (OW * OH)).to(tl.int64)
+    epilogue(
+        tl.sum(total, axis=0),
+        out_ptr,
+        n * o_sn + c * o_sc + o_h * o_sh + o_w * o_sw,
+        mask,
+        bias_ptr,
+        c * bias_sc,
+        z_ptr,
+        n * z_sn + c * z_sc + o_h * z_sh + o_w * z_sw,
+        alpha,
+        beta,
+        alpha2,
+        coef,
+        HAS_BETA,
+        HAS_BIAS,
+        HAS_Z,
+        ACTIVATION,
+        PROPAGATE_NAN,
+        tl.float32,
     )
 
 

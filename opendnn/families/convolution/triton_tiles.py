@@ -110,6 +110,15 @@ SUM_MIN_BLOCK = 32  # ... and at least (128 bytes of float32 partials)
 SUM_TILE = 2048  # partials a program of it loads at a time (slices x elements)
 
 
+def sum_blocks(elements: int, slices: int) -> tuple[int, int]:
+    """(elements, slices) a program of a pass summing ``slices`` partials of ``elements`` each loads at a
+    time: blocks narrow enough that every SM sums (a one-tile GEMM's slices are many, its elements few),
+    and as many slices as SUM_TILE partials allow, their loads in flight together."""
+    elements_per_sm = max(1, elements // programs_to_fill(1))
+    block = min(SUM_BLOCK, max(SUM_MIN_BLOCK, 1 << (elements_per_sm.bit_length() - 1)))
+    return block, min(SUM_TILE // block, triton.next_power_of_2(slices))
+
+
 @dataclass(frozen=True)
 class Geometry:
     """A problem in 3-D canonical form (leading spatial dims of size 1 added)."""

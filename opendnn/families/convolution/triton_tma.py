@@ -5,6 +5,7 @@ the TF32 filter repacked: ``packs_filter``), the rows of dx they write channels-
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import triton
 import triton.language as tl
 
 from opendnn.core.descriptors import TensorDescriptor, strides_for_order
+from opendnn.core.dtypes import DataType
 from opendnn.core.errors import InternalError
 from opendnn.families.convolution import triton_direct as direct
 from opendnn.families.convolution import triton_gemm as gemm
@@ -35,6 +37,7 @@ from opendnn.families.convolution.triton_tiles import (
     itemsize_of,
     reduces_strided_pixels,
     strides5,
+    sum_blocks,
     tf32,
 )
 from opendnn.kernels.device import TMA_ALIGNMENT, programs_to_fill
@@ -56,6 +59,12 @@ TMA_SHARED_BYTES = 200 * 1024  # filter_tma_kernel's pipeline stages take at mos
 TMA_READS = {FORWARD: ("x", "w"), BACKWARD_DATA: ("y", "w"), BACKWARD_FILTER: ("x", "y")}  # what TMA reads
 ACTIVATION_READS = {FORWARD: ("x",), BACKWARD_DATA: ("y",), BACKWARD_FILTER: ("x", "y")}  # ... of them activations
 MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
+MIN_SLICE_STEPS = 4  # (tap, chunk) steps each slice of a sliced forward reduces at least
+NOMINAL_BLOCK_N = 128  # the output-channel tile reduction_slices counts a forward's tiles in
+# the sliced forward's cost model (H200, bf16 batch-1 ResNet-50 3x3 layers on the engine, GPU time): a
+# (tap, chunk) step of a tile, and the partial sums' kernel after the engine with its round trip
+STEP_US = 0.22
+SLICE_SUM_US = 3.0
 
 
 def _channels_last_aligned(desc: TensorDescriptor) -> bool:
@@ -131,7 +140,9 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     forwards under IMPLICIT_PRECOMP_GEMM, stage others: ``staged``), and for forward and backward
     data reduced channels a multiple of one 128-byte chunk and a KRSC filter (read as the matrix
     [K, R*S*C]; TF32 backward data, and those forwards, copy any other: ``packs_filter``); the
-    copies smaller than an explicit GEMM's columns. The block is ``least_padded_box`` of the
+    activations' copies smaller than an explicit GEMM's columns (the filter's copy is the weights'
+    size, which at batch 1 outweighs the columns: ResNet-50's 7 x 7 layer, NCHW float32, ran on the
+    cp.async GEMM at 0.11 of cuDNN). The block is ``least_padded_box`` of the
     output pixels (input pixels for backward data; a strided backward data's first output phase,
     each phase's launch taking the box of its own size: ``output_phases``)."""
     geo = geometry(problem)
@@ -158,7 +169,7 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     if problem.direction is not BACKWARD_FILTER and not packs_filter(problem) and not _filter_matrix_readable(problem):
         return None
     copied = sum(_activation(problem, name).numel for name in staged(problem))
-    if copied + (problem.w.numel if packs_filter(problem) else 0) >= im2col_elements(problem):
+    if copied >= im2col_elements(problem):
         return None  # the copies would take an explicit GEMM's columns' memory or more (1x1 layers: x is them)
     for name in ACTIVATION_READS[problem.direction]:
         desc = _activation(problem, name)
@@ -235,6 +246,86 @@ def tma_filter_split(problem: ConvolutionProblem) -> tuple[int, int, int]:
     return programs, triton.cdiv(boxes, per_slice), per_slice
 
 
+@functools.lru_cache(maxsize=256)  # per problem: asked by the workspace query, preferred and the launches
+def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
+    """(slices, steps a slice) of a forward on the TMA route: where its tiles (``NOMINAL_BLOCK_N``
+    output channels wide) fill at most half the GPU (a batch-1 layer: ResNet-50's 14 x 14 3x3 is 2
+    boxes of pixels, 4 tiles of 36 steps), its reduction over (tap, chunk) steps is split into
+    slices of at least MIN_SLICE_STEPS steps, about a tile per SM in all, each slice writing float32
+    partial sums that ``slice_sum_kernel`` adds in a fixed order (bitwise repeatable), where the steps
+    a tile no longer runs one after another save more than that kernel costs (``STEP_US``,
+    ``SLICE_SUM_US``: ResNet-50's 56 x 56 layer at batch 1, 9 steps, is not sliced). Under
+    IMPLICIT_PRECOMP_GEMM alone, whose workspace holds the partials (IMPLICIT_GEMM keeps zero
+    workspace); (1, steps) where it is not sliced."""
+    geo = geometry(problem)
+    reduced = geo.k if problem.direction is BACKWARD_DATA else geo.c
+    steps = geo.taps * max(1, reduced // _tma_block_k(problem))  # (every output phase's steps or more)
+    blocks = tma_blocks(problem)
+    precomputed = method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
+    if problem.direction is not FORWARD or blocks is None or not precomputed:
+        return 1, steps
+    tiles = pixel_boxes(geo.n, geo.y_size, blocks) * triton.cdiv(geo.k, NOMINAL_BLOCK_N)
+    wanted = min(programs_to_fill(1) // tiles, steps // MIN_SLICE_STEPS)
+    per_slice = triton.cdiv(steps, max(1, wanted))
+    if wanted < 2 or (steps - per_slice) * STEP_US <= SLICE_SUM_US:  # the sum would cost what it saves
+        return 1, steps
+    return triton.cdiv(steps, per_slice), per_slice
+
+
+def partial_output(problem: ConvolutionProblem) -> TensorDescriptor:
+    """One slice's float32 partial sums of a sliced forward (``reduction_slices``): y's dims packed
+    channels-last, the slices one after another in the workspace."""
+    order = (0, *range(2, problem.y.ndim), 1)
+    return TensorDescriptor(DataType.FLOAT, problem.y.dims, strides_for_order(problem.y.dims, order))
+
+
+def slice_sum_launch(problem: ConvolutionProblem) -> Launch:
+    """``slice_sum_kernel``'s launch: y from a sliced forward's partial sums, with the epilogue; blocks
+    of elements small enough that every SM sums (``triton_backend``'s backward-filter sum alike)."""
+    geo = geometry(problem)
+    elements = geo.n * math.prod(geo.y_size) * geo.k
+    slices = reduction_slices(problem)[0]
+    block, split_block = sum_blocks(elements, slices)
+    o_sn, o_sc, _, o_sh, o_sw = strides5(problem.y)
+    z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
+    args = (
+        Slot("partial"),
+        Slot("y"),
+        Slot("bias"),
+        Slot("z"),
+        elements,
+        *geo.y_size[1:],
+        geo.k,
+        o_sn,
+        o_sc,
+        o_sh,
+        o_sw,
+        z_sn,
+        z_sc,
+        z_sh,
+        z_sw,
+        problem.bias.strides[1] if problem.bias is not None else 0,
+        slices,
+        problem.alpha,
+        problem.beta,
+        problem.alpha2,
+        problem.activation_coef,
+    )
+    options = dict(epilogue_options(problem), BLOCK=block, SPLIT_BLOCK=split_block, num_warps=4)
+    return Launch(gemm.slice_sum_kernel, (triton.cdiv(elements, block),), args, options)
+
+
+def epilogue_options(problem: ConvolutionProblem) -> dict[str, Any]:
+    """The constexprs of ``triton_gemm.epilogue`` a problem's kernels take."""
+    return dict(
+        HAS_BETA=problem.beta != 0.0,
+        HAS_BIAS=problem.bias is not None,
+        HAS_Z=problem.z is not None,
+        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+        PROPAGATE_NAN=problem.propagate_nan,
+    )
+
+
 def output_phases(problem: ConvolutionProblem) -> list[tuple[tuple[int, int], tuple[int, int, int]]]:
     """The output phases the TMA kernels compute in a launch each, as ((row phase a, column phase b),
     their pixel grid (1, rows, columns)): a forward's one phase is y; a backward data's are the
@@ -293,7 +384,8 @@ def tma_arguments(
     ``conv_warp_specialized_kernel``) share for output phase ``phase`` of pixel grid ``size``
     (``output_phases``): their arguments, their constexprs, how many pixel boxes cover the phase's
     output and how many output channels it has. Where dx's rows are staged (``stages_output``), the
-    phase writes the workspace's rows of its row phase, its columns one stride apart."""
+    phase writes the workspace's rows of its row phase, its columns one stride apart; a sliced
+    forward (``reduction_slices``) writes its slices' partial sums, with no epilogue."""
     geo = geometry(problem)
     images, block_h, block_w = least_padded_box(geo.n, size)
     backward = problem.direction is BACKWARD_DATA
@@ -306,6 +398,12 @@ def tma_arguments(
     first_row = phase[0]  # of the output's pixels of the phase
     if stages_output(problem):  # the row phase's rows in the workspace, each a row of dx
         out, out_desc, out_strides, first_row = Slot("x_staged"), staged_rows(problem, phase[0]), (1, geo.stride[2]), 0
+    slices, slice_steps = reduction_slices(problem)
+    slice_elements = 0
+    if slices > 1:  # partial sums into the workspace: the epilogue is slice_sum_launch's
+        out, out_desc = Slot("partial"), partial_output(problem)
+        slice_elements = out_desc.numel
+        problem = dataclasses.replace(problem, alpha=1.0, beta=0.0, bias=None, z=None, activation=None)
     w, w_sk = Slot("w"), strides5(problem.w)[0]
     if packs_filter(problem):  # backward data: a forward convolution of dy with the filter [C, R, S, K]
         backward, w, w_sk = False, Slot("w_packed"), geo.taps * reduced  # forward: the filter [K, R, S, C]
@@ -342,18 +440,16 @@ def tma_arguments(
         problem.bias.strides[1] if problem.bias is not None else 0,
         *view_strides,
         *(value for pair in progressions for value in pair),
+        slice_steps,
+        slice_elements,
         problem.alpha,
         problem.beta,
         problem.alpha2,
         problem.activation_coef,
     )
     options = dict(
+        **epilogue_options(problem),
         BACKWARD=backward,
-        HAS_BETA=problem.beta != 0.0,
-        HAS_BIAS=problem.bias is not None,
-        HAS_Z=problem.z is not None,
-        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-        PROPAGATE_NAN=problem.propagate_nan,
         IMAGES=images,
         BLOCK_H=block_h,
         BLOCK_W=block_w,
@@ -364,7 +460,8 @@ def tma_arguments(
 
 
 def tma_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
-    """``conv_tma_kernel``'s launches: one per output phase (``phase_launches``)."""
+    """``conv_tma_kernel``'s launches: one per output phase (``phase_launches``), a program per tile
+    and slice (``reduction_slices``)."""
 
     def launch(phase: tuple[int, int], size: tuple[int, int, int]) -> Launch:
         args, options, boxes, outputs = tma_arguments(problem, phase, size)
@@ -377,7 +474,8 @@ def tma_launches(problem: ConvolutionProblem, dot: Any) -> list[Launch]:
             num_warps=TMA_WARPS,
             num_stages=TMA_STAGES,
         )
-        return Launch(gemm.conv_tma_kernel, (boxes * triton.cdiv(outputs, block_n),), args, options)
+        grid = (boxes * triton.cdiv(outputs, block_n), reduction_slices(problem)[0])
+        return Launch(gemm.conv_tma_kernel, grid, args, options)
 
     return phase_launches(problem, launch)
 
