@@ -4,6 +4,7 @@ rule that decides what fuses; every graph runs on the fused engine (Triton throu
 interpreter) and on the reference engine, and both must agree with torch in float64."""
 
 import ast
+import math
 
 import numpy as np
 import pytest
@@ -281,6 +282,20 @@ def test_genstats_loops_over_the_reduced_dims_in_their_memory_order():
 # ---- convolution and matmul epilogues ----------------------------------------------------------------
 
 
+def conv_workspace(graph, x, w, padding):
+    """The workspace of the forward convolution of float32 ``x`` and ``w`` (stride 1) with the
+    algorithm the heuristics rank first on the fused engine's backend: the one its convolution takes."""
+    descriptor = lambda dims, strides: od.TensorDescriptor(od.DataType.FLOAT, dims, strides)  # noqa: E731
+    xd, wd = (descriptor(a.shape, [s // a.itemsize for s in a.strides]) for a in (x, w))
+    spatial = x.ndim - 2
+    conv = od.ConvolutionDescriptor((padding,) * spatial, (1,) * spatial, (1,) * spatial)
+    dims = (x.shape[0], w.shape[0], *(d + 2 * padding - k + 1 for d, k in zip(x.shape[2:], w.shape[2:])))
+    yd = descriptor(dims, [math.prod(dims[k + 1 :]) for k in range(len(dims))])
+    handle = od.Handle(graph.handle.device, backend="triton", math_type=graph.handle.math_type)
+    algo = od.get_convolution_forward_algorithm(handle, xd, wd, conv, yd)[0].algo
+    return od.get_convolution_forward_workspace_size(handle, xd, wd, conv, yd, algo)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_conv_bias_relu_is_one_call_with_the_fused_epilogue(engine):
     rng = np.random.default_rng(31)
@@ -293,9 +308,27 @@ def test_conv_bias_relu_is_one_call_with_the_fused_epilogue(engine):
     (out,) = run(g, {xt: x, wt: w, bt: b}, [y], engine)
     expected = torch.relu(TF.conv2d(t64(x), t64(w), padding=1) + t64(b)).numpy()
     assert relative_error(out, expected) < TOLERANCE
-    if engine == "fused":
-        assert steps(g) == ["EpilogueCall"] and g.get_workspace_size() == 0
+    if engine == "fused":  # the epilogue writes y: the workspace is the convolution's own (x's channels padded)
+        assert steps(g) == ["EpilogueCall"] and g.get_workspace_size() == conv_workspace(g, x, w, padding=1)
         assert "with add_1, relu_2 in its fused epilogue (bias, activation)" in g.plan.describe()
+
+
+def test_a_graphs_convolution_takes_the_algorithm_the_heuristics_rank_first():
+    """An NCHW float32 convolution under TF32 of one tile and 36 steps: on the fused engine its epilogue
+    call reads x and the filter staged and slices its reduction (IMPLICIT_PRECOMP_GEMM's workspace), as a
+    call naming no algorithm does; the result is the float64 convolution of the TF32-rounded operands."""
+    rng = np.random.default_rng(38)
+    x, w, b = random(rng, (1, 128, 12, 12)), random(rng, (40, 128, 3, 3)) / 30, random(rng, (1, 40, 1, 1))
+    g = og.Graph(handle=od.Handle("cpu", math_type=od.MathType.TENSOR_OP), name="tf32_sliced")
+    xt, wt, bt = graph_inputs(g, x=x, w=w, b=b)
+    y = g.relu(g.bias(g.conv_fprop(xt, wt, padding=[1, 1]), bt))
+    y.set_output(True)
+    (out,) = run(g, {xt: x, wt: w, bt: b}, [y], "fused")
+    expected = torch.relu(TF.conv2d(t64(x), t64(w), padding=1) + t64(b)).numpy()
+    assert relative_error(out, expected) < 1e-3  # TF32 operands
+    assert steps(g) == ["EpilogueCall"]
+    staged = (x.size + w.size) * 4
+    assert g.get_workspace_size() > staged + 2 * 40 * 12 * 12 * 4  # the copies and two slices' partials or more
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -327,9 +360,9 @@ def test_scale_bias_relu_before_a_conv_is_one_kernel_then_the_conv(engine):
     (out,) = run(g, {xt: x, st: s, bt: b, wt: w}, [y], engine)
     activated = torch.relu(t64(x) * t64(s) + t64(b))
     assert relative_error(out, TF.conv2d(activated, t64(w), padding=1).numpy()) < TOLERANCE
-    if engine == "fused":
+    if engine == "fused":  # relu's output, 96 floats, between the two steps, then the convolution's own
         assert steps(g) == ["FusedKernel", "NodeCall"]
-        assert g.get_workspace_size() == 512  # relu's output, 96 floats, between the two steps
+        assert g.get_workspace_size() == 512 + conv_workspace(g, x, w, padding=1)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

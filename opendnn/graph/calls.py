@@ -20,6 +20,7 @@ else on the host (a copy, a fill, a tensor made from values) runs in full every 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -30,6 +31,7 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_st
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle
+from opendnn.core.memo import memoized
 from opendnn.core.recording import SCOPE, recording
 from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
 from opendnn.families.attention.problem import attention_problem
@@ -287,11 +289,6 @@ def run_genstats(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) 
 
 # ---- convolution and matmul ---------------------------------------------------------------------------
 
-CONV_ALGORITHMS = {
-    "conv_fprop": od.ConvolutionFwdAlgo.IMPLICIT_GEMM,
-    "conv_dgrad": od.ConvolutionBwdDataAlgo.ALGO_0,
-    "conv_wgrad": od.ConvolutionBwdFilterAlgo.ALGO_0,
-}
 CONV_ROLES = {
     "conv_fprop": ("image", "weight", "y"),
     "conv_dgrad": ("dx", "filter", "loss"),
@@ -311,11 +308,43 @@ def conv_descriptor(node: NodeSpec, descs: Mapping[str, TensorDescriptor]) -> od
     )
 
 
+def conv_algorithm(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> enum.Enum:
+    """The algorithm of a convolution node's call: the one the heuristics rank first for its problem
+    on ``handle`` (cuDNN's Get; what a call naming none takes): the direction's default, or the one
+    the backend prefers where its route needs a workspace (an NCHW float32 forward's staged copies, a
+    forward of few tiles sliced), within the handle's workspace limit. Build and run ask alike."""
+    x, w, y = (descs[role] for role in CONV_ROLES[node.op])
+    policy = (handle.device, handle.backend, handle.math_type, handle.deterministic, handle.workspace_limit)
+    return _first_algorithm(node.op, x, w, y, conv_descriptor(node, descs), policy)
+
+
+@memoized
+def _first_algorithm(
+    op: str,
+    x: TensorDescriptor,
+    w: TensorDescriptor,
+    y: TensorDescriptor,
+    conv: od.ConvolutionDescriptor,
+    policy: tuple[str, str, od.MathType, bool, int | None],
+) -> enum.Enum:
+    device, backend, math_type, deterministic, workspace_limit = policy
+    handle = Handle(
+        device, backend=backend, math_type=math_type, deterministic=deterministic, workspace_limit=workspace_limit
+    )
+    if op == "conv_fprop":
+        ranked = od.get_convolution_forward_algorithm(handle, x, w, conv, y)
+    elif op == "conv_dgrad":
+        ranked = od.get_convolution_backward_data_algorithm(handle, w, y, conv, x)
+    else:
+        ranked = od.get_convolution_backward_filter_algorithm(handle, x, y, conv, w)
+    return ranked[0].algo
+
+
 def conv_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:
     x_role, w_role, y_role = CONV_ROLES[node.op]
     x, w, y = descs[x_role], descs[w_role], descs[y_role]
     conv = conv_descriptor(node, descs)
-    algo = CONV_ALGORITHMS[node.op]
+    algo = conv_algorithm(node, descs, handle)
     if node.op == "conv_fprop":
         return od.get_convolution_forward_workspace_size(handle, x, w, conv, y, algo)
     if node.op == "conv_dgrad":
@@ -325,8 +354,10 @@ def conv_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: 
 
 def run_conv(node: NodeSpec, tensor: Tensors, handle: Handle, scratch: Any) -> None:
     x, w, y = (tensor(role) for role in CONV_ROLES[node.op])
-    conv = conv_descriptor(node, {"image": x.desc, "weight": w.desc, "dx": x.desc, "filter": w.desc, "dw": w.desc})
-    algo = CONV_ALGORITHMS[node.op]
+    x_role, w_role, y_role = CONV_ROLES[node.op]
+    descs = {x_role: x.desc, w_role: w.desc, y_role: y.desc}
+    conv = conv_descriptor(node, descs)
+    algo = conv_algorithm(node, descs, handle)
     if node.op == "conv_fprop":
         od.convolution_forward(handle, 1.0, x.desc, x.view, w.desc, w.view, conv, algo, scratch, 0.0, y.desc, y.view)
     elif node.op == "conv_dgrad":

@@ -58,7 +58,13 @@ def plan(engine: str, graph: OperationGraph, handle: Handle) -> ExecutionPlan:
     """
     backend = BACKEND[engine]
     _require_runnable(engine, backend, handle)
-    probe = Handle(handle.device, backend=backend, math_type=handle.math_type, deterministic=handle.deterministic)
+    probe = Handle(
+        handle.device,
+        backend=backend,
+        math_type=handle.math_type,
+        deterministic=handle.deterministic,
+        workspace_limit=handle.workspace_limit,
+    )
     steps: list[Step] = []
     if engine == "fused":
         from opendnn.graph.kernel_library import LIBRARY

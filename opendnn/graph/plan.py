@@ -31,8 +31,8 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor
 from opendnn.core.errors import BadParam, Status
 from opendnn.core.handle import Handle
 from opendnn.graph.calls import (
-    CONV_ALGORITHMS,
     NodeCall,
+    conv_algorithm,
     conv_descriptor,
     naming,
     optional_view,
@@ -87,8 +87,9 @@ class EpilogueCall:
                         od.ActivationMode(mode.value[:-4]), NanPropagation.PROPAGATE_NAN, coef
                     )
                 self.conv = conv_descriptor(anchor, descs)
+                self.algorithm = conv_algorithm(anchor, {**descs, "y": output}, handle)
                 self.scratch_bytes = od.get_convolution_forward_workspace_size(
-                    handle, descs["image"], descs["weight"], self.conv, output, CONV_ALGORITHMS["conv_fprop"]
+                    handle, descs["image"], descs["weight"], self.conv, output, self.algorithm
                 )
 
     def run(self, binding: Binding, handle: Handle) -> None:
@@ -117,7 +118,7 @@ class EpilogueCall:
                 b.desc,
                 b.view,
                 self.conv,
-                CONV_ALGORITHMS["conv_fprop"],
+                self.algorithm,
                 scratch,
                 1.0,
                 self.residual,
