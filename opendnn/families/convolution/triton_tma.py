@@ -61,10 +61,13 @@ ACTIVATION_READS = {FORWARD: ("x",), BACKWARD_DATA: ("y",), BACKWARD_FILTER: ("x
 MIN_SLICE_BOXES = 4  # boxes of output pixels each backward-filter slice sums at least
 MIN_SLICE_STEPS = 4  # (tap, chunk) steps each slice of a sliced forward reduces at least
 NOMINAL_BLOCK_N = 128  # the output-channel tile reduction_slices counts a forward's tiles in
-# the sliced forward's cost model (H200, bf16 batch-1 ResNet-50 3x3 layers on the engine, GPU time): a
-# (tap, chunk) step of a tile, and the partial sums' kernel after the engine with its round trip
+NARROWEST_BLOCK_N = 64  # ... and the narrowest the kernels take, which sets how many rounds the units run
+# the sliced forward's cost model, fitted to ResNet-50's 3x3 layers at batches 1-16 on the H200 (bf16,
+# GPU time; docs/design/convolution.md): a (tap, chunk) step of a tile, the sum kernel's launch, and
+# the rate of the partials' round trip (written by the slices, read by the sum)
 STEP_US = 0.22
 SLICE_SUM_US = 3.0
+PARTIAL_BYTES_PER_US = 2.0e6
 
 
 def _channels_last_aligned(desc: TensorDescriptor) -> bool:
@@ -253,8 +256,10 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
     boxes of pixels, 4 tiles of 36 steps), its reduction over (tap, chunk) steps is split into
     slices of at least MIN_SLICE_STEPS steps, about a tile per SM in all, each slice writing float32
     partial sums that ``slice_sum_kernel`` adds in a fixed order (bitwise repeatable), where the steps
-    a tile no longer runs one after another save more than that kernel costs (``STEP_US``,
-    ``SLICE_SUM_US``: ResNet-50's 56 x 56 layer at batch 1, 9 steps, is not sliced). Under
+    a tile no longer runs one after another (in the rounds the units take at the narrowest tile)
+    save more than that kernel and the partials' round trip cost (``STEP_US``, ``SLICE_SUM_US``,
+    ``PARTIAL_BYTES_PER_US``: ResNet-50's 56 x 56 layer at batch 1, 9 steps, is not sliced, nor its
+    14 x 14 layer at batch 4, whose 8 slices would take two rounds and 13 MB of partials). Under
     IMPLICIT_PRECOMP_GEMM alone, whose workspace holds the partials (IMPLICIT_GEMM keeps zero
     workspace); (1, steps) where it is not sliced."""
     geo = geometry(problem)
@@ -264,12 +269,16 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
     precomputed = method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
     if problem.direction is not FORWARD or blocks is None or not precomputed:
         return 1, steps
-    tiles = pixel_boxes(geo.n, geo.y_size, blocks) * triton.cdiv(geo.k, NOMINAL_BLOCK_N)
-    wanted = min(programs_to_fill(1) // tiles, steps // MIN_SLICE_STEPS)
+    boxes, programs = pixel_boxes(geo.n, geo.y_size, blocks), programs_to_fill(1)
+    wanted = min(programs // (boxes * triton.cdiv(geo.k, NOMINAL_BLOCK_N)), steps // MIN_SLICE_STEPS)
     per_slice = triton.cdiv(steps, max(1, wanted))
-    if wanted < 2 or (steps - per_slice) * STEP_US <= SLICE_SUM_US:  # the sum would cost what it saves
+    slices = triton.cdiv(steps, per_slice)
+    rounds = triton.cdiv(boxes * triton.cdiv(geo.k, NARROWEST_BLOCK_N) * slices, programs)
+    saved_us = (steps - per_slice * rounds) * STEP_US
+    partials_us = 2 * slices * partial_output(problem).numel * 4 / PARTIAL_BYTES_PER_US
+    if wanted < 2 or saved_us <= SLICE_SUM_US + partials_us:  # the sum would cost what the slices save
         return 1, steps
-    return triton.cdiv(steps, per_slice), per_slice
+    return slices, per_slice
 
 
 def partial_output(problem: ConvolutionProblem) -> TensorDescriptor:
