@@ -364,6 +364,7 @@ def bind_bytes(name: str, array: Any, needed: int, query: str) -> Bound | None:
     return Bound(name, bytes_descriptor(nbytes), view, device_of(native))
 
 
+@functools.lru_cache(maxsize=256)  # a frozen value, built for every call that takes a workspace
 def bytes_descriptor(count: int) -> TensorDescriptor:
     """The descriptor of ``count`` contiguous bytes (a workspace or reserve space)."""
     return packed_descriptor(DataType.UINT8, (count,), (0,))
