@@ -284,7 +284,7 @@ def test_genstats_loops_over_the_reduced_dims_in_their_memory_order():
 
 def conv_workspace(graph, x, w, padding):
     """The workspace of the forward convolution of float32 ``x`` and ``w`` (stride 1) with the
-    algorithm the heuristics rank first on the fused engine's backend: the one its convolution takes."""
+    algorithm the heuristics rank first on the fused engine's backend (what a call naming none takes)."""
     descriptor = lambda dims, strides: od.TensorDescriptor(od.DataType.FLOAT, dims, strides)  # noqa: E731
     xd, wd = (descriptor(a.shape, [s // a.itemsize for s in a.strides]) for a in (x, w))
     spatial = x.ndim - 2
@@ -313,7 +313,7 @@ def test_conv_bias_relu_is_one_call_with_the_fused_epilogue(engine):
         assert "with add_1, relu_2 in its fused epilogue (bias, activation)" in g.plan.describe()
 
 
-def test_a_graphs_convolution_takes_the_algorithm_the_heuristics_rank_first():
+def test_a_graphs_convolution_takes_the_algorithm_a_call_naming_none_takes():
     """An NCHW float32 convolution under TF32 of one tile and 36 steps: on the fused engine its epilogue
     call reads x and the filter staged and slices its reduction (IMPLICIT_PRECOMP_GEMM's workspace), as a
     call naming no algorithm does; the result is the float64 convolution of the TF32-rounded operands."""

@@ -31,10 +31,12 @@ from opendnn.core.descriptors import NanPropagation, TensorDescriptor, packed_st
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import NotSupported, OpenDnnError, Status
 from opendnn.core.handle import Handle
-from opendnn.core.memo import memoized
 from opendnn.core.recording import SCOPE, recording
 from opendnn.families.attention.problem import SLOTS as ATTENTION_SLOTS
 from opendnn.families.attention.problem import attention_problem
+from opendnn.families.convolution.algorithms import default_algorithm
+from opendnn.families.convolution.api import allows_tf32
+from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
 from opendnn.graph.memory import Binding, aligned, typed_view
 from opendnn.graph.operation_graph import NodeSpec, OperationGraph
 from opendnn.graph.operations import (
@@ -294,6 +296,11 @@ CONV_ROLES = {
     "conv_dgrad": ("dx", "filter", "loss"),
     "conv_wgrad": ("image", "dw", "loss"),
 }  # the (x, w, y) of each direction
+CONV_DIRECTIONS = {
+    "conv_fprop": ConvolutionDirection.FORWARD,
+    "conv_dgrad": ConvolutionDirection.BACKWARD_DATA,
+    "conv_wgrad": ConvolutionDirection.BACKWARD_FILTER,
+}
 
 
 def conv_descriptor(node: NodeSpec, descs: Mapping[str, TensorDescriptor]) -> od.ConvolutionDescriptor:
@@ -309,35 +316,14 @@ def conv_descriptor(node: NodeSpec, descs: Mapping[str, TensorDescriptor]) -> od
 
 
 def conv_algorithm(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> enum.Enum:
-    """The algorithm of a convolution node's call: the one the heuristics rank first for its problem
-    on ``handle`` (cuDNN's Get; what a call naming none takes): the direction's default, or the one
-    the backend prefers where its route needs a workspace (an NCHW float32 forward's staged copies, a
-    forward of few tiles sliced), within the handle's workspace limit. Build and run ask alike."""
+    """The algorithm of a convolution node's call: the one a call naming none takes on ``handle``
+    (``default_algorithm``): the direction's default, or the one the backend prefers where its route
+    needs a workspace (an NCHW float32 forward's staged copies, a forward of few tiles sliced), within
+    the handle's workspace limit. Build and run ask alike."""
     x, w, y = (descs[role] for role in CONV_ROLES[node.op])
-    policy = (handle.device, handle.backend, handle.math_type, handle.deterministic, handle.workspace_limit)
-    return _first_algorithm(node.op, x, w, y, conv_descriptor(node, descs), policy)
-
-
-@memoized
-def _first_algorithm(
-    op: str,
-    x: TensorDescriptor,
-    w: TensorDescriptor,
-    y: TensorDescriptor,
-    conv: od.ConvolutionDescriptor,
-    policy: tuple[str, str, od.MathType, bool, int | None],
-) -> enum.Enum:
-    device, backend, math_type, deterministic, workspace_limit = policy
-    handle = Handle(
-        device, backend=backend, math_type=math_type, deterministic=deterministic, workspace_limit=workspace_limit
-    )
-    if op == "conv_fprop":
-        ranked = od.get_convolution_forward_algorithm(handle, x, w, conv, y)
-    elif op == "conv_dgrad":
-        ranked = od.get_convolution_backward_data_algorithm(handle, w, y, conv, x)
-    else:
-        ranked = od.get_convolution_backward_filter_algorithm(handle, x, y, conv, w)
-    return ranked[0].algo
+    conv = conv_descriptor(node, descs)
+    problem = convolution_problem(CONV_DIRECTIONS[node.op], conv, x, w, y, allow_tf32=allows_tf32(handle, conv))
+    return default_algorithm(handle, problem).algo
 
 
 def conv_scratch(node: NodeSpec, descs: Mapping[str, TensorDescriptor], handle: Handle) -> int:

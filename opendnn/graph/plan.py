@@ -71,8 +71,7 @@ class EpilogueCall:
         self.saved = saved_bytes(epilogue, graph)
         descs = {role: graph.tensors[uid].desc for role, uid in anchor.inputs}
         # the output and the residual as the call sees them: in the anchor's dims, past any reshape
-        output = epilogue.in_anchor_dims(graph.tensors[epilogue.output].desc, graph)
-        self.output = output
+        self.output = output = epilogue.in_anchor_dims(graph.tensors[epilogue.output].desc, graph)
         self.bias = None if epilogue.bias is None else graph.tensors[epilogue.bias].desc
         self.residual = (
             None if epilogue.residual is None else epilogue.in_anchor_dims(graph.tensors[epilogue.residual].desc, graph)

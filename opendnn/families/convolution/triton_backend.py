@@ -102,6 +102,7 @@ from opendnn.families.convolution.triton_tiles import (
     depthwise_tile,
     dot_precision,
     dot_type,
+    epilogue_options,
     filter_plan,
     gemm_tile,
     geometry,
@@ -454,15 +455,7 @@ def _forward_or_backward_data(problem: ConvolutionProblem, dot: Any, strategy: S
     w_sk, w_sc, *w_taps = strides5(w_desc)
     epilogue_args = (*strides5(problem.z), problem.bias.strides[1] if problem.bias is not None else 0)
     scalars = (problem.alpha, problem.beta, problem.alpha2, problem.activation_coef)
-    flags = dict(
-        FLIP=problem.flip,
-        HAS_BETA=problem.beta != 0.0,
-        HAS_BIAS=problem.bias is not None,
-        HAS_Z=problem.z is not None,
-        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-        PROPAGATE_NAN=problem.propagate_nan,
-        COMPUTE=accumulator_type(problem),
-    )
+    flags = dict(FLIP=problem.flip, **epilogue_options(problem), COMPUTE=accumulator_type(problem))
     geometry_args = (*geo.pad, *geo.stride, *geo.dilation)
     pixels = geo.n * math.prod(out_size)
     channels = outputs * groups

@@ -110,6 +110,17 @@ SUM_MIN_BLOCK = 32  # ... and at least (128 bytes of float32 partials)
 SUM_TILE = 2048  # partials a program of it loads at a time (slices x elements)
 
 
+def epilogue_options(problem: ConvolutionProblem) -> dict[str, Any]:
+    """The constexprs of ``triton_gemm.epilogue`` (alpha, z, bias, activation, beta) a problem's kernels take."""
+    return dict(
+        HAS_BETA=problem.beta != 0.0,
+        HAS_BIAS=problem.bias is not None,
+        HAS_Z=problem.z is not None,
+        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
+        PROPAGATE_NAN=problem.propagate_nan,
+    )
+
+
 def sum_blocks(elements: int, slices: int) -> tuple[int, int]:
     """(elements, slices) a program of a pass summing ``slices`` partials of ``elements`` each loads at a
     time: blocks narrow enough that every SM sums (a one-tile GEMM's slices are many, its elements few),

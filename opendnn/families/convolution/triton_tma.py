@@ -32,6 +32,7 @@ from opendnn.families.convolution.triton_tiles import (
     PROGRAMS_PER_SM,
     accumulator_type,
     dot_precision,
+    epilogue_options,
     geometry,
     im2col_elements,
     itemsize_of,
@@ -284,8 +285,7 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
 def partial_output(problem: ConvolutionProblem) -> TensorDescriptor:
     """One slice's float32 partial sums of a sliced forward (``reduction_slices``): y's dims packed
     channels-last, the slices one after another in the workspace."""
-    order = (0, *range(2, problem.y.ndim), 1)
-    return TensorDescriptor(DataType.FLOAT, problem.y.dims, strides_for_order(problem.y.dims, order))
+    return _packed_in_order(problem.y, (0, *range(2, problem.y.ndim), 1), DataType.FLOAT)
 
 
 def slice_sum_launch(problem: ConvolutionProblem) -> Launch:
@@ -322,17 +322,6 @@ def slice_sum_launch(problem: ConvolutionProblem) -> Launch:
     )
     options = dict(epilogue_options(problem), BLOCK=block, SPLIT_BLOCK=split_block, num_warps=4)
     return Launch(gemm.slice_sum_kernel, (triton.cdiv(elements, block),), args, options)
-
-
-def epilogue_options(problem: ConvolutionProblem) -> dict[str, Any]:
-    """The constexprs of ``triton_gemm.epilogue`` a problem's kernels take."""
-    return dict(
-        HAS_BETA=problem.beta != 0.0,
-        HAS_BIAS=problem.bias is not None,
-        HAS_Z=problem.z is not None,
-        ACTIVATION=problem.activation.value[:-4] if problem.activation else "",
-        PROPAGATE_NAN=problem.propagate_nan,
-    )
 
 
 def output_phases(problem: ConvolutionProblem) -> list[tuple[tuple[int, int], tuple[int, int, int]]]:
@@ -546,9 +535,9 @@ def tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescri
     return Slot(name), desc
 
 
-def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDescriptor:
-    """``desc``'s dims packed with its dims laid out in ``order`` (outermost first)."""
-    return TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, order))
+def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...], dtype: DataType | None = None) -> TensorDescriptor:
+    """``desc``'s dims packed with its dims laid out in ``order`` (outermost first), of its type or ``dtype``."""
+    return TensorDescriptor(dtype or desc.dtype, desc.dims, strides_for_order(desc.dims, order))
 
 
 STAGING_OUTER_DIMS = tl.constexpr(OUTER_DIMS)
