@@ -30,6 +30,7 @@ from opendnn.families.convolution.triton_tiles import (
     aligned,
     depthwise_packed_filter,
 )
+from opendnn.families.convolution.triton_tma import tma_block_k
 from opendnn.families.pointwise.problem import PointwiseMode
 from opendnn.samples import relative_error
 
@@ -795,6 +796,47 @@ def test_tma_backward_data_dilation_flip_beta():
     assert _read_by_tma(problem)
 
 
+@pytest.mark.parametrize(
+    "direction, dtype, x_dims, k, options, chunk",
+    [
+        (FWD, DataType.BFLOAT16, (2, 40, 6, 7), 48, dict(flip=True, bias=True, act=PointwiseMode.RELU_FWD), 64),
+        (FWD, DataType.HALF, (2, 32, 5, 9), 40, dict(dilation=(2, 1), pre=(2, 1)), 32),
+        (FWD, DataType.BFLOAT16, (2, 32, 6, 8), 24, dict(stride=(2, 2)), 32),  # whole chunks along strided rows
+        (DATA, DataType.BFLOAT16, (2, 24, 6, 7), 40, dict(stride=(2, 2), beta=0.5), 64),
+        (FWD, DataType.FLOAT, (2, 40, 6, 7), 24, dict(allow_tf32=True, alpha=0.5), 32),
+        (DATA, DataType.FLOAT, (2, 24, 6, 7), 36, dict(allow_tf32=True), 32),  # the repacked filter per tap
+    ],
+    ids=["bf16_40_partial", "half_32_chunk_32", "bf16_32_strided", "data_40_strided", "tf32_40", "tf32_data_36"],
+)
+def test_tma_reductions_of_fewer_or_not_whole_chunks_of_channels(direction, dtype, x_dims, k, options, chunk):
+    options = {"pre": (1, 1), **options}
+    problem = check(direction, dtype, x_dims, k, (3, 3), channels_last=True, margin=16, **options)
+    assert _read_by_tma(problem) and tma_block_k(problem) == chunk
+
+
+def test_a_partial_chunk_reads_the_filter_per_tap_not_the_next_taps_channels():
+    """An infinite weight at tap (0, 1) of 40 channels read in chunks of 64: the chunk of tap (0, 0)
+    must read zeros past channel 39 of the filter, not tap (0, 1)'s channels, else every pixel of that
+    output channel would add 0 * inf."""
+    dims, k = (1, 40, 5, 12), 16
+    x_desc, xb, _ = make(dims, DataType.BFLOAT16, True, margin=16, seed=1)
+    w_desc, wb, _ = make((k, 40, 3, 3), DataType.BFLOAT16, True, seed=2)
+    y_desc, yb, _ = make(dims[:1] + (k,) + dims[2:], DataType.BFLOAT16, True, margin=16, fill=False)
+    wb.view[3, 0, 0, 1] = float("inf")
+    problem = ConvolutionProblem(
+        FWD, x_desc, w_desc, y_desc, (1, 1), (1, 1), (1, 1), (1, 1), 1, False, DataType.FLOAT, False,
+        ConvolutionFwdAlgo.IMPLICIT_GEMM, 1.0, 0.0, None, None, 0.0, None, 0.0,
+    )  # fmt: skip
+    assert _read_by_tma(problem) and tma_block_k(problem) == 64
+    kernels.run(problem, xb, wb, yb, None, None, None)
+    want = torch_forward(xb.view.double(), wb.view.double(), (1, 1), (1, 1), (1, 1), (1, 1), 1, False)
+    got = yb.view.double()
+    assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(torch.isinf(got), torch.isinf(want))
+    assert torch.isnan(want[0, 3, 0]).all() and torch.isinf(want[0, 3, 1:]).all()  # row 0 reads padding there
+    finite = torch.isfinite(want)
+    assert relative_error(got[finite].numpy(), want[finite].numpy()) < 1e-2
+
+
 def _kernel_names(problem):
     strategy = kernels.choose(problem, tma_aligned=True)
     return [launch.kernel.fn.__name__ for launch in kernels.launch_plan(problem, True, strategy).launches]
@@ -920,7 +962,8 @@ def test_tma_tf32_not_taken_for_strict_float32_nchw_forward_or_odd_channels():
     base = dict(dtype=DataType.FLOAT, x_dims=(2, 32, 5, 6), k=32, filt=(3, 3), pre=(1, 1), margin=16)
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True)) is None  # TF32 not allowed
     assert kernels.tma_blocks(check(FWD, **base, allow_tf32=True)) is None  # NCHW forward: no workspace to stage
-    assert kernels.tma_blocks(check(DATA, **{**base, "k": 24}, allow_tf32=True)) is None  # 24 reduced channels
+    six_reduced = check(DATA, **{**base, "k": 6}, allow_tf32=True)  # the repacked filter's taps 24 bytes apart
+    assert kernels.tma_blocks(six_reduced) is None
     one_by_one = dict(dtype=DataType.FLOAT, x_dims=(2, 64, 5, 6), k=64, filt=(1, 1), margin=16, allow_tf32=True)
     for direction in (DATA, FILTER):  # NCHW 1x1: copies would outweigh an explicit GEMM's columns (x itself)
         assert kernels.tma_blocks(check(direction, **one_by_one)) is None

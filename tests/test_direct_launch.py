@@ -102,18 +102,27 @@ def test_the_direct_launch_passes_what_triton_runner_passes(fake_driver):
     assert ours[ARGUMENTS:] == (4096, 8192, 7, 128)  # the tensors' addresses: the launcher takes them as is
 
 
-def test_a_kernel_with_global_scratch_gets_it_from_the_launchers_wrapper(fake_driver, monkeypatch):
-    calls, asked = [], []
+def test_a_kernel_with_global_scratch_gets_the_kept_scratch_of_its_stream_by_address(fake_driver, monkeypatch):
+    """Passed what Triton's wrapper passes, less the allocator hook: the scratch of the grid's 6 CTAs
+    on the launch's stream, as the kept buffer's address."""
+    calls, asked, hooked = [], [], []
+    monkeypatch.setattr(launch_module, "descriptor_scratch", lambda *request: asked.append(request) or 0xBEEF00)
     monkeypatch.setattr(
-        _allocation, "_allocator", types.SimpleNamespace(get=lambda: lambda *request: asked.append(request) or "mem")
+        _allocation, "_allocator", types.SimpleNamespace(get=lambda: lambda *request: hooked.append(request))
     )
     kernel = _compiled(calls, scratch=32)
     launch = Launch(_Kernel(kernel), (3, 2), (Slot("x"), Slot("x"), 7), {"BLOCK": 64, "num_warps": 4})
     _launched(launch, {"x": _Tensor(64)})
     (args,) = calls
-    assert asked == [(6 * 32, 128, STREAM)]  # 6 CTAs' scratch on the launch's stream
-    assert args[:LAUNCH_METADATA] == (3, 2, 1, STREAM, 0xF00, False, False, "mem", None, (4, 1, 0))
+    assert asked == [(6 * 32, 128, STREAM)] and not hooked
+    assert args[:LAUNCH_METADATA] == (3, 2, 1, STREAM, 0xF00, False, False, 0xBEEF00, None, (4, 1, 0))
     assert args[ARGUMENTS:] == (64, 64, 7, 64)
+    kernel._run.launch = lambda *request: calls.append(request)  # Triton's wrapper, its hook asked
+    monkeypatch.setattr(
+        _allocation, "_allocator", types.SimpleNamespace(get=lambda: lambda *request: hooked.append(request) or "mem")
+    )
+    kernel[(3, 2, 1)](64, 64, 7, 64)
+    assert hooked == asked and calls[1][:LAUNCH_METADATA] == (*args[:7], "mem", None, (4, 1, 0))
 
 
 def test_a_registered_launch_hook_leaves_the_launch_to_the_runner(fake_driver):
@@ -228,7 +237,8 @@ def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_grap
     monkeypatch.setattr(torch, "zeros", empty)  # a kept buffer (zeroed once)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
-    scratch = device_module._descriptor_scratch
+    scratch = device_module._descriptor_scratch  # the allocator hook's tensors; the launchers take addresses
+    assert device_module.descriptor_scratch(256, 64, STREAM) == scratch(256, 64, STREAM).data_ptr()
     first = scratch(256, 64, STREAM)
     assert scratch(128, 64, STREAM) is first  # smaller: the kept buffer serves
     other_stream = scratch(256, 64, STREAM + 1)

@@ -175,7 +175,7 @@ def problem(
         ),
         ("odd dx: phases of 8 and 7 rows", dict(direction=DATA, size=15, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
         ("1x1 stride 2 backward data", dict(direction=DATA, filt=1, stride=2), True, True, S.WARP_SPECIALIZED_TMA),
-        ("96 channels: not whole 64-channel chunks", dict(c=96), True, True, S.IMPLICIT_GEMM),
+        ("40 channels along a strided row: no zeros past them", dict(c=40, stride=2), True, True, S.IMPLICIT_GEMM),
         ("1x1: a matrix product", dict(filt=1), True, True, S.MATRIX_PRODUCT),
     ],
 )
@@ -274,7 +274,37 @@ def test_a_batch_1_layer_slices_its_reduction_over_the_sms_and_sums_the_slices_a
 
 
 def test_the_ring_takes_the_stages_that_fit_beside_the_epilogue():
-    assert [gluon_hopper.stages(width) for width in (64, 128, 256)] == [8, 6, 4]
+    assert [gluon_hopper.stages(width, 128) for width in (64, 128, 256)] == [8, 6, 4]
+    assert [gluon_hopper.stages(width, 64) for width in (64, 128, 256)] == [8, 8, 8]
+
+
+@pytest.mark.parametrize(
+    "arguments, chunk, steps",
+    [
+        (dict(c=96), 64, 2),  # GoogLeNet's 3x3 over 96 channels: a whole chunk and half of one
+        (dict(c=32), 32, 1),  # one chunk of 32 channels
+        (dict(c=32, stride=2), 32, 1),  # a strided 3x3 over 32 channels: one whole chunk of 32
+        (dict(direction=DATA, k=32), 32, 1),  # DenseNet's 3x3 to 32 channels, backward: dy's 32
+        (dict(c=40, dtype=FP32, allow_tf32=True), 32, 2),  # float32: 32 channels a chunk
+    ],
+)
+def test_reductions_of_fewer_or_not_whole_chunks_of_channels_take_the_engine(arguments, chunk, steps):
+    prob = problem(**arguments)
+    assert kernels.choose(prob, tma_aligned=True, hopper=True) is S.WARP_SPECIALIZED_TMA
+    (launch,) = gluon_hopper.warp_specialized_launches(prob)[-1:]
+    assert launch.options["BLOCK_K"] == chunk
+    assert kernels.reduction_slices(prob)[1] == 9 * steps
+
+
+def test_a_partial_chunk_along_a_strided_row_of_x_is_not_read_by_tma():
+    """x's phase view packs a pixel's two column phases side by side: past 40 channels lie the next
+    phase's, not zeros."""
+    assert kernels.tma_blocks(problem(c=40, stride=2)) is None
+    assert kernels.tma_blocks(problem(c=40)) is not None
+
+
+def test_fewer_than_32_reduced_channels_stay_on_the_gemm_whose_steps_span_taps():
+    assert kernels.tma_blocks(problem(c=16)) is None and kernels.tma_blocks(problem(direction=DATA, k=16)) is None
 
 
 # ---- every epilogue variant compiled for sm_90 ----------------------------------------------------
@@ -313,6 +343,11 @@ VARIANTS = {
     "tf32_nchw_forward_staged_stride_2_beta": dict(n=8, c=128, size=56, k=128, stride=2, beta=0.5, **NCHW_STAGED),
     # batch 1 under IMPLICIT_PRECOMP_GEMM: slices of the reduction, partial sums stored as they are
     "sliced_batch_1": dict(n=1, c=256, size=14, k=256, algo=PRECOMP),
+    # reductions of fewer or not whole chunks of channels: 64-byte and 32-byte rows, a partial chunk
+    "partial_chunk_96_channels": dict(c=96, size=28, k=128),
+    "chunk_of_32_channels": dict(c=32, size=56, k=64),
+    "backward_data_chunk_of_32_channels": dict(direction=DATA, c=128, size=28, k=32),
+    "tf32_partial_chunk_40_channels": dict(c=40, size=28, k=64, **TF32),
     "tf32_sliced_batch_1_nchw": dict(n=1, c=256, size=14, k=256, **NCHW_STAGED),
 }
 TF32_VARIANTS = tuple(name for name in VARIANTS if name.startswith("tf32"))
@@ -354,7 +389,10 @@ def test_every_epilogue_variant_compiles_to_a_warp_specialized_wgmma_kernel_read
         assert report["tma_loads"] == 2 and report["box_rank"] == 5, name  # a box of x's phase view
         assert (report["barrier_waits"], report["barrier_arrives"]) == (3, 4), name
         assert {240, 24} <= set(report["registers"]), name  # setmaxnreg: consumers 240, producer 24
-        assert 192 * 1024 < report["shared"] <= SHARED_MEMORY, name  # a ring of 192 KB and the epilogue's
+        options = gluon_hopper.warp_specialized_launches(problem(**VARIANTS[name]))[-1].options
+        chunk_bytes = options["BLOCK_K"] * (4 if name in TF32_VARIANTS else 2)
+        ring = options["STAGES"] * (128 + options["BLOCK_N"]) * chunk_bytes  # 192 KB with 128-byte chunks
+        assert ring < report["shared"] <= SHARED_MEMORY, name  # the ring and the epilogue's
         # wgmma.mma_async.sync.aligned.m64n<BLOCK_N>k<depth>.f32.<A>.<B>: TF32 operands 8 deep, 16-bit ones 16
         operands = {instruction.split(".", 1)[1] for instruction in report["mma_instructions"]}
         depths = {

@@ -316,6 +316,9 @@ ENGINE_SHAPES = [
     (8, 512, 7, 7, 512),
     (3, 192, 13, 21, 192),
     (5, 64, 9, 30, 320),
+    (4, 96, 28, 28, 128),  # reductions of fewer or not whole 64-channel chunks: zeros past the channels
+    (8, 32, 28, 28, 64),
+    (8, 128, 28, 28, 32),
 ]
 
 

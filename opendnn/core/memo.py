@@ -56,3 +56,12 @@ def cached_hash(self: Any) -> int:
         value = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
         self.__dict__["_hash"] = value  # frozen: object.__setattr__ is refused, the instance dict is not
         return value
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical(value: T) -> T:
+    """The first of the equal frozen values seen, ``value`` itself the first time: a problem that
+    equal calls build twice (a workspace query, then the call, with alpha and beta passed) becomes one
+    object, so that the caches it keys (refusal, workspace, plan) find it by identity instead of
+    comparing every field on each call."""
+    return value

@@ -83,11 +83,13 @@ def use_descriptor_scratch() -> None:
 _SCRATCH: dict[tuple[int, int], Any] = {}  # (device, stream) -> the largest scratch buffer given there
 
 
-def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
-    """Scratch of ``size`` bytes for a launch on ``stream`` of the current device: one buffer per
-    stream, kept (an allocation costs ~5 us of host time per launch on an H200 machine). Launches on
-    one stream run in order, so the next one rewrites its descriptors only after the last finished.
-    A stream being captured into a CUDA graph gets fresh memory from the graph's own pool."""
+def descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
+    """Scratch of ``size`` bytes for a launch on ``stream`` of the current device, as a launcher takes
+    it: the address of the stream's kept buffer (an integer, which the launcher uses as it is; an
+    allocation costs ~5 us of host time per launch on an H200 machine). Launches on one stream run in
+    order, so the next one rewrites its descriptors only after the last finished. A stream being
+    captured into a CUDA graph gets fresh memory from the graph's own pool, a tensor that must live
+    until the launcher has read its address."""
     import torch
 
     if torch.cuda.is_current_stream_capturing():
@@ -96,7 +98,16 @@ def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
     buffer = _SCRATCH.get(key)
     if buffer is None or buffer.numel() < size:
         buffer = _SCRATCH[key] = kept_buffer(size, key[0])
-    return buffer
+    return buffer.data_ptr()
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
+    """``descriptor_scratch`` as Triton's allocator hook gives it: a tensor (the kept one, or a
+    captured graph's)."""
+    import torch
+
+    scratch = descriptor_scratch(size, alignment, stream)
+    return _SCRATCH[(torch.cuda.current_device(), stream)] if isinstance(scratch, int) else scratch
 
 
 def kept_buffer(size: int, device: int) -> Any:

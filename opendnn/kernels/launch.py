@@ -73,6 +73,7 @@ from triton.runtime.interpreter import InterpretedFunction, interpreter_builder
 from opendnn.core.errors import InternalError
 from opendnn.core.memo import memoized
 from opendnn.core.recording import SCOPE
+from opendnn.kernels.device import descriptor_scratch
 
 # the launcher's argument layout below is triton 3.6's (CompiledKernel.__getitem__'s runner)
 DIRECT_LAUNCH = triton.__version__.split(".")[:2] == ["3", "6"]
@@ -209,7 +210,8 @@ class _Direct:
     in place of num_ctas for a cluster launch), no launch metadata and no hooks. Where the kernel
     needs no global or profile scratch (every kernel here so far), ``run`` is the compiled C
     function itself, past the launcher's Python wrapper that would allocate them (the cooperative
-    grid and PDL flags it adds go in ``head``)."""
+    grid and PDL flags it adds go in ``head``); a kernel with global scratch alone (device-built TMA
+    descriptors) is given opendnn's kept scratch by ``_ScratchLaunch``."""
 
     kernel: Any  # the CompiledKernel
     run: Any
@@ -224,10 +226,38 @@ class _Direct:
         launcher, function = kernel.run, kernel.function
         stream = driver.active.get_current_stream
         hooks = (metadata, None, None, None)  # launch metadata, enter and exit hooks
-        if launcher.global_scratch_size or launcher.profile_scratch_size:
+        if launcher.profile_scratch_size:
             return _Direct(kernel, launcher, (function, *hooks), stream)
+        if launcher.global_scratch_size:
+            return _Direct(kernel, _ScratchLaunch.of(launcher), (function, *hooks), stream)
         flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None)  # no scratch
         return _Direct(kernel, launcher.launch, (function, *flags, *hooks), stream)
+
+
+@dataclass(frozen=True)
+class _ScratchLaunch:
+    """The C launcher of a kernel that takes global scratch (and no profile scratch), called as
+    Triton's wrapper calls it (``CudaLauncher.__call__``: ``run(grid_x, grid_y, grid_z, stream,
+    function, *rest)``) with the scratch its grid needs from ``descriptor_scratch``, the kept buffer
+    of the launch's stream, passed as its address: the wrapper would ask the allocator hook through
+    two closures per launch and hand the launcher a tensor, whose address it would look up with the
+    driver (``cuPointerGetAttribute``)."""
+
+    launch: Any  # the compiled C function
+    per_program: int  # bytes of scratch a program takes (every CTA of it)
+    alignment: int
+    cooperative: bool
+    pdl: bool
+
+    @staticmethod
+    def of(launcher: Any) -> _ScratchLaunch:
+        flags = (launcher.launch_cooperative_grid, launcher.launch_pdl)
+        per_program = launcher.num_ctas * launcher.global_scratch_size
+        return _ScratchLaunch(launcher.launch, per_program, launcher.global_scratch_align, *flags)
+
+    def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: int, function: Any, *rest: Any) -> None:
+        scratch = descriptor_scratch(grid_x * grid_y * grid_z * self.per_program, self.alignment, stream)
+        self.launch(grid_x, grid_y, grid_z, stream, function, self.cooperative, self.pdl, scratch, None, *rest)
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,11 @@ only through shared memory and mbarriers:
 
 - **producer** (``tma_producer``, 1 warp, PRODUCER_REGISTERS registers a thread): for every step of
   every tile of the program, waits until a stage of the ring is empty, then has TMA copy into it the
-  activations' box [IMAGES, BLOCK_H, 1, BLOCK_W, 64] of the tap in the phase view and the filter's
-  box: forward [BLOCK_N, 64] at (k0, tap * C + c0) (B transposed, K-major), backward data
-  [64, BLOCK_N] at (k0, tap * C + c0) of dy's channels (B as stored), both
+  activations' box [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K] of the tap in the phase view and the
+  filter's box: forward [BLOCK_N, 1, BLOCK_K] at (k0, tap, c0) of the filter read per tap [K, R*S, C]
+  (B transposed, K-major), backward data [BLOCK_K, BLOCK_N] at (k0, tap * C + c0) of the matrix
+  [K, R*S*C], dy's channels its rows (B as stored); a partial last chunk of channels
+  (``triton_tma.tma_block_k``) reads zeros past them in both boxes. Both
   signalling the stage's ``ready`` barrier with their byte count. It builds both descriptors on the
   device at its start (the tensormap proxy's release and acquire in one thread).
 - **two consumers** (``mma_consumer``, one warpgroup each, CONSUMER_REGISTERS registers a thread; the
@@ -41,12 +43,13 @@ only through shared memory and mbarriers:
   rule, beta * y), stored at the output pixels' strides and masked where the box runs past N, H or W.
   Meanwhile the producer already fills the ring with the next tile's steps.
 
-**The box as an MMA operand.** With the 128-byte swizzle, shared memory holds a box as rows of 64
-16-bit or 32 float32 channels (128 bytes, BLOCK_K), one row per pixel in (image, row, phase, column) order (one phase a
-box), and each row's 16-byte chunks permuted by the row's index modulo 8 within every 1024-byte
-group of 8 rows: the layout is a function of the flat row index alone, that of the [128, BLOCK_K]
+**The box as an MMA operand.** Shared memory holds a box as rows of BLOCK_K channels (a chunk: 128
+bytes, 64 16-bit or 32 float32 channels, or 32 or 64 bytes where fewer channels are reduced), one
+row per pixel in (image, row, phase, column) order (one phase a box), swizzled by the row's bytes:
+each row's 16-byte pieces permuted by the row's index within every group of 8 rows (1024 bytes
+with 128-byte rows). The layout is a function of the flat row index alone, that of the [128, BLOCK_K]
 operand wgmma reads. So ``reshape([128, BLOCK_K])`` of the shared memory descriptor is exact, and
-``slice`` of 64 rows (8 KB, whole swizzle groups) is consumer h's half. Boxes stay at least 8 pixels
+``slice`` of 64 rows (whole swizzle groups) is consumer h's half. Boxes stay at least 8 pixels
 wide (``TMA_MIN_W``), so a row of the box is whole swizzle groups as well. A never passes through
 registers: no ``local_load``, no layout conversion, no wgmma with an operand in registers.
 
@@ -58,14 +61,14 @@ MMAs on the stage are complete; step ``i`` of a partition uses stage ``i % STAGE
 **Registers.** 12 warps; ``setmaxnreg`` leaves the producer 24 registers a thread and gives each
 consumer 240 (a 64 x 256 accumulator is 128 of them).
 
-**Shared memory.** A stage is the box (128 rows of 128 bytes: 16 KB) and the filter's tile (BLOCK_N
-rows of 128 bytes: 8, 16 or 32 KB); the epilogue's layout conversion takes up to 8 KB a consumer. Of
-sm_90's 227 KB a block, the stages that fit beside the epilogue (``stages``): 8 for BLOCK_N = 64, 6
-for 128, 4 for 256, in either type.
+**Shared memory.** A stage is the box (128 rows of a chunk: 16 KB with 128-byte chunks) and the
+filter's tile (BLOCK_N rows of a chunk: 8, 16 or 32 KB); the epilogue's layout conversion takes up
+to 8 KB a consumer. Of sm_90's 227 KB a block, the stages that fit beside the epilogue (``stages``):
+8 for BLOCK_N = 64, 6 for 128, 4 for 256 with 128-byte chunks, in either type.
 
 **TF32.** wgmma takes TF32 operands only K-major (the reduced dim contiguous in shared memory) and 8
 deep an instruction (16 for 16-bit types: 32 bytes either way, ``INSTR_K``). The box is K-major as it
-lands (channels contiguous), and so is the filter's [BLOCK_N, 32] box, read B transposed: the
+lands (channels contiguous), and so is the filter's [BLOCK_N, 1, 32] box, read B transposed: the
 forward's KRSC filter, or backward data's filter repacked [C, R, S, K] in the workspace, over which
 backward data runs as a forward (``triton_tma.packs_filter``; BACKWARD is then False). A stage holds
 half the channels of a 16-bit one, so a tile takes twice the steps of half the MMAs each. The tensor
@@ -94,7 +97,6 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from opendnn.families.convolution.problem import ConvolutionProblem
 from opendnn.families.convolution.triton_gemm import box_origin, epilogue, grouped_tile, phase_view_box, tap_step
 from opendnn.families.convolution.triton_tma import (
-    TMA_BLOCK_BYTES,
     TMA_BLOCK_M,
     phase_launches,
     reduction_slices,
@@ -155,7 +157,6 @@ def tma_producer(
     BLOCK_W: gl.constexpr = a_ring.shape[4]
     BLOCK_K: gl.constexpr = a_ring.shape[5]
     BLOCK_N: gl.constexpr = w_ring.shape[2] if BACKWARD else w_ring.shape[1]
-    w_box: gl.constexpr = [w_ring.shape[1], w_ring.shape[2]]
     a_box: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]
     a_desc = tma.make_tensor_descriptor(
         a_ptr,
@@ -165,12 +166,14 @@ def tma_producer(
         a_ring.layout,
     )
     if BACKWARD:  # dy's channels are the filter's rows: [K, R*S*C]
-        w_desc = tma.make_tensor_descriptor(w_ptr, [RED, R * S * OUTC], [w_sk, 1], w_box, w_ring.layout)
-    else:
-        w_desc = tma.make_tensor_descriptor(w_ptr, [OUTC, R * S * RED], [w_sk, 1], w_box, w_ring.layout)
+        w_desc = tma.make_tensor_descriptor(w_ptr, [RED, R * S * OUTC], [w_sk, 1], [BLOCK_K, BLOCK_N], w_ring.layout)
+    else:  # per tap, [K, R*S, C]: a partial last chunk reads zeros, not the next tap's channels
+        w_desc = tma.make_tensor_descriptor(
+            w_ptr, [OUTC, R * S, RED], [w_sk, RED, 1], [BLOCK_N, 1, BLOCK_K], w_ring.layout
+        )
     tiles_m = gl.cdiv(N, IMAGES) * gl.cdiv(OH, BLOCK_H) * gl.cdiv(OW, BLOCK_W)
     tiles_n = gl.cdiv(OUTC, BLOCK_N)
-    chunks = RED // BLOCK_K
+    chunks = gl.cdiv(RED, BLOCK_K)
     steps = taps_h * taps_w * chunks
     step = 0
     for unit in range(gl.program_id(0), total * gl.maximum(1, gl.cdiv(steps, slice_steps)), PROGRAMS):
@@ -201,8 +204,10 @@ def tma_producer(
             box = phase_view_box(n0, h0, w0, c0, tap_h, tap_w, view_stride_h, view_stride_w, RED)
             a_coordinates = [box[0], box[1], box[2], box[3], box[4]]
             tma.async_copy_global_to_shared(a_desc, a_coordinates, filled, a_ring.index(stage))
-            w_coordinates = [c0, w_tap * OUTC + col0] if BACKWARD else [col0, w_tap * RED + c0]
-            tma.async_copy_global_to_shared(w_desc, w_coordinates, filled, w_ring.index(stage))
+            if BACKWARD:
+                tma.async_copy_global_to_shared(w_desc, [c0, w_tap * OUTC + col0], filled, w_ring.index(stage))
+            else:
+                tma.async_copy_global_to_shared(w_desc, [col0, w_tap, c0], filled, w_ring.index(stage))
             step += 1
 
 
@@ -321,7 +326,7 @@ def mma_consumer(
     )
     tiles_m = gl.cdiv(N, IMAGES) * gl.cdiv(OH, BLOCK_H) * gl.cdiv(OW, BLOCK_W)
     tiles_n = gl.cdiv(OUTC, BLOCK_N)
-    k_steps = taps_h * taps_w * (RED // BLOCK_K)  # none for a phase without taps: alpha * 0 (+ beta * out)
+    k_steps = taps_h * taps_w * gl.cdiv(RED, BLOCK_K)  # none for a phase without taps: alpha * 0 (+ beta * out)
     rows = HALF * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, ACC_LAYOUT))
     step = 0
     for unit in range(gl.program_id(0), total * gl.maximum(1, gl.cdiv(k_steps, slice_steps)), PROGRAMS):
@@ -331,11 +336,11 @@ def mma_consumer(
         for k_step in range(unit_steps):
             stage = step % STAGES
             mbarrier.wait(ready.index(stage), step // STAGES & 1)
-            # the box as the [128, 64] operand (module docstring): this consumer's 64 rows of it
+            # the box as the [128, BLOCK_K] operand (module docstring): this consumer's 64 rows of it
             a = a_ring.index(stage).reshape([BLOCK_M, BLOCK_K]).slice(HALF * HALF_M, HALF_M)
             w = w_ring.index(stage)
-            if not BACKWARD:  # the filter's [BLOCK_N, 64] box is B transposed
-                w = w.permute((1, 0))
+            if not BACKWARD:  # the filter's [BLOCK_N, 1, BLOCK_K] box is B transposed
+                w = w.reshape([BLOCK_N, BLOCK_K]).permute((1, 0))
             acc = warpgroup_mma(a, w, acc, is_async=True)  # float32 as TF32 (the default input precision)
             acc = warpgroup_mma_wait(1, deps=(acc,))  # the previous step's MMA is done: release its stage
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k_step > 0)
@@ -473,8 +478,8 @@ def conv_warp_specialized_kernel(
     engine."""
     dtype: gl.constexpr = a_ptr.dtype.element_ty
     A_BOX: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]  # a box of the phase view
-    W_BOX: gl.constexpr = [BLOCK_K, BLOCK_N] if BACKWARD else [BLOCK_N, BLOCK_K]
-    A_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(A_BOX, dtype)  # 128-byte swizzle
+    W_BOX: gl.constexpr = [BLOCK_K, BLOCK_N] if BACKWARD else [BLOCK_N, 1, BLOCK_K]
+    A_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(A_BOX, dtype)  # swizzled by the chunk's bytes
     W_LAYOUT: gl.constexpr = gl.NVMMASharedLayout.get_default_for(W_BOX, dtype)
     a_ring = gl.allocate_shared_memory(dtype, [STAGES] + A_BOX, A_LAYOUT)
     w_ring = gl.allocate_shared_memory(dtype, [STAGES] + W_BOX, W_LAYOUT)
@@ -632,10 +637,11 @@ EPILOGUE_SHARED_MEMORY = 2 * 8 * 1024  # the two consumers' layout conversions
 MAX_STAGES = 8  # more than a 3x3 layer of 64 channels has steps (9) buys nothing
 
 
-def stages(block_n: int) -> int:
-    """The ring's stages that fit in shared memory beside the epilogue: 8, 6, 4 for BLOCK_N 64, 128, 256
-    (a stage holds one 128-byte chunk of channels a row: 64 16-bit or 32 float32 channels)."""
-    stage_bytes = (TMA_BLOCK_M + block_n) * TMA_BLOCK_BYTES
+def stages(block_n: int, chunk_bytes: int) -> int:
+    """The ring's stages that fit in shared memory beside the epilogue: a stage holds one chunk of
+    channels a row (``chunk_bytes``), so 8, 6, 4 for BLOCK_N 64, 128, 256 with 128-byte chunks (64
+    16-bit or 32 float32 channels), 8 with narrower ones."""
+    stage_bytes = (TMA_BLOCK_M + block_n) * chunk_bytes
     return min(MAX_STAGES, (SHARED_MEMORY - EPILOGUE_SHARED_MEMORY) // stage_bytes)
 
 
@@ -661,7 +667,7 @@ def warp_specialized_launches(problem: ConvolutionProblem) -> list[Launch]:
         programs = max(1, min(boxes * triton.cdiv(outputs, width) * reduction_slices(problem)[0], sms))
         options.update(
             BLOCK_N=width,
-            STAGES=stages(width),
+            STAGES=stages(width, options["BLOCK_K"] * problem.x.dtype.itemsize),
             PROGRAMS=programs,
             num_warps=4,  # the first consumer's; the other partitions add 8 (4 + 1, padded)
         )

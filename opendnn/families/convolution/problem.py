@@ -55,7 +55,7 @@ from opendnn.core.descriptors import (
 from opendnn.core.dtypes import DataType
 from opendnn.core.errors import Status, require
 from opendnn.core.handle import MathType
-from opendnn.core.memo import cached_hash
+from opendnn.core.memo import cached_hash, canonical
 from opendnn.families.pointwise.problem import PointwiseMode, resolved_coef
 from opendnn.families.pointwise.problem import reference as pointwise_reference
 
@@ -501,7 +501,7 @@ def convolution_problem(
     if activation is PointwiseMode.IDENTITY:
         activation = None  # backends see *_FWD activations only
     flip = conv_desc.mode is ConvolutionMode.CONVOLUTION
-    return ConvolutionProblem(
+    problem = ConvolutionProblem(
         direction,
         x_desc,
         w,
@@ -523,6 +523,7 @@ def convolution_problem(
         coef,
         bool(propagate_nan),
     )
+    return canonical(problem)
 
 
 def _check_epilogue(

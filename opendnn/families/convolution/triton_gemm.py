@@ -632,12 +632,14 @@ def conv_tma_kernel(
     at unit stride): per (tap, chunk) of the phase's taps_h x taps_w taps (``tap_step``) the A tile is
     one 5-D box [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K] of it (``phase_view_box``; stride 1: the block
     moved by the tap's shift), TMA filling what falls outside A, the padding, with zeros. A phase with
-    no taps writes alpha * 0 (+ beta * out). The filter is the matrix [K, R*S*C]: forward its
-    [BLOCK_N, BLOCK_K] box at (k, tap*C + c) is B transposed; backward data its [BLOCK_K, BLOCK_N] box
-    at (k, tap*C + c) is B. Program (tile, slice) reduces steps ``slice * slice_steps ..`` of the
-    (tap, chunk) steps and writes them ``slice * slice_elements`` past ``o_base``: a sliced forward
-    (``triton_tma.reduction_slices``) writes its slices' float32 partial sums, which
-    ``slice_sum_kernel`` finishes; one slice of every step is the whole convolution."""
+    no taps writes alpha * 0 (+ beta * out). The reduced channels end in a partial chunk where they are
+    not whole chunks: TMA reads zeros past them. The filter KRSC: forward, read per tap as [K, R*S, C],
+    its [BLOCK_N, 1, BLOCK_K] box at (k, tap, c) is B transposed; backward data, read as the matrix
+    [K, R*S*C], its [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B. Program (tile, slice) reduces
+    steps ``slice * slice_steps ..`` of the (tap, chunk) steps and writes them ``slice *
+    slice_elements`` past ``o_base``: a sliced forward (``triton_tma.reduction_slices``) writes its
+    slices' float32 partial sums, which ``slice_sum_kernel`` finishes; one slice of every step is the
+    whole convolution."""
     BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     a_desc = tl.make_tensor_descriptor(
         a_ptr,
@@ -645,18 +647,17 @@ def conv_tma_kernel(
         [a_sn, view_stride_h * a_sh, a_sh, view_stride_w * a_sw, 1],
         [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K],
     )
-    filter_columns = R * S * (OUTC if BACKWARD else RED)
     if BACKWARD:
-        w_desc = tl.make_tensor_descriptor(w_ptr, [RED, filter_columns], [w_sk, 1], [BLOCK_K, BLOCK_N])
-    else:
-        w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, filter_columns], [w_sk, 1], [BLOCK_N, BLOCK_K])
+        w_desc = tl.make_tensor_descriptor(w_ptr, [RED, R * S * OUTC], [w_sk, 1], [BLOCK_K, BLOCK_N])
+    else:  # per tap: a partial last chunk reads zeros, not the next tap's channels
+        w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, R * S, RED], [w_sk, RED, 1], [BLOCK_N, 1, BLOCK_K])
 
     tiles_m = tl.cdiv(N, IMAGES) * tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
     tile_m, tile_n = grouped_tile(tl.program_id(0), tiles_m, tl.cdiv(OUTC, BLOCK_N), GROUP_M)
     col0 = tile_n * BLOCK_N
     n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
 
-    chunks = RED // BLOCK_K
+    chunks = tl.cdiv(RED, BLOCK_K)
     first_step = tl.program_id(1) * slice_steps
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
     for j in range(first_step, tl.minimum(first_step + slice_steps, taps_h * taps_w * chunks)):
@@ -680,7 +681,7 @@ def conv_tma_kernel(
         if BACKWARD:
             b = w_desc.load([c0, w_tap * OUTC + col0])
         else:
-            b = w_desc.load([col0, w_tap * RED + c0]).T
+            b = w_desc.load([col0, w_tap, c0]).reshape(BLOCK_N, BLOCK_K).T
         acc = tl.dot(a.to(DOT), b.to(DOT), acc, input_precision=PRECISION, out_dtype=COMPUTE)
 
     rows = tl.arange(0, BLOCK_M)

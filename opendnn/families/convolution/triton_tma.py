@@ -50,6 +50,10 @@ from opendnn.kernels.layout import OUTER_DIMS, tile_layout
 
 TMA_BLOCK_M = 128  # output pixels per tile: an IMAGES x BLOCK_H x BLOCK_W block
 TMA_BLOCK_BYTES = 128  # bytes of reduced channels per chunk: 64 16-bit or 32 float32 (TF32) channels
+# Fewest reduced channels the forward and backward data take, and the narrowest chunk: a (tap, chunk)
+# step over fewer carries too little work for its barriers and copy (SqueezeNet's 3x3 over 16
+# channels, chunks of 16 on the H100: 0.043 ms against 0.035 on the cp.async GEMM, whose steps span taps)
+MIN_CHUNK = 32
 # Fewest pixels along W in a box: rows of at least 8 pixels (one whole 128-byte swizzle pattern of
 # 8 x 128 bytes); the widths verified exact on the H200 (docs/design/convolution.md, "The 8-warp race").
 TMA_MIN_W = 8
@@ -124,15 +128,36 @@ def packed_filter(problem: ConvolutionProblem) -> TensorDescriptor:
 
 def _filter_matrix_readable(problem: ConvolutionProblem) -> bool:
     """TMA can read the caller's filter as the matrix [K, R*S*C]: KRSC with its taps packed and a K
-    stride a multiple of 8 elements (a size-1 dim's stride is any: torch's 1x1 channels-last)."""
+    stride of whole 16 bytes (a size-1 dim's stride is any: torch's 1x1 channels-last)."""
     geo = geometry(problem)
     w_sk, w_sc, _, w_sr, w_ss = strides5(problem.w)
     packed_taps = (geo.filt[2] == 1 or w_ss == geo.c) and (geo.filt[1] == 1 or w_sr == geo.filt[2] * geo.c)
-    return w_sc == 1 and packed_taps and w_sk % 8 == 0
+    return w_sc == 1 and packed_taps and w_sk * problem.w.dtype.itemsize % TMA_ALIGNMENT == 0
 
 
-def _tma_block_k(problem: ConvolutionProblem) -> int:
-    return TMA_BLOCK_BYTES // problem.x.dtype.itemsize
+def _reduced(problem: ConvolutionProblem) -> int:
+    """The channels a forward or backward data on the TMA route reduces: x's, or dy's."""
+    geo = geometry(problem)
+    return geo.k if problem.direction is BACKWARD_DATA else geo.c
+
+
+def tma_block_k(problem: ConvolutionProblem) -> int:
+    """The reduced channels of a (tap, chunk) step: one 128-byte row of them (64 16-bit or 32 float32
+    channels), or 32 where no more are reduced. A reduction that is not whole chunks ends in a partial
+    one: TMA fills the channels past the last with zeros, in the activations' box and in the filter's
+    (read per tap, [K, taps, C])."""
+    return min(TMA_BLOCK_BYTES // problem.x.dtype.itemsize, max(MIN_CHUNK, triton.next_power_of_2(_reduced(problem))))
+
+
+def _partial_chunk_readable(problem: ConvolutionProblem) -> bool:
+    """A reduction ending in a partial chunk reads zeros past its channels: in the activations' phase
+    view where the view's last dim is the channels alone (a forward of unit stride along W; backward
+    data gathers dy at unit stride), and in a filter read per tap (a forward's, TF32 backward data's
+    repacked one) where its tap stride is TMA-aligned; backward data's filter [K, R*S*C] has zeros
+    past its K rows."""
+    unit_view = problem.direction is BACKWARD_DATA or geometry(problem).stride[2] == 1
+    per_tap = problem.direction is FORWARD or packs_filter(problem)
+    return unit_view and (not per_tap or _reduced(problem) * problem.x.dtype.itemsize % TMA_ALIGNMENT == 0)
 
 
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
@@ -142,8 +167,9 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     backward filter that x's phase view can read or a backward data (``_phase_view_fits``),
     channels-last activations with 16-byte aligned strides (TF32 backward problems, and TF32
     forwards under IMPLICIT_PRECOMP_GEMM, stage others: ``staged``), and for forward and backward
-    data reduced channels a multiple of one 128-byte chunk and a KRSC filter (read as the matrix
-    [K, R*S*C]; TF32 backward data, and those forwards, copy any other: ``packs_filter``); the
+    data at least MIN_CHUNK reduced channels, in whole chunks (``tma_block_k``) or ending in a partial one that reads
+    zeros past them (``_partial_chunk_readable``) and a KRSC filter (read per tap [K, R*S, C]; TF32
+    backward data, and those forwards, copy any other: ``packs_filter``); the
     activations' copies smaller than an explicit GEMM's columns (the filter's copy is the weights'
     size, which at batch 1 outweighs the columns: ResNet-50's 7 x 7 layer, NCHW float32, ran on the
     cp.async GEMM at 0.11 of cuDNN). The block is ``least_padded_box`` of the
@@ -168,7 +194,9 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         pixels, reduced = output_phases(problem)[0][1], geo.k
     else:
         pixels, reduced = geo.y_size, geo.c
-    if reduced % _tma_block_k(problem):
+    if reduced < MIN_CHUNK and problem.direction is not BACKWARD_FILTER:
+        return None
+    if reduced % tma_block_k(problem) and not _partial_chunk_readable(problem):
         return None
     if problem.direction is not BACKWARD_FILTER and not packs_filter(problem) and not _filter_matrix_readable(problem):
         return None
@@ -264,8 +292,7 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
     IMPLICIT_PRECOMP_GEMM alone, whose workspace holds the partials (IMPLICIT_GEMM keeps zero
     workspace); (1, steps) where it is not sliced."""
     geo = geometry(problem)
-    reduced = geo.k if problem.direction is BACKWARD_DATA else geo.c
-    steps = geo.taps * max(1, reduced // _tma_block_k(problem))  # (every output phase's steps or more)
+    steps = geo.taps * triton.cdiv(_reduced(problem), tma_block_k(problem))  # (every output phase's or more)
     blocks = tma_blocks(problem)
     precomputed = method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
     if problem.direction is not FORWARD or blocks is None or not precomputed:
@@ -451,7 +478,7 @@ def tma_arguments(
         IMAGES=images,
         BLOCK_H=block_h,
         BLOCK_W=block_w,
-        BLOCK_K=_tma_block_k(problem),
+        BLOCK_K=tma_block_k(problem),
         GROUP_M=8,
     )
     return args, options, pixel_boxes(geo.n, size, (images, block_h, block_w)), outputs
