@@ -121,6 +121,7 @@ from opendnn.families.convolution.triton_tiles import (
 )
 from opendnn.families.convolution.triton_tma import (
     TMA_READS,
+    activation_staging_launches,
     copy_launch,
     packs_filter,
     partial_output,
@@ -146,8 +147,9 @@ REGIONS = ("table", "columns", "partial", "x_staged", "y_staged", "w_packed")  #
 def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     """Bytes of each of REGIONS: offset table, column matrix, the partial sums of a backward filter's
     or a sliced forward's slices (``reduction_slices``), and the TMA route's channels-last copies of
-    x and y (a backward data's x: dx's rows it stages, ``stages_output``) and its repacked filter (the
-    raster route's rasters of x and dy where it applies: ``triton_raster``)."""
+    x and y (a backward data's x: dx's rows it stages, ``stages_output``; the grouped route's
+    backward filter's copies of ``staged`` activations alike) and its repacked filter (the raster
+    route's rasters of x and dy where it applies: ``triton_raster``)."""
     if packs_depthwise_filter(problem):  # the filter's copy, nothing else
         return 0, 0, 0, 0, 0, aligned(problem.w.numel * itemsize_of(problem))
     geo = geometry(problem)
@@ -179,6 +181,8 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
         copies = [*raster_elements(problem, raster), 0]
     elif pads_channels(problem):
         copies = [padded_x(problem).numel, 0, problem.w.numel if rounded_filter(problem) else 0]
+    elif problem.direction is BACKWARD_FILTER and choose(problem, tma_aligned=False) is Strategy.GROUPED:
+        copies = [problem.x.numel * ("x" in staged(problem)), problem.y.numel * ("y" in staged(problem)), 0]
     elif tma_blocks(problem) is None:
         copies = [0, 0, 0]
     else:
@@ -421,6 +425,8 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         tile = grouped_tile(problem)
         assert tile is not None  # what choose read
         launches = [grouped_launch(problem, dot, tile)]
+        if problem.direction is BACKWARD_FILTER:  # reading channels-last copies of NCHW x and dy
+            launches = [*activation_staging_launches(problem), *launches]
         if grouped_splits(problem) > 1:
             launches.append(_sum_launch(problem, grouped_splits(problem)))
     elif problem.direction is BACKWARD_FILTER:

@@ -613,15 +613,19 @@ def staging_kernel(
 
 def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     """The copies the TMA route reads instead of the caller's tensors, float32 rounded to TF32 on the
-    way (the route stages only TF32 problems): staged activations channels-last, and the filter where
-    the route reads a copy (``packed_filter``: [C, R, S, K] for backward data, KRSC for a forward)."""
-    copies = [(name, tma_read(problem, name)) for name in staged(problem)]
+    way (the route stages only TF32 problems): staged activations channels-last
+    (``activation_staging_launches``), and the filter where the route reads a copy (``packed_filter``:
+    [C, R, S, K] for backward data, KRSC for a forward)."""
+    launches = activation_staging_launches(problem)
     if packs_filter(problem):
-        copies.append(("w", (Slot("w_packed"), packed_filter(problem))))
-    return [
-        copy_launch(target, target_desc, source, problem.w if source == "w" else _activation(problem, source), True)
-        for source, (target, target_desc) in copies
-    ]
+        launches.append(copy_launch(Slot("w_packed"), packed_filter(problem), "w", problem.w, True))
+    return launches
+
+
+def activation_staging_launches(problem: ConvolutionProblem) -> list[Launch]:
+    """The channels-last copies of the activations ``staged`` names, rounded to TF32 on the way, in
+    the workspace regions ``tma_read`` reads them from."""
+    return [copy_launch(*tma_read(problem, name), name, _activation(problem, name), True) for name in staged(problem)]
 
 
 def copy_launch(
