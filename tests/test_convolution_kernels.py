@@ -855,6 +855,42 @@ def test_a_grouped_tf32_backward_filter_over_nchw_reads_channels_last_copies_of_
         assert names == ["grouped_conv_kernel"] and kernels.workspace_size(problem) == 0
 
 
+@pytest.mark.parametrize(
+    "direction, dtype, x_dims, k, filt, options",
+    [
+        (FWD, DataType.BFLOAT16, (2, 32, 4, 5, 6), 40, (3, 3, 3), dict(pre=(2, 1, 1), dilation=(2, 1, 1), flip=True)),
+        (
+            FWD,
+            DataType.HALF,
+            (1, 64, 3, 6, 8),
+            24,
+            (3, 1, 3),
+            dict(pre=(1, 0, 1), bias=True, act=PointwiseMode.RELU_FWD),
+        ),
+        (DATA, DataType.BFLOAT16, (2, 40, 4, 6, 7), 48, (3, 3, 3), dict(pre=(1, 1, 1), stride=(1, 2, 2), beta=0.5)),
+        (DATA, DataType.FLOAT, (2, 24, 3, 5, 6), 32, (3, 3, 3), dict(pre=(1, 1, 1), allow_tf32=True)),
+    ],
+    ids=["bf16_dilated_flipped", "half_epilogue", "data_strided_hw_beta", "tf32_data_repacked_filter"],
+)
+def test_3d_forward_and_backward_data_read_frames_by_tma(direction, dtype, x_dims, k, filt, options):
+    """Frames are the view's third dim: a box covers one output frame, and each tap in depth moves the
+    frame it reads (zero fill past the first and last frames is the depth padding)."""
+    problem = check(direction, dtype, x_dims, k, filt, channels_last=True, margin=16, **options)
+    assert _read_by_tma(problem) and _kernel_names(problem)[-1] == "conv_tma_kernel"
+    assert kernels.choose(problem, tma_aligned=True, hopper=True) is kernels.Strategy.TMA  # the engine: 2-D
+
+
+def test_a_3d_tf32_forward_over_ncdhw_reads_its_staged_copy_and_strided_frames_stay_off_tma():
+    precomputed = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+    problem = check(
+        FWD, DataType.FLOAT, (2, 32, 3, 5, 6), 24, (3, 3, 3), pre=(1, 1, 1), algo=precomputed, allow_tf32=True
+    )
+    assert kernels.staged(problem) == ("x",) and _kernel_names(problem)[-1] == "conv_tma_kernel"
+    base = dict(dtype=DataType.BFLOAT16, x_dims=(2, 32, 4, 6, 6), k=32, filt=(3, 3, 3), pre=(1, 1, 1), margin=16)
+    assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(2, 1, 1))) is None  # depth strided
+    assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(1, 2, 2))) is None  # rows: no phases
+
+
 def _kernel_names(problem):
     strategy = kernels.choose(problem, tma_aligned=True)
     return [launch.kernel.fn.__name__ for launch in kernels.launch_plan(problem, True, strategy).launches]

@@ -1,6 +1,7 @@
 """Convolution on the GPU (``pytest -m gpu``): the Pythonic API against torch (cuDNN) on the device, bitwise
 determinism of the default algorithms, and the workspace each algorithm asks for."""
 
+import dataclasses
 import math
 
 import pytest
@@ -62,6 +63,63 @@ def test_functional_conv_1d_3d_and_transpose_match_torch_on_gpu(spatial):
 
 def _descriptor(t):
     return od.TensorDescriptor(t.dtype, tuple(t.shape), t.stride())
+
+
+@pytest.mark.parametrize(
+    "direction, dtype, memory_format, stride",
+    [
+        ("forward", torch.bfloat16, torch.channels_last_3d, 1),
+        ("forward", torch.float32, torch.contiguous_format, 1),  # TF32: reads channels-last copies
+        ("backward_data", torch.bfloat16, torch.channels_last_3d, 1),
+        ("backward_data", torch.bfloat16, torch.channels_last_3d, 2),  # phases over rows and columns
+        ("backward_data", torch.float32, torch.contiguous_format, 1),
+    ],
+)
+def test_3d_convolutions_read_frames_by_tma_within_their_rounding_and_repeat_bitwise(
+    direction, dtype, memory_format, stride
+):
+    """A video layer's 3x3x3 forward and backward data on the TMA route (a box a frame, each tap in
+    depth moving the frame read): within 2x the error of the operands rounded to the dtype (TF32 for
+    float32) against float64, and bitwise equal over two runs."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+
+    handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 64, 6, 19, 19, generator=generator)  # odd: stride 2 needs no output padding
+    w = torch.randn(48, 64, 3, 3, 3, generator=generator) / math.sqrt(27 * 64)
+    out_size = (19 - 1) // stride + 1
+    dy = torch.randn(4, 48, 6, out_size, out_size, generator=generator)
+    x, w, dy = (t.to(DEVICE, dtype).contiguous(memory_format=memory_format) for t in (x, w, dy))
+    conv = od.ConvolutionDescriptor((1, 1, 1), (1, stride, stride), (1, 1, 1), math_type=od.MathType.TENSOR_OP)
+    forward = direction == "forward"
+    descriptors = [_descriptor(t) for t in (x, w, dy)]
+    direction_enum = ConvolutionDirection.FORWARD if forward else ConvolutionDirection.BACKWARD_DATA
+    problem = convolution_problem(direction_enum, conv, *descriptors, allow_tf32=dtype is torch.float32)
+    if dtype is torch.float32 and forward:
+        problem = dataclasses.replace(problem, algo=od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM)
+    assert kernels.tma_blocks(problem) is not None
+    if forward:
+        run = lambda: F.conv(x, w, padding=1, handle=handle)  # noqa: E731
+        want = TF.conv3d(x.double(), w.double(), padding=1)
+        rounded = TF.conv3d(_rounded(x), _rounded(w), padding=1)
+    else:
+        strides = (1, stride, stride)
+        run = lambda: F.conv_backward_data(dy, w, x.shape, strides, 1, handle=handle)  # noqa: E731
+        want = torch.nn.grad.conv3d_input(x.shape, w.double(), dy.double(), stride=strides, padding=1)
+        rounded = torch.nn.grad.conv3d_input(x.shape, _rounded(w), _rounded(dy), stride=strides, padding=1)
+    got = run()
+    bound = 2 * max(relative_error(rounded, want), relative_error(want.to(dtype), want))
+    assert relative_error(got, want) < bound, (relative_error(got, want), bound)
+    assert torch.equal(got, run())
+
+
+def _rounded(t):
+    """``t`` in float64 as the tensor cores take it: float32 rounded to TF32's 10 mantissa bits."""
+    if t.dtype is not torch.float32:
+        return t.double()
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()
 
 
 def test_default_algorithms_are_bitwise_deterministic_and_forward_needs_no_workspace():

@@ -454,6 +454,17 @@ def conv_warp_specialized_kernel(
     filter_column_step,
     slice_steps,
     slice_elements,
+    OD,
+    T,
+    LAYERS,
+    layer_stride,
+    o_sd,
+    z_sd,
+    taps_d,
+    shift_d,
+    shift_step_d,
+    filter_depth,
+    filter_depth_step,
     alpha: tl.float64,
     beta: tl.float64,
     alpha2: tl.float64,
@@ -475,7 +486,8 @@ def conv_warp_specialized_kernel(
 ):
     """``conv_tma_kernel``'s convolution (same arguments: channels-last A [N, AH, AW, RED] read in
     boxes, the KRSC filter as the matrix [K, R*S*C], the output at any strides) on the warp-specialized
-    engine."""
+    engine, for 2-D problems (``engine_reads_boxes``): the 3-D arguments from OD to filter_depth_step
+    hold one frame and one tap in depth, and it reads none of them."""
     dtype: gl.constexpr = a_ptr.dtype.element_ty
     A_BOX: gl.constexpr = [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K]  # a box of the phase view
     W_BOX: gl.constexpr = [BLOCK_K, BLOCK_N] if BACKWARD else [BLOCK_N, 1, BLOCK_K]

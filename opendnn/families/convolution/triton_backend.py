@@ -269,7 +269,10 @@ def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
     the K-major order wgmma needs for TF32 operands. A backward filter reduces over pixels, the outer
     dim of its channels-last boxes, so its TF32 operands are not K-major: it takes the raster route
     (``triton_raster``) where that applies, else ``filter_tma_kernel``, which transposes B through
-    registers."""
+    registers. 2-D problems only: a 3-D problem's frames are ``conv_tma_kernel``'s (``_frames_fit``)."""
+    geo = geometry(problem)
+    if geo.x_size[0] > 1 or geo.filt[0] > 1:
+        return False
     return problem.x.dtype.itemsize == 2 or (tf32(problem) and problem.direction is not BACKWARD_FILTER)
 
 

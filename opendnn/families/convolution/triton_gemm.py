@@ -603,6 +603,17 @@ def conv_tma_kernel(
     filter_column_step,
     slice_steps,
     slice_elements,
+    OD,
+    T,
+    LAYERS,
+    layer_stride,
+    o_sd,
+    z_sd,
+    taps_d,
+    shift_d,
+    shift_step_d,
+    filter_depth,
+    filter_depth_step,
     alpha: tl.float64,
     beta: tl.float64,
     alpha2: tl.float64,
@@ -639,30 +650,38 @@ def conv_tma_kernel(
     steps ``slice * slice_steps ..`` of the (tap, chunk) steps and writes them ``slice *
     slice_elements`` past ``o_base``: a sliced forward (``triton_tma.reduction_slices``) writes its
     slices' float32 partial sums, which ``slice_sum_kernel`` finishes; one slice of every step is the
-    whole convolution."""
+    whole convolution. A 3-D problem's frames are the view's third dim in place of the row phases
+    (LAYERS of them, ``layer_stride`` apart; its forwards of unit stride along H have none): tiles
+    walk the OD output frames too (a box covers one), and its taps_d taps in depth (a progression as
+    the rows' and columns') move the box's frame, T filter frames of R x S taps."""
     BLOCK_M: tl.constexpr = IMAGES * BLOCK_H * BLOCK_W
     a_desc = tl.make_tensor_descriptor(
         a_ptr,
-        [N, AH // view_stride_h, view_stride_h, AW // view_stride_w, view_stride_w * RED],
-        [a_sn, view_stride_h * a_sh, a_sh, view_stride_w * a_sw, 1],
+        [N, AH // view_stride_h, LAYERS, AW // view_stride_w, view_stride_w * RED],
+        [a_sn, view_stride_h * a_sh, layer_stride, view_stride_w * a_sw, 1],
         [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K],
     )
     if BACKWARD:
-        w_desc = tl.make_tensor_descriptor(w_ptr, [RED, R * S * OUTC], [w_sk, 1], [BLOCK_K, BLOCK_N])
+        w_desc = tl.make_tensor_descriptor(w_ptr, [RED, T * R * S * OUTC], [w_sk, 1], [BLOCK_K, BLOCK_N])
     else:  # per tap: a partial last chunk reads zeros, not the next tap's channels
-        w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, R * S, RED], [w_sk, RED, 1], [BLOCK_N, 1, BLOCK_K])
+        w_desc = tl.make_tensor_descriptor(w_ptr, [OUTC, T * R * S, RED], [w_sk, RED, 1], [BLOCK_N, 1, BLOCK_K])
 
-    tiles_m = tl.cdiv(N, IMAGES) * tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
+    frame_boxes = tl.cdiv(OH, BLOCK_H) * tl.cdiv(OW, BLOCK_W)
+    tiles_m = tl.cdiv(N, IMAGES) * OD * frame_boxes
     tile_m, tile_n = grouped_tile(tl.program_id(0), tiles_m, tl.cdiv(OUTC, BLOCK_N), GROUP_M)
     col0 = tile_n * BLOCK_N
-    n0, h0, w0 = box_origin(tile_m, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
+    frame = tile_m // frame_boxes % OD  # tiles in (images, frame, rows, columns) order
+    in_frame = tile_m // (frame_boxes * OD) * frame_boxes + tile_m % frame_boxes  # the tile's box of its frame
+    n0, h0, w0 = box_origin(in_frame, N, OH, OW, IMAGES, BLOCK_H, BLOCK_W)
 
     chunks = tl.cdiv(RED, BLOCK_K)
+    plane_steps = taps_h * taps_w * chunks  # the steps of one tap in depth
     first_step = tl.program_id(1) * slice_steps
     acc = tl.zeros((BLOCK_M, BLOCK_N), COMPUTE)
-    for j in range(first_step, tl.minimum(first_step + slice_steps, taps_h * taps_w * chunks)):
+    for j in range(first_step, tl.minimum(first_step + slice_steps, taps_d * plane_steps)):
+        k_d = j // plane_steps
         tap_h, tap_w, w_tap, c0 = tap_step(
-            j,
+            j % plane_steps,
             chunks,
             taps_w,
             S,
@@ -676,8 +695,10 @@ def conv_tma_kernel(
             filter_column_step,
             BLOCK_K,
         )
+        w_tap += (filter_depth + k_d * filter_depth_step) * R * S
         box = phase_view_box(n0, h0, w0, c0, tap_h, tap_w, view_stride_h, view_stride_w, RED)
-        a = a_desc.load([box[0], box[1], box[2], box[3], box[4]]).reshape(BLOCK_M, BLOCK_K)
+        layer = box[2] + frame + shift_d + k_d * shift_step_d  # the row phase (2-D) or the frame read (3-D)
+        a = a_desc.load([box[0], box[1], layer, box[3], box[4]]).reshape(BLOCK_M, BLOCK_K)
         if BACKWARD:
             b = w_desc.load([c0, w_tap * OUTC + col0])
         else:
@@ -692,8 +713,8 @@ def conv_tma_kernel(
     mask = ((n < N) & (o_h < OH) & (o_w < OW))[:, None] & (cols < OUTC)[None, :]
     n, o_h, o_w, channels = n.to(tl.int64)[:, None], o_h[:, None], o_w[:, None], cols[None, :]
     out_offsets = o_base + tl.program_id(1).to(tl.int64) * slice_elements + n * o_sn + channels * o_sc
-    out_offsets += o_h * o_sh + o_w * o_sw
-    z_offsets = n * z_sn + channels * z_sc + o_h * z_sh + o_w * z_sw
+    out_offsets += frame * o_sd + o_h * o_sh + o_w * o_sw
+    z_offsets = n * z_sn + channels * z_sc + frame * z_sd + o_h * z_sh + o_w * z_sw
     epilogue(
         acc,
         out_ptr,

@@ -180,8 +180,7 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     if (
         geo.groups != 1
         or not _phase_view_fits(problem)
-        or geo.x_size[0] != 1
-        or geo.filt[0] != 1
+        or not _frames_fit(problem)
         or not (problem.x.dtype.itemsize == 2 or tf32(problem))
         or matmul_form(problem) is not None
         or not implicit
@@ -222,6 +221,19 @@ def least_padded_box(n: int, size: tuple[int, int, int]) -> tuple[int, int, int]
     return min(boxes, key=lambda box: (pixel_boxes(n, size, box), -box[2]))
 
 
+def _frames_fit(problem: ConvolutionProblem) -> bool:
+    """A 2-D (or 1-D) problem, or a 3-D forward or backward data whose frames ``conv_tma_kernel``
+    reads through the view's third dim (the phase view's row phases in 2-D; the depth stride is 1,
+    ``_phase_view_fits``): a forward of unit stride along H, whose view has no row phases, or a
+    backward data that writes dx where it lies (``stages_output`` stages 2-D rows)."""
+    geo = geometry(problem)
+    if geo.x_size[0] == 1 and geo.filt[0] == 1:
+        return True
+    if problem.direction is BACKWARD_DATA:
+        return not stages_output(problem)
+    return problem.direction is FORWARD and geo.stride[1] == 1
+
+
 def _phase_view_fits(problem: ConvolutionProblem) -> bool:
     """Stride 1; a backward data, whose output phases (``output_phases``) each gather dy at unit stride
     and store their pixels of dx at its strides; or a forward or backward filter whose x the kernels
@@ -255,8 +267,9 @@ def _planned_tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int]:
 
 
 def pixel_boxes(n: int, size: tuple[int, int, int], box: tuple[int, int, int]) -> int:
-    """How many (IMAGES, BLOCK_H, BLOCK_W) boxes cover n images of (d, h, w) = ``size`` (d = 1)."""
-    return math.prod(-(-extent // side) for extent, side in zip((n, size[1], size[2]), box))
+    """How many (IMAGES, BLOCK_H, BLOCK_W) boxes cover n images of (d, h, w) = ``size``: a box covers
+    one frame (d = 1 but in 3-D)."""
+    return size[0] * math.prod(-(-extent // side) for extent, side in zip((n, size[1], size[2]), box))
 
 
 def _tma_filter_tile(problem: ConvolutionProblem) -> tuple[int, int]:
@@ -290,13 +303,13 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
     ``PARTIAL_BYTES_PER_US``: ResNet-50's 56 x 56 layer at batch 1, 9 steps, is not sliced, nor its
     14 x 14 layer at batch 4, whose 8 slices would take two rounds and 13 MB of partials). Under
     IMPLICIT_PRECOMP_GEMM alone, whose workspace holds the partials (IMPLICIT_GEMM keeps zero
-    workspace); (1, steps) where it is not sliced."""
+    workspace), and 2-D; (1, steps) where it is not sliced."""
     geo = geometry(problem)
     steps = geo.taps * triton.cdiv(_reduced(problem), tma_block_k(problem))  # (every output phase's or more)
     blocks = tma_blocks(problem)
     precomputed = method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
-    if problem.direction is not FORWARD or blocks is None or not precomputed:
-        return 1, steps
+    if problem.direction is not FORWARD or blocks is None or not precomputed or geo.y_size[0] > 1:
+        return 1, steps  # (3-D: the sum kernel walks 2-D pixels)
     boxes, programs = pixel_boxes(geo.n, geo.y_size, blocks), programs_to_fill(1)
     wanted = min(programs // (boxes * triton.cdiv(geo.k, NOMINAL_BLOCK_N)), steps // MIN_SLICE_STEPS)
     per_slice = triton.cdiv(steps, max(1, wanted))
@@ -353,16 +366,16 @@ def slice_sum_launch(problem: ConvolutionProblem) -> Launch:
 
 def output_phases(problem: ConvolutionProblem) -> list[tuple[tuple[int, int], tuple[int, int, int]]]:
     """The output phases the TMA kernels compute in a launch each, as ((row phase a, column phase b),
-    their pixel grid (1, rows, columns)): a forward's one phase is y; a backward data's are the
+    their pixel grid (frames, rows, columns)): a forward's one phase is y; a backward data's are the
     pixels (stride_h * i + a, stride_w * j + b) of dx, ceil((H - a) / stride_h) x ceil((W - b) /
     stride_w) of them (stride 1: one phase, dx), each a stride-1 convolution of dy with the taps of
     its phase (``tap_progression``); phases without pixels are left out."""
     geo = geometry(problem)
     if problem.direction is not BACKWARD_DATA:
         return [((0, 0), geo.y_size)]
-    (_, height, width), (_, stride_h, stride_w) = geo.x_size, geo.stride
+    (frames, height, width), (_, stride_h, stride_w) = geo.x_size, geo.stride
     phases = [
-        ((a, b), (1, -(-(height - a) // stride_h), -(-(width - b) // stride_w)))
+        ((a, b), (frames, -(-(height - a) // stride_h), -(-(width - b) // stride_w)))
         for a in range(stride_h)
         for b in range(stride_w)
     ]
@@ -432,11 +445,13 @@ def tma_arguments(
     w, w_sk = Slot("w"), strides5(problem.w)[0]
     if packs_filter(problem):  # backward data: a forward convolution of dy with the filter [C, R, S, K]
         backward, w, w_sk = False, Slot("w_packed"), geo.taps * reduced  # forward: the filter [K, R, S, C]
-    a_sn, _, _, a_sh, a_sw = strides5(a_desc)
-    o_sn, o_sc, _, o_sh, o_sw = strides5(out_desc)
-    z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
+    a_sn, _, a_sd, a_sh, a_sw = strides5(a_desc)
+    o_sn, o_sc, o_sd, o_sh, o_sw = strides5(out_desc)
+    z_sn, z_sc, z_sd, z_sh, z_sw = strides5(problem.z)
     # per dim (count, shift, shift step, filter index, index step), passed as rows' and columns' in turn
     progressions = zip(*(tap_progression(problem, dim, coordinate) for dim, coordinate in zip((1, 2), phase)))
+    # the view's third dim (conv_tma_kernel): a 3-D problem's frames, a 2-D one's row phases
+    layers = (a_size[0], a_sd) if geo.x_size[0] > 1 or geo.filt[0] > 1 else (view_strides[0], a_sh)
     args = (
         a,
         w,
@@ -467,6 +482,12 @@ def tma_arguments(
         *(value for pair in progressions for value in pair),
         slice_steps,
         slice_elements,
+        size[0],
+        geo.filt[0],
+        *layers,
+        o_sd,
+        z_sd,
+        *tap_progression(problem, 0, 0),
         problem.alpha,
         problem.beta,
         problem.alpha2,
