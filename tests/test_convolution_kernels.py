@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 
 import pytest
 import torch
@@ -889,6 +890,34 @@ def test_a_3d_tf32_forward_over_ncdhw_reads_its_staged_copy_and_strided_frames_s
     base = dict(dtype=DataType.BFLOAT16, x_dims=(2, 32, 4, 6, 6), k=32, filt=(3, 3, 3), pre=(1, 1, 1), margin=16)
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(2, 1, 1))) is None  # depth strided
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(1, 2, 2))) is None  # rows: no phases
+
+
+def _random_tma_problem(rng):
+    """Arguments of ``check`` for a random 2-D or 3-D forward or backward data the TMA route may take:
+    channel counts whole or partial chunks, strides (unit in depth), dilations, padding, true
+    convolution, beta, 16-bit or TF32 (NCHW forwards under IMPLICIT_PRECOMP_GEMM staged)."""
+    spatial = rng.choice([2, 3])
+    direction, dtype = rng.choice([FWD, DATA]), rng.choice([DataType.BFLOAT16, DataType.HALF, DataType.FLOAT])
+    sizes = tuple(rng.randint(2, 4) if spatial == 3 and d == 0 else rng.randint(3, 8) for d in range(spatial))
+    filt = tuple(rng.choice([1, 2, 3]) for _ in range(spatial))
+    stride = tuple(1 if spatial == 3 and d == 0 else rng.choice([1, 1, 2]) for d in range(spatial))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(spatial))
+    pre = tuple(rng.randint(0, d * (f - 1)) for f, d in zip(filt, dilation))
+    post = tuple(d * (f - 1) - p for f, d, p in zip(filt, dilation, pre))  # the output as large as x
+    options = dict(pre=pre, post=post, stride=stride, dilation=dilation, flip=rng.random() < 0.3, margin=16)
+    options.update(channels_last=rng.random() < 0.75, beta=rng.choice([0.0, 0.5]), allow_tf32=dtype is DataType.FLOAT)
+    if dtype is DataType.FLOAT and direction is FWD:
+        options["algo"] = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM  # NCHW x: its staged copy
+    channels = (rng.randint(1, 3), rng.choice([32, 40, 64, 96]), *sizes)
+    return direction, dtype, channels, rng.choice([24, 32, 40, 80]), filt, options
+
+
+def test_random_problems_of_the_tma_route_match_float64():
+    """24 seeded random problems (``_random_tma_problem``), each against torch in float64 by ``check``;
+    most of them on the TMA route."""
+    rng = random.Random(7)
+    problems = [check(*arguments[:5], **arguments[5]) for arguments in (_random_tma_problem(rng) for _ in range(24))]
+    assert sum(_read_by_tma(problem) for problem in problems) >= 12
 
 
 def _kernel_names(problem):
