@@ -644,9 +644,10 @@ def conv_tma_kernel(
     one 5-D box [IMAGES, BLOCK_H, 1, BLOCK_W, BLOCK_K] of it (``phase_view_box``; stride 1: the block
     moved by the tap's shift), TMA filling what falls outside A, the padding, with zeros. A phase with
     no taps writes alpha * 0 (+ beta * out). The reduced channels end in a partial chunk where they are
-    not whole chunks: TMA reads zeros past them. The filter KRSC: forward, read per tap as [K, R*S, C],
-    its [BLOCK_N, 1, BLOCK_K] box at (k, tap, c) is B transposed; backward data, read as the matrix
-    [K, R*S*C], its [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B. Program (tile, slice) reduces
+    not whole chunks: TMA reads zeros past them. The filter KRSC (KTRSC in 3-D, T = 1 in 2-D): forward,
+    read per tap as [K, T*R*S, C], its [BLOCK_N, 1, BLOCK_K] box at (k, tap, c) is B transposed;
+    backward data, read as the matrix [K, T*R*S*C], its [BLOCK_K, BLOCK_N] box at (k, tap*C + c) is B.
+    Program (tile, slice) reduces
     steps ``slice * slice_steps ..`` of the (tap, chunk) steps and writes them ``slice *
     slice_elements`` past ``o_base``: a sliced forward (``triton_tma.reduction_slices``) writes its
     slices' float32 partial sums, which ``slice_sum_kernel`` finishes; one slice of every step is the

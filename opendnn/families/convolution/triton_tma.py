@@ -163,18 +163,19 @@ def _partial_chunk_readable(problem: ConvolutionProblem) -> bool:
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
     """(IMAGES, BLOCK_H, BLOCK_W) of the TMA kernels for this problem, or None when they do not
-    apply: 2-D (or 1-D) ungrouped 16-bit or TF32 problems, implicit GEMM, stride 1, a forward or
-    backward filter that x's phase view can read or a backward data (``_phase_view_fits``),
-    channels-last activations with 16-byte aligned strides (TF32 backward problems, and TF32
-    forwards under IMPLICIT_PRECOMP_GEMM, stage others: ``staged``), and for forward and backward
-    data at least MIN_CHUNK reduced channels, in whole chunks (``tma_block_k``) or ending in a partial one that reads
-    zeros past them (``_partial_chunk_readable``) and a KRSC filter (read per tap [K, R*S, C]; TF32
-    backward data, and those forwards, copy any other: ``packs_filter``); the
-    activations' copies smaller than an explicit GEMM's columns (the filter's copy is the weights'
-    size, which at batch 1 outweighs the columns: ResNet-50's 7 x 7 layer, NCHW float32, ran on the
-    cp.async GEMM at 0.11 of cuDNN). The block is ``least_padded_box`` of the
-    output pixels (input pixels for backward data; a strided backward data's first output phase,
-    each phase's launch taking the box of its own size: ``output_phases``)."""
+    apply: ungrouped 16-bit or TF32 problems, 2-D (or 1-D), or 3-D forwards and backward data whose
+    frames the kernels read (``_frames_fit``), implicit GEMM, stride 1, a forward or backward filter
+    that x's phase view can read or a backward data (``_phase_view_fits``), channels-last
+    activations with 16-byte aligned strides (TF32 backward problems, and TF32 forwards under
+    IMPLICIT_PRECOMP_GEMM, stage others: ``staged``), and for forward and backward data at least
+    MIN_CHUNK reduced channels, in whole chunks (``tma_block_k``) or ending in a partial one that
+    reads zeros past them (``_partial_chunk_readable``), and a KRSC filter (read per tap [K, R*S, C];
+    TF32 backward data, and those forwards, copy any other: ``packs_filter``); the activations'
+    copies smaller than an explicit GEMM's columns (the filter's copy is the weights' size, which at
+    batch 1 outweighs the columns: ResNet-50's 7 x 7 layer, NCHW float32, ran on the cp.async GEMM
+    at 0.11 of cuDNN). The block is ``least_padded_box`` of the output pixels (input pixels for
+    backward data; a strided backward data's first output phase, each phase's launch taking the box
+    of its own size: ``output_phases``)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
     if (
