@@ -745,15 +745,18 @@ def slice_sum_kernel(
     bias_ptr,
     z_ptr,
     elements,
+    OD,
     OH,
     OW,
     OUTC,
     o_sn,
     o_sc,
+    o_sd,
     o_sh,
     o_sw,
     z_sn,
     z_sc,
+    z_sd,
     z_sh,
     z_sw,
     bias_sc,
@@ -771,10 +774,10 @@ def slice_sum_kernel(
     SPLIT_BLOCK: tl.constexpr,
 ):
     """The output of a sliced forward: per element (pixel, channel) of the slices' float32 partial
-    sums ([slices, N * OH * OW * OUTC] packed, channels innermost), their sum, then the convolution's
-    epilogue, stored at the output's strides. SPLIT_BLOCK slices are loaded at a time (independent
-    loads in flight) and summed across slices once at the end, in a fixed tree: the result is bitwise
-    repeatable."""
+    sums ([slices, N * OD * OH * OW * OUTC] packed, channels innermost; OD = 1 in 2-D), their sum,
+    then the convolution's epilogue, stored at the output's strides. SPLIT_BLOCK slices are loaded at
+    a time (independent loads in flight) and summed across slices once at the end, in a fixed tree:
+    the result is bitwise repeatable."""
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = e < elements
     lanes = tl.arange(0, SPLIT_BLOCK)
@@ -787,16 +790,17 @@ def slice_sum_kernel(
     p = e // OUTC
     o_w = p % OW
     o_h = p // OW % OH
-    n = (p // (OW * OH)).to(tl.int64)
+    o_d = p // (OW * OH) % OD
+    n = (p // (OW * OH * OD)).to(tl.int64)
     epilogue(
         tl.sum(total, axis=0),
         out_ptr,
-        n * o_sn + c * o_sc + o_h * o_sh + o_w * o_sw,
+        n * o_sn + c * o_sc + o_d * o_sd + o_h * o_sh + o_w * o_sw,
         mask,
         bias_ptr,
         c * bias_sc,
         z_ptr,
-        n * z_sn + c * z_sc + o_h * z_sh + o_w * z_sw,
+        n * z_sn + c * z_sc + o_d * z_sd + o_h * z_sh + o_w * z_sw,
         alpha,
         beta,
         alpha2,

@@ -304,13 +304,13 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
     ``PARTIAL_BYTES_PER_US``: ResNet-50's 56 x 56 layer at batch 1, 9 steps, is not sliced, nor its
     14 x 14 layer at batch 4, whose 8 slices would take two rounds and 13 MB of partials). Under
     IMPLICIT_PRECOMP_GEMM alone, whose workspace holds the partials (IMPLICIT_GEMM keeps zero
-    workspace), and 2-D; (1, steps) where it is not sliced."""
+    workspace); (1, steps) where it is not sliced."""
     geo = geometry(problem)
     steps = geo.taps * triton.cdiv(_reduced(problem), tma_block_k(problem))  # (every output phase's or more)
     blocks = tma_blocks(problem)
     precomputed = method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
-    if problem.direction is not FORWARD or blocks is None or not precomputed or geo.y_size[0] > 1:
-        return 1, steps  # (3-D: the sum kernel walks 2-D pixels)
+    if problem.direction is not FORWARD or blocks is None or not precomputed:
+        return 1, steps
     boxes, programs = pixel_boxes(geo.n, geo.y_size, blocks), programs_to_fill(1)
     wanted = min(programs // (boxes * triton.cdiv(geo.k, NOMINAL_BLOCK_N)), steps // MIN_SLICE_STEPS)
     per_slice = triton.cdiv(steps, max(1, wanted))
@@ -336,24 +336,16 @@ def slice_sum_launch(problem: ConvolutionProblem) -> Launch:
     elements = geo.n * math.prod(geo.y_size) * geo.k
     slices = reduction_slices(problem)[0]
     block, split_block = sum_blocks(elements, slices)
-    o_sn, o_sc, _, o_sh, o_sw = strides5(problem.y)
-    z_sn, z_sc, _, z_sh, z_sw = strides5(problem.z)
     args = (
         Slot("partial"),
         Slot("y"),
         Slot("bias"),
         Slot("z"),
         elements,
-        *geo.y_size[1:],
+        *geo.y_size,
         geo.k,
-        o_sn,
-        o_sc,
-        o_sh,
-        o_sw,
-        z_sn,
-        z_sc,
-        z_sh,
-        z_sw,
+        *strides5(problem.y),
+        *strides5(problem.z),
         problem.bias.strides[1] if problem.bias is not None else 0,
         slices,
         problem.alpha,
