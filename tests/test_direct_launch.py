@@ -106,7 +106,8 @@ def test_a_kernel_with_global_scratch_gets_the_kept_scratch_of_its_stream_by_add
     """Passed what Triton's wrapper passes, less the allocator hook: the scratch of the grid's 6 CTAs
     on the launch's stream, as the kept buffer's address."""
     calls, asked, hooked = [], [], []
-    monkeypatch.setattr(launch_module, "descriptor_scratch", lambda *request: asked.append(request) or 0xBEEF00)
+    kept = types.SimpleNamespace(data_ptr=lambda: 0xBEEF00)
+    monkeypatch.setattr(launch_module, "descriptor_scratch", lambda *request: asked.append(request) or kept)
     monkeypatch.setattr(
         _allocation, "_allocator", types.SimpleNamespace(get=lambda: lambda *request: hooked.append(request))
     )
@@ -237,8 +238,7 @@ def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_while_a_grap
     monkeypatch.setattr(torch, "zeros", empty)  # a kept buffer (zeroed once)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
-    scratch = device_module._descriptor_scratch  # the allocator hook's tensors; the launchers take addresses
-    assert device_module.descriptor_scratch(256, 64, STREAM) == scratch(256, 64, STREAM).data_ptr()
+    scratch = device_module.descriptor_scratch
     first = scratch(256, 64, STREAM)
     assert scratch(128, 64, STREAM) is first  # smaller: the kept buffer serves
     other_stream = scratch(256, 64, STREAM + 1)

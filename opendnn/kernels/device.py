@@ -74,7 +74,7 @@ def use_descriptor_scratch() -> None:
     their global scratch memory: Triton asks ``triton.set_allocator``'s hook at each launch."""
     import triton
 
-    triton.set_allocator(_descriptor_scratch)
+    triton.set_allocator(descriptor_scratch)
     recorder = SCOPE.recorder
     if recorder is not None:  # a recorded call's replays set it too (core/recording.py)
         recorder.repeated(use_descriptor_scratch)
@@ -84,12 +84,10 @@ _SCRATCH: dict[tuple[int, int], Any] = {}  # (device, stream) -> the largest scr
 
 
 def descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
-    """Scratch of ``size`` bytes for a launch on ``stream`` of the current device, as a launcher takes
-    it: the address of the stream's kept buffer (an integer, which the launcher uses as it is; an
-    allocation costs ~5 us of host time per launch on an H200 machine). Launches on one stream run in
-    order, so the next one rewrites its descriptors only after the last finished. A stream being
-    captured into a CUDA graph gets fresh memory from the graph's own pool, a tensor that must live
-    until the launcher has read its address."""
+    """Scratch of ``size`` bytes for a launch on ``stream`` of the current device: one buffer per
+    stream, kept (an allocation costs ~5 us of host time per launch on an H200 machine). Launches on
+    one stream run in order, so the next one rewrites its descriptors only after the last finished.
+    A stream being captured into a CUDA graph gets fresh memory from the graph's own pool."""
     import torch
 
     if torch.cuda.is_current_stream_capturing():
@@ -98,16 +96,7 @@ def descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
     buffer = _SCRATCH.get(key)
     if buffer is None or buffer.numel() < size:
         buffer = _SCRATCH[key] = kept_buffer(size, key[0])
-    return buffer.data_ptr()
-
-
-def _descriptor_scratch(size: int, alignment: int, stream: int) -> Any:
-    """``descriptor_scratch`` as Triton's allocator hook gives it: a tensor (the kept one, or a
-    captured graph's)."""
-    import torch
-
-    scratch = descriptor_scratch(size, alignment, stream)
-    return _SCRATCH[(torch.cuda.current_device(), stream)] if isinstance(scratch, int) else scratch
+    return buffer
 
 
 def kept_buffer(size: int, device: int) -> Any:

@@ -208,10 +208,10 @@ class _Direct:
     *arguments)``. ``head`` holds what Triton's runner passes between the stream and the kernel's
     arguments (module docstring): the function handle and the packed metadata (with the cluster size
     in place of num_ctas for a cluster launch), no launch metadata and no hooks. Where the kernel
-    needs no global or profile scratch (every kernel here so far), ``run`` is the compiled C
-    function itself, past the launcher's Python wrapper that would allocate them (the cooperative
-    grid and PDL flags it adds go in ``head``); a kernel with global scratch alone (device-built TMA
-    descriptors) is given opendnn's kept scratch by ``_ScratchLaunch``."""
+    needs no global or profile scratch, ``run`` is the compiled C function itself, past the
+    launcher's Python wrapper that would allocate them (the cooperative grid and PDL flags it adds go
+    in ``head``); a kernel with global scratch alone (device-built TMA descriptors) is given opendnn's
+    kept scratch by ``_ScratchLaunch``; one with profile scratch keeps the wrapper."""
 
     kernel: Any  # the CompiledKernel
     run: Any
@@ -238,9 +238,9 @@ class _Direct:
 class _ScratchLaunch:
     """The C launcher of a kernel that takes global scratch (and no profile scratch), called as
     Triton's wrapper calls it (``CudaLauncher.__call__``: ``run(grid_x, grid_y, grid_z, stream,
-    function, *rest)``) with the scratch its grid needs from ``descriptor_scratch``, the kept buffer
-    of the launch's stream, passed as its address: the wrapper would ask the allocator hook through
-    two closures per launch and hand the launcher a tensor, whose address it would look up with the
+    function, *rest)``) with the scratch its grid needs from ``descriptor_scratch`` (the kept buffer of
+    the launch's stream), passed as its address: the wrapper would ask the allocator hook through two
+    closures per launch and hand the launcher the tensor, whose address it would look up with the
     driver (``cuPointerGetAttribute``)."""
 
     launch: Any  # the compiled C function
@@ -257,7 +257,8 @@ class _ScratchLaunch:
 
     def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: int, function: Any, *rest: Any) -> None:
         scratch = descriptor_scratch(grid_x * grid_y * grid_z * self.per_program, self.alignment, stream)
-        self.launch(grid_x, grid_y, grid_z, stream, function, self.cooperative, self.pdl, scratch, None, *rest)
+        address = scratch.data_ptr()  # (scratch, held to the end of the call, outlives the launcher's read)
+        self.launch(grid_x, grid_y, grid_z, stream, function, self.cooperative, self.pdl, address, None, *rest)
 
 
 @dataclass(frozen=True)

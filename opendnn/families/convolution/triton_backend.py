@@ -123,6 +123,7 @@ from opendnn.families.convolution.triton_tma import (
     TMA_READS,
     activation_staging_launches,
     copy_launch,
+    has_frames,
     packs_filter,
     partial_output,
     reduction_slices,
@@ -270,8 +271,7 @@ def engine_reads_boxes(problem: ConvolutionProblem) -> bool:
     dim of its channels-last boxes, so its TF32 operands are not K-major: it takes the raster route
     (``triton_raster``) where that applies, else ``filter_tma_kernel``, which transposes B through
     registers. 2-D problems only: a 3-D problem's frames are ``conv_tma_kernel``'s (``_frames_fit``)."""
-    geo = geometry(problem)
-    if geo.x_size[0] > 1 or geo.filt[0] > 1:
+    if has_frames(problem):
         return False
     return problem.x.dtype.itemsize == 2 or (tf32(problem) and problem.direction is not BACKWARD_FILTER)
 

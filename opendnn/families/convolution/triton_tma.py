@@ -222,17 +222,23 @@ def least_padded_box(n: int, size: tuple[int, int, int]) -> tuple[int, int, int]
     return min(boxes, key=lambda box: (pixel_boxes(n, size, box), -box[2]))
 
 
+def has_frames(problem: ConvolutionProblem) -> bool:
+    """A 3-D problem whose input or filter spans more than one frame in depth (one that spans one is
+    a 2-D problem with a size-1 leading dim, the canonical form of ``triton_tiles.geometry``)."""
+    geo = geometry(problem)
+    return geo.x_size[0] > 1 or geo.filt[0] > 1
+
+
 def _frames_fit(problem: ConvolutionProblem) -> bool:
     """A 2-D (or 1-D) problem, or a 3-D forward or backward data whose frames ``conv_tma_kernel``
     reads through the view's third dim (the phase view's row phases in 2-D; the depth stride is 1,
     ``_phase_view_fits``): a forward of unit stride along H, whose view has no row phases, or a
     backward data that writes dx where it lies (``stages_output`` stages 2-D rows)."""
-    geo = geometry(problem)
-    if geo.x_size[0] == 1 and geo.filt[0] == 1:
+    if not has_frames(problem):
         return True
     if problem.direction is BACKWARD_DATA:
         return not stages_output(problem)
-    return problem.direction is FORWARD and geo.stride[1] == 1
+    return problem.direction is FORWARD and geometry(problem).stride[1] == 1
 
 
 def _phase_view_fits(problem: ConvolutionProblem) -> bool:
@@ -444,7 +450,7 @@ def tma_arguments(
     # per dim (count, shift, shift step, filter index, index step), passed as rows' and columns' in turn
     progressions = zip(*(tap_progression(problem, dim, coordinate) for dim, coordinate in zip((1, 2), phase)))
     # the view's third dim (conv_tma_kernel): a 3-D problem's frames, a 2-D one's row phases
-    layers = (a_size[0], a_sd) if geo.x_size[0] > 1 or geo.filt[0] > 1 else (view_strides[0], a_sh)
+    layers = (a_size[0], a_sd) if has_frames(problem) else (view_strides[0], a_sh)
     args = (
         a,
         w,
