@@ -114,6 +114,32 @@ def test_3d_convolutions_read_frames_by_tma_within_their_rounding_and_repeat_bit
     assert torch.equal(got, run())
 
 
+def test_a_3d_forward_of_few_tiles_sums_its_reduction_slices_over_frames():
+    """Batch 1, 256 channels of 4 x 8 x 8 (one box a frame): the forward slices its 27 taps x 2 chunks
+    and ``slice_sum_kernel`` walks the frames, with bias and ReLU in its epilogue."""
+    from opendnn.families.convolution import triton_backend as kernels
+    from opendnn.families.convolution.problem import ConvolutionDirection, convolution_problem
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 256, 4, 8, 8, generator=generator)
+    w = torch.randn(256, 256, 3, 3, 3, generator=generator) / math.sqrt(27 * 256)
+    bias = torch.randn(256, generator=generator)
+    x, w = (t.to(DEVICE, torch.bfloat16).contiguous(memory_format=torch.channels_last_3d) for t in (x, w))
+    bias = bias.to(DEVICE, torch.bfloat16)
+    y = torch.empty(1, 256, 4, 8, 8, device=DEVICE, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last_3d
+    )
+    conv = od.ConvolutionDescriptor((1, 1, 1), (1, 1, 1), (1, 1, 1))
+    precomputed = od.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+    problem = convolution_problem(ConvolutionDirection.FORWARD, conv, *(_descriptor(t) for t in (x, w, y)))
+    assert kernels.reduction_slices(dataclasses.replace(problem, algo=precomputed))[0] > 1
+    run = lambda: F.conv_bias_activation(x, w, bias, activation="relu", padding=1, algo=precomputed)  # noqa: E731
+    want = TF.relu(TF.conv3d(x.double(), w.double(), bias.double(), padding=1))
+    got = run()
+    assert relative_error(got, want) < 1e-2
+    assert torch.equal(got, run())
+
+
 def _rounded(t):
     """``t`` in float64 as the tensor cores take it: float32 rounded to TF32's 10 mantissa bits."""
     if t.dtype is not torch.float32:
