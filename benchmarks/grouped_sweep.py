@@ -1,10 +1,12 @@
 """The narrow-group route (``triton_grouped``) under candidate tiles beside cuDNN and beside the
-implicit GEMM the route replaces: ResNeXt-50's two grouped 3x3 layers and RegNet-like ones, NHWC
-bfloat16, batch 64, each direction. Error against float64 and GPU time (CUDA-graph replay); the best
-tile per layer and direction at the end. The sweep behind ``GROUPED_BLOCK_CHANNELS``,
-``GROUPED_PIXELS`` / ``GROUPED_WARPS`` and ``GROUPED_MAX_CHANNELS`` (docs/design/convolution.md).
+implicit GEMM the route replaces: ResNeXt-50's two grouped 3x3 layers and RegNet-like ones, batch 64,
+each direction, NHWC bfloat16 or NCHW float32 as TF32 (``--float32``: tiles of pixels, warps and
+stages, the channel blocks as planned). Error against float64 and GPU time (CUDA-graph replay); the
+best tile per layer and direction at the end. The sweep behind ``GROUPED_BLOCK_CHANNELS``,
+``GROUPED_PIXELS`` / ``GROUPED_WARPS`` / ``FLOAT32_STAGES`` and ``GROUPED_MAX_CHANNELS``
+(docs/design/convolution.md).
 
-    PYTHONPATH=. python3 benchmarks/grouped_sweep.py [--layers resnext_28,regnet_16_56]
+    PYTHONPATH=. python3 benchmarks/grouped_sweep.py [--layers resnext_28,regnet_16_56] [--float32]
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ LAYERS = {  # name: (C, H=W, K, R=S, stride, groups)
 }
 BLOCK_CHANNELS = (16, 32, 64)
 PIXELS_WARPS = ((128, 4), (256, 8))
+FLOAT32_TILES = ((128, 4, 2), (128, 4, 3), (128, 8, 2), (256, 8, 2))  # pixels, warps, stages
 GEMM = "gemm"  # the route without this one: the implicit GEMM
 
 
-def configure(max_channels: int, block_channels: int, pixels: int, warps: int) -> None:
+def configure(max_channels: int, block_channels: int, pixels: int, warps: int, stages: int) -> None:
     grouped.GROUPED_MAX_CHANNELS = max_channels
     grouped.GROUPED_BLOCK_CHANNELS = block_channels
-    grouped.GROUPED_PIXELS, grouped.GROUPED_WARPS = pixels, warps
+    grouped.GROUPED_PIXELS, grouped.GROUPED_WARPS, grouped.FLOAT32_STAGES = pixels, warps, stages
     for cached in (kernels.choose, kernels.launch_plan, kernels._workspace_regions):
         cached.cache_clear()  # plans are cached per problem
 
@@ -44,25 +47,34 @@ def configure(max_channels: int, block_channels: int, pixels: int, warps: int) -
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", default=",".join(LAYERS))
+    parser.add_argument("--float32", action="store_true", help="NCHW float32 as TF32: tiles of pixels, warps, stages")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
     chosen = (
         grouped.GROUPED_MAX_CHANNELS,
         grouped.GROUPED_BLOCK_CHANNELS,
         grouped.GROUPED_PIXELS,
         grouped.GROUPED_WARPS,
+        grouped.FLOAT32_STAGES,
     )
-    candidates = [GEMM, *itertools.product(BLOCK_CHANNELS, PIXELS_WARPS)]
+    if args.float32:
+        candidates = list(FLOAT32_TILES)
+    else:
+        candidates = [GEMM, *itertools.product(BLOCK_CHANNELS, PIXELS_WARPS)]
     best = []
     for name, direction in itertools.product(args.layers.split(","), (FWD, DATA, FILTER)):
         theirs, results = None, []
         for candidate in candidates:
-            if candidate == GEMM:
+            if args.float32:
+                configure(*chosen[:2], *candidate)
+            elif candidate == GEMM:
                 configure(0, *chosen[1:])
             else:
                 block_channels, (pixels, warps) = candidate
-                configure(64, block_channels, pixels, warps)
-            case = Case(LAYERS[name], direction, DataType.BFLOAT16)
+                configure(64, block_channels, pixels, warps, chosen[-1])
+            dtype = DataType.FLOAT if args.float32 else DataType.BFLOAT16
+            case = Case(LAYERS[name], direction, dtype, channels_last=not args.float32)
             route = kernels.choose(case.problem, tma_aligned=True).name.lower()
             error = max(case.error(), case.error())
             ours = bench_graph(case.run)

@@ -1,7 +1,7 @@
 """The narrow-group kernels (triton_grouped) compiled for the H200 (sm_90) on the CPU at the tiles the
-planner picks for ResNeXt- and RegNet-like layers, each direction: no register spills, at most 255
-registers a thread, and each kernel compiled in seconds (the Cold start section of
-docs/design/convolution.md). In a subprocess: triton must load without its interpreter (tests/sm90.py)."""
+planner picks for ResNeXt- and RegNet-like layers, each direction: no register spills (but the TF32
+tile's few bytes below), at most 255 registers a thread, and each kernel compiled in seconds (the Cold
+start section of docs/design/convolution.md). In a subprocess: triton must load without its interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,16 @@ import sm90
 
 BOUND_SECONDS = 20  # the cold-start bound of tests/test_compile_times_sm90.py
 KERNELS = ("grouped_conv_kernel", "grouped_filter_kernel")
-LAYERS = (  # name: (dtype, layout, channels in, channels out, groups, size, filter, stride)
-    ("resnext_8", ("bfloat16", "channels_last", 256, 256, 32, 28, 3, 1)),
-    ("regnet_16_s2", ("bfloat16", "channels_last", 128, 128, 8, 56, 3, 2)),
-    ("in8_out16_fp32_nchw", ("float32", "channels_first", 64, 128, 8, 14, 5, 1)),
-    ("regnety_56", ("bfloat16", "channels_last", 224, 224, 4, 28, 3, 1)),
-    ("regnety_56_fp32_nchw", ("float32", "channels_first", 224, 224, 4, 28, 3, 1)),
+# A TF32 forward's or backward data's 128-pixel tile of 64-wide groups spills 32-56 bytes of its hoisted
+# gather offsets; it ran 1.2-1.5x faster than 8 warps or 64 pixels without spills (docs/design/convolution.md)
+TF32_SPILL_BYTES = 64
+LAYERS = (  # name: (dtype, layout, channels in, channels out, groups, size, filter, stride, TF32)
+    ("resnext_8", ("bfloat16", "channels_last", 256, 256, 32, 28, 3, 1, False)),
+    ("regnet_16_s2", ("bfloat16", "channels_last", 128, 128, 8, 56, 3, 2, False)),
+    ("in8_out16_fp32_nchw", ("float32", "channels_first", 64, 128, 8, 14, 5, 1, False)),
+    ("regnety_56", ("bfloat16", "channels_last", 224, 224, 4, 28, 3, 1, False)),
+    ("regnety_56_fp32_nchw", ("float32", "channels_first", 224, 224, 4, 28, 3, 1, False)),
+    ("regnety_56_tf32_nchw", ("float32", "channels_first", 224, 224, 4, 28, 3, 1, True)),
 )
 
 
@@ -33,7 +37,8 @@ def test_grouped_kernels_compile_in_seconds_without_spills():
     )
     for row in rows:
         registers, spills, seconds = int(row[-3]), int(row[-2]), float(row[-1])
-        assert spills == 0 and registers <= 255 and seconds < BOUND_SECONDS, row
+        spill_bound = TF32_SPILL_BYTES if "tf32" in row[1] and row[0] == KERNELS[0] else 0
+        assert spills <= spill_bound and registers <= 255 and seconds < BOUND_SECONDS, row
 
 
 def main() -> None:
@@ -45,9 +50,10 @@ def main() -> None:
     from opendnn.families.convolution.problem import ConvolutionDirection
 
     target, backend = sm90.target_or_exit()
-    for name, (dtype, layout, c, k, groups, size, filt, stride) in LAYERS:
+    for name, (dtype, layout, c, k, groups, size, filt, stride, tf32) in LAYERS:
         for direction in ConvolutionDirection:
-            problem = compile_times.conv(direction, dtype, layout, 4, c, k, (size, size), (filt, filt), stride, groups)
+            dims = (size, size), (filt, filt)
+            problem = compile_times.conv(direction, dtype, layout, 4, c, k, *dims, stride, groups, tf32)
             route, compiles = compile_times.distinct_compiles([problem], backend)
             assert route == "grouped", (name, direction, route)
             for item in compiles:

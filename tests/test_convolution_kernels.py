@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import opendnn as od
 import opendnn.functional as functional
 from opendnn.core.arrays import Bound
-from opendnn.core.descriptors import TensorDescriptor
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.core.dtypes import DataType
 from opendnn.families.convolution import triton_backend as kernels
 from opendnn.families.convolution.problem import (
@@ -842,7 +842,7 @@ def test_a_partial_chunk_reads_the_filter_per_tap_not_the_next_taps_channels():
 def test_a_grouped_tf32_backward_filter_over_nchw_reads_channels_last_copies_of_x_and_dy(direction):
     """Blocks of groups load [pixels, channels] tiles: over NCHW activations a gather of single
     elements. The backward filter reads channels-last copies rounded to TF32; the forward and
-    backward data read theirs in place (copies bought them nothing)."""
+    backward data under IMPLICIT_GEMM / ALGO_0 read theirs in place, with zero workspace."""
     problem = check(
         direction, DataType.FLOAT, (2, 24, 5, 6), 36, (3, 3), pre=(1, 1), groups=3, allow_tf32=True, beta=0.5,
         margin=16,
@@ -854,6 +854,33 @@ def test_a_grouped_tf32_backward_filter_over_nchw_reads_channels_last_copies_of_
         assert kernels.workspace_size(problem) >= (problem.x.numel + problem.y.numel) * 4
     else:
         assert names == ["grouped_conv_kernel"] and kernels.workspace_size(problem) == 0
+
+
+@pytest.mark.parametrize("dtype", [DataType.FLOAT, DataType.BFLOAT16])
+@pytest.mark.parametrize(
+    "direction, algo", [(FWD, ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM), (DATA, ConvolutionBwdDataAlgo.ALGO_1)]
+)
+def test_a_grouped_problem_over_nchw_reads_channels_last_copies_under_an_algorithm_with_a_workspace(
+    direction, algo, dtype
+):
+    """The tiles' group channels are contiguous in the copies of the KCRS filter and of the reduced
+    NCHW activation (a vector load a thread, where the caller's layout puts each element apart); the
+    heuristics rank the algorithm first. Group widths of 12 and 8 (not whole chunks), stride 2
+    backward data (a launch per phase); a channels-last problem copies nothing and keeps its route."""
+    problem = check(
+        direction, dtype, (2, 36, 7, 6), 24, (3, 3), pre=(1, 1), stride=(2, 2) if direction is DATA else None,
+        groups=3, algo=algo, allow_tf32=True, beta=0.5, bias=direction is FWD, margin=16,
+    )  # fmt: skip
+    assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.GROUPED and kernels.preferred(problem)
+    assert _kernel_names(problem) == ["staging_kernel", "staging_kernel", "grouped_conv_kernel"]
+    reduced = problem.y if direction is DATA else problem.x
+    copies = [kernels.aligned(desc.numel * dtype.itemsize) for desc in (reduced, problem.w)]
+    assert kernels.workspace_size(problem) == sum(copies)
+    channels_last = {
+        name: TensorDescriptor(dtype, desc.dims, strides_for_order(desc.dims, (0, 2, 3, 1)))
+        for name, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y))
+    }
+    assert not kernels.preferred(dataclasses.replace(problem, **channels_last))
 
 
 @pytest.mark.parametrize(

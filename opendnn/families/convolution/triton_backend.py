@@ -17,7 +17,9 @@ Algorithms (``method_of(problem.algo)``, in ``problem.py``):
                            table of taps * 16 bytes in the workspace (forward, backward filter);
                            a TF32 forward's staged copies of x and the filter (below); depthwise
                            problems: the depthwise kernel over the filter packed tap-major in the
-                           workspace (``packs_depthwise_filter``), as under GEMM
+                           workspace (``packs_depthwise_filter``), as under GEMM; grouped
+                           problems over NCHW tensors: ``triton_grouped`` over channels-last
+                           copies (``grouped_copies``), as under GEMM
     GEMM                   im2col (forward, backward filter) or the column matrix of dy at the
                            strided positions (backward data) in the workspace, then a matrix product;
                            a backward data over few input channels multiplies dy by the filter into
@@ -82,7 +84,13 @@ from opendnn.families.convolution.problem import (
     method_of,
 )
 from opendnn.families.convolution.triton_col2im import col2im_elements, col2im_launches, gathers_products
-from opendnn.families.convolution.triton_grouped import grouped_launch, grouped_splits, grouped_tile
+from opendnn.families.convolution.triton_grouped import (
+    grouped_copies,
+    grouped_copy_launches,
+    grouped_launch,
+    grouped_splits,
+    grouped_tile,
+)
 from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
 from opendnn.families.convolution.triton_raster import raster_elements, raster_launches, raster_plan, staged_operands
 from opendnn.families.convolution.triton_tiles import (
@@ -153,6 +161,10 @@ def _workspace_regions(problem: ConvolutionProblem) -> tuple[int, ...]:
     route's rasters of x and dy where it applies: ``triton_raster``)."""
     if packs_depthwise_filter(problem):  # the filter's copy, nothing else
         return 0, 0, 0, 0, 0, aligned(problem.w.numel * itemsize_of(problem))
+    copied = grouped_copies(problem)
+    if copied:  # the grouped route's copies, nothing else
+        operands = (("x", problem.x), ("y", problem.y), ("w", problem.w))
+        return 0, 0, 0, *(aligned(desc.numel * itemsize_of(problem) * (name in copied)) for name, desc in operands)
     geo = geometry(problem)
     raster = raster_plan(problem)
     method = method_of(problem.algo)
@@ -247,7 +259,9 @@ def preferred(problem: ConvolutionProblem) -> bool:
     an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (TF32, x NCHW or
     the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
-    packed tap-major in the workspace (``packs_depthwise_filter``); a forward or backward filter with
+    packed tap-major in the workspace (``packs_depthwise_filter``), and a grouped one whose kernel reads
+    channels-last copies of its NCHW activation and KCRS filter there (``grouped_copies``); a forward or
+    backward filter with
     few input channels reading x padded in the workspace (``pads_channels``); a GEMM backward data
     into an image's channels (``over_image_channels``), which gathers dy's products from the
     workspace (``gathers_products``) where the implicit GEMM would spend its MMA columns on padding;
@@ -256,6 +270,7 @@ def preferred(problem: ConvolutionProblem) -> bool:
     return (
         reduction_slices(problem)[0] > 1
         or packs_depthwise_filter(problem)
+        or bool(grouped_copies(problem))
         or pads_channels(problem)
         or (gathers_products(problem) and over_image_channels(problem))
         or (stages_forward(problem) and tma_blocks(problem) is not None and bool(copied_operands(problem)))
@@ -430,6 +445,8 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         launches = [grouped_launch(problem, dot, tile)]
         if problem.direction is BACKWARD_FILTER:  # reading channels-last copies of NCHW x and dy
             launches = [*activation_staging_launches(problem), *launches]
+        else:
+            launches = [*grouped_copy_launches(problem), *launches]
         if grouped_splits(problem) > 1:
             launches.append(_sum_launch(problem, grouped_splits(problem)))
     elif problem.direction is BACKWARD_FILTER:

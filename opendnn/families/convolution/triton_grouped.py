@@ -25,6 +25,12 @@ channels a group. Measured, the route also beat the implicit GEMM at 32 a group,
 would run masked (RegNetY's 56: 0.10-0.18 of cuDNN on the GEMM, 1.01-1.41 here); groups of whole
 chunks keep the GEMM (GROUPED_BLOCK_CHANNELS, GROUPED_MAX_CHANNELS; docs/design/convolution.md).
 ``benchmarks/grouped_sweep.py`` times the candidate tiles against cuDNN.
+
+The tiles are loaded with a group's channels along one side: where the caller's tensors hold them
+apart (an NCHW model's activations and KCRS filter), every element is a load of its own. Under the
+algorithms that have a workspace (``PACKED_FILTER_METHODS``) the forward and backward data read
+channels-last copies instead (``grouped_copies``), which the heuristics rank first; IMPLICIT_GEMM
+reads the caller's tensors and keeps zero workspace.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from opendnn.core.descriptors import TensorDescriptor, strides_for_order
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import store_filter
 from opendnn.families.convolution.triton_gemm import (
@@ -49,23 +56,27 @@ from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
     BACKWARD_FILTER,
     MIN_SLICE_STEPS,
+    PACKED_FILTER_METHODS,
     accumulator_type,
     dot_precision,
     geometry,
     strides5,
+    tf32,
 )
-from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, tma_read
+from opendnn.families.convolution.triton_tma import TMA_BLOCK_BYTES, copy_launch, tma_read
 from opendnn.kernels.device import programs_to_fill
 from opendnn.kernels.launch import Launch, Slot
 
 GROUPED_MAX_CHANNELS = 64  # most channels a group this route takes where they are not whole 128-byte chunks
 GROUPED_BLOCK_CHANNELS = 32  # channels a program's block of groups spans (the block's widest side); every
 # group of at most this many channels takes the route
-GROUPED_PIXELS = 128  # pixels a program (a reduction step of the backward filter); half for 4- and 8-byte types
+GROUPED_PIXELS = 128  # pixels a program (a reduction step of the backward filter); half for 4- and 8-byte
+# types but a TF32 forward or backward data, whose registers would spill
 GROUPED_WARPS = 4
 # backward filter slices aim for this many programs an SM: its loop waits on its loads (H200 sweep, 2 to 32)
 GROUPED_FILTER_PROGRAMS_PER_SM = 8
 GROUPED_STAGES = 3
+FLOAT32_STAGES = 2  # of a TF32 forward's or backward data's 128-pixel tile (3 measured 8-30% slower)
 MMA_MIN_WIDTH = 16  # narrowest side of a tensor-core operand
 
 
@@ -390,20 +401,62 @@ def channels_per_group(problem: ConvolutionProblem) -> tuple[int, int]:
 
 
 def grouped_tile(problem: ConvolutionProblem) -> GroupedTile | None:
-    """The tile of this route, or None where it does not apply: grouped problems under IMPLICIT_GEMM
-    with at most GROUPED_BLOCK_CHANNELS channels a group on either side, or at most
-    GROUPED_MAX_CHANNELS where a group's channels on some side are not whole 128-byte chunks (the
-    implicit GEMM's tiles run unmasked only on whole chunks: 64 16-bit channels a group are its)."""
-    if problem.groups == 1 or method_of(problem.algo) is not ConvolutionMethod.IMPLICIT_GEMM:
+    """The tile of this route, or None where it does not apply: grouped problems under IMPLICIT_GEMM,
+    or reading copies in the workspace (``grouped_copies``), of fitting groups
+    (``_groups_fit``)."""
+    implicit = method_of(problem.algo) is ConvolutionMethod.IMPLICIT_GEMM
+    if not (implicit and _groups_fit(problem)) and not grouped_copies(problem):
         return None
+    as_tf32 = tf32(problem) and problem.direction is not BACKWARD_FILTER
+    wide = problem.x.dtype.itemsize <= 2 or as_tf32  # the others' 128-pixel tiles spill registers
+    groups_per_block = max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // max(channels_per_group(problem))))
+    pixels = GROUPED_PIXELS if wide else GROUPED_PIXELS // 2
+    return GroupedTile(groups_per_block, pixels, GROUPED_WARPS, FLOAT32_STAGES if as_tf32 else GROUPED_STAGES)
+
+
+def _groups_fit(problem: ConvolutionProblem) -> bool:
+    """A grouped problem with at most GROUPED_BLOCK_CHANNELS channels a group on either side, or at
+    most GROUPED_MAX_CHANNELS where a group's channels on some side are not whole 128-byte chunks (the
+    implicit GEMM's tiles run unmasked only on whole chunks: 64 16-bit channels a group are its)."""
     per_group = channels_per_group(problem)
     widest = max(per_group)
     whole_chunks = all(channels * problem.x.dtype.itemsize % TMA_BLOCK_BYTES == 0 for channels in per_group)
-    if widest > GROUPED_MAX_CHANNELS or (widest > GROUPED_BLOCK_CHANNELS and whole_chunks):
-        return None
-    pixels = GROUPED_PIXELS if problem.x.dtype.itemsize <= 2 else GROUPED_PIXELS // 2  # registers: no spills
-    groups_per_block = max(1, min(problem.groups, GROUPED_BLOCK_CHANNELS // widest))
-    return GroupedTile(groups_per_block, pixels, GROUPED_WARPS, GROUPED_STAGES)
+    wide = widest > GROUPED_MAX_CHANNELS or (widest > GROUPED_BLOCK_CHANNELS and whole_chunks)
+    return problem.groups > 1 and not wide
+
+
+def grouped_copies(problem: ConvolutionProblem) -> tuple[str, ...]:
+    """The operands a forward or backward data of this route reads as channels-last copies in the
+    workspace (``grouped_read``): under an algorithm of PACKED_FILTER_METHODS, those that hold a
+    group's channels apart, of the filter ("w", copied KRSC) and the activation it reduces ("x"
+    forward, "y" backward data). H100, RegNetY's 3x3 (4 groups of 56 at 28 x 28, batch 64, NCHW
+    float32 as TF32, GPU time): the filter's copy takes the forward from 0.306 to 0.241 ms and
+    the backward data from 0.537 to 0.234."""
+    if problem.direction is BACKWARD_FILTER or method_of(problem.algo) not in PACKED_FILTER_METHODS:
+        return ()
+    if not _groups_fit(problem):
+        return ()
+    reduced = "y" if problem.direction is BACKWARD_DATA else "x"
+    operands = (("w", problem.w), (reduced, problem.y if reduced == "y" else problem.x))
+    return tuple(name for name, desc in operands if desc.strides[1] != 1)
+
+
+def grouped_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
+    """Where this route's forward or backward data reads operand ``name``: the caller's tensor, or its
+    channels-last copy (``grouped_copies``)."""
+    desc = {"x": problem.x, "y": problem.y, "w": problem.w}[name]
+    if name not in grouped_copies(problem):
+        return Slot(name), desc
+    packed = TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, (0, *range(2, desc.ndim), 1)))
+    return Slot("w_packed" if name == "w" else f"{name}_staged"), packed
+
+
+def grouped_copy_launches(problem: ConvolutionProblem) -> list[Launch]:
+    """The copies ``grouped_copies`` names, rounded to TF32 (to nearest, as the TMA route's staged
+    operands) where the products are TF32's."""
+    sources = {"x": problem.x, "y": problem.y, "w": problem.w}
+    copies = grouped_copies(problem)
+    return [copy_launch(*grouped_read(problem, name), name, sources[name], tf32(problem)) for name in copies]
 
 
 def block_width(groups_per_block: int, per_group: int) -> int:
@@ -444,18 +497,19 @@ def grouped_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
     backward = problem.direction is BACKWARD_DATA
     reduced, outputs = channels_per_group(problem)
     if backward:
-        a, out, a_desc, out_desc, a_size, out_size = "y", "x", problem.y, problem.x, geo.y_size, geo.x_size
+        source, out, out_desc, a_size, out_size = "y", "x", problem.x, geo.y_size, geo.x_size
         phases = geo.stride
         steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dilation))
         units = tuple(-(-o // s) for o, s in zip(out_size, geo.stride))
     else:
-        a, out, a_desc, out_desc, a_size, out_size = "x", "y", problem.x, problem.y, geo.x_size, geo.y_size
+        source, out, out_desc, a_size, out_size = "x", "y", problem.y, geo.x_size, geo.y_size
         phases, steps, units = (1, 1, 1), (1, 1, 1), out_size
-    w_sk, w_sc, *w_taps = strides5(problem.w)
+    (a, a_desc), (w, w_desc) = grouped_read(problem, source), grouped_read(problem, "w")
+    w_sk, w_sc, *w_taps = strides5(w_desc)
     rows = geo.n * math.prod(units)
     args = (
-        Slot(a),
-        Slot("w"),
+        a,
+        w,
         Slot(out),
         Slot("bias"),
         Slot("z"),
@@ -499,9 +553,7 @@ def _filter_launch(problem: ConvolutionProblem, dot: Any, tile: GroupedTile) -> 
     """The backward filter's launch: a TF32 backward filter reads its NCHW activations as channels-last
     copies rounded to TF32 (``staged``, ``triton_tma.activation_staging_launches``), whose rows of
     channels its [pixels, channels] tiles load whole (float32, batch 64 on an H100: RegNetY's 3x3, 4
-    groups of 56, 0.78 -> 0.60 ms; ResNeXt's 3x3, 32 groups, 28 x 28 0.58 -> 0.28, 7 x 7 0.142 -> 0.092).
-    The forward and backward data read their activations in place: their copies bought nothing
-    there (0.476 -> 0.480 and 0.999 -> 1.035 ms on RegNetY's layer)."""
+    groups of 56, 0.78 -> 0.60 ms; ResNeXt's 3x3, 32 groups, 28 x 28 0.58 -> 0.28, 7 x 7 0.142 -> 0.092)."""
     geo = geometry(problem)
     cg, kg = channels_per_group(problem)
     splits, slice_pixels = grouped_filter_slices(problem, tile)
