@@ -65,8 +65,8 @@ def test_wider_groups_direct_groups_and_other_algorithms_keep_their_routes():
     assert (
         kernels.choose(check(FWD, F32, (1, 8, 3, 3), 8, (3, 3), pre=(1, 1), groups=4), True) is kernels.Strategy.DIRECT
     )
-    precomputed = dict(groups=4, algo=ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM)
-    assert kernels.choose(check(FWD, F32, (1, 32, 3, 3), 32, (1, 1), **precomputed), True) is not GROUPED
+    precomputed = dict(groups=4, algo=ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, channels_last=True)
+    assert kernels.choose(check(FWD, F32, (1, 32, 3, 3), 32, (1, 1), **precomputed), True) is not GROUPED  # no copy
     gemm = dict(groups=4, algo=ConvolutionBwdFilterAlgo.ALGO_1)
     assert kernels.choose(check(FILTER, F32, (1, 32, 3, 3), 32, (1, 1), **gemm), True) is not GROUPED
 

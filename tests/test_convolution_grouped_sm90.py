@@ -1,7 +1,8 @@
 """The narrow-group kernels (triton_grouped) compiled for the H200 (sm_90) on the CPU at the tiles the
 planner picks for ResNeXt- and RegNet-like layers, each direction: no register spills (but the TF32
 tile's few bytes below), at most 255 registers a thread, and each kernel compiled in seconds (the Cold
-start section of docs/design/convolution.md). In a subprocess: triton must load without its interpreter (tests/sm90.py)."""
+start section of docs/design/convolution.md). In a subprocess: triton must load without its
+interpreter (tests/sm90.py)."""
 
 from __future__ import annotations
 

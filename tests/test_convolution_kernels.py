@@ -720,10 +720,17 @@ def test_backward_filter_direct_two_channels_per_group_flip_float64():
     assert kernels.filter_plan(problem).direct
 
 
+@pytest.mark.parametrize("channels_last", [True, False])
 @pytest.mark.parametrize("direction", [FWD, DATA])
-def test_1x1_channels_last_runs_as_a_matrix_product(direction):
-    problem = check(direction, DataType.BFLOAT16, (2, 32, 5, 6), 48, (1, 1), channels_last=True, alpha=1.5, beta=0.5)
+def test_1x1_runs_as_a_matrix_product(direction, channels_last):
+    """Channels-last: the pixels by the filter; NCHW: the filter by each image (the images' batch
+    dim, 32 pixels: channels 64 bytes apart, what TMA reads; x and y inside NaN-filled buffers)."""
+    problem = check(
+        direction, DataType.BFLOAT16, (2, 32, 4, 8), 48, (1, 1), channels_last=channels_last,
+        alpha=1.0 if direction is FWD else 1.5, beta=0.5, bias=direction is FWD, margin=16,
+    )  # fmt: skip
     assert kernels.matmul_form(problem) is not None
+    assert kernels.filter_times_images(problem) is not channels_last
 
 
 def test_1x1_forward_with_bias_as_a_matrix_product_but_not_epilogues_matmul_computes_otherwise():
@@ -735,7 +742,10 @@ def test_1x1_forward_with_bias_as_a_matrix_product_but_not_epilogues_matmul_comp
     )
     for kw in (dict(bias=True, alpha=0.5), dict(bias=True, z=True), dict(bias=True, act=PointwiseMode.RELU_FWD)):
         assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, **kw)) is None, kw
-    assert kernels.matmul_form(check(FWD, **one_by_one)) is None  # NCHW: channels not contiguous
+    assert kernels.matmul_form(check(FWD, **{**one_by_one, "x_dims": (2, 16, 4, 8)}, bias=True)) is not None  # NCHW
+    assert kernels.matmul_form(check(FWD, **one_by_one)) is None  # NCHW channels 40 bytes apart: no TMA
+    nchw_tf32 = check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), allow_tf32=True)
+    assert kernels.matmul_form(nchw_tf32) is None  # its images would be TF32 operands pixels-major
     assert kernels.matmul_form(check(FWD, DataType.FLOAT, (2, 16, 4, 5), 32, (1, 1), channels_last=True)) is None
     assert kernels.matmul_form(check(FWD, **one_by_one, channels_last=True, stride=(2, 2))) is None
 
@@ -933,7 +943,7 @@ def _random_tma_problem(rng):
     post = tuple(d * (f - 1) - p for f, d, p in zip(filt, dilation, pre))  # the output as large as x
     options = dict(pre=pre, post=post, stride=stride, dilation=dilation, flip=rng.random() < 0.3, margin=16)
     options.update(channels_last=rng.random() < 0.75, beta=rng.choice([0.0, 0.5]), allow_tf32=dtype is DataType.FLOAT)
-    if dtype is DataType.FLOAT and direction is FWD:
+    if direction is FWD and (dtype is DataType.FLOAT or not options["channels_last"]):
         options["algo"] = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM  # NCHW x: its staged copy
     channels = (rng.randint(1, 3), rng.choice([32, 40, 64, 96]), *sizes)
     return direction, dtype, channels, rng.choice([24, 32, 40, 80]), filt, options
@@ -1061,23 +1071,20 @@ def test_tma_tf32_channels_last_forward_and_backward_data_dilation_flip_beta(dir
     assert kernels.workspace_size(problem) == (problem.w.numel * 4 if direction is DATA else 0)  # filter [C, R, S, K]
 
 
-@pytest.mark.parametrize("direction", [DATA, FILTER])
-def test_tma_tf32_nchw_backward_stages_channels_last_copies(direction):
+@pytest.mark.parametrize("dtype", [DataType.FLOAT, DataType.BFLOAT16])
+@pytest.mark.parametrize("direction", [FWD, DATA, FILTER])
+def test_tma_nchw_problems_stage_channels_last_copies(direction, dtype):
+    """TF32 and 16-bit alike: backward problems under every implicit algorithm, forwards under
+    IMPLICIT_PRECOMP_GEMM; the KCRS filter copied KRSC (forward) or [C, R, S, K] (backward data)."""
     dims = (4, 32, 9, 10) if direction is FILTER else (2, 32, 5, 7)
+    algo = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM if direction is FWD else None
     problem = check(
-        direction,
-        DataType.FLOAT,
-        dims,
-        64,
-        (3, 3),
-        pre=(1, 1),
-        flip=direction is DATA,
-        beta=0.5,
-        allow_tf32=True,
-        margin=16,
-    )
+        direction, dtype, dims, 64, (3, 3), pre=(1, 1), flip=direction is DATA, beta=0.5, algo=algo,
+        allow_tf32=True, margin=16,
+    )  # fmt: skip
     assert _read_by_tma(problem)
-    assert kernels.staged(problem) == (("x", "y") if direction is FILTER else ("y",))
+    assert kernels.staged(problem) == {FWD: ("x",), DATA: ("y",), FILTER: ("x", "y")}[direction]
+    assert kernels.packs_filter(problem) is (direction is not FILTER)
 
 
 def test_tma_tf32_not_taken_for_strict_float32_nchw_forward_or_odd_channels():

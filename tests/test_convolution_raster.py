@@ -299,12 +299,12 @@ def test_3d_backward_filters_take_rasters_with_depth_slices(case, dtype, channel
 
 
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_2d_16_bit_problems_take_rasters_only_where_the_tma_route_cannot_box_them(channels_last):
+def test_2d_16_bit_problems_take_the_tma_route_over_nchw_copies_not_rasters(channels_last):
     problem = gluon_problem(
         direction=FILTER, dtype=od.DataType.BFLOAT16, n=8, c=64, size=14, k=64, channels_last=channels_last
     )
-    assert (kernels.tma_blocks(problem) is not None) == channels_last
-    assert (raster.raster_plan(problem) is None) == channels_last
+    assert kernels.tma_blocks(problem) is not None and raster.raster_plan(problem) is None
+    assert kernels.staged(problem) == (() if channels_last else ("x", "y"))
 
 
 @pytest.mark.parametrize("channels_last", [False, True])

@@ -151,11 +151,11 @@ def problem(
             S.PRECOMPUTED_GEMM,
         ),
         (
-            "bfloat16 NCHW forward under IMPLICIT_PRECOMP_GEMM: only TF32 stages",
+            "bfloat16 NCHW forward under IMPLICIT_PRECOMP_GEMM: its staged copies",
             dict(channels_last=False, algo=PRECOMP),
             True,
             True,
-            S.PRECOMPUTED_GEMM,
+            S.WARP_SPECIALIZED_TMA,
         ),
         ("TF32 interpreted", dict(dtype=FP32, allow_tf32=True), True, False, S.TMA),
         ("float32 without TF32", dict(dtype=FP32), True, True, S.IMPLICIT_GEMM),

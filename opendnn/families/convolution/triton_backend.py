@@ -28,24 +28,25 @@ Algorithms (``method_of(problem.algo)``, in ``problem.py``):
 Backward filter splits its pixel reduction into slices through the workspace when its tiles are
 too few to fill the GPU; slices are summed in a fixed order (deterministic, no atomics).
 
-A 1x1, stride-1, ungrouped forward or backward data over channels-last tensors is a plain matrix
-product (pixels x channels times the filter matrix): it runs on matmul's persistent TMA kernel
-(``matmul_form``), under every algorithm but DIRECT. A 1x1 backward filter over images that store
+A 1x1, stride-1, ungrouped forward or backward data is a plain matrix product (over channels-last
+tensors the pixels x channels times the filter matrix; over 16-bit NCHW ones the filter matrix times
+each image's channels x pixels): it runs on matmul's persistent TMA kernel (``matmul_form``), under
+every algorithm but DIRECT. A 1x1 backward filter over images that store
 their pixels contiguously (NCHW) runs as one product per image, summed in order
 (``filter_matmul_form``).
 
 Stride-1, ungrouped 2-D problems in 16-bit types, or float32 where TF32 is allowed, read their
 activations by TMA in boxes of pixels (``tma_blocks``). wgmma takes TF32 operands only with the
 reduced dim contiguous: TF32 backward data reads the filter repacked [C, R, S, K] in the workspace
-(and runs as a forward convolution over dy), and TF32 backward problems whose activations TMA
-cannot read where they are (NCHW) read channels-last copies in the workspace (``staged``). A TF32
-forward does the same under IMPLICIT_PRECOMP_GEMM only (``stages_forward``: x channels-last, the
-filter KRSC where it is not, writing y at its own strides); under IMPLICIT_GEMM it keeps zero
-workspace. The copies hold the float32 values rounded to TF32 to nearest and take less memory than
-an explicit GEMM's columns. Calls that name no algorithm take IMPLICIT_PRECOMP_GEMM where it stages
-(``preferred``, read by ``algorithms.default_algorithm``). On an sm_90 GPU the problems of that
-route run on the persistent, warp-specialized Gluon engine: forward
-and backward data in ``gluon_hopper`` (16-bit and TF32), backward filter in ``gluon_filter`` (16-bit;
+(and runs as a forward convolution over dy; 16-bit backward data too where the filter is KCRS), and
+backward problems whose activations TMA cannot read where they are (NCHW) read channels-last copies
+in the workspace (``staged``). A forward does the same under IMPLICIT_PRECOMP_GEMM only
+(``stages_forward``: x channels-last, the filter KRSC where it is not, writing y at its own
+strides); under IMPLICIT_GEMM it keeps zero workspace. The copies hold float32 values rounded to
+TF32 to nearest and take less memory than an explicit GEMM's columns. Calls that name no algorithm
+take IMPLICIT_PRECOMP_GEMM where it stages (``preferred``, read by ``algorithms.default_algorithm``).
+On an sm_90 GPU the problems of that route run on the persistent, warp-specialized Gluon engine:
+forward and backward data in ``gluon_hopper`` (16-bit and TF32), backward filter in ``gluon_filter`` (16-bit;
 ``engine_reads_boxes``, ``Strategy.WARP_SPECIALIZED_TMA``); so do forwards at strides that divide
 x's height and width, read through x's phase view (``triton_gemm.phase_view_box``), and strided
 backward data, one launch per stride phase of dx (``triton_tma.output_phases``).
@@ -91,7 +92,12 @@ from opendnn.families.convolution.triton_grouped import (
     grouped_splits,
     grouped_tile,
 )
-from opendnn.families.convolution.triton_matrix import filter_matmul_form, matmul_form, matrix_bound
+from opendnn.families.convolution.triton_matrix import (
+    filter_matmul_form,
+    filter_times_images,
+    matmul_form,
+    matrix_bound,
+)
 from opendnn.families.convolution.triton_raster import raster_elements, raster_launches, raster_plan, staged_operands
 from opendnn.families.convolution.triton_tiles import (
     BACKWARD_DATA,
@@ -232,7 +238,7 @@ def supports(problem: ConvolutionProblem) -> str | None:
 class Strategy(enum.Enum):
     """The path a convolution takes on this backend: ``choose`` names it, one launch builder builds it."""
 
-    MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1, channels-last pixels: matmul_form)"
+    MATRIX_PRODUCT = "one product on matmul's kernels (1x1, stride 1: matmul_form)"
     IMAGE_PRODUCTS = "a product per image on matmul's kernels, summed in order (1x1 backward filter)"
     WARP_SPECIALIZED_TMA = "the TMA route's problems wgmma reads from shared memory, on the warp-specialized engine"
     RASTER_FILTER = "TF32 backward filter over pixel-major copies of x and dy read by TMA (triton_raster)"
@@ -256,8 +262,8 @@ def copied_operands(problem: ConvolutionProblem) -> tuple[str, ...]:
 def preferred(problem: ConvolutionProblem) -> bool:
     """Whether ``problem``'s algorithm takes a route here that the algorithms the heuristics rank
     before it cannot (``algorithms``: Get ranks it first; a call that names no algorithm takes it):
-    an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (TF32, x NCHW or
-    the filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
+    an IMPLICIT_PRECOMP_GEMM forward whose TMA route reads copies in its workspace (x NCHW or the
+    filter not KRSC: ``stages_forward``), which IMPLICIT_GEMM, keeping zero workspace, does not
     make (it reads NCHW x by the cp.async GEMM); a depthwise problem whose kernel reads its filter
     packed tap-major in the workspace (``packs_depthwise_filter``), and a grouped one whose kernel reads
     channels-last copies of its NCHW activation and KCRS filter there (``grouped_copies``); a forward or
@@ -352,12 +358,13 @@ def run(
     if strategy is Strategy.MATRIX_PRODUCT:
         form = matmul_form(problem)
         assert form is not None  # what choose read
-        a, c = (y, x) if problem.direction is BACKWARD_DATA else (x, y)
+        images, c = (y, x) if problem.direction is BACKWARD_DATA else (x, y)
+        a, b = (w, images) if filter_times_images(problem) else (images, w)
         matrix_engine = backend_module("matmul", "triton")  # another family's backend: from the operation table
         matrix_engine.run(
             form,
             matrix_bound(a, form.a),
-            matrix_bound(w, form.b),
+            matrix_bound(b, form.b),
             matrix_bound(c, form.c),
             None if bias is None else matrix_bound(bias, form.bias),
         )
@@ -434,7 +441,7 @@ def launch_plan(problem: ConvolutionProblem, interpreted: bool, strategy: Strate
         launches = [*staging_launches(problem), *tma_launches(problem, dot), *_slice_sum(problem)]
     elif strategy is Strategy.WARP_SPECIALIZED_TMA and problem.direction is BACKWARD_FILTER:
         partials = filter_split(problem).partials
-        launches = [filter_warp_specialized_launch(problem)]
+        launches = [*activation_staging_launches(problem), filter_warp_specialized_launch(problem)]
         if partials:
             launches.append(_sum_launch(problem, partials))
     elif strategy is Strategy.WARP_SPECIALIZED_TMA:

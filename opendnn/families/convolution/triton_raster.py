@@ -1,5 +1,5 @@
 """The backward filter over pixel-major rasters of x and dy: TF32, and 16-bit problems the TMA route
-cannot box (NCHW, 3-D).
+cannot box (3-D, strides its phase view cannot read).
 
 wgmma takes TF32 operands only K-major, the reduced dim contiguous in shared memory. A backward
 filter reduces over pixels, and channels-last boxes hold the pixels outermost (NCHW planes hold them
@@ -215,9 +215,10 @@ def _warps(block_k: int, block_c: int) -> int:
 def raster_plan(problem: ConvolutionProblem) -> RasterPlan | None:
     """How this route runs ``problem``, or None where it does not apply: a backward filter, ungrouped,
     implicit GEMM, at least MIN_CHANNELS input and output channels, in float32 as TF32 or in a 16-bit
-    type where the TMA route cannot box it (``tma_blocks``: NCHW, 3-D; the cp.async kernels they took
-    ran 1.8-5.1x slower), whose rasters are read in place or fit in an explicit GEMM's column matrix.
-    The least estimated time wins (ties: fewer partial filters, then the wider tile)."""
+    type where the TMA route cannot box it (``tma_blocks``: 3-D, strides the phase view cannot read;
+    the cp.async kernels they took ran 1.8-5.1x slower), whose rasters are read in place or fit in an
+    explicit GEMM's column matrix. The least estimated time wins (ties: fewer partial filters, then
+    the wider tile)."""
     geo = geometry(problem)
     implicit = method_of(problem.algo) in (ConvolutionMethod.IMPLICIT_GEMM, ConvolutionMethod.IMPLICIT_PRECOMP_GEMM)
     sixteen_bit = itemsize_of(problem) == 2 and tma_blocks(problem) is None

@@ -519,3 +519,8 @@ def im2col_elements(problem: ConvolutionProblem) -> int:
 
 def tf32(problem: ConvolutionProblem) -> bool:
     return problem.x.dtype is DataType.FLOAT and problem.allow_tf32 and accumulator_type(problem) == tl.float32
+
+
+def on_tensor_cores(problem: ConvolutionProblem) -> bool:
+    """16-bit operands, or float32 ones as TF32: the types of the TMA route's products."""
+    return problem.x.dtype.itemsize == 2 or tf32(problem)

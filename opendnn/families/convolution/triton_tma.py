@@ -1,6 +1,6 @@
 """Convolutions whose activations are read by TMA in boxes of pixels (Hopper): when they
 apply (``tma_blocks``), the workspace copies they read instead of the caller's tensors (``staged``,
-the TF32 filter repacked: ``packs_filter``), the rows of dx they write channels-last first
+the filter repacked: ``packs_filter``), the rows of dx they write channels-last first
 (``stages_output``), and their launches."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from opendnn.families.convolution.triton_tiles import (
     geometry,
     im2col_elements,
     itemsize_of,
+    on_tensor_cores,
     reduces_strided_pixels,
     strides5,
     sum_blocks,
@@ -87,11 +88,11 @@ def _activation(problem: ConvolutionProblem, name: str) -> TensorDescriptor:
 
 
 def stages_forward(problem: ConvolutionProblem) -> bool:
-    """A TF32 forward may read copies in the workspace: under IMPLICIT_PRECOMP_GEMM, whose workspace
-    holds them. IMPLICIT_GEMM keeps zero workspace (cuDNN's has none) and reads x and w where they are."""
+    """A forward may read copies in the workspace: under IMPLICIT_PRECOMP_GEMM, whose workspace holds
+    them. IMPLICIT_GEMM keeps zero workspace (cuDNN's has none) and reads x and w where they are."""
     return (
         problem.direction is FORWARD
-        and tf32(problem)
+        and on_tensor_cores(problem)
         and method_of(problem.algo) is ConvolutionMethod.IMPLICIT_PRECOMP_GEMM
     )
 
@@ -99,9 +100,9 @@ def stages_forward(problem: ConvolutionProblem) -> bool:
 @functools.lru_cache(maxsize=256)  # per problem, not per call: asked by choose, the workspace and the TMA launches
 def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
     """The activations ("x", "y") the TMA route copies channels-last into the workspace first: the
-    operands that TMA cannot read where they are (NCHW, say) of a TF32 backward problem, or of a TF32
-    forward that may stage (``stages_forward``)."""
-    if not tf32(problem) or (problem.direction is FORWARD and not stages_forward(problem)):
+    operands that TMA cannot read where they are (NCHW, say) of a backward problem, or of a forward
+    that may stage (``stages_forward``)."""
+    if not on_tensor_cores(problem) or (problem.direction is FORWARD and not stages_forward(problem)):
         return ()
     return tuple(
         name for name in ACTIVATION_READS[problem.direction] if not _channels_last_aligned(_activation(problem, name))
@@ -111,10 +112,11 @@ def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
 def packs_filter(problem: ConvolutionProblem) -> bool:
     """The TMA route reads a copy of the filter (``packed_filter``): TF32 backward data reads it
     repacked as [C, R, S, K] (wgmma takes TF32 operands only with the reduced dim contiguous) and runs
-    as a forward convolution over dy; a forward that may stage (``stages_forward``) reads it as KRSC
-    where the filter cannot be read as the matrix [K, R*S*C] (an NCHW caller's KCRS filter)."""
+    as a forward convolution over dy, and so does a 16-bit one where the filter cannot be read as the
+    matrix [K, R*S*C] (an NCHW caller's KCRS filter); a forward that may stage (``stages_forward``)
+    reads it as KRSC where it cannot."""
     if problem.direction is BACKWARD_DATA:
-        return tf32(problem)
+        return tf32(problem) or not _filter_matrix_readable(problem)
     return stages_forward(problem) and not _filter_matrix_readable(problem)
 
 
@@ -182,7 +184,7 @@ def tma_blocks(problem: ConvolutionProblem) -> tuple[int, int, int] | None:
         geo.groups != 1
         or not _phase_view_fits(problem)
         or not _frames_fit(problem)
-        or not (problem.x.dtype.itemsize == 2 or tf32(problem))
+        or not on_tensor_cores(problem)
         or matmul_form(problem) is not None
         or not implicit
         or (geo.taps == 1 and reduces_strided_pixels(problem))  # mma.sync's GEMM runs those faster
@@ -549,7 +551,7 @@ def phase_launches(
 
 
 def stages_output(problem: ConvolutionProblem) -> bool:
-    """A strided TF32 backward data whose dx holds its channels apart (NCHW) writes each row phase's
+    """A strided backward data whose dx holds its channels apart (NCHW) writes each row phase's
     rows channels-last into the workspace (``staged_rows``), then copies them into dx: written where
     they lie, a phase's pixels a stride apart fill part of each 32-byte sector, and the next phase's
     launch fills the rest after the first has left L2 (ResNet-50's 3x3 stride-2 layer, NCHW float32:
@@ -558,7 +560,7 @@ def stages_output(problem: ConvolutionProblem) -> bool:
     geo = geometry(problem)
     return (
         problem.direction is BACKWARD_DATA
-        and tf32(problem)
+        and on_tensor_cores(problem)
         and problem.beta == 0.0
         and strides5(problem.x)[1] != 1
         and geo.stride[1] * geo.stride[2] > 1
@@ -633,19 +635,19 @@ def staging_kernel(
 
 def staging_launches(problem: ConvolutionProblem) -> list[Launch]:
     """The copies the TMA route reads instead of the caller's tensors, float32 rounded to TF32 on the
-    way (the route stages only TF32 problems): staged activations channels-last
-    (``activation_staging_launches``), and the filter where the route reads a copy (``packed_filter``:
-    [C, R, S, K] for backward data, KRSC for a forward)."""
+    way: staged activations channels-last (``activation_staging_launches``), and the filter where the
+    route reads a copy (``packed_filter``: [C, R, S, K] for backward data, KRSC for a forward)."""
     launches = activation_staging_launches(problem)
     if packs_filter(problem):
-        launches.append(copy_launch(Slot("w_packed"), packed_filter(problem), "w", problem.w, True))
+        launches.append(copy_launch(Slot("w_packed"), packed_filter(problem), "w", problem.w, tf32(problem)))
     return launches
 
 
 def activation_staging_launches(problem: ConvolutionProblem) -> list[Launch]:
-    """The channels-last copies of the activations ``staged`` names, rounded to TF32 on the way, in
-    the workspace regions ``tma_read`` reads them from."""
-    return [copy_launch(*tma_read(problem, name), name, _activation(problem, name), True) for name in staged(problem)]
+    """The channels-last copies of the activations ``staged`` names, float32 rounded to TF32 on the
+    way, in the workspace regions ``tma_read`` reads them from."""
+    names, rounded = staged(problem), tf32(problem)
+    return [copy_launch(*tma_read(problem, name), name, _activation(problem, name), rounded) for name in names]
 
 
 def copy_launch(
