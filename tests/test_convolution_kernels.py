@@ -848,20 +848,20 @@ def test_a_partial_chunk_reads_the_filter_per_tap_not_the_next_taps_channels():
     assert relative_error(got[finite].numpy(), want[finite].numpy()) < 1e-2
 
 
+@pytest.mark.parametrize("dtype", [DataType.FLOAT, DataType.BFLOAT16])
 @pytest.mark.parametrize("direction", [FWD, DATA, FILTER])
-def test_a_grouped_tf32_backward_filter_over_nchw_reads_channels_last_copies_of_x_and_dy(direction):
+def test_a_grouped_backward_filter_over_nchw_reads_channels_last_copies_of_x_and_dy(direction, dtype):
     """Blocks of groups load [pixels, channels] tiles: over NCHW activations a gather of single
-    elements. The backward filter reads channels-last copies rounded to TF32; the forward and
-    backward data under IMPLICIT_GEMM / ALGO_0 read theirs in place, with zero workspace."""
+    elements. The backward filter reads channels-last copies (rounded to TF32 in float32); the
+    forward and backward data under IMPLICIT_GEMM / ALGO_0 read theirs in place, with zero workspace."""
     problem = check(
-        direction, DataType.FLOAT, (2, 24, 5, 6), 36, (3, 3), pre=(1, 1), groups=3, allow_tf32=True, beta=0.5,
-        margin=16,
+        direction, dtype, (2, 24, 5, 6), 36, (3, 3), pre=(1, 1), groups=3, allow_tf32=True, beta=0.5, margin=16,
     )  # fmt: skip
     assert kernels.choose(problem, tma_aligned=True) is kernels.Strategy.GROUPED
     names = _kernel_names(problem)
     if direction is FILTER:
         assert names[:2] == ["staging_kernel"] * 2 and names[2] == "grouped_filter_kernel"
-        assert kernels.workspace_size(problem) >= (problem.x.numel + problem.y.numel) * 4
+        assert kernels.workspace_size(problem) >= (problem.x.numel + problem.y.numel) * dtype.itemsize
     else:
         assert names == ["grouped_conv_kernel"] and kernels.workspace_size(problem) == 0
 
