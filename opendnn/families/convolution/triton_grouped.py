@@ -430,21 +430,20 @@ def grouped_copies(problem: ConvolutionProblem) -> tuple[str, ...]:
     workspace (``grouped_read``): under an algorithm of PACKED_FILTER_METHODS, those that hold a
     group's channels apart, of the filter ("w", copied KRSC) and the activation it reduces ("x"
     forward, "y" backward data). H100, RegNetY's 3x3 (4 groups of 56 at 28 x 28, batch 64, NCHW
-    float32 as TF32, GPU time): the filter's copy takes the forward from 0.306 to 0.241 ms and
-    the backward data from 0.537 to 0.234."""
+    float32 as TF32, per call): forward 0.476 -> 0.202 ms, backward data 0.997 -> 0.225, with the
+    128-pixel tile (docs/design/convolution.md, "Float32 over NCHW: channels-last copies")."""
     if problem.direction is BACKWARD_FILTER or method_of(problem.algo) not in PACKED_FILTER_METHODS:
         return ()
     if not _groups_fit(problem):
         return ()
     reduced = "y" if problem.direction is BACKWARD_DATA else "x"
-    operands = (("w", problem.w), (reduced, problem.y if reduced == "y" else problem.x))
-    return tuple(name for name, desc in operands if desc.strides[1] != 1)
+    return tuple(name for name in ("w", reduced) if _operand(problem, name).strides[1] != 1)
 
 
 def grouped_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
     """Where this route's forward or backward data reads operand ``name``: the caller's tensor, or its
     channels-last copy (``grouped_copies``)."""
-    desc = {"x": problem.x, "y": problem.y, "w": problem.w}[name]
+    desc = _operand(problem, name)
     if name not in grouped_copies(problem):
         return Slot(name), desc
     packed = TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, (0, *range(2, desc.ndim), 1)))
@@ -454,9 +453,14 @@ def grouped_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDe
 def grouped_copy_launches(problem: ConvolutionProblem) -> list[Launch]:
     """The copies ``grouped_copies`` names, rounded to TF32 (to nearest, as the TMA route's staged
     operands) where the products are TF32's."""
-    sources = {"x": problem.x, "y": problem.y, "w": problem.w}
-    copies = grouped_copies(problem)
-    return [copy_launch(*grouped_read(problem, name), name, sources[name], tf32(problem)) for name in copies]
+    return [
+        copy_launch(*grouped_read(problem, name), name, _operand(problem, name), tf32(problem))
+        for name in grouped_copies(problem)
+    ]
+
+
+def _operand(problem: ConvolutionProblem, name: str) -> TensorDescriptor:
+    return {"x": problem.x, "y": problem.y, "w": problem.w}[name]
 
 
 def block_width(groups_per_block: int, per_group: int) -> int:
