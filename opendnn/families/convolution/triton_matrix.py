@@ -67,6 +67,7 @@ def matmul_form(problem: ConvolutionProblem) -> MatmulProblem | None:
     )
 
 
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run of the matrix form
 def filter_times_images(problem: ConvolutionProblem) -> bool:
     """Whether the matrix form of a 1x1 forward or backward data multiplies the filter by each image:
     y[n] (K x P) = w (K x C) @ x[n] (C x P), dx[n] (C x P) = w^T (C x K) @ dy[n] (K x P), where x and y

@@ -109,6 +109,7 @@ def staged(problem: ConvolutionProblem) -> tuple[str, ...]:
     )
 
 
+@functools.lru_cache(maxsize=256)  # per problem, asked by every run (the operands TMA reads in the workspace)
 def packs_filter(problem: ConvolutionProblem) -> bool:
     """The TMA route reads a copy of the filter (``packed_filter``): TF32 backward data reads it
     repacked as [C, R, S, K] (wgmma takes TF32 operands only with the reduced dim contiguous) and runs
