@@ -918,12 +918,13 @@ def test_3d_forward_and_backward_data_read_frames_by_tma(direction, dtype, x_dim
     assert kernels.choose(problem, tma_aligned=True, hopper=True) is kernels.Strategy.TMA  # the engine: 2-D
 
 
-def test_a_3d_tf32_forward_over_ncdhw_reads_its_staged_copy_and_strided_frames_stay_off_tma():
+@pytest.mark.parametrize("dtype", [DataType.FLOAT, DataType.BFLOAT16])
+def test_a_3d_forward_over_ncdhw_reads_its_staged_copy_and_strided_frames_stay_off_tma(dtype):
     precomputed = ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
-    problem = check(
-        FWD, DataType.FLOAT, (2, 32, 3, 5, 6), 24, (3, 3, 3), pre=(1, 1, 1), algo=precomputed, allow_tf32=True
-    )
+    problem = check(FWD, dtype, (2, 32, 3, 5, 6), 24, (3, 3, 3), pre=(1, 1, 1), algo=precomputed, allow_tf32=True)
     assert kernels.staged(problem) == ("x",) and "conv_tma_kernel" in _kernel_names(problem)
+    backward = check(DATA, dtype, (2, 24, 3, 5, 6), 32, (3, 3, 3), pre=(1, 1, 1), flip=True, allow_tf32=True)
+    assert kernels.staged(backward) == ("y",) and "conv_tma_kernel" in _kernel_names(backward)
     base = dict(dtype=DataType.BFLOAT16, x_dims=(2, 32, 4, 6, 6), k=32, filt=(3, 3, 3), pre=(1, 1, 1), margin=16)
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(2, 1, 1))) is None  # depth strided
     assert kernels.tma_blocks(check(FWD, **base, channels_last=True, stride=(1, 2, 2))) is None  # rows: no phases
