@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
+from tf32 import cudnn_tf32
 
 import opendnn as od
 import opendnn.functional as F
@@ -319,12 +320,7 @@ def test_tf32_3x3_is_as_close_to_float64_as_cudnn_tf32(size, channels, layout, d
 
         inputs = (x, dy)
     want = theirs(*(t.double() for t in inputs))
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        cudnn_error = relative_error(theirs(*inputs), want)
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    cudnn_error = relative_error(cudnn_tf32(theirs, *inputs), want)
     got = ours()
     bound = 1.5 if layout is torch.contiguous_format and direction != "forward" else 3
     assert relative_error(got, want) < bound * cudnn_error, (relative_error(got, want), cudnn_error)
@@ -334,10 +330,10 @@ def test_tf32_3x3_is_as_close_to_float64_as_cudnn_tf32(size, channels, layout, d
 @pytest.mark.parametrize("channels, groups", [(224, 4), (256, 32)])  # RegNetY's 56 a group, ResNeXt's 8
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 def test_tf32_grouped_nchw_is_within_tf32_of_float64(channels, groups, direction):
-    """Grouped float32 over NCHW on a TENSOR_OP handle (the backward filter reading channels-last copies
-    of x and dy rounded to TF32): within 3x cuDNN's error against float64 where cuDNN runs TF32, and
-    within TF32's truncation (1e-3: 7.7e-4 on 3x3 layers) where it does not (its grouped backward data
-    ran float32 on an H100: 3.9e-7), and repeatable."""
+    """Grouped float32 over NCHW on a TENSOR_OP handle (every direction reading channels-last copies
+    rounded to TF32 under the algorithm a call that names none takes): within 3x cuDNN's error against
+    float64 where cuDNN runs TF32, and within TF32's truncation (1e-3) where it does not (its grouped
+    backward data ran float32 on an H100: 3.9e-7), and repeatable."""
     handle = od.create(DEVICE, math_type=od.MathType.TENSOR_OP)
     x, dy = (torch.randn(16, channels, 14, 14, device=DEVICE) for _ in range(2))
     w = torch.randn(channels, channels // groups, 3, 3, device=DEVICE) / math.sqrt(9 * channels // groups)
@@ -360,12 +356,7 @@ def test_tf32_grouped_nchw_is_within_tf32_of_float64(channels, groups, direction
             return torch.nn.grad.conv2d_weight(a, w.shape, b, padding=1, groups=groups)
 
     want = theirs(*(t.double() for t in inputs))
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        cudnn_error = relative_error(theirs(*inputs), want)
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    cudnn_error = relative_error(cudnn_tf32(theirs, *inputs), want)
     got = ours()
     assert relative_error(got, want) < max(3 * cudnn_error, 1e-3), (relative_error(got, want), cudnn_error)
     assert torch.equal(got, ours())
@@ -418,12 +409,7 @@ def test_nchw_1x1_backward_filter_as_per_image_products_on_gpu(dtype):
     if dtype is torch.bfloat16:
         bound = 1.25 * relative_error(want.to(torch.bfloat16), want)
     else:
-        saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = True
-        try:
-            bound = 3 * relative_error(torch.nn.grad.conv2d_weight(x, (256, 64, 1, 1), dy), want)
-        finally:
-            torch.backends.cudnn.allow_tf32 = saved
+        bound = 3 * relative_error(cudnn_tf32(torch.nn.grad.conv2d_weight, x, (256, 64, 1, 1), dy), want)
     got = ours()
     assert relative_error(got, want) < bound, (relative_error(got, want), bound)
     assert torch.equal(got, ours())

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as TF
 from test_gpu_convolution import DEVICE, _assert_repeatable_within_rounding, _descriptor, _sub_region
+from tf32 import cudnn_tf32
 
 import opendnn as od
 import opendnn.functional as F
@@ -75,12 +76,8 @@ def test_tf32_stride_2_forward_reads_the_phase_view_as_close_to_float64_as_cudnn
         ConvolutionDirection.FORWARD, conv_desc, _descriptor(x), _descriptor(filt), _descriptor(y), allow_tf32=True
     )
     assert kernels.choose(problem, tma_aligned=True, hopper=True) is kernels.Strategy.WARP_SPECIALIZED_TMA
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        cudnn_error = relative_error(TF.conv2d(x, filt, stride=2, padding=r // 2), want)
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    cudnn = cudnn_tf32(lambda *inputs: TF.conv2d(*inputs, stride=2, padding=r // 2), x, filt)
+    cudnn_error = relative_error(cudnn, want)
     got = F.conv(x, filt, stride=2, padding=r // 2, handle=handle)
     assert relative_error(got, want) < 3 * cudnn_error, (relative_error(got, want), cudnn_error)
     assert torch.equal(got, F.conv(x, filt, stride=2, padding=r // 2, handle=handle))

@@ -42,7 +42,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from opendnn.core.descriptors import TensorDescriptor, strides_for_order
+from opendnn.core.descriptors import TensorDescriptor
 from opendnn.families.convolution.problem import ConvolutionMethod, ConvolutionProblem, method_of
 from opendnn.families.convolution.triton_direct import store_filter
 from opendnn.families.convolution.triton_gemm import (
@@ -58,6 +58,7 @@ from opendnn.families.convolution.triton_tiles import (
     MIN_SLICE_STEPS,
     PACKED_FILTER_METHODS,
     accumulator_type,
+    channels_last,
     dot_precision,
     geometry,
     strides5,
@@ -446,8 +447,7 @@ def grouped_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDe
     desc = _operand(problem, name)
     if name not in grouped_copies(problem):
         return Slot(name), desc
-    packed = TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, (0, *range(2, desc.ndim), 1)))
-    return Slot("w_packed" if name == "w" else f"{name}_staged"), packed
+    return Slot("w_packed" if name == "w" else f"{name}_staged"), channels_last(desc)
 
 
 def grouped_copy_launches(problem: ConvolutionProblem) -> list[Launch]:

@@ -235,11 +235,16 @@ def pads_channels(problem: ConvolutionProblem) -> bool:
     )
 
 
+def channels_last(desc: TensorDescriptor, dtype: DataType | None = None) -> TensorDescriptor:
+    """``desc``'s dims packed channels-last (N, the spatial dims, C; a filter's K, R, S, C), of its
+    type or ``dtype``: the layout of the workspace's copies."""
+    return TensorDescriptor(dtype or desc.dtype, desc.dims, strides_for_order(desc.dims, (0, *range(2, desc.ndim), 1)))
+
+
 def padded_x(problem: ConvolutionProblem) -> TensorDescriptor:
     """The channels-last copy of x with PIXEL_CHANNELS channels a pixel (``pads_channels``)."""
     n, _, *spatial = problem.x.dims
-    dims = (n, PIXEL_CHANNELS, *spatial)
-    return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, *range(2, len(dims)), 1)))
+    return channels_last(TensorDescriptor(problem.x.dtype, (n, PIXEL_CHANNELS, *spatial)))
 
 
 def rounded_filter(problem: ConvolutionProblem) -> TensorDescriptor | None:

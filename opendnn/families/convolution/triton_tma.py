@@ -31,6 +31,7 @@ from opendnn.families.convolution.triton_tiles import (
     FORWARD,
     PROGRAMS_PER_SM,
     accumulator_type,
+    channels_last,
     dot_precision,
     epilogue_options,
     geometry,
@@ -335,7 +336,7 @@ def reduction_slices(problem: ConvolutionProblem) -> tuple[int, int]:
 def partial_output(problem: ConvolutionProblem) -> TensorDescriptor:
     """One slice's float32 partial sums of a sliced forward (``reduction_slices``): y's dims packed
     channels-last, the slices one after another in the workspace."""
-    return _packed_in_order(problem.y, (0, *range(2, problem.y.ndim), 1), DataType.FLOAT)
+    return channels_last(problem.y, DataType.FLOAT)
 
 
 def slice_sum_launch(problem: ConvolutionProblem) -> Launch:
@@ -574,20 +575,20 @@ def staged_rows(problem: ConvolutionProblem, row_phase: int) -> TensorDescriptor
     geo = geometry(problem)
     (_, height, width), stride_h = geo.x_size, geo.stride[1]
     dims = (geo.n, geo.c, -(-(height - row_phase) // stride_h), width)
-    return TensorDescriptor(problem.x.dtype, dims, strides_for_order(dims, (0, 2, 3, 1)))
+    return channels_last(TensorDescriptor(problem.x.dtype, dims))
 
 
 def tma_read(problem: ConvolutionProblem, name: str) -> tuple[Slot, TensorDescriptor]:
     """Where the TMA kernels read activation ``name``: the caller's tensor or its staged copy."""
     desc = _activation(problem, name)
-    if name in staged(problem):  # packed in memory order N, spatial dims, C
-        return Slot(f"{name}_staged"), _packed_in_order(desc, (0, *range(2, desc.ndim), 1))
+    if name in staged(problem):
+        return Slot(f"{name}_staged"), channels_last(desc)
     return Slot(name), desc
 
 
-def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...], dtype: DataType | None = None) -> TensorDescriptor:
-    """``desc``'s dims packed with its dims laid out in ``order`` (outermost first), of its type or ``dtype``."""
-    return TensorDescriptor(dtype or desc.dtype, desc.dims, strides_for_order(desc.dims, order))
+def _packed_in_order(desc: TensorDescriptor, order: tuple[int, ...]) -> TensorDescriptor:
+    """``desc``'s dims packed with its dims laid out in ``order`` (outermost first)."""
+    return TensorDescriptor(desc.dtype, desc.dims, strides_for_order(desc.dims, order))
 
 
 STAGING_OUTER_DIMS = tl.constexpr(OUTER_DIMS)
